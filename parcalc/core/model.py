@@ -1,0 +1,131 @@
+"""The shape of a decoder-style transformer, and the parameter counts that follow from it.
+
+Counts follow the layer as built by Megatron-LM / GPT-2 (biases, LayerNorm, learned positions)
+or LLaMA (no biases, RMSNorm, RoPE, SwiGLU, grouped-query attention), chosen by the fields.
+With bias=True, norm="layernorm", position="learned" and tied embeddings the total equals
+Narayanan et al. 2021, eq. in sec. 5.1: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from parcalc.errors import InputError
+
+
+class Mlp(str, Enum):
+    """The feed-forward block: plain (two matrices) or gated (three: gate, up, down)."""
+
+    RELU = "relu"
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+    GEGLU = "geglu"
+
+    @property
+    def gated(self) -> bool:
+        return self in (Mlp.SWIGLU, Mlp.GEGLU)
+
+
+class Norm(str, Enum):
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+    NONE = "none"
+
+    @property
+    def params_per_channel(self) -> int:
+        return {Norm.LAYERNORM: 2, Norm.RMSNORM: 1, Norm.NONE: 0}[self]
+
+
+class Position(str, Enum):
+    LEARNED = "learned"
+    ROPE = "rope"
+    ALIBI = "alibi"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class TransformerModel:
+    """A stack of identical transformer layers plus optional embeddings and LM head.
+
+    vocab = 0 means the model has no embedding or output layer (seed 004's homework model).
+    max_seq_len is the learned-position table length (0 when positions are not learned).
+    """
+
+    key: str
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn_hidden: int
+    mlp: Mlp
+    vocab: int
+    max_seq_len: int
+    tied_embeddings: bool
+    position: Position
+    norm: Norm
+    bias: bool
+    source: str
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"):
+            if getattr(self, name) < 1:
+                raise InputError(f"model {self.key}: {name} must be at least 1, got {getattr(self, name)}")
+        if self.vocab < 0 or self.max_seq_len < 0:
+            raise InputError(f"model {self.key}: vocab and max_seq_len must not be negative")
+        if self.heads % self.kv_heads:
+            raise InputError(
+                f"model {self.key}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}) "
+                "for grouped-query attention"
+            )
+
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection output: heads x head_dim (usually = hidden)."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of each of the key and value projections: kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        weights = self.hidden * self.q_width + 2 * self.hidden * self.kv_width + self.q_width * self.hidden
+        biases = (self.q_width + 2 * self.kv_width + self.hidden) if self.bias else 0
+        return weights + biases
+
+    @property
+    def mlp_params_per_layer(self) -> int:
+        matrices = 3 if self.mlp.gated else 2
+        weights = matrices * self.hidden * self.ffn_hidden
+        biases = ((matrices - 1) * self.ffn_hidden + self.hidden) if self.bias else 0
+        return weights + biases
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        return 2 * self.norm.params_per_channel * self.hidden
+
+    @property
+    def params_per_layer(self) -> int:
+        return self.attention_params_per_layer + self.mlp_params_per_layer + self.norm_params_per_layer
+
+    @property
+    def embedding_params(self) -> int:
+        """Token embeddings, learned positions and the final norm (0 without a vocabulary)."""
+        if self.vocab == 0:
+            return 0
+        positions = self.max_seq_len * self.hidden if self.position is Position.LEARNED else 0
+        final_norm = self.norm.params_per_channel * self.hidden
+        return self.vocab * self.hidden + positions + final_norm
+
+    @property
+    def lm_head_params(self) -> int:
+        """The output projection to the vocabulary, when not tied to the token embeddings."""
+        return 0 if self.vocab == 0 or self.tied_embeddings else self.vocab * self.hidden
+
+    @property
+    def total_params(self) -> int:
+        return self.layers * self.params_per_layer + self.embedding_params + self.lm_head_params

@@ -1,0 +1,141 @@
+"""Results that carry their own derivation: formula, substituted values, value, unit, source.
+
+A `Derivation` holds its formula as a template whose placeholders (`$f`, `$n_sm`) name its
+input `Term`s. The same template gives the formula in symbols, the formula with the values
+substituted, and (from `formula_latex`) both again in LaTeX, so that the terminal, the JSON and
+the PDF show the same derivation without anyone writing it twice.
+
+A `Result` is what a command shows: its resolved inputs, its derivations, its tables, short
+verdicts and the assumptions made. Renderers format a `Result`; they never compute.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from parcalc.units import format_quantity
+
+
+@dataclass(frozen=True)
+class Term:
+    """One named input of a formula.
+
+    key: the placeholder name in formula templates ("f" for `$f`) and the JSON key.
+    symbol / latex: how the symbol prints in text and in LaTeX.
+    value, unit: in base units (see parcalc.units).
+    """
+
+    key: str
+    symbol: str
+    latex: str
+    value: float
+    unit: str
+    description: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """A headline number and how it was obtained.
+
+    formula / formula_latex: templates over the input keys, e.g. "2 × $f × $n_sm × $fma".
+    value, unit: the result in base units.
+    source: the paper, equation or datasheet the formula comes from.
+    """
+
+    key: str
+    label: str
+    symbol: str
+    latex_symbol: str
+    formula: str
+    formula_latex: str
+    inputs: tuple[Term, ...]
+    value: float
+    unit: str
+    source: str
+    assumptions: tuple[str, ...] = ()
+
+    def term(self, key: str) -> Term:
+        for term in self.inputs:
+            if term.key == key:
+                return term
+        raise KeyError(key)
+
+    def as_term(self, key: str | None = None, description: str | None = None) -> Term:
+        """This result as the input of another formula (chains of derivations)."""
+        return Term(
+            key=key or self.key,
+            symbol=self.symbol,
+            latex=self.latex_symbol,
+            value=self.value,
+            unit=self.unit,
+            description=description or self.label,
+            source=self.source,
+        )
+
+    def formula_text(self) -> str:
+        return fill(self.formula, {t.key: t.symbol for t in self.inputs})
+
+    def substituted_text(self, show: Callable[[Term], str] | None = None) -> str:
+        show = show or (lambda t: format_quantity(t.value, t.unit))
+        return fill(self.formula, {t.key: show(t) for t in self.inputs})
+
+    def formula_tex(self) -> str:
+        return fill(self.formula_latex, {t.key: t.latex for t in self.inputs})
+
+    def substituted_tex(self, show: Callable[[Term], str]) -> str:
+        return fill(self.formula_latex, {t.key: show(t) for t in self.inputs})
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    """Replace `$key` / `${key}` placeholders; a missing key is a programming error."""
+    return string.Template(template).substitute(values)
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows of plain values (numbers in base units, strings, booleans) under typed columns."""
+
+    key: str
+    title: str
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[object, ...], ...]
+
+    def records(self) -> list[dict[str, object]]:
+        return [dict(zip((c.key for c in self.columns), row, strict=True)) for row in self.rows]
+
+
+@dataclass(frozen=True)
+class Result:
+    """Everything one command shows, in the order it is shown."""
+
+    command: str
+    title: str
+    inputs: tuple[Term, ...]
+    derivations: tuple[Derivation, ...]
+    tables: tuple[Table, ...] = ()
+    verdicts: tuple[str, ...] = ()
+    assumptions: tuple[str, ...] = field(default=())
+
+    def derivation(self, key: str) -> Derivation:
+        for derivation in self.derivations:
+            if derivation.key == key:
+                return derivation
+        raise KeyError(key)
+
+
+def assumptions_of(result: Result) -> tuple[str, ...]:
+    """The result's assumptions and its derivations', each once, in order of appearance."""
+    seen: dict[str, None] = dict.fromkeys(result.assumptions)
+    for derivation in result.derivations:
+        seen.update(dict.fromkeys(derivation.assumptions))
+    return tuple(seen)

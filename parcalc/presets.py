@@ -1,0 +1,517 @@
+"""Presets: GPUs, links, models and worksheets as YAML data, strictly validated.
+
+Each preset is one file, `<dir>/<category>/<name>.yaml`, so that a lookup parses only the file
+asked for. Directories are searched in this order, the first match winning:
+
+1. directories given with `--presets DIR` (the `extra_dirs` argument);
+2. `PARCALC_PRESETS` (several directories separated by the OS path separator);
+3. `$XDG_CONFIG_HOME/parcalc/presets` (default `~/.config/parcalc/presets`);
+4. the presets packaged with parcalc.
+
+A model may also be given as the path of a Hugging Face `config.json` on disk (never fetched).
+
+Every number in a GPU or link preset is `{value: "<number> <unit>", source: <key>}` where the
+key names an entry of the file's `sources:` mapping; a model names its `source:` once.
+Unknown keys, missing units and missing sources are errors naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from parcalc.core.dtypes import COMPUTE_DTYPES
+from parcalc.core.hardware import DtypeRates, Gpu, Link, Sourced
+from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+from parcalc.errors import InputError, PresetError
+from parcalc.resources import data_dir
+from parcalc.units import BASE_UNIT, Dimension, parse_quantity
+
+MAX_PRESET_BYTES = 1 << 20
+ENV_VAR = "PARCALC_PRESETS"
+
+
+class Category(str, Enum):
+    GPUS = "gpus"
+    LINKS = "links"
+    MODELS = "models"
+    WORKSHEETS = "worksheets"
+
+    @property
+    def singular(self) -> str:
+        return self.value.removesuffix("s")
+
+
+@dataclass(frozen=True)
+class PresetFile:
+    """A preset found on disk: its lookup name, file and where it came from."""
+
+    category: Category
+    key: str
+    path: Path
+    origin: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding files
+
+
+def search_dirs(extra_dirs: Sequence[Path | str] = ()) -> list[tuple[Path, str]]:
+    """(directory, origin label) in lookup order."""
+    dirs: list[tuple[Path, str]] = [(Path(d), "--presets") for d in extra_dirs]
+    env = os.environ.get(ENV_VAR, "")
+    dirs += [(Path(d), ENV_VAR) for d in env.split(os.pathsep) if d]
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    dirs.append((Path(xdg) / "parcalc" / "presets", "XDG config"))
+    dirs.append((data_dir("presets"), "packaged"))
+    return dirs
+
+
+def find_all(category: Category, extra_dirs: Sequence[Path | str] = ()) -> list[PresetFile]:
+    """Every preset of a category, the first of each name in lookup order, sorted by name."""
+    found: dict[str, PresetFile] = {}
+    for directory, origin in search_dirs(extra_dirs):
+        folder = directory / category.value
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
+            found.setdefault(path.stem.lower(), PresetFile(category, path.stem.lower(), path, origin))
+    return sorted(found.values(), key=lambda p: p.key)
+
+
+def find(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -> PresetFile:
+    """The preset called `name` (case-insensitive); unknown names get "did you mean"."""
+    wanted = name.strip().lower()
+    for directory, origin in search_dirs(extra_dirs):
+        folder = directory / category.value
+        for suffix in (".yaml", ".yml"):
+            path = folder / f"{wanted}{suffix}"
+            if path.is_file():
+                return PresetFile(category, wanted, path, origin)
+        if folder.is_dir():  # case-insensitive file systems aside, match names ignoring case
+            for path in folder.iterdir():
+                if path.suffix in (".yaml", ".yml") and path.stem.lower() == wanted:
+                    return PresetFile(category, wanted, path, origin)
+    known = [p.key for p in find_all(category, extra_dirs)]
+    raise PresetError(f"unknown {category.singular} {name!r}{_did_you_mean(wanted, known)}")
+
+
+def _did_you_mean(wanted: str, known: Iterable[str]) -> str:
+    known = list(known)
+    close = difflib.get_close_matches(wanted, known, n=3, cutoff=0.5)
+    close += [k for k in known if wanted and wanted in k and k not in close][: 3 - len(close)]
+    if close:
+        return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return f"; see `parcalc presets list` ({len(known)} known)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading YAML safely
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Parse one YAML mapping with the safe loader; duplicate keys and oversize files are errors."""
+    import yaml
+
+    try:
+        size = path.stat().st_size
+        if size > MAX_PRESET_BYTES:
+            raise PresetError(f"{path}: {size} bytes is too large for a preset (limit {MAX_PRESET_BYTES})")
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise PresetError(f"{path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise PresetError(f"{path}: not UTF-8 text") from None
+    try:
+        document = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        raise PresetError(f"{path}: {_yaml_problem(error)}") from None
+    if not isinstance(document, dict):
+        raise PresetError(f"{path}: expected a mapping of keys at the top level")
+    return document
+
+
+def _yaml_problem(error: Exception) -> str:
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    where = f"line {mark.line + 1}: " if mark is not None else ""
+    return f"{where}invalid YAML: {problem}"
+
+
+_LOADER: type | None = None
+
+
+def _strict_loader() -> type:
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+        class StrictLoader(base):  # type: ignore[misc, valid-type]
+            def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+                seen: set[object] = set()
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=True)
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key!r}", key_node.start_mark
+                        )
+                    seen.add(key)
+                return super().construct_mapping(node, deep=deep)
+
+        _LOADER = StrictLoader
+    return _LOADER
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation helpers
+
+
+class _Doc:
+    """A YAML mapping being validated; every error names the file and the dotted key."""
+
+    def __init__(self, path: Path, data: Mapping[str, Any], where: str = "") -> None:
+        self.path, self.data, self.where = path, data, where
+
+    def error(self, key: str, message: str) -> PresetError:
+        dotted = f"{self.where}.{key}" if self.where else key
+        return PresetError(f"{self.path}: key '{dotted}': {message}")
+
+    def only(self, allowed: Iterable[str]) -> None:
+        allowed = list(allowed)
+        for key in self.data:
+            if key not in allowed:
+                hint = difflib.get_close_matches(str(key), allowed, n=1)
+                suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+                raise self.error(str(key), f"unknown key{suggestion}; allowed: {', '.join(allowed)}")
+
+    def child(self, key: str) -> _Doc:
+        value = self.data[key]
+        if not isinstance(value, dict):
+            raise self.error(key, "expected a mapping")
+        return _Doc(self.path, value, f"{self.where}.{key}" if self.where else key)
+
+    def text(self, key: str, required: bool = True, default: str = "") -> str:
+        if key not in self.data:
+            if required:
+                raise self.error(key, "missing")
+            return default
+        value = self.data[key]
+        if not isinstance(value, str) or not value.strip():
+            raise self.error(key, "expected non-empty text")
+        return value.strip()
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value = self.data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(key, "expected a list of text lines")
+        return tuple(value)
+
+    def integer(self, key: str, required: bool = True, default: int = 0, minimum: int = 1) -> int:
+        if key not in self.data:
+            if required:
+                raise self.error(key, "missing")
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(key, f"expected a whole number >= {minimum}, got {value!r}")
+        return value
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {value!r}")
+        return value
+
+    def choice(self, key: str, enum: type[Enum], default: Enum) -> Any:
+        value = self.data.get(key, default.value)
+        try:
+            return enum(str(value).lower())
+        except ValueError:
+            allowed = ", ".join(str(e.value) for e in enum)  # type: ignore[attr-defined]
+            raise self.error(key, f"{value!r} is not one of {allowed}") from None
+
+    def sources(self) -> dict[str, str]:
+        if "sources" not in self.data:
+            raise self.error("sources", "missing: every number needs a source")
+        sources = self.child("sources")
+        return {str(k): sources.text(str(k)) for k in sources.data}
+
+    def source_ref(self, key: str, sources: Mapping[str, str]) -> str:
+        ref = self.text(key)
+        if ref not in sources:
+            known = ", ".join(sources) or "none"
+            raise self.error(key, f"source {ref!r} is not a key of 'sources' (known: {known})")
+        return sources[ref]
+
+    def quantity(
+        self, key: str, dimension: Dimension, sources: Mapping[str, str], required: bool = True
+    ) -> Sourced | None:
+        if key not in self.data:
+            if required:
+                raise self.error(key, "missing")
+            return None
+        node = self.child(key)
+        node.only(("value", "source", "note"))
+        if "source" not in node.data:
+            raise node.error("source", "missing: every number needs a source")
+        raw = node.data.get("value")
+        if raw is None:
+            raise node.error("value", "missing")
+        if dimension is not Dimension.COUNT and not (isinstance(raw, str) and _has_unit(raw)):
+            raise node.error("value", f"{raw!r} has no unit; write it with one, e.g. {_unit_example(dimension)}")
+        try:
+            value = parse_quantity(raw, dimension, f"{self.path}: key '{node.where}.value'")
+        except InputError as error:
+            raise PresetError(str(error)) from None
+        source = node.source_ref("source", sources)
+        note = node.text("note", required=False)
+        return Sourced(value, BASE_UNIT[dimension], f"{source} ({note})" if note else source)
+
+
+def _has_unit(text: str) -> bool:
+    return any(ch.isalpha() for ch in text.lower().replace("e+", "").replace("e-", "").replace("e", ""))
+
+
+def _unit_example(dimension: Dimension) -> str:
+    return {
+        Dimension.FREQUENCY: "'1410 MHz'",
+        Dimension.BYTES: "'80 GB'",
+        Dimension.BANDWIDTH: "'2039 GB/s'",
+        Dimension.TIME: "'2 us'",
+        Dimension.FLOP_RATE: "'312 TFLOP/s'",
+    }.get(dimension, "'1 unit'")
+
+
+def _check_kind(doc: _Doc, category: Category) -> None:
+    kind = doc.text("kind")
+    if kind != category.singular:
+        raise doc.error("kind", f"expected '{category.singular}' in a {category.value} preset, got {kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs
+
+_GPU_KEYS = (
+    "kind", "name", "vendor", "architecture", "sources", "sms", "boost_clock", "memory_capacity",
+    "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "notes",
+)  # fmt: skip
+_RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
+
+
+def gpu_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Gpu:
+    doc = _Doc(path, data)
+    doc.only(_GPU_KEYS)
+    _check_kind(doc, Category.GPUS)
+    sources = doc.sources()
+    dtypes: dict[str, DtypeRates] = {}
+    if "dtypes" in doc.data:
+        table = doc.child("dtypes")
+        for dtype in table.data:
+            if dtype not in COMPUTE_DTYPES:
+                raise table.error(str(dtype), f"unknown dtype; known: {', '.join(COMPUTE_DTYPES)}")
+            rates = table.child(dtype)
+            rates.only(_RATE_KEYS)
+            parsed = DtypeRates(
+                fma_per_clock_per_sm=rates.quantity("fma_per_clock_per_sm", Dimension.COUNT, sources, False),
+                dense_peak=rates.quantity("dense_peak", Dimension.FLOP_RATE, sources, False),
+                sparse_peak=rates.quantity("sparse_peak", Dimension.FLOP_RATE, sources, False),
+            )
+            if parsed == DtypeRates():
+                raise rates.error("dense_peak", "a dtype needs fma_per_clock_per_sm or dense_peak")
+            dtypes[dtype] = parsed
+    return Gpu(
+        key=key,
+        name=doc.text("name"),
+        vendor=doc.text("vendor"),
+        architecture=doc.text("architecture"),
+        sms=doc.quantity("sms", Dimension.COUNT, sources, required=False),
+        boost_clock=doc.quantity("boost_clock", Dimension.FREQUENCY, sources, required=False),
+        memory_capacity=doc.quantity("memory_capacity", Dimension.BYTES, sources),  # type: ignore[arg-type]
+        memory_bandwidth=doc.quantity("memory_bandwidth", Dimension.BANDWIDTH, sources),  # type: ignore[arg-type]
+        nvlink_bandwidth=doc.quantity("nvlink_bandwidth_per_direction", Dimension.BANDWIDTH, sources, False),
+        dtypes=dtypes,
+        notes=doc.texts("notes"),
+    )
+
+
+def load_gpu(name: str, extra_dirs: Sequence[Path | str] = ()) -> Gpu:
+    preset = find(Category.GPUS, name, extra_dirs)
+    return gpu_from_document(preset.key, preset.path, read_yaml(preset.path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Links
+
+_LINK_KEYS = ("kind", "name", "sources", "bandwidth_per_direction", "latency", "notes")
+
+
+def link_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Link:
+    doc = _Doc(path, data)
+    doc.only(_LINK_KEYS)
+    _check_kind(doc, Category.LINKS)
+    sources = doc.sources()
+    return Link(
+        key=key,
+        name=doc.text("name"),
+        bandwidth_per_direction=doc.quantity("bandwidth_per_direction", Dimension.BANDWIDTH, sources),  # type: ignore[arg-type]
+        latency=doc.quantity("latency", Dimension.TIME, sources),  # type: ignore[arg-type]
+        notes=doc.texts("notes"),
+    )
+
+
+def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:
+    preset = find(Category.LINKS, name, extra_dirs)
+    return link_from_document(preset.key, preset.path, read_yaml(preset.path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+_MODEL_KEYS = (
+    "kind", "name", "sources", "source", "layers", "hidden", "heads", "kv_heads", "head_dim",
+    "ffn_hidden", "mlp", "vocab", "max_seq_len", "tied_embeddings", "position", "norm", "bias", "notes",
+)  # fmt: skip
+
+
+def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> TransformerModel:
+    doc = _Doc(path, data)
+    doc.only(_MODEL_KEYS)
+    _check_kind(doc, Category.MODELS)
+    sources = doc.sources()
+    hidden = doc.integer("hidden")
+    heads = doc.integer("heads")
+    if "head_dim" not in doc.data and hidden % heads:
+        raise doc.error("head_dim", f"missing, and hidden ({hidden}) is not a multiple of heads ({heads})")
+    try:
+        return TransformerModel(
+            key=key,
+            name=doc.text("name"),
+            layers=doc.integer("layers"),
+            hidden=hidden,
+            heads=heads,
+            kv_heads=doc.integer("kv_heads", required=False, default=heads),
+            head_dim=doc.integer("head_dim", required=False, default=hidden // heads),
+            ffn_hidden=doc.integer("ffn_hidden", required=False, default=4 * hidden),
+            mlp=doc.choice("mlp", Mlp, Mlp.GELU),
+            vocab=doc.integer("vocab", required=False, default=0, minimum=0),
+            max_seq_len=doc.integer("max_seq_len", required=False, default=0, minimum=0),
+            tied_embeddings=doc.flag("tied_embeddings", default=True),
+            position=doc.choice("position", Position, Position.LEARNED),
+            norm=doc.choice("norm", Norm, Norm.LAYERNORM),
+            bias=doc.flag("bias", default=True),
+            source=doc.source_ref("source", sources),
+        )
+    except InputError as error:
+        raise PresetError(f"{path}: {error}") from None
+
+
+def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> TransformerModel:
+    """A model preset by name, or a Hugging Face config.json (a path ending in .json)."""
+    if name_or_path.lower().endswith(".json") or os.sep in name_or_path:
+        return model_from_hf_config(Path(name_or_path))
+    preset = find(Category.MODELS, name_or_path, extra_dirs)
+    return model_from_document(preset.key, preset.path, read_yaml(preset.path))
+
+
+# Architectures whose MLP is gated (three matrices): their config's hidden_act names the gate.
+_GATED_ARCHITECTURES = {
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "olmo",
+    "olmo2", "deepseek_v2", "deepseek_v3", "internlm2", "cohere", "granite", "starcoder2_gated",
+}  # fmt: skip
+_LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "gpt_neo", "gpt_bigcode", "megatron-bert", "xlm-roberta"}
+
+
+def model_from_hf_config(path: Path) -> TransformerModel:
+    """Read the shape of a model from a Hugging Face `config.json` on disk."""
+    if not path.is_file():
+        raise InputError(f"--model: no such file {str(path)!r} (a config.json is read from disk, never downloaded)")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise PresetError(f"{path}: not a readable JSON config: {error}") from None
+    if not isinstance(config, dict):
+        raise PresetError(f"{path}: expected a JSON object")
+
+    def pick(*names: str, default: Any = None) -> Any:
+        for name in names:
+            if config.get(name) is not None:
+                return config[name]
+        if default is None:
+            raise PresetError(f"{path}: key '{names[0]}' missing (looked for {', '.join(names)})")
+        return default
+
+    architecture = str(config.get("model_type", "")).lower()
+    hidden = int(pick("hidden_size", "n_embd", "d_model"))
+    heads = int(pick("num_attention_heads", "n_head", "num_heads"))
+    kv_heads = int(pick("num_key_value_heads", default=1 if config.get("multi_query") else heads))
+    activation = str(pick("hidden_act", "activation_function", "hidden_activation", default="gelu")).lower()
+    gated = architecture in _GATED_ARCHITECTURES
+    if gated:
+        mlp = Mlp.GEGLU if "gelu" in activation else Mlp.SWIGLU
+    else:
+        mlp = Mlp.RELU if "relu" in activation else Mlp.GELU
+    if architecture in _LEARNED_POSITIONS:
+        position = Position.LEARNED
+    elif "alibi" in json.dumps(config).lower():
+        position = Position.ALIBI
+    else:
+        position = Position.ROPE
+    try:
+        return TransformerModel(
+            key=path.parent.name or path.stem,
+            name=str(config.get("_name_or_path") or path.parent.name or path.stem),
+            layers=int(pick("num_hidden_layers", "n_layer", "num_layers")),
+            hidden=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=int(pick("head_dim", default=hidden // heads)),
+            ffn_hidden=int(pick("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)),
+            mlp=mlp,
+            vocab=int(pick("vocab_size")),
+            max_seq_len=int(pick("max_position_embeddings", "n_positions", "n_ctx", default=0)),
+            tied_embeddings=bool(config.get("tie_word_embeddings", True)),
+            position=position,
+            norm=Norm.RMSNORM if "rms_norm_eps" in config else Norm.LAYERNORM,
+            bias=bool(config.get("attention_bias", config.get("bias", not gated))),
+            source=f"Hugging Face config.json at {path}",
+        )
+    except (TypeError, ValueError) as error:
+        raise PresetError(f"{path}: {error}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Generic access for `presets list` / `presets show`
+
+_BUILDERS = {
+    Category.GPUS: gpu_from_document,
+    Category.LINKS: link_from_document,
+    Category.MODELS: model_from_document,
+}
+
+
+def load_any(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -> tuple[PresetFile, Any, dict]:
+    """(file, typed preset, raw document) for `presets show`; worksheets stay raw here."""
+    preset = find(category, name, extra_dirs)
+    document = read_yaml(preset.path)
+    builder = _BUILDERS.get(category)
+    typed = builder(preset.key, preset.path, document) if builder else document
+    return preset, typed, document
+
+
+def find_in_any_category(name: str, extra_dirs: Sequence[Path | str] = ()) -> PresetFile:
+    """`presets show NAME` without a category: the first category that has it."""
+    for category in (Category.GPUS, Category.LINKS, Category.MODELS, Category.WORKSHEETS):
+        try:
+            return find(category, name, extra_dirs)
+        except PresetError:
+            continue
+    known = [p.key for c in Category for p in find_all(c, extra_dirs)]
+    raise PresetError(f"unknown preset {name!r}{_did_you_mean(name.lower(), known)}")

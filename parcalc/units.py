@@ -1,0 +1,281 @@
+"""Units: parse quantities such as "1.41GHz", "80GiB", "200Gb/s" into base units, and format them back.
+
+Base units everywhere in the core: FLOP, FLOP/s, bytes ("B"), bytes per second ("B/s"),
+seconds ("s"), hertz ("Hz"), plain numbers ("") and fractions ("fraction", shown as %).
+
+SI prefixes (k, M, G, T, P, E: powers of 1000) and IEC prefixes (Ki, Mi, Gi, Ti, Pi, Ei:
+powers of 1024) are kept apart, as in pint's definitions: "80GB" is 80e9 bytes and "80GiB" is
+80 * 2**30 bytes. A lower-case "b" is a bit: "200Gb/s" is 25e9 bytes per second.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, InvalidOperation
+from enum import Enum
+
+from parcalc.errors import InputError
+
+SI_PREFIXES: dict[str, float] = {
+    "": 1.0,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+}
+IEC_PREFIXES: dict[str, float] = {
+    "Ki": 2.0**10,
+    "Mi": 2.0**20,
+    "Gi": 2.0**30,
+    "Ti": 2.0**40,
+    "Pi": 2.0**50,
+    "Ei": 2.0**60,
+}
+TIME_UNITS: dict[str, float] = {
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ns": 1e-9,
+    "min": 60.0,
+    "h": 3600.0,
+}
+BITS_PER_BYTE = 8
+
+KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
+KIB, MIB, GIB, TIB = 2**10, 2**20, 2**30, 2**40
+
+
+class Dimension(str, Enum):
+    """What a quantity measures; decides which suffixes parse and how values print."""
+
+    COUNT = "count"
+    FREQUENCY = "frequency"
+    BYTES = "bytes"
+    BANDWIDTH = "bandwidth"
+    TIME = "time"
+    FLOP = "flop"
+    FLOP_RATE = "flop_rate"
+    FRACTION = "fraction"
+
+
+BASE_UNIT: dict[Dimension, str] = {
+    Dimension.COUNT: "",
+    Dimension.FREQUENCY: "Hz",
+    Dimension.BYTES: "B",
+    Dimension.BANDWIDTH: "B/s",
+    Dimension.TIME: "s",
+    Dimension.FLOP: "FLOP",
+    Dimension.FLOP_RATE: "FLOP/s",
+    Dimension.FRACTION: "fraction",
+}
+
+EXAMPLES: dict[Dimension, str] = {
+    Dimension.COUNT: "4096, 4k, 1.5M, 1e12, 64Ki",
+    Dimension.FREQUENCY: "1.41GHz, 1410MHz, 1.41e9",
+    Dimension.BYTES: "80GB, 80GiB, 512MiB, 1.5e9 (bytes; b = bits)",
+    Dimension.BANDWIDTH: "900GB/s, 2.039TB/s, 200Gb/s (bits), 25GiB/s",
+    Dimension.TIME: "5us, 1.5ms, 2s, 100ns",
+    Dimension.FLOP: "3.15e23, 1.2PFLOP",
+    Dimension.FLOP_RATE: "312TFLOP/s, 312T, 3.12e14",
+    Dimension.FRACTION: "0.4, 40%",
+}
+
+_NUMBER = re.compile(
+    r"^\s*(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan))"
+    r"\s*(?P<suffix>\S*)\s*$",
+    re.IGNORECASE,
+)
+
+
+def _prefix_factor(prefix: str) -> float | None:
+    if prefix in SI_PREFIXES:
+        return SI_PREFIXES[prefix]
+    if prefix == "K":  # common spelling of kilo in "4K" sequence lengths
+        return 1e3
+    return IEC_PREFIXES.get(prefix)
+
+
+def _suffix_factor(suffix: str, dimension: Dimension) -> float | None:
+    """The multiplier a suffix stands for in this dimension, or None if it does not belong."""
+    if dimension is Dimension.COUNT:
+        return _prefix_factor(suffix)
+    if dimension is Dimension.TIME:
+        return TIME_UNITS.get(suffix, 1.0 if suffix == "" else None)
+    if dimension is Dimension.FRACTION:
+        return {"": 1.0, "%": 0.01}.get(suffix)
+    if dimension is Dimension.FREQUENCY:
+        if suffix == "":
+            return 1.0
+        if suffix.lower().endswith("hz"):
+            prefix = suffix[:-2]
+            return _prefix_factor(prefix) or _prefix_factor(prefix.upper())
+        return None
+    if dimension is Dimension.BYTES:
+        return _data_factor(suffix, per_second=False)
+    if dimension is Dimension.BANDWIDTH:
+        return _data_factor(suffix, per_second=True)
+    if dimension in (Dimension.FLOP, Dimension.FLOP_RATE):
+        unit = "FLOP/s" if dimension is Dimension.FLOP_RATE else "FLOP"
+        for spelling in (unit, "FLOPS") if dimension is Dimension.FLOP_RATE else (unit,):
+            if suffix.upper().endswith(spelling.upper()):
+                return _prefix_factor(suffix[: -len(spelling)])
+        return _prefix_factor(suffix)
+    return None
+
+
+def _data_factor(suffix: str, per_second: bool) -> float | None:
+    if suffix == "":
+        return 1.0
+    body = suffix
+    if per_second:
+        for ending in ("/s", "ps"):
+            if body.endswith(ending):
+                body = body[: -len(ending)]
+                break
+        else:
+            return None
+    if body.endswith("B"):
+        scale = 1.0
+    elif body.endswith("b"):
+        scale = 1.0 / BITS_PER_BYTE
+    else:
+        return None
+    prefix = _prefix_factor(body[:-1])
+    return None if prefix is None else prefix * scale
+
+
+def parse_quantity(
+    text: str | float | int,
+    dimension: Dimension,
+    flag: str,
+    *,
+    allow_zero: bool = False,
+    allow_negative: bool = False,
+) -> float:
+    """Parse `text` as a quantity of `dimension`, returned in base units.
+
+    `flag` names where the text came from (a CLI flag or preset key), for the error message.
+    Non-finite values are always rejected; zero and negative ones unless allowed.
+    """
+    if isinstance(text, bool):
+        raise _bad(text, dimension, flag)
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        match = _NUMBER.match(str(text))
+        if match is None:
+            raise _bad(text, dimension, flag)
+        factor = _suffix_factor(match["suffix"], dimension)
+        if factor is None:
+            raise _bad(text, dimension, flag)
+        value = _exact_product(match["number"], factor)
+    if not math.isfinite(value):
+        raise InputError(f"{flag}: {text!r} is not a finite number")
+    if value < 0 and not allow_negative:
+        raise InputError(f"{flag}: {text!r} must not be negative")
+    if value == 0 and not allow_zero:
+        raise InputError(f"{flag}: {text!r} must be greater than zero")
+    return value
+
+
+def _exact_product(number: str, factor: float) -> float:
+    """number x factor rounded once, so that "2.039TB/s" is exactly 2039e9 B/s."""
+    try:
+        return float(Decimal(number) * Decimal(factor))
+    except InvalidOperation:  # inf / nan spellings
+        return float(number) * factor
+
+
+def parse_count(text: str | float | int, flag: str, *, allow_zero: bool = False) -> int:
+    """Parse a whole number such as "4096", "4k" or "1e6"; a fraction is an error."""
+    value = parse_quantity(text, Dimension.COUNT, flag, allow_zero=allow_zero)
+    if value != int(value):
+        raise InputError(f"{flag}: {text!r} must be a whole number")
+    return int(value)
+
+
+def _bad(text: object, dimension: Dimension, flag: str) -> InputError:
+    return InputError(
+        f"{flag}: cannot read {str(text)!r} as {dimension.value.replace('_', ' ')}; "
+        f"use a number with an optional unit, e.g. {EXAMPLES[dimension]}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+
+
+_SI_STEPS = [("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)]
+_IEC_STEPS = [("Ei", 2.0**60), ("Pi", 2.0**50), ("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10), ("", 1.0)]
+_SI_PREFIXED_UNITS = {"FLOP", "FLOP/s", "B", "B/s", "Hz"}
+
+
+def format_number(value: float, significant: int = 8) -> str:
+    """A plain number: integers with thousands separators, others with `significant` digits."""
+    if isinstance(value, bool):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    if float(value).is_integer() and abs(value) < 1e21:
+        return f"{int(value):,}"
+    text = f"{value:.{significant}g}"
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        return f"{mantissa}e{int(exponent)}"
+    return text
+
+
+def _trimmed(value: float, significant: int) -> str:
+    text = f"{value:.{significant}g}"
+    if "e" in text:  # only for values that cannot be scaled further
+        return format_number(value, significant)
+    return text
+
+
+def split_prefixed(value: float, unit: str, *, iec: bool = False, significant: int = 8) -> tuple[str, str]:
+    """Scale `value` (in base `unit`) to the largest prefix that keeps the mantissa >= 1.
+
+    Returns (mantissa text, prefixed unit): (155.93472e12, "FLOP/s") -> ("155.93472", "TFLOP/s").
+    """
+    steps = _IEC_STEPS if iec else _SI_STEPS
+    magnitude = abs(value)
+    for prefix, factor in steps:
+        if magnitude >= factor:
+            return _trimmed(value / factor, significant), prefix + unit
+    return _trimmed(value, significant), unit
+
+
+def format_time(seconds: float, significant: int = 4) -> str:
+    magnitude = abs(seconds)
+    for unit, factor in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if magnitude >= factor:
+            return f"{_trimmed(seconds / factor, significant)} {unit}"
+    return "0 s" if seconds == 0 else f"{seconds:.{significant}g} s"
+
+
+def format_quantity(value: float, unit: str, *, significant: int = 8, iec: bool = False) -> str:
+    """Human text for a value in base `unit`, the unit always shown (except for plain numbers)."""
+    if unit in _SI_PREFIXED_UNITS:
+        mantissa, prefixed = split_prefixed(value, unit, iec=iec and unit in ("B", "B/s"), significant=significant)
+        return f"{mantissa} {prefixed}"
+    if unit == "s":
+        return format_time(value, significant=min(significant, 6))
+    if unit == "fraction":
+        return f"{_trimmed(value * 100, 4)} %"
+    if unit == "":
+        return format_number(value, significant)
+    return f"{format_number(value, significant)} {unit}"
+
+
+def format_bytes(value: float) -> str:
+    """Exact bytes with both conventions: '12,884,901,888 B (12.884902 GB = 12 GiB)'."""
+    si_mantissa, si_unit = split_prefixed(value, "B")
+    iec_mantissa, iec_unit = split_prefixed(value, "B", iec=True)
+    exact = format_number(value)
+    if si_unit == "B":
+        return f"{exact} B"
+    return f"{exact} B ({si_mantissa} {si_unit} = {iec_mantissa} {iec_unit})"
