@@ -125,6 +125,7 @@ class Result:
     tables: tuple[Table, ...] = ()
     verdicts: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = field(default=())
+    settings: tuple[tuple[str, str], ...] = ()  # non-numeric inputs as resolved: ("gpu", "a100-sxm4-80gb")
 
     def derivation(self, key: str) -> Derivation:
         for derivation in self.derivations:

@@ -1,0 +1,3 @@
+from parcalc.cli import app
+
+app(prog_name="parcalc")

@@ -1,0 +1,45 @@
+"""Options shared by every calculation command, and the one way they print results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from parcalc.output import OutputFormat
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Result
+
+FormatOption = Annotated[
+    Optional[OutputFormat],  # noqa: UP045 - typer needs Optional at runtime on 3.11
+    typer.Option("--format", "-f", metavar="FORMAT", help="table (default), json, csv or markdown; default from -o's extension.", show_default=False),
+]
+OutputOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--output", "-o", metavar="FILE", help="Write to FILE (.txt .json .csv .md) instead of stdout, all or nothing.", show_default=False),
+]
+PresetsOption = Annotated[
+    Optional[list[Path]],  # noqa: UP045
+    typer.Option("--presets", metavar="DIR", help="Extra preset directory (gpus/, links/, models/ inside); repeatable. Also PARCALC_PRESETS.", show_default=False),
+]
+
+
+def start(output: Path | None, fmt: OutputFormat | None) -> None:
+    """Validate the output before any work, so a bad path fails fast and writes nothing."""
+    if output is not None:
+        from parcalc.output import check_writable, resolve_format
+
+        resolve_format(fmt, output)
+        check_writable(output)
+
+
+def finish(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
+    from parcalc.output import emit
+
+    emit(result, fmt, output)
+
+
+def preset_dirs(presets: list[Path] | None) -> tuple[Path, ...]:
+    return tuple(presets or ())

@@ -1,0 +1,61 @@
+"""`parcalc peak-flops`: peak FLOP/s from clock x SMs x FMA/clock, or from a GPU preset."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+
+EXAMPLES = """\
+\b
+Examples:
+  parcalc peak-flops --gpu a100-sxm4-80gb --dtype tf32
+  parcalc peak-flops --clock 1.41GHz --sms 108 --fma-per-clock 512 --dtype tf32
+  parcalc peak-flops --gpu h100-sxm5 --dtype fp8 --sparse --format json
+"""
+
+
+def peak_flops(
+    gpu: Annotated[Optional[str], typer.Option(metavar="NAME", help="GPU preset (see `parcalc presets list gpus`).")] = None,  # noqa: UP045
+    dtype: Annotated[Optional[str], typer.Option(metavar="DTYPE", help="Numeric format: fp64, fp64-tensor, fp32, tf32, bf16, fp16, fp8, int8, fp4...")] = None,  # noqa: UP045
+    clock: Annotated[Optional[str], typer.Option(metavar="FREQ", help="Clock rate, e.g. 1.41GHz or 1410MHz (overrides the preset).")] = None,  # noqa: UP045
+    sms: Annotated[Optional[str], typer.Option(metavar="N", help="Number of SMs (AMD: compute units).")] = None,  # noqa: UP045
+    fma_per_clock: Annotated[Optional[str], typer.Option(metavar="N", help="Dense FMA per clock per SM for this dtype.")] = None,  # noqa: UP045
+    sparse: Annotated[bool, typer.Option("--sparse", help="2:4 structured sparsity (x2), where the datasheet gives it.")] = False,
+    presets: PresetsOption = None,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Peak FLOP/s = 2 x clock x SMs x FMA/clock/SM, beside the datasheet's figure."""
+    start(output, fmt)
+    from parcalc.core.dtypes import canonical_dtype
+    from parcalc.core.flops import PeakFlops, gpu_peak_flops
+    from parcalc.core.flops import peak_flops as derive_peak
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_quantity
+
+    dtype_key = canonical_dtype(dtype) if dtype else ""
+    clock_hz = parse_quantity(clock, Dimension.FREQUENCY, "--clock") if clock is not None else None
+    sm_count = parse_quantity(sms, Dimension.COUNT, "--sms") if sms is not None else None
+    fma = parse_quantity(fma_per_clock, Dimension.COUNT, "--fma-per-clock") if fma_per_clock is not None else None
+    settings = [("dtype", dtype_key or "unspecified"), ("sparse", str(sparse).lower())]
+    if gpu is not None:
+        from parcalc.presets import load_gpu
+
+        if not dtype_key:
+            raise InputError("--dtype: required with --gpu (e.g. --dtype tf32)")
+        device = load_gpu(gpu, preset_dirs(presets))
+        peak = gpu_peak_flops(device, dtype_key, sparse=sparse, clock_hz=clock_hz, sm_count=sm_count, fma_per_clock_per_sm=fma)
+        settings.insert(0, ("gpu", device.key))
+    else:
+        missing = [flag for flag, value in (("--clock", clock_hz), ("--sms", sm_count), ("--fma-per-clock", fma)) if value is None]
+        if missing:
+            raise InputError(f"give --gpu NAME, or all of --clock, --sms and --fma-per-clock (missing: {', '.join(missing)})")
+        derived = derive_peak(clock_hz, sm_count, fma, dtype=dtype_key, sparse=sparse,  # type: ignore[arg-type]
+                              sources=("given", "given", "given"))  # fmt: skip
+        peak = PeakFlops(dtype_key, sparse, "", derived, None, None)
+    inputs = peak.derived.inputs if peak.derived else ()
+    result = peak.result(inputs)
+    finish(type(result)(**{**result.__dict__, "settings": tuple(settings)}), fmt, output)

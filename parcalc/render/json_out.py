@@ -1,0 +1,74 @@
+"""JSON: raw numbers in base units, the resolved inputs, every derivation, tables as records.
+
+The shape is a public interface for scripts (documented in the README):
+{"parcalc": version, "command", "title", "inputs": {key: term}, "results": {key: derivation},
+ "tables": {key: {"title", "columns", "rows"}}, "verdicts": [...], "assumptions": [...]}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from parcalc import __version__
+from parcalc.derivation import Derivation, Result, Term, assumptions_of
+
+
+def term_record(term: Term) -> dict[str, object]:
+    return {
+        "value": _number(term.value),
+        "unit": term.unit,
+        "symbol": term.symbol,
+        "description": term.description,
+        "source": term.source,
+    }
+
+
+def derivation_record(derivation: Derivation) -> dict[str, object]:
+    return {
+        "label": derivation.label,
+        "value": _number(derivation.value),
+        "unit": derivation.unit,
+        "symbol": derivation.symbol,
+        "formula": derivation.formula_text(),
+        "formula_latex": derivation.formula_tex(),
+        "substituted": derivation.substituted_text(),
+        "inputs": {t.key: term_record(t) for t in derivation.inputs},
+        "source": derivation.source,
+        "assumptions": list(derivation.assumptions),
+    }
+
+
+def result_record(result: Result) -> dict[str, object]:
+    return {
+        "parcalc": __version__,
+        "command": result.command,
+        "title": result.title,
+        "settings": dict(result.settings),
+        "inputs": {t.key: term_record(t) for t in result.inputs},
+        "results": {d.key: derivation_record(d) for d in result.derivations},
+        "tables": {
+            t.key: {
+                "title": t.title,
+                "columns": [{"key": c.key, "label": c.label, "unit": c.unit} for c in t.columns],
+                "rows": [{k: _number(v) for k, v in r.items()} for r in t.records()],
+            }
+            for t in result.tables
+        },
+        "verdicts": list(result.verdicts),
+        "assumptions": list(assumptions_of(result)),
+    }
+
+
+def render_json(result: Result) -> str:
+    return json.dumps(result_record(result), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _number(value: object) -> object:
+    """Whole floats become ints so byte counts read exactly; non-finite values become null."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        if value.is_integer() and abs(value) < 2**53:
+            return int(value)
+    return value

@@ -1,0 +1,56 @@
+"""Markdown with `$...$` math: the derivation as formula, substitution and value."""
+
+from __future__ import annotations
+
+from parcalc.derivation import Derivation, Result, Table, assumptions_of
+from parcalc.render.latex_math import tex_value, term_tex
+from parcalc.render.values import format_cell, format_value
+
+
+def render_markdown(result: Result) -> str:
+    out = [f"# {result.title}", ""]
+    if result.inputs:
+        out += ["## Inputs", "", "| symbol | value | meaning | source |", "|---|---|---|---|"]
+        for t in result.inputs:
+            out.append(f"| ${t.latex}$ | {_cell(format_value(t.value, t.unit))} | {_cell(t.description)} | {_cell(t.source)} |")
+        out.append("")
+    if result.derivations:
+        out += ["## Derivation", ""]
+        for d in result.derivations:
+            out += derivation_markdown(d)
+    for table in result.tables:
+        out += table_markdown(table)
+    if result.verdicts:
+        out += ["## Verdict", ""] + [f"- {v}" for v in result.verdicts] + [""]
+    assumptions = assumptions_of(result)
+    if assumptions:
+        out += ["## Assumptions", ""] + [f"- {_cell(a)}" for a in assumptions] + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def derivation_markdown(d: Derivation) -> list[str]:
+    lhs = d.latex_symbol
+    formula = d.formula_tex()
+    substituted = d.substituted_tex(term_tex)
+    steps = [f"{lhs} = {formula}"]
+    if substituted != formula:
+        steps.append(f"\\phantom{{{lhs}}} = {substituted}")
+    steps.append(f"\\phantom{{{lhs}}} = {tex_value(d.value, d.unit)}")
+    lines = [f"**{_cell(d.label)}**", "", "$$", " \\\\\n".join(steps), "$$", ""]
+    lines += [f"Result: **{_cell(format_value(d.value, d.unit))}**", ""]
+    if d.source:
+        lines += [f"*Source:* {_cell(d.source)}", ""]
+    return lines
+
+
+def table_markdown(table: Table) -> list[str]:
+    headers = [c.label + (f" ({c.unit})" if c.unit and c.unit != "fraction" else "") for c in table.columns]
+    out = [f"### {_cell(table.title)}", "", "| " + " | ".join(map(_cell, headers)) + " |"]
+    out.append("|" + "|".join("---" for _ in headers) + "|")
+    for row in table.rows:
+        out.append("| " + " | ".join(_cell(format_cell(v, c.unit)) for v, c in zip(row, table.columns, strict=True)) + " |")
+    return out + [""]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,50 @@
+"""Coloured terminal rendering with rich, used only when stdout is a terminal and colour is on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parcalc.derivation import Result, assumptions_of
+from parcalc.render.values import format_cell, format_value
+
+
+def render_rich(result: Result, console: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
+    console.print(f"[bold underline]{escape(result.title)}[/]\n")
+    if result.inputs:
+        inputs = RichTable(title="Inputs", title_justify="left", show_header=False, box=None, padding=(0, 2))
+        for term in result.inputs:
+            inputs.add_row(f"[cyan]{escape(term.symbol)}[/]", escape(format_value(term.value, term.unit)),
+                           escape(term.description), f"[dim]{escape(term.source)}[/]")  # fmt: skip
+        console.print(inputs)
+        console.print()
+    for d in result.derivations:
+        pad = " " * len(d.symbol)
+        console.print(f"[bold]{escape(d.label)}[/]")
+        formula, substituted = d.formula_text(), d.substituted_text()
+        console.print(f"  [cyan]{escape(d.symbol)}[/] = {escape(formula)}")
+        if substituted != formula:
+            console.print(f"  {pad} = {escape(substituted)}")
+        console.print(f"  {pad} = [bold green]{escape(format_value(d.value, d.unit))}[/]")
+        if d.source:
+            console.print(f"  [dim]source: {escape(d.source)}[/]")
+        console.print()
+    for table in result.tables:
+        rich_table = RichTable(title=escape(table.title), title_justify="left", header_style="bold")
+        for column in table.columns:
+            unit = f" [{column.unit}]" if column.unit and column.unit != "fraction" else ""
+            numeric = any(not isinstance(row[table.columns.index(column)], str) for row in table.rows)
+            rich_table.add_column(escape(column.label + unit), justify="right" if numeric else "left")
+        for row in table.rows:
+            rich_table.add_row(*(escape(format_cell(v, c.unit)) for v, c in zip(row, table.columns, strict=True)))
+        console.print(rich_table)
+        console.print()
+    for verdict in result.verdicts:
+        console.print(f"[bold yellow]=>[/] {escape(verdict)}")
+    assumptions = assumptions_of(result)
+    if assumptions:
+        console.print("\n[bold]Assumptions[/]")
+        for assumption in assumptions:
+            console.print(f"  [dim]-[/] {escape(assumption)}")
