@@ -13,8 +13,11 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from parcalc.commands.intensity import EXAMPLES as INTENSITY_EXAMPLES
+from parcalc.commands.intensity import intensity
 from parcalc.commands.peak_flops import EXAMPLES as PEAK_EXAMPLES
 from parcalc.commands.peak_flops import peak_flops
+from parcalc.commands.presets import presets_app
 from parcalc.errors import ParcalcError
 
 
@@ -63,6 +66,8 @@ def parcalc_main() -> None:
 
 
 app.command("peak-flops", epilog=PEAK_EXAMPLES)(peak_flops)
+app.command("intensity", epilog=INTENSITY_EXAMPLES)(intensity)
+app.add_typer(presets_app, name="presets")
 
 
 def main() -> None:  # pragma: no cover - the console script calls `app` directly

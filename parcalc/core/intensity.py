@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parcalc.derivation import Derivation, Term
+from parcalc.core.layer_ops import transformer_layer_ops
+from parcalc.core.model import TransformerModel
+from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
 
 MIN_TRAFFIC = "minimum traffic: each operand read once and the output written once"
@@ -157,3 +159,120 @@ def roofline(intensity: Derivation, flops: Derivation, traffic: Derivation, peak
         assumptions=("compute and memory traffic overlap perfectly",),
     )
     return Roofline(ridge, attainable, time, compute_bound=intensity.value >= ridge.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# What `parcalc intensity` shows
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The two roofs: peak FLOP/s of the dtype (key "peak") and memory bandwidth (key "bw")."""
+
+    name: str
+    peak: Term
+    bandwidth: Term
+
+
+def machine_terms(name: str, peak_flops: float, peak_source: str, bandwidth: float, bandwidth_source: str) -> Machine:
+    return Machine(
+        name=name,
+        peak=Term("peak", "P", r"P_{\mathrm{peak}}", peak_flops, "FLOP/s", "peak FLOP/s of the dtype", peak_source),
+        bandwidth=Term("bw", "BW", r"B_{\mathrm{mem}}", bandwidth, "B/s", "memory bandwidth", bandwidth_source),
+    )
+
+
+def matmul_intensity(m: int, k: int, n: int, dtype: str, bytes_per_element: float, batch: int = 1,
+                     machine: Machine | None = None) -> Result:  # fmt: skip
+    """FLOPs, bytes, intensity of Y = XW and, given a machine, its roofline verdict."""
+    flops = matmul_flops(m, k, n, batch)
+    traffic = matmul_bytes(m, k, n, bytes_per_element, dtype, batch)
+    intensity = arithmetic_intensity(flops, traffic)
+    derivations: tuple[Derivation, ...] = (flops, traffic, intensity)
+    verdicts: tuple[str, ...] = ()
+    shape = f"X ∈ R^({m}×{k}), W ∈ R^({k}×{n})" + (f", batch of {batch}" if batch != 1 else "")
+    if machine is not None:
+        roof = roofline(intensity, flops, traffic, machine.peak, machine.bandwidth)
+        derivations += roof.derivations
+        verdicts = (
+            f"{roof.bound} on {machine.name}: intensity {intensity.value:.2f} FLOP/B "
+            f"{'>=' if roof.compute_bound else '<'} ridge point {roof.ridge.value:.2f} FLOP/B",
+        )
+    return Result(
+        command="intensity",
+        title=f"Arithmetic intensity of Y = XW, {shape}, {dtype.upper()}",
+        inputs=traffic.inputs,
+        derivations=derivations,
+        verdicts=verdicts,
+        settings=(("dtype", dtype),) + ((("gpu", machine.name),) if machine else ()),
+    )
+
+
+_LAYER_COLUMNS = (
+    Column("op", "operation"),
+    Column("kind", "kind"),
+    Column("shape", "shape"),
+    Column("flops", "FLOPs", "FLOP"),
+    Column("bytes", "bytes", "B"),
+    Column("intensity", "intensity", "FLOP/B"),
+)
+_ROOF_COLUMNS = (
+    Column("bound", "bound"),
+    Column("attainable", "attainable", "FLOP/s"),
+    Column("time", "time ≥", "s"),
+)
+
+
+def layer_intensity(model: TransformerModel, batch: int, seq_len: int, dtype: str, bytes_per_element: float,
+                    machine: Machine | None = None) -> Result:  # fmt: skip
+    """The table of every forward operation of one layer, with roofline verdicts on a machine."""
+    ops = transformer_layer_ops(model, batch, seq_len, bytes_per_element)
+    columns = _LAYER_COLUMNS + (_ROOF_COLUMNS if machine else ())
+    rows = []
+    for op in ops:
+        row: tuple[object, ...] = (op.name, op.kind, op.shape, op.flops, op.bytes, op.intensity)
+        if machine is not None:
+            peak, bw = machine.peak.value, machine.bandwidth.value
+            compute_bound = op.intensity >= peak / bw
+            row += ("compute" if compute_bound else "memory", min(peak, op.intensity * bw), max(op.flops / peak, op.bytes / bw))
+        rows.append(row)
+    total_flops = sum(op.flops for op in ops)
+    total_bytes = sum(op.bytes for op in ops)
+    totals = (
+        _sum_derivation("layer_flops", "Forward FLOPs of one layer", "F_layer", total_flops, "FLOP"),
+        _sum_derivation("layer_bytes", "Bytes moved by one layer's operations", "Q_layer", total_bytes, "B"),
+    )
+    verdicts: tuple[str, ...] = ()
+    if machine is not None:
+        ridge = machine.peak.value / machine.bandwidth.value
+        memory_bound = [op.name for op in ops if op.intensity < ridge]
+        verdicts = (
+            f"ridge point of {machine.name}: {ridge:.2f} FLOP/B; memory-bound: {', '.join(memory_bound) or 'none'}",
+        )
+    inputs = (
+        Term("b", "B", "B", batch, "", "sequences in the batch"),
+        Term("l", "L", "L", seq_len, "", "sequence length"),
+        Term("d", "D", "D", model.hidden, "", "model dimension"),
+        Term("n_h", "n_H", "n_H", model.heads, "", "attention heads"),
+        Term("h", "H", "H", model.head_dim, "", "head dimension"),
+        Term("d_ff", "D_ff", r"D_{\mathrm{ff}}", model.ffn_hidden, "", "MLP hidden width"),
+        Term("s", "s", "s", bytes_per_element, "B", f"bytes per {dtype} element"),
+    ) + ((machine.peak, machine.bandwidth) if machine else ())
+    return Result(
+        command="intensity",
+        title=f"Operations of one {model.name} layer, B={batch}, L={seq_len}, {dtype.upper()}",
+        inputs=inputs,
+        derivations=totals,
+        tables=(Table("ops", "Forward operations of one layer", columns, tuple(rows)),),
+        verdicts=verdicts,
+        assumptions=(MIN_TRAFFIC, "element-wise FLOP per element as stated in parcalc.core.layer_ops"),
+        settings=(("model", model.key), ("dtype", dtype)) + ((("gpu", machine.name),) if machine else ()),
+    )
+
+
+def _sum_derivation(key: str, label: str, symbol: str, value: float, unit: str) -> Derivation:
+    return Derivation(
+        key=key, label=label, symbol=symbol, latex_symbol=symbol.replace("_layer", r"_{\mathrm{layer}}"),
+        formula="sum over the operations in the table", formula_latex=r"\textstyle\sum_{\mathrm{ops}}",
+        inputs=(), value=value, unit=unit, source="sum of the table's column",
+    )  # fmt: skip

@@ -1,0 +1,91 @@
+"""Results describing presets themselves, for `parcalc presets list` and `presets show`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from typing import Any
+
+from parcalc.core.hardware import Gpu, Link, Sourced
+from parcalc.core.model import TransformerModel
+from parcalc.derivation import Column, Result, Table
+
+_FIELD_COLUMNS = (Column("field", "field"), Column("value", "value"), Column("unit", "unit"), Column("source", "source"))
+
+
+def catalog_result(listing: Mapping[str, Sequence[tuple[str, str, str]]]) -> Result:
+    """One table per category: name, origin (packaged, --presets, ...) and file."""
+    columns = (Column("name", "name"), Column("origin", "origin"), Column("path", "file"))
+    tables = tuple(
+        Table(category, f"{category} ({len(rows)})", columns, tuple((key, origin, path) for key, path, origin in rows))
+        for category, rows in listing.items()
+    )
+    return Result(command="presets list", title="Presets", inputs=(), derivations=(), tables=tables)
+
+
+def preset_result(category: str, key: str, path: str, preset: Any) -> Result:
+    if isinstance(preset, Gpu):
+        rows = _gpu_rows(preset)
+        title = f"GPU {preset.name}"
+    elif isinstance(preset, Link):
+        rows = _sourced_rows(preset, ("bandwidth_per_direction", "latency"))
+        title = f"Link {preset.name}"
+    elif isinstance(preset, TransformerModel):
+        rows = _model_rows(preset)
+        title = f"Model {preset.name}"
+    else:
+        rows = [(str(k), _text(v), "", "") for k, v in preset.items() if not isinstance(v, (list, dict))]
+        title = f"{category.removesuffix('s').capitalize()} {key}"
+    notes = tuple(getattr(preset, "notes", ()) or ())
+    return Result(
+        command="presets show",
+        title=title,
+        inputs=(),
+        derivations=(),
+        tables=(Table("fields", f"{key} ({path})", _FIELD_COLUMNS, tuple(rows)),),
+        verdicts=notes,
+        settings=(("category", category), ("name", key), ("path", path)),
+    )
+
+
+def _row(name: str, value: Sourced) -> tuple[object, ...]:
+    return (name, value.value, value.unit, value.source)
+
+
+def _sourced_rows(preset: Any, names: Sequence[str]) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = [("name", preset.name, "", "")]
+    for name in names:
+        value = getattr(preset, name)
+        if value is not None:
+            rows.append(_row(name, value))
+    return rows
+
+
+def _gpu_rows(gpu: Gpu) -> list[tuple[object, ...]]:
+    rows = _sourced_rows(gpu, ("sms", "boost_clock", "memory_capacity", "memory_bandwidth", "nvlink_bandwidth"))
+    rows[1:1] = [("vendor", gpu.vendor, "", ""), ("architecture", gpu.architecture, "", "")]
+    for dtype, rates in gpu.dtypes.items():
+        for name in ("fma_per_clock_per_sm", "dense_peak", "sparse_peak"):
+            value = getattr(rates, name)
+            if value is not None:
+                rows.append(_row(f"{dtype}.{name}", value))
+    return rows
+
+
+def _model_rows(model: TransformerModel) -> list[tuple[object, ...]]:
+    rows: list[tuple[object, ...]] = [("source", "", "", model.source)]
+    for field in fields(model):
+        if field.name in ("key", "source"):
+            continue
+        rows.append((field.name, _text(getattr(model, field.name)), "", ""))
+    rows.append(("params_per_layer", model.params_per_layer, "", "counted from the shape (parcalc.core.model)"))
+    rows.append(("total_params", model.total_params, "", "counted from the shape (parcalc.core.model)"))
+    return rows
+
+
+def _text(value: object) -> object:
+    if hasattr(value, "value") and not isinstance(value, (int, float)):
+        return str(value.value)  # enums
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
