@@ -44,9 +44,9 @@ def peak_flops(
     if gpu is not None:
         from parcalc.presets import load_gpu
 
-        if not dtype_key:
-            raise InputError("--dtype: required with --gpu (e.g. --dtype tf32)")
         device = load_gpu(gpu, preset_dirs(presets))
+        if not dtype_key:
+            raise InputError(f"--dtype: required with --gpu (e.g. --dtype tf32; {device.name} lists {', '.join(device.dtypes)})")
         peak = gpu_peak_flops(device, dtype_key, sparse=sparse, clock_hz=clock_hz, sm_count=sm_count, fma_per_clock_per_sm=fma)
         settings.insert(0, ("gpu", device.key))
     else:

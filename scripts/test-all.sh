@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian/Ubuntu machine and runs it all:
+# TeX Live and poppler from Debian's packages (real PDFs in the report tests), a virtual
+# environment in .venv with parcalc, its test extras and the PyTorch CPU wheel torch==2.13.0
+# (ground-truth tests against real autograd and gloo collectives). Exits non-zero if any test
+# fails or if no test ran.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v latexmk >/dev/null 2>&1 || missing+=(texlive-latex-recommended texlive-pictures latexmk)
+command -v pdftotext >/dev/null 2>&1 || missing+=(poppler-utils)
+if [ "${#missing[@]}" -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "installing Debian packages: ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" "torch==2.13.0"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
