@@ -8,25 +8,39 @@ The library is the product; the `parcalc` command is one client of it. Typical u
 
 Every calculation returns `Derivation`s (formula, inputs, value in base units, source) or a
 typed result holding them; see parcalc.core for the formulas and parcalc.presets for data.
+Names are imported on first use, so that `import parcalc` stays cheap for the CLI.
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
 
-from parcalc.core.flops import gpu_peak_flops, peak_flops  # noqa: E402
-from parcalc.core.intensity import arithmetic_intensity, matmul_bytes, matmul_flops, roofline  # noqa: E402
-from parcalc.derivation import Derivation, Result, Term  # noqa: E402
+_EXPORTS = {
+    "Derivation": "parcalc.derivation",
+    "Result": "parcalc.derivation",
+    "Term": "parcalc.derivation",
+    "peak_flops": "parcalc.core.flops",
+    "gpu_peak_flops": "parcalc.core.flops",
+    "matmul_flops": "parcalc.core.intensity",
+    "matmul_bytes": "parcalc.core.intensity",
+    "arithmetic_intensity": "parcalc.core.intensity",
+    "roofline": "parcalc.core.intensity",
+    "load_gpu": "parcalc.presets",
+    "load_link": "parcalc.presets",
+    "load_model": "parcalc.presets",
+}
 
-__all__ = [
-    "Derivation",
-    "Result",
-    "Term",
-    "__version__",
-    "arithmetic_intensity",
-    "gpu_peak_flops",
-    "matmul_bytes",
-    "matmul_flops",
-    "peak_flops",
-    "roofline",
-]
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'parcalc' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -3,31 +3,69 @@
 Each command parses its flags, loads presets, makes one core call and hands the result to one
 renderer. Errors from the core (ParcalcError) and from flag parsing become one line on stderr,
 `Error: ...`, with exit code 2 for bad input and 1 for an infeasible request or failed render.
+
+Commands are registered by name in COMMANDS and imported only when invoked (or when the
+top-level help lists them), so that a one-liner pays for its own command only.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
-from parcalc.commands.intensity import EXAMPLES as INTENSITY_EXAMPLES
-from parcalc.commands.intensity import intensity
-from parcalc.commands.peak_flops import EXAMPLES as PEAK_EXAMPLES
-from parcalc.commands.peak_flops import peak_flops
-from parcalc.commands.presets import presets_app
 from parcalc.errors import ParcalcError
 
 
+@dataclass(frozen=True)
+class CommandSpec:
+    """Where a command lives: `function` is a command function, or `app` a Typer sub-app."""
+
+    module: str
+    function: str = ""
+    app: str = ""
+
+
+COMMANDS: dict[str, CommandSpec] = {
+    "peak-flops": CommandSpec("parcalc.commands.peak_flops", function="peak_flops"),
+    "intensity": CommandSpec("parcalc.commands.intensity", function="intensity"),
+    "presets": CommandSpec("parcalc.commands.presets", app="presets_app"),
+}
+
+
 def _click_exception() -> type[Exception]:
-    """Click's base exception, whether typer vendors click (0.29+) or depends on it."""
+    """Click's base exception, whether typer vendors click (0.26+) or depends on it."""
     return next(k for k in typer.BadParameter.__mro__ if k.__name__ == "ClickException")
 
 
-class OneLineErrors(TyperGroup):
-    """Turns every expected failure into one line on stderr and the right exit code."""
+def load_command(name: str) -> Any:
+    """Build the click command for one registered name."""
+    spec = COMMANDS[name]
+    module = importlib.import_module(spec.module)
+    if spec.app:
+        command = typer.main.get_command(getattr(module, spec.app))
+    else:
+        single = typer.Typer(rich_markup_mode=None, add_completion=False)
+        single.command(name, epilog=getattr(module, "EXAMPLES", None))(getattr(module, spec.function))
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
+class ParcalcGroup(TyperGroup):
+    """Lazy commands, and every expected failure as one line on stderr with the right exit code."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted(set(COMMANDS) | set(super().list_commands(ctx)))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in COMMANDS:
+            return load_command(cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
@@ -49,10 +87,8 @@ class OneLineErrors(TyperGroup):
 
 
 app = typer.Typer(
-    cls=OneLineErrors,
+    cls=ParcalcGroup,
     name="parcalc",
-    help="What does a parallel training run cost, and what fits? Peak FLOP/s, arithmetic intensity, "
-    "communication volume, pipeline bubbles, memory and configuration search, each with its derivation.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -60,15 +96,12 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
+
 @app.callback()
 def parcalc_main() -> None:
-    """What does a parallel training run cost, and what fits? Every answer comes with its derivation."""
+    """What does a parallel training run cost, and what fits? Peak FLOP/s, arithmetic intensity,
+    communication volume, pipeline bubbles, memory and configuration search, each answer with its
+    derivation (formula, substituted values, result, source).
 
-
-app.command("peak-flops", epilog=PEAK_EXAMPLES)(peak_flops)
-app.command("intensity", epilog=INTENSITY_EXAMPLES)(intensity)
-app.add_typer(presets_app, name="presets")
-
-
-def main() -> None:  # pragma: no cover - the console script calls `app` directly
-    app()
+    Run `parcalc COMMAND --help` for a command's options and examples.
+    """

@@ -116,7 +116,21 @@ def _did_you_mean(wanted: str, known: Iterable[str]) -> str:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """Parse one YAML mapping with the safe loader; duplicate keys and oversize files are errors."""
+    """Parse one YAML mapping with the safe loader; duplicate keys and oversize files are errors.
+
+    A parse of an unchanged file is taken from parcalc.preset_cache instead.
+    """
+    from parcalc import preset_cache
+
+    cached = preset_cache.load(path)
+    if cached is not None:
+        return cached
+    document = _parse_yaml(path)
+    preset_cache.store(path, document)
+    return document
+
+
+def _parse_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
     try:

@@ -44,3 +44,9 @@ def run_error(runner):
         return lines[0]
 
     return invoke
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets its own preset cache, so no test reads another's parse."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))

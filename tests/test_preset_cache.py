@@ -1,0 +1,65 @@
+"""The JSON cache of parsed presets: hits, invalidation, and never in the way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from parcalc import preset_cache
+from parcalc.presets import read_yaml
+
+
+def test_second_read_comes_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\nname: A\n")
+    assert read_yaml(preset) == {"kind": "gpu", "name": "A"}
+    assert preset_cache.load(preset) == {"kind": "gpu", "name": "A"}
+
+    def no_yaml(path: Path) -> dict:
+        raise AssertionError("the YAML parser must not run on a cache hit")
+
+    monkeypatch.setattr("parcalc.presets._parse_yaml", no_yaml)
+    assert read_yaml(preset) == {"kind": "gpu", "name": "A"}
+
+
+def test_a_changed_file_is_parsed_again(tmp_path: Path) -> None:
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\nname: A\n")
+    read_yaml(preset)
+    preset.write_text("kind: gpu\nname: Bee\n")  # other size and mtime
+    assert read_yaml(preset)["name"] == "Bee"
+
+
+def test_cache_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARCALC_NO_CACHE", "1")
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\n")
+    read_yaml(preset)
+    assert preset_cache.load(preset) is None
+
+
+def test_unwritable_cache_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # mkdir below a file fails
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\n")
+    assert read_yaml(preset) == {"kind": "gpu"}
+    assert preset_cache.load(preset) is None
+
+
+def test_corrupt_cache_entry_is_ignored(tmp_path: Path) -> None:
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\n")
+    read_yaml(preset)
+    for entry in preset_cache.cache_dir().glob("*.json"):
+        entry.write_text("{not json")
+    assert read_yaml(preset) == {"kind": "gpu"}
+
+
+def test_values_without_a_json_form_are_not_cached(tmp_path: Path) -> None:
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\nreleased: 2020-05-14\n")  # YAML date
+    assert str(read_yaml(preset)["released"]) == "2020-05-14"
+    assert preset_cache.load(preset) is None
