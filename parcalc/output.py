@@ -17,6 +17,7 @@ class OutputFormat(str, Enum):
     JSON = "json"
     CSV = "csv"
     MARKDOWN = "markdown"
+    LATEX = "latex"
 
 
 EXTENSIONS: dict[str, OutputFormat] = {
@@ -25,6 +26,8 @@ EXTENSIONS: dict[str, OutputFormat] = {
     ".csv": OutputFormat.CSV,
     ".md": OutputFormat.MARKDOWN,
     ".markdown": OutputFormat.MARKDOWN,
+    ".tex": OutputFormat.LATEX,
+    ".pdf": OutputFormat.LATEX,
 }
 
 
@@ -55,6 +58,10 @@ def check_writable(output: Path) -> None:
 
 
 def render_text(result: Result, fmt: OutputFormat) -> str:
+    if fmt is OutputFormat.LATEX:
+        from parcalc.render.latex import render_latex_fragment
+
+        return render_latex_fragment(result)
     if fmt is OutputFormat.JSON:
         from parcalc.render.json_out import render_json
 
@@ -96,6 +103,20 @@ def use_colour() -> bool:
 def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
     """Render `result` and print it, or write it to `output`."""
     chosen = resolve_format(fmt, output)
+    if output is not None and output.suffix.lower() == ".pdf":
+        from parcalc.render.latex import render_latex_document
+        from parcalc.render.pdf import compile_pdf
+
+        compile_pdf(render_latex_document(result), output)
+        print(f"wrote {output}", file=sys.stderr)
+        return
+    if output is not None and fmt is None and chosen is OutputFormat.LATEX:
+        from parcalc.render.latex import render_latex_document
+
+        # a .tex file is a whole document that compiles as it is; --format latex gives a fragment
+        write_atomically(output, render_latex_document(result))
+        print(f"wrote {output}", file=sys.stderr)
+        return
     if output is not None:
         write_atomically(output, render_text(result, chosen))
         print(f"wrote {output}", file=sys.stderr)

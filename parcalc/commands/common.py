@@ -14,11 +14,11 @@ if TYPE_CHECKING:
 
 FormatOption = Annotated[
     Optional[OutputFormat],  # noqa: UP045 - typer needs Optional at runtime on 3.11
-    typer.Option("--format", "-f", metavar="FORMAT", help="table (default), json, csv or markdown; default from -o's extension.", show_default=False),
+    typer.Option("--format", "-f", metavar="FORMAT", help="table (default), json, csv, markdown or latex (a fragment); default from -o's extension.", show_default=False),
 ]
 OutputOption = Annotated[
     Optional[Path],  # noqa: UP045
-    typer.Option("--output", "-o", metavar="FILE", help="Write to FILE (.txt .json .csv .md) instead of stdout, all or nothing.", show_default=False),
+    typer.Option("--output", "-o", metavar="FILE", help="Write to FILE (.txt .json .csv .md .tex .pdf) instead of stdout, all or nothing.", show_default=False),
 ]
 PresetsOption = Annotated[
     Optional[list[Path]],  # noqa: UP045

@@ -1,0 +1,189 @@
+"""LaTeX: a Result as a fragment, and whole documents from Jinja templates.
+
+Templates use LaTeX-friendly delimiters so braces stay readable: `\\VAR{x}` prints, `\\BLOCK{...}`
+runs a statement, `\\#{...}` is a comment. Every value printed by `\\VAR{}` is escaped for
+LaTeX unless it is a `Latex` string, i.e. built here from trusted pieces (formulas, numbers).
+User-supplied text (worksheet prose, preset names, labels) can therefore never inject TeX.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from parcalc.derivation import Derivation, Result, Table, Term, assumptions_of
+from parcalc.render.latex_math import tex_quantity, tex_value, term_tex
+from parcalc.render.values import format_cell, format_value
+from parcalc.resources import data_dir
+
+# One entry per character: LaTeX specials, and the non-ASCII symbols parcalc's own labels use,
+# which pdfLaTeX's default fonts lack as text.
+_TEX_ESCAPES: dict[str, str] = {
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "$": r"\$",
+    "&": r"\&",
+    "#": r"\#",
+    "^": r"\textasciicircum{}",
+    "_": r"\_",
+    "~": r"\textasciitilde{}",
+    "%": r"\%",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "|": r"\textbar{}",
+    "×": r"$\times$",
+    "·": r"$\cdot$",
+    "√": r"$\surd$",
+    "∈": r"$\in$",
+    "Δ": r"$\Delta$",
+    "µ": r"$\mu$",
+    "μ": r"$\mu$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    "≈": r"$\approx$",
+    "⊙": r"$\odot$",
+    "→": r"$\rightarrow$",
+    "←": r"$\leftarrow$",
+    "Σ": r"$\Sigma$",
+    "–": "--",
+    "—": "---",
+    "\u00a0": "~",
+}
+# Whatever else is outside printable ASCII becomes '?', so that no input can break the document.
+_PRINTABLE = {chr(c) for c in range(32, 127)} | {"\n", "\t"}
+
+
+class Latex(str):
+    """A string that is already LaTeX and must not be escaped again."""
+
+
+def tex_escape(value: object) -> Latex:
+    """Escape text for LaTeX, character by character; `Latex` strings pass through."""
+    if isinstance(value, Latex):
+        return value
+    text = str(value)
+    out = [_TEX_ESCAPES.get(ch, ch if ch in _PRINTABLE else "?") for ch in text]
+    return Latex("".join(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces of a result, prepared for templates
+
+
+def derivation_steps(derivation: Derivation) -> list[Latex]:
+    """The lines of an align* block: formula, substitution, value (repeats dropped)."""
+    formula = derivation.formula_tex()
+    substituted = derivation.substituted_tex(term_tex)
+    value = tex_value(derivation.value, derivation.unit)
+    lines = [Latex(f"{derivation.latex_symbol} &= {formula}")]
+    if substituted != formula:
+        lines.append(Latex(f"&= {substituted}"))
+    if value != substituted:
+        lines.append(Latex(f"&= {value}"))
+    return lines
+
+
+def term_row(term: Term) -> dict[str, Any]:
+    return {
+        "symbol": Latex(f"${term.latex}$"),
+        "value": Latex(f"${tex_quantity(term.value, term.unit)}$"),
+        "description": term.description,
+        "source": term.source,
+    }
+
+
+def table_context(table: Table, max_rows: int = 60) -> dict[str, Any]:
+    headers = [c.label + (f" ({c.unit})" if c.unit and c.unit != "fraction" else "") for c in table.columns]
+    numeric = [not all(isinstance(row[i], str) for row in table.rows) for i in range(len(table.columns))]
+    rows = [[format_cell(v, c.unit) for v, c in zip(row, table.columns, strict=True)] for row in table.rows[:max_rows]]
+    return {
+        "title": table.title,
+        "key": table.key,
+        "headers": headers,
+        "align": Latex("".join("r" if n else "l" for n in numeric)),
+        "rows": rows,
+        "omitted": max(0, len(table.rows) - max_rows),
+    }
+
+
+def result_context(result: Result, *, max_table_rows: int = 60, skip_tables: Sequence[str] = ()) -> dict[str, Any]:
+    """Everything a template needs to typeset one result."""
+    return {
+        "title": result.title,
+        "command": result.command,
+        "settings": list(result.settings),
+        "inputs": [term_row(t) for t in result.inputs],
+        "derivations": [
+            {
+                "key": d.key,
+                "label": d.label,
+                "steps": derivation_steps(d),
+                "value_text": format_value(d.value, d.unit),
+                "value": d.value,
+                "unit": d.unit,
+                "source": d.source,
+            }
+            for d in result.derivations
+        ],
+        "tables": [table_context(t, max_table_rows) for t in result.tables if t.key not in skip_tables],
+        "verdicts": list(result.verdicts),
+        "assumptions": list(assumptions_of(result)),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Templates
+
+
+def template_environment(template_dirs: Sequence[Path] = ()) -> Any:
+    """A Jinja environment with LaTeX delimiters and escaping of every printed value."""
+    import jinja2
+
+    search = [str(d) for d in template_dirs] + [str(data_dir("templates"))]
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(search),
+        block_start_string=r"\BLOCK{",
+        block_end_string="}",
+        variable_start_string=r"\VAR{",
+        variable_end_string="}",
+        comment_start_string=r"\#{",
+        comment_end_string="}",
+        line_statement_prefix=None,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        finalize=tex_escape,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    environment.filters["tex"] = tex_escape
+    environment.filters["latex"] = Latex  # mark trusted LaTeX built in Python
+    return environment
+
+
+def render_template(name: str, context: dict[str, Any], template_dirs: Sequence[Path] = ()) -> str:
+    from jinja2 import TemplateError
+
+    from parcalc.errors import RenderError
+
+    try:
+        return environment_render(template_environment(template_dirs), name, context)
+    except TemplateError as error:
+        where = f" (line {error.lineno})" if getattr(error, "lineno", None) else ""
+        raise RenderError(f"template {name}{where}: {error.message or error}") from None
+
+
+def environment_render(environment: Any, name: str, context: dict[str, Any]) -> str:
+    return environment.get_template(name).render(**context)
+
+
+def render_latex_fragment(result: Result, template_dirs: Sequence[Path] = ()) -> str:
+    """`--format latex`: a fragment to \\input into a document that loads amsmath and booktabs."""
+    return render_template("fragment.tex.j2", {"result": result_context(result)}, template_dirs)
+
+
+def render_latex_document(result: Result, template_dirs: Sequence[Path] = ()) -> str:
+    """A complete document around one result (for `-o result.pdf`)."""
+    return render_template("single.tex.j2", {"result": result_context(result)}, template_dirs)
