@@ -34,6 +34,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "peak-flops": CommandSpec("parcalc.commands.peak_flops", function="peak_flops"),
     "intensity": CommandSpec("parcalc.commands.intensity", function="intensity"),
     "presets": CommandSpec("parcalc.commands.presets", app="presets_app"),
+    "report": CommandSpec("parcalc.commands.report", function="report"),
 }
 
 

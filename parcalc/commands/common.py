@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -26,6 +27,11 @@ PresetsOption = Annotated[
 ]
 
 
+# When set, finish() hands results to this list instead of printing them: this is how a
+# worksheet runs a command with the very flags a user would type (parcalc.worksheet).
+captured_results: ContextVar[list[Result] | None] = ContextVar("captured_results", default=None)
+
+
 def start(output: Path | None, fmt: OutputFormat | None) -> None:
     """Validate the output before any work, so a bad path fails fast and writes nothing."""
     if output is not None:
@@ -36,6 +42,10 @@ def start(output: Path | None, fmt: OutputFormat | None) -> None:
 
 
 def finish(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
+    sink = captured_results.get()
+    if sink is not None:
+        sink.append(result)
+        return
     from parcalc.output import emit
 
     emit(result, fmt, output)

@@ -29,7 +29,9 @@ def tex_quantity(value: float, unit: str, significant: int = 8) -> str:
         return tex_number(format_quantity(value, unit).removesuffix(" %")) + tex_unit("%")
     if unit == "s":
         number, _, prefixed = format_quantity(value, unit).partition(" ")
-        return tex_number(number) + tex_unit(prefixed.replace("µ", r"\mu "))
+        if prefixed.startswith("µ"):
+            return tex_number(number) + r"\ \mu\text{s}"
+        return tex_number(number) + tex_unit(prefixed)
     return tex_number(format_number(value, significant)) + tex_unit(unit)
 
 
@@ -37,12 +39,12 @@ def tex_value(value: float, unit: str) -> str:
     """A result in full: exact bytes and FLOP with separators, then the prefixed form."""
     if unit in ("B", "FLOP") and float(value).is_integer() and abs(value) >= 1e3:
         exact = tex_number(format_number(value)) + tex_unit(unit)
-        relation = "=" if _is_exact(value, unit) else r"\approx"
+        relation = "=" if is_exact_prefixed(value, unit) else r"\approx"
         return rf"{exact} {relation} {tex_quantity(value, unit)}"
     return tex_quantity(value, unit)
 
 
-def _is_exact(value: float, unit: str) -> bool:
+def is_exact_prefixed(value: float, unit: str) -> bool:
     mantissa, prefixed = split_prefixed(value, unit)
     factor = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}[prefixed[: -len(unit)]]
     return float(mantissa) * factor == value

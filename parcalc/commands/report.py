@@ -1,0 +1,126 @@
+"""`parcalc report`: a worksheet's questions answered and written up as PDF, LaTeX or Markdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from parcalc.commands.common import PresetsOption, preset_dirs
+
+EXAMPLES = """\
+\b
+Examples:
+  parcalc report --list
+  parcalc report question1 -o question1.pdf
+  parcalc report question2 -o question2.pdf
+  parcalc report my-worksheet.yaml -o answers.md
+  parcalc report question1 --format latex > question1.tex
+"""
+
+FORMATS = ("markdown", "latex", "json")
+EXTENSIONS = {".pdf": "pdf", ".tex": "latex", ".md": "markdown", ".markdown": "markdown", ".json": "json"}
+
+
+def report(
+    worksheet: Annotated[Optional[str], typer.Argument(metavar="WORKSHEET", help="Built-in worksheet name or a YAML file.")] = None,  # noqa: UP045
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", metavar="FILE", help="Write .pdf, .tex, .md or .json (all or nothing).")] = None,  # noqa: UP045
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", metavar="FORMAT", help="markdown (default on stdout), latex or json.")] = None,  # noqa: UP045
+    template: Annotated[Optional[Path], typer.Option("--template", metavar="DIR", help="Directory of your own templates (report.tex.j2, partials/...), searched before the packaged ones.")] = None,  # noqa: UP045
+    list_worksheets: Annotated[bool, typer.Option("--list", help="List the built-in and user worksheets.")] = False,
+    presets: PresetsOption = None,
+) -> None:
+    """Answer a worksheet's questions with parcalc and write them up, derivations included."""
+    from parcalc.errors import InputError
+
+    if list_worksheets:
+        _list(preset_dirs(presets))
+        return
+    if worksheet is None:
+        raise InputError("give a worksheet (e.g. question1, or a YAML file), or --list")
+    kind = _output_kind(fmt, output)
+    if output is not None:
+        from parcalc.output import check_writable
+
+        check_writable(output)
+    templates = (template,) if template else ()
+    if template is not None and not template.is_dir():
+        raise InputError(f"--template: {str(template)!r} is not a directory")
+
+    from parcalc.worksheet import load_worksheet, solve
+
+    solved = solve(load_worksheet(worksheet, preset_dirs(presets)))
+    _write(solved, kind, output, templates)
+
+
+def _output_kind(fmt: str | None, output: Path | None) -> str:
+    from parcalc.errors import InputError
+
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise InputError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
+        if output is not None and output.suffix.lower() == ".pdf" and fmt != "latex":
+            raise InputError("--format: a .pdf output is built from LaTeX; leave --format out")
+        return "pdf" if output is not None and output.suffix.lower() == ".pdf" else fmt
+    if output is None:
+        return "markdown"
+    try:
+        return EXTENSIONS[output.suffix.lower()]
+    except KeyError:
+        raise InputError(f"--output: use .pdf, .tex, .md or .json, not {output.suffix or 'no extension'!r}") from None
+
+
+def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path, ...]) -> None:
+    import sys
+
+    from parcalc.output import write_atomically
+    from parcalc.render.report import render_report_latex, render_report_markdown
+
+    if kind == "pdf":
+        from parcalc.render.pdf import compile_pdf
+
+        compile_pdf(render_report_latex(solved, templates), output)  # type: ignore[arg-type]
+    else:
+        if kind == "latex":
+            text = render_report_latex(solved, templates)  # type: ignore[arg-type]
+        elif kind == "json":
+            text = _json(solved)
+        else:
+            text = render_report_markdown(solved, templates)  # type: ignore[arg-type]
+        if output is None:
+            sys.stdout.write(text)
+            return
+        write_atomically(output, text)
+    print(f"wrote {output}", file=sys.stderr)
+
+
+def _json(solved: object) -> str:
+    import json
+
+    from parcalc.render.json_out import result_record
+
+    sheet = solved.worksheet  # type: ignore[attr-defined]
+    document = {
+        "worksheet": str(sheet.path),
+        "title": sheet.title,
+        "questions": [
+            {
+                "id": q.question.id,
+                "title": q.question.title,
+                "answers": {a.derivation.key: {"label": a.derivation.label, "value": a.derivation.value, "unit": a.derivation.unit}
+                            for a in q.answers},  # fmt: skip
+                "results": [result_record(r) for r in q.results],
+            }
+            for q in solved.questions  # type: ignore[attr-defined]
+        ],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def _list(dirs: tuple) -> None:
+    from parcalc.presets import Category, find_all, read_yaml
+
+    for preset in find_all(Category.WORKSHEETS, dirs):
+        title = str(read_yaml(preset.path).get("title", ""))
+        print(f"{preset.key:<16} {title}  [{preset.origin}]")

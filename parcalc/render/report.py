@@ -1,0 +1,190 @@
+"""Worksheet reports: the solved questions as a LaTeX document or Markdown, from templates.
+
+Everything printed comes from the Results the commands returned; figures are drawn from the
+same numbers (roofline from the intensity results, timeline from the bubble simulator's table).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from parcalc.derivation import Derivation, Result
+from parcalc.render.latex import Latex, result_context
+from parcalc.render.latex_math import tex_number, tex_quantity, tex_unit
+from parcalc.units import format_number, split_prefixed
+from parcalc.worksheet import SolvedQuestion, SolvedWorksheet
+
+TIMELINE_TABLE = "timeline"
+
+
+def answer_text(derivation: Derivation, units: str = "both") -> str:
+    """An answer in words: exact bytes and FLOP with separators, then GB and/or GiB."""
+    value, unit = derivation.value, derivation.unit
+    if unit == "B":
+        si, si_unit = split_prefixed(value, "B")
+        iec, iec_unit = split_prefixed(value, "B", iec=True)
+        forms = {"si": [f"{si} {si_unit}"], "iec": [f"{iec} {iec_unit}"], "both": [f"{si} {si_unit}", f"{iec} {iec_unit}"]}
+        return f"{format_number(value)} bytes (" + " = ".join(forms[units]) + ")"
+    from parcalc.render.values import format_value
+
+    rounded = _rounded(value, unit)
+    return format_value(value, unit) + (f" ≈ {rounded[0]} {rounded[1]}".rstrip() if rounded else "")
+
+
+def _rounded(value: float, unit: str) -> tuple[str, str] | None:
+    """The value to two decimals, as homework answers state it, when that drops digits."""
+    mantissa, prefixed = split_prefixed(value, unit) if unit in ("FLOP", "FLOP/s", "B/s", "Hz") else (f"{value:.8g}", unit)
+    if "." not in mantissa or len(mantissa.split(".")[1]) <= 2 or "e" in mantissa:
+        return None
+    return f"{float(mantissa):.2f}", prefixed
+
+
+def answer_tex(derivation: Derivation, units: str = "both") -> Latex:
+    value, unit = derivation.value, derivation.unit
+    if unit == "B":
+        exact = tex_number(format_number(value)) + r"\ \text{bytes}"
+        si, si_unit = split_prefixed(value, "B")
+        iec, iec_unit = split_prefixed(value, "B", iec=True)
+        forms = {"si": [(si, si_unit)], "iec": [(iec, iec_unit)], "both": [(si, si_unit), (iec, iec_unit)]}
+        chain = "".join(f" {'=' if _exact(m, u, value) else chr(92) + 'approx'} {tex_number(m)}{tex_unit(u)}" for m, u in forms[units])
+        return Latex(f"${exact}{chain}$")
+    rounded = _rounded(value, unit)
+    approx = rf" \approx {rounded[0]}{tex_unit(rounded[1])}" if rounded else ""
+    return Latex(f"${tex_quantity(value, unit)}{approx}$")
+
+
+def _exact(mantissa: str, unit: str, value: float) -> bool:
+    from parcalc.units import Dimension, parse_quantity
+
+    return parse_quantity(f"{mantissa}{unit}", Dimension.BYTES, "answer") == value
+
+
+def roofline_figure(results: Sequence[Result]) -> dict[str, Any] | None:
+    """Points (intensity, attainable) of each intensity result under the GPU's two roofs."""
+    points = []
+    peak = bandwidth = None
+    for index, result in enumerate(results, start=1):
+        keys = {d.key for d in result.derivations}
+        if not {"intensity", "ridge", "attainable"} <= keys:
+            continue
+        ridge = result.derivation("ridge")
+        peak, bandwidth = ridge.term("peak").value, ridge.term("bw").value
+        points.append({"label": str(index), "x": result.derivation("intensity").value,
+                       "y": result.derivation("attainable").value / 1e12, "title": result.title})  # fmt: skip
+    if not points or peak is None or bandwidth is None:
+        return None
+    ridge_x = peak / bandwidth
+    xs = [p["x"] for p in points] + [ridge_x]
+    x_min = 10 ** math.floor(math.log10(min(xs) / 2))
+    x_max = 10 ** math.ceil(math.log10(max(xs) * 2))
+    return {
+        "points": points,
+        "peak": peak / 1e12,
+        "bandwidth": bandwidth / 1e12,
+        "ridge": ridge_x,
+        "x_min": x_min,
+        "x_max": x_max,
+        "y_min": bandwidth * x_min / 1e12,
+        "y_max": peak / 1e12 * 3,
+    }
+
+
+def timeline_figure(results: Sequence[Result]) -> dict[str, Any] | None:
+    """Boxes of the pipeline timeline from a bubble result's event table."""
+    for result in results:
+        for table in result.tables:
+            if table.key != TIMELINE_TABLE:
+                continue
+            events = table.records()
+            if not events:
+                return None
+            makespan = max(float(e["end"]) for e in events)
+            devices = sorted({int(e["device"]) for e in events})
+            width = 15.0  # cm of page the makespan spans
+            boxes = [
+                {
+                    "x0": float(e["start"]) / makespan * width,
+                    "x1": float(e["end"]) / makespan * width,
+                    "y": len(devices) - 1 - devices.index(int(e["device"])),
+                    "op": str(e["op"]).upper(),
+                    "label": str(e.get("micro_batch", "")),
+                }
+                for e in events
+            ]
+            return {"boxes": boxes, "devices": devices, "rows": len(devices), "width": width}
+    return None
+
+
+def question_context(solved: SolvedQuestion) -> dict[str, Any]:
+    question = solved.question
+    drawers = {"roofline": roofline_figure, "timeline": timeline_figure}
+    drawing = drawers[question.figure](solved.results) if question.figure in drawers else None
+    figure = {"kind": question.figure, **drawing} if drawing else None
+    return {
+        "id": question.id,
+        "title": question.title,
+        "prose": question.prose,
+        "method": question.method,
+        "convention": question.convention,
+        "results": [result_context(r, skip_tables=(TIMELINE_TABLE,)) for r in solved.results],
+        "answers": [
+            {"label": a.label, "tex": answer_tex(a.derivation, question.units),
+             "text": answer_text(a.derivation, question.units), "value": a.derivation.value, "unit": a.derivation.unit}
+            for a in solved.answers
+        ],  # fmt: skip
+        "figure": figure,
+    }
+
+
+def report_context(solved: SolvedWorksheet) -> dict[str, Any]:
+    sheet = solved.worksheet
+    return {
+        "title": sheet.title,
+        "author": sheet.author,
+        "course": sheet.course,
+        "date": sheet.date,
+        "intro": sheet.intro,
+        "questions": [question_context(q) for q in solved.questions],
+    }
+
+
+def render_report_latex(solved: SolvedWorksheet, template_dirs: Sequence[Path] = ()) -> str:
+    from parcalc.render.latex import render_template
+
+    return render_template("report.tex.j2", report_context(solved), template_dirs)
+
+
+def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path] = ()) -> str:
+    """Markdown through a template with Jinja's ordinary delimiters and no LaTeX escaping."""
+    import jinja2
+
+    from parcalc.errors import RenderError
+    from parcalc.render.markdown import derivation_markdown, table_markdown
+    from parcalc.resources import data_dir
+
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([str(d) for d in template_dirs] + [str(data_dir("templates"))]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    environment.filters["md"] = lambda text: str(text).replace("|", "\\|").replace("\n", " ")
+    questions = []
+    for solved_question in solved.questions:
+        context = question_context(solved_question)
+        context["derivation_blocks"] = [
+            "\n".join(derivation_markdown(d)) for r in solved_question.results for d in r.derivations
+        ]
+        context["table_blocks"] = [
+            "\n".join(table_markdown(t)) for r in solved_question.results for t in r.tables if t.key != TIMELINE_TABLE
+        ]
+        questions.append(context)
+    context = {**report_context(solved), "questions": questions}
+    try:
+        return environment.get_template("report.md.j2").render(**context)
+    except jinja2.TemplateError as error:
+        raise RenderError(f"template report.md.j2: {error}") from None

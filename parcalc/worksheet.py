@@ -1,0 +1,291 @@
+"""Worksheets: a YAML list of questions, each answered by running parcalc commands.
+
+A worksheet names, for each question, the commands to run and their inputs with the same
+names as the CLI flags (`fma-per-clock: 512`), and which results are the answers. Running it
+invokes each command exactly as a user would (same parsing, same presets, same errors) and
+collects the `Result`s, which the report renders; the report never recomputes anything.
+
+Schema (unknown keys are errors naming the file, the question and the key):
+
+    kind: worksheet
+    title: ...                      # required
+    author: ... / course: ... / date: ... / intro: ...   # optional text
+    questions:
+      - id: "1.1"                   # required
+        title: ...                  # required
+        prose: ...                  # the question as asked (required)
+        method: ...                 # one sentence on how it is answered (optional)
+        convention: payload | per-device | both     # which traffic convention it asks for
+        units: si | iec | both      # GB or GiB in the answer summary (default both)
+        figure: roofline | timeline | none
+        calculations:
+          - command: peak-flops     # any parcalc calculation command
+            inputs: {clock: 1.41GHz, sms: 108, fma-per-clock: 512, dtype: tf32}
+            answers: [peak_flops]   # result keys that answer the question (default: all)
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parcalc.derivation import Derivation, Result
+from parcalc.errors import InputError, ParcalcError, PresetError
+
+_TOP_KEYS = ("kind", "title", "author", "course", "date", "intro", "questions")
+_QUESTION_KEYS = ("id", "title", "prose", "method", "convention", "units", "figure", "calculations")
+_CALCULATION_KEYS = ("command", "inputs", "answers", "label")
+_CHOICES = {
+    "convention": ("payload", "per-device", "both"),
+    "units": ("si", "iec", "both"),
+    "figure": ("roofline", "timeline", "none"),
+}
+# Commands a worksheet may run; `report` itself and `presets` are not calculations.
+CALCULATION_COMMANDS = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit")
+
+
+class WorksheetError(PresetError):
+    """A worksheet that cannot be read or run; the message names file, question and key."""
+
+
+@dataclass(frozen=True)
+class Calculation:
+    command: str
+    inputs: Mapping[str, Any]
+    answers: tuple[str, ...] = ()
+    label: str = ""
+
+    def argv(self) -> list[str]:
+        """The command line a user would type for these inputs."""
+        args: list[str] = []
+        for key, value in self.inputs.items():
+            flag = f"--{key}"
+            if value is True:
+                args.append(flag)
+            elif value is False or value is None:
+                continue
+            elif isinstance(value, list):
+                for item in value:
+                    args += [flag, str(item)]
+            else:
+                args += [flag, str(value)]
+        return args
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    title: str
+    prose: str
+    calculations: tuple[Calculation, ...]
+    method: str = ""
+    convention: str = ""
+    units: str = "both"
+    figure: str = "none"
+
+
+@dataclass(frozen=True)
+class Worksheet:
+    path: Path
+    title: str
+    questions: tuple[Question, ...]
+    author: str = ""
+    course: str = ""
+    date: str = ""
+    intro: str = ""
+
+
+@dataclass(frozen=True)
+class Answer:
+    question_id: str
+    derivation: Derivation
+    context: str = ""  # the calculation's label, when a question has several
+
+    @property
+    def label(self) -> str:
+        return f"{self.context}: {self.derivation.label}" if self.context else self.derivation.label
+
+
+@dataclass(frozen=True)
+class SolvedQuestion:
+    question: Question
+    results: tuple[Result, ...]
+    answers: tuple[Answer, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class SolvedWorksheet:
+    worksheet: Worksheet
+    questions: tuple[SolvedQuestion, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def load_worksheet(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Worksheet:
+    """A packaged or user worksheet by name, or a YAML file by path."""
+    from parcalc.presets import Category, find, read_yaml
+
+    candidate = Path(name_or_path)
+    if candidate.suffix.lower() in (".yaml", ".yml") or candidate.is_file():
+        if not candidate.is_file():
+            raise InputError(f"worksheet: no such file {name_or_path!r}")
+        path = candidate
+    else:
+        path = find(Category.WORKSHEETS, name_or_path, extra_dirs).path
+    return worksheet_from_document(path, read_yaml(path))
+
+
+def _fail(path: Path, where: str, message: str) -> WorksheetError:
+    return WorksheetError(f"{path}: {where}: {message}")
+
+
+def _only(path: Path, where: str, data: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    for key in data:
+        if key not in allowed:
+            hint = difflib.get_close_matches(str(key), allowed, n=1)
+            suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+            raise _fail(path, where, f"unknown key '{key}'{suggestion}; allowed: {', '.join(allowed)}")
+
+
+def _text(path: Path, where: str, data: Mapping[str, Any], key: str, required: bool = False) -> str:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise _fail(path, where, f"key '{key}' is missing")
+        return ""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise _fail(path, where, f"key '{key}' must be text")
+    return str(value).strip()
+
+
+def worksheet_from_document(path: Path, data: Mapping[str, Any]) -> Worksheet:
+    _only(path, "top level", data, _TOP_KEYS)
+    if data.get("kind") != "worksheet":
+        raise _fail(path, "top level", f"key 'kind' must be 'worksheet', got {data.get('kind')!r}")
+    questions = data.get("questions")
+    if not isinstance(questions, list) or not questions:
+        raise _fail(path, "top level", "key 'questions' must be a non-empty list")
+    parsed = tuple(_question(path, index, q) for index, q in enumerate(questions, start=1))
+    ids = [q.id for q in parsed]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise _fail(path, "questions", f"duplicate question id(s): {', '.join(duplicates)}")
+    return Worksheet(
+        path=path,
+        title=_text(path, "top level", data, "title", required=True),
+        author=_text(path, "top level", data, "author"),
+        course=_text(path, "top level", data, "course"),
+        date=_text(path, "top level", data, "date"),
+        intro=_text(path, "top level", data, "intro"),
+        questions=parsed,
+    )
+
+
+def _question(path: Path, index: int, data: Any) -> Question:
+    where = f"question {index}"
+    if not isinstance(data, dict):
+        raise _fail(path, where, "must be a mapping")
+    qid = _text(path, where, data, "id", required=True)
+    where = f"question {qid}"
+    _only(path, where, data, _QUESTION_KEYS)
+    choices = {}
+    for key, allowed in _CHOICES.items():
+        value = _text(path, where, data, key)
+        if value and value not in allowed:
+            raise _fail(path, where, f"key '{key}': {value!r} is not one of {', '.join(allowed)}")
+        choices[key] = value
+    calculations = data.get("calculations")
+    if not isinstance(calculations, list) or not calculations:
+        raise _fail(path, where, "key 'calculations' must be a non-empty list")
+    return Question(
+        id=qid,
+        title=_text(path, where, data, "title", required=True),
+        prose=_text(path, where, data, "prose", required=True),
+        method=_text(path, where, data, "method"),
+        convention=choices["convention"],
+        units=choices["units"] or "both",
+        figure=choices["figure"] or "none",
+        calculations=tuple(_calculation(path, f"{where}, calculation {i}", c) for i, c in enumerate(calculations, 1)),
+    )
+
+
+def _calculation(path: Path, where: str, data: Any) -> Calculation:
+    if not isinstance(data, dict):
+        raise _fail(path, where, "must be a mapping")
+    _only(path, where, data, _CALCULATION_KEYS)
+    command = _text(path, where, data, "command", required=True)
+    if command not in CALCULATION_COMMANDS:
+        hint = difflib.get_close_matches(command, CALCULATION_COMMANDS, n=1)
+        suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+        raise _fail(path, where, f"key 'command': unknown command {command!r}{suggestion}")
+    inputs = data.get("inputs") or {}
+    if not isinstance(inputs, dict):
+        raise _fail(path, where, "key 'inputs' must be a mapping of flag names to values")
+    for key, value in inputs.items():
+        if isinstance(value, dict):
+            raise _fail(path, where, f"key 'inputs.{key}' must be a value or a list, not a mapping")
+        if key in ("format", "output", "f", "o"):
+            raise _fail(path, where, f"key 'inputs.{key}': the report chooses the output, leave it out")
+    answers = data.get("answers") or []
+    if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+        raise _fail(path, where, "key 'answers' must be a list of result names")
+    return Calculation(command, dict(inputs), tuple(answers), _text(path, where, data, "label"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def run_calculation(calculation: Calculation) -> Result:
+    """Run one command in-process with the worksheet's flags and capture its Result."""
+    from parcalc.cli import _click_exception, load_command
+    from parcalc.commands.common import captured_results
+
+    command = load_command(calculation.command)
+    sink: list[Result] = []
+    token = captured_results.set(sink)
+    try:
+        command.main(args=calculation.argv(), prog_name=f"parcalc {calculation.command}", standalone_mode=False)
+    except _click_exception() as error:
+        raise InputError(error.format_message()) from None  # type: ignore[attr-defined]
+    finally:
+        captured_results.reset(token)
+    if len(sink) != 1:
+        raise InputError(f"{calculation.command} produced {len(sink)} results, expected one")
+    return sink[0]
+
+
+def solve(worksheet: Worksheet) -> SolvedWorksheet:
+    """Run every calculation of every question; errors name the file, question and command."""
+    solved = []
+    for question in worksheet.questions:
+        results, answers = [], []
+        for index, calculation in enumerate(question.calculations, start=1):
+            where = f"question {question.id}, calculation {index} ({calculation.command})"
+            try:
+                result = run_calculation(calculation)
+            except ParcalcError as error:
+                raise _fail(worksheet.path, where, str(error)) from None
+            results.append(result)
+            answers += _answers(worksheet.path, where, question.id, calculation, result)
+        solved.append(SolvedQuestion(question, tuple(results), tuple(answers)))
+    return SolvedWorksheet(worksheet, tuple(solved))
+
+
+def _answers(path: Path, where: str, question_id: str, calculation: Calculation, result: Result) -> list[Answer]:
+    if not calculation.answers:
+        return [Answer(question_id, d, calculation.label) for d in result.derivations]
+    known = [d.key for d in result.derivations]
+    answers = []
+    for key in calculation.answers:
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+            raise _fail(path, where, f"key 'answers': no result named {key!r}{suggestion}; results: {', '.join(known)}")
+        answers.append(Answer(question_id, result.derivation(key), calculation.label))
+    return answers
