@@ -1,0 +1,196 @@
+"""Reports: worksheets solved into real PDFs (TeX Live), Markdown, LaTeX snapshots, hostile text."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from parcalc.cli import app
+from parcalc.render.latex import tex_escape
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+needs_tex = pytest.mark.skipif(
+    shutil.which("pdflatex") is None and not os.environ.get("CI"),
+    reason="TeX Live missing: scripts/test-all.sh installs it (and CI always has it)",
+)
+
+
+def pdf_text(pdf: Path) -> str:
+    return subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+
+
+def assert_pages_not_blank(pdf: Path, tmp_path: Path) -> int:
+    """Render every page to PNG and check each has ink: a page of one colour is a failure."""
+    prefix = tmp_path / "page"
+    subprocess.run(["pdftoppm", "-r", "30", "-gray", str(pdf), str(prefix)], check=True)
+    pages = sorted(tmp_path.glob("page*.pgm"))
+    assert pages
+    for page in pages:
+        data = page.read_bytes()
+        # binary PGM: header "P5\n<w> <h>\n255\n" then one byte per pixel
+        header_end = data.index(b"255\n") + 4
+        pixels = data[header_end:]
+        dark = sum(1 for value in pixels if value < 128)
+        assert dark > len(pixels) * 0.002, f"{page.name} looks blank"
+    return len(pages)
+
+
+@needs_tex
+def test_question1_pdf_has_every_answer(runner, tmp_path: Path) -> None:
+    target = tmp_path / "question1.pdf"
+    result = runner.invoke(app, ["report", "question1", "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    text = pdf_text(target)
+    # Seed 004 q1.1: 2 x 1.41e9 x 108 x 512 = 155.93472e12 FLOP/s (hand derivation in test_peak_flops.py)
+    assert "155.93 TFLOP/s" in text
+    # q1.2: 4096/3 = 1365.33, 1,073,741,824 / 34,078,720 = 31.51, 8,388,608 / 526,336 = 15.94 (test_intensity.py)
+    for answer in ("1365.33", "31.51", "15.94"):
+        assert answer in text
+    assert "Summary of answers" in text and "Roofline" in text
+    assert assert_pages_not_blank(target, tmp_path) >= 2
+
+
+def test_question1_markdown_has_every_answer(runner) -> None:
+    result = runner.invoke(app, ["report", "question1"])
+    assert result.exit_code == 0, result.output
+    for answer in ("155.93 TFLOP/s", "1365.33", "31.51", "15.94", "$$", "| Question | Quantity | Answer |"):
+        assert answer in result.stdout
+
+
+def test_question1_json_answers(runner) -> None:
+    result = runner.invoke(app, ["report", "question1", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    questions = {q["id"]: q for q in json.loads(result.stdout)["questions"]}
+    assert questions["1.1"]["answers"]["peak_flops"]["value"] == 155_934_720_000_000
+    assert len(questions["1.2"]["results"]) == 3
+
+
+def test_question1_tex_snapshot(runner, tmp_path: Path) -> None:
+    target = tmp_path / "question1.tex"
+    result = runner.invoke(app, ["report", "question1", "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    snapshot = SNAPSHOTS / "question1.tex"
+    if os.environ.get("UPDATE_SNAPSHOTS"):
+        snapshot.write_text(target.read_text())
+    assert target.read_text() == snapshot.read_text(), "templates changed: review, then UPDATE_SNAPSHOTS=1"
+
+
+HOSTILE = r"\input{/etc/passwd} \write18{rm -rf /} $x$ 100% & #1 under_score {braces} ~tilde ^caret back\slash"
+
+
+def test_escape_is_per_character() -> None:
+    assert tex_escape(r"\input{x}") == r"\textbackslash{}input\{x\}"
+    assert tex_escape("50% & $5 #1 a_b ~ ^") == r"50\% \& \$5 \#1 a\_b \textasciitilde{} \textasciicircum{}"
+    assert tex_escape("naïve ☃") == "na?ve ?"  # no byte outside the fonts' reach gets through
+
+
+def hostile_worksheet(tmp_path: Path) -> Path:
+    sheet = tmp_path / "hostile.yaml"
+    sheet.write_text(
+        "kind: worksheet\n"
+        f"title: {json.dumps('Title ' + HOSTILE)}\n"
+        f"author: {json.dumps(HOSTILE)}\n"
+        "questions:\n"
+        "  - id: \"1\"\n"
+        f"    title: {json.dumps(HOSTILE)}\n"
+        f"    prose: {json.dumps(HOSTILE)}\n"
+        f"    method: {json.dumps(HOSTILE)}\n"
+        "    calculations:\n"
+        "      - command: peak-flops\n"
+        f"        label: {json.dumps(HOSTILE)}\n"
+        "        inputs: {clock: 1.41GHz, sms: 108, fma-per-clock: 512}\n"
+    )
+    return sheet
+
+
+def test_hostile_strings_are_escaped_in_tex(runner, tmp_path: Path) -> None:
+    target = tmp_path / "hostile.tex"
+    result = runner.invoke(app, ["report", str(hostile_worksheet(tmp_path)), "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    tex = target.read_text()
+    assert r"\input{/etc/passwd}" not in tex and r"\write18" not in tex
+    assert r"\textbackslash{}input\{/etc/passwd\}" in tex
+    assert r"\textbackslash{}write18\{rm -rf /\}" in tex
+
+
+@needs_tex
+def test_hostile_strings_compile(runner, tmp_path: Path) -> None:
+    target = tmp_path / "hostile.pdf"
+    result = runner.invoke(app, ["report", str(hostile_worksheet(tmp_path)), "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    text = pdf_text(target)
+    assert "input{/etc/passwd}" in text  # shown literally, never executed
+    assert "155.93" in text
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        pytest.param(("command: peak-flops", "command: peak-flop"), "question 1, calculation 1: key 'command': unknown command 'peak-flop' (did you mean 'peak-flops'?)", id="unknown-command"),
+        pytest.param(("sms: 108", "smz: 108"), "question 1, calculation 1 (peak-flops): No such option: --smz", id="unknown-flag"),
+        pytest.param(("sms: 108", "sms: -4"), "question 1, calculation 1 (peak-flops): --sms: '-4' must not be negative", id="bad-value"),
+        pytest.param(("    prose:", "    prosa:"), "question 1: unknown key 'prosa' (did you mean 'prose'?)", id="unknown-key"),
+        pytest.param(("kind: worksheet", "kind: gpu"), "key 'kind' must be 'worksheet'", id="wrong-kind"),
+    ],
+)
+def test_worksheet_errors_name_file_question_and_key(run_error, tmp_path: Path, edit, message) -> None:
+    sheet = tmp_path / "w.yaml"
+    sheet.write_text(
+        "kind: worksheet\ntitle: T\nquestions:\n  - id: \"1\"\n    title: Q\n    prose: P\n    calculations:\n"
+        "      - command: peak-flops\n        inputs: {clock: 1.41GHz, sms: 108, fma-per-clock: 512}\n"
+        .replace(*edit)
+    )  # fmt: skip
+    line = run_error(["report", str(sheet), "-o", str(tmp_path / "w.pdf")])
+    assert str(sheet) in line and message in line
+    assert not (tmp_path / "w.pdf").exists()
+
+
+def test_unknown_answer_key_is_named(run_error, tmp_path: Path) -> None:
+    sheet = tmp_path / "w.yaml"
+    sheet.write_text(
+        "kind: worksheet\ntitle: T\nquestions:\n  - id: \"2\"\n    title: Q\n    prose: P\n    calculations:\n"
+        "      - command: peak-flops\n        inputs: {clock: 1.41GHz, sms: 108, fma-per-clock: 512}\n"
+        "        answers: [peak_flop]\n"
+    )
+    assert "no result named 'peak_flop' (did you mean 'peak_flops'?)" in run_error(["report", str(sheet)])
+
+
+def test_report_list_and_bad_output(runner, run_error, tmp_path: Path) -> None:
+    listing = runner.invoke(app, ["report", "--list"])
+    assert listing.exit_code == 0 and "question1" in listing.stdout
+    assert "use .pdf, .tex, .md or .json" in run_error(["report", "question1", "-o", str(tmp_path / "x.docx")])
+    assert "unknown worksheet 'question9'" in run_error(["report", "question9"])
+
+
+def test_missing_tex_engine_is_explained(run_error, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("parcalc.render.pdf.tex_engine", lambda: None)
+    line = run_error(["report", "question1", "-o", str(tmp_path / "q.pdf")], exit_code=1)
+    assert "no TeX engine" in line and "texlive-latex-recommended" in line
+    assert not (tmp_path / "q.pdf").exists()
+
+
+@needs_tex
+def test_tex_failure_shows_the_log_and_writes_nothing(run_error, tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "report.tex.j2").write_text("\\documentclass{article}\\begin{document}\\undefinedmacro\\end{document}\n")
+    target = tmp_path / "q.pdf"
+    line = run_error(["report", "question1", "--template", str(templates), "-o", str(target)], exit_code=1)
+    assert "TeX failed" in line and "Undefined control sequence" in line
+    assert list(tmp_path.iterdir()) == [templates]
+
+
+@needs_tex
+def test_calculation_commands_write_pdf_and_latex(runner, tmp_path: Path) -> None:
+    fragment = runner.invoke(app, ["peak-flops", "--clock", "1.41GHz", "--sms", "108", "--fma-per-clock", "512", "--format", "latex"])
+    assert fragment.exit_code == 0
+    assert r"&= 155.93472\ \text{TFLOP/s}" in fragment.stdout and r"\documentclass" not in fragment.stdout
+    pdf = tmp_path / "peak.pdf"
+    result = runner.invoke(app, ["peak-flops", "--clock", "1.41GHz", "--sms", "108", "--fma-per-clock", "512", "-o", str(pdf)])
+    assert result.exit_code == 0, result.output
+    assert "155.93472 TFLOP/s" in pdf_text(pdf)
