@@ -1,0 +1,71 @@
+"""Renderers format only: the same Result as plain text, rich colour, JSON, CSV and Markdown."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from parcalc import peak_flops
+from parcalc.derivation import Column, Result, Table
+from parcalc.output import OutputFormat, render_text, use_colour
+from parcalc.render.json_out import render_json
+
+
+def sample() -> Result:
+    derivation = peak_flops(1.41e9, 108, 512, dtype="tf32")
+    table = Table("t", "A table", (Column("name", "name"), Column("bytes", "bytes", "B")), (("dp", 12_884_901_888.0),))
+    return Result("peak-flops", "Sample", derivation.inputs, (derivation,), (table,), ("a verdict",), ("an assumption",))
+
+
+def test_json_is_raw_base_units() -> None:
+    doc = json.loads(render_json(sample()))
+    assert doc["results"]["peak_flops"]["value"] == 155_934_720_000_000  # an int, not "155.9 TFLOP/s"
+    assert doc["inputs"]["f"] == {"value": 1_410_000_000, "unit": "Hz", "symbol": "f", "description": "clock rate", "source": ""}
+    assert doc["tables"]["t"]["rows"] == [{"name": "dp", "bytes": 12_884_901_888}]
+    assert doc["tables"]["t"]["columns"][1] == {"key": "bytes", "label": "bytes", "unit": "B"}
+    assert "one FMA counts as 2 FLOP (a multiply and an add)" in doc["assumptions"]
+    assert doc["assumptions"][0] == "an assumption"
+
+
+def test_plain_text_has_formula_substitution_value_and_table() -> None:
+    text = render_text(sample(), OutputFormat.TABLE)
+    assert "P = 2 × f × N_SM × FMA" in text
+    assert "= 2 × 1.41 GHz × 108 × 512" in text
+    assert "= 155.93472 TFLOP/s" in text
+    assert "12.8849 GB" in text  # table cells are compact
+    assert "=> a verdict" in text
+
+
+def test_csv_is_the_first_table() -> None:
+    assert render_text(sample(), OutputFormat.CSV).splitlines() == ["name,bytes [B]", "dp,12884901888"]
+
+
+def test_markdown_math() -> None:
+    text = render_text(sample(), OutputFormat.MARKDOWN)
+    assert r"P_{\mathrm{peak}} = 2 \times f \times N_{\mathrm{SM}} \times \mathrm{FMA}" in text
+    assert "| name | bytes (B) |" in text
+
+
+def test_rich_output_is_coloured_on_a_terminal() -> None:
+    from rich.console import Console
+
+    from parcalc.render.terminal import render_rich
+
+    buffer = io.StringIO()
+    render_rich(sample(), Console(file=buffer, force_terminal=True, width=120, color_system="standard"))
+    output = buffer.getvalue()
+    assert "\x1b[" in output and "155.93472" in output and "TFLOP/s" in output
+
+
+@pytest.mark.parametrize(("tty", "env", "expected"), [
+    (True, {}, True), (True, {"NO_COLOR": "1"}, False), (False, {}, False), (True, {"TERM": "dumb"}, False),
+])  # fmt: skip
+def test_colour_only_on_a_terminal_without_no_color(monkeypatch, tty: bool, env: dict, expected: bool) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: tty)
+    assert use_colour() is expected
