@@ -185,7 +185,8 @@ def parse_quantity(
 def _exact_product(number: str, factor: float) -> float:
     """number x factor rounded once, so that "2.039TB/s" is exactly 2039e9 B/s."""
     try:
-        return float(Decimal(number) * Decimal(factor))
+        # repr() gives the shortest decimal of the factor (1e-06, not 9.99...e-07)
+        return float(Decimal(number) * Decimal(repr(factor)))
     except InvalidOperation:  # inf / nan spellings
         return float(number) * factor
 

@@ -2,8 +2,9 @@
 
 Counts follow the layer as built by Megatron-LM / GPT-2 (biases, LayerNorm, learned positions)
 or LLaMA (no biases, RMSNorm, RoPE, SwiGLU, grouped-query attention), chosen by the fields.
-With bias=True, norm="layernorm", position="learned" and tied embeddings the total equals
-Narayanan et al. 2021, eq. in sec. 5.1: P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)).
+With bias=True, norm="layernorm", position="learned" and tied embeddings the total is
+Narayanan et al. 2021, sec. 5.1, P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), plus the 2h of
+the final LayerNorm that formula leaves out.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class TransformerModel:
     """A stack of identical transformer layers plus optional embeddings and LM head.
 
     vocab = 0 means the model has no embedding or output layer (seed 004's homework model).
-    max_seq_len is the learned-position table length (0 when positions are not learned).
+    max_seq_len is the longest sequence the model takes (its position table when positions are
+    learned, which is then counted in the parameters); 0 when unknown.
     """
 
     key: str
