@@ -46,8 +46,10 @@ def test_parse_known_quantities(text: str, dimension: Dimension, expected: float
 
 
 def test_decimal_suffixes_parse_exactly() -> None:
-    # 2.039 x 10^12 must be the float nearest 2039e9, not 2039000000000.0002 from 2.039 * 1e12.
+    # 2.039 x 10^12 must be the float nearest 2039e9, not 2039000000000.0002 from 2.039 * 1e12,
+    # and 3.4 us the float nearest 3.4e-6, not 3.3999999999999995e-06.
     assert parse_quantity("2.039TB/s", D.BANDWIDTH, "--bw") == 2039e9
+    assert parse_quantity("3.4 us", D.TIME, "--latency") == 3.4e-6
 
 
 @pytest.mark.parametrize(
