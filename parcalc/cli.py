@@ -33,6 +33,8 @@ class CommandSpec:
 COMMANDS: dict[str, CommandSpec] = {
     "peak-flops": CommandSpec("parcalc.commands.peak_flops", function="peak_flops"),
     "intensity": CommandSpec("parcalc.commands.intensity", function="intensity"),
+    "comm-volume": CommandSpec("parcalc.commands.comm_volume", function="comm_volume"),
+    "bubble": CommandSpec("parcalc.commands.bubble", function="bubble"),
     "presets": CommandSpec("parcalc.commands.presets", app="presets_app"),
     "report": CommandSpec("parcalc.commands.report", function="report"),
 }

@@ -88,6 +88,10 @@ def write_atomically(output: Path, data: str | bytes) -> None:
         try:
             with os.fdopen(handle, "wb") as stream:
                 stream.write(payload)
+            # mkstemp creates 0600; a written report should get the usual mode (0666 less umask)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
             os.replace(temporary, output)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)

@@ -55,6 +55,31 @@ def test_question1_pdf_has_every_answer(runner, tmp_path: Path) -> None:
     assert assert_pages_not_blank(target, tmp_path) >= 2
 
 
+@needs_tex
+def test_question2_pdf_has_every_answer(runner, tmp_path: Path) -> None:
+    target = tmp_path / "question2.pdf"
+    result = runner.invoke(app, ["report", "question2", "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    text = pdf_text(target)
+    # Seed 004 q2, derived by hand in tests/test_comm.py:
+    # 2.1 DP: 6,442,450,944 params x 2 B = 12,884,901,888 B all-reduced;
+    # 2.2 GPipe: B L D x 2 B = 128 x 4096 x 4096 x 2 = 4,294,967,296 B from stage i to i+1, same back;
+    # 2.3 TP=8: 4 all-reduces x 32 layers x 4,294,967,296 B = 549,755,813,888 B;
+    # 2.4 FSDP: 2 x 12,884,901,888 = 25,769,803,776 B all-gathered, 12,884,901,888 B reduce-scattered.
+    for answer in ("12,884,901,888", "4,294,967,296", "549,755,813,888", "25,769,803,776"):
+        assert answer in text
+    assert "i to i+1" in text and "gradient bytes back" in text  # the direction, as asked
+    assert assert_pages_not_blank(target, tmp_path) >= 3
+
+
+def test_question2_markdown_answers(runner) -> None:
+    result = runner.invoke(app, ["report", "question2"])
+    assert result.exit_code == 0, result.output
+    summary = result.stdout.split("## Summary of answers", 1)[1]
+    for answer in ("12,884,901,888 bytes", "4,294,967,296 bytes", "549,755,813,888 bytes", "25,769,803,776 bytes"):
+        assert answer in summary
+
+
 def test_question1_markdown_has_every_answer(runner) -> None:
     result = runner.invoke(app, ["report", "question1"])
     assert result.exit_code == 0, result.output

@@ -1,14 +1,31 @@
-"""Pipeline-parallel schedules: closed-form bubbles, in-flight micro-batches, and a simulator.
+"""Pipeline-parallel schedules: closed-form bubbles, in-flight micro-batches, and the simulator's verdict.
 
 Schedules: GPipe (Huang et al. 2019), 1F1B / PipeDream-Flush (Narayanan et al. 2021, sec. 2.2),
 Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, sec. 2.2.2), and the zero-bubble
-schedules ZB-H1 / ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism").
+schedules ZB-H1 / ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR 2024).
+
+Notation: p stages (devices), m micro-batches, v model chunks per device (interleaved);
+t_f and t_b are the forward and the whole backward time of one micro-batch on one stage, and the
+zero-bubble papers split the backward into B (input gradient) and W (weight gradient):
+T_F = t_f, T_B = t_b - t_w, T_W = t_w. Two conventions for the bubble are in use and both are
+given, named as such: the bubble as a share of the total time, t_pb / (t_pb + t_id) (seed 003's
+"exact" (p - 1)/(m + p - 1)), and the bubble relative to the ideal compute time, t_pb / t_id
+(Narayanan et al.'s "bubble time fraction" (p - 1)/m).
+
+The closed forms are checked against the event simulator (parcalc.core.pipeline_sim) in the
+tests; `analyse_bubble` runs both and says where they differ.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
+from fractions import Fraction
 
+from parcalc.core import pipeline_sim as sim
+from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
 
 
@@ -19,27 +36,371 @@ class Schedule(str, Enum):
     ZB_H1 = "zb-h1"
     ZB_H2 = "zb-h2"
 
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+    @property
+    def splits_backward(self) -> bool:
+        """Whether the backward runs as two passes, B (input gradient) and W (weight gradient)."""
+        return self in (Schedule.ZB_H1, Schedule.ZB_H2)
+
+
+_LABELS = {
+    Schedule.GPIPE: "GPipe",
+    Schedule.ONE_F_ONE_B: "1F1B",
+    Schedule.INTERLEAVED: "interleaved 1F1B",
+    Schedule.ZB_H1: "ZB-H1",
+    Schedule.ZB_H2: "ZB-H2",
+}
+
+NARAYANAN = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.1"
+NARAYANAN_INTERLEAVED = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.2"
+QI_TABLE_2 = "Qi et al. 2024 (Zero Bubble Pipeline Parallelism, ICLR 2024), sec. 2.3, Table 2"
+MEGATRON_CONSTRAINT = (
+    "Megatron-LM runs the interleaved schedule in groups of p micro-batches, each device running chunk 1 "
+    "for the p of a group, then chunk 2 for the same p, and so on: the first of the group has just left "
+    "the last device when a device comes back for it (get_model_chunk_id in megatron/core/pipeline_parallel/"
+    "schedules.py, which refuses an m that p does not divide)"
+)
+# A simulation beyond this many operations is skipped: the closed forms need none.
+MAX_SIMULATED_OPERATIONS = 200_000
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass(frozen=True)
+class PassTimes:
+    """Per-micro-batch times of one pipeline stage, in seconds.
+
+    forward: t_f. backward: t_b, the whole backward (B + W). weight: t_w, the part of t_b that
+    computes weight gradients (W), which only the zero-bubble schedules run on its own.
+    """
+
+    forward: float
+    backward: float
+    weight: float
+
+    @property
+    def input_gradient(self) -> float:
+        """T_B of the zero-bubble papers: the backward without its weight-gradient part."""
+        return self.backward - self.weight
+
+    def scaled(self, factor: float) -> PassTimes:
+        return PassTimes(self.forward * factor, self.backward * factor, self.weight * factor)
+
+
+def pass_times(forward: float | None = None, backward: float | None = None, weight: float | None = None) -> PassTimes:
+    """Per-pass times with the defaults of the handcrafted schedules' analyses.
+
+    Defaults: t_f = 1 s (a unit: shares and counts do not depend on it), t_b = 2 t_f and
+    t_w = t_b / 2: every forward matmul has two backward matmuls of the same FLOPs, one computing
+    the input gradient (B) and one the weight gradient (W), so T_B + T_W = 2 T_F (Qi et al. 2024
+    sec. 2.3, fig. 1, Table 1).
+    """
+    t_f = 1.0 if forward is None else forward
+    t_b = 2 * t_f if backward is None else backward
+    t_w = t_b / 2 if weight is None else weight
+    for flag, value in (("--t-forward", t_f), ("--t-backward", t_b)):
+        if not (math.isfinite(value) and value > 0):
+            raise InputError(f"{flag}: must be a time greater than zero, got {value!r}")
+    if not (math.isfinite(t_w) and t_w >= 0):
+        raise InputError(f"--t-weight: must be a time of at least zero, got {t_w!r}")
+    if t_w > t_b:
+        raise InputError(f"--t-weight: the weight-gradient pass W ({t_w:g} s) is part of the backward and cannot exceed --t-backward ({t_b:g} s)")
+    return PassTimes(t_f, t_b, t_w)
+
+
+def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int) -> None:
+    """Bad p, m or v as InputError naming the flag and the constraint."""
+    for flag, value in (("--stages", stages), ("--micro-batches", micro_batches), ("--chunks", chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{flag}: must be a whole number of at least 1, got {value!r}")
+    if chunks > 1 and schedule is not Schedule.INTERLEAVED:
+        raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --chunks {chunks} with {schedule.value})")
+    if schedule is Schedule.INTERLEAVED and micro_batches % stages:
+        lower = micro_batches // stages * stages
+        options = " or ".join(str(n) for n in (lower, lower + stages) if n >= 1)
+        raise InputError(
+            f"--micro-batches: the interleaved schedule needs m to be a multiple of p (got m = {micro_batches}, "
+            f"p = {stages}; try {options}): {MEGATRON_CONSTRAINT}"
+        )
+
+
+def _terms(schedule: Schedule, stages: int, micro_batches: int, chunks: int, times: PassTimes) -> dict[str, Term]:
+    terms = {
+        "p": Term("p", "p", "p", stages, "", "pipeline stages (one device each)"),
+        "m": Term("m", "m", "m", micro_batches, "", "micro-batches per mini-batch"),
+        "v": Term("v", "v", "v", chunks, "", "model chunks (virtual stages) per device"),
+        "t_f": Term("t_f", "t_f", "t_f", times.forward, "s", "forward time of one micro-batch on one stage"),
+        "t_b": Term("t_b", "t_b", "t_b", times.backward, "s", "backward time of one micro-batch on one stage (B + W)"),
+    }
+    if schedule.splits_backward:
+        terms["T_F"] = Term("T_F", "T_F", "T_F", times.forward, "s", "F: forward pass")
+        terms["T_B"] = Term("T_B", "T_B", "T_B", times.input_gradient, "s", "B: input-gradient pass, t_b - t_w")
+        terms["T_W"] = Term("T_W", "T_W", "T_W", times.weight, "s", "W: weight-gradient pass, t_w")
+    return terms
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed forms
+
+
+def ideal_time(micro_batches: int, times: PassTimes) -> Derivation:
+    """t_id = m (t_f + t_b): one device's compute per iteration (Narayanan et al. 2021, sec. 2.2.1)."""
+    terms = _terms(Schedule.ONE_F_ONE_B, 1, micro_batches, 1, times)
+    return Derivation(
+        key="ideal_time",
+        label="Ideal compute time per iteration (t_id)",
+        symbol="t_id",
+        latex_symbol=r"t_{\mathrm{id}}",
+        formula="$m × ($t_f + $t_b)",
+        formula_latex=r"$m \times ($t_f + $t_b)",
+        inputs=(terms["m"], terms["t_f"], terms["t_b"]),
+        value=micro_batches * (times.forward + times.backward),
+        unit="s",
+        source=NARAYANAN,
+    )
+
+
+def bubble_time(schedule: Schedule, stages: int, micro_batches: int, times: PassTimes, chunks: int = 1) -> Derivation:
+    """t_pb, the idle time of each device per iteration, in seconds, for balanced stages.
+
+    GPipe and 1F1B: (p - 1)(t_f + t_b) (Narayanan et al. 2021 sec. 2.2.1); interleaved with v
+    chunks: (p - 1)(t_f + t_b) / v (sec. 2.2.2); ZB-H1: (p - 1)(T_F + T_B - T_W) and ZB-H2:
+    (p - 1)(T_F + T_B - 2 T_W) (Qi et al. 2024, Table 2).
+    """
+    check_shape(schedule, stages, micro_batches, chunks)
+    terms = _terms(schedule, stages, micro_batches, chunks, times)
+    p = stages
+    assumptions = ["balanced stages: every stage takes the same time per pass", "point-to-point communication time not counted"]
+    if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
+        formula, latex = "($p - 1) × ($t_f + $t_b)", r"($p - 1)\,($t_f + $t_b)"
+        inputs, value, source = ("p", "t_f", "t_b"), (p - 1) * (times.forward + times.backward), NARAYANAN
+    elif schedule is Schedule.INTERLEAVED:
+        formula, latex = "($p - 1) × ($t_f + $t_b) / $v", r"\frac{($p - 1)\,($t_f + $t_b)}{$v}"
+        inputs, value, source = ("p", "t_f", "t_b", "v"), (p - 1) * (times.forward + times.backward) / chunks, NARAYANAN_INTERLEAVED
+        if micro_batches == stages and chunks > 1:
+            assumptions.append("m = p: Megatron-LM runs every forward before any backward (no 1F1B phase); the bubble is the same")
+    else:
+        inputs, source = ("p", "T_F", "T_B", "T_W"), QI_TABLE_2
+        t_f, t_b, t_w = times.forward, times.input_gradient, times.weight
+        if schedule is Schedule.ZB_H1:
+            formula, latex = "($p - 1) × ($T_F + $T_B - $T_W)", r"($p - 1)\,($T_F + $T_B - $T_W)"
+            raw, least = (p - 1) * (t_f + t_b - t_w), p
+        else:
+            formula, latex = "($p - 1) × ($T_F + $T_B - 2 × $T_W)", r"($p - 1)\,($T_F + $T_B - 2\,$T_W)"
+            raw, least = (p - 1) * (t_f + t_b - 2 * t_w), 2 * p - 1
+            assumptions.append(
+                "ZB-H2's bubble is measured per device, from its first F to its last W: the optimizer step no longer "
+                "synchronises the stages (Qi et al. 2024 sec. 4, post-validation), so each starts its next iteration when done"
+            )
+        assumptions.append(f"the handcrafted order of Qi et al. 2024 sec. 2 (built for T_F = T_B = T_W), at least {least} micro-batches")
+        if not (t_w <= t_f and t_w <= t_b):
+            assumptions.append("T_W is larger than T_F or T_B: the closed form does not hold (the simulation shows the real bubble)")
+        elif micro_batches < least:
+            assumptions.append(f"m < {least}: too few micro-batches to fill the warm-up; the simulation shows the real bubble")
+        value = max(0.0, raw)
+    return Derivation(
+        key="bubble_time",
+        label="Bubble time per iteration (t_pb, idle time of each device)",
+        symbol="t_pb",
+        latex_symbol=r"t_{\mathrm{pb}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(terms[k] for k in inputs),
+        value=value,
+        unit="s",
+        source=source,
+        assumptions=tuple(assumptions),
+    )
+
+
+def bubble_share_of_total(
+    schedule: Schedule, stages: int, micro_batches: int, times: PassTimes, chunks: int = 1
+) -> Derivation:
+    """t_pb / (t_pb + t_id), a fraction: (p - 1)/(m + p - 1) for GPipe and 1F1B.
+
+    Seed 003's "exact" bubble (4 stages, 16 micro-batches: 3/19 = 15.8 %).
+    """
+    terms = _terms(schedule, stages, micro_batches, chunks, times)
+    p, m, v = stages, micro_batches, chunks
+    if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
+        formula, latex, inputs, value = "($p - 1) / ($m + $p - 1)", r"\frac{$p - 1}{$m + $p - 1}", ("p", "m"), (p - 1) / (m + p - 1)
+        source = f"t_pb / (t_pb + t_id) with t_pb and t_id of {NARAYANAN}"
+    elif schedule is Schedule.INTERLEAVED:
+        formula, latex = "($p - 1) / ($v × $m + $p - 1)", r"\frac{$p - 1}{$v \times $m + $p - 1}"
+        inputs, value = ("p", "v", "m"), (p - 1) / (v * m + p - 1)
+        source = f"t_pb / (t_pb + t_id) with t_pb of {NARAYANAN_INTERLEAVED}"
+    else:
+        bubble, ideal = bubble_time(schedule, p, m, times, v), ideal_time(m, times)
+        return _ratio("bubble_share", "Bubble as a share of total time (t_pb / (t_pb + t_id))", "$t_pb / ($t_pb + $t_id)",
+                      r"\frac{$t_pb}{$t_pb + $t_id}", bubble, ideal, bubble.value / (bubble.value + ideal.value))  # fmt: skip
+    return Derivation(
+        key="bubble_share",
+        label="Bubble as a share of total time (t_pb / (t_pb + t_id))",
+        symbol="β_total",
+        latex_symbol=r"\beta_{\mathrm{total}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(terms[k] for k in inputs),
+        value=value,
+        unit="fraction",
+        source=source,
+    )
+
+
+def bubble_relative_to_ideal(
+    schedule: Schedule, stages: int, micro_batches: int, times: PassTimes, chunks: int = 1
+) -> Derivation:
+    """t_pb / t_id, a fraction: (p - 1)/m for GPipe and 1F1B, (p - 1)/(v m) interleaved.
+
+    Narayanan et al. 2021's "bubble time fraction" (sec. 2.2.1, 2.2.2); seed 003's
+    "approximation" (3/16 = 18.75 % for 4 stages and 16 micro-batches).
+    """
+    terms = _terms(schedule, stages, micro_batches, chunks, times)
+    p, m, v = stages, micro_batches, chunks
+    if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
+        formula, latex, inputs, value, source = "($p - 1) / $m", r"\frac{$p - 1}{$m}", ("p", "m"), (p - 1) / m, NARAYANAN
+    elif schedule is Schedule.INTERLEAVED:
+        formula, latex, inputs, value = "($p - 1) / ($v × $m)", r"\frac{$p - 1}{$v \times $m}", ("p", "v", "m"), (p - 1) / (v * m)
+        source = NARAYANAN_INTERLEAVED
+    else:
+        bubble, ideal = bubble_time(schedule, p, m, times, v), ideal_time(m, times)
+        return _ratio("bubble_relative", "Bubble relative to ideal compute time (t_pb / t_id)", "$t_pb / $t_id",
+                      r"\frac{$t_pb}{$t_id}", bubble, ideal, bubble.value / ideal.value)  # fmt: skip
+    return Derivation(
+        key="bubble_relative",
+        label="Bubble relative to ideal compute time (t_pb / t_id)",
+        symbol="β_ideal",
+        latex_symbol=r"\beta_{\mathrm{ideal}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(terms[k] for k in inputs),
+        value=value,
+        unit="fraction",
+        source=source,
+    )
+
+
+def _ratio(key: str, label: str, formula: str, latex: str, bubble: Derivation, ideal: Derivation, value: float) -> Derivation:
+    total = key == "bubble_share"
+    return Derivation(
+        key=key,
+        label=label,
+        symbol="β_total" if total else "β_ideal",
+        latex_symbol=r"\beta_{\mathrm{total}}" if total else r"\beta_{\mathrm{ideal}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=(bubble.as_term("t_pb"), ideal.as_term("t_id")),
+        value=value,
+        unit="fraction",
+        source=bubble.source,
+        assumptions=bubble.assumptions,
+    )
+
+
+def fewest_micro_batches(schedule: Schedule, stages: int) -> int:
+    """The smallest m for which the schedule's closed form holds (checked against the simulator).
+
+    ZB-H1 needs p micro-batches to fill 1F1B's warm-up; ZB-H2 needs 2p - 1, its first stage's
+    warm-up forwards (Qi et al. 2024 sec. 2.2: "a sufficient number of microbatches"); the
+    interleaved schedule needs a multiple of p.
+    """
+    return {Schedule.ZB_H1: stages, Schedule.ZB_H2: 2 * stages - 1, Schedule.INTERLEAVED: stages}.get(schedule, 1)
+
+
+def micro_batches_for_target(
+    schedule: Schedule, stages: int, times: PassTimes, target: float, *, chunks: int = 1, relative: bool = False
+) -> Derivation:
+    """The smallest m whose bubble is at most `target` (a fraction in (0, 1)).
+
+    Share of total time (default): t_pb / (t_pb + m (t_f + t_b)) <= target, so
+    m >= t_pb (1 - target) / (target (t_f + t_b)); relative to ideal (`relative=True`):
+    m >= t_pb / (target (t_f + t_b)). For GPipe and 1F1B these are (p - 1)(1 - target)/target and
+    (p - 1)/target. The interleaved schedule rounds up to a multiple of p (Megatron-LM's
+    constraint). Computed in exact rationals of the decimal inputs, so 10 % is exactly 1/10.
+    """
+    if not (math.isfinite(target) and 0 < target < 1):
+        raise InputError(f"--target: the bubble target must be above 0 % and below 100 %, got {target * 100:g} %")
+    check_shape(schedule, stages, fewest_micro_batches(schedule, stages), chunks)
+    tau = Fraction(repr(target))
+    p, v = stages, chunks
+    per_micro_batch = Fraction(repr(times.forward)) + Fraction(repr(times.backward))
+    if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
+        bubble = (p - 1) * per_micro_batch / v
+    else:
+        t_f, t_w = Fraction(repr(times.forward)), Fraction(repr(times.weight))
+        t_b = Fraction(repr(times.backward)) - t_w
+        bubble = (p - 1) * (t_f + t_b - (t_w if schedule is Schedule.ZB_H1 else 2 * t_w))
+        bubble = max(Fraction(0), bubble)
+    needed = bubble / (tau * per_micro_batch) if relative else bubble * (1 - tau) / (tau * per_micro_batch)
+    least = fewest_micro_batches(schedule, stages)
+    terms = _terms(schedule, stages, 1, chunks, times)
+    tau_term = Term("tau", "τ", r"\tau", target, "fraction", "bubble target" + (" (relative to ideal)" if relative else " (share of total)"))
+    value = max(least, math.ceil(needed))
+    if schedule is Schedule.INTERLEAVED:
+        value = p * max(1, math.ceil(Fraction(math.ceil(needed), p)))
+    measure = "relative to ideal compute" if relative else "as a share of total time"
+    if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
+        body, body_tex = ("($p - 1) / $tau", r"\frac{$p - 1}{$tau}") if relative else (
+            "($p - 1) × (1 - $tau) / $tau", r"\frac{($p - 1)(1 - $tau)}{$tau}")
+        formula, latex, inputs = f"max(1, ⌈{body}⌉)", rf"\max\left(1, \left\lceil {body_tex} \right\rceil\right)", (terms["p"], tau_term)
+    elif schedule is Schedule.INTERLEAVED:
+        body, body_tex = ("($p - 1) / ($tau × $v × $p)", r"\frac{$p - 1}{$tau \times $v \times $p}") if relative else (
+            "($p - 1) × (1 - $tau) / ($tau × $v × $p)", r"\frac{($p - 1)(1 - $tau)}{$tau \times $v \times $p}")
+        formula = f"$p × max(1, ⌈{body}⌉)"
+        latex = rf"$p \times \max\left(1, \left\lceil {body_tex} \right\rceil\right)"
+        inputs = (terms["p"], tau_term, terms["v"])
+    else:
+        bubble_derivation = bubble_time(schedule, stages, least, times, chunks)
+        least_term = Term("m_min", "m_min", r"m_{\min}", least, "", "fewest micro-batches for which the closed form holds")
+        body, body_tex = ("$t_pb / ($tau × ($t_f + $t_b))", r"\frac{$t_pb}{$tau \times ($t_f + $t_b)}") if relative else (
+            "$t_pb × (1 - $tau) / ($tau × ($t_f + $t_b))", r"\frac{$t_pb \times (1 - $tau)}{$tau \times ($t_f + $t_b)}")
+        formula = f"max($m_min, ⌈{body}⌉)"
+        latex = rf"\max\left($m_min, \left\lceil {body_tex} \right\rceil\right)"
+        inputs = (bubble_derivation.as_term("t_pb"), tau_term, terms["t_f"], terms["t_b"], least_term)
+    return Derivation(
+        key="micro_batches_for_target_relative" if relative else "micro_batches_for_target",
+        label=f"Smallest m with the bubble {measure} at most the target",
+        symbol="m_τ",
+        latex_symbol=r"m_{\tau}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=inputs,
+        value=value,
+        unit="",
+        source="solving the bubble " + ("t_pb / t_id" if relative else "t_pb / (t_pb + t_id)") + " <= the target, for m"
+        + (f"; m a multiple of p ({MEGATRON_CONSTRAINT})" if schedule is Schedule.INTERLEAVED else ""),
+    )
+
 
 def in_flight_micro_batches(schedule: Schedule, stages: int, micro_batches: int, stage: int = 0, chunks: int = 1) -> float:
     """Peak number of micro-batches whose activations a pipeline stage holds at once.
 
-    Counted in units of one micro-batch's activations for all of the stage's layers, so that
-    activation memory = this x per-micro-batch activations of the stage. `stage` is 0-based
-    (stage 0 holds the most). Sources:
-    - GPipe keeps every micro-batch until the backward pass starts: m.
-    - 1F1B: stage s runs p - s warm-up forwards before its first backward (PipeDream-Flush,
-      Narayanan et al. 2021 sec. 2.2): min(p - s, m). ZB-H1 keeps 1F1B's memory (Qi et al. 2024).
-    - Interleaved with v chunks: Megatron-LM's warm-up of (p - s - 1) * 2 + (v - 1) * p chunk
+    Counted in units of one micro-batch's activations for all of the stage's layers (the
+    activations B needs, M_B in Qi et al. 2024), so that activation memory = this x
+    per-micro-batch activations of the stage. `stage` is 0-based (stage 0 holds the most).
+    Each value is what the simulator counts for the schedule's order (tests/test_pipeline_sim.py):
+    - GPipe keeps every micro-batch until the backward passes start: m.
+    - 1F1B: stage s runs p - s - 1 warm-up forwards, then one more before its first backward
+      (PipeDream-Flush, Narayanan et al. 2021 sec. 2.2): min(p - s, m). ZB-H1 keeps 1F1B's
+      count (Qi et al. 2024 sec. 2.3: (p - i + 1) M_B on worker i = s + 1).
+    - Interleaved with v chunks: Megatron-LM's warm-up of (p - s - 1) x 2 + (v - 1) x p chunk
       forwards plus the one in progress, each 1/v of the stage (megatron/core/pipeline_parallel/
       schedules.py, forward_backward_pipelining_with_interleaving); for s = 0 that is
-      p (1 + (p - 1) / (p v)), Korthikanti et al. 2022 sec. 4.2.3.
-    - ZB-H2 holds about twice 1F1B's: min(2p - 1 - 2s... ) bounded by m (Qi et al. 2024, Table 1
-      gives 2p - 1 micro-batches of activations for the first stage).
+      p (1 + (p - 1) / (p v)), Korthikanti et al. 2022 sec. 4.2.3. When m = p Megatron-LM runs
+      every forward first, so every stage holds all m.
+    - ZB-H2: 2(p - s) - 1 micro-batches, at most m (Qi et al. 2024 sec. 2.3: (2p - 2i + 1) M_B
+      on worker i = s + 1; 2p - 1 on the first).
+    The micro-batches whose B has finished but W has not hold less (M_W); see
+    `pending_weight_gradients`.
     """
-    if stages < 1 or micro_batches < 1 or chunks < 1:
-        raise InputError("stages, micro-batches and chunks must each be at least 1")
-    if not 0 <= stage < stages:
-        raise InputError(f"stage must be between 0 and {stages - 1}, got {stage}")
+    check_shape(schedule, stages, micro_batches, chunks)
+    if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < stages:
+        raise InputError(f"stage must be between 0 and {stages - 1}, got {stage!r}")
     p, m, s, v = stages, micro_batches, stage, chunks
     if schedule is Schedule.GPIPE:
         return float(m)
@@ -48,6 +409,355 @@ def in_flight_micro_batches(schedule: Schedule, stages: int, micro_batches: int,
     if schedule is Schedule.INTERLEAVED:
         if v == 1:
             return float(min(p - s, m))
+        if m == p:
+            return float(m)
         warm_up = (p - s - 1) * 2 + (v - 1) * p
         return min(warm_up + 1, m * v) / v
     return float(min(2 * (p - s) - 1, m))
+
+
+def pending_weight_gradients(schedule: Schedule, stages: int, micro_batches: int, stage: int = 0) -> float:
+    """Micro-batches waiting for their W pass on `stage` (0-based) at its activation peak.
+
+    Only the zero-bubble schedules delay W: worker i = s + 1 holds (i - 1) M_W in ZB-H1 and
+    (2i - 2) M_W in ZB-H2 besides its M_B (Qi et al. 2024 sec. 2.3), at most what m leaves.
+    """
+    if not 0 <= stage < stages:
+        raise InputError(f"stage must be between 0 and {stages - 1}, got {stage!r}")
+    if not schedule.splits_backward:
+        return 0.0
+    alive = in_flight_micro_batches(schedule, stages, micro_batches, stage)
+    waiting = stage if schedule is Schedule.ZB_H1 else 2 * stage
+    return float(min(waiting, micro_batches - alive))
+
+
+# ---------------------------------------------------------------------------------------------
+# Simulation
+
+
+def schedule_order(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1) -> tuple[tuple[sim.Task, ...], ...]:
+    """Each device's operations in the order the schedule runs them."""
+    check_shape(schedule, stages, micro_batches, chunks)
+    if schedule is Schedule.GPIPE:
+        return sim.gpipe_order(stages, micro_batches)
+    if schedule is Schedule.ONE_F_ONE_B:
+        return sim.one_f_one_b_order(stages, micro_batches)
+    if schedule is Schedule.INTERLEAVED:
+        return sim.interleaved_order(stages, micro_batches, chunks)
+    if schedule is Schedule.ZB_H1:
+        return sim.zb_h1_order(stages, micro_batches)
+    return sim.zb_h2_order(stages, micro_batches)
+
+
+def simulate_schedule(
+    schedule: Schedule,
+    stages: int,
+    micro_batches: int,
+    times: PassTimes | Sequence[PassTimes],
+    *,
+    chunks: int = 1,
+    latency: float = 0.0,
+) -> sim.Timeline:
+    """Simulate the schedule; `times` is one PassTimes for every stage or one per stage."""
+    per_stage = (times,) * stages if isinstance(times, PassTimes) else tuple(times)
+    if len(per_stage) != stages:
+        raise InputError(f"--stage-times: give one time per stage ({stages}), got {len(per_stage)}")
+    if not (math.isfinite(latency) and latency >= 0):
+        raise InputError(f"--p2p-latency: must be a time of at least zero, got {latency!r}")
+    split = schedule.splits_backward
+    durations = tuple(
+        {sim.F: t.forward, sim.B: t.input_gradient if split else t.backward, sim.W: t.weight if split else 0.0} for t in per_stage
+    )
+    order = schedule_order(schedule, stages, micro_batches, chunks)
+    return sim.simulate(order, durations, micro_batches=micro_batches, chunks=chunks, latency=latency)
+
+
+def operation_count(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1) -> int:
+    return stages * micro_batches * chunks * (3 if schedule.splits_backward else 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The analysis a command shows
+
+
+@dataclass(frozen=True)
+class BubbleAnalysis:
+    """Closed forms and simulation of one schedule; `result()` is what `parcalc bubble` shows."""
+
+    schedule: Schedule
+    stages: int
+    micro_batches: int
+    chunks: int
+    times: PassTimes
+    stage_times: tuple[PassTimes, ...] | None
+    latency: float
+    closed: tuple[Derivation, ...]
+    timeline: sim.Timeline | None
+
+    @property
+    def title(self) -> str:
+        chunks = f", v = {self.chunks} chunks" if self.schedule is Schedule.INTERLEAVED else ""
+        return f"Pipeline bubble of {self.schedule.label}: p = {self.stages} stages, m = {self.micro_batches} micro-batches{chunks}"
+
+    def closed_form(self, key: str) -> Derivation:
+        return next(d for d in self.closed if d.key == key)
+
+    def result(self) -> Result:
+        terms = _terms(self.schedule, self.stages, self.micro_batches, self.chunks, self.times)
+        keys = ["p", "m"] + (["v"] if self.schedule is Schedule.INTERLEAVED else []) + ["t_f", "t_b"]
+        inputs = [terms[k] for k in keys]
+        if self.schedule.splits_backward:
+            inputs.append(Term("t_w", "t_w", "t_w", self.times.weight, "s", "weight-gradient part of the backward (W)"))
+        if self.latency:
+            inputs.append(Term("latency", "α", r"\alpha", self.latency, "s", "point-to-point latency between stages (simulation)"))
+        derivations = list(self.closed)
+        tables: list[Table] = []
+        verdicts = list(self._target_verdicts())
+        assumptions = [
+            "one micro-batch's pass on a stage is one indivisible operation; a device runs one operation at a time",
+            "times per micro-batch per stage; with v chunks each chunk's pass takes 1/v of its stage's time",
+        ]
+        if self.stage_times is not None:
+            assumptions.append("--stage-times: the closed forms use the slowest stage's times (balanced stages); the simulation uses each stage's own")
+        if self.timeline is None:
+            verdicts.append(f"not simulated: more than {MAX_SIMULATED_OPERATIONS:,} operations; the closed forms above need no simulation")
+        else:
+            derivations += simulated_derivations(self.timeline, self.schedule)
+            tables += [timeline_table(self.timeline), device_table(self)]
+            verdicts.append(self._agreement())
+        settings = [("schedule", self.schedule.value)]
+        if self.stage_times is not None:
+            settings.append(("stage_times", ",".join(f"{t.forward:g}" for t in self.stage_times)))
+        return Result(
+            command="bubble",
+            title=self.title,
+            inputs=tuple(inputs),
+            derivations=tuple(derivations),
+            tables=tuple(tables),
+            verdicts=tuple(verdicts),
+            assumptions=tuple(assumptions),
+            settings=tuple(settings),
+        )
+
+    def _target_verdicts(self) -> list[str]:
+        out = []
+        for derivation in self.closed:
+            if not derivation.key.startswith("micro_batches_for_target"):
+                continue
+            m = int(derivation.value)
+            tau = derivation.term("tau").value
+            relative = derivation.key.endswith("relative")
+            reached = (bubble_relative_to_ideal if relative else bubble_share_of_total)(self.schedule, self.stages, m, self.times, self.chunks)
+            measure = "relative to ideal" if relative else "share of total"
+            out.append(f"m = {m} micro-batches bring the bubble ({measure}) to {reached.value * 100:.4g} % (target {tau * 100:.4g} %)")
+        return out
+
+    def _agreement(self) -> str:
+        timeline = self.timeline
+        assert timeline is not None  # only called after simulating
+        closed_time = self.closed_form("bubble_time").value
+        if self.schedule is Schedule.ZB_H2:
+            simulated, what = timeline.span_bubble, "per-device bubble (own first F to own last W)"
+        else:
+            simulated, what = timeline.total_idle / timeline.stages, "bubble time (mean idle per device)"
+        scale = max(closed_time, timeline.makespan, 1e-300)
+        if abs(simulated - closed_time) <= 1e-9 * scale:
+            return f"the simulated {what} equals the closed form t_pb"
+        reasons = []
+        if self.stage_times is not None:
+            reasons.append("unbalanced stages")
+        if self.latency:
+            reasons.append("point-to-point latency")
+        if self.micro_batches < fewest_micro_batches(self.schedule, self.stages):
+            reasons.append("too few micro-batches for the closed form")
+        if self.schedule.splits_backward and not (self.times.weight <= self.times.forward and self.times.weight <= self.times.input_gradient):
+            reasons.append("T_W larger than T_F or T_B")
+        why = f" ({', '.join(reasons)})" if reasons else ""
+        return f"the simulated {what} is {simulated:.6g} s against the closed form's {closed_time:.6g} s{why}: the simulation is the schedule as run"
+
+
+def analyse_bubble(
+    schedule: Schedule,
+    stages: int,
+    micro_batches: int,
+    *,
+    chunks: int = 1,
+    times: PassTimes | None = None,
+    stage_times: Sequence[float] | None = None,
+    latency: float = 0.0,
+    target: float | None = None,
+) -> BubbleAnalysis:
+    """Closed forms for the schedule and its simulation.
+
+    stage_times: per-stage forward times in seconds (unbalanced stages); each stage's backward
+    and W keep the ratios of `times` to its forward. The closed forms then use the slowest stage.
+    """
+    check_shape(schedule, stages, micro_batches, chunks)
+    times = times or pass_times()
+    per_stage: tuple[PassTimes, ...] | None = None
+    balanced = times
+    if stage_times is not None:
+        if len(stage_times) != stages:
+            raise InputError(f"--stage-times: give one forward time per stage, {stages} in all; got {len(stage_times)}")
+        for index, value in enumerate(stage_times, start=1):
+            if not (math.isfinite(value) and value > 0):
+                raise InputError(f"--stage-times: stage {index}'s time must be greater than zero, got {value!r}")
+        per_stage = tuple(times.scaled(value / times.forward) for value in stage_times)
+        balanced = max(per_stage, key=lambda t: t.forward)
+    closed = [
+        ideal_time(micro_batches, balanced),
+        bubble_time(schedule, stages, micro_batches, balanced, chunks),
+        bubble_share_of_total(schedule, stages, micro_batches, balanced, chunks),
+        bubble_relative_to_ideal(schedule, stages, micro_batches, balanced, chunks),
+    ]
+    if target is not None:
+        closed += [
+            micro_batches_for_target(schedule, stages, balanced, target, chunks=chunks),
+            micro_batches_for_target(schedule, stages, balanced, target, chunks=chunks, relative=True),
+        ]
+    timeline = None
+    if operation_count(schedule, stages, micro_batches, chunks) <= MAX_SIMULATED_OPERATIONS:
+        timeline = simulate_schedule(schedule, stages, micro_batches, per_stage or balanced, chunks=chunks, latency=latency)
+    elif not (math.isfinite(latency) and latency >= 0):
+        raise InputError(f"--p2p-latency: must be a time of at least zero, got {latency!r}")
+    return BubbleAnalysis(schedule, stages, micro_batches, chunks, balanced, per_stage, latency, tuple(closed), timeline)
+
+
+# ---------------------------------------------------------------------------------------------
+# The simulation as derivations and tables
+
+
+def simulated_derivations(timeline: sim.Timeline, schedule: Schedule) -> list[Derivation]:
+    """Makespan, mean idle, and the bubble share and relative bubble of the simulated timeline."""
+    source = "event simulation of the schedule (parcalc.core.pipeline_sim)"
+    n_ops = Term("n_ops", "N_ops", r"N_{\mathrm{ops}}", len(timeline.events), "", "simulated operations")
+    p = Term("p", "p", "p", timeline.stages, "", "pipeline stages (devices)")
+    makespan = Derivation(
+        key="sim_makespan",
+        label="Simulated makespan (one iteration, ending in a pipeline flush)",
+        symbol="T_sim",
+        latex_symbol=r"T_{\mathrm{sim}}",
+        formula="latest end of the $n_ops operations",
+        formula_latex=r"\max_{i \le $n_ops} t^{\mathrm{end}}_i",
+        inputs=(n_ops,),
+        value=timeline.makespan,
+        unit="s",
+        source=source,
+    )
+    idle = Term("idle", "Σ idle", r"\sum_d t^{\mathrm{idle}}_d", timeline.total_idle, "s", "idle time of all devices within the makespan")
+    busy = Term("busy", "Σ busy", r"\sum_d t^{\mathrm{busy}}_d", timeline.total_busy, "s", "compute time of all devices")
+    out = [
+        makespan,
+        Derivation(
+            key="sim_bubble_time",
+            label="Simulated bubble time (idle time per device, mean)",
+            symbol="t_pb,sim",
+            latex_symbol=r"t_{\mathrm{pb,sim}}",
+            formula="$idle / $p",
+            formula_latex=r"\frac{$idle}{$p}",
+            inputs=(idle, p),
+            value=timeline.total_idle / timeline.stages,
+            unit="s",
+            source=source,
+        ),
+        Derivation(
+            key="sim_bubble_share",
+            label="Simulated bubble as a share of total time",
+            symbol="β_total,sim",
+            latex_symbol=r"\beta_{\mathrm{total,sim}}",
+            formula="$idle / ($p × $T_sim)",
+            formula_latex=r"\frac{$idle}{$p \times $T_sim}",
+            inputs=(idle, p, makespan.as_term("T_sim")),
+            value=timeline.bubble_share,
+            unit="fraction",
+            source=source,
+        ),
+        Derivation(
+            key="sim_bubble_relative",
+            label="Simulated bubble relative to compute time",
+            symbol="β_ideal,sim",
+            latex_symbol=r"\beta_{\mathrm{ideal,sim}}",
+            formula="$idle / $busy",
+            formula_latex=r"\frac{$idle}{$busy}",
+            inputs=(idle, busy),
+            value=timeline.bubble_relative,
+            unit="fraction",
+            source=source,
+        ),
+    ]
+    if schedule.splits_backward:
+        worst = max(range(timeline.stages), key=lambda d: timeline.span[d] - timeline.busy[d])
+        out.append(
+            Derivation(
+                key="sim_span_bubble",
+                label=f"Simulated per-device bubble (largest: device {worst + 1}, own first F to own last W)",
+                symbol="t_pb,span",
+                latex_symbol=r"t_{\mathrm{pb,span}}",
+                formula="$span - $busy_d",
+                formula_latex=r"$span - $busy_d",
+                inputs=(
+                    Term("span", "span_d", r"t^{\mathrm{span}}_d", timeline.span[worst], "s", f"device {worst + 1}: first start to last end"),
+                    Term("busy_d", "busy_d", r"t^{\mathrm{busy}}_d", timeline.busy[worst], "s", f"device {worst + 1}: compute time"),
+                ),
+                value=timeline.span[worst] - timeline.busy[worst],
+                unit="s",
+                source="Qi et al. 2024 measure a stage from its first F to its last W (zero-bubble repository, "
+                "megatron/core/pipeline_parallel/zerobubble/scheduler/zb.py); " + source,
+            )
+        )
+    return out
+
+
+def timeline_table(timeline: sim.Timeline) -> Table:
+    """The events, numbered from 1 as in the papers' figures: device, op, micro-batch, chunk, start, end."""
+    return Table(
+        key="timeline",
+        title="Timeline (devices, micro-batches and chunks numbered from 1)",
+        columns=(
+            Column("device", "device"),
+            Column("op", "op"),
+            Column("micro_batch", "micro-batch"),
+            Column("chunk", "chunk"),
+            Column("start", "start", "s"),
+            Column("end", "end", "s"),
+        ),
+        rows=tuple((e.device + 1, e.op, e.micro_batch + 1, e.chunk + 1, e.start, e.end) for e in timeline.events),
+    )
+
+
+def device_table(analysis: BubbleAnalysis) -> Table:
+    """Per device: busy, idle, idle share, and peak in-flight micro-batches simulated beside the closed form."""
+    timeline = analysis.timeline
+    assert timeline is not None
+    columns = [
+        Column("device", "device"),
+        Column("busy", "busy", "s"),
+        Column("idle", "idle", "s"),
+        Column("idle_share", "idle share", "fraction"),
+        Column("peak_in_flight", "in flight (simulated)"),
+        Column("peak_in_flight_closed_form", "in flight (closed form)"),
+    ]
+    split = analysis.schedule.splits_backward
+    if split:
+        columns += [Column("pending_w", "W pending (simulated)"), Column("pending_w_closed_form", "W pending (closed form)")]
+    rows = []
+    for d in range(timeline.stages):
+        row: list[object] = [
+            d + 1,
+            timeline.busy[d],
+            timeline.idle[d],
+            timeline.idle[d] / timeline.makespan if timeline.makespan else 0.0,
+            timeline.peak_in_flight[d],
+            in_flight_micro_batches(analysis.schedule, analysis.stages, analysis.micro_batches, d, analysis.chunks),
+        ]
+        if split:
+            row += [timeline.pending_weight_at_peak[d], pending_weight_gradients(analysis.schedule, analysis.stages, analysis.micro_batches, d)]
+        rows.append(tuple(row))
+    title = "Devices (in flight: the most micro-batches whose activations a device holds at once"
+    title += "; W pending: micro-batches then holding only what W needs)" if split else ")"
+    return Table(key="devices", title=title, columns=tuple(columns), rows=tuple(rows))
+
+
+def without_timeline(result: Result) -> Result:
+    """The result without its event table (for text formats, where the picture replaces it)."""
+    return replace(result, tables=tuple(t for t in result.tables if t.key != "timeline"))

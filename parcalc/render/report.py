@@ -36,6 +36,8 @@ def answer_text(derivation: Derivation, units: str = "both") -> str:
 
 def _rounded(value: float, unit: str) -> tuple[str, str] | None:
     """The value to two decimals, as homework answers state it, when that drops digits."""
+    if unit in ("fraction", "s", ""):
+        return None
     mantissa, prefixed = split_prefixed(value, unit) if unit in ("FLOP", "FLOP/s", "B/s", "Hz") else (f"{value:.8g}", unit)
     if "." not in mantissa or len(mantissa.split(".")[1]) <= 2 or "e" in mantissa:
         return None

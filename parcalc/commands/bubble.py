@@ -1,0 +1,160 @@
+"""`parcalc bubble`: pipeline bubbles of GPipe, 1F1B, interleaved and zero-bubble schedules, and their timeline."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from parcalc.commands.common import FormatOption, captured_results, finish, start
+
+if TYPE_CHECKING:
+    from parcalc.core.pipeline import BubbleAnalysis
+    from parcalc.derivation import Result
+    from parcalc.output import OutputFormat
+
+EXAMPLES = """\
+\b
+Examples:
+  parcalc bubble --stages 4 --micro-batches 16
+  parcalc bubble --stages 4 --micro-batches 16 --schedule gpipe --target 10%
+  parcalc bubble --stages 4 --micro-batches 8 --schedule interleaved --chunks 2 --timeline
+  parcalc bubble --stages 8 --micro-batches 32 --schedule zb-h1 --t-forward 10ms --timeline
+  parcalc bubble --stages 4 --micro-batches 8 --stage-times 10ms,12ms,10ms,15ms --p2p-latency 50us
+  parcalc bubble --stages 4 --micro-batches 12 --schedule zb-h2 -o timeline.svg
+"""
+
+_Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
+
+
+class ScheduleChoice(str, Enum):
+    gpipe = "gpipe"
+    one_f_one_b = "1f1b"
+    interleaved = "interleaved"
+    zb_h1 = "zb-h1"
+    zb_h2 = "zb-h2"
+
+
+OutputOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--output", "-o", metavar="FILE",
+                 help="Write to FILE instead of stdout: .svg draws the timeline; .txt .json .csv .md .tex .pdf the result.",
+                 show_default=False),
+]  # fmt: skip
+
+
+def bubble(
+    stages: Annotated[str, typer.Option(metavar="P", help="Pipeline stages (one device each).", show_default=False)],
+    micro_batches: Annotated[str, typer.Option(metavar="M", help="Micro-batches per mini-batch.", show_default=False)],
+    schedule: Annotated[ScheduleChoice, typer.Option(metavar="NAME", help="gpipe, 1f1b, interleaved, zb-h1 or zb-h2.")] = ScheduleChoice.one_f_one_b,
+    chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (interleaved only; default 2 there).")] = None,
+    t_forward: Annotated[_Text, typer.Option(metavar="TIME", help="Forward time of one micro-batch on one stage (default 1 s, a unit).")] = None,
+    t_backward: Annotated[_Text, typer.Option(metavar="TIME", help="Whole backward time, B + W (default 2 x forward).")] = None,
+    t_weight: Annotated[_Text, typer.Option(metavar="TIME", help="Weight-gradient part W of the backward (default half of it).")] = None,
+    stage_times: Annotated[_Text, typer.Option(metavar="T1,T2,...", help="Forward time of each stage (unbalanced stages); backward and W keep their ratios to the forward.")] = None,
+    p2p_latency: Annotated[_Text, typer.Option(metavar="TIME", help="Point-to-point latency between stages, in the simulation (default 0).")] = None,
+    target: Annotated[_Text, typer.Option(metavar="FRACTION", help="Bubble target, e.g. 10%: the fewest micro-batches that reach it.")] = None,
+    timeline: Annotated[bool, typer.Option("--timeline", help="Draw the simulated schedule, one row per device.")] = False,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Pipeline bubble: closed forms (share of total time and relative to ideal) and an event simulation."""
+    svg = output if output is not None and output.suffix.lower() == ".svg" else None
+    if svg is not None:
+        from parcalc.output import check_writable
+
+        check_writable(svg)
+    elif output is not None and fmt is None:
+        from parcalc.errors import InputError
+        from parcalc.output import EXTENSIONS
+
+        if output.suffix.lower() not in EXTENSIONS:
+            raise InputError(f"--output: cannot tell the format of {str(output)!r} from its extension; use .svg (the timeline), {', '.join(EXTENSIONS)} or --format")
+    start(None if svg is not None else output, fmt)
+    from dataclasses import replace
+
+    from parcalc.core.pipeline import PassTimes, Schedule, analyse_bubble, pass_times
+    from parcalc.units import Dimension, parse_count, parse_quantity
+
+    chosen = Schedule(schedule.value)
+    p = parse_count(stages, "--stages")
+    m = parse_count(micro_batches, "--micro-batches")
+    v = parse_count(chunks, "--chunks") if chunks is not None else (2 if chosen is Schedule.INTERLEAVED else 1)
+
+    def time(text: str | None, flag: str, *, zero: bool = False) -> float | None:
+        return None if text is None else parse_quantity(text, Dimension.TIME, flag, allow_zero=zero)
+
+    times: PassTimes = pass_times(time(t_forward, "--t-forward"), time(t_backward, "--t-backward"), time(t_weight, "--t-weight", zero=True))
+    per_stage = None
+    if stage_times is not None:
+        per_stage = [parse_quantity(part, Dimension.TIME, "--stage-times") for part in stage_times.split(",")]
+    latency = time(p2p_latency, "--p2p-latency", zero=True) or 0.0
+    goal = parse_quantity(target, Dimension.FRACTION, "--target") if target is not None else None
+
+    analysis = analyse_bubble(chosen, p, m, chunks=v, times=times, stage_times=per_stage, latency=latency, target=goal)
+    result = analysis.result()
+    if t_forward is None and stage_times is None:
+        result = replace(result, assumptions=result.assumptions + (
+            "no --t-forward: times are in units of one forward pass (t_f = 1 s); shares and micro-batch counts do not depend on it",))  # fmt: skip
+    if chosen is Schedule.INTERLEAVED and chunks is None:
+        result = replace(result, assumptions=result.assumptions + ("no --chunks: v = 2 model chunks per device",))
+    if captured_results.get() is not None:  # a worksheet: the report draws the timeline from the table
+        finish(result, fmt, output)
+        return
+    if svg is not None:
+        _write_svg(analysis, svg)
+    _show(analysis, result, fmt, None if svg is not None else output, timeline)
+
+
+def _show(analysis: BubbleAnalysis, result: Result, fmt: OutputFormat | None, output: Path | None, draw: bool) -> None:
+    """JSON and CSV carry every event; text formats show the picture (with --timeline) instead."""
+    import sys
+
+    from parcalc.core.pipeline import without_timeline
+    from parcalc.output import OutputFormat, resolve_format, use_colour
+
+    chosen = resolve_format(fmt, output)
+    timeline = analysis.timeline
+    if chosen in (OutputFormat.JSON, OutputFormat.CSV):
+        finish(result, fmt, output)
+        return
+    shown = without_timeline(result)
+    if not (draw and chosen is OutputFormat.TABLE and timeline is not None):
+        finish(shown, fmt, output)
+        return
+    from parcalc.render.timeline_text import print_timeline, timeline_text
+
+    title = f"Timeline of {analysis.schedule.label}"
+    if output is not None:
+        from parcalc.output import render_text, write_atomically
+
+        write_atomically(output, render_text(shown, chosen) + "\n" + timeline_text(timeline, 120, title))
+        print(f"wrote {output}", file=sys.stderr)
+        return
+    finish(shown, fmt, None)
+    if use_colour():
+        from rich.console import Console
+
+        console = Console()
+        console.print()
+        print_timeline(timeline, console, title)
+    else:
+        import shutil
+
+        sys.stdout.write("\n" + timeline_text(timeline, shutil.get_terminal_size((100, 24)).columns, title))
+
+
+def _write_svg(analysis: BubbleAnalysis, output: Path) -> None:
+    import sys
+
+    from parcalc.errors import InfeasibleError
+    from parcalc.output import write_atomically
+    from parcalc.render.timeline_svg import timeline_svg
+
+    timeline = analysis.timeline
+    if timeline is None:
+        raise InfeasibleError("--output: too many operations to simulate, so there is no timeline to draw; use fewer micro-batches")
+    write_atomically(output, timeline_svg(timeline, analysis.title))
+    print(f"wrote {output}", file=sys.stderr)

@@ -1,0 +1,526 @@
+"""`parcalc comm-volume`: one collective's algorithms, or every collective of a training iteration."""
+
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+
+if TYPE_CHECKING:
+    from parcalc.core.comm import CommPlan, StrategyComparison
+    from parcalc.core.hardware import Link
+    from parcalc.core.model import TransformerModel
+    from parcalc.derivation import Result, Table, Term
+
+EXAMPLES = """\
+\b
+Examples:
+  parcalc comm-volume --collective all-reduce --size 1GB --workers 8 --link nvlink3 --compare
+  parcalc comm-volume --collective all-reduce --elements 25M --dtype fp32 --workers 4 --bandwidth 25GB/s --latency 5us
+  parcalc comm-volume --collective all-gather --size 512MiB --workers 16 --link ib-ndr
+  parcalc comm-volume --strategy all --model homework-7b --batch 128 --seq-len 4096 --dtype fp16 --gpus 8
+  parcalc comm-volume --strategy fsdp --model homework-7b --batch 128 --dtype fp16 --gpus 8
+  parcalc comm-volume --strategy tp --sequence-parallel --layers 32 --hidden 4096 --heads 32 --batch 8 --seq-len 4096 --gpus 8
+  parcalc comm-volume --strategy 3d --model homework-7b --tp 2 --pp 4 --dp 2 --gpus-per-node 4 --batch 64 --seq-len 4096
+"""
+
+DEFAULT_LINK = "nvlink3"
+DEFAULT_INTER_NODE_LINK = "ib-hdr"
+DEFAULT_GPUS = 8
+
+_Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
+
+
+class CollectiveName(str, Enum):
+    ALL_REDUCE = "all-reduce"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_GATHER = "all-gather"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    ALL_TO_ALL = "all-to-all"
+    POINT_TO_POINT = "point-to-point"
+
+
+class AlgorithmName(str, Enum):
+    PARAMETER_SERVER = "parameter-server"
+    NAIVE = "naive"
+    RING = "ring"
+    TREE = "tree"
+    DOUBLE_BINARY_TREE = "double-binary-tree"
+    BUTTERFLY = "butterfly"
+    HALVING_DOUBLING = "halving-doubling"
+    PAIRWISE = "pairwise"
+    DIRECT = "direct"
+
+
+class StrategyName(str, Enum):
+    DP = "dp"
+    ZERO1 = "zero1"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
+    FSDP = "fsdp"
+    TP = "tp"
+    PP = "pp"
+    THREE_D = "3d"
+    ALL = "all"
+
+
+class ScheduleName(str, Enum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+    ZB_H1 = "zb-h1"
+    ZB_H2 = "zb-h2"
+
+
+def comm_volume(
+    collective: Annotated[Optional[CollectiveName], typer.Option(metavar="OP", help="One collective: all-reduce, reduce-scatter, all-gather, broadcast, reduce, all-to-all, point-to-point.", show_default=False)] = None,  # noqa: UP045
+    strategy: Annotated[Optional[StrategyName], typer.Option(metavar="NAME", help="Every collective of one iteration: dp, zero1, zero2, zero3, fsdp, tp, pp, 3d, or all to compare them.", show_default=False)] = None,  # noqa: UP045
+    algorithm: Annotated[Optional[AlgorithmName], typer.Option(metavar="ALGO", help="All-reduce: parameter-server, naive, ring (default), tree, double-binary-tree, butterfly, halving-doubling.", show_default=False)] = None,  # noqa: UP045
+    size: Annotated[_Text, typer.Option(metavar="BYTES", help="--collective: message size M (nccl-tests convention: the whole array), e.g. 1GB, 512MiB.")] = None,
+    elements: Annotated[_Text, typer.Option(metavar="N", help="--collective: message as a count of elements of --dtype, e.g. 25M.")] = None,
+    workers: Annotated[_Text, typer.Option(metavar="N", help="--collective: number of workers (ranks).")] = None,
+    compare: Annotated[bool, typer.Option("--compare", help="--collective: every algorithm side by side, with seed 001's approximations.")] = False,
+    model: Annotated[_Text, typer.Option(metavar="NAME|config.json", help="--strategy: model preset or Hugging Face config.json.")] = None,
+    layers: Annotated[_Text, typer.Option(metavar="N", help="Transformer layers (with --model: overrides the preset).")] = None,
+    hidden: Annotated[_Text, typer.Option(metavar="D", help="Hidden size.")] = None,
+    heads: Annotated[_Text, typer.Option(metavar="N", help="Attention heads.")] = None,
+    ffn_hidden: Annotated[_Text, typer.Option(metavar="F", help="MLP width (default 4 x hidden).")] = None,
+    vocab: Annotated[_Text, typer.Option(metavar="V", help="Vocabulary size (default 0: no embeddings, as in seed 004).")] = None,
+    batch: Annotated[_Text, typer.Option(metavar="B", help="Global batch in sequences per iteration (default: one per GPU).")] = None,
+    micro_batch: Annotated[_Text, typer.Option(metavar="b", help="Sequences per micro-batch per replica (default: the replica's batch without PP, 1 with PP).")] = None,
+    seq_len: Annotated[_Text, typer.Option(metavar="L", help="Sequence length (default: the model's maximum).")] = None,
+    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="Element type of parameters and activations (and of --elements).")] = "bf16",
+    grad_dtype: Annotated[_Text, typer.Option(metavar="DTYPE", help="Element type of gradients (default: --dtype).")] = None,
+    gpus: Annotated[_Text, typer.Option(metavar="N", help=f"GPUs in all (default: tp x pp x dp, or {DEFAULT_GPUS}).")] = None,
+    tp: Annotated[_Text, typer.Option(metavar="N", help="Tensor-parallel degree.")] = None,
+    pp: Annotated[_Text, typer.Option(metavar="N", help="Pipeline-parallel degree (stages).")] = None,
+    dp: Annotated[_Text, typer.Option(metavar="N", help="Data-parallel degree.")] = None,
+    zero: Annotated[int, typer.Option(metavar="0-3", help="--strategy 3d: ZeRO stage of the data-parallel dimension (0: DDP all-reduce).")] = 0,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism with TP: all-gathers and reduce-scatters.")] = False,
+    schedule: Annotated[ScheduleName, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2.")] = ScheduleName.ONE_F_ONE_B,
+    chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (--schedule interleaved).")] = None,
+    gpus_per_node: Annotated[_Text, typer.Option(metavar="N", help="GPUs per node: groups wider than a node use --inter-node-link.")] = None,
+    link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset within a node (default {DEFAULT_LINK}).")] = None,
+    inter_node_link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset between nodes (default {DEFAULT_INTER_NODE_LINK}).")] = None,
+    bandwidth: Annotated[_Text, typer.Option(metavar="B/s", help="Bandwidth per direction instead of --link, e.g. 25GB/s or 200Gb/s.")] = None,
+    latency: Annotated[_Text, typer.Option(metavar="TIME", help="Latency per message (alpha) instead of --link, e.g. 5us.")] = None,
+    bucket_size: Annotated[_Text, typer.Option(metavar="BYTES", help="DDP / ZeRO bucket cap (default 25MiB, with DDP's 1MiB first bucket).")] = None,
+    ddp_first_iteration: Annotated[bool, typer.Option("--ddp-first-iteration", help="DDP's first iteration: every gradient in one bucket.")] = False,
+    shard_padding: Annotated[bool, typer.Option("--shard-padding/--no-shard-padding", help="FSDP2 pads each tensor's dim 0 to a multiple of the group.")] = True,
+    reshard_root: Annotated[bool, typer.Option("--reshard-root/--no-reshard-root", help="FSDP: re-gather the root unit in backward (FSDP2 does not).")] = True,
+    vocab_parallel: Annotated[bool, typer.Option("--vocab-parallel/--no-vocab-parallel", help="TP: Megatron's vocabulary-parallel embedding and loss.")] = True,
+    recompute: Annotated[bool, typer.Option("--recompute", help="Full activation recomputation: TP collectives of forward replayed in backward.")] = False,
+    presets: PresetsOption = None,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Communication volume: a collective's algorithms (--collective), or every collective of one
+    training iteration under DP, ZeRO, FSDP, TP, SP, PP or 3D (--strategy), with payload and
+    per-device traffic and alpha-beta times."""
+    args = dict(locals())  # every flag by name, taken before any other local exists
+    start(output, fmt)
+    from parcalc.errors import InputError
+
+    if (collective is None) == (strategy is None):
+        raise InputError("give one of --collective OP (one collective's algorithms) or --strategy NAME (a training iteration)")
+    dirs = preset_dirs(presets)
+    _check_mode_flags(args, collective is not None)
+    if collective is not None:
+        result = _collective_result(collective, algorithm, size, elements, dtype, workers, compare, link, bandwidth, latency, dirs)
+    else:
+        result = _strategy_result(args, dirs)
+    finish(result, fmt, output)
+
+
+_COLLECTIVE_ONLY = ("size", "elements", "workers")
+_STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "ffn_hidden", "vocab", "batch", "micro_batch", "seq_len", "grad_dtype",
+                  "gpus", "tp", "pp", "dp", "chunks", "gpus_per_node", "inter_node_link", "bucket_size")  # fmt: skip
+
+
+def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
+    """A flag of the other mode is an error, not silently ignored."""
+    from parcalc.errors import InputError
+
+    if collective_mode:
+        wrong = [name for name in _STRATEGY_ONLY if args[name] is not None]
+        wrong += ["sequence_parallel"] if args["sequence_parallel"] else []
+        mode, other = "--collective", "--strategy"
+    else:
+        wrong = [name for name in _COLLECTIVE_ONLY if args[name] is not None] + (["compare"] if args["compare"] else [])
+        mode, other = "--strategy", "--collective"
+    if wrong:
+        flags = ", ".join("--" + name.replace("_", "-") for name in wrong)
+        raise InputError(f"{flags}: applies to {other}, not {mode}")
+
+
+# ---------------------------------------------------------------------------------------------
+# --collective
+
+
+def _collective_result(collective: CollectiveName, algorithm: AlgorithmName | None, size: str | None, elements: str | None,
+                       dtype: str, workers: str | None, compare: bool, link: str | None, bandwidth: str | None,
+                       latency: str | None, dirs: tuple) -> "Result":  # fmt: skip
+    from parcalc.core import collectives as co
+    from parcalc.core.dtypes import bytes_per_element, canonical_dtype
+    from parcalc.derivation import Column, Result, Table
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_count, parse_quantity
+
+    op = co.Collective(collective.value)
+    algo = co.Algorithm(algorithm.value) if algorithm is not None else co.default_algorithm(op)
+    if size is not None and elements is not None:
+        raise InputError("--size: give the message as --size BYTES or as --elements N with --dtype, not both")
+    items, item_bytes, dtype_key = None, None, canonical_dtype(dtype)
+    if size is not None:
+        message = parse_quantity(size, Dimension.BYTES, "--size")
+    elif elements is not None:
+        items = parse_quantity(elements, Dimension.COUNT, "--elements")
+        item_bytes = bytes_per_element(dtype_key)
+        message = items * item_bytes
+    else:
+        raise InputError("--size: required (bytes, e.g. 1GB or 512MiB), or --elements N with --dtype")
+    if workers is None:
+        if op is not co.Collective.POINT_TO_POINT:
+            raise InputError("--workers: required (the number of ranks taking part)")
+        count = 2
+    else:
+        count = parse_count(workers, "--workers")
+    chosen = _intra_link(link, bandwidth, latency, dirs)
+    beta, alpha = chosen.bandwidth_per_direction.value, chosen.latency.value
+    m_term = co.size_term(message, items, item_bytes, dtype_key)
+    derivations = list(co.cost_derivations(op, algo, m_term, count, beta, alpha))
+    if op is co.Collective.ALL_REDUCE and (algo is co.Algorithm.RING or compare):
+        derivations.append(co.seed002_ring_time(items if items is not None else message, item_bytes or 1.0, count, beta, alpha))
+    tables: tuple[Table, ...] = ()
+    if compare:
+        rows = co.compare_algorithms(op, message, count, beta, alpha)
+        columns = (
+            Column("algorithm", "algorithm"), Column("steps", "steps"), Column("sent", "sent per worker", "B"),
+            Column("received", "received per worker", "B"), Column("total", "total on network", "B"),
+            Column("slide_formula", "seed 001 total"), Column("slide_total", "= (slide)", "B"),
+            Column("slide_time", "seed 001 time"), Column("time", "time (alpha-beta)", "s"), Column("busbw", "busbw", "B/s"),
+        )  # fmt: skip
+        tables = (Table("algorithms", f"{op.value} of M = {message:,.0f} B over N = {count} workers", columns, tuple(
+            (r.algorithm.value, r.cost.steps, r.cost.sent, r.cost.received, r.cost.total, r.slide_formula, r.slide_total,
+             r.slide_time, r.time, r.busbw) for r in rows)),)  # fmt: skip
+    inputs = (m_term, *(t for t in derivations[4].inputs if t.key in ("n", "alpha", "beta")))
+    return Result(
+        command="comm-volume",
+        title=f"{algo.value} {op.value}: M = {message:,.0f} B over {count} workers on {chosen.name}",
+        inputs=tuple(inputs),
+        derivations=tuple(derivations),
+        tables=tables,
+        verdicts=(
+            f"per worker: sends {derivations[1].value:,.0f} B, receives {derivations[2].value:,.0f} B; "
+            f"all messages together: {derivations[3].value:,.0f} B",
+        ),
+        assumptions=(co.ALPHA_BETA, "nccl-tests convention: M is the whole array (all-gather: the output; reduce-scatter: the input)"),
+        settings=(("collective", op.value), ("algorithm", algo.value), ("link", chosen.key)),
+    )
+
+
+def _intra_link(name: str | None, bandwidth: str | None, latency: str | None, dirs: tuple) -> "Link":
+    """--link NAME, or --bandwidth and --latency (which also override a named link's values)."""
+    from dataclasses import replace
+
+    from parcalc.core.hardware import Link, Sourced
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_quantity
+
+    beta = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth") if bandwidth is not None else None
+    alpha = parse_quantity(latency, Dimension.TIME, "--latency", allow_zero=True) if latency is not None else None
+    given = "given on the command line"
+    if name is None and (beta is not None or alpha is not None):
+        if beta is None or alpha is None:
+            raise InputError("--bandwidth and --latency: give both (or a --link preset)")
+        return Link("given", "the given link", Sourced(beta, "B/s", given), Sourced(alpha, "s", given))
+    from parcalc.presets import load_link
+
+    chosen = load_link(name or DEFAULT_LINK, dirs)
+    if beta is not None:
+        chosen = replace(chosen, bandwidth_per_direction=Sourced(beta, "B/s", given))
+    if alpha is not None:
+        chosen = replace(chosen, latency=Sourced(alpha, "s", given))
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------------
+# --strategy
+
+
+def _model(args: dict[str, Any], dirs: tuple) -> "TransformerModel":
+    """A preset or config.json, with any of --layers --hidden --heads --ffn-hidden --vocab overriding it,
+    or a model from those flags alone: no biases, norms or positions (seed 004's convention)."""
+    from dataclasses import replace
+
+    from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    flags = {name: parse_count(args[name], f"--{name.replace('_', '-')}", allow_zero=name == "vocab")
+             for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab") if args[name] is not None}  # fmt: skip
+    if args["model"] is not None:
+        from parcalc.presets import load_model
+
+        base = load_model(args["model"], dirs)
+        if not flags:
+            return base
+        changes: dict[str, Any] = dict(flags)
+        if "hidden" in flags or "heads" in flags:
+            hidden, heads = flags.get("hidden", base.hidden), flags.get("heads", base.heads)
+            if hidden % heads:
+                raise InputError(f"--heads: {heads} heads do not divide the hidden size {hidden}")
+            changes["head_dim"] = hidden // heads
+            if "heads" in flags:
+                changes["kv_heads"] = heads if base.kv_heads == base.heads else base.kv_heads
+        return replace(base, key=base.key + "*", name=base.name + " (modified)", **changes)
+    missing = [f"--{n}" for n in ("layers", "hidden", "heads") if n not in flags]
+    if missing:
+        raise InputError(f"--model: give a model preset, or the shape with {', '.join(missing)}")
+    if flags["hidden"] % flags["heads"]:
+        raise InputError(f"--heads: {flags['heads']} heads do not divide the hidden size {flags['hidden']}")
+    return TransformerModel(
+        key="custom", name=f"{flags['layers']}-layer transformer, D = {flags['hidden']}", layers=flags["layers"],
+        hidden=flags["hidden"], heads=flags["heads"], kv_heads=flags["heads"], head_dim=flags["hidden"] // flags["heads"],
+        ffn_hidden=flags.get("ffn_hidden", 4 * flags["hidden"]), mlp=Mlp.RELU, vocab=flags.get("vocab", 0), max_seq_len=0,
+        tied_embeddings=True, position=Position.NONE, norm=Norm.NONE, bias=False, source="given on the command line",
+    )  # fmt: skip
+
+
+def _degrees(args: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(gpus, tp, pp, dp) from --gpus and the degree flags, the strategy's own dimension taking the rest."""
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    given = {k: parse_count(args[k], f"--{k}") for k in ("tp", "pp", "dp") if args[k] is not None}
+    total = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else None
+    own = {"dp": "dp", "zero1": "dp", "zero2": "dp", "zero3": "dp", "fsdp": "dp", "tp": "tp", "pp": "pp"}.get(args["strategy"].value)
+    if own is not None and own not in given:
+        others = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1)
+        total = total if total is not None else DEFAULT_GPUS
+        if total % others:
+            raise InputError(f"--gpus: {total} GPUs do not split into the given degrees ({others} GPUs per {own} rank)")
+        given[own] = total // others
+    tp, pp, dp = given.get("tp", 1), given.get("pp", 1), given.get("dp", 1)
+    if total is not None and total != tp * pp * dp:
+        raise InputError(f"--gpus: {total} is not tp x pp x dp = {tp} x {pp} x {dp} = {tp * pp * dp}")
+    return tp * pp * dp, tp, pp, dp
+
+
+def _strategy_result(args: dict[str, Any], dirs: tuple) -> "Result":
+    from parcalc.core import comm
+    from parcalc.core.dtypes import bytes_per_element, canonical_dtype
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    name = args["strategy"].value
+    shape = _model(args, dirs)
+    par = _parallelism(args)
+    dtype_key = canonical_dtype(args["dtype"])
+    grad_key = canonical_dtype(args["grad_dtype"], "--grad-dtype") if args["grad_dtype"] else dtype_key
+    seq = parse_count(args["seq_len"], "--seq-len") if args["seq_len"] is not None else shape.max_seq_len
+    if seq == 0:
+        raise InputError("--seq-len: required (the model gives no maximum sequence length)")
+    global_batch = parse_count(args["batch"], "--batch") if args["batch"] is not None else par.gpus
+    given_micro = parse_count(args["micro_batch"], "--micro-batch") if args["micro_batch"] is not None else None
+    opts = _options(args)
+    network = comm.Network(
+        intra=_intra_link(args["link"], args["bandwidth"], args["latency"], dirs),
+        inter=_inter_link(args["inter_node_link"], par.gpus > par.gpus_per_node, dirs),
+    )
+    work = comm.Workload(global_batch, given_micro or 1, seq, bytes_per_element(dtype_key),
+                         bytes_per_element(grad_key, "--grad-dtype"), dtype_key, grad_key)  # fmt: skip
+    settings = [("model", shape.key), ("strategy", name), ("dtype", dtype_key), ("grad_dtype", grad_key),
+                ("link", network.intra.key), ("inter_node_link", network.inter.key if network.inter else "none (one node)"),
+                ("all_reduce_algorithm", opts.algorithm.value)]  # fmt: skip
+    if name == "all":
+        comparison = comm.compare_strategies(shape, work, par.gpus, network, opts, par.gpus_per_node, given_micro)
+        return _comparison_result(shape, work, par.gpus, comparison, network, settings)
+    work = work._replace(micro_batch=given_micro or comm.default_micro_batch(work, par))
+    plan = comm.iteration_plan(shape, work, par, network, opts, strategy=name)
+    settings += [("tp", str(par.tp)), ("pp", str(par.pp)), ("dp", str(par.dp)), ("data_parallel", par.data_parallel.value),
+                 ("sequence_parallel", str(par.sequence_parallel).lower()), ("schedule", par.schedule)]  # fmt: skip
+    return _plan_result(shape, work, par, plan, network, settings)
+
+
+def _parallelism(args: dict[str, Any]) -> Any:
+    """Degrees, data-parallel flavour (the strategy, or --zero for 3d), schedule and node size."""
+    from parcalc.core import comm
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    name = args["strategy"].value
+    if name == "all":
+        if any(args[k] is not None for k in ("tp", "pp", "dp")):
+            raise InputError("--strategy all: gives all GPUs to one dimension at a time; use --gpus, not --tp/--pp/--dp")
+        gpus = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else DEFAULT_GPUS
+        tp, pp, dp = 1, 1, gpus
+    else:
+        _, tp, pp, dp = _degrees(args)
+    if args["zero"] not in (0, 1, 2, 3):
+        raise InputError(f"--zero: ZeRO stage must be 0, 1, 2 or 3, got {args['zero']}")
+    stages = (comm.DataParallel.DDP, comm.DataParallel.ZERO1, comm.DataParallel.ZERO2, comm.DataParallel.ZERO3)
+    flavour = {"zero1": stages[1], "zero2": stages[2], "zero3": stages[3], "fsdp": stages[3]}.get(name, stages[args["zero"]])
+    return comm.Parallelism(
+        tp=tp, pp=pp, dp=dp, data_parallel=flavour, sequence_parallel=args["sequence_parallel"],
+        schedule=args["schedule"].value, chunks=parse_count(args["chunks"], "--chunks") if args["chunks"] else 1,
+        gpus_per_node=parse_count(args["gpus_per_node"], "--gpus-per-node") if args["gpus_per_node"] is not None else 8,
+    )  # fmt: skip
+
+
+def _options(args: dict[str, Any]) -> Any:
+    from parcalc.core import comm
+    from parcalc.core.collectives import ALGORITHMS, Algorithm, Collective
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_quantity
+
+    algorithm = Algorithm(args["algorithm"].value) if args["algorithm"] else Algorithm.RING
+    if algorithm not in ALGORITHMS[Collective.ALL_REDUCE]:
+        raise InputError(f"--algorithm: {algorithm.value} is not an all-reduce algorithm")
+    bucket = parse_quantity(args["bucket_size"], Dimension.BYTES, "--bucket-size") if args["bucket_size"] else None
+    return comm.Options(
+        algorithm=algorithm,
+        bucket_bytes=bucket or comm.DDP_BUCKET_BYTES,
+        first_bucket_bytes=bucket or comm.DDP_FIRST_BUCKET_BYTES,  # PyTorch: an explicit cap applies to the first bucket too
+        ddp_first_iteration=args["ddp_first_iteration"], shard_padding=args["shard_padding"],
+        reshard_root=args["reshard_root"], vocab_parallel=args["vocab_parallel"], recompute=args["recompute"],
+    )  # fmt: skip
+
+
+def _inter_link(name: str | None, needed: bool, dirs: tuple) -> "Link | None":
+    if name is None and not needed:
+        return None
+    from parcalc.presets import load_link
+
+    return load_link(name or DEFAULT_INTER_NODE_LINK, dirs)
+
+
+def _workload_terms(shape: "TransformerModel", work: Any, network: Any, per_strategy_micro_batch: bool = False) -> "tuple[Term, ...]":
+    from parcalc.derivation import Term
+
+    terms = [
+        Term("params", "P", "P", shape.total_params, "", f"parameters of {shape.name}", shape.source),
+        Term("layers", "N_layer", r"N_{\mathrm{layer}}", shape.layers, "", "transformer layers"),
+        Term("hidden", "D", "D", shape.hidden, "", "hidden size"),
+        Term("heads", "n_H", "n_H", shape.heads, "", "attention heads"),
+        Term("batch", "B", "B", work.global_batch, "", "sequences per iteration (global batch)"),
+        Term("micro_batch", "b", "b", work.micro_batch, "", "sequences per micro-batch per replica"),
+        Term("seq_len", "L", "L", work.seq_len, "", "sequence length"),
+        Term("s", "s", "s", work.bytes_per_element, "B", f"bytes per {work.dtype} element"),
+        Term("s_g", "s_g", "s_g", work.grad_bytes_per_element, "B", f"bytes per {work.grad_dtype} gradient"),
+        Term("beta_intra", "β_intra", r"\beta_{\mathrm{intra}}", network.intra.bandwidth_per_direction.value, "B/s",
+             f"{network.intra.name}, per direction", network.intra.bandwidth_per_direction.source),
+        Term("alpha_intra", "α_intra", r"\alpha_{\mathrm{intra}}", network.intra.latency.value, "s", f"{network.intra.name}, latency",
+             network.intra.latency.source),
+    ]  # fmt: skip
+    if per_strategy_micro_batch:
+        terms = [t for t in terms if t.key != "micro_batch"]
+    if network.inter is not None:
+        terms += [
+            Term("beta_inter", "β_inter", r"\beta_{\mathrm{inter}}", network.inter.bandwidth_per_direction.value, "B/s",
+                 f"{network.inter.name}, per direction", network.inter.bandwidth_per_direction.source),
+            Term("alpha_inter", "α_inter", r"\alpha_{\mathrm{inter}}", network.inter.latency.value, "s",
+                 f"{network.inter.name}, latency", network.inter.latency.source),
+        ]  # fmt: skip
+    return tuple(terms)
+
+
+def _calls_table(plan: "CommPlan") -> "Table":
+    from parcalc.derivation import Column, Table
+
+    columns = (
+        Column("dimension", "group"), Column("stages", "where"), Column("phase", "phase"), Column("purpose", "what"),
+        Column("op", "op"), Column("group_size", "group size"), Column("groups", "groups"), Column("calls", "calls/iter"),
+        Column("bytes_per_call", "bytes/call", "B"), Column("payload", "payload/iter", "B"), Column("algorithm", "algorithm"),
+        Column("sent", "sent/device/iter", "B"), Column("received", "received/device/iter", "B"), Column("direction", "direction"),
+        Column("link", "link"), Column("inter_node", "inter-node"), Column("time", "time/iter", "s"),
+    )  # fmt: skip
+    rows = tuple(
+        (c.dimension, c.stages, c.phase, c.purpose, c.op.value, c.group_size, c.groups, c.calls, c.bytes_per_call,
+         c.payload, c.algorithm.value, c.sent, c.received, c.direction, c.link, c.inter_node, c.time)
+        for c in plan.calls
+    )  # fmt: skip
+    return Table("collectives", "Collectives of one iteration (payload and traffic per group; 'groups' such groups run at once)",
+                 columns, rows)  # fmt: skip
+
+
+def _conventions(plan: "CommPlan") -> tuple[str, ...]:
+    """One line per kind of collective naming both conventions: payload and per-device traffic."""
+    from parcalc.units import format_bytes
+
+    lines = []
+    for total in plan.totals:
+        where = f" {total.direction}" if total.direction else ""
+        stage = f", stage {total.stage}" if plan.parallelism.pp > 1 else ""
+        lines.append(
+            f"{total.dimension} {total.op.value}{where}: payload (bytes aggregated) {format_bytes(total.payload)} per iteration; "
+            f"per-device traffic {format_bytes(total.sent)} sent (group of {total.group_size}{stage})"
+        )
+    return tuple(lines)
+
+
+def _plan_result(shape: "TransformerModel", work: Any, par: Any, plan: "CommPlan", network: Any, settings: list) -> "Result":
+    from parcalc.derivation import Result
+
+    return Result(
+        command="comm-volume",
+        title=f"Communication of one iteration: {plan.strategy} ({par.tp} TP x {par.pp} PP x {par.dp} DP = {par.gpus} GPUs) on {shape.name}",
+        inputs=_workload_terms(shape, work, network),
+        derivations=plan.derivations,
+        tables=(_calls_table(plan),),
+        verdicts=_conventions(plan),
+        assumptions=plan.assumptions,
+        settings=tuple(settings),
+    )
+
+
+def _comparison_result(shape: "TransformerModel", work: Any, gpus: int, comparison: "StrategyComparison", network: Any,
+                       settings: list) -> "Result":  # fmt: skip
+    from dataclasses import replace
+
+    from parcalc.derivation import Column, Result, Table
+
+    derivations = []
+    rows = []
+    totals = []
+    for plan in comparison.plans:
+        for d in plan.derivations:
+            derivations.append(replace(d, key=f"{plan.strategy}.{d.key}", label=f"{plan.strategy}: {d.label}"))
+        for c in plan.calls:
+            rows.append((plan.strategy, c.dimension, c.stages, c.phase, c.purpose, c.op.value, c.group_size, c.groups,
+                         c.calls, c.payload, c.sent, c.direction, c.time))  # fmt: skip
+        time = next((d.value for d in plan.derivations if d.key == "comm_time"), 0.0)
+        sent = next((d.value for d in plan.derivations if d.key == "sent_per_device"), 0.0)
+        totals.append((plan.strategy, plan.parallelism.tp, plan.parallelism.pp, plan.parallelism.dp, plan.workload.micro_batch, sent, time))
+    columns = (
+        Column("strategy", "strategy"), Column("dimension", "group"), Column("stages", "where"), Column("phase", "phase"),
+        Column("purpose", "what"), Column("op", "op"), Column("group_size", "group size"), Column("groups", "groups"),
+        Column("calls", "calls/iter"), Column("payload", "payload/iter", "B"),
+        Column("sent", "sent/device/iter", "B"), Column("direction", "direction"), Column("time", "time/iter", "s"),
+    )  # fmt: skip
+    total_columns = (
+        Column("strategy", "strategy"), Column("tp", "TP"), Column("pp", "PP"), Column("dp", "DP"),
+        Column("micro_batch", "micro-batch"), Column("sent", "sent/device/iter", "B"), Column("time", "comm time/iter", "s"),
+    )  # fmt: skip
+    verdicts = [f"{name} skipped: {why}" for name, why in comparison.skipped]
+    if totals:
+        fastest = min(totals, key=lambda t: t[-1])
+        verdicts.insert(0, f"least communication time: {fastest[0]} ({fastest[-1]:.4g} s per iteration, no overlap)")
+    assumptions: dict[str, None] = {}
+    for plan in comparison.plans:
+        assumptions.update(dict.fromkeys(plan.assumptions))
+    return Result(
+        command="comm-volume",
+        title=f"Communication of one iteration, every strategy on {gpus} GPUs: {shape.name}",
+        inputs=_workload_terms(shape, work, network, per_strategy_micro_batch=True),
+        derivations=tuple(derivations),
+        tables=(  # the full table first: CSV output writes the first table
+            Table("collectives", "Per strategy: every collective (payload per group)", columns, tuple(rows)),
+            Table("totals", "Per strategy: the busiest device", total_columns, tuple(totals)),
+        ),
+        verdicts=tuple(verdicts),
+        assumptions=tuple(assumptions),
+        settings=tuple(settings + [("gpus", str(gpus))]),
+    )

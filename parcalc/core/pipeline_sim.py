@@ -1,0 +1,364 @@
+"""A discrete-event simulation of pipeline-parallel schedules, and the timeline it produces.
+
+A schedule is, for every device, the ordered list of its operations: forward F, backward B and,
+where the backward is split (Zero Bubble), the weight-gradient pass W; each names a micro-batch
+and a model chunk (a virtual stage of the interleaved schedule). The simulator runs every
+device's list in order, one operation at a time, and starts an operation as soon as its device is
+free and its dependencies have finished (plus a point-to-point latency when the dependency ran
+on another device):
+
+- F of micro-batch i on virtual stage q after F of i on stage q - 1;
+- B of i on stage q after B of i on stage q + 1 (on the last stage, after its own F);
+- W of i on stage q after B of i on stage q.
+
+Virtual stage q = chunk x p + device (Megatron-LM's interleaved layout: device d holds layers
+chunks d, d + p, d + 2p, ...). All numbers here are 0-based; renderers print them from 1, as
+the papers' figures do.
+
+Times are in seconds. A chunk's operation takes 1/v of its device's per-stage time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+F, B, W = "F", "B", "W"
+OPS = (F, B, W)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One operation in a device's order: `op` is "F", "B" or "W"; micro_batch and chunk 0-based."""
+
+    op: str
+    micro_batch: int
+    chunk: int = 0
+
+
+@dataclass(frozen=True)
+class Event:
+    """One operation as it ran: device, op, micro-batch and chunk (all 0-based), start and end in s."""
+
+    device: int
+    op: str
+    micro_batch: int
+    chunk: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The simulated schedule: events in start order and what they add up to.
+
+    makespan: from the first start to the last end (s): one iteration with a pipeline flush.
+    busy / idle: per device, time computing and time idle within the makespan (s).
+    span: per device, from its own first start to its own last end (s).
+    peak_in_flight: per device, the most micro-batches whose activations (those B needs) were
+      alive at once, counted from the start of F to the end of B, in units of a whole stage's
+      activations of one micro-batch (a chunk counts 1/v).
+    pending_weight_at_peak: per device, how many micro-batches had finished B but not W at the
+      moment of that peak (Zero Bubble schedules: they hold the smaller activations W needs,
+      M_W < M_B, Qi et al. 2024 Table 1; worker i holds (p - i + 1) M_B + (i - 1) M_W in ZB-H1).
+    """
+
+    stages: int
+    micro_batches: int
+    chunks: int
+    latency: float
+    events: tuple[Event, ...]
+    makespan: float
+    busy: tuple[float, ...]
+    idle: tuple[float, ...]
+    span: tuple[float, ...]
+    peak_in_flight: tuple[float, ...]
+    pending_weight_at_peak: tuple[float, ...]
+
+    @property
+    def total_idle(self) -> float:
+        return sum(self.idle)
+
+    @property
+    def total_busy(self) -> float:
+        return sum(self.busy)
+
+    @property
+    def bubble_share(self) -> float:
+        """Idle device-time as a share of all device-time within the makespan."""
+        return self.total_idle / (self.stages * self.makespan) if self.makespan > 0 else 0.0
+
+    @property
+    def bubble_relative(self) -> float:
+        """Idle device-time relative to the compute (busy) time."""
+        return self.total_idle / self.total_busy if self.total_busy > 0 else 0.0
+
+    @property
+    def span_bubble(self) -> float:
+        """The largest idle time of one device between its own first start and last end (s).
+
+        The measure of Qi et al. 2024 (zero-bubble repository, zb.py: a stage's time is its last
+        W's end minus its first F's start): with the optimizer step no longer synchronising the
+        stages (their sec. 4), each stage starts its next iteration as soon as it is done.
+        """
+        return max(s - b for s, b in zip(self.span, self.busy, strict=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# Orders: the operations of each device, in the order the schedule runs them
+
+
+def gpipe_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], ...]:
+    """GPipe (Huang et al. 2019, fig. 2c): every forward, then every backward, on each device."""
+    forwards = tuple(Task(F, i) for i in range(micro_batches))
+    backwards = tuple(Task(B, i) for i in range(micro_batches))
+    return tuple(forwards + backwards for _ in range(stages))
+
+
+def one_f_one_b_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], ...]:
+    """1F1B / PipeDream-Flush (Narayanan et al. 2021, sec. 2.2, fig. 4 top).
+
+    Device d runs min(p - d - 1, m) warm-up forwards, then alternates one forward and one
+    backward, then drains the remaining backwards: Megatron-LM's
+    forward_backward_pipelining_without_interleaving (megatron/core/pipeline_parallel/schedules.py).
+    """
+    orders = []
+    for device in range(stages):
+        warm_up = min(stages - device - 1, micro_batches)
+        order = [Task(F, i) for i in range(warm_up)]
+        for k in range(micro_batches - warm_up):
+            order += [Task(F, warm_up + k), Task(B, k)]
+        order += [Task(B, micro_batches - warm_up + k) for k in range(warm_up)]
+        orders.append(tuple(order))
+    return tuple(orders)
+
+
+def interleaved_order(stages: int, micro_batches: int, chunks: int) -> tuple[tuple[Task, ...], ...]:
+    """Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, sec. 2.2.2, fig. 4 bottom).
+
+    Follows forward_backward_pipelining_with_interleaving (megatron/core/pipeline_parallel/
+    schedules.py): the k-th forward on a device is micro-batch (k // pv) p + k % p of chunk
+    (k % pv) // p, backwards visit the chunks in reverse; device d runs (p - d - 1) x 2 +
+    (v - 1) x p warm-up forwards (all m v of them when m = p), then one forward and one backward
+    in turn. Micro-batches go in groups of p, hence Megatron's requirement that p divides m.
+    """
+    if chunks == 1:
+        return one_f_one_b_order(stages, micro_batches)
+    if micro_batches % stages:
+        raise ValueError("the interleaved schedule needs the micro-batch count to be a multiple of the stage count")
+    group = stages * chunks
+    total = micro_batches * chunks
+
+    def task(op: str, k: int) -> Task:
+        chunk = (k % group) // stages
+        if op == B:
+            chunk = chunks - 1 - chunk
+        return Task(op, (k // group) * stages + k % stages, chunk)
+
+    orders = []
+    for device in range(stages):
+        if micro_batches == stages:
+            warm_up = total
+        else:
+            warm_up = min((stages - device - 1) * 2 + (chunks - 1) * stages, total)
+        order = [task(F, k) for k in range(warm_up)]
+        for k in range(total - warm_up):
+            order += [task(F, warm_up + k), task(B, k)]
+        order += [task(B, total - warm_up + k) for k in range(warm_up)]
+        orders.append(tuple(order))
+    return tuple(orders)
+
+
+def zb_h1_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], ...]:
+    """ZB-H1 (Qi et al. 2024, sec. 2.1, fig. 3 top): 1F1B with the backward split into B and W.
+
+    Device d keeps 1F1B's p - d - 1 warm-up forwards but delays its first d weight-gradient
+    passes, so that every device holds p micro-batches in flight and the late W passes fill the
+    tail bubble. The order follows a public DeepSpeed port of ZB-H1 (class ZeroBubbleH1Pipeline,
+    a deepspeed.runtime.pipe PipeSchedule): warm-up F's, then d x (F, B), then (F, B, W) while
+    forwards remain, then (B, W), then the remaining W's. Its bubble is Qi et al.'s
+    (p - 1)(T_F + T_B - T_W) whenever T_W <= T_F, T_B and m >= p (tests/test_pipeline_sim.py).
+    """
+    orders = []
+    m = micro_batches
+    for device in range(stages):
+        order: list[Task] = []
+        f = b = w = 0
+        for _ in range(stages - device - 1):
+            if f < m:
+                order.append(Task(F, f))
+                f += 1
+        for _ in range(device):
+            if f < m:
+                order += [Task(F, f), Task(B, b)]
+                f += 1
+                b += 1
+        while f < m:
+            order += [Task(F, f), Task(B, b), Task(W, w)]
+            f, b, w = f + 1, b + 1, w + 1
+        while b < m:
+            order += [Task(B, b), Task(W, w)]
+            b, w = b + 1, w + 1
+        order += [Task(W, k) for k in range(w, m)]
+        orders.append(tuple(order))
+    return tuple(orders)
+
+
+def zb_h2_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], ...]:
+    """ZB-H2 (Qi et al. 2024, sec. 2.2, fig. 3 bottom): zero bubble with up to 2p - 1 in flight.
+
+    The handcrafted schedule assumes T_F = T_B = T_W. It is built here by running those unit
+    times through the rules of the paper's heuristic (sec. 3.1): a device runs a B as soon as it
+    can, else an F while fewer than 2p - 1 micro-batches are in flight (F started, W not yet
+    run), else a pending W to fill the gap. Device d then runs 2(p - d) - 1 warm-up forwards,
+    and the W passes at the tail turn the trapezoid of 1F1B into a parallelogram. The resulting
+    order is then simulated with the actual times.
+    """
+    p, m = stages, micro_batches
+    limit = 2 * p - 1
+    f_end: dict[tuple[int, int], int] = {}  # (device, micro-batch) -> end time, unit steps
+    b_end: dict[tuple[int, int], int] = {}
+    next_f, next_b, next_w = [0] * p, [0] * p, [0] * p
+    orders: list[list[Task]] = [[] for _ in range(p)]
+    t = 0
+    while any(n < m for n in next_w):
+        started: list[tuple[str, int, int]] = []
+        for d in range(p):
+            f, b, w = next_f[d], next_b[d], next_w[d]
+            b_ready = b < f and (f_end[(d, b)] <= t if d == p - 1 else b_end.get((d + 1, b), t + 1) <= t)
+            f_ready = f < m and f - w < limit and (d == 0 or f_end.get((d - 1, f), t + 1) <= t)
+            if b_ready:
+                started.append((B, d, b))
+            elif f_ready:
+                started.append((F, d, f))
+            elif w < b:
+                started.append((W, d, w))
+        for op, d, i in started:  # decided on the state at time t, applied together
+            orders[d].append(Task(op, i))
+            if op == F:
+                f_end[(d, i)] = t + 1
+                next_f[d] += 1
+            elif op == B:
+                b_end[(d, i)] = t + 1
+                next_b[d] += 1
+            else:
+                next_w[d] += 1
+        t += 1
+    return tuple(tuple(order) for order in orders)
+
+
+# ---------------------------------------------------------------------------------------------
+# The simulation
+
+
+def simulate(
+    orders: Sequence[Sequence[Task]],
+    durations: Sequence[Mapping[str, float]],
+    *,
+    micro_batches: int,
+    chunks: int = 1,
+    latency: float = 0.0,
+) -> Timeline:
+    """Run each device's order; return the timeline.
+
+    durations[d][op]: seconds of op ("F", "B", "W") for ALL of device d's layers; a chunk's
+    operation takes 1/chunks of it. latency: seconds added to a dependency between devices.
+    An order that can never finish (a device waits on an operation queued behind its own)
+    raises ValueError: the orders above never do.
+    """
+    p, v = len(orders), chunks
+    last = p * v - 1
+    end: dict[tuple[str, int, int], float] = {}  # (op, virtual stage, micro-batch) -> end
+    events: list[Event] = []
+    position, free = [0] * p, [0.0] * p
+    remaining = sum(len(order) for order in orders)
+    while remaining:
+        progressed = False
+        for device in range(p):
+            order = orders[device]
+            while position[device] < len(order):
+                task = order[position[device]]
+                stage = task.chunk * p + device
+                ready = free[device]
+                blocked = False
+                for dep_op, dep_stage in _dependencies(task.op, stage, last):
+                    key = (dep_op, dep_stage, task.micro_batch)
+                    if key not in end:
+                        blocked = True
+                        break
+                    hop = latency if dep_stage % p != device else 0.0
+                    ready = max(ready, end[key] + hop)
+                if blocked:
+                    break
+                finish = ready + durations[device][task.op] / v
+                end[(task.op, stage, task.micro_batch)] = finish
+                events.append(Event(device, task.op, task.micro_batch, task.chunk, ready, finish))
+                free[device] = finish
+                position[device] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            stuck = {d: orders[d][position[d]] for d in range(p) if position[d] < len(orders[d])}
+            raise ValueError(f"the schedule deadlocks: devices wait on {stuck}")
+    return _timeline(events, p, micro_batches, v, latency)
+
+
+def _dependencies(op: str, stage: int, last: int) -> tuple[tuple[str, int], ...]:
+    if op == F:
+        return ((F, stage - 1),) if stage > 0 else ()
+    if op == B:
+        return ((B, stage + 1),) if stage < last else ((F, stage),)
+    return ((B, stage),)
+
+
+def _timeline(events: list[Event], p: int, m: int, v: int, latency: float) -> Timeline:
+    events.sort(key=lambda e: (e.start, e.device))
+    makespan = max((e.end for e in events), default=0.0)
+    busy, span, in_flight, pending = [], [], [], []
+    by_device: list[list[Event]] = [[] for _ in range(p)]
+    for event in events:
+        by_device[event.device].append(event)
+    for mine in by_device:
+        busy.append(sum(e.end - e.start for e in mine))
+        span.append(max(e.end for e in mine) - min(e.start for e in mine) if mine else 0.0)
+        peak, waiting = _peak_memory(mine)
+        in_flight.append(peak / v)
+        pending.append(waiting / v)
+    return Timeline(
+        stages=p,
+        micro_batches=m,
+        chunks=v,
+        latency=latency,
+        events=tuple(events),
+        makespan=makespan,
+        busy=tuple(busy),
+        idle=tuple(makespan - b for b in busy),
+        span=tuple(span),
+        peak_in_flight=tuple(in_flight),
+        pending_weight_at_peak=tuple(pending),
+    )
+
+
+def _peak_memory(events: list[Event]) -> tuple[int, int]:
+    """(most chunk activations alive at once, W-pending chunks at that moment) on one device.
+
+    A chunk's activations are allocated when its F starts and freed when its B ends; with a
+    split backward, what W needs stays from the end of B to the end of W. One device runs one
+    operation at a time, so a release and an allocation at the same instant are in sequence:
+    releases first.
+    """
+    split = any(e.op == W for e in events)
+    changes: list[tuple[float, int, int, int]] = []  # (time, allocation?, d_alive, d_pending)
+    for e in events:
+        if e.op == F:
+            changes.append((e.start, 1, +1, 0))
+        elif e.op == B:
+            changes.append((e.end, 0, -1, +1 if split else 0))
+        else:
+            changes.append((e.end, 0, 0, -1))
+    alive = pending = 0
+    best = (0, 0)
+    for _, _, d_alive, d_pending in sorted(changes):
+        alive, pending = alive + d_alive, pending + d_pending
+        best = max(best, (alive, pending))
+    return best
