@@ -95,11 +95,12 @@ def test_question1_json_answers(runner) -> None:
     assert len(questions["1.2"]["results"]) == 3
 
 
-def test_question1_tex_snapshot(runner, tmp_path: Path) -> None:
-    target = tmp_path / "question1.tex"
-    result = runner.invoke(app, ["report", "question1", "-o", str(target)])
+@pytest.mark.parametrize("worksheet", ["question1", "question2"])
+def test_homework_tex_snapshot(runner, tmp_path: Path, worksheet: str) -> None:
+    target = tmp_path / f"{worksheet}.tex"
+    result = runner.invoke(app, ["report", worksheet, "-o", str(target)])
     assert result.exit_code == 0, result.output
-    snapshot = SNAPSHOTS / "question1.tex"
+    snapshot = SNAPSHOTS / f"{worksheet}.tex"
     if os.environ.get("UPDATE_SNAPSHOTS"):
         snapshot.write_text(target.read_text())
     assert target.read_text() == snapshot.read_text(), "templates changed: review, then UPDATE_SNAPSHOTS=1"
