@@ -421,7 +421,11 @@ def run_scenario(name: str, rank: int, world: int) -> dict:
 def worker(rank: int, world: int, port: int, out_dir: str, scenarios: list[str]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # A scenario that raises on one rank leaves the others waiting in a collective: a gloo
+    # timeout turns that wait into an error in a minute instead of a hang until the test's limit.
+    from datetime import timedelta
+
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=90))
     results: dict = {"config": {
         "hidden": HIDDEN, "heads": HEADS, "ffn": FFN, "seq": SEQ, "batch": BATCH, "vocab": VOCAB,
         "pp_micro_batch": PP_MICRO_BATCH, "ddp_small_bucket_bytes": int(DDP_SMALL_BUCKET_MB * 1024 * 1024),
