@@ -35,6 +35,8 @@ COMMANDS: dict[str, CommandSpec] = {
     "intensity": CommandSpec("parcalc.commands.intensity", function="intensity"),
     "comm-volume": CommandSpec("parcalc.commands.comm_volume", function="comm_volume"),
     "bubble": CommandSpec("parcalc.commands.bubble", function="bubble"),
+    "memory": CommandSpec("parcalc.commands.memory", function="memory"),
+    "flops": CommandSpec("parcalc.commands.flops", function="flops"),
     "presets": CommandSpec("parcalc.commands.presets", app="presets_app"),
     "report": CommandSpec("parcalc.commands.report", function="report"),
 }

@@ -1,12 +1,19 @@
-"""Peak FLOP/s of a GPU, from its clock, SM count and FMA rate or from its datasheet."""
+"""Peak FLOP/s of a GPU (from its clock, SM count and FMA rate or from its datasheet), and the
+FLOPs of a training iteration: the exact matmul count, 6ND, Narayanan's closed form, MFU / HFU."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from parcalc.core.hardware import Gpu, Sourced
 from parcalc.derivation import Derivation, Result, Term
 from parcalc.errors import InputError
+
+if TYPE_CHECKING:
+    from parcalc.core.layer_ops import LayerOp
+    from parcalc.core.model import TransformerModel
 
 FLOP_PER_FMA = 2  # a fused multiply-add is one multiply and one add
 SPARSITY_SPEEDUP = 2  # 2:4 structured sparsity skips half the multiplies (A100 whitepaper, "Sparsity")
@@ -163,3 +170,288 @@ def gpu_peak_flops(
         raise InputError(f"--dtype: {gpu.name} lists neither an FMA rate nor a peak for {dtype}")
     difference = relative_difference(derived, listed) if derived and listed else None
     return PeakFlops(dtype, sparse, gpu.name, derived, listed, difference)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training FLOPs: the exact count from the layer's matmuls, 6ND, Narayanan's closed form, MFU/HFU
+#
+# Convention (Narayanan et al. 2021 sec. 5.1; Korthikanti et al. 2022 Appendix A; Chowdhery et
+# al. 2022, PaLM, Appendix B): only matrix multiplications are counted, 2 FLOP per multiply-add;
+# the backward pass of a matmul is two matmuls of the same size (the input gradient and the
+# weight gradient), so forward + backward = 3 x forward. Model FLOPs count that; hardware FLOPs
+# add what recomputation runs again: the whole forward of every layer with full recomputation,
+# the attention scores and score x V with selective recomputation (Korthikanti et al. eq. 8).
+# Element-wise work (softmax, activation) is shown beside, never inside, these totals.
+
+NARAYANAN_FLOPS = (
+    "Narayanan et al. 2021, 'Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM' (SC21), "
+    "sec. 5.1: F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) FLOPs per iteration, with activation recomputation"
+)
+KAPLAN_6ND = (
+    "Kaplan et al. 2020, 'Scaling Laws for Neural Language Models', sec. 2.1: C ≈ 6 N D "
+    "(2N per token forward, 4N backward; attention scores left out)"
+)
+KORTHIKANTI_FLOPS = "Korthikanti et al. 2022 (arXiv:2205.05198), Appendix A: model FLOPs eq. (7), hardware FLOPs with selective recomputation eq. (8)"
+MFU_SOURCE = "Chowdhery et al. 2022 (PaLM), Appendix B: MFU = model FLOPs per second / peak; Korthikanti et al. 2022 sec. 6: HFU counts recomputation"
+BACKWARD_FACTOR = 2  # a matmul's backward: input gradient and weight gradient, each the forward's FLOPs
+ATTENTION_CORE_OPS = ("scores", "context")  # what selective recomputation runs again (and causal halves)
+
+
+@dataclass(frozen=True)
+class TrainingFlops:
+    """FLOPs of one training iteration of `batch` sequences of `seq_len` tokens, every GPU together."""
+
+    layer_ops: tuple[LayerOp, ...]  # one layer's forward for the whole batch
+    head_op: LayerOp | None  # the LM head, None without a vocabulary
+    causal: bool
+    layer_forward: Derivation
+    forward: Derivation
+    model: Derivation
+    recomputed: Derivation
+    hardware: Derivation
+    model_per_token: Derivation
+    hardware_per_token: Derivation
+    six_nd: Derivation
+    narayanan: Derivation
+    elementwise: Derivation
+    korthikanti_selective: Derivation | None = None  # their eq. (8), with selective recomputation only
+
+    def op_flops(self, op: LayerOp) -> float:
+        """Forward FLOPs of one op as counted here (the attention core halved when causal)."""
+        return op.flops / 2 if self.causal and op.key in ATTENTION_CORE_OPS else float(op.flops)
+
+    def derivations(self) -> tuple[Derivation, ...]:
+        extra = (self.korthikanti_selective,) if self.korthikanti_selective is not None else ()
+        return (self.layer_forward, self.forward, self.model, self.recomputed, self.hardware, *extra, self.model_per_token,
+                self.hardware_per_token, self.six_nd, self.narayanan, self.elementwise)  # fmt: skip
+
+
+def six_nd(params: float, tokens: float, *, key: str = "six_nd", params_source: str = "") -> Derivation:
+    """C ≈ 6 N D training FLOPs (Kaplan et al. 2020): an approximation, named as such."""
+    for name, value in (("parameters", params), ("tokens", tokens)):
+        if not (value > 0 and math.isfinite(value)):
+            raise InputError(f"6ND: {name} must be greater than zero, got {value!r}")
+    return Derivation(
+        key=key,
+        label="6ND approximation (2N forward + 4N backward per token; attention scores and recomputation left out)",
+        symbol="C_6ND",
+        latex_symbol=r"C_{6ND}",
+        formula="6 × $N × $D",
+        formula_latex=r"6 \times $N \times $D",
+        inputs=(
+            Term("N", "N", "N", params, "", "parameters", params_source),
+            Term("D", "D", "D", tokens, "", "tokens"),
+        ),
+        value=6.0 * params * tokens,
+        unit="FLOP",
+        source=KAPLAN_6ND,
+    )
+
+
+def narayanan_flops(batch: float, seq_len: float, layers: float, hidden: float, vocab: float) -> Derivation:
+    """Narayanan et al. 2021's FLOPs per iteration with full recomputation:
+    96 B s l h^2 (1 + s/(6h) + V/(16 l h)), for a GPT layer with a 4h MLP and an LM head."""
+    B, s, l, h, V = batch, seq_len, layers, hidden, vocab
+    return Derivation(
+        key="narayanan_flops",
+        label="Narayanan et al.'s FLOPs per iteration (full recomputation; GPT layer, 4h MLP)",
+        symbol="F_N",
+        latex_symbol=r"F_{\mathrm{N}}",
+        formula="96 × $B × $s × $l × $h² × (1 + $s / (6 × $h) + $V / (16 × $l × $h))",
+        formula_latex=r"96 \times $B \times $s \times $l \times $h^2 \times \left(1 + \frac{$s}{6 \times $h} + \frac{$V}{16 \times $l \times $h}\right)",
+        inputs=(
+            Term("B", "B", "B", B, "", "sequences per iteration (global batch)"),
+            Term("s", "s", "s", s, "", "sequence length"),
+            Term("l", "l", "l", l, "", "transformer layers"),
+            Term("h", "h", "h", h, "", "hidden size"),
+            Term("V", "V", "V", V, "", "vocabulary size"),
+        ),
+        value=96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)),
+        unit="FLOP",
+        source=NARAYANAN_FLOPS,
+    )
+
+
+def korthikanti_selective_flops(batch: float, seq_len: float, layers: float, hidden: float, vocab: float) -> Derivation:
+    """Korthikanti et al. 2022 eq. (8): hardware FLOPs with selective recomputation,
+    72 B L s h^2 (1 + s/(3h) + V/(12 h L)).
+
+    Against their model FLOPs, eq. (7) 72 B L s h^2 (1 + s/(6h) + V/(12 h L)), it adds
+    12 B L s^2 h: three times the forward of Q K^T and score x V that the recomputation runs
+    again (4 B s^2 h per layer). Their "2.7 % (GPT-3) and 1.6 % (MT-NLG) more FLOPs" and the HFU of
+    their Table 5 follow this formula; parcalc's exact count adds the 4 B L s^2 h that run again.
+    """
+    B, s, L, h, V = batch, seq_len, layers, hidden, vocab
+    return Derivation(
+        key="korthikanti_hardware_flops",
+        label="Korthikanti et al.'s hardware FLOPs with selective recomputation, eq. (8) (adds 3 x the recomputed forward)",
+        symbol="F_hw,K",
+        latex_symbol=r"F_{\mathrm{hw,K}}",
+        formula="72 × $B × $L × $s × $h² × (1 + $s / (3 × $h) + $V / (12 × $h × $L))",
+        formula_latex=r"72 \times $B \times $L \times $s \times $h^2 \times \left(1 + \frac{$s}{3 \times $h} + \frac{$V}{12 \times $h \times $L}\right)",
+        inputs=(
+            Term("B", "B", "B", B, "", "sequences per iteration (global batch)"),
+            Term("L", "L", "L", L, "", "transformer layers"),
+            Term("s", "s", "s", s, "", "sequence length"),
+            Term("h", "h", "h", h, "", "hidden size"),
+            Term("V", "V", "V", V, "", "vocabulary size"),
+        ),
+        value=72.0 * B * L * s * h * h * (1 + s / (3 * h) + V / (12 * h * L)),
+        unit="FLOP",
+        source="Korthikanti et al. 2022 (arXiv:2205.05198), Appendix A, eq. (8); used for the HFU of their Table 5",
+        assumptions=("Korthikanti et al.'s eq. (8) counts 12 B s^2 h per layer for selective recomputation; the exact count, 4 B s^2 h",),
+    )
+
+
+def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompute: str = "none", causal: bool = False,
+                   params: float | None = None) -> TrainingFlops:  # fmt: skip
+    """Exact matmul FLOPs of one iteration (seed 004's layer table, attention and LM head
+    included), model and hardware FLOPs, per token, beside 6ND and Narayanan's closed form.
+
+    model: a parcalc.core.model.TransformerModel; batch: sequences per iteration (global);
+    recompute: "none", "selective" or "full"; causal: count half of Q K^T and score x V (the
+    kernels that skip masked blocks); params: N for 6ND (default: the model's parameters).
+    """
+    from parcalc.core.activations import check_count, check_sequence
+    from parcalc.core.layer_ops import lm_head_op, transformer_layer_ops
+
+    check_count("--batch", batch)
+    check_count("--seq-len", seq_len)
+    check_sequence(model, seq_len)
+    recompute = str(getattr(recompute, "value", recompute))  # a parcalc.core.activations.Recompute or its value
+    if recompute not in ("none", "selective", "full"):
+        raise InputError(f"--recompute: none, selective or full, got {recompute!r}")
+    ops = transformer_layer_ops(model, batch, seq_len, 2.0)  # bytes per element do not change FLOPs
+    head = lm_head_op(model, batch, seq_len, 2.0)
+    L = model.layers
+    tokens = float(batch * seq_len)
+    half = 0.5 if causal else 1.0
+    matmuls = [op for op in ops if op.kind == "matmul"]
+    layer_value = sum(op.flops * (half if op.key in ATTENTION_CORE_OPS else 1.0) for op in matmuls)
+    core_value = sum(op.flops * half for op in matmuls if op.key in ATTENTION_CORE_OPS)
+    head_value = float(head.flops) if head is not None else 0.0
+    causal_note = ("causal attention: Q·K^T and score·V counted at half (only the lower triangle is computed)",) if causal else ()
+    groups = (
+        ("F_proj", r"F_{\mathrm{proj}}", "Q, K, V and output projections", ("q_proj", "k_proj", "v_proj", "out_proj")),
+        ("F_core", r"F_{\mathrm{core}}", "Q·K^T and score·V" + (" (causal: half)" if causal else ""), ATTENTION_CORE_OPS),
+        ("F_mlp", r"F_{\mathrm{mlp}}", "MLP matmuls", ("mlp_gate", "mlp_up", "mlp_down")),
+    )
+    group_terms = tuple(
+        Term(key, key, latex_key, sum(op.flops * (half if op.key in ATTENTION_CORE_OPS else 1.0) for op in matmuls if op.key in members),
+             "FLOP", f"{what} of one layer (table 'layer_flops')")
+        for key, latex_key, what, members in groups
+    )  # fmt: skip
+    layer_forward = Derivation(
+        key="layer_forward_flops",
+        label="Forward FLOPs of one layer (its matmuls, table 'layer_flops')",
+        symbol="F_layer",
+        latex_symbol=r"F_{\mathrm{layer}}",
+        formula="$F_proj + $F_core + $F_mlp",
+        formula_latex="$F_proj + $F_core + $F_mlp",
+        inputs=group_terms,
+        value=layer_value,
+        unit="FLOP",
+        source="seed 004 question 2's layer table (parcalc.core.layer_ops), 2 FLOP per multiply-add",
+        assumptions=causal_note,
+    )
+    l_term = Term("L", "L", "L", L, "", "transformer layers")
+    fwd_inputs = [l_term, layer_forward.as_term("F_layer")]
+    formula, latex = "$L × $F_layer", r"$L \times $F_layer"
+    if head is not None:
+        fwd_inputs.append(Term("F_head", "F_head", r"F_{\mathrm{head}}", head_value, "FLOP", f"LM head: 2 x {head.shape}"))
+        formula, latex = formula + " + $F_head", latex + " + $F_head"
+    forward = Derivation("forward_flops", "Forward FLOPs per iteration", "F_fwd", r"F_{\mathrm{fwd}}", formula, latex,
+                         tuple(fwd_inputs), L * layer_value + head_value, "FLOP",
+                         "sum of the matmuls of every layer and of the LM head")  # fmt: skip
+    model_flops = Derivation(
+        key="model_flops",
+        label="Model FLOPs per iteration (forward + backward)",
+        symbol="F_model",
+        latex_symbol=r"F_{\mathrm{model}}",
+        formula="(1 + 2) × $F_fwd",
+        formula_latex=r"(1 + 2) \times $F_fwd",
+        inputs=(forward.as_term("F_fwd"),),
+        value=3.0 * forward.value,
+        unit="FLOP",
+        source=f"{KORTHIKANTI_FLOPS}: backward = 2 x forward (input and weight gradients)",
+    )
+    if recompute == "full":
+        re_formula, re_latex, re_value = "$L × $F_layer", r"$L \times $F_layer", L * layer_value
+        re_inputs: tuple[Term, ...] = (l_term, layer_forward.as_term("F_layer"))
+        re_what = "full recomputation: every layer's forward runs again before its backward"
+    elif recompute == "selective":
+        core = group_terms[1]
+        re_formula, re_latex, re_value, re_inputs = "$L × $F_core", r"$L \times $F_core", L * core_value, (l_term, core)
+        re_what = "selective recomputation: Q·K^T and score·V of every layer run again"
+    else:
+        re_formula, re_latex, re_value, re_inputs = "0", "0", 0.0, ()
+        re_what = "no recomputation"
+    recomputed = Derivation("recomputed_flops", f"Recomputed FLOPs per iteration ({re_what})", "F_re", r"F_{\mathrm{re}}",
+                            re_formula, re_latex, re_inputs, re_value, "FLOP", KORTHIKANTI_FLOPS)  # fmt: skip
+    hardware = Derivation(
+        key="hardware_flops",
+        label="Hardware FLOPs per iteration (model FLOPs + recomputation)",
+        symbol="F_hw",
+        latex_symbol=r"F_{\mathrm{hw}}",
+        formula="$F_model + $F_re",
+        formula_latex=r"$F_model + $F_re",
+        inputs=(model_flops.as_term("F_model"), recomputed.as_term("F_re")),
+        value=model_flops.value + recomputed.value,
+        unit="FLOP",
+        source=KORTHIKANTI_FLOPS,
+    )
+    d_term = Term("D", "D", "D", tokens, "", "tokens per iteration (B x s)")
+    per_token = [
+        Derivation(f"{d.key}_per_token", f"{d.label.split(' per iteration')[0]} per token", f"{d.symbol}/token",
+                   rf"{d.latex_symbol} / \mathrm{{token}}", f"${d.key} / $D", rf"\frac{{${d.key}}}{{$D}}",
+                   (d.as_term(d.key), d_term), d.value / tokens, "FLOP", d.source)  # fmt: skip
+        for d in (model_flops, hardware)
+    ]
+    n_params = float(model.total_params if params is None else params)
+    approx = six_nd(n_params, tokens, params_source="given" if params is not None else f"parameters of {model.name}")
+    elementwise_ops = [op for op in ops if op.kind == "elementwise"]
+    ew_value = L * sum(op.flops for op in elementwise_ops)
+    elementwise = Derivation(
+        key="elementwise_flops",
+        label="Element-wise forward FLOPs per iteration (softmax, activation; not in the totals above)",
+        symbol="F_ew",
+        latex_symbol=r"F_{\mathrm{ew}}",
+        formula="$L × (" + " + ".join(f"${op.key}" for op in elementwise_ops) + ")",
+        formula_latex=r"$L \times \left(" + " + ".join(f"${op.key}" for op in elementwise_ops) + r"\right)",
+        inputs=(l_term, *(Term(op.key, op.key, op.key, op.flops, "FLOP", f"{op.name} over {op.shape}") for op in elementwise_ops)),
+        value=ew_value,
+        unit="FLOP",
+        source="parcalc.core.layer_ops.ELEMENTWISE_FLOP (a convention: exp counted as 1 FLOP)",
+    )
+    narayanan = narayanan_flops(batch, seq_len, L, model.hidden, model.vocab)
+    selective = korthikanti_selective_flops(batch, seq_len, L, model.hidden, model.vocab) if recompute == "selective" else None
+    if not math.isfinite(hardware.value + narayanan.value):
+        raise InputError("--batch / --seq-len: these sizes give more FLOPs than a number can hold")
+    return TrainingFlops(tuple(ops), head, causal, layer_forward, forward, model_flops, recomputed, hardware, per_token[0],
+                         per_token[1], approx, narayanan, elementwise, selective)  # fmt: skip
+
+
+def flops_utilization(flops: Derivation, step_time: float, gpus: float, peak: float, *, hardware: bool = False,
+                      peak_source: str = "", key: str = "", label: str = "") -> Derivation:  # fmt: skip
+    """MFU (model FLOPs) or HFU (hardware FLOPs): FLOPs / (step time x GPUs x peak FLOP/s per GPU)."""
+    for flag, value in (("--step-time", step_time), ("--gpus", gpus), ("--peak", peak)):
+        if not (value > 0 and math.isfinite(value)):
+            raise InputError(f"{flag}: must be greater than zero, got {value!r}")
+    name = "HFU" if hardware else "MFU"
+    return Derivation(
+        key=key or name.lower(),
+        label=label or f"{name}: {'hardware' if hardware else 'model'} FLOPs utilization",
+        symbol=name,
+        latex_symbol=rf"\mathrm{{{name}}}",
+        formula="$F / ($T × $n × $P)",
+        formula_latex=r"\frac{$F}{$T \times $n \times $P}",
+        inputs=(
+            flops.as_term("F"),
+            Term("T", "T", "T", step_time, "s", "time of one iteration"),
+            Term("n", "n", "n", gpus, "", "GPUs"),
+            Term("P", "P", "P", peak, "FLOP/s", "peak FLOP/s per GPU", peak_source),
+        ),
+        value=flops.value / (step_time * gpus * peak),
+        unit="fraction",
+        source=MFU_SOURCE,
+    )

@@ -1,0 +1,198 @@
+"""`parcalc flops`: training FLOPs per iteration and per token, 6ND, Narayanan's formula, MFU / HFU."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+if TYPE_CHECKING:
+    from parcalc.core.flops import TrainingFlops
+    from parcalc.derivation import Derivation, Table
+
+EXAMPLES = """\
+\b
+Examples:
+  parcalc flops --model gpt3-175b --batch 1536 --seq-len 2048
+  parcalc flops --model gpt3-175b --params 175e9 --tokens 300e9
+  parcalc flops --layers 48 --hidden 6144 --heads 64 --vocab 51200 --batch 4 --seq-len 2048 --recompute selective --step-time 1.10s --gpus 8 --gpu a100-sxm4-80gb
+  parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --causal --step-time 6.5s --gpus 64 --gpu h100-sxm5 --dtype bf16
+"""
+
+_Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
+
+
+class MlpName(str, Enum):  # the same choices as parcalc.commands.memory.MlpName (a test keeps them equal)
+    RELU = "relu"
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+    GEGLU = "geglu"
+
+
+class RecomputeName(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+def flops(
+    model: Annotated[_Text, typer.Option(metavar="NAME|config.json", help="Model preset or Hugging Face config.json; the shape flags below override it.")] = None,
+    layers: Annotated[_Text, typer.Option(metavar="L", help="Transformer layers.")] = None,
+    hidden: Annotated[_Text, typer.Option(metavar="h", help="Hidden size.")] = None,
+    heads: Annotated[_Text, typer.Option(metavar="a", help="Attention heads.")] = None,
+    kv_heads: Annotated[_Text, typer.Option(metavar="N", help="Key/value heads (grouped-query attention; default: --heads).")] = None,
+    ffn_hidden: Annotated[_Text, typer.Option(metavar="f", help="MLP width (default 4 x hidden; for gated MLPs the width of each of gate and up).")] = None,
+    mlp: Annotated[Optional[MlpName], typer.Option(metavar="KIND", help="MLP: relu, gelu (default for a model from flags), swiglu, geglu.", show_default=False)] = None,  # noqa: UP045
+    vocab: Annotated[_Text, typer.Option(metavar="V", help="Vocabulary size (0: no embeddings or LM head).")] = None,
+    tied: Annotated[Optional[bool], typer.Option("--tied/--untied", help="Tie the LM head to the word embeddings (default: the preset's; tied from flags).", show_default=False)] = None,  # noqa: UP045
+    batch: Annotated[_Text, typer.Option(metavar="B", help="Sequences per iteration, all GPUs together (default 1).")] = None,
+    seq_len: Annotated[_Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
+    recompute: Annotated[RecomputeName, typer.Option(metavar="KIND", help="Recomputation counted in hardware FLOPs: none, selective, full.")] = RecomputeName.NONE,
+    causal: Annotated[bool, typer.Option("--causal", help="Count Q·K^T and score·V at half (kernels that skip the masked triangle).")] = False,
+    tokens: Annotated[_Text, typer.Option(metavar="D", help="Training tokens of a whole run: total FLOPs, exact per token and 6ND.")] = None,
+    params: Annotated[_Text, typer.Option(metavar="N", help="Parameters N for 6ND (default: the model's count).")] = None,
+    step_time: Annotated[_Text, typer.Option(metavar="TIME", help="Measured time of one iteration, for MFU and HFU (with --gpus).")] = None,
+    gpus: Annotated[_Text, typer.Option(metavar="n", help="GPUs running the iteration (for MFU and HFU).")] = None,
+    gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset whose datasheet peak MFU uses.")] = None,
+    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks: bf16 (default), fp16, tf32, fp8...")] = "bf16",
+    peak: Annotated[_Text, typer.Option(metavar="FLOP/s", help="Peak FLOP/s per GPU instead of --gpu's, e.g. 312TFLOP/s.")] = None,
+    presets: PresetsOption = None,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Training FLOPs per iteration and per token: the exact count of the layer's matmuls (model and
+    hardware FLOPs), 6ND, Narayanan et al.'s 96 B s l h^2 (...) formula, and MFU / HFU from a
+    measured step time."""
+    start(output, fmt)
+    from parcalc.commands.memory import model_from_flags, model_terms
+    from parcalc.core.flops import flops_utilization, six_nd, training_flops
+    from parcalc.derivation import Result, Term
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_count, parse_quantity
+
+    dirs = preset_dirs(presets)
+    seq = parse_count(seq_len, "--seq-len") if seq_len is not None else None
+    shape = model_from_flags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp.value if mlp else None, vocab, tied, seq, dirs)
+    seq = seq or shape.max_seq_len
+    if not seq:
+        raise InputError("--seq-len: required (the model gives no maximum sequence length)")
+    sequences = parse_count(batch, "--batch") if batch is not None else 1
+    n_params = parse_quantity(params, Dimension.COUNT, "--params") if params is not None else None
+    counted = training_flops(shape, sequences, seq, recompute=recompute.value, causal=causal, params=n_params)
+    derivations = list(counted.derivations())
+    verdicts = [_narayanan_verdict(counted)]
+    settings = [("model", shape.key), ("recompute", recompute.value), ("causal", str(causal).lower())]
+    if tokens is not None:
+        total_tokens = parse_quantity(tokens, Dimension.COUNT, "--tokens")
+        run_n = n_params if n_params is not None else float(shape.total_params)
+        derivations.append(six_nd(run_n, total_tokens, key="six_nd_run", params_source="given" if n_params else f"parameters of {shape.name}"))
+        derivations.append(_run_flops(counted, total_tokens))
+    if (step_time is None) != (gpus is None):
+        raise InputError("--step-time and --gpus: give both for MFU and HFU (the time of one iteration on that many GPUs)")
+    if step_time is not None:
+        seconds = parse_quantity(step_time, Dimension.TIME, "--step-time")
+        count = parse_count(gpus, "--gpus")
+        peak_value, peak_source, device_key = _peak(gpu, peak, dtype, dirs)
+        derivations.append(flops_utilization(counted.model, seconds, count, peak_value, peak_source=peak_source))
+        derivations.append(flops_utilization(counted.hardware, seconds, count, peak_value, hardware=True, peak_source=peak_source))
+        if counted.korthikanti_selective is not None:
+            derivations.append(flops_utilization(counted.korthikanti_selective, seconds, count, peak_value, hardware=True,
+                                                 peak_source=peak_source, key="hfu_korthikanti",
+                                                 label="HFU with Korthikanti et al.'s eq. (8) (the convention of their Table 5)"))  # fmt: skip
+        settings += [("gpu", device_key), ("dtype", dtype)]
+    inputs = model_terms(shape) + [
+        Term("B", "B", "B", sequences, "", "sequences per iteration (global batch)"),
+        Term("s", "s", "s", seq, "", "sequence length"),
+    ]
+    result = Result(
+        command="flops",
+        title=f"Training FLOPs: {shape.name}, B = {sequences} sequences of s = {seq} tokens per iteration",
+        inputs=tuple(inputs),
+        derivations=tuple(derivations),
+        tables=(_ops_table(counted, recompute.value),),
+        verdicts=tuple(verdicts),
+        assumptions=(
+            "matmuls only, 2 FLOP per multiply-add; a matmul's backward is two matmuls of its size (input and weight gradients)",
+            "model FLOPs leave recomputation out, hardware FLOPs count it (Korthikanti et al. 2022, Appendix A)",
+        ),
+        settings=tuple(settings),
+    )
+    finish(result, fmt, output)
+
+
+def _run_flops(counted: TrainingFlops, total_tokens: float) -> Derivation:
+    from parcalc.derivation import Derivation, Term
+
+    per = counted.model_per_token
+    return Derivation(
+        key="model_flops_run",
+        label="Model FLOPs of the whole run (exact count per token x tokens)",
+        symbol="C",
+        latex_symbol="C",
+        formula="$f_tok × $D_run",
+        formula_latex=r"$f_tok \, $D_run",
+        inputs=(per.as_term("f_tok"), Term("D_run", "D", "D", total_tokens, "", "training tokens")),
+        value=per.value * total_tokens,
+        unit="FLOP",
+        source=per.source,
+    )
+
+
+def _peak(gpu: str | None, peak: str | None, dtype: str, dirs: tuple) -> tuple[float, str, str]:
+    """Peak FLOP/s per GPU for MFU: --peak, else the GPU's datasheet dense peak for --dtype."""
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_quantity
+
+    if peak is not None:
+        return parse_quantity(peak, Dimension.FLOP_RATE, "--peak"), "given on the command line", "none"
+    if gpu is None:
+        raise InputError("--gpu: MFU needs a peak: give --gpu NAME (its datasheet peak for --dtype) or --peak FLOP/s")
+    from parcalc.core.dtypes import canonical_dtype
+    from parcalc.core.flops import gpu_peak_flops
+    from parcalc.presets import load_gpu
+
+    device = load_gpu(gpu, dirs)
+    key = canonical_dtype(dtype)
+    chosen = gpu_peak_flops(device, key)
+    # MFU is quoted against the datasheet's peak (Korthikanti et al. 2022 footnote: A100 312 TFLOP/s)
+    if chosen.datasheet is not None:
+        return chosen.datasheet.value, chosen.datasheet.source, device.key
+    return chosen.value, f"{device.name}: 2 x clock x SMs x FMA/clock/SM for {key}", device.key
+
+
+def _narayanan_verdict(counted: TrainingFlops) -> str:
+    exact_full = counted.forward.value * 4 - (counted.head_op.flops if counted.head_op is not None else 0.0)
+    closed = counted.narayanan.value
+    if counted.causal:
+        return "Narayanan et al.'s formula counts the full attention matrix; --causal halves it in the exact count"
+    if abs(exact_full - closed) <= 1e-9 * closed:
+        return ("Narayanan et al.'s formula equals the exact count with full recomputation "
+                "(4 x every layer's forward + 3 x the LM head's) for this model")  # fmt: skip
+    return (f"Narayanan et al.'s formula differs from the exact count with full recomputation ({exact_full:.6g} FLOP) by "
+            f"{(closed - exact_full) / exact_full * 100:+.2f} %: it assumes a 4h MLP, multi-head attention and an LM head")  # fmt: skip
+
+
+def _ops_table(counted: TrainingFlops, recompute: str) -> Table:
+    """One layer's matmuls (and the LM head): forward, backward, recomputed, per iteration."""
+    from parcalc.core.flops import ATTENTION_CORE_OPS
+    from parcalc.derivation import Column, Table
+
+    layers = counted.forward.term("L").value
+    rows = []
+    for op in counted.layer_ops:
+        if op.kind != "matmul":
+            continue
+        f = counted.op_flops(op)
+        again = f if recompute == "full" or (recompute == "selective" and op.key in ATTENTION_CORE_OPS) else 0.0
+        rows.append((op.name, op.shape, layers, f, 2 * f, again, layers * (3 * f + again)))
+    if counted.head_op is not None:
+        head = counted.head_op
+        rows.append((head.name, head.shape, 1, head.flops, 2 * head.flops, 0.0, 3 * head.flops))
+    columns = (
+        Column("op", "op"), Column("shape", "shape"), Column("count", "times per iteration"),
+        Column("forward", "forward", "FLOP"), Column("backward", "backward", "FLOP"),
+        Column("recomputed", "recomputed", "FLOP"), Column("total", "total per iteration", "FLOP"),
+    )  # fmt: skip
+    return Table("layer_flops", "Matmuls of one layer (whole batch) and of the LM head", columns, tuple(rows))

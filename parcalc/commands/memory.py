@@ -1,0 +1,355 @@
+"""`parcalc memory`: per-GPU memory of training under TP, SP, PP, DP and ZeRO, and whether it fits."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+
+if TYPE_CHECKING:
+    from parcalc.core.memory import MemoryBreakdown
+    from parcalc.core.model import TransformerModel
+    from parcalc.derivation import Result, Table, Term
+
+EXAMPLES = """\
+\b
+Examples:
+  parcalc memory --model homework-7b --micro-batch 1 --seq-len 4096 --gpu a100-sxm4-80gb
+  parcalc memory --model gpt3-175b --micro-batch 1 --tp 8 --pp 8 --dp 16 --zero 1 --sequence-parallel --recompute selective --gpu a100-sxm4-80gb
+  parcalc memory --model llama3-70b --micro-batch 1 --seq-len 8192 --tp 8 --pp 4 --schedule interleaved --chunks 2 --micro-batches 16 --flash-attention --gpu h100-sxm5 --per-stage
+  parcalc memory --layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq-len 2048 --micro-batch 4 --tp 8 --sequence-parallel
+"""
+
+_Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
+
+
+class MlpName(str, Enum):
+    RELU = "relu"
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+    GEGLU = "geglu"
+
+
+class ZeroStage(str, Enum):
+    ZERO0 = "0"
+    ZERO1 = "1"
+    ZERO2 = "2"
+    ZERO3 = "3"
+
+
+class RecomputeName(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class PrecisionName(str, Enum):
+    FP32 = "fp32"
+    MIXED_FP16 = "mixed-fp16"
+    MIXED_BF16 = "mixed-bf16"
+    BF16 = "bf16"
+
+
+class OptimizerName(str, Enum):
+    ADAM = "adam"
+    ADAMW = "adamw"
+    SGD = "sgd"
+    SGD_MOMENTUM = "sgd-momentum"
+
+
+class ScheduleName(str, Enum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+
+
+ModelOption = Annotated[_Text, typer.Option(metavar="NAME|config.json", help="Model preset or Hugging Face config.json; the shape flags below override it.")]
+LayersOption = Annotated[_Text, typer.Option(metavar="L", help="Transformer layers.")]
+HiddenOption = Annotated[_Text, typer.Option(metavar="h", help="Hidden size.")]
+HeadsOption = Annotated[_Text, typer.Option(metavar="a", help="Attention heads.")]
+KvHeadsOption = Annotated[_Text, typer.Option(metavar="N", help="Key/value heads (grouped-query attention; default: --heads).")]
+FfnOption = Annotated[_Text, typer.Option(metavar="f", help="MLP width (default 4 x hidden; for gated MLPs the width of each of gate and up).")]
+MlpOption = Annotated[Optional[MlpName], typer.Option(metavar="KIND", help="MLP: relu, gelu (default for a model from flags), swiglu, geglu.", show_default=False)]  # noqa: UP045
+VocabOption = Annotated[_Text, typer.Option(metavar="V", help="Vocabulary size (0: no embeddings or LM head).")]
+TiedOption = Annotated[Optional[bool], typer.Option("--tied/--untied", help="Tie the LM head to the word embeddings (default: the preset's; tied from flags).", show_default=False)]  # noqa: UP045
+
+
+def model_from_flags(model: str | None, layers: str | None, hidden: str | None, heads: str | None, kv_heads: str | None,
+                     ffn_hidden: str | None, mlp: str | None, vocab: str | None, tied: bool | None, seq_len: int | None,
+                     dirs: tuple) -> TransformerModel:  # fmt: skip
+    """A preset or config.json with any shape flag overriding it, or a model from the flags alone:
+    the GPT layer of Korthikanti et al. (LayerNorm, biases, learned positions, GELU 4h MLP).
+
+    Shared by `parcalc memory` and `parcalc flops` (which imports it inside its function)."""
+    from dataclasses import replace
+
+    from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    given = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "ffn_hidden": ffn_hidden, "vocab": vocab}
+    flags = {k: parse_count(v, f"--{k.replace('_', '-')}", allow_zero=k == "vocab") for k, v in given.items() if v is not None}
+    if model is not None:
+        from parcalc.presets import load_model
+
+        base = load_model(model, dirs)
+        changes: dict[str, object] = dict(flags)
+        if mlp is not None:
+            changes["mlp"] = Mlp(mlp)
+        if tied is not None:
+            changes["tied_embeddings"] = tied
+        if not changes:
+            return base
+        if "hidden" in flags or "heads" in flags:
+            h, a = flags.get("hidden", base.hidden), flags.get("heads", base.heads)
+            if h % a:
+                raise InputError(f"--heads: {a} heads do not divide the hidden size {h}")
+            changes["head_dim"] = h // a
+            if "heads" in flags and "kv_heads" not in flags:
+                changes["kv_heads"] = a if base.kv_heads == base.heads else base.kv_heads
+        return replace(base, key=base.key + "*", name=base.name + " (modified)", **changes)  # type: ignore[arg-type]
+    missing = [f"--{n}" for n in ("layers", "hidden", "heads") if n not in flags]
+    if missing:
+        raise InputError(f"--model: give a model preset, or the shape with {', '.join(missing)}")
+    if flags["hidden"] % flags["heads"]:
+        raise InputError(f"--heads: {flags['heads']} heads do not divide the hidden size {flags['hidden']}")
+    return TransformerModel(
+        key="custom", name=f"{flags['layers']}-layer GPT, h = {flags['hidden']}", layers=flags["layers"], hidden=flags["hidden"],
+        heads=flags["heads"], kv_heads=flags.get("kv_heads", flags["heads"]), head_dim=flags["hidden"] // flags["heads"],
+        ffn_hidden=flags.get("ffn_hidden", 4 * flags["hidden"]), mlp=Mlp(mlp) if mlp else Mlp.GELU,
+        vocab=flags.get("vocab", 0), max_seq_len=seq_len or 0, tied_embeddings=True if tied is None else tied,
+        position=Position.LEARNED, norm=Norm.LAYERNORM, bias=True, source="given on the command line",
+    )  # fmt: skip
+
+
+def model_terms(shape: TransformerModel) -> list[Term]:
+    from parcalc.derivation import Term
+
+    terms = [
+        Term("P", "P", "P", shape.total_params, "", f"parameters of {shape.name}", shape.source),
+        Term("L", "L", "L", shape.layers, "", "transformer layers"),
+        Term("h", "h", "h", shape.hidden, "", "hidden size"),
+        Term("a", "a", "a", shape.heads, "", "attention heads"),
+    ]
+    if shape.kv_heads != shape.heads:
+        terms.append(Term("kv", "a_kv", r"a_{\mathrm{kv}}", shape.kv_heads, "", "key/value heads (grouped-query attention)"))
+    terms.append(Term("f", "f", "f", shape.ffn_hidden, "", f"MLP width ({shape.mlp.value})"))
+    if shape.vocab:
+        terms.append(Term("V", "V", "V", shape.vocab, "", "vocabulary size" + ("" if shape.tied_embeddings else " (untied LM head)")))
+    return terms
+
+
+def memory(
+    model: ModelOption = None,
+    layers: LayersOption = None,
+    hidden: HiddenOption = None,
+    heads: HeadsOption = None,
+    kv_heads: KvHeadsOption = None,
+    ffn_hidden: FfnOption = None,
+    mlp: MlpOption = None,
+    vocab: VocabOption = None,
+    tied: TiedOption = None,
+    micro_batch: Annotated[_Text, typer.Option(metavar="b", help="Sequences per micro-batch (default 1).")] = None,
+    seq_len: Annotated[_Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
+    tp: Annotated[_Text, typer.Option(metavar="t", help="Tensor-parallel degree.")] = None,
+    pp: Annotated[_Text, typer.Option(metavar="p", help="Pipeline-parallel degree (stages).")] = None,
+    dp: Annotated[_Text, typer.Option(metavar="d", help="Data-parallel degree (ZeRO shards over it; default: --gpus / (t x p), else 1).")] = None,
+    gpus: Annotated[_Text, typer.Option(metavar="N", help="GPUs in all: t x p x d (gives d when --dp is left out).")] = None,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1).")] = False,
+    zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
+    recompute: Annotated[RecomputeName, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = RecomputeName.NONE,
+    precision: Annotated[PrecisionName, typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy).")] = PrecisionName.MIXED_BF16,
+    optimizer: Annotated[OptimizerName, typer.Option(metavar="NAME", help="adam, adamw (2 states), sgd-momentum (1), sgd (0).")] = OptimizerName.ADAMW,
+    fp32_grads: Annotated[bool, typer.Option("--fp32-grads", help="Mixed precision with fp32 gradients (Megatron-LM's main_grad: 18 bytes per parameter with Adam).")] = False,
+    schedule: Annotated[ScheduleName, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved.")] = ScheduleName.ONE_F_ONE_B,
+    micro_batches: Annotated[_Text, typer.Option(metavar="m", help="Micro-batches per iteration (default: p; 2p interleaved).")] = None,
+    chunks: Annotated[_Text, typer.Option(metavar="v", help="Model chunks per device (--schedule interleaved).")] = None,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
+    dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings.")] = True,
+    gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset: its memory capacity decides fits / does not fit.")] = None,
+    capacity: Annotated[_Text, typer.Option(metavar="BYTES", help="GPU memory capacity instead of --gpu's, e.g. 80GiB.")] = None,
+    reserve: Annotated[_Text, typer.Option(metavar="BYTES", help="CUDA context, NCCL buffers, fragmentation (default 2GiB).")] = None,
+    per_stage: Annotated[bool, typer.Option("--per-stage", help="A table of every pipeline stage, not only the fullest.")] = False,
+    presets: PresetsOption = None,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
+    (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
+    it fits on the GPU."""
+    start(output, fmt)
+    from parcalc.core.activations import Recompute
+    from parcalc.core.memory import (
+        DEFAULT_RESERVE_BYTES,
+        Optimizer,
+        Parallelism,
+        Precision,
+        TrainingSetup,
+        memory_breakdown,
+    )
+    from parcalc.core.pipeline import Schedule
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_count, parse_quantity
+
+    dirs = preset_dirs(presets)
+    seq = parse_count(seq_len, "--seq-len") if seq_len is not None else None
+    shape = model_from_flags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp.value if mlp else None, vocab, tied, seq, dirs)
+    seq = seq or shape.max_seq_len
+    if not seq:
+        raise InputError("--seq-len: required (the model gives no maximum sequence length)")
+    t, p, d = _degrees(tp, pp, dp, gpus)
+    chosen = Schedule(schedule.value)
+    v = parse_count(chunks, "--chunks") if chunks is not None else 1
+    if chunks is not None and chosen is not Schedule.INTERLEAVED:
+        raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --schedule {chosen.value})")
+    default_m = 2 * p if chosen is Schedule.INTERLEAVED and v > 1 else p
+    m = parse_count(micro_batches, "--micro-batches") if micro_batches is not None else default_m
+    cap, cap_source, device_key = None, "", "none"
+    if gpu is not None:
+        from parcalc.presets import load_gpu
+
+        device = load_gpu(gpu, dirs)
+        cap, cap_source, device_key = device.memory_capacity.value, device.memory_capacity.source, device.key
+    if capacity is not None:
+        cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity"), "given on the command line"
+    reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True) if reserve is not None else DEFAULT_RESERVE_BYTES
+    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v)
+    setup = TrainingSetup(
+        micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
+        precision=Precision(precision.value), optimizer=Optimizer(optimizer.value), recompute=Recompute(recompute.value),
+        flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads, reserve=reserve_bytes, capacity=cap,
+        capacity_source=cap_source,
+    )  # fmt: skip
+    breakdown = memory_breakdown(shape, par, setup)
+    settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
+                ("zero", zero.value), ("recompute", recompute.value), ("schedule", chosen.value),
+                ("sequence_parallel", str(sequence_parallel).lower()), ("flash_attention", str(flash_attention).lower()),
+                ("dropout", str(dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
+    finish(memory_result(breakdown, per_stage, settings), fmt, output)
+
+
+def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None) -> tuple[int, int, int]:
+    """(t, p, d) from the degree flags; --gpus gives d, or must equal t x p x d."""
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    t, p = (parse_count(v, flag) if v is not None else 1 for v, flag in ((tp, "--tp"), (pp, "--pp")))
+    total = parse_count(gpus, "--gpus") if gpus is not None else None
+    if dp is not None:
+        d = parse_count(dp, "--dp")
+        if total is not None and total != t * p * d:
+            raise InputError(f"--gpus: {total} is not t x p x d = {t} x {p} x {d} = {t * p * d}")
+        return t, p, d
+    if total is None:
+        return t, p, 1
+    if total % (t * p):
+        raise InputError(f"--gpus: {total} GPUs do not divide into tensor x pipeline groups of t x p = {t * p}")
+    return t, p, total // (t * p)
+
+
+def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]]) -> Result:
+    """The fullest stage's derivations, its component table, one layer's saved tensors, verdicts."""
+    from parcalc.derivation import Column, Result, Table, Term
+    from parcalc.units import GIB
+
+    shape, par, setup, worst = breakdown.model, breakdown.parallelism, breakdown.setup, breakdown.worst
+    inputs = model_terms(shape) + [
+        Term("b", "b", "b", setup.micro_batch, "", "sequences per micro-batch"),
+        Term("s", "s", "s", setup.seq_len, "", "sequence length"),
+        Term("t", "t", "t", par.tp, "", "tensor-parallel degree"),
+        Term("p", "p", "p", par.pp, "", "pipeline stages"),
+        Term("d", "d", "d", par.dp, "", "data-parallel degree"),
+        Term("m", "m", "m", par.micro_batches, "", "micro-batches per iteration"),
+    ]
+    if par.chunks > 1:
+        inputs.append(Term("v", "v", "v", par.chunks, "", "model chunks per device"))
+    layer = breakdown.layer
+    derivations = [worst.parameters, worst.states.weights, worst.states.gradients, worst.states.optimizer]
+    derivations += [x for x in (worst.gathered,) if x is not None]
+    derivations += [layer.per_layer] + ([layer.korthikanti] if layer.korthikanti is not None else [])
+    derivations += [worst.layers, worst.in_flight, worst.activations]
+    derivations += [x for x in (worst.embedding, worst.output, worst.recompute) if x is not None]
+    derivations += [worst.states_total, worst.activations_total, worst.reserve, worst.total]
+    headroom = breakdown.headroom()
+    if headroom is not None:
+        derivations.append(headroom)
+    components = Table(
+        "components",
+        f"Memory of one GPU of stage {worst.stage + 1} of {par.pp} (the fullest)",
+        (Column("component", "component"), Column("bytes", "bytes", "B"), Column("share", "share", "fraction")),
+        tuple((name, value, value / worst.total.value) for name, value in worst.components() if value)
+        + (("total", worst.total.value, 1.0),),
+    )
+    tensors = Table(
+        "layer_activations",
+        "What one layer keeps for backward (one micro-batch, one GPU)",
+        (Column("tensor", "tensor"), Column("elements", "elements"), Column("bytes_per_element", "bytes/element", "B"),
+         Column("split", "split over"), Column("bytes", "bytes", "B"), Column("source", "source")),
+        layer.rows(),
+    )  # fmt: skip
+    tables: list[Table] = [components, tensors]
+    if per_stage:
+        tables.append(_stage_table(breakdown))
+    verdicts = [_fit_verdict(breakdown, GIB)]
+    if layer.korthikanti is not None:
+        verdicts.append(_korthikanti_verdict(layer.per_layer.value, layer.korthikanti.value))
+    title = (f"Memory per GPU: {shape.name}, b = {setup.micro_batch}, s = {setup.seq_len}, "
+             f"{par.tp} TP x {par.pp} PP x {par.dp} DP" + (f", ZeRO-{par.zero}" if par.zero else ""))  # fmt: skip
+    assumptions = (
+        "bytes per parameter: weights {:g}, gradients {:g}, optimizer {:g} (master {:g} + {} state(s) x {:g})".format(
+            breakdown.per_parameter.weight, breakdown.per_parameter.gradient, breakdown.per_parameter.optimizer,
+            breakdown.per_parameter.master, breakdown.per_parameter.states, breakdown.per_parameter.per_state),
+        "GB = 1e9 bytes, GiB = 2^30 bytes; GPU capacities are binary (80 GiB for an '80GB' HBM part)",
+        "pipeline stages hold L/p layers each; the first also the embeddings, the last the final norm and LM head",
+    )  # fmt: skip
+    return Result(
+        command="memory",
+        title=title,
+        inputs=tuple(inputs),
+        derivations=tuple(derivations),
+        tables=tuple(tables),
+        verdicts=tuple(verdicts),
+        assumptions=assumptions,
+        settings=tuple(settings),
+    )
+
+
+def _stage_table(breakdown: MemoryBreakdown) -> Table:
+    from parcalc.derivation import Column, Table
+
+    cap = breakdown.setup.capacity
+    columns = (
+        Column("stage", "stage"), Column("parameters", "parameters"), Column("weights", "weights", "B"),
+        Column("gradients", "gradients", "B"), Column("optimizer", "optimizer", "B"), Column("in_flight", "in flight"),
+        Column("activations", "activations", "B"), Column("embeddings", "embeddings", "B"), Column("logits", "logits", "B"),
+        Column("other", "gathered + recompute + reserve", "B"), Column("total", "total", "B"), Column("headroom", "headroom", "B"),
+    )  # fmt: skip
+    rows = []
+    for s in breakdown.stages:
+        other = s.reserve.value + (s.gathered.value if s.gathered else 0.0) + (s.recompute.value if s.recompute else 0.0)
+        rows.append((s.stage + 1, s.parameters.value, s.states.weights.value, s.states.gradients.value, s.states.optimizer.value,
+                     s.in_flight.value, s.activations.value, s.embedding.value if s.embedding else 0.0,
+                     s.output.value if s.output else 0.0, other, s.total.value,
+                     None if cap is None else cap - s.total.value))  # fmt: skip
+    return Table("stages", "Every pipeline stage (one GPU each)", columns, tuple(rows))
+
+
+def _fit_verdict(breakdown: MemoryBreakdown, gib: float) -> str:
+    worst = breakdown.worst
+    total = worst.total.value
+    cap = breakdown.setup.capacity
+    if cap is None:
+        return f"the fullest GPU (stage {worst.stage + 1}) needs {total / gib:.2f} GiB ({total / 1e9:.2f} GB); give --gpu or --capacity for a verdict"
+    if total <= cap:
+        return f"fits: the fullest GPU (stage {worst.stage + 1}) needs {total / gib:.2f} GiB of {cap / gib:.2f} GiB, {(cap - total) / gib:.2f} GiB headroom"
+    return f"does not fit: the fullest GPU (stage {worst.stage + 1}) needs {total / gib:.2f} GiB of {cap / gib:.2f} GiB, {(total - cap) / gib:.2f} GiB too much"
+
+
+def _korthikanti_verdict(counted: float, closed: float) -> str:
+    if abs(counted - closed) <= 1e-9 * max(counted, closed):
+        return "the tensor-by-tensor count equals Korthikanti et al.'s closed form for this layer"
+    return (f"the tensor-by-tensor count ({counted:,.0f} B) differs from Korthikanti et al.'s closed form ({closed:,.0f} B) "
+            f"by {(counted - closed) / closed * 100:+.2f} %: their form assumes a 4h GELU MLP, MHA and 16-bit activations")  # fmt: skip

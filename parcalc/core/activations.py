@@ -1,0 +1,504 @@
+"""Activation memory: the tensors one transformer layer keeps for its backward pass.
+
+The count follows Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models" (MLSys 2023, arXiv:2205.05198), sec. 4: with 16-bit activations and 1-byte
+dropout masks a standard GPT layer keeps s b h (34 + 5 a s / h) bytes (eq. 1), which is
+- attention 11 sbh + 5 a s^2 b: QKV input 2sbh, Q and K 4sbh, softmax output 2as^2b, its
+  dropout mask as^2b, the dropout output 2as^2b and V 2sbh, the output projection's input 2sbh
+  and the attention dropout's mask sbh;
+- MLP 19 sbh: up-projection input 2sbh, GELU input 8sbh, down-projection input 8sbh, mask sbh;
+- the two LayerNorms' inputs 4sbh.
+Tensor parallelism (t) splits everything but the norms, the projections' inputs and the dropout
+masks: sbh (10 + 24/t + 5as/(ht)) (eq. 2); sequence parallelism splits those too: sbh/t (34 +
+5as/h) (eq. 4); selective recomputation drops the 5as^2b of the attention core (sbh (10 + 24/t),
+and 34 sbh/t with SP, eq. 6); full recomputation keeps the layer's input, 2sbh (sec. 5).
+
+parcalc lists the saved tensors one by one (`layer_saved_tensors`), so that the same count covers
+grouped-query attention (K, V of kv_heads x head_dim), MLP widths other than 4h, gated MLPs,
+ReLU, RMSNorm, no norms, no dropout, fp32 activations and FlashAttention, and reduces to
+Korthikanti's closed forms for their layer (`korthikanti_per_layer`; the tests check both
+against each other and against the tensors PyTorch's autograd saves).
+
+Conventions stated where sources differ:
+- ReLU keeps its output, which is also the down projection's input (PyTorch's relu backward uses
+  its result: tools/autograd/derivatives.yaml, `threshold_backward(grad, result, 0)`): one f-wide
+  tensor where GELU keeps two.
+- Gated MLPs (SwiGLU, GeGLU) keep the gate and up outputs (the fused activation's input) and the
+  product: three f-wide tensors, as Megatron-LM's fused bias_swiglu keeps (megatron/core/fusions/
+  fused_bias_swiglu.py saves its input); unfused PyTorch also keeps silu(gate): four.
+- Norm statistics (LayerNorm's mean and rstd, RMSNorm's rstd: b x s values each) are left out,
+  as Korthikanti et al. leave them out; they are under 0.1 % of a layer for h in the thousands.
+- With full recomputation and sequence parallelism the kept input is the layer's sequence shard,
+  2sbh/t: Megatron-LM checkpoints the hidden states it holds, which SP has already split
+  (megatron/core/transformer/transformer_block.py, _checkpointed_forward). Korthikanti et al.'s
+  Table 2 gives 2sbh, the input without SP.
+- FlashAttention keeps no s^2 tensor: Q, K, V, its output and the fp32 log-sum-exp of each row
+  (Dao 2023, "FlashAttention-2", Algorithm 1 returns O and L; the dropout mask is regenerated
+  from the RNG state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+from parcalc.derivation import Derivation, Term
+from parcalc.errors import InputError
+
+KORTHIKANTI = "Korthikanti et al. 2022, 'Reducing Activation Recomputation in Large Transformer Models' (arXiv:2205.05198)"
+KORTHIKANTI_EQ1 = "Korthikanti et al. 2022 sec. 4.1"
+KORTHIKANTI_TABLE2 = f"{KORTHIKANTI}, sec. 4, Table 2"
+KORTHIKANTI_OUTPUT = f"{KORTHIKANTI}, sec. 4.3 (input embeddings, last LayerNorm and output layer)"
+MEGATRON_MEMORY = "megatron/training/theoretical_memory_usage.py (NVIDIA/Megatron-LM), compute_activation_memory"
+FLASH = "Dao 2023, FlashAttention-2, Algorithm 1 (keeps Q, K, V, O and the log-sum-exp L)"
+
+MAX_COUNT = 2**53  # counts above this are not exact in floating point, and no run is that large
+TOKEN_ID_BYTES = 8.0  # int64 token ids, which the embedding's backward keeps (torch.nn.Embedding)
+LOGIT_BYTES = 4.0  # the cross-entropy works on fp32 logits (Korthikanti et al. sec. 4.3)
+LSE_BYTES = 4.0  # FlashAttention keeps its per-row log-sum-exp in fp32
+
+
+def check_count(flag: str, value: object) -> None:
+    """A whole number from 1 to 2^53; anything else is an InputError naming the flag."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{flag}: must be a whole number of at least 1, got {value!r}")
+    if value > MAX_COUNT:
+        raise InputError(f"{flag}: {value:.4g} is beyond any possible size (at most 2^53 = {MAX_COUNT:,})")
+
+
+def check_sequence(model: TransformerModel, seq_len: int) -> None:
+    """A model with learned positions has no position beyond its table."""
+    if model.position is Position.LEARNED and model.max_seq_len and seq_len > model.max_seq_len:
+        raise InputError(
+            f"--seq-len: {seq_len} tokens, but {model.name} has {model.max_seq_len} learned positions; "
+            f"no position embedding exists beyond them (use --seq-len <= {model.max_seq_len})"
+        )
+
+
+class Recompute(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+@dataclass(frozen=True)
+class ActivationConfig:
+    """What decides the activations of one layer for one micro-batch.
+
+    activation_bytes: bytes per stored activation element (2 for 16-bit training, 4 for fp32);
+    mask_bytes: bytes per dropout-mask element (1: the GPU kernels keep a bool per element).
+    """
+
+    micro_batch: int
+    seq_len: int
+    tp: int = 1
+    sequence_parallel: bool = False
+    recompute: Recompute = Recompute.NONE
+    flash_attention: bool = False
+    dropout: bool = True
+    activation_bytes: float = 2.0
+    mask_bytes: float = 1.0
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--micro-batch", self.micro_batch), ("--seq-len", self.seq_len), ("--tp", self.tp)):
+            check_count(flag, value)
+        if self.sequence_parallel and self.tp == 1:
+            raise InputError("--sequence-parallel: splits the sequence over the tensor-parallel group; with --tp 1 there is no group (use --tp > 1)")
+        if self.recompute is Recompute.SELECTIVE and self.flash_attention:
+            raise InputError(
+                "--recompute selective: it recomputes the attention scores, softmax and dropout that --flash-attention never "
+                "stores (Korthikanti et al. sec. 5; FlashAttention recomputes them in its backward by design); drop one of the two"
+            )
+        if not (self.activation_bytes > 0 and self.mask_bytes > 0):
+            raise InputError("activation and mask bytes per element must be greater than zero")
+
+
+@dataclass(frozen=True)
+class SavedTensor:
+    """One tensor a layer keeps for backward, for one micro-batch.
+
+    per: "token" (width elements per token, s b width in all), "score" (width heads, each an
+    s x s matrix per sequence: b width s^2 elements) or "row" (one value per head and token:
+    b width s elements, FlashAttention's log-sum-exp). split: "tp" when tensor parallelism splits
+    it, "sp" when only sequence parallelism does (kept whole on every TP rank otherwise).
+    attention_core: one of the tensors selective recomputation drops.
+    """
+
+    key: str
+    name: str
+    per: str
+    width: int
+    bytes_per_element: float
+    split: str
+    attention_core: bool
+    source: str
+
+    def elements(self, seq_len: int, micro_batch: int) -> float:
+        if self.per == "score":
+            return float(micro_batch) * self.width * seq_len * seq_len
+        return float(seq_len) * micro_batch * self.width  # "token" and "row"
+
+    def divisor(self, tp: int, sequence_parallel: bool) -> int:
+        return tp if self.split == "tp" or (self.split == "sp" and sequence_parallel) else 1
+
+    def bytes(self, config: ActivationConfig) -> float:
+        """Bytes on one GPU (one TP rank) for one micro-batch."""
+        total = self.elements(config.seq_len, config.micro_batch) * self.bytes_per_element
+        return total / self.divisor(config.tp, config.sequence_parallel)
+
+
+def check_tensor_parallel(model: TransformerModel, tp: int) -> None:
+    """Megatron-style TP splits heads, K/V groups and the MLP width: each must divide by t."""
+    for flag_what, value in (("attention heads", model.heads), ("key/value heads", model.kv_heads), ("MLP width (ffn_hidden)", model.ffn_hidden)):
+        if value % tp:
+            raise InputError(f"--tp: {tp} does not divide the {flag_what} ({value}); tensor parallelism gives each rank an equal share")
+
+
+def layer_saved_tensors(model: TransformerModel, config: ActivationConfig) -> tuple[SavedTensor, ...]:
+    """The tensors one layer keeps for backward without recomputation, in forward order."""
+    e, m = config.activation_bytes, config.mask_bytes
+    h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
+    norm = model.norm is not Norm.NONE
+    k1 = KORTHIKANTI_EQ1
+    out: list[SavedTensor] = []
+    if norm:
+        out.append(SavedTensor("norm1_input", "attention norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
+    out.append(SavedTensor("qkv_input", "QKV projection input", "token", h, e, "sp", False, k1 + ": shared QKV input 2sbh"))
+    if config.flash_attention:
+        out += [
+            SavedTensor("q", "Q", "token", q, e, "tp", False, FLASH),
+            SavedTensor("k", "K", "token", kv, e, "tp", False, FLASH),
+            SavedTensor("v", "V", "token", kv, e, "tp", False, FLASH),
+            SavedTensor("lse", "softmax log-sum-exp (fp32)", "row", model.heads, LSE_BYTES, "tp", False, FLASH),
+        ]
+    else:
+        out += [
+            SavedTensor("q", "Q (for Q·K^T)", "token", q, e, "tp", False, k1 + ": Q and K 4sbh"),
+            SavedTensor("k", "K (for Q·K^T)", "token", kv, e, "tp", False, k1 + ": Q and K 4sbh"),
+            SavedTensor("softmax_output", "softmax output", "score", model.heads, e, "tp", True, k1 + ": softmax output 2as^2b"),
+        ]
+        if config.dropout:
+            out += [
+                SavedTensor("attention_dropout_mask", "attention-probability dropout mask", "score", model.heads, m, "tp", True,
+                            k1 + ": softmax dropout mask as^2b"),
+                SavedTensor("attention_dropout_output", "dropped-out probabilities (for ·V)", "score", model.heads, e, "tp", True,
+                            k1 + ": dropout output 2as^2b"),
+            ]  # fmt: skip
+        out.append(SavedTensor("v", "V (for ·V)", "token", kv, e, "tp", False, k1 + ": V 2sbh"))
+    out.append(SavedTensor("proj_input", "output projection input", "token", q, e, "tp", False, k1 + ": linear projection input 2sbh"))
+    if config.dropout:
+        out.append(SavedTensor("proj_dropout_mask", "attention output dropout mask", "token", h, m, "sp", False, k1 + ": attention dropout mask sbh"))
+    if norm:
+        out.append(SavedTensor("norm2_input", "MLP norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
+    out.append(SavedTensor("mlp_input", "MLP up-projection input", "token", h, e, "sp", False, k1 + ": first linear input 2sbh"))
+    out += _mlp_tensors(model.mlp, f, e)
+    if config.dropout:
+        out.append(SavedTensor("mlp_dropout_mask", "MLP output dropout mask", "token", h, m, "sp", False, k1 + ": MLP dropout mask sbh"))
+    return tuple(out)
+
+
+def _mlp_tensors(mlp: Mlp, f: int, e: float) -> list[SavedTensor]:
+    if mlp is Mlp.RELU:
+        return [SavedTensor("relu_output", "ReLU output (= down-projection input)", "token", f, e, "tp", False,
+                            "PyTorch derivatives.yaml: relu backward uses its result")]  # fmt: skip
+    if mlp.gated:
+        fused = "Megatron-LM fused_bias_swiglu.py saves [gate, up]"
+        return [
+            SavedTensor("gate_output", "gate projection output", "token", f, e, "tp", False, fused),
+            SavedTensor("up_output", "up projection output", "token", f, e, "tp", False, fused),
+            SavedTensor("down_input", "gated product (down-projection input)", "token", f, e, "tp", False, fused),
+        ]
+    k1 = KORTHIKANTI_EQ1
+    return [
+        SavedTensor("activation_input", f"{mlp.value.upper()} input", "token", f, e, "tp", False, k1 + ": GeLU input 8sbh"),
+        SavedTensor("down_input", "down-projection input", "token", f, e, "tp", False, k1 + ": second linear input 8sbh"),
+    ]
+
+
+def tensor_bytes(tensor: SavedTensor, config: ActivationConfig) -> float:
+    """Bytes of one saved tensor on one GPU for one micro-batch."""
+    return tensor.bytes(config)
+
+
+def kept_tensors(model: TransformerModel, config: ActivationConfig) -> tuple[SavedTensor, ...]:
+    """What a layer keeps under the chosen recomputation (full: only its input)."""
+    if config.recompute is Recompute.FULL:
+        source = f"{KORTHIKANTI}, sec. 5 (full recomputation keeps the input of each layer, 2sbh)"
+        return (SavedTensor("layer_input", "layer input (checkpoint)", "token", model.hidden, config.activation_bytes, "sp", False, source),)
+    tensors = layer_saved_tensors(model, config)
+    if config.recompute is Recompute.SELECTIVE:
+        tensors = tuple(t for t in tensors if not t.attention_core)
+    return tensors
+
+
+# ---------------------------------------------------------------------------------------------
+# Derivations
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """One layer's activations on one GPU for one micro-batch: the total and what it is made of."""
+
+    per_layer: Derivation
+    kept: tuple[SavedTensor, ...]
+    config: ActivationConfig
+    korthikanti: Derivation | None
+
+    def rows(self) -> tuple[tuple[object, ...], ...]:
+        """(tensor, elements per micro-batch, bytes per element, split over, bytes on this GPU, source) per kept tensor."""
+        c = self.config
+        rows = []
+        for t in self.kept:
+            elements = t.elements(c.seq_len, c.micro_batch)
+            divisor = t.divisor(c.tp, c.sequence_parallel)
+            split = {1: "none"}.get(divisor, f"{'TP' if t.split == 'tp' else 'SP'} ({divisor})")
+            rows.append((t.name, elements, t.bytes_per_element, split, tensor_bytes(t, c), t.source))
+        return tuple(rows)
+
+
+def _shape_terms(model: TransformerModel, config: ActivationConfig) -> dict[str, Term]:
+    return {
+        "s": Term("s", "s", "s", config.seq_len, "", "sequence length"),
+        "b": Term("b", "b", "b", config.micro_batch, "", "micro-batch size (sequences)"),
+        "h": Term("h", "h", "h", model.hidden, "", "hidden size"),
+        "a": Term("a", "a", "a", model.heads, "", "attention heads"),
+        "t": Term("t", "t", "t", config.tp, "", "tensor-parallel degree"),
+        "e": Term("e", "e", "e", config.activation_bytes, "B", "bytes per activation element"),
+    }
+
+
+def layer_activations(model: TransformerModel, config: ActivationConfig) -> LayerActivations:
+    """Bytes one layer keeps for backward, on one GPU, for one micro-batch (see the module docstring)."""
+    check_tensor_parallel(model, config.tp)
+    check_sequence(model, config.seq_len)
+    kept = kept_tensors(model, config)
+    value = sum(tensor_bytes(t, config) for t in kept)
+    terms = _shape_terms(model, config)
+    t_div = " / $t" if config.sequence_parallel else ""
+    t_div_tex = r" / $t" if config.sequence_parallel else ""
+    if config.recompute is Recompute.FULL:
+        derivation = Derivation(
+            key="activation_per_layer",
+            label="Activations kept per layer per micro-batch (full recomputation: the layer input)",
+            symbol="A_layer",
+            latex_symbol=r"A_{\mathrm{layer}}",
+            formula=f"$e × $s × $b × $h{t_div}",
+            formula_latex=rf"$e \times $s \times $b \times $h{t_div_tex}",
+            inputs=tuple(terms[k] for k in ("e", "s", "b", "h", *(("t",) if config.sequence_parallel else ()))),
+            value=value,
+            unit="B",
+            source=f"{KORTHIKANTI}, sec. 5 and Table 2 (2sbh with e = 2 bytes)",
+            assumptions=_assumptions(model, config),
+        )
+        return LayerActivations(derivation, kept, config, korthikanti_per_layer(model, config))
+    def split(t: SavedTensor) -> bool:  # split over the TP ranks (by TP itself, or by SP)
+        return t.split == "tp" or (t.split == "sp" and config.sequence_parallel)
+
+    per_token_whole = sum(t.bytes_per_element * t.width for t in kept if t.per == "token" and not split(t))
+    per_token_split = sum(t.bytes_per_element * t.width for t in kept if t.per == "token" and split(t))
+    per_score = sum(t.bytes_per_element for t in kept if t.per == "score")
+    per_row = sum(t.bytes_per_element for t in kept if t.per == "row")
+    c_whole = Term("c_w", "c_whole", r"c_{\mathrm{whole}}", per_token_whole, "B",
+                   "bytes per token kept whole on every TP rank (norm inputs, projection inputs, dropout masks; table 'layer_activations')")  # fmt: skip
+    c_split = Term("c_t", "c_split", r"c_{\mathrm{split}}", per_token_split, "B",
+                   "bytes per token split over the TP ranks (Q, K, V, MLP intermediates; table 'layer_activations')")  # fmt: skip
+    if per_token_whole:
+        formula, latex = "$s × $b × ($c_w + $c_t / $t)", r"$s \times $b \times \left($c_w + \frac{$c_t}{$t}\right)"
+        inputs = [terms["s"], terms["b"], c_whole, c_split, terms["t"]]
+    else:  # sequence parallelism: every tensor is split
+        formula, latex = "$s × $b × $c_t / $t", r"\frac{$s \times $b \times $c_t}{$t}"
+        inputs = [terms["s"], terms["b"], c_split, terms["t"]]
+    if per_score:
+        c_score = Term("c_a", "c_score", r"c_{\mathrm{score}}", per_score, "B",
+                       "bytes per attention-score element (softmax output, dropout mask and output)")  # fmt: skip
+        formula += " + $a × $s² × $b × $c_a / $t"
+        latex += r" + \frac{$a \times $s^2 \times $b \times $c_a}{$t}"
+        inputs += [terms["a"], c_score]
+    if per_row:
+        c_row = Term("c_r", "c_lse", r"c_{\mathrm{lse}}", per_row, "B", "bytes per attention row (FlashAttention's fp32 log-sum-exp)", FLASH)
+        formula += " + $a × $s × $b × $c_r / $t"
+        latex += r" + \frac{$a \times $s \times $b \times $c_r}{$t}"
+        inputs += [terms["a"], c_row]
+    derivation = Derivation(
+        key="activation_per_layer",
+        label="Activations kept per layer per micro-batch (every saved tensor, table 'layer_activations')",
+        symbol="A_layer",
+        latex_symbol=r"A_{\mathrm{layer}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(dict.fromkeys(inputs)),
+        value=value,
+        unit="B",
+        source=f"{KORTHIKANTI}, sec. 4.1-4.2.2 and sec. 5, tensor by tensor",
+        assumptions=_assumptions(model, config),
+    )
+    return LayerActivations(derivation, kept, config, korthikanti_per_layer(model, config))
+
+
+def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str, ...]:
+    out = [f"activations stored in {config.activation_bytes:g} bytes per element, dropout masks in {config.mask_bytes:g}"]
+    if model.norm is Norm.LAYERNORM or model.norm is Norm.RMSNORM:
+        out.append("norm statistics (mean / rstd, b x s values per norm) left out, as Korthikanti et al. do")
+    if not config.dropout:
+        out.append("no dropout: no masks, and the softmax output itself feeds the ·V product")
+    if model.mlp is Mlp.RELU:
+        out.append("ReLU keeps its output, which is also the down projection's input: one f-wide tensor")
+    if model.mlp.gated:
+        out.append("gated MLP keeps gate output, up output and their product (Megatron-LM's fused activation); unfused PyTorch also keeps silu(gate)")
+    if config.flash_attention:
+        out.append("FlashAttention: no s x s tensor is stored; Q, K, V, its output and an fp32 log-sum-exp per row are")
+    if config.recompute is Recompute.SELECTIVE:
+        out.append("selective recomputation: the attention core (softmax, dropout, dropout output) is recomputed in backward")
+    if config.recompute is Recompute.FULL and config.sequence_parallel:
+        out.append("full recomputation with SP keeps the layer input's sequence shard (Megatron-LM); Korthikanti's Table 2 gives 2sbh without SP")
+    return tuple(out)
+
+
+def is_korthikanti_layer(model: TransformerModel) -> bool:
+    """The layer Korthikanti et al. count: MHA, head_dim x heads = h, MLP 4h with GELU, LayerNorm."""
+    return (
+        model.kv_heads == model.heads
+        and model.q_width == model.hidden
+        and model.ffn_hidden == 4 * model.hidden
+        and model.mlp is Mlp.GELU
+        and model.norm is Norm.LAYERNORM
+    )
+
+
+def korthikanti_per_layer(model: TransformerModel, config: ActivationConfig) -> Derivation | None:
+    """Korthikanti et al.'s closed form (Table 2) for this s, b, h, a, t, with 16-bit activations.
+
+    None where the paper gives no form: FlashAttention, or a run without dropout. The closed form
+    describes their layer (GELU MLP of 4h, MHA, LayerNorm); for any other layer it is the paper's
+    estimate, and `layer_activations` is the count for the layer as defined.
+    """
+    if config.flash_attention or not config.dropout:
+        return None
+    terms = _shape_terms(model, config)
+    s, b, h, a, t = config.seq_len, config.micro_batch, model.hidden, model.heads, config.tp
+    sp, rc = config.sequence_parallel, config.recompute
+    if rc is Recompute.FULL:
+        formula, latex, keys, value, where = "2 × $s × $b × $h", r"2 \times $s \times $b \times $h", ("s", "b", "h"), 2.0 * s * b * h, "full activation recompute"
+    elif rc is Recompute.SELECTIVE and sp:
+        formula, latex, keys, value, where = "34 × $s × $b × $h / $t", r"\frac{34 \times $s \times $b \times $h}{$t}", ("s", "b", "h", "t"), 34.0 * s * b * h / t, "eq. (6)"
+    elif rc is Recompute.SELECTIVE:
+        formula, latex = "$s × $b × $h × (10 + 24 / $t)", r"$s \times $b \times $h \times \left(10 + \frac{24}{$t}\right)"
+        keys, value, where = ("s", "b", "h", "t"), s * b * h * (10 + 24 / t), "tensor parallel + selective recompute"
+    elif sp:
+        formula, latex = "$s × $b × $h / $t × (34 + 5 × $a × $s / $h)", r"\frac{$s \times $b \times $h}{$t} \times \left(34 + \frac{5 \times $a \times $s}{$h}\right)"
+        keys, value, where = ("s", "b", "h", "t", "a"), s * b * h / t * (34 + 5 * a * s / h), "eq. (4)"
+    elif t > 1:
+        formula = "$s × $b × $h × (10 + 24 / $t + 5 × $a × $s / ($h × $t))"
+        latex = r"$s \times $b \times $h \times \left(10 + \frac{24}{$t} + \frac{5 \times $a \times $s}{$h \times $t}\right)"
+        keys, value, where = ("s", "b", "h", "t", "a"), s * b * h * (10 + 24 / t + 5 * a * s / (h * t)), "eq. (2)"
+    else:
+        formula, latex = "$s × $b × $h × (34 + 5 × $a × $s / $h)", r"$s \times $b \times $h \times \left(34 + \frac{5 \times $a \times $s}{$h}\right)"
+        keys, value, where = ("s", "b", "h", "a"), s * b * h * (34 + 5 * a * s / h), "eq. (1)"
+    standard = is_korthikanti_layer(model) and config.activation_bytes == 2 and config.mask_bytes == 1
+    note = "" if standard else " (their layer: 4h GELU MLP, MHA, 16-bit; an estimate for this one)"
+    return Derivation(
+        key="korthikanti_per_layer",
+        label=f"Korthikanti et al.'s closed form per layer per micro-batch{note}",
+        symbol="A_K",
+        latex_symbol=r"A_{\mathrm{K}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(terms[k] for k in keys),
+        value=value,
+        unit="B",
+        source=f"{KORTHIKANTI_TABLE2}: {where}",
+        assumptions=("16-bit activations (2 bytes), 1-byte dropout masks, h >> 1 (norm statistics left out)",),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Outside the layers: input embeddings (first stage) and the output layer (last stage)
+
+
+def embedding_activations(model: TransformerModel, config: ActivationConfig, in_flight: float) -> Derivation:
+    """First stage: token ids (int64, for the embedding's backward) and the embedding dropout mask,
+    for each micro-batch in flight (Korthikanti et al. sec. 4.3: sbhp/t of dropout mask with SP;
+    Megatron-LM's calculator also counts the 8 s b p bytes of token ids)."""
+    terms = _shape_terms(model, config)
+    n = Term("n_0", "n_0", "n_0", in_flight, "", "micro-batches in flight on the first stage")
+    ids = Term("i", "i", "i", TOKEN_ID_BYTES, "B", "bytes per token id (int64)")
+    sp = config.sequence_parallel
+    if config.dropout:
+        mask = Term("m", "m", "m", config.mask_bytes, "B", "bytes per dropout-mask element")
+        per = TOKEN_ID_BYTES * config.seq_len * config.micro_batch + config.mask_bytes * config.seq_len * config.micro_batch * model.hidden / (config.tp if sp else 1)
+        formula = "($i × $s × $b + $m × $s × $b × $h" + (" / $t" if sp else "") + ") × $n_0"
+        latex = r"\left($i \times $s \times $b + " + (r"\frac{$m \times $s \times $b \times $h}{$t}" if sp else r"$m \times $s \times $b \times $h") + r"\right) \times $n_0"
+        inputs = [ids, terms["s"], terms["b"], mask, terms["h"], *([terms["t"]] if sp else []), n]
+    else:
+        per = TOKEN_ID_BYTES * config.seq_len * config.micro_batch
+        formula, latex, inputs = "$i × $s × $b × $n_0", r"$i \times $s \times $b \times $n_0", [ids, terms["s"], terms["b"], n]
+    return Derivation(
+        key="embedding_activations",
+        label="Input-embedding activations (token ids, embedding dropout mask)",
+        symbol="A_emb",
+        latex_symbol=r"A_{\mathrm{emb}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(inputs),
+        value=per * in_flight,
+        unit="B",
+        source=f"{KORTHIKANTI_OUTPUT}; {MEGATRON_MEMORY}",
+        assumptions=("token ids are kept whole on every TP rank (each rank embeds the full batch)",),
+    )
+
+
+def output_activations(model: TransformerModel, config: ActivationConfig, in_flight: float) -> Derivation:
+    """Last stage: the final norm's input, the LM head's input and the fp32 logits the
+    cross-entropy keeps, 4sbh/t (1 + v/h) with SP and 16-bit activations (Korthikanti et al.
+    sec. 4.3), for each micro-batch in flight on the last stage."""
+    terms = _shape_terms(model, config)
+    n = Term("n_last", "n_last", r"n_{\mathrm{last}}", in_flight, "", "micro-batches in flight on the last stage")
+    v = Term("V", "V", "V", model.vocab, "", "vocabulary size")
+    f32 = Term("l", "l", "l", LOGIT_BYTES, "B", "bytes per logit (fp32 for the cross-entropy)")
+    sp = config.sequence_parallel
+    inputs_kept = 2 if model.norm is not Norm.NONE else 1
+    k = Term("k_in", "k", "k", inputs_kept, "", "h-wide inputs kept: final norm input and LM-head input" if inputs_kept == 2 else "LM-head input")
+    per = (inputs_kept * config.activation_bytes * config.seq_len * config.micro_batch * model.hidden / (config.tp if sp else 1)
+           + LOGIT_BYTES * config.seq_len * config.micro_batch * model.vocab / config.tp)  # fmt: skip
+    whole = "$k_in × $e × $s × $b × $h" + (" / $t" if sp else "")
+    whole_tex = (r"\frac{$k_in \times $e \times $s \times $b \times $h}{$t}" if sp else r"$k_in \times $e \times $s \times $b \times $h")
+    return Derivation(
+        key="output_activations",
+        label="Output-layer activations (final norm and LM-head inputs, fp32 logits for the cross-entropy)",
+        symbol="A_out",
+        latex_symbol=r"A_{\mathrm{out}}",
+        formula=f"({whole} + $l × $s × $b × $V / $t) × $n_last",
+        formula_latex=rf"\left({whole_tex} + \frac{{$l \times $s \times $b \times $V}}{{$t}}\right) \times $n_last",
+        inputs=(k, terms["e"], terms["s"], terms["b"], terms["h"], terms["t"], f32, v, n),
+        value=per * in_flight,
+        unit="B",
+        source=f"{KORTHIKANTI_OUTPUT}; {MEGATRON_MEMORY}",
+        assumptions=("vocabulary-parallel logits and cross-entropy (Megatron-LM): V / t logits per token on each TP rank",),
+    )
+
+
+def recompute_working_set(model: TransformerModel, config: ActivationConfig) -> Derivation | None:
+    """What recomputation materialises again during one layer's backward, for one micro-batch:
+    the whole layer (full) or its attention core (selective). None without recomputation."""
+    if config.recompute is Recompute.NONE:
+        return None
+    plain = ActivationConfig(config.micro_batch, config.seq_len, config.tp, config.sequence_parallel, Recompute.NONE,
+                             config.flash_attention, config.dropout, config.activation_bytes, config.mask_bytes)  # fmt: skip
+    every = layer_saved_tensors(model, plain)
+    again = every if config.recompute is Recompute.FULL else tuple(t for t in every if t.attention_core)
+    value = sum(tensor_bytes(t, plain) for t in again)
+    what = "the whole layer's activations" if config.recompute is Recompute.FULL else "the attention core's softmax, mask and dropout output"
+    one = Term("A_re", "A_recomputed", r"A_{\mathrm{re}}", value, "B", f"{what}, one layer, one micro-batch")
+    return Derivation(
+        key="recompute_working_set",
+        label="Recomputed during one layer's backward (one micro-batch at a time)",
+        symbol="A_re",
+        latex_symbol=r"A_{\mathrm{re}}",
+        formula="$A_re",
+        formula_latex="$A_re",
+        inputs=(one,),
+        value=value,
+        unit="B",
+        source=f"{KORTHIKANTI}, sec. 5: recomputation runs the forward of a layer again just before its backward",
+    )

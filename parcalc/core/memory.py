@@ -1,0 +1,513 @@
+"""Per-GPU memory of training: model states under ZeRO, activations per pipeline stage, reserve.
+
+Model states follow Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models" (SC20), sec. 3.1 and 5: mixed-precision Adam keeps 2 bytes of fp16
+parameters, 2 of fp16 gradients and K = 12 of optimizer states (fp32 parameters, momentum,
+variance) per parameter, (2 + 2 + K) Psi in all; stage 1 (P_os) shards the optimizer states
+over the N_d data-parallel ranks, stage 2 (P_os+g) the gradients too, stage 3 (P_os+g+p) the
+parameters too. Their Figure 1: Psi = 7.5 B, N_d = 64, K = 12 gives 120, 31.4, 16.6 and 1.9 GB
+(GB = 1e9 bytes).
+
+Other precisions and optimizers change the bytes per parameter (`state_bytes`):
+- fp32: 4 + 4, states in fp32, no master copy;
+- mixed-fp16 / mixed-bf16: 16-bit weights and gradients, an fp32 master copy with the states
+  (ZeRO's K = 12 for Adam); Megatron-LM keeps the gradients in fp32 (`main_grad`, 18 bytes per
+  parameter: megatron/training/theoretical_memory_usage.py), `fp32_grads=True`;
+- bf16: weights, gradients and states all bf16, no master copy (torch.optim.AdamW creates its
+  states with torch.zeros_like(param), in the parameter's dtype: torch/optim/adamw.py).
+Adam/AdamW keep two states per parameter (exp_avg, exp_avg_sq), SGD with momentum one, plain SGD
+none (Kingma & Ba 2015; torch/optim/sgd.py keeps a momentum_buffer only when momentum != 0).
+
+Activations come from parcalc.core.activations (Korthikanti et al. 2022) times the layers of a
+stage and the micro-batches the pipeline schedule keeps in flight on it
+(parcalc.core.pipeline.in_flight_micro_batches; Korthikanti's interleaving factor is its value
+for the first stage divided by p).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from parcalc.core.activations import (
+    ActivationConfig,
+    check_count,
+    LayerActivations,
+    Recompute,
+    check_tensor_parallel,
+    embedding_activations,
+    layer_activations,
+    output_activations,
+    recompute_working_set,
+)
+from parcalc.core.model import Norm, Position, TransformerModel
+from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
+from parcalc.derivation import Derivation, Term
+from parcalc.errors import InputError
+
+ZERO = "Rajbhandari et al. 2020, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter Models' (SC20)"
+ZERO_MIXED = f"{ZERO}, sec. 3.1 (mixed-precision Adam: 2 + 2 + K bytes per parameter, K = 12)"
+ZERO_STAGES = f"{ZERO}, sec. 5.1-5.3 and Figure 1 (P_os, P_os+g, P_os+g+p shard over N_d ranks)"
+FSDP = "Zhao et al. 2023, 'PyTorch FSDP' (VLDB), sec. 3.3-3.4: a unit's parameters are gathered for its compute, the next unit's prefetched"
+
+# Reserve for what the formulas do not see, 2 GiB by default, in three parts:
+# - the CUDA context, 0.5 GiB: 287 MB with lazy module loading, 667 MB without, measured in PyTorch
+#   PR #86509 ("Sets CUDA_MODULE_LOADING to LAZY when not set by the user"); lazy is the default
+#   since CUDA 12.2 (CUDA C++ Programming Guide, "Lazy Loading");
+# - NCCL's buffers, 1 GiB: 4 MiB (Simple protocol, NCCL_BUFFSIZE) plus the LL and LL128 buffers per
+#   channel, per peer and direction (NVIDIA/nccl src/init.cc: DEFAULT_BUFFSIZE = 1 << 22), for each
+#   communicator (TP, DP and PP groups): a 32-channel ring alone takes about 600 MiB;
+# - the caching allocator's fragmentation and communication buckets, 0.5 GiB (PyTorch "CUDA
+#   semantics", memory management: memory_reserved exceeds memory_allocated).
+RESERVE_PARTS: tuple[tuple[str, str, float, str], ...] = (
+    ("R_ctx", "CUDA context", 0.5 * 2**30, "287-667 MB measured in PyTorch PR #86509 (lazy / eager module loading)"),
+    ("R_nccl", "NCCL communicator buffers", 1.0 * 2**30, "NCCL_BUFFSIZE 4 MiB + LL + LL128 per channel per peer (NVIDIA/nccl src/init.cc)"),
+    ("R_frag", "allocator fragmentation, buckets", 0.5 * 2**30, "PyTorch CUDA semantics: memory_reserved > memory_allocated"),
+)
+DEFAULT_RESERVE_BYTES = sum(part[2] for part in RESERVE_PARTS)
+RESERVE_SOURCE = "CUDA context (PyTorch PR #86509), NCCL buffers (NVIDIA/nccl src/init.cc), fragmentation: 2 GiB by default (--reserve)"
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    MIXED_FP16 = "mixed-fp16"
+    MIXED_BF16 = "mixed-bf16"
+    BF16 = "bf16"
+
+    @property
+    def activation_bytes(self) -> float:
+        return 4.0 if self is Precision.FP32 else 2.0
+
+
+class Optimizer(str, Enum):
+    ADAM = "adam"
+    ADAMW = "adamw"
+    SGD = "sgd"
+    SGD_MOMENTUM = "sgd-momentum"
+
+    @property
+    def states(self) -> int:
+        """Tensors of optimizer state per parameter tensor, each the parameter's size."""
+        return {Optimizer.ADAM: 2, Optimizer.ADAMW: 2, Optimizer.SGD: 0, Optimizer.SGD_MOMENTUM: 1}[self]
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter: weight, gradient, fp32 master copy, each optimizer state."""
+
+    weight: float
+    gradient: float
+    master: float
+    per_state: float
+    states: int
+
+    @property
+    def optimizer(self) -> float:
+        """K of the ZeRO paper: master copy plus the optimizer's states."""
+        return self.master + self.states * self.per_state
+
+    @property
+    def total(self) -> float:
+        return self.weight + self.gradient + self.optimizer
+
+
+def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool = False) -> StateBytes:
+    """Bytes per parameter of each model state (see the module docstring for the sources)."""
+    if precision is Precision.FP32:
+        return StateBytes(4.0, 4.0, 0.0, 4.0, optimizer.states)
+    if precision is Precision.BF16:
+        if fp32_grads:
+            raise InputError("--fp32-grads: applies to mixed precision (fp32 main gradients beside 16-bit weights), not to pure bf16")
+        return StateBytes(2.0, 2.0, 0.0, 2.0, optimizer.states)
+    return StateBytes(2.0, 4.0 if fp32_grads else 2.0, 4.0, 4.0, optimizer.states)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters on one GPU
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Degrees and schedule. zero: the ZeRO stage of the data-parallel dimension (0 = DDP)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    sequence_parallel: bool = False
+    zero: int = 0
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    micro_batches: int = 1
+    chunks: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+def check_parallelism(model: TransformerModel, par: Parallelism) -> None:
+    """Degrees that do not divide heads, layers or the vocabulary's shards, ZeRO without DP: InputError."""
+    for flag, value in (("--tp", par.tp), ("--pp", par.pp), ("--dp", par.dp), ("--micro-batches", par.micro_batches), ("--chunks", par.chunks)):
+        check_count(flag, value)
+    if par.zero not in (0, 1, 2, 3):
+        raise InputError(f"--zero: the ZeRO stage is 0, 1, 2 or 3, got {par.zero!r}")
+    if par.zero and par.dp == 1:
+        raise InputError(
+            f"--zero {par.zero}: ZeRO shards model states over the data-parallel ranks; with --dp 1 there is only one rank "
+            "and nothing is sharded (use --dp > 1, or --zero 0)"
+        )
+    check_tensor_parallel(model, par.tp)
+    if par.schedule.splits_backward:
+        raise InputError(f"--schedule: {par.schedule.value} is not modelled for memory; use gpipe, 1f1b or interleaved")
+    check_shape(par.schedule, par.pp, par.micro_batches, par.chunks)
+    per_device = par.pp * par.chunks
+    if model.layers % per_device:
+        what = f"pp x chunks = {par.pp} x {par.chunks}" if par.chunks > 1 else f"pp = {par.pp}"
+        raise InputError(f"--pp: {model.layers} layers do not split evenly over {what} (Megatron-LM requires equal stages)")
+
+
+def vocab_shard(model: TransformerModel, tp: int) -> int:
+    """Rows of the vocabulary on one TP rank: ceil(V / t) (Megatron-LM pads V to a multiple of t)."""
+    return math.ceil(model.vocab / tp)
+
+
+def layer_params_per_rank(model: TransformerModel, tp: int) -> int:
+    """Parameters of one layer on one TP rank (Megatron-LM's split, Shoeybi et al. 2019 sec. 3).
+
+    Column-parallel QKV and MLP-up/gate split weights and biases; row-parallel output and
+    MLP-down split weights, their biases and the norms are replicated.
+    """
+    h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
+    matrices = 3 if model.mlp.gated else 2
+    weights = (h * q + 2 * h * kv + q * h + matrices * h * f) // tp
+    biases = ((q + 2 * kv + (matrices - 1) * f) // tp + 2 * h) if model.bias else 0
+    return weights + biases + model.norm_params_per_layer
+
+
+def stage_layers(model: TransformerModel, par: Parallelism) -> int:
+    return model.layers // par.pp
+
+
+def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> Derivation:
+    """Parameters held by one GPU of pipeline stage `stage` (0-based), after the TP split.
+
+    First stage: word embeddings (V/t rows) and learned positions; last stage: final norm and LM
+    head (untied), or a copy of the word embeddings when tied and p > 1 (Megatron-LM keeps one
+    on each end and all-reduces their gradients).
+    """
+    layers = stage_layers(model, par)
+    per_layer = layer_params_per_rank(model, par.tp)
+    inputs = [
+        Term("L_s", "L_stage", r"L_{\mathrm{stage}}", layers, "", "layers on this stage"),
+        Term("P_l", "P_layer/t", r"P_{\mathrm{layer}}/t", per_layer, "", "parameters of one layer on one TP rank"),
+    ]
+    formula, latex = "$L_s × $P_l", r"$L_s \times $P_l"
+    value = layers * per_layer
+    if model.vocab:
+        word = vocab_shard(model, par.tp) * model.hidden
+        positions = model.max_seq_len * model.hidden if model.position is Position.LEARNED else 0
+        final_norm = model.norm.params_per_channel * model.hidden if model.norm is not Norm.NONE else 0
+        first, last = stage == 0, stage == par.pp - 1
+        embed = (word + positions if first else 0)
+        head = (final_norm if last else 0) + (word if last and (not model.tied_embeddings or par.pp > 1) else 0)
+        if embed:
+            inputs.append(Term("P_e", "P_embed", r"P_{\mathrm{embed}}", embed, "", "word embeddings (V/t rows) and learned positions"))
+            formula, latex, value = formula + " + $P_e", latex + " + $P_e", value + embed
+        if head:
+            what = "final norm and LM head (V/t rows)" if word and (not model.tied_embeddings or par.pp > 1) else "final norm"
+            if model.tied_embeddings and par.pp > 1 and last:
+                what += ", a copy of the tied word embeddings (Megatron-LM)"
+            inputs.append(Term("P_h", "P_head", r"P_{\mathrm{head}}", head, "", what))
+            formula, latex, value = formula + " + $P_h", latex + " + $P_h", value + head
+    return Derivation(
+        key="stage_parameters",
+        label=f"Parameters on one GPU of stage {stage + 1}",
+        symbol="P_gpu",
+        latex_symbol=r"P_{\mathrm{GPU}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(inputs),
+        value=float(value),
+        unit="",
+        source="Megatron-LM tensor and pipeline split (Shoeybi et al. 2019 sec. 3; Narayanan et al. 2021 sec. 2.2)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Model states under ZeRO
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    weights: Derivation
+    gradients: Derivation
+    optimizer: Derivation
+
+    @property
+    def total(self) -> float:
+        return self.weights.value + self.gradients.value + self.optimizer.value
+
+
+def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, params_source: str = "") -> ModelStates:
+    """Weights, gradients and optimizer states of `params` parameters on one GPU, with ZeRO stage
+    `zero` sharding over `dp` ranks (Rajbhandari et al. 2020 sec. 5; see the module docstring)."""
+    if zero not in (0, 1, 2, 3):
+        raise InputError(f"--zero: the ZeRO stage is 0, 1, 2 or 3, got {zero!r}")
+    if not (params >= 0 and math.isfinite(params)):
+        raise InputError(f"parameters must be a finite count of at least 0, got {params!r}")
+    psi = Term("psi", "Ψ", r"\Psi", params, "", "parameters on this GPU", params_source)
+    nd = Term("N_d", "N_d", "N_d", dp, "", "data-parallel degree (ZeRO shards over it)")
+
+    def part(key: str, label: str, symbol: str, latex_symbol: str, bytes_term: Term, sharded: bool, source: str) -> Derivation:
+        if sharded:
+            formula, latex, inputs, value = f"${bytes_term.key} × $psi / $N_d", rf"\frac{{${bytes_term.key} \times $psi}}{{$N_d}}", (bytes_term, psi, nd), bytes_term.value * params / dp
+        else:
+            formula, latex, inputs, value = f"${bytes_term.key} × $psi", rf"${bytes_term.key} \times $psi", (bytes_term, psi), bytes_term.value * params
+        where = f"sharded over N_d by ZeRO-{zero}" if sharded else "replicated on every data-parallel rank"
+        return Derivation(key, f"{label} ({where})", symbol, latex_symbol, formula, latex, inputs, value, "B", source)
+
+    w = Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)")
+    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient")
+    k_text = f"master copy {per.master:g} + {per.states} state(s) x {per.per_state:g}" if per.master else f"{per.states} state(s) x {per.per_state:g}"
+    k = Term("K", "K", "K", per.optimizer, "B", f"optimizer bytes per parameter ({k_text})", ZERO_MIXED)
+    return ModelStates(
+        weights=part("weights", "Weights", "M_w", r"M_{\mathrm{w}}", w, zero >= 3, ZERO_STAGES if zero >= 3 else ZERO_MIXED),
+        gradients=part("gradients", "Gradients", "M_g", r"M_{\mathrm{g}}", g, zero >= 2, ZERO_STAGES if zero >= 2 else ZERO_MIXED),
+        optimizer=part("optimizer_states", "Optimizer states", "M_os", r"M_{\mathrm{os}}", k, zero >= 1, ZERO_STAGES if zero >= 1 else ZERO_MIXED),
+    )
+
+
+def zero3_working_set(model: TransformerModel, par: Parallelism, per: StateBytes) -> Derivation:
+    """ZeRO-3 / FSDP: the full parameters of the layer computing and of the one prefetched, and
+    the unsharded gradients of one layer before their reduce-scatter."""
+    p_layer = layer_params_per_rank(model, par.tp)
+    inputs = (
+        Term("P_l", "P_layer/t", r"P_{\mathrm{layer}}/t", p_layer, "", "parameters of one layer on one TP rank"),
+        Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)"),
+        Term("g", "g", "g", per.gradient, "B", "bytes per gradient"),
+    )
+    return Derivation(
+        key="zero3_gathered",
+        label="ZeRO-3 gathered parameters and gradients (two layers' weights, one layer's gradients)",
+        symbol="M_gather",
+        latex_symbol=r"M_{\mathrm{gather}}",
+        formula="(2 × $w + $g) × $P_l",
+        formula_latex=r"(2 \times $w + $g) \times $P_l",
+        inputs=inputs,
+        value=(2 * per.weight + per.gradient) * p_layer,
+        unit="B",
+        source=f"{FSDP}; {ZERO}, sec. 5.3 (parameters broadcast when needed, then discarded)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# One stage, and every stage
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """Everything besides the model and the parallelism that decides memory."""
+
+    micro_batch: int
+    seq_len: int
+    precision: Precision = Precision.MIXED_BF16
+    optimizer: Optimizer = Optimizer.ADAMW
+    recompute: Recompute = Recompute.NONE
+    flash_attention: bool = False
+    dropout: bool = True
+    fp32_grads: bool = False
+    reserve: float = DEFAULT_RESERVE_BYTES
+    capacity: float | None = None
+    capacity_source: str = ""
+
+    def activation_config(self, par: Parallelism) -> ActivationConfig:
+        return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
+                                self.flash_attention, self.dropout, self.precision.activation_bytes)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """One GPU of one pipeline stage: every component as a derivation, and their sum."""
+
+    stage: int
+    parameters: Derivation
+    states: ModelStates
+    gathered: Derivation | None
+    layers: Derivation
+    in_flight: Derivation
+    activations: Derivation
+    embedding: Derivation | None
+    output: Derivation | None
+    recompute: Derivation | None
+    reserve: Derivation
+    states_total: Derivation
+    activations_total: Derivation
+    total: Derivation
+
+    def components(self) -> tuple[tuple[str, float], ...]:
+        parts = [
+            ("weights", self.states.weights.value),
+            ("gradients", self.states.gradients.value),
+            ("optimizer states", self.states.optimizer.value),
+            ("ZeRO-3 gathered buffers", self.gathered.value if self.gathered else 0.0),
+            ("activations (layers)", self.activations.value),
+            ("activations (embeddings)", self.embedding.value if self.embedding else 0.0),
+            ("logits / cross-entropy", self.output.value if self.output else 0.0),
+            ("recomputation working set", self.recompute.value if self.recompute else 0.0),
+            ("reserve", self.reserve.value),
+        ]
+        return tuple(parts)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    model: TransformerModel
+    parallelism: Parallelism
+    setup: TrainingSetup
+    per_parameter: StateBytes
+    layer: LayerActivations
+    stages: tuple[StageMemory, ...]
+
+    @property
+    def worst(self) -> StageMemory:
+        return max(self.stages, key=lambda s: s.total.value)
+
+    def headroom(self) -> Derivation | None:
+        """Capacity minus the worst stage's total (negative: does not fit)."""
+        if self.setup.capacity is None:
+            return None
+        worst = self.worst
+        cap = Term("C", "C", "C", self.setup.capacity, "B", "GPU memory capacity", self.setup.capacity_source)
+        return Derivation(
+            key="headroom",
+            label=f"Headroom on the fullest GPU (stage {worst.stage + 1})",
+            symbol="H",
+            latex_symbol="H",
+            formula="$C - $M_total",
+            formula_latex=r"$C - $M_total",
+            inputs=(cap, worst.total.as_term("M_total")),
+            value=self.setup.capacity - worst.total.value,
+            unit="B",
+            source="capacity from the GPU preset or --capacity",
+        )
+
+
+def _in_flight(par: Parallelism, stage: int) -> Derivation:
+    value = in_flight_micro_batches(par.schedule, par.pp, par.micro_batches, stage, par.chunks)
+    inputs = [
+        Term("p", "p", "p", par.pp, "", "pipeline stages"),
+        Term("m", "m", "m", par.micro_batches, "", "micro-batches per iteration"),
+    ]
+    if par.schedule is Schedule.GPIPE:
+        formula, latex, source = "$m", "$m", "GPipe runs every forward before any backward (Huang et al. 2019)"
+    elif par.schedule is Schedule.INTERLEAVED and par.chunks > 1 and par.micro_batches > par.pp:
+        inputs.append(Term("v", "v", "v", par.chunks, "", "model chunks per device"))
+        if stage == 0:
+            formula, latex = "$p × (1 + ($p - 1) / ($p × $v))", r"$p \times \left(1 + \frac{$p - 1}{$p \times $v}\right)"
+        else:
+            inputs.append(Term("i", "i", "i", stage, "", "stage index, from 0"))
+            formula = "min(2 × ($p - $i - 1) + ($v - 1) × $p + 1, $m × $v) / $v"
+            latex = r"\frac{\min\left(2 \times ($p - $i - 1) + ($v - 1) \times $p + 1,\ $m \times $v\right)}{$v}"
+        source = ("Korthikanti et al. 2022 sec. 4.2.3 (interleaving factor 1 + (p-1)/(pv)); Megatron-LM's warm-up, "
+                  "megatron/core/pipeline_parallel/schedules.py (parcalc.core.pipeline.in_flight_micro_batches)")  # fmt: skip
+    else:
+        inputs.append(Term("i", "i", "i", stage, "", "stage index, from 0"))
+        formula, latex = "min($p - $i, $m)", r"\min($p - $i,\ $m)"
+        source = "1F1B / PipeDream-Flush warm-up (Narayanan et al. 2021 sec. 2.2; parcalc.core.pipeline.in_flight_micro_batches)"
+        if par.schedule is Schedule.INTERLEAVED and par.chunks > 1:
+            formula, latex = "$m", "$m"
+            source = "Megatron-LM runs every forward first when m = p (parcalc.core.pipeline.in_flight_micro_batches)"
+    return Derivation(
+        key="in_flight",
+        label=f"Micro-batches whose activations stage {stage + 1} holds at once ({par.schedule.label})",
+        symbol="n",
+        latex_symbol="n",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(inputs),
+        value=value,
+        unit="",
+        source=source,
+    )
+
+
+def reserve_derivation(reserve: float) -> Derivation:
+    """The reserve: the default's three parts, or the value given with --reserve."""
+    if reserve == DEFAULT_RESERVE_BYTES:
+        inputs = tuple(Term(key, key, rf"R_{{\mathrm{{{key[2:]}}}}}", value, "B", what, source) for key, what, value, source in RESERVE_PARTS)
+        formula = " + ".join(f"${t.key}" for t in inputs)
+        return Derivation("reserve", "Reserve: CUDA context, NCCL buffers, fragmentation", "R", "R", formula, formula, inputs,
+                          reserve, "B", RESERVE_SOURCE)  # fmt: skip
+    given = Term("R_given", "R", "R", reserve, "B", "reserve given with --reserve", "given on the command line")
+    return Derivation("reserve", "Reserve: CUDA context, NCCL buffers, fragmentation (given)", "R", "R", "$R_given", "$R_given",
+                      (given,), reserve, "B", "given on the command line")  # fmt: skip
+
+
+def _sum(key: str, label: str, symbol: str, latex_symbol: str, parts: list[Derivation], source: str) -> Derivation:
+    keys = [d.key for d in parts]
+    terms = tuple(d.as_term(k) for d, k in zip(parts, keys, strict=True))
+    return Derivation(
+        key=key,
+        label=label,
+        symbol=symbol,
+        latex_symbol=latex_symbol,
+        formula=" + ".join(f"${k}" for k in keys),
+        formula_latex=" + ".join(f"${k}" for k in keys),
+        inputs=terms,
+        value=sum(d.value for d in parts),
+        unit="B",
+        source=source,
+    )
+
+
+def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup, per: StateBytes,
+                 layer: LayerActivations, stage: int) -> StageMemory:  # fmt: skip
+    """The memory of one GPU of pipeline stage `stage` (0-based)."""
+    config = layer.config
+    params = stage_parameters(model, par, stage)
+    states = model_states(params.value, per, par.zero, par.dp, params_source=params.label)
+    gathered = zero3_working_set(model, par, per) if par.zero == 3 else None
+    n_layers = stage_layers(model, par)
+    layers = Derivation("stage_layers", "Layers on this stage", "L_stage", r"L_{\mathrm{stage}}", "$L / $p", r"\frac{$L}{$p}",
+                        (Term("L", "L", "L", model.layers, "", "layers"), Term("p", "p", "p", par.pp, "", "pipeline stages")),
+                        float(n_layers), "", "equal stages (Megatron-LM)")  # fmt: skip
+    in_flight = _in_flight(par, stage)
+    activations = Derivation(
+        key="stage_activations",
+        label=f"Activations of the layers of stage {stage + 1}",
+        symbol="A_stage",
+        latex_symbol=r"A_{\mathrm{stage}}",
+        formula="$A_layer × $L_stage × $n",
+        formula_latex=r"$A_layer \times $L_stage \times $n",
+        inputs=(layer.per_layer.as_term("A_layer"), layers.as_term("L_stage"), in_flight.as_term("n")),
+        value=layer.per_layer.value * n_layers * in_flight.value,
+        unit="B",
+        source="Korthikanti et al. 2022 sec. 4.2.3: the first stage keeps p micro-batches of L/p layers, L layers' worth",
+    )
+    embedding = embedding_activations(model, config, in_flight.value) if stage == 0 and model.vocab else None
+    output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
+    recompute = recompute_working_set(model, config)
+    reserve = reserve_derivation(setup.reserve)
+    state_parts = [states.weights, states.gradients, states.optimizer, *([gathered] if gathered else [])]
+    states_total = _sum("model_states", "Model states (weights, gradients, optimizer states)", "M_states", r"M_{\mathrm{states}}",
+                        state_parts, ZERO_STAGES)  # fmt: skip
+    act_parts = [activations, *([embedding] if embedding else []), *([output] if output else []), *([recompute] if recompute else [])]
+    activations_total = _sum("activations", "Activations (layers, embeddings, logits, recomputation)", "M_act", r"M_{\mathrm{act}}",
+                             act_parts, "Korthikanti et al. 2022 sec. 4")  # fmt: skip
+    total = _sum("total", f"Total on one GPU of stage {stage + 1}", "M_total", r"M_{\mathrm{total}}",
+                 [states_total, activations_total, reserve], "sum of the components above")  # fmt: skip
+    return StageMemory(stage, params, states, gathered, layers, in_flight, activations, embedding, output, recompute, reserve,
+                       states_total, activations_total, total)  # fmt: skip
+
+
+def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> MemoryBreakdown:
+    """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
+    check_parallelism(model, par)
+    if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
+        raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")
+    per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads)
+    layer = layer_activations(model, setup.activation_config(par))
+    stages = tuple(stage_memory(model, par, setup, per, layer, s) for s in range(par.pp))
+    if not all(math.isfinite(s.total.value) for s in stages):
+        raise InputError("--seq-len / --micro-batch: these sizes give more bytes than a number can hold; no GPU holds them")
+    return MemoryBreakdown(model, par, setup, per, layer, stages)

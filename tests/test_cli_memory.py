@@ -1,0 +1,113 @@
+"""`parcalc memory` through the CLI: values in JSON, tables, verdicts, and one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from parcalc.cli import app
+
+KORTHIKANTI_175B = ["--layers", "96", "--hidden", "12288", "--heads", "96", "--vocab", "51200", "--seq-len", "2048", "--micro-batch", "1"]
+
+
+def test_zero_figure_1_through_the_cli(run_json) -> None:
+    # ZeRO Figure 1's model states are per GPU; a 7.5B model is not a preset, so check P_os on a
+    # model from flags: 4 layers of h = 1024 (P = 4 x (12 h^2 + 13 h) = 50,384,896, no vocabulary),
+    # mixed-fp16 Adam, N_d = 64: 2P + 2P + 12P/64 = 201,539,584 + 9,447,168 = 210,986,752 bytes.
+    doc = run_json("memory", "--layers", "4", "--hidden", "1024", "--heads", "16", "--seq-len", "128", "--dp", "64",
+                   "--zero", "1", "--precision", "mixed-fp16", "--optimizer", "adam")  # fmt: skip
+    results = doc["results"]
+    assert results["stage_parameters"]["value"] == 50_384_896
+    total = results["weights"]["value"] + results["gradients"]["value"] + results["optimizer_states"]["value"]
+    assert total == 210_986_752
+    assert results["optimizer_states"]["formula"] == "K × Ψ / N_d"
+    assert doc["settings"]["zero"] == "1"
+
+
+def test_korthikanti_175b_first_stage(run_json) -> None:
+    # GPT-3 175B with t = 8, p = 8, SP and selective recomputation: 34 sbh/t = 106,954,752 bytes per
+    # layer; the first stage keeps 12 layers x 8 micro-batches = 96 layers' worth: 10,267,656,192 bytes.
+    doc = run_json("memory", *KORTHIKANTI_175B, "--tp", "8", "--pp", "8", "--sequence-parallel", "--recompute", "selective")
+    results = doc["results"]
+    assert results["activation_per_layer"]["value"] == 106_954_752
+    assert results["korthikanti_per_layer"]["value"] == 106_954_752
+    assert results["korthikanti_per_layer"]["formula"] == "34 × s × b × h / t"
+    assert results["in_flight"]["value"] == 8
+    assert results["stage_activations"]["value"] == 10_267_656_192
+    assert any("equals Korthikanti" in v for v in doc["verdicts"])
+    # the component table adds up to the total
+    rows = doc["tables"]["components"]["rows"]
+    assert rows[-1]["component"] == "total"
+    assert sum(r["bytes"] for r in rows[:-1]) == pytest.approx(rows[-1]["bytes"], rel=1e-12)
+
+
+def test_fits_verdict_with_a_gpu(run_json) -> None:
+    doc = run_json("memory", "--model", "gpt2-xl", "--micro-batch", "1", "--gpu", "a100-sxm4-80gb")
+    headroom = doc["results"]["headroom"]
+    # A100 80GB: 80 GiB = 85,899,345,920 bytes of capacity
+    assert headroom["inputs"]["C"]["value"] == 85_899_345_920
+    assert headroom["value"] == 85_899_345_920 - doc["results"]["total"]["value"]
+    assert doc["verdicts"][0].startswith("fits:")
+
+
+def test_does_not_fit_is_a_verdict_not_an_error(run_json) -> None:
+    doc = run_json("memory", "--model", "homework-7b", "--seq-len", "4096", "--gpu", "a100-sxm4-80gb")
+    assert doc["results"]["headroom"]["value"] < 0
+    assert doc["verdicts"][0].startswith("does not fit:")
+
+
+def test_gpus_give_the_data_parallel_degree(run_json) -> None:
+    # 64 GPUs as t = 8, p = 4: d = 64 / 32 = 2, over which ZeRO-1 shards the optimizer states
+    doc = run_json("memory", *KORTHIKANTI_175B, "--tp", "8", "--pp", "4", "--gpus", "64", "--zero", "1")
+    assert doc["inputs"]["d"]["value"] == 2
+    assert doc["results"]["optimizer_states"]["inputs"]["N_d"]["value"] == 2
+
+
+def test_per_stage_table(run_json) -> None:
+    doc = run_json("memory", *KORTHIKANTI_175B, "--tp", "8", "--pp", "8", "--micro-batches", "16", "--per-stage")
+    stages = doc["tables"]["stages"]["rows"]
+    assert [s["stage"] for s in stages] == list(range(1, 9))
+    assert [s["in_flight"] for s in stages] == [8, 7, 6, 5, 4, 3, 2, 1]  # 1F1B: p - s
+    assert stages[0]["embeddings"] > 0 and stages[-1]["logits"] > 0 and stages[3]["logits"] == 0
+    # the fullest stage is the one the derivations describe
+    assert max(s["total"] for s in stages) == doc["results"]["total"]["value"]
+
+
+def test_interleaved_defaults_to_2p_micro_batches(run_json) -> None:
+    doc = run_json("memory", *KORTHIKANTI_175B, "--tp", "8", "--pp", "8", "--schedule", "interleaved", "--chunks", "3")
+    # m = 2p = 16; p (1 + (p - 1)/(p v)) = 8 + 7/3 micro-batches of the first stage's 12 layers
+    assert doc["inputs"]["m"]["value"] == 16
+    assert doc["results"]["in_flight"]["value"] == pytest.approx(8 + 7 / 3, rel=1e-15)
+
+
+def test_table_output_shows_the_derivation(runner) -> None:
+    result = runner.invoke(app, ["memory", "--model", "gpt2-xl", "--micro-batch", "2", "--seq-len", "1024"])
+    assert result.exit_code == 0, result.output
+    assert "A_layer = s × b × (c_whole + c_split / t)" in result.stdout
+    assert "What one layer keeps for backward" in result.stdout
+    assert "give --gpu or --capacity for a verdict" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--model", "gpt2-xl", "--tp", "7"], "--tp: 7 does not divide the attention heads (25)", id="tp-heads"),
+        pytest.param(["--model", "gpt2-xl", "--pp", "5"], "--pp: 48 layers do not split evenly", id="pp-layers"),
+        pytest.param(["--model", "gpt2-xl", "--zero", "3"], "--zero 3: ZeRO shards model states over the data-parallel ranks", id="zero-dp1"),
+        pytest.param(["--model", "gpt2-xl", "--recompute", "selective", "--flash-attention"], "--recompute selective", id="selective-flash"),
+        pytest.param(["--model", "gpt2-xl", "--sequence-parallel"], "--sequence-parallel", id="sp-tp1"),
+        pytest.param(["--model", "gpt2-xl", "--gpus", "12", "--pp", "8"], "--gpus: 12 GPUs do not divide", id="gpus-not-divisible"),
+        pytest.param(["--model", "gpt2-xl", "--gpus", "16", "--dp", "4"], "--gpus: 16 is not t x p x d = 1 x 1 x 4", id="gpus-mismatch"),
+        pytest.param(["--model", "gpt2-xl", "--chunks", "2"], "--chunks: only the interleaved schedule", id="chunks-1f1b"),
+        pytest.param(["--model", "gpt2-xl", "--micro-batch", "0"], "--micro-batch", id="zero-micro-batch"),
+        pytest.param(["--model", "gpt2-xl", "--capacity", "80 parsecs"], "--capacity", id="bad-capacity"),
+        pytest.param(["--model", "gpt2-xl", "--reserve", "-1GiB"], "--reserve", id="negative-reserve"),
+        pytest.param(["--layers", "4", "--hidden", "1000", "--heads", "3", "--seq-len", "8"], "--heads: 3 heads do not divide", id="heads-hidden"),
+        pytest.param(["--layers", "4", "--hidden", "64"], "--model: give a model preset", id="no-model"),
+        pytest.param(["--model", "gpt2-xl", "--seq-len", "2048"], "--seq-len: 2048 tokens, but", id="beyond-learned-positions"),
+        pytest.param(["--model", "homework-7b", "--seq-len", "1e200"], "--seq-len: 1e+200 is beyond any possible size", id="impossible-seq"),
+        pytest.param(["--model", "no-such-model"], "unknown model", id="unknown-model"),
+    ],
+)
+def test_bad_input_is_one_error_line(run_error, args: list[str], message: str) -> None:
+    line = run_error(["memory", *args])
+    assert message in line
