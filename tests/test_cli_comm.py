@@ -14,13 +14,6 @@ from parcalc.core.pipeline import Schedule
 SEED004 = ["--model", "homework-7b", "--batch", "128", "--seq-len", "4096", "--dtype", "fp16", "--gpus", "8"]
 
 
-def test_cli_choices_mirror_the_core_enums() -> None:
-    # The command keeps its own str Enums (start-up stays light); they must not drift from the core's.
-    assert [c.value for c in comm_volume.CollectiveName] == [c.value for c in Collective]
-    assert [a.value for a in comm_volume.AlgorithmName] == [a.value for a in Algorithm]
-    assert [s.value for s in comm_volume.ScheduleName] == [s.value for s in Schedule]
-
-
 # ---------------------------------------------------------------------------------------------
 # --collective
 

@@ -68,10 +68,6 @@ def test_table_output(runner) -> None:
     assert "Matmuls of one layer" in result.stdout
 
 
-def test_the_commands_keep_the_same_mlp_choices() -> None:
-    assert [m.value for m in flops_command.MlpName] == [m.value for m in memory_command.MlpName] == [m.value for m in Mlp]
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [

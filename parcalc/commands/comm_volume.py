@@ -1,11 +1,23 @@
 """`parcalc comm-volume`: one collective's algorithms, or every collective of a training iteration."""
 
-from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.model_options import (
+    FfnOption,
+    HeadsOption,
+    HiddenOption,
+    KvHeadsOption,
+    LayersOption,
+    MlpOption,
+    ModelFlags,
+    TiedOption,
+    Text,
+    model_from_flags,
+)
+from parcalc.core.choices import Algorithm, Collective, Schedule, Strategy
 
 if TYPE_CHECKING:
     from parcalc.core.comm import CommPlan, StrategyComparison
@@ -29,65 +41,25 @@ DEFAULT_LINK = "nvlink3"
 DEFAULT_INTER_NODE_LINK = "ib-hdr"
 DEFAULT_GPUS = 8
 
-_Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
-
-
-class CollectiveName(str, Enum):
-    ALL_REDUCE = "all-reduce"
-    REDUCE_SCATTER = "reduce-scatter"
-    ALL_GATHER = "all-gather"
-    BROADCAST = "broadcast"
-    REDUCE = "reduce"
-    ALL_TO_ALL = "all-to-all"
-    POINT_TO_POINT = "point-to-point"
-
-
-class AlgorithmName(str, Enum):
-    PARAMETER_SERVER = "parameter-server"
-    NAIVE = "naive"
-    RING = "ring"
-    TREE = "tree"
-    DOUBLE_BINARY_TREE = "double-binary-tree"
-    BUTTERFLY = "butterfly"
-    HALVING_DOUBLING = "halving-doubling"
-    PAIRWISE = "pairwise"
-    DIRECT = "direct"
-
-
-class StrategyName(str, Enum):
-    DP = "dp"
-    ZERO1 = "zero1"
-    ZERO2 = "zero2"
-    ZERO3 = "zero3"
-    FSDP = "fsdp"
-    TP = "tp"
-    PP = "pp"
-    THREE_D = "3d"
-    ALL = "all"
-
-
-class ScheduleName(str, Enum):
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved"
-    ZB_H1 = "zb-h1"
-    ZB_H2 = "zb-h2"
-
+_Text = Text
 
 def comm_volume(
-    collective: Annotated[Optional[CollectiveName], typer.Option(metavar="OP", help="One collective: all-reduce, reduce-scatter, all-gather, broadcast, reduce, all-to-all, point-to-point.", show_default=False)] = None,  # noqa: UP045
-    strategy: Annotated[Optional[StrategyName], typer.Option(metavar="NAME", help="Every collective of one iteration: dp, zero1, zero2, zero3, fsdp, tp, pp, 3d, or all to compare them.", show_default=False)] = None,  # noqa: UP045
-    algorithm: Annotated[Optional[AlgorithmName], typer.Option(metavar="ALGO", help="All-reduce: parameter-server, naive, ring (default), tree, double-binary-tree, butterfly, halving-doubling.", show_default=False)] = None,  # noqa: UP045
+    collective: Annotated[Optional[Collective], typer.Option(metavar="OP", help="One collective: all-reduce, reduce-scatter, all-gather, broadcast, reduce, all-to-all, point-to-point.", show_default=False)] = None,  # noqa: UP045
+    strategy: Annotated[Optional[Strategy], typer.Option(metavar="NAME", help="Every collective of one iteration: dp, zero1, zero2, zero3, fsdp, tp, pp, 3d, or all to compare them.", show_default=False)] = None,  # noqa: UP045
+    algorithm: Annotated[Optional[Algorithm], typer.Option(metavar="ALGO", help="All-reduce: parameter-server, naive, ring (default), tree, double-binary-tree, butterfly, halving-doubling.", show_default=False)] = None,  # noqa: UP045
     size: Annotated[_Text, typer.Option(metavar="BYTES", help="--collective: message size M (nccl-tests convention: the whole array), e.g. 1GB, 512MiB.")] = None,
     elements: Annotated[_Text, typer.Option(metavar="N", help="--collective: message as a count of elements of --dtype, e.g. 25M.")] = None,
     workers: Annotated[_Text, typer.Option(metavar="N", help="--collective: number of workers (ranks).")] = None,
     compare: Annotated[bool, typer.Option("--compare", help="--collective: every algorithm side by side, with seed 001's approximations.")] = False,
     model: Annotated[_Text, typer.Option(metavar="NAME|config.json", help="--strategy: model preset or Hugging Face config.json.")] = None,
-    layers: Annotated[_Text, typer.Option(metavar="N", help="Transformer layers (with --model: overrides the preset).")] = None,
-    hidden: Annotated[_Text, typer.Option(metavar="D", help="Hidden size.")] = None,
-    heads: Annotated[_Text, typer.Option(metavar="N", help="Attention heads.")] = None,
-    ffn_hidden: Annotated[_Text, typer.Option(metavar="F", help="MLP width (default 4 x hidden).")] = None,
+    layers: LayersOption = None,
+    hidden: HiddenOption = None,
+    heads: HeadsOption = None,
+    kv_heads: KvHeadsOption = None,
+    ffn_hidden: FfnOption = None,
+    mlp: MlpOption = None,
     vocab: Annotated[_Text, typer.Option(metavar="V", help="Vocabulary size (default 0: no embeddings, as in seed 004).")] = None,
+    tied: TiedOption = None,
     batch: Annotated[_Text, typer.Option(metavar="B", help="Global batch in sequences per iteration (default: one per GPU).")] = None,
     micro_batch: Annotated[_Text, typer.Option(metavar="b", help="Sequences per micro-batch per replica (default: the replica's batch without PP, 1 with PP).")] = None,
     seq_len: Annotated[_Text, typer.Option(metavar="L", help="Sequence length (default: the model's maximum).")] = None,
@@ -99,7 +71,7 @@ def comm_volume(
     dp: Annotated[_Text, typer.Option(metavar="N", help="Data-parallel degree.")] = None,
     zero: Annotated[int, typer.Option(metavar="0-3", help="--strategy 3d: ZeRO stage of the data-parallel dimension (0: DDP all-reduce).")] = 0,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism with TP: all-gathers and reduce-scatters.")] = False,
-    schedule: Annotated[ScheduleName, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2.")] = ScheduleName.ONE_F_ONE_B,
+    schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2.")] = Schedule.ONE_F_ONE_B,
     chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (--schedule interleaved).")] = None,
     gpus_per_node: Annotated[_Text, typer.Option(metavar="N", help="GPUs per node: groups wider than a node use --inter-node-link.")] = None,
     link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset within a node (default {DEFAULT_LINK}).")] = None,
@@ -135,7 +107,7 @@ def comm_volume(
 
 
 _COLLECTIVE_ONLY = ("size", "elements", "workers")
-_STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "ffn_hidden", "vocab", "batch", "micro_batch", "seq_len", "grad_dtype",
+_STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "tied", "batch", "micro_batch", "seq_len", "grad_dtype",
                   "gpus", "tp", "pp", "dp", "chunks", "gpus_per_node", "inter_node_link", "bucket_size")  # fmt: skip
 
 
@@ -159,7 +131,7 @@ def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
 # --collective
 
 
-def _collective_result(collective: CollectiveName, algorithm: AlgorithmName | None, size: str | None, elements: str | None,
+def _collective_result(collective: Collective, algorithm: Algorithm | None, size: str | None, elements: str | None,
                        dtype: str, workers: str | None, compare: bool, link: str | None, bandwidth: str | None,
                        latency: str | None, dirs: tuple) -> "Result":  # fmt: skip
     from parcalc.core import collectives as co
@@ -168,8 +140,8 @@ def _collective_result(collective: CollectiveName, algorithm: AlgorithmName | No
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_count, parse_quantity
 
-    op = co.Collective(collective.value)
-    algo = co.Algorithm(algorithm.value) if algorithm is not None else co.default_algorithm(op)
+    op = collective
+    algo = algorithm if algorithm is not None else co.default_algorithm(op)
     if size is not None and elements is not None:
         raise InputError("--size: give the message as --size BYTES or as --elements N with --dtype, not both")
     items, item_bytes, dtype_key = None, None, canonical_dtype(dtype)
@@ -251,42 +223,8 @@ def _intra_link(name: str | None, bandwidth: str | None, latency: str | None, di
 
 
 def _model(args: dict[str, Any], dirs: tuple) -> "TransformerModel":
-    """A preset or config.json, with any of --layers --hidden --heads --ffn-hidden --vocab overriding it,
-    or a model from those flags alone: no biases, norms or positions (seed 004's convention)."""
-    from dataclasses import replace
-
-    from parcalc.core.model import Mlp, Norm, Position, TransformerModel
-    from parcalc.errors import InputError
-    from parcalc.units import parse_count
-
-    flags = {name: parse_count(args[name], f"--{name.replace('_', '-')}", allow_zero=name == "vocab")
-             for name in ("layers", "hidden", "heads", "ffn_hidden", "vocab") if args[name] is not None}  # fmt: skip
-    if args["model"] is not None:
-        from parcalc.presets import load_model
-
-        base = load_model(args["model"], dirs)
-        if not flags:
-            return base
-        changes: dict[str, Any] = dict(flags)
-        if "hidden" in flags or "heads" in flags:
-            hidden, heads = flags.get("hidden", base.hidden), flags.get("heads", base.heads)
-            if hidden % heads:
-                raise InputError(f"--heads: {heads} heads do not divide the hidden size {hidden}")
-            changes["head_dim"] = hidden // heads
-            if "heads" in flags:
-                changes["kv_heads"] = heads if base.kv_heads == base.heads else base.kv_heads
-        return replace(base, key=base.key + "*", name=base.name + " (modified)", **changes)
-    missing = [f"--{n}" for n in ("layers", "hidden", "heads") if n not in flags]
-    if missing:
-        raise InputError(f"--model: give a model preset, or the shape with {', '.join(missing)}")
-    if flags["hidden"] % flags["heads"]:
-        raise InputError(f"--heads: {flags['heads']} heads do not divide the hidden size {flags['hidden']}")
-    return TransformerModel(
-        key="custom", name=f"{flags['layers']}-layer transformer, D = {flags['hidden']}", layers=flags["layers"],
-        hidden=flags["hidden"], heads=flags["heads"], kv_heads=flags["heads"], head_dim=flags["hidden"] // flags["heads"],
-        ffn_hidden=flags.get("ffn_hidden", 4 * flags["hidden"]), mlp=Mlp.RELU, vocab=flags.get("vocab", 0), max_seq_len=0,
-        tied_embeddings=True, position=Position.NONE, norm=Norm.NONE, bias=False, source="given on the command line",
-    )  # fmt: skip
+    """From flags alone, seed 004's layer: weight matrices only, no biases, norms or positions."""
+    return model_from_flags(ModelFlags(*(args[name] for name in ModelFlags._fields)), dirs, bare=True)
 
 
 def _degrees(args: dict[str, Any]) -> tuple[int, int, int, int]:
@@ -372,11 +310,11 @@ def _parallelism(args: dict[str, Any]) -> Any:
 
 def _options(args: dict[str, Any]) -> Any:
     from parcalc.core import comm
-    from parcalc.core.collectives import ALGORITHMS, Algorithm, Collective
+    from parcalc.core.collectives import ALGORITHMS
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_quantity
 
-    algorithm = Algorithm(args["algorithm"].value) if args["algorithm"] else Algorithm.RING
+    algorithm = args["algorithm"] or Algorithm.RING
     if algorithm not in ALGORITHMS[Collective.ALL_REDUCE]:
         raise InputError(f"--algorithm: {algorithm.value} is not an all-reduce algorithm")
     bucket = parse_quantity(args["bucket_size"], Dimension.BYTES, "--bucket-size") if args["bucket_size"] else None

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.model_options import (
+    FfnOption,
+    HeadsOption,
+    HiddenOption,
+    KvHeadsOption,
+    LayersOption,
+    MlpOption,
+    ModelFlags,
+    ModelOption,
+    TiedOption,
+    VocabOption,
+)
+from parcalc.core.choices import Recompute
+
 if TYPE_CHECKING:
     from parcalc.core.flops import TrainingFlops
     from parcalc.derivation import Derivation, Table
@@ -24,32 +37,19 @@ Examples:
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
 
 
-class MlpName(str, Enum):  # the same choices as parcalc.commands.memory.MlpName (a test keeps them equal)
-    RELU = "relu"
-    GELU = "gelu"
-    SWIGLU = "swiglu"
-    GEGLU = "geglu"
-
-
-class RecomputeName(str, Enum):
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
-
-
 def flops(
-    model: Annotated[_Text, typer.Option(metavar="NAME|config.json", help="Model preset or Hugging Face config.json; the shape flags below override it.")] = None,
-    layers: Annotated[_Text, typer.Option(metavar="L", help="Transformer layers.")] = None,
-    hidden: Annotated[_Text, typer.Option(metavar="h", help="Hidden size.")] = None,
-    heads: Annotated[_Text, typer.Option(metavar="a", help="Attention heads.")] = None,
-    kv_heads: Annotated[_Text, typer.Option(metavar="N", help="Key/value heads (grouped-query attention; default: --heads).")] = None,
-    ffn_hidden: Annotated[_Text, typer.Option(metavar="f", help="MLP width (default 4 x hidden; for gated MLPs the width of each of gate and up).")] = None,
-    mlp: Annotated[Optional[MlpName], typer.Option(metavar="KIND", help="MLP: relu, gelu (default for a model from flags), swiglu, geglu.", show_default=False)] = None,  # noqa: UP045
-    vocab: Annotated[_Text, typer.Option(metavar="V", help="Vocabulary size (0: no embeddings or LM head).")] = None,
-    tied: Annotated[Optional[bool], typer.Option("--tied/--untied", help="Tie the LM head to the word embeddings (default: the preset's; tied from flags).", show_default=False)] = None,  # noqa: UP045
+    model: ModelOption = None,
+    layers: LayersOption = None,
+    hidden: HiddenOption = None,
+    heads: HeadsOption = None,
+    kv_heads: KvHeadsOption = None,
+    ffn_hidden: FfnOption = None,
+    mlp: MlpOption = None,
+    vocab: VocabOption = None,
+    tied: TiedOption = None,
     batch: Annotated[_Text, typer.Option(metavar="B", help="Sequences per iteration, all GPUs together (default 1).")] = None,
     seq_len: Annotated[_Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
-    recompute: Annotated[RecomputeName, typer.Option(metavar="KIND", help="Recomputation counted in hardware FLOPs: none, selective, full.")] = RecomputeName.NONE,
+    recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Recomputation counted in hardware FLOPs: none, selective, full.")] = Recompute.NONE,
     causal: Annotated[bool, typer.Option("--causal", help="Count Q·K^T and score·V at half (kernels that skip the masked triangle).")] = False,
     tokens: Annotated[_Text, typer.Option(metavar="D", help="Training tokens of a whole run: total FLOPs, exact per token and 6ND.")] = None,
     params: Annotated[_Text, typer.Option(metavar="N", help="Parameters N for 6ND (default: the model's count).")] = None,
@@ -66,7 +66,7 @@ def flops(
     hardware FLOPs), 6ND, Narayanan et al.'s 96 B s l h^2 (...) formula, and MFU / HFU from a
     measured step time."""
     start(output, fmt)
-    from parcalc.commands.memory import model_from_flags, model_terms
+    from parcalc.commands.model_options import model_from_flags, model_terms
     from parcalc.core.flops import flops_utilization, six_nd, training_flops
     from parcalc.derivation import Result, Term
     from parcalc.errors import InputError
@@ -74,7 +74,7 @@ def flops(
 
     dirs = preset_dirs(presets)
     seq = parse_count(seq_len, "--seq-len") if seq_len is not None else None
-    shape = model_from_flags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp.value if mlp else None, vocab, tied, seq, dirs)
+    shape = model_from_flags(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), dirs, seq_len=seq)
     seq = seq or shape.max_seq_len
     if not seq:
         raise InputError("--seq-len: required (the model gives no maximum sequence length)")

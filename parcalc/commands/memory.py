@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.model_options import (
+    FfnOption,
+    HeadsOption,
+    HiddenOption,
+    KvHeadsOption,
+    LayersOption,
+    MlpOption,
+    ModelFlags,
+    ModelOption,
+    TiedOption,
+    VocabOption,
+    model_from_flags,
+    model_terms,
+)
+from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule, ZeroStage
 
 if TYPE_CHECKING:
     from parcalc.core.memory import MemoryBreakdown
-    from parcalc.core.model import TransformerModel
-    from parcalc.derivation import Result, Table, Term
+    from parcalc.derivation import Result, Table
 
 EXAMPLES = """\
 \b
@@ -24,122 +37,6 @@ Examples:
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
-
-
-class MlpName(str, Enum):
-    RELU = "relu"
-    GELU = "gelu"
-    SWIGLU = "swiglu"
-    GEGLU = "geglu"
-
-
-class ZeroStage(str, Enum):
-    ZERO0 = "0"
-    ZERO1 = "1"
-    ZERO2 = "2"
-    ZERO3 = "3"
-
-
-class RecomputeName(str, Enum):
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
-
-
-class PrecisionName(str, Enum):
-    FP32 = "fp32"
-    MIXED_FP16 = "mixed-fp16"
-    MIXED_BF16 = "mixed-bf16"
-    BF16 = "bf16"
-
-
-class OptimizerName(str, Enum):
-    ADAM = "adam"
-    ADAMW = "adamw"
-    SGD = "sgd"
-    SGD_MOMENTUM = "sgd-momentum"
-
-
-class ScheduleName(str, Enum):
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved"
-
-
-ModelOption = Annotated[_Text, typer.Option(metavar="NAME|config.json", help="Model preset or Hugging Face config.json; the shape flags below override it.")]
-LayersOption = Annotated[_Text, typer.Option(metavar="L", help="Transformer layers.")]
-HiddenOption = Annotated[_Text, typer.Option(metavar="h", help="Hidden size.")]
-HeadsOption = Annotated[_Text, typer.Option(metavar="a", help="Attention heads.")]
-KvHeadsOption = Annotated[_Text, typer.Option(metavar="N", help="Key/value heads (grouped-query attention; default: --heads).")]
-FfnOption = Annotated[_Text, typer.Option(metavar="f", help="MLP width (default 4 x hidden; for gated MLPs the width of each of gate and up).")]
-MlpOption = Annotated[Optional[MlpName], typer.Option(metavar="KIND", help="MLP: relu, gelu (default for a model from flags), swiglu, geglu.", show_default=False)]  # noqa: UP045
-VocabOption = Annotated[_Text, typer.Option(metavar="V", help="Vocabulary size (0: no embeddings or LM head).")]
-TiedOption = Annotated[Optional[bool], typer.Option("--tied/--untied", help="Tie the LM head to the word embeddings (default: the preset's; tied from flags).", show_default=False)]  # noqa: UP045
-
-
-def model_from_flags(model: str | None, layers: str | None, hidden: str | None, heads: str | None, kv_heads: str | None,
-                     ffn_hidden: str | None, mlp: str | None, vocab: str | None, tied: bool | None, seq_len: int | None,
-                     dirs: tuple) -> TransformerModel:  # fmt: skip
-    """A preset or config.json with any shape flag overriding it, or a model from the flags alone:
-    the GPT layer of Korthikanti et al. (LayerNorm, biases, learned positions, GELU 4h MLP).
-
-    Shared by `parcalc memory` and `parcalc flops` (which imports it inside its function)."""
-    from dataclasses import replace
-
-    from parcalc.core.model import Mlp, Norm, Position, TransformerModel
-    from parcalc.errors import InputError
-    from parcalc.units import parse_count
-
-    given = {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads, "ffn_hidden": ffn_hidden, "vocab": vocab}
-    flags = {k: parse_count(v, f"--{k.replace('_', '-')}", allow_zero=k == "vocab") for k, v in given.items() if v is not None}
-    if model is not None:
-        from parcalc.presets import load_model
-
-        base = load_model(model, dirs)
-        changes: dict[str, object] = dict(flags)
-        if mlp is not None:
-            changes["mlp"] = Mlp(mlp)
-        if tied is not None:
-            changes["tied_embeddings"] = tied
-        if not changes:
-            return base
-        if "hidden" in flags or "heads" in flags:
-            h, a = flags.get("hidden", base.hidden), flags.get("heads", base.heads)
-            if h % a:
-                raise InputError(f"--heads: {a} heads do not divide the hidden size {h}")
-            changes["head_dim"] = h // a
-            if "heads" in flags and "kv_heads" not in flags:
-                changes["kv_heads"] = a if base.kv_heads == base.heads else base.kv_heads
-        return replace(base, key=base.key + "*", name=base.name + " (modified)", **changes)  # type: ignore[arg-type]
-    missing = [f"--{n}" for n in ("layers", "hidden", "heads") if n not in flags]
-    if missing:
-        raise InputError(f"--model: give a model preset, or the shape with {', '.join(missing)}")
-    if flags["hidden"] % flags["heads"]:
-        raise InputError(f"--heads: {flags['heads']} heads do not divide the hidden size {flags['hidden']}")
-    return TransformerModel(
-        key="custom", name=f"{flags['layers']}-layer GPT, h = {flags['hidden']}", layers=flags["layers"], hidden=flags["hidden"],
-        heads=flags["heads"], kv_heads=flags.get("kv_heads", flags["heads"]), head_dim=flags["hidden"] // flags["heads"],
-        ffn_hidden=flags.get("ffn_hidden", 4 * flags["hidden"]), mlp=Mlp(mlp) if mlp else Mlp.GELU,
-        vocab=flags.get("vocab", 0), max_seq_len=seq_len or 0, tied_embeddings=True if tied is None else tied,
-        position=Position.LEARNED, norm=Norm.LAYERNORM, bias=True, source="given on the command line",
-    )  # fmt: skip
-
-
-def model_terms(shape: TransformerModel) -> list[Term]:
-    from parcalc.derivation import Term
-
-    terms = [
-        Term("P", "P", "P", shape.total_params, "", f"parameters of {shape.name}", shape.source),
-        Term("L", "L", "L", shape.layers, "", "transformer layers"),
-        Term("h", "h", "h", shape.hidden, "", "hidden size"),
-        Term("a", "a", "a", shape.heads, "", "attention heads"),
-    ]
-    if shape.kv_heads != shape.heads:
-        terms.append(Term("kv", "a_kv", r"a_{\mathrm{kv}}", shape.kv_heads, "", "key/value heads (grouped-query attention)"))
-    terms.append(Term("f", "f", "f", shape.ffn_hidden, "", f"MLP width ({shape.mlp.value})"))
-    if shape.vocab:
-        terms.append(Term("V", "V", "V", shape.vocab, "", "vocabulary size" + ("" if shape.tied_embeddings else " (untied LM head)")))
-    return terms
 
 
 def memory(
@@ -160,11 +57,11 @@ def memory(
     gpus: Annotated[_Text, typer.Option(metavar="N", help="GPUs in all: t x p x d (gives d when --dp is left out).")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1).")] = False,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
-    recompute: Annotated[RecomputeName, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = RecomputeName.NONE,
-    precision: Annotated[PrecisionName, typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy).")] = PrecisionName.MIXED_BF16,
-    optimizer: Annotated[OptimizerName, typer.Option(metavar="NAME", help="adam, adamw (2 states), sgd-momentum (1), sgd (0).")] = OptimizerName.ADAMW,
+    recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = Recompute.NONE,
+    precision: Annotated[Precision, typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy).")] = Precision.MIXED_BF16,
+    optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw (2 states), sgd-momentum (1), sgd (0).")] = Optimizer.ADAMW,
     fp32_grads: Annotated[bool, typer.Option("--fp32-grads", help="Mixed precision with fp32 gradients (Megatron-LM's main_grad: 18 bytes per parameter with Adam).")] = False,
-    schedule: Annotated[ScheduleName, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved.")] = ScheduleName.ONE_F_ONE_B,
+    schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved.")] = Schedule.ONE_F_ONE_B,
     micro_batches: Annotated[_Text, typer.Option(metavar="m", help="Micro-batches per iteration (default: p; 2p interleaved).")] = None,
     chunks: Annotated[_Text, typer.Option(metavar="v", help="Model chunks per device (--schedule interleaved).")] = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
@@ -181,27 +78,18 @@ def memory(
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
     it fits on the GPU."""
     start(output, fmt)
-    from parcalc.core.activations import Recompute
-    from parcalc.core.memory import (
-        DEFAULT_RESERVE_BYTES,
-        Optimizer,
-        Parallelism,
-        Precision,
-        TrainingSetup,
-        memory_breakdown,
-    )
-    from parcalc.core.pipeline import Schedule
+    from parcalc.core.memory import DEFAULT_RESERVE_BYTES, Parallelism, TrainingSetup, memory_breakdown
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_count, parse_quantity
 
     dirs = preset_dirs(presets)
     seq = parse_count(seq_len, "--seq-len") if seq_len is not None else None
-    shape = model_from_flags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp.value if mlp else None, vocab, tied, seq, dirs)
+    shape = model_from_flags(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), dirs, seq_len=seq)
     seq = seq or shape.max_seq_len
     if not seq:
         raise InputError("--seq-len: required (the model gives no maximum sequence length)")
     t, p, d = _degrees(tp, pp, dp, gpus)
-    chosen = Schedule(schedule.value)
+    chosen = schedule
     v = parse_count(chunks, "--chunks") if chunks is not None else 1
     if chunks is not None and chosen is not Schedule.INTERLEAVED:
         raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --schedule {chosen.value})")
@@ -219,7 +107,7 @@ def memory(
     par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v)
     setup = TrainingSetup(
         micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
-        precision=Precision(precision.value), optimizer=Optimizer(optimizer.value), recompute=Recompute(recompute.value),
+        precision=precision, optimizer=optimizer, recompute=recompute,
         flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads, reserve=reserve_bytes, capacity=cap,
         capacity_source=cap_source,
     )  # fmt: skip

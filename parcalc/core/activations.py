@@ -40,8 +40,8 @@ Conventions stated where sources differ:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
+from parcalc.core.choices import Recompute  # noqa: F401 - re-exported
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
@@ -74,12 +74,6 @@ def check_sequence(model: TransformerModel, seq_len: int) -> None:
             f"--seq-len: {seq_len} tokens, but {model.name} has {model.max_seq_len} learned positions; "
             f"no position embedding exists beyond them (use --seq-len <= {model.max_seq_len})"
         )
-
-
-class Recompute(str, Enum):
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
 
 
 @dataclass(frozen=True)

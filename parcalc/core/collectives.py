@@ -35,36 +35,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import NamedTuple
 
+from parcalc.core.choices import Algorithm, Collective  # noqa: F401 - re-exported
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
 NCCL_TESTS = "NVIDIA/nccl-tests doc/PERFORMANCE.md (algbw = S/t; busbw = algbw x factor)"
 ALPHA_BETA = "alpha-beta model: steps x alpha + bytes on the busiest port / beta (Thakur, Rabenseifner & Gropp 2005, sec. 2)"
-
-
-class Collective(str, Enum):
-    ALL_REDUCE = "all-reduce"
-    REDUCE_SCATTER = "reduce-scatter"
-    ALL_GATHER = "all-gather"
-    BROADCAST = "broadcast"
-    REDUCE = "reduce"
-    ALL_TO_ALL = "all-to-all"
-    POINT_TO_POINT = "point-to-point"
-
-
-class Algorithm(str, Enum):
-    PARAMETER_SERVER = "parameter-server"
-    NAIVE = "naive"
-    RING = "ring"
-    TREE = "tree"
-    DOUBLE_BINARY_TREE = "double-binary-tree"
-    BUTTERFLY = "butterfly"
-    HALVING_DOUBLING = "halving-doubling"
-    PAIRWISE = "pairwise"
-    DIRECT = "direct"
 
 
 # Which algorithms each collective has. Beyond all-reduce the ring (a pipelined chain for the

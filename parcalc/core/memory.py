@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 
 from parcalc.core.activations import (
     ActivationConfig,
@@ -41,6 +40,7 @@ from parcalc.core.activations import (
     output_activations,
     recompute_working_set,
 )
+from parcalc.core.choices import Optimizer, Precision  # noqa: F401 - re-exported
 from parcalc.core.model import Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
 from parcalc.derivation import Derivation, Term
@@ -67,29 +67,6 @@ RESERVE_PARTS: tuple[tuple[str, str, float, str], ...] = (
 )
 DEFAULT_RESERVE_BYTES = sum(part[2] for part in RESERVE_PARTS)
 RESERVE_SOURCE = "CUDA context (PyTorch PR #86509), NCCL buffers (NVIDIA/nccl src/init.cc), fragmentation: 2 GiB by default (--reserve)"
-
-
-class Precision(str, Enum):
-    FP32 = "fp32"
-    MIXED_FP16 = "mixed-fp16"
-    MIXED_BF16 = "mixed-bf16"
-    BF16 = "bf16"
-
-    @property
-    def activation_bytes(self) -> float:
-        return 4.0 if self is Precision.FP32 else 2.0
-
-
-class Optimizer(str, Enum):
-    ADAM = "adam"
-    ADAMW = "adamw"
-    SGD = "sgd"
-    SGD_MOMENTUM = "sgd-momentum"
-
-    @property
-    def states(self) -> int:
-        """Tensors of optimizer state per parameter tensor, each the parameter's size."""
-        return {Optimizer.ADAM: 2, Optimizer.ADAMW: 2, Optimizer.SGD: 0, Optimizer.SGD_MOMENTUM: 1}[self]
 
 
 @dataclass(frozen=True)

@@ -10,39 +10,9 @@ the final LayerNorm that formula leaves out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
+from parcalc.core.choices import Mlp, Norm, Position  # noqa: F401 - re-exported
 from parcalc.errors import InputError
-
-
-class Mlp(str, Enum):
-    """The feed-forward block: plain (two matrices) or gated (three: gate, up, down)."""
-
-    RELU = "relu"
-    GELU = "gelu"
-    SWIGLU = "swiglu"
-    GEGLU = "geglu"
-
-    @property
-    def gated(self) -> bool:
-        return self in (Mlp.SWIGLU, Mlp.GEGLU)
-
-
-class Norm(str, Enum):
-    LAYERNORM = "layernorm"
-    RMSNORM = "rmsnorm"
-    NONE = "none"
-
-    @property
-    def params_per_channel(self) -> int:
-        return {Norm.LAYERNORM: 2, Norm.RMSNORM: 1, Norm.NONE: 0}[self]
-
-
-class Position(str, Enum):
-    LEARNED = "learned"
-    ROPE = "rope"
-    ALIBI = "alibi"
-    NONE = "none"
 
 
 @dataclass(frozen=True)

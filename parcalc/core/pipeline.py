@@ -21,38 +21,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
 from fractions import Fraction
 
 from parcalc.core import pipeline_sim as sim
+from parcalc.core.choices import Schedule  # noqa: F401 - re-exported
 from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
 
-
-class Schedule(str, Enum):
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-    INTERLEAVED = "interleaved"
-    ZB_H1 = "zb-h1"
-    ZB_H2 = "zb-h2"
-
-    @property
-    def label(self) -> str:
-        return _LABELS[self]
-
-    @property
-    def splits_backward(self) -> bool:
-        """Whether the backward runs as two passes, B (input gradient) and W (weight gradient)."""
-        return self in (Schedule.ZB_H1, Schedule.ZB_H2)
-
-
-_LABELS = {
-    Schedule.GPIPE: "GPipe",
-    Schedule.ONE_F_ONE_B: "1F1B",
-    Schedule.INTERLEAVED: "interleaved 1F1B",
-    Schedule.ZB_H1: "ZB-H1",
-    Schedule.ZB_H2: "ZB-H2",
-}
 
 NARAYANAN = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.1"
 NARAYANAN_INTERLEAVED = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.2"

@@ -1,0 +1,139 @@
+"""The named choices of the core (enums), free of imports so that the command line can offer
+them as its flags' choices without loading any of the math.
+
+Each core module re-exports the ones it owns; the CLI uses these very classes, so a choice
+added here appears in `--help` and the core at once."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Mlp(str, Enum):
+    """The feed-forward block: plain (two matrices) or gated (three: gate, up, down)."""
+
+    RELU = "relu"
+    GELU = "gelu"
+    SWIGLU = "swiglu"
+    GEGLU = "geglu"
+
+    @property
+    def gated(self) -> bool:
+        return self in (Mlp.SWIGLU, Mlp.GEGLU)
+
+
+class Norm(str, Enum):
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+    NONE = "none"
+
+    @property
+    def params_per_channel(self) -> int:
+        return {Norm.LAYERNORM: 2, Norm.RMSNORM: 1, Norm.NONE: 0}[self]
+
+
+class Position(str, Enum):
+    LEARNED = "learned"
+    ROPE = "rope"
+    ALIBI = "alibi"
+    NONE = "none"
+
+
+class Recompute(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class Precision(str, Enum):
+    FP32 = "fp32"
+    MIXED_FP16 = "mixed-fp16"
+    MIXED_BF16 = "mixed-bf16"
+    BF16 = "bf16"
+
+    @property
+    def activation_bytes(self) -> float:
+        return 4.0 if self is Precision.FP32 else 2.0
+
+
+class Optimizer(str, Enum):
+    ADAM = "adam"
+    ADAMW = "adamw"
+    SGD = "sgd"
+    SGD_MOMENTUM = "sgd-momentum"
+
+    @property
+    def states(self) -> int:
+        """Tensors of optimizer state per parameter tensor, each the parameter's size."""
+        return {Optimizer.ADAM: 2, Optimizer.ADAMW: 2, Optimizer.SGD: 0, Optimizer.SGD_MOMENTUM: 1}[self]
+
+
+class ZeroStage(str, Enum):
+    """ZeRO stage over the data-parallel ranks (Rajbhandari et al. 2020): what each rank shards."""
+
+    ZERO0 = "0"
+    ZERO1 = "1"
+    ZERO2 = "2"
+    ZERO3 = "3"
+
+
+class Schedule(str, Enum):
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"
+    ZB_H1 = "zb-h1"
+    ZB_H2 = "zb-h2"
+
+    @property
+    def label(self) -> str:
+        return _SCHEDULE_LABELS[self]
+
+    @property
+    def splits_backward(self) -> bool:
+        """Whether the backward runs as two passes, B (input gradient) and W (weight gradient)."""
+        return self in (Schedule.ZB_H1, Schedule.ZB_H2)
+
+
+_SCHEDULE_LABELS = {
+    Schedule.GPIPE: "GPipe",
+    Schedule.ONE_F_ONE_B: "1F1B",
+    Schedule.INTERLEAVED: "interleaved 1F1B",
+    Schedule.ZB_H1: "ZB-H1",
+    Schedule.ZB_H2: "ZB-H2",
+}
+
+
+class Collective(str, Enum):
+    ALL_REDUCE = "all-reduce"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_GATHER = "all-gather"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    ALL_TO_ALL = "all-to-all"
+    POINT_TO_POINT = "point-to-point"
+
+
+class Algorithm(str, Enum):
+    PARAMETER_SERVER = "parameter-server"
+    NAIVE = "naive"
+    RING = "ring"
+    TREE = "tree"
+    DOUBLE_BINARY_TREE = "double-binary-tree"
+    BUTTERFLY = "butterfly"
+    HALVING_DOUBLING = "halving-doubling"
+    PAIRWISE = "pairwise"
+    DIRECT = "direct"
+
+
+class Strategy(str, Enum):
+    """`comm-volume --strategy`: one parallel strategy's iteration, or all of them compared."""
+
+    DP = "dp"
+    ZERO1 = "zero1"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
+    FSDP = "fsdp"
+    TP = "tp"
+    PP = "pp"
+    THREE_D = "3d"
+    ALL = "all"
