@@ -37,6 +37,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "bubble": CommandSpec("parcalc.commands.bubble", function="bubble"),
     "memory": CommandSpec("parcalc.commands.memory", function="memory"),
     "flops": CommandSpec("parcalc.commands.flops", function="flops"),
+    "fit": CommandSpec("parcalc.commands.fit", function="fit"),
     "presets": CommandSpec("parcalc.commands.presets", app="presets_app"),
     "report": CommandSpec("parcalc.commands.report", function="report"),
 }

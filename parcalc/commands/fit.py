@@ -1,0 +1,402 @@
+"""`parcalc fit`: which strategies fit on N GPUs and how deep a model they hold, or (--search)
+the fastest TP x PP x DP configuration of every valid one."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.model_options import (
+    FfnOption,
+    HeadsOption,
+    HiddenOption,
+    KvHeadsOption,
+    LayersOption,
+    MlpOption,
+    ModelFlags,
+    ModelOption,
+    Text,
+    TiedOption,
+    VocabOption,
+)
+from parcalc.core.choices import Optimizer, Precision, Recompute, ZeroStage
+from parcalc.output import OutputFormat
+
+if TYPE_CHECKING:
+    from parcalc.core.fit import Cluster, Training
+    from parcalc.core.fit_search import SearchResult
+    from parcalc.core.fit_table import StrategyRow
+    from parcalc.core.model import TransformerModel
+    from parcalc.derivation import Result, Table, Term
+
+EXAMPLES = """\
+\b
+Examples:
+  parcalc fit --model homework-7b --gpu a100-sxm4-40gb --gpus 2 --seq-len 2048
+  parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --seq-len 2048 --search
+  parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --search --recompute selective --explain
+  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --format csv -o configs.csv
+"""
+
+DEFAULT_TOP = 5
+PROGRESS_AFTER_SECONDS = 1.0
+
+
+def fit(
+    model: ModelOption = None,
+    layers: LayersOption = None,
+    hidden: HiddenOption = None,
+    heads: HeadsOption = None,
+    kv_heads: KvHeadsOption = None,
+    ffn_hidden: FfnOption = None,
+    mlp: MlpOption = None,
+    vocab: VocabOption = None,
+    tied: TiedOption = None,
+    gpus: Annotated[Text, typer.Option(metavar="N", help="GPUs in all (required).")] = None,
+    gpu: Annotated[Text, typer.Option(metavar="NAME", help="GPU preset: memory capacity and peak FLOP/s.")] = None,
+    gpus_per_node: Annotated[Text, typer.Option(metavar="g", help="GPUs per node (default 8): TP stays inside a node; wider groups use --inter-node-link.")] = None,
+    batch: Annotated[Text, typer.Option(metavar="B", help="Global batch in sequences per iteration (default: one per GPU).")] = None,
+    seq_len: Annotated[Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
+    micro_batch: Annotated[Optional[list[str]], typer.Option(metavar="b", help="Micro-batch size (table: default 1; --search: try only these, repeatable).", show_default=False)] = None,  # noqa: UP045
+    recompute: Annotated[Optional[list[Recompute]], typer.Option(metavar="KIND", help="Recomputation to try: none, selective, full (repeatable; default all three).", show_default=False)] = None,  # noqa: UP045
+    zero: Annotated[Optional[list[ZeroStage]], typer.Option(metavar="0-3", help="--search: ZeRO stages to try (repeatable; default 0-3).", show_default=False)] = None,  # noqa: UP045
+    sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both).", show_default=False)] = None,  # noqa: UP045
+    interleaved: Annotated[bool, typer.Option("--interleaved/--no-interleaved", help="--search: try the interleaved schedule with v chunks beside 1F1B.")] = True,
+    allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="--search: let tensor parallelism span nodes.")] = False,
+    precision: Annotated[Precision, typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16 (bytes per parameter and activation).")] = Precision.MIXED_BF16,
+    optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw, sgd-momentum, sgd.")] = Optimizer.ADAMW,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
+    dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations.")] = True,
+    capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,
+    reserve: Annotated[Text, typer.Option(metavar="BYTES", help="CUDA context, NCCL buffers, fragmentation (default 2GiB; see `parcalc memory`).")] = None,
+    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks the compute runs at.")] = "bf16",
+    peak: Annotated[Text, typer.Option(metavar="FLOP/s", help="Peak per GPU instead of --gpu's, e.g. 312TFLOP/s.")] = None,
+    efficiency: Annotated[Text, typer.Option(metavar="e", help="Share of the peak the kernels sustain (default 0.7; see the assumptions).")] = None,
+    link: Annotated[Text, typer.Option(metavar="NAME", help="Link inside a node (default nvlink3).")] = None,
+    inter_node_link: Annotated[Text, typer.Option(metavar="NAME", help="Link between nodes (default ib-hdr).")] = None,
+    dp_overlap: Annotated[bool, typer.Option("--dp-overlap/--no-dp-overlap", help="Hide the data-parallel gradient sync under the last backward.")] = True,
+    search: Annotated[bool, typer.Option("--search", help="Evaluate every configuration and rank those that fit by step time.")] = False,
+    top: Annotated[int, typer.Option(metavar="K", help="--search: configurations shown.")] = DEFAULT_TOP,
+    explain: Annotated[bool, typer.Option("--explain", help="--search: the derivation of the best configuration's memory and step time.")] = False,
+    max_layers: Annotated[bool, typer.Option("--max-layers/--no-max-layers", help="Table: the deepest model of this layer shape each strategy holds.")] = True,
+    presets: PresetsOption = None,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
+) -> None:
+    """What fits on N GPUs: one row per strategy (single GPU, DP, ZeRO-1/2/3, TP, PP, TP x PP, each
+    without and with recomputation) with its memory and the most layers it holds; with --search,
+    every TP x PP x DP configuration ranked by estimated step time."""
+    start(output, fmt)
+    from parcalc.commands.model_options import model_from_flags
+    from parcalc.core.fit import Training
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_count, parse_quantity
+
+    dirs = preset_dirs(presets)
+    if gpus is None:
+        raise InputError("--gpus: how many GPUs? (e.g. --gpus 8)")
+    seq = parse_count(seq_len, "--seq-len") if seq_len is not None else None
+    shape = model_from_flags(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), dirs, seq_len=seq)
+    seq = seq or shape.max_seq_len
+    if not seq:
+        raise InputError("--seq-len: required (the model gives no maximum sequence length)")
+    cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype, peak, efficiency, link, inter_node_link, dp_overlap,
+                       allow_cross_node_tp, dirs)  # fmt: skip
+    from parcalc.core.memory import DEFAULT_RESERVE_BYTES
+
+    training = Training(
+        global_batch=parse_count(batch, "--batch") if batch is not None else cluster.gpus, seq_len=seq, precision=precision,
+        optimizer=optimizer, flash_attention=flash_attention, dropout=dropout,
+        reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
+    )  # fmt: skip
+    sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
+    recomputes = tuple(dict.fromkeys(recompute)) if recompute else (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    if flash_attention and recomputes == (Recompute.SELECTIVE,):
+        raise InputError("--recompute selective: FlashAttention keeps no attention scores for selective recomputation to drop; "
+                         "use none or full with --flash-attention")  # fmt: skip
+    settings = [("model", shape.key), ("gpu", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
+                ("flash_attention", str(flash_attention).lower()), ("mode", "search" if search else "strategies")]  # fmt: skip
+    if search:
+        if top < 1:
+            raise InputError(f"--top: at least 1, got {top}")
+        everything = _streams_every_row(fmt, output)
+        result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
+                                everything, settings)  # fmt: skip
+    else:
+        for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None)):
+            if given:
+                raise InputError(f"{flag}: applies to --search (the strategy table shows every family)")
+        if sizes is not None and len(sizes) > 1:
+            raise InputError("--micro-batch: the strategy table takes one micro-batch size (several only with --search)")
+        result, nothing_fits = _table_result(shape, training, cluster, sizes[0] if sizes else 1, recomputes, max_layers, settings)
+        if nothing_fits is not None:
+            from parcalc.errors import InfeasibleError
+
+            if output is None:  # show the table that explains it, then fail; a file is written only on success
+                finish(result, fmt, output)
+            raise InfeasibleError(nothing_fits)
+    finish(result, fmt, output)
+
+
+def _streams_every_row(fmt: OutputFormat | None, output: Any) -> bool:
+    """JSON and CSV carry every evaluated configuration (for plotting); the other formats the top-k."""
+    from parcalc.output import resolve_format
+
+    return resolve_format(fmt, output) in (OutputFormat.JSON, OutputFormat.CSV)
+
+
+def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: str | None, dtype: str, peak: str | None,
+             efficiency: str | None, link: str | None, inter_node_link: str | None, dp_overlap: bool, allow_cross_node_tp: bool,
+             dirs: tuple) -> Cluster:  # fmt: skip
+    from parcalc.commands.comm_volume import DEFAULT_INTER_NODE_LINK, DEFAULT_LINK
+    from parcalc.commands.flops import _peak
+    from parcalc.core.fit import DEFAULT_EFFICIENCY, Cluster
+    from parcalc.errors import InputError
+    from parcalc.presets import load_gpu, load_link
+    from parcalc.units import Dimension, parse_count, parse_quantity
+
+    n = parse_count(gpus, "--gpus")
+    if gpu is None and (capacity is None or peak is None):
+        raise InputError("--gpu: give a GPU preset, or both --capacity and --peak")
+    device = load_gpu(gpu, dirs) if gpu is not None else None
+    if capacity is not None:
+        cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity"), "given on the command line"
+    else:
+        assert device is not None  # guarded above: no --capacity means a --gpu
+        cap, cap_source = device.memory_capacity.value, device.memory_capacity.source
+    rate, rate_source, _ = _peak(gpu, peak, dtype, dirs)
+    e = DEFAULT_EFFICIENCY
+    if efficiency is not None:
+        try:
+            e = float(efficiency.rstrip("%")) / (100 if efficiency.endswith("%") else 1)
+        except ValueError:
+            raise InputError(f"--efficiency: a share of the peak such as 0.7 or 70%, got {efficiency!r}") from None
+        if not 0 < e <= 1:
+            raise InputError(f"--efficiency: a share of the peak between 0 and 1, got {efficiency!r}")
+    return Cluster(
+        gpus=n, gpus_per_node=parse_count(gpus_per_node, "--gpus-per-node") if gpus_per_node is not None else 8, peak=rate,
+        capacity=cap, intra=load_link(link or DEFAULT_LINK, dirs), inter=load_link(inter_node_link or DEFAULT_INTER_NODE_LINK, dirs),
+        gpu_name=device.name if device else "GPU", peak_source=rate_source, capacity_source=cap_source, efficiency=e,
+        dp_overlap=dp_overlap, allow_cross_node_tp=allow_cross_node_tp,
+    )  # fmt: skip
+
+
+def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> list[Term]:
+    from parcalc.commands.model_options import model_terms
+    from parcalc.core.fit import EFFICIENCY_SOURCE
+    from parcalc.derivation import Term
+
+    return model_terms(shape) + [
+        Term("N", "N", "N", cluster.gpus, "", "GPUs"),
+        Term("g", "g", "g", cluster.gpus_per_node, "", "GPUs per node"),
+        Term("B", "B", "B", training.global_batch, "", "global batch (sequences per iteration)"),
+        Term("s", "s", "s", training.seq_len, "", "sequence length"),
+        Term("C", "C", "C", cluster.capacity, "B", f"memory of one {cluster.gpu_name}", cluster.capacity_source),
+        Term("R", "R", "R", training.reserve, "B", "reserve (CUDA context, NCCL buffers, fragmentation)"),
+        Term("peak", "F_peak", r"F_{\mathrm{peak}}", cluster.peak, "FLOP/s", "peak per GPU", cluster.peak_source),
+        Term("e", "e", "e", cluster.efficiency, "fraction", "share of the peak the kernels sustain", EFFICIENCY_SOURCE),
+    ]
+
+
+def _assumptions(cluster: Cluster) -> tuple[str, ...]:
+    return (
+        f"links: {cluster.intra.name} inside a node, {cluster.inter.name} between nodes; Megatron-LM's rank order (TP, then DP, then PP)",
+        "memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)",
+        "step time = compute + TP collectives + bubble + PP sends + exposed DP sync (parcalc.core.fit); no other overlap",
+        "GB = 1e9 bytes, GiB = 2^30 bytes",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The strategy table
+
+
+def _table_result(shape: TransformerModel, training: Training, cluster: Cluster, micro_batch: int,
+                  recomputes: tuple[Recompute, ...], with_layers: bool, settings: list) -> tuple[Result, str | None]:  # fmt: skip
+    """The table, and why nothing fits when nothing does."""
+    from parcalc.core import fit_table
+    from parcalc.derivation import Column, Result, Table
+    from parcalc.errors import InputError
+
+    if training.global_batch % micro_batch:
+        raise InputError(f"--micro-batch: {micro_batch} does not divide the global batch of {training.global_batch}")
+    rows = fit_table.strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers)
+    columns = (
+        Column("strategy", "strategy"), Column("recompute", "recompute"), Column("tp", "tp"), Column("pp", "pp"), Column("dp", "dp"),
+        Column("gpus", "GPUs"), Column("memory", "memory per GPU", "B"), Column("fits", "fits"), Column("headroom", "headroom", "B"),
+        *((Column("max_layers", "max layers"),) if with_layers else ()), Column("note", "note"),
+    )  # fmt: skip
+    table_rows = []
+    for row in rows:
+        c = row.config
+        cells = (row.family, row.recompute.value, c.tp if c else None, c.pp if c else None, c.dp if c else None, row.gpus_used,
+                 row.memory, ("yes" if row.fits else "no") if row.memory is not None else "n/a", row.headroom,
+                 *((row.max_layers,) if with_layers else ()), row.note)  # fmt: skip
+        table_rows.append(cells)
+    table = Table("strategies", f"Strategies on {cluster.gpus} x {cluster.gpu_name}, b = {micro_batch}", columns, tuple(table_rows))
+    verdicts = _table_verdicts(shape, rows, cluster, with_layers)
+    title = f"What fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+    result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(), tables=(table,),
+                    verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+    return result, None if any(row.fits for row in rows) else _nothing_fits(shape, rows, cluster, with_layers)
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.2f} GiB"
+
+
+def _row_name(row: StrategyRow) -> str:
+    return row.family + ("" if row.recompute is Recompute.NONE else f" + {row.recompute.value} recomputation")
+
+
+def _table_verdicts(shape: TransformerModel, rows: tuple[StrategyRow, ...], cluster: Cluster, with_layers: bool) -> list[str]:
+    fitting = [r for r in rows if r.fits]
+    verdicts = []
+    if fitting:
+        least = min(fitting, key=lambda r: r.memory or 0.0)
+        verdicts.append(f"{len(fitting)} of {sum(r.memory is not None for r in rows)} strategies fit {shape.layers} layers; "
+                        f"the least memory: {_row_name(least)} ({_gib(least.memory or 0.0)} of {_gib(cluster.capacity)})")  # fmt: skip
+    if with_layers:
+        candidates = [r for r in rows if r.max_layers]
+        if candidates:
+            deepest = max(candidates, key=lambda r: (r.max_layers or 0, -(r.memory or 0.0)))
+            verdicts.append(f"the deepest model of this layer shape: {deepest.max_layers} layers with {_row_name(deepest)} "
+                            f"on {deepest.gpus_used} GPU(s)")  # fmt: skip
+    return verdicts
+
+
+def _nothing_fits(shape: TransformerModel, rows: tuple[StrategyRow, ...], cluster: Cluster, with_layers: bool) -> str:
+    measured = [r for r in rows if r.memory is not None]
+    if not measured:
+        return f"nothing fits: no strategy has a valid layout for {shape.name} on {cluster.gpus} GPUs"
+    least = min(measured, key=lambda r: r.memory or 0.0)
+    text = (f"nothing fits: the smallest footprint is {_gib(least.memory or 0.0)} per GPU ({_row_name(least)}), "
+            f"over the {_gib(cluster.capacity)} of a {cluster.gpu_name}")  # fmt: skip
+    deepest = [r for r in measured if r.max_layers]
+    if with_layers and deepest:
+        best = max(deepest, key=lambda r: r.max_layers or 0)
+        text += f"; at most {best.max_layers} of the {shape.layers} layers would fit ({_row_name(best)})"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+
+
+class _Progress:
+    """A rich progress bar on stderr, shown only once a search has run for a second on a terminal."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.started < PROGRESS_AFTER_SECONDS or not sys.stderr.isatty():
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("evaluating layouts", total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _search_result(shape: TransformerModel, training: Training, cluster: Cluster, sizes: tuple[int, ...] | None,
+                   recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
+                   interleaved: bool, top: int, explain: bool, everything: bool, settings: list) -> Result:  # fmt: skip
+    from parcalc.core.fit import estimate
+    from parcalc.core.fit_search import SearchSpace, search
+    from parcalc.derivation import Result
+    from parcalc.errors import InfeasibleError, InputError
+
+    space = SearchSpace(
+        recomputes=recomputes,
+        zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else (0, 1, 2, 3),
+        sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
+        interleaved=interleaved, micro_batches=sizes,
+    )  # fmt: skip
+    progress = _Progress()
+    try:
+        found = search(shape, training, cluster, space, progress)
+    finally:
+        progress.close()
+    evaluated = found.evaluated
+    if len(evaluated) == 0:
+        reasons = "; ".join(f"{reason}: {count}" for reason, count in found.rejected.most_common()) or "no layout"
+        raise InputError(f"no configuration satisfies the constraints on {cluster.gpus} GPUs ({reasons})")
+    ranked = found.ranked()
+    if ranked.size == 0:
+        least = int(evaluated.columns["memory"].argmin())
+        raise InfeasibleError(
+            f"nothing fits: the smallest footprint of {len(evaluated):,} configurations is {_gib(float(evaluated.columns['memory'][least]))} "
+            f"per GPU ({evaluated.config(least).label()}), over the {_gib(cluster.capacity)} of a {cluster.gpu_name}"
+        )  # fmt: skip
+    best = estimate(shape, evaluated.config(int(ranked[0])), training, cluster)
+    tables = [_configurations_table(found, ranked[:top], f"The {min(top, ranked.size)} fastest configurations that fit")]
+    if everything:
+        tables.insert(0, _configurations_table(found, None, "Every configuration evaluated"))
+    tables.append(_rejections_table(found))
+    worst = best.memory.worst
+    memory = (worst.states_total, worst.activations_total, worst.reserve)
+    derivations = memory + best.derivations() if explain else (best.step, best.tokens_per_second, best.mfu)
+    verdicts = _search_verdicts(found, ranked, best, cluster)
+    title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+    return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
+                  tables=tuple(tables), verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+
+
+def _configurations_table(found: SearchResult, order: Any, title: str) -> Table:
+    from parcalc.core.fit_search import CONFIG_FIELDS, COST_FIELDS
+    from parcalc.derivation import Column, Table
+
+    units = {"memory": "B", "t_compute": "s", "t_tp": "s", "t_bubble": "s", "t_pp": "s", "t_dp": "s", "t_step": "s",
+             "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction"}  # fmt: skip
+    labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "memory": "memory",
+              "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed",
+              "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU"}  # fmt: skip
+    columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS)
+    key = "configurations" if order is None else "top"
+    return Table(key, title, columns, tuple(found.evaluated.rows(order)))
+
+
+def _rejections_table(found: SearchResult) -> Table:
+    from parcalc.derivation import Column, Table
+
+    rows = tuple((reason, count) for reason, count in found.rejected.most_common())
+    return Table("rejected", "Rejected (layouts for divisibility and placement, configurations otherwise)",
+                 (Column("reason", "reason"), Column("count", "count")), rows)  # fmt: skip
+
+
+def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Cluster) -> list[str]:
+    evaluated = found.evaluated
+    c = evaluated.columns
+    first = int(ranked[0])
+    verdicts = [f"{len(evaluated):,} configurations evaluated on {found.layouts} layouts; {ranked.size:,} fit in {_gib(cluster.capacity)}"]
+    parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
+             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value}  # fmt: skip
+    shares = ", ".join(f"{name} {value / best.step.value:.0%}" for name, value in parts.items() if value > 0)
+    verdicts.append(f"best: {best.config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
+                    f"{_gib(best.total_memory)} per GPU ({shares})")  # fmt: skip
+    if ranked.size > 1:
+        second = int(ranked[1])
+        gap = c["t_step"][second] / c["t_step"][first] - 1
+        changes = []
+        for key, name in (("t_tp", "TP communication"), ("t_bubble", "bubble"), ("t_pp", "PP sends"), ("t_dp", "exposed DP sync"),
+                          ("t_compute", "compute (recomputation)")):  # fmt: skip
+            delta = c[key][second] - c[key][first]
+            if abs(delta) > 1e-9 * c["t_step"][first]:
+                changes.append(f"{name} {abs(delta):.3g} s {'less' if delta > 0 else 'more'}")
+        why = ", ".join(changes) if changes else "the same time; it needs less memory"
+        verdicts.append(f"it beats the runner-up ({evaluated.config(second).label()}) by {gap:.2%}: {why}")
+    return verdicts

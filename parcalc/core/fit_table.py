@@ -1,0 +1,104 @@
+"""One row per strategy family on N GPUs: its per-GPU memory, whether it fits, and the deepest
+model of the same layer shape that would (seed 000, part B-4 (e): "What parallelism strategy and
+model size (number of layers) could you fit on a 2 GPU setup?").
+
+Families: a single GPU, DP, ZeRO-1/2/3 (FSDP), TP, TP with sequence parallelism, PP (1F1B) and
+TP x PP (TP as wide as a node allows), each without, with selective and with full activation
+recomputation. Memory is parcalc.core.memory's, via parcalc.core.fit.memory_of.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from parcalc.core.choices import Recompute
+from parcalc.core.fit import Cluster, Config, Training, invalid_reason, memory_of, with_layers
+from parcalc.core.model import TransformerModel
+from parcalc.errors import InputError
+
+MAX_LAYERS_SEARCHED = 1_000_000  # beyond any model; stops the search when a layer costs nothing
+
+
+@dataclass(frozen=True)
+class StrategyRow:
+    family: str
+    recompute: Recompute
+    config: Config | None  # None: the family has no layout on these GPUs
+    gpus_used: int
+    memory: float | None  # bytes on the fullest GPU
+    fits: bool
+    headroom: float | None
+    max_layers: int | None  # deepest model of this layer shape that fits (a multiple of pp)
+    note: str = ""
+
+
+def families(model: TransformerModel, cluster: Cluster, micro_batch: int = 1) -> list[tuple[str, Config | None, str]]:
+    """(name, configuration without recomputation, why absent)."""
+    n, g, b = cluster.gpus, cluster.gpus_per_node, micro_batch
+    rows: list[tuple[str, Config | None, str]] = [("single GPU", Config(1, 1, 1, b), "")]
+    if n == 1:
+        why = "needs 2 or more GPUs"
+        return rows + [(name, None, why) for name in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)", "TP", "TP + SP", "PP", "TP x PP")]
+    rows.append(("DP", Config(1, 1, n, b), ""))
+    rows += [(name, Config(1, 1, n, b, zero=z), "") for name, z in (("ZeRO-1", 1), ("ZeRO-2", 2), ("ZeRO-3 (FSDP)", 3))]
+    rows.append(("TP", Config(n, 1, 1, b), ""))
+    rows.append(("TP + SP", Config(n, 1, 1, b, sequence_parallel=True), ""))
+    rows.append(("PP", Config(1, n, 1, b), ""))
+    widths = [t for t in range(min(g, n // 2), 1, -1) if n % t == 0 and not (model.heads % t or model.kv_heads % t or model.ffn_hidden % t)]
+    if widths and n // widths[0] >= 2:
+        rows.append(("TP x PP", Config(widths[0], n // widths[0], 1, b), ""))
+    else:
+        rows.append(("TP x PP", None, "no split of the GPUs into tp >= 2 (within a node, dividing the heads) and pp >= 2"))
+    return rows
+
+
+def strategy_table(model: TransformerModel, training: Training, cluster: Cluster,
+                   recomputes: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL), *,
+                   micro_batch: int = 1, deepest: bool = True) -> tuple[StrategyRow, ...]:  # fmt: skip
+    """Every family x recomputation; `deepest` adds the most layers each holds (a few more memory evaluations)."""
+    rows = []
+    for name, base, absent in families(model, cluster, micro_batch):
+        for recompute in recomputes:
+            if base is None:
+                rows.append(StrategyRow(name, recompute, None, cluster.gpus, None, False, None, None, absent))
+                continue
+            config = replace(base, recompute=recompute)
+            used = replace(cluster, gpus=config.tp * config.pp * config.dp)
+            reason = invalid_reason(model, config, training, used)
+            if recompute is Recompute.SELECTIVE and training.flash_attention:
+                reason = "FlashAttention stores no attention scores for selective recomputation to drop"
+            if reason is not None:
+                rows.append(StrategyRow(name, recompute, config, used.gpus, None, False, None, None, reason))
+                continue
+            total = memory_of(model, config, training, used).worst.total.value
+            most = max_layers(model, config, training, used) if deepest else None
+            rows.append(StrategyRow(name, recompute, config, used.gpus, total, total <= cluster.capacity, cluster.capacity - total, most))
+    return tuple(rows)
+
+
+def max_layers(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> int:
+    """The most layers (a multiple of pp x chunks) of this layer shape that fit; 0 if none do.
+
+    Memory is affine in the layers of a stage (model states and activations per layer, plus the
+    embeddings, head and reserve), so two evaluations give the estimate; the scalar memory then
+    confirms it and steps to the exact boundary."""
+    step = config.pp * config.chunks
+
+    def total(layers: int) -> float:
+        return memory_of(with_layers(model, layers), config, training, cluster).worst.total.value
+
+    def fits(layers: int) -> bool:
+        return total(layers) <= cluster.capacity
+
+    one, two = total(step), total(2 * step)
+    if one > cluster.capacity:
+        return 0
+    slope = two - one
+    if slope <= 0:
+        raise InputError("the model's layers take no memory; give a model with a hidden size")
+    guess = step * max(1, min(MAX_LAYERS_SEARCHED // step, int((cluster.capacity - one) // slope) + 1))
+    while guess > step and not fits(guess):
+        guess -= step
+    while guess + step <= MAX_LAYERS_SEARCHED and fits(guess + step):
+        guess += step
+    return guess
