@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 EXAMPLES = """\
 \b
 Examples:
-  parcalc fit --model homework-7b --gpu a100-sxm4-40gb --gpus 2 --seq-len 2048
+  parcalc fit --model homework-7b --gpu a100-sxm4-80gb --gpus 2 --seq-len 2048
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --seq-len 2048 --search
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --search --recompute selective --explain
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --format csv -o configs.csv

@@ -1,0 +1,122 @@
+"""`parcalc fit` through the CLI: the strategy table, the search, their agreement with
+`parcalc memory`, and one-line errors with the right exit codes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from parcalc.cli import app
+
+SMALL = ["--model", "gpt2-xl", "--gpu", "a100-sxm4-40gb", "--seq-len", "1024"]
+GPT3_64 = ["--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "64", "--batch", "512", "--seq-len", "2048"]
+
+
+def test_strategy_table_matches_parcalc_memory(run_json) -> None:
+    doc = run_json("fit", *SMALL, "--gpus", "4", "--batch", "8", "--micro-batch", "2")
+    rows = doc["tables"]["strategies"]["rows"]
+    assert len(rows) == 9 * 3  # nine families, three recomputation settings
+    zero2 = next(r for r in rows if r["strategy"] == "ZeRO-2" and r["recompute"] == "selective")
+    # The same configuration through `parcalc memory`: the fit table must show the very same bytes.
+    mem = run_json("memory", "--model", "gpt2-xl", "--gpu", "a100-sxm4-40gb", "--seq-len", "1024", "--micro-batch", "2",
+                   "--dp", "4", "--zero", "2", "--recompute", "selective", "--micro-batches", "1")  # fmt: skip
+    assert zero2["memory"] == mem["results"]["total"]["value"]
+    assert zero2["fits"] == ("yes" if mem["results"]["headroom"]["value"] >= 0 else "no")
+    pp = next(r for r in rows if r["strategy"] == "PP" and r["recompute"] == "none")
+    assert (pp["tp"], pp["pp"], pp["dp"]) == (1, 4, 1)
+    assert pp["max_layers"] % 4 == 0
+    assert any("deepest model" in v for v in doc["verdicts"])
+
+
+def test_seed_000_two_gpus_names_a_strategy_and_a_depth(runner) -> None:
+    # Seed 000 part B-4 (e): "What parallelism strategy and model size (number of layers) could you fit
+    # on a 2 GPU setup?" The answer is the table's deepest row.
+    result = runner.invoke(app, ["fit", "--model", "homework-7b", "--gpu", "a100-sxm4-80gb", "--gpus", "2", "--seq-len", "2048",
+                                 "--format", "json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rows = [r for r in doc["tables"]["strategies"]["rows"] if r["max_layers"] is not None]
+    deepest = max(rows, key=lambda r: r["max_layers"])
+    verdict = next(v for v in doc["verdicts"] if "deepest model" in v)
+    assert f"{deepest['max_layers']} layers" in verdict
+    # recomputation and sharding both lower the memory: the deepest row uses full recomputation
+    assert deepest["recompute"] == "full"
+
+
+def test_search_json_carries_every_configuration_and_the_best(run_json) -> None:
+    doc = run_json("fit", *GPT3_64, "--search", "--top", "3")
+    every = doc["tables"]["configurations"]["rows"]
+    top = doc["tables"]["top"]["rows"]
+    assert len(top) == 3 and len(every) > 1000
+    fitting = [r for r in every if r["fits"]]
+    assert top[0]["t_step"] == min(r["t_step"] for r in fitting)
+    assert all(r["fits"] for r in top)
+    assert doc["results"]["t_step"]["value"] == top[0]["t_step"]
+    rejected = {r["reason"]: r["count"] for r in doc["tables"]["rejected"]["rows"]}
+    assert rejected["memory (does not fit)"] == len(every) - len(fitting)
+
+
+def test_search_csv_streams_every_configuration(runner) -> None:
+    result = runner.invoke(app, ["fit", *GPT3_64, "--search", "--format", "csv", "--recompute", "full"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) > 100
+    assert {r["recompute"] for r in rows} == {"full"}
+    assert "t_step [s]" in rows[0]
+
+
+def test_search_table_explains_the_winner(runner) -> None:
+    result = runner.invoke(app, ["fit", *GPT3_64, "--search", "--explain", "--top", "2"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "t_step = t_compute + t_tp + t_bubble + t_pp + t_dp" in out
+    assert "it beats the runner-up" in out
+    assert "Every configuration evaluated" not in out  # the terminal shows the top-k only
+
+
+def test_nothing_fits_exits_1_with_the_smallest_footprint(runner) -> None:
+    result = runner.invoke(app, ["fit", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "2", "--seq-len", "2048"])
+    assert result.exit_code == 1
+    assert result.stderr.strip().startswith("Error: nothing fits: the smallest footprint is")
+    assert "per GPU (" in result.stderr
+    assert "Strategies on 2" in result.stdout  # the table that explains it is still shown
+
+
+def test_nothing_fits_writes_no_file(runner, tmp_path) -> None:
+    target = tmp_path / "fit.json"
+    result = runner.invoke(app, ["fit", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "2", "--seq-len", "2048",
+                                 "-o", str(target)])  # fmt: skip
+    assert result.exit_code == 1
+    assert not target.exists()
+
+
+def test_search_nothing_fits_exits_1(run_error) -> None:
+    line = run_error(["fit", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "--batch", "8", "--seq-len", "2048",
+                      "--search"], exit_code=1)  # fmt: skip
+    assert "nothing fits: the smallest footprint of" in line and "TP 8" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        pytest.param(["--gpus", "0"], "--gpus", id="zero-gpus"),
+        pytest.param([], "--gpus: how many GPUs", id="no-gpus"),
+        pytest.param(["--gpus", "4", "--efficiency", "1.5"], "--efficiency", id="efficiency"),
+        pytest.param(["--gpus", "4", "--zero", "1"], "applies to --search", id="zero-without-search"),
+        pytest.param(["--gpus", "4", "--micro-batch", "3", "--batch", "8"], "--micro-batch: 3 does not divide", id="micro-batch"),
+        pytest.param(["--gpus", "4", "--search", "--micro-batch", "64"], "no configuration satisfies", id="contradictory"),
+        pytest.param(["--gpus", "4", "--search", "--top", "0"], "--top", id="top"),
+        pytest.param(["--gpus", "4", "--flash-attention", "--recompute", "selective"], "FlashAttention", id="selective-flash"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(run_error, args: list[str], fragment: str) -> None:
+    line = run_error(["fit", *SMALL, *args])
+    assert fragment in line
+
+
+def test_gpu_or_capacity_and_peak_required(run_error) -> None:
+    line = run_error(["fit", "--model", "gpt2-xl", "--gpus", "2", "--seq-len", "1024"])
+    assert "--gpu" in line
