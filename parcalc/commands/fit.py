@@ -280,6 +280,8 @@ def _nothing_fits(shape: TransformerModel, rows: tuple[StrategyRow, ...], cluste
     if with_layers and deepest:
         best = max(deepest, key=lambda r: r.max_layers or 0)
         text += f"; at most {best.max_layers} of the {shape.layers} layers would fit ({_row_name(best)})"
+    if cluster.gpus > 1:
+        text += "; --search tries every TP x PP x DP layout"
     return text
 
 
