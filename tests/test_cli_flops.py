@@ -81,7 +81,41 @@ def test_table_output(runner) -> None:
         pytest.param(["--layers", "2", "--hidden", "64", "--heads", "4"], "--seq-len: required", id="no-seq"),
         pytest.param(["--model", "gpt2-xl", "--step-time", "1s", "--gpus", "8", "--gpu", "a100-sxm4-80gb", "--dtype", "fp8"],
                      "no fp8 rate", id="dtype-not-on-gpu"),
+        # a peak without a step time would be ignored: say so instead
+        pytest.param(["--model", "gpt2-xl", "--gpu", "a100-sxm4-80gb"], "--gpu: the peak is used only for MFU and HFU", id="gpu-without-time"),
+        pytest.param(["--model", "gpt2-xl", "--peak", "312T"], "--peak: the peak is used only for MFU and HFU", id="peak-without-time"),
+        pytest.param(["--model", "gpt2-xl", "--step-time", "1s", "--gpus", "8", "--gpu", "a100-sxm4-80gb", "--peak", "312T"],
+                     "--peak: give --gpu", id="gpu-and-peak"),
+        pytest.param(["--model", "gpt2-xl", "--params", "0"], "--params: '0' must be greater than zero", id="zero-params"),
+        pytest.param(["--model", "gpt2-xl", "--batch", "1e300"], "--batch: 1e+300 is beyond any possible size", id="impossible-batch"),
+        pytest.param(["--model", "gpt2-xl", "--step-time", "1s", "--gpus", "0", "--peak", "1T"], "--gpus: '0' must be greater than zero",
+                     id="zero-gpus"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_error_line(run_error, args: list[str], message: str) -> None:
     assert message in run_error(["flops", *args])
+
+
+@pytest.mark.parametrize("module", [memory_command, flops_command], ids=["memory", "flops"])
+def test_every_example_runs(runner, module) -> None:
+    # test_help.py runs each command's first example; these two run all of theirs
+    import shlex
+
+    assert module.EXAMPLES.startswith("\b\nExamples:\n")
+    examples = [line.strip() for line in module.EXAMPLES.splitlines() if line.strip().startswith("parcalc ")]
+    assert len(examples) >= 3
+    for example in examples:
+        result = runner.invoke(app, [*shlex.split(example)[1:], "--format", "json"])
+        assert result.exit_code == 0, (example, result.output)
+
+
+def test_gated_mlp_from_flags(run_json) -> None:
+    # --mlp swiglu adds the gate projection: 9 matmuls per layer (Q, K, V, Q·K^T, score·V, output, gate,
+    # up, down) and no LM head without a vocabulary; the gate's forward is 2 x (b s) x h x f =
+    # 2 x 32 x 64 x 256 = 1,048,576 FLOP for b = 2, s = 16, h = 64, f = 4h = 256
+    doc = run_json("flops", "--layers", "2", "--hidden", "64", "--heads", "4", "--mlp", Mlp.SWIGLU.value, "--seq-len", "16",
+                   "--batch", "2")  # fmt: skip
+    rows = doc["tables"]["layer_flops"]["rows"]
+    assert len(rows) == 9
+    gate = next(r for r in rows if r["op"].startswith("G ="))
+    assert gate["forward"] == 1_048_576 and gate["backward"] == 2 * 1_048_576

@@ -87,13 +87,32 @@ def test_table_output_shows_the_derivation(runner) -> None:
     assert "give --gpu or --capacity for a verdict" in result.stdout
 
 
+def test_reserve_default_is_stated_and_sourced(runner, run_json) -> None:
+    # the help states the default and where each part comes from; it must agree with the core's parts
+    from parcalc.core.memory import RESERVE_PARTS
+
+    help_text = " ".join(runner.invoke(app, ["memory", "--help"]).stdout.split())
+    for needle in ("Default 2GiB", "CUDA context 0.5GiB", "PyTorch PR #86509", "NCCL buffers 1GiB", "NVIDIA/nccl src/init.cc",
+                   "fragmentation 0.5GiB"):  # fmt: skip
+        assert needle in help_text
+    assert [part[2] / 2**30 for part in RESERVE_PARTS] == [0.5, 1.0, 0.5]
+    reserve = run_json("memory", "--model", "gpt2-xl", "--micro-batch", "1")["results"]["reserve"]
+    assert reserve["value"] == 2 * 2**30  # 2 GiB = 2,147,483,648 bytes
+    assert "PyTorch PR #86509" in reserve["source"] and "NVIDIA/nccl src/init.cc" in reserve["source"]
+    assert "PR #86509" in reserve["inputs"]["R_ctx"]["source"] and "init.cc" in reserve["inputs"]["R_nccl"]["source"]
+    given = run_json("memory", "--model", "gpt2-xl", "--micro-batch", "1", "--reserve", "0")["results"]["reserve"]
+    assert given["value"] == 0 and given["source"] == "given on the command line"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         pytest.param(["--model", "gpt2-xl", "--tp", "7"], "--tp: 7 does not divide the attention heads (25)", id="tp-heads"),
         pytest.param(["--model", "gpt2-xl", "--pp", "5"], "--pp: 48 layers do not split evenly", id="pp-layers"),
         pytest.param(["--model", "gpt2-xl", "--zero", "3"], "--zero 3: ZeRO shards model states over the data-parallel ranks", id="zero-dp1"),
-        pytest.param(["--model", "gpt2-xl", "--recompute", "selective", "--flash-attention"], "--recompute selective", id="selective-flash"),
+        pytest.param(["--model", "gpt2-xl", "--recompute", "selective", "--flash-attention"],
+                     "--recompute selective: it recomputes the attention scores, softmax and dropout that --flash-attention never stores",
+                     id="selective-flash"),
         pytest.param(["--model", "gpt2-xl", "--sequence-parallel"], "--sequence-parallel", id="sp-tp1"),
         pytest.param(["--model", "gpt2-xl", "--gpus", "12", "--pp", "8"], "--gpus: 12 GPUs do not divide", id="gpus-not-divisible"),
         pytest.param(["--model", "gpt2-xl", "--gpus", "16", "--dp", "4"], "--gpus: 16 is not t x p x d = 1 x 1 x 4", id="gpus-mismatch"),
@@ -106,6 +125,24 @@ def test_table_output_shows_the_derivation(runner) -> None:
         pytest.param(["--model", "gpt2-xl", "--seq-len", "2048"], "--seq-len: 2048 tokens, but", id="beyond-learned-positions"),
         pytest.param(["--model", "homework-7b", "--seq-len", "1e200"], "--seq-len: 1e+200 is beyond any possible size", id="impossible-seq"),
         pytest.param(["--model", "no-such-model"], "unknown model", id="unknown-model"),
+        # Llama 3 70B: 64 query heads, 8 key/value heads; t = 16 divides the first, not the second
+        pytest.param(["--model", "llama3-70b", "--seq-len", "4096", "--tp", "16"], "--tp: 16 does not divide the key/value heads (8)",
+                     id="tp-kv-heads"),
+        pytest.param(["--layers", "4", "--hidden", "64", "--heads", "4", "--ffn-hidden", "10", "--tp", "4", "--seq-len", "8"],
+                     "--tp: 4 does not divide the MLP width (ffn_hidden) (10)", id="tp-ffn"),
+        pytest.param(["--model", "gpt2-xl", "--pp", "96"], "--pp: 48 layers do not split evenly over pp = 96", id="pp-more-than-layers"),
+        pytest.param(["--model", "gpt2-xl", "--pp", "8", "--schedule", "interleaved", "--chunks", "4"],
+                     "--pp: 48 layers do not split evenly over pp x chunks = 8 x 4", id="chunks-layers"),
+        pytest.param(["--model", "gpt2-xl", "--pp", "4", "--schedule", "interleaved", "--chunks", "2", "--micro-batches", "6"],
+                     "--micro-batches: the interleaved schedule needs m to be a multiple of p", id="interleaved-m"),
+        pytest.param(["--model", "gpt2-xl", "--pp", "2", "--schedule", "zb-h1"], "--schedule: zb-h1 is not modelled for memory", id="zero-bubble"),
+        # --gpus 10 over t x p = 5 x 2 leaves d = 1: ZeRO explains instead of sharding over nothing
+        pytest.param(["--model", "gpt2-xl", "--tp", "5", "--pp", "2", "--gpus", "10", "--zero", "1"],
+                     "--zero 1: ZeRO shards model states over the data-parallel ranks; with --dp 1", id="zero-gpus-leave-dp1"),
+        pytest.param(["--model", "gpt2-xl", "--micro-batch", "1e16"], "--micro-batch: 1e+16 is beyond any possible size", id="impossible-micro-batch"),
+        pytest.param(["--model", "gpt2-xl", "--tp", "1e17"], "--tp: 1e+17 is beyond any possible size", id="impossible-tp"),
+        pytest.param(["--model", "gpt2-xl", "--micro-batch", "2.5"], "--micro-batch: '2.5' must be a whole number", id="fractional-micro-batch"),
+        pytest.param(["--model", "gpt2-xl", "--dp", "0"], "--dp: '0' must be greater than zero", id="zero-dp"),
     ],
 )
 def test_bad_input_is_one_error_line(run_error, args: list[str], message: str) -> None:

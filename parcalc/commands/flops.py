@@ -91,6 +91,11 @@ def flops(
         derivations.append(_run_flops(counted, total_tokens))
     if (step_time is None) != (gpus is None):
         raise InputError("--step-time and --gpus: give both for MFU and HFU (the time of one iteration on that many GPUs)")
+    if step_time is None and (gpu is not None or peak is not None):
+        flag = "--gpu" if gpu is not None else "--peak"
+        raise InputError(f"{flag}: the peak is used only for MFU and HFU; give --step-time and --gpus with it")
+    if gpu is not None and peak is not None:
+        raise InputError("--peak: give --gpu (its datasheet peak for --dtype) or --peak, not both")
     if step_time is not None:
         seconds = parse_quantity(step_time, Dimension.TIME, "--step-time")
         count = parse_count(gpus, "--gpus")

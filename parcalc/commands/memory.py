@@ -37,6 +37,13 @@ Examples:
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
+# The default and its sources, as parcalc.core.memory.RESERVE_PARTS has them (the core is not
+# imported here, to keep start-up fast; tests/test_cli_memory.py checks that the two agree).
+RESERVE_HELP = (
+    "Memory the formulas do not see. Default 2GiB: CUDA context 0.5GiB (287-667 MB measured in PyTorch PR #86509), "
+    "NCCL buffers 1GiB (4 MiB + LL + LL128 per channel and peer, NVIDIA/nccl src/init.cc), allocator fragmentation "
+    "0.5GiB (an allowance)."
+)
 
 
 def memory(
@@ -68,7 +75,7 @@ def memory(
     dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings.")] = True,
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset: its memory capacity decides fits / does not fit.")] = None,
     capacity: Annotated[_Text, typer.Option(metavar="BYTES", help="GPU memory capacity instead of --gpu's, e.g. 80GiB.")] = None,
-    reserve: Annotated[_Text, typer.Option(metavar="BYTES", help="CUDA context, NCCL buffers, fragmentation (default 2GiB).")] = None,
+    reserve: Annotated[_Text, typer.Option(metavar="BYTES", help=RESERVE_HELP)] = None,
     per_stage: Annotated[bool, typer.Option("--per-stage", help="A table of every pipeline stage, not only the fullest.")] = False,
     presets: PresetsOption = None,
     fmt: FormatOption = None,

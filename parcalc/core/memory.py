@@ -14,7 +14,8 @@ Other precisions and optimizers change the bytes per parameter (`state_bytes`):
   (ZeRO's K = 12 for Adam); Megatron-LM keeps the gradients in fp32 (`main_grad`, 18 bytes per
   parameter: megatron/training/theoretical_memory_usage.py), `fp32_grads=True`;
 - bf16: weights, gradients and states all bf16, no master copy (torch.optim.AdamW creates its
-  states with torch.zeros_like(param), in the parameter's dtype: torch/optim/adamw.py).
+  states with torch.zeros_like(param), in the parameter's dtype: torch/optim/adam.py,
+  Adam._init_group, which AdamW inherits).
 Adam/AdamW keep two states per parameter (exp_avg, exp_avg_sq), SGD with momentum one, plain SGD
 none (Kingma & Ba 2015; torch/optim/sgd.py keeps a momentum_buffer only when momentum != 0).
 
@@ -52,21 +53,30 @@ ZERO_STAGES = f"{ZERO}, sec. 5.1-5.3 and Figure 1 (P_os, P_os+g, P_os+g+p shard 
 FSDP = "Zhao et al. 2023, 'PyTorch FSDP' (VLDB), sec. 3.3-3.4: a unit's parameters are gathered for its compute, the next unit's prefetched"
 
 # Reserve for what the formulas do not see, 2 GiB by default, in three parts:
-# - the CUDA context, 0.5 GiB: 287 MB with lazy module loading, 667 MB without, measured in PyTorch
-#   PR #86509 ("Sets CUDA_MODULE_LOADING to LAZY when not set by the user"); lazy is the default
-#   since CUDA 12.2 (CUDA C++ Programming Guide, "Lazy Loading");
-# - NCCL's buffers, 1 GiB: 4 MiB (Simple protocol, NCCL_BUFFSIZE) plus the LL and LL128 buffers per
-#   channel, per peer and direction (NVIDIA/nccl src/init.cc: DEFAULT_BUFFSIZE = 1 << 22), for each
-#   communicator (TP, DP and PP groups): a 32-channel ring alone takes about 600 MiB;
-# - the caching allocator's fragmentation and communication buckets, 0.5 GiB (PyTorch "CUDA
-#   semantics", memory management: memory_reserved exceeds memory_allocated).
+# - the CUDA context, 0.5 GiB: PyTorch PR #86509 ("Sets CUDA_MODULE_LOADING to LAZY when not set by
+#   the user") measured 287,047,680 bytes with lazy module loading and 666,632,192 without; lazy is
+#   the default on Linux since CUDA 12.2 (CUDA C++ Programming Guide, "Lazy Loading");
+# - NCCL's buffers, 1 GiB: each connection (channel x peer) of a communicator gets a Simple buffer
+#   of 4 MiB (DEFAULT_BUFFSIZE = 1 << 22), an LL buffer of 8 x 512 x 8 x 16 B = 0.5 MiB and an LL128
+#   buffer of 120 x 640 x 8 x 8 B = 4.6875 MiB (NVIDIA/nccl src/init.cc, DEFAULT_*BUFFSIZE; the
+#   constants in src/include/device.h): about 9.2 MiB per connection, so a 32-channel ring takes
+#   about 294 MiB per communicator, and a GPU of a 3D-parallel job has one communicator for each of
+#   its TP, DP and PP groups;
+# - the caching allocator's fragmentation and communication buckets, 0.5 GiB: parcalc's allowance,
+#   not a measurement (PyTorch "CUDA semantics", memory management: memory_reserved exceeds
+#   memory_allocated by the cached, partly used blocks).
 RESERVE_PARTS: tuple[tuple[str, str, float, str], ...] = (
     ("R_ctx", "CUDA context", 0.5 * 2**30, "287-667 MB measured in PyTorch PR #86509 (lazy / eager module loading)"),
-    ("R_nccl", "NCCL communicator buffers", 1.0 * 2**30, "NCCL_BUFFSIZE 4 MiB + LL + LL128 per channel per peer (NVIDIA/nccl src/init.cc)"),
-    ("R_frag", "allocator fragmentation, buckets", 0.5 * 2**30, "PyTorch CUDA semantics: memory_reserved > memory_allocated"),
-)
+    ("R_nccl", "NCCL communicator buffers", 1.0 * 2**30,
+     "about 9.2 MiB per channel and peer: Simple 4 MiB + LL 0.5 MiB + LL128 4.7 MiB (NVIDIA/nccl src/init.cc)"),
+    ("R_frag", "allocator fragmentation, buckets", 0.5 * 2**30,
+     "parcalc's allowance (PyTorch CUDA semantics: memory_reserved > memory_allocated)"),
+)  # fmt: skip
 DEFAULT_RESERVE_BYTES = sum(part[2] for part in RESERVE_PARTS)
-RESERVE_SOURCE = "CUDA context (PyTorch PR #86509), NCCL buffers (NVIDIA/nccl src/init.cc), fragmentation: 2 GiB by default (--reserve)"
+RESERVE_SOURCE = (
+    "2 GiB by default (--reserve): CUDA context 0.5 GiB (287-667 MB measured in PyTorch PR #86509), NCCL buffers 1 GiB "
+    "(4 MiB + LL + LL128 per channel and peer, NVIDIA/nccl src/init.cc), allocator fragmentation 0.5 GiB (parcalc's allowance)"
+)
 
 
 @dataclass(frozen=True)
@@ -144,7 +154,11 @@ def check_parallelism(model: TransformerModel, par: Parallelism) -> None:
 
 
 def vocab_shard(model: TransformerModel, tp: int) -> int:
-    """Rows of the vocabulary on one TP rank: ceil(V / t) (Megatron-LM pads V to a multiple of t)."""
+    """Rows of the vocabulary on one TP rank: ceil(V / t), the fewest any padding gives.
+
+    Megatron-LM pads V further, to a multiple of 128 t by default (--make-vocab-size-divisible-by,
+    megatron/training/tokenizer/tokenizer.py, _vocab_size_with_padding): a preset whose V is
+    already padded counts that padding; an unpadded V counts ceil(V / t) rows."""
     return math.ceil(model.vocab / tp)
 
 
