@@ -416,16 +416,14 @@ def _plan_result(shape: "TransformerModel", work: Any, par: Any, plan: "CommPlan
 
 def _comparison_result(shape: "TransformerModel", work: Any, gpus: int, comparison: "StrategyComparison", network: Any,
                        settings: list) -> "Result":  # fmt: skip
-    from dataclasses import replace
-
-    from parcalc.derivation import Column, Result, Table
+    from parcalc.derivation import Column, Derivation, Result, Table
 
     derivations = []
     rows = []
     totals = []
     for plan in comparison.plans:
-        for d in plan.derivations:
-            derivations.append(replace(d, key=f"{plan.strategy}.{d.key}", label=f"{plan.strategy}: {d.label}"))
+        for d in plan.derivations:  # dataclasses.replace without its per-call field walk (~10 µs a call)
+            derivations.append(Derivation(**{**vars(d), "key": f"{plan.strategy}.{d.key}", "label": f"{plan.strategy}: {d.label}"}))
         for c in plan.calls:
             rows.append((plan.strategy, c.dimension, c.stages, c.phase, c.purpose, c.op.value, c.group_size, c.groups,
                          c.calls, c.payload, c.sent, c.direction, c.time))  # fmt: skip

@@ -30,11 +30,12 @@ Algorithms, with sources:
   <= N) first hand their vector to a partner and get the result back at the end (2 more rounds).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: under it a NamedTuple compiles every field's annotation
+# (typing.ForwardRef), doubling the cost of defining one; `comm-volume` start-up counts.
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from parcalc.core.choices import Algorithm, Collective  # noqa: F401 - re-exported
@@ -304,9 +305,10 @@ _SPECS: dict[tuple[Collective, Algorithm], _Spec] = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class CollectiveCost:
+class CollectiveCost(NamedTuple):
     """What one call of a collective costs, independent of the link.
+
+    A NamedTuple rather than a frozen dataclass: ~1 ms less at import (`comm-volume` start-up).
 
     size: M in bytes (nccl-tests convention); sent / received: bytes of the busiest worker;
     total: bytes of every message on the network; critical: bytes through the busiest port on
@@ -352,6 +354,7 @@ def _variables(size: float, workers: int, algorithm: Algorithm, bandwidth: float
     return values
 
 
+@lru_cache(maxsize=1024, typed=True)  # a plan asks the same (collective, size, group) for many stages and phases
 def collective_cost(collective: Collective, algorithm: Algorithm, size: float, workers: int) -> CollectiveCost:
     """Rounds and bytes of one call: M = `size` bytes over `workers` workers."""
     spec = _check(collective, algorithm, size, workers)

@@ -46,11 +46,11 @@ What each strategy communicates, with sources:
   the cross-entropy (megatron/core/tensor_parallel/cross_entropy.py).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: under it a NamedTuple compiles every field's annotation
+# (typing.ForwardRef), doubling the cost of defining one; `comm-volume` start-up counts.
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from enum import Enum
 from functools import lru_cache
 from typing import NamedTuple
@@ -84,8 +84,10 @@ class DataParallel(str, Enum):
 
 
 # ---------------------------------------------------------------------------------------------
-# Inputs: immutable records. NamedTuples rather than frozen dataclasses where many are made or
-# where start-up counts (`comm-volume` is a one-liner): a dataclass costs ~0.5 ms to define.
+# Immutable records throughout this module are NamedTuples rather than frozen dataclasses:
+# `comm-volume` is a one-liner, and defining a frozen dataclass costs 0.5-1 ms at import (its
+# methods are generated with exec) against ~0.1 ms for a NamedTuple, whose instances are also
+# cheaper to create (a frozen dataclass sets each field through object.__setattr__).
 
 
 class Workload(NamedTuple):
@@ -233,6 +235,7 @@ def parameter_tensors(model: TransformerModel) -> tuple[ParamTensor, ...]:
     return tuple(tensors + final_tensors(model))
 
 
+@lru_cache(maxsize=256)  # asked once per stage and per plan: a 1F1B plan over 8 stages asks 9 times
 def stage_layers(layers: int, pp: int) -> tuple[range, ...]:
     """Layers of each pipeline stage: as even as possible, earlier stages taking the remainder."""
     base, extra = divmod(layers, pp)
@@ -318,12 +321,58 @@ def ddp_buckets(tensor_bytes: Sequence[float], cap: float, first_cap: float) -> 
     return tuple(buckets)
 
 
+def ddp_bucket_counts(head: Sequence[float], period: Sequence[float], repeats: int, tail: Sequence[float], cap: float,
+                      first_cap: float) -> dict[float, int]:  # fmt: skip
+    """{bucket bytes: count} of ddp_buckets(head + period x repeats + tail, cap, first_cap), in
+    order of first appearance, as Counter(ddp_buckets(...)) gives them, without walking every period.
+
+    A model's layers repeat, so the bucketing does too: a period that begins in the state the one
+    before it began in (the same bytes carried into it, the same cap in force) closes the same
+    buckets, and so does every later one; those are counted, not walked. GPT-3's 96 layers
+    (1,536 of its 1,540 gradients) take two walked periods. Every sum is one ddp_buckets makes.
+    """
+    counts: dict[float, int] = {}
+    current, limit = 0.0, first_cap
+
+    def walk(sizes: Sequence[float]) -> list[float]:
+        nonlocal current, limit
+        closed = []
+        for size in sizes:
+            current += size
+            if current >= limit:
+                closed.append(current)
+                current, limit = 0.0, cap
+        for bucket in closed:
+            counts[bucket] = counts.get(bucket, 0) + 1
+        return closed
+
+    walk(head)
+    for done in range(1, repeats + 1):
+        start = (current, limit)
+        closed = walk(period)
+        if (current, limit) == start:  # a fixed point: the remaining periods close these same buckets
+            for bucket in closed:
+                counts[bucket] += repeats - done
+            break
+    walk(tail)
+    if current > 0:
+        counts[current] = counts.get(current, 0) + 1
+    return counts
+
+
+def _gradient_buckets(tensors: StageTensors, element_bytes: float, cap: float, first_cap: float) -> dict[float, int]:
+    """DDP's buckets of one device's tensors, filled in reverse registration order (reducer.cpp)."""
+    def in_bytes(part: Sequence[ParamTensor]) -> list[float]:
+        return [t.numel * element_bytes for t in reversed(part)]
+
+    return ddp_bucket_counts(in_bytes(tensors.after), in_bytes(tensors.layer), tensors.layers, in_bytes(tensors.before), cap, first_cap)
+
+
 # ---------------------------------------------------------------------------------------------
 # The plan
 
 
-@dataclass(frozen=True)
-class CollectiveCall:
+class CollectiveCall(NamedTuple):
     """One kind of collective in an iteration, for one group (and `groups` identical ones).
 
     bytes_per_call: the mean size of a call (nccl-tests convention); payload = calls x that,
@@ -365,8 +414,7 @@ class OpTotal(NamedTuple):
     stage: int
 
 
-@dataclass(frozen=True)
-class CommPlan:
+class CommPlan(NamedTuple):
     """What one iteration communicates: the collectives, headline derivations and assumptions."""
 
     strategy: str
@@ -431,9 +479,12 @@ class _Builder:
             return
         algorithm = self.opts.algorithm if op is Collective.ALL_REDUCE else default_algorithm(op)
         intra, inter = _node_split(groups, self.par.gpus_per_node)
-        costs = {size: collective_cost(op, algorithm, size, group_size) for size in sizes}
+        costs = [(collective_cost(op, algorithm, size, group_size), count) for size, count in sizes.items()]
         calls = sum(sizes.values())
         payload = sum(size * count for size, count in sizes.items())
+        sent = sum(cost.sent * count for cost, count in costs)
+        received = sum(cost.received * count for cost, count in costs)
+        call_sizes = tuple(sorted(sizes.items())) if len(sizes) > 1 else ()
         for count, crosses in ((intra, False), (inter, True)):
             if count == 0:
                 continue
@@ -442,12 +493,9 @@ class _Builder:
             self.rows.append(
                 CollectiveCall(
                     dimension=dimension, purpose=purpose, phase=phase, op=op, group_size=group_size, groups=count,
-                    calls=calls, bytes_per_call=payload / calls, payload=payload, algorithm=algorithm,
-                    sent=sum(costs[s].sent * k for s, k in sizes.items()),
-                    received=sum(costs[s].received * k for s, k in sizes.items()),
-                    direction=direction, inter_node=crosses, link=link.key,
-                    time=sum(costs[s].time(bandwidth, latency) * k for s, k in sizes.items()),
-                    stages=stages, call_sizes=tuple(sorted(sizes.items())) if len(sizes) > 1 else (),
+                    calls=calls, bytes_per_call=payload / calls, payload=payload, algorithm=algorithm, sent=sent,
+                    received=received, direction=direction, inter_node=crosses, link=link.key,
+                    time=sum(cost.time(bandwidth, latency) * k for cost, k in costs), stages=stages, call_sizes=call_sizes,
                 )
             )  # fmt: skip
             self.roles.append(roles)
@@ -585,14 +633,14 @@ def _merge(rows: list[CollectiveCall], pp: int) -> tuple[CollectiveCall, ...]:
         if len(labels[key]) == 1:
             out.append(row)
             continue
-        row = replace(row, groups=sum(r.groups for r in labels[key]))
+        row = row._replace(groups=sum(r.groups for r in labels[key]))
         stages = [r.stages for r in labels[key] if r.stages]
         label = "" if not stages else stages[0] if len(stages) == 1 else _join_stages(stages)
         if len(stages) > 1 and len(stages) == pp and stages[0].startswith("stage "):
             label = f"all {pp} stages"
         elif len(stages) > 1 and len(stages) == pp - 1 and stages[0].startswith("boundary "):
             label = f"all {pp - 1} boundaries"
-        out.append(replace(row, stages=label))
+        out.append(row._replace(stages=label))
     return tuple(out)
 
 
@@ -625,19 +673,20 @@ def _data_parallel_rows(b: _Builder, per_stage: list[StageTensors], work: Worklo
     for stage, tensors in enumerate(per_stage):
         groups = [_Group(_rank(par, t, 0, stage), _rank(par, t, n - 1, stage)) for t in range(par.tp)]
         label = f"stage {stage}" if par.pp > 1 else ""
-        sizes = tensors.sizes_in_order()[::-1]  # DDP fills buckets in reverse registration order
-        grads = [n * work.grad_bytes_per_element for n in sizes]
-        params = [n * work.bytes_per_element for n in sizes]
         common = dict(dimension="dp", group_size=n, stages=label, roles=((stage, True),))
         kind = par.data_parallel
+        s, s_g, cap = work.bytes_per_element, work.grad_bytes_per_element, opts.bucket_bytes
         if kind is DataParallel.DDP:
-            buckets = (float(sum(grads)),) if opts.ddp_first_iteration else ddp_buckets(grads, opts.bucket_bytes, opts.first_bucket_bytes)
-            b.add(purpose="gradients", phase="backward", op=Collective.ALL_REDUCE, call_bytes=Counter(buckets), groups=groups, **common)
+            if opts.ddp_first_iteration:  # one bucket, summed in the order DDP fills it (reverse registration)
+                buckets: Mapping[float, int] = {float(sum(k * s_g for k in tensors.sizes_in_order()[::-1])): 1}
+            else:
+                buckets = _gradient_buckets(tensors, s_g, cap, opts.first_bucket_bytes)
+            b.add(purpose="gradients", phase="backward", op=Collective.ALL_REDUCE, call_bytes=buckets, groups=groups, **common)
         elif kind in (DataParallel.ZERO1, DataParallel.ZERO2):
-            rs = ddp_buckets(grads, opts.bucket_bytes, opts.bucket_bytes)
-            ag = rs if params == grads else ddp_buckets(params, opts.bucket_bytes, opts.bucket_bytes)
-            b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=Counter(rs), groups=groups, **common)
-            b.add(purpose="updated parameters", phase="after optimizer step", op=Collective.ALL_GATHER, call_bytes=Counter(ag),
+            rs = _gradient_buckets(tensors, s_g, cap, cap)
+            ag = rs if s == s_g else _gradient_buckets(tensors, s, cap, cap)
+            b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=rs, groups=groups, **common)
+            b.add(purpose="updated parameters", phase="after optimizer step", op=Collective.ALL_GATHER, call_bytes=ag,
                   groups=groups, **common)  # fmt: skip
         else:
             units = _fsdp_units(tensors, n, opts)
@@ -962,21 +1011,24 @@ def _assumptions(model: TransformerModel, par: Parallelism, opts: Options) -> tu
 STRATEGIES: tuple[str, ...] = ("dp", "zero1", "zero2", "fsdp", "tp", "tp+sp", "pp-gpipe", "pp-1f1b")
 
 
+# strategy -> (the dimension that takes every GPU, the rest of its Parallelism)
+_SINGLE_STRATEGIES: dict[str, tuple[str, dict[str, object]]] = {
+    "dp": ("dp", {}),
+    "zero1": ("dp", {"data_parallel": DataParallel.ZERO1}),
+    "zero2": ("dp", {"data_parallel": DataParallel.ZERO2}),
+    "zero3": ("dp", {"data_parallel": DataParallel.ZERO3}),
+    "fsdp": ("dp", {"data_parallel": DataParallel.ZERO3}),
+    "tp": ("tp", {}),
+    "tp+sp": ("tp", {"sequence_parallel": True}),
+    "pp-gpipe": ("pp", {"schedule": "gpipe"}),
+    "pp-1f1b": ("pp", {"schedule": "1f1b"}),
+}
+
+
 def single_strategy(name: str, gpus: int, gpus_per_node: int) -> Parallelism:
     """All `gpus` in one dimension: the configurations `--strategy all` compares."""
-    base = Parallelism(gpus_per_node=gpus_per_node)
-    table = {
-        "dp": base._replace(dp=gpus),
-        "zero1": base._replace(dp=gpus, data_parallel=DataParallel.ZERO1),
-        "zero2": base._replace(dp=gpus, data_parallel=DataParallel.ZERO2),
-        "zero3": base._replace(dp=gpus, data_parallel=DataParallel.ZERO3),
-        "fsdp": base._replace(dp=gpus, data_parallel=DataParallel.ZERO3),
-        "tp": base._replace(tp=gpus),
-        "tp+sp": base._replace(tp=gpus, sequence_parallel=True),
-        "pp-gpipe": base._replace(pp=gpus, schedule="gpipe"),
-        "pp-1f1b": base._replace(pp=gpus, schedule="1f1b"),
-    }
-    return table[name]
+    dimension, rest = _SINGLE_STRATEGIES[name]
+    return Parallelism(gpus_per_node=gpus_per_node, **{dimension: gpus}, **rest)  # type: ignore[arg-type]
 
 
 class StrategyComparison(NamedTuple):
@@ -996,19 +1048,39 @@ def compare_strategies(model: TransformerModel, work: Workload, gpus: int, netwo
     `micro_batch` None: each strategy takes default_micro_batch; `work.micro_batch` is ignored.
     """
     plans, skipped = [], []
+    planned: dict[tuple[Parallelism, Workload], CommPlan | str] = {}  # the plan, or why it cannot run
     for name in STRATEGIES:
         par = single_strategy(name, gpus, gpus_per_node)
         workload = work._replace(micro_batch=micro_batch or default_micro_batch(work, par))
-        try:
-            plans.append(iteration_plan(model, workload, par, network, opts, strategy=name))
-        except InputError as error:
-            skipped.append((name, str(error)))
+        key = (_same_communication(par), workload)
+        if key not in planned:
+            try:
+                planned[key] = iteration_plan(model, workload, par, network, opts, strategy=name)
+            except InputError as error:
+                planned[key] = str(error)
+        plan = planned[key]
+        if isinstance(plan, str):
+            skipped.append((name, plan))
+        else:
+            plans.append(plan._replace(strategy=name, parallelism=par, workload=workload))
     return StrategyComparison(tuple(plans), tuple(skipped))
+
+
+def _same_communication(par: Parallelism) -> Parallelism:
+    """A representative of the configurations that communicate exactly as `par` does: ZeRO-1 and
+    ZeRO-2 move the same bytes (ZeRO sec. 7.2.1; they differ in what is kept, not in what is sent),
+    and so do GPipe and 1F1B (the same sends per micro-batch, in another order); only the
+    interleaved schedule sends more. `--strategy all` plans each such class once."""
+    if par.data_parallel is DataParallel.ZERO2:
+        par = par._replace(data_parallel=DataParallel.ZERO1)
+    if _value(par.schedule) != INTERLEAVED:
+        par = par._replace(schedule="1f1b")
+    return par
 
 
 __all__ = [
     "CollectiveCall", "CommPlan", "DataParallel", "Network", "OpTotal", "Options", "ParamTensor", "Parallelism", "Split",
-    "StageTensors", "StrategyComparison", "Workload", "compare_strategies", "ddp_buckets", "default_micro_batch", "device_tensors", "iteration_plan",
+    "StageTensors", "StrategyComparison", "Workload", "compare_strategies", "ddp_bucket_counts", "ddp_buckets", "default_micro_batch", "device_tensors", "iteration_plan",
     "padded_numel", "parameter_tensors", "single_strategy", "stage_layers", "validate",
 ]  # fmt: skip
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from parcalc.derivation import Derivation, Result, Table, assumptions_of
 from parcalc.render.values import format_cell, format_value
 
@@ -46,14 +48,31 @@ def derivation_lines(derivation: Derivation) -> list[str]:
 
 
 def table_lines(table: Table) -> list[str]:
+    # Written column-wise with C-level helpers (map, zip, max): a comparison's tables have ~450
+    # cells, and this is the one-liner's largest rendering cost.
     headers = [c.label + (f" [{c.unit}]" if c.unit and c.unit != "fraction" else "") for c in table.columns]
-    cells = [[format_cell(v, c.unit) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    numeric = [not all(isinstance(row[i], str) for row in table.rows) for i in range(len(headers))]
+    units = [c.unit for c in table.columns]
+    seen: dict[tuple[type, object, str], str] = {}  # columns repeat their values (group sizes, counts): format each once
+
+    def cell(value: object, unit: str) -> str:
+        if isinstance(value, str) or not value:  # zeros bypass: -0.0 == 0.0 would share a key
+            return format_cell(value, unit)
+        key = (type(value), value, unit)
+        text = seen.get(key)
+        if text is None:
+            text = seen[key] = format_cell(value, unit)
+        return text
+
+    cells = [[v if type(v) is str else cell(v, u) for v, u in zip(row, units, strict=True)] for row in table.rows]
+    widths = [max(map(len, column)) for column in zip(headers, *cells)]
+    if table.rows:
+        numeric = [not all(map(isinstance, column, repeat(str))) for column in zip(*table.rows)]
+    else:
+        numeric = [False] * len(headers)
+    justify = [str.rjust if num else str.ljust for num in numeric]
 
     def line(values: list[str]) -> str:
-        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
-        return "  " + "  ".join(parts).rstrip()
+        return "  " + "  ".join([just(v, w) for just, v, w in zip(justify, values, widths, strict=True)]).rstrip()
 
     out = [table.title, line(headers), "  " + "  ".join("-" * w for w in widths)]
     out += [line(row) for row in cells]
