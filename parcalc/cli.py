@@ -93,6 +93,11 @@ class ParcalcGroup(TyperGroup):
         try:
             return self._main(*args, standalone_mode=standalone_mode, **kwargs)
         finally:
+            # Restored as it is, the threshold would start a pass over everything the command
+            # made at the next allocation; freeze + unfreeze moves it all to the oldest generation
+            # unscanned and zeroes the counts, leaving it to the next full collection.
+            gc.freeze()
+            gc.unfreeze()
             gc.set_threshold(*thresholds)
 
     def _main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
