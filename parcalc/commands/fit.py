@@ -91,7 +91,7 @@ def fit(
     without and with recomputation) with its memory and the most layers it holds; with --search,
     every TP x PP x DP configuration ranked by estimated step time."""
     start(output, fmt)
-    from parcalc.commands.model_options import model_from_flags
+    from parcalc.commands.model_options import model_and_seq_len
     from parcalc.core.fit import Training
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_count, parse_quantity
@@ -99,11 +99,7 @@ def fit(
     dirs = preset_dirs(presets)
     if gpus is None:
         raise InputError("--gpus: how many GPUs? (e.g. --gpus 8)")
-    seq = parse_count(seq_len, "--seq-len") if seq_len is not None else None
-    shape = model_from_flags(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), dirs, seq_len=seq)
-    seq = seq or shape.max_seq_len
-    if not seq:
-        raise InputError("--seq-len: required (the model gives no maximum sequence length)")
+    shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
     cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype, peak, efficiency, link, inter_node_link, dp_overlap,
                        allow_cross_node_tp, dirs)  # fmt: skip
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES

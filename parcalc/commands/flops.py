@@ -66,18 +66,14 @@ def flops(
     hardware FLOPs), 6ND, Narayanan et al.'s 96 B s l h^2 (...) formula, and MFU / HFU from a
     measured step time."""
     start(output, fmt)
-    from parcalc.commands.model_options import model_from_flags, model_terms
+    from parcalc.commands.model_options import model_and_seq_len, model_terms
     from parcalc.core.flops import flops_utilization, six_nd, training_flops
     from parcalc.derivation import Result, Term
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_count, parse_quantity
 
     dirs = preset_dirs(presets)
-    seq = parse_count(seq_len, "--seq-len") if seq_len is not None else None
-    shape = model_from_flags(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), dirs, seq_len=seq)
-    seq = seq or shape.max_seq_len
-    if not seq:
-        raise InputError("--seq-len: required (the model gives no maximum sequence length)")
+    shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
     sequences = parse_count(batch, "--batch") if batch is not None else 1
     n_params = parse_quantity(params, Dimension.COUNT, "--params") if params is not None else None
     counted = training_flops(shape, sequences, seq, recompute=recompute.value, causal=causal, params=n_params)

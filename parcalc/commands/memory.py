@@ -18,7 +18,7 @@ from parcalc.commands.model_options import (
     ModelOption,
     TiedOption,
     VocabOption,
-    model_from_flags,
+    model_and_seq_len,
     model_terms,
 )
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule, ZeroStage
@@ -90,11 +90,7 @@ def memory(
     from parcalc.units import Dimension, parse_count, parse_quantity
 
     dirs = preset_dirs(presets)
-    seq = parse_count(seq_len, "--seq-len") if seq_len is not None else None
-    shape = model_from_flags(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), dirs, seq_len=seq)
-    seq = seq or shape.max_seq_len
-    if not seq:
-        raise InputError("--seq-len: required (the model gives no maximum sequence length)")
+    shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
     t, p, d = _degrees(tp, pp, dp, gpus)
     chosen = schedule
     v = parse_count(chunks, "--chunks") if chunks is not None else 1

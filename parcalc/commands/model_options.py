@@ -88,6 +88,19 @@ def model_from_flags(flags: ModelFlags, dirs: tuple, *, seq_len: int | None = No
                             position=Position.LEARNED, norm=Norm.LAYERNORM, bias=True, **common)  # type: ignore[arg-type]  # fmt: skip
 
 
+def model_and_seq_len(flags: ModelFlags, seq_len: str | None, dirs: tuple) -> tuple[TransformerModel, int]:
+    """The model and the sequence length: --seq-len, else the model's maximum; one of them is required."""
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    given = parse_count(seq_len, "--seq-len") if seq_len is not None else None
+    shape = model_from_flags(flags, dirs, seq_len=given)
+    seq = given or shape.max_seq_len
+    if not seq:
+        raise InputError("--seq-len: required (the model gives no maximum sequence length)")
+    return shape, seq
+
+
 def _check_heads(hidden: int, heads: int) -> None:
     from parcalc.errors import InputError
 
