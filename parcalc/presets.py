@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from parcalc.core.dtypes import COMPUTE_DTYPES
-from parcalc.core.hardware import DtypeRates, Gpu, Link, Sourced
+from parcalc.core.hardware import DtypeRates, Gpu, KernelRates, Link, Node, Sourced
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError
 from parcalc.resources import data_dir
@@ -279,7 +279,7 @@ class _Doc:
         raw = node.data.get("value")
         if raw is None:
             raise node.error("value", "missing")
-        if dimension is not Dimension.COUNT and not (isinstance(raw, str) and _has_unit(raw)):
+        if dimension not in (Dimension.COUNT, Dimension.FRACTION) and not (isinstance(raw, str) and _has_unit(raw)):
             raise node.error("value", f"{raw!r} has no unit; write it with one, e.g. {_unit_example(dimension)}")
         try:
             value = parse_quantity(raw, dimension, f"{self.path}: key '{node.where}.value'")
@@ -315,8 +315,10 @@ def _check_kind(doc: _Doc, category: Category) -> None:
 
 _GPU_KEYS = (
     "kind", "name", "vendor", "architecture", "sources", "sms", "boost_clock", "memory_capacity",
-    "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "notes",
+    "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes",
 )  # fmt: skip
+_KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch")
+_NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
 
 
@@ -353,7 +355,44 @@ def gpu_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Gpu:
         nvlink_bandwidth=doc.quantity("nvlink_bandwidth_per_direction", Dimension.BANDWIDTH, sources, False),
         dtypes=dtypes,
         notes=doc.texts("notes"),
+        kernels=_kernels(doc, sources, dtypes) if "kernels" in doc.data else None,
+        node=_node(doc, sources) if "node" in doc.data else None,
     )
+
+
+def _kernels(doc: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> KernelRates:
+    """`kernels:` measured shares of the peaks, each with its source (see parcalc.core.timing.compute)."""
+    node = doc.child("kernels")
+    node.only(_KERNEL_KEYS)
+    matmul = []
+    if "matmul" in node.data:
+        table = node.child("matmul")
+        for dtype in table.data:
+            if dtype not in dtypes:
+                raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
+            share = _share(table, str(dtype), sources, required=True)
+            assert share is not None
+            matmul.append((str(dtype), share))
+    tile = node.child("tile")
+    tile.only(("m", "n", "source"))
+    return KernelRates(
+        matmul=tuple(matmul),
+        tile_m=tile.integer("m"),
+        tile_n=tile.integer("n"),
+        tile_source=tile.source_ref("source", sources),
+        memory=_share(node, "memory", sources, required=True),  # type: ignore[arg-type]
+        attention_forward=_share(node, "attention_forward", sources, required=True),  # type: ignore[arg-type]
+        attention_backward=_share(node, "attention_backward", sources, required=True),  # type: ignore[arg-type]
+        launch=node.quantity("launch", Dimension.TIME, sources),  # type: ignore[arg-type]
+    )
+
+
+def _node(doc: _Doc, sources: Mapping[str, str]) -> Node:
+    """`node:` the usual server of this GPU: GPUs, intra-node link, one NIC's link, NICs."""
+    node = doc.child("node")
+    node.only(_NODE_KEYS)
+    return Node(gpus=node.integer("gpus"), intra_link=node.text("intra_link"), inter_link=node.text("inter_link"),
+                nics=node.integer("nics"), source=node.source_ref("source", sources))  # fmt: skip
 
 
 def load_gpu(name: str, extra_dirs: Sequence[Path | str] = ()) -> Gpu:
@@ -364,7 +403,8 @@ def load_gpu(name: str, extra_dirs: Sequence[Path | str] = ()) -> Gpu:
 # ---------------------------------------------------------------------------------------------
 # Links
 
-_LINK_KEYS = ("kind", "name", "sources", "bandwidth_per_direction", "latency", "notes")
+_LINK_KEYS = ("kind", "name", "sources", "bandwidth_per_direction", "latency", "nccl_hardware", "nccl_efficiency", "notes")
+_NCCL_HARDWARE = ("nvlink", "pci", "net")
 
 
 def link_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Link:
@@ -378,7 +418,24 @@ def link_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Link:
         bandwidth_per_direction=doc.quantity("bandwidth_per_direction", Dimension.BANDWIDTH, sources),  # type: ignore[arg-type]
         latency=doc.quantity("latency", Dimension.TIME, sources),  # type: ignore[arg-type]
         notes=doc.texts("notes"),
+        nccl_hardware=_one_of(doc, "nccl_hardware", _NCCL_HARDWARE, "net"),
+        nccl_efficiency=_share(doc, "nccl_efficiency", sources),
     )
+
+
+def _one_of(doc: _Doc, key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = doc.text(key, required=False, default=default).lower()
+    if value not in allowed:
+        raise doc.error(key, f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
+def _share(doc: _Doc, key: str, sources: Mapping[str, str], required: bool = False) -> Sourced | None:
+    """A share between 0 (exclusive) and 1, with its source."""
+    share = doc.quantity(key, Dimension.FRACTION, sources, required)
+    if share is not None and not 0 < share.value <= 1:
+        raise doc.error(key, f"a share between 0 and 1, got {share.value!r}")
+    return share
 
 
 def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:

@@ -34,12 +34,18 @@ with numpy and must agree with it (tests/test_fit_search.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from typing import Any
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from parcalc.core.activations import check_count
 from parcalc.core.choices import Collective, Optimizer, Precision, Recompute, Schedule
 from parcalc.core.collectives import Algorithm, collective_cost
-from parcalc.core.hardware import Link
+from parcalc.core.hardware import Gpu, Link
+from parcalc.core.timing import nccl
+from parcalc.core.timing.compute import ComputeSpec, compute_spec
+from parcalc.core.timing.framework import MEGATRON, Framework
+from parcalc.core.timing.network import Fabric, placement
 from parcalc.core.memory import (
     DEFAULT_RESERVE_BYTES,
     MemoryBreakdown,
@@ -54,37 +60,60 @@ from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
-# The share of the peak the layer's kernels sustain, matmuls and the memory-bound ops between them
-# together. 0.7 sits between what Megatron-LM sustains per GPU on its largest runs (Narayanan et
-# al. 2021 Table 1: 163 of 312 TFLOP/s, 52 %, with recomputation, bubbles and communication
-# included) and cuBLAS's large bf16 GEMMs on an A100 (about 80 % of peak); --efficiency sets it.
-DEFAULT_EFFICIENCY = 0.7
-EFFICIENCY_SOURCE = (
-    "assumed, --efficiency: between Megatron-LM's 52 % of peak end to end (Narayanan et al. 2021 Table 1) "
-    "and ~80 % for large GEMMs alone"
-)
-DDP_BUCKET_BYTES = 25 * 2**20  # torch.nn.parallel.DistributedDataParallel bucket_cap_mb = 25
-BACKWARD_SHARE = 2 / 3  # backward = 2 x forward FLOPs (Narayanan et al. 2021 sec. 5.1): 2/3 of a micro-batch
+# --efficiency multiplies every kernel's rate; 1 means the GPU preset's measured shares as they are.
+DEFAULT_EFFICIENCY = 1.0
+EFFICIENCY_SOURCE = "--efficiency: a factor on every kernel's rate (1: the GPU preset's measured kernel shares)"
+KERNEL_SOURCE = "per-kernel roofline: GEMMs by shape, FlashAttention, memory-bound operations (parcalc.core.timing.compute)"
+NCCL_SOURCE = "NCCL's cost model (src/graph/tuning.cc; parcalc.core.timing.network)"
 NARAYANAN = "Narayanan et al. 2021 (Megatron-LM, SC'21)"
 KORTHIKANTI = "Korthikanti et al. 2022 (Reducing Activation Recomputation)"
 
 
 @dataclass(frozen=True)
 class Cluster:
-    """N GPUs of one kind, g per node; the link inside a node and the one between nodes."""
+    """N GPUs of one kind, g per node; the link inside a node, one network card's link and the
+    cards per node; the kernel rates of the GPU and the framework that runs the training."""
 
     gpus: int
     gpus_per_node: int
-    peak: float  # FLOP/s per GPU in the training dtype
+    peak: float  # FLOP/s per GPU in the dtype the GEMMs run in
     capacity: float  # bytes per GPU
     intra: Link
     inter: Link
     gpu_name: str = "GPU"
     peak_source: str = ""
     capacity_source: str = ""
-    efficiency: float = DEFAULT_EFFICIENCY
-    dp_overlap: bool = True
+    efficiency: float = 1.0  # --efficiency: scales every kernel's rate (1: as measured)
+    dp_overlap: bool | None = None  # None: the framework's
     allow_cross_node_tp: bool = False
+    nics_per_node: int | None = None  # None: one per GPU (rail-optimised)
+    gpu: Gpu | None = field(default=None, compare=False)  # kernels, HBM bandwidth, SMs, architecture
+    dtype: str = "bf16"
+    framework: Framework = MEGATRON
+    tp_comm_overlap: bool | None = None  # None: the framework's
+    attention_peak: float | None = None  # dense 16-bit peak for FlashAttention (None: peak)
+
+    @cached_property
+    def spec(self) -> ComputeSpec:
+        return compute_spec(self.gpu, self.dtype, self.peak, self.attention_peak, self.efficiency)
+
+    @cached_property
+    def fabric(self) -> Fabric:
+        arch = nccl.arch_of(self.gpu.architecture) if self.gpu is not None else "sm80"
+        nics = self.nics_per_node if self.nics_per_node is not None else self.gpus_per_node
+        return Fabric(self.gpus_per_node, self.intra, self.inter, nics, arch, self.intra.nccl_hardware if self.intra.nccl_hardware != "net" else "nvlink")
+
+    @property
+    def overlap_grad(self) -> bool:
+        return self.framework.overlap_grad_reduce if self.dp_overlap is None else self.dp_overlap
+
+    @property
+    def overlap_param(self) -> bool:
+        return self.framework.overlap_param_gather if self.dp_overlap is None else self.dp_overlap
+
+    @property
+    def overlap_tp(self) -> bool:
+        return self.framework.tp_comm_overlap if self.tp_comm_overlap is None else self.tp_comm_overlap
 
 
 @dataclass(frozen=True)
@@ -99,6 +128,7 @@ class Training:
     dropout: bool = True
     fp32_grads: bool = False
     reserve: float = DEFAULT_RESERVE_BYTES
+    causal: bool = True  # decoder training: FlashAttention skips the masked half of the scores
 
 
 @dataclass(frozen=True)
@@ -137,8 +167,9 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
     for what, value in (("attention heads", model.heads), ("key/value heads", model.kv_heads), ("MLP width", model.ffn_hidden)):
         if value % t:
             return f"tp = {t} does not divide the {what} ({value})"
-    if t > cluster.gpus_per_node and not cluster.allow_cross_node_tp:
-        return f"tp = {t} spans nodes of {cluster.gpus_per_node} GPUs (allow with --allow-cross-node-tp)"
+    if (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
+        return (f"tp = {t} spans nodes of {cluster.gpus_per_node} GPUs (tp must divide the GPUs of a node; "
+                "allow with --allow-cross-node-tp, costed on the slowest group's network)")
     if model.layers % (p * config.chunks):
         return f"pp x chunks = {p} x {config.chunks} does not divide the {model.layers} layers"
     if training.global_batch % (d * b):
@@ -174,33 +205,12 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
 
 
 # ---------------------------------------------------------------------------------------------
-# Placement and collective times
+# Placement
 
 
 def group_spans_nodes(size: int, stride: int, gpus_per_node: int) -> bool:
-    """Whether a group of `size` ranks `stride` apart (the first starting a node) leaves it."""
-    return size > 1 and stride * (size - 1) >= gpus_per_node
-
-
-def tp_link(config: Config, cluster: Cluster) -> Link:
-    return cluster.inter if group_spans_nodes(config.tp, 1, cluster.gpus_per_node) else cluster.intra
-
-
-def dp_link(config: Config, cluster: Cluster) -> Link:
-    return cluster.inter if group_spans_nodes(config.dp, config.tp, cluster.gpus_per_node) else cluster.intra
-
-
-def pp_link(config: Config, cluster: Cluster) -> Link:
-    return cluster.inter if group_spans_nodes(config.pp, config.tp * config.dp, cluster.gpus_per_node) else cluster.intra
-
-
-def collective_time(op: Collective, size: float, workers: int, link: Link) -> float:
-    """Seconds for one call: ring (point to point: direct) under alpha-beta on `link`."""
-    if workers < 2 and op is not Collective.POINT_TO_POINT:
-        return 0.0
-    algorithm = Algorithm.DIRECT if op is Collective.POINT_TO_POINT else Algorithm.RING
-    cost = collective_cost(op, algorithm, size, max(workers, 2))
-    return cost.time(link.bandwidth_per_direction.value, link.latency.value)
+    """Whether a group of `size` ranks `stride` apart (Megatron-LM's order) leaves a node."""
+    return placement(size, stride, gpus_per_node).nodes > 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,6 +231,7 @@ class Estimate:
     bubble: Derivation
     pp_comm: Derivation
     dp_comm: Derivation
+    optimizer: Derivation
     step: Derivation
     tokens_per_second: Derivation
     mfu: Derivation
@@ -232,92 +243,102 @@ class Estimate:
 
     def derivations(self) -> tuple[Derivation, ...]:
         return (self.memory.worst.total, self.model_flops, self.hardware_flops, self.compute, self.tp_comm, self.bubble,
-                self.pp_comm, self.dp_comm, self.step, self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
+                self.pp_comm, self.dp_comm, self.optimizer, self.step, self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
 
 
 def _derivation(key: str, label: str, symbol: str, latex_symbol: str, formula: str, inputs: list[Term], value: float,
                 unit: str, source: str, assumptions: tuple[str, ...] = ()) -> Derivation:  # fmt: skip
     """A derivation whose LaTeX formula follows from the text one (× → \\times, max/min as operators)."""
     latex = formula.replace("×", r"\times").replace("max(", r"\max(").replace("ceil(", r"\mathrm{ceil}(")
-    return Derivation(key, label, symbol, latex_symbol, formula, latex, tuple(inputs), value, unit, source, assumptions)
+    return Derivation(key, label, symbol, latex_symbol, formula, latex, tuple(inputs), float(value), unit, source, assumptions)
 
 
 def _t(key: str, symbol: str, value: float, unit: str, description: str, source: str = "", latex: str | None = None) -> Term:
-    return Term(key, symbol, latex or symbol, value, unit, description, source)
+    return Term(key, symbol, latex or symbol, float(value), unit, description, source)
+
+
+def _zero(key: str, label: str, why: str) -> Derivation:
+    return _derivation(key, label, key, rf"t_{{\mathrm{{{key[2:]}}}}}", "0", [], 0.0, "s", why)
 
 
 def estimate(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> Estimate:
-    """Memory and step time of one configuration (see the module docstring for the model)."""
+    """Memory and step time of one configuration (parcalc.core.timing.step, term by term)."""
     from parcalc.core.flops import training_flops
-    from parcalc.core.pipeline import bubble_relative_to_ideal, pass_times
+    from parcalc.core.timing.step import combine, dp_exposed, dp_pieces, optimizer_step_time, stage_pieces
 
     check_config(model, config, training, cluster)
     _check_cluster(cluster)
     breakdown = memory_of(model, config, training, cluster)
     t, p, d, b, v = config.tp, config.pp, config.dp, config.micro_batch, config.chunks
     m = config.micro_batches(training)
-    s, h, n = training.seq_len, model.hidden, cluster.gpus
-    e = training.precision.activation_bytes
-    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
-
-    counted = training_flops(model, training.global_batch, s, recompute=config.recompute.value)
+    n = cluster.gpus
+    counted = training_flops(model, training.global_batch, training.seq_len, recompute=config.recompute.value)
     f_model, f_hw = counted.model, counted.hardware
-    peak = _t("peak", "F_peak", cluster.peak, "FLOP/s", f"peak of one {cluster.gpu_name}", cluster.peak_source, r"F_{\mathrm{peak}}")
-    eff = _t("e", "e", cluster.efficiency, "fraction", "share of the peak the kernels sustain", EFFICIENCY_SOURCE)
-    gpus = _t("N", "N", n, "", "GPUs")
-    compute = _derivation("t_compute", "Compute time per iteration (hardware FLOPs over every GPU)", "t_compute",
-                          r"t_{\mathrm{compute}}", "$F_hw / ($N × $peak × $e)",
-                          [f_hw.as_term("F_hw"), gpus, peak, eff], f_hw.value / (n * cluster.peak * cluster.efficiency), "s",
-                          f"{NARAYANAN} sec. 5.1 (time = FLOPs / throughput)")  # fmt: skip
+    stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster)
+    dp = dp_pieces(model, t, p, d, training, cluster)
+    framework = cluster.framework
+    t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
+                            reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
+                            layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
+    t_opt = float(optimizer_step_time(model, t, p, d, config.zero, training, cluster))
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp)
 
-    layers_here = model.layers // p
-    activation = b * s * h * e
-    act = _t("M_a", "M_a", activation, "B", "one micro-batch's b × s × h activation", latex=r"M_{a}")
+    spec = cluster.spec
+    m_term = _t("m", "m", m, "", "micro-batches per replica")
+    compute = _derivation(
+        "t_compute", "Compute per iteration (kernels of the slowest stage, every micro-batch)", "t_compute", r"t_{\mathrm{compute}}",
+        "$m × ($t_f + $t_b + $t_r)",
+        [m_term, _t("t_f", "t_f", stage.forward, "s", "forward kernels of one micro-batch on the slowest stage"),
+         _t("t_b", "t_b", stage.backward, "s", "backward kernels of one micro-batch"),
+         _t("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value})")],
+        terms["t_compute"], "s", KERNEL_SOURCE,
+        (f"GEMMs at {spec.matmul.value:.0%} of the {cluster.dtype} peak x tile/wave quantisation ({spec.matmul.source})",
+         f"memory-bound kernels at {spec.kernels.memory.value:.0%} of HBM bandwidth ({spec.kernels.memory.source})",
+         *((f"every kernel rate scaled by --efficiency {cluster.efficiency:g}",) if cluster.efficiency != 1.0 else ())),
+    )  # fmt: skip
     if t > 1:
+        group = placement(t, 1, cluster.gpus_per_node)
+        where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
+        what = "all-gather + reduce-scatter (sequence parallelism)" if config.sequence_parallel else "all-reduce"
         slots = 6 if config.recompute is Recompute.FULL else 4
-        link = tp_link(config, cluster)
-        if config.sequence_parallel:
-            one = collective_time(Collective.ALL_GATHER, activation, t, link) + collective_time(Collective.REDUCE_SCATTER, activation, t, link)
-            what = "an all-gather + a reduce-scatter (sequence parallelism)"
+        inputs = [m_term, _t("C_tp", "C_tp", stage.tp, "s", f"{slots} x {model.layers // p} layers of {what} of b s h over t = {t} ({where}), NCCL model")]
+        if cluster.overlap_tp:
+            inputs.append(_t("H_tp", "H_tp", stage.tp_hidden, "s", "GEMM time the TP collectives overlap with (--tp-comm-overlap)"))
+            formula = "$m × max(0, $C_tp - $H_tp)"
         else:
-            one = collective_time(Collective.ALL_REDUCE, activation, t, link)
-            what = "a ring all-reduce"
-        inputs = [_t("m", "m", m, "", "micro-batches per replica"), _t("L_s", "L_stage", layers_here, "", "layers per stage", latex=r"L_{\mathrm{stage}}"),
-                  _t("c", "c", slots, "", "TP collectives per layer per micro-batch (2 forward, 2 backward" + (", 2 recomputed)" if slots == 6 else ")")),
-                  _t("T_c", "T_c", one, "s", f"{what} of M_a over t = {t} on {link.name}")]  # fmt: skip
-        tp_value = m * layers_here * slots * one
-        tp_comm = _derivation("t_tp", "Tensor-parallel communication per iteration", "t_tp", r"t_{\mathrm{tp}}",
-                              "$m × $L_s × $c × $T_c", [*inputs, act], tp_value, "s",
-                              f"{KORTHIKANTI} sec. 4.2.2; Shoeybi et al. 2019 sec. 3")  # fmt: skip
+            formula = "$m × $C_tp"
+        tp_comm = _derivation("t_tp", "Tensor-parallel communication exposed per iteration", "t_tp", r"t_{\mathrm{tp}}", formula, inputs,
+                              terms["t_tp"], "s", f"{KORTHIKANTI} sec. 4.2.2; Shoeybi et al. 2019 sec. 3; {NCCL_SOURCE}")  # fmt: skip
     else:
-        tp_comm = _derivation("t_tp", "Tensor-parallel communication per iteration", "t_tp", r"t_{\mathrm{tp}}", "0", [], 0.0,
-                              "s", "no tensor parallelism")  # fmt: skip
-
+        tp_comm = _zero("t_tp", "Tensor-parallel communication exposed per iteration", "no tensor parallelism")
     if p > 1:
-        beta = bubble_relative_to_ideal(config.schedule, p, m, pass_times(), v)
         bubble = _derivation("t_bubble", "Pipeline bubble per iteration", "t_bubble", r"t_{\mathrm{bubble}}",
-                             "$beta × ($t_compute + $t_tp)", [beta.as_term("beta"), compute.as_term("t_compute"), tp_comm.as_term("t_tp")],
-                             beta.value * (compute.value + tp_comm.value), "s", beta.source)  # fmt: skip
-        link = pp_link(config, cluster)
-        p2p = collective_time(Collective.POINT_TO_POINT, activation, 2, link)
-        pp_comm = _derivation("t_pp", "Pipeline point-to-point per iteration (activations forward, gradients backward)", "t_pp",
-                              r"t_{\mathrm{pp}}", "2 × $m × $v × $T_p2p",
-                              [_t("m", "m", m, "", "micro-batches per replica"), _t("v", "v", v, "", "model chunks per device"),
-                               _t("T_p2p", "T_p2p", p2p, "s", f"one send of M_a on {link.name}", latex=r"T_{\mathrm{p2p}}"), act],
-                              2 * m * v * p2p, "s", f"{NARAYANAN} sec. 2.2 (one send per micro-batch, chunk and direction)")  # fmt: skip
+                             "($p - 1) / ($v × $m) × ($t_compute + $t_tp)",
+                             [_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
+                              compute.as_term("t_compute"), tp_comm.as_term("t_tp")],
+                             terms["t_bubble"], "s", f"{NARAYANAN} sec. 2.2 (the slowest stage sets the pace)")  # fmt: skip
+        pp_comm = _derivation("t_pp", "Pipeline sends per iteration (activations forward, gradients backward)", "t_pp", r"t_{\mathrm{pp}}",
+                              "2 × $m × $v × $T_p2p",
+                              [m_term, _t("v", "v", v, "", "model chunks per GPU"),
+                               _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
+                              terms["t_pp"], "s", f"{NARAYANAN} sec. 2.2 and 4.1 (one send per micro-batch, chunk and direction)")  # fmt: skip
     else:
-        bubble = _derivation("t_bubble", "Pipeline bubble per iteration", "t_bubble", r"t_{\mathrm{bubble}}", "0", [], 0.0, "s", "no pipeline")
-        pp_comm = _derivation("t_pp", "Pipeline point-to-point per iteration", "t_pp", r"t_{\mathrm{pp}}", "0", [], 0.0, "s", "no pipeline")
-
-    dp_comm = _dp_time(model, config, training, cluster, per, compute.value / m)
-    parts = [compute, tp_comm, bubble, pp_comm, dp_comm]
-    step_value = sum(x.value for x in parts)
+        bubble = _zero("t_bubble", "Pipeline bubble per iteration", "no pipeline")
+        pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
+    dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"])
+    optimizer = _derivation("t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",
+                            "$t_opt", [_t("t_opt", "t_opt", t_opt, "s", f"{training.optimizer.value} update" + (f", sharded over d = {d}" if config.zero and d > 1 else ""))],
+                            t_opt, "s", "reads and writes every optimizer state once (parcalc.core.timing.compute.optimizer_bytes)")  # fmt: skip
+    parts = [compute, tp_comm, bubble, pp_comm, dp_comm, optimizer]
+    step_value = float(terms["t_step"])
     step = _derivation("t_step", "Time per iteration", "t_step", r"t_{\mathrm{step}}",
-                       "$t_compute + $t_tp + $t_bubble + $t_pp + $t_dp", [x.as_term(x.key) for x in parts], step_value, "s",
-                       "the sum of the terms above (parcalc.core.fit)")  # fmt: skip
+                       "$t_compute + $t_tp + $t_bubble + $t_pp + $t_dp + $t_optimizer", [x.as_term(x.key) for x in parts], step_value, "s",
+                       "the sum of the terms above (parcalc.core.timing.step)")  # fmt: skip
+    gpus = _t("N", "N", n, "", "GPUs")
+    peak = _t("peak", "F_peak", cluster.peak, "FLOP/s", f"peak of one {cluster.gpu_name}", cluster.peak_source, r"F_{\mathrm{peak}}")
     tokens = _derivation("tokens_per_second", "Training throughput", "tok/s", r"\mathrm{tok/s}", "$B × $s / $t_step",
-                         [_t("B", "B", training.global_batch, "", "global batch (sequences)"), _t("s", "s", s, "", "sequence length"),
-                          step.as_term("t_step")], training.global_batch * s / step_value, "tokens/s", "throughput = tokens / time")  # fmt: skip
+                         [_t("B", "B", training.global_batch, "", "global batch (sequences)"), _t("s", "s", training.seq_len, "", "sequence length"),
+                          step.as_term("t_step")], training.global_batch * training.seq_len / step_value, "tokens/s", "throughput = tokens / time")  # fmt: skip
     mfu = _derivation("mfu", "Model FLOPs utilisation", "MFU", r"\mathrm{MFU}", "$F_model / ($t_step × $N × $peak)",
                       [f_model.as_term("F_model"), step.as_term("t_step"), gpus, peak], f_model.value / (step_value * n * cluster.peak),
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (model FLOPs: no recomputation)")  # fmt: skip
@@ -325,64 +346,49 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                       [f_hw.as_term("F_hw"), step.as_term("t_step"), gpus, peak], f_hw.value / (step_value * n * cluster.peak),
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (hardware FLOPs: recomputation counted)")  # fmt: skip
     fits = breakdown.worst.total.value <= cluster.capacity
-    return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, step, tokens, mfu, hfu)
+    return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu)
 
 
-def device_parameters(model: TransformerModel, config: Config) -> float:
-    """Parameters on one GPU of the stage holding the most (first or last)."""
-    par = Parallelism(config.tp, config.pp, 1, schedule=config.schedule, micro_batches=max(config.pp, 1), chunks=config.chunks)
-    first = stage_parameters(model, par, 0).value
-    last = stage_parameters(model, par, config.pp - 1).value
-    return max(first, last)
-
-
-def _dp_time(model: TransformerModel, config: Config, training: Training, cluster: Cluster, per: StateBytes,
-             micro_batch_compute: float) -> Derivation:  # fmt: skip
-    """The data-parallel synchronisation left exposed (see the module docstring)."""
+def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float) -> Derivation:
+    """t_dp with the collectives it is made of, in words (the formula is parcalc.core.timing.step.dp_exposed)."""
     d, z = config.dp, config.zero
+    label = "Data-parallel communication exposed per iteration"
     if d == 1:
-        return _derivation("t_dp", "Data-parallel communication exposed per iteration", "t_dp", r"t_{\mathrm{dp}}", "0", [], 0.0, "s",
-                           "no data parallelism")  # fmt: skip
-    m = config.micro_batches(training)
-    link = dp_link(config, cluster)
-    params = device_parameters(model, config)
-    grads = params * per.gradient
-    weights = params * per.weight
-    buckets = max(1, math.ceil(grads / DDP_BUCKET_BYTES))
-    window = BACKWARD_SHARE * micro_batch_compute if cluster.dp_overlap else 0.0
-    p_term = _t("P_gpu", "P_gpu", params, "", "parameters on one GPU (fullest stage)", latex=r"P_{\mathrm{GPU}}")
-    w_term = _t("W_b", "W_b", window, "s", "backward of the last micro-batch (2/3 of its compute)" if cluster.dp_overlap else "no overlap (--no-dp-overlap)", latex=r"W_{b}")
-    n_b = _t("n_b", "n_b", buckets, "", "gradient buckets of 25 MiB (DDP's bucket_cap_mb)")
+        return _zero("t_dp", label, "no data parallelism")
+    group = placement(d, config.tp, cluster.gpus_per_node)
+    where = "inside a node" if group.nodes == 1 else f"over {group.nodes} nodes, {group.per_node} GPU(s) each"
+    fw = cluster.framework
+    overlap = ("overlapped with the backward of the last micro-batch" if cluster.overlap_grad else "not overlapped")
+    n_b = _t("n_b", "n_b", dp.buckets, "", f"gradient buckets ({fw.name}: {fw.source('bucket')})")
+    w_b = _t("W_b", "W_b", stage.last_backward, "s", "backward of one micro-batch on the stage (the overlap window)", latex=r"W_{b}")
     if z == 0:
-        sync = buckets * collective_time(Collective.ALL_REDUCE, grads / buckets, d, link)
-        terms = [_t("T_ar", "T_ar", sync, "s", f"ring all-reduce of the gradients ({grads:.4g} B) over d = {d} on {link.name}", latex=r"T_{\mathrm{ar}}"), w_term]
-        formula, value = "max(0, $T_ar - $W_b)", max(0.0, sync - window)
+        terms = [_t("T_ar", "T_ar", dp.grad_all_reduce, "s", f"all-reduce of every bucket over d = {d} ({where})", latex=r"T_{\mathrm{ar}}"), n_b, w_b]
+        formula = "max($T_ar - $W_b, $T_ar / $n_b)" if cluster.overlap_grad else "$T_ar"
     elif z in (1, 2):
-        scatter = buckets * collective_time(Collective.REDUCE_SCATTER, grads / buckets, d, link)
-        gather = buckets * collective_time(Collective.ALL_GATHER, weights / buckets, d, link)
-        terms = [_t("T_rs", "T_rs", scatter, "s", f"reduce-scatter of the gradients over d = {d} on {link.name}", latex=r"T_{\mathrm{rs}}"),
-                 w_term, _t("T_ag", "T_ag", gather, "s", "all-gather of the updated weights after the step", latex=r"T_{\mathrm{ag}}")]  # fmt: skip
-        formula, value = "max(0, $T_rs - $W_b) + $T_ag", max(0.0, scatter - window) + gather
+        w_f = _t("W_f", "W_f", stage.first_forward, "s", "forward of the first micro-batch (hides the parameter gather)", latex=r"W_{f}")
+        terms = [_t("T_rs", "T_rs", dp.grad_reduce_scatter, "s", f"reduce-scatter of every bucket over d = {d} ({where})", latex=r"T_{\mathrm{rs}}"),
+                 _t("T_ag", "T_ag", dp.param_gather, "s", "all-gather of the updated weights", latex=r"T_{\mathrm{ag}}"), n_b, w_b, w_f]  # fmt: skip
+        formula = ("max($T_rs - $W_b, $T_rs / $n_b)" if cluster.overlap_grad else "$T_rs") + (
+            " + max($T_ag - $W_f, $T_ag / $n_b)" if cluster.overlap_param else " + $T_ag")
     else:
-        scatter = buckets * collective_time(Collective.REDUCE_SCATTER, grads / buckets, d, link)
-        gathers = 2 * buckets * collective_time(Collective.ALL_GATHER, weights / buckets, d, link)
-        overlap = micro_batch_compute if cluster.dp_overlap else 0.0
-        terms = [_t("m", "m", m, "", "micro-batches per replica"),
-                 _t("T_ag2", "T_ag2", gathers, "s", "forward and backward all-gathers of the weights, per micro-batch", latex=r"T_{\mathrm{ag2}}"),
-                 _t("t_mb", "t_mb", overlap, "s", "compute of one micro-batch (prefetch hides gathers under it)", latex=r"t_{\mathrm{mb}}"),
-                 _t("T_rs", "T_rs", scatter, "s", f"reduce-scatter of the gradients over d = {d} on {link.name}", latex=r"T_{\mathrm{rs}}"), w_term]  # fmt: skip
-        formula = "$m × max(0, $T_ag2 - $t_mb) + max(0, $T_rs - $W_b)"
-        value = m * max(0.0, gathers - overlap) + max(0.0, scatter - window)
-    return _derivation("t_dp", "Data-parallel communication exposed per iteration", "t_dp", r"t_{\mathrm{dp}}", formula,
-                       [p_term, n_b, *terms], value, "s",
-                       "Rajbhandari et al. 2020 sec. 7 (ZeRO-DP volumes); PyTorch DDP overlaps bucket all-reduces with backward (Li et al. 2020)")  # fmt: skip
+        terms = [_t("m", "m", m, "", "micro-batches per replica"), _t("L_s", "L_s", dp.layers, "", "layers (sharding units) per stage"),
+                 _t("g", "g", dp.layer_gather, "s", f"all-gather of one layer's weights over d = {d} ({where})"),
+                 _t("r", "r", dp.layer_reduce, "s", "reduce-scatter of one layer's gradients"),
+                 _t("g_0", "g_0", dp.root_gather, "s", "all-gather of the root unit (embedding, final norm, LM head)"),
+                 _t("f_l", "f_l", f_layer, "s", "one layer's forward (the prefetch window)"),
+                 _t("b_l", "b_l", b_layer, "s", "one layer's backward and recomputation")]  # fmt: skip
+        formula = "$m × ($g_0 + $g + ($L_s - 1) × max(0, $g - $f_l) + $L_s × max(0, $g - $b_l)) + reduce-scatters beyond $b_l"
+    return _derivation("t_dp", label, "t_dp", r"t_{\mathrm{dp}}", formula, terms, value, "s",
+                       f"Rajbhandari et al. 2020 sec. 7 (ZeRO volumes); Zhao et al. 2023 (FSDP prefetch); {fw.name} buckets, {overlap}; {NCCL_SOURCE}")  # fmt: skip
 
 
 def _check_cluster(cluster: Cluster) -> None:
     check_count("--gpus", cluster.gpus)
     check_count("--gpus-per-node", cluster.gpus_per_node)
-    if not (0 < cluster.efficiency <= 1):
-        raise InputError(f"--efficiency: a share of the peak between 0 and 1, got {cluster.efficiency!r}")
+    if cluster.nics_per_node is not None:
+        check_count("--nics-per-node", cluster.nics_per_node)
+    if not (0 < cluster.efficiency <= 2):
+        raise InputError(f"--efficiency: a factor on every kernel's rate, above 0 and at most 2, got {cluster.efficiency!r}")
     if not (cluster.peak > 0 and math.isfinite(cluster.peak)):
         raise InputError(f"--peak: must be a rate greater than zero, got {cluster.peak!r}")
     if not (cluster.capacity > 0 and math.isfinite(cluster.capacity)):

@@ -46,6 +46,8 @@ class Gpu:
     nvlink_bandwidth: Sourced | None = None
     dtypes: Mapping[str, DtypeRates] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    kernels: KernelRates | None = None  # measured kernel efficiencies; None: parcalc's generic ones
+    node: Node | None = None  # the usual server of this GPU; None: 8 per node, NVLink/IB by default
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,40 @@ class Link:
     bandwidth_per_direction: Sourced
     latency: Sourced
     notes: tuple[str, ...] = ()
+    nccl_hardware: str = "net"  # NCCL's class of this hardware for its latencies: nvlink, pci or net
+    nccl_efficiency: Sourced | None = None  # share of the bandwidth NCCL's model gives a ring over it
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """How close one GPU's kernels come to its peaks, each share with its source.
+
+    matmul: dtype -> share of the dense peak that large, well-shaped GEMMs sustain in training;
+    tile_m x tile_n: the output tile of one thread block, for tile and wave quantisation;
+    memory: share of the HBM bandwidth that element-wise and reduction kernels sustain;
+    attention_forward / attention_backward: share of the dense 16-bit peak FlashAttention sustains;
+    launch: the shortest time one kernel takes (launch and tail), seconds.
+    """
+
+    matmul: tuple[tuple[str, Sourced], ...]  # (dtype, share) pairs: hashable, so kernel times can be cached
+    tile_m: int
+    tile_n: int
+    tile_source: str
+    memory: Sourced
+    attention_forward: Sourced
+    attention_backward: Sourced
+    launch: Sourced
+
+    def matmul_share(self, dtype: str) -> Sourced | None:
+        return dict(self.matmul).get(dtype)
+
+
+@dataclass(frozen=True)
+class Node:
+    """What one server holds: its GPUs, the link between them and its network cards (rails)."""
+
+    gpus: int
+    intra_link: str  # link preset inside the node (NVLink + NVSwitch)
+    inter_link: str  # link preset of one network card
+    nics: int  # network cards for GPU traffic; one per GPU on rail-optimised DGX/HGX nodes
+    source: str

@@ -1,0 +1,300 @@
+"""Kernel times of one transformer layer on one GPU: a roofline per operation.
+
+Every operation of a layer's forward and backward pass is one kernel, timed as the slowest of
+what it computes, what it moves and the shortest time any kernel takes:
+
+    t = max(F / (P x e_mm x q), Q / (BW x e_mem), t_launch)
+
+- GEMMs run at a share e_mm of the dtype's dense peak P that large GEMMs sustain (measured, in
+  the GPU preset), times q, the tile and wave quantisation of the output (NVIDIA, "Matrix
+  Multiplication Background User's Guide": an m x n output is cut into tiles, one thread block
+  each, run in waves of one tile per SM; a partial last wave or a partial tile is paid in full);
+- memory-bound kernels (norms, residual adds with dropout, softmax, activations, rotary
+  embeddings, cross-entropy) move Q bytes at a share e_mem of the HBM bandwidth;
+- FlashAttention is one kernel per pass at its own measured share of the peak, its backward
+  2.5 x the forward FLOPs (it recomputes the scores: 5 matmuls against 2; Dao 2023, sec. 3.1);
+  causal masking skips half of the blocks.
+
+The operations and their traffic follow Megatron-LM's GPT layer (fused bias-GeLU, fused
+bias-dropout-add, fused scale-mask-softmax) and Llama's (RMSNorm, RoPE, SwiGLU). With tensor
+parallelism each GPU holds 1/t of the heads and of the MLP width; with sequence parallelism the
+norms and residual adds see 1/t of the tokens (Korthikanti et al. 2022, sec. 4.2.2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from parcalc.core.hardware import Gpu, KernelRates, Sourced
+from parcalc.core.model import TransformerModel
+from parcalc.core.choices import Mlp, Norm, Position, Recompute
+
+GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
+# Used only for GPUs whose preset has no `kernels` section; each figure is stated as an assumption.
+GENERIC_KERNELS = KernelRates(
+    matmul=(),
+    tile_m=256,
+    tile_n=128,
+    tile_source="NVIDIA Matrix Multiplication Background User's Guide, 'Dimension Quantization Effects' (256x128 tiles)",
+    memory=Sourced(0.8, "fraction", GENERIC),
+    attention_forward=Sourced(0.5, "fraction", GENERIC),
+    attention_backward=Sourced(0.4, "fraction", GENERIC),
+    launch=Sourced(4e-6, "s", GENERIC),
+)
+GENERIC_MATMUL = Sourced(0.7, "fraction", GENERIC)
+FLASH_BACKWARD_FLOPS = 2.5  # Dao 2023 (FlashAttention-2), sec. 3.1 / 4.1: backward = 2.5 x forward FLOPs
+MASK_BYTES = 1.0  # dropout masks are one byte per element (Korthikanti et al. 2022, sec. 4.1)
+LOGIT_BYTES = 4.0  # the cross-entropy upcasts logits to fp32 (Megatron-LM vocab_parallel_cross_entropy)
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """One GPU as the kernels see it: the dtype's dense peak, HBM bandwidth, SMs and efficiencies."""
+
+    peak: float  # FLOP/s, dense, in the dtype the GEMMs run in
+    attention_peak: float  # FLOP/s, dense 16-bit (FlashAttention runs in bf16/fp16)
+    bandwidth: float  # B/s of HBM
+    sms: int
+    matmul: Sourced  # share of `peak` large GEMMs sustain
+    kernels: KernelRates
+    scale: float = 1.0  # --efficiency: multiplies every kernel's rate
+
+    @property
+    def tile_area(self) -> int:
+        return self.kernels.tile_m * self.kernels.tile_n
+
+
+def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float | None = None, scale: float = 1.0) -> ComputeSpec:
+    """The spec of `gpu` for GEMMs in `dtype` at `peak` FLOP/s (a bare peak without a GPU: generic)."""
+    kernels = gpu.kernels if gpu is not None and gpu.kernels is not None else GENERIC_KERNELS
+    matmul = kernels.matmul_share(dtype)
+    if matmul is None:
+        fallback = kernels.matmul_share("bf16")
+        matmul = GENERIC_MATMUL if fallback is None else Sourced(fallback.value, fallback.unit, f"{fallback.source}; bf16's share, none measured for {dtype}")
+    bandwidth = gpu.memory_bandwidth.value if gpu is not None else 2.0e12
+    sms = int(gpu.sms.value) if gpu is not None and gpu.sms is not None else 108
+    return ComputeSpec(peak, attention_peak or peak, bandwidth, sms, matmul, kernels, scale)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a pass: what it computes and moves, and its time on the GPU."""
+
+    key: str
+    kind: str  # "gemm", "attention" or "memory"
+    flops: float
+    bytes: float
+    time: float
+    bound: str  # "compute", "memory" or "launch"
+    shape: str = ""
+
+
+def quantisation(m: int, n: int, batch: int, spec: ComputeSpec) -> float:
+    """Useful share of the tiles provisioned for an m x n output (x batch): tile and wave quantisation.
+
+    cuBLAS picks among tile sizes; parcalc takes the better of the preset's tile and one of half
+    its height, as the heuristics do for outputs that fill a wave badly."""
+    best = 0.0
+    for tm, tn in ((spec.kernels.tile_m, spec.kernels.tile_n), (max(spec.kernels.tile_m // 2, 1), spec.kernels.tile_n)):
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        waves = math.ceil(tiles / spec.sms)
+        best = max(best, (m * n * batch) / (waves * spec.sms * tm * tn))
+    return best
+
+
+def _roofline(key: str, kind: str, flops: float, traffic: float, rate: float, spec: ComputeSpec, shape: str) -> Kernel:
+    compute = flops / (rate * spec.scale) if flops else 0.0
+    memory = traffic / (spec.bandwidth * spec.kernels.memory.value * spec.scale)
+    launch = spec.kernels.launch.value
+    time = max(compute, memory, launch)
+    bound = "compute" if time == compute else "memory" if time == memory else "launch"
+    return Kernel(key, kind, flops, traffic, time, bound, shape)
+
+
+def gemm(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch: int = 1) -> Kernel:
+    """An (m x k) . (k x n) product, `batch` times, operands and output of e bytes each."""
+    flops = 2.0 * m * k * n * batch
+    traffic = e * batch * (m * k + k * n + m * n)
+    rate = spec.peak * spec.matmul.value * quantisation(m, n, batch, spec)
+    shape = f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else "")
+    return _roofline(key, "gemm", flops, traffic, rate, spec, shape)
+
+
+def memory_op(key: str, traffic: float, spec: ComputeSpec, shape: str = "") -> Kernel:
+    return _roofline(key, "memory", 0.0, traffic, 1.0, spec, shape)
+
+
+def flash_attention(key: str, flops: float, traffic: float, backward: bool, spec: ComputeSpec, shape: str) -> Kernel:
+    share = spec.kernels.attention_backward if backward else spec.kernels.attention_forward
+    return _roofline(key, "attention", flops, traffic, spec.attention_peak * share.value, spec, shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# One layer
+
+
+@dataclass(frozen=True)
+class LayerShard:
+    """What one GPU computes of one layer for one micro-batch."""
+
+    micro_batch: int
+    seq_len: int
+    tp: int
+    sequence_parallel: bool
+    flash_attention: bool
+    dropout: bool
+    causal: bool
+    bytes_per_element: float  # activations (2 for 16-bit, 4 for fp32)
+
+
+@dataclass(frozen=True)
+class LayerPasses:
+    """The kernels of one layer: forward, backward, and what selective recomputation runs again."""
+
+    forward: tuple[Kernel, ...]
+    backward: tuple[Kernel, ...]
+    attention_core: tuple[Kernel, ...]  # the forward kernels selective recomputation replays
+
+    @property
+    def t_forward(self) -> float:
+        return sum(k.time for k in self.forward)
+
+    @property
+    def t_backward(self) -> float:
+        return sum(k.time for k in self.backward)
+
+    def t_recompute(self, recompute: Recompute) -> float:
+        if recompute is Recompute.FULL:
+            return self.t_forward
+        if recompute is Recompute.SELECTIVE:
+            return sum(k.time for k in self.attention_core)
+        return 0.0
+
+    def t_gemms(self) -> float:
+        """Forward + backward time of the linear layers (what TP communication can hide behind)."""
+        return sum(k.time for k in self.forward + self.backward if k.kind == "gemm" and not k.key.startswith("attn"))
+
+
+def _linear(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec) -> tuple[Kernel, Kernel, Kernel]:
+    """Y = X W: the forward GEMM, and its backward: dX = dY W^T and dW = X^T dY."""
+    return (gemm(key, m, k, n, e, spec), gemm(f"{key}.dgrad", m, n, k, e, spec), gemm(f"{key}.wgrad", k, m, n, e, spec))
+
+
+def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> LayerPasses:
+    """Every kernel of one layer's forward and backward on one GPU (see the module docstring)."""
+    return _layer_passes(model, shard, spec)
+
+
+@lru_cache(maxsize=4096)
+def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> LayerPasses:
+    b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
+    tokens = b * s
+    h, f = model.hidden, model.ffn_hidden // t
+    heads = model.heads // t
+    kv = max(model.kv_heads // t, 1)
+    hd = model.head_dim
+    q_w, kv_w = heads * hd, kv * hd
+    seq_tokens = tokens // t if shard.sequence_parallel else tokens  # what norms and residual adds see
+    forward: list[Kernel] = []
+    backward: list[Kernel] = []
+
+    def mem(key: str, fwd_bytes: float, bwd_bytes: float, shape: str) -> None:
+        forward.append(memory_op(key, fwd_bytes, spec, shape))
+        if bwd_bytes:
+            backward.append(memory_op(f"{key}.bwd", bwd_bytes, spec, shape))
+
+    def linear(key: str, m: int, k: int, n: int) -> None:
+        fwd, dgrad, wgrad = _linear(key, m, k, n, e, spec)
+        forward.append(fwd)
+        backward.extend((dgrad, wgrad))
+
+    norm = model.norm is not Norm.NONE
+    residual_fwd = (3 * e + (MASK_BYTES if shard.dropout else 0)) * seq_tokens * h  # x + dropout(y): read 2, write 1 (+ mask)
+    residual_bwd = ((2 * e + MASK_BYTES) if shard.dropout else 0.0) * seq_tokens * h  # dropout backward; a plain add passes dy on
+    act = f"[{seq_tokens}×{h}]"
+    if norm:
+        mem("norm1", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
+    linear("qkv", tokens, h, q_w + 2 * kv_w)
+    if model.position is Position.ROPE:
+        mem("rope", 2 * e * tokens * (q_w + kv_w), 2 * e * tokens * (q_w + kv_w), f"[{tokens}×{q_w + kv_w}]")
+    core: list[Kernel] = []
+    if shard.flash_attention:
+        work = 4.0 * b * heads * s * s * hd * (0.5 if shard.causal else 1.0)
+        io = e * b * s * (2 * q_w + 2 * kv_w)  # read Q, K, V, write O
+        shape = f"b·a/t = {b * heads}, s = {s}, d = {hd}"
+        core.append(flash_attention("attn.flash", work, io, False, spec, shape))
+        forward.extend(core)
+        backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape))
+    else:
+        scores = b * heads * s * s
+        square = f"[{s}×{s}] ×{b * heads}"
+        core.append(gemm("attn.scores", s, hd, s, e, spec, batch=b * heads))
+        core.append(memory_op("attn.softmax", 2 * e * scores, spec, square))
+        if shard.dropout:
+            core.append(memory_op("attn.dropout", (2 * e + MASK_BYTES) * scores, spec, square))
+        core.append(gemm("attn.context", s, s, hd, e, spec, batch=b * heads))
+        forward.extend(core)
+        backward.extend((gemm("attn.context.dgrad", s, hd, s, e, spec, batch=b * heads),
+                         gemm("attn.context.wgrad", s, s, hd, e, spec, batch=b * heads)))  # fmt: skip
+        if shard.dropout:
+            backward.append(memory_op("attn.dropout.bwd", (2 * e + MASK_BYTES) * scores, spec, square))
+        backward.append(memory_op("attn.softmax.bwd", 3 * e * scores, spec, square))
+        backward.extend((gemm("attn.scores.dgrad", s, s, hd, e, spec, batch=b * heads),
+                         gemm("attn.scores.wgrad", s, s, hd, e, spec, batch=b * heads)))  # fmt: skip
+    linear("proj", tokens, q_w, h)
+    mem("residual1", residual_fwd, residual_bwd, act)
+    if norm:
+        mem("norm2", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
+    if model.mlp.gated:
+        linear("mlp.gate_up", tokens, h, 2 * f)
+        mem("mlp.act", 3 * e * tokens * f, 5 * e * tokens * f, f"[{tokens}×{f}]")
+    else:
+        linear("mlp.up", tokens, h, f)
+        mem("mlp.act", 2 * e * tokens * f, 3 * e * tokens * f, f"[{tokens}×{f}]")
+    linear("mlp.down", tokens, f, h)
+    mem("residual2", residual_fwd, residual_bwd, act)
+    return LayerPasses(tuple(forward), tuple(backward), tuple(core))
+
+
+@dataclass(frozen=True)
+class EndPasses:
+    """Forward and backward time of what sits outside the layers: embedding (first stage), final
+    norm, LM head and cross-entropy (last stage)."""
+
+    t_first_forward: float
+    t_first_backward: float
+    t_last_forward: float
+    t_last_backward: float
+    kernels: tuple[Kernel, ...]
+
+
+@lru_cache(maxsize=1024)
+def end_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> EndPasses:
+    if model.vocab == 0:
+        return EndPasses(0.0, 0.0, 0.0, 0.0, ())
+    b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
+    tokens, h = b * s, model.hidden
+    vocab = math.ceil(model.vocab / t)
+    embed = memory_op("embedding", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # gather rows, write activations
+    embed_bwd = memory_op("embedding.bwd", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # scatter-add of the gradient rows
+    fwd, dgrad, wgrad = _linear("lm_head", tokens, h, vocab, e, spec)
+    ce = memory_op("cross_entropy", (e + LOGIT_BYTES) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
+    ce_bwd = memory_op("cross_entropy.bwd", (LOGIT_BYTES + e) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
+    norm = memory_op("final_norm", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")
+    return EndPasses(embed.time, embed_bwd.time, norm.time + fwd.time + ce.time, ce_bwd.time + dgrad.time + wgrad.time + 1.5 * norm.time,
+                     (embed, embed_bwd, norm, fwd, ce, ce_bwd, dgrad, wgrad))  # fmt: skip
+
+
+def optimizer_time(params: float, bytes_per_param: float, spec: ComputeSpec) -> float:
+    """The optimizer step over the local parameters: memory-bound (reads and writes its states)."""
+    return params * bytes_per_param / (spec.bandwidth * spec.kernels.memory.value * spec.scale)
+
+
+def optimizer_bytes(optimizer_states: int, gradient_bytes: float, weight_bytes: float, master: bool) -> float:
+    """HBM traffic of one parameter's update: read and write the fp32 master weight and each fp32
+    state, read the gradient, write the 16-bit copy (mixed precision) — Adam: 4+4+4 read, 4+4+4
+    written, the gradient read, 2 written."""
+    fp32 = 4.0 * (1 + optimizer_states) if master else weight_bytes * (1 + optimizer_states)
+    return 2 * fp32 + gradient_bytes + (weight_bytes if master else 0.0)

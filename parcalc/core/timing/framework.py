@@ -1,0 +1,62 @@
+"""What a training framework does with the same layout: bucket sizes, gradient dtype, which
+communication overlaps what, and what "ZeRO-n" means there.
+
+Profiles are data (presets/frameworks/*.yaml, each value with a source in the framework's code or
+documentation); this is their typed form. Every field can be overridden alone from the command
+line (`fit --no-dp-overlap`, `--tp-comm-overlap`, `--fp32-grads`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Framework:
+    key: str
+    name: str
+    # Gradient buckets: max(bucket_min_params, bucket_params_per_dp_rank x dp) parameters, or
+    # bucket_bytes of gradients when that is how the framework sizes them (PyTorch DDP).
+    bucket_min_params: float = 0.0
+    bucket_params_per_dp_rank: float = 0.0
+    bucket_bytes: float = 0.0
+    fp32_grads: bool = False  # gradients kept (and accumulated) in fp32: 4 bytes, not 2
+    reduce_bytes: float = 2.0  # bytes per gradient element on the wire
+    overlap_grad_reduce: bool = True  # gradient reduction overlapped with the backward pass
+    overlap_param_gather: bool = True  # ZeRO-1/2's parameter all-gather overlapped with the next forward
+    reduce_every_micro_batch: bool = False  # ZeRO-2/3 and FSDP reduce each micro-batch's gradients
+    shard_unit: str = "layer"  # ZeRO-3/FSDP gathers one unit at a time: a transformer layer
+    reshard_after_forward: bool = True  # ZeRO-3/FSDP frees a unit after forward and gathers it again in backward
+    tp_comm_overlap: bool = False  # TP collectives overlapped with the GEMMs (TE userbuffers)
+    sources: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # field -> source
+
+    def source(self, name: str) -> str:
+        return dict(self.sources).get(name, f"{self.name} profile")
+
+    def bucket_params(self, dp: int, gradient_bytes: float) -> float:
+        """Parameters per gradient bucket for a data-parallel group of dp ranks (inf: one bucket)."""
+        by_rank = max(self.bucket_min_params, self.bucket_params_per_dp_rank * dp)
+        by_bytes = self.bucket_bytes / gradient_bytes if self.bucket_bytes else 0.0
+        size = max(by_rank, by_bytes)
+        return size if size > 0 else math.inf
+
+
+# The profile used when none is named and no preset is found (e.g. in library use): Megatron-LM's
+# defaults, as presets/frameworks/megatron.yaml states them with sources.
+MEGATRON = Framework(
+    key="megatron",
+    name="Megatron-LM",
+    bucket_min_params=40e6,
+    bucket_params_per_dp_rank=1e6,
+    fp32_grads=True,
+    reduce_bytes=4.0,
+    overlap_grad_reduce=True,
+    overlap_param_gather=True,
+    sources=(
+        ("bucket", "Megatron-LM megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, 1000000 * dp) "
+                   "'to ensure collectives do not become latency-bound'"),
+        ("fp32_grads", "Megatron-LM megatron/training/arguments.py: with --bf16, accumulate_allreduce_grads_in_fp32 = True "
+                       "(fp32 main gradients)"),
+    ),
+)  # fmt: skip

@@ -1,0 +1,222 @@
+"""The time of one collective on a described cluster, as NCCL would run it.
+
+A group of n ranks sits on `nodes` servers with k = n / nodes ranks on each (Megatron-LM's rank
+order packs a group's ranks into as few servers as its stride allows). NCCL's cost model
+(src/graph/tuning.cc, see parcalc.core.timing.nccl and docs/nccl-tuning.md) prices every
+algorithm and protocol it may use and runs the cheapest:
+
+    t = latency + bus bytes / bus bandwidth
+
+- bus bytes (nccl-tests' convention): all-reduce 2 (n - 1)/n x S, all-gather and reduce-scatter
+  (n - 1)/n x S with S the whole buffer, a point-to-point send S;
+- ring bus bandwidth: inside a node, NCCL's per-link NVLink bandwidth times the links
+  (the link preset's `nccl_efficiency` of its raw bandwidth); across nodes, also at most the
+  network cards of the group's k GPUs on each node: a ring leaves and enters every node once per
+  channel, and DGX-class nodes give every GPU its own card (rail-optimised), so the group moves
+  k x NICs/GPU x B_NIC per node, not one card's worth;
+- tree (all-reduce across nodes): 92 % of that bandwidth, but latency 2 ((k - 1) x intra +
+  log2(nodes) x inter) instead of a step per rank;
+- protocols: LL at a quarter (all-reduce, or across nodes) or a third of the bandwidth, capped
+  (llMaxBws); LL128 at 120/128; Simple at the full bandwidth with the highest latency;
+- latency: baseLat + (steps - inter-node steps) x the link's hwLat + inter-node steps x the
+  network's hwLat, per algorithm and protocol.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from parcalc.core.choices import Collective
+from parcalc.core.hardware import Link
+from parcalc.core.timing import nccl
+from parcalc.errors import InputError
+
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The network of a cluster: GPUs per node, the link inside a node, one network card's link,
+    the cards per node, and NCCL's architecture row for the GPU."""
+
+    gpus_per_node: int
+    intra: Link
+    inter: Link
+    nics_per_node: int
+    arch: str = "sm80"
+    intra_kind: str = "nvlink"  # NCCL's hardware class of the intra-node link: nvlink or pci
+
+    @property
+    def nic_bandwidth_per_gpu(self) -> float:
+        return self.nics_per_node * self.inter.bandwidth_per_direction.value / self.gpus_per_node
+
+    def intra_bus_bandwidth(self) -> float:
+        link = self.intra
+        return link.bandwidth_per_direction.value * (link.nccl_efficiency.value if link.nccl_efficiency else 1.0)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """n ranks, k of them on each of the nodes they span."""
+
+    size: int
+    per_node: int
+
+    @property
+    def nodes(self) -> int:
+        return math.ceil(self.size / self.per_node)
+
+
+def placement(size: int, stride: int, gpus_per_node: int) -> Placement:
+    """Where a group of `size` ranks `stride` apart lands (Megatron-LM's order: TP ranks
+    adjacent, then DP, then PP). Ranks that share a node: as many as fit in its span."""
+    if size <= 1:
+        return Placement(max(size, 1), max(size, 1))
+    span = size * stride
+    if span <= gpus_per_node and gpus_per_node % span == 0:
+        return Placement(size, size)  # the whole group inside one node
+    if stride >= gpus_per_node:
+        return Placement(size, 1)  # one rank per node
+    if gpus_per_node % stride == 0 and span % gpus_per_node == 0:
+        return Placement(size, gpus_per_node // stride)  # whole nodes, g / stride ranks on each
+    # A group that does not line up with nodes (tp = 6 on 8-GPU nodes): some of its instances
+    # straddle two nodes; the slowest one, split in two, sets the pace.
+    return Placement(size, max(1, math.ceil(size / 2)) if span <= 2 * gpus_per_node else max(1, gpus_per_node // max(stride, 1)))
+
+
+@dataclass(frozen=True)
+class CollectiveTime:
+    """One collective call: its time, the algorithm and protocol chosen, nccl-tests' bandwidths."""
+
+    op: Collective
+    size: float  # bytes, nccl-tests' convention (the whole buffer)
+    group: Placement
+    time: float
+    algorithm: str
+    protocol: str
+    latency: float
+    bus_bandwidth: float  # B/s the chosen algorithm moves bus bytes at
+
+    @property
+    def algbw(self) -> float:
+        return self.size / self.time if self.time else math.inf
+
+    @property
+    def busbw(self) -> float:
+        return self.algbw * bus_factor(self.op, self.group.size)
+
+
+def bus_factor(op: Collective, n: int) -> float:
+    """nccl-tests doc/PERFORMANCE.md: busbw = algbw x this."""
+    if n < 2:
+        return 0.0
+    if op is Collective.ALL_REDUCE:
+        return 2 * (n - 1) / n
+    if op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
+        return (n - 1) / n
+    return 1.0
+
+
+def _steps(op: Collective, n: int, nodes: int) -> tuple[int, int]:
+    """(ring steps, of which across nodes): tuning.cc's nsteps and nInterSteps."""
+    if op is Collective.ALL_REDUCE:
+        return 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
+    if op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
+        return n - 1, nodes - 1
+    return n, nodes
+
+
+def _ring_bus_bandwidth(group: Placement, fabric: Fabric) -> float:
+    intra = fabric.intra_bus_bandwidth()
+    if group.nodes == 1:
+        return intra
+    network = group.per_node * fabric.nic_bandwidth_per_gpu
+    return min(intra, network) if group.per_node > 1 else network
+
+
+def collective_time(op: Collective, size: float, group: Placement, fabric: Fabric) -> CollectiveTime:
+    """The cheapest of NCCL's algorithm x protocol choices for this call (module docstring)."""
+    return _collective_time(op, float(size), group, fabric)
+
+
+@lru_cache(maxsize=65536)
+def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabric) -> CollectiveTime:
+    n, nodes = group.size, group.nodes
+    if size < 0 or not math.isfinite(size):
+        raise InputError(f"collective size must be a finite number of bytes, got {size!r}")
+    if n < 2 or size == 0:
+        return CollectiveTime(op, size, group, 0.0, "none", "none", 0.0, math.inf)
+    if op is Collective.POINT_TO_POINT:
+        return _send(size, group, fabric)
+    if op is Collective.ALL_TO_ALL:
+        return _all_to_all(size, group, fabric)
+    if op in (Collective.BROADCAST, Collective.REDUCE):
+        op_for_steps = op
+    else:
+        op_for_steps = op
+    bus_bytes = size * bus_factor(op, n) if op not in (Collective.BROADCAST, Collective.REDUCE) else size
+    intra_hw = fabric.intra_kind
+    ring_bw = _ring_bus_bandwidth(group, fabric)
+    steps, inter_steps = _steps(op_for_steps, n, nodes)
+    nodes_row = 0 if nodes == 1 else 1 if nodes == 2 else 2
+    ll_cap = nccl.LL_MAX_BUS_GBPS[fabric.arch][nodes_row] * 1e9
+    best: CollectiveTime | None = None
+    for protocol in nccl.PROTOCOLS:
+        # ring
+        if protocol == "LL":
+            share = nccl.LL_SHARE_ALL_REDUCE if (nodes > 1 or op is Collective.ALL_REDUCE) else nccl.LL_SHARE_OTHER
+            bw = min(ll_cap, ring_bw * share)
+        elif protocol == "LL128":
+            bw = ring_bw * nccl.LL128_SHARE
+        else:
+            bw = ring_bw
+        latency = nccl.BASE_LATENCY_US["ring"][protocol] + (steps - inter_steps) * nccl.HARDWARE_LATENCY_US[intra_hw]["ring"][protocol]
+        latency += inter_steps * nccl.HARDWARE_LATENCY_US["net"]["ring"][protocol]
+        if protocol == "Simple" and nodes > 1 and op is Collective.ALL_REDUCE:
+            latency *= nccl.RING_PLATEAU[fabric.arch]
+        candidate = CollectiveTime(op, size, group, latency * US + bus_bytes / bw, "ring", protocol, latency * US, bw)
+        if best is None or candidate.time < best.time:
+            best = candidate
+        # tree: all-reduce across nodes
+        if op is Collective.ALL_REDUCE and nodes > 1:
+            tree_bw = ring_bw * nccl.TREE_SHARE
+            if protocol == "LL":
+                tree_bw = min(ll_cap, tree_bw * nccl.LL_TREE_SHARE)
+            elif protocol == "LL128":
+                tree_bw = tree_bw * nccl.LL128_SHARE
+            k = group.per_node
+            lat = nccl.BASE_LATENCY_US["tree"][protocol] + 2 * ((k - 1) * nccl.HARDWARE_LATENCY_US[intra_hw]["tree"][protocol]
+                                                                + math.log2(nodes) * nccl.HARDWARE_LATENCY_US["net"]["tree"][protocol])  # fmt: skip
+            # a tree moves the whole buffer up and down: algbw = busBw / 2 (tuning.cc ratio .5)
+            candidate = CollectiveTime(op, size, group, lat * US + 2 * size / tree_bw, "tree", protocol, lat * US, tree_bw)
+            if candidate.time < best.time:
+                best = candidate
+    assert best is not None
+    return best
+
+
+def _send(size: float, group: Placement, fabric: Fabric) -> CollectiveTime:
+    """A point-to-point send between two ranks (pipeline activations): over NVLink inside a node,
+    over the sending GPU's own network card across nodes; NCCL's p2p uses the Simple protocol."""
+    if group.nodes == 1:
+        bw, hw = fabric.intra_bus_bandwidth(), fabric.intra_kind
+    else:
+        bw, hw = fabric.nic_bandwidth_per_gpu, "net"
+    latency = (nccl.BASE_LATENCY_US["ring"]["Simple"] + nccl.HARDWARE_LATENCY_US[hw]["ring"]["Simple"]) * US
+    return CollectiveTime(Collective.POINT_TO_POINT, size, group, latency + size / bw, "p2p", "Simple", latency, bw)
+
+
+def _all_to_all(size: float, group: Placement, fabric: Fabric) -> CollectiveTime:
+    """All-to-all of a buffer of `size` bytes per rank: (n - 1)/n of it leaves each rank, the part
+    for other nodes through the rank's own network card(s)."""
+    n, k = group.size, group.per_node
+    intra_share = (k - 1) / n
+    inter_share = (n - k) / n
+    t_intra = size * intra_share / fabric.intra_bus_bandwidth()
+    t_inter = size * inter_share / fabric.nic_bandwidth_per_gpu if inter_share else 0.0
+    hw = "net" if group.nodes > 1 else fabric.intra_kind
+    latency = (nccl.BASE_LATENCY_US["ring"]["Simple"] + nccl.HARDWARE_LATENCY_US[hw]["ring"]["Simple"]) * US
+    bw = size * (n - 1) / n / max(t_intra, t_inter) if max(t_intra, t_inter) > 0 else math.inf
+    return CollectiveTime(Collective.ALL_TO_ALL, size, group, latency + max(t_intra, t_inter), "pairwise", "Simple", latency, bw)
