@@ -42,6 +42,7 @@ class Category(str, Enum):
     LINKS = "links"
     MODELS = "models"
     WORKSHEETS = "worksheets"
+    FRAMEWORKS = "frameworks"
 
     @property
     def singular(self) -> str:
@@ -559,12 +560,81 @@ def model_from_hf_config(path: Path) -> TransformerModel:
 
 
 # ---------------------------------------------------------------------------------------------
+# Framework profiles
+
+_FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
+                    "tp_comm_overlap")  # fmt: skip
+_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", *_FRAMEWORK_FLAGS)
+
+
+def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Any:
+    """A framework profile: every setting a {value, source} pair (parcalc.core.timing.framework)."""
+    from parcalc.core.timing.framework import Framework
+
+    doc = _Doc(path, data)
+    doc.only(_FRAMEWORK_KEYS)
+    _check_kind(doc, Category.FRAMEWORKS)
+    sources = doc.sources()
+    cited: list[tuple[str, str]] = []
+
+    def setting(name: str) -> Any:
+        node = doc.child(name)
+        node.only(("value", "source", "note"))
+        if "value" not in node.data:
+            raise node.error("value", "missing")
+        note = node.text("note", required=False)
+        cited.append((name, node.source_ref("source", sources) + (f" ({note})" if note else "")))
+        return node.data["value"]
+
+    flags = {}
+    for name in _FRAMEWORK_FLAGS:
+        value = setting(name)
+        if not isinstance(value, bool):
+            raise doc.error(f"{name}.value", f"expected true or false, got {value!r}")
+        flags[name] = value
+    reduce_bytes = setting("reduce_bytes")
+    if reduce_bytes not in (1, 2, 4):
+        raise doc.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {reduce_bytes!r}")
+    stages = setting("zero_stages")
+    if not isinstance(stages, list) or not stages or any(z not in (0, 1, 2, 3) or isinstance(z, bool) for z in stages):
+        raise doc.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {stages!r}")
+    buckets = doc.child("gradient_buckets")
+    buckets.only(("min_params", "params_per_dp_rank", "bytes", "source"))
+    cited.append(("bucket", buckets.source_ref("source", sources)))
+    numbers = {}
+    for name in ("min_params", "params_per_dp_rank"):
+        value = buckets.data.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise buckets.error(name, f"a number of parameters >= 0, got {value!r}")
+        numbers[name] = float(value)
+    size = buckets.data.get("bytes")
+    bucket_bytes = 0.0
+    if size is not None:
+        try:
+            bucket_bytes = parse_quantity(size, Dimension.BYTES, f"{path}: key 'gradient_buckets.bytes'")
+        except InputError as error:
+            raise PresetError(str(error)) from None
+    if not (numbers["min_params"] or numbers["params_per_dp_rank"] or bucket_bytes):
+        raise buckets.error("min_params", "give min_params / params_per_dp_rank or bytes")
+    return Framework(
+        key=key, name=doc.text("name"), bucket_min_params=numbers["min_params"], bucket_params_per_dp_rank=numbers["params_per_dp_rank"],
+        bucket_bytes=bucket_bytes, reduce_bytes=float(reduce_bytes), zero_stages=tuple(sorted(set(stages))), sources=tuple(cited), **flags,
+    )  # fmt: skip
+
+
+def load_framework(name: str, extra_dirs: Sequence[Path | str] = ()) -> Any:
+    preset = find(Category.FRAMEWORKS, name, extra_dirs)
+    return framework_from_document(preset.key, preset.path, read_yaml(preset.path))
+
+
+# ---------------------------------------------------------------------------------------------
 # Generic access for `presets list` / `presets show`
 
 _BUILDERS = {
     Category.GPUS: gpu_from_document,
     Category.LINKS: link_from_document,
     Category.MODELS: model_from_document,
+    Category.FRAMEWORKS: framework_from_document,
 }
 
 
@@ -579,7 +649,7 @@ def load_any(category: Category, name: str, extra_dirs: Sequence[Path | str] = (
 
 def find_in_any_category(name: str, extra_dirs: Sequence[Path | str] = ()) -> PresetFile:
     """`presets show NAME` without a category: the first category that has it."""
-    for category in (Category.GPUS, Category.LINKS, Category.MODELS, Category.WORKSHEETS):
+    for category in (Category.GPUS, Category.LINKS, Category.MODELS, Category.WORKSHEETS, Category.FRAMEWORKS):
         try:
             return find(category, name, extra_dirs)
         except PresetError:

@@ -40,6 +40,9 @@ Examples:
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --seq-len 2048 --search
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --search --recompute selective --explain
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --format csv -o configs.csv
+  parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --tp 8 --pp 8 --dp 1 --micro-batch 1 \\
+      --recompute selective --sequence-parallel --schedule interleaved --chunks 3 --flash-attention
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
 """
 
 DEFAULT_TOP = 5
@@ -73,12 +76,21 @@ def fit(
     dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations.")] = True,
     capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,
     reserve: Annotated[Text, typer.Option(metavar="BYTES", help="CUDA context, NCCL buffers, fragmentation (default 2GiB; see `parcalc memory`).")] = None,
-    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks the compute runs at.")] = "bf16",
+    dtype: Annotated[Text, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks the GEMMs run at (default: follows --precision: fp32 for fp32, fp16 for mixed-fp16, else bf16).")] = None,
     peak: Annotated[Text, typer.Option(metavar="FLOP/s", help="Peak per GPU instead of --gpu's, e.g. 312TFLOP/s.")] = None,
-    efficiency: Annotated[Text, typer.Option(metavar="e", help="Share of the peak the kernels sustain (default 0.7; see the assumptions).")] = None,
-    link: Annotated[Text, typer.Option(metavar="NAME", help="Link inside a node (default nvlink3).")] = None,
-    inter_node_link: Annotated[Text, typer.Option(metavar="NAME", help="Link between nodes (default ib-hdr).")] = None,
-    dp_overlap: Annotated[bool, typer.Option("--dp-overlap/--no-dp-overlap", help="Hide the data-parallel gradient sync under the last backward.")] = True,
+    efficiency: Annotated[Text, typer.Option(metavar="x", help="A factor on every kernel's rate (default 1: the GPU preset's measured kernel shares; 0.9 = 10 % slower kernels).")] = None,
+    link: Annotated[Text, typer.Option(metavar="NAME", help="Link inside a node (default: the GPU preset's node, else nvlink3).")] = None,
+    inter_node_link: Annotated[Text, typer.Option(metavar="NAME", help="One network card's link (default: the GPU preset's node, else ib-hdr).")] = None,
+    nics_per_node: Annotated[Text, typer.Option(metavar="n", help="Network cards per node for GPU traffic (default: the GPU preset's node, else one per GPU).")] = None,
+    framework: Annotated[Text, typer.Option(metavar="NAME", help="megatron, deepspeed, fsdp2, torchtitan: buckets, gradient dtype, overlaps, ZeRO stages (default megatron; `parcalc presets list frameworks`).")] = None,
+    dp_overlap: Annotated[Optional[bool], typer.Option("--dp-overlap/--no-dp-overlap", help="Overlap the data-parallel gradient reduce and parameter gather with compute (default: the framework's).", show_default=False)] = None,  # noqa: UP045
+    tp_comm_overlap: Annotated[Optional[bool], typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP collectives with the GEMMs (default: the framework's).", show_default=False)] = None,  # noqa: UP045
+    fp32_grads: Annotated[Optional[bool], typer.Option("--fp32-grads/--no-fp32-grads", help="fp32 gradients beside 16-bit weights (default: the framework's; Megatron-LM keeps fp32 main gradients).", show_default=False)] = None,  # noqa: UP045
+    tp: Annotated[Text, typer.Option(metavar="T", help="Tensor-parallel size: with --pp and --dp (or alone, the rest filled in) evaluates that one configuration; with --search, pins it.")] = None,
+    pp: Annotated[Text, typer.Option(metavar="P", help="Pipeline stages (see --tp).")] = None,
+    dp: Annotated[Text, typer.Option(metavar="D", help="Data-parallel size (see --tp).")] = None,
+    schedule: Annotated[Optional[str], typer.Option(metavar="KIND", help="1f1b or interleaved (with --chunks) for the configuration given by --tp/--pp/--dp.")] = None,  # noqa: UP045
+    chunks: Annotated[Text, typer.Option(metavar="v", help="Model chunks per GPU of the interleaved schedule.")] = None,
     search: Annotated[bool, typer.Option("--search", help="Evaluate every configuration and rank those that fit by step time.")] = False,
     top: Annotated[int, typer.Option(metavar="K", help="--search: configurations shown.")] = DEFAULT_TOP,
     explain: Annotated[bool, typer.Option("--explain", help="--search: the derivation of the best configuration's memory and step time.")] = False,
@@ -100,13 +112,20 @@ def fit(
     if gpus is None:
         raise InputError("--gpus: how many GPUs? (e.g. --gpus 8)")
     shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
-    cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype, peak, efficiency, link, inter_node_link, dp_overlap,
-                       allow_cross_node_tp, dirs)  # fmt: skip
+    from parcalc.presets import load_framework
+
+    profile = load_framework(framework or "megatron", dirs)
+    cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype or _dtype_of(precision), peak, efficiency, link, inter_node_link,
+                       nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs)  # fmt: skip
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
 
+    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
+    if fp32_grads and not mixed:
+        raise InputError("--fp32-grads: applies to mixed precision (fp32 gradients beside 16-bit weights)")
     training = Training(
         global_batch=parse_count(batch, "--batch") if batch is not None else cluster.gpus, seq_len=seq, precision=precision,
         optimizer=optimizer, flash_attention=flash_attention, dropout=dropout,
+        fp32_grads=(profile.fp32_grads if fp32_grads is None else fp32_grads) and mixed,
         reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
@@ -114,14 +133,23 @@ def fit(
     if flash_attention and recomputes == (Recompute.SELECTIVE,):
         raise InputError("--recompute selective: FlashAttention keeps no attention scores for selective recomputation to drop; "
                          "use none or full with --flash-attention")  # fmt: skip
+    pinned = {name: parse_count(value, f"--{name}") for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None}
+    if not search and (schedule is not None or chunks is not None) and not pinned:
+        raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
     settings = [("model", shape.key), ("gpu", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
-                ("flash_attention", str(flash_attention).lower()), ("mode", "search" if search else "strategies")]  # fmt: skip
+                ("flash_attention", str(flash_attention).lower()), ("framework", profile.key),
+                ("mode", "search" if search else "configuration" if pinned else "strategies")]  # fmt: skip
     if search:
         if top < 1:
             raise InputError(f"--top: at least 1, got {top}")
+        if schedule is not None or chunks is not None:
+            raise InputError("--schedule / --chunks: describe one configuration (without --search); --no-interleaved limits the search")
         everything = _streams_every_row(fmt, output)
         result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
-                                everything, settings)  # fmt: skip
+                                everything, settings, pinned)  # fmt: skip
+    elif pinned:
+        result = _configuration_result(shape, training, cluster, pinned, sizes, recomputes, zero, sequence_parallel, schedule, chunks,
+                                       settings)  # fmt: skip
     else:
         for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None)):
             if given:
@@ -145,9 +173,14 @@ def _streams_every_row(fmt: OutputFormat | None, output: Any) -> bool:
     return resolve_format(fmt, output) in (OutputFormat.JSON, OutputFormat.CSV)
 
 
+def _dtype_of(precision: Precision) -> str:
+    """The peak the GEMMs run at follows the precision: fp32 training does not compute at the bf16 peak."""
+    return {Precision.FP32: "fp32", Precision.MIXED_FP16: "fp16"}.get(precision, "bf16")
+
+
 def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: str | None, dtype: str, peak: str | None,
-             efficiency: str | None, link: str | None, inter_node_link: str | None, dp_overlap: bool, allow_cross_node_tp: bool,
-             dirs: tuple) -> Cluster:  # fmt: skip
+             efficiency: str | None, link: str | None, inter_node_link: str | None, nics_per_node: str | None, dp_overlap: bool | None,
+             tp_comm_overlap: bool | None, allow_cross_node_tp: bool, framework: Any, dirs: tuple) -> Cluster:  # fmt: skip
     from parcalc.commands.comm_volume import DEFAULT_INTER_NODE_LINK, DEFAULT_LINK
     from parcalc.commands.flops import _peak
     from parcalc.core.fit import DEFAULT_EFFICIENCY, Cluster
@@ -165,19 +198,30 @@ def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: st
         assert device is not None  # guarded above: no --capacity means a --gpu
         cap, cap_source = device.memory_capacity.value, device.memory_capacity.source
     rate, rate_source, _ = _peak(gpu, peak, dtype, dirs)
+    attention = None
+    if device is not None and peak is None:  # FlashAttention runs in 16-bit whatever the GEMMs' dtype
+        sixteen = device.dtypes.get("bf16") or device.dtypes.get("fp16")
+        attention = sixteen.dense_peak.value if sixteen is not None and sixteen.dense_peak is not None else None
     e = DEFAULT_EFFICIENCY
     if efficiency is not None:
         try:
             e = float(efficiency.rstrip("%")) / (100 if efficiency.endswith("%") else 1)
         except ValueError:
-            raise InputError(f"--efficiency: a share of the peak such as 0.7 or 70%, got {efficiency!r}") from None
-        if not 0 < e <= 1:
-            raise InputError(f"--efficiency: a share of the peak between 0 and 1, got {efficiency!r}")
+            raise InputError(f"--efficiency: a factor on every kernel's rate such as 0.9 or 90%, got {efficiency!r}") from None
+        if not (0 < e <= 2):
+            raise InputError(f"--efficiency: a factor above 0 and at most 2, got {efficiency!r}")
+    node = device.node if device is not None else None
+    per_node = parse_count(gpus_per_node, "--gpus-per-node") if gpus_per_node is not None else (node.gpus if node else 8)
+    nics = parse_count(nics_per_node, "--nics-per-node") if nics_per_node is not None else (node.nics if node else None)
+    if nics is not None and gpus_per_node is not None and nics_per_node is None and node is not None:
+        nics = max(1, round(node.nics * per_node / node.gpus))  # the same cards per GPU on a node of another size
     return Cluster(
-        gpus=n, gpus_per_node=parse_count(gpus_per_node, "--gpus-per-node") if gpus_per_node is not None else 8, peak=rate,
-        capacity=cap, intra=load_link(link or DEFAULT_LINK, dirs), inter=load_link(inter_node_link or DEFAULT_INTER_NODE_LINK, dirs),
+        gpus=n, gpus_per_node=per_node, peak=rate, capacity=cap,
+        intra=load_link(link or (node.intra_link if node else DEFAULT_LINK), dirs),
+        inter=load_link(inter_node_link or (node.inter_link if node else DEFAULT_INTER_NODE_LINK), dirs),
         gpu_name=device.name if device else "GPU", peak_source=rate_source, capacity_source=cap_source, efficiency=e,
-        dp_overlap=dp_overlap, allow_cross_node_tp=allow_cross_node_tp,
+        dp_overlap=dp_overlap, allow_cross_node_tp=allow_cross_node_tp, nics_per_node=nics, gpu=device, dtype=dtype,
+        framework=framework, tp_comm_overlap=tp_comm_overlap, attention_peak=attention,
     )  # fmt: skip
 
 
@@ -193,16 +237,29 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
         Term("s", "s", "s", training.seq_len, "", "sequence length"),
         Term("C", "C", "C", cluster.capacity, "B", f"memory of one {cluster.gpu_name}", cluster.capacity_source),
         Term("R", "R", "R", training.reserve, "B", "reserve (CUDA context, NCCL buffers, fragmentation)"),
-        Term("peak", "F_peak", r"F_{\mathrm{peak}}", cluster.peak, "FLOP/s", "peak per GPU", cluster.peak_source),
-        Term("e", "e", "e", cluster.efficiency, "fraction", "share of the peak the kernels sustain", EFFICIENCY_SOURCE),
+        Term("peak", "F_peak", r"F_{\mathrm{peak}}", cluster.peak, "FLOP/s", f"{cluster.dtype} dense peak per GPU", cluster.peak_source),
+        Term("e_mm", "e_mm", r"e_{\mathrm{mm}}", cluster.spec.matmul.value, "fraction", "share of the peak large GEMMs sustain", cluster.spec.matmul.source),
+        Term("e_mem", "e_mem", r"e_{\mathrm{mem}}", cluster.spec.kernels.memory.value, "fraction", "share of HBM bandwidth memory-bound kernels sustain",
+             cluster.spec.kernels.memory.source),
+        Term("x", "x", "x", cluster.efficiency, "", "factor on every kernel's rate (--efficiency)", EFFICIENCY_SOURCE),
+        Term("B_intra", "B_intra", r"B_{\mathrm{intra}}", cluster.intra.bandwidth_per_direction.value, "B/s",
+             f"{cluster.intra.name} per GPU, each direction (link inside a node)", cluster.intra.bandwidth_per_direction.source),
+        Term("B_nic", "B_nic", r"B_{\mathrm{NIC}}", cluster.inter.bandwidth_per_direction.value, "B/s",
+             f"{cluster.inter.name}, one network card, each direction", cluster.inter.bandwidth_per_direction.source),
+        Term("nics", "n_NIC", r"n_{\mathrm{NIC}}", cluster.fabric.nics_per_node, "", "network cards per node (rails)",
+             cluster.gpu.node.source if cluster.gpu is not None and cluster.gpu.node is not None else "one per GPU (default)"),
     ]
 
 
 def _assumptions(cluster: Cluster) -> tuple[str, ...]:
     return (
-        f"links: {cluster.intra.name} inside a node, {cluster.inter.name} between nodes; Megatron-LM's rank order (TP, then DP, then PP)",
+        f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
+        "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp",
         "memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)",
-        "step time = compute + TP collectives + bubble + PP sends + exposed DP sync (parcalc.core.fit); no other overlap",
+        "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)",
+        f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
+        f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}",
+        "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)",
         "GB = 1e9 bytes, GiB = 2^30 bytes",
     )
 
@@ -312,7 +369,7 @@ class _Progress:
 
 def _search_result(shape: TransformerModel, training: Training, cluster: Cluster, sizes: tuple[int, ...] | None,
                    recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
-                   interleaved: bool, top: int, explain: bool, everything: bool, settings: list) -> Result:  # fmt: skip
+                   interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict) -> Result:  # fmt: skip
     from parcalc.core.fit import estimate
     from parcalc.core.fit_search import SearchSpace, search
     from parcalc.derivation import Result
@@ -320,9 +377,9 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
 
     space = SearchSpace(
         recomputes=recomputes,
-        zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else (0, 1, 2, 3),
+        zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else cluster.framework.zero_stages,
         sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
-        interleaved=interleaved, micro_batches=sizes,
+        interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
     )  # fmt: skip
     progress = _Progress()
     try:
@@ -347,21 +404,67 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
     tables.append(_rejections_table(found))
     worst = best.memory.worst
     memory = (worst.states_total, worst.activations_total, worst.reserve)
-    derivations = memory + best.derivations() if explain else (best.step, best.tokens_per_second, best.mfu)
+    derivations = memory + best.derivations() if explain else (best.step, best.tokens_per_second, best.mfu, best.hfu)
     verdicts = _search_verdicts(found, ranked, best, cluster)
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
                   tables=tuple(tables), verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
 
 
+def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
+                          recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
+                          schedule: str | None, chunks: str | None, settings: list) -> Result:  # fmt: skip
+    """Exactly one configuration: its memory and step-time derivations."""
+    from parcalc.core.choices import Schedule
+    from parcalc.core.fit import Config, estimate
+    from parcalc.derivation import Result
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    n = cluster.gpus
+    missing = [name for name in ("tp", "pp", "dp") if name not in pinned]
+    if len(missing) > 1:
+        raise InputError(f"--{' and --'.join(missing)}: give at least two of --tp, --pp, --dp for one configuration (or use --search)")
+    given = {**pinned}
+    if missing:
+        rest = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1)
+        if n % rest:
+            raise InputError(f"--{missing[0]}: {' x '.join(f'{k} {v}' for k, v in pinned.items())} does not divide the {n} GPUs")
+        given[missing[0]] = n // rest
+    for flag, values in (("--micro-batch", sizes), ("--recompute", recomputes if len(recomputes) != 3 else None), ("--zero", zero)):
+        if values is not None and len(values) > 1:
+            raise InputError(f"{flag}: one value for one configuration (several only with --search)")
+    if schedule is not None and schedule.lower() not in ("1f1b", "interleaved"):
+        raise InputError(f"--schedule: 1f1b or interleaved, got {schedule!r}")
+    v = parse_count(chunks, "--chunks") if chunks is not None else 1
+    kind = Schedule.INTERLEAVED if (schedule or "").lower() == "interleaved" or v > 1 else Schedule.ONE_F_ONE_B
+    if kind is Schedule.INTERLEAVED and v == 1:
+        raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
+    config = Config(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1,
+                    recomputes[0] if len(recomputes) != 3 else Recompute.NONE, int(zero[0].value) if zero else 0,
+                    bool(sequence_parallel), kind, v)  # fmt: skip
+    best = estimate(shape, config, training, cluster)
+    worst = best.memory.worst
+    verdicts = [f"{config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
+                f"{best.tokens_per_second.value:,.0f} tokens/s, {_gib(best.total_memory)} per GPU "
+                + ("(fits)" if best.fits else f"(does not fit in {_gib(cluster.capacity)})")]  # fmt: skip
+    parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
+             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value}  # fmt: skip
+    verdicts.append("shares of the step: " + ", ".join(f"{k} {v / best.step.value:.1%}" for k, v in parts.items() if v > 0))
+    title = f"One configuration: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+    return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
+                  derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()), tables=(),
+                  verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+
+
 def _configurations_table(found: SearchResult, order: Any, title: str) -> Table:
     from parcalc.core.fit_search import CONFIG_FIELDS, COST_FIELDS
     from parcalc.derivation import Column, Table
 
-    units = {"memory": "B", "t_compute": "s", "t_tp": "s", "t_bubble": "s", "t_pp": "s", "t_dp": "s", "t_step": "s",
+    units = {"memory": "B", "t_compute": "s", "t_tp": "s", "t_bubble": "s", "t_pp": "s", "t_dp": "s", "t_optimizer": "s", "t_step": "s",
              "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction"}  # fmt: skip
     labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "memory": "memory",
-              "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed",
+              "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed", "t_optimizer": "optimizer",
               "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU"}  # fmt: skip
     columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS)
     key = "configurations" if order is None else "top"
@@ -382,7 +485,7 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
     first = int(ranked[0])
     verdicts = [f"{len(evaluated):,} configurations evaluated on {found.layouts} layouts; {ranked.size:,} fit in {_gib(cluster.capacity)}"]
     parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
-             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value}  # fmt: skip
+             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value}  # fmt: skip
     shares = ", ".join(f"{name} {value / best.step.value:.0%}" for name, value in parts.items() if value > 0)
     verdicts.append(f"best: {best.config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
                     f"{_gib(best.total_memory)} per GPU ({shares})")  # fmt: skip

@@ -30,12 +30,12 @@ Examples:
   parcalc presets show nvlink4
 """
 
-CATEGORY_NAMES = ("gpus", "links", "models", "worksheets")
+CATEGORY_NAMES = ("gpus", "links", "models", "worksheets", "frameworks")
 
 
 @presets_app.command("list", epilog=LIST_EXAMPLES)
 def list_presets(
-    category: Annotated[Optional[str], typer.Argument(metavar="[gpus|links|models|worksheets]", help="Only this category.")] = None,  # noqa: UP045
+    category: Annotated[Optional[str], typer.Argument(metavar="[gpus|links|models|worksheets|frameworks]", help="Only this category.")] = None,  # noqa: UP045
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,

@@ -33,6 +33,9 @@ def preset_result(category: str, key: str, path: str, preset: Any) -> Result:
     elif isinstance(preset, TransformerModel):
         rows = _model_rows(preset)
         title = f"Model {preset.name}"
+    elif hasattr(preset, "bucket_params"):  # a framework profile (parcalc.core.timing.framework)
+        rows = _framework_rows(preset)
+        title = f"Framework {preset.name}"
     else:
         rows = [(str(k), _text(v), "", "") for k, v in preset.items() if not isinstance(v, (list, dict))]
         title = f"{category.removesuffix('s').capitalize()} {key}"
@@ -46,6 +49,21 @@ def preset_result(category: str, key: str, path: str, preset: Any) -> Result:
         verdicts=notes,
         settings=(("category", category), ("name", key), ("path", path)),
     )
+
+
+def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
+    bucket = framework.source("bucket")
+    rows: list[tuple[object, ...]] = [("name", framework.name, "", "")]
+    if framework.bucket_bytes:
+        rows.append(("gradient bucket", framework.bucket_bytes, "B", bucket))
+    else:
+        rows.append(("gradient bucket", f"max({framework.bucket_min_params:.4g}, {framework.bucket_params_per_dp_rank:.4g} x dp) parameters", "", bucket))
+    for name in ("fp32_grads", "reduce_bytes", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch",
+                 "reshard_after_forward", "tp_comm_overlap", "zero_stages"):  # fmt: skip
+        value = getattr(framework, name)
+        shown = ", ".join(str(z) for z in value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) else value
+        rows.append((name, shown, "B" if name == "reduce_bytes" else "", framework.source(name)))
+    return rows
 
 
 def _row(name: str, value: Sourced) -> tuple[object, ...]:

@@ -34,29 +34,25 @@ with numpy and must agree with it (tests/test_fit_search.py).
 from __future__ import annotations
 
 import math
-from typing import Any
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import Any
 
 from parcalc.core.activations import check_count
-from parcalc.core.choices import Collective, Optimizer, Precision, Recompute, Schedule
-from parcalc.core.collectives import Algorithm, collective_cost
+from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.hardware import Gpu, Link
+from parcalc.core.memory import (
+    DEFAULT_RESERVE_BYTES,
+    MemoryBreakdown,
+    Parallelism,
+    TrainingSetup,
+    memory_breakdown,
+)
+from parcalc.core.model import TransformerModel
 from parcalc.core.timing import nccl
 from parcalc.core.timing.compute import ComputeSpec, compute_spec
 from parcalc.core.timing.framework import MEGATRON, Framework
 from parcalc.core.timing.network import Fabric, placement
-from parcalc.core.memory import (
-    DEFAULT_RESERVE_BYTES,
-    MemoryBreakdown,
-    StateBytes,
-    Parallelism,
-    TrainingSetup,
-    memory_breakdown,
-    stage_parameters,
-    state_bytes,
-)
-from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
@@ -264,7 +260,13 @@ def _zero(key: str, label: str, why: str) -> Derivation:
 def estimate(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> Estimate:
     """Memory and step time of one configuration (parcalc.core.timing.step, term by term)."""
     from parcalc.core.flops import training_flops
-    from parcalc.core.timing.step import combine, dp_exposed, dp_pieces, optimizer_step_time, stage_pieces
+    from parcalc.core.timing.step import (
+        combine,
+        dp_exposed,
+        dp_pieces,
+        optimizer_step_time,
+        stage_pieces,
+    )
 
     check_config(model, config, training, cluster)
     _check_cluster(cluster)

@@ -30,28 +30,31 @@ from parcalc.core.activations import (
     output_activations,
     recompute_working_set,
 )
-from parcalc.core.choices import Collective, Recompute, Schedule
-from parcalc.core.fit import (
-    BACKWARD_SHARE,
-    DDP_BUCKET_BYTES,
-    Cluster,
-    Config,
-    Training,
-    collective_time,
-    dp_link,
-    group_spans_nodes,
-    pp_link,
-    tp_link,
+from parcalc.core.choices import Recompute, Schedule
+from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes
+from parcalc.core.memory import (
+    Parallelism,
+    layer_params_per_rank,
+    stage_parameters,
+    state_bytes,
 )
-from parcalc.core.memory import Parallelism, layer_params_per_rank, stage_parameters, state_bytes
 from parcalc.core.model import TransformerModel
+from parcalc.core.timing.step import (
+    DataParallelPieces,
+    StagePieces,
+    combine,
+    dp_exposed,
+    dp_pieces,
+    optimizer_step_time,
+    stage_pieces,
+)
 from parcalc.errors import InputError
 
 RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 
 # Columns of the evaluated table, in order: the configuration, then what it costs.
 CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch", "micro_batches", "recompute", "zero", "sequence_parallel", "schedule", "chunks")
-COST_FIELDS = ("memory", "fits", "t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_step", "tokens_per_second", "mfu", "hfu")
+COST_FIELDS = ("memory", "fits", "t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_optimizer", "t_step", "tokens_per_second", "mfu", "hfu")
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,9 @@ class SearchSpace:
     interleaved: bool = True
     micro_batches: tuple[int, ...] | None = None  # micro-batch sizes b to try (None: every divisor)
     max_chunks: int | None = None
+    tp: int | None = None  # pinned dimensions (None: every valid value)
+    pp: int | None = None
+    dp: int | None = None
 
 
 @dataclass
@@ -128,8 +134,8 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
             d = cluster.gpus // (t * p)
             if any(v % t for v in (model.heads, model.kv_heads, model.ffn_hidden)):
                 rejected["tp does not divide the heads or MLP width"] += 1
-            elif t > cluster.gpus_per_node and not cluster.allow_cross_node_tp:
-                rejected["tp spans nodes"] += 1
+            elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
+                rejected["tp does not divide the GPUs of a node"] += 1
             elif model.layers % p:
                 rejected["pp does not divide the layers"] += 1
             elif training.global_batch % d:
@@ -156,6 +162,8 @@ class _Shapes:
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute], tuple[float, float, float, float]] = {}
+        self._dp: dict[tuple[int, int, int], DataParallelPieces] = {}
+        self._stages: dict[tuple[int, ...], tuple[float, ...]] = {}
 
     def activations(self, tp: int, sp: bool, recompute: Recompute) -> tuple[float, float, float, float]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute working set."""
@@ -181,11 +189,28 @@ class _Shapes:
         par = Parallelism(tp, pp, 1, micro_batches=pp)
         return stage_parameters(self.model, par, 0).value, stage_parameters(self.model, par, pp - 1).value
 
-    def affine_time(self, op: Collective, workers: int, link: object, unit: float) -> tuple[float, float]:
-        """(a, k) with time(b x unit bytes) = a + k b: alpha-beta times are affine in the size."""
-        one = collective_time(op, unit, workers, link)  # type: ignore[arg-type]
-        two = collective_time(op, 2 * unit, workers, link)  # type: ignore[arg-type]
-        return 2 * one - two, two - one
+    def dp(self, tp: int, pp: int, dp: int) -> DataParallelPieces:
+        key = (tp, pp, dp)
+        if key not in self._dp:
+            self._dp[key] = dp_pieces(self.model, tp, pp, dp, self.training, self.cluster)
+        return self._dp[key]
+
+    def stage_arrays(self, tp: int, pp: int, dp: int, b: np.ndarray, sp: np.ndarray, r: np.ndarray) -> tuple[StagePieces, np.ndarray, np.ndarray]:
+        """parcalc.core.timing.step.stage_pieces for every configuration, from one scalar call per distinct (b, SP, r)."""
+        keys = b * 8 + sp.astype(int) * 4 + r
+        unique, inverse = np.unique(keys, return_inverse=True)
+        rows = []
+        for key in unique.tolist():
+            size, rest = divmod(key, 8)
+            memo = (tp, pp, dp, size, rest)
+            if memo not in self._stages:
+                pieces, f_layer, b_layer = stage_pieces(self.model, tp, pp, dp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training, self.cluster)
+                self._stages[memo] = (pieces.forward, pieces.backward, pieces.recompute, pieces.tp, pieces.tp_hidden, pieces.p2p,
+                                      pieces.first_forward, pieces.last_backward, f_layer, b_layer)  # fmt: skip
+            rows.append(self._stages[memo])
+        table = np.array(rows)[inverse]
+        stage = StagePieces(*(table[:, i] for i in range(8)))
+        return stage, table[:, 8], table[:, 9]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,7 +218,7 @@ class _Shapes:
 
 
 def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, space: SearchSpace, rejected: Counter) -> dict[str, np.ndarray] | None:
-    model, training, cluster = shapes.model, shapes.training, shapes.cluster
+    model, training = shapes.model, shapes.training
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes]
@@ -258,55 +283,24 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray]) -> None:
         last = p_last * per_param + gathered + a_layer * layers_here * n_last + a_out * n_last + a_re + training.reserve
         memory = np.maximum(first, last)
 
-    # Time.
-    peak, n = cluster.peak, cluster.gpus
-    t_compute = shapes.hardware_flops[r] / (n * peak * cluster.efficiency)
-    unit = training.seq_len * model.hidden * shapes.e  # one sequence's b s h activation, in bytes
-    if t > 1:
-        link = tp_link(Config(t, p, d, 1), cluster)
-        ar = shapes.affine_time(Collective.ALL_REDUCE, t, link, unit)
-        ag = shapes.affine_time(Collective.ALL_GATHER, t, link, unit)
-        rs = shapes.affine_time(Collective.REDUCE_SCATTER, t, link, unit)
-        one = np.where(sp, (ag[0] + rs[0]) + (ag[1] + rs[1]) * b, ar[0] + ar[1] * b)
-        slots = np.where(r == RECOMPUTES.index(Recompute.FULL), 6, 4)
-        t_tp = m * layers_here * slots * one
-    else:
-        t_tp = np.zeros(b.size)
-    if p > 1:
-        beta = (p - 1) / (m * v)
-        t_bubble = beta * (t_compute + t_tp)
-        a0, k0 = shapes.affine_time(Collective.POINT_TO_POINT, 2, pp_link(Config(t, p, d, 1), cluster), unit)
-        t_pp = 2 * m * v * (a0 + k0 * b)
-    else:
-        t_bubble = np.zeros(b.size)
-        t_pp = np.zeros(b.size)
-    t_dp = _dp_times(shapes, t, p, d, z, m, t_compute / m)
-    t_step = t_compute + t_tp + t_bubble + t_pp + t_dp
+    # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
+    # the same combination as parcalc.core.fit.estimate, on arrays.
+    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, b, sp, r)
+    dp = shapes.dp(t, p, d)
+    framework = cluster.framework
+    t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
+                      reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
+                      layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
+    t_opt = optimizer_step_time(model, t, p, d, z, training, cluster)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp)
+    t_step = terms["t_step"]
+    n, peak = cluster.gpus, cluster.peak
     cols.update(
-        memory=memory, fits=memory <= cluster.capacity, t_compute=t_compute, t_tp=t_tp, t_bubble=t_bubble, t_pp=t_pp, t_dp=t_dp,
-        t_step=t_step, tokens_per_second=training.global_batch * training.seq_len / t_step,
+        memory=memory, fits=memory <= cluster.capacity, t_compute=terms["t_compute"], t_tp=terms["t_tp"], t_bubble=terms["t_bubble"],
+        t_pp=terms["t_pp"], t_dp=t_dp, t_optimizer=t_opt + 0.0 * b, t_step=t_step,
+        tokens_per_second=training.global_batch * training.seq_len / t_step,
         mfu=shapes.model_flops / (t_step * n * peak), hfu=shapes.hardware_flops[r] / (t_step * n * peak),
     )  # fmt: skip
-
-
-def _dp_times(shapes: _Shapes, t: int, p: int, d: int, z: np.ndarray, m: np.ndarray, mb_compute: np.ndarray) -> np.ndarray:
-    """parcalc.core.fit._dp_time on arrays."""
-    if d == 1:
-        return np.zeros(z.size)
-    cluster, per = shapes.cluster, shapes.per
-    link = dp_link(Config(t, p, d, 1), cluster)
-    params = max(shapes.stage_params(t, p))
-    grads, weights = params * per.gradient, params * per.weight
-    buckets = max(1, math.ceil(grads / DDP_BUCKET_BYTES))
-    all_reduce = buckets * collective_time(Collective.ALL_REDUCE, grads / buckets, d, link)
-    scatter = buckets * collective_time(Collective.REDUCE_SCATTER, grads / buckets, d, link)
-    gather = buckets * collective_time(Collective.ALL_GATHER, weights / buckets, d, link)
-    window = BACKWARD_SHARE * mb_compute if cluster.dp_overlap else np.zeros(z.size)
-    overlap = mb_compute if cluster.dp_overlap else np.zeros(z.size)
-    ddp = np.maximum(0.0, all_reduce - window)
-    zero12 = np.maximum(0.0, scatter - window) + gather
-    zero3 = m * np.maximum(0.0, 2 * gather - overlap) + np.maximum(0.0, scatter - window)
-    return np.select([z == 0, z <= 2], [ddp, zero12], zero3)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,7 +314,8 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         raise InputError(f"--gpus: must be at least 1, got {cluster.gpus}")
     rejected: Counter = Counter()
     shapes = _Shapes(model, training, cluster)
-    found = layouts(model, training, cluster, rejected)
+    found = [(t, p, d) for t, p, d in layouts(model, training, cluster, rejected)
+             if space.tp in (None, t) and space.pp in (None, p) and space.dp in (None, d)]  # fmt: skip
     parts = []
     for i, (t, p, d) in enumerate(found):
         cols = _layout_arrays(shapes, t, p, d, space, rejected)
@@ -338,4 +333,4 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
     return SearchResult(evaluated, rejected, len(found))
 
 
-__all__ = ["SearchSpace", "SearchResult", "Evaluated", "search", "layouts", "divisors", "group_spans_nodes"]
+__all__ = ["Evaluated", "SearchResult", "SearchSpace", "divisors", "group_spans_nodes", "layouts", "search"]

@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.hardware import Gpu, KernelRates, Sourced
 from parcalc.core.model import TransformerModel
-from parcalc.core.choices import Mlp, Norm, Position, Recompute
 
 GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
 # Used only for GPUs whose preset has no `kernels` section; each figure is stated as an assumption.

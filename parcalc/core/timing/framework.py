@@ -29,6 +29,7 @@ class Framework:
     shard_unit: str = "layer"  # ZeRO-3/FSDP gathers one unit at a time: a transformer layer
     reshard_after_forward: bool = True  # ZeRO-3/FSDP frees a unit after forward and gathers it again in backward
     tp_comm_overlap: bool = False  # TP collectives overlapped with the GEMMs (TE userbuffers)
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the framework offers (the search's default)
     sources: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # field -> source
 
     def source(self, name: str) -> str:
@@ -53,10 +54,11 @@ MEGATRON = Framework(
     reduce_bytes=4.0,
     overlap_grad_reduce=True,
     overlap_param_gather=True,
+    zero_stages=(0, 1),
     sources=(
-        ("bucket", "Megatron-LM megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, 1000000 * dp) "
-                   "'to ensure collectives do not become latency-bound'"),
-        ("fp32_grads", "Megatron-LM megatron/training/arguments.py: with --bf16, accumulate_allreduce_grads_in_fp32 = True "
-                       "(fp32 main gradients)"),
+        ("bucket", ("Megatron-LM megatron/core/distributed/distributed_data_parallel.py: bucket_size = max(40000000, 1000000 * dp) "
+                    "'to ensure collectives do not become latency-bound'")),
+        ("fp32_grads", ("Megatron-LM megatron/training/arguments.py: with --bf16, accumulate_allreduce_grads_in_fp32 = True "
+                        "(fp32 main gradients)")),
     ),
 )  # fmt: skip

@@ -9,7 +9,7 @@ lines carrying 120 bytes), Simple (plain copies with a fence per chunk: highest 
 
 from __future__ import annotations
 
-NCCL_VERSION = "NCCL v2.21.5 (NVIDIA/nccl src/graph/tuning.cc)"
+NCCL_VERSION = "NCCL v2.23.4 (NVIDIA/nccl src/graph/tuning.cc:56-78; docs/nccl-tuning.md)"
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 # baseLat[algorithm][protocol], microseconds: a fixed cost per collective call.
@@ -26,8 +26,8 @@ HARDWARE_LATENCY_US = {
 # llMaxBws[arch][nodes 1 | 2 | 4+], GB/s: the most bus bandwidth LL reaches.
 LL_MAX_BUS_GBPS = {"sm70": (39.0, 39.0, 20.4), "sm80": (87.7, 22.5, 19.0), "sm90": (141.0, 45.0, 35.0)}
 LL128_SHARE = 120.0 / 128.0  # tuning.cc: LL128 carries 120 of every 128 bytes (busBw * 0.92)
-LL_SHARE_ALL_REDUCE = 1.0 / 4.0  # tuning.cc: ring LL busBw / 4 for all-reduce or across nodes, / 3 otherwise
-LL_SHARE_OTHER = 1.0 / 3.0
+LL_SHARE_ALL_REDUCE = 0.5  # tuning.cc (v2.23.4): ring LL busBw = min(llMaxBw, 0.5 x busBw)
+LL_SHARE_OTHER = 0.5
 TREE_SHARE = 0.92  # tuning.cc: tree busBw * 0.92
 LL_TREE_SHARE = 1.0 / 3.8  # tuning.cc: tree LL busBw / 3.8
 RING_PLATEAU = {"sm70": 1.9, "sm80": 1.4, "sm90": 1.4}  # ncclTopoGetAlgoTime: ring Simple latency x this across nodes

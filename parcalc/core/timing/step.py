@@ -77,7 +77,7 @@ def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *,
     n_b = dp.buckets
     window = stage.last_backward
     syncs = m if reduce_every else 1
-    ddp = syncs * exposed(dp.grad_all_reduce, window, dp.grad_all_reduce / n_b, overlap_grad)
+    ddp = exposed(dp.grad_all_reduce, window, dp.grad_all_reduce / n_b, overlap_grad)  # DDP accumulates locally (no_sync)
     scatter = np.where(zero >= 2, syncs, 1) * exposed(dp.grad_reduce_scatter, window, dp.grad_reduce_scatter / n_b, overlap_grad)
     gather = exposed(dp.param_gather, stage.first_forward, dp.param_gather / n_b, overlap_param)
     zero12 = scatter + gather
