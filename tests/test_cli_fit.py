@@ -20,9 +20,10 @@ def test_strategy_table_matches_parcalc_memory(run_json) -> None:
     rows = doc["tables"]["strategies"]["rows"]
     assert len(rows) == 9 * 3  # nine families, three recomputation settings
     zero2 = next(r for r in rows if r["strategy"] == "ZeRO-2" and r["recompute"] == "selective")
-    # The same configuration through `parcalc memory`: the fit table must show the very same bytes.
+    # The same configuration through `parcalc memory`: the fit table must show the very same bytes. fit's
+    # default framework is Megatron-LM, which keeps fp32 main gradients (presets/frameworks/megatron.yaml).
     mem = run_json("memory", "--model", "gpt2-xl", "--gpu", "a100-sxm4-40gb", "--seq-len", "1024", "--micro-batch", "2",
-                   "--dp", "4", "--zero", "2", "--recompute", "selective", "--micro-batches", "1")  # fmt: skip
+                   "--dp", "4", "--zero", "2", "--recompute", "selective", "--micro-batches", "1", "--fp32-grads")  # fmt: skip
     assert zero2["memory"] == mem["results"]["total"]["value"]
     assert zero2["fits"] == ("yes" if mem["results"]["headroom"]["value"] >= 0 else "no")
     pp = next(r for r in rows if r["strategy"] == "PP" and r["recompute"] == "none")
@@ -104,7 +105,10 @@ def test_search_nothing_fits_exits_1(run_error) -> None:
     [
         pytest.param(["--gpus", "0"], "--gpus", id="zero-gpus"),
         pytest.param([], "--gpus: how many GPUs", id="no-gpus"),
-        pytest.param(["--gpus", "4", "--efficiency", "1.5"], "--efficiency", id="efficiency"),
+        pytest.param(["--gpus", "4", "--efficiency", "2.5"], "--efficiency", id="efficiency"),
+        pytest.param(["--gpus", "4", "--framework", "jax"], "unknown framework", id="framework"),
+        pytest.param(["--gpus", "4", "--tp", "3", "--pp", "1", "--dp", "1"], "configuration", id="exact-config-gpus"),
+        pytest.param(["--gpus", "4", "--tp", "2"], "at least two of", id="exact-config-underspecified"),
         pytest.param(["--gpus", "4", "--zero", "1"], "applies to --search", id="zero-without-search"),
         pytest.param(["--gpus", "4", "--micro-batch", "3", "--batch", "8"], "--micro-batch: 3 does not divide", id="micro-batch"),
         pytest.param(["--gpus", "4", "--search", "--micro-batch", "64"], "no configuration satisfies", id="contradictory"),

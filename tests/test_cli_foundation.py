@@ -150,7 +150,7 @@ def test_intensity_bad_input(run_error, args: list[str], fragment: str) -> None:
 
 def test_presets_list_and_show(run_json) -> None:
     listing = run_json("presets", "list")
-    assert set(listing["tables"]) == {"gpus", "links", "models", "worksheets"}
+    assert set(listing["tables"]) == {"gpus", "links", "models", "worksheets", "frameworks"}
     gpus = [r["name"] for r in listing["tables"]["gpus"]["rows"]]
     assert "a100-sxm4-80gb" in gpus
     only_models = run_json("presets", "list", "models")
