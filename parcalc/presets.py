@@ -89,9 +89,12 @@ def find_all(category: Category, extra_dirs: Sequence[Path | str] = ()) -> list[
 def find(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -> PresetFile:
     """The preset called `name` (case-insensitive); unknown names get "did you mean"."""
     wanted = name.strip().lower()
+    # A preset name is a file's stem: no separators (nothing outside the folder) and short enough to
+    # be a file name (a 300-character name would make the file system raise, not "not found").
+    plain = bool(wanted) and not any(ch in wanted for ch in "/\\\0") and len(wanted.encode()) <= 200
     for directory, origin in search_dirs(extra_dirs):
         folder = directory / category.value
-        for suffix in (".yaml", ".yml"):
+        for suffix in (".yaml", ".yml") if plain else ():
             path = folder / f"{wanted}{suffix}"
             if path.is_file():
                 return PresetFile(category, wanted, path, origin)

@@ -25,7 +25,7 @@ from parcalc.errors import InputError
 
 GIVEN = "test"
 # A link with round numbers so the alpha-beta times can be derived by hand.
-LINK = Link("test-link", "test link", Sourced(100e9, "B/s", GIVEN), Sourced(10e-6, "s", GIVEN))
+LINK = Link("test-link", "test link", Sourced(100e9, "B/s", GIVEN), Sourced(10e-6, "s", GIVEN), nccl_hardware="nvlink")
 SLOW = Link("test-slow", "slow link", Sourced(10e9, "B/s", GIVEN), Sourced(50e-6, "s", GIVEN))
 
 
@@ -207,3 +207,25 @@ def test_fp32_training_doubles_activation_messages() -> None:
     assert half.tp_comm.value == pytest.approx(16 * (15.2e-6 + M / 100e9), rel=1e-12)
     assert full.tp_comm.value == pytest.approx(16 * (15.2e-6 + 2 * M / 100e9), rel=1e-12)
     assert math.isfinite(full.step.value)
+
+
+def test_zero3_time_follows_its_stated_formula() -> None:
+    # ZeRO-3 with the default (Megatron) profile: prefetched gathers, regather in backward, one reduce-scatter
+    # per layer in the last micro-batch only. The value must be the derivation's own formula on its terms:
+    #   m (g_0 + g + (L_s - 1) max(0, g - f_l) + L_s max(0, g - b_l)) + 1 (L_s max(0, r - max(0, b_l - g)) + r)
+    est = estimate(gpt(), Config(1, 1, 4, 1, zero=3), Training(8, 512), cluster(4))
+    t = {k: est.dp_comm.term(k).value for k in ("m", "L_s", "g", "r", "g_0", "f_l", "b_l")}
+    assert t["m"] == 2 and t["L_s"] == 4
+    by_hand = (t["m"] * (t["g_0"] + t["g"] + 3 * max(0, t["g"] - t["f_l"]) + 4 * max(0, t["g"] - t["b_l"]))
+               + 4 * max(0, t["r"] - max(0, t["b_l"] - t["g"])) + t["r"])  # fmt: skip
+    assert est.dp_comm.value == pytest.approx(by_hand, rel=1e-12)
+    assert "$m × ($g_0 + $g + ($L_s - 1) × max(0, $g - $f_l)" in est.dp_comm.formula
+
+
+def test_optimizer_step_by_hand() -> None:
+    # gpt(): P = 50,384,896 parameters (no vocabulary). Mixed bf16 AdamW, 2-byte gradients: fp32 master,
+    # m and v read and written (2 x 12 B), the gradient read (2 B), the bf16 copy written (2 B) = 28 B.
+    # Generic HBM (no GPU preset): 2.0e12 B/s at 80 %; ZeRO-1 over d = 2 halves it.
+    est = estimate(gpt(), Config(1, 1, 2, 1, zero=1), Training(2, 512), cluster(2))
+    assert est.optimizer.term("Q_p").value == 28
+    assert est.optimizer.value == pytest.approx(50_384_896 * 28 / (2.0e12 * 0.8) / 2, rel=1e-12)

@@ -174,3 +174,14 @@ def test_hf_config_gpt2(tmp_path: Path) -> None:
 def test_missing_config_json_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="never downloaded"):
         load_model(str(tmp_path / "nope" / "config.json"))
+
+
+@pytest.mark.parametrize("name", ["x" * 300, "../gpus/a100-sxm4-80gb", "a/b", ""], ids=["300-chars", "path", "slash", "empty"])
+def test_names_that_are_not_file_stems_are_unknown_presets(name: str) -> None:
+    # A preset name is a file's stem: a separator would reach outside the folder, and a 300-character
+    # name made the file system raise (File name too long) instead of "unknown gpu".
+    from parcalc.errors import PresetError
+    from parcalc.presets import load_gpu
+
+    with pytest.raises(PresetError, match="unknown gpu"):
+        load_gpu(name, ())

@@ -114,8 +114,8 @@ def fit(
     shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
     from parcalc.presets import load_framework
 
-    profile = load_framework(framework or "megatron", dirs)
-    cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype or _dtype_of(precision), peak, efficiency, link, inter_node_link,
+    profile = load_framework(framework if framework is not None else "megatron", dirs)
+    cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
                        nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs)  # fmt: skip
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
 
@@ -173,11 +173,6 @@ def _streams_every_row(fmt: OutputFormat | None, output: Any) -> bool:
     return resolve_format(fmt, output) in (OutputFormat.JSON, OutputFormat.CSV)
 
 
-def _dtype_of(precision: Precision) -> str:
-    """The peak the GEMMs run at follows the precision: fp32 training does not compute at the bf16 peak."""
-    return {Precision.FP32: "fp32", Precision.MIXED_FP16: "fp16"}.get(precision, "bf16")
-
-
 def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: str | None, dtype: str, peak: str | None,
              efficiency: str | None, link: str | None, inter_node_link: str | None, nics_per_node: str | None, dp_overlap: bool | None,
              tp_comm_overlap: bool | None, allow_cross_node_tp: bool, framework: Any, dirs: tuple) -> Cluster:  # fmt: skip
@@ -198,10 +193,9 @@ def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: st
         assert device is not None  # guarded above: no --capacity means a --gpu
         cap, cap_source = device.memory_capacity.value, device.memory_capacity.source
     rate, rate_source, _ = _peak(gpu, peak, dtype, dirs)
-    attention = None
-    if device is not None and peak is None:  # FlashAttention runs in 16-bit whatever the GEMMs' dtype
-        sixteen = device.dtypes.get("bf16") or device.dtypes.get("fp16")
-        attention = sixteen.dense_peak.value if sixteen is not None and sixteen.dense_peak is not None else None
+    from parcalc.core.timing.compute import sixteen_bit_peak
+
+    attention = sixteen_bit_peak(device) if device is not None and peak is None else None
     e = DEFAULT_EFFICIENCY
     if efficiency is not None:
         try:
@@ -212,9 +206,7 @@ def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: st
             raise InputError(f"--efficiency: a factor above 0 and at most 2, got {efficiency!r}")
     node = device.node if device is not None else None
     per_node = parse_count(gpus_per_node, "--gpus-per-node") if gpus_per_node is not None else (node.gpus if node else 8)
-    nics = parse_count(nics_per_node, "--nics-per-node") if nics_per_node is not None else (node.nics if node else None)
-    if nics is not None and gpus_per_node is not None and nics_per_node is None and node is not None:
-        nics = max(1, round(node.nics * per_node / node.gpus))  # the same cards per GPU on a node of another size
+    nics = parse_count(nics_per_node, "--nics-per-node") if nics_per_node is not None else (node.nics_for(per_node) if node else None)
     return Cluster(
         gpus=n, gpus_per_node=per_node, peak=rate, capacity=cap,
         intra=load_link(link or (node.intra_link if node else DEFAULT_LINK), dirs),
@@ -253,12 +245,12 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
 
 def _assumptions(cluster: Cluster) -> tuple[str, ...]:
     return (
-        f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
-        "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp",
+        (f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
+         "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp"),
         "memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)",
         "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)",
-        f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
-        f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}",
+        (f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
+         f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}"),
         "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)",
         "GB = 1e9 bytes, GiB = 2^30 bytes",
     )
@@ -422,6 +414,9 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     from parcalc.units import parse_count
 
     n = cluster.gpus
+    for name, value in pinned.items():
+        if value > n:
+            raise InputError(f"--{name}: {value:.4g} is more than the {n} GPUs")
     missing = [name for name in ("tp", "pp", "dp") if name not in pinned]
     if len(missing) > 1:
         raise InputError(f"--{' and --'.join(missing)}: give at least two of --tp, --pp, --dp for one configuration (or use --search)")

@@ -55,6 +55,11 @@ class Precision(str, Enum):
     def activation_bytes(self) -> float:
         return 4.0 if self is Precision.FP32 else 2.0
 
+    @property
+    def gemm_dtype(self) -> str:
+        """The peak the GEMMs run at: fp32 training does not compute at the bf16 peak."""
+        return {Precision.FP32: "fp32", Precision.MIXED_FP16: "fp16"}.get(self, "bf16")
+
 
 class Optimizer(str, Enum):
     ADAM = "adam"

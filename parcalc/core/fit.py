@@ -61,6 +61,9 @@ DEFAULT_EFFICIENCY = 1.0
 EFFICIENCY_SOURCE = "--efficiency: a factor on every kernel's rate (1: the GPU preset's measured kernel shares)"
 KERNEL_SOURCE = "per-kernel roofline: GEMMs by shape, FlashAttention, memory-bound operations (parcalc.core.timing.compute)"
 NCCL_SOURCE = "NCCL's cost model (src/graph/tuning.cc; parcalc.core.timing.network)"
+# Rail-optimised servers have one card per GPU (DGX A100/H100) or two (some 16 x 100/200 Gb/s RoCE
+# clouds, issue #18); beyond a few per GPU a count is a typo, not a server.
+MAX_NICS_PER_GPU = 4
 NARAYANAN = "Narayanan et al. 2021 (Megatron-LM, SC'21)"
 KORTHIKANTI = "Korthikanti et al. 2022 (Reducing Activation Recomputation)"
 
@@ -89,6 +92,13 @@ class Cluster:
     tp_comm_overlap: bool | None = None  # None: the framework's
     attention_peak: float | None = None  # dense 16-bit peak for FlashAttention (None: peak)
 
+    def __post_init__(self) -> None:
+        if self.nics_per_node is not None:  # checked here: the table, the search and one estimate all use it
+            check_count("--nics-per-node", self.nics_per_node)
+            if self.nics_per_node > MAX_NICS_PER_GPU * self.gpus_per_node:
+                raise InputError(f"--nics-per-node: {self.nics_per_node:.4g} cards for {self.gpus_per_node} GPUs per node; "
+                                 f"at most {MAX_NICS_PER_GPU} per GPU")  # fmt: skip
+
     @cached_property
     def spec(self) -> ComputeSpec:
         return compute_spec(self.gpu, self.dtype, self.peak, self.attention_peak, self.efficiency)
@@ -97,7 +107,7 @@ class Cluster:
     def fabric(self) -> Fabric:
         arch = nccl.arch_of(self.gpu.architecture) if self.gpu is not None else "sm80"
         nics = self.nics_per_node if self.nics_per_node is not None else self.gpus_per_node
-        return Fabric(self.gpus_per_node, self.intra, self.inter, nics, arch, self.intra.nccl_hardware if self.intra.nccl_hardware != "net" else "nvlink")
+        return Fabric(self.gpus_per_node, self.intra, self.inter, nics, arch, self.intra.nccl_hardware)
 
     @property
     def overlap_grad(self) -> bool:
@@ -265,6 +275,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         dp_exposed,
         dp_pieces,
         optimizer_step_time,
+        optimizer_traffic,
         stage_pieces,
     )
 
@@ -328,9 +339,20 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         bubble = _zero("t_bubble", "Pipeline bubble per iteration", "no pipeline")
         pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"])
-    optimizer = _derivation("t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",
-                            "$t_opt", [_t("t_opt", "t_opt", t_opt, "s", f"{training.optimizer.value} update" + (f", sharded over d = {d}" if config.zero and d > 1 else ""))],
-                            t_opt, "s", "reads and writes every optimizer state once (parcalc.core.timing.compute.optimizer_bytes)")  # fmt: skip
+    params, traffic = optimizer_traffic(model, t, p, training)
+    shards = d if config.zero >= 1 else 1
+    optimizer = _derivation(
+        "t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",
+        "$P × $Q_p / ($BW × $e_mem × $x × $d_z)",
+        [_t("P", "P", params, "", "parameters on one GPU of the fullest stage"),
+         _t("Q_p", "Q_p", traffic, "B", f"HBM bytes of one parameter's {training.optimizer.value} update (master weight and states read and written, gradient read)",
+            latex=r"Q_{p}"),
+         _t("BW", "BW", spec.bandwidth, "B/s", "HBM bandwidth"),
+         _t("e_mem", "e_mem", spec.kernels.memory.value, "fraction", "share of HBM bandwidth memory-bound kernels sustain", spec.kernels.memory.source,
+            r"e_{\mathrm{mem}}"),
+         _t("x", "x", cluster.efficiency, "", "--efficiency"),
+         _t("d_z", "d_z", shards, "", "ranks the optimizer states are sharded over (ZeRO-1 and up: d)", latex=r"d_{z}")],
+        t_opt, "s", "reads and writes every optimizer state once (parcalc.core.timing.compute.optimizer_bytes)")  # fmt: skip
     parts = [compute, tp_comm, bubble, pp_comm, dp_comm, optimizer]
     step_value = float(terms["t_step"])
     step = _derivation("t_step", "Time per iteration", "t_step", r"t_{\mathrm{step}}",
@@ -370,8 +392,11 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
         w_f = _t("W_f", "W_f", stage.first_forward, "s", "forward of the first micro-batch (hides the parameter gather)", latex=r"W_{f}")
         terms = [_t("T_rs", "T_rs", dp.grad_reduce_scatter, "s", f"reduce-scatter of every bucket over d = {d} ({where})", latex=r"T_{\mathrm{rs}}"),
                  _t("T_ag", "T_ag", dp.param_gather, "s", "all-gather of the updated weights", latex=r"T_{\mathrm{ag}}"), n_b, w_b, w_f]  # fmt: skip
-        formula = ("max($T_rs - $W_b, $T_rs / $n_b)" if cluster.overlap_grad else "$T_rs") + (
-            " + max($T_ag - $W_f, $T_ag / $n_b)" if cluster.overlap_param else " + $T_ag")
+        scatter = "max($T_rs - $W_b, $T_rs / $n_b)" if cluster.overlap_grad else "$T_rs"
+        if z == 2 and fw.reduce_every_micro_batch:  # DeepSpeed ZeRO-2 reduces each micro-batch's gradients
+            terms.append(_t("m", "m", m, "", "micro-batches per replica (gradients reduced in each)"))
+            scatter = f"$m × {scatter}"
+        formula = scatter + (" + max($T_ag - $W_f, $T_ag / $n_b)" if cluster.overlap_param else " + $T_ag")
     else:
         terms = [_t("m", "m", m, "", "micro-batches per replica"), _t("L_s", "L_s", dp.layers, "", "layers (sharding units) per stage"),
                  _t("g", "g", dp.layer_gather, "s", f"all-gather of one layer's weights over d = {d} ({where})"),
@@ -379,7 +404,13 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
                  _t("g_0", "g_0", dp.root_gather, "s", "all-gather of the root unit (embedding, final norm, LM head)"),
                  _t("f_l", "f_l", f_layer, "s", "one layer's forward (the prefetch window)"),
                  _t("b_l", "b_l", b_layer, "s", "one layer's backward and recomputation")]  # fmt: skip
-        formula = "$m × ($g_0 + $g + ($L_s - 1) × max(0, $g - $f_l) + $L_s × max(0, $g - $b_l)) + reduce-scatters beyond $b_l"
+        # parcalc.core.timing.step.dp_exposed, written out for the settings in force
+        g_b = "$g" if fw.reshard_after_forward else "0"
+        forward = "$g_0 + $g + ($L_s - 1) × max(0, $g - $f_l)" if cluster.overlap_param else "$g_0 + $L_s × $g"
+        regather = f"$L_s × max(0, {g_b} - $b_l)" if cluster.overlap_grad else f"$L_s × {g_b}"
+        reduce = (f"$L_s × max(0, $r - max(0, $b_l - {g_b})) + $r" if cluster.overlap_grad else "$L_s × $r")
+        syncs = "$m" if fw.reduce_every_micro_batch else "1"
+        formula = f"$m × ({forward} + {regather}) + {syncs} × ({reduce})"
     return _derivation("t_dp", label, "t_dp", r"t_{\mathrm{dp}}", formula, terms, value, "s",
                        f"Rajbhandari et al. 2020 sec. 7 (ZeRO volumes); Zhao et al. 2023 (FSDP prefetch); {fw.name} buckets, {overlap}; {NCCL_SOURCE}")  # fmt: skip
 
@@ -387,8 +418,6 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
 def _check_cluster(cluster: Cluster) -> None:
     check_count("--gpus", cluster.gpus)
     check_count("--gpus-per-node", cluster.gpus_per_node)
-    if cluster.nics_per_node is not None:
-        check_count("--nics-per-node", cluster.nics_per_node)
     if not (0 < cluster.efficiency <= 2):
         raise InputError(f"--efficiency: a factor on every kernel's rate, above 0 and at most 2, got {cluster.efficiency!r}")
     if not (cluster.peak > 0 and math.isfinite(cluster.peak)):

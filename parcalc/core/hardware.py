@@ -96,3 +96,7 @@ class Node:
     inter_link: str  # link preset of one network card
     nics: int  # network cards for GPU traffic; one per GPU on rail-optimised DGX/HGX nodes
     source: str
+
+    def nics_for(self, gpus_per_node: int) -> int:
+        """The same cards per GPU on a node of another size (at least one)."""
+        return max(1, round(self.nics * gpus_per_node / self.gpus))

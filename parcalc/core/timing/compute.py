@@ -44,6 +44,10 @@ GENERIC_KERNELS = KernelRates(
     launch=Sourced(4e-6, "s", GENERIC),
 )
 GENERIC_MATMUL = Sourced(0.7, "fraction", GENERIC)
+# With only --peak and --capacity (no GPU preset), the HBM bandwidth and SM count an A100 80GB has
+# (presets/gpus/a100-sxm4-80gb.yaml: 2039 GB/s, 108 SMs) stand in, rounded; stated by the CLI's inputs.
+GENERIC_BANDWIDTH = 2.0e12
+GENERIC_SMS = 108
 FLASH_BACKWARD_FLOPS = 2.5  # Dao 2023 (FlashAttention-2), sec. 3.1 / 4.1: backward = 2.5 x forward FLOPs
 MASK_BYTES = 1.0  # dropout masks are one byte per element (Korthikanti et al. 2022, sec. 4.1)
 LOGIT_BYTES = 4.0  # the cross-entropy upcasts logits to fp32 (Megatron-LM vocab_parallel_cross_entropy)
@@ -66,6 +70,12 @@ class ComputeSpec:
         return self.kernels.tile_m * self.kernels.tile_n
 
 
+def sixteen_bit_peak(gpu: Gpu) -> float | None:
+    """The dense bf16 (else fp16) peak: FlashAttention runs in 16 bits whatever dtype the GEMMs use."""
+    rates = gpu.dtypes.get("bf16") or gpu.dtypes.get("fp16")
+    return rates.dense_peak.value if rates is not None and rates.dense_peak is not None else None
+
+
 def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float | None = None, scale: float = 1.0) -> ComputeSpec:
     """The spec of `gpu` for GEMMs in `dtype` at `peak` FLOP/s (a bare peak without a GPU: generic)."""
     kernels = gpu.kernels if gpu is not None and gpu.kernels is not None else GENERIC_KERNELS
@@ -73,8 +83,8 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
     if matmul is None:
         fallback = kernels.matmul_share("bf16")
         matmul = GENERIC_MATMUL if fallback is None else Sourced(fallback.value, fallback.unit, f"{fallback.source}; bf16's share, none measured for {dtype}")
-    bandwidth = gpu.memory_bandwidth.value if gpu is not None else 2.0e12
-    sms = int(gpu.sms.value) if gpu is not None and gpu.sms is not None else 108
+    bandwidth = gpu.memory_bandwidth.value if gpu is not None else GENERIC_BANDWIDTH
+    sms = int(gpu.sms.value) if gpu is not None and gpu.sms is not None else GENERIC_SMS
     return ComputeSpec(peak, attention_peak or peak, bandwidth, sms, matmul, kernels, scale)
 
 
@@ -282,9 +292,10 @@ def end_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) ->
     fwd, dgrad, wgrad = _linear("lm_head", tokens, h, vocab, e, spec)
     ce = memory_op("cross_entropy", (e + LOGIT_BYTES) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
     ce_bwd = memory_op("cross_entropy.bwd", (LOGIT_BYTES + e) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
-    norm = memory_op("final_norm", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")
-    return EndPasses(embed.time, embed_bwd.time, norm.time + fwd.time + ce.time, ce_bwd.time + dgrad.time + wgrad.time + 1.5 * norm.time,
-                     (embed, embed_bwd, norm, fwd, ce, ce_bwd, dgrad, wgrad))  # fmt: skip
+    norm = memory_op("final_norm", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x, write y
+    norm_bwd = memory_op("final_norm.bwd", 3 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x and dy, write dx
+    return EndPasses(embed.time, embed_bwd.time, norm.time + fwd.time + ce.time, ce_bwd.time + dgrad.time + wgrad.time + norm_bwd.time,
+                     (embed, embed_bwd, norm, fwd, ce, ce_bwd, dgrad, wgrad, norm_bwd))  # fmt: skip
 
 
 def optimizer_time(params: float, bytes_per_param: float, spec: ComputeSpec) -> float:

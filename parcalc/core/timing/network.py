@@ -152,14 +152,10 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
         return _send(size, group, fabric)
     if op is Collective.ALL_TO_ALL:
         return _all_to_all(size, group, fabric)
-    if op in (Collective.BROADCAST, Collective.REDUCE):
-        op_for_steps = op
-    else:
-        op_for_steps = op
     bus_bytes = size * bus_factor(op, n) if op not in (Collective.BROADCAST, Collective.REDUCE) else size
     intra_hw = fabric.intra_kind
     ring_bw = _ring_bus_bandwidth(group, fabric)
-    steps, inter_steps = _steps(op_for_steps, n, nodes)
+    steps, inter_steps = _steps(op, n, nodes)
     nodes_row = 0 if nodes == 1 else 1 if nodes == 2 else 2
     ll_cap = nccl.LL_MAX_BUS_GBPS[fabric.arch][nodes_row] * 1e9
     best: CollectiveTime | None = None

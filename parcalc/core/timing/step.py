@@ -202,16 +202,23 @@ def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any
     )
 
 
-def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any) -> Any:
-    """The optimizer's update of the local parameters (sharded over dp from ZeRO-1 on)."""
+def optimizer_traffic(model: Any, tp: int, pp: int, training: Any) -> tuple[float, float]:
+    """(parameters on the fullest stage's GPU before ZeRO sharding, HBM bytes one parameter's update moves)."""
     from parcalc.core.choices import Precision
     from parcalc.core.memory import Parallelism, stage_parameters, state_bytes
-    from parcalc.core.timing.compute import optimizer_bytes, optimizer_time
+    from parcalc.core.timing.compute import optimizer_bytes
 
     par = Parallelism(tp, pp, 1, micro_batches=pp)
     params = max(stage_parameters(model, par, 0).value, stage_parameters(model, par, pp - 1).value)
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
     master = training.precision is not Precision.FP32 and training.precision is not Precision.BF16
-    traffic = optimizer_bytes(training.optimizer.states, per.gradient, per.weight, master)
+    return params, optimizer_bytes(training.optimizer.states, per.gradient, per.weight, master)
+
+
+def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any) -> Any:
+    """The optimizer's update of the local parameters (sharded over dp from ZeRO-1 on)."""
+    from parcalc.core.timing.compute import optimizer_time
+
+    params, traffic = optimizer_traffic(model, tp, pp, training)
     whole = optimizer_time(params, traffic, cluster.spec)
-    return np.where(zero >= 1, whole / dp, whole) if dp > 1 else whole + 0.0 * zero
+    return np.where(np.asarray(zero) >= 1, whole / dp, whole)  # ZeRO-1 and up shard the states (dp = 1: the same)
