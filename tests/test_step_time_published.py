@@ -1,0 +1,62 @@
+"""`fit`'s step time against published training runs beyond Narayanan and Korthikanti.
+
+The runs and their sources are in tests/published_step_runs.py; how each is entered into parcalc
+(framework, ZeRO stage, recomputation, what the source leaves open) is in tests/step_time_cases.py.
+tests/test_fit_published.py holds the two Megatron-LM papers (Narayanan et al. 2021 Table 1,
+Korthikanti et al. 2022 Table 5).
+
+What was calibrated on what. A100: the GEMM share (0.72) comes from ONE layer of Korthikanti's
+Table 4 (test_fit_published.py). H100: the GEMM share (0.491) comes from ONE run,
+step_time_cases.CALIBRATION (MPT-7B on one node of 8 H100s, no network), and is asserted to
+reproduce it below. Every other run here is a test; nothing else was tuned.
+
+Bands, and why. Each run within 25 % (the issue's worst-case target), and the mean absolute error
+over the runs at most 10 %. Measured (docs/step-time.md): mean 9.3 %, worst +17.1 % (MPT-13B on 64
+H100s, one micro-batch of 2 per step, where FSDP's first gather and last reduce-scatter are least
+hidden). The errors are throughput ratios, so +10 % means parcalc predicts the run 10 % faster.
+"""
+
+from __future__ import annotations
+
+import pytest
+from step_time_cases import CALIBRATION, CASES, KNOWN_GAPS, Case, error, inputs
+
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.key for case in CASES])
+def test_published_run_within_25_percent(case: Case) -> None:
+    err, est = error(case)
+    assert est.fits, f"{case.key} needs {est.total_memory / 2**30:.1f} GiB"
+    assert abs(err) <= 0.25, f"{case.key}: parcalc {err * 100:+.1f} % ({case.assumed})"
+
+
+def test_mean_error_at_most_10_percent() -> None:
+    errors = [abs(error(case)[0]) for case in CASES]
+    assert len(errors) >= 10
+    assert sum(errors) / len(errors) <= 0.10
+
+
+def test_runs_come_from_several_sources_and_both_gpus() -> None:
+    gpus = {case.run.gpu[:4] for case in CASES}
+    assert {"a100", "h100"} <= gpus
+    frameworks = {case.framework for case in CASES}
+    assert {"megatron", "fsdp2", "torchtitan"} <= frameworks
+    assert len({case.run.source[:40] for case in CASES}) >= 3
+
+
+def test_h100_calibration_reproduces_its_run() -> None:
+    # the one H100 run the GEMM share was set from: 10,643 tokens/s per GPU (llm-foundry, MPT-7B, 8 x H100)
+    err, est = error(CALIBRATION)
+    assert CALIBRATION not in CASES
+    assert err == pytest.approx(0.0, abs=0.01)
+    model, config, training, cluster = inputs(CALIBRATION)
+    assert (config.tp, config.pp, config.dp, config.micro_batch, config.zero) == (1, 1, 8, 6, 3)
+    assert cluster.gpus == cluster.gpus_per_node == 8  # one node: no network in the calibration
+
+
+@pytest.mark.parametrize("case", KNOWN_GAPS, ids=[case.key for case in KNOWN_GAPS])
+def test_known_gaps_are_predicted_too_fast(case: Case) -> None:
+    # Not tests of accuracy: each lacks a mechanism in parcalc (docs/step-time.md, "Known gaps"). They
+    # pin the direction and size of the gap, so that a change that closes it (or widens it) is seen.
+    err, _ = error(case)
+    assert 0.20 <= err <= 0.45, f"{case.key}: {err * 100:+.1f} %"
