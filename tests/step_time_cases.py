@@ -60,6 +60,7 @@ class Case(NamedTuple):
     position: Position = Position.LEARNED
     bias: bool = True
     tied: bool = True
+    dp_overlap: bool | None = None  # None: the framework's
 
     @property
     def run(self) -> PublishedRun:
@@ -101,7 +102,7 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
     assert peak is not None
     cluster = Cluster(gpus=run.gpus, gpus_per_node=gpu.node.gpus, peak=peak.value, capacity=gpu.memory_capacity.value,
                       intra=load_link(gpu.node.intra_link, ()), inter=load_link(gpu.node.inter_link, ()), gpu=gpu, dtype=dtype,
-                      framework=framework)  # fmt: skip
+                      framework=framework, dp_overlap=case.dp_overlap)  # fmt: skip
     return model_of(case), config, training, cluster
 
 
@@ -160,7 +161,7 @@ CASES: tuple[Case, ...] = (
          "vocabulary 51,200 (GPT-2's 50,257 padded to a multiple of 128 x TP 8, Megatron-LM's "
          "--make-vocab-size-divisible-by); no FlashAttention in 2021; no interleaving (the script passes none); "
          "Megatron's local DDP of 2021 did not overlap the gradient all-reduce",
-         flash_attention=False, causal=False, vocab=51200),
+         flash_attention=False, causal=False, vocab=51200, dp_overlap=False),
     # --- MosaicML llm-foundry benchmark tables (PyTorch FSDP through Composer): tokens/s per GPU
     _mpt("mpt-70b-64xa100-80gb-seq2048", Recompute.FULL, 8, pure=True),
     _mpt("mpt-30b-8xa100-80gb-seq2048", Recompute.FULL, 3, pure=False),

@@ -60,3 +60,30 @@ def test_known_gaps_are_predicted_too_fast(case: Case) -> None:
     # pin the direction and size of the gap, so that a change that closes it (or widens it) is seen.
     err, _ = error(case)
     assert 0.20 <= err <= 0.45, f"{case.key}: {err * 100:+.1f} %"
+
+
+# The search against the layouts practitioners chose. Measured for every run above: the plain-FSDP
+# layouts of MPT on 64 GPUs rank first of 16-19 layouts. Three runs rank lower, each because the search
+# adds tensor parallelism that the run's stack did not offer and so drops full recomputation (MPT-30B on
+# 8 A100: TP 2 x DP 4, 19 % faster; MPT-70B on 128 A100 40GB: TP 2 x PP 2, 16 %; TorchTitan 70B:
+# TP 4 x DP 16, 18 %). GPT-3 175B (2021 feature set: full recomputation, no SP, no ZeRO) ranks 5th of 6:
+# parcalc prefers TP 4 x PP 16 to the published TP 8 x PP 16 by 12 %, against Narayanan et al. 2021
+# Fig. 13 (TP up to the node size is best): an open question of the model (docs/step-time.md).
+RANKED = [case for case in CASES if case.key.startswith(("mpt-70b-64x", "mpt-13b-", "mpt-1b-", "mpt-7b-"))]
+
+
+@pytest.mark.parametrize("case", RANKED, ids=[case.key for case in RANKED])
+def test_search_ranks_the_published_layout_in_the_best_tenth(case: Case) -> None:
+    from parcalc.core.fit_search import SearchSpace, search
+
+    model, config, training, cluster = inputs(case)
+    result = search(model, training, cluster, SearchSpace(zero_stages=cluster.framework.zero_stages))
+    columns = result.evaluated.columns
+    best: dict[tuple[int, int, int], float] = {}
+    for i in result.fitting:
+        layout = (int(columns["tp"][i]), int(columns["pp"][i]), int(columns["dp"][i]))
+        best[layout] = min(best.get(layout, float("inf")), float(columns["t_step"][i]))
+    ranking = sorted(best, key=best.__getitem__)
+    rank = ranking.index((config.tp, config.pp, config.dp)) + 1
+    assert len(ranking) >= 10
+    assert rank <= 0.1 * len(ranking), f"{case.key}: published layout {rank} of {len(ranking)}; best {ranking[:3]}"
