@@ -87,3 +87,23 @@ def test_search_ranks_the_published_layout_in_the_best_tenth(case: Case) -> None
     rank = ranking.index((config.tp, config.pp, config.dp)) + 1
     assert len(ranking) >= 10
     assert rank <= 0.1 * len(ranking), f"{case.key}: published layout {rank} of {len(ranking)}; best {ranking[:3]}"
+
+
+def test_gpt3_published_layout_is_within_8_percent_of_the_search_best() -> None:
+    # GPT-3 175B on 1024 A100 (Megatron-LM README, 2021: full recomputation, no SP, no distributed optimizer).
+    # Measured: best TP 4 x PP 16 x DP 16 at 25.2 s; the published TP 8 x PP 16 x DP 8 at best 26.9 s (6.8 %
+    # slower), 5th of 6 layouts. TP 8 pays twice TP 4's all-reduce time per GPU (the same b s h bytes per
+    # call, half the compute per call), and TP 4's extra pipeline bubble costs less by the model; Narayanan
+    # et al. 2021 Fig. 13 found TP 8 best at 64 GPUs. Within the model's error on these runs: a near tie.
+    from parcalc.core.choices import Recompute
+    from parcalc.core.fit_search import SearchSpace, search
+
+    case = CASES[0]
+    assert case.key == "megatron-gpt3-175b-1024xa100"
+    model, config, training, cluster = inputs(case)
+    space = SearchSpace(recomputes=(Recompute.FULL,), zero_stages=(0,), sequence_parallel=(False,))
+    result = search(model, training, cluster, space)
+    columns = result.evaluated.columns
+    times = {(int(columns["tp"][i]), int(columns["pp"][i]), int(columns["dp"][i])): float(columns["t_step"][i]) for i in result.ranked()[::-1]}
+    published = times[(config.tp, config.pp, config.dp)]
+    assert published / min(times.values()) - 1 == pytest.approx(0.068, abs=0.01)
