@@ -183,6 +183,10 @@ CASES: tuple[Case, ...] = (
 KNOWN_GAPS: tuple[Case, ...] = (
     Case("mtnlg-530b-2240xa100", "deepspeed", 1, Recompute.FULL, 1, "step",
          "micro-batch 1 and vocabulary 51,200 assumed (not in the text read)", causal=False, flash_attention=False, vocab=51200),
+    Case("bloom-176b-384xa100", "deepspeed", 1, Recompute.FULL, 2, "step",
+         "embeddings as pipeline layers ('pp rank 0: [embed | 5 transformer blocks]'): entered as 5 + 10 x 6 + 5 "
+         "layers; ALiBi, tied embeddings; DeepSpeed's BF16 optimizer as ZeRO-1",
+         causal=False, flash_attention=False, first_stage_layers=5, last_stage_layers=5, position=Position.ALIBI),
     Case("torchtitan-llama3-8b-64xa100", "torchtitan", 3, Recompute.NONE, 1, "tokens",
          _TT + "; TorchTitan's per-op selective checkpointing ('selective op') saves every matmul output "
          "except every second one and recomputes the rest (torchtitan activation checkpointing, _custom_policy: "

@@ -109,6 +109,11 @@ def test_reserve_default_is_stated_and_sourced(runner, run_json) -> None:
     [
         pytest.param(["--model", "gpt2-xl", "--tp", "7"], "--tp: 7 does not divide the attention heads (25)", id="tp-heads"),
         pytest.param(["--model", "gpt2-xl", "--pp", "5"], "--pp: 48 layers do not split evenly", id="pp-layers"),
+        # Megatron-LM's uneven split as the way out: 9 + 3 x 10 + 9 = 48
+        pytest.param(["--model", "gpt2-xl", "--pp", "5"], "e.g. --first-stage-layers 9 --last-stage-layers 9 (9 + 3 x 10 + 9)",
+                     id="pp-layers-uneven-hint"),
+        pytest.param(["--model", "gpt2-xl", "--pp", "5", "--first-stage-layers", "8", "--last-stage-layers", "8"],
+                     "the 32 layers left after 8 + 8 do not split evenly over the 3 middle stage(s)", id="uneven-remainder"),
         pytest.param(["--model", "gpt2-xl", "--zero", "3"], "--zero 3: ZeRO shards model states over the data-parallel ranks", id="zero-dp1"),
         pytest.param(["--model", "gpt2-xl", "--recompute", "selective", "--flash-attention"],
                      "--recompute selective: it recomputes the attention scores, softmax and dropout that --flash-attention never stores",

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, captured_results, finish, start
+from parcalc.commands.common import (
+    FirstStageLayersOption,
+    FormatOption,
+    LastStageLayersOption,
+    captured_results,
+    finish,
+    stage_flags,
+    start,
+)
 
 if TYPE_CHECKING:
     from parcalc.core.pipeline import BubbleAnalysis
@@ -24,6 +32,7 @@ Examples:
   parcalc bubble --stages 8 --micro-batches 32 --schedule zb-h1 --t-forward 10ms --timeline
   parcalc bubble --stages 4 --micro-batches 8 --stage-times 10ms,12ms,10ms,15ms --p2p-latency 50us
   parcalc bubble --stages 4 --micro-batches 12 --schedule zb-h2 -o timeline.svg
+  parcalc bubble --stages 16 --micro-batches 16 --layers 126 --first-stage-layers 7 --last-stage-layers 7 --t-forward 25ms
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -50,10 +59,13 @@ def bubble(
     micro_batches: Annotated[str, typer.Option(metavar="M", help="Micro-batches per mini-batch.", show_default=False)],
     schedule: Annotated[ScheduleChoice, typer.Option(metavar="NAME", help="gpipe, 1f1b, interleaved, zb-h1 or zb-h2.")] = ScheduleChoice.one_f_one_b,
     chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (interleaved only; default 2 there).")] = None,
-    t_forward: Annotated[_Text, typer.Option(metavar="TIME", help="Forward time of one micro-batch on one stage (default 1 s, a unit).")] = None,
+    t_forward: Annotated[_Text, typer.Option(metavar="TIME", help="Forward time of one micro-batch on one stage, or on one layer with --layers (default 1 s, a unit).")] = None,
     t_backward: Annotated[_Text, typer.Option(metavar="TIME", help="Whole backward time, B + W (default 2 x forward).")] = None,
     t_weight: Annotated[_Text, typer.Option(metavar="TIME", help="Weight-gradient part W of the backward (default half of it).")] = None,
     stage_times: Annotated[_Text, typer.Option(metavar="T1,T2,...", help="Forward time of each stage (unbalanced stages); backward and W keep their ratios to the forward.")] = None,
+    layers: Annotated[_Text, typer.Option(metavar="L", help="Transformer layers over the stages (Megatron-LM's split): each stage's times are its layers x the per-layer --t-forward / --t-backward / --t-weight.")] = None,
+    first_stage_layers: FirstStageLayersOption = None,
+    last_stage_layers: LastStageLayersOption = None,
     p2p_latency: Annotated[_Text, typer.Option(metavar="TIME", help="Point-to-point latency between stages, in the simulation (default 0).")] = None,
     target: Annotated[_Text, typer.Option(metavar="FRACTION", help="Bubble target, e.g. 10%: the fewest micro-batches that reach it.")] = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the simulated schedule, one row per device.")] = False,
@@ -92,12 +104,14 @@ def bubble(
         per_stage = [parse_quantity(part, Dimension.TIME, "--stage-times") for part in stage_times.split(",")]
     latency = time(p2p_latency, "--p2p-latency", zero=True) or 0.0
     goal = parse_quantity(target, Dimension.FRACTION, "--target") if target is not None else None
+    split = _stage_layers(layers, first_stage_layers, last_stage_layers, p, v)
 
-    analysis = analyse_bubble(chosen, p, m, chunks=v, times=times, stage_times=per_stage, latency=latency, target=goal)
+    analysis = analyse_bubble(chosen, p, m, chunks=v, times=times, stage_times=per_stage, latency=latency, target=goal, stage_layers=split)
     result = analysis.result()
     if t_forward is None and stage_times is None:
+        unit = "one layer's forward pass" if split is not None else "one forward pass"
         result = replace(result, assumptions=result.assumptions + (
-            "no --t-forward: times are in units of one forward pass (t_f = 1 s); shares and micro-batch counts do not depend on it",))  # fmt: skip
+            f"no --t-forward: times are in units of {unit} (t_f = 1 s); shares and micro-batch counts do not depend on it",))  # fmt: skip
     if chosen is Schedule.INTERLEAVED and chunks is None:
         result = replace(result, assumptions=result.assumptions + ("no --chunks: v = 2 model chunks per device",))
     if captured_results.get() is not None:  # a worksheet: the report draws the timeline from the table
@@ -106,6 +120,21 @@ def bubble(
     if svg is not None:
         _write_svg(analysis, svg)
     _show(analysis, result, fmt, None if svg is not None else output, timeline)
+
+
+def _stage_layers(layers: str | None, first_text: str | None, last_text: str | None, stages: int, chunks: int) -> tuple[int, ...] | None:
+    """Layers per stage from --layers and the uneven-split flags (parcalc.core.stages), or None."""
+    from parcalc.core.stages import stage_split
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    first, last = stage_flags(first_text, last_text)
+    if layers is None:
+        if first is not None or last is not None:
+            flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
+            raise InputError(f"{flag}: give --layers L too (the transformer layers split over the --stages)")
+        return None
+    return stage_split(parse_count(layers, "--layers"), stages, first, last, chunks, pp_flag="--stages")
 
 
 def _show(analysis: BubbleAnalysis, result: Result, fmt: OutputFormat | None, output: Path | None, draw: bool) -> None:

@@ -4,7 +4,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import (
+    FirstStageLayersOption,
+    FormatOption,
+    LastStageLayersOption,
+    OutputOption,
+    PresetsOption,
+    finish,
+    preset_dirs,
+    stage_flags,
+    start,
+)
 from parcalc.commands.model_options import (
     FfnOption,
     HeadsOption,
@@ -35,6 +45,7 @@ Examples:
   parcalc comm-volume --strategy fsdp --model homework-7b --batch 128 --dtype fp16 --gpus 8
   parcalc comm-volume --strategy tp --sequence-parallel --layers 32 --hidden 4096 --heads 32 --batch 8 --seq-len 4096 --gpus 8
   parcalc comm-volume --strategy 3d --model homework-7b --tp 2 --pp 4 --dp 2 --gpus-per-node 4 --batch 64 --seq-len 4096
+  parcalc comm-volume --strategy 3d --model llama3-405b --tp 8 --pp 16 --dp 2 --first-stage-layers 7 --last-stage-layers 7 --batch 32 --seq-len 8192
 """
 
 DEFAULT_LINK = "nvlink3"
@@ -73,6 +84,8 @@ def comm_volume(
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism with TP: all-gathers and reduce-scatters.")] = False,
     schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2.")] = Schedule.ONE_F_ONE_B,
     chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (--schedule interleaved).")] = None,
+    first_stage_layers: FirstStageLayersOption = None,
+    last_stage_layers: LastStageLayersOption = None,
     gpus_per_node: Annotated[_Text, typer.Option(metavar="N", help="GPUs per node: groups wider than a node use --inter-node-link.")] = None,
     link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset within a node (default {DEFAULT_LINK}).")] = None,
     inter_node_link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset between nodes (default {DEFAULT_INTER_NODE_LINK}).")] = None,
@@ -108,7 +121,8 @@ def comm_volume(
 
 _COLLECTIVE_ONLY = ("size", "elements", "workers")
 _STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "tied", "batch", "micro_batch", "seq_len", "grad_dtype",
-                  "gpus", "tp", "pp", "dp", "chunks", "gpus_per_node", "inter_node_link", "bucket_size")  # fmt: skip
+                  "gpus", "tp", "pp", "dp", "chunks", "gpus_per_node", "inter_node_link", "bucket_size", "first_stage_layers",
+                  "last_stage_layers")  # fmt: skip
 
 
 def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
@@ -291,8 +305,9 @@ def _parallelism(args: dict[str, Any]) -> Any:
 
     name = args["strategy"].value
     if name == "all":
-        if any(args[k] is not None for k in ("tp", "pp", "dp")):
-            raise InputError("--strategy all: gives all GPUs to one dimension at a time; use --gpus, not --tp/--pp/--dp")
+        if any(args[k] is not None for k in ("tp", "pp", "dp", "first_stage_layers", "last_stage_layers")):
+            raise InputError("--strategy all: gives all GPUs to one dimension at a time; use --gpus, not --tp/--pp/--dp "
+                             "(or --first-stage-layers / --last-stage-layers: use --strategy pp or 3d)")
         gpus = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else DEFAULT_GPUS
         tp, pp, dp = 1, 1, gpus
     else:
@@ -301,10 +316,12 @@ def _parallelism(args: dict[str, Any]) -> Any:
         raise InputError(f"--zero: ZeRO stage must be 0, 1, 2 or 3, got {args['zero']}")
     stages = (comm.DataParallel.DDP, comm.DataParallel.ZERO1, comm.DataParallel.ZERO2, comm.DataParallel.ZERO3)
     flavour = {"zero1": stages[1], "zero2": stages[2], "zero3": stages[3], "fsdp": stages[3]}.get(name, stages[args["zero"]])
+    first, last = stage_flags(args["first_stage_layers"], args["last_stage_layers"])
     return comm.Parallelism(
         tp=tp, pp=pp, dp=dp, data_parallel=flavour, sequence_parallel=args["sequence_parallel"],
         schedule=args["schedule"].value, chunks=parse_count(args["chunks"], "--chunks") if args["chunks"] else 1,
         gpus_per_node=parse_count(args["gpus_per_node"], "--gpus-per-node") if args["gpus_per_node"] is not None else 8,
+        first_stage_layers=first, last_stage_layers=last,
     )  # fmt: skip
 
 

@@ -53,3 +53,30 @@ def finish(result: Result, fmt: OutputFormat | None, output: Path | None) -> Non
 
 def preset_dirs(presets: list[Path] | None) -> tuple[Path, ...]:
     return tuple(presets or ())
+
+
+# Megatron-LM's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers
+# (parcalc.core.stages): `memory`, `flops`, `comm-volume`, `bubble` and `fit` share them.
+FirstStageLayersOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--first-stage-layers", metavar="n",
+                 help="Layers on the first pipeline stage (Megatron-LM's --decoder-first-pipeline-num-layers); "
+                      "the rest split evenly over the other stages, so the stages need not divide the layers.", show_default=False),
+]  # fmt: skip
+LastStageLayersOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--last-stage-layers", metavar="n",
+                 help="Layers on the last pipeline stage (Megatron-LM's --decoder-last-pipeline-num-layers), "
+                      "e.g. 126 layers on 16 stages as 7 + 14 x 8 + 7 with 7 and 7.", show_default=False),
+]  # fmt: skip
+
+
+def stage_flags(first: str | None, last: str | None) -> tuple[int | None, int | None]:
+    """--first-stage-layers / --last-stage-layers as counts (0 is read, so that the core's
+    Megatron-LM check can say why an empty stage is refused)."""
+    from parcalc.units import parse_count
+
+    def read(text: str | None, flag: str) -> int | None:
+        return None if text is None else parse_count(text, flag, allow_zero=True)
+
+    return read(first, "--first-stage-layers"), read(last, "--last-stage-layers")

@@ -9,7 +9,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import (
+    FirstStageLayersOption,
+    FormatOption,
+    LastStageLayersOption,
+    OutputOption,
+    PresetsOption,
+    finish,
+    preset_dirs,
+    stage_flags,
+    start,
+)
 from parcalc.commands.model_options import (
     FfnOption,
     HeadsOption,
@@ -43,6 +53,8 @@ Examples:
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --tp 8 --pp 8 --dp 1 --micro-batch 1 \\
       --recompute selective --sequence-parallel --schedule interleaved --chunks 3
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
+  parcalc fit --model llama3-405b --gpu h100-sxm5 --gpus 16384 --batch 2048 --seq-len 8192 --flash-attention \\
+      --tp 8 --pp 16 --dp 128 --first-stage-layers 7 --last-stage-layers 7 --zero 1 --sequence-parallel --recompute none
 """
 
 DEFAULT_TOP = 5
@@ -91,6 +103,8 @@ def fit(
     dp: Annotated[Text, typer.Option(metavar="D", help="Data-parallel size (see --tp).")] = None,
     schedule: Annotated[Optional[str], typer.Option(metavar="KIND", help="1f1b or interleaved (with --chunks) for the configuration given by --tp/--pp/--dp.")] = None,  # noqa: UP045
     chunks: Annotated[Text, typer.Option(metavar="v", help="Model chunks per GPU of the interleaved schedule.")] = None,
+    first_stage_layers: FirstStageLayersOption = None,
+    last_stage_layers: LastStageLayersOption = None,
     search: Annotated[bool, typer.Option("--search", help="Evaluate every configuration and rank those that fit by step time.")] = False,
     top: Annotated[int, typer.Option(metavar="K", help="--search: configurations shown.")] = DEFAULT_TOP,
     explain: Annotated[bool, typer.Option("--explain", help="--search: the derivation of the best configuration's memory and step time.")] = False,
@@ -134,6 +148,10 @@ def fit(
         raise InputError("--recompute selective: FlashAttention keeps no attention scores for selective recomputation to drop; "
                          "use none or full with --flash-attention")  # fmt: skip
     pinned = {name: parse_count(value, f"--{name}") for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None}
+    ends = stage_flags(first_stage_layers, last_stage_layers)
+    if ends != (None, None) and not (search or pinned):
+        flag = "--first-stage-layers" if ends[0] is not None else "--last-stage-layers"
+        raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
     if not search and (schedule is not None or chunks is not None) and not pinned:
         raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
     settings = [("model", shape.key), ("gpu", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
@@ -146,10 +164,10 @@ def fit(
             raise InputError("--schedule / --chunks: describe one configuration (without --search); --no-interleaved limits the search")
         everything = _streams_every_row(fmt, output)
         result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
-                                everything, settings, pinned)  # fmt: skip
+                                everything, settings, pinned, ends)  # fmt: skip
     elif pinned:
         result = _configuration_result(shape, training, cluster, pinned, sizes, recomputes, zero, sequence_parallel, schedule, chunks,
-                                       settings)  # fmt: skip
+                                       settings, ends)  # fmt: skip
     else:
         for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None)):
             if given:
@@ -361,7 +379,8 @@ class _Progress:
 
 def _search_result(shape: TransformerModel, training: Training, cluster: Cluster, sizes: tuple[int, ...] | None,
                    recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
-                   interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict) -> Result:  # fmt: skip
+                   interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict,
+                   ends: tuple[int | None, int | None]) -> Result:  # fmt: skip
     from parcalc.core.fit import estimate
     from parcalc.core.fit_search import SearchSpace, search
     from parcalc.derivation import Result
@@ -372,6 +391,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
         zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else cluster.framework.zero_stages,
         sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
         interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
+        first_stage_layers=ends[0], last_stage_layers=ends[1],
     )  # fmt: skip
     progress = _Progress()
     try:
@@ -405,7 +425,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
 
 def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
                           recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
-                          schedule: str | None, chunks: str | None, settings: list) -> Result:  # fmt: skip
+                          schedule: str | None, chunks: str | None, settings: list, ends: tuple[int | None, int | None]) -> Result:  # fmt: skip
     """Exactly one configuration: its memory and step-time derivations."""
     from parcalc.core.choices import Schedule
     from parcalc.core.fit import Config, estimate
@@ -437,7 +457,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
         raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
     config = Config(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1,
                     recomputes[0] if len(recomputes) != 3 else Recompute.NONE, int(zero[0].value) if zero else 0,
-                    bool(sequence_parallel), kind, v)  # fmt: skip
+                    bool(sequence_parallel), kind, v, *ends)  # fmt: skip
     best = estimate(shape, config, training, cluster)
     worst = best.memory.worst
     verdicts = [f"{config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
@@ -448,8 +468,23 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     verdicts.append("shares of the step: " + ", ".join(f"{k} {v / best.step.value:.1%}" for k, v in parts.items() if v > 0))
     title = f"One configuration: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
-                  derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()), tables=(),
+                  derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()),
+                  tables=(_stages_table(best),) if config.pp > 1 else (),
                   verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+
+
+def _stages_table(best: Any) -> Table:
+    """Layers, parameters and memory of every pipeline stage of one configuration."""
+    from parcalc.core.stages import split_text
+    from parcalc.derivation import Column, Table
+
+    split = tuple(int(s.layers.value) for s in best.memory.stages)
+    last = len(split) - 1
+    rows = tuple((s.stage + 1, int(s.layers.value), "embedding" if s.stage == 0 else "LM head" if s.stage == last else "",
+                  s.parameters.value, s.total.value) for s in best.memory.stages)  # fmt: skip
+    columns = (Column("stage", "stage"), Column("layers", "layers"), Column("also", "also holds"), Column("parameters", "parameters"),
+               Column("memory", "memory", "B"))  # fmt: skip
+    return Table("stages", f"Pipeline stages ({split_text(split)} layers; one GPU of each)", columns, rows)
 
 
 def _configurations_table(found: SearchResult, order: Any, title: str) -> Table:
@@ -458,7 +493,8 @@ def _configurations_table(found: SearchResult, order: Any, title: str) -> Table:
 
     units = {"memory": "B", "t_compute": "s", "t_tp": "s", "t_bubble": "s", "t_pp": "s", "t_dp": "s", "t_optimizer": "s", "t_step": "s",
              "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction"}  # fmt: skip
-    labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "memory": "memory",
+    labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "first_stage_layers": "L first",
+              "last_stage_layers": "L last", "memory": "memory",
               "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed", "t_optimizer": "optimizer",
               "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU"}  # fmt: skip
     columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS)

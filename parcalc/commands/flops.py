@@ -6,7 +6,17 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import (
+    FirstStageLayersOption,
+    FormatOption,
+    LastStageLayersOption,
+    OutputOption,
+    PresetsOption,
+    finish,
+    preset_dirs,
+    stage_flags,
+    start,
+)
 from parcalc.commands.model_options import (
     FfnOption,
     HeadsOption,
@@ -31,6 +41,7 @@ Examples:
   parcalc flops --model gpt3-175b --batch 1536 --seq-len 2048
   parcalc flops --model gpt3-175b --params 175e9 --tokens 300e9
   parcalc flops --layers 48 --hidden 6144 --heads 64 --vocab 51200 --batch 4 --seq-len 2048 --recompute selective --step-time 1.10s --gpus 8 --gpu a100-sxm4-80gb
+  parcalc flops --model llama3-405b --batch 2048 --seq-len 8192 --causal --pp 16 --first-stage-layers 7 --last-stage-layers 7
   parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --causal --step-time 6.5s --gpus 64 --gpu h100-sxm5 --dtype bf16
 """
 
@@ -58,6 +69,9 @@ def flops(
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset whose datasheet peak MFU uses.")] = None,
     dtype: Annotated[str, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks: bf16 (default), fp16, tf32, fp8...")] = "bf16",
     peak: Annotated[_Text, typer.Option(metavar="FLOP/s", help="Peak FLOP/s per GPU instead of --gpu's, e.g. 312TFLOP/s.")] = None,
+    pp: Annotated[_Text, typer.Option(metavar="p", help="Pipeline stages: the FLOPs of each stage and the busiest one (totals do not change).")] = None,
+    first_stage_layers: FirstStageLayersOption = None,
+    last_stage_layers: LastStageLayersOption = None,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
@@ -107,12 +121,21 @@ def flops(
         Term("B", "B", "B", sequences, "", "sequences per iteration (global batch)"),
         Term("s", "s", "s", seq, "", "sequence length"),
     ]
+    tables = [_ops_table(counted, recompute.value)]
+    first, last = stage_flags(first_stage_layers, last_stage_layers)
+    if pp is not None or first is not None or last is not None:
+        stages = parse_count(pp, "--pp") if pp is not None else 1
+        busiest, table, verdict = _stages(counted, shape.layers, stages, first, last)
+        derivations.append(busiest)
+        tables.append(table)
+        verdicts.append(verdict)
+        inputs.append(Term("p", "p", "p", stages, "", "pipeline stages"))
     result = Result(
         command="flops",
         title=f"Training FLOPs: {shape.name}, B = {sequences} sequences of s = {seq} tokens per iteration",
         inputs=tuple(inputs),
         derivations=tuple(derivations),
-        tables=(_ops_table(counted, recompute.value),),
+        tables=tuple(tables),
         verdicts=tuple(verdicts),
         assumptions=(
             "matmuls only, 2 FLOP per multiply-add; a matmul's backward is two matmuls of its size (input and weight gradients)",
@@ -121,6 +144,27 @@ def flops(
         settings=tuple(settings),
     )
     finish(result, fmt, output)
+
+
+def _stages(counted: TrainingFlops, layers: int, pp: int, first: int | None, last: int | None) -> tuple[Derivation, Table, str]:
+    """The busiest stage's FLOPs, every stage's, and how far the busiest is above an even share."""
+    from parcalc.core.flops import stage_flops
+    from parcalc.core.stages import split_text, stage_split
+    from parcalc.derivation import Column, Table
+
+    split = stage_split(layers, pp, first, last)
+    each = [stage_flops(counted, split, s) for s in range(pp)]
+    total = counted.hardware.value
+    index = max(range(pp), key=lambda s: each[s].value)
+    busiest = each[index]
+    rows = tuple((s + 1, split[s], d.value, d.value / total) for s, d in enumerate(each))
+    columns = (Column("stage", "stage"), Column("layers", "layers"), Column("flops", "hardware FLOPs", "FLOP"),
+               Column("share", "share", "fraction"))  # fmt: skip
+    table = Table("stage_flops", f"Hardware FLOPs of each pipeline stage per iteration ({split_text(split)} layers)", columns, rows)
+    verdict = (f"the busiest stage, stage {index + 1}, runs {busiest.value / total:.2%} of the iteration's hardware FLOPs against an even "
+               f"1/{pp} = {1 / pp:.2%}: the others wait for it, so the pipeline keeps its GPUs at most "
+               f"{total / (pp * busiest.value):.1%} busy with FLOPs (mean stage / busiest stage)")  # fmt: skip
+    return busiest, table, verdict
 
 
 def _run_flops(counted: TrainingFlops, total_tokens: float) -> Derivation:

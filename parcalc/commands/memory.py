@@ -6,7 +6,17 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import (
+    FirstStageLayersOption,
+    FormatOption,
+    LastStageLayersOption,
+    OutputOption,
+    PresetsOption,
+    finish,
+    preset_dirs,
+    stage_flags,
+    start,
+)
 from parcalc.commands.model_options import (
     FfnOption,
     HeadsOption,
@@ -33,6 +43,7 @@ Examples:
   parcalc memory --model homework-7b --micro-batch 1 --seq-len 4096 --gpu a100-sxm4-80gb
   parcalc memory --model gpt3-175b --micro-batch 1 --tp 8 --pp 8 --dp 16 --zero 1 --sequence-parallel --recompute selective --gpu a100-sxm4-80gb
   parcalc memory --model llama3-70b --micro-batch 1 --seq-len 8192 --tp 8 --pp 4 --schedule interleaved --chunks 2 --micro-batches 16 --flash-attention --gpu h100-sxm5 --per-stage
+  parcalc memory --model llama3-405b --seq-len 8192 --tp 8 --pp 16 --dp 128 --zero 1 --sequence-parallel --first-stage-layers 7 --last-stage-layers 7 --flash-attention --gpu h100-sxm5 --per-stage
   parcalc memory --layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq-len 2048 --micro-batch 4 --tp 8 --sequence-parallel
 """
 
@@ -71,6 +82,8 @@ def memory(
     schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved.")] = Schedule.ONE_F_ONE_B,
     micro_batches: Annotated[_Text, typer.Option(metavar="m", help="Micro-batches per iteration (default: p; 2p interleaved).")] = None,
     chunks: Annotated[_Text, typer.Option(metavar="v", help="Model chunks per device (--schedule interleaved).")] = None,
+    first_stage_layers: FirstStageLayersOption = None,
+    last_stage_layers: LastStageLayersOption = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
     dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings.")] = True,
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset: its memory capacity decides fits / does not fit.")] = None,
@@ -107,7 +120,8 @@ def memory(
     if capacity is not None:
         cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity"), "given on the command line"
     reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True) if reserve is not None else DEFAULT_RESERVE_BYTES
-    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v)
+    first, last = stage_flags(first_stage_layers, last_stage_layers)
+    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last)
     setup = TrainingSetup(
         micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
@@ -194,7 +208,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
             breakdown.per_parameter.weight, breakdown.per_parameter.gradient, breakdown.per_parameter.optimizer,
             breakdown.per_parameter.master, breakdown.per_parameter.states, breakdown.per_parameter.per_state),
         "GB = 1e9 bytes, GiB = 2^30 bytes; GPU capacities are binary (80 GiB for an '80GB' HBM part)",
-        "pipeline stages hold L/p layers each; the first also the embeddings, the last the final norm and LM head",
+        _stages_assumption(breakdown),
     )  # fmt: skip
     return Result(
         command="memory",
@@ -213,7 +227,7 @@ def _stage_table(breakdown: MemoryBreakdown) -> Table:
 
     cap = breakdown.setup.capacity
     columns = (
-        Column("stage", "stage"), Column("parameters", "parameters"), Column("weights", "weights", "B"),
+        Column("stage", "stage"), Column("layers", "layers"), Column("parameters", "parameters"), Column("weights", "weights", "B"),
         Column("gradients", "gradients", "B"), Column("optimizer", "optimizer", "B"), Column("in_flight", "in flight"),
         Column("activations", "activations", "B"), Column("embeddings", "embeddings", "B"), Column("logits", "logits", "B"),
         Column("other", "gathered + recompute + reserve", "B"), Column("total", "total", "B"), Column("headroom", "headroom", "B"),
@@ -221,11 +235,23 @@ def _stage_table(breakdown: MemoryBreakdown) -> Table:
     rows = []
     for s in breakdown.stages:
         other = s.reserve.value + (s.gathered.value if s.gathered else 0.0) + (s.recompute.value if s.recompute else 0.0)
-        rows.append((s.stage + 1, s.parameters.value, s.states.weights.value, s.states.gradients.value, s.states.optimizer.value,
+        rows.append((s.stage + 1, int(s.layers.value), s.parameters.value, s.states.weights.value, s.states.gradients.value, s.states.optimizer.value,
                      s.in_flight.value, s.activations.value, s.embedding.value if s.embedding else 0.0,
                      s.output.value if s.output else 0.0, other, s.total.value,
                      None if cap is None else cap - s.total.value))  # fmt: skip
     return Table("stages", "Every pipeline stage (one GPU each)", columns, tuple(rows))
+
+
+def _stages_assumption(breakdown: MemoryBreakdown) -> str:
+    from parcalc.core.memory import stage_layers
+    from parcalc.core.stages import split_text
+
+    par = breakdown.parallelism
+    ends = "the first also the embeddings, the last the final norm and LM head"
+    if par.first_stage_layers is None and par.last_stage_layers is None:
+        return f"pipeline stages hold L/p layers each; {ends}"
+    split = split_text(stage_layers(breakdown.model, par))
+    return f"pipeline stages hold {split} layers (--first-stage-layers / --last-stage-layers, Megatron-LM's uneven split); {ends}"
 
 
 def _fit_verdict(breakdown: MemoryBreakdown, gib: float) -> str:

@@ -58,6 +58,7 @@ from typing import NamedTuple
 from parcalc.core.collectives import Algorithm, Collective, collective_cost, default_algorithm
 from parcalc.core.hardware import Link
 from parcalc.core.model import TransformerModel
+from parcalc.core.stages import split_text, stage_split
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
@@ -114,6 +115,8 @@ class Parallelism(NamedTuple):
     schedule: str = "1f1b"  # a parcalc.core.pipeline.Schedule value (a str Enum, so either spelling works)
     chunks: int = 1  # model chunks per device for the interleaved schedule
     gpus_per_node: int = 8
+    first_stage_layers: int | None = None  # Megatron-LM's uneven first / last stage (parcalc.core.stages)
+    last_stage_layers: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -236,12 +239,18 @@ def parameter_tensors(model: TransformerModel) -> tuple[ParamTensor, ...]:
 
 
 @lru_cache(maxsize=256)  # asked once per stage and per plan: a 1F1B plan over 8 stages asks 9 times
-def stage_layers(layers: int, pp: int) -> tuple[range, ...]:
-    """Layers of each pipeline stage: as even as possible, earlier stages taking the remainder."""
-    base, extra = divmod(layers, pp)
+def stage_layers(layers: int, pp: int, first: int | None = None, last: int | None = None) -> tuple[range, ...]:
+    """Layers of each pipeline stage. With `first` / `last` (--first-stage-layers /
+    --last-stage-layers), Megatron-LM's uneven split (parcalc.core.stages); without them, as even
+    as possible, earlier stages taking the remainder (the seed exercises' split: a p that does not
+    divide L is allowed here, unlike in `memory` and `fit`, which follow Megatron-LM's rule)."""
+    if first is not None or last is not None:
+        counts = stage_split(layers, pp, first, last)
+    else:
+        base, extra = divmod(layers, pp)
+        counts = tuple(base + (1 if stage < extra else 0) for stage in range(pp))
     stages, start = [], 0
-    for stage in range(pp):
-        count = base + (1 if stage < extra else 0)
+    for count in counts:
         stages.append(range(start, start + count))
         start += count
     return tuple(stages)
@@ -282,7 +291,7 @@ class StageTensors(NamedTuple):
 
 def device_tensors(model: TransformerModel, par: Parallelism, stage: int, opts: Options) -> StageTensors:
     """The tensors one device of pipeline `stage` holds, after TP sharding."""
-    layers = stage_layers(model.layers, par.pp)[stage]
+    layers = stage_layers(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers)[stage]
     before = embedding_tensors(model) if stage == 0 else []
     after = final_tensors(model, copy_of_tied_embedding=par.pp > 1) if stage == par.pp - 1 else []
     return StageTensors(
@@ -538,7 +547,9 @@ def validate(model: TransformerModel, work: Workload, par: Parallelism) -> int:
         raise InputError(f"--pp: {what} is more stages than the model's {model.layers} layers")
     if par.chunks > 1 and par.schedule != INTERLEAVED:
         raise InputError("--chunks: model chunks need --schedule interleaved")
-    if par.schedule == INTERLEAVED and model.layers % (par.pp * par.chunks):
+    if par.first_stage_layers is not None or par.last_stage_layers is not None:
+        stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks)
+    elif par.schedule == INTERLEAVED and model.layers % (par.pp * par.chunks):
         raise InputError(f"--chunks: {model.layers} layers do not split into {par.pp} stages x {par.chunks} chunks evenly")
     if work.global_batch % par.dp:
         raise InputError(f"--batch: the global batch {work.global_batch} is not a multiple of --dp {par.dp}")
@@ -561,7 +572,7 @@ def iteration_plan(model: TransformerModel, work: Workload, par: Parallelism, ne
     micro_batches = validate(model, work, par)
     builder = _Builder(par, network, opts)
     per_stage = [device_tensors(model, par, s, opts) for s in range(par.pp)]
-    layers = stage_layers(model.layers, par.pp)
+    layers = stage_layers(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers)
     _data_parallel_rows(builder, per_stage, work, par, opts, micro_batches)
     _tensor_parallel_rows(builder, model, work, par, opts, layers, per_stage, micro_batches)
     _pipeline_rows(builder, model, work, par, micro_batches)
@@ -998,6 +1009,11 @@ def _assumptions(model: TransformerModel, par: Parallelism, opts: Options) -> tu
     if par.tp > 1 and model.vocab > 0:
         out.append("vocabulary-parallel embedding, LM head and cross-entropy (Megatron)" if opts.vocab_parallel
                    else "embedding and LM head replicated on every TP rank: no TP collectives outside the layers")  # fmt: skip
+    counts = tuple(len(r) for r in stage_layers(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers))
+    if len(set(counts)) > 1:  # equal stages need no word
+        how = ("Megatron-LM's uneven split, --first-stage-layers / --last-stage-layers" if par.first_stage_layers is not None
+               or par.last_stage_layers is not None else "as even as possible, earlier stages taking any remainder")
+        out.append(f"pipeline stages hold {split_text(counts)} layers ({how}); per-stage TP and DP volumes follow each stage's layers")
     if par.pp > 1 and par.tp > 1:
         out.append("pipeline sends: each TP rank sends " + ("its sequence slice" if par.sequence_parallel else "the full activation")
                    + " to its peer in the next stage")  # fmt: skip

@@ -9,7 +9,8 @@ cores, each term a derivation:
 
 - t_compute = F_hw / (N x peak x e): the hardware FLOPs of the iteration (parcalc.core.flops,
   recomputation included) spread evenly over the N GPUs at an efficiency e of the peak;
-- t_tp: Megatron's tensor-parallel collectives of the L/p layers of a stage, for each of the m
+- t_tp: Megatron's tensor-parallel collectives of the layers of the slowest stage (L/p, or
+  Megatron-LM's uneven first and last stages, parcalc.core.stages), for each of the m
   micro-batches: 4 of b s h elements per layer (2 forward, 2 backward; 6 with full
   recomputation, which replays the forward), each a ring all-reduce over t ranks, or with
   sequence parallelism an all-gather plus a reduce-scatter, which cost the same (Korthikanti et
@@ -49,6 +50,7 @@ from parcalc.core.memory import (
     memory_breakdown,
 )
 from parcalc.core.model import TransformerModel
+from parcalc.core.stages import stage_split
 from parcalc.core.timing import nccl
 from parcalc.core.timing.compute import ComputeSpec, compute_spec
 from parcalc.core.timing.framework import MEGATRON, Framework
@@ -148,6 +150,8 @@ class Config:
     sequence_parallel: bool = False
     schedule: Schedule = Schedule.ONE_F_ONE_B
     chunks: int = 1
+    first_stage_layers: int | None = None  # Megatron-LM's uneven first / last stage (parcalc.core.stages); None: L/p
+    last_stage_layers: int | None = None
 
     def micro_batches(self, training: Training) -> int:
         """Micro-batches per replica per iteration: B / (d b)."""
@@ -162,7 +166,15 @@ class Config:
         parts.append(f"recompute {self.recompute.value}")
         if self.pp > 1:
             parts.append(self.schedule.label + (f" v = {self.chunks}" if self.chunks > 1 else ""))
+        if self.first_stage_layers is not None:
+            parts.append(f"first stage {self.first_stage_layers} layers")
+        if self.last_stage_layers is not None:
+            parts.append(f"last stage {self.last_stage_layers} layers")
         return ", ".join(parts)
+
+    def stage_layers(self, model: TransformerModel) -> tuple[int, ...]:
+        """Transformer layers of each pipeline stage (parcalc.core.stages: Megatron-LM's rule)."""
+        return stage_split(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks)
 
 
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:
@@ -176,8 +188,14 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
     if (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
         return (f"tp = {t} spans nodes of {cluster.gpus_per_node} GPUs (tp must divide the GPUs of a node; "
                 "allow with --allow-cross-node-tp, costed on the slowest group's network)")
-    if model.layers % (p * config.chunks):
-        return f"pp x chunks = {p} x {config.chunks} does not divide the {model.layers} layers"
+    if config.first_stage_layers is None and config.last_stage_layers is None:
+        if model.layers % (p * config.chunks):
+            return f"pp x chunks = {p} x {config.chunks} does not divide the {model.layers} layers"
+    else:
+        try:
+            config.stage_layers(model)
+        except InputError as error:
+            return str(error)
     if training.global_batch % (d * b):
         return f"dp x micro-batch = {d} x {b} does not divide the global batch of {training.global_batch}"
     m = config.micro_batches(training)
@@ -203,7 +221,7 @@ def check_config(model: TransformerModel, config: Config, training: Training, cl
 def memory_of(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> MemoryBreakdown:
     """parcalc.core.memory's breakdown for this configuration on the cluster's GPU."""
     par = Parallelism(config.tp, config.pp, config.dp, config.sequence_parallel, config.zero, config.schedule,
-                      config.micro_batches(training), config.chunks)  # fmt: skip
+                      config.micro_batches(training), config.chunks, config.first_stage_layers, config.last_stage_layers)  # fmt: skip
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source)  # fmt: skip
@@ -287,13 +305,14 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     n = cluster.gpus
     counted = training_flops(model, training.global_batch, training.seq_len, recompute=config.recompute.value)
     f_model, f_hw = counted.model, counted.hardware
-    stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster)
-    dp = dp_pieces(model, t, p, d, training, cluster)
+    ends = {"first": config.first_stage_layers, "last": config.last_stage_layers}
+    stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster, **ends)
+    dp = dp_pieces(model, t, p, d, training, cluster, **ends)
     framework = cluster.framework
     t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
                             reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                             layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
-    t_opt = float(optimizer_step_time(model, t, p, d, config.zero, training, cluster))
+    t_opt = float(optimizer_step_time(model, t, p, d, config.zero, training, cluster, **ends))
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp)
 
     spec = cluster.spec
@@ -301,7 +320,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     compute = _derivation(
         "t_compute", "Compute per iteration (kernels of the slowest stage, every micro-batch)", "t_compute", r"t_{\mathrm{compute}}",
         "$m × ($t_f + $t_b + $t_r)",
-        [m_term, _t("t_f", "t_f", stage.forward, "s", "forward kernels of one micro-batch on the slowest stage"),
+        [m_term, _t("t_f", "t_f", stage.forward, "s", f"forward kernels of one micro-batch on the slowest stage ({stage.layers} layers)"),
          _t("t_b", "t_b", stage.backward, "s", "backward kernels of one micro-batch"),
          _t("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value})")],
         terms["t_compute"], "s", KERNEL_SOURCE,
@@ -314,7 +333,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
         what = "all-gather + reduce-scatter (sequence parallelism)" if config.sequence_parallel else "all-reduce"
         slots = 6 if config.recompute is Recompute.FULL else 4
-        inputs = [m_term, _t("C_tp", "C_tp", stage.tp, "s", f"{slots} x {model.layers // p} layers of {what} of b s h over t = {t} ({where}), NCCL model")]
+        inputs = [m_term, _t("C_tp", "C_tp", stage.tp, "s", f"{slots} x {stage.layers} layers of {what} of b s h over t = {t} ({where}), NCCL model")]
         if cluster.overlap_tp:
             inputs.append(_t("H_tp", "H_tp", stage.tp_hidden, "s", "GEMM time the TP collectives overlap with (--tp-comm-overlap)"))
             formula = "$m × max(0, $C_tp - $H_tp)"
@@ -339,7 +358,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         bubble = _zero("t_bubble", "Pipeline bubble per iteration", "no pipeline")
         pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"])
-    params, traffic = optimizer_traffic(model, t, p, training)
+    params, traffic = optimizer_traffic(model, t, p, training, **ends)
     shards = d if config.zero >= 1 else 1
     optimizer = _derivation(
         "t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",

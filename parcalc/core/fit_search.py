@@ -1,10 +1,21 @@
 """Every configuration of a training run on N GPUs, evaluated at once with numpy.
 
 The space: tp dividing the heads, K/V heads and MLP width (within a node unless allowed), pp
-dividing the layers, dp = N / (tp pp) dividing the global batch, micro-batch b dividing the
-replica's batch, recomputation none / selective / full, ZeRO 0-3 (1-3 only with dp > 1),
-sequence parallelism (only with tp > 1), and the 1F1B or interleaved schedule with v chunks
-(v dividing the layers of a stage, m a multiple of p).
+dividing the layers or, when it does not, Megatron-LM's uneven splits (below), dp = N / (tp pp)
+dividing the global batch, micro-batch b dividing the replica's batch, recomputation none /
+selective / full, ZeRO 0-3 (1-3 only with dp > 1), sequence parallelism (only with tp > 1), and
+the 1F1B or interleaved schedule with v chunks (v dividing the layers of every stage, m a
+multiple of p).
+
+Uneven splits. When pp does not divide the L layers, the search tries the splits Megatron-LM
+allows (n_first layers on the first stage, n_last on the last, the rest evenly over the middle:
+parcalc.core.stages) whose fullest stage holds ceil(L / pp) layers, the fewest any split can give
+(stages.balanced_splits; 126 layers on 16 stages: 6 / 8, 7 / 7 and 8 / 6 with 8 on each middle
+stage). A layout none of whose splits is that balanced is rejected. Every such split is evaluated,
+and each configuration keeps its best split: the one that fits with the lowest step time (ties:
+less memory), or, when none fits, the one with the least memory. That is the split that balances
+the stages' time, embedding and LM head included. `--first-stage-layers` / `--last-stage-layers`
+with a pinned pp try that split only.
 
 Whatever depends on the layer's shape comes from the scalar cores once per distinct value
 (parcalc.core.activations for one sequence, parcalc.core.memory for a stage's parameters,
@@ -39,6 +50,7 @@ from parcalc.core.memory import (
     state_bytes,
 )
 from parcalc.core.model import TransformerModel
+from parcalc.core.stages import balanced_splits, stage_split
 from parcalc.core.timing.step import (
     DataParallelPieces,
     StagePieces,
@@ -53,7 +65,8 @@ from parcalc.errors import InputError
 RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 
 # Columns of the evaluated table, in order: the configuration, then what it costs.
-CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch", "micro_batches", "recompute", "zero", "sequence_parallel", "schedule", "chunks")
+CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch", "micro_batches", "recompute", "zero", "sequence_parallel", "schedule", "chunks",
+                 "first_stage_layers", "last_stage_layers")  # the layers on the first and last stage (L/p each when even)
 COST_FIELDS = ("memory", "fits", "t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_optimizer", "t_step", "tokens_per_second", "mfu", "hfu")
 
 
@@ -70,6 +83,8 @@ class SearchSpace:
     tp: int | None = None  # pinned dimensions (None: every valid value)
     pp: int | None = None
     dp: int | None = None
+    first_stage_layers: int | None = None  # a pinned uneven split (with a pinned pp; None: the search's own)
+    last_stage_layers: int | None = None
 
 
 @dataclass
@@ -77,15 +92,19 @@ class Evaluated:
     """Arrays, one entry per configuration evaluated (every field of CONFIG_FIELDS and COST_FIELDS)."""
 
     columns: dict[str, np.ndarray]
+    layers: int = 0  # the model's transformer layers (tells an even split from an uneven one)
 
     def __len__(self) -> int:
         return len(self.columns["tp"])
 
     def config(self, i: int) -> Config:
         c = self.columns
-        return Config(int(c["tp"][i]), int(c["pp"][i]), int(c["dp"][i]), int(c["micro_batch"][i]),
+        p, first, last = int(c["pp"][i]), int(c["first_stage_layers"][i]), int(c["last_stage_layers"][i])
+        even = self.layers % p == 0 and first == last == self.layers // p
+        return Config(int(c["tp"][i]), p, int(c["dp"][i]), int(c["micro_batch"][i]),
                       RECOMPUTES[int(c["recompute"][i])], int(c["zero"][i]), bool(c["sequence_parallel"][i]),
-                      Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, int(c["chunks"][i]))  # fmt: skip
+                      Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, int(c["chunks"][i]),
+                      None if even else first, None if even else last)  # fmt: skip
 
     def rows(self, order: np.ndarray | None = None) -> Iterator[tuple[object, ...]]:
         """Each configuration as a tuple of plain Python values, in CONFIG_FIELDS + COST_FIELDS order."""
@@ -95,8 +114,8 @@ class Evaluated:
         for j in range(len(index)):
             yield (lists["tp"][j], lists["pp"][j], lists["dp"][j], lists["micro_batch"][j], lists["micro_batches"][j],
                    RECOMPUTES[lists["recompute"][j]].value, lists["zero"][j], bool(lists["sequence_parallel"][j]),
-                   "interleaved" if lists["schedule"][j] else "1f1b", lists["chunks"][j],
-                   *(lists[k][j] for k in COST_FIELDS))  # fmt: skip
+                   "interleaved" if lists["schedule"][j] else "1f1b", lists["chunks"][j], lists["first_stage_layers"][j],
+                   lists["last_stage_layers"][j], *(lists[k][j] for k in COST_FIELDS))  # fmt: skip
 
 
 @dataclass
@@ -126,8 +145,11 @@ def divisors(n: int) -> list[int]:
 # Layouts
 
 
-def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejected: Counter) -> list[tuple[int, int, int]]:
-    """(tp, pp, dp) with tp x pp x dp = N that pass the divisibility and placement checks."""
+def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejected: Counter,
+            space: SearchSpace | None = None) -> list[tuple[int, int, int]]:  # fmt: skip
+    """(tp, pp, dp) with tp x pp x dp = N that pass the divisibility and placement checks (pp: an
+    even split, one of search_splits, or the split `space` pins)."""
+    pinned = space is not None and (space.first_stage_layers is not None or space.last_stage_layers is not None)
     found = []
     for t in divisors(cluster.gpus):
         for p in divisors(cluster.gpus // t):
@@ -136,13 +158,31 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
                 rejected["tp does not divide the heads or MLP width"] += 1
             elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
                 rejected["tp does not divide the GPUs of a node"] += 1
-            elif model.layers % p:
-                rejected["pp does not divide the layers"] += 1
+            elif model.layers % p and not search_splits(model.layers, p) and not (pinned and space is not None and p == space.pp):
+                rejected["pp does not divide the layers (no balanced uneven split)"] += 1
             elif training.global_batch % d:
                 rejected["dp does not divide the global batch"] += 1
             else:
                 found.append((t, p, d))
     return found
+
+
+def search_splits(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
+    """(n_first, n_last) of the uneven splits the search tries when pp does not divide the layers:
+    Megatron-LM's, with no stage above ceil(L / pp) layers (module docstring)."""
+    if pp < 2 or layers % pp == 0:
+        return ()
+    top = -(-layers // pp)
+    return tuple((f, z) for f, z in balanced_splits(layers, pp) if max(stage_split(layers, pp, f, z)) == top)
+
+
+def _splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[int | None, int | None]]:
+    """The (first, last) stage-layer pairs to evaluate for pp = p; (None, None): the even split."""
+    if space.first_stage_layers is not None or space.last_stage_layers is not None:
+        return [(space.first_stage_layers, space.last_stage_layers)]
+    if model.layers % p == 0:
+        return [(None, None)]
+    return list(search_splits(model.layers, p))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,8 +202,8 @@ class _Shapes:
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute], tuple[float, float, float, float]] = {}
-        self._dp: dict[tuple[int, int, int], DataParallelPieces] = {}
-        self._stages: dict[tuple[int, ...], tuple[float, ...]] = {}
+        self._dp: dict[tuple[int, int, int, int | None, int | None], DataParallelPieces] = {}
+        self._stages: dict[tuple[int | None, ...], tuple[float, ...]] = {}
 
     def activations(self, tp: int, sp: bool, recompute: Recompute) -> tuple[float, float, float, float]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute working set."""
@@ -184,27 +224,32 @@ class _Shapes:
                 )
         return self._activations[key]
 
-    def stage_params(self, tp: int, pp: int) -> tuple[float, float]:
-        """Parameters on one GPU of the first and of the last stage."""
-        par = Parallelism(tp, pp, 1, micro_batches=pp)
-        return stage_parameters(self.model, par, 0).value, stage_parameters(self.model, par, pp - 1).value
+    def stage_params(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
+        """Parameters on one GPU of the first, the second (the first middle one; with even stages
+        not needed, nan) and the last stage."""
+        par = Parallelism(tp, pp, 1, micro_batches=pp, first_stage_layers=first, last_stage_layers=last)
+        second = stage_parameters(self.model, par, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
+        return stage_parameters(self.model, par, 0).value, second, stage_parameters(self.model, par, pp - 1).value
 
-    def dp(self, tp: int, pp: int, dp: int) -> DataParallelPieces:
-        key = (tp, pp, dp)
+    def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None) -> DataParallelPieces:
+        key = (tp, pp, dp, first, last)
         if key not in self._dp:
-            self._dp[key] = dp_pieces(self.model, tp, pp, dp, self.training, self.cluster)
+            self._dp[key] = dp_pieces(self.model, tp, pp, dp, self.training, self.cluster, first=first, last=last)
         return self._dp[key]
 
-    def stage_arrays(self, tp: int, pp: int, dp: int, b: np.ndarray, sp: np.ndarray, r: np.ndarray) -> tuple[StagePieces, np.ndarray, np.ndarray]:
+    def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
+                     r: np.ndarray) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
         """parcalc.core.timing.step.stage_pieces for every configuration, from one scalar call per distinct (b, SP, r)."""
         keys = b * 8 + sp.astype(int) * 4 + r
         unique, inverse = np.unique(keys, return_inverse=True)
         rows = []
+        first, last = split
         for key in unique.tolist():
             size, rest = divmod(key, 8)
-            memo = (tp, pp, dp, size, rest)
+            memo = (tp, pp, dp, first, last, size, rest)
             if memo not in self._stages:
-                pieces, f_layer, b_layer = stage_pieces(self.model, tp, pp, dp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training, self.cluster)
+                pieces, f_layer, b_layer = stage_pieces(self.model, tp, pp, dp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training,
+                                                        self.cluster, first=first, last=last)  # fmt: skip
                 self._stages[memo] = (pieces.forward, pieces.backward, pieces.recompute, pieces.tp, pieces.tp_hidden, pieces.p2p,
                                       pieces.first_forward, pieces.last_backward, f_layer, b_layer)  # fmt: skip
             rows.append(self._stages[memo])
@@ -217,8 +262,10 @@ class _Shapes:
 # One layout's configurations, as arrays
 
 
-def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, space: SearchSpace, rejected: Counter) -> dict[str, np.ndarray] | None:
-    model, training = shapes.model, shapes.training
+def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ...], space: SearchSpace,
+                   rejected: Counter) -> dict[str, np.ndarray] | None:  # fmt: skip
+    """One layout's configurations with the layers per stage `split` (every stage's, first to last)."""
+    training = shapes.training
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes]
@@ -228,7 +275,7 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, space: SearchSpace, 
     sps = [sp for sp in space.sequence_parallel if not sp or t > 1]
     schedules = [(0, 1)]
     if p > 1 and space.interleaved:
-        per_stage = model.layers // p
+        per_stage = math.gcd(*split)  # v must divide every stage's layers (Megatron-LM, parcalc.core.stages)
         schedules += [(1, v) for v in divisors(per_stage) if v > 1 and (space.max_chunks is None or v <= space.max_chunks)]
     if not (sizes and recomputes and zeros and sps):
         return None
@@ -246,7 +293,8 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, space: SearchSpace, 
         return None
     n = b.size
     return {"tp": np.full(n, t), "pp": np.full(n, p), "dp": np.full(n, d), "micro_batch": b, "micro_batches": m, "recompute": r,
-            "zero": z, "sequence_parallel": sp.astype(bool), "schedule": sched, "chunks": v}  # fmt: skip
+            "zero": z, "sequence_parallel": sp.astype(bool), "schedule": sched, "chunks": v, "first_stage_layers": np.full(n, split[0]),
+            "last_stage_layers": np.full(n, split[-1])}  # fmt: skip
 
 
 def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -257,17 +305,20 @@ def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np
     return np.where(interleaved.astype(bool) & (v > 1), chunked, plain)
 
 
-def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray]) -> None:
-    """Fill in COST_FIELDS for one layout's configurations (parcalc.core.fit.estimate, on arrays)."""
+def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[int | None, int | None], split: tuple[int, ...]) -> None:
+    """Fill in COST_FIELDS for one layout's configurations (parcalc.core.fit.estimate, on arrays);
+    `given`: the (first, last) stage layers as a Config has them, `split`: every stage's layers."""
     model, training, cluster, per = shapes.model, shapes.training, shapes.cluster, shapes.per
     t, p, d = int(cols["tp"][0]), int(cols["pp"][0]), int(cols["dp"][0])
     b, m, r, z, sp, v = cols["micro_batch"], cols["micro_batches"], cols["recompute"], cols["zero"], cols["sequence_parallel"], cols["chunks"]
-    layers_here = model.layers // p
+    first, last = given
 
-    # Memory: the first and the last stage (the middle ones hold no more than the first).
+    # Memory: the first and the last stage, and with uneven stages the second, the fullest middle
+    # one (middle stages hold the same layers, and the earlier keep more micro-batches in flight);
+    # with even stages the middle ones hold no more than the first.
     table = np.array([[shapes.activations(t, bool(s), rec) for rec in RECOMPUTES] for s in (False, True)])  # [sp, r, 4]
     a_layer, a_emb, a_out, a_re = (table[sp.astype(int), r, i] * b for i in range(4))
-    p_first, p_last = shapes.stage_params(t, p)
+    p_first, p_second, p_last = shapes.stage_params(t, p, first, last)
     replicated = np.ones_like(b, dtype=float)
     shard_w = np.where(z >= 3, d, 1) * replicated
     shard_g = np.where(z >= 2, d, 1) * replicated
@@ -276,22 +327,25 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray]) -> None:
     gathered = np.where(z == 3, (2 * per.weight + per.gradient) * layer_params_per_rank(model, t), 0.0)
     n_first = _in_flight(p, m, 0, cols["schedule"], v)
     n_last = _in_flight(p, m, p - 1, cols["schedule"], v)
-    first = p_first * per_param + gathered + a_layer * layers_here * n_first + a_emb * n_first + a_re + training.reserve
+    on_first = p_first * per_param + gathered + a_layer * split[0] * n_first + a_emb * n_first + a_re + training.reserve
     if p == 1:
-        memory = first + a_out * n_last
+        memory = on_first + a_out * n_last
     else:
-        last = p_last * per_param + gathered + a_layer * layers_here * n_last + a_out * n_last + a_re + training.reserve
-        memory = np.maximum(first, last)
+        on_last = p_last * per_param + gathered + a_layer * split[-1] * n_last + a_out * n_last + a_re + training.reserve
+        memory = np.maximum(on_first, on_last)
+        if p > 2 and (first is not None or last is not None):
+            n_second = _in_flight(p, m, 1, cols["schedule"], v)
+            memory = np.maximum(memory, p_second * per_param + gathered + a_layer * split[1] * n_second + a_re + training.reserve)
 
     # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
     # the same combination as parcalc.core.fit.estimate, on arrays.
-    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, b, sp, r)
-    dp = shapes.dp(t, p, d)
+    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r)
+    dp = shapes.dp(t, p, d, first, last)
     framework = cluster.framework
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                       layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
-    t_opt = optimizer_step_time(model, t, p, d, z, training, cluster)
+    t_opt = optimizer_step_time(model, t, p, d, z, training, cluster, first=first, last=last)
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp)
     t_step = terms["t_step"]
     n, peak = cluster.gpus, cluster.peak
@@ -303,6 +357,22 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray]) -> None:
     )  # fmt: skip
 
 
+def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
+    """One layout evaluated with several splits: each configuration's best split (the one that
+    fits with the lowest step time, ties less memory; when none fits, the least memory), and how
+    many rows were dropped."""
+    cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
+    keys = [cols[k].astype(np.int64) for k in ("micro_batch", "recompute", "zero", "sequence_parallel", "schedule", "chunks")]
+    fits = cols["fits"].astype(bool)
+    rank = np.where(fits, cols["t_step"], cols["memory"])
+    order = np.lexsort((cols["memory"], rank, ~fits, *reversed(keys)))  # the last key sorts first
+    stacked = np.stack(keys, axis=1)[order]
+    first_of_group = np.ones(order.size, dtype=bool)
+    first_of_group[1:] = np.any(stacked[1:] != stacked[:-1], axis=1)
+    keep = np.sort(order[first_of_group])
+    return {k: a[keep] for k, a in cols.items()}, int(order.size - keep.size)
+
+
 # ---------------------------------------------------------------------------------------------
 # The search
 
@@ -312,25 +382,39 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
     """Every configuration of the space evaluated; `progress(done, total)` after each layout."""
     if cluster.gpus < 1:
         raise InputError(f"--gpus: must be at least 1, got {cluster.gpus}")
+    if space.first_stage_layers is not None or space.last_stage_layers is not None:
+        if space.pp is None:
+            flag = "--first-stage-layers" if space.first_stage_layers is not None else "--last-stage-layers"
+            raise InputError(f"{flag}: give --pp with it (the split is of that many stages)")
+        stage_split(model.layers, space.pp, space.first_stage_layers, space.last_stage_layers)
     rejected: Counter = Counter()
     shapes = _Shapes(model, training, cluster)
-    found = [(t, p, d) for t, p, d in layouts(model, training, cluster, rejected)
+    found = [(t, p, d) for t, p, d in layouts(model, training, cluster, rejected, space)
              if space.tp in (None, t) and space.pp in (None, p) and space.dp in (None, d)]  # fmt: skip
     parts = []
     for i, (t, p, d) in enumerate(found):
-        cols = _layout_arrays(shapes, t, p, d, space, rejected)
-        if cols is not None:
-            _evaluate_layout(shapes, cols)
-            parts.append(cols)
+        per_split = []
+        for given in _splits(model, p, space):
+            split = stage_split(model.layers, p, *given)
+            cols = _layout_arrays(shapes, t, p, d, split, space, rejected)
+            if cols is not None:
+                _evaluate_layout(shapes, cols, given, split)
+                per_split.append(cols)
+        if len(per_split) > 1:
+            best, dropped = _best_splits(per_split)
+            rejected["another uneven split of the same configuration is better"] += dropped
+            parts.append(best)
+        else:
+            parts += per_split
         if progress is not None:
             progress(i + 1, len(found))
     if parts:
         columns = {k: np.concatenate([c[k] for c in parts]) for k in CONFIG_FIELDS + COST_FIELDS}
     else:
         columns = {k: np.array([]) for k in CONFIG_FIELDS + COST_FIELDS}
-    evaluated = Evaluated(columns)
+    evaluated = Evaluated(columns, model.layers)
     rejected["memory (does not fit)"] += int(len(evaluated) - np.count_nonzero(columns["fits"])) if len(evaluated) else 0
     return SearchResult(evaluated, rejected, len(found))
 
 
-__all__ = ["Evaluated", "SearchResult", "SearchSpace", "divisors", "group_spans_nodes", "layouts", "search"]
+__all__ = ["Evaluated", "SearchResult", "SearchSpace", "divisors", "group_spans_nodes", "layouts", "search", "search_splits"]

@@ -455,3 +455,39 @@ def flops_utilization(flops: Derivation, step_time: float, gpus: float, peak: fl
         unit="fraction",
         source=MFU_SOURCE,
     )
+
+
+def stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> Derivation:
+    """Hardware FLOPs of pipeline stage `stage` (0-based) per iteration, every replica and TP rank
+    of it together: its layers' forward, backward (2 x forward) and recomputation, and on the last
+    stage the LM head's forward and backward. The stages add up to F_hw whatever the split; a
+    stage's share is what its GPUs must run while the others wait (Narayanan et al. 2021 sec. 2.2:
+    the pipeline runs at the pace of its slowest stage)."""
+    total_layers = sum(split)
+    inputs = [
+        Term("L_s", "L_stage", r"L_{\mathrm{stage}}", split[stage], "", f"layers on stage {stage + 1}"),
+        counted.layer_forward.as_term("F_layer"),
+    ]
+    per_layer = 3 * counted.layer_forward.value + counted.recomputed.value / total_layers
+    if counted.recomputed.value:
+        inputs += [counted.recomputed.as_term("F_re"), Term("L", "L", "L", total_layers, "", "transformer layers")]
+        formula, latex = "$L_s × (3 × $F_layer + $F_re / $L)", r"$L_s \left(3 $F_layer + \frac{$F_re}{$L}\right)"
+    else:
+        formula, latex = "$L_s × 3 × $F_layer", r"$L_s \times 3 $F_layer"
+    value = split[stage] * per_layer
+    head = counted.forward.value - total_layers * counted.layer_forward.value  # the LM head's forward (0 without a vocabulary)
+    if stage == len(split) - 1 and head:
+        inputs.append(Term("F_head", "F_head", r"F_{\mathrm{head}}", head, "FLOP", "LM head forward (on the last stage)"))
+        formula, latex, value = formula + " + 3 × $F_head", latex + r" + 3 $F_head", value + 3 * head
+    return Derivation(
+        key="stage_flops",
+        label=f"Hardware FLOPs of stage {stage + 1} of {len(split)} per iteration (all its GPUs)",
+        symbol="F_stage",
+        latex_symbol=r"F_{\mathrm{stage}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(inputs),
+        value=value,
+        unit="FLOP",
+        source=f"{KORTHIKANTI_FLOPS}, per layer; layers per stage by Megatron-LM's split (parcalc.core.stages)",
+    )

@@ -20,7 +20,7 @@ Adam/AdamW keep two states per parameter (exp_avg, exp_avg_sq), SGD with momentu
 none (Kingma & Ba 2015; torch/optim/sgd.py keeps a momentum_buffer only when momentum != 0).
 
 Activations come from parcalc.core.activations (Korthikanti et al. 2022) times the layers of a
-stage and the micro-batches the pipeline schedule keeps in flight on it
+stage (L/p, or Megatron-LM's uneven first and last stages: parcalc.core.stages) and the micro-batches the pipeline schedule keeps in flight on it
 (parcalc.core.pipeline.in_flight_micro_batches; Korthikanti's interleaving factor is its value
 for the first stage divided by p).
 """
@@ -44,6 +44,7 @@ from parcalc.core.activations import (
 from parcalc.core.choices import Optimizer, Precision  # noqa: F401 - re-exported
 from parcalc.core.model import Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
+from parcalc.core.stages import stage_layers_derivation, stage_split
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
@@ -126,6 +127,8 @@ class Parallelism:
     schedule: Schedule = Schedule.ONE_F_ONE_B
     micro_batches: int = 1
     chunks: int = 1
+    first_stage_layers: int | None = None  # None: Megatron-LM's even split (parcalc.core.stages)
+    last_stage_layers: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -147,10 +150,7 @@ def check_parallelism(model: TransformerModel, par: Parallelism) -> None:
     if par.schedule.splits_backward:
         raise InputError(f"--schedule: {par.schedule.value} is not modelled for memory; use gpipe, 1f1b or interleaved")
     check_shape(par.schedule, par.pp, par.micro_batches, par.chunks)
-    per_device = par.pp * par.chunks
-    if model.layers % per_device:
-        what = f"pp x chunks = {par.pp} x {par.chunks}" if par.chunks > 1 else f"pp = {par.pp}"
-        raise InputError(f"--pp: {model.layers} layers do not split evenly over {what} (Megatron-LM requires equal stages)")
+    stage_layers(model, par)  # Megatron-LM's split, even or with uneven first and last stages
 
 
 def vocab_shard(model: TransformerModel, tp: int) -> int:
@@ -175,8 +175,9 @@ def layer_params_per_rank(model: TransformerModel, tp: int) -> int:
     return weights + biases + model.norm_params_per_layer
 
 
-def stage_layers(model: TransformerModel, par: Parallelism) -> int:
-    return model.layers // par.pp
+def stage_layers(model: TransformerModel, par: Parallelism) -> tuple[int, ...]:
+    """Transformer layers of each stage, first to last (parcalc.core.stages: Megatron-LM's rule)."""
+    return stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks)
 
 
 def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> Derivation:
@@ -186,7 +187,7 @@ def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> D
     head (untied), or a copy of the word embeddings when tied and p > 1 (Megatron-LM keeps one
     on each end and all-reduces their gradients).
     """
-    layers = stage_layers(model, par)
+    layers = stage_layers(model, par)[stage]
     per_layer = layer_params_per_rank(model, par.tp)
     inputs = [
         Term("L_s", "L_stage", r"L_{\mathrm{stage}}", layers, "", "layers on this stage"),
@@ -458,10 +459,8 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     params = stage_parameters(model, par, stage)
     states = model_states(params.value, per, par.zero, par.dp, params_source=params.label)
     gathered = zero3_working_set(model, par, per) if par.zero == 3 else None
-    n_layers = stage_layers(model, par)
-    layers = Derivation("stage_layers", "Layers on this stage", "L_stage", r"L_{\mathrm{stage}}", "$L / $p", r"\frac{$L}{$p}",
-                        (Term("L", "L", "L", model.layers, "", "layers"), Term("p", "p", "p", par.pp, "", "pipeline stages")),
-                        float(n_layers), "", "equal stages (Megatron-LM)")  # fmt: skip
+    layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks)
+    n_layers = int(layers.value)
     in_flight = _in_flight(par, stage)
     activations = Derivation(
         key="stage_activations",
@@ -473,7 +472,7 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
         inputs=(layer.per_layer.as_term("A_layer"), layers.as_term("L_stage"), in_flight.as_term("n")),
         value=layer.per_layer.value * n_layers * in_flight.value,
         unit="B",
-        source="Korthikanti et al. 2022 sec. 4.2.3: the first stage keeps p micro-batches of L/p layers, L layers' worth",
+        source="Korthikanti et al. 2022 sec. 4.2.3: the first stage keeps p micro-batches of its layers (L/p each: L layers' worth)",
     )
     embedding = embedding_activations(model, config, in_flight.value) if stage == 0 and model.vocab else None
     output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None

@@ -468,6 +468,7 @@ class BubbleAnalysis:
     latency: float
     closed: tuple[Derivation, ...]
     timeline: sim.Timeline | None
+    stage_layers: tuple[int, ...] | None = None  # layers per stage when the times are per layer (`--layers`)
 
     @property
     def title(self) -> str:
@@ -492,8 +493,13 @@ class BubbleAnalysis:
             "one micro-batch's pass on a stage is one indivisible operation; a device runs one operation at a time",
             "times per micro-batch per stage; with v chunks each chunk's pass takes 1/v of its stage's time",
         ]
+        if self.stage_layers is not None:
+            from parcalc.core.stages import split_text
+
+            assumptions.append(f"stages of {split_text(self.stage_layers)} layers: a stage's pass takes its layers x one layer's time "
+                               "(embedding and LM head not counted)")  # fmt: skip
         if self.stage_times is not None:
-            assumptions.append("--stage-times: the closed forms use the slowest stage's times (balanced stages); the simulation uses each stage's own")
+            assumptions.append("unbalanced stages: the closed forms use the slowest stage's times (it sets the pace); the simulation uses each stage's own")
         if self.timeline is None:
             verdicts.append(f"not simulated: more than {MAX_SIMULATED_OPERATIONS:,} operations; the closed forms above need no simulation")
         else:
@@ -503,6 +509,8 @@ class BubbleAnalysis:
         settings = [("schedule", self.schedule.value)]
         if self.stage_times is not None:
             settings.append(("stage_times", ",".join(f"{t.forward:g}" for t in self.stage_times)))
+        if self.stage_layers is not None:
+            settings.append(("stage_layers", ",".join(str(n) for n in self.stage_layers)))
         return Result(
             command="bubble",
             title=self.title,
@@ -561,16 +569,30 @@ def analyse_bubble(
     stage_times: Sequence[float] | None = None,
     latency: float = 0.0,
     target: float | None = None,
+    stage_layers: Sequence[int] | None = None,
 ) -> BubbleAnalysis:
     """Closed forms for the schedule and its simulation.
 
     stage_times: per-stage forward times in seconds (unbalanced stages); each stage's backward
     and W keep the ratios of `times` to its forward. The closed forms then use the slowest stage.
+    stage_layers: transformer layers per stage (parcalc.core.stages.stage_split); `times` are then
+    one layer's, and each stage's are its layers' (the slowest stage sets the pace).
     """
     check_shape(schedule, stages, micro_batches, chunks)
     times = times or pass_times()
     per_stage: tuple[PassTimes, ...] | None = None
     balanced = times
+    layers: tuple[int, ...] | None = None
+    if stage_layers is not None:
+        if stage_times is not None:
+            raise InputError("--layers: gives each stage's time from its layers; not with --stage-times")
+        layers = tuple(stage_layers)
+        if len(layers) != stages:
+            raise InputError(f"--layers: layers of {len(layers)} stages for --stages {stages}")
+        if len(set(layers)) == 1:  # even stages: one stage's time, the balanced closed forms hold as they are
+            times = balanced = times.scaled(layers[0])
+        else:
+            stage_times = [n * times.forward for n in layers]
     if stage_times is not None:
         if len(stage_times) != stages:
             raise InputError(f"--stage-times: give one forward time per stage, {stages} in all; got {len(stage_times)}")
@@ -595,7 +617,7 @@ def analyse_bubble(
         timeline = simulate_schedule(schedule, stages, micro_batches, per_stage or balanced, chunks=chunks, latency=latency)
     elif not (math.isfinite(latency) and latency >= 0):
         raise InputError(f"--p2p-latency: must be a time of at least zero, got {latency!r}")
-    return BubbleAnalysis(schedule, stages, micro_batches, chunks, balanced, per_stage, latency, tuple(closed), timeline)
+    return BubbleAnalysis(schedule, stages, micro_batches, chunks, balanced, per_stage, latency, tuple(closed), timeline, layers)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ class StagePieces:
     p2p: float
     first_forward: Any
     last_backward: Any
+    layers: int = 0  # transformer layers of the slowest stage (0: not given)
 
 
 @dataclass(frozen=True)
@@ -120,10 +121,13 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
 
 
 def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequence_parallel: bool, recompute: Any,
-                 training: Any, cluster: Any) -> tuple[StagePieces, float, float]:  # fmt: skip
+                 training: Any, cluster: Any, *, first: int | None = None, last: int | None = None) -> tuple[StagePieces, float, float]:  # fmt: skip
     """The slowest stage's pieces for one micro-batch, and one layer's forward and backward time
-    (with its recomputation) for ZeRO-3's prefetch windows."""
+    (with its recomputation) for ZeRO-3's prefetch windows. first / last: layers of the first and
+    last stage (Megatron-LM's uneven split, parcalc.core.stages; None: L/p on every stage); the
+    slowest of the first, a middle and the last stage (compute and exposed TP) sets the pace."""
     from parcalc.core.choices import Collective, Recompute
+    from parcalc.core.stages import stage_split
     from parcalc.core.timing.compute import LayerShard, end_passes, layer_passes
     from parcalc.core.timing.network import collective_time, placement
 
@@ -133,17 +137,13 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
                        training.causal, e)  # fmt: skip
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
-    layers_here = model.layers // pp
+    uneven = first is not None or last is not None
+    split = stage_split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)  # first, a middle, last
     f_layer, b_layer, r_layer = layer.t_forward, layer.t_backward, layer.t_recompute(recompute)
-    first_f = layers_here * f_layer + ends.t_first_forward + (ends.t_last_forward if pp == 1 else 0.0)
-    first_b = layers_here * (b_layer + r_layer) + ends.t_first_backward + (ends.t_last_backward if pp == 1 else 0.0)
-    last_f = layers_here * f_layer + ends.t_last_forward
-    last_b = layers_here * (b_layer + r_layer) + ends.t_last_backward
-    if first_f + first_b >= last_f + last_b:
-        forward, backward_and_re = first_f, first_b
-    else:
-        forward, backward_and_re = last_f, last_b
-    recomputed = layers_here * r_layer
+    first_f = split[0] * f_layer + ends.t_first_forward + (ends.t_last_forward if pp == 1 else 0.0)
+    first_b = split[0] * (b_layer + r_layer) + ends.t_first_backward + (ends.t_last_backward if pp == 1 else 0.0)
+    last_f = split[-1] * f_layer + ends.t_last_forward
+    last_b = split[-1] * (b_layer + r_layer) + ends.t_last_backward
     activation = micro_batch * training.seq_len * model.hidden * e
     if tp > 1:
         group = placement(tp, 1, cluster.gpus_per_node)
@@ -152,34 +152,69 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
                    + collective_time(Collective.REDUCE_SCATTER, activation, group, fabric).time)  # fmt: skip
         else:
             one = collective_time(Collective.ALL_REDUCE, activation, group, fabric).time
-        slots = 6 if recompute is Recompute.FULL else 4
-        tp_time = layers_here * slots * one
-        tp_hidden = layers_here * layer.t_gemms()
+        tp_layer, hidden_layer = (6 if recompute is Recompute.FULL else 4) * one, layer.t_gemms()
     else:
-        tp_time = tp_hidden = 0.0
+        tp_layer = hidden_layer = 0.0
+    # The slowest stage sets the pace (the first of equals: the first stage). Equal stages: the
+    # first or the last (same layers, same TP time; a middle one is the first without the embedding).
+    if uneven:
+        candidates = [(first_f, first_b, split[0]), (last_f, last_b, split[-1])] if pp > 1 else [(first_f, first_b, split[0])]
+        if pp > 2:
+            candidates.insert(1, (split[1] * f_layer, split[1] * (b_layer + r_layer), split[1]))
+        forward, backward_and_re, layers_here = _slowest(candidates, tp_layer, hidden_layer, cluster.overlap_tp)
+    elif first_f + first_b >= last_f + last_b:
+        forward, backward_and_re, layers_here = first_f, first_b, split[0]
+    else:
+        forward, backward_and_re, layers_here = last_f, last_b, split[-1]
+    recomputed = layers_here * r_layer
+    tp_time, tp_hidden = layers_here * tp_layer, layers_here * hidden_layer
     if pp > 1:
         group = placement(2, tp * dp, cluster.gpus_per_node)
         p2p = collective_time(Collective.POINT_TO_POINT, activation / tp, group, fabric).time
     else:
         p2p = 0.0
-    pieces = StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b)
+    pieces = StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here)
     return pieces, f_layer, b_layer + r_layer
 
 
-def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any) -> DataParallelPieces:
-    """The data-parallel collectives of the fullest stage's GPU over its dp ranks."""
+def _slowest(stages: list[tuple[float, float, int]], tp_layer: float, hidden_layer: float, overlap_tp: bool) -> tuple[float, float, int]:
+    """The (forward, backward with recomputation, layers) of the stage with the most compute and
+    exposed TP time per micro-batch (the first of equals)."""
+
+    def pace(stage: tuple[float, float, int]) -> float:
+        tp_stage = stage[2] * tp_layer
+        return stage[0] + stage[1] + (max(tp_stage - stage[2] * hidden_layer, 0.0) if overlap_tp else tp_stage)
+
+    return max(stages, key=pace)
+
+
+def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, int]:
+    """(parameters on one GPU, layers) of the stage holding the most parameters: the first, a
+    middle or the last (parcalc.core.memory.stage_parameters; the first of equals)."""
+    from parcalc.core.memory import Parallelism, stage_layers, stage_parameters
+
+    par = Parallelism(tp, pp, 1, micro_batches=pp, first_stage_layers=first, last_stage_layers=last)
+    split = stage_layers(model, par)
+    stages = (0, 1, pp - 1) if pp > 2 and (first is not None or last is not None) else (0, pp - 1)  # even: a middle stage holds less
+    held = [(stage_parameters(model, par, s).value, split[s]) for s in stages]
+    return max(held, key=lambda x: x[0])
+
+
+def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any, *, first: int | None = None,
+              last: int | None = None) -> DataParallelPieces:  # fmt: skip
+    """The data-parallel collectives of the fullest stage's GPU over its dp ranks (first / last:
+    Megatron-LM's uneven split, as in stage_pieces)."""
     import math
 
     from parcalc.core.choices import Collective
-    from parcalc.core.memory import Parallelism, layer_params_per_rank, stage_parameters
+    from parcalc.core.memory import layer_params_per_rank
     from parcalc.core.timing.network import collective_time, placement
 
+    params, layers = _fullest_stage(model, tp, pp, first, last)
     if dp == 1:
-        return DataParallelPieces(0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, model.layers // pp)
+        return DataParallelPieces(0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, layers)
     fabric, framework = cluster.fabric, cluster.framework
     group = placement(dp, tp, cluster.gpus_per_node)
-    par = Parallelism(tp, pp, 1, micro_batches=pp)
-    params = max(stage_parameters(model, par, 0).value, stage_parameters(model, par, pp - 1).value)
     wire = framework.reduce_bytes
     weight = 2.0 if training.precision.activation_bytes == 2.0 else 4.0
     buckets = max(1.0, float(math.ceil(params / framework.bucket_params(dp, wire))))
@@ -189,7 +224,7 @@ def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any
         return buckets * collective_time(op, bucket * element_bytes, group, fabric).time
 
     layer = layer_params_per_rank(model, tp)
-    root = max(params - (model.layers // pp) * layer, 0.0)
+    root = max(params - layers * layer, 0.0)
     return DataParallelPieces(
         grad_all_reduce=per_bucket(Collective.ALL_REDUCE, wire),
         grad_reduce_scatter=per_bucket(Collective.REDUCE_SCATTER, wire),
@@ -198,27 +233,28 @@ def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any
         layer_gather=collective_time(Collective.ALL_GATHER, layer * weight, group, fabric).time,
         layer_reduce=collective_time(Collective.REDUCE_SCATTER, layer * wire, group, fabric).time,
         root_gather=collective_time(Collective.ALL_GATHER, root * weight, group, fabric).time if root else 0.0,
-        layers=model.layers // pp,
+        layers=layers,
     )
 
 
-def optimizer_traffic(model: Any, tp: int, pp: int, training: Any) -> tuple[float, float]:
+def optimizer_traffic(model: Any, tp: int, pp: int, training: Any, *, first: int | None = None,
+                      last: int | None = None) -> tuple[float, float]:  # fmt: skip
     """(parameters on the fullest stage's GPU before ZeRO sharding, HBM bytes one parameter's update moves)."""
     from parcalc.core.choices import Precision
-    from parcalc.core.memory import Parallelism, stage_parameters, state_bytes
+    from parcalc.core.memory import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
 
-    par = Parallelism(tp, pp, 1, micro_batches=pp)
-    params = max(stage_parameters(model, par, 0).value, stage_parameters(model, par, pp - 1).value)
+    params, _ = _fullest_stage(model, tp, pp, first, last)
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
     master = training.precision is not Precision.FP32 and training.precision is not Precision.BF16
     return params, optimizer_bytes(training.optimizer.states, per.gradient, per.weight, master)
 
 
-def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any) -> Any:
+def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, first: int | None = None,
+                        last: int | None = None) -> Any:  # fmt: skip
     """The optimizer's update of the local parameters (sharded over dp from ZeRO-1 on)."""
     from parcalc.core.timing.compute import optimizer_time
 
-    params, traffic = optimizer_traffic(model, tp, pp, training)
+    params, traffic = optimizer_traffic(model, tp, pp, training, first=first, last=last)
     whole = optimizer_time(params, traffic, cluster.spec)
     return np.where(np.asarray(zero) >= 1, whole / dp, whole)  # ZeRO-1 and up shard the states (dp = 1: the same)

@@ -1,0 +1,193 @@
+"""Transformer layers per pipeline stage: Megatron-LM's even split and its uneven first and last stages.
+
+Megatron-LM (NVIDIA/Megatron-LM at d98e8a64ddf3; the line numbers below are of that commit):
+
+- Without --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, every stage
+  builds L/p layers and p must divide L: megatron/training/arguments.py, validate_args, lines
+  985-998 ('Number of layers should be divisible by the pipeline-model-parallel size'), and
+  megatron/core/transformer/transformer_block.py, get_num_layers_to_build, lines 147-159.
+- With them, the first stage builds n_first layers, the last n_last, and the L - n_first - n_last
+  others split evenly over the stages left, p - 2 when both are given and p - 1 when one is
+  (get_num_layers_to_build, lines 103-146: layers_to_distribute, pipeline_stages_left).
+- TransformerConfig.__post_init__ (megatron/core/transformer/transformer_config.py, "Uneven PP",
+  lines 2294-2366) refuses n_first or n_last <= 0 ('must be larger than 0'), middle layers left
+  over with no middle stage or middle stages with no layers ('Mismatch'), a remainder that the
+  middle stages do not divide, and with v virtual stages (the interleaved schedule) an n_first,
+  n_last or middle-stage count that v does not divide (each stage is cut into v chunks, lines
+  161-181 of transformer_block.py).
+
+parcalc follows those rules exactly: 0 layers on the first or last stage is an error (Megatron
+refuses it), and so is an empty middle stage. Megatron's other ways to unbalance the ends,
+--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split (the embedding
+or the loss counts as one layer of the split), give the same layers per stage as n_first = n_last
+= (L + 2)/p - 1 without interleaving, so they are entered with these two flags; with interleaving
+they differ (the embedding takes a slot of the first chunk only) and are not modelled.
+
+Examples. Llama 3 405B: 126 layers on 16 stages, 'we reduce one Transformer layer each from the
+first and the last stages' (Dubey et al. 2024, The Llama 3 Herd of Models, sec. 3.3.2): 7 + 14 x 8
++ 7 = 126. BLOOM 176B: 70 layers on 12 stages with Megatron-DeepSpeed's 'type:transformer|embedding'
+partition, 'pp rank 0: [embed | 5 transformer blocks] ... pp rank 1: [6 transformer blocks] ...
+pp rank 11: [5 transformer blocks | embed]' (bigscience-workshop/bigscience,
+train/tr11-176B-ml/README.md): 5 + 10 x 6 + 5 = 70, entered as --first-stage-layers 5
+--last-stage-layers 5.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from parcalc.core.activations import MAX_COUNT
+from parcalc.derivation import Derivation, Term
+from parcalc.errors import InputError
+
+FIRST_FLAG = "--first-stage-layers"
+LAST_FLAG = "--last-stage-layers"
+MEGATRON_EVEN = (
+    "Megatron-LM: equal stages, p divides L (megatron/training/arguments.py, validate_args; "
+    "megatron/core/transformer/transformer_block.py, get_num_layers_to_build)"
+)
+MEGATRON_UNEVEN = (
+    "Megatron-LM's uneven pipeline, --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers "
+    "(megatron/core/transformer/transformer_block.py, get_num_layers_to_build; transformer_config.py, 'Uneven PP')"
+)
+
+
+def _check_given(flag: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{flag}: must be a whole number of layers, got {value!r}")
+    if value < 1:
+        raise InputError(f"{flag}: at least 1 layer, got {value} (Megatron-LM refuses an empty first or last stage: "
+                         "'must be larger than 0')")  # fmt: skip
+    if value > MAX_COUNT:
+        raise InputError(f"{flag}: {value:.4g} is beyond any possible size (at most 2^53 = {MAX_COUNT:,})")
+
+
+def stage_split(layers: int, pp: int, first: int | None = None, last: int | None = None, chunks: int = 1, *,
+                pp_flag: str = "--pp") -> tuple[int, ...]:  # fmt: skip
+    """Transformer layers of each of the `pp` stages, first to last, by Megatron-LM's rule (module
+    docstring): L/p each when neither `first` nor `last` is given, else `first` and `last` layers on
+    the end stages and the rest split evenly over the middle ones. `chunks`: the interleaved
+    schedule's model chunks per stage, which must divide every stage's layers. InputError, naming
+    the flag, for a split Megatron refuses (`pp_flag`: the flag that gave pp)."""
+    for flag, value in (("--layers", layers), (pp_flag, pp), ("--chunks", chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{flag}: must be a whole number of at least 1, got {value!r}")
+    if first is None and last is None:
+        if layers % (pp * chunks):
+            what = f"pp x chunks = {pp} x {chunks}" if chunks > 1 else f"pp = {pp}"
+            raise InputError(f"{pp_flag}: {layers} layers do not split evenly over {what} (Megatron-LM requires equal stages "
+                             f"unless {FIRST_FLAG} / {LAST_FLAG} are given){_hint(layers, pp, chunks)}")  # fmt: skip
+        return (layers // pp,) * pp
+    given = [(flag, n) for flag, n in ((FIRST_FLAG, first), (LAST_FLAG, last)) if n is not None]
+    for flag, n in given:
+        _check_given(flag, n)
+    names = " and ".join(flag for flag, _ in given)
+    if pp == 1:
+        raise InputError(f"{names}: an uneven split needs {pp_flag} > 1 (one stage holds all {layers} layers)")
+    for flag, n in given:
+        if n >= layers:
+            raise InputError(f"{flag}: {n} layers leave none for the other {pp - 1} stage(s) of a {layers}-layer model; "
+                             "every stage needs at least one")  # fmt: skip
+    middle = pp - len(given)
+    rest = layers - sum(n for _, n in given)
+    sum_text = " + ".join(f"{n}" for _, n in given)
+    others = f"{middle} middle stage(s)" if len(given) == 2 else f"other {middle} stage(s)"
+    if rest < 0:
+        raise InputError(f"{names}: {sum_text} = {layers - rest} layers, more than the model's {layers}{_hint(layers, pp, chunks)}")
+    if middle == 0 and rest != 0:
+        raise InputError(f"{names}: {sum_text} = {layers - rest} layers, but with {pp_flag} 2 the two stages hold all {layers} layers "
+                         f"(Megatron-LM's 'Mismatch' check){_hint(layers, pp, chunks)}")  # fmt: skip
+    if middle > 0 and rest < middle:
+        raise InputError(f"{names}: {sum_text} layers leave {rest} of the {layers} for the {others}; "
+                         f"every stage needs at least one layer{_hint(layers, pp, chunks)}")  # fmt: skip
+    if middle > 0 and rest % middle:
+        raise InputError(f"{names}: the {rest} layers left after {sum_text} do not split evenly over the {others} "
+                         f"(Megatron-LM requires it){_hint(layers, pp, chunks)}")  # fmt: skip
+    each = rest // middle if middle else 0
+    n_first = first if first is not None else each
+    n_last = last if last is not None else each
+    split = (n_first,) + (each,) * (pp - 2) + (n_last,)
+    if chunks > 1:
+        for where, n in (("first stage", n_first), ("middle stages", each if pp > 2 else None), ("last stage", n_last)):
+            if n is not None and n % chunks:
+                raise InputError(f"--chunks: {chunks} chunks per stage do not divide the {n} layers of the {where} "
+                                 "(Megatron-LM cuts every stage into v equal chunks)")  # fmt: skip
+    return split
+
+
+def _hint(layers: int, pp: int, chunks: int) -> str:
+    """A valid uneven split to suggest, when there is one."""
+    if pp < 2:
+        return ""
+    options = balanced_splits(layers, pp, chunks)
+    if not options:
+        return ""
+    first, last = min(options, key=lambda s: (abs(s[0] - s[1]), s[1]))
+    return f"; e.g. {FIRST_FLAG} {first} {LAST_FLAG} {last} ({split_text(stage_split(layers, pp, first, last, chunks))})"
+
+
+@lru_cache(maxsize=256)
+def balanced_splits(layers: int, pp: int, chunks: int = 1) -> tuple[tuple[int, int], ...]:
+    """(n_first, n_last) of the uneven splits Megatron-LM allows whose fullest stage holds the fewest
+    layers any of them can: the splits `fit --search` tries when p does not divide L. For 126 layers
+    on 16 stages: (6, 8), (7, 7), (8, 6), each with 8 layers on every middle stage."""
+    if pp < 2 or layers < pp:
+        return ()
+    found: list[tuple[int, int, int]] = []
+    middle_stages = pp - 2
+    for each in range(1, (layers - 2) // middle_stages + 1) if middle_stages else (0,):
+        rest = layers - middle_stages * each
+        if middle_stages and each % chunks:
+            continue
+        for first in range(chunks, rest, chunks):
+            last = rest - first
+            if last >= 1 and last % chunks == 0:
+                found.append((max(first, last, each), first, last))
+    if not found:
+        return ()
+    fewest = min(top for top, _, _ in found)
+    return tuple(sorted((first, last) for top, first, last in found if top == fewest))
+
+
+def split_text(split: tuple[int, ...]) -> str:
+    """'7 + 14 x 8 + 7': runs of equal stages as count x layers."""
+    parts, i = [], 0
+    while i < len(split):
+        j = i
+        while j < len(split) and split[j] == split[i]:
+            j += 1
+        parts.append(f"{split[i]}" if j - i == 1 else f"{j - i} x {split[i]}")
+        i = j
+    return " + ".join(parts)
+
+
+def is_uneven(first: int | None, last: int | None) -> bool:
+    return first is not None or last is not None
+
+
+def stage_layers_derivation(layers: int, pp: int, first: int | None, last: int | None, stage: int, chunks: int = 1) -> Derivation:
+    """L_stage of stage `stage` (0-based), with the formula of Megatron-LM's rule it follows."""
+    split = stage_split(layers, pp, first, last, chunks)
+    l_term = Term("L", "L", "L", layers, "", "transformer layers")
+    p_term = Term("p", "p", "p", pp, "", "pipeline stages")
+    label = f"Layers on stage {stage + 1}"
+    if not is_uneven(first, last):
+        return Derivation("stage_layers", label, "L_stage", r"L_{\mathrm{stage}}", "$L / $p", r"\frac{$L}{$p}", (l_term, p_term),
+                          float(split[stage]), "", MEGATRON_EVEN)  # fmt: skip
+    f_term = Term("n_first", "n_first", r"n_{\mathrm{first}}", first or 0, "", f"layers on the first stage ({FIRST_FLAG})")
+    z_term = Term("n_last", "n_last", r"n_{\mathrm{last}}", last or 0, "", f"layers on the last stage ({LAST_FLAG})")
+    if stage == 0 and first is not None:
+        formula, latex, inputs = "$n_first", "$n_first", (f_term,)
+    elif stage == pp - 1 and last is not None:
+        formula, latex, inputs = "$n_last", "$n_last", (z_term,)
+    elif first is not None and last is not None:
+        formula, latex, inputs = (
+            "($L - $n_first - $n_last) / ($p - 2)",
+            r"\frac{$L - $n_first - $n_last}{$p - 2}",
+            (l_term, f_term, z_term, p_term),
+        )
+    else:
+        given = f_term if first is not None else z_term
+        formula, latex, inputs = f"($L - ${given.key}) / ($p - 1)", rf"\frac{{$L - ${given.key}}}{{$p - 1}}", (l_term, given, p_term)
+    return Derivation("stage_layers", label, "L_stage", r"L_{\mathrm{stage}}", formula, latex, inputs, float(split[stage]), "",
+                      MEGATRON_UNEVEN)  # fmt: skip
