@@ -41,6 +41,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "flops": CommandSpec("parcalc.commands.flops", function="flops"),
     "fit": CommandSpec("parcalc.commands.fit", function="fit"),
     "presets": CommandSpec("parcalc.commands.presets", app="presets_app"),
+    "calibrate": CommandSpec("parcalc.commands.calibrate", app="calibrate_app"),
     "report": CommandSpec("parcalc.commands.report", function="report"),
 }
 

@@ -18,6 +18,7 @@ Unknown keys, missing units and missing sources are errors naming the file and t
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,7 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from parcalc.core.dtypes import COMPUTE_DTYPES
-from parcalc.core.hardware import DtypeRates, Gpu, KernelRates, Link, Node, Sourced
+from parcalc.core.hardware import (
+    DtypeRates,
+    Gpu,
+    KernelRates,
+    Link,
+    MatmulPoint,
+    MatmulSweep,
+    MeasuredCollective,
+    MeasuredSize,
+    Node,
+    Sourced,
+)
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError
 from parcalc.resources import data_dir
@@ -319,7 +331,7 @@ def _check_kind(doc: _Doc, category: Category) -> None:
 
 _GPU_KEYS = (
     "kind", "name", "vendor", "architecture", "sources", "sms", "boost_clock", "memory_capacity",
-    "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes",
+    "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes", "matmul_measured",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
@@ -361,6 +373,7 @@ def gpu_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Gpu:
         notes=doc.texts("notes"),
         kernels=_kernels(doc, sources, dtypes) if "kernels" in doc.data else None,
         node=_node(doc, sources) if "node" in doc.data else None,
+        matmul_measured=_matmul_measured(doc, sources, dtypes) if "matmul_measured" in doc.data else (),
     )
 
 
@@ -399,6 +412,60 @@ def _node(doc: _Doc, sources: Mapping[str, str]) -> Node:
                 nics=node.integer("nics"), source=node.source_ref("source", sources))  # fmt: skip
 
 
+_MATMUL_POINT_KEYS = ("m", "k", "n", "time", "achieved", "quantisation", "share")
+
+
+def _matmul_measured(doc: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, MatmulSweep], ...]:
+    """`matmul_measured:` dtype -> {source, rows: [{m, k, n, time, achieved, quantisation, share}]},
+    the sweep `parcalc calibrate gemm` measured (data: the model uses `kernels.matmul`)."""
+    table = doc.child("matmul_measured")
+    sweeps = []
+    for dtype in table.data:
+        if dtype not in dtypes:
+            raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
+        sweep = table.child(str(dtype))
+        sweep.only(("source", "rows"))
+        points = []
+        for where, row in _rows(sweep, _MATMUL_POINT_KEYS):
+            m, k, n = (_whole(row, key, where) for key in ("m", "k", "n"))
+            time = _row_quantity(row, "time", Dimension.TIME, where)
+            achieved = _row_quantity(row, "achieved", Dimension.FLOP_RATE, where)
+            quantisation = _row_quantity(row, "quantisation", Dimension.FRACTION, where)
+            if quantisation > 1:
+                raise PresetError(f"{where}.quantisation: a share of at most 1, got {quantisation!r}")
+            points.append(MatmulPoint(m, k, n, time, achieved, quantisation, _row_quantity(row, "share", Dimension.FRACTION, where)))
+        sweeps.append((str(dtype), MatmulSweep(sweep.source_ref("source", sources), tuple(points))))
+    return tuple(sweeps)
+
+
+def _rows(doc: _Doc, keys: tuple[str, ...]) -> list[tuple[str, Mapping[str, Any]]]:
+    """`rows:` a non-empty list of mappings with exactly `keys`; each with its dotted location."""
+    rows = doc.data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        raise doc.error("rows", "expected a non-empty list of rows")
+    located = []
+    for index, row in enumerate(rows):
+        where = f"{doc.path}: key '{doc.where}.rows[{index}]'"
+        if not isinstance(row, dict) or set(row) != set(keys):
+            raise PresetError(f"{where}: expected a mapping with exactly the keys {', '.join(keys)}")
+        located.append((where, row))
+    return located
+
+
+def _whole(row: Mapping[str, Any], key: str, where: str) -> int:
+    value = row[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PresetError(f"{where}.{key}: expected a whole number >= 1, got {value!r}")
+    return value
+
+
+def _row_quantity(row: Mapping[str, Any], key: str, dimension: Dimension, where: str, allow_zero: bool = False) -> float:
+    try:
+        return parse_quantity(row[key], dimension, f"{where}.{key}", allow_zero=allow_zero)
+    except InputError as error:
+        raise PresetError(str(error)) from None
+
+
 def load_gpu(name: str, extra_dirs: Sequence[Path | str] = ()) -> Gpu:
     preset = find(Category.GPUS, name, extra_dirs)
     return gpu_from_document(preset.key, preset.path, read_yaml(preset.path))
@@ -407,7 +474,7 @@ def load_gpu(name: str, extra_dirs: Sequence[Path | str] = ()) -> Gpu:
 # ---------------------------------------------------------------------------------------------
 # Links
 
-_LINK_KEYS = ("kind", "name", "sources", "bandwidth_per_direction", "latency", "nccl_hardware", "nccl_efficiency", "notes")
+_LINK_KEYS = ("kind", "name", "sources", "bandwidth_per_direction", "latency", "nccl_hardware", "nccl_efficiency", "notes", "measured")
 _NCCL_HARDWARE = ("nvlink", "pci", "net")
 
 
@@ -424,6 +491,37 @@ def link_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Link:
         notes=doc.texts("notes"),
         nccl_hardware=_one_of(doc, "nccl_hardware", _NCCL_HARDWARE, "net"),
         nccl_efficiency=_share(doc, "nccl_efficiency", sources),
+        measured=_measured_collective(doc, sources) if "measured" in doc.data else None,
+    )
+
+
+_MEASURED_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv")
+_MEASURED_SIZE_KEYS = ("size", "time", "algbw", "busbw")
+
+
+def _measured_collective(doc: _Doc, sources: Mapping[str, str]) -> MeasuredCollective:
+    """`measured:` the nccl-tests table `parcalc calibrate nccl` fitted the link to (data)."""
+    node = doc.child("measured")
+    node.only(("collective", "ranks", "nodes", "source", "rows"))
+    rows = []
+    for where, row in _rows(node, _MEASURED_SIZE_KEYS):
+        rows.append(MeasuredSize(
+            size=_row_quantity(row, "size", Dimension.BYTES, where),
+            time=_row_quantity(row, "time", Dimension.TIME, where),
+            algbw=_row_quantity(row, "algbw", Dimension.BANDWIDTH, where, allow_zero=True),  # nccl-tests prints 0.00 for tiny sizes
+            busbw=_row_quantity(row, "busbw", Dimension.BANDWIDTH, where, allow_zero=True),
+        ))  # fmt: skip
+    if any(b.size <= a.size for a, b in itertools.pairwise(rows)):
+        raise node.error("rows", "sizes must increase from row to row")
+    collective = node.text("collective")
+    if collective not in _MEASURED_COLLECTIVES:
+        raise node.error("collective", f"{collective!r} is not one of {', '.join(_MEASURED_COLLECTIVES)}")
+    return MeasuredCollective(
+        collective=collective,
+        ranks=node.integer("ranks"),
+        nodes=node.integer("nodes"),
+        source=node.source_ref("source", sources),
+        rows=tuple(rows),
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from parcalc.core.calibrate.nccl_tests import parse_nccl_tests
 from parcalc.core.choices import Collective
 from parcalc.core.timing.network import Fabric, Placement, collective_time
 from parcalc.presets import load_link
@@ -26,13 +27,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 
 def rows(name: str) -> list[tuple[int, float]]:
     """(size in bytes, out-of-place time in seconds) of an nccl-tests table."""
-    out = []
-    for line in (FIXTURES / name).read_text().splitlines():
-        parts = line.split()
-        if line.startswith("#") or len(parts) < 12 or not parts[0].isdigit():
-            continue
-        out.append((int(parts[0]), float(parts[5]) * 1e-6))
-    return out
+    return [(row.size, row.time) for row in parse_nccl_tests((FIXTURES / name).read_text(), name).rows]
 
 
 A100 = Fabric(8, load_link("nvlink3", ()), load_link("ib-hdr", ()), 8, "sm80")

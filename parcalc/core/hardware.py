@@ -48,6 +48,8 @@ class Gpu:
     notes: tuple[str, ...] = ()
     kernels: KernelRates | None = None  # measured kernel efficiencies; None: parcalc's generic ones
     node: Node | None = None  # the usual server of this GPU; None: 8 per node, NVLink/IB by default
+    # `parcalc calibrate gemm`'s sweeps, (dtype, sweep) pairs: data to read, not used by the model
+    matmul_measured: tuple[tuple[str, MatmulSweep], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,31 @@ class Link:
     notes: tuple[str, ...] = ()
     nccl_hardware: str = "net"  # NCCL's class of this hardware for its latencies: nvlink, pci or net
     nccl_efficiency: Sourced | None = None  # share of the bandwidth NCCL's model gives a ring over it
+    # `parcalc calibrate nccl`'s table. Not part of equality or the hash: no model reads it, and
+    # links are keys of the collective-time cache, which should not hash a whole table per call.
+    measured: MeasuredCollective | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class MeasuredSize:
+    """One nccl-tests row (out-of-place): size in bytes (nccl-tests' convention), time in
+    seconds, algbw and busbw in bytes per second."""
+
+    size: float
+    time: float
+    algbw: float
+    busbw: float
+
+
+@dataclass(frozen=True)
+class MeasuredCollective:
+    """The nccl-tests table a calibrated link was fitted to (parcalc.core.calibrate)."""
+
+    collective: str  # nccl-tests' name: all_reduce, all_gather, reduce_scatter or sendrecv
+    ranks: int
+    nodes: int
+    source: str
+    rows: tuple[MeasuredSize, ...]
 
 
 @dataclass(frozen=True)
@@ -85,6 +112,29 @@ class KernelRates:
 
     def matmul_share(self, dtype: str) -> Sourced | None:
         return dict(self.matmul).get(dtype)
+
+
+@dataclass(frozen=True)
+class MatmulPoint:
+    """One GEMM shape of a calibration sweep: (m x k) . (k x n), its best time per call in
+    seconds, the FLOP/s it achieved, parcalc's tile/wave quantisation of it and the share of
+    the dense peak it implies (achieved / (peak x quantisation); parcalc.core.calibrate.gemm)."""
+
+    m: int
+    k: int
+    n: int
+    time: float
+    achieved: float
+    quantisation: float
+    share: float
+
+
+@dataclass(frozen=True)
+class MatmulSweep:
+    """The measured GEMMs behind one dtype's `kernels.matmul` share, with their source."""
+
+    source: str
+    rows: tuple[MatmulPoint, ...]
 
 
 @dataclass(frozen=True)
