@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parcalc.core.dtypes import COMPUTE_DTYPES
 from parcalc.core.hardware import (
@@ -33,16 +33,15 @@ from parcalc.core.hardware import (
     Gpu,
     KernelRates,
     Link,
-    MatmulPoint,
-    MatmulSweep,
-    MeasuredCollective,
-    MeasuredSize,
     Node,
     Sourced,
 )
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError
 from parcalc.resources import data_dir
+
+if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
+    from parcalc.core.measured import MatmulSweep, MeasuredCollective
 from parcalc.units import BASE_UNIT, Dimension, parse_quantity
 
 MAX_PRESET_BYTES = 1 << 20
@@ -416,6 +415,8 @@ _MATMUL_POINT_KEYS = ("m", "k", "n", "time", "achieved", "quantisation", "share"
 
 
 def _matmul_measured(doc: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, MatmulSweep], ...]:
+    from parcalc.core.measured import MatmulPoint, MatmulSweep
+
     """`matmul_measured:` dtype -> {source, rows: [{m, k, n, time, achieved, quantisation, share}]},
     the sweep `parcalc calibrate gemm` measured (data: the model uses `kernels.matmul`)."""
     table = doc.child("matmul_measured")
@@ -500,6 +501,8 @@ _MEASURED_SIZE_KEYS = ("size", "time", "algbw", "busbw")
 
 
 def _measured_collective(doc: _Doc, sources: Mapping[str, str]) -> MeasuredCollective:
+    from parcalc.core.measured import MeasuredCollective, MeasuredSize
+
     """`measured:` the nccl-tests table `parcalc calibrate nccl` fitted the link to (data)."""
     node = doc.child("measured")
     node.only(("collective", "ranks", "nodes", "source", "rows"))

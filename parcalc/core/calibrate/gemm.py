@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from parcalc.core.hardware import MatmulPoint
+from parcalc.core.measured import MatmulPoint
 from parcalc.core.timing.compute import (
     GENERIC,
     GENERIC_KERNELS,
