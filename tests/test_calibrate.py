@@ -396,6 +396,9 @@ def test_bad_files(
     pytest.param([str(FIXTURES / "a100x8_nvlink_all_reduce.txt"), "--collective", "nope"], "unknown nccl-tests collective", id="collective"),
     pytest.param([str(FIXTURES / "a100x8_nvlink_all_reduce.txt"), "--nccl-hardware", "ethernet"], "--nccl-hardware", id="hardware"),
     pytest.param([str(FIXTURES / "a100x8_nvlink_all_reduce.txt"), "--intra-link", "nvlink3"], "only for a table across nodes", id="intra"),
+    pytest.param([str(FIXTURES / "a100x8_nvlink_all_reduce.txt"), "--ranks", "1e308"], "--ranks: 1e+308 is beyond any possible size", id="ranks-huge"),
+    pytest.param([str(FIXTURES / "a100x8_nvlink_all_reduce.txt"), "--nodes", "1e308"], "--nodes: 1e+308 is beyond any possible size", id="nodes-huge"),
+    pytest.param([str(FIXTURES / "a100x8_nvlink_all_reduce.txt"), "--nics-per-node", "1e308"], "--nics-per-node: 1e+308 is beyond any possible size", id="nics-per-node-huge"),
 ])  # fmt: skip
 def test_bad_arguments(run_error, args: list[str], fragment: str) -> None:
     assert fragment in run_error(["calibrate", "nccl", *args])

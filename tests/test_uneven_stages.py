@@ -510,6 +510,16 @@ MEMORY = ["memory", "--model", "llama3-405b", "--seq-len", "8192", "--tp", "8", 
             id="bubble-one-stage",
         ),
         pytest.param(
+            ["bubble", "--stages", "4", "--micro-batches", "4", "--layers", "1e308"],
+            "--layers: 1e+308 is beyond any possible size",
+            id="bubble-huge-layers",
+        ),
+        pytest.param(
+            ["memory", "--model", "llama3-405b", "--pp", "16", "--first-stage-layers", "1e308", "--last-stage-layers", "7"],
+            "--first-stage-layers: 1e+308 is beyond any possible size",
+            id="huge-first",
+        ),
+        pytest.param(
             ["bubble", "--stages", "4", "--micro-batches", "4", "--layers", "12", "--stage-times", "1,1,1,1"],
             "--layers: gives each stage's time from its layers; not with --stage-times",
             id="bubble-both",

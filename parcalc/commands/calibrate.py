@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from parcalc.commands.common import PresetsOption, preset_dirs
+from parcalc.commands.common import PresetsOption, ProgressBar, preset_dirs
 
 if TYPE_CHECKING:
     from parcalc.derivation import Result
@@ -48,7 +48,6 @@ Examples:
 MAX_INPUT_BYTES = (
     64 << 20
 )  # nccl-tests output is kilobytes; a log with NCCL_DEBUG=INFO a few MB
-PROGRESS_AFTER_SECONDS = 1.0
 
 
 class ReportFormat(str, Enum):
@@ -223,7 +222,7 @@ def _device_facts(opened: Any, sweep: Any, measure_copy: bool) -> Any:
 def _timed(opened: Any, dtype: str, sweep: Any) -> tuple:
     from parcalc import calibrate_runner
 
-    progress = _Progress(f"timing {len(sweep.shapes)} GEMMs on {opened.name}")
+    progress = ProgressBar(f"timing {len(sweep.shapes)} GEMMs on {opened.name}")
     try:
         return calibrate_runner.time_gemms(opened, dtype, sweep, progress)
     finally:
@@ -624,31 +623,3 @@ def _finish(
         sys.stdout.flush()
         print(f"wrote {output}", file=sys.stderr)
 
-
-class _Progress:
-    """A progress bar on stderr, shown once a sweep has run for a second on a terminal."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.started = time.perf_counter()
-        self.bar: Any = None
-        self.task: Any = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            if (
-                time.perf_counter() - self.started < PROGRESS_AFTER_SECONDS
-                or not sys.stderr.isatty()
-            ):
-                return
-            from rich.console import Console
-            from rich.progress import Progress
-
-            self.bar = Progress(console=Console(stderr=True), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task(self.label, total=total)
-        self.bar.update(self.task, completed=done)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()

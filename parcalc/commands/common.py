@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -72,11 +72,52 @@ LastStageLayersOption = Annotated[
 
 
 def stage_flags(first: str | None, last: str | None) -> tuple[int | None, int | None]:
-    """--first-stage-layers / --last-stage-layers as counts (0 is read, so that the core's
-    Megatron-LM check can say why an empty stage is refused)."""
+    """--first-stage-layers / --last-stage-layers as counts, checked before any label shows them (0
+    is read, so that the core's Megatron-LM check can say why an empty stage is refused)."""
+    from parcalc.core.stages import check_stage_layers
     from parcalc.units import parse_count
 
     def read(text: str | None, flag: str) -> int | None:
-        return None if text is None else parse_count(text, flag, allow_zero=True)
+        if text is None:
+            return None
+        value = parse_count(text, flag, allow_zero=True)
+        check_stage_layers(flag, value)
+        return value
 
     return read(first, "--first-stage-layers"), read(last, "--last-stage-layers")
+
+
+# A command that may run past a second shows its progress on stderr (only on a terminal).
+PROGRESS_AFTER_SECONDS = 1.0
+
+
+class ProgressBar:
+    """A rich progress bar on stderr, shown only once the work has run for a second on a terminal;
+    call it with (done, total), close it when done."""
+
+    def __init__(self, label: str) -> None:
+        import time
+
+        self.label = label
+        self.started = time.perf_counter()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            import sys
+            import time
+
+            if time.perf_counter() - self.started < PROGRESS_AFTER_SECONDS or not sys.stderr.isatty():
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.label, total=total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

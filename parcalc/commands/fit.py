@@ -3,8 +3,6 @@ the fastest TP x PP x DP configuration of every valid one."""
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
@@ -15,6 +13,7 @@ from parcalc.commands.common import (
     LastStageLayersOption,
     OutputOption,
     PresetsOption,
+    ProgressBar,
     finish,
     preset_dirs,
     stage_flags,
@@ -58,7 +57,6 @@ Examples:
 """
 
 DEFAULT_TOP = 5
-PROGRESS_AFTER_SECONDS = 1.0
 
 
 def fit(
@@ -352,31 +350,6 @@ def _nothing_fits(shape: TransformerModel, rows: tuple[StrategyRow, ...], cluste
 # The search
 
 
-class _Progress:
-    """A rich progress bar on stderr, shown only once a search has run for a second on a terminal."""
-
-    def __init__(self) -> None:
-        self.started = time.perf_counter()
-        self.bar: Any = None
-        self.task: Any = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            if time.perf_counter() - self.started < PROGRESS_AFTER_SECONDS or not sys.stderr.isatty():
-                return
-            from rich.console import Console
-            from rich.progress import Progress
-
-            self.bar = Progress(console=Console(stderr=True), transient=True)
-            self.bar.start()
-            self.task = self.bar.add_task("evaluating layouts", total=total)
-        self.bar.update(self.task, completed=done)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 def _search_result(shape: TransformerModel, training: Training, cluster: Cluster, sizes: tuple[int, ...] | None,
                    recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
                    interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict,
@@ -393,7 +366,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
         interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
         first_stage_layers=ends[0], last_stage_layers=ends[1],
     )  # fmt: skip
-    progress = _Progress()
+    progress = ProgressBar("evaluating layouts")
     try:
         found = search(shape, training, cluster, space, progress)
     finally:

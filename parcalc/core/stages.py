@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from parcalc.core.activations import MAX_COUNT
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
@@ -52,14 +51,15 @@ MEGATRON_UNEVEN = (
 )
 
 
-def _check_given(flag: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"{flag}: must be a whole number of layers, got {value!r}")
-    if value < 1:
+def check_stage_layers(flag: str, value: object) -> None:
+    """A first or last stage's layers: a whole number from 1 (Megatron-LM refuses 0) to 2^53."""
+    # imported here: comm-volume's start-up need not load parcalc.core.activations
+    from parcalc.core.activations import check_count
+
+    if isinstance(value, int) and not isinstance(value, bool) and value < 1:
         raise InputError(f"{flag}: at least 1 layer, got {value} (Megatron-LM refuses an empty first or last stage: "
                          "'must be larger than 0')")  # fmt: skip
-    if value > MAX_COUNT:
-        raise InputError(f"{flag}: {value:.4g} is beyond any possible size (at most 2^53 = {MAX_COUNT:,})")
+    check_count(flag, value)
 
 
 def stage_split(layers: int, pp: int, first: int | None = None, last: int | None = None, chunks: int = 1, *,
@@ -69,9 +69,10 @@ def stage_split(layers: int, pp: int, first: int | None = None, last: int | None
     the end stages and the rest split evenly over the middle ones. `chunks`: the interleaved
     schedule's model chunks per stage, which must divide every stage's layers. InputError, naming
     the flag, for a split Megatron refuses (`pp_flag`: the flag that gave pp)."""
+    from parcalc.core.activations import check_count
+
     for flag, value in (("--layers", layers), (pp_flag, pp), ("--chunks", chunks)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{flag}: must be a whole number of at least 1, got {value!r}")
+        check_count(flag, value)
     if first is None and last is None:
         if layers % (pp * chunks):
             what = f"pp x chunks = {pp} x {chunks}" if chunks > 1 else f"pp = {pp}"
@@ -80,7 +81,7 @@ def stage_split(layers: int, pp: int, first: int | None = None, last: int | None
         return (layers // pp,) * pp
     given = [(flag, n) for flag, n in ((FIRST_FLAG, first), (LAST_FLAG, last)) if n is not None]
     for flag, n in given:
-        _check_given(flag, n)
+        check_stage_layers(flag, n)
     names = " and ".join(flag for flag, _ in given)
     if pp == 1:
         raise InputError(f"{names}: an uneven split needs {pp_flag} > 1 (one stage holds all {layers} layers)")

@@ -38,7 +38,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from parcalc.core.calibrate.nccl_tests import CALIBRATED, NcclRow, NcclTable, bus_factor
+from parcalc.core.activations import check_count
+from parcalc.core.calibrate.nccl_tests import (
+    CALIBRATED,
+    NCCL_TEST_OPS,
+    NcclRow,
+    NcclTable,
+    bus_factor,
+)
 from parcalc.core.choices import Collective
 from parcalc.core.hardware import Link, Sourced
 from parcalc.core.timing.network import (
@@ -50,12 +57,7 @@ from parcalc.core.timing.network import (
 from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
 
-OPS = {
-    "all_reduce": Collective.ALL_REDUCE,
-    "all_gather": Collective.ALL_GATHER,
-    "reduce_scatter": Collective.REDUCE_SCATTER,
-    "sendrecv": Collective.POINT_TO_POINT,
-}
+OPS = {name: NCCL_TEST_OPS[name] for name in CALIBRATED}
 LATENCY_ROWS = 3  # the smallest sizes t0 is taken from
 SMALL_MESSAGE = (
     64 * 2**10
@@ -111,6 +113,8 @@ def fit_link(
 ) -> LinkFit:
     """Fit the link (module docstring). `nics_per_node`: network cards per node of a table that
     spans nodes (default: one per GPU, rail-optimised as DGX/HGX nodes are)."""
+    if nics_per_node is not None:
+        check_count("--nics-per-node", nics_per_node)
     if table.collective not in OPS:
         raise InputError(
             f"{table.name}: parcalc fits links to {', '.join(c + '_perf' for c in CALIBRATED)}, not {table.collective}_perf"

@@ -34,6 +34,9 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from parcalc.core import collectives
+from parcalc.core.activations import check_count
+from parcalc.core.choices import Collective
 from parcalc.errors import InputError
 
 GB = 1e9  # nccl-tests' GB/s are 1e9 B/s (src/common.cu: "GB/s" of size / time / 1e3 with time in us)
@@ -41,6 +44,16 @@ US = 1e-6
 
 # nccl-tests' test binaries; the four parcalc calibrates from come first.
 CALIBRATED = ("all_reduce", "all_gather", "reduce_scatter", "sendrecv")
+# nccl-tests' names of the collectives parcalc models
+NCCL_TEST_OPS = {
+    "all_reduce": Collective.ALL_REDUCE,
+    "all_gather": Collective.ALL_GATHER,
+    "reduce_scatter": Collective.REDUCE_SCATTER,
+    "sendrecv": Collective.POINT_TO_POINT,
+    "alltoall": Collective.ALL_TO_ALL,
+    "broadcast": Collective.BROADCAST,
+    "reduce": Collective.REDUCE,
+}
 KNOWN_TESTS = (
     *CALIBRATED,
     "alltoall",
@@ -123,18 +136,20 @@ def canonical_collective(name: str, flag: str = "--collective") -> str:
 
 
 def bus_factor(collective: str, ranks: int) -> float:
-    """busbw / algbw as nccl-tests prints it (doc/PERFORMANCE.md)."""
-    if collective == "all_reduce":
-        return 2 * (ranks - 1) / ranks
-    if collective in ("all_gather", "reduce_scatter", "alltoall"):
-        return (ranks - 1) / ranks
-    return 1.0
+    """busbw / algbw as nccl-tests prints it (doc/PERFORMANCE.md; parcalc.core.collectives.bus_factor),
+    by nccl-tests' name; gather and scatter as all-gather (nccl-tests gather.cu / scatter.cu:
+    factor (n - 1) / n), hypercube 1 (hypercube.cu)."""
+    op = NCCL_TEST_OPS.get(collective, Collective.ALL_GATHER if collective in ("gather", "scatter") else Collective.BROADCAST)
+    return collectives.bus_factor(op, ranks)
 
 
 def parse_nccl_tests(text: str, name: str = "input", collective: str | None = None, ranks: int | None = None,
                      nodes: int | None = None) -> NcclTable:  # fmt: skip
     """The table of one nccl-tests run in `text` (see the module docstring); InputError when the
     text is not nccl-tests output, a row is malformed, or what it measured cannot be told."""
+    for flag, given in (("--ranks", ranks), ("--nodes", nodes)):
+        if given is not None:
+            check_count(flag, given)
     wanted = canonical_collective(collective) if collective else None
     lines = [_LAUNCHER_PREFIX.sub("", line, count=1) for line in text.splitlines()]
     start, stop, section = _section(lines, name, wanted)

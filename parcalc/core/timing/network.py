@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from parcalc.core.choices import Collective
+from parcalc.core.collectives import bus_factor
 from parcalc.core.hardware import Link
 from parcalc.core.timing import nccl
 from parcalc.errors import InputError
@@ -108,16 +109,6 @@ class CollectiveTime:
         return self.algbw * bus_factor(self.op, self.group.size)
 
 
-def bus_factor(op: Collective, n: int) -> float:
-    """nccl-tests doc/PERFORMANCE.md: busbw = algbw x this."""
-    if n < 2:
-        return 0.0
-    if op is Collective.ALL_REDUCE:
-        return 2 * (n - 1) / n
-    if op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL):
-        return (n - 1) / n
-    return 1.0
-
 
 def _steps(op: Collective, n: int, nodes: int) -> tuple[int, int]:
     """(ring steps, of which across nodes): tuning.cc's nsteps and nInterSteps."""
@@ -152,7 +143,7 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
         return _send(size, group, fabric)
     if op is Collective.ALL_TO_ALL:
         return _all_to_all(size, group, fabric)
-    bus_bytes = size * bus_factor(op, n) if op not in (Collective.BROADCAST, Collective.REDUCE) else size
+    bus_bytes = size * bus_factor(op, n)  # broadcast and reduce: 1
     intra_hw = fabric.intra_kind
     ring_bw = _ring_bus_bandwidth(group, fabric)
     steps, inter_steps = _steps(op, n, nodes)

@@ -155,17 +155,14 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
         tp_layer, hidden_layer = (6 if recompute is Recompute.FULL else 4) * one, layer.t_gemms()
     else:
         tp_layer = hidden_layer = 0.0
-    # The slowest stage sets the pace (the first of equals: the first stage). Equal stages: the
-    # first or the last (same layers, same TP time; a middle one is the first without the embedding).
-    if uneven:
-        candidates = [(first_f, first_b, split[0]), (last_f, last_b, split[-1])] if pp > 1 else [(first_f, first_b, split[0])]
-        if pp > 2:
-            candidates.insert(1, (split[1] * f_layer, split[1] * (b_layer + r_layer), split[1]))
-        forward, backward_and_re, layers_here = _slowest(candidates, tp_layer, hidden_layer, cluster.overlap_tp)
-    elif first_f + first_b >= last_f + last_b:
-        forward, backward_and_re, layers_here = first_f, first_b, split[0]
-    else:
-        forward, backward_and_re, layers_here = last_f, last_b, split[-1]
+    # The slowest stage sets the pace (the first of equals). Equal stages: the first (a middle one is
+    # the first without the embedding; the last has the LM head instead).
+    stages = [(first_f, first_b, split[0])]
+    if pp > 2:
+        stages.append((split[1] * f_layer, split[1] * (b_layer + r_layer), split[1]))
+    if pp > 1:
+        stages.append((last_f, last_b, split[-1]))
+    forward, backward_and_re, layers_here = _slowest(stages, tp_layer, hidden_layer, cluster.overlap_tp)
     recomputed = layers_here * r_layer
     tp_time, tp_hidden = layers_here * tp_layer, layers_here * hidden_layer
     if pp > 1:
@@ -195,7 +192,7 @@ def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | 
 
     par = Parallelism(tp, pp, 1, micro_batches=pp, first_stage_layers=first, last_stage_layers=last)
     split = stage_layers(model, par)
-    stages = (0, 1, pp - 1) if pp > 2 and (first is not None or last is not None) else (0, pp - 1)  # even: a middle stage holds less
+    stages = (0, 1, pp - 1) if pp > 2 else (0, pp - 1)
     held = [(stage_parameters(model, par, s).value, split[s]) for s in stages]
     return max(held, key=lambda x: x[0])
 
