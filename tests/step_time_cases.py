@@ -61,6 +61,10 @@ class Case(NamedTuple):
     bias: bool = True
     tied: bool = True
     dp_overlap: bool | None = None  # None: the framework's
+    chunks: int | None = None  # the interleaved schedule's v, when the source implies it without a field for it
+    embedding_in_split: bool = False  # Megatron-LM's --account-for-embedding/loss-in-pipeline-split (parcalc.core.stages)
+    loss_in_split: bool = False
+    unchecked_memory: str = ""  # why the run's memory is not held against parcalc's (empty: it must fit)
 
     @property
     def run(self) -> PublishedRun:
@@ -90,11 +94,13 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
     framework = load_framework(case.framework, ())
     if case.reduce_bytes is not None:
         framework = replace(framework, reduce_bytes=case.reduce_bytes)
-    chunks = run.virtual_stages or 1
+    chunks = case.chunks or run.virtual_stages or 1
     config = Config(run.tp or 1, run.pp or 1, run.dp or 1, case.micro_batch, case.recompute, case.zero,
                     case.sequence_parallel, Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks)  # fmt: skip
     if case.first_stage_layers is not None or case.last_stage_layers is not None:
         config = replace(config, first_stage_layers=case.first_stage_layers, last_stage_layers=case.last_stage_layers)  # type: ignore[call-arg]
+    if case.embedding_in_split or case.loss_in_split:
+        config = replace(config, embedding_in_split=case.embedding_in_split, loss_in_split=case.loss_in_split)
     assert run.global_batch and run.seq_len
     training = Training(run.global_batch, run.seq_len, _precision(run), Optimizer.ADAMW, flash_attention=case.flash_attention,
                         dropout=False, causal=case.causal)  # fmt: skip
@@ -142,6 +148,17 @@ _MPT = "MPT: LayerNorm without biases, ALiBi, tied embeddings (llm-foundry mpt y
 _MPT_DEFAULT = "Composer mixed_precision DEFAULT: bf16 parameters, fp32 gradient reduction (composer/distributed/dist_strategy.py)"
 _MPT_PURE = "Composer mixed_precision PURE: bf16 parameters and reduction"
 _TT = "TorchTitan Llama 3: RMSNorm, RoPE, no biases, untied output"
+_LLAMA3 = (
+    "Llama 3 405B (Dubey et al. 2024, sec. 3.3.2). Read from the text: 'the first model chunk on the first stage "
+    "has only the embedding, and the last model chunk on the last stage has only output projection and loss "
+    "calculation' = the embedding and the loss each take one layer slot (Megatron-LM's --account-for-embedding/"
+    "loss-in-pipeline-split), 126 + 2 = 128 slots on PP 16, one slot per chunk: v = 8; FSDP that 'shards optimizer "
+    "states and gradients' without resharding parameters after forward, 'FP32 gradient accumulation ... and "
+    "reduce-scatter gradients in FP32' = the megatron profile's fp32 main gradients accumulated over micro-batches "
+    "and reduced once, entered as ZeRO-1 (gathered parameters, sharded states). Assumed: micro-batch 1 (N is "
+    "'flexible', not stated), sequence parallelism with TP 8 (not stated), overlapped DP communication; RMSNorm, "
+    "RoPE, no biases, untied output (Table 3). MFU in PaLM's convention, peak 989 TFLOP/s (the paper gives none)"
+)
 
 # ---------------------------------------------------------------------------------------------
 # The runs that are tests. The H100's GEMM share is calibrated on CALIBRATION (one single-node run)
@@ -174,6 +191,17 @@ CASES: tuple[Case, ...] = (
     # --- TorchTitan performance tables (FSDP2): tokens/s per GPU
     Case("torchtitan-llama3-70b-64xa100", "torchtitan", 3, Recompute.FULL, 1, "tokens", _TT,
          norm=Norm.RMSNORM, position=Position.ROPE, bias=False, tied=False),
+    # --- Llama 3 405B, Table 4's two 8K-context rows (H100, Meta's 4D parallelism): BF16 MFU
+    Case("llama3-405b-16384xh100-seq8192", "megatron", 1, Recompute.NONE, 1, "palm_mfu", _LLAMA3, sequence_parallel=True,
+         chunks=8, embedding_in_split=True, loss_in_split=True, norm=Norm.RMSNORM, position=Position.ROPE, bias=False,
+         tied=False),
+    Case("llama3-405b-8192xh100-seq8192", "megatron", 1, Recompute.NONE, 1, "palm_mfu", _LLAMA3, sequence_parallel=True,
+         chunks=8, embedding_in_split=True, loss_in_split=True, norm=Norm.RMSNORM, position=Position.ROPE, bias=False,
+         tied=False,
+         unchecked_memory="32 micro-batches per replica: Megatron-LM's interleaved warm-up (2 (p - 1) + (v - 1) p "
+         "chunks on the first stage) holds 143 chunks' activations, 84.5 GiB; Meta ran its own schedule ('allows "
+         "setting N flexibly', between depth- and breadth-first) and deallocated stage inputs and outputs, which "
+         "parcalc does not model"),
 )
 
 # Runs that are not tests, each for a stated reason (docs/step-time.md, "Known gaps"): DeepSpeed's

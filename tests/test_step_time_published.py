@@ -11,7 +11,7 @@ step_time_cases.CALIBRATION (MPT-7B on one node of 8 H100s, no network), and is 
 reproduce it below. Every other run here is a test; nothing else was tuned.
 
 Bands, and why. Each run within 25 % (the issue's worst-case target), and the mean absolute error
-over the runs at most 10 %. Measured (docs/step-time.md): mean 9.3 %, worst +17.1 % (MPT-13B on 64
+over the runs at most 10 %. Measured (docs/step-time.md): 12 runs, mean 9.3 %, worst +17.1 % (MPT-13B on 64
 H100s, one micro-batch of 2 per step, where FSDP's first gather and last reduce-scatter are least
 hidden). The errors are throughput ratios, so +10 % means parcalc predicts the run 10 % faster.
 """
@@ -26,7 +26,7 @@ from step_time_cases import CALIBRATION, CASES, KNOWN_GAPS, Case, error, inputs
 @pytest.mark.parametrize("case", CASES, ids=[case.key for case in CASES])
 def test_published_run_within_25_percent(case: Case) -> None:
     err, est = error(case)
-    assert est.fits, f"{case.key} needs {est.total_memory / 2**30:.1f} GiB"
+    assert est.fits or case.unchecked_memory, f"{case.key} needs {est.total_memory / 2**30:.1f} GiB"
     assert abs(err) <= 0.25, f"{case.key}: parcalc {err * 100:+.1f} % ({case.assumed})"
 
 

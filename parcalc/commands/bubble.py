@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from parcalc.commands.common import (
+    EmbeddingInSplitOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
+    LossInSplitOption,
     captured_results,
     finish,
     stage_flags,
@@ -66,6 +68,8 @@ def bubble(
     layers: Annotated[_Text, typer.Option(metavar="L", help="Transformer layers over the stages (Megatron-LM's split): each stage's times are its layers x the per-layer --t-forward / --t-backward / --t-weight.")] = None,
     first_stage_layers: FirstStageLayersOption = None,
     last_stage_layers: LastStageLayersOption = None,
+    embedding_in_split: EmbeddingInSplitOption = False,
+    loss_in_split: LossInSplitOption = False,
     p2p_latency: Annotated[_Text, typer.Option(metavar="TIME", help="Point-to-point latency between stages, in the simulation (default 0).")] = None,
     target: Annotated[_Text, typer.Option(metavar="FRACTION", help="Bubble target, e.g. 10%: the fewest micro-batches that reach it.")] = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the simulated schedule, one row per device.")] = False,
@@ -104,7 +108,7 @@ def bubble(
         per_stage = [parse_quantity(part, Dimension.TIME, "--stage-times") for part in stage_times.split(",")]
     latency = time(p2p_latency, "--p2p-latency", zero=True) or 0.0
     goal = parse_quantity(target, Dimension.FRACTION, "--target") if target is not None else None
-    split = _stage_layers(layers, first_stage_layers, last_stage_layers, p, v)
+    split = _stage_layers(layers, first_stage_layers, last_stage_layers, p, v, embedding_in_split, loss_in_split)
 
     analysis = analyse_bubble(chosen, p, m, chunks=v, times=times, stage_times=per_stage, latency=latency, target=goal, stage_layers=split)
     result = analysis.result()
@@ -122,7 +126,8 @@ def bubble(
     _show(analysis, result, fmt, None if svg is not None else output, timeline)
 
 
-def _stage_layers(layers: str | None, first_text: str | None, last_text: str | None, stages: int, chunks: int) -> tuple[int, ...] | None:
+def _stage_layers(layers: str | None, first_text: str | None, last_text: str | None, stages: int, chunks: int,
+                  embedding_in_split: bool = False, loss_in_split: bool = False) -> tuple[int, ...] | None:  # fmt: skip
     """Layers per stage from --layers and the uneven-split flags (parcalc.core.stages), or None."""
     from parcalc.core.stages import stage_split
     from parcalc.errors import InputError
@@ -130,11 +135,13 @@ def _stage_layers(layers: str | None, first_text: str | None, last_text: str | N
 
     first, last = stage_flags(first_text, last_text)
     if layers is None:
-        if first is not None or last is not None:
-            flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
+        if first is not None or last is not None or embedding_in_split or loss_in_split:
+            flag = next(f for f, on in (("--first-stage-layers", first is not None), ("--last-stage-layers", last is not None),
+                                        ("--embedding-in-split", embedding_in_split), ("--loss-in-split", True)) if on)  # fmt: skip
             raise InputError(f"{flag}: give --layers L too (the transformer layers split over the --stages)")
         return None
-    return stage_split(parse_count(layers, "--layers"), stages, first, last, chunks, pp_flag="--stages")
+    return stage_split(parse_count(layers, "--layers"), stages, first, last, chunks, pp_flag="--stages",
+                       embedding_in_split=embedding_in_split, loss_in_split=loss_in_split)
 
 
 def _show(analysis: BubbleAnalysis, result: Result, fmt: OutputFormat | None, output: Path | None, draw: bool) -> None:

@@ -69,6 +69,19 @@ LastStageLayersOption = Annotated[
                  help="Layers on the last pipeline stage (Megatron-LM's --decoder-last-pipeline-num-layers), "
                       "e.g. 126 layers on 16 stages as 7 + 14 x 8 + 7 with 7 and 7.", show_default=False),
 ]  # fmt: skip
+EmbeddingInSplitOption = Annotated[
+    bool,
+    typer.Option("--embedding-in-split",
+                 help="The embedding takes one layer slot of the first stage (Megatron-LM's "
+                      "--account-for-embedding-in-pipeline-split): the L + 1 slots split evenly. "
+                      "Llama 3 405B: --embedding-in-split --loss-in-split --chunks 8.", show_default=False),
+]  # fmt: skip
+LossInSplitOption = Annotated[
+    bool,
+    typer.Option("--loss-in-split",
+                 help="The LM head and loss take one layer slot of the last stage (Megatron-LM's "
+                      "--account-for-loss-in-pipeline-split).", show_default=False),
+]  # fmt: skip
 
 
 def stage_flags(first: str | None, last: str | None) -> tuple[int | None, int | None]:

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from parcalc.commands.common import (
+    EmbeddingInSplitOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
+    LossInSplitOption,
     OutputOption,
     PresetsOption,
     ProgressBar,
@@ -103,6 +105,8 @@ def fit(
     chunks: Annotated[Text, typer.Option(metavar="v", help="Model chunks per GPU of the interleaved schedule.")] = None,
     first_stage_layers: FirstStageLayersOption = None,
     last_stage_layers: LastStageLayersOption = None,
+    embedding_in_split: EmbeddingInSplitOption = False,
+    loss_in_split: LossInSplitOption = False,
     search: Annotated[bool, typer.Option("--search", help="Evaluate every configuration and rank those that fit by step time.")] = False,
     top: Annotated[int, typer.Option(metavar="K", help="--search: configurations shown.")] = DEFAULT_TOP,
     explain: Annotated[bool, typer.Option("--explain", help="--search: the derivation of the best configuration's memory and step time.")] = False,
@@ -146,9 +150,12 @@ def fit(
         raise InputError("--recompute selective: FlashAttention keeps no attention scores for selective recomputation to drop; "
                          "use none or full with --flash-attention")  # fmt: skip
     pinned = {name: parse_count(value, f"--{name}") for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None}
-    ends = stage_flags(first_stage_layers, last_stage_layers)
-    if ends != (None, None) and not (search or pinned):
-        flag = "--first-stage-layers" if ends[0] is not None else "--last-stage-layers"
+    first, last = stage_flags(first_stage_layers, last_stage_layers)
+    # the split's pinned fields, as Config and SearchSpace name them
+    ends = {"first_stage_layers": first, "last_stage_layers": last, "embedding_in_split": embedding_in_split,
+            "loss_in_split": loss_in_split}  # fmt: skip
+    if (first is not None or last is not None) and not (search or pinned):
+        flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
     if not search and (schedule is not None or chunks is not None) and not pinned:
         raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
@@ -353,7 +360,7 @@ def _nothing_fits(shape: TransformerModel, rows: tuple[StrategyRow, ...], cluste
 def _search_result(shape: TransformerModel, training: Training, cluster: Cluster, sizes: tuple[int, ...] | None,
                    recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
                    interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict,
-                   ends: tuple[int | None, int | None]) -> Result:  # fmt: skip
+                   ends: dict) -> Result:  # fmt: skip
     from parcalc.core.fit import estimate
     from parcalc.core.fit_search import SearchSpace, search
     from parcalc.derivation import Result
@@ -364,7 +371,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
         zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else cluster.framework.zero_stages,
         sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
         interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
-        first_stage_layers=ends[0], last_stage_layers=ends[1],
+        **ends,
     )  # fmt: skip
     progress = ProgressBar("evaluating layouts")
     try:
@@ -398,7 +405,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
 
 def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
                           recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
-                          schedule: str | None, chunks: str | None, settings: list, ends: tuple[int | None, int | None]) -> Result:  # fmt: skip
+                          schedule: str | None, chunks: str | None, settings: list, ends: dict) -> Result:  # fmt: skip
     """Exactly one configuration: its memory and step-time derivations."""
     from parcalc.core.choices import Schedule
     from parcalc.core.fit import Config, estimate
@@ -430,7 +437,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
         raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
     config = Config(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1,
                     recomputes[0] if len(recomputes) != 3 else Recompute.NONE, int(zero[0].value) if zero else 0,
-                    bool(sequence_parallel), kind, v, *ends)  # fmt: skip
+                    bool(sequence_parallel), kind, v, **ends)  # fmt: skip
     best = estimate(shape, config, training, cluster)
     worst = best.memory.worst
     verdicts = [f"{config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "

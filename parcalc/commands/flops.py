@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from parcalc.commands.common import (
+    EmbeddingInSplitOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
+    LossInSplitOption,
     OutputOption,
     PresetsOption,
     finish,
@@ -72,6 +74,8 @@ def flops(
     pp: Annotated[_Text, typer.Option(metavar="p", help="Pipeline stages: the FLOPs of each stage and the busiest one (totals do not change).")] = None,
     first_stage_layers: FirstStageLayersOption = None,
     last_stage_layers: LastStageLayersOption = None,
+    embedding_in_split: EmbeddingInSplitOption = False,
+    loss_in_split: LossInSplitOption = False,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
@@ -123,9 +127,10 @@ def flops(
     ]
     tables = [_ops_table(counted, recompute.value)]
     first, last = stage_flags(first_stage_layers, last_stage_layers)
-    if pp is not None or first is not None or last is not None:
+    slots = {"embedding_in_split": embedding_in_split, "loss_in_split": loss_in_split}
+    if pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
         stages = parse_count(pp, "--pp") if pp is not None else 1
-        busiest, table, verdict = _stages(counted, shape.layers, stages, first, last)
+        busiest, table, verdict = _stages(counted, shape.layers, stages, first, last, **slots)
         derivations.append(busiest)
         tables.append(table)
         verdicts.append(verdict)
@@ -146,13 +151,14 @@ def flops(
     finish(result, fmt, output)
 
 
-def _stages(counted: TrainingFlops, layers: int, pp: int, first: int | None, last: int | None) -> tuple[Derivation, Table, str]:
+def _stages(counted: TrainingFlops, layers: int, pp: int, first: int | None, last: int | None, *, embedding_in_split: bool,
+            loss_in_split: bool) -> tuple[Derivation, Table, str]:  # fmt: skip
     """The busiest stage's FLOPs, every stage's, and how far the busiest is above an even share."""
     from parcalc.core.flops import stage_flops
     from parcalc.core.stages import split_text, stage_split
     from parcalc.derivation import Column, Table
 
-    split = stage_split(layers, pp, first, last)
+    split = stage_split(layers, pp, first, last, embedding_in_split=embedding_in_split, loss_in_split=loss_in_split)
     each = [stage_flops(counted, split, s) for s in range(pp)]
     total = counted.hardware.value
     index = max(range(pp), key=lambda s: each[s].value)

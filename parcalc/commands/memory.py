@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from parcalc.commands.common import (
+    EmbeddingInSplitOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
+    LossInSplitOption,
     OutputOption,
     PresetsOption,
     finish,
@@ -84,6 +86,8 @@ def memory(
     chunks: Annotated[_Text, typer.Option(metavar="v", help="Model chunks per device (--schedule interleaved).")] = None,
     first_stage_layers: FirstStageLayersOption = None,
     last_stage_layers: LastStageLayersOption = None,
+    embedding_in_split: EmbeddingInSplitOption = False,
+    loss_in_split: LossInSplitOption = False,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
     dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings.")] = True,
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset: its memory capacity decides fits / does not fit.")] = None,
@@ -98,7 +102,12 @@ def memory(
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
     it fits on the GPU."""
     start(output, fmt)
-    from parcalc.core.memory import DEFAULT_RESERVE_BYTES, Parallelism, TrainingSetup, memory_breakdown
+    from parcalc.core.memory import (
+        DEFAULT_RESERVE_BYTES,
+        Parallelism,
+        TrainingSetup,
+        memory_breakdown,
+    )
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_count, parse_quantity
 
@@ -121,7 +130,7 @@ def memory(
         cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity"), "given on the command line"
     reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True) if reserve is not None else DEFAULT_RESERVE_BYTES
     first, last = stage_flags(first_stage_layers, last_stage_layers)
-    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last)
+    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split)
     setup = TrainingSetup(
         micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
@@ -248,9 +257,14 @@ def _stages_assumption(breakdown: MemoryBreakdown) -> str:
 
     par = breakdown.parallelism
     ends = "the first also the embeddings, the last the final norm and LM head"
+    split = split_text(stage_layers(breakdown.model, par))
+    if par.embedding_in_split or par.loss_in_split:
+        both = par.embedding_in_split and par.loss_in_split
+        slots = "the embedding and the loss each take" if both else f"the {'embedding' if par.embedding_in_split else 'loss'} takes"
+        return (f"pipeline stages hold {split} layers: {slots} one layer slot of the split (Megatron-LM's "
+                f"--account-for-embedding/loss-in-pipeline-split); {ends}")
     if par.first_stage_layers is None and par.last_stage_layers is None:
         return f"pipeline stages hold L/p layers each; {ends}"
-    split = split_text(stage_layers(breakdown.model, par))
     return f"pipeline stages hold {split} layers (--first-stage-layers / --last-stage-layers, Megatron-LM's uneven split); {ends}"
 
 

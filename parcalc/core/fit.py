@@ -152,6 +152,8 @@ class Config:
     chunks: int = 1
     first_stage_layers: int | None = None  # Megatron-LM's uneven first / last stage (parcalc.core.stages); None: L/p
     last_stage_layers: int | None = None
+    embedding_in_split: bool = False  # the embedding / the loss as one layer slot of the split (parcalc.core.stages)
+    loss_in_split: bool = False
 
     def micro_batches(self, training: Training) -> int:
         """Micro-batches per replica per iteration: B / (d b)."""
@@ -170,11 +172,23 @@ class Config:
             parts.append(f"first stage {self.first_stage_layers} layers")
         if self.last_stage_layers is not None:
             parts.append(f"last stage {self.last_stage_layers} layers")
+        slots = [what for what, on in (("embedding", self.embedding_in_split), ("loss", self.loss_in_split)) if on]
+        if slots:
+            parts.append(" and ".join(slots) + " in the split")
         return ", ".join(parts)
 
     def stage_layers(self, model: TransformerModel) -> tuple[int, ...]:
         """Transformer layers of each pipeline stage (parcalc.core.stages: Megatron-LM's rule)."""
-        return stage_split(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks)
+        return stage_split(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
+                           embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
+
+    def stage_ends(self, model: TransformerModel) -> dict[str, int | None]:
+        """The layers of the first and last stage as the timing pieces take them (None: the even
+        split); the embedding and loss slots leave the same layers as that uneven split."""
+        if not (self.embedding_in_split or self.loss_in_split) or self.pp == 1:
+            return {"first": self.first_stage_layers, "last": self.last_stage_layers}
+        split = self.stage_layers(model)
+        return {"first": split[0], "last": split[-1]}
 
 
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:
@@ -188,7 +202,7 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
     if (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
         return (f"tp = {t} spans nodes of {cluster.gpus_per_node} GPUs (tp must divide the GPUs of a node; "
                 "allow with --allow-cross-node-tp, costed on the slowest group's network)")
-    if config.first_stage_layers is None and config.last_stage_layers is None:
+    if config.first_stage_layers is None and config.last_stage_layers is None and not (config.embedding_in_split or config.loss_in_split):
         if model.layers % (p * config.chunks):
             return f"pp x chunks = {p} x {config.chunks} does not divide the {model.layers} layers"
     else:
@@ -221,7 +235,8 @@ def check_config(model: TransformerModel, config: Config, training: Training, cl
 def memory_of(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> MemoryBreakdown:
     """parcalc.core.memory's breakdown for this configuration on the cluster's GPU."""
     par = Parallelism(config.tp, config.pp, config.dp, config.sequence_parallel, config.zero, config.schedule,
-                      config.micro_batches(training), config.chunks, config.first_stage_layers, config.last_stage_layers)  # fmt: skip
+                      config.micro_batches(training), config.chunks, config.first_stage_layers, config.last_stage_layers,
+                      config.embedding_in_split, config.loss_in_split)  # fmt: skip
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source)  # fmt: skip
@@ -305,7 +320,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     n = cluster.gpus
     counted = training_flops(model, training.global_batch, training.seq_len, recompute=config.recompute.value)
     f_model, f_hw = counted.model, counted.hardware
-    ends = {"first": config.first_stage_layers, "last": config.last_stage_layers}
+    ends = config.stage_ends(model)
     stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster, **ends)
     dp = dp_pieces(model, t, p, d, training, cluster, **ends)
     framework = cluster.framework

@@ -85,6 +85,13 @@ class SearchSpace:
     dp: int | None = None
     first_stage_layers: int | None = None  # a pinned uneven split (with a pinned pp; None: the search's own)
     last_stage_layers: int | None = None
+    embedding_in_split: bool = False  # the embedding / the loss as one layer slot of every split (parcalc.core.stages)
+    loss_in_split: bool = False
+
+    @property
+    def slots(self) -> tuple[int, int]:
+        """(e, l): the layer slots the embedding and the loss take (Megatron-LM's account-for flags)."""
+        return int(self.embedding_in_split), int(self.loss_in_split)
 
 
 @dataclass
@@ -93,6 +100,7 @@ class Evaluated:
 
     columns: dict[str, np.ndarray]
     layers: int = 0  # the model's transformer layers (tells an even split from an uneven one)
+    slots: tuple[int, int] = (0, 0)  # SearchSpace.slots: every split counts the embedding / loss as a slot
 
     def __len__(self) -> int:
         return len(self.columns["tp"])
@@ -100,11 +108,11 @@ class Evaluated:
     def config(self, i: int) -> Config:
         c = self.columns
         p, first, last = int(c["pp"][i]), int(c["first_stage_layers"][i]), int(c["last_stage_layers"][i])
-        even = self.layers % p == 0 and first == last == self.layers // p
+        even = any(self.slots) or (self.layers % p == 0 and first == last == self.layers // p)
         return Config(int(c["tp"][i]), p, int(c["dp"][i]), int(c["micro_batch"][i]),
                       RECOMPUTES[int(c["recompute"][i])], int(c["zero"][i]), bool(c["sequence_parallel"][i]),
                       Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, int(c["chunks"][i]),
-                      None if even else first, None if even else last)  # fmt: skip
+                      None if even else first, None if even else last, bool(self.slots[0]), bool(self.slots[1]))  # fmt: skip
 
     def rows(self, order: np.ndarray | None = None) -> Iterator[tuple[object, ...]]:
         """Each configuration as a tuple of plain Python values, in CONFIG_FIELDS + COST_FIELDS order."""
@@ -158,6 +166,13 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
                 rejected["tp does not divide the heads or MLP width"] += 1
             elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
                 rejected["tp does not divide the GPUs of a node"] += 1
+            elif space is not None and any(space.slots):
+                if (model.layers + sum(space.slots)) % p or not _slot_split_fits(model.layers, p, space):
+                    rejected["pp does not divide the layer slots (layers + embedding / loss)"] += 1
+                elif training.global_batch % d:
+                    rejected["dp does not divide the global batch"] += 1
+                else:
+                    found.append((t, p, d))
             elif model.layers % p and not search_splits(model.layers, p) and not (pinned and space is not None and p == space.pp):
                 rejected["pp does not divide the layers (no balanced uneven split)"] += 1
             elif training.global_batch % d:
@@ -176,8 +191,23 @@ def search_splits(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
     return tuple((f, z) for f, z in balanced_splits(layers, pp) if max(stage_split(layers, pp, f, z)) == top)
 
 
+def _slot_split_fits(layers: int, p: int, space: SearchSpace) -> bool:
+    """Whether the embedding / loss slots leave a transformer layer on every one of p stages."""
+    try:
+        stage_split(layers, p, embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
+    except InputError:
+        return False
+    return True
+
+
 def _splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[int | None, int | None]]:
-    """The (first, last) stage-layer pairs to evaluate for pp = p; (None, None): the even split."""
+    """The (first, last) stage-layer pairs to evaluate for pp = p; (None, None): the even split. With
+    the embedding / loss slots, the uneven split that leaves the same layers per stage."""
+    if any(space.slots):
+        if p == 1:
+            return [(None, None)]
+        split = stage_split(model.layers, p, embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
+        return [(split[0], split[-1])]
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         return [(space.first_stage_layers, space.last_stage_layers)]
     if model.layers % p == 0:
@@ -275,7 +305,8 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     sps = [sp for sp in space.sequence_parallel if not sp or t > 1]
     schedules = [(0, 1)]
     if p > 1 and space.interleaved:
-        per_stage = math.gcd(*split)  # v must divide every stage's layers (Megatron-LM, parcalc.core.stages)
+        e, z = space.slots  # v must divide every stage's layers, or its layer slots (Megatron-LM, parcalc.core.stages)
+        per_stage = math.gcd(split[0] + e, *split[1:-1], split[-1] + z)
         schedules += [(1, v) for v in divisors(per_stage) if v > 1 and (space.max_chunks is None or v <= space.max_chunks)]
     if not (sizes and recomputes and zeros and sps):
         return None
@@ -386,7 +417,8 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         if space.pp is None:
             flag = "--first-stage-layers" if space.first_stage_layers is not None else "--last-stage-layers"
             raise InputError(f"{flag}: give --pp with it (the split is of that many stages)")
-        stage_split(model.layers, space.pp, space.first_stage_layers, space.last_stage_layers)
+        stage_split(model.layers, space.pp, space.first_stage_layers, space.last_stage_layers,
+                    embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
     rejected: Counter = Counter()
     shapes = _Shapes(model, training, cluster)
     found = [(t, p, d) for t, p, d in layouts(model, training, cluster, rejected, space)
@@ -412,7 +444,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         columns = {k: np.concatenate([c[k] for c in parts]) for k in CONFIG_FIELDS + COST_FIELDS}
     else:
         columns = {k: np.array([]) for k in CONFIG_FIELDS + COST_FIELDS}
-    evaluated = Evaluated(columns, model.layers)
+    evaluated = Evaluated(columns, model.layers, space.slots)
     rejected["memory (does not fit)"] += int(len(evaluated) - np.count_nonzero(columns["fits"])) if len(evaluated) else 0
     return SearchResult(evaluated, rejected, len(found))
 

@@ -129,6 +129,8 @@ class Parallelism:
     chunks: int = 1
     first_stage_layers: int | None = None  # None: Megatron-LM's even split (parcalc.core.stages)
     last_stage_layers: int | None = None
+    embedding_in_split: bool = False  # the embedding / the loss as one layer slot of the split (parcalc.core.stages)
+    loss_in_split: bool = False
 
     @property
     def gpus(self) -> int:
@@ -177,7 +179,8 @@ def layer_params_per_rank(model: TransformerModel, tp: int) -> int:
 
 def stage_layers(model: TransformerModel, par: Parallelism) -> tuple[int, ...]:
     """Transformer layers of each stage, first to last (parcalc.core.stages: Megatron-LM's rule)."""
-    return stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks)
+    return stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks,
+                       embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
 
 
 def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> Derivation:
@@ -459,7 +462,8 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     params = stage_parameters(model, par, stage)
     states = model_states(params.value, per, par.zero, par.dp, params_source=params.label)
     gathered = zero3_working_set(model, par, per) if par.zero == 3 else None
-    layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks)
+    layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
+                                     embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
     n_layers = int(layers.value)
     in_flight = _in_flight(par, stage)
     activations = Derivation(

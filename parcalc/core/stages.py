@@ -17,15 +17,27 @@ Megatron-LM (NVIDIA/Megatron-LM at d98e8a64ddf3; the line numbers below are of t
   161-181 of transformer_block.py).
 
 parcalc follows those rules exactly: 0 layers on the first or last stage is an error (Megatron
-refuses it), and so is an empty middle stage. Megatron's other ways to unbalance the ends,
---account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split (the embedding
-or the loss counts as one layer of the split), give the same layers per stage as n_first = n_last
-= (L + 2)/p - 1 without interleaving, so they are entered with these two flags; with interleaving
-they differ (the embedding takes a slot of the first chunk only) and are not modelled.
+refuses it), and so is an empty middle stage.
+
+Megatron's other way to unbalance the ends, --account-for-embedding-in-pipeline-split /
+--account-for-loss-in-pipeline-split (parcalc: --embedding-in-split / --loss-in-split), counts the
+embedding (the loss) as one layer slot of the split: with e, l in {0, 1}, p v must divide the
+L + e + l slots, every stage holds (L + e + l)/p of them, and the embedding's slot is taken from
+the first chunk of the first stage, the loss's from the last chunk of the last stage
+(get_num_layers_to_build, lines 147-159 and 188-202 of that commit: 'Include the embedding layer
+and loss layer into pipeline parallelism partition'; the uneven-stage flags and these two exclude
+each other, lines 108-112: 'Does not support standalone embedding stage and standalone loss stage with
+uneven pp'). The layers per stage are those of n_first = (L + e + l)/p - e and n_last =
+(L + e + l)/p - l; only the chunks differ: v must divide the slots of a stage, not its layers, so
+that with v = (L + e + l)/p the first chunk of the first stage holds the embedding alone. parcalc
+refuses a stage left with no transformer layer (its stage model times layers).
 
 Examples. Llama 3 405B: 126 layers on 16 stages, 'we reduce one Transformer layer each from the
 first and the last stages' (Dubey et al. 2024, The Llama 3 Herd of Models, sec. 3.3.2): 7 + 14 x 8
-+ 7 = 126. BLOOM 176B: 70 layers on 12 stages with Megatron-DeepSpeed's 'type:transformer|embedding'
++ 7 = 126; 'this means that the first model chunk on the first stage has only the embedding, and
+the last model chunk on the last stage has only output projection and loss calculation', i.e. the
+embedding and the loss each take a slot, 128 slots on 16 stages, and one slot per chunk, v = 8
+(--embedding-in-split --loss-in-split --chunks 8). BLOOM 176B: 70 layers on 12 stages with Megatron-DeepSpeed's 'type:transformer|embedding'
 partition, 'pp rank 0: [embed | 5 transformer blocks] ... pp rank 1: [6 transformer blocks] ...
 pp rank 11: [5 transformer blocks | embed]' (bigscience-workshop/bigscience,
 train/tr11-176B-ml/README.md): 5 + 10 x 6 + 5 = 70, entered as --first-stage-layers 5
@@ -41,9 +53,15 @@ from parcalc.errors import InputError
 
 FIRST_FLAG = "--first-stage-layers"
 LAST_FLAG = "--last-stage-layers"
+EMBEDDING_FLAG = "--embedding-in-split"
+LOSS_FLAG = "--loss-in-split"
 MEGATRON_EVEN = (
     "Megatron-LM: equal stages, p divides L (megatron/training/arguments.py, validate_args; "
     "megatron/core/transformer/transformer_block.py, get_num_layers_to_build)"
+)
+MEGATRON_SLOTS = (
+    "Megatron-LM's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split "
+    "(megatron/core/transformer/transformer_block.py, get_num_layers_to_build)"
 )
 MEGATRON_UNEVEN = (
     "Megatron-LM's uneven pipeline, --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers "
@@ -63,16 +81,19 @@ def check_stage_layers(flag: str, value: object) -> None:
 
 
 def stage_split(layers: int, pp: int, first: int | None = None, last: int | None = None, chunks: int = 1, *,
-                pp_flag: str = "--pp") -> tuple[int, ...]:  # fmt: skip
+                pp_flag: str = "--pp", embedding_in_split: bool = False, loss_in_split: bool = False) -> tuple[int, ...]:  # fmt: skip
     """Transformer layers of each of the `pp` stages, first to last, by Megatron-LM's rule (module
     docstring): L/p each when neither `first` nor `last` is given, else `first` and `last` layers on
     the end stages and the rest split evenly over the middle ones. `chunks`: the interleaved
-    schedule's model chunks per stage, which must divide every stage's layers. InputError, naming
-    the flag, for a split Megatron refuses (`pp_flag`: the flag that gave pp)."""
+    schedule's model chunks per stage, which must divide every stage's layers (its layer slots with
+    `embedding_in_split` / `loss_in_split`: the embedding / the loss as one slot of the split).
+    InputError, naming the flag, for a split Megatron refuses (`pp_flag`: the flag that gave pp)."""
     from parcalc.core.activations import check_count
 
     for flag, value in (("--layers", layers), (pp_flag, pp), ("--chunks", chunks)):
         check_count(flag, value)
+    if embedding_in_split or loss_in_split:
+        return _slot_split(layers, pp, first, last, chunks, pp_flag, int(embedding_in_split), int(loss_in_split))
     if first is None and last is None:
         if layers % (pp * chunks):
             what = f"pp x chunks = {pp} x {chunks}" if chunks > 1 else f"pp = {pp}"
@@ -113,6 +134,29 @@ def stage_split(layers: int, pp: int, first: int | None = None, last: int | None
             if n is not None and n % chunks:
                 raise InputError(f"--chunks: {chunks} chunks per stage do not divide the {n} layers of the {where} "
                                  "(Megatron-LM cuts every stage into v equal chunks)")  # fmt: skip
+    return split
+
+
+def _slot_split(layers: int, pp: int, first: int | None, last: int | None, chunks: int, pp_flag: str, e: int,
+                l_slot: int) -> tuple[int, ...]:  # fmt: skip
+    """Megatron-LM's split with the embedding (e = 1) and / or the loss (l_slot = 1) as layer slots."""
+    names = " and ".join(flag for flag, on in ((EMBEDDING_FLAG, e), (LOSS_FLAG, l_slot)) if on)
+    if first is not None or last is not None:
+        given = FIRST_FLAG if first is not None else LAST_FLAG
+        raise InputError(f"{names}: not with {given} (Megatron-LM: 'Does not support standalone embedding stage and "
+                         "standalone loss stage with uneven pp')")  # fmt: skip
+    slots = layers + e + l_slot
+    if slots % (pp * chunks):
+        what = f"pp x chunks = {pp} x {chunks}" if chunks > 1 else f"pp = {pp}"
+        raise InputError(f"{pp_flag}: the {slots} slots of {names} ({layers} layers + {e + l_slot}) do not split evenly "
+                         f"over {what} (Megatron-LM requires it)")  # fmt: skip
+    each = slots // pp
+    split = (each,) * pp if pp > 1 else (slots,)
+    split = (split[0] - e,) + split[1:]
+    split = split[:-1] + (split[-1] - l_slot,)
+    if min(split) < 1:
+        raise InputError(f"{names}: {slots} slots on {pp} stages leave a stage with no transformer layer "
+                         "(Megatron-LM allows it; parcalc's stage model needs one layer per stage)")  # fmt: skip
     return split
 
 
@@ -166,12 +210,25 @@ def is_uneven(first: int | None, last: int | None) -> bool:
     return first is not None or last is not None
 
 
-def stage_layers_derivation(layers: int, pp: int, first: int | None, last: int | None, stage: int, chunks: int = 1) -> Derivation:
+def stage_layers_derivation(layers: int, pp: int, first: int | None, last: int | None, stage: int, chunks: int = 1, *,
+                            embedding_in_split: bool = False, loss_in_split: bool = False) -> Derivation:  # fmt: skip
     """L_stage of stage `stage` (0-based), with the formula of Megatron-LM's rule it follows."""
-    split = stage_split(layers, pp, first, last, chunks)
+    split = stage_split(layers, pp, first, last, chunks, embedding_in_split=embedding_in_split, loss_in_split=loss_in_split)
     l_term = Term("L", "L", "L", layers, "", "transformer layers")
     p_term = Term("p", "p", "p", pp, "", "pipeline stages")
     label = f"Layers on stage {stage + 1}"
+    if (embedding_in_split or loss_in_split) and pp > 1:
+        e, z = int(embedding_in_split), int(loss_in_split)
+        s_term = Term("n_s", "n_slots", r"n_{\mathrm{slots}}", e + z, "",
+                      "layer slots of the embedding and the loss (" + " and ".join(
+                          f for f, on in ((EMBEDDING_FLAG, e), (LOSS_FLAG, z)) if on) + ")")  # fmt: skip
+        formula, latex = "($L + $n_s) / $p", r"\frac{$L + $n_s}{$p}"
+        if (stage == 0 and e) or (stage == pp - 1 and z):
+            what = "embedding" if stage == 0 and e else "loss"
+            formula, latex = formula + " - 1", latex + " - 1"
+            label += f" (one slot is the {what})"
+        return Derivation("stage_layers", label, "L_stage", r"L_{\mathrm{stage}}", formula, latex, (l_term, s_term, p_term),
+                          float(split[stage]), "", MEGATRON_SLOTS)  # fmt: skip
     if not is_uneven(first, last):
         return Derivation("stage_layers", label, "L_stage", r"L_{\mathrm{stage}}", "$L / $p", r"\frac{$L}{$p}", (l_term, p_term),
                           float(split[stage]), "", MEGATRON_EVEN)  # fmt: skip
