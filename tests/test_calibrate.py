@@ -258,6 +258,12 @@ def test_a100_nvlink_bandwidth_is_the_largest_busbw(runner, tmp_path: Path) -> N
         and link.measured.rows[-1].time == pytest.approx(8139.9 * US)
     )
     assert report["results"]["bus_bandwidth"]["value"] == 230_840_000_000
+    # `presets show` prints the nccl-tests rows the link was fitted to (8 ranks, one node)
+    shown = runner.invoke(app, ["presets", "show", "calibrated-link", "--presets", str(tmp_path), "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    table = json.loads(shown.stdout)["tables"]["measured"]
+    assert table["title"].startswith("Measured all_reduce, 8 ranks on 1 node (")
+    assert len(table["rows"]) == 11 and table["rows"][-1]["time"] == pytest.approx(8139.9 * US)
     assert report["preset"]["measured"]["rows"][0] == {
         "size": "1048576 B",
         "time": "78.77 us",
@@ -535,6 +541,13 @@ def test_cpu_sweep_writes_a_gpu_preset_that_fit_uses(
     doc = run_json("fit", "--presets", str(tmp_path), "--gpu", "my-cpu", "--model", "homework-7b", "--gpus", "8", "--seq-len", "2048",
                    "--precision", "fp32", "--capacity", "80GiB")  # fmt: skip
     assert doc["inputs"]["e_mm"]["value"] == share.value
+    # `presets show` lists the share and the measured sweep behind it, row for row
+    shown = run_json("presets", "show", "my-cpu", "--presets", str(tmp_path))
+    rows = {row["field"]: row for row in shown["tables"]["fields"]["rows"]}
+    assert rows["kernels.matmul.fp32"]["value"] == share.value
+    table = shown["tables"]["matmul_measured_fp32"]
+    assert [(r["m"], r["k"], r["n"]) for r in table["rows"]] == [(p.m, p.k, p.n) for p in sweep.rows]
+    assert [r["share"] for r in table["rows"]] == [p.share for p in sweep.rows]
 
 
 def test_cpu_sweep_from_a_base_gpu_keeps_the_rest_of_it(runner, tmp_path: Path) -> None:

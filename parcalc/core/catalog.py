@@ -24,12 +24,16 @@ def catalog_result(listing: Mapping[str, Sequence[tuple[str, str, str]]]) -> Res
 
 
 def preset_result(category: str, key: str, path: str, preset: Any) -> Result:
+    measured: tuple[Table, ...] = ()
     if isinstance(preset, Gpu):
         rows = _gpu_rows(preset)
         title = f"GPU {preset.name}"
+        measured = tuple(_matmul_table(dtype, sweep) for dtype, sweep in preset.matmul_measured)
     elif isinstance(preset, Link):
         rows = _sourced_rows(preset, ("bandwidth_per_direction", "latency"))
         title = f"Link {preset.name}"
+        if preset.measured is not None:
+            measured = (_collective_table(preset.measured),)
     elif isinstance(preset, TransformerModel):
         rows = _model_rows(preset)
         title = f"Model {preset.name}"
@@ -45,7 +49,7 @@ def preset_result(category: str, key: str, path: str, preset: Any) -> Result:
         title=title,
         inputs=(),
         derivations=(),
-        tables=(Table("fields", f"{key} ({path})", _FIELD_COLUMNS, tuple(rows)),),
+        tables=(Table("fields", f"{key} ({path})", _FIELD_COLUMNS, tuple(rows)), *measured),
         verdicts=notes,
         settings=(("category", category), ("name", key), ("path", path)),
     )
@@ -87,7 +91,33 @@ def _gpu_rows(gpu: Gpu) -> list[tuple[object, ...]]:
             value = getattr(rates, name)
             if value is not None:
                 rows.append(_row(f"{dtype}.{name}", value))
+    kernels = gpu.kernels
+    if kernels is not None:  # the shares of the peaks the step-time model uses (parcalc.core.timing.compute)
+        rows += [_row(f"kernels.matmul.{dtype}", share) for dtype, share in kernels.matmul]
+        rows.append(("kernels.tile", f"{kernels.tile_m} x {kernels.tile_n}", "", kernels.tile_source))
+        rows += [_row(f"kernels.{name}", getattr(kernels, name)) for name in ("memory", "attention_forward", "attention_backward", "launch")]
+    if gpu.node is not None:
+        node = gpu.node
+        rows.append(("node", f"{node.gpus} GPUs, {node.intra_link} inside, {node.nics} x {node.inter_link}", "", node.source))
     return rows
+
+
+def _matmul_table(dtype: str, sweep: Any) -> Table:
+    """The GEMM sweep `parcalc calibrate gemm` measured behind one dtype's matmul share."""
+    columns = (Column("m", "m"), Column("k", "k"), Column("n", "n"), Column("time", "time", "s"),
+               Column("achieved", "achieved", "FLOP/s"), Column("quantisation", "quantisation", "fraction"),
+               Column("share", "share of peak", "fraction"))  # fmt: skip
+    rows = tuple((p.m, p.k, p.n, p.time, p.achieved, p.quantisation, p.share) for p in sweep.rows)
+    return Table(f"matmul_measured_{dtype}", f"Measured {dtype} GEMMs ({sweep.source})", columns, rows)
+
+
+def _collective_table(measured: Any) -> Table:
+    """The nccl-tests rows `parcalc calibrate nccl` fitted the link to."""
+    columns = (Column("size", "size", "B"), Column("time", "time", "s"), Column("algbw", "algbw", "B/s"),
+               Column("busbw", "busbw", "B/s"))  # fmt: skip
+    rows = tuple((r.size, r.time, r.algbw, r.busbw) for r in measured.rows)
+    where = f"{measured.ranks} ranks on {measured.nodes} node{'s' if measured.nodes != 1 else ''}"
+    return Table("measured", f"Measured {measured.collective}, {where} ({measured.source})", columns, rows)
 
 
 def _model_rows(model: TransformerModel) -> list[tuple[object, ...]]:
