@@ -83,7 +83,7 @@ def fit(
     precision: Annotated[Precision, typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16 (bytes per parameter and activation).")] = Precision.MIXED_BF16,
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw, sgd-momentum, sgd.")] = Optimizer.ADAMW,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
-    dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations.")] = True,
+    dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,
     reserve: Annotated[Text, typer.Option(metavar="BYTES", help="CUDA context, NCCL buffers, fragmentation (default 2GiB; see `parcalc memory`).")] = None,
     dtype: Annotated[Text, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks the GEMMs run at (default: follows --precision: fp32 for fp32, fp16 for mixed-fp16, else bf16).")] = None,
@@ -259,8 +259,24 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
     ]
 
 
-def _assumptions(cluster: Cluster) -> tuple[str, ...]:
+def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) -> tuple[str, ...]:
+    from parcalc.commands.memory import dropout_assumption
+    from parcalc.core.memory import gradient_convention, state_bytes
+
+    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
+    framework = cluster.framework
+    mixed = training.precision.value.startswith("mixed")
+    if mixed and training.fp32_grads == framework.fp32_grads:  # the profile decided: its source says why
+        kind = "fp32" if training.fp32_grads else "16-bit"
+        grads = (f"gradients in {kind}, {per.gradient:g} bytes ({per.total:g} per parameter with {training.optimizer.value}): "
+                 f"the {framework.name} profile's default, {framework.source('fp32_grads')}; --fp32-grads / --no-fp32-grads override")  # fmt: skip
+    else:
+        given = "--fp32-grads" if training.fp32_grads else "--no-fp32-grads" if mixed else f"--precision {training.precision.value}"
+        grads = f"gradients: {gradient_convention(per)} ({given})"
+    dropout = training.dropout if training.dropout is not None else shape.dropout
     return (
+        grads,
+        dropout_assumption(shape, dropout, given=training.dropout is not None),
         (f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
          "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp"),
         "memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)",
@@ -302,7 +318,7 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
     verdicts = _table_verdicts(shape, rows, cluster, with_layers)
     title = f"What fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(), tables=(table,),
-                    verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+                    verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
     return result, None if any(row.fits for row in rows) else _nothing_fits(shape, rows, cluster, with_layers)
 
 
@@ -393,7 +409,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
     verdicts = _search_verdicts(found, ranked, best, cluster)
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
-                  tables=tuple(tables), verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+                  tables=tuple(tables), verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
 
 
 def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
@@ -443,7 +459,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
                   derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()),
                   tables=(_stages_table(best),) if config.pp > 1 else (),
-                  verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+                  verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
 
 
 def _stages_table(best: Any) -> Table:

@@ -35,6 +35,7 @@ from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule, Zero
 
 if TYPE_CHECKING:
     from parcalc.core.memory import MemoryBreakdown
+    from parcalc.core.model import TransformerModel
     from parcalc.derivation import Result, Table
 
 EXAMPLES = """\
@@ -85,7 +86,7 @@ def memory(
     first_stage_layers: FirstStageLayersOption = None,
     last_stage_layers: LastStageLayersOption = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
-    dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings.")] = True,
+    dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset: its memory capacity decides fits / does not fit.")] = None,
     capacity: Annotated[_Text, typer.Option(metavar="BYTES", help="GPU memory capacity instead of --gpu's, e.g. 80GiB.")] = None,
     reserve: Annotated[_Text, typer.Option(metavar="BYTES", help=RESERVE_HELP)] = None,
@@ -132,8 +133,8 @@ def memory(
     settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
                 ("zero", zero.value), ("recompute", recompute.value), ("schedule", chosen.value),
                 ("sequence_parallel", str(sequence_parallel).lower()), ("flash_attention", str(flash_attention).lower()),
-                ("dropout", str(dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
-    finish(memory_result(breakdown, per_stage, settings), fmt, output)
+                ("dropout", str(breakdown.setup.dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
+    finish(memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None), fmt, output)
 
 
 def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None) -> tuple[int, int, int]:
@@ -155,7 +156,7 @@ def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None) -
     return t, p, total // (t * p)
 
 
-def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]]) -> Result:
+def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]], dropout_given: bool = False) -> Result:
     """The fullest stage's derivations, its component table, one layer's saved tensors, verdicts."""
     from parcalc.derivation import Column, Result, Table, Term
     from parcalc.units import GIB
@@ -203,12 +204,16 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         verdicts.append(_korthikanti_verdict(layer.per_layer.value, layer.korthikanti.value))
     title = (f"Memory per GPU: {shape.name}, b = {setup.micro_batch}, s = {setup.seq_len}, "
              f"{par.tp} TP x {par.pp} PP x {par.dp} DP" + (f", ZeRO-{par.zero}" if par.zero else ""))  # fmt: skip
+    from parcalc.core.memory import gradient_convention
+
     assumptions = (
         "bytes per parameter: weights {:g}, gradients {:g}, optimizer {:g} (master {:g} + {} state(s) x {:g})".format(
             breakdown.per_parameter.weight, breakdown.per_parameter.gradient, breakdown.per_parameter.optimizer,
             breakdown.per_parameter.master, breakdown.per_parameter.states, breakdown.per_parameter.per_state),
+        gradient_convention(breakdown.per_parameter),
         "GB = 1e9 bytes, GiB = 2^30 bytes; GPU capacities are binary (80 GiB for an '80GB' HBM part)",
         _stages_assumption(breakdown),
+        dropout_assumption(shape, bool(setup.dropout), dropout_given),
     )  # fmt: skip
     return Result(
         command="memory",
@@ -270,3 +275,15 @@ def _korthikanti_verdict(counted: float, closed: float) -> str:
         return "the tensor-by-tensor count equals Korthikanti et al.'s closed form for this layer"
     return (f"the tensor-by-tensor count ({counted:,.0f} B) differs from Korthikanti et al.'s closed form ({closed:,.0f} B) "
             f"by {(counted - closed) / closed * 100:+.2f} %: their form assumes a 4h GELU MLP, MHA and 16-bit activations")  # fmt: skip
+
+
+def dropout_assumption(shape: TransformerModel, dropout: bool, given: bool) -> str:
+    """Whether dropout masks are counted, and who decided: the flag, or the model (with its source)."""
+    counted = "dropout masks counted (1 byte per element)" if dropout else "no dropout masks"
+    if given:
+        return f"{counted}: --{'' if dropout else 'no-'}dropout"
+    if dropout:
+        why = f"{shape.dropout_source}; " if shape.dropout_source else "the GPT default; "
+        return f"{counted}: {shape.name} trains with dropout ({why}--no-dropout leaves them out)"
+    why = shape.dropout_source or shape.source
+    return f"{counted}: {shape.name} trains without dropout ({why}; --dropout counts them)"

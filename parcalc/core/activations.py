@@ -331,7 +331,8 @@ def layer_activations(model: TransformerModel, config: ActivationConfig) -> Laye
 
 
 def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str, ...]:
-    out = [f"activations stored in {config.activation_bytes:g} bytes per element, dropout masks in {config.mask_bytes:g}"]
+    masks = f", dropout masks in {config.mask_bytes:g}" if config.dropout else ""
+    out = [f"activations stored in {config.activation_bytes:g} bytes per element{masks}"]
     if model.norm is Norm.LAYERNORM or model.norm is Norm.RMSNORM:
         out.append("norm statistics (mean / rstd, b x s values per norm) left out, as Korthikanti et al. do")
     if not config.dropout:

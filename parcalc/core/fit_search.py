@@ -213,7 +213,8 @@ class _Shapes:
             if (recompute is Recompute.SELECTIVE and t.flash_attention) or (sp and tp == 1):
                 self._activations[key] = (math.nan,) * 4
             else:
-                config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, t.dropout, self.e)
+                dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
+                config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, dropout, self.e)
                 vocab = self.model.vocab > 0
                 working = recompute_working_set(self.model, config)
                 self._activations[key] = (

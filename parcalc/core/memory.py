@@ -28,7 +28,7 @@ for the first stage divided by p).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parcalc.core.activations import (
     ActivationConfig,
@@ -109,6 +109,25 @@ def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool 
             raise InputError("--fp32-grads: applies to mixed precision (fp32 main gradients beside 16-bit weights), not to pure bf16")
         return StateBytes(2.0, 2.0, 0.0, 2.0, optimizer.states)
     return StateBytes(2.0, 4.0 if fp32_grads else 2.0, 4.0, 4.0, optimizer.states)
+
+
+# Where the gradient bytes come from: conventions differ between the paper and the frameworks.
+GRADS_ZERO = "Rajbhandari et al. 2020 sec. 3.1: fp16 gradients, 2 + 2 + K = 16 bytes per parameter with Adam"
+GRADS_MEGATRON = ("Megatron-LM megatron/training/arguments.py: with --bf16, accumulate_allreduce_grads_in_fp32 = True "
+                  "(fp32 main_grad buffers): 2 + 4 + K = 18 bytes per parameter with Adam")  # fmt: skip
+GRADS_DEEPSPEED = ("DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py, estimate_zero2_model_states_mem_needs: "
+                   "4 Psi + 16 Psi / N (16-bit weights and gradients, and an fp32 gradient partition with the states): 20 bytes at N = 1")  # fmt: skip
+
+
+def gradient_convention(per: StateBytes) -> str:
+    """The gradient bytes in force and the convention they follow, with the sources of the others."""
+    if not per.master:  # fp32 or pure bf16: gradients in the parameters' dtype, no master copy
+        return f"gradients {per.gradient:g} bytes, in the parameters' dtype (no master copy)"
+    if per.gradient == 4.0:
+        return f"fp32 gradients (4 bytes, {per.total:g} per parameter): {GRADS_MEGATRON}"
+    return (f"16-bit gradients (2 bytes, {per.total:g} per parameter): {GRADS_ZERO}; Megatron-LM keeps fp32 gradients "
+            "(--fp32-grads, 18 with Adam); DeepSpeed's estimate_zero2_model_states_mem_needs counts 20 at N = 1 "
+            "(an fp32 gradient partition beside the 16-bit gradients)")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,7 +278,7 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
         return Derivation(key, f"{label} ({where})", symbol, latex_symbol, formula, latex, inputs, value, "B", source)
 
     w = Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)")
-    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient")
+    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient", GRADS_MEGATRON if per.master and per.gradient == 4.0 else GRADS_ZERO if per.master else "")
     k_text = f"master copy {per.master:g} + {per.states} state(s) x {per.per_state:g}" if per.master else f"{per.states} state(s) x {per.per_state:g}"
     k = Term("K", "K", "K", per.optimizer, "B", f"optimizer bytes per parameter ({k_text})", ZERO_MIXED)
     return ModelStates(
@@ -306,7 +325,7 @@ class TrainingSetup:
     optimizer: Optimizer = Optimizer.ADAMW
     recompute: Recompute = Recompute.NONE
     flash_attention: bool = False
-    dropout: bool = True
+    dropout: bool | None = None  # None: the model's (TransformerModel.dropout; Llama trains without)
     fp32_grads: bool = False
     reserve: float = DEFAULT_RESERVE_BYTES
     capacity: float | None = None
@@ -314,7 +333,11 @@ class TrainingSetup:
 
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
-                                self.flash_attention, self.dropout, self.precision.activation_bytes)  # fmt: skip
+                                self.flash_attention, self.dropout is not False, self.precision.activation_bytes)  # fmt: skip
+
+    def for_model(self, model: TransformerModel) -> TrainingSetup:
+        """The setup with `dropout` resolved: as given, or the model's own."""
+        return self if self.dropout is not None else replace(self, dropout=model.dropout)
 
 
 @dataclass(frozen=True)
@@ -493,6 +516,7 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
 def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
     check_parallelism(model, par)
+    setup = setup.for_model(model)
     if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
         raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")
     per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads)
