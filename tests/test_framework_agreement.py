@@ -205,3 +205,61 @@ def test_dense_configs_with_empty_expert_keys_are_read(tmp_path: Path, value: ob
     # some dense configs carry the keys unset (num_experts: null) or at one expert
     model = model_from_hf_config(_config(tmp_path, "dense", {**LLAMA3_8B_CONFIG, "num_local_experts": value}))
     assert model.total_params == LLAMA3_8B_PARAMS
+
+
+# ---------------------------------------------------------------------------------------------
+# Selective recomputation with FlashAttention: what Megatron-LM runs (item 5)
+
+# Llama 3 8B, b = 1, s = 8192, FlashAttention, no dropout: per token 6 x 8192 + 2 x 2048 + 3 x 28672 =
+# 139,264 bytes (as above, without the s^2 softmax output), and FlashAttention's fp32 log-sum-exp,
+# 4 a s b = 4 x 32 x 8192 = 1,048,576 bytes (Dao 2023, FlashAttention-2, Algorithm 1 returns O and L).
+LLAMA3_8B_FLASH_TOKENS = 8192 * 139_264
+LLAMA3_8B_LSE = 4 * 32 * 8192
+
+
+def test_selective_with_flash_attention_keeps_q_k_v_and_drops_the_log_sum_exp(run_json) -> None:
+    # Megatron-LM megatron/core/transformer/attention.py: with --recompute-granularity selective,
+    # Attention.forward calls _checkpointed_attention_forward, i.e. tensor_parallel.checkpoint over
+    # the core attention (FlashAttention with TE): the checkpoint keeps its inputs Q, K, V; its output
+    # is kept by linear_proj as its input; the kernel's own saved log-sum-exp is not kept.
+    args = ["memory", "--model", "llama3-8b", "--seq-len", "8192", "--flash-attention"]
+    plain = run_json(*args)["results"]
+    selective = run_json(*args, "--recompute", "selective")
+    assert plain["activation_per_layer"]["value"] == LLAMA3_8B_FLASH_TOKENS + LLAMA3_8B_LSE == 1_141_899_264
+    assert selective["results"]["activation_per_layer"]["value"] == LLAMA3_8B_FLASH_TOKENS == 1_140_850_688
+    # what the replayed kernel materialises again during one layer's backward: its log-sum-exp
+    assert selective["results"]["recompute_working_set"]["value"] == LLAMA3_8B_LSE
+    assert any("_checkpointed_attention_forward" in a for a in selective["assumptions"])
+
+
+def test_selective_with_flash_attention_replays_the_kernels_forward() -> None:
+    # The checkpoint runs the core attention's forward again before its backward, so the hardware
+    # FLOPs gain one attention core per layer: Q K^T and score V, 2 x 2 s^2 (a d) per sequence =
+    # 4 x 4096^2 x 4096 x 64 sequences x 32 layers (not causal: fit counts the whole square), and the
+    # step time one FlashAttention forward per layer and micro-batch (parcalc.core.timing.compute).
+    from parcalc.core.choices import Recompute
+    from parcalc.core.fit import Cluster, Config, Training, estimate
+    from parcalc.core.timing.compute import LayerShard, layer_passes
+    from parcalc.presets import load_gpu, load_link
+
+    model, gpu = load_model("llama3-8b"), load_gpu("h100-sxm5")
+    training = Training(64, 4096, flash_attention=True)
+    cluster = Cluster(gpus=8, gpus_per_node=8, peak=989e12, capacity=gpu.memory_capacity.value, intra=load_link("nvlink4"),
+                      inter=load_link("ib-ndr"), gpu=gpu)  # fmt: skip
+    none = estimate(model, Config(8, 1, 1, 1, Recompute.NONE), training, cluster)
+    selective = estimate(model, Config(8, 1, 1, 1, Recompute.SELECTIVE), training, cluster)
+    assert selective.hardware_flops.value - none.hardware_flops.value == 4 * 4096**2 * 4096 * 64 * 32
+    assert selective.model_flops.value == none.model_flops.value
+    flash = layer_passes(model, LayerShard(1, 4096, 8, False, True, False, True, 2.0), cluster.spec).attention_core
+    assert [k.key for k in flash] == ["attn.flash"]
+    assert selective.compute.value - none.compute.value == pytest.approx(64 * 32 * flash[0].time, rel=1e-12)
+    assert selective.total_memory < none.total_memory
+
+
+def test_fit_accepts_selective_with_flash_attention(run_json) -> None:
+    doc = run_json("fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--seq-len", "4096", "--flash-attention",
+                   "--recompute", "selective", "--search", "--top", "1")  # fmt: skip
+    assert doc["tables"]["top"]["rows"][0]["recompute"] == "selective"
+    table = run_json("fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--seq-len", "4096", "--flash-attention")
+    rows = [r for r in table["tables"]["strategies"]["rows"] if r["recompute"] == "selective"]
+    assert rows and all(r["memory"] is not None for r in rows)

@@ -365,8 +365,6 @@ def test_zero3_adds_the_gathered_layers() -> None:
         pytest.param(gpt(4, 512, 8), Parallelism(tp=3), TrainingSetup(1, 128), "--tp: 3 does not divide the attention heads", id="tp-heads"),
         pytest.param(gpt(6, 512, 8), Parallelism(pp=4, micro_batches=4), TrainingSetup(1, 128), "--pp: 6 layers", id="pp-layers"),
         pytest.param(gpt(4, 512, 8), Parallelism(zero=2), TrainingSetup(1, 128), "--zero 2: ZeRO shards", id="zero-without-dp"),
-        pytest.param(gpt(4, 512, 8), Parallelism(), TrainingSetup(1, 128, recompute=Recompute.SELECTIVE, flash_attention=True),
-                     "--recompute selective", id="selective-with-flash"),
         pytest.param(gpt(4, 512, 8), Parallelism(sequence_parallel=True), TrainingSetup(1, 128), "--sequence-parallel", id="sp-without-tp"),
         pytest.param(gpt(4, 512, 8), Parallelism(), TrainingSetup(1, 128, precision=Precision.BF16, fp32_grads=True), "--fp32-grads",
                      id="bf16-fp32-grads"),

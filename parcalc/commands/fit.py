@@ -142,9 +142,6 @@ def fit(
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     recomputes = tuple(dict.fromkeys(recompute)) if recompute else (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-    if flash_attention and recomputes == (Recompute.SELECTIVE,):
-        raise InputError("--recompute selective: FlashAttention keeps no attention scores for selective recomputation to drop; "
-                         "use none or full with --flash-attention")  # fmt: skip
     pinned = {name: parse_count(value, f"--{name}") for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None}
     ends = stage_flags(first_stage_layers, last_stage_layers)
     if ends != (None, None) and not (search or pinned):

@@ -210,7 +210,7 @@ class _Shapes:
         key = (tp, sp, recompute)
         if key not in self._activations:
             t = self.training
-            if (recompute is Recompute.SELECTIVE and t.flash_attention) or (sp and tp == 1):
+            if sp and tp == 1:
                 self._activations[key] = (math.nan,) * 4
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
@@ -270,8 +270,6 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes]
-    if training.flash_attention and RECOMPUTES.index(Recompute.SELECTIVE) in recomputes:
-        recomputes.remove(RECOMPUTES.index(Recompute.SELECTIVE))
     zeros = [z for z in space.zero_stages if z == 0 or d > 1]
     sps = [sp for sp in space.sequence_parallel if not sp or t > 1]
     schedules = [(0, 1)]
