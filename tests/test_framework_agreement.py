@@ -263,3 +263,87 @@ def test_fit_accepts_selective_with_flash_attention(run_json) -> None:
     table = run_json("fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--seq-len", "4096", "--flash-attention")
     rows = [r for r in table["tables"]["strategies"]["rows"] if r["recompute"] == "selective"]
     assert rows and all(r["memory"] is not None for r in rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# ZeRO-3 / FSDP: the root unit is gathered too (item 2)
+
+# (root unit on one GPU at t = 1: word embeddings + final norm + untied LM head; one layer), from
+# the presets' shapes: V h + h + V h and 4 h^2 ... as parcalc.core.memory.layer_params_per_rank counts.
+LLAMA3_ROOT_AND_LAYER = {
+    "llama3-8b": (2 * 128_256 * 4096 + 4096, 218_112_000),
+    "llama3-70b": (2 * 128_256 * 8192 + 8192, 855_654_400),
+    "llama3-405b": (2 * 128_256 * 16384 + 16384, 3_187_703_808),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LLAMA3_ROOT_AND_LAYER))
+def test_the_root_unit_outweighs_a_layer_for_every_llama3(name: str) -> None:
+    from parcalc.core.memory import Parallelism, layer_params_per_rank, root_unit
+
+    model = load_model(name)
+    root, layer = LLAMA3_ROOT_AND_LAYER[name]
+    early, late = root_unit(model, Parallelism(dp=8, zero=3), 0)
+    assert early + late == root and layer_params_per_rank(model, 1) == layer
+    assert root > layer
+
+
+def test_zero3_holds_the_root_unit_as_fsdp2_does(run_json) -> None:
+    # FSDP2 (fully_shard per block, then the root): the root's weights stay gathered from its forward
+    # to the end of backward (torch/distributed/fsdp/_fully_shard/_fsdp_state.py, FSDPState._lazy_init:
+    # 'For the root, do not reshard after forward'); its gradients are reduce-scattered at the end of
+    # backward (_root_post_backward_final_callback), so the LM head's gradient (2 x 525,340,672 bytes,
+    # norm included) lives through the layers' backward; two blocks' weights and one block's gradients
+    # (6 x 218,112,000); the untied embeddings' gradient (2 x 525,336,576) comes last, after them.
+    # 2 x 1,050,677,248 + 2 x 525,340,672 + max(1,308,672,000, 1,050,673,152) = 4,460,707,840 bytes,
+    # where the layers alone gave 1,308,672,000.
+    doc = run_json("memory", "--model", "llama3-8b", "--seq-len", "4096", "--dp", "8", "--zero", "3")
+    gathered = doc["results"]["zero3_gathered"]
+    assert gathered["value"] == 2 * 1_050_677_248 + 2 * 525_340_672 + 6 * 218_112_000 == 4_460_707_840
+    assert gathered["formula"] == "w × P_root + g × P_early + max((2 × w + g) × P_layer/t, g × P_late)"
+    assert "_fsdp_state.py" in gathered["source"]
+    # DeepSpeed's estimate_zero3_model_states_mem_needs: 4 x the largest module's own parameters
+    # (model_to_params: max over model.modules() of parameters(recurse=False)), the 128,256 x 4096
+    # embedding or LM head: 2,101,346,304 bytes, which the FSDP2 count holds.
+    deepspeed = 4 * 128_256 * 4096
+    assert any(f"counts 4 x its largest module, here {deepspeed:,} B" in a for a in gathered["assumptions"])
+    assert gathered["value"] > deepspeed
+
+
+def test_zero3_root_unit_sits_on_the_end_stages(run_json) -> None:
+    # With pp = 4 the first stage holds the embeddings (P_late, gradient last), the last the final
+    # norm and LM head (P_early), the middle ones neither: (2w + g) P_l only.
+    doc = run_json("memory", "--model", "llama3-8b", "--seq-len", "4096", "--pp", "4", "--dp", "2", "--zero", "3", "--per-stage",
+                   "--reserve", "0")  # fmt: skip
+    rows = doc["tables"]["stages"]["rows"]
+    layer = 6 * 218_112_000
+    first = 2 * 525_336_576 + max(layer, 2 * 525_336_576)
+    last = 2 * 525_340_672 + 2 * 525_340_672 + layer
+    recompute = 0  # no recomputation: "other" is the gathered buffers and the reserve (0)
+    assert [r["other"] for r in rows] == [first + recompute, layer, layer, last]
+
+
+def test_search_counts_the_root_unit_as_the_scalar_core_does() -> None:
+    # The vectorised search takes each stage's gathered buffers from zero3_working_set: ZeRO-3 on a
+    # 30-layer Llama 3 8B over 16 GPUs (uneven splits when pp does not divide 30) equals the scalar
+    # estimate configuration by configuration.
+    import random
+
+    from parcalc.core.fit import Cluster, Training, estimate, with_layers
+    from parcalc.core.fit_search import SearchSpace, search
+    from parcalc.presets import load_framework, load_gpu, load_link
+
+    model = with_layers(load_model("llama3-8b"), 30)
+    gpu = load_gpu("h100-sxm5")
+    cluster = Cluster(gpus=16, gpus_per_node=8, peak=989e12, capacity=gpu.memory_capacity.value, intra=load_link("nvlink4"),
+                      inter=load_link("ib-ndr"), gpu=gpu, framework=load_framework("fsdp2"))  # fmt: skip
+    training = Training(64, 4096, flash_attention=True)
+    found = search(model, training, cluster, SearchSpace(zero_stages=(3,)))
+    evaluated = found.evaluated
+    assert len(evaluated) > 40
+    for i in random.Random(2).sample(range(len(evaluated)), 40):
+        config = evaluated.config(i)
+        scalar = estimate(model, config, training, cluster)
+        assert evaluated.columns["memory"][i] == pytest.approx(scalar.total_memory, rel=1e-12), config.label()
+        assert evaluated.columns["fits"][i] == scalar.fits
+    assert any(evaluated.config(i).pp > 1 and evaluated.config(i).first_stage_layers is not None for i in range(len(evaluated)))

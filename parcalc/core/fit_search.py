@@ -45,9 +45,9 @@ from parcalc.core.choices import Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes
 from parcalc.core.memory import (
     Parallelism,
-    layer_params_per_rank,
     stage_parameters,
     state_bytes,
+    zero3_working_set,
 )
 from parcalc.core.model import TransformerModel
 from parcalc.core.stages import balanced_splits, stage_split
@@ -232,6 +232,13 @@ class _Shapes:
         second = stage_parameters(self.model, par, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
         return stage_parameters(self.model, par, 0).value, second, stage_parameters(self.model, par, pp - 1).value
 
+    def gathered(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
+        """ZeRO-3's gathered buffers on one GPU of the first, the second (nan when not needed, as in
+        stage_params) and the last stage: parcalc.core.memory.zero3_working_set, root unit included."""
+        par = Parallelism(tp, pp, 1, micro_batches=pp, first_stage_layers=first, last_stage_layers=last)
+        second = zero3_working_set(self.model, par, self.per, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
+        return zero3_working_set(self.model, par, self.per, 0).value, second, zero3_working_set(self.model, par, self.per, pp - 1).value
+
     def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None) -> DataParallelPieces:
         key = (tp, pp, dp, first, last)
         if key not in self._dp:
@@ -323,18 +330,18 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     shard_g = np.where(z >= 2, d, 1) * replicated
     shard_o = np.where(z >= 1, d, 1) * replicated
     per_param = per.weight / shard_w + per.gradient / shard_g + per.optimizer / shard_o
-    gathered = np.where(z == 3, (2 * per.weight + per.gradient) * layer_params_per_rank(model, t), 0.0)
+    g_first, g_second, g_last = (np.where(z == 3, g, 0.0) for g in shapes.gathered(t, p, first, last))  # root unit on the ends
     n_first = _in_flight(p, m, 0, cols["schedule"], v)
     n_last = _in_flight(p, m, p - 1, cols["schedule"], v)
-    on_first = p_first * per_param + gathered + a_layer * split[0] * n_first + a_emb * n_first + a_re + training.reserve
+    on_first = p_first * per_param + g_first + a_layer * split[0] * n_first + a_emb * n_first + a_re + training.reserve
     if p == 1:
         memory = on_first + a_out * n_last
     else:
-        on_last = p_last * per_param + gathered + a_layer * split[-1] * n_last + a_out * n_last + a_re + training.reserve
+        on_last = p_last * per_param + g_last + a_layer * split[-1] * n_last + a_out * n_last + a_re + training.reserve
         memory = np.maximum(on_first, on_last)
         if p > 2 and (first is not None or last is not None):
             n_second = _in_flight(p, m, 1, cols["schedule"], v)
-            memory = np.maximum(memory, p_second * per_param + gathered + a_layer * split[1] * n_second + a_re + training.reserve)
+            memory = np.maximum(memory, p_second * per_param + g_second + a_layer * split[1] * n_second + a_re + training.reserve)
 
     # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
     # the same combination as parcalc.core.fit.estimate, on arrays.

@@ -199,6 +199,21 @@ def stage_layers(model: TransformerModel, par: Parallelism) -> tuple[int, ...]:
     return stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks)
 
 
+def _stage_ends(model: TransformerModel, par: Parallelism, stage: int) -> tuple[int, int]:
+    """(embedding, head) parameters of a stage on one TP rank: word embeddings (V/t rows) and
+    learned positions on the first; final norm and LM head (untied, or a copy of the tied word
+    embeddings when p > 1) on the last; 0 where the stage holds none."""
+    if not model.vocab:
+        return 0, 0
+    word = vocab_shard(model, par.tp) * model.hidden
+    positions = model.max_seq_len * model.hidden if model.position is Position.LEARNED else 0
+    final_norm = model.norm.params_per_channel * model.hidden if model.norm is not Norm.NONE else 0
+    first, last = stage == 0, stage == par.pp - 1
+    embed = word + positions if first else 0
+    head = (final_norm if last else 0) + (word if last and (not model.tied_embeddings or par.pp > 1) else 0)
+    return embed, head
+
+
 def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> Derivation:
     """Parameters held by one GPU of pipeline stage `stage` (0-based), after the TP split.
 
@@ -216,11 +231,8 @@ def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> D
     value = layers * per_layer
     if model.vocab:
         word = vocab_shard(model, par.tp) * model.hidden
-        positions = model.max_seq_len * model.hidden if model.position is Position.LEARNED else 0
-        final_norm = model.norm.params_per_channel * model.hidden if model.norm is not Norm.NONE else 0
-        first, last = stage == 0, stage == par.pp - 1
-        embed = (word + positions if first else 0)
-        head = (final_norm if last else 0) + (word if last and (not model.tied_embeddings or par.pp > 1) else 0)
+        embed, head = _stage_ends(model, par, stage)
+        last = stage == par.pp - 1
         if embed:
             inputs.append(Term("P_e", "P_embed", r"P_{\mathrm{embed}}", embed, "", "word embeddings (V/t rows) and learned positions"))
             formula, latex, value = formula + " + $P_e", latex + " + $P_e", value + embed
@@ -288,26 +300,84 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
     )
 
 
-def zero3_working_set(model: TransformerModel, par: Parallelism, per: StateBytes) -> Derivation:
-    """ZeRO-3 / FSDP: the full parameters of the layer computing and of the one prefetched, and
-    the unsharded gradients of one layer before their reduce-scatter."""
+def root_unit(model: TransformerModel, par: Parallelism, stage: int) -> tuple[int, int]:
+    """The root unit of a stage on one TP rank, as (early, late): the parameters outside its
+    transformer layers whose gradients appear at the start of the backward (final norm and LM head,
+    or the tied word embeddings the head multiplies by) and those whose gradients appear only at its
+    end (untied word embeddings, learned positions). (0, 0) on a stage with neither end."""
+    embed, head = _stage_ends(model, par, stage)
+    if head and embed and model.tied_embeddings:  # one stage holds both ends: the head's matmul uses the embeddings
+        word = vocab_shard(model, par.tp) * model.hidden
+        return head + word, embed - word
+    return head, embed
+
+
+def zero3_working_set(model: TransformerModel, par: Parallelism, per: StateBytes, stage: int = 0) -> Derivation:
+    """ZeRO-3 / FSDP on one GPU of stage `stage`: the parameters gathered at the peak of the backward.
+
+    PyTorch FSDP2, one unit per transformer block and the root (embedding, final norm, LM head):
+    - the root unit is gathered at the root's forward and not resharded after it (FSDPState._lazy_init,
+      torch/distributed/fsdp/_fully_shard/_fsdp_state.py: 'For the root, do not reshard after
+      forward'), so its weights stay whole through forward and backward;
+    - its gradients are reduce-scattered only at the end of the backward (the root's inputs, token
+      ids, need no gradient, so its post-backward runs in _root_post_backward_final_callback): the LM
+      head's unsharded gradient lives through the layers' backward;
+    - each block is gathered for its forward and again for its backward, the next one prefetched:
+      two layers' weights and one layer's unsharded gradients (Zhao et al. 2023 sec. 3.3-3.4);
+    - the untied word embeddings' gradient appears last, after the layers' buffers are freed.
+    Hence w P_root + g P_early + max((2w + g) P_l, g P_late) (root_unit gives P_early, P_late).
+
+    DeepSpeed ZeRO-3 gathers module by module; its estimator counts 4 bytes per parameter of the
+    largest module, `largest_layer_memory = 4 * largest_layer_params` with the largest over
+    `model.modules()` of `m.parameters(recurse=False)` (deepspeed/runtime/zero/stage3.py,
+    estimate_zero3_model_states_mem_needs, model_to_params): the embedding or LM head (V h) for every
+    Llama 3 size, which this count also holds (see assumptions).
+    """
     p_layer = layer_params_per_rank(model, par.tp)
-    inputs = (
+    early, late = root_unit(model, par, stage)
+    terms = [
         Term("P_l", "P_layer/t", r"P_{\mathrm{layer}}/t", p_layer, "", "parameters of one layer on one TP rank"),
         Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)"),
         Term("g", "g", "g", per.gradient, "B", "bytes per gradient"),
-    )
+    ]
+    layers = (2 * per.weight + per.gradient) * p_layer
+    if not (early or late):
+        formula, latex, value = "(2 × $w + $g) × $P_l", r"(2 \times $w + $g) \times $P_l", layers
+        label = "ZeRO-3 gathered parameters and gradients (two layers' weights, one layer's gradients)"
+        assumptions: tuple[str, ...] = ("this stage holds no embedding or LM head: its root unit is empty",)
+    else:
+        terms += [
+            Term("P_root", "P_root", r"P_{\mathrm{root}}", early + late, "", "root unit on one TP rank: embedding, final norm, LM head on this stage",
+                 "FSDP2 keeps the root unit unsharded from its forward to the end of backward (_fsdp_state.py)"),
+            Term("P_early", "P_early", r"P_{\mathrm{early}}", early, "",
+                 "root parameters whose gradients appear first (final norm, LM head / tied embeddings), held to the end of backward"),
+            Term("P_late", "P_late", r"P_{\mathrm{late}}", late, "", "root parameters whose gradients appear last (untied embeddings, positions)"),
+        ]  # fmt: skip
+        formula = "$w × $P_root + $g × $P_early + max((2 × $w + $g) × $P_l, $g × $P_late)"
+        latex = r"$w \times $P_root + $g \times $P_early + \max\left((2 \times $w + $g) \times $P_l,\ $g \times $P_late\right)"
+        value = per.weight * (early + late) + per.gradient * early + max(layers, per.gradient * late)
+        label = "ZeRO-3 gathered parameters and gradients (the root unit, two layers' weights, one layer's gradients)"
+        # DeepSpeed's largest module: the embedding or LM head (V h / t), else an MLP matrix (h f / t)
+        largest = max(vocab_shard(model, par.tp) * model.hidden, model.hidden * model.ffn_hidden // par.tp)
+        assumptions = (
+            "FSDP2 wrapping (fully_shard per transformer block, then the root): the root unit's weights stay gathered through "
+            "forward and backward, its LM-head gradient to the end of backward",
+            f"DeepSpeed's estimate_zero3_model_states_mem_needs counts 4 x its largest module, here {4 * largest:,.0f} B "
+            "(deepspeed/runtime/zero/stage3.py); TorchTitan wraps the embeddings and [norm, output] as units of their own, "
+            "which frees the head after its backward (less than counted here)",
+        )  # fmt: skip
     return Derivation(
         key="zero3_gathered",
-        label="ZeRO-3 gathered parameters and gradients (two layers' weights, one layer's gradients)",
+        label=label,
         symbol="M_gather",
         latex_symbol=r"M_{\mathrm{gather}}",
-        formula="(2 × $w + $g) × $P_l",
-        formula_latex=r"(2 \times $w + $g) \times $P_l",
-        inputs=inputs,
-        value=(2 * per.weight + per.gradient) * p_layer,
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(terms),
+        value=value,
         unit="B",
-        source=f"{FSDP}; {ZERO}, sec. 5.3 (parameters broadcast when needed, then discarded)",
+        source=f"{FSDP}; PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_state.py (root not resharded); {ZERO}, sec. 5.3",
+        assumptions=assumptions,
     )
 
 
@@ -481,7 +551,7 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     config = layer.config
     params = stage_parameters(model, par, stage)
     states = model_states(params.value, per, par.zero, par.dp, params_source=params.label)
-    gathered = zero3_working_set(model, par, per) if par.zero == 3 else None
+    gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
     layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks)
     n_layers = int(layers.value)
     in_flight = _in_flight(par, stage)
