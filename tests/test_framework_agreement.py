@@ -347,3 +347,79 @@ def test_search_counts_the_root_unit_as_the_scalar_core_does() -> None:
         assert evaluated.columns["memory"][i] == pytest.approx(scalar.total_memory, rel=1e-12), config.label()
         assert evaluated.columns["fits"][i] == scalar.fits
     assert any(evaluated.config(i).pp > 1 and evaluated.config(i).first_stage_layers is not None for i in range(len(evaluated)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Defaults for flags never passed (item 8)
+
+
+def test_bandwidth_without_latency_takes_latency_zero(run_json) -> None:
+    # Ring all-reduce of M = 1 GB over N = 8 on 25 GB/s with alpha = 0: 2 (N - 1) M / (N beta)
+    # = 14 x 1e9 / 2e11 = 70 ms (Thakur, Rabenseifner & Gropp 2005), the bandwidth term alone.
+    doc = run_json("comm-volume", "--collective", "all-reduce", "--size", "1GB", "--workers", "8", "--bandwidth", "25GB/s")
+    times = [r for r in doc["results"].values() if r["unit"] == "s"]
+    assert times[0]["value"] == pytest.approx(2 * 7 * 1e9 / (8 * 25e9), rel=1e-12)
+    assert doc["inputs"]["alpha"]["value"] == 0
+    assert any(a.startswith("--latency not given: 0 s") for a in doc["assumptions"])
+
+
+def test_bubble_target_alone_finds_the_micro_batches(run_json) -> None:
+    # 1F1B, p = 8, target 5 % of total time: (p - 1) / (m + p - 1) <= 0.05 gives m >= 7 x 0.95 / 0.05
+    # = 133 (Narayanan et al. 2021 sec. 2.2.1), and the bubble at m = 133 is 7 / 140 = 5 %.
+    doc = run_json("bubble", "--stages", "8", "--target", "5%")
+    assert doc["inputs"]["m"]["value"] == 133
+    assert doc["results"]["bubble_share"]["value"] == pytest.approx(7 / 140, rel=1e-12)
+    assert any(a.startswith("no --micro-batches: m = 133") for a in doc["assumptions"])
+
+
+def test_bubble_needs_micro_batches_or_a_target(run_error) -> None:
+    assert "--micro-batches: required (or give --target" in run_error(["bubble", "--stages", "4"])
+
+
+@pytest.mark.parametrize(
+    ("sizes", "reason"),
+    [(["64"], "micro-batch 64 divides no replica batch B / dp"), (["3", "5"], "micro-batches 3, 5 divide no replica batch B / dp")],
+    ids=["one", "two"],
+)
+def test_search_names_a_micro_batch_that_divides_no_replica_batch(run_error, sizes: list[str], reason: str) -> None:
+    # GPT-2 XL (25 heads: tp = 1) on 8 GPUs: the replica batches B / dp are 16, 8, 4, 2 for B = 16
+    # (none a multiple of 64) and 64, 32, 16, 8 for B = 64 (none a multiple of 3 or 5).
+    batch = "16" if sizes == ["64"] else "64"
+    flags = [x for b in sizes for x in ("--micro-batch", b)]
+    line = run_error(["fit", "--model", "gpt2-xl", "--gpu", "a100-sxm4-80gb", "--gpus", "8", "--batch", batch, "--search", *flags])
+    assert f"B = {batch}" in line and reason in line
+    assert "memory (does not fit): 0" not in line
+
+
+# A V100 has no bf16 (NVIDIA Tesla V100 datasheet: fp64, fp32 and fp16 Tensor Core rates only, as
+# presets/gpus/v100-sxm2-32gb.yaml lists them): defaults fall back to fp16 and say so.
+V100 = ["--gpu", "v100-sxm2-32gb"]
+NO_BF16 = "NVIDIA Tesla V100 SXM2 32GB has no bf16 (its datasheet lists fp64, fp32, fp16)"
+
+
+def test_fit_on_a_v100_defaults_to_fp16(run_json) -> None:
+    doc = run_json("fit", "--model", "llama3-8b", *V100, "--gpus", "8", "--seq-len", "2048")
+    assert doc["settings"]["precision"] == "mixed-fp16"
+    assert doc["assumptions"][0].startswith(NO_BF16) and "GEMMs at the fp16 peak" in doc["assumptions"][0]
+    # the V100's fp16 Tensor Core peak, 125 TFLOP/s (datasheet), is the one the step time runs at
+    assert doc["inputs"]["peak"]["value"] == pytest.approx(125e12, rel=0.01)
+
+
+def test_fit_names_the_precision_typed_on_a_v100(run_error) -> None:
+    line = run_error(["fit", "--model", "llama3-8b", *V100, "--gpus", "8", "--seq-len", "2048", "--precision", "mixed-bf16"])
+    assert line.startswith("Error: --precision mixed-bf16: NVIDIA Tesla V100 SXM2 32GB has no bf16 rate")
+
+
+def test_flops_mfu_on_a_v100_uses_the_fp16_peak(run_json) -> None:
+    # MFU = model FLOPs / (1 s x 8 GPUs x 125 TFLOP/s): against the V100's fp16 Tensor Core peak
+    doc = run_json("flops", "--model", "llama3-8b", "--batch", "8", "--seq-len", "2048", *V100, "--gpus", "8", "--step-time", "1s")
+    mfu = doc["results"]["mfu"]
+    assert mfu["value"] == pytest.approx(doc["results"]["model_flops"]["value"] / (8 * 125e12), rel=0.01)
+    assert doc["settings"]["dtype"] == "fp16"
+    assert any(a.startswith(NO_BF16) for a in doc["assumptions"])
+
+
+def test_memory_on_a_v100_defaults_to_mixed_fp16(run_json) -> None:
+    doc = run_json("memory", "--model", "llama3-8b", *V100, "--seq-len", "2048", "--tp", "8")
+    assert doc["settings"]["precision"] == "mixed-fp16"
+    assert doc["assumptions"][0].startswith(NO_BF16)

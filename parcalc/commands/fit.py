@@ -80,7 +80,7 @@ def fit(
     sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both).", show_default=False)] = None,  # noqa: UP045
     interleaved: Annotated[bool, typer.Option("--interleaved/--no-interleaved", help="--search: try the interleaved schedule with v chunks beside 1F1B.")] = True,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="--search: let tensor parallelism span nodes.")] = False,
-    precision: Annotated[Precision, typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16 (bytes per parameter and activation).")] = Precision.MIXED_BF16,
+    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16 (bytes per parameter and activation; default mixed-bf16, mixed-fp16 on a GPU without bf16 such as the V100).", show_default=False)] = None,  # noqa: UP045
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw, sgd-momentum, sgd.")] = Optimizer.ADAMW,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
@@ -127,6 +127,17 @@ def fit(
     from parcalc.presets import load_framework
 
     profile = load_framework(framework if framework is not None else "megatron", dirs)
+    from parcalc.presets import load_gpu
+
+    device = load_gpu(gpu, dirs) if gpu is not None and dtype is None else None
+    if precision is None:  # the default must hold on the GPU given: mixed-bf16, or mixed-fp16 without bf16 (V100)
+        from parcalc.commands.common import sixteen_bit_default
+
+        sixteen, _ = sixteen_bit_default(device)
+        precision = Precision.MIXED_FP16 if sixteen == "fp16" else Precision.MIXED_BF16
+    elif device is not None and peak is None and precision.gemm_dtype not in device.dtypes:  # name the flag that was typed
+        raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
+                         f"(it lists {', '.join(device.dtypes)}); choose another --precision, or --dtype for the GEMMs")  # fmt: skip
     cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
                        nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs)  # fmt: skip
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
@@ -257,6 +268,7 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
 
 
 def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) -> tuple[str, ...]:
+    from parcalc.commands.common import sixteen_bit_default
     from parcalc.commands.memory import dropout_assumption
     from parcalc.core.memory import gradient_convention, state_bytes
 
@@ -271,7 +283,10 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         given = "--fp32-grads" if training.fp32_grads else "--no-fp32-grads" if mixed else f"--precision {training.precision.value}"
         grads = f"gradients: {gradient_convention(per)} ({given})"
     dropout = training.dropout if training.dropout is not None else shape.dropout
+    _, no_bf16 = sixteen_bit_default(cluster.gpu)
+    fp16 = (f"{no_bf16}: --precision {training.precision.value}, GEMMs at the {cluster.dtype} peak",) if no_bf16 and cluster.dtype == "fp16" else ()
     return (
+        *fp16,
         grads,
         dropout_assumption(shape, dropout, given=training.dropout is not None),
         (f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
@@ -386,8 +401,8 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
         progress.close()
     evaluated = found.evaluated
     if len(evaluated) == 0:
-        reasons = "; ".join(f"{reason}: {count}" for reason, count in found.rejected.most_common()) or "no layout"
-        raise InputError(f"no configuration satisfies the constraints on {cluster.gpus} GPUs ({reasons})")
+        reasons = "; ".join(f"{reason}: {count}" for reason, count in found.rejected.most_common() if count) or "no layout"
+        raise InputError(f"no configuration satisfies the constraints on {cluster.gpus} GPUs, B = {training.global_batch} ({reasons})")
     ranked = found.ranked()
     if ranked.size == 0:
         least = int(evaluated.columns["memory"].argmin())

@@ -77,7 +77,7 @@ def memory(
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1).")] = False,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = Recompute.NONE,
-    precision: Annotated[Precision, typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy).")] = Precision.MIXED_BF16,
+    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy); default mixed-bf16, mixed-fp16 on a GPU without bf16 (V100).", show_default=False)] = None,  # noqa: UP045
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw (2 states), sgd-momentum (1), sgd (0).")] = Optimizer.ADAMW,
     fp32_grads: Annotated[bool, typer.Option("--fp32-grads", help="Mixed precision with fp32 gradients (Megatron-LM's main_grad: 18 bytes per parameter with Adam).")] = False,
     schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved.")] = Schedule.ONE_F_ONE_B,
@@ -113,11 +113,21 @@ def memory(
     default_m = 2 * p if chosen is Schedule.INTERLEAVED and v > 1 else p
     m = parse_count(micro_batches, "--micro-batches") if micro_batches is not None else default_m
     cap, cap_source, device_key = None, "", "none"
+    notes: tuple[str, ...] = ()
     if gpu is not None:
         from parcalc.presets import load_gpu
 
         device = load_gpu(gpu, dirs)
         cap, cap_source, device_key = device.memory_capacity.value, device.memory_capacity.source, device.key
+        if precision is None:  # the default must hold on the GPU given: no bf16 on a V100
+            from parcalc.commands.common import sixteen_bit_default
+
+            _, note = sixteen_bit_default(device)
+            if note is not None:
+                precision = Precision.MIXED_FP16
+                notes = (f"{note}: mixed-fp16 (the same bytes as mixed-bf16; --precision chooses)",)
+    if precision is None:
+        precision = Precision.MIXED_BF16
     if capacity is not None:
         cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity"), "given on the command line"
     reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True) if reserve is not None else DEFAULT_RESERVE_BYTES
@@ -134,7 +144,7 @@ def memory(
                 ("zero", zero.value), ("recompute", recompute.value), ("schedule", chosen.value),
                 ("sequence_parallel", str(sequence_parallel).lower()), ("flash_attention", str(flash_attention).lower()),
                 ("dropout", str(breakdown.setup.dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
-    finish(memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None), fmt, output)
+    finish(memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes), fmt, output)
 
 
 def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None) -> tuple[int, int, int]:
@@ -156,7 +166,8 @@ def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None) -
     return t, p, total // (t * p)
 
 
-def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]], dropout_given: bool = False) -> Result:
+def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]], dropout_given: bool = False,
+                  notes: tuple[str, ...] = ()) -> Result:  # fmt: skip
     """The fullest stage's derivations, its component table, one layer's saved tensors, verdicts."""
     from parcalc.derivation import Column, Result, Table, Term
     from parcalc.units import GIB
@@ -207,6 +218,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     from parcalc.core.memory import gradient_convention
 
     assumptions = (
+        *notes,
         "bytes per parameter: weights {:g}, gradients {:g}, optimizer {:g} (master {:g} + {} state(s) x {:g})".format(
             breakdown.per_parameter.weight, breakdown.per_parameter.gradient, breakdown.per_parameter.optimizer,
             breakdown.per_parameter.master, breakdown.per_parameter.states, breakdown.per_parameter.per_state),

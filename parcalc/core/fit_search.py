@@ -283,6 +283,10 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     if p > 1 and space.interleaved:
         per_stage = math.gcd(*split)  # v must divide every stage's layers (Megatron-LM, parcalc.core.stages)
         schedules += [(1, v) for v in divisors(per_stage) if v > 1 and (space.max_chunks is None or v <= space.max_chunks)]
+    if not sizes and space.micro_batches is not None:  # the named sizes divide this layout's replica batch nowhere
+        given = ", ".join(str(b) for b in space.micro_batches)
+        many = len(space.micro_batches) > 1
+        rejected[f"micro-batch{'es' if many else ''} {given} divide{'' if many else 's'} no replica batch B / dp"] += 1
     if not (sizes and recomputes and zeros and sps):
         return None
     grid = np.meshgrid(np.array(sizes), np.array(recomputes), np.array(zeros), np.array([int(s) for s in sps]),

@@ -360,11 +360,11 @@ def zero3_working_set(model: TransformerModel, par: Parallelism, per: StateBytes
         # DeepSpeed's largest module: the embedding or LM head (V h / t), else an MLP matrix (h f / t)
         largest = max(vocab_shard(model, par.tp) * model.hidden, model.hidden * model.ffn_hidden // par.tp)
         assumptions = (
-            "FSDP2 wrapping (fully_shard per transformer block, then the root): the root unit's weights stay gathered through "
-            "forward and backward, its LM-head gradient to the end of backward",
-            f"DeepSpeed's estimate_zero3_model_states_mem_needs counts 4 x its largest module, here {4 * largest:,.0f} B "
-            "(deepspeed/runtime/zero/stage3.py); TorchTitan wraps the embeddings and [norm, output] as units of their own, "
-            "which frees the head after its backward (less than counted here)",
+            ("FSDP2 wrapping (fully_shard per transformer block, then the root): the root unit's weights stay gathered through "
+             "forward and backward, its LM-head gradient to the end of backward"),
+            (f"DeepSpeed's estimate_zero3_model_states_mem_needs counts 4 x its largest module, here {4 * largest:,.0f} B "
+             "(deepspeed/runtime/zero/stage3.py); TorchTitan wraps the embeddings and [norm, output] as units of their own, "
+             "which frees the head after its backward (less than counted here)"),
         )  # fmt: skip
     return Derivation(
         key="zero3_gathered",
