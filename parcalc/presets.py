@@ -553,7 +553,7 @@ def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:
 
 _MODEL_KEYS = (
     "kind", "name", "sources", "source", "layers", "hidden", "heads", "kv_heads", "head_dim",
-    "ffn_hidden", "mlp", "vocab", "max_seq_len", "tied_embeddings", "position", "norm", "bias", "notes",
+    "ffn_hidden", "mlp", "vocab", "max_seq_len", "tied_embeddings", "position", "norm", "bias", "dropout", "notes",
 )  # fmt: skip
 
 
@@ -584,6 +584,8 @@ def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Transf
             norm=doc.choice("norm", Norm, Norm.LAYERNORM),
             bias=doc.flag("bias", default=True),
             source=doc.source_ref("source", sources),
+            dropout=doc.flag("dropout", default=True),
+            dropout_source=sources.get("dropout", ""),
         )
     except InputError as error:
         raise PresetError(f"{path}: {error}") from None
@@ -605,6 +607,55 @@ _GATED_ARCHITECTURES = {
 _LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "gpt_neo", "gpt_bigcode", "megatron-bert", "xlm-roberta"}
 
 
+# Keys by which a config.json declares experts: Mixtral's num_local_experts, DeepSeek-V2/V3's
+# n_routed_experts, Qwen2-MoE / Qwen3-MoE / OLMoE's num_experts, and the moe_* family
+# (moe_intermediate_size, moe_layer_freq, ...). A dense reading of such a model counts one expert's
+# MLP per layer (Mixtral 8x7B as 7.24 B parameters, not 46.7 B), so until experts are modelled it is
+# refused rather than silently wrong.
+_EXPERT_COUNT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", "num_experts_per_tok", "n_shared_experts")
+
+
+def _refuse_mixture_of_experts(path: Path, config: Mapping[str, Any]) -> None:
+    """A Mixture-of-Experts config.json: InputError naming the key found (parcalc models dense layers)."""
+    found = [k for k in _EXPERT_COUNT_KEYS if _declares(config.get(k))]
+    found += sorted(k for k in config if k.lower().startswith("moe_") and _declares(config[k]))
+    if found:
+        key = found[0]
+        raise InputError(f"--model: {path} is a Mixture-of-Experts model ({key}: {config[key]!r}); parcalc models dense "
+                         "transformers only and would count one expert per layer (give a dense model)")  # fmt: skip
+
+
+def _declares(value: Any) -> bool:
+    """Whether a config value declares experts: a count above 1, or any other set value (null, 0, 1, false and '' do not)."""
+    if value is None or value is False or value == "" or value == [] or value == {}:
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value > 1
+    return True
+
+
+# Dropout probabilities as Hugging Face configs name them: Llama / Mistral / Qwen2 / OPT
+# (attention_dropout), GPT-2 and Phi (attn_pdrop, resid_pdrop, embd_pdrop), BERT
+# (attention_probs_dropout_prob, hidden_dropout_prob), GPT-NeoX / Falcon (hidden_dropout), OPT
+# (dropout, activation_dropout).
+_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob", "hidden_dropout", "hidden_dropout_prob",
+                 "resid_pdrop", "embd_pdrop", "embedding_dropout", "dropout", "activation_dropout", "ffn_dropout")  # fmt: skip
+
+
+def _trains_with_dropout(config: Mapping[str, Any], architecture: str) -> tuple[bool, str]:
+    """Whether the model trains with dropout, and why: any dropout probability above 0 in the
+    config; with none given, the architecture's default: none for the Llama family (Meta's
+    llama/model.py has no dropout layer, and transformers' LlamaConfig defaults attention_dropout
+    to 0.0), dropout for the GPT-2 / BERT family (their configs default to 0.1)."""
+    given = {k: config[k] for k in _DROPOUT_KEYS if isinstance(config.get(k), (int, float)) and not isinstance(config.get(k), bool)}
+    if given:
+        listed = ", ".join(f"{k} {v:g}" for k, v in given.items())
+        return any(p > 0 for p in given.values()), f"config.json: {listed}"
+    if architecture in _GATED_ARCHITECTURES:
+        return False, f"config.json gives no dropout; model_type {architecture!r} has none by default (transformers: attention_dropout 0.0)"
+    return True, "config.json gives no dropout probability; assumed on (GPT-2 / BERT configs default to 0.1)"
+
+
 def model_from_hf_config(path: Path) -> TransformerModel:
     """Read the shape of a model from a Hugging Face `config.json` on disk."""
     if not path.is_file():
@@ -624,6 +675,7 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             raise PresetError(f"{path}: key '{names[0]}' missing (looked for {', '.join(names)})")
         return default
 
+    _refuse_mixture_of_experts(path, config)
     architecture = str(config.get("model_type", "")).lower()
     hidden = int(pick("hidden_size", "n_embd", "d_model"))
     heads = int(pick("num_attention_heads", "n_head", "num_heads"))
@@ -640,6 +692,7 @@ def model_from_hf_config(path: Path) -> TransformerModel:
         position = Position.ALIBI
     else:
         position = Position.ROPE
+    dropout, dropout_source = _trains_with_dropout(config, architecture)
     try:
         return TransformerModel(
             key=path.parent.name or path.stem,
@@ -658,6 +711,8 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             norm=Norm.RMSNORM if "rms_norm_eps" in config else Norm.LAYERNORM,
             bias=bool(config.get("attention_bias", config.get("bias", not gated))),
             source=f"Hugging Face config.json at {path}",
+            dropout=dropout,
+            dropout_source=dropout_source,
         )
     except (TypeError, ValueError) as error:
         raise PresetError(f"{path}: {error}") from None

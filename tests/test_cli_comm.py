@@ -168,7 +168,7 @@ def test_other_formats(runner, fmt: str) -> None:
         pytest.param(["--collective", "all-reduce", "--size", "-1GB", "--workers", "4"], "--size", id="size-negative"),
         pytest.param(["--collective", "all-reduce", "--workers", "4"], "--size: required", id="size-missing"),
         pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "4", "--algorithm", "pairwise"], "--algorithm: pairwise does not apply", id="wrong-algorithm"),
-        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "4", "--bandwidth", "25GB/s"], "--latency", id="bandwidth-alone"),
+        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "4", "--latency", "5us"], "--latency: give --bandwidth with it", id="latency-alone"),
         pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "4", "--link", "nvlnk4"], "unknown link", id="unknown-link"),
         pytest.param([], "give one of --collective", id="nothing"),
         pytest.param(["--collective", "all-reduce", "--strategy", "dp"], "give one of --collective", id="both"),

@@ -122,7 +122,6 @@ def test_search_nothing_fits_exits_1(run_error) -> None:
         pytest.param(["--gpus", "4", "--micro-batch", "3", "--batch", "8"], "--micro-batch: 3 does not divide", id="micro-batch"),
         pytest.param(["--gpus", "4", "--search", "--micro-batch", "64"], "no configuration satisfies", id="contradictory"),
         pytest.param(["--gpus", "4", "--search", "--top", "0"], "--top", id="top"),
-        pytest.param(["--gpus", "4", "--flash-attention", "--recompute", "selective"], "FlashAttention", id="selective-flash"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(run_error, args: list[str], fragment: str) -> None:

@@ -177,7 +177,13 @@ def test_strategy_table_rows_match_the_memory_core() -> None:
         mems = [by_name[(family, r)].memory for r in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)]
         assert mems[0] >= mems[1] >= mems[2]
     zero = [by_name[(f, Recompute.NONE)].memory for f in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)")]
-    assert zero == sorted(zero, reverse=True)
+    assert zero[:3] == sorted(zero[:3], reverse=True)
+    # ZeRO-3 shards the weights too, but holds gathered buffers: on 2 GPUs, the whole root unit
+    # (32,000 x 1024 embeddings, tied) and two layers outweigh half the weights of this small model
+    # (parcalc.core.memory.zero3_working_set); its sharded states alone are still the least.
+    z2, z3 = (memory_of(model, by_name[(f, Recompute.NONE)].config, training, gpus).worst for f in ("ZeRO-2", "ZeRO-3 (FSDP)"))
+    assert z3.gathered is not None
+    assert z3.states_total.value - z3.gathered.value < z2.states_total.value
     assert by_name[("TP x PP", Recompute.NONE)].config is None  # 2 GPUs: no tp >= 2 with pp >= 2
 
 

@@ -30,6 +30,7 @@ EXAMPLES = """\
 Examples:
   parcalc bubble --stages 4 --micro-batches 16
   parcalc bubble --stages 4 --micro-batches 16 --schedule gpipe --target 10%
+  parcalc bubble --stages 8 --target 5%
   parcalc bubble --stages 4 --micro-batches 8 --schedule interleaved --chunks 2 --timeline
   parcalc bubble --stages 8 --micro-batches 32 --schedule zb-h1 --t-forward 10ms --timeline
   parcalc bubble --stages 4 --micro-batches 8 --stage-times 10ms,12ms,10ms,15ms --p2p-latency 50us
@@ -58,7 +59,7 @@ OutputOption = Annotated[
 
 def bubble(
     stages: Annotated[str, typer.Option(metavar="P", help="Pipeline stages (one device each).", show_default=False)],
-    micro_batches: Annotated[str, typer.Option(metavar="M", help="Micro-batches per mini-batch.", show_default=False)],
+    micro_batches: Annotated[_Text, typer.Option(metavar="M", help="Micro-batches per mini-batch (with --target and without it: the fewest that reach the target).", show_default=False)] = None,
     schedule: Annotated[ScheduleChoice, typer.Option(metavar="NAME", help="gpipe, 1f1b, interleaved, zb-h1 or zb-h2.")] = ScheduleChoice.one_f_one_b,
     chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (interleaved only; default 2 there).")] = None,
     t_forward: Annotated[_Text, typer.Option(metavar="TIME", help="Forward time of one micro-batch on one stage, or on one layer with --layers (default 1 s, a unit).")] = None,
@@ -92,11 +93,14 @@ def bubble(
     from dataclasses import replace
 
     from parcalc.core.pipeline import PassTimes, Schedule, analyse_bubble, pass_times
+    from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_count, parse_quantity
 
     chosen = Schedule(schedule.value)
     p = parse_count(stages, "--stages")
-    m = parse_count(micro_batches, "--micro-batches")
+    if micro_batches is None and target is None:
+        raise InputError("--micro-batches: required (or give --target and parcalc finds the fewest micro-batches that reach it)")
+    m = parse_count(micro_batches, "--micro-batches") if micro_batches is not None else None
     v = parse_count(chunks, "--chunks") if chunks is not None else (2 if chosen is Schedule.INTERLEAVED else 1)
 
     def time(text: str | None, flag: str, *, zero: bool = False) -> float | None:
@@ -110,8 +114,16 @@ def bubble(
     goal = parse_quantity(target, Dimension.FRACTION, "--target") if target is not None else None
     split = _stage_layers(layers, first_stage_layers, last_stage_layers, p, v, embedding_in_split, loss_in_split)
 
+    found = None
+    if m is None:  # --target alone: the closed form's fewest micro-batches (share of total time), then the bubble at them
+        probe = analyse_bubble(chosen, p, p, chunks=v, times=times, stage_times=per_stage, latency=latency, target=goal, stage_layers=split)
+        found = int(next(d for d in probe.closed if d.key == "micro_batches_for_target").value)
+        m = found
     analysis = analyse_bubble(chosen, p, m, chunks=v, times=times, stage_times=per_stage, latency=latency, target=goal, stage_layers=split)
     result = analysis.result()
+    if found is not None:
+        result = replace(result, assumptions=result.assumptions + (
+            f"no --micro-batches: m = {found}, the fewest micro-batches whose bubble (share of total time) is at most the target",))  # fmt: skip
     if t_forward is None and stage_times is None:
         unit = "one layer's forward pass" if split is not None else "one forward pass"
         result = replace(result, assumptions=result.assumptions + (

@@ -90,7 +90,7 @@ def comm_volume(
     link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset within a node (default {DEFAULT_LINK}).")] = None,
     inter_node_link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset between nodes (default {DEFAULT_INTER_NODE_LINK}).")] = None,
     bandwidth: Annotated[_Text, typer.Option(metavar="B/s", help="Bandwidth per direction instead of --link, e.g. 25GB/s or 200Gb/s.")] = None,
-    latency: Annotated[_Text, typer.Option(metavar="TIME", help="Latency per message (alpha) instead of --link, e.g. 5us.")] = None,
+    latency: Annotated[_Text, typer.Option(metavar="TIME", help="Latency per message (alpha) instead of --link, e.g. 5us (0 when only --bandwidth is given).")] = None,
     bucket_size: Annotated[_Text, typer.Option(metavar="BYTES", help="DDP / ZeRO bucket cap (default 25MiB, with DDP's 1MiB first bucket).")] = None,
     ddp_first_iteration: Annotated[bool, typer.Option("--ddp-first-iteration", help="DDP's first iteration: every gradient in one bucket.")] = False,
     shard_padding: Annotated[bool, typer.Option("--shard-padding/--no-shard-padding", help="FSDP2 pads each tensor's dim 0 to a multiple of the group.")] = True,
@@ -202,13 +202,18 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
             f"per worker: sends {derivations[1].value:,.0f} B, receives {derivations[2].value:,.0f} B; "
             f"all messages together: {derivations[3].value:,.0f} B",
         ),
-        assumptions=(co.ALPHA_BETA, "nccl-tests convention: M is the whole array (all-gather: the output; reduce-scatter: the input)"),
+        assumptions=(co.ALPHA_BETA, "nccl-tests convention: M is the whole array (all-gather: the output; reduce-scatter: the input)",
+                     *((LATENCY_NOT_GIVEN,) if chosen.latency.source == LATENCY_NOT_GIVEN else ())),
         settings=(("collective", op.value), ("algorithm", algo.value), ("link", chosen.key)),
     )
 
 
+# --bandwidth alone describes a link by its bandwidth: the alpha-beta time keeps only the beta term.
+LATENCY_NOT_GIVEN = "--latency not given: 0 s, so times are the bandwidth term alone (add --latency for the alpha term)"
+
+
 def _intra_link(name: str | None, bandwidth: str | None, latency: str | None, dirs: tuple) -> "Link":
-    """--link NAME, or --bandwidth and --latency (which also override a named link's values)."""
+    """--link NAME, or --bandwidth (and --latency, 0 when left out), which also override a named link's values."""
     from dataclasses import replace
 
     from parcalc.core.hardware import Link, Sourced
@@ -219,9 +224,10 @@ def _intra_link(name: str | None, bandwidth: str | None, latency: str | None, di
     alpha = parse_quantity(latency, Dimension.TIME, "--latency", allow_zero=True) if latency is not None else None
     given = "given on the command line"
     if name is None and (beta is not None or alpha is not None):
-        if beta is None or alpha is None:
-            raise InputError("--bandwidth and --latency: give both (or a --link preset)")
-        return Link("given", "the given link", Sourced(beta, "B/s", given), Sourced(alpha, "s", given))
+        if beta is None:
+            raise InputError("--latency: give --bandwidth with it (or a --link preset)")
+        latency = Sourced(alpha, "s", given) if alpha is not None else Sourced(0.0, "s", LATENCY_NOT_GIVEN)
+        return Link("given", "the given link", Sourced(beta, "B/s", given), latency)
     from parcalc.presets import load_link
 
     chosen = load_link(name or DEFAULT_LINK, dirs)

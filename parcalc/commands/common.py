@@ -84,6 +84,16 @@ LossInSplitOption = Annotated[
 ]  # fmt: skip
 
 
+def sixteen_bit_default(device: Any) -> tuple[str, str | None]:
+    """The 16-bit dtype a default (no --dtype / --precision typed) means on this GPU: bf16, or fp16
+    on a GPU whose datasheet lists no bf16 (V100: Volta has fp16 Tensor Cores only), with a note
+    that says so; a default must not fail for a flag the user never typed."""
+    if device is None or "bf16" in device.dtypes or "fp16" not in device.dtypes:
+        return "bf16", None
+    listed = ", ".join(device.dtypes)
+    return "fp16", f"{device.name} has no bf16 (its datasheet lists {listed}): 16-bit work in fp16 by default"
+
+
 def stage_flags(first: str | None, last: str | None) -> tuple[int | None, int | None]:
     """--first-stage-layers / --last-stage-layers as counts, checked before any label shows them (0
     is read, so that the core's Megatron-LM check can say why an empty stage is refused)."""

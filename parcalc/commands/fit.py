@@ -82,10 +82,10 @@ def fit(
     sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both).", show_default=False)] = None,  # noqa: UP045
     interleaved: Annotated[bool, typer.Option("--interleaved/--no-interleaved", help="--search: try the interleaved schedule with v chunks beside 1F1B.")] = True,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="--search: let tensor parallelism span nodes.")] = False,
-    precision: Annotated[Precision, typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16 (bytes per parameter and activation).")] = Precision.MIXED_BF16,
+    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16 (bytes per parameter and activation; default mixed-bf16, mixed-fp16 on a GPU without bf16 such as the V100).", show_default=False)] = None,  # noqa: UP045
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw, sgd-momentum, sgd.")] = Optimizer.ADAMW,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
-    dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations.")] = True,
+    dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,
     reserve: Annotated[Text, typer.Option(metavar="BYTES", help="CUDA context, NCCL buffers, fragmentation (default 2GiB; see `parcalc memory`).")] = None,
     dtype: Annotated[Text, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks the GEMMs run at (default: follows --precision: fp32 for fp32, fp16 for mixed-fp16, else bf16).")] = None,
@@ -131,6 +131,17 @@ def fit(
     from parcalc.presets import load_framework
 
     profile = load_framework(framework if framework is not None else "megatron", dirs)
+    from parcalc.presets import load_gpu
+
+    device = load_gpu(gpu, dirs) if gpu is not None and dtype is None else None
+    if precision is None:  # the default must hold on the GPU given: mixed-bf16, or mixed-fp16 without bf16 (V100)
+        from parcalc.commands.common import sixteen_bit_default
+
+        sixteen, _ = sixteen_bit_default(device)
+        precision = Precision.MIXED_FP16 if sixteen == "fp16" else Precision.MIXED_BF16
+    elif device is not None and peak is None and precision.gemm_dtype not in device.dtypes:  # name the flag that was typed
+        raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
+                         f"(it lists {', '.join(device.dtypes)}); choose another --precision, or --dtype for the GEMMs")  # fmt: skip
     cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
                        nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs)  # fmt: skip
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
@@ -146,9 +157,6 @@ def fit(
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     recomputes = tuple(dict.fromkeys(recompute)) if recompute else (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-    if flash_attention and recomputes == (Recompute.SELECTIVE,):
-        raise InputError("--recompute selective: FlashAttention keeps no attention scores for selective recomputation to drop; "
-                         "use none or full with --flash-attention")  # fmt: skip
     pinned = {name: parse_count(value, f"--{name}") for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None}
     first, last = stage_flags(first_stage_layers, last_stage_layers)
     # the split's pinned fields, as Config and SearchSpace name them
@@ -266,8 +274,28 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
     ]
 
 
-def _assumptions(cluster: Cluster) -> tuple[str, ...]:
+def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) -> tuple[str, ...]:
+    from parcalc.commands.common import sixteen_bit_default
+    from parcalc.commands.memory import dropout_assumption
+    from parcalc.core.memory import gradient_convention, state_bytes
+
+    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
+    framework = cluster.framework
+    mixed = training.precision.value.startswith("mixed")
+    if mixed and training.fp32_grads == framework.fp32_grads:  # the profile decided: its source says why
+        kind = "fp32" if training.fp32_grads else "16-bit"
+        grads = (f"gradients in {kind}, {per.gradient:g} bytes ({per.total:g} per parameter with {training.optimizer.value}): "
+                 f"the {framework.name} profile's default, {framework.source('fp32_grads')}; --fp32-grads / --no-fp32-grads override")  # fmt: skip
+    else:
+        given = "--fp32-grads" if training.fp32_grads else "--no-fp32-grads" if mixed else f"--precision {training.precision.value}"
+        grads = f"gradients: {gradient_convention(per)} ({given})"
+    dropout = training.dropout if training.dropout is not None else shape.dropout
+    _, no_bf16 = sixteen_bit_default(cluster.gpu)
+    fp16 = (f"{no_bf16}: --precision {training.precision.value}, GEMMs at the {cluster.dtype} peak",) if no_bf16 and cluster.dtype == "fp16" else ()
     return (
+        *fp16,
+        grads,
+        dropout_assumption(shape, dropout, given=training.dropout is not None),
         (f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
          "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp"),
         "memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)",
@@ -309,7 +337,7 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
     verdicts = _table_verdicts(shape, rows, cluster, with_layers)
     title = f"What fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(), tables=(table,),
-                    verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+                    verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
     return result, None if any(row.fits for row in rows) else _nothing_fits(shape, rows, cluster, with_layers)
 
 
@@ -380,8 +408,8 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
         progress.close()
     evaluated = found.evaluated
     if len(evaluated) == 0:
-        reasons = "; ".join(f"{reason}: {count}" for reason, count in found.rejected.most_common()) or "no layout"
-        raise InputError(f"no configuration satisfies the constraints on {cluster.gpus} GPUs ({reasons})")
+        reasons = "; ".join(f"{reason}: {count}" for reason, count in found.rejected.most_common() if count) or "no layout"
+        raise InputError(f"no configuration satisfies the constraints on {cluster.gpus} GPUs, B = {training.global_batch} ({reasons})")
     ranked = found.ranked()
     if ranked.size == 0:
         least = int(evaluated.columns["memory"].argmin())
@@ -400,7 +428,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
     verdicts = _search_verdicts(found, ranked, best, cluster)
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
-                  tables=tuple(tables), verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+                  tables=tuple(tables), verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
 
 
 def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
@@ -450,7 +478,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
                   derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()),
                   tables=(_stages_table(best),) if config.pp > 1 else (),
-                  verdicts=tuple(verdicts), assumptions=_assumptions(cluster), settings=tuple(settings))  # fmt: skip
+                  verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
 
 
 def _stages_table(best: Any) -> Table:

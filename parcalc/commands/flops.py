@@ -69,7 +69,7 @@ def flops(
     step_time: Annotated[_Text, typer.Option(metavar="TIME", help="Measured time of one iteration, for MFU and HFU (with --gpus).")] = None,
     gpus: Annotated[_Text, typer.Option(metavar="n", help="GPUs running the iteration (for MFU and HFU).")] = None,
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset whose datasheet peak MFU uses.")] = None,
-    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks: bf16 (default), fp16, tf32, fp8...")] = "bf16",
+    dtype: Annotated[_Text, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks: bf16 (default; fp16 on a GPU without bf16, e.g. V100), fp16, tf32, fp8...")] = None,
     peak: Annotated[_Text, typer.Option(metavar="FLOP/s", help="Peak FLOP/s per GPU instead of --gpu's, e.g. 312TFLOP/s.")] = None,
     pp: Annotated[_Text, typer.Option(metavar="p", help="Pipeline stages: the FLOPs of each stage and the busiest one (totals do not change).")] = None,
     first_stage_layers: FirstStageLayersOption = None,
@@ -96,6 +96,7 @@ def flops(
     n_params = parse_quantity(params, Dimension.COUNT, "--params") if params is not None else None
     counted = training_flops(shape, sequences, seq, recompute=recompute.value, causal=causal, params=n_params)
     derivations = list(counted.derivations())
+    note: str | None = None
     verdicts = [_narayanan_verdict(counted)]
     settings = [("model", shape.key), ("recompute", recompute.value), ("causal", str(causal).lower())]
     if tokens is not None:
@@ -113,6 +114,11 @@ def flops(
     if step_time is not None:
         seconds = parse_quantity(step_time, Dimension.TIME, "--step-time")
         count = parse_count(gpus, "--gpus")
+        if dtype is None:  # the default must hold on the GPU given: bf16, or fp16 where it has none (V100)
+            from parcalc.commands.common import sixteen_bit_default
+            from parcalc.presets import load_gpu
+
+            dtype, note = sixteen_bit_default(load_gpu(gpu, dirs) if gpu is not None else None)
         peak_value, peak_source, device_key = _peak(gpu, peak, dtype, dirs)
         derivations.append(flops_utilization(counted.model, seconds, count, peak_value, peak_source=peak_source))
         derivations.append(flops_utilization(counted.hardware, seconds, count, peak_value, hardware=True, peak_source=peak_source))
@@ -145,6 +151,7 @@ def flops(
         assumptions=(
             "matmuls only, 2 FLOP per multiply-add; a matmul's backward is two matmuls of its size (input and weight gradients)",
             "model FLOPs leave recomputation out, hardware FLOPs count it (Korthikanti et al. 2022, Appendix A)",
+            *((f"{note} (MFU against the fp16 peak; --dtype chooses)",) if note else ()),
         ),
         settings=tuple(settings),
     )

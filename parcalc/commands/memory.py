@@ -37,6 +37,7 @@ from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule, Zero
 
 if TYPE_CHECKING:
     from parcalc.core.memory import MemoryBreakdown
+    from parcalc.core.model import TransformerModel
     from parcalc.derivation import Result, Table
 
 EXAMPLES = """\
@@ -78,7 +79,7 @@ def memory(
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1).")] = False,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = Recompute.NONE,
-    precision: Annotated[Precision, typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy).")] = Precision.MIXED_BF16,
+    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy); default mixed-bf16, mixed-fp16 on a GPU without bf16 (V100).", show_default=False)] = None,  # noqa: UP045
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw (2 states), sgd-momentum (1), sgd (0).")] = Optimizer.ADAMW,
     fp32_grads: Annotated[bool, typer.Option("--fp32-grads", help="Mixed precision with fp32 gradients (Megatron-LM's main_grad: 18 bytes per parameter with Adam).")] = False,
     schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved.")] = Schedule.ONE_F_ONE_B,
@@ -89,7 +90,7 @@ def memory(
     embedding_in_split: EmbeddingInSplitOption = False,
     loss_in_split: LossInSplitOption = False,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
-    dropout: Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings.")] = True,
+    dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset: its memory capacity decides fits / does not fit.")] = None,
     capacity: Annotated[_Text, typer.Option(metavar="BYTES", help="GPU memory capacity instead of --gpu's, e.g. 80GiB.")] = None,
     reserve: Annotated[_Text, typer.Option(metavar="BYTES", help=RESERVE_HELP)] = None,
@@ -121,11 +122,21 @@ def memory(
     default_m = 2 * p if chosen is Schedule.INTERLEAVED and v > 1 else p
     m = parse_count(micro_batches, "--micro-batches") if micro_batches is not None else default_m
     cap, cap_source, device_key = None, "", "none"
+    notes: tuple[str, ...] = ()
     if gpu is not None:
         from parcalc.presets import load_gpu
 
         device = load_gpu(gpu, dirs)
         cap, cap_source, device_key = device.memory_capacity.value, device.memory_capacity.source, device.key
+        if precision is None:  # the default must hold on the GPU given: no bf16 on a V100
+            from parcalc.commands.common import sixteen_bit_default
+
+            _, note = sixteen_bit_default(device)
+            if note is not None:
+                precision = Precision.MIXED_FP16
+                notes = (f"{note}: mixed-fp16 (the same bytes as mixed-bf16; --precision chooses)",)
+    if precision is None:
+        precision = Precision.MIXED_BF16
     if capacity is not None:
         cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity"), "given on the command line"
     reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True) if reserve is not None else DEFAULT_RESERVE_BYTES
@@ -141,8 +152,8 @@ def memory(
     settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
                 ("zero", zero.value), ("recompute", recompute.value), ("schedule", chosen.value),
                 ("sequence_parallel", str(sequence_parallel).lower()), ("flash_attention", str(flash_attention).lower()),
-                ("dropout", str(dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
-    finish(memory_result(breakdown, per_stage, settings), fmt, output)
+                ("dropout", str(breakdown.setup.dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
+    finish(memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes), fmt, output)
 
 
 def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None) -> tuple[int, int, int]:
@@ -164,7 +175,8 @@ def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None) -
     return t, p, total // (t * p)
 
 
-def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]]) -> Result:
+def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]], dropout_given: bool = False,
+                  notes: tuple[str, ...] = ()) -> Result:  # fmt: skip
     """The fullest stage's derivations, its component table, one layer's saved tensors, verdicts."""
     from parcalc.derivation import Column, Result, Table, Term
     from parcalc.units import GIB
@@ -212,12 +224,17 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         verdicts.append(_korthikanti_verdict(layer.per_layer.value, layer.korthikanti.value))
     title = (f"Memory per GPU: {shape.name}, b = {setup.micro_batch}, s = {setup.seq_len}, "
              f"{par.tp} TP x {par.pp} PP x {par.dp} DP" + (f", ZeRO-{par.zero}" if par.zero else ""))  # fmt: skip
+    from parcalc.core.memory import gradient_convention
+
     assumptions = (
+        *notes,
         "bytes per parameter: weights {:g}, gradients {:g}, optimizer {:g} (master {:g} + {} state(s) x {:g})".format(
             breakdown.per_parameter.weight, breakdown.per_parameter.gradient, breakdown.per_parameter.optimizer,
             breakdown.per_parameter.master, breakdown.per_parameter.states, breakdown.per_parameter.per_state),
+        gradient_convention(breakdown.per_parameter),
         "GB = 1e9 bytes, GiB = 2^30 bytes; GPU capacities are binary (80 GiB for an '80GB' HBM part)",
         _stages_assumption(breakdown),
+        dropout_assumption(shape, bool(setup.dropout), dropout_given),
     )  # fmt: skip
     return Result(
         command="memory",
@@ -284,3 +301,15 @@ def _korthikanti_verdict(counted: float, closed: float) -> str:
         return "the tensor-by-tensor count equals Korthikanti et al.'s closed form for this layer"
     return (f"the tensor-by-tensor count ({counted:,.0f} B) differs from Korthikanti et al.'s closed form ({closed:,.0f} B) "
             f"by {(counted - closed) / closed * 100:+.2f} %: their form assumes a 4h GELU MLP, MHA and 16-bit activations")  # fmt: skip
+
+
+def dropout_assumption(shape: TransformerModel, dropout: bool, given: bool) -> str:
+    """Whether dropout masks are counted, and who decided: the flag, or the model (with its source)."""
+    counted = "dropout masks counted (1 byte per element)" if dropout else "no dropout masks"
+    if given:
+        return f"{counted}: --{'' if dropout else 'no-'}dropout"
+    if dropout:
+        why = f"{shape.dropout_source}; " if shape.dropout_source else "the GPT default; "
+        return f"{counted}: {shape.name} trains with dropout ({why}--no-dropout leaves them out)"
+    why = shape.dropout_source or shape.source
+    return f"{counted}: {shape.name} trains without dropout ({why}; --dropout counts them)"

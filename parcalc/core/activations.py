@@ -35,6 +35,12 @@ Conventions stated where sources differ:
 - FlashAttention keeps no s^2 tensor: Q, K, V, its output and the fp32 log-sum-exp of each row
   (Dao 2023, "FlashAttention-2", Algorithm 1 returns O and L; the dropout mask is regenerated
   from the RNG state).
+- Selective recomputation with FlashAttention is what Megatron-LM runs with
+  --recompute-granularity selective and a fused attention kernel: the core attention is
+  checkpointed (megatron/core/transformer/attention.py, _checkpointed_attention_forward), so Q, K
+  and V stay as the checkpoint's inputs, the output stays as the projection's input, and only the
+  kernel's log-sum-exp is dropped; the kernel's forward runs again before its backward (counted by
+  parcalc.core.flops and the step time as the recomputed attention core).
 """
 
 from __future__ import annotations
@@ -52,6 +58,11 @@ KORTHIKANTI_TABLE2 = f"{KORTHIKANTI}, sec. 4, Table 2"
 KORTHIKANTI_OUTPUT = f"{KORTHIKANTI}, sec. 4.3 (input embeddings, last LayerNorm and output layer)"
 MEGATRON_MEMORY = "megatron/training/theoretical_memory_usage.py (NVIDIA/Megatron-LM), compute_activation_memory"
 FLASH = "Dao 2023, FlashAttention-2, Algorithm 1 (keeps Q, K, V, O and the log-sum-exp L)"
+MEGATRON_SELECTIVE = (
+    "Megatron-LM megatron/core/transformer/attention.py, Attention._checkpointed_attention_forward: with --recompute-granularity "
+    "selective the core attention runs under tensor_parallel.checkpoint, which keeps its inputs Q, K, V and runs it again "
+    "before its backward"
+)
 
 MAX_COUNT = 2**53  # counts above this are not exact in floating point, and no run is that large
 TOKEN_ID_BYTES = 8.0  # int64 token ids, which the embedding's backward keeps (torch.nn.Embedding)
@@ -99,11 +110,6 @@ class ActivationConfig:
             check_count(flag, value)
         if self.sequence_parallel and self.tp == 1:
             raise InputError("--sequence-parallel: splits the sequence over the tensor-parallel group; with --tp 1 there is no group (use --tp > 1)")
-        if self.recompute is Recompute.SELECTIVE and self.flash_attention:
-            raise InputError(
-                "--recompute selective: it recomputes the attention scores, softmax and dropout that --flash-attention never "
-                "stores (Korthikanti et al. sec. 5; FlashAttention recomputes them in its backward by design); drop one of the two"
-            )
         if not (self.activation_bytes > 0 and self.mask_bytes > 0):
             raise InputError("activation and mask bytes per element must be greater than zero")
 
@@ -164,7 +170,8 @@ def layer_saved_tensors(model: TransformerModel, config: ActivationConfig) -> tu
             SavedTensor("q", "Q", "token", q, e, "tp", False, FLASH),
             SavedTensor("k", "K", "token", kv, e, "tp", False, FLASH),
             SavedTensor("v", "V", "token", kv, e, "tp", False, FLASH),
-            SavedTensor("lse", "softmax log-sum-exp (fp32)", "row", model.heads, LSE_BYTES, "tp", False, FLASH),
+            # the one tensor of the kernel's own that selective recomputation drops (MEGATRON_SELECTIVE)
+            SavedTensor("lse", "softmax log-sum-exp (fp32)", "row", model.heads, LSE_BYTES, "tp", True, FLASH),
         ]
     else:
         out += [
@@ -331,7 +338,8 @@ def layer_activations(model: TransformerModel, config: ActivationConfig) -> Laye
 
 
 def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str, ...]:
-    out = [f"activations stored in {config.activation_bytes:g} bytes per element, dropout masks in {config.mask_bytes:g}"]
+    masks = f", dropout masks in {config.mask_bytes:g}" if config.dropout else ""
+    out = [f"activations stored in {config.activation_bytes:g} bytes per element{masks}"]
     if model.norm is Norm.LAYERNORM or model.norm is Norm.RMSNORM:
         out.append("norm statistics (mean / rstd, b x s values per norm) left out, as Korthikanti et al. do")
     if not config.dropout:
@@ -342,7 +350,11 @@ def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str
         out.append("gated MLP keeps gate output, up output and their product (Megatron-LM's fused activation); unfused PyTorch also keeps silu(gate)")
     if config.flash_attention:
         out.append("FlashAttention: no s x s tensor is stored; Q, K, V, its output and an fp32 log-sum-exp per row are")
-    if config.recompute is Recompute.SELECTIVE:
+    if config.recompute is Recompute.SELECTIVE and config.flash_attention:
+        out.append("selective recomputation with FlashAttention (Megatron-LM's core-attention checkpoint): Q, K, V are kept as the "
+                   "checkpoint's inputs and the output as the projection's input; only the fp32 log-sum-exp is dropped, and the "
+                   f"FlashAttention forward runs again before its backward ({MEGATRON_SELECTIVE})")
+    elif config.recompute is Recompute.SELECTIVE:
         out.append("selective recomputation: the attention core (softmax, dropout, dropout output) is recomputed in backward")
     if config.recompute is Recompute.FULL and config.sequence_parallel:
         out.append("full recomputation with SP keeps the layer input's sequence shard (Megatron-LM); Korthikanti's Table 2 gives 2sbh without SP")
@@ -429,7 +441,7 @@ def embedding_activations(model: TransformerModel, config: ActivationConfig, in_
         formula, latex, inputs = "$i × $s × $b × $n_0", r"$i \times $s \times $b \times $n_0", [ids, terms["s"], terms["b"], n]
     return Derivation(
         key="embedding_activations",
-        label="Input-embedding activations (token ids, embedding dropout mask)",
+        label="Input-embedding activations (token ids" + (", embedding dropout mask)" if config.dropout else ")"),
         symbol="A_emb",
         latex_symbol=r"A_{\mathrm{emb}}",
         formula=formula,
@@ -482,7 +494,12 @@ def recompute_working_set(model: TransformerModel, config: ActivationConfig) -> 
     every = layer_saved_tensors(model, plain)
     again = every if config.recompute is Recompute.FULL else tuple(t for t in every if t.attention_core)
     value = sum(tensor_bytes(t, plain) for t in again)
-    what = "the whole layer's activations" if config.recompute is Recompute.FULL else "the attention core's softmax, mask and dropout output"
+    if config.recompute is Recompute.FULL:
+        what = "the whole layer's activations"
+    elif config.flash_attention:
+        what = "FlashAttention's log-sum-exp, recomputed with the kernel's forward"
+    else:
+        what = "the attention core's softmax, mask and dropout output"
     one = Term("A_re", "A_recomputed", r"A_{\mathrm{re}}", value, "B", f"{what}, one layer, one micro-batch")
     return Derivation(
         key="recompute_working_set",

@@ -133,7 +133,7 @@ class Training:
     precision: Precision = Precision.MIXED_BF16
     optimizer: Optimizer = Optimizer.ADAMW
     flash_attention: bool = False
-    dropout: bool = True
+    dropout: bool | None = None  # None: the model's (TransformerModel.dropout; Llama trains without)
     fp32_grads: bool = False
     reserve: float = DEFAULT_RESERVE_BYTES
     causal: bool = True  # decoder training: FlashAttention skips the masked half of the scores

@@ -45,9 +45,9 @@ from parcalc.core.choices import Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes
 from parcalc.core.memory import (
     Parallelism,
-    layer_params_per_rank,
     stage_parameters,
     state_bytes,
+    zero3_working_set,
 )
 from parcalc.core.model import TransformerModel
 from parcalc.core.stages import balanced_splits, stage_split
@@ -240,10 +240,11 @@ class _Shapes:
         key = (tp, sp, recompute)
         if key not in self._activations:
             t = self.training
-            if (recompute is Recompute.SELECTIVE and t.flash_attention) or (sp and tp == 1):
+            if sp and tp == 1:
                 self._activations[key] = (math.nan,) * 4
             else:
-                config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, t.dropout, self.e)
+                dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
+                config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, dropout, self.e)
                 vocab = self.model.vocab > 0
                 working = recompute_working_set(self.model, config)
                 self._activations[key] = (
@@ -260,6 +261,13 @@ class _Shapes:
         par = Parallelism(tp, pp, 1, micro_batches=pp, first_stage_layers=first, last_stage_layers=last)
         second = stage_parameters(self.model, par, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
         return stage_parameters(self.model, par, 0).value, second, stage_parameters(self.model, par, pp - 1).value
+
+    def gathered(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
+        """ZeRO-3's gathered buffers on one GPU of the first, the second (nan when not needed, as in
+        stage_params) and the last stage: parcalc.core.memory.zero3_working_set, root unit included."""
+        par = Parallelism(tp, pp, 1, micro_batches=pp, first_stage_layers=first, last_stage_layers=last)
+        second = zero3_working_set(self.model, par, self.per, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
+        return zero3_working_set(self.model, par, self.per, 0).value, second, zero3_working_set(self.model, par, self.per, pp - 1).value
 
     def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None) -> DataParallelPieces:
         key = (tp, pp, dp, first, last)
@@ -299,8 +307,6 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes]
-    if training.flash_attention and RECOMPUTES.index(Recompute.SELECTIVE) in recomputes:
-        recomputes.remove(RECOMPUTES.index(Recompute.SELECTIVE))
     zeros = [z for z in space.zero_stages if z == 0 or d > 1]
     sps = [sp for sp in space.sequence_parallel if not sp or t > 1]
     schedules = [(0, 1)]
@@ -308,6 +314,10 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
         e, z = space.slots  # v must divide every stage's layers, or its layer slots (Megatron-LM, parcalc.core.stages)
         per_stage = math.gcd(split[0] + e, *split[1:-1], split[-1] + z)
         schedules += [(1, v) for v in divisors(per_stage) if v > 1 and (space.max_chunks is None or v <= space.max_chunks)]
+    if not sizes and space.micro_batches is not None:  # the named sizes divide this layout's replica batch nowhere
+        given = ", ".join(str(b) for b in space.micro_batches)
+        many = len(space.micro_batches) > 1
+        rejected[f"micro-batch{'es' if many else ''} {given} divide{'' if many else 's'} no replica batch B / dp"] += 1
     if not (sizes and recomputes and zeros and sps):
         return None
     grid = np.meshgrid(np.array(sizes), np.array(recomputes), np.array(zeros), np.array([int(s) for s in sps]),
@@ -355,18 +365,18 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     shard_g = np.where(z >= 2, d, 1) * replicated
     shard_o = np.where(z >= 1, d, 1) * replicated
     per_param = per.weight / shard_w + per.gradient / shard_g + per.optimizer / shard_o
-    gathered = np.where(z == 3, (2 * per.weight + per.gradient) * layer_params_per_rank(model, t), 0.0)
+    g_first, g_second, g_last = (np.where(z == 3, g, 0.0) for g in shapes.gathered(t, p, first, last))  # root unit on the ends
     n_first = _in_flight(p, m, 0, cols["schedule"], v)
     n_last = _in_flight(p, m, p - 1, cols["schedule"], v)
-    on_first = p_first * per_param + gathered + a_layer * split[0] * n_first + a_emb * n_first + a_re + training.reserve
+    on_first = p_first * per_param + g_first + a_layer * split[0] * n_first + a_emb * n_first + a_re + training.reserve
     if p == 1:
         memory = on_first + a_out * n_last
     else:
-        on_last = p_last * per_param + gathered + a_layer * split[-1] * n_last + a_out * n_last + a_re + training.reserve
+        on_last = p_last * per_param + g_last + a_layer * split[-1] * n_last + a_out * n_last + a_re + training.reserve
         memory = np.maximum(on_first, on_last)
         if p > 2 and (first is not None or last is not None):
             n_second = _in_flight(p, m, 1, cols["schedule"], v)
-            memory = np.maximum(memory, p_second * per_param + gathered + a_layer * split[1] * n_second + a_re + training.reserve)
+            memory = np.maximum(memory, p_second * per_param + g_second + a_layer * split[1] * n_second + a_re + training.reserve)
 
     # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
     # the same combination as parcalc.core.fit.estimate, on arrays.

@@ -65,8 +65,6 @@ def strategy_table(model: TransformerModel, training: Training, cluster: Cluster
             config = replace(base, recompute=recompute)
             used = replace(cluster, gpus=config.tp * config.pp * config.dp)
             reason = invalid_reason(model, config, training, used)
-            if recompute is Recompute.SELECTIVE and training.flash_attention:
-                reason = "FlashAttention stores no attention scores for selective recomputation to drop"
             if reason is not None:
                 rows.append(StrategyRow(name, recompute, config, used.gpus, None, False, None, None, reason))
                 continue

@@ -28,7 +28,7 @@ for the first stage divided by p).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parcalc.core.activations import (
     ActivationConfig,
@@ -111,6 +111,25 @@ def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool 
     return StateBytes(2.0, 4.0 if fp32_grads else 2.0, 4.0, 4.0, optimizer.states)
 
 
+# Where the gradient bytes come from: conventions differ between the paper and the frameworks.
+GRADS_ZERO = "Rajbhandari et al. 2020 sec. 3.1: fp16 gradients, 2 + 2 + K = 16 bytes per parameter with Adam"
+GRADS_MEGATRON = ("Megatron-LM megatron/training/arguments.py: with --bf16, accumulate_allreduce_grads_in_fp32 = True "
+                  "(fp32 main_grad buffers): 2 + 4 + K = 18 bytes per parameter with Adam")  # fmt: skip
+GRADS_DEEPSPEED = ("DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py, estimate_zero2_model_states_mem_needs: "
+                   "4 Psi + 16 Psi / N (16-bit weights and gradients, and an fp32 gradient partition with the states): 20 bytes at N = 1")  # fmt: skip
+
+
+def gradient_convention(per: StateBytes) -> str:
+    """The gradient bytes in force and the convention they follow, with the sources of the others."""
+    if not per.master:  # fp32 or pure bf16: gradients in the parameters' dtype, no master copy
+        return f"gradients {per.gradient:g} bytes, in the parameters' dtype (no master copy)"
+    if per.gradient == 4.0:
+        return f"fp32 gradients (4 bytes, {per.total:g} per parameter): {GRADS_MEGATRON}"
+    return (f"16-bit gradients (2 bytes, {per.total:g} per parameter): {GRADS_ZERO}; Megatron-LM keeps fp32 gradients "
+            "(--fp32-grads, 18 with Adam); DeepSpeed's estimate_zero2_model_states_mem_needs counts 20 at N = 1 "
+            "(an fp32 gradient partition beside the 16-bit gradients)")  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------
 # Parameters on one GPU
 
@@ -183,6 +202,21 @@ def stage_layers(model: TransformerModel, par: Parallelism) -> tuple[int, ...]:
                        embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
 
 
+def _stage_ends(model: TransformerModel, par: Parallelism, stage: int) -> tuple[int, int]:
+    """(embedding, head) parameters of a stage on one TP rank: word embeddings (V/t rows) and
+    learned positions on the first; final norm and LM head (untied, or a copy of the tied word
+    embeddings when p > 1) on the last; 0 where the stage holds none."""
+    if not model.vocab:
+        return 0, 0
+    word = vocab_shard(model, par.tp) * model.hidden
+    positions = model.max_seq_len * model.hidden if model.position is Position.LEARNED else 0
+    final_norm = model.norm.params_per_channel * model.hidden if model.norm is not Norm.NONE else 0
+    first, last = stage == 0, stage == par.pp - 1
+    embed = word + positions if first else 0
+    head = (final_norm if last else 0) + (word if last and (not model.tied_embeddings or par.pp > 1) else 0)
+    return embed, head
+
+
 def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> Derivation:
     """Parameters held by one GPU of pipeline stage `stage` (0-based), after the TP split.
 
@@ -200,11 +234,8 @@ def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> D
     value = layers * per_layer
     if model.vocab:
         word = vocab_shard(model, par.tp) * model.hidden
-        positions = model.max_seq_len * model.hidden if model.position is Position.LEARNED else 0
-        final_norm = model.norm.params_per_channel * model.hidden if model.norm is not Norm.NONE else 0
-        first, last = stage == 0, stage == par.pp - 1
-        embed = (word + positions if first else 0)
-        head = (final_norm if last else 0) + (word if last and (not model.tied_embeddings or par.pp > 1) else 0)
+        embed, head = _stage_ends(model, par, stage)
+        last = stage == par.pp - 1
         if embed:
             inputs.append(Term("P_e", "P_embed", r"P_{\mathrm{embed}}", embed, "", "word embeddings (V/t rows) and learned positions"))
             formula, latex, value = formula + " + $P_e", latex + " + $P_e", value + embed
@@ -262,7 +293,7 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
         return Derivation(key, f"{label} ({where})", symbol, latex_symbol, formula, latex, inputs, value, "B", source)
 
     w = Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)")
-    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient")
+    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient", GRADS_MEGATRON if per.master and per.gradient == 4.0 else GRADS_ZERO if per.master else "")
     k_text = f"master copy {per.master:g} + {per.states} state(s) x {per.per_state:g}" if per.master else f"{per.states} state(s) x {per.per_state:g}"
     k = Term("K", "K", "K", per.optimizer, "B", f"optimizer bytes per parameter ({k_text})", ZERO_MIXED)
     return ModelStates(
@@ -272,26 +303,84 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
     )
 
 
-def zero3_working_set(model: TransformerModel, par: Parallelism, per: StateBytes) -> Derivation:
-    """ZeRO-3 / FSDP: the full parameters of the layer computing and of the one prefetched, and
-    the unsharded gradients of one layer before their reduce-scatter."""
+def root_unit(model: TransformerModel, par: Parallelism, stage: int) -> tuple[int, int]:
+    """The root unit of a stage on one TP rank, as (early, late): the parameters outside its
+    transformer layers whose gradients appear at the start of the backward (final norm and LM head,
+    or the tied word embeddings the head multiplies by) and those whose gradients appear only at its
+    end (untied word embeddings, learned positions). (0, 0) on a stage with neither end."""
+    embed, head = _stage_ends(model, par, stage)
+    if head and embed and model.tied_embeddings:  # one stage holds both ends: the head's matmul uses the embeddings
+        word = vocab_shard(model, par.tp) * model.hidden
+        return head + word, embed - word
+    return head, embed
+
+
+def zero3_working_set(model: TransformerModel, par: Parallelism, per: StateBytes, stage: int = 0) -> Derivation:
+    """ZeRO-3 / FSDP on one GPU of stage `stage`: the parameters gathered at the peak of the backward.
+
+    PyTorch FSDP2, one unit per transformer block and the root (embedding, final norm, LM head):
+    - the root unit is gathered at the root's forward and not resharded after it (FSDPState._lazy_init,
+      torch/distributed/fsdp/_fully_shard/_fsdp_state.py: 'For the root, do not reshard after
+      forward'), so its weights stay whole through forward and backward;
+    - its gradients are reduce-scattered only at the end of the backward (the root's inputs, token
+      ids, need no gradient, so its post-backward runs in _root_post_backward_final_callback): the LM
+      head's unsharded gradient lives through the layers' backward;
+    - each block is gathered for its forward and again for its backward, the next one prefetched:
+      two layers' weights and one layer's unsharded gradients (Zhao et al. 2023 sec. 3.3-3.4);
+    - the untied word embeddings' gradient appears last, after the layers' buffers are freed.
+    Hence w P_root + g P_early + max((2w + g) P_l, g P_late) (root_unit gives P_early, P_late).
+
+    DeepSpeed ZeRO-3 gathers module by module; its estimator counts 4 bytes per parameter of the
+    largest module, `largest_layer_memory = 4 * largest_layer_params` with the largest over
+    `model.modules()` of `m.parameters(recurse=False)` (deepspeed/runtime/zero/stage3.py,
+    estimate_zero3_model_states_mem_needs, model_to_params): the embedding or LM head (V h) for every
+    Llama 3 size, which this count also holds (see assumptions).
+    """
     p_layer = layer_params_per_rank(model, par.tp)
-    inputs = (
+    early, late = root_unit(model, par, stage)
+    terms = [
         Term("P_l", "P_layer/t", r"P_{\mathrm{layer}}/t", p_layer, "", "parameters of one layer on one TP rank"),
         Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)"),
         Term("g", "g", "g", per.gradient, "B", "bytes per gradient"),
-    )
+    ]
+    layers = (2 * per.weight + per.gradient) * p_layer
+    if not (early or late):
+        formula, latex, value = "(2 × $w + $g) × $P_l", r"(2 \times $w + $g) \times $P_l", layers
+        label = "ZeRO-3 gathered parameters and gradients (two layers' weights, one layer's gradients)"
+        assumptions: tuple[str, ...] = ("this stage holds no embedding or LM head: its root unit is empty",)
+    else:
+        terms += [
+            Term("P_root", "P_root", r"P_{\mathrm{root}}", early + late, "", "root unit on one TP rank: embedding, final norm, LM head on this stage",
+                 "FSDP2 keeps the root unit unsharded from its forward to the end of backward (_fsdp_state.py)"),
+            Term("P_early", "P_early", r"P_{\mathrm{early}}", early, "",
+                 "root parameters whose gradients appear first (final norm, LM head / tied embeddings), held to the end of backward"),
+            Term("P_late", "P_late", r"P_{\mathrm{late}}", late, "", "root parameters whose gradients appear last (untied embeddings, positions)"),
+        ]  # fmt: skip
+        formula = "$w × $P_root + $g × $P_early + max((2 × $w + $g) × $P_l, $g × $P_late)"
+        latex = r"$w \times $P_root + $g \times $P_early + \max\left((2 \times $w + $g) \times $P_l,\ $g \times $P_late\right)"
+        value = per.weight * (early + late) + per.gradient * early + max(layers, per.gradient * late)
+        label = "ZeRO-3 gathered parameters and gradients (the root unit, two layers' weights, one layer's gradients)"
+        # DeepSpeed's largest module: the embedding or LM head (V h / t), else an MLP matrix (h f / t)
+        largest = max(vocab_shard(model, par.tp) * model.hidden, model.hidden * model.ffn_hidden // par.tp)
+        assumptions = (
+            ("FSDP2 wrapping (fully_shard per transformer block, then the root): the root unit's weights stay gathered through "
+             "forward and backward, its LM-head gradient to the end of backward"),
+            (f"DeepSpeed's estimate_zero3_model_states_mem_needs counts 4 x its largest module, here {4 * largest:,.0f} B "
+             "(deepspeed/runtime/zero/stage3.py); TorchTitan wraps the embeddings and [norm, output] as units of their own, "
+             "which frees the head after its backward (less than counted here)"),
+        )  # fmt: skip
     return Derivation(
         key="zero3_gathered",
-        label="ZeRO-3 gathered parameters and gradients (two layers' weights, one layer's gradients)",
+        label=label,
         symbol="M_gather",
         latex_symbol=r"M_{\mathrm{gather}}",
-        formula="(2 × $w + $g) × $P_l",
-        formula_latex=r"(2 \times $w + $g) \times $P_l",
-        inputs=inputs,
-        value=(2 * per.weight + per.gradient) * p_layer,
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(terms),
+        value=value,
         unit="B",
-        source=f"{FSDP}; {ZERO}, sec. 5.3 (parameters broadcast when needed, then discarded)",
+        source=f"{FSDP}; PyTorch torch/distributed/fsdp/_fully_shard/_fsdp_state.py (root not resharded); {ZERO}, sec. 5.3",
+        assumptions=assumptions,
     )
 
 
@@ -309,7 +398,7 @@ class TrainingSetup:
     optimizer: Optimizer = Optimizer.ADAMW
     recompute: Recompute = Recompute.NONE
     flash_attention: bool = False
-    dropout: bool = True
+    dropout: bool | None = None  # None: the model's (TransformerModel.dropout; Llama trains without)
     fp32_grads: bool = False
     reserve: float = DEFAULT_RESERVE_BYTES
     capacity: float | None = None
@@ -317,7 +406,11 @@ class TrainingSetup:
 
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
-                                self.flash_attention, self.dropout, self.precision.activation_bytes)  # fmt: skip
+                                self.flash_attention, self.dropout is not False, self.precision.activation_bytes)  # fmt: skip
+
+    def for_model(self, model: TransformerModel) -> TrainingSetup:
+        """The setup with `dropout` resolved: as given, or the model's own."""
+        return self if self.dropout is not None else replace(self, dropout=model.dropout)
 
 
 @dataclass(frozen=True)
@@ -461,7 +554,7 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     config = layer.config
     params = stage_parameters(model, par, stage)
     states = model_states(params.value, per, par.zero, par.dp, params_source=params.label)
-    gathered = zero3_working_set(model, par, per) if par.zero == 3 else None
+    gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
     layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
                                      embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
     n_layers = int(layers.value)
@@ -497,6 +590,7 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
 def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
     check_parallelism(model, par)
+    setup = setup.for_model(model)
     if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
         raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")
     per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads)

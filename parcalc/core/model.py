@@ -20,6 +20,7 @@ class TransformerModel:
     """A stack of identical transformer layers plus optional embeddings and LM head.
 
     vocab = 0 means the model has no embedding or output layer (seed 004's homework model).
+    dropout = False: a model trained without dropout (Llama), so no dropout masks are kept.
     max_seq_len is the longest sequence the model takes (its position table when positions are
     learned, which is then counted in the parameters); 0 when unknown.
     """
@@ -40,6 +41,11 @@ class TransformerModel:
     norm: Norm
     bias: bool
     source: str
+    # Whether training applies dropout (attention probabilities, attention and MLP outputs,
+    # embeddings), whose 1-byte masks the activations keep (Korthikanti et al. 2022 sec. 4.1).
+    # GPT-style models train with it; Llama-family models have no dropout layer at all.
+    dropout: bool = True
+    dropout_source: str = ""  # why dropout is on or off for this model (a preset's source, a config.json key)
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"):

@@ -133,7 +133,8 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
 
     spec, fabric = cluster.spec, cluster.fabric
     e = training.precision.activation_bytes
-    shard = LayerShard(micro_batch, training.seq_len, tp, sequence_parallel, training.flash_attention, training.dropout,
+    dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
+    shard = LayerShard(micro_batch, training.seq_len, tp, sequence_parallel, training.flash_attention, dropout,
                        training.causal, e)  # fmt: skip
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
