@@ -110,6 +110,11 @@ class Options(NamedTuple):
     sp_row_bias_sync: bool = True
     # SP: Megatron all-reduces those gradients in one flattened call; DTensor, one call per tensor.
     coalesce_sp_grads: bool = True
+    # SP: Megatron's column-parallel linear saves only its sequence shard of the input and
+    # all-gathers it again in backward for the weight gradient (Korthikanti et al. 2022 sec. 4.2.2;
+    # megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication);
+    # PyTorch's DTensor keeps the gathered input for the backward instead (more memory, no call).
+    sp_regather: bool = True
 
 
 DEFAULT_OPTIONS = Options()  # one shared default (the record is immutable)
