@@ -229,14 +229,21 @@ def test_fsdp2_keeps_the_root_unit_after_forward() -> None:
 
 
 def test_sequence_parallel_moves_what_tensor_parallel_moves() -> None:
-    # Korthikanti et al. 2022 sec. 4.2.2: an all-gather plus a reduce-scatter per all-reduce, same bytes per device.
+    # Korthikanti et al. 2022 sec. 4.2.2: an all-gather plus a reduce-scatter per all-reduce, same bytes per device;
+    # and, as the same section goes on, an extra all-gather of each column-parallel input in backward (Megatron's
+    # default, sp_regather): 2 per layer per micro-batch, the size of the others.
     model, work = gpt(vocab=0), Workload(8, 8, 128, 2.0, 2.0)
     tp = iteration_plan(model, work, Parallelism(tp=4), NET)
-    sp = iteration_plan(model, work, Parallelism(tp=4, sequence_parallel=True), NET)
-    layers = sp.payload("tp", Collective.ALL_GATHER, "activations")
-    assert layers == sp.payload("tp", Collective.REDUCE_SCATTER, "activations") == tp.payload("tp", Collective.ALL_REDUCE)
-    sp_layers = sum(c.sent for c in sp.calls if "activations" in c.purpose)
+    conjugates = iteration_plan(model, work, Parallelism(tp=4, sequence_parallel=True), NET, Options(sp_regather=False))
+    layers = conjugates.payload("tp", Collective.ALL_GATHER, "activations")
+    assert layers == conjugates.payload("tp", Collective.REDUCE_SCATTER, "activations") == tp.payload("tp", Collective.ALL_REDUCE)
+    sp_layers = sum(c.sent for c in conjugates.calls if "activations" in c.purpose)
     assert sp_layers == pytest.approx(derivation(tp, "sent_per_device"))
+    sp = iteration_plan(model, work, Parallelism(tp=4, sequence_parallel=True), NET)
+    regathered = sp.payload("tp", Collective.ALL_GATHER, "re-gathered")
+    assert regathered == 2 * 4 * 8 * 128 * 256 * 2.0  # 2 per layer x 4 layers x b s h x 2 B
+    assert sp.payload("tp", Collective.ALL_GATHER, "activations") == layers + regathered
+    assert [c.phase for c in sp.calls if "re-gathered" in c.purpose] == ["backward"]
     # and the norms' and row-parallel biases' gradients: per layer 2 LayerNorms (2 x 2 x 256) + 2 biases (2 x 256).
     grads = sp.payload("tp", Collective.ALL_REDUCE, "gradients")
     assert grads == 4 * (4 * 256 + 2 * 256) * 2.0
@@ -384,3 +391,79 @@ def test_totals_name_both_conventions_per_kind_of_collective() -> None:
     assert (dp.stage, dp.payload) == (0, stage0)
     forward = totals[("pp", Collective.POINT_TO_POINT, "i → i+1")]
     assert (forward.stage, forward.payload) == (0, 16 * 128 * 256 * 2.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sequence parallelism's backward all-gather (issue #12, item 1)
+#
+# Megatron-LM's column-parallel linear under SP saves only its sequence shard of the input
+# (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication.forward,
+# `ctx.save_for_backward(input, weight)`) and all-gathers it again in backward to compute the weight
+# gradient (backward, the `if ctx.sequence_parallel` branch under `wgrad_compute`). Calculon counts it
+# the same way (calculon/llm/layers.py TPComm: the `wgrad` stage's all-gather with seq_par_ag_redo).
+
+GPT3 = load_model("gpt3-175b")  # 96 layers, h = 12,288
+# b = 1, s = 2048, bf16: one micro-batch's activation b s h x 2 B
+A_GPT3 = 1 * 2048 * 12288 * 2  # 50,331,648 B
+
+
+def test_sp_backward_all_gather_gpt3_175b_by_hand() -> None:
+    # GPT-3 175B on TP 8 with SP, one sequence of 2048 tokens. Per layer and micro-batch:
+    #   forward:  all-gather before Q/K/V and before MLP up (2), reduce-scatter after the attention
+    #             projection and MLP down (2);
+    #   backward: their conjugates, an all-gather of each reduce-scatter's output gradient (2) and a
+    #             reduce-scatter of each all-gather's input gradient (2); and the two column-parallel
+    #             inputs gathered again for the weight gradients (2).
+    # 6 all-gathers and 4 reduce-scatters of A per layer; parcalc printed 4 and 4 before.
+    work = Workload(1, 1, 2048, 2.0, 2.0, "bf16", "bf16")
+    par = Parallelism(tp=8, sequence_parallel=True)
+    plan = iteration_plan(GPT3, work, par, NET)
+    before = iteration_plan(GPT3, work, par, NET, Options(sp_regather=False))
+    # Headlines (the layers only): 6 x 96 x A and 4 x 96 x A.
+    assert derivation(plan, "sp_all_gather_payload") == 6 * 96 * A_GPT3 == 28_991_029_248
+    assert derivation(plan, "sp_reduce_scatter_payload") == 4 * 96 * A_GPT3 == 19_327_352_832
+    assert derivation(before, "sp_all_gather_payload") == 4 * 96 * A_GPT3
+    assert derivation(plan, "sp_all_gather_payload") / derivation(before, "sp_all_gather_payload") == 1.5
+    # Every TP row, embedding and LM head included: the embedding output's gradient (1 all-gather) and the LM
+    # head's input (1 all-gather forward, 1 again in backward, Megatron's output layer being a
+    # ColumnParallelLinear); the reduce-scatters of the embedding output and of the LM head input's gradient.
+    gathered = plan.payload("tp", Collective.ALL_GATHER)
+    scattered = plan.payload("tp", Collective.REDUCE_SCATTER)
+    assert gathered == (6 * 96 + 3) * A_GPT3 == 29_142_024_192
+    assert scattered == (4 * 96 + 2) * A_GPT3 == 19_428_016_128
+    assert before.payload("tp", Collective.ALL_GATHER) == (4 * 96 + 2) * A_GPT3
+    assert gathered / before.payload("tp", Collective.ALL_GATHER) == 1.5
+    assert (gathered + scattered) / (2 * (4 * 96 + 2) * A_GPT3) == 1.25
+    # All TP traffic, the small all-reduces included (norm and row-bias gradients, 3 x b s fp32 in the loss, both
+    # unchanged: 14,229,504 B): 1.25 to within 0.01 %.
+    all_reduced = plan.payload("tp", Collective.ALL_REDUCE)
+    assert all_reduced == before.payload("tp", Collective.ALL_REDUCE) == 14_229_504
+    assert plan.payload("tp") / before.payload("tp") == pytest.approx(1.25, rel=1e-4)
+    # Per device: a ring all-gather sends (n - 1)/n of the payload.
+    sent = next(t.sent for t in plan.totals if t.dimension == "tp" and t.op is Collective.ALL_GATHER)
+    assert sent == 7 / 8 * 29_142_024_192
+
+
+def test_sp_backward_all_gather_with_full_recomputation() -> None:
+    # The recomputed forward runs the column-parallel linear's forward again (gathers, and saves the shard
+    # again), so backward still re-gathers: 2 + 2 (replayed) + 2 + 2 (re-gathered) = 8 all-gathers and
+    # 2 + 2 + 2 = 6 reduce-scatters per layer.
+    work = Workload(1, 1, 2048, 2.0, 2.0)
+    plan = iteration_plan(GPT3, work, Parallelism(tp=8, sequence_parallel=True), NET, Options(recompute=True))
+    assert derivation(plan, "sp_all_gather_payload") == 8 * 96 * A_GPT3
+    assert derivation(plan, "sp_reduce_scatter_payload") == 6 * 96 * A_GPT3
+    assert plan.payload("tp", Collective.ALL_GATHER, "re-gathered") == 2 * 96 * A_GPT3 + A_GPT3  # layers + LM head
+
+
+def test_sp_backward_all_gather_in_3d() -> None:
+    # TP 8 x PP 8 x DP 2, SP, 16 micro-batches of 1 per replica: each stage's 12 layers re-gather 2 inputs per
+    # micro-batch; the last stage's LM head once more.
+    work = Workload(32, 1, 2048, 2.0, 2.0)
+    par = Parallelism(tp=8, pp=8, dp=2, sequence_parallel=True)
+    plan = iteration_plan(GPT3, work, par, NET)
+    rows = [c for c in plan.calls if c.purpose.startswith("activations (sequence-parallel, re-gathered")]
+    assert [(c.calls, c.bytes_per_call, c.groups) for c in rows] == [(2 * 12 * 16, A_GPT3, 8 * 2)]
+    head = [c for c in plan.calls if c.purpose.startswith("LM head input, re-gathered")]
+    assert [(c.calls, c.stages) for c in head] == [(16, "stage 7")]
+    # without SP nothing is re-gathered
+    assert not any("re-gathered" in c.purpose for c in iteration_plan(GPT3, work, par._replace(sequence_parallel=False), NET).calls)

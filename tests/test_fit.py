@@ -68,6 +68,40 @@ def test_tensor_parallel_time_by_hand() -> None:
     assert sp.tp_comm.value == pytest.approx(16 * 2 * (11.8e-6 + M / 2 / 100e9), rel=1e-12)
 
 
+def test_sp_backward_all_gather_by_hand() -> None:
+    # Sequence parallelism: Megatron-LM all-gathers each column-parallel linear's input again in backward for the
+    # weight gradient, launched before the input-gradient GEMM and waited for after it
+    # (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication.backward). Per
+    # layer: 2 such gathers (Q/K/V, MLP up), each exposed by max(0, T_ag - t_dgrad).
+    # T_ag as above: 11.8 us + M/2 / 100 GB/s = 17.04288 us. On this test's 100 TFLOP/s GPU the dgrad GEMMs are
+    # longer (77.7 and 103.5 us), so nothing is exposed and t_tp is the 16 all-gather + reduce-scatter pairs.
+    t_ag = 11.8e-6 + M / 2 / 100e9
+    slow = estimate(gpt(), Config(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2))
+    assert slow.tp_comm.value == pytest.approx(16 * 2 * t_ag, rel=1e-12)
+    # A GPU ten times faster (1 PFLOP/s): generic GEMM share 0.7, and a 512 x 1024 output fills 32 of 108 SMs with
+    # 128 x 128 tiles (q = 512 x 1024 / (108 x 128 x 128) = 8/27):
+    #   Q/K/V dgrad  [512 x 1536] . [1536 x 1024]: 2 x 512 x 1536 x 1024 FLOP / (1e15 x 0.7 x 8/27) = 7.765 us
+    #   MLP-up dgrad [512 x 2048] . [2048 x 1024]: 2 x 512 x 2048 x 1024 FLOP / (...)             = 10.354 us
+    # so per layer (17.043 - 7.765) + (17.043 - 10.354) = 15.967 us stay exposed, x 4 layers x m = 1.
+    rate = 1e15 * 0.7 * 8 / 27
+    dgrads = (2 * 512 * 1536 * 1024 / rate, 2 * 512 * 2048 * 1024 / rate)
+    exposed = 4 * sum(t_ag - d for d in dgrads)
+    fast = estimate(gpt(), Config(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2, peak=1e15))
+    assert fast.tp_comm.value == pytest.approx(16 * 2 * t_ag + exposed, rel=1e-12)
+    assert [fast.tp_comm.term(k).value for k in ("T_ag", "t_d1", "t_d2", "L_s")] == pytest.approx([t_ag, *dgrads, 4], rel=1e-12)
+    assert fast.tp_comm.formula == "$m × ($C_tp + $L_s × (max(0, $T_ag - $t_d1) + max(0, $T_ag - $t_d2)))"
+    # Full recomputation replays the forward's collectives (6 pairs per layer) but re-gathers once per backward.
+    full = estimate(gpt(), Config(2, 1, 1, 1, Recompute.FULL, sequence_parallel=True), Training(1, 512), cluster(2, peak=1e15))
+    assert full.tp_comm.value == pytest.approx(24 * 2 * t_ag + exposed, rel=1e-12)
+    # With --tp-comm-overlap every TP collective, the re-gathers whole, goes against the GEMM time H_tp.
+    over = estimate(gpt(), Config(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2, peak=1e15, tp_comm_overlap=True))
+    hidden = over.tp_comm.term("H_tp").value
+    assert over.tp_comm.value == pytest.approx(max(0.0, 16 * 2 * t_ag + 2 * 4 * t_ag - hidden), rel=1e-12)
+    assert over.tp_comm.formula == "$m × max(0, $C_tp + 2 × $L_s × $T_ag - $H_tp)"
+    # and the step pays it: the same configuration without SP's re-gather would be faster by `exposed`
+    assert fast.step.value == pytest.approx(fast.compute.value + fast.tp_comm.value + fast.optimizer.value, rel=1e-12)
+
+
 def test_pipeline_terms_by_hand() -> None:
     # p = 4, m = 8 micro-batches of b = 1 (B = 8, d = 1), 1F1B: bubble = (p-1)/m = 3/8 of the ideal time
     # (Narayanan et al. 2021 sec. 2.2.1). PP sends: 2 x m x one send of M (t = 1) inside the node,

@@ -104,3 +104,26 @@ def test_memory_rejections_are_counted() -> None:
     found = search(model, Training(512, 2048), a100_cluster(64))
     fits = int(np.count_nonzero(found.evaluated.columns["fits"]))
     assert found.rejected["memory (does not fit)"] == len(found.evaluated) - fits > 0
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["exposed", "tp-comm-overlap"])
+def test_search_agrees_where_the_sp_regather_shows(overlap: bool) -> None:
+    # Sequence parallelism's backward all-gathers (parcalc.core.timing.step.regather_per_layer) in the search and the
+    # scalar estimate alike, where they matter: TP across nodes of 2 GPUs over InfiniBand, so that an all-gather
+    # outlasts the input-gradient GEMM it runs beside.
+    from parcalc.core.timing.step import stage_pieces
+
+    model = load_model("homework-7b", ())
+    training = Training(32, 2048)
+    cluster = a100_cluster(16, gpus_per_node=2, allow_cross_node_tp=True, tp_comm_overlap=overlap)
+    found = search(model, training, cluster, SearchSpace(sequence_parallel=(True,)))
+    evaluated = found.evaluated
+    shown = 0
+    for i in random.Random(f"sp-{overlap}").sample(range(len(evaluated)), 60):
+        config = evaluated.config(i)
+        scalar = estimate(model, config, training, cluster)
+        assert evaluated.columns["t_tp"][i] == pytest.approx(scalar.tp_comm.value, rel=1e-9, abs=1e-15), config.label()
+        assert evaluated.columns["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9), config.label()
+        stage, _, _ = stage_pieces(model, config.tp, config.pp, config.dp, config.micro_batch, True, config.recompute, training, cluster)
+        shown += stage.regather_exposed > 0
+    assert shown > 10  # the sample holds configurations whose re-gathers are exposed

@@ -14,7 +14,9 @@ cores, each term a derivation:
   micro-batches: 4 of b s h elements per layer (2 forward, 2 backward; 6 with full
   recomputation, which replays the forward), each a ring all-reduce over t ranks, or with
   sequence parallelism an all-gather plus a reduce-scatter, which cost the same (Korthikanti et
-  al. 2022 sec. 4.2.2); on the critical path, as in Megatron-LM;
+  al. 2022 sec. 4.2.2); on the critical path, as in Megatron-LM; with sequence parallelism also
+  the all-gather of each column-parallel linear's input again in backward, beyond the time of the
+  input-gradient GEMM it overlaps (parcalc.core.timing.step.regather_per_layer);
 - t_bubble = beta x (t_compute + t_tp), beta = (p - 1)/m for 1F1B and (p - 1)/(v m) interleaved
   (Narayanan et al. 2021 sec. 2.2, parcalc.core.pipeline.bubble_relative_to_ideal);
 - t_pp: each stage sends one activation forward and receives one gradient backward per
@@ -309,6 +311,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         dp_pieces,
         optimizer_step_time,
         optimizer_traffic,
+        sp_regather,
         stage_pieces,
     )
 
@@ -349,13 +352,32 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         what = "all-gather + reduce-scatter (sequence parallelism)" if config.sequence_parallel else "all-reduce"
         slots = 6 if config.recompute is Recompute.FULL else 4
         inputs = [m_term, _t("C_tp", "C_tp", stage.tp, "s", f"{slots} x {stage.layers} layers of {what} of b s h over t = {t} ({where}), NCCL model")]
+        regather = ""  # SP: Megatron-LM gathers each column-parallel input again in backward (timing.step.regather_per_layer)
+        if config.sequence_parallel:
+            gather, dgrads = sp_regather(model, t, b, training, cluster)
+            inputs += [_t("L_s", "L_s", stage.layers, "", "layers of the slowest stage"),
+                       _t("T_ag", "T_ag", gather, "s", "one all-gather of b s h: a column-parallel linear's input, gathered again in backward "
+                          "for its weight gradient (sequence parallelism, Megatron-LM)", latex=r"T_{\mathrm{ag}}")]  # fmt: skip
+            names = ("Q/K/V", "MLP gate and up" if model.mlp.gated else "MLP up")
+            dgrad_terms = [_t(f"t_d{i}", f"t_d{i}", d, "s", f"input-gradient GEMM of {name}, which the all-gather runs beside",
+                              latex=rf"t_{{d{i}}}") for i, (d, name) in enumerate(zip(dgrads, names, strict=True), 1)]  # fmt: skip
+            if cluster.overlap_tp:
+                regather = f" + {len(dgrads)} × $L_s × $T_ag"
+            else:
+                inputs += dgrad_terms
+                regather = " + $L_s × (" + " + ".join(f"max(0, $T_ag - ${d.key})" for d in dgrad_terms) + ")"
         if cluster.overlap_tp:
             inputs.append(_t("H_tp", "H_tp", stage.tp_hidden, "s", "GEMM time the TP collectives overlap with (--tp-comm-overlap)"))
-            formula = "$m × max(0, $C_tp - $H_tp)"
+            formula = f"$m × max(0, $C_tp{regather} - $H_tp)"
         else:
-            formula = "$m × $C_tp"
+            formula = f"$m × ($C_tp{regather})" if regather else "$m × $C_tp"
+        source = f"{KORTHIKANTI} sec. 4.2.2; Shoeybi et al. 2019 sec. 3; {NCCL_SOURCE}"
+        if regather:
+            source += ("; the re-gather: Megatron-LM megatron/core/tensor_parallel/layers.py, "
+                       "LinearWithGradAccumulationAndAsyncCommunication.backward (all-gather launched with async_op=True "
+                       "before grad_input = grad_output.matmul(weight), waited for before the weight gradient)")  # fmt: skip
         tp_comm = _derivation("t_tp", "Tensor-parallel communication exposed per iteration", "t_tp", r"t_{\mathrm{tp}}", formula, inputs,
-                              terms["t_tp"], "s", f"{KORTHIKANTI} sec. 4.2.2; Shoeybi et al. 2019 sec. 3; {NCCL_SOURCE}")  # fmt: skip
+                              terms["t_tp"], "s", source)  # fmt: skip
     else:
         tp_comm = _zero("t_tp", "Tensor-parallel communication exposed per iteration", "no tensor parallelism")
     if p > 1:

@@ -289,11 +289,12 @@ class _Shapes:
                 pieces, f_layer, b_layer = stage_pieces(self.model, tp, pp, dp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training,
                                                         self.cluster, first=first, last=last)  # fmt: skip
                 self._stages[memo] = (pieces.forward, pieces.backward, pieces.recompute, pieces.tp, pieces.tp_hidden, pieces.p2p,
-                                      pieces.first_forward, pieces.last_backward, f_layer, b_layer)  # fmt: skip
+                                      pieces.first_forward, pieces.last_backward, pieces.regather, pieces.regather_exposed,
+                                      f_layer, b_layer)  # fmt: skip
             rows.append(self._stages[memo])
         table = np.array(rows)[inverse]
-        stage = StagePieces(*(table[:, i] for i in range(8)))
-        return stage, table[:, 8], table[:, 9]
+        stage = StagePieces(*(table[:, i] for i in range(8)), regather=table[:, 8], regather_exposed=table[:, 9])
+        return stage, table[:, 10], table[:, 11]
 
 
 # ---------------------------------------------------------------------------------------------

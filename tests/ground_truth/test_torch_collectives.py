@@ -205,11 +205,13 @@ def test_sequence_parallel(measured: Measured) -> None:
     # Each layer all-reduce becomes an all-gather + reduce-scatter of 16,384 B (8 of each); the embedding
     # output's gradient and the LM head's input are gathered once more each (10 all-gathers). The norm
     # gradients are all-reduced, 64 x 4 = 256 B per tensor: 4 per layer + the final norm's 2 = 10.
-    # PyTorch differs from Megatron in two named ways (Options): it adds the row-parallel bias before
-    # the reduce-scatter, so that gradient needs no all-reduce (sp_row_bias_sync=False), and it
-    # all-reduces each tensor on its own (coalesce_sp_grads=False).
+    # PyTorch differs from Megatron in three named ways (Options): it adds the row-parallel bias before
+    # the reduce-scatter, so that gradient needs no all-reduce (sp_row_bias_sync=False), it
+    # all-reduces each tensor on its own (coalesce_sp_grads=False), and autograd keeps the gathered
+    # input of each column-parallel linear for its weight gradient, where Megatron keeps the sequence
+    # shard and gathers it again in backward (sp_regather=False).
     n = measured.world
-    opts = Options(vocab_parallel=False, sp_row_bias_sync=False, coalesce_sp_grads=False)
+    opts = Options(vocab_parallel=False, sp_row_bias_sync=False, coalesce_sp_grads=False, sp_regather=False)
     plan = iteration_plan(gpt(2), Workload(BATCH, BATCH, SEQ, FP32, FP32), Parallelism(tp=n, sequence_parallel=True), ANY_LINK, opts)
     assert plan_sizes(plan, Collective.ALL_GATHER) == Counter({16_384: 10})
     assert plan_sizes(plan, Collective.REDUCE_SCATTER) == Counter({16_384: 8})
@@ -221,6 +223,9 @@ def test_sequence_parallel(measured: Measured) -> None:
     megatron = iteration_plan(gpt(2), Workload(BATCH, BATCH, SEQ, FP32, FP32), Parallelism(tp=n, sequence_parallel=True),
                               ANY_LINK, Options(vocab_parallel=False))  # fmt: skip
     assert plan_sizes(megatron, Collective.ALL_REDUCE) == Counter({14 * 256: 1})
+    # and Megatron's re-gather of the Q/K/V and MLP-up inputs in backward: 2 per layer more (the LM head is
+    # replicated here, vocab_parallel=False, so it re-gathers nothing)
+    assert plan_sizes(megatron, Collective.ALL_GATHER) == Counter({16_384: 14})
 
 
 def test_tensor_parallel_known_differences(measured: Measured) -> None:

@@ -51,6 +51,8 @@ GENERIC_SMS = 108
 FLASH_BACKWARD_FLOPS = 2.5  # Dao 2023 (FlashAttention-2), sec. 3.1 / 4.1: backward = 2.5 x forward FLOPs
 MASK_BYTES = 1.0  # dropout masks are one byte per element (Korthikanti et al. 2022, sec. 4.1)
 LOGIT_BYTES = 4.0  # the cross-entropy upcasts logits to fp32 (Megatron-LM vocab_parallel_cross_entropy)
+# The linears Megatron-LM splits by output column (ColumnParallelLinear), by their kernels' keys below
+COLUMN_PARALLEL_DGRADS = ("qkv.dgrad", "mlp.up.dgrad", "mlp.gate_up.dgrad")
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,12 @@ class LayerPasses:
     def t_gemms(self) -> float:
         """Forward + backward time of the linear layers (what TP communication can hide behind)."""
         return sum(k.time for k in self.forward + self.backward if k.kind == "gemm" and not k.key.startswith("attn"))
+
+    def t_column_dgrads(self) -> tuple[float, ...]:
+        """The input-gradient GEMM of each column-parallel linear (Q/K/V, MLP up or gate-up), in
+        layer order: under sequence parallelism Megatron-LM runs it while the linear's input is
+        all-gathered again for the weight gradient (parcalc.core.timing.step.regather_pieces)."""
+        return tuple(k.time for k in self.backward if k.key in COLUMN_PARALLEL_DGRADS)
 
 
 def _linear(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec) -> tuple[Kernel, Kernel, Kernel]:

@@ -6,7 +6,10 @@
   and recomputed kernels (parcalc.core.timing.compute: GEMMs by shape, attention, memory-bound
   operations; embedding on the first stage, LM head and loss on the last);
 - t_tp = m x the tensor-parallel collectives of one micro-batch on that stage that stay exposed
-  (all of them, or what does not fit under the GEMMs with --tp-comm-overlap);
+  (all of them, or what does not fit under the GEMMs with --tp-comm-overlap). With sequence
+  parallelism that includes the backward all-gather of each column-parallel linear's input
+  (Megatron-LM keeps only its sequence shard), which runs beside the linear's input-gradient
+  GEMM: max(0, t_AG - t_dgrad) per column-parallel linear per layer (regather_per_layer);
 - t_bubble = (p - 1)/(v m) x (t_compute + t_tp) (Narayanan et al. 2021, sec. 2.2);
 - t_pp = 2 m v sends of one micro-batch's activation (split over the TP ranks: Megatron-LM's
   scatter/gather), on the critical path of 1F1B;
@@ -32,7 +35,9 @@ class StagePieces:
 
     All in seconds, per micro-batch: forward, backward, recomputed forward of the slowest stage;
     tp: its TP collectives, tp_hidden: how much of them GEMMs can hide; p2p: one pipeline send;
-    first_forward / last_backward: the windows of the parameter gather and the gradient reduce."""
+    first_forward / last_backward: the windows of the parameter gather and the gradient reduce;
+    regather / regather_exposed: sequence parallelism's backward all-gathers of the column-parallel
+    inputs, and what of them their input-gradient GEMMs leave exposed (0 without SP)."""
 
     forward: Any
     backward: Any
@@ -43,6 +48,8 @@ class StagePieces:
     first_forward: Any
     last_backward: Any
     layers: int = 0  # transformer layers of the slowest stage (0: not given)
+    regather: Any = 0.0
+    regather_exposed: Any = 0.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,10 @@ def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *,
 def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool) -> dict[str, Any]:
     """The terms of t_step from the pieces (floats or arrays alike)."""
     t_compute = m * (stage.forward + stage.backward + stage.recompute)
-    tp_per_micro_batch = np.maximum(stage.tp - stage.tp_hidden, 0.0) if tp_overlap else stage.tp
+    if tp_overlap:  # TE's userbuffers: every TP collective, the SP re-gathers included, against every GEMM
+        tp_per_micro_batch = np.maximum(stage.tp + stage.regather - stage.tp_hidden, 0.0)
+    else:  # every collective on the critical path, but a re-gather runs beside its linear's dgrad GEMM
+        tp_per_micro_batch = stage.tp + stage.regather_exposed
     t_tp = m * tp_per_micro_batch
     if p > 1:
         beta = (p - 1) / (m * v)
@@ -146,13 +156,16 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
     last_f = split[-1] * f_layer + ends.t_last_forward
     last_b = split[-1] * (b_layer + r_layer) + ends.t_last_backward
     activation = micro_batch * training.seq_len * model.hidden * e
+    regather_layer = regather_exposed_layer = 0.0
     if tp > 1:
         group = placement(tp, 1, cluster.gpus_per_node)
         if sequence_parallel:
-            one = (collective_time(Collective.ALL_GATHER, activation, group, fabric).time
-                   + collective_time(Collective.REDUCE_SCATTER, activation, group, fabric).time)  # fmt: skip
+            gather, dgrads = _regather_inputs(layer, activation, tp, cluster)  # sp_regather, from this layer's kernels
+            one = gather + collective_time(Collective.REDUCE_SCATTER, activation, group, fabric).time
+            regather_layer, regather_exposed_layer = regather_per_layer(gather, dgrads)
         else:
             one = collective_time(Collective.ALL_REDUCE, activation, group, fabric).time
+        # 2 forward and 2 backward per layer, 2 more replayed by full recomputation; the SP re-gathers apart
         tp_layer, hidden_layer = (6 if recompute is Recompute.FULL else 4) * one, layer.t_gemms()
     else:
         tp_layer = hidden_layer = 0.0
@@ -163,7 +176,8 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
         stages.append((split[1] * f_layer, split[1] * (b_layer + r_layer), split[1]))
     if pp > 1:
         stages.append((last_f, last_b, split[-1]))
-    forward, backward_and_re, layers_here = _slowest(stages, tp_layer, hidden_layer, cluster.overlap_tp)
+    per_layer = _TpLayer(tp_layer, regather_layer, regather_exposed_layer, hidden_layer)
+    forward, backward_and_re, layers_here = _slowest(stages, per_layer, cluster.overlap_tp)
     recomputed = layers_here * r_layer
     tp_time, tp_hidden = layers_here * tp_layer, layers_here * hidden_layer
     if pp > 1:
@@ -171,17 +185,69 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
         p2p = collective_time(Collective.POINT_TO_POINT, activation / tp, group, fabric).time
     else:
         p2p = 0.0
-    pieces = StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here)
+    pieces = StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
+                         layers_here * regather_layer, layers_here * regather_exposed_layer)  # fmt: skip
     return pieces, f_layer, b_layer + r_layer
 
 
-def _slowest(stages: list[tuple[float, float, int]], tp_layer: float, hidden_layer: float, overlap_tp: bool) -> tuple[float, float, int]:
+def sp_regather(model: Any, tp: int, micro_batch: int, training: Any, cluster: Any) -> tuple[float, tuple[float, ...]]:
+    """Under sequence parallelism: one all-gather of a micro-batch's b s h activation over the TP
+    group (the size of every SP collective in a layer), and the input-gradient GEMM of each
+    column-parallel linear of a layer, which its backward re-gather runs beside."""
+    from parcalc.core.timing.compute import LayerShard, layer_passes
+
+    e = training.precision.activation_bytes
+    shard = LayerShard(micro_batch, training.seq_len, tp, True, training.flash_attention, training.dropout, training.causal, e)
+    activation = micro_batch * training.seq_len * model.hidden * e
+    return _regather_inputs(layer_passes(model, shard, cluster.spec), activation, tp, cluster)
+
+
+def _regather_inputs(layer: Any, activation: float, tp: int, cluster: Any) -> tuple[float, tuple[float, ...]]:
+    from parcalc.core.choices import Collective
+    from parcalc.core.timing.network import collective_time, placement
+
+    gather = collective_time(Collective.ALL_GATHER, activation, placement(tp, 1, cluster.gpus_per_node), cluster.fabric).time
+    return gather, layer.t_column_dgrads()
+
+
+def regather_per_layer(gather: float, dgrads: tuple[float, ...]) -> tuple[float, float]:
+    """Sequence parallelism's backward all-gathers in one layer: their time, and what stays exposed.
+
+    Megatron-LM's column-parallel linear keeps only its sequence shard of the input and, in
+    backward, all-gathers it again for the weight gradient: it launches the gather asynchronously,
+    computes grad_input = grad_output @ weight meanwhile, then waits and computes the weight gradient
+    (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication.backward;
+    core_v0.9.0 lines 433-453; Korthikanti et al. 2022 sec. 4.2.2: "we overlap this communication
+    with the computation required to calculate gradients with respect to Y"). So per
+    column-parallel linear max(0, t_AG - t_dgrad) stays on the critical path. `gather`: one
+    all-gather of b s h; `dgrads`: the input-gradient GEMM of each column-parallel linear."""
+    return len(dgrads) * gather, sum(max(gather - dgrad, 0.0) for dgrad in dgrads)
+
+
+@dataclass(frozen=True)
+class _TpLayer:
+    """One layer's TP communication (seconds per micro-batch): the collectives on the critical
+    path, SP's backward re-gathers and what of them stays exposed, and the GEMMs that
+    --tp-comm-overlap hides them under."""
+
+    collectives: float
+    regather: float
+    regather_exposed: float
+    gemms: float
+
+    def exposed(self, layers: int, overlap_tp: bool) -> float:
+        """combine()'s t_tp per micro-batch for a stage of `layers` layers."""
+        if overlap_tp:
+            return max(layers * (self.collectives + self.regather - self.gemms), 0.0)
+        return layers * (self.collectives + self.regather_exposed)
+
+
+def _slowest(stages: list[tuple[float, float, int]], tp: _TpLayer, overlap_tp: bool) -> tuple[float, float, int]:
     """The (forward, backward with recomputation, layers) of the stage with the most compute and
     exposed TP time per micro-batch (the first of equals)."""
 
     def pace(stage: tuple[float, float, int]) -> float:
-        tp_stage = stage[2] * tp_layer
-        return stage[0] + stage[1] + (max(tp_stage - stage[2] * hidden_layer, 0.0) if overlap_tp else tp_stage)
+        return stage[0] + stage[1] + tp.exposed(stage[2], overlap_tp)
 
     return max(stages, key=pace)
 

@@ -1,0 +1,215 @@
+"""Data parallelism: DDP's gradient all-reduce, ZeRO-1/2 and ZeRO-3 / FSDP.
+
+- DP: all-reduce of the gradients (Li et al., "PyTorch Distributed", VLDB 2020). DDP packs
+  gradients into buckets in reverse registration order, closing a bucket once it reaches the cap
+  (torch/csrc/distributed/c10d/reducer.cpp, compute_bucket_assignment_by_size; 25 MiB cap and a
+  1 MiB first bucket, torch/nn/parallel/distributed.py). Buckets set the number of calls, not
+  the bytes. On the first iteration DDP puts every gradient into one bucket unless
+  find_unused_parameters (distributed.py, compute_bucket_size_limits); `ddp_first_iteration`.
+- ZeRO-1/2: reduce-scatter of the gradients and all-gather of the updated parameters
+  (Rajbhandari et al., "ZeRO", SC 2020, sec. 7.2.1): the same traffic as DP.
+- ZeRO-3 / FSDP: per unit (a transformer layer; the rest of the model is the root unit) an
+  all-gather of its parameters in forward, another in backward, and a reduce-scatter of its
+  gradients (ZeRO sec. 7.2.2; Zhao et al., "PyTorch FSDP", VLDB 2023). FSDP2 pads each tensor's
+  dim 0 to a multiple of the group size (torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+  _chunk_with_empty) and does not reshard the root unit after forward (_fsdp_state.py,
+  _lazy_init): `shard_padding`, `reshard_root`.
+"""
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from parcalc.core.collectives import Collective
+from parcalc.core.comm.plan import (
+    Builder,
+    DataParallel,
+    Group,
+    Options,
+    Parallelism,
+    Workload,
+    headline,
+    rank_of,
+    term,
+)
+from parcalc.core.comm.tensors import ParamTensor, StageTensors, padded_numel
+from parcalc.derivation import Derivation, Term
+
+
+def ddp_buckets(tensor_bytes: Sequence[float], cap: float, first_cap: float) -> tuple[float, ...]:
+    """Bucket sizes (bytes) DDP forms from gradients in the order given.
+
+    A bucket closes as soon as it reaches its cap (the tensor that crosses it stays in), the
+    first cap applying to the first bucket only (reducer.cpp, compute_bucket_assignment_by_size).
+    """
+    buckets: list[float] = []
+    current, limit = 0.0, first_cap
+    for size in tensor_bytes:
+        current += size
+        if current >= limit:
+            buckets.append(current)
+            current, limit = 0.0, cap
+    if current > 0:
+        buckets.append(current)
+    return tuple(buckets)
+
+
+def ddp_bucket_counts(head: Sequence[float], period: Sequence[float], repeats: int, tail: Sequence[float], cap: float,
+                      first_cap: float) -> dict[float, int]:  # fmt: skip
+    """{bucket bytes: count} of ddp_buckets(head + period x repeats + tail, cap, first_cap), in
+    order of first appearance, as Counter(ddp_buckets(...)) gives them, without walking every period.
+
+    A model's layers repeat, so the bucketing does too: a period that begins in the state the one
+    before it began in (the same bytes carried into it, the same cap in force) closes the same
+    buckets, and so does every later one; those are counted, not walked. GPT-3's 96 layers
+    (1,536 of its 1,540 gradients) take two walked periods. Every sum is one ddp_buckets makes.
+    """
+    counts: dict[float, int] = {}
+    current, limit = 0.0, first_cap
+
+    def walk(sizes: Sequence[float]) -> list[float]:
+        nonlocal current, limit
+        closed = []
+        for size in sizes:
+            current += size
+            if current >= limit:
+                closed.append(current)
+                current, limit = 0.0, cap
+        for bucket in closed:
+            counts[bucket] = counts.get(bucket, 0) + 1
+        return closed
+
+    walk(head)
+    for done in range(1, repeats + 1):
+        start = (current, limit)
+        closed = walk(period)
+        if (current, limit) == start:  # a fixed point: the remaining periods close these same buckets
+            for bucket in closed:
+                counts[bucket] += repeats - done
+            break
+    walk(tail)
+    if current > 0:
+        counts[current] = counts.get(current, 0) + 1
+    return counts
+
+
+def _gradient_buckets(tensors: StageTensors, element_bytes: float, cap: float, first_cap: float) -> dict[float, int]:
+    """DDP's buckets of one device's tensors, filled in reverse registration order (reducer.cpp)."""
+    def in_bytes(part: Sequence[ParamTensor]) -> list[float]:
+        return [t.numel * element_bytes for t in reversed(part)]
+
+    return ddp_bucket_counts(in_bytes(tensors.after), in_bytes(tensors.layer), tensors.layers, in_bytes(tensors.before), cap, first_cap)
+
+
+def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload, par: Parallelism,
+                        opts: Options, micro_batches: int) -> None:  # fmt: skip
+    n = par.dp
+    if n < 2:
+        return
+    for stage, tensors in enumerate(per_stage):
+        groups = [Group(rank_of(par, t, 0, stage), rank_of(par, t, n - 1, stage)) for t in range(par.tp)]
+        label = f"stage {stage}" if par.pp > 1 else ""
+        common = {"dimension": "dp", "group_size": n, "stages": label, "roles": ((stage, True),)}
+        kind = par.data_parallel
+        s, s_g, cap = work.bytes_per_element, work.grad_bytes_per_element, opts.bucket_bytes
+        if kind is DataParallel.DDP:
+            if opts.ddp_first_iteration:  # one bucket, summed in the order DDP fills it (reverse registration)
+                buckets: Mapping[float, int] = {float(sum(k * s_g for k in tensors.sizes_in_order()[::-1])): 1}
+            else:
+                buckets = _gradient_buckets(tensors, s_g, cap, opts.first_bucket_bytes)
+            b.add(purpose="gradients", phase="backward", op=Collective.ALL_REDUCE, call_bytes=buckets, groups=groups, **common)
+        elif kind in (DataParallel.ZERO1, DataParallel.ZERO2):
+            rs = _gradient_buckets(tensors, s_g, cap, cap)
+            ag = rs if s == s_g else _gradient_buckets(tensors, s, cap, cap)
+            b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=rs, groups=groups, **common)
+            b.add(purpose="updated parameters", phase="after optimizer step", op=Collective.ALL_GATHER, call_bytes=ag,
+                  groups=groups, **common)  # fmt: skip
+        else:
+            units = _fsdp_units(tensors, n, opts)
+            fwd = _times(Counter(u * work.bytes_per_element for _, u in units), micro_batches)
+            bwd = _times(Counter(u * work.bytes_per_element for root, u in units if opts.reshard_root or not root), micro_batches)
+            rs = [u * work.grad_bytes_per_element for _, u in units]
+            b.add(purpose="parameters", phase="forward", op=Collective.ALL_GATHER, call_bytes=fwd, groups=groups, **common)
+            b.add(purpose="parameters (re-gathered)", phase="backward", op=Collective.ALL_GATHER, call_bytes=bwd,
+                  groups=groups, **common)  # fmt: skip
+            b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=Counter(rs), groups=groups, **common)
+
+
+def _times(counts: Mapping[float, int], factor: int) -> dict[float, int]:
+    return {size: count * factor for size, count in counts.items()}
+
+
+def _fsdp_units(tensors: StageTensors, group: int, opts: Options) -> list[tuple[bool, int]]:
+    """(is root unit, elements incl. padding) per FSDP unit: the root (non-layer tensors) first,
+    then one unit per layer, in forward order."""
+    size = (lambda t: padded_numel(t, group)) if opts.shard_padding else (lambda t: t.numel)
+    root = sum(size(t) for t in tensors.outside_layers())
+    layer = sum(size(t) for t in tensors.layer)
+    units = [(True, root)] if root else []
+    return units + [(False, layer)] * tensors.layers
+
+
+def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors], s: Term, s_g: Term,
+                  micro_batches: int) -> list[Derivation]:  # fmt: skip
+    stage = max(range(par.pp), key=lambda i: per_stage[i].numel)
+    tensors = per_stage[stage]
+    where = f" (stage {stage}, the largest)" if par.pp > 1 else ""
+    per_device = "parameters per device" if par.tp * par.pp > 1 else "parameters"
+    p = term("p", "P", "P", tensors.numel, "", per_device + where)
+    n = par.dp
+    kind = par.data_parallel
+    if kind is DataParallel.DDP:
+        return [headline("dp_allreduce_payload", "Gradients all-reduced per iteration (payload)", "V_AR", r"V_{\mathrm{AR}}",
+                            "$p × $s_g", r"$p \times $s_g", (p, s_g), p.value * s_g.value,
+                            "data parallelism all-reduces every gradient once per iteration (seed 004 Q2.1)")]  # fmt: skip
+    if kind in (DataParallel.ZERO1, DataParallel.ZERO2):
+        zero = "ZeRO (Rajbhandari et al. 2020) sec. 7.2.1"
+        return [
+            headline("zero_reduce_scatter_payload", "Gradients reduce-scattered per iteration (payload)", "V_RS",
+                        r"V_{\mathrm{RS}}", "$p × $s_g", r"$p \times $s_g", (p, s_g), p.value * s_g.value, zero),
+            headline("zero_all_gather_payload", "Parameters all-gathered per iteration (payload)", "V_AG",
+                        r"V_{\mathrm{AG}}", "$p × $s", r"$p \times $s", (p, s), p.value * s.value, zero),
+        ]  # fmt: skip
+    units = _fsdp_units(tensors, n, opts)
+    root = sum(u for is_root, u in units if is_root)
+    layer_elements = sum(u for is_root, u in units if not is_root)
+    padded = " incl. FSDP2's dim-0 padding to a multiple of N" if opts.shard_padding else ""
+    mb = term("mb", "m", "m", micro_batches, "", "micro-batches per iteration (parameters gathered for each)")
+    source = "FSDP / ZeRO-3: all-gather in forward and again in backward, reduce-scatter of gradients (seed 004 Q2.4)"
+    if opts.reshard_root or root == 0:
+        p_all = term("p", "P", "P", root + layer_elements, "", per_device + where + padded)
+        text, tex, inputs, value = "2 × $p × $s", r"2 \times $p \times $s", (p_all, s), 2 * p_all.value * s.value
+        rs_p = p_all
+    else:
+        p_l = term("p_l", "P_layers", r"P_{\mathrm{layers}}", layer_elements, "", "parameters in transformer layers" + padded)
+        p_r = term("p_r", "P_root", r"P_{\mathrm{root}}", root, "", "parameters outside the layers (root unit, not resharded)" + padded)
+        text, tex, inputs = "(2 × $p_l + $p_r) × $s", r"(2 $p_l + $p_r) \times $s", (p_l, p_r, s)
+        value = (2 * p_l.value + p_r.value) * s.value
+        rs_p = term("p", "P", "P", root + layer_elements, "", per_device + where + padded)
+    if micro_batches > 1:
+        text, tex, inputs, value = f"$mb × {text}", rf"$mb \times {tex}", (mb, *inputs), micro_batches * value
+    return [
+        headline("fsdp_all_gather_payload", "Parameters all-gathered per iteration (payload)", "V_AG", r"V_{\mathrm{AG}}",
+                    text, tex, inputs, value, source),
+        headline("fsdp_reduce_scatter_payload", "Gradients reduce-scattered per iteration (payload)", "V_RS",
+                    r"V_{\mathrm{RS}}", "$p × $s_g", r"$p \times $s_g", (rs_p, s_g), rs_p.value * s_g.value, source),
+    ]  # fmt: skip
+
+
+def dp_assumptions(par: Parallelism, opts: Options) -> list[str]:
+    out = []
+    kind = par.data_parallel
+    if kind is DataParallel.DDP:
+        out.append("gradients are synchronised once per iteration (accumulated locally across micro-batches, as DDP's no_sync)")
+        out.append("DDP's first iteration: one bucket of all gradients" if opts.ddp_first_iteration else
+                   f"DDP buckets after the first iteration, in reverse registration order: first {opts.first_bucket_bytes:.0f} B, "
+                   f"then {opts.bucket_bytes:.0f} B caps")  # fmt: skip
+    elif kind is DataParallel.ZERO3:
+        out.append("FSDP units: one per transformer layer; embeddings, final norm and LM head form the root unit")
+        out.append("parameters are all-gathered for every micro-batch; gradients are reduce-scattered once per iteration")
+        if opts.shard_padding:
+            out.append("shard padding: each tensor's dim 0 rounded up to a multiple of the data-parallel size (FSDP2)")
+        if not opts.reshard_root:
+            out.append("the root unit is not resharded after forward, so it is not re-gathered in backward (FSDP2's default)")
+    else:
+        out.append(f"ZeRO-1/2 gradients and parameters move in buckets of {opts.bucket_bytes:.0f} B")
+    return out

@@ -1,0 +1,87 @@
+"""Every strategy on one model (`--strategy all`): each with all GPUs in its one dimension."""
+
+from typing import NamedTuple
+
+from parcalc.core.comm.iteration import iteration_plan
+from parcalc.core.comm.plan import (
+    DEFAULT_OPTIONS,
+    INTERLEAVED,
+    CommPlan,
+    DataParallel,
+    Network,
+    Options,
+    Parallelism,
+    Workload,
+    choice_value,
+)
+from parcalc.core.model import TransformerModel
+from parcalc.errors import InputError
+
+STRATEGIES: tuple[str, ...] = ("dp", "zero1", "zero2", "fsdp", "tp", "tp+sp", "pp-gpipe", "pp-1f1b")
+
+
+# strategy -> (the dimension that takes every GPU, the rest of its Parallelism)
+_SINGLE_STRATEGIES: dict[str, tuple[str, dict[str, object]]] = {
+    "dp": ("dp", {}),
+    "zero1": ("dp", {"data_parallel": DataParallel.ZERO1}),
+    "zero2": ("dp", {"data_parallel": DataParallel.ZERO2}),
+    "zero3": ("dp", {"data_parallel": DataParallel.ZERO3}),
+    "fsdp": ("dp", {"data_parallel": DataParallel.ZERO3}),
+    "tp": ("tp", {}),
+    "tp+sp": ("tp", {"sequence_parallel": True}),
+    "pp-gpipe": ("pp", {"schedule": "gpipe"}),
+    "pp-1f1b": ("pp", {"schedule": "1f1b"}),
+}
+
+
+def single_strategy(name: str, gpus: int, gpus_per_node: int) -> Parallelism:
+    """All `gpus` in one dimension: the configurations `--strategy all` compares."""
+    dimension, rest = _SINGLE_STRATEGIES[name]
+    return Parallelism(gpus_per_node=gpus_per_node, **{dimension: gpus}, **rest)  # type: ignore[arg-type]
+
+
+class StrategyComparison(NamedTuple):
+    plans: tuple[CommPlan, ...]
+    skipped: tuple[tuple[str, str], ...]  # (strategy, why)
+
+
+def default_micro_batch(work: Workload, par: Parallelism) -> int:
+    """One micro-batch per replica without pipelining; single sequences with it (Megatron's usual --micro-batch-size 1)."""
+    return max(1, work.global_batch // par.dp) if par.pp == 1 else 1
+
+
+def compare_strategies(model: TransformerModel, work: Workload, gpus: int, network: Network, opts: Options = DEFAULT_OPTIONS,
+                       gpus_per_node: int = 8, micro_batch: int | None = None) -> StrategyComparison:  # fmt: skip
+    """Each strategy with all `gpus` in its one dimension; those that cannot run are skipped with the reason.
+
+    `micro_batch` None: each strategy takes default_micro_batch; `work.micro_batch` is ignored.
+    """
+    plans, skipped = [], []
+    planned: dict[tuple[Parallelism, Workload], CommPlan | str] = {}  # the plan, or why it cannot run
+    for name in STRATEGIES:
+        par = single_strategy(name, gpus, gpus_per_node)
+        workload = work._replace(micro_batch=micro_batch or default_micro_batch(work, par))
+        key = (_same_communication(par), workload)
+        if key not in planned:
+            try:
+                planned[key] = iteration_plan(model, workload, par, network, opts, strategy=name)
+            except InputError as error:
+                planned[key] = str(error)
+        plan = planned[key]
+        if isinstance(plan, str):
+            skipped.append((name, plan))
+        else:
+            plans.append(plan._replace(strategy=name, parallelism=par, workload=workload))
+    return StrategyComparison(tuple(plans), tuple(skipped))
+
+
+def _same_communication(par: Parallelism) -> Parallelism:
+    """A representative of the configurations that communicate exactly as `par` does: ZeRO-1 and
+    ZeRO-2 move the same bytes (ZeRO sec. 7.2.1; they differ in what is kept, not in what is sent),
+    and so do GPipe and 1F1B (the same sends per micro-batch, in another order); only the
+    interleaved schedule sends more. `--strategy all` plans each such class once."""
+    if par.data_parallel is DataParallel.ZERO2:
+        par = par._replace(data_parallel=DataParallel.ZERO1)
+    if choice_value(par.schedule) != INTERLEAVED:
+        par = par._replace(schedule="1f1b")
+    return par

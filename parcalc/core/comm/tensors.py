@@ -1,0 +1,168 @@
+"""The parameter tensors, as a GPT-style model registers them, and the part of each one device
+of a pipeline stage holds after tensor-parallel sharding (Megatron's column / row split)."""
+
+from enum import Enum
+from functools import lru_cache
+from typing import NamedTuple
+
+from parcalc.core.comm.plan import Options, Parallelism
+from parcalc.core.model import TransformerModel
+from parcalc.core.stages import stage_split
+
+
+class Split(str, Enum):
+    """How Megatron's tensor parallelism splits a tensor (Shoeybi et al. 2019, sec. 3)."""
+
+    COLUMN = "column"  # output features: QKV, gate, up (weights and biases)
+    ROW = "row"  # input features: attention output, MLP down (weights)
+    ROW_BIAS = "row-bias"  # replicated, computed on a sequence slice under SP
+    NORM = "norm"  # replicated, computed on a sequence slice under SP
+    VOCAB = "vocab"  # word embedding / LM head rows, when vocabulary-parallel
+    REPLICATED = "replicated"  # learned positions
+
+
+class ParamTensor(NamedTuple):
+    """One parameter as nn.Linear / nn.Embedding store it: `rows` = dim 0 (out features).
+
+    A NamedTuple (immutable, compared by value) rather than a dataclass: a model has thousands."""
+
+    name: str
+    rows: int
+    cols: int
+    split: Split
+    layer: int = -1  # -1: not in a transformer layer
+
+    @property
+    def numel(self) -> int:
+        return self.rows * self.cols
+
+
+def layer_tensors(model: TransformerModel, layer: int) -> list[ParamTensor]:
+    """One layer's tensors in GPT-2 / Megatron registration order (norm, Q, K, V, O, norm, MLP)."""
+    h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
+    out: list[ParamTensor] = []
+
+    def linear(name: str, rows: int, cols: int, split: Split) -> None:
+        out.append(ParamTensor(f"layers.{layer}.{name}.weight", rows, cols, split, layer))
+        if model.bias:
+            bias_split = Split.ROW_BIAS if split is Split.ROW else split
+            out.append(ParamTensor(f"layers.{layer}.{name}.bias", rows, 1, bias_split, layer))
+
+    def norm(name: str) -> None:
+        for part in ("weight", "bias")[: model.norm.params_per_channel]:
+            out.append(ParamTensor(f"layers.{layer}.{name}.{part}", h, 1, Split.NORM, layer))
+
+    norm("ln1")
+    linear("attn.q", q, h, Split.COLUMN)
+    linear("attn.k", kv, h, Split.COLUMN)
+    linear("attn.v", kv, h, Split.COLUMN)
+    linear("attn.o", h, q, Split.ROW)
+    norm("ln2")
+    if model.mlp.gated:
+        linear("mlp.gate", f, h, Split.COLUMN)
+    linear("mlp.up", f, h, Split.COLUMN)
+    linear("mlp.down", h, f, Split.ROW)
+    return out
+
+
+def embedding_tensors(model: TransformerModel) -> list[ParamTensor]:
+    if model.vocab == 0:
+        return []
+    out = [ParamTensor("wte.weight", model.vocab, model.hidden, Split.VOCAB)]
+    if model.position.value == "learned":
+        out.append(ParamTensor("wpe.weight", model.max_seq_len, model.hidden, Split.REPLICATED))
+    return out
+
+
+def final_tensors(model: TransformerModel, copy_of_tied_embedding: bool = False) -> list[ParamTensor]:
+    """Final norm and the LM head (or, across pipeline stages, Megatron's copy of a tied embedding)."""
+    if model.vocab == 0:
+        return []
+    out = [ParamTensor(f"ln_f.{part}", model.hidden, 1, Split.NORM) for part in ("weight", "bias")[: model.norm.params_per_channel]]
+    if not model.tied_embeddings:
+        out.append(ParamTensor("lm_head.weight", model.vocab, model.hidden, Split.VOCAB))
+    elif copy_of_tied_embedding:
+        out.append(ParamTensor("lm_head.weight (copy of tied wte)", model.vocab, model.hidden, Split.VOCAB))
+    return out
+
+
+def parameter_tensors(model: TransformerModel) -> tuple[ParamTensor, ...]:
+    """Every parameter tensor in registration order; their numel sums to model.total_params."""
+    tensors = embedding_tensors(model)
+    for layer in range(model.layers):
+        tensors += layer_tensors(model, layer)
+    return tuple(tensors + final_tensors(model))
+
+
+@lru_cache(maxsize=256)  # asked once per stage and per plan: a 1F1B plan over 8 stages asks 9 times
+def stage_layers(layers: int, pp: int, first: int | None = None, last: int | None = None) -> tuple[range, ...]:
+    """Layers of each pipeline stage. With `first` / `last` (--first-stage-layers /
+    --last-stage-layers), Megatron-LM's uneven split (parcalc.core.stages); without them, as even
+    as possible, earlier stages taking the remainder (the seed exercises' split: a p that does not
+    divide L is allowed here, unlike in `memory` and `fit`, which follow Megatron-LM's rule)."""
+    if first is not None or last is not None:
+        counts = stage_split(layers, pp, first, last)
+    else:
+        base, extra = divmod(layers, pp)
+        counts = tuple(base + (1 if stage < extra else 0) for stage in range(pp))
+    stages, start = [], 0
+    for count in counts:
+        stages.append(range(start, start + count))
+        start += count
+    return tuple(stages)
+
+
+def shard(tensor: ParamTensor, tp: int, vocab_parallel: bool) -> ParamTensor:
+    """The part of `tensor` one TP rank holds (rounded up where TP does not divide it)."""
+    if tp == 1:
+        return tensor
+    if tensor.split is Split.COLUMN or (tensor.split is Split.VOCAB and vocab_parallel):
+        return tensor._replace(rows=-(-tensor.rows // tp))
+    if tensor.split is Split.ROW:
+        return tensor._replace(cols=-(-tensor.cols // tp))
+    return tensor
+
+
+class StageTensors(NamedTuple):
+    """The tensors one device of a pipeline stage holds after TP sharding: those before the
+    layers (embeddings), one layer's (every layer alike), how many layers, and those after
+    (final norm, LM head). Kept per layer, not expanded, so that a 96-layer model costs no more."""
+
+    before: tuple[ParamTensor, ...]
+    layer: tuple[ParamTensor, ...]
+    layers: int
+    after: tuple[ParamTensor, ...]
+
+    @property
+    def numel(self) -> int:
+        return sum(t.numel for t in self.before + self.after) + self.layers * sum(t.numel for t in self.layer)
+
+    def sizes_in_order(self) -> list[int]:
+        """numel of every tensor in registration order."""
+        return [t.numel for t in self.before] + [t.numel for t in self.layer] * self.layers + [t.numel for t in self.after]
+
+    def outside_layers(self) -> tuple[ParamTensor, ...]:
+        return self.before + self.after
+
+
+def device_tensors(model: TransformerModel, par: Parallelism, stage: int, opts: Options) -> StageTensors:
+    """The tensors one device of pipeline `stage` holds, after TP sharding."""
+    layers = stage_layers(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers)[stage]
+    before = embedding_tensors(model) if stage == 0 else []
+    after = final_tensors(model, copy_of_tied_embedding=par.pp > 1) if stage == par.pp - 1 else []
+    return StageTensors(
+        before=tuple(shard(t, par.tp, opts.vocab_parallel) for t in before),
+        layer=_sharded_layer(model, par.tp, opts.vocab_parallel),
+        layers=len(layers),
+        after=tuple(shard(t, par.tp, opts.vocab_parallel) for t in after),
+    )
+
+
+@lru_cache(maxsize=64)
+def _sharded_layer(model: TransformerModel, tp: int, vocab_parallel: bool) -> tuple[ParamTensor, ...]:
+    return tuple(shard(t, tp, vocab_parallel) for t in layer_tensors(model, 0))
+
+
+def padded_numel(tensor: ParamTensor, group: int) -> int:
+    """FSDP2's storage for a tensor sharded over `group`: dim 0 rounded up to a multiple of it."""
+    return -(-tensor.rows // group) * group * tensor.cols
