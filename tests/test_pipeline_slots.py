@@ -219,3 +219,21 @@ def test_fit_cli_evaluates_llama3_as_it_ran() -> None:
                               "--format", "json"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "embedding and loss in the split" in " ".join(json.loads(result.output)["verdicts"])
+
+
+def test_comm_volume_takes_the_slots() -> None:
+    # the same layers per stage as 7 + 14 x 8 + 7, so the same traffic as that uneven split; v = 8 only with the slots
+    base = ["comm-volume", "--strategy", "3d", "--model", "llama3-405b", "--seq-len", "8192", "--batch", "2048", "--tp", "8",
+            "--pp", "16", "--dp", "128", "--sequence-parallel", "--format", "json"]  # fmt: skip
+    slots = RUN.invoke(app, [*base, "--embedding-in-split", "--loss-in-split"])
+    uneven = RUN.invoke(app, [*base, "--first-stage-layers", "7", "--last-stage-layers", "7"])
+    assert slots.exit_code == 0 and uneven.exit_code == 0, slots.output + uneven.output
+    assert json.loads(slots.output)["results"] == json.loads(uneven.output)["results"]
+    assert any("7 + 14 x 8 + 7 layers (the embedding / loss as layer slots" in a for a in json.loads(slots.output)["assumptions"])
+    chunked = RUN.invoke(app, [*base, "--embedding-in-split", "--loss-in-split", "--schedule", "interleaved", "--chunks", "8"])
+    assert chunked.exit_code == 0, chunked.output
+    refused = RUN.invoke(app, [*base, "--first-stage-layers", "7", "--last-stage-layers", "7", "--schedule", "interleaved",
+                               "--chunks", "8"])  # fmt: skip
+    assert refused.exit_code == 2 and "more stages than the model's 126 layers" in refused.output
+    wrong_mode = RUN.invoke(app, ["comm-volume", "--collective", "all-reduce", "--size", "1GB", "--workers", "8", "--loss-in-split"])
+    assert wrong_mode.exit_code == 2 and "--loss-in-split: applies to --strategy" in wrong_mode.output

@@ -5,9 +5,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from parcalc.commands.common import (
+    EmbeddingInSplitOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
+    LossInSplitOption,
     OutputOption,
     PresetsOption,
     finish,
@@ -23,8 +25,8 @@ from parcalc.commands.model_options import (
     LayersOption,
     MlpOption,
     ModelFlags,
-    TiedOption,
     Text,
+    TiedOption,
     model_from_flags,
 )
 from parcalc.core.choices import Algorithm, Collective, Schedule, Strategy
@@ -86,6 +88,8 @@ def comm_volume(
     chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (--schedule interleaved).")] = None,
     first_stage_layers: FirstStageLayersOption = None,
     last_stage_layers: LastStageLayersOption = None,
+    embedding_in_split: EmbeddingInSplitOption = False,
+    loss_in_split: LossInSplitOption = False,
     gpus_per_node: Annotated[_Text, typer.Option(metavar="N", help="GPUs per node: groups wider than a node use --inter-node-link.")] = None,
     link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset within a node (default {DEFAULT_LINK}).")] = None,
     inter_node_link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset between nodes (default {DEFAULT_INTER_NODE_LINK}).")] = None,
@@ -131,7 +135,7 @@ def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
 
     if collective_mode:
         wrong = [name for name in _STRATEGY_ONLY if args[name] is not None]
-        wrong += ["sequence_parallel"] if args["sequence_parallel"] else []
+        wrong += [name for name in ("sequence_parallel", "embedding_in_split", "loss_in_split") if args[name]]
         mode, other = "--collective", "--strategy"
     else:
         wrong = [name for name in _COLLECTIVE_ONLY if args[name] is not None] + (["compare"] if args["compare"] else [])
@@ -311,7 +315,7 @@ def _parallelism(args: dict[str, Any]) -> Any:
 
     name = args["strategy"].value
     if name == "all":
-        if any(args[k] is not None for k in ("tp", "pp", "dp", "first_stage_layers", "last_stage_layers")):
+        if any(args[k] is not None for k in ("tp", "pp", "dp", "first_stage_layers", "last_stage_layers")) or args["embedding_in_split"] or args["loss_in_split"]:
             raise InputError("--strategy all: gives all GPUs to one dimension at a time; use --gpus, not --tp/--pp/--dp "
                              "(or --first-stage-layers / --last-stage-layers: use --strategy pp or 3d)")
         gpus = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else DEFAULT_GPUS
@@ -327,7 +331,8 @@ def _parallelism(args: dict[str, Any]) -> Any:
         tp=tp, pp=pp, dp=dp, data_parallel=flavour, sequence_parallel=args["sequence_parallel"],
         schedule=args["schedule"].value, chunks=parse_count(args["chunks"], "--chunks") if args["chunks"] else 1,
         gpus_per_node=parse_count(args["gpus_per_node"], "--gpus-per-node") if args["gpus_per_node"] is not None else 8,
-        first_stage_layers=first, last_stage_layers=last,
+        first_stage_layers=first, last_stage_layers=last, embedding_in_split=args["embedding_in_split"],
+        loss_in_split=args["loss_in_split"],
     )  # fmt: skip
 
 

@@ -59,13 +59,16 @@ def validate(model: TransformerModel, work: Workload, par: Parallelism) -> int:
             raise InputError(f"--tp: {par.tp} does not divide the MLP width {model.ffn_hidden}")
     if par.sequence_parallel and work.seq_len % par.tp:
         raise InputError(f"--sequence-parallel: the sequence length {work.seq_len} must be a multiple of --tp {par.tp}")
-    if par.pp * par.chunks > model.layers:
+    slots = model.layers + int(par.embedding_in_split) + int(par.loss_in_split)  # the embedding / loss may take a layer's slot
+    if par.pp * par.chunks > slots:
         what = f"--pp {par.pp} x --chunks {par.chunks}" if par.chunks > 1 else f"--pp {par.pp}"
-        raise InputError(f"--pp: {what} is more stages than the model's {model.layers} layers")
+        raise InputError(f"--pp: {what} is more stages than the model's {slots} layer slots" if slots > model.layers
+                         else f"--pp: {what} is more stages than the model's {model.layers} layers")  # fmt: skip
     if par.chunks > 1 and par.schedule != INTERLEAVED:
         raise InputError("--chunks: model chunks need --schedule interleaved")
-    if par.first_stage_layers is not None or par.last_stage_layers is not None:
-        stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks)
+    if par.first_stage_layers is not None or par.last_stage_layers is not None or par.embedding_in_split or par.loss_in_split:
+        stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks,
+                    embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)  # fmt: skip
     elif par.schedule == INTERLEAVED and model.layers % (par.pp * par.chunks):
         raise InputError(f"--chunks: {model.layers} layers do not split into {par.pp} stages x {par.chunks} chunks evenly")
     if work.global_batch % par.dp:
@@ -85,7 +88,7 @@ def iteration_plan(model: TransformerModel, work: Workload, par: Parallelism, ne
     micro_batches = validate(model, work, par)
     builder = Builder(par, network, opts)
     per_stage = [device_tensors(model, par, s, opts) for s in range(par.pp)]
-    layers = stage_layers(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers)
+    layers = stage_layers(model.layers, par.pp, *par.stage_ends(model.layers))
     data_parallel_rows(builder, per_stage, work, par, opts, micro_batches)
     tensor_parallel_rows(builder, model, work, par, opts, layers, per_stage, micro_batches)
     pipeline_rows(builder, model, work, par, micro_batches)
@@ -257,10 +260,11 @@ def _assumptions(model: TransformerModel, par: Parallelism, opts: Options) -> tu
     ]
     out += dp_assumptions(par, opts) if par.dp > 1 else []
     out += tp_assumptions(model, par, opts)
-    counts = tuple(len(r) for r in stage_layers(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers))
+    counts = tuple(len(r) for r in stage_layers(model.layers, par.pp, *par.stage_ends(model.layers)))
     if len(set(counts)) > 1:  # equal stages need no word
-        how = ("Megatron-LM's uneven split, --first-stage-layers / --last-stage-layers" if par.first_stage_layers is not None
-               or par.last_stage_layers is not None else "as even as possible, earlier stages taking any remainder")
+        how = ("the embedding / loss as layer slots, --embedding-in-split / --loss-in-split" if par.embedding_in_split or par.loss_in_split
+               else "Megatron-LM's uneven split, --first-stage-layers / --last-stage-layers" if par.first_stage_layers is not None
+               or par.last_stage_layers is not None else "as even as possible, earlier stages taking any remainder")  # fmt: skip
         out.append(f"pipeline stages hold {split_text(counts)} layers ({how}); per-stage TP and DP volumes follow each stage's layers")
     out += pp_assumptions(par)
     return tuple(out)

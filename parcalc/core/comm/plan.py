@@ -86,10 +86,23 @@ class Parallelism(NamedTuple):
     gpus_per_node: int = 8
     first_stage_layers: int | None = None  # Megatron-LM's uneven first / last stage (parcalc.core.stages)
     last_stage_layers: int | None = None
+    embedding_in_split: bool = False  # the embedding / the loss as one layer slot of the split (parcalc.core.stages)
+    loss_in_split: bool = False
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
+
+    def stage_ends(self, layers: int) -> tuple[int | None, int | None]:
+        """(first, last) stage layers as the uneven split takes them: the given ones, or those the
+        embedding / loss slots leave (the same layers per stage); (None, None): the even split."""
+        if not (self.embedding_in_split or self.loss_in_split) or self.pp == 1:
+            return self.first_stage_layers, self.last_stage_layers
+        from parcalc.core.stages import stage_split
+
+        split = stage_split(layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
+                            embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip
+        return split[0], split[-1]
 
 
 class Options(NamedTuple):

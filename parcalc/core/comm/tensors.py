@@ -147,7 +147,7 @@ class StageTensors(NamedTuple):
 
 def device_tensors(model: TransformerModel, par: Parallelism, stage: int, opts: Options) -> StageTensors:
     """The tensors one device of pipeline `stage` holds, after TP sharding."""
-    layers = stage_layers(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers)[stage]
+    layers = stage_layers(model.layers, par.pp, *par.stage_ends(model.layers))[stage]
     before = embedding_tensors(model) if stage == 0 else []
     after = final_tensors(model, copy_of_tied_embedding=par.pp > 1) if stage == par.pp - 1 else []
     return StageTensors(
