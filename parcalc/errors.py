@@ -2,6 +2,18 @@
 
 from __future__ import annotations
 
+# How much of a bad value an error message echoes: enough to recognise it, never a screenful.
+SHOWN_CHARS = 80
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`value` quoted for an error message (repr, so control characters show as escapes), cut to
+    about `limit` characters with an ellipsis and its full length when longer."""
+    text = repr(str(value))
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}…' ({len(str(value))} characters)"
+
 
 class ParcalcError(Exception):
     """Base class: a message a person can act on, and the exit code the CLI uses for it."""

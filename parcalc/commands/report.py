@@ -74,7 +74,7 @@ def _output_kind(fmt: str | None, output: Path | None) -> str:
 def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path, ...]) -> None:
     import sys
 
-    from parcalc.output import write_atomically
+    from parcalc.files import write_atomically
     from parcalc.render.report import render_report_latex, render_report_markdown
 
     if kind == "pdf":

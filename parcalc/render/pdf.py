@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from parcalc.errors import RenderError
+from parcalc.files import write_atomically
 
 TEX_TIMEOUT_S = 120
 INSTALL_HINT = "on Debian/Ubuntu: apt-get install texlive-latex-recommended texlive-pictures latexmk"
@@ -50,8 +51,6 @@ def compile_pdf(tex_source: str, output: Path, timeout_s: float = TEX_TIMEOUT_S)
         pdf = Path(workdir) / "document.pdf"
         if not pdf.exists():
             raise RenderError("TeX produced no PDF")
-        from parcalc.output import write_atomically
-
         write_atomically(output, pdf.read_bytes())
 
 
