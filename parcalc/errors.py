@@ -7,12 +7,16 @@ SHOWN_CHARS = 80
 
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:
-    """`value` quoted for an error message (repr, so control characters show as escapes), cut to
-    about `limit` characters with an ellipsis and its full length when longer."""
-    text = repr(str(value))
+    """`value` for an error message: its repr (so control characters show as escapes), cut to about
+    `limit` characters with an ellipsis and the full length when longer."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4,300 digits has no repr
+        return "a number too large to show"
     if len(text) <= limit:
         return text
-    return f"{text[: limit - 1]}…' ({len(str(value))} characters)"
+    length = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return f"{text[: limit - 1]}…{length}"
 
 
 class ParcalcError(Exception):

@@ -20,12 +20,13 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from parcalc.core.dtypes import COMPUTE_DTYPES
 from parcalc.core.hardware import (
@@ -37,7 +38,7 @@ from parcalc.core.hardware import (
     Sourced,
 )
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
-from parcalc.errors import InputError, PresetError
+from parcalc.errors import InputError, PresetError, shown
 from parcalc.resources import data_dir
 
 if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
 from parcalc.units import BASE_UNIT, Dimension, parse_quantity
 
 MAX_PRESET_BYTES = 1 << 20
+T = TypeVar("T")
 ENV_VAR = "PARCALC_PRESETS"
 
 
@@ -135,35 +137,92 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
     A parse of an unchanged file is taken from parcalc.preset_cache instead.
     """
+    return read_validated(path, lambda document: document)
+
+
+def read_validated(path: Path, build: Callable[[dict[str, Any]], T]) -> T:
+    """`build(document)` of the YAML mapping in `path`, the parse cached only once `build` accepted it.
+
+    Validating before caching keeps an invalid file out of the cache (and, before aliases were
+    refused, kept the cache from serialising an expanded alias bomb). The cache is keyed by the
+    very bytes parsed here, so an entry never stands for other contents of the file.
+    """
     from parcalc import preset_cache
 
-    cached = preset_cache.load(path)
+    data = _read_preset_bytes(path)
+    cached = preset_cache.load(path, data)
     if cached is not None:
-        return cached
-    document = _parse_yaml(path)
-    preset_cache.store(path, document)
-    return document
+        return build(cached)
+    document = _parse_yaml(path, data)
+    built = build(document)
+    preset_cache.store(path, document, data)
+    return built
 
 
-def _parse_yaml(path: Path) -> dict[str, Any]:
-    import yaml
+def _read_preset_bytes(path: Path) -> bytes:
+    from parcalc.files import NotRegularFileError, TooLargeError, read_regular
 
     try:
-        size = path.stat().st_size
-        if size > MAX_PRESET_BYTES:
-            raise PresetError(f"{path}: {size} bytes is too large for a preset (limit {MAX_PRESET_BYTES})")
-        text = path.read_text(encoding="utf-8")
+        return read_regular(path, MAX_PRESET_BYTES)
+    except TooLargeError as error:
+        raise PresetError(f"{path}: too large for a preset: {error}") from None
+    except NotRegularFileError as error:
+        raise PresetError(f"{path}: cannot read: {error}") from None
     except OSError as error:
         raise PresetError(f"{path}: cannot read: {error.strerror or error}") from None
+
+
+# Presets and worksheets are flat data: a few levels of mappings and lists. Anything deeper is a
+# mistake or an attack (30,000 nested brackets overflow libyaml's composer and kill the process;
+# a few thousand raise RecursionError), so the parser's events are walked before composing.
+MAX_YAML_DEPTH = 32
+
+
+def _parse_yaml(path: Path, data: bytes | None = None) -> dict[str, Any]:
+    import yaml
+
+    if data is None:
+        data = _read_preset_bytes(path)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise PresetError(f"{path}: not UTF-8 text") from None
     try:
+        _check_yaml_events(path, text)
         document = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as error:
         raise PresetError(f"{path}: {_yaml_problem(error)}") from None
     if not isinstance(document, dict):
         raise PresetError(f"{path}: expected a mapping of keys at the top level")
     return document
+
+
+def _check_yaml_events(path: Path, text: str) -> None:
+    """Refuse aliases and deep nesting from the parser's event stream, before any node is built.
+
+    An alias (`*name`) lets 4 KB expand into gigabytes ("billion laughs"); parcalc's files never
+    need one, so none is accepted (anchors alone are harmless). The event parser keeps its own
+    stack on the heap, so this walk is safe however deep the input nests.
+    """
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        depth = 0
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, yaml.AliasEvent):
+                line = event.start_mark.line + 1 if event.start_mark else "?"
+                raise PresetError(f"{path}: line {line}: YAML aliases (*{str(event.anchor)[:40]}) are not allowed; write the value out")
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    line = event.start_mark.line + 1 if event.start_mark else "?"
+                    raise PresetError(f"{path}: line {line}: nested more than {MAX_YAML_DEPTH} levels deep")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    finally:
+        loader.dispose()
 
 
 def _yaml_problem(error: Exception) -> str:
@@ -174,27 +233,50 @@ def _yaml_problem(error: Exception) -> str:
 
 
 _LOADER: type | None = None
+# The largest integer a preset may hold: a 64-bit count. Python's int() refuses more than 4,300
+# digits with a ValueError (a traceback), and a 400-digit count overflows float in the core.
+MAX_INTEGER = 2**63 - 1
 
 
 def _strict_loader() -> type:
     global _LOADER
     if _LOADER is None:
+        import collections.abc
+        import math
+
         import yaml
 
         base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        problem = yaml.constructor.ConstructorError
 
         class StrictLoader(base):  # type: ignore[misc, valid-type]
             def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
                 seen: set[object] = set()
                 for key_node, _ in node.value:
                     key = self.construct_object(key_node, deep=True)
+                    if not isinstance(key, collections.abc.Hashable):  # `? [1, 2]`: `key in seen` would raise
+                        raise problem(None, None, "a key must be a plain value, not a list or mapping", key_node.start_mark)
                     if key in seen:
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"duplicate key {key!r}", key_node.start_mark
-                        )
+                        raise problem(None, None, f"duplicate key {str(key)[:80]!r}", key_node.start_mark)
                     seen.add(key)
                 return super().construct_mapping(node, deep=deep)
 
+            def construct_yaml_int(self, node):  # type: ignore[no-untyped-def]
+                if len(node.value) > 40:  # before int(): 5,000 digits exceed Python's int-str limit
+                    raise problem(None, None, f"a number of {len(node.value)} digits is too large", node.start_mark)
+                value = super().construct_yaml_int(node)
+                if abs(value) > MAX_INTEGER:
+                    raise problem(None, None, f"{node.value[:40]!r} is too large (at most {MAX_INTEGER})", node.start_mark)
+                return value
+
+            def construct_yaml_float(self, node):  # type: ignore[no-untyped-def]
+                value = super().construct_yaml_float(node)
+                if not math.isfinite(value):  # .inf, .nan and 1.0e+999: no preset number is infinite
+                    raise problem(None, None, f"{node.value[:40]!r} is not a finite number", node.start_mark)
+                return value
+
+        StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+        StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
         _LOADER = StrictLoader
     return _LOADER
 
@@ -469,7 +551,7 @@ def _row_quantity(row: Mapping[str, Any], key: str, dimension: Dimension, where:
 
 def load_gpu(name: str, extra_dirs: Sequence[Path | str] = ()) -> Gpu:
     preset = find(Category.GPUS, name, extra_dirs)
-    return gpu_from_document(preset.key, preset.path, read_yaml(preset.path))
+    return read_validated(preset.path, lambda document: gpu_from_document(preset.key, preset.path, document))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,7 +627,7 @@ def _share(doc: _Doc, key: str, sources: Mapping[str, str], required: bool = Fal
 
 def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:
     preset = find(Category.LINKS, name, extra_dirs)
-    return link_from_document(preset.key, preset.path, read_yaml(preset.path))
+    return read_validated(preset.path, lambda document: link_from_document(preset.key, preset.path, document))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -594,7 +676,7 @@ def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Tran
     if name_or_path.lower().endswith(".json") or os.sep in name_or_path:
         return model_from_hf_config(Path(name_or_path))
     preset = find(Category.MODELS, name_or_path, extra_dirs)
-    return model_from_document(preset.key, preset.path, read_yaml(preset.path))
+    return read_validated(preset.path, lambda document: model_from_document(preset.key, preset.path, document))
 
 
 # Architectures whose MLP is gated (three matrices): their config's hidden_act names the gate.
@@ -605,16 +687,16 @@ _GATED_ARCHITECTURES = {
 _LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "gpt_neo", "gpt_bigcode", "megatron-bert", "xlm-roberta"}
 
 
+# A config.json is a flat object with a few nested ones (rope_scaling, quantization_config):
+# 1 MiB and 32 levels are far beyond any real one, and 200,000 nested '[' made json.loads raise
+# RecursionError. The largest shape number accepted: floats stay exact below 2**53.
+MAX_CONFIG_DEPTH = 32
+MAX_SHAPE = 2**53
+
+
 def model_from_hf_config(path: Path) -> TransformerModel:
     """Read the shape of a model from a Hugging Face `config.json` on disk."""
-    if not path.is_file():
-        raise InputError(f"--model: no such file {str(path)!r} (a config.json is read from disk, never downloaded)")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise PresetError(f"{path}: not a readable JSON config: {error}") from None
-    if not isinstance(config, dict):
-        raise PresetError(f"{path}: expected a JSON object")
+    config = _read_hf_config(path)
 
     def pick(*names: str, default: Any = None) -> Any:
         for name in names:
@@ -624,10 +706,20 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             raise PresetError(f"{path}: key '{names[0]}' missing (looked for {', '.join(names)})")
         return default
 
+    def count(*names: str, default: int | None = None, minimum: int = 1) -> int:
+        """A whole number >= minimum (a shape); "big", 0 heads or 1e300 is an error naming the key."""
+        value = pick(*names, default=default)
+        name = next((n for n in names if config.get(n) is not None), names[0])
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_SHAPE:
+            raise PresetError(f"{path}: key {name!r}: expected a whole number >= {minimum}, got {shown(value)}")
+        return value
+
     architecture = str(config.get("model_type", "")).lower()
-    hidden = int(pick("hidden_size", "n_embd", "d_model"))
-    heads = int(pick("num_attention_heads", "n_head", "num_heads"))
-    kv_heads = int(pick("num_key_value_heads", default=1 if config.get("multi_query") else heads))
+    hidden = count("hidden_size", "n_embd", "d_model")
+    heads = count("num_attention_heads", "n_head", "num_heads")
+    kv_heads = count("num_key_value_heads", default=1 if config.get("multi_query") else heads)
     activation = str(pick("hidden_act", "activation_function", "hidden_activation", default="gelu")).lower()
     gated = architecture in _GATED_ARCHITECTURES
     if gated:
@@ -644,15 +736,15 @@ def model_from_hf_config(path: Path) -> TransformerModel:
         return TransformerModel(
             key=path.parent.name or path.stem,
             name=str(config.get("_name_or_path") or path.parent.name or path.stem),
-            layers=int(pick("num_hidden_layers", "n_layer", "num_layers")),
+            layers=count("num_hidden_layers", "n_layer", "num_layers"),
             hidden=hidden,
             heads=heads,
             kv_heads=kv_heads,
-            head_dim=int(pick("head_dim", default=hidden // heads)),
-            ffn_hidden=int(pick("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)),
+            head_dim=count("head_dim", default=max(hidden // heads, 1)),
+            ffn_hidden=count("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
             mlp=mlp,
-            vocab=int(pick("vocab_size")),
-            max_seq_len=int(pick("max_position_embeddings", "n_positions", "n_ctx", default=0)),
+            vocab=count("vocab_size"),
+            max_seq_len=count("max_position_embeddings", "n_positions", "n_ctx", default=0, minimum=0),
             tied_embeddings=bool(config.get("tie_word_embeddings", True)),
             position=position,
             norm=Norm.RMSNORM if "rms_norm_eps" in config else Norm.LAYERNORM,
@@ -661,6 +753,68 @@ def model_from_hf_config(path: Path) -> TransformerModel:
         )
     except (TypeError, ValueError) as error:
         raise PresetError(f"{path}: {error}") from None
+
+
+def _read_hf_config(path: Path) -> dict[str, Any]:
+    """The JSON object of a config.json: at most 1 MiB, 32 levels deep, finite numbers only."""
+    from parcalc.files import NotRegularFileError, TooLargeError, check_name_length, read_regular
+
+    check_name_length(path, "--model")
+    try:
+        data = read_regular(path, MAX_PRESET_BYTES)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise InputError(f"--model: no such file {shown(str(path))} (a config.json is read from disk, never downloaded)") from None
+    except (TooLargeError, NotRegularFileError) as error:
+        raise PresetError(f"{path}: not a config.json: {error}") from None
+    except OSError as error:
+        raise PresetError(f"{path}: cannot read: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PresetError(f"{path}: not UTF-8 text") from None
+    if _json_depth(text) > MAX_CONFIG_DEPTH:
+        raise PresetError(f"{path}: nested more than {MAX_CONFIG_DEPTH} levels deep (no config.json is)")
+
+    def refuse_constant(name: str) -> float:  # NaN, Infinity, -Infinity: JSON has none
+        raise PresetError(f"{path}: {name} is not a number a config.json can hold")
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):  # 1e400
+            raise PresetError(f"{path}: {shown(text)} is not a finite number")
+        return value
+
+    def whole(text: str) -> int:
+        if len(text) > 40:  # before int(): 5,000 digits exceed Python's int-str limit (ValueError)
+            raise PresetError(f"{path}: a number of {len(text)} digits is too large")
+        return int(text)
+
+    try:
+        config = json.loads(text, parse_constant=refuse_constant, parse_float=finite, parse_int=whole)
+    except json.JSONDecodeError as error:
+        raise PresetError(f"{path}: not a readable JSON config: {error}") from None
+    if not isinstance(config, dict):
+        raise PresetError(f"{path}: expected a JSON object")
+    return config
+
+
+def _json_depth(text: str) -> int:
+    """How deeply the arrays and objects of a JSON text nest (strings skipped), without parsing it;
+    stops counting past MAX_CONFIG_DEPTH. Linear: an unterminated string runs to the end of the
+    text (`"?`) instead of being retried from every later quote."""
+    import re
+
+    depth = deepest = 0
+    for match in re.finditer(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]', text):
+        first = match.group()[0]
+        if first in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_CONFIG_DEPTH:
+                break
+        elif first in "]}":
+            depth -= 1
+    return deepest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -728,7 +882,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
 
 def load_framework(name: str, extra_dirs: Sequence[Path | str] = ()) -> Any:
     preset = find(Category.FRAMEWORKS, name, extra_dirs)
-    return framework_from_document(preset.key, preset.path, read_yaml(preset.path))
+    return read_validated(preset.path, lambda document: framework_from_document(preset.key, preset.path, document))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -745,9 +899,11 @@ _BUILDERS = {
 def load_any(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -> tuple[PresetFile, Any, dict]:
     """(file, typed preset, raw document) for `presets show`; worksheets stay raw here."""
     preset = find(category, name, extra_dirs)
-    document = read_yaml(preset.path)
     builder = _BUILDERS.get(category)
-    typed = builder(preset.key, preset.path, document) if builder else document
+    if builder is None:
+        document = read_yaml(preset.path)
+        return preset, document, document
+    typed, document = read_validated(preset.path, lambda d: (builder(preset.key, preset.path, d), d))
     return preset, typed, document
 
 

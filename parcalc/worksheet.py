@@ -128,7 +128,7 @@ class SolvedWorksheet:
 
 def load_worksheet(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Worksheet:
     """A packaged or user worksheet by name, or a YAML file by path."""
-    from parcalc.presets import Category, find, read_yaml
+    from parcalc.presets import Category, find, read_validated
 
     candidate = Path(name_or_path)
     if candidate.suffix.lower() in (".yaml", ".yml") or candidate.is_file():
@@ -137,7 +137,7 @@ def load_worksheet(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> 
         path = candidate
     else:
         path = find(Category.WORKSHEETS, name_or_path, extra_dirs).path
-    return worksheet_from_document(path, read_yaml(path))
+    return read_validated(path, lambda document: worksheet_from_document(path, document))
 
 
 def _fail(path: Path, where: str, message: str) -> WorksheetError:

@@ -97,3 +97,176 @@ def test_output_and_pdf_no_longer_import_each_other() -> None:
 
     assert "parcalc.output" not in imported(parcalc.render.pdf)
     assert "parcalc.files" in imported(parcalc.render.pdf)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. YAML and JSON bombs, and numbers Python cannot hold
+
+BILLION_LAUGHS = "kind: gpu\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9)
+)
+
+
+def gpu_preset(tmp_path: Path, text: str, name: str = "hostile") -> Path:
+    folder = tmp_path / "gpus"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.yaml").write_text(text)
+    return tmp_path
+
+
+HOSTILE_YAML = {
+    "billion-laughs": (BILLION_LAUGHS, "aliases"),
+    "30000-brackets": ("kind: gpu\nx: " + "[" * 30_000 + "]" * 30_000 + "\n", "nested more than 32"),
+    "5000-brackets": ("kind: gpu\nx: " + "[" * 5_000 + "]" * 5_000 + "\n", "nested more than 32"),
+    "unhashable-key": ("kind: gpu\n? [1, 2]\n: 3\n", "a key must be a plain value"),
+    "400-digit-int": ("kind: gpu\nsms: " + "9" * 400 + "\n", "400 digits is too large"),
+    "5000-digit-int": ("kind: gpu\nsms: " + "9" * 5_000 + "\n", "5000 digits is too large"),
+    "float-overflow": ("kind: gpu\nsms: 1.0e+999\n", "not a finite number"),
+    "int-over-64-bits": ("kind: gpu\nsms: 99999999999999999999999\n", "too large"),
+}
+
+
+@pytest.mark.parametrize("text, message", HOSTILE_YAML.values(), ids=HOSTILE_YAML.keys())
+def test_hostile_gpu_preset_is_one_line_error(runner, tmp_path: Path, text: str, message: str) -> None:
+    directory = gpu_preset(tmp_path, text)
+    line = one_line_error(runner.invoke(app, [*PEAK[:1], "--presets", str(directory), "--gpu", "hostile", "--dtype", "tf32"]))
+    assert message in line
+    assert len(line) < 300
+
+
+def test_billion_laughs_worksheet_is_refused_before_it_expands(runner, tmp_path: Path) -> None:
+    sheet = tmp_path / "bomb.yaml"
+    sheet.write_text(BILLION_LAUGHS.replace("kind: gpu", "kind: worksheet\ntitle: t"))
+    assert "aliases" in one_line_error(runner.invoke(app, ["report", str(sheet)]))
+
+
+def test_deep_worksheet_is_refused(runner, tmp_path: Path) -> None:
+    sheet = tmp_path / "deep.yaml"
+    sheet.write_text("kind: worksheet\ntitle: " + "[" * 30_000 + "]" * 30_000 + "\n")
+    assert "nested more than 32" in one_line_error(runner.invoke(app, ["report", str(sheet)]))
+
+
+def test_an_invalid_preset_is_not_cached(tmp_path: Path) -> None:
+    from parcalc import preset_cache
+    from parcalc.errors import PresetError
+    from parcalc.presets import load_gpu
+
+    directory = gpu_preset(tmp_path, "kind: gpu\nname: x\n")
+    with pytest.raises(PresetError):
+        load_gpu("hostile", (directory,))
+    assert preset_cache.load(directory / "gpus" / "hostile.yaml") is None
+
+
+LLAMA = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+         "num_hidden_layers": 32, "vocab_size": 32000, "rms_norm_eps": 1e-5}  # fmt: skip
+HOSTILE_CONFIGS = {
+    "hidden-size-text": ('"hidden_size": 4096', '"hidden_size": "big"', "key 'hidden_size': expected a whole number"),
+    "nan": ('"hidden_size": 4096', '"hidden_size": NaN', "NaN is not a number"),
+    "infinity": ('"hidden_size": 4096', '"hidden_size": Infinity', "Infinity is not a number"),
+    "float-overflow": ('"hidden_size": 4096', '"hidden_size": 1e400', "not a finite number"),
+    "zero-heads": ('"num_attention_heads": 32', '"num_attention_heads": 0', "key 'num_attention_heads': expected a whole number >= 1"),
+    "5000-digits": ('"hidden_size": 4096', '"hidden_size": ' + "9" * 5_000, "5000 digits is too large"),
+    "fractional-layers": ('"num_hidden_layers": 32', '"num_hidden_layers": 32.5', "key 'num_hidden_layers'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("old, new, message", HOSTILE_CONFIGS.values(), ids=HOSTILE_CONFIGS.keys())
+def test_hostile_config_json_is_one_line_error(runner, tmp_path: Path, old: str, new: str, message: str) -> None:
+    import json
+
+    config = tmp_path / "config.json"
+    text = json.dumps(LLAMA)
+    assert old in text
+    config.write_text(text.replace(old, new))
+    line = one_line_error(runner.invoke(app, ["flops", "--model", str(config)]))
+    assert message in line
+    assert len(line) < 300
+
+
+def test_deeply_nested_config_json_is_one_line_error(runner, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text("[" * 200_000 + "]" * 200_000)
+    assert "nested more than 32" in one_line_error(runner.invoke(app, ["flops", "--model", str(config)]))
+
+
+def test_oversize_config_json_is_one_line_error(runner, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text('{"pad": "' + "x" * (1 << 20) + '"}')
+    assert "limit" in one_line_error(runner.invoke(app, ["flops", "--model", str(config)]))
+
+
+def test_corrupted_cache_entry_of_brackets_is_rebuilt(tmp_path: Path) -> None:
+    import json
+
+    from parcalc import preset_cache
+    from parcalc.presets import read_yaml
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\n")
+    read_yaml(preset)
+    (entry,) = preset_cache.cache_dir().glob("*.json")
+    entry.write_text("[" * 100_000)
+    assert read_yaml(preset) == {"kind": "gpu"}
+    assert json.loads(entry.read_text())["document"] == {"kind": "gpu"}  # rebuilt
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. The preset cache: never stale, never blocking
+
+
+def test_same_size_edit_with_mtime_restored_is_not_served_stale(tmp_path: Path) -> None:
+    from parcalc.presets import read_yaml
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\nname: A\n")
+    before = os.stat(preset)
+    assert read_yaml(preset)["name"] == "A"
+    preset.write_text("kind: gpu\nname: B\n")  # same size, in place (same inode)
+    os.utime(preset, ns=(before.st_atime_ns, before.st_mtime_ns))  # as `cp -p` / `rsync -t` leave it
+    after = os.stat(preset)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    assert read_yaml(preset)["name"] == "B"
+
+
+def test_cache_entry_for_other_contents_is_never_used(tmp_path: Path) -> None:
+    import json
+
+    from parcalc import preset_cache
+    from parcalc.presets import read_yaml
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\nname: A\n")
+    read_yaml(preset)
+    (entry,) = preset_cache.cache_dir().glob("*.json")
+    record = json.loads(entry.read_text())
+    record["document"]["injected"] = "value the YAML does not contain"
+    record["stamp"]["sha256"] = "0" * 64
+    entry.write_text(json.dumps(record))
+    assert read_yaml(preset) == {"kind": "gpu", "name": "A"}
+
+
+@pytest.mark.parametrize("node", ["fifo", "directory"])
+def test_fifo_or_directory_in_place_of_a_cache_entry_neither_hangs_nor_leaves_part_files(tmp_path: Path, node: str) -> None:
+    from parcalc import preset_cache
+    from parcalc.presets import read_yaml
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\n")
+    read_yaml(preset)
+    (entry,) = preset_cache.cache_dir().glob("*.json")
+    entry.unlink()
+    if node == "fifo":
+        os.mkfifo(entry)
+    else:
+        entry.mkdir()
+    preset.write_text("kind: gpu\nname: new\n")  # a miss: read the entry, then store over it
+    assert read_yaml(preset) == {"kind": "gpu", "name": "new"}  # returns, rather than blocking on the FIFO
+    assert read_yaml(preset) == {"kind": "gpu", "name": "new"}
+    assert not list(preset_cache.cache_dir().glob("*.part"))
+
+
+def test_fifo_preset_file_is_refused_without_blocking(runner, tmp_path: Path) -> None:
+    (tmp_path / "gpus").mkdir()
+    os.mkfifo(tmp_path / "gpus" / "pipe.yaml")
+    line = one_line_error(runner.invoke(app, ["peak-flops", "--presets", str(tmp_path), "--gpu", "pipe", "--dtype", "tf32"]))
+    assert "not a regular file" in line or "unknown gpu" in line
