@@ -270,3 +270,95 @@ def test_fifo_preset_file_is_refused_without_blocking(runner, tmp_path: Path) ->
     os.mkfifo(tmp_path / "gpus" / "pipe.yaml")
     line = one_line_error(runner.invoke(app, ["peak-flops", "--presets", str(tmp_path), "--gpu", "pipe", "--dtype", "tf32"]))
     assert "not a regular file" in line or "unknown gpu" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The TeX time limit stops TeX, all of it
+
+FAKE_LATEXMK = """#!/bin/sh
+# latexmk's stand-in: starts a "pdflatex" that never ends, and waits for it
+sleep 1000 &
+echo $! > "$PARCALC_TEST_CHILD_PID"
+wait
+"""
+
+
+def fake_tex(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """latexmk and pdflatex on PATH that hang; returns the file the hanging child's pid goes to."""
+    import tempfile
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("latexmk", "pdflatex"):
+        script = bin_dir / name
+        script.write_text(FAKE_LATEXMK)
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("PARCALC_TEST_CHILD_PID", str(pid_file))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    return pid_file
+
+
+def process_gone(pid: int, within_s: float = 5.0) -> bool:
+    """True once `pid` no longer runs (gone, or a zombie waiting for a reaper that is not us)."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stream:
+                if stream.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+def test_tex_timeout_kills_tex_and_its_children(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pid_file = fake_tex(tmp_path, monkeypatch)
+    monkeypatch.setenv("PARCALC_TEX_TIMEOUT", "1")
+    output = tmp_path / "out.pdf"
+    line = one_line_error(runner.invoke(app, [*PEAK, "-o", str(output)]), exit_code=1)
+    assert "did not finish within 1 s" in line
+    assert process_gone(int(pid_file.read_text()))
+    assert not output.exists()
+    assert list((tmp_path / "tmp").iterdir()) == []  # TeX's temporary directory removed
+
+
+def test_bad_tex_timeout_is_one_line_error(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARCALC_TEX_TIMEOUT", "soon")
+    assert "PARCALC_TEX_TIMEOUT" in one_line_error(runner.invoke(app, [*PEAK, "-o", str(tmp_path / "out.pdf")]))
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_interrupted_tex_build_kills_tex_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = fake_tex(tmp_path, monkeypatch)
+    output = tmp_path / "out.pdf"
+    parcalc = subprocess.Popen([sys.executable, "-m", "parcalc", *PEAK, "-o", str(output)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    parcalc.send_signal(getattr(signal, signum))
+    _, stderr = parcalc.communicate(timeout=30)
+    assert parcalc.returncode != 0
+    assert b"Traceback" not in stderr, stderr
+    assert process_gone(child)
+    assert not output.exists()
+    assert list((tmp_path / "tmp").iterdir()) == []
