@@ -362,3 +362,35 @@ def test_interrupted_tex_build_kills_tex_and_cleans_up(tmp_path: Path, monkeypat
     assert process_gone(child)
     assert not output.exists()
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Templates are code: they run in Jinja's sandbox
+
+ESCAPE_TEX = '\\VAR{ cycler.__init__.__globals__.os.system("touch %s") }\n'
+ESCAPE_MD = '{{ cycler.__init__.__globals__.os.system("touch %s") }}\n'
+
+
+@pytest.mark.parametrize("name, template, args", [
+    ("report.tex.j2", ESCAPE_TEX, ["--format", "latex"]),
+    ("report.md.j2", ESCAPE_MD, []),
+    ("report.tex.j2", ESCAPE_TEX, ["-o", "out.pdf"]),
+], ids=["latex", "markdown", "pdf"])  # fmt: skip
+def test_template_cannot_run_a_shell_command(runner, tmp_path: Path, name: str, template: str, args: list[str]) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    witness = tmp_path / "pwned"
+    (templates / name).write_text(template % witness)
+    args = [str(tmp_path / a) if a.endswith(".pdf") else a for a in args]
+    line = one_line_error(runner.invoke(app, ["report", "question1", "--template", str(templates), *args]))
+    assert "not allowed in a template" in line
+    assert not witness.exists()
+    assert not (tmp_path / "out.pdf").exists()
+
+
+def test_template_that_includes_itself_is_one_line_error(runner, tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "report.tex.j2").write_text('x \\BLOCK{include "report.tex.j2"}\n')
+    line = one_line_error(runner.invoke(app, ["report", "question1", "--template", str(templates), "--format", "latex"]))
+    assert "includes itself" in line
