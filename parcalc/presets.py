@@ -87,36 +87,86 @@ def search_dirs(extra_dirs: Sequence[Path | str] = ()) -> list[tuple[Path, str]]
     return dirs
 
 
+def _preset_files(folder: Path) -> list[Path]:
+    """The .yaml/.yml regular files of `folder`, sorted; none when it cannot be listed.
+
+    A directory on the preset path that is missing or unreadable (no permission, a file where a
+    directory should be) holds nothing usable: it is skipped, like a missing one, rather than
+    crashing every command. FIFOs and devices named *.yaml are skipped too (reading one would
+    block), and so are names with control characters, which would reach the terminal in listings.
+    """
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return []
+    files = []
+    for path in entries:
+        try:
+            if path.suffix in (".yaml", ".yml") and not control_character(path.stem) and path.is_file():
+                files.append(path)
+        except OSError:
+            continue
+    return files
+
+
 def find_all(category: Category, extra_dirs: Sequence[Path | str] = ()) -> list[PresetFile]:
     """Every preset of a category, the first of each name in lookup order, sorted by name."""
     found: dict[str, PresetFile] = {}
     for directory, origin in search_dirs(extra_dirs):
-        folder = directory / category.value
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
+        files = _preset_files(directory / category.value)
+        for path in [p for p in files if p.suffix == ".yaml"] + [p for p in files if p.suffix == ".yml"]:
             found.setdefault(path.stem.lower(), PresetFile(category, path.stem.lower(), path, origin))
     return sorted(found.values(), key=lambda p: p.key)
 
 
+def check_preset_name(category: Category, name: str) -> str:
+    """`name` as a lookup key, or a one-line error: a preset name is a file's stem, nothing more.
+
+    A separator or '..' would reach outside the preset folder (`--gpu ../../some/dir/evil`, also
+    from a worksheet's inputs); more than 255 bytes is no file name (the file system raised
+    ENAMETOOLONG); a control character would be echoed to the terminal.
+    """
+    wanted = name.strip().lower()
+    unknown = f"unknown {category.singular} {shown(name)}"
+    if any(ch in wanted for ch in "/\\") or ".." in wanted:
+        raise PresetError(f"{unknown}: a preset name has no '/', '\\' or '..' (put the file in DIR/{category.value}/ and use --presets DIR)")
+    if len(os.fsencode(wanted)) > 255 - len(".yaml"):
+        raise PresetError(f"{unknown}: a preset name is at most 250 bytes")
+    if control_character(wanted):
+        raise PresetError(f"{unknown}: a preset name has no control characters")
+    return wanted
+
+
 def find(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -> PresetFile:
     """The preset called `name` (case-insensitive); unknown names get "did you mean"."""
-    wanted = name.strip().lower()
-    # A preset name is a file's stem: no separators (nothing outside the folder) and short enough to
-    # be a file name (a 300-character name would make the file system raise, not "not found").
-    plain = bool(wanted) and not any(ch in wanted for ch in "/\\\0") and len(wanted.encode()) <= 200
-    for directory, origin in search_dirs(extra_dirs):
+    wanted = check_preset_name(category, name)
+    for directory, origin in search_dirs(extra_dirs) if wanted else ():
         folder = directory / category.value
-        for suffix in (".yaml", ".yml") if plain else ():
+        for suffix in (".yaml", ".yml"):
             path = folder / f"{wanted}{suffix}"
-            if path.is_file():
-                return PresetFile(category, wanted, path, origin)
-        if folder.is_dir():  # case-insensitive file systems aside, match names ignoring case
-            for path in folder.iterdir():
-                if path.suffix in (".yaml", ".yml") and path.stem.lower() == wanted:
+            try:
+                if path.is_file():
                     return PresetFile(category, wanted, path, origin)
+            except OSError:  # an unreadable directory on the preset path: skipped (see _preset_files)
+                break
+        for path in _preset_files(folder):  # case-insensitive file systems aside, match names ignoring case
+            if path.stem.lower() == wanted:
+                return PresetFile(category, wanted, path, origin)
     known = [p.key for p in find_all(category, extra_dirs)]
-    raise PresetError(f"unknown {category.singular} {name!r}{_did_you_mean(wanted, known)}")
+    raise PresetError(f"unknown {category.singular} {shown(name)}{_did_you_mean(wanted, known)}")
+
+
+# C0 and C1 controls and DEL (an ANSI escape starts with ESC), and the bidirectional overrides that
+# make text display other than it reads. Newline and tab only where a field allows several lines.
+_CONTROLS = frozenset(chr(c) for c in [*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def control_character(text: str, allow_newlines: bool = False) -> str | None:
+    """The first control character of `text` (as a repr), or None; see _CONTROLS."""
+    for ch in text:
+        if ch in _CONTROLS and not (allow_newlines and ch in "\n\t"):
+            return repr(ch)
+    return None
 
 
 def _did_you_mean(wanted: str, known: Iterable[str]) -> str:
@@ -317,13 +367,21 @@ class _Doc:
         value = self.data[key]
         if not isinstance(value, str) or not value.strip():
             raise self.error(key, "expected non-empty text")
-        return value.strip()
+        return self.printable(key, value.strip())
 
     def texts(self, key: str) -> tuple[str, ...]:
         value = self.data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.error(key, "expected a list of text lines")
-        return tuple(value)
+        return tuple(self.printable(key, v) for v in value)
+
+    def printable(self, key: str, value: str) -> str:
+        """`value` unless it holds a control character: preset text is printed to terminals, where an
+        ANSI escape in a name or note would recolour, move or hide what parcalc shows."""
+        found = control_character(value, allow_newlines=True)
+        if found:
+            raise self.error(key, f"control character {found} in the text; write plain text")
+        return value
 
     def integer(self, key: str, required: bool = True, default: int = 0, minimum: int = 1) -> int:
         if key not in self.data:
@@ -353,7 +411,7 @@ class _Doc:
         if "sources" not in self.data:
             raise self.error("sources", "missing: every number needs a source")
         sources = self.child("sources")
-        return {str(k): sources.text(str(k)) for k in sources.data}
+        return {self.printable("sources", str(k)): sources.text(str(k)) for k in sources.data}
 
     def source_ref(self, key: str, sources: Mapping[str, str]) -> str:
         ref = self.text(key)

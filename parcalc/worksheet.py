@@ -130,10 +130,18 @@ def load_worksheet(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> 
     """A packaged or user worksheet by name, or a YAML file by path."""
     from parcalc.presets import Category, find, read_validated
 
+    from parcalc.errors import shown
+    from parcalc.files import check_name_length
+
     candidate = Path(name_or_path)
-    if candidate.suffix.lower() in (".yaml", ".yml") or candidate.is_file():
-        if not candidate.is_file():
-            raise InputError(f"worksheet: no such file {name_or_path!r}")
+    check_name_length(candidate, "worksheet")  # ENAMETOOLONG from is_file() was a traceback
+    try:
+        is_file = candidate.is_file()
+    except OSError:  # e.g. a directory on the way that cannot be searched
+        is_file = False
+    if candidate.suffix.lower() in (".yaml", ".yml") or is_file:
+        if not is_file:
+            raise InputError(f"worksheet: no such file {shown(name_or_path)}")
         path = candidate
     else:
         path = find(Category.WORKSHEETS, name_or_path, extra_dirs).path
@@ -152,15 +160,33 @@ def _only(path: Path, where: str, data: Mapping[str, Any], allowed: Sequence[str
             raise _fail(path, where, f"unknown key '{key}'{suggestion}; allowed: {', '.join(allowed)}")
 
 
+# Fields that may hold paragraphs; every other text is one line (a title, an id, a date).
+_MULTI_LINE = ("prose", "method", "intro")
+
+
 def _text(path: Path, where: str, data: Mapping[str, Any], key: str, required: bool = False) -> str:
+    import datetime
+
+    from parcalc.presets import control_character
+
     value = data.get(key)
     if value is None:
         if required:
             raise _fail(path, where, f"key '{key}' is missing")
         return ""
+    if isinstance(value, datetime.date):  # YAML reads `date: 2026-11-22` as a date: print it as written
+        return value.isoformat()
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise _fail(path, where, f"key '{key}' must be text")
-    return str(value).strip()
+    text = str(value).strip()
+    found = control_character(text, allow_newlines=True)
+    if found:  # worksheet text reaches the terminal (errors, Markdown on stdout): no ANSI escapes
+        raise _fail(path, where, f"key '{key}': control character {found} in the text; write plain text")
+    if key not in _MULTI_LINE:
+        # A one-line field with a line break (a blank line ends a TeX argument: \title, \section) is
+        # joined into one line, as it reads
+        text = " ".join(text.split())
+    return text
 
 
 def worksheet_from_document(path: Path, data: Mapping[str, Any]) -> Worksheet:

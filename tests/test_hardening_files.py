@@ -394,3 +394,126 @@ def test_template_that_includes_itself_is_one_line_error(runner, tmp_path: Path)
     (templates / "report.tex.j2").write_text('x \\BLOCK{include "report.tex.j2"}\n')
     line = one_line_error(runner.invoke(app, ["report", "question1", "--template", str(templates), "--format", "latex"]))
     assert "includes itself" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Preset names are names; text that reaches a terminal has no control characters
+
+GOOD_GPU = """\
+kind: gpu
+name: Test GPU
+vendor: Test
+architecture: Test
+sources:
+  sheet: "Test datasheet, table 1"
+sms: {value: 10, source: sheet}
+boost_clock: {value: 1 GHz, source: sheet}
+memory_capacity: {value: 16 GiB, source: sheet}
+memory_bandwidth: {value: 1 TB/s, source: sheet}
+dtypes:
+  fp16:
+    fma_per_clock_per_sm: {value: 256, source: sheet}
+"""
+
+
+@pytest.mark.parametrize("name", ["../../../some/dir/evil", "..\\\\evil", "..", "a/b"], ids=["dotdot-slash", "backslash", "dotdot", "slash"])
+def test_preset_name_with_a_path_is_refused(runner, tmp_path: Path, name: str) -> None:
+    gpu_preset(tmp_path, GOOD_GPU, "evil")
+    (tmp_path / "some" / "dir").mkdir(parents=True)
+    (tmp_path / "some" / "dir" / "evil.yaml").write_text(GOOD_GPU)
+    line = one_line_error(runner.invoke(app, ["peak-flops", "--presets", str(tmp_path), "--gpu", name, "--dtype", "fp16"]))
+    assert "a preset name has no '/', '\\' or '..'" in line
+
+
+def test_preset_name_with_a_path_is_refused_inside_a_worksheet(runner, tmp_path: Path) -> None:
+    (tmp_path / "evil.yaml").write_text(GOOD_GPU)
+    sheet = tmp_path / "sheet.yaml"
+    sheet.write_text(f"""kind: worksheet
+title: T
+questions:
+  - id: "1"
+    title: Q
+    prose: P
+    calculations:
+      - command: peak-flops
+        inputs: {{gpu: "../../../../../../../..{tmp_path}/evil", dtype: fp16}}
+""")
+    line = one_line_error(runner.invoke(app, ["report", str(sheet)]))
+    assert "a preset name has no" in line
+
+
+@pytest.mark.parametrize("flag", ["--gpu", "report"])
+def test_name_longer_than_255_bytes_is_one_line_error(runner, flag: str) -> None:
+    args = ["report", "w" * 300] if flag == "report" else ["peak-flops", "--gpu", "g" * 300, "--dtype", "fp16"]
+    line = one_line_error(runner.invoke(app, args))
+    assert len(line) < 300
+
+
+@pytest.mark.parametrize("field, text", [
+    ("name", "name: \"\\e[31mRed GPU\\e[0m\""),
+    ("vendor", "vendor: \"Test\\x07\""),
+    ("architecture", "architecture: \"Test\\u202e\""),
+], ids=["ansi-in-name", "bell-in-vendor", "bidi-in-architecture"])  # fmt: skip
+def test_control_characters_in_preset_text_are_refused(runner, tmp_path: Path, field: str, text: str) -> None:
+    lines = [text if line.startswith(f"{field}:") else line for line in GOOD_GPU.splitlines()]
+    gpu_preset(tmp_path, "\n".join(lines) + "\n", "ansi")
+    result = runner.invoke(app, ["peak-flops", "--presets", str(tmp_path), "--gpu", "ansi", "--dtype", "fp16"])
+    line = one_line_error(result)
+    assert f"key '{field}': control character" in line and "ansi.yaml" in line
+    assert "\x1b" not in result.output
+
+
+def test_control_characters_in_worksheet_text_are_refused(runner, tmp_path: Path) -> None:
+    sheet = tmp_path / "sheet.yaml"
+    sheet.write_text('kind: worksheet\ntitle: "\\e[2J\\e[Hcleared"\nquestions: [{id: "1", title: Q, prose: P, calculations: [{command: flops}]}]\n')
+    result = runner.invoke(app, ["report", str(sheet)])
+    line = one_line_error(result)
+    assert "sheet.yaml" in line and "key 'title': control character" in line
+    assert "\x1b" not in result.output
+
+
+def test_control_characters_in_error_messages_are_escaped(runner, tmp_path: Path) -> None:
+    result = runner.invoke(app, ["peak-flops", "--gpu", "\x1b[31mred", "--dtype", "fp16"])
+    one_line_error(result)
+    assert "\x1b" not in result.output
+
+
+def test_preset_file_names_with_control_characters_are_not_listed(runner, tmp_path: Path) -> None:
+    gpu_preset(tmp_path, GOOD_GPU, "\x1b[31mred")
+    result = runner.invoke(app, ["presets", "list", "--presets", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output
+
+
+def test_unreadable_preset_directory_is_skipped(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pathlib
+
+    locked = tmp_path / "locked"
+    (locked / "gpus").mkdir(parents=True)
+    (locked / "gpus" / "a100-sxm4-80gb.yaml").write_text("kind: gpu\n")
+    if os.geteuid() != 0:  # a real unreadable directory; root reads it anyway, so simulate EACCES below
+        os.chmod(locked, 0)
+    else:
+        real_stat, real_iterdir = pathlib.Path.stat, pathlib.Path.iterdir
+
+        def refuse(path: pathlib.Path) -> None:
+            if str(path).startswith(str(locked) + os.sep):
+                raise PermissionError(13, "Permission denied", str(path))
+
+        def stat(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            refuse(self)
+            return real_stat(self, *args, **kwargs)
+
+        def iterdir(self):  # type: ignore[no-untyped-def]
+            refuse(self)
+            return real_iterdir(self)
+
+        monkeypatch.setattr(pathlib.Path, "stat", stat)
+        monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
+    try:
+        result = runner.invoke(app, PEAK + ["--format", "json"], env={"PARCALC_PRESETS": str(locked)})
+        assert result.exit_code == 0, result.output  # the packaged preset, the locked one skipped
+        listing = runner.invoke(app, ["presets", "list"], env={"PARCALC_PRESETS": str(locked)})
+        assert listing.exit_code == 0, listing.output
+    finally:
+        os.chmod(locked, 0o755)
