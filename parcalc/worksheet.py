@@ -103,6 +103,7 @@ class Answer:
     question_id: str
     derivation: Derivation
     context: str = ""  # the calculation's label, when a question has several
+    calculation: int = 0  # 1-based index of the calculation of its question that gave it
 
     @property
     def label(self) -> str:
@@ -257,6 +258,10 @@ def _calculation(path: Path, where: str, data: Any) -> Calculation:
             raise _fail(path, where, f"key 'inputs.{key}' must be a value or a list, not a mapping")
         if key in ("format", "output", "f", "o"):
             raise _fail(path, where, f"key 'inputs.{key}': the report chooses the output, leave it out")
+        if key in ("help", "h"):  # `help: true` printed the command's help into the report
+            raise _fail(path, where, f"key 'inputs.{key}': not a calculation input, leave it out")
+        if key == "presets":
+            raise _fail(path, where, "key 'inputs.presets': give the directory to `parcalc report --presets DIR`, which reaches every calculation")
     answers = data.get("answers") or []
     if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
         raise _fail(path, where, "key 'answers' must be a list of result names")
@@ -267,16 +272,24 @@ def _calculation(path: Path, where: str, data: Any) -> Calculation:
 # Running
 
 
-def run_calculation(calculation: Calculation) -> Result:
-    """Run one command in-process with the worksheet's flags and capture its Result."""
+def run_calculation(calculation: Calculation, extra_dirs: Sequence[Path | str] = ()) -> Result:
+    """Run one command in-process with the worksheet's flags and capture its Result.
+
+    `extra_dirs` are `parcalc report --presets` directories: they reach the command as its own
+    --presets, so a worksheet's presets are found where the report's user said (before, only the
+    PARCALC_PRESETS variable reached the calculations)."""
     from parcalc.cli import _click_exception, load_command
     from parcalc.commands.common import captured_results
 
     command = load_command(calculation.command)
+    args = calculation.argv()
+    if any(p.name == "presets" for p in command.params):  # bubble reads no presets
+        for directory in extra_dirs:
+            args += ["--presets", str(directory)]
     sink: list[Result] = []
     token = captured_results.set(sink)
     try:
-        command.main(args=calculation.argv(), prog_name=f"parcalc {calculation.command}", standalone_mode=False)
+        command.main(args=args, prog_name=f"parcalc {calculation.command}", standalone_mode=False)
     except _click_exception() as error:
         raise InputError(error.format_message()) from None  # type: ignore[attr-defined]
     finally:
@@ -286,26 +299,27 @@ def run_calculation(calculation: Calculation) -> Result:
     return sink[0]
 
 
-def solve(worksheet: Worksheet) -> SolvedWorksheet:
-    """Run every calculation of every question; errors name the file, question and command."""
+def solve(worksheet: Worksheet, extra_dirs: Sequence[Path | str] = ()) -> SolvedWorksheet:
+    """Run every calculation of every question (with `extra_dirs` as --presets); errors name the
+    file, question and command."""
     solved = []
     for question in worksheet.questions:
         results, answers = [], []
         for index, calculation in enumerate(question.calculations, start=1):
             where = f"question {question.id}, calculation {index} ({calculation.command})"
             try:
-                result = run_calculation(calculation)
+                result = run_calculation(calculation, extra_dirs)
             except ParcalcError as error:
                 raise _fail(worksheet.path, where, str(error)) from None
             results.append(result)
-            answers += _answers(worksheet.path, where, question.id, calculation, result)
+            answers += _answers(worksheet.path, where, question.id, calculation, result, index)
         solved.append(SolvedQuestion(question, tuple(results), tuple(answers)))
     return SolvedWorksheet(worksheet, tuple(solved))
 
 
-def _answers(path: Path, where: str, question_id: str, calculation: Calculation, result: Result) -> list[Answer]:
+def _answers(path: Path, where: str, question_id: str, calculation: Calculation, result: Result, index: int) -> list[Answer]:
     if not calculation.answers:
-        return [Answer(question_id, d, calculation.label) for d in result.derivations]
+        return [Answer(question_id, d, calculation.label, index) for d in result.derivations]
     known = [d.key for d in result.derivations]
     answers = []
     for key in calculation.answers:
@@ -313,5 +327,5 @@ def _answers(path: Path, where: str, question_id: str, calculation: Calculation,
             hint = difflib.get_close_matches(key, known, n=1)
             suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
             raise _fail(path, where, f"key 'answers': no result named {key!r}{suggestion}; results: {', '.join(known)}")
-        answers.append(Answer(question_id, result.derivation(key), calculation.label))
+        answers.append(Answer(question_id, result.derivation(key), calculation.label, index))
     return answers

@@ -109,7 +109,7 @@ BILLION_LAUGHS = "kind: gpu\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]
 
 def gpu_preset(tmp_path: Path, text: str, name: str = "hostile") -> Path:
     folder = tmp_path / "gpus"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.yaml").write_text(text)
     return tmp_path
 
@@ -517,3 +517,94 @@ def test_unreadable_preset_directory_is_skipped(runner, tmp_path: Path, monkeypa
         assert listing.exit_code == 0, listing.output
     finally:
         os.chmod(locked, 0o755)
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. Worksheets and reports
+
+
+def test_report_json_keeps_every_answer_of_a_question(runner) -> None:
+    import json
+
+    result = runner.invoke(app, ["report", "question1", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    questions = {q["id"]: q for q in json.loads(result.stdout)["questions"]}
+    answers = questions["1.2"]["answers"]
+    assert [a["key"] for a in answers] == ["intensity"] * 3  # were collapsed into one by a name-keyed mapping
+    assert [a["calculation"] for a in answers] == [1, 2, 3]
+    assert [round(a["value"], 2) for a in answers] == [1365.33, 31.51, 15.94]
+    assert all(a["label"].startswith(f"({i})") and a["unit"] == "FLOP/B" for i, a in enumerate(answers, 1))
+
+
+def worksheet(tmp_path: Path, header: str, question: str, inputs: str = "{gpu: a100-sxm4-80gb, dtype: tf32}") -> Path:
+    sheet = tmp_path / "sheet.yaml"
+    sheet.write_text(f"""kind: worksheet
+{header}
+questions:
+  - id: "1"
+    title: First
+    prose: P
+    calculations:
+      - command: peak-flops
+        inputs: {inputs}
+{question}
+""")
+    return sheet
+
+
+def test_report_presets_flag_reaches_the_calculations(runner, tmp_path: Path) -> None:
+    presets = tmp_path / "presets"
+    gpu_preset(presets, GOOD_GPU, "only-here")
+    sheet = worksheet(tmp_path, "title: T", "", "{gpu: only-here, dtype: fp16}")
+    result = runner.invoke(app, ["report", str(sheet), "--presets", str(presets), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert '"Test GPU' in result.stdout or "Test GPU" in result.stdout
+
+
+def test_report_json_is_documented_in_the_readme() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert '"answers": [{"key"' in readme
+
+
+HOSTILE_HEADER = """title: "Title\\n\\nwith a blank line"
+author: "Author\\n\\nwith a blank line"
+course: "Course\\n\\n[with] a blank line"
+date: 2026-11-22"""
+HOSTILE_QUESTION = """  - id: "[a]"
+    title: "Second\\n\\n[title]"
+    prose: P
+    calculations:
+      - command: peak-flops
+        label: "[b] the label"
+        inputs: {gpu: a100-sxm4-80gb, dtype: fp16}"""
+
+
+def test_blank_lines_and_brackets_in_one_line_fields_compile(runner, tmp_path: Path) -> None:
+    sheet = worksheet(tmp_path, HOSTILE_HEADER, HOSTILE_QUESTION)
+    tex = runner.invoke(app, ["report", str(sheet), "--format", "latex"])
+    assert tex.exit_code == 0, tex.output
+    assert "\\title{Title with a blank line}" in tex.stdout
+    assert "\\date{2026-11-22}" in tex.stdout
+    assert "{[}a{]}" in tex.stdout and "[a]" not in tex.stdout
+    output = tmp_path / "sheet.pdf"
+    result = runner.invoke(app, ["report", str(sheet), "-o", str(output)])
+    if "no TeX engine" in result.output:
+        pytest.skip("TeX is not installed")
+    assert result.exit_code == 0, result.output
+    assert output.read_bytes().startswith(b"%PDF")
+
+
+def test_yaml_date_is_accepted_as_iso_text(runner, tmp_path: Path) -> None:
+    sheet = worksheet(tmp_path, "title: T\ndate: 2026-11-22", "")
+    result = runner.invoke(app, ["report", str(sheet), "--format", "latex"])
+    assert result.exit_code == 0, result.output
+    assert "\\date{2026-11-22}" in result.stdout
+
+
+@pytest.mark.parametrize("key", ["help", "presets"])
+def test_non_calculation_options_are_refused_in_worksheet_inputs(runner, tmp_path: Path, key: str) -> None:
+    sheet = worksheet(tmp_path, "title: T", "", f"{{gpu: a100-sxm4-80gb, dtype: tf32, {key}: {'true' if key == 'help' else 'x'}}}")
+    result = runner.invoke(app, ["report", str(sheet)])
+    line = one_line_error(result)
+    assert f"key 'inputs.{key}'" in line and "sheet.yaml" in line
+    assert "Usage:" not in result.output

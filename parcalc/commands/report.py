@@ -50,7 +50,7 @@ def report(
 
     from parcalc.worksheet import load_worksheet, solve
 
-    solved = solve(load_worksheet(worksheet, preset_dirs(presets)))
+    solved = solve(load_worksheet(worksheet, preset_dirs(presets)), preset_dirs(presets))
     _write(solved, kind, output, templates)
 
 
@@ -96,25 +96,23 @@ def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path
 
 
 def _json(solved: object) -> str:
+    """The report as JSON. Each question's `answers` is a list, in the worksheet's order, of
+    {key, label, calculation, value, unit}: `key` is the result's name (several calculations of one
+    question may share it, as question 1.2's three `intensity` answers do, which a mapping keyed by
+    name collapsed into one), `label` names the answer as the report prints it, `calculation` is the
+    1-based index of the calculation it came from; value in base units, with its unit."""
     import json
 
     from parcalc.render.json_out import result_record
 
     sheet = solved.worksheet  # type: ignore[attr-defined]
-    document = {
-        "worksheet": str(sheet.path),
-        "title": sheet.title,
-        "questions": [
-            {
-                "id": q.question.id,
-                "title": q.question.title,
-                "answers": {a.derivation.key: {"label": a.derivation.label, "value": a.derivation.value, "unit": a.derivation.unit}
-                            for a in q.answers},  # fmt: skip
-                "results": [result_record(r) for r in q.results],
-            }
-            for q in solved.questions  # type: ignore[attr-defined]
-        ],
-    }
+    questions = []
+    for q in solved.questions:  # type: ignore[attr-defined]
+        answers = [{"key": a.derivation.key, "label": a.label, "calculation": a.calculation,
+                    "value": a.derivation.value, "unit": a.derivation.unit} for a in q.answers]  # fmt: skip
+        questions.append({"id": q.question.id, "title": q.question.title, "answers": answers,
+                          "results": [result_record(r) for r in q.results]})  # fmt: skip
+    document = {"worksheet": str(sheet.path), "title": sheet.title, "questions": questions}
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 

@@ -34,6 +34,10 @@ _TEX_ESCAPES: dict[str, str] = {
     "<": r"\textless{}",
     ">": r"\textgreater{}",
     "|": r"\textbar{}",
+    # Brackets in braces: after `\\` (a table row, an answer line) or `\item` a leading `[` is read
+    # as an optional argument, and a question id like "[a]" broke the PDF with a raw TeX error.
+    "[": "{[}",
+    "]": "{]}",
     "×": r"$\times$",
     "·": r"$\cdot$",
     "√": r"$\surd$",
