@@ -390,13 +390,13 @@ class _Doc:
             return default
         value = self.data[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(key, f"expected a whole number >= {minimum}, got {value!r}")
+            raise self.error(key, f"expected a whole number >= {minimum}, got {shown(value)}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
         if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {value!r}")
+            raise self.error(key, f"expected true or false, got {shown(value)}")
         return value
 
     def choice(self, key: str, enum: type[Enum], default: Enum) -> Any:
@@ -405,7 +405,7 @@ class _Doc:
             return enum(str(value).lower())
         except ValueError:
             allowed = ", ".join(str(e.value) for e in enum)  # type: ignore[attr-defined]
-            raise self.error(key, f"{value!r} is not one of {allowed}") from None
+            raise self.error(key, f"{shown(value)} is not one of {allowed}") from None
 
     def sources(self) -> dict[str, str]:
         if "sources" not in self.data:
@@ -417,7 +417,7 @@ class _Doc:
         ref = self.text(key)
         if ref not in sources:
             known = ", ".join(sources) or "none"
-            raise self.error(key, f"source {ref!r} is not a key of 'sources' (known: {known})")
+            raise self.error(key, f"source {shown(ref)} is not a key of 'sources' (known: {known})")
         return sources[ref]
 
     def quantity(
@@ -435,7 +435,7 @@ class _Doc:
         if raw is None:
             raise node.error("value", "missing")
         if dimension not in (Dimension.COUNT, Dimension.FRACTION) and not (isinstance(raw, str) and _has_unit(raw)):
-            raise node.error("value", f"{raw!r} has no unit; write it with one, e.g. {_unit_example(dimension)}")
+            raise node.error("value", f"{shown(raw)} has no unit; write it with one, e.g. {_unit_example(dimension)}")
         try:
             value = parse_quantity(raw, dimension, f"{self.path}: key '{node.where}.value'")
         except InputError as error:
@@ -462,7 +462,7 @@ def _unit_example(dimension: Dimension) -> str:
 def _check_kind(doc: _Doc, category: Category) -> None:
     kind = doc.text("kind")
     if kind != category.singular:
-        raise doc.error("kind", f"expected '{category.singular}' in a {category.value} preset, got {kind!r}")
+        raise doc.error("kind", f"expected '{category.singular}' in a {category.value} preset, got {shown(kind)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -596,7 +596,7 @@ def _rows(doc: _Doc, keys: tuple[str, ...]) -> list[tuple[str, Mapping[str, Any]
 def _whole(row: Mapping[str, Any], key: str, where: str) -> int:
     value = row[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PresetError(f"{where}.{key}: expected a whole number >= 1, got {value!r}")
+        raise PresetError(f"{where}.{key}: expected a whole number >= 1, got {shown(value)}")
     return value
 
 
@@ -658,7 +658,7 @@ def _measured_collective(doc: _Doc, sources: Mapping[str, str]) -> MeasuredColle
         raise node.error("rows", "sizes must increase from row to row")
     collective = node.text("collective")
     if collective not in _MEASURED_COLLECTIVES:
-        raise node.error("collective", f"{collective!r} is not one of {', '.join(_MEASURED_COLLECTIVES)}")
+        raise node.error("collective", f"{shown(collective)} is not one of {', '.join(_MEASURED_COLLECTIVES)}")
     return MeasuredCollective(
         collective=collective,
         ranks=node.integer("ranks"),
@@ -671,7 +671,7 @@ def _measured_collective(doc: _Doc, sources: Mapping[str, str]) -> MeasuredColle
 def _one_of(doc: _Doc, key: str, allowed: tuple[str, ...], default: str) -> str:
     value = doc.text(key, required=False, default=default).lower()
     if value not in allowed:
-        raise doc.error(key, f"{value!r} is not one of {', '.join(allowed)}")
+        raise doc.error(key, f"{shown(value)} is not one of {', '.join(allowed)}")
     return value
 
 
@@ -679,7 +679,7 @@ def _share(doc: _Doc, key: str, sources: Mapping[str, str], required: bool = Fal
     """A share between 0 (exclusive) and 1, with its source."""
     share = doc.quantity(key, Dimension.FRACTION, sources, required)
     if share is not None and not 0 < share.value <= 1:
-        raise doc.error(key, f"a share between 0 and 1, got {share.value!r}")
+        raise doc.error(key, f"a share between 0 and 1, got {shown(share.value)}")
     return share
 
 
@@ -906,14 +906,14 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     for name in _FRAMEWORK_FLAGS:
         value = setting(name)
         if not isinstance(value, bool):
-            raise doc.error(f"{name}.value", f"expected true or false, got {value!r}")
+            raise doc.error(f"{name}.value", f"expected true or false, got {shown(value)}")
         flags[name] = value
     reduce_bytes = setting("reduce_bytes")
     if reduce_bytes not in (1, 2, 4):
-        raise doc.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {reduce_bytes!r}")
+        raise doc.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {shown(reduce_bytes)}")
     stages = setting("zero_stages")
     if not isinstance(stages, list) or not stages or any(z not in (0, 1, 2, 3) or isinstance(z, bool) for z in stages):
-        raise doc.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {stages!r}")
+        raise doc.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {shown(stages)}")
     buckets = doc.child("gradient_buckets")
     buckets.only(("min_params", "params_per_dp_rank", "bytes", "source"))
     cited.append(("bucket", buckets.source_ref("source", sources)))
@@ -921,7 +921,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     for name in ("min_params", "params_per_dp_rank"):
         value = buckets.data.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise buckets.error(name, f"a number of parameters >= 0, got {value!r}")
+            raise buckets.error(name, f"a number of parameters >= 0, got {shown(value)}")
         numbers[name] = float(value)
     size = buckets.data.get("bytes")
     bucket_bytes = 0.0
@@ -973,4 +973,4 @@ def find_in_any_category(name: str, extra_dirs: Sequence[Path | str] = ()) -> Pr
         except PresetError:
             continue
     known = [p.key for c in Category for p in find_all(c, extra_dirs)]
-    raise PresetError(f"unknown preset {name!r}{_did_you_mean(name.lower(), known)}")
+    raise PresetError(f"unknown preset {shown(name)}{_did_you_mean(name.lower(), known)}")

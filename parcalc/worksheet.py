@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from parcalc.derivation import Derivation, Result
-from parcalc.errors import InputError, ParcalcError, PresetError
+from parcalc.errors import InputError, ParcalcError, PresetError, shown
 
 _TOP_KEYS = ("kind", "title", "author", "course", "date", "intro", "questions")
 _QUESTION_KEYS = ("id", "title", "prose", "method", "convention", "units", "figure", "calculations")
@@ -131,7 +131,6 @@ def load_worksheet(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> 
     """A packaged or user worksheet by name, or a YAML file by path."""
     from parcalc.presets import Category, find, read_validated
 
-    from parcalc.errors import shown
     from parcalc.files import check_name_length
 
     candidate = Path(name_or_path)
@@ -193,7 +192,7 @@ def _text(path: Path, where: str, data: Mapping[str, Any], key: str, required: b
 def worksheet_from_document(path: Path, data: Mapping[str, Any]) -> Worksheet:
     _only(path, "top level", data, _TOP_KEYS)
     if data.get("kind") != "worksheet":
-        raise _fail(path, "top level", f"key 'kind' must be 'worksheet', got {data.get('kind')!r}")
+        raise _fail(path, "top level", f"key 'kind' must be 'worksheet', got {shown(data.get('kind'))}")
     questions = data.get("questions")
     if not isinstance(questions, list) or not questions:
         raise _fail(path, "top level", "key 'questions' must be a non-empty list")
@@ -224,7 +223,7 @@ def _question(path: Path, index: int, data: Any) -> Question:
     for key, allowed in _CHOICES.items():
         value = _text(path, where, data, key)
         if value and value not in allowed:
-            raise _fail(path, where, f"key '{key}': {value!r} is not one of {', '.join(allowed)}")
+            raise _fail(path, where, f"key '{key}': {shown(value)} is not one of {', '.join(allowed)}")
         choices[key] = value
     calculations = data.get("calculations")
     if not isinstance(calculations, list) or not calculations:
@@ -249,7 +248,7 @@ def _calculation(path: Path, where: str, data: Any) -> Calculation:
     if command not in CALCULATION_COMMANDS:
         hint = difflib.get_close_matches(command, CALCULATION_COMMANDS, n=1)
         suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
-        raise _fail(path, where, f"key 'command': unknown command {command!r}{suggestion}")
+        raise _fail(path, where, f"key 'command': unknown command {shown(command)}{suggestion}")
     inputs = data.get("inputs") or {}
     if not isinstance(inputs, dict):
         raise _fail(path, where, "key 'inputs' must be a mapping of flag names to values")
@@ -326,6 +325,6 @@ def _answers(path: Path, where: str, question_id: str, calculation: Calculation,
         if key not in known:
             hint = difflib.get_close_matches(key, known, n=1)
             suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
-            raise _fail(path, where, f"key 'answers': no result named {key!r}{suggestion}; results: {', '.join(known)}")
+            raise _fail(path, where, f"key 'answers': no result named {shown(key)}{suggestion}; results: {', '.join(known)}")
         answers.append(Answer(question_id, result.derivation(key), calculation.label, index))
     return answers

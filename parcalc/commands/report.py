@@ -45,8 +45,17 @@ def report(
 
         check_writable(output)
     templates = (template,) if template else ()
-    if template is not None and not template.is_dir():
-        raise InputError(f"--template: {str(template)!r} is not a directory")
+    if template is not None:
+        from parcalc.errors import shown
+        from parcalc.files import check_name_length
+
+        check_name_length(template, "--template")
+        try:
+            is_dir = template.is_dir()
+        except OSError:  # unsearchable parent: as good as missing
+            is_dir = False
+        if not is_dir:
+            raise InputError(f"--template: {shown(str(template))} is not a directory")
 
     from parcalc.worksheet import load_worksheet, solve
 
