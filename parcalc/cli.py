@@ -107,7 +107,7 @@ class ParcalcGroup(TyperGroup):
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except ParcalcError as error:
-            typer.echo(f"Error: {error}", err=True)
+            typer.echo(f"Error: {one_line(str(error))}", err=True)
             sys.exit(error.exit_code)
         except _click_exception() as error:
             if type(error).__name__ == "NoArgsIsHelpError":  # bare `parcalc`: show help, not an error
@@ -115,9 +115,18 @@ class ParcalcGroup(TyperGroup):
                 sys.exit(0)
             context = getattr(error, "ctx", None)
             hint = f" (see '{context.command_path} --help')" if context is not None else ""
-            typer.echo(f"Error: {error.format_message()}{hint}", err=True)  # type: ignore[attr-defined]
+            typer.echo(f"Error: {one_line(error.format_message())}{hint}", err=True)  # type: ignore[attr-defined]
             sys.exit(error.exit_code)  # type: ignore[attr-defined]
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def one_line(message: str) -> str:
+    """An error message as one printable line: a control character from a file or flag (an ANSI
+    escape, a newline) is shown escaped, so that it can neither break the line nor drive the
+    terminal; messages name what they quote, so the line stays readable."""
+    if message.isprintable():
+        return message
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
 
 
 app = typer.Typer(

@@ -2,6 +2,22 @@
 
 from __future__ import annotations
 
+# How much of a bad value an error message echoes: enough to recognise it, never a screenful.
+SHOWN_CHARS = 80
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`value` for an error message: its repr (so control characters show as escapes), cut to about
+    `limit` characters with an ellipsis and the full length when longer."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4,300 digits has no repr
+        return "a number too large to show"
+    if len(text) <= limit:
+        return text
+    length = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return f"{text[: limit - 1]}…{length}"
+
 
 class ParcalcError(Exception):
     """Base class: a message a person can act on, and the exit code the CLI uses for it."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
-import tempfile
 from enum import Enum
 from pathlib import Path
 
 from parcalc.derivation import Result
-from parcalc.errors import InputError
+from parcalc.errors import InputError, shown
+from parcalc.files import check_name_length, write_atomically
+
+__all__ = ["OutputFormat", "check_writable", "emit", "render_text", "resolve_format", "write_atomically"]
 
 
 class OutputFormat(str, Enum):
@@ -41,20 +44,34 @@ def resolve_format(fmt: OutputFormat | None, output: Path | None) -> OutputForma
         return EXTENSIONS[output.suffix.lower()]
     except KeyError:
         known = ", ".join(EXTENSIONS)
-        raise InputError(f"--output: cannot tell the format of {str(output)!r} from its extension; use {known} or --format") from None
+        raise InputError(f"--output: cannot tell the format of {shown(str(output))} from its extension; use {known} or --format") from None
 
 
 def check_writable(output: Path) -> None:
     """Fail before any work if the output cannot be written (missing or read-only directory)."""
-    directory = output.parent if str(output.parent) else Path(".")
-    if output.is_dir():
-        raise InputError(f"--output: {str(output)!r} is a directory")
+    try:
+        check_name_length(output, "--output")
+        info = os.stat(output) if os.path.lexists(output) else None
+    except FileNotFoundError:  # a dangling symlink: its target will be created
+        info = None
+    except OSError as error:
+        raise InputError(f"--output: cannot use {shown(str(output))}: {error.strerror or error}") from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise InputError(f"--output: {shown(str(output))} is a directory")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        # a device or FIFO is written in place (parcalc.files), so only the node must be writable
+        if not os.access(output, os.W_OK):
+            raise InputError(f"--output: {shown(str(output))} is not writable")
+        return
+    # a symlink's target is what gets replaced: check the directory it lives in
+    target = Path(os.path.realpath(output))
+    directory = target.parent
     if not directory.is_dir():
-        raise InputError(f"--output: directory {str(directory)!r} does not exist")
+        raise InputError(f"--output: directory {shown(str(output.parent))} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise InputError(f"--output: directory {str(directory)!r} is not writable")
-    if output.exists() and not os.access(output, os.W_OK):
-        raise InputError(f"--output: {str(output)!r} is not writable")
+        raise InputError(f"--output: directory {shown(str(directory))} is not writable")
+    if info is not None and not os.access(output, os.W_OK):
+        raise InputError(f"--output: {shown(str(output))} is not writable")
 
 
 def render_text(result: Result, fmt: OutputFormat) -> str:
@@ -77,27 +94,6 @@ def render_text(result: Result, fmt: OutputFormat) -> str:
     from parcalc.render.plain import render_plain
 
     return render_plain(result)
-
-
-def write_atomically(output: Path, data: str | bytes) -> None:
-    """Write to a temporary file beside the target, then rename: readers never see half a file."""
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    directory = output.parent if str(output.parent) else Path(".")
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".part", dir=directory)
-        try:
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(payload)
-            # mkstemp creates 0600; a written report should get the usual mode (0666 less umask)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)
-            os.replace(temporary, output)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-    except OSError as error:
-        raise InputError(f"--output: cannot write {str(output)!r}: {error.strerror or error}") from None
 
 
 def use_colour() -> bool:

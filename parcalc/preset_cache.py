@@ -2,9 +2,14 @@
 
 Importing PyYAML costs more than the rest of a `peak-flops` run (about 11 ms of ~90 ms). The
 parsed document of each preset file is kept in `$XDG_CACHE_HOME/parcalc/presets/` (default
-`~/.cache/parcalc/presets/`), keyed by the file's absolute path and checked against its size and
-modification time on every use; validation still runs on every load. Set PARCALC_NO_CACHE=1 to
-turn it off. A cache that cannot be read or written is ignored.
+`~/.cache/parcalc/presets/`), keyed by the file's absolute path and checked against a SHA-256 of
+the file's bytes on every use; validation still runs on every load. Set PARCALC_NO_CACHE=1 to
+turn it off. A cache that cannot be read or written is ignored (and rebuilt when it can be).
+
+Why a content hash and not (mtime, size, inode): a same-size edit in place with the modification
+time put back (`cp -p`, `rsync -t`, an editor that restores it) kept the old stamp, and the cache
+then served values the file no longer held. Hashing a few kilobytes costs microseconds; the file
+is read anyway to be parsed on a miss, and the caller hands over those very bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 NO_CACHE_VAR = "PARCALC_NO_CACHE"
+# A cache entry is the JSON of a preset of at most 1 MiB (parcalc.presets.MAX_PRESET_BYTES),
+# aliases refused, so a few times that is plenty; anything larger is not ours.
+MAX_ENTRY_BYTES = 8 << 20
 
 
 def cache_dir() -> Path:
@@ -23,47 +31,67 @@ def cache_dir() -> Path:
     return Path(root) / "parcalc" / "presets"
 
 
-def _entry(path: Path) -> tuple[Path, dict[str, int]] | None:
+def _entry(path: Path, data: bytes | None) -> tuple[Path, str, dict[str, Any]] | None:
+    """(cache file, resolved path, stamp) for `path` whose contents are `data` (read when None)."""
     if os.environ.get(NO_CACHE_VAR):
         return None
     try:
-        info = path.stat()
-    except OSError:
+        if data is None:
+            from parcalc.files import read_regular
+
+            data = read_regular(path, MAX_ENTRY_BYTES)
+        resolved = str(path.resolve())
+    except (OSError, ValueError, RuntimeError):
         return None
-    resolved = str(path.resolve())
-    name = hashlib.sha256(resolved.encode("utf-8")).hexdigest()[:32] + ".json"
-    return cache_dir() / name, {"mtime_ns": info.st_mtime_ns, "size": info.st_size, "inode": info.st_ino}
+    name = hashlib.sha256(os.fsencode(resolved)).hexdigest()[:32] + ".json"
+    return cache_dir() / name, resolved, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
 
 
-def load(path: Path) -> dict[str, Any] | None:
-    """The cached document of `path`, or None when absent, stale or unreadable."""
-    entry = _entry(path)
+def load(path: Path, data: bytes | None = None) -> dict[str, Any] | None:
+    """The cached document of `path` (whose bytes are `data`), or None when absent, stale or unreadable."""
+    entry = _entry(path, data)
     if entry is None:
         return None
-    cached, stamp = entry
+    cached, resolved, stamp = entry
+    from parcalc.files import read_regular
+
     try:
-        record = json.loads(cached.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        # read_regular: a FIFO or directory where the entry should be must not block or crash
+        record = json.loads(read_regular(cached, MAX_ENTRY_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # RecursionError: a corrupted entry of 100,000 '['
         return None
-    if not isinstance(record, dict) or record.get("stamp") != stamp or not isinstance(record.get("document"), dict):
+    if (
+        not isinstance(record, dict)
+        or record.get("stamp") != stamp
+        or record.get("path") != resolved
+        or not isinstance(record.get("document"), dict)
+    ):
         return None
     return record["document"]
 
 
-def store(path: Path, document: dict[str, Any]) -> None:
-    """Remember `document` as the parse of `path`; silently skipped when not possible."""
-    entry = _entry(path)
+def store(path: Path, document: dict[str, Any], data: bytes | None = None) -> None:
+    """Remember `document` as the parse of `path` (bytes `data`); silently skipped when not possible."""
+    entry = _entry(path, data)
     if entry is None:
         return
-    cached, stamp = entry
+    cached, resolved, stamp = entry
     try:
-        text = json.dumps({"path": str(path), "stamp": stamp, "document": document}, allow_nan=False)
-    except (TypeError, ValueError):  # YAML types without a JSON form (dates, say): parse each time
+        text = json.dumps({"path": resolved, "stamp": stamp, "document": document}, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):  # YAML types without a JSON form (dates, say): parse each time
         return
+    temporary = cached.with_name(f"{cached.name}.{os.getpid()}.part")
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cached.with_suffix(f".{os.getpid()}.part")
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, cached)
+        temporary.unlink(missing_ok=True)  # a leftover of a killed run with the same pid
+        # O_EXCL | O_NOFOLLOW: never write through a FIFO or link someone left at that name
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        with os.fdopen(os.open(temporary, flags, 0o600), "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, cached)  # fails on a directory at that name: then no cache
     except OSError:
+        try:
+            temporary.unlink(missing_ok=True)
+        except OSError:
+            pass
         return

@@ -20,12 +20,13 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from parcalc.core.dtypes import COMPUTE_DTYPES
 from parcalc.core.hardware import (
@@ -37,7 +38,7 @@ from parcalc.core.hardware import (
     Sourced,
 )
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
-from parcalc.errors import InputError, PresetError
+from parcalc.errors import InputError, PresetError, shown
 from parcalc.resources import data_dir
 
 if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
 from parcalc.units import BASE_UNIT, Dimension, parse_quantity
 
 MAX_PRESET_BYTES = 1 << 20
+T = TypeVar("T")
 ENV_VAR = "PARCALC_PRESETS"
 
 
@@ -85,36 +87,86 @@ def search_dirs(extra_dirs: Sequence[Path | str] = ()) -> list[tuple[Path, str]]
     return dirs
 
 
+def _preset_files(folder: Path) -> list[Path]:
+    """The .yaml/.yml regular files of `folder`, sorted; none when it cannot be listed.
+
+    A directory on the preset path that is missing or unreadable (no permission, a file where a
+    directory should be) holds nothing usable: it is skipped, like a missing one, rather than
+    crashing every command. FIFOs and devices named *.yaml are skipped too (reading one would
+    block), and so are names with control characters, which would reach the terminal in listings.
+    """
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return []
+    files = []
+    for path in entries:
+        try:
+            if path.suffix in (".yaml", ".yml") and not control_character(path.stem) and path.is_file():
+                files.append(path)
+        except OSError:
+            continue
+    return files
+
+
 def find_all(category: Category, extra_dirs: Sequence[Path | str] = ()) -> list[PresetFile]:
     """Every preset of a category, the first of each name in lookup order, sorted by name."""
     found: dict[str, PresetFile] = {}
     for directory, origin in search_dirs(extra_dirs):
-        folder = directory / category.value
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
+        files = _preset_files(directory / category.value)
+        for path in [p for p in files if p.suffix == ".yaml"] + [p for p in files if p.suffix == ".yml"]:
             found.setdefault(path.stem.lower(), PresetFile(category, path.stem.lower(), path, origin))
     return sorted(found.values(), key=lambda p: p.key)
 
 
+def check_preset_name(category: Category, name: str) -> str:
+    """`name` as a lookup key, or a one-line error: a preset name is a file's stem, nothing more.
+
+    A separator or '..' would reach outside the preset folder (`--gpu ../../some/dir/evil`, also
+    from a worksheet's inputs); more than 255 bytes is no file name (the file system raised
+    ENAMETOOLONG); a control character would be echoed to the terminal.
+    """
+    wanted = name.strip().lower()
+    unknown = f"unknown {category.singular} {shown(name)}"
+    if any(ch in wanted for ch in "/\\") or ".." in wanted:
+        raise PresetError(f"{unknown}: a preset name has no '/', '\\' or '..' (put the file in DIR/{category.value}/ and use --presets DIR)")
+    if len(os.fsencode(wanted)) > 255 - len(".yaml"):
+        raise PresetError(f"{unknown}: a preset name is at most 250 bytes")
+    if control_character(wanted):
+        raise PresetError(f"{unknown}: a preset name has no control characters")
+    return wanted
+
+
 def find(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -> PresetFile:
     """The preset called `name` (case-insensitive); unknown names get "did you mean"."""
-    wanted = name.strip().lower()
-    # A preset name is a file's stem: no separators (nothing outside the folder) and short enough to
-    # be a file name (a 300-character name would make the file system raise, not "not found").
-    plain = bool(wanted) and not any(ch in wanted for ch in "/\\\0") and len(wanted.encode()) <= 200
-    for directory, origin in search_dirs(extra_dirs):
+    wanted = check_preset_name(category, name)
+    for directory, origin in search_dirs(extra_dirs) if wanted else ():
         folder = directory / category.value
-        for suffix in (".yaml", ".yml") if plain else ():
+        for suffix in (".yaml", ".yml"):
             path = folder / f"{wanted}{suffix}"
-            if path.is_file():
-                return PresetFile(category, wanted, path, origin)
-        if folder.is_dir():  # case-insensitive file systems aside, match names ignoring case
-            for path in folder.iterdir():
-                if path.suffix in (".yaml", ".yml") and path.stem.lower() == wanted:
+            try:
+                if path.is_file():
                     return PresetFile(category, wanted, path, origin)
+            except OSError:  # an unreadable directory on the preset path: skipped (see _preset_files)
+                break
+        for path in _preset_files(folder):  # case-insensitive file systems aside, match names ignoring case
+            if path.stem.lower() == wanted:
+                return PresetFile(category, wanted, path, origin)
     known = [p.key for p in find_all(category, extra_dirs)]
-    raise PresetError(f"unknown {category.singular} {name!r}{_did_you_mean(wanted, known)}")
+    raise PresetError(f"unknown {category.singular} {shown(name)}{_did_you_mean(wanted, known)}")
+
+
+# C0 and C1 controls and DEL (an ANSI escape starts with ESC), and the bidirectional overrides that
+# make text display other than it reads. Newline and tab only where a field allows several lines.
+_CONTROLS = frozenset(chr(c) for c in [*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def control_character(text: str, allow_newlines: bool = False) -> str | None:
+    """The first control character of `text` (as a repr), or None; see _CONTROLS."""
+    for ch in text:
+        if ch in _CONTROLS and not (allow_newlines and ch in "\n\t"):
+            return repr(ch)
+    return None
 
 
 def _did_you_mean(wanted: str, known: Iterable[str]) -> str:
@@ -135,35 +187,92 @@ def read_yaml(path: Path) -> dict[str, Any]:
 
     A parse of an unchanged file is taken from parcalc.preset_cache instead.
     """
+    return read_validated(path, lambda document: document)
+
+
+def read_validated(path: Path, build: Callable[[dict[str, Any]], T]) -> T:
+    """`build(document)` of the YAML mapping in `path`, the parse cached only once `build` accepted it.
+
+    Validating before caching keeps an invalid file out of the cache (and, before aliases were
+    refused, kept the cache from serialising an expanded alias bomb). The cache is keyed by the
+    very bytes parsed here, so an entry never stands for other contents of the file.
+    """
     from parcalc import preset_cache
 
-    cached = preset_cache.load(path)
+    data = _read_preset_bytes(path)
+    cached = preset_cache.load(path, data)
     if cached is not None:
-        return cached
-    document = _parse_yaml(path)
-    preset_cache.store(path, document)
-    return document
+        return build(cached)
+    document = _parse_yaml(path, data)
+    built = build(document)
+    preset_cache.store(path, document, data)
+    return built
 
 
-def _parse_yaml(path: Path) -> dict[str, Any]:
-    import yaml
+def _read_preset_bytes(path: Path) -> bytes:
+    from parcalc.files import NotRegularFileError, TooLargeError, read_regular
 
     try:
-        size = path.stat().st_size
-        if size > MAX_PRESET_BYTES:
-            raise PresetError(f"{path}: {size} bytes is too large for a preset (limit {MAX_PRESET_BYTES})")
-        text = path.read_text(encoding="utf-8")
+        return read_regular(path, MAX_PRESET_BYTES)
+    except TooLargeError as error:
+        raise PresetError(f"{path}: too large for a preset: {error}") from None
+    except NotRegularFileError as error:
+        raise PresetError(f"{path}: cannot read: {error}") from None
     except OSError as error:
         raise PresetError(f"{path}: cannot read: {error.strerror or error}") from None
+
+
+# Presets and worksheets are flat data: a few levels of mappings and lists. Anything deeper is a
+# mistake or an attack (30,000 nested brackets overflow libyaml's composer and kill the process;
+# a few thousand raise RecursionError), so the parser's events are walked before composing.
+MAX_YAML_DEPTH = 32
+
+
+def _parse_yaml(path: Path, data: bytes | None = None) -> dict[str, Any]:
+    import yaml
+
+    if data is None:
+        data = _read_preset_bytes(path)
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise PresetError(f"{path}: not UTF-8 text") from None
     try:
+        _check_yaml_events(path, text)
         document = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as error:
         raise PresetError(f"{path}: {_yaml_problem(error)}") from None
     if not isinstance(document, dict):
         raise PresetError(f"{path}: expected a mapping of keys at the top level")
     return document
+
+
+def _check_yaml_events(path: Path, text: str) -> None:
+    """Refuse aliases and deep nesting from the parser's event stream, before any node is built.
+
+    An alias (`*name`) lets 4 KB expand into gigabytes ("billion laughs"); parcalc's files never
+    need one, so none is accepted (anchors alone are harmless). The event parser keeps its own
+    stack on the heap, so this walk is safe however deep the input nests.
+    """
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        depth = 0
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, yaml.AliasEvent):
+                line = event.start_mark.line + 1 if event.start_mark else "?"
+                raise PresetError(f"{path}: line {line}: YAML aliases (*{str(event.anchor)[:40]}) are not allowed; write the value out")
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    line = event.start_mark.line + 1 if event.start_mark else "?"
+                    raise PresetError(f"{path}: line {line}: nested more than {MAX_YAML_DEPTH} levels deep")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    finally:
+        loader.dispose()
 
 
 def _yaml_problem(error: Exception) -> str:
@@ -174,27 +283,50 @@ def _yaml_problem(error: Exception) -> str:
 
 
 _LOADER: type | None = None
+# The largest integer a preset may hold: a 64-bit count. Python's int() refuses more than 4,300
+# digits with a ValueError (a traceback), and a 400-digit count overflows float in the core.
+MAX_INTEGER = 2**63 - 1
 
 
 def _strict_loader() -> type:
     global _LOADER
     if _LOADER is None:
+        import collections.abc
+        import math
+
         import yaml
 
         base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        problem = yaml.constructor.ConstructorError
 
         class StrictLoader(base):  # type: ignore[misc, valid-type]
             def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
                 seen: set[object] = set()
                 for key_node, _ in node.value:
                     key = self.construct_object(key_node, deep=True)
+                    if not isinstance(key, collections.abc.Hashable):  # `? [1, 2]`: `key in seen` would raise
+                        raise problem(None, None, "a key must be a plain value, not a list or mapping", key_node.start_mark)
                     if key in seen:
-                        raise yaml.constructor.ConstructorError(
-                            None, None, f"duplicate key {key!r}", key_node.start_mark
-                        )
+                        raise problem(None, None, f"duplicate key {str(key)[:80]!r}", key_node.start_mark)
                     seen.add(key)
                 return super().construct_mapping(node, deep=deep)
 
+            def construct_yaml_int(self, node):  # type: ignore[no-untyped-def]
+                if len(node.value) > 40:  # before int(): 5,000 digits exceed Python's int-str limit
+                    raise problem(None, None, f"a number of {len(node.value)} digits is too large", node.start_mark)
+                value = super().construct_yaml_int(node)
+                if abs(value) > MAX_INTEGER:
+                    raise problem(None, None, f"{node.value[:40]!r} is too large (at most {MAX_INTEGER})", node.start_mark)
+                return value
+
+            def construct_yaml_float(self, node):  # type: ignore[no-untyped-def]
+                value = super().construct_yaml_float(node)
+                if not math.isfinite(value):  # .inf, .nan and 1.0e+999: no preset number is infinite
+                    raise problem(None, None, f"{node.value[:40]!r} is not a finite number", node.start_mark)
+                return value
+
+        StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+        StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
         _LOADER = StrictLoader
     return _LOADER
 
@@ -235,13 +367,21 @@ class _Doc:
         value = self.data[key]
         if not isinstance(value, str) or not value.strip():
             raise self.error(key, "expected non-empty text")
-        return value.strip()
+        return self.printable(key, value.strip())
 
     def texts(self, key: str) -> tuple[str, ...]:
         value = self.data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.error(key, "expected a list of text lines")
-        return tuple(value)
+        return tuple(self.printable(key, v) for v in value)
+
+    def printable(self, key: str, value: str) -> str:
+        """`value` unless it holds a control character: preset text is printed to terminals, where an
+        ANSI escape in a name or note would recolour, move or hide what parcalc shows."""
+        found = control_character(value, allow_newlines=True)
+        if found:
+            raise self.error(key, f"control character {found} in the text; write plain text")
+        return value
 
     def integer(self, key: str, required: bool = True, default: int = 0, minimum: int = 1) -> int:
         if key not in self.data:
@@ -250,13 +390,13 @@ class _Doc:
             return default
         value = self.data[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(key, f"expected a whole number >= {minimum}, got {value!r}")
+            raise self.error(key, f"expected a whole number >= {minimum}, got {shown(value)}")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.data.get(key, default)
         if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {value!r}")
+            raise self.error(key, f"expected true or false, got {shown(value)}")
         return value
 
     def choice(self, key: str, enum: type[Enum], default: Enum) -> Any:
@@ -265,19 +405,19 @@ class _Doc:
             return enum(str(value).lower())
         except ValueError:
             allowed = ", ".join(str(e.value) for e in enum)  # type: ignore[attr-defined]
-            raise self.error(key, f"{value!r} is not one of {allowed}") from None
+            raise self.error(key, f"{shown(value)} is not one of {allowed}") from None
 
     def sources(self) -> dict[str, str]:
         if "sources" not in self.data:
             raise self.error("sources", "missing: every number needs a source")
         sources = self.child("sources")
-        return {str(k): sources.text(str(k)) for k in sources.data}
+        return {self.printable("sources", str(k)): sources.text(str(k)) for k in sources.data}
 
     def source_ref(self, key: str, sources: Mapping[str, str]) -> str:
         ref = self.text(key)
         if ref not in sources:
             known = ", ".join(sources) or "none"
-            raise self.error(key, f"source {ref!r} is not a key of 'sources' (known: {known})")
+            raise self.error(key, f"source {shown(ref)} is not a key of 'sources' (known: {known})")
         return sources[ref]
 
     def quantity(
@@ -295,7 +435,7 @@ class _Doc:
         if raw is None:
             raise node.error("value", "missing")
         if dimension not in (Dimension.COUNT, Dimension.FRACTION) and not (isinstance(raw, str) and _has_unit(raw)):
-            raise node.error("value", f"{raw!r} has no unit; write it with one, e.g. {_unit_example(dimension)}")
+            raise node.error("value", f"{shown(raw)} has no unit; write it with one, e.g. {_unit_example(dimension)}")
         try:
             value = parse_quantity(raw, dimension, f"{self.path}: key '{node.where}.value'")
         except InputError as error:
@@ -322,7 +462,7 @@ def _unit_example(dimension: Dimension) -> str:
 def _check_kind(doc: _Doc, category: Category) -> None:
     kind = doc.text("kind")
     if kind != category.singular:
-        raise doc.error("kind", f"expected '{category.singular}' in a {category.value} preset, got {kind!r}")
+        raise doc.error("kind", f"expected '{category.singular}' in a {category.value} preset, got {shown(kind)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -456,7 +596,7 @@ def _rows(doc: _Doc, keys: tuple[str, ...]) -> list[tuple[str, Mapping[str, Any]
 def _whole(row: Mapping[str, Any], key: str, where: str) -> int:
     value = row[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PresetError(f"{where}.{key}: expected a whole number >= 1, got {value!r}")
+        raise PresetError(f"{where}.{key}: expected a whole number >= 1, got {shown(value)}")
     return value
 
 
@@ -469,7 +609,7 @@ def _row_quantity(row: Mapping[str, Any], key: str, dimension: Dimension, where:
 
 def load_gpu(name: str, extra_dirs: Sequence[Path | str] = ()) -> Gpu:
     preset = find(Category.GPUS, name, extra_dirs)
-    return gpu_from_document(preset.key, preset.path, read_yaml(preset.path))
+    return read_validated(preset.path, lambda document: gpu_from_document(preset.key, preset.path, document))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -518,7 +658,7 @@ def _measured_collective(doc: _Doc, sources: Mapping[str, str]) -> MeasuredColle
         raise node.error("rows", "sizes must increase from row to row")
     collective = node.text("collective")
     if collective not in _MEASURED_COLLECTIVES:
-        raise node.error("collective", f"{collective!r} is not one of {', '.join(_MEASURED_COLLECTIVES)}")
+        raise node.error("collective", f"{shown(collective)} is not one of {', '.join(_MEASURED_COLLECTIVES)}")
     return MeasuredCollective(
         collective=collective,
         ranks=node.integer("ranks"),
@@ -531,7 +671,7 @@ def _measured_collective(doc: _Doc, sources: Mapping[str, str]) -> MeasuredColle
 def _one_of(doc: _Doc, key: str, allowed: tuple[str, ...], default: str) -> str:
     value = doc.text(key, required=False, default=default).lower()
     if value not in allowed:
-        raise doc.error(key, f"{value!r} is not one of {', '.join(allowed)}")
+        raise doc.error(key, f"{shown(value)} is not one of {', '.join(allowed)}")
     return value
 
 
@@ -539,13 +679,13 @@ def _share(doc: _Doc, key: str, sources: Mapping[str, str], required: bool = Fal
     """A share between 0 (exclusive) and 1, with its source."""
     share = doc.quantity(key, Dimension.FRACTION, sources, required)
     if share is not None and not 0 < share.value <= 1:
-        raise doc.error(key, f"a share between 0 and 1, got {share.value!r}")
+        raise doc.error(key, f"a share between 0 and 1, got {shown(share.value)}")
     return share
 
 
 def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:
     preset = find(Category.LINKS, name, extra_dirs)
-    return link_from_document(preset.key, preset.path, read_yaml(preset.path))
+    return read_validated(preset.path, lambda document: link_from_document(preset.key, preset.path, document))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -596,7 +736,7 @@ def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Tran
     if name_or_path.lower().endswith(".json") or os.sep in name_or_path:
         return model_from_hf_config(Path(name_or_path))
     preset = find(Category.MODELS, name_or_path, extra_dirs)
-    return model_from_document(preset.key, preset.path, read_yaml(preset.path))
+    return read_validated(preset.path, lambda document: model_from_document(preset.key, preset.path, document))
 
 
 # Architectures whose MLP is gated (three matrices): their config's hidden_act names the gate.
@@ -605,6 +745,13 @@ _GATED_ARCHITECTURES = {
     "olmo2", "deepseek_v2", "deepseek_v3", "internlm2", "cohere", "granite", "starcoder2_gated",
 }  # fmt: skip
 _LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "gpt_neo", "gpt_bigcode", "megatron-bert", "xlm-roberta"}
+
+
+# A config.json is a flat object with a few nested ones (rope_scaling, quantization_config):
+# 1 MiB and 32 levels are far beyond any real one, and 200,000 nested '[' made json.loads raise
+# RecursionError. The largest shape number accepted: floats stay exact below 2**53.
+MAX_CONFIG_DEPTH = 32
+MAX_SHAPE = 2**53
 
 
 # Keys by which a config.json declares experts: Mixtral's num_local_experts, DeepSeek-V2/V3's
@@ -658,14 +805,7 @@ def _trains_with_dropout(config: Mapping[str, Any], architecture: str) -> tuple[
 
 def model_from_hf_config(path: Path) -> TransformerModel:
     """Read the shape of a model from a Hugging Face `config.json` on disk."""
-    if not path.is_file():
-        raise InputError(f"--model: no such file {str(path)!r} (a config.json is read from disk, never downloaded)")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise PresetError(f"{path}: not a readable JSON config: {error}") from None
-    if not isinstance(config, dict):
-        raise PresetError(f"{path}: expected a JSON object")
+    config = _read_hf_config(path)
 
     def pick(*names: str, default: Any = None) -> Any:
         for name in names:
@@ -675,11 +815,21 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             raise PresetError(f"{path}: key '{names[0]}' missing (looked for {', '.join(names)})")
         return default
 
+    def count(*names: str, default: int | None = None, minimum: int = 1) -> int:
+        """A whole number >= minimum (a shape); "big", 0 heads or 1e300 is an error naming the key."""
+        value = pick(*names, default=default)
+        name = next((n for n in names if config.get(n) is not None), names[0])
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_SHAPE:
+            raise PresetError(f"{path}: key {name!r}: expected a whole number >= {minimum}, got {shown(value)}")
+        return value
+
     _refuse_mixture_of_experts(path, config)
     architecture = str(config.get("model_type", "")).lower()
-    hidden = int(pick("hidden_size", "n_embd", "d_model"))
-    heads = int(pick("num_attention_heads", "n_head", "num_heads"))
-    kv_heads = int(pick("num_key_value_heads", default=1 if config.get("multi_query") else heads))
+    hidden = count("hidden_size", "n_embd", "d_model")
+    heads = count("num_attention_heads", "n_head", "num_heads")
+    kv_heads = count("num_key_value_heads", default=1 if config.get("multi_query") else heads)
     activation = str(pick("hidden_act", "activation_function", "hidden_activation", default="gelu")).lower()
     gated = architecture in _GATED_ARCHITECTURES
     if gated:
@@ -697,15 +847,15 @@ def model_from_hf_config(path: Path) -> TransformerModel:
         return TransformerModel(
             key=path.parent.name or path.stem,
             name=str(config.get("_name_or_path") or path.parent.name or path.stem),
-            layers=int(pick("num_hidden_layers", "n_layer", "num_layers")),
+            layers=count("num_hidden_layers", "n_layer", "num_layers"),
             hidden=hidden,
             heads=heads,
             kv_heads=kv_heads,
-            head_dim=int(pick("head_dim", default=hidden // heads)),
-            ffn_hidden=int(pick("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)),
+            head_dim=count("head_dim", default=max(hidden // heads, 1)),
+            ffn_hidden=count("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
             mlp=mlp,
-            vocab=int(pick("vocab_size")),
-            max_seq_len=int(pick("max_position_embeddings", "n_positions", "n_ctx", default=0)),
+            vocab=count("vocab_size"),
+            max_seq_len=count("max_position_embeddings", "n_positions", "n_ctx", default=0, minimum=0),
             tied_embeddings=bool(config.get("tie_word_embeddings", True)),
             position=position,
             norm=Norm.RMSNORM if "rms_norm_eps" in config else Norm.LAYERNORM,
@@ -716,6 +866,68 @@ def model_from_hf_config(path: Path) -> TransformerModel:
         )
     except (TypeError, ValueError) as error:
         raise PresetError(f"{path}: {error}") from None
+
+
+def _read_hf_config(path: Path) -> dict[str, Any]:
+    """The JSON object of a config.json: at most 1 MiB, 32 levels deep, finite numbers only."""
+    from parcalc.files import NotRegularFileError, TooLargeError, check_name_length, read_regular
+
+    check_name_length(path, "--model")
+    try:
+        data = read_regular(path, MAX_PRESET_BYTES)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise InputError(f"--model: no such file {shown(str(path))} (a config.json is read from disk, never downloaded)") from None
+    except (TooLargeError, NotRegularFileError) as error:
+        raise PresetError(f"{path}: not a config.json: {error}") from None
+    except OSError as error:
+        raise PresetError(f"{path}: cannot read: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PresetError(f"{path}: not UTF-8 text") from None
+    if _json_depth(text) > MAX_CONFIG_DEPTH:
+        raise PresetError(f"{path}: nested more than {MAX_CONFIG_DEPTH} levels deep (no config.json is)")
+
+    def refuse_constant(name: str) -> float:  # NaN, Infinity, -Infinity: JSON has none
+        raise PresetError(f"{path}: {name} is not a number a config.json can hold")
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):  # 1e400
+            raise PresetError(f"{path}: {shown(text)} is not a finite number")
+        return value
+
+    def whole(text: str) -> int:
+        if len(text) > 40:  # before int(): 5,000 digits exceed Python's int-str limit (ValueError)
+            raise PresetError(f"{path}: a number of {len(text)} digits is too large")
+        return int(text)
+
+    try:
+        config = json.loads(text, parse_constant=refuse_constant, parse_float=finite, parse_int=whole)
+    except json.JSONDecodeError as error:
+        raise PresetError(f"{path}: not a readable JSON config: {error}") from None
+    if not isinstance(config, dict):
+        raise PresetError(f"{path}: expected a JSON object")
+    return config
+
+
+def _json_depth(text: str) -> int:
+    """How deeply the arrays and objects of a JSON text nest (strings skipped), without parsing it;
+    stops counting past MAX_CONFIG_DEPTH. Linear: an unterminated string runs to the end of the
+    text (`"?`) instead of being retried from every later quote."""
+    import re
+
+    depth = deepest = 0
+    for match in re.finditer(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]', text):
+        first = match.group()[0]
+        if first in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_CONFIG_DEPTH:
+                break
+        elif first in "]}":
+            depth -= 1
+    return deepest
 
 
 # ---------------------------------------------------------------------------------------------
@@ -749,14 +961,14 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     for name in _FRAMEWORK_FLAGS:
         value = setting(name)
         if not isinstance(value, bool):
-            raise doc.error(f"{name}.value", f"expected true or false, got {value!r}")
+            raise doc.error(f"{name}.value", f"expected true or false, got {shown(value)}")
         flags[name] = value
     reduce_bytes = setting("reduce_bytes")
     if reduce_bytes not in (1, 2, 4):
-        raise doc.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {reduce_bytes!r}")
+        raise doc.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {shown(reduce_bytes)}")
     stages = setting("zero_stages")
     if not isinstance(stages, list) or not stages or any(z not in (0, 1, 2, 3) or isinstance(z, bool) for z in stages):
-        raise doc.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {stages!r}")
+        raise doc.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {shown(stages)}")
     buckets = doc.child("gradient_buckets")
     buckets.only(("min_params", "params_per_dp_rank", "bytes", "source"))
     cited.append(("bucket", buckets.source_ref("source", sources)))
@@ -764,7 +976,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     for name in ("min_params", "params_per_dp_rank"):
         value = buckets.data.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise buckets.error(name, f"a number of parameters >= 0, got {value!r}")
+            raise buckets.error(name, f"a number of parameters >= 0, got {shown(value)}")
         numbers[name] = float(value)
     size = buckets.data.get("bytes")
     bucket_bytes = 0.0
@@ -783,7 +995,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
 
 def load_framework(name: str, extra_dirs: Sequence[Path | str] = ()) -> Any:
     preset = find(Category.FRAMEWORKS, name, extra_dirs)
-    return framework_from_document(preset.key, preset.path, read_yaml(preset.path))
+    return read_validated(preset.path, lambda document: framework_from_document(preset.key, preset.path, document))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -800,9 +1012,11 @@ _BUILDERS = {
 def load_any(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -> tuple[PresetFile, Any, dict]:
     """(file, typed preset, raw document) for `presets show`; worksheets stay raw here."""
     preset = find(category, name, extra_dirs)
-    document = read_yaml(preset.path)
     builder = _BUILDERS.get(category)
-    typed = builder(preset.key, preset.path, document) if builder else document
+    if builder is None:
+        document = read_yaml(preset.path)
+        return preset, document, document
+    typed, document = read_validated(preset.path, lambda d: (builder(preset.key, preset.path, d), d))
     return preset, typed, document
 
 
@@ -814,4 +1028,4 @@ def find_in_any_category(name: str, extra_dirs: Sequence[Path | str] = ()) -> Pr
         except PresetError:
             continue
     known = [p.key for c in Category for p in find_all(c, extra_dirs)]
-    raise PresetError(f"unknown preset {name!r}{_did_you_mean(name.lower(), known)}")
+    raise PresetError(f"unknown preset {shown(name)}{_did_you_mean(name.lower(), known)}")

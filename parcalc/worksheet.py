@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from parcalc.derivation import Derivation, Result
-from parcalc.errors import InputError, ParcalcError, PresetError
+from parcalc.errors import InputError, ParcalcError, PresetError, shown
 
 _TOP_KEYS = ("kind", "title", "author", "course", "date", "intro", "questions")
 _QUESTION_KEYS = ("id", "title", "prose", "method", "convention", "units", "figure", "calculations")
@@ -103,6 +103,7 @@ class Answer:
     question_id: str
     derivation: Derivation
     context: str = ""  # the calculation's label, when a question has several
+    calculation: int = 0  # 1-based index of the calculation of its question that gave it
 
     @property
     def label(self) -> str:
@@ -128,16 +129,23 @@ class SolvedWorksheet:
 
 def load_worksheet(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Worksheet:
     """A packaged or user worksheet by name, or a YAML file by path."""
-    from parcalc.presets import Category, find, read_yaml
+    from parcalc.presets import Category, find, read_validated
+
+    from parcalc.files import check_name_length
 
     candidate = Path(name_or_path)
-    if candidate.suffix.lower() in (".yaml", ".yml") or candidate.is_file():
-        if not candidate.is_file():
-            raise InputError(f"worksheet: no such file {name_or_path!r}")
+    check_name_length(candidate, "worksheet")  # ENAMETOOLONG from is_file() was a traceback
+    try:
+        is_file = candidate.is_file()
+    except OSError:  # e.g. a directory on the way that cannot be searched
+        is_file = False
+    if candidate.suffix.lower() in (".yaml", ".yml") or is_file:
+        if not is_file:
+            raise InputError(f"worksheet: no such file {shown(name_or_path)}")
         path = candidate
     else:
         path = find(Category.WORKSHEETS, name_or_path, extra_dirs).path
-    return worksheet_from_document(path, read_yaml(path))
+    return read_validated(path, lambda document: worksheet_from_document(path, document))
 
 
 def _fail(path: Path, where: str, message: str) -> WorksheetError:
@@ -152,21 +160,39 @@ def _only(path: Path, where: str, data: Mapping[str, Any], allowed: Sequence[str
             raise _fail(path, where, f"unknown key '{key}'{suggestion}; allowed: {', '.join(allowed)}")
 
 
+# Fields that may hold paragraphs; every other text is one line (a title, an id, a date).
+_MULTI_LINE = ("prose", "method", "intro")
+
+
 def _text(path: Path, where: str, data: Mapping[str, Any], key: str, required: bool = False) -> str:
+    import datetime
+
+    from parcalc.presets import control_character
+
     value = data.get(key)
     if value is None:
         if required:
             raise _fail(path, where, f"key '{key}' is missing")
         return ""
+    if isinstance(value, datetime.date):  # YAML reads `date: 2026-11-22` as a date: print it as written
+        return value.isoformat()
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise _fail(path, where, f"key '{key}' must be text")
-    return str(value).strip()
+    text = str(value).strip()
+    found = control_character(text, allow_newlines=True)
+    if found:  # worksheet text reaches the terminal (errors, Markdown on stdout): no ANSI escapes
+        raise _fail(path, where, f"key '{key}': control character {found} in the text; write plain text")
+    if key not in _MULTI_LINE:
+        # A one-line field with a line break (a blank line ends a TeX argument: \title, \section) is
+        # joined into one line, as it reads
+        text = " ".join(text.split())
+    return text
 
 
 def worksheet_from_document(path: Path, data: Mapping[str, Any]) -> Worksheet:
     _only(path, "top level", data, _TOP_KEYS)
     if data.get("kind") != "worksheet":
-        raise _fail(path, "top level", f"key 'kind' must be 'worksheet', got {data.get('kind')!r}")
+        raise _fail(path, "top level", f"key 'kind' must be 'worksheet', got {shown(data.get('kind'))}")
     questions = data.get("questions")
     if not isinstance(questions, list) or not questions:
         raise _fail(path, "top level", "key 'questions' must be a non-empty list")
@@ -197,7 +223,7 @@ def _question(path: Path, index: int, data: Any) -> Question:
     for key, allowed in _CHOICES.items():
         value = _text(path, where, data, key)
         if value and value not in allowed:
-            raise _fail(path, where, f"key '{key}': {value!r} is not one of {', '.join(allowed)}")
+            raise _fail(path, where, f"key '{key}': {shown(value)} is not one of {', '.join(allowed)}")
         choices[key] = value
     calculations = data.get("calculations")
     if not isinstance(calculations, list) or not calculations:
@@ -222,7 +248,7 @@ def _calculation(path: Path, where: str, data: Any) -> Calculation:
     if command not in CALCULATION_COMMANDS:
         hint = difflib.get_close_matches(command, CALCULATION_COMMANDS, n=1)
         suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
-        raise _fail(path, where, f"key 'command': unknown command {command!r}{suggestion}")
+        raise _fail(path, where, f"key 'command': unknown command {shown(command)}{suggestion}")
     inputs = data.get("inputs") or {}
     if not isinstance(inputs, dict):
         raise _fail(path, where, "key 'inputs' must be a mapping of flag names to values")
@@ -231,6 +257,10 @@ def _calculation(path: Path, where: str, data: Any) -> Calculation:
             raise _fail(path, where, f"key 'inputs.{key}' must be a value or a list, not a mapping")
         if key in ("format", "output", "f", "o"):
             raise _fail(path, where, f"key 'inputs.{key}': the report chooses the output, leave it out")
+        if key in ("help", "h"):  # `help: true` printed the command's help into the report
+            raise _fail(path, where, f"key 'inputs.{key}': not a calculation input, leave it out")
+        if key == "presets":
+            raise _fail(path, where, "key 'inputs.presets': give the directory to `parcalc report --presets DIR`, which reaches every calculation")
     answers = data.get("answers") or []
     if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
         raise _fail(path, where, "key 'answers' must be a list of result names")
@@ -241,16 +271,24 @@ def _calculation(path: Path, where: str, data: Any) -> Calculation:
 # Running
 
 
-def run_calculation(calculation: Calculation) -> Result:
-    """Run one command in-process with the worksheet's flags and capture its Result."""
+def run_calculation(calculation: Calculation, extra_dirs: Sequence[Path | str] = ()) -> Result:
+    """Run one command in-process with the worksheet's flags and capture its Result.
+
+    `extra_dirs` are `parcalc report --presets` directories: they reach the command as its own
+    --presets, so a worksheet's presets are found where the report's user said (before, only the
+    PARCALC_PRESETS variable reached the calculations)."""
     from parcalc.cli import _click_exception, load_command
     from parcalc.commands.common import captured_results
 
     command = load_command(calculation.command)
+    args = calculation.argv()
+    if any(p.name == "presets" for p in command.params):  # bubble reads no presets
+        for directory in extra_dirs:
+            args += ["--presets", str(directory)]
     sink: list[Result] = []
     token = captured_results.set(sink)
     try:
-        command.main(args=calculation.argv(), prog_name=f"parcalc {calculation.command}", standalone_mode=False)
+        command.main(args=args, prog_name=f"parcalc {calculation.command}", standalone_mode=False)
     except _click_exception() as error:
         raise InputError(error.format_message()) from None  # type: ignore[attr-defined]
     finally:
@@ -260,32 +298,33 @@ def run_calculation(calculation: Calculation) -> Result:
     return sink[0]
 
 
-def solve(worksheet: Worksheet) -> SolvedWorksheet:
-    """Run every calculation of every question; errors name the file, question and command."""
+def solve(worksheet: Worksheet, extra_dirs: Sequence[Path | str] = ()) -> SolvedWorksheet:
+    """Run every calculation of every question (with `extra_dirs` as --presets); errors name the
+    file, question and command."""
     solved = []
     for question in worksheet.questions:
         results, answers = [], []
         for index, calculation in enumerate(question.calculations, start=1):
             where = f"question {question.id}, calculation {index} ({calculation.command})"
             try:
-                result = run_calculation(calculation)
+                result = run_calculation(calculation, extra_dirs)
             except ParcalcError as error:
                 raise _fail(worksheet.path, where, str(error)) from None
             results.append(result)
-            answers += _answers(worksheet.path, where, question.id, calculation, result)
+            answers += _answers(worksheet.path, where, question.id, calculation, result, index)
         solved.append(SolvedQuestion(question, tuple(results), tuple(answers)))
     return SolvedWorksheet(worksheet, tuple(solved))
 
 
-def _answers(path: Path, where: str, question_id: str, calculation: Calculation, result: Result) -> list[Answer]:
+def _answers(path: Path, where: str, question_id: str, calculation: Calculation, result: Result, index: int) -> list[Answer]:
     if not calculation.answers:
-        return [Answer(question_id, d, calculation.label) for d in result.derivations]
+        return [Answer(question_id, d, calculation.label, index) for d in result.derivations]
     known = [d.key for d in result.derivations]
     answers = []
     for key in calculation.answers:
         if key not in known:
             hint = difflib.get_close_matches(key, known, n=1)
             suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
-            raise _fail(path, where, f"key 'answers': no result named {key!r}{suggestion}; results: {', '.join(known)}")
-        answers.append(Answer(question_id, result.derivation(key), calculation.label))
+            raise _fail(path, where, f"key 'answers': no result named {shown(key)}{suggestion}; results: {', '.join(known)}")
+        answers.append(Answer(question_id, result.derivation(key), calculation.label, index))
     return answers

@@ -91,7 +91,8 @@ def test_question1_json_answers(runner) -> None:
     result = runner.invoke(app, ["report", "question1", "--format", "json"])
     assert result.exit_code == 0, result.output
     questions = {q["id"]: q for q in json.loads(result.stdout)["questions"]}
-    assert questions["1.1"]["answers"]["peak_flops"]["value"] == 155_934_720_000_000
+    assert questions["1.1"]["answers"][0]["key"] == "peak_flops"
+    assert questions["1.1"]["answers"][0]["value"] == 155_934_720_000_000
     assert len(questions["1.2"]["results"]) == 3
 
 

@@ -45,12 +45,21 @@ def report(
 
         check_writable(output)
     templates = (template,) if template else ()
-    if template is not None and not template.is_dir():
-        raise InputError(f"--template: {str(template)!r} is not a directory")
+    if template is not None:
+        from parcalc.errors import shown
+        from parcalc.files import check_name_length
+
+        check_name_length(template, "--template")
+        try:
+            is_dir = template.is_dir()
+        except OSError:  # unsearchable parent: as good as missing
+            is_dir = False
+        if not is_dir:
+            raise InputError(f"--template: {shown(str(template))} is not a directory")
 
     from parcalc.worksheet import load_worksheet, solve
 
-    solved = solve(load_worksheet(worksheet, preset_dirs(presets)))
+    solved = solve(load_worksheet(worksheet, preset_dirs(presets)), preset_dirs(presets))
     _write(solved, kind, output, templates)
 
 
@@ -74,7 +83,7 @@ def _output_kind(fmt: str | None, output: Path | None) -> str:
 def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path, ...]) -> None:
     import sys
 
-    from parcalc.output import write_atomically
+    from parcalc.files import write_atomically
     from parcalc.render.report import render_report_latex, render_report_markdown
 
     if kind == "pdf":
@@ -96,25 +105,23 @@ def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path
 
 
 def _json(solved: object) -> str:
+    """The report as JSON. Each question's `answers` is a list, in the worksheet's order, of
+    {key, label, calculation, value, unit}: `key` is the result's name (several calculations of one
+    question may share it, as question 1.2's three `intensity` answers do, which a mapping keyed by
+    name collapsed into one), `label` names the answer as the report prints it, `calculation` is the
+    1-based index of the calculation it came from; value in base units, with its unit."""
     import json
 
     from parcalc.render.json_out import result_record
 
     sheet = solved.worksheet  # type: ignore[attr-defined]
-    document = {
-        "worksheet": str(sheet.path),
-        "title": sheet.title,
-        "questions": [
-            {
-                "id": q.question.id,
-                "title": q.question.title,
-                "answers": {a.derivation.key: {"label": a.derivation.label, "value": a.derivation.value, "unit": a.derivation.unit}
-                            for a in q.answers},  # fmt: skip
-                "results": [result_record(r) for r in q.results],
-            }
-            for q in solved.questions  # type: ignore[attr-defined]
-        ],
-    }
+    questions = []
+    for q in solved.questions:  # type: ignore[attr-defined]
+        answers = [{"key": a.derivation.key, "label": a.label, "calculation": a.calculation,
+                    "value": a.derivation.value, "unit": a.derivation.unit} for a in q.answers]  # fmt: skip
+        questions.append({"id": q.question.id, "title": q.question.title, "answers": answers,
+                          "results": [result_record(r) for r in q.results]})  # fmt: skip
+    document = {"worksheet": str(sheet.path), "title": sheet.title, "questions": questions}
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from parcalc.derivation import Derivation, Result, Table, Term, assumptions_of
+from parcalc.errors import shown
 from parcalc.render.latex_math import tex_quantity, tex_value, term_tex
 from parcalc.render.values import format_cell, format_value
 from parcalc.resources import data_dir
@@ -33,6 +34,10 @@ _TEX_ESCAPES: dict[str, str] = {
     "<": r"\textless{}",
     ">": r"\textgreater{}",
     "|": r"\textbar{}",
+    # Brackets in braces: after `\\` (a table row, an answer line) or `\item` a leading `[` is read
+    # as an optional argument, and a question id like "[a]" broke the PDF with a raw TeX error.
+    "[": "{[}",
+    "]": "{]}",
     "×": r"$\times$",
     "·": r"$\cdot$",
     "√": r"$\surd$",
@@ -137,13 +142,32 @@ def result_context(result: Result, *, max_table_rows: int = 60, skip_tables: Seq
 # Templates
 
 
-def template_environment(template_dirs: Sequence[Path] = ()) -> Any:
-    """A Jinja environment with LaTeX delimiters and escaping of every printed value."""
+def sandboxed_environment(template_dirs: Sequence[Path] = (), **options: Any) -> Any:
+    """A Jinja environment over the user's template directories, then the packaged templates.
+
+    Templates are code: with a plain Environment, `\\VAR{ cycler.__init__.__globals__.os.system(...) }`
+    in a `--template` directory ran a shell command. The immutable sandbox refuses attributes such
+    as `__init__` / `__globals__` and any call that changes a value, which parcalc's own templates
+    never need, so both are rendered in it.
+    """
     import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     search = [str(d) for d in template_dirs] + [str(data_dir("templates"))]
-    environment = jinja2.Environment(
+    return ImmutableSandboxedEnvironment(
         loader=jinja2.FileSystemLoader(search),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        **options,
+    )
+
+
+def template_environment(template_dirs: Sequence[Path] = ()) -> Any:
+    """A Jinja environment with LaTeX delimiters and escaping of every printed value."""
+    environment = sandboxed_environment(
+        template_dirs,
         block_start_string=r"\BLOCK{",
         block_end_string="}",
         variable_start_string=r"\VAR{",
@@ -151,12 +175,8 @@ def template_environment(template_dirs: Sequence[Path] = ()) -> Any:
         comment_start_string=r"\#{",
         comment_end_string="}",
         line_statement_prefix=None,
-        trim_blocks=True,
-        lstrip_blocks=True,
         autoescape=False,
         finalize=tex_escape,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
     )
     environment.filters["tex"] = tex_escape
     environment.filters["latex"] = Latex  # mark trusted LaTeX built in Python
@@ -164,15 +184,32 @@ def template_environment(template_dirs: Sequence[Path] = ()) -> Any:
 
 
 def render_template(name: str, context: dict[str, Any], template_dirs: Sequence[Path] = ()) -> str:
-    from jinja2 import TemplateError
+    return render_in(template_environment(template_dirs), name, context)
 
-    from parcalc.errors import RenderError
+
+def render_in(environment: Any, name: str, context: dict[str, Any]) -> str:
+    """Render template `name`; every template failure becomes one line naming the template.
+
+    A template that breaks the sandbox or includes itself is bad input (exit 2); any other
+    template error is a failed render (exit 1), as before.
+    """
+    from jinja2 import TemplateError
+    from jinja2.sandbox import SecurityError
+
+    from parcalc.errors import InputError, RenderError
 
     try:
-        return environment_render(template_environment(template_dirs), name, context)
+        return environment_render(environment, name, context)
+    except SecurityError as error:
+        raise InputError(f"template {name}{_line(error)}: not allowed in a template: {str(error)[:200]}") from None
+    except RecursionError:  # `include` of itself, directly or in a ring: Python's stack runs out
+        raise InputError(f"template {name}: includes itself (directly or through other templates)") from None
     except TemplateError as error:
-        where = f" (line {error.lineno})" if getattr(error, "lineno", None) else ""
-        raise RenderError(f"template {name}{where}: {error.message or error}") from None
+        raise RenderError(f"template {name}{_line(error)}: {shown(str(error.message or error), 200)}") from None
+
+
+def _line(error: Exception) -> str:
+    return f" (line {error.lineno})" if getattr(error, "lineno", None) else ""
 
 
 def environment_render(environment: Any, name: str, context: dict[str, Any]) -> str:

@@ -3,17 +3,44 @@ a time limit, and the PDF moved into place only when TeX succeeded."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from parcalc.errors import RenderError
+from parcalc.errors import InputError, RenderError, shown
+from parcalc.files import write_atomically
 
-TEX_TIMEOUT_S = 120
+# Why 60 s and not 120: the packaged reports build in 1.4 s and 2.1 s (latexmk + pdflatex, on a
+# shared 2-core machine), a first run that makes fonts (mktexpk) some seconds more. A minute is
+# ~30 times the longest build, yet cuts off a TeX loop (`\def\x{\x}\x` in a template) twice as
+# soon. The limit covers the whole build (latexmk's reruns, or both pdflatex runs); set
+# PARCALC_TEX_TIMEOUT (seconds) for a slow machine or a very long report.
+TEX_TIMEOUT_S = 60.0
+TEX_TIMEOUT_VAR = "PARCALC_TEX_TIMEOUT"
 INSTALL_HINT = "on Debian/Ubuntu: apt-get install texlive-latex-recommended texlive-pictures latexmk"
+
+
+def tex_timeout() -> float:
+    """Seconds the whole TeX build may take: PARCALC_TEX_TIMEOUT, else TEX_TIMEOUT_S."""
+    raw = os.environ.get(TEX_TIMEOUT_VAR, "").strip()
+    if not raw:
+        return TEX_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"{TEX_TIMEOUT_VAR}: expected a number of seconds > 0, got {shown(raw)}")
+    return value
 
 
 def tex_engine() -> list[str] | None:
@@ -25,34 +52,83 @@ def tex_engine() -> list[str] | None:
     return None
 
 
-def compile_pdf(tex_source: str, output: Path, timeout_s: float = TEX_TIMEOUT_S) -> None:
+def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None) -> None:
     """Typeset `tex_source` and atomically write the PDF to `output`."""
     engine = tex_engine()
     if engine is None:
         raise RenderError(f"no TeX engine found to build {output.name}; {INSTALL_HINT} (or write .tex with -o file.tex)")
-    with tempfile.TemporaryDirectory(prefix="parcalc-tex-") as workdir:
+    timeout = tex_timeout() if timeout_s is None else timeout_s
+    deadline = time.monotonic() + timeout
+    # The temporary directory goes on timeout, error, Ctrl-C and SIGTERM alike: TeX is killed first
+    # (_run_tex), then the with-block removes the directory while the exception passes through.
+    with _terminate_raises(), tempfile.TemporaryDirectory(prefix="parcalc-tex-") as workdir:
         source = Path(workdir) / "document.tex"
         source.write_text(tex_source, encoding="utf-8")
         runs = 1 if engine[0] == "latexmk" else 2  # pdflatex twice settles references
         env = {**os.environ, "openout_any": "p", "openin_any": "p", "shell_escape": "f"}
         for _ in range(runs):
-            try:
-                done = subprocess.run(
-                    [*engine, "document.tex"], cwd=workdir, env=env, capture_output=True, text=True,
-                    timeout=timeout_s, stdin=subprocess.DEVNULL,
-                )  # fmt: skip
-            except subprocess.TimeoutExpired:
-                raise RenderError(f"TeX did not finish within {timeout_s:.0f} s; no PDF written") from None
-            if done.returncode != 0:
+            returncode, stdout, stderr = _run_tex([*engine, "document.tex"], workdir, env, deadline, timeout)
+            if returncode != 0:
                 log = Path(workdir) / "document.log"
-                excerpt = log_excerpt(log.read_text(errors="replace") if log.exists() else done.stdout + done.stderr)
+                excerpt = log_excerpt(log.read_text(errors="replace") if log.exists() else stdout + stderr)
                 raise RenderError(f"TeX failed, no PDF written: {excerpt}")
         pdf = Path(workdir) / "document.pdf"
         if not pdf.exists():
             raise RenderError("TeX produced no PDF")
-        from parcalc.output import write_atomically
-
         write_atomically(output, pdf.read_bytes())
+
+
+def _run_tex(argv: list[str], workdir: str, env: dict[str, str], deadline: float, timeout: float) -> tuple[int, str, str]:
+    """Run one TeX command, killing its whole process group on timeout or interruption.
+
+    start_new_session puts TeX in a process group of its own: killing latexmk alone (what
+    subprocess.run's timeout does) left the pdflatex it started running, re-parented to init, and
+    run() then waited on that pdflatex's pipes anyway.
+    """
+    process = subprocess.Popen(
+        argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, errors="replace", start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = process.communicate(timeout=max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        raise RenderError(f"TeX did not finish within {timeout:g} s; no PDF written (allow more with {TEX_TIMEOUT_VAR}=SECONDS)") from None
+    except BaseException:  # KeyboardInterrupt, or SystemExit from SIGTERM (_terminate_raises)
+        _kill_group(process)
+        raise
+    return process.returncode, stdout, stderr
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    """SIGKILL TeX's process group, reap TeX, close the pipes (not read: a process that left the group
+    could hold them open for ever)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+@contextlib.contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """While TeX runs, SIGTERM raises SystemExit (exit 143) instead of ending Python on the spot, so
+    that TeX's process group is killed and its temporary directory removed on the way out."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def log_excerpt(log: str, lines: int = 6) -> str:

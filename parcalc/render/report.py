@@ -161,19 +161,10 @@ def render_report_latex(solved: SolvedWorksheet, template_dirs: Sequence[Path] =
 
 def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path] = ()) -> str:
     """Markdown through a template with Jinja's ordinary delimiters and no LaTeX escaping."""
-    import jinja2
-
-    from parcalc.errors import RenderError
+    from parcalc.render.latex import render_in, sandboxed_environment
     from parcalc.render.markdown import derivation_markdown, table_markdown
-    from parcalc.resources import data_dir
 
-    environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(d) for d in template_dirs] + [str(data_dir("templates"))]),
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
+    environment = sandboxed_environment(template_dirs)  # templates are code: see sandboxed_environment
     environment.filters["md"] = lambda text: str(text).replace("|", "\\|").replace("\n", " ")
     questions = []
     for solved_question in solved.questions:
@@ -186,7 +177,4 @@ def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path
         ]
         questions.append(context)
     context = {**report_context(solved), "questions": questions}
-    try:
-        return environment.get_template("report.md.j2").render(**context)
-    except jinja2.TemplateError as error:
-        raise RenderError(f"template report.md.j2: {error}") from None
+    return render_in(environment, "report.md.j2", context)
