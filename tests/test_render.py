@@ -59,6 +59,32 @@ def test_rich_output_is_coloured_on_a_terminal() -> None:
     assert "\x1b[" in output and "155.93472" in output and "TFLOP/s" in output
 
 
+def test_rich_output_reads_at_80_columns() -> None:
+    # issue #14: long sources folded the Inputs table into a tower of '…'-cut cells, and wrapped
+    # assumptions lost their indent. Now each source sits on its own line under its input, and a
+    # wrapped verdict or assumption continues under its own text.
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from parcalc.derivation import Term
+    from parcalc.render.terminal import render_rich
+
+    long = "NVIDIA H100 Tensor Core GPU Architecture whitepaper V1.04 (2023): sec. 4, sec. 4.1, Table 1 and Table 3, sec. 4.7 " * 2
+    result = replace(sample(), inputs=(Term("C", "C", "C", 85899345920.0, "B", "memory of one NVIDIA H100 SXM5 80GB", long),),
+                     verdicts=("a verdict " * 20,), assumptions=("an assumption " * 20,))  # fmt: skip
+    buffer = io.StringIO()
+    render_rich(result, Console(file=buffer, width=80, color_system=None))
+    lines = buffer.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80 and not any("…" in line for line in lines)
+    source = [i for i, line in enumerate(lines) if "NVIDIA H100 Tensor Core" in line]
+    assert source and lines[source[0]].startswith(" " * 5) and "memory of one" in " ".join(lines[source[0] - 2 : source[0]])
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("=> a verdict"))
+    assert lines[verdict + 1].startswith("   ") and "verdict" in lines[verdict + 1]
+    assumption = next(i for i, line in enumerate(lines) if line.startswith("  - an assumption"))
+    assert lines[assumption + 1].startswith("    ") and "assumption" in lines[assumption + 1]
+
+
 @pytest.mark.parametrize(("tty", "env", "expected"), [
     (True, {}, True), (True, {"NO_COLOR": "1"}, False), (False, {}, False), (True, {"TERM": "dumb"}, False),
 ])  # fmt: skip

@@ -14,10 +14,17 @@ def render_rich(result: Result, console: Any) -> None:
 
     console.print(f"[bold underline]{escape(result.title)}[/]\n")
     if result.inputs:
-        inputs = RichTable(title="Inputs", title_justify="left", show_header=False, box=None, padding=(0, 2))
+        # symbol | value and description, the source on its own dim line below: a fourth column of
+        # long sources would fold every row into a narrow tower at 80 columns
+        inputs = RichTable.grid(padding=(0, 2))
+        inputs.add_column(no_wrap=True)
+        inputs.add_column(overflow="fold")
         for term in result.inputs:
-            inputs.add_row(f"[cyan]{escape(term.symbol)}[/]", escape(format_value(term.value, term.unit)),
-                           escape(term.description), f"[dim]{escape(term.source)}[/]")  # fmt: skip
+            body = f"{escape(format_value(term.value, term.unit)):<22} {escape(term.description)}"
+            if term.source:
+                body += f"\n[dim]{escape(term.source)}[/]"
+            inputs.add_row(f"  [cyan]{escape(term.symbol)}[/]", body)
+        console.print("[bold]Inputs[/]")
         console.print(inputs)
         console.print()
     for d in result.derivations:
@@ -41,10 +48,22 @@ def render_rich(result: Result, console: Any) -> None:
             rich_table.add_row(*(escape(format_cell(v, c.unit)) for v, c in zip(row, table.columns, strict=True)))
         console.print(rich_table)
         console.print()
-    for verdict in result.verdicts:
-        console.print(f"[bold yellow]=>[/] {escape(verdict)}")
+    # verdicts and assumptions as two-column grids, so that a wrapped line keeps its hanging indent
+    if result.verdicts:
+        console.print(_hanging("[bold yellow]=>[/]", [escape(v) for v in result.verdicts]))
     assumptions = assumptions_of(result)
     if assumptions:
         console.print("\n[bold]Assumptions[/]")
-        for assumption in assumptions:
-            console.print(f"  [dim]-[/] {escape(assumption)}")
+        console.print(_hanging("  [dim]-[/]", [escape(a) for a in assumptions]))
+
+
+def _hanging(marker: str, texts: list[str]) -> Any:
+    """A rich grid: the marker in its own column, each text wrapped beside it."""
+    from rich.table import Table as RichTable
+
+    grid = RichTable.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for text in texts:
+        grid.add_row(marker, text)
+    return grid
