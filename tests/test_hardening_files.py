@@ -399,21 +399,7 @@ def test_template_that_includes_itself_is_one_line_error(runner, tmp_path: Path)
 # ---------------------------------------------------------------------------------------------
 # 6. Preset names are names; text that reaches a terminal has no control characters
 
-GOOD_GPU = """\
-kind: gpu
-name: Test GPU
-vendor: Test
-architecture: Test
-sources:
-  sheet: "Test datasheet, table 1"
-sms: {value: 10, source: sheet}
-boost_clock: {value: 1 GHz, source: sheet}
-memory_capacity: {value: 16 GiB, source: sheet}
-memory_bandwidth: {value: 1 TB/s, source: sheet}
-dtypes:
-  fp16:
-    fma_per_clock_per_sm: {value: 256, source: sheet}
-"""
+from test_presets import GOOD_GPU  # noqa: E402 - the same minimal valid GPU preset
 
 
 @pytest.mark.parametrize("name", ["../../../some/dir/evil", "..\\\\evil", "..", "a/b"], ids=["dotdot-slash", "backslash", "dotdot", "slash"])
