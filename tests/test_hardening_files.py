@@ -399,7 +399,7 @@ def test_template_that_includes_itself_is_one_line_error(runner, tmp_path: Path)
 # ---------------------------------------------------------------------------------------------
 # 6. Preset names are names; text that reaches a terminal has no control characters
 
-from test_presets import GOOD_GPU  # noqa: E402 - the same minimal valid GPU preset
+from test_presets import GOOD_GPU  # the same minimal valid GPU preset
 
 
 @pytest.mark.parametrize("name", ["../../../some/dir/evil", "..\\\\evil", "..", "a/b"], ids=["dotdot-slash", "backslash", "dotdot", "slash"])
