@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal
 from enum import Enum
 
 from parcalc.errors import InputError
@@ -48,6 +48,13 @@ BITS_PER_BYTE = 8
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
 KIB, MIB, GIB, TIB = 2**10, 2**20, 2**30, 2**40
 
+MAX_COUNT = 2**53  # counts above this are not exact in floating point, and no run is that large
+# No quantity needs more characters than this; longer text is refused before the regex sees it
+# (a long run of digits makes its backtracking quadratic).
+MAX_QUANTITY_CHARS = 100
+# Error messages show at most this many characters of a value a user gave.
+MAX_SHOWN_CHARS = 80
+
 
 class Dimension(str, Enum):
     """What a quantity measures; decides which suffixes parse and how values print."""
@@ -75,13 +82,23 @@ BASE_UNIT: dict[Dimension, str] = {
 
 EXAMPLES: dict[Dimension, str] = {
     Dimension.COUNT: "4096, 4k, 1.5M, 1e12, 64Ki",
-    Dimension.FREQUENCY: "1.41GHz, 1410MHz, 1.41e9",
-    Dimension.BYTES: "80GB, 80GiB, 512MiB, 1.5e9 (bytes; b = bits)",
+    Dimension.FREQUENCY: "1.41GHz, 1410MHz",
+    Dimension.BYTES: "80GB, 80GiB, 512MiB (B = bytes, b = bits)",
     Dimension.BANDWIDTH: "900GB/s, 2.039TB/s, 200Gb/s (bits), 25GiB/s",
     Dimension.TIME: "5us, 1.5ms, 2s, 100ns",
     Dimension.FLOP: "3.15e23, 1.2PFLOP",
-    Dimension.FLOP_RATE: "312TFLOP/s, 312T, 3.12e14",
+    Dimension.FLOP_RATE: "312TFLOP/s, 312T",
     Dimension.FRACTION: "0.4, 40%",
+}
+
+# What a CLI flag of each dimension looks like with its unit, for "has no unit" errors.
+UNIT_EXAMPLES: dict[Dimension, str] = {
+    Dimension.FREQUENCY: "1.41GHz",
+    Dimension.BYTES: "24GiB",
+    Dimension.BANDWIDTH: "900GB/s",
+    Dimension.TIME: "5us",
+    Dimension.FLOP: "1.2PFLOP",
+    Dimension.FLOP_RATE: "312TFLOP/s",
 }
 
 _NUMBER = re.compile(
@@ -155,55 +172,99 @@ def parse_quantity(
     *,
     allow_zero: bool = False,
     allow_negative: bool = False,
+    require_unit: bool = False,
 ) -> float:
     """Parse `text` as a quantity of `dimension`, returned in base units.
 
     `flag` names where the text came from (a CLI flag or preset key), for the error message.
     Non-finite values are always rejected; zero and negative ones unless allowed.
+    `require_unit`: text without a unit (other than a plain 0) is an error for the dimensions of
+    UNIT_EXAMPLES, so that `--clock 1.41` is not silently 1.41 Hz.
     """
+    return float(_parse_exact(text, dimension, flag, allow_zero, allow_negative, require_unit))
+
+
+def _parse_exact(text: str | float | int, dimension: Dimension, flag: str, allow_zero: bool, allow_negative: bool,
+                 require_unit: bool) -> Decimal | float:  # fmt: skip
+    """The quantity as an exact Decimal (a float for inf / nan spellings and float input)."""
     if isinstance(text, bool):
         raise _bad(text, dimension, flag)
     if isinstance(text, (int, float)):
-        value = float(text)
+        value: Decimal | float = Decimal(text) if isinstance(text, int) or math.isfinite(text) else float(text)
     else:
+        if len(str(text)) > MAX_QUANTITY_CHARS:
+            raise InputError(f"{flag}: {shown(text)} is too long to be a quantity; {_expected(dimension)}")
         match = _NUMBER.match(str(text))
         if match is None:
             raise _bad(text, dimension, flag)
         factor = _suffix_factor(match["suffix"], dimension)
         if factor is None:
             raise _bad(text, dimension, flag)
+        if require_unit and not match["suffix"] and dimension in UNIT_EXAMPLES and _is_nonzero(match["number"]):
+            raise InputError(f"{flag}: {shown(text)} has no unit; write it with one, e.g. {UNIT_EXAMPLES[dimension]}")
         value = _exact_product(match["number"], factor)
-    if not math.isfinite(value):
-        raise InputError(f"{flag}: {text!r} is not a finite number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{flag}: {shown(text)} is not a finite number")
     if value < 0 and not allow_negative:
-        raise InputError(f"{flag}: {text!r} must not be negative")
+        raise InputError(f"{flag}: {shown(text)} must not be negative")
     if value == 0 and not allow_zero:
-        raise InputError(f"{flag}: {text!r} must be greater than zero")
+        raise InputError(f"{flag}: {shown(text)} must be greater than zero")
+    as_float = float(value)
+    if math.isinf(as_float):
+        raise InputError(f"{flag}: {shown(text)} is too large (beyond {_FLOAT_MAX})")
+    if as_float == 0 and value != 0:
+        raise InputError(f"{flag}: {shown(text)} is too small (below {_FLOAT_MIN}, the smallest number parcalc can hold)")
     return value
 
 
-def _exact_product(number: str, factor: float) -> float:
-    """number x factor rounded once, so that "2.039TB/s" is exactly 2039e9 B/s."""
-    try:
-        # repr() gives the shortest decimal of the factor (1e-06, not 9.99...e-07)
-        return float(Decimal(number) * Decimal(repr(factor)))
-    except InvalidOperation:  # inf / nan spellings
+_FLOAT_MAX = "1.8e308"
+_FLOAT_MIN = "5e-324"
+# Exact decimal arithmetic that never traps: an exponent of a million gives Infinity (too large)
+# or 0 (too small) instead of decimal.Overflow.
+_EXACT = Context(prec=40, Emax=999_999_999_999_999_999, Emin=-999_999_999_999_999_999, traps=[])
+
+
+def _is_nonzero(number: str) -> bool:
+    """Nonzero and finite: inf and nan are refused as not finite, whatever their unit."""
+    return not number.lstrip("+-")[:1].isalpha() and _EXACT.create_decimal(number) != 0
+
+
+def _exact_product(number: str, factor: float) -> Decimal | float:
+    """number x factor, exact, so that "2.039TB/s" is exactly 2039e9 B/s once rounded to a float."""
+    if number.lstrip("+-")[:1].isalpha():  # inf / nan spellings
         return float(number) * factor
+    # repr() gives the shortest decimal of the factor (1e-06, not 9.99...e-07)
+    return _EXACT.multiply(_EXACT.create_decimal(number), Decimal(repr(factor)))
 
 
 def parse_count(text: str | float | int, flag: str, *, allow_zero: bool = False) -> int:
-    """Parse a whole number such as "4096", "4k" or "1e6"; a fraction is an error."""
-    value = parse_quantity(text, Dimension.COUNT, flag, allow_zero=allow_zero)
+    """Parse a whole number such as "4096", "4k" or "1e6", at most 2^53; a fraction is an error.
+
+    Checked in exact decimals: 9007199254740993 is refused, not rounded to the float 2^53."""
+    value = _parse_exact(text, Dimension.COUNT, flag, allow_zero, False, False)
     if value != int(value):
-        raise InputError(f"{flag}: {text!r} must be a whole number")
+        raise InputError(f"{flag}: {shown(text)} must be a whole number")
+    if value > MAX_COUNT:
+        amount = f"{int(value):,}" if value < 10**16 else f"{float(value):.4g}"  # as parcalc.core.activations.check_count says it
+        raise InputError(f"{flag}: {amount} is beyond any possible size (at most 2^53 = {MAX_COUNT:,})")
     return int(value)
 
 
+def shown(value: object) -> str:
+    """A value for an error message: repr-quoted, control characters escaped, at most
+    MAX_SHOWN_CHARS characters of it (the rest as "…"), so that a pasted megabyte stays one line."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > MAX_SHOWN_CHARS:
+        return repr(text[: MAX_SHOWN_CHARS - 1])[:-1] + "…" + repr(text[:1])[-1]
+    return repr(text)
+
+
+def _expected(dimension: Dimension) -> str:
+    return f"use a number with an optional unit, e.g. {EXAMPLES[dimension]}"
+
+
 def _bad(text: object, dimension: Dimension, flag: str) -> InputError:
-    return InputError(
-        f"{flag}: cannot read {str(text)!r} as {dimension.value.replace('_', ' ')}; "
-        f"use a number with an optional unit, e.g. {EXAMPLES[dimension]}"
-    )
+    return InputError(f"{flag}: cannot read {shown(text)} as {dimension.value.replace('_', ' ')}; {_expected(dimension)}")
 
 
 # ---------------------------------------------------------------------------------------------

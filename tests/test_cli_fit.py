@@ -113,7 +113,7 @@ def test_search_nothing_fits_exits_1(run_error) -> None:
         pytest.param(["--gpus", "4", "--nics-per-node", "0"], "--nics-per-node", id="nics-zero"),
         pytest.param(["--gpus", "4", "--nics-per-node", "nan"], "--nics-per-node", id="nics-nan"),
         pytest.param(["--gpus", "4", "--nics-per-node", "33"], "at most 4 per GPU", id="nics-too-many"),
-        pytest.param(["--gpus", "4", "--tp", "1e308", "--pp", "1"], "more than the 4 GPUs", id="tp-huge"),
+        pytest.param(["--gpus", "4", "--tp", "1e308", "--pp", "1"], "--tp: 1e+308 is beyond any possible size", id="tp-huge"),
         pytest.param(["--gpus", "4", "--tp", "2", "--pp", "2", "--schedule", ""], "--schedule", id="schedule-empty"),
         pytest.param(["--gpus", "4", "--efficiency", "nan"], "--efficiency", id="efficiency-nan"),
         pytest.param(["--gpus", "4", "--tp", "3", "--pp", "1", "--dp", "1"], "configuration", id="exact-config-gpus"),

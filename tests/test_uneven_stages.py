@@ -520,7 +520,7 @@ MEMORY = ["memory", "--model", "llama3-405b", "--seq-len", "8192", "--tp", "8", 
             id="huge-first",
         ),
         pytest.param(
-            ["bubble", "--stages", "4", "--micro-batches", "4", "--layers", "12", "--stage-times", "1,1,1,1"],
+            ["bubble", "--stages", "4", "--micro-batches", "4", "--layers", "12", "--stage-times", "1s,1s,1s,1s"],
             "--layers: gives each stage's time from its layers; not with --stage-times",
             id="bubble-both",
         ),

@@ -106,8 +106,15 @@ def _mirror_links(workers: int, rank: int) -> tuple[int, tuple[int, ...]]:
     return (-1 if parent < 0 else workers - 1 - parent), tuple(workers - 1 - c for c in children)
 
 
+# Beyond this many ranks the tree's shape is taken from its closed forms (checked against walking
+# every rank up to here in tests/test_hardening_cli.py): walking a million ranks took a minute.
+WALKED_TREE_RANKS = 4096
+
+
 def tree_height(workers: int) -> int:
     """Edges from the deepest rank to the root of NCCL's binary tree: ceil(log2 N) for N >= 2."""
+    if workers > WALKED_TREE_RANKS:
+        return (workers - 1).bit_length()
     deepest = 0
     for rank in range(workers):
         depth, node = 0, rank
@@ -120,6 +127,8 @@ def tree_height(workers: int) -> int:
 
 def tree_max_edges(workers: int, double: bool = False) -> int:
     """Most tree edges at one rank: parent + children, summed over both trees when `double`."""
+    if workers > WALKED_TREE_RANKS:  # an inner rank of the first tree has a parent and two children
+        return 4 if double else 3
     best = 0
     for rank in range(workers):
         parent, children = btree_links(workers, rank)

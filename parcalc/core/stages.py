@@ -175,23 +175,47 @@ def _hint(layers: int, pp: int, chunks: int) -> str:
 def balanced_splits(layers: int, pp: int, chunks: int = 1) -> tuple[tuple[int, int], ...]:
     """(n_first, n_last) of the uneven splits Megatron-LM allows whose fullest stage holds the fewest
     layers any of them can: the splits `fit --search` tries when p does not divide L. For 126 layers
-    on 16 stages: (6, 8), (7, 7), (8, 6), each with 8 layers on every middle stage."""
+    on 16 stages: (6, 8), (7, 7), (8, 6), each with 8 layers on every middle stage.
+
+    Without trying every split (which took hours for a million layers): the middle stages' layers
+    m (a multiple of the chunks v) leave r = L - (p - 2) m for the ends, whose fuller end holds at
+    least v ceil(r / 2v); the fullest stage, max(m, that), falls and then rises with m, so its
+    fewest is found by walking from m = L / p, and every m that reaches it lies next to that one."""
     if pp < 2 or layers < pp:
         return ()
-    found: list[tuple[int, int, int]] = []
-    middle_stages = pp - 2
-    for each in range(1, (layers - 2) // middle_stages + 1) if middle_stages else (0,):
-        rest = layers - middle_stages * each
-        if middle_stages and each % chunks:
-            continue
-        for first in range(chunks, rest, chunks):
-            last = rest - first
-            if last >= 1 and last % chunks == 0:
-                found.append((max(first, last, each), first, last))
-    if not found:
+    c, middle_stages = chunks, pp - 2
+    if layers % c:  # the ends and the middle stages are all multiples of v
         return ()
-    fewest = min(top for top, _, _ in found)
-    return tuple(sorted((first, last) for top, first, last in found if top == fewest))
+
+    def fullest(each: int) -> int:
+        rest = layers - middle_stages * each
+        return max(each, c * -(-rest // (2 * c)))
+
+    if middle_stages:
+        low, high = c, (layers - 2 * c) // middle_stages // c * c  # both ends keep at least v layers
+        if high < low:
+            return ()
+        best = min(max(layers // pp // c * c, low), high)
+        while best - c >= low and fullest(best - c) < fullest(best):
+            best -= c
+        while best + c <= high and fullest(best + c) < fullest(best):
+            best += c
+    else:
+        low = high = best = 0
+    fewest = fullest(best)
+    first_each = last_each = best
+    while first_each - c >= low and fullest(first_each - c) == fewest:
+        first_each -= c
+    while last_each + c <= high and fullest(last_each + c) == fewest:
+        last_each += c
+    found = []
+    for each in range(first_each, last_each + 1, c) if middle_stages else (0,):
+        rest = layers - middle_stages * each
+        lowest = max(c, rest - fewest)
+        lowest = -(-lowest // c) * c
+        for first in range(lowest, min(fewest, rest - c) + 1, c):
+            found.append((first, rest - first))
+    return tuple(sorted(found))
 
 
 def split_text(split: tuple[int, ...]) -> str:
