@@ -2,7 +2,9 @@
 
 Each command parses its flags, loads presets, makes one core call and hands the result to one
 renderer. Errors from the core (ParcalcError) and from flag parsing become one line on stderr,
-`Error: ...`, with exit code 2 for bad input and 1 for an infeasible request or failed render.
+`Error: ...`, with exit code 2 for bad input and 1 for an infeasible request, a failed render or
+an output that cannot be written. Ctrl-C exits 130; an exception nobody anticipated (a bug of
+parcalc) is one line, "internal error: ...", and exit 70, its traceback only with PARCALC_DEBUG=1.
 
 Commands are registered by name in COMMANDS and imported only when invoked (or when the
 top-level help lists them), so that a one-liner pays for its own command only.
@@ -13,7 +15,9 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import os
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,20 +108,90 @@ class ParcalcGroup(TyperGroup):
     def _main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        from parcalc import streams
+
+        streams.prepare()
+        _no_home_fallback()
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            with warnings.catch_warnings():
+                # numpy's overflow / invalid-value warnings at the ends of the float range: every
+                # result is checked for inf and NaN before it is shown (commands.common.check_finite)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                code = super().main(*args, standalone_mode=False, **kwargs)
+            streams.flush_stdout()  # here, so that a full disk is an error now, not at exit
         except ParcalcError as error:
-            typer.echo(f"Error: {one_line(str(error))}", err=True)
-            sys.exit(error.exit_code)
+            _fail(f"Error: {one_line(str(error))}", error.exit_code)
         except _click_exception() as error:
             if type(error).__name__ == "NoArgsIsHelpError":  # bare `parcalc`: show help, not an error
                 typer.echo(error.format_message())  # type: ignore[attr-defined]
                 sys.exit(0)
             context = getattr(error, "ctx", None)
             hint = f" (see '{context.command_path} --help')" if context is not None else ""
-            typer.echo(f"Error: {one_line(error.format_message())}{hint}", err=True)  # type: ignore[attr-defined]
-            sys.exit(error.exit_code)  # type: ignore[attr-defined]
+            _fail(f"Error: {one_line(error.format_message())}{hint}", error.exit_code)  # type: ignore[attr-defined]
+        except streams.StdoutError as error:
+            streams.discard_stdout()
+            if error.broken_pipe:  # `parcalc ... | head -1`: the reader has all it wanted
+                sys.exit(ENVIRONMENT_EXIT)
+            _fail(f"Error: {error}", ENVIRONMENT_EXIT)
+        except (KeyboardInterrupt, _click_abort()):
+            _fail("Interrupted", INTERRUPTED_EXIT)
+        except MemoryError:
+            _fail("Error: out of memory", ENVIRONMENT_EXIT)
+        except Exception as error:  # noqa: BLE001 - a bug of parcalc: one line, not a traceback
+            if os.environ.get(DEBUG_VAR):
+                import traceback
+
+                traceback.print_exc()
+            _fail(internal_error_line(error), INTERNAL_ERROR_EXIT)
+        finally:
+            streams.restore()
+        if code == INTERRUPTED_EXIT:  # typer turns a KeyboardInterrupt inside a command into Exit(130), silently
+            _fail("Interrupted", INTERRUPTED_EXIT)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+# Exit codes (README, "Exit codes"): 0 done, 2 bad input, 1 infeasible request / failed render /
+# environment (an unwritable stdout, no memory), 70 a bug of parcalc (EX_SOFTWARE of sysexits.h),
+# 130 interrupted (128 + SIGINT, as shells report it).
+ENVIRONMENT_EXIT = 1
+INTERNAL_ERROR_EXIT = 70
+INTERRUPTED_EXIT = 130
+DEBUG_VAR = "PARCALC_DEBUG"
+
+
+def internal_error_line(error: BaseException) -> str:
+    from parcalc import __version__
+
+    detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return (f"internal error: {detail} (parcalc {__version__}); please report it with the command line that caused it "
+            f"({DEBUG_VAR}=1 shows the traceback)")  # fmt: skip
+
+
+def _no_home_fallback() -> None:
+    """No HOME and a uid without a passwd entry (a container's): Path.home() raises, so there is no
+    preset cache (~/.cache) and no user preset directory (~/.config). Say so to the modules that
+    would ask for them: PARCALC_NO_CACHE, and an XDG_CONFIG_HOME that is no directory."""
+    if os.environ.get("HOME"):
+        return
+    from pathlib import Path
+
+    try:
+        Path.home()
+    except RuntimeError:
+        os.environ.setdefault("PARCALC_NO_CACHE", "1")
+        os.environ.setdefault("XDG_CONFIG_HOME", os.devnull)
+
+
+def _click_abort() -> type[BaseException]:
+    """click's Abort: what a KeyboardInterrupt inside a command becomes."""
+    return next(k for k in typer.Abort.__mro__ if k.__name__ == "Abort")
+
+
+def _fail(line: str, code: int) -> None:
+    from parcalc import streams
+
+    streams.say(line)
+    sys.exit(code)
 
 
 def one_line(message: str) -> str:

@@ -11,6 +11,7 @@ verdicts and the assumptions made. Renderers format a `Result`; they never compu
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -140,3 +141,33 @@ def assumptions_of(result: Result) -> tuple[str, ...]:
     for derivation in result.derivations:
         seen.update(dict.fromkeys(derivation.assumptions))
     return tuple(seen)
+
+
+def first_non_finite(result: Result) -> str | None:
+    """Where `result` holds an infinite or NaN number (an input, a derivation or one of its inputs,
+    a table cell), named for an error message; None when every number is finite.
+
+    Inputs near the ends of the float range (1e308 Hz, 1e-320 s) give such results; they are
+    refused rather than shown as "inf EFLOP/s" or "MFU = inf %"."""
+
+    def bad(value: object) -> bool:
+        return isinstance(value, float) and not math.isfinite(value)
+
+    for term in result.inputs:
+        if bad(term.value):
+            return f"the input {term.symbol} ({term.description})"
+    for derivation in result.derivations:
+        if bad(derivation.value):
+            return f"{derivation.symbol} ({derivation.label})"
+        for term in derivation.inputs:
+            if bad(term.value):
+                return f"{term.symbol} ({term.description}) in {derivation.label}"
+    for table in result.tables:
+        # x - x is NaN for inf and NaN, 0 for any other float: one cheap pass over many rows
+        if not any(x.__class__ is float and x - x != 0.0 for row in table.rows for x in row):
+            continue
+        for row in table.rows:
+            for column, cell in zip(table.columns, row, strict=False):
+                if bad(cell):
+                    return f"the column {column.label!r} of the table {table.title!r}"
+    return None

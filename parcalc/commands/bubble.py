@@ -15,6 +15,7 @@ from parcalc.commands.common import (
     LastStageLayersOption,
     LossInSplitOption,
     captured_results,
+    check_finite,
     finish,
     stage_flags,
     start,
@@ -104,12 +105,12 @@ def bubble(
     v = parse_count(chunks, "--chunks") if chunks is not None else (2 if chosen is Schedule.INTERLEAVED else 1)
 
     def time(text: str | None, flag: str, *, zero: bool = False) -> float | None:
-        return None if text is None else parse_quantity(text, Dimension.TIME, flag, allow_zero=zero)
+        return None if text is None else parse_quantity(text, Dimension.TIME, flag, allow_zero=zero, require_unit=True)
 
     times: PassTimes = pass_times(time(t_forward, "--t-forward"), time(t_backward, "--t-backward"), time(t_weight, "--t-weight", zero=True))
     per_stage = None
     if stage_times is not None:
-        per_stage = [parse_quantity(part, Dimension.TIME, "--stage-times") for part in stage_times.split(",")]
+        per_stage = [parse_quantity(part, Dimension.TIME, "--stage-times", require_unit=True) for part in stage_times.split(",")]
     latency = time(p2p_latency, "--p2p-latency", zero=True) or 0.0
     goal = parse_quantity(target, Dimension.FRACTION, "--target") if target is not None else None
     split = _stage_layers(layers, first_stage_layers, last_stage_layers, p, v, embedding_in_split, loss_in_split)
@@ -130,6 +131,7 @@ def bubble(
             f"no --t-forward: times are in units of {unit} (t_f = 1 s); shares and micro-batch counts do not depend on it",))  # fmt: skip
     if chosen is Schedule.INTERLEAVED and chunks is None:
         result = replace(result, assumptions=result.assumptions + ("no --chunks: v = 2 model chunks per device",))
+    check_finite(result)  # before the SVG and the timeline file, which do not pass through finish()
     if captured_results.get() is not None:  # a worksheet: the report draws the timeline from the table
         finish(result, fmt, output)
         return
@@ -152,8 +154,12 @@ def _stage_layers(layers: str | None, first_text: str | None, last_text: str | N
                                         ("--embedding-in-split", embedding_in_split), ("--loss-in-split", True)) if on)  # fmt: skip
             raise InputError(f"{flag}: give --layers L too (the transformer layers split over the --stages)")
         return None
-    return stage_split(parse_count(layers, "--layers"), stages, first, last, chunks, pp_flag="--stages",
-                       embedding_in_split=embedding_in_split, loss_in_split=loss_in_split)
+    from parcalc.commands.common import check_layers
+
+    total = parse_count(layers, "--layers")
+    check_layers(total)
+    return stage_split(total, stages, first, last, chunks, pp_flag="--stages", embedding_in_split=embedding_in_split,
+                       loss_in_split=loss_in_split)
 
 
 def _show(analysis: BubbleAnalysis, result: Result, fmt: OutputFormat | None, output: Path | None, draw: bool) -> None:
@@ -203,6 +209,6 @@ def _write_svg(analysis: BubbleAnalysis, output: Path) -> None:
 
     timeline = analysis.timeline
     if timeline is None:
-        raise InfeasibleError("--output: too many operations to simulate, so there is no timeline to draw; use fewer micro-batches")
+        raise InfeasibleError("--output: too many operations or stages to simulate, so there is no timeline to draw; use fewer micro-batches or stages")
     write_atomically(output, timeline_svg(timeline, analysis.title))
     print(f"wrote {output}", file=sys.stderr)

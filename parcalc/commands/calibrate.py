@@ -147,7 +147,7 @@ def gemm(
             f"--dtype: calibrate gemm times {', '.join(calibrate_runner.TORCH_DTYPES)}, not {wanted}"
         )
     given_peak = (
-        parse_quantity(peak, Dimension.FLOP_RATE, "--peak")
+        parse_quantity(peak, Dimension.FLOP_RATE, "--peak", require_unit=True)
         if peak is not None
         else None
     )

@@ -164,7 +164,7 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
         raise InputError("--size: give the message as --size BYTES or as --elements N with --dtype, not both")
     items, item_bytes, dtype_key = None, None, canonical_dtype(dtype)
     if size is not None:
-        message = parse_quantity(size, Dimension.BYTES, "--size")
+        message = parse_quantity(size, Dimension.BYTES, "--size", require_unit=True)
     elif elements is not None:
         items = parse_quantity(elements, Dimension.COUNT, "--elements")
         item_bytes = bytes_per_element(dtype_key)
@@ -224,8 +224,8 @@ def _intra_link(name: str | None, bandwidth: str | None, latency: str | None, di
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_quantity
 
-    beta = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth") if bandwidth is not None else None
-    alpha = parse_quantity(latency, Dimension.TIME, "--latency", allow_zero=True) if latency is not None else None
+    beta = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth", require_unit=True) if bandwidth is not None else None
+    alpha = parse_quantity(latency, Dimension.TIME, "--latency", allow_zero=True, require_unit=True) if latency is not None else None
     given = "given on the command line"
     if name is None and (beta is not None or alpha is not None):
         if beta is None:
@@ -345,7 +345,7 @@ def _options(args: dict[str, Any]) -> Any:
     algorithm = args["algorithm"] or Algorithm.RING
     if algorithm not in ALGORITHMS[Collective.ALL_REDUCE]:
         raise InputError(f"--algorithm: {algorithm.value} is not an all-reduce algorithm")
-    bucket = parse_quantity(args["bucket_size"], Dimension.BYTES, "--bucket-size") if args["bucket_size"] else None
+    bucket = parse_quantity(args["bucket_size"], Dimension.BYTES, "--bucket-size", require_unit=True) if args["bucket_size"] else None
     return comm.Options(
         algorithm=algorithm,
         bucket_bytes=bucket or comm.DDP_BUCKET_BYTES,

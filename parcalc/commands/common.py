@@ -42,6 +42,7 @@ def start(output: Path | None, fmt: OutputFormat | None) -> None:
 
 
 def finish(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
+    check_finite(result)
     sink = captured_results.get()
     if sink is not None:
         sink.append(result)
@@ -49,6 +50,50 @@ def finish(result: Result, fmt: OutputFormat | None, output: Path | None) -> Non
     from parcalc.output import emit
 
     emit(result, fmt, output)
+
+
+def check_finite(result: Result) -> None:
+    """Every result a command shows passes here: one that holds inf or NaN is an input error (exit
+    2), not an answer printed as "inf"."""
+    from parcalc.derivation import first_non_finite
+
+    where = first_non_finite(result)
+    if where is not None:
+        from parcalc.errors import InputError
+
+        raise InputError(f"{result.command}: {where} is not a finite number; an input is too large or too small for it")
+
+
+# Per-stage and per-layer work (memory's stage breakdowns, FSDP's per-layer collectives, a pinned
+# fit's estimate) grows with the layers, and pipeline stages never outnumber them: this bound keeps
+# every command to about a second. The deepest published transformers have ~1,000 layers
+# (DeepNet, Wang et al. 2022); the largest LLMs about 100.
+MAX_LAYERS = 1024
+
+
+def check_layers(layers: int, flag: str = "--layers") -> None:
+    if layers > MAX_LAYERS:
+        from parcalc.errors import InputError
+
+        raise InputError(f"{flag}: {layers:,} layers; parcalc computes per layer and per stage, up to {MAX_LAYERS:,} layers "
+                         "(the deepest published transformers have about 1,000)")  # fmt: skip
+
+
+# fit's layouts and search enumerate the divisors of the GPUs and of the batch (trial division up
+# to the square root), and its strategy table walks the TP widths of a node: these bounds, far
+# beyond any cluster (~200,000 GPUs, NVL576 domains) or batch, keep each to about a second.
+MAX_GPUS = 2**20
+MAX_GPUS_PER_NODE = 1024
+MAX_SEARCH_BATCH = 2**24
+
+
+def check_at_most(value: int, limit: int, flag: str, what: str) -> int:
+    """`value` when at most `limit`, else an InputError naming the flag and the bound."""
+    if value > limit:
+        from parcalc.errors import InputError
+
+        raise InputError(f"{flag}: {value:,} {what}; parcalc takes at most {limit:,}")
+    return value
 
 
 def preset_dirs(presets: list[Path] | None) -> tuple[Path, ...]:

@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from parcalc.commands.common import (
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_SEARCH_BATCH,
     EmbeddingInSplitOption,
     FirstStageLayersOption,
     FormatOption,
@@ -16,6 +19,7 @@ from parcalc.commands.common import (
     OutputOption,
     PresetsOption,
     ProgressBar,
+    check_at_most,
     finish,
     preset_dirs,
     stage_flags,
@@ -153,7 +157,7 @@ def fit(
         global_batch=parse_count(batch, "--batch") if batch is not None else cluster.gpus, seq_len=seq, precision=precision,
         optimizer=optimizer, flash_attention=flash_attention, dropout=dropout,
         fp32_grads=(profile.fp32_grads if fp32_grads is None else fp32_grads) and mixed,
-        reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
+        reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     recomputes = tuple(dict.fromkeys(recompute)) if recompute else (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
@@ -171,6 +175,7 @@ def fit(
                 ("flash_attention", str(flash_attention).lower()), ("framework", profile.key),
                 ("mode", "search" if search else "configuration" if pinned else "strategies")]  # fmt: skip
     if search:
+        check_at_most(training.global_batch, MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
         if top < 1:
             raise InputError(f"--top: at least 1, got {top}")
         if schedule is not None or chunks is not None:
@@ -214,12 +219,12 @@ def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: st
     from parcalc.presets import load_gpu, load_link
     from parcalc.units import Dimension, parse_count, parse_quantity
 
-    n = parse_count(gpus, "--gpus")
+    n = check_at_most(parse_count(gpus, "--gpus"), MAX_GPUS, "--gpus", "GPUs")
     if gpu is None and (capacity is None or peak is None):
         raise InputError("--gpu: give a GPU preset, or both --capacity and --peak")
     device = load_gpu(gpu, dirs) if gpu is not None else None
     if capacity is not None:
-        cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity"), "given on the command line"
+        cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity", require_unit=True), "given on the command line"
     else:
         assert device is not None  # guarded above: no --capacity means a --gpu
         cap, cap_source = device.memory_capacity.value, device.memory_capacity.source
@@ -237,6 +242,7 @@ def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: st
             raise InputError(f"--efficiency: a factor above 0 and at most 2, got {efficiency!r}")
     node = device.node if device is not None else None
     per_node = parse_count(gpus_per_node, "--gpus-per-node") if gpus_per_node is not None else (node.gpus if node else 8)
+    check_at_most(per_node, MAX_GPUS_PER_NODE, "--gpus-per-node", "GPUs per node")
     nics = parse_count(nics_per_node, "--nics-per-node") if nics_per_node is not None else (node.nics_for(per_node) if node else None)
     return Cluster(
         gpus=n, gpus_per_node=per_node, peak=rate, capacity=cap,

@@ -112,7 +112,7 @@ def flops(
     if gpu is not None and peak is not None:
         raise InputError("--peak: give --gpu (its datasheet peak for --dtype) or --peak, not both")
     if step_time is not None:
-        seconds = parse_quantity(step_time, Dimension.TIME, "--step-time")
+        seconds = parse_quantity(step_time, Dimension.TIME, "--step-time", require_unit=True)
         count = parse_count(gpus, "--gpus")
         if dtype is None:  # the default must hold on the GPU given: bf16, or fp16 where it has none (V100)
             from parcalc.commands.common import sixteen_bit_default
@@ -204,7 +204,7 @@ def _peak(gpu: str | None, peak: str | None, dtype: str, dirs: tuple) -> tuple[f
     from parcalc.units import Dimension, parse_quantity
 
     if peak is not None:
-        return parse_quantity(peak, Dimension.FLOP_RATE, "--peak"), "given on the command line", "none"
+        return parse_quantity(peak, Dimension.FLOP_RATE, "--peak", require_unit=True), "given on the command line", "none"
     if gpu is None:
         raise InputError("--gpu: MFU needs a peak: give --gpu NAME (its datasheet peak for --dtype) or --peak FLOP/s")
     from parcalc.core.dtypes import canonical_dtype

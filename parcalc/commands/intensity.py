@@ -75,8 +75,8 @@ def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: st
 
     if gpu is None and peak is None and bandwidth is None:
         return None
-    peak_value = parse_quantity(peak, Dimension.FLOP_RATE, "--peak") if peak else None
-    bw_value = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth") if bandwidth else None
+    peak_value = parse_quantity(peak, Dimension.FLOP_RATE, "--peak", require_unit=True) if peak else None
+    bw_value = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth", require_unit=True) if bandwidth else None
     name, peak_source, bw_source = "the given machine", "given on the command line", "given on the command line"
     if gpu is not None:
         from parcalc.core.flops import gpu_peak_flops

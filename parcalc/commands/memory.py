@@ -138,8 +138,8 @@ def memory(
     if precision is None:
         precision = Precision.MIXED_BF16
     if capacity is not None:
-        cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity"), "given on the command line"
-    reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True) if reserve is not None else DEFAULT_RESERVE_BYTES
+        cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity", require_unit=True), "given on the command line"
+    reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES
     first, last = stage_flags(first_stage_layers, last_stage_layers)
     par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split)
     setup = TrainingSetup(

@@ -37,7 +37,7 @@ def peak_flops(
     from parcalc.units import Dimension, parse_quantity
 
     dtype_key = canonical_dtype(dtype) if dtype else ""
-    clock_hz = parse_quantity(clock, Dimension.FREQUENCY, "--clock") if clock is not None else None
+    clock_hz = parse_quantity(clock, Dimension.FREQUENCY, "--clock", require_unit=True) if clock is not None else None
     sm_count = parse_quantity(sms, Dimension.COUNT, "--sms") if sms is not None else None
     fma = parse_quantity(fma_per_clock, Dimension.COUNT, "--fma-per-clock") if fma_per_clock is not None else None
     settings = [("dtype", dtype_key or "unspecified"), ("sparse", str(sparse).lower())]

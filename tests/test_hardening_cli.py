@@ -1,0 +1,345 @@
+"""Issue #12: hostile input and a hostile environment never give a traceback, a hang or a wrong
+answer. Each test is one reproducer of the issue, named after it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from parcalc.cli import app
+
+GPU = ["--gpu", "a100-sxm4-80gb"]
+MODEL = ["--model", "homework-7b"]
+QUICK = 5.0  # seconds: each of these ran for minutes (or forever) before
+
+
+def _one_error_line(result, exit_code: int = 2) -> str:
+    assert result.exit_code == exit_code, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def _parcalc(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    """The real command in a fresh interpreter (streams, signals and the environment are its own)."""
+    env = {**os.environ, "NO_COLOR": "1", "PARCALC_PRESETS": "", **kwargs.pop("env", {})}
+    if "stdout" not in kwargs:
+        kwargs["capture_output"] = True
+    return subprocess.run(check=False, args=[sys.executable, "-m", "parcalc", *args], text=True, env=env, timeout=60, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# A. No traceback, ever
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["peak-flops", "--clock", "1e1000000GHz", "--sms", "108", "--fma-per-clock", "512"], id="clock-decimal-overflow"),
+        pytest.param(["peak-flops", "--clock", "1e-1000000GHz", "--sms", "108", "--fma-per-clock", "512"], id="clock-decimal-underflow"),
+        pytest.param(["peak-flops", "--clock", "1e999999999999999999999GHz", "--sms", "108", "--fma-per-clock", "512"], id="clock-huge-exponent"),
+        pytest.param(["memory", *MODEL, "--capacity", "1e1000000GB"], id="capacity-decimal-overflow"),
+        pytest.param(["intensity", "--m", "1e308", "--k", "1e308", "--n", "1e308"], id="intensity-int-overflow"),
+        pytest.param(["memory", "--layers", "1e308", "--hidden", "4096", "--heads", "32", "--seq-len", "2048"], id="memory-layers-1e308"),
+        pytest.param(["flops", "--ffn-hidden", "1e308", "--layers", "32", "--hidden", "4096", "--heads", "32", "--seq-len", "2048"],
+                     id="flops-ffn-hidden-1e308"),
+        pytest.param(["bubble", "--stages", "4", "--micro-batches", "8", "--target", "1e-320"], id="bubble-target-1e-320"),
+        pytest.param(["intensity", "--m", "9007199254740993", "--k", "1", "--n", "1"], id="count-above-2^53-not-rounded"),
+    ],
+)  # fmt: skip
+def test_overflowing_input_is_one_error_line(runner, args: list[str]) -> None:
+    line = _one_error_line(runner.invoke(app, args))
+    assert line.startswith("Error: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "where"),
+    [
+        pytest.param(["peak-flops", "--clock", "1e308Hz", "--sms", "108", "--fma-per-clock", "512"], "Peak FLOP/s", id="peak-flops-inf"),
+        pytest.param(["flops", *MODEL, "--batch", "8", "--seq-len", "4096", *GPU, "--gpus", "8", "--step-time", "1e-320s"], "MFU",
+                     id="mfu-inf"),
+        pytest.param(["intensity", "--m", "4096", "--k", "4096", "--n", "4096", "--peak", "1e290TFLOP/s", "--bandwidth", "1e-320B/s"],
+                     "not a finite number", id="roofline-inf"),
+    ],
+)  # fmt: skip
+def test_a_result_that_is_not_finite_is_an_error(runner, args: list[str], where: str) -> None:
+    line = _one_error_line(runner.invoke(app, args))
+    assert "is not a finite number" in line and where in line, line
+
+
+def test_error_messages_show_at_most_80_characters_of_a_value(runner) -> None:
+    for args in (["peak-flops", "--clock", "9" * 5000], ["peak-flops", "--gpu", "x" * 5000, "--dtype", "tf32"],
+                 ["bubble", "--stages", "4", "--micro-batches", "4", "--schedule", "y" * 5000], ["peak-flops", "--" + "z" * 5000]):  # fmt: skip
+        line = _one_error_line(runner.invoke(app, args))
+        assert len(line) < 250 and "…" in line, line
+
+
+def test_control_characters_of_a_value_are_escaped(runner) -> None:
+    line = _one_error_line(runner.invoke(app, ["peak-flops", "--gpu", "a\x1b[31mred\x07", "--dtype", "tf32"]))
+    assert "\x1b" not in line and "\x07" not in line
+
+
+def test_an_unanticipated_exception_is_an_internal_error_exit_70(runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    import parcalc.core.flops
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(parcalc.core.flops, "peak_flops", broken)
+    args = ["peak-flops", "--clock", "1.41GHz", "--sms", "108", "--fma-per-clock", "512"]
+    line = _one_error_line(runner.invoke(app, args), 70)
+    assert line.startswith("internal error: ZeroDivisionError: a bug") and "please report" in line and "PARCALC_DEBUG=1" in line
+    debug = runner.invoke(app, args, env={"PARCALC_DEBUG": "1"})
+    assert debug.exit_code == 70 and "Traceback" in debug.stderr and "internal error" in debug.stderr
+
+
+def test_stdout_on_dev_full_is_exit_1_with_a_message() -> None:
+    with open("/dev/full", "w") as full:
+        done = _parcalc("peak-flops", *GPU, "--dtype", "tf32", stdout=full, stderr=subprocess.PIPE)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == "Error: cannot write the output to stdout: No space left on device"
+
+
+def test_closed_stdout_is_exit_1_with_a_message() -> None:
+    done = subprocess.run(check=False, args=["sh", "-c", f'exec "{sys.executable}" -m parcalc peak-flops --gpu a100-sxm4-80gb --dtype tf32 >&-'],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == "Error: cannot write the output to stdout: standard output is closed"
+
+
+def test_a_reader_that_goes_away_ends_it_quietly() -> None:
+    """`parcalc ... | head -1` once head has exited: no BrokenPipeError, no "Exception ignored" at
+    exit, exit 1. (A pipe whose reading end is closed before parcalc writes, so that the write
+    fails however the kernel splits it.)"""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = _parcalc("bubble", "--stages", "4", "--micro-batches", "8", stdout=write_end, stderr=subprocess.PIPE)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == ""
+
+
+def test_an_ascii_terminal_gets_ascii_forms() -> None:
+    done = _parcalc("peak-flops", *GPU, "--dtype", "tf32", env={"PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 0, done.stderr
+    assert "P = 2 x f x N_SM x FMA" in done.stdout
+    error = _parcalc("peak-flops", "--clock", "é" * 200, env={"PYTHONIOENCODING": "ascii"})
+    assert error.returncode == 2 and "Traceback" not in error.stderr and "..." in error.stderr, error.stderr
+
+
+def test_no_home_directory_means_no_cache_not_a_crash(runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A uid without a passwd entry and no HOME (containers): Path.home() raises RuntimeError."""
+    import pwd
+
+    def unknown(uid: int) -> object:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    for name in ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "PARCALC_NO_CACHE"):
+        monkeypatch.setenv(name, "")  # recorded, so that what the fallback sets is undone after the test
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(pwd, "getpwuid", unknown)
+    with pytest.raises(RuntimeError):
+        __import__("pathlib").Path.home()
+    result = runner.invoke(app, ["peak-flops", *GPU, "--dtype", "tf32"])
+    assert result.exit_code == 0, result.output
+    assert "155.93472 TFLOP/s" in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a uid without a passwd entry")
+def test_no_home_for_a_uid_without_passwd_entry() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+    done = subprocess.run(check=False, args=["setpriv", "--reuid=54321", "--regid=54321", "--clear-groups", sys.executable, "-m", "parcalc", "peak-flops",
+                           *GPU, "--dtype", "tf32"], capture_output=True, text=True, env=env, timeout=60, cwd="/")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# SIGINT, delivered deterministically: while a module imports (start-up) or inside the command.
+_INTERRUPT_AT = """
+import builtins, os, signal, sys
+target = sys.argv.pop(1)
+real_import = builtins.__import__
+def interrupting(name, *args, **kwargs):
+    if name == target:
+        builtins.__import__ = real_import
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = interrupting
+from parcalc.__main__ import main
+sys.argv[0] = "parcalc"
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [
+        pytest.param("typer", ["peak-flops", *GPU, "--dtype", "tf32"], id="start-up"),
+        pytest.param("parcalc.core.pipeline", ["bubble", "--stages", "4", "--micro-batches", "8"], id="during-a-run"),
+    ],
+)
+def test_ctrl_c_is_exit_130_with_one_line(module: str, args: list[str]) -> None:
+    done = subprocess.run(check=False, args=[sys.executable, "-c", _INTERRUPT_AT, module, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr
+    assert [line for line in done.stderr.splitlines() if line.strip()] == ["Interrupted"]
+
+
+# ---------------------------------------------------------------------------------------------
+# B. Quantities take their unit
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "example"),
+    [
+        pytest.param(["peak-flops", "--sms", "108", "--fma-per-clock", "512", "--clock", "1.41"], "--clock", "1.41GHz", id="clock"),
+        pytest.param(["memory", *MODEL, "--capacity", "24"], "--capacity", "24GiB", id="memory-capacity"),
+        pytest.param(["memory", *MODEL, "--reserve", "2"], "--reserve", "24GiB", id="memory-reserve"),
+        pytest.param(["fit", *MODEL, "--gpus", "8", "--capacity", "80", "--peak", "312TFLOP/s"], "--capacity", "24GiB", id="fit-capacity"),
+        pytest.param(["fit", *MODEL, *GPU, "--gpus", "8", "--reserve", "2"], "--reserve", "24GiB", id="fit-reserve"),
+        pytest.param(["fit", *MODEL, "--gpus", "8", "--capacity", "80GB", "--peak", "312"], "--peak", "312TFLOP/s", id="fit-peak"),
+        pytest.param(["intensity", "--m", "8", "--k", "8", "--n", "8", "--peak", "312", "--bandwidth", "2TB/s"], "--peak", "312TFLOP/s",
+                     id="intensity-peak"),
+        pytest.param(["intensity", "--m", "8", "--k", "8", "--n", "8", "--peak", "312T", "--bandwidth", "2e12"], "--bandwidth", "900GB/s",
+                     id="intensity-bandwidth"),
+        pytest.param(["flops", *MODEL, "--batch", "8", "--gpus", "8", *GPU, "--step-time", "2"], "--step-time", "5us", id="step-time"),
+        pytest.param(["flops", *MODEL, "--batch", "8", "--gpus", "8", "--step-time", "2s", "--peak", "3e14"], "--peak", "312TFLOP/s",
+                     id="flops-peak"),
+        pytest.param(["comm-volume", "--collective", "all-reduce", "--workers", "8", "--size", "1e9"], "--size", "24GiB", id="size"),
+        pytest.param(["comm-volume", "--collective", "all-reduce", "--workers", "8", "--size", "1GB", "--bandwidth", "300e9"], "--bandwidth",
+                     "900GB/s", id="comm-bandwidth"),
+        pytest.param(["comm-volume", "--collective", "all-reduce", "--workers", "8", "--size", "1GB", "--latency", "5"], "--latency", "5us",
+                     id="latency"),
+        pytest.param(["comm-volume", "--strategy", "dp", *MODEL, "--batch", "8", "--bucket-size", "25000000"], "--bucket-size", "24GiB",
+                     id="bucket-size"),
+        pytest.param(["bubble", "--stages", "4", "--micro-batches", "8", "--t-forward", "10"], "--t-forward", "5us", id="t-forward"),
+        pytest.param(["bubble", "--stages", "4", "--micro-batches", "8", "--t-backward", "2"], "--t-backward", "5us", id="t-backward"),
+        pytest.param(["bubble", "--stages", "4", "--micro-batches", "8", "--schedule", "zb-h1", "--t-weight", "1"], "--t-weight", "5us",
+                     id="t-weight"),
+        pytest.param(["bubble", "--stages", "4", "--micro-batches", "8", "--p2p-latency", "1"], "--p2p-latency", "5us", id="p2p-latency"),
+        pytest.param(["bubble", "--stages", "2", "--micro-batches", "8", "--stage-times", "1s,2"], "--stage-times", "5us", id="stage-times"),
+    ],
+)  # fmt: skip
+def test_a_quantity_without_its_unit_is_an_error(runner, args: list[str], flag: str, example: str) -> None:
+    line = _one_error_line(runner.invoke(app, args))
+    assert line.startswith(f"Error: {flag}: ") and "has no unit" in line and example in line, line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["memory", *MODEL, "--reserve", "0", *GPU], id="reserve-0"),
+        pytest.param(["comm-volume", "--collective", "all-reduce", "--workers", "8", "--size", "1GB", "--bandwidth", "100GB/s",
+                      "--latency", "0"], id="latency-0"),
+        pytest.param(["bubble", "--stages", "4", "--micro-batches", "8", "--p2p-latency", "0"], id="p2p-latency-0"),
+    ],
+)  # fmt: skip
+def test_a_bare_zero_needs_no_unit(runner, args: list[str]) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+
+
+# ---------------------------------------------------------------------------------------------
+# C. Numbers that drive loops
+
+
+@pytest.mark.parametrize(
+    ("args", "exit_code", "expected"),
+    [
+        pytest.param(["bubble", "--stages", "100000", "--micro-batches", "1"], 0, "not simulated: more than 1,024 stages", id="bubble-p-1e5"),
+        pytest.param(["bubble", "--stages", "1e15", "--micro-batches", "1", "-f", "json"], 0, '"bubble_share"', id="bubble-p-1e15"),
+        pytest.param(["bubble", "--stages", "8", "--micro-batches", "1e15"], 0, "not simulated: more than 50,000 operations",
+                     id="bubble-m-1e15"),
+        pytest.param(["bubble", "--stages", "1e6", "--micro-batches", "8", "--layers", "1e6"], 2, "--layers: 1,000,000 layers",
+                     id="bubble-layers-1e6"),
+        pytest.param(["comm-volume", "--collective", "all-reduce", "--workers", "1e6", "--compare", "--size", "1GB"], 0, "double-binary-tree",
+                     id="all-reduce-compare-1e6-workers"),
+        pytest.param(["comm-volume", "--collective", "all-reduce", "--workers", "9007199254740992", "--compare", "--size", "1GB"], 0,
+                     "butterfly", id="all-reduce-compare-2^53-workers"),
+        pytest.param(["memory", *MODEL, "--pp", "1e5"], 2, "--pp", id="memory-pp-1e5"),
+        pytest.param(["memory", *MODEL, "--pp", "1e5", "--layers", "1e5"], 2, "--layers: 100,000 layers", id="memory-pp-layers-1e5"),
+        pytest.param(["comm-volume", "--strategy", "fsdp", *MODEL, "--batch", "8", "--layers", "1e7"], 2, "--layers: 10,000,000 layers",
+                     id="fsdp-layers-1e7"),
+        pytest.param(["flops", *MODEL, "--batch", "8", "--layers", "1048576", "--pp", "1048576"], 2, "--layers", id="flops-pp-2^20"),
+        pytest.param(["fit", *MODEL, *GPU, "--gpus", "1e18", "--gpus-per-node", "1e18"], 2, "--gpus: 1e+18 is beyond any possible size",
+                     id="fit-gpus-1e18"),
+        pytest.param(["fit", *MODEL, *GPU, "--gpus", "1e15", "--gpus-per-node", "1e15"], 2, "--gpus", id="fit-gpus-1e15"),
+        pytest.param(["fit", *MODEL, *GPU, "--gpus", "1024", "--gpus-per-node", "1e15"], 2, "--gpus-per-node", id="fit-gpus-per-node-1e15"),
+        pytest.param(["fit", *MODEL, *GPU, "--gpus", "8", "--layers", "1e18", "--search"], 2, "--layers", id="fit-layers-1e18-search"),
+        pytest.param(["fit", *MODEL, *GPU, "--gpus", "8", "--batch", "9007199254740993", "--search"], 2, "--batch",
+                     id="fit-batch-2^53+1-search"),
+        pytest.param(["fit", *MODEL, *GPU, "--gpus", "8", "--batch", "9007199254740992", "--search"], 2, "--batch: 9,007,199,254,740,992",
+                     id="fit-batch-2^53-search"),
+        pytest.param(["memory", "--layers", "1000001", "--hidden", "64", "--heads", "1", "--seq-len", "8", "--pp", "3"], 2, "--layers",
+                     id="uneven-hint-1e6-layers"),
+    ],
+)  # fmt: skip
+def test_numbers_that_drive_loops_finish_quickly(runner, args: list[str], exit_code: int, expected: str) -> None:
+    started = time.perf_counter()
+    result = runner.invoke(app, args)
+    elapsed = time.perf_counter() - started
+    assert result.exit_code == exit_code, result.output
+    assert "Traceback" not in result.output
+    assert expected in (result.stdout if exit_code == 0 else result.stderr), result.output
+    assert elapsed < QUICK, f"{elapsed:.1f} s"
+
+
+def test_large_searches_within_the_bounds_finish_quickly(runner) -> None:
+    """The worst the bounds allow: a highly composite GPU count and batch, TP across nodes."""
+    started = time.perf_counter()
+    result = runner.invoke(app, ["fit", *MODEL, *GPU, "--search", "--gpus", "720720", "--batch", "14414400", "--allow-cross-node-tp",
+                                 "--gpus-per-node", "1024"])  # fmt: skip
+    assert result.exit_code in (0, 1), result.output
+    assert time.perf_counter() - started < 3 * QUICK
+
+
+def test_tree_shape_closed_forms_match_the_walk() -> None:
+    """Beyond WALKED_TREE_RANKS the tree's height and edges come from closed forms; up to it, the
+    walk over every rank, which must agree with them."""
+    from parcalc.core.collectives import WALKED_TREE_RANKS, tree_height, tree_max_edges
+
+    for n in [*range(1, 300), 1023, 1024, 1025, 2047, 2048, 3000, WALKED_TREE_RANKS - 1, WALKED_TREE_RANKS]:
+        assert tree_height(n) == (n - 1).bit_length(), n
+        if n >= 4:
+            assert (tree_max_edges(n), tree_max_edges(n, double=True)) == (3, 4), n
+    assert tree_height(WALKED_TREE_RANKS + 1) == (WALKED_TREE_RANKS).bit_length()
+
+
+def _balanced_splits_by_trial(layers: int, pp: int, chunks: int = 1) -> tuple[tuple[int, int], ...]:
+    """Every split tried: the definition parcalc.core.stages.balanced_splits computes without trying."""
+    if pp < 2 or layers < pp:
+        return ()
+    found = []
+    middle = pp - 2
+    for each in range(1, (layers - 2) // middle + 1) if middle else (0,):
+        rest = layers - middle * each
+        if middle and each % chunks:
+            continue
+        for first in range(chunks, rest, chunks):
+            last = rest - first
+            if last >= 1 and last % chunks == 0:
+                found.append((max(first, last, each), first, last))
+    if not found:
+        return ()
+    fewest = min(top for top, _, _ in found)
+    return tuple(sorted((first, last) for top, first, last in found if top == fewest))
+
+
+def test_balanced_splits_match_trying_every_split() -> None:
+    from parcalc.core.stages import balanced_splits
+
+    for layers in range(1, 70):
+        for pp in range(1, 11):
+            for chunks in (1, 2, 3, 4):
+                assert balanced_splits(layers, pp, chunks) == _balanced_splits_by_trial(layers, pp, chunks), (layers, pp, chunks)
+    started = time.perf_counter()
+    assert balanced_splits(10**15 + 1, 3) == ((333333333333333, 333333333333334), (333333333333334, 333333333333333),
+                                              (333333333333334, 333333333333334))  # fmt: skip
+    assert time.perf_counter() - started < 0.1
