@@ -111,7 +111,6 @@ class ParcalcGroup(TyperGroup):
         from parcalc import streams
 
         streams.prepare()
-        _no_home_fallback()
         try:
             with warnings.catch_warnings():
                 # numpy's overflow / invalid-value warnings at the ends of the float range: every
@@ -165,21 +164,6 @@ def internal_error_line(error: BaseException) -> str:
     detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     return (f"internal error: {detail} (parcalc {__version__}); please report it with the command line that caused it "
             f"({DEBUG_VAR}=1 shows the traceback)")  # fmt: skip
-
-
-def _no_home_fallback() -> None:
-    """No HOME and a uid without a passwd entry (a container's): Path.home() raises, so there is no
-    preset cache (~/.cache) and no user preset directory (~/.config). Say so to the modules that
-    would ask for them: PARCALC_NO_CACHE, and an XDG_CONFIG_HOME that is no directory."""
-    if os.environ.get("HOME"):
-        return
-    from pathlib import Path
-
-    try:
-        Path.home()
-    except RuntimeError:
-        os.environ.setdefault("PARCALC_NO_CACHE", "1")
-        os.environ.setdefault("XDG_CONFIG_HOME", os.devnull)
 
 
 def _click_abort() -> type[BaseException]:

@@ -26,14 +26,18 @@ NO_CACHE_VAR = "PARCALC_NO_CACHE"
 MAX_ENTRY_BYTES = 8 << 20
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "parcalc" / "presets"
+def cache_dir() -> Path | None:
+    """Where cache entries live; None without a home directory (then nothing is cached)."""
+    from parcalc.resources import home_dir
+
+    root = home_dir("XDG_CACHE_HOME", ".cache")
+    return None if root is None else root / "parcalc" / "presets"
 
 
 def _entry(path: Path, data: bytes | None) -> tuple[Path, str, dict[str, Any]] | None:
     """(cache file, resolved path, stamp) for `path` whose contents are `data` (read when None)."""
-    if os.environ.get(NO_CACHE_VAR):
+    folder = cache_dir()
+    if os.environ.get(NO_CACHE_VAR) or folder is None:
         return None
     try:
         if data is None:
@@ -44,7 +48,7 @@ def _entry(path: Path, data: bytes | None) -> tuple[Path, str, dict[str, Any]] |
     except (OSError, ValueError, RuntimeError):
         return None
     name = hashlib.sha256(os.fsencode(resolved)).hexdigest()[:32] + ".json"
-    return cache_dir() / name, resolved, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    return folder / name, resolved, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
 
 
 def load(path: Path, data: bytes | None = None) -> dict[str, Any] | None:

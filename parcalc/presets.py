@@ -39,7 +39,7 @@ from parcalc.core.hardware import (
 )
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
-from parcalc.resources import data_dir
+from parcalc.resources import data_dir, home_dir
 
 if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
     from parcalc.core.measured import MatmulSweep, MeasuredCollective
@@ -81,8 +81,9 @@ def search_dirs(extra_dirs: Sequence[Path | str] = ()) -> list[tuple[Path, str]]
     dirs: list[tuple[Path, str]] = [(Path(d), "--presets") for d in extra_dirs]
     env = os.environ.get(ENV_VAR, "")
     dirs += [(Path(d), ENV_VAR) for d in env.split(os.pathsep) if d]
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    dirs.append((Path(xdg) / "parcalc" / "presets", "XDG config"))
+    config = home_dir("XDG_CONFIG_HOME", ".config")
+    if config is not None:  # no home: no user preset directory
+        dirs.append((config / "parcalc" / "presets", "XDG config"))
     dirs.append((data_dir("presets"), "packaged"))
     return dirs
 

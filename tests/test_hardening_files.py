@@ -18,6 +18,14 @@ from parcalc.cli import app
 PEAK = ["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32"]
 
 
+def _cache_dir() -> Path:
+    from parcalc import preset_cache
+
+    folder = preset_cache.cache_dir()
+    assert folder is not None  # the tests' XDG_CACHE_HOME (conftest)
+    return folder
+
+
 def one_line_error(result, exit_code: int = 2) -> str:
     """The single `Error:` line of a failed run (asserting the exit code and no traceback)."""
     assert result.exit_code == exit_code, (result.exit_code, result.output)
@@ -204,7 +212,7 @@ def test_corrupted_cache_entry_of_brackets_is_rebuilt(tmp_path: Path) -> None:
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\n")
     read_yaml(preset)
-    (entry,) = preset_cache.cache_dir().glob("*.json")
+    (entry,) = _cache_dir().glob("*.json")
     entry.write_text("[" * 100_000)
     assert read_yaml(preset) == {"kind": "gpu"}
     assert json.loads(entry.read_text())["document"] == {"kind": "gpu"}  # rebuilt
@@ -237,7 +245,7 @@ def test_cache_entry_for_other_contents_is_never_used(tmp_path: Path) -> None:
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\nname: A\n")
     read_yaml(preset)
-    (entry,) = preset_cache.cache_dir().glob("*.json")
+    (entry,) = _cache_dir().glob("*.json")
     record = json.loads(entry.read_text())
     record["document"]["injected"] = "value the YAML does not contain"
     record["stamp"]["sha256"] = "0" * 64
@@ -253,7 +261,7 @@ def test_fifo_or_directory_in_place_of_a_cache_entry_neither_hangs_nor_leaves_pa
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\n")
     read_yaml(preset)
-    (entry,) = preset_cache.cache_dir().glob("*.json")
+    (entry,) = _cache_dir().glob("*.json")
     entry.unlink()
     if node == "fifo":
         os.mkfifo(entry)
@@ -262,7 +270,7 @@ def test_fifo_or_directory_in_place_of_a_cache_entry_neither_hangs_nor_leaves_pa
     preset.write_text("kind: gpu\nname: new\n")  # a miss: read the entry, then store over it
     assert read_yaml(preset) == {"kind": "gpu", "name": "new"}  # returns, rather than blocking on the FIFO
     assert read_yaml(preset) == {"kind": "gpu", "name": "new"}
-    assert not list(preset_cache.cache_dir().glob("*.part"))
+    assert not list(_cache_dir().glob("*.part"))
 
 
 def test_fifo_preset_file_is_refused_without_blocking(runner, tmp_path: Path) -> None:

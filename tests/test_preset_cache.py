@@ -53,7 +53,9 @@ def test_corrupt_cache_entry_is_ignored(tmp_path: Path) -> None:
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\n")
     read_yaml(preset)
-    for entry in preset_cache.cache_dir().glob("*.json"):
+    folder = preset_cache.cache_dir()
+    assert folder is not None
+    for entry in folder.glob("*.json"):
         entry.write_text("{not json")
     assert read_yaml(preset) == {"kind": "gpu"}
 

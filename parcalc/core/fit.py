@@ -52,7 +52,7 @@ from parcalc.core.memory import (
     memory_breakdown,
 )
 from parcalc.core.model import TransformerModel
-from parcalc.core.stages import stage_split
+from parcalc.core.stages import stage_ends, stage_split
 from parcalc.core.timing import nccl
 from parcalc.core.timing.compute import ComputeSpec, compute_spec
 from parcalc.core.timing.framework import MEGATRON, Framework
@@ -185,12 +185,10 @@ class Config:
                            embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
 
     def stage_ends(self, model: TransformerModel) -> dict[str, int | None]:
-        """The layers of the first and last stage as the timing pieces take them (None: the even
-        split); the embedding and loss slots leave the same layers as that uneven split."""
-        if not (self.embedding_in_split or self.loss_in_split) or self.pp == 1:
-            return {"first": self.first_stage_layers, "last": self.last_stage_layers}
-        split = self.stage_layers(model)
-        return {"first": split[0], "last": split[-1]}
+        """The layers of the first and last stage as the timing pieces take them (parcalc.core.stages.stage_ends)."""
+        first, last = stage_ends(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
+                                 embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip
+        return {"first": first, "last": last}
 
 
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:

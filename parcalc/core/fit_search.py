@@ -50,7 +50,7 @@ from parcalc.core.memory import (
     zero3_working_set,
 )
 from parcalc.core.model import TransformerModel
-from parcalc.core.stages import balanced_splits, stage_split
+from parcalc.core.stages import balanced_splits, stage_ends, stage_split
 from parcalc.core.timing.step import (
     DataParallelPieces,
     StagePieces,
@@ -158,6 +158,7 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
     """(tp, pp, dp) with tp x pp x dp = N that pass the divisibility and placement checks (pp: an
     even split, one of search_splits, or the split `space` pins)."""
     pinned = space is not None and (space.first_stage_layers is not None or space.last_stage_layers is not None)
+    slots = space is not None and any(space.slots)
     found = []
     for t in divisors(cluster.gpus):
         for p in divisors(cluster.gpus // t):
@@ -166,14 +167,9 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
                 rejected["tp does not divide the heads or MLP width"] += 1
             elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
                 rejected["tp does not divide the GPUs of a node"] += 1
-            elif space is not None and any(space.slots):
-                if (model.layers + sum(space.slots)) % p or not _slot_split_fits(model.layers, p, space):
-                    rejected["pp does not divide the layer slots (layers + embedding / loss)"] += 1
-                elif training.global_batch % d:
-                    rejected["dp does not divide the global batch"] += 1
-                else:
-                    found.append((t, p, d))
-            elif model.layers % p and not search_splits(model.layers, p) and not (pinned and space is not None and p == space.pp):
+            elif slots and not _slot_split_fits(model.layers, p, space):
+                rejected["pp does not divide the layer slots (layers + embedding / loss)"] += 1
+            elif not slots and model.layers % p and not search_splits(model.layers, p) and not (pinned and space is not None and p == space.pp):
                 rejected["pp does not divide the layers (no balanced uneven split)"] += 1
             elif training.global_batch % d:
                 rejected["dp does not divide the global batch"] += 1
@@ -192,7 +188,7 @@ def search_splits(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
 
 
 def _slot_split_fits(layers: int, p: int, space: SearchSpace) -> bool:
-    """Whether the embedding / loss slots leave a transformer layer on every one of p stages."""
+    """Whether p stages split the layer slots evenly with a transformer layer on every stage (stage_split)."""
     try:
         stage_split(layers, p, embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
     except InputError:
@@ -204,10 +200,7 @@ def _splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[i
     """The (first, last) stage-layer pairs to evaluate for pp = p; (None, None): the even split. With
     the embedding / loss slots, the uneven split that leaves the same layers per stage."""
     if any(space.slots):
-        if p == 1:
-            return [(None, None)]
-        split = stage_split(model.layers, p, embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
-        return [(split[0], split[-1])]
+        return [stage_ends(model.layers, p, embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)]
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         return [(space.first_stage_layers, space.last_stage_layers)]
     if model.layers % p == 0:

@@ -137,6 +137,17 @@ def stage_split(layers: int, pp: int, first: int | None = None, last: int | None
     return split
 
 
+def stage_ends(layers: int, pp: int, first: int | None = None, last: int | None = None, chunks: int = 1, *,
+               embedding_in_split: bool = False, loss_in_split: bool = False) -> tuple[int | None, int | None]:  # fmt: skip
+    """(n_first, n_last) as the uneven split takes them (None, None: the even split): the given ones,
+    or, with the embedding / loss slots, the layers those leave on the end stages, which the timing
+    and memory models treat like Megatron-LM's uneven split of the same layers."""
+    if not (embedding_in_split or loss_in_split) or pp == 1:
+        return first, last
+    split = stage_split(layers, pp, first, last, chunks, embedding_in_split=embedding_in_split, loss_in_split=loss_in_split)
+    return split[0], split[-1]
+
+
 def _slot_split(layers: int, pp: int, first: int | None, last: int | None, chunks: int, pp_flag: str, e: int,
                 l_slot: int) -> tuple[int, ...]:  # fmt: skip
     """Megatron-LM's split with the embedding (e = 1) and / or the loss (l_slot = 1) as layer slots."""

@@ -94,15 +94,11 @@ class Parallelism(NamedTuple):
         return self.tp * self.pp * self.dp
 
     def stage_ends(self, layers: int) -> tuple[int | None, int | None]:
-        """(first, last) stage layers as the uneven split takes them: the given ones, or those the
-        embedding / loss slots leave (the same layers per stage); (None, None): the even split."""
-        if not (self.embedding_in_split or self.loss_in_split) or self.pp == 1:
-            return self.first_stage_layers, self.last_stage_layers
-        from parcalc.core.stages import stage_split
+        """(first, last) stage layers as the uneven split takes them (parcalc.core.stages.stage_ends)."""
+        from parcalc.core.stages import stage_ends
 
-        split = stage_split(layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
-                            embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip
-        return split[0], split[-1]
+        return stage_ends(layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
+                          embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip
 
 
 class Options(NamedTuple):
