@@ -95,3 +95,19 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch, tty: bool, env:
         monkeypatch.setenv(key, value)
     monkeypatch.setattr("sys.stdout.isatty", lambda: tty)
     assert use_colour() is expected
+
+
+def test_a_wide_short_table_is_set_on_its_side_in_latex() -> None:
+    # comm-volume's 17 columns shrunk to the line width came out in 3-pt type: a table of more than
+    # 8 columns and at most 6 rows becomes one line per column, its rows named by their first cell
+    from parcalc.derivation import Column, Table
+    from parcalc.render.latex import table_context
+
+    columns = tuple(Column(f"c{i}", f"column {i}") for i in range(10))
+    wide = Table("wide", "Wide", columns, (("dp", *range(1, 10)), ("pp", *range(11, 20))))
+    context = table_context(wide)
+    assert context["headers"] == ["column 0", "dp", "pp"]
+    assert context["rows"][0] == ["column 1", "1", "11"] and context["rows"][-1] == ["column 9", "9", "19"]
+    assert len(context["rows"]) == 9 and context["align"] == "lrr"
+    tall = Table("tall", "Tall", columns, tuple((f"r{k}", *range(9)) for k in range(7)))
+    assert table_context(tall)["headers"][1] == "column 1"  # seven rows: left as it is

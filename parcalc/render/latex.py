@@ -36,8 +36,10 @@ _TEX_ESCAPES: dict[str, str] = {
     "|": r"\textbar{}",
     # Brackets in braces: after `\\` (a table row, an answer line) or `\item` a leading `[` is read
     # as an optional argument, and a question id like "[a]" broke the PDF with a raw TeX error.
+    # A break allowed after each closing bracket: source texts quote C array indices
+    # (hwLat[NCCL_HW_NVLINK][NCCL_ALGO_RING]...) as one 300-pt word that ran off the page.
     "[": "{[}",
-    "]": "{]}",
+    "]": r"{]}\allowbreak{}",
     "×": r"$\times$",
     "·": r"$\cdot$",
     "√": r"$\surd$",
@@ -99,10 +101,27 @@ def term_row(term: Term) -> dict[str, Any]:
     }
 
 
+# A table wider than this many columns but with no more rows than TRANSPOSE_ROWS is set on its side
+# (one line per column): shrunk to the line width, comm-volume's 17 columns came out in 3-pt type.
+TRANSPOSE_COLUMNS = 8
+TRANSPOSE_ROWS = 6
+
+
 def table_context(table: Table, max_rows: int = 60) -> dict[str, Any]:
     headers = [c.label + (f" ({c.unit})" if c.unit and c.unit != "fraction" else "") for c in table.columns]
     numeric = [not all(isinstance(row[i], str) for row in table.rows) for i in range(len(table.columns))]
     rows = [[format_cell(v, c.unit) for v, c in zip(row, table.columns, strict=True)] for row in table.rows[:max_rows]]
+    if len(headers) > TRANSPOSE_COLUMNS and 0 < len(rows) <= TRANSPOSE_ROWS:
+        # the first column names each original row; every other column becomes a line
+        names = [row[0] or f"row {i + 1}" for i, row in enumerate(rows)]
+        return {
+            "title": table.title,
+            "key": table.key,
+            "headers": [headers[0], *names],
+            "align": Latex("l" + "r" * len(rows)),
+            "rows": [[headers[j], *(row[j] for row in rows)] for j in range(1, len(headers))],
+            "omitted": 0,
+        }
     return {
         "title": table.title,
         "key": table.key,
