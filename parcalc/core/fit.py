@@ -156,6 +156,9 @@ class Config:
     last_stage_layers: int | None = None
     embedding_in_split: bool = False  # the embedding / the loss as one layer slot of the split (parcalc.core.stages)
     loss_in_split: bool = False
+    cp: int = 1  # context parallelism; GPUs = tp x pp x cp x dp (see memory.Parallelism)
+    ep: int = 1  # expert parallelism, folded over tp x cp x dp (see memory.Parallelism)
+    etp: int | None = None
 
     def micro_batches(self, training: Training) -> int:
         """Micro-batches per replica per iteration: B / (d b)."""

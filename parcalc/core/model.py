@@ -16,6 +16,96 @@ from parcalc.errors import InputError
 
 
 @dataclass(frozen=True)
+class MixtureOfExperts:
+    """The feed-forward block of a Mixture-of-Experts layer (Shazeer et al. 2017; Fedus et al. 2022).
+
+    Each token goes to `top_k` of `experts` routed experts (FFNs of width `expert_ffn_hidden`,
+    the model's MLP kind) chosen by a linear router (hidden x experts), plus `shared_experts`
+    that see every token (DeepSeekMoE, Dai et al. 2024), each of width `shared_ffn_hidden`
+    (0: the routed experts' width). Which layers are MoE: none of the first
+    `first_dense_layers` (DeepSeek-V3: 3), then every `every`-th layer, counting 1-based from
+    there (Llama 4 Maverick's interleave step 2: layers 2, 4, 6, ... in 1-based numbering, as
+    transformers' `(layer_idx + 1) % interleave_moe_layer_step == 0`); the other layers are
+    dense with the model's `ffn_hidden`. capacity_factor: None is dropless (every routed token
+    is computed); a number caps each expert at capacity_factor x tokens x top_k / experts.
+    router_bias: a per-expert bias of the router (DeepSeek-V3's e_score_correction_bias, an
+    nn.Parameter in its modeling code).
+    """
+
+    experts: int
+    top_k: int
+    expert_ffn_hidden: int
+    shared_experts: int = 0
+    shared_ffn_hidden: int = 0
+    first_dense_layers: int = 0
+    every: int = 1
+    capacity_factor: float | None = None
+    router_bias: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.experts < 1 or self.top_k < 1 or self.expert_ffn_hidden < 1 or self.every < 1:
+            raise InputError("MoE: experts, top_k, expert_ffn_hidden and every must be at least 1")
+        if self.top_k > self.experts:
+            raise InputError(f"MoE: top_k ({self.top_k}) cannot exceed the number of experts ({self.experts})")
+        if self.shared_experts < 0 or self.shared_ffn_hidden < 0 or self.first_dense_layers < 0:
+            raise InputError("MoE: shared_experts, shared_ffn_hidden and first_dense_layers must not be negative")
+        if self.capacity_factor is not None and not self.capacity_factor > 0:
+            raise InputError(f"MoE: capacity_factor must be greater than zero (or absent: dropless), got {self.capacity_factor}")
+
+    @property
+    def shared_width(self) -> int:
+        return self.shared_ffn_hidden or self.expert_ffn_hidden
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer `index` (0-based) has experts."""
+        return index >= self.first_dense_layers and (index - self.first_dense_layers + 1) % self.every == 0
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-V2, Liu et al. 2024, sec. 2.1; DeepSeek-V3 sec. 2.1.1).
+
+    Queries go through a low-rank bottleneck of `q_lora_rank` (0: a full query projection, as
+    DeepSeek-V2-Lite), keys and values through one of `kv_lora_rank`, which is what the KV cache
+    keeps. Each head's query and key have a `qk_nope_head_dim` part from the latent and a
+    `qk_rope_head_dim` rotary part (the rotary key is shared by all heads); values have
+    `v_head_dim`. The latents are normalised (RMSNorm of width q_lora_rank and kv_lora_rank).
+    """
+
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if min(self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim) < 1 or self.q_lora_rank < 0:
+            raise InputError("MLA: kv_lora_rank and the head dimensions must be at least 1, q_lora_rank at least 0")
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def params(self, hidden: int, heads: int) -> int:
+        """Weights of one MLA block (no biases, as DeepSeek-V3's attention_bias = false), norms included.
+
+        q: hidden x q_lora, norm q_lora, q_lora x heads x qk_head_dim (or hidden x heads x qk_head_dim);
+        kv: hidden x (kv_lora + rope), norm kv_lora, kv_lora x heads x (nope + v); out: heads x v x hidden
+        (transformers' DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa,
+        kv_a_layernorm, kv_b_proj, o_proj).
+        """
+        if self.q_lora_rank:
+            query = hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * heads * self.qk_head_dim
+        else:
+            query = hidden * heads * self.qk_head_dim
+        key_value = hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        key_value += self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return query + key_value + heads * self.v_head_dim * hidden
+
+
+@dataclass(frozen=True)
 class TransformerModel:
     """A stack of identical transformer layers plus optional embeddings and LM head.
 
@@ -46,6 +136,10 @@ class TransformerModel:
     # GPT-style models train with it; Llama-family models have no dropout layer at all.
     dropout: bool = True
     dropout_source: str = ""  # why dropout is on or off for this model (a preset's source, a config.json key)
+    # Mixture-of-Experts feed-forward blocks (None: every layer dense) and multi-head latent
+    # attention (None: standard multi-head / grouped-query attention).
+    moe: MixtureOfExperts | None = None
+    mla: LatentAttention | None = None
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"):
@@ -71,16 +165,23 @@ class TransformerModel:
 
     @property
     def attention_params_per_layer(self) -> int:
+        if self.mla is not None:
+            return self.mla.params(self.hidden, self.heads)
         weights = self.hidden * self.q_width + 2 * self.hidden * self.kv_width + self.q_width * self.hidden
         biases = (self.q_width + 2 * self.kv_width + self.hidden) if self.bias else 0
         return weights + biases
 
+    def ffn_params(self, width: int) -> int:
+        """One feed-forward network of the model's MLP kind and the given inner width."""
+        matrices = 3 if self.mlp.gated else 2
+        weights = matrices * self.hidden * width
+        biases = ((matrices - 1) * width + self.hidden) if self.bias else 0
+        return weights + biases
+
     @property
     def mlp_params_per_layer(self) -> int:
-        matrices = 3 if self.mlp.gated else 2
-        weights = matrices * self.hidden * self.ffn_hidden
-        biases = ((matrices - 1) * self.ffn_hidden + self.hidden) if self.bias else 0
-        return weights + biases
+        """The feed-forward block of a dense layer (width ffn_hidden)."""
+        return self.ffn_params(self.ffn_hidden)
 
     @property
     def norm_params_per_layer(self) -> int:
@@ -88,7 +189,63 @@ class TransformerModel:
 
     @property
     def params_per_layer(self) -> int:
+        """A dense layer: attention, dense MLP and the two norms (every layer when moe is None)."""
         return self.attention_params_per_layer + self.mlp_params_per_layer + self.norm_params_per_layer
+
+    # --- Mixture-of-Experts ------------------------------------------------------------------
+
+    def is_moe_layer(self, index: int) -> bool:
+        return self.moe is not None and self.moe.is_moe_layer(index)
+
+    def moe_layers_in(self, start: int, end: int) -> int:
+        """MoE layers among layers start .. end - 1 (0-based)."""
+        return sum(1 for i in range(start, end) if self.is_moe_layer(i)) if self.moe is not None else 0
+
+    @property
+    def moe_layers(self) -> int:
+        return self.moe_layers_in(0, self.layers)
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert's FFN (0 without MoE)."""
+        return 0 if self.moe is None else self.ffn_params(self.moe.expert_ffn_hidden)
+
+    @property
+    def router_params_per_layer(self) -> int:
+        if self.moe is None:
+            return 0
+        return self.hidden * self.moe.experts + (self.moe.experts if self.moe.router_bias else 0)
+
+    @property
+    def shared_expert_params_per_layer(self) -> int:
+        return 0 if self.moe is None else self.moe.shared_experts * self.ffn_params(self.moe.shared_width)
+
+    @property
+    def routed_expert_params_per_layer(self) -> int:
+        """All routed experts of one MoE layer: what expert parallelism splits."""
+        return 0 if self.moe is None else self.moe.experts * self.expert_params
+
+    @property
+    def moe_layer_params(self) -> int:
+        """An MoE layer: attention, norms, router, shared and routed experts."""
+        return (self.attention_params_per_layer + self.norm_params_per_layer + self.router_params_per_layer
+                + self.shared_expert_params_per_layer + self.routed_expert_params_per_layer)  # fmt: skip
+
+    def layer_params(self, index: int) -> int:
+        return self.moe_layer_params if self.is_moe_layer(index) else self.params_per_layer
+
+    def layers_params(self, start: int, end: int) -> int:
+        """Parameters of layers start .. end - 1 (0-based)."""
+        moe = self.moe_layers_in(start, end)
+        return moe * self.moe_layer_params + (end - start - moe) * self.params_per_layer
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token passes through: routed experts count top_k times, not experts times."""
+        if self.moe is None:
+            return self.total_params
+        idle = self.moe.experts - self.moe.top_k
+        return self.total_params - self.moe_layers * idle * self.expert_params
 
     @property
     def embedding_params(self) -> int:
@@ -106,4 +263,4 @@ class TransformerModel:
 
     @property
     def total_params(self) -> int:
-        return self.layers * self.params_per_layer + self.embedding_params + self.lm_head_params
+        return self.layers_params(0, self.layers) + self.embedding_params + self.lm_head_params

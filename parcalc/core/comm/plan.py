@@ -88,10 +88,17 @@ class Parallelism(NamedTuple):
     last_stage_layers: int | None = None
     embedding_in_split: bool = False  # the embedding / the loss as one layer slot of the split (parcalc.core.stages)
     loss_in_split: bool = False
+    # Context parallelism (the sequence split over cp ranks; GPUs = tp x pp x cp x dp) and expert
+    # parallelism (the routed experts of an MoE layer split over ep ranks, which fold over the
+    # tp x cp x dp ranks of the dense part with etp-way expert tensor parallelism; None: etp = tp,
+    # Megatron-Core's default), so ep adds no GPUs (Megatron-Core "MoE parallel folding").
+    cp: int = 1
+    ep: int = 1
+    etp: int | None = None
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.cp * self.dp
 
     def stage_ends(self, layers: int) -> tuple[int | None, int | None]:
         """(first, last) stage layers as the uneven split takes them (parcalc.core.stages.stage_ends)."""
