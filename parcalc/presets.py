@@ -37,7 +37,7 @@ from parcalc.core.hardware import (
     Node,
     Sourced,
 )
-from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+from parcalc.core.model import LatentAttention, Mlp, MixtureOfExperts, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
 from parcalc.resources import data_dir, home_dir
 
@@ -695,7 +695,52 @@ def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:
 _MODEL_KEYS = (
     "kind", "name", "sources", "source", "layers", "hidden", "heads", "kv_heads", "head_dim",
     "ffn_hidden", "mlp", "vocab", "max_seq_len", "tied_embeddings", "position", "norm", "bias", "dropout", "notes",
+    "moe", "mla",
 )  # fmt: skip
+_MOE_KEYS = (
+    "experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "first_dense_layers", "every",
+    "capacity_factor", "router_bias", "source",
+)  # fmt: skip
+_MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "source")
+
+
+def _moe(doc: _Doc, sources: Mapping[str, str]) -> MixtureOfExperts | None:
+    """The `moe:` block of a model preset (parcalc.core.model.MixtureOfExperts), None when absent."""
+    if "moe" not in doc.data:
+        return None
+    block = doc.child("moe")
+    block.only(_MOE_KEYS)
+    capacity = block.data.get("capacity_factor")
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, float)) or not capacity > 0):
+        raise block.error("capacity_factor", f"expected a number > 0 (or null: dropless), got {shown(capacity)}")
+    return MixtureOfExperts(
+        experts=block.integer("experts"),
+        top_k=block.integer("top_k"),
+        expert_ffn_hidden=block.integer("expert_ffn_hidden"),
+        shared_experts=block.integer("shared_experts", required=False, default=0, minimum=0),
+        shared_ffn_hidden=block.integer("shared_ffn_hidden", required=False, default=0, minimum=0),
+        first_dense_layers=block.integer("first_dense_layers", required=False, default=0, minimum=0),
+        every=block.integer("every", required=False, default=1),
+        capacity_factor=None if capacity is None else float(capacity),
+        router_bias=block.flag("router_bias", default=False),
+        source=block.source_ref("source", sources) if "source" in block.data else "",
+    )
+
+
+def _mla(doc: _Doc, sources: Mapping[str, str]) -> LatentAttention | None:
+    """The `mla:` block of a model preset (parcalc.core.model.LatentAttention), None when absent."""
+    if "mla" not in doc.data:
+        return None
+    block = doc.child("mla")
+    block.only(_MLA_KEYS)
+    return LatentAttention(
+        q_lora_rank=block.integer("q_lora_rank", minimum=0),
+        kv_lora_rank=block.integer("kv_lora_rank"),
+        qk_nope_head_dim=block.integer("qk_nope_head_dim"),
+        qk_rope_head_dim=block.integer("qk_rope_head_dim"),
+        v_head_dim=block.integer("v_head_dim"),
+        source=block.source_ref("source", sources) if "source" in block.data else "",
+    )
 
 
 def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> TransformerModel:
@@ -727,6 +772,8 @@ def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Transf
             source=doc.source_ref("source", sources),
             dropout=doc.flag("dropout", default=True),
             dropout_source=sources.get("dropout", ""),
+            moe=_moe(doc, sources),
+            mla=_mla(doc, sources),
         )
     except InputError as error:
         raise PresetError(f"{path}: {error}") from None
