@@ -128,4 +128,6 @@ def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
 
         render_rich(result, Console())
         return
-    sys.stdout.write(render_text(result, chosen))
+    from parcalc.streams import write_out
+
+    write_out(render_text(result, chosen))

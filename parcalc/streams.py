@@ -120,6 +120,29 @@ def _tolerate_encoding(stream: Any) -> None:
             pass
 
 
+def write_out(text: str) -> None:
+    """Write `text` to stdout whole, or raise StdoutError.
+
+    Through the file descriptor when there is one: CPython's buffered writer takes a partial
+    write(2) (a pipe whose reader left after 64 KiB) as done and drops the rest without an error,
+    so `parcalc ... | head -c 100` of a large output ended with exit 0 and lost output unseen. Here
+    each os.write continues where the last stopped, and the next one reports EPIPE."""
+    stream = _saved[-1] if _saved else sys.stdout
+    try:
+        descriptor = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a test runner's capture, or a closed stdout
+        sys.stdout.write(text)
+        return
+    data = text.encode(getattr(stream, "encoding", None) or "utf-8", getattr(stream, "errors", None) or "strict")
+    view = memoryview(data)
+    try:
+        stream.flush()
+        while view:
+            view = view[os.write(descriptor, view[: 1 << 16]) :]
+    except OSError as error:
+        raise StdoutError(error) from None
+
+
 def flush_stdout() -> None:
     sys.stdout.flush()
 
