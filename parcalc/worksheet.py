@@ -281,6 +281,7 @@ def run_calculation(calculation: Calculation, extra_dirs: Sequence[Path | str] =
     from parcalc.commands.common import captured_results
 
     command = load_command(calculation.command)
+    _check_inputs(calculation, command)
     args = calculation.argv()
     if any(p.name == "presets" for p in command.params):  # bubble reads no presets
         for directory in extra_dirs:
@@ -296,6 +297,19 @@ def run_calculation(calculation: Calculation, extra_dirs: Sequence[Path | str] =
     if len(sink) != 1:
         raise InputError(f"{calculation.command} produced {len(sink)} results, expected one")
     return sink[0]
+
+
+def _check_inputs(calculation: Calculation, command: Any) -> None:
+    """Each key of `inputs` names an option of the command (click's "No such option: --x" did not
+    say which key of the worksheet, nor what the command takes)."""
+    options = sorted({opt[2:] for param in command.params for opt in getattr(param, "opts", ()) if opt.startswith("--")})
+    for key in calculation.inputs:
+        if str(key) in options:
+            continue
+        close = difflib.get_close_matches(str(key), options, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise InputError(f"inputs: {calculation.command} has no option {shown('--' + str(key))}{hint}; "
+                         f"its options: {', '.join(options)}")  # fmt: skip
 
 
 def solve(worksheet: Worksheet, extra_dirs: Sequence[Path | str] = ()) -> SolvedWorksheet:

@@ -611,3 +611,13 @@ def test_non_calculation_options_are_refused_in_worksheet_inputs(runner, tmp_pat
     line = one_line_error(result)
     assert f"key 'inputs.{key}'" in line and "sheet.yaml" in line
     assert "Usage:" not in result.output
+
+
+def test_an_input_the_command_does_not_take_is_named_with_the_closest_option(runner, tmp_path: Path) -> None:
+    """A misspelt key got click's bare "No such option: --dtyp"; now the worksheet's own words, the
+    nearest option and the command's options."""
+    sheet = worksheet(tmp_path, "title: T", "", "{gpu: a100-sxm4-80gb, dtyp: tf32}")
+    result = runner.invoke(app, ["report", str(sheet)])
+    line = one_line_error(result)
+    assert "question 1, calculation 1 (peak-flops): inputs: peak-flops has no option '--dtyp' (did you mean 'dtype'?)" in line
+    assert "its options: " in line and ", gpu, " in line
