@@ -85,6 +85,32 @@ def test_rich_output_reads_at_80_columns() -> None:
     assert lines[assumption + 1].startswith("    ") and "assumption" in lines[assumption + 1]
 
 
+def test_a_table_wider_than_the_terminal_becomes_one_record_per_row() -> None:
+    # issue #14: fit --search's 24-column top-5 table at 80 columns had "…" in every cell. A table
+    # that does not fit is printed as numbered records of "label value" pairs, broken between pairs.
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from parcalc.derivation import Column, Table
+    from parcalc.render.terminal import render_rich
+
+    columns = tuple(Column(f"c{i}", f"column {i}", "s") for i in range(12))
+    wide = Table("wide", "A wide table", columns, ((*(1.5 * i for i in range(12)),), (*(2.0 + i for i in range(12)),)))
+    buffer = io.StringIO()
+    render_rich(replace(sample(), tables=(wide,)), Console(file=buffer, width=80, color_system=None))
+    lines = buffer.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80 and not any("…" in line for line in lines)
+    first = next(i for i, line in enumerate(lines) if line.startswith("1. "))
+    assert lines[first].startswith("1. column 0 0 s  column 1 1.5 s  column 2 3 s")
+    record = " ".join(line.strip() for line in lines[first : first + 3])
+    assert "column 11 16.5 s" in record and "2. column 0 2 s" in " ".join(lines[first:])
+    narrow = replace(wide, columns=columns[:3], rows=tuple(row[:3] for row in wide.rows))
+    buffer = io.StringIO()
+    render_rich(replace(sample(), tables=(narrow,)), Console(file=buffer, width=80, color_system=None))
+    assert "┃ column 0 [s] ┃" in buffer.getvalue()  # a table that fits stays a table
+
+
 @pytest.mark.parametrize(("tty", "env", "expected"), [
     (True, {}, True), (True, {"NO_COLOR": "1"}, False), (False, {}, False), (True, {"TERM": "dumb"}, False),
 ])  # fmt: skip

@@ -39,14 +39,7 @@ def render_rich(result: Result, console: Any) -> None:
             console.print(f"  [dim]source: {escape(d.source)}[/]")
         console.print()
     for table in result.tables:
-        rich_table = RichTable(title=escape(table.title), title_justify="left", header_style="bold")
-        for column in table.columns:
-            unit = f" [{column.unit}]" if column.unit and column.unit != "fraction" else ""
-            numeric = any(not isinstance(row[table.columns.index(column)], str) for row in table.rows)
-            rich_table.add_column(escape(column.label + unit), justify="right" if numeric else "left")
-        for row in table.rows:
-            rich_table.add_row(*(escape(format_cell(v, c.unit)) for v, c in zip(row, table.columns, strict=True)))
-        console.print(rich_table)
+        console.print(_table(table, console.width))
         console.print()
     # verdicts and assumptions as two-column grids, so that a wrapped line keeps its hanging indent
     if result.verdicts:
@@ -55,6 +48,61 @@ def render_rich(result: Result, console: Any) -> None:
     if assumptions:
         console.print("\n[bold]Assumptions[/]")
         console.print(_hanging("  [dim]-[/]", [escape(a) for a in assumptions]))
+
+
+def _header(column: Any) -> str:
+    unit = f" [{column.unit}]" if column.unit and column.unit != "fraction" else ""
+    return column.label + unit
+
+
+def _table(table: Any, width: int) -> Any:
+    """A rich table when it fits the terminal's width; else one wrapped record per row.
+
+    Squeezed into 80 columns, the search's 24-column table showed "…" in every cell; as records
+    each row reads "header value" pairs, wrapped between pairs (a no-break space inside each)."""
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+
+    cells = [[format_cell(v, c.unit) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
+    headers = [_header(column) for column in table.columns]
+    natural = 1 + sum(3 + max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers))
+    if natural <= width or not cells:
+        rich_table = RichTable(title=escape(table.title), title_justify="left", header_style="bold")
+        for index, header in enumerate(headers):
+            numeric = any(not isinstance(row[index], str) for row in table.rows)
+            rich_table.add_column(escape(header), justify="right" if numeric else "left")
+        for row in cells:
+            rich_table.add_row(*(escape(cell) for cell in row))
+        return rich_table
+    grid = RichTable.grid(padding=(0, 1))
+    grid.title, grid.title_justify = escape(table.title), "left"
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    marker = len(f"{len(cells)}.") + 1
+    for number, row in enumerate(cells, start=1):
+        # the label alone: the cells carry their units ("step 18.5 s", not "step [s] 18.5 s")
+        pairs = [(column.label, cell) for column, cell in zip(table.columns, row, strict=True) if cell]
+        grid.add_row(f"{number}.", "\n".join(_flow(pairs, max(20, width - marker))))
+    return grid
+
+
+def _flow(pairs: list[tuple[str, str]], width: int) -> list[str]:
+    """"label value" pairs, two spaces apart, in lines of at most `width` characters, broken only
+    between pairs (rich's own wrapping breaks at any space, no-break ones included)."""
+    from rich.markup import escape
+
+    lines: list[str] = []
+    current, length = "", 0
+    for label, value in pairs:
+        size = len(label) + 1 + len(value)
+        if current and length + 2 + size > width:
+            lines.append(current)
+            current, length = "", 0
+        piece = f"[bold]{escape(label)}[/] {escape(value)}"
+        current, length = (f"{current}  {piece}", length + 2 + size) if current else (piece, size)
+    if current:
+        lines.append(current)
+    return lines
 
 
 def _hanging(marker: str, texts: list[str]) -> Any:
