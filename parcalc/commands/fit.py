@@ -150,7 +150,7 @@ def fit(
                        nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs)  # fmt: skip
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
 
-    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
+    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
     if fp32_grads and not mixed:
         raise InputError("--fp32-grads: applies to mixed precision (fp32 gradients beside 16-bit weights)")
     training = Training(
@@ -285,9 +285,9 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
     from parcalc.commands.memory import dropout_assumption
     from parcalc.core.memory import gradient_convention, state_bytes
 
-    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
+    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=shape)
     framework = cluster.framework
-    mixed = training.precision.value.startswith("mixed")
+    mixed = training.precision.value.startswith("mixed") or training.precision is Precision.FP8
     if mixed and training.fp32_grads == framework.fp32_grads:  # the profile decided: its source says why
         kind = "fp32" if training.fp32_grads else "16-bit"
         grads = (f"gradients in {kind}, {per.gradient:g} bytes ({per.total:g} per parameter with {training.optimizer.value}): "

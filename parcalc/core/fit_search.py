@@ -219,7 +219,7 @@ class _Shapes:
         from parcalc.core.flops import training_flops
 
         self.model, self.training, self.cluster = model, training, cluster
-        self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
+        self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         self.e = training.precision.activation_bytes
         counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value) for r in RECOMPUTES}
         self.model_flops = counted[Recompute.NONE].model.value

@@ -88,7 +88,9 @@ class StateBytes:
     gradient: float
     master: float
     per_state: float
-    states: int
+    states: float  # state tensors per parameter (a mean over the model for Adafactor and Muon; parcalc.core.optimizers)
+    state_text: str = ""
+    state_source: str = ""
 
     @property
     def optimizer(self) -> float:
@@ -100,15 +102,26 @@ class StateBytes:
         return self.weight + self.gradient + self.optimizer
 
 
-def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool = False) -> StateBytes:
-    """Bytes per parameter of each model state (see the module docstring for the sources)."""
+def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool = False, model: TransformerModel | None = None) -> StateBytes:
+    """Bytes per parameter of each model state (see the module docstring for the sources; the
+    optimizer's states per parameter from parcalc.core.optimizers, Adafactor's and Muon's counted
+    from `model`'s shapes). fp8 (Transformer Engine) keeps the bytes of mixed-bf16: bf16 weights
+    and gradients, an fp32 master copy and fp32 states (its FP8 weight copies: fp8_weight_cache)."""
+    from parcalc.core.optimizers import optimizer_state
+
+    opt = optimizer_state(optimizer, model)
+    states: float = int(opt.states) if opt.states == int(opt.states) else opt.states
+
+    def per(state_dtype_bytes: float) -> float:
+        return opt.element_bytes if opt.element_bytes is not None else state_dtype_bytes
+
     if precision is Precision.FP32:
-        return StateBytes(4.0, 4.0, 0.0, 4.0, optimizer.states)
+        return StateBytes(4.0, 4.0, 0.0, per(4.0), states, opt.text, opt.source)
     if precision is Precision.BF16:
         if fp32_grads:
             raise InputError("--fp32-grads: applies to mixed precision (fp32 main gradients beside 16-bit weights), not to pure bf16")
-        return StateBytes(2.0, 2.0, 0.0, 2.0, optimizer.states)
-    return StateBytes(2.0, 4.0 if fp32_grads else 2.0, 4.0, 4.0, optimizer.states)
+        return StateBytes(2.0, 2.0, 0.0, per(2.0), states, opt.text, opt.source)
+    return StateBytes(2.0, 4.0 if fp32_grads else 2.0, 4.0, per(4.0), states, opt.text, opt.source)
 
 
 # Where the gradient bytes come from: conventions differ between the paper and the frameworks.
@@ -301,8 +314,9 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
 
     w = Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)")
     g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient", GRADS_MEGATRON if per.master and per.gradient == 4.0 else GRADS_ZERO if per.master else "")
-    k_text = f"master copy {per.master:g} + {per.states} state(s) x {per.per_state:g}" if per.master else f"{per.states} state(s) x {per.per_state:g}"
-    k = Term("K", "K", "K", per.optimizer, "B", f"optimizer bytes per parameter ({k_text})", ZERO_MIXED)
+    k_text = f"master copy {per.master:g} + {per.states:g} state(s) x {per.per_state:g}" if per.master else f"{per.states:g} state(s) x {per.per_state:g}"
+    k_source = ZERO_MIXED + (f"; states: {per.state_source}" if per.state_source else "")
+    k = Term("K", "K", "K", per.optimizer, "B", f"optimizer bytes per parameter ({k_text})", k_source)
     return ModelStates(
         weights=part("weights", "Weights", "M_w", r"M_{\mathrm{w}}", w, zero >= 3, ZERO_STAGES if zero >= 3 else ZERO_MIXED),
         gradients=part("gradients", "Gradients", "M_g", r"M_{\mathrm{g}}", g, zero >= 2, ZERO_STAGES if zero >= 2 else ZERO_MIXED),
@@ -600,7 +614,7 @@ def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingS
     setup = setup.for_model(model)
     if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
         raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")
-    per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads)
+    per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads, model=model)
     layer = layer_activations(model, setup.activation_config(par))
     stages = tuple(stage_memory(model, par, setup, per, layer, s) for s in range(par.pp))
     if not all(math.isfinite(s.total.value) for s in stages):

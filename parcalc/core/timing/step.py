@@ -309,9 +309,9 @@ def optimizer_traffic(model: Any, tp: int, pp: int, training: Any, *, first: int
     from parcalc.core.timing.compute import optimizer_bytes
 
     params, _ = _fullest_stage(model, tp, pp, first, last)
-    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
+    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
     master = training.precision is not Precision.FP32 and training.precision is not Precision.BF16
-    return params, optimizer_bytes(training.optimizer.states, per.gradient, per.weight, master)
+    return params, optimizer_bytes(per.states, per.gradient, per.weight, master, state_bytes=per.per_state)
 
 
 def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, first: int | None = None,
