@@ -237,7 +237,8 @@ class _Shapes:
                 self._activations[key] = (math.nan,) * 4
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
-                config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, dropout, self.e)
+                config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, dropout, self.e,
+                                          gemm_input_bytes=t.precision.gemm_input_bytes)  # fmt: skip
                 vocab = self.model.vocab > 0
                 working = recompute_working_set(self.model, config)
                 self._activations[key] = (

@@ -424,10 +424,13 @@ class TrainingSetup:
     reserve: float = DEFAULT_RESERVE_BYTES
     capacity: float | None = None
     capacity_source: str = ""
+    offload_optimizer: bool = False  # ZeRO-Offload: fp32 master weights, states and fp32 gradients on the host
+    offload_activations: bool = False  # saved activations on the host (Megatron-LM --cpu-offloading, save_on_cpu)
 
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
-                                self.flash_attention, self.dropout is not False, self.precision.activation_bytes)  # fmt: skip
+                                self.flash_attention, self.dropout is not False, self.precision.activation_bytes,
+                                gemm_input_bytes=self.precision.gemm_input_bytes)  # fmt: skip
 
     def for_model(self, model: TransformerModel) -> TrainingSetup:
         """The setup with `dropout` resolved: as given, or the model's own."""
@@ -452,12 +455,18 @@ class StageMemory:
     states_total: Derivation
     activations_total: Derivation
     total: Derivation
+    fp8_weights: Derivation | None = None  # Transformer Engine's cached FP8 weights and transposes
+    host: Derivation | None = None  # what --offload keeps in host memory for this GPU
+    offloaded: tuple[str, ...] = ()  # keys of the model states held on the host instead ("optimizer_states", "gradients")
 
     def components(self) -> tuple[tuple[str, float], ...]:
+        on_gpu = {key: 0.0 if key in self.offloaded else d.value
+                  for key, d in (("gradients", self.states.gradients), ("optimizer_states", self.states.optimizer))}  # fmt: skip
         parts = [
             ("weights", self.states.weights.value),
-            ("gradients", self.states.gradients.value),
-            ("optimizer states", self.states.optimizer.value),
+            ("FP8 weight copies", self.fp8_weights.value if self.fp8_weights else 0.0),
+            ("gradients", on_gpu["gradients"]),
+            ("optimizer states", on_gpu["optimizer_states"]),
             ("ZeRO-3 gathered buffers", self.gathered.value if self.gathered else 0.0),
             ("activations (layers)", self.activations.value),
             ("activations (embeddings)", self.embedding.value if self.embedding else 0.0),
@@ -572,6 +581,8 @@ def _sum(key: str, label: str, symbol: str, latex_symbol: str, parts: list[Deriv
 def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup, per: StateBytes,
                  layer: LayerActivations, stage: int) -> StageMemory:  # fmt: skip
     """The memory of one GPU of pipeline stage `stage` (0-based)."""
+    from parcalc.core.offload import host_memory, offloaded_activations
+
     config = layer.config
     params = stage_parameters(model, par, stage)
     states = model_states(params.value, per, par.zero, par.dp, params_source=params.label)
@@ -580,7 +591,8 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
                                      embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
     n_layers = int(layers.value)
     in_flight = _in_flight(par, stage)
-    activations = Derivation(
+    fp8_weights = fp8_weight_cache(model, par.tp, n_layers) if setup.precision is Precision.FP8 else None
+    activations = offloaded_activations(layer, layers, in_flight) if setup.offload_activations else Derivation(
         key="stage_activations",
         label=f"Activations of the layers of stage {stage + 1}",
         symbol="A_stage",
@@ -596,7 +608,11 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
     recompute = recompute_working_set(model, config)
     reserve = reserve_derivation(setup.reserve)
-    state_parts = [states.weights, states.gradients, states.optimizer, *([gathered] if gathered else [])]
+    offloaded = (("optimizer_states",) + (("gradients",) if par.zero >= 2 else ())) if setup.offload_optimizer else ()
+    host = host_memory(params.value, per, par, layer, layers, in_flight, setup) if setup.offload_optimizer or setup.offload_activations else None
+    kept = [d for key, d in (("weights", states.weights), ("gradients", states.gradients), ("optimizer_states", states.optimizer))
+            if key not in offloaded]  # fmt: skip
+    state_parts = [*kept, *([fp8_weights] if fp8_weights else []), *([gathered] if gathered else [])]
     states_total = _sum("model_states", "Model states (weights, gradients, optimizer states)", "M_states", r"M_{\mathrm{states}}",
                         state_parts, ZERO_STAGES)  # fmt: skip
     act_parts = [activations, *([embedding] if embedding else []), *([output] if output else []), *([recompute] if recompute else [])]
@@ -605,7 +621,38 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     total = _sum("total", f"Total on one GPU of stage {stage + 1}", "M_total", r"M_{\mathrm{total}}",
                  [states_total, activations_total, reserve], "sum of the components above")  # fmt: skip
     return StageMemory(stage, params, states, gathered, layers, in_flight, activations, embedding, output, recompute, reserve,
-                       states_total, activations_total, total)  # fmt: skip
+                       states_total, activations_total, total, fp8_weights, host, offloaded)  # fmt: skip
+
+
+TE_WEIGHT_CACHE = (
+    "NVIDIA/TransformerEngine transformer_engine/pytorch/module/linear.py (@3ec87875), _Linear.forward: "
+    "weight_quantizer.set_usage(rowwise=True, columnwise=is_grad_enabled) and module.get_weight_workspace(..., "
+    "cache_name=(None if is_first_microbatch is None else 'weight')): the FP8 weight and its FP8 transpose are kept "
+    "as a workspace across micro-batches (Megatron-LM passes is_first_microbatch)"
+)
+
+
+def linear_weights_per_rank(model: TransformerModel, tp: int) -> int:
+    """Weights of one layer's linears (QKV, projection, MLP) on one TP rank: what TE runs in FP8."""
+    h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
+    return (h * q + 2 * h * kv + q * h + (3 if model.mlp.gated else 2) * h * f) // tp
+
+
+def fp8_weight_cache(model: TransformerModel, tp: int, layers: int) -> Derivation:
+    """Transformer Engine's FP8 copies of the linear weights of a stage on one GPU: a row-wise FP8
+    weight for the forward GEMM and a column-wise (transposed) one for the input-gradient GEMM on
+    Hopper, 1 byte each, cached across micro-batches (TE_WEIGHT_CACHE). The embedding and LM head
+    stay bf16 (TE runs the transformer layers' linears only). Not sharded by ZeRO."""
+    per_layer = linear_weights_per_rank(model, tp)
+    inputs = (
+        Term("c_8", "c_fp8", r"c_{\mathrm{fp8}}", 2.0, "B", "bytes per linear weight: FP8 weight + FP8 transpose", TE_WEIGHT_CACHE),
+        Term("P_lin", "P_linear/t", r"P_{\mathrm{linear}}/t", per_layer, "", "weights of one layer's linears on one TP rank"),
+        Term("L_s", "L_stage", r"L_{\mathrm{stage}}", layers, "", "layers on this stage"),
+    )
+    return Derivation("fp8_weights", "FP8 weight copies (Transformer Engine: weight and transpose, cached)", "M_fp8", r"M_{\mathrm{fp8}}",
+                      "$c_8 × $P_lin × $L_s", r"$c_8 \times $P_lin \times $L_s", inputs, 2.0 * per_layer * layers, "B", TE_WEIGHT_CACHE,
+                      ("Hopper FP8 (per-tensor scaling): row-wise and column-wise copies, 1 byte each; Blackwell MXFP8 adds one "
+                       "E8M0 scale per 32 elements per copy (not counted)", "dense layer shapes"))  # fmt: skip
 
 
 def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> MemoryBreakdown:
