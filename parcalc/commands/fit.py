@@ -326,7 +326,12 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         (f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
          "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp"),
         "memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)",
-        "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)",
+        "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)"
+        + (" + offload (PCIe copies beyond their overlap window, the CPU optimizer step memory-bound on 614.4 GB/s of host DRAM per node: "
+           "parcalc.core.timing.offload)" if training.offload_optimizer or training.offload_activations else ""),
+        *(("fp8: GEMMs at the FP8 peak times the preset's fp8 share (h100-sxm5: 0.43, an untested derate), FlashAttention and "
+           "memory-bound kernels in 16 bits as before; FP8 casts assumed fused into norms and activations (not timed)",)
+          if training.precision is Precision.FP8 else ()),
         (f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
          f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}"),
         "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)",
