@@ -38,7 +38,7 @@ from parcalc.commands.model_options import (
     TiedOption,
     VocabOption,
 )
-from parcalc.core.choices import Optimizer, Precision, Recompute, ZeroStage
+from parcalc.core.choices import Offload, Optimizer, Precision, Recompute, ZeroStage
 from parcalc.output import OutputFormat
 
 if TYPE_CHECKING:
@@ -60,6 +60,9 @@ Examples:
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
   parcalc fit --model llama3-405b --gpu h100-sxm5 --gpus 16384 --batch 2048 --seq-len 8192 --flash-attention \\
       --tp 8 --pp 16 --dp 128 --first-stage-layers 7 --last-stage-layers 7 --zero 1 --sequence-parallel --recompute none
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --flash-attention --precision fp8 --search
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --tp 1 --pp 1 --dp 8 --zero 2 \\
+      --flash-attention --optimizer lion --offload optimizer --host-link pcie5-x16
 """
 
 DEFAULT_TOP = 5
@@ -86,8 +89,10 @@ def fit(
     sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both).", show_default=False)] = None,  # noqa: UP045
     interleaved: Annotated[bool, typer.Option("--interleaved/--no-interleaved", help="--search: try the interleaved schedule with v chunks beside 1F1B.")] = True,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="--search: let tensor parallelism span nodes.")] = False,
-    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16 (bytes per parameter and activation; default mixed-bf16, mixed-fp16 on a GPU without bf16 such as the V100).", show_default=False)] = None,  # noqa: UP045
-    optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw, sgd-momentum, sgd.")] = Optimizer.ADAMW,
+    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16, fp8 (Transformer Engine: GEMMs at the FP8 peak, FP8 linear inputs and weight copies) (bytes per parameter and activation; default mixed-bf16, mixed-fp16 on a GPU without bf16 such as the V100).", show_default=False)] = None,  # noqa: UP045
+    optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw, lion, sgd-momentum, sgd, adam-8bit, adafactor, muon (state bytes and the step's memory traffic).")] = Optimizer.ADAMW,
+    offload: Annotated[Optional[list[Offload]], typer.Option(metavar="KIND", help="Move to host memory (repeatable): optimizer (ZeRO-Offload; CPU step and PCIe copies in t_offload), activations (copied out and back, overlapped with compute). Not searched: applies to every configuration.", show_default=False)] = None,  # noqa: UP045
+    host_link: Annotated[Text, typer.Option(metavar="NAME", help="The GPU's link to the host for --offload (default: pcie5-x16 on Hopper/Blackwell, else pcie4-x16).")] = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,
@@ -150,7 +155,7 @@ def fit(
                        nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs)  # fmt: skip
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
 
-    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
+    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
     if fp32_grads and not mixed:
         raise InputError("--fp32-grads: applies to mixed precision (fp32 gradients beside 16-bit weights)")
     training = Training(
@@ -158,6 +163,8 @@ def fit(
         optimizer=optimizer, flash_attention=flash_attention, dropout=dropout,
         fp32_grads=(profile.fp32_grads if fp32_grads is None else fp32_grads) and mixed,
         reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
+        offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
+        host_link=_host_link(host_link, offload, dirs),
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     recomputes = tuple(dict.fromkeys(recompute)) if recompute else (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
@@ -174,6 +181,8 @@ def fit(
     settings = [("model", shape.key), ("gpu", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
                 ("flash_attention", str(flash_attention).lower()), ("framework", profile.key),
                 ("mode", "search" if search else "configuration" if pinned else "strategies")]  # fmt: skip
+    if offload:
+        settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
     if search:
         check_at_most(training.global_batch, MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
         if top < 1:
@@ -200,6 +209,18 @@ def fit(
                 finish(result, fmt, output)
             raise InfeasibleError(nothing_fits)
     finish(result, fmt, output)
+
+
+def _host_link(name: str | None, offload: list[Offload] | None, dirs: tuple) -> Any:
+    """The --host-link preset (None: the GPU's default PCIe, chosen by the timing model); only with --offload."""
+    from parcalc.errors import InputError
+    from parcalc.presets import load_link
+
+    if name is None:
+        return None
+    if not offload:
+        raise InputError("--host-link: the link to the host is used by --offload only (give --offload optimizer or activations)")
+    return load_link(name, dirs)
 
 
 def _streams_every_row(fmt: OutputFormat | None, output: Any) -> bool:
@@ -285,9 +306,9 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
     from parcalc.commands.memory import dropout_assumption
     from parcalc.core.memory import gradient_convention, state_bytes
 
-    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
+    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=shape)
     framework = cluster.framework
-    mixed = training.precision.value.startswith("mixed")
+    mixed = training.precision.value.startswith("mixed") or training.precision is Precision.FP8
     if mixed and training.fp32_grads == framework.fp32_grads:  # the profile decided: its source says why
         kind = "fp32" if training.fp32_grads else "16-bit"
         grads = (f"gradients in {kind}, {per.gradient:g} bytes ({per.total:g} per parameter with {training.optimizer.value}): "
@@ -305,7 +326,12 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         (f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
          "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp"),
         "memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)",
-        "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)",
+        "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)"
+        + (" + offload (PCIe copies beyond their overlap window, the CPU optimizer step memory-bound on 614.4 GB/s of host DRAM per node: "
+           "parcalc.core.timing.offload)" if training.offload_optimizer or training.offload_activations else ""),
+        *(("fp8: GEMMs at the FP8 peak times the preset's fp8 share (h100-sxm5: 0.43, an untested derate), FlashAttention and "
+           "memory-bound kernels in 16 bits as before; FP8 casts assumed fused into norms and activations (not timed)",)
+          if training.precision is Precision.FP8 else ()),
         (f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
          f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}"),
         "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)",

@@ -33,7 +33,7 @@ from parcalc.commands.model_options import (
     model_and_seq_len,
     model_terms,
 )
-from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule, ZeroStage
+from parcalc.core.choices import Offload, Optimizer, Precision, Recompute, Schedule, ZeroStage
 
 if TYPE_CHECKING:
     from parcalc.core.memory import MemoryBreakdown
@@ -48,6 +48,9 @@ Examples:
   parcalc memory --model llama3-70b --micro-batch 1 --seq-len 8192 --tp 8 --pp 4 --schedule interleaved --chunks 2 --micro-batches 16 --flash-attention --gpu h100-sxm5 --per-stage
   parcalc memory --model llama3-405b --seq-len 8192 --tp 8 --pp 16 --dp 128 --zero 1 --sequence-parallel --first-stage-layers 7 --last-stage-layers 7 --flash-attention --gpu h100-sxm5 --per-stage
   parcalc memory --layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq-len 2048 --micro-batch 4 --tp 8 --sequence-parallel
+  parcalc memory --model llama3-8b --seq-len 8192 --flash-attention --precision fp8 --gpu h100-sxm5
+  parcalc memory --model llama3-8b --seq-len 4096 --dp 8 --zero 2 --optimizer adam-8bit --gpu a100-sxm4-80gb
+  parcalc memory --model llama3-70b --seq-len 4096 --dp 8 --zero 2 --offload optimizer --offload activations --gpu h100-sxm5
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -79,8 +82,9 @@ def memory(
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1).")] = False,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = Recompute.NONE,
-    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy); default mixed-bf16, mixed-fp16 on a GPU without bf16 (V100).", show_default=False)] = None,  # noqa: UP045
-    optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw (2 states), sgd-momentum (1), sgd (0).")] = Optimizer.ADAMW,
+    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy), fp8 (Transformer Engine: FP8 GEMM inputs and weight copies, bf16 weights, fp32 master; needs a GPU with an FP8 peak); default mixed-bf16, mixed-fp16 on a GPU without bf16 (V100).", show_default=False)] = None,  # noqa: UP045
+    optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw (2 states), lion, sgd-momentum (1), sgd (0), adam-8bit (2 x 8-bit + block scales), adafactor (factored: r + c per matrix), muon (1 for hidden matrices, AdamW for the rest).")] = Optimizer.ADAMW,
+    offload: Annotated[Optional[list[Offload]], typer.Option(metavar="KIND", help="Move to host memory (repeatable): optimizer (ZeRO-Offload: fp32 master, states, fp32 gradients), activations (saved tensors, as Megatron-LM's CPU offloading). Shows host bytes and PCIe bytes per iteration.", show_default=False)] = None,  # noqa: UP045
     fp32_grads: Annotated[bool, typer.Option("--fp32-grads", help="Mixed precision with fp32 gradients (Megatron-LM's main_grad: 18 bytes per parameter with Adam).")] = False,
     schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved.")] = Schedule.ONE_F_ONE_B,
     micro_batches: Annotated[_Text, typer.Option(metavar="m", help="Micro-batches per iteration (default: p; 2p interleaved).")] = None,
@@ -128,6 +132,9 @@ def memory(
 
         device = load_gpu(gpu, dirs)
         cap, cap_source, device_key = device.memory_capacity.value, device.memory_capacity.source, device.key
+        if precision is Precision.FP8 and "fp8" not in device.dtypes:
+            raise InputError(f"--precision fp8: {device.name} has no FP8 rate in its datasheet (it lists {', '.join(device.dtypes)}); "
+                             "FP8 Tensor Cores start with Hopper (H100, H200) and Ada")  # fmt: skip
         if precision is None:  # the default must hold on the GPU given: no bf16 on a V100
             from parcalc.commands.common import sixteen_bit_default
 
@@ -146,13 +153,16 @@ def memory(
         micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
         flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads, reserve=reserve_bytes, capacity=cap,
-        capacity_source=cap_source,
+        capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
+        offload_activations=Offload.ACTIVATIONS in (offload or ()),
     )  # fmt: skip
     breakdown = memory_breakdown(shape, par, setup)
     settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
                 ("zero", zero.value), ("recompute", recompute.value), ("schedule", chosen.value),
                 ("sequence_parallel", str(sequence_parallel).lower()), ("flash_attention", str(flash_attention).lower()),
                 ("dropout", str(breakdown.setup.dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
+    if offload:
+        settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
     finish(memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes), fmt, output)
 
 
@@ -194,7 +204,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         inputs.append(Term("v", "v", "v", par.chunks, "", "model chunks per device"))
     layer = breakdown.layer
     derivations = [worst.parameters, worst.states.weights, worst.states.gradients, worst.states.optimizer]
-    derivations += [x for x in (worst.gathered,) if x is not None]
+    derivations += [x for x in (worst.fp8_weights, worst.gathered) if x is not None]
     derivations += [layer.per_layer] + ([layer.korthikanti] if layer.korthikanti is not None else [])
     derivations += [worst.layers, worst.in_flight, worst.activations]
     derivations += [x for x in (worst.embedding, worst.output, worst.recompute) if x is not None]
@@ -202,6 +212,12 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     headroom = breakdown.headroom()
     if headroom is not None:
         derivations.append(headroom)
+    if worst.host is not None:
+        from parcalc.core.offload import pcie_traffic
+
+        derivations.append(worst.host)
+        derivations += pcie_traffic(worst.parameters.value, breakdown.per_parameter, par, layer.per_layer.value, int(worst.layers.value),
+                                    par.micro_batches, setup.offload_optimizer, setup.offload_activations)  # fmt: skip
     components = Table(
         "components",
         f"Memory of one GPU of stage {worst.stage + 1} of {par.pp} (the fullest)",
@@ -228,9 +244,11 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
 
     assumptions = (
         *notes,
-        "bytes per parameter: weights {:g}, gradients {:g}, optimizer {:g} (master {:g} + {} state(s) x {:g})".format(
+        "bytes per parameter: weights {:g}, gradients {:g}, optimizer {:g} (master {:g} + {:g} state(s) x {:g})".format(
             breakdown.per_parameter.weight, breakdown.per_parameter.gradient, breakdown.per_parameter.optimizer,
             breakdown.per_parameter.master, breakdown.per_parameter.states, breakdown.per_parameter.per_state),
+        f"optimizer {setup.optimizer.value}: {breakdown.per_parameter.state_text} ({breakdown.per_parameter.state_source})",
+        *((f"offloaded to the host: {', '.join(worst.offloaded) or 'activations'}; not on the GPU's total",) if worst.host else ()),
         gradient_convention(breakdown.per_parameter),
         "GB = 1e9 bytes, GiB = 2^30 bytes; GPU capacities are binary (80 GiB for an '80GB' HBM part)",
         _stages_assumption(breakdown),

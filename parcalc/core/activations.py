@@ -64,6 +64,17 @@ MEGATRON_SELECTIVE = (
     "before its backward"
 )
 
+# FP8 training (Transformer Engine): a linear saves its casted FP8 input for the weight gradient
+# (`input_quantizer.set_usage(rowwise=True, columnwise=backward_needs_input)`, then the quantised
+# tensor is saved), LayerNormLinear / LayerNormMLP save the norm's bf16 input and its FP8 output
+# (ln_out), LayerNormMLP saves fc1's bf16 output (the activation's input) and the FP8 activation
+# output that fc2 multiplies; attention's Q, K, V, softmax, norms and residuals stay bf16
+# (fp8_dpa off, the default of recipe.DelayedScaling).
+TE_FP8 = ("FP8 (1 byte): Transformer Engine saves the casted FP8 input of each linear for its weight gradient "
+          "(NVIDIA/TransformerEngine transformer_engine/pytorch/module/linear.py, _Linear.forward; layernorm_linear.py saves ln_out)")  # fmt: skip
+TE_FP8_MLP = ("Transformer Engine transformer_engine/pytorch/module/layernorm_mlp.py, _LayerNormMLP.forward: fc1_out (bf16, the "
+              "activation's input) and act_out (FP8, fc2's input) are both saved")  # fmt: skip
+
 MAX_COUNT = 2**53  # counts above this are not exact in floating point, and no run is that large
 TOKEN_ID_BYTES = 8.0  # int64 token ids, which the embedding's backward keeps (torch.nn.Embedding)
 LOGIT_BYTES = 4.0  # the cross-entropy works on fp32 logits (Korthikanti et al. sec. 4.3)
@@ -104,6 +115,11 @@ class ActivationConfig:
     dropout: bool = True
     activation_bytes: float = 2.0
     mask_bytes: float = 1.0
+    gemm_input_bytes: float | None = None  # saved inputs of the linears (FP8: 1, TE_FP8); None: activation_bytes
+
+    @property
+    def linear_input_bytes(self) -> float:
+        return self.activation_bytes if self.gemm_input_bytes is None else self.gemm_input_bytes
 
     def __post_init__(self) -> None:
         for flag, value in (("--micro-batch", self.micro_batch), ("--seq-len", self.seq_len), ("--tp", self.tp)):
@@ -157,14 +173,15 @@ def check_tensor_parallel(model: TransformerModel, tp: int) -> None:
 
 def layer_saved_tensors(model: TransformerModel, config: ActivationConfig) -> tuple[SavedTensor, ...]:
     """The tensors one layer keeps for backward without recomputation, in forward order."""
-    e, m = config.activation_bytes, config.mask_bytes
+    e, m, g = config.activation_bytes, config.mask_bytes, config.linear_input_bytes
     h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
     norm = model.norm is not Norm.NONE
     k1 = KORTHIKANTI_EQ1
+    fp8 = f"; {TE_FP8}" if g != e else ""
     out: list[SavedTensor] = []
     if norm:
         out.append(SavedTensor("norm1_input", "attention norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
-    out.append(SavedTensor("qkv_input", "QKV projection input", "token", h, e, "sp", False, k1 + ": shared QKV input 2sbh"))
+    out.append(SavedTensor("qkv_input", "QKV projection input", "token", h, g, "sp", False, k1 + ": shared QKV input 2sbh" + fp8))
     if config.flash_attention:
         out += [
             SavedTensor("q", "Q", "token", q, e, "tp", False, FLASH),
@@ -187,33 +204,39 @@ def layer_saved_tensors(model: TransformerModel, config: ActivationConfig) -> tu
                             k1 + ": dropout output 2as^2b"),
             ]  # fmt: skip
         out.append(SavedTensor("v", "V (for ·V)", "token", kv, e, "tp", False, k1 + ": V 2sbh"))
-    out.append(SavedTensor("proj_input", "output projection input", "token", q, e, "tp", False, k1 + ": linear projection input 2sbh"))
+    out.append(SavedTensor("proj_input", "output projection input", "token", q, g, "tp", False, k1 + ": linear projection input 2sbh" + fp8))
     if config.dropout:
         out.append(SavedTensor("proj_dropout_mask", "attention output dropout mask", "token", h, m, "sp", False, k1 + ": attention dropout mask sbh"))
     if norm:
         out.append(SavedTensor("norm2_input", "MLP norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
-    out.append(SavedTensor("mlp_input", "MLP up-projection input", "token", h, e, "sp", False, k1 + ": first linear input 2sbh"))
-    out += _mlp_tensors(model.mlp, f, e)
+    out.append(SavedTensor("mlp_input", "MLP up-projection input", "token", h, g, "sp", False, k1 + ": first linear input 2sbh" + fp8))
+    out += _mlp_tensors(model.mlp, f, e, g)
     if config.dropout:
         out.append(SavedTensor("mlp_dropout_mask", "MLP output dropout mask", "token", h, m, "sp", False, k1 + ": MLP dropout mask sbh"))
     return tuple(out)
 
 
-def _mlp_tensors(mlp: Mlp, f: int, e: float) -> list[SavedTensor]:
+def _mlp_tensors(mlp: Mlp, f: int, e: float, g: float | None = None) -> list[SavedTensor]:
+    """The MLP's saved tensors; g: bytes of the down projection's saved input (FP8: 1; None: e)."""
+    g = e if g is None else g
+    fp8 = f"; {TE_FP8}" if g != e else ""
     if mlp is Mlp.RELU:
-        return [SavedTensor("relu_output", "ReLU output (= down-projection input)", "token", f, e, "tp", False,
+        relu = [SavedTensor("relu_output", "ReLU output (= down-projection input)", "token", f, e, "tp", False,
                             "PyTorch derivatives.yaml: relu backward uses its result")]  # fmt: skip
+        if g != e:  # TE's LayerNormMLP keeps fc1_out for the activation's backward and the FP8 act_out for fc2's wgrad
+            relu.append(SavedTensor("down_input", "down-projection input (FP8 copy)", "token", f, g, "tp", False, TE_FP8_MLP))
+        return relu
     if mlp.gated:
         fused = "Megatron-LM fused_bias_swiglu.py saves [gate, up]"
         return [
             SavedTensor("gate_output", "gate projection output", "token", f, e, "tp", False, fused),
             SavedTensor("up_output", "up projection output", "token", f, e, "tp", False, fused),
-            SavedTensor("down_input", "gated product (down-projection input)", "token", f, e, "tp", False, fused),
+            SavedTensor("down_input", "gated product (down-projection input)", "token", f, g, "tp", False, fused + fp8),
         ]
     k1 = KORTHIKANTI_EQ1
     return [
         SavedTensor("activation_input", f"{mlp.value.upper()} input", "token", f, e, "tp", False, k1 + ": GeLU input 8sbh"),
-        SavedTensor("down_input", "down-projection input", "token", f, e, "tp", False, k1 + ": second linear input 8sbh"),
+        SavedTensor("down_input", "down-projection input", "token", f, g, "tp", False, k1 + ": second linear input 8sbh" + fp8),
     ]
 
 
@@ -340,6 +363,10 @@ def layer_activations(model: TransformerModel, config: ActivationConfig) -> Laye
 def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str, ...]:
     masks = f", dropout masks in {config.mask_bytes:g}" if config.dropout else ""
     out = [f"activations stored in {config.activation_bytes:g} bytes per element{masks}"]
+    if config.linear_input_bytes != config.activation_bytes:
+        out.append(f"FP8 training (Transformer Engine): the saved inputs of the linears (QKV, output projection, MLP up and down) in "
+                   f"{config.linear_input_bytes:g} byte per element; norms, attention (Q, K, V, softmax), activation inputs and "
+                   "residuals stay 16-bit (TE's fp8_dpa off by default)")  # fmt: skip
     if model.norm is Norm.LAYERNORM or model.norm is Norm.RMSNORM:
         out.append("norm statistics (mean / rstd, b x s values per norm) left out, as Korthikanti et al. do")
     if not config.dropout:
@@ -401,7 +428,7 @@ def korthikanti_per_layer(model: TransformerModel, config: ActivationConfig) -> 
     else:
         formula, latex = "$s × $b × $h × (34 + 5 × $a × $s / $h)", r"$s \times $b \times $h \times \left(34 + \frac{5 \times $a \times $s}{$h}\right)"
         keys, value, where = ("s", "b", "h", "a"), s * b * h * (34 + 5 * a * s / h), "eq. (1)"
-    standard = is_korthikanti_layer(model) and config.activation_bytes == 2 and config.mask_bytes == 1
+    standard = is_korthikanti_layer(model) and config.activation_bytes == 2 and config.mask_bytes == 1 and config.linear_input_bytes == 2
     note = "" if standard else " (their layer: 4h GELU MLP, MHA, 16-bit; an estimate for this one)"
     return Derivation(
         key="korthikanti_per_layer",
@@ -490,7 +517,8 @@ def recompute_working_set(model: TransformerModel, config: ActivationConfig) -> 
     if config.recompute is Recompute.NONE:
         return None
     plain = ActivationConfig(config.micro_batch, config.seq_len, config.tp, config.sequence_parallel, Recompute.NONE,
-                             config.flash_attention, config.dropout, config.activation_bytes, config.mask_bytes)  # fmt: skip
+                             config.flash_attention, config.dropout, config.activation_bytes, config.mask_bytes,
+                             config.gemm_input_bytes)  # fmt: skip
     every = layer_saved_tensors(model, plain)
     again = every if config.recompute is Recompute.FULL else tuple(t for t in every if t.attention_core)
     value = sum(tensor_bytes(t, plain) for t in again)

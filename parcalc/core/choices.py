@@ -50,15 +50,22 @@ class Precision(str, Enum):
     MIXED_FP16 = "mixed-fp16"
     MIXED_BF16 = "mixed-bf16"
     BF16 = "bf16"
+    FP8 = "fp8"  # Transformer Engine's recipe: FP8 GEMM inputs, bf16 weights and activations, fp32 master copy and states
 
     @property
     def activation_bytes(self) -> float:
         return 4.0 if self is Precision.FP32 else 2.0
 
     @property
+    def gemm_input_bytes(self) -> float:
+        """Bytes per element of the saved input of a linear layer: FP8 (1 byte) under Transformer
+        Engine's recipe, which saves the casted FP8 tensor for the weight gradient; else the activations'."""
+        return 1.0 if self is Precision.FP8 else self.activation_bytes
+
+    @property
     def gemm_dtype(self) -> str:
         """The peak the GEMMs run at: fp32 training does not compute at the bf16 peak."""
-        return {Precision.FP32: "fp32", Precision.MIXED_FP16: "fp16"}.get(self, "bf16")
+        return {Precision.FP32: "fp32", Precision.MIXED_FP16: "fp16", Precision.FP8: "fp8"}.get(self, "bf16")
 
 
 class Optimizer(str, Enum):
@@ -66,11 +73,26 @@ class Optimizer(str, Enum):
     ADAMW = "adamw"
     SGD = "sgd"
     SGD_MOMENTUM = "sgd-momentum"
+    ADAFACTOR = "adafactor"
+    LION = "lion"
+    ADAM_8BIT = "adam-8bit"
+    MUON = "muon"
 
     @property
     def states(self) -> int:
-        """Tensors of optimizer state per parameter tensor, each the parameter's size."""
-        return {Optimizer.ADAM: 2, Optimizer.ADAMW: 2, Optimizer.SGD: 0, Optimizer.SGD_MOMENTUM: 1}[self]
+        """Tensors of optimizer state per parameter tensor, each the parameter's size (the most any
+        parameter keeps: Adafactor's factored statistics and Muon's AdamW share are counted from the
+        model's shapes by parcalc.core.optimizers)."""
+        return {Optimizer.ADAM: 2, Optimizer.ADAMW: 2, Optimizer.SGD: 0, Optimizer.SGD_MOMENTUM: 1, Optimizer.ADAFACTOR: 1,
+                Optimizer.LION: 1, Optimizer.ADAM_8BIT: 2, Optimizer.MUON: 2}[self]  # fmt: skip
+
+
+class Offload(str, Enum):
+    """What moves to host memory: the optimizer (fp32 master weights, states and, from ZeRO-2, the
+    gradient partition: ZeRO-Offload) or the saved activations (Megatron-LM / save_on_cpu)."""
+
+    OPTIMIZER = "optimizer"
+    ACTIVATIONS = "activations"
 
 
 class ZeroStage(str, Enum):

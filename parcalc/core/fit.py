@@ -139,6 +139,9 @@ class Training:
     fp32_grads: bool = False
     reserve: float = DEFAULT_RESERVE_BYTES
     causal: bool = True  # decoder training: FlashAttention skips the masked half of the scores
+    offload_optimizer: bool = False  # ZeRO-Offload (parcalc.core.offload; time: parcalc.core.timing.offload)
+    offload_activations: bool = False
+    host_link: Link | None = None  # the GPU's PCIe link to the host (None: parcalc.core.timing.offload.default_host_link)
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,7 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
                       config.embedding_in_split, config.loss_in_split)  # fmt: skip
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
-                          cluster.capacity, cluster.capacity_source)  # fmt: skip
+                          cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations)  # fmt: skip
     return memory_breakdown(model, par, setup)
 
 
@@ -278,6 +281,7 @@ class Estimate:
     tokens_per_second: Derivation
     mfu: Derivation
     hfu: Derivation
+    offload: Derivation | None = None  # t_offload (--offload; parcalc.core.timing.offload)
 
     @property
     def total_memory(self) -> float:
@@ -285,7 +289,8 @@ class Estimate:
 
     def derivations(self) -> tuple[Derivation, ...]:
         return (self.memory.worst.total, self.model_flops, self.hardware_flops, self.compute, self.tp_comm, self.bubble,
-                self.pp_comm, self.dp_comm, self.optimizer, self.step, self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
+                self.pp_comm, self.dp_comm, self.optimizer, *((self.offload,) if self.offload else ()), self.step,
+                self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
 
 
 def _derivation(key: str, label: str, symbol: str, latex_symbol: str, formula: str, inputs: list[Term], value: float,
@@ -310,6 +315,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         combine,
         dp_exposed,
         dp_pieces,
+        offload_step_time,
         optimizer_step_time,
         optimizer_traffic,
         sp_regather,
@@ -332,7 +338,10 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                             reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                             layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
     t_opt = float(optimizer_step_time(model, t, p, d, config.zero, training, cluster, **ends))
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp)
+    offloading = training.offload_optimizer or training.offload_activations
+    t_off = float(offload_step_time(model, t, p, d, config.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
+                                    stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends)) if offloading else 0.0  # fmt: skip
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
 
     spec = cluster.spec
     m_term = _t("m", "m", m, "", "micro-batches per replica")
@@ -410,10 +419,14 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
          _t("x", "x", cluster.efficiency, "", "--efficiency"),
          _t("d_z", "d_z", shards, "", "ranks the optimizer states are sharded over (ZeRO-1 and up: d)", latex=r"d_{z}")],
         t_opt, "s", "reads and writes every optimizer state once (parcalc.core.timing.compute.optimizer_bytes)")  # fmt: skip
-    parts = [compute, tp_comm, bubble, pp_comm, dp_comm, optimizer]
+    if training.offload_optimizer:
+        optimizer = _zero("t_optimizer", "Optimizer step on the GPU", "--offload optimizer: the step runs on the host (t_offload)")
+    offload = _offload_derivation(model, config, training, cluster, breakdown, stage, m, t_off) if offloading else None
+    parts = [compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, *([offload] if offload else [])]
     step_value = float(terms["t_step"])
     step = _derivation("t_step", "Time per iteration", "t_step", r"t_{\mathrm{step}}",
-                       "$t_compute + $t_tp + $t_bubble + $t_pp + $t_dp + $t_optimizer", [x.as_term(x.key) for x in parts], step_value, "s",
+                       "$t_compute + $t_tp + $t_bubble + $t_pp + $t_dp + $t_optimizer" + (" + $t_offload" if offload else ""),
+                       [x.as_term(x.key) for x in parts], step_value, "s",
                        "the sum of the terms above (parcalc.core.timing.step)")  # fmt: skip
     gpus = _t("N", "N", n, "", "GPUs")
     peak = _t("peak", "F_peak", cluster.peak, "FLOP/s", f"peak of one {cluster.gpu_name}", cluster.peak_source, r"F_{\mathrm{peak}}")
@@ -427,7 +440,46 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                       [f_hw.as_term("F_hw"), step.as_term("t_step"), gpus, peak], f_hw.value / (step_value * n * cluster.peak),
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (hardware FLOPs: recomputation counted)")  # fmt: skip
     fits = breakdown.worst.total.value <= cluster.capacity
-    return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu)
+    return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu,
+                    offload)  # fmt: skip
+
+
+def _offload_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,
+                        stage: Any, m: int, value: float) -> Derivation:  # fmt: skip
+    """t_offload with its pieces (parcalc.core.timing.offload.offload_times, the same numbers)."""
+    from parcalc.core.memory import state_bytes
+    from parcalc.core.timing.compute import optimizer_bytes
+    from parcalc.core.timing.offload import HOST_BANDWIDTH_SOURCE, HOST_MEMORY_BANDWIDTH, ZERO_OFFLOAD_OVERLAP, default_host_link_name
+    from parcalc.core.timing.step import _fullest_stage
+    from parcalc.presets import load_link
+
+    link = training.host_link if training.host_link is not None else load_link(default_host_link_name(cluster.gpu))
+    bw = link.bandwidth_per_direction
+    terms = [_t("B_pcie", "B_pcie", bw.value, "B/s", f"{link.name} bandwidth per direction", bw.source, r"B_{\mathrm{pcie}}")]
+    parts = []
+    if training.offload_optimizer:
+        params, _ = _fullest_stage(model, config.tp, config.pp, **config.stage_ends(model))
+        shard = params / config.dp if config.zero >= 1 else params
+        per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
+        q_cpu = optimizer_bytes(per.states, 4.0, per.weight, True, state_bytes=per.per_state)
+        terms += [_t("psi_z", "Ψ_z", shard, "", "parameters of this GPU's optimizer shard", latex=r"\Psi_z"),
+                  _t("w", "w", per.weight, "B", "bytes per 16-bit gradient down and weight up (ZeRO-Offload)"),
+                  _t("W_b", "W_b", stage.last_backward, "s", "backward of the last micro-batch (hides the gradient copy)", latex=r"W_{b}"),
+                  _t("Q_cpu", "Q_cpu", q_cpu, "B", "host bytes one parameter's CPU-Adam update moves", latex=r"Q_{\mathrm{cpu}}"),
+                  _t("BW_h", "BW_host", HOST_MEMORY_BANDWIDTH, "B/s", "host memory bandwidth per node", HOST_BANDWIDTH_SOURCE, r"BW_{\mathrm{host}}"),
+                  _t("g", "g", cluster.gpus_per_node, "", "GPUs per node sharing it")]  # fmt: skip
+        parts.append("max(0, $w × $psi_z / $B_pcie - $W_b) + $psi_z × $Q_cpu / ($BW_h / $g) + $w × $psi_z / $B_pcie")
+    if training.offload_activations:
+        layers = config.stage_layers(model)[0]
+        terms += [_t("A_l", "A_layer", breakdown.layer.per_layer.value, "B", "one layer's saved activations, one micro-batch", latex=r"A_{\mathrm{layer}}"),
+                  _t("L_s", "L_s", layers, "", "layers of the first stage"), _t("m", "m", m, "", "micro-batches per replica"),
+                  _t("t_f", "t_f", stage.forward, "s", "forward of one micro-batch"),
+                  _t("t_b", "t_b", stage.backward + stage.recompute, "s", "backward (and recomputation) of one micro-batch")]  # fmt: skip
+        parts.append("max(0, $A_l × $L_s × $m / $B_pcie - $m × $t_f) + max(0, $A_l × $L_s × $m / $B_pcie - $m × $t_b)")
+    return _derivation("t_offload", "Offloading exposed per iteration (PCIe copies, CPU optimizer step)", "t_offload", r"t_{\mathrm{offload}}",
+                       " + ".join(parts), terms, value, "s", f"{ZERO_OFFLOAD_OVERLAP}; parcalc.core.timing.offload",
+                       (f"host memory bandwidth {HOST_MEMORY_BANDWIDTH / 1e9:g} GB/s per node, CPU-Adam memory-bound (a lower bound on its time)",
+                        f"one PCIe latency ({link.latency.value * 1e6:g} us) per copy, left out of the formula"))  # fmt: skip
 
 
 def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float) -> Derivation:

@@ -41,10 +41,11 @@ from parcalc.core.activations import (
     output_activations,
     recompute_working_set,
 )
-from parcalc.core.choices import Recompute, Schedule
+from parcalc.core.choices import Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes
 from parcalc.core.memory import (
     Parallelism,
+    fp8_weight_cache,
     stage_parameters,
     state_bytes,
     zero3_working_set,
@@ -57,6 +58,7 @@ from parcalc.core.timing.step import (
     combine,
     dp_exposed,
     dp_pieces,
+    offload_step_time,
     optimizer_step_time,
     stage_pieces,
 )
@@ -219,7 +221,7 @@ class _Shapes:
         from parcalc.core.flops import training_flops
 
         self.model, self.training, self.cluster = model, training, cluster
-        self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
+        self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         self.e = training.precision.activation_bytes
         counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value) for r in RECOMPUTES}
         self.model_flops = counted[Recompute.NONE].model.value
@@ -237,7 +239,8 @@ class _Shapes:
                 self._activations[key] = (math.nan,) * 4
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
-                config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, dropout, self.e)
+                config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, dropout, self.e,
+                                          gemm_input_bytes=t.precision.gemm_input_bytes)  # fmt: skip
                 vocab = self.model.vocab > 0
                 working = recompute_working_set(self.model, config)
                 self._activations[key] = (
@@ -247,6 +250,12 @@ class _Shapes:
                     working.value if working is not None else 0.0,
                 )
         return self._activations[key]
+
+    def fp8_layer(self, tp: int) -> float:
+        """Transformer Engine's FP8 weight copies of one layer on one TP rank (parcalc.core.memory.fp8_weight_cache)."""
+        if self.training.precision is not Precision.FP8:
+            return 0.0
+        return fp8_weight_cache(self.model, tp, 1).value
 
     def stage_params(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
         """Parameters on one GPU of the first, the second (the first middle one; with even stages
@@ -358,19 +367,26 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     shard_w = np.where(z >= 3, d, 1) * replicated
     shard_g = np.where(z >= 2, d, 1) * replicated
     shard_o = np.where(z >= 1, d, 1) * replicated
-    per_param = per.weight / shard_w + per.gradient / shard_g + per.optimizer / shard_o
+    grads_on_gpu = 0.0 if training.offload_optimizer else 1.0  # ZeRO-Offload: from ZeRO-2 the gradients leave bucket by bucket
+    per_param = (per.weight / shard_w + per.gradient / shard_g * np.where(z >= 2, grads_on_gpu, 1.0)
+                 + (0.0 if training.offload_optimizer else per.optimizer) / shard_o)  # fmt: skip
+    fp8_layer = shapes.fp8_layer(t)  # TE's FP8 weight copies per layer (0 unless --precision fp8)
     g_first, g_second, g_last = (np.where(z == 3, g, 0.0) for g in shapes.gathered(t, p, first, last))  # root unit on the ends
     n_first = _in_flight(p, m, 0, cols["schedule"], v)
     n_last = _in_flight(p, m, p - 1, cols["schedule"], v)
-    on_first = p_first * per_param + g_first + a_layer * split[0] * n_first + a_emb * n_first + a_re + training.reserve
+    def acts(layers: int, n: np.ndarray) -> np.ndarray:  # the layers' activations on one GPU of a stage
+        return a_layer * min(layers, 2) if training.offload_activations else a_layer * layers * n
+
+    on_first = p_first * per_param + fp8_layer * split[0] + g_first + acts(split[0], n_first) + a_emb * n_first + a_re + training.reserve
     if p == 1:
         memory = on_first + a_out * n_last
     else:
-        on_last = p_last * per_param + g_last + a_layer * split[-1] * n_last + a_out * n_last + a_re + training.reserve
+        on_last = p_last * per_param + fp8_layer * split[-1] + g_last + acts(split[-1], n_last) + a_out * n_last + a_re + training.reserve
         memory = np.maximum(on_first, on_last)
         if p > 2 and (first is not None or last is not None):
             n_second = _in_flight(p, m, 1, cols["schedule"], v)
-            memory = np.maximum(memory, p_second * per_param + g_second + a_layer * split[1] * n_second + a_re + training.reserve)
+            memory = np.maximum(memory, p_second * per_param + fp8_layer * split[1] + g_second + acts(split[1], n_second) + a_re
+                                + training.reserve)  # fmt: skip
 
     # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
     # the same combination as parcalc.core.fit.estimate, on arrays.
@@ -381,12 +397,14 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                       layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
     t_opt = optimizer_step_time(model, t, p, d, z, training, cluster, first=first, last=last)
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp)
+    t_off = offload_step_time(model, t, p, d, z, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage,
+                              first=first, last=last)  # fmt: skip
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
     t_step = terms["t_step"]
     n, peak = cluster.gpus, cluster.peak
     cols.update(
         memory=memory, fits=memory <= cluster.capacity, t_compute=terms["t_compute"], t_tp=terms["t_tp"], t_bubble=terms["t_bubble"],
-        t_pp=terms["t_pp"], t_dp=t_dp, t_optimizer=t_opt + 0.0 * b, t_step=t_step,
+        t_pp=terms["t_pp"], t_dp=t_dp, t_optimizer=t_opt + 0.0 * b, t_offload=terms["t_offload"] + 0.0 * b, t_step=t_step,
         tokens_per_second=training.global_batch * training.seq_len / t_step,
         mfu=shapes.model_flops / (t_step * n * peak), hfu=shapes.hardware_flops[r] / (t_step * n * peak),
     )  # fmt: skip

@@ -88,7 +88,9 @@ class StateBytes:
     gradient: float
     master: float
     per_state: float
-    states: int
+    states: float  # state tensors per parameter (a mean over the model for Adafactor and Muon; parcalc.core.optimizers)
+    state_text: str = ""
+    state_source: str = ""
 
     @property
     def optimizer(self) -> float:
@@ -100,15 +102,26 @@ class StateBytes:
         return self.weight + self.gradient + self.optimizer
 
 
-def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool = False) -> StateBytes:
-    """Bytes per parameter of each model state (see the module docstring for the sources)."""
+def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool = False, model: TransformerModel | None = None) -> StateBytes:
+    """Bytes per parameter of each model state (see the module docstring for the sources; the
+    optimizer's states per parameter from parcalc.core.optimizers, Adafactor's and Muon's counted
+    from `model`'s shapes). fp8 (Transformer Engine) keeps the bytes of mixed-bf16: bf16 weights
+    and gradients, an fp32 master copy and fp32 states (its FP8 weight copies: fp8_weight_cache)."""
+    from parcalc.core.optimizers import optimizer_state
+
+    opt = optimizer_state(optimizer, model)
+    states: float = int(opt.states) if opt.states == int(opt.states) else opt.states
+
+    def per(state_dtype_bytes: float) -> float:
+        return opt.element_bytes if opt.element_bytes is not None else state_dtype_bytes
+
     if precision is Precision.FP32:
-        return StateBytes(4.0, 4.0, 0.0, 4.0, optimizer.states)
+        return StateBytes(4.0, 4.0, 0.0, per(4.0), states, opt.text, opt.source)
     if precision is Precision.BF16:
         if fp32_grads:
             raise InputError("--fp32-grads: applies to mixed precision (fp32 main gradients beside 16-bit weights), not to pure bf16")
-        return StateBytes(2.0, 2.0, 0.0, 2.0, optimizer.states)
-    return StateBytes(2.0, 4.0 if fp32_grads else 2.0, 4.0, 4.0, optimizer.states)
+        return StateBytes(2.0, 2.0, 0.0, per(2.0), states, opt.text, opt.source)
+    return StateBytes(2.0, 4.0 if fp32_grads else 2.0, 4.0, per(4.0), states, opt.text, opt.source)
 
 
 # Where the gradient bytes come from: conventions differ between the paper and the frameworks.
@@ -301,8 +314,9 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
 
     w = Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)")
     g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient", GRADS_MEGATRON if per.master and per.gradient == 4.0 else GRADS_ZERO if per.master else "")
-    k_text = f"master copy {per.master:g} + {per.states} state(s) x {per.per_state:g}" if per.master else f"{per.states} state(s) x {per.per_state:g}"
-    k = Term("K", "K", "K", per.optimizer, "B", f"optimizer bytes per parameter ({k_text})", ZERO_MIXED)
+    k_text = f"master copy {per.master:g} + {per.states:g} state(s) x {per.per_state:g}" if per.master else f"{per.states:g} state(s) x {per.per_state:g}"
+    k_source = ZERO_MIXED + (f"; states: {per.state_source}" if per.state_source else "")
+    k = Term("K", "K", "K", per.optimizer, "B", f"optimizer bytes per parameter ({k_text})", k_source)
     return ModelStates(
         weights=part("weights", "Weights", "M_w", r"M_{\mathrm{w}}", w, zero >= 3, ZERO_STAGES if zero >= 3 else ZERO_MIXED),
         gradients=part("gradients", "Gradients", "M_g", r"M_{\mathrm{g}}", g, zero >= 2, ZERO_STAGES if zero >= 2 else ZERO_MIXED),
@@ -410,10 +424,13 @@ class TrainingSetup:
     reserve: float = DEFAULT_RESERVE_BYTES
     capacity: float | None = None
     capacity_source: str = ""
+    offload_optimizer: bool = False  # ZeRO-Offload: fp32 master weights, states and fp32 gradients on the host
+    offload_activations: bool = False  # saved activations on the host (Megatron-LM --cpu-offloading, save_on_cpu)
 
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
-                                self.flash_attention, self.dropout is not False, self.precision.activation_bytes)  # fmt: skip
+                                self.flash_attention, self.dropout is not False, self.precision.activation_bytes,
+                                gemm_input_bytes=self.precision.gemm_input_bytes)  # fmt: skip
 
     def for_model(self, model: TransformerModel) -> TrainingSetup:
         """The setup with `dropout` resolved: as given, or the model's own."""
@@ -438,12 +455,18 @@ class StageMemory:
     states_total: Derivation
     activations_total: Derivation
     total: Derivation
+    fp8_weights: Derivation | None = None  # Transformer Engine's cached FP8 weights and transposes
+    host: Derivation | None = None  # what --offload keeps in host memory for this GPU
+    offloaded: tuple[str, ...] = ()  # keys of the model states held on the host instead ("optimizer_states", "gradients")
 
     def components(self) -> tuple[tuple[str, float], ...]:
+        on_gpu = {key: 0.0 if key in self.offloaded else d.value
+                  for key, d in (("gradients", self.states.gradients), ("optimizer_states", self.states.optimizer))}  # fmt: skip
         parts = [
             ("weights", self.states.weights.value),
-            ("gradients", self.states.gradients.value),
-            ("optimizer states", self.states.optimizer.value),
+            ("FP8 weight copies", self.fp8_weights.value if self.fp8_weights else 0.0),
+            ("gradients", on_gpu["gradients"]),
+            ("optimizer states", on_gpu["optimizer_states"]),
             ("ZeRO-3 gathered buffers", self.gathered.value if self.gathered else 0.0),
             ("activations (layers)", self.activations.value),
             ("activations (embeddings)", self.embedding.value if self.embedding else 0.0),
@@ -558,6 +581,8 @@ def _sum(key: str, label: str, symbol: str, latex_symbol: str, parts: list[Deriv
 def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup, per: StateBytes,
                  layer: LayerActivations, stage: int) -> StageMemory:  # fmt: skip
     """The memory of one GPU of pipeline stage `stage` (0-based)."""
+    from parcalc.core.offload import host_memory, offloaded_activations
+
     config = layer.config
     params = stage_parameters(model, par, stage)
     states = model_states(params.value, per, par.zero, par.dp, params_source=params.label)
@@ -566,7 +591,8 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
                                      embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
     n_layers = int(layers.value)
     in_flight = _in_flight(par, stage)
-    activations = Derivation(
+    fp8_weights = fp8_weight_cache(model, par.tp, n_layers) if setup.precision is Precision.FP8 else None
+    activations = offloaded_activations(layer, layers, in_flight) if setup.offload_activations else Derivation(
         key="stage_activations",
         label=f"Activations of the layers of stage {stage + 1}",
         symbol="A_stage",
@@ -582,7 +608,11 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
     recompute = recompute_working_set(model, config)
     reserve = reserve_derivation(setup.reserve)
-    state_parts = [states.weights, states.gradients, states.optimizer, *([gathered] if gathered else [])]
+    offloaded = (("optimizer_states",) + (("gradients",) if par.zero >= 2 else ())) if setup.offload_optimizer else ()
+    host = host_memory(params.value, per, par, layer, layers, in_flight, setup) if setup.offload_optimizer or setup.offload_activations else None
+    kept = [d for key, d in (("weights", states.weights), ("gradients", states.gradients), ("optimizer_states", states.optimizer))
+            if key not in offloaded]  # fmt: skip
+    state_parts = [*kept, *([fp8_weights] if fp8_weights else []), *([gathered] if gathered else [])]
     states_total = _sum("model_states", "Model states (weights, gradients, optimizer states)", "M_states", r"M_{\mathrm{states}}",
                         state_parts, ZERO_STAGES)  # fmt: skip
     act_parts = [activations, *([embedding] if embedding else []), *([output] if output else []), *([recompute] if recompute else [])]
@@ -591,7 +621,38 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     total = _sum("total", f"Total on one GPU of stage {stage + 1}", "M_total", r"M_{\mathrm{total}}",
                  [states_total, activations_total, reserve], "sum of the components above")  # fmt: skip
     return StageMemory(stage, params, states, gathered, layers, in_flight, activations, embedding, output, recompute, reserve,
-                       states_total, activations_total, total)  # fmt: skip
+                       states_total, activations_total, total, fp8_weights, host, offloaded)  # fmt: skip
+
+
+TE_WEIGHT_CACHE = (
+    "NVIDIA/TransformerEngine transformer_engine/pytorch/module/linear.py (@3ec87875), _Linear.forward: "
+    "weight_quantizer.set_usage(rowwise=True, columnwise=is_grad_enabled) and module.get_weight_workspace(..., "
+    "cache_name=(None if is_first_microbatch is None else 'weight')): the FP8 weight and its FP8 transpose are kept "
+    "as a workspace across micro-batches (Megatron-LM passes is_first_microbatch)"
+)
+
+
+def linear_weights_per_rank(model: TransformerModel, tp: int) -> int:
+    """Weights of one layer's linears (QKV, projection, MLP) on one TP rank: what TE runs in FP8."""
+    h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
+    return (h * q + 2 * h * kv + q * h + (3 if model.mlp.gated else 2) * h * f) // tp
+
+
+def fp8_weight_cache(model: TransformerModel, tp: int, layers: int) -> Derivation:
+    """Transformer Engine's FP8 copies of the linear weights of a stage on one GPU: a row-wise FP8
+    weight for the forward GEMM and a column-wise (transposed) one for the input-gradient GEMM on
+    Hopper, 1 byte each, cached across micro-batches (TE_WEIGHT_CACHE). The embedding and LM head
+    stay bf16 (TE runs the transformer layers' linears only). Not sharded by ZeRO."""
+    per_layer = linear_weights_per_rank(model, tp)
+    inputs = (
+        Term("c_8", "c_fp8", r"c_{\mathrm{fp8}}", 2.0, "B", "bytes per linear weight: FP8 weight + FP8 transpose", TE_WEIGHT_CACHE),
+        Term("P_lin", "P_linear/t", r"P_{\mathrm{linear}}/t", per_layer, "", "weights of one layer's linears on one TP rank"),
+        Term("L_s", "L_stage", r"L_{\mathrm{stage}}", layers, "", "layers on this stage"),
+    )
+    return Derivation("fp8_weights", "FP8 weight copies (Transformer Engine: weight and transpose, cached)", "M_fp8", r"M_{\mathrm{fp8}}",
+                      "$c_8 × $P_lin × $L_s", r"$c_8 \times $P_lin \times $L_s", inputs, 2.0 * per_layer * layers, "B", TE_WEIGHT_CACHE,
+                      ("Hopper FP8 (per-tensor scaling): row-wise and column-wise copies, 1 byte each; Blackwell MXFP8 adds one "
+                       "E8M0 scale per 32 elements per copy (not counted)", "dense layer shapes"))  # fmt: skip
 
 
 def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> MemoryBreakdown:
@@ -600,7 +661,7 @@ def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingS
     setup = setup.for_model(model)
     if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
         raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")
-    per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads)
+    per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads, model=model)
     layer = layer_activations(model, setup.activation_config(par))
     stages = tuple(stage_memory(model, par, setup, per, layer, s) for s in range(par.pp))
     if not all(math.isfinite(s.total.value) for s in stages):

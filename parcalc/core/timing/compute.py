@@ -311,9 +311,13 @@ def optimizer_time(params: float, bytes_per_param: float, spec: ComputeSpec) -> 
     return params * bytes_per_param / (spec.bandwidth * spec.kernels.memory.value * spec.scale)
 
 
-def optimizer_bytes(optimizer_states: int, gradient_bytes: float, weight_bytes: float, master: bool) -> float:
-    """HBM traffic of one parameter's update: read and write the fp32 master weight and each fp32
+def optimizer_bytes(optimizer_states: float, gradient_bytes: float, weight_bytes: float, master: bool,
+                    state_bytes: float | None = None) -> float:  # fmt: skip
+    """HBM traffic of one parameter's update: read and write the fp32 master weight and each
     state, read the gradient, write the 16-bit copy (mixed precision) — Adam: 4+4+4 read, 4+4+4
-    written, the gradient read, 2 written."""
-    fp32 = 4.0 * (1 + optimizer_states) if master else weight_bytes * (1 + optimizer_states)
-    return 2 * fp32 + gradient_bytes + (weight_bytes if master else 0.0)
+    written, the gradient read, 2 written. state_bytes: bytes per state element when they differ
+    from the master's (adam-8bit: 1 + 4/2048; None: 4 with a master copy, else the weight's);
+    optimizer_states may be a mean (Adafactor's factored statistics, Muon's mix)."""
+    kept = 4.0 if master else weight_bytes
+    per_state = kept if state_bytes is None else state_bytes
+    return 2 * (kept + optimizer_states * per_state) + gradient_bytes + (weight_bytes if master else 0.0)

@@ -105,7 +105,7 @@ def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *,
     return np.where(zero == 0, ddp, np.where(zero <= 2, zero12, zero3))
 
 
-def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool) -> dict[str, Any]:
+def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool, t_offload: Any = 0.0) -> dict[str, Any]:
     """The terms of t_step from the pieces (floats or arrays alike)."""
     t_compute = m * (stage.forward + stage.backward + stage.recompute)
     if tp_overlap:  # TE's userbuffers: every TP collective, the SP re-gathers included, against every GEMM
@@ -121,9 +121,9 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
         beta = 0.0 * m
         t_bubble = 0.0 * m
         t_pp = 0.0 * m
-    t_step = t_compute + t_tp + t_bubble + t_pp + t_dp + t_optimizer
+    t_step = t_compute + t_tp + t_bubble + t_pp + t_dp + t_optimizer + t_offload
     return {"t_compute": t_compute, "t_tp": t_tp, "beta": beta, "t_bubble": t_bubble, "t_pp": t_pp, "t_dp": t_dp,
-            "t_optimizer": t_optimizer, "t_step": t_step}  # fmt: skip
+            "t_optimizer": t_optimizer, "t_offload": t_offload, "t_step": t_step}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,9 +309,9 @@ def optimizer_traffic(model: Any, tp: int, pp: int, training: Any, *, first: int
     from parcalc.core.timing.compute import optimizer_bytes
 
     params, _ = _fullest_stage(model, tp, pp, first, last)
-    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads)
+    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
     master = training.precision is not Precision.FP32 and training.precision is not Precision.BF16
-    return params, optimizer_bytes(training.optimizer.states, per.gradient, per.weight, master)
+    return params, optimizer_bytes(per.states, per.gradient, per.weight, master, state_bytes=per.per_state)
 
 
 def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, first: int | None = None,
@@ -319,6 +319,32 @@ def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, traini
     """The optimizer's update of the local parameters (sharded over dp from ZeRO-1 on)."""
     from parcalc.core.timing.compute import optimizer_time
 
+    if training.offload_optimizer:  # the step runs on the host (parcalc.core.timing.offload)
+        return 0.0 * np.asarray(zero)
     params, traffic = optimizer_traffic(model, tp, pp, training, first=first, last=last)
     whole = optimizer_time(params, traffic, cluster.spec)
     return np.where(np.asarray(zero) >= 1, whole / dp, whole)  # ZeRO-1 and up shard the states (dp = 1: the same)
+
+
+def offload_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, activation_layer: Any,
+                      stage_layers: int, m: Any, stage: StagePieces, first: int | None = None, last: int | None = None) -> Any:  # fmt: skip
+    """t_offload (parcalc.core.timing.offload) for the fullest stage's GPU: floats or arrays alike.
+    activation_layer: one layer's saved activations of one micro-batch; stage_layers: the first stage's layers."""
+    from parcalc.core.memory import state_bytes
+    from parcalc.core.timing.compute import optimizer_bytes
+    from parcalc.core.timing.offload import default_host_link_name, offload_times
+
+    if not (training.offload_optimizer or training.offload_activations):
+        return 0.0 * np.asarray(m, dtype=float)
+    from parcalc.presets import load_link
+
+    link = training.host_link if training.host_link is not None else load_link(default_host_link_name(cluster.gpu))
+    params, _ = _fullest_stage(model, tp, pp, first, last)
+    per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
+    shard = np.where(np.asarray(zero) >= 1, params / dp, params) if training.offload_optimizer else 0.0 * np.asarray(zero)
+    acts = activation_layer * stage_layers * m if training.offload_activations else 0.0 * np.asarray(m, dtype=float)
+    times = offload_times(grad_bytes=per.weight * shard, weight_bytes=per.weight * shard, shard_params=shard,
+                          cpu_bytes_per_param=optimizer_bytes(per.states, 4.0, per.weight, True, state_bytes=per.per_state),
+                          activation_bytes=acts, link=link, gpus_per_node=cluster.gpus_per_node, backward_window=stage.last_backward,
+                          forward_total=m * stage.forward, backward_total=m * (stage.backward + stage.recompute))  # fmt: skip
+    return times.exposed
