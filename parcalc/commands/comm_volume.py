@@ -5,6 +5,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from parcalc.commands.common import (
+    CpCommOption,
+    CpOption,
     EmbeddingInSplitOption,
     FirstStageLayersOption,
     FormatOption,
@@ -12,6 +14,7 @@ from parcalc.commands.common import (
     LossInSplitOption,
     OutputOption,
     PresetsOption,
+    cp_flags,
     finish,
     preset_dirs,
     stage_flags,
@@ -48,6 +51,8 @@ Examples:
   parcalc comm-volume --strategy tp --sequence-parallel --layers 32 --hidden 4096 --heads 32 --batch 8 --seq-len 4096 --gpus 8
   parcalc comm-volume --strategy 3d --model homework-7b --tp 2 --pp 4 --dp 2 --gpus-per-node 4 --batch 64 --seq-len 4096
   parcalc comm-volume --strategy 3d --model llama3-405b --tp 8 --pp 16 --dp 2 --first-stage-layers 7 --last-stage-layers 7 --batch 32 --seq-len 8192
+  parcalc comm-volume --strategy cp --model llama3-8b --cp 4 --batch 4 --seq-len 32768
+  parcalc comm-volume --strategy 3d --model llama3-405b --tp 8 --cp 16 --pp 16 --dp 4 --cp-comm all-gather --batch 16 --seq-len 131072
 """
 
 DEFAULT_LINK = "nvlink3"
@@ -58,7 +63,7 @@ _Text = Text
 
 def comm_volume(
     collective: Annotated[Optional[Collective], typer.Option(metavar="OP", help="One collective: all-reduce, reduce-scatter, all-gather, broadcast, reduce, all-to-all, point-to-point.", show_default=False)] = None,  # noqa: UP045
-    strategy: Annotated[Optional[Strategy], typer.Option(metavar="NAME", help="Every collective of one iteration: dp, zero1, zero2, zero3, fsdp, tp, pp, 3d, or all to compare them.", show_default=False)] = None,  # noqa: UP045
+    strategy: Annotated[Optional[Strategy], typer.Option(metavar="NAME", help="Every collective of one iteration: dp, zero1, zero2, zero3, fsdp, tp, pp, cp, 3d, or all to compare them.", show_default=False)] = None,  # noqa: UP045
     algorithm: Annotated[Optional[Algorithm], typer.Option(metavar="ALGO", help="All-reduce: parameter-server, naive, ring (default), tree, double-binary-tree, butterfly, halving-doubling.", show_default=False)] = None,  # noqa: UP045
     size: Annotated[_Text, typer.Option(metavar="BYTES", help="--collective: message size M (nccl-tests convention: the whole array), e.g. 1GB, 512MiB.")] = None,
     elements: Annotated[_Text, typer.Option(metavar="N", help="--collective: message as a count of elements of --dtype, e.g. 25M.")] = None,
@@ -82,6 +87,8 @@ def comm_volume(
     tp: Annotated[_Text, typer.Option(metavar="N", help="Tensor-parallel degree.")] = None,
     pp: Annotated[_Text, typer.Option(metavar="N", help="Pipeline-parallel degree (stages).")] = None,
     dp: Annotated[_Text, typer.Option(metavar="N", help="Data-parallel degree.")] = None,
+    cp: CpOption = None,
+    cp_comm: CpCommOption = "p2p",
     zero: Annotated[int, typer.Option(metavar="0-3", help="--strategy 3d: ZeRO stage of the data-parallel dimension (0: DDP all-reduce).")] = 0,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism with TP: all-gathers and reduce-scatters.")] = False,
     schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2.")] = Schedule.ONE_F_ONE_B,
@@ -125,7 +132,7 @@ def comm_volume(
 
 _COLLECTIVE_ONLY = ("size", "elements", "workers")
 _STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "tied", "batch", "micro_batch", "seq_len", "grad_dtype",
-                  "gpus", "tp", "pp", "dp", "chunks", "gpus_per_node", "inter_node_link", "bucket_size", "first_stage_layers",
+                  "gpus", "tp", "pp", "dp", "cp", "chunks", "gpus_per_node", "inter_node_link", "bucket_size", "first_stage_layers",
                   "last_stage_layers")  # fmt: skip
 
 
@@ -251,24 +258,27 @@ def _model(args: dict[str, Any], dirs: tuple) -> "TransformerModel":
     return model_from_flags(ModelFlags(*(args[name] for name in ModelFlags._fields)), dirs, bare=True)
 
 
-def _degrees(args: dict[str, Any]) -> tuple[int, int, int, int]:
-    """(gpus, tp, pp, dp) from --gpus and the degree flags, the strategy's own dimension taking the rest."""
+def _degrees(args: dict[str, Any]) -> tuple[int, int, int, int, int]:
+    """(gpus, tp, pp, dp, cp) from --gpus and the degree flags, the strategy's own dimension taking
+    the rest (cp's with --strategy cp); gpus = tp x pp x cp x dp."""
     from parcalc.errors import InputError
     from parcalc.units import parse_count
 
-    given = {k: parse_count(args[k], f"--{k}") for k in ("tp", "pp", "dp") if args[k] is not None}
+    given = {k: parse_count(args[k], f"--{k}") for k in ("tp", "pp", "dp", "cp") if args[k] is not None}
     total = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else None
-    own = {"dp": "dp", "zero1": "dp", "zero2": "dp", "zero3": "dp", "fsdp": "dp", "tp": "tp", "pp": "pp"}.get(args["strategy"].value)
+    own = {"dp": "dp", "zero1": "dp", "zero2": "dp", "zero3": "dp", "fsdp": "dp", "tp": "tp", "pp": "pp", "cp": "cp"}.get(args["strategy"].value)
     if own is not None and own not in given:
-        others = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1)
+        others = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1) * given.get("cp", 1)
         total = total if total is not None else DEFAULT_GPUS
         if total % others:
             raise InputError(f"--gpus: {total} GPUs do not split into the given degrees ({others} GPUs per {own} rank)")
         given[own] = total // others
-    tp, pp, dp = given.get("tp", 1), given.get("pp", 1), given.get("dp", 1)
-    if total is not None and total != tp * pp * dp:
+    tp, pp, dp, cp = given.get("tp", 1), given.get("pp", 1), given.get("dp", 1), given.get("cp", 1)
+    if total is not None and total != tp * pp * cp * dp:
+        if cp > 1:
+            raise InputError(f"--gpus: {total} is not tp x pp x cp x dp = {tp} x {pp} x {cp} x {dp} = {tp * pp * cp * dp}")
         raise InputError(f"--gpus: {total} is not tp x pp x dp = {tp} x {pp} x {dp} = {tp * pp * dp}")
-    return tp * pp * dp, tp, pp, dp
+    return tp * pp * cp * dp, tp, pp, dp, cp
 
 
 def _strategy_result(args: dict[str, Any], dirs: tuple) -> "Result":
@@ -298,12 +308,15 @@ def _strategy_result(args: dict[str, Any], dirs: tuple) -> "Result":
                 ("link", network.intra.key), ("inter_node_link", network.inter.key if network.inter else "none (one node)"),
                 ("all_reduce_algorithm", opts.algorithm.value)]  # fmt: skip
     if name == "all":
-        comparison = comm.compare_strategies(shape, work, par.gpus, network, opts, par.gpus_per_node, given_micro)
+        comparison = comm.compare_strategies(shape, work, par.gpus, network, opts, par.gpus_per_node, given_micro,
+                                             cp=par.cp, cp_comm=par.cp_comm)  # fmt: skip
         return _comparison_result(shape, work, par.gpus, comparison, network, settings)
     work = work._replace(micro_batch=given_micro or comm.default_micro_batch(work, par))
     plan = comm.iteration_plan(shape, work, par, network, opts, strategy=name)
     settings += [("tp", str(par.tp)), ("pp", str(par.pp)), ("dp", str(par.dp)), ("data_parallel", par.data_parallel.value),
                  ("sequence_parallel", str(par.sequence_parallel).lower()), ("schedule", par.schedule)]  # fmt: skip
+    if par.cp > 1:
+        settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
     return _plan_result(shape, work, par, plan, network, settings)
 
 
@@ -319,9 +332,13 @@ def _parallelism(args: dict[str, Any]) -> Any:
             raise InputError("--strategy all: gives all GPUs to one dimension at a time; use --gpus, not --tp/--pp/--dp "
                              "(or --first-stage-layers / --last-stage-layers: use --strategy pp or 3d)")
         gpus = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else DEFAULT_GPUS
-        tp, pp, dp = 1, 1, gpus
+        cp, _ = cp_flags(args["cp"], args["cp_comm"])
+        if gpus % cp:
+            raise InputError(f"--cp: {cp} does not divide the {gpus} GPUs; --strategy all gives each strategy gpus / cp in its dimension")
+        tp, pp, dp = 1, 1, gpus // cp
     else:
-        _, tp, pp, dp = _degrees(args)
+        _, tp, pp, dp, cp = _degrees(args)
+    cp_kind = cp_flags(None, args["cp_comm"])[1]
     if args["zero"] not in (0, 1, 2, 3):
         raise InputError(f"--zero: ZeRO stage must be 0, 1, 2 or 3, got {args['zero']}")
     stages = (comm.DataParallel.DDP, comm.DataParallel.ZERO1, comm.DataParallel.ZERO2, comm.DataParallel.ZERO3)
@@ -332,7 +349,7 @@ def _parallelism(args: dict[str, Any]) -> Any:
         schedule=args["schedule"].value, chunks=parse_count(args["chunks"], "--chunks") if args["chunks"] else 1,
         gpus_per_node=parse_count(args["gpus_per_node"], "--gpus-per-node") if args["gpus_per_node"] is not None else 8,
         first_stage_layers=first, last_stage_layers=last, embedding_in_split=args["embedding_in_split"],
-        loss_in_split=args["loss_in_split"],
+        loss_in_split=args["loss_in_split"], cp=cp, cp_comm=cp_kind,
     )  # fmt: skip
 
 
@@ -432,7 +449,8 @@ def _plan_result(shape: "TransformerModel", work: Any, par: Any, plan: "CommPlan
 
     return Result(
         command="comm-volume",
-        title=f"Communication of one iteration: {plan.strategy} ({par.tp} TP x {par.pp} PP x {par.dp} DP = {par.gpus} GPUs) on {shape.name}",
+        title=(f"Communication of one iteration: {plan.strategy} ({par.tp} TP x {par.pp} PP"
+               + (f" x {par.cp} CP" if par.cp > 1 else "") + f" x {par.dp} DP = {par.gpus} GPUs) on {shape.name}"),
         inputs=_workload_terms(shape, work, network),
         derivations=plan.derivations,
         tables=(_calls_table(plan),),

@@ -189,3 +189,27 @@ class ProgressBar:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+# Context parallelism (parcalc.core.context): `memory`, `flops`, `comm-volume` and `fit` share these.
+CpOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--cp", metavar="c",
+                 help="Context-parallel degree: each sequence split over c ranks (s/c tokens each, 2c chunks for causal "
+                      "balancing); GPUs = t x p x c x d; ZeRO and gradients over d x c. Llama 3 405B at 128K: --cp 16.",
+                 show_default=False),
+]  # fmt: skip
+CpCommOption = Annotated[
+    str,
+    typer.Option("--cp-comm", metavar="KIND",
+                 help="How attention gets the other CP ranks' K/V (Transformer Engine cp_comm_type): p2p (a ring of K/V "
+                      "blocks), all-gather (of K and V, Llama 3), a2a (DeepSpeed-Ulysses; heads / t must divide by c)."),
+]  # fmt: skip
+
+
+def cp_flags(cp: str | None, cp_comm: str) -> tuple[int, str]:
+    """(--cp as a count, --cp-comm's value), each checked: a bad value is one line, exit 2."""
+    from parcalc.core.context import cp_comm_of
+    from parcalc.units import parse_count
+
+    return (parse_count(cp, "--cp") if cp is not None else 1), cp_comm_of(cp_comm).value

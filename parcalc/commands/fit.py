@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from parcalc.commands.common import (
+    CpCommOption,
+    CpOption,
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
     MAX_SEARCH_BATCH,
@@ -24,6 +26,7 @@ from parcalc.commands.common import (
     preset_dirs,
     stage_flags,
     start,
+    cp_flags,
 )
 from parcalc.commands.model_options import (
     FfnOption,
@@ -58,6 +61,7 @@ Examples:
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --tp 8 --pp 8 --dp 1 --micro-batch 1 \\
       --recompute selective --sequence-parallel --schedule interleaved --chunks 3
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --flash-attention --tp 8 --cp 8 --pp 1 --sequence-parallel --recompute full
   parcalc fit --model llama3-405b --gpu h100-sxm5 --gpus 16384 --batch 2048 --seq-len 8192 --flash-attention \\
       --tp 8 --pp 16 --dp 128 --first-stage-layers 7 --last-stage-layers 7 --zero 1 --sequence-parallel --recompute none
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --flash-attention --precision fp8 --search
@@ -110,6 +114,8 @@ def fit(
     tp: Annotated[Text, typer.Option(metavar="T", help="Tensor-parallel size: with --pp and --dp (or alone, the rest filled in) evaluates that one configuration; with --search, pins it.")] = None,
     pp: Annotated[Text, typer.Option(metavar="P", help="Pipeline stages (see --tp).")] = None,
     dp: Annotated[Text, typer.Option(metavar="D", help="Data-parallel size (see --tp).")] = None,
+    cp: CpOption = None,
+    cp_comm: CpCommOption = "p2p",
     schedule: Annotated[Optional[str], typer.Option(metavar="KIND", help="1f1b or interleaved (with --chunks) for the configuration given by --tp/--pp/--dp.")] = None,  # noqa: UP045
     chunks: Annotated[Text, typer.Option(metavar="v", help="Model chunks per GPU of the interleaved schedule.")] = None,
     first_stage_layers: FirstStageLayersOption = None,
@@ -173,6 +179,15 @@ def fit(
     # the split's pinned fields, as Config and SearchSpace name them
     ends = {"first_stage_layers": first, "last_stage_layers": last, "embedding_in_split": embedding_in_split,
             "loss_in_split": loss_in_split}  # fmt: skip
+    c, cp_kind = cp_flags(cp, cp_comm)
+    if c > 1 or cp is not None:
+        if not pinned or search:
+            raise InputError("--cp: applies to one configuration (--tp, --pp, --dp); the search and the strategy table do not "
+                             "try context parallelism yet")
+        ends = {**ends, "cp": c, "cp_comm": cp_kind}
+        settings_cp = [("cp", str(c)), ("cp_comm", cp_kind)]
+    else:
+        settings_cp = []
     if (first is not None or last is not None) and not (search or pinned):
         flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
@@ -180,7 +195,7 @@ def fit(
         raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
     settings = [("model", shape.key), ("gpu", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
                 ("flash_attention", str(flash_attention).lower()), ("framework", profile.key),
-                ("mode", "search" if search else "configuration" if pinned else "strategies")]  # fmt: skip
+                ("mode", "search" if search else "configuration" if pinned else "strategies")] + settings_cp  # fmt: skip
     if offload:
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
     if search:
@@ -482,9 +497,10 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
         raise InputError(f"--{' and --'.join(missing)}: give at least two of --tp, --pp, --dp for one configuration (or use --search)")
     given = {**pinned}
     if missing:
-        rest = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1)
+        rest = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1) * ends.get("cp", 1)
         if n % rest:
-            raise InputError(f"--{missing[0]}: {' x '.join(f'{k} {v}' for k, v in pinned.items())} does not divide the {n} GPUs")
+            named = {**pinned, **({"cp": ends["cp"]} if ends.get("cp", 1) > 1 else {})}
+            raise InputError(f"--{missing[0]}: {' x '.join(f'{k} {v}' for k, v in named.items())} does not divide the {n} GPUs")
         given[missing[0]] = n // rest
     for flag, values in (("--micro-batch", sizes), ("--recompute", recomputes if len(recomputes) != 3 else None), ("--zero", zero)):
         if values is not None and len(values) > 1:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from parcalc.commands.common import (
+    CpCommOption,
+    CpOption,
     EmbeddingInSplitOption,
     FirstStageLayersOption,
     FormatOption,
@@ -15,6 +17,7 @@ from parcalc.commands.common import (
     OutputOption,
     PresetsOption,
     finish,
+    cp_flags,
     preset_dirs,
     stage_flags,
     start,
@@ -47,6 +50,8 @@ Examples:
   parcalc memory --model gpt3-175b --micro-batch 1 --tp 8 --pp 8 --dp 16 --zero 1 --sequence-parallel --recompute selective --gpu a100-sxm4-80gb
   parcalc memory --model llama3-70b --micro-batch 1 --seq-len 8192 --tp 8 --pp 4 --schedule interleaved --chunks 2 --micro-batches 16 --flash-attention --gpu h100-sxm5 --per-stage
   parcalc memory --model llama3-405b --seq-len 8192 --tp 8 --pp 16 --dp 128 --zero 1 --sequence-parallel --first-stage-layers 7 --last-stage-layers 7 --flash-attention --gpu h100-sxm5 --per-stage
+  parcalc memory --model llama3-405b --seq-len 131072 --tp 8 --pp 16 --cp 16 --dp 4 --zero 1 --sequence-parallel --recompute full --flash-attention --embedding-in-split --loss-in-split --schedule interleaved --chunks 8 --micro-batches 16 --gpu h100-sxm5
+  parcalc memory --model llama3-8b --seq-len 131072 --tp 8 --cp 8 --cp-comm all-gather --flash-attention --recompute full --gpu h100-sxm5
   parcalc memory --layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq-len 2048 --micro-batch 4 --tp 8 --sequence-parallel
   parcalc memory --model llama3-8b --seq-len 8192 --flash-attention --precision fp8 --gpu h100-sxm5
   parcalc memory --model llama3-8b --seq-len 4096 --dp 8 --zero 2 --optimizer adam-8bit --gpu a100-sxm4-80gb
@@ -78,7 +83,9 @@ def memory(
     tp: Annotated[_Text, typer.Option(metavar="t", help="Tensor-parallel degree.")] = None,
     pp: Annotated[_Text, typer.Option(metavar="p", help="Pipeline-parallel degree (stages).")] = None,
     dp: Annotated[_Text, typer.Option(metavar="d", help="Data-parallel degree (ZeRO shards over it; default: --gpus / (t x p), else 1).")] = None,
-    gpus: Annotated[_Text, typer.Option(metavar="N", help="GPUs in all: t x p x d (gives d when --dp is left out).")] = None,
+    gpus: Annotated[_Text, typer.Option(metavar="N", help="GPUs in all: t x p x c x d (gives d when --dp is left out).")] = None,
+    cp: CpOption = None,
+    cp_comm: CpCommOption = "p2p",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1).")] = False,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = Recompute.NONE,
@@ -118,7 +125,8 @@ def memory(
 
     dirs = preset_dirs(presets)
     shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
-    t, p, d = _degrees(tp, pp, dp, gpus)
+    c, cp_kind = cp_flags(cp, cp_comm)
+    t, p, d = _degrees(tp, pp, dp, gpus, c)
     chosen = schedule
     v = parse_count(chunks, "--chunks") if chunks is not None else 1
     if chunks is not None and chosen is not Schedule.INTERLEAVED:
@@ -148,7 +156,8 @@ def memory(
         cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity", require_unit=True), "given on the command line"
     reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES
     first, last = stage_flags(first_stage_layers, last_stage_layers)
-    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split)
+    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split,
+                      cp=c, cp_comm=cp_kind)  # fmt: skip
     setup = TrainingSetup(
         micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
@@ -163,11 +172,13 @@ def memory(
                 ("dropout", str(breakdown.setup.dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
     if offload:
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
+    if c > 1:
+        settings += [("cp", str(c)), ("cp_comm", cp_kind)]
     finish(memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes), fmt, output)
 
 
-def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None) -> tuple[int, int, int]:
-    """(t, p, d) from the degree flags; --gpus gives d, or must equal t x p x d."""
+def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None, cp: int = 1) -> tuple[int, int, int]:
+    """(t, p, d) from the degree flags; --gpus gives d, or must equal t x p x c x d (c: --cp)."""
     from parcalc.errors import InputError
     from parcalc.units import parse_count
 
@@ -175,14 +186,18 @@ def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None) -
     total = parse_count(gpus, "--gpus") if gpus is not None else None
     if dp is not None:
         d = parse_count(dp, "--dp")
-        if total is not None and total != t * p * d:
+        if total is not None and total != t * p * cp * d:
+            if cp > 1:
+                raise InputError(f"--gpus: {total} is not t x p x c x d = {t} x {p} x {cp} x {d} = {t * p * cp * d}")
             raise InputError(f"--gpus: {total} is not t x p x d = {t} x {p} x {d} = {t * p * d}")
         return t, p, d
     if total is None:
         return t, p, 1
-    if total % (t * p):
+    if total % (t * p * cp):
+        if cp > 1:
+            raise InputError(f"--gpus: {total} GPUs do not divide into tensor x pipeline x context groups of t x p x c = {t * p * cp}")
         raise InputError(f"--gpus: {total} GPUs do not divide into tensor x pipeline groups of t x p = {t * p}")
-    return t, p, total // (t * p)
+    return t, p, total // (t * p * cp)
 
 
 def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]], dropout_given: bool = False,
@@ -200,6 +215,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         Term("d", "d", "d", par.dp, "", "data-parallel degree"),
         Term("m", "m", "m", par.micro_batches, "", "micro-batches per iteration"),
     ]
+    if par.cp > 1:
+        inputs.append(Term("c", "c", "c", par.cp, "", f"context-parallel degree ({par.cp_comm})"))
     if par.chunks > 1:
         inputs.append(Term("v", "v", "v", par.chunks, "", "model chunks per device"))
     layer = breakdown.layer
@@ -207,7 +224,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     derivations += [x for x in (worst.fp8_weights, worst.gathered) if x is not None]
     derivations += [layer.per_layer] + ([layer.korthikanti] if layer.korthikanti is not None else [])
     derivations += [worst.layers, worst.in_flight, worst.activations]
-    derivations += [x for x in (worst.embedding, worst.output, worst.recompute) if x is not None]
+    derivations += [x for x in (worst.embedding, worst.output, worst.recompute, worst.context) if x is not None]
     derivations += [worst.states_total, worst.activations_total, worst.reserve, worst.total]
     headroom = breakdown.headroom()
     if headroom is not None:
@@ -239,7 +256,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     if layer.korthikanti is not None:
         verdicts.append(_korthikanti_verdict(layer.per_layer.value, layer.korthikanti.value))
     title = (f"Memory per GPU: {shape.name}, b = {setup.micro_batch}, s = {setup.seq_len}, "
-             f"{par.tp} TP x {par.pp} PP x {par.dp} DP" + (f", ZeRO-{par.zero}" if par.zero else ""))  # fmt: skip
+             f"{par.tp} TP x {par.pp} PP" + (f" x {par.cp} CP" if par.cp > 1 else "") + f" x {par.dp} DP"
+             + (f", ZeRO-{par.zero}" if par.zero else ""))  # fmt: skip
     from parcalc.core.memory import gradient_convention
 
     assumptions = (
@@ -253,6 +271,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         "GB = 1e9 bytes, GiB = 2^30 bytes; GPU capacities are binary (80 GiB for an '80GB' HBM part)",
         _stages_assumption(breakdown),
         dropout_assumption(shape, bool(setup.dropout), dropout_given),
+        *context_assumptions(par),
     )  # fmt: skip
     return Result(
         command="memory",
@@ -264,6 +283,24 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         assumptions=assumptions,
         settings=tuple(settings),
     )
+
+
+def context_assumptions(par: object) -> tuple[str, ...]:
+    """What context parallelism does to memory, in words (none without it)."""
+    cp = getattr(par, "cp", 1)
+    if cp <= 1:
+        return ()
+    from parcalc.core.context import CpComm, cp_comm_of
+
+    kind = cp_comm_of(getattr(par, "cp_comm", "p2p"))
+    held = {CpComm.P2P: "p2p keeps the received K/V blocks of one layer (max(cp, 4) blocks) while it runs",
+            CpComm.ALL_GATHER: "all-gather holds the gathered K/V and full-length dK/dV (2 cp blocks) in one layer's backward",
+            CpComm.A2A: "a2a holds the all-to-all output buffers of Q, K, V of one layer"}[kind]  # fmt: skip
+    return (f"context parallelism over {cp} ranks ({kind.label}): activations, embeddings' and logits' memory divide by cp "
+            f"(s/cp tokens per GPU, the sequence in 2cp chunks for causal balancing); {held}; only the local shards are saved "
+            "for backward (Transformer Engine context_parallel.py)",
+            "ZeRO shards and gradients are reduced over the data-parallel x context-parallel ranks (Megatron-LM's dp-cp group), "
+            "which hold the same weights")  # fmt: skip
 
 
 def _stage_table(breakdown: MemoryBreakdown) -> Table:

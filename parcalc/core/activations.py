@@ -120,10 +120,13 @@ class ActivationConfig:
     @property
     def linear_input_bytes(self) -> float:
         return self.activation_bytes if self.gemm_input_bytes is None else self.gemm_input_bytes
+    cp: int = 1  # context parallelism: this GPU holds s/cp tokens of each sequence (parcalc.core.context)
 
     def __post_init__(self) -> None:
-        for flag, value in (("--micro-batch", self.micro_batch), ("--seq-len", self.seq_len), ("--tp", self.tp)):
+        for flag, value in (("--micro-batch", self.micro_batch), ("--seq-len", self.seq_len), ("--tp", self.tp), ("--cp", self.cp)):
             check_count(flag, value)
+        if self.seq_len % self.cp:
+            raise InputError(f"--cp: {self.cp} does not divide the sequence length {self.seq_len}; each context-parallel rank holds s/cp tokens")
         if self.sequence_parallel and self.tp == 1:
             raise InputError("--sequence-parallel: splits the sequence over the tensor-parallel group; with --tp 1 there is no group (use --tp > 1)")
         if not (self.activation_bytes > 0 and self.mask_bytes > 0):
@@ -159,9 +162,11 @@ class SavedTensor:
         return tp if self.split == "tp" or (self.split == "sp" and sequence_parallel) else 1
 
     def bytes(self, config: ActivationConfig) -> float:
-        """Bytes on one GPU (one TP rank) for one micro-batch."""
+        """Bytes on one GPU (one TP rank, one CP rank) for one micro-batch: context parallelism
+        keeps s/cp tokens, and of a score tensor its s/cp query rows against all s keys (or, with
+        DeepSpeed-Ulysses, all s rows of heads/cp heads): either way 1/cp of every tensor."""
         total = self.elements(config.seq_len, config.micro_batch) * self.bytes_per_element
-        return total / self.divisor(config.tp, config.sequence_parallel)
+        return total / self.divisor(config.tp, config.sequence_parallel) / config.cp
 
 
 def check_tensor_parallel(model: TransformerModel, tp: int) -> None:
@@ -277,6 +282,8 @@ class LayerActivations:
             elements = t.elements(c.seq_len, c.micro_batch)
             divisor = t.divisor(c.tp, c.sequence_parallel)
             split = {1: "none"}.get(divisor, f"{'TP' if t.split == 'tp' else 'SP'} ({divisor})")
+            if c.cp > 1:
+                split = f"CP ({c.cp})" if divisor == 1 else f"{split}, CP ({c.cp})"
             rows.append((t.name, elements, t.bytes_per_element, split, tensor_bytes(t, c), t.source))
         return tuple(rows)
 
@@ -315,7 +322,7 @@ def layer_activations(model: TransformerModel, config: ActivationConfig) -> Laye
             source=f"{KORTHIKANTI}, sec. 5 and Table 2 (2sbh with e = 2 bytes)",
             assumptions=_assumptions(model, config),
         )
-        return LayerActivations(derivation, kept, config, korthikanti_per_layer(model, config))
+        return LayerActivations(with_cp(derivation, config.cp), kept, config, korthikanti_per_layer(model, config))
     def split(t: SavedTensor) -> bool:  # split over the TP ranks (by TP itself, or by SP)
         return t.split == "tp" or (t.split == "sp" and config.sequence_parallel)
 
@@ -357,7 +364,26 @@ def layer_activations(model: TransformerModel, config: ActivationConfig) -> Laye
         source=f"{KORTHIKANTI}, sec. 4.1-4.2.2 and sec. 5, tensor by tensor",
         assumptions=_assumptions(model, config),
     )
-    return LayerActivations(derivation, kept, config, korthikanti_per_layer(model, config))
+    return LayerActivations(with_cp(derivation, config.cp), kept, config, korthikanti_per_layer(model, config))
+
+
+def with_cp(derivation: Derivation, cp: int, scale: bool = False) -> Derivation:
+    """`derivation` on one context-parallel rank: its formula divided by cp (the value already is,
+    unless `scale`). Context parallelism keeps s/cp tokens per GPU (parcalc.core.context)."""
+    if cp <= 1:
+        return derivation
+    from dataclasses import replace
+
+    term = Term("c_p", "cp", r"c_p", cp, "", "context-parallel degree (each GPU holds s/cp tokens)")
+    return replace(
+        derivation,
+        formula=f"({derivation.formula}) / $c_p",
+        formula_latex=rf"\frac{{{derivation.formula_latex}}}{{$c_p}}",
+        inputs=(*derivation.inputs, term),
+        value=derivation.value / cp if scale else derivation.value,
+        assumptions=(*derivation.assumptions, f"context parallelism over {cp} ranks: each GPU holds s/cp tokens of every sequence, "
+                     "so every tensor here is 1/cp of its size"),
+    )
 
 
 def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str, ...]:
@@ -466,7 +492,7 @@ def embedding_activations(model: TransformerModel, config: ActivationConfig, in_
     else:
         per = TOKEN_ID_BYTES * config.seq_len * config.micro_batch
         formula, latex, inputs = "$i × $s × $b × $n_0", r"$i \times $s \times $b \times $n_0", [ids, terms["s"], terms["b"], n]
-    return Derivation(
+    return with_cp(Derivation(
         key="embedding_activations",
         label="Input-embedding activations (token ids" + (", embedding dropout mask)" if config.dropout else ")"),
         symbol="A_emb",
@@ -478,7 +504,7 @@ def embedding_activations(model: TransformerModel, config: ActivationConfig, in_
         unit="B",
         source=f"{KORTHIKANTI_OUTPUT}; {MEGATRON_MEMORY}",
         assumptions=("token ids are kept whole on every TP rank (each rank embeds the full batch)",),
-    )
+    ), config.cp, scale=True)
 
 
 def output_activations(model: TransformerModel, config: ActivationConfig, in_flight: float) -> Derivation:
@@ -496,7 +522,7 @@ def output_activations(model: TransformerModel, config: ActivationConfig, in_fli
            + LOGIT_BYTES * config.seq_len * config.micro_batch * model.vocab / config.tp)  # fmt: skip
     whole = "$k_in × $e × $s × $b × $h" + (" / $t" if sp else "")
     whole_tex = (r"\frac{$k_in \times $e \times $s \times $b \times $h}{$t}" if sp else r"$k_in \times $e \times $s \times $b \times $h")
-    return Derivation(
+    return with_cp(Derivation(
         key="output_activations",
         label="Output-layer activations (final norm and LM-head inputs, fp32 logits for the cross-entropy)",
         symbol="A_out",
@@ -508,7 +534,7 @@ def output_activations(model: TransformerModel, config: ActivationConfig, in_fli
         unit="B",
         source=f"{KORTHIKANTI_OUTPUT}; {MEGATRON_MEMORY}",
         assumptions=("vocabulary-parallel logits and cross-entropy (Megatron-LM): V / t logits per token on each TP rank",),
-    )
+    ), config.cp, scale=True)
 
 
 def recompute_working_set(model: TransformerModel, config: ActivationConfig) -> Derivation | None:
@@ -518,7 +544,7 @@ def recompute_working_set(model: TransformerModel, config: ActivationConfig) -> 
         return None
     plain = ActivationConfig(config.micro_batch, config.seq_len, config.tp, config.sequence_parallel, Recompute.NONE,
                              config.flash_attention, config.dropout, config.activation_bytes, config.mask_bytes,
-                             config.gemm_input_bytes)  # fmt: skip
+                             gemm_input_bytes=config.gemm_input_bytes, cp=config.cp)  # fmt: skip
     every = layer_saved_tensors(model, plain)
     again = every if config.recompute is Recompute.FULL else tuple(t for t in every if t.attention_core)
     value = sum(tensor_bytes(t, plain) for t in again)

@@ -164,3 +164,4 @@ class Strategy(str, Enum):
     PP = "pp"
     THREE_D = "3d"
     ALL = "all"
+    CP = "cp"  # context parallelism (parcalc.core.comm.context)

@@ -43,6 +43,7 @@ from typing import Any
 
 from parcalc.core.activations import check_count
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
+from parcalc.core.context import check_context_parallel
 from parcalc.core.hardware import Gpu, Link
 from parcalc.core.memory import (
     DEFAULT_RESERVE_BYTES,
@@ -162,13 +163,15 @@ class Config:
     cp: int = 1  # context parallelism; GPUs = tp x pp x cp x dp (see memory.Parallelism)
     ep: int = 1  # expert parallelism, folded over tp x cp x dp (see memory.Parallelism)
     etp: int | None = None
+    cp_comm: str = "p2p"  # how attention gets the other CP ranks' K/V (parcalc.core.context.CpComm)
 
     def micro_batches(self, training: Training) -> int:
         """Micro-batches per replica per iteration: B / (d b)."""
         return training.global_batch // (self.dp * self.micro_batch)
 
     def label(self) -> str:
-        parts = [f"TP {self.tp} x PP {self.pp} x DP {self.dp}", f"b = {self.micro_batch}"]
+        parts = [f"TP {self.tp} x PP {self.pp}" + (f" x CP {self.cp} ({self.cp_comm})" if self.cp > 1 else "") + f" x DP {self.dp}",
+                 f"b = {self.micro_batch}"]
         if self.zero:
             parts.append(f"ZeRO-{self.zero}")
         if self.sequence_parallel:
@@ -199,8 +202,10 @@ class Config:
 
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:
     """Why a configuration cannot run (divisibility, placement), or None when it can."""
-    t, p, d, b = config.tp, config.pp, config.dp, config.micro_batch
-    if t * p * d != cluster.gpus:
+    t, p, d, b, c = config.tp, config.pp, config.dp, config.micro_batch, config.cp
+    if t * p * c * d != cluster.gpus:
+        if c > 1:
+            return f"tp x pp x cp x dp = {t} x {p} x {c} x {d} is not the {cluster.gpus} GPUs"
         return f"tp x pp x dp = {t} x {p} x {d} is not the {cluster.gpus} GPUs"
     for what, value in (("attention heads", model.heads), ("key/value heads", model.kv_heads), ("MLP width", model.ffn_hidden)):
         if value % t:
@@ -223,7 +228,14 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return f"the interleaved schedule needs p > 1 and m a multiple of p (p = {p}, m = {m})"
     if config.chunks > 1 and config.schedule is not Schedule.INTERLEAVED:
         return "only the interleaved schedule has model chunks"
-    if config.zero and d == 1:
+    if c > 1:
+        try:
+            check_context_parallel(model, training.seq_len, c, config.cp_comm, t, training.causal)
+        except InputError as error:
+            return str(error).removeprefix("--cp: ").removeprefix("--cp-comm ")
+        if config.sequence_parallel and (training.seq_len // c) % t:
+            return f"sequence parallelism needs the sequence shard s/cp = {training.seq_len // c} divisible by tp = {t}"
+    if config.zero and d * c == 1:
         return "ZeRO shards over the data-parallel ranks; dp = 1 has none"
     if config.sequence_parallel and t == 1:
         return "sequence parallelism needs tp > 1"
@@ -242,7 +254,7 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
     """parcalc.core.memory's breakdown for this configuration on the cluster's GPU."""
     par = Parallelism(config.tp, config.pp, config.dp, config.sequence_parallel, config.zero, config.schedule,
                       config.micro_batches(training), config.chunks, config.first_stage_layers, config.last_stage_layers,
-                      config.embedding_in_split, config.loss_in_split)  # fmt: skip
+                      config.embedding_in_split, config.loss_in_split, cp=config.cp, cp_comm=config.cp_comm)  # fmt: skip
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations)  # fmt: skip
@@ -282,15 +294,16 @@ class Estimate:
     mfu: Derivation
     hfu: Derivation
     offload: Derivation | None = None  # t_offload (--offload; parcalc.core.timing.offload)
+    cp_comm: Derivation | None = None  # context-parallel exchanges exposed per iteration (None without CP)
 
     @property
     def total_memory(self) -> float:
         return self.memory.worst.total.value
 
     def derivations(self) -> tuple[Derivation, ...]:
-        return (self.memory.worst.total, self.model_flops, self.hardware_flops, self.compute, self.tp_comm, self.bubble,
-                self.pp_comm, self.dp_comm, self.optimizer, *((self.offload,) if self.offload else ()), self.step,
-                self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
+        return (self.memory.worst.total, self.model_flops, self.hardware_flops, self.compute, self.tp_comm,
+                *((self.cp_comm,) if self.cp_comm is not None else ()), self.bubble, self.pp_comm, self.dp_comm, self.optimizer,
+                *((self.offload,) if self.offload else ()), self.step, self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
 
 
 def _derivation(key: str, label: str, symbol: str, latex_symbol: str, formula: str, inputs: list[Term], value: float,
@@ -325,21 +338,22 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     check_config(model, config, training, cluster)
     _check_cluster(cluster)
     breakdown = memory_of(model, config, training, cluster)
-    t, p, d, b, v = config.tp, config.pp, config.dp, config.micro_batch, config.chunks
+    t, p, d, b, v, c = config.tp, config.pp, config.dp, config.micro_batch, config.chunks, config.cp
     m = config.micro_batches(training)
     n = cluster.gpus
     counted = training_flops(model, training.global_batch, training.seq_len, recompute=config.recompute.value)
     f_model, f_hw = counted.model, counted.hardware
     ends = config.stage_ends(model)
-    stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster, **ends)
-    dp = dp_pieces(model, t, p, d, training, cluster, **ends)
+    stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster, **ends,
+                                           cp=c, cp_comm=config.cp_comm)  # fmt: skip
+    dp = dp_pieces(model, t, p, d * c, training, cluster, **ends)  # gradients over the dp-cp group (Megatron-LM)
     framework = cluster.framework
     t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
                             reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                             layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
-    t_opt = float(optimizer_step_time(model, t, p, d, config.zero, training, cluster, **ends))
+    t_opt = float(optimizer_step_time(model, t, p, d * c, config.zero, training, cluster, **ends))
     offloading = training.offload_optimizer or training.offload_activations
-    t_off = float(offload_step_time(model, t, p, d, config.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
+    t_off = float(offload_step_time(model, t, p, d * c, config.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends)) if offloading else 0.0  # fmt: skip
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
 
@@ -390,11 +404,12 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                               terms["t_tp"], "s", source)  # fmt: skip
     else:
         tp_comm = _zero("t_tp", "Tensor-parallel communication exposed per iteration", "no tensor parallelism")
+    cp_comm = _cp_derivation(config, cluster, stage, m_term, terms["t_cp"]) if c > 1 else None
     if p > 1:
         bubble = _derivation("t_bubble", "Pipeline bubble per iteration", "t_bubble", r"t_{\mathrm{bubble}}",
-                             "($p - 1) / ($v × $m) × ($t_compute + $t_tp)",
+                             "($p - 1) / ($v × $m) × ($t_compute + $t_tp" + (" + $t_cp)" if cp_comm else ")"),
                              [_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
-                              compute.as_term("t_compute"), tp_comm.as_term("t_tp")],
+                              compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ())],
                              terms["t_bubble"], "s", f"{NARAYANAN} sec. 2.2 (the slowest stage sets the pace)")  # fmt: skip
         pp_comm = _derivation("t_pp", "Pipeline sends per iteration (activations forward, gradients backward)", "t_pp", r"t_{\mathrm{pp}}",
                               "2 × $m × $v × $T_p2p",
@@ -406,7 +421,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"])
     params, traffic = optimizer_traffic(model, t, p, training, **ends)
-    shards = d if config.zero >= 1 else 1
+    shards = d * c if config.zero >= 1 else 1
     optimizer = _derivation(
         "t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",
         "$P × $Q_p / ($BW × $e_mem × $x × $d_z)",
@@ -422,11 +437,10 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     if training.offload_optimizer:
         optimizer = _zero("t_optimizer", "Optimizer step on the GPU", "--offload optimizer: the step runs on the host (t_offload)")
     offload = _offload_derivation(model, config, training, cluster, breakdown, stage, m, t_off) if offloading else None
-    parts = [compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, *([offload] if offload else [])]
+    parts = [compute, tp_comm, *((cp_comm,) if cp_comm else ()), bubble, pp_comm, dp_comm, optimizer, *([offload] if offload else [])]
     step_value = float(terms["t_step"])
     step = _derivation("t_step", "Time per iteration", "t_step", r"t_{\mathrm{step}}",
-                       "$t_compute + $t_tp + $t_bubble + $t_pp + $t_dp + $t_optimizer" + (" + $t_offload" if offload else ""),
-                       [x.as_term(x.key) for x in parts], step_value, "s",
+                       " + ".join(f"${x.key}" for x in parts), [x.as_term(x.key) for x in parts], step_value, "s",
                        "the sum of the terms above (parcalc.core.timing.step)")  # fmt: skip
     gpus = _t("N", "N", n, "", "GPUs")
     peak = _t("peak", "F_peak", cluster.peak, "FLOP/s", f"peak of one {cluster.gpu_name}", cluster.peak_source, r"F_{\mathrm{peak}}")
@@ -441,7 +455,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (hardware FLOPs: recomputation counted)")  # fmt: skip
     fits = breakdown.worst.total.value <= cluster.capacity
     return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu,
-                    offload)  # fmt: skip
+                    offload, cp_comm)  # fmt: skip
 
 
 def _offload_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,
@@ -459,7 +473,7 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
     parts = []
     if training.offload_optimizer:
         params, _ = _fullest_stage(model, config.tp, config.pp, **config.stage_ends(model))
-        shard = params / config.dp if config.zero >= 1 else params
+        shard = params / (config.dp * config.cp) if config.zero >= 1 else params
         per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         q_cpu = optimizer_bytes(per.states, 4.0, per.weight, True, state_bytes=per.per_state)
         terms += [_t("psi_z", "Ψ_z", shard, "", "parameters of this GPU's optimizer shard", latex=r"\Psi_z"),
@@ -480,6 +494,23 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
                        " + ".join(parts), terms, value, "s", f"{ZERO_OFFLOAD_OVERLAP}; parcalc.core.timing.offload",
                        (f"host memory bandwidth {HOST_MEMORY_BANDWIDTH / 1e9:g} GB/s per node, CPU-Adam memory-bound (a lower bound on its time)",
                         f"one PCIe latency ({link.latency.value * 1e6:g} us) per copy, left out of the formula"))  # fmt: skip
+
+
+def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, value: float) -> Derivation:
+    """t_cp: the context-parallel exchanges of one micro-batch left exposed, times m (parcalc.core.timing.context)."""
+    from parcalc.core.context import TE_CP, CpComm, cp_comm_of
+
+    kind = cp_comm_of(config.cp_comm)
+    group = placement(config.cp, config.tp, cluster.gpus_per_node)
+    where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
+    inputs = [m_term, _t("C_cp", "C_cp", stage.cp_total, "s", f"{kind.value} exchanges of one micro-batch over cp = {config.cp} "
+                         f"({where}), {stage.layers} layers, NCCL model", TE_CP),
+              _t("E_cp", "E_cp", stage.cp, "s", "of which exposed: " + (
+                  "per ring step max(0, t_send - t_attention / cp) (TE overlaps each step's send with the attention of the block before)"
+                  if kind is CpComm.P2P else "all of it (the attention waits for the exchange)"))]  # fmt: skip
+    return _derivation("t_cp", "Context-parallel communication exposed per iteration", "t_cp", r"t_{\mathrm{cp}}", "$m × $E_cp",
+                       inputs, value, "s", f"{TE_CP}; {NCCL_SOURCE}",
+                       (f"K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
 
 
 def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float) -> Derivation:

@@ -42,6 +42,7 @@ from parcalc.core.activations import (
     recompute_working_set,
 )
 from parcalc.core.choices import Optimizer, Precision  # noqa: F401 - re-exported
+from parcalc.core.context import check_context_parallel, context_working_set
 from parcalc.core.model import Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
 from parcalc.core.stages import stage_layers_derivation, stage_split
@@ -170,6 +171,7 @@ class Parallelism:
     cp: int = 1
     ep: int = 1
     etp: int | None = None
+    cp_comm: str = "p2p"  # how attention gets the other CP ranks' K/V: p2p, all-gather, a2a (parcalc.core.context)
 
     @property
     def gpus(self) -> int:
@@ -178,11 +180,12 @@ class Parallelism:
 
 def check_parallelism(model: TransformerModel, par: Parallelism) -> None:
     """Degrees that do not divide heads, layers or the vocabulary's shards, ZeRO without DP: InputError."""
-    for flag, value in (("--tp", par.tp), ("--pp", par.pp), ("--dp", par.dp), ("--micro-batches", par.micro_batches), ("--chunks", par.chunks)):
+    for flag, value in (("--tp", par.tp), ("--pp", par.pp), ("--dp", par.dp), ("--micro-batches", par.micro_batches), ("--chunks", par.chunks),
+                        ("--cp", par.cp)):  # fmt: skip
         check_count(flag, value)
     if par.zero not in (0, 1, 2, 3):
         raise InputError(f"--zero: the ZeRO stage is 0, 1, 2 or 3, got {par.zero!r}")
-    if par.zero and par.dp == 1:
+    if par.zero and par.dp * par.cp == 1:
         raise InputError(
             f"--zero {par.zero}: ZeRO shards model states over the data-parallel ranks; with --dp 1 there is only one rank "
             "and nothing is sharded (use --dp > 1, or --zero 0)"
@@ -294,15 +297,20 @@ class ModelStates:
         return self.weights.value + self.gradients.value + self.optimizer.value
 
 
-def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, params_source: str = "") -> ModelStates:
+def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, params_source: str = "", cp: int = 1) -> ModelStates:
     """Weights, gradients and optimizer states of `params` parameters on one GPU, with ZeRO stage
-    `zero` sharding over `dp` ranks (Rajbhandari et al. 2020 sec. 5; see the module docstring)."""
+    `zero` sharding over `dp` ranks (Rajbhandari et al. 2020 sec. 5; see the module docstring),
+    or over dp x cp ranks with context parallelism: Megatron-LM reduces gradients and shards its
+    distributed optimizer over the data-parallel group with the context-parallel ranks in it
+    (parcalc.core.context.MEGATRON_DP_CP), since those ranks hold the same weights."""
     if zero not in (0, 1, 2, 3):
         raise InputError(f"--zero: the ZeRO stage is 0, 1, 2 or 3, got {zero!r}")
     if not (params >= 0 and math.isfinite(params)):
         raise InputError(f"parameters must be a finite count of at least 0, got {params!r}")
     psi = Term("psi", "Ψ", r"\Psi", params, "", "parameters on this GPU", params_source)
-    nd = Term("N_d", "N_d", "N_d", dp, "", "data-parallel degree (ZeRO shards over it)")
+    nd = Term("N_d", "N_d", "N_d", dp * cp, "", "data-parallel degree (ZeRO shards over it)" if cp == 1 else
+              f"data-parallel x context-parallel ranks, {dp} x {cp} (ZeRO shards over the dp-cp group)")  # fmt: skip
+    dp = dp * cp
 
     def part(key: str, label: str, symbol: str, latex_symbol: str, bytes_term: Term, sharded: bool, source: str) -> Derivation:
         if sharded:
@@ -430,7 +438,7 @@ class TrainingSetup:
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
                                 self.flash_attention, self.dropout is not False, self.precision.activation_bytes,
-                                gemm_input_bytes=self.precision.gemm_input_bytes)  # fmt: skip
+                                gemm_input_bytes=self.precision.gemm_input_bytes, cp=par.cp)  # fmt: skip
 
     def for_model(self, model: TransformerModel) -> TrainingSetup:
         """The setup with `dropout` resolved: as given, or the model's own."""
@@ -458,6 +466,7 @@ class StageMemory:
     fp8_weights: Derivation | None = None  # Transformer Engine's cached FP8 weights and transposes
     host: Derivation | None = None  # what --offload keeps in host memory for this GPU
     offloaded: tuple[str, ...] = ()  # keys of the model states held on the host instead ("optimizer_states", "gradients")
+    context: Derivation | None = None  # context-parallel buffers during one layer's attention (parcalc.core.context)
 
     def components(self) -> tuple[tuple[str, float], ...]:
         on_gpu = {key: 0.0 if key in self.offloaded else d.value
@@ -472,6 +481,7 @@ class StageMemory:
             ("activations (embeddings)", self.embedding.value if self.embedding else 0.0),
             ("logits / cross-entropy", self.output.value if self.output else 0.0),
             ("recomputation working set", self.recompute.value if self.recompute else 0.0),
+            ("context-parallel buffers", self.context.value if self.context else 0.0),
             ("reserve", self.reserve.value),
         ]
         return tuple(parts)
@@ -585,7 +595,7 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
 
     config = layer.config
     params = stage_parameters(model, par, stage)
-    states = model_states(params.value, per, par.zero, par.dp, params_source=params.label)
+    states = model_states(params.value, per, par.zero, par.dp, params_source=params.label, cp=par.cp)
     gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
     layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
                                      embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
@@ -607,6 +617,7 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     embedding = embedding_activations(model, config, in_flight.value) if stage == 0 and model.vocab else None
     output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
     recompute = recompute_working_set(model, config)
+    context = context_working_set(model, config.micro_batch, config.seq_len, par.cp, par.tp, config.activation_bytes, par.cp_comm)
     reserve = reserve_derivation(setup.reserve)
     offloaded = (("optimizer_states",) + (("gradients",) if par.zero >= 2 else ())) if setup.offload_optimizer else ()
     host = host_memory(params.value, per, par, layer, layers, in_flight, setup) if setup.offload_optimizer or setup.offload_activations else None
@@ -615,13 +626,14 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     state_parts = [*kept, *([fp8_weights] if fp8_weights else []), *([gathered] if gathered else [])]
     states_total = _sum("model_states", "Model states (weights, gradients, optimizer states)", "M_states", r"M_{\mathrm{states}}",
                         state_parts, ZERO_STAGES)  # fmt: skip
-    act_parts = [activations, *([embedding] if embedding else []), *([output] if output else []), *([recompute] if recompute else [])]
+    act_parts = [activations, *([embedding] if embedding else []), *([output] if output else []), *([recompute] if recompute else []),
+                 *([context] if context else [])]  # fmt: skip
     activations_total = _sum("activations", "Activations (layers, embeddings, logits, recomputation)", "M_act", r"M_{\mathrm{act}}",
                              act_parts, "Korthikanti et al. 2022 sec. 4")  # fmt: skip
     total = _sum("total", f"Total on one GPU of stage {stage + 1}", "M_total", r"M_{\mathrm{total}}",
                  [states_total, activations_total, reserve], "sum of the components above")  # fmt: skip
     return StageMemory(stage, params, states, gathered, layers, in_flight, activations, embedding, output, recompute, reserve,
-                       states_total, activations_total, total, fp8_weights, host, offloaded)  # fmt: skip
+                       states_total, activations_total, total, fp8_weights, host, offloaded, context)  # fmt: skip
 
 
 TE_WEIGHT_CACHE = (
@@ -658,6 +670,7 @@ def fp8_weight_cache(model: TransformerModel, tp: int, layers: int) -> Derivatio
 def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
     check_parallelism(model, par)
+    check_context_parallel(model, setup.seq_len, par.cp, par.cp_comm, par.tp)
     setup = setup.for_model(model)
     if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
         raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")

@@ -102,11 +102,11 @@ def _gradient_buckets(tensors: StageTensors, element_bytes: float, cap: float, f
 
 def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload, par: Parallelism,
                         opts: Options, micro_batches: int) -> None:  # fmt: skip
-    n = par.dp
+    n = par.dp * par.cp  # context-parallel ranks hold the same weights: Megatron-LM's dp-cp group
     if n < 2:
         return
     for stage, tensors in enumerate(per_stage):
-        groups = [Group(rank_of(par, t, 0, stage), rank_of(par, t, n - 1, stage)) for t in range(par.tp)]
+        groups = [Group(rank_of(par, t, 0, stage), rank_of(par, t, par.dp - 1, stage, par.cp - 1)) for t in range(par.tp)]
         label = f"stage {stage}" if par.pp > 1 else ""
         common = {"dimension": "dp", "group_size": n, "stages": label, "roles": ((stage, True),)}
         kind = par.data_parallel
@@ -155,7 +155,7 @@ def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors],
     where = f" (stage {stage}, the largest)" if par.pp > 1 else ""
     per_device = "parameters per device" if par.tp * par.pp > 1 else "parameters"
     p = term("p", "P", "P", tensors.numel, "", per_device + where)
-    n = par.dp
+    n = par.dp * par.cp
     kind = par.data_parallel
     if kind is DataParallel.DDP:
         return [headline("dp_allreduce_payload", "Gradients all-reduced per iteration (payload)", "V_AR", r"V_{\mathrm{AR}}",

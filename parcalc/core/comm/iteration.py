@@ -30,6 +30,7 @@ from parcalc.core.comm.plan import (
     headline,
     term,
 )
+from parcalc.core.comm.context import context_parallel_rows, cp_assumptions, cp_headlines
 from parcalc.core.comm.tensor import tensor_parallel_rows, tp_assumptions, tp_headlines
 from parcalc.core.comm.tensors import StageTensors, device_tensors, stage_layers
 from parcalc.core.model import TransformerModel
@@ -42,9 +43,13 @@ def validate(model: TransformerModel, work: Workload, par: Parallelism) -> int:
     """Check the configuration; returns the number of micro-batches per replica per iteration."""
     for flag, value in (("--tp", par.tp), ("--pp", par.pp), ("--dp", par.dp), ("--gpus-per-node", par.gpus_per_node),
                         ("--chunks", par.chunks), ("--batch", work.global_batch), ("--micro-batch", work.micro_batch),
-                        ("--seq-len", work.seq_len)):  # fmt: skip
+                        ("--seq-len", work.seq_len), ("--cp", par.cp)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{flag}: must be a whole number of at least 1, got {value!r}")
+    if par.cp > 1:
+        from parcalc.core.context import check_context_parallel
+
+        check_context_parallel(model, work.seq_len, par.cp, par.cp_comm, par.tp)
     for flag, size in (("--dtype", work.bytes_per_element), ("--grad-dtype", work.grad_bytes_per_element)):
         if not size > 0:
             raise InputError(f"{flag}: bytes per element must be positive, got {size}")
@@ -57,8 +62,9 @@ def validate(model: TransformerModel, work: Workload, par: Parallelism) -> int:
             raise InputError(f"--tp: {par.tp} does not divide the hidden size {model.hidden}")
         if model.ffn_hidden % par.tp:
             raise InputError(f"--tp: {par.tp} does not divide the MLP width {model.ffn_hidden}")
-    if par.sequence_parallel and work.seq_len % par.tp:
-        raise InputError(f"--sequence-parallel: the sequence length {work.seq_len} must be a multiple of --tp {par.tp}")
+    if par.sequence_parallel and (work.seq_len // par.cp) % par.tp:
+        shard = f"the sequence shard s/cp = {work.seq_len // par.cp}" if par.cp > 1 else f"the sequence length {work.seq_len}"
+        raise InputError(f"--sequence-parallel: {shard} must be a multiple of --tp {par.tp}")
     slots = model.layers + int(par.embedding_in_split) + int(par.loss_in_split)  # the embedding / loss may take a layer's slot
     if par.pp * par.chunks > slots:
         what = f"--pp {par.pp} x --chunks {par.chunks}" if par.chunks > 1 else f"--pp {par.pp}"
@@ -89,9 +95,11 @@ def iteration_plan(model: TransformerModel, work: Workload, par: Parallelism, ne
     builder = Builder(par, network, opts)
     per_stage = [device_tensors(model, par, s, opts) for s in range(par.pp)]
     layers = stage_layers(model.layers, par.pp, *par.stage_ends(model.layers))
+    shard = work._replace(seq_len=work.seq_len // par.cp)  # each CP rank's tokens: what TP, SP and PP move
     data_parallel_rows(builder, per_stage, work, par, opts, micro_batches)
-    tensor_parallel_rows(builder, model, work, par, opts, layers, per_stage, micro_batches)
-    pipeline_rows(builder, model, work, par, micro_batches)
+    tensor_parallel_rows(builder, model, shard, par, opts, layers, per_stage, micro_batches)
+    context_parallel_rows(builder, model, work, par, opts, layers, micro_batches)
+    pipeline_rows(builder, model, shard, par, micro_batches)
     embedding_sync_rows(builder, model, work, par, opts)
     rows = _merge(builder.rows, par.pp)
     derivations = _headlines(model, work, par, opts, per_stage, layers, micro_batches)
@@ -138,6 +146,8 @@ def _describe(par: Parallelism) -> str:
         parts.append(f"{par.data_parallel.value} {par.dp}")
     if par.tp > 1:
         parts.append(f"tp {par.tp}" + (" + sp" if par.sequence_parallel else ""))
+    if par.cp > 1:
+        parts.append(f"cp {par.cp} ({choice_value(par.cp_comm)})")
     if par.pp > 1:
         parts.append(f"pp {par.pp} ({choice_value(par.schedule)})")
     return " × ".join(parts) or "1 GPU"
@@ -197,12 +207,15 @@ def _headlines(model: TransformerModel, work: Workload, par: Parallelism, opts: 
     out: list[Derivation] = []
     s = term("s", "s", "s", work.bytes_per_element, "B", f"bytes per {work.dtype or 'parameter/activation'} element")
     s_g = term("s_g", "s_g", r"s_{g}", work.grad_bytes_per_element, "B", f"bytes per {work.grad_dtype or 'gradient'} element")
-    if par.dp > 1:
+    shard = work._replace(seq_len=work.seq_len // par.cp)
+    if par.dp * par.cp > 1:
         out += dp_headlines(par, opts, per_stage, s, s_g, micro_batches)
     if par.tp > 1:
-        out += tp_headlines(model, work, par, opts, layers, s, micro_batches)
+        out += tp_headlines(model, shard, par, opts, layers, s, micro_batches)
+    if par.cp > 1:
+        out += cp_headlines(model, work, par, opts)
     if par.pp > 1:
-        out.append(pp_headline(model, work, par, s))
+        out.append(pp_headline(model, shard, par, s))
     return tuple(out)
 
 
@@ -225,7 +238,7 @@ def _traffic_headlines(rows: Sequence[CollectiveCall], roles: Sequence[tuple[tup
                 out = sent.setdefault(stage, {})
                 out[key] = max(out.get(key, 0.0), row.sent)
     busiest = max(time, key=lambda s: sum(time[s].values()))
-    names = {"dp": "data-parallel", "tp": "tensor-parallel", "pp": "pipeline", "embedding": "embedding sync"}
+    names = {"dp": "data-parallel", "tp": "tensor-parallel", "pp": "pipeline", "embedding": "embedding sync", "cp": "context-parallel"}
     by_dim_time: dict[str, float] = {}
     by_dim_sent: dict[str, float] = {}
     for key, value in time[busiest].items():
@@ -255,11 +268,13 @@ def _traffic_headlines(rows: Sequence[CollectiveCall], roles: Sequence[tuple[tup
 def _assumptions(model: TransformerModel, par: Parallelism, opts: Options) -> tuple[str, ...]:
     out = [
         "payload ('bytes aggregated') = size of each call summed over calls; per-device traffic = bytes one device sends with the algorithm",
-        "Megatron rank order: TP ranks adjacent, then DP, then PP; a group spanning two nodes runs at the inter-node link's speed",
+        ("Megatron rank order: TP ranks adjacent, then DP, then PP" if par.cp == 1 else "Megatron rank order \"tp-cp-ep-dp-pp\": TP ranks adjacent, then CP, then DP, then PP")
+        + "; a group spanning two nodes runs at the inter-node link's speed",
         "no overlap of communication with computation or with other communication",
     ]
-    out += dp_assumptions(par, opts) if par.dp > 1 else []
+    out += dp_assumptions(par, opts) if par.dp * par.cp > 1 else []
     out += tp_assumptions(model, par, opts)
+    out += cp_assumptions(model, par, opts)
     counts = tuple(len(r) for r in stage_layers(model.layers, par.pp, *par.stage_ends(model.layers)))
     if len(set(counts)) > 1:  # equal stages need no word
         how = ("the embedding / loss as layer slots, --embedding-in-split / --loss-in-split" if par.embedding_in_split or par.loss_in_split

@@ -31,9 +31,9 @@ def pipeline_rows(b: Builder, model: TransformerModel, work: Workload, par: Para
     if par.sequence_parallel and par.tp > 1:
         activation /= par.tp  # each TP rank holds and sends its sequence slice
     v = par.chunks if par.schedule == INTERLEAVED else 1
-    pairs = [(t, d) for t in range(par.tp) for d in range(par.dp)]
+    pairs = [(t, d, c) for t in range(par.tp) for d in range(par.dp) for c in range(par.cp)]
     for stage in range(par.pp - 1):
-        groups = [Group(rank_of(par, t, d, stage), rank_of(par, t, d, stage + 1)) for t, d in pairs]
+        groups = [Group(rank_of(par, t, d, stage, c), rank_of(par, t, d, stage + 1, c)) for t, d, c in pairs]
         for phase, direction, purpose, sender in (("forward", "i → i+1", "activations", stage),
                                                   ("backward", "i+1 → i", "activation gradients", stage + 1)):
             receiver = stage + 1 if sender == stage else stage
@@ -41,7 +41,7 @@ def pipeline_rows(b: Builder, model: TransformerModel, work: Workload, par: Para
                   call_bytes={activation: micro_batches * v}, groups=groups, stages=f"boundary {stage}→{stage + 1}",
                   direction=direction, roles=((sender, True), (receiver, False)))  # fmt: skip
     if v > 1:  # interleaving: the last device hands each chunk's output back to the first
-        groups = [Group(rank_of(par, t, d, 0), rank_of(par, t, d, par.pp - 1)) for t, d in pairs]
+        groups = [Group(rank_of(par, t, d, 0, c), rank_of(par, t, d, par.pp - 1, c)) for t, d, c in pairs]
         last = par.pp - 1
         for phase, direction, purpose, sender in (("forward", f"{last} → 0", "activations", last),
                                                   ("backward", f"0 → {last}", "activation gradients", 0)):
@@ -56,7 +56,8 @@ def embedding_sync_rows(b: Builder, model: TransformerModel, work: Workload, par
         return
     rows = -(-model.vocab // par.tp) if opts.vocab_parallel else model.vocab
     grads = rows * model.hidden * work.grad_bytes_per_element
-    groups = [Group(rank_of(par, t, d, 0), rank_of(par, t, d, par.pp - 1)) for t in range(par.tp) for d in range(par.dp)]
+    groups = [Group(rank_of(par, t, d, 0, c), rank_of(par, t, d, par.pp - 1, c)) for t in range(par.tp) for d in range(par.dp)
+              for c in range(par.cp)]  # fmt: skip
     b.add(dimension="embedding", purpose="tied word-embedding gradients", phase="after backward", op=Collective.ALL_REDUCE,
           group_size=2, call_bytes={grads: 1}, groups=groups, stages=f"stages 0, {par.pp - 1}",
           roles=((0, True), (par.pp - 1, True)))  # fmt: skip

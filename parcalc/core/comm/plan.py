@@ -10,7 +10,7 @@ Two conventions, both kept (seed 003 sec. 11 and seed 004 Q2 use different ones)
 
 Rank layout: Megatron-LM's default order, tensor-parallel ranks adjacent, then data-parallel,
 then pipeline (megatron/core/parallel_state.py, order "tp-cp-ep-dp-pp"):
-rank = t + tp x (d + dp x s). A group whose ranks sit on more than one node of
+rank = t + tp x (c + cp x (d + dp x s)) with context parallelism. A group whose ranks sit on more than one node of
 `gpus_per_node` GPUs uses the inter-node link, else the intra-node one.
 """
 
@@ -95,6 +95,7 @@ class Parallelism(NamedTuple):
     cp: int = 1
     ep: int = 1
     etp: int | None = None
+    cp_comm: str = "p2p"  # a parcalc.core.context.CpComm value: p2p, all-gather, a2a
 
     @property
     def gpus(self) -> int:
@@ -217,8 +218,10 @@ class Group(NamedTuple):
     last: int
 
 
-def rank_of(par: Parallelism, t: int, d: int, s: int) -> int:
-    return t + par.tp * (d + par.dp * s)
+def rank_of(par: Parallelism, t: int, d: int, s: int, c: int = 0) -> int:
+    """Global rank of TP rank t, CP rank c, DP rank d, stage s in Megatron-LM's order
+    "tp-cp-ep-dp-pp" (megatron/core/parallel_state.py line 617 at d98e8a6; ep folds over the rest)."""
+    return t + par.tp * (c + par.cp * (d + par.dp * s))
 
 
 def node_split(groups: Iterable[Group], gpus_per_node: int) -> tuple[int, int]:

@@ -51,15 +51,19 @@ def default_micro_batch(work: Workload, par: Parallelism) -> int:
 
 
 def compare_strategies(model: TransformerModel, work: Workload, gpus: int, network: Network, opts: Options = DEFAULT_OPTIONS,
-                       gpus_per_node: int = 8, micro_batch: int | None = None) -> StrategyComparison:  # fmt: skip
+                       gpus_per_node: int = 8, micro_batch: int | None = None, cp: int = 1,
+                       cp_comm: str = "p2p") -> StrategyComparison:  # fmt: skip
     """Each strategy with all `gpus` in its one dimension; those that cannot run are skipped with the reason.
+    With `cp` > 1, each strategy's dimension takes gpus / cp and every one runs cp-way context parallelism.
 
     `micro_batch` None: each strategy takes default_micro_batch; `work.micro_batch` is ignored.
     """
     plans, skipped = [], []
     planned: dict[tuple[Parallelism, Workload], CommPlan | str] = {}  # the plan, or why it cannot run
     for name in STRATEGIES:
-        par = single_strategy(name, gpus, gpus_per_node)
+        par = single_strategy(name, gpus // cp, gpus_per_node)
+        if cp > 1:
+            par = par._replace(cp=cp, cp_comm=cp_comm)
         workload = work._replace(micro_batch=micro_batch or default_micro_batch(work, par))
         key = (_same_communication(par), workload)
         if key not in planned:

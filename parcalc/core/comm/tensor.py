@@ -54,7 +54,7 @@ def tensor_parallel_rows(b: Builder, model: TransformerModel, work: Workload, pa
     activation = work.micro_batch * work.seq_len * model.hidden * work.bytes_per_element
     repeat = 2 if opts.recompute else 1  # recomputation replays the forward collectives in backward
     for stage, stage_range in enumerate(layers):
-        groups = [Group(rank_of(par, 0, d, stage), rank_of(par, n - 1, d, stage)) for d in range(par.dp)]
+        groups = [Group(rank_of(par, 0, d, stage, c), rank_of(par, n - 1, d, stage, c)) for d in range(par.dp) for c in range(par.cp)]
         label = f"stage {stage}" if par.pp > 1 else ""
         common = {"dimension": "tp", "group_size": n, "groups": groups, "stages": label, "roles": ((stage, True),)}
         per_pass = 2 * len(stage_range) * micro_batches  # two per layer per micro-batch

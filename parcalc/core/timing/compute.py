@@ -159,6 +159,7 @@ class LayerShard:
     dropout: bool
     causal: bool
     bytes_per_element: float  # activations (2 for 16-bit, 4 for fp32)
+    cp: int = 1  # context parallelism: seq_len is this rank's shard s/cp; its queries attend over all s keys
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,11 @@ class LayerPasses:
         if recompute is Recompute.SELECTIVE:
             return sum(k.time for k in self.attention_core)
         return 0.0
+
+    def t_attention(self) -> tuple[float, float]:
+        """(forward, backward) time of the attention kernels (what a context-parallel ring step hides behind)."""
+        return (sum(k.time for k in self.forward if k.key.startswith("attn")),
+                sum(k.time for k in self.backward if k.key.startswith("attn")))  # fmt: skip
 
     def t_gemms(self) -> float:
         """Forward + backward time of the linear layers (what TP communication can hide behind)."""
@@ -238,29 +244,31 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec)
     if model.position is Position.ROPE:
         mem("rope", 2 * e * tokens * (q_w + kv_w), 2 * e * tokens * (q_w + kv_w), f"[{tokens}×{q_w + kv_w}]")
     core: list[Kernel] = []
+    sk = s * shard.cp  # keys and values: the whole sequence (with CP, s is this rank's query shard; the 2cp-chunk
+    # balancing gives every rank half of its s x s·cp causal square, as without CP)
     if shard.flash_attention:
-        work = 4.0 * b * heads * s * s * hd * (0.5 if shard.causal else 1.0)
-        io = e * b * s * (2 * q_w + 2 * kv_w)  # read Q, K, V, write O
+        work = 4.0 * b * heads * s * sk * hd * (0.5 if shard.causal else 1.0)
+        io = e * b * (2 * s * q_w + 2 * sk * kv_w)  # read Q, K, V, write O
         shape = f"b·a/t = {b * heads}, s = {s}, d = {hd}"
         core.append(flash_attention("attn.flash", work, io, False, spec, shape))
         forward.extend(core)
         backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape))
     else:
-        scores = b * heads * s * s
-        square = f"[{s}×{s}] ×{b * heads}"
-        core.append(gemm("attn.scores", s, hd, s, e, spec, batch=b * heads))
+        scores = b * heads * s * sk
+        square = f"[{s}×{sk}] ×{b * heads}"
+        core.append(gemm("attn.scores", s, hd, sk, e, spec, batch=b * heads))
         core.append(memory_op("attn.softmax", 2 * e * scores, spec, square))
         if shard.dropout:
             core.append(memory_op("attn.dropout", (2 * e + MASK_BYTES) * scores, spec, square))
-        core.append(gemm("attn.context", s, s, hd, e, spec, batch=b * heads))
+        core.append(gemm("attn.context", s, sk, hd, e, spec, batch=b * heads))
         forward.extend(core)
-        backward.extend((gemm("attn.context.dgrad", s, hd, s, e, spec, batch=b * heads),
-                         gemm("attn.context.wgrad", s, s, hd, e, spec, batch=b * heads)))  # fmt: skip
+        backward.extend((gemm("attn.context.dgrad", s, hd, sk, e, spec, batch=b * heads),
+                         gemm("attn.context.wgrad", sk, s, hd, e, spec, batch=b * heads)))  # fmt: skip
         if shard.dropout:
             backward.append(memory_op("attn.dropout.bwd", (2 * e + MASK_BYTES) * scores, spec, square))
         backward.append(memory_op("attn.softmax.bwd", 3 * e * scores, spec, square))
-        backward.extend((gemm("attn.scores.dgrad", s, s, hd, e, spec, batch=b * heads),
-                         gemm("attn.scores.wgrad", s, s, hd, e, spec, batch=b * heads)))  # fmt: skip
+        backward.extend((gemm("attn.scores.dgrad", s, sk, hd, e, spec, batch=b * heads),
+                         gemm("attn.scores.wgrad", sk, s, hd, e, spec, batch=b * heads)))  # fmt: skip
     linear("proj", tokens, q_w, h)
     mem("residual1", residual_fwd, residual_bwd, act)
     if norm:

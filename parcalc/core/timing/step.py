@@ -1,7 +1,10 @@
 """One training iteration's time, from the kernel, network and overlap models.
 
-    t_step = t_compute + t_tp + t_bubble + t_pp + t_dp + t_optimizer
+    t_step = t_compute + t_tp + t_cp + t_bubble + t_pp + t_dp + t_optimizer
 
+- t_cp = m x the context-parallel exchanges of one micro-batch on that stage left exposed
+  (parcalc.core.timing.context: p2p ring steps hide behind the attention of the block before;
+  all-gather and all-to-all stay on the critical path);
 - t_compute = m x tau: m micro-batches of the slowest pipeline stage, tau its forward, backward
   and recomputed kernels (parcalc.core.timing.compute: GEMMs by shape, attention, memory-bound
   operations; embedding on the first stage, LM head and loss on the last);
@@ -50,6 +53,8 @@ class StagePieces:
     layers: int = 0  # transformer layers of the slowest stage (0: not given)
     regather: Any = 0.0
     regather_exposed: Any = 0.0
+    cp: Any = 0.0  # the context-parallel exchanges of one micro-batch left exposed (parcalc.core.timing.context)
+    cp_total: Any = 0.0  # the same exchanges before overlap
 
 
 @dataclass(frozen=True)
@@ -113,16 +118,17 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
     else:  # every collective on the critical path, but a re-gather runs beside its linear's dgrad GEMM
         tp_per_micro_batch = stage.tp + stage.regather_exposed
     t_tp = m * tp_per_micro_batch
+    t_cp = m * stage.cp
     if p > 1:
         beta = (p - 1) / (m * v)
-        t_bubble = beta * (t_compute + t_tp)
+        t_bubble = beta * (t_compute + t_tp + t_cp)
         t_pp = 2 * m * v * stage.p2p
     else:
         beta = 0.0 * m
         t_bubble = 0.0 * m
         t_pp = 0.0 * m
-    t_step = t_compute + t_tp + t_bubble + t_pp + t_dp + t_optimizer + t_offload
-    return {"t_compute": t_compute, "t_tp": t_tp, "beta": beta, "t_bubble": t_bubble, "t_pp": t_pp, "t_dp": t_dp,
+    t_step = t_compute + t_tp + t_cp + t_bubble + t_pp + t_dp + t_optimizer + t_offload
+    return {"t_compute": t_compute, "t_tp": t_tp, "t_cp": t_cp, "beta": beta, "t_bubble": t_bubble, "t_pp": t_pp, "t_dp": t_dp,
             "t_optimizer": t_optimizer, "t_offload": t_offload, "t_step": t_step}  # fmt: skip
 
 
@@ -131,7 +137,8 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
 
 
 def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequence_parallel: bool, recompute: Any,
-                 training: Any, cluster: Any, *, first: int | None = None, last: int | None = None) -> tuple[StagePieces, float, float]:  # fmt: skip
+                 training: Any, cluster: Any, *, first: int | None = None, last: int | None = None, cp: int = 1,
+                 cp_comm: str = "p2p") -> tuple[StagePieces, float, float]:  # fmt: skip
     """The slowest stage's pieces for one micro-batch, and one layer's forward and backward time
     (with its recomputation) for ZeRO-3's prefetch windows. first / last: layers of the first and
     last stage (Megatron-LM's uneven split, parcalc.core.stages; None: L/p on every stage); the
@@ -144,8 +151,9 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
     spec, fabric = cluster.spec, cluster.fabric
     e = training.precision.activation_bytes
     dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
-    shard = LayerShard(micro_batch, training.seq_len, tp, sequence_parallel, training.flash_attention, dropout,
-                       training.causal, e)  # fmt: skip
+    seq = training.seq_len // cp  # this rank's tokens of each sequence (context parallelism)
+    shard = LayerShard(micro_batch, seq, tp, sequence_parallel, training.flash_attention, dropout,
+                       training.causal, e, cp)  # fmt: skip
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
     uneven = first is not None or last is not None
@@ -155,7 +163,7 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
     first_b = split[0] * (b_layer + r_layer) + ends.t_first_backward + (ends.t_last_backward if pp == 1 else 0.0)
     last_f = split[-1] * f_layer + ends.t_last_forward
     last_b = split[-1] * (b_layer + r_layer) + ends.t_last_backward
-    activation = micro_batch * training.seq_len * model.hidden * e
+    activation = micro_batch * seq * model.hidden * e
     regather_layer = regather_exposed_layer = 0.0
     if tp > 1:
         group = placement(tp, 1, cluster.gpus_per_node)
@@ -181,12 +189,20 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
     recomputed = layers_here * r_layer
     tp_time, tp_hidden = layers_here * tp_layer, layers_here * hidden_layer
     if pp > 1:
-        group = placement(2, tp * dp, cluster.gpus_per_node)
+        group = placement(2, tp * cp * dp, cluster.gpus_per_node)
         p2p = collective_time(Collective.POINT_TO_POINT, activation / tp, group, fabric).time
     else:
         p2p = 0.0
+    cp_total = cp_exposed = 0.0
+    if cp > 1:
+        from parcalc.core.timing.context import cp_layer_time
+
+        attn_f, attn_b = layer.t_attention()
+        total, hidden = cp_layer_time(model, micro_batch, training.seq_len, tp, cp, cp_comm, e, attn_f, attn_b, recompute,
+                                      cluster.gpus_per_node, fabric)  # fmt: skip
+        cp_total, cp_exposed = layers_here * total, layers_here * hidden
     pieces = StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
-                         layers_here * regather_layer, layers_here * regather_exposed_layer)  # fmt: skip
+                         layers_here * regather_layer, layers_here * regather_exposed_layer, cp_exposed, cp_total)  # fmt: skip
     return pieces, f_layer, b_layer + r_layer
 
 
