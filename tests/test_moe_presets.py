@@ -110,3 +110,10 @@ def test_moe_presets_load_with_their_blocks() -> None:
     assert load_model("deepseek-v3").moe.router_bias
     assert load_model("llama4-scout").moe.shared_experts == 1
     assert not load_model("mixtral-8x7b").qk_norm
+
+
+def test_presets_show_lists_experts_and_active_params(run_json) -> None:
+    doc = run_json("presets", "show", "deepseek-v3")
+    rows = {row["field"]: row["value"] for row in doc["tables"]["fields"]["rows"]}
+    assert rows["moe.experts"] == 256 and rows["moe.top_k"] == 8 and rows["mla.kv_lora_rank"] == 512
+    assert rows["total_params"] == 671_026_419_200 and rows["active_params"] == 37_552_297_472 and rows["moe_layers"] == 58
