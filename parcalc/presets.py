@@ -695,7 +695,7 @@ def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:
 _MODEL_KEYS = (
     "kind", "name", "sources", "source", "layers", "hidden", "heads", "kv_heads", "head_dim",
     "ffn_hidden", "mlp", "vocab", "max_seq_len", "tied_embeddings", "position", "norm", "bias", "dropout", "notes",
-    "moe", "mla",
+    "moe", "mla", "qk_norm",
 )  # fmt: skip
 _MOE_KEYS = (
     "experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "first_dense_layers", "every",
@@ -774,6 +774,7 @@ def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Transf
             dropout_source=sources.get("dropout", ""),
             moe=_moe(doc, sources),
             mla=_mla(doc, sources),
+            qk_norm=doc.flag("qk_norm", default=False),
         )
     except InputError as error:
         raise PresetError(f"{path}: {error}") from None
@@ -791,6 +792,7 @@ def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Tran
 _GATED_ARCHITECTURES = {
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "olmo",
     "olmo2", "deepseek_v2", "deepseek_v3", "internlm2", "cohere", "granite", "starcoder2_gated",
+    "qwen3_moe", "qwen2_moe", "llama4", "llama4_text",
 }  # fmt: skip
 _LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "gpt_neo", "gpt_bigcode", "megatron-bert", "xlm-roberta"}
 
@@ -818,6 +820,126 @@ def _refuse_mixture_of_experts(path: Path, config: Mapping[str, Any]) -> None:
         key = found[0]
         raise InputError(f"--model: {path} is a Mixture-of-Experts model ({key}: {config[key]!r}); parcalc models dense "
                          "transformers only and would count one expert per layer (give a dense model)")  # fmt: skip
+
+
+# Mixture-of-Experts families read from a config.json, by model_type, each with the modeling code
+# whose layer pattern and expert shapes it follows.
+_MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text")
+MAX_MOE_LAYERS = 100_000  # a layer pattern is checked layer by layer; no model has this many
+
+
+def _text_model_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Llama 4 (Llama4ForConditionalGeneration) nests its language model in text_config; the
+    vision tower is not modelled. tie_word_embeddings stays at the top level there."""
+    text = config.get("text_config")
+    if not isinstance(text, dict) or "hidden_size" in config:
+        return config
+    merged = dict(text)
+    if "tie_word_embeddings" not in merged and "tie_word_embeddings" in config:
+        merged["tie_word_embeddings"] = config["tie_word_embeddings"]
+    merged.setdefault("_name_or_path", config.get("_name_or_path"))
+    return merged
+
+
+def _moe_layer_pattern(path: Path, config: Mapping[str, Any], architecture: str, layers: int, count: Callable[..., int]) -> tuple[list[int], str]:
+    """The 0-based indices of the MoE layers as the family's modeling code builds them, and the keys that said so."""
+    if architecture == "mixtral":
+        return list(range(layers)), "every layer (MixtralDecoderLayer)"
+    if architecture in ("qwen3_moe", "qwen2_moe"):
+        # transformers Qwen3MoeDecoderLayer: (layer_idx not in mlp_only_layers) and (layer_idx + 1) % decoder_sparse_step == 0
+        step = count("decoder_sparse_step", default=1)
+        only = config.get("mlp_only_layers") or []
+        if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+            raise PresetError(f"{path}: key 'mlp_only_layers': expected a list of layer indices, got {shown(only)}")
+        return [i for i in range(layers) if i not in only and (i + 1) % step == 0], "decoder_sparse_step, mlp_only_layers"
+    if architecture in ("deepseek_v2", "deepseek_v3"):
+        # deepseek-ai modeling_deepseek.py DeepseekV3DecoderLayer: layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0
+        first = count("first_k_dense_replace", default=0, minimum=0)
+        freq = count("moe_layer_freq", default=1)
+        return [i for i in range(layers) if i >= first and i % freq == 0], "first_k_dense_replace, moe_layer_freq"
+    # Llama 4: config.moe_layers, else transformers Llama4TextConfig's (i + 1) % interleave_moe_layer_step == 0
+    step = count("interleave_moe_layer_step", default=1)
+    given = config.get("moe_layers")
+    if given is not None:
+        if not isinstance(given, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in given):
+            raise PresetError(f"{path}: key 'moe_layers': expected a list of layer indices, got {shown(given)}")
+        return sorted(set(given)), "moe_layers"
+    return [i for i in range(layers) if (i + 1) % step == 0], "interleave_moe_layer_step"
+
+
+def _first_dense_and_every(pattern: list[int], layers: int) -> tuple[int, int] | None:
+    """parcalc's (first_dense_layers, every) that gives exactly these MoE layers, or None."""
+    gaps = {b - a for a, b in itertools.pairwise(pattern)}
+    every = gaps.pop() if len(gaps) == 1 else 1 if not gaps else 0
+    for step in ([every] if every else []) + ([layers - pattern[0]] if len(pattern) == 1 else []):
+        first = pattern[0] - step + 1
+        if first >= 0 and [i for i in range(layers) if i >= first and (i - first + 1) % step == 0] == pattern:
+            return first, step
+    return None
+
+
+def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layers: int, count: Callable[..., int]) -> MixtureOfExperts | None:
+    """The experts of a Mixtral, Qwen3-MoE, DeepSeek-V2/V3 or Llama 4 config.json (None when it has none)."""
+    if layers > MAX_MOE_LAYERS:
+        raise PresetError(f"{path}: key 'num_hidden_layers': {layers} layers is beyond any Mixture-of-Experts model parcalc reads")
+    expert_key = {"mixtral": "num_local_experts", "llama4": "num_local_experts", "llama4_text": "num_local_experts",
+                  "deepseek_v2": "n_routed_experts", "deepseek_v3": "n_routed_experts"}.get(architecture, "num_experts")  # fmt: skip
+    if architecture == "qwen2_moe":
+        # Qwen2-MoE biases q, k and v but not o_proj or the MLPs, and gates its shared expert with a
+        # hidden x 1 sigmoid (transformers Qwen2MoeSparseMoeBlock.shared_expert_gate): neither fits parcalc's model
+        raise InputError(f"--model: {path} is a Qwen2-MoE model (shared_expert_intermediate_size, q/k/v biases only); parcalc cannot "
+                         "represent its query/key/value-only biases and shared-expert gate and would miscount it")  # fmt: skip
+    experts = count(expert_key, default=0, minimum=0)
+    if experts == 0:
+        return None
+    top_k = count("num_experts_per_tok")
+    if top_k > experts:
+        raise InputError(f"--model: {path}: num_experts_per_tok ({top_k}) exceeds {expert_key} ({experts}); a token cannot go to more experts than exist")
+    pattern, keys = _moe_layer_pattern(path, config, architecture, layers, count)
+    if not pattern:
+        return None
+    if pattern[-1] >= layers or pattern[0] < 0:
+        raise InputError(f"--model: {path}: {keys} names layer {pattern[-1] if pattern[-1] >= layers else pattern[0]}, outside 0..{layers - 1}")
+    shape = _first_dense_and_every(pattern, layers)
+    if shape is None:
+        shown_layers = ", ".join(str(i) for i in pattern[:8]) + (", ..." if len(pattern) > 8 else "")
+        raise InputError(f"--model: {path}: {keys} make layers {shown_layers} MoE; parcalc represents only 'the first n dense, then "
+                         "every k-th' and would miscount this pattern")  # fmt: skip
+    first, every = shape
+    if architecture == "mixtral":
+        width, shared, shared_width = count("intermediate_size"), 0, 0
+    elif architecture in ("llama4", "llama4_text"):
+        # transformers Llama4TextMoe: experts of expert_dim = intermediate_size and one shared_expert Llama4TextMLP of the same width
+        width, shared, shared_width = count("intermediate_size"), 1, 0
+    elif architecture == "qwen3_moe":
+        width, shared, shared_width = count("moe_intermediate_size"), 0, 0
+    else:  # DeepSeek: shared_experts = DeepseekV3MLP(intermediate_size = moe_intermediate_size x n_shared_experts)
+        width, shared, shared_width = count("moe_intermediate_size"), count("n_shared_experts", default=0, minimum=0), 0
+    return MixtureOfExperts(
+        experts=experts,
+        top_k=top_k,
+        expert_ffn_hidden=width,
+        shared_experts=shared,
+        shared_ffn_hidden=shared_width,
+        first_dense_layers=first,
+        every=every,
+        capacity_factor=None,
+        # DeepSeek-V3's noaux_tc routing adds e_score_correction_bias, an nn.Parameter (transformers DeepseekV3TopkRouter)
+        router_bias=architecture == "deepseek_v3" or config.get("topk_method") == "noaux_tc",
+        source=f"config.json at {path}: {expert_key} {experts}, num_experts_per_tok {top_k}; MoE layers from {keys}",
+    )
+
+
+def _mla_from_hf(path: Path, config: Mapping[str, Any], count: Callable[..., int]) -> LatentAttention:
+    """DeepSeek-V2/V3 multi-head latent attention ranks; q_lora_rank null (DeepSeek-V2-Lite) is a full query projection."""
+    return LatentAttention(
+        q_lora_rank=count("q_lora_rank", default=0, minimum=0),
+        kv_lora_rank=count("kv_lora_rank"),
+        qk_nope_head_dim=count("qk_nope_head_dim"),
+        qk_rope_head_dim=count("qk_rope_head_dim"),
+        v_head_dim=count("v_head_dim"),
+        source=f"config.json at {path}: q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim",
+    )
 
 
 def _declares(value: Any) -> bool:
@@ -873,8 +995,10 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             raise PresetError(f"{path}: key {name!r}: expected a whole number >= {minimum}, got {shown(value)}")
         return value
 
-    _refuse_mixture_of_experts(path, config)
+    config = _text_model_config(config)
     architecture = str(config.get("model_type", "")).lower()
+    if architecture not in _MOE_FAMILIES:
+        _refuse_mixture_of_experts(path, config)
     hidden = count("hidden_size", "n_embd", "d_model")
     heads = count("num_attention_heads", "n_head", "num_heads")
     kv_heads = count("num_key_value_heads", default=1 if config.get("multi_query") else heads)
@@ -891,16 +1015,20 @@ def model_from_hf_config(path: Path) -> TransformerModel:
     else:
         position = Position.ROPE
     dropout, dropout_source = _trains_with_dropout(config, architecture)
+    layers = count("num_hidden_layers", "n_layer", "num_layers")
+    moe = _moe_from_hf(path, config, architecture, layers, count) if architecture in _MOE_FAMILIES else None
+    # Llama 4: the dense layers' MLP is intermediate_size_mlp; intermediate_size is the experts' width
+    ffn_keys = ("intermediate_size_mlp",) if architecture in ("llama4", "llama4_text") else ()
     try:
         return TransformerModel(
             key=path.parent.name or path.stem,
             name=str(config.get("_name_or_path") or path.parent.name or path.stem),
-            layers=count("num_hidden_layers", "n_layer", "num_layers"),
+            layers=layers,
             hidden=hidden,
             heads=heads,
             kv_heads=kv_heads,
-            head_dim=count("head_dim", default=max(hidden // heads, 1)),
-            ffn_hidden=count("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
+            head_dim=count("head_dim", "v_head_dim", default=max(hidden // heads, 1)),
+            ffn_hidden=count(*ffn_keys, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
             mlp=mlp,
             vocab=count("vocab_size"),
             max_seq_len=count("max_position_embeddings", "n_positions", "n_ctx", default=0, minimum=0),
@@ -911,6 +1039,9 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             source=f"Hugging Face config.json at {path}",
             dropout=dropout,
             dropout_source=dropout_source,
+            moe=moe,
+            mla=_mla_from_hf(path, config, count) if architecture in ("deepseek_v2", "deepseek_v3") else None,
+            qk_norm=architecture in ("qwen3", "qwen3_moe"),
         )
     except (TypeError, ValueError) as error:
         raise PresetError(f"{path}: {error}") from None

@@ -161,7 +161,7 @@ def test_llama3_config_json_counts_like_the_preset(tmp_path: Path, run_json) -> 
 
 
 # ---------------------------------------------------------------------------------------------
-# Mixture of Experts: refused until modelled (item 6)
+# Mixture of Experts: read with its experts now (issue #13); what parcalc cannot represent is refused
 
 # mistralai/Mixtral-8x7B-v0.1 config.json
 MIXTRAL_CONFIG = {
@@ -172,20 +172,20 @@ MIXTRAL_CONFIG = {
 
 
 def test_mixtral_read_densely_would_be_7_24b(tmp_path: Path) -> None:
-    # Why refuse: without its experts, Mixtral 8x7B reads as one dense 7B model, 32 x (2 x 4096^2 +
+    # Without its experts, Mixtral 8x7B reads as one dense 7B model, 32 x (2 x 4096^2 +
     # 2 x 4096 x 1024 + 3 x 4096 x 14336 + 2 x 4096) + 2 x 32000 x 4096 + 4096 = 7,241,732,096
-    # parameters, where Mistral AI gives 46.7 B (eight experts' MLPs per layer).
+    # parameters, where Mistral AI gives 46.7 B (eight experts' MLPs per layer): with them, 46.7 B.
     dense = {k: v for k, v in MIXTRAL_CONFIG.items() if k not in ("num_local_experts", "num_experts_per_tok")}
     assert model_from_hf_config(_config(tmp_path, "dense", dense)).total_params == 7_241_732_096
-    with pytest.raises(InputError, match=r"Mixture-of-Experts model \(num_local_experts: 8\)"):
-        model_from_hf_config(_config(tmp_path, "mixtral", MIXTRAL_CONFIG))
+    assert model_from_hf_config(_config(tmp_path, "mixtral", MIXTRAL_CONFIG)).total_params == 46_702_792_704
 
 
 @pytest.mark.parametrize(
     ("extra", "key"),
     [
-        ({"model_type": "deepseek_v3", "n_routed_experts": 256, "moe_intermediate_size": 2048}, "n_routed_experts: 256"),  # DeepSeek-V3
-        ({"model_type": "qwen2_moe", "num_experts": 60, "moe_intermediate_size": 1408}, "num_experts: 60"),  # Qwen1.5-MoE-A2.7B
+        # DeepSeek-V3's expert keys without num_experts_per_tok: the missing key is named
+        ({"model_type": "deepseek_v3", "n_routed_experts": 256, "moe_intermediate_size": 2048}, "num_experts_per_tok"),
+        ({"model_type": "qwen2_moe", "num_experts": 60, "moe_intermediate_size": 1408}, "Qwen2-MoE"),  # Qwen1.5-MoE-A2.7B
         ({"model_type": "custom", "moe_intermediate_size": 1408}, "moe_intermediate_size: 1408"),
     ],
     ids=["deepseek-v3", "qwen2-moe", "moe-key"],
@@ -197,7 +197,7 @@ def test_moe_config_json_is_refused_with_the_key(tmp_path: Path, runner, extra: 
         result = runner.invoke(app, command)
         assert result.exit_code == 2, result.output
         lines = [line for line in result.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1 and lines[0].startswith("Error: --model: ") and key in lines[0], result.stderr
+        assert len(lines) == 1 and lines[0].startswith("Error: ") and key in lines[0] and "config.json" in lines[0], result.stderr
 
 
 @pytest.mark.parametrize("value", [None, 0, 1, False], ids=["null", "zero", "one", "false"])

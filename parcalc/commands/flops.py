@@ -45,6 +45,7 @@ Examples:
   parcalc flops --layers 48 --hidden 6144 --heads 64 --vocab 51200 --batch 4 --seq-len 2048 --recompute selective --step-time 1.10s --gpus 8 --gpu a100-sxm4-80gb
   parcalc flops --model llama3-405b --batch 2048 --seq-len 8192 --causal --pp 16 --first-stage-layers 7 --last-stage-layers 7
   parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --causal --step-time 6.5s --gpus 64 --gpu h100-sxm5 --dtype bf16
+  parcalc flops --model deepseek-v3 --batch 15360 --seq-len 4096 --causal
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -101,8 +102,9 @@ def flops(
     settings = [("model", shape.key), ("recompute", recompute.value), ("causal", str(causal).lower())]
     if tokens is not None:
         total_tokens = parse_quantity(tokens, Dimension.COUNT, "--tokens")
-        run_n = n_params if n_params is not None else float(shape.total_params)
-        derivations.append(six_nd(run_n, total_tokens, key="six_nd_run", params_source="given" if n_params else f"parameters of {shape.name}"))
+        run_n = n_params if n_params is not None else float(shape.active_params)  # active = total for a dense model
+        what = f"active parameters of {shape.name}" if shape.moe is not None else f"parameters of {shape.name}"
+        derivations.append(six_nd(run_n, total_tokens, key="six_nd_run", params_source="given" if n_params else what))
         derivations.append(_run_flops(counted, total_tokens))
     if (step_time is None) != (gpus is None):
         raise InputError("--step-time and --gpus: give both for MFU and HFU (the time of one iteration on that many GPUs)")
@@ -152,6 +154,7 @@ def flops(
             "matmuls only, 2 FLOP per multiply-add; a matmul's backward is two matmuls of its size (input and weight gradients)",
             "model FLOPs leave recomputation out, hardware FLOPs count it (Korthikanti et al. 2022, Appendix A)",
             *((f"{note} (MFU against the fp16 peak; --dtype chooses)",) if note else ()),
+            *(_moe_assumptions(shape) if shape.moe is not None else ()),
         ),
         settings=tuple(settings),
     )
@@ -178,6 +181,19 @@ def _stages(counted: TrainingFlops, layers: int, pp: int, first: int | None, las
                f"1/{pp} = {1 / pp:.2%}: the others wait for it, so the pipeline keeps its GPUs at most "
                f"{total / (pp * busiest.value):.1%} busy with FLOPs (mean stage / busiest stage)")  # fmt: skip
     return busiest, table, verdict
+
+
+def _moe_assumptions(shape) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
+    from parcalc.core.flops import MOE_MFU
+
+    moe = shape.moe
+    capacity = "dropless (every routed token computed)" if moe.capacity_factor is None else f"capacity factor {moe.capacity_factor:g}"
+    return (
+        f"Mixture-of-Experts: {shape.moe_layers} of {shape.layers} layers have {moe.experts} routed experts, top_k {moe.top_k}"
+        + (f", {moe.shared_experts} shared" if moe.shared_experts else "") + f"; {capacity}, balanced routing",
+        MOE_MFU,
+        "Megatron-LM's num_floating_point_operations leaves out the router GEMM that these totals count (2 h x experts per token)",
+    )
 
 
 def _run_flops(counted: TrainingFlops, total_tokens: float) -> Derivation:
@@ -237,14 +253,18 @@ def _ops_table(counted: TrainingFlops, recompute: str) -> Table:
     from parcalc.core.flops import ATTENTION_CORE_OPS
     from parcalc.derivation import Column, Table
 
-    layers = counted.forward.term("L").value
     rows = []
-    for op in counted.layer_ops:
-        if op.kind != "matmul":
+    kinds = counted.layer_kinds()
+    for kind, ops, layers, _ in kinds:
+        if not layers:
             continue
-        f = counted.op_flops(op)
-        again = f if recompute == "full" or (recompute == "selective" and op.key in ATTENTION_CORE_OPS) else 0.0
-        rows.append((op.name, op.shape, layers, f, 2 * f, again, layers * (3 * f + again)))
+        for op in ops:
+            if op.kind != "matmul":
+                continue
+            f = counted.op_flops(op)
+            again = f if recompute == "full" or (recompute == "selective" and op.key in ATTENTION_CORE_OPS) else 0.0
+            name = f"{op.name} [{kind}]" if len(kinds) > 1 else op.name
+            rows.append((name, op.shape, layers, f, 2 * f, again, layers * (3 * f + again)))
     if counted.head_op is not None:
         head = counted.head_op
         rows.append((head.name, head.shape, 1, head.flops, 2 * head.flops, 0.0, 3 * head.flops))

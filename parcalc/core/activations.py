@@ -176,8 +176,9 @@ def check_tensor_parallel(model: TransformerModel, tp: int) -> None:
             raise InputError(f"--tp: {tp} does not divide the {flag_what} ({value}); tensor parallelism gives each rank an equal share")
 
 
-def layer_saved_tensors(model: TransformerModel, config: ActivationConfig) -> tuple[SavedTensor, ...]:
-    """The tensors one layer keeps for backward without recomputation, in forward order."""
+def layer_saved_tensors(model: TransformerModel, config: ActivationConfig, moe_layer: bool = False) -> tuple[SavedTensor, ...]:
+    """The tensors one layer keeps for backward without recomputation, in forward order
+    (moe_layer: one of the model's Mixture-of-Experts layers, `moe_tensors` in place of the MLP's)."""
     e, m, g = config.activation_bytes, config.mask_bytes, config.linear_input_bytes
     h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
     norm = model.norm is not Norm.NONE
@@ -214,8 +215,12 @@ def layer_saved_tensors(model: TransformerModel, config: ActivationConfig) -> tu
         out.append(SavedTensor("proj_dropout_mask", "attention output dropout mask", "token", h, m, "sp", False, k1 + ": attention dropout mask sbh"))
     if norm:
         out.append(SavedTensor("norm2_input", "MLP norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
-    out.append(SavedTensor("mlp_input", "MLP up-projection input", "token", h, g, "sp", False, k1 + ": first linear input 2sbh" + fp8))
-    out += _mlp_tensors(model.mlp, f, e, g)
+    if moe_layer and model.moe is not None:  # the router and the experts run in 16 bits (TE's FP8 covers the dense linears)
+        out.append(SavedTensor("mlp_input", "router and shared-expert input", "token", h, e, "sp", False, k1 + ": first linear input 2sbh"))
+        out += moe_tensors(model, e)
+    else:
+        out.append(SavedTensor("mlp_input", "MLP up-projection input", "token", h, g, "sp", False, k1 + ": first linear input 2sbh" + fp8))
+        out += _mlp_tensors(model.mlp, f, e, g)
     if config.dropout:
         out.append(SavedTensor("mlp_dropout_mask", "MLP output dropout mask", "token", h, m, "sp", False, k1 + ": MLP dropout mask sbh"))
     return tuple(out)
@@ -245,17 +250,55 @@ def _mlp_tensors(mlp: Mlp, f: int, e: float, g: float | None = None) -> list[Sav
     ]
 
 
+ROUTER_PROB_BYTES = 4.0  # router softmax in fp32 (Mixtral: F.softmax(router_logits, dim=1, dtype=torch.float); Megatron moe_router_dtype)
+INDEX_BYTES = 8.0  # int64 indices (torch.topk, index / gather backward)
+MOE_SOURCE = ("Mixture-of-Experts layer as transformers' MixtralSparseMoeBlock / Megatron-LM's token dispatcher run it "
+              "(router, top-k, permute, experts, weighted combine); checked against autograd's saved tensors in "
+              "tests/ground_truth/test_torch_moe.py")
+
+
+def moe_tensors(model: TransformerModel, e: float) -> list[SavedTensor]:
+    """What an MoE layer's feed-forward keeps for backward, per token (the router / shared-expert
+    input, kept as 'mlp_input', comes before): the router probabilities (fp32 softmax output, E
+    per token), the routing indices (int64: the top-k choice, the token each copy came from and
+    the copies' order by expert: 3 k per token), the permuted token copies (top_k copies of the
+    h-wide input, the experts' GEMM inputs), the experts' intermediates for top_k experts per token
+    (the MLP's own tensors at width expert_ffn_hidden), the expert outputs and routing weights the
+    weighted combine keeps (k h + k), and the shared experts' intermediates. Dropless, balanced
+    routing: every token has exactly top_k copies (a capacity factor below 1 keeps that share)."""
+    moe = model.moe
+    assert moe is not None
+    h, k = model.hidden, moe.top_k * (min(1.0, moe.capacity_factor) if moe.capacity_factor is not None else 1)
+    out = [
+        SavedTensor("router_probs", "router probabilities (fp32 softmax output)", "token", moe.experts, ROUTER_PROB_BYTES, "sp", False, MOE_SOURCE),
+        SavedTensor("routing_indices", "routing indices (top-k choice, source token, order by expert)", "token", 3 * moe.top_k,
+                    INDEX_BYTES, "sp", False, MOE_SOURCE),
+        SavedTensor("permuted_tokens", "permuted token copies (top_k per token, expert GEMM input)", "token", k * h, e, "sp", False, MOE_SOURCE),
+    ]  # fmt: skip
+    for t in _mlp_tensors(model.mlp, moe.expert_ffn_hidden, e):
+        out.append(SavedTensor(f"expert_{t.key}", f"routed experts' {t.name} (top_k per token)", "token", k * t.width, e, "tp", False,
+                               f"{t.source}; {MOE_SOURCE}"))  # fmt: skip
+    out += [
+        SavedTensor("expert_output", "expert outputs (for the weighted combine)", "token", k * h, e, "sp", False, MOE_SOURCE),
+        SavedTensor("routing_weights", "routing weights of the copies (for the weighted combine)", "token", k, e, "sp", False, MOE_SOURCE),
+    ]
+    if moe.shared_experts:
+        for t in _mlp_tensors(model.mlp, moe.shared_experts * moe.shared_width, e):
+            out.append(SavedTensor(f"shared_{t.key}", f"shared experts' {t.name}", "token", t.width, e, "tp", False, t.source))
+    return out
+
+
 def tensor_bytes(tensor: SavedTensor, config: ActivationConfig) -> float:
     """Bytes of one saved tensor on one GPU for one micro-batch."""
     return tensor.bytes(config)
 
 
-def kept_tensors(model: TransformerModel, config: ActivationConfig) -> tuple[SavedTensor, ...]:
+def kept_tensors(model: TransformerModel, config: ActivationConfig, moe_layer: bool = False) -> tuple[SavedTensor, ...]:
     """What a layer keeps under the chosen recomputation (full: only its input)."""
     if config.recompute is Recompute.FULL:
         source = f"{KORTHIKANTI}, sec. 5 (full recomputation keeps the input of each layer, 2sbh)"
         return (SavedTensor("layer_input", "layer input (checkpoint)", "token", model.hidden, config.activation_bytes, "sp", False, source),)
-    tensors = layer_saved_tensors(model, config)
+    tensors = layer_saved_tensors(model, config, moe_layer)
     if config.recompute is Recompute.SELECTIVE:
         tensors = tuple(t for t in tensors if not t.attention_core)
     return tensors
@@ -299,11 +342,12 @@ def _shape_terms(model: TransformerModel, config: ActivationConfig) -> dict[str,
     }
 
 
-def layer_activations(model: TransformerModel, config: ActivationConfig) -> LayerActivations:
-    """Bytes one layer keeps for backward, on one GPU, for one micro-batch (see the module docstring)."""
+def layer_activations(model: TransformerModel, config: ActivationConfig, moe_layer: bool = False) -> LayerActivations:
+    """Bytes one layer keeps for backward, on one GPU, for one micro-batch (see the module docstring);
+    moe_layer: one of the model's Mixture-of-Experts layers."""
     check_tensor_parallel(model, config.tp)
     check_sequence(model, config.seq_len)
-    kept = kept_tensors(model, config)
+    kept = kept_tensors(model, config, moe_layer)
     value = sum(tensor_bytes(t, config) for t in kept)
     terms = _shape_terms(model, config)
     t_div = " / $t" if config.sequence_parallel else ""
@@ -353,7 +397,8 @@ def layer_activations(model: TransformerModel, config: ActivationConfig) -> Laye
         inputs += [terms["a"], c_row]
     derivation = Derivation(
         key="activation_per_layer",
-        label="Activations kept per layer per micro-batch (every saved tensor, table 'layer_activations')",
+        label=("Activations kept per MoE layer per micro-batch (every saved tensor)" if moe_layer else
+               "Activations kept per layer per micro-batch (every saved tensor, table 'layer_activations')"),
         symbol="A_layer",
         latex_symbol=r"A_{\mathrm{layer}}",
         formula=formula,
@@ -362,7 +407,7 @@ def layer_activations(model: TransformerModel, config: ActivationConfig) -> Laye
         value=value,
         unit="B",
         source=f"{KORTHIKANTI}, sec. 4.1-4.2.2 and sec. 5, tensor by tensor",
-        assumptions=_assumptions(model, config),
+        assumptions=_assumptions(model, config) + ((MOE_ASSUMPTION,) if moe_layer else ()),
     )
     return LayerActivations(with_cp(derivation, config.cp), kept, config, korthikanti_per_layer(model, config))
 
@@ -384,6 +429,11 @@ def with_cp(derivation: Derivation, cp: int, scale: bool = False) -> Derivation:
         assumptions=(*derivation.assumptions, f"context parallelism over {cp} ranks: each GPU holds s/cp tokens of every sequence, "
                      "so every tensor here is 1/cp of its size"),
     )
+
+
+MOE_ASSUMPTION = ("MoE layer: dropless, balanced routing (top_k copies of every token; a capacity factor below 1 keeps that share), "
+                  "router softmax in fp32, int64 routing indices, fused gated activation (3 tensors per expert; unfused PyTorch keeps "
+                  "silu(gate) too); the expert tensors split like the MLP's (expert TP = TP)")
 
 
 def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str, ...]:

@@ -125,9 +125,19 @@ def _model_rows(model: TransformerModel) -> list[tuple[object, ...]]:
     for field in fields(model):
         if field.name in ("key", "source"):
             continue
-        rows.append((field.name, _text(getattr(model, field.name)), "", ""))
+        value = getattr(model, field.name)
+        if field.name in ("moe", "mla") and value is not None:  # one row per field of the block, with the block's source
+            shown = [f for f in fields(value) if f.name != "source"]
+            rows += [(f"{field.name}.{f.name}", _text(getattr(value, f.name)), "", value.source if i == 0 else "") for i, f in enumerate(shown)]
+            continue
+        rows.append((field.name, _text(value), "", ""))
     rows.append(("params_per_layer", model.params_per_layer, "", "counted from the shape (parcalc.core.model)"))
+    if model.moe is not None:
+        rows.append(("moe_layers", model.moe_layers, "", "layers with experts (parcalc.core.model)"))
+        rows.append(("moe_layer_params", model.moe_layer_params, "", "counted from the shape (parcalc.core.model)"))
     rows.append(("total_params", model.total_params, "", "counted from the shape (parcalc.core.model)"))
+    if model.moe is not None:
+        rows.append(("active_params", model.active_params, "", "per token: top_k routed + shared experts (parcalc.core.model)"))
     return rows
 
 

@@ -215,6 +215,32 @@ class TrainingFlops:
     narayanan: Derivation
     elementwise: Derivation
     korthikanti_selective: Derivation | None = None  # their eq. (8), with selective recomputation only
+    # Mixture-of-Experts models: layer_ops / layer_forward are a dense layer's (dense_layers of
+    # them, maybe none), moe_layer_ops / moe_layer_forward an MoE layer's (moe_layers of them).
+    moe_layer_ops: tuple[LayerOp, ...] = ()
+    moe_layer_forward: Derivation | None = None
+    dense_layers: int = 0
+    moe_layers: int = 0
+    model_ref: TransformerModel | None = None  # which layers are MoE (stage_flops)
+    params: Derivation | None = None  # total and active parameters of an MoE model, shown beside 6ND
+    active_params: Derivation | None = None
+
+    def layer_kinds(self) -> tuple[tuple[str, tuple[LayerOp, ...], int, Derivation], ...]:
+        """(name, ops, count, forward) of each kind of layer the model has: dense, MoE."""
+        kinds = []
+        if self.dense_layers or self.moe_layer_forward is None:
+            kinds.append(("dense layer", self.layer_ops, self.dense_layers if self.moe_layer_forward is not None else
+                          int(self.forward.term("L").value), self.layer_forward))  # fmt: skip
+        if self.moe_layer_forward is not None:
+            kinds.append(("MoE layer", self.moe_layer_ops, self.moe_layers, self.moe_layer_forward))
+        return tuple(kinds)
+
+    def layers_forward(self, start: int, end: int) -> float:
+        """Forward FLOPs of layers start .. end - 1 (0-based): dense and MoE layers each their own."""
+        if self.moe_layer_forward is None or self.model_ref is None:
+            return (end - start) * self.layer_forward.value
+        moe = self.model_ref.moe_layers_in(start, end)
+        return (end - start - moe) * self.layer_forward.value + moe * self.moe_layer_forward.value
 
     def op_flops(self, op: LayerOp) -> float:
         """Forward FLOPs of one op as counted here (the attention core halved when causal)."""
@@ -222,8 +248,10 @@ class TrainingFlops:
 
     def derivations(self) -> tuple[Derivation, ...]:
         extra = (self.korthikanti_selective,) if self.korthikanti_selective is not None else ()
-        return (self.layer_forward, self.forward, self.model, self.recomputed, self.hardware, *extra, self.model_per_token,
-                self.hardware_per_token, self.six_nd, self.narayanan, self.elementwise)  # fmt: skip
+        layers = tuple(forward for _, _, count, forward in self.layer_kinds() if count or self.moe_layer_forward is None)
+        params = tuple(d for d in (self.params, self.active_params) if d is not None)
+        return (*layers, self.forward, self.model, self.recomputed, self.hardware, *extra, self.model_per_token,
+                self.hardware_per_token, *params, self.six_nd, self.narayanan, self.elementwise)  # fmt: skip
 
 
 def six_nd(params: float, tokens: float, *, key: str = "six_nd", params_source: str = "") -> Derivation:
@@ -303,6 +331,87 @@ def korthikanti_selective_flops(batch: float, seq_len: float, layers: float, hid
     )
 
 
+MOE_FLOPS = (
+    "Mixture-of-Experts: per token the router GEMM (h x experts), the top_k routed experts and the shared experts "
+    "(Shazeer et al. 2017; DeepSeek-V3 report sec. 2.1.2); Megatron-LM megatron/training/training.py "
+    "num_floating_point_operations counts the experts the same way and leaves the router out"
+)
+MOE_MFU = (
+    "MoE MFU: model FLOPs count the active experts only (top_k routed + shared + router), so MFU of an MoE model "
+    "divides the FLOPs of its active parameters, not 6 x total parameters, by the peak (Megatron-LM's "
+    "num_floating_point_operations, used for its TFLOP/s per GPU, does the same)"
+)
+
+# Which layer_ops keys fall in which group of a layer's forward FLOPs.
+_GROUPS = (
+    ("F_proj", r"F_{\mathrm{proj}}", "attention projections", lambda key: True),
+    ("F_core", r"F_{\mathrm{core}}", "Q·K^T and score·V", lambda key: key in ATTENTION_CORE_OPS),
+    ("F_mlp", r"F_{\mathrm{mlp}}", "MLP matmuls", lambda key: key.startswith("mlp_")),
+    ("F_router", r"F_{\mathrm{router}}", "router GEMM", lambda key: key == "router"),
+    ("F_experts", r"F_{\mathrm{experts}}", "routed experts' grouped GEMMs (top_k per token)", lambda key: key.startswith("expert_")),
+    ("F_shared", r"F_{\mathrm{shared}}", "shared experts' matmuls", lambda key: key.startswith("shared_")),
+)
+
+
+def _group_of(key: str) -> str:
+    for name, _, _, member in _GROUPS[1:]:
+        if member(key):
+            return name
+    return "F_proj"
+
+
+def _layer_forward(ops: tuple[LayerOp, ...], half: float, causal: bool, *, moe: bool) -> Derivation:
+    """Forward FLOPs of one layer from its matmuls, by group (projections, core, MLP or router/experts/shared)."""
+    matmuls = [op for op in ops if op.kind == "matmul"]
+    def flops(op: LayerOp) -> float:
+        return op.flops * (half if op.key in ATTENTION_CORE_OPS else 1.0)
+    present = {_group_of(op.key) for op in matmuls}
+    terms = []
+    for key, latex_key, what, _ in _GROUPS:
+        if key in ("F_proj", "F_core") or key in present:
+            what_here = what + (" (causal: half)" if causal and key == "F_core" else "")
+            table = "moe_layer_flops" if moe else "layer_flops"
+            terms.append(Term(key, key, latex_key, sum(flops(op) for op in matmuls if _group_of(op.key) == key), "FLOP",
+                              f"{what_here} of one {'MoE ' if moe else ''}layer (table '{table}')"))  # fmt: skip
+    formula = " + ".join(f"${t.key}" for t in terms)
+    causal_note = ("causal attention: Q·K^T and score·V counted at half (only the lower triangle is computed)",) if causal else ()
+    moe_note = ("balanced routing: each routed expert computes tokens x top_k / experts tokens (dropless, or capped by the "
+                "capacity factor); the grouped GEMMs' FLOPs equal top_k dense FFNs per token",) if moe else ()  # fmt: skip
+    return Derivation(
+        key="moe_layer_forward_flops" if moe else "layer_forward_flops",
+        label=("Forward FLOPs of one MoE layer (attention, router, routed and shared experts; table 'moe_layer_flops')" if moe
+               else "Forward FLOPs of one layer (its matmuls, table 'layer_flops')"),
+        symbol="F_moe" if moe else "F_layer",
+        latex_symbol=r"F_{\mathrm{moe}}" if moe else r"F_{\mathrm{layer}}",
+        formula=formula,
+        formula_latex=formula,
+        inputs=tuple(terms),
+        value=sum(flops(op) for op in matmuls),
+        unit="FLOP",
+        source="seed 004 question 2's layer table (parcalc.core.layer_ops), 2 FLOP per multiply-add" + (f"; {MOE_FLOPS}" if moe else ""),
+        assumptions=causal_note + moe_note,
+    )
+
+
+def _params_derivations(model: TransformerModel) -> tuple[Derivation, Derivation]:
+    """Total and active parameters of an MoE model (parcalc.core.model), for the flops output."""
+    moe = model.moe
+    assert moe is not None
+    total = Derivation("total_params", "Parameters in all (every expert)", "N_total", r"N_{\mathrm{total}}", "$N_total", "$N_total",
+                       (Term("N_total", "N_total", r"N_{\mathrm{total}}", model.total_params, "", f"parameters of {model.name}"),),
+                       float(model.total_params), "", "counted from the shape (parcalc.core.model.TransformerModel.total_params)")  # fmt: skip
+    idle = moe.experts - moe.top_k
+    inputs = (total.as_term("N_total"),
+              Term("L_moe", "L_moe", r"L_{\mathrm{moe}}", model.moe_layers, "", "MoE layers"),
+              Term("E_idle", "E_idle", r"E_{\mathrm{idle}}", idle, "", f"routed experts a token skips (E - k = {moe.experts} - {moe.top_k})"),
+              Term("P_e", "P_expert", r"P_{\mathrm{expert}}", model.expert_params, "", "parameters of one routed expert"))  # fmt: skip
+    active = Derivation("active_params", "Active parameters per token (top_k routed + shared experts, router, attention, embeddings)",
+                        "N_active", r"N_{\mathrm{active}}", "$N_total - $L_moe × $E_idle × $P_e",
+                        r"$N_total - $L_moe \times $E_idle \times $P_e", inputs, float(model.active_params), "",
+                        "parcalc.core.model.TransformerModel.active_params; 6ND and MFU of an MoE model use these")  # fmt: skip
+    return total, active
+
+
 def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompute: str = "none", causal: bool = False,
                    params: float | None = None) -> TrainingFlops:  # fmt: skip
     """Exact matmul FLOPs of one iteration (seed 004's layer table, attention and LM head
@@ -310,7 +419,9 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
 
     model: a parcalc.core.model.TransformerModel; batch: sequences per iteration (global);
     recompute: "none", "selective" or "full"; causal: count half of Q K^T and score x V (the
-    kernels that skip masked blocks); params: N for 6ND (default: the model's parameters).
+    kernels that skip masked blocks); params: N for 6ND (default: the model's parameters, the
+    active ones for a Mixture-of-Experts model). An MoE model's dense and MoE layers are counted
+    each with its own operations (router, top_k routed experts, shared experts).
     """
     from parcalc.core.activations import check_count, check_sequence
     from parcalc.core.layer_ops import lm_head_op, transformer_layer_ops
@@ -322,46 +433,40 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     if recompute not in ("none", "selective", "full"):
         raise InputError(f"--recompute: none, selective or full, got {recompute!r}")
     ops = transformer_layer_ops(model, batch, seq_len, 2.0)  # bytes per element do not change FLOPs
+    moe_ops = transformer_layer_ops(model, batch, seq_len, 2.0, moe_layer=True) if model.moe is not None else ()
     head = lm_head_op(model, batch, seq_len, 2.0)
     L = model.layers
+    L_moe = model.moe_layers
+    L_dense = L - L_moe
     tokens = float(batch * seq_len)
     half = 0.5 if causal else 1.0
     matmuls = [op for op in ops if op.kind == "matmul"]
-    layer_value = sum(op.flops * (half if op.key in ATTENTION_CORE_OPS else 1.0) for op in matmuls)
     core_value = sum(op.flops * half for op in matmuls if op.key in ATTENTION_CORE_OPS)
     head_value = float(head.flops) if head is not None else 0.0
-    causal_note = ("causal attention: Q·K^T and score·V counted at half (only the lower triangle is computed)",) if causal else ()
-    groups = (
-        ("F_proj", r"F_{\mathrm{proj}}", "Q, K, V and output projections", ("q_proj", "k_proj", "v_proj", "out_proj")),
-        ("F_core", r"F_{\mathrm{core}}", "Q·K^T and score·V" + (" (causal: half)" if causal else ""), ATTENTION_CORE_OPS),
-        ("F_mlp", r"F_{\mathrm{mlp}}", "MLP matmuls", ("mlp_gate", "mlp_up", "mlp_down")),
-    )
-    group_terms = tuple(
-        Term(key, key, latex_key, sum(op.flops * (half if op.key in ATTENTION_CORE_OPS else 1.0) for op in matmuls if op.key in members),
-             "FLOP", f"{what} of one layer (table 'layer_flops')")
-        for key, latex_key, what, members in groups
-    )  # fmt: skip
-    layer_forward = Derivation(
-        key="layer_forward_flops",
-        label="Forward FLOPs of one layer (its matmuls, table 'layer_flops')",
-        symbol="F_layer",
-        latex_symbol=r"F_{\mathrm{layer}}",
-        formula="$F_proj + $F_core + $F_mlp",
-        formula_latex="$F_proj + $F_core + $F_mlp",
-        inputs=group_terms,
-        value=layer_value,
-        unit="FLOP",
-        source="seed 004 question 2's layer table (parcalc.core.layer_ops), 2 FLOP per multiply-add",
-        assumptions=causal_note,
-    )
+    layer_forward = _layer_forward(ops, half, causal, moe=False)
+    moe_forward = _layer_forward(moe_ops, half, causal, moe=True) if moe_ops else None
+    layer_value = layer_forward.value
     l_term = Term("L", "L", "L", L, "", "transformer layers")
-    fwd_inputs = [l_term, layer_forward.as_term("F_layer")]
-    formula, latex = "$L × $F_layer", r"$L \times $F_layer"
+    if moe_forward is None:
+        layer_terms: tuple[Term, ...] = (l_term, layer_forward.as_term("F_layer"))
+        layers_formula, layers_latex, layers_value = "$L × $F_layer", r"$L \times $F_layer", L * layer_value
+    else:
+        l_moe = Term("L_moe", "L_moe", r"L_{\mathrm{moe}}", L_moe, "", "MoE layers")
+        if L_dense:
+            l_dense = Term("L_dense", "L_dense", r"L_{\mathrm{dense}}", L_dense, "", "dense layers")
+            layer_terms = (l_dense, layer_forward.as_term("F_layer"), l_moe, moe_forward.as_term("F_moe"))
+            layers_formula, layers_latex = "$L_dense × $F_layer + $L_moe × $F_moe", r"$L_dense \times $F_layer + $L_moe \times $F_moe"
+        else:
+            layer_terms = (l_moe, moe_forward.as_term("F_moe"))
+            layers_formula, layers_latex = "$L_moe × $F_moe", r"$L_moe \times $F_moe"
+        layers_value = L_dense * layer_value + L_moe * moe_forward.value
+    fwd_inputs = list(layer_terms)
+    formula, latex = layers_formula, layers_latex
     if head is not None:
         fwd_inputs.append(Term("F_head", "F_head", r"F_{\mathrm{head}}", head_value, "FLOP", f"LM head: 2 x {head.shape}"))
         formula, latex = formula + " + $F_head", latex + " + $F_head"
     forward = Derivation("forward_flops", "Forward FLOPs per iteration", "F_fwd", r"F_{\mathrm{fwd}}", formula, latex,
-                         tuple(fwd_inputs), L * layer_value + head_value, "FLOP",
+                         tuple(fwd_inputs), layers_value + head_value, "FLOP",
                          "sum of the matmuls of every layer and of the LM head")  # fmt: skip
     model_flops = Derivation(
         key="model_flops",
@@ -374,13 +479,14 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
         value=3.0 * forward.value,
         unit="FLOP",
         source=f"{KORTHIKANTI_FLOPS}: backward = 2 x forward (input and weight gradients)",
+        assumptions=(MOE_MFU,) if moe_forward is not None else (),
     )
     if recompute == "full":
-        re_formula, re_latex, re_value = "$L × $F_layer", r"$L \times $F_layer", L * layer_value
-        re_inputs: tuple[Term, ...] = (l_term, layer_forward.as_term("F_layer"))
+        re_formula, re_latex, re_value = layers_formula, layers_latex, layers_value
+        re_inputs: tuple[Term, ...] = layer_terms
         re_what = "full recomputation: every layer's forward runs again before its backward"
     elif recompute == "selective":
-        core = group_terms[1]
+        core = layer_forward.term("F_core")
         re_formula, re_latex, re_value, re_inputs = "$L × $F_core", r"$L \times $F_core", L * core_value, (l_term, core)
         re_what = "selective recomputation: Q·K^T and score·V of every layer run again"
     else:
@@ -407,18 +513,38 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
                    (d.as_term(d.key), d_term), d.value / tokens, "FLOP", d.source)  # fmt: skip
         for d in (model_flops, hardware)
     ]
-    n_params = float(model.total_params if params is None else params)
-    approx = six_nd(n_params, tokens, params_source="given" if params is not None else f"parameters of {model.name}")
+    if params is not None:
+        n_params, n_source = float(params), "given"
+    elif model.moe is not None:
+        n_params = float(model.active_params)
+        n_source = (f"active parameters of {model.name} (top_k {model.moe.top_k} of {model.moe.experts} routed experts; "
+                    f"{model.total_params:,} in all): 6ND of an MoE model uses N_active")  # fmt: skip
+    else:
+        n_params, n_source = float(model.total_params), f"parameters of {model.name}"
+    approx = six_nd(n_params, tokens, params_source=n_source)
     elementwise_ops = [op for op in ops if op.kind == "elementwise"]
-    ew_value = L * sum(op.flops for op in elementwise_ops)
+    if moe_forward is None:
+        ew_value = L * sum(op.flops for op in elementwise_ops)
+        ew_formula = "$L × (" + " + ".join(f"${op.key}" for op in elementwise_ops) + ")"
+        ew_latex = r"$L \times \left(" + " + ".join(f"${op.key}" for op in elementwise_ops) + r"\right)"
+        ew_inputs = (l_term, *(Term(op.key, op.key, op.key, op.flops, "FLOP", f"{op.name} over {op.shape}") for op in elementwise_ops))
+    else:
+        dense_ew = sum(op.flops for op in elementwise_ops)
+        moe_ew = sum(op.flops for op in moe_ops if op.kind == "elementwise")
+        ew_value = L_dense * dense_ew + L_moe * moe_ew
+        ew_formula, ew_latex = "$L_dense × $ew_dense + $L_moe × $ew_moe", r"$L_dense \times $ew_dense + $L_moe \times $ew_moe"
+        ew_inputs = (Term("L_dense", "L_dense", r"L_{\mathrm{dense}}", L_dense, "", "dense layers"),
+                     Term("ew_dense", "ew_dense", r"ew_{\mathrm{dense}}", dense_ew, "FLOP", "element-wise FLOPs of a dense layer"),
+                     Term("L_moe", "L_moe", r"L_{\mathrm{moe}}", L_moe, "", "MoE layers"),
+                     Term("ew_moe", "ew_moe", r"ew_{\mathrm{moe}}", moe_ew, "FLOP", "element-wise FLOPs of an MoE layer (softmax, router scores, activations)"))  # fmt: skip
     elementwise = Derivation(
         key="elementwise_flops",
         label="Element-wise forward FLOPs per iteration (softmax, activation; not in the totals above)",
         symbol="F_ew",
         latex_symbol=r"F_{\mathrm{ew}}",
-        formula="$L × (" + " + ".join(f"${op.key}" for op in elementwise_ops) + ")",
-        formula_latex=r"$L \times \left(" + " + ".join(f"${op.key}" for op in elementwise_ops) + r"\right)",
-        inputs=(l_term, *(Term(op.key, op.key, op.key, op.flops, "FLOP", f"{op.name} over {op.shape}") for op in elementwise_ops)),
+        formula=ew_formula,
+        formula_latex=ew_latex,
+        inputs=ew_inputs,
         value=ew_value,
         unit="FLOP",
         source="parcalc.core.layer_ops.ELEMENTWISE_FLOP (a convention: exp counted as 1 FLOP)",
@@ -427,8 +553,10 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     selective = korthikanti_selective_flops(batch, seq_len, L, model.hidden, model.vocab) if recompute == "selective" else None
     if not math.isfinite(hardware.value + narayanan.value):
         raise InputError("--batch / --seq-len: these sizes give more FLOPs than a number can hold")
+    counts = _params_derivations(model) if model.moe is not None else (None, None)
     return TrainingFlops(tuple(ops), head, causal, layer_forward, forward, model_flops, recomputed, hardware, per_token[0],
-                         per_token[1], approx, narayanan, elementwise, selective)  # fmt: skip
+                         per_token[1], approx, narayanan, elementwise, selective, tuple(moe_ops), moe_forward, L_dense, L_moe,
+                         model if model.moe is not None else None, *counts)  # fmt: skip
 
 
 def flops_utilization(flops: Derivation, step_time: float, gpus: float, peak: float, *, hardware: bool = False,
@@ -464,6 +592,8 @@ def stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> D
     stage's share is what its GPUs must run while the others wait (Narayanan et al. 2021 sec. 2.2:
     the pipeline runs at the pace of its slowest stage)."""
     total_layers = sum(split)
+    if counted.moe_layer_forward is not None and counted.model_ref is not None:
+        return _moe_stage_flops(counted, split, stage)
     inputs = [
         Term("L_s", "L_stage", r"L_{\mathrm{stage}}", split[stage], "", f"layers on stage {stage + 1}"),
         counted.layer_forward.as_term("F_layer"),
@@ -490,4 +620,49 @@ def stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> D
         value=value,
         unit="FLOP",
         source=f"{KORTHIKANTI_FLOPS}, per layer; layers per stage by Megatron-LM's split (parcalc.core.stages)",
+    )
+
+
+def _moe_stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> Derivation:
+    """stage_flops of a model with dense and MoE layers: the stage's own dense and MoE layers, each
+    3 x its forward, plus its share of recomputation (full: those layers' forward again; selective:
+    the attention core, the same in both kinds), plus the LM head on the last stage."""
+    model = counted.model_ref
+    assert model is not None and counted.moe_layer_forward is not None
+    start = sum(split[:stage])
+    end = start + split[stage]
+    moe = model.moe_layers_in(start, end)
+    dense = split[stage] - moe
+    forward = counted.layers_forward(start, end)
+    if counted.recomputed.value and counted.recomputed.inputs and counted.recomputed.inputs[-1].key == "F_core":
+        again = split[stage] * counted.layer_forward.term("F_core").value  # selective
+    elif counted.recomputed.value:
+        again = forward  # full
+    else:
+        again = 0.0
+    inputs = [
+        Term("L_d", "L_dense,stage", r"L_{\mathrm{dense,stage}}", dense, "", f"dense layers on stage {stage + 1}"),
+        counted.layer_forward.as_term("F_layer"),
+        Term("L_m", "L_moe,stage", r"L_{\mathrm{moe,stage}}", moe, "", f"MoE layers on stage {stage + 1}"),
+        counted.moe_layer_forward.as_term("F_moe"),
+        Term("F_re_s", "F_re,stage", r"F_{\mathrm{re,stage}}", again, "FLOP", "recomputed forward of this stage's layers"),
+    ]
+    formula, latex = "3 × ($L_d × $F_layer + $L_m × $F_moe) + $F_re_s", r"3 \left($L_d $F_layer + $L_m $F_moe\right) + $F_re_s"
+    value = 3 * forward + again
+    head = counted.forward.value - counted.layers_forward(0, sum(split))
+    if stage == len(split) - 1 and head:
+        inputs.append(Term("F_head", "F_head", r"F_{\mathrm{head}}", head, "FLOP", "LM head forward (on the last stage)"))
+        formula, latex, value = formula + " + 3 × $F_head", latex + r" + 3 $F_head", value + 3 * head
+    return Derivation(
+        key="stage_flops",
+        label=f"Hardware FLOPs of stage {stage + 1} of {len(split)} per iteration (all its GPUs)",
+        symbol="F_stage",
+        latex_symbol=r"F_{\mathrm{stage}}",
+        formula=formula,
+        formula_latex=latex,
+        inputs=tuple(inputs),
+        value=value,
+        unit="FLOP",
+        source=f"{KORTHIKANTI_FLOPS}, per layer, dense and MoE layers each their own; layers per stage by Megatron-LM's split "
+               "(parcalc.core.stages)",
     )

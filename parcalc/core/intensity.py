@@ -226,7 +226,8 @@ _ROOF_COLUMNS = (
 def layer_intensity(model: TransformerModel, batch: int, seq_len: int, dtype: str, bytes_per_element: float,
                     machine: Machine | None = None) -> Result:  # fmt: skip
     """The table of every forward operation of one layer, with roofline verdicts on a machine."""
-    ops = transformer_layer_ops(model, batch, seq_len, bytes_per_element)
+    moe = model.moe is not None  # an MoE model: one of its MoE layers (router, routed and shared experts)
+    ops = transformer_layer_ops(model, batch, seq_len, bytes_per_element, moe_layer=moe)
     columns = _LAYER_COLUMNS + (_ROOF_COLUMNS if machine else ())
     rows = []
     for op in ops:
@@ -260,12 +261,14 @@ def layer_intensity(model: TransformerModel, batch: int, seq_len: int, dtype: st
     ) + ((machine.peak, machine.bandwidth) if machine else ())
     return Result(
         command="intensity",
-        title=f"Operations of one {model.name} layer, B={batch}, L={seq_len}, {dtype.upper()}",
+        title=f"Operations of one {model.name} {'MoE ' if moe else ''}layer, B={batch}, L={seq_len}, {dtype.upper()}",
         inputs=inputs,
         derivations=totals,
         tables=(Table("ops", "Forward operations of one layer", columns, tuple(rows)),),
         verdicts=verdicts,
-        assumptions=(MIN_TRAFFIC, "element-wise FLOP per element as stated in parcalc.core.layer_ops"),
+        assumptions=(MIN_TRAFFIC, "element-wise FLOP per element as stated in parcalc.core.layer_ops",
+                     *((f"MoE layer ({model.moe_layers} of {model.layers}): routed experts as grouped GEMMs of tokens x top_k / experts "
+                        "tokens each (balanced routing), every expert's weights read once",) if moe else ())),
         settings=(("model", model.key), ("dtype", dtype)) + ((("gpu", machine.name),) if machine else ()),
     )
 

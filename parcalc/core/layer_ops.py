@@ -72,17 +72,34 @@ def _elementwise(key: str, name: str, elements: int, flop_per_element: int, s: f
     )  # fmt: skip
 
 
-def transformer_layer_ops(model: TransformerModel, batch: int, seq_len: int, bytes_per_element: float) -> tuple[LayerOp, ...]:
-    """Forward-pass operations of one layer for `batch` sequences of `seq_len` tokens."""
+def transformer_layer_ops(model: TransformerModel, batch: int, seq_len: int, bytes_per_element: float, *,
+                          moe_layer: bool = False) -> tuple[LayerOp, ...]:  # fmt: skip
+    """Forward-pass operations of one layer for `batch` sequences of `seq_len` tokens.
+
+    moe_layer: the operations of one of the model's Mixture-of-Experts layers (router, routed
+    experts as grouped GEMMs, shared experts) instead of a dense layer's MLP. Attention is the
+    model's: multi-head latent attention's projections when model.mla is set.
+    """
     if batch < 1 or seq_len < 1:
         raise InputError(f"--batch and --seq-len must be at least 1, got {batch} and {seq_len}")
+    if moe_layer and model.moe is None:
+        raise InputError(f"model {model.key}: has no Mixture-of-Experts layers")
     s = bytes_per_element
     tokens = batch * seq_len
-    d, f, hd = model.hidden, model.ffn_hidden, model.head_dim
+    ops = list(_mla_ops(model, batch, seq_len, s) if model.mla is not None else _attention_ops(model, batch, seq_len, s))
+    if moe_layer:
+        ops += _moe_ops(model, tokens, s)
+    else:
+        ops += _mlp_ops(model, tokens, model.ffn_hidden, s, "mlp", "")
+    return tuple(ops)
+
+
+def _attention_ops(model: TransformerModel, batch: int, seq_len: int, s: float) -> list[LayerOp]:
+    tokens = batch * seq_len
+    d, hd = model.hidden, model.head_dim
     heads, kv = model.heads, model.kv_heads
     scores = batch * heads * seq_len * seq_len
-    activation = model.mlp.value
-    ops = [
+    return [
         _matmul("q_proj", "Q = x·W^Q", tokens, d, model.q_width, s),
         _matmul("k_proj", "K = x·W^K", tokens, d, model.kv_width, s),
         _matmul("v_proj", "V = x·W^V", tokens, d, model.kv_width, s),
@@ -100,14 +117,89 @@ def transformer_layer_ops(model: TransformerModel, batch: int, seq_len: int, byt
         ),
         _matmul("out_proj", "Out = Z·W^O", tokens, model.q_width, d, s),
     ]  # fmt: skip
+
+
+def _mla_ops(model: TransformerModel, batch: int, seq_len: int, s: float) -> list[LayerOp]:
+    """Multi-head latent attention (DeepSeek-V2 sec. 2.1, as transformers' DeepseekV3Attention runs
+    it in training: the latents are up-projected to per-head keys and values, no weight absorption).
+    Queries through the q_lora_rank bottleneck (or one projection), keys and values through the
+    kv_lora_rank latent plus a shared rotary key; scores over qk_nope + qk_rope dims, values v_head_dim."""
+    mla = model.mla
+    assert mla is not None
+    tokens = batch * seq_len
+    d, n, qk, v = model.hidden, model.heads, mla.qk_head_dim, mla.v_head_dim
+    ops = []
+    if mla.q_lora_rank:
+        ops += [_matmul("q_down", "c_Q = x·W^DQ", tokens, d, mla.q_lora_rank, s),
+                _matmul("q_up", "Q = c_Q·W^UQ", tokens, mla.q_lora_rank, n * qk, s)]  # fmt: skip
+    else:
+        ops.append(_matmul("q_proj", "Q = x·W^Q", tokens, d, n * qk, s))
+    ops += [
+        _matmul("kv_down", "[c_KV, k_R] = x·W^DKV", tokens, d, mla.kv_lora_rank + mla.qk_rope_head_dim, s),
+        _matmul("kv_up", "[K_C, V] = c_KV·W^UKV", tokens, mla.kv_lora_rank, n * (mla.qk_nope_head_dim + v), s),
+        _matmul("scores", "Q_i·K_i^T", seq_len, qk, seq_len, s, batch=batch * n,
+                shape=f"[{seq_len}×{qk}]·[{qk}×{seq_len}] ×{batch * n}"),
+        _elementwise("softmax", "softmax(·/√d)", batch * n * seq_len * seq_len, ELEMENTWISE_FLOP["softmax"], s, 1,
+                     f"[{seq_len}×{seq_len}] ×{batch * n}"),
+        _matmul("context", "Z_i = score_i·V_i", seq_len, seq_len, v, s, batch=batch * n,
+                shape=f"[{seq_len}×{seq_len}]·[{seq_len}×{v}] ×{batch * n}"),
+        _matmul("out_proj", "Out = Z·W^O", tokens, n * v, d, s),
+    ]  # fmt: skip
+    return ops
+
+
+def _mlp_ops(model: TransformerModel, tokens: int, f: int, s: float, prefix: str, what: str, experts: int = 1,
+             per_expert: float | None = None) -> list[LayerOp]:  # fmt: skip
+    """A feed-forward block of width f: gate (gated MLPs), up, activation, down. With experts > 1, one
+    grouped GEMM per matrix: `experts` products of per_expert tokens each (all FLOPs and bytes summed)."""
+    d = model.hidden
+    m = tokens if per_expert is None else per_expert
+    group = f" ×{experts}" if experts > 1 else ""
+    rows = f"{m:g}" if isinstance(m, float) else str(m)
+
+    def gemm(key: str, name: str, k: int, n: int) -> LayerOp:
+        return _matmul(f"{prefix}_{key}", name + what, m, k, n, s, batch=experts, shape=f"[{rows}×{k}]·[{k}×{n}]{group}")  # type: ignore[arg-type]
+
+    ops = []
     if model.mlp.gated:
-        ops.append(_matmul("mlp_gate", "G = Out·W^gate", tokens, d, f, s))
-    ops.append(_matmul("mlp_up", "A = Out·W^1", tokens, d, f, s))
+        ops.append(gemm("gate", "G = Out·W^gate", d, f))
+    ops.append(gemm("up", "A = Out·W^1", d, f))
     reads = 2 if model.mlp.gated else 1
     label = {Mlp.RELU: "relu(A)", Mlp.GELU: "gelu(A)", Mlp.SWIGLU: "silu(G)⊙A", Mlp.GEGLU: "gelu(G)⊙A"}[model.mlp]
-    ops.append(_elementwise("activation", label, tokens * f, ELEMENTWISE_FLOP[activation], s, reads, f"[{tokens}×{f}]"))
-    ops.append(_matmul("mlp_down", "x' = A'·W^2", tokens, f, d, s))
-    return tuple(ops)
+    elements = m * experts * f
+    ops.append(_elementwise("activation" if prefix == "mlp" else f"{prefix}_activation", label + what, elements,  # type: ignore[arg-type]
+                            ELEMENTWISE_FLOP[model.mlp.value], s, reads, f"[{rows}×{f}]{group}"))  # fmt: skip
+    ops.append(gemm("down", "x' = A'·W^2", f, d))
+    return ops
+
+
+def tokens_per_expert(model: TransformerModel, tokens: int) -> float:
+    """Tokens each routed expert computes in one MoE layer: tokens x top_k / experts under balanced
+    routing (every expert gets the same share), capped at capacity_factor x that share when a
+    capacity factor is set (a capacity factor below 1 drops the excess; 1 or more drops nothing
+    when the routing is balanced). Dropless (no capacity factor): the balanced share."""
+    moe = model.moe
+    assert moe is not None
+    share = tokens * moe.top_k / moe.experts
+    if moe.capacity_factor is not None:
+        share *= min(1.0, moe.capacity_factor)
+    return int(share) if float(share).is_integer() else share
+
+
+def _moe_ops(model: TransformerModel, tokens: int, s: float) -> list[LayerOp]:
+    """An MoE layer's feed-forward: the router GEMM [tokens x h] x [h x experts], its softmax or
+    sigmoid over experts, the routed experts as grouped GEMMs of tokens x top_k / experts tokens
+    each (balanced routing), and the shared experts on every token (one FFN of shared_experts x
+    width, as Megatron-LM's moe_shared_expert_intermediate_size and DeepSeek's DeepseekV3MLP run them)."""
+    moe = model.moe
+    assert moe is not None
+    ops = [_matmul("router", "logits = x·W^router", tokens, model.hidden, moe.experts, s),
+           _elementwise("router_score", "softmax / sigmoid(logits)", tokens * moe.experts, ELEMENTWISE_FLOP["softmax"], s, 1,
+                        f"[{tokens}×{moe.experts}]")]  # fmt: skip
+    ops += _mlp_ops(model, tokens, moe.expert_ffn_hidden, s, "expert", " (routed experts)", moe.experts, tokens_per_expert(model, tokens))
+    if moe.shared_experts:
+        ops += _mlp_ops(model, tokens, moe.shared_experts * moe.shared_width, s, "shared", " (shared experts)")
+    return ops
 
 
 def lm_head_op(model: TransformerModel, batch: int, seq_len: int, bytes_per_element: float) -> LayerOp | None:

@@ -602,18 +602,23 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     n_layers = int(layers.value)
     in_flight = _in_flight(par, stage)
     fp8_weights = fp8_weight_cache(model, par.tp, n_layers) if setup.precision is Precision.FP8 else None
-    activations = offloaded_activations(layer, layers, in_flight) if setup.offload_activations else Derivation(
-        key="stage_activations",
-        label=f"Activations of the layers of stage {stage + 1}",
-        symbol="A_stage",
-        latex_symbol=r"A_{\mathrm{stage}}",
-        formula="$A_layer × $L_stage × $n",
-        formula_latex=r"$A_layer \times $L_stage \times $n",
-        inputs=(layer.per_layer.as_term("A_layer"), layers.as_term("L_stage"), in_flight.as_term("n")),
-        value=layer.per_layer.value * n_layers * in_flight.value,
-        unit="B",
-        source="Korthikanti et al. 2022 sec. 4.2.3: the first stage keeps p micro-batches of its layers (L/p each: L layers' worth)",
-    )
+    if setup.offload_activations:
+        activations = offloaded_activations(layer, layers, in_flight)
+    elif model.moe is not None:
+        activations = _moe_stage_activations(model, par, layer, layers, in_flight, stage)
+    else:
+        activations = Derivation(
+            key="stage_activations",
+            label=f"Activations of the layers of stage {stage + 1}",
+            symbol="A_stage",
+            latex_symbol=r"A_{\mathrm{stage}}",
+            formula="$A_layer × $L_stage × $n",
+            formula_latex=r"$A_layer \times $L_stage \times $n",
+            inputs=(layer.per_layer.as_term("A_layer"), layers.as_term("L_stage"), in_flight.as_term("n")),
+            value=layer.per_layer.value * n_layers * in_flight.value,
+            unit="B",
+            source="Korthikanti et al. 2022 sec. 4.2.3: the first stage keeps p micro-batches of its layers (L/p each: L layers' worth)",
+        )
     embedding = embedding_activations(model, config, in_flight.value) if stage == 0 and model.vocab else None
     output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
     recompute = recompute_working_set(model, config)
@@ -665,6 +670,48 @@ def fp8_weight_cache(model: TransformerModel, tp: int, layers: int) -> Derivatio
                       "$c_8 × $P_lin × $L_s", r"$c_8 \times $P_lin \times $L_s", inputs, 2.0 * per_layer * layers, "B", TE_WEIGHT_CACHE,
                       ("Hopper FP8 (per-tensor scaling): row-wise and column-wise copies, 1 byte each; Blackwell MXFP8 adds one "
                        "E8M0 scale per 32 elements per copy (not counted)", "dense layer shapes"))  # fmt: skip
+
+
+def stage_moe_layers(model: TransformerModel, par: Parallelism, stage: int) -> int:
+    """MoE layers among the layers of pipeline stage `stage`: the stage's contiguous range, or with
+    interleaving (chunks > 1, equal chunks) its chunks stage, stage + p, ... of L / (p v) layers each."""
+    split = stage_layers(model, par)
+    if par.chunks == 1:
+        start = sum(split[:stage])
+        return model.moe_layers_in(start, start + split[stage])
+    size, rest = divmod(model.layers, par.pp * par.chunks)
+    if rest or len(set(split)) != 1:
+        raise InputError("--chunks: with uneven stages, which layers of a Mixture-of-Experts model each stage holds is not modelled "
+                         "(use layers divisible by pp x chunks)")  # fmt: skip
+    return sum(model.moe_layers_in((c * par.pp + stage) * size, (c * par.pp + stage + 1) * size) for c in range(par.chunks))
+
+
+def _moe_stage_activations(model: TransformerModel, par: Parallelism, layer: LayerActivations, layers: Derivation,
+                           in_flight: Derivation, stage: int) -> Derivation:  # fmt: skip
+    """A stage of a Mixture-of-Experts model: its dense layers and its MoE layers, each with its own activations."""
+    from parcalc.core.activations import layer_activations as activations_of
+
+    moe_layer = activations_of(model, layer.config, moe_layer=True)
+    n_layers = int(layers.value)
+    moe = stage_moe_layers(model, par, stage)
+    dense = n_layers - moe
+    inputs = (layer.per_layer.as_term("A_layer"), Term("L_d", "L_dense", r"L_{\mathrm{dense}}", dense, "", f"dense layers of stage {stage + 1}"),
+              Term("A_moe", "A_moe", r"A_{\mathrm{moe}}", moe_layer.per_layer.value, "B",
+                   "activations of one MoE layer per micro-batch (parcalc.core.activations.moe_tensors)"), Term("L_m", "L_moe", r"L_{\mathrm{moe}}", moe, "", f"MoE layers of stage {stage + 1}"),
+              in_flight.as_term("n"))  # fmt: skip
+    return Derivation(
+        key="stage_activations",
+        label=f"Activations of the layers of stage {stage + 1} (dense and MoE layers each their own)",
+        symbol="A_stage",
+        latex_symbol=r"A_{\mathrm{stage}}",
+        formula="($A_layer × $L_d + $A_moe × $L_m) × $n",
+        formula_latex=r"\left($A_layer \times $L_d + $A_moe \times $L_m\right) \times $n",
+        inputs=inputs,
+        value=(layer.per_layer.value * dense + moe_layer.per_layer.value * moe) * in_flight.value,
+        unit="B",
+        source="Korthikanti et al. 2022 sec. 4.2.3 per layer; an MoE layer's tensors by parcalc.core.activations.moe_tensors",
+        assumptions=moe_layer.per_layer.assumptions[-1:],
+    )
 
 
 def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> MemoryBreakdown:

@@ -140,6 +140,11 @@ class TransformerModel:
     # attention (None: standard multi-head / grouped-query attention).
     moe: MixtureOfExperts | None = None
     mla: LatentAttention | None = None
+    # Per-head RMSNorm of the queries and keys (Qwen3: transformers' Qwen3MoeAttention has
+    # q_norm = k_norm = Qwen3MoeRMSNorm(head_dim), each a learned weight of head_dim values,
+    # shared by all heads). Llama 4's use_qk_norm is a weightless L2 norm (Llama4TextL2Norm): no
+    # parameters, so False there.
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"):
@@ -169,7 +174,12 @@ class TransformerModel:
             return self.mla.params(self.hidden, self.heads)
         weights = self.hidden * self.q_width + 2 * self.hidden * self.kv_width + self.q_width * self.hidden
         biases = (self.q_width + 2 * self.kv_width + self.hidden) if self.bias else 0
-        return weights + biases
+        return weights + biases + self.qk_norm_params_per_layer
+
+    @property
+    def qk_norm_params_per_layer(self) -> int:
+        """Qwen3's q_norm and k_norm: one head_dim-wide weight each (0 without qk_norm)."""
+        return 2 * self.norm.params_per_channel * self.head_dim if self.qk_norm else 0
 
     def ffn_params(self, width: int) -> int:
         """One feed-forward network of the model's MLP kind and the given inner width."""
