@@ -8,12 +8,15 @@ import typer
 
 from parcalc.commands.common import (
     EmbeddingInSplitOption,
+    EpOption,
+    EtpOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
     LossInSplitOption,
     OutputOption,
     PresetsOption,
+    expert_flags,
     finish,
     preset_dirs,
     stage_flags,
@@ -47,6 +50,7 @@ Examples:
   parcalc memory --model gpt3-175b --micro-batch 1 --tp 8 --pp 8 --dp 16 --zero 1 --sequence-parallel --recompute selective --gpu a100-sxm4-80gb
   parcalc memory --model llama3-70b --micro-batch 1 --seq-len 8192 --tp 8 --pp 4 --schedule interleaved --chunks 2 --micro-batches 16 --flash-attention --gpu h100-sxm5 --per-stage
   parcalc memory --model llama3-405b --seq-len 8192 --tp 8 --pp 16 --dp 128 --zero 1 --sequence-parallel --first-stage-layers 7 --last-stage-layers 7 --flash-attention --gpu h100-sxm5 --per-stage
+  parcalc memory --model mixtral-8x7b --seq-len 4096 --tp 2 --dp 16 --ep 8 --etp 1 --zero 1 --sequence-parallel --gpu h100-sxm5
   parcalc memory --layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq-len 2048 --micro-batch 4 --tp 8 --sequence-parallel
 """
 
@@ -77,6 +81,8 @@ def memory(
     dp: Annotated[_Text, typer.Option(metavar="d", help="Data-parallel degree (ZeRO shards over it; default: --gpus / (t x p), else 1).")] = None,
     gpus: Annotated[_Text, typer.Option(metavar="N", help="GPUs in all: t x p x d (gives d when --dp is left out).")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1).")] = False,
+    ep: EpOption = None,
+    etp: EtpOption = None,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = Recompute.NONE,
     precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy); default mixed-bf16, mixed-fp16 on a GPU without bf16 (V100).", show_default=False)] = None,  # noqa: UP045
@@ -141,7 +147,9 @@ def memory(
         cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity", require_unit=True), "given on the command line"
     reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES
     first, last = stage_flags(first_stage_layers, last_stage_layers)
-    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split)
+    e, et = expert_flags(ep, etp, shape)
+    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split,
+                      ep=e, etp=et)  # fmt: skip
     setup = TrainingSetup(
         micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
@@ -192,6 +200,13 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     ]
     if par.chunks > 1:
         inputs.append(Term("v", "v", "v", par.chunks, "", "model chunks per device"))
+    if shape.moe is not None:
+        from parcalc.core.expert_parallel import expert_layout
+
+        layout = expert_layout(shape, par.tp, par.cp, par.dp, par.ep, par.etp)
+        inputs += [Term("e", "e", "e", layout.ep, "", "expert-parallel degree (routed experts split over e ranks)"),
+                   Term("etp", "t_e", "t_e", layout.etp, "", "expert tensor-parallel degree (each expert split t_e ways)"),
+                   Term("d_e", "d_e", "d_e", layout.edp, "", "expert data-parallel degree: t x cp x d / (t_e x e)")]  # fmt: skip
     layer = breakdown.layer
     derivations = [worst.parameters, worst.states.weights, worst.states.gradients, worst.states.optimizer]
     derivations += [x for x in (worst.gathered,) if x is not None]
@@ -223,7 +238,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     if layer.korthikanti is not None:
         verdicts.append(_korthikanti_verdict(layer.per_layer.value, layer.korthikanti.value))
     title = (f"Memory per GPU: {shape.name}, b = {setup.micro_batch}, s = {setup.seq_len}, "
-             f"{par.tp} TP x {par.pp} PP x {par.dp} DP" + (f", ZeRO-{par.zero}" if par.zero else ""))  # fmt: skip
+             f"{par.tp} TP x {par.pp} PP x {par.dp} DP" + (f", EP {par.ep}" if par.ep > 1 else "")
+             + (f", ETP {par.etp}" if par.etp is not None and par.etp != par.tp else "") + (f", ZeRO-{par.zero}" if par.zero else ""))  # fmt: skip
     from parcalc.core.memory import gradient_convention
 
     assumptions = (
