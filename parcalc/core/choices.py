@@ -142,3 +142,4 @@ class Strategy(str, Enum):
     PP = "pp"
     THREE_D = "3d"
     ALL = "all"
+    EP = "ep"  # expert parallelism of an MoE model: the all-to-alls, expert TP and expert-DP (with the 3d degrees)
