@@ -50,13 +50,14 @@ Examples:
   parcalc memory --model gpt3-175b --micro-batch 1 --tp 8 --pp 8 --dp 16 --zero 1 --sequence-parallel --recompute selective --gpu a100-sxm4-80gb
   parcalc memory --model llama3-70b --micro-batch 1 --seq-len 8192 --tp 8 --pp 4 --schedule interleaved --chunks 2 --micro-batches 16 --flash-attention --gpu h100-sxm5 --per-stage
   parcalc memory --model llama3-405b --seq-len 8192 --tp 8 --pp 16 --dp 128 --zero 1 --sequence-parallel --first-stage-layers 7 --last-stage-layers 7 --flash-attention --gpu h100-sxm5 --per-stage
-  parcalc memory --model mixtral-8x7b --seq-len 4096 --tp 2 --dp 16 --ep 8 --etp 1 --zero 1 --sequence-parallel --gpu h100-sxm5
   parcalc memory --layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq-len 2048 --micro-batch 4 --tp 8 --sequence-parallel
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
 # The default and its sources, as parcalc.core.memory.RESERVE_PARTS has them (the core is not
 # imported here, to keep start-up fast; tests/test_cli_memory.py checks that the two agree).
+# --ep / --etp: their example (`--model mixtral-8x7b --tp 2 --dp 16 --ep 8 --etp 1 --zero 1`) joins
+# EXAMPLES when the mixtral-8x7b preset lands (branch moe-count); test_cli_flops runs every example.
 RESERVE_HELP = (
     "Memory the formulas do not see. Default 2GiB: CUDA context 0.5GiB (287-667 MB measured in PyTorch PR #86509), "
     "NCCL buffers 1GiB (4 MiB + LL + LL128 per channel and peer, NVIDIA/nccl src/init.cc), allocator fragmentation "

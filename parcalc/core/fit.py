@@ -166,6 +166,8 @@ class Config:
 
     def label(self) -> str:
         parts = [f"TP {self.tp} x PP {self.pp} x DP {self.dp}", f"b = {self.micro_batch}"]
+        if self.ep > 1 or self.etp is not None:
+            parts.append(f"EP {self.ep}" + (f" x ETP {self.etp}" if self.etp is not None else ""))
         if self.zero:
             parts.append(f"ZeRO-{self.zero}")
         if self.sequence_parallel:
@@ -226,6 +228,13 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return "sequence parallelism needs tp > 1"
     if config.zero not in (0, 1, 2, 3):
         return f"ZeRO stage {config.zero} does not exist"
+    if model.moe is not None or config.ep != 1 or config.etp is not None:
+        from parcalc.core.expert_parallel import expert_layout
+
+        try:
+            expert_layout(model, t, config.cp, d, config.ep, config.etp)
+        except InputError as error:
+            return str(error)
     return None
 
 
@@ -239,7 +248,7 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
     """parcalc.core.memory's breakdown for this configuration on the cluster's GPU."""
     par = Parallelism(config.tp, config.pp, config.dp, config.sequence_parallel, config.zero, config.schedule,
                       config.micro_batches(training), config.chunks, config.first_stage_layers, config.last_stage_layers,
-                      config.embedding_in_split, config.loss_in_split)  # fmt: skip
+                      config.embedding_in_split, config.loss_in_split, cp=config.cp, ep=config.ep, etp=config.etp)  # fmt: skip
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source)  # fmt: skip
@@ -278,14 +287,16 @@ class Estimate:
     tokens_per_second: Derivation
     mfu: Derivation
     hfu: Derivation
+    ep_comm: Derivation | None = None  # t_ep: MoE all-to-alls (None: dense model or ep = 1)
 
     @property
     def total_memory(self) -> float:
         return self.memory.worst.total.value
 
     def derivations(self) -> tuple[Derivation, ...]:
+        ep = (self.ep_comm,) if self.ep_comm is not None else ()
         return (self.memory.worst.total, self.model_flops, self.hardware_flops, self.compute, self.tp_comm, self.bubble,
-                self.pp_comm, self.dp_comm, self.optimizer, self.step, self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
+                self.pp_comm, self.dp_comm, self.optimizer, *ep, self.step, self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
 
 
 def _derivation(key: str, label: str, symbol: str, latex_symbol: str, formula: str, inputs: list[Term], value: float,
@@ -332,7 +343,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                             reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                             layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
     t_opt = float(optimizer_step_time(model, t, p, d, config.zero, training, cluster, **ends))
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp)
+    ep_comm, t_ep = _ep_derivation(model, config, training, cluster, breakdown, m)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_ep=t_ep)
 
     spec = cluster.spec
     m_term = _t("m", "m", m, "", "micro-batches per replica")
@@ -410,10 +422,10 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
          _t("x", "x", cluster.efficiency, "", "--efficiency"),
          _t("d_z", "d_z", shards, "", "ranks the optimizer states are sharded over (ZeRO-1 and up: d)", latex=r"d_{z}")],
         t_opt, "s", "reads and writes every optimizer state once (parcalc.core.timing.compute.optimizer_bytes)")  # fmt: skip
-    parts = [compute, tp_comm, bubble, pp_comm, dp_comm, optimizer]
+    parts = [compute, tp_comm, bubble, pp_comm, dp_comm, optimizer] + ([ep_comm] if ep_comm is not None else [])
     step_value = float(terms["t_step"])
     step = _derivation("t_step", "Time per iteration", "t_step", r"t_{\mathrm{step}}",
-                       "$t_compute + $t_tp + $t_bubble + $t_pp + $t_dp + $t_optimizer", [x.as_term(x.key) for x in parts], step_value, "s",
+                       " + ".join(f"${x.key}" for x in parts), [x.as_term(x.key) for x in parts], step_value, "s",
                        "the sum of the terms above (parcalc.core.timing.step)")  # fmt: skip
     gpus = _t("N", "N", n, "", "GPUs")
     peak = _t("peak", "F_peak", cluster.peak, "FLOP/s", f"peak of one {cluster.gpu_name}", cluster.peak_source, r"F_{\mathrm{peak}}")
@@ -427,7 +439,33 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                       [f_hw.as_term("F_hw"), step.as_term("t_step"), gpus, peak], f_hw.value / (step_value * n * cluster.peak),
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (hardware FLOPs: recomputation counted)")  # fmt: skip
     fits = breakdown.worst.total.value <= cluster.capacity
-    return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu)
+    return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu,
+                    ep_comm)  # fmt: skip
+
+
+def _ep_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,
+                   m: int) -> tuple[Derivation | None, float]:  # fmt: skip
+    """t_ep: the MoE all-to-alls of the stage with the most MoE layers, not overlapped (parcalc.core.timing.expert)."""
+    from parcalc.core.memory import stage_moe_layers
+    from parcalc.core.timing.expert import A2A_SOURCE, ep_exposed, ep_pieces
+
+    if model.moe is None or config.ep == 1:
+        return None, 0.0
+    etp = config.tp if config.etp is None else config.etp
+    buffer, a2a = ep_pieces(model, config.tp, config.cp, config.ep, etp, config.micro_batch, config.sequence_parallel, training, cluster)
+    moe = max(stage_moe_layers(model, breakdown.parallelism, s) for s in range(config.pp))
+    calls = 6 if config.recompute is Recompute.FULL else 4
+    value = float(ep_exposed(m, moe, calls, a2a))
+    group = placement(config.ep, etp, cluster.gpus_per_node)
+    where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
+    inputs = [_t("m", "m", m, "", "micro-batches per replica"), _t("L_m", "L_MoE", moe, "", "MoE layers of the busiest stage", latex=r"L_{\mathrm{MoE}}"),
+              _t("c", "c", calls, "", "all-to-alls per MoE layer and micro-batch (dispatch, combine; forward, backward"
+                 + (", forward replayed)" if calls == 6 else ")")),
+              _t("T_a2a", "T_a2a", a2a, "s", f"one all-to-all of {buffer:,.0f} B per rank over ep = {config.ep} ({where}), NCCL model",
+                 latex=r"T_{\mathrm{a2a}}")]  # fmt: skip
+    return _derivation("t_ep", "Expert-parallel all-to-alls per iteration (not overlapped)", "t_ep", r"t_{\mathrm{ep}}",
+                       "$m × $L_m × $c × $T_a2a", inputs, value, "s", A2A_SOURCE,
+                       ("stated as not overlapped with compute; overlap of the all-to-alls is issue #19",)), value  # fmt: skip
 
 
 def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float) -> Derivation:

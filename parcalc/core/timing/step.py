@@ -105,7 +105,7 @@ def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *,
     return np.where(zero == 0, ddp, np.where(zero <= 2, zero12, zero3))
 
 
-def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool) -> dict[str, Any]:
+def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool, t_ep: Any = 0.0) -> dict[str, Any]:
     """The terms of t_step from the pieces (floats or arrays alike)."""
     t_compute = m * (stage.forward + stage.backward + stage.recompute)
     if tp_overlap:  # TE's userbuffers: every TP collective, the SP re-gathers included, against every GEMM
@@ -121,9 +121,10 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
         beta = 0.0 * m
         t_bubble = 0.0 * m
         t_pp = 0.0 * m
-    t_step = t_compute + t_tp + t_bubble + t_pp + t_dp + t_optimizer
+    # t_ep: the MoE all-to-alls (parcalc.core.timing.expert), exposed (overlap: issue #19)
+    t_step = t_compute + t_tp + t_bubble + t_pp + t_dp + t_optimizer + t_ep
     return {"t_compute": t_compute, "t_tp": t_tp, "beta": beta, "t_bubble": t_bubble, "t_pp": t_pp, "t_dp": t_dp,
-            "t_optimizer": t_optimizer, "t_step": t_step}  # fmt: skip
+            "t_optimizer": t_optimizer, "t_ep": t_ep, "t_step": t_step}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
