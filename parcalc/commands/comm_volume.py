@@ -8,6 +8,8 @@ from parcalc.commands.common import (
     CpCommOption,
     CpOption,
     EmbeddingInSplitOption,
+    EpOption,
+    EtpOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
@@ -15,6 +17,7 @@ from parcalc.commands.common import (
     OutputOption,
     PresetsOption,
     cp_flags,
+    expert_flags,
     finish,
     preset_dirs,
     stage_flags,
@@ -50,6 +53,7 @@ Examples:
   parcalc comm-volume --strategy fsdp --model homework-7b --batch 128 --dtype fp16 --gpus 8
   parcalc comm-volume --strategy tp --sequence-parallel --layers 32 --hidden 4096 --heads 32 --batch 8 --seq-len 4096 --gpus 8
   parcalc comm-volume --strategy 3d --model homework-7b --tp 2 --pp 4 --dp 2 --gpus-per-node 4 --batch 64 --seq-len 4096
+  parcalc comm-volume --strategy ep --model mixtral-8x7b --tp 2 --dp 16 --ep 8 --etp 1 --sequence-parallel --zero 1 --batch 64 --seq-len 4096 --moe-imbalance 1.2
   parcalc comm-volume --strategy 3d --model llama3-405b --tp 8 --pp 16 --dp 2 --first-stage-layers 7 --last-stage-layers 7 --batch 32 --seq-len 8192
   parcalc comm-volume --strategy cp --model llama3-8b --cp 4 --batch 4 --seq-len 32768
   parcalc comm-volume --strategy 3d --model llama3-405b --tp 8 --cp 16 --pp 16 --dp 4 --cp-comm all-gather --batch 16 --seq-len 131072
@@ -63,7 +67,7 @@ _Text = Text
 
 def comm_volume(
     collective: Annotated[Optional[Collective], typer.Option(metavar="OP", help="One collective: all-reduce, reduce-scatter, all-gather, broadcast, reduce, all-to-all, point-to-point.", show_default=False)] = None,  # noqa: UP045
-    strategy: Annotated[Optional[Strategy], typer.Option(metavar="NAME", help="Every collective of one iteration: dp, zero1, zero2, zero3, fsdp, tp, pp, cp, 3d, or all to compare them.", show_default=False)] = None,  # noqa: UP045
+    strategy: Annotated[Optional[Strategy], typer.Option(metavar="NAME", help="Every collective of one iteration: dp, zero1, zero2, zero3, fsdp, tp, pp, cp, 3d, ep (an MoE model's expert parallelism, with the 3d degrees), or all to compare them.", show_default=False)] = None,  # noqa: UP045
     algorithm: Annotated[Optional[Algorithm], typer.Option(metavar="ALGO", help="All-reduce: parameter-server, naive, ring (default), tree, double-binary-tree, butterfly, halving-doubling.", show_default=False)] = None,  # noqa: UP045
     size: Annotated[_Text, typer.Option(metavar="BYTES", help="--collective: message size M (nccl-tests convention: the whole array), e.g. 1GB, 512MiB.")] = None,
     elements: Annotated[_Text, typer.Option(metavar="N", help="--collective: message as a count of elements of --dtype, e.g. 25M.")] = None,
@@ -89,6 +93,9 @@ def comm_volume(
     dp: Annotated[_Text, typer.Option(metavar="N", help="Data-parallel degree.")] = None,
     cp: CpOption = None,
     cp_comm: CpCommOption = "p2p",
+    ep: EpOption = None,
+    etp: EtpOption = None,
+    moe_imbalance: Annotated[_Text, typer.Option(metavar="RHO", help="MoE all-to-alls: the busiest rank's tokens over the balanced share (default 1.0: balanced routing; at least 1).")] = None,
     zero: Annotated[int, typer.Option(metavar="0-3", help="--strategy 3d: ZeRO stage of the data-parallel dimension (0: DDP all-reduce).")] = 0,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism with TP: all-gathers and reduce-scatters.")] = False,
     schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2.")] = Schedule.ONE_F_ONE_B,
@@ -133,7 +140,7 @@ def comm_volume(
 _COLLECTIVE_ONLY = ("size", "elements", "workers")
 _STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "tied", "batch", "micro_batch", "seq_len", "grad_dtype",
                   "gpus", "tp", "pp", "dp", "cp", "chunks", "gpus_per_node", "inter_node_link", "bucket_size", "first_stage_layers",
-                  "last_stage_layers")  # fmt: skip
+                  "last_stage_layers", "ep", "etp", "moe_imbalance")  # fmt: skip
 
 
 def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
@@ -266,7 +273,7 @@ def _degrees(args: dict[str, Any]) -> tuple[int, int, int, int, int]:
 
     given = {k: parse_count(args[k], f"--{k}") for k in ("tp", "pp", "dp", "cp") if args[k] is not None}
     total = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else None
-    own = {"dp": "dp", "zero1": "dp", "zero2": "dp", "zero3": "dp", "fsdp": "dp", "tp": "tp", "pp": "pp", "cp": "cp"}.get(args["strategy"].value)
+    own = {"ep": "dp", "dp": "dp", "zero1": "dp", "zero2": "dp", "zero3": "dp", "fsdp": "dp", "tp": "tp", "pp": "pp", "cp": "cp"}.get(args["strategy"].value)
     if own is not None and own not in given:
         others = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1) * given.get("cp", 1)
         total = total if total is not None else DEFAULT_GPUS
@@ -289,6 +296,9 @@ def _strategy_result(args: dict[str, Any], dirs: tuple) -> "Result":
 
     name = args["strategy"].value
     shape = _model(args, dirs)
+    args["_ep"], args["_etp"] = expert_flags(args["ep"], args["etp"], shape)
+    if name == "ep" and shape.moe is None:
+        raise InputError(f"--strategy ep: model {shape.key} has no experts (no moe: block)")
     par = _parallelism(args)
     dtype_key = canonical_dtype(args["dtype"])
     grad_key = canonical_dtype(args["grad_dtype"], "--grad-dtype") if args["grad_dtype"] else dtype_key
@@ -341,6 +351,8 @@ def _parallelism(args: dict[str, Any]) -> Any:
     cp_kind = cp_flags(None, args["cp_comm"])[1]
     if args["zero"] not in (0, 1, 2, 3):
         raise InputError(f"--zero: ZeRO stage must be 0, 1, 2 or 3, got {args['zero']}")
+    if name == "all" and (args["ep"] is not None or args["etp"] is not None):
+        raise InputError("--ep / --etp: --strategy all gives all GPUs to one dimension at a time; use --strategy ep or 3d with --ep")
     stages = (comm.DataParallel.DDP, comm.DataParallel.ZERO1, comm.DataParallel.ZERO2, comm.DataParallel.ZERO3)
     flavour = {"zero1": stages[1], "zero2": stages[2], "zero3": stages[3], "fsdp": stages[3]}.get(name, stages[args["zero"]])
     first, last = stage_flags(args["first_stage_layers"], args["last_stage_layers"])
@@ -349,7 +361,7 @@ def _parallelism(args: dict[str, Any]) -> Any:
         schedule=args["schedule"].value, chunks=parse_count(args["chunks"], "--chunks") if args["chunks"] else 1,
         gpus_per_node=parse_count(args["gpus_per_node"], "--gpus-per-node") if args["gpus_per_node"] is not None else 8,
         first_stage_layers=first, last_stage_layers=last, embedding_in_split=args["embedding_in_split"],
-        loss_in_split=args["loss_in_split"], cp=cp, cp_comm=cp_kind,
+        loss_in_split=args["loss_in_split"], cp=cp, cp_comm=cp_kind, ep=args["_ep"], etp=args["_etp"],
     )  # fmt: skip
 
 
@@ -369,7 +381,23 @@ def _options(args: dict[str, Any]) -> Any:
         first_bucket_bytes=bucket or comm.DDP_FIRST_BUCKET_BYTES,  # PyTorch: an explicit cap applies to the first bucket too
         ddp_first_iteration=args["ddp_first_iteration"], shard_padding=args["shard_padding"],
         reshard_root=args["reshard_root"], vocab_parallel=args["vocab_parallel"], recompute=args["recompute"],
+        moe_imbalance=_imbalance(args["moe_imbalance"]),
     )  # fmt: skip
+
+
+def _imbalance(text: str | None) -> float:
+    """--moe-imbalance as a number of at least 1 (parcalc.core.comm.expert.check_imbalance)."""
+    from parcalc.core.comm.expert import check_imbalance
+    from parcalc.errors import InputError
+
+    if text is None:
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"--moe-imbalance: cannot read {text!r} as a number (a factor of at least 1, e.g. 1.25)") from None
+    check_imbalance(value)
+    return value
 
 
 def _inter_link(name: str | None, needed: bool, dirs: tuple) -> "Link | None":

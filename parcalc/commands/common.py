@@ -213,3 +213,31 @@ def cp_flags(cp: str | None, cp_comm: str) -> tuple[int, str]:
     from parcalc.units import parse_count
 
     return (parse_count(cp, "--cp") if cp is not None else 1), cp_comm_of(cp_comm).value
+
+
+# Expert parallelism of MoE models (parcalc.core.expert_parallel): `memory`, `comm-volume` and
+# `fit` share these flags.
+EpOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--ep", metavar="e",
+                 help="Expert-parallel degree of an MoE model: the routed experts split over e ranks (e divides the experts); "
+                      "it folds over tp x cp x dp (Megatron-Core), adding no GPUs.", show_default=False),
+]  # fmt: skip
+EtpOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--etp", metavar="n",
+                 help="Expert tensor-parallel degree: each expert's FFN split n ways (default: --tp); etp x ep divides "
+                      "tp x cp x dp, expert-DP = tp x cp x dp / (etp x ep).", show_default=False),
+]  # fmt: skip
+
+
+def expert_flags(ep: str | None, etp: str | None, model: Any) -> tuple[int, int | None]:
+    """--ep / --etp as counts (ep 1 and etp None when not given); on a model without experts, an error."""
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    if model.moe is None:
+        for text, flag in ((ep, "--ep"), (etp, "--etp")):
+            if text is not None:
+                raise InputError(f"{flag}: model {model.key} has no experts (no moe: block); expert parallelism applies to MoE models only")
+    return (parse_count(ep, "--ep") if ep is not None else 1), (parse_count(etp, "--etp") if etp is not None else None)

@@ -14,6 +14,8 @@ from parcalc.commands.common import (
     MAX_GPUS_PER_NODE,
     MAX_SEARCH_BATCH,
     EmbeddingInSplitOption,
+    EpOption,
+    EtpOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
@@ -22,6 +24,7 @@ from parcalc.commands.common import (
     PresetsOption,
     ProgressBar,
     check_at_most,
+    expert_flags,
     finish,
     preset_dirs,
     stage_flags,
@@ -60,6 +63,7 @@ Examples:
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --format csv -o configs.csv
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --tp 8 --pp 8 --dp 1 --micro-batch 1 \\
       --recompute selective --sequence-parallel --schedule interleaved --chunks 3
+  parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --tp 2 --pp 4 --dp 32 --ep 8 --etp 1 --sequence-parallel --zero 1
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --flash-attention --tp 8 --cp 8 --pp 1 --sequence-parallel --recompute full
   parcalc fit --model llama3-405b --gpu h100-sxm5 --gpus 16384 --batch 2048 --seq-len 8192 --flash-attention \\
@@ -90,6 +94,8 @@ def fit(
     micro_batch: Annotated[Optional[list[str]], typer.Option(metavar="b", help="Micro-batch size (table: default 1; --search: try only these, repeatable).", show_default=False)] = None,  # noqa: UP045
     recompute: Annotated[Optional[list[Recompute]], typer.Option(metavar="KIND", help="Recomputation to try: none, selective, full (repeatable; default all three).", show_default=False)] = None,  # noqa: UP045
     zero: Annotated[Optional[list[ZeroStage]], typer.Option(metavar="0-3", help="--search: ZeRO stages to try (repeatable; default 0-3).", show_default=False)] = None,  # noqa: UP045
+    ep: EpOption = None,
+    etp: EtpOption = None,
     sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both).", show_default=False)] = None,  # noqa: UP045
     interleaved: Annotated[bool, typer.Option("--interleaved/--no-interleaved", help="--search: try the interleaved schedule with v chunks beside 1F1B.")] = True,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="--search: let tensor parallelism span nodes.")] = False,
@@ -188,6 +194,9 @@ def fit(
         settings_cp = [("cp", str(c)), ("cp_comm", cp_kind)]
     else:
         settings_cp = []
+    expert = dict(zip(("ep", "etp"), expert_flags(ep, etp, shape), strict=True))
+    if (ep is not None or etp is not None) and (search or not pinned):
+        raise InputError("--ep / --etp: apply to one configuration (--tp, --pp, --dp) for now; --search keeps ep = 1")
     if (first is not None or last is not None) and not (search or pinned):
         flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
@@ -209,7 +218,7 @@ def fit(
                                 everything, settings, pinned, ends)  # fmt: skip
     elif pinned:
         result = _configuration_result(shape, training, cluster, pinned, sizes, recomputes, zero, sequence_parallel, schedule, chunks,
-                                       settings, ends)  # fmt: skip
+                                       settings, {**ends, **expert})  # fmt: skip
     else:
         for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None)):
             if given:
@@ -520,7 +529,8 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
                 f"{best.tokens_per_second.value:,.0f} tokens/s, {_gib(best.total_memory)} per GPU "
                 + ("(fits)" if best.fits else f"(does not fit in {_gib(cluster.capacity)})")]  # fmt: skip
     parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
-             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value}  # fmt: skip
+             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value,
+             "MoE all-to-alls": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
     verdicts.append("shares of the step: " + ", ".join(f"{k} {v / best.step.value:.1%}" for k, v in parts.items() if v > 0))
     title = f"One configuration: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),

@@ -10,12 +10,15 @@ from parcalc.commands.common import (
     CpCommOption,
     CpOption,
     EmbeddingInSplitOption,
+    EpOption,
+    EtpOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
     LossInSplitOption,
     OutputOption,
     PresetsOption,
+    expert_flags,
     finish,
     cp_flags,
     preset_dirs,
@@ -61,6 +64,8 @@ Examples:
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
 # The default and its sources, as parcalc.core.memory.RESERVE_PARTS has them (the core is not
 # imported here, to keep start-up fast; tests/test_cli_memory.py checks that the two agree).
+# --ep / --etp: their example (`--model mixtral-8x7b --tp 2 --dp 16 --ep 8 --etp 1 --zero 1`) joins
+# EXAMPLES when the mixtral-8x7b preset lands (branch moe-count); test_cli_flops runs every example.
 RESERVE_HELP = (
     "Memory the formulas do not see. Default 2GiB: CUDA context 0.5GiB (287-667 MB measured in PyTorch PR #86509), "
     "NCCL buffers 1GiB (4 MiB + LL + LL128 per channel and peer, NVIDIA/nccl src/init.cc), allocator fragmentation "
@@ -87,6 +92,8 @@ def memory(
     cp: CpOption = None,
     cp_comm: CpCommOption = "p2p",
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1).")] = False,
+    ep: EpOption = None,
+    etp: EtpOption = None,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = Recompute.NONE,
     precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy), fp8 (Transformer Engine: FP8 GEMM inputs and weight copies, bf16 weights, fp32 master; needs a GPU with an FP8 peak); default mixed-bf16, mixed-fp16 on a GPU without bf16 (V100).", show_default=False)] = None,  # noqa: UP045
@@ -156,8 +163,9 @@ def memory(
         cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity", require_unit=True), "given on the command line"
     reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES
     first, last = stage_flags(first_stage_layers, last_stage_layers)
+    e, et = expert_flags(ep, etp, shape)
     par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split,
-                      cp=c, cp_comm=cp_kind)  # fmt: skip
+                      cp=c, cp_comm=cp_kind, ep=e, etp=et)  # fmt: skip
     setup = TrainingSetup(
         micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
@@ -219,6 +227,13 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         inputs.append(Term("c", "c", "c", par.cp, "", f"context-parallel degree ({par.cp_comm})"))
     if par.chunks > 1:
         inputs.append(Term("v", "v", "v", par.chunks, "", "model chunks per device"))
+    if shape.moe is not None:
+        from parcalc.core.expert_parallel import expert_layout
+
+        layout = expert_layout(shape, par.tp, par.cp, par.dp, par.ep, par.etp)
+        inputs += [Term("e", "e", "e", layout.ep, "", "expert-parallel degree (routed experts split over e ranks)"),
+                   Term("etp", "t_e", "t_e", layout.etp, "", "expert tensor-parallel degree (each expert split t_e ways)"),
+                   Term("d_e", "d_e", "d_e", layout.edp, "", "expert data-parallel degree: t x cp x d / (t_e x e)")]  # fmt: skip
     layer = breakdown.layer
     derivations = [worst.parameters, worst.states.weights, worst.states.gradients, worst.states.optimizer]
     derivations += [x for x in (worst.fp8_weights, worst.gathered) if x is not None]
@@ -257,6 +272,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         verdicts.append(_korthikanti_verdict(layer.per_layer.value, layer.korthikanti.value))
     title = (f"Memory per GPU: {shape.name}, b = {setup.micro_batch}, s = {setup.seq_len}, "
              f"{par.tp} TP x {par.pp} PP" + (f" x {par.cp} CP" if par.cp > 1 else "") + f" x {par.dp} DP"
+             + (f", EP {par.ep}" if par.ep > 1 else "") + (f", ETP {par.etp}" if par.etp is not None and par.etp != par.tp else "")
              + (f", ZeRO-{par.zero}" if par.zero else ""))  # fmt: skip
     from parcalc.core.memory import gradient_convention
 

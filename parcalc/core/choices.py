@@ -165,3 +165,4 @@ class Strategy(str, Enum):
     THREE_D = "3d"
     ALL = "all"
     CP = "cp"  # context parallelism (parcalc.core.comm.context)
+    EP = "ep"  # expert parallelism of an MoE model: the all-to-alls, expert TP and expert-DP (with the 3d degrees)

@@ -172,6 +172,8 @@ class Config:
     def label(self) -> str:
         parts = [f"TP {self.tp} x PP {self.pp}" + (f" x CP {self.cp} ({self.cp_comm})" if self.cp > 1 else "") + f" x DP {self.dp}",
                  f"b = {self.micro_batch}"]
+        if self.ep > 1 or self.etp is not None:
+            parts.append(f"EP {self.ep}" + (f" x ETP {self.etp}" if self.etp is not None else ""))
         if self.zero:
             parts.append(f"ZeRO-{self.zero}")
         if self.sequence_parallel:
@@ -241,6 +243,13 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return "sequence parallelism needs tp > 1"
     if config.zero not in (0, 1, 2, 3):
         return f"ZeRO stage {config.zero} does not exist"
+    if model.moe is not None or config.ep != 1 or config.etp is not None:
+        from parcalc.core.expert_parallel import expert_layout
+
+        try:
+            expert_layout(model, t, config.cp, d, config.ep, config.etp)
+        except InputError as error:
+            return str(error)
     return None
 
 
@@ -254,7 +263,8 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
     """parcalc.core.memory's breakdown for this configuration on the cluster's GPU."""
     par = Parallelism(config.tp, config.pp, config.dp, config.sequence_parallel, config.zero, config.schedule,
                       config.micro_batches(training), config.chunks, config.first_stage_layers, config.last_stage_layers,
-                      config.embedding_in_split, config.loss_in_split, cp=config.cp, cp_comm=config.cp_comm)  # fmt: skip
+                      config.embedding_in_split, config.loss_in_split, cp=config.cp, cp_comm=config.cp_comm, ep=config.ep,
+                      etp=config.etp)  # fmt: skip
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations)  # fmt: skip
@@ -295,6 +305,7 @@ class Estimate:
     hfu: Derivation
     offload: Derivation | None = None  # t_offload (--offload; parcalc.core.timing.offload)
     cp_comm: Derivation | None = None  # context-parallel exchanges exposed per iteration (None without CP)
+    ep_comm: Derivation | None = None  # t_ep: MoE all-to-alls (None: dense model or ep = 1)
 
     @property
     def total_memory(self) -> float:
@@ -302,8 +313,9 @@ class Estimate:
 
     def derivations(self) -> tuple[Derivation, ...]:
         return (self.memory.worst.total, self.model_flops, self.hardware_flops, self.compute, self.tp_comm,
-                *((self.cp_comm,) if self.cp_comm is not None else ()), self.bubble, self.pp_comm, self.dp_comm, self.optimizer,
-                *((self.offload,) if self.offload else ()), self.step, self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
+                *((self.cp_comm,) if self.cp_comm is not None else ()), *((self.ep_comm,) if self.ep_comm is not None else ()),
+                self.bubble, self.pp_comm, self.dp_comm, self.optimizer, *((self.offload,) if self.offload else ()), self.step,
+                self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
 
 
 def _derivation(key: str, label: str, symbol: str, latex_symbol: str, formula: str, inputs: list[Term], value: float,
@@ -355,7 +367,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     offloading = training.offload_optimizer or training.offload_activations
     t_off = float(offload_step_time(model, t, p, d * c, config.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends)) if offloading else 0.0  # fmt: skip
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
+    ep_comm, t_ep = _ep_derivation(model, config, training, cluster, breakdown, m)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_ep=t_ep)
 
     spec = cluster.spec
     m_term = _t("m", "m", m, "", "micro-batches per replica")
@@ -407,9 +420,10 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     cp_comm = _cp_derivation(config, cluster, stage, m_term, terms["t_cp"]) if c > 1 else None
     if p > 1:
         bubble = _derivation("t_bubble", "Pipeline bubble per iteration", "t_bubble", r"t_{\mathrm{bubble}}",
-                             "($p - 1) / ($v × $m) × ($t_compute + $t_tp" + (" + $t_cp)" if cp_comm else ")"),
+                             "($p - 1) / ($v × $m) × ($t_compute + $t_tp" + (" + $t_cp" if cp_comm else "") + (" + $t_ep" if ep_comm else "") + ")",
                              [_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
-                              compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ())],
+                              compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ()),
+                              *((ep_comm.as_term("t_ep"),) if ep_comm else ())],
                              terms["t_bubble"], "s", f"{NARAYANAN} sec. 2.2 (the slowest stage sets the pace)")  # fmt: skip
         pp_comm = _derivation("t_pp", "Pipeline sends per iteration (activations forward, gradients backward)", "t_pp", r"t_{\mathrm{pp}}",
                               "2 × $m × $v × $T_p2p",
@@ -437,7 +451,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     if training.offload_optimizer:
         optimizer = _zero("t_optimizer", "Optimizer step on the GPU", "--offload optimizer: the step runs on the host (t_offload)")
     offload = _offload_derivation(model, config, training, cluster, breakdown, stage, m, t_off) if offloading else None
-    parts = [compute, tp_comm, *((cp_comm,) if cp_comm else ()), bubble, pp_comm, dp_comm, optimizer, *([offload] if offload else [])]
+    parts = [compute, tp_comm, *((cp_comm,) if cp_comm else ()), *((ep_comm,) if ep_comm else ()), bubble, pp_comm, dp_comm,
+             optimizer, *([offload] if offload else [])]  # fmt: skip
     step_value = float(terms["t_step"])
     step = _derivation("t_step", "Time per iteration", "t_step", r"t_{\mathrm{step}}",
                        " + ".join(f"${x.key}" for x in parts), [x.as_term(x.key) for x in parts], step_value, "s",
@@ -455,7 +470,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (hardware FLOPs: recomputation counted)")  # fmt: skip
     fits = breakdown.worst.total.value <= cluster.capacity
     return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu,
-                    offload, cp_comm)  # fmt: skip
+                    offload, cp_comm, ep_comm)  # fmt: skip
 
 
 def _offload_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,
@@ -511,6 +526,31 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
     return _derivation("t_cp", "Context-parallel communication exposed per iteration", "t_cp", r"t_{\mathrm{cp}}", "$m × $E_cp",
                        inputs, value, "s", f"{TE_CP}; {NCCL_SOURCE}",
                        (f"K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
+
+
+def _ep_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,
+                   m: int) -> tuple[Derivation | None, float]:  # fmt: skip
+    """t_ep: the MoE all-to-alls of the stage with the most MoE layers, not overlapped (parcalc.core.timing.expert)."""
+    from parcalc.core.memory import stage_moe_layers
+    from parcalc.core.timing.expert import A2A_SOURCE, ep_exposed, ep_pieces
+
+    if model.moe is None or config.ep == 1:
+        return None, 0.0
+    etp = config.tp if config.etp is None else config.etp
+    buffer, a2a = ep_pieces(model, config.tp, config.cp, config.ep, etp, config.micro_batch, config.sequence_parallel, training, cluster)
+    moe = max(stage_moe_layers(model, breakdown.parallelism, s) for s in range(config.pp))
+    calls = 6 if config.recompute is Recompute.FULL else 4
+    value = float(ep_exposed(m, moe, calls, a2a))
+    group = placement(config.ep, etp, cluster.gpus_per_node)
+    where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
+    inputs = [_t("m", "m", m, "", "micro-batches per replica"), _t("L_m", "L_MoE", moe, "", "MoE layers of the busiest stage", latex=r"L_{\mathrm{MoE}}"),
+              _t("c", "c", calls, "", "all-to-alls per MoE layer and micro-batch (dispatch, combine; forward, backward"
+                 + (", forward replayed)" if calls == 6 else ")")),
+              _t("T_a2a", "T_a2a", a2a, "s", f"one all-to-all of {buffer:,.0f} B per rank over ep = {config.ep} ({where}), NCCL model",
+                 latex=r"T_{\mathrm{a2a}}")]  # fmt: skip
+    return _derivation("t_ep", "Expert-parallel all-to-alls per iteration (not overlapped)", "t_ep", r"t_{\mathrm{ep}}",
+                       "$m × $L_m × $c × $T_a2a", inputs, value, "s", A2A_SOURCE,
+                       ("stated as not overlapped with compute; overlap of the all-to-alls is issue #19",)), value  # fmt: skip
 
 
 def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float) -> Derivation:

@@ -43,6 +43,15 @@ from parcalc.core.activations import (
 )
 from parcalc.core.choices import Optimizer, Precision  # noqa: F401 - re-exported
 from parcalc.core.context import check_context_parallel, context_working_set
+from parcalc.core.expert_parallel import (
+    FOLDING,
+    ROUTER_SOURCE,
+    expert_layout,
+    expert_params_per_rank,
+    moe_dense_params_per_rank,
+    moe_layers_on,
+    stage_ranges,
+)
 from parcalc.core.model import Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
 from parcalc.core.stages import stage_layers_derivation, stage_split
@@ -191,6 +200,8 @@ def check_parallelism(model: TransformerModel, par: Parallelism) -> None:
             "and nothing is sharded (use --dp > 1, or --zero 0)"
         )
     check_tensor_parallel(model, par.tp)
+    check_count("--cp", par.cp)
+    expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)  # --ep / --etp: Megatron-Core's folding rules
     if par.schedule.splits_backward:
         raise InputError(f"--schedule: {par.schedule.value} is not modelled for memory; use gpipe, 1f1b or interleaved")
     check_shape(par.schedule, par.pp, par.micro_batches, par.chunks)
@@ -225,6 +236,24 @@ def stage_layers(model: TransformerModel, par: Parallelism) -> tuple[int, ...]:
                        embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
 
 
+def stage_moe_layers(model: TransformerModel, par: Parallelism, stage: int) -> int:
+    """MoE layers among the layers of stage `stage` (0 for a dense model; parcalc.core.expert_parallel.stage_ranges)."""
+    if model.moe is None:
+        return 0
+    counts = stage_layers(model, par)
+    chunks = par.chunks if all(n % par.chunks == 0 for n in counts) else 1
+    return moe_layers_on(model, stage_ranges(counts, chunks)[stage])
+
+
+def stage_expert_parameters(model: TransformerModel, par: Parallelism, stage: int) -> int:
+    """The routed-expert parameters one GPU of stage `stage` holds (sharded by ZeRO over expert-DP)."""
+    moe = stage_moe_layers(model, par, stage)
+    if not moe:
+        return 0
+    etp = par.tp if par.etp is None else par.etp
+    return moe * expert_params_per_rank(model, par.ep, etp)
+
+
 def _stage_ends(model: TransformerModel, par: Parallelism, stage: int) -> tuple[int, int]:
     """(embedding, head) parameters of a stage on one TP rank: word embeddings (V/t rows) and
     learned positions on the first; final norm and LM head (untied, or a copy of the tied word
@@ -255,6 +284,24 @@ def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> D
     ]
     formula, latex = "$L_s × $P_l", r"$L_s \times $P_l"
     value = layers * per_layer
+    moe = stage_moe_layers(model, par, stage)
+    if moe:  # MoE layers: their non-expert part split by tp, and experts / ep experts split etp ways (parcalc.core.expert_parallel)
+        layout = expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)
+        assert model.moe is not None
+        dense_part, experts = moe_dense_params_per_rank(model, par.tp), expert_params_per_rank(model, par.ep, layout.etp)
+        inputs = [
+            Term("L_d", "L_dense", r"L_{\mathrm{dense}}", layers - moe, "", "dense layers on this stage"),
+            Term("P_l", "P_layer/t", r"P_{\mathrm{layer}}/t", per_layer, "", "parameters of one dense layer on one TP rank"),
+            Term("L_m", "L_MoE", r"L_{\mathrm{MoE}}", moe, "", "MoE layers on this stage"),
+            Term("P_m", "P_MoE,dense", r"P_{\mathrm{MoE,dense}}", dense_part, "",
+                 "one MoE layer's attention and norms (/t), router (replicated), shared experts (/t)", ROUTER_SOURCE),
+            Term("P_x", "P_experts", r"P_{\mathrm{experts}}", experts, "",
+                 f"routed experts of one MoE layer on this GPU: {model.moe.experts}/ep = {model.moe.experts // par.ep} experts, "
+                 f"each split etp = {layout.etp} ways", FOLDING),
+        ]  # fmt: skip
+        formula = "$L_d × $P_l + $L_m × ($P_m + $P_x)"
+        latex = r"$L_d \times $P_l + $L_m \times ($P_m + $P_x)"
+        value = (layers - moe) * per_layer + moe * (dense_part + experts)
     if model.vocab:
         word = vocab_shard(model, par.tp) * model.hidden
         embed, head = _stage_ends(model, par, stage)
@@ -332,6 +379,43 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
     )
 
 
+def expert_model_states(dense: float, experts: float, per: StateBytes, zero: int, n_dense: int, n_expert: int,
+                        params_source: str = "") -> ModelStates:  # fmt: skip
+    """model_states for a GPU holding routed experts: ZeRO shards the dense states over the dense
+    data-parallel ranks N_d (dp x cp: Megatron's distributed optimizer uses the dp-cp group) and
+    the expert states over the expert data-parallel ranks N_e (Megatron-Core keeps expert
+    parameters in their own buffers, reduced and sharded over the expert-DP group:
+    megatron/core/distributed/distributed_data_parallel.py, expert_parallel_buffers with
+    expt_dp_group; parallel_state.get_expert_data_parallel_group)."""
+    if zero not in (0, 1, 2, 3):
+        raise InputError(f"--zero: the ZeRO stage is 0, 1, 2 or 3, got {zero!r}")
+    psi_d = Term("psi_d", "Ψ_d", r"\Psi_d", dense, "", "non-expert parameters on this GPU", params_source)
+    psi_x = Term("psi_x", "Ψ_x", r"\Psi_x", experts, "", "routed-expert parameters on this GPU", FOLDING)
+    nd = Term("N_d", "N_d", "N_d", n_dense, "", "dense data-parallel ranks (dp x cp; ZeRO shards the dense states over them)")
+    ne = Term("N_e", "N_e", "N_e", n_expert, "", "expert data-parallel ranks (tp x cp x dp / (etp x ep))", FOLDING)
+
+    def part(key: str, label: str, symbol: str, latex_symbol: str, b: Term, sharded: bool, source: str) -> Derivation:
+        if sharded:
+            formula = f"${b.key} × ($psi_d / $N_d + $psi_x / $N_e)"
+            latex = rf"${b.key} \times \left(\frac{{$psi_d}}{{$N_d}} + \frac{{$psi_x}}{{$N_e}}\right)"
+            inputs, value = (b, psi_d, nd, psi_x, ne), b.value * (dense / n_dense + experts / n_expert)
+            where = f"sharded by ZeRO-{zero}: dense over N_d, experts over N_e"
+        else:
+            formula, latex = f"${b.key} × ($psi_d + $psi_x)", rf"${b.key} \times ($psi_d + $psi_x)"
+            inputs, value = (b, psi_d, psi_x), b.value * (dense + experts)
+            where = "replicated on every data-parallel rank"
+        return Derivation(key, f"{label} ({where})", symbol, latex_symbol, formula, latex, inputs, value, "B", source)
+
+    w = Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)")
+    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient", GRADS_MEGATRON if per.master and per.gradient == 4.0 else GRADS_ZERO if per.master else "")
+    k = Term("K", "K", "K", per.optimizer, "B", "optimizer bytes per parameter (master copy and states)", ZERO_MIXED)
+    return ModelStates(
+        weights=part("weights", "Weights", "M_w", r"M_{\mathrm{w}}", w, zero >= 3, ZERO_STAGES if zero >= 3 else ZERO_MIXED),
+        gradients=part("gradients", "Gradients", "M_g", r"M_{\mathrm{g}}", g, zero >= 2, ZERO_STAGES if zero >= 2 else ZERO_MIXED),
+        optimizer=part("optimizer_states", "Optimizer states", "M_os", r"M_{\mathrm{os}}", k, zero >= 1, ZERO_STAGES if zero >= 1 else ZERO_MIXED),
+    )
+
+
 def root_unit(model: TransformerModel, par: Parallelism, stage: int) -> tuple[int, int]:
     """The root unit of a stage on one TP rank, as (early, late): the parameters outside its
     transformer layers whose gradients appear at the start of the backward (final norm and LM head,
@@ -366,6 +450,10 @@ def zero3_working_set(model: TransformerModel, par: Parallelism, per: StateBytes
     Llama 3 size, which this count also holds (see assumptions).
     """
     p_layer = layer_params_per_rank(model, par.tp)
+    if stage_moe_layers(model, par, stage):  # an MoE layer's unit: its non-expert part and this GPU's experts, gathered whole
+        etp = par.tp if par.etp is None else par.etp
+        moe_unit = moe_dense_params_per_rank(model, par.tp) + expert_params_per_rank(model, par.ep, etp)
+        p_layer = max(p_layer, moe_unit) if stage_moe_layers(model, par, stage) < stage_layers(model, par)[stage] else moe_unit
     early, late = root_unit(model, par, stage)
     terms = [
         Term("P_l", "P_layer/t", r"P_{\mathrm{layer}}/t", p_layer, "", "parameters of one layer on one TP rank"),
@@ -595,7 +683,13 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
 
     config = layer.config
     params = stage_parameters(model, par, stage)
-    states = model_states(params.value, per, par.zero, par.dp, params_source=params.label, cp=par.cp)
+    experts = stage_expert_parameters(model, par, stage)
+    if experts:
+        layout = expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)
+        states = expert_model_states(params.value - experts, experts, per, par.zero, layout.dense_dp, layout.edp,
+                                     params_source=params.label)  # fmt: skip
+    else:
+        states = model_states(params.value, per, par.zero, par.dp, params_source=params.label, cp=par.cp)
     gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
     layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
                                      embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
@@ -670,20 +764,6 @@ def fp8_weight_cache(model: TransformerModel, tp: int, layers: int) -> Derivatio
                       "$c_8 × $P_lin × $L_s", r"$c_8 \times $P_lin \times $L_s", inputs, 2.0 * per_layer * layers, "B", TE_WEIGHT_CACHE,
                       ("Hopper FP8 (per-tensor scaling): row-wise and column-wise copies, 1 byte each; Blackwell MXFP8 adds one "
                        "E8M0 scale per 32 elements per copy (not counted)", "dense layer shapes"))  # fmt: skip
-
-
-def stage_moe_layers(model: TransformerModel, par: Parallelism, stage: int) -> int:
-    """MoE layers among the layers of pipeline stage `stage`: the stage's contiguous range, or with
-    interleaving (chunks > 1, equal chunks) its chunks stage, stage + p, ... of L / (p v) layers each."""
-    split = stage_layers(model, par)
-    if par.chunks == 1:
-        start = sum(split[:stage])
-        return model.moe_layers_in(start, start + split[stage])
-    size, rest = divmod(model.layers, par.pp * par.chunks)
-    if rest or len(set(split)) != 1:
-        raise InputError("--chunks: with uneven stages, which layers of a Mixture-of-Experts model each stage holds is not modelled "
-                         "(use layers divisible by pp x chunks)")  # fmt: skip
-    return sum(model.moe_layers_in((c * par.pp + stage) * size, (c * par.pp + stage + 1) * size) for c in range(par.chunks))
 
 
 def _moe_stage_activations(model: TransformerModel, par: Parallelism, layer: LayerActivations, layers: Derivation,

@@ -97,6 +97,9 @@ def _gradient_buckets(tensors: StageTensors, element_bytes: float, cap: float, f
     def in_bytes(part: Sequence[ParamTensor]) -> list[float]:
         return [t.numel * element_bytes for t in reversed(part)]
 
+    if tensors.moe_layers:  # reverse order: the MoE layers (the later ones) first, then any dense first layers
+        tail = in_bytes(tensors.layer) * tensors.layers + in_bytes(tensors.before)
+        return ddp_bucket_counts(in_bytes(tensors.after), in_bytes(tensors.moe_layer), tensors.moe_layers, tail, cap, first_cap)
     return ddp_bucket_counts(in_bytes(tensors.after), in_bytes(tensors.layer), tensors.layers, in_bytes(tensors.before), cap, first_cap)
 
 
@@ -145,7 +148,8 @@ def _fsdp_units(tensors: StageTensors, group: int, opts: Options) -> list[tuple[
     root = sum(size(t) for t in tensors.outside_layers())
     layer = sum(size(t) for t in tensors.layer)
     units = [(True, root)] if root else []
-    return units + [(False, layer)] * tensors.layers
+    moe = [(False, sum(size(t) for t in tensors.moe_layer))] * tensors.moe_layers
+    return units + [(False, layer)] * tensors.layers + moe
 
 
 def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors], s: Term, s_g: Term,

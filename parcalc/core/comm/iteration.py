@@ -9,6 +9,7 @@ from parcalc.core.comm.data_parallel import (
     dp_assumptions,
     dp_headlines,
 )
+from parcalc.core.comm.expert import check_imbalance, ep_assumptions, ep_headlines, expert_rows
 from parcalc.core.comm.pipeline import (
     embedding_sync_rows,
     pipeline_rows,
@@ -77,6 +78,10 @@ def validate(model: TransformerModel, work: Workload, par: Parallelism) -> int:
                     embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)  # fmt: skip
     elif par.schedule == INTERLEAVED and model.layers % (par.pp * par.chunks):
         raise InputError(f"--chunks: {model.layers} layers do not split into {par.pp} stages x {par.chunks} chunks evenly")
+    if model.moe is not None or par.ep != 1 or par.etp is not None:
+        from parcalc.core.expert_parallel import expert_layout
+
+        expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)  # Megatron-Core's folding rules, and no --ep on a dense model
     if work.global_batch % par.dp:
         raise InputError(f"--batch: the global batch {work.global_batch} is not a multiple of --dp {par.dp}")
     per_replica = work.global_batch // par.dp
@@ -92,6 +97,7 @@ def iteration_plan(model: TransformerModel, work: Workload, par: Parallelism, ne
                    opts: Options = DEFAULT_OPTIONS, strategy: str = "") -> CommPlan:  # fmt: skip
     """Every collective of one training iteration, with the headline payloads as derivations."""
     micro_batches = validate(model, work, par)
+    check_imbalance(opts.moe_imbalance)
     builder = Builder(par, network, opts)
     per_stage = [device_tensors(model, par, s, opts) for s in range(par.pp)]
     layers = stage_layers(model.layers, par.pp, *par.stage_ends(model.layers))
@@ -101,8 +107,14 @@ def iteration_plan(model: TransformerModel, work: Workload, par: Parallelism, ne
     context_parallel_rows(builder, model, work, par, opts, layers, micro_batches)
     pipeline_rows(builder, model, shard, par, micro_batches)
     embedding_sync_rows(builder, model, work, par, opts)
+    moe_per_stage = [s.moe_layers for s in per_stage]
+    expert_rows(builder, model, work, par, opts, moe_per_stage, micro_batches)
     rows = _merge(builder.rows, par.pp)
     derivations = _headlines(model, work, par, opts, per_stage, layers, micro_batches)
+    if model.moe is not None:
+        s = term("s", "s", "s", work.bytes_per_element, "B", f"bytes per {work.dtype or 'parameter/activation'} element")
+        s_g = term("s_g", "s_g", r"s_{g}", work.grad_bytes_per_element, "B", f"bytes per {work.grad_dtype or 'gradient'} element")
+        derivations += tuple(ep_headlines(model, work, par, opts, moe_per_stage, s, s_g, micro_batches))
     derivations += _traffic_headlines(builder.rows, builder.roles)
     totals = _op_totals(builder.rows, builder.roles)
     return CommPlan(
@@ -150,6 +162,8 @@ def _describe(par: Parallelism) -> str:
         parts.append(f"cp {par.cp} ({choice_value(par.cp_comm)})")
     if par.pp > 1:
         parts.append(f"pp {par.pp} ({choice_value(par.schedule)})")
+    if par.ep > 1:
+        parts.append(f"ep {par.ep}" + (f" (etp {par.etp})" if par.etp is not None and par.etp != par.tp else ""))
     return " × ".join(parts) or "1 GPU"
 
 
@@ -238,7 +252,8 @@ def _traffic_headlines(rows: Sequence[CollectiveCall], roles: Sequence[tuple[tup
                 out = sent.setdefault(stage, {})
                 out[key] = max(out.get(key, 0.0), row.sent)
     busiest = max(time, key=lambda s: sum(time[s].values()))
-    names = {"dp": "data-parallel", "tp": "tensor-parallel", "pp": "pipeline", "embedding": "embedding sync", "cp": "context-parallel"}
+    names = {"dp": "data-parallel", "tp": "tensor-parallel", "pp": "pipeline", "embedding": "embedding sync", "cp": "context-parallel",
+             "ep": "expert-parallel all-to-all", "etp": "expert tensor-parallel", "edp": "expert data-parallel"}
     by_dim_time: dict[str, float] = {}
     by_dim_sent: dict[str, float] = {}
     for key, value in time[busiest].items():
@@ -282,4 +297,5 @@ def _assumptions(model: TransformerModel, par: Parallelism, opts: Options) -> tu
                or par.last_stage_layers is not None else "as even as possible, earlier stages taking any remainder")  # fmt: skip
         out.append(f"pipeline stages hold {split_text(counts)} layers ({how}); per-stage TP and DP volumes follow each stage's layers")
     out += pp_assumptions(par)
+    out += ep_assumptions(model, par, opts)
     return tuple(out)

@@ -132,6 +132,8 @@ class Options(NamedTuple):
     # megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication);
     # PyTorch's DTensor keeps the gathered input for the backward instead (more memory, no call).
     sp_regather: bool = True
+    # MoE: the busiest rank's all-to-all buffer over the balanced one (--moe-imbalance, >= 1).
+    moe_imbalance: float = 1.0
 
 
 DEFAULT_OPTIONS = Options()  # one shared default (the record is immutable)

@@ -69,6 +69,7 @@ def tensor_parallel_rows(b: Builder, model: TransformerModel, work: Workload, pa
             tensors = per_stage[stage]
             slices = (Split.NORM, Split.ROW_BIAS) if opts.sp_row_bias_sync else (Split.NORM,)  # computed on a sequence slice
             sizes = [t.numel * work.grad_bytes_per_element for t in tensors.layer if t.split in slices] * tensors.layers
+            sizes += [t.numel * work.grad_bytes_per_element for t in tensors.moe_layer if t.split in slices] * tensors.moe_layers
             sizes += [t.numel * work.grad_bytes_per_element for t in tensors.outside_layers() if t.split in slices]
             calls = Counter(sizes) if not opts.coalesce_sp_grads else {float(sum(sizes)): 1}
             what = "norm and row-parallel bias gradients" if opts.sp_row_bias_sync else "norm gradients"

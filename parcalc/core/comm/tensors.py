@@ -132,14 +132,20 @@ class StageTensors(NamedTuple):
     layer: tuple[ParamTensor, ...]
     layers: int
     after: tuple[ParamTensor, ...]
+    # MoE models: the non-expert tensors of an MoE layer and how many such layers (`layer` and
+    # `layers` are then the dense layers); the routed experts are parcalc.core.comm.expert's.
+    moe_layer: tuple[ParamTensor, ...] = ()
+    moe_layers: int = 0
 
     @property
     def numel(self) -> int:
-        return sum(t.numel for t in self.before + self.after) + self.layers * sum(t.numel for t in self.layer)
+        return (sum(t.numel for t in self.before + self.after) + self.layers * sum(t.numel for t in self.layer)
+                + self.moe_layers * sum(t.numel for t in self.moe_layer))  # fmt: skip
 
     def sizes_in_order(self) -> list[int]:
-        """numel of every tensor in registration order."""
-        return [t.numel for t in self.before] + [t.numel for t in self.layer] * self.layers + [t.numel for t in self.after]
+        """numel of every tensor in registration order (MoE layers after the dense ones)."""
+        return ([t.numel for t in self.before] + [t.numel for t in self.layer] * self.layers
+                + [t.numel for t in self.moe_layer] * self.moe_layers + [t.numel for t in self.after])  # fmt: skip
 
     def outside_layers(self) -> tuple[ParamTensor, ...]:
         return self.before + self.after
@@ -150,12 +156,22 @@ def device_tensors(model: TransformerModel, par: Parallelism, stage: int, opts: 
     layers = stage_layers(model.layers, par.pp, *par.stage_ends(model.layers))[stage]
     before = embedding_tensors(model) if stage == 0 else []
     after = final_tensors(model, copy_of_tied_embedding=par.pp > 1) if stage == par.pp - 1 else []
+    moe = model.moe_layers_in(layers.start, layers.stop)
     return StageTensors(
         before=tuple(shard(t, par.tp, opts.vocab_parallel) for t in before),
         layer=_sharded_layer(model, par.tp, opts.vocab_parallel),
-        layers=len(layers),
+        layers=len(layers) - moe,
         after=tuple(shard(t, par.tp, opts.vocab_parallel) for t in after),
+        moe_layer=_sharded_moe_layer(model, par.tp, opts.vocab_parallel) if moe else (),
+        moe_layers=moe,
     )
+
+
+@lru_cache(maxsize=64)
+def _sharded_moe_layer(model: TransformerModel, tp: int, vocab_parallel: bool) -> tuple[ParamTensor, ...]:
+    from parcalc.core.comm.expert import moe_layer_tensors
+
+    return tuple(shard(t, tp, vocab_parallel) for t in moe_layer_tensors(model, 0))
 
 
 @lru_cache(maxsize=64)

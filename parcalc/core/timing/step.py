@@ -110,7 +110,8 @@ def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *,
     return np.where(zero == 0, ddp, np.where(zero <= 2, zero12, zero3))
 
 
-def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool, t_offload: Any = 0.0) -> dict[str, Any]:
+def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool, t_offload: Any = 0.0,
+            t_ep: Any = 0.0) -> dict[str, Any]:  # fmt: skip
     """The terms of t_step from the pieces (floats or arrays alike)."""
     t_compute = m * (stage.forward + stage.backward + stage.recompute)
     if tp_overlap:  # TE's userbuffers: every TP collective, the SP re-gathers included, against every GEMM
@@ -121,15 +122,15 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
     t_cp = m * stage.cp
     if p > 1:
         beta = (p - 1) / (m * v)
-        t_bubble = beta * (t_compute + t_tp + t_cp)
+        t_bubble = beta * (t_compute + t_tp + t_cp + t_ep)
         t_pp = 2 * m * v * stage.p2p
     else:
         beta = 0.0 * m
         t_bubble = 0.0 * m
         t_pp = 0.0 * m
-    t_step = t_compute + t_tp + t_cp + t_bubble + t_pp + t_dp + t_optimizer + t_offload
-    return {"t_compute": t_compute, "t_tp": t_tp, "t_cp": t_cp, "beta": beta, "t_bubble": t_bubble, "t_pp": t_pp, "t_dp": t_dp,
-            "t_optimizer": t_optimizer, "t_offload": t_offload, "t_step": t_step}  # fmt: skip
+    t_step = t_compute + t_tp + t_cp + t_ep + t_bubble + t_pp + t_dp + t_optimizer + t_offload
+    return {"t_compute": t_compute, "t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "beta": beta, "t_bubble": t_bubble, "t_pp": t_pp,
+            "t_dp": t_dp, "t_optimizer": t_optimizer, "t_offload": t_offload, "t_step": t_step}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

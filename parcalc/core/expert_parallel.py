@@ -1,0 +1,114 @@
+"""Expert parallelism: the degrees of an MoE layer's expert grid and the parameters one GPU holds.
+
+Megatron-Core "MoE parallel folding" (NVIDIA/Megatron-LM at d98e8a64ddf3,
+megatron/core/parallel_state.py, initialize_model_parallel, lines 870-905): the expert layers get a
+grid of their own over the same world, expert_tensor_parallel_size (etp, default tp: line 871-872)
+x expert_model_parallel_size (ep) x expert data-parallel x pp, with
+expert_data_parallel_size = world_size // (etp x ep x pp) (line 880) and a RuntimeError when
+etp x ep x pp does not divide the world (881-884). With world = tp x pp x cp x dp that is: etp x ep
+must divide tp x cp x dp, and expert-DP = tp x cp x dp / (etp x ep). ep adds no GPUs. Each EP rank
+holds experts / ep routed experts (megatron/core/transformer/moe/moe_layer.py: num_local_experts =
+num_moe_experts // ep size, asserted to divide), each expert's FFN split etp ways (column-parallel
+fc1, row-parallel fc2 over the expert tensor-parallel group).
+
+What a GPU holds of an MoE layer: attention and norms as a dense layer (split by tp), the router
+weight replicated on every TP rank (megatron/core/transformer/moe/router.py, Router.__init__:
+torch.empty((num_moe_experts, hidden_size)) with no TP split, marked `sequence_parallel` so its
+gradient is all-reduced over TP), the shared experts split by tp as a dense MLP
+(megatron/core/transformer/moe/shared_experts.py builds them as an MLP with the attention's TP
+group), and its experts / ep routed experts, each split etp ways.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from parcalc.core.model import TransformerModel
+from parcalc.errors import InputError
+
+FOLDING = ("Megatron-Core MoE parallel folding: megatron/core/parallel_state.py, initialize_model_parallel "
+           "(NVIDIA/Megatron-LM d98e8a64ddf3, lines 870-905): expert-DP = world / (etp x ep x pp)")  # fmt: skip
+ROUTER_SOURCE = "Megatron-LM megatron/core/transformer/moe/router.py, Router.__init__: weight (experts, hidden), not split over TP"
+
+
+class ExpertLayout(NamedTuple):
+    """The expert grid of one pipeline stage: ep ranks share the experts, each expert split etp
+    ways, edp expert-data-parallel replicas (etp x ep x edp = tp x cp x dp)."""
+
+    ep: int
+    etp: int
+    edp: int
+    dense_dp: int  # the ranks the dense states are data-parallel over: dp x cp (Megatron's dp-cp group)
+
+
+def expert_layout(model: TransformerModel, tp: int, cp: int, dp: int, ep: int = 1, etp: int | None = None) -> ExpertLayout:
+    """Check --ep / --etp against the model and the dense degrees (Megatron's rules, module docstring)."""
+    from parcalc.core.activations import check_count
+
+    given = etp
+    etp = tp if etp is None else etp
+    check_count("--ep", ep)
+    check_count("--etp", etp)
+    if model.moe is None:
+        if ep != 1 or given is not None:
+            flag = "--ep" if ep != 1 else "--etp"
+            raise InputError(f"{flag}: model {model.key} has no experts (no moe: block); expert parallelism applies to MoE models only")
+        return ExpertLayout(1, tp, cp * dp, dp * cp)
+    experts = model.moe.experts
+    if experts % ep:
+        raise InputError(f"--ep: {ep} does not divide the {experts} routed experts (Megatron-LM: num_moe_experts % ep == 0)")
+    if model.moe.expert_ffn_hidden % etp:
+        raise InputError(f"--etp: {etp} does not divide the expert FFN width {model.moe.expert_ffn_hidden}")
+    width = tp * cp * dp
+    if width % (etp * ep):
+        raise InputError(f"--ep / --etp: etp x ep = {etp} x {ep} does not divide tp x cp x dp = {tp} x {cp} x {dp} = {width} "
+                         "(Megatron-Core folds the expert grid over the dense one: parallel_state.py, initialize_model_parallel)")  # fmt: skip
+    return ExpertLayout(ep, etp, width // (etp * ep), dp * cp)
+
+
+def ffn_params_per_rank(model: TransformerModel, width: int, split: int) -> int:
+    """One FFN of the model's MLP kind and inner `width`, on one of `split` tensor-parallel ranks:
+    column-parallel up/gate weights and biases and the row-parallel down weight split, the down
+    bias replicated (Shoeybi et al. 2019 sec. 3)."""
+    matrices = 3 if model.mlp.gated else 2
+    weights = matrices * model.hidden * width // split
+    biases = ((matrices - 1) * width // split + model.hidden) if model.bias else 0
+    return weights + biases
+
+
+def moe_dense_params_per_rank(model: TransformerModel, tp: int) -> int:
+    """The part of one MoE layer that is not routed experts, on one TP rank: attention and norms
+    as a dense layer, the router replicated, the shared experts split by tp."""
+    from parcalc.core.memory import layer_params_per_rank
+
+    assert model.moe is not None
+    attention_and_norms = layer_params_per_rank(model, tp) - ffn_params_per_rank(model, model.ffn_hidden, tp)
+    shared = model.moe.shared_experts * ffn_params_per_rank(model, model.moe.shared_width, tp)
+    return attention_and_norms + model.router_params_per_layer + shared
+
+
+def expert_params_per_rank(model: TransformerModel, ep: int, etp: int) -> int:
+    """Routed experts of one MoE layer on one GPU: experts / ep of them, each split etp ways."""
+    if model.moe is None:
+        return 0
+    return model.moe.experts // ep * ffn_params_per_rank(model, model.moe.expert_ffn_hidden, etp)
+
+
+def stage_ranges(counts: tuple[int, ...], chunks: int = 1) -> tuple[tuple[range, ...], ...]:
+    """The layer ranges each stage holds, first to last: contiguous without chunks; with the
+    interleaved schedule's v chunks, stage s holds chunk c of every round c (Megatron-LM's virtual
+    pipeline: model chunk c of stage s is virtual stage c x p + s, n_s / v layers each)."""
+    pp = len(counts)
+    out: list[list[range]] = [[] for _ in range(pp)]
+    start = 0
+    for _ in range(chunks):
+        for stage, count in enumerate(counts):
+            each = count // chunks
+            out[stage].append(range(start, start + each))
+            start += each
+    return tuple(tuple(r) for r in out)
+
+
+def moe_layers_on(model: TransformerModel, ranges: tuple[range, ...]) -> int:
+    """MoE layers among the given layer ranges."""
+    return sum(model.moe_layers_in(r.start, r.stop) for r in ranges)
