@@ -799,9 +799,12 @@ LLAMA3_CP_RUNS: tuple[ModernRun, ...] = (
         peak_used=None,
         notes=(
             "Stage average. DP printed 4 in the PDF text and 8 in other conversions; 8 is the value that "
-            "multiplies out to 16,384 GPUs and 16M tokens. CP is all-gather based with 2 x CP load-balanced "
-            "chunks (sec. 3.3.2, as recorded in tests/published_step_runs.py; not re-quoted here). The same row "
-            "is in tests/published_step_runs.LLAMA3_RUNS with DP 4."
+            "multiplies out to 16,384 GPUs and 16M tokens. CP (sec. 3.3.2, text conversion id 7196610426): 'we "
+            "partition the input sequence into 2 x CP chunks so each CP rank receives two chunks for better load "
+            "balancing ... our CP implementation adopts an all-gather based method where we first all-gather the "
+            "key (K) and value (V) tensors, and then compute attention output for the local query (Q) tensor "
+            "chunk. Although the all-gather communication latency is exposed in the critical path ...'. The same "
+            "row is in tests/published_step_runs.LLAMA3_RUNS with DP 4."
         ),
         categories=frozenset({"cp"}), model="Llama 3 405B", model_preset="llama3-405b",
         cp_comm="all-gather", schedule="interleaved-1f1b",
