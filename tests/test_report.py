@@ -159,7 +159,7 @@ def test_hostile_strings_compile(runner, tmp_path: Path) -> None:
     ("edit", "message"),
     [
         pytest.param(("command: peak-flops", "command: peak-flop"), "question 1, calculation 1: key 'command': unknown command 'peak-flop' (did you mean 'peak-flops'?)", id="unknown-command"),
-        pytest.param(("sms: 108", "smz: 108"), "question 1, calculation 1 (peak-flops): No such option: --smz", id="unknown-flag"),
+        pytest.param(("sms: 108", "smz: 108"), "question 1, calculation 1 (peak-flops): inputs: peak-flops has no option '--smz' (did you mean 'sms'?)", id="unknown-flag"),
         pytest.param(("sms: 108", "sms: -4"), "question 1, calculation 1 (peak-flops): --sms: '-4' must not be negative", id="bad-value"),
         pytest.param(("    prose:", "    prosa:"), "question 1: unknown key 'prosa' (did you mean 'prose'?)", id="unknown-key"),
         pytest.param(("kind: worksheet", "kind: gpu"), "key 'kind' must be 'worksheet'", id="wrong-kind"),
