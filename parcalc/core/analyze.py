@@ -36,7 +36,7 @@ NCCL_TESTS_BUSBW = ("NVIDIA/nccl-tests doc/PERFORMANCE.md (commit 03a204a1), 'Bu
                     "algbw = S/t, busbw = algbw x 2(n-1)/n")  # fmt: skip
 RING_SOURCE = ("parcalc.core.collectives, ring all-reduce: 2 (N-1) rounds of M/N (Patarasuk & Yuan, JPDC 2009; "
                "seed 002's T = 2 (N-1) T(X itsize / N))")  # fmt: skip
-SPEEDUP_SOURCE = "speedup S = T(N0)/T(N) and efficiency E = S N0/N (Amdahl 1967; Gustafson 1988 for fixed work per GPU)"
+SPEEDUP_SOURCE = "throughput speedup over N0 GPUs, efficiency E = S N0/N (Amdahl 1967; Gustafson 1988)"
 
 # A step from N to N' GPUs that raises throughput by less than this share is "stagnating".
 STALL_GAIN = 0.10
@@ -321,7 +321,7 @@ def _grouped(rows: Sequence[RowAnalysis]) -> dict[int, list[RowAnalysis]]:
     return groups
 
 
-def _notes(timings: Timings, rows: tuple[RowAnalysis, ...]) -> tuple[str, ...]:
+def _notes(timings: Timings, rows: tuple[RowAnalysis, ...], chosen: Sequence[Section] = tuple(Section)) -> tuple[str, ...]:
     notes = []
     if timings.batch_kind is BatchKind.PER_GPU:
         if timings.time_kind is TimeKind.EPOCH:
@@ -338,9 +338,11 @@ def _notes(timings: Timings, rows: tuple[RowAnalysis, ...]) -> tuple[str, ...]:
             notes.append(f"{_batch_text(timings, batch)}: one GPU count only (row {group[0].measurement.row}), no speedup")
         elif group[0].base.gpus > 1:
             notes.append(f"{_batch_text(timings, batch)}: no 1-GPU row; speedup and efficiency are over {group[0].base.gpus} GPUs")
-    if any(r.measurement.comm is not None for r in rows):
+    if Section.SHARES in chosen and any(r.measurement.comm is not None for r in rows):
         notes.append("compute and communication shares are of the row's whole time; 'other' is the rest (data loading, "
                      "synchronisation, optimizer), negative when communication overlaps compute")  # fmt: skip
+    if Section.BANDWIDTH not in chosen:
+        return tuple(notes)
     if any(r.algbw is not None for r in rows):
         source = f" ({timings.message_source})" if timings.message_source else ""
         notes.append(f"all-reduce size S{source}: algbw = K S / t_comm with K all-reduces in the measured time")
@@ -385,11 +387,47 @@ def speedup_derivations(timings: Timings, row: RowAnalysis) -> tuple[Derivation,
         why = ("an epoch is the same data set at every N" if timings.time_kind is TimeKind.EPOCH
                else "fixed global batch: the same work at every N")  # fmt: skip
     speedup = Derivation(f"speedup_{_key(m)}", f"Throughput speedup, {_where(timings, m)}", f"S({m.gpus})", f"S({m.gpus})",
-                         formula, latex, inputs, row.speedup, "", SPEEDUP_SOURCE, (why,))  # fmt: skip
+                         formula, latex, inputs, row.speedup, "", f"{SPEEDUP_SOURCE}; {why}")  # fmt: skip
     efficiency = Derivation(f"efficiency_{_key(m)}", f"Parallel efficiency, {_where(timings, m)}", f"E({m.gpus})", f"E({m.gpus})",
-                            "$s × $n0 / $n", r"\frac{$s \, $n0}{$n}", (speedup.as_term("s"), n0, n), row.efficiency,
+                            "$s × $n0 / $n", r"\frac{$s \cdot $n0}{$n}", (speedup.as_term("s"), n0, n), row.efficiency,
                             "fraction", SPEEDUP_SOURCE)  # fmt: skip
     return speedup, efficiency
+
+
+def batch_derivations(timings: Timings) -> tuple[Derivation, ...]:
+    """At each GPU count with two batch sizes or more: T(smallest batch) / T(largest batch), a
+    ratio of times at the same N (how seed 002's Tables 2 and 3 compute their 'Speedup')."""
+    by_gpus: dict[int, list[Measurement]] = {}
+    for m in sorted(timings.rows, key=lambda r: (r.gpus, r.batch)):
+        by_gpus.setdefault(m.gpus, []).append(m)
+    out = []
+    kind = timings.time_kind.value
+    for gpus, group in by_gpus.items():
+        if len(group) < 2:
+            continue
+        first, last = group[0], group[-1]
+        t0 = Term("tb0", f"T(b={first.batch})", rf"T(b{{=}}{first.batch})", first.time, "s", f"{kind} time at batch {first.batch}, row {first.row}")
+        t1 = Term("tb1", f"T(b={last.batch})", rf"T(b{{=}}{last.batch})", last.time, "s", f"{kind} time at batch {last.batch}, row {last.row}")
+        out.append(Derivation(
+            f"batch_ratio_n{gpus}", f"Time ratio of batch {first.batch} to batch {last.batch}, {gpus} GPU(s)", "R_b", r"R_b",
+            "$tb0 / $tb1", r"\frac{$tb0}{$tb1}", (t0, t1), first.time / last.time, "",
+            "ratio of measured times at the same GPU count (not a speedup over GPUs)",
+        ))  # fmt: skip
+    return tuple(out)
+
+
+def share_derivations(timings: Timings, row: RowAnalysis) -> tuple[Derivation, ...]:
+    m = row.measurement
+    total = Term("t", "T", "T", m.time, "s", f"measured {timings.time_kind.value} time, row {m.row}")
+    out = []
+    for key, label, value, share in (("compute", "Compute", m.compute, row.compute_share), ("comm", "Communication", m.comm, row.comm_share)):
+        if value is None or share is None:
+            continue
+        part = Term(key, f"t_{key}", rf"t_{{\mathrm{{{key}}}}}", value, "s", f"measured {label.lower()} time, row {m.row}")
+        out.append(Derivation(f"{key}_share_{_key(m)}", f"{label} share, {_where(timings, m)}", f"share_{key}",
+                              rf"\mathrm{{share}}_{{\mathrm{{{key}}}}}", f"${key} / $t", rf"\frac{{${key}}}{{$t}}", (part, total),
+                              share, "fraction", "measured time over the row's whole time"))  # fmt: skip
+    return tuple(out)
 
 
 def bandwidth_derivations(timings: Timings, row: RowAnalysis, link: Link | None) -> tuple[Derivation, ...]:
@@ -403,7 +441,7 @@ def bandwidth_derivations(timings: Timings, row: RowAnalysis, link: Link | None)
     many = m.allreduces != 1
     algbw = Derivation(
         f"algbw_{_key(m)}", f"Achieved algbw, {_where(timings, m)}", "algbw", r"\mathrm{algbw}",
-        "$k × $m / $tc" if many else "$m / $tc", r"\frac{$k \, $m}{$tc}" if many else r"\frac{$m}{$tc}",
+        "$k × $m / $tc" if many else "$m / $tc", r"\frac{$k \cdot $m}{$tc}" if many else r"\frac{$m}{$tc}",
         (k, size, tc) if many else (size, tc), row.algbw, "B/s", NCCL_TESTS_BUSBW,
     )  # fmt: skip
     busbw = Derivation(
@@ -417,7 +455,7 @@ def bandwidth_derivations(timings: Timings, row: RowAnalysis, link: Link | None)
         beta = Term("beta", "β", r"\beta", link.bandwidth_per_direction.value, "B/s", f"{link.name}, bandwidth per direction",
                     link.bandwidth_per_direction.source)  # fmt: skip
         ring = "2 × ($n - 1) × ($alpha + $m / ($n × $beta))"
-        ring_tex = r"2 ($n - 1) \left($alpha + \frac{$m}{$n $beta}\right)"
+        ring_tex = r"2 ($n - 1) \left($alpha + \frac{$m}{$n \cdot $beta}\right)"
         predicted = Derivation(
             f"ring_time_{_key(m)}", f"Ring all-reduce time (parcalc), {_where(timings, m)}", "t_ring", r"t_{\mathrm{ring}}",
             f"$k × {ring}" if many else ring, rf"$k \cdot {ring_tex}" if many else ring_tex,
@@ -447,10 +485,15 @@ def timings_result(analysis: TimingsAnalysis, sections: Sequence[Section] = tupl
     if Section.BATCH in chosen:
         batch = batch_table(analysis)
         if batch is not None:
+            derivations += batch_derivations(timings)
             tables.append(batch)
     if Section.SHARES in chosen:
         shares = shares_table(analysis)
         if shares is not None:
+            for group in groups.values():
+                split = [r for r in group if r.measurement.compute is not None or r.measurement.comm is not None]
+                if split:
+                    derivations += share_derivations(timings, split[-1])
             tables.append(shares)
     if Section.BANDWIDTH in chosen:
         for group in groups.values():
@@ -471,7 +514,7 @@ def timings_result(analysis: TimingsAnalysis, sections: Sequence[Section] = tupl
         derivations=tuple(derivations),
         tables=tuple(tables),
         verdicts=_chosen_verdicts(analysis.verdicts, chosen),
-        assumptions=analysis.notes,
+        assumptions=_notes(timings, analysis.rows, tuple(chosen)),
         settings=tuple(settings),
     )
 
