@@ -47,6 +47,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "presets": CommandSpec("parcalc.commands.presets", app="presets_app"),
     "calibrate": CommandSpec("parcalc.commands.calibrate", app="calibrate_app"),
     "report": CommandSpec("parcalc.commands.report", function="report"),
+    "analyze": CommandSpec("parcalc.commands.analyze", function="analyze"),
 }
 
 

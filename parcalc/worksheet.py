@@ -44,7 +44,7 @@ _CHOICES = {
     "figure": ("roofline", "timeline", "none"),
 }
 # Commands a worksheet may run; `report` itself and `presets` are not calculations.
-CALCULATION_COMMANDS = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit")
+CALCULATION_COMMANDS = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit", "analyze")
 
 
 class WorksheetError(PresetError):
@@ -271,18 +271,25 @@ def _calculation(path: Path, where: str, data: Any) -> Calculation:
 # Running
 
 
-def run_calculation(calculation: Calculation, extra_dirs: Sequence[Path | str] = ()) -> Result:
+def run_calculation(calculation: Calculation, extra_dirs: Sequence[Path | str] = (), base: Path | None = None) -> Result:
     """Run one command in-process with the worksheet's flags and capture its Result.
 
     `extra_dirs` are `parcalc report --presets` directories: they reach the command as its own
     --presets, so a worksheet's presets are found where the report's user said (before, only the
-    PARCALC_PRESETS variable reached the calculations)."""
+    PARCALC_PRESETS variable reached the calculations).
+
+    An input named after a positional argument (`file:` of `analyze FILE`) is passed in its place;
+    a relative path there is read from `base`, the worksheet's directory, when it is found there,
+    so that a worksheet and its data travel together (packaged ones too)."""
     from parcalc.cli import _click_exception, load_command
     from parcalc.commands.common import captured_results
 
     command = load_command(calculation.command)
     _check_inputs(calculation, command)
-    args = calculation.argv()
+    positional = [p.name for p in command.params if getattr(p, "param_type_name", "") == "argument"]
+    options = {k: v for k, v in calculation.inputs.items() if k not in positional}
+    args = [_beside(base, calculation.inputs[name]) for name in positional if name in calculation.inputs]
+    args += Calculation(calculation.command, options).argv()
     if any(p.name == "presets" for p in command.params):  # bubble reads no presets
         for directory in extra_dirs:
             args += ["--presets", str(directory)]
@@ -303,6 +310,7 @@ def _check_inputs(calculation: Calculation, command: Any) -> None:
     """Each key of `inputs` names an option of the command (click's "No such option: --x" did not
     say which key of the worksheet, nor what the command takes)."""
     options = sorted({opt[2:] for param in command.params for opt in getattr(param, "opts", ()) if opt.startswith("--")})
+    options += [p.name for p in command.params if getattr(p, "param_type_name", "") == "argument"]
     for key in calculation.inputs:
         if str(key) in options:
             continue
@@ -310,6 +318,19 @@ def _check_inputs(calculation: Calculation, command: Any) -> None:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise InputError(f"inputs: {calculation.command} has no option {shown('--' + str(key))}{hint}; "
                          f"its options: {', '.join(options)}")  # fmt: skip
+
+
+def _beside(base: Path | None, value: Any) -> str:
+    """A positional input: a relative path found beside the worksheet is read from there."""
+    text = str(value)
+    if base is not None and text and not Path(text).is_absolute():
+        candidate = base / text
+        try:
+            if candidate.is_file():
+                return str(candidate)
+        except OSError:
+            pass
+    return text
 
 
 def solve(worksheet: Worksheet, extra_dirs: Sequence[Path | str] = ()) -> SolvedWorksheet:
@@ -321,7 +342,7 @@ def solve(worksheet: Worksheet, extra_dirs: Sequence[Path | str] = ()) -> Solved
         for index, calculation in enumerate(question.calculations, start=1):
             where = f"question {question.id}, calculation {index} ({calculation.command})"
             try:
-                result = run_calculation(calculation, extra_dirs)
+                result = run_calculation(calculation, extra_dirs, worksheet.path.parent)
             except ParcalcError as error:
                 raise _fail(worksheet.path, where, str(error)) from None
             results.append(result)

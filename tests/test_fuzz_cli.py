@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -33,6 +34,7 @@ RANDOM = bool(os.environ.get("PARCALC_FUZZ_RANDOM"))
 SECONDS_PER_EXAMPLE = 10.0  # a generous bound on 2 busy cores; the bugs this catches ran for minutes
 
 GPU = ["--gpu", "a100-sxm4-80gb"]
+SEED002 = str(Path(__file__).parent / "fixtures" / "seed002_timings.csv")
 MODEL = ["--model", "homework-7b"]
 # A valid invocation of each command; the fuzzed options are appended (the last occurrence wins).
 BASES: dict[str, list[list[str]]] = {
@@ -46,6 +48,7 @@ BASES: dict[str, list[list[str]]] = {
     "flops": [[*MODEL, "--batch", "8"], [*MODEL, "--batch", "8", "--step-time", "2s", "--gpus", "8", *GPU]],
     "fit": [[*MODEL, *GPU, "--gpus", "8"], [*MODEL, *GPU, "--gpus", "8", "--search", "--top", "3"],
             [*MODEL, *GPU, "--gpus", "8", "--tp", "2", "--pp", "2", "--dp", "2"]],
+    "analyze": [[SEED002, "--time-is", "epoch"], [SEED002, "--time-is", "epoch", "--message-size", "178MB", "--link", "pcie4-x16"]],
 }  # fmt: skip
 SKIPPED_OPTIONS = {"--output", "--presets", "--template", "--help"}
 
