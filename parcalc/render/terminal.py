@@ -77,8 +77,8 @@ def _table(table: Any, width: int) -> Any:
     grid = RichTable.grid(padding=(0, 1))
     grid.title, grid.title_justify = escape(table.title), "left"
     grid.add_column(no_wrap=True)
-    grid.add_column(no_wrap=True)
-    marker = len(f"{len(cells)}.") + 1
+    grid.add_column(overflow="fold")  # only a pair longer than a line (a long source) is wrapped by rich
+    marker = len(f"{len(cells)}.") + 1  # the number and the grid's one-space padding
     for number, row in enumerate(cells, start=1):
         # the label alone: the cells carry their units ("step 18.5 s", not "step [s] 18.5 s")
         pairs = [(column.label, cell) for column, cell in zip(table.columns, row, strict=True) if cell]
