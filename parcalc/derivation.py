@@ -12,6 +12,7 @@ verdicts and the assumptions made. Renderers format a `Result`; they never compu
 from __future__ import annotations
 
 import math
+import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -87,7 +88,13 @@ class Derivation:
         return fill(self.formula_latex, {t.key: t.latex for t in self.inputs})
 
     def substituted_tex(self, show: Callable[[Term], str]) -> str:
-        return fill(self.formula_latex, {t.key: show(t) for t in self.inputs})
+        # "$n $beta" reads as a product in symbols but "4 31.5 GB/s" once filled: a value or a number
+        # written beside a placeholder gets an explicit \cdot (the terminal's formulas carry their ×)
+        return fill(_JUXTAPOSED.sub(r"\1 \\cdot ", self.formula_latex), {t.key: show(t) for t in self.inputs})
+
+
+# a placeholder, or a number that is not part of a LaTeX command, followed by spaces and a placeholder
+_JUXTAPOSED = re.compile(r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_])\d+(?:\.\d+)?)\s+(?=\$\{?[A-Za-z_])")
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:

@@ -137,3 +137,16 @@ def test_a_wide_short_table_is_set_on_its_side_in_latex() -> None:
     assert len(context["rows"]) == 9 and context["align"] == "lrr"
     tall = Table("tall", "Tall", columns, tuple((f"r{k}", *range(9)) for k in range(7)))
     assert table_context(tall)["headers"][1] == "column 1"  # seven rows: left as it is
+
+
+def test_latex_substitution_never_sets_two_numbers_side_by_side() -> None:
+    # issue #14: comm-volume's ring time printed N beta as "4 31.5 GB/s" in LaTeX and Markdown (found
+    # again in the lab-ddp write-up); a value or number beside a placeholder now gets \cdot.
+    from parcalc.derivation import Derivation, Term
+
+    n, beta, f = (Term("n", "n", "n", 4, "", "ranks"), Term("beta", "beta", r"\beta", 31.5e9, "B/s", "bandwidth"),
+                  Term("F", "F", "F", 2.0, "", "flops"))  # fmt: skip
+    d = Derivation("t", "t", "t", "t", "x", r"\frac{1}{$n $beta} + 3 $F + 2 \times $F + x_2 $F", (n, beta, f), 1.0, "s", "")
+    filled = d.substituted_tex(lambda t: f"{t.value:g}")
+    assert filled == r"\frac{1}{4 \cdot 3.15e+10} + 3 \cdot 2 + 2 \times 2 + x_2 2"
+    assert d.formula_tex() == r"\frac{1}{n \beta} + 3 F + 2 \times F + x_2 F"  # symbols keep their juxtaposition
