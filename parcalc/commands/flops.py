@@ -46,6 +46,7 @@ Examples:
   parcalc flops --model llama3-405b --batch 2048 --seq-len 8192 --causal --pp 16 --first-stage-layers 7 --last-stage-layers 7
   parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --causal --step-time 6.5s --gpus 64 --gpu h100-sxm5 --dtype bf16
   parcalc flops --model deepseek-v3 --batch 15360 --seq-len 4096 --causal
+  parcalc flops --model llama3-8b --batch 1 --seq-len 131072 --causal --cp 16
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -77,6 +78,7 @@ def flops(
     last_stage_layers: LastStageLayersOption = None,
     embedding_in_split: EmbeddingInSplitOption = False,
     loss_in_split: LossInSplitOption = False,
+    cp: Annotated[_Text, typer.Option(metavar="c", help="Context-parallel ranks sharing each sequence: FLOPs of the busiest rank, with Megatron's 2cp-chunk causal balancing and without.")] = None,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
@@ -143,6 +145,21 @@ def flops(
         tables.append(table)
         verdicts.append(verdict)
         inputs.append(Term("p", "p", "p", stages, "", "pipeline stages"))
+    if cp is not None:
+        from parcalc.core.context import causal_imbalance, cp_rank_flops
+
+        ranks = parse_count(cp, "--cp")
+        balanced = cp_rank_flops(counted, seq, ranks, balanced=True)
+        derivations.append(balanced)
+        if causal:
+            plain = cp_rank_flops(counted, seq, ranks, balanced=False)
+            derivations.append(plain)
+            verdicts.append(f"context parallelism over {ranks} ranks: the 2cp-chunk balancing gives every rank the same causal "
+                            f"attention work; the plain split's last rank runs "
+                            f"{causal_imbalance(seq, ranks, False).value:.3f} x the mean rank's attention and "
+                            f"{plain.value / balanced.value:.3f} x the balanced rank's FLOPs")  # fmt: skip
+        inputs.append(Term("c_p", "cp", r"c_p", ranks, "", "context-parallel degree"))
+        settings.append(("cp", str(ranks)))
     result = Result(
         command="flops",
         title=f"Training FLOPs: {shape.name}, B = {sequences} sequences of s = {seq} tokens per iteration",

@@ -202,3 +202,58 @@ def causal_imbalance(seq_len: int, cp: int, balanced: bool) -> Derivation:
         label = "Causal attention work of the last CP rank over the mean (plain split, no balancing)"
         source = "hand derivation: rank r's queries see r n + 1 .. (r + 1) n keys; (2cp - 1)/cp for s >> cp"
     return Derivation("cp_causal_imbalance", label, "κ_cp", r"\kappa_{\mathrm{cp}}", formula, latex, (c, s), value, "", source)
+
+
+def cp_rank_flops(counted: object, seq_len: int, cp: int, balanced: bool = True) -> Derivation:
+    """Hardware FLOPs of the busiest context-parallel rank when `cp` ranks share every sequence.
+
+    Every op but the attention core (Q K^T and score V) works on the rank's s/cp tokens: F_other / cp.
+    The attention core of a causal model is split by the query-key pairs each rank computes
+    (causal_pairs): the busiest rank runs κ_cp / cp of it, κ_cp from causal_imbalance (1 with
+    Megatron's 2cp-chunk balancing; (2cp - 1)/cp for s >> cp on the plain split). Without a mask
+    every rank computes s/cp queries against all s keys: κ = 1. `counted` is a
+    parcalc.core.flops.TrainingFlops of `seq_len`-token sequences (hardware FLOPs: recomputation included)."""
+    from parcalc.core.activations import check_count
+    from parcalc.core.flops import ATTENTION_CORE_OPS
+
+    check_count("--cp", cp)
+    recompute = counted.recomputed.value
+    attention = 0.0
+    for _, ops, layers, _ in counted.layer_kinds():
+        for op in ops:
+            if op.kind == "matmul" and op.key in ATTENTION_CORE_OPS:
+                attention += layers * counted.op_flops(op)
+    selective_or_full = recompute > 0
+    passes = 4.0 if selective_or_full else 3.0  # selective and full both run the attention core again
+    f_att = passes * attention
+    f_other = counted.hardware.value - f_att
+    s = seq_len
+    if s % cp:
+        raise InputError(f"--cp: {cp} does not divide the sequence length {s}: each rank holds s/cp tokens")
+    if counted.causal and balanced and s % (2 * cp):
+        raise InputError(f"--cp: 2 x {cp} chunks do not divide the sequence length {s} (Megatron's load balancing needs s % 2cp == 0)")
+    kappa = causal_imbalance(s, cp, balanced) if counted.causal else Derivation(
+        "cp_causal_imbalance", "No causal mask: every rank computes s/cp queries against all s keys", "κ_cp", r"\kappa_{\mathrm{cp}}",
+        "1", "1", (), 1.0, "", "full attention: the work per rank is even")  # fmt: skip
+    inputs = (
+        Term("F_o", "F_other", r"F_{\mathrm{other}}", f_other, "FLOP", "hardware FLOPs of every op but the attention core (whole batch)"),
+        Term("F_a", "F_attn", r"F_{\mathrm{attn}}", f_att, "FLOP",
+             f"attention core Q·K^T and score·V, {passes:g} passes (forward, backward 2x{', recomputed' if passes == 4 else ''})"),
+        kappa.as_term("k"),
+        Term("cp", "cp", r"c_p", cp, "", "context-parallel degree"),
+    )
+    what = "2cp-chunk balancing" if balanced else "plain split"
+    return Derivation(
+        key="cp_rank_flops" if balanced else "cp_rank_flops_plain",
+        label=f"Hardware FLOPs of the busiest of {cp} context-parallel ranks ({what}), whole batch on one CP group",
+        symbol="F_cp",
+        latex_symbol=r"F_{\mathrm{cp}}",
+        formula="$F_o / $cp + $k × $F_a / $cp",
+        formula_latex=r"\frac{$F_o}{$cp} + $k \frac{$F_a}{$cp}",
+        inputs=inputs,
+        value=f_other / cp + kappa.value * f_att / cp,
+        unit="FLOP",
+        source=(MEGATRON_BALANCE if balanced else "hand derivation (parcalc.core.context.causal_pairs)")
+        + "; all other ops split by tokens (Liu et al. 2023, Ring Attention; Megatron-LM context parallelism)",
+        assumptions=("divide by dp x pp for one GPU of a larger job (every CP group runs its share of the batch)",),
+    )
