@@ -136,3 +136,27 @@ def test_long_sequences_need_context_parallelism() -> None:
     no_cp = search(model, training, cluster, SearchSpace(cp=1))
     if no_cp.ranked().size:
         assert no_cp.evaluated.columns["t_step"][no_cp.ranked()[0]] > c["t_step"][best]
+
+
+def test_cli_search_pins_ep_and_cp_and_carries_them_in_json(run_json, run_error) -> None:  # type: ignore[no-untyped-def]
+    """--ep / --cp with --search pin the search (every row has them); JSON carries ep / t_ep (and
+    cp / t_cp where cp varies); the best's step equals estimate() of its configuration."""
+    doc = run_json("fit", "--model", "mixtral-8x7b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "512", "--seq-len", "4096",
+                   "--flash-attention", "--search", "--ep", "8", "--zero", "0", "--top", "3")  # fmt: skip
+    top = doc["tables"]["top"]
+    keys = [c["key"] for c in top["columns"]]
+    assert keys[-2:] == ["ep", "t_ep"] and "cp" not in keys
+    assert [row["ep"] for row in top["rows"]] == [8, 8, 8]
+    assert all(row["t_ep"] > 0 for row in top["rows"])
+    assert (top["rows"][0]["tp"], top["rows"][0]["pp"], top["rows"][0]["dp"]) == (1, 4, 16)
+    assert any("expert parallelism pinned to ep = 8" in a for a in doc["assumptions"])
+    doc = run_json("fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "64", "--seq-len", "8192",
+                   "--flash-attention", "--search", "--cp", "2", "--top", "2")  # fmt: skip
+    top = doc["tables"]["top"]
+    keys = [c["key"] for c in top["columns"]]
+    assert [row["cp"] for row in top["rows"]] == [2, 2] and "ep" not in keys
+    assert any("pinned to cp = 2" in a for a in doc["assumptions"])
+    base = ["fit", "--model", "mixtral-8x7b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "512", "--search"]
+    assert "--etp: describes one configuration" in run_error([*base, "--etp", "2"])
+    assert "ep x etp does not divide" in run_error([*base, "--ep", "3"])
+    assert "cp does not divide the GPUs" in run_error([*base, "--cp", "7"])
