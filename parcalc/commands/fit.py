@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from parcalc.core.model import TransformerModel
     from parcalc.derivation import Result, Table, Term
 
+CP_SEARCH_MIN_SEQ_LEN = 16384  # parcalc.core.fit_search.CP_MIN_SEQ_LEN (not imported here: start-up stays light)
+
 EXAMPLES = """\
 \b
 Examples:
@@ -65,6 +67,10 @@ Examples:
       --recompute selective --sequence-parallel --schedule interleaved --chunks 3
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --tp 2 --pp 4 --dp 32 --ep 8 --etp 1 --sequence-parallel --zero 1
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
+  parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --flash-attention --search
+  parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --flash-attention --search --ep 8 --zero 0
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --flash-attention --search --cp-comm all-gather
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 64 --seq-len 8192 --flash-attention --search --cp 2
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --flash-attention --tp 8 --cp 8 --pp 1 --sequence-parallel --recompute full
   parcalc fit --model llama3-405b --gpu h100-sxm5 --gpus 16384 --batch 2048 --seq-len 8192 --flash-attention \\
       --tp 8 --pp 16 --dp 128 --first-stage-layers 7 --last-stage-layers 7 --zero 1 --sequence-parallel --recompute none
@@ -138,7 +144,8 @@ def fit(
 ) -> None:
     """What fits on N GPUs: one row per strategy (single GPU, DP, ZeRO-1/2/3, TP, PP, TP x PP, each
     without and with recomputation) with its memory and the most layers it holds; with --search,
-    every TP x PP x DP configuration ranked by estimated step time."""
+    every TP x PP x DP configuration ranked by estimated step time (with EP for MoE models, and CP
+    from 16,384 tokens or with --cp)."""
     start(output, fmt)
     from parcalc.commands.model_options import model_and_seq_len
     from parcalc.core.fit import Training
@@ -187,16 +194,23 @@ def fit(
             "loss_in_split": loss_in_split}  # fmt: skip
     c, cp_kind = cp_flags(cp, cp_comm)
     if c > 1 or cp is not None:
-        if not pinned or search:
-            raise InputError("--cp: applies to one configuration (--tp, --pp, --dp); the search and the strategy table do not "
-                             "try context parallelism yet")
+        if not pinned and not search:
+            raise InputError("--cp: applies to one configuration (--tp, --pp, --dp) or pins it for --search; the strategy table "
+                             "does not try context parallelism")  # fmt: skip
         ends = {**ends, "cp": c, "cp_comm": cp_kind}
         settings_cp = [("cp", str(c)), ("cp_comm", cp_kind)]
+    elif search:  # the search tries cp for long sequences (fit_search.SearchSpace.cp_values), with this exchange
+        ends = {**ends, "cp_comm": cp_kind}
+        settings_cp = [("cp_comm", cp_kind)] if training.seq_len >= CP_SEARCH_MIN_SEQ_LEN else []
     else:
         settings_cp = []
     expert = dict(zip(("ep", "etp"), expert_flags(ep, etp, shape), strict=True))
-    if (ep is not None or etp is not None) and (search or not pinned):
-        raise InputError("--ep / --etp: apply to one configuration (--tp, --pp, --dp) for now; --search keeps ep = 1")
+    if (ep is not None or etp is not None) and not (search or pinned):
+        raise InputError("--ep / --etp: apply to one configuration (--tp, --pp, --dp) or, --ep, pin it for --search")
+    if etp is not None and search:
+        raise InputError("--etp: describes one configuration (--tp, --pp, --dp); the search keeps etp = tp")
+    if search and ep is not None:
+        ends = {**ends, "ep": expert["ep"]}
     if (first is not None or last is not None) and not (search or pinned):
         flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
@@ -474,9 +488,10 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
             f"per GPU ({evaluated.config(least).label()}), over the {_gib(cluster.capacity)} of a {cluster.gpu_name}"
         )  # fmt: skip
     best = estimate(shape, evaluated.config(int(ranked[0])), training, cluster)
-    tables = [_configurations_table(found, ranked[:top], f"The {min(top, ranked.size)} fastest configurations that fit")]
+    extra = _parallel_columns(found, shape)
+    tables = [_configurations_table(found, ranked[:top], f"The {min(top, ranked.size)} fastest configurations that fit", extra)]
     if everything:
-        tables.insert(0, _configurations_table(found, None, "Every configuration evaluated"))
+        tables.insert(0, _configurations_table(found, None, "Every configuration evaluated", extra))
     tables.append(_rejections_table(found))
     worst = best.memory.worst
     memory = (worst.states_total, worst.activations_total, worst.reserve)
@@ -484,7 +499,26 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
     verdicts = _search_verdicts(found, ranked, best, cluster)
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
-                  tables=tuple(tables), verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
+                  tables=tuple(tables), verdicts=tuple(verdicts), settings=tuple(settings),
+                  assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
+
+
+def _search_assumptions(shape: TransformerModel, training: Training, space: Any) -> tuple[str, ...]:
+    """What the search tries of context and expert parallelism, and why no more."""
+    from parcalc.core.fit_search import CP_MIN_SEQ_LEN
+
+    if space.cp is not None:
+        cp = f"context parallelism pinned to cp = {space.cp} ({space.cp_comm})"
+    elif training.seq_len >= CP_MIN_SEQ_LEN:
+        cp = (f"context parallelism: every cp dividing the GPUs with s divisible by 2 cp ({space.cp_comm} exchanges; "
+              f"the search tries cp from s = {CP_MIN_SEQ_LEN:,} tokens, or pinned by --cp)")  # fmt: skip
+    else:
+        cp = f"context parallelism not searched: s = {training.seq_len:,} < {CP_MIN_SEQ_LEN:,} tokens (cp = 1; --cp pins one)"
+    if shape.moe is None:
+        return (cp,)
+    ep = (f"expert parallelism pinned to ep = {space.ep}" if space.ep is not None else
+          f"expert parallelism: every ep dividing the {shape.moe.experts} routed experts with ep x etp dividing tp x cp x dp")
+    return (cp, ep + "; etp = tp throughout the search (--etp describes one configuration); MoE all-to-alls not overlapped (t_ep)")
 
 
 def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
@@ -553,19 +587,28 @@ def _stages_table(best: Any) -> Table:
     return Table("stages", f"Pipeline stages ({split_text(split)} layers; one GPU of each)", columns, rows)
 
 
-def _configurations_table(found: SearchResult, order: Any, title: str) -> Table:
+def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str, ...]:
+    """cp / ep and their times as columns where the search varied them (an MoE model: ep always)."""
+    c = found.evaluated.columns
+    cp = len(found.evaluated) > 0 and bool((c["cp"] > 1).any())
+    ep = shape.moe is not None
+    return (("cp",) if cp else ()) + (("ep",) if ep else ()) + (("t_cp",) if cp else ()) + (("t_ep",) if ep else ())
+
+
+def _configurations_table(found: SearchResult, order: Any, title: str, extra: tuple[str, ...] = ()) -> Table:
     from parcalc.core.fit_search import CONFIG_FIELDS, COST_FIELDS
     from parcalc.derivation import Column, Table
 
     units = {"memory": "B", "t_compute": "s", "t_tp": "s", "t_bubble": "s", "t_pp": "s", "t_dp": "s", "t_optimizer": "s", "t_step": "s",
-             "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction"}  # fmt: skip
+             "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction", "t_cp": "s", "t_ep": "s"}  # fmt: skip
     labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "first_stage_layers": "L first",
               "last_stage_layers": "L last", "memory": "memory",
               "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed", "t_optimizer": "optimizer",
-              "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU"}  # fmt: skip
-    columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS)
+              "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP", "ep": "EP",
+              "t_cp": "CP comm", "t_ep": "EP a2a"}  # fmt: skip
+    columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS + extra)
     key = "configurations" if order is None else "top"
-    return Table(key, title, columns, tuple(found.evaluated.rows(order)))
+    return Table(key, title, columns, tuple(found.evaluated.rows(order, extra)))
 
 
 def _rejections_table(found: SearchResult) -> Table:
@@ -582,7 +625,9 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
     first = int(ranked[0])
     verdicts = [f"{len(evaluated):,} configurations evaluated on {found.layouts} layouts; {ranked.size:,} fit in {_gib(cluster.capacity)}"]
     parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
-             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value}  # fmt: skip
+             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value,
+             "CP exchanges": best.cp_comm.value if best.cp_comm is not None else 0.0,
+             "MoE all-to-alls": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
     shares = ", ".join(f"{name} {value / best.step.value:.0%}" for name, value in parts.items() if value > 0)
     verdicts.append(f"best: {best.config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
                     f"{_gib(best.total_memory)} per GPU ({shares})")  # fmt: skip
@@ -591,7 +636,7 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
         gap = c["t_step"][second] / c["t_step"][first] - 1
         changes = []
         for key, name in (("t_tp", "TP communication"), ("t_bubble", "bubble"), ("t_pp", "PP sends"), ("t_dp", "exposed DP sync"),
-                          ("t_compute", "compute (recomputation)")):  # fmt: skip
+                          ("t_compute", "compute (recomputation)"), ("t_cp", "CP exchanges"), ("t_ep", "MoE all-to-alls")):  # fmt: skip
             delta = c[key][second] - c[key][first]
             if abs(delta) > 1e-9 * c["t_step"][first]:
                 changes.append(f"{name} {abs(delta):.3g} s {'less' if delta > 0 else 'more'}")

@@ -555,7 +555,7 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
 
 def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float) -> Derivation:
     """t_dp with the collectives it is made of, in words (the formula is parcalc.core.timing.step.dp_exposed)."""
-    d, z = config.dp, config.zero
+    d, z = config.dp * config.cp, config.zero  # gradients sync over the dp-cp group (Megatron-LM; dp_pieces gets d x cp)
     label = "Data-parallel communication exposed per iteration"
     if d == 1:
         return _zero("t_dp", label, "no data parallelism")

@@ -46,6 +46,8 @@ from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes
 from parcalc.core.memory import (
     Parallelism,
     fp8_weight_cache,
+    stage_expert_parameters,
+    stage_moe_layers,
     stage_parameters,
     state_bytes,
     zero3_working_set,
@@ -70,6 +72,14 @@ RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
 CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch", "micro_batches", "recompute", "zero", "sequence_parallel", "schedule", "chunks",
                  "first_stage_layers", "last_stage_layers")  # the layers on the first and last stage (L/p each when even)
 COST_FIELDS = ("memory", "fits", "t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_optimizer", "t_step", "tokens_per_second", "mfu", "hfu")
+# Context and expert parallelism: columns of every evaluated table, shown by the CLI only where the
+# search varied them (a dense model at s < CP_MIN_SEQ_LEN keeps cp = ep = 1 and its table as it was).
+PARALLEL_FIELDS = ("cp", "ep")
+PARALLEL_COST_FIELDS = ("t_cp", "t_ep")
+# cp is searched only for sequences of at least this many tokens (or pinned by --cp): below it the
+# attention's share of the step is small and context parallelism only adds exchanges, and the
+# space stays small (issue #13).
+CP_MIN_SEQ_LEN = 16384
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,18 @@ class SearchSpace:
     last_stage_layers: int | None = None
     embedding_in_split: bool = False  # the embedding / the loss as one layer slot of every split (parcalc.core.stages)
     loss_in_split: bool = False
+    cp: int | None = None  # pinned context parallelism (None: 1, and every valid cp when s >= CP_MIN_SEQ_LEN)
+    ep: int | None = None  # pinned expert parallelism (None: every ep dividing the routed experts; 1 for dense models)
+    cp_comm: str = "p2p"  # the CP exchange every cp > 1 uses (parcalc.core.context.CpComm)
+
+    def cp_values(self, gpus: int, seq_len: int) -> list[int]:
+        """The cp degrees to try: the pinned one, or 1 and, for s >= CP_MIN_SEQ_LEN, every divisor
+        of the GPUs that splits the sequence into 2 cp equal chunks (causal load balancing)."""
+        if self.cp is not None:
+            return [self.cp]
+        if seq_len < CP_MIN_SEQ_LEN:
+            return [1]
+        return [c for c in divisors(gpus) if seq_len % (2 * c) == 0 or c == 1]
 
     @property
     def slots(self) -> tuple[int, int]:
@@ -103,6 +125,7 @@ class Evaluated:
     columns: dict[str, np.ndarray]
     layers: int = 0  # the model's transformer layers (tells an even split from an uneven one)
     slots: tuple[int, int] = (0, 0)  # SearchSpace.slots: every split counts the embedding / loss as a slot
+    cp_comm: str = "p2p"  # SearchSpace.cp_comm
 
     def __len__(self) -> int:
         return len(self.columns["tp"])
@@ -114,25 +137,27 @@ class Evaluated:
         return Config(int(c["tp"][i]), p, int(c["dp"][i]), int(c["micro_batch"][i]),
                       RECOMPUTES[int(c["recompute"][i])], int(c["zero"][i]), bool(c["sequence_parallel"][i]),
                       Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, int(c["chunks"][i]),
-                      None if even else first, None if even else last, bool(self.slots[0]), bool(self.slots[1]))  # fmt: skip
+                      None if even else first, None if even else last, bool(self.slots[0]), bool(self.slots[1]),
+                      cp=int(c["cp"][i]), ep=int(c["ep"][i]), cp_comm=self.cp_comm)  # fmt: skip
 
-    def rows(self, order: np.ndarray | None = None) -> Iterator[tuple[object, ...]]:
-        """Each configuration as a tuple of plain Python values, in CONFIG_FIELDS + COST_FIELDS order."""
+    def rows(self, order: np.ndarray | None = None, extra: tuple[str, ...] = ()) -> Iterator[tuple[object, ...]]:
+        """Each configuration as a tuple of plain Python values, in CONFIG_FIELDS + COST_FIELDS
+        order, then the columns `extra` names (e.g. PARALLEL_FIELDS)."""
         c = self.columns
         index = order if order is not None else np.arange(len(self))
-        lists = {k: c[k][index].tolist() for k in CONFIG_FIELDS + COST_FIELDS}
+        lists = {k: c[k][index].tolist() for k in CONFIG_FIELDS + COST_FIELDS + tuple(extra)}
         for j in range(len(index)):
             yield (lists["tp"][j], lists["pp"][j], lists["dp"][j], lists["micro_batch"][j], lists["micro_batches"][j],
                    RECOMPUTES[lists["recompute"][j]].value, lists["zero"][j], bool(lists["sequence_parallel"][j]),
                    "interleaved" if lists["schedule"][j] else "1f1b", lists["chunks"][j], lists["first_stage_layers"][j],
-                   lists["last_stage_layers"][j], *(lists[k][j] for k in COST_FIELDS))  # fmt: skip
+                   lists["last_stage_layers"][j], *(lists[k][j] for k in COST_FIELDS), *(lists[k][j] for k in extra))  # fmt: skip
 
 
 @dataclass
 class SearchResult:
     evaluated: Evaluated
     rejected: Counter = field(default_factory=Counter)  # reason -> configurations (or layouts) rejected
-    layouts: int = 0  # (tp, pp, dp) layouts that passed the divisibility checks
+    layouts: int = 0  # (tp, pp, cp, dp, ep) layouts that passed the divisibility checks
 
     @property
     def fitting(self) -> np.ndarray:
@@ -156,15 +181,16 @@ def divisors(n: int) -> list[int]:
 
 
 def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejected: Counter,
-            space: SearchSpace | None = None) -> list[tuple[int, int, int]]:  # fmt: skip
-    """(tp, pp, dp) with tp x pp x dp = N that pass the divisibility and placement checks (pp: an
-    even split, one of search_splits, or the split `space` pins)."""
+            space: SearchSpace | None = None, cp: int = 1) -> list[tuple[int, int, int]]:  # fmt: skip
+    """(tp, pp, dp) with tp x pp x cp x dp = N that pass the divisibility and placement checks (pp:
+    an even split, one of search_splits, or the split `space` pins)."""
+    gpus = cluster.gpus // cp
     pinned = space is not None and (space.first_stage_layers is not None or space.last_stage_layers is not None)
     slots = space is not None and any(space.slots)
     found = []
-    for t in divisors(cluster.gpus):
-        for p in divisors(cluster.gpus // t):
-            d = cluster.gpus // (t * p)
+    for t in divisors(gpus):
+        for p in divisors(gpus // t):
+            d = gpus // (t * p)
             if any(v % t for v in (model.heads, model.kv_heads, model.ffn_hidden)):
                 rejected["tp does not divide the heads or MLP width"] += 1
             elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
@@ -217,39 +243,85 @@ def _splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[i
 class _Shapes:
     """Memoised scalar quantities: activations per sequence, stage parameters, collective times."""
 
-    def __init__(self, model: TransformerModel, training: Training, cluster: Cluster) -> None:
+    def __init__(self, model: TransformerModel, training: Training, cluster: Cluster, cp_comm: str = "p2p") -> None:
         from parcalc.core.flops import training_flops
 
-        self.model, self.training, self.cluster = model, training, cluster
+        self.model, self.training, self.cluster, self.cp_comm = model, training, cluster, cp_comm
         self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         self.e = training.precision.activation_bytes
         counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value) for r in RECOMPUTES}
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value for r in RECOMPUTES])
-        self._activations: dict[tuple[int, bool, Recompute], tuple[float, float, float, float]] = {}
+        self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
         self._dp: dict[tuple[int, int, int, int | None, int | None], DataParallelPieces] = {}
         self._stages: dict[tuple[int | None, ...], tuple[float, ...]] = {}
+        self._states: dict[tuple[int | None, ...], tuple[tuple[float, ...], ...]] = {}
+        self._a2a: dict[tuple[int, ...], float] = {}
+        self._busiest_moe: dict[tuple[int | None, ...], int] = {}
 
-    def activations(self, tp: int, sp: bool, recompute: Recompute) -> tuple[float, float, float, float]:
-        """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute working set."""
-        key = (tp, sp, recompute)
+    def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
+        """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
+        working set, an MoE layer's (0 for a dense model), context parallelism's working set
+        (parcalc.core.context.context_working_set; 0 at cp = 1); each is b times its b = 1 value."""
+        from parcalc.core.context import context_working_set
+
+        key = (tp, sp, recompute, cp, cp_comm)
         if key not in self._activations:
             t = self.training
             if sp and tp == 1:
-                self._activations[key] = (math.nan,) * 4
+                self._activations[key] = (math.nan,) * 6
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
                 config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, dropout, self.e,
-                                          gemm_input_bytes=t.precision.gemm_input_bytes)  # fmt: skip
+                                          gemm_input_bytes=t.precision.gemm_input_bytes, cp=cp)  # fmt: skip
                 vocab = self.model.vocab > 0
                 working = recompute_working_set(self.model, config)
+                context = context_working_set(self.model, 1, t.seq_len, cp, tp, self.e, cp_comm)
                 self._activations[key] = (
                     layer_activations(self.model, config).per_layer.value,
                     embedding_activations(self.model, config, 1.0).value if vocab else 0.0,
                     output_activations(self.model, config, 1.0).value if vocab else 0.0,
                     working.value if working is not None else 0.0,
+                    layer_activations(self.model, config, moe_layer=True).per_layer.value if self.model.moe is not None else 0.0,
+                    context.value if context is not None else 0.0,
                 )
         return self._activations[key]
+
+    def moe_states(self, tp: int, pp: int, cp: int, dp: int, ep: int, first: int | None, last: int | None,
+                   chunks: int) -> tuple[tuple[float, ...], ...]:  # fmt: skip
+        """An MoE model's stages (first, second, last; the second nan where stage_params leaves it
+        out): (parameters, routed-expert parameters, ZeRO-3 gathered buffers, MoE layers) on one
+        GPU, from parcalc.core.memory with the configuration's ep and interleaved chunks."""
+        key = (tp, pp, cp, dp, ep, first, last, chunks)
+        if key not in self._states:
+            par = Parallelism(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, micro_batches=pp,
+                              chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)  # fmt: skip
+
+            def of(stage: int) -> tuple[float, ...]:
+                return (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)),
+                        zero3_working_set(self.model, par, self.per, stage).value, float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
+
+            second = of(1) if pp > 2 and (first is not None or last is not None) else (math.nan,) * 4
+            self._states[key] = (of(0), second, of(pp - 1))
+        return self._states[key]
+
+    def busiest_moe(self, pp: int, first: int | None, last: int | None, chunks: int) -> int:
+        """MoE layers of the stage with the most (parcalc.core.fit._ep_derivation's L_MoE)."""
+        key = (pp, first, last, chunks)
+        if key not in self._busiest_moe:
+            par = Parallelism(1, pp, 1, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, micro_batches=pp,
+                              chunks=chunks, first_stage_layers=first, last_stage_layers=last)  # fmt: skip
+            self._busiest_moe[key] = max(stage_moe_layers(self.model, par, s) for s in range(pp))
+        return self._busiest_moe[key]
+
+    def a2a(self, tp: int, cp: int, ep: int, b: int, sp: bool) -> float:
+        """One MoE all-to-all's time (parcalc.core.timing.expert.ep_pieces, etp = tp)."""
+        from parcalc.core.timing.expert import ep_pieces
+
+        key = (tp, cp, ep, b, int(sp))
+        if key not in self._a2a:
+            self._a2a[key] = ep_pieces(self.model, tp, cp, ep, tp, b, sp, self.training, self.cluster)[1]
+        return self._a2a[key]
 
     def fp8_layer(self, tp: int) -> float:
         """Transformer Engine's FP8 weight copies of one layer on one TP rank (parcalc.core.memory.fp8_weight_cache)."""
@@ -278,7 +350,7 @@ class _Shapes:
         return self._dp[key]
 
     def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
-                     r: np.ndarray) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
+                     r: np.ndarray, cp: int = 1, cp_comm: str = "p2p") -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
         """parcalc.core.timing.step.stage_pieces for every configuration, from one scalar call per distinct (b, SP, r)."""
         keys = b * 8 + sp.astype(int) * 4 + r
         unique, inverse = np.unique(keys, return_inverse=True)
@@ -286,16 +358,17 @@ class _Shapes:
         first, last = split
         for key in unique.tolist():
             size, rest = divmod(key, 8)
-            memo = (tp, pp, dp, first, last, size, rest)
+            memo = (tp, pp, dp, first, last, size, rest, cp, cp_comm)
             if memo not in self._stages:
                 pieces, f_layer, b_layer = stage_pieces(self.model, tp, pp, dp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training,
-                                                        self.cluster, first=first, last=last)  # fmt: skip
+                                                        self.cluster, first=first, last=last, cp=cp, cp_comm=cp_comm)  # fmt: skip
                 self._stages[memo] = (pieces.forward, pieces.backward, pieces.recompute, pieces.tp, pieces.tp_hidden, pieces.p2p,
                                       pieces.first_forward, pieces.last_backward, pieces.regather, pieces.regather_exposed,
-                                      f_layer, b_layer)  # fmt: skip
+                                      f_layer, b_layer, pieces.cp, pieces.cp_total)  # fmt: skip
             rows.append(self._stages[memo])
-        table = np.array(rows)[inverse]
-        stage = StagePieces(*(table[:, i] for i in range(8)), regather=table[:, 8], regather_exposed=table[:, 9])
+        table = np.array(rows, dtype=float)[inverse]
+        stage = StagePieces(*(table[:, i] for i in range(8)), regather=table[:, 8], regather_exposed=table[:, 9], cp=table[:, 12],
+                            cp_total=table[:, 13])  # fmt: skip
         return stage, table[:, 10], table[:, 11]
 
 
@@ -304,14 +377,14 @@ class _Shapes:
 
 
 def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ...], space: SearchSpace,
-                   rejected: Counter) -> dict[str, np.ndarray] | None:  # fmt: skip
+                   rejected: Counter, c: int = 1, ep: int = 1) -> dict[str, np.ndarray] | None:  # fmt: skip
     """One layout's configurations with the layers per stage `split` (every stage's, first to last)."""
     training = shapes.training
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes]
-    zeros = [z for z in space.zero_stages if z == 0 or d > 1]
-    sps = [sp for sp in space.sequence_parallel if not sp or t > 1]
+    zeros = [z for z in space.zero_stages if z == 0 or d * c > 1]  # ZeRO shards over the dp-cp group
+    sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
     schedules = [(0, 1)]
     if p > 1 and space.interleaved:
         e, z = space.slots  # v must divide every stage's layers, or its layer slots (Megatron-LM, parcalc.core.stages)
@@ -338,7 +411,7 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     n = b.size
     return {"tp": np.full(n, t), "pp": np.full(n, p), "dp": np.full(n, d), "micro_batch": b, "micro_batches": m, "recompute": r,
             "zero": z, "sequence_parallel": sp.astype(bool), "schedule": sched, "chunks": v, "first_stage_layers": np.full(n, split[0]),
-            "last_stage_layers": np.full(n, split[-1])}  # fmt: skip
+            "last_stage_layers": np.full(n, split[-1]), "cp": np.full(n, c), "ep": np.full(n, ep)}  # fmt: skip
 
 
 def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -353,58 +426,89 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     """Fill in COST_FIELDS for one layout's configurations (parcalc.core.fit.estimate, on arrays);
     `given`: the (first, last) stage layers as a Config has them, `split`: every stage's layers."""
     model, training, cluster, per = shapes.model, shapes.training, shapes.cluster, shapes.per
-    t, p, d = int(cols["tp"][0]), int(cols["pp"][0]), int(cols["dp"][0])
+    t, p, d, c, ep = (int(cols[k][0]) for k in ("tp", "pp", "dp", "cp", "ep"))
     b, m, r, z, sp, v = cols["micro_batch"], cols["micro_batches"], cols["recompute"], cols["zero"], cols["sequence_parallel"], cols["chunks"]
     first, last = given
+    cp_comm = shapes.cp_comm
 
     # Memory: the first and the last stage, and with uneven stages the second, the fullest middle
     # one (middle stages hold the same layers, and the earlier keep more micro-batches in flight);
     # with even stages the middle ones hold no more than the first.
-    table = np.array([[shapes.activations(t, bool(s), rec) for rec in RECOMPUTES] for s in (False, True)])  # [sp, r, 4]
-    a_layer, a_emb, a_out, a_re = (table[sp.astype(int), r, i] * b for i in range(4))
-    p_first, p_second, p_last = shapes.stage_params(t, p, first, last)
+    table = np.array([[shapes.activations(t, bool(s), rec, c, cp_comm) for rec in RECOMPUTES] for s in (False, True)])  # [sp, r, 6]
+    a_layer, a_emb, a_out, a_re, a_moe, a_cp = (table[sp.astype(int), r, i] * b for i in range(6))
     replicated = np.ones_like(b, dtype=float)
-    shard_w = np.where(z >= 3, d, 1) * replicated
-    shard_g = np.where(z >= 2, d, 1) * replicated
-    shard_o = np.where(z >= 1, d, 1) * replicated
     grads_on_gpu = 0.0 if training.offload_optimizer else 1.0  # ZeRO-Offload: from ZeRO-2 the gradients leave bucket by bucket
-    per_param = (per.weight / shard_w + per.gradient / shard_g * np.where(z >= 2, grads_on_gpu, 1.0)
-                 + (0.0 if training.offload_optimizer else per.optimizer) / shard_o)  # fmt: skip
+
+    def per_param(ranks: int) -> np.ndarray:  # state bytes per parameter, ZeRO-sharded over `ranks` (parcalc.core.memory.model_states)
+        shard_w = np.where(z >= 3, ranks, 1) * replicated
+        shard_g = np.where(z >= 2, ranks, 1) * replicated
+        shard_o = np.where(z >= 1, ranks, 1) * replicated
+        return (per.weight / shard_w + per.gradient / shard_g * np.where(z >= 2, grads_on_gpu, 1.0)
+                + (0.0 if training.offload_optimizer else per.optimizer) / shard_o)  # fmt: skip
+
+    dense_per_param = per_param(d * c)  # the dense states shard over the dp-cp group (Megatron-LM)
     fp8_layer = shapes.fp8_layer(t)  # TE's FP8 weight copies per layer (0 unless --precision fp8)
-    g_first, g_second, g_last = (np.where(z == 3, g, 0.0) for g in shapes.gathered(t, p, first, last))  # root unit on the ends
+    if model.moe is None:
+        ends = (shapes.stage_params(t, p, first, last), shapes.gathered(t, p, first, last))
+        states = [(params + 0.0 * b, 0.0 * b, np.where(z == 3, gathered, 0.0), 0.0 * b) for params, gathered in zip(*ends, strict=True)]
+        expert_per_param = dense_per_param
+    else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
+        chunk_values = np.unique(v).tolist()
+        per_v = {k: shapes.moe_states(t, p, c, d, ep, first, last, k) for k in chunk_values}
+        index = np.searchsorted(np.array(chunk_values), v)
+        states = []
+        for s in range(3):
+            column = np.array([per_v[k][s] for k in chunk_values], dtype=float)[index]  # [configs, (P, P_x, gathered, L_MoE)]
+            states.append((column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3]))
+        from parcalc.core.expert_parallel import expert_layout
+
+        expert_per_param = per_param(expert_layout(model, t, c, d, ep).edp)  # experts shard over expert-DP
+
+    def on_stage(stage: int, layers: int, n: np.ndarray) -> np.ndarray:  # states and layer activations of one GPU of a stage
+        params, experts, gathered, moe = states[stage]
+        if training.offload_activations:
+            activations = a_layer * min(layers, 2)
+        elif model.moe is None:
+            activations = a_layer * layers * n
+        else:
+            activations = (a_layer * (layers - moe) + a_moe * moe) * n
+        return ((params - experts) * dense_per_param + experts * expert_per_param + fp8_layer * layers + gathered + activations
+                + a_re + a_cp + training.reserve)  # fmt: skip
+
     n_first = _in_flight(p, m, 0, cols["schedule"], v)
     n_last = _in_flight(p, m, p - 1, cols["schedule"], v)
-    def acts(layers: int, n: np.ndarray) -> np.ndarray:  # the layers' activations on one GPU of a stage
-        return a_layer * min(layers, 2) if training.offload_activations else a_layer * layers * n
-
-    on_first = p_first * per_param + fp8_layer * split[0] + g_first + acts(split[0], n_first) + a_emb * n_first + a_re + training.reserve
+    on_first = on_stage(0, split[0], n_first) + a_emb * n_first
     if p == 1:
         memory = on_first + a_out * n_last
     else:
-        on_last = p_last * per_param + fp8_layer * split[-1] + g_last + acts(split[-1], n_last) + a_out * n_last + a_re + training.reserve
-        memory = np.maximum(on_first, on_last)
+        memory = np.maximum(on_first, on_stage(2, split[-1], n_last) + a_out * n_last)
         if p > 2 and (first is not None or last is not None):
-            n_second = _in_flight(p, m, 1, cols["schedule"], v)
-            memory = np.maximum(memory, p_second * per_param + fp8_layer * split[1] + g_second + acts(split[1], n_second) + a_re
-                                + training.reserve)  # fmt: skip
+            memory = np.maximum(memory, on_stage(1, split[1], _in_flight(p, m, 1, cols["schedule"], v)))
 
     # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
     # the same combination as parcalc.core.fit.estimate, on arrays.
-    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r)
-    dp = shapes.dp(t, p, d, first, last)
+    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm)
+    dp = shapes.dp(t, p, d * c, first, last)  # gradients over the dp-cp group (Megatron-LM)
     framework = cluster.framework
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                       layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
-    t_opt = optimizer_step_time(model, t, p, d, z, training, cluster, first=first, last=last)
-    t_off = offload_step_time(model, t, p, d, z, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage,
+    t_opt = optimizer_step_time(model, t, p, d * c, z, training, cluster, first=first, last=last)
+    t_off = offload_step_time(model, t, p, d * c, z, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage,
                               first=first, last=last)  # fmt: skip
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
+    t_ep = 0.0 * b
+    if model.moe is not None and ep > 1:  # parcalc.core.fit._ep_derivation: m x L_MoE x c x T_a2a, not overlapped
+        a2a = np.array([[shapes.a2a(t, c, ep, size, bool(s)) for s in (False, True)] for size in np.unique(b).tolist()])
+        a2a = a2a[np.searchsorted(np.unique(b), b), sp.astype(int)]
+        busiest = np.array([shapes.busiest_moe(p, first, last, k) for k in np.unique(v).tolist()])[np.searchsorted(np.unique(v), v)]
+        calls = np.where(r == RECOMPUTES.index(Recompute.FULL), 6, 4)
+        t_ep = m * busiest * calls * a2a
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_ep=t_ep)
     t_step = terms["t_step"]
     n, peak = cluster.gpus, cluster.peak
     cols.update(
         memory=memory, fits=memory <= cluster.capacity, t_compute=terms["t_compute"], t_tp=terms["t_tp"], t_bubble=terms["t_bubble"],
-        t_pp=terms["t_pp"], t_dp=t_dp, t_optimizer=t_opt + 0.0 * b, t_offload=terms["t_offload"] + 0.0 * b, t_step=t_step,
+        t_pp=terms["t_pp"], t_dp=t_dp, t_cp=terms["t_cp"] + 0.0 * b, t_ep=t_ep, t_optimizer=t_opt + 0.0 * b, t_offload=terms["t_offload"] + 0.0 * b, t_step=t_step,
         tokens_per_second=training.global_batch * training.seq_len / t_step,
         mfu=shapes.model_flops / (t_step * n * peak), hfu=shapes.hardware_flops[r] / (t_step * n * peak),
     )  # fmt: skip
@@ -430,6 +534,42 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
 # The search
 
 
+def _parallel_layouts(model: TransformerModel, training: Training, cluster: Cluster, space: SearchSpace,
+                      rejected: Counter) -> list[tuple[int, int, int, int, int]]:  # fmt: skip
+    """(tp, pp, cp, dp, ep) to evaluate: layouts() for every cp of SearchSpace.cp_values that
+    parcalc.core.context accepts, and for MoE models every ep dividing the routed experts with
+    ep x etp dividing tp x cp x dp (etp = tp: the search keeps Megatron-Core's default; --etp is
+    for one configuration), as parcalc.core.expert_parallel.expert_layout checks it."""
+    from parcalc.core.context import check_context_parallel
+    from parcalc.core.expert_parallel import expert_layout
+
+    if model.moe is None:
+        eps = [space.ep if space.ep is not None else 1]
+    else:
+        eps = [space.ep] if space.ep is not None else divisors(model.moe.experts)
+    found = []
+    for c in space.cp_values(cluster.gpus, training.seq_len):
+        if cluster.gpus % c:
+            rejected["cp does not divide the GPUs"] += 1
+            continue
+        for t, p, d in layouts(model, training, cluster, rejected, space, cp=c):
+            if not (space.tp in (None, t) and space.pp in (None, p) and space.dp in (None, d)):
+                continue
+            try:
+                check_context_parallel(model, training.seq_len, c, space.cp_comm, t, training.causal)
+            except InputError:
+                rejected["cp does not split the sequence (or the heads, a2a)"] += 1
+                continue
+            for e in eps:
+                try:
+                    expert_layout(model, t, c, d, e)
+                except InputError:
+                    rejected["ep x etp does not divide tp x cp x dp (or ep the experts)"] += 1
+                    continue
+                found.append((t, p, c, d, e))
+    return found
+
+
 def search(model: TransformerModel, training: Training, cluster: Cluster, space: SearchSpace = SearchSpace(),
            progress: Callable[[int, int], None] | None = None) -> SearchResult:  # fmt: skip
     """Every configuration of the space evaluated; `progress(done, total)` after each layout."""
@@ -442,15 +582,14 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         stage_split(model.layers, space.pp, space.first_stage_layers, space.last_stage_layers,
                     embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
     rejected: Counter = Counter()
-    shapes = _Shapes(model, training, cluster)
-    found = [(t, p, d) for t, p, d in layouts(model, training, cluster, rejected, space)
-             if space.tp in (None, t) and space.pp in (None, p) and space.dp in (None, d)]  # fmt: skip
+    shapes = _Shapes(model, training, cluster, space.cp_comm)
+    found = _parallel_layouts(model, training, cluster, space, rejected)
     parts = []
-    for i, (t, p, d) in enumerate(found):
+    for i, (t, p, c, d, e) in enumerate(found):
         per_split = []
         for given in _splits(model, p, space):
             split = stage_split(model.layers, p, *given)
-            cols = _layout_arrays(shapes, t, p, d, split, space, rejected)
+            cols = _layout_arrays(shapes, t, p, d, split, space, rejected, c, e)
             if cols is not None:
                 _evaluate_layout(shapes, cols, given, split)
                 per_split.append(cols)
@@ -462,13 +601,15 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
             parts += per_split
         if progress is not None:
             progress(i + 1, len(found))
+    every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS
     if parts:
-        columns = {k: np.concatenate([c[k] for c in parts]) for k in CONFIG_FIELDS + COST_FIELDS}
+        columns = {k: np.concatenate([c[k] for c in parts]) for k in every}
     else:
-        columns = {k: np.array([]) for k in CONFIG_FIELDS + COST_FIELDS}
-    evaluated = Evaluated(columns, model.layers, space.slots)
+        columns = {k: np.array([]) for k in every}
+    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm)
     rejected["memory (does not fit)"] += int(len(evaluated) - np.count_nonzero(columns["fits"])) if len(evaluated) else 0
     return SearchResult(evaluated, rejected, len(found))
 
 
-__all__ = ["Evaluated", "SearchResult", "SearchSpace", "divisors", "group_spans_nodes", "layouts", "search", "search_splits"]
+__all__ = ["CP_MIN_SEQ_LEN", "PARALLEL_COST_FIELDS", "PARALLEL_FIELDS", "Evaluated", "SearchResult", "SearchSpace", "divisors",
+           "group_spans_nodes", "layouts", "search", "search_splits"]
