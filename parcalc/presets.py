@@ -230,22 +230,29 @@ MAX_YAML_DEPTH = 32
 
 
 def _parse_yaml(path: Path, data: bytes | None = None) -> dict[str, Any]:
-    import yaml
-
     if data is None:
         data = _read_preset_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise PresetError(f"{path}: not UTF-8 text") from None
-    try:
-        _check_yaml_events(path, text)
-        document = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as error:
-        raise PresetError(f"{path}: {_yaml_problem(error)}") from None
+    document = load_yaml_text(path, text)
     if not isinstance(document, dict):
         raise PresetError(f"{path}: expected a mapping of keys at the top level")
     return document
+
+
+def load_yaml_text(path: Path, text: str, label: str = "") -> Any:
+    """A YAML document with no aliases and bounded nesting (checked on the parser's events before
+    any node is built), through the strict loader; a problem is a PresetError naming `label` (default
+    the path). Presets, worksheets and timings files all read YAML through here."""
+    import yaml
+
+    try:
+        _check_yaml_events(path, text)
+        return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        raise PresetError(f"{label or path}: {_yaml_problem(error)}") from None
 
 
 def _check_yaml_events(path: Path, text: str) -> None:

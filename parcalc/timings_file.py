@@ -102,15 +102,10 @@ def _csv_rows(name: str, text: str) -> list[_Row]:
 
 
 def _yaml_rows(path: Path, name: str, text: str) -> tuple[list[_Row], TimeKind | None]:
-    import yaml
-
-    from parcalc.presets import _check_yaml_events, _strict_loader, _yaml_problem
+    from parcalc.presets import load_yaml_text
 
     try:
-        _check_yaml_events(path, text)
-        document = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as error:
-        raise InputError(f"{name}: {_yaml_problem(error)}") from None
+        document = load_yaml_text(path, text, name)
     except ParcalcError as error:
         raise InputError(str(error)) from None
     kind = None

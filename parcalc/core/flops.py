@@ -605,22 +605,7 @@ def stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> D
     else:
         formula, latex = "$L_s × 3 × $F_layer", r"$L_s \times 3 $F_layer"
     value = split[stage] * per_layer
-    head = counted.forward.value - total_layers * counted.layer_forward.value  # the LM head's forward (0 without a vocabulary)
-    if stage == len(split) - 1 and head:
-        inputs.append(Term("F_head", "F_head", r"F_{\mathrm{head}}", head, "FLOP", "LM head forward (on the last stage)"))
-        formula, latex, value = formula + " + 3 × $F_head", latex + r" + 3 $F_head", value + 3 * head
-    return Derivation(
-        key="stage_flops",
-        label=f"Hardware FLOPs of stage {stage + 1} of {len(split)} per iteration (all its GPUs)",
-        symbol="F_stage",
-        latex_symbol=r"F_{\mathrm{stage}}",
-        formula=formula,
-        formula_latex=latex,
-        inputs=tuple(inputs),
-        value=value,
-        unit="FLOP",
-        source=f"{KORTHIKANTI_FLOPS}, per layer; layers per stage by Megatron-LM's split (parcalc.core.stages)",
-    )
+    return _stage_with_head(counted, split, stage, inputs, formula, latex, value, "per layer")
 
 
 def _moe_stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> Derivation:
@@ -649,9 +634,15 @@ def _moe_stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int)
     ]
     formula, latex = "3 × ($L_d × $F_layer + $L_m × $F_moe) + $F_re_s", r"3 \left($L_d $F_layer + $L_m $F_moe\right) + $F_re_s"
     value = 3 * forward + again
-    head = counted.forward.value - counted.layers_forward(0, sum(split))
+    return _stage_with_head(counted, split, stage, inputs, formula, latex, value, "per layer, dense and MoE layers each their own")
+
+
+def _stage_with_head(counted: TrainingFlops, split: tuple[int, ...], stage: int, inputs: list[Term], formula: str, latex: str,
+                     value: float, how: str) -> Derivation:  # fmt: skip
+    """A stage's FLOPs derivation, with the LM head's forward and backward added on the last stage."""
+    head = counted.forward.value - counted.layers_forward(0, sum(split))  # the LM head's forward (0 without a vocabulary)
     if stage == len(split) - 1 and head:
-        inputs.append(Term("F_head", "F_head", r"F_{\mathrm{head}}", head, "FLOP", "LM head forward (on the last stage)"))
+        inputs = [*inputs, Term("F_head", "F_head", r"F_{\mathrm{head}}", head, "FLOP", "LM head forward (on the last stage)")]
         formula, latex, value = formula + " + 3 × $F_head", latex + r" + 3 $F_head", value + 3 * head
     return Derivation(
         key="stage_flops",
@@ -663,6 +654,5 @@ def _moe_stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int)
         inputs=tuple(inputs),
         value=value,
         unit="FLOP",
-        source=f"{KORTHIKANTI_FLOPS}, per layer, dense and MoE layers each their own; layers per stage by Megatron-LM's split "
-               "(parcalc.core.stages)",
+        source=f"{KORTHIKANTI_FLOPS}, {how}; layers per stage by Megatron-LM's split (parcalc.core.stages)",
     )

@@ -33,8 +33,11 @@ import numpy as np
 from parcalc.core.hardware import Gpu, Link
 
 HOST_MEMORY_BANDWIDTH = 614.4e9  # B/s per node: 2 sockets x 8 channels x DDR5-4800 x 8 B (DGX H100)
-HOST_BANDWIDTH_SOURCE = ("NVIDIA DGX H100 User Guide: 2x Intel Xeon Platinum 8480C; 8 DDR5-4800 channels per socket: "
-                         "2 x 8 x 4.8 GT/s x 8 B = 614.4 GB/s per node (parcalc's default host)")  # fmt: skip
+HOST_BANDWIDTH_SOURCE = ("NVIDIA's MLPerf Inference v4.1 system description of a DGX-class H200 node "
+                         "(mlcommons/inference_results_v4.1 closed/NVIDIA/systems/H200-SXM-141GBx8_TRT_MaxQ.json: 2 x Intel Xeon "
+                         "Platinum 8480C, 32 x 64GB MTC40F2046S1RC48BA1, i.e. DDR5-4800 RDIMMs); Sapphire Rapids has 8 DDR5 "
+                         "channels per socket: 2 x 8 x 4.8 GT/s x 8 B = 614.4 GB/s per node, the channels' peak (parcalc's "
+                         "default host; 2 DIMMs per channel may run them slower)")  # fmt: skip
 ZERO_OFFLOAD_OVERLAP = "Ren et al. 2021 (ZeRO-Offload) sec. 4.1: the gradient copy to the CPU overlaps the backward; the step and the weight copy do not"
 
 
