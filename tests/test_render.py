@@ -150,3 +150,14 @@ def test_latex_substitution_never_sets_two_numbers_side_by_side() -> None:
     filled = d.substituted_tex(lambda t: f"{t.value:g}")
     assert filled == r"\frac{1}{4 \cdot 3.15e+10} + 3 \cdot 2 + 2 \times 2 + x_2 2"
     assert d.formula_tex() == r"\frac{1}{n \beta} + 3 F + 2 \times F + x_2 F"  # symbols keep their juxtaposition
+
+
+def test_latex_text_sets_powers_as_superscripts_and_keeps_double_hyphens() -> None:
+    # issue #14: prose printed literal carets ("4Dˆ2 + 8Dˆ2", "X ∈ Rˆ(4096×4096)") and flag names
+    # with an en dash ("–t-forward": TeX's "--" ligature)
+    from parcalc.render.latex import tex_escape
+
+    assert tex_escape("4D^2 + 2^30") == r"4D\textsuperscript{2} + 2\textsuperscript{30}"
+    assert tex_escape("X ∈ R^(32×4096)") == r"X $\in$ R\textsuperscript{32$\times$4096}"
+    assert tex_escape("--t-forward, a - b") == r"-{}-t-forward, a - b"
+    assert tex_escape("x^y ^(") == r"x\textasciicircum{}y \textasciicircum{}("  # not an exponent: a caret

@@ -8,6 +8,8 @@ User-supplied text (worksheet prose, preset names, labels) can therefore never i
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -71,8 +73,25 @@ def tex_escape(value: object) -> Latex:
     if isinstance(value, Latex):
         return value
     text = str(value)
-    out = [_TEX_ESCAPES.get(ch, ch if ch in _PRINTABLE else "?") for ch in text]
+    out, start = [], 0
+    for match in _POWER.finditer(text):  # "2^30", "R^(m×k)": a superscript, not a literal caret
+        out.append(_escape_chars(text[start : match.start()]))
+        out.append(rf"\textsuperscript{{{_escape_chars(match.group(1) or match.group(2))}}}")
+        start = match.end()
+    out.append(_escape_chars(text[start:]))
     return Latex("".join(out))
+
+
+# An exponent written in text: ^ and digits, or ^ and a short parenthesised group
+_POWER = re.compile(r"\^(?:(-?\d+)|\(([^()]{1,40})\))")
+
+
+def _escape_chars(text: str) -> str:
+    # "-" before another "-" gets "{}" so that "--flag" keeps two hyphens (TeX makes "--" an en dash)
+    return "".join(
+        "-{}" if ch == "-" and text[i + 1 : i + 2] == "-" else _TEX_ESCAPES.get(ch, ch if ch in _PRINTABLE else "?")
+        for i, ch in enumerate(text)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
