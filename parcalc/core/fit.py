@@ -143,6 +143,7 @@ class Training:
     offload_optimizer: bool = False  # ZeRO-Offload (parcalc.core.offload; time: parcalc.core.timing.offload)
     offload_activations: bool = False
     host_link: Link | None = None  # the GPU's PCIe link to the host (None: parcalc.core.timing.offload.default_host_link)
+    fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are scaled (parcalc.core.timing.moe.FP8_RECIPES); with --precision fp8
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,19 @@ class Config:
     ep: int = 1  # expert parallelism, folded over tp x cp x dp (see memory.Parallelism)
     etp: int | None = None
     cp_comm: str = "p2p"  # how attention gets the other CP ranks' K/V (parcalc.core.context.CpComm)
+    # How the MoE layers exchange tokens (parcalc.core.timing.moe): the busiest rank's share over the
+    # balanced one, the dispatcher, node-limited routing, and what hides the exchanges.
+    moe_imbalance: float = 1.0
+    moe_dispatcher: str = "alltoall"
+    max_nodes_per_token: int | None = None
+    ep_overlap: str = "none"
+
+    def experts(self) -> Any:
+        """The MoE settings as the timing takes them (parcalc.core.timing.moe.ExpertShard)."""
+        from parcalc.core.timing.moe import ExpertShard
+
+        return ExpertShard(self.ep, self.tp if self.etp is None else self.etp, self.moe_imbalance, self.moe_dispatcher,
+                           self.max_nodes_per_token, self.ep_overlap)  # fmt: skip
 
     def micro_batches(self, training: Training) -> int:
         """Micro-batches per replica per iteration: B / (d b)."""
@@ -173,7 +187,10 @@ class Config:
         parts = [f"TP {self.tp} x PP {self.pp}" + (f" x CP {self.cp} ({self.cp_comm})" if self.cp > 1 else "") + f" x DP {self.dp}",
                  f"b = {self.micro_batch}"]
         if self.ep > 1 or self.etp is not None:
-            parts.append(f"EP {self.ep}" + (f" x ETP {self.etp}" if self.etp is not None else ""))
+            parts.append(f"EP {self.ep}" + (f" x ETP {self.etp}" if self.etp is not None else "")
+                         + (f" ({self.moe_dispatcher}" + (f", at most {self.max_nodes_per_token} nodes per token" if self.max_nodes_per_token else "")
+                            + (f", {self.ep_overlap} overlap" if self.ep_overlap != "none" else "") + ")"
+                            if (self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap) != ("alltoall", None, "none") else ""))
         if self.zero:
             parts.append(f"ZeRO-{self.zero}")
         if self.sequence_parallel:
@@ -248,6 +265,11 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
 
         try:
             expert_layout(model, t, config.cp, d, config.ep, config.etp)
+            if model.moe is not None:
+                from parcalc.core.timing.moe import check_routing
+
+                experts = config.experts()
+                check_routing(model, experts, placement(experts.ep, experts.etp, cluster.gpus_per_node).nodes)
         except InputError as error:
             return str(error)
     return None
@@ -357,7 +379,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     f_model, f_hw = counted.model, counted.hardware
     ends = config.stage_ends(model)
     stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster, **ends,
-                                           cp=c, cp_comm=config.cp_comm)  # fmt: skip
+                                           cp=c, cp_comm=config.cp_comm, experts=config.experts() if model.moe is not None else None)  # fmt: skip
     dp = dp_pieces(model, t, p, d * c, training, cluster, **ends)  # gradients over the dp-cp group (Megatron-LM)
     framework = cluster.framework
     t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
@@ -367,8 +389,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     offloading = training.offload_optimizer or training.offload_activations
     t_off = float(offload_step_time(model, t, p, d * c, config.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends)) if offloading else 0.0  # fmt: skip
-    ep_comm, t_ep = _ep_derivation(model, config, training, cluster, breakdown, m)
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_ep=t_ep)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
+    ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms["t_ep"]))
 
     spec = cluster.spec
     m_term = _t("m", "m", m, "", "micro-batches per replica")
@@ -528,29 +550,36 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
                        (f"K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
 
 
-def _ep_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,
-                   m: int) -> tuple[Derivation | None, float]:  # fmt: skip
-    """t_ep: the MoE all-to-alls of the stage with the most MoE layers, not overlapped (parcalc.core.timing.expert)."""
-    from parcalc.core.memory import stage_moe_layers
-    from parcalc.core.timing.expert import A2A_SOURCE, ep_exposed, ep_pieces
+def _ep_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any, m: int,
+                   value: float) -> Derivation | None:  # fmt: skip
+    """t_ep: the MoE dispatch and combine of the slowest stage (parcalc.core.timing.moe), the
+    pipeline's partnerless micro-batches exposing all of theirs."""
+    from parcalc.core.timing.moe import COMM_SMS_SOURCE, OVERLAP_SOURCE, unpaired_micro_batches
+    from parcalc.core.timing.network import placement as place
 
-    if model.moe is None or config.ep == 1:
-        return None, 0.0
-    etp = config.tp if config.etp is None else config.etp
-    buffer, a2a = ep_pieces(model, config.tp, config.cp, config.ep, etp, config.micro_batch, config.sequence_parallel, training, cluster)
-    moe = max(stage_moe_layers(model, breakdown.parallelism, s) for s in range(config.pp))
-    calls = 6 if config.recompute is Recompute.FULL else 4
-    value = float(ep_exposed(m, moe, calls, a2a))
-    group = placement(config.ep, etp, cluster.gpus_per_node)
+    if model.moe is None or (config.ep == 1 and (config.etp or config.tp) == 1):
+        return None
+    experts = config.experts()
+    group = place(experts.ep, experts.etp, cluster.gpus_per_node)
     where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
-    inputs = [_t("m", "m", m, "", "micro-batches per replica"), _t("L_m", "L_MoE", moe, "", "MoE layers of the busiest stage", latex=r"L_{\mathrm{MoE}}"),
-              _t("c", "c", calls, "", "all-to-alls per MoE layer and micro-batch (dispatch, combine; forward, backward"
-                 + (", forward replayed)" if calls == 6 else ")")),
-              _t("T_a2a", "T_a2a", a2a, "s", f"one all-to-all of {buffer:,.0f} B per rank over ep = {config.ep} ({where}), NCCL model",
-                 latex=r"T_{\mathrm{a2a}}")]  # fmt: skip
-    return _derivation("t_ep", "Expert-parallel all-to-alls per iteration (not overlapped)", "t_ep", r"t_{\mathrm{ep}}",
-                       "$m × $L_m × $c × $T_a2a", inputs, value, "s", A2A_SOURCE,
-                       ("stated as not overlapped with compute; overlap of the all-to-alls is issue #19",)), value  # fmt: skip
+    how = ("NCCL all-to-all: every token copy for another node over the network" if experts.dispatcher == "alltoall"
+           else "DeepEP-style: one copy per token and destination node over the network, forwarded over NVLink"
+           + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else ""))  # fmt: skip
+    alone = float(unpaired_micro_batches(config.pp, config.chunks, m))
+    inputs = [_t("m", "m", m, "", "micro-batches per replica"),
+              _t("u", "u", alone, "", "micro-batches without a partner (pipeline warm-up; all of them without 1F1B overlap)"),
+              _t("L_m", "L_MoE", stage.moe_layers, "", "MoE layers of the slowest stage", latex=r"L_{\mathrm{MoE}}"),
+              _t("A", "A", stage.ep_total, "s", f"dispatch + combine of one micro-batch, forward and backward, all {stage.moe_layers} "
+                 f"MoE layers, over ep = {experts.ep} ({where}), {how}"),
+              _t("E", "E", stage.ep, "s", f"of which exposed beside a partner ({experts.overlap} overlap; the SMs the hidden part "
+                 f"holds slow the compute beside it)")]  # fmt: skip
+    assumptions = [f"busiest rank's tokens over the balanced share rho = {experts.imbalance:g} (--moe-imbalance)",
+                   f"communication kernels hold 20 of the GPU's SMs while they run ({COMM_SMS_SOURCE})"]
+    if experts.overlap == "none":
+        assumptions.append("not overlapped with compute (--ep-overlap none)")
+    return _derivation("t_ep", "Expert-parallel dispatch and combine exposed per iteration", "t_ep", r"t_{\mathrm{ep}}",
+                       "$u × $A + ($m - $u) × $E", inputs, value, "s", f"parcalc.core.timing.moe; {OVERLAP_SOURCE}; {NCCL_SOURCE}",
+                       tuple(assumptions))  # fmt: skip
 
 
 def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float) -> Derivation:

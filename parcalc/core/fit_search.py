@@ -102,6 +102,15 @@ class SearchSpace:
     cp: int | None = None  # pinned context parallelism (None: 1, and every valid cp when s >= CP_MIN_SEQ_LEN)
     ep: int | None = None  # pinned expert parallelism (None: every ep dividing the routed experts; 1 for dense models)
     cp_comm: str = "p2p"  # the CP exchange every cp > 1 uses (parcalc.core.context.CpComm)
+    # How every MoE layout exchanges tokens (parcalc.core.fit.Config's fields of the same names)
+    moe_imbalance: float = 1.0
+    moe_dispatcher: str = "alltoall"
+    max_nodes_per_token: int | None = None
+    ep_overlap: str = "none"
+
+    @property
+    def moe(self) -> tuple[float, str, int | None, str]:
+        return self.moe_imbalance, self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap
 
     def cp_values(self, gpus: int, seq_len: int) -> list[int]:
         """The cp degrees to try: the pinned one, or 1 and, for s >= CP_MIN_SEQ_LEN, every divisor
@@ -126,6 +135,7 @@ class Evaluated:
     layers: int = 0  # the model's transformer layers (tells an even split from an uneven one)
     slots: tuple[int, int] = (0, 0)  # SearchSpace.slots: every split counts the embedding / loss as a slot
     cp_comm: str = "p2p"  # SearchSpace.cp_comm
+    moe: tuple[float, str, int | None, str] = (1.0, "alltoall", None, "none")  # SearchSpace.moe
 
     def __len__(self) -> int:
         return len(self.columns["tp"])
@@ -138,7 +148,8 @@ class Evaluated:
                       RECOMPUTES[int(c["recompute"][i])], int(c["zero"][i]), bool(c["sequence_parallel"][i]),
                       Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, int(c["chunks"][i]),
                       None if even else first, None if even else last, bool(self.slots[0]), bool(self.slots[1]),
-                      cp=int(c["cp"][i]), ep=int(c["ep"][i]), cp_comm=self.cp_comm)  # fmt: skip
+                      cp=int(c["cp"][i]), ep=int(c["ep"][i]), cp_comm=self.cp_comm, moe_imbalance=self.moe[0],
+                      moe_dispatcher=self.moe[1], max_nodes_per_token=self.moe[2], ep_overlap=self.moe[3])  # fmt: skip
 
     def rows(self, order: np.ndarray | None = None, extra: tuple[str, ...] = ()) -> Iterator[tuple[object, ...]]:
         """Each configuration as a tuple of plain Python values, in CONFIG_FIELDS + COST_FIELDS
@@ -243,10 +254,11 @@ def _splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[i
 class _Shapes:
     """Memoised scalar quantities: activations per sequence, stage parameters, collective times."""
 
-    def __init__(self, model: TransformerModel, training: Training, cluster: Cluster, cp_comm: str = "p2p") -> None:
+    def __init__(self, model: TransformerModel, training: Training, cluster: Cluster, cp_comm: str = "p2p",
+                 moe: tuple[float, str, int | None, str] = (1.0, "alltoall", None, "none")) -> None:  # fmt: skip
         from parcalc.core.flops import training_flops
 
-        self.model, self.training, self.cluster, self.cp_comm = model, training, cluster, cp_comm
+        self.model, self.training, self.cluster, self.cp_comm, self.moe = model, training, cluster, cp_comm, moe
         self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         self.e = training.precision.activation_bytes
         counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value) for r in RECOMPUTES}
@@ -256,8 +268,6 @@ class _Shapes:
         self._dp: dict[tuple[int, int, int, int | None, int | None], DataParallelPieces] = {}
         self._stages: dict[tuple[int | None, ...], tuple[float, ...]] = {}
         self._states: dict[tuple[int | None, ...], tuple[tuple[float, ...], ...]] = {}
-        self._a2a: dict[tuple[int, ...], float] = {}
-        self._busiest_moe: dict[tuple[int | None, ...], int] = {}
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
@@ -305,24 +315,6 @@ class _Shapes:
             self._states[key] = (of(0), second, of(pp - 1))
         return self._states[key]
 
-    def busiest_moe(self, pp: int, first: int | None, last: int | None, chunks: int) -> int:
-        """MoE layers of the stage with the most (parcalc.core.fit._ep_derivation's L_MoE)."""
-        key = (pp, first, last, chunks)
-        if key not in self._busiest_moe:
-            par = Parallelism(1, pp, 1, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, micro_batches=pp,
-                              chunks=chunks, first_stage_layers=first, last_stage_layers=last)  # fmt: skip
-            self._busiest_moe[key] = max(stage_moe_layers(self.model, par, s) for s in range(pp))
-        return self._busiest_moe[key]
-
-    def a2a(self, tp: int, cp: int, ep: int, b: int, sp: bool) -> float:
-        """One MoE all-to-all's time (parcalc.core.timing.expert.ep_pieces, etp = tp)."""
-        from parcalc.core.timing.expert import ep_pieces
-
-        key = (tp, cp, ep, b, int(sp))
-        if key not in self._a2a:
-            self._a2a[key] = ep_pieces(self.model, tp, cp, ep, tp, b, sp, self.training, self.cluster)[1]
-        return self._a2a[key]
-
     def fp8_layer(self, tp: int) -> float:
         """Transformer Engine's FP8 weight copies of one layer on one TP rank (parcalc.core.memory.fp8_weight_cache)."""
         if self.training.precision is not Precision.FP8:
@@ -350,7 +342,7 @@ class _Shapes:
         return self._dp[key]
 
     def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
-                     r: np.ndarray, cp: int = 1, cp_comm: str = "p2p") -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
+                     r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
         """parcalc.core.timing.step.stage_pieces for every configuration, from one scalar call per distinct (b, SP, r)."""
         keys = b * 8 + sp.astype(int) * 4 + r
         unique, inverse = np.unique(keys, return_inverse=True)
@@ -358,17 +350,22 @@ class _Shapes:
         first, last = split
         for key in unique.tolist():
             size, rest = divmod(key, 8)
-            memo = (tp, pp, dp, first, last, size, rest, cp, cp_comm)
+            memo = (tp, pp, dp, first, last, size, rest, cp, cp_comm, ep)
             if memo not in self._stages:
+                experts = None
+                if self.model.moe is not None:
+                    from parcalc.core.timing.moe import ExpertShard
+
+                    experts = ExpertShard(ep, tp, *self.moe)  # etp = tp in the search
                 pieces, f_layer, b_layer = stage_pieces(self.model, tp, pp, dp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training,
-                                                        self.cluster, first=first, last=last, cp=cp, cp_comm=cp_comm)  # fmt: skip
+                                                        self.cluster, first=first, last=last, cp=cp, cp_comm=cp_comm, experts=experts)  # fmt: skip
                 self._stages[memo] = (pieces.forward, pieces.backward, pieces.recompute, pieces.tp, pieces.tp_hidden, pieces.p2p,
                                       pieces.first_forward, pieces.last_backward, pieces.regather, pieces.regather_exposed,
-                                      f_layer, b_layer, pieces.cp, pieces.cp_total)  # fmt: skip
+                                      f_layer, b_layer, pieces.cp, pieces.cp_total, pieces.ep, pieces.ep_total)  # fmt: skip
             rows.append(self._stages[memo])
         table = np.array(rows, dtype=float)[inverse]
         stage = StagePieces(*(table[:, i] for i in range(8)), regather=table[:, 8], regather_exposed=table[:, 9], cp=table[:, 12],
-                            cp_total=table[:, 13])  # fmt: skip
+                            cp_total=table[:, 13], ep=table[:, 14], ep_total=table[:, 15])  # fmt: skip
         return stage, table[:, 10], table[:, 11]
 
 
@@ -487,7 +484,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
 
     # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
     # the same combination as parcalc.core.fit.estimate, on arrays.
-    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm)
+    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm, ep)
     dp = shapes.dp(t, p, d * c, first, last)  # gradients over the dp-cp group (Megatron-LM)
     framework = cluster.framework
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
@@ -496,19 +493,12 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     t_opt = optimizer_step_time(model, t, p, d * c, z, training, cluster, first=first, last=last)
     t_off = offload_step_time(model, t, p, d * c, z, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage,
                               first=first, last=last)  # fmt: skip
-    t_ep = 0.0 * b
-    if model.moe is not None and ep > 1:  # parcalc.core.fit._ep_derivation: m x L_MoE x c x T_a2a, not overlapped
-        a2a = np.array([[shapes.a2a(t, c, ep, size, bool(s)) for s in (False, True)] for size in np.unique(b).tolist()])
-        a2a = a2a[np.searchsorted(np.unique(b), b), sp.astype(int)]
-        busiest = np.array([shapes.busiest_moe(p, first, last, k) for k in np.unique(v).tolist()])[np.searchsorted(np.unique(v), v)]
-        calls = np.where(r == RECOMPUTES.index(Recompute.FULL), 6, 4)
-        t_ep = m * busiest * calls * a2a
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_ep=t_ep)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
     t_step = terms["t_step"]
     n, peak = cluster.gpus, cluster.peak
     cols.update(
         memory=memory, fits=memory <= cluster.capacity, t_compute=terms["t_compute"], t_tp=terms["t_tp"], t_bubble=terms["t_bubble"],
-        t_pp=terms["t_pp"], t_dp=t_dp, t_cp=terms["t_cp"] + 0.0 * b, t_ep=t_ep, t_optimizer=t_opt + 0.0 * b, t_offload=terms["t_offload"] + 0.0 * b, t_step=t_step,
+        t_pp=terms["t_pp"], t_dp=t_dp, t_cp=terms["t_cp"] + 0.0 * b, t_ep=terms["t_ep"] + 0.0 * b, t_optimizer=t_opt + 0.0 * b, t_offload=terms["t_offload"] + 0.0 * b, t_step=t_step,
         tokens_per_second=training.global_batch * training.seq_len / t_step,
         mfu=shapes.model_flops / (t_step * n * peak), hfu=shapes.hardware_flops[r] / (t_step * n * peak),
     )  # fmt: skip
@@ -582,7 +572,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         stage_split(model.layers, space.pp, space.first_stage_layers, space.last_stage_layers,
                     embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
     rejected: Counter = Counter()
-    shapes = _Shapes(model, training, cluster, space.cp_comm)
+    shapes = _Shapes(model, training, cluster, space.cp_comm, space.moe)
     found = _parallel_layouts(model, training, cluster, space, rejected)
     parts = []
     for i, (t, p, c, d, e) in enumerate(found):
@@ -606,7 +596,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         columns = {k: np.concatenate([c[k] for c in parts]) for k in every}
     else:
         columns = {k: np.array([]) for k in every}
-    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm)
+    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe)
     rejected["memory (does not fit)"] += int(len(evaluated) - np.count_nonzero(columns["fits"])) if len(evaluated) else 0
     return SearchResult(evaluated, rejected, len(found))
 

@@ -30,6 +30,7 @@ from functools import lru_cache
 from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.hardware import Gpu, KernelRates, Sourced
 from parcalc.core.model import TransformerModel
+from parcalc.core.timing.moe import ExpertShard, fp8_cast, moe_kernels
 
 GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
 # Used only for GPUs whose preset has no `kernels` section; each figure is stated as an assumption.
@@ -66,6 +67,9 @@ class ComputeSpec:
     matmul: Sourced  # share of `peak` large GEMMs sustain
     kernels: KernelRates
     scale: float = 1.0  # --efficiency: multiplies every kernel's rate
+    # The same GPU's 16-bit GEMMs, when `peak` is another dtype's (FP8 training keeps the LM head, the
+    # router and attention in BF16); None when the GEMMs already run in 16 bits.
+    sixteen_bit: ComputeSpec | None = None
 
     @property
     def tile_area(self) -> int:
@@ -87,7 +91,10 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
         matmul = GENERIC_MATMUL if fallback is None else Sourced(fallback.value, fallback.unit, f"{fallback.source}; bf16's share, none measured for {dtype}")
     bandwidth = gpu.memory_bandwidth.value if gpu is not None else GENERIC_BANDWIDTH
     sms = int(gpu.sms.value) if gpu is not None and gpu.sms is not None else GENERIC_SMS
-    return ComputeSpec(peak, attention_peak or peak, bandwidth, sms, matmul, kernels, scale)
+    sixteen = None
+    if dtype not in ("bf16", "fp16", "fp32", "tf32") and attention_peak:
+        sixteen = compute_spec(gpu, "bf16", attention_peak, attention_peak, scale)
+    return ComputeSpec(peak, attention_peak or peak, bandwidth, sms, matmul, kernels, scale, sixteen)
 
 
 @dataclass(frozen=True)
@@ -160,6 +167,7 @@ class LayerShard:
     causal: bool
     bytes_per_element: float  # activations (2 for 16-bit, 4 for fp32)
     cp: int = 1  # context parallelism: seq_len is this rank's shard s/cp; its queries attend over all s keys
+    fp8: str = ""  # FP8 training: the scaling recipe of the GEMM inputs (parcalc.core.timing.moe.FP8_RECIPES); "": none
 
 
 @dataclass(frozen=True)
@@ -169,6 +177,8 @@ class LayerPasses:
     forward: tuple[Kernel, ...]
     backward: tuple[Kernel, ...]
     attention_core: tuple[Kernel, ...]  # the forward kernels selective recomputation replays
+    shared_forward: float = 0.0  # an MoE layer's shared experts, forward and backward (what --ep-overlap shared hides under)
+    shared_backward: float = 0.0
 
     @property
     def t_forward(self) -> float:
@@ -206,13 +216,14 @@ def _linear(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec) -> tu
     return (gemm(key, m, k, n, e, spec), gemm(f"{key}.dgrad", m, n, k, e, spec), gemm(f"{key}.wgrad", k, m, n, e, spec))
 
 
-def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> LayerPasses:
-    """Every kernel of one layer's forward and backward on one GPU (see the module docstring)."""
-    return _layer_passes(model, shard, spec)
+def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None = None) -> LayerPasses:
+    """Every kernel of one layer's forward and backward on one GPU (see the module docstring);
+    with `experts`, an MoE layer of the model (parcalc.core.timing.moe) instead of a dense one."""
+    return _layer_passes(model, shard, spec, experts)
 
 
 @lru_cache(maxsize=4096)
-def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> LayerPasses:
+def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None) -> LayerPasses:
     b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
     tokens = b * s
     h, f = model.hidden, model.ffn_hidden // t
@@ -233,6 +244,9 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec)
         fwd, dgrad, wgrad = _linear(key, m, k, n, e, spec)
         forward.append(fwd)
         backward.extend((dgrad, wgrad))
+        if shard.fp8:  # each GEMM input quantised: the activation forward, the output gradient backward
+            forward.append(fp8_cast(f"{key}.cast", m * k, e, shard.fp8, spec))
+            backward.append(fp8_cast(f"{key}.dgrad.cast", m * n, e, shard.fp8, spec))
 
     norm = model.norm is not Norm.NONE
     residual_fwd = (3 * e + (MASK_BYTES if shard.dropout else 0)) * seq_tokens * h  # x + dropout(y): read 2, write 1 (+ mask)
@@ -240,39 +254,63 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec)
     act = f"[{seq_tokens}×{h}]"
     if norm:
         mem("norm1", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
-    linear("qkv", tokens, h, q_w + 2 * kv_w)
-    if model.position is Position.ROPE:
-        mem("rope", 2 * e * tokens * (q_w + kv_w), 2 * e * tokens * (q_w + kv_w), f"[{tokens}×{q_w + kv_w}]")
+    mla = model.mla
+    if mla is None:
+        linear("qkv", tokens, h, q_w + 2 * kv_w)
+        if model.position is Position.ROPE:
+            mem("rope", 2 * e * tokens * (q_w + kv_w), 2 * e * tokens * (q_w + kv_w), f"[{tokens}×{q_w + kv_w}]")
+        qk_dim, v_dim = hd, hd
+    else:  # multi-head latent attention: low-rank query and key/value paths (parcalc.core.model.LatentAttention)
+        qk_dim, v_dim = mla.qk_head_dim, mla.v_head_dim
+        if mla.q_lora_rank:
+            linear("qkv", tokens, h, mla.q_lora_rank)  # q down-projection, replicated over TP ranks
+            mem("mla.q_norm", 2 * e * tokens * mla.q_lora_rank, 3 * e * tokens * mla.q_lora_rank, f"[{tokens}×{mla.q_lora_rank}]")
+            linear("mla.q_up", tokens, mla.q_lora_rank, heads * qk_dim)
+        else:
+            linear("qkv", tokens, h, heads * qk_dim)
+        linear("mla.kv_down", tokens, h, mla.kv_lora_rank + mla.qk_rope_head_dim)
+        mem("mla.kv_norm", 2 * e * tokens * mla.kv_lora_rank, 3 * e * tokens * mla.kv_lora_rank, f"[{tokens}×{mla.kv_lora_rank}]")
+        linear("mla.kv_up", tokens, mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + v_dim))
+        rotary = tokens * (heads + 1) * mla.qk_rope_head_dim
+        mem("rope", 2 * e * rotary, 2 * e * rotary, f"[{tokens}×{(heads + 1) * mla.qk_rope_head_dim}]")
+        q_w, kv_w = heads * qk_dim, heads * (qk_dim + v_dim) // 2  # per token: K of qk_dim and V of v_dim per head
     core: list[Kernel] = []
     sk = s * shard.cp  # keys and values: the whole sequence (with CP, s is this rank's query shard; the 2cp-chunk
     # balancing gives every rank half of its s x s·cp causal square, as without CP)
+    aspec = spec.sixteen_bit or spec  # attention's matmuls stay in 16 bits under FP8
     if shard.flash_attention:
-        work = 4.0 * b * heads * s * sk * hd * (0.5 if shard.causal else 1.0)
+        work = 2.0 * b * heads * s * sk * (qk_dim + v_dim) * (0.5 if shard.causal else 1.0)
         io = e * b * (2 * s * q_w + 2 * sk * kv_w)  # read Q, K, V, write O
-        shape = f"b·a/t = {b * heads}, s = {s}, d = {hd}"
+        shape = f"b·a/t = {b * heads}, s = {s}, d = {qk_dim}"
         core.append(flash_attention("attn.flash", work, io, False, spec, shape))
         forward.extend(core)
         backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape))
     else:
         scores = b * heads * s * sk
         square = f"[{s}×{sk}] ×{b * heads}"
-        core.append(gemm("attn.scores", s, hd, sk, e, spec, batch=b * heads))
+        core.append(gemm("attn.scores", s, qk_dim, sk, e, aspec, batch=b * heads))
         core.append(memory_op("attn.softmax", 2 * e * scores, spec, square))
         if shard.dropout:
             core.append(memory_op("attn.dropout", (2 * e + MASK_BYTES) * scores, spec, square))
-        core.append(gemm("attn.context", s, sk, hd, e, spec, batch=b * heads))
+        core.append(gemm("attn.context", s, sk, v_dim, e, aspec, batch=b * heads))
         forward.extend(core)
-        backward.extend((gemm("attn.context.dgrad", s, hd, sk, e, spec, batch=b * heads),
-                         gemm("attn.context.wgrad", sk, s, hd, e, spec, batch=b * heads)))  # fmt: skip
+        backward.extend((gemm("attn.context.dgrad", s, v_dim, sk, e, aspec, batch=b * heads),
+                         gemm("attn.context.wgrad", sk, s, v_dim, e, aspec, batch=b * heads)))  # fmt: skip
         if shard.dropout:
             backward.append(memory_op("attn.dropout.bwd", (2 * e + MASK_BYTES) * scores, spec, square))
         backward.append(memory_op("attn.softmax.bwd", 3 * e * scores, spec, square))
-        backward.extend((gemm("attn.scores.dgrad", s, sk, hd, e, spec, batch=b * heads),
-                         gemm("attn.scores.wgrad", sk, s, hd, e, spec, batch=b * heads)))  # fmt: skip
-    linear("proj", tokens, q_w, h)
+        backward.extend((gemm("attn.scores.dgrad", s, sk, qk_dim, e, aspec, batch=b * heads),
+                         gemm("attn.scores.wgrad", sk, s, qk_dim, e, aspec, batch=b * heads)))  # fmt: skip
+    linear("proj", tokens, heads * v_dim if mla is not None else q_w, h)
     mem("residual1", residual_fwd, residual_bwd, act)
     if norm:
         mem("norm2", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
+    if experts is not None and model.moe is not None:
+        moe_forward, moe_backward, shared_f, shared_b = moe_kernels(model, shard, spec, experts)
+        forward.extend(moe_forward)
+        backward.extend(moe_backward)
+        mem("residual2", residual_fwd, residual_bwd, act)
+        return LayerPasses(tuple(forward), tuple(backward), tuple(core), shared_f, shared_b)
     if model.mlp.gated:
         linear("mlp.gate_up", tokens, h, 2 * f)
         mem("mlp.act", 3 * e * tokens * f, 5 * e * tokens * f, f"[{tokens}×{f}]")
@@ -305,7 +343,7 @@ def end_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) ->
     vocab = math.ceil(model.vocab / t)
     embed = memory_op("embedding", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # gather rows, write activations
     embed_bwd = memory_op("embedding.bwd", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # scatter-add of the gradient rows
-    fwd, dgrad, wgrad = _linear("lm_head", tokens, h, vocab, e, spec)
+    fwd, dgrad, wgrad = _linear("lm_head", tokens, h, vocab, e, spec.sixteen_bit or spec)  # BF16 under FP8 (Megatron's output layer)
     ce = memory_op("cross_entropy", (e + LOGIT_BYTES) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
     ce_bwd = memory_op("cross_entropy.bwd", (LOGIT_BYTES + e) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
     norm = memory_op("final_norm", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x, write y

@@ -55,6 +55,9 @@ class StagePieces:
     regather_exposed: Any = 0.0
     cp: Any = 0.0  # the context-parallel exchanges of one micro-batch left exposed (parcalc.core.timing.context)
     cp_total: Any = 0.0  # the same exchanges before overlap
+    ep: Any = 0.0  # MoE dispatch and combine of one micro-batch left exposed beside a partner micro-batch (parcalc.core.timing.moe)
+    ep_total: Any = 0.0  # the same for a micro-batch without a partner (all of it unless --ep-overlap shared)
+    moe_layers: int = 0  # MoE layers of the slowest stage
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,15 @@ def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *,
     return np.where(zero == 0, ddp, np.where(zero <= 2, zero12, zero3))
 
 
-def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool, t_offload: Any = 0.0,
-            t_ep: Any = 0.0) -> dict[str, Any]:  # fmt: skip
-    """The terms of t_step from the pieces (floats or arrays alike)."""
+def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool,
+            t_offload: Any = 0.0) -> dict[str, Any]:  # fmt: skip
+    """The terms of t_step from the pieces (floats or arrays alike). t_ep: the MoE exchanges, the
+    pipeline's unpartnered micro-batches (parcalc.core.timing.moe.unpaired_micro_batches) with all
+    of theirs exposed, the others with what their partner's compute leaves."""
+    from parcalc.core.timing.moe import unpaired_micro_batches
+
+    alone = unpaired_micro_batches(p, v, m)
+    t_ep = alone * stage.ep_total + (m - alone) * stage.ep
     t_compute = m * (stage.forward + stage.backward + stage.recompute)
     if tp_overlap:  # TE's userbuffers: every TP collective, the SP re-gathers included, against every GEMM
         tp_per_micro_batch = np.maximum(stage.tp + stage.regather - stage.tp_hidden, 0.0)
@@ -139,31 +148,50 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
 
 def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequence_parallel: bool, recompute: Any,
                  training: Any, cluster: Any, *, first: int | None = None, last: int | None = None, cp: int = 1,
-                 cp_comm: str = "p2p") -> tuple[StagePieces, float, float]:  # fmt: skip
+                 cp_comm: str = "p2p", experts: Any = None) -> tuple[StagePieces, float, float]:  # fmt: skip
     """The slowest stage's pieces for one micro-batch, and one layer's forward and backward time
     (with its recomputation) for ZeRO-3's prefetch windows. first / last: layers of the first and
     last stage (Megatron-LM's uneven split, parcalc.core.stages; None: L/p on every stage); the
-    slowest of the first, a middle and the last stage (compute and exposed TP) sets the pace."""
-    from parcalc.core.choices import Collective, Recompute
+    slowest of the first, a middle and the last stage (compute and exposed TP) sets the pace.
+    experts: how the MoE layers run (parcalc.core.timing.moe.ExpertShard; None: ep = etp = 1);
+    a stage's MoE layers (contiguous ranges of Megatron's split) take an MoE layer's kernels and
+    its dispatch and combine (StagePieces.ep)."""
+    from parcalc.core.choices import Collective, Precision, Recompute
     from parcalc.core.stages import stage_split
     from parcalc.core.timing.compute import LayerShard, end_passes, layer_passes
+    from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange
     from parcalc.core.timing.network import collective_time, placement
 
     spec, fabric = cluster.spec, cluster.fabric
     e = training.precision.activation_bytes
     dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
     seq = training.seq_len // cp  # this rank's tokens of each sequence (context parallelism)
+    fp8 = getattr(training, "fp8_recipe", "delayed") if training.precision is Precision.FP8 else ""
     shard = LayerShard(micro_batch, seq, tp, sequence_parallel, training.flash_attention, dropout,
-                       training.causal, e, cp)  # fmt: skip
+                       training.causal, e, cp, fp8)  # fmt: skip
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
     uneven = first is not None or last is not None
     split = stage_split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)  # first, a middle, last
+    moe_counts = _moe_per_stage(model, pp, split)
+    if model.moe is not None:
+        experts = experts if experts is not None else ExpertShard(etp=tp)
+        moe_layer = layer_passes(model, shard, spec, experts)
+    else:
+        moe_layer = layer
     f_layer, b_layer, r_layer = layer.t_forward, layer.t_backward, layer.t_recompute(recompute)
-    first_f = split[0] * f_layer + ends.t_first_forward + (ends.t_last_forward if pp == 1 else 0.0)
-    first_b = split[0] * (b_layer + r_layer) + ends.t_first_backward + (ends.t_last_backward if pp == 1 else 0.0)
-    last_f = split[-1] * f_layer + ends.t_last_forward
-    last_b = split[-1] * (b_layer + r_layer) + ends.t_last_backward
+    f_moe, b_moe, r_moe = moe_layer.t_forward, moe_layer.t_backward, moe_layer.t_recompute(recompute)
+
+    def f_of(layers: int, moe: int) -> float:
+        return (layers - moe) * f_layer + moe * f_moe
+
+    def b_of(layers: int, moe: int) -> float:
+        return (layers - moe) * (b_layer + r_layer) + moe * (b_moe + r_moe)
+
+    first_f = f_of(split[0], moe_counts[0]) + ends.t_first_forward + (ends.t_last_forward if pp == 1 else 0.0)
+    first_b = b_of(split[0], moe_counts[0]) + ends.t_first_backward + (ends.t_last_backward if pp == 1 else 0.0)
+    last_f = f_of(split[-1], moe_counts[-1]) + ends.t_last_forward
+    last_b = b_of(split[-1], moe_counts[-1]) + ends.t_last_backward
     activation = micro_batch * seq * model.hidden * e
     regather_layer = regather_exposed_layer = 0.0
     if tp > 1:
@@ -175,20 +203,20 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
         else:
             one = collective_time(Collective.ALL_REDUCE, activation, group, fabric).time
         # 2 forward and 2 backward per layer, 2 more replayed by full recomputation; the SP re-gathers apart
-        tp_layer, hidden_layer = (6 if recompute is Recompute.FULL else 4) * one, layer.t_gemms()
+        tp_layer, hidden_layer, hidden_moe = (6 if recompute is Recompute.FULL else 4) * one, layer.t_gemms(), moe_layer.t_gemms()
     else:
-        tp_layer = hidden_layer = 0.0
+        tp_layer = hidden_layer = hidden_moe = 0.0
     # The slowest stage sets the pace (the first of equals). Equal stages: the first (a middle one is
     # the first without the embedding; the last has the LM head instead).
-    stages = [(first_f, first_b, split[0])]
+    stages = [(first_f, first_b, split[0], moe_counts[0])]
     if pp > 2:
-        stages.append((split[1] * f_layer, split[1] * (b_layer + r_layer), split[1]))
+        stages.append((f_of(split[1], moe_counts[1]), b_of(split[1], moe_counts[1]), split[1], moe_counts[1]))
     if pp > 1:
-        stages.append((last_f, last_b, split[-1]))
-    per_layer = _TpLayer(tp_layer, regather_layer, regather_exposed_layer, hidden_layer)
-    forward, backward_and_re, layers_here = _slowest(stages, per_layer, cluster.overlap_tp)
-    recomputed = layers_here * r_layer
-    tp_time, tp_hidden = layers_here * tp_layer, layers_here * hidden_layer
+        stages.append((last_f, last_b, split[-1], moe_counts[-1]))
+    per_layer = _TpLayer(tp_layer, regather_layer, regather_exposed_layer, hidden_layer, hidden_moe)
+    forward, backward_and_re, layers_here, moe_here = _slowest(stages, per_layer, cluster.overlap_tp)
+    recomputed = (layers_here - moe_here) * r_layer + moe_here * r_moe
+    tp_time, tp_hidden = layers_here * tp_layer, (layers_here - moe_here) * hidden_layer + moe_here * hidden_moe
     if pp > 1:
         group = placement(2, tp * cp * dp, cluster.gpus_per_node)
         p2p = collective_time(Collective.POINT_TO_POINT, activation / tp, group, fabric).time
@@ -202,9 +230,32 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
         total, hidden = cp_layer_time(model, micro_batch, training.seq_len, tp, cp, cp_comm, e, attn_f, attn_b, recompute,
                                       cluster.gpus_per_node, fabric)  # fmt: skip
         cp_total, cp_exposed = layers_here * total, layers_here * hidden
+    ep_paired = ep_alone = 0.0
+    if model.moe is not None and moe_here:
+        tokens = micro_batch * seq // tp if sequence_parallel else micro_batch * seq
+        exchange = layer_exchange(model, tokens, e, bool(fp8), experts, fabric, cluster.gpus_per_node)
+        paired, alone = exposed_per_layer(exchange, f_moe, b_moe + r_moe, moe_layer.shared_forward, moe_layer.shared_backward,
+                                          experts.overlap, spec.sms, recompute is Recompute.FULL)  # fmt: skip
+        ep_paired, ep_alone = moe_here * paired, moe_here * alone
     pieces = StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
-                         layers_here * regather_layer, layers_here * regather_exposed_layer, cp_exposed, cp_total)  # fmt: skip
+                         layers_here * regather_layer, layers_here * regather_exposed_layer, cp_exposed, cp_total, ep_paired,
+                         ep_alone, moe_here)  # fmt: skip
+    if model.moe is not None and layers_here:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage
+        return pieces, forward / layers_here, backward_and_re / layers_here
     return pieces, f_layer, b_layer + r_layer
+
+
+def _moe_per_stage(model: Any, pp: int, split: tuple[int, ...]) -> tuple[int, ...]:
+    """MoE layers of the stages `split` describes (the first, a middle and the last, as
+    stage_pieces takes them), by the contiguous ranges of Megatron's split (with interleaving the
+    chunks move a few dense layers; parcalc.core.memory.stage_moe_layers counts them chunk by
+    chunk for memory)."""
+    if model.moe is None:
+        return (0,) * len(split)
+    counts = split if len(split) == pp else (split[0],) * pp
+    starts = [sum(counts[:i]) for i in range(pp)]
+    indices = [0] + ([1] if pp > 2 else []) + ([pp - 1] if pp > 1 else [])
+    return tuple(model.moe_layers_in(starts[i], starts[i] + counts[i]) for i in indices)
 
 
 def sp_regather(model: Any, tp: int, micro_batch: int, training: Any, cluster: Any) -> tuple[float, tuple[float, ...]]:
@@ -251,20 +302,21 @@ class _TpLayer:
     regather: float
     regather_exposed: float
     gemms: float
+    gemms_moe: float = 0.0  # an MoE layer's GEMMs
 
-    def exposed(self, layers: int, overlap_tp: bool) -> float:
-        """combine()'s t_tp per micro-batch for a stage of `layers` layers."""
+    def exposed(self, layers: int, overlap_tp: bool, moe: int = 0) -> float:
+        """combine()'s t_tp per micro-batch for a stage of `layers` layers, `moe` of them MoE layers."""
         if overlap_tp:
-            return max(layers * (self.collectives + self.regather - self.gemms), 0.0)
+            return max(layers * (self.collectives + self.regather) - (layers - moe) * self.gemms - moe * self.gemms_moe, 0.0)
         return layers * (self.collectives + self.regather_exposed)
 
 
-def _slowest(stages: list[tuple[float, float, int]], tp: _TpLayer, overlap_tp: bool) -> tuple[float, float, int]:
-    """The (forward, backward with recomputation, layers) of the stage with the most compute and
-    exposed TP time per micro-batch (the first of equals)."""
+def _slowest(stages: list[tuple[float, float, int, int]], tp: _TpLayer, overlap_tp: bool) -> tuple[float, float, int, int]:
+    """The (forward, backward with recomputation, layers, MoE layers) of the stage with the most
+    compute and exposed TP time per micro-batch (the first of equals)."""
 
-    def pace(stage: tuple[float, float, int]) -> float:
-        return stage[0] + stage[1] + tp.exposed(stage[2], overlap_tp)
+    def pace(stage: tuple[float, float, int, int]) -> float:
+        return stage[0] + stage[1] + tp.exposed(stage[2], overlap_tp, stage[3])
 
     return max(stages, key=pace)
 

@@ -1,0 +1,269 @@
+"""An MoE layer's kernels on one GPU, and the time of its token dispatch and combine.
+
+Kernels (Megatron-Core's MoELayer with the all-to-all or flex dispatcher; Shazeer et al. 2017):
+- router: a GEMM of the tokens this rank routes (T, the sequence shard under sequence parallelism)
+  by hidden x experts, then the gate (softmax or sigmoid, top-k) over T x E scores in fp32,
+  memory-bound;
+- permute: each token copied once per chosen expert into expert order (read T h, write T k h),
+  and after the experts the weighted un-permute (read T k h and the k probabilities, write T h);
+  backward the same traffic;
+- routed experts: a grouped GEMM per linear over the E/ep local experts, each with the rows routed
+  to it: m_e = rho x etp x T k ep / E (dropless and balanced: every expert gets T k ep / E of the
+  ep x T k copies of its EP group, x etp when the expert TP group gathers its tokens, x rho for the
+  busiest rank under imbalance, capped by the capacity factor). Tile and wave quantisation of
+  parcalc.core.timing.compute apply per expert, so small m_e pays for its partial tiles;
+- shared experts: a dense MLP of the shared width over all b s tokens, split over tp like the
+  dense MLP (Megatron-Core SharedExpertMLP).
+
+Dispatch and combine (one of each forward, their gradients backward; replayed with full
+recomputation): per rank T k rho h bytes of token copies.
+- "alltoall" (NCCL all-to-all, Megatron's MoEAlltoAllTokenDispatcher): every copy bound for a GPU
+  on another node crosses the network on its own (parcalc.core.timing.network's all-to-all);
+- "deepep" (DeepEP / HybridEP, Megatron's flex dispatcher; DeepSeek-V3 sec. 3.2.2): a token goes
+  over the network once per destination node, to the GPU of the same rail there, and is forwarded
+  over NVLink to the GPUs that hold its experts; so the network carries T x n_remote x h bytes,
+  n_remote the expected number of other nodes a token's top-k experts fall on, NVLink the copies.
+  With --max-nodes-per-token M (node-limited routing, DeepSeek-V3 sec. 2.1.2 / 3.2.2) the top-k
+  fall on at most M nodes. Under FP8 training DeepEP dispatches in FP8 with one fp32 scale per 128
+  values and combines in BF16 (DeepEP README: 'FP8 dispatching and BF16 combining').
+
+Overlap (--ep-overlap), stated per micro-batch and MoE layer:
+- none: dispatch and combine on the critical path;
+- shared: the shared experts run beside them (Megatron --moe-shared-expert-overlap): each pass
+  exposes max(0, A - C_shared);
+- 1f1b: the forward of one micro-batch and the backward of another run layer by layer together
+  (Megatron --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe pairing), so the forward's
+  exchanges hide under the other's backward compute and vice versa: max(0, A_f - C_b) +
+  max(0, A_b - C_f); the warm-up and cool-down micro-batches of the pipeline have no partner
+  (parcalc.core.timing.step.combine).
+Hidden communication still occupies SMs: its kernels hold s_comm of the GPU's S SMs while they
+run, so the compute beside them slows by hidden x s_comm / S (DeepSeek-V3 sec. 3.2.2: 'only 20
+SMs are sufficient to fully utilize the bandwidths of IB and NVLink').
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from parcalc.errors import InputError
+
+DISPATCHERS = ("alltoall", "deepep")
+EP_OVERLAPS = ("none", "shared", "1f1b")
+GATE_BYTES = 4.0  # router scores and probabilities in fp32 (Megatron-Core TopKRouter upcasts the logits)
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128  # E4M3 values and one fp32 scale per 128 (DeepEP / DeepSeek-V3 sec. 3.3.2)
+COMM_SMS = 20  # SMs a dispatch/combine kernel holds (DeepSeek-V3 sec. 3.2.2; DeepEP's default Buffer.num_sms = 20)
+COMM_SMS_SOURCE = ("DeepSeek-V3 Technical Report sec. 3.2.2: 'only 20 SMs are sufficient to fully utilize the bandwidths "
+                   "of IB and NVLink'; taken for NCCL's all-to-all too (no measured count found)")  # fmt: skip
+OVERLAP_SOURCE = ("Megatron-Core --overlap-moe-expert-parallel-comm (combined 1F1B: one micro-batch's forward beside "
+                  "another's backward, layer by layer) and --moe-shared-expert-overlap; DeepSeek-V3 sec. 3.2.1 (DualPipe)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ExpertShard:
+    """How one GPU runs the MoE layers: its expert-parallel and expert-TP sizes, the busiest rank's
+    token share rho, the dispatcher, the routing limit and the overlap of the exchanges."""
+
+    ep: int = 1
+    etp: int = 1
+    imbalance: float = 1.0
+    dispatcher: str = "alltoall"
+    max_nodes_per_token: int | None = None
+    overlap: str = "none"
+
+
+def routed_rows(model: Any, tokens: int, experts: ExpertShard) -> tuple[float, int]:
+    """(rows one local expert computes, local experts): m_e = rho x etp x T k ep / E (module docstring)."""
+    moe = model.moe
+    rho = experts.imbalance if moe.capacity_factor is None else min(experts.imbalance, moe.capacity_factor)
+    local = max(moe.experts // experts.ep, 1)
+    return rho * experts.etp * tokens * moe.top_k * experts.ep / moe.experts, local
+
+
+def check_routing(model: Any, experts: ExpertShard, nodes: int) -> None:
+    """--max-nodes-per-token must fit the EP group and leave room for top-k experts."""
+    if experts.dispatcher not in DISPATCHERS:
+        raise InputError(f"--moe-dispatcher: one of {', '.join(DISPATCHERS)}, got {experts.dispatcher!r}")
+    if experts.overlap not in EP_OVERLAPS:
+        raise InputError(f"--ep-overlap: one of {', '.join(EP_OVERLAPS)}, got {experts.overlap!r}")
+    m = experts.max_nodes_per_token
+    if m is None:
+        return
+    if m < 1:
+        raise InputError(f"--max-nodes-per-token: at least 1, got {m}")
+    if m > nodes:
+        raise InputError(f"--max-nodes-per-token: {m} nodes is more than the {nodes} node(s) the EP group of {experts.ep} spans")
+    if model.moe is not None and m * model.moe.experts // nodes < model.moe.top_k:
+        raise InputError(f"--max-nodes-per-token: {m} node(s) hold {m * model.moe.experts // nodes} experts, fewer than top-k = "
+                         f"{model.moe.top_k}")  # fmt: skip
+
+
+def remote_nodes_per_token(experts_total: int, top_k: int, nodes: int, max_nodes: int | None) -> float:
+    """Expected other nodes a token's top-k experts fall on: the experts spread evenly over `nodes`,
+    the top-k uniform among those of the M chosen nodes (force-balanced routing):
+    M (1 - C(E' - E/N, k) / C(E', k)) distinct nodes, E' = M E / N, of which (N - 1)/N not the
+    sender's own (every node equally likely to be chosen)."""
+    if nodes <= 1:
+        return 0.0
+    chosen = nodes if max_nodes is None else max_nodes
+    per_node = experts_total / nodes
+    pool = chosen * per_node
+    miss = 1.0  # C(pool - per_node, k) / C(pool, k) as a product
+    for i in range(top_k):
+        miss *= max(pool - per_node - i, 0.0) / (pool - i)
+    return chosen * (1.0 - miss) * (nodes - 1) / nodes
+
+
+def exchange_time(model: Any, tokens: int, element_bytes: float, experts: ExpertShard, fabric: Any, group: Any) -> float:
+    """Seconds of one dispatch (or combine) of T k rho h copies per rank at `element_bytes` each."""
+    from parcalc.core.choices import Collective
+    from parcalc.core.timing import nccl
+    from parcalc.core.timing.network import US, collective_time
+
+    moe = model.moe
+    rho = experts.imbalance if moe.capacity_factor is None else min(experts.imbalance, moe.capacity_factor)
+    copies = tokens * moe.top_k * rho * model.hidden * element_bytes
+    if experts.dispatcher == "alltoall" or group.nodes == 1:
+        return collective_time(Collective.ALL_TO_ALL, copies, group, fabric).time
+    remote = remote_nodes_per_token(moe.experts, moe.top_k, group.nodes, experts.max_nodes_per_token)
+    network = tokens * rho * remote * model.hidden * element_bytes
+    nvlink = copies * (group.size - 1) / group.size
+    latency = (nccl.BASE_LATENCY_US["ring"]["Simple"] + nccl.HARDWARE_LATENCY_US["net"]["ring"]["Simple"]) * US
+    return latency + max(network / fabric.nic_bandwidth_per_gpu, nvlink / fabric.intra_bus_bandwidth())
+
+
+@dataclass(frozen=True)
+class ExchangeTimes:
+    """One MoE layer's dispatch and combine for one micro-batch, seconds."""
+
+    forward: float  # dispatch + combine (and the expert-TP gather/scatter)
+    backward: float  # their gradients
+    dispatch_bytes: float  # per rank, one dispatch
+
+
+def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8: bool, experts: ExpertShard, fabric: Any,
+                   gpus_per_node: int) -> ExchangeTimes:  # fmt: skip
+    """Dispatch + combine of one MoE layer, forward and backward (module docstring)."""
+    from parcalc.core.choices import Collective
+    from parcalc.core.timing.network import collective_time, placement
+
+    if model.moe is None or experts.ep * experts.etp == 1:
+        return ExchangeTimes(0.0, 0.0, 0.0)
+    dispatch_e = FP8_DISPATCH_BYTES if fp8 and experts.dispatcher == "deepep" else activation_bytes
+    rows, local = routed_rows(model, tokens, experts)
+    if experts.ep > 1:
+        group = placement(experts.ep, experts.etp, gpus_per_node)
+        dispatch = exchange_time(model, tokens, dispatch_e, experts, fabric, group)
+        combine = exchange_time(model, tokens, activation_bytes, experts, fabric, group)
+        grads = 2 * exchange_time(model, tokens, activation_bytes, experts, fabric, group)
+    else:
+        dispatch = combine = grads = 0.0
+    if experts.etp > 1:  # the expert-TP group gathers its ranks' tokens, and reduce-scatters the outputs
+        gathered = rows * local * model.hidden * activation_bytes
+        etp_group = placement(experts.etp, 1, gpus_per_node)
+        pair = (collective_time(Collective.ALL_GATHER, gathered, etp_group, fabric).time
+                + collective_time(Collective.REDUCE_SCATTER, gathered, etp_group, fabric).time)  # fmt: skip
+    else:
+        pair = 0.0
+    bytes_out = tokens * model.moe.top_k * model.hidden * dispatch_e
+    return ExchangeTimes(dispatch + combine + pair, grads + pair, bytes_out)
+
+
+def exposed_per_layer(exchange: ExchangeTimes, compute_forward: float, compute_backward: float, shared_forward: float,
+                      shared_backward: float, overlap: str, sms: int, replay: bool) -> tuple[float, float]:  # fmt: skip
+    """(exposed with a partner micro-batch, exposed alone) per MoE layer and micro-batch, the SM
+    cost of what hides included; replay: full recomputation runs the forward exchange again."""
+    a_f = exchange.forward * (2 if replay else 1)
+    a_b = exchange.backward
+    alone = a_f + a_b
+    if overlap == "none" or alone == 0.0:
+        return alone, alone
+    share = COMM_SMS / sms if sms else 0.0
+    if overlap == "shared":
+        exposed = max(0.0, a_f - shared_forward * (2 if replay else 1)) + max(0.0, a_b - shared_backward)
+        return exposed + (alone - exposed) * share, exposed + (alone - exposed) * share
+    paired = max(0.0, a_f - compute_backward) + max(0.0, a_b - compute_forward)
+    return paired + (alone - paired) * share, alone
+
+
+def unpaired_micro_batches(p: int, v: Any, m: Any) -> Any:
+    """Micro-batches of the first stage whose forward (and backward) has no partner under 1F1B
+    overlap: the warm-up forwards, p - 1 (1F1B) or (2 (p - 1) + (v - 1) p) / v interleaved
+    (Megatron-LM's get_forward_backward_func warm-up of rank 0), at least the first; at most m."""
+    import numpy as np
+
+    warm = np.where(np.asarray(v) > 1, (2 * (p - 1) + (np.asarray(v) - 1) * p) / np.asarray(v), p - 1)
+    return np.minimum(np.maximum(warm, 1.0), m)
+
+
+def moe_kernels(model: Any, shard: Any, spec: Any, experts: ExpertShard) -> tuple[list[Any], list[Any], float, float]:
+    """(forward kernels, backward kernels, shared-expert forward time, shared-expert backward time)
+    of an MoE layer's feed-forward block on one GPU (module docstring)."""
+    from parcalc.core.timing.compute import gemm, memory_op
+
+    moe = model.moe
+    b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
+    h = model.hidden
+    tokens = b * s // t if shard.sequence_parallel else b * s
+    forward: list[Any] = []
+    backward: list[Any] = []
+
+    def linear(key: str, m: int, k: int, n: int, batch: int = 1, sixteen_bit: bool = False) -> tuple[Any, ...]:
+        use = spec.sixteen_bit if sixteen_bit and spec.sixteen_bit is not None else spec
+        kernels = (gemm(key, m, k, n, e, use, batch), gemm(f"{key}.dgrad", m, n, k, e, use, batch), gemm(f"{key}.wgrad", k, m, n, e, use, batch))
+        forward.append(kernels[0])
+        backward.extend(kernels[1:])
+        if shard.fp8 and not sixteen_bit:
+            forward.append(fp8_cast(f"{key}.cast", m * batch * k, e, shard.fp8, spec))
+            backward.append(fp8_cast(f"{key}.dgrad.cast", m * batch * n, e, shard.fp8, spec))
+        return kernels
+
+    def mem(key: str, fwd: float, bwd: float, shape: str) -> None:
+        forward.append(memory_op(key, fwd, spec, shape))
+        backward.append(memory_op(f"{key}.bwd", bwd, spec, shape))
+
+    scores = f"[{tokens}×{moe.experts}]"
+    linear("moe.router", tokens, h, moe.experts, sixteen_bit=True)  # the router stays in 16 bits under FP8 (DeepSeek-V3 sec. 3.3.1)
+    mem("moe.gate", 3 * GATE_BYTES * tokens * moe.experts, 3 * GATE_BYTES * tokens * moe.experts, scores)
+    copies = tokens * moe.top_k
+    mem("moe.permute", e * (tokens + copies) * h, e * (tokens + copies) * h, f"[{copies}×{h}]")
+    rows, local = routed_rows(model, tokens, experts)
+    m_e = max(int(math.ceil(rows)), 1)
+    width = max(moe.expert_ffn_hidden // experts.etp, 1)
+    gated = model.mlp.gated
+    linear("moe.experts.fc1", m_e, h, 2 * width if gated else width, batch=local)
+    act_rows = m_e * local
+    mem("moe.experts.act", (3 if gated else 2) * e * act_rows * width, (5 if gated else 3) * e * act_rows * width, f"[{act_rows}×{width}]")
+    linear("moe.experts.fc2", m_e, width, h, batch=local)
+    mem("moe.unpermute", e * (copies + tokens) * h + GATE_BYTES * copies, e * (copies + tokens) * h + GATE_BYTES * copies, f"[{copies}×{h}]")
+    shared_f = shared_b = 0.0
+    if moe.shared_experts:
+        before_f, before_b = len(forward), len(backward)
+        all_tokens = b * s
+        sw = max(moe.shared_experts * moe.shared_width // t, 1)
+        linear("moe.shared.fc1", all_tokens, h, 2 * sw if gated else sw)
+        mem("moe.shared.act", (3 if gated else 2) * e * all_tokens * sw, (5 if gated else 3) * e * all_tokens * sw, f"[{all_tokens}×{sw}]")
+        linear("moe.shared.fc2", all_tokens, sw, h)
+        shared_f = sum(k.time for k in forward[before_f:])
+        shared_b = sum(k.time for k in backward[before_b:])
+    return forward, backward, shared_f, shared_b
+
+
+# FP8 casts: the number of extra read passes for the scale before the cast, per recipe
+FP8_RECIPES = {"delayed": 0, "current": 1, "blockwise": 0, "mxfp8": 0}
+FP8_RECIPE_SOURCE = (
+    "Transformer Engine recipes: DelayedScaling takes the scale from the amax history (the cast kernel records the amax as "
+    "it writes); Float8CurrentScaling (torchao 'tensorwise' dynamic scaling) reduces the tensor's amax first, one more "
+    "read; Float8BlockScaling / MXFP8 scale each block in the cast kernel itself (DeepSeek-V3 sec. 3.3.2: 'online' per "
+    "1x128 tile); each cast writes the FP8 tensor twice, row-wise for this GEMM and column-wise (transposed) for the "
+    "weight gradient (TE Float8Tensor usages)"
+)
+
+
+def fp8_cast(key: str, elements: float, element_bytes: float, recipe: str, spec: Any) -> Any:
+    """Quantising one GEMM input to FP8: read it (once more per amax pass), write it twice in FP8."""
+    from parcalc.core.timing.compute import memory_op
+
+    passes = FP8_RECIPES.get(recipe, 0)
+    return memory_op(key, elements * ((1 + passes) * element_bytes + 2.0), spec, f"{elements:.0f} values")
