@@ -231,6 +231,96 @@ EtpOption = Annotated[
 ]  # fmt: skip
 
 
+# How an MoE layer's tokens travel and what hides them (parcalc.core.timing.moe), for `fit`.
+MoeDispatcherOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--moe-dispatcher", metavar="KIND",
+                 help="How MoE tokens reach their experts: alltoall (NCCL all-to-all, every copy over the network on its own; "
+                      "default) or deepep (DeepEP / HybridEP: one copy per destination node, forwarded over NVLink).",
+                 show_default=False),
+]  # fmt: skip
+MaxNodesOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--max-nodes-per-token", metavar="M",
+                 help="Node-limited routing: each token's experts on at most M nodes (DeepSeek-V3: 4); what --moe-dispatcher "
+                      "deepep sends over the network. At most the nodes of the EP group.", show_default=False),
+]  # fmt: skip
+EpOverlapOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--ep-overlap", metavar="KIND",
+                 help="What hides MoE dispatch and combine: none (default), shared (the shared experts run beside them), 1f1b "
+                      "(another micro-batch's forward or backward, Megatron's --overlap-moe-expert-parallel-comm, DualPipe).",
+                 show_default=False),
+]  # fmt: skip
+MoeImbalanceOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--moe-imbalance", metavar="RHO",
+                 help="MoE: the busiest rank's tokens over the balanced share (default 1.0: balanced routing; at least 1).",
+                 show_default=False),
+]  # fmt: skip
+
+
+def moe_timing_flags(dispatcher: str | None, max_nodes: str | None, overlap: str | None, imbalance: str | None,
+                     model: Any) -> dict[str, Any]:  # fmt: skip
+    """The MoE timing flags as parcalc.core.fit.Config / SearchSpace fields; on a dense model, an error."""
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    given = {"--moe-dispatcher": dispatcher, "--max-nodes-per-token": max_nodes, "--ep-overlap": overlap, "--moe-imbalance": imbalance}
+    if model.moe is None:
+        for flag, value in given.items():
+            if value is not None:
+                raise InputError(f"{flag}: model {model.key} has no experts (no moe: block); it applies to MoE models only")
+        return {}
+    from parcalc.core.timing.moe import DISPATCHERS, EP_OVERLAPS
+
+    out: dict[str, Any] = {}
+    if dispatcher is not None:
+        if dispatcher.lower() not in DISPATCHERS:
+            raise InputError(f"--moe-dispatcher: one of {', '.join(DISPATCHERS)}, got {dispatcher!r}")
+        out["moe_dispatcher"] = dispatcher.lower()
+    if overlap is not None:
+        if overlap.lower() not in EP_OVERLAPS:
+            raise InputError(f"--ep-overlap: one of {', '.join(EP_OVERLAPS)}, got {overlap!r}")
+        out["ep_overlap"] = overlap.lower()
+    if max_nodes is not None:
+        out["max_nodes_per_token"] = parse_count(max_nodes, "--max-nodes-per-token")
+    if imbalance is not None:
+        from parcalc.core.comm.expert import check_imbalance
+
+        try:
+            value = float(imbalance)
+        except ValueError:
+            raise InputError(f"--moe-imbalance: cannot read {imbalance!r} as a number (a factor of at least 1, e.g. 1.25)") from None
+        check_imbalance(value)
+        out["moe_imbalance"] = value
+    return out
+
+
+Fp8RecipeOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--fp8-recipe", metavar="KIND",
+                 help="With --precision fp8, how GEMM inputs are scaled: delayed (Transformer Engine's default: scale from the "
+                      "amax history), current (per-tensor, one more read; torchao tensorwise), blockwise (DeepSeek-V3's 1x128 / "
+                      "128x128) or mxfp8.", show_default=False),
+]  # fmt: skip
+
+
+def fp8_recipe_flag(recipe: str | None, precision: Any) -> str:
+    """--fp8-recipe checked: a known recipe, and only with --precision fp8."""
+    from parcalc.core.choices import Precision
+    from parcalc.core.timing.moe import FP8_RECIPES
+    from parcalc.errors import InputError
+
+    if recipe is None:
+        return "delayed"
+    if precision is not Precision.FP8:
+        raise InputError("--fp8-recipe: applies to --precision fp8")
+    if recipe.lower() not in FP8_RECIPES:
+        raise InputError(f"--fp8-recipe: one of {', '.join(FP8_RECIPES)}, got {recipe!r}")
+    return recipe.lower()
+
+
 def expert_flags(ep: str | None, etp: str | None, model: Any) -> tuple[int, int | None]:
     """--ep / --etp as counts (ep 1 and etp None when not given); on a model without experts, an error."""
     from parcalc.errors import InputError

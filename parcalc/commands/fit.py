@@ -15,7 +15,12 @@ from parcalc.commands.common import (
     MAX_SEARCH_BATCH,
     EmbeddingInSplitOption,
     EpOption,
+    EpOverlapOption,
     EtpOption,
+    Fp8RecipeOption,
+    MaxNodesOption,
+    MoeDispatcherOption,
+    MoeImbalanceOption,
     FirstStageLayersOption,
     FormatOption,
     LastStageLayersOption,
@@ -25,6 +30,8 @@ from parcalc.commands.common import (
     ProgressBar,
     check_at_most,
     expert_flags,
+    fp8_recipe_flag,
+    moe_timing_flags,
     finish,
     preset_dirs,
     stage_flags,
@@ -102,10 +109,15 @@ def fit(
     zero: Annotated[Optional[list[ZeroStage]], typer.Option(metavar="0-3", help="--search: ZeRO stages to try (repeatable; default 0-3).", show_default=False)] = None,  # noqa: UP045
     ep: EpOption = None,
     etp: EtpOption = None,
+    moe_dispatcher: MoeDispatcherOption = None,
+    max_nodes_per_token: MaxNodesOption = None,
+    ep_overlap: EpOverlapOption = None,
+    moe_imbalance: MoeImbalanceOption = None,
     sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both).", show_default=False)] = None,  # noqa: UP045
     interleaved: Annotated[bool, typer.Option("--interleaved/--no-interleaved", help="--search: try the interleaved schedule with v chunks beside 1F1B.")] = True,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="--search: let tensor parallelism span nodes.")] = False,
     precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16, fp8 (Transformer Engine: GEMMs at the FP8 peak, FP8 linear inputs and weight copies) (bytes per parameter and activation; default mixed-bf16, mixed-fp16 on a GPU without bf16 such as the V100).", show_default=False)] = None,  # noqa: UP045
+    fp8_recipe: Fp8RecipeOption = None,
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw, lion, sgd-momentum, sgd, adam-8bit, adafactor, muon (state bytes and the step's memory traffic).")] = Optimizer.ADAMW,
     offload: Annotated[Optional[list[Offload]], typer.Option(metavar="KIND", help="Move to host memory (repeatable): optimizer (ZeRO-Offload; CPU step and PCIe copies in t_offload), activations (copied out and back, overlapped with compute). Not searched: applies to every configuration.", show_default=False)] = None,  # noqa: UP045
     host_link: Annotated[Text, typer.Option(metavar="NAME", help="The GPU's link to the host for --offload (default: pcie5-x16 on Hopper/Blackwell, else pcie4-x16).")] = None,
@@ -183,7 +195,7 @@ def fit(
         fp32_grads=(profile.fp32_grads if fp32_grads is None else fp32_grads) and mixed,
         reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
         offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
-        host_link=_host_link(host_link, offload, dirs),
+        host_link=_host_link(host_link, offload, dirs), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision),
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     recomputes = tuple(dict.fromkeys(recompute)) if recompute else (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
@@ -211,6 +223,7 @@ def fit(
         raise InputError("--etp: describes one configuration (--tp, --pp, --dp); the search keeps etp = tp")
     if search and ep is not None:
         ends = {**ends, "ep": expert["ep"]}
+    ends = {**ends, **moe_timing_flags(moe_dispatcher, max_nodes_per_token, ep_overlap, moe_imbalance, shape)}
     if (first is not None or last is not None) and not (search or pinned):
         flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
@@ -367,8 +380,9 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)"
         + (" + offload (PCIe copies beyond their overlap window, the CPU optimizer step memory-bound on 614.4 GB/s of host DRAM per node: "
            "parcalc.core.timing.offload)" if training.offload_optimizer or training.offload_activations else ""),
-        *(("fp8: GEMMs at the FP8 peak times the preset's fp8 share (h100-sxm5: 0.43, an untested derate), FlashAttention and "
-           "memory-bound kernels in 16 bits as before; FP8 casts assumed fused into norms and activations (not timed)",)
+        *((f"fp8 ({training.fp8_recipe} scaling): the linears' GEMMs at the FP8 peak times the preset's fp8 share, each input "
+           "quantised by a memory-bound cast kernel (read once, once more per amax pass, written row- and column-wise in FP8); "
+           "attention, the LM head and the MoE router in BF16; weights cast once per iteration (not timed)",)
           if training.precision is Precision.FP8 else ()),
         (f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
          f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}"),
