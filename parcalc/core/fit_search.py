@@ -56,13 +56,15 @@ from parcalc.core.model import TransformerModel
 from parcalc.core.stages import balanced_splits, stage_ends, stage_split
 from parcalc.core.timing.step import (
     DataParallelPieces,
+    LayerPieces,
     StagePieces,
+    assemble_stage,
     combine,
     dp_exposed,
     dp_pieces,
+    layer_pieces,
     offload_step_time,
     optimizer_step_time,
-    stage_pieces,
 )
 from parcalc.errors import InputError
 
@@ -266,7 +268,8 @@ class _Shapes:
         self.hardware_flops = np.array([counted[r].hardware.value for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
         self._dp: dict[tuple[int, int, int, int | None, int | None], DataParallelPieces] = {}
-        self._stages: dict[tuple[int | None, ...], tuple[float, ...]] = {}
+        self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
+        self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | None, ...], tuple[tuple[float, ...], ...]] = {}
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
@@ -343,30 +346,43 @@ class _Shapes:
 
     def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
                      r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
-        """parcalc.core.timing.step.stage_pieces for every configuration, from one scalar call per distinct (b, SP, r)."""
+        """parcalc.core.timing.step.stage_pieces for every configuration: the per-layer pieces once per
+        distinct (b, SP, r) (parcalc.core.timing.step.layer_pieces), the stage assembled on arrays by
+        the same code as the scalar path (parcalc.core.timing.step.assemble_stage)."""
+        from parcalc.core.choices import Collective
+        from parcalc.core.timing.network import collective_time, placement
+
         keys = b * 8 + sp.astype(int) * 4 + r
         unique, inverse = np.unique(keys, return_inverse=True)
-        rows = []
         first, last = split
+        layers, sends = [], []
         for key in unique.tolist():
             size, rest = divmod(key, 8)
-            memo = (tp, pp, dp, first, last, size, rest, cp, cp_comm, ep)
-            if memo not in self._stages:
+            layer_key = (tp, size, rest, cp, cp_comm, ep)
+            if layer_key not in self._layers:
                 experts = None
                 if self.model.moe is not None:
                     from parcalc.core.timing.moe import ExpertShard
 
                     experts = ExpertShard(ep, tp, *self.moe)  # etp = tp in the search
-                pieces, f_layer, b_layer = stage_pieces(self.model, tp, pp, dp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training,
-                                                        self.cluster, first=first, last=last, cp=cp, cp_comm=cp_comm, experts=experts)  # fmt: skip
-                self._stages[memo] = (pieces.forward, pieces.backward, pieces.recompute, pieces.tp, pieces.tp_hidden, pieces.p2p,
-                                      pieces.first_forward, pieces.last_backward, pieces.regather, pieces.regather_exposed,
-                                      f_layer, b_layer, pieces.cp, pieces.cp_total, pieces.ep, pieces.ep_total)  # fmt: skip
-            rows.append(self._stages[memo])
-        table = np.array(rows, dtype=float)[inverse]
-        stage = StagePieces(*(table[:, i] for i in range(8)), regather=table[:, 8], regather_exposed=table[:, 9], cp=table[:, 12],
-                            cp_total=table[:, 13], ep=table[:, 14], ep_total=table[:, 15])  # fmt: skip
-        return stage, table[:, 10], table[:, 11]
+                self._layers[layer_key] = layer_pieces(self.model, tp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training,
+                                                       self.cluster, cp=cp, cp_comm=cp_comm, experts=experts)  # fmt: skip
+            piece = self._layers[layer_key]
+            layers.append(piece)
+            send_key = (tp, cp, dp, size)
+            if pp > 1 and send_key not in self._sends:  # stage_pieces' pipeline send of b s h / t
+                group = placement(2, tp * cp * dp, self.cluster.gpus_per_node)
+                self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, piece.activation / tp, group, self.cluster.fabric).time
+            sends.append(self._sends[send_key] if pp > 1 else 0.0)
+        lp = LayerPieces(**{name: np.array([getattr(x, name) for x in layers], dtype=float)[inverse] for name in _LAYER_FIELDS})
+        stage = assemble_stage(self.model, pp, first, last, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
+        if self.model.moe is not None:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage (stage_pieces)
+            per = np.maximum(stage.layers, 1)
+            return stage, stage.forward / per, (stage.backward + stage.recompute) / per
+        return stage, lp.f_dense, lp.b_dense + lp.r_dense
+
+
+_LAYER_FIELDS = tuple(LayerPieces.__dataclass_fields__)
 
 
 # ---------------------------------------------------------------------------------------------

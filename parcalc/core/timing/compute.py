@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import NamedTuple
 
 from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.hardware import Gpu, KernelRates, Sourced
@@ -97,9 +98,9 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
     return ComputeSpec(peak, attention_peak or peak, bandwidth, sms, matmul, kernels, scale, sixteen)
 
 
-@dataclass(frozen=True)
-class Kernel:
-    """One kernel of a pass: what it computes and moves, and its time on the GPU."""
+class Kernel(NamedTuple):
+    """One kernel of a pass: what it computes and moves, and its time on the GPU (a NamedTuple:
+    the search builds hundreds of thousands)."""
 
     key: str
     kind: str  # "gemm", "attention" or "memory"
@@ -180,11 +181,11 @@ class LayerPasses:
     shared_forward: float = 0.0  # an MoE layer's shared experts, forward and backward (what --ep-overlap shared hides under)
     shared_backward: float = 0.0
 
-    @property
+    @cached_property
     def t_forward(self) -> float:
         return sum(k.time for k in self.forward)
 
-    @property
+    @cached_property
     def t_backward(self) -> float:
         return sum(k.time for k in self.backward)
 

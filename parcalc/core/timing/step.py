@@ -27,6 +27,7 @@ the search and the scalar reference agree by construction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -146,18 +147,38 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
 # The pieces, from the scalar models (memoised by the search per distinct value)
 
 
-def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequence_parallel: bool, recompute: Any,
-                 training: Any, cluster: Any, *, first: int | None = None, last: int | None = None, cp: int = 1,
-                 cp_comm: str = "p2p", experts: Any = None) -> tuple[StagePieces, float, float]:  # fmt: skip
-    """The slowest stage's pieces for one micro-batch, and one layer's forward and backward time
-    (with its recomputation) for ZeRO-3's prefetch windows. first / last: layers of the first and
-    last stage (Megatron-LM's uneven split, parcalc.core.stages; None: L/p on every stage); the
-    slowest of the first, a middle and the last stage (compute and exposed TP) sets the pace.
-    experts: how the MoE layers run (parcalc.core.timing.moe.ExpertShard; None: ep = etp = 1);
-    a stage's MoE layers (contiguous ranges of Megatron's split) take an MoE layer's kernels and
-    its dispatch and combine (StagePieces.ep)."""
+@dataclass(frozen=True)
+class LayerPieces:
+    """One micro-batch through one layer of each kind, on one GPU (seconds): what stage_pieces
+    assembles into a stage. Depends on tp, b, SP, recomputation, cp and the MoE settings, not on
+    pp, dp or the split, so the search computes it once per such key."""
+
+    f_dense: float
+    b_dense: float
+    r_dense: float
+    f_moe: float
+    b_moe: float
+    r_moe: float
+    gemms_dense: float
+    gemms_moe: float
+    tp_layer: float  # the TP collectives on the critical path
+    regather: float  # SP's backward re-gathers, and what of them stays exposed
+    regather_exposed: float
+    cp_total: float  # the context-parallel exchanges of a layer, and what of them stays exposed
+    cp_exposed: float
+    ep_paired: float  # an MoE layer's dispatch and combine exposed beside a partner micro-batch, and alone
+    ep_alone: float
+    first_forward: float  # the embedding (first stage), the LM head and loss (last stage)
+    first_backward: float
+    last_forward: float
+    last_backward: float
+    activation: float  # bytes of one micro-batch's b s h activation (the pipeline's send, times tp)
+
+
+def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool, recompute: Any, training: Any, cluster: Any, *,
+                 cp: int = 1, cp_comm: str = "p2p", experts: Any = None) -> LayerPieces:  # fmt: skip
+    """The per-layer pieces of stage_pieces (see there)."""
     from parcalc.core.choices import Collective, Precision, Recompute
-    from parcalc.core.stages import stage_split
     from parcalc.core.timing.compute import LayerShard, end_passes, layer_passes
     from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange
     from parcalc.core.timing.network import collective_time, placement
@@ -171,27 +192,11 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
                        training.causal, e, cp, fp8)  # fmt: skip
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
-    uneven = first is not None or last is not None
-    split = stage_split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)  # first, a middle, last
-    moe_counts = _moe_per_stage(model, pp, split)
     if model.moe is not None:
         experts = experts if experts is not None else ExpertShard(etp=tp)
         moe_layer = layer_passes(model, shard, spec, experts)
     else:
         moe_layer = layer
-    f_layer, b_layer, r_layer = layer.t_forward, layer.t_backward, layer.t_recompute(recompute)
-    f_moe, b_moe, r_moe = moe_layer.t_forward, moe_layer.t_backward, moe_layer.t_recompute(recompute)
-
-    def f_of(layers: int, moe: int) -> float:
-        return (layers - moe) * f_layer + moe * f_moe
-
-    def b_of(layers: int, moe: int) -> float:
-        return (layers - moe) * (b_layer + r_layer) + moe * (b_moe + r_moe)
-
-    first_f = f_of(split[0], moe_counts[0]) + ends.t_first_forward + (ends.t_last_forward if pp == 1 else 0.0)
-    first_b = b_of(split[0], moe_counts[0]) + ends.t_first_backward + (ends.t_last_backward if pp == 1 else 0.0)
-    last_f = f_of(split[-1], moe_counts[-1]) + ends.t_last_forward
-    last_b = b_of(split[-1], moe_counts[-1]) + ends.t_last_backward
     activation = micro_batch * seq * model.hidden * e
     regather_layer = regather_exposed_layer = 0.0
     if tp > 1:
@@ -203,46 +208,98 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
         else:
             one = collective_time(Collective.ALL_REDUCE, activation, group, fabric).time
         # 2 forward and 2 backward per layer, 2 more replayed by full recomputation; the SP re-gathers apart
-        tp_layer, hidden_layer, hidden_moe = (6 if recompute is Recompute.FULL else 4) * one, layer.t_gemms(), moe_layer.t_gemms()
+        tp_layer = (6 if recompute is Recompute.FULL else 4) * one
     else:
-        tp_layer = hidden_layer = hidden_moe = 0.0
+        tp_layer = 0.0
+    cp_total = cp_exposed = 0.0
+    if cp > 1:
+        from parcalc.core.timing.context import cp_layer_time
+
+        attn_f, attn_b = layer.t_attention()
+        cp_total, cp_exposed = cp_layer_time(model, micro_batch, training.seq_len, tp, cp, cp_comm, e, attn_f, attn_b, recompute,
+                                             cluster.gpus_per_node, fabric)  # fmt: skip
+    paired = alone = 0.0
+    if model.moe is not None:
+        tokens = micro_batch * seq // tp if sequence_parallel else micro_batch * seq
+        exchange = layer_exchange(model, tokens, e, bool(fp8), experts, fabric, cluster.gpus_per_node)
+        paired, alone = exposed_per_layer(exchange, moe_layer.t_forward, moe_layer.t_backward + moe_layer.t_recompute(recompute),
+                                          moe_layer.shared_forward, moe_layer.shared_backward, experts.overlap, spec.sms,
+                                          recompute is Recompute.FULL)  # fmt: skip
+    return LayerPieces(layer.t_forward, layer.t_backward, layer.t_recompute(recompute), moe_layer.t_forward, moe_layer.t_backward,
+                       moe_layer.t_recompute(recompute), layer.t_gemms(), moe_layer.t_gemms(), tp_layer, regather_layer,
+                       regather_exposed_layer, cp_total, cp_exposed, paired, alone, ends.t_first_forward, ends.t_first_backward,
+                       ends.t_last_forward, ends.t_last_backward, activation)  # fmt: skip
+
+
+def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequence_parallel: bool, recompute: Any,
+                 training: Any, cluster: Any, *, first: int | None = None, last: int | None = None, cp: int = 1,
+                 cp_comm: str = "p2p", experts: Any = None, layer: LayerPieces | None = None) -> tuple[StagePieces, float, float]:  # fmt: skip
+    """The slowest stage's pieces for one micro-batch, and one layer's forward and backward time
+    (with its recomputation) for ZeRO-3's prefetch windows. first / last: layers of the first and
+    last stage (Megatron-LM's uneven split, parcalc.core.stages; None: L/p on every stage); the
+    slowest of the first, a middle and the last stage (compute and exposed TP) sets the pace.
+    experts: how the MoE layers run (parcalc.core.timing.moe.ExpertShard; None: ep = etp = 1);
+    a stage's MoE layers (contiguous ranges of Megatron's split) take an MoE layer's kernels and
+    its dispatch and combine (StagePieces.ep). layer: layer_pieces of the same arguments, when
+    the caller has it already (the search)."""
+    from parcalc.core.choices import Collective
+    from parcalc.core.timing.network import collective_time, placement
+
+    lp = layer if layer is not None else layer_pieces(model, tp, micro_batch, sequence_parallel, recompute, training, cluster, cp=cp,
+                                                      cp_comm=cp_comm, experts=experts)  # fmt: skip
+    if pp > 1:
+        group = placement(2, tp * cp * dp, cluster.gpus_per_node)
+        p2p = collective_time(Collective.POINT_TO_POINT, lp.activation / tp, group, cluster.fabric).time
+    else:
+        p2p = 0.0
+    pieces = assemble_stage(model, pp, first, last, lp, p2p, cluster.overlap_tp)
+    if model.moe is not None and pieces.layers:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage
+        layers = float(pieces.layers)
+        return pieces, float(pieces.forward) / layers, float(pieces.backward + pieces.recompute) / layers
+    return pieces, lp.f_dense, lp.b_dense + lp.r_dense
+
+
+def assemble_stage(model: Any, pp: int, first: int | None, last: int | None, lp: Any, p2p: Any, overlap_tp: bool) -> StagePieces:
+    """stage_pieces' assembly of a stage from per-layer pieces: the same code on floats (one
+    configuration; lp a LayerPieces) and on numpy arrays (the search; lp's fields arrays, one entry
+    per configuration)."""
+    uneven = first is not None or last is not None
+    split = _split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)  # first, a middle, last
+    moe_counts = _moe_per_stage(model, pp, split)
+
+    def f_of(layers: int, moe: int) -> Any:
+        return (layers - moe) * lp.f_dense + moe * lp.f_moe
+
+    def b_of(layers: int, moe: int) -> Any:
+        return (layers - moe) * (lp.b_dense + lp.r_dense) + moe * (lp.b_moe + lp.r_moe)
+
+    first_f = f_of(split[0], moe_counts[0]) + lp.first_forward + (lp.last_forward if pp == 1 else 0.0)
+    first_b = b_of(split[0], moe_counts[0]) + lp.first_backward + (lp.last_backward if pp == 1 else 0.0)
     # The slowest stage sets the pace (the first of equals). Equal stages: the first (a middle one is
     # the first without the embedding; the last has the LM head instead).
     stages = [(first_f, first_b, split[0], moe_counts[0])]
     if pp > 2:
         stages.append((f_of(split[1], moe_counts[1]), b_of(split[1], moe_counts[1]), split[1], moe_counts[1]))
     if pp > 1:
-        stages.append((last_f, last_b, split[-1], moe_counts[-1]))
-    per_layer = _TpLayer(tp_layer, regather_layer, regather_exposed_layer, hidden_layer, hidden_moe)
-    forward, backward_and_re, layers_here, moe_here = _slowest(stages, per_layer, cluster.overlap_tp)
-    recomputed = (layers_here - moe_here) * r_layer + moe_here * r_moe
-    tp_time, tp_hidden = layers_here * tp_layer, (layers_here - moe_here) * hidden_layer + moe_here * hidden_moe
-    if pp > 1:
-        group = placement(2, tp * cp * dp, cluster.gpus_per_node)
-        p2p = collective_time(Collective.POINT_TO_POINT, activation / tp, group, fabric).time
-    else:
-        p2p = 0.0
-    cp_total = cp_exposed = 0.0
-    if cp > 1:
-        from parcalc.core.timing.context import cp_layer_time
+        stages.append((f_of(split[-1], moe_counts[-1]) + lp.last_forward, b_of(split[-1], moe_counts[-1]) + lp.last_backward,
+                       split[-1], moe_counts[-1]))  # fmt: skip
+    per_layer = _TpLayer(lp.tp_layer, lp.regather, lp.regather_exposed, lp.gemms_dense, lp.gemms_moe)
+    forward, backward_and_re, layers_here, moe_here = _slowest(stages, per_layer, overlap_tp)
+    recomputed = (layers_here - moe_here) * lp.r_dense + moe_here * lp.r_moe
+    tp_time, tp_hidden = layers_here * lp.tp_layer, (layers_here - moe_here) * lp.gemms_dense + moe_here * lp.gemms_moe
+    return StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
+                       layers_here * lp.regather, layers_here * lp.regather_exposed, layers_here * lp.cp_exposed,
+                       layers_here * lp.cp_total, moe_here * lp.ep_paired, moe_here * lp.ep_alone, moe_here)  # fmt: skip
 
-        attn_f, attn_b = layer.t_attention()
-        total, hidden = cp_layer_time(model, micro_batch, training.seq_len, tp, cp, cp_comm, e, attn_f, attn_b, recompute,
-                                      cluster.gpus_per_node, fabric)  # fmt: skip
-        cp_total, cp_exposed = layers_here * total, layers_here * hidden
-    ep_paired = ep_alone = 0.0
-    if model.moe is not None and moe_here:
-        tokens = micro_batch * seq // tp if sequence_parallel else micro_batch * seq
-        exchange = layer_exchange(model, tokens, e, bool(fp8), experts, fabric, cluster.gpus_per_node)
-        paired, alone = exposed_per_layer(exchange, f_moe, b_moe + r_moe, moe_layer.shared_forward, moe_layer.shared_backward,
-                                          experts.overlap, spec.sms, recompute is Recompute.FULL)  # fmt: skip
-        ep_paired, ep_alone = moe_here * paired, moe_here * alone
-    pieces = StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
-                         layers_here * regather_layer, layers_here * regather_exposed_layer, cp_exposed, cp_total, ep_paired,
-                         ep_alone, moe_here)  # fmt: skip
-    if model.moe is not None and layers_here:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage
-        return pieces, forward / layers_here, backward_and_re / layers_here
-    return pieces, f_layer, b_layer + r_layer
+
+@lru_cache(maxsize=4096)
+def _split(layers: int, pp: int, first: int | None, last: int | None) -> tuple[int, ...]:
+    from parcalc.core.stages import stage_split
+
+    return stage_split(layers, pp, first, last)
+
+
+_MOE_COUNTS: dict[tuple[Any, ...], tuple[int, ...]] = {}
 
 
 def _moe_per_stage(model: Any, pp: int, split: tuple[int, ...]) -> tuple[int, ...]:
@@ -252,10 +309,14 @@ def _moe_per_stage(model: Any, pp: int, split: tuple[int, ...]) -> tuple[int, ..
     chunk for memory)."""
     if model.moe is None:
         return (0,) * len(split)
+    key = (model.key, model.layers, model.moe, pp, split)
+    if key in _MOE_COUNTS:
+        return _MOE_COUNTS[key]
     counts = split if len(split) == pp else (split[0],) * pp
     starts = [sum(counts[:i]) for i in range(pp)]
     indices = [0] + ([1] if pp > 2 else []) + ([pp - 1] if pp > 1 else [])
-    return tuple(model.moe_layers_in(starts[i], starts[i] + counts[i]) for i in indices)
+    _MOE_COUNTS[key] = tuple(model.moe_layers_in(starts[i], starts[i] + counts[i]) for i in indices)
+    return _MOE_COUNTS[key]
 
 
 def sp_regather(model: Any, tp: int, micro_batch: int, training: Any, cluster: Any) -> tuple[float, tuple[float, ...]]:
@@ -304,21 +365,28 @@ class _TpLayer:
     gemms: float
     gemms_moe: float = 0.0  # an MoE layer's GEMMs
 
-    def exposed(self, layers: int, overlap_tp: bool, moe: int = 0) -> float:
+    def exposed(self, layers: int, overlap_tp: bool, moe: int = 0) -> Any:
         """combine()'s t_tp per micro-batch for a stage of `layers` layers, `moe` of them MoE layers."""
         if overlap_tp:
-            return max(layers * (self.collectives + self.regather) - (layers - moe) * self.gemms - moe * self.gemms_moe, 0.0)
+            return np.maximum(layers * (self.collectives + self.regather) - (layers - moe) * self.gemms - moe * self.gemms_moe, 0.0)
         return layers * (self.collectives + self.regather_exposed)
 
 
-def _slowest(stages: list[tuple[float, float, int, int]], tp: _TpLayer, overlap_tp: bool) -> tuple[float, float, int, int]:
+def _slowest(stages: list[tuple[Any, Any, int, int]], tp: _TpLayer, overlap_tp: bool) -> tuple[Any, Any, Any, Any]:
     """The (forward, backward with recomputation, layers, MoE layers) of the stage with the most
-    compute and exposed TP time per micro-batch (the first of equals)."""
+    compute and exposed TP time per micro-batch (the first of equals); floats or arrays alike."""
 
-    def pace(stage: tuple[float, float, int, int]) -> float:
+    def pace(stage: tuple[Any, Any, int, int]) -> Any:
         return stage[0] + stage[1] + tp.exposed(stage[2], overlap_tp, stage[3])
 
-    return max(stages, key=pace)
+    if not isinstance(stages[0][0], np.ndarray):
+        return max(stages, key=pace)
+    best, best_pace = stages[0], pace(stages[0])
+    for stage in stages[1:]:
+        slower = pace(stage) > best_pace
+        best = tuple(np.where(slower, new, old) for new, old in zip(stage, best, strict=True))
+        best_pace = np.where(slower, pace(stage), best_pace)
+    return best
 
 
 def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, int]:
