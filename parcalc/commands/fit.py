@@ -76,6 +76,10 @@ Examples:
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --flash-attention --search
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --flash-attention --search --ep 8 --zero 0
+  parcalc fit --model qwen3-30b-a3b --gpu h100-sxm5 --gpus 16 --batch 1024 --seq-len 4096 --flash-attention --tp 1 --pp 1 \\
+      --dp 16 --ep 16 --zero 1 --moe-dispatcher deepep --ep-overlap 1f1b
+  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --tp 8 --pp 1 --dp 8 \\
+      --sequence-parallel --zero 1 --precision fp8 --fp8-recipe current
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --flash-attention --search --cp-comm all-gather
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 64 --seq-len 8192 --flash-attention --search --cp 2
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --flash-attention --tp 8 --cp 8 --pp 1 --sequence-parallel --recompute full
@@ -532,7 +536,9 @@ def _search_assumptions(shape: TransformerModel, training: Training, space: Any)
         return (cp,)
     ep = (f"expert parallelism pinned to ep = {space.ep}" if space.ep is not None else
           f"expert parallelism: every ep dividing the {shape.moe.experts} routed experts with ep x etp dividing tp x cp x dp")
-    return (cp, ep + "; etp = tp throughout the search (--etp describes one configuration); MoE all-to-alls not overlapped (t_ep)")
+    limit = f", at most {space.max_nodes_per_token} nodes per token (capped at each EP group's nodes)" if space.max_nodes_per_token else ""
+    return (cp, ep + f"; etp = tp throughout the search (--etp describes one configuration); tokens exchanged by {space.moe_dispatcher}"
+            f"{limit}, {space.ep_overlap} overlap (t_ep)")
 
 
 def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
@@ -578,7 +584,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
                 + ("(fits)" if best.fits else f"(does not fit in {_gib(cluster.capacity)})")]  # fmt: skip
     parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
              "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value,
-             "MoE all-to-alls": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
+             "MoE dispatch and combine": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
     verdicts.append("shares of the step: " + ", ".join(f"{k} {v / best.step.value:.1%}" for k, v in parts.items() if v > 0))
     title = f"One configuration: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
@@ -619,7 +625,7 @@ def _configurations_table(found: SearchResult, order: Any, title: str, extra: tu
               "last_stage_layers": "L last", "memory": "memory",
               "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed", "t_optimizer": "optimizer",
               "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP", "ep": "EP",
-              "t_cp": "CP comm", "t_ep": "EP a2a"}  # fmt: skip
+              "t_cp": "CP comm", "t_ep": "EP exchange"}  # fmt: skip
     columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS + extra)
     key = "configurations" if order is None else "top"
     return Table(key, title, columns, tuple(found.evaluated.rows(order, extra)))
@@ -641,7 +647,7 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
     parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
              "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value,
              "CP exchanges": best.cp_comm.value if best.cp_comm is not None else 0.0,
-             "MoE all-to-alls": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
+             "MoE dispatch and combine": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
     shares = ", ".join(f"{name} {value / best.step.value:.0%}" for name, value in parts.items() if value > 0)
     verdicts.append(f"best: {best.config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
                     f"{_gib(best.total_memory)} per GPU ({shares})")  # fmt: skip
@@ -650,7 +656,7 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
         gap = c["t_step"][second] / c["t_step"][first] - 1
         changes = []
         for key, name in (("t_tp", "TP communication"), ("t_bubble", "bubble"), ("t_pp", "PP sends"), ("t_dp", "exposed DP sync"),
-                          ("t_compute", "compute (recomputation)"), ("t_cp", "CP exchanges"), ("t_ep", "MoE all-to-alls")):  # fmt: skip
+                          ("t_compute", "compute (recomputation)"), ("t_cp", "CP exchanges"), ("t_ep", "MoE dispatch and combine")):  # fmt: skip
             delta = c[key][second] - c[key][first]
             if abs(delta) > 1e-9 * c["t_step"][first]:
                 changes.append(f"{name} {abs(delta):.3g} s {'less' if delta > 0 else 'more'}")

@@ -188,7 +188,8 @@ class Config:
                  f"b = {self.micro_batch}"]
         if self.ep > 1 or self.etp is not None:
             parts.append(f"EP {self.ep}" + (f" x ETP {self.etp}" if self.etp is not None else "")
-                         + (f" ({self.moe_dispatcher}" + (f", at most {self.max_nodes_per_token} nodes per token" if self.max_nodes_per_token else "")
+                         + (f" ({self.moe_dispatcher}" + (f", at most {self.max_nodes_per_token} node{'s' if self.max_nodes_per_token != 1 else ''}"
+                                                          " per token" if self.max_nodes_per_token else "")
                             + (f", {self.ep_overlap} overlap" if self.ep_overlap != "none" else "") + ")"
                             if (self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap) != ("alltoall", None, "none") else ""))
         if self.zero:
@@ -327,7 +328,7 @@ class Estimate:
     hfu: Derivation
     offload: Derivation | None = None  # t_offload (--offload; parcalc.core.timing.offload)
     cp_comm: Derivation | None = None  # context-parallel exchanges exposed per iteration (None without CP)
-    ep_comm: Derivation | None = None  # t_ep: MoE all-to-alls (None: dense model or ep = 1)
+    ep_comm: Derivation | None = None  # t_ep: MoE dispatch and combine (None: dense model, or ep = etp = 1)
 
     @property
     def total_memory(self) -> float:

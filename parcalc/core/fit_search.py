@@ -138,6 +138,7 @@ class Evaluated:
     slots: tuple[int, int] = (0, 0)  # SearchSpace.slots: every split counts the embedding / loss as a slot
     cp_comm: str = "p2p"  # SearchSpace.cp_comm
     moe: tuple[float, str, int | None, str] = (1.0, "alltoall", None, "none")  # SearchSpace.moe
+    gpus_per_node: int = 8  # caps --max-nodes-per-token at each layout's EP group (searched_routing_limit)
 
     def __len__(self) -> int:
         return len(self.columns["tp"])
@@ -150,8 +151,9 @@ class Evaluated:
                       RECOMPUTES[int(c["recompute"][i])], int(c["zero"][i]), bool(c["sequence_parallel"][i]),
                       Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, int(c["chunks"][i]),
                       None if even else first, None if even else last, bool(self.slots[0]), bool(self.slots[1]),
-                      cp=int(c["cp"][i]), ep=int(c["ep"][i]), cp_comm=self.cp_comm, moe_imbalance=self.moe[0],
-                      moe_dispatcher=self.moe[1], max_nodes_per_token=self.moe[2], ep_overlap=self.moe[3])  # fmt: skip
+                      cp=int(c["cp"][i]), ep=int(c["ep"][i]), cp_comm=self.cp_comm, moe_imbalance=self.moe[0], moe_dispatcher=self.moe[1],
+                      max_nodes_per_token=searched_routing_limit(self.moe[2], int(c["ep"][i]), int(c["tp"][i]), self.gpus_per_node),
+                      ep_overlap=self.moe[3])  # fmt: skip
 
     def rows(self, order: np.ndarray | None = None, extra: tuple[str, ...] = ()) -> Iterator[tuple[object, ...]]:
         """Each configuration as a tuple of plain Python values, in CONFIG_FIELDS + COST_FIELDS
@@ -364,7 +366,9 @@ class _Shapes:
                 if self.model.moe is not None:
                     from parcalc.core.timing.moe import ExpertShard
 
-                    experts = ExpertShard(ep, tp, *self.moe)  # etp = tp in the search
+                    imbalance, dispatcher, limit, overlap = self.moe  # etp = tp in the search
+                    experts = ExpertShard(ep, tp, imbalance, dispatcher, searched_routing_limit(limit, ep, tp, self.cluster.gpus_per_node),
+                                          overlap)  # fmt: skip
                 self._layers[layer_key] = layer_pieces(self.model, tp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training,
                                                        self.cluster, cp=cp, cp_comm=cp_comm, experts=experts)  # fmt: skip
             piece = self._layers[layer_key]
@@ -383,6 +387,16 @@ class _Shapes:
 
 
 _LAYER_FIELDS = tuple(LayerPieces.__dataclass_fields__)
+
+
+def searched_routing_limit(limit: int | None, ep: int, etp: int, gpus_per_node: int) -> int | None:
+    """--max-nodes-per-token in the search: a limit above the nodes a layout's EP group spans binds
+    nothing there, so it is that group's node count (one configuration with such a limit is an error)."""
+    if limit is None:
+        return None
+    from parcalc.core.timing.network import placement
+
+    return min(limit, placement(ep, etp, gpus_per_node).nodes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -612,7 +626,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         columns = {k: np.concatenate([c[k] for c in parts]) for k in every}
     else:
         columns = {k: np.array([]) for k in every}
-    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe)
+    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node)
     rejected["memory (does not fit)"] += int(len(evaluated) - np.count_nonzero(columns["fits"])) if len(evaluated) else 0
     return SearchResult(evaluated, rejected, len(found))
 

@@ -1,7 +1,10 @@
 """One training iteration's time, from the kernel, network and overlap models.
 
-    t_step = t_compute + t_tp + t_cp + t_bubble + t_pp + t_dp + t_optimizer
+    t_step = t_compute + t_tp + t_cp + t_ep + t_bubble + t_pp + t_dp + t_optimizer
 
+- t_ep = the MoE dispatch and combine of the slowest stage's MoE layers: all of them for the
+  micro-batches without a partner, what the partner's compute leaves for the others
+  (parcalc.core.timing.moe: dispatcher, node-limited routing, --ep-overlap);
 - t_cp = m x the context-parallel exchanges of one micro-batch on that stage left exposed
   (parcalc.core.timing.context: p2p ring steps hide behind the attention of the block before;
   all-gather and all-to-all stay on the critical path);
