@@ -139,11 +139,13 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
 
 def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequence_parallel: bool, recompute: Any,
                  training: Any, cluster: Any, *, first: int | None = None, last: int | None = None, cp: int = 1,
-                 cp_comm: str = "p2p") -> tuple[StagePieces, float, float]:  # fmt: skip
+                 cp_comm: str = "p2p", recompute_layers: int | None = None, chunks: int = 1) -> tuple[StagePieces, float, float]:  # fmt: skip
     """The slowest stage's pieces for one micro-batch, and one layer's forward and backward time
     (with its recomputation) for ZeRO-3's prefetch windows. first / last: layers of the first and
     last stage (Megatron-LM's uneven split, parcalc.core.stages; None: L/p on every stage); the
-    slowest of the first, a middle and the last stage (compute and exposed TP) sets the pace."""
+    slowest of the first, a middle and the last stage (compute and exposed TP) sets the pace.
+    recompute_layers: with full recomputation, the layers of each of a stage's `chunks` model
+    chunks that are recomputed (Megatron-LM's block method; None: all)."""
     from parcalc.core.choices import Collective, Recompute
     from parcalc.core.stages import stage_split
     from parcalc.core.timing.compute import LayerShard, end_passes, layer_passes
@@ -159,11 +161,15 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
     ends = end_passes(model, shard, spec)
     uneven = first is not None or last is not None
     split = stage_split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)  # first, a middle, last
-    f_layer, b_layer, r_layer = layer.t_forward, layer.t_backward, layer.t_recompute(recompute)
+    f_layer, b_layer, r_layer = layer.t_forward, layer.t_backward, layer.t_recompute(recompute, model)
+
+    def again(layers: int) -> int:  # the layers of a stage of `layers` layers that run their forward again
+        return layers if recompute_layers is None else min(recompute_layers, layers // chunks) * chunks
+
     first_f = split[0] * f_layer + ends.t_first_forward + (ends.t_last_forward if pp == 1 else 0.0)
-    first_b = split[0] * (b_layer + r_layer) + ends.t_first_backward + (ends.t_last_backward if pp == 1 else 0.0)
+    first_b = split[0] * b_layer + again(split[0]) * r_layer + ends.t_first_backward + (ends.t_last_backward if pp == 1 else 0.0)
     last_f = split[-1] * f_layer + ends.t_last_forward
-    last_b = split[-1] * (b_layer + r_layer) + ends.t_last_backward
+    last_b = split[-1] * b_layer + again(split[-1]) * r_layer + ends.t_last_backward
     activation = micro_batch * seq * model.hidden * e
     regather_layer = regather_exposed_layer = 0.0
     if tp > 1:
@@ -174,21 +180,29 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
             regather_layer, regather_exposed_layer = regather_per_layer(gather, dgrads)
         else:
             one = collective_time(Collective.ALL_REDUCE, activation, group, fabric).time
-        # 2 forward and 2 backward per layer, 2 more replayed by full recomputation; the SP re-gathers apart
-        tp_layer, hidden_layer = (6 if recompute is Recompute.FULL else 4) * one, layer.t_gemms()
+        # 2 forward and 2 backward per layer, 2 more replayed by full recomputation; the SP re-gathers apart.
+        # Op-level checkpointing replays the forward's collectives but the reduce-scatters, whose outputs
+        # it saves (parcalc.core.recompute): with SP the 2 all-gathers, without it the 2 all-reduces.
+        tp_layer, hidden_layer = 4 * one, layer.t_gemms()
+        if recompute is Recompute.FULL:
+            replay = 2 * one
+        elif recompute is Recompute.OP:
+            replay = 2 * gather if sequence_parallel else 2 * one
+        else:
+            replay = 0.0
     else:
-        tp_layer = hidden_layer = 0.0
+        tp_layer = hidden_layer = replay = 0.0
     # The slowest stage sets the pace (the first of equals). Equal stages: the first (a middle one is
     # the first without the embedding; the last has the LM head instead).
     stages = [(first_f, first_b, split[0])]
     if pp > 2:
-        stages.append((split[1] * f_layer, split[1] * (b_layer + r_layer), split[1]))
+        stages.append((split[1] * f_layer, split[1] * b_layer + again(split[1]) * r_layer, split[1]))
     if pp > 1:
         stages.append((last_f, last_b, split[-1]))
-    per_layer = _TpLayer(tp_layer, regather_layer, regather_exposed_layer, hidden_layer)
+    per_layer = _TpLayer(tp_layer, regather_layer, regather_exposed_layer, hidden_layer, replay, recompute_layers, chunks)
     forward, backward_and_re, layers_here = _slowest(stages, per_layer, cluster.overlap_tp)
-    recomputed = layers_here * r_layer
-    tp_time, tp_hidden = layers_here * tp_layer, layers_here * hidden_layer
+    recomputed = again(layers_here) * r_layer
+    tp_time, tp_hidden = layers_here * tp_layer + again(layers_here) * replay, layers_here * hidden_layer
     if pp > 1:
         group = placement(2, tp * cp * dp, cluster.gpus_per_node)
         p2p = collective_time(Collective.POINT_TO_POINT, activation / tp, group, fabric).time
@@ -204,7 +218,7 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
         cp_total, cp_exposed = layers_here * total, layers_here * hidden
     pieces = StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
                          layers_here * regather_layer, layers_here * regather_exposed_layer, cp_exposed, cp_total)  # fmt: skip
-    return pieces, f_layer, b_layer + r_layer
+    return pieces, f_layer, b_layer + r_layer * (again(layers_here) / layers_here if layers_here else 1.0)
 
 
 def sp_regather(model: Any, tp: int, micro_batch: int, training: Any, cluster: Any) -> tuple[float, tuple[float, ...]]:
@@ -251,12 +265,17 @@ class _TpLayer:
     regather: float
     regather_exposed: float
     gemms: float
+    replay: float = 0.0  # collectives a recomputed layer runs again
+    recompute_layers: int | None = None  # per chunk (None: every layer replays)
+    chunks: int = 1
 
     def exposed(self, layers: int, overlap_tp: bool) -> float:
         """combine()'s t_tp per micro-batch for a stage of `layers` layers."""
+        again = layers if self.recompute_layers is None else min(self.recompute_layers, layers // self.chunks) * self.chunks
+        replayed = again * self.replay
         if overlap_tp:
-            return max(layers * (self.collectives + self.regather - self.gemms), 0.0)
-        return layers * (self.collectives + self.regather_exposed)
+            return max(layers * (self.collectives + self.regather - self.gemms) + replayed, 0.0)
+        return layers * (self.collectives + self.regather_exposed) + replayed
 
 
 def _slowest(stages: list[tuple[float, float, int]], tp: _TpLayer, overlap_tp: bool) -> tuple[float, float, int]:
