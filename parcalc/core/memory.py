@@ -784,10 +784,13 @@ def _partly_recomputed_activations(model: TransformerModel, par: Parallelism, la
     plain = layer_activations(model, replaced(layer.config, recompute=Recompute.NONE))
     n_layers = int(layers.value)
     again = min(n, n_layers // par.chunks) * par.chunks
-    inputs = (layer.per_layer.as_term("A_full"),
+    inputs = (Term("A_full", "A_full", r"A_{\mathrm{full}}", layer.per_layer.value, "B", "one recomputed layer's activations (its input)",
+                   layer.per_layer.source),
               Term("L_re", "L_re", r"L_{\mathrm{re}}", again, "", f"recomputed layers of stage {stage + 1} (--recompute-layers {n} "
                    f"x {par.chunks} chunk{'s' if par.chunks > 1 else ''})"),
-              plain.per_layer.as_term("A_none"), layers.as_term("L_stage"), in_flight.as_term("n"))  # fmt: skip
+              Term("A_none", "A_none", r"A_{\mathrm{none}}", plain.per_layer.value, "B", "one other layer's activations (every saved tensor)",
+                   plain.per_layer.source),
+              layers.as_term("L_stage"), in_flight.as_term("n"))  # fmt: skip
     return Derivation(
         key="stage_activations",
         label=f"Activations of the layers of stage {stage + 1} ({again} of {n_layers} recomputed)",
