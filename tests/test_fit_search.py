@@ -76,7 +76,8 @@ def test_the_space_is_enumerated_exactly() -> None:
     found = search(model, training, cluster, SearchSpace(sequence_parallel=(False,)))
     assert found.layouts == 4
     assert found.rejected["tp does not divide the heads or MLP width"] == 6
-    # Count by hand, per layout (pp, dp): b | 16/dp; m = 16/(dp b); 3 recomputations; ZeRO 0-3 when dp > 1;
+    # Count by hand, per layout (pp, dp): b | 16/dp; m = 16/(dp b); 4 recomputations (none, selective, full, op);
+    # ZeRO 0-3 when dp > 1;
     # 1F1B, plus interleaved with v | 48/pp, v > 1, when pp > 1 and pp | m.
     expected = 0
     for pp in (1, 2, 4, 8):
@@ -84,7 +85,7 @@ def test_the_space_is_enumerated_exactly() -> None:
         for b in divisors(16 // dp):
             m = 16 // (dp * b)
             schedules = 1 + (sum(1 for v in divisors(48 // pp) if v > 1) if pp > 1 and m % pp == 0 else 0)
-            expected += 3 * (4 if dp > 1 else 1) * schedules
+            expected += 4 * (4 if dp > 1 else 1) * schedules
     assert len(found.evaluated) == expected
 
 

@@ -281,7 +281,7 @@ def test_variants_change_the_named_tensors() -> None:
     micro=st.integers(1, 8),
     tp_exp=st.integers(0, 5),
     sp=st.booleans(),
-    recompute=st.sampled_from(list(Recompute)),
+    recompute=st.sampled_from([r for r in Recompute if r is not Recompute.OP]),  # op-level checkpointing has no closed form
 )
 def test_count_equals_closed_form_for_their_layer(heads, head_dim, seq, micro, tp_exp, sp, recompute) -> None:
     tp = 2**tp_exp

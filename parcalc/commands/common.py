@@ -331,3 +331,28 @@ def expert_flags(ep: str | None, etp: str | None, model: Any) -> tuple[int, int 
             if text is not None:
                 raise InputError(f"{flag}: model {model.key} has no experts (no moe: block); expert parallelism applies to MoE models only")
     return (parse_count(ep, "--ep") if ep is not None else 1), (parse_count(etp, "--etp") if etp is not None else None)
+
+
+RecomputeLayersOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(metavar="n", help="With --recompute full: recompute only the first n layers of each pipeline stage (of each interleaved "
+                 "chunk), keep every activation of the rest (Megatron-LM's --recompute-num-layers, block method; default: all).", show_default=False),
+]
+
+
+def recompute_layers_flag(value: str | None) -> int | None:
+    """--recompute-layers as typed: a whole number of at least 0 (checked against the stages by the core)."""
+    from parcalc.errors import InputError
+
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        n = int(text)
+    except ValueError:
+        raise InputError(f"--recompute-layers: a whole number of layers, got {value!r}") from None
+    if n < 0:
+        raise InputError(f"--recompute-layers: must be 0 or more, got {n}")
+    if n > 2**31:
+        raise InputError(f"--recompute-layers: {n:.4g} is more layers than any model has")
+    return n

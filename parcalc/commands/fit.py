@@ -10,6 +10,8 @@ import typer
 from parcalc.commands.common import (
     CpCommOption,
     CpOption,
+    RecomputeLayersOption,
+    recompute_layers_flag,
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
     MAX_SEARCH_BATCH,
@@ -88,6 +90,10 @@ Examples:
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --flash-attention --precision fp8 --search
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --tp 1 --pp 1 --dp 8 --zero 2 \\
       --flash-attention --optimizer lion --offload optimizer --host-link pcie5-x16
+  parcalc fit --model llama3-8b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --seq-len 8192 --flash-attention --framework torchtitan \
+      --tp 1 --pp 1 --dp 64 --zero 3 --recompute op
+  parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --sequence-parallel \
+      --recompute full --recompute-layers 2
 """
 
 DEFAULT_TOP = 5
@@ -109,7 +115,7 @@ def fit(
     batch: Annotated[Text, typer.Option(metavar="B", help="Global batch in sequences per iteration (default: one per GPU).")] = None,
     seq_len: Annotated[Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
     micro_batch: Annotated[Optional[list[str]], typer.Option(metavar="b", help="Micro-batch size (table: default 1; --search: try only these, repeatable).", show_default=False)] = None,  # noqa: UP045
-    recompute: Annotated[Optional[list[Recompute]], typer.Option(metavar="KIND", help="Recomputation to try: none, selective, full (repeatable; default all three).", show_default=False)] = None,  # noqa: UP045
+    recompute: Annotated[Optional[list[Recompute]], typer.Option(metavar="KIND", help="Recomputation to try: none, selective, full, op (PyTorch/TorchTitan op-level selective checkpointing) (repeatable; default: none, selective, full in the table, all four with --search).", show_default=False)] = None,  # noqa: UP045
     zero: Annotated[Optional[list[ZeroStage]], typer.Option(metavar="0-3", help="--search: ZeRO stages to try (repeatable; default 0-3).", show_default=False)] = None,  # noqa: UP045
     ep: EpOption = None,
     etp: EtpOption = None,
@@ -157,6 +163,7 @@ def fit(
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
+    recompute_layers: RecomputeLayersOption = None,
 ) -> None:
     """What fits on N GPUs: one row per strategy (single GPU, DP, ZeRO-1/2/3, TP, PP, TP x PP, each
     without and with recomputation) with its memory and the most layers it holds; with --search,
@@ -202,7 +209,23 @@ def fit(
         host_link=_host_link(host_link, offload, dirs), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision),
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
-    recomputes = tuple(dict.fromkeys(recompute)) if recompute else (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    given_recomputes = tuple(dict.fromkeys(recompute)) if recompute else None
+    if search:
+        from parcalc.core.fit_search import RECOMPUTES
+
+        recomputes = given_recomputes or RECOMPUTES
+    else:
+        recomputes = given_recomputes or (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    if Recompute.OP in (given_recomputes or ()) and (shape.moe is not None or shape.mla is not None):
+        from parcalc.core.recompute import check_op_supported
+
+        check_op_supported(shape)
+    n_recompute = recompute_layers_flag(recompute_layers)
+    if n_recompute is not None and not search and tp is None and pp is None and dp is None:
+        raise InputError("--recompute-layers: describes one configuration (--tp, --pp, --dp with --recompute full); the table "
+                         "and --search do not vary it")  # fmt: skip
+    if n_recompute is not None and search:
+        raise InputError("--recompute-layers: describes one configuration (without --search); the search tries none, selective, full and op")
     pinned = {name: parse_count(value, f"--{name}") for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None}
     first, last = stage_flags(first_stage_layers, last_stage_layers)
     # the split's pinned fields, as Config and SearchSpace name them
@@ -248,8 +271,11 @@ def fit(
         result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
                                 everything, settings, pinned, ends)  # fmt: skip
     elif pinned:
-        result = _configuration_result(shape, training, cluster, pinned, sizes, recomputes, zero, sequence_parallel, schedule, chunks,
-                                       settings, {**ends, **expert})  # fmt: skip
+        if n_recompute is not None:
+            settings.append(("recompute_layers", str(n_recompute)))
+        result = _configuration_result(shape, training, cluster, pinned, sizes, given_recomputes or (Recompute.NONE,), zero,
+                                       sequence_parallel, schedule, chunks, settings,
+                                       {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})})  # fmt: skip
     else:
         for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None)):
             if given:
@@ -565,7 +591,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
             named = {**pinned, **({"cp": ends["cp"]} if ends.get("cp", 1) > 1 else {})}
             raise InputError(f"--{missing[0]}: {' x '.join(f'{k} {v}' for k, v in named.items())} does not divide the {n} GPUs")
         given[missing[0]] = n // rest
-    for flag, values in (("--micro-batch", sizes), ("--recompute", recomputes if len(recomputes) != 3 else None), ("--zero", zero)):
+    for flag, values in (("--micro-batch", sizes), ("--recompute", recomputes), ("--zero", zero)):
         if values is not None and len(values) > 1:
             raise InputError(f"{flag}: one value for one configuration (several only with --search)")
     if schedule is not None and schedule.lower() not in ("1f1b", "interleaved"):
@@ -575,7 +601,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     if kind is Schedule.INTERLEAVED and v == 1:
         raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
     config = Config(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1,
-                    recomputes[0] if len(recomputes) != 3 else Recompute.NONE, int(zero[0].value) if zero else 0,
+                    recomputes[0], int(zero[0].value) if zero else 0,
                     bool(sequence_parallel), kind, v, **ends)  # fmt: skip
     best = estimate(shape, config, training, cluster)
     worst = best.memory.worst

@@ -14,8 +14,10 @@ from parcalc.commands.common import (
     LossInSplitOption,
     OutputOption,
     PresetsOption,
+    RecomputeLayersOption,
     finish,
     preset_dirs,
+    recompute_layers_flag,
     stage_flags,
     start,
 )
@@ -47,6 +49,8 @@ Examples:
   parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --causal --step-time 6.5s --gpus 64 --gpu h100-sxm5 --dtype bf16
   parcalc flops --model deepseek-v3 --batch 15360 --seq-len 4096 --causal
   parcalc flops --model llama3-8b --batch 1 --seq-len 131072 --causal --cp 16
+  parcalc flops --model llama3-8b --batch 64 --seq-len 8192 --causal --recompute op --flash-attention
+  parcalc flops --model gpt3-175b --batch 1536 --seq-len 2048 --recompute full --pp 16 --recompute-layers 2
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -64,7 +68,7 @@ def flops(
     tied: TiedOption = None,
     batch: Annotated[_Text, typer.Option(metavar="B", help="Sequences per iteration, all GPUs together (default 1).")] = None,
     seq_len: Annotated[_Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
-    recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Recomputation counted in hardware FLOPs: none, selective, full.")] = Recompute.NONE,
+    recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Recomputation counted in hardware FLOPs: none, selective, full, op (TorchTitan's op-level checkpointing: every second matmul).")] = Recompute.NONE,
     causal: Annotated[bool, typer.Option("--causal", help="Count Q·K^T and score·V at half (kernels that skip the masked triangle).")] = False,
     tokens: Annotated[_Text, typer.Option(metavar="D", help="Training tokens of a whole run: total FLOPs, exact per token and 6ND.")] = None,
     params: Annotated[_Text, typer.Option(metavar="N", help="Parameters N for 6ND (default: the model's count).")] = None,
@@ -82,6 +86,8 @@ def flops(
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
+    recompute_layers: RecomputeLayersOption = None,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="With --recompute op: fused attention (SDPA), whose output op-level checkpointing saves; without it Q·K^T and score·V are recomputed.")] = False,
 ) -> None:
     """Training FLOPs per iteration and per token: the exact count of the layer's matmuls (model and
     hardware FLOPs), 6ND, Narayanan et al.'s 96 B s l h^2 (...) formula, and MFU / HFU from a
@@ -97,11 +103,27 @@ def flops(
     shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
     sequences = parse_count(batch, "--batch") if batch is not None else 1
     n_params = parse_quantity(params, Dimension.COUNT, "--params") if params is not None else None
-    counted = training_flops(shape, sequences, seq, recompute=recompute.value, causal=causal, params=n_params)
+    first, last = stage_flags(first_stage_layers, last_stage_layers)
+    slots = {"embedding_in_split": embedding_in_split, "loss_in_split": loss_in_split}
+    n_recompute = recompute_layers_flag(recompute_layers)
+    again_layers = None
+    if n_recompute is not None:
+        from parcalc.core.recompute import check_recompute_layers, recomputed_layer_count
+        from parcalc.core.stages import stage_split
+
+        split = stage_split(shape.layers, parse_count(pp, "--pp") if pp is not None else 1, first, last, **slots)
+        check_recompute_layers(n_recompute, recompute, split, shape)
+        again_layers = recomputed_layer_count(n_recompute, split, 1)
+    counted = training_flops(shape, sequences, seq, recompute=recompute.value, causal=causal, params=n_params,
+                             flash_attention=flash_attention, recomputed_layers=again_layers)  # fmt: skip
     derivations = list(counted.derivations())
     note: str | None = None
     verdicts = [_narayanan_verdict(counted)]
     settings = [("model", shape.key), ("recompute", recompute.value), ("causal", str(causal).lower())]
+    if n_recompute is not None:
+        settings.append(("recompute_layers", str(n_recompute)))
+    if recompute is Recompute.OP:
+        settings.append(("flash_attention", str(flash_attention).lower()))
     if tokens is not None:
         total_tokens = parse_quantity(tokens, Dimension.COUNT, "--tokens")
         run_n = n_params if n_params is not None else float(shape.active_params)  # active = total for a dense model
@@ -135,9 +157,7 @@ def flops(
         Term("B", "B", "B", sequences, "", "sequences per iteration (global batch)"),
         Term("s", "s", "s", seq, "", "sequence length"),
     ]
-    tables = [_ops_table(counted, recompute.value)]
-    first, last = stage_flags(first_stage_layers, last_stage_layers)
-    slots = {"embedding_in_split": embedding_in_split, "loss_in_split": loss_in_split}
+    tables = [_ops_table(counted, recompute.value, shape, flash_attention, again_layers)]
     if pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
         stages = parse_count(pp, "--pp") if pp is not None else 1
         busiest, table, verdict = _stages(counted, shape.layers, stages, first, last, **slots)
@@ -265,11 +285,18 @@ def _narayanan_verdict(counted: TrainingFlops) -> str:
             f"{(closed - exact_full) / exact_full * 100:+.2f} %: it assumes a 4h MLP, multi-head attention and an LM head")  # fmt: skip
 
 
-def _ops_table(counted: TrainingFlops, recompute: str) -> Table:
-    """One layer's matmuls (and the LM head): forward, backward, recomputed, per iteration."""
+def _ops_table(counted: TrainingFlops, recompute: str, shape: object = None, flash_attention: bool = False,
+               again_layers: int | None = None) -> Table:  # fmt: skip
+    """One layer's matmuls (and the LM head): forward, backward, recomputed, per iteration (recomputed
+    per layer on average with --recompute-layers)."""
     from parcalc.core.flops import ATTENTION_CORE_OPS
     from parcalc.derivation import Column, Table
 
+    op_keys: tuple[str, ...] = ()
+    if recompute == "op":
+        from parcalc.core.recompute import op_recomputed_matmuls
+
+        op_keys = op_recomputed_matmuls(shape, flash_attention)  # type: ignore[arg-type]
     rows = []
     kinds = counted.layer_kinds()
     for kind, ops, layers, _ in kinds:
@@ -279,7 +306,9 @@ def _ops_table(counted: TrainingFlops, recompute: str) -> Table:
             if op.kind != "matmul":
                 continue
             f = counted.op_flops(op)
-            again = f if recompute == "full" or (recompute == "selective" and op.key in ATTENTION_CORE_OPS) else 0.0
+            again = f if recompute == "full" or (recompute == "selective" and op.key in ATTENTION_CORE_OPS) or op.key in op_keys else 0.0
+            if recompute == "full" and again_layers is not None and layers:
+                again *= again_layers / layers  # --recompute-layers: the share of layers recomputed
             name = f"{op.name} [{kind}]" if len(kinds) > 1 else op.name
             rows.append((name, op.shape, layers, f, 2 * f, again, layers * (3 * f + again)))
     if counted.head_op is not None:

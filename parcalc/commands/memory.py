@@ -18,10 +18,12 @@ from parcalc.commands.common import (
     LossInSplitOption,
     OutputOption,
     PresetsOption,
+    RecomputeLayersOption,
     expert_flags,
     finish,
     cp_flags,
     preset_dirs,
+    recompute_layers_flag,
     stage_flags,
     start,
 )
@@ -55,6 +57,8 @@ Examples:
   parcalc memory --model llama3-405b --seq-len 8192 --tp 8 --pp 16 --dp 128 --zero 1 --sequence-parallel --first-stage-layers 7 --last-stage-layers 7 --flash-attention --gpu h100-sxm5 --per-stage
   parcalc memory --model llama3-405b --seq-len 131072 --tp 8 --pp 16 --cp 16 --dp 4 --zero 1 --sequence-parallel --recompute full --flash-attention --embedding-in-split --loss-in-split --schedule interleaved --chunks 8 --micro-batches 16 --gpu h100-sxm5
   parcalc memory --model llama3-8b --seq-len 131072 --tp 8 --cp 8 --cp-comm all-gather --flash-attention --recompute full --gpu h100-sxm5
+  parcalc memory --model llama3-8b --seq-len 8192 --dp 64 --zero 3 --flash-attention --recompute op --gpu a100-sxm4-80gb
+  parcalc memory --model gpt3-175b --tp 8 --pp 16 --dp 8 --sequence-parallel --recompute full --recompute-layers 2 --gpu a100-sxm4-80gb
   parcalc memory --layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq-len 2048 --micro-batch 4 --tp 8 --sequence-parallel
   parcalc memory --model llama3-8b --seq-len 8192 --flash-attention --precision fp8 --gpu h100-sxm5
   parcalc memory --model llama3-8b --seq-len 4096 --dp 8 --zero 2 --optimizer adam-8bit --gpu a100-sxm4-80gb
@@ -95,7 +99,7 @@ def memory(
     ep: EpOption = None,
     etp: EtpOption = None,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
-    recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only).")] = Recompute.NONE,
+    recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only), op (TorchTitan's op-level checkpointing: every other matmul output kept).")] = Recompute.NONE,
     precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy), fp8 (Transformer Engine: FP8 GEMM inputs and weight copies, bf16 weights, fp32 master; needs a GPU with an FP8 peak); default mixed-bf16, mixed-fp16 on a GPU without bf16 (V100).", show_default=False)] = None,  # noqa: UP045
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw (2 states), lion, sgd-momentum (1), sgd (0), adam-8bit (2 x 8-bit + block scales), adafactor (factored: r + c per matrix), muon (1 for hidden matrices, AdamW for the rest).")] = Optimizer.ADAMW,
     offload: Annotated[Optional[list[Offload]], typer.Option(metavar="KIND", help="Move to host memory (repeatable): optimizer (ZeRO-Offload: fp32 master, states, fp32 gradients), activations (saved tensors, as Megatron-LM's CPU offloading). Shows host bytes and PCIe bytes per iteration.", show_default=False)] = None,  # noqa: UP045
@@ -116,6 +120,7 @@ def memory(
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
+    recompute_layers: RecomputeLayersOption = None,
 ) -> None:
     """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
@@ -171,7 +176,7 @@ def memory(
         precision=precision, optimizer=optimizer, recompute=recompute,
         flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads, reserve=reserve_bytes, capacity=cap,
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
-        offload_activations=Offload.ACTIVATIONS in (offload or ()),
+        offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
     )  # fmt: skip
     breakdown = memory_breakdown(shape, par, setup)
     settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
@@ -182,6 +187,8 @@ def memory(
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
     if c > 1:
         settings += [("cp", str(c)), ("cp_comm", cp_kind)]
+    if setup.recompute_layers is not None:
+        settings.append(("recompute_layers", str(setup.recompute_layers)))
     finish(memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes), fmt, output)
 
 

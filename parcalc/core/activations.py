@@ -298,10 +298,41 @@ def kept_tensors(model: TransformerModel, config: ActivationConfig, moe_layer: b
     if config.recompute is Recompute.FULL:
         source = f"{KORTHIKANTI}, sec. 5 (full recomputation keeps the input of each layer, 2sbh)"
         return (SavedTensor("layer_input", "layer input (checkpoint)", "token", model.hidden, config.activation_bytes, "sp", False, source),)
+    if config.recompute is Recompute.OP:
+        return op_saved_tensors(model, config)
     tensors = layer_saved_tensors(model, config, moe_layer)
     if config.recompute is Recompute.SELECTIVE:
         tensors = tuple(t for t in tensors if not t.attention_core)
     return tensors
+
+
+def op_saved_tensors(model: TransformerModel, config: ActivationConfig) -> tuple[SavedTensor, ...]:
+    """What one layer keeps under op-level selective checkpointing (parcalc.core.recompute: TorchTitan's
+    policy): its input, the outputs of the odd-numbered matmuls, FlashAttention's output and
+    log-sum-exp, and under sequence parallelism the two reduce-scatter outputs. A row-parallel
+    matmul's output (wo, w2) is a partial sum over every token: b s h on each TP rank ("none")."""
+    from parcalc.core.recompute import TT_POLICY, check_op_supported, op_saved_matmuls
+
+    check_op_supported(model)
+    e, h = config.activation_bytes, model.hidden
+    widths = {"q_proj": (model.q_width, "tp", "Q projection output (wq)"), "v_proj": (model.kv_width, "tp", "V projection output (wv)"),
+              "mlp_gate": (model.ffn_hidden, "tp", "gate projection output (w1)"),
+              "mlp_up": (model.ffn_hidden, "tp", "up projection output" + (" (w3)" if model.mlp.gated else "")),
+              "mlp_down": (h, "none", "down projection output (w2; partial sum under TP)"),
+              "k_proj": (model.kv_width, "tp", "K projection output (wk)"), "out_proj": (h, "none", "output projection output (wo)")}  # fmt: skip
+    source = f"{TT_POLICY}: saved op output"
+    out = [SavedTensor("layer_input", "layer input (checkpoint argument)", "token", h, e, "sp", False,
+                       "torch.utils.checkpoint keeps the wrapped block's input for the replay")]  # fmt: skip
+    for key in op_saved_matmuls(model):
+        width, split, name = widths[key]
+        out.append(SavedTensor(f"{key}_output", name, "token", width, e, split, False, source))
+    if config.flash_attention:
+        out += [SavedTensor("attention_output", "SDPA output", "token", model.q_width, e, "tp", False, f"{source}; {FLASH}"),
+                SavedTensor("lse", "SDPA log-sum-exp (fp32)", "row", model.heads, LSE_BYTES, "tp", False, f"{source}; {FLASH}")]  # fmt: skip
+    if config.sequence_parallel:
+        out += [SavedTensor(f"reduce_scatter_{i}", f"reduce-scatter output after {w}", "token", h, e, "sp", False, source)
+                for i, w in ((1, "wo"), (2, "w2"))]  # fmt: skip
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,6 +429,8 @@ def layer_activations(model: TransformerModel, config: ActivationConfig, moe_lay
     derivation = Derivation(
         key="activation_per_layer",
         label=("Activations kept per MoE layer per micro-batch (every saved tensor)" if moe_layer else
+               "Activations kept per layer per micro-batch (op-level checkpointing: what the policy saves, table 'layer_activations')"
+               if config.recompute is Recompute.OP else
                "Activations kept per layer per micro-batch (every saved tensor, table 'layer_activations')"),
         symbol="A_layer",
         latex_symbol=r"A_{\mathrm{layer}}",
@@ -406,7 +439,8 @@ def layer_activations(model: TransformerModel, config: ActivationConfig, moe_lay
         inputs=tuple(dict.fromkeys(inputs)),
         value=value,
         unit="B",
-        source=f"{KORTHIKANTI}, sec. 4.1-4.2.2 and sec. 5, tensor by tensor",
+        source=(f"{KORTHIKANTI}, sec. 4.1-4.2.2 and sec. 5, tensor by tensor" if config.recompute is not Recompute.OP else
+                "parcalc.core.recompute.op_saved_tensors (TorchTitan's op-level policy), tensor by tensor"),
         assumptions=_assumptions(model, config) + ((MOE_ASSUMPTION,) if moe_layer else ()),
     )
     return LayerActivations(with_cp(derivation, config.cp), kept, config, korthikanti_per_layer(model, config))
@@ -459,6 +493,17 @@ def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str
                    f"FlashAttention forward runs again before its backward ({MEGATRON_SELECTIVE})")
     elif config.recompute is Recompute.SELECTIVE:
         out.append("selective recomputation: the attention core (softmax, dropout, dropout output) is recomputed in backward")
+    if config.recompute is Recompute.OP:
+        from parcalc.core.recompute import TT_ORDER, op_recomputed_matmuls
+
+        again = ", ".join(op_recomputed_matmuls(model, config.flash_attention))
+        out.append("op-level selective checkpointing (TorchTitan's policy): the layer input, every other matmul output in "
+                   f"TorchTitan's order ({TT_ORDER})" + (", SDPA's output and log-sum-exp" if config.flash_attention else "")
+                   + (", the two reduce-scatter outputs" if config.sequence_parallel else "")
+                   + f" are kept; norms, RoPE, activation, residual adds and the matmuls {again} run again in backward")
+        if model.bias:
+            out.append("a linear with a bias runs as aten.addmm, which the April-2024 list does not save: parcalc counts every "
+                       "linear as aten.mm, as TorchTitan's bias-free models run them")  # fmt: skip
     if config.recompute is Recompute.FULL and config.sequence_parallel:
         out.append("full recomputation with SP keeps the layer input's sequence shard (Megatron-LM); Korthikanti's Table 2 gives 2sbh without SP")
     return tuple(out)
@@ -482,7 +527,7 @@ def korthikanti_per_layer(model: TransformerModel, config: ActivationConfig) -> 
     describes their layer (GELU MLP of 4h, MHA, LayerNorm); for any other layer it is the paper's
     estimate, and `layer_activations` is the count for the layer as defined.
     """
-    if config.flash_attention or not config.dropout:
+    if config.flash_attention or not config.dropout or config.recompute is Recompute.OP:  # no closed form for op-level checkpointing
         return None
     terms = _shape_terms(model, config)
     s, b, h, a, t = config.seq_len, config.micro_batch, model.hidden, model.heads, config.tp
@@ -596,9 +641,15 @@ def recompute_working_set(model: TransformerModel, config: ActivationConfig) -> 
                              config.flash_attention, config.dropout, config.activation_bytes, config.mask_bytes,
                              gemm_input_bytes=config.gemm_input_bytes, cp=config.cp)  # fmt: skip
     every = layer_saved_tensors(model, plain)
-    again = every if config.recompute is Recompute.FULL else tuple(t for t in every if t.attention_core)
-    value = sum(tensor_bytes(t, plain) for t in again)
-    if config.recompute is Recompute.FULL:
+    if config.recompute is Recompute.OP:  # what the replay materialises beside what was kept
+        kept = sum(tensor_bytes(t, config) for t in op_saved_tensors(model, config))
+        value = max(sum(tensor_bytes(t, plain) for t in every) - kept, 0.0)
+    else:
+        again = every if config.recompute is Recompute.FULL else tuple(t for t in every if t.attention_core)
+        value = sum(tensor_bytes(t, plain) for t in again)
+    if config.recompute is Recompute.OP:
+        what = "the layer's activations less what op-level checkpointing kept"
+    elif config.recompute is Recompute.FULL:
         what = "the whole layer's activations"
     elif config.flash_attention:
         what = "FlashAttention's log-sum-exp, recomputed with the kernel's forward"

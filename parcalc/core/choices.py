@@ -43,6 +43,7 @@ class Recompute(str, Enum):
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
+    OP = "op"  # PyTorch/TorchTitan op-level selective checkpointing (parcalc.core.recompute)
 
 
 class Precision(str, Enum):

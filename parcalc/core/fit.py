@@ -165,6 +165,7 @@ class Config:
     ep: int = 1  # expert parallelism, folded over tp x cp x dp (see memory.Parallelism)
     etp: int | None = None
     cp_comm: str = "p2p"  # how attention gets the other CP ranks' K/V (parcalc.core.context.CpComm)
+    recompute_layers: int | None = None  # with full: layers of each stage chunk recomputed (Megatron-LM block; None: all)
     # How the MoE layers exchange tokens (parcalc.core.timing.moe): the busiest rank's share over the
     # balanced one, the dispatcher, node-limited routing, and what hides the exchanges.
     moe_imbalance: float = 1.0
@@ -196,7 +197,8 @@ class Config:
             parts.append(f"ZeRO-{self.zero}")
         if self.sequence_parallel:
             parts.append("SP")
-        parts.append(f"recompute {self.recompute.value}")
+        parts.append(f"recompute {self.recompute.value}" + (f" ({self.recompute_layers} layers per stage chunk)"
+                                                            if self.recompute_layers is not None else ""))
         if self.pp > 1:
             parts.append(self.schedule.label + (f" v = {self.chunks}" if self.chunks > 1 else ""))
         if self.first_stage_layers is not None:
@@ -282,6 +284,17 @@ def check_config(model: TransformerModel, config: Config, training: Training, cl
         raise InputError(f"configuration {config.label()}: {reason}")
 
 
+def recomputed_layers(model: TransformerModel, config: Config) -> int | None:
+    """Layers of the whole model that run their forward again under --recompute-layers (None: as the kind says)."""
+    from parcalc.core.recompute import check_recompute_layers, chunk_layers, recomputed_layer_count
+
+    if config.recompute_layers is None:
+        return None
+    split = config.stage_layers(model)
+    check_recompute_layers(config.recompute_layers, config.recompute, chunk_layers(split, config.chunks), model)
+    return recomputed_layer_count(config.recompute_layers, split, config.chunks)
+
+
 def memory_of(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> MemoryBreakdown:
     """parcalc.core.memory's breakdown for this configuration on the cluster's GPU."""
     par = Parallelism(config.tp, config.pp, config.dp, config.sequence_parallel, config.zero, config.schedule,
@@ -290,7 +303,8 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
                       etp=config.etp)  # fmt: skip
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
-                          cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations)  # fmt: skip
+                          cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations,
+                          config.recompute_layers)  # fmt: skip
     return memory_breakdown(model, par, setup)
 
 
@@ -376,11 +390,13 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     t, p, d, b, v, c = config.tp, config.pp, config.dp, config.micro_batch, config.chunks, config.cp
     m = config.micro_batches(training)
     n = cluster.gpus
-    counted = training_flops(model, training.global_batch, training.seq_len, recompute=config.recompute.value)
+    counted = training_flops(model, training.global_batch, training.seq_len, recompute=config.recompute.value,
+                             flash_attention=training.flash_attention, recomputed_layers=recomputed_layers(model, config))  # fmt: skip
     f_model, f_hw = counted.model, counted.hardware
     ends = config.stage_ends(model)
     stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster, **ends,
-                                           cp=c, cp_comm=config.cp_comm, experts=config.experts() if model.moe is not None else None)  # fmt: skip
+                                           cp=c, cp_comm=config.cp_comm, experts=config.experts() if model.moe is not None else None,
+                                           recompute_layers=config.recompute_layers, chunks=v)  # fmt: skip
     dp = dp_pieces(model, t, p, d * c, training, cluster, **ends)  # gradients over the dp-cp group (Megatron-LM)
     framework = cluster.framework
     t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
@@ -410,8 +426,16 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         group = placement(t, 1, cluster.gpus_per_node)
         where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
         what = "all-gather + reduce-scatter (sequence parallelism)" if config.sequence_parallel else "all-reduce"
-        slots = 6 if config.recompute is Recompute.FULL else 4
-        inputs = [m_term, _t("C_tp", "C_tp", stage.tp, "s", f"{slots} x {stage.layers} layers of {what} of b s h over t = {t} ({where}), NCCL model")]
+        if config.recompute is Recompute.FULL and config.recompute_layers is None:
+            calls = f"6 x {stage.layers} layers of {what}"
+        elif config.recompute is Recompute.FULL:
+            calls = f"4 x {stage.layers} layers of {what}, 2 more in each recomputed layer"
+        elif config.recompute is Recompute.OP:
+            calls = (f"4 x {stage.layers} layers of {what}, and the "
+                     + ("2 all-gathers" if config.sequence_parallel else "2 all-reduces") + " replayed by op-level recomputation")
+        else:
+            calls = f"4 x {stage.layers} layers of {what}"
+        inputs = [m_term, _t("C_tp", "C_tp", stage.tp, "s", f"{calls} of b s h over t = {t} ({where}), NCCL model")]
         regather = ""  # SP: Megatron-LM gathers each column-parallel input again in backward (timing.step.regather_per_layer)
         if config.sequence_parallel:
             gather, dgrads = sp_regather(model, t, b, training, cluster)

@@ -68,7 +68,7 @@ from parcalc.core.timing.step import (
 )
 from parcalc.errors import InputError
 
-RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL, Recompute.OP)  # an index of this is the column "recompute"
 
 # Columns of the evaluated table, in order: the configuration, then what it costs.
 CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch", "micro_batches", "recompute", "zero", "sequence_parallel", "schedule", "chunks",
@@ -255,6 +255,11 @@ def _splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[i
 # What depends on the shape only, from the scalar cores, once per distinct value
 
 
+def op_supported(model: TransformerModel) -> bool:
+    """Whether op-level checkpointing is modelled for this model (parcalc.core.recompute.check_op_supported)."""
+    return model.moe is None and model.mla is None
+
+
 class _Shapes:
     """Memoised scalar quantities: activations per sequence, stage parameters, collective times."""
 
@@ -265,9 +270,11 @@ class _Shapes:
         self.model, self.training, self.cluster, self.cp_comm, self.moe = model, training, cluster, cp_comm, moe
         self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         self.e = training.precision.activation_bytes
-        counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value) for r in RECOMPUTES}
+        self.op_supported = op_supported(model)
+        counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value, flash_attention=training.flash_attention)
+                   for r in RECOMPUTES if r is not Recompute.OP or self.op_supported}  # fmt: skip
         self.model_flops = counted[Recompute.NONE].model.value
-        self.hardware_flops = np.array([counted[r].hardware.value for r in RECOMPUTES])
+        self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
         self._dp: dict[tuple[int, int, int, int | None, int | None], DataParallelPieces] = {}
         self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
@@ -283,7 +290,7 @@ class _Shapes:
         key = (tp, sp, recompute, cp, cp_comm)
         if key not in self._activations:
             t = self.training
-            if sp and tp == 1:
+            if (sp and tp == 1) or (recompute is Recompute.OP and not self.op_supported):
                 self._activations[key] = (math.nan,) * 6
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
@@ -409,7 +416,7 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     training = shapes.training
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
-    recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes]
+    recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
     zeros = [z for z in space.zero_stages if z == 0 or d * c > 1]  # ZeRO shards over the dp-cp group
     sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
     schedules = [(0, 1)]

@@ -413,7 +413,7 @@ def _params_derivations(model: TransformerModel) -> tuple[Derivation, Derivation
 
 
 def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompute: str = "none", causal: bool = False,
-                   params: float | None = None) -> TrainingFlops:  # fmt: skip
+                   params: float | None = None, flash_attention: bool = True, recomputed_layers: int | None = None) -> TrainingFlops:  # fmt: skip
     """Exact matmul FLOPs of one iteration (seed 004's layer table, attention and LM head
     included), model and hardware FLOPs, per token, beside 6ND and Narayanan's closed form.
 
@@ -422,6 +422,10 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     kernels that skip masked blocks); params: N for 6ND (default: the model's parameters, the
     active ones for a Mixture-of-Experts model). An MoE model's dense and MoE layers are counted
     each with its own operations (router, top_k routed experts, shared experts).
+    recompute "op": op-level selective checkpointing (parcalc.core.recompute): every second matmul
+    of each layer runs again, and the attention core too unless flash_attention (SDPA's output is
+    saved). recomputed_layers: with "full", how many layers run again (Megatron-LM's
+    --recompute-num-layers summed over the stages' chunks; None: all of them).
     """
     from parcalc.core.activations import check_count, check_sequence
     from parcalc.core.layer_ops import lm_head_op, transformer_layer_ops
@@ -430,8 +434,15 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     check_count("--seq-len", seq_len)
     check_sequence(model, seq_len)
     recompute = str(getattr(recompute, "value", recompute))  # a parcalc.core.activations.Recompute or its value
-    if recompute not in ("none", "selective", "full"):
-        raise InputError(f"--recompute: none, selective or full, got {recompute!r}")
+    if recompute not in ("none", "selective", "full", "op"):
+        raise InputError(f"--recompute: none, selective, full or op, got {recompute!r}")
+    if recompute == "op":
+        from parcalc.core.recompute import check_op_supported
+
+        check_op_supported(model)
+    if recomputed_layers is not None and not (recompute == "full" and model.moe is None and 0 <= recomputed_layers <= model.layers):
+        raise InputError(f"--recompute-layers: {recomputed_layers} layers recomputed needs --recompute full on a dense model "
+                         f"of at least that many layers (got --recompute {recompute}, {model.layers} layers)")  # fmt: skip
     ops = transformer_layer_ops(model, batch, seq_len, 2.0)  # bytes per element do not change FLOPs
     moe_ops = transformer_layer_ops(model, batch, seq_len, 2.0, moe_layer=True) if model.moe is not None else ()
     head = lm_head_op(model, batch, seq_len, 2.0)
@@ -481,10 +492,24 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
         source=f"{KORTHIKANTI_FLOPS}: backward = 2 x forward (input and weight gradients)",
         assumptions=(MOE_MFU,) if moe_forward is not None else (),
     )
-    if recompute == "full":
+    if recompute == "full" and recomputed_layers is not None:
+        n_re = Term("L_re", "L_re", r"L_{\mathrm{re}}", recomputed_layers, "", "layers recomputed (--recompute-layers per stage chunk, summed)")
+        re_formula, re_latex, re_value = "$L_re × $F_layer", r"$L_re \times $F_layer", recomputed_layers * layer_value
+        re_inputs: tuple[Term, ...] = (n_re, layer_forward.as_term("F_layer"))
+        re_what = f"full recomputation of {recomputed_layers} of {L} layers (Megatron-LM's block method)"
+    elif recompute == "full":
         re_formula, re_latex, re_value = layers_formula, layers_latex, layers_value
-        re_inputs: tuple[Term, ...] = layer_terms
+        re_inputs = layer_terms
         re_what = "full recomputation: every layer's forward runs again before its backward"
+    elif recompute == "op":
+        from parcalc.core.recompute import op_recomputed_matmuls
+
+        again = op_recomputed_matmuls(model, flash_attention)
+        op_value = sum(op.flops * (half if op.key in ATTENTION_CORE_OPS else 1.0) for op in matmuls if op.key in again)
+        f_op = Term("F_op", "F_op", r"F_{\mathrm{op}}", op_value, "FLOP", f"one layer's recomputed matmuls: {', '.join(again)}")
+        re_formula, re_latex, re_value, re_inputs = "$L × $F_op", r"$L \times $F_op", L * op_value, (l_term, f_op)
+        re_what = "op-level selective checkpointing: every second matmul of every layer runs again" + (
+            "" if flash_attention else ", and the attention core")
     elif recompute == "selective":
         core = layer_forward.term("F_core")
         re_formula, re_latex, re_value, re_inputs = "$L × $F_core", r"$L \times $F_core", L * core_value, (l_term, core)
@@ -493,7 +518,7 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
         re_formula, re_latex, re_value, re_inputs = "0", "0", 0.0, ()
         re_what = "no recomputation"
     recomputed = Derivation("recomputed_flops", f"Recomputed FLOPs per iteration ({re_what})", "F_re", r"F_{\mathrm{re}}",
-                            re_formula, re_latex, re_inputs, re_value, "FLOP", KORTHIKANTI_FLOPS)  # fmt: skip
+                            re_formula, re_latex, re_inputs, re_value, "FLOP", _recompute_source(recompute, recomputed_layers))  # fmt: skip
     hardware = Derivation(
         key="hardware_flops",
         label="Hardware FLOPs per iteration (model FLOPs + recomputation)",
@@ -557,6 +582,16 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     return TrainingFlops(tuple(ops), head, causal, layer_forward, forward, model_flops, recomputed, hardware, per_token[0],
                          per_token[1], approx, narayanan, elementwise, selective, tuple(moe_ops), moe_forward, L_dense, L_moe,
                          model if model.moe is not None else None, *counts)  # fmt: skip
+
+
+def _recompute_source(recompute: str, recomputed_layers: int | None) -> str:
+    from parcalc.core.recompute import MEGATRON_BLOCK, TT_POLICY
+
+    if recompute == "op":
+        return f"{TT_POLICY}; matmul FLOPs as parcalc.core.layer_ops counts them"
+    if recompute == "full" and recomputed_layers is not None:
+        return f"{KORTHIKANTI_FLOPS}; {MEGATRON_BLOCK}"
+    return KORTHIKANTI_FLOPS
 
 
 def flops_utilization(flops: Derivation, step_time: float, gpus: float, peak: float, *, hardware: bool = False,

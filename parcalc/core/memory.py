@@ -525,6 +525,7 @@ class TrainingSetup:
     capacity_source: str = ""
     offload_optimizer: bool = False  # ZeRO-Offload: fp32 master weights, states and fp32 gradients on the host
     offload_activations: bool = False  # saved activations on the host (Megatron-LM --cpu-offloading, save_on_cpu)
+    recompute_layers: int | None = None  # with full: layers of each stage chunk recomputed (parcalc.core.recompute; None: all)
 
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
@@ -701,6 +702,8 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     fp8_weights = fp8_weight_cache(model, par.tp, n_layers) if setup.precision is Precision.FP8 else None
     if setup.offload_activations:
         activations = offloaded_activations(layer, layers, in_flight)
+    elif setup.recompute_layers is not None and setup.recompute is Recompute.FULL:
+        activations = _partly_recomputed_activations(model, par, layer, layers, in_flight, setup.recompute_layers, stage)
     elif model.moe is not None:
         activations = _moe_stage_activations(model, par, layer, layers, in_flight, stage)
     else:
@@ -718,7 +721,7 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
         )
     embedding = embedding_activations(model, config, in_flight.value) if stage == 0 and model.vocab else None
     output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
-    recompute = recompute_working_set(model, config)
+    recompute = recompute_working_set(model, config) if setup.recompute_layers != 0 else None
     context = context_working_set(model, config.micro_batch, config.seq_len, par.cp, par.tp, config.activation_bytes, par.cp_comm)
     reserve = reserve_derivation(setup.reserve)
     offloaded = (("optimizer_states",) + (("gradients",) if par.zero >= 2 else ())) if setup.offload_optimizer else ()
@@ -769,6 +772,39 @@ def fp8_weight_cache(model: TransformerModel, tp: int, layers: int) -> Derivatio
                        "E8M0 scale per 32 elements per copy (not counted)", "dense layer shapes"))  # fmt: skip
 
 
+def _partly_recomputed_activations(model: TransformerModel, par: Parallelism, layer: LayerActivations, layers: Derivation,
+                                   in_flight: Derivation, n: int, stage: int) -> Derivation:  # fmt: skip
+    """--recompute-layers n (Megatron-LM's block method, parcalc.core.recompute.MEGATRON_BLOCK): the
+    first n layers of each of the stage's v model chunks keep their input only (full recomputation,
+    `layer`), the others every tensor (no recomputation)."""
+    from dataclasses import replace as replaced
+
+    from parcalc.core.recompute import MEGATRON_BLOCK
+
+    plain = layer_activations(model, replaced(layer.config, recompute=Recompute.NONE))
+    n_layers = int(layers.value)
+    again = min(n, n_layers // par.chunks) * par.chunks
+    inputs = (Term("A_full", "A_full", r"A_{\mathrm{full}}", layer.per_layer.value, "B", "one recomputed layer's activations (its input)",
+                   layer.per_layer.source),
+              Term("L_re", "L_re", r"L_{\mathrm{re}}", again, "", f"recomputed layers of stage {stage + 1} (--recompute-layers {n} "
+                   f"x {par.chunks} chunk{'s' if par.chunks > 1 else ''})"),
+              Term("A_none", "A_none", r"A_{\mathrm{none}}", plain.per_layer.value, "B", "one other layer's activations (every saved tensor)",
+                   plain.per_layer.source),
+              layers.as_term("L_stage"), in_flight.as_term("n"))  # fmt: skip
+    return Derivation(
+        key="stage_activations",
+        label=f"Activations of the layers of stage {stage + 1} ({again} of {n_layers} recomputed)",
+        symbol="A_stage",
+        latex_symbol=r"A_{\mathrm{stage}}",
+        formula="($A_full × $L_re + $A_none × ($L_stage - $L_re)) × $n",
+        formula_latex=r"\left($A_full \times $L_re + $A_none \times ($L_stage - $L_re)\right) \times $n",
+        inputs=inputs,
+        value=(layer.per_layer.value * again + plain.per_layer.value * (n_layers - again)) * in_flight.value,
+        unit="B",
+        source=f"{MEGATRON_BLOCK}; per layer Korthikanti et al. 2022 sec. 4-5",
+    )
+
+
 def _moe_stage_activations(model: TransformerModel, par: Parallelism, layer: LayerActivations, layers: Derivation,
                            in_flight: Derivation, stage: int) -> Derivation:  # fmt: skip
     """A stage of a Mixture-of-Experts model: its dense layers and its MoE layers, each with its own activations."""
@@ -806,6 +842,11 @@ def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingS
         raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")
     per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads, model=model)
     layer = layer_activations(model, setup.activation_config(par))
+    if setup.recompute_layers is not None:
+        from parcalc.core.recompute import check_recompute_layers, chunk_layers
+
+        split = stage_layers(model, par)
+        check_recompute_layers(setup.recompute_layers, setup.recompute, chunk_layers(split, par.chunks), model)
     stages = tuple(stage_memory(model, par, setup, per, layer, s) for s in range(par.pp))
     if not all(math.isfinite(s.total.value) for s in stages):
         raise InputError("--seq-len / --micro-batch: these sizes give more bytes than a number can hold; no GPU holds them")

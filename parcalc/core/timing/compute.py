@@ -189,11 +189,25 @@ class LayerPasses:
     def t_backward(self) -> float:
         return sum(k.time for k in self.backward)
 
-    def t_recompute(self, recompute: Recompute) -> float:
+    def t_recompute(self, recompute: Recompute, model: TransformerModel | None = None) -> float:
+        """Forward kernels run again in backward. OP (op-level selective checkpointing, model
+        needed): every memory-bound kernel, the recomputed matmuls' share of their GEMM kernels
+        (parcalc.core.recompute.op_kernel_shares) and, without FlashAttention, the attention core;
+        FlashAttention's forward is saved, not run again."""
         if recompute is Recompute.FULL:
             return self.t_forward
         if recompute is Recompute.SELECTIVE:
             return sum(k.time for k in self.attention_core)
+        if recompute is Recompute.OP:
+            from parcalc.core.recompute import op_kernel_shares
+
+            if model is None:
+                raise ValueError("t_recompute(Recompute.OP) needs the model (which matmuls run again)")
+            flash = any(k.key == "attn.flash" for k in self.forward)
+            shares = op_kernel_shares(model, flash)
+            core = {k.key for k in self.attention_core}
+            return sum(k.time * (0.0 if flash else 1.0) if k.key in core else k.time if k.kind == "memory" else
+                       k.time * shares.get(k.key, 0.0) for k in self.forward)  # fmt: skip
         return 0.0
 
     def t_attention(self) -> tuple[float, float]:

@@ -176,6 +176,7 @@ class LayerPieces:
     last_forward: float
     last_backward: float
     activation: float  # bytes of one micro-batch's b s h activation (the pipeline's send, times tp)
+    tp_replay: float = 0.0  # the TP collectives a recomputed layer runs again (full: 2; op: the forward's gathers)
 
 
 def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool, recompute: Any, training: Any, cluster: Any, *,
@@ -210,10 +211,18 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
             regather_layer, regather_exposed_layer = regather_per_layer(gather, dgrads)
         else:
             one = collective_time(Collective.ALL_REDUCE, activation, group, fabric).time
-        # 2 forward and 2 backward per layer, 2 more replayed by full recomputation; the SP re-gathers apart
-        tp_layer = (6 if recompute is Recompute.FULL else 4) * one
+        # 2 forward and 2 backward per layer, 2 more replayed by full recomputation; the SP re-gathers apart.
+        # Op-level checkpointing replays the forward's collectives but the reduce-scatters, whose outputs
+        # it saves (parcalc.core.recompute): with SP the 2 all-gathers, without it the 2 all-reduces.
+        tp_layer = 4 * one
+        if recompute is Recompute.FULL:
+            replay = 2 * one
+        elif recompute is Recompute.OP:
+            replay = 2 * gather if sequence_parallel else 2 * one
+        else:
+            replay = 0.0
     else:
-        tp_layer = 0.0
+        tp_layer = replay = 0.0
     cp_total = cp_exposed = 0.0
     if cp > 1:
         from parcalc.core.timing.context import cp_layer_time
@@ -225,18 +234,19 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
     if model.moe is not None:
         tokens = micro_batch * seq // tp if sequence_parallel else micro_batch * seq
         exchange = layer_exchange(model, tokens, e, bool(fp8), experts, fabric, cluster.gpus_per_node)
-        paired, alone = exposed_per_layer(exchange, moe_layer.t_forward, moe_layer.t_backward + moe_layer.t_recompute(recompute),
+        paired, alone = exposed_per_layer(exchange, moe_layer.t_forward, moe_layer.t_backward + moe_layer.t_recompute(recompute, model),
                                           moe_layer.shared_forward, moe_layer.shared_backward, experts.overlap, spec.sms,
                                           recompute is Recompute.FULL)  # fmt: skip
-    return LayerPieces(layer.t_forward, layer.t_backward, layer.t_recompute(recompute), moe_layer.t_forward, moe_layer.t_backward,
-                       moe_layer.t_recompute(recompute), layer.t_gemms(), moe_layer.t_gemms(), tp_layer, regather_layer,
+    return LayerPieces(layer.t_forward, layer.t_backward, layer.t_recompute(recompute, model), moe_layer.t_forward, moe_layer.t_backward,
+                       moe_layer.t_recompute(recompute, model), layer.t_gemms(), moe_layer.t_gemms(), tp_layer, regather_layer,
                        regather_exposed_layer, cp_total, cp_exposed, paired, alone, ends.t_first_forward, ends.t_first_backward,
-                       ends.t_last_forward, ends.t_last_backward, activation)  # fmt: skip
+                       ends.t_last_forward, ends.t_last_backward, activation, replay)  # fmt: skip
 
 
 def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequence_parallel: bool, recompute: Any,
                  training: Any, cluster: Any, *, first: int | None = None, last: int | None = None, cp: int = 1,
-                 cp_comm: str = "p2p", experts: Any = None, layer: LayerPieces | None = None) -> tuple[StagePieces, float, float]:  # fmt: skip
+                 cp_comm: str = "p2p", experts: Any = None, layer: LayerPieces | None = None, recompute_layers: int | None = None,
+                 chunks: int = 1) -> tuple[StagePieces, float, float]:  # fmt: skip
     """The slowest stage's pieces for one micro-batch, and one layer's forward and backward time
     (with its recomputation) for ZeRO-3's prefetch windows. first / last: layers of the first and
     last stage (Megatron-LM's uneven split, parcalc.core.stages; None: L/p on every stage); the
@@ -244,7 +254,9 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
     experts: how the MoE layers run (parcalc.core.timing.moe.ExpertShard; None: ep = etp = 1);
     a stage's MoE layers (contiguous ranges of Megatron's split) take an MoE layer's kernels and
     its dispatch and combine (StagePieces.ep). layer: layer_pieces of the same arguments, when
-    the caller has it already (the search)."""
+    the caller has it already (the search). recompute_layers: with full recomputation, the layers
+    of each of a stage's `chunks` model chunks that are recomputed (Megatron-LM's block method;
+    None: all)."""
     from parcalc.core.choices import Collective
     from parcalc.core.timing.network import collective_time, placement
 
@@ -255,14 +267,21 @@ def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequen
         p2p = collective_time(Collective.POINT_TO_POINT, lp.activation / tp, group, cluster.fabric).time
     else:
         p2p = 0.0
-    pieces = assemble_stage(model, pp, first, last, lp, p2p, cluster.overlap_tp)
+    pieces = assemble_stage(model, pp, first, last, lp, p2p, cluster.overlap_tp, recompute_layers, chunks)
     if model.moe is not None and pieces.layers:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage
         layers = float(pieces.layers)
         return pieces, float(pieces.forward) / layers, float(pieces.backward + pieces.recompute) / layers
-    return pieces, lp.f_dense, lp.b_dense + lp.r_dense
+    share = _again(pieces.layers, recompute_layers, chunks) / pieces.layers if pieces.layers else 1.0
+    return pieces, lp.f_dense, lp.b_dense + lp.r_dense * share
 
 
-def assemble_stage(model: Any, pp: int, first: int | None, last: int | None, lp: Any, p2p: Any, overlap_tp: bool) -> StagePieces:
+def _again(layers: Any, recompute_layers: int | None, chunks: int) -> Any:
+    """The layers of a stage of `layers` layers that run their forward again (--recompute-layers, per chunk)."""
+    return layers if recompute_layers is None else np.minimum(recompute_layers, layers // chunks) * chunks
+
+
+def assemble_stage(model: Any, pp: int, first: int | None, last: int | None, lp: Any, p2p: Any, overlap_tp: bool,
+                   recompute_layers: int | None = None, chunks: int = 1) -> StagePieces:  # fmt: skip
     """stage_pieces' assembly of a stage from per-layer pieces: the same code on floats (one
     configuration; lp a LayerPieces) and on numpy arrays (the search; lp's fields arrays, one entry
     per configuration)."""
@@ -273,8 +292,9 @@ def assemble_stage(model: Any, pp: int, first: int | None, last: int | None, lp:
     def f_of(layers: int, moe: int) -> Any:
         return (layers - moe) * lp.f_dense + moe * lp.f_moe
 
-    def b_of(layers: int, moe: int) -> Any:
-        return (layers - moe) * (lp.b_dense + lp.r_dense) + moe * (lp.b_moe + lp.r_moe)
+    def b_of(layers: int, moe: int) -> Any:  # backward, and the recomputation of the layers that run again
+        share = _again(layers, recompute_layers, chunks) / layers if layers else 1.0
+        return (layers - moe) * (lp.b_dense + share * lp.r_dense) + moe * (lp.b_moe + share * lp.r_moe)
 
     first_f = f_of(split[0], moe_counts[0]) + lp.first_forward + (lp.last_forward if pp == 1 else 0.0)
     first_b = b_of(split[0], moe_counts[0]) + lp.first_backward + (lp.last_backward if pp == 1 else 0.0)
@@ -286,10 +306,13 @@ def assemble_stage(model: Any, pp: int, first: int | None, last: int | None, lp:
     if pp > 1:
         stages.append((f_of(split[-1], moe_counts[-1]) + lp.last_forward, b_of(split[-1], moe_counts[-1]) + lp.last_backward,
                        split[-1], moe_counts[-1]))  # fmt: skip
-    per_layer = _TpLayer(lp.tp_layer, lp.regather, lp.regather_exposed, lp.gemms_dense, lp.gemms_moe)
+    per_layer = _TpLayer(lp.tp_layer, lp.regather, lp.regather_exposed, lp.gemms_dense, lp.gemms_moe, lp.tp_replay, recompute_layers, chunks)
     forward, backward_and_re, layers_here, moe_here = _slowest(stages, per_layer, overlap_tp)
-    recomputed = (layers_here - moe_here) * lp.r_dense + moe_here * lp.r_moe
-    tp_time, tp_hidden = layers_here * lp.tp_layer, (layers_here - moe_here) * lp.gemms_dense + moe_here * lp.gemms_moe
+    again = _again(layers_here, recompute_layers, chunks)
+    share = again / np.maximum(layers_here, 1)
+    recomputed = share * ((layers_here - moe_here) * lp.r_dense + moe_here * lp.r_moe)
+    tp_time = layers_here * lp.tp_layer + again * lp.tp_replay
+    tp_hidden = (layers_here - moe_here) * lp.gemms_dense + moe_here * lp.gemms_moe
     return StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
                        layers_here * lp.regather, layers_here * lp.regather_exposed, layers_here * lp.cp_exposed,
                        layers_here * lp.cp_total, moe_here * lp.ep_paired, moe_here * lp.ep_alone, moe_here)  # fmt: skip
@@ -367,12 +390,16 @@ class _TpLayer:
     regather_exposed: float
     gemms: float
     gemms_moe: float = 0.0  # an MoE layer's GEMMs
+    replay: float = 0.0  # collectives a recomputed layer runs again
+    recompute_layers: int | None = None  # per chunk (None: every layer replays)
+    chunks: int = 1
 
     def exposed(self, layers: int, overlap_tp: bool, moe: int = 0) -> Any:
         """combine()'s t_tp per micro-batch for a stage of `layers` layers, `moe` of them MoE layers."""
+        replayed = _again(layers, self.recompute_layers, self.chunks) * self.replay
         if overlap_tp:
-            return np.maximum(layers * (self.collectives + self.regather) - (layers - moe) * self.gemms - moe * self.gemms_moe, 0.0)
-        return layers * (self.collectives + self.regather_exposed)
+            return np.maximum(layers * (self.collectives + self.regather) - (layers - moe) * self.gemms - moe * self.gemms_moe + replayed, 0.0)
+        return layers * (self.collectives + self.regather_exposed) + replayed
 
 
 def _slowest(stages: list[tuple[Any, Any, int, int]], tp: _TpLayer, overlap_tp: bool) -> tuple[Any, Any, Any, Any]:
