@@ -285,7 +285,8 @@ def dp_assumptions(par: Parallelism, opts: Options) -> list[str]:
         out.append("FSDP units: one per transformer layer; embeddings, final norm and LM head form the root unit")
         out.append("parameters are all-gathered for every micro-batch; gradients are reduce-scattered once per iteration")
         if opts.shard_padding:
-            out.append("shard padding: each tensor's dim 0 rounded up to a multiple of the data-parallel size (FSDP2)")
+            out.append("shard padding: each tensor's dim 0 rounded up to a multiple of the " + (
+                "shard group's size S (FSDP2)" if shard_size(par) < par.dp * par.cp else "data-parallel size (FSDP2)"))
         if not opts.reshard_root:
             out.append("the root unit is not resharded after forward, so it is not re-gathered in backward (FSDP2's default)")
     else:
