@@ -17,6 +17,11 @@ less memory), or, when none fits, the one with the least memory. That is the spl
 the stages' time, embedding and LM head included. `--first-stage-layers` / `--last-stage-layers`
 with a pinned pp try that split only.
 
+Hybrid sharding. Every ZeRO-1/2/3 configuration is tried with each shard group S dividing dp x cp
+from one node's share of the data-parallel group (GPUs per node / tp ranks) up to dp x cp
+(SearchSpace.shard_groups_of; parcalc.core.sharding), ZeRO-0 once with S = dp x cp: column
+`shard_group`. The data-parallel pieces are computed once per distinct S and gathered into arrays.
+
 Whatever depends on the layer's shape comes from the scalar cores once per distinct value
 (parcalc.core.activations for one sequence, parcalc.core.memory for a stage's parameters,
 parcalc.core.flops per recomputation, parcalc.core.collectives for two message sizes, since an

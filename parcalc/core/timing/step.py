@@ -16,7 +16,9 @@
 - t_bubble = (p - 1)/(v m) x (t_compute + t_tp) (Narayanan et al. 2021, sec. 2.2);
 - t_pp = 2 m v sends of one micro-batch's activation (split over the TP ranks: Megatron-LM's
   scatter/gather), on the critical path of 1F1B;
-- t_dp = the data-parallel / ZeRO / FSDP communication left exposed (parcalc.core.timing.overlap);
+- t_dp = the data-parallel / ZeRO / FSDP communication left exposed (parcalc.core.timing.overlap); with
+  hybrid sharding (a shard group S < dp) ZeRO's collectives run in the shard group and each reduce is
+  followed by the all-reduce of its 1/S shard over the dp / S replicas (dp_pieces, dp_exposed);
 - t_optimizer = the optimizer step, memory-bound over the local shard.
 
 The combination below works on plain floats (one configuration, parcalc.core.fit.estimate) and
