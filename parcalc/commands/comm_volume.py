@@ -16,10 +16,12 @@ from parcalc.commands.common import (
     LossInSplitOption,
     OutputOption,
     PresetsOption,
+    ShardGroupOption,
     cp_flags,
     expert_flags,
     finish,
     preset_dirs,
+    shard_group_flag,
     stage_flags,
     start,
 )
@@ -51,6 +53,7 @@ Examples:
   parcalc comm-volume --collective all-gather --size 512MiB --workers 16 --link ib-ndr
   parcalc comm-volume --strategy all --model homework-7b --batch 128 --seq-len 4096 --dtype fp16 --gpus 8
   parcalc comm-volume --strategy fsdp --model homework-7b --batch 128 --dtype fp16 --gpus 8
+  parcalc comm-volume --strategy fsdp --model llama3-70b --batch 64 --seq-len 4096 --gpus 64 --shard-group 8
   parcalc comm-volume --strategy tp --sequence-parallel --layers 32 --hidden 4096 --heads 32 --batch 8 --seq-len 4096 --gpus 8
   parcalc comm-volume --strategy 3d --model homework-7b --tp 2 --pp 4 --dp 2 --gpus-per-node 4 --batch 64 --seq-len 4096
   parcalc comm-volume --strategy ep --model mixtral-8x7b --tp 2 --dp 16 --ep 8 --etp 1 --sequence-parallel --zero 1 --batch 64 --seq-len 4096 --moe-imbalance 1.2
@@ -97,6 +100,7 @@ def comm_volume(
     etp: EtpOption = None,
     moe_imbalance: Annotated[_Text, typer.Option(metavar="RHO", help="MoE all-to-alls: the busiest rank's tokens over the balanced share (default 1.0: balanced routing; at least 1).")] = None,
     zero: Annotated[int, typer.Option(metavar="0-3", help="--strategy 3d: ZeRO stage of the data-parallel dimension (0: DDP all-reduce).")] = 0,
+    shard_group: ShardGroupOption = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism with TP: all-gathers and reduce-scatters.")] = False,
     schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2.")] = Schedule.ONE_F_ONE_B,
     chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (--schedule interleaved).")] = None,
@@ -140,7 +144,7 @@ def comm_volume(
 _COLLECTIVE_ONLY = ("size", "elements", "workers")
 _STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "tied", "batch", "micro_batch", "seq_len", "grad_dtype",
                   "gpus", "tp", "pp", "dp", "cp", "chunks", "gpus_per_node", "inter_node_link", "bucket_size", "first_stage_layers",
-                  "last_stage_layers", "ep", "etp", "moe_imbalance")  # fmt: skip
+                  "last_stage_layers", "ep", "etp", "moe_imbalance", "shard_group")  # fmt: skip
 
 
 def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
@@ -327,6 +331,8 @@ def _strategy_result(args: dict[str, Any], dirs: tuple) -> "Result":
                  ("sequence_parallel", str(par.sequence_parallel).lower()), ("schedule", par.schedule)]  # fmt: skip
     if par.cp > 1:
         settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
+    if par.shard_group is not None:
+        settings.append(("shard_group", str(par.shard_group)))
     return _plan_result(shape, work, par, plan, network, settings)
 
 
@@ -351,6 +357,9 @@ def _parallelism(args: dict[str, Any]) -> Any:
     cp_kind = cp_flags(None, args["cp_comm"])[1]
     if args["zero"] not in (0, 1, 2, 3):
         raise InputError(f"--zero: ZeRO stage must be 0, 1, 2 or 3, got {args['zero']}")
+    if name == "all" and args["shard_group"] is not None:
+        raise InputError("--shard-group: --strategy all compares each strategy with full sharding; give --strategy zero1, zero2, "
+                         "fsdp or 3d --zero 1-3 with --shard-group")  # fmt: skip
     if name == "all" and (args["ep"] is not None or args["etp"] is not None):
         raise InputError("--ep / --etp: --strategy all gives all GPUs to one dimension at a time; use --strategy ep or 3d with --ep")
     stages = (comm.DataParallel.DDP, comm.DataParallel.ZERO1, comm.DataParallel.ZERO2, comm.DataParallel.ZERO3)
@@ -362,6 +371,7 @@ def _parallelism(args: dict[str, Any]) -> Any:
         gpus_per_node=parse_count(args["gpus_per_node"], "--gpus-per-node") if args["gpus_per_node"] is not None else 8,
         first_stage_layers=first, last_stage_layers=last, embedding_in_split=args["embedding_in_split"],
         loss_in_split=args["loss_in_split"], cp=cp, cp_comm=cp_kind, ep=args["_ep"], etp=args["_etp"],
+        shard_group=shard_group_flag(args["shard_group"]),
     )  # fmt: skip
 
 

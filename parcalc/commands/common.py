@@ -215,6 +215,24 @@ def cp_flags(cp: str | None, cp_comm: str) -> tuple[int, str]:
     return (parse_count(cp, "--cp") if cp is not None else 1), cp_comm_of(cp_comm).value
 
 
+# Hybrid sharding (parcalc.core.sharding): `memory`, `comm-volume` and `fit` share this flag.
+ShardGroupOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--shard-group", metavar="S",
+                 help="Hybrid sharding (FSDP2 HSDP, Megatron's --num-distributed-optimizer-instances dp/S): ZeRO-1/2/3 shard "
+                      "over S consecutive data-parallel ranks and replicate over dp x cp / S; gathers and reduce-scatters in the "
+                      "group, the gradient shards all-reduced across the replicas. S divides dp x cp (default: all of them).",
+                 show_default=False),
+]  # fmt: skip
+
+
+def shard_group_flag(shard_group: str | None) -> int | None:
+    """--shard-group as a count (None when not given); whether it divides dp x cp is the core's check."""
+    from parcalc.units import parse_count
+
+    return parse_count(shard_group, "--shard-group") if shard_group is not None else None
+
+
 # Expert parallelism of MoE models (parcalc.core.expert_parallel): `memory`, `comm-volume` and
 # `fit` share these flags.
 EpOption = Annotated[

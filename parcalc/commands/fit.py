@@ -30,12 +30,14 @@ from parcalc.commands.common import (
     OutputOption,
     PresetsOption,
     ProgressBar,
+    ShardGroupOption,
     check_at_most,
     expert_flags,
     fp8_recipe_flag,
     moe_timing_flags,
     finish,
     preset_dirs,
+    shard_group_flag,
     stage_flags,
     start,
     cp_flags,
@@ -76,6 +78,8 @@ Examples:
       --recompute selective --sequence-parallel --schedule interleaved --chunks 3
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --tp 2 --pp 4 --dp 32 --ep 8 --etp 1 --sequence-parallel --zero 1
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
+  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 512 --batch 512 --seq-len 4096 --flash-attention --framework fsdp2 \\
+      --tp 1 --pp 1 --dp 512 --zero 3 --shard-group 64 --recompute full
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --flash-attention --search
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --flash-attention --search --ep 8 --zero 0
   parcalc fit --model qwen3-30b-a3b --gpu h100-sxm5 --gpus 16 --batch 1024 --seq-len 4096 --flash-attention --tp 1 --pp 1 \\
@@ -117,6 +121,7 @@ def fit(
     micro_batch: Annotated[Optional[list[str]], typer.Option(metavar="b", help="Micro-batch size (table: default 1; --search: try only these, repeatable).", show_default=False)] = None,  # noqa: UP045
     recompute: Annotated[Optional[list[Recompute]], typer.Option(metavar="KIND", help="Recomputation to try: none, selective, full, op (PyTorch/TorchTitan op-level selective checkpointing) (repeatable; default: none, selective, full in the table, all four with --search).", show_default=False)] = None,  # noqa: UP045
     zero: Annotated[Optional[list[ZeroStage]], typer.Option(metavar="0-3", help="--search: ZeRO stages to try (repeatable; default 0-3).", show_default=False)] = None,  # noqa: UP045
+    shard_group: ShardGroupOption = None,
     ep: EpOption = None,
     etp: EtpOption = None,
     moe_dispatcher: MoeDispatcherOption = None,
@@ -251,6 +256,13 @@ def fit(
     if search and ep is not None:
         ends = {**ends, "ep": expert["ep"]}
     ends = {**ends, **moe_timing_flags(moe_dispatcher, max_nodes_per_token, ep_overlap, moe_imbalance, shape)}
+    sg = shard_group_flag(shard_group)
+    if sg is not None:
+        if not (search or pinned):
+            raise InputError("--shard-group: applies to one configuration (--tp, --pp, --dp with --zero 1-3) or pins it for --search; "
+                             "the strategy table shards over every data-parallel rank")  # fmt: skip
+        ends = {**ends, "shard_group": sg}
+        settings_cp = [*settings_cp, ("shard_group", str(sg))]
     if (first is not None or last is not None) and not (search or pinned):
         flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
@@ -558,6 +570,11 @@ def _search_assumptions(shape: TransformerModel, training: Training, space: Any)
               f"the search tries cp from s = {CP_MIN_SEQ_LEN:,} tokens, or pinned by --cp)")  # fmt: skip
     else:
         cp = f"context parallelism not searched: s = {training.seq_len:,} < {CP_MIN_SEQ_LEN:,} tokens (cp = 1; --cp pins one)"
+    if space.shard_group is not None:
+        cp += f"; hybrid sharding pinned: ZeRO-1/2/3 over shard groups of S = {space.shard_group} (layouts whose dp x cp it divides)"
+    else:
+        cp += ("; hybrid sharding: ZeRO-1/2/3 configurations tried with every shard group S dividing dp x cp from one node's share "
+               "of it (GPUs per node / tp ranks) up to dp x cp (column S where it varies; --shard-group pins one)")  # fmt: skip
     if shape.moe is None:
         return (cp,)
     ep = (f"expert parallelism pinned to ep = {space.ep}" if space.ep is not None else
@@ -638,7 +655,10 @@ def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str
     c = found.evaluated.columns
     cp = len(found.evaluated) > 0 and bool((c["cp"] > 1).any())
     ep = shape.moe is not None
-    return (("cp",) if cp else ()) + (("ep",) if ep else ()) + (("t_cp",) if cp else ()) + (("t_ep",) if ep else ())
+    # the shard group S where some ZeRO-1/2/3 configuration shards over fewer than dp x cp ranks (hybrid sharding)
+    hybrid = len(found.evaluated) > 0 and bool(((c["zero"] >= 1) & (c["shard_group"] < c["dp"] * c["cp"])).any())
+    return ((("cp",) if cp else ()) + (("ep",) if ep else ()) + (("shard_group",) if hybrid else ()) + (("t_cp",) if cp else ())
+            + (("t_ep",) if ep else ()))  # fmt: skip
 
 
 def _configurations_table(found: SearchResult, order: Any, title: str, extra: tuple[str, ...] = ()) -> Table:
@@ -651,7 +671,7 @@ def _configurations_table(found: SearchResult, order: Any, title: str, extra: tu
               "last_stage_layers": "L last", "memory": "memory",
               "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed", "t_optimizer": "optimizer",
               "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP", "ep": "EP",
-              "t_cp": "CP comm", "t_ep": "EP exchange"}  # fmt: skip
+              "t_cp": "CP comm", "t_ep": "EP exchange", "shard_group": "S"}  # fmt: skip
     columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS + extra)
     key = "configurations" if order is None else "top"
     return Table(key, title, columns, tuple(found.evaluated.rows(order, extra)))

@@ -19,11 +19,13 @@ from parcalc.commands.common import (
     OutputOption,
     PresetsOption,
     RecomputeLayersOption,
+    ShardGroupOption,
     expert_flags,
     finish,
     cp_flags,
     preset_dirs,
     recompute_layers_flag,
+    shard_group_flag,
     stage_flags,
     start,
 )
@@ -63,6 +65,7 @@ Examples:
   parcalc memory --model llama3-8b --seq-len 8192 --flash-attention --precision fp8 --gpu h100-sxm5
   parcalc memory --model llama3-8b --seq-len 4096 --dp 8 --zero 2 --optimizer adam-8bit --gpu a100-sxm4-80gb
   parcalc memory --model llama3-70b --seq-len 4096 --dp 8 --zero 2 --offload optimizer --offload activations --gpu h100-sxm5
+  parcalc memory --model llama3-70b --seq-len 4096 --dp 64 --zero 3 --shard-group 16 --recompute full --flash-attention --gpu h100-sxm5
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -99,6 +102,7 @@ def memory(
     ep: EpOption = None,
     etp: EtpOption = None,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
+    shard_group: ShardGroupOption = None,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only), op (TorchTitan's op-level checkpointing: every other matmul output kept).")] = Recompute.NONE,
     precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy), fp8 (Transformer Engine: FP8 GEMM inputs and weight copies, bf16 weights, fp32 master; needs a GPU with an FP8 peak); default mixed-bf16, mixed-fp16 on a GPU without bf16 (V100).", show_default=False)] = None,  # noqa: UP045
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw (2 states), lion, sgd-momentum (1), sgd (0), adam-8bit (2 x 8-bit + block scales), adafactor (factored: r + c per matrix), muon (1 for hidden matrices, AdamW for the rest).")] = Optimizer.ADAMW,
@@ -169,8 +173,9 @@ def memory(
     reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES
     first, last = stage_flags(first_stage_layers, last_stage_layers)
     e, et = expert_flags(ep, etp, shape)
+    sg = shard_group_flag(shard_group)
     par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split,
-                      cp=c, cp_comm=cp_kind, ep=e, etp=et)  # fmt: skip
+                      cp=c, cp_comm=cp_kind, ep=e, etp=et, shard_group=sg)  # fmt: skip
     setup = TrainingSetup(
         micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
@@ -189,6 +194,8 @@ def memory(
         settings += [("cp", str(c)), ("cp_comm", cp_kind)]
     if setup.recompute_layers is not None:
         settings.append(("recompute_layers", str(setup.recompute_layers)))
+    if sg is not None:
+        settings.append(("shard_group", str(sg)))
     finish(memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes), fmt, output)
 
 
@@ -232,6 +239,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     ]
     if par.cp > 1:
         inputs.append(Term("c", "c", "c", par.cp, "", f"context-parallel degree ({par.cp_comm})"))
+    if par.shard_group is not None:
+        inputs.append(Term("S", "S", "S", par.shard_group, "", "shard group: ZeRO shards over S data-parallel ranks (hybrid sharding)"))
     if par.chunks > 1:
         inputs.append(Term("v", "v", "v", par.chunks, "", "model chunks per device"))
     if shape.moe is not None:
@@ -280,7 +289,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     title = (f"Memory per GPU: {shape.name}, b = {setup.micro_batch}, s = {setup.seq_len}, "
              f"{par.tp} TP x {par.pp} PP" + (f" x {par.cp} CP" if par.cp > 1 else "") + f" x {par.dp} DP"
              + (f", EP {par.ep}" if par.ep > 1 else "") + (f", ETP {par.etp}" if par.etp is not None and par.etp != par.tp else "")
-             + (f", ZeRO-{par.zero}" if par.zero else ""))  # fmt: skip
+             + (f", ZeRO-{par.zero}" if par.zero else "")
+             + (f", shard group {par.shard_group}" if par.shard_group is not None and par.shard_group < par.dp * par.cp else ""))  # fmt: skip
     from parcalc.core.memory import gradient_convention
 
     assumptions = (
@@ -295,6 +305,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         _stages_assumption(breakdown),
         dropout_assumption(shape, bool(setup.dropout), dropout_given),
         *context_assumptions(par),
+        *shard_group_assumptions(breakdown),
     )  # fmt: skip
     return Result(
         command="memory",
@@ -306,6 +317,20 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         assumptions=assumptions,
         settings=tuple(settings),
     )
+
+
+def shard_group_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:
+    """Hybrid sharding, in words (none without --shard-group)."""
+    par = breakdown.parallelism
+    if par.shard_group is None:
+        return ()
+    n = par.dp * par.cp
+    text = (f"hybrid sharding: ZeRO-{par.zero} shards over a group of S = {par.shard_group} of the {n} data-parallel ranks "
+            f"and replicates over {n // par.shard_group} such groups (FSDP2 HSDP, Megatron-LM --num-distributed-optimizer-instances "
+            f"{n // par.shard_group}): the ZeRO divisor is S, not dp x cp")  # fmt: skip
+    if breakdown.model.moe is not None:
+        text += "; the routed experts' states stay sharded over the expert data-parallel ranks, as without a shard group"
+    return (text,)
 
 
 def context_assumptions(par: object) -> tuple[str, ...]:

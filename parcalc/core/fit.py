@@ -166,6 +166,7 @@ class Config:
     etp: int | None = None
     cp_comm: str = "p2p"  # how attention gets the other CP ranks' K/V (parcalc.core.context.CpComm)
     recompute_layers: int | None = None  # with full: layers of each stage chunk recomputed (Megatron-LM block; None: all)
+    shard_group: int | None = None  # hybrid sharding: ZeRO over S of the dp x cp ranks (parcalc.core.sharding); None: all
     # How the MoE layers exchange tokens (parcalc.core.timing.moe): the busiest rank's share over the
     # balanced one, the dispatcher, node-limited routing, and what hides the exchanges.
     moe_imbalance: float = 1.0
@@ -195,6 +196,8 @@ class Config:
                             if (self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap) != ("alltoall", None, "none") else ""))
         if self.zero:
             parts.append(f"ZeRO-{self.zero}")
+        if self.shard_group is not None and self.shard_group < self.dp * self.cp:
+            parts.append(f"shard group {self.shard_group}")
         if self.sequence_parallel:
             parts.append("SP")
         parts.append(f"recompute {self.recompute.value}" + (f" ({self.recompute_layers} layers per stage chunk)"
@@ -263,6 +266,13 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return "sequence parallelism needs tp > 1"
     if config.zero not in (0, 1, 2, 3):
         return f"ZeRO stage {config.zero} does not exist"
+    if config.shard_group is not None:
+        from parcalc.core.sharding import check_shard_group
+
+        try:
+            check_shard_group(config.shard_group, d * c, config.zero)
+        except InputError as error:
+            return str(error)
     if model.moe is not None or config.ep != 1 or config.etp is not None:
         from parcalc.core.expert_parallel import expert_layout
 
@@ -300,7 +310,7 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
     par = Parallelism(config.tp, config.pp, config.dp, config.sequence_parallel, config.zero, config.schedule,
                       config.micro_batches(training), config.chunks, config.first_stage_layers, config.last_stage_layers,
                       config.embedding_in_split, config.loss_in_split, cp=config.cp, cp_comm=config.cp_comm, ep=config.ep,
-                      etp=config.etp)  # fmt: skip
+                      etp=config.etp, shard_group=config.shard_group)  # fmt: skip
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations,
@@ -397,15 +407,17 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster, **ends,
                                            cp=c, cp_comm=config.cp_comm, experts=config.experts() if model.moe is not None else None,
                                            recompute_layers=config.recompute_layers, chunks=v)  # fmt: skip
-    dp = dp_pieces(model, t, p, d * c, training, cluster, **ends)  # gradients over the dp-cp group (Megatron-LM)
+    sg = config.shard_group if config.zero else None  # hybrid sharding applies to ZeRO-1/2/3
+    dp = dp_pieces(model, t, p, d * c, training, cluster, **ends, shard_group=sg)  # gradients over the dp-cp group (Megatron-LM)
     framework = cluster.framework
     t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
                             reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                             layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
-    t_opt = float(optimizer_step_time(model, t, p, d * c, config.zero, training, cluster, **ends))
+    t_opt = float(optimizer_step_time(model, t, p, d * c, config.zero, training, cluster, **ends, shard_group=sg))
     offloading = training.offload_optimizer or training.offload_activations
     t_off = float(offload_step_time(model, t, p, d * c, config.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
-                                    stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends)) if offloading else 0.0  # fmt: skip
+                                    stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends,
+                                    shard_group=sg)) if offloading else 0.0  # fmt: skip
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
     ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms["t_ep"]))
 
@@ -482,7 +494,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"])
     params, traffic = optimizer_traffic(model, t, p, training, **ends)
-    shards = d * c if config.zero >= 1 else 1
+    shards = (d * c if sg is None else sg) if config.zero >= 1 else 1
     optimizer = _derivation(
         "t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",
         "$P × $Q_p / ($BW × $e_mem × $x × $d_z)",
@@ -493,7 +505,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
          _t("e_mem", "e_mem", spec.kernels.memory.value, "fraction", "share of HBM bandwidth memory-bound kernels sustain", spec.kernels.memory.source,
             r"e_{\mathrm{mem}}"),
          _t("x", "x", cluster.efficiency, "", "--efficiency"),
-         _t("d_z", "d_z", shards, "", "ranks the optimizer states are sharded over (ZeRO-1 and up: d)", latex=r"d_{z}")],
+         _t("d_z", "d_z", shards, "", "ranks the optimizer states are sharded over (ZeRO-1 and up: d"
+            + (", the shard group S)" if sg is not None else ")"), latex=r"d_{z}")],
         t_opt, "s", "reads and writes every optimizer state once (parcalc.core.timing.compute.optimizer_bytes)")  # fmt: skip
     if training.offload_optimizer:
         optimizer = _zero("t_optimizer", "Optimizer step on the GPU", "--offload optimizer: the step runs on the host (t_offload)")
@@ -535,7 +548,8 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
     parts = []
     if training.offload_optimizer:
         params, _ = _fullest_stage(model, config.tp, config.pp, **config.stage_ends(model))
-        shard = params / (config.dp * config.cp) if config.zero >= 1 else params
+        ranks = config.dp * config.cp if config.shard_group is None else config.shard_group  # hybrid sharding: 1/S
+        shard = params / ranks if config.zero >= 1 else params
         per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         q_cpu = optimizer_bytes(per.states, 4.0, per.weight, True, state_bytes=per.per_state)
         terms += [_t("psi_z", "Ψ_z", shard, "", "parameters of this GPU's optimizer shard", latex=r"\Psi_z"),
@@ -615,6 +629,16 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
         return _zero("t_dp", label, "no data parallelism")
     group = placement(d, config.tp, cluster.gpus_per_node)
     where = "inside a node" if group.nodes == 1 else f"over {group.nodes} nodes, {group.per_node} GPU(s) each"
+    size = config.shard_group if z and config.shard_group is not None and config.shard_group < d else d  # hybrid sharding: S < d
+    zero_group = f"d = {d} ({where})"
+    if size < d:
+        shards, replicas = placement(size, config.tp, cluster.gpus_per_node), placement(d // size, config.tp * size, cluster.gpus_per_node)
+
+        def at(p: Any) -> str:
+            return "inside a node" if p.nodes == 1 else f"over {p.nodes} nodes, {p.per_node} GPU(s) each"
+
+        zero_group = f"the shard group S = {size} of d = {d} ({at(shards)})"
+        a_where = f"the {d // size} replicas, tp x S apart ({at(replicas)})"
     fw = cluster.framework
     overlap = ("overlapped with the backward of the last micro-batch" if cluster.overlap_grad else "not overlapped")
     n_b = _t("n_b", "n_b", dp.buckets, "", f"gradient buckets ({fw.name}: {fw.source('bucket')})")
@@ -624,29 +648,45 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
         formula = "max($T_ar - $W_b, $T_ar / $n_b)" if cluster.overlap_grad else "$T_ar"
     elif z in (1, 2):
         w_f = _t("W_f", "W_f", stage.first_forward, "s", "forward of the first micro-batch (hides the parameter gather)", latex=r"W_{f}")
-        terms = [_t("T_rs", "T_rs", dp.grad_reduce_scatter, "s", f"reduce-scatter of every bucket over d = {d} ({where})", latex=r"T_{\mathrm{rs}}"),
+        terms = [_t("T_rs", "T_rs", dp.grad_reduce_scatter, "s", f"reduce-scatter of every bucket over {zero_group}", latex=r"T_{\mathrm{rs}}"),
                  _t("T_ag", "T_ag", dp.param_gather, "s", "all-gather of the updated weights", latex=r"T_{\mathrm{ag}}"), n_b, w_b, w_f]  # fmt: skip
-        scatter = "max($T_rs - $W_b, $T_rs / $n_b)" if cluster.overlap_grad else "$T_rs"
+        rs = "$T_rs"
+        if size < d:  # each bucket's shard all-reduced over the replicas after its reduce-scatter (Megatron-LM's start_grad_sync)
+            terms.insert(1, _t("T_ar", "T_ar", dp.grad_replica_all_reduce, "s", f"all-reduce of every bucket's 1/S shard over {a_where}",
+                               latex=r"T_{\mathrm{ar}}"))  # fmt: skip
+            rs = "($T_rs + $T_ar)"
+        scatter = f"max({rs} - $W_b, {rs} / $n_b)" if cluster.overlap_grad else rs
         if z == 2 and fw.reduce_every_micro_batch:  # DeepSpeed ZeRO-2 reduces each micro-batch's gradients
             terms.append(_t("m", "m", m, "", "micro-batches per replica (gradients reduced in each)"))
             scatter = f"$m × {scatter}"
         formula = scatter + (" + max($T_ag - $W_f, $T_ag / $n_b)" if cluster.overlap_param else " + $T_ag")
     else:
         terms = [_t("m", "m", m, "", "micro-batches per replica"), _t("L_s", "L_s", dp.layers, "", "layers (sharding units) per stage"),
-                 _t("g", "g", dp.layer_gather, "s", f"all-gather of one layer's weights over d = {d} ({where})"),
+                 _t("g", "g", dp.layer_gather, "s", f"all-gather of one layer's weights over {zero_group}"),
                  _t("r", "r", dp.layer_reduce, "s", "reduce-scatter of one layer's gradients"),
                  _t("g_0", "g_0", dp.root_gather, "s", "all-gather of the root unit (embedding, final norm, LM head)"),
                  _t("f_l", "f_l", f_layer, "s", "one layer's forward (the prefetch window)"),
                  _t("b_l", "b_l", b_layer, "s", "one layer's backward and recomputation")]  # fmt: skip
         # parcalc.core.timing.step.dp_exposed, written out for the settings in force
         g_b = "$g" if fw.reshard_after_forward else "0"
+        r = "$r"
+        if size < d:  # FSDP2's foreach_reduce: the unit's reduce-scatter, then its shard's all-reduce over the replicate group
+            terms.insert(4, _t("a", "a", dp.layer_replica_reduce, "s", f"all-reduce of one layer's 1/S gradient shard over {a_where}"))
+            r = "($r + $a)"
         forward = "$g_0 + $g + ($L_s - 1) × max(0, $g - $f_l)" if cluster.overlap_param else "$g_0 + $L_s × $g"
         regather = f"$L_s × max(0, {g_b} - $b_l)" if cluster.overlap_grad else f"$L_s × {g_b}"
-        reduce = (f"$L_s × max(0, $r - max(0, $b_l - {g_b})) + $r" if cluster.overlap_grad else "$L_s × $r")
+        reduce = (f"$L_s × max(0, {r} - max(0, $b_l - {g_b})) + {r}" if cluster.overlap_grad else f"$L_s × {r}")
         syncs = "$m" if fw.reduce_every_micro_batch else "1"
         formula = f"$m × ({forward} + {regather}) + {syncs} × ({reduce})"
-    return _derivation("t_dp", label, "t_dp", r"t_{\mathrm{dp}}", formula, terms, value, "s",
-                       f"Rajbhandari et al. 2020 sec. 7 (ZeRO volumes); Zhao et al. 2023 (FSDP prefetch); {fw.name} buckets, {overlap}; {NCCL_SOURCE}")  # fmt: skip
+    source = f"Rajbhandari et al. 2020 sec. 7 (ZeRO volumes); Zhao et al. 2023 (FSDP prefetch); {fw.name} buckets, {overlap}; {NCCL_SOURCE}"
+    assumptions: tuple[str, ...] = ()
+    if size < d:
+        from parcalc.core.sharding import HSDP_SOURCE
+
+        source += f"; hybrid sharding: {HSDP_SOURCE}"
+        assumptions = (f"hybrid sharding over S = {size}: each reduce-scatter's all-reduce over the replicas follows it on the critical "
+                       "path of the reduce (the next reduce-scatter running beside it on another stream is not credited)",)  # fmt: skip
+    return _derivation("t_dp", label, "t_dp", r"t_{\mathrm{dp}}", formula, terms, value, "s", source, assumptions)
 
 
 def _check_cluster(cluster: Cluster) -> None:

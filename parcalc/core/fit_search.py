@@ -17,6 +17,11 @@ less memory), or, when none fits, the one with the least memory. That is the spl
 the stages' time, embedding and LM head included. `--first-stage-layers` / `--last-stage-layers`
 with a pinned pp try that split only.
 
+Hybrid sharding. Every ZeRO-1/2/3 configuration is tried with each shard group S dividing dp x cp
+from one node's share of the data-parallel group (GPUs per node / tp ranks) up to dp x cp
+(SearchSpace.shard_groups_of; parcalc.core.sharding), ZeRO-0 once with S = dp x cp: column
+`shard_group`. The data-parallel pieces are computed once per distinct S and gathered into arrays.
+
 Whatever depends on the layer's shape comes from the scalar cores once per distinct value
 (parcalc.core.activations for one sequence, parcalc.core.memory for a stage's parameters,
 parcalc.core.flops per recomputation, parcalc.core.collectives for two message sizes, since an
@@ -30,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -78,6 +83,9 @@ COST_FIELDS = ("memory", "fits", "t_compute", "t_tp", "t_bubble", "t_pp", "t_dp"
 # search varied them (a dense model at s < CP_MIN_SEQ_LEN keeps cp = ep = 1 and its table as it was).
 PARALLEL_FIELDS = ("cp", "ep")
 PARALLEL_COST_FIELDS = ("t_cp", "t_ep")
+# Hybrid sharding (parcalc.core.sharding): the shard group S of every configuration (S = dp x cp:
+# full sharding; ZeRO-0 rows carry dp x cp too), a column shown by the CLI where the search varied it.
+SHARD_FIELDS = ("shard_group",)
 # cp is searched only for sequences of at least this many tokens (or pinned by --cp): below it the
 # attention's share of the step is small and context parallelism only adds exchanges, and the
 # space stays small (issue #13).
@@ -113,6 +121,19 @@ class SearchSpace:
     @property
     def moe(self) -> tuple[float, str, int | None, str]:
         return self.moe_imbalance, self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap
+    shard_group: int | None = None  # pinned shard group for ZeRO-1/2/3 (None: every candidate of shard_groups_of)
+    hybrid: bool = True  # try shard groups smaller than dp x cp for ZeRO-1/2/3 (hybrid sharding)
+
+    def shard_groups_of(self, ranks: int, tp: int, gpus_per_node: int) -> list[int]:
+        """The shard groups S to try for ZeRO-1/2/3 on `ranks` = dp x cp data-parallel ranks: the
+        pinned one (if it divides them), or every divisor from one node's share of the data-parallel
+        group (gpus_per_node / tp ranks, tp apart) up to all of them; [ranks] alone without hybrid."""
+        if self.shard_group is not None:
+            return [self.shard_group] if self.shard_group <= ranks and ranks % self.shard_group == 0 else []
+        if not self.hybrid:
+            return [ranks]
+        share = gpus_per_node // tp if gpus_per_node % tp == 0 else 1
+        return [s for s in divisors(ranks) if s >= min(share, ranks)]
 
     def cp_values(self, gpus: int, seq_len: int) -> list[int]:
         """The cp degrees to try: the pinned one, or 1 and, for s >= CP_MIN_SEQ_LEN, every divisor
@@ -153,7 +174,13 @@ class Evaluated:
                       None if even else first, None if even else last, bool(self.slots[0]), bool(self.slots[1]),
                       cp=int(c["cp"][i]), ep=int(c["ep"][i]), cp_comm=self.cp_comm, moe_imbalance=self.moe[0], moe_dispatcher=self.moe[1],
                       max_nodes_per_token=searched_routing_limit(self.moe[2], int(c["ep"][i]), int(c["tp"][i]), self.gpus_per_node),
-                      ep_overlap=self.moe[3])  # fmt: skip
+                      ep_overlap=self.moe[3], shard_group=self.shard_group(i))  # fmt: skip
+
+    def shard_group(self, i: int) -> int | None:
+        """Config.shard_group of row i: S where it is smaller than dp x cp (hybrid sharding), else None."""
+        c = self.columns
+        size, ranks = int(c["shard_group"][i]), int(c["dp"][i]) * int(c["cp"][i])
+        return size if int(c["zero"][i]) >= 1 and size < ranks else None
 
     def rows(self, order: np.ndarray | None = None, extra: tuple[str, ...] = ()) -> Iterator[tuple[object, ...]]:
         """Each configuration as a tuple of plain Python values, in CONFIG_FIELDS + COST_FIELDS
@@ -276,7 +303,7 @@ class _Shapes:
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
-        self._dp: dict[tuple[int, int, int, int | None, int | None], DataParallelPieces] = {}
+        self._dp: dict[tuple[int, int, int, int | None, int | None, int | None], DataParallelPieces] = {}
         self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
         self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | None, ...], tuple[tuple[float, ...], ...]] = {}
@@ -347,11 +374,22 @@ class _Shapes:
         second = zero3_working_set(self.model, par, self.per, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
         return zero3_working_set(self.model, par, self.per, 0).value, second, zero3_working_set(self.model, par, self.per, pp - 1).value
 
-    def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None) -> DataParallelPieces:
-        key = (tp, pp, dp, first, last)
+    def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None = None) -> DataParallelPieces:
+        key = (tp, pp, dp, first, last, shard_group)
         if key not in self._dp:
-            self._dp[key] = dp_pieces(self.model, tp, pp, dp, self.training, self.cluster, first=first, last=last)
+            self._dp[key] = dp_pieces(self.model, tp, pp, dp, self.training, self.cluster, first=first, last=last, shard_group=shard_group)
         return self._dp[key]
+
+    def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray) -> DataParallelPieces:
+        """dp() for every configuration's shard group (an array of S; S = ranks: full sharding), as
+        one DataParallelPieces whose fields are arrays (scalars when every S is the same)."""
+        unique, inverse = np.unique(sizes, return_inverse=True)
+        pieces = [self.dp(tp, pp, ranks, first, last, None if int(size) >= ranks else int(size)) for size in unique.tolist()]
+        if len(pieces) == 1:
+            return pieces[0]
+        names = [f.name for f in fields(DataParallelPieces) if f.name != "layers"]
+        table = {name: np.array([getattr(x, name) for x in pieces], dtype=float)[inverse] for name in names}
+        return DataParallelPieces(**table, layers=pieces[0].layers)
 
     def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
                      r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
@@ -430,22 +468,34 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
         rejected[f"micro-batch{'es' if many else ''} {given} divide{'' if many else 's'} no replica batch B / dp"] += 1
     if not (sizes and recomputes and zeros and sps):
         return None
+    groups = np.array(space.shard_groups_of(d * c, t, shapes.cluster.gpus_per_node), dtype=np.int64)
+    if groups.size == 0 and any(z for z in zeros):  # a pinned shard group that does not divide this layout's dp x cp
+        rejected["shard group does not divide dp x cp (ZeRO-1/2/3)"] += 1
+        zeros = [z for z in zeros if z == 0]
+        if not zeros:
+            return None
     grid = np.meshgrid(np.array(sizes), np.array(recomputes), np.array(zeros), np.array([int(s) for s in sps]),
                        np.arange(len(schedules)), indexing="ij")  # fmt: skip
     b, r, z, sp, k = (a.ravel() for a in grid)
+    # ZeRO-1/2/3 rows once per shard group S; ZeRO-0 rows once, with S = dp x cp (nothing sharded)
+    reps = np.where(z >= 1, max(groups.size, 1), 1)
+    row = np.repeat(np.arange(z.size), reps)
+    within = np.arange(row.size) - np.repeat(np.cumsum(reps) - reps, reps)
+    b, r, z, sp, k = (a[row] for a in (b, r, z, sp, k))
+    shard = np.where(z >= 1, groups[np.minimum(within, max(groups.size - 1, 0))] if groups.size else d * c, d * c)
     sched = np.array([s for s, _ in schedules])[k]
     v = np.array([c for _, c in schedules])[k]
     m = replica // b
     valid = (sched == 0) | (m % p == 0)
     if not valid.all():
         rejected["interleaved needs m a multiple of p"] += int((~valid).sum())
-        b, r, z, sp, sched, v, m = (a[valid] for a in (b, r, z, sp, sched, v, m))
+        b, r, z, sp, sched, v, m, shard = (a[valid] for a in (b, r, z, sp, sched, v, m, shard))
     if b.size == 0:
         return None
     n = b.size
     return {"tp": np.full(n, t), "pp": np.full(n, p), "dp": np.full(n, d), "micro_batch": b, "micro_batches": m, "recompute": r,
             "zero": z, "sequence_parallel": sp.astype(bool), "schedule": sched, "chunks": v, "first_stage_layers": np.full(n, split[0]),
-            "last_stage_layers": np.full(n, split[-1]), "cp": np.full(n, c), "ep": np.full(n, ep)}  # fmt: skip
+            "last_stage_layers": np.full(n, split[-1]), "cp": np.full(n, c), "ep": np.full(n, ep), "shard_group": shard}  # fmt: skip
 
 
 def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -480,7 +530,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         return (per.weight / shard_w + per.gradient / shard_g * np.where(z >= 2, grads_on_gpu, 1.0)
                 + (0.0 if training.offload_optimizer else per.optimizer) / shard_o)  # fmt: skip
 
-    dense_per_param = per_param(d * c)  # the dense states shard over the dp-cp group (Megatron-LM)
+    shard = cols["shard_group"]
+    dense_per_param = per_param(shard)  # the dense states shard over the dp-cp group (Megatron-LM), or the shard group S
     fp8_layer = shapes.fp8_layer(t)  # TE's FP8 weight copies per layer (0 unless --precision fp8)
     if model.moe is None:
         ends = (shapes.stage_params(t, p, first, last), shapes.gathered(t, p, first, last))
@@ -522,14 +573,14 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
     # the same combination as parcalc.core.fit.estimate, on arrays.
     stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm, ep)
-    dp = shapes.dp(t, p, d * c, first, last)  # gradients over the dp-cp group (Megatron-LM)
+    dp = shapes.dp_arrays(t, p, d * c, first, last, shard)  # gradients over the dp-cp group (Megatron-LM), or hybrid sharding
     framework = cluster.framework
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                       layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
-    t_opt = optimizer_step_time(model, t, p, d * c, z, training, cluster, first=first, last=last)
+    t_opt = optimizer_step_time(model, t, p, d * c, z, training, cluster, first=first, last=last, shard_group=shard)
     t_off = offload_step_time(model, t, p, d * c, z, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage,
-                              first=first, last=last)  # fmt: skip
+                              first=first, last=last, shard_group=shard)  # fmt: skip
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
     t_step = terms["t_step"]
     n, peak = cluster.gpus, cluster.peak
@@ -546,7 +597,7 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
     fits with the lowest step time, ties less memory; when none fits, the least memory), and how
     many rows were dropped."""
     cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
-    keys = [cols[k].astype(np.int64) for k in ("micro_batch", "recompute", "zero", "sequence_parallel", "schedule", "chunks")]
+    keys = [cols[k].astype(np.int64) for k in ("micro_batch", "recompute", "zero", "sequence_parallel", "schedule", "chunks", "shard_group")]
     fits = cols["fits"].astype(bool)
     rank = np.where(fits, cols["t_step"], cols["memory"])
     order = np.lexsort((cols["memory"], rank, ~fits, *reversed(keys)))  # the last key sorts first
@@ -628,7 +679,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
             parts += per_split
         if progress is not None:
             progress(i + 1, len(found))
-    every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS
+    every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS + SHARD_FIELDS
     if parts:
         columns = {k: np.concatenate([c[k] for c in parts]) for k in every}
     else:
@@ -638,5 +689,5 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
     return SearchResult(evaluated, rejected, len(found))
 
 
-__all__ = ["CP_MIN_SEQ_LEN", "PARALLEL_COST_FIELDS", "PARALLEL_FIELDS", "Evaluated", "SearchResult", "SearchSpace", "divisors",
+__all__ = ["CP_MIN_SEQ_LEN", "PARALLEL_COST_FIELDS", "PARALLEL_FIELDS", "SHARD_FIELDS", "Evaluated", "SearchResult", "SearchSpace", "divisors",
            "group_spans_nodes", "layouts", "search", "search_splits"]

@@ -181,6 +181,10 @@ class Parallelism:
     ep: int = 1
     etp: int | None = None
     cp_comm: str = "p2p"  # how attention gets the other CP ranks' K/V: p2p, all-gather, a2a (parcalc.core.context)
+    # Hybrid sharding (HSDP, Megatron's --num-distributed-optimizer-instances): ZeRO shards over S of
+    # the dp x cp data-parallel ranks, replicated over the dp x cp / S groups (parcalc.core.sharding);
+    # None: over all of them.
+    shard_group: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -201,6 +205,9 @@ def check_parallelism(model: TransformerModel, par: Parallelism) -> None:
         )
     check_tensor_parallel(model, par.tp)
     check_count("--cp", par.cp)
+    from parcalc.core.sharding import check_shard_group
+
+    check_shard_group(par.shard_group, par.dp * par.cp, par.zero)
     expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)  # --ep / --etp: Megatron-Core's folding rules
     if par.schedule.splits_backward:
         raise InputError(f"--schedule: {par.schedule.value} is not modelled for memory; use gpipe, 1f1b or interleaved")
@@ -347,12 +354,15 @@ class ModelStates:
         return self.weights.value + self.gradients.value + self.optimizer.value
 
 
-def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, params_source: str = "", cp: int = 1) -> ModelStates:
+def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, params_source: str = "", cp: int = 1,
+                 shard_group: int | None = None) -> ModelStates:  # fmt: skip
     """Weights, gradients and optimizer states of `params` parameters on one GPU, with ZeRO stage
     `zero` sharding over `dp` ranks (Rajbhandari et al. 2020 sec. 5; see the module docstring),
     or over dp x cp ranks with context parallelism: Megatron-LM reduces gradients and shards its
     distributed optimizer over the data-parallel group with the context-parallel ranks in it
-    (parcalc.core.context.MEGATRON_DP_CP), since those ranks hold the same weights."""
+    (parcalc.core.context.MEGATRON_DP_CP), since those ranks hold the same weights. With a shard
+    group S (hybrid sharding, parcalc.core.sharding) the divisor is S, not dp x cp: the states are
+    replicated over the dp x cp / S groups."""
     if zero not in (0, 1, 2, 3):
         raise InputError(f"--zero: the ZeRO stage is 0, 1, 2 or 3, got {zero!r}")
     if not (params >= 0 and math.isfinite(params)):
@@ -360,7 +370,13 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
     psi = Term("psi", "Ψ", r"\Psi", params, "", "parameters on this GPU", params_source)
     nd = Term("N_d", "N_d", "N_d", dp * cp, "", "data-parallel degree (ZeRO shards over it)" if cp == 1 else
               f"data-parallel x context-parallel ranks, {dp} x {cp} (ZeRO shards over the dp-cp group)")  # fmt: skip
-    dp = dp * cp
+    if shard_group is not None:
+        from parcalc.core.sharding import HSDP_SOURCE, check_shard_group
+
+        check_shard_group(shard_group, dp * cp, zero)
+        nd = Term("N_d", "S", "S", shard_group, "", f"shard group: ZeRO shards over S of the {dp * cp} data-parallel ranks "
+                  f"and replicates over {dp * cp // shard_group} such groups (hybrid sharding)", HSDP_SOURCE)  # fmt: skip
+    dp = dp * cp if shard_group is None else shard_group
 
     def part(key: str, label: str, symbol: str, latex_symbol: str, bytes_term: Term, sharded: bool, source: str) -> Derivation:
         if sharded:
@@ -368,6 +384,8 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
         else:
             formula, latex, inputs, value = f"${bytes_term.key} × $psi", rf"${bytes_term.key} \times $psi", (bytes_term, psi), bytes_term.value * params
         where = f"sharded over N_d by ZeRO-{zero}" if sharded else "replicated on every data-parallel rank"
+        if sharded and shard_group is not None:
+            where = f"sharded over the shard group S = {shard_group} by ZeRO-{zero}"
         return Derivation(key, f"{label} ({where})", symbol, latex_symbol, formula, latex, inputs, value, "B", source)
 
     w = Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)")
@@ -690,10 +708,12 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     experts = stage_expert_parameters(model, par, stage)
     if experts:
         layout = expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)
-        states = expert_model_states(params.value - experts, experts, per, par.zero, layout.dense_dp, layout.edp,
+        # hybrid sharding: the dense states over the shard group S, the experts' over expert-DP as before
+        dense_ranks = layout.dense_dp if par.shard_group is None else par.shard_group
+        states = expert_model_states(params.value - experts, experts, per, par.zero, dense_ranks, layout.edp,
                                      params_source=params.label)  # fmt: skip
     else:
-        states = model_states(params.value, per, par.zero, par.dp, params_source=params.label, cp=par.cp)
+        states = model_states(params.value, per, par.zero, par.dp, params_source=params.label, cp=par.cp, shard_group=par.shard_group)
     gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
     layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
                                      embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)

@@ -39,7 +39,8 @@ FP32_GRAD = 4.0  # CPU-Adam updates from an fp32 gradient partition on the host
 
 def optimizer_shard(params: float, par: Parallelism) -> tuple[float, int]:
     """(parameters whose optimizer this GPU updates, ranks they are sharded over): Psi / N_d from ZeRO-1 on."""
-    shards = par.dp if par.zero >= 1 else 1
+    ranks = par.dp if par.shard_group is None else par.shard_group  # hybrid sharding: the shard group S
+    shards = ranks if par.zero >= 1 else 1
     return params / shards, shards
 
 

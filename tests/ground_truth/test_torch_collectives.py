@@ -3,7 +3,7 @@
 tests/ground_truth/torch_worker.py runs one training step of a small GPT under DDP, FSDP2
 (`fully_shard`), tensor parallelism (`parallelize_module`, Megatron layout, with and without
 sequence parallelism), pipeline parallelism (`torch.distributed.pipelining`, GPipe and 1F1B) and,
-on 4 ranks, FSDP2 over tensor parallelism (2D), on 2 and 4 processes, and records every
+on 4 ranks, FSDP2 over tensor parallelism (2D) and HSDP (FSDP2 on a 2 x 2 replicate x shard mesh), on 2 and 4 processes, and records every
 collective and point-to-point call. Each test predicts
 the same configuration with parcalc.core.comm and asks for the same calls and bytes; what
 PyTorch does beyond the textbook is either an option parcalc models (named in the Options
@@ -184,6 +184,45 @@ def test_fsdp2_fully_shard(measured: Measured) -> None:
     textbook = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Parallelism(dp=n, data_parallel=DataParallel.ZERO3),
                               ANY_LINK, Options(shard_padding=True, reshard_root=True))  # fmt: skip
     assert plan_sizes(textbook, Collective.ALL_GATHER) - plan_sizes(plan, Collective.ALL_GATHER) == Counter({root: 1})
+
+
+def test_hsdp_fully_shard_on_a_2x2_mesh(measured: Measured) -> None:
+    """HSDP: FSDP2 `fully_shard` on a 2-D DeviceMesh (replicate 2, shard 2) over 4 gloo ranks (it
+    runs on CPU in torch 2.13.0). parcalc's --shard-group 2 on dp = 4: every gather and
+    reduce-scatter inside the shard groups {0, 1} and {2, 3} (2 consecutive data-parallel ranks),
+    FSDP2's padding to a multiple of S = 2 (wte 129 -> 130 rows: the root unit is 37,888 B, as on
+    2 ranks), then each unit's shard of its reduce-scatter, half of it, all-reduced over the
+    replica groups {0, 2} and {1, 3} (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
+    foreach_reduce: reduce_scatter over reduce_scatter_group, then dist.all_reduce(reduce_output,
+    group=all_reduce_group)). Per rank and iteration: all-gathers 37,888 + 4 x 199,936 B,
+    reduce-scatters 37,888 + 2 x 199,936 B, all-reduces 18,944 + 2 x 99,968 B."""
+    if measured.world < 4:
+        assert measured.ranks[0]["hsdp"] == {"not run": "HSDP on a 2 x 2 mesh needs 4 ranks"}
+        return
+    plan = iteration_plan(gpt(2), Workload(4 * BATCH, BATCH, SEQ, FP32, FP32),
+                          Parallelism(dp=4, data_parallel=DataParallel.ZERO3, shard_group=2), ANY_LINK,
+                          Options(shard_padding=True, reshard_root=False))  # fmt: skip
+    root = (-(-VOCAB // 2) * 2 * HIDDEN + SEQ * HIDDEN + 2 * HIDDEN) * 4  # wte padded to 130 rows + wpe + ln_f: 37,888 B
+    layer = gpt(2).params_per_layer * 4  # 199,936 B
+    assert root == 37_888 and layer == 199_936
+    assert plan_sizes(plan, Collective.ALL_GATHER) == Counter({root: 1, layer: 4})
+    assert plan_sizes(plan, Collective.REDUCE_SCATTER) == Counter({root: 1, layer: 2})
+    assert plan_sizes(plan, Collective.ALL_REDUCE) == Counter({root // 2: 1, layer // 2: 2})
+    groups = {(r.op, r.group_size, r.groups) for r in plan.calls}
+    assert groups == {(Collective.ALL_GATHER, 2, 2), (Collective.REDUCE_SCATTER, 2, 2), (Collective.ALL_REDUCE, 2, 2)}
+    shard_groups, replica_groups = {0: (0, 1), 1: (0, 1), 2: (2, 3), 3: (2, 3)}, {0: (0, 2), 1: (1, 3), 2: (0, 2), 3: (1, 3)}
+    for rank in range(4):
+        calls = measured.calls("hsdp", "step1", rank)
+        for op, collective in (("all-gather", Collective.ALL_GATHER), ("reduce-scatter", Collective.REDUCE_SCATTER),
+                               ("all-reduce", Collective.ALL_REDUCE)):  # fmt: skip
+            assert measured.sizes("hsdp", "step1", op, rank) == plan_sizes(plan, collective), (rank, op)
+        assert {tuple(c["ranks"]) for c in calls if c["op"] != "all-reduce"} == {shard_groups[rank]}
+        assert {tuple(c["ranks"]) for c in calls if c["op"] == "all-reduce"} == {replica_groups[rank]}
+        # each unit's all-reduce follows its reduce-scatter (foreach_reduce), in backward order
+        reduces = [(c["op"], c["bytes"]) for c in calls if c["op"] in ("reduce-scatter", "all-reduce")]
+        assert reduces == [(op, size) for unit in (layer, layer, root) for op, size in (("reduce-scatter", unit), ("all-reduce", unit // 2))]
+    assert {c["op"] for c in measured.calls("hsdp", "step1", 0, dtype=None)} == {"all-gather", "reduce-scatter", "all-reduce"}
+    assert measured.scenario("hsdp")["setup"] == []
 
 
 # ---------------------------------------------------------------------------------------------

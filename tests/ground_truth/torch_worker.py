@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-SCENARIOS = ("ddp", "ddp-buckets", "fsdp", "tp", "sp", "pp-gpipe", "pp-1f1b", "fsdp-tp")
+SCENARIOS = ("ddp", "ddp-buckets", "fsdp", "tp", "sp", "pp-gpipe", "pp-1f1b", "fsdp-tp", "hsdp")
 
 # The model: GPT-2 layout (learned positions, LayerNorm, biases, GELU MLP, tied LM head).
 HIDDEN, HEADS, FFN, SEQ, BATCH = 64, 4, 256, 16, 4
@@ -123,6 +123,21 @@ def _group_size(args: tuple, kwargs: dict) -> int:
     return -1
 
 
+def _group_ranks(args: tuple, kwargs: dict) -> list[int]:
+    """Global ranks of the process group among the arguments (as _group_size finds it); [] if none."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    for value in list(args) + list(kwargs.values()):
+        try:
+            if isinstance(value, torch.ScriptObject):
+                return list(dist.get_process_group_ranks(dist.ProcessGroup.unbox(value)))
+            if isinstance(value, str):
+                return list(dist.get_process_group_ranks(_resolve_process_group(value)))
+        except Exception:  # noqa: BLE001 - not a group
+            continue
+    return []
+
+
 def _nbytes(value: object) -> int:
     leaves = torch.utils._pytree.tree_leaves(value)
     return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
@@ -170,7 +185,8 @@ def describe(name: str, args: tuple, kwargs: dict) -> dict:
         size = _nbytes(args[0]) * max(group, 1)
     else:
         size = _nbytes(args[0]) if args else 0
-    return {"op": op, "name": name, "bytes": size, "dtype": _dtype(args[0] if args else None), "group": group, "peer": peer}
+    return {"op": op, "name": name, "bytes": size, "dtype": _dtype(args[0] if args else None), "group": group, "peer": peer,
+            "ranks": _group_ranks(args, kwargs)}
 
 
 class Recorder(TorchDispatchMode):
@@ -402,6 +418,30 @@ def scenario_fsdp_tp(rank: int, world: int) -> dict:
     return out
 
 
+def scenario_hsdp(rank: int, world: int) -> dict:
+    """HSDP: FSDP2 `fully_shard` on a 2-D DeviceMesh (replicate world / 2, shard 2). Parameters are
+    sharded over pairs of adjacent ranks (0, 1) and (2, 3) and replicated across the pairs; each
+    unit's gradients are reduce-scattered in its pair, then the shard all-reduced across the pairs
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, foreach_reduce)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = GPT(layers=2)
+    mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("replicate", "shard"))
+
+    def wrap() -> None:
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+
+    out = {"setup": recorded(wrap)}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    idx, target = batch_for(rank, 1)  # every rank its own batch: 4 data-parallel ranks in all
+    out["step1"] = recorded(lambda: train_step(model, optimizer, idx, target))
+    return out
+
+
 def run_scenario(name: str, rank: int, world: int) -> dict:
     if name == "ddp":
         return scenario_ddp(rank, world, None)
@@ -413,6 +453,8 @@ def run_scenario(name: str, rank: int, world: int) -> dict:
         return scenario_tp(rank, world, name == "sp")
     if name == "fsdp-tp":
         return scenario_fsdp_tp(rank, world) if world >= 4 else {"not run": "2D needs 4 ranks"}
+    if name == "hsdp":
+        return scenario_hsdp(rank, world) if world >= 4 else {"not run": "HSDP on a 2 x 2 mesh needs 4 ranks"}
     if name.startswith("pp-"):
         return scenario_pp(rank, world, name.removeprefix("pp-"))
     raise ValueError(name)

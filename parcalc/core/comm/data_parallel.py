@@ -14,6 +14,11 @@
   dim 0 to a multiple of the group size (torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
   _chunk_with_empty) and does not reshard the root unit after forward (_fsdp_state.py,
   _lazy_init): `shard_padding`, `reshard_root`.
+- Hybrid sharding (a shard group of S < N = dp x cp ranks, parcalc.core.sharding): the all-gathers
+  and reduce-scatters above run inside groups of S consecutive data-parallel ranks (stride tp),
+  FSDP2 padding each tensor to a multiple of S; after each reduce-scatter, the rank's shard of it
+  (1/S of the call) is all-reduced over the N / S replicas, one rank of each shard group (stride
+  tp x S): FSDP2's foreach_reduce per unit, Megatron-LM's start_grad_sync per bucket.
 """
 
 from collections import Counter
@@ -103,15 +108,38 @@ def _gradient_buckets(tensors: StageTensors, element_bytes: float, cap: float, f
     return ddp_bucket_counts(in_bytes(tensors.after), in_bytes(tensors.layer), tensors.layers, in_bytes(tensors.before), cap, first_cap)
 
 
+def shard_size(par: Parallelism) -> int:
+    """S: the ranks ZeRO shards over (the whole dp x cp group unless a shard group is given)."""
+    n = par.dp * par.cp
+    return n if par.shard_group is None else par.shard_group
+
+
+def _hybrid_groups(par: Parallelism, stage: int, size: int) -> tuple[list[Group], list[Group]]:
+    """(shard groups, replica groups) of one stage: S consecutive data-parallel ranks tp apart, and
+    one rank of each shard group, tp x S apart (a dp-cp index j sits at rank t + tp x j)."""
+    n, tp = par.dp * par.cp, par.tp
+    replicas = n // size
+    shards, across = [], []
+    for t in range(tp):
+        base = rank_of(par, t, 0, stage)
+        shards += [Group(base + tp * k * size, base + tp * ((k + 1) * size - 1)) for k in range(replicas)]
+        across += [Group(base + tp * i, base + tp * (i + size * (replicas - 1))) for i in range(size)]
+    return shards, across
+
+
 def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload, par: Parallelism,
                         opts: Options, micro_batches: int) -> None:  # fmt: skip
     n = par.dp * par.cp  # context-parallel ranks hold the same weights: Megatron-LM's dp-cp group
     if n < 2:
         return
+    size = shard_size(par)
     for stage, tensors in enumerate(per_stage):
         groups = [Group(rank_of(par, t, 0, stage), rank_of(par, t, par.dp - 1, stage, par.cp - 1)) for t in range(par.tp)]
         label = f"stage {stage}" if par.pp > 1 else ""
         common = {"dimension": "dp", "group_size": n, "stages": label, "roles": ((stage, True),)}
+        if size < n and par.data_parallel is not DataParallel.DDP:
+            _hybrid_rows(b, tensors, work, par, opts, micro_batches, stage, label, size)
+            continue
         kind = par.data_parallel
         s, s_g, cap = work.bytes_per_element, work.grad_bytes_per_element, opts.bucket_bytes
         if kind is DataParallel.DDP:
@@ -137,6 +165,37 @@ def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload
             b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=Counter(rs), groups=groups, **common)
 
 
+def _hybrid_rows(b: Builder, tensors: StageTensors, work: Workload, par: Parallelism, opts: Options, micro_batches: int,
+                 stage: int, label: str, size: int) -> None:  # fmt: skip
+    """One stage's collectives under hybrid sharding: ZeRO's in the shard groups of `size` ranks,
+    then each rank's shard of every reduce-scatter all-reduced over the replicas."""
+    shards, across = _hybrid_groups(par, stage, size)
+    replicas = par.dp * par.cp // size
+    inside = {"dimension": "dp", "group_size": size, "stages": label, "roles": ((stage, True),)}
+    over = {"dimension": "dp", "group_size": replicas, "stages": label, "roles": ((stage, True),)}
+    s, s_g, cap = work.bytes_per_element, work.grad_bytes_per_element, opts.bucket_bytes
+    if par.data_parallel in (DataParallel.ZERO1, DataParallel.ZERO2):
+        rs = _gradient_buckets(tensors, s_g, cap, cap)
+        ag = rs if s == s_g else _gradient_buckets(tensors, s, cap, cap)
+        b.add(purpose="gradients (in the shard group)", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=rs, groups=shards,
+              **inside)  # fmt: skip
+        b.add(purpose="gradient shards (across the replicas)", phase="backward", op=Collective.ALL_REDUCE,
+              call_bytes={size_ / size: count for size_, count in rs.items()}, groups=across, **over)  # fmt: skip
+        b.add(purpose="updated parameters (in the shard group)", phase="after optimizer step", op=Collective.ALL_GATHER,
+              call_bytes=ag, groups=shards, **inside)  # fmt: skip
+        return
+    units = _fsdp_units(tensors, size, opts)  # FSDP2 pads to a multiple of the shard group's size
+    fwd = _times(Counter(u * s for _, u in units), micro_batches)
+    bwd = _times(Counter(u * s for root, u in units if opts.reshard_root or not root), micro_batches)
+    b.add(purpose="parameters (in the shard group)", phase="forward", op=Collective.ALL_GATHER, call_bytes=fwd, groups=shards, **inside)
+    b.add(purpose="parameters (re-gathered, in the shard group)", phase="backward", op=Collective.ALL_GATHER, call_bytes=bwd,
+          groups=shards, **inside)  # fmt: skip
+    b.add(purpose="gradients (in the shard group)", phase="backward", op=Collective.REDUCE_SCATTER,
+          call_bytes=Counter(u * s_g for _, u in units), groups=shards, **inside)  # fmt: skip
+    b.add(purpose="gradient shards (across the replicas)", phase="backward", op=Collective.ALL_REDUCE,
+          call_bytes=Counter(u * s_g / size for _, u in units), groups=across, **over)  # fmt: skip
+
+
 def _times(counts: Mapping[float, int], factor: int) -> dict[float, int]:
     return {size: count * factor for size, count in counts.items()}
 
@@ -159,7 +218,7 @@ def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors],
     where = f" (stage {stage}, the largest)" if par.pp > 1 else ""
     per_device = "parameters per device" if par.tp * par.pp > 1 else "parameters"
     p = term("p", "P", "P", tensors.numel, "", per_device + where)
-    n = par.dp * par.cp
+    n = shard_size(par)  # ZeRO's group: every data-parallel rank, or the shard group
     kind = par.data_parallel
     if kind is DataParallel.DDP:
         return [headline("dp_allreduce_payload", "Gradients all-reduced per iteration (payload)", "V_AR", r"V_{\mathrm{AR}}",
@@ -172,6 +231,7 @@ def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors],
                         r"V_{\mathrm{RS}}", "$p × $s_g", r"$p \times $s_g", (p, s_g), p.value * s_g.value, zero),
             headline("zero_all_gather_payload", "Parameters all-gathered per iteration (payload)", "V_AG",
                         r"V_{\mathrm{AG}}", "$p × $s", r"$p \times $s", (p, s), p.value * s.value, zero),
+            *_replica_headline(par, p, s_g),
         ]  # fmt: skip
     units = _fsdp_units(tensors, n, opts)
     root = sum(u for is_root, u in units if is_root)
@@ -196,7 +256,21 @@ def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors],
                     text, tex, inputs, value, source),
         headline("fsdp_reduce_scatter_payload", "Gradients reduce-scattered per iteration (payload)", "V_RS",
                     r"V_{\mathrm{RS}}", "$p × $s_g", r"$p \times $s_g", (rs_p, s_g), rs_p.value * s_g.value, source),
+        *_replica_headline(par, rs_p, s_g),
     ]  # fmt: skip
+
+
+def _replica_headline(par: Parallelism, p: Term, s_g: Term) -> list[Derivation]:
+    """Hybrid sharding: the gradient shards one rank all-reduces across the replicas, P s_g / S."""
+    size = shard_size(par)
+    if size == par.dp * par.cp:
+        return []
+    from parcalc.core.sharding import HSDP_SOURCE
+
+    shard = term("S", "S", "S", size, "", f"shard group (ZeRO shards over S of the {par.dp * par.cp} data-parallel ranks)")
+    return [headline("hsdp_all_reduce_payload", f"Gradient shards all-reduced across the {par.dp * par.cp // size} replicas per "
+                     "iteration (payload)", "V_AR", r"V_{\mathrm{AR}}", "$p × $s_g / $S", r"\frac{$p \times $s_g}{$S}", (p, s_g, shard),
+                     p.value * s_g.value / size, HSDP_SOURCE)]  # fmt: skip
 
 
 def dp_assumptions(par: Parallelism, opts: Options) -> list[str]:
@@ -211,9 +285,16 @@ def dp_assumptions(par: Parallelism, opts: Options) -> list[str]:
         out.append("FSDP units: one per transformer layer; embeddings, final norm and LM head form the root unit")
         out.append("parameters are all-gathered for every micro-batch; gradients are reduce-scattered once per iteration")
         if opts.shard_padding:
-            out.append("shard padding: each tensor's dim 0 rounded up to a multiple of the data-parallel size (FSDP2)")
+            out.append("shard padding: each tensor's dim 0 rounded up to a multiple of the " + (
+                "shard group's size S (FSDP2)" if shard_size(par) < par.dp * par.cp else "data-parallel size (FSDP2)"))
         if not opts.reshard_root:
             out.append("the root unit is not resharded after forward, so it is not re-gathered in backward (FSDP2's default)")
     else:
         out.append(f"ZeRO-1/2 gradients and parameters move in buckets of {opts.bucket_bytes:.0f} B")
+    size = shard_size(par)
+    if kind is not DataParallel.DDP and size < par.dp * par.cp:
+        out.append(f"hybrid sharding: states sharded over shard groups of S = {size} consecutive data-parallel ranks (stride tp), "
+                   f"replicated over {par.dp * par.cp // size}; gathers and reduce-scatters inside a shard group, then each rank's "
+                   f"1/S shard of every reduce-scatter all-reduced over the replicas (stride tp x S), as FSDP2's HSDP and Megatron-LM's "
+                   "--num-distributed-optimizer-instances do")  # fmt: skip
     return out

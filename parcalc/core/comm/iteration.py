@@ -82,6 +82,11 @@ def validate(model: TransformerModel, work: Workload, par: Parallelism) -> int:
         from parcalc.core.expert_parallel import expert_layout
 
         expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)  # Megatron-Core's folding rules, and no --ep on a dense model
+    if par.shard_group is not None:
+        from parcalc.core.sharding import check_shard_group
+
+        zero = {"dp": 0, "zero1": 1, "zero2": 2, "zero3": 3}[choice_value(par.data_parallel)]
+        check_shard_group(par.shard_group, par.dp * par.cp, zero)
     if work.global_batch % par.dp:
         raise InputError(f"--batch: the global batch {work.global_batch} is not a multiple of --dp {par.dp}")
     per_replica = work.global_batch // par.dp
@@ -156,6 +161,8 @@ def _describe(par: Parallelism) -> str:
     parts = []
     if par.dp > 1:
         parts.append(f"{par.data_parallel.value} {par.dp}")
+    if par.shard_group is not None and par.shard_group < par.dp * par.cp:
+        parts.append(f"shard group {par.shard_group}")
     if par.tp > 1:
         parts.append(f"tp {par.tp}" + (" + sp" if par.sequence_parallel else ""))
     if par.cp > 1:

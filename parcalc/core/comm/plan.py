@@ -96,6 +96,9 @@ class Parallelism(NamedTuple):
     ep: int = 1
     etp: int | None = None
     cp_comm: str = "p2p"  # a parcalc.core.context.CpComm value: p2p, all-gather, a2a
+    # Hybrid sharding (parcalc.core.sharding): ZeRO shards over S consecutive of the dp x cp
+    # data-parallel ranks and all-reduces the gradient shards over the dp x cp / S replicas; None: S = dp x cp.
+    shard_group: int | None = None
 
     @property
     def gpus(self) -> int:

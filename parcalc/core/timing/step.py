@@ -19,7 +19,9 @@
 - t_bubble = (p - 1)/(v m) x (t_compute + t_tp) (Narayanan et al. 2021, sec. 2.2);
 - t_pp = 2 m v sends of one micro-batch's activation (split over the TP ranks: Megatron-LM's
   scatter/gather), on the critical path of 1F1B;
-- t_dp = the data-parallel / ZeRO / FSDP communication left exposed (parcalc.core.timing.overlap);
+- t_dp = the data-parallel / ZeRO / FSDP communication left exposed (parcalc.core.timing.overlap); with
+  hybrid sharding (a shard group S < dp) ZeRO's collectives run in the shard group and each reduce is
+  followed by the all-reduce of its 1/S shard over the dp / S replicas (dp_pieces, dp_exposed);
 - t_optimizer = the optimizer step, memory-bound over the local shard.
 
 The combination below works on plain floats (one configuration, parcalc.core.fit.estimate) and
@@ -81,6 +83,11 @@ class DataParallelPieces:
     layer_reduce: float
     root_gather: float
     layers: int
+    # Hybrid sharding (a shard group of S < dp ranks; parcalc.core.sharding): the all-reduce over
+    # the dp / S replicas of each reduce's 1/S shard, after its reduce-scatter inside the shard group
+    # (0 without): every bucket's for ZeRO-1/2, one layer's for ZeRO-3/FSDP.
+    grad_replica_all_reduce: Any = 0.0
+    layer_replica_reduce: Any = 0.0
 
 
 def exposed(total: Any, window: Any, last: Any, overlap: bool) -> Any:
@@ -98,10 +105,13 @@ def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *,
     window = stage.last_backward
     syncs = m if reduce_every else 1
     ddp = exposed(dp.grad_all_reduce, window, dp.grad_all_reduce / n_b, overlap_grad)  # DDP accumulates locally (no_sync)
-    scatter = np.where(zero >= 2, syncs, 1) * exposed(dp.grad_reduce_scatter, window, dp.grad_reduce_scatter / n_b, overlap_grad)
+    # Hybrid sharding: each bucket's reduce-scatter, then its shard's all-reduce over the replicas,
+    # overlapped with the backward as the reduce-scatter alone is (Megatron-LM's start_grad_sync)
+    reduce = dp.grad_reduce_scatter + dp.grad_replica_all_reduce
+    scatter = np.where(zero >= 2, syncs, 1) * exposed(reduce, window, reduce / n_b, overlap_grad)
     gather = exposed(dp.param_gather, stage.first_forward, dp.param_gather / n_b, overlap_param)
     zero12 = scatter + gather
-    g, r, layers = dp.layer_gather, dp.layer_reduce, dp.layers
+    g, r, layers = dp.layer_gather, dp.layer_reduce + dp.layer_replica_reduce, dp.layers  # hybrid: a unit's RS, then its AR
     if overlap_param:  # prefetch: the next unit's gather runs under this unit's compute
         fwd = dp.root_gather + g + (layers - 1) * np.maximum(g - layer_forward, 0.0)
     else:
@@ -432,9 +442,12 @@ def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | 
 
 
 def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any, *, first: int | None = None,
-              last: int | None = None) -> DataParallelPieces:  # fmt: skip
+              last: int | None = None, shard_group: int | None = None) -> DataParallelPieces:  # fmt: skip
     """The data-parallel collectives of the fullest stage's GPU over its dp ranks (first / last:
-    Megatron-LM's uneven split, as in stage_pieces)."""
+    Megatron-LM's uneven split, as in stage_pieces). shard_group S < dp (hybrid sharding): ZeRO's
+    reduce-scatters and gathers over the S ranks of a shard group (S consecutive data-parallel ranks,
+    tp apart), then each reduce's 1/S shard all-reduced over the dp / S replicas (tp x S apart).
+    DDP's all-reduce stays over all dp ranks; buckets are sized for the whole dp group."""
     import math
 
     from parcalc.core.choices import Collective
@@ -445,26 +458,31 @@ def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any
     if dp == 1:
         return DataParallelPieces(0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, layers)
     fabric, framework = cluster.fabric, cluster.framework
+    size = dp if shard_group is None else shard_group
     group = placement(dp, tp, cluster.gpus_per_node)
+    shards = placement(size, tp, cluster.gpus_per_node) if size < dp else group  # ZeRO's group
+    replicas = placement(dp // size, tp * size, cluster.gpus_per_node) if size < dp else None
     wire = framework.reduce_bytes
     weight = 2.0 if training.precision.activation_bytes == 2.0 else 4.0
     buckets = max(1.0, float(math.ceil(params / framework.bucket_params(dp, wire))))
     bucket = params / buckets
 
-    def per_bucket(op: Collective, element_bytes: float) -> float:
-        return buckets * collective_time(op, bucket * element_bytes, group, fabric).time
+    def per_bucket(op: Collective, element_bytes: float, where: Any = shards, share: float = 1.0) -> float:
+        return buckets * collective_time(op, bucket * element_bytes * share, where, fabric).time
 
     layer = layer_params_per_rank(model, tp)
     root = max(params - layers * layer, 0.0)
     return DataParallelPieces(
-        grad_all_reduce=per_bucket(Collective.ALL_REDUCE, wire),
+        grad_all_reduce=per_bucket(Collective.ALL_REDUCE, wire, group),
         grad_reduce_scatter=per_bucket(Collective.REDUCE_SCATTER, wire),
         buckets=buckets,
         param_gather=per_bucket(Collective.ALL_GATHER, weight),
-        layer_gather=collective_time(Collective.ALL_GATHER, layer * weight, group, fabric).time,
-        layer_reduce=collective_time(Collective.REDUCE_SCATTER, layer * wire, group, fabric).time,
-        root_gather=collective_time(Collective.ALL_GATHER, root * weight, group, fabric).time if root else 0.0,
+        layer_gather=collective_time(Collective.ALL_GATHER, layer * weight, shards, fabric).time,
+        layer_reduce=collective_time(Collective.REDUCE_SCATTER, layer * wire, shards, fabric).time,
+        root_gather=collective_time(Collective.ALL_GATHER, root * weight, shards, fabric).time if root else 0.0,
         layers=layers,
+        grad_replica_all_reduce=per_bucket(Collective.ALL_REDUCE, wire, replicas, 1 / size) if replicas else 0.0,
+        layer_replica_reduce=collective_time(Collective.ALL_REDUCE, layer * wire / size, replicas, fabric).time if replicas else 0.0,
     )
 
 
@@ -482,19 +500,22 @@ def optimizer_traffic(model: Any, tp: int, pp: int, training: Any, *, first: int
 
 
 def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, first: int | None = None,
-                        last: int | None = None) -> Any:  # fmt: skip
-    """The optimizer's update of the local parameters (sharded over dp from ZeRO-1 on)."""
+                        last: int | None = None, shard_group: Any = None) -> Any:  # fmt: skip
+    """The optimizer's update of the local parameters (sharded over dp from ZeRO-1 on, or over the
+    shard group S with hybrid sharding: a number, or an array of one per configuration)."""
     from parcalc.core.timing.compute import optimizer_time
 
     if training.offload_optimizer:  # the step runs on the host (parcalc.core.timing.offload)
         return 0.0 * np.asarray(zero)
     params, traffic = optimizer_traffic(model, tp, pp, training, first=first, last=last)
     whole = optimizer_time(params, traffic, cluster.spec)
-    return np.where(np.asarray(zero) >= 1, whole / dp, whole)  # ZeRO-1 and up shard the states (dp = 1: the same)
+    shards = dp if shard_group is None else shard_group
+    return np.where(np.asarray(zero) >= 1, whole / shards, whole)  # ZeRO-1 and up shard the states (dp = 1: the same)
 
 
 def offload_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, activation_layer: Any,
-                      stage_layers: int, m: Any, stage: StagePieces, first: int | None = None, last: int | None = None) -> Any:  # fmt: skip
+                      stage_layers: int, m: Any, stage: StagePieces, first: int | None = None, last: int | None = None,
+                      shard_group: Any = None) -> Any:  # fmt: skip
     """t_offload (parcalc.core.timing.offload) for the fullest stage's GPU: floats or arrays alike.
     activation_layer: one layer's saved activations of one micro-batch; stage_layers: the first stage's layers."""
     from parcalc.core.memory import state_bytes
@@ -508,7 +529,8 @@ def offload_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training
     link = training.host_link if training.host_link is not None else load_link(default_host_link_name(cluster.gpu))
     params, _ = _fullest_stage(model, tp, pp, first, last)
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
-    shard = np.where(np.asarray(zero) >= 1, params / dp, params) if training.offload_optimizer else 0.0 * np.asarray(zero)
+    shards = dp if shard_group is None else shard_group  # hybrid sharding: the optimizer shard is 1/S
+    shard = np.where(np.asarray(zero) >= 1, params / shards, params) if training.offload_optimizer else 0.0 * np.asarray(zero)
     acts = activation_layer * stage_layers * m if training.offload_activations else 0.0 * np.asarray(m, dtype=float)
     times = offload_times(grad_bytes=per.weight * shard, weight_bytes=per.weight * shard, shard_params=shard,
                           cpu_bytes_per_param=optimizer_bytes(per.states, 4.0, per.weight, True, state_bytes=per.per_state),
