@@ -390,25 +390,88 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
 
     if training.global_batch % micro_batch:
         raise InputError(f"--micro-batch: {micro_batch} does not divide the global batch of {training.global_batch}")
-    rows = fit_table.strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers)
+    from parcalc.core.speedup import timed_strategy_table
+
+    timed = timed_strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers)
+    rows = timed.rows
     columns = (
         Column("strategy", "strategy"), Column("recompute", "recompute"), Column("tp", "tp"), Column("pp", "pp"), Column("dp", "dp"),
         Column("gpus", "GPUs"), Column("memory", "memory per GPU", "B"), Column("fits", "fits"), Column("headroom", "headroom", "B"),
-        *((Column("max_layers", "max layers"),) if with_layers else ()), Column("note", "note"),
+        *((Column("max_layers", "max layers"),) if with_layers else ()),
+        Column("t_step", "step", "s"), Column("tokens_per_second", "tokens/s", "tokens/s"), Column("speedup", "speedup"),
+        Column("efficiency", "efficiency", "fraction"), Column("note", "note"),
     )  # fmt: skip
     table_rows = []
     for row in rows:
-        c = row.config
+        c, est = row.config, row.estimate
+        note = row.note or ("the reference (speedup 1)" if timed.reference is not None and timed.reference.matches(row) else "")
         cells = (row.family, row.recompute.value, c.tp if c else None, c.pp if c else None, c.dp if c else None, row.gpus_used,
                  row.memory, ("yes" if row.fits else "no") if row.memory is not None else "n/a", row.headroom,
-                 *((row.max_layers,) if with_layers else ()), row.note)  # fmt: skip
+                 *((row.max_layers,) if with_layers else ()),
+                 est.step.value if est else None, est.tokens_per_second.value if est else None,
+                 row.speedup.value if row.speedup else None, row.efficiency.value if row.efficiency else None, note)  # fmt: skip
         table_rows.append(cells)
-    table = Table("strategies", f"Strategies on {cluster.gpus} x {cluster.gpu_name}, b = {micro_batch}", columns, tuple(table_rows))
-    verdicts = _table_verdicts(shape, rows, cluster, with_layers)
+    reference = timed.reference
+    against = f"; speedup over {reference.text()}" if reference is not None else ""
+    table = Table("strategies", f"Strategies on {cluster.gpus} x {cluster.gpu_name}, b = {micro_batch}{against}", columns, tuple(table_rows))
+    verdicts = _speedup_verdicts(timed) + _table_verdicts(shape, rows, cluster, with_layers)
     title = f"What fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
-    result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(), tables=(table,),
-                    verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
+    result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=timed.summary,
+                    tables=(table,), verdicts=tuple(verdicts), settings=tuple(settings),
+                    assumptions=_assumptions(shape, training, cluster) + _speedup_assumptions(timed))  # fmt: skip
     return result, None if any(row.fits for row in rows) else _nothing_fits(shape, rows, cluster, with_layers)
+
+
+def _speedup_verdicts(timed: Any) -> list[str]:
+    """The highest and the lowest speedup, each with its reason in the step-time model's terms."""
+    from parcalc.core.speedup import excess_terms, row_name, step_terms
+    from parcalc.units import format_time
+
+    reference, fastest, slowest = timed.reference, timed.fastest(), timed.slowest()
+    if reference is None or fastest is None or slowest is None:
+        return []
+
+    def ms(value: float) -> str:
+        return format_time(value, significant=3)
+
+    def figures(row: StrategyRow) -> str:
+        return f"{row.speedup.value:.3g}x (efficiency {row.efficiency.value:.1%})"  # type: ignore[union-attr]
+
+    best, base = fastest.estimate, reference.row.estimate
+    if reference.matches(fastest):
+        verdicts = [f"highest speedup: {row_name(fastest)} on {fastest.gpus_used} GPU(s), the reference itself (1x): {reference.why}"]
+    else:
+        ref_terms, own = step_terms(base), step_terms(best)
+        cut = max(own, key=lambda k: ref_terms[k] - own[k])
+        why = f"{cut} {ms(ref_terms[cut])} -> {ms(own[cut])} over {fastest.gpus_used} GPU(s)"
+        added = excess_terms(best, base)
+        if added:
+            why += ", adding " + ", ".join(f"{name} {ms(value)}" for name, value in added[:2])
+        verdicts = [f"highest speedup: {row_name(fastest)} {figures(fastest)} over {reference.name()}: {why}"]
+    if slowest is not fastest:
+        excess = excess_terms(slowest.estimate, best)
+        if excess:
+            name, value = excess[0]
+            why = (f"{name} {ms(value)} of its {ms(slowest.estimate.step.value)} step beyond {row_name(fastest)}'s, "
+                   "the largest term the fastest lacks")  # fmt: skip
+            if len(excess) > 1:
+                why += "; then " + ", ".join(f"{n} {ms(v)}" for n, v in excess[1:3])
+        else:
+            why = "the same terms as the fastest"
+        text = f"lowest speedup: {row_name(slowest)} {figures(slowest)}: {why}"
+        if slowest.speedup.value < 1 and not reference.matches(slowest):  # type: ignore[union-attr]
+            text += f"; slower than {reference.name()}"
+            if slowest.max_layers and reference.row.max_layers is not None and slowest.max_layers > reference.row.max_layers:
+                text += f", yet it holds {slowest.max_layers} layers where the reference holds {reference.row.max_layers}"
+        verdicts.append(text)
+    return verdicts
+
+
+def _speedup_assumptions(timed: Any) -> tuple[str, ...]:
+    if timed.reference is None:
+        return ()
+    return (f"speedup S = t_ref / t_step over {timed.reference.text()}, both at the same global batch (strong scaling); "
+            "parallel efficiency E = S x N_ref / N; rows that do not fit have no step time",)
 
 
 def _gib(value: float) -> str:
