@@ -60,6 +60,7 @@ EXAMPLES = """\
 \b
 Examples:
   parcalc fit --model homework-7b --gpu a100-sxm4-80gb --gpus 2 --seq-len 2048
+  parcalc fit --model homework-7b --gpu a100-sxm4-80gb --gpus 2 --seq-len 2048 --layers 8 --batch 8 --ideal-network
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --seq-len 2048 --search
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --search --recompute selective --explain
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --format csv -o configs.csv
@@ -122,6 +123,7 @@ def fit(
     framework: Annotated[Text, typer.Option(metavar="NAME", help="megatron, deepspeed, fsdp2, torchtitan: buckets, gradient dtype, overlaps, ZeRO stages (default megatron; `parcalc presets list frameworks`).")] = None,
     dp_overlap: Annotated[Optional[bool], typer.Option("--dp-overlap/--no-dp-overlap", help="Overlap the data-parallel gradient reduce and parameter gather with compute (default: the framework's).", show_default=False)] = None,  # noqa: UP045
     tp_comm_overlap: Annotated[Optional[bool], typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP collectives with the GEMMs (default: the framework's).", show_default=False)] = None,  # noqa: UP045
+    ideal_network: Annotated[bool, typer.Option("--ideal-network", help="An ideal network: zero latency and infinite bandwidth, so every collective and pipeline send takes 0 s (what is left is compute, bubble and optimizer).")] = False,
     fp32_grads: Annotated[Optional[bool], typer.Option("--fp32-grads/--no-fp32-grads", help="fp32 gradients beside 16-bit weights (default: the framework's; Megatron-LM keeps fp32 main gradients).", show_default=False)] = None,  # noqa: UP045
     tp: Annotated[Text, typer.Option(metavar="T", help="Tensor-parallel size: with --pp and --dp (or alone, the rest filled in) evaluates that one configuration; with --search, pins it.")] = None,
     pp: Annotated[Text, typer.Option(metavar="P", help="Pipeline stages (see --tp).")] = None,
@@ -171,7 +173,7 @@ def fit(
         raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
                          f"(it lists {', '.join(device.dtypes)}); choose another --precision, or --dtype for the GEMMs")  # fmt: skip
     cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
-                       nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs)  # fmt: skip
+                       nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs, ideal_network=ideal_network)  # fmt: skip
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
 
     mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
@@ -221,6 +223,8 @@ def fit(
                 ("mode", "search" if search else "configuration" if pinned else "strategies")] + settings_cp  # fmt: skip
     if offload:
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
+    if ideal_network:
+        settings.append(("network", "ideal"))
     if search:
         check_at_most(training.global_batch, MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
         if top < 1:
@@ -270,7 +274,8 @@ def _streams_every_row(fmt: OutputFormat | None, output: Any) -> bool:
 
 def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: str | None, dtype: str, peak: str | None,
              efficiency: str | None, link: str | None, inter_node_link: str | None, nics_per_node: str | None, dp_overlap: bool | None,
-             tp_comm_overlap: bool | None, allow_cross_node_tp: bool, framework: Any, dirs: tuple) -> Cluster:  # fmt: skip
+             tp_comm_overlap: bool | None, allow_cross_node_tp: bool, framework: Any, dirs: tuple, *,
+             ideal_network: bool = False) -> Cluster:  # fmt: skip
     from parcalc.commands.comm_volume import DEFAULT_INTER_NODE_LINK, DEFAULT_LINK
     from parcalc.commands.flops import _peak
     from parcalc.core.fit import DEFAULT_EFFICIENCY, Cluster
@@ -309,7 +314,7 @@ def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: st
         inter=load_link(inter_node_link or (node.inter_link if node else DEFAULT_INTER_NODE_LINK), dirs),
         gpu_name=device.name if device else "GPU", peak_source=rate_source, capacity_source=cap_source, efficiency=e,
         dp_overlap=dp_overlap, allow_cross_node_tp=allow_cross_node_tp, nics_per_node=nics, gpu=device, dtype=dtype,
-        framework=framework, tp_comm_overlap=tp_comm_overlap, attention_peak=attention,
+        framework=framework, tp_comm_overlap=tp_comm_overlap, attention_peak=attention, ideal_network=ideal_network,
     )  # fmt: skip
 
 
@@ -372,7 +377,9 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
           if training.precision is Precision.FP8 else ()),
         (f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
          f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}"),
-        "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)",
+        ("--ideal-network: every collective and pipeline send takes 0 s (zero latency, infinite bandwidth); the links above are not "
+         "used for time; host (PCIe) copies of --offload are not network and keep their time" if cluster.ideal_network else
+         "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)"),
         "GB = 1e9 bytes, GiB = 2^30 bytes",
     )
 
