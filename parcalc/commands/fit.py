@@ -405,7 +405,7 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
         Column("strategy", "strategy"), Column("recompute", "recompute"), Column("tp", "tp"), Column("pp", "pp"), Column("dp", "dp"),
         Column("gpus", "GPUs"), Column("memory", "memory per GPU", "B"), Column("fits", "fits"), Column("headroom", "headroom", "B"),
         *((Column("max_layers", "max layers"),) if with_layers else ()),
-        Column("t_step", "step", "s"), Column("tokens_per_second", "tokens/s", "tokens/s"), Column("speedup", "speedup"),
+        Column("t_step", "step", "s"), Column("tokens_per_second", "throughput", "tokens/s"), Column("speedup", "speedup"),
         Column("efficiency", "efficiency", "fraction"), Column("note", "note"),
     )  # fmt: skip
     table_rows = []

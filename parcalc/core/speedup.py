@@ -159,7 +159,7 @@ def speedup_derivation(row: StrategyRow, reference: Reference) -> Derivation:
     """S = t_ref / t_step for one timed row."""
     assert row.estimate is not None
     t_ref = Term("t_ref", "t_ref", r"t_{\mathrm{ref}}", reference.step.value, "s",
-                 f"step time of {reference.name()}, the reference ({reference.why})", reference.step.source)  # fmt: skip
+                 f"step time of the reference, {reference.text()}", reference.step.source)  # fmt: skip
     t_step = row.estimate.step.as_term("t_step", f"step time of {row_name(row)} on {row.gpus_used} GPU(s)")
     return Derivation("speedup", f"Speedup of {row_name(row)} over {reference.name()}", "S", "S", "$t_ref / $t_step",
                       r"$t_ref / $t_step", (t_ref, t_step), t_ref.value / t_step.value, "", SPEEDUP_SOURCE,
