@@ -283,3 +283,19 @@ def test_nothing_fits_still_fails_without_a_speedup(runner) -> None:
     doc = json.loads(result.stdout)
     assert doc["results"] == {}
     assert all(r["speedup"] is None and r["t_step"] is None for r in doc["tables"]["strategies"]["rows"])
+
+
+def test_search_on_an_ideal_network_agrees_with_the_estimate_and_has_no_communication() -> None:
+    # The ideal fabric reaches the vectorised search through the same pieces as the scalar estimate.
+    import random
+
+    from parcalc.core.fit_search import search
+
+    model, training, net = gpt(8), Training(8, 512), cluster(4, ideal_network=True)
+    evaluated = search(model, training, net).evaluated
+    c = evaluated.columns
+    assert len(evaluated) > 20
+    assert not c["t_tp"].any() and not c["t_pp"].any() and not c["t_dp"].any()
+    for i in random.Random(8).sample(range(len(evaluated)), 20):
+        scalar = estimate(model, evaluated.config(i), training, net)
+        assert c["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9)
