@@ -60,7 +60,8 @@ EXAMPLES = """\
 \b
 Examples:
   parcalc fit --model homework-7b --gpu a100-sxm4-80gb --gpus 2 --seq-len 2048
-  parcalc fit --model homework-7b --gpu a100-sxm4-80gb --gpus 2 --seq-len 2048 --layers 8 --batch 8 --ideal-network
+  parcalc fit --model homework-7b --gpu a100-sxm4-80gb --gpus 2 --seq-len 2048 --layers 8 --batch 8 \\
+      --ideal-network
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --seq-len 2048 --search
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --search --recompute selective --explain
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --format csv -o configs.csv
@@ -446,11 +447,12 @@ def _speedup_verdicts(timed: Any) -> list[str]:
 
     best, base = fastest.estimate, reference.row.estimate
     if reference.matches(fastest):
-        verdicts = [f"highest speedup: {row_name(fastest)} on {fastest.gpus_used} GPU(s), the reference itself (1x): {reference.why}"]
+        verdicts = [f"highest speedup: {row_name(fastest)} on {fastest.gpus_used} GPU(s), the reference itself (1x)"
+                    + (f": {reference.why}" if reference.why else "")]
     else:
         ref_terms, own = step_terms(base), step_terms(best)
         cut = max(own, key=lambda k: ref_terms[k] - own[k])
-        why = f"{cut} {ms(ref_terms[cut])} -> {ms(own[cut])} over {fastest.gpus_used} GPU(s)"
+        why = f"{cut} {ms(ref_terms[cut])} → {ms(own[cut])} over {fastest.gpus_used} GPU(s)"
         added = excess_terms(best, base)
         if added:
             why += ", adding " + ", ".join(f"{name} {ms(value)}" for name, value in added[:2])
