@@ -248,7 +248,7 @@ def _max_layers_summary(model: TransformerModel, training: Training, cluster: Cl
     beyond = memory_of(with_layers(model, row.max_layers + step), row.config, training, used).worst.total.value
     inputs = (Term("C", "C", "C", cluster.capacity, "B", f"memory of one {cluster.gpu_name}", cluster.capacity_source),
               Term("M_L", "M(L_max)", r"M(L_{\max})", at, "B", f"memory per GPU at {row.max_layers} layers (fits)"),
-              Term("M_next", "M(L_max + p)", r"M(L_{\max} + p)", beyond, "B", f"memory per GPU at {row.max_layers + step} layers (does not fit)"),
+              Term("M_next", "M(L_max + p)", r"M(L_{\max} + p)", beyond, "B", f"memory per GPU at {row.max_layers + step} layers ({'fits' if beyond <= cluster.capacity else 'does not fit'})"),
               Term("p", "p", "p", step, "", "layers step by the pipeline stages (x chunks)"))  # fmt: skip
     return (Derivation("max_layers", f"Deepest model that fits: {row.max_layers} layers with {row_name(row)} on {row.gpus_used} GPU(s)",
                        "L_max", r"L_{\max}", "max { L : M(L) ≤ $C }", r"\max\{L : M(L) \le $C\}", inputs, float(row.max_layers), "",
