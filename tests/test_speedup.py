@@ -299,3 +299,14 @@ def test_search_on_an_ideal_network_agrees_with_the_estimate_and_has_no_communic
     for i in random.Random(8).sample(range(len(evaluated)), 20):
         scalar = estimate(model, evaluated.config(i), training, net)
         assert c["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9)
+
+
+def test_max_layers_derivation_brackets_the_capacity() -> None:
+    # The deepest model of the layer shape (parcalc.core.fit_table.max_layers) with the memory on both
+    # sides of the boundary: M(L_max) <= C < M(L_max + p), and no strategy of the table holds more.
+    model, training, net = gpt(4, vocab=32000), Training(2, 1024, reserve=0.5 * 2**30), cluster(2, capacity=6 * 2**30)
+    table = timed_strategy_table(model, training, net)
+    deepest = next(d for d in table.summary if d.key == "max_layers")
+    assert deepest.value == max(r.max_layers for r in table.rows if r.max_layers is not None)
+    capacity = deepest.term("C").value
+    assert deepest.term("M_L").value <= capacity < deepest.term("M_next").value
