@@ -161,3 +161,27 @@ def test_latex_text_sets_powers_as_superscripts_and_keeps_double_hyphens() -> No
     assert tex_escape("X ∈ R^(32×4096)") == r"X $\in$ R\textsuperscript{32$\times$4096}"
     assert tex_escape("--t-forward, a - b") == r"-{}-t-forward, a - b"
     assert tex_escape("x^y ^(") == r"x\textasciicircum{}y \textasciicircum{}("  # not an exponent: a caret
+
+
+@pytest.mark.parametrize(
+    ("text", "tex"),
+    [
+        # issue #14: TeX prints a straight " as a closing quote, so "7B" came out as ”7B”
+        pytest.param('the "7B" model', "the ``7B'' model", id="double-pair"),
+        pytest.param('"quoted" first', "``quoted'' first", id="double-at-start"),
+        pytest.param('("x")', "(``x'')", id="double-in-brackets"),
+        pytest.param('a 5" screen', "a 5'' screen", id="inch-mark-closes"),
+        # apostrophes stay TeX's right quote; a single quote opens only where a quotation opens
+        pytest.param("it's Megatron-LM's", "it's Megatron-LM's", id="apostrophes"),
+        pytest.param("the '80s", "the '80s", id="elided-digits"),
+        pytest.param("say 'layers' now", "say `layers' now", id="single-pair"),
+        # adjacent quotes kept apart: ``` and ''' would be read as other pairs
+        pytest.param("a \"'nested'\" one", "a ``{}`nested'{}'' one", id="nested"),
+        # curly quotes typed in a worksheet are set as the same ligatures, not replaced by '?'
+        pytest.param("“curly” ‘x’", "``curly'' `x'", id="curly"),
+    ],
+)
+def test_latex_text_sets_straight_quotes_as_opening_and_closing_pairs(text: str, tex: str) -> None:
+    from parcalc.render.latex import tex_escape
+
+    assert tex_escape(text) == tex

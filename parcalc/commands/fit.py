@@ -71,6 +71,8 @@ EXAMPLES = """\
 \b
 Examples:
   parcalc fit --model homework-7b --gpu a100-sxm4-80gb --gpus 2 --seq-len 2048
+  parcalc fit --model homework-7b --gpu a100-sxm4-80gb --gpus 2 --seq-len 2048 --layers 8 --batch 8 \\
+      --ideal-network
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --seq-len 2048 --search
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --search --recompute selective --explain
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --format csv -o configs.csv
@@ -149,6 +151,7 @@ def fit(
     framework: Annotated[Text, typer.Option(metavar="NAME", help="megatron, deepspeed, fsdp2, torchtitan: buckets, gradient dtype, overlaps, ZeRO stages (default megatron; `parcalc presets list frameworks`).")] = None,
     dp_overlap: Annotated[Optional[bool], typer.Option("--dp-overlap/--no-dp-overlap", help="Overlap the data-parallel gradient reduce and parameter gather with compute (default: the framework's).", show_default=False)] = None,  # noqa: UP045
     tp_comm_overlap: Annotated[Optional[bool], typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP collectives with the GEMMs (default: the framework's).", show_default=False)] = None,  # noqa: UP045
+    ideal_network: Annotated[bool, typer.Option("--ideal-network", help="An ideal network: zero latency and infinite bandwidth, so every collective and pipeline send takes 0 s (what is left is compute, bubble and optimizer).")] = False,
     fp32_grads: Annotated[Optional[bool], typer.Option("--fp32-grads/--no-fp32-grads", help="fp32 gradients beside 16-bit weights (default: the framework's; Megatron-LM keeps fp32 main gradients).", show_default=False)] = None,  # noqa: UP045
     tp: Annotated[Text, typer.Option(metavar="T", help="Tensor-parallel size: with --pp and --dp (or alone, the rest filled in) evaluates that one configuration; with --search, pins it.")] = None,
     pp: Annotated[Text, typer.Option(metavar="P", help="Pipeline stages (see --tp).")] = None,
@@ -199,7 +202,7 @@ def fit(
         raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
                          f"(it lists {', '.join(device.dtypes)}); choose another --precision, or --dtype for the GEMMs")  # fmt: skip
     cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
-                       nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs)  # fmt: skip
+                       nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs, ideal_network=ideal_network)  # fmt: skip
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
 
     mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
@@ -273,6 +276,8 @@ def fit(
                 ("mode", "search" if search else "configuration" if pinned else "strategies")] + settings_cp  # fmt: skip
     if offload:
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
+    if ideal_network:
+        settings.append(("network", "ideal"))
     if search:
         check_at_most(training.global_batch, MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
         if top < 1:
@@ -325,7 +330,8 @@ def _streams_every_row(fmt: OutputFormat | None, output: Any) -> bool:
 
 def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: str | None, dtype: str, peak: str | None,
              efficiency: str | None, link: str | None, inter_node_link: str | None, nics_per_node: str | None, dp_overlap: bool | None,
-             tp_comm_overlap: bool | None, allow_cross_node_tp: bool, framework: Any, dirs: tuple) -> Cluster:  # fmt: skip
+             tp_comm_overlap: bool | None, allow_cross_node_tp: bool, framework: Any, dirs: tuple, *,
+             ideal_network: bool = False) -> Cluster:  # fmt: skip
     from parcalc.commands.comm_volume import DEFAULT_INTER_NODE_LINK, DEFAULT_LINK
     from parcalc.commands.flops import _peak
     from parcalc.core.fit import DEFAULT_EFFICIENCY, Cluster
@@ -364,7 +370,7 @@ def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: st
         inter=load_link(inter_node_link or (node.inter_link if node else DEFAULT_INTER_NODE_LINK), dirs),
         gpu_name=device.name if device else "GPU", peak_source=rate_source, capacity_source=cap_source, efficiency=e,
         dp_overlap=dp_overlap, allow_cross_node_tp=allow_cross_node_tp, nics_per_node=nics, gpu=device, dtype=dtype,
-        framework=framework, tp_comm_overlap=tp_comm_overlap, attention_peak=attention,
+        framework=framework, tp_comm_overlap=tp_comm_overlap, attention_peak=attention, ideal_network=ideal_network,
     )  # fmt: skip
 
 
@@ -428,7 +434,9 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
           if training.precision is Precision.FP8 else ()),
         (f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
          f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}"),
-        "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)",
+        ("--ideal-network: every collective and pipeline send takes 0 s (zero latency, infinite bandwidth); the links above are not "
+         "used for time; host (PCIe) copies of --offload are not network and keep their time" if cluster.ideal_network else
+         "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)"),
         "GB = 1e9 bytes, GiB = 2^30 bytes",
     )
 
@@ -446,25 +454,89 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
 
     if training.global_batch % micro_batch:
         raise InputError(f"--micro-batch: {micro_batch} does not divide the global batch of {training.global_batch}")
-    rows = fit_table.strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers)
+    from parcalc.core.speedup import timed_strategy_table
+
+    timed = timed_strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers)
+    rows = timed.rows
     columns = (
         Column("strategy", "strategy"), Column("recompute", "recompute"), Column("tp", "tp"), Column("pp", "pp"), Column("dp", "dp"),
         Column("gpus", "GPUs"), Column("memory", "memory per GPU", "B"), Column("fits", "fits"), Column("headroom", "headroom", "B"),
-        *((Column("max_layers", "max layers"),) if with_layers else ()), Column("note", "note"),
+        *((Column("max_layers", "max layers"),) if with_layers else ()),
+        Column("t_step", "step", "s"), Column("tokens_per_second", "throughput", "tokens/s"), Column("speedup", "speedup"),
+        Column("efficiency", "efficiency", "fraction"), Column("note", "note"),
     )  # fmt: skip
     table_rows = []
     for row in rows:
-        c = row.config
+        c, est = row.config, row.estimate
+        note = row.note or ("the reference (speedup 1)" if timed.reference is not None and timed.reference.matches(row) else "")
         cells = (row.family, row.recompute.value, c.tp if c else None, c.pp if c else None, c.dp if c else None, row.gpus_used,
                  row.memory, ("yes" if row.fits else "no") if row.memory is not None else "n/a", row.headroom,
-                 *((row.max_layers,) if with_layers else ()), row.note)  # fmt: skip
+                 *((row.max_layers,) if with_layers else ()),
+                 est.step.value if est else None, est.tokens_per_second.value if est else None,
+                 row.speedup.value if row.speedup else None, row.efficiency.value if row.efficiency else None, note)  # fmt: skip
         table_rows.append(cells)
-    table = Table("strategies", f"Strategies on {cluster.gpus} x {cluster.gpu_name}, b = {micro_batch}", columns, tuple(table_rows))
-    verdicts = _table_verdicts(shape, rows, cluster, with_layers)
+    reference = timed.reference
+    against = f"; speedup over {reference.text()}" if reference is not None else ""
+    table = Table("strategies", f"Strategies on {cluster.gpus} x {cluster.gpu_name}, b = {micro_batch}{against}", columns, tuple(table_rows))
+    verdicts = _speedup_verdicts(timed) + _table_verdicts(shape, rows, cluster, with_layers)
     title = f"What fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
-    result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(), tables=(table,),
-                    verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
+    result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=timed.summary,
+                    tables=(table,), verdicts=tuple(verdicts), settings=tuple(settings),
+                    assumptions=_assumptions(shape, training, cluster) + _speedup_assumptions(timed))  # fmt: skip
     return result, None if any(row.fits for row in rows) else _nothing_fits(shape, rows, cluster, with_layers)
+
+
+def _speedup_verdicts(timed: Any) -> list[str]:
+    """The highest and the lowest speedup, each with its reason in the step-time model's terms."""
+    from parcalc.core.speedup import excess_terms, row_name, step_terms
+    from parcalc.units import format_time
+
+    reference, fastest, slowest = timed.reference, timed.fastest(), timed.slowest()
+    if reference is None or fastest is None or slowest is None:
+        return []
+
+    def ms(value: float) -> str:
+        return format_time(value, significant=3)
+
+    def figures(row: StrategyRow) -> str:
+        return f"{row.speedup.value:.3g}x (efficiency {row.efficiency.value:.1%})"  # type: ignore[union-attr]
+
+    best, base = fastest.estimate, reference.row.estimate
+    if reference.matches(fastest):
+        verdicts = [f"highest speedup: {row_name(fastest)} on {fastest.gpus_used} GPU(s), the reference itself (1x)"
+                    + (f": {reference.why}" if reference.why else "")]
+    else:
+        ref_terms, own = step_terms(base), step_terms(best)
+        cut = max(own, key=lambda k: ref_terms[k] - own[k])
+        why = f"{cut} {ms(ref_terms[cut])} → {ms(own[cut])} over {fastest.gpus_used} GPU(s)"
+        added = excess_terms(best, base)
+        if added:
+            why += ", adding " + ", ".join(f"{name} {ms(value)}" for name, value in added[:2])
+        verdicts = [f"highest speedup: {row_name(fastest)} {figures(fastest)} over {reference.name()}: {why}"]
+    if slowest is not fastest:
+        excess = excess_terms(slowest.estimate, best)
+        if excess:
+            name, value = excess[0]
+            why = (f"{name} {ms(value)} of its {ms(slowest.estimate.step.value)} step beyond {row_name(fastest)}'s, "
+                   "the largest term the fastest lacks")  # fmt: skip
+            if len(excess) > 1:
+                why += "; then " + ", ".join(f"{n} {ms(v)}" for n, v in excess[1:3])
+        else:
+            why = "the same terms as the fastest"
+        text = f"lowest speedup: {row_name(slowest)} {figures(slowest)}: {why}"
+        if slowest.speedup.value < 1 and not reference.matches(slowest):  # type: ignore[union-attr]
+            text += f"; slower than {reference.name()}"
+            if slowest.max_layers and reference.row.max_layers is not None and slowest.max_layers > reference.row.max_layers:
+                text += f", yet it holds {slowest.max_layers} layers where the reference holds {reference.row.max_layers}"
+        verdicts.append(text)
+    return verdicts
+
+
+def _speedup_assumptions(timed: Any) -> tuple[str, ...]:
+    if timed.reference is None:
+        return ()
+    return (f"speedup S = t_ref / t_step over {timed.reference.text()}, both at the same global batch (strong scaling); "
+            "parallel efficiency E = S x N_ref / N; rows that do not fit have no step time",)
 
 
 def _gib(value: float) -> str:

@@ -96,6 +96,7 @@ class Cluster:
     framework: Framework = MEGATRON
     tp_comm_overlap: bool | None = None  # None: the framework's
     attention_peak: float | None = None  # dense 16-bit peak for FlashAttention (None: peak)
+    ideal_network: bool = False  # --ideal-network: every collective and send takes 0 s (timing.network.Fabric.ideal)
 
     def __post_init__(self) -> None:
         if self.nics_per_node is not None:  # checked here: the table, the search and one estimate all use it
@@ -112,7 +113,7 @@ class Cluster:
     def fabric(self) -> Fabric:
         arch = nccl.arch_of(self.gpu.architecture) if self.gpu is not None else "sm80"
         nics = self.nics_per_node if self.nics_per_node is not None else self.gpus_per_node
-        return Fabric(self.gpus_per_node, self.intra, self.inter, nics, arch, self.intra.nccl_hardware)
+        return Fabric(self.gpus_per_node, self.intra, self.inter, nics, arch, self.intra.nccl_hardware, self.ideal_network)
 
     @property
     def overlap_grad(self) -> bool:

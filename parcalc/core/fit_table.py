@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from parcalc.core.choices import Recompute
-from parcalc.core.fit import Cluster, Config, Training, invalid_reason, memory_of, with_layers
+from parcalc.core.fit import Cluster, Config, Estimate, Training, invalid_reason, memory_of, with_layers
 from parcalc.core.model import TransformerModel
+from parcalc.derivation import Derivation
 from parcalc.errors import InputError
 
 MAX_LAYERS_SEARCHED = 1_000_000  # beyond any model; stops the search when a layer costs nothing
@@ -30,6 +31,11 @@ class StrategyRow:
     headroom: float | None
     max_layers: int | None  # deepest model of this layer shape that fits (a multiple of pp)
     note: str = ""
+    # parcalc.core.speedup.timed_strategy_table: the step-time model's estimate of a row that fits,
+    # and its speedup and parallel efficiency over the reference setup (None: not timed)
+    estimate: Estimate | None = None
+    speedup: Derivation | None = None
+    efficiency: Derivation | None = None
 
 
 def families(model: TransformerModel, cluster: Cluster, micro_batch: int = 1) -> list[tuple[str, Config | None, str]]:

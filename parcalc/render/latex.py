@@ -58,6 +58,11 @@ _TEX_ESCAPES: dict[str, str] = {
     "Σ": r"$\Sigma$",
     "–": "--",
     "—": "---",
+    # Curly quotes as TeX's ligatures (_escape_chars keeps adjacent ones apart)
+    "\u201c": "``",
+    "\u201d": "''",
+    "\u2018": "`",
+    "\u2019": "'",
     "\u00a0": "~",
 }
 # Whatever else is outside printable ASCII becomes '?', so that no input can break the document.
@@ -72,7 +77,7 @@ def tex_escape(value: object) -> Latex:
     """Escape text for LaTeX, character by character; `Latex` strings pass through."""
     if isinstance(value, Latex):
         return value
-    text = str(value)
+    text = _quotes(str(value))
     out, start = [], 0
     for match in _POWER.finditer(text):  # "2^30", "R^(m×k)": a superscript, not a literal caret
         out.append(_escape_chars(text[start : match.start()]))
@@ -82,16 +87,42 @@ def tex_escape(value: object) -> Latex:
     return Latex("".join(out))
 
 
+# Straight quotes as TeX reads them: `"` always prints a closing double quote (a worksheet's "7B" came
+# out as ”7B”), so each becomes an opening or a closing one from what stands before it. `'` is TeX's
+# right quote, right for apostrophes (it's, '80s, Megatron-LM's) and closing quotes; it becomes an
+# opening one only where a quotation opens: after a space, a bracket or a dash, before a letter. The
+# curly quotes chosen here are then set as TeX's ligatures by _TEX_ESCAPES.
+_OPENERS = frozenset(" \t\n([{<-/\u00a0\u2013\u2014\u201c\u2018")
+
+
+def _quotes(text: str) -> str:
+    out: list[str] = []
+    for i, ch in enumerate(text):
+        before = out[-1] if out else " "
+        if ch == '"':
+            out.append("\u201c" if before in _OPENERS else "\u201d")
+        elif ch == "'" and before in _OPENERS and text[i + 1 : i + 2].isalpha():
+            out.append("\u2018")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 # An exponent written in text: ^ and digits, or ^ and a short parenthesised group
 _POWER = re.compile(r"\^(?:(-?\d+)|\(([^()]{1,40})\))")
 
 
 def _escape_chars(text: str) -> str:
-    # "-" before another "-" gets "{}" so that "--flag" keeps two hyphens (TeX makes "--" an en dash)
+    # "-" before another "-" gets "{}" so that "--flag" keeps two hyphens (TeX makes "--" an en dash);
+    # so does a quote before another quote, which TeX would otherwise join into a different pair
     return "".join(
-        "-{}" if ch == "-" and text[i + 1 : i + 2] == "-" else _TEX_ESCAPES.get(ch, ch if ch in _PRINTABLE else "?")
+        "-{}" if ch == "-" and text[i + 1 : i + 2] == "-"
+        else _TEX_ESCAPES.get(ch, ch if ch in _PRINTABLE else "?") + ("{}" if ch in _QUOTE_CHARS and text[i + 1 : i + 2] in _QUOTE_CHARS else "")
         for i, ch in enumerate(text)
-    )
+    )  # fmt: skip
+
+
+_QUOTE_CHARS = frozenset("'`\u201c\u201d\u2018\u2019")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -124,6 +124,8 @@ def exchange_time(model: Any, tokens: int, element_bytes: float, experts: Expert
     moe = model.moe
     rho = experts.imbalance if moe.capacity_factor is None else min(experts.imbalance, moe.capacity_factor)
     copies = tokens * moe.top_k * rho * model.hidden * element_bytes
+    if getattr(fabric, "ideal", False):  # --ideal-network: no communication time (parcalc.core.timing.network)
+        return 0.0
     if experts.dispatcher == "alltoall" or group.nodes == 1:
         return collective_time(Collective.ALL_TO_ALL, copies, group, fabric).time
     remote = remote_nodes_per_token(moe.experts, moe.top_k, group.nodes, experts.max_nodes_per_token)

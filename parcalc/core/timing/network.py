@@ -48,6 +48,7 @@ class Fabric:
     nics_per_node: int
     arch: str = "sm80"
     intra_kind: str = "nvlink"  # NCCL's hardware class of the intra-node link: nvlink or pci
+    ideal: bool = False  # an ideal network (`fit --ideal-network`): zero latency, infinite bandwidth, every call 0 s
 
     @property
     def nic_bandwidth_per_gpu(self) -> float:
@@ -128,7 +129,12 @@ def _ring_bus_bandwidth(group: Placement, fabric: Fabric) -> float:
 
 
 def collective_time(op: Collective, size: float, group: Placement, fabric: Fabric) -> CollectiveTime:
-    """The cheapest of NCCL's algorithm x protocol choices for this call (module docstring)."""
+    """The cheapest of NCCL's algorithm x protocol choices for this call (module docstring).
+
+    On an ideal fabric every call takes 0 s: zero latency (no base or per-step latency) and infinite
+    bandwidth (bus bytes / infinity), the thought experiment of a network that costs nothing."""
+    if fabric.ideal:
+        return CollectiveTime(op, float(size), group, 0.0, "ideal", "none", 0.0, math.inf)
     return _collective_time(op, float(size), group, fabric)
 
 
