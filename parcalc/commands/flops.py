@@ -53,6 +53,7 @@ Examples:
   parcalc flops --model gpt3-175b --tokens 300B --tflops-per-gpu 140 --gpus 1024 --recompute full --gpu a100-sxm4-80gb
   parcalc flops --model llama3-70b --tokens 15T --batch 2048 --seq-len 8192 --mfu 40% --gpus 8192 --gpu h100-sxm5 --price 2.50/GPU-h
   parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --tokens 1T --step-time 6.5s --gpus 64 --gpu h100-sxm5 --pue 1.2
+  parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --iterations 10k --step-time 6.5s --gpus 64 --gpu-power 1275W
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
