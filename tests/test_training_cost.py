@@ -235,6 +235,9 @@ RUN = ["flops", *GPT3, "--batch", "8"]
     ([*LLAMA_SEARCH, "--gpu", "h100-sxm5", "--gpu", "a100-sxm4-80gb", "--price", "2"], "--price: one per --gpu"),
     ([*LLAMA_SEARCH, "--gpu", "h100-sxm5", "--rank-by", "cost"], "--rank-by cost: give --tokens"),
     ([*LLAMA_SEARCH, "--gpu", "h100-sxm5", "--rank-by", "speed"], "--rank-by: time or cost"),
+    ([*LLAMA_SEARCH[:-2], "--gpu", "h100-sxm5", "--rank-by", "cost"], "--rank-by cost: give --tokens"),
+    ([*LLAMA_SEARCH, "--gpu", "h100-sxm5", "--gpu-power", "1e300W"], "at most 100 kW"),
+    ([*LLAMA_SEARCH, "--gpu", "h100-sxm5", "--price", "1e306"], "not a finite number"),
 ])  # fmt: skip
 def test_bad_input(run_error, args: list[str], words: str) -> None:
     assert words in run_error(args)

@@ -323,11 +323,13 @@ def run_verdict(run: Any, gpus: int) -> str:
     """One line on a whole run: iterations, days, GPU-hours, energy, cost."""
     from parcalc.units import format_quantity
 
-    parts = [f"{run.iterations.value:,.0f} iterations ({run.tokens.value:,.0f} tokens)" if run.iterations is not None
+    i = run.iterations.value if run.iterations is not None else None
+    parts = [f"{i:,.0f} iteration{'s' if i != 1 else ''} ({run.tokens.value:,.0f} tokens)" if i is not None
              else f"{run.tokens.value:,.0f} tokens"]  # fmt: skip
     days = run.days.value
     parts.append((f"{days:,.1f} days" if days >= 1 else f"{run.wall_clock.value / 3600:.3g} hours") + f" on {gpus:,} GPUs")
-    parts.append(f"{run.gpu_hours.value:,.0f} GPU-hours")
+    hours = run.gpu_hours.value
+    parts.append(f"{hours:,.0f} GPU-hours" if hours >= 10 else f"{hours:.3g} GPU-hours")
     if run.energy is not None:
         parts.append(format_quantity(run.energy.value, "Wh", significant=4))
     if run.cost is not None:

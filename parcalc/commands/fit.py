@@ -197,6 +197,7 @@ def fit(
     cluster = _cluster(gpus, gpu_name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
                        nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs)  # fmt: skip
     plans = _run_plans(names, tokens, iterations, gpu_power, pue, price, rank_by, search, dirs)
+    ranking = _rank_by(rank_by, plans, len(names)) if search else "time"
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
 
     mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
@@ -257,7 +258,7 @@ def fit(
             clusters = [cluster] + [_cluster(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
                                              inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
                                              dirs) for name in names[1:]]  # fmt: skip
-            result = _compare_gpus(clusters, plans, _rank_by(rank_by, plans, len(names)), top, settings, training,
+            result = _compare_gpus(clusters, plans, ranking, top, settings, training,
                                    lambda c: _search_result(shape, training, c, sizes, recomputes, zero, sequence_parallel, interleaved,
                                                             top, explain, everything, [*settings[:1], ("gpu", c.gpu_name), *settings[2:]],
                                                             pinned, ends))  # fmt: skip
@@ -265,7 +266,7 @@ def fit(
             result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
                                     everything, settings, pinned, ends)  # fmt: skip
             if plans[0] is not None:
-                result = _with_run(result, plans[0], cluster, training, search=True, rank_by=_rank_by(rank_by, plans, 1))
+                result = _with_run(result, plans[0], cluster, training, search=True, rank_by=ranking)
     elif pinned:
         result = _configuration_result(shape, training, cluster, pinned, sizes, recomputes, zero, sequence_parallel, schedule, chunks,
                                        settings, {**ends, **expert})  # fmt: skip

@@ -35,6 +35,7 @@ SECONDS_PER_DAY = 86_400
 SECONDS_PER_HOUR = 3_600
 DEFAULT_PUE = 1.0
 MAX_PUE = 10.0  # surveyed datacentres average about 1.5; 10 is a typo, not a building
+MAX_GPU_POWER = 100e3  # watts: more than a whole 8-GPU server (a DGX H100 draws up to 10.2 kW) per GPU is a typo
 NARAYANAN_EQ4 = ("Narayanan et al. 2021 (Megatron-LM, SC'21) sec. 5.1 eq. (4): end-to-end training time ~ 8TP/(nX), "
                  "8 = 2 (multiply-add) x 4 (forward, backward twice, recomputed forward) FLOPs per parameter and token")  # fmt: skip
 ITERATIONS_SOURCE = "whole iterations of B sequences of s tokens: I = ceil(D / (B s)) (hand derivation)"
@@ -56,6 +57,9 @@ class Power:
     def __post_init__(self) -> None:
         if not (self.watts > 0 and math.isfinite(self.watts)):
             raise InputError(f"--gpu-power: must be greater than zero, got {self.watts!r}")
+        if self.watts > MAX_GPU_POWER:
+            raise InputError(f"--gpu-power: {self.watts:.4g} W per GPU; parcalc takes at most {MAX_GPU_POWER / 1e3:g} kW "
+                             "(a whole DGX H100 server draws up to 10.2 kW)")  # fmt: skip
         if not (1.0 <= self.pue <= MAX_PUE):
             raise InputError(f"--pue: a datacentre's power usage effectiveness (facility energy / IT energy) is at least 1 "
                              f"and at most {MAX_PUE:g}, got {self.pue:g}")  # fmt: skip
