@@ -464,6 +464,7 @@ def _unit_example(dimension: Dimension) -> str:
         Dimension.BANDWIDTH: "'2039 GB/s'",
         Dimension.TIME: "'2 us'",
         Dimension.FLOP_RATE: "'312 TFLOP/s'",
+        Dimension.POWER: "'700 W'",
     }.get(dimension, "'1 unit'")
 
 
@@ -479,6 +480,7 @@ def _check_kind(doc: _Doc, category: Category) -> None:
 _GPU_KEYS = (
     "kind", "name", "vendor", "architecture", "sources", "sms", "boost_clock", "memory_capacity",
     "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes", "matmul_measured",
+    "board_power",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
@@ -521,6 +523,7 @@ def gpu_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Gpu:
         kernels=_kernels(doc, sources, dtypes) if "kernels" in doc.data else None,
         node=_node(doc, sources) if "node" in doc.data else None,
         matmul_measured=_matmul_measured(doc, sources, dtypes) if "matmul_measured" in doc.data else (),
+        board_power=doc.quantity("board_power", Dimension.POWER, sources, required=False),
     )
 
 

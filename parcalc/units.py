@@ -67,6 +67,7 @@ class Dimension(str, Enum):
     FLOP = "flop"
     FLOP_RATE = "flop_rate"
     FRACTION = "fraction"
+    POWER = "power"
 
 
 BASE_UNIT: dict[Dimension, str] = {
@@ -78,6 +79,7 @@ BASE_UNIT: dict[Dimension, str] = {
     Dimension.FLOP: "FLOP",
     Dimension.FLOP_RATE: "FLOP/s",
     Dimension.FRACTION: "fraction",
+    Dimension.POWER: "W",
 }
 
 EXAMPLES: dict[Dimension, str] = {
@@ -89,6 +91,7 @@ EXAMPLES: dict[Dimension, str] = {
     Dimension.FLOP: "3.15e23, 1.2PFLOP",
     Dimension.FLOP_RATE: "312TFLOP/s, 312T",
     Dimension.FRACTION: "0.4, 40%",
+    Dimension.POWER: "700W, 1.2kW",
 }
 
 # What a CLI flag of each dimension looks like with its unit, for "has no unit" errors.
@@ -99,6 +102,7 @@ UNIT_EXAMPLES: dict[Dimension, str] = {
     Dimension.TIME: "5us",
     Dimension.FLOP: "1.2PFLOP",
     Dimension.FLOP_RATE: "312TFLOP/s",
+    Dimension.POWER: "700W",
 }
 
 _NUMBER = re.compile(
@@ -135,6 +139,8 @@ def _suffix_factor(suffix: str, dimension: Dimension) -> float | None:
         return _data_factor(suffix, per_second=False)
     if dimension is Dimension.BANDWIDTH:
         return _data_factor(suffix, per_second=True)
+    if dimension is Dimension.POWER:
+        return _prefix_factor(suffix[:-1]) if suffix.endswith("W") else (1.0 if suffix == "" else None)
     if dimension in (Dimension.FLOP, Dimension.FLOP_RATE):
         unit = "FLOP/s" if dimension is Dimension.FLOP_RATE else "FLOP"
         for spelling in (unit, "FLOPS") if dimension is Dimension.FLOP_RATE else (unit,):
@@ -273,7 +279,7 @@ def _bad(text: object, dimension: Dimension, flag: str) -> InputError:
 
 _SI_STEPS = [("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)]
 _IEC_STEPS = [("Ei", 2.0**60), ("Pi", 2.0**50), ("Ti", 2.0**40), ("Gi", 2.0**30), ("Mi", 2.0**20), ("Ki", 2.0**10), ("", 1.0)]
-_SI_PREFIXED_UNITS = {"FLOP", "FLOP/s", "B", "B/s", "Hz"}
+_SI_PREFIXED_UNITS = {"FLOP", "FLOP/s", "B", "B/s", "Hz", "W", "Wh"}
 
 
 def format_number(value: float, significant: int = 8) -> str:
@@ -341,3 +347,45 @@ def format_bytes(value: float) -> str:
     if si_unit == "B":
         return f"{exact} B"
     return f"{exact} B ({si_mantissa} {si_unit} = {iec_mantissa} {iec_unit})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Training tokens and prices (parcalc.core.training_cost)
+
+# "300B tokens": in a token count, B is a billion (GPT-3's "300B tokens" beside Llama 3's "15T"),
+# the one spelling a count takes beyond the SI prefixes; elsewhere B stays a byte.
+
+
+def parse_tokens(text: str, flag: str) -> int:
+    """A token count such as "15T", "300B", "2.5e12" or "1.5M": a whole number, at most 2^53."""
+    written = str(text)
+    spelled = written.rstrip()[:-1] + "G" if written.rstrip().endswith("B") else written  # B = billion = G
+    try:
+        return parse_count(spelled, flag)
+    except InputError as error:
+        message = str(error).replace(shown(spelled), shown(written))
+        if "cannot read" in message:
+            message = f"{flag}: cannot read {shown(written)} as a token count; use e.g. 15T, 300B, 2.5e12, 1.5M"
+        raise InputError(message) from None
+
+
+# A price per GPU-hour: "2.50", "2.50/GPU-h", "$2.50/GPU-h", "€1.20", "1.20 EUR/h".
+_PRICE = re.compile(r"^\s*(?P<pre>[$€£¥]|[A-Z]{3}\s)?\s*(?P<number>[0-9.eE+-]+)\s*(?P<post>[A-Z]{3})?\s*(?P<per>/\s*(?:GPU-?h(?:our)?|h(?:our)?))?\s*$")
+
+
+def parse_price(text: str, flag: str) -> tuple[float, str]:
+    """(price per GPU-hour, currency) from "2.50", "2.50/GPU-h", "$2.50/GPU-h", "€1.20/h" or
+    "1.20 EUR/GPU-h"; the currency is "$" when none is written. Zero, negative and non-finite
+    prices are refused."""
+    if len(str(text)) > MAX_QUANTITY_CHARS:
+        raise InputError(f"{flag}: {shown(text)} is too long to be a price")
+    match = _PRICE.match(str(text))
+    if match is None or (match["pre"] and match["post"]):
+        raise InputError(f"{flag}: cannot read {shown(text)} as a price per GPU-hour; use e.g. 2.50, 2.50/GPU-h, $2.50/GPU-h, €1.20/GPU-h")
+    try:
+        value = parse_quantity(match["number"], Dimension.COUNT, flag)
+    except InputError:
+        raise InputError(f"{flag}: cannot read {shown(text)} as a price per GPU-hour (above zero); use e.g. 2.50, 2.50/GPU-h, "
+                         "$2.50/GPU-h") from None  # fmt: skip
+    currency = (match["pre"] or match["post"] or "$").strip()
+    return value, currency

@@ -374,3 +374,95 @@ def recompute_layers_flag(value: str | None) -> int | None:
     if n > 2**31:
         raise InputError(f"--recompute-layers: {n:.4g} is more layers than any model has")
     return n
+# The length, energy and price of a whole run (parcalc.core.training_cost): `flops` and `fit` share these.
+TokensOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--tokens", metavar="D",
+                 help="Training tokens of the whole run, e.g. 15T, 300B, 2.5e12: iterations ceil(D / (B s)), wall-clock days, "
+                      "GPU-hours, energy and (--price) cost.", show_default=False),
+]  # fmt: skip
+IterationsOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--iterations", metavar="I", help="Iterations of the whole run instead of --tokens (tokens = I x B x s).",
+                 show_default=False),
+]  # fmt: skip
+GpuPowerOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--gpu-power", metavar="W",
+                 help="Power per GPU for the energy, e.g. 700W, instead of the GPU preset's board power (its datasheet TDP); "
+                      "include a share of the node (CPUs, NICs, fans) here if you want it counted.", show_default=False),
+]  # fmt: skip
+PueOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--pue", metavar="x",
+                 help="The datacentre's power usage effectiveness (facility / IT energy, at least 1) on the energy; "
+                      "default 1: the GPUs' boards alone.", show_default=False),
+]  # fmt: skip
+
+
+def run_plan(tokens: str | None, iterations: str | None, gpu_power: str | None, device: Any, pue: str | None,
+             price: str | None) -> Any:  # fmt: skip
+    """The run's RunPlan from the flags (None when neither --tokens nor --iterations is given);
+    --pue, --gpu-power and --price without a run are one-line errors. `device`: the GPU preset
+    whose board power counts when --gpu-power is not given (None: no energy unless given)."""
+    from parcalc.core.training_cost import DEFAULT_PUE, Power, Price, RunPlan
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count, parse_price, parse_tokens
+
+    if tokens is None and iterations is None:
+        for flag, given in (("--price", price), ("--pue", pue), ("--gpu-power", gpu_power)):
+            if given is not None:
+                raise InputError(f"{flag}: applies to a whole run; give --tokens D (or --iterations I) with it")
+        return None
+    power = board_power(gpu_power, device)
+    if tokens is not None and iterations is not None:
+        raise InputError("--tokens / --iterations: give one of them (the length of the run), not both")
+    factor = DEFAULT_PUE
+    if pue is not None:
+        try:
+            factor = float(pue)
+        except ValueError:
+            raise InputError(f"--pue: a ratio of at least 1 such as 1.1, got {pue!r}") from None
+        if power is None:
+            raise InputError("--pue: scales the GPUs' energy; give --gpu-power W, or a --gpu whose preset has a board power")
+    parsed_price = None
+    if price is not None:
+        from parcalc.core.training_cost import CURRENCIES
+
+        value, currency = parse_price(price, "--price")
+        parsed_price = Price(value, CURRENCIES.get(currency, currency))
+    return RunPlan(
+        tokens=parse_tokens(tokens, "--tokens") if tokens is not None else None,
+        iterations=parse_count(iterations, "--iterations") if iterations is not None else None,
+        power=Power(power[0], power[1], factor) if power is not None else None,
+        price=parsed_price,
+    )
+
+
+def board_power(gpu_power: str | None, device: Any) -> tuple[float, str] | None:
+    """(watts, source): --gpu-power, else the GPU preset's board power, else None (no energy)."""
+    from parcalc.units import Dimension, parse_quantity
+
+    if gpu_power is not None:
+        return parse_quantity(gpu_power, Dimension.POWER, "--gpu-power", require_unit=True), "--gpu-power (given)"
+    if device is not None and device.board_power is not None:
+        return device.board_power.value, f"{device.name}: {device.board_power.source}"
+    return None
+
+
+def run_verdict(run: Any, gpus: int) -> str:
+    """One line on a whole run: iterations, days, GPU-hours, energy, cost."""
+    from parcalc.units import format_quantity
+
+    i = run.iterations.value if run.iterations is not None else None
+    parts = [f"{i:,.0f} iteration{'s' if i != 1 else ''} ({run.tokens.value:,.0f} tokens)" if i is not None
+             else f"{run.tokens.value:,.0f} tokens"]  # fmt: skip
+    days = run.days.value
+    parts.append((f"{days:,.1f} days" if days >= 1 else f"{run.wall_clock.value / 3600:.3g} hours") + f" on {gpus:,} GPUs")
+    hours = run.gpu_hours.value
+    parts.append(f"{hours:,.0f} GPU-hours" if hours >= 10 else f"{hours:.3g} GPU-hours")
+    if run.energy is not None:
+        parts.append(format_quantity(run.energy.value, "Wh", significant=4))
+    if run.cost is not None:
+        parts.append(f"{run.cost.value:,.0f} {run.cost.unit} ({run.cost_per_million_tokens.value:.4g} {run.cost_per_million_tokens.unit})")
+    return "the run: " + ", ".join(parts)

@@ -25,12 +25,16 @@ from parcalc.commands.common import (
     MoeImbalanceOption,
     FirstStageLayersOption,
     FormatOption,
+    GpuPowerOption,
+    IterationsOption,
     LastStageLayersOption,
     LossInSplitOption,
     OutputOption,
     PresetsOption,
     ProgressBar,
     ShardGroupOption,
+    PueOption,
+    TokensOption,
     check_at_most,
     expert_flags,
     fp8_recipe_flag,
@@ -96,10 +100,16 @@ Examples:
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --flash-attention --precision fp8 --search
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --tp 1 --pp 1 --dp 8 --zero 2 \\
       --flash-attention --optimizer lion --offload optimizer --host-link pcie5-x16
-  parcalc fit --model llama3-8b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --seq-len 8192 --flash-attention --framework torchtitan \
+  parcalc fit --model llama3-8b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --seq-len 8192 --flash-attention --framework torchtitan \\
       --tp 1 --pp 1 --dp 64 --zero 3 --recompute op
-  parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --sequence-parallel \
+  parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --sequence-parallel \\
       --recompute full --recompute-layers 2
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 15T \\
+      --price 2.50/GPU-h --pue 1.2
+  parcalc fit --model llama3-8b --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 1T \\
+      --gpu h100-sxm5 --price 2.50 --gpu a100-sxm4-80gb --price 1.20 --rank-by cost
+  parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --recompute full \\
+      --tokens 300B --gpu-power 400W
 """
 
 DEFAULT_TOP = 5
@@ -116,7 +126,7 @@ def fit(
     vocab: VocabOption = None,
     tied: TiedOption = None,
     gpus: Annotated[Text, typer.Option(metavar="N", help="GPUs in all (required).")] = None,
-    gpu: Annotated[Text, typer.Option(metavar="NAME", help="GPU preset: memory capacity and peak FLOP/s.")] = None,
+    gpu: Annotated[Optional[list[str]], typer.Option(metavar="NAME", help="GPU preset: memory capacity and peak FLOP/s. --search takes several (repeat --gpu) to compare GPU types, each with its --price.", show_default=False)] = None,  # noqa: UP045
     gpus_per_node: Annotated[Text, typer.Option(metavar="g", help="GPUs per node (default 8): TP stays inside a node; wider groups use --inter-node-link.")] = None,
     batch: Annotated[Text, typer.Option(metavar="B", help="Global batch in sequences per iteration (default: one per GPU).")] = None,
     seq_len: Annotated[Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
@@ -168,6 +178,12 @@ def fit(
     top: Annotated[int, typer.Option(metavar="K", help="--search: configurations shown.")] = DEFAULT_TOP,
     explain: Annotated[bool, typer.Option("--explain", help="--search: the derivation of the best configuration's memory and step time.")] = False,
     max_layers: Annotated[bool, typer.Option("--max-layers/--no-max-layers", help="Table: the deepest model of this layer shape each strategy holds.")] = True,
+    tokens: TokensOption = None,
+    iterations: IterationsOption = None,
+    gpu_power: GpuPowerOption = None,
+    pue: PueOption = None,
+    price: Annotated[Optional[list[str]], typer.Option(metavar="PRICE", help="Price per GPU-hour for the run's cost, e.g. 2.50, 2.50/GPU-h, EUR1.20 (yours: no price presets); one per --gpu.", show_default=False)] = None,  # noqa: UP045
+    rank_by: Annotated[Optional[str], typer.Option("--rank-by", metavar="KEY", help="--search: rank by time (step time; the default) or cost (per token: price x GPUs x step time; the default with several --gpu and their --price).", show_default=False)] = None,  # noqa: UP045
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
@@ -192,7 +208,15 @@ def fit(
     profile = load_framework(framework if framework is not None else "megatron", dirs)
     from parcalc.presets import load_gpu
 
-    device = load_gpu(gpu, dirs) if gpu is not None and dtype is None else None
+    names = list(gpu or [])
+    if len(set(names)) != len(names):
+        raise InputError("--gpu: each GPU type once (several --gpu compare GPU types in --search)")
+    if len(names) > 1 and not search:
+        raise InputError("--gpu: several GPU types are compared by --search only; give one --gpu for one configuration or the table")
+    if len(names) > 1 and (capacity is not None or peak is not None):
+        raise InputError("--capacity / --peak: describe one GPU; not with several --gpu")
+    gpu_name = names[0] if names else None
+    device = load_gpu(gpu_name, dirs) if gpu_name is not None and dtype is None else None
     if precision is None:  # the default must hold on the GPU given: mixed-bf16, or mixed-fp16 without bf16 (V100)
         from parcalc.commands.common import sixteen_bit_default
 
@@ -201,8 +225,10 @@ def fit(
     elif device is not None and peak is None and precision.gemm_dtype not in device.dtypes:  # name the flag that was typed
         raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
                          f"(it lists {', '.join(device.dtypes)}); choose another --precision, or --dtype for the GEMMs")  # fmt: skip
-    cluster = _cluster(gpus, gpu, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
+    cluster = _cluster(gpus, gpu_name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
                        nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs, ideal_network=ideal_network)  # fmt: skip
+    plans = _run_plans(names, tokens, iterations, gpu_power, pue, price, rank_by, search, dirs)
+    ranking = _rank_by(rank_by, plans, len(names)) if search else "time"
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
 
     mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
@@ -285,15 +311,31 @@ def fit(
         if schedule is not None or chunks is not None:
             raise InputError("--schedule / --chunks: describe one configuration (without --search); --no-interleaved limits the search")
         everything = _streams_every_row(fmt, output)
-        result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
-                                everything, settings, pinned, ends)  # fmt: skip
+        if len(names) > 1:
+            clusters = [cluster] + [_cluster(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
+                                             inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
+                                             dirs, ideal_network=ideal_network) for name in names[1:]]  # fmt: skip
+            result = _compare_gpus(clusters, plans, ranking, top, settings, training,
+                                   lambda c: _search_result(shape, training, c, sizes, recomputes, zero, sequence_parallel, interleaved,
+                                                            top, explain, everything, [*settings[:1], ("gpu", c.gpu_name), *settings[2:]],
+                                                            pinned, ends))  # fmt: skip
+        else:
+            result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
+                                    everything, settings, pinned, ends)  # fmt: skip
+            if plans[0] is not None:
+                result = _with_run(result, plans[0], cluster, training, search=True, rank_by=ranking)
     elif pinned:
         if n_recompute is not None:
             settings.append(("recompute_layers", str(n_recompute)))
         result = _configuration_result(shape, training, cluster, pinned, sizes, given_recomputes or (Recompute.NONE,), zero,
                                        sequence_parallel, schedule, chunks, settings,
                                        {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})})  # fmt: skip
+        if plans[0] is not None:
+            result = _with_run(result, plans[0], cluster, training, search=False)
     else:
+        if plans[0] is not None:
+            flag = "--tokens" if tokens is not None else "--iterations"
+            raise InputError(f"{flag}: a run's time needs a step time: give one configuration (--tp, --pp, --dp) or --search")
         for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None)):
             if given:
                 raise InputError(f"{flag}: applies to --search (the strategy table shows every family)")
@@ -781,3 +823,169 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
         why = ", ".join(changes) if changes else "the same time; it needs less memory"
         verdicts.append(f"it beats the runner-up ({evaluated.config(second).label()}) by {gap:.2%}: {why}")
     return verdicts
+
+
+# ---------------------------------------------------------------------------------------------
+# Time, energy and cost of the whole run (--tokens / --iterations; parcalc.core.training_cost)
+
+RANK_KEYS = ("time", "cost")
+
+
+def _run_plans(names: list[str], tokens: str | None, iterations: str | None, gpu_power: str | None, pue: str | None,
+               price: list[str] | None, rank_by: str | None, search: bool, dirs: tuple) -> list[Any]:  # fmt: skip
+    """One RunPlan per GPU type (its board power, its --price), or [None] without --tokens / --iterations."""
+    from parcalc.commands.common import run_plan
+    from parcalc.errors import InputError
+    from parcalc.presets import load_gpu
+
+    if rank_by is not None:
+        if rank_by.lower() not in RANK_KEYS:
+            raise InputError(f"--rank-by: time or cost, got {rank_by!r}")
+        if not search:
+            raise InputError("--rank-by: ranks the configurations of --search")
+    prices = price or []
+    if len(prices) > max(1, len(names)):
+        raise InputError(f"--price: one per --gpu ({len(names) or 1} GPU type(s), {len(prices)} prices)")
+    if prices and len(prices) != max(1, len(names)):
+        raise InputError(f"--price: one per --gpu, in the same order ({len(names)} GPU types, {len(prices)} price)")
+    devices = [load_gpu(name, dirs) for name in names] or [None]
+    return [run_plan(tokens, iterations, gpu_power, device, pue, prices[i] if prices else None) for i, device in enumerate(devices)]
+
+
+def _rank_by(rank_by: str | None, plans: list[Any], types: int) -> str:
+    """time or cost: --rank-by, else cost when several GPU types each have a price, else time."""
+    from parcalc.errors import InputError
+
+    priced = all(p is not None and p.price is not None for p in plans)
+    if rank_by is not None and rank_by.lower() == "cost" and not priced:
+        raise InputError("--rank-by cost: give --tokens (or --iterations) and a --price for each --gpu")
+    if rank_by is not None:
+        return rank_by.lower()
+    return "cost" if types > 1 and priced else "time"
+
+
+def _with_run(result: Result, plan: Any, cluster: Cluster, training: Training, *, search: bool, rank_by: str = "time") -> Result:
+    """`result` with the run's derivations (from its t_step, the model's), its verdict and, for a
+    search, each configuration's days (and cost) beside its step time."""
+    from dataclasses import replace
+
+    from parcalc.commands.common import run_verdict
+    from parcalc.core.training_cost import run_from_step
+
+    run = run_from_step(plan, result.derivation("t_step"), cluster.gpus, training.global_batch, training.seq_len)
+    tables = tuple(_run_columns(t, run.iterations.value, plan, cluster.gpus) if t.key in ("top", "configurations") else t
+                   for t in result.tables) if search else result.tables  # fmt: skip
+    verdicts = [*result.verdicts, run_verdict(run, cluster.gpus)]
+    if search and rank_by == "cost":
+        verdicts.append("ranked by cost per token: with one GPU type, price x GPUs is the same for every configuration, so it ranks "
+                        "as step time does")  # fmt: skip
+    notes = () if run.energy is not None else (f"energy: {cluster.gpu_name} has no board power in its preset; give --gpu-power W",)
+    currency = (f"prices are yours (--price, per GPU-hour, {plan.price.currency}); parcalc has no price presets",) if plan.price else ()
+    return replace(result, derivations=result.derivations + run.derivations(), verdicts=tuple(verdicts), tables=tables,
+                   assumptions=result.assumptions + notes + currency)  # fmt: skip
+
+
+def _run_columns(table: Table, iterations: float, plan: Any, gpus: int) -> Table:
+    """The days of the run (and its cost) at each configuration's step time, beside it."""
+    from dataclasses import replace
+
+    from parcalc.core.training_cost import cost_per_run, days_per_run
+    from parcalc.derivation import Column
+
+    at = [c.key for c in table.columns].index("t_step")
+    columns = [Column("days", "run", "days")]
+    if plan.price is not None:
+        columns.append(Column("cost", "run cost", plan.price.currency))
+
+    def extra(t_step: float) -> tuple[float, ...]:
+        days = days_per_run(t_step, int(iterations))
+        return (days,) if plan.price is None else (days, cost_per_run(t_step, gpus, int(iterations), plan.price))
+
+    rows = tuple(row[: at + 1] + extra(row[at]) + row[at + 1:] for row in table.rows)  # type: ignore[operator]
+    return replace(table, columns=table.columns[: at + 1] + tuple(columns) + table.columns[at + 1:], rows=rows)
+
+
+def _compare_gpus(clusters: list[Cluster], plans: list[Any], rank_by: str, top: int, settings: list, training: Training,
+                  search: Any) -> Result:  # fmt: skip
+    """--search on each GPU type (its own memory, peaks, kernels and node), merged: the best of each
+    in one table, the top configurations of all ranked by step time or by cost."""
+    from dataclasses import replace
+
+    from parcalc.derivation import Column, Table
+    from parcalc.errors import InfeasibleError
+
+    found, skipped = [], []
+    for cluster, plan in zip(clusters, plans, strict=True):
+        try:
+            result = search(cluster)
+        except InfeasibleError as error:
+            skipped.append(f"{cluster.gpu_name}: {error}")
+            continue
+        if plan is not None:
+            result = _with_run(result, plan, cluster, training, search=True)
+        found.append((cluster, result))
+    if not found:
+        raise InfeasibleError("nothing fits on any GPU type: " + "; ".join(skipped))
+
+    def key(result: Result) -> float:
+        return result.derivation("cost_per_million_tokens" if rank_by == "cost" else "t_step").value
+
+    found.sort(key=lambda pair: key(pair[1]))
+    winner_cluster, winner = found[0]
+    gpu_column = (Column("gpu", "GPU"),)
+    merged = []
+    for table_key in [t.key for t in winner.tables]:
+        parts = [(c, next(t for t in r.tables if t.key == table_key)) for c, r in found if any(t.key == table_key for t in r.tables)]
+        first = parts[0][1]
+        rows = [(c.gpu_name, *row) for c, t in parts for row in t.rows]
+        if table_key == "top":
+            at = 1 + [col.key for col in first.columns].index("cost" if rank_by == "cost" else "t_step")
+            rows = sorted(rows, key=lambda row: row[at])[:top]  # type: ignore[arg-type, return-value]
+            title = f"The {len(rows)} {'cheapest' if rank_by == 'cost' else 'fastest'} configurations of {len(found)} GPU types"
+        else:
+            title = first.title + " (every GPU type)"
+        merged.append(Table(table_key, title, gpu_column + first.columns, tuple(rows)))
+    summary = _gpu_summary(found)
+    verdicts = [_comparison_verdict(found, rank_by), *skipped]
+    for cluster, result in found:
+        verdicts += [f"{cluster.gpu_name}: {v}" for v in result.verdicts if v.startswith(("best:", "the run:"))]
+    names = " | ".join(c.gpu_name for c in clusters)
+    title = winner.title.replace(f"x {winner_cluster.gpu_name}", f"x ({names})", 1)
+    title = title.replace("Fastest configurations", "Cheapest configurations" if rank_by == "cost" else "Fastest configurations", 1)
+    assumptions = tuple(dict.fromkeys(a for _, r in found for a in r.assumptions))
+    chosen = [("gpu", ",".join(c.gpu_name for c in clusters)) if k == "gpu" else (k, v) for k, v in settings] + [("rank_by", rank_by)]
+    return replace(winner, title=title, tables=(summary, *merged), verdicts=tuple(verdicts), assumptions=assumptions,
+                   settings=tuple(chosen))  # fmt: skip
+
+
+def _gpu_summary(found: list[tuple[Cluster, Result]]) -> Table:
+    """One row per GPU type: its fastest configuration's step time and the run's days, GPU-hours, energy, cost."""
+    from parcalc.derivation import Column, Table
+
+    keys = [("t_step", "step", "s"), ("tokens_per_second", "tokens/s", "tokens/s"), ("mfu", "MFU", "fraction"),
+            ("train_days", "run", "days"), ("gpu_hours", "GPU-hours", "GPU-h"), ("energy", "energy", "Wh"),
+            ("cost", "cost", ""), ("cost_per_million_tokens", "per 1M tokens", "")]  # fmt: skip
+    present = [k for k in keys if any(d.key == k[0] for _, r in found for d in r.derivations)]
+    rows = []
+    for cluster, result in found:
+        best = next(t for t in result.tables if t.key == "top").records()[0]
+        label = f"TP{best['tp']} PP{best['pp']} DP{best['dp']} b{best['micro_batch']} {best['recompute']} ZeRO-{best['zero']}"
+        values = {d.key: d.value for d in result.derivations}
+        rows.append((cluster.gpu_name, label, *(values.get(k) for k, _, _ in present)))
+    units = {k: (u or next((d.unit for _, r in found for d in r.derivations if d.key == k), "")) for k, _, u in present}
+    columns = (Column("gpu", "GPU"), Column("best", "best configuration"), *(Column(k, label, units[k]) for k, label, _ in present))
+    return Table("gpu_types", "The best configuration of each GPU type", columns, tuple(rows))
+
+
+def _comparison_verdict(found: list[tuple[Cluster, Result]], rank_by: str) -> str:
+    (first_cluster, first), rest = found[0], found[1:]
+    if not rest:
+        return f"only {first_cluster.gpu_name} holds the model"
+    second_cluster, second = rest[0]
+    step = first.derivation("t_step").value / second.derivation("t_step").value
+    if rank_by == "cost":
+        c1, c2 = first.derivation("cost_per_million_tokens"), second.derivation("cost_per_million_tokens")
+        return (f"cheapest per token: {first_cluster.gpu_name} at {c1.value:.4g} {c1.unit}, {c2.value / c1.value:.2f} x cheaper than "
+                f"{second_cluster.gpu_name} ({c2.value:.4g} {c2.unit}) at {step:.2f} x its step time")  # fmt: skip
+    return (f"fastest: {first_cluster.gpu_name}, {first.derivation('t_step').value:.4g} s per iteration, {1 / step:.2f} x faster than "
+            f"{second_cluster.gpu_name}")  # fmt: skip

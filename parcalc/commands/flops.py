@@ -10,11 +10,14 @@ from parcalc.commands.common import (
     EmbeddingInSplitOption,
     FirstStageLayersOption,
     FormatOption,
+    GpuPowerOption,
+    IterationsOption,
     LastStageLayersOption,
     LossInSplitOption,
     OutputOption,
     PresetsOption,
     RecomputeLayersOption,
+    PueOption,
     finish,
     preset_dirs,
     recompute_layers_flag,
@@ -51,6 +54,10 @@ Examples:
   parcalc flops --model llama3-8b --batch 1 --seq-len 131072 --causal --cp 16
   parcalc flops --model llama3-8b --batch 64 --seq-len 8192 --causal --recompute op --flash-attention
   parcalc flops --model gpt3-175b --batch 1536 --seq-len 2048 --recompute full --pp 16 --recompute-layers 2
+  parcalc flops --model gpt3-175b --tokens 300B --tflops-per-gpu 140 --gpus 1024 --recompute full --gpu a100-sxm4-80gb
+  parcalc flops --model llama3-70b --tokens 15T --batch 2048 --seq-len 8192 --mfu 40% --gpus 8192 --gpu h100-sxm5 --price 2.50/GPU-h
+  parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --tokens 1T --step-time 6.5s --gpus 64 --gpu h100-sxm5 --pue 1.2
+  parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --iterations 10k --step-time 6.5s --gpus 64 --gpu-power 1275W
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -70,11 +77,17 @@ def flops(
     seq_len: Annotated[_Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Recomputation counted in hardware FLOPs: none, selective, full, op (TorchTitan's op-level checkpointing: every second matmul).")] = Recompute.NONE,
     causal: Annotated[bool, typer.Option("--causal", help="Count Q·K^T and score·V at half (kernels that skip the masked triangle).")] = False,
-    tokens: Annotated[_Text, typer.Option(metavar="D", help="Training tokens of a whole run: total FLOPs, exact per token and 6ND.")] = None,
+    tokens: Annotated[_Text, typer.Option(metavar="D", help="Training tokens of a whole run (15T, 300B, 2.5e12): total FLOPs, exact per token and 6ND; with --step-time, --tflops-per-gpu or --mfu, the run's days, GPU-hours, energy and cost.")] = None,
+    iterations: IterationsOption = None,
+    tflops_per_gpu: Annotated[_Text, typer.Option(metavar="X", help="Achieved hardware TFLOP/s per GPU (recomputation counted, as --recompute says) for the run's time T = C / (N X), e.g. 140 (Narayanan et al.'s GPT-3 run); with --gpus.")] = None,
+    mfu: Annotated[_Text, typer.Option(metavar="x", help="Model FLOPs utilization, e.g. 0.4 or 40%, for the run's time T = C_model / (N x MFU x peak); with --gpus and --gpu or --peak.")] = None,
+    gpu_power: GpuPowerOption = None,
+    pue: PueOption = None,
+    price: Annotated[_Text, typer.Option(metavar="PRICE", help="Price per GPU-hour for the run's cost, e.g. 2.50, 2.50/GPU-h, EUR1.20 (yours: parcalc has no price presets).")] = None,
     params: Annotated[_Text, typer.Option(metavar="N", help="Parameters N for 6ND (default: the model's count).")] = None,
-    step_time: Annotated[_Text, typer.Option(metavar="TIME", help="Measured time of one iteration, for MFU and HFU (with --gpus).")] = None,
-    gpus: Annotated[_Text, typer.Option(metavar="n", help="GPUs running the iteration (for MFU and HFU).")] = None,
-    gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset whose datasheet peak MFU uses.")] = None,
+    step_time: Annotated[_Text, typer.Option(metavar="TIME", help="Measured time of one iteration, for MFU and HFU (with --gpus) and, with --tokens, the run's time.")] = None,
+    gpus: Annotated[_Text, typer.Option(metavar="n", help="GPUs running the iteration (for MFU and HFU, and a run's time).")] = None,
+    gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset whose datasheet peak MFU uses, and whose board power a run's energy uses.")] = None,
     dtype: Annotated[_Text, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks: bf16 (default; fp16 on a GPU without bf16, e.g. V100), fp16, tf32, fp8...")] = None,
     peak: Annotated[_Text, typer.Option(metavar="FLOP/s", help="Peak FLOP/s per GPU instead of --gpu's, e.g. 312TFLOP/s.")] = None,
     pp: Annotated[_Text, typer.Option(metavar="p", help="Pipeline stages: the FLOPs of each stage and the busiest one (totals do not change).")] = None,
@@ -125,19 +138,26 @@ def flops(
     if recompute is Recompute.OP:
         settings.append(("flash_attention", str(flash_attention).lower()))
     if tokens is not None:
-        total_tokens = parse_quantity(tokens, Dimension.COUNT, "--tokens")
+        from parcalc.units import parse_tokens
+
+        total_tokens = parse_tokens(tokens, "--tokens")
         run_n = n_params if n_params is not None else float(shape.active_params)  # active = total for a dense model
         what = f"active parameters of {shape.name}" if shape.moe is not None else f"parameters of {shape.name}"
         derivations.append(six_nd(run_n, total_tokens, key="six_nd_run", params_source="given" if n_params else what))
         derivations.append(_run_flops(counted, total_tokens))
-    if (step_time is None) != (gpus is None):
+    throughput = tflops_per_gpu is not None or mfu is not None
+    if not throughput and (step_time is None) != (gpus is None):
         raise InputError("--step-time and --gpus: give both for MFU and HFU (the time of one iteration on that many GPUs)")
-    if step_time is None and (gpu is not None or peak is not None):
+    if throughput and (gpus is None or step_time is not None):
+        flag = "--tflops-per-gpu" if tflops_per_gpu is not None else "--mfu"
+        raise InputError(f"{flag}: give --gpus with it, and not --step-time (the run's time comes from one of them)")
+    if step_time is None and not throughput and (gpu is not None or peak is not None):
         flag = "--gpu" if gpu is not None else "--peak"
         raise InputError(f"{flag}: the peak is used only for MFU and HFU; give --step-time and --gpus with it")
     if gpu is not None and peak is not None:
         raise InputError("--peak: give --gpu (its datasheet peak for --dtype) or --peak, not both")
-    if step_time is not None:
+    run_only = gpu is None and peak is None and (tokens is not None or iterations is not None)  # a step time for the run alone
+    if step_time is not None and not run_only:
         seconds = parse_quantity(step_time, Dimension.TIME, "--step-time", require_unit=True)
         count = parse_count(gpus, "--gpus")
         if dtype is None:  # the default must hold on the GPU given: bf16, or fp16 where it has none (V100)
@@ -153,6 +173,21 @@ def flops(
                                                  peak_source=peak_source, key="hfu_korthikanti",
                                                  label="HFU with Korthikanti et al.'s eq. (8) (the convention of their Table 5)"))  # fmt: skip
         settings += [("gpu", device_key), ("dtype", dtype)]
+    plan_flags = (tokens, iterations, gpu_power, pue, price)
+    if any(f is not None for f in plan_flags) or throughput:
+        from parcalc.commands.common import run_plan
+        from parcalc.presets import load_gpu
+
+        device = load_gpu(gpu, dirs) if gpu is not None else None
+        plan = run_plan(tokens, iterations, gpu_power, device, pue, price)
+        run_derivations, run_verdicts, run_notes = _training_run(plan, counted, shape, sequences if batch is not None else None, seq,
+                                                                 gpus, step_time, tflops_per_gpu, mfu, peak, dtype, gpu, n_params, dirs,
+                                                                 recompute.value)  # fmt: skip
+        derivations += run_derivations
+        verdicts += run_verdicts
+        run_assumptions = run_notes
+    else:
+        run_assumptions = ()
     inputs = model_terms(shape) + [
         Term("B", "B", "B", sequences, "", "sequences per iteration (global batch)"),
         Term("s", "s", "s", seq, "", "sequence length"),
@@ -192,6 +227,7 @@ def flops(
             "model FLOPs leave recomputation out, hardware FLOPs count it (Korthikanti et al. 2022, Appendix A)",
             *((f"{note} (MFU against the fp16 peak; --dtype chooses)",) if note else ()),
             *(_moe_assumptions(shape) if shape.moe is not None else ()),
+            *run_assumptions,
         ),
         settings=tuple(settings),
     )
@@ -320,3 +356,77 @@ def _ops_table(counted: TrainingFlops, recompute: str, shape: object = None, fla
         Column("recomputed", "recomputed", "FLOP"), Column("total", "total per iteration", "FLOP"),
     )  # fmt: skip
     return Table("layer_flops", "Matmuls of one layer (whole batch) and of the LM head", columns, tuple(rows))
+
+
+def _training_run(plan, counted: TrainingFlops, shape, batch: int | None, seq: int, gpus: str | None, step_time: str | None,  # type: ignore[no-untyped-def]
+                  tflops_per_gpu: str | None, mfu: str | None, peak: str | None, dtype: str | None, gpu: str | None,
+                  params: float | None, dirs: tuple, recompute: str) -> tuple[list, list[str], tuple[str, ...]]:  # fmt: skip
+    """The run's derivations (time, GPU-hours, energy, cost), verdicts and assumptions: from a
+    measured step time, or from a throughput per GPU (--tflops-per-gpu, --mfu)."""
+    from parcalc.commands.common import run_verdict
+    from parcalc.core.training_cost import narayanan_time, run_from_step, run_from_throughput
+    from parcalc.derivation import Term
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_count, parse_quantity
+
+    if step_time is None and tflops_per_gpu is None and mfu is None:
+        flag = next(f for f, v in (("--price", plan.price), ("--gpu-power", plan.power)) if v is not None) if (plan.price or plan.power) else None
+        if flag is not None:
+            raise InputError(f"{flag}: the run's cost and energy need its time: give --step-time and --gpus, or --tflops-per-gpu / "
+                             "--mfu and --gpus")  # fmt: skip
+        if plan.iterations is not None:
+            raise InputError("--iterations: the run's time needs --step-time and --gpus (or --tflops-per-gpu / --mfu and --gpus)")
+        return [], [], ()
+    n = parse_count(gpus, "--gpus")
+    notes: list[str] = []
+    verdicts: list[str] = []
+    if step_time is not None:
+        if batch is None:
+            raise InputError("--tokens with --step-time: give --batch B too (iterations = ceil(D / (B s)), each of --step-time)")
+        seconds = parse_quantity(step_time, Dimension.TIME, "--step-time", require_unit=True)
+        run = run_from_step(plan, Term("t_step", "t_step", r"t_{\mathrm{step}}", seconds, "s", "time of one iteration (--step-time)",
+                                       "measured (given)"), n, batch, seq)  # fmt: skip
+        extra = []
+    elif tflops_per_gpu is not None:
+        if mfu is not None:
+            raise InputError("--tflops-per-gpu / --mfu: give one throughput, not both")
+        if peak is not None:
+            raise InputError("--peak: used for MFU; --tflops-per-gpu gives the throughput itself")
+        import re
+
+        text = tflops_per_gpu.strip()
+        bare = re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text) is not None  # a bare number is TFLOP/s
+        try:
+            rate = parse_quantity(text + "T" if bare else text, Dimension.FLOP_RATE, "--tflops-per-gpu")
+        except InputError as error:  # name the value as typed, not with the T parcalc added
+            raise InputError(str(error).replace(repr(text + "T"), repr(text))) from None
+        x = Term("X", "X", "X", rate, "FLOP/s", "achieved hardware FLOP/s per GPU", "--tflops-per-gpu (given)")
+        run = run_from_throughput(plan, counted.hardware_per_token, n, x, batch, seq)
+        extra = []
+        if plan.tokens is not None:
+            n_params = params if params is not None else float(shape.active_params)
+            extra.append(narayanan_time(plan.tokens, n_params, n, x))
+            eq4_days = extra[-1].value / 86_400
+            why = ("the attention scores and the LM head beyond eq. (4)'s 8 P per token" if recompute == "full" else
+                   f"--recompute {recompute} runs fewer than eq. (4)'s 4 passes of 2 P per token; --recompute full is the paper's setting")
+            verdicts = [f"Narayanan et al.'s eq. (4), 8 T P / (n X): {eq4_days:,.1f} days; the exact count gives {run.days.value:,.1f} "
+                        f"days ({run.days.value / eq4_days:.3f} x: {why})"]  # fmt: skip
+        notes.append(f"--tflops-per-gpu counts hardware FLOPs (recomputation as --recompute {recompute} says), as "
+                     "Narayanan et al.'s 140 TFLOP/s per GPU do; their eq. (4) assumes full recomputation (8 = 2 x 4 passes)")  # fmt: skip
+    else:
+        share = parse_quantity(mfu, Dimension.FRACTION, "--mfu")
+        if share > 1:
+            raise InputError(f"--mfu: a share of the peak of at most 1 (100 %), got {mfu!r}")
+        if dtype is None:
+            from parcalc.commands.common import sixteen_bit_default
+            from parcalc.presets import load_gpu
+
+            dtype, _ = sixteen_bit_default(load_gpu(gpu, dirs) if gpu is not None else None)
+        peak_value, peak_source, _ = _peak(gpu, peak, dtype, dirs)
+        x = Term("X", "X", "X", share * peak_value, "FLOP/s", f"model FLOP/s per GPU: MFU {share:.4g} x peak {peak_value:.4g} FLOP/s",
+                 f"--mfu x {peak_source}")  # fmt: skip
+        run = run_from_throughput(plan, counted.model_per_token, n, x, batch, seq)
+        extra = []
+    if run.energy is None:
+        notes.append("energy: no board power (give --gpu with a preset that has one, or --gpu-power W)")
+    return [*run.derivations(), *extra], [run_verdict(run, n), *verdicts], tuple(notes)

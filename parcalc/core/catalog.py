@@ -84,7 +84,7 @@ def _sourced_rows(preset: Any, names: Sequence[str]) -> list[tuple[object, ...]]
 
 
 def _gpu_rows(gpu: Gpu) -> list[tuple[object, ...]]:
-    rows = _sourced_rows(gpu, ("sms", "boost_clock", "memory_capacity", "memory_bandwidth", "nvlink_bandwidth"))
+    rows = _sourced_rows(gpu, ("sms", "boost_clock", "memory_capacity", "memory_bandwidth", "nvlink_bandwidth", "board_power"))
     rows[1:1] = [("vendor", gpu.vendor, "", ""), ("architecture", gpu.architecture, "", "")]
     for dtype, rates in gpu.dtypes.items():
         for name in ("fma_per_clock_per_sm", "dense_peak", "sparse_peak"):

@@ -54,6 +54,8 @@ class Gpu:
     node: Node | None = None  # the usual server of this GPU; None: 8 per node, NVLink/IB by default
     # `parcalc calibrate gemm`'s sweeps, (dtype, sweep) pairs: data to read, not used by the model
     matmul_measured: tuple[tuple[str, MatmulSweep], ...] = ()
+    # the datasheet's maximum board power (TDP / TBP), watts: energy to train (parcalc.core.training_cost)
+    board_power: Sourced | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from parcalc.derivation import Term
 from parcalc.units import format_number, format_quantity, split_prefixed
 
-_PREFIXED = {"FLOP", "FLOP/s", "B", "B/s", "Hz"}
+_PREFIXED = {"FLOP", "FLOP/s", "B", "B/s", "Hz", "W", "Wh"}
 
 
 def tex_number(text: str) -> str:
