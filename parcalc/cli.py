@@ -18,16 +18,16 @@ import importlib
 import os
 import sys
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
 from parcalc.errors import ParcalcError
+from parcalc.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class CommandSpec:
     """Where a command lives: `function` is a command function, or `app` a Typer sub-app."""
 

@@ -15,12 +15,13 @@ import math
 import re
 import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from parcalc.frozen import frozen
 from parcalc.units import format_quantity
 
 
-@dataclass(frozen=True)
+@frozen
 class Term:
     """One named input of a formula.
 
@@ -38,7 +39,7 @@ class Term:
     source: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Derivation:
     """A headline number and how it was obtained.
 
@@ -102,14 +103,16 @@ def fill(template: str, values: Mapping[str, str]) -> str:
     return string.Template(template).substitute(values)
 
 
-@dataclass(frozen=True)
+@frozen
 class Column:
+    """One column of a Table: its key in JSON and CSV, its heading, the unit of its values."""
+
     key: str
     label: str
     unit: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Table:
     """Rows of plain values (numbers in base units, strings, booleans) under typed columns."""
 
@@ -122,7 +125,7 @@ class Table:
         return [dict(zip((c.key for c in self.columns), row, strict=True)) for row in self.rows]
 
 
-@dataclass(frozen=True)
+@frozen
 class Result:
     """Everything one command shows, in the order it is shown."""
 

@@ -23,7 +23,6 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,6 +38,7 @@ from parcalc.core.hardware import (
 )
 from parcalc.core.model import LatentAttention, Mlp, MixtureOfExperts, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
+from parcalc.frozen import frozen
 from parcalc.resources import data_dir, home_dir
 
 if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
@@ -62,7 +62,7 @@ class Category(str, Enum):
         return self.value.removesuffix("s")
 
 
-@dataclass(frozen=True)
+@frozen
 class PresetFile:
     """A preset found on disk: its lookup name, file and where it came from."""
 
