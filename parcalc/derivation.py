@@ -91,11 +91,12 @@ class Derivation:
     def substituted_tex(self, show: Callable[[Term], str]) -> str:
         # "$n $beta" reads as a product in symbols but "4 31.5 GB/s" once filled: a value or a number
         # written beside a placeholder gets an explicit \cdot (the terminal's formulas carry their ×)
-        return fill(_JUXTAPOSED.sub(r"\1 \\cdot ", self.formula_latex), {t.key: show(t) for t in self.inputs})
+        return fill(re.sub(_JUXTAPOSED, r"\1 \\cdot ", self.formula_latex), {t.key: show(t) for t in self.inputs})
 
 
 # a placeholder, or a number that is not part of a LaTeX command, followed by spaces and a placeholder
-_JUXTAPOSED = re.compile(r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_])\d+(?:\.\d+)?)\s+(?=\$\{?[A-Za-z_])")
+# (compiled by re on first use, by LaTeX output only: not at every start-up)
+_JUXTAPOSED = r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_])\d+(?:\.\d+)?)\s+(?=\$\{?[A-Za-z_])"
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
