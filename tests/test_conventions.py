@@ -127,6 +127,28 @@ def test_the_bash_script_works_in_bash() -> None:
     assert done.stdout.split() == ["a100-sxm4-40gb"]
 
 
+@pytest.mark.skipif(shutil.which("fish") is None, reason="needs fish (Debian package fish)")
+def test_the_fish_script_works_in_fish() -> None:
+    script = ('parcalc --show-completion fish | source; complete -C "parcalc peak-flops --gpu a100-sxm4-8"; '
+              'complete -C "parcalc comm-volume --li"')  # fmt: skip
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["fish", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["a100-sxm4-80gb", "--link\tLink preset within a node (default nvlink3)."]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="needs zsh (Debian package zsh)")
+def test_the_zsh_script_works_in_zsh() -> None:
+    """zsh's completion widget needs a terminal; its function is called with the words it would get,
+    and _arguments (which would offer the candidates) prints what it was given."""
+    script = ('autoload -Uz compinit; compinit -u; eval "$(parcalc --show-completion zsh)"; '
+              '_arguments() { print -r -- "$@"; }; words=(parcalc peak-flops --gpu a100-sxm4-8); CURRENT=4; _parcalc_completion')  # fmt: skip
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "HOME": os.environ.get("HOME", "/tmp")}
+    done = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == '*: :(("a100-sxm4-80gb"))'
+
+
 # ---------------------------------------------------------------------------------------------
 # NO_COLOR and FORCE_COLOR (no-color.org, force-color.org: any non-empty value counts)
 
