@@ -61,17 +61,43 @@ def load_command(name: str) -> Any:
     spec = COMMANDS[name]
     module = importlib.import_module(spec.module)
     if spec.app:
-        command = typer.main.get_command(getattr(module, spec.app))
+        command = _get_command(getattr(module, spec.app))
     else:
         single = typer.Typer(rich_markup_mode=None, add_completion=False)
         single.command(name, epilog=getattr(module, "EXAMPLES", None))(getattr(module, spec.function))
-        command = typer.main.get_command(single)
+        command = _get_command(single)
     command.name = name
     if COMPLETE_VAR in os.environ:  # only while the shell asks for completions: see parcalc.completion
         from parcalc.completion import complete_preset_names
 
         complete_preset_names(command)
     return command
+
+
+def _get_command(typer_app: typer.Typer) -> Any:
+    """typer.main.get_command, reading each command function's parameters once.
+
+    typer 0.28 reads them twice per command (typer/main.py, get_command_from_info: once in
+    get_params_convertors_ctx_param_name_from_function to make the click parameters, again in
+    get_callback, which uses only their names), and each read evaluates every annotation
+    (typing.get_type_hints) and copies every typer.Option: ~1 ms of comm-volume's 52 flags, at
+    every start. The second read gets the first's result; the patch lasts for this call only.
+    """
+    read = getattr(typer.main, "get_params_from_function", None)
+    if read is None:  # a typer without it: nothing to save
+        return typer.main.get_command(typer_app)
+    seen: dict[Any, Any] = {}
+
+    def read_once(function: Any) -> Any:
+        if function not in seen:
+            seen[function] = read(function)
+        return seen[function]
+
+    typer.main.get_params_from_function = read_once
+    try:
+        return typer.main.get_command(typer_app)
+    finally:
+        typer.main.get_params_from_function = read
 
 
 # Set by the completion scripts of `parcalc --show-completion SHELL` (click's convention: _PROG_COMPLETE).
