@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one source of the version: pyproject.toml reads it ([tool.hatch.version])
 
 _EXPORTS = {
     "Derivation": "parcalc.derivation",

@@ -18,16 +18,16 @@ import importlib
 import os
 import sys
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
-from parcalc.errors import ParcalcError
+from parcalc.errors import InputError, ParcalcError
+from parcalc.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class CommandSpec:
     """Where a command lives: `function` is a command function, or `app` a Typer sub-app."""
 
@@ -61,13 +61,47 @@ def load_command(name: str) -> Any:
     spec = COMMANDS[name]
     module = importlib.import_module(spec.module)
     if spec.app:
-        command = typer.main.get_command(getattr(module, spec.app))
+        command = _get_command(getattr(module, spec.app))
     else:
         single = typer.Typer(rich_markup_mode=None, add_completion=False)
         single.command(name, epilog=getattr(module, "EXAMPLES", None))(getattr(module, spec.function))
-        command = typer.main.get_command(single)
+        command = _get_command(single)
     command.name = name
+    if COMPLETE_VAR in os.environ:  # only while the shell asks for completions: see parcalc.completion
+        from parcalc.completion import complete_preset_names
+
+        complete_preset_names(command)
     return command
+
+
+def _get_command(typer_app: typer.Typer) -> Any:
+    """typer.main.get_command, reading each command function's parameters once.
+
+    typer 0.28 reads them twice per command (typer/main.py, get_command_from_info: once in
+    get_params_convertors_ctx_param_name_from_function to make the click parameters, again in
+    get_callback, which uses only their names), and each read evaluates every annotation
+    (typing.get_type_hints) and copies every typer.Option: ~1 ms of comm-volume's 52 flags, at
+    every start. The second read gets the first's result; the patch lasts for this call only.
+    """
+    read = getattr(typer.main, "get_params_from_function", None)
+    if read is None:  # a typer without it: nothing to save
+        return typer.main.get_command(typer_app)
+    seen: dict[Any, Any] = {}
+
+    def read_once(function: Any) -> Any:
+        if function not in seen:
+            seen[function] = read(function)
+        return seen[function]
+
+    typer.main.get_params_from_function = read_once
+    try:
+        return typer.main.get_command(typer_app)
+    finally:
+        typer.main.get_params_from_function = read
+
+
+# Set by the completion scripts of `parcalc --show-completion SHELL` (click's convention: _PROG_COMPLETE).
+COMPLETE_VAR = "_PARCALC_COMPLETE"
 
 
 def _skip_exit_collection() -> None:
@@ -90,6 +124,13 @@ class ParcalcGroup(TyperGroup):
             return load_command(cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        # `parcalc memroy`: one line with the nearest command, instead of click's "No such command"
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and not ctx.resilient_parsing and name not in self.list_commands(ctx):
+            raise InputError(unknown_command(name, self.list_commands(ctx)))
+        return super().resolve_command(ctx, args)
+
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         # A one-liner keeps nearly every object it makes until it exits, so the collector's passes
         # over them (one per 700 allocations) find nothing: run them less often while a command
@@ -107,6 +148,15 @@ class ParcalcGroup(TyperGroup):
             gc.set_threshold(*thresholds)
 
     def _main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if COMPLETE_VAR in os.environ:
+            # typer registers its bash/zsh/fish/powershell completers only for an app made with
+            # add_completion=True (typer/completion.py, get_completion_inspect_parameters ->
+            # completion_init), which would also build its --install-completion options at every
+            # start; without them click answers "Shell bash not supported." Register them here, when
+            # a shell asks.
+            from parcalc.completion import register_shells
+
+            register_shells()
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         from parcalc import streams
@@ -159,6 +209,17 @@ INTERRUPTED_EXIT = 130
 DEBUG_VAR = "PARCALC_DEBUG"
 
 
+def unknown_command(name: str, known: list[str]) -> str:
+    """`no command 'memroy'; did you mean 'memory'?`, or where to find the commands."""
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
+    close += [command for command in known if not close and name.lower() in command][:1]
+    if close:
+        return f"no command {one_line(repr(name))}; did you mean {close[0]!r}?"
+    return f"no command {one_line(repr(name))}; the commands are {', '.join(known)} (see 'parcalc --help')"
+
+
 def internal_error_line(error: BaseException) -> str:
     from parcalc import __version__
 
@@ -199,8 +260,38 @@ app = typer.Typer(
 )
 
 
-@app.callback()
-def parcalc_main() -> None:
+def _show_version(value: bool) -> None:
+    if value:
+        from parcalc import __version__
+
+        typer.echo(f"parcalc {__version__}")
+        raise typer.Exit()
+
+
+def _show_completion(value: str | None) -> None:
+    if value is not None:
+        from parcalc.completion import completion_script
+
+        typer.echo(completion_script(value))
+        raise typer.Exit()
+
+
+EXAMPLES = """\b
+Examples:
+  parcalc peak-flops --gpu a100-sxm4-80gb --dtype tf32
+  parcalc --version
+  eval "$(parcalc --show-completion bash)"    # in ~/.bashrc; zsh and fish alike
+"""
+
+
+@app.callback(epilog=EXAMPLES)
+def parcalc_main(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version, help="Print parcalc's version and exit."),
+    show_completion: str = typer.Option(
+        None, "--show-completion", metavar="SHELL", is_eager=True, callback=_show_completion,
+        help="Print the completion script for SHELL (bash, zsh or fish) and exit: commands, flags and preset names.",
+    ),  # fmt: skip
+) -> None:
     """What does a parallel training run cost, and what fits? Peak FLOP/s, arithmetic intensity,
     communication volume, pipeline bubbles, memory and configuration search, each answer with its
     derivation (formula, substituted values, result, source).

@@ -15,12 +15,13 @@ import math
 import re
 import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from parcalc.frozen import frozen
 from parcalc.units import format_quantity
 
 
-@dataclass(frozen=True)
+@frozen
 class Term:
     """One named input of a formula.
 
@@ -38,7 +39,7 @@ class Term:
     source: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Derivation:
     """A headline number and how it was obtained.
 
@@ -90,11 +91,12 @@ class Derivation:
     def substituted_tex(self, show: Callable[[Term], str]) -> str:
         # "$n $beta" reads as a product in symbols but "4 31.5 GB/s" once filled: a value or a number
         # written beside a placeholder gets an explicit \cdot (the terminal's formulas carry their ×)
-        return fill(_JUXTAPOSED.sub(r"\1 \\cdot ", self.formula_latex), {t.key: show(t) for t in self.inputs})
+        return fill(re.sub(_JUXTAPOSED, r"\1 \\cdot ", self.formula_latex), {t.key: show(t) for t in self.inputs})
 
 
 # a placeholder, or a number that is not part of a LaTeX command, followed by spaces and a placeholder
-_JUXTAPOSED = re.compile(r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_])\d+(?:\.\d+)?)\s+(?=\$\{?[A-Za-z_])")
+# (compiled by re on first use, by LaTeX output only: not at every start-up)
+_JUXTAPOSED = r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_])\d+(?:\.\d+)?)\s+(?=\$\{?[A-Za-z_])"
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
@@ -102,14 +104,16 @@ def fill(template: str, values: Mapping[str, str]) -> str:
     return string.Template(template).substitute(values)
 
 
-@dataclass(frozen=True)
+@frozen
 class Column:
+    """One column of a Table: its key in JSON and CSV, its heading, the unit of its values."""
+
     key: str
     label: str
     unit: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class Table:
     """Rows of plain values (numbers in base units, strings, booleans) under typed columns."""
 
@@ -122,7 +126,7 @@ class Table:
         return [dict(zip((c.key for c in self.columns), row, strict=True)) for row in self.rows]
 
 
-@dataclass(frozen=True)
+@frozen
 class Result:
     """Everything one command shows, in the order it is shown."""
 

@@ -97,7 +97,14 @@ def render_text(result: Result, fmt: OutputFormat) -> str:
 
 
 def use_colour() -> bool:
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    """Whether the table goes through rich, in colour: NO_COLOR (any non-empty value, no-color.org)
+    turns colour off; TERM=dumb too (rich would draw no colour there: Console.is_dumb_terminal);
+    FORCE_COLOR (any non-empty value, force-color.org) turns it on even into a pipe or a file, as
+    rich's Console.is_terminal reads it; otherwise colour when stdout is a terminal. NO_COLOR wins
+    over FORCE_COLOR, as in CPython's own Lib/_colorize.py (can_colorize, 3.13)."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    return bool(os.environ.get("FORCE_COLOR")) or sys.stdout.isatty()
 
 
 def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:

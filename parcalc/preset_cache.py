@@ -2,23 +2,31 @@
 
 Importing PyYAML costs more than the rest of a `peak-flops` run (about 11 ms of ~90 ms). The
 parsed document of each preset file is kept in `$XDG_CACHE_HOME/parcalc/presets/` (default
-`~/.cache/parcalc/presets/`), keyed by the file's absolute path and checked against a SHA-256 of
-the file's bytes on every use; validation still runs on every load. Set PARCALC_NO_CACHE=1 to
+`~/.cache/parcalc/presets/`), keyed by the file's absolute path and checked against a BLAKE2b
+digest (256 bits) of the file's bytes on every use; validation still runs on every load. Set PARCALC_NO_CACHE=1 to
 turn it off. A cache that cannot be read or written is ignored (and rebuilt when it can be).
 
 Why a content hash and not (mtime, size, inode): a same-size edit in place with the modification
 time put back (`cp -p`, `rsync -t`, an editor that restores it) kept the old stamp, and the cache
 then served values the file no longer held. Hashing a few kilobytes costs microseconds; the file
 is read anyway to be parsed on a miss, and the caller hands over those very bytes.
+
+Why BLAKE2b and not SHA-256: `import hashlib` loads OpenSSL's libcrypto (_hashlib), ~2.5 ms of a
+one-liner's start-up, while CPython's own BLAKE2 module (_blake2, what hashlib.blake2b is) loads
+in ~0.2 ms; both are cryptographic hashes, more than a cache check needs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+try:
+    from _blake2 import blake2b  # CPython's builtin BLAKE2, without OpenSSL (see above)
+except ImportError:  # an interpreter without it
+    from hashlib import blake2b
 
 NO_CACHE_VAR = "PARCALC_NO_CACHE"
 # A cache entry is the JSON of a preset of at most 1 MiB (parcalc.presets.MAX_PRESET_BYTES),
@@ -47,8 +55,12 @@ def _entry(path: Path, data: bytes | None) -> tuple[Path, str, dict[str, Any]] |
         resolved = str(path.resolve())
     except (OSError, ValueError, RuntimeError):
         return None
-    name = hashlib.sha256(os.fsencode(resolved)).hexdigest()[:32] + ".json"
-    return folder / name, resolved, {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    name = _digest(os.fsencode(resolved))[:32] + ".json"
+    return folder / name, resolved, {"blake2b": _digest(data), "size": len(data)}
+
+
+def _digest(data: bytes) -> str:
+    return blake2b(data, digest_size=32).hexdigest()
 
 
 def load(path: Path, data: bytes | None = None) -> dict[str, Any] | None:

@@ -23,7 +23,6 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,6 +38,7 @@ from parcalc.core.hardware import (
 )
 from parcalc.core.model import LatentAttention, Mlp, MixtureOfExperts, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
+from parcalc.frozen import frozen
 from parcalc.resources import data_dir, home_dir
 
 if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
@@ -62,7 +62,7 @@ class Category(str, Enum):
         return self.value.removesuffix("s")
 
 
-@dataclass(frozen=True)
+@frozen
 class PresetFile:
     """A preset found on disk: its lookup name, file and where it came from."""
 
@@ -791,10 +791,17 @@ def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Transf
 
 
 def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> TransformerModel:
-    """A model preset by name, or a Hugging Face config.json (a path ending in .json)."""
-    if name_or_path.lower().endswith(".json") or os.sep in name_or_path:
-        return model_from_hf_config(Path(name_or_path))
-    preset = find(Category.MODELS, name_or_path, extra_dirs)
+    """A model preset by name, or a Hugging Face config.json: a path ending in .json, or a model
+    directory that holds one (a path with a separator, or a directory of that name when no preset
+    has it: `--model ./Llama-3.1-8B` or `--model Llama-3.1-8B` as `huggingface-cli download` left it)."""
+    if name_or_path.lower().endswith(".json") or os.sep in name_or_path or (os.altsep and os.altsep in name_or_path):
+        return model_from_hf_config(hf_config_path(Path(name_or_path)))
+    try:
+        preset = find(Category.MODELS, name_or_path, extra_dirs)
+    except PresetError:
+        if (Path(name_or_path) / HF_CONFIG).is_file():
+            return model_from_hf_config(Path(name_or_path) / HF_CONFIG)
+        raise
     return read_validated(preset.path, lambda document: model_from_document(preset.key, preset.path, document))
 
 
@@ -981,6 +988,22 @@ def _trains_with_dropout(config: Mapping[str, Any], architecture: str) -> tuple[
     if architecture in _GATED_ARCHITECTURES:
         return False, f"config.json gives no dropout; model_type {architecture!r} has none by default (transformers: attention_dropout 0.0)"
     return True, "config.json gives no dropout probability; assumed on (GPT-2 / BERT configs default to 0.1)"
+
+
+HF_CONFIG = "config.json"  # the file of a Hugging Face model directory that describes its shape
+
+
+def hf_config_path(path: Path) -> Path:
+    """`path` itself, or DIR/config.json for a model directory DIR."""
+    try:
+        is_dir = path.is_dir()
+    except OSError:  # a name too long for the file system, say: _read_hf_config says what is wrong
+        return path
+    if not is_dir:
+        return path
+    if not (path / HF_CONFIG).exists():
+        raise InputError(f"--model: the directory {shown(str(path))} holds no {HF_CONFIG} (a Hugging Face model directory has one)")
+    return path / HF_CONFIG
 
 
 def model_from_hf_config(path: Path) -> TransformerModel:

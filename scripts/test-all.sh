@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v latexmk >/dev/null 2>&1 || missing+=(texlive-latex-recommended texlive-pictures latexmk)
 command -v pdftotext >/dev/null 2>&1 || missing+=(poppler-utils)
+# the shells whose completion scripts tests/test_conventions.py runs for real (bash is there already)
+command -v zsh >/dev/null 2>&1 || missing+=(zsh)
+command -v fish >/dev/null 2>&1 || missing+=(fish)
 if [ "${#missing[@]}" -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -62,3 +62,19 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None
     )  # fmt: skip
     expected_templates = sorted(p.name for p in (ROOT / "templates").iterdir())
     assert templates.stdout.strip() == str(expected_templates)
+
+    # issue #15, item 7: PEP 561's marker, the licence, the version from its one source, the metadata
+    metadata = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m, json, parcalc, pathlib; d = m.distribution('parcalc'); "
+         "print(json.dumps({'typed': (pathlib.Path(parcalc.__file__).parent / 'py.typed').is_file(), 'version': d.version, "
+         "'init': parcalc.__version__, 'license': d.metadata['License'], 'classifiers': d.metadata.get_all('Classifier'), "
+         "'urls': d.metadata.get_all('Project-URL'), 'files': [str(f) for f in d.files]}))"],
+        cwd=outside, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    facts = json.loads(metadata.stdout)
+    assert facts["typed"], "parcalc/py.typed is missing from the wheel"
+    assert facts["version"] == facts["init"] and run("--version") == f"parcalc {facts['init']}\n"
+    assert facts["license"] == "MIT" and "License :: OSI Approved :: MIT License" in facts["classifiers"]
+    assert "Typing :: Typed" in facts["classifiers"]
+    assert {url.split(",")[0] for url in facts["urls"]} >= {"Homepage", "Repository", "Issues"}
+    assert any(f.endswith("LICENSE") and ".dist-info/" in f for f in facts["files"]), facts["files"]

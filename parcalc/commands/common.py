@@ -97,7 +97,40 @@ def check_at_most(value: int, limit: int, flag: str, what: str) -> int:
 
 
 def preset_dirs(presets: list[Path] | None) -> tuple[Path, ...]:
+    """--presets DIR..., each checked once per run: one warning line on stderr for a DIR that does
+    not exist or holds none of the preset folders (gpus/, links/, ...), which parcalc would
+    otherwise skip in silence, leaving "unknown GPU" as the only clue."""
+    for directory in presets or ():
+        if directory not in _checked_preset_dirs:
+            _checked_preset_dirs.add(directory)
+            problem = preset_dir_problem(directory)
+            if problem:
+                from parcalc.streams import say
+
+                say(f"warning: --presets {problem}")
     return tuple(presets or ())
+
+
+_checked_preset_dirs: set[Path] = set()
+
+
+def preset_dir_problem(directory: Path) -> str | None:
+    """Why `directory` gives no presets (it is missing, not a directory, or holds none of the
+    category folders), or None when it holds at least one of them."""
+    from parcalc.presets import Category
+
+    shown = str(directory)
+    try:
+        if not directory.exists():
+            return f"{shown}: no such directory"
+        if not directory.is_dir():
+            return f"{shown}: not a directory"
+        if not any((directory / category.value).is_dir() for category in Category):
+            folders = ", ".join(f"{category.value}/" for category in Category)
+            return f"{shown} holds none of {folders}: no presets from it"
+    except OSError as error:
+        return f"{shown}: cannot read it ({error.strerror or error})"
+    return None
 
 
 # Megatron-LM's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers

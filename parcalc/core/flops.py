@@ -4,12 +4,12 @@ FLOPs of a training iteration: the exact matmul count, 6ND, Narayanan's closed f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from parcalc.core.hardware import Gpu, Sourced
 from parcalc.derivation import Derivation, Result, Term
 from parcalc.errors import InputError
+from parcalc.frozen import frozen
 
 if TYPE_CHECKING:
     from parcalc.core.layer_ops import LayerOp
@@ -103,7 +103,7 @@ def relative_difference(derived: Derivation, listed: Derivation) -> Derivation:
     )
 
 
-@dataclass(frozen=True)
+@frozen
 class PeakFlops:
     """The peak FLOP/s of one dtype: derived from primitives, listed in a datasheet, or both."""
 
@@ -197,7 +197,7 @@ BACKWARD_FACTOR = 2  # a matmul's backward: input gradient and weight gradient, 
 ATTENTION_CORE_OPS = ("scores", "context")  # what selective recomputation runs again (and causal halves)
 
 
-@dataclass(frozen=True)
+@frozen
 class TrainingFlops:
     """FLOPs of one training iteration of `batch` sequences of `seq_len` tokens, every GPU together."""
 

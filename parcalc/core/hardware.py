@@ -7,14 +7,16 @@ builds these from YAML, and users can build them in Python directly.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
+
+from parcalc.frozen import frozen
 
 if TYPE_CHECKING:  # defined apart: only calibrated presets need them, and each dataclass costs start-up time
     from parcalc.core.measured import MatmulSweep, MeasuredCollective
 
 
-@dataclass(frozen=True)
+@frozen
 class Sourced:
     """A number in base units (see parcalc.units) and where it comes from."""
 
@@ -23,7 +25,7 @@ class Sourced:
     source: str
 
 
-@dataclass(frozen=True)
+@frozen
 class DtypeRates:
     """Throughput of one numeric format on one GPU.
 
@@ -37,8 +39,10 @@ class DtypeRates:
     sparse_peak: Sourced | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Gpu:
+    """One GPU model as its datasheet describes it, each number a Sourced value in base units."""
+
     key: str
     name: str
     vendor: str
@@ -58,7 +62,7 @@ class Gpu:
     board_power: Sourced | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Link:
     """A point-to-point interconnect; bandwidth is per direction, latency per message (alpha)."""
 
@@ -74,7 +78,7 @@ class Link:
     measured: MeasuredCollective | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelRates:
     """How close one GPU's kernels come to its peaks, each share with its source.
 
@@ -98,7 +102,7 @@ class KernelRates:
         return dict(self.matmul).get(dtype)
 
 
-@dataclass(frozen=True)
+@frozen
 class Node:
     """What one server holds: its GPUs, the link between them and its network cards (rails)."""
 

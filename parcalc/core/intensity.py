@@ -8,12 +8,11 @@ attainable FLOP/s = min(peak, intensity x memory bandwidth).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from parcalc.core.layer_ops import transformer_layer_ops
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
+from parcalc.frozen import frozen
 
 MIN_TRAFFIC = "minimum traffic: each operand read once and the output written once"
 ROOFLINE_SOURCE = "Williams, Waterman & Patterson, Roofline (CACM 2009)"
@@ -91,7 +90,7 @@ def arithmetic_intensity(flops: Derivation, traffic: Derivation) -> Derivation:
     )
 
 
-@dataclass(frozen=True)
+@frozen
 class Roofline:
     """Where one kernel sits under a GPU's roofline."""
 
@@ -165,7 +164,7 @@ def roofline(intensity: Derivation, flops: Derivation, traffic: Derivation, peak
 # What `parcalc intensity` shows
 
 
-@dataclass(frozen=True)
+@frozen
 class Machine:
     """The two roofs: peak FLOP/s of the dtype (key "peak") and memory bandwidth (key "bw")."""
 

@@ -13,10 +13,9 @@ and under 1 % of the layer's FLOPs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from parcalc.core.model import Mlp, TransformerModel
 from parcalc.errors import InputError
+from parcalc.frozen import frozen
 
 # FLOP per element of the element-wise operations, by convention:
 #   scaled softmax: scale, max, subtract, exp, sum, divide = 6
@@ -26,7 +25,7 @@ from parcalc.errors import InputError
 ELEMENTWISE_FLOP: dict[str, int] = {"softmax": 6, "relu": 1, "gelu": 8, "swiglu": 5, "geglu": 9}
 
 
-@dataclass(frozen=True)
+@frozen
 class LayerOp:
     """One operation of a layer's forward pass, for the whole micro-batch.
 

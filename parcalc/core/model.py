@@ -9,13 +9,12 @@ the final LayerNorm that formula leaves out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from parcalc.core.choices import Mlp, Norm, Position  # noqa: F401 - re-exported
 from parcalc.errors import InputError
+from parcalc.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class MixtureOfExperts:
     """The feed-forward block of a Mixture-of-Experts layer (Shazeer et al. 2017; Fedus et al. 2022).
 
@@ -62,7 +61,7 @@ class MixtureOfExperts:
         return index >= self.first_dense_layers and (index - self.first_dense_layers + 1) % self.every == 0
 
 
-@dataclass(frozen=True)
+@frozen
 class LatentAttention:
     """Multi-head latent attention (DeepSeek-V2, Liu et al. 2024, sec. 2.1; DeepSeek-V3 sec. 2.1.1).
 
@@ -105,7 +104,7 @@ class LatentAttention:
         return query + key_value + heads * self.v_head_dim * hidden
 
 
-@dataclass(frozen=True)
+@frozen
 class TransformerModel:
     """A stack of identical transformer layers plus optional embeddings and LM head.
 

@@ -1,0 +1,115 @@
+"""parcalc.frozen.frozen against dataclass(frozen=True): the same behaviour, field by field.
+
+Each check builds the same class twice, once with each decorator, and compares what a user of
+the class can observe (CPython's Lib/dataclasses.py is the reference: _repr_fn, _cmp_fn, _hash_fn,
+_frozen_get_del_attr)."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from parcalc.frozen import frozen
+
+
+def _pair(body: Callable[[], dict], name: str = "Point") -> tuple[type, type]:
+    """(class made by dataclass(frozen=True), class made by frozen) from the same namespace."""
+    made = []
+    for decorate in (dataclass(frozen=True), frozen):
+        namespace = {"__module__": __name__, "__qualname__": name, **body()}
+        made.append(decorate(type(name, (), namespace)))
+    return made[0], made[1]
+
+
+def POINT() -> dict:
+    return {
+        "__annotations__": {"x": "int", "y": "float", "note": "str", "tags": "tuple"},
+        "note": field(default="", compare=False),
+        "tags": field(default=(), repr=False),
+    }
+
+
+def test_equality_hash_and_repr_are_those_of_a_frozen_dataclass() -> None:
+    plain, fast = _pair(POINT)
+    for args in [(1, 2.0), (1, 2.0, "a"), (1, 2.0, "b", ("t",)), (3, float("nan"))]:
+        a, b = plain(*args), fast(*args)
+        assert repr(b) == repr(a)
+        assert hash(b) == hash(a)
+        assert (b == fast(*args)) == (a == plain(*args))
+    # compare=False leaves `note` out of == and hash; repr=False leaves `tags` out of repr
+    assert fast(1, 2.0, "a") == fast(1, 2.0, "b")
+    assert hash(fast(1, 2.0, "a")) == hash(fast(1, 2.0, "b"))
+    assert fast(1, 2.0) != fast(1, 3.0)
+    assert repr(fast(1, 2.0, "n", ("t",))) == "Point(x=1, y=2.0, note='n')"
+    # another class with the same fields is not equal: NotImplemented, then identity
+    assert fast(1, 2.0) != plain(1, 2.0)
+    assert fast(1, 2.0).__eq__(plain(1, 2.0)) is NotImplemented
+
+
+def test_frozen_errors_replace_fields_asdict_pickle_and_match() -> None:
+    plain, fast = _pair(POINT)
+    point = fast(1, 2.0, "n")
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'x'"):
+        point.x = 5
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot delete field 'y'"):
+        del point.y
+    assert dataclasses.replace(point, x=7) == fast(7, 2.0, "n")
+    assert [f.name for f in dataclasses.fields(point)] == [f.name for f in dataclasses.fields(plain)]
+    assert dataclasses.asdict(point) == dataclasses.asdict(plain(1, 2.0, "n"))
+    assert fast.__match_args__ == plain.__match_args__ == ("x", "y", "note", "tags")
+    assert fast.__dataclass_params__.__repr__() == plain.__dataclass_params__.__repr__()
+    assert "eq=True" in repr(fast.__dataclass_params__) and "frozen=True" in repr(fast.__dataclass_params__)
+    globals()["Point"] = fast  # pickle finds classes by module and name
+    assert pickle.loads(pickle.dumps(point)) == point
+    match point:
+        case fast(x=1, y=y):
+            assert y == 2.0
+        case _:
+            pytest.fail("match did not take the class's fields")
+
+
+def test_one_field_and_no_field_hash_as_tuples_and_a_subclass_still_works() -> None:
+    one_plain, one_fast = _pair(lambda: {"__annotations__": {"v": "int"}}, "One")
+    assert hash(one_fast(3)) == hash(one_plain(3)) == hash((3,))
+    empty_plain, empty_fast = _pair(lambda: {"__annotations__": {}}, "Empty")
+    assert empty_fast() == empty_fast() and hash(empty_fast()) == hash(empty_plain()) == hash(())
+    assert repr(empty_fast()) == "Empty()"
+
+    @dataclass(frozen=True)
+    class Sub(one_fast):  # type: ignore[valid-type, misc]
+        w: int = 0
+
+    assert Sub(1, 2) == Sub(1, 2) and Sub(1, 2) != Sub(1, 3)
+    assert repr(Sub(1, 2)) == "test_one_field_and_no_field_hash_as_tuples_and_a_subclass_still_works.<locals>.Sub(v=1, w=2)"
+
+
+def test_recursive_repr_and_methods_of_its_own() -> None:
+    _, fast = _pair(lambda: {"__annotations__": {"items": "list"}}, "Box")
+    box = fast([])
+    box.items.append(box)
+    assert repr(box) == "Box(items=[...])"
+
+    @frozen
+    class Own:
+        a: int
+
+        def __repr__(self) -> str:
+            return "mine"
+
+    assert repr(Own(1)) == "mine" and Own(1) == Own(1) and hash(Own(1)) == hash((1,))
+
+
+def test_parcalc_values_use_it() -> None:
+    # the classes every one-liner defines at start-up: the reason this module exists
+    from parcalc.core.hardware import Gpu, Link, Sourced
+    from parcalc.derivation import Derivation, Term
+
+    for cls in (Term, Derivation, Sourced, Gpu, Link):
+        assert cls.__eq__.__module__ == "parcalc.frozen", cls
+    link = Link("l", "L", Sourced(1.0, "B/s", "s"), Sourced(0.0, "s", "s"))
+    assert link == Link("l", "L", Sourced(1.0, "B/s", "s"), Sourced(0.0, "s", "s"))
+    assert repr(Sourced(1.0, "B/s", "s")) == "Sourced(value=1.0, unit='B/s', source='s')"
