@@ -31,6 +31,7 @@ from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule  # no
 from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate  # noqa: E402
 from parcalc.core.model import TransformerModel  # noqa: E402
 from parcalc.presets import load_framework, load_gpu, load_link, load_model  # noqa: E402
+from step_time_cases import palm_flops_per_token  # noqa: E402
 
 BY_KEY = {run.key: run for run in RUNS}
 H100_BF16_PEAK = 989e12  # NVIDIA datasheet, H100 SXM dense BF16 (PaLM-convention MFU of the Llama 3 paper)
@@ -119,12 +120,6 @@ def nemo_llama2_flops_per_token(model: TransformerModel, seq_len: int) -> float:
     groups_over_heads = model.kv_heads / model.heads
     return layers * h * h * (12 + 12 * groups_over_heads + 18 * model.ffn_hidden / h + 12 * seq_len / h
                              + 6 * model.vocab / (layers * h))  # fmt: skip
-
-
-def palm_flops_per_token(model: TransformerModel, seq_len: int) -> float:
-    """Chowdhery et al. 2022 Appendix B: 6 N + 12 L H Q T, N without the input embedding."""
-    n = model.total_params - model.vocab * model.hidden
-    return 6 * n + 12 * model.layers * model.hidden * seq_len
 
 
 def published_tokens_per_gpu(case: Case, model: TransformerModel, seq_len: int) -> float:

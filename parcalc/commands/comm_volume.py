@@ -20,6 +20,7 @@ from parcalc.commands.common import (
     cp_flags,
     expert_flags,
     finish,
+    imbalance_flag,
     preset_dirs,
     shard_group_flag,
     stage_flags,
@@ -391,23 +392,9 @@ def _options(args: dict[str, Any]) -> Any:
         first_bucket_bytes=bucket or comm.DDP_FIRST_BUCKET_BYTES,  # PyTorch: an explicit cap applies to the first bucket too
         ddp_first_iteration=args["ddp_first_iteration"], shard_padding=args["shard_padding"],
         reshard_root=args["reshard_root"], vocab_parallel=args["vocab_parallel"], recompute=args["recompute"],
-        moe_imbalance=_imbalance(args["moe_imbalance"]),
+        moe_imbalance=imbalance_flag(args["moe_imbalance"]),
     )  # fmt: skip
 
-
-def _imbalance(text: str | None) -> float:
-    """--moe-imbalance as a number of at least 1 (parcalc.core.comm.expert.check_imbalance)."""
-    from parcalc.core.comm.expert import check_imbalance
-    from parcalc.errors import InputError
-
-    if text is None:
-        return 1.0
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"--moe-imbalance: cannot read {text!r} as a number (a factor of at least 1, e.g. 1.25)") from None
-    check_imbalance(value)
-    return value
 
 
 def _inter_link(name: str | None, needed: bool, dirs: tuple) -> "Link | None":

@@ -337,15 +337,23 @@ def moe_timing_flags(dispatcher: str | None, max_nodes: str | None, overlap: str
     if max_nodes is not None:
         out["max_nodes_per_token"] = parse_count(max_nodes, "--max-nodes-per-token")
     if imbalance is not None:
-        from parcalc.core.comm.expert import check_imbalance
-
-        try:
-            value = float(imbalance)
-        except ValueError:
-            raise InputError(f"--moe-imbalance: cannot read {imbalance!r} as a number (a factor of at least 1, e.g. 1.25)") from None
-        check_imbalance(value)
-        out["moe_imbalance"] = value
+        out["moe_imbalance"] = imbalance_flag(imbalance)
     return out
+
+
+def imbalance_flag(text: str | None) -> float:
+    """--moe-imbalance as a number of at least 1 (parcalc.core.comm.expert.check_imbalance)."""
+    from parcalc.core.comm.expert import check_imbalance
+    from parcalc.errors import InputError
+
+    if text is None:
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"--moe-imbalance: cannot read {text!r} as a number (a factor of at least 1, e.g. 1.25)") from None
+    check_imbalance(value)
+    return value
 
 
 Fp8RecipeOption = Annotated[
@@ -360,7 +368,7 @@ Fp8RecipeOption = Annotated[
 def fp8_recipe_flag(recipe: str | None, precision: Any) -> str:
     """--fp8-recipe checked: a known recipe, and only with --precision fp8."""
     from parcalc.core.choices import Precision
-    from parcalc.core.timing.moe import FP8_RECIPES
+    from parcalc.core.timing.compute import FP8_RECIPES
     from parcalc.errors import InputError
 
     if recipe is None:

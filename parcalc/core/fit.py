@@ -144,7 +144,7 @@ class Training:
     offload_optimizer: bool = False  # ZeRO-Offload (parcalc.core.offload; time: parcalc.core.timing.offload)
     offload_activations: bool = False
     host_link: Link | None = None  # the GPU's PCIe link to the host (None: parcalc.core.timing.offload.default_host_link)
-    fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are scaled (parcalc.core.timing.moe.FP8_RECIPES); with --precision fp8
+    fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are scaled (parcalc.core.timing.compute.FP8_RECIPES); with --precision fp8
 
 
 @dataclass(frozen=True)
@@ -594,7 +594,7 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
                    value: float) -> Derivation | None:  # fmt: skip
     """t_ep: the MoE dispatch and combine of the slowest stage (parcalc.core.timing.moe), the
     pipeline's partnerless micro-batches exposing all of theirs."""
-    from parcalc.core.timing.moe import COMM_SMS_SOURCE, OVERLAP_SOURCE, unpaired_micro_batches
+    from parcalc.core.timing.moe import COMM_SMS, COMM_SMS_SOURCE, OVERLAP_SOURCE, unpaired_micro_batches
     from parcalc.core.timing.network import placement as place
 
     if model.moe is None or (config.ep == 1 and (config.etp or config.tp) == 1):
@@ -614,7 +614,7 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
               _t("E", "E", stage.ep, "s", f"of which exposed beside a partner ({experts.overlap} overlap; the SMs the hidden part "
                  f"holds slow the compute beside it)")]  # fmt: skip
     assumptions = [f"busiest rank's tokens over the balanced share rho = {experts.imbalance:g} (--moe-imbalance)",
-                   f"communication kernels hold 20 of the GPU's SMs while they run ({COMM_SMS_SOURCE})"]
+                   f"communication kernels hold {COMM_SMS} of the GPU's SMs while they run ({COMM_SMS_SOURCE})"]
     if experts.overlap == "none":
         assumptions.append("not overlapped with compute (--ep-overlap none)")
     return _derivation("t_ep", "Expert-parallel dispatch and combine exposed per iteration", "t_ep", r"t_{\mathrm{ep}}",

@@ -52,6 +52,10 @@ class MixtureOfExperts:
         if self.capacity_factor is not None and not self.capacity_factor > 0:
             raise InputError(f"MoE: capacity_factor must be greater than zero (or absent: dropless), got {self.capacity_factor}")
 
+    def busiest_share(self, imbalance: float) -> float:
+        """The busiest rank's tokens over the balanced share: the stated imbalance, capped by the capacity factor."""
+        return imbalance if self.capacity_factor is None else min(imbalance, self.capacity_factor)
+
     @property
     def shared_width(self) -> int:
         return self.shared_ffn_hidden or self.expert_ffn_hidden

@@ -106,8 +106,7 @@ def tokens_per_rank(work: Workload, par: Parallelism) -> float:
 def busiest_factor(model: TransformerModel, opts: Options) -> float:
     """The busiest rank's share over the balanced one: the imbalance, capped by the capacity factor."""
     assert model.moe is not None
-    cf = model.moe.capacity_factor
-    return min(opts.moe_imbalance, cf) if cf is not None else opts.moe_imbalance
+    return model.moe.busiest_share(opts.moe_imbalance)
 
 
 def expert_rows(b: Builder, model: TransformerModel, work: Workload, par: Parallelism, opts: Options,

@@ -31,7 +31,7 @@ from typing import NamedTuple
 from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.hardware import Gpu, KernelRates, Sourced
 from parcalc.core.model import TransformerModel
-from parcalc.core.timing.moe import ExpertShard, fp8_cast, moe_kernels
+from parcalc.core.timing.moe import ExpertShard, moe_kernels
 
 GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
 # Used only for GPUs whose preset has no `kernels` section; each figure is stated as an assumption.
@@ -168,7 +168,7 @@ class LayerShard:
     causal: bool
     bytes_per_element: float  # activations (2 for 16-bit, 4 for fp32)
     cp: int = 1  # context parallelism: seq_len is this rank's shard s/cp; its queries attend over all s keys
-    fp8: str = ""  # FP8 training: the scaling recipe of the GEMM inputs (parcalc.core.timing.moe.FP8_RECIPES); "": none
+    fp8: str = ""  # FP8 training: the scaling recipe of the GEMM inputs (FP8_RECIPES); "": none
 
 
 @dataclass(frozen=True)
@@ -226,9 +226,38 @@ class LayerPasses:
         return tuple(k.time for k in self.backward if k.key in COLUMN_PARALLEL_DGRADS)
 
 
-def _linear(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec) -> tuple[Kernel, Kernel, Kernel]:
-    """Y = X W: the forward GEMM, and its backward: dX = dY W^T and dW = X^T dY."""
-    return (gemm(key, m, k, n, e, spec), gemm(f"{key}.dgrad", m, n, k, e, spec), gemm(f"{key}.wgrad", k, m, n, e, spec))
+def _linear(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch: int = 1) -> tuple[Kernel, Kernel, Kernel]:
+    """Y = X W (`batch` times: a grouped GEMM): the forward GEMM, and its backward: dX = dY W^T and dW = X^T dY."""
+    return (gemm(key, m, k, n, e, spec, batch), gemm(f"{key}.dgrad", m, n, k, e, spec, batch),
+            gemm(f"{key}.wgrad", k, m, n, e, spec, batch))  # fmt: skip
+
+
+# FP8 casts: the extra read passes each recipe makes for the scale before the cast
+FP8_RECIPES = {"delayed": 0, "current": 1, "blockwise": 0, "mxfp8": 0}
+FP8_RECIPE_SOURCE = (
+    "Transformer Engine recipes: DelayedScaling takes the scale from the amax history (the cast kernel records the amax as "
+    "it writes); Float8CurrentScaling (torchao 'tensorwise' dynamic scaling) reduces the tensor's amax first, one more "
+    "read; Float8BlockScaling / MXFP8 scale each block in the cast kernel itself (DeepSeek-V3 sec. 3.3.2: 'online' per "
+    "1x128 tile); each cast writes the FP8 tensor twice, row-wise for this GEMM and column-wise (transposed) for the "
+    "weight gradient (TE Float8Tensor usages)"
+)
+
+
+def fp8_cast(key: str, elements: float, element_bytes: float, recipe: str, spec: ComputeSpec) -> Kernel:
+    """Quantising one GEMM input to FP8: read it (once more per amax pass), write it twice in FP8."""
+    passes = FP8_RECIPES.get(recipe, 0)
+    return memory_op(key, elements * ((1 + passes) * element_bytes + 2.0), spec, f"{elements:.0f} values")
+
+
+def linear_passes(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, fp8: str = "",
+                  batch: int = 1) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:  # fmt: skip
+    """(forward, backward) kernels of a linear layer; under FP8 (`fp8`: the recipe) each GEMM input
+    is quantised first: the activation forward, the output gradient backward."""
+    fwd, dgrad, wgrad = _linear(key, m, k, n, e, spec, batch)
+    if not fp8:
+        return (fwd,), (dgrad, wgrad)
+    return ((fwd, fp8_cast(f"{key}.cast", m * batch * k, e, fp8, spec)),
+            (dgrad, wgrad, fp8_cast(f"{key}.dgrad.cast", m * batch * n, e, fp8, spec)))  # fmt: skip
 
 
 def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None = None) -> LayerPasses:
@@ -256,12 +285,9 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
             backward.append(memory_op(f"{key}.bwd", bwd_bytes, spec, shape))
 
     def linear(key: str, m: int, k: int, n: int) -> None:
-        fwd, dgrad, wgrad = _linear(key, m, k, n, e, spec)
-        forward.append(fwd)
-        backward.extend((dgrad, wgrad))
-        if shard.fp8:  # each GEMM input quantised: the activation forward, the output gradient backward
-            forward.append(fp8_cast(f"{key}.cast", m * k, e, shard.fp8, spec))
-            backward.append(fp8_cast(f"{key}.dgrad.cast", m * n, e, shard.fp8, spec))
+        fwd, bwd = linear_passes(key, m, k, n, e, spec, shard.fp8)
+        forward.extend(fwd)
+        backward.extend(bwd)
 
     norm = model.norm is not Norm.NONE
     residual_fwd = (3 * e + (MASK_BYTES if shard.dropout else 0)) * seq_tokens * h  # x + dropout(y): read 2, write 1 (+ mask)

@@ -73,10 +73,15 @@ class ExpertShard:
     overlap: str = "none"
 
 
+def routed_tokens(micro_batch: int, seq_len: int, tp: int, sequence_parallel: bool) -> int:
+    """T: the tokens one rank routes, its sequence shard under sequence parallelism (Megatron-Core's MoE layer input)."""
+    return micro_batch * seq_len // tp if sequence_parallel else micro_batch * seq_len
+
+
 def routed_rows(model: Any, tokens: int, experts: ExpertShard) -> tuple[float, int]:
     """(rows one local expert computes, local experts): m_e = rho x etp x T k ep / E (module docstring)."""
     moe = model.moe
-    rho = experts.imbalance if moe.capacity_factor is None else min(experts.imbalance, moe.capacity_factor)
+    rho = moe.busiest_share(experts.imbalance)
     local = max(moe.experts // experts.ep, 1)
     return rho * experts.etp * tokens * moe.top_k * experts.ep / moe.experts, local
 
@@ -118,21 +123,15 @@ def remote_nodes_per_token(experts_total: int, top_k: int, nodes: int, max_nodes
 def exchange_time(model: Any, tokens: int, element_bytes: float, experts: ExpertShard, fabric: Any, group: Any) -> float:
     """Seconds of one dispatch (or combine) of T k rho h copies per rank at `element_bytes` each."""
     from parcalc.core.choices import Collective
-    from parcalc.core.timing import nccl
-    from parcalc.core.timing.network import US, collective_time
+    from parcalc.core.timing.network import collective_time, node_forwarded_exchange
 
     moe = model.moe
-    rho = experts.imbalance if moe.capacity_factor is None else min(experts.imbalance, moe.capacity_factor)
+    rho = moe.busiest_share(experts.imbalance)
     copies = tokens * moe.top_k * rho * model.hidden * element_bytes
-    if getattr(fabric, "ideal", False):  # --ideal-network: no communication time (parcalc.core.timing.network)
-        return 0.0
     if experts.dispatcher == "alltoall" or group.nodes == 1:
         return collective_time(Collective.ALL_TO_ALL, copies, group, fabric).time
     remote = remote_nodes_per_token(moe.experts, moe.top_k, group.nodes, experts.max_nodes_per_token)
-    network = tokens * rho * remote * model.hidden * element_bytes
-    nvlink = copies * (group.size - 1) / group.size
-    latency = (nccl.BASE_LATENCY_US["ring"]["Simple"] + nccl.HARDWARE_LATENCY_US["net"]["ring"]["Simple"]) * US
-    return latency + max(network / fabric.nic_bandwidth_per_gpu, nvlink / fabric.intra_bus_bandwidth())
+    return node_forwarded_exchange(tokens * rho * remote * model.hidden * element_bytes, copies * (group.size - 1) / group.size, fabric)
 
 
 @dataclass(frozen=True)
@@ -202,24 +201,20 @@ def unpaired_micro_batches(p: int, v: Any, m: Any) -> Any:
 def moe_kernels(model: Any, shard: Any, spec: Any, experts: ExpertShard) -> tuple[list[Any], list[Any], float, float]:
     """(forward kernels, backward kernels, shared-expert forward time, shared-expert backward time)
     of an MoE layer's feed-forward block on one GPU (module docstring)."""
-    from parcalc.core.timing.compute import gemm, memory_op
+    from parcalc.core.timing.compute import linear_passes, memory_op
 
     moe = model.moe
     b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
     h = model.hidden
-    tokens = b * s // t if shard.sequence_parallel else b * s
+    tokens = routed_tokens(b, s, t, shard.sequence_parallel)
     forward: list[Any] = []
     backward: list[Any] = []
 
-    def linear(key: str, m: int, k: int, n: int, batch: int = 1, sixteen_bit: bool = False) -> tuple[Any, ...]:
-        use = spec.sixteen_bit if sixteen_bit and spec.sixteen_bit is not None else spec
-        kernels = (gemm(key, m, k, n, e, use, batch), gemm(f"{key}.dgrad", m, n, k, e, use, batch), gemm(f"{key}.wgrad", k, m, n, e, use, batch))
-        forward.append(kernels[0])
-        backward.extend(kernels[1:])
-        if shard.fp8 and not sixteen_bit:
-            forward.append(fp8_cast(f"{key}.cast", m * batch * k, e, shard.fp8, spec))
-            backward.append(fp8_cast(f"{key}.dgrad.cast", m * batch * n, e, shard.fp8, spec))
-        return kernels
+    def linear(key: str, m: int, k: int, n: int, batch: int = 1, sixteen_bit: bool = False) -> None:
+        use = (spec.sixteen_bit or spec) if sixteen_bit else spec
+        fwd, bwd = linear_passes(key, m, k, n, e, use, "" if sixteen_bit else shard.fp8, batch)
+        forward.extend(fwd)
+        backward.extend(bwd)
 
     def mem(key: str, fwd: float, bwd: float, shape: str) -> None:
         forward.append(memory_op(key, fwd, spec, shape))
@@ -250,22 +245,3 @@ def moe_kernels(model: Any, shard: Any, spec: Any, experts: ExpertShard) -> tupl
         shared_f = sum(k.time for k in forward[before_f:])
         shared_b = sum(k.time for k in backward[before_b:])
     return forward, backward, shared_f, shared_b
-
-
-# FP8 casts: the number of extra read passes for the scale before the cast, per recipe
-FP8_RECIPES = {"delayed": 0, "current": 1, "blockwise": 0, "mxfp8": 0}
-FP8_RECIPE_SOURCE = (
-    "Transformer Engine recipes: DelayedScaling takes the scale from the amax history (the cast kernel records the amax as "
-    "it writes); Float8CurrentScaling (torchao 'tensorwise' dynamic scaling) reduces the tensor's amax first, one more "
-    "read; Float8BlockScaling / MXFP8 scale each block in the cast kernel itself (DeepSeek-V3 sec. 3.3.2: 'online' per "
-    "1x128 tile); each cast writes the FP8 tensor twice, row-wise for this GEMM and column-wise (transposed) for the "
-    "weight gradient (TE Float8Tensor usages)"
-)
-
-
-def fp8_cast(key: str, elements: float, element_bytes: float, recipe: str, spec: Any) -> Any:
-    """Quantising one GEMM input to FP8: read it (once more per amax pass), write it twice in FP8."""
-    from parcalc.core.timing.compute import memory_op
-
-    passes = FP8_RECIPES.get(recipe, 0)
-    return memory_op(key, elements * ((1 + passes) * element_bytes + 2.0), spec, f"{elements:.0f} values")

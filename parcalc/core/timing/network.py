@@ -201,6 +201,16 @@ def _send(size: float, group: Placement, fabric: Fabric) -> CollectiveTime:
     return CollectiveTime(Collective.POINT_TO_POINT, size, group, latency + size / bw, "p2p", "Simple", latency, bw)
 
 
+def node_forwarded_exchange(network_bytes: float, nvlink_bytes: float, fabric: Fabric) -> float:
+    """Seconds of an exchange that crosses the network once per destination node and is forwarded
+    inside the node over NVLink (DeepEP / HybridEP, parcalc.core.timing.moe): the slower of the
+    rank's network card(s) and NVLink, after one network latency (NCCL's Simple p2p constants)."""
+    if fabric.ideal:
+        return 0.0
+    latency = (nccl.BASE_LATENCY_US["ring"]["Simple"] + nccl.HARDWARE_LATENCY_US["net"]["ring"]["Simple"]) * US
+    return latency + max(network_bytes / fabric.nic_bandwidth_per_gpu, nvlink_bytes / fabric.intra_bus_bandwidth())
+
+
 def _all_to_all(size: float, group: Placement, fabric: Fabric) -> CollectiveTime:
     """All-to-all of a buffer of `size` bytes per rank: (n - 1)/n of it leaves each rank, the part
     for other nodes through the rank's own network card(s)."""

@@ -194,14 +194,14 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
     """The per-layer pieces of stage_pieces (see there)."""
     from parcalc.core.choices import Collective, Precision, Recompute
     from parcalc.core.timing.compute import LayerShard, end_passes, layer_passes
-    from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange
+    from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange, routed_tokens
     from parcalc.core.timing.network import collective_time, placement
 
     spec, fabric = cluster.spec, cluster.fabric
     e = training.precision.activation_bytes
     dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
     seq = training.seq_len // cp  # this rank's tokens of each sequence (context parallelism)
-    fp8 = getattr(training, "fp8_recipe", "delayed") if training.precision is Precision.FP8 else ""
+    fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""
     shard = LayerShard(micro_batch, seq, tp, sequence_parallel, training.flash_attention, dropout,
                        training.causal, e, cp, fp8)  # fmt: skip
     layer = layer_passes(model, shard, spec)
@@ -242,8 +242,7 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
                                              cluster.gpus_per_node, fabric)  # fmt: skip
     paired = alone = 0.0
     if model.moe is not None:
-        tokens = micro_batch * seq // tp if sequence_parallel else micro_batch * seq
-        exchange = layer_exchange(model, tokens, e, bool(fp8), experts, fabric, cluster.gpus_per_node)
+        exchange = layer_exchange(model, routed_tokens(micro_batch, seq, tp, sequence_parallel), e, bool(fp8), experts, fabric, cluster.gpus_per_node)
         paired, alone = exposed_per_layer(exchange, moe_layer.t_forward, moe_layer.t_backward + moe_layer.t_recompute(recompute, model),
                                           moe_layer.shared_forward, moe_layer.shared_backward, experts.overlap, spec.sms,
                                           recompute is Recompute.FULL)  # fmt: skip
@@ -335,9 +334,7 @@ def _split(layers: int, pp: int, first: int | None, last: int | None) -> tuple[i
     return stage_split(layers, pp, first, last)
 
 
-_MOE_COUNTS: dict[tuple[Any, ...], tuple[int, ...]] = {}
-
-
+@lru_cache(maxsize=4096)
 def _moe_per_stage(model: Any, pp: int, split: tuple[int, ...]) -> tuple[int, ...]:
     """MoE layers of the stages `split` describes (the first, a middle and the last, as
     stage_pieces takes them), by the contiguous ranges of Megatron's split (with interleaving the
@@ -345,14 +342,10 @@ def _moe_per_stage(model: Any, pp: int, split: tuple[int, ...]) -> tuple[int, ..
     chunk for memory)."""
     if model.moe is None:
         return (0,) * len(split)
-    key = (model.key, model.layers, model.moe, pp, split)
-    if key in _MOE_COUNTS:
-        return _MOE_COUNTS[key]
     counts = split if len(split) == pp else (split[0],) * pp
     starts = [sum(counts[:i]) for i in range(pp)]
     indices = [0] + ([1] if pp > 2 else []) + ([pp - 1] if pp > 1 else [])
-    _MOE_COUNTS[key] = tuple(model.moe_layers_in(starts[i], starts[i] + counts[i]) for i in indices)
-    return _MOE_COUNTS[key]
+    return tuple(model.moe_layers_in(starts[i], starts[i] + counts[i]) for i in indices)
 
 
 def sp_regather(model: Any, tp: int, micro_batch: int, training: Any, cluster: Any) -> tuple[float, tuple[float, ...]]:
