@@ -141,3 +141,17 @@ def test_bad_moe_settings_are_one_line_errors(changes: dict, message: str) -> No
     model, config, training, cluster = mc.inputs(case)
     with pytest.raises(InputError, match=message):
         estimate(model, replace(config, **changes), training, cluster)
+
+
+@pytest.mark.parametrize("value", ["1e308", "129", "nan", "-1", "", "abc"])
+def test_moe_imbalance_hostile_values_are_one_line_errors(value: str) -> None:
+    """--moe-imbalance beyond the routed experts (a rank receives at most every routed copy of its EP group, ep <= 128
+    times the balanced share) or not a factor >= 1: one line, exit 2 (1e308 used to overflow the expert rows)."""
+    from typer.testing import CliRunner
+
+    from parcalc.cli import app
+
+    result = CliRunner().invoke(app, ["fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm5", "--gpus", "16", "--batch", "1024",
+                                      "--tp", "1", "--pp", "1", "--dp", "16", "--ep", "16", "--moe-imbalance", value])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("Error: --moe-imbalance") and result.output.count("\n") == 1

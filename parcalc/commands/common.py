@@ -337,11 +337,11 @@ def moe_timing_flags(dispatcher: str | None, max_nodes: str | None, overlap: str
     if max_nodes is not None:
         out["max_nodes_per_token"] = parse_count(max_nodes, "--max-nodes-per-token")
     if imbalance is not None:
-        out["moe_imbalance"] = imbalance_flag(imbalance)
+        out["moe_imbalance"] = imbalance_flag(imbalance, model.moe.experts)
     return out
 
 
-def imbalance_flag(text: str | None) -> float:
+def imbalance_flag(text: str | None, experts: int | None = None) -> float:
     """--moe-imbalance as a number of at least 1 (parcalc.core.comm.expert.check_imbalance)."""
     from parcalc.core.comm.expert import check_imbalance
     from parcalc.errors import InputError
@@ -352,7 +352,7 @@ def imbalance_flag(text: str | None) -> float:
         value = float(text)
     except ValueError:
         raise InputError(f"--moe-imbalance: cannot read {text!r} as a number (a factor of at least 1, e.g. 1.25)") from None
-    check_imbalance(value)
+    check_imbalance(value, experts)
     return value
 
 

@@ -88,14 +88,19 @@ def local_expert_tensors(model: TransformerModel, ep: int, etp: int) -> tuple[Pa
     return tuple(out)
 
 
-def check_imbalance(value: float) -> None:
-    """--moe-imbalance: the busiest rank's load over the balanced one, a finite factor of at least 1."""
+def check_imbalance(value: float, experts: int | None = None) -> None:
+    """--moe-imbalance: the busiest rank's load over the balanced one, a finite factor of at least 1
+    and at most the routed experts (the busiest of ep ranks receives at most every routed copy of
+    its EP group, ep x the balanced share, and ep <= experts)."""
     import math
 
     from parcalc.errors import InputError
 
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 1.0):
         raise InputError(f"--moe-imbalance: the busiest rank's tokens over the balanced share, a factor of at least 1, got {value!r}")
+    if experts is not None and value > experts:
+        raise InputError(f"--moe-imbalance: {value:g} is more than the {experts} routed experts allow (a rank receives at most every "
+                         "routed token copy of its EP group, ep <= experts times the balanced share)")  # fmt: skip
 
 
 def tokens_per_rank(work: Workload, par: Parallelism) -> float:

@@ -102,7 +102,7 @@ def iteration_plan(model: TransformerModel, work: Workload, par: Parallelism, ne
                    opts: Options = DEFAULT_OPTIONS, strategy: str = "") -> CommPlan:  # fmt: skip
     """Every collective of one training iteration, with the headline payloads as derivations."""
     micro_batches = validate(model, work, par)
-    check_imbalance(opts.moe_imbalance)
+    check_imbalance(opts.moe_imbalance, model.moe.experts if model.moe is not None else None)
     builder = Builder(par, network, opts)
     per_stage = [device_tensors(model, par, s, opts) for s in range(par.pp)]
     layers = stage_layers(model.layers, par.pp, *par.stage_ends(model.layers))
