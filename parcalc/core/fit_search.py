@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -306,7 +307,7 @@ class _Shapes:
         self._dp: dict[tuple[int, int, int, int | None, int | None, int | None], DataParallelPieces] = {}
         self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
         self._sends: dict[tuple[int, ...], float] = {}
-        self._states: dict[tuple[int | None, ...], tuple[tuple[float, ...], ...]] = {}
+        self._states: dict[tuple[int | None, ...], tuple[float, ...]] = {}
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
@@ -337,22 +338,36 @@ class _Shapes:
         return self._activations[key]
 
     def moe_states(self, tp: int, pp: int, cp: int, dp: int, ep: int, first: int | None, last: int | None,
-                   chunks: int) -> tuple[tuple[float, ...], ...]:  # fmt: skip
-        """An MoE model's stages (first, second, last; the second nan where stage_params leaves it
-        out): (parameters, routed-expert parameters, ZeRO-3 gathered buffers, MoE layers) on one
-        GPU, from parcalc.core.memory with the configuration's ep and interleaved chunks."""
-        key = (tp, pp, cp, dp, ep, first, last, chunks)
+                   chunks: int, stage: int) -> tuple[float, ...]:  # fmt: skip
+        """One stage of an MoE model on one GPU: (parameters, routed-expert parameters, ZeRO-3
+        gathered buffers, MoE layers), from parcalc.core.memory with the configuration's ep and
+        interleaved chunks."""
+        key = (tp, pp, cp, dp, ep, first, last, chunks, stage)
         if key not in self._states:
             par = Parallelism(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, micro_batches=pp,
                               chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)  # fmt: skip
-
-            def of(stage: int) -> tuple[float, ...]:
-                return (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)),
-                        zero3_working_set(self.model, par, self.per, stage).value, float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
-
-            second = of(1) if pp > 2 and (first is not None or last is not None) else (math.nan,) * 4
-            self._states[key] = (of(0), second, of(pp - 1))
+            self._states[key] = (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)),
+                                 zero3_working_set(self.model, par, self.per, stage).value, float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
         return self._states[key]
+
+    def moe_stages(self, pp: int, split: tuple[int, ...], chunks: int) -> tuple[int, ...]:
+        """The stages of an MoE model whose memory can be the largest: the first, the last, and of
+        the middle stages the earliest of each MoE layer count (middle stages hold the same layers
+        and no embedding or head, so their states differ only by their MoE layers - DeepSeek's
+        leading dense layers, or MoE on every k-th layer - and a later stage with the same count
+        keeps no more micro-batches in flight). parcalc.core.memory evaluates every stage; this
+        finds the same worst one."""
+        from parcalc.core.expert_parallel import moe_layers_on, stage_ranges
+
+        v = chunks if all(n % chunks == 0 for n in split) else 1  # as parcalc.core.memory.stage_moe_layers
+        ranges = stage_ranges(split, v)
+        stages, seen = [0], set()
+        for s in range(1, pp - 1):
+            count = moe_layers_on(self.model, ranges[s])
+            if count not in seen:
+                seen.add(count)
+                stages.append(s)
+        return tuple(stages + ([pp - 1] if pp > 1 else []))
 
     def fp8_layer(self, tp: int) -> float:
         """Transformer Engine's FP8 weight copies of one layer on one TP rank (parcalc.core.memory.fp8_weight_cache)."""
@@ -533,42 +548,47 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     shard = cols["shard_group"]
     dense_per_param = per_param(shard)  # the dense states shard over the dp-cp group (Megatron-LM), or the shard group S
     fp8_layer = shapes.fp8_layer(t)  # TE's FP8 weight copies per layer (0 unless --precision fp8)
+    # states[stage] = (parameters, routed-expert parameters, ZeRO-3 gathered buffers, MoE layers) of
+    # the stages whose memory can be the largest: the first and the last, and with uneven stages the
+    # second, the fullest middle one (middle stages hold the same layers, and the earlier keep more
+    # micro-batches in flight); with even stages the middle ones hold no more than the first. An MoE
+    # model's middle stages differ by their MoE layers (_Shapes.moe_stages).
+    states: dict[int, tuple[Any, Any, Any, Any]] = {}
     if model.moe is None:
         ends = (shapes.stage_params(t, p, first, last), shapes.gathered(t, p, first, last))
-        states = [(params + 0.0 * b, 0.0 * b, np.where(z == 3, gathered, 0.0), 0.0 * b) for params, gathered in zip(*ends, strict=True)]
+        wanted = {0: 0, p - 1: 2}
+        if p > 2 and (first is not None or last is not None):
+            wanted[1] = 1
+        for stage, index in wanted.items():
+            params, gathered = ends[0][index], ends[1][index]
+            states[stage] = (params + 0.0 * b, 0.0 * b, np.where(z == 3, gathered, 0.0), 0.0 * b)
         expert_per_param = dense_per_param
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
         chunk_values = np.unique(v).tolist()
-        per_v = {k: shapes.moe_states(t, p, c, d, ep, first, last, k) for k in chunk_values}
         index = np.searchsorted(np.array(chunk_values), v)
-        states = []
-        for s in range(3):
-            column = np.array([per_v[k][s] for k in chunk_values], dtype=float)[index]  # [configs, (P, P_x, gathered, L_MoE)]
-            states.append((column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3]))
+        wanted_stages = sorted(set().union(*(shapes.moe_stages(p, split, k) for k in chunk_values)))
+        for stage in wanted_stages:
+            column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, stage) for k in chunk_values], dtype=float)[index]
+            states[stage] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
         from parcalc.core.expert_parallel import expert_layout
 
         expert_per_param = per_param(expert_layout(model, t, c, d, ep).edp)  # experts shard over expert-DP
 
-    def on_stage(stage: int, layers: int, n: np.ndarray) -> np.ndarray:  # states and layer activations of one GPU of a stage
+    def on_stage(stage: int) -> np.ndarray:  # states and activations of one GPU of a stage
         params, experts, gathered, moe = states[stage]
+        layers = split[stage]
+        n = _in_flight(p, m, stage, cols["schedule"], v)
         if training.offload_activations:
             activations = a_layer * min(layers, 2)
         elif model.moe is None:
             activations = a_layer * layers * n
         else:
             activations = (a_layer * (layers - moe) + a_moe * moe) * n
+        ends = (a_emb * n if stage == 0 else 0.0) + (a_out * n if stage == p - 1 else 0.0)
         return ((params - experts) * dense_per_param + experts * expert_per_param + fp8_layer * layers + gathered + activations
-                + a_re + a_cp + training.reserve)  # fmt: skip
+                + ends + a_re + a_cp + training.reserve)  # fmt: skip
 
-    n_first = _in_flight(p, m, 0, cols["schedule"], v)
-    n_last = _in_flight(p, m, p - 1, cols["schedule"], v)
-    on_first = on_stage(0, split[0], n_first) + a_emb * n_first
-    if p == 1:
-        memory = on_first + a_out * n_last
-    else:
-        memory = np.maximum(on_first, on_stage(2, split[-1], n_last) + a_out * n_last)
-        if p > 2 and (first is not None or last is not None):
-            memory = np.maximum(memory, on_stage(1, split[1], _in_flight(p, m, 1, cols["schedule"], v)))
+    memory = np.max([on_stage(stage) for stage in states], axis=0)
 
     # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
     # the same combination as parcalc.core.fit.estimate, on arrays.
