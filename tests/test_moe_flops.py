@@ -119,3 +119,20 @@ def test_capacity_factor_below_one_drops_tokens() -> None:
     assert tokens_per_expert(capped, 4096) == 512
     loose = dataclasses.replace(model, moe=dataclasses.replace(model.moe, capacity_factor=1.25))
     assert tokens_per_expert(loose, 4096) == 1024  # under balanced routing nothing exceeds a capacity >= 1
+
+
+def test_moe_layers_in_counts_what_is_moe_layer_says() -> None:
+    """TransformerModel.moe_layers_in's closed form against counting layer by layer (is_moe_layer)
+    over every range of a 16-layer model, for leading dense layers 0-3 and MoE every 1-3 layers."""
+    from dataclasses import replace
+
+    from parcalc.presets import load_model
+
+    base = load_model("qwen3-30b-a3b", ())
+    assert base.moe is not None
+    for first in range(4):
+        for every in (1, 2, 3):
+            model = replace(base, layers=16, moe=replace(base.moe, first_dense_layers=first, every=every))
+            for start in range(17):
+                for end in range(start, 17):
+                    assert model.moe_layers_in(start, end) == sum(model.is_moe_layer(i) for i in range(start, end)), (first, every, start, end)

@@ -897,7 +897,9 @@ def _run_columns(table: Table, iterations: float, plan: Any, gpus: int) -> Table
     if plan.price is not None:
         columns.append(Column("cost", "run cost", plan.price.currency))
 
-    def extra(t_step: float) -> tuple[float, ...]:
+    def extra(t_step: float | None) -> tuple[float | None, ...]:
+        if t_step is None:  # not timed: it does not fit (parcalc.core.fit_search)
+            return (None,) if plan.price is None else (None, None)
         days = days_per_run(t_step, int(iterations))
         return (days,) if plan.price is None else (days, cost_per_run(t_step, gpus, int(iterations), plan.price))
 

@@ -389,6 +389,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         dp_exposed,
         dp_pieces,
         offload_step_time,
+        expert_dp,
         optimizer_step_time,
         optimizer_traffic,
         sp_regather,
@@ -409,12 +410,12 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                                            cp=c, cp_comm=config.cp_comm, experts=config.experts() if model.moe is not None else None,
                                            recompute_layers=config.recompute_layers, chunks=v)  # fmt: skip
     sg = config.shard_group if config.zero else None  # hybrid sharding applies to ZeRO-1/2/3
-    dp = dp_pieces(model, t, p, d * c, training, cluster, **ends, shard_group=sg)  # gradients over the dp-cp group (Megatron-LM)
+    dp = dp_pieces(model, t, p, d * c, training, cluster, **ends, shard_group=sg, ep=config.ep, etp=config.etp)  # over the dp-cp group
     framework = cluster.framework
     t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
                             reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                             layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
-    t_opt = float(optimizer_step_time(model, t, p, d * c, config.zero, training, cluster, **ends, shard_group=sg))
+    t_opt = float(optimizer_step_time(model, t, p, d * c, config.zero, training, cluster, **ends, shard_group=sg, ep=config.ep, etp=config.etp))
     offloading = training.offload_optimizer or training.offload_activations
     t_off = float(offload_step_time(model, t, p, d * c, config.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends,
@@ -484,7 +485,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                              [_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
                               compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ()),
                               *((ep_comm.as_term("t_ep"),) if ep_comm else ())],
-                             terms["t_bubble"], "s", f"{NARAYANAN} sec. 2.2 (the slowest stage sets the pace)")  # fmt: skip
+                             terms["t_bubble"], "s", f"{NARAYANAN} sec. 2.2 (the slowest stage sets the pace)",
+                             _dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
         pp_comm = _derivation("t_pp", "Pipeline sends per iteration (activations forward, gradients backward)", "t_pp", r"t_{\mathrm{pp}}",
                               "2 × $m × $v × $T_p2p",
                               [m_term, _t("v", "v", v, "", "model chunks per GPU"),
@@ -494,12 +496,18 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         bubble = _zero("t_bubble", "Pipeline bubble per iteration", "no pipeline")
         pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"])
-    params, traffic = optimizer_traffic(model, t, p, training, **ends)
+    fullest, traffic = optimizer_traffic(model, t, p, training, **ends, ep=config.ep, etp=config.etp, ranks=d * c)
     shards = (d * c if sg is None else sg) if config.zero >= 1 else 1
+    formula, expert_terms = "$P × $Q_p / ($BW × $e_mem × $x × $d_z)", []
+    if fullest.experts:  # routed experts: their states shard over expert-DP (parcalc.core.timing.step.optimizer_step_time)
+        formula = "(($P - $P_x) / $d_z + $P_x / $d_x) × $Q_p / ($BW × $e_mem × $x)"
+        expert_terms = [_t("P_x", "P_x", fullest.experts, "", f"routed-expert parameters among them (experts / ep = {config.ep})", latex=r"P_{x}"),
+                        _t("d_x", "d_x", expert_dp(t, d * c, config.ep, config.etp) if config.zero >= 1 else 1, "",
+                           "ranks the experts' states are sharded over (ZeRO-1 and up: expert-DP, tp x dp x cp / (ep x etp))", latex=r"d_{x}")]  # fmt: skip
     optimizer = _derivation(
         "t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",
-        "$P × $Q_p / ($BW × $e_mem × $x × $d_z)",
-        [_t("P", "P", params, "", "parameters on one GPU of the fullest stage"),
+        formula,
+        [_t("P", "P", fullest.params, "", "parameters on one GPU of the fullest stage"), *expert_terms,
          _t("Q_p", "Q_p", traffic, "B", f"HBM bytes of one parameter's {training.optimizer.value} update (master weight and states read and written, gradient read)",
             latex=r"Q_{p}"),
          _t("BW", "BW", spec.bandwidth, "B/s", "HBM bandwidth"),
@@ -548,7 +556,7 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
     terms = [_t("B_pcie", "B_pcie", bw.value, "B/s", f"{link.name} bandwidth per direction", bw.source, r"B_{\mathrm{pcie}}")]
     parts = []
     if training.offload_optimizer:
-        params, _ = _fullest_stage(model, config.tp, config.pp, **config.stage_ends(model))
+        params = _fullest_stage(model, config.tp, config.pp, **config.stage_ends(model)).params
         ranks = config.dp * config.cp if config.shard_group is None else config.shard_group  # hybrid sharding: 1/S
         shard = params / ranks if config.zero >= 1 else params
         per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
@@ -588,6 +596,28 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
     return _derivation("t_cp", "Context-parallel communication exposed per iteration", "t_cp", r"t_{\mathrm{cp}}", "$m × $E_cp",
                        inputs, value, "s", f"{TE_CP}; {NCCL_SOURCE}",
                        (f"K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
+
+
+def _dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:
+    """How far DualPipe's bubble (DeepSeek-V3, which parcalc does not schedule) is from the 1F1B
+    bubble the model uses, for this configuration's slowest stage."""
+    from parcalc.core.timing.step import layer_pieces
+
+    lp = layer_pieces(model, config.tp, config.micro_batch, config.sequence_parallel, config.recompute, training, cluster,
+                      cp=config.cp, cp_comm=config.cp_comm, experts=config.experts())  # fmt: skip
+    f, b = float(stage.forward), float(stage.backward + stage.recompute)
+    w = (stage.layers - stage.moe_layers) * lp.wgrad_dense + stage.moe_layers * lp.wgrad_moe
+    p = config.pp
+    one_f_one_b = (p - 1) * (f + b)
+    dualpipe = max(p // 2 - 1, 0) * max(f + 2 * b - 3 * w, 0.0) / 2
+    return (f"schedule approximated as {'interleaved ' if config.chunks > 1 else ''}1F1B: DualPipe (DeepSeek-V3 sec. 3.2.1, Table 2: "
+            f"bubble (p/2 - 1)(F&B + B - 3W) per step with F, B, W of one of its two chunks per GPU; F&B taken as F + B) would leave "
+            f"{_ms(dualpipe)} idle per iteration where 1F1B's (p - 1)(F + B) is {_ms(one_f_one_b)} here (per micro-batch of the "
+            f"slowest stage F = {_ms(f)}, B = {_ms(b)}, of which weight gradients W = {_ms(w)}), and holds 2x the parameters",)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
 
 
 def _ep_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any, m: int,

@@ -52,6 +52,7 @@ from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes
 from parcalc.core.memory import (
     Parallelism,
     fp8_weight_cache,
+    fullest_candidates,
     stage_expert_parameters,
     stage_moe_layers,
     stage_parameters,
@@ -185,10 +186,13 @@ class Evaluated:
 
     def rows(self, order: np.ndarray | None = None, extra: tuple[str, ...] = ()) -> Iterator[tuple[object, ...]]:
         """Each configuration as a tuple of plain Python values, in CONFIG_FIELDS + COST_FIELDS
-        order, then the columns `extra` names (e.g. PARALLEL_FIELDS)."""
+        order, then the columns `extra` names (e.g. PARALLEL_FIELDS); the times of a configuration
+        that does not fit are None (the search does not time them)."""
         c = self.columns
         index = order if order is not None else np.arange(len(self))
         lists = {k: c[k][index].tolist() for k in CONFIG_FIELDS + COST_FIELDS + tuple(extra)}
+        for k in lists.keys() & set(_TIME_FIELDS):  # not timed (it does not fit): None, null in JSON, empty in CSV
+            lists[k] = [None if x != x else x for x in lists[k]]
         for j in range(len(index)):
             yield (lists["tp"][j], lists["pp"][j], lists["dp"][j], lists["micro_batch"][j], lists["micro_batches"][j],
                    RECOMPUTES[lists["recompute"][j]].value, lists["zero"][j], bool(lists["sequence_parallel"][j]),
@@ -304,7 +308,7 @@ class _Shapes:
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
-        self._dp: dict[tuple[int, int, int, int | None, int | None, int | None], DataParallelPieces] = {}
+        self._dp: dict[tuple[int | None, ...], DataParallelPieces] = {}
         self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
         self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | None, ...], tuple[float, ...]] = {}
@@ -341,33 +345,15 @@ class _Shapes:
                    chunks: int, stage: int) -> tuple[float, ...]:  # fmt: skip
         """One stage of an MoE model on one GPU: (parameters, routed-expert parameters, ZeRO-3
         gathered buffers, MoE layers), from parcalc.core.memory with the configuration's ep and
-        interleaved chunks."""
-        key = (tp, pp, cp, dp, ep, first, last, chunks, stage)
+        interleaved chunks. None of them depends on dp or cp (expert_layout only checks that ep x etp
+        divides tp x cp x dp, which the layout passed), so they are not in the key."""
+        key = (tp, pp, ep, first, last, chunks, stage)
         if key not in self._states:
             par = Parallelism(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, micro_batches=pp,
                               chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)  # fmt: skip
             self._states[key] = (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)),
                                  zero3_working_set(self.model, par, self.per, stage).value, float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
         return self._states[key]
-
-    def moe_stages(self, pp: int, split: tuple[int, ...], chunks: int) -> tuple[int, ...]:
-        """The stages of an MoE model whose memory can be the largest: the first, the last, and of
-        the middle stages the earliest of each MoE layer count (middle stages hold the same layers
-        and no embedding or head, so their states differ only by their MoE layers - DeepSeek's
-        leading dense layers, or MoE on every k-th layer - and a later stage with the same count
-        keeps no more micro-batches in flight). parcalc.core.memory evaluates every stage; this
-        finds the same worst one."""
-        from parcalc.core.expert_parallel import moe_layers_on, stage_ranges
-
-        v = chunks if all(n % chunks == 0 for n in split) else 1  # as parcalc.core.memory.stage_moe_layers
-        ranges = stage_ranges(split, v)
-        stages, seen = [0], set()
-        for s in range(1, pp - 1):
-            count = moe_layers_on(self.model, ranges[s])
-            if count not in seen:
-                seen.add(count)
-                stages.append(s)
-        return tuple(stages + ([pp - 1] if pp > 1 else []))
 
     def fp8_layer(self, tp: int) -> float:
         """Transformer Engine's FP8 weight copies of one layer on one TP rank (parcalc.core.memory.fp8_weight_cache)."""
@@ -389,17 +375,18 @@ class _Shapes:
         second = zero3_working_set(self.model, par, self.per, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
         return zero3_working_set(self.model, par, self.per, 0).value, second, zero3_working_set(self.model, par, self.per, pp - 1).value
 
-    def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None = None) -> DataParallelPieces:
-        key = (tp, pp, dp, first, last, shard_group)
+    def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None = None, ep: int = 1) -> DataParallelPieces:
+        key = (tp, pp, dp, first, last, shard_group, ep)
         if key not in self._dp:
-            self._dp[key] = dp_pieces(self.model, tp, pp, dp, self.training, self.cluster, first=first, last=last, shard_group=shard_group)
+            self._dp[key] = dp_pieces(self.model, tp, pp, dp, self.training, self.cluster, first=first, last=last, shard_group=shard_group,
+                                      ep=ep)  # fmt: skip
         return self._dp[key]
 
-    def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray) -> DataParallelPieces:
+    def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1) -> DataParallelPieces:
         """dp() for every configuration's shard group (an array of S; S = ranks: full sharding), as
         one DataParallelPieces whose fields are arrays (scalars when every S is the same)."""
         unique, inverse = np.unique(sizes, return_inverse=True)
-        pieces = [self.dp(tp, pp, ranks, first, last, None if int(size) >= ranks else int(size)) for size in unique.tolist()]
+        pieces = [self.dp(tp, pp, ranks, first, last, None if int(size) >= ranks else int(size), ep) for size in unique.tolist()]
         if len(pieces) == 1:
             return pieces[0]
         names = [f.name for f in fields(DataParallelPieces) if f.name != "layers"]
@@ -552,7 +539,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # the stages whose memory can be the largest: the first and the last, and with uneven stages the
     # second, the fullest middle one (middle stages hold the same layers, and the earlier keep more
     # micro-batches in flight); with even stages the middle ones hold no more than the first. An MoE
-    # model's middle stages differ by their MoE layers (_Shapes.moe_stages).
+    # model's middle stages differ by their MoE layers (parcalc.core.memory.fullest_candidates).
     states: dict[int, tuple[Any, Any, Any, Any]] = {}
     if model.moe is None:
         ends = (shapes.stage_params(t, p, first, last), shapes.gathered(t, p, first, last))
@@ -566,7 +553,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
         chunk_values = np.unique(v).tolist()
         index = np.searchsorted(np.array(chunk_values), v)
-        wanted_stages = sorted(set().union(*(shapes.moe_stages(p, split, k) for k in chunk_values)))
+        wanted_stages = sorted(set().union(*(fullest_candidates(model, split, k) for k in chunk_values)))
         for stage in wanted_stages:
             column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, stage) for k in chunk_values], dtype=float)[index]
             states[stage] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
@@ -590,26 +577,40 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
 
     memory = np.max([on_stage(stage) for stage in states], axis=0)
 
-    # Time: the pieces from the scalar timing models, once per distinct (b, SP, recomputation);
-    # the same combination as parcalc.core.fit.estimate, on arrays.
+    # Time: only for the configurations that fit (the search ranks those; the others keep their
+    # memory and nan times, null in JSON), from the pieces of the scalar timing models once per
+    # distinct (b, SP, recomputation); the same combination as parcalc.core.fit.estimate, on arrays.
+    fits = memory <= cluster.capacity
+    timed = {name: np.full(b.size, math.nan) for name in _TIME_FIELDS}
+    cols.update(memory=memory, fits=fits, **timed)
+    rows = np.flatnonzero(fits)
+    if rows.size == 0:
+        return
+    b, m, r, z, sp, v, shard, a_layer = (a[rows] for a in (b, m, r, z, sp, v, shard, a_layer))
     stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm, ep)
-    dp = shapes.dp_arrays(t, p, d * c, first, last, shard)  # gradients over the dp-cp group (Megatron-LM), or hybrid sharding
+    dp = shapes.dp_arrays(t, p, d * c, first, last, shard, ep)  # gradients over the dp-cp group (Megatron-LM), or hybrid sharding
     framework = cluster.framework
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                       layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
-    t_opt = optimizer_step_time(model, t, p, d * c, z, training, cluster, first=first, last=last, shard_group=shard)
+    t_opt = optimizer_step_time(model, t, p, d * c, z, training, cluster, first=first, last=last, shard_group=shard, ep=ep)
     t_off = offload_step_time(model, t, p, d * c, z, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage,
                               first=first, last=last, shard_group=shard)  # fmt: skip
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
     t_step = terms["t_step"]
     n, peak = cluster.gpus, cluster.peak
-    cols.update(
-        memory=memory, fits=memory <= cluster.capacity, t_compute=terms["t_compute"], t_tp=terms["t_tp"], t_bubble=terms["t_bubble"],
-        t_pp=terms["t_pp"], t_dp=t_dp, t_cp=terms["t_cp"] + 0.0 * b, t_ep=terms["t_ep"] + 0.0 * b, t_optimizer=t_opt + 0.0 * b, t_offload=terms["t_offload"] + 0.0 * b, t_step=t_step,
+    values = dict(
+        t_compute=terms["t_compute"], t_tp=terms["t_tp"], t_bubble=terms["t_bubble"], t_pp=terms["t_pp"], t_dp=t_dp, t_cp=terms["t_cp"],
+        t_ep=terms["t_ep"], t_optimizer=t_opt, t_offload=terms["t_offload"], t_step=t_step,
         tokens_per_second=training.global_batch * training.seq_len / t_step,
         mfu=shapes.model_flops / (t_step * n * peak), hfu=shapes.hardware_flops[r] / (t_step * n * peak),
     )  # fmt: skip
+    for name, value in values.items():
+        cols[name][rows] = value
+
+
+_TIME_FIELDS = ("t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_cp", "t_ep", "t_optimizer", "t_offload", "t_step", "tokens_per_second",
+                "mfu", "hfu")  # fmt: skip
 
 
 def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:

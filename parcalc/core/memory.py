@@ -255,6 +255,29 @@ def stage_moe_layers(model: TransformerModel, par: Parallelism, stage: int) -> i
     return moe_layers_on(model, stage_ranges(counts, chunks)[stage])
 
 
+def fullest_candidates(model: TransformerModel, split: tuple[int, ...], chunks: int = 1) -> tuple[int, ...]:
+    """The stages whose memory or parameters can be the largest: the first and the last (they hold
+    the embedding and the head), and of the middle stages the earliest of each (layers, MoE layers)
+    pair. Middle stages differ only in those (DeepSeek's leading dense layers, MoE every k-th
+    layer, an uneven split's second stage), and of two with the same pair the earlier keeps no
+    fewer micro-batches in flight; so the largest of these is the largest of all stages."""
+    pp = len(split)
+    if pp == 1:
+        return (0,)
+    if model.moe is None:
+        counts = [0] * pp
+    else:
+        v = chunks if all(n % chunks == 0 for n in split) else 1  # as stage_moe_layers
+        ranges = stage_ranges(split, v)
+        counts = [moe_layers_on(model, ranges[s]) for s in range(pp)]
+    stages, seen = [0], set()
+    for s in range(1, pp - 1):
+        if (split[s], counts[s]) not in seen:
+            seen.add((split[s], counts[s]))
+            stages.append(s)
+    return (*stages, pp - 1)
+
+
 def stage_expert_parameters(model: TransformerModel, par: Parallelism, stage: int) -> int:
     """The routed-expert parameters one GPU of stage `stage` holds (sharded by ZeRO over expert-DP)."""
     moe = stage_moe_layers(model, par, stage)

@@ -211,8 +211,13 @@ class TransformerModel:
         return self.moe is not None and self.moe.is_moe_layer(index)
 
     def moe_layers_in(self, start: int, end: int) -> int:
-        """MoE layers among layers start .. end - 1 (0-based)."""
-        return sum(1 for i in range(start, end) if self.is_moe_layer(i)) if self.moe is not None else 0
+        """MoE layers among layers start .. end - 1 (0-based): the j = i - first_dense + 1 >= 1 that
+        are multiples of `every` (MixtureOfExperts.is_moe_layer), counted in closed form."""
+        if self.moe is None:
+            return 0
+        first, every = self.moe.first_dense_layers, self.moe.every
+        low, high = max(start, first) - first + 1, end - first
+        return high // every - (low - 1) // every if high >= low else 0
 
     @property
     def moe_layers(self) -> int:

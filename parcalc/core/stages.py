@@ -80,6 +80,7 @@ def check_stage_layers(flag: str, value: object) -> None:
     check_count(flag, value)
 
 
+@lru_cache(maxsize=4096)  # pure (a tuple, or InputError, which is not cached); the search asks again per layout and stage
 def stage_split(layers: int, pp: int, first: int | None = None, last: int | None = None, chunks: int = 1, *,
                 pp_flag: str = "--pp", embedding_in_split: bool = False, loss_in_split: bool = False) -> tuple[int, ...]:  # fmt: skip
     """Transformer layers of each of the `pp` stages, first to last, by Megatron-LM's rule (module

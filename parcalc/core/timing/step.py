@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -187,6 +187,8 @@ class LayerPieces:
     last_backward: float
     activation: float  # bytes of one micro-batch's b s h activation (the pipeline's send, times tp)
     tp_replay: float = 0.0  # the TP collectives a recomputed layer runs again (full: 2; op: the forward's gathers)
+    wgrad_dense: float = 0.0  # the weight-gradient GEMMs among b_dense / b_moe (what zero-bubble schedules and DualPipe defer)
+    wgrad_moe: float = 0.0
 
 
 def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool, recompute: Any, training: Any, cluster: Any, *,
@@ -249,7 +251,14 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
     return LayerPieces(layer.t_forward, layer.t_backward, layer.t_recompute(recompute, model), moe_layer.t_forward, moe_layer.t_backward,
                        moe_layer.t_recompute(recompute, model), layer.t_gemms(), moe_layer.t_gemms(), tp_layer, regather_layer,
                        regather_exposed_layer, cp_total, cp_exposed, paired, alone, ends.t_first_forward, ends.t_first_backward,
-                       ends.t_last_forward, ends.t_last_backward, activation, replay)  # fmt: skip
+                       ends.t_last_forward, ends.t_last_backward, activation, replay, weight_gradients(layer),
+                       weight_gradients(moe_layer))  # fmt: skip
+
+
+def weight_gradients(passes: Any) -> float:
+    """The weight-gradient GEMMs of a layer's backward (dW = X^T dY of every linear; attention's
+    score and context GEMMs have no weights)."""
+    return sum(k.time for k in passes.backward if k.key.endswith(".wgrad") and not k.key.startswith("attn."))
 
 
 def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequence_parallel: bool, recompute: Any,
@@ -422,88 +431,137 @@ def _slowest(stages: list[tuple[Any, Any, int, int]], tp: _TpLayer, overlap_tp: 
     return best
 
 
-def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, int]:
-    """(parameters on one GPU, layers) of the stage holding the most parameters: the first, a
-    middle or the last (parcalc.core.memory.stage_parameters; the first of equals)."""
-    from parcalc.core.memory import Parallelism, stage_layers, stage_parameters
+class FullestStage(NamedTuple):
+    """One GPU of the stage holding the most parameters: its parameters (routed experts
+    included), the routed-expert parameters among them (0 for a dense model), the embedding and
+    head parameters among them, and its layers."""
 
-    par = Parallelism(tp, pp, 1, micro_batches=pp, first_stage_layers=first, last_stage_layers=last)
+    params: float
+    experts: float
+    ends: float
+    layers: int
+
+
+@lru_cache(maxsize=4096)  # pure; the search asks for the same stage for every configuration of a layout
+def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | None, *, ep: int = 1, etp: int | None = None,
+                   ranks: int = 1) -> FullestStage:  # fmt: skip
+    """The stage holding the most parameters on one GPU (parcalc.core.memory.stage_parameters; the
+    first of equals) among parcalc.core.memory.fullest_candidates. ep / etp: the MoE layers' expert
+    grid (routed experts / ep on each GPU, each split etp ways), folded over tp x `ranks` (dp x cp)."""
+    from parcalc.core.memory import Parallelism, _stage_ends, fullest_candidates, stage_expert_parameters, stage_layers, stage_parameters
+
+    par = Parallelism(tp, pp, ranks, micro_batches=pp, first_stage_layers=first, last_stage_layers=last, ep=ep, etp=etp)
     split = stage_layers(model, par)
-    stages = (0, 1, pp - 1) if pp > 2 else (0, pp - 1)
-    held = [(stage_parameters(model, par, s).value, split[s]) for s in stages]
-    return max(held, key=lambda x: x[0])
+    best: FullestStage | None = None
+    for s in fullest_candidates(model, split):
+        params = float(stage_parameters(model, par, s).value)
+        if best is None or params > best.params:
+            best = FullestStage(params, float(stage_expert_parameters(model, par, s)), float(sum(_stage_ends(model, par, s))), split[s])
+    assert best is not None
+    return best
 
 
 def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any, *, first: int | None = None,
-              last: int | None = None, shard_group: int | None = None) -> DataParallelPieces:  # fmt: skip
+              last: int | None = None, shard_group: int | None = None, ep: int = 1, etp: int | None = None) -> DataParallelPieces:  # fmt: skip
     """The data-parallel collectives of the fullest stage's GPU over its dp ranks (first / last:
     Megatron-LM's uneven split, as in stage_pieces). shard_group S < dp (hybrid sharding): ZeRO's
     reduce-scatters and gathers over the S ranks of a shard group (S consecutive data-parallel ranks,
     tp apart), then each reduce's 1/S shard all-reduced over the dp / S replicas (tp x S apart).
-    DDP's all-reduce stays over all dp ranks; buckets are sized for the whole dp group."""
+    DDP's all-reduce stays over all dp ranks; buckets are sized for the whole dp group.
+
+    MoE layers (ep / etp): the routed experts' gradients are reduced over the expert-data-parallel
+    group of edp = tp x dp / (ep x etp) ranks, etp x ep apart (Megatron-Core: expert parameters live
+    in their own buffers, reduced over the expert-DP group; parallel_state.py
+    get_expert_data_parallel_group, distributed_data_parallel.py expert_parallel_buffers), in
+    their own buckets; the dense parameters as above. Hybrid sharding applies to the dense ones."""
     import math
 
     from parcalc.core.choices import Collective
-    from parcalc.core.memory import layer_params_per_rank
     from parcalc.core.timing.network import collective_time, placement
 
-    params, layers = _fullest_stage(model, tp, pp, first, last)
-    if dp == 1:
+    stage = _fullest_stage(model, tp, pp, first, last, ep=ep, etp=etp, ranks=dp)
+    layers = stage.layers
+    etp_ = tp if etp is None else etp
+    edp = tp * dp // (ep * etp_) if stage.experts else 1
+    dense = stage.params - stage.experts
+    if dp == 1 and edp == 1:
         return DataParallelPieces(0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, layers)
-    fabric, framework = cluster.fabric, cluster.framework
-    size = dp if shard_group is None else shard_group
-    group = placement(dp, tp, cluster.gpus_per_node)
-    shards = placement(size, tp, cluster.gpus_per_node) if size < dp else group  # ZeRO's group
-    replicas = placement(dp // size, tp * size, cluster.gpus_per_node) if size < dp else None
+    fabric, framework, g = cluster.fabric, cluster.framework, cluster.gpus_per_node
     wire = framework.reduce_bytes
     weight = 2.0 if training.precision.activation_bytes == 2.0 else 4.0
-    buckets = max(1.0, float(math.ceil(params / framework.bucket_params(dp, wire))))
-    bucket = params / buckets
+
+    def time(op: Collective, size: float, where: Any) -> float:
+        return collective_time(op, size, where, fabric).time if size and where is not None and where.size > 1 else 0.0
+
+    size = dp if shard_group is None else shard_group
+    group = placement(dp, tp, g)
+    shards = placement(size, tp, g) if size < dp else group  # ZeRO's group
+    replicas = placement(dp // size, tp * size, g) if size < dp else None
+    buckets = max(1.0, float(math.ceil(dense / framework.bucket_params(dp, wire)))) if dp > 1 else 0.0
+    bucket = dense / buckets if buckets else 0.0
+    experts = placement(edp, etp_ * ep, g) if edp > 1 else None
+    expert_buckets = max(1.0, float(math.ceil(stage.experts / framework.bucket_params(edp, wire)))) if experts else 0.0
+    expert_bucket = stage.experts / expert_buckets if expert_buckets else 0.0
 
     def per_bucket(op: Collective, element_bytes: float, where: Any = shards, share: float = 1.0) -> float:
-        return buckets * collective_time(op, bucket * element_bytes * share, where, fabric).time
+        dense_part = buckets * time(op, bucket * element_bytes * share, where) if dp > 1 else 0.0
+        if where is group or where is shards:  # the experts' own buckets over expert-DP (hybrid sharding: dense only)
+            return dense_part + expert_buckets * time(op, expert_bucket * element_bytes, experts)
+        return dense_part
 
-    layer = layer_params_per_rank(model, tp)
-    root = max(params - layers * layer, 0.0)
+    layer = (dense - stage.ends) / layers if layers else 0.0  # one layer's dense parameters (a dense layer, or an MoE layer's
+    expert_layer = stage.experts / layers if layers else 0.0  # attention and shared parts) and routed experts, on the mean
     return DataParallelPieces(
         grad_all_reduce=per_bucket(Collective.ALL_REDUCE, wire, group),
         grad_reduce_scatter=per_bucket(Collective.REDUCE_SCATTER, wire),
-        buckets=buckets,
+        buckets=max(buckets + expert_buckets, 1.0),
         param_gather=per_bucket(Collective.ALL_GATHER, weight),
-        layer_gather=collective_time(Collective.ALL_GATHER, layer * weight, shards, fabric).time,
-        layer_reduce=collective_time(Collective.REDUCE_SCATTER, layer * wire, shards, fabric).time,
-        root_gather=collective_time(Collective.ALL_GATHER, root * weight, shards, fabric).time if root else 0.0,
+        layer_gather=time(Collective.ALL_GATHER, layer * weight, shards) + time(Collective.ALL_GATHER, expert_layer * weight, experts),
+        layer_reduce=time(Collective.REDUCE_SCATTER, layer * wire, shards) + time(Collective.REDUCE_SCATTER, expert_layer * wire, experts),
+        root_gather=time(Collective.ALL_GATHER, stage.ends * weight, shards),
         layers=layers,
         grad_replica_all_reduce=per_bucket(Collective.ALL_REDUCE, wire, replicas, 1 / size) if replicas else 0.0,
-        layer_replica_reduce=collective_time(Collective.ALL_REDUCE, layer * wire / size, replicas, fabric).time if replicas else 0.0,
+        layer_replica_reduce=time(Collective.ALL_REDUCE, layer * wire / size, replicas) if replicas else 0.0,
     )
 
 
-def optimizer_traffic(model: Any, tp: int, pp: int, training: Any, *, first: int | None = None,
-                      last: int | None = None) -> tuple[float, float]:  # fmt: skip
-    """(parameters on the fullest stage's GPU before ZeRO sharding, HBM bytes one parameter's update moves)."""
+def optimizer_traffic(model: Any, tp: int, pp: int, training: Any, *, first: int | None = None, last: int | None = None,
+                      ep: int = 1, etp: int | None = None, ranks: int = 1) -> tuple[FullestStage, float]:  # fmt: skip
+    """(the fullest stage's GPU before ZeRO sharding: parameters, routed experts among them; HBM
+    bytes one parameter's update moves)."""
     from parcalc.core.choices import Precision
     from parcalc.core.memory import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
 
-    params, _ = _fullest_stage(model, tp, pp, first, last)
+    stage = _fullest_stage(model, tp, pp, first, last, ep=ep, etp=etp, ranks=ranks)
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
     master = training.precision is not Precision.FP32 and training.precision is not Precision.BF16
-    return params, optimizer_bytes(per.states, per.gradient, per.weight, master, state_bytes=per.per_state)
+    return stage, optimizer_bytes(per.states, per.gradient, per.weight, master, state_bytes=per.per_state)
+
+
+def expert_dp(tp: int, ranks: int, ep: int, etp: int | None) -> int:
+    """edp = tp x dp x cp / (ep x etp): the ranks a routed expert's states are data-parallel (and
+    ZeRO-sharded) over (parcalc.core.expert_parallel.expert_layout)."""
+    return tp * ranks // (ep * (tp if etp is None else etp))
 
 
 def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, first: int | None = None,
-                        last: int | None = None, shard_group: Any = None) -> Any:  # fmt: skip
+                        last: int | None = None, shard_group: Any = None, ep: int = 1, etp: int | None = None) -> Any:  # fmt: skip
     """The optimizer's update of the local parameters (sharded over dp from ZeRO-1 on, or over the
-    shard group S with hybrid sharding: a number, or an array of one per configuration)."""
+    shard group S with hybrid sharding; routed experts over expert-DP: a number, or an array of one
+    per configuration)."""
     from parcalc.core.timing.compute import optimizer_time
 
     if training.offload_optimizer:  # the step runs on the host (parcalc.core.timing.offload)
         return 0.0 * np.asarray(zero)
-    params, traffic = optimizer_traffic(model, tp, pp, training, first=first, last=last)
-    whole = optimizer_time(params, traffic, cluster.spec)
+    stage, traffic = optimizer_traffic(model, tp, pp, training, first=first, last=last, ep=ep, etp=etp, ranks=dp)
+    whole = optimizer_time(stage.params, traffic, cluster.spec)
     shards = dp if shard_group is None else shard_group
-    return np.where(np.asarray(zero) >= 1, whole / shards, whole)  # ZeRO-1 and up shard the states (dp = 1: the same)
+    if not stage.experts:
+        return np.where(np.asarray(zero) >= 1, whole / shards, whole)  # ZeRO-1 and up shard the states (dp = 1: the same)
+    dense = optimizer_time(stage.params - stage.experts, traffic, cluster.spec)
+    experts = optimizer_time(stage.experts, traffic, cluster.spec)
+    return np.where(np.asarray(zero) >= 1, dense / shards + experts / expert_dp(tp, dp, ep, etp), whole)
 
 
 def offload_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, activation_layer: Any,
@@ -520,7 +578,7 @@ def offload_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training
     from parcalc.presets import load_link
 
     link = training.host_link if training.host_link is not None else load_link(default_host_link_name(cluster.gpu))
-    params, _ = _fullest_stage(model, tp, pp, first, last)
+    params = _fullest_stage(model, tp, pp, first, last).params
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
     shards = dp if shard_group is None else shard_group  # hybrid sharding: the optimizer shard is 1/S
     shard = np.where(np.asarray(zero) >= 1, params / shards, params) if training.offload_optimizer else 0.0 * np.asarray(zero)
