@@ -27,6 +27,8 @@ for the first stage divided by p).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import math
 from dataclasses import dataclass, replace
 
@@ -250,9 +252,15 @@ def stage_moe_layers(model: TransformerModel, par: Parallelism, stage: int) -> i
     """MoE layers among the layers of stage `stage` (0 for a dense model; parcalc.core.expert_parallel.stage_ranges)."""
     if model.moe is None:
         return 0
-    counts = stage_layers(model, par)
-    chunks = par.chunks if all(n % par.chunks == 0 for n in counts) else 1
-    return moe_layers_on(model, stage_ranges(counts, chunks)[stage])
+    return moe_layers_per_stage(model, stage_layers(model, par), par.chunks)[stage]
+
+
+@lru_cache(maxsize=4096)  # pure; asked for every stage of every layout of a search
+def moe_layers_per_stage(model: TransformerModel, split: tuple[int, ...], chunks: int = 1) -> tuple[int, ...]:
+    """MoE layers of each stage holding `split` layers (interleaved: `chunks` model chunks per stage
+    when they divide every stage's layers, parcalc.core.expert_parallel.stage_ranges)."""
+    v = chunks if all(n % chunks == 0 for n in split) else 1
+    return tuple(moe_layers_on(model, ranges) for ranges in stage_ranges(split, v))
 
 
 def fullest_candidates(model: TransformerModel, split: tuple[int, ...], chunks: int = 1) -> tuple[int, ...]:
@@ -264,12 +272,7 @@ def fullest_candidates(model: TransformerModel, split: tuple[int, ...], chunks: 
     pp = len(split)
     if pp == 1:
         return (0,)
-    if model.moe is None:
-        counts = [0] * pp
-    else:
-        v = chunks if all(n % chunks == 0 for n in split) else 1  # as stage_moe_layers
-        ranges = stage_ranges(split, v)
-        counts = [moe_layers_on(model, ranges[s]) for s in range(pp)]
+    counts = moe_layers_per_stage(model, split, chunks) if model.moe is not None else (0,) * pp
     stages, seen = [0], set()
     for s in range(1, pp - 1):
         if (split[s], counts[s]) not in seen:
