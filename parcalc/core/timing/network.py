@@ -25,7 +25,7 @@ algorithm and protocol it may use and runs the cheapest:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from parcalc.core.choices import Collective
@@ -100,6 +100,7 @@ class CollectiveTime:
     protocol: str
     latency: float
     bus_bandwidth: float  # B/s the chosen algorithm moves bus bytes at
+    fill: float = 0.0  # seconds of pipeline ramp NCCL's own model leaves out (in `time`, not in its choice)
 
     @property
     def algbw(self) -> float:
@@ -114,7 +115,7 @@ class CollectiveTime:
 def _steps(op: Collective, n: int, nodes: int) -> tuple[int, int]:
     """(ring steps, of which across nodes): tuning.cc's nsteps and nInterSteps."""
     if op is Collective.ALL_REDUCE:
-        return 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
+        return 2 * (n - 1), (2 * (nodes - 1) if nodes > 1 else 0)  # tuning.cc:257 (v2.23.4; 2 N in v2.21)
     if op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
         return n - 1, nodes - 1
     return n, nodes
@@ -165,8 +166,12 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
             bw = ring_bw * nccl.LL128_SHARE
         else:
             bw = ring_bw
-        latency = nccl.BASE_LATENCY_US["ring"][protocol] + (steps - inter_steps) * nccl.HARDWARE_LATENCY_US[intra_hw]["ring"][protocol]
-        latency += inter_steps * nccl.HARDWARE_LATENCY_US["net"]["ring"][protocol]
+        intra_lat = nccl.HARDWARE_LATENCY_US[intra_hw]["ring"][protocol]
+        if nodes > 1:  # tuning.cc:252-256: a step of an inter-node ring costs at least the network post overhead
+            intra_lat = max(intra_lat, nccl.NET_OVERHEAD_US * (3 if protocol == "Simple" else 1))
+        # tuning.cc:236: with one rank per node every step is exposed: the tree's network latency
+        inter_lat = nccl.HARDWARE_LATENCY_US["net"]["tree" if group.per_node == 1 else "ring"][protocol]
+        latency = nccl.BASE_LATENCY_US["ring"][protocol] + (steps - inter_steps) * intra_lat + inter_steps * inter_lat
         if protocol == "Simple" and nodes > 1 and op is Collective.ALL_REDUCE:
             latency *= nccl.RING_PLATEAU[fabric.arch]
         candidate = CollectiveTime(op, size, group, latency * US + bus_bytes / bw, "ring", protocol, latency * US, bw)
@@ -179,15 +184,72 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
                 tree_bw = min(ll_cap, tree_bw * nccl.LL_TREE_SHARE)
             elif protocol == "LL128":
                 tree_bw = tree_bw * nccl.LL128_SHARE
+            tree_bw *= nccl.tree_correction(protocol, size)  # tuning.cc:458
             k = group.per_node
+            tree_inter = nccl.HARDWARE_LATENCY_US["net"]["tree"][protocol]
             lat = nccl.BASE_LATENCY_US["tree"][protocol] + 2 * ((k - 1) * nccl.HARDWARE_LATENCY_US[intra_hw]["tree"][protocol]
-                                                                + math.log2(nodes) * nccl.HARDWARE_LATENCY_US["net"]["tree"][protocol])  # fmt: skip
+                                                                + math.floor(math.log2(nodes)) * tree_inter)  # fmt: skip
             # a tree moves the whole buffer up and down: algbw = busBw / 2 (tuning.cc ratio .5)
             candidate = CollectiveTime(op, size, group, lat * US + 2 * size / tree_bw, "tree", protocol, lat * US, tree_bw)
             if candidate.time < best.time:
                 best = candidate
+    nvls = _nvls(op, size, group, fabric)
+    if nvls is not None and nvls.time < best.time:
+        best = nvls
+    if best.fill:  # NCCL chose by its model; the call also takes the ramp its model leaves out
+        best = replace(best, time=best.time + best.fill)
     assert best is not None
     return best
+
+
+def nvls_bus_bandwidth(group: Placement, fabric: Fabric) -> float:
+    """B/s of NCCL's NVLS (NVLink SHARP) all-reduce for this group, 0 where NCCL has none: compute
+    capability 9.0 or later, NVSwitches, and more than two of the group's GPUs in each node
+    (search.cc:973, nvls.cc:154). One NVLS channel per local GPU at nccl.nvls_speed (search.cc).
+    Across nodes (NVLS_TREE, tuning.cc:183): at most the node's network cards that the group's GPUs own
+    (2 nodes; from 3 nodes on, half of them: tuning.cc's bwInter / 2)."""
+    k = group.per_node
+    if fabric.arch not in nccl.NVLS_SPEEDS_GBPS or not fabric.intra.nvswitch or k < nccl.NVLS_MIN_LOCAL_GPUS:
+        return 0.0
+    bus = k * nccl.nvls_speed(fabric.arch, k, fabric.intra_bus_bandwidth() / 1e9) * 1e9
+    if group.nodes > 1:
+        network = k * fabric.nic_bandwidth_per_gpu
+        bus = min(bus, network if group.nodes <= 2 else network / 2)
+    return bus
+
+
+def _nvls(op: Collective, size: float, group: Placement, fabric: Fabric) -> CollectiveTime | None:
+    """NCCL's NVLS all-reduce (one node) or NVLS_TREE (NVLS in each node, a tree between nodes),
+    Simple protocol only, algBw = busBw x 5/6 (tuning.cc:164-275, v2.23.4). NVLS all-gather and
+    reduce-scatter exist but NCCL's model never prefers them to the ring on a full node (their busBw
+    is kept as the algorithm bandwidth: tuning.cc:220): not modelled."""
+    if op is not Collective.ALL_REDUCE:
+        return None
+    bus = nvls_bus_bandwidth(group, fabric)
+    if bus <= 0:
+        return None
+    latency = nccl.NVLS_LATENCY_US
+    name = "nvls"
+    if group.nodes > 1:
+        latency += 2 * math.floor(math.log2(group.nodes)) * nccl.NVLS_TREE_NET_LATENCY_US
+        name = "nvls_tree"
+    algbw = bus * nccl.NVLS_BUS_TO_ALG
+    return CollectiveTime(op, size, group, latency * US + size / algbw, name, "Simple", latency * US, bus,
+                          fill=_nvls_fill(size, group, algbw))
+
+
+def _nvls_fill(size: float, group: Placement, algbw: float) -> float:
+    """Seconds NCCL's cost model leaves out of an NVLS pipeline: its ramp. The data moves through
+    channels x heads pipes (nccl.NVLS_CHANNELS x the node's GPUs) in chunks (nccl.nvls_chunk); a chunk
+    crosses the pipeline's stages one after another (src/device/all_reduce.h, RunWorkColl NVLS and
+    NVLS_TREE: in one node the switch reduces a chunk, then multicasts it; across nodes the reduced
+    chunk also goes up and comes down the tree of nodes, log2(nodes) network hops each way, before the
+    multicast), so the last chunk finishes (stages - 1) chunk-times after the bandwidth term alone says.
+    A chunk-time is a pipe's chunk at the pipe's share of the bandwidth."""
+    pipes = nccl.NVLS_CHANNELS * group.per_node
+    piece = min(nccl.nvls_chunk(size, pipes, group.nodes), size / pipes)
+    hops = 1 + 2 * math.floor(math.log2(group.nodes)) if group.nodes > 1 else 1
+    return hops * piece * pipes / algbw
 
 
 def _send(size: float, group: Placement, fabric: Fabric) -> CollectiveTime:
