@@ -169,8 +169,9 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
         intra_lat = nccl.HARDWARE_LATENCY_US[intra_hw]["ring"][protocol]
         if nodes > 1:  # tuning.cc:252-256: a step of an inter-node ring costs at least the network post overhead
             intra_lat = max(intra_lat, nccl.NET_OVERHEAD_US * (3 if protocol == "Simple" else 1))
-        # tuning.cc:236: with one rank per node every step is exposed: the tree's network latency
-        inter_lat = nccl.HARDWARE_LATENCY_US["net"]["tree" if group.per_node == 1 else "ring"][protocol]
+        # (tuning.cc:236 charges a ring with one rank per node the tree's network latency instead; not
+        # adopted: no nccl-tests table with one GPU per node to check it against; docs/nccl-tuning.md)
+        inter_lat = nccl.HARDWARE_LATENCY_US["net"]["ring"][protocol]
         latency = nccl.BASE_LATENCY_US["ring"][protocol] + (steps - inter_steps) * intra_lat + inter_steps * inter_lat
         if protocol == "Simple" and nodes > 1 and op is Collective.ALL_REDUCE:
             latency *= nccl.RING_PLATEAU[fabric.arch]
