@@ -24,13 +24,15 @@ HARDWARE_LATENCY_US = {
     "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}, "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}},
 }
 # llMaxBws[arch][nodes 1 | 2 | 4+], GB/s: the most bus bandwidth LL reaches.
-LL_MAX_BUS_GBPS = {"sm70": (39.0, 39.0, 20.4), "sm80": (87.7, 22.5, 19.0), "sm90": (141.0, 45.0, 35.0)}
+# sm100 (Blackwell): v2.30.7 tuning.cc ncclTunerConstantsDefaults, llMaxBws row 3 = 2 x Hopper's (v2.23.4 predates it)
+LL_MAX_BUS_GBPS = {"sm70": (39.0, 39.0, 20.4), "sm80": (87.7, 22.5, 19.0), "sm90": (141.0, 45.0, 35.0),
+                   "sm100": (282.0, 90.0, 70.0)}
 LL128_SHARE = 120.0 / 128.0  # tuning.cc: LL128 carries 120 of every 128 bytes (busBw * 0.92)
 LL_SHARE_ALL_REDUCE = 0.5  # tuning.cc (v2.23.4): ring LL busBw = min(llMaxBw, 0.5 x busBw)
 LL_SHARE_OTHER = 0.5
 TREE_SHARE = 0.92  # tuning.cc: tree busBw * 0.92
 LL_TREE_SHARE = 1.0 / 3.8  # tuning.cc: tree LL busBw / 3.8
-RING_PLATEAU = {"sm70": 1.9, "sm80": 1.4, "sm90": 1.4}  # ncclTopoGetAlgoTime: ring Simple latency x this across nodes
+RING_PLATEAU = {"sm70": 1.9, "sm80": 1.4, "sm90": 1.4, "sm100": 1.4}  # ncclTopoGetAlgoTime: ring Simple latency x this across nodes
 
 
 # NVLink SHARP (NVLS): the NVSwitch reduces and multicasts (H100/H200/B200, compute capability >= 9.0).
@@ -103,10 +105,12 @@ def nvls_chunk(size: float, pipes: int, nodes: int) -> int:
 
 
 def arch_of(architecture: str) -> str:
-    """NCCL's arch row for a GPU's architecture text (Volta, Ampere, Hopper, later: Hopper's row)."""
+    """NCCL's arch row for a GPU's architecture text (Volta, Ampere, Hopper, Blackwell; later: Hopper's row)."""
     text = architecture.lower()
     if "volta" in text:
         return "sm70"
     if "ampere" in text or "ada" in text:
         return "sm80"
+    if "blackwell" in text:
+        return "sm100"
     return "sm90"
