@@ -19,7 +19,13 @@ algorithm and protocol it may use and runs the cheapest:
 - protocols: LL at a quarter (all-reduce, or across nodes) or a third of the bandwidth, capped
   (llMaxBws); LL128 at 120/128; Simple at the full bandwidth with the highest latency;
 - latency: baseLat + (steps - inter-node steps) x the link's hwLat + inter-node steps x the
-  network's hwLat, per algorithm and protocol.
+  network's hwLat, per algorithm and protocol; an inter-node ring's step costs at least NCCL's network
+  post overhead, and a tree's bandwidth takes NCCL's treeCorrectionFactor for its size;
+- NVLS (NVLink SHARP, all-reduce on Hopper/Blackwell NVSwitch nodes with more than 2 GPUs of the group
+  in a node): the switch reduces and multicasts, one channel per GPU (`nvls_bus_bandwidth`), 25 us; across
+  nodes NVLS_TREE, NVLS in each node and a tree between them;
+- NCCL picks by that estimate; the NVLS pipelines then also take their ramp (`_nvls_fill`), which NCCL's
+  estimate leaves out. docs/nccl-tuning.md sec. 13 has each rule's source and the nccl-tests comparison.
 """
 
 from __future__ import annotations
