@@ -247,12 +247,15 @@ def _nvls(op: Collective, size: float, group: Placement, fabric: Fabric) -> Coll
 
 def _nvls_fill(size: float, group: Placement, algbw: float) -> float:
     """Seconds NCCL's cost model leaves out of an NVLS pipeline: its ramp. The data moves through
-    channels x heads pipes (nccl.NVLS_CHANNELS x the node's GPUs) in chunks (nccl.nvls_chunk); a chunk
-    crosses the pipeline's stages one after another (src/device/all_reduce.h, RunWorkColl NVLS and
-    NVLS_TREE: in one node the switch reduces a chunk, then multicasts it; across nodes the reduced
-    chunk also goes up and comes down the tree of nodes, log2(nodes) network hops each way, before the
-    multicast), so the last chunk finishes (stages - 1) chunk-times after the bandwidth term alone says.
-    A chunk-time is a pipe's chunk at the pipe's share of the bandwidth."""
+    channels x heads pipes (nccl.NVLS_CHANNELS x the node's GPUs) in chunks (nccl.nvls_chunk). A chunk
+    crosses, one after another, the transfers that run at the pipe's share of the bandwidth
+    (src/device/all_reduce.h, RunWorkColl NVLS and NVLS_TREE): in one node the reduction read from the
+    switch (multimem.ld_reduce) and the multicast write to it; across nodes also one network hop up and
+    one down per level of the tree of nodes (log2(nodes) levels). The copies between the user's buffers
+    and the NVLS buffers (scatter, gather warps) run at HBM speed and are not counted. The last chunk
+    finishes (transfers - 1) chunk-times after the bandwidth term alone says; a chunk-time is one
+    pipe's chunk at its share of the algorithm bandwidth. A modelling choice of parcalc's, not NCCL's:
+    docs/nccl-tuning.md sec. 13 compares it with the tables."""
     pipes = nccl.NVLS_CHANNELS * group.per_node
     piece = min(nccl.nvls_chunk(size, pipes, group.nodes), size / pipes)
     hops = 1 + 2 * math.floor(math.log2(group.nodes)) if group.nodes > 1 else 1
