@@ -38,6 +38,8 @@ TABLES = [
     ("h100x8_nvlink_all_gather.txt", {}, "all_gather", 8, 1, 10, (2**25, 2**34), 361.86),
     ("h100x8_nvlink_reduce_scatter.txt", {}, "reduce_scatter", 8, 1, 10, (2**25, 2**34), 364.76),
     ("h100x8_nvlink_sendrecv.txt", {}, "sendrecv", 8, 1, 10, (2**25, 2**34), 367.25),
+    ("h100x4_nvlink_all_reduce.txt", {}, "all_reduce", 4, 1, 10, (2**25, 2**34), 367.46),
+    ("h100x4_nvlink_all_gather.txt", {}, "all_gather", 4, 1, 10, (2**25, 2**34), 347.75),
     ("a100x16_roce_all_reduce.txt", {}, "all_reduce", 16, 2, 25, (64, 2**30), 87.18),
     ("h100x16_ib_all_reduce.txt", {}, "all_reduce", 16, 2, 31, (8, 2**33), 467.54),
     ("h100x16_roce_all_reduce.txt", {}, "all_reduce", 16, None, 5, (2**30, 2**34), 464.57),
