@@ -626,7 +626,7 @@ def load_gpu(name: str, extra_dirs: Sequence[Path | str] = ()) -> Gpu:
 # ---------------------------------------------------------------------------------------------
 # Links
 
-_LINK_KEYS = ("kind", "name", "sources", "bandwidth_per_direction", "latency", "nccl_hardware", "nccl_efficiency", "notes", "measured")
+_LINK_KEYS = ("kind", "name", "sources", "bandwidth_per_direction", "latency", "nccl_hardware", "nccl_efficiency", "notes", "measured", "nvswitch")
 _NCCL_HARDWARE = ("nvlink", "pci", "net")
 
 
@@ -644,6 +644,7 @@ def link_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Link:
         nccl_hardware=_one_of(doc, "nccl_hardware", _NCCL_HARDWARE, "net"),
         nccl_efficiency=_share(doc, "nccl_efficiency", sources),
         measured=_measured_collective(doc, sources) if "measured" in doc.data else None,
+        nvswitch=doc.flag("nvswitch", False),
     )
 
 

@@ -70,6 +70,10 @@ def test_known_gaps_are_predicted_too_fast(case: Case) -> None:
 # parcalc prefers TP 4 x PP 16 to the published TP 8 x PP 16 by 12 %, against Narayanan et al. 2021
 # Fig. 13 (TP up to the node size is best): an open question of the model (docs/step-time.md).
 RANKED = [case for case in CASES if case.key.startswith(("mpt-70b-64x", "mpt-13b-", "mpt-1b-", "mpt-7b-"))]
+# Multi-node plain FSDP (#18): TorchTitan Llama 3 8B on 64 A100 (8 nodes) ranks first of 21 although its step
+# is predicted 22 % too fast (a known gap of compute, not of the network): every FSDP layout above, on 64 to
+# 128 GPUs of A100 and H100, is a multi-node FSDP run; measured before and after NVLS / NVLS_TREE.
+RANKED += [case for case in KNOWN_GAPS if case.key == "torchtitan-llama3-8b-64xa100"]
 
 
 @pytest.mark.parametrize("case", RANKED, ids=[case.key for case in RANKED])

@@ -76,6 +76,9 @@ class Link:
     # `parcalc calibrate nccl`'s table. Not part of equality or the hash: no model reads it, and
     # links are keys of the collective-time cache, which should not hash a whole table per call.
     measured: MeasuredCollective | None = field(default=None, compare=False)
+    # every GPU reaches the others through NVSwitches (DGX/HGX): NCCL's NVLS (NVLink SHARP) needs it
+    # with compute capability 9.0 or later (src/graph/search.cc:973)
+    nvswitch: bool = False
 
 
 @frozen

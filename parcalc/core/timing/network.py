@@ -19,13 +19,19 @@ algorithm and protocol it may use and runs the cheapest:
 - protocols: LL at a quarter (all-reduce, or across nodes) or a third of the bandwidth, capped
   (llMaxBws); LL128 at 120/128; Simple at the full bandwidth with the highest latency;
 - latency: baseLat + (steps - inter-node steps) x the link's hwLat + inter-node steps x the
-  network's hwLat, per algorithm and protocol.
+  network's hwLat, per algorithm and protocol; an inter-node ring's step costs at least NCCL's network
+  post overhead, and a tree's bandwidth takes NCCL's treeCorrectionFactor for its size;
+- NVLS (NVLink SHARP, all-reduce on Hopper/Blackwell NVSwitch nodes with more than 2 GPUs of the group
+  in a node): the switch reduces and multicasts, one channel per GPU (`nvls_bus_bandwidth`), 25 us; across
+  nodes NVLS_TREE, NVLS in each node and a tree between them;
+- NCCL picks by that estimate; the NVLS pipelines then also take their ramp (`_nvls_fill`), which NCCL's
+  estimate leaves out. docs/nccl-tuning.md sec. 13 has each rule's source and the nccl-tests comparison.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from parcalc.core.choices import Collective
@@ -109,6 +115,7 @@ class CollectiveTime:
     protocol: str
     latency: float
     bus_bandwidth: float  # B/s the chosen algorithm moves bus bytes at
+    fill: float = 0.0  # seconds of pipeline ramp NCCL's own model leaves out (in `time`, not in its choice)
 
     @property
     def algbw(self) -> float:
@@ -123,7 +130,7 @@ class CollectiveTime:
 def _steps(op: Collective, n: int, nodes: int) -> tuple[int, int]:
     """(ring steps, of which across nodes): tuning.cc's nsteps and nInterSteps."""
     if op is Collective.ALL_REDUCE:
-        return 2 * (n - 1), (2 * nodes if nodes > 1 else 0)
+        return 2 * (n - 1), (2 * (nodes - 1) if nodes > 1 else 0)  # tuning.cc:257 (v2.23.4; 2 N in v2.21)
     if op in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
         return n - 1, nodes - 1
     return n, nodes
@@ -174,8 +181,13 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
             bw = ring_bw * nccl.LL128_SHARE
         else:
             bw = ring_bw
-        latency = nccl.BASE_LATENCY_US["ring"][protocol] + (steps - inter_steps) * nccl.HARDWARE_LATENCY_US[intra_hw]["ring"][protocol]
-        latency += inter_steps * nccl.HARDWARE_LATENCY_US["net"]["ring"][protocol]
+        intra_lat = nccl.HARDWARE_LATENCY_US[intra_hw]["ring"][protocol]
+        if nodes > 1:  # tuning.cc:252-256: a step of an inter-node ring costs at least the network post overhead
+            intra_lat = max(intra_lat, nccl.NET_OVERHEAD_US * (3 if protocol == "Simple" else 1))
+        # (tuning.cc:236 charges a ring with one rank per node the tree's network latency instead; not
+        # adopted: no nccl-tests table with one GPU per node to check it against; docs/nccl-tuning.md)
+        inter_lat = nccl.HARDWARE_LATENCY_US["net"]["ring"][protocol]
+        latency = nccl.BASE_LATENCY_US["ring"][protocol] + (steps - inter_steps) * intra_lat + inter_steps * inter_lat
         if protocol == "Simple" and nodes > 1 and op is Collective.ALL_REDUCE:
             latency *= nccl.RING_PLATEAU[fabric.arch]
         candidate = CollectiveTime(op, size, group, latency * US + bus_bytes / bw, "ring", protocol, latency * US, bw)
@@ -188,15 +200,75 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
                 tree_bw = min(ll_cap, tree_bw * nccl.LL_TREE_SHARE)
             elif protocol == "LL128":
                 tree_bw = tree_bw * nccl.LL128_SHARE
+            tree_bw *= nccl.tree_correction(protocol, size)  # tuning.cc:458
             k = group.per_node
+            tree_inter = nccl.HARDWARE_LATENCY_US["net"]["tree"][protocol]
             lat = nccl.BASE_LATENCY_US["tree"][protocol] + 2 * ((k - 1) * nccl.HARDWARE_LATENCY_US[intra_hw]["tree"][protocol]
-                                                                + math.log2(nodes) * nccl.HARDWARE_LATENCY_US["net"]["tree"][protocol])  # fmt: skip
+                                                                + math.floor(math.log2(nodes)) * tree_inter)  # fmt: skip
             # a tree moves the whole buffer up and down: algbw = busBw / 2 (tuning.cc ratio .5)
             candidate = CollectiveTime(op, size, group, lat * US + 2 * size / tree_bw, "tree", protocol, lat * US, tree_bw)
             if candidate.time < best.time:
                 best = candidate
+    nvls = _nvls(op, size, group, fabric)
+    if nvls is not None and nvls.time < best.time:
+        best = nvls
+    if best.fill:  # NCCL chose by its model; the call also takes the ramp its model leaves out
+        best = replace(best, time=best.time + best.fill)
     assert best is not None
     return best
+
+
+def nvls_bus_bandwidth(group: Placement, fabric: Fabric) -> float:
+    """B/s of NCCL's NVLS (NVLink SHARP) all-reduce for this group, 0 where NCCL has none: compute
+    capability 9.0 or later, NVSwitches, and more than two of the group's GPUs in each node
+    (search.cc:973, nvls.cc:154). One NVLS channel per local GPU at nccl.nvls_speed (search.cc).
+    Across nodes (NVLS_TREE, tuning.cc:183): at most the node's network cards that the group's GPUs own
+    (2 nodes; from 3 nodes on, half of them: tuning.cc's bwInter / 2)."""
+    k = group.per_node
+    if fabric.arch not in nccl.NVLS_SPEEDS_GBPS or not fabric.intra.nvswitch or k < nccl.NVLS_MIN_LOCAL_GPUS:
+        return 0.0
+    bus = k * nccl.nvls_speed(fabric.arch, k, fabric.intra_bus_bandwidth() / 1e9) * 1e9
+    if group.nodes > 1:
+        network = k * fabric.nic_bandwidth_per_gpu
+        bus = min(bus, network if group.nodes <= 2 else network / 2)
+    return bus
+
+
+def _nvls(op: Collective, size: float, group: Placement, fabric: Fabric) -> CollectiveTime | None:
+    """NCCL's NVLS all-reduce (one node) or NVLS_TREE (NVLS in each node, a tree between nodes),
+    Simple protocol only, algBw = busBw x 5/6 (tuning.cc:164-275, v2.23.4). NVLS all-gather and
+    reduce-scatter exist but NCCL's model never prefers them to the ring on a full node (their busBw
+    is kept as the algorithm bandwidth: tuning.cc:220): not modelled."""
+    if op is not Collective.ALL_REDUCE:
+        return None
+    bus = nvls_bus_bandwidth(group, fabric)
+    if bus <= 0:
+        return None
+    latency = nccl.NVLS_LATENCY_US
+    name = "nvls"
+    if group.nodes > 1:
+        latency += 2 * math.floor(math.log2(group.nodes)) * nccl.NVLS_TREE_NET_LATENCY_US
+        name = "nvls_tree"
+    algbw = bus * nccl.NVLS_BUS_TO_ALG
+    return CollectiveTime(op, size, group, latency * US + size / algbw, name, "Simple", latency * US, bus,
+                          fill=_nvls_fill(size, group, algbw))
+
+
+def _nvls_fill(size: float, group: Placement, algbw: float) -> float:
+    """Seconds NCCL's cost model leaves out of an NVLS pipeline: its ramp. The data moves through
+    channels x heads pipes (nccl.NVLS_CHANNELS x the node's GPUs) in chunks (nccl.nvls_chunk). A chunk
+    crosses, one after another, the transfers that run at the pipe's share of the bandwidth
+    (src/device/all_reduce.h, RunWorkColl NVLS and NVLS_TREE): in one node the reduction read from the
+    switch (multimem.ld_reduce) and the multicast write to it; across nodes also one network hop up and
+    one down per level of the tree of nodes (log2(nodes) levels). The copies between the user's buffers
+    and the NVLS buffers (scatter, gather warps) run at HBM speed and are not counted. The last chunk
+    finishes (transfers - 1) chunk-times after the bandwidth term alone says; a chunk-time is one
+    pipe's chunk at its share of the algorithm bandwidth. A modelling choice of parcalc's, not NCCL's:
+    docs/nccl-tuning.md sec. 13 compares it with the tables."""
+    pipes = nccl.NVLS_CHANNELS * group.per_node
+    piece = min(nccl.nvls_chunk(size, pipes, group.nodes), size / pipes)
+    hops = 1 + 2 * math.floor(math.log2(group.nodes)) if group.nodes > 1 else 1
+    return hops * piece * pipes / algbw
 
 
 def _send(size: float, group: Placement, fabric: Fabric) -> CollectiveTime:
