@@ -200,3 +200,53 @@ def test_json_output_is_raw_numbers(runner) -> None:
     doc = json.loads(result.stdout)
     for row in doc["tables"]["collectives"]["rows"]:
         assert isinstance(row["payload"], int) and isinstance(row["time"], float)
+
+
+# ---------------------------------------------------------------------------------------------
+# --collective on hardware: NCCL's own choice (issue #18 item 3)
+
+
+def test_collective_on_a_gpu_prints_what_nccl_tests_would_measure(run_json) -> None:  # type: ignore[no-untyped-def]
+    """1 GiB all-reduce over 16 H100s (2 DGX H100 nodes): the time is collective_time's, the function
+    fit's step model calls (NVLS_TREE, Simple); busbw = algbw x 2(n-1)/n. Held against the committed
+    nccl-tests table tests/fixtures/nccl/h100x16_ib_all_reduce.txt, row 1073741824: 4511.97 us."""
+    from parcalc.core.choices import Collective
+    from parcalc.core.timing.network import Fabric, collective_time, placement
+    from parcalc.presets import load_link
+
+    doc = run_json("comm-volume", "--collective", "all-reduce", "--size", "1GiB", "--workers", "16", "--gpu", "h100-sxm5")
+    fabric = Fabric(8, load_link("nvlink4", ()), load_link("ib-ndr", ()), 8, "sm90", "nvlink")
+    call = collective_time(Collective.ALL_REDUCE, 2**30, placement(16, 1, 8), fabric)
+    results = doc["results"]
+    assert results["time"]["value"] == pytest.approx(call.time, rel=1e-12)
+    assert doc["settings"]["algorithm"] == call.algorithm == "nvls_tree" and doc["settings"]["protocol"] == "Simple"
+    assert results["algbw"]["value"] == pytest.approx(2**30 / call.time, rel=1e-12)
+    assert results["busbw"]["value"] == pytest.approx(2**30 / call.time * 2 * 15 / 16, rel=1e-12)
+    assert 1 / 1.5 < results["time"]["value"] / 4511.97e-6 < 1.5
+    # the textbook counts stay; its alpha-beta time under its own key, on the GPU's own NVLink (450 GB/s)
+    assert results["sent_per_worker"]["value"] == pytest.approx(2 * 15 * 2**30 / 16)
+    ab = results["time_alpha_beta"]
+    assert ab["value"] == pytest.approx(2 * 15 * (3.4e-6 + 2**30 / (16 * 450e9)), rel=1e-9)
+
+
+def test_collective_small_message_uses_a_low_latency_protocol(run_json) -> None:  # type: ignore[no-untyped-def]
+    """1 KiB over 8 A100s in one node: NCCL's LL protocol, about 15 us (nccl-tests on DGX A100 measure
+    13-25 us for such sizes, issue #18), not the Simple protocol's tens of microseconds."""
+    doc = run_json("comm-volume", "--collective", "all-reduce", "--size", "1KiB", "--workers", "8", "--gpu", "a100-sxm4-80gb")
+    assert doc["settings"]["protocol"] == "LL"
+    assert 10e-6 < doc["results"]["time"]["value"] < 25e-6
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--gpu", "h100-sxm5", "--algorithm", "ring"], "--algorithm: describes the textbook", id="algorithm"),
+        pytest.param(["--gpu", "h100-sxm5", "--compare"], "--compare: describes the textbook", id="compare"),
+        pytest.param(["--gpu", "h100-sxm5", "--bandwidth", "10GB/s"], "--bandwidth / --latency", id="bandwidth"),
+        pytest.param(["--gpu", "nope"], "unknown gpu 'nope'", id="unknown-gpu"),
+        pytest.param(["--gpus-per-node", "0"], "--gpus-per-node", id="zero-per-node"),
+        pytest.param(["--gpus-per-node", "100000"], "--gpus-per-node: 100,000 GPUs per node", id="huge-per-node"),
+    ],
+)
+def test_collective_on_hardware_bad_input(run_error, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+    assert message in run_error(["comm-volume", "--collective", "all-reduce", "--size", "1GB", "--workers", "16", *args])

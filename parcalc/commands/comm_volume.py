@@ -52,6 +52,7 @@ Examples:
   parcalc comm-volume --collective all-reduce --size 1GB --workers 8 --link nvlink3 --compare
   parcalc comm-volume --collective all-reduce --elements 25M --dtype fp32 --workers 4 --bandwidth 25GB/s --latency 5us
   parcalc comm-volume --collective all-gather --size 512MiB --workers 16 --link ib-ndr
+  parcalc comm-volume --collective all-reduce --size 1GiB --workers 16 --gpu h100-sxm5
   parcalc comm-volume --strategy all --model homework-7b --batch 128 --seq-len 4096 --dtype fp16 --gpus 8
   parcalc comm-volume --strategy fsdp --model homework-7b --batch 128 --dtype fp16 --gpus 8
   parcalc comm-volume --strategy fsdp --model llama3-70b --batch 64 --seq-len 4096 --gpus 64 --shard-group 8
@@ -109,7 +110,8 @@ def comm_volume(
     last_stage_layers: LastStageLayersOption = None,
     embedding_in_split: EmbeddingInSplitOption = False,
     loss_in_split: LossInSplitOption = False,
-    gpus_per_node: Annotated[_Text, typer.Option(metavar="N", help="GPUs per node: groups wider than a node use --inter-node-link.")] = None,
+    gpu: Annotated[_Text, typer.Option(metavar="NAME", help="--collective: the GPU preset whose node (NVLink, NICs, network) NCCL's model times the call on.")] = None,
+    gpus_per_node: Annotated[_Text, typer.Option(metavar="N", help="GPUs per node: groups wider than a node use --inter-node-link (--collective: NCCL's model).")] = None,
     link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset within a node (default {DEFAULT_LINK}).")] = None,
     inter_node_link: Annotated[_Text, typer.Option(metavar="NAME", help=f"Link preset between nodes (default {DEFAULT_INTER_NODE_LINK}).")] = None,
     bandwidth: Annotated[_Text, typer.Option(metavar="B/s", help="Bandwidth per direction instead of --link, e.g. 25GB/s or 200Gb/s.")] = None,
@@ -136,15 +138,16 @@ def comm_volume(
     dirs = preset_dirs(presets)
     _check_mode_flags(args, collective is not None)
     if collective is not None:
-        result = _collective_result(collective, algorithm, size, elements, dtype, workers, compare, link, bandwidth, latency, dirs)
+        result = _collective_result(collective, algorithm, size, elements, dtype, workers, compare, link, bandwidth, latency, dirs,
+                                    (gpu, gpus_per_node, inter_node_link))  # fmt: skip
     else:
         result = _strategy_result(args, dirs)
     finish(result, fmt, output)
 
 
-_COLLECTIVE_ONLY = ("size", "elements", "workers")
+_COLLECTIVE_ONLY = ("size", "elements", "workers", "gpu")
 _STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "tied", "batch", "micro_batch", "seq_len", "grad_dtype",
-                  "gpus", "tp", "pp", "dp", "cp", "chunks", "gpus_per_node", "inter_node_link", "bucket_size", "first_stage_layers",
+                  "gpus", "tp", "pp", "dp", "cp", "chunks", "bucket_size", "first_stage_layers",
                   "last_stage_layers", "ep", "etp", "moe_imbalance", "shard_group")  # fmt: skip
 
 
@@ -170,7 +173,7 @@ def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
 
 def _collective_result(collective: Collective, algorithm: Algorithm | None, size: str | None, elements: str | None,
                        dtype: str, workers: str | None, compare: bool, link: str | None, bandwidth: str | None,
-                       latency: str | None, dirs: tuple) -> "Result":  # fmt: skip
+                       latency: str | None, dirs: tuple, hardware: tuple[str | None, str | None, str | None] = (None, None, None)) -> "Result":  # fmt: skip
     from parcalc.core import collectives as co
     from parcalc.core.dtypes import bytes_per_element, canonical_dtype
     from parcalc.derivation import Column, Result, Table
@@ -196,6 +199,11 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
         count = 2
     else:
         count = parse_count(workers, "--workers")
+    if hardware[0] is not None and link is None and bandwidth is None and latency is None:  # --gpu: its node's link, textbook too
+        from parcalc.presets import load_gpu
+
+        node = load_gpu(hardware[0], dirs).node
+        link = node.intra_link if node is not None else None
     chosen = _intra_link(link, bandwidth, latency, dirs)
     beta, alpha = chosen.bandwidth_per_direction.value, chosen.latency.value
     m_term = co.size_term(message, items, item_bytes, dtype_key)
@@ -215,6 +223,12 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
             (r.algorithm.value, r.cost.steps, r.cost.sent, r.cost.received, r.cost.total, r.slide_formula, r.slide_total,
              r.slide_time, r.time, r.busbw) for r in rows)),)  # fmt: skip
     inputs = (m_term, *(t for t in derivations[4].inputs if t.key in ("n", "alpha", "beta")))
+    if any(x is not None for x in hardware):
+        if algorithm is not None or compare or bandwidth is not None or latency is not None:
+            flag = "--algorithm" if algorithm is not None else "--compare" if compare else "--bandwidth / --latency"
+            raise InputError(f"{flag}: describes the textbook alpha-beta model; --gpu / --gpus-per-node / --inter-node-link ask for "
+                             "NCCL's own choice of algorithm and protocol on that hardware (give one or the other)")  # fmt: skip
+        return _nccl_result(op, message, m_term, count, hardware, link, derivations, dirs)
     return Result(
         command="comm-volume",
         title=f"{algo.value} {op.value}: M = {message:,.0f} B over {count} workers on {chosen.name}",
@@ -229,6 +243,58 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
                      *((LATENCY_NOT_GIVEN,) if chosen.latency.source == LATENCY_NOT_GIVEN else ())),
         settings=(("collective", op.value), ("algorithm", algo.value), ("link", chosen.key)),
     )
+
+
+def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardware: tuple[str | None, str | None, str | None],
+                 link: str | None, textbook: list, dirs: tuple) -> "Result":  # fmt: skip
+    """--collective on hardware (--gpu, --gpus-per-node or --inter-node-link): the time NCCL's own
+    choice takes (parcalc.core.timing.nccl_call, the function fit's step model calls for every
+    collective), nccl-tests' algbw and busbw; the textbook counts stay, its alpha-beta time is kept
+    as time_alpha_beta."""
+    from dataclasses import replace
+
+    from parcalc.commands.common import MAX_GPUS_PER_NODE, check_at_most
+    from parcalc.core.timing import nccl
+    from parcalc.core.timing.nccl_call import nccl_call_derivations
+    from parcalc.core.timing.network import Fabric, placement
+    from parcalc.derivation import Result
+    from parcalc.presets import load_gpu, load_link
+    from parcalc.units import parse_count
+
+    gpu_name, per_node_text, inter_name = hardware
+    gpu = load_gpu(gpu_name, dirs) if gpu_name is not None else None
+    node = gpu.node if gpu is not None else None
+    intra = load_link(link or (node.intra_link if node else DEFAULT_LINK), dirs)
+    inter = load_link(inter_name or (node.inter_link if node else DEFAULT_INTER_NODE_LINK), dirs)
+    per_node = parse_count(per_node_text, "--gpus-per-node") if per_node_text is not None else (node.gpus if node else 8)
+    check_at_most(per_node, MAX_GPUS_PER_NODE, "--gpus-per-node", "GPUs per node")
+    nics = node.nics if node is not None and per_node == node.gpus else per_node  # one NIC per GPU unless the preset's node says
+    arch = nccl.arch_of(gpu.architecture) if gpu is not None else "sm80"
+    fabric = Fabric(per_node, intra, inter, nics, arch, intra.nccl_hardware or "nvlink")
+    group = placement(count, 1, per_node)
+    (time, algbw, busbw), call = nccl_call_derivations(op, m_term, group, fabric)
+    renamed = tuple(replace(d, key=f"{d.key}_alpha_beta", label=d.label.replace("(nccl-tests", "(alpha-beta, nccl-tests"))
+                    if d.key in ("time", "algbw", "busbw") else d for d in textbook)  # fmt: skip
+    where = f"{group.nodes} node{'s' if group.nodes > 1 else ''} of {per_node} GPUs" + (f" ({gpu.name})" if gpu is not None else "")
+    network = f"{intra.name} inside a node" + (f", {nics} x {inter.name} per node" if group.nodes > 1 else "")
+    return Result(
+        command="comm-volume",
+        title=f"{op.value}: M = {message:,.0f} B over {count} ranks on {where}, as NCCL runs it",
+        inputs=(m_term, *time.inputs),
+        derivations=(time, algbw, busbw, *renamed),
+        verdicts=(f"NCCL would run {call.algorithm} with {call.protocol}: {_seconds(call.time)}, algbw "
+                  f"{call.algbw / 1e9:.4g} GB/s, busbw {call.busbw / 1e9:.4g} GB/s (nccl-tests' conventions)",
+                  f"the textbook {textbook[4].label.lower()}: {_seconds(textbook[4].value)}"),  # fmt: skip
+        assumptions=(f"links: {network}; ranks consecutive on the nodes (nccl-tests' one process per GPU)",
+                     *(("NCCL arch row sm80 (give --gpu for the GPU's own)",) if gpu is None else ()),
+                     "nccl-tests convention: M is the whole array (all-gather: the output; reduce-scatter: the input)"),
+        settings=(("collective", op.value), ("algorithm", call.algorithm), ("protocol", call.protocol), ("link", intra.key),
+                  ("inter_node_link", inter.key), ("gpus_per_node", per_node), *((("gpu", gpu.key),) if gpu is not None else ())),
+    )  # fmt: skip
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e6:.4g} us" if value < 1e-3 else f"{value * 1e3:.4g} ms" if value < 1 else f"{value:.4g} s"
 
 
 # --bandwidth alone describes a link by its bandwidth: the alpha-beta time keeps only the beta term.
