@@ -44,7 +44,7 @@ _CHOICES = {
     "figure": ("roofline", "timeline", "none"),
 }
 # Commands a worksheet may run; `report` itself and `presets` are not calculations.
-CALCULATION_COMMANDS = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit", "analyze")
+CALCULATION_COMMANDS = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit", "analyze", "scaling")
 
 
 class WorksheetError(PresetError):
