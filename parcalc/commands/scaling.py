@@ -249,7 +249,7 @@ def curve_result(curve: Curve, shape: Any, training: Any, cluster: Any, settings
         "the efficiency lost (E = c_ref / c(N), c = N t_step / B)",
     ) + _assumptions(shape, training, cluster)  # fmt: skip
     return Result(command="scaling", title=title, inputs=tuple(inputs), derivations=curve.summary,
-                  tables=(points_table(curve), terms_table(curve), *((skipped_table(curve),) if any(p.estimate is None for p in curve.points) else ())),
+                  tables=(points_table(curve), *((terms_table(curve),) if curve.timed() else ()), *((skipped_table(curve),) if any(p.estimate is None for p in curve.points) else ())),
                   verdicts=tuple(verdicts(curve)),
                   assumptions=assumptions, settings=tuple(settings))  # fmt: skip
 
@@ -340,7 +340,9 @@ def verdicts(curve: Curve) -> list[str]:
         out.append(f"reference N = {ref.gpus}: the smallest count that runs and fits (N = {skipped.gpus}: {skipped.note})")
     knee = curve.knee()
     assert last.speedup is not None and last.efficiency is not None
-    if knee is None:
+    if len(timed) == 1:
+        out.append(f"only N = {ref.gpus} runs: no curve to bend")
+    elif knee is None:
         out.append(f"no knee: efficiency stays at or above {curve.threshold:.0%} up to N = {last.gpus} "
                    f"(speedup {last.speedup.value:.3g}x, efficiency {last.efficiency.value:.1%})")  # fmt: skip
     else:
