@@ -144,7 +144,8 @@ def scaling(
     finally:
         progress.close()
     settings = [("model", shape.key), ("gpu", cluster.gpu_name), ("mode", mode.value), ("strategy", _strategy_name(rule)),
-                ("precision", precision.value), ("framework", profile.key), ("flash_attention", str(flash_attention).lower())]  # fmt: skip
+                ("precision", precision.value), ("framework", profile.key), ("flash_attention", str(flash_attention).lower()),
+                ("knee", f"{threshold:g}")]  # fmt: skip
     if ideal_network:
         settings.append(("network", "ideal"))
     result = curve_result(curve, shape, replace(training, global_batch=per), cluster, settings)
