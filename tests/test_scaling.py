@@ -259,7 +259,7 @@ def test_cli_reads_at_80_columns() -> None:
     (["--gpus", "1,2", "--knee", "abc"], "--knee"), (["--gpus", "1,2", "--strategy", "foo"], "--strategy"),
     (["--gpus", "1,2", "--tp", "2", "--best"], "one way"), (["--gpus", "1,2", "--zero", "1"], "--zero"),
     (["--gpus", "1,2", "--batch", "0"], "--batch"), (["--gpus", "1,2", "--batch", "-3"], "--batch"),
-    (["--gpus", "1,2", "--sequence-parallel"], "--sequence-parallel"), (["--gpus", "1,2", "--tp", "2", "--zero", "7"], "--zero"),
+    (["--gpus", "1,2", "--sequence-parallel"], "--sequence-parallel"), (["--gpus", "1,2", "--batch", "1e9", "--best"], "--batch: "), (["--gpus", "1,2", "--tp", "2", "--zero", "7"], "--zero"),
 ])  # fmt: skip
 def test_cli_hostile_values(run_error, args: list[str], message: str) -> None:
     assert message in run_error([*GPT2, *args])

@@ -132,7 +132,11 @@ def scaling(
     rule = _rule(strategy, tp, pp, zero, best, micro_batch, recompute, sequence_parallel)
     search = None
     if best:
+        from parcalc.commands.common import MAX_SEARCH_BATCH, check_at_most
         from parcalc.core.fit_search import SearchSpace
+        from parcalc.core.scaling import batch_at
+
+        check_at_most(batch_at(mode, per, max(counts)), MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
 
         space = SearchSpace(zero_stages=profile.zero_stages, sequence_parallel=(True, False) if not sequence_parallel else (True,),
                             micro_batches=(rule.micro_batch,) if micro_batch is not None else None,
