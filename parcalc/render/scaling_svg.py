@@ -22,12 +22,13 @@ GAP = 60.0
 FONT = 'font-family="Helvetica, Arial, sans-serif"'
 BLUE = "#1f5fa8"
 ORANGE = "#e07b00"
+TITLE_CHAR = 8.6  # px per character of the 14 px bold title (Helvetica's widest average), so that it is never cut
 
 
 def scaling_svg(table: Table, title: str, threshold: float) -> str:
     """The points table of `parcalc scaling` (columns gpus, speedup, efficiency) as an SVG document."""
     records = [r for r in table.records() if r.get("speedup") is not None]
-    width, height = WIDTH, TOP + 2 * PANEL + GAP + 60
+    width, height = max(WIDTH, LEFT + TITLE_CHAR * len(title) + RIGHT), TOP + 2 * PANEL + GAP + 60  # the title on one line
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}">',
@@ -43,6 +44,8 @@ def scaling_svg(table: Table, title: str, threshold: float) -> str:
     lo, hi = math.log2(min(ns)), math.log2(max(ns))
     if hi - lo < 1e-9:
         lo, hi = lo - 1, hi + 1
+    pad = 0.04 * (hi - lo)  # the first and last points off the frame
+    lo, hi = lo - pad, hi + pad
     plot_w = width - LEFT - RIGHT
 
     def x(n: float) -> float:
