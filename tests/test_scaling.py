@@ -274,3 +274,13 @@ def test_cli_nothing_runs_still_answers(run_json) -> None:
     doc = run_json(*GPT2, "--gpus", "1,2", "--tp", "8", "--pp", "8")
     assert doc["results"] == {}
     assert doc["verdicts"][0].startswith("the strategy runs at none of the GPU counts")
+
+
+def test_cli_terms_table_adds_up_to_the_step(run_json) -> None:
+    # The terms table is each term of the step in GPU-seconds per sequence (N t_k / B): they add up to N t_step / B.
+    doc = run_json(*GPT2, "--gpus", "1,2,4,8", "--batch", "8", "--strategy", "pp")
+    steps = {r["gpus"]: r["t_step"] for r in doc["tables"]["scaling"]["rows"]}
+    for row in doc["tables"]["terms"]["rows"]:
+        terms = sum(v for k, v in row.items() if k.startswith("t_"))
+        assert terms == pytest.approx(row["gpus"] * steps[row["gpus"]] / 8, rel=1e-12)
+    assert {"t_compute", "t_bubble", "t_pp", "t_optimizer"} <= set(doc["tables"]["terms"]["rows"][-1])

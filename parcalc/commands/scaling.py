@@ -306,9 +306,11 @@ def skipped_table(curve: Curve) -> Any:
     return Table("skipped", "GPU counts without a step time", columns, rows)
 
 
-TERM_COLUMNS = (("compute", "compute"), ("recomputation", "recomp."), ("TP communication", "TP comm"), ("CP exchanges", "CP comm"),
-                ("MoE all-to-alls", "EP a2a"), ("bubble", "bubble"), ("PP sends", "PP sends"), ("exposed DP sync", "DP exp."),
-                ("optimizer", "optim."), ("offload", "offload"))  # fmt: skip
+# (name in parcalc.core.speedup.step_terms, JSON/CSV key as fit --search names the term, heading)
+TERM_COLUMNS = (("compute", "t_compute", "compute"), ("recomputation", "t_recompute", "recomp."),
+                ("TP communication", "t_tp", "TP comm"), ("CP exchanges", "t_cp", "CP comm"), ("MoE all-to-alls", "t_ep", "EP a2a"),
+                ("bubble", "t_bubble", "bubble"), ("PP sends", "t_pp", "PP sends"), ("exposed DP sync", "t_dp", "DP exp."),
+                ("optimizer", "t_optimizer", "optim."), ("offload", "t_offload", "offload"))  # fmt: skip
 
 
 def terms_table(curve: Curve) -> Any:
@@ -318,15 +320,11 @@ def terms_table(curve: Curve) -> Any:
 
     timed = curve.timed()
     per_point = [(p, step_terms(p.estimate)) for p in timed]  # type: ignore[arg-type]
-    present = [(k, label) for k, label in TERM_COLUMNS if any(terms[k] > 0 for _, terms in per_point)]
-    columns = (Column("gpus", "N"), *(Column(_key(k), label, "s") for k, label in present), Column("efficiency", "eff.", "fraction"))
-    rows = tuple((p.gpus, *(terms[k] * p.gpus / p.global_batch for k, _ in present), p.efficiency.value)  # type: ignore[union-attr]
+    present = [(k, key, label) for k, key, label in TERM_COLUMNS if any(terms[k] > 0 for _, terms in per_point)]
+    columns = (Column("gpus", "N"), *(Column(key, label, "s") for _, key, label in present), Column("efficiency", "eff.", "fraction"))
+    rows = tuple((p.gpus, *(terms[k] * p.gpus / p.global_batch for k, _, _ in present), p.efficiency.value)  # type: ignore[union-attr]
                  for p, terms in per_point)  # fmt: skip
     return Table("terms", "The step's terms in GPU-seconds per sequence (N t / B): flat is perfect scaling", columns, rows)
-
-
-def _key(name: str) -> str:
-    return "t_" + name.lower().replace(" ", "_").replace("-", "_").replace("/", "_")
 
 
 def verdicts(curve: Curve) -> list[str]:
