@@ -7,9 +7,7 @@ CSV, SVG and 80 columns."""
 from __future__ import annotations
 
 import io
-import json
 import xml.etree.ElementTree as ET
-from dataclasses import replace
 from pathlib import Path
 
 import pytest

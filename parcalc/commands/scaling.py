@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import FormatOption, PresetsOption, finish, preset_dirs, start
 from parcalc.commands.model_options import (
     FfnOption,
     HeadsOption,
