@@ -17,7 +17,7 @@ Schema (unknown keys are errors naming the file, the question and the key):
         method: ...                 # one sentence on how it is answered (optional)
         convention: payload | per-device | both     # which traffic convention it asks for
         units: si | iec | both      # GB or GiB in the answer summary (default both)
-        figure: roofline | timeline | none
+        figure: roofline | timeline | scaling | none
         calculations:
           - command: peak-flops     # any parcalc calculation command
             inputs: {clock: 1.41GHz, sms: 108, fma-per-clock: 512, dtype: tf32}
@@ -41,10 +41,10 @@ _CALCULATION_KEYS = ("command", "inputs", "answers", "label")
 _CHOICES = {
     "convention": ("payload", "per-device", "both"),
     "units": ("si", "iec", "both"),
-    "figure": ("roofline", "timeline", "none"),
+    "figure": ("roofline", "timeline", "scaling", "none"),
 }
 # Commands a worksheet may run; `report` itself and `presets` are not calculations.
-CALCULATION_COMMANDS = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit", "analyze")
+CALCULATION_COMMANDS = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit", "analyze", "scaling")
 
 
 class WorksheetError(PresetError):

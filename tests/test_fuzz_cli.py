@@ -48,6 +48,8 @@ BASES: dict[str, list[list[str]]] = {
     "flops": [[*MODEL, "--batch", "8"], [*MODEL, "--batch", "8", "--step-time", "2s", "--gpus", "8", *GPU]],
     "fit": [[*MODEL, *GPU, "--gpus", "8"], [*MODEL, *GPU, "--gpus", "8", "--search", "--top", "3"],
             [*MODEL, *GPU, "--gpus", "8", "--tp", "2", "--pp", "2", "--dp", "2"]],
+    "scaling": [[*MODEL, *GPU, "--gpus", "1,2,4,8", "--seq-len", "2048", "--batch", "8"],
+                [*MODEL, *GPU, "--gpus", "1,2,4,...,16", "--seq-len", "2048", "--weak", "--tp", "2"]],
     "analyze": [[SEED002, "--time-is", "epoch"], [SEED002, "--time-is", "epoch", "--message-size", "178MB", "--link", "pcie4-x16"]],
 }  # fmt: skip
 SKIPPED_OPTIONS = {"--output", "--presets", "--template", "--help"}

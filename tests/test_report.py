@@ -96,7 +96,65 @@ def test_question1_json_answers(runner) -> None:
     assert len(questions["1.2"]["results"]) == 3
 
 
-@pytest.mark.parametrize("worksheet", ["question1", "question2"])
+def seed000_answers(runner) -> dict[str, list[dict]]:
+    result = runner.invoke(app, ["report", "seed000", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return {q["id"]: q["answers"] for q in json.loads(result.stdout)["questions"]}
+
+
+def test_seed000_answers(runner) -> None:
+    # Seed 000 on the assumed setup (presets/models/seed000-lab.yaml: 8 layers of D = 4096, 32 heads, 4D MLP,
+    # no embeddings; 2 x A100 80GB, B = 8 of 2,048 tokens, b = 1, mixed bf16 + AdamW with fp32 gradients).
+    answers = seed000_answers(runner)
+    by_key = {q: {a["key"]: a for a in reversed(rows)} for q, rows in answers.items()}  # the first of a key
+    # (a): the fastest and the slowest strategy, each a speedup over the single GPU (S = t_1 / t_N)
+    assert by_key["(a)"]["best_strategy"]["label"] == "Fastest strategy that fits: ZeRO-1 on 2 GPU(s)"
+    assert by_key["(a)"]["speedup"]["value"] == pytest.approx(1.9978, abs=1e-4)
+    assert by_key["(a)"]["lowest_speedup"]["label"].startswith("Lowest speedup: PP + full recomputation")
+    # (b): on one GPU, recomputation is a slowdown (S < 1) that holds more layers; two GPUs hold far more (a)
+    assert by_key["(b)"]["lowest_speedup"]["value"] < 1
+    one = by_key["(b)"]["max_layers"]
+    assert one["label"].endswith("single GPU + full recomputation on 1 GPU(s)")
+    assert one["value"] < by_key["B-4 (e)"]["max_layers"]["value"]
+    # (c) on the ideal network: ZeRO-1 halves the compute and the (sharded) optimizer step, so S = 2 exactly;
+    # PP on 2 GPUs is 2 / (1 + 1/8) = 1.78 up to the optimizer step, which each stage does half of
+    assert by_key["(c)"]["speedup"]["value"] == 2.0
+    assert by_key["(c)"]["lowest_speedup"]["value"] == pytest.approx(2 / (1 + 1 / 8), rel=5e-3)
+    knee = next(a for a in answers["(c)"] if a["key"] == "knee")
+    assert knee["value"] == 4  # PP on 1, 2, 4, 8 GPUs with m = 8: 2/(1 + 1/8) / 2 = 89 %, 4/(1 + 3/8) / 4 = 73 % < 80 %
+    # (g) TP 2 + full recomputation: 8 x 12 x 4096^2 / 2 = 805,306,368 parameters per GPU x (2 + 4 + 12) bytes
+    assert by_key["(g)"]["model_states"]["value"] == 8 * 12 * 4096**2 // 2 * 18 == 14_495_514_624
+    # B-4 (e): the deepest model on 2 GPUs is tensor parallelism with full recomputation (the lab's "TP + AR")
+    deepest = by_key["B-4 (e)"]["max_layers"]
+    assert "TP" in deepest["label"] and "full recomputation" in deepest["label"] and deepest["value"] == 45
+
+
+@needs_tex
+def test_seed000_pdf(runner, tmp_path: Path) -> None:
+    target = tmp_path / "seed000.pdf"
+    result = runner.invoke(app, ["report", "seed000", "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    text = pdf_text(target)
+    assert "Scaling curve from the step-time model" in text and "Summary of answers" in text
+    assert "14,495,514,624" in text and "45 layers with TP" in text
+    # every page has some ink (not assert_pages_not_blank's 0.2 %: fit's inputs table is one unbreakable
+    # tabular of most of a page, so a question whose method ends a page leaves that page nearly empty)
+    subprocess.run(["pdftoppm", "-r", "30", "-gray", str(target), str(tmp_path / "page")], check=True)
+    pages = sorted(tmp_path.glob("page*.pgm"))
+    assert len(pages) >= 5
+    for page in pages:
+        data = page.read_bytes()
+        assert any(value < 128 for value in data[data.index(b"255\n") + 4:]), f"{page.name} is blank"
+
+
+def test_seed000_markdown(runner) -> None:
+    result = runner.invoke(app, ["report", "seed000"])
+    assert result.exit_code == 0, result.output
+    summary = result.stdout.split("## Summary of answers", 1)[1]
+    assert "Fastest strategy that fits: ZeRO-1 on 2 GPU(s)" in summary and "Knee of the curve" in summary
+
+
+@pytest.mark.parametrize("worksheet", ["question1", "question2", "seed000"])
 def test_homework_tex_snapshot(runner, tmp_path: Path, worksheet: str) -> None:
     target = tmp_path / f"{worksheet}.tex"
     result = runner.invoke(app, ["report", worksheet, "-o", str(target)])

@@ -120,9 +120,33 @@ def timeline_figure(results: Sequence[Result]) -> dict[str, Any] | None:
     return None
 
 
+def scaling_figure(results: Sequence[Result]) -> dict[str, Any] | None:
+    """Speedup and efficiency against N from a `parcalc scaling` result's points table (the points with a step time)."""
+    for result in results:
+        if result.command != "scaling":
+            continue
+        table = next(t for t in result.tables if t.key == "scaling")
+        records = [r for r in table.records() if r["speedup"] is not None]
+        if not records:
+            return None
+        n_ref = float(records[0]["gpus"]) / float(records[0]["speedup"])  # type: ignore[arg-type]  # S(N_ref) = 1
+        points = [{"n": int(r["gpus"]), "s": float(r["speedup"]), "e": float(r["efficiency"]),  # type: ignore[arg-type]
+                   "ideal": int(r["gpus"]) / n_ref} for r in records]  # type: ignore[arg-type]  # fmt: skip
+        knee = next((d for d in result.derivations if d.key == "knee"), None)
+        threshold = knee.term("E_min").value if knee is not None else _knee_threshold(result)
+        at = next((p for p in points if knee is not None and p["n"] == int(knee.value)), None)
+        return {"points": points, "xticks": ",".join(str(p["n"]) for p in points), "threshold": threshold, "knee": at}
+    return None
+
+
+def _knee_threshold(result: Result) -> float:
+    """The --knee threshold the result used (its setting "knee"; every scaling result carries it)."""
+    return float(dict(result.settings).get("knee", "0.8"))
+
+
 def question_context(solved: SolvedQuestion) -> dict[str, Any]:
     question = solved.question
-    drawers = {"roofline": roofline_figure, "timeline": timeline_figure}
+    drawers = {"roofline": roofline_figure, "timeline": timeline_figure, "scaling": scaling_figure}
     drawing = drawers[question.figure](solved.results) if question.figure in drawers else None
     figure = {"kind": question.figure, **drawing} if drawing else None
     return {
