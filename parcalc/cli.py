@@ -67,11 +67,31 @@ def load_command(name: str) -> Any:
         single.command(name, epilog=getattr(module, "EXAMPLES", None))(getattr(module, spec.function))
         command = _get_command(single)
     command.name = name
+    if name not in NO_CONFIG:
+        _give_config_option(command, name)
     if COMPLETE_VAR in os.environ:  # only while the shell asks for completions: see parcalc.completion
         from parcalc.completion import complete_preset_names
 
         complete_preset_names(command)
     return command
+
+
+# Commands without --config: sweep reads a run file as its argument.
+NO_CONFIG = ("sweep",)
+
+
+def _give_config_option(command: Any, name: str) -> None:
+    """--config FILE on every leaf command (parcalc.runfile), with its example in the epilog."""
+    from parcalc.runfile import add_config_option
+
+    subcommands = getattr(command, "commands", None)
+    for sub_name, sub in (subcommands or {name: command}).items():
+        path = f"{name} {sub_name}" if subcommands else name
+        add_config_option(sub, path)
+        sub.epilog = (sub.epilog or "").rstrip("\n") + (
+            f"\n\n\b\nRun files (flags by name in YAML or TOML; the command line wins):\n"
+            f"  parcalc {path} --config run.yaml\n  cat run.yaml | parcalc {path} --config - --format json\n"
+        )
 
 
 def _get_command(typer_app: typer.Typer) -> Any:
@@ -177,6 +197,9 @@ class ParcalcGroup(TyperGroup):
                 sys.exit(0)
             context = getattr(error, "ctx", None)
             hint = f" (see '{context.command_path} --help')" if context is not None else ""
+            from parcalc.runfile import from_run_file
+
+            hint = from_run_file(error) + hint  # a bad value read from --config's file names the file
             _fail(f"Error: {one_line(error.format_message())}{hint}", error.exit_code)  # type: ignore[attr-defined]
         except streams.StdoutError as error:
             streams.discard_stdout()
