@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 STDIN = "-"
 # Keys a run file may not hold for a command: help would print help instead of running; a run
 # file naming another run file would be a chain to follow.
-_NEVER = ("help", "h", "config")
+NEVER = ("help", "h", "config")
 # What the in-process runner refuses besides: the caller (library, sweep) chooses the output.
 OUTPUT_KEYS = ("format", "f", "output", "o")
 
@@ -54,37 +54,38 @@ class RunFile:
     base: Path | None = None
 
 
-def read_run_file(source: str) -> RunFile:
-    """The run file at `source` (a path, or "-" for stdin): a mapping of flag names to values."""
+def read_run_file(source: str, flag: str = "--config") -> RunFile:
+    """The run file at `source` (a path, or "-" for stdin): a mapping of flag names to values.
+    `flag` names where it was given, for messages."""
     if source == STDIN:
-        return _run_file_from("<stdin>", _read_stdin(), toml=False, base=None)
+        return _run_file_from("<stdin>", _read_stdin(flag), toml=False, base=None)
     from parcalc.files import NotRegularFileError, TooLargeError, check_name_length, read_regular
     from parcalc.presets import MAX_PRESET_BYTES
 
     path = Path(source)
-    check_name_length(path, "--config")
+    check_name_length(path, flag)
     try:
         data = read_regular(path, MAX_PRESET_BYTES)
     except FileNotFoundError:
-        raise InputError(f"--config: no such file {shown(source)}") from None
+        raise InputError(f"{flag}: no such file {shown(source)}") from None
     except (TooLargeError, NotRegularFileError) as error:
-        raise InputError(f"--config: {shown(source)}: {error}") from None
+        raise InputError(f"{flag}: {shown(source)}: {error}") from None
     except OSError as error:
-        raise InputError(f"--config: cannot read {shown(source)}: {error.strerror or error}") from None
+        raise InputError(f"{flag}: cannot read {shown(source)}: {error.strerror or error}") from None
     return _run_file_from(str(path), data, toml=path.suffix.lower() == ".toml", base=path.parent)
 
 
-def _read_stdin() -> bytes:
+def _read_stdin(flag: str) -> bytes:
     import sys
 
     from parcalc.presets import MAX_PRESET_BYTES
 
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:
-        raise InputError("--config -: no standard input to read")
+        raise InputError(f"{flag} -: no standard input to read")
     data = stream.read(MAX_PRESET_BYTES + 1)
     if len(data) > MAX_PRESET_BYTES:
-        raise InputError(f"--config -: more than {MAX_PRESET_BYTES:,} bytes on standard input; a run file is a short mapping")
+        raise InputError(f"{flag} -: more than {MAX_PRESET_BYTES:,} bytes on standard input; a run file is a short mapping")
     return data
 
 
@@ -186,8 +187,8 @@ def defaults_for(command: Any, command_name: str, inputs: Mapping[str, Any], lab
     defaults: dict[str, Any] = {}
     given: dict[str, str] = {}
     for key, value in inputs.items():
-        if key in _NEVER or key in refuse:
-            raise InputError(f"{label}: key {shown(key)}: {_refused(key)}")
+        if key in NEVER or key in refuse:
+            raise InputError(f"{label}: key {shown(key)}: {refused(key)}")
         slot = slots.get(key)
         if slot is None:
             raise unknown_key(label, command_name, key, slots)
@@ -201,7 +202,7 @@ def defaults_for(command: Any, command_name: str, inputs: Mapping[str, Any], lab
     return defaults
 
 
-def _refused(key: str) -> str:
+def refused(key: str) -> str:
     if key in OUTPUT_KEYS:
         return "the caller chooses the output here (sweep: its own --format and -o); leave it out"
     if key == "config":
