@@ -316,10 +316,10 @@ def run_command(command_name: str, inputs: Mapping[str, Any], label: str = "inpu
     InfeasibleError. parcalc.worksheet runs its calculations the same way (captured_results)."""
     import warnings
 
-    from parcalc.cli import _click_exception, load_command
+    from parcalc.cli import _click_exception
     from parcalc.commands.common import captured_results
 
-    command = load_command(command_name)
+    command = leaf_command(command_name)
     defaults = defaults_for(command, command_name, inputs, label, base, refuse=OUTPUT_KEYS)
     sink: list[Result] = []
     token = captured_results.set(sink)
@@ -334,3 +334,21 @@ def run_command(command_name: str, inputs: Mapping[str, Any], label: str = "inpu
     if len(sink) != 1:
         raise InputError(f"{command_name} produced {len(sink)} results, expected one")
     return sink[0]
+
+
+def leaf_command(command_name: str) -> Any:
+    """The click command of `command_name`: "memory", or "presets show" for a group's command."""
+    from parcalc.cli import COMMANDS, load_command, unknown_command
+
+    group, _, sub = command_name.partition(" ")
+    if group not in COMMANDS:
+        raise InputError(unknown_command(group, sorted(COMMANDS)))
+    command = load_command(group)
+    subcommands = getattr(command, "commands", None)
+    if subcommands is None:
+        if sub:
+            raise InputError(f"{group} has no subcommands; got {shown(command_name)}")
+        return command
+    if sub not in subcommands:
+        raise InputError(f"{group}: name one of its commands ({', '.join(sorted(subcommands))}), e.g. '{group} {sorted(subcommands)[0]}'")
+    return subcommands[sub]

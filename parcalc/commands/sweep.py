@@ -46,7 +46,7 @@ def sweep(
         check_writable(output)
     from parcalc.commands.common import ProgressBar
     from parcalc.runfile import read_run_file
-    from parcalc.sweep import parse_vary, run_sweep
+    from parcalc.sweeps import parse_vary, run_sweep
 
     grid = parse_vary(vary or [])
     run = read_run_file(run_file, "RUN_FILE")
@@ -68,7 +68,7 @@ def sweep(
         write_atomically(output, text)
     _summary(result, output)
     if not result.succeeded:
-        from parcalc.sweep import INFEASIBLE
+        from parcalc.sweeps import INFEASIBLE
 
         raise typer.Exit(1 if any(row.status == INFEASIBLE for row in result.rows) else 2)
 
