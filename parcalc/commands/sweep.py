@@ -10,12 +10,13 @@ import typer
 EXAMPLES = """\
 \b
 Examples:
-  parcalc sweep run.yaml --vary tp=1,2,4,8 --vary pp=1,2,4
-  parcalc sweep run.yaml --vary tp=1,2,4,8 --vary sequence-parallel=true,false --format json -o sweep.json
+  parcalc sweep examples/sweep.yaml --vary tp=1,2,4,8 --vary pp=1,2,4
+  parcalc sweep run.yaml --vary tp=4,8 --vary sequence-parallel=true,false -f json -o sweep.json
   parcalc sweep run.toml --vary seq-len=2048,4096,8192 -o sweep.csv
   printf 'command: memory\\nmodel: gpt3-175b\\ngpu: a100-sxm4-80gb\\n' | parcalc sweep - --vary tp=1,2,4,8,16
 \b
-run.yaml names the command and holds its flags by name (as --config does):
+A run file names the command and holds its flags by name, as --config's do
+(examples/sweep.yaml in parcalc's repository):
   command: fit
   model: gpt3-175b
   gpu: a100-sxm4-80gb
