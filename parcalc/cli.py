@@ -81,14 +81,29 @@ def load_command(name: str) -> Any:
 NO_CONFIG = ("sweep",)
 
 
+CONFIG_HELP = ("Read flags from a run file (YAML or .toml; - for stdin): keys are flag names (seq-len: 4096, "
+               "sequence-parallel: true); flags on the command line win.")  # fmt: skip
+
+
 def _give_config_option(command: Any, name: str) -> None:
-    """--config FILE on every leaf command (parcalc.runfile), with its example in the epilog."""
-    from parcalc.runfile import add_config_option
+    """--config FILE on every leaf command, with its example in the epilog; the file is read by
+    parcalc.runfile (imported only when --config is given: start-up)."""
+    from typer.core import TyperOption
+
+    def reader(leaf: Any, path: str) -> Any:
+        def read_config(ctx: Any, param: Any, value: str | None) -> None:
+            if value is not None and not ctx.resilient_parsing:
+                from parcalc.runfile import apply_config
+
+                apply_config(ctx, leaf, path, value)
+
+        return read_config
 
     subcommands = getattr(command, "commands", None)
     for sub_name, sub in (subcommands or {name: command}).items():
         path = f"{name} {sub_name}" if subcommands else name
-        add_config_option(sub, path)
+        sub.params.append(TyperOption(param_decls=["--config"], metavar="FILE", is_eager=True, expose_value=False,
+                                      callback=reader(sub, path), help=CONFIG_HELP))  # fmt: skip
         sub.epilog = (sub.epilog or "").rstrip("\n") + (
             f"\n\n\b\nRun files (flags by name in YAML or TOML; the command line wins):\n"
             f"  parcalc {path} --config run.yaml\n  cat run.yaml | parcalc {path} --config - --format json\n"

@@ -24,13 +24,12 @@ Every problem is one InputError / PresetError naming the file and the key: exit 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parcalc.errors import InputError, shown
+from parcalc.frozen import frozen
 
 if TYPE_CHECKING:
     from parcalc.derivation import Result
@@ -43,7 +42,7 @@ NEVER = ("help", "h", "config")
 OUTPUT_KEYS = ("format", "f", "output", "o")
 
 
-@dataclass(frozen=True)
+@frozen
 class RunFile:
     """A run file as read: the command it names ("" when none) and its flags, with where it came
     from (`label` for messages; `base`, the directory relative paths are read from)."""
@@ -59,6 +58,8 @@ def read_run_file(source: str, flag: str = "--config") -> RunFile:
     `flag` names where it was given, for messages."""
     if source == STDIN:
         return _run_file_from("<stdin>", _read_stdin(flag), toml=False, base=None)
+    if not source.strip():
+        raise InputError(f"{flag}: give a file name (or - for stdin)")
     from parcalc.files import NotRegularFileError, TooLargeError, check_name_length, read_regular
     from parcalc.presets import MAX_PRESET_BYTES
 
@@ -138,7 +139,7 @@ def _kind(value: object) -> str:
 # Inputs as a command's defaults
 
 
-@dataclass(frozen=True)
+@frozen
 class _Slot:
     """One key a run file may use: the click parameter, and False for a switch's --no-x form."""
 
@@ -170,6 +171,8 @@ def input_slots(command: Any) -> dict[str, _Slot]:
 
 def unknown_key(label: str, command_name: str, key: str, known: Mapping[str, Any], what: str = "key") -> InputError:
     """`run.yaml: unknown key 'tpp' (did you mean 'tp'?); see 'parcalc fit --help' for its flags`."""
+    import difflib
+
     names = sorted(k for k in known if "_" not in k or k.replace("_", "-") not in known)
     close = difflib.get_close_matches(str(key).lower(), names, n=1, cutoff=0.6)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
@@ -265,27 +268,15 @@ def check_command(run: RunFile, command_name: str) -> None:
 # The --config flag of every command
 
 
-CONFIG_HELP = ("Read flags from a run file (YAML or .toml; - for stdin): keys are flag names (seq-len: 4096, "
-               "sequence-parallel: true); flags on the command line win.")  # fmt: skip
-
-
-def add_config_option(command: Any, command_name: str) -> None:
-    """Give `command` (a leaf click command) the --config FILE option, eager, so that the file's
-    flags become the context's default_map before any other parameter is read."""
-    from typer.core import TyperOption
-
-    def read_config(ctx: Any, param: Any, value: str | None) -> None:
-        if value is None or ctx.resilient_parsing:
-            return
-        run = read_run_file(value)
-        ctx.meta[_LABEL] = run.label
-        check_command(run, command_name)
-        defaults = defaults_for(command, command_name, run.inputs, run.label, run.base)
-        ctx.default_map = {**(ctx.default_map or {}), **defaults}
-
-    option = TyperOption(param_decls=["--config"], metavar="FILE", is_eager=True, expose_value=False,
-                         callback=read_config, help=CONFIG_HELP)  # fmt: skip
-    command.params.append(option)
+def apply_config(ctx: Any, command: Any, command_name: str, source: str) -> None:
+    """--config SOURCE of `command` (parcalc.cli gives every command the flag, eager, so that this
+    runs before any other parameter is read): the file's flags become the context's default_map,
+    which click consults for every flag not given on the command line."""
+    run = read_run_file(source)
+    ctx.meta[_LABEL] = run.label
+    check_command(run, command_name)
+    defaults = defaults_for(command, command_name, run.inputs, run.label, run.base)
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
 
 
 _LABEL = "parcalc.run_file"

@@ -127,6 +127,7 @@ def test_bad_run_files_are_one_line(run_error, tmp_path: Path, text: str, expect
 
 def test_bad_files_on_disk(run_error, tmp_path: Path) -> None:
     assert "--config: no such file" in run_error(["memory", "--config", str(tmp_path / "none.yaml")])
+    assert "--config: give a file name (or - for stdin)" in run_error(["memory", "--config", ""])
     assert "is a directory" in run_error(["memory", "--config", str(tmp_path)])
     big = tmp_path / "big.yaml"
     big.write_text("# " + "x" * (1 << 20) + "\n")
