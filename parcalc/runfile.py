@@ -39,7 +39,7 @@ STDIN = "-"
 # file naming another run file would be a chain to follow.
 NEVER = ("help", "h", "config")
 # What the in-process runner refuses besides: the caller (library, sweep) chooses the output.
-OUTPUT_KEYS = ("format", "f", "output", "o")
+OUTPUT_KEYS = ("format", "fmt", "f", "output", "o")
 
 
 @frozen

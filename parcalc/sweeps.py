@@ -122,7 +122,16 @@ def _cell(value: Any) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
+    """A run file's value as JSON can hold it: a TOML date or an infinite float as its text."""
+    import math
+
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
 def parse_vary(texts: Sequence[str]) -> dict[str, tuple[str, ...]]:

@@ -152,3 +152,15 @@ def test_library_sweep_and_records() -> None:
     assert ok["activation_per_layer"] == EXPECTED[(4, True)] and ok["status"] == "ok"
     assert bad["status"] == "error" and bad["error"] == TP5_REASON and bad["activation_per_layer"] is None
     assert s.rows[0].result is not None and s.rows[0].result.command == "memory"
+
+
+def test_toml_values_json_cannot_hold_are_shown_as_text(runner, tmp_path: Path) -> None:
+    # TOML has infinities and dates, JSON neither: the sweep's `inputs` shows them as text, and the
+    # point fails as `parcalc memory --tp inf` does
+    path = tmp_path / "run.toml"
+    path.write_text('command = "memory"\nmodel = "gpt3-175b"\ntp = inf\ngpu = 1979-05-27\n')
+    result = runner.invoke(app, ["sweep", str(path), "-f", "json"])
+    assert result.exit_code == 2, result.output
+    doc = json.loads(result.stdout)
+    assert doc["inputs"] == {"model": "gpt3-175b", "tp": "inf", "gpu": "1979-05-27"}
+    assert doc["rows"][0]["error"] == "--tp: 'inf' is not a finite number"
