@@ -215,6 +215,7 @@ def refused(key: str) -> str:
 
 def _value(label: str, key: str, slot: _Slot, value: Any, base: Path | None) -> Any:
     import datetime
+    import enum
 
     param = slot.param
     where = f"{label}: key {shown(key)}"
@@ -227,18 +228,19 @@ def _value(label: str, key: str, slot: _Slot, value: Any, base: Path | None) -> 
     if not slot.positive:  # a --no-x form of something that is not a switch: cannot happen in click
         raise InputError(f"{where}: not a switch")
     repeatable = getattr(param, "multiple", False) or getattr(param, "nargs", 1) == -1
-    items = value if isinstance(value, list) else [value]
-    if isinstance(value, list) and not repeatable:
+    many = isinstance(value, (list, tuple))  # a YAML / TOML list, or a list or tuple from Python
+    items = list(value) if many else [value]
+    if many and not repeatable:
         raise InputError(f"{where}: takes one value, got a list of {len(value)}")
     texts = []
     for item in items:
-        if isinstance(item, (dict, list)):
+        if isinstance(item, (dict, list, tuple)):
             raise InputError(f"{where}: each value must be a number or text, not a {_kind(item)}")
         if isinstance(item, bool):
             raise InputError(f"{where}: takes a value such as {_metavar(param)}, got {str(item).lower()}")
         if isinstance(item, datetime.date):
             item = item.isoformat()
-        text = str(getattr(item, "value", item))  # an Enum from Python: its value, as typed
+        text = str(item.value if isinstance(item, enum.Enum) else item)  # an Enum from Python: its value, as typed
         texts.append(_beside(base, text) if _is_input_path(param) else text)
     return tuple(texts) if repeatable else texts[0]
 

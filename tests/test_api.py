@@ -161,3 +161,12 @@ def test_the_example_notebook_runs() -> None:
         exec(compile(source, "notebook.ipynb", "exec"), namespace)  # noqa: S102 - our own example
     # the notebook's last cell checks its own numbers (asserts); here, that it got to the sweep
     assert namespace["table"][0]["status"] == "ok"
+
+
+def test_python_values_enums_tuples_and_numbers() -> None:
+    from parcalc.core.choices import Offload, ZeroStage
+
+    typed = parcalc.memory(model="llama3-8b", dp=8, zero=ZeroStage.ZERO2, offload=(Offload.OPTIMIZER,), seq_len=4096)
+    texts = parcalc.memory(model="llama3-8b", dp="8", zero="2", offload=["optimizer"], seq_len="4096")
+    assert typed == texts
+    assert typed.to_dict()["settings"]["zero"] == "2" and typed.to_dict()["settings"]["offload"] == "optimizer"
