@@ -8,6 +8,13 @@ The library is the product; the `parcalc` command is one client of it. Typical u
 
 Every calculation returns `Derivation`s (formula, inputs, value in base units, source) or a
 typed result holding them; see parcalc.core for the formulas and parcalc.presets for data.
+Every command is a function too, taking its flags with Python names and returning its Result
+(parcalc.api):
+
+    >>> import parcalc
+    >>> parcalc.memory(model="gpt3-175b", tp=8, pp=8, dp=16, gpu="a100-sxm4-80gb").derivation("total").unit
+    'B'
+
 Names are imported on first use, so that `import parcalc` stays cheap for the CLI.
 """
 
@@ -32,6 +39,12 @@ _EXPORTS = {
     "load_link": "parcalc.presets",
     "load_model": "parcalc.presets",
 }
+
+# The commands as functions (parcalc.api): parcalc.memory(model=..., tp=8) returns memory's Result.
+# `peak_flops` stays the formula above; the command is parcalc.api.peak_flops.
+_COMMAND_FUNCTIONS = ("intensity", "comm_volume", "bubble", "memory", "flops", "fit", "analyze", "presets_list",
+                      "presets_show", "run", "sweep")  # fmt: skip
+_EXPORTS.update(dict.fromkeys(_COMMAND_FUNCTIONS, "parcalc.api"))
 
 __all__ = ["__version__", *_EXPORTS]
 

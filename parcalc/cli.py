@@ -49,6 +49,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "report": CommandSpec("parcalc.commands.report", function="report"),
     "analyze": CommandSpec("parcalc.commands.analyze", function="analyze"),
     "scaling": CommandSpec("parcalc.commands.scaling", function="scaling"),
+    "sweep": CommandSpec("parcalc.commands.sweep", function="sweep"),
 }
 
 
@@ -68,11 +69,46 @@ def load_command(name: str) -> Any:
         single.command(name, epilog=getattr(module, "EXAMPLES", None))(getattr(module, spec.function))
         command = _get_command(single)
     command.name = name
+    if name not in NO_CONFIG:
+        _give_config_option(command, name)
     if COMPLETE_VAR in os.environ:  # only while the shell asks for completions: see parcalc.completion
         from parcalc.completion import complete_preset_names
 
         complete_preset_names(command)
     return command
+
+
+# Commands without --config: sweep reads a run file as its argument.
+NO_CONFIG = ("sweep",)
+
+
+CONFIG_HELP = ("Read flags from a run file (YAML or .toml; - for stdin): keys are flag names (seq-len: 4096, "
+               "sequence-parallel: true); flags on the command line win.")  # fmt: skip
+
+
+def _give_config_option(command: Any, name: str) -> None:
+    """--config FILE on every leaf command, with its example in the epilog; the file is read by
+    parcalc.runfile (imported only when --config is given: start-up)."""
+    from typer.core import TyperOption
+
+    def reader(leaf: Any, path: str) -> Any:
+        def read_config(ctx: Any, param: Any, value: str | None) -> None:
+            if value is not None and not ctx.resilient_parsing:
+                from parcalc.runfile import apply_config
+
+                apply_config(ctx, leaf, path, value)
+
+        return read_config
+
+    subcommands = getattr(command, "commands", None)
+    for sub_name, sub in (subcommands or {name: command}).items():
+        path = f"{name} {sub_name}" if subcommands else name
+        sub.params.append(TyperOption(param_decls=["--config"], metavar="FILE", is_eager=True, expose_value=False,
+                                      callback=reader(sub, path), help=CONFIG_HELP))  # fmt: skip
+        sub.epilog = (sub.epilog or "").rstrip("\n") + (
+            f"\n\n\b\nRun files (flags by name in YAML or TOML; the command line wins):\n"
+            f"  parcalc {path} --config run.yaml\n  cat run.yaml | parcalc {path} --config - --format json\n"
+        )
 
 
 def _get_command(typer_app: typer.Typer) -> Any:
@@ -178,6 +214,9 @@ class ParcalcGroup(TyperGroup):
                 sys.exit(0)
             context = getattr(error, "ctx", None)
             hint = f" (see '{context.command_path} --help')" if context is not None else ""
+            from parcalc.runfile import from_run_file
+
+            hint = from_run_file(error) + hint  # a bad value read from --config's file names the file
             _fail(f"Error: {one_line(error.format_message())}{hint}", error.exit_code)  # type: ignore[attr-defined]
         except streams.StdoutError as error:
             streams.discard_stdout()

@@ -145,6 +145,27 @@ class Result:
                 return derivation
         raise KeyError(key)
 
+    def to_dict(self) -> dict[str, object]:
+        """This result as `--format json` prints it (parcalc.render.json_out), as Python values:
+        the same keys, numbers in base units, null for a non-finite number."""
+        import json
+
+        from parcalc.render.json_out import render_json
+
+        return json.loads(render_json(self))
+
+    def _repr_markdown_(self) -> str:
+        """Jupyter and IPython show a result as its Markdown page (parcalc.render.markdown)."""
+        from parcalc.render.markdown import render_markdown
+
+        return render_markdown(self)
+
+    def _repr_html_(self) -> str:
+        """The same page as HTML (parcalc.render.html), which Jupyter prefers to Markdown."""
+        from parcalc.render.html import render_html
+
+        return render_html(self)
+
 
 def assumptions_of(result: Result) -> tuple[str, ...]:
     """The result's assumptions and its derivations', each once, in order of appearance."""

@@ -11,8 +11,10 @@ long run with fresh examples:
 
     PARCALC_FUZZ_EXAMPLES=100000 PARCALC_FUZZ_RANDOM=1 python -m pytest -q tests/test_fuzz_cli.py
 
-`report` (TeX, files) and `calibrate gemm` (PyTorch) are left out; -o, --presets and --template
-are never given, so that nothing is written or read beyond the packaged presets.
+`report` (TeX, files) and `calibrate gemm` (PyTorch) are left out, and `sweep` (a run file; its
+hostile --vary values and files are tests/test_sweep.py's); -o, --presets, --template and --config
+are never given, so that nothing is written or read beyond the packaged presets (hostile run files:
+tests/test_runfile.py).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ BASES: dict[str, list[list[str]]] = {
                 [*MODEL, *GPU, "--gpus", "1,2,4,...,16", "--seq-len", "2048", "--weak", "--tp", "2"]],
     "analyze": [[SEED002, "--time-is", "epoch"], [SEED002, "--time-is", "epoch", "--message-size", "178MB", "--link", "pcie4-x16"]],
 }  # fmt: skip
-SKIPPED_OPTIONS = {"--output", "--presets", "--template", "--help"}
+SKIPPED_OPTIONS = {"--output", "--presets", "--template", "--help", "--config"}
 
 HOSTILE = [
     "0", "-0", "-1", "1", "2", "3", "7", "1e308", "-1e308", "1e-320", "1e-308", "1e1000000", "1e-1000000", "9007199254740993",
@@ -178,6 +180,6 @@ def test_every_fuzzed_command_has_a_base_and_options() -> None:
     """A new command joins the fuzzing here (or is named as left out in the module docstring)."""
     from parcalc.cli import COMMANDS
 
-    assert set(COMMANDS) - set(FUZZED) == {"presets", "calibrate", "report"}
+    assert set(COMMANDS) - set(FUZZED) == {"presets", "calibrate", "report", "sweep"}
     for name in FUZZED:
         assert len(_options(name)) >= 3, name

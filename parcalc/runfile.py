@@ -1,0 +1,347 @@
+"""Run files: a command's flags in a YAML or TOML mapping, and running a command from such inputs.
+
+A run file holds flags by their names, as a worksheet's `inputs:` do (parcalc.worksheet):
+
+    # run.yaml
+    command: fit                  # optional for --config (then it must name the command run); required by sweep
+    model: gpt3-175b
+    gpu: a100-sxm4-80gb
+    gpus: 64
+    seq-len: 2048                 # or seq_len: the Python name
+    sequence-parallel: true       # a switch: true or false (dropout: false is --no-dropout)
+    offload: [optimizer]          # a repeatable flag: a list (or one value)
+
+`parcalc COMMAND --config run.yaml` (or run.toml, or `-` for stdin) reads it; every key becomes
+that flag's default for this run (click's Context.default_map), so a flag on the command line wins
+over the file. The library (parcalc.api) and `parcalc sweep` run a command from the same mapping
+through `run_command`, in-process, capturing the Result as worksheets do
+(parcalc.commands.common.captured_results).
+
+Files are read as presets are (parcalc.presets.load_yaml_text): no YAML aliases (a "billion
+laughs" bomb expands from a few KB), bounded nesting, no duplicate keys, at most 1 MiB.
+Every problem is one InputError / PresetError naming the file and the key: exit 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from parcalc.errors import InputError, shown
+from parcalc.frozen import frozen
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Result
+
+STDIN = "-"
+# Keys a run file may not hold for a command: help would print help instead of running; a run
+# file naming another run file would be a chain to follow.
+NEVER = ("help", "h", "config")
+# What the in-process runner refuses besides: the caller (library, sweep) chooses the output.
+OUTPUT_KEYS = ("format", "fmt", "f", "output", "o")
+
+
+@frozen
+class RunFile:
+    """A run file as read: the command it names ("" when none) and its flags, with where it came
+    from (`label` for messages; `base`, the directory relative paths are read from)."""
+
+    label: str
+    inputs: Mapping[str, Any]
+    command: str = ""
+    base: Path | None = None
+
+
+def read_run_file(source: str, flag: str = "--config") -> RunFile:
+    """The run file at `source` (a path, or "-" for stdin): a mapping of flag names to values.
+    `flag` names where it was given, for messages."""
+    if source == STDIN:
+        return _run_file_from("<stdin>", _read_stdin(flag), toml=False, base=None)
+    if not source.strip():
+        raise InputError(f"{flag}: give a file name (or - for stdin)")
+    from parcalc.files import NotRegularFileError, TooLargeError, check_name_length, read_regular
+    from parcalc.presets import MAX_PRESET_BYTES
+
+    path = Path(source)
+    check_name_length(path, flag)
+    try:
+        data = read_regular(path, MAX_PRESET_BYTES)
+    except FileNotFoundError:
+        raise InputError(f"{flag}: no such file {shown(source)}") from None
+    except (TooLargeError, NotRegularFileError) as error:
+        raise InputError(f"{flag}: {shown(source)}: {error}") from None
+    except OSError as error:
+        raise InputError(f"{flag}: cannot read {shown(source)}: {error.strerror or error}") from None
+    return _run_file_from(str(path), data, toml=path.suffix.lower() == ".toml", base=path.parent)
+
+
+def _read_stdin(flag: str) -> bytes:
+    import sys
+
+    from parcalc.presets import MAX_PRESET_BYTES
+
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise InputError(f"{flag} -: no standard input to read")
+    data = stream.read(MAX_PRESET_BYTES + 1)
+    if len(data) > MAX_PRESET_BYTES:
+        raise InputError(f"{flag} -: more than {MAX_PRESET_BYTES:,} bytes on standard input; a run file is a short mapping")
+    return data
+
+
+def _run_file_from(label: str, data: bytes, toml: bool, base: Path | None) -> RunFile:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{label}: not UTF-8 text") from None
+    document = _parse_toml(label, text) if toml else _parse_yaml(label, text)
+    if document is None:
+        raise InputError(f"{label}: empty; a run file is a mapping of flag names to values, e.g. `tp: 8`")
+    if not isinstance(document, dict):
+        raise InputError(f"{label}: must be a mapping of flag names to values (e.g. `tp: 8`), not a {_kind(document)}")
+    inputs = dict(document)
+    command = inputs.pop("command", "")
+    if not isinstance(command, str):
+        raise InputError(f"{label}: key 'command' must be a command name such as fit, got {shown(command)}")
+    for key in inputs:
+        if not isinstance(key, str):
+            raise InputError(f"{label}: key {shown(key)} must be a flag name such as tp or seq-len")
+    return RunFile(label, inputs, command.strip(), base)
+
+
+def _parse_yaml(label: str, text: str) -> Any:
+    from parcalc.presets import load_yaml_text
+
+    return load_yaml_text(Path(label), text, label)  # aliases, nesting, duplicates: a PresetError (exit 2)
+
+
+def _parse_toml(label: str, text: str) -> Any:
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise InputError(f"{label}: invalid TOML: {error}") from None
+    except RecursionError:  # tomllib recurses on nested arrays: thousands of `[` exhaust the stack
+        raise InputError(f"{label}: nested too deeply for a run file") from None
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "text"
+    return type(value).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs as a command's defaults
+
+
+@frozen
+class _Slot:
+    """One key a run file may use: the click parameter, and False for a switch's --no-x form."""
+
+    param: Any
+    positive: bool = True
+
+
+def input_slots(command: Any) -> dict[str, _Slot]:
+    """Every key that names a parameter of `command`: each long flag without its dashes
+    (`seq-len`, `no-dropout`), the same with underscores (`seq_len`, the Python name), and each
+    positional argument's name (`file`)."""
+    slots: dict[str, _Slot] = {}
+    for param in command.params:
+        if getattr(param, "param_type_name", "") == "argument":
+            slots[param.name] = _Slot(param)
+            continue
+        for opt in getattr(param, "opts", ()):
+            if opt.startswith("--"):
+                slots[opt[2:]] = _Slot(param)
+        for opt in getattr(param, "secondary_opts", ()):
+            if opt.startswith("--"):
+                slots[opt[2:]] = _Slot(param, positive=False)
+        if param.name:
+            slots.setdefault(param.name, _Slot(param))
+    for key in list(slots):
+        slots.setdefault(key.replace("-", "_"), slots[key])
+    return slots
+
+
+def unknown_key(label: str, command_name: str, key: str, known: Mapping[str, Any], what: str = "key") -> InputError:
+    """`run.yaml: unknown key 'tpp' (did you mean 'tp'?); see 'parcalc fit --help' for its flags`."""
+    import difflib
+
+    names = sorted(k for k in known if "_" not in k or k.replace("_", "-") not in known)
+    close = difflib.get_close_matches(str(key).lower(), names, n=1, cutoff=0.6)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return InputError(f"{label}: {command_name} has no flag for the {what} {shown(key)}{hint}; "
+                      f"see 'parcalc {command_name} --help'")  # fmt: skip
+
+
+def defaults_for(command: Any, command_name: str, inputs: Mapping[str, Any], label: str, base: Path | None = None,
+                 refuse: tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+    """`inputs` (flag names or Python names to values) as click's default_map of `command`:
+    parameter names to the values the command line would give (text, a tuple of texts for a
+    repeatable flag, True/False for a switch). Unknown keys, keys in `refuse`, and values of the
+    wrong kind (a mapping, a list for a one-value flag, a number for a switch) are InputErrors."""
+    slots = input_slots(command)
+    defaults: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for key, value in inputs.items():
+        if key in NEVER or key in refuse:
+            raise InputError(f"{label}: key {shown(key)}: {refused(key)}")
+        slot = slots.get(key)
+        if slot is None:
+            raise unknown_key(label, command_name, key, slots)
+        name = slot.param.name
+        if name in given:
+            raise InputError(f"{label}: keys {shown(given[name])} and {shown(key)} set the same flag; keep one")
+        given[name] = key
+        if value is None:  # `tp:` with nothing after it: the flag is not given
+            continue
+        defaults[name] = _value(label, key, slot, value, base)
+    return defaults
+
+
+def refused(key: str) -> str:
+    if key in OUTPUT_KEYS:
+        return "the caller chooses the output here (sweep: its own --format and -o); leave it out"
+    if key == "config":
+        return "a run file cannot name another run file; put the flags here"
+    return "not a calculation input; leave it out"
+
+
+def _value(label: str, key: str, slot: _Slot, value: Any, base: Path | None) -> Any:
+    import datetime
+    import enum
+
+    param = slot.param
+    where = f"{label}: key {shown(key)}"
+    if isinstance(value, dict):
+        raise InputError(f"{where}: must be a value or a list, not a mapping")
+    if getattr(param, "is_flag", False) and getattr(param, "is_bool_flag", True):
+        if not isinstance(value, bool):
+            raise InputError(f"{where}: a switch, true or false, got {shown(value)}")
+        return value if slot.positive else not value
+    if not slot.positive:  # a --no-x form of something that is not a switch: cannot happen in click
+        raise InputError(f"{where}: not a switch")
+    repeatable = getattr(param, "multiple", False) or getattr(param, "nargs", 1) == -1
+    many = isinstance(value, (list, tuple))  # a YAML / TOML list, or a list or tuple from Python
+    items = list(value) if many else [value]
+    if many and not repeatable:
+        raise InputError(f"{where}: takes one value, got a list of {len(value)}")
+    texts = []
+    for item in items:
+        if isinstance(item, (dict, list, tuple)):
+            raise InputError(f"{where}: each value must be a number or text, not a {_kind(item)}")
+        if isinstance(item, bool):
+            raise InputError(f"{where}: takes a value such as {_metavar(param)}, got {str(item).lower()}")
+        if isinstance(item, datetime.date):
+            item = item.isoformat()
+        text = str(item.value if isinstance(item, enum.Enum) else item)  # an Enum from Python: its value, as typed
+        texts.append(_beside(base, text) if _is_input_path(param) else text)
+    return tuple(texts) if repeatable else texts[0]
+
+
+def _metavar(param: Any) -> str:
+    return str(getattr(param, "metavar", None) or param.name)
+
+
+def _is_input_path(param: Any) -> bool:
+    """A file or directory parcalc reads (analyze's FILE, --presets DIR): found beside the run file."""
+    return getattr(param, "param_type_name", "") == "argument" or param.name in ("presets", "timings", "template")
+
+
+def _beside(base: Path | None, text: str) -> str:
+    from parcalc.worksheet import _beside as beside_worksheet
+
+    return beside_worksheet(base, text)
+
+
+def check_command(run: RunFile, command_name: str) -> None:
+    """A run file that names a command is for that command only."""
+    if run.command and run.command != command_name:
+        raise InputError(f"{run.label}: key 'command': the file is for {shown(run.command)}, not {command_name!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The --config flag of every command
+
+
+def apply_config(ctx: Any, command: Any, command_name: str, source: str) -> None:
+    """--config SOURCE of `command` (parcalc.cli gives every command the flag, eager, so that this
+    runs before any other parameter is read): the file's flags become the context's default_map,
+    which click consults for every flag not given on the command line."""
+    run = read_run_file(source)
+    ctx.meta[_LABEL] = run.label
+    check_command(run, command_name)
+    defaults = defaults_for(command, command_name, run.inputs, run.label, run.base)
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+
+
+_LABEL = "parcalc.run_file"
+
+
+def from_run_file(error: Exception, label: str | None = None) -> str:
+    """" (from run.yaml)" when click's `error` is about a value that came from a run file (the
+    context's default_map), else "": click's message names the flag, not where its value was."""
+    ctx, param = getattr(error, "ctx", None), getattr(error, "param", None)
+    if ctx is None or param is None or not getattr(param, "name", None):
+        return ""
+    source = ctx.get_parameter_source(param.name)  # click's ParameterSource (vendored by typer 0.26+)
+    if getattr(source, "name", "") != "DEFAULT_MAP":
+        return ""
+    label = label or ctx.meta.get(_LABEL)
+    return f" (from {label})" if label else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a command in-process
+
+
+def run_command(command_name: str, inputs: Mapping[str, Any], label: str = "inputs", base: Path | None = None,
+                args: tuple[str, ...] = ()) -> Result:  # fmt: skip
+    """Run `parcalc COMMAND` in-process with `inputs` as its flags (and `args` on its command
+    line) and return its Result: the same parsing, presets, checks and errors as the CLI. Bad
+    input raises InputError (a click usage error becomes one too), an infeasible request
+    InfeasibleError. parcalc.worksheet runs its calculations the same way (captured_results)."""
+    import warnings
+
+    from parcalc.cli import _click_exception
+    from parcalc.commands.common import captured_results
+
+    command = leaf_command(command_name)
+    defaults = defaults_for(command, command_name, inputs, label, base, refuse=OUTPUT_KEYS)
+    sink: list[Result] = []
+    token = captured_results.set(sink)
+    try:
+        with warnings.catch_warnings():  # as the CLI: numpy's overflow warnings at the float range's ends
+            warnings.simplefilter("ignore", RuntimeWarning)
+            command.main(args=list(args), prog_name=f"parcalc {command_name}", standalone_mode=False, default_map=defaults)
+    except _click_exception() as error:
+        raise InputError(error.format_message() + from_run_file(error, label)) from None  # type: ignore[attr-defined]
+    finally:
+        captured_results.reset(token)
+    if len(sink) != 1:
+        raise InputError(f"{command_name} produced {len(sink)} results, expected one")
+    return sink[0]
+
+
+def leaf_command(command_name: str) -> Any:
+    """The click command of `command_name`: "memory", or "presets show" for a group's command."""
+    from parcalc.cli import COMMANDS, load_command, unknown_command
+
+    group, _, sub = command_name.partition(" ")
+    if group not in COMMANDS:
+        raise InputError(unknown_command(group, sorted(COMMANDS)))
+    command = load_command(group)
+    subcommands = getattr(command, "commands", None)
+    if subcommands is None:
+        if sub:
+            raise InputError(f"{group} has no subcommands; got {shown(command_name)}")
+        return command
+    if sub not in subcommands:
+        raise InputError(f"{group}: name one of its commands ({', '.join(sorted(subcommands))}), e.g. '{group} {sorted(subcommands)[0]}'")
+    return subcommands[sub]
