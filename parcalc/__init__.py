@@ -42,7 +42,7 @@ _EXPORTS = {
 
 # The commands as functions (parcalc.api): parcalc.memory(model=..., tp=8) returns memory's Result.
 # `peak_flops` stays the formula above; the command is parcalc.api.peak_flops.
-_COMMAND_FUNCTIONS = ("intensity", "comm_volume", "bubble", "memory", "flops", "fit", "analyze", "presets_list",
+_COMMAND_FUNCTIONS = ("intensity", "comm_volume", "bubble", "memory", "flops", "fit", "scaling", "analyze", "presets_list",
                       "presets_show", "run", "sweep")  # fmt: skip
 _EXPORTS.update(dict.fromkeys(_COMMAND_FUNCTIONS, "parcalc.api"))
 

@@ -44,6 +44,7 @@ COMMAND_FUNCTIONS: dict[str, str] = {
     "memory": "memory",
     "flops": "flops",
     "fit": "fit",
+    "scaling": "scaling",
     "analyze": "analyze",
     "presets_list": "presets list",
     "presets_show": "presets show",
