@@ -17,6 +17,7 @@ Examples:
   parcalc intensity --m 8192 --k 8192 --n 8192 --peak 989TFLOP/s --bandwidth 3.35TB/s
   parcalc intensity --m 4096 --k 4096 --n 4096 --dtype bf16 --gpu h100-sxm5
   parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention
+  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention --compile
 \b
 With --gpu (or --peak and --bandwidth) each GEMM and, with --model, every kernel of a layer's
 forward and backward is timed by the step-time model fit uses (parcalc.core.timing.compute).
@@ -37,6 +38,7 @@ def intensity(
     peak: Annotated[_Text, typer.Option(metavar="FLOP/s", help="Peak FLOP/s for the roofline (overrides --gpu).")] = None,
     bandwidth: Annotated[_Text, typer.Option(metavar="B/s", help="Memory bandwidth for the roofline (overrides --gpu).")] = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="With --model: time attention as FlashAttention kernels.")] = False,
+    compile_: Annotated[bool, typer.Option("--compile", help="With --model: torch.compile's fused memory-bound kernels (see Assumptions).")] = False,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
@@ -64,10 +66,11 @@ def intensity(
         result = layer_intensity(shape, sequences, length, dtype_key, element_bytes, machine)
         if machine is not None:
             result = _with_layer_kernels(result, shape, sequences, length, dtype_key, element_bytes, machine, device, bandwidth, peak,
-                                         flash_attention)  # fmt: skip
+                                         flash_attention, compile_)  # fmt: skip
     else:
-        if flash_attention:
-            raise InputError("--flash-attention: only with --model (it times a layer's attention)")
+        if flash_attention or compile_:
+            flag = "--flash-attention" if flash_attention else "--compile"
+            raise InputError(f"{flag}: only with --model (it changes a layer's kernels)")
         missing = [flag for flag, value in (("--m", m), ("--k", k), ("--n", n)) if value is None]
         if missing:
             raise InputError(f"give --m, --k and --n (missing: {', '.join(missing)}), or --model")
@@ -111,25 +114,26 @@ def _with_gemm_times(result: object, dims: tuple[int, int, int, int], dtype: str
 
 
 def _with_layer_kernels(result: object, shape: object, batch: int, seq_len: int, dtype: str, element_bytes: float, machine: object,
-                        device: object, bandwidth: str | None, peak: str | None, flash: bool) -> object:  # fmt: skip
+                        device: object, bandwidth: str | None, peak: str | None, flash: bool, compiled: bool) -> object:  # fmt: skip
     """intensity --model with a machine: every kernel of one layer timed by the step-time model."""
     from dataclasses import replace
 
-    from parcalc.core.timing.compute import LayerShard
+    from parcalc.core.timing.compute import LayerShard, compile_assumption
     from parcalc.core.timing.kernel_report import layer_kernels
 
     spec = _spec(machine, device, bandwidth, dtype, peak)
     fp8 = dtype == "fp8"
     activation_bytes = 2.0 if fp8 else element_bytes  # FP8 training keeps 16-bit activations
     dropout = bool(getattr(shape, "dropout", False))
-    shard = LayerShard(batch, seq_len, 1, False, flash, dropout, True, activation_bytes, 1, "delayed" if fp8 else "")
+    shard = LayerShard(batch, seq_len, 1, False, flash, dropout, True, activation_bytes, 1, "delayed" if fp8 else "", compiled)
     table, totals = layer_kernels(shape, shard, spec, moe_layer=getattr(shape, "moe", None) is not None)  # type: ignore[arg-type]
     notes = (*_kernel_assumptions(device, spec),
              "kernel times: one GPU (no TP), one micro-batch of --batch sequences, causal attention, GEMMs at the in-training "
              "share fit uses (kernels.matmul)" + ("; FlashAttention" if flash else "; attention as explicit GEMMs and softmax")
-             + ("; dropout as the model trains" if dropout else ""))  # fmt: skip
+             + ("; dropout as the model trains" if dropout else ""),
+             *(("--compile: " + compile_assumption(),) if compiled else ()))  # fmt: skip
     return replace(result, derivations=result.derivations + totals, tables=result.tables + (table,),
-                   assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()),))  # type: ignore[attr-defined]
+                   assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()), ("compile", str(compiled).lower())))  # type: ignore[attr-defined]
 
 
 def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: str, dirs: tuple) -> tuple[object, object]:
