@@ -218,3 +218,25 @@ def test_fit_compile_flag_in_settings_and_assumptions() -> None:
     # TorchTitan docs/performance.md Table 1 (Llama 3.1 8B, 8 H100, FSDP): 5,762 -> 6,667 tokens/s per GPU with
     # torch.compile (+15.7 %). parcalc's baseline is already hand-fused, so it predicts well under 1 % (not fit to it).
     assert 0.0 < 1 - t_compiled / t_plain < 0.01
+
+
+def test_search_with_compile_agrees_with_the_estimate() -> None:
+    """--compile reaches the vectorised search through Training (layer_pieces builds the LayerShard): sampled
+    rows equal fit.estimate's, and every row's compute is below the same row without --compile (GPT-2 XL
+    trains with dropout; without FlashAttention the softmax + dropout group counts too)."""
+    import random
+
+    from parcalc.core.fit import Cluster, Training, estimate
+    from parcalc.core.fit_search import search
+
+    a100 = load_gpu("a100-sxm4-80gb")
+    cluster = Cluster(8, 8, 312e12, a100.memory_capacity.value, load_link("nvlink3"), load_link("ib-hdr"), gpu=a100)
+    model = load_model("gpt2-xl")
+    plain, compiled = (search(model, Training(32, 1024, compiled=c), cluster).evaluated for c in (False, True))
+    assert len(compiled) == len(plain) > 20
+    for i in random.Random(0).sample(range(len(compiled)), 15):
+        config = compiled.config(i)
+        scalar = estimate(model, config, Training(32, 1024, compiled=True), cluster)
+        assert compiled.columns["t_compute"][i] == pytest.approx(scalar.compute.value, rel=1e-9)
+        assert compiled.columns["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9)
+        assert plain.config(i) == config and compiled.columns["t_compute"][i] < plain.columns["t_compute"][i]
