@@ -482,7 +482,7 @@ _GPU_KEYS = (
     "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes", "matmul_measured",
     "board_power",
 )  # fmt: skip
-_KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch")
+_KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
 
@@ -531,15 +531,7 @@ def _kernels(doc: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRa
     """`kernels:` measured shares of the peaks, each with its source (see parcalc.core.timing.compute)."""
     node = doc.child("kernels")
     node.only(_KERNEL_KEYS)
-    matmul = []
-    if "matmul" in node.data:
-        table = node.child("matmul")
-        for dtype in table.data:
-            if dtype not in dtypes:
-                raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
-            share = _share(table, str(dtype), sources, required=True)
-            assert share is not None
-            matmul.append((str(dtype), share))
+    matmul, isolated = _shares(node, "matmul", sources, dtypes), _shares(node, "matmul_isolated", sources, dtypes)
     tile = node.child("tile")
     tile.only(("m", "n", "source"))
     return KernelRates(
@@ -551,7 +543,22 @@ def _kernels(doc: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRa
         attention_forward=_share(node, "attention_forward", sources, required=True),  # type: ignore[arg-type]
         attention_backward=_share(node, "attention_backward", sources, required=True),  # type: ignore[arg-type]
         launch=node.quantity("launch", Dimension.TIME, sources),  # type: ignore[arg-type]
+        matmul_isolated=isolated,
     )
+
+
+def _shares(node: _Doc, key: str, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, Sourced], ...]:
+    """`kernels.<key>:` dtype -> share of that dtype's dense peak, each with its source."""
+    shares = []
+    if key in node.data:
+        table = node.child(key)
+        for dtype in table.data:
+            if dtype not in dtypes:
+                raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
+            share = _share(table, str(dtype), sources, required=True)
+            assert share is not None
+            shares.append((str(dtype), share))
+    return tuple(shares)
 
 
 def _node(doc: _Doc, sources: Mapping[str, str]) -> Node:

@@ -247,3 +247,21 @@ def test_memory_json_carries_host_and_pcie(runner) -> None:
     psi = 8_030_261_248
     assert keys["pcie_to_gpu"] == pytest.approx(2 * psi / 8 + keys["host_memory"] - 16 * psi / 8)
     assert keys["fp8_weights"] == 2 * 218_103_808 * 32
+
+
+def test_optimizer_offload_shards_over_dp_and_cp() -> None:
+    """--offload optimizer --cp 2: the offloaded shard is Psi / (dp x cp), as the on-GPU states are
+    (model_states: Megatron-LM's distributed optimizer shards over the dp-cp group). Hand derivation:
+    Llama 3 8B, Psi = 8,030,261,248, dp 4 x cp 2 = 8 ranks, ZeRO-2: host (K 12 + fp32 gradient 4) x Psi / 8,
+    PCIe 2 x Psi / 8 each way; the same numbers as dp 8 without CP (test_optimizer_offload_split_by_hand).
+    Before the fix the shard was Psi / 4 (dp only)."""
+    model = load_model("llama3-8b")
+    par = Parallelism(dp=4, cp=2, zero=2)
+    off = memory_breakdown(model, par, TrainingSetup(1, 4096, offload_optimizer=True)).worst
+    psi = off.parameters.value
+    assert psi == 8_030_261_248
+    assert off.host is not None and off.host.value == 16 * psi / 8
+    down, up = pcie_traffic(psi, state_bytes(Precision.MIXED_BF16, Optimizer.ADAMW), par, 0.0, 32, 1, True, False)
+    assert down.value == up.value == 2 * psi / 8
+    on_gpu = memory_breakdown(model, par, TrainingSetup(1, 4096)).worst
+    assert on_gpu.states.optimizer.value == 12 * psi / 8  # the same divisor on the GPU side

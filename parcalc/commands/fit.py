@@ -102,6 +102,8 @@ Examples:
       --flash-attention --optimizer lion --offload optimizer --host-link pcie5-x16
   parcalc fit --model llama3-8b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --seq-len 8192 --flash-attention --framework torchtitan \\
       --tp 1 --pp 1 --dp 64 --zero 3 --recompute op
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 16 --seq-len 8192 --flash-attention --framework torchtitan \\
+      --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute op --compile
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --sequence-parallel \\
       --recompute full --recompute-layers 2
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 15T \\
@@ -149,6 +151,7 @@ def fit(
     offload: Annotated[Optional[list[Offload]], typer.Option(metavar="KIND", help="Move to host memory (repeatable): optimizer (ZeRO-Offload; CPU step and PCIe copies in t_offload), activations (copied out and back, overlapped with compute). Not searched: applies to every configuration.", show_default=False)] = None,  # noqa: UP045
     host_link: Annotated[Text, typer.Option(metavar="NAME", help="The GPU's link to the host for --offload (default: pcie5-x16 on Hopper/Blackwell, else pcie4-x16).")] = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
+    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor): the memory-bound kernels between GEMMs fused into fewer kernels (which: see Assumptions).")] = False,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,
     reserve: Annotated[Text, typer.Option(metavar="BYTES", help="CUDA context, NCCL buffers, fragmentation (default 2GiB; see `parcalc memory`).")] = None,
@@ -240,7 +243,7 @@ def fit(
         fp32_grads=(profile.fp32_grads if fp32_grads is None else fp32_grads) and mixed,
         reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
         offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
-        host_link=_host_link(host_link, offload, dirs), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision),
+        host_link=_host_link(host_link, offload, dirs), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     given_recomputes = tuple(dict.fromkeys(recompute)) if recompute else None
@@ -298,7 +301,7 @@ def fit(
     if not search and (schedule is not None or chunks is not None) and not pinned:
         raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
     settings = [("model", shape.key), ("gpu", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
-                ("flash_attention", str(flash_attention).lower()), ("framework", profile.key),
+                ("flash_attention", str(flash_attention).lower()), ("compile", str(compile_).lower()), ("framework", profile.key),
                 ("mode", "search" if search else "configuration" if pinned else "strategies")] + settings_cp  # fmt: skip
     if offload:
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
@@ -446,6 +449,7 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
     from parcalc.commands.common import sixteen_bit_default
     from parcalc.commands.memory import dropout_assumption
     from parcalc.core.memory import gradient_convention, state_bytes
+    from parcalc.core.timing.compute import compile_assumption
 
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=shape)
     framework = cluster.framework
@@ -470,6 +474,7 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)"
         + (" + offload (PCIe copies beyond their overlap window, the CPU optimizer step memory-bound on 614.4 GB/s of host DRAM per node: "
            "parcalc.core.timing.offload)" if training.offload_optimizer or training.offload_activations else ""),
+        *(("--compile: " + compile_assumption(),) if training.compiled else ()),
         *((f"fp8 ({training.fp8_recipe} scaling): the linears' GEMMs at the FP8 peak times the preset's fp8 share, each input "
            "quantised by a memory-bound cast kernel (read once, once more per amax pass, written row- and column-wise in FP8); "
            "attention, the LM head and the MoE router in BF16; weights cast once per iteration (not timed)",)

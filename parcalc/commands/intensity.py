@@ -15,6 +15,12 @@ Examples:
   parcalc intensity --m 32 --k 4096 --n 32 --dtype fp16 --gpu a100-sxm4-80gb
   parcalc intensity --model homework-7b --batch 128 --seq-len 4096 --dtype fp16 --gpu a100-sxm4-80gb
   parcalc intensity --m 8192 --k 8192 --n 8192 --peak 989TFLOP/s --bandwidth 3.35TB/s
+  parcalc intensity --m 4096 --k 4096 --n 4096 --dtype bf16 --gpu h100-sxm5
+  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention
+  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention --compile
+\b
+With --gpu (or --peak and --bandwidth) each GEMM and, with --model, every kernel of a layer's
+forward and backward is timed by the step-time model fit uses (parcalc.core.timing.compute).
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -31,6 +37,8 @@ def intensity(
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset for the roofline verdict.")] = None,
     peak: Annotated[_Text, typer.Option(metavar="FLOP/s", help="Peak FLOP/s for the roofline (overrides --gpu).")] = None,
     bandwidth: Annotated[_Text, typer.Option(metavar="B/s", help="Memory bandwidth for the roofline (overrides --gpu).")] = None,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="With --model: time attention as FlashAttention kernels.")] = False,
+    compile_: Annotated[bool, typer.Option("--compile", help="With --model: torch.compile's fused memory-bound kernels (see Assumptions).")] = False,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
@@ -44,7 +52,7 @@ def intensity(
 
     dtype_key = canonical_dtype(dtype)
     element_bytes = bytes_per_element(dtype_key)
-    machine = _machine(gpu, peak, bandwidth, dtype_key, preset_dirs(presets))
+    machine, device = _machine(gpu, peak, bandwidth, dtype_key, preset_dirs(presets))
     if model is not None:
         if any(v is not None for v in (m, k, n)):
             raise InputError("--model: give either --model (a layer table) or --m/--k/--n (one matmul), not both")
@@ -56,25 +64,87 @@ def intensity(
         if length == 0:
             raise InputError("--seq-len: required (the model preset has no maximum sequence length)")
         result = layer_intensity(shape, sequences, length, dtype_key, element_bytes, machine)
+        if machine is not None:
+            result = _with_layer_kernels(result, shape, sequences, length, dtype_key, element_bytes, machine, device, bandwidth, peak,
+                                         flash_attention, compile_)  # fmt: skip
     else:
+        if flash_attention or compile_:
+            flag = "--flash-attention" if flash_attention else "--compile"
+            raise InputError(f"{flag}: only with --model (it changes a layer's kernels)")
         missing = [flag for flag, value in (("--m", m), ("--k", k), ("--n", n)) if value is None]
         if missing:
             raise InputError(f"give --m, --k and --n (missing: {', '.join(missing)}), or --model")
-        result = matmul_intensity(
-            parse_count(m, "--m"), parse_count(k, "--k"), parse_count(n, "--n"),  # type: ignore[arg-type]
-            dtype_key, element_bytes, parse_count(batch or 1, "--batch"), machine,
-        )  # fmt: skip
+        dims = (parse_count(m, "--m"), parse_count(k, "--k"), parse_count(n, "--n"), parse_count(batch or 1, "--batch"))
+        result = matmul_intensity(*dims[:3], dtype_key, element_bytes, dims[3], machine)  # type: ignore[arg-type]
+        if machine is not None:
+            result = _with_gemm_times(result, dims, dtype_key, element_bytes, machine, device, bandwidth, peak)  # type: ignore[arg-type]
     finish(result, fmt, output)
 
 
-def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: str, dirs: tuple) -> object:
-    """The roofline's two roofs from a GPU preset and/or explicit --peak / --bandwidth."""
+def _spec(machine: object, device: object, bandwidth: str | None, dtype: str, peak: str | None) -> object:
+    """The ComputeSpec fit would build for this GPU and dtype (--bandwidth replaces the preset's)."""
+    from parcalc.core.timing.kernel_report import kernel_spec
+
+    bw = machine.bandwidth.value if bandwidth or device is None else None  # type: ignore[attr-defined]
+    return kernel_spec(device, dtype, machine.peak.value, bw, given_peak=peak is not None)  # type: ignore[attr-defined]
+
+
+def _kernel_assumptions(device: object, spec: object) -> tuple[str, ...]:
+    from parcalc.core.timing.compute import GENERIC
+
+    if device is None or getattr(device, "kernels", None) is None:
+        return (f"kernel shares: {GENERIC}",)
+    return ()
+
+
+def _with_gemm_times(result: object, dims: tuple[int, int, int, int], dtype: str, element_bytes: float, machine: object, device: object,
+                     bandwidth: str | None, peak: str | None) -> object:  # fmt: skip
+    """intensity --m --k --n with a machine: the GEMM's predicted time and achieved FLOP/s."""
+    from dataclasses import replace
+
+    from parcalc.core.timing.kernel_report import gemm_times
+
+    spec = _spec(machine, device, bandwidth, dtype, peak)
+    m, k, n, b = dims
+    times = gemm_times(m, k, n, b, element_bytes, dtype, spec)  # type: ignore[arg-type]
+    notes = _kernel_assumptions(device, spec)
+    if len(times) == 2:
+        notes += ("no isolated GEMM share in the GPU preset (kernels.matmul_isolated): only the in-training time is given",)
+    return replace(result, derivations=result.derivations + times, assumptions=result.assumptions + notes)  # type: ignore[attr-defined]
+
+
+def _with_layer_kernels(result: object, shape: object, batch: int, seq_len: int, dtype: str, element_bytes: float, machine: object,
+                        device: object, bandwidth: str | None, peak: str | None, flash: bool, compiled: bool) -> object:  # fmt: skip
+    """intensity --model with a machine: every kernel of one layer timed by the step-time model."""
+    from dataclasses import replace
+
+    from parcalc.core.timing.compute import LayerShard, compile_assumption
+    from parcalc.core.timing.kernel_report import layer_kernels
+
+    spec = _spec(machine, device, bandwidth, dtype, peak)
+    fp8 = dtype == "fp8"
+    activation_bytes = 2.0 if fp8 else element_bytes  # FP8 training keeps 16-bit activations
+    dropout = bool(getattr(shape, "dropout", False))
+    shard = LayerShard(batch, seq_len, 1, False, flash, dropout, True, activation_bytes, 1, "delayed" if fp8 else "", compiled)
+    table, totals = layer_kernels(shape, shard, spec, moe_layer=getattr(shape, "moe", None) is not None)  # type: ignore[arg-type]
+    notes = (*_kernel_assumptions(device, spec),
+             "kernel times: one GPU (no TP), one micro-batch of --batch sequences, causal attention, GEMMs at the in-training "
+             "share fit uses (kernels.matmul)" + ("; FlashAttention" if flash else "; attention as explicit GEMMs and softmax")
+             + ("; dropout as the model trains" if dropout else ""),
+             *(("--compile: " + compile_assumption(),) if compiled else ()))  # fmt: skip
+    return replace(result, derivations=result.derivations + totals, tables=result.tables + (table,),
+                   assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()), ("compile", str(compiled).lower())))  # type: ignore[attr-defined]
+
+
+def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: str, dirs: tuple) -> tuple[object, object]:
+    """The roofline's two roofs from a GPU preset and/or explicit --peak / --bandwidth, and the preset (or None)."""
     from parcalc.core.intensity import machine_terms
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_quantity
 
     if gpu is None and peak is None and bandwidth is None:
-        return None
+        return None, None
+    device = None
     peak_value = parse_quantity(peak, Dimension.FLOP_RATE, "--peak", require_unit=True) if peak else None
     bw_value = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth", require_unit=True) if bandwidth else None
     name, peak_source, bw_source = "the given machine", "given on the command line", "given on the command line"
@@ -92,4 +162,4 @@ def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: st
             bw_value, bw_source = device.memory_bandwidth.value, device.memory_bandwidth.source
     if peak_value is None or bw_value is None:
         raise InputError("the roofline needs both --peak and --bandwidth, or --gpu")
-    return machine_terms(name, peak_value, peak_source, bw_value, bw_source)
+    return machine_terms(name, peak_value, peak_source, bw_value, bw_source), device

@@ -66,6 +66,7 @@ Examples:
   parcalc memory --model llama3-8b --seq-len 4096 --dp 8 --zero 2 --optimizer adam-8bit --gpu a100-sxm4-80gb
   parcalc memory --model llama3-70b --seq-len 4096 --dp 8 --zero 2 --offload optimizer --offload activations --gpu h100-sxm5
   parcalc memory --model llama3-70b --seq-len 4096 --dp 64 --zero 3 --shard-group 16 --recompute full --flash-attention --gpu h100-sxm5
+  parcalc memory --model llama3-8b --seq-len 8192 --dp 8 --zero 3 --flash-attention --compile --gpu h100-sxm5
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -116,6 +117,7 @@ def memory(
     embedding_in_split: EmbeddingInSplitOption = False,
     loss_in_split: LossInSplitOption = False,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
+    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor): what its partitioner saves for backward (the same tensors; see Assumptions).")] = False,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset: its memory capacity decides fits / does not fit.")] = None,
     capacity: Annotated[_Text, typer.Option(metavar="BYTES", help="GPU memory capacity instead of --gpu's, e.g. 80GiB.")] = None,
@@ -190,6 +192,11 @@ def memory(
                 ("dropout", str(breakdown.setup.dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
     if offload:
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
+    if compile_:
+        from parcalc.core.activations import COMPILE_ACTIVATIONS
+
+        settings.append(("compile", "true"))
+        notes = (*notes, "--compile: " + COMPILE_ACTIVATIONS)
     if c > 1:
         settings += [("cp", str(c)), ("cp_comm", cp_kind)]
     if setup.recompute_layers is not None:

@@ -145,6 +145,7 @@ class Training:
     offload_activations: bool = False
     host_link: Link | None = None  # the GPU's PCIe link to the host (None: parcalc.core.timing.offload.default_host_link)
     fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are scaled (parcalc.core.timing.compute.FP8_RECIPES); with --precision fp8
+    compiled: bool = False  # --compile: torch.compile's fused memory-bound kernels (parcalc.core.timing.compute.COMPILE_GROUPS)
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,8 @@ class KernelRates:
     tile_m x tile_n: the output tile of one thread block, for tile and wave quantisation;
     memory: share of the HBM bandwidth that element-wise and reduction kernels sustain;
     attention_forward / attention_backward: share of the dense 16-bit peak FlashAttention sustains;
-    launch: the shortest time one kernel takes (launch and tail), seconds.
+    launch: the shortest time one kernel takes (launch and tail), seconds;
+    matmul_isolated: dtype -> share of the dense peak one well-shaped GEMM reaches alone.
     """
 
     matmul: tuple[tuple[str, Sourced], ...]  # (dtype, share) pairs: hashable, so kernel times can be cached
@@ -100,9 +101,16 @@ class KernelRates:
     attention_forward: Sourced
     attention_backward: Sourced
     launch: Sourced
+    # dtype -> share of the dense peak the best-shaped GEMM reaches alone (a microbenchmark, nothing
+    # else on the GPU): what `intensity --m --k --n` holds against published GEMM measurements.
+    # `matmul` is what training GEMMs sustain (fit's); () where no isolated measurement is given.
+    matmul_isolated: tuple[tuple[str, Sourced], ...] = ()
 
     def matmul_share(self, dtype: str) -> Sourced | None:
         return dict(self.matmul).get(dtype)
+
+    def isolated_share(self, dtype: str) -> Sourced | None:
+        return dict(self.matmul_isolated).get(dtype)
 
 
 @frozen

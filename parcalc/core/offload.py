@@ -38,8 +38,10 @@ FP32_GRAD = 4.0  # CPU-Adam updates from an fp32 gradient partition on the host
 
 
 def optimizer_shard(params: float, par: Parallelism) -> tuple[float, int]:
-    """(parameters whose optimizer this GPU updates, ranks they are sharded over): Psi / N_d from ZeRO-1 on."""
-    ranks = par.dp if par.shard_group is None else par.shard_group  # hybrid sharding: the shard group S
+    """(parameters whose optimizer this GPU updates, ranks they are sharded over): Psi / N_d from ZeRO-1 on,
+    N_d = dp x cp as for the states kept on the GPU (parcalc.core.memory.model_states: Megatron-LM's
+    distributed optimizer shards over the dp-cp group), or the shard group S with hybrid sharding."""
+    ranks = par.dp * par.cp if par.shard_group is None else par.shard_group
     shards = ranks if par.zero >= 1 else 1
     return params / shards, shards
 

@@ -169,6 +169,7 @@ class LayerShard:
     bytes_per_element: float  # activations (2 for 16-bit, 4 for fp32)
     cp: int = 1  # context parallelism: seq_len is this rank's shard s/cp; its queries attend over all s keys
     fp8: str = ""  # FP8 training: the scaling recipe of the GEMM inputs (FP8_RECIPES); "": none
+    compiled: bool = False  # torch.compile (Inductor): memory-bound neighbours fused (COMPILE_GROUPS)
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,31 @@ def _linear(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch
             gemm(f"{key}.wgrad", k, m, n, e, spec, batch))  # fmt: skip
 
 
+# torch.compile (Inductor) fuses the memory-bound operations between two GEMMs into one kernel
+# (torch/_inductor/scheduler.py at torch 2.13.0, Scheduler.can_fuse, line 7327; a cuBLAS GEMM is an
+# extern kernel it does not fuse into), which reads its inputs from HBM once and writes its outputs once.
+# parcalc's kernels are already the hand-fused ones of Megatron-LM and Apex (fused bias-GeLU, SwiGLU,
+# bias-dropout-add, RoPE, scale-mask-softmax), so compiling changes only the groups below; each
+# saves the HBM write and re-read of the intermediate between its members (and one launch).
+COMPILE_GROUPS = (
+    "residual add + the next norm, forward: the sum is written once and not read again (norm input from registers)",
+    "attention softmax + dropout (without FlashAttention), forward and backward: the probabilities are not re-read",
+)
+COMPILE_SOURCE = ("torch.compile / TorchInductor (torch 2.13.0): pointwise and reduction nodes between GEMMs fused into "
+                  "one generated kernel, never into an extern (cuBLAS) GEMM (torch/_inductor/scheduler.py, Scheduler.can_fuse, "
+                  "line 7327: 'node1 is extern but not a triton kernel'); one HBM read of the inputs and one write of the "
+                  "outputs per fused group")  # fmt: skip
+
+
+
+def compile_assumption() -> str:
+    """What --compile changes, in words (fit's and intensity's assumptions)."""
+    return ("torch.compile (Inductor) fuses " + "; ".join(COMPILE_GROUPS) + f" ({COMPILE_SOURCE}); parcalc's other kernels are "
+            "already the hand-fused ones (fused bias-GeLU/SwiGLU, bias-dropout-add, RoPE), so nothing else changes; saved "
+            "activations: Inductor's min-cut partitioner (torch/_functorch/partitioners.py) keeps what parcalc counts "
+            "(tests/ground_truth/test_torch_compile.py)")
+
+
 # FP8 casts: the extra read passes each recipe makes for the scale before the cast
 FP8_RECIPES = {"delayed": 0, "current": 1, "blockwise": 0, "mxfp8": 0}
 FP8_RECIPE_SOURCE = (
@@ -267,12 +293,10 @@ def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, 
 
 
 @lru_cache(maxsize=4096)
-def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> tuple[tuple[Kernel, ...], ...]:
-    """A layer's kernels up to its MLP (norm, QKV, attention, projection, residual, second norm),
-    the same in a dense and an MoE layer: (forward, backward, attention core)."""
+def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None) -> LayerPasses:
     b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
     tokens = b * s
-    h = model.hidden
+    h, f = model.hidden, model.ffn_hidden // t
     heads = model.heads // t
     kv = max(model.kv_heads // t, 1)
     hd = model.head_dim
@@ -295,8 +319,16 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     residual_fwd = (3 * e + (MASK_BYTES if shard.dropout else 0)) * seq_tokens * h  # x + dropout(y): read 2, write 1 (+ mask)
     residual_bwd = ((2 * e + MASK_BYTES) if shard.dropout else 0.0) * seq_tokens * h  # dropout backward; a plain add passes dy on
     act = f"[{seq_tokens}×{h}]"
+    # Compiled: a norm after a residual add is fused into it (COMPILE_GROUPS): the add writes the sum and
+    # the normalised output in one kernel, the norm's own read is gone. norm1 follows the previous layer's
+    # residual2, so its fused part is charged there (steady state: every layer alike).
+    fuse_norm = norm and shard.compiled
+    norm_write = e * seq_tokens * h
     if norm:
-        mem("norm1", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
+        if fuse_norm:
+            backward.append(memory_op("norm1.bwd", 3 * e * seq_tokens * h, spec, act))
+        else:
+            mem("norm1", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
     mla = model.mla
     if mla is None:
         linear("qkv", tokens, h, q_w + 2 * kv_w)
@@ -332,51 +364,38 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
         scores = b * heads * s * sk
         square = f"[{s}×{sk}] ×{b * heads}"
         core.append(gemm("attn.scores", s, qk_dim, sk, e, aspec, batch=b * heads))
-        core.append(memory_op("attn.softmax", 2 * e * scores, spec, square))
-        if shard.dropout:
+        if shard.dropout and shard.compiled:  # one kernel: read the scores, write the probabilities and the mask
+            core.append(memory_op("attn.softmax+dropout", (2 * e + MASK_BYTES) * scores, spec, square))
+        else:
+            core.append(memory_op("attn.softmax", 2 * e * scores, spec, square))
+        if shard.dropout and not shard.compiled:
             core.append(memory_op("attn.dropout", (2 * e + MASK_BYTES) * scores, spec, square))
         core.append(gemm("attn.context", s, sk, v_dim, e, aspec, batch=b * heads))
         forward.extend(core)
         backward.extend((gemm("attn.context.dgrad", s, v_dim, sk, e, aspec, batch=b * heads),
                          gemm("attn.context.wgrad", sk, s, v_dim, e, aspec, batch=b * heads)))  # fmt: skip
-        if shard.dropout:
-            backward.append(memory_op("attn.dropout.bwd", (2 * e + MASK_BYTES) * scores, spec, square))
-        backward.append(memory_op("attn.softmax.bwd", 3 * e * scores, spec, square))
+        if shard.dropout and shard.compiled:  # read dP, the mask and P, write dS
+            backward.append(memory_op("attn.softmax+dropout.bwd", (3 * e + MASK_BYTES) * scores, spec, square))
+        else:
+            if shard.dropout:
+                backward.append(memory_op("attn.dropout.bwd", (2 * e + MASK_BYTES) * scores, spec, square))
+            backward.append(memory_op("attn.softmax.bwd", 3 * e * scores, spec, square))
         backward.extend((gemm("attn.scores.dgrad", s, sk, qk_dim, e, aspec, batch=b * heads),
                          gemm("attn.scores.wgrad", sk, s, qk_dim, e, aspec, batch=b * heads)))  # fmt: skip
     linear("proj", tokens, heads * v_dim if mla is not None else q_w, h)
-    mem("residual1", residual_fwd, residual_bwd, act)
-    if norm:
-        mem("norm2", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
-    return tuple(forward), tuple(backward), tuple(core)
-
-
-@lru_cache(maxsize=4096)
-def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None) -> LayerPasses:
-    attention_forward, attention_backward, core = _attention_block(model, shard, spec)
-    forward, backward = list(attention_forward), list(attention_backward)
-    b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
-    tokens, h, f = b * s, model.hidden, model.ffn_hidden // t
-    seq_tokens = tokens // t if shard.sequence_parallel else tokens  # what residual adds see
-    residual_fwd = (3 * e + (MASK_BYTES if shard.dropout else 0)) * seq_tokens * h  # as in _attention_block
-    residual_bwd = ((2 * e + MASK_BYTES) if shard.dropout else 0.0) * seq_tokens * h
-    act = f"[{seq_tokens}×{h}]"
-
-    def mem(key: str, fwd_bytes: float, bwd_bytes: float, shape: str) -> None:
-        forward.append(memory_op(key, fwd_bytes, spec, shape))
-        if bwd_bytes:
-            backward.append(memory_op(f"{key}.bwd", bwd_bytes, spec, shape))
-
-    def linear(key: str, m: int, k: int, n: int) -> None:
-        fwd, bwd = linear_passes(key, m, k, n, e, spec, shard.fp8)
-        forward.extend(fwd)
-        backward.extend(bwd)
-
+    if fuse_norm:
+        mem("residual1+norm2", residual_fwd + norm_write, residual_bwd, act)
+        backward.append(memory_op("norm2.bwd", 3 * e * seq_tokens * h, spec, act))
+    else:
+        mem("residual1", residual_fwd, residual_bwd, act)
+        if norm:
+            mem("norm2", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
+    last = ("residual2+norm1", residual_fwd + norm_write) if fuse_norm else ("residual2", residual_fwd)  # the next layer's norm1
     if experts is not None and model.moe is not None:
         moe_forward, moe_backward, shared_f, shared_b = moe_kernels(model, shard, spec, experts)
         forward.extend(moe_forward)
         backward.extend(moe_backward)
-        mem("residual2", residual_fwd, residual_bwd, act)
+        mem(last[0], last[1], residual_bwd, act)
         return LayerPasses(tuple(forward), tuple(backward), tuple(core), shared_f, shared_b)
     if model.mlp.gated:
         linear("mlp.gate_up", tokens, h, 2 * f)
@@ -385,7 +404,7 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
         linear("mlp.up", tokens, h, f)
         mem("mlp.act", 2 * e * tokens * f, 3 * e * tokens * f, f"[{tokens}×{f}]")
     linear("mlp.down", tokens, f, h)
-    mem("residual2", residual_fwd, residual_bwd, act)
+    mem(last[0], last[1], residual_bwd, act)
     return LayerPasses(tuple(forward), tuple(backward), tuple(core))
 
 

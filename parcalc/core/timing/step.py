@@ -205,7 +205,7 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
     seq = training.seq_len // cp  # this rank's tokens of each sequence (context parallelism)
     fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""
     shard = LayerShard(micro_batch, seq, tp, sequence_parallel, training.flash_attention, dropout,
-                       training.causal, e, cp, fp8)  # fmt: skip
+                       training.causal, e, cp, fp8, training.compiled)  # fmt: skip
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
     if model.moe is not None:
@@ -364,7 +364,8 @@ def sp_regather(model: Any, tp: int, micro_batch: int, training: Any, cluster: A
     from parcalc.core.timing.compute import LayerShard, layer_passes
 
     e = training.precision.activation_bytes
-    shard = LayerShard(micro_batch, training.seq_len, tp, True, training.flash_attention, training.dropout, training.causal, e)
+    shard = LayerShard(micro_batch, training.seq_len, tp, True, training.flash_attention, training.dropout, training.causal, e,
+                       compiled=training.compiled)  # fmt: skip
     activation = micro_batch * training.seq_len * model.hidden * e
     return _regather_inputs(layer_passes(model, shard, cluster.spec), activation, tp, cluster)
 

@@ -1,0 +1,146 @@
+"""Kernel times that can be held against a measurement: what `parcalc intensity` prints with a GPU.
+
+Every time here is the step-time model's own (parcalc.core.timing.compute: `gemm`, `quantisation`,
+`layer_passes`, `end_passes`, the same functions and the same ComputeSpec that `fit` uses); this
+module only turns their Kernels into Derivations and a table. A kernel takes
+
+    t = max(F / (P x e_mm x q), Q / (BW x e_mem), t_launch)
+
+with F its FLOPs, Q its bytes, P the dtype's dense peak, q the tile and wave quantisation of a
+GEMM's output, BW the HBM bandwidth and e_mm, e_mem the GPU preset's shares.
+
+Two GEMM rates, both from the preset's `kernels` section:
+- in training (`kernels.matmul`, what `fit` charges): the share GEMMs sustain inside a training step,
+  calibrated on a published run (clock throttling at the power limit, SMs taken by overlapped NCCL
+  kernels; presets/gpus/h100-sxm5.yaml `derate`);
+- alone (`kernels.matmul_isolated`): one GEMM benchmarked by itself (torch.mm in a loop, a profiler
+  trace of a microbenchmark), from the best shape of a published sweep. What a published GEMM
+  measurement is compared with (tests/test_kernel_times.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from parcalc.core.hardware import Gpu
+from parcalc.core.model import TransformerModel
+from parcalc.core.timing.compute import (
+    ComputeSpec,
+    Kernel,
+    LayerShard,
+    compute_spec,
+    end_passes,
+    gemm,
+    layer_passes,
+    quantisation,
+    sixteen_bit_peak,
+)
+from parcalc.derivation import Column, Derivation, Table, Term
+
+COMPUTE_SOURCE = "parcalc.core.timing.compute (the kernel model fit uses): roofline per kernel with a launch floor"
+QUANTISATION_SOURCE = ("NVIDIA, Matrix Multiplication Background User's Guide, 'Dimension Quantization Effects': the m x n "
+                       "output in tiles, one per SM per wave, a partial wave paid in full; the better of the preset's tile "
+                       "and one of half its height (parcalc.core.timing.compute.quantisation)")  # fmt: skip
+
+
+def kernel_spec(gpu: Gpu | None, dtype: str, peak: float, bandwidth: float | None = None, given_peak: bool = False) -> ComputeSpec:
+    """The ComputeSpec fit builds for `gpu` with GEMMs in `dtype` at `peak` FLOP/s (Cluster.spec:
+    FlashAttention at the preset's 16-bit peak unless the peak was given, commands/fit.py _cluster);
+    `bandwidth` (B/s) replaces the preset's HBM bandwidth (intensity --bandwidth)."""
+    spec = compute_spec(gpu, dtype, peak, sixteen_bit_peak(gpu) if gpu is not None and not given_peak else None)
+    if bandwidth is not None:
+        sixteen = replace(spec.sixteen_bit, bandwidth=bandwidth) if spec.sixteen_bit is not None else None
+        spec = replace(spec, bandwidth=bandwidth, sixteen_bit=sixteen)
+    return spec
+
+
+def alone_spec(spec: ComputeSpec, dtype: str) -> ComputeSpec | None:
+    """The same spec with the share one GEMM reaches alone (kernels.matmul_isolated); None without one."""
+    share = spec.kernels.isolated_share(dtype)
+    return None if share is None else replace(spec, matmul=share)
+
+
+def _rate_terms(spec: ComputeSpec, which: str) -> tuple[Term, ...]:
+    return (
+        Term("P", "P", "P", spec.peak, "FLOP/s", "dense peak of the dtype"),
+        Term("e_mm", "e_mm", r"e_{\mathrm{mm}}", spec.matmul.value, "", f"share of the peak large GEMMs sustain {which}", spec.matmul.source),
+        Term("BW", "BW", r"B_{\mathrm{mem}}", spec.bandwidth, "B/s", "HBM bandwidth"),
+        Term("e_mem", "e_mem", r"e_{\mathrm{mem}}", spec.kernels.memory.value, "", "share of the bandwidth kernels sustain",
+             spec.kernels.memory.source),
+        Term("t_launch", "t_launch", r"t_{\mathrm{launch}}", spec.kernels.launch.value, "s", "shortest kernel (launch floor)",
+             spec.kernels.launch.source),
+    )  # fmt: skip
+
+
+def gemm_time(kernel: Kernel, q: float, spec: ComputeSpec, key: str, which: str) -> tuple[Derivation, Derivation]:
+    """(time, achieved FLOP/s) of one GEMM kernel of the compute model, as derivations."""
+    inputs = (Term("F", "F", "F", kernel.flops, "FLOP", "FLOPs (2 m k n per product)"),
+              Term("Q", "Q", "Q", kernel.bytes, "B", "bytes moved (operands read once, output written once)"),
+              Term("q", "q", "q", q, "", "tile and wave quantisation of the output", QUANTISATION_SOURCE)) + _rate_terms(spec, which)  # fmt: skip
+    time = Derivation(
+        key=f"time_{key}", label=f"Predicted GEMM time ({which})", symbol=f"t_{key}", latex_symbol=rf"t_{{\mathrm{{{key}}}}}",
+        formula="max($F / ($P × $e_mm × $q), $Q / ($BW × $e_mem), $t_launch)",
+        formula_latex=r"\max\left(\frac{$F}{$P \times $e_mm \times $q},\ \frac{$Q}{$BW \times $e_mem},\ $t_launch\right)",
+        inputs=inputs, value=kernel.time, unit="s", source=COMPUTE_SOURCE,
+        assumptions=(f"the GEMM is {kernel.bound}-bound on this GPU ({which})",),
+    )  # fmt: skip
+    achieved = Derivation(
+        key=f"achieved_{key}", label=f"Achieved FLOP/s ({which})", symbol=f"R_{key}", latex_symbol=rf"R_{{\mathrm{{{key}}}}}",
+        formula="$F / $t", formula_latex=r"\frac{$F}{$t}",
+        inputs=(inputs[0], time.as_term("t")), value=kernel.flops / kernel.time, unit="FLOP/s", source=COMPUTE_SOURCE,
+    )  # fmt: skip
+    return time, achieved
+
+
+def gemm_times(m: int, k: int, n: int, batch: int, element_bytes: float, dtype: str, spec: ComputeSpec) -> tuple[Derivation, ...]:
+    """Time and achieved FLOP/s of (m x k) . (k x n), `batch` times, in training (fit's rate) and,
+    where the preset has one, alone."""
+    q = quantisation(m, n, batch, spec)
+    out = gemm_time(gemm("gemm", m, k, n, element_bytes, spec, batch), q, spec, "train", "in training, as fit charges it")
+    alone = alone_spec(spec, dtype)
+    if alone is not None:
+        out += gemm_time(gemm("gemm", m, k, n, element_bytes, alone, batch), q, alone, "alone", "alone, as a benchmark measures it")
+    return out
+
+
+KERNEL_COLUMNS = (
+    Column("kernel", "kernel"),
+    Column("pass", "pass"),
+    Column("kind", "kind"),
+    Column("shape", "shape"),
+    Column("flops", "FLOPs", "FLOP"),
+    Column("bytes", "bytes", "B"),
+    Column("time", "time", "s"),
+    Column("achieved", "achieved", "FLOP/s"),
+    Column("bound", "bound"),
+)
+
+
+def layer_kernels(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, moe_layer: bool = False) -> tuple[Table, tuple[Derivation, ...]]:
+    """Every kernel of one layer's forward and backward (and of the embedding, final norm, LM head
+    and loss) on one GPU, timed by the compute model: a table and the layer's forward and backward
+    time. moe_layer: one of the model's MoE layers (one GPU: no expert parallelism)."""
+    from parcalc.core.timing.moe import ExpertShard
+
+    passes = layer_passes(model, shard, spec, ExpertShard() if moe_layer else None)
+    ends = end_passes(model, shard, spec)
+
+    def row(k: Kernel, where: str) -> tuple[object, ...]:
+        return (k.key, where, k.kind, k.shape, k.flops, k.bytes, k.time, k.flops / k.time if k.flops else None, k.bound)
+
+    rows = [row(k, "forward") for k in passes.forward] + [row(k, "backward") for k in passes.backward]
+    rows += [row(k, "backward" if k.key.endswith(".bwd") or k.key.endswith("grad") else "forward") for k in ends.kernels]
+    layer = "MoE layer" if moe_layer else "layer"
+    totals = (
+        _sum("layer_forward_time", f"Forward kernels of one {layer}", "t_fwd", passes.t_forward),
+        _sum("layer_backward_time", f"Backward kernels of one {layer}", "t_bwd", passes.t_backward),
+    )
+    table = Table("kernels", f"Kernel times of one {layer} and the model's ends, one micro-batch (the step-time model)",
+                  KERNEL_COLUMNS, tuple(rows))  # fmt: skip
+    return table, totals
+
+
+def _sum(key: str, label: str, symbol: str, value: float) -> Derivation:
+    return Derivation(key=key, label=label, symbol=symbol, latex_symbol=symbol.replace("_", r"_{\mathrm{") + "}}",
+                      formula="sum of the table's kernel times for that pass", formula_latex=r"\textstyle\sum_{\mathrm{kernels}} t",
+                      inputs=(), value=value, unit="s", source=COMPUTE_SOURCE)  # fmt: skip
