@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import FormatOption, PictureOutputOption, PresetsOption, finish, preset_dirs, start
 
 EXAMPLES = """\
 \b
@@ -15,6 +15,7 @@ Examples:
   parcalc intensity --m 32 --k 4096 --n 32 --dtype fp16 --gpu a100-sxm4-80gb
   parcalc intensity --model homework-7b --batch 128 --seq-len 4096 --dtype fp16 --gpu a100-sxm4-80gb
   parcalc intensity --m 8192 --k 8192 --n 8192 --peak 989TFLOP/s --bandwidth 3.35TB/s
+  parcalc intensity --model llama3-8b --batch 1 --seq-len 4096 --gpu h100-sxm5 -o roof.svg
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -33,10 +34,10 @@ def intensity(
     bandwidth: Annotated[_Text, typer.Option(metavar="B/s", help="Memory bandwidth for the roofline (overrides --gpu).")] = None,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
-    output: OutputOption = None,
+    output: PictureOutputOption = None,
 ) -> None:
     """Arithmetic intensity (FLOP per byte moved) and the roofline verdict on a GPU."""
-    start(output, fmt)
+    start(output, fmt, picture=True)
     from parcalc.core.dtypes import bytes_per_element, canonical_dtype
     from parcalc.core.intensity import layer_intensity, matmul_intensity
     from parcalc.errors import InputError
