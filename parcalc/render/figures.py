@@ -173,14 +173,9 @@ def roofline_figure(result: Result) -> Figure | None:
         canvas.circle(x(intensity), y(attainable), 5, colour, stroke="white", tooltip=tip)
         below = order % 2 == 0  # neighbours' numbers alternate below and above their points
         canvas.text(x(intensity), y(attainable) + (18 if below else -9), ",".join(map(str, numbers)), size=11, anchor="middle", fill=colour)
-    legend_top = bottom + 62
-    canvas.circle(left + 5, legend_top - 4, 5, "#1f5fa8")
-    canvas.text(left + 14, legend_top, "compute-bound", size=11)
-    canvas.circle(left + 125, legend_top - 4, 5, "#d62728")
-    canvas.text(left + 134, legend_top, "memory-bound", size=11)
-    canvas.line([(left + 240, legend_top - 4), (left + 262, legend_top - 4)], stroke="#000000", width=2.2)
-    canvas.text(left + 268, legend_top, f"roofs: peak {_short(peak, 'FLOP/s')}, memory {_short(bandwidth, 'B/s')}", size=11)
-    line_y = legend_top + 20
+    legend = [("dot", "#1f5fa8", "compute-bound"), ("dot", "#d62728", "memory-bound"),
+              ("line", "#000000", f"roofs: peak {_short(peak, 'FLOP/s')}, memory {_short(bandwidth, 'B/s')}")]  # fmt: skip
+    line_y = _legend(canvas, legend, left, bottom + 62) + 20
     column = (right - left) / 2
     for index, (name, intensity, attainable, _) in enumerate(points, start=1):
         cx = left + (index - 1) % 2 * column
@@ -252,14 +247,10 @@ def _stacked_bars(title: str, bars: list[Bar], capacity: float | None, caption: 
     label_width = min(max(text_width(b.label, 11) for b in bars) + 10, 220.0)
     left, right = 12 + label_width, WIDTH - 70
     row = 22.0 if len(bars) <= 40 else max(6.0, 880.0 / len(bars))
-    legend_y = top + 12
-    x_pos = left
-    for group, colour, _ in MEMORY_GROUPS:
-        if not any(g == group for b in bars for g, _ in b.parts):
-            continue
-        canvas.rect(x_pos, legend_y - 9, 10, 10, colour)
-        canvas.text(x_pos + 14, legend_y, group, size=11)
-        x_pos += 14 + text_width(group, 11) + 14
+    items = [("box", colour, group) for group, colour, _ in MEMORY_GROUPS if any(g == group for b in bars for g, _ in b.parts)]
+    if capacity:
+        items.append(("dash", "#b00020", f"capacity {_gib(capacity)}"))
+    legend_y = _legend(canvas, items, 12.0, top + 12)
     plot_top = legend_y + 14
     high = max([b.total for b in bars] + ([capacity] if capacity else []))
     ticks = linear_ticks(0, high / GIB)
@@ -290,8 +281,7 @@ def _stacked_bars(title: str, bars: list[Bar], capacity: float | None, caption: 
     if capacity:
         cx = scale(capacity)
         canvas.line([(cx, plot_top - 4), (cx, bottom)], stroke="#b00020", width=1.4, dashed=True)
-        canvas.text(cx, bottom + 50, f"capacity {_gib(capacity)}", size=11, anchor="middle", fill="#b00020")
-    canvas.height = bottom + (62 if capacity else 44)
+    canvas.height = bottom + 44
     return canvas
 
 
@@ -327,15 +317,22 @@ def search_figure(result: Result) -> Figure | None:
     title = result.title.replace("Fastest configurations", "Step time against memory")
     canvas = Canvas(WIDTH, 0, title=title)
     top = _title(canvas, title)
-    left, right, plot_top, plot_height = 78.0, WIDTH - 24, top + 34, 330.0
+    legend = [("dot", "#6baed6", f"fits ({len(fitting):,})"), ("dot", "#cfcfcf", f"does not fit ({len(memory) - len(fitting):,})"),
+              ("line", "#08306b", "fastest within each memory budget")]  # fmt: skip
+    left, right, plot_height = 78.0, WIDTH - 24, 330.0
+    plot_top = _legend(canvas, legend, left, top + 16) + 18
     bottom = plot_top + plot_height
-    x_high = max(max(memory), capacity) * 1.05
-    ticks = linear_ticks(0, x_high / GIB)
-    x = Scale(0, max(ticks[-1], x_high / GIB) * GIB, left, right)
+    lowest, highest = min(min(memory), capacity), max(max(memory), capacity)
+    if highest > 8 * lowest:  # memory over decades (ZeRO-3 next to DDP): a log axis keeps the fitting ones apart
+        x = Scale(lowest / 1.15, highest * 1.15, left, right, log=True)
+        ticks = log_ticks(lowest / 1.15 / GIB, highest * 1.15 / GIB)
+    else:
+        ticks = linear_ticks(0, highest * 1.05 / GIB)
+        x = Scale(0, max(ticks[-1], highest * 1.05 / GIB) * GIB, left, right)
     low, high = min(step), max(step)
     log = high > 20 * low
     if log:
-        y_low, y_high = 10 ** math.floor(math.log10(low)), 10 ** math.ceil(math.log10(high))
+        y_low, y_high = low / 1.25, high * 1.25
         y = Scale(y_low, y_high, bottom, plot_top, log=True)
         y_ticks = log_ticks(y_low, y_high)
     else:
@@ -349,22 +346,23 @@ def search_figure(result: Result) -> Figure | None:
         _xtick(canvas, x(tick * GIB), bottom, f"{tick:g}", grid_top=plot_top)
     for tick in y_ticks:
         _ytick(canvas, y(tick), left, format_quantity(tick, "s", significant=3), grid_right=right)
-    canvas.text((left + right) / 2, bottom + 36, "memory per GPU (GiB), fullest stage", size=12, anchor="middle")
+    canvas.text((left + right) / 2, bottom + 36, "memory per GPU (GiB), fullest stage" + (", log scale" if x.log else ""), size=12, anchor="middle")
     canvas.text(16, (plot_top + bottom) / 2, "step time" + (" (log scale)" if log else ""), size=12, anchor="middle", rotate=True)
     canvas.line([(cx, plot_top), (cx, bottom)], stroke="#b00020", width=1.4, dashed=True)
-    canvas.text(cx - 4, plot_top + 14, f"capacity {_gib(capacity)}", size=11, anchor="end", fill="#b00020")
-    canvas.text(min(cx + 4, right - 80), plot_top + 14, "does not fit", size=11, fill="#b00020")
-    seen: set[tuple[int, int, bool]] = set()  # one circle per pixel and kind: thousands of configurations share pixels
-    for i in range(len(memory)):
-        px, py = x(memory[i]), y(step[i])
-        spot = (round(px * 2), round(py * 2), fits[i])
-        if spot in seen:
-            continue
-        seen.add(spot)
-        if fits[i]:
-            canvas.circle(px, py, 2.6, "#4c78a8")
-        else:
-            canvas.circle(px, py, 2.6, "#c7c7c7")
+    note = f"capacity {_gib(capacity)}: beyond it, does not fit"
+    inside = cx + 5 + text_width(note, 11) < right
+    canvas.text(cx + 5 if inside else cx - 5, plot_top + 15, note, size=11, anchor="start" if inside else "end", fill="#b00020")
+    seen: set[tuple[tuple[int, int], bool]] = set()  # one circle per pixel: thousands of configurations share pixels
+    for group in (False, True):  # those that fit drawn last, on top
+        for i in range(len(memory)):
+            if fits[i] is not group:
+                continue
+            px, py = x(memory[i]), y(step[i])
+            spot = (round(px), round(py))
+            if (spot, group) in seen:
+                continue
+            seen.add((spot, group))
+            canvas.circle(px, py, 2.4, "#6baed6" if group else "#cfcfcf")
     if front_rows:
         path: list[tuple[float, float]] = []
         for i in sorted(front_rows, key=lambda k: memory[k]):
@@ -373,20 +371,13 @@ def search_figure(result: Result) -> Figure | None:
                 path.append((px, path[-1][1]))
             path.append((px, py))
         path.append((cx, path[-1][1]))
-        canvas.line(path, stroke="#1b3a66", width=1.6)
+        canvas.line(path, stroke="#08306b", width=2)
         best = min(fitting, key=lambda k: (step[k], memory[k]))
         canvas.circle(x(memory[best]), y(step[best]), 6, "none", stroke="#d62728")
         label = f"fastest: tp {table.rows[best][at['tp']]} pp {table.rows[best][at['pp']]} dp {table.rows[best][at['dp']]}, {format_quantity(step[best], 's', significant=3)}"
         anchor_x = x(memory[best])
         anchor = "start" if anchor_x + text_width(label, 11) + 10 < right else "end"
         canvas.text(anchor_x + (10 if anchor == "start" else -10), y(step[best]) + 18, label, size=11, anchor=anchor, fill="#d62728")
-    legend_y = top + 16
-    canvas.circle(left + 4, legend_y - 4, 3, "#4c78a8")
-    canvas.text(left + 12, legend_y, f"fits ({len(fitting):,})", size=11)
-    canvas.circle(left + 104, legend_y - 4, 3, "#c7c7c7")
-    canvas.text(left + 112, legend_y, f"does not fit ({len(memory) - len(fitting):,})", size=11)
-    canvas.line([(left + 260, legend_y - 4), (left + 280, legend_y - 4)], stroke="#1b3a66", width=1.6)
-    canvas.text(left + 286, legend_y, "fastest within each memory budget", size=11)
     canvas.height = bottom + 50
     return Figure("search", title, canvas)
 
@@ -448,6 +439,25 @@ def timeline_figure(result: Result) -> Figure | None:
 
 # ---------------------------------------------------------------------------------------------
 # Axis pieces
+
+
+def _legend(canvas: Canvas, items: list[tuple[str, str, str]], left: float, y: float) -> float:
+    """Legend entries (kind "box", "dash", "line" or "dot"; colour; label) in rows that wrap at the
+    canvas's width; returns the baseline of the last row."""
+    x = left
+    for kind, colour, label in items:
+        needed = 18 + text_width(label, 11)
+        if x > left and x + needed > canvas.width - 12:
+            x, y = left, y + 17
+        if kind == "box":
+            canvas.rect(x, y - 9, 10, 10, colour)
+        elif kind == "dot":
+            canvas.circle(x + 5, y - 4, 3.5, colour)
+        else:
+            canvas.line([(x - 2, y - 4), (x + 12, y - 4)], stroke=colour, width=1.6, dashed=kind == "dash")
+        canvas.text(x + 16, y, label, size=11, fill=colour if kind == "dash" else "#000000")
+        x += needed + 14
+    return y
 
 
 def _frame(canvas: Canvas, left: float, right: float, top: float, bottom: float) -> None:
