@@ -26,6 +26,9 @@ MIN_TEXT_PX = 11.0
 # Mean advance of a Helvetica character, as a share of the font size (for laying out labels; the
 # widest common glyphs are ~0.9, digits 0.56): enough to keep labels apart, not a measurement.
 CHAR_WIDTH = 0.58
+# Circles drawn by one TikZ path: TeX keeps a path in main memory until it is drawn, and one path
+# of 7,000 points exceeded it (TeX capacity exceeded, main memory size=5000000).
+CIRCLES_PER_PATH = 250
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,24 @@ def to_tikz(canvas: Canvas, width_cm: float = TIKZ_WIDTH_CM) -> str:
     out = [r"\begin{tikzpicture}[x=1cm,y=1cm,every node/.style={inner sep=0pt,outer sep=0pt}]",
            # the canvas's own bounding box, so that the picture keeps its margins
            rf"\path[use as bounding box] (0,0) rectangle ({canvas.width * scale:.3f},{canvas.height * scale:.3f});"]  # fmt: skip
-    for item in canvas.items:
+    items = canvas.items
+    index = 0
+    while index < len(items):
+        item = items[index]
+        index += 1
+        if isinstance(item, Circle):
+            # a run of like circles (a scatter's thousands of points) as one path: TeX parses one
+            # command's options instead of one per point (search.pdf built in 40 s, now in a few)
+            run = [item]
+            while len(run) < CIRCLES_PER_PATH and index < len(items) and isinstance(items[index], Circle) and _same_circle(items[index], item):  # type: ignore[arg-type]
+                run.append(items[index])  # type: ignore[arg-type]
+                index += 1
+            draw = f",draw={_colour(item.stroke)},line width=0.4pt" if item.stroke != "none" else ""
+            command = r"\filldraw" if draw else r"\fill"
+            fill = "white" if item.fill == "none" else _colour(item.fill)
+            path = "\n".join(f"{at(c.x, c.y)} circle ({item.radius * scale:.3f})" for c in run)  # lines: TeX's input buffer is finite
+            out.append(rf"{command}[fill={fill}{draw}] {path};")
+            continue
         if isinstance(item, Rect):
             if item.width <= 0 or item.height <= 0:
                 continue
@@ -169,12 +189,7 @@ def to_tikz(canvas: Canvas, width_cm: float = TIKZ_WIDTH_CM) -> str:
         elif isinstance(item, Line):
             dash = ",dashed" if item.dashed else ""
             path = " -- ".join(at(x, y) for x, y in item.points)
-            out.append(rf"\draw[{_colour(item.stroke)},line width={item.width * scale * PT_PER_CM:.2f}pt{dash}] {path};")
-        elif isinstance(item, Circle):
-            draw = f",draw={_colour(item.stroke)},line width=0.4pt" if item.stroke != "none" else ""
-            command = r"\filldraw" if draw else r"\fill"
-            fill = "white" if item.fill == "none" else _colour(item.fill)
-            out.append(rf"{command}[fill={fill}{draw}] {at(item.x, item.y)} circle ({item.radius * scale:.3f});")
+            out.append(rf"\draw[draw={_colour(item.stroke)},line width={item.width * scale * PT_PER_CM:.2f}pt{dash}] {path};")
         else:
             size = item.size * scale * PT_PER_CM
             anchor = {"start": "base west", "middle": "base", "end": "base east"}[item.anchor]
@@ -183,6 +198,10 @@ def to_tikz(canvas: Canvas, width_cm: float = TIKZ_WIDTH_CM) -> str:
             out.append(rf"\node[anchor={anchor},text={_colour(item.fill)},font={font}{rotate}] at {at(item.x, item.y)} {{{tex_escape(item.text)}}};")
     out.append(r"\end{tikzpicture}")
     return "\n".join(out)
+
+
+def _same_circle(a: Circle, b: Circle) -> bool:
+    return (a.fill, a.stroke, a.radius) == (b.fill, b.stroke, b.radius)
 
 
 def _colour(hex_colour: str) -> str:

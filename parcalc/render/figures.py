@@ -358,7 +358,7 @@ def search_figure(result: Result) -> Figure | None:
             if fits[i] is not group:
                 continue
             px, py = x(memory[i]), y(step[i])
-            spot = (round(px), round(py))
+            spot = (round(px / 1.5), round(py / 1.5))  # within 1.5 px: the same dot to the eye (radius 2.4 px)
             if (spot, group) in seen:
                 continue
             seen.add((spot, group))
