@@ -310,3 +310,20 @@ def test_ticks():
     assert linear_ticks(0, 100) == [0, 20, 40, 60, 80, 100]
     assert log_ticks(0.1, 10000) == [0.1, 1, 10, 100, 1000, 10000]
     assert log_ticks(20, 500) == [20, 50, 100, 200, 500]  # under three decades: 1, 2, 5 of each
+
+
+def test_worksheet_markdown_reports_link_their_figures(runner, tmp_path):
+    """question1 1.2 has a roofline of its three products, question2 2.2 the GPipe timeline (the
+    figures the PDF draws in TikZ); the Markdown report writes them beside itself."""
+    q1 = tmp_path / "q1.md"
+    assert runner.invoke(app, ["report", "question1", "-o", str(q1)]).exit_code == 0
+    roof = ET.parse(tmp_path / "q1-1.2-roofline.svg").getroot()
+    points = [c for c in roof.iter(f"{SVG}circle") if c.find(f"{SVG}title") is not None]
+    assert len(points) == 3 and "](q1-1.2-roofline.svg)" in q1.read_text()
+    # 2 x 4096^3 / (2 x 3 x 4096^2) = 1365.3 FLOP/B for the square product (hand computation)
+    assert any(t.startswith("1  product 1: 1365 FLOP/B") for t in texts(roof))
+    q2 = tmp_path / "q2.md"
+    assert runner.invoke(app, ["report", "question2", "-o", str(q2)]).exit_code == 0
+    timeline = ET.parse(tmp_path / "q2-2.2-timeline.svg").getroot()
+    assert len(bars(timeline)) == 8 * 8 * 2  # GPipe, p = 8, m = 8: a forward and a backward box each
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q1-1.2-roofline.svg", "q1.md", "q2-2.2-timeline.svg", "q2.md"]

@@ -119,28 +119,48 @@ def _title(canvas: Canvas, text: str, width: float = WIDTH) -> float:
 # Roofline
 
 
+RooflinePoint = tuple[str, float, float, bool]  # name, intensity (FLOP/B), attainable (FLOP/s), compute-bound
+
+
+def roofline_points(result: Result, name: str = "Y = XW") -> list[RooflinePoint]:
+    """Each operation of a layer's table "ops", or the matmul's (named `name`); [] without a machine."""
+    ops = table_of(result, "ops")
+    if ops is not None:
+        if "attainable" not in [c.key for c in ops.columns]:
+            return []
+        return [(str(r["op"]), float(r["intensity"]), float(r["attainable"]), r["bound"] == "compute")  # type: ignore[arg-type]
+                for r in ops.records()]  # fmt: skip
+    if not {"intensity", "attainable", "ridge"} <= {d.key for d in result.derivations}:
+        return []
+    intensity = result.derivation("intensity").value
+    return [(name, intensity, result.derivation("attainable").value, intensity >= result.derivation("ridge").value)]
+
+
 def roofline_figure(result: Result) -> Figure | None:
     """Each operation (a layer's table "ops") or the matmul as a point under the two roofs."""
     peak, bandwidth = _term_value(result, "peak"), _term_value(result, "bw")
+    points = roofline_points(result)
+    if peak is None or bandwidth is None or not points:
+        return None
+    return roofline_of(f"Roofline: {result.title}", points, peak, bandwidth)
+
+
+def worksheet_roofline(results: Sequence[Result], title: str) -> Figure | None:
+    """A worksheet question's matmuls (one intensity result each, on one machine), numbered in order."""
+    points = [p for i, r in enumerate(results, start=1) for p in roofline_points(r, f"product {i}")]
+    machines = {(_term_value(r, "peak"), _term_value(r, "bw")) for r in results if roofline_points(r)}
+    if not points or len(machines) != 1:
+        return None
+    peak, bandwidth = machines.pop()
     if peak is None or bandwidth is None:
         return None
-    ops = table_of(result, "ops")
-    points: list[tuple[str, float, float, bool]] = []  # name, intensity, attainable, compute-bound
-    if ops is not None:
-        columns = [c.key for c in ops.columns]
-        if "attainable" not in columns:
-            return None
-        for record in ops.records():
-            points.append((str(record["op"]), float(record["intensity"]), float(record["attainable"]), record["bound"] == "compute"))  # type: ignore[arg-type]
-    else:
-        keys = {d.key for d in result.derivations}
-        if not {"intensity", "attainable", "ridge"} <= keys:
-            return None
-        intensity = result.derivation("intensity").value
-        points.append(("Y = XW", intensity, result.derivation("attainable").value, intensity >= result.derivation("ridge").value))
+    return roofline_of(title, points, peak, bandwidth)
+
+
+def roofline_of(title: str, points: list[RooflinePoint], peak: float, bandwidth: float) -> Figure:
     ridge = peak / bandwidth  # where the two roofs meet: the x of the corner drawn
-    canvas = Canvas(WIDTH, 0, title=f"Roofline: {result.title}")
-    top = _title(canvas, f"Roofline: {result.title}")
+    canvas = Canvas(WIDTH, 0, title=title)
+    top = _title(canvas, title)
     left, right, plot_top, plot_height = 100.0, WIDTH - 24, top + 14, 300.0
     xs = [p[1] for p in points]
     # at least 1.5 decades of each roof around the ridge point, so that the corner reads as one
@@ -456,7 +476,7 @@ def _legend(canvas: Canvas, items: list[tuple[str, str, str]], left: float, y: f
         else:
             canvas.line([(x - 2, y - 4), (x + 12, y - 4)], stroke=colour, width=1.6, dashed=kind == "dash")
         canvas.text(x + 16, y, label, size=11, fill=colour if kind == "dash" else "#000000")
-        x += needed + 14
+        x += needed + 20
     return y
 
 
