@@ -10,9 +10,11 @@ well-formed XML, text no smaller than 7 pt in the PDF.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -21,7 +23,8 @@ import pytest
 from parcalc.cli import app
 from parcalc.core.frontier import pareto_front
 from parcalc.render.canvas import MIN_TEXT_PX, PT_PER_CM, TIKZ_WIDTH_CM, Canvas, Text, linear_ticks, log_ticks, to_svg, to_tikz
-from parcalc.render.figures import GROUP_OF, WIDTH
+from parcalc.render.figures import WIDTH
+from parcalc.render.memory_bar import GROUP_OF
 
 SVG = "{http://www.w3.org/2000/svg}"
 GIB = 2**30
@@ -327,3 +330,21 @@ def test_worksheet_markdown_reports_link_their_figures(runner, tmp_path):
     timeline = ET.parse(tmp_path / "q2-2.2-timeline.svg").getroot()
     assert len(bars(timeline)) == 8 * 8 * 2  # GPipe, p = 8, m = 8: a forward and a backward box each
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q1-1.2-roofline.svg", "q1.md", "q2-2.2-timeline.svg", "q2.md"]
+
+
+@pytest.mark.parametrize("args", [["peak-flops", "--gpu", "h100-sxm5", "--dtype", "tf32"], ["memory", "--model", "llama3-8b", "--seq-len", "4096"],
+                                  ["intensity", "--m", "64", "--k", "64", "--n", "64", "--gpu", "h100-sxm5"]])  # fmt: skip
+def test_a_run_that_draws_nothing_imports_no_drawing_code(args):
+    """The pictures cost nothing to a one-liner that does not ask for one (start-up, issue #14)."""
+    script = f"""
+import sys
+from parcalc.__main__ import main
+sys.argv = ["parcalc", *{args!r}]
+try:
+    main()
+except SystemExit as exit:
+    assert not exit.code, exit.code
+sys.stderr.write("imported:" + ",".join(m for m in ("parcalc.render.canvas", "parcalc.render.figures", "xml.sax") if m in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    assert done.stderr.strip().splitlines()[-1] == "imported:", done.stderr

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from xml.sax.saxutils import escape, quoteattr
 
 FONT_FAMILY = "Helvetica, Arial, sans-serif"
 TIKZ_WIDTH_CM = 15.0
@@ -97,6 +96,16 @@ class Canvas:
     def of(self, kind: type) -> list:
         """The items of one kind (tests count bars and points with it)."""
         return [item for item in self.items if isinstance(item, kind)]
+
+
+def escape(text: str) -> str:
+    """Text for XML character data (what xml.sax.saxutils.escape does, without importing xml.sax)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def quoteattr(text: str) -> str:
+    """A double-quoted XML attribute value."""
+    return '"' + escape(text).replace('"', "&quot;") + '"'
 
 
 def text_width(text: str, size: float) -> float:

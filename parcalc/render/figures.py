@@ -25,22 +25,11 @@ from dataclasses import dataclass
 from parcalc.derivation import Result, Table
 from parcalc.errors import InputError
 from parcalc.render.canvas import Canvas, Circle, Rect, Scale, linear_ticks, log_ticks, text_width
+from parcalc.render.memory_bar import COLOUR_OF, MEMORY_GROUPS, grouped
 from parcalc.units import format_quantity
 
 GIB = 2**30
 WIDTH = 640.0
-# Memory components (parcalc.core.memory.StageMemory.components) in five groups, in stacking order.
-# Every component name the core produces must be here (tests/test_figures.py checks it).
-MEMORY_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("weights", "#4c78a8", ("weights", "FP8 weight copies")),
-    ("gradients", "#f58518", ("gradients",)),
-    ("optimizer states", "#54a24b", ("optimizer states",)),
-    ("activations", "#e45756", ("activations (layers)", "activations (embeddings)", "logits / cross-entropy",
-                                "recomputation working set")),
-    ("buffers + reserve", "#9d9da0", ("ZeRO-3 gathered buffers", "context-parallel buffers", "reserve")),
-)  # fmt: skip
-GROUP_OF = {name: group for group, _, names in MEMORY_GROUPS for name in names}
-COLOUR_OF = {group: colour for group, colour, _ in MEMORY_GROUPS}
 # Tables that exist to be drawn: a document shows their picture, not their rows.
 FIGURE_TABLES = frozenset({"timeline", "configurations", "stage_components", "strategy_memory"})
 
@@ -216,16 +205,6 @@ class Bar:
     parts: tuple[tuple[str, float], ...]  # (group, bytes) in MEMORY_GROUPS order
     total: float
     faded: bool = False  # does not fit (drawn lighter)
-
-
-def grouped(components: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
-    """Components (name, bytes) summed into MEMORY_GROUPS, in their order (the empty ones left out)."""
-    sums = {group: 0.0 for group, _, _ in MEMORY_GROUPS}
-    for name, value in components:
-        if name not in GROUP_OF:
-            raise KeyError(f"memory component {name!r} has no group in parcalc.render.figures.MEMORY_GROUPS")
-        sums[GROUP_OF[name]] += value
-    return tuple((group, value) for group, value in sums.items() if value > 0)
 
 
 def memory_figure(result: Result) -> Figure | None:

@@ -1,23 +1,46 @@
 """The fullest GPU's memory as one stacked bar of characters, under `memory`'s component table.
 
 Weights, gradients, optimizer states, activations and buffers + reserve (the groups of
-parcalc.render.figures.MEMORY_GROUPS), each a run of its own letter in plain text (pipes, files,
+MEMORY_GROUPS), each a run of its own letter in plain text (pipes, files,
 NO_COLOR) or of its own colour through rich; the free memory up to the GPU's capacity as dots. The
 numbers are the table's and the headroom derivation's; the bar fits 80 columns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from parcalc.derivation import Result
 
+# Memory components (parcalc.core.memory.StageMemory.components) in five groups, in stacking order.
+# Every component name the core produces must be here (tests/test_figures.py checks it).
+MEMORY_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("weights", "#4c78a8", ("weights", "FP8 weight copies")),
+    ("gradients", "#f58518", ("gradients",)),
+    ("optimizer states", "#54a24b", ("optimizer states",)),
+    ("activations", "#e45756", ("activations (layers)", "activations (embeddings)", "logits / cross-entropy",
+                                "recomputation working set")),
+    ("buffers + reserve", "#9d9da0", ("ZeRO-3 gathered buffers", "context-parallel buffers", "reserve")),
+)  # fmt: skip
+GROUP_OF = {name: group for group, _, names in MEMORY_GROUPS for name in names}
+COLOUR_OF = {group: colour for group, colour, _ in MEMORY_GROUPS}
 BAR_COLUMNS = 72  # characters of the bar itself: with its indent and brackets, 76 of 80 columns
 LETTERS = {"weights": "W", "gradients": "G", "optimizer states": "O", "activations": "A", "buffers + reserve": "R"}
 STYLES = {"weights": "blue", "gradients": "yellow", "optimizer states": "green", "activations": "red", "buffers + reserve": "grey62",
           "free": "dim", "capacity": "bold bright_white on red"}  # fmt: skip
 GLYPH = {"free": "░", "capacity": "│"}
 GIB = 2**30
+
+
+def grouped(components: Sequence[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    """Components (name, bytes) summed into MEMORY_GROUPS, in their order (the empty ones left out)."""
+    sums = {group: 0.0 for group, _, _ in MEMORY_GROUPS}
+    for name, value in components:
+        if name not in GROUP_OF:
+            raise KeyError(f"memory component {name!r} has no group in MEMORY_GROUPS")
+        sums[GROUP_OF[name]] += value
+    return tuple((group, value) for group, value in sums.items() if value > 0)
 
 
 def bar_data(result: Result) -> tuple[tuple[tuple[str, float], ...], float, float | None] | None:
@@ -27,8 +50,6 @@ def bar_data(result: Result) -> tuple[tuple[tuple[str, float], ...], float, floa
     table = next((t for t in result.tables if t.key == "components"), None)
     if table is None:
         return None
-    from parcalc.render.figures import grouped
-
     rows = [(str(r[0]), float(r[1])) for r in table.rows if r[0] != "total"]  # type: ignore[arg-type]
     total = next((float(r[1]) for r in table.rows if r[0] == "total"), None)  # type: ignore[arg-type]
     if total is None or total <= 0:
