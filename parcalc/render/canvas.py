@@ -184,11 +184,7 @@ def to_tikz(canvas: Canvas, width_cm: float = TIKZ_WIDTH_CM) -> str:
             while len(run) < CIRCLES_PER_PATH and index < len(items) and isinstance(items[index], Circle) and _same_circle(items[index], item):  # type: ignore[arg-type]
                 run.append(items[index])  # type: ignore[arg-type]
                 index += 1
-            draw = f",draw={_colour(item.stroke)},line width=0.4pt" if item.stroke != "none" else ""
-            command = r"\filldraw" if draw else r"\fill"
-            fill = "white" if item.fill == "none" else _colour(item.fill)
-            path = "\n".join(f"{at(c.x, c.y)} circle ({item.radius * scale:.3f})" for c in run)  # lines: TeX's input buffer is finite
-            out.append(rf"{command}[fill={fill}{draw}] {path};")
+            out += _pgf_circles(run, scale, canvas.height)
             continue
         if isinstance(item, Rect):
             if item.width <= 0 or item.height <= 0:
@@ -207,6 +203,32 @@ def to_tikz(canvas: Canvas, width_cm: float = TIKZ_WIDTH_CM) -> str:
             out.append(rf"\node[anchor={anchor},text={_colour(item.fill)},font={font}{rotate}] at {at(item.x, item.y)} {{{tex_escape(item.text)}}};")
     out.append(r"\end{tikzpicture}")
     return "\n".join(out)
+
+
+def _pgf_circles(run: list[Circle], scale: float, height: float) -> list[str]:
+    """Like circles through PGF's basic layer (\\pgfpathcircle with \\pgfqpoint in pt): TikZ's path
+    parser took most of a 50-second build of a search's 8,000 points; this is several times faster.
+    One line per circle (TeX's input buffer is finite)."""
+    first = run[0]
+    pt = scale * PT_PER_CM
+    lines = [r"\begin{pgfscope}"]
+    if first.fill != "none":
+        lines.append(rf"\definecolor{{pcfill}}{{RGB}}{{{_rgb(first.fill)}}}\pgfsetfillcolor{{pcfill}}")
+    if first.stroke != "none":
+        lines.append(rf"\definecolor{{pcstroke}}{{RGB}}{{{_rgb(first.stroke)}}}\pgfsetstrokecolor{{pcstroke}}\pgfsetlinewidth{{0.4pt}}")
+    for c in run:
+        lines.append(rf"\pgfpathcircle{{\pgfqpoint{{{c.x * pt:.2f}pt}}{{{(height - c.y) * pt:.2f}pt}}}}{{{c.radius * pt:.2f}pt}}")
+    use = ",".join(u for u, on in (("fill", first.fill != "none"), ("stroke", first.stroke != "none")) if on)
+    lines += [rf"\pgfusepath{{{use}}}", r"\end{pgfscope}"]
+    return lines
+
+
+def _rgb(hex_colour: str) -> str:
+    """'#1f5fa8' -> '31,95,168'."""
+    if hex_colour in ("white", "black"):
+        return "255,255,255" if hex_colour == "white" else "0,0,0"
+    value = hex_colour.lstrip("#")
+    return ",".join(str(int(value[i : i + 2], 16)) for i in (0, 2, 4))
 
 
 def _same_circle(a: Circle, b: Circle) -> bool:
