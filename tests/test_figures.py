@@ -348,3 +348,17 @@ sys.stderr.write("imported:" + ",".join(m for m in ("parcalc.render.canvas", "pa
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     assert done.stderr.strip().splitlines()[-1] == "imported:", done.stderr
+
+
+def test_one_fit_configuration_draws_its_stages(runner, run_json, tmp_path):
+    args = ["fit", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "64", "--batch", "64", "--tp", "8", "--pp", "8",
+            "--dp", "1", "--recompute", "selective", "--sequence-parallel"]  # fmt: skip
+    root = draw(runner, tmp_path, args)
+    stages = run_json(*args)["tables"]["stages"]["rows"]
+    assert [t for t in texts(root) if t.startswith("stage ")] == [f"stage {s['stage']}" for s in stages]
+    widths: dict[str, float] = {}
+    for rect in bars(root):
+        label = tip(rect).split(":")[0]
+        widths[label] = widths.get(label, 0.0) + float(rect.get("width"))
+    scales = [widths[f"stage {s['stage']}"] / s["memory"] for s in stages]  # fit's stage table: memory per GPU of each stage
+    assert max(scales) / min(scales) == pytest.approx(1.0, abs=1e-3)

@@ -331,9 +331,12 @@ def fit(
     elif pinned:
         if n_recompute is not None:
             settings.append(("recompute_layers", str(n_recompute)))
+        from parcalc.output import draws_figures
+
         result = _configuration_result(shape, training, cluster, pinned, sizes, given_recomputes or (Recompute.NONE,), zero,
                                        sequence_parallel, schedule, chunks, settings,
-                                       {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})})  # fmt: skip
+                                       {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})},
+                                       with_components=draws_figures(fmt, output))  # fmt: skip
         if plans[0] is not None:
             result = _with_run(result, plans[0], cluster, training, search=False)
     else:
@@ -723,8 +726,10 @@ def _search_assumptions(shape: TransformerModel, training: Training, space: Any)
 
 def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
                           recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
-                          schedule: str | None, chunks: str | None, settings: list, ends: dict) -> Result:  # fmt: skip
-    """Exactly one configuration: its memory and step-time derivations."""
+                          schedule: str | None, chunks: str | None, settings: list, ends: dict,
+                          with_components: bool = False) -> Result:  # fmt: skip
+    """Exactly one configuration: its memory and step-time derivations; `with_components`: each
+    stage's memory by component too (table "stage_components", drawn by -o x.svg)."""
     from parcalc.core.choices import Schedule
     from parcalc.core.fit import Config, estimate
     from parcalc.derivation import Result
@@ -769,8 +774,14 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     title = f"One configuration: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
                   derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()),
-                  tables=(_stages_table(best),) if config.pp > 1 else (),
+                  tables=((_stages_table(best),) if config.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
                   verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
+
+
+def _stage_components(best: Any) -> Table:
+    from parcalc.commands.memory import stage_components_table
+
+    return stage_components_table(best.memory)
 
 
 def _stages_table(best: Any) -> Table:

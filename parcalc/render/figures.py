@@ -47,7 +47,7 @@ def figures_of(result: Result) -> list[Figure]:
     found: list[Figure | None] = []
     if result.command == "intensity":
         found.append(roofline_figure(result))
-    if result.command == "memory":
+    if result.command == "memory" or "stage_components" in keys:  # fit's one configuration too
         found.append(memory_figure(result))
     if "strategy_memory" in keys:
         found.append(strategies_figure(result))
@@ -66,7 +66,7 @@ def the_figure(result: Result, flag: str = "--output") -> Figure:
     hints = {
         "intensity": "the roofline needs a machine: give --gpu, or --peak and --bandwidth",
         "bubble": "give --timeline to draw the schedule",
-        "fit": "fit draws its strategy table (without --search) or the search's configurations (--search)",
+        "fit": "fit draws its strategy table, one configuration's memory (--tp/--pp/--dp) or the search's configurations (--search)",
     }
     why = hints.get(result.command, f"{result.command} has no picture; .svg is for intensity, memory, fit and bubble")
     raise InputError(f"{flag}: nothing to draw: {why}")
