@@ -7,8 +7,9 @@ command and its tables:
 
 - intensity with a machine (--gpu, or --peak and --bandwidth): the roofline, the matmul or each of
   the layer's operations a point on it (Williams, Waterman & Patterson 2009, "Roofline", CACM 52(4));
-- memory: a stacked bar per pipeline stage (table "stage_components"), else the fullest GPU's
-  components (table "components");
+- memory, and fit's one configuration (--tp/--pp/--dp): a stacked bar per pipeline stage (table
+  "stage_components"; the components in the groups of parcalc.render.memory_bar.MEMORY_GROUPS),
+  else the fullest GPU's components (table "components");
 - fit's strategy table: a stacked bar per strategy row (table "strategy_memory");
 - fit --search: every configuration evaluated as step time against memory per GPU (table
   "configurations"), the GPU's capacity (the fits / does-not-fit boundary) and the fastest
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 from parcalc.derivation import Result, Table
 from parcalc.errors import InputError
-from parcalc.render.canvas import Canvas, Circle, Rect, Scale, linear_ticks, log_ticks, text_width
+from parcalc.render.canvas import Canvas, Scale, linear_ticks, log_ticks, text_width
 from parcalc.render.memory_bar import COLOUR_OF, MEMORY_GROUPS, grouped
 from parcalc.units import format_quantity
 
@@ -483,12 +484,3 @@ def _ytick(canvas: Canvas, py: float, left: float, label: str, grid_right: float
     canvas.line([(left, py), (grid_right, py)], stroke="#e6e6e6", width=0.8)
     canvas.line([(left - 4, py), (left, py)], stroke="#000000")
     canvas.text(left - 7, py + 4, label, size=11, anchor="end")
-
-
-def bars_of(figure: Figure) -> list[Rect]:
-    """The bars (rectangles with a tooltip) of a figure: what the tests count."""
-    return [r for r in figure.canvas.of(Rect) if r.tooltip]
-
-
-def points_of(figure: Figure) -> list[Circle]:
-    return [c for c in figure.canvas.of(Circle) if c.tooltip or c.radius < 3]
