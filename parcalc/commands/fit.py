@@ -314,7 +314,8 @@ def fit(
             raise InputError("--schedule / --chunks: describe one configuration (without --search); --no-interleaved limits the search")
         from parcalc.output import draws_figures
 
-        everything = _streams_every_row(fmt, output) or draws_figures(fmt, output)  # the picture plots every configuration
+        # the picture plots every configuration (of one GPU type: several are compared in tables only)
+        everything = _streams_every_row(fmt, output) or (draws_figures(fmt, output) and len(names) <= 1)
         if len(names) > 1:
             clusters = [cluster] + [_cluster(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
                                              inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,

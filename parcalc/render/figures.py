@@ -64,6 +64,8 @@ def the_figure(result: Result, flag: str = "--output") -> Figure:
     figures = figures_of(result)
     if figures:
         return figures[0]
+    if result.command == "fit" and any(t.key == "gpu_types" for t in result.tables):
+        raise InputError(f"{flag}: the search's picture shows one GPU type; give one --gpu")
     hints = {
         "intensity": "the roofline needs a machine: give --gpu, or --peak and --bandwidth",
         "bubble": "give --timeline to draw the schedule",
@@ -305,8 +307,8 @@ def search_figure(result: Result) -> Figure | None:
     if table is None or not table.rows or capacity is None:
         return None
     keys = [c.key for c in table.columns]
-    if "gpu" in keys:
-        raise InputError("--output: the search's picture shows one GPU type; give one --gpu")
+    if "gpu" in keys:  # several GPU types compared: no picture (the_figure says why)
+        return None
     at = {k: keys.index(k) for k in ("memory", "fits", "t_step", "tp", "pp", "dp")}
     memory = [float(r[at["memory"]]) for r in table.rows]  # type: ignore[arg-type]
     step = [float(r[at["t_step"]]) for r in table.rows]  # type: ignore[arg-type]
