@@ -306,7 +306,22 @@ def test_tikz_escapes_text_and_keeps_text_at_7pt_or_more():
     assert r"\input" not in tikz.replace(r"\textbackslash{}input", "")
     assert r"\%" in tikz and r"\$x\$" in tikz
     size = canvas.of(Text)[0].size * TIKZ_WIDTH_CM / WIDTH * PT_PER_CM
-    assert size == pytest.approx(MIN_TEXT_PX * 15 / 640 * 72.27 / 2.54) and size >= 7.0
+    assert size == pytest.approx(MIN_TEXT_PX * 15 / 640 * 72.27 / 2.54) and size >= 7.0  # 7.3 pt at the drawing's scale
+    assert re.search(r"\\fontsize\{8\.0\}", tikz)  # set at 8 pt: \footnotesize of a 10-pt document
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None or shutil.which("pdftotext") is None, reason="needs TeX and poppler")
+def test_pdf_picture_text_is_as_large_as_the_footnotes(runner, tmp_path):
+    """In the PDF, the picture's labels ("stage 1", "weights") are no smaller than the document's own
+    footnote-size text (the Source: lines): pdftotext's word boxes, heights compared."""
+    out = tmp_path / "mem.pdf"
+    assert runner.invoke(app, [*MEMORY, "-o", str(out)]).exit_code == 0
+    boxes = subprocess.run(["pdftotext", "-bbox", "-f", "1", "-l", "1", str(out), "-"], capture_output=True, text=True, check=True).stdout
+    heights = {}
+    for match in re.finditer(r'yMin="([\d.]+)" xMax="[\d.]+" yMax="([\d.]+)">([^<]+)<', boxes):
+        heights.setdefault(match.group(3), float(match.group(2)) - float(match.group(1)))
+    assert {"stage", "weights", "Source:"} <= set(heights)
+    assert heights["stage"] >= 0.85 * heights["Source:"] and heights["weights"] >= 0.85 * heights["Source:"]
 
 
 def test_ticks():

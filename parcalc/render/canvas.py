@@ -7,8 +7,8 @@ preamble already loads). No plotting library: a one-liner that draws nothing imp
 and a drawing one costs a few milliseconds of string building.
 
 TikZ output scales the picture to TIKZ_WIDTH_CM; text keeps its size relative to the drawing
-(a 11 px label on a 640 px canvas is 11 x 15 cm / 640 px = 7.3 pt), so canvases that go to PDF are
-laid out with no text under MIN_TEXT_PX.
+(a 11 px label on a 640 px canvas is 11 x 15 cm / 640 px = 7.3 pt) but no smaller than
+TIKZ_MIN_PT, so canvases that go to PDF are laid out with no text under MIN_TEXT_PX.
 """
 
 from __future__ import annotations
@@ -22,6 +22,11 @@ PT_PER_CM = 72.27 / 2.54
 # Text of this many px is 7 pt in TikZ on a canvas 640 px wide (the footnote size of a 10-pt body):
 # the layouts below use no smaller text.
 MIN_TEXT_PX = 11.0
+# No text in a PDF's picture under this size: \footnotesize of a 10-pt document (8 pt), the least
+# the reports use for their own text; 11 px on the 640-px canvases would be 7.3 pt, so TikZ sets
+# the small labels a little larger than the drawing's scale (TeX's sans serif is narrower than the
+# Helvetica the layouts assume, so they keep their room).
+TIKZ_MIN_PT = 8.0
 # Mean advance of a Helvetica character, as a share of the font size (for laying out labels; the
 # widest common glyphs are ~0.9, digits 0.56): enough to keep labels apart, not a measurement.
 CHAR_WIDTH = 0.58
@@ -196,7 +201,7 @@ def to_tikz(canvas: Canvas, width_cm: float = TIKZ_WIDTH_CM) -> str:
             path = " -- ".join(at(x, y) for x, y in item.points)
             out.append(rf"\draw[draw={_colour(item.stroke)},line width={item.width * scale * PT_PER_CM:.2f}pt{dash}] {path};")
         else:
-            size = item.size * scale * PT_PER_CM
+            size = max(item.size * scale * PT_PER_CM, TIKZ_MIN_PT)
             anchor = {"start": "base west", "middle": "base", "end": "base east"}[item.anchor]
             font = rf"\fontsize{{{size:.1f}}}{{{size * 1.2:.1f}}}\selectfont\sffamily" + (r"\bfseries" if item.bold else "")
             rotate = ",rotate=90" if item.rotate else ""

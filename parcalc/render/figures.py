@@ -153,7 +153,7 @@ def roofline_of(title: str, points: list[RooflinePoint], peak: float, bandwidth:
     ridge = peak / bandwidth  # where the two roofs meet: the x of the corner drawn
     canvas = Canvas(WIDTH, 0, title=title)
     top = _title(canvas, title)
-    left, right, plot_top, plot_height = 100.0, WIDTH - 24, top + 14, 300.0
+    left, right, plot_top, plot_height = 116.0, WIDTH - 24, top + 14, 300.0
     xs = [p[1] for p in points]
     # at least 1.5 decades of each roof around the ridge point, so that the corner reads as one
     x_low = 10 ** math.floor(math.log10(min(min(xs) / 2, ridge / 30)))
@@ -168,7 +168,7 @@ def roofline_of(title: str, points: list[RooflinePoint], peak: float, bandwidth:
     for tick in log_ticks(y_low, y_high):
         _ytick(canvas, y(tick), left, _short(tick, "FLOP/s"), grid_right=right)
     canvas.text((left + right) / 2, bottom + 36, "arithmetic intensity (FLOP/byte)", size=12, anchor="middle")
-    canvas.text(18, (plot_top + bottom) / 2, "attainable FLOP/s", size=12, anchor="middle", rotate=True)
+    canvas.text(16, (plot_top + bottom) / 2, "attainable FLOP/s", size=12, anchor="middle", rotate=True)
     # the roofs: bandwidth x intensity up to the ridge point, the peak after it
     canvas.line([(x(x_low), y(y_low)), (x(ridge), y(peak)), (x(x_high), y(peak))], stroke="#000000", width=2.2)
     canvas.line([(x(ridge), y(peak)), (x(ridge), bottom)], stroke="#888888", width=1, dashed=True)
