@@ -12,7 +12,7 @@ from parcalc.derivation import Result
 from parcalc.errors import InputError, shown
 from parcalc.files import check_name_length, write_atomically
 
-__all__ = ["OutputFormat", "check_writable", "emit", "render_text", "resolve_format", "write_atomically"]
+__all__ = ["OutputFormat", "check_writable", "draws_figures", "emit", "render_text", "resolve_format", "write_atomically"]
 
 
 class OutputFormat(str, Enum):
@@ -32,6 +32,23 @@ EXTENSIONS: dict[str, OutputFormat] = {
     ".tex": OutputFormat.LATEX,
     ".pdf": OutputFormat.LATEX,
 }
+
+
+# -o FILE.svg draws the result's picture (parcalc.render.figures) instead of writing its text; the
+# documents (.pdf, .tex, .md) carry the picture beside their text.
+FIGURE_SUFFIX = ".svg"
+DOCUMENT_SUFFIXES = (".pdf", ".tex", ".md", ".markdown")
+
+
+def is_picture(fmt: OutputFormat | None, output: Path | None) -> bool:
+    """-o FILE.svg without --format: the picture alone."""
+    return output is not None and fmt is None and output.suffix.lower() == FIGURE_SUFFIX
+
+
+def draws_figures(fmt: OutputFormat | None, output: Path | None) -> bool:
+    """Whether the output shows the result's pictures: -o .svg, or a document (.pdf .tex .md)
+    without --format. Commands add the tables their pictures are drawn from only then."""
+    return output is not None and fmt is None and output.suffix.lower() in (FIGURE_SUFFIX, *DOCUMENT_SUFFIXES)
 
 
 def resolve_format(fmt: OutputFormat | None, output: Path | None) -> OutputFormat:
@@ -109,6 +126,13 @@ def use_colour() -> bool:
 
 def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
     """Render `result` and print it, or write it to `output`."""
+    if is_picture(fmt, output):
+        from parcalc.render.canvas import to_svg
+        from parcalc.render.figures import the_figure
+
+        write_atomically(output, to_svg(the_figure(result).canvas))  # type: ignore[arg-type]
+        print(f"wrote {output}", file=sys.stderr)
+        return
     chosen = resolve_format(fmt, output)
     if output is not None and output.suffix.lower() == ".pdf":
         from parcalc.render.latex import render_latex_document
@@ -122,6 +146,10 @@ def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
 
         # a .tex file is a whole document that compiles as it is; --format latex gives a fragment
         write_atomically(output, render_latex_document(result))
+        print(f"wrote {output}", file=sys.stderr)
+        return
+    if output is not None and fmt is None and chosen is OutputFormat.MARKDOWN:
+        _write_markdown(result, output)
         print(f"wrote {output}", file=sys.stderr)
         return
     if output is not None:
@@ -138,3 +166,34 @@ def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
     from parcalc.streams import write_out
 
     write_out(render_text(result, chosen))
+
+
+def _write_markdown(result: Result, output: Path) -> None:
+    """The Markdown file, and each of the result's pictures as an SVG file beside it (NAME-KEY.svg),
+    linked from it. The pictures are written first and removed again if the .md cannot be, so that
+    a failure leaves no new file behind."""
+    from parcalc.render.figures import figures_of
+    from parcalc.render.markdown import render_markdown
+
+    figures = figures_of(result)
+    if not figures:
+        write_atomically(output, render_markdown(result))
+        return
+    from parcalc.render.canvas import to_svg
+
+    written: list[Path] = []
+    links: list[tuple[str, str]] = []
+    try:
+        for figure in figures:
+            path = output.with_name(f"{output.stem}-{figure.key}.svg")
+            existed = os.path.lexists(path)
+            write_atomically(path, to_svg(figure.canvas))
+            if not existed:
+                written.append(path)
+            links.append((figure.title, path.name))
+            print(f"wrote {path}", file=sys.stderr)
+        write_atomically(output, render_markdown(result, links))
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise

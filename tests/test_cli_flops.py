@@ -97,10 +97,12 @@ def test_bad_input_is_one_error_line(run_error, args: list[str], message: str) -
 
 
 @pytest.mark.parametrize("module", [memory_command, flops_command], ids=["memory", "flops"])
-def test_every_example_runs(runner, module) -> None:
-    # test_help.py runs each command's first example; these two run all of theirs
+def test_every_example_runs(runner, module, tmp_path, monkeypatch) -> None:
+    # test_help.py runs each command's first example; these two run all of theirs (in a temporary
+    # directory: an example that writes -o mem.svg must not leave it in the working tree)
     import shlex
 
+    monkeypatch.chdir(tmp_path)
     assert module.EXAMPLES.startswith("\b\nExamples:\n")
     examples = [line.strip() for line in module.EXAMPLES.splitlines() if line.strip().startswith("parcalc ")]
     assert len(examples) >= 3

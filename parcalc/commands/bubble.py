@@ -36,6 +36,7 @@ Examples:
   parcalc bubble --stages 8 --micro-batches 32 --schedule zb-h1 --t-forward 10ms --timeline
   parcalc bubble --stages 4 --micro-batches 8 --stage-times 10ms,12ms,10ms,15ms --p2p-latency 50us
   parcalc bubble --stages 4 --micro-batches 12 --schedule zb-h2 -o timeline.svg
+  parcalc bubble --stages 4 --micro-batches 8 --schedule interleaved --chunks 2 --timeline -o bubble.pdf
   parcalc bubble --stages 16 --micro-batches 16 --layers 126 --first-stage-layers 7 --last-stage-layers 7 --t-forward 25ms
 """
 
@@ -53,7 +54,8 @@ class ScheduleChoice(str, Enum):
 OutputOption = Annotated[
     Optional[Path],  # noqa: UP045
     typer.Option("--output", "-o", metavar="FILE",
-                 help="Write to FILE instead of stdout: .svg draws the timeline; .txt .json .csv .md .tex .pdf the result.",
+                 help="Write to FILE instead of stdout: .svg draws the timeline; .txt .json .csv .md .tex .pdf the result "
+                      "(with --timeline, .pdf and .tex draw it too, and .md links it as NAME-timeline.svg beside).",
                  show_default=False),
 ]  # fmt: skip
 
@@ -172,6 +174,11 @@ def _show(analysis: BubbleAnalysis, result: Result, fmt: OutputFormat | None, ou
     chosen = resolve_format(fmt, output)
     timeline = analysis.timeline
     if chosen in (OutputFormat.JSON, OutputFormat.CSV):
+        finish(result, fmt, output)
+        return
+    from parcalc.output import draws_figures
+
+    if draw and timeline is not None and draws_figures(fmt, output):  # .pdf .tex .md draw the timeline from its table
         finish(result, fmt, output)
         return
     shown = without_timeline(result)

@@ -21,6 +21,12 @@ OutputOption = Annotated[
     Optional[Path],  # noqa: UP045
     typer.Option("--output", "-o", metavar="FILE", help="Write to FILE (.txt .json .csv .md .tex .pdf) instead of stdout, all or nothing.", show_default=False),
 ]
+PictureOutputOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--output", "-o", metavar="FILE",
+                 help="Write to FILE instead of stdout, all or nothing: .svg draws the picture; .txt .json .csv .md .tex .pdf "
+                      "the result (.pdf and .tex with the picture, .md with it as NAME-KIND.svg beside).", show_default=False),
+]  # fmt: skip
 PresetsOption = Annotated[
     Optional[list[Path]],  # noqa: UP045
     typer.Option("--presets", metavar="DIR", help="Extra preset directory (gpus/, links/, models/ inside); repeatable. Also PARCALC_PRESETS.", show_default=False),
@@ -32,12 +38,20 @@ PresetsOption = Annotated[
 captured_results: ContextVar[list[Result] | None] = ContextVar("captured_results", default=None)
 
 
-def start(output: Path | None, fmt: OutputFormat | None) -> None:
-    """Validate the output before any work, so a bad path fails fast and writes nothing."""
-    if output is not None:
-        from parcalc.output import check_writable, resolve_format
+def start(output: Path | None, fmt: OutputFormat | None, *, picture: bool = False) -> None:
+    """Validate the output before any work, so a bad path fails fast and writes nothing.
 
-        resolve_format(fmt, output)
+    picture: the command can draw its result (-o FILE.svg; parcalc.render.figures)."""
+    if output is not None:
+        from parcalc.output import check_writable, is_picture, resolve_format
+
+        if is_picture(fmt, output) and not picture:
+            from parcalc.errors import InputError, shown
+
+            raise InputError(f"--output: {shown(str(output))}: this command draws no picture (.svg is for intensity, memory, fit "
+                             "and bubble); use .txt, .json, .csv, .md, .tex or .pdf, or --format")  # fmt: skip
+        if not is_picture(fmt, output):
+            resolve_format(fmt, output)
         check_writable(output)
 
 

@@ -29,7 +29,7 @@ from parcalc.commands.common import (
     IterationsOption,
     LastStageLayersOption,
     LossInSplitOption,
-    OutputOption,
+    PictureOutputOption,
     PresetsOption,
     ProgressBar,
     ShardGroupOption,
@@ -112,6 +112,8 @@ Examples:
       --gpu h100-sxm5 --price 2.50 --gpu a100-sxm4-80gb --price 1.20 --rank-by cost
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --recompute full \\
       --tokens 300B --gpu-power 400W
+  parcalc fit --model llama3-8b --gpu a100-sxm4-80gb --gpus 8 --seq-len 4096 -o fit.svg
+  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --flash-attention --search -o search.svg
 """
 
 DEFAULT_TOP = 5
@@ -189,14 +191,14 @@ def fit(
     rank_by: Annotated[Optional[str], typer.Option("--rank-by", metavar="KEY", help="--search: rank by time (step time; the default) or cost (per token: price x GPUs x step time; the default with several --gpu and their --price).", show_default=False)] = None,  # noqa: UP045
     presets: PresetsOption = None,
     fmt: FormatOption = None,
-    output: OutputOption = None,
+    output: PictureOutputOption = None,
     recompute_layers: RecomputeLayersOption = None,
 ) -> None:
     """What fits on N GPUs: one row per strategy (single GPU, DP, ZeRO-1/2/3, TP, PP, TP x PP, each
     without and with recomputation) with its memory and the most layers it holds; with --search,
     every TP x PP x DP configuration ranked by estimated step time (with EP for MoE models, and CP
     from 16,384 tokens or with --cp)."""
-    start(output, fmt)
+    start(output, fmt, picture=True)
     from parcalc.commands.model_options import model_and_seq_len
     from parcalc.core.fit import Training
     from parcalc.errors import InputError
@@ -313,7 +315,10 @@ def fit(
             raise InputError(f"--top: at least 1, got {top}")
         if schedule is not None or chunks is not None:
             raise InputError("--schedule / --chunks: describe one configuration (without --search); --no-interleaved limits the search")
-        everything = _streams_every_row(fmt, output)
+        from parcalc.output import draws_figures
+
+        # the picture plots every configuration (of one GPU type: several are compared in tables only)
+        everything = _streams_every_row(fmt, output) or (draws_figures(fmt, output) and len(names) <= 1)
         if len(names) > 1:
             clusters = [cluster] + [_cluster(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
                                              inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
@@ -324,15 +329,18 @@ def fit(
                                                             pinned, ends))  # fmt: skip
         else:
             result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
-                                    everything, settings, pinned, ends)  # fmt: skip
+                                    everything, settings, pinned, ends, time_all=draws_figures(fmt, output))  # fmt: skip
             if plans[0] is not None:
                 result = _with_run(result, plans[0], cluster, training, search=True, rank_by=ranking)
     elif pinned:
         if n_recompute is not None:
             settings.append(("recompute_layers", str(n_recompute)))
+        from parcalc.output import draws_figures
+
         result = _configuration_result(shape, training, cluster, pinned, sizes, given_recomputes or (Recompute.NONE,), zero,
                                        sequence_parallel, schedule, chunks, settings,
-                                       {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})})  # fmt: skip
+                                       {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})},
+                                       with_components=draws_figures(fmt, output))  # fmt: skip
         if plans[0] is not None:
             result = _with_run(result, plans[0], cluster, training, search=False)
     else:
@@ -344,7 +352,10 @@ def fit(
                 raise InputError(f"{flag}: applies to --search (the strategy table shows every family)")
         if sizes is not None and len(sizes) > 1:
             raise InputError("--micro-batch: the strategy table takes one micro-batch size (several only with --search)")
-        result, nothing_fits = _table_result(shape, training, cluster, sizes[0] if sizes else 1, recomputes, max_layers, settings)
+        from parcalc.output import draws_figures
+
+        result, nothing_fits = _table_result(shape, training, cluster, sizes[0] if sizes else 1, recomputes, max_layers, settings,
+                                             with_components=draws_figures(fmt, output))  # fmt: skip
         if nothing_fits is not None:
             from parcalc.errors import InfeasibleError
 
@@ -368,9 +379,9 @@ def _host_link(name: str | None, offload: list[Offload] | None, dirs: tuple) -> 
 
 def _streams_every_row(fmt: OutputFormat | None, output: Any) -> bool:
     """JSON and CSV carry every evaluated configuration (for plotting); the other formats the top-k."""
-    from parcalc.output import resolve_format
+    from parcalc.output import is_picture, resolve_format
 
-    return resolve_format(fmt, output) in (OutputFormat.JSON, OutputFormat.CSV)
+    return not is_picture(fmt, output) and resolve_format(fmt, output) in (OutputFormat.JSON, OutputFormat.CSV)
 
 
 def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: str | None, dtype: str, peak: str | None,
@@ -493,8 +504,10 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
 
 
 def _table_result(shape: TransformerModel, training: Training, cluster: Cluster, micro_batch: int,
-                  recomputes: tuple[Recompute, ...], with_layers: bool, settings: list) -> tuple[Result, str | None]:  # fmt: skip
-    """The table, and why nothing fits when nothing does."""
+                  recomputes: tuple[Recompute, ...], with_layers: bool, settings: list,
+                  with_components: bool = False) -> tuple[Result, str | None]:  # fmt: skip
+    """The table, and why nothing fits when nothing does; `with_components`: also each row's memory
+    by component (table "strategy_memory", drawn by -o fit.svg)."""
     from parcalc.core import fit_table
     from parcalc.derivation import Column, Result, Table
     from parcalc.errors import InputError
@@ -527,10 +540,24 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
     table = Table("strategies", f"Strategies on {cluster.gpus} x {cluster.gpu_name}, b = {micro_batch}{against}", columns, tuple(table_rows))
     verdicts = _speedup_verdicts(timed) + _table_verdicts(shape, rows, cluster, with_layers)
     title = f"What fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+    tables = (table, _strategy_memory_table(rows)) if with_components else (table,)
     result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=timed.summary,
-                    tables=(table,), verdicts=tuple(verdicts), settings=tuple(settings),
+                    tables=tables, verdicts=tuple(verdicts), settings=tuple(settings),
                     assumptions=_assumptions(shape, training, cluster) + _speedup_assumptions(timed))  # fmt: skip
     return result, None if any(row.fits for row in rows) else _nothing_fits(shape, rows, cluster, with_layers)
+
+
+def _strategy_memory_table(rows: tuple[StrategyRow, ...]) -> Table:
+    """Each strategy row with a layout: its fullest GPU's memory by component (StrategyRow.components)."""
+    from parcalc.derivation import Column, Table
+
+    laid_out = [row for row in rows if row.components and row.memory is not None]
+    names = [name for name, _ in laid_out[0].components] if laid_out else []
+    columns = (Column("strategy", "strategy"), Column("fits", "fits"), *(Column(f"c{i}", name, "B") for i, name in enumerate(names)),
+               Column("total", "memory per GPU", "B"))  # fmt: skip
+    body = tuple((f"{row.family}, {row.recompute.value}", "yes" if row.fits else "no", *(v for _, v in row.components), row.memory)
+                 for row in laid_out)  # fmt: skip
+    return Table("strategy_memory", "Memory of the fullest GPU of each strategy, by component", columns, body)
 
 
 def _speedup_verdicts(timed: Any) -> list[str]:
@@ -633,7 +660,7 @@ def _nothing_fits(shape: TransformerModel, rows: tuple[StrategyRow, ...], cluste
 def _search_result(shape: TransformerModel, training: Training, cluster: Cluster, sizes: tuple[int, ...] | None,
                    recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
                    interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict,
-                   ends: dict) -> Result:  # fmt: skip
+                   ends: dict, time_all: bool = False) -> Result:  # fmt: skip
     from parcalc.core.fit import estimate
     from parcalc.core.fit_search import SearchSpace, search
     from parcalc.derivation import Result
@@ -644,7 +671,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
         zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else cluster.framework.zero_stages,
         sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
         interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
-        **ends,
+        **ends, time_all=time_all,  # the search picture plots the configurations that do not fit too
     )  # fmt: skip
     progress = ProgressBar("evaluating layouts")
     try:
@@ -705,8 +732,10 @@ def _search_assumptions(shape: TransformerModel, training: Training, space: Any)
 
 def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
                           recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
-                          schedule: str | None, chunks: str | None, settings: list, ends: dict) -> Result:  # fmt: skip
-    """Exactly one configuration: its memory and step-time derivations."""
+                          schedule: str | None, chunks: str | None, settings: list, ends: dict,
+                          with_components: bool = False) -> Result:  # fmt: skip
+    """Exactly one configuration: its memory and step-time derivations; `with_components`: each
+    stage's memory by component too (table "stage_components", drawn by -o x.svg)."""
     from parcalc.core.choices import Schedule
     from parcalc.core.fit import Config, estimate
     from parcalc.derivation import Result
@@ -751,8 +780,14 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     title = f"One configuration: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
                   derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()),
-                  tables=(_stages_table(best),) if config.pp > 1 else (),
+                  tables=((_stages_table(best),) if config.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
                   verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
+
+
+def _stage_components(best: Any) -> Table:
+    from parcalc.commands.memory import stage_components_table
+
+    return stage_components_table(best.memory)
 
 
 def _stages_table(best: Any) -> Table:

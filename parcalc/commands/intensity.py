@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import FormatOption, PictureOutputOption, PresetsOption, finish, preset_dirs, start
 
 EXAMPLES = """\
 \b
@@ -18,6 +18,7 @@ Examples:
   parcalc intensity --m 4096 --k 4096 --n 4096 --dtype bf16 --gpu h100-sxm5
   parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention
   parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention --compile
+  parcalc intensity --model llama3-8b --batch 1 --seq-len 4096 --gpu h100-sxm5 -o roof.svg
 \b
 With --gpu (or --peak and --bandwidth) each GEMM and, with --model, every kernel of a layer's
 forward and backward is timed by the step-time model fit uses (parcalc.core.timing.compute).
@@ -41,10 +42,10 @@ def intensity(
     compile_: Annotated[bool, typer.Option("--compile", help="With --model: torch.compile's fused memory-bound kernels (see Assumptions).")] = False,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
-    output: OutputOption = None,
+    output: PictureOutputOption = None,
 ) -> None:
     """Arithmetic intensity (FLOP per byte moved) and the roofline verdict on a GPU."""
-    start(output, fmt)
+    start(output, fmt, picture=True)
     from parcalc.core.dtypes import bytes_per_element, canonical_dtype
     from parcalc.core.intensity import layer_intensity, matmul_intensity
     from parcalc.errors import InputError

@@ -16,7 +16,7 @@ from parcalc.commands.common import (
     FormatOption,
     LastStageLayersOption,
     LossInSplitOption,
-    OutputOption,
+    PictureOutputOption,
     PresetsOption,
     RecomputeLayersOption,
     ShardGroupOption,
@@ -67,6 +67,7 @@ Examples:
   parcalc memory --model llama3-70b --seq-len 4096 --dp 8 --zero 2 --offload optimizer --offload activations --gpu h100-sxm5
   parcalc memory --model llama3-70b --seq-len 4096 --dp 64 --zero 3 --shard-group 16 --recompute full --flash-attention --gpu h100-sxm5
   parcalc memory --model llama3-8b --seq-len 8192 --dp 8 --zero 3 --flash-attention --compile --gpu h100-sxm5
+  parcalc memory --model llama3-70b --seq-len 8192 --tp 8 --pp 4 --dp 4 --zero 1 --flash-attention --gpu h100-sxm5 -o mem.svg
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -125,13 +126,13 @@ def memory(
     per_stage: Annotated[bool, typer.Option("--per-stage", help="A table of every pipeline stage, not only the fullest.")] = False,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
-    output: OutputOption = None,
+    output: PictureOutputOption = None,
     recompute_layers: RecomputeLayersOption = None,
 ) -> None:
     """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
     it fits on the GPU."""
-    start(output, fmt)
+    start(output, fmt, picture=True)
     from parcalc.core.memory import (
         DEFAULT_RESERVE_BYTES,
         Parallelism,
@@ -203,7 +204,14 @@ def memory(
         settings.append(("recompute_layers", str(setup.recompute_layers)))
     if sg is not None:
         settings.append(("shard_group", str(sg)))
-    finish(memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes), fmt, output)
+    from parcalc.output import draws_figures
+
+    result = memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes)
+    if draws_figures(fmt, output):  # the picture's bars: every stage's components
+        from dataclasses import replace
+
+        result = replace(result, tables=result.tables + (stage_components_table(breakdown),))
+    finish(result, fmt, output)
 
 
 def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None, cp: int = 1) -> tuple[int, int, int]:
@@ -376,6 +384,17 @@ def _stage_table(breakdown: MemoryBreakdown) -> Table:
                      s.output.value if s.output else 0.0, other, s.total.value,
                      None if cap is None else cap - s.total.value))  # fmt: skip
     return Table("stages", "Every pipeline stage (one GPU each)", columns, tuple(rows))
+
+
+def stage_components_table(breakdown: MemoryBreakdown) -> Table:
+    """One GPU of every stage, component by component (StageMemory.components), and its total:
+    what `memory -o mem.svg` stacks into one bar per stage."""
+    from parcalc.derivation import Column, Table
+
+    names = [name for name, _ in breakdown.stages[0].components()]
+    columns = (Column("stage", "stage"), *(Column(f"c{i}", name, "B") for i, name in enumerate(names)), Column("total", "total", "B"))
+    rows = tuple((s.stage + 1, *(value for _, value in s.components()), s.total.value) for s in breakdown.stages)
+    return Table("stage_components", "Memory of one GPU of each stage, by component", columns, rows)
 
 
 def _stages_assumption(breakdown: MemoryBreakdown) -> str:

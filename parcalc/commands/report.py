@@ -95,12 +95,47 @@ def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path
             text = render_report_latex(solved, templates)  # type: ignore[arg-type]
         elif kind == "json":
             text = _json(solved)
-        else:
+        elif output is None:
             text = render_report_markdown(solved, templates)  # type: ignore[arg-type]
+        else:
+            _write_markdown(solved, output, templates)
+            return
         if output is None:
             sys.stdout.write(text)
             return
         write_atomically(output, text)
+    print(f"wrote {output}", file=sys.stderr)
+
+
+def _write_markdown(solved: object, output: Path, templates: tuple[Path, ...]) -> None:
+    """The report and, beside it, an SVG of each question's figure (NAME-QUESTION-KIND.svg), linked
+    from the report; the pictures written are removed again if the report cannot be."""
+    import os
+    import sys
+
+    from parcalc.files import write_atomically
+    from parcalc.render.canvas import to_svg
+    from parcalc.render.report import figure_file_name, question_figure, render_report_markdown
+
+    files: dict[str, str] = {}
+    written: list[Path] = []
+    try:
+        for question in solved.questions:  # type: ignore[attr-defined]
+            figure = question_figure(question)
+            if figure is None:
+                continue
+            path = output.with_name(figure_file_name(output.stem, question.question.id, figure.key))
+            existed = os.path.lexists(path)
+            write_atomically(path, to_svg(figure.canvas))
+            if not existed:
+                written.append(path)
+            files[question.question.id] = path.name
+            print(f"wrote {path}", file=sys.stderr)
+        write_atomically(output, render_report_markdown(solved, templates, files))  # type: ignore[arg-type]
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
     print(f"wrote {output}", file=sys.stderr)
 
 

@@ -125,6 +125,7 @@ class SearchSpace:
         return self.moe_imbalance, self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap
     shard_group: int | None = None  # pinned shard group for ZeRO-1/2/3 (None: every candidate of shard_groups_of)
     hybrid: bool = True  # try shard groups smaller than dp x cp for ZeRO-1/2/3 (hybrid sharding)
+    time_all: bool = False  # time the configurations that do not fit too (a picture of them); else their times are nan
 
     def shard_groups_of(self, ranks: int, tp: int, gpus_per_node: int) -> list[int]:
         """The shard groups S to try for ZeRO-1/2/3 on `ranks` = dp x cp data-parallel ranks: the
@@ -312,6 +313,7 @@ class _Shapes:
         self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
         self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | None, ...], tuple[float, ...]] = {}
+        self.time_all = False  # SearchSpace.time_all
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
@@ -583,7 +585,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     fits = memory <= cluster.capacity
     timed = {name: np.full(b.size, math.nan) for name in _TIME_FIELDS}
     cols.update(memory=memory, fits=fits, **timed)
-    rows = np.flatnonzero(fits)
+    rows = np.arange(b.size) if shapes.time_all else np.flatnonzero(fits)
     if rows.size == 0:
         return
     b, m, r, z, sp, v, shard, a_layer = (a[rows] for a in (b, m, r, z, sp, v, shard, a_layer))
@@ -682,6 +684,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
                     embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
     rejected: Counter = Counter()
     shapes = _Shapes(model, training, cluster, space.cp_comm, space.moe)
+    shapes.time_all = space.time_all
     found = _parallel_layouts(model, training, cluster, space, rejected)
     parts = []
     for i, (t, p, c, d, e) in enumerate(found):

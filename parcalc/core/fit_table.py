@@ -36,6 +36,9 @@ class StrategyRow:
     estimate: Estimate | None = None
     speedup: Derivation | None = None
     efficiency: Derivation | None = None
+    # the fullest GPU's memory by component (parcalc.core.memory.StageMemory.components), as
+    # `memory` sums them; () for a row without a layout (drawn by `fit -o fit.svg`)
+    components: tuple[tuple[str, float], ...] = ()
 
 
 def families(model: TransformerModel, cluster: Cluster, micro_batch: int = 1) -> list[tuple[str, Config | None, str]]:
@@ -74,9 +77,11 @@ def strategy_table(model: TransformerModel, training: Training, cluster: Cluster
             if reason is not None:
                 rows.append(StrategyRow(name, recompute, config, used.gpus, None, False, None, None, reason))
                 continue
-            total = memory_of(model, config, training, used).worst.total.value
+            worst = memory_of(model, config, training, used).worst
+            total = worst.total.value
             most = max_layers(model, config, training, used) if deepest else None
-            rows.append(StrategyRow(name, recompute, config, used.gpus, total, total <= cluster.capacity, cluster.capacity - total, most))
+            rows.append(StrategyRow(name, recompute, config, used.gpus, total, total <= cluster.capacity, cluster.capacity - total, most,
+                                    components=worst.components()))  # fmt: skip
     return tuple(rows)
 
 

@@ -291,5 +291,17 @@ def render_latex_fragment(result: Result, template_dirs: Sequence[Path] = ()) ->
 
 
 def render_latex_document(result: Result, template_dirs: Sequence[Path] = ()) -> str:
-    """A complete document around one result (for `-o result.pdf`)."""
-    return render_template("single.tex.j2", {"result": result_context(result)}, template_dirs)
+    """A complete document around one result (for `-o result.pdf`), with its pictures in TikZ
+    (parcalc.render.figures; the tables they are drawn from are not repeated as tables)."""
+    from parcalc.render.figures import FIGURE_TABLES, figures_of
+
+    figures = figures_of(result)
+    context = result_context(result, skip_tables=FIGURE_TABLES if figures else ())
+    return render_template("single.tex.j2", {"result": context, "figures": figure_contexts(figures)}, template_dirs)
+
+
+def figure_contexts(figures: Sequence[Any]) -> list[dict[str, Any]]:
+    """Pictures (parcalc.render.figures.Figure) as TikZ for templates/partials/figures.tex.j2."""
+    from parcalc.render.canvas import to_tikz
+
+    return [{"key": f.key, "title": f.title, "tikz": Latex(to_tikz(f.canvas))} for f in figures]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from parcalc.derivation import Derivation, Result, Table, assumptions_of
 from parcalc.render.latex_math import tex_value, term_tex
 from parcalc.render.values import format_cell, format_value
 
 
-def render_markdown(result: Result) -> str:
+def render_markdown(result: Result, figures: Sequence[tuple[str, str]] = ()) -> str:
+    """`figures`: (title, file) of pictures written beside the Markdown file; they are linked
+    after the derivations, and the tables they were drawn from (parcalc.render.figures.
+    FIGURE_TABLES) are left out."""
     out = [f"# {result.title}", ""]
     if result.inputs:
         out += ["## Inputs", "", "| symbol | value | meaning | source |", "|---|---|---|---|"]
@@ -18,8 +23,17 @@ def render_markdown(result: Result) -> str:
         out += ["## Derivation", ""]
         for d in result.derivations:
             out += derivation_markdown(d)
+    skipped: frozenset[str] = frozenset()
+    if figures:
+        from parcalc.render.figures import FIGURE_TABLES
+
+        skipped = FIGURE_TABLES
+        out += ["## Figures", ""]
+        for title, path in figures:
+            out += [f"![{_alt(title)}]({_link(path)})", ""]
     for table in result.tables:
-        out += table_markdown(table)
+        if table.key not in skipped:
+            out += table_markdown(table)
     if result.verdicts:
         out += ["## Verdict", ""] + [f"- {v}" for v in result.verdicts] + [""]
     assumptions = assumptions_of(result)
@@ -54,3 +68,15 @@ def table_markdown(table: Table) -> list[str]:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _alt(text: str) -> str:
+    """Image alt text: no brackets or newlines that would end it."""
+    return text.replace("[", "(").replace("]", ")").replace("\n", " ")
+
+
+def _link(path: str) -> str:
+    """A relative link to a file beside the .md: spaces and parentheses percent-encoded."""
+    from urllib.parse import quote
+
+    return quote(path)

@@ -21,6 +21,10 @@ def render_plain(result: Result) -> str:
         lines += derivation_lines(derivation) + [""]
     for table in result.tables:
         lines += table_lines(table) + [""]
+        if table.key == "components" and result.command == "memory":  # the same components as a stacked bar
+            from parcalc.render.memory_bar import bar_lines
+
+            lines += bar_lines(result) + [""]
     if result.verdicts:
         lines += [f"=> {verdict}" for verdict in result.verdicts] + [""]
     assumptions = assumptions_of(result)

@@ -183,8 +183,32 @@ def render_report_latex(solved: SolvedWorksheet, template_dirs: Sequence[Path] =
     return render_template("report.tex.j2", report_context(solved), template_dirs)
 
 
-def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path] = ()) -> str:
-    """Markdown through a template with Jinja's ordinary delimiters and no LaTeX escaping."""
+def question_figure(solved: SolvedQuestion) -> Any:
+    """The question's picture (parcalc.render.figures.Figure) for a Markdown report: its roofline or
+    its pipeline timeline, drawn from the same results as the PDF's TikZ figure; None without one."""
+    from parcalc.render.figures import timeline_figure, worksheet_roofline
+
+    question = solved.question
+    if question.figure == "roofline":
+        return worksheet_roofline(solved.results, f"Roofline: {question.id} {question.title}")
+    if question.figure == "timeline":
+        return next((f for f in (timeline_figure(r) for r in solved.results) if f is not None), None)
+    return None
+
+
+def figure_file_name(stem: str, question_id: str, key: str) -> str:
+    """NAME-QUESTION-KIND.svg, the question id reduced to characters safe in a file name and a link."""
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", question_id).strip("-.") or "q"
+    return f"{stem}-{safe}-{key}.svg"
+
+
+def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path] = (),
+                           figure_files: dict[str, str] | None = None) -> str:  # fmt: skip
+    """Markdown through a template with Jinja's ordinary delimiters and no LaTeX escaping.
+
+    figure_files: question id -> the SVG file written beside the report for it (linked)."""
     from parcalc.render.latex import render_in, sandboxed_environment
     from parcalc.render.markdown import derivation_markdown, table_markdown
 
@@ -193,6 +217,7 @@ def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path
     questions = []
     for solved_question in solved.questions:
         context = question_context(solved_question)
+        context["figure_file"] = (figure_files or {}).get(solved_question.question.id)
         context["derivation_blocks"] = [
             "\n".join(derivation_markdown(d)) for r in solved_question.results for d in r.derivations
         ]

@@ -41,6 +41,11 @@ def render_rich(result: Result, console: Any) -> None:
     for table in result.tables:
         console.print(_table(table, console.width))
         console.print()
+        if table.key == "components" and result.command == "memory":  # the same components as a stacked bar
+            from parcalc.render.memory_bar import rich_bar
+
+            console.print(rich_bar(result, console.width))
+            console.print()
     # verdicts and assumptions as two-column grids, so that a wrapped line keeps its hanging indent
     if result.verdicts:
         console.print(_hanging("[bold yellow]=>[/]", [escape(v) for v in result.verdicts]))
