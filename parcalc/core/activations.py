@@ -192,10 +192,10 @@ def layer_saved_tensors(model: TransformerModel, config: ActivationConfig, moe_l
         out.append(SavedTensor("norm1_input", "attention norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
     if model.mla is not None:  # multi-head latent attention: its latents, then Q, K, V of its own widths (mla_tensors)
         out.append(SavedTensor("qkv_input", "down-projection input (normed hidden states)", "token", h, g, "sp", False,
-                               f"{MEGATRON_MLA}: linear_q_down_proj (or linear_q_proj) and linear_kv_down_proj share it" + fp8))
+                               f"{MLA_SHORT}: the q and kv down projections share it" + fp8))
         out += mla_tensors(model, config)
         out.append(SavedTensor("proj_input", "output projection input (attention output, heads x v_head_dim)", "token",
-                               model.heads * model.mla.v_head_dim, g, "tp", False, f"{MEGATRON_MLA}: linear_proj's input" + fp8))
+                               model.heads * model.mla.v_head_dim, g, "tp", False, f"{MLA_SHORT}: linear_proj's input" + fp8))
     else:
         out += _attention_tensors(model, config)
     if config.dropout:
@@ -253,6 +253,9 @@ MEGATRON_MLA = ("Megatron-LM megatron/core/transformer/multi_latent_attention.py
 MEGATRON_MLA_UP = ("Megatron-LM multi_latent_attention.py: with --recompute-granularity selective --recompute-modules mla_up_proj, "
                    "qkv_up_proj_and_rope_apply runs under tensor_parallel.CheckpointWithoutOutput, which keeps its inputs (q latent, "
                    "kv latent, rotary key) and discards Q, K, V after the core attention (discard_output_and_register_recompute)")  # fmt: skip
+MLA_SHORT = "Megatron-LM multi_latent_attention.py, get_query_key_value_tensors (parcalc.core.activations.MEGATRON_MLA)"
+MLA_UP_SHORT = "dropped by --recompute-modules mla_up_proj (MEGATRON_MLA_UP)"
+TE_LN_SHORT = "TE LayerNormLinear keeps the norm's input and output (TE_LN_LINEAR)"
 TE_LN_LINEAR = ("Transformer Engine transformer_engine/pytorch/module/layernorm_linear.py, _LayerNormLinear.forward: saves the norm's "
                 "input (inputmat) and its output (ln_out, the GEMM input)")  # fmt: skip
 
@@ -282,17 +285,17 @@ def mla_tensors(model: TransformerModel, config: ActivationConfig) -> list[Saved
     out: list[SavedTensor] = []
     if mla.q_lora_rank:
         out.append(SavedTensor("q_latent", "q latent c_q (q down-projection output, q norm input)", "token", mla.q_lora_rank, e, "sp",
-                               False, f"{MEGATRON_MLA}; {TE_LN_LINEAR}" + (f"; {MEGATRON_MLA_UP}" if up else "")))
+                               False, f"{MLA_SHORT}; {TE_LN_SHORT}"))
         if not up:
             out.append(SavedTensor("q_latent_norm", "normed q latent (q up-projection input)", "token", mla.q_lora_rank, g, "sp", False,
-                                   f"{TE_LN_LINEAR}" + fp8))
+                                   f"{TE_LN_SHORT}; {MLA_UP_SHORT}" + fp8))
     out.append(SavedTensor("kv_latent", "kv down-projection output [c_kv, k_rope] (kv norm input)", "token",
                            mla.kv_lora_rank + mla.qk_rope_head_dim, e, "sp", False,
-                           f"{MEGATRON_MLA}: torch.split views of kv_combined; {TE_LN_LINEAR}" + (f"; {MEGATRON_MLA_UP}" if up else "")))
+                           f"{MLA_SHORT}: c_kv and k_rope are torch.split views of one storage; {TE_LN_SHORT}"))
     if not up:
         out.append(SavedTensor("kv_latent_norm", "normed kv latent (kv up-projection input)", "token", mla.kv_lora_rank, g, "sp", False,
-                               f"{TE_LN_LINEAR}" + fp8))
-    source = f"{MEGATRON_MLA}: query = cat(q_nope, q_rope), key = cat(k_nope, k_rope), value, each .contiguous()"
+                               f"{TE_LN_SHORT}; {MLA_UP_SHORT}" + fp8))
+    source = f"{MLA_SHORT}: query = cat(q_nope, q_rope), key = cat(k_nope, k_rope), value, each contiguous; {MLA_UP_SHORT}"
     if config.flash_attention:
         if not up:
             out += [SavedTensor("q", f"Q (heads x {qk})", "token", heads * qk, e, "tp", False, f"{source}; {FLASH}"),
@@ -574,6 +577,14 @@ def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str
         out.append("ReLU keeps its output, which is also the down projection's input: one f-wide tensor")
     if model.mlp.gated:
         out.append("gated MLP keeps gate output, up output and their product (Megatron-LM's fused activation); unfused PyTorch also keeps silu(gate)")
+    if model.mla is not None:
+        mla = model.mla
+        latents = (f"q latent {mla.q_lora_rank}, " if mla.q_lora_rank else "no q latent (q_lora_rank 0: a full q projection), ")
+        out.append(f"multi-head latent attention as Megatron-LM runs it ({MEGATRON_MLA}): {latents}kv down-projection output "
+                   f"{mla.kv_lora_rank} + {mla.qk_rope_head_dim}, " + ("the latent norms' outputs, " if not config.mla_up_proj else "")
+                   + f"Q and K of {model.heads} x {mla.qk_head_dim}, V and the output of {model.heads} x {mla.v_head_dim} per token"
+                   + (f"; {MEGATRON_MLA_UP}: Q, K, V and the norms' outputs are made again in backward (that recompute's FLOPs "
+                      "are not in parcalc's FLOP counts)" if config.mla_up_proj else ""))  # fmt: skip
     if config.flash_attention:
         out.append("FlashAttention: no s x s tensor is stored; Q, K, V, its output and an fp32 log-sum-exp per row are")
     if config.recompute is Recompute.SELECTIVE and config.flash_attention:
