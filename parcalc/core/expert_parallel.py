@@ -85,7 +85,8 @@ def moe_dense_params_per_rank(model: TransformerModel, tp: int) -> int:
     assert model.moe is not None
     attention_and_norms = layer_params_per_rank(model, tp) - ffn_params_per_rank(model, model.ffn_hidden, tp)
     shared = model.moe.shared_experts * ffn_params_per_rank(model, model.moe.shared_width, tp)
-    return attention_and_norms + model.router_params_per_layer + shared
+    gate = model.hidden if model.moe.shared_expert_gate and model.moe.shared_experts else 0  # replicated, as the router
+    return attention_and_norms + model.router_params_per_layer + shared + gate
 
 
 def expert_params_per_rank(model: TransformerModel, ep: int, etp: int) -> int:

@@ -247,7 +247,7 @@ def layer_params_per_rank(model: TransformerModel, tp: int) -> int:
     h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
     matrices = 3 if model.mlp.gated else 2
     weights = (h * q + 2 * h * kv + q * h + matrices * h * f) // tp
-    biases = ((q + 2 * kv + (matrices - 1) * f) // tp + 2 * h) if model.bias else 0
+    biases = ((q + 2 * kv + (matrices - 1) * f) // tp + 2 * h) if model.bias else (q + 2 * kv) // tp if model.qkv_bias else 0
     if model.mla is not None:  # multi-head latent attention: its own projections and latent norms (LatentAttention.params),
         # split evenly over tp: exact at tp = 1 (DeepSeek-V3's run); Megatron's MLA TP split is not modelled
         weights = model.attention_params_per_layer // tp + matrices * h * f // tp
