@@ -909,11 +909,6 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
         raise PresetError(f"{path}: key 'num_hidden_layers': {layers} layers is beyond any Mixture-of-Experts model parcalc reads")
     expert_key = {"mixtral": "num_local_experts", "llama4": "num_local_experts", "llama4_text": "num_local_experts",
                   "deepseek_v2": "n_routed_experts", "deepseek_v3": "n_routed_experts"}.get(architecture, "num_experts")  # fmt: skip
-    if architecture == "qwen2_moe":
-        # Qwen2-MoE biases q, k and v but not o_proj or the MLPs, and gates its shared expert with a
-        # hidden x 1 sigmoid (transformers Qwen2MoeSparseMoeBlock.shared_expert_gate): neither fits parcalc's model
-        raise InputError(f"--model: {path} is a Qwen2-MoE model (shared_expert_intermediate_size, q/k/v biases only); parcalc cannot "
-                         "represent its query/key/value-only biases and shared-expert gate and would miscount it")  # fmt: skip
     experts = count(expert_key, default=0, minimum=0)
     if experts == 0:
         return None
@@ -938,6 +933,11 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
         width, shared, shared_width = count("intermediate_size"), 1, 0
     elif architecture == "qwen3_moe":
         width, shared, shared_width = count("moe_intermediate_size"), 0, 0
+    elif architecture == "qwen2_moe":
+        # transformers Qwen2MoeSparseMoeBlock: experts of moe_intermediate_size, one shared_expert Qwen2MoeMLP of
+        # shared_expert_intermediate_size, gated by shared_expert_gate (hidden x 1, no bias)
+        width, shared = count("moe_intermediate_size"), 1
+        shared_width = count("shared_expert_intermediate_size")
     else:  # DeepSeek: shared_experts = DeepseekV3MLP(intermediate_size = moe_intermediate_size x n_shared_experts)
         width, shared, shared_width = count("moe_intermediate_size"), count("n_shared_experts", default=0, minimum=0), 0
     return MixtureOfExperts(
@@ -951,7 +951,9 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
         capacity_factor=None,
         # DeepSeek-V3's noaux_tc routing adds e_score_correction_bias, an nn.Parameter (transformers DeepseekV3TopkRouter)
         router_bias=architecture == "deepseek_v3" or config.get("topk_method") == "noaux_tc",
-        source=f"config.json at {path}: {expert_key} {experts}, num_experts_per_tok {top_k}; MoE layers from {keys}",
+        source=f"config.json at {path}: {expert_key} {experts}, num_experts_per_tok {top_k}; MoE layers from {keys}"
+        + ("; shared_expert_intermediate_size and its gate (Qwen2MoeSparseMoeBlock.shared_expert_gate)" if architecture == "qwen2_moe" else ""),
+        shared_expert_gate=architecture == "qwen2_moe",
     )
 
 
@@ -1083,6 +1085,9 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             moe=moe,
             mla=_mla_from_hf(path, config, count) if architecture in ("deepseek_v2", "deepseek_v3") else None,
             qk_norm=architecture in ("qwen3", "qwen3_moe"),
+            # Qwen2-MoE: q_proj, k_proj, v_proj with bias = config.qkv_bias (True unless the config says otherwise), o_proj
+            # and the MLPs without (transformers modeling_qwen2_moe.py, Qwen2MoeAttention)
+            qkv_bias=architecture == "qwen2_moe" and bool(config.get("qkv_bias", True)) and not config.get("attention_bias"),
         )
     except (TypeError, ValueError) as error:
         raise PresetError(f"{path}: {error}") from None

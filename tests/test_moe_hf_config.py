@@ -77,7 +77,8 @@ def test_llama4_maverick_interleave_step_2(tmp_path: Path) -> None:
         ("deepseek-v3", {"moe_layer_freq": 2, "first_k_dense_replace": 0}, "first_k_dense_replace, moe_layer_freq make layers 0, 2, 4"),
         ("deepseek-v3", {"kv_lora_rank": None}, "kv_lora_rank"),
         ("qwen3-30b-a3b", {"mlp_only_layers": "all"}, "mlp_only_layers"),
-        ("qwen3-30b-a3b", {"model_type": "qwen2_moe", "shared_expert_intermediate_size": 5632}, "Qwen2-MoE"),
+        # Qwen2-MoE reads (tests/test_qwen2_moe.py); without shared_expert_intermediate_size its shared expert has no width
+        ("qwen3-30b-a3b", {"model_type": "qwen2_moe"}, "shared_expert_intermediate_size"),
         ("llama4-scout", {"num_experts_per_tok": 17}, "num_experts_per_tok (17) exceeds num_local_experts (16)"),
     ],
     ids=["mlp-only-not-first-n", "top-k-over-experts", "zero-experts", "deepseek-freq-from-0", "mla-rank-missing",

@@ -16,12 +16,14 @@ from parcalc.commands.common import (
     FormatOption,
     LastStageLayersOption,
     LossInSplitOption,
+    MoeImbalanceOption,
     PictureOutputOption,
     PresetsOption,
     RecomputeLayersOption,
     ShardGroupOption,
     expert_flags,
     finish,
+    imbalance_flag,
     cp_flags,
     preset_dirs,
     recompute_layers_flag,
@@ -68,6 +70,8 @@ Examples:
   parcalc memory --model llama3-70b --seq-len 4096 --dp 64 --zero 3 --shard-group 16 --recompute full --flash-attention --gpu h100-sxm5
   parcalc memory --model llama3-8b --seq-len 8192 --dp 8 --zero 3 --flash-attention --compile --gpu h100-sxm5
   parcalc memory --model llama3-70b --seq-len 8192 --tp 8 --pp 4 --dp 4 --zero 1 --flash-attention --gpu h100-sxm5 -o mem.svg
+  parcalc memory --model qwen3-30b-a3b --seq-len 4096 --dp 16 --ep 16 --etp 1 --zero 1 --flash-attention --moe-imbalance 1.2 --gpu h100-sxm5
+  parcalc memory --model deepseek-v3 --seq-len 4096 --tp 2 --pp 16 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --flash-attention --recompute-mla-up-proj --moment-dtype bf16 --last-stage-layers 1 --gpu h100-sxm5
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -128,6 +132,9 @@ def memory(
     fmt: FormatOption = None,
     output: PictureOutputOption = None,
     recompute_layers: RecomputeLayersOption = None,
+    moment_dtype: Annotated[_Text, typer.Option(metavar="DTYPE", help="Adam's moments (every optimizer state) in fp32, bf16 or fp16 beside the fp32 master copy: Megatron-LM's --use-precision-aware-optimizer --exp-avg-dtype / --exp-avg-sq-dtype (default: fp32, the training precision's).", show_default=False)] = None,
+    recompute_mla_up_proj: Annotated[bool, typer.Option("--recompute-mla-up-proj", help="Multi-head latent attention: recompute the up-projections and RoPE in backward, keeping only the latents (Megatron-LM's --recompute-modules mla_up_proj).")] = False,
+    moe_imbalance: MoeImbalanceOption = None,
 ) -> None:
     """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
@@ -185,6 +192,7 @@ def memory(
         flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads, reserve=reserve_bytes, capacity=cap,
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
+        moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
     )  # fmt: skip
     breakdown = memory_breakdown(shape, par, setup)
     settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
@@ -204,6 +212,12 @@ def memory(
         settings.append(("recompute_layers", str(setup.recompute_layers)))
     if sg is not None:
         settings.append(("shard_group", str(sg)))
+    if moment_dtype is not None:
+        settings.append(("moment_dtype", moment_dtype.lower()))
+    if recompute_mla_up_proj:
+        settings.append(("recompute_mla_up_proj", "true"))
+    if moe_imbalance is not None:
+        settings.append(("moe_imbalance", f"{setup.moe_imbalance:g}"))
     from parcalc.output import draws_figures
 
     result = memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes)
@@ -235,6 +249,29 @@ def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None, c
             raise InputError(f"--gpus: {total} GPUs do not divide into tensor x pipeline x context groups of t x p x c = {t * p * cp}")
         raise InputError(f"--gpus: {total} GPUs do not divide into tensor x pipeline groups of t x p = {t * p}")
     return t, p, total // (t * p * cp)
+
+
+MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}  # Megatron-LM --exp-avg-dtype choices but fp8 (scaled; not modelled)
+
+
+def _moment_bytes(text: str | None) -> float | None:
+    """--moment-dtype as bytes per state element (None: not given)."""
+    from parcalc.errors import InputError
+
+    if text is None:
+        return None
+    if text.lower() not in MOMENT_BYTES:
+        raise InputError(f"--moment-dtype: one of {', '.join(MOMENT_BYTES)}, got {text!r}")
+    return MOMENT_BYTES[text.lower()]
+
+
+def _imbalance(text: str | None, shape: TransformerModel) -> float:
+    """--moe-imbalance for the MoE exchange buffers (1.0 when not given); on a dense model an error."""
+    from parcalc.errors import InputError
+
+    if text is not None and shape.moe is None:
+        raise InputError(f"--moe-imbalance: model {shape.key} has no experts (no moe: block); it applies to MoE models only")
+    return imbalance_flag(text, shape.moe.experts if shape.moe is not None else None)
 
 
 def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]], dropout_given: bool = False,
@@ -270,7 +307,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     derivations += [x for x in (worst.fp8_weights, worst.gathered) if x is not None]
     derivations += [layer.per_layer] + ([layer.korthikanti] if layer.korthikanti is not None else [])
     derivations += [worst.layers, worst.in_flight, worst.activations]
-    derivations += [x for x in (worst.embedding, worst.output, worst.recompute, worst.context) if x is not None]
+    derivations += [x for x in (worst.embedding, worst.output, worst.recompute, worst.context, worst.dispatch) if x is not None]
     derivations += [worst.states_total, worst.activations_total, worst.reserve, worst.total]
     headroom = breakdown.headroom()
     if headroom is not None:

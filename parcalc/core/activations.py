@@ -121,6 +121,9 @@ class ActivationConfig:
     def linear_input_bytes(self) -> float:
         return self.activation_bytes if self.gemm_input_bytes is None else self.gemm_input_bytes
     cp: int = 1  # context parallelism: this GPU holds s/cp tokens of each sequence (parcalc.core.context)
+    # Megatron-LM's --recompute-modules mla_up_proj: MLA's up-projections and RoPE run again in backward,
+    # so Q, K, V and the latent norms' outputs are not kept (mla_tensors; multi-head latent attention only)
+    mla_up_proj: bool = False
 
     def __post_init__(self) -> None:
         for flag, value in (("--micro-batch", self.micro_batch), ("--seq-len", self.seq_len), ("--tp", self.tp), ("--cp", self.cp)):
@@ -191,14 +194,43 @@ def layer_saved_tensors(model: TransformerModel, config: ActivationConfig, moe_l
     """The tensors one layer keeps for backward without recomputation, in forward order
     (moe_layer: one of the model's Mixture-of-Experts layers, `moe_tensors` in place of the MLP's)."""
     e, m, g = config.activation_bytes, config.mask_bytes, config.linear_input_bytes
-    h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
+    h, f = model.hidden, model.ffn_hidden
     norm = model.norm is not Norm.NONE
     k1 = KORTHIKANTI_EQ1
     fp8 = f"; {TE_FP8}" if g != e else ""
     out: list[SavedTensor] = []
     if norm:
         out.append(SavedTensor("norm1_input", "attention norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
-    out.append(SavedTensor("qkv_input", "QKV projection input", "token", h, g, "sp", False, k1 + ": shared QKV input 2sbh" + fp8))
+    if model.mla is not None:  # multi-head latent attention: its latents, then Q, K, V of its own widths (mla_tensors)
+        out.append(SavedTensor("qkv_input", "down-projection input (normed hidden states)", "token", h, g, "sp", False,
+                               f"{MLA_SHORT}: the q and kv down projections share it" + fp8))
+        out += mla_tensors(model, config)
+        out.append(SavedTensor("proj_input", "output projection input (attention output, heads x v_head_dim)", "token",
+                               model.heads * model.mla.v_head_dim, g, "tp", False, f"{MLA_SHORT}: linear_proj's input" + fp8))
+    else:
+        out += _attention_tensors(model, config)
+    if config.dropout:
+        out.append(SavedTensor("proj_dropout_mask", "attention output dropout mask", "token", h, m, "sp", False, k1 + ": attention dropout mask sbh"))
+    if norm:
+        out.append(SavedTensor("norm2_input", "MLP norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
+    if moe_layer and model.moe is not None:  # the router and the experts run in 16 bits (TE's FP8 covers the dense linears)
+        out.append(SavedTensor("mlp_input", "router and shared-expert input", "token", h, e, "sp", False, k1 + ": first linear input 2sbh"))
+        out += moe_tensors(model, e)
+    else:
+        out.append(SavedTensor("mlp_input", "MLP up-projection input", "token", h, g, "sp", False, k1 + ": first linear input 2sbh" + fp8))
+        out += _mlp_tensors(model.mlp, f, e, g)
+    if config.dropout:
+        out.append(SavedTensor("mlp_dropout_mask", "MLP output dropout mask", "token", h, m, "sp", False, k1 + ": MLP dropout mask sbh"))
+    return tuple(out)
+
+
+def _attention_tensors(model: TransformerModel, config: ActivationConfig) -> list[SavedTensor]:
+    """Standard multi-head / grouped-query attention from its QKV input to the output projection's input."""
+    e, m, g = config.activation_bytes, config.mask_bytes, config.linear_input_bytes
+    h, q, kv = model.hidden, model.q_width, model.kv_width
+    k1 = KORTHIKANTI_EQ1
+    fp8 = f"; {TE_FP8}" if g != e else ""
+    out: list[SavedTensor] = [SavedTensor("qkv_input", "QKV projection input", "token", h, g, "sp", False, k1 + ": shared QKV input 2sbh" + fp8)]
     if config.flash_attention:
         out += [
             SavedTensor("q", "Q", "token", q, e, "tp", False, FLASH),
@@ -222,19 +254,79 @@ def layer_saved_tensors(model: TransformerModel, config: ActivationConfig, moe_l
             ]  # fmt: skip
         out.append(SavedTensor("v", "V (for ·V)", "token", kv, e, "tp", False, k1 + ": V 2sbh"))
     out.append(SavedTensor("proj_input", "output projection input", "token", q, g, "tp", False, k1 + ": linear projection input 2sbh" + fp8))
+    return out
+
+
+MEGATRON_MLA = ("Megatron-LM megatron/core/transformer/multi_latent_attention.py (d98e8a6), MLASelfAttention."
+                "get_query_key_value_tensors; layer spec megatron/core/models/gpt/gpt_layer_specs.py: linear_q_down_proj and "
+                "linear_kv_down_proj TELinear, linear_q_up_proj and linear_kv_up_proj TELayerNormColumnParallelLinear (the latent "
+                "norms fused into them, q_layernorm = kv_layernorm = IdentityOp)")  # fmt: skip
+MEGATRON_MLA_UP = ("Megatron-LM multi_latent_attention.py: with --recompute-granularity selective --recompute-modules mla_up_proj, "
+                   "qkv_up_proj_and_rope_apply runs under tensor_parallel.CheckpointWithoutOutput, which keeps its inputs (q latent, "
+                   "kv latent, rotary key) and discards Q, K, V after the core attention (discard_output_and_register_recompute)")  # fmt: skip
+MLA_SHORT = "Megatron-LM multi_latent_attention.py, get_query_key_value_tensors (parcalc.core.activations.MEGATRON_MLA)"
+MLA_UP_SHORT = "dropped by --recompute-modules mla_up_proj (MEGATRON_MLA_UP)"
+TE_LN_SHORT = "TE LayerNormLinear keeps the norm's input and output (TE_LN_LINEAR)"
+TE_LN_LINEAR = ("Transformer Engine transformer_engine/pytorch/module/layernorm_linear.py, _LayerNormLinear.forward: saves the norm's "
+                "input (inputmat) and its output (ln_out, the GEMM input)")  # fmt: skip
+
+
+def mla_tensors(model: TransformerModel, config: ActivationConfig) -> list[SavedTensor]:
+    """What multi-head latent attention keeps for backward between the down projections' input and
+    the output projection's input (DeepSeek-V2 sec. 2.1, as Megatron-LM runs it, MEGATRON_MLA):
+
+    - the q latent c_q (q_lora_rank per token; absent when q_lora_rank = 0, a full q projection of
+      the normed hidden states) and its norm's output, both kept by linear_q_up_proj (TE_LN_LINEAR);
+    - the kv down projection's output [c_kv, k_rope] (kv_lora_rank + qk_rope_head_dim per token:
+      the kv norm keeps c_kv, a view that holds the whole storage) and the kv norm's output
+      (kv_lora_rank), kept by linear_kv_up_proj;
+    - Q and K of heads x (qk_nope + qk_rope) and V of heads x v_head_dim, made contiguous after
+      RoPE: FlashAttention's inputs (192 and 128 per head for DeepSeek-V3), or without it Q, K, the
+      s x s scores and V. The up projections' outputs and RoPE keep nothing else (RoPE's backward
+      needs only cos / sin; split and cat none).
+    The latents are as wide on every TP rank (duplicated down projections), split by SP only; Q, K,
+    V by TP. With mla_up_proj recomputation (MEGATRON_MLA_UP) only the latents stay: c_q and [c_kv,
+    k_rope]; the norms' outputs and Q, K, V are made again in backward."""
+    mla = model.mla
+    assert mla is not None
+    e, m, g = config.activation_bytes, config.mask_bytes, config.linear_input_bytes
+    heads, qk, v = model.heads, mla.qk_head_dim, mla.v_head_dim
+    fp8 = f"; {TE_FP8}" if g != e else ""
+    up = config.mla_up_proj
+    out: list[SavedTensor] = []
+    if mla.q_lora_rank:
+        out.append(SavedTensor("q_latent", "q latent c_q (q down-projection output, q norm input)", "token", mla.q_lora_rank, e, "sp",
+                               False, f"{MLA_SHORT}; {TE_LN_SHORT}"))
+        if not up:
+            out.append(SavedTensor("q_latent_norm", "normed q latent (q up-projection input)", "token", mla.q_lora_rank, g, "sp", False,
+                                   f"{TE_LN_SHORT}; {MLA_UP_SHORT}" + fp8))
+    out.append(SavedTensor("kv_latent", "kv down-projection output [c_kv, k_rope] (kv norm input)", "token",
+                           mla.kv_lora_rank + mla.qk_rope_head_dim, e, "sp", False,
+                           f"{MLA_SHORT}: c_kv and k_rope are torch.split views of one storage; {TE_LN_SHORT}"))
+    if not up:
+        out.append(SavedTensor("kv_latent_norm", "normed kv latent (kv up-projection input)", "token", mla.kv_lora_rank, g, "sp", False,
+                               f"{TE_LN_SHORT}; {MLA_UP_SHORT}" + fp8))
+    source = f"{MLA_SHORT}: query = cat(q_nope, q_rope), key = cat(k_nope, k_rope), value, each contiguous; {MLA_UP_SHORT}"
+    if config.flash_attention:
+        if not up:
+            out += [SavedTensor("q", f"Q (heads x {qk})", "token", heads * qk, e, "tp", False, f"{source}; {FLASH}"),
+                    SavedTensor("k", f"K (heads x {qk}, the rotary part shared)", "token", heads * qk, e, "tp", False, f"{source}; {FLASH}"),
+                    SavedTensor("v", f"V (heads x {v})", "token", heads * v, e, "tp", False, f"{source}; {FLASH}")]  # fmt: skip
+        out.append(SavedTensor("lse", "softmax log-sum-exp (fp32)", "row", heads, LSE_BYTES, "tp", True, FLASH))
+        return out
+    k1 = KORTHIKANTI_EQ1
+    if not up:
+        out += [SavedTensor("q", f"Q (heads x {qk}, for Q·K^T)", "token", heads * qk, e, "tp", False, f"{source}; {k1}: Q and K"),
+                SavedTensor("k", f"K (heads x {qk}, for Q·K^T)", "token", heads * qk, e, "tp", False, f"{source}; {k1}: Q and K")]  # fmt: skip
+    out.append(SavedTensor("softmax_output", "softmax output", "score", heads, e, "tp", True, k1 + ": softmax output 2as^2b"))
     if config.dropout:
-        out.append(SavedTensor("proj_dropout_mask", "attention output dropout mask", "token", h, m, "sp", False, k1 + ": attention dropout mask sbh"))
-    if norm:
-        out.append(SavedTensor("norm2_input", "MLP norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
-    if moe_layer and model.moe is not None:  # the router and the experts run in 16 bits (TE's FP8 covers the dense linears)
-        out.append(SavedTensor("mlp_input", "router and shared-expert input", "token", h, e, "sp", False, k1 + ": first linear input 2sbh"))
-        out += moe_tensors(model, e)
-    else:
-        out.append(SavedTensor("mlp_input", "MLP up-projection input", "token", h, g, "sp", False, k1 + ": first linear input 2sbh" + fp8))
-        out += _mlp_tensors(model.mlp, f, e, g)
-    if config.dropout:
-        out.append(SavedTensor("mlp_dropout_mask", "MLP output dropout mask", "token", h, m, "sp", False, k1 + ": MLP dropout mask sbh"))
-    return tuple(out)
+        out += [SavedTensor("attention_dropout_mask", "attention-probability dropout mask", "score", heads, m, "tp", True,
+                            k1 + ": softmax dropout mask as^2b"),
+                SavedTensor("attention_dropout_output", "dropped-out probabilities (for ·V)", "score", heads, e, "tp", True,
+                            k1 + ": dropout output 2as^2b")]  # fmt: skip
+    if not up:
+        out.append(SavedTensor("v", f"V (heads x {v}, for ·V)", "token", heads * v, e, "tp", False, f"{source}; {k1}: V"))
+    return out
 
 
 def _mlp_tensors(mlp: Mlp, f: int, e: float, g: float | None = None) -> list[SavedTensor]:
@@ -496,6 +588,14 @@ def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str
         out.append("ReLU keeps its output, which is also the down projection's input: one f-wide tensor")
     if model.mlp.gated:
         out.append("gated MLP keeps gate output, up output and their product (Megatron-LM's fused activation); unfused PyTorch also keeps silu(gate)")
+    if model.mla is not None:
+        mla = model.mla
+        latents = (f"q latent {mla.q_lora_rank}, " if mla.q_lora_rank else "no q latent (q_lora_rank 0: a full q projection), ")
+        out.append(f"multi-head latent attention as Megatron-LM runs it ({MEGATRON_MLA}): {latents}kv down-projection output "
+                   f"{mla.kv_lora_rank} + {mla.qk_rope_head_dim}, " + ("the latent norms' outputs, " if not config.mla_up_proj else "")
+                   + f"Q and K of {model.heads} x {mla.qk_head_dim}, V and the output of {model.heads} x {mla.v_head_dim} per token"
+                   + (f"; {MEGATRON_MLA_UP}: Q, K, V and the norms' outputs are made again in backward (that recompute's FLOPs "
+                      "are not in parcalc's FLOP counts)" if config.mla_up_proj else ""))  # fmt: skip
     if config.flash_attention:
         out.append("FlashAttention: no s x s tensor is stored; Q, K, V, its output and an fp32 log-sum-exp per row are")
     if config.recompute is Recompute.SELECTIVE and config.flash_attention:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from parcalc.core.model import TransformerModel
+from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
 FOLDING = ("Megatron-Core MoE parallel folding: megatron/core/parallel_state.py, initialize_model_parallel "
@@ -84,7 +85,8 @@ def moe_dense_params_per_rank(model: TransformerModel, tp: int) -> int:
     assert model.moe is not None
     attention_and_norms = layer_params_per_rank(model, tp) - ffn_params_per_rank(model, model.ffn_hidden, tp)
     shared = model.moe.shared_experts * ffn_params_per_rank(model, model.moe.shared_width, tp)
-    return attention_and_norms + model.router_params_per_layer + shared
+    gate = model.hidden if model.moe.shared_expert_gate and model.moe.shared_experts else 0  # replicated, as the router
+    return attention_and_norms + model.router_params_per_layer + shared + gate
 
 
 def expert_params_per_rank(model: TransformerModel, ep: int, etp: int) -> int:
@@ -112,3 +114,84 @@ def stage_ranges(counts: tuple[int, ...], chunks: int = 1) -> tuple[tuple[range,
 def moe_layers_on(model: TransformerModel, ranges: tuple[range, ...]) -> int:
     """MoE layers among the given layer ranges."""
     return sum(model.moe_layers_in(r.start, r.stop) for r in ranges)
+
+
+MEGATRON_A2A = ("Megatron-LM megatron/core/transformer/moe/token_dispatcher.py (d98e8a6), MoEAlltoAllTokenDispatcher.token_dispatch "
+                "(lines 682-725: all_to_all(ep_group, permutated_local_input_tokens, output_splits, input_splits)) and "
+                "dispatch_postprocess (lines 741-750: gathered over the expert-TP group when its size > 1)")  # fmt: skip
+
+
+def dispatch_tokens_per_rank(micro_batch: int, seq_len: int, tp: int, cp: int, sequence_parallel: bool) -> float:
+    """T: the tokens of one micro-batch that enter one GPU's MoE layer, b s / (cp t) with sequence
+    parallelism, b s / cp without (parcalc.core.comm.expert.tokens_per_rank)."""
+    return micro_batch * seq_len / (cp * (tp if sequence_parallel else 1))
+
+
+def moe_dispatch_working_set(model: TransformerModel, micro_batch: int, seq_len: int, tp: int, cp: int, sequence_parallel: bool,
+                             ep: int, etp: int, element_bytes: float, imbalance: float = 1.0) -> Derivation | None:  # fmt: skip
+    """Transient bytes of one MoE layer's token exchange on the receiving GPU (one micro-batch), beside
+    what the layer saves for backward (parcalc.core.activations.moe_tensors keeps the received copies,
+    the experts' GEMM input, once): 2 ρ etp T k h e.
+
+    An all-to-all needs its input and its output at once: in forward the permuted local copies (send
+    buffer) beside the received ones; in backward the gradient of the received copies beside the
+    all-to-all's output, the gradient of the sent ones: two buffers of T k h elements for the
+    balanced share, ρ times it on the busiest rank (ρ: the stated imbalance, capped by the capacity
+    factor; MixtureOfExperts.busiest_share), etp times it after the expert-TP all-gather. Dropless
+    routing has no cap: the worst case is every copy of the EP group that can reach this rank's
+    experts, ep min(k, E/ep) / k times the balanced share (named in the assumptions, not added)."""
+    if model.moe is None:
+        return None
+    moe = model.moe
+    tokens = dispatch_tokens_per_rank(micro_batch, seq_len, tp, cp, sequence_parallel)
+    rho = moe.busiest_share(imbalance)
+    value = 2.0 * rho * etp * tokens * moe.top_k * model.hidden * element_bytes
+    worst = ep * min(moe.top_k, moe.experts // ep) / moe.top_k
+    inputs = (
+        Term("rho", "ρ", r"\rho", rho, "", "busiest rank's received copies over the balanced share (--moe-imbalance, capped by the "
+             "capacity factor)" + ("" if moe.capacity_factor is None else f" {moe.capacity_factor:g}")),
+        Term("t_e", "etp", r"t_e", etp, "", "expert tensor-parallel degree (tokens all-gathered over it after the all-to-all)"),
+        Term("T", "T", "T", tokens, "", "tokens of one micro-batch entering this GPU's MoE layer: b s / (cp" + (" t)" if sequence_parallel else ")")),
+        Term("k", "k", "k", moe.top_k, "", "experts per token (top-k)"),
+        Term("h", "h", "h", model.hidden, "", "hidden size"),
+        Term("e", "e", "e", element_bytes, "B", "bytes per element of the exchanged tokens"),
+    )
+    dropless = ("dropless: no cap on what one rank receives; the worst case, every copy of the EP group that can reach this rank's "
+                f"{moe.experts // ep} experts, is ep x min(k, E/ep) / k = {worst:g} times the balanced share ({worst * value / rho / 2**30:.3g} GiB "
+                "here); --moe-imbalance states the share assumed") if moe.capacity_factor is None else (  # fmt: skip
+                f"capacity factor {moe.capacity_factor:g}: each expert takes at most that share, so ρ <= {moe.capacity_factor:g}")
+    return Derivation(
+        key="moe_dispatch_working_set",
+        label="MoE token exchange buffers during one MoE layer (send and receive, one micro-batch)",
+        symbol="A_a2a",
+        latex_symbol=r"A_{\mathrm{a2a}}",
+        formula="2 × $rho × $t_e × $T × $k × $h × $e",
+        formula_latex=r"2 \times $rho \times $t_e \times $T \times $k \times $h \times $e",
+        inputs=inputs,
+        value=value,
+        unit="B",
+        source=MEGATRON_A2A,
+        assumptions=(dropless, "transient: one MoE layer at a time (forward: send buffer beside the received copies; backward: the "
+                     "gradients of both), freed before the next layer; the received copies themselves are counted once in the layer's "
+                     "saved tensors (permuted token copies)"),
+    )
+
+
+def fp8_linear_weights_per_rank(model: TransformerModel, tp: int, ep: int = 1, etp: int | None = None, moe_layer: bool = False) -> int:
+    """Weights of one layer's linears on one GPU that Transformer Engine runs in FP8: attention's
+    projections (standard or latent, norms left out) split by tp, the dense MLP split by tp, or in an
+    MoE layer the shared experts split by tp and the rank's experts / ep routed experts split etp
+    ways (TE's GroupedLinear caches its FP8 weights as Linear does). The router stays in 16 or 32
+    bits (Megatron-LM's Router is a plain torch parameter, moe_router_dtype)."""
+    h, matrices = model.hidden, (3 if model.mlp.gated else 2)
+    if model.mla is not None:
+        mla = model.mla
+        attention = model.attention_params_per_layer - mla.kv_lora_rank - mla.q_lora_rank  # less the latent norms
+    else:
+        attention = h * model.q_width + 2 * h * model.kv_width + model.q_width * h
+    if not moe_layer or model.moe is None:
+        return (attention + matrices * h * model.ffn_hidden) // tp
+    moe = model.moe
+    shared = moe.shared_experts * matrices * h * moe.shared_width
+    routed = moe.experts // ep * matrices * h * moe.expert_ffn_hidden // (tp if etp is None else etp)
+    return (attention + shared) // tp + routed

@@ -198,6 +198,8 @@ def _moe_ops(model: TransformerModel, tokens: int, s: float) -> list[LayerOp]:
     ops += _mlp_ops(model, tokens, moe.expert_ffn_hidden, s, "expert", " (routed experts)", moe.experts, tokens_per_expert(model, tokens))
     if moe.shared_experts:
         ops += _mlp_ops(model, tokens, moe.shared_experts * moe.shared_width, s, "shared", " (shared experts)")
+        if moe.shared_expert_gate:  # Qwen2-MoE: sigmoid(x·w) scales the shared expert's output (MixtureOfExperts.shared_expert_gate)
+            ops.append(_matmul("shared_gate", "g = sigmoid(x·w^gate)", tokens, model.hidden, 1, s))
     return ops
 
 

@@ -47,6 +47,7 @@ from parcalc.core.choices import Optimizer, Precision  # noqa: F401 - re-exporte
 from parcalc.core.context import check_context_parallel, context_working_set
 from parcalc.core.expert_parallel import (
     FOLDING,
+    moe_dispatch_working_set,
     ROUTER_SOURCE,
     expert_layout,
     expert_params_per_rank,
@@ -114,15 +115,28 @@ class StateBytes:
         return self.weight + self.gradient + self.optimizer
 
 
-def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool = False, model: TransformerModel | None = None) -> StateBytes:
+def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool = False, model: TransformerModel | None = None,
+                moment_bytes: float | None = None) -> StateBytes:  # fmt: skip
     """Bytes per parameter of each model state (see the module docstring for the sources; the
     optimizer's states per parameter from parcalc.core.optimizers, Adafactor's and Muon's counted
     from `model`'s shapes). fp8 (Transformer Engine) keeps the bytes of mixed-bf16: bf16 weights
-    and gradients, an fp32 master copy and fp32 states (its FP8 weight copies: fp8_weight_cache)."""
-    from parcalc.core.optimizers import optimizer_state
+    and gradients, an fp32 master copy and fp32 states (its FP8 weight copies: fp8_weight_cache).
+    moment_bytes: the optimizer states' element size beside an fp32 master copy (None: the state
+    precision; 2 for Megatron-LM's --use-precision-aware-optimizer --exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16, parcalc.core.optimizers.PRECISION_AWARE)."""
+    from parcalc.core.optimizers import PRECISION_AWARE, optimizer_state
 
     opt = optimizer_state(optimizer, model)
     states: float = int(opt.states) if opt.states == int(opt.states) else opt.states
+    if moment_bytes is not None:
+        if opt.element_bytes is not None:
+            raise InputError(f"--moment-dtype: {optimizer.value} keeps its states in {opt.element_bytes:g} bytes of its own; "
+                             "the moment dtype applies to optimizers whose states follow the training precision")  # fmt: skip
+        if precision in (Precision.FP32, Precision.BF16):
+            raise InputError(f"--moment-dtype: applies beside an fp32 master copy (mixed-bf16, mixed-fp16, fp8; Megatron-LM's "
+                             f"precision-aware optimizer); --precision {precision.value} keeps its states in the parameters' dtype")  # fmt: skip
+        opt = replace(opt, element_bytes=moment_bytes, text=f"{opt.text}, in {moment_bytes:g} bytes each (precision-aware optimizer)",
+                      source=f"{opt.source}; {PRECISION_AWARE}")  # fmt: skip
 
     def per(state_dtype_bytes: float) -> float:
         return opt.element_bytes if opt.element_bytes is not None else state_dtype_bytes
@@ -235,7 +249,7 @@ def layer_params_per_rank(model: TransformerModel, tp: int) -> int:
     h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
     matrices = 3 if model.mlp.gated else 2
     weights = (h * q + 2 * h * kv + q * h + matrices * h * f) // tp
-    biases = ((q + 2 * kv + (matrices - 1) * f) // tp + 2 * h) if model.bias else 0
+    biases = ((q + 2 * kv + (matrices - 1) * f) // tp + 2 * h) if model.bias else (q + 2 * kv) // tp if model.qkv_bias else 0
     if model.mla is not None:  # multi-head latent attention: its own projections and latent norms (LatentAttention.params),
         # split evenly over tp: exact at tp = 1 (DeepSeek-V3's run); Megatron's MLA TP split is not modelled
         weights = model.attention_params_per_layer // tp + matrices * h * f // tp
@@ -570,11 +584,17 @@ class TrainingSetup:
     offload_optimizer: bool = False  # ZeRO-Offload: fp32 master weights, states and fp32 gradients on the host
     offload_activations: bool = False  # saved activations on the host (Megatron-LM --cpu-offloading, save_on_cpu)
     recompute_layers: int | None = None  # with full: layers of each stage chunk recomputed (parcalc.core.recompute; None: all)
+    moment_bytes: float | None = None  # optimizer states' element size beside the fp32 master (None: the precision's; state_bytes)
+    mla_up_proj: bool = False  # Megatron-LM's --recompute-modules mla_up_proj (parcalc.core.activations.mla_tensors)
+    moe_imbalance: float = 1.0  # the busiest EP rank's received tokens over the balanced share (moe_dispatch_working_set)
+    # MoE layers' token-exchange buffers and their experts' FP8 weight copies; fit sets False, since its
+    # vectorised search (parcalc.core.fit_search) does not count them yet and the two must agree
+    moe_memory_detail: bool = True
 
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
                                 self.flash_attention, self.dropout is not False, self.precision.activation_bytes,
-                                gemm_input_bytes=self.precision.gemm_input_bytes, cp=par.cp)  # fmt: skip
+                                gemm_input_bytes=self.precision.gemm_input_bytes, cp=par.cp, mla_up_proj=self.mla_up_proj)  # fmt: skip
 
     def for_model(self, model: TransformerModel) -> TrainingSetup:
         """The setup with `dropout` resolved: as given, or the model's own."""
@@ -603,6 +623,7 @@ class StageMemory:
     host: Derivation | None = None  # what --offload keeps in host memory for this GPU
     offloaded: tuple[str, ...] = ()  # keys of the model states held on the host instead ("optimizer_states", "gradients")
     context: Derivation | None = None  # context-parallel buffers during one layer's attention (parcalc.core.context)
+    dispatch: Derivation | None = None  # MoE token-exchange buffers during one MoE layer (parcalc.core.expert_parallel)
 
     def components(self) -> tuple[tuple[str, float], ...]:
         on_gpu = {key: 0.0 if key in self.offloaded else d.value
@@ -618,6 +639,7 @@ class StageMemory:
             ("logits / cross-entropy", self.output.value if self.output else 0.0),
             ("recomputation working set", self.recompute.value if self.recompute else 0.0),
             ("context-parallel buffers", self.context.value if self.context else 0.0),
+            ("MoE exchange buffers", self.dispatch.value if self.dispatch else 0.0),
             ("reserve", self.reserve.value),
         ]
         return tuple(parts)
@@ -745,7 +767,9 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
                                      embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
     n_layers = int(layers.value)
     in_flight = _in_flight(par, stage)
-    fp8_weights = fp8_weight_cache(model, par.tp, n_layers) if setup.precision is Precision.FP8 else None
+    moe_here = stage_moe_layers(model, par, stage) if setup.moe_memory_detail else 0
+    etp = par.tp if par.etp is None else par.etp
+    fp8_weights = fp8_weight_cache(model, par.tp, n_layers, moe_here, par.ep, etp) if setup.precision is Precision.FP8 else None
     if setup.offload_activations:
         activations = offloaded_activations(layer, layers, in_flight)
     elif setup.recompute_layers is not None and setup.recompute is Recompute.FULL:
@@ -769,6 +793,8 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
     recompute = recompute_working_set(model, config) if setup.recompute_layers != 0 else None
     context = context_working_set(model, config.micro_batch, config.seq_len, par.cp, par.tp, config.activation_bytes, par.cp_comm)
+    dispatch = (moe_dispatch_working_set(model, config.micro_batch, config.seq_len, par.tp, par.cp, par.sequence_parallel, par.ep, etp,
+                                         config.activation_bytes, setup.moe_imbalance) if moe_here and par.ep > 1 else None)  # fmt: skip
     reserve = reserve_derivation(setup.reserve)
     offloaded = (("optimizer_states",) + (("gradients",) if par.zero >= 2 else ())) if setup.offload_optimizer else ()
     host = host_memory(params.value, per, par, layer, layers, in_flight, setup) if setup.offload_optimizer or setup.offload_activations else None
@@ -778,13 +804,13 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     states_total = _sum("model_states", "Model states (weights, gradients, optimizer states)", "M_states", r"M_{\mathrm{states}}",
                         state_parts, ZERO_STAGES)  # fmt: skip
     act_parts = [activations, *([embedding] if embedding else []), *([output] if output else []), *([recompute] if recompute else []),
-                 *([context] if context else [])]  # fmt: skip
+                 *([context] if context else []), *([dispatch] if dispatch else [])]  # fmt: skip
     activations_total = _sum("activations", "Activations (layers, embeddings, logits, recomputation)", "M_act", r"M_{\mathrm{act}}",
                              act_parts, "Korthikanti et al. 2022 sec. 4")  # fmt: skip
     total = _sum("total", f"Total on one GPU of stage {stage + 1}", "M_total", r"M_{\mathrm{total}}",
                  [states_total, activations_total, reserve], "sum of the components above")  # fmt: skip
     return StageMemory(stage, params, states, gathered, layers, in_flight, activations, embedding, output, recompute, reserve,
-                       states_total, activations_total, total, fp8_weights, host, offloaded, context)  # fmt: skip
+                       states_total, activations_total, total, fp8_weights, host, offloaded, context, dispatch)  # fmt: skip
 
 
 TE_WEIGHT_CACHE = (
@@ -797,25 +823,53 @@ TE_WEIGHT_CACHE = (
 
 def linear_weights_per_rank(model: TransformerModel, tp: int) -> int:
     """Weights of one layer's linears (QKV, projection, MLP) on one TP rank: what TE runs in FP8."""
-    h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
-    return (h * q + 2 * h * kv + q * h + (3 if model.mlp.gated else 2) * h * f) // tp
+    from parcalc.core.expert_parallel import fp8_linear_weights_per_rank
+
+    return fp8_linear_weights_per_rank(model, tp)  # multi-head latent attention: its own projections (not q_width / kv_width)
 
 
-def fp8_weight_cache(model: TransformerModel, tp: int, layers: int) -> Derivation:
+TE_GROUPED_CACHE = ("NVIDIA/TransformerEngine transformer_engine/pytorch/module/grouped_linear.py (@d0067d0), _GroupedLinear.forward "
+                    "lines 267-300: the experts' weights quantised with the same workspace cache across micro-batches "
+                    "(update_workspace = is_first_microbatch is None or is_first_microbatch)")  # fmt: skip
+
+
+def fp8_weight_cache(model: TransformerModel, tp: int, layers: int, moe_layers: int = 0, ep: int = 1, etp: int | None = None) -> Derivation:
     """Transformer Engine's FP8 copies of the linear weights of a stage on one GPU: a row-wise FP8
     weight for the forward GEMM and a column-wise (transposed) one for the input-gradient GEMM on
     Hopper, 1 byte each, cached across micro-batches (TE_WEIGHT_CACHE). The embedding and LM head
-    stay bf16 (TE runs the transformer layers' linears only). Not sharded by ZeRO."""
+    stay bf16 (TE runs the transformer layers' linears only). Not sharded by ZeRO. Of the
+    `layers`, `moe_layers` are MoE layers: their shared experts (/tp) and this rank's experts / ep
+    routed experts (/etp), cached by TE's GroupedLinear alike (TE_GROUPED_CACHE), in place of the
+    dense MLP; 0: every layer counted with the dense layer's shapes."""
+    from parcalc.core.expert_parallel import fp8_linear_weights_per_rank
+
     per_layer = linear_weights_per_rank(model, tp)
+    c8 = Term("c_8", "c_fp8", r"c_{\mathrm{fp8}}", 2.0, "B", "bytes per linear weight: FP8 weight + FP8 transpose", TE_WEIGHT_CACHE)
+    notes = ("Hopper FP8 (per-tensor scaling): row-wise and column-wise copies, 1 byte each; Blackwell MXFP8 adds one "
+             "E8M0 scale per 32 elements per copy (not counted)",)
+    if moe_layers and model.moe is not None:
+        per_moe = fp8_linear_weights_per_rank(model, tp, ep, etp, moe_layer=True)
+        inputs = (
+            c8,
+            Term("P_lin", "P_linear/t", r"P_{\mathrm{linear}}/t", per_layer, "", "weights of one dense layer's linears on one TP rank"),
+            Term("L_d", "L_dense", r"L_{\mathrm{dense}}", layers - moe_layers, "", "dense layers on this stage"),
+            Term("P_moe", "P_moe,linear", r"P_{\mathrm{MoE,linear}}", per_moe, "",
+                 f"one MoE layer's linears on this GPU: attention and shared experts /t, {model.moe.experts // ep} routed experts /etp "
+                 "(router not FP8)", TE_GROUPED_CACHE),
+            Term("L_m", "L_MoE", r"L_{\mathrm{MoE}}", moe_layers, "", "MoE layers on this stage"),
+        )  # fmt: skip
+        value = 2.0 * (per_layer * (layers - moe_layers) + per_moe * moe_layers)
+        return Derivation("fp8_weights", "FP8 weight copies (Transformer Engine: weight and transpose, cached; experts included)", "M_fp8",
+                          r"M_{\mathrm{fp8}}", "$c_8 × ($P_lin × $L_d + $P_moe × $L_m)", r"$c_8 \times ($P_lin \times $L_d + $P_moe \times $L_m)",
+                          inputs, value, "B", f"{TE_WEIGHT_CACHE}; {TE_GROUPED_CACHE}", notes)  # fmt: skip
     inputs = (
-        Term("c_8", "c_fp8", r"c_{\mathrm{fp8}}", 2.0, "B", "bytes per linear weight: FP8 weight + FP8 transpose", TE_WEIGHT_CACHE),
+        c8,
         Term("P_lin", "P_linear/t", r"P_{\mathrm{linear}}/t", per_layer, "", "weights of one layer's linears on one TP rank"),
         Term("L_s", "L_stage", r"L_{\mathrm{stage}}", layers, "", "layers on this stage"),
     )
     return Derivation("fp8_weights", "FP8 weight copies (Transformer Engine: weight and transpose, cached)", "M_fp8", r"M_{\mathrm{fp8}}",
                       "$c_8 × $P_lin × $L_s", r"$c_8 \times $P_lin \times $L_s", inputs, 2.0 * per_layer * layers, "B", TE_WEIGHT_CACHE,
-                      ("Hopper FP8 (per-tensor scaling): row-wise and column-wise copies, 1 byte each; Blackwell MXFP8 adds one "
-                       "E8M0 scale per 32 elements per copy (not counted)", "dense layer shapes"))  # fmt: skip
+                      (*notes, "dense layer shapes"))  # fmt: skip
 
 
 def _partly_recomputed_activations(model: TransformerModel, par: Parallelism, layer: LayerActivations, layers: Derivation,
@@ -886,7 +940,9 @@ def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingS
     setup = setup.for_model(model)
     if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
         raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")
-    per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads, model=model)
+    per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads, model=model, moment_bytes=setup.moment_bytes)
+    if setup.mla_up_proj and model.mla is None:
+        raise InputError(f"--recompute-mla-up-proj: {model.name} has no multi-head latent attention (no mla: block)")
     layer = layer_activations(model, setup.activation_config(par))
     if setup.recompute_layers is not None:
         from parcalc.core.recompute import check_recompute_layers, chunk_layers

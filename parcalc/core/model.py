@@ -41,6 +41,10 @@ class MixtureOfExperts:
     capacity_factor: float | None = None
     router_bias: bool = False
     source: str = ""
+    # Qwen2-MoE scales its shared expert's output by sigmoid(x·w), w a hidden x 1 weight without bias
+    # (transformers modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock.shared_expert_gate; Megatron-LM
+    # --moe-shared-expert-gate: SharedExpertMLP.gate_weight of 1 x hidden, replicated over TP)
+    shared_expert_gate: bool = False
 
     def __post_init__(self) -> None:
         if self.experts < 1 or self.top_k < 1 or self.expert_ffn_hidden < 1 or self.every < 1:
@@ -148,6 +152,9 @@ class TransformerModel:
     # shared by all heads). Llama 4's use_qk_norm is a weightless L2 norm (Llama4TextL2Norm): no
     # parameters, so False there.
     qk_norm: bool = False
+    # Biases on the query, key and value projections only (Qwen2 / Qwen2-MoE: q_proj, k_proj, v_proj with
+    # bias = config.qkv_bias, o_proj and the MLPs without: transformers Qwen2MoeAttention); bias=True has them everywhere
+    qkv_bias: bool = False
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"):
@@ -176,7 +183,7 @@ class TransformerModel:
         if self.mla is not None:
             return self.mla.params(self.hidden, self.heads)
         weights = self.hidden * self.q_width + 2 * self.hidden * self.kv_width + self.q_width * self.hidden
-        biases = (self.q_width + 2 * self.kv_width + self.hidden) if self.bias else 0
+        biases = (self.q_width + 2 * self.kv_width + self.hidden) if self.bias else (self.q_width + 2 * self.kv_width) if self.qkv_bias else 0
         return weights + biases + self.qk_norm_params_per_layer
 
     @property
@@ -236,7 +243,11 @@ class TransformerModel:
 
     @property
     def shared_expert_params_per_layer(self) -> int:
-        return 0 if self.moe is None else self.moe.shared_experts * self.ffn_params(self.moe.shared_width)
+        """The shared experts of one MoE layer, and Qwen2-MoE's hidden x 1 shared-expert gate."""
+        if self.moe is None:
+            return 0
+        gate = self.hidden if self.moe.shared_expert_gate and self.moe.shared_experts else 0
+        return self.moe.shared_experts * self.ffn_params(self.moe.shared_width) + gate
 
     @property
     def routed_expert_params_per_layer(self) -> int:

@@ -45,6 +45,10 @@ SGD_SOURCE = "torch/optim/sgd.py: a momentum_buffer only when momentum != 0"
 LION_SOURCE = "Chen et al. 2023, 'Symbolic Discovery of Optimization Algorithms', Algorithm 2 (one momentum state)"
 ADAFACTOR_SOURCE = ("Shazeer & Stern 2018, 'Adafactor', sec. 3 (factored second moment: r + c values per r x c matrix), beta1 = 0; "
                     "torch/optim/_adafactor.py Adafactor._init_group (row_var, col_var; variance for vectors)")  # fmt: skip
+PRECISION_AWARE = ("Megatron-LM megatron/training/arguments.py (d98e8a6) lines 3667-3675: --use-precision-aware-optimizer with "
+                   "--exp-avg-dtype and --exp-avg-sq-dtype (fp32, fp16, bf16, fp8) keeps Adam's moments in that dtype beside the fp32 "
+                   "main parameters (megatron/core/optimizer/optimizer_config.py line 203, OptimizerConfig.exp_avg_dtype; fp32 "
+                   "unless precision-aware, line 476)")  # fmt: skip
 MUON_SOURCE = ("Jordan et al. 2024, 'Muon' (momentum buffer for hidden 2-D weights); Liu et al. 2025, 'Muon is Scalable for LLM "
                "Training', sec. 2-3 (AdamW for embeddings, output head, norms)")  # fmt: skip
 

@@ -21,7 +21,7 @@ MEMORY_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("optimizer states", "#54a24b", ("optimizer states",)),
     ("activations", "#e45756", ("activations (layers)", "activations (embeddings)", "logits / cross-entropy",
                                 "recomputation working set")),
-    ("buffers + reserve", "#9d9da0", ("ZeRO-3 gathered buffers", "context-parallel buffers", "reserve")),
+    ("buffers + reserve", "#9d9da0", ("ZeRO-3 gathered buffers", "context-parallel buffers", "MoE exchange buffers", "reserve")),
 )  # fmt: skip
 GROUP_OF = {name: group for group, _, names in MEMORY_GROUPS for name in names}
 COLOUR_OF = {group: colour for group, colour, _ in MEMORY_GROUPS}

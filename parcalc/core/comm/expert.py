@@ -65,6 +65,8 @@ def moe_layer_tensors(model: TransformerModel, layer: int) -> list[ParamTensor]:
     width = model.moe.shared_width
     for i in range(model.moe.shared_experts):
         out += _ffn(model, f"layers.{layer}.shared.{i}", width, layer)
+    if model.moe.shared_expert_gate and model.moe.shared_experts:  # Qwen2-MoE's 1 x hidden gate, replicated like the router
+        out.append(ParamTensor(f"layers.{layer}.shared_gate.weight", 1, model.hidden, Split.NORM, layer))
     return out
 
 

@@ -44,7 +44,7 @@ def layer_tensors(model: TransformerModel, layer: int) -> list[ParamTensor]:
 
     def linear(name: str, rows: int, cols: int, split: Split) -> None:
         out.append(ParamTensor(f"layers.{layer}.{name}.weight", rows, cols, split, layer))
-        if model.bias:
+        if model.bias or (model.qkv_bias and name in ("attn.q", "attn.k", "attn.v")):  # Qwen2-MoE: q, k, v biases only
             bias_split = Split.ROW_BIAS if split is Split.ROW else split
             out.append(ParamTensor(f"layers.{layer}.{name}.bias", rows, 1, bias_split, layer))
 
