@@ -65,8 +65,22 @@ _TEX_ESCAPES: dict[str, str] = {
     "\u2019": "'",
     "\u00a0": "~",
 }
-# Whatever else is outside printable ASCII becomes '?', so that no input can break the document.
+# Letters, digits, marks, punctuation and symbols of any script pass through (José Müller, Greek,
+# CJK: LuaLaTeX sets them, render/pdf.py turns them into "?" for pdfLaTeX); other spaces become a space;
+# control, format (bidirectional overrides, zero-width), private-use and unassigned characters become
+# '?', so that no input can break the document.
 _PRINTABLE = {chr(c) for c in range(32, 127)} | {"\n", "\t"}
+
+
+def _plain_char(ch: str) -> str:
+    if ch in _PRINTABLE:
+        return ch
+    import unicodedata
+
+    category = unicodedata.category(ch)
+    if category == "Zs":
+        return " "
+    return ch if category[0] in "LMNPS" else "?"
 
 
 class Latex(str):
@@ -113,13 +127,17 @@ _POWER = re.compile(r"\^(?:(-?\d+)|\(([^()]{1,40})\))")
 
 
 def _escape_chars(text: str) -> str:
-    # "-" before another "-" gets "{}" so that "--flag" keeps two hyphens (TeX makes "--" an en dash);
-    # so does a quote before another quote, which TeX would otherwise join into a different pair
+    # "-" before another "-" gets a zero kern so that "--flag" keeps two hyphens (TeX makes "--" an en
+    # dash); so does a quote before another quote, which TeX would otherwise join into a different pair.
+    # A kern, not "{}": LuaLaTeX's font ligatures join "-{}-" into an en dash all the same.
     return "".join(
-        "-{}" if ch == "-" and text[i + 1 : i + 2] == "-"
-        else _TEX_ESCAPES.get(ch, ch if ch in _PRINTABLE else "?") + ("{}" if ch in _QUOTE_CHARS and text[i + 1 : i + 2] in _QUOTE_CHARS else "")
+        ("-" + NO_LIGATURE) if ch == "-" and text[i + 1 : i + 2] == "-"
+        else (_TEX_ESCAPES.get(ch) or _plain_char(ch)) + (NO_LIGATURE if ch in _QUOTE_CHARS and text[i + 1 : i + 2] in _QUOTE_CHARS else "")
         for i, ch in enumerate(text)
     )  # fmt: skip
+
+
+NO_LIGATURE = r"{\kern0pt}"
 
 
 _QUOTE_CHARS = frozenset("'`\u201c\u201d\u2018\u2019")
