@@ -160,19 +160,98 @@ def derivation_steps(derivation: Derivation) -> list[Latex]:
     return lines
 
 
-def term_row(term: Term) -> dict[str, Any]:
+def term_row(term: Term, notes: SourceNotes | None = None) -> dict[str, Any]:
     return {
         "symbol": Latex(f"${term.latex}$"),
         "value": Latex(f"${tex_quantity(term.value, term.unit)}$"),
         "description": term.description,
         "source": term.source,
+        "note": notes.number(term.source) if notes is not None else 0,
     }
+
+
+class SourceNotes:
+    """Sources as numbered notes: a table cell shows [n], the text is set below as a wrapping list
+    (a source column of its own ran off the page). The same text keeps its number."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def number(self, source: str) -> int:
+        """The note number of `source`, 0 for no source."""
+        if not source:
+            return 0
+        return self._numbers.setdefault(source, len(self._numbers) + 1)
+
+    def entries(self) -> list[dict[str, Any]]:
+        return [{"number": n, "text": text} for text, n in self._numbers.items()]
 
 
 # A table wider than this many columns but with no more rows than TRANSPOSE_ROWS is set on its side
 # (one line per column): shrunk to the line width, comm-volume's 17 columns came out in 3-pt type.
 TRANSPOSE_COLUMNS = 8
 TRANSPOSE_ROWS = 6
+
+# Table layout without shrinking (issue #14: \resizebox set fit's 15-column strategy table and the
+# collectives tables in 3-4 pt type). Widths are estimated from the text: in \footnotesize (9 pt in an
+# 11-pt document) Latin Modern's digits are 0.5 em = 4.5 pt wide and its lower-case letters 3-5 pt, so
+# 4.8 pt a character errs wide; each column adds 2 \tabcolsep = 12 pt. The line is A4 less 2 x 2.3 cm
+# (templates/preamble.tex.j2): 595.3 - 130.4 = 464.9 pt, 460 kept for rounding.
+TABLE_PT_PER_CHAR = 4.8
+TABLE_COLUMN_PAD_PT = 12.0
+TABLE_LINE_PT = 460.0
+# A column of text wider than this wraps (a p{} column) before the table is split
+TABLE_WRAP_CHARS = 24
+
+
+def _longest_word(text: str) -> int:
+    return max((len(word) for word in text.split()), default=0)
+
+
+def table_parts(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> list[dict[str, Any]]:
+    """Column groups of a table, each narrower than the line: wide text columns wrap first (p{}
+    columns, at spaces), then the columns are split into groups that each repeat the first column.
+    Each part: `columns` (indices), `align` (a tabular preamble)."""
+    count = len(headers)
+    cells = [[headers[j], *(row[j] for row in rows)] for j in range(count)]
+    natural = [max(len(c) for c in column) for column in cells]
+    # a cell with no space cannot wrap; a header can (its words stack)
+    unbreakable = [max([_longest_word(headers[j])] + [len(r[j]) if numeric[j] else _longest_word(r[j]) for r in rows]) for j in range(count)]
+    width_pt = [n * TABLE_PT_PER_CHAR for n in natural]
+    if sum(width_pt) + TABLE_COLUMN_PAD_PT * count <= TABLE_LINE_PT:
+        return [{"columns": list(range(count)), "align": Latex("".join("r" if n else "l" for n in numeric))}]
+    wrapped = [min(natural[j], max(TABLE_WRAP_CHARS, unbreakable[j])) for j in range(count)]
+    width_pt = [n * TABLE_PT_PER_CHAR for n in wrapped]
+    groups: list[list[int]] = []
+    budget = TABLE_LINE_PT - width_pt[0] - TABLE_COLUMN_PAD_PT
+    current: list[int] = []
+    used = 0.0
+    for j in range(1, count):
+        need = width_pt[j] + TABLE_COLUMN_PAD_PT
+        if current and used + need > budget:
+            groups.append(current)
+            current, used = [], 0.0
+        current.append(j)
+        used += need
+    groups.append(current)
+    if len(groups) == 1:  # wrapping was enough: spread the slack over the wrapped columns
+        free = TABLE_LINE_PT - sum(width_pt) - TABLE_COLUMN_PAD_PT * count
+        grow = [j for j in range(count) if wrapped[j] < natural[j]]
+        for j in grow:
+            width_pt[j] += free / len(grow)
+    parts = []
+    for group in groups:
+        columns = [0, *group] if count > 1 else group
+        align = "".join(_column_spec(numeric[j], width_pt[j], wrapped[j] < natural[j]) for j in columns)
+        parts.append({"columns": columns, "align": Latex(align)})
+    return parts
+
+
+def _column_spec(numeric: bool, width_pt: float, wraps: bool) -> str:
+    if not wraps:
+        return "r" if numeric else "l"
+    side = r"\raggedleft" if numeric else r"\raggedright"
+    return rf">{{{side}\arraybackslash}}p{{{width_pt:.0f}pt}}"
 
 
 def table_context(table: Table, max_rows: int = 60) -> dict[str, Any]:
@@ -182,31 +261,43 @@ def table_context(table: Table, max_rows: int = 60) -> dict[str, Any]:
     if len(headers) > TRANSPOSE_COLUMNS and 0 < len(rows) <= TRANSPOSE_ROWS:
         # the first column names each original row; every other column becomes a line
         names = [row[0] or f"row {i + 1}" for i, row in enumerate(rows)]
-        return {
-            "title": table.title,
-            "key": table.key,
-            "headers": [headers[0], *names],
-            "align": Latex("l" + "r" * len(rows)),
-            "rows": [[headers[j], *(row[j] for row in rows)] for j in range(1, len(headers))],
-            "omitted": 0,
-        }
+        headers, rows = [headers[0], *names], [[headers[j], *(row[j] for row in rows)] for j in range(1, len(headers))]
+        numeric = [False, *([True] * len(names))]
+        return _table_layout(table, headers, rows, numeric, 0)
+    return _table_layout(table, headers, rows, numeric, max(0, len(table.rows) - max_rows))
+
+
+def _table_layout(table: Table, headers: list[str], rows: list[list[str]], numeric: list[bool], omitted: int) -> dict[str, Any]:
+    parts = [
+        {"align": part["align"], "headers": [headers[j] for j in part["columns"]],
+         "rows": [[row[j] for j in part["columns"]] for row in rows]}
+        for part in table_parts(headers, rows, numeric)
+    ]  # fmt: skip
     return {
         "title": table.title,
         "key": table.key,
         "headers": headers,
         "align": Latex("".join("r" if n else "l" for n in numeric)),
         "rows": rows,
-        "omitted": max(0, len(table.rows) - max_rows),
+        "omitted": omitted,
+        "parts": parts,
     }
 
 
-def result_context(result: Result, *, max_table_rows: int = 60, skip_tables: Sequence[str] = ()) -> dict[str, Any]:
-    """Everything a template needs to typeset one result."""
+def result_context(
+    result: Result, *, max_table_rows: int = 60, skip_tables: Sequence[str] = (), notes: SourceNotes | None = None
+) -> dict[str, Any]:
+    """Everything a template needs to typeset one result. Input and derivation sources are numbered
+    in `notes` (by default the result's own, set after its inputs table)."""
+    own = notes is None
+    notes = SourceNotes() if notes is None else notes
+    inputs = [term_row(t, notes) for t in result.inputs]
     return {
         "title": result.title,
         "command": result.command,
         "settings": list(result.settings),
-        "inputs": [term_row(t) for t in result.inputs],
+        "inputs": inputs,
+        "notes": notes.entries() if own else [],
         "derivations": [
             {
                 "key": d.key,
@@ -216,6 +307,7 @@ def result_context(result: Result, *, max_table_rows: int = 60, skip_tables: Seq
                 "value": d.value,
                 "unit": d.unit,
                 "source": d.source,
+                "note": notes.number(d.source) if not own else 0,
             }
             for d in result.derivations
         ],
