@@ -101,6 +101,24 @@ def tex_escape(value: object) -> Latex:
     return Latex("".join(out))
 
 
+def prose_tex(value: object) -> Latex:
+    """Worksheet prose: `$...$` inline math set through render/latex_math.math_tex (an allowed set of
+    commands, re-emitted token by token), every other character escaped by tex_escape; math outside
+    that set is printed as the text it is, dollars included."""
+    from parcalc.render.latex_math import MathRejected, math_tex, split_inline_math
+
+    out: list[str] = []
+    for is_math, piece in split_inline_math(str(value)):
+        if is_math:
+            try:
+                out.append(f"${math_tex(piece)}$")
+                continue
+            except MathRejected:
+                piece = f"${piece}$"
+        out.append(tex_escape(piece))
+    return Latex("".join(out))
+
+
 # Straight quotes as TeX reads them: `"` always prints a closing double quote (a worksheet's "7B" came
 # out as ”7B”), so each becomes an opening or a closing one from what stands before it. `'` is TeX's
 # right quote, right for apostrophes (it's, '80s, Megatron-LM's) and closing quotes; it becomes an
@@ -358,6 +376,7 @@ def template_environment(template_dirs: Sequence[Path] = ()) -> Any:
         finalize=tex_escape,
     )
     environment.filters["tex"] = tex_escape
+    environment.filters["prose"] = prose_tex  # worksheet text with $...$ inline math
     environment.filters["latex"] = Latex  # mark trusted LaTeX built in Python
     return environment
 
