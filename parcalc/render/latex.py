@@ -20,8 +20,9 @@ from parcalc.render.latex_math import tex_quantity, tex_value, term_tex
 from parcalc.render.values import format_cell, format_value
 from parcalc.resources import data_dir
 
-# One entry per character: LaTeX specials, and the non-ASCII symbols parcalc's own labels use,
-# which pdfLaTeX's default fonts lack as text.
+# One entry per character: LaTeX specials, and the non-ASCII symbols parcalc's own labels use, set
+# in math. Letters (Greek Δ, Σ, µ among them) pass as text: LuaLaTeX sets them from the fonts, and
+# render/pdf.py ascii_only gives pdfLaTeX their math forms.
 _TEX_ESCAPES: dict[str, str] = {
     "\\": r"\textbackslash{}",
     "{": r"\{",
@@ -46,16 +47,12 @@ _TEX_ESCAPES: dict[str, str] = {
     "·": r"$\cdot$",
     "√": r"$\surd$",
     "∈": r"$\in$",
-    "Δ": r"$\Delta$",
-    "µ": r"$\mu$",
-    "μ": r"$\mu$",
     "≥": r"$\geq$",
     "≤": r"$\leq$",
     "≈": r"$\approx$",
     "⊙": r"$\odot$",
     "→": r"$\rightarrow$",
     "←": r"$\leftarrow$",
-    "Σ": r"$\Sigma$",
     "–": "--",
     "—": "---",
     # Curly quotes as TeX's ligatures (_escape_chars keeps adjacent ones apart)
@@ -178,6 +175,24 @@ def derivation_steps(derivation: Derivation) -> list[Latex]:
     return lines
 
 
+# A display line wider than this (estimated from its LaTeX, 5.5 pt a character of 11-pt math) cannot be
+# set in align*, which never breaks a line: fit's t_tp / t_dp substitutions ran 18-140 pt off the page.
+# Such a derivation is set as paragraphs of inline math instead, which TeX breaks after + and \times.
+DISPLAY_LINE_CHARS = 76
+
+
+def display_chars(step: str) -> int:
+    """Roughly how many characters a line of LaTeX math prints: commands and braces removed."""
+    text = re.sub(r"\\(?:text|mathrm)\{([^{}]*)\}", r"\1", step)
+    text = re.sub(r"\\(?:times|cdot|approx|le|ge|in)\b", "x", text)
+    text = re.sub(r"\\[A-Za-z]+|\\.|[{}&^_]", "", text)
+    return len(text)
+
+
+def is_wide(steps: Sequence[str]) -> bool:
+    return any(display_chars(step) > DISPLAY_LINE_CHARS for step in steps)
+
+
 def term_row(term: Term, notes: SourceNotes | None = None) -> dict[str, Any]:
     return {
         "symbol": Latex(f"${term.latex}$"),
@@ -218,8 +233,8 @@ TRANSPOSE_ROWS = 6
 TABLE_PT_PER_CHAR = 4.8
 TABLE_COLUMN_PAD_PT = 12.0
 TABLE_LINE_PT = 460.0
-# A column of text wider than this wraps (a p{} column) before the table is split
-TABLE_WRAP_CHARS = 24
+# A column wider than this many characters wraps (a p{} column, at spaces) before the table is split
+TABLE_WRAP_CHARS = 16
 
 
 def _longest_word(text: str) -> int:
@@ -227,42 +242,56 @@ def _longest_word(text: str) -> int:
 
 
 def table_parts(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> list[dict[str, Any]]:
-    """Column groups of a table, each narrower than the line: wide text columns wrap first (p{}
-    columns, at spaces), then the columns are split into groups that each repeat the first column.
+    """Column groups of a table, each narrower than the line: text columns longer than
+    TABLE_WRAP_CHARS wrap at spaces (p{} columns sharing the room the others leave), and a table that
+    still does not fit is split into groups of columns that each repeat the first column.
     Each part: `columns` (indices), `align` (a tabular preamble)."""
     count = len(headers)
     cells = [[headers[j], *(row[j] for row in rows)] for j in range(count)]
-    natural = [max(len(c) for c in column) for column in cells]
-    # a cell with no space cannot wrap; a header can (its words stack)
-    unbreakable = [max([_longest_word(headers[j])] + [len(r[j]) if numeric[j] else _longest_word(r[j]) for r in rows]) for j in range(count)]
-    width_pt = [n * TABLE_PT_PER_CHAR for n in natural]
-    if sum(width_pt) + TABLE_COLUMN_PAD_PT * count <= TABLE_LINE_PT:
+    natural = [max(len(c) for c in column) * TABLE_PT_PER_CHAR for column in cells]
+    if sum(natural) + TABLE_COLUMN_PAD_PT * count <= TABLE_LINE_PT:
         return [{"columns": list(range(count)), "align": Latex("".join("r" if n else "l" for n in numeric))}]
-    wrapped = [min(natural[j], max(TABLE_WRAP_CHARS, unbreakable[j])) for j in range(count)]
-    width_pt = [n * TABLE_PT_PER_CHAR for n in wrapped]
+    # cells wrap at spaces only: a number, or a word, is as wide as it is
+    unbreakable = [max(_longest_word(c) for c in column) * TABLE_PT_PER_CHAR for column in cells]
+    wraps = [natural[j] > TABLE_WRAP_CHARS * TABLE_PT_PER_CHAR for j in range(count)]
+    least = [max(unbreakable[j], TABLE_WRAP_CHARS * TABLE_PT_PER_CHAR) if wraps[j] else natural[j] for j in range(count)]
     groups: list[list[int]] = []
-    budget = TABLE_LINE_PT - width_pt[0] - TABLE_COLUMN_PAD_PT
     current: list[int] = []
-    used = 0.0
+    used = least[0] + TABLE_COLUMN_PAD_PT
     for j in range(1, count):
-        need = width_pt[j] + TABLE_COLUMN_PAD_PT
-        if current and used + need > budget:
+        need = least[j] + TABLE_COLUMN_PAD_PT
+        if current and used + need > TABLE_LINE_PT:
             groups.append(current)
-            current, used = [], 0.0
+            current, used = [], least[0] + TABLE_COLUMN_PAD_PT
         current.append(j)
         used += need
     groups.append(current)
-    if len(groups) == 1:  # wrapping was enough: spread the slack over the wrapped columns
-        free = TABLE_LINE_PT - sum(width_pt) - TABLE_COLUMN_PAD_PT * count
-        grow = [j for j in range(count) if wrapped[j] < natural[j]]
-        for j in grow:
-            width_pt[j] += free / len(grow)
     parts = []
     for group in groups:
         columns = [0, *group] if count > 1 else group
-        align = "".join(_column_spec(numeric[j], width_pt[j], wrapped[j] < natural[j]) for j in columns)
+        widths = _share_line(columns, natural, least, wraps)
+        align = "".join(_column_spec(numeric[j], widths[j], wraps[j]) for j in columns)
         parts.append({"columns": columns, "align": Latex(align)})
     return parts
+
+
+def _share_line(columns: Sequence[int], natural: Sequence[float], least: Sequence[float], wraps: Sequence[bool]) -> dict[int, float]:
+    """Widths of one part's columns: the fixed ones as they are, the wrapping ones sharing what is
+    left of the line in proportion to what they lack, none below its least width nor above its natural one."""
+    widths = {j: (least[j] if wraps[j] else natural[j]) for j in columns}
+    free = TABLE_LINE_PT - TABLE_COLUMN_PAD_PT * len(columns) - sum(widths.values())
+    growing = [j for j in columns if wraps[j]]
+    while free > 1 and growing:  # in proportion to what each still lacks: a long source column gets most
+        total = sum(natural[j] - widths[j] for j in growing)
+        for j in list(growing):
+            widths[j] += free * (natural[j] - widths[j]) / total
+        free = 0.0
+        for j in list(growing):
+            if widths[j] > natural[j]:
+                free += widths[j] - natural[j]
+                widths[j] = natural[j]
+                growing.remove(j)
+    return widths
 
 
 def _column_spec(numeric: bool, width_pt: float, wraps: bool) -> str:
@@ -321,6 +350,8 @@ def result_context(
                 "key": d.key,
                 "label": d.label,
                 "steps": derivation_steps(d),
+                "wide": is_wide(derivation_steps(d)),
+                "lines": [Latex(step.replace("&", "", 1)) for step in derivation_steps(d)],
                 "value_text": format_value(d.value, d.unit),
                 "value": d.value,
                 "unit": d.unit,

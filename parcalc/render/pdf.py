@@ -78,12 +78,19 @@ def _luatex_packages() -> bool:
 
 def ascii_only(tex_source: str) -> str:
     """For pdfLaTeX: every character outside ASCII becomes "?" (its fonts have no Greek or CJK, and
-    inputenc stops at an undefined character), so that no worksheet text can break the document."""
+    inputenc stops at an undefined character), so that no worksheet text can break the document; the
+    letters parcalc's own labels use (Δ, Σ, µ) are set in math instead."""
+    for letter, math in PDFLATEX_LETTERS.items():
+        tex_source = tex_source.replace(letter, math)
     return re.sub(r"[^\x00-\x7f]", "?", tex_source)
 
 
-def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None) -> None:
-    """Typeset `tex_source` and atomically write the PDF to `output`."""
+PDFLATEX_LETTERS = {"Δ": r"$\Delta$", "Σ": r"$\Sigma$", "µ": r"$\mu$", "μ": r"$\mu$"}
+
+
+def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None, log: Path | None = None) -> None:
+    """Typeset `tex_source` and atomically write the PDF to `output` (and TeX's log to `log`, for the
+    layout checks of tests/test_pdf_layout.py)."""
     engine = tex_engine()
     if engine is None:
         raise RenderError(f"no TeX engine found to build {output.name}; {INSTALL_HINT} (or write .tex with -o file.tex)")
@@ -107,6 +114,8 @@ def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None) -
         pdf = Path(workdir) / "document.pdf"
         if not pdf.exists():
             raise RenderError("TeX produced no PDF")
+        if log is not None:
+            log.write_bytes((Path(workdir) / "document.log").read_bytes())
         write_atomically(output, pdf.read_bytes())
 
 

@@ -105,7 +105,7 @@ def timeline_figure(results: Sequence[Result]) -> dict[str, Any] | None:
                 return None
             makespan = max(float(e["end"]) for e in events)
             devices = sorted({int(e["device"]) for e in events})
-            width = 15.0  # cm of page the makespan spans
+            width = 13.5  # cm of page the makespan spans: with the GPU labels within the 16.4-cm line, never shrunk
             boxes = [
                 {
                     "x0": float(e["start"]) / makespan * width,
@@ -126,7 +126,7 @@ DETAILS = ("brief", "full")
 def brief_context(solved: SolvedQuestion) -> dict[str, Any]:
     """A question as a homework answer: only the answers' own derivations (formula, substitution,
     value), the inputs they use once each, and their sources as numbered notes of the question."""
-    from parcalc.render.latex import SourceNotes, derivation_steps, term_row
+    from parcalc.render.latex import SourceNotes, derivation_steps, is_wide, term_row
 
     notes = SourceNotes()
     inputs, seen = [], set()
@@ -141,7 +141,9 @@ def brief_context(solved: SolvedQuestion) -> dict[str, Any]:
                 if several:  # the same symbol in each calculation: say which one
                     row["description"] = f"{term.description} (calculation {answer.calculation})"
                 inputs.append(row)
-        derivations.append({"label": answer.label, "steps": derivation_steps(derivation), "note": notes.number(derivation.source)})
+        steps = derivation_steps(derivation)
+        derivations.append({"label": answer.label, "steps": steps, "note": notes.number(derivation.source),
+                            "wide": is_wide(steps), "lines": [Latex(step.replace("&", "", 1)) for step in steps]})  # fmt: skip
     return {"inputs": inputs, "derivations": derivations, "notes": notes.entries()}
 
 
