@@ -144,6 +144,7 @@ class Result:
     verdicts: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = field(default=())
     settings: tuple[tuple[str, str], ...] = ()  # non-numeric inputs as resolved: ("gpu", "a100-sxm4-80gb")
+    answer: str = ""  # key of the derivation that answers the command, shown first on a terminal
 
     def derivation(self, key: str) -> Derivation:
         for derivation in self.derivations:

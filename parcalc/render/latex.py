@@ -167,6 +167,8 @@ def derivation_steps(derivation: Derivation) -> list[Latex]:
     formula = derivation.formula_tex()
     substituted = derivation.substituted_tex(term_tex)
     value = tex_value(derivation.value, derivation.unit)
+    if formula == derivation.latex_symbol:  # a value taken as it is: "P_ds = P_ds" derives nothing
+        return [Latex(f"{derivation.latex_symbol} &= {value}")]
     lines = [Latex(f"{derivation.latex_symbol} &= {formula}")]
     if substituted != formula:
         lines.append(Latex(f"&= {substituted}"))
