@@ -100,8 +100,8 @@ class Derivation:
 # a placeholder, a number that is not part of a LaTeX command or a closing bracket, then spaces, then a
 # placeholder, an opening bracket or such a number (compiled by re on first use, by LaTeX output only)
 _JUXTAPOSED = (
-    r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_^\d.])\d+(?:\.\d+)?|(?<!\\right)\))\s+"
-    r"(?=\$\{?[A-Za-z_]|\(|\d)"
+    r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_^\d.])\d+(?:\.\d+)?|(?<!\\right)\)|\})\s+"
+    r"(?=\$\{?[A-Za-z_]|\(|\d|\\frac\b)"
 )
 
 

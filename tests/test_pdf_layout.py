@@ -157,3 +157,64 @@ def test_unicode_math_and_products_reach_the_pdf(built) -> None:
     assert "4 × 100 GB/s" in text and "4100" not in text
     assert "--t-forward" in text  # two hyphens, not an en dash
     assert "input{/etc/passwd}" in text and "$5 and $10" in text  # shown literally, never run as TeX
+
+
+# ---------------------------------------------------------------------------------------------
+# Without TeX: the pieces the layout rests on
+
+
+def test_two_numbers_never_meet_without_times() -> None:
+    # issue #14: "2 (4 - 1) 1 GB" and "4100 GB/s" for N beta; the ring's formulas of core/collectives.py
+    from parcalc.derivation import Derivation, Term
+
+    n, m = Term("n", "N", "N", 4, "", "workers"), Term("m", "M", "M", 1e9, "B", "message")
+    beta = Term("beta", "β", r"\beta", 100e9, "B/s", "bandwidth")
+    d = Derivation("t", "t", "t", "t", "x", r"2 ($n - 1) \frac{$m}{$n} + \frac{$m}{$n $beta} + 3 \cdot $n", (n, m, beta), 1.0, "s", "")
+    filled = d.substituted_tex(lambda t: f"{t.value:g}")
+    assert filled == r"2 \times (4 - 1) \times \frac{1e+09}{4} + \frac{1e+09}{4 \times 1e+11} + 3 \times 4"
+    # a symbol with a digit subscript stays as it is (x_10 4: test_render keeps x_2 2); a group or power is multiplied
+    e = Derivation("t", "t", "t", "t", "x", r"x_10 $n + 10^{3} $n", (n,), 1.0, "s", "")
+    assert e.substituted_tex(lambda t: f"{t.value:g}") == r"x_10 4 + 10^{3} \times 4"
+
+
+@pytest.mark.parametrize(
+    ("prose", "tex"),
+    [
+        pytest.param("has $4D^2 + 8D^2 = 12D^2$ parameters", "has $4D^{2} + 8D^{2} = 12D^{2}$ parameters", id="powers"),
+        pytest.param(r"$X \in \mathbb{R}^{m \times k}$", r"$X \in  \mathbb{R} ^{m \times  k}$", id="allowed-commands"),
+        pytest.param(r"$\frac{a}{b}_i^2$", r"$\frac{a}{b} _{i}^{2}$", id="scripts-once-each"),
+        pytest.param("costs $5 and $10", r"costs \$5 and \$10", id="currency-is-text"),
+        pytest.param(r"a \$ sign", r"a \$ sign", id="escaped-dollar"),
+        pytest.param(r"$\input{x}$", r"\$\textbackslash{}input\{x\}\$", id="unknown-command-is-text"),
+        pytest.param("$x^^41$", r"\$x\textasciicircum{}\textsuperscript{41}\$", id="double-caret-is-text"),
+        pytest.param("$x^2^3$", r"\$x\textsuperscript{2}\textsuperscript{3}\$", id="double-superscript-is-text"),
+        pytest.param(r"$\frac{1}$", r"\$\textbackslash{}frac\{1\}\$", id="missing-argument-is-text"),
+        pytest.param("$a & b$", r"\$a \& b\$", id="alignment-tab-is-text"),
+        pytest.param("$}{$", r"\$\}\{\$", id="unbalanced-is-text"),
+    ],
+)
+def test_inline_math_is_parsed_and_set_again_or_printed_as_text(prose: str, tex: str) -> None:
+    from parcalc.render.latex import prose_tex
+
+    assert prose_tex(prose) == tex
+
+
+def test_wide_tables_wrap_then_split_never_shrink() -> None:
+    from parcalc.render.latex import TABLE_LINE_PT, table_parts
+
+    # 4 short columns: one part, l/r columns as they are
+    assert table_parts(["a", "b", "c", "d"], [["x", "1", "2", "3"]], [False, True, True, True]) == [
+        {"columns": [0, 1, 2, 3], "align": "lrrr"}
+    ]
+    # a long source column wraps in a p{} column taking the room the others leave (presets show's fields)
+    long = "NVIDIA H100 Tensor Core GPU Architecture whitepaper V1.04 (2023): sec. 4 " * 3
+    parts = table_parts(["field", "value", "source"], [["boost_clock", "1.83 GHz", long]], [False, True, False])
+    assert len(parts) == 1 and r"\raggedright\arraybackslash}p{" in parts[0]["align"]
+    width = float(parts[0]["align"].split("p{")[1].split("pt")[0])
+    assert 250 < width < TABLE_LINE_PT
+    # fit's strategy table, 15 numeric columns: parts of columns, each repeating the first
+    headers = ["strategy", *(f"column {i}" for i in range(14))]
+    rows = [["ZeRO-3 (FSDP)", *("123,456,789.12 GB" for _ in range(14))]]
+    parts = table_parts(headers, rows, [False, *([True] * 14)])
+    assert len(parts) > 1 and all(part["columns"][0] == 0 for part in parts)
+    assert sorted(j for part in parts for j in part["columns"][1:]) == list(range(1, 15))
