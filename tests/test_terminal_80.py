@@ -67,7 +67,7 @@ def test_fit_strategy_table_names_each_zero_stage_at_80_columns() -> None:
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
     strategies = set(re.findall(r"strategy (single GPU|DP|ZeRO-[123](?: \(FSDP\))?|TP \+ SP|TP|PP|TP x PP)\s", text))
-    assert {"single GPU", "DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"} <= strategies
+    assert {"single GPU", "DP", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)"} <= strategies
 
 
 def test_help_summaries_are_whole_sentences_that_fit_80_columns() -> None:
@@ -75,7 +75,7 @@ def test_help_summaries_are_whole_sentences_that_fit_80_columns() -> None:
 
     assert set(SUMMARIES) == set(COMMANDS)
     text = run_in_pty(["--help"])
-    listing = text.split("Commands:", 1)[1].split("\n\n", 1)[0].splitlines()
+    listing = text.split("Commands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert len(listing) >= len(COMMANDS)
     for line in listing:
         assert len(line) <= 80 and not line.rstrip().endswith("..."), line

@@ -32,7 +32,7 @@ def render_rich(result: Result, console: Any) -> None:
         console.print("[bold]Inputs[/]")
         console.print(inputs)
         if numbers:
-            console.print(_hanging("  ", [f"[dim]\\[{n}] {escape(source)}[/]" for source, n in numbers.items()]))
+            console.print(_hanging("    ", [f"[dim]\\[{n}] {escape(source)}[/]" for source, n in numbers.items()]))
         console.print()
     for d in result.derivations:
         pad = " " * len(d.symbol)
