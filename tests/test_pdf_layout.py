@@ -218,3 +218,16 @@ def test_wide_tables_wrap_then_split_never_shrink() -> None:
     parts = table_parts(headers, rows, [False, *([True] * 14)])
     assert len(parts) > 1 and all(part["columns"][0] == 0 for part in parts)
     assert sorted(j for part in parts for j in part["columns"][1:]) == list(range(1, 15))
+
+
+def test_a_table_on_its_side_numbers_rows_whose_first_cells_repeat() -> None:
+    # fit --search's top 5 set on its side came out headed "tp | 4 4 8 8": the rows are numbered
+    # instead, and the first column becomes a line like the others
+    from parcalc.derivation import Column, Table
+    from parcalc.render.latex import table_context
+
+    columns = tuple(Column(f"c{i}", f"column {i}") for i in range(10))
+    top = Table("top", "Top", columns, ((4, *range(1, 10)), (4, *range(11, 20)), (8, *range(21, 30))))
+    context = table_context(top)
+    assert context["headers"] == ["", "#1", "#2", "#3"]
+    assert context["rows"][0] == ["column 0", "4", "4", "8"] and len(context["rows"]) == 10

@@ -229,10 +229,11 @@ TRANSPOSE_ROWS = 6
 
 # Table layout without shrinking (issue #14: \resizebox set fit's 15-column strategy table and the
 # collectives tables in 3-4 pt type). Widths are estimated from the text: in \footnotesize (9 pt in an
-# 11-pt document) Latin Modern's digits are 0.5 em = 4.5 pt wide and its lower-case letters 3-5 pt, so
-# 4.8 pt a character errs wide; each column adds 2 \tabcolsep = 12 pt. The line is A4 less 2 x 2.3 cm
-# (templates/preamble.tex.j2): 595.3 - 130.4 = 464.9 pt, 460 kept for rounding.
-TABLE_PT_PER_CHAR = 4.8
+# 11-pt document) Latin Modern's digits are 0.5 em = 4.5 pt wide and its lower-case letters 2.5-5 pt
+# (4.1 on average), so 4.5 pt a character errs wide but for capitals; each column adds
+# 2 \tabcolsep = 12 pt. The line is A4 less 2 x 2.3 cm (templates/preamble.tex.j2):
+# 595.3 - 130.4 = 464.9 pt, 460 kept for rounding.
+TABLE_PT_PER_CHAR = 4.5
 TABLE_COLUMN_PAD_PT = 12.0
 TABLE_LINE_PT = 460.0
 # A column wider than this many characters wraps (a p{} column, at spaces) before the table is split
@@ -310,7 +311,10 @@ def table_context(table: Table, max_rows: int = 60) -> dict[str, Any]:
     if len(headers) > TRANSPOSE_COLUMNS and 0 < len(rows) <= TRANSPOSE_ROWS:
         # the first column names each original row; every other column becomes a line
         names = [row[0] or f"row {i + 1}" for i, row in enumerate(rows)]
-        headers, rows = [headers[0], *names], [[headers[j], *(row[j] for row in rows)] for j in range(1, len(headers))]
+        first = 1
+        if len(set(names)) < len(names):  # fit --search's top 5 named "4, 4, 8, 8": number them, keep the column
+            names, first = [f"#{i + 1}" for i in range(len(rows))], 0
+        headers, rows = ["" if first == 0 else headers[0], *names], [[headers[j], *(row[j] for row in rows)] for j in range(first, len(headers))]
         numeric = [False, *([True] * len(names))]
         return _table_layout(table, headers, rows, numeric, 0)
     return _table_layout(table, headers, rows, numeric, max(0, len(table.rows) - max_rows))
