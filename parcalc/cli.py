@@ -53,6 +53,26 @@ COMMANDS: dict[str, CommandSpec] = {
 }
 
 
+# `parcalc --help`'s one line per command: a whole sentence that fits beside the name at 80 columns
+# (click cut each docstring's first sentence at ~45 characters, mid-phrase). At most SUMMARY_CHARS.
+SUMMARIES: dict[str, str] = {
+    "analyze": "Speedup and efficiency from measured step timings.",
+    "bubble": "Pipeline bubble of a schedule, closed form and simulated.",
+    "calibrate": "Measure this machine and write GPU and link presets.",
+    "comm-volume": "Bytes and time of collectives, one or a whole iteration.",
+    "fit": "What fits on N GPUs, and how fast, per strategy.",
+    "flops": "Training FLOPs per iteration and per token.",
+    "intensity": "Arithmetic intensity of a GEMM or a layer, on a roofline.",
+    "memory": "Per-GPU memory of training, term by term.",
+    "peak-flops": "Peak FLOP/s of a GPU from clock, SMs and FMA rate.",
+    "presets": "List and show GPU, link, model and worksheet presets.",
+    "report": "Answer a worksheet and write it up as PDF or Markdown.",
+    "scaling": "Speedup and efficiency as the GPU count grows.",
+    "sweep": "Run one command over a grid of flag values.",
+}
+SUMMARY_CHARS = 60  # 80 columns less the indent, the longest name (comm-volume) and the gaps
+
+
 def _click_exception() -> type[Exception]:
     """Click's base exception, whether typer vendors click (0.26+) or depends on it."""
     return next(k for k in typer.BadParameter.__mro__ if k.__name__ == "ClickException")
@@ -71,6 +91,8 @@ def load_command(name: str) -> Any:
     command.name = name
     if name not in NO_CONFIG:
         _give_config_option(command, name)
+    if name in SUMMARIES:
+        command.short_help = SUMMARIES[name]
     if COMPLETE_VAR in os.environ:  # only while the shell asks for completions: see parcalc.completion
         from parcalc.completion import complete_preset_names
 

@@ -89,14 +89,20 @@ class Derivation:
         return fill(self.formula_latex, {t.key: t.latex for t in self.inputs})
 
     def substituted_tex(self, show: Callable[[Term], str]) -> str:
-        # "$n $beta" reads as a product in symbols but "4 31.5 GB/s" once filled: a value or a number
-        # written beside a placeholder gets an explicit \cdot (the terminal's formulas carry their ×)
-        return fill(re.sub(_JUXTAPOSED, r"\1 \\cdot ", self.formula_latex), {t.key: show(t) for t in self.inputs})
+        # "$n $beta" reads as a product in symbols but "4 31.5 GB/s" once filled, "2 ($p - 1)" as
+        # "2 (4 - 1)": a value, a number or a closing bracket written beside a placeholder, a number or an
+        # opening bracket gets an explicit \times, and the formula's own \cdot between what are now two
+        # numbers becomes \times too (the terminal's formulas carry their ×; issue #14)
+        juxtaposed = re.sub(_JUXTAPOSED, r"\1 \\times ", self.formula_latex).replace(r"\cdot", r"\times")
+        return fill(juxtaposed, {t.key: show(t) for t in self.inputs})
 
 
-# a placeholder, or a number that is not part of a LaTeX command, followed by spaces and a placeholder
-# (compiled by re on first use, by LaTeX output only: not at every start-up)
-_JUXTAPOSED = r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_])\d+(?:\.\d+)?)\s+(?=\$\{?[A-Za-z_])"
+# a placeholder, a number that is not part of a LaTeX command or a closing bracket, then spaces, then a
+# placeholder, an opening bracket or such a number (compiled by re on first use, by LaTeX output only)
+_JUXTAPOSED = (
+    r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_^\d.])\d+(?:\.\d+)?|(?<!\\right)\)|\})\s+"
+    r"(?=\$\{?[A-Za-z_]|\(|\d|\\frac\b)"
+)
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
@@ -138,6 +144,7 @@ class Result:
     verdicts: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = field(default=())
     settings: tuple[tuple[str, str], ...] = ()  # non-numeric inputs as resolved: ("gpu", "a100-sxm4-80gb")
+    answer: str = ""  # key of the derivation that answers the command, shown first on a terminal
 
     def derivation(self, key: str) -> Derivation:
         for derivation in self.derivations:

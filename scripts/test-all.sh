@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian/Ubuntu machine and runs it all:
-# TeX Live and poppler from Debian's packages (real PDFs in the report tests), a virtual
+# TeX Live (with LuaLaTeX), fonts for Greek and CJK and poppler from Debian's packages (real PDFs in the
+# report tests), a virtual
 # environment in .venv with parcalc, its test extras and the PyTorch CPU wheel torch==2.13.0
 # (ground-truth tests against real autograd and gloo collectives). Exits non-zero if any test
 # fails or if no test ran.
@@ -9,6 +10,10 @@ cd "$(dirname "$0")/.."
 
 missing=()
 command -v latexmk >/dev/null 2>&1 || missing+=(texlive-latex-recommended texlive-pictures latexmk)
+# LuaLaTeX's luaotfload (Unicode worksheets) and the fallback fonts for Greek and CJK in PDFs
+[ -n "$(kpsewhich luaotfload.sty 2>/dev/null)" ] || missing+=(texlive-luatex)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf ] || missing+=(fonts-dejavu-core)
+[ -e /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing+=(fonts-wqy-microhei)
 command -v pdftotext >/dev/null 2>&1 || missing+=(poppler-utils)
 # the shells whose completion scripts tests/test_conventions.py runs for real (bash is there already)
 command -v zsh >/dev/null 2>&1 || missing+=(zsh)

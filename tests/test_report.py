@@ -171,7 +171,10 @@ HOSTILE = r"\input{/etc/passwd} \write18{rm -rf /} $x$ 100% & #1 under_score {br
 def test_escape_is_per_character() -> None:
     assert tex_escape(r"\input{x}") == r"\textbackslash{}input\{x\}"
     assert tex_escape("50% & $5 #1 a_b ~ ^") == r"50\% \& \$5 \#1 a\_b \textasciitilde{} \textasciicircum{}"
-    assert tex_escape("naïve ☃") == "na?ve ?"  # no byte outside the fonts' reach gets through
+    # letters and symbols of any script pass (LuaLaTeX sets them; render/pdf.py makes them "?" for pdfLaTeX);
+    # controls, bidirectional overrides, zero-width and private-use characters do not; other spaces are spaces
+    assert tex_escape("naïve ☃ José Müller αβ 中文") == "naïve ☃ José Müller αβ 中文"
+    assert tex_escape("a\u202eb\u200bc\ue000d\x07e\u2003f") == "a?b?c?d?e f"
 
 
 def hostile_worksheet(tmp_path: Path) -> Path:

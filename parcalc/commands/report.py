@@ -15,11 +15,13 @@ Examples:
   parcalc report --list
   parcalc report question1 -o question1.pdf
   parcalc report question2 -o question2.pdf
+  parcalc report question2 --detail brief -o question2-brief.pdf
   parcalc report my-worksheet.yaml -o answers.md
   parcalc report question1 --format latex > question1.tex
 """
 
 FORMATS = ("markdown", "latex", "json")
+DETAILS = ("brief", "full")  # as parcalc.render.report.DETAILS (not imported: start-up)
 EXTENSIONS = {".pdf": "pdf", ".tex": "latex", ".md": "markdown", ".markdown": "markdown", ".json": "json"}
 
 
@@ -30,15 +32,18 @@ def report(
     template: Annotated[Optional[Path], typer.Option("--template", metavar="DIR", help="Directory of your own templates (report.tex.j2, partials/...), searched before the packaged ones.")] = None,  # noqa: UP045
     list_worksheets: Annotated[bool, typer.Option("--list", help="List the built-in and user worksheets.")] = False,
     presets: PresetsOption = None,
+    detail: Annotated[str, typer.Option("--detail", metavar="LEVEL", help="full (default): every derivation, table and assumption; brief: per question the answers' derivations, inputs with numbered sources and the boxed answer.")] = "full",
 ) -> None:
     """Answer a worksheet's questions with parcalc and write them up, derivations included."""
-    from parcalc.errors import InputError
+    from parcalc.errors import InputError, shown
 
     if list_worksheets:
         _list(preset_dirs(presets))
         return
     if worksheet is None:
         raise InputError("give a worksheet (e.g. question1, or a YAML file), or --list")
+    if detail not in DETAILS:
+        raise InputError(f"--detail: {shown(detail, 40)} is not one of {', '.join(DETAILS)}")
     kind = _output_kind(fmt, output)
     if output is not None:
         from parcalc.output import check_writable
@@ -46,7 +51,6 @@ def report(
         check_writable(output)
     templates = (template,) if template else ()
     if template is not None:
-        from parcalc.errors import shown
         from parcalc.files import check_name_length
 
         check_name_length(template, "--template")
@@ -60,7 +64,7 @@ def report(
     from parcalc.worksheet import load_worksheet, solve
 
     solved = solve(load_worksheet(worksheet, preset_dirs(presets)), preset_dirs(presets))
-    _write(solved, kind, output, templates)
+    _write(solved, kind, output, templates, detail)
 
 
 def _output_kind(fmt: str | None, output: Path | None) -> str:
@@ -80,7 +84,7 @@ def _output_kind(fmt: str | None, output: Path | None) -> str:
         raise InputError(f"--output: use .pdf, .tex, .md or .json, not {output.suffix or 'no extension'!r}") from None
 
 
-def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path, ...]) -> None:
+def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path, ...], detail: str = "full") -> None:
     import sys
 
     from parcalc.files import write_atomically
@@ -89,16 +93,16 @@ def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path
     if kind == "pdf":
         from parcalc.render.pdf import compile_pdf
 
-        compile_pdf(render_report_latex(solved, templates), output)  # type: ignore[arg-type]
+        compile_pdf(render_report_latex(solved, templates, detail), output)  # type: ignore[arg-type]
     else:
         if kind == "latex":
-            text = render_report_latex(solved, templates)  # type: ignore[arg-type]
+            text = render_report_latex(solved, templates, detail)  # type: ignore[arg-type]
         elif kind == "json":
             text = _json(solved)
         elif output is None:
-            text = render_report_markdown(solved, templates)  # type: ignore[arg-type]
+            text = render_report_markdown(solved, templates, detail)  # type: ignore[arg-type]
         else:
-            _write_markdown(solved, output, templates)
+            _write_markdown(solved, output, templates, detail)
             return
         if output is None:
             sys.stdout.write(text)
@@ -107,7 +111,7 @@ def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path
     print(f"wrote {output}", file=sys.stderr)
 
 
-def _write_markdown(solved: object, output: Path, templates: tuple[Path, ...]) -> None:
+def _write_markdown(solved: object, output: Path, templates: tuple[Path, ...], detail: str = "full") -> None:
     """The report and, beside it, an SVG of each question's figure (NAME-QUESTION-KIND.svg), linked
     from the report; the pictures written are removed again if the report cannot be."""
     import os
@@ -131,7 +135,7 @@ def _write_markdown(solved: object, output: Path, templates: tuple[Path, ...]) -
                 written.append(path)
             files[question.question.id] = path.name
             print(f"wrote {path}", file=sys.stderr)
-        write_atomically(output, render_report_markdown(solved, templates, files))  # type: ignore[arg-type]
+        write_atomically(output, render_report_markdown(solved, templates, detail, files))  # type: ignore[arg-type]
     except BaseException:
         for path in written:
             path.unlink(missing_ok=True)

@@ -133,6 +133,7 @@ class PeakFlops:
             inputs=inputs,
             derivations=derivations,
             verdicts=tuple(verdicts),
+            answer=(self.derived or self.datasheet).key if (self.derived or self.datasheet) else "",
         )
 
 

@@ -20,8 +20,9 @@ from parcalc.render.latex_math import tex_quantity, tex_value, term_tex
 from parcalc.render.values import format_cell, format_value
 from parcalc.resources import data_dir
 
-# One entry per character: LaTeX specials, and the non-ASCII symbols parcalc's own labels use,
-# which pdfLaTeX's default fonts lack as text.
+# One entry per character: LaTeX specials, and the non-ASCII symbols parcalc's own labels use, set
+# in math. Letters (Greek Δ, Σ, µ among them) pass as text: LuaLaTeX sets them from the fonts, and
+# render/pdf.py ascii_only gives pdfLaTeX their math forms.
 _TEX_ESCAPES: dict[str, str] = {
     "\\": r"\textbackslash{}",
     "{": r"\{",
@@ -46,16 +47,12 @@ _TEX_ESCAPES: dict[str, str] = {
     "·": r"$\cdot$",
     "√": r"$\surd$",
     "∈": r"$\in$",
-    "Δ": r"$\Delta$",
-    "µ": r"$\mu$",
-    "μ": r"$\mu$",
     "≥": r"$\geq$",
     "≤": r"$\leq$",
     "≈": r"$\approx$",
     "⊙": r"$\odot$",
     "→": r"$\rightarrow$",
     "←": r"$\leftarrow$",
-    "Σ": r"$\Sigma$",
     "–": "--",
     "—": "---",
     # Curly quotes as TeX's ligatures (_escape_chars keeps adjacent ones apart)
@@ -65,8 +62,22 @@ _TEX_ESCAPES: dict[str, str] = {
     "\u2019": "'",
     "\u00a0": "~",
 }
-# Whatever else is outside printable ASCII becomes '?', so that no input can break the document.
+# Letters, digits, marks, punctuation and symbols of any script pass through (José Müller, Greek,
+# CJK: LuaLaTeX sets them, render/pdf.py turns them into "?" for pdfLaTeX); other spaces become a space;
+# control, format (bidirectional overrides, zero-width), private-use and unassigned characters become
+# '?', so that no input can break the document.
 _PRINTABLE = {chr(c) for c in range(32, 127)} | {"\n", "\t"}
+
+
+def _plain_char(ch: str) -> str:
+    if ch in _PRINTABLE:
+        return ch
+    import unicodedata
+
+    category = unicodedata.category(ch)
+    if category == "Zs":
+        return " "
+    return ch if category[0] in "LMNPS" else "?"
 
 
 class Latex(str):
@@ -84,6 +95,24 @@ def tex_escape(value: object) -> Latex:
         out.append(rf"\textsuperscript{{{_escape_chars(match.group(1) or match.group(2))}}}")
         start = match.end()
     out.append(_escape_chars(text[start:]))
+    return Latex("".join(out))
+
+
+def prose_tex(value: object) -> Latex:
+    """Worksheet prose: `$...$` inline math set through render/latex_math.math_tex (an allowed set of
+    commands, re-emitted token by token), every other character escaped by tex_escape; math outside
+    that set is printed as the text it is, dollars included."""
+    from parcalc.render.latex_math import MathRejected, math_tex, split_inline_math
+
+    out: list[str] = []
+    for is_math, piece in split_inline_math(str(value)):
+        if is_math:
+            try:
+                out.append(f"${math_tex(piece)}$")
+                continue
+            except MathRejected:
+                piece = f"${piece}$"
+        out.append(tex_escape(piece))
     return Latex("".join(out))
 
 
@@ -113,13 +142,17 @@ _POWER = re.compile(r"\^(?:(-?\d+)|\(([^()]{1,40})\))")
 
 
 def _escape_chars(text: str) -> str:
-    # "-" before another "-" gets "{}" so that "--flag" keeps two hyphens (TeX makes "--" an en dash);
-    # so does a quote before another quote, which TeX would otherwise join into a different pair
+    # "-" before another "-" gets a zero kern so that "--flag" keeps two hyphens (TeX makes "--" an en
+    # dash); so does a quote before another quote, which TeX would otherwise join into a different pair.
+    # A kern, not "{}": LuaLaTeX's font ligatures join "-{}-" into an en dash all the same.
     return "".join(
-        "-{}" if ch == "-" and text[i + 1 : i + 2] == "-"
-        else _TEX_ESCAPES.get(ch, ch if ch in _PRINTABLE else "?") + ("{}" if ch in _QUOTE_CHARS and text[i + 1 : i + 2] in _QUOTE_CHARS else "")
+        ("-" + NO_LIGATURE) if ch == "-" and text[i + 1 : i + 2] == "-"
+        else (_TEX_ESCAPES.get(ch) or _plain_char(ch)) + (NO_LIGATURE if ch in _QUOTE_CHARS and text[i + 1 : i + 2] in _QUOTE_CHARS else "")
         for i, ch in enumerate(text)
     )  # fmt: skip
+
+
+NO_LIGATURE = r"{\kern0pt}"
 
 
 _QUOTE_CHARS = frozenset("'`\u201c\u201d\u2018\u2019")
@@ -134,6 +167,8 @@ def derivation_steps(derivation: Derivation) -> list[Latex]:
     formula = derivation.formula_tex()
     substituted = derivation.substituted_tex(term_tex)
     value = tex_value(derivation.value, derivation.unit)
+    if formula == derivation.latex_symbol:  # a value taken as it is: "P_ds = P_ds" derives nothing
+        return [Latex(f"{derivation.latex_symbol} &= {value}")]
     lines = [Latex(f"{derivation.latex_symbol} &= {formula}")]
     if substituted != formula:
         lines.append(Latex(f"&= {substituted}"))
@@ -142,19 +177,131 @@ def derivation_steps(derivation: Derivation) -> list[Latex]:
     return lines
 
 
-def term_row(term: Term) -> dict[str, Any]:
+# A display line wider than this (estimated from its LaTeX, 5.5 pt a character of 11-pt math) cannot be
+# set in align*, which never breaks a line: fit's t_tp / t_dp substitutions ran 18-140 pt off the page.
+# Such a derivation is set as paragraphs of inline math instead, which TeX breaks after + and \times.
+DISPLAY_LINE_CHARS = 76
+
+
+def display_chars(step: str) -> int:
+    """Roughly how many characters a line of LaTeX math prints: commands and braces removed."""
+    text = re.sub(r"\\(?:text|mathrm)\{([^{}]*)\}", r"\1", step)
+    text = re.sub(r"\\(?:times|cdot|approx|le|ge|in)\b", "x", text)
+    text = re.sub(r"\\[A-Za-z]+|\\.|[{}&^_]", "", text)
+    return len(text)
+
+
+def is_wide(steps: Sequence[str]) -> bool:
+    return any(display_chars(step) > DISPLAY_LINE_CHARS for step in steps)
+
+
+def term_row(term: Term, notes: SourceNotes | None = None) -> dict[str, Any]:
     return {
         "symbol": Latex(f"${term.latex}$"),
         "value": Latex(f"${tex_quantity(term.value, term.unit)}$"),
         "description": term.description,
         "source": term.source,
+        "note": notes.number(term.source) if notes is not None else 0,
     }
+
+
+class SourceNotes:
+    """Sources as numbered notes: a table cell shows [n], the text is set below as a wrapping list
+    (a source column of its own ran off the page). The same text keeps its number."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def number(self, source: str) -> int:
+        """The note number of `source`, 0 for no source."""
+        if not source:
+            return 0
+        return self._numbers.setdefault(source, len(self._numbers) + 1)
+
+    def entries(self) -> list[dict[str, Any]]:
+        return [{"number": n, "text": text} for text, n in self._numbers.items()]
 
 
 # A table wider than this many columns but with no more rows than TRANSPOSE_ROWS is set on its side
 # (one line per column): shrunk to the line width, comm-volume's 17 columns came out in 3-pt type.
 TRANSPOSE_COLUMNS = 8
 TRANSPOSE_ROWS = 6
+
+# Table layout without shrinking (issue #14: \resizebox set fit's 15-column strategy table and the
+# collectives tables in 3-4 pt type). Widths are estimated from the text: in \footnotesize (9 pt in an
+# 11-pt document) Latin Modern's digits are 0.5 em = 4.5 pt wide and its lower-case letters 2.5-5 pt
+# (4.1 on average), so 4.5 pt a character errs wide but for capitals; each column adds
+# 2 \tabcolsep = 12 pt. The line is A4 less 2 x 2.3 cm (templates/preamble.tex.j2):
+# 595.3 - 130.4 = 464.9 pt, 460 kept for rounding.
+TABLE_PT_PER_CHAR = 4.5
+TABLE_COLUMN_PAD_PT = 12.0
+TABLE_LINE_PT = 460.0
+# A column wider than this many characters wraps (a p{} column, at spaces) before the table is split
+TABLE_WRAP_CHARS = 16
+
+
+def _longest_word(text: str) -> int:
+    return max((len(word) for word in text.split()), default=0)
+
+
+def table_parts(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> list[dict[str, Any]]:
+    """Column groups of a table, each narrower than the line: text columns longer than
+    TABLE_WRAP_CHARS wrap at spaces (p{} columns sharing the room the others leave), and a table that
+    still does not fit is split into groups of columns that each repeat the first column.
+    Each part: `columns` (indices), `align` (a tabular preamble)."""
+    count = len(headers)
+    cells = [[headers[j], *(row[j] for row in rows)] for j in range(count)]
+    natural = [max(len(c) for c in column) * TABLE_PT_PER_CHAR for column in cells]
+    if sum(natural) + TABLE_COLUMN_PAD_PT * count <= TABLE_LINE_PT:
+        return [{"columns": list(range(count)), "align": Latex("".join("r" if n else "l" for n in numeric))}]
+    # cells wrap at spaces only: a number, or a word, is as wide as it is
+    unbreakable = [max(_longest_word(c) for c in column) * TABLE_PT_PER_CHAR for column in cells]
+    wraps = [natural[j] > TABLE_WRAP_CHARS * TABLE_PT_PER_CHAR for j in range(count)]
+    least = [max(unbreakable[j], TABLE_WRAP_CHARS * TABLE_PT_PER_CHAR) if wraps[j] else natural[j] for j in range(count)]
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = least[0] + TABLE_COLUMN_PAD_PT
+    for j in range(1, count):
+        need = least[j] + TABLE_COLUMN_PAD_PT
+        if current and used + need > TABLE_LINE_PT:
+            groups.append(current)
+            current, used = [], least[0] + TABLE_COLUMN_PAD_PT
+        current.append(j)
+        used += need
+    groups.append(current)
+    parts = []
+    for group in groups:
+        columns = [0, *group] if count > 1 else group
+        widths = _share_line(columns, natural, least, wraps)
+        align = "".join(_column_spec(numeric[j], widths[j], wraps[j]) for j in columns)
+        parts.append({"columns": columns, "align": Latex(align)})
+    return parts
+
+
+def _share_line(columns: Sequence[int], natural: Sequence[float], least: Sequence[float], wraps: Sequence[bool]) -> dict[int, float]:
+    """Widths of one part's columns: the fixed ones as they are, the wrapping ones sharing what is
+    left of the line in proportion to what they lack, none below its least width nor above its natural one."""
+    widths = {j: (least[j] if wraps[j] else natural[j]) for j in columns}
+    free = TABLE_LINE_PT - TABLE_COLUMN_PAD_PT * len(columns) - sum(widths.values())
+    growing = [j for j in columns if wraps[j]]
+    while free > 1 and growing:  # in proportion to what each still lacks: a long source column gets most
+        total = sum(natural[j] - widths[j] for j in growing)
+        for j in list(growing):
+            widths[j] += free * (natural[j] - widths[j]) / total
+        free = 0.0
+        for j in list(growing):
+            if widths[j] > natural[j]:
+                free += widths[j] - natural[j]
+                widths[j] = natural[j]
+                growing.remove(j)
+    return widths
+
+
+def _column_spec(numeric: bool, width_pt: float, wraps: bool) -> str:
+    if not wraps:
+        return "r" if numeric else "l"
+    side = r"\raggedleft" if numeric else r"\raggedright"
+    return rf">{{{side}\arraybackslash}}p{{{width_pt:.0f}pt}}"
 
 
 def table_context(table: Table, max_rows: int = 60) -> dict[str, Any]:
@@ -164,40 +311,58 @@ def table_context(table: Table, max_rows: int = 60) -> dict[str, Any]:
     if len(headers) > TRANSPOSE_COLUMNS and 0 < len(rows) <= TRANSPOSE_ROWS:
         # the first column names each original row; every other column becomes a line
         names = [row[0] or f"row {i + 1}" for i, row in enumerate(rows)]
-        return {
-            "title": table.title,
-            "key": table.key,
-            "headers": [headers[0], *names],
-            "align": Latex("l" + "r" * len(rows)),
-            "rows": [[headers[j], *(row[j] for row in rows)] for j in range(1, len(headers))],
-            "omitted": 0,
-        }
+        first = 1
+        if len(set(names)) < len(names):  # fit --search's top 5 named "4, 4, 8, 8": number them, keep the column
+            names, first = [f"#{i + 1}" for i in range(len(rows))], 0
+        headers, rows = ["" if first == 0 else headers[0], *names], [[headers[j], *(row[j] for row in rows)] for j in range(first, len(headers))]
+        numeric = [False, *([True] * len(names))]
+        return _table_layout(table, headers, rows, numeric, 0)
+    return _table_layout(table, headers, rows, numeric, max(0, len(table.rows) - max_rows))
+
+
+def _table_layout(table: Table, headers: list[str], rows: list[list[str]], numeric: list[bool], omitted: int) -> dict[str, Any]:
+    parts = [
+        {"align": part["align"], "headers": [headers[j] for j in part["columns"]],
+         "rows": [[row[j] for j in part["columns"]] for row in rows]}
+        for part in table_parts(headers, rows, numeric)
+    ]  # fmt: skip
     return {
         "title": table.title,
         "key": table.key,
         "headers": headers,
         "align": Latex("".join("r" if n else "l" for n in numeric)),
         "rows": rows,
-        "omitted": max(0, len(table.rows) - max_rows),
+        "omitted": omitted,
+        "parts": parts,
     }
 
 
-def result_context(result: Result, *, max_table_rows: int = 60, skip_tables: Sequence[str] = ()) -> dict[str, Any]:
-    """Everything a template needs to typeset one result."""
+def result_context(
+    result: Result, *, max_table_rows: int = 60, skip_tables: Sequence[str] = (), notes: SourceNotes | None = None
+) -> dict[str, Any]:
+    """Everything a template needs to typeset one result. Input and derivation sources are numbered
+    in `notes` (by default the result's own, set after its inputs table)."""
+    own = notes is None
+    notes = SourceNotes() if notes is None else notes
+    inputs = [term_row(t, notes) for t in result.inputs]
     return {
         "title": result.title,
         "command": result.command,
         "settings": list(result.settings),
-        "inputs": [term_row(t) for t in result.inputs],
+        "inputs": inputs,
+        "notes": notes.entries() if own else [],
         "derivations": [
             {
                 "key": d.key,
                 "label": d.label,
                 "steps": derivation_steps(d),
+                "wide": is_wide(derivation_steps(d)),
+                "lines": [Latex(step.replace("&", "", 1)) for step in derivation_steps(d)],
                 "value_text": format_value(d.value, d.unit),
                 "value": d.value,
                 "unit": d.unit,
                 "source": d.source,
+                "note": notes.number(d.source) if not own else 0,
             }
             for d in result.derivations
         ],
@@ -248,6 +413,7 @@ def template_environment(template_dirs: Sequence[Path] = ()) -> Any:
         finalize=tex_escape,
     )
     environment.filters["tex"] = tex_escape
+    environment.filters["prose"] = prose_tex  # worksheet text with $...$ inline math
     environment.filters["latex"] = Latex  # mark trusted LaTeX built in Python
     return environment
 

@@ -46,10 +46,14 @@ def derivation_markdown(d: Derivation) -> list[str]:
     lhs = d.latex_symbol
     formula = d.formula_tex()
     substituted = d.substituted_tex(term_tex)
-    steps = [f"{lhs} = {formula}"]
-    if substituted != formula:
+    value = tex_value(d.value, d.unit)
+    # the same steps as the LaTeX (render/latex.derivation_steps): a value taken as it is once, a
+    # substitution that is already the value not again ("= 84.3011 ms = 84.3011 ms", issue #14)
+    steps = [f"{lhs} = {value}"] if formula == lhs else [f"{lhs} = {formula}"]
+    if formula != lhs and substituted != formula:
         steps.append(f"\\phantom{{{lhs}}} = {substituted}")
-    steps.append(f"\\phantom{{{lhs}}} = {tex_value(d.value, d.unit)}")
+    if formula != lhs and value not in (substituted, formula):
+        steps.append(f"\\phantom{{{lhs}}} = {value}")
     lines = [f"**{_cell(d.label)}**", "", "$$", " \\\\\n".join(steps), "$$", ""]
     lines += [f"Result: **{_cell(format_value(d.value, d.unit))}**", ""]
     if d.source:

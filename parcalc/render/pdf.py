@@ -26,7 +26,10 @@ from parcalc.files import write_atomically
 # PARCALC_TEX_TIMEOUT (seconds) for a slow machine or a very long report.
 TEX_TIMEOUT_S = 60.0
 TEX_TIMEOUT_VAR = "PARCALC_TEX_TIMEOUT"
-INSTALL_HINT = "on Debian/Ubuntu: apt-get install texlive-latex-recommended texlive-pictures latexmk"
+INSTALL_HINT = (
+    "on Debian/Ubuntu: apt-get install texlive-latex-recommended texlive-luatex texlive-pictures latexmk"
+    " fonts-dejavu-core fonts-wqy-microhei"
+)
 
 
 def tex_timeout() -> float:
@@ -44,16 +47,50 @@ def tex_timeout() -> float:
 
 
 def tex_engine() -> list[str] | None:
-    """The command that builds a PDF, or None when no TeX is installed."""
-    if shutil.which("latexmk") and shutil.which("pdflatex"):
-        return ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", "-quiet"]
+    """The command that builds a PDF, or None when no TeX is installed.
+
+    LuaLaTeX first (Unicode text: "José Müller", Greek, CJK reach the PDF through fontspec and the
+    fallback fonts of templates/preamble.tex.j2), when texlive-luatex provides luaotfload; else pdfLaTeX,
+    whose default fonts lack most of those letters (see ascii_only)."""
+    lua = bool(shutil.which("lualatex")) and _luatex_packages()
+    if shutil.which("latexmk") and (lua or shutil.which("pdflatex")):
+        mode = "-lualatex" if lua else "-pdf"
+        return ["latexmk", mode, "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", "-quiet"]
+    if lua:
+        return ["lualatex", "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape"]
     if shutil.which("pdflatex"):
         return ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape"]
     return None
 
 
-def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None) -> None:
-    """Typeset `tex_source` and atomically write the PDF to `output`."""
+def _luatex_packages() -> bool:
+    """Whether LuaLaTeX can load fontspec: Debian's texlive-latex-base ships the lualatex command, but
+    luaotfload (texlive-luatex) is a package of its own, and without it fontspec stops with an error."""
+    kpsewhich = shutil.which("kpsewhich")
+    if kpsewhich is None:
+        return False
+    try:
+        found = subprocess.run([kpsewhich, "luaotfload.sty", "fontspec.sty"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return len(found.stdout.split()) == 2
+
+
+def ascii_only(tex_source: str) -> str:
+    """For pdfLaTeX: every character outside ASCII becomes "?" (its fonts have no Greek or CJK, and
+    inputenc stops at an undefined character), so that no worksheet text can break the document; the
+    letters parcalc's own labels use (Δ, Σ, µ) are set in math instead."""
+    for letter, math in PDFLATEX_LETTERS.items():
+        tex_source = tex_source.replace(letter, math)
+    return re.sub(r"[^\x00-\x7f]", "?", tex_source)
+
+
+PDFLATEX_LETTERS = {"Δ": r"$\Delta$", "Σ": r"$\Sigma$", "µ": r"$\mu$", "μ": r"$\mu$"}
+
+
+def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None, log: Path | None = None) -> None:
+    """Typeset `tex_source` and atomically write the PDF to `output` (and TeX's log to `log`, for the
+    layout checks of tests/test_pdf_layout.py)."""
     engine = tex_engine()
     if engine is None:
         raise RenderError(f"no TeX engine found to build {output.name}; {INSTALL_HINT} (or write .tex with -o file.tex)")
@@ -63,6 +100,8 @@ def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None) -
     # (_run_tex), then the with-block removes the directory while the exception passes through.
     with _terminate_raises(), tempfile.TemporaryDirectory(prefix="parcalc-tex-") as workdir:
         source = Path(workdir) / "document.tex"
+        if "-lualatex" not in engine and engine[0] != "lualatex":
+            tex_source = ascii_only(tex_source)
         source.write_text(tex_source, encoding="utf-8")
         runs = 1 if engine[0] == "latexmk" else 2  # pdflatex twice settles references
         env = {**os.environ, "openout_any": "p", "openin_any": "p", "shell_escape": "f"}
@@ -75,6 +114,8 @@ def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None) -
         pdf = Path(workdir) / "document.pdf"
         if not pdf.exists():
             raise RenderError("TeX produced no PDF")
+        if log is not None:
+            log.write_bytes((Path(workdir) / "document.log").read_bytes())
         write_atomically(output, pdf.read_bytes())
 
 

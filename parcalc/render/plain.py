@@ -10,6 +10,9 @@ from parcalc.render.values import format_cell, format_value
 
 def render_plain(result: Result) -> str:
     lines = [result.title, "=" * len(result.title), ""]
+    if result.answer:  # the answer before the inputs and derivations that lead to it (issue #14)
+        answer = result.derivation(result.answer)
+        lines += [f"=> {answer.label}: {format_value(answer.value, answer.unit)}", ""]
     if result.inputs:
         lines.append("Inputs")
         width = max(len(t.symbol) for t in result.inputs)
@@ -41,6 +44,8 @@ def derivation_lines(derivation: Derivation) -> list[str]:
     substituted = derivation.substituted_text()
     value = format_value(derivation.value, derivation.unit)
     pad = " " * len(derivation.symbol)
+    if formula == derivation.symbol:  # a value taken as it is ("P_datasheet = P_datasheet" derived nothing)
+        return [lines[0], f"  {derivation.symbol} = {value}"] + ([f"  source: {derivation.source}"] if derivation.source else [])
     lines.append(f"  {derivation.symbol} = {formula}")
     if substituted != formula:
         lines.append(f"  {pad} = {substituted}")

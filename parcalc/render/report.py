@@ -105,7 +105,7 @@ def timeline_figure(results: Sequence[Result]) -> dict[str, Any] | None:
                 return None
             makespan = max(float(e["end"]) for e in events)
             devices = sorted({int(e["device"]) for e in events})
-            width = 15.0  # cm of page the makespan spans
+            width = 13.5  # cm of page the makespan spans: with the GPU labels within the 16.4-cm line, never shrunk
             boxes = [
                 {
                     "x0": float(e["start"]) / makespan * width,
@@ -142,6 +142,31 @@ def scaling_figure(results: Sequence[Result]) -> dict[str, Any] | None:
 def _knee_threshold(result: Result) -> float:
     """The --knee threshold the result used (its setting "knee"; every scaling result carries it)."""
     return float(dict(result.settings).get("knee", "0.8"))
+DETAILS = ("brief", "full")
+
+
+def brief_context(solved: SolvedQuestion) -> dict[str, Any]:
+    """A question as a homework answer: only the answers' own derivations (formula, substitution,
+    value), the inputs they use once each, and their sources as numbered notes of the question."""
+    from parcalc.render.latex import SourceNotes, derivation_steps, is_wide, term_row
+
+    notes = SourceNotes()
+    inputs, seen = [], set()
+    derivations = []
+    several = len({answer.calculation for answer in solved.answers}) > 1
+    for answer in solved.answers:
+        derivation = answer.derivation
+        for term in derivation.inputs:
+            if (term.latex, term.value, term.unit) not in seen:
+                seen.add((term.latex, term.value, term.unit))
+                row = term_row(term, notes)
+                if several:  # the same symbol in each calculation: say which one
+                    row["description"] = f"{term.description} (calculation {answer.calculation})"
+                inputs.append(row)
+        steps = derivation_steps(derivation)
+        derivations.append({"label": answer.label, "steps": steps, "note": notes.number(derivation.source),
+                            "wide": is_wide(steps), "lines": [Latex(step.replace("&", "", 1)) for step in steps]})  # fmt: skip
+    return {"inputs": inputs, "derivations": derivations, "notes": notes.entries()}
 
 
 def question_context(solved: SolvedQuestion) -> dict[str, Any]:
@@ -162,12 +187,14 @@ def question_context(solved: SolvedQuestion) -> dict[str, Any]:
             for a in solved.answers
         ],  # fmt: skip
         "figure": figure,
+        "brief": brief_context(solved),
     }
 
 
-def report_context(solved: SolvedWorksheet) -> dict[str, Any]:
+def report_context(solved: SolvedWorksheet, detail: str = "full") -> dict[str, Any]:
     sheet = solved.worksheet
     return {
+        "detail": detail,
         "title": sheet.title,
         "author": sheet.author,
         "course": sheet.course,
@@ -177,10 +204,13 @@ def report_context(solved: SolvedWorksheet) -> dict[str, Any]:
     }
 
 
-def render_report_latex(solved: SolvedWorksheet, template_dirs: Sequence[Path] = ()) -> str:
+def render_report_latex(solved: SolvedWorksheet, template_dirs: Sequence[Path] = (), detail: str = "full") -> str:
+    """The write-up as LaTeX; detail "brief" keeps per question the question, the method, the answers'
+    derivations with their inputs and numbered sources, and the boxed answers; "full" adds every
+    derivation, table, figure, verdict and assumption of the commands run."""
     from parcalc.render.latex import render_template
 
-    return render_template("report.tex.j2", report_context(solved), template_dirs)
+    return render_template("report.tex.j2", report_context(solved, detail), template_dirs)
 
 
 def question_figure(solved: SolvedQuestion) -> Any:
@@ -204,7 +234,7 @@ def figure_file_name(stem: str, question_id: str, key: str) -> str:
     return f"{stem}-{safe}-{key}.svg"
 
 
-def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path] = (),
+def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path] = (), detail: str = "full",
                            figure_files: dict[str, str] | None = None) -> str:  # fmt: skip
     """Markdown through a template with Jinja's ordinary delimiters and no LaTeX escaping.
 
@@ -218,12 +248,16 @@ def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path
     for solved_question in solved.questions:
         context = question_context(solved_question)
         context["figure_file"] = (figure_files or {}).get(solved_question.question.id)
-        context["derivation_blocks"] = [
-            "\n".join(derivation_markdown(d)) for r in solved_question.results for d in r.derivations
-        ]
-        context["table_blocks"] = [
-            "\n".join(table_markdown(t)) for r in solved_question.results for t in r.tables if t.key != TIMELINE_TABLE
-        ]
+        if detail == "brief":  # the answers' own derivations, no tables
+            context["derivation_blocks"] = ["\n".join(derivation_markdown(a.derivation)) for a in solved_question.answers]
+            context["table_blocks"] = []
+        else:
+            context["derivation_blocks"] = [
+                "\n".join(derivation_markdown(d)) for r in solved_question.results for d in r.derivations
+            ]
+            context["table_blocks"] = [
+                "\n".join(table_markdown(t)) for r in solved_question.results for t in r.tables if t.key != TIMELINE_TABLE
+            ]
         questions.append(context)
-    context = {**report_context(solved), "questions": questions}
+    context = {**report_context(solved, detail), "questions": questions}
     return render_in(environment, "report.md.j2", context)

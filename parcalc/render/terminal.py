@@ -13,28 +13,38 @@ def render_rich(result: Result, console: Any) -> None:
     from rich.table import Table as RichTable
 
     console.print(f"[bold underline]{escape(result.title)}[/]\n")
+    if result.answer:  # the answer before the inputs and derivations that lead to it (issue #14)
+        answer = result.derivation(result.answer)
+        console.print(f"[bold yellow]=>[/] {escape(answer.label)}: [bold green]{escape(format_value(answer.value, answer.unit))}[/]\n")
     if result.inputs:
-        # symbol | value and description, the source on its own dim line below: a fourth column of
-        # long sources would fold every row into a narrow tower at 80 columns
+        # symbol | value and description [n]; the sources follow as numbered dim lines, each once: a
+        # fourth column of long sources folded every row into a narrow tower at 80 columns, and a source
+        # under every row repeated one whitepaper three times before the answer (peak-flops --gpu)
+        numbers: dict[str, int] = {}
         inputs = RichTable.grid(padding=(0, 2))
         inputs.add_column(no_wrap=True)
         inputs.add_column(overflow="fold")
         for term in result.inputs:
             body = f"{escape(format_value(term.value, term.unit)):<22} {escape(term.description)}"
             if term.source:
-                body += f"\n[dim]{escape(term.source)}[/]"
+                body += f" [dim]\\[{numbers.setdefault(term.source, len(numbers) + 1)}][/]"
             inputs.add_row(f"  [cyan]{escape(term.symbol)}[/]", body)
         console.print("[bold]Inputs[/]")
         console.print(inputs)
+        if numbers:
+            console.print(_hanging("    ", [f"[dim]\\[{n}] {escape(source)}[/]" for source, n in numbers.items()]))
         console.print()
     for d in result.derivations:
         pad = " " * len(d.symbol)
         console.print(f"[bold]{escape(d.label)}[/]")
         formula, substituted = d.formula_text(), d.substituted_text()
-        console.print(f"  [cyan]{escape(d.symbol)}[/] = {escape(formula)}")
-        if substituted != formula:
-            console.print(f"  {pad} = {escape(substituted)}")
-        console.print(f"  {pad} = [bold green]{escape(format_value(d.value, d.unit))}[/]")
+        if formula == d.symbol:  # a value taken as it is: "P_datasheet = P_datasheet" derived nothing
+            console.print(f"  [cyan]{escape(d.symbol)}[/] = [bold green]{escape(format_value(d.value, d.unit))}[/]")
+        else:
+            console.print(f"  [cyan]{escape(d.symbol)}[/] = {escape(formula)}")
+            if substituted != formula:
+                console.print(f"  {pad} = {escape(substituted)}")
+            console.print(f"  {pad} = [bold green]{escape(format_value(d.value, d.unit))}[/]")
         if d.source:
             console.print(f"  [dim]source: {escape(d.source)}[/]")
         console.print()

@@ -1,0 +1,94 @@
+"""80-column terminals, as a person sees them (issue #14 items 2 and 4): the commands run under a real
+pseudo-terminal 80 columns wide, so rich measures the width itself, and no key cell is cut to "…"."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def run_in_pty(args: list[str], columns: int = 80) -> str:
+    """`python -m parcalc ARGS` with stdout and stderr on a pty of `columns` columns; its text, ANSI removed."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES")}
+    env["TERM"] = "xterm"
+    process = subprocess.Popen([sys.executable, "-m", "parcalc", *args], stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    try:
+        while select.select([master], [], [], 300)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the pty (EIO on Linux)
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+        process.wait(timeout=60)
+    assert process.returncode == 0, out.decode(errors="replace")[-2000:]
+    return ANSI.sub("", out.decode("utf-8", errors="replace")).replace("\r\n", "\n")
+
+
+def test_fit_search_table_has_no_cut_cell_at_80_columns() -> None:
+    text = run_in_pty(["fit", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024", "--batch", "1536",
+                       "--seq-len", "2048", "--search"])  # fmt: skip
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    table = text.split("Fastest configurations", 2)[-1]
+    records = re.split(r"\n\d+\. ", table)[1:]
+    assert len(records) >= 5
+    for record in records:
+        flat = " ".join(record.split())
+        # every key cell whole: degrees, recomputation, ZeRO stage, memory, step time, MFU
+        assert re.search(r"tp \d+ pp \d+ dp \d+", flat), flat
+        assert re.search(r"recompute (none|selective|full|op)\b", flat), flat
+        assert re.search(r"zero [0-3]\b", flat), flat
+        assert re.search(r"memory [\d.]+ [MG]B", flat), flat
+        assert re.search(r"step [\d.]+ m?s\b", flat), flat
+        assert re.search(r"MFU [\d.]+ %", flat), flat
+
+
+def test_fit_strategy_table_names_each_zero_stage_at_80_columns() -> None:
+    # issue #14: the strategy table showed "ZeRO…" for ZeRO-1, -2 and -3 alike
+    text = run_in_pty(["fit", "--model", "homework-7b", "--gpu", "a100-sxm4-80gb", "--gpus", "2", "--seq-len", "2048"])
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    strategies = set(re.findall(r"strategy (single GPU|DP|ZeRO-[123](?: \(FSDP\))?|TP \+ SP|TP|PP|TP x PP)\s", text))
+    assert {"single GPU", "DP", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)"} <= strategies
+
+
+def test_help_summaries_are_whole_sentences_that_fit_80_columns() -> None:
+    from parcalc.cli import COMMANDS, SUMMARIES, SUMMARY_CHARS
+
+    assert set(SUMMARIES) == set(COMMANDS)
+    text = run_in_pty(["--help"])
+    listing = text.split("Commands:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(listing) >= len(COMMANDS)
+    for line in listing:
+        assert len(line) <= 80 and not line.rstrip().endswith("..."), line
+        assert line.rstrip().endswith("."), line
+    for name, summary in SUMMARIES.items():
+        assert len(summary) <= SUMMARY_CHARS and summary.endswith(".") and summary[0].isupper(), name
+        assert f"{name}" in text and summary in text
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_peak_flops_shows_the_answer_first(columns: int) -> None:
+    text = run_in_pty(["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "fp16"], columns)
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= columns
+    # 2 x 1.41 GHz x 108 SMs x 1024 FMA/clock/SM = 311.86944 TFLOP/s (A100 whitepaper, Table 1 footnotes)
+    first = text.index("311.86944 TFLOP/s")
+    assert first < text.index("Inputs")
