@@ -67,11 +67,51 @@ def load_command(name: str) -> Any:
         single.command(name, epilog=getattr(module, "EXAMPLES", None))(getattr(module, spec.function))
         command = _get_command(single)
     command.name = name
+    _accept_vocabulary(command, name, getattr(module, "BARE_OPTIONS", {}))
     if COMPLETE_VAR in os.environ:  # only while the shell asks for completions: see parcalc.completion
         from parcalc.completion import complete_preset_names
 
         complete_preset_names(command)
     return command
+
+
+def _accept_vocabulary(command: Any, path: str, bare: dict[str, str] | None = None) -> None:
+    """Choices in any case (`--format JSON`, `--recompute FULL`), and the hidden spellings of the
+    flag vocabulary (parcalc.flags: old names, Megatron-LM's) on the command and its subcommands.
+
+    The vocabulary is imported only when a command line holds a long option the command does not
+    declare, so a one-liner in parcalc's own spelling pays one set lookup per flag."""
+    for sub_name, sub in getattr(command, "commands", {}).items():
+        _accept_vocabulary(sub, f"{path} {sub_name}")
+    for param in command.params:
+        if hasattr(param.type, "case_sensitive"):
+            param.type.case_sensitive = False
+    parse = command.parse_args
+
+    def parse_args(ctx: Any, args: list[str]) -> Any:
+        declared = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+        if any(arg[:2] == "--" and arg.split("=", 1)[0] not in declared for arg in args):
+            from parcalc.flags import translate
+
+            args = translate(path, args, declared)
+        if bare:
+            args = _bare_values(args, bare)
+        return parse(ctx, args)
+
+    command.parse_args = parse_args
+
+
+def _bare_values(args: list[str], bare: dict[str, str]) -> list[str]:
+    """`--recompute` followed by nothing or by another option becomes `--recompute full`."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        out.append(arg)
+        following = args[i + 1] if i + 1 < len(args) else None
+        if arg in bare and (following is None or following.startswith("-")):
+            out.append(bare[arg])
+    return out
 
 
 def _get_command(typer_app: typer.Typer) -> Any:
