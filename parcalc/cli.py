@@ -86,6 +86,12 @@ def _accept_vocabulary(command: Any, path: str, bare: dict[str, str] | None = No
     for param in command.params:
         if hasattr(param.type, "case_sensitive"):
             param.type.case_sensitive = False
+    fmt = next((p for p in command.params if p.name == "fmt"), None)
+    if fmt is not None and "csv" in getattr(fmt.type, "choices", ()):
+        command.params.append(type(fmt)(
+            param_decls=["--table"], metavar="NAME", expose_value=False, callback=_choose_table,
+            help="With --format csv: which of the result's tables to print (CSV holds one; the name as in the JSON's tables).",
+        ))  # fmt: skip
     parse = command.parse_args
 
     def parse_args(ctx: Any, args: list[str]) -> Any:
@@ -99,6 +105,14 @@ def _accept_vocabulary(command: Any, path: str, bare: dict[str, str] | None = No
         return parse(ctx, args)
 
     command.parse_args = parse_args
+
+
+def _choose_table(ctx: Any, param: Any, value: str | None) -> None:
+    """--table NAME: read by parcalc.render.csv_out when it picks the table to print."""
+    if value is not None:
+        from parcalc.output import chosen_table
+
+        chosen_table.set(value)
 
 
 def _bare_values(args: list[str], bare: dict[str, str]) -> list[str]:
