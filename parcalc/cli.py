@@ -48,6 +48,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "calibrate": CommandSpec("parcalc.commands.calibrate", app="calibrate_app"),
     "report": CommandSpec("parcalc.commands.report", function="report"),
     "analyze": CommandSpec("parcalc.commands.analyze", function="analyze"),
+    "schema": CommandSpec("parcalc.commands.schema", function="schema"),
 }
 
 
