@@ -109,11 +109,12 @@ def _accept_vocabulary(command: Any, path: str, bare: dict[str, str] | None = No
 
 
 def _choose_table(ctx: Any, param: Any, value: str | None) -> None:
-    """--table NAME: read by parcalc.render.csv_out when it picks the table to print."""
-    if value is not None:
-        from parcalc.output import chosen_table
+    """--table NAME: read by parcalc.render.csv_out when it picks the table to print; set at every
+    invocation (None when not given), so that one run's choice never reaches the next in-process
+    (a worksheet's calculations, a sweep, tests)."""
+    from parcalc.output import chosen_table
 
-        chosen_table.set(value)
+    chosen_table.set(value)
 
 
 def _bare_values(args: list[str], bare: dict[str, str]) -> list[str]:

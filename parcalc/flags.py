@@ -56,6 +56,7 @@ TYPES = {
     "choice": "one of the listed words, in any case",
     "switch": "on when given (--no-X turns a default-on switch off)",
     "name": "a preset name (case-insensitive) or a file",
+    "text": "free text",
     "path": "a file or directory",
     "list": "several values, comma-separated or the flag repeated",
 }
@@ -65,7 +66,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--format", "Output format: table, json, csv, markdown or latex (calibrate: text, json, yaml; report: md, tex, pdf)", "choice", "", "table (or from --output's extension)", _OUT, short="-f"),
     Flag("--output", "Write the result to FILE instead of stdout, all or nothing", "path", "", "stdout", _OUT, short="-o"),
     Flag("--presets", "Extra preset directory (gpus/, links/, models/ inside); repeatable; also PARCALC_PRESETS", "path", "", "", _PRESETS),
-    Flag("--table", "With --format csv: which of the result's tables to print (CSV holds one)", "choice", "", "the first table", _OUT[:7] + ("presets list", "presets show", "calibrate gemm", "calibrate nccl", "analyze")),
+    Flag("--table", "With --format csv: which of the result's tables to print (CSV holds one)", "choice", "", "the command's main table", _OUT[:7] + ("presets list", "presets show", "analyze")),
     # the model
     Flag("--model", "Model preset, or a Hugging Face config.json / model directory", "name", "", "", _MODEL + ("intensity", "analyze")),
     Flag("--layers", "Transformer layers", "count", "layers", "the model's", _PIPE, aliases=("--num-layers",)),

@@ -464,7 +464,7 @@ def _calls_table(plan: "CommPlan") -> "Table":
     columns = (
         Column("dimension", "group"), Column("stages", "where"), Column("phase", "phase"), Column("purpose", "what"),
         Column("op", "op"), Column("group_size", "group size"), Column("groups", "groups"), Column("calls", "calls/iter"),
-        Column("bytes_per_call", "bytes/call", "B"), Column("payload", "payload/iter", "B"), Column("algorithm", "algorithm"),
+        Column("mean_bytes_per_call", "bytes/call", "B"), Column("payload", "payload/iter", "B"), Column("algorithm", "algorithm"),
         Column("sent", "sent/device/iter", "B"), Column("received", "received/device/iter", "B"), Column("direction", "direction"),
         Column("link", "link"), Column("inter_node", "inter-node"), Column("time", "time/iter", "s"),
     )  # fmt: skip
