@@ -64,7 +64,7 @@ def test_zero_bubble_json_has_w_passes(run_json) -> None:
 def test_interleaved(run_json) -> None:
     # Narayanan et al. 2021 sec. 2.2.2: (p - 1)/(v m) = 3/16 with p = 4, m = 8, v = 2 (default)
     doc = run_json("bubble", "--pp", "4", "--micro-batches", "8", "--schedule", "interleaved")
-    assert doc["inputs"]["v"]["value"] == 2
+    assert doc["inputs"]["chunks"]["value"] == 2
     assert doc["results"]["bubble_relative"]["value"] == 0.1875
     assert {e["chunk"] for e in doc["tables"]["timeline"]["rows"]} == {1, 2}
 
@@ -83,7 +83,7 @@ def test_unbalanced_stages_and_latency(run_json) -> None:
     doc = run_json("bubble", "--pp", "2", "--micro-batches", "1", "--t-forward", "1ms",
                    "--stage-times", "1ms,3ms", "--p2p-latency", "0.5ms")  # fmt: skip
     assert doc["results"]["sim_makespan"]["value"] == pytest.approx(13e-3)
-    assert doc["settings"]["stage_times"] == "0.001,0.003"
+    assert doc["settings"]["stage_times"] == [0.001, 0.003]
     assert any("unbalanced" in v for v in doc["verdicts"])
 
 

@@ -38,7 +38,7 @@ def test_elements_and_dtype_make_the_message(run_json) -> None:
     # 25M fp32 elements = 100,000,000 bytes; seed 002's X and itsize appear in its time formula.
     doc = run_json("comm-volume", "--collective", "all-reduce", "--elements", "25M", "--dtype", "fp32", "--gpus", "4",
                    "--bandwidth", "25GB/s", "--latency", "5us")  # fmt: skip
-    assert doc["inputs"]["m"]["value"] == 100_000_000
+    assert doc["inputs"]["message_bytes"]["value"] == 100_000_000
     seed002 = doc["results"]["ring_time_seed002"]
     assert seed002["inputs"]["x"]["value"] == 25_000_000 and seed002["inputs"]["s"]["value"] == 4
     assert seed002["value"] == pytest.approx(6 * (5e-6 + 1e8 / 1e11), rel=1e-12)
@@ -138,7 +138,7 @@ def test_3d_uses_the_inter_node_link_across_nodes(run_json) -> None:
     links = {(r["group"] if "group" in r else r["dimension"], r["link"]) for r in rows}
     assert links == {("tp", "nvlink3"), ("dp", "nvlink3"), ("pp", "ib-hdr")}
     assert doc["settings"]["inter_node_link"] == "ib-hdr"
-    assert doc["inputs"]["beta_inter"]["value"] == 25e9  # IB HDR: 200 Gb/s per direction
+    assert doc["inputs"]["inter_node_bandwidth"]["value"] == 25e9  # IB HDR: 200 Gb/s per direction
 
 
 def test_sequence_parallel_flag(run_json) -> None:

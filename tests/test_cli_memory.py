@@ -20,7 +20,7 @@ def test_zero_figure_1_through_the_cli(run_json) -> None:
     total = results["weights"]["value"] + results["gradients"]["value"] + results["optimizer_states"]["value"]
     assert total == 210_986_752
     assert results["optimizer_states"]["formula"] == "K × Ψ / N_d"
-    assert doc["settings"]["zero"] == "1"
+    assert doc["settings"]["zero"] == 1
 
 
 def test_korthikanti_175b_first_stage(run_json) -> None:
@@ -58,7 +58,7 @@ def test_does_not_fit_is_a_verdict_not_an_error(run_json) -> None:
 def test_gpus_give_the_data_parallel_degree(run_json) -> None:
     # 64 GPUs as t = 8, p = 4: d = 64 / 32 = 2, over which ZeRO-1 shards the optimizer states
     doc = run_json("memory", *KORTHIKANTI_175B, "--tp", "8", "--pp", "4", "--gpus", "64", "--zero", "1")
-    assert doc["inputs"]["d"]["value"] == 2
+    assert doc["inputs"]["dp"]["value"] == 2
     assert doc["results"]["optimizer_states"]["inputs"]["N_d"]["value"] == 2
 
 
@@ -75,7 +75,7 @@ def test_per_stage_table(run_json) -> None:
 def test_interleaved_defaults_to_2p_micro_batches(run_json) -> None:
     doc = run_json("memory", *KORTHIKANTI_175B, "--tp", "8", "--pp", "8", "--schedule", "interleaved", "--chunks", "3")
     # m = 2p = 16; p (1 + (p - 1)/(p v)) = 8 + 7/3 micro-batches of the first stage's 12 layers
-    assert doc["inputs"]["m"]["value"] == 16
+    assert doc["inputs"]["micro_batches"]["value"] == 16
     assert doc["results"]["in_flight"]["value"] == pytest.approx(8 + 7 / 3, rel=1e-15)
 
 
