@@ -506,7 +506,7 @@ MEMORY = ["memory", "--model", "llama3-405b", "--seq-len", "8192", "--tp", "8", 
         ),
         pytest.param(
             ["bubble", "--stages", "1", "--micro-batches", "4", "--layers", "126", "--first-stage-layers", "7"],
-            "--first-stage-layers: an uneven split needs --stages > 1",
+            "--first-stage-layers: an uneven split needs --pp > 1",
             id="bubble-one-stage",
         ),
         pytest.param(
