@@ -80,6 +80,8 @@ def test_example_json_is_valid_against_its_schema(documents, line: str) -> None:
 
 def test_the_real_validator_agrees_where_installed(documents) -> None:
     jsonschema = pytest.importorskip("jsonschema")
+    for command in COMMANDS:
+        jsonschema.Draft202012Validator.check_schema(json.loads((SCHEMA_DIR / file_name(command)).read_text()))
     for line, document in documents.items():
         schema = json.loads((SCHEMA_DIR / file_name(document["command"])).read_text())
         jsonschema.Draft202012Validator(schema).validate(document)
@@ -173,3 +175,18 @@ def test_parcalc_schema_prints_the_shipped_file(runner) -> None:
     assert listed.stdout.split("\n")[:-1] == list(COMMANDS)
     wrong = runner.invoke(app, ["schema", "memroy"])
     assert wrong.exit_code == 2 and "did you mean 'memory'?" in wrong.stderr
+
+
+def test_nothing_fits_on_any_gpu_type_still_prints_json_and_the_table_the_nearest(runner) -> None:
+    """The same over two GPU types (both 80 GiB): one table of every configuration of each, a gpu column;
+    the terminal gets the 5 smallest footprints instead of all 636 (Llama 3.1 405B: 916.9 GB at best)."""
+    line = ["fit", "--model", "llama3-405b", "--gpus", "8", "--batch", "8", "--seq-len", "2048", "--search", "--gpu", "a100-sxm4-80gb"]
+    both = runner.invoke(app, [*line, "--gpu", "h100-sxm5", "--format", "json"])
+    assert both.exit_code == 1 and both.stderr.startswith("Error: nothing fits on any GPU type")
+    document = json.loads(both.stdout)
+    rows = document["tables"]["configurations"]["rows"]
+    assert {row["gpu"] for row in rows} == {"NVIDIA A100 SXM4 80GB", "NVIDIA H100 SXM5 80GB"} and not any(row["fits"] for row in rows)
+    assert document["settings"]["gpu"] == "a100-sxm4-80gb,h100-sxm5" and document["fits"] is False
+    assert problems(document, json.loads((SCHEMA_DIR / "fit.json").read_text())) == []
+    table = runner.invoke(app, [*line, "--format", "markdown"])
+    assert table.exit_code == 1 and "The 5 smallest footprints (none fits)" in table.stdout

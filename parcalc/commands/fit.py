@@ -318,11 +318,17 @@ def fit(
                                              inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
                                              dirs, ideal_network=ideal_network) for name in names[1:]]  # fmt: skip
             listed = [(k, ",".join(keys[name] for name in names)) if k == "gpu" else (k, v) for k, v in settings]
-            result = _compare_gpus(clusters, plans, ranking, top, listed, training,
+            listed = [(k, ",".join(c.gpu_name for c in clusters)) if k == "gpu_name" else (k, v) for k, v in listed]
+            try:
+                result = _compare_gpus(clusters, plans, ranking, top, listed, training,
                                    lambda c: _search_result(shape, training, c, sizes, recomputes, zero, sequence_parallel, interleaved,
                                                             top, explain, everything,
                                                             [*settings[:1], ("gpu", keys[names[clusters.index(c)]]), ("gpu_name", c.gpu_name), *settings[3:]],
                                                             pinned, ends))  # fmt: skip
+            except InfeasibleResult as error:
+                if output is None:
+                    finish(error.result, fmt, output)  # type: ignore[arg-type]
+                raise InfeasibleError(str(error)) from None
         else:
             try:
                 result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
@@ -649,6 +655,8 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
     from parcalc.core.fit import estimate
     from parcalc.core.fit_search import SearchSpace, search
     from parcalc.derivation import Result
+    from dataclasses import replace
+
     from parcalc.errors import InfeasibleResult, InputError
 
     space = SearchSpace(
@@ -674,9 +682,16 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
                f"per GPU ({evaluated.config(least).label()}), over the {_gib(cluster.capacity)} of a {cluster.gpu_name}")  # fmt: skip
         # the evaluated configurations and the rejections still print (JSON for a sweep's script), then exit 1
         title = f"No configuration fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+        extra = _parallel_columns(found, shape)
+        if everything:  # JSON and CSV: every configuration, as when some fit
+            tried = _configurations_table(found, None, "Every configuration evaluated", extra)
+        else:  # the other formats: the smallest footprints, the nearest to fitting
+            import numpy as np
+
+            nearest = np.argsort(evaluated.columns["memory"], kind="stable")[:top]
+            tried = replace(_configurations_table(found, nearest, f"The {len(nearest)} smallest footprints (none fits)", extra), key="smallest")
         shown = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(),
-                       tables=(_configurations_table(found, None, "Every configuration evaluated", _parallel_columns(found, shape)),
-                               _rejections_table(found)),
+                       tables=(tried, _rejections_table(found)),
                        verdicts=(why,), settings=tuple(settings), fits=False,
                        assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
         raise InfeasibleResult(why, shown)
@@ -941,18 +956,28 @@ def _compare_gpus(clusters: list[Cluster], plans: list[Any], rank_by: str, top: 
     from parcalc.derivation import Column, Table
     from parcalc.errors import InfeasibleError
 
-    found, skipped = [], []
+    from parcalc.errors import InfeasibleResult
+
+    found, skipped, tried = [], [], []
     for cluster, plan in zip(clusters, plans, strict=True):
         try:
             result = search(cluster)
         except InfeasibleError as error:
             skipped.append(f"{cluster.gpu_name}: {error}")
+            tried += [(cluster.gpu_name, error.result)] if isinstance(error, InfeasibleResult) else []
             continue
         if plan is not None:
             result = _with_run(result, plan, cluster, training, search=True)
         found.append((cluster, result))
     if not found:
-        raise InfeasibleError("nothing fits on any GPU type: " + "; ".join(skipped))
+        why = "nothing fits on any GPU type: " + "; ".join(skipped)
+        if tried:  # what each GPU type tried, in one table with a GPU column: its JSON still prints (exit 1)
+            every = [(name, r.tables[0]) for name, r in tried]  # "configurations", or "smallest" outside JSON and CSV
+            merged = Table(every[0][1].key, every[0][1].title + " (every GPU type)", (Column("gpu", "GPU"), *every[0][1].columns),
+                           tuple((name, *row) for name, t in every for row in t.rows))  # fmt: skip
+            raise InfeasibleResult(why, replace(tried[0][1], title="No configuration fits on any GPU type", verdicts=tuple(skipped),
+                                                tables=(merged,), settings=tuple(settings)))  # fmt: skip
+        raise InfeasibleError(why)
 
     def key(result: Result) -> float:
         return result.derivation("cost_per_million_tokens" if rank_by == "cost" else "t_step").value
