@@ -32,6 +32,10 @@ COMMANDS = {
     "comm-volume all": ["comm-volume", "--strategy", "all", "--model", "gpt3-175b", "--batch", "1536", "--seq-len", "2048"],
     "comm-volume 3d": ["comm-volume", "--strategy", "3d", "--model", "gpt3-175b", "--tp", "8", "--pp", "8", "--dp", "4",
                        "--batch", "1536", "--seq-len", "2048"],
+    # the same line in Megatron-LM's spelling: what the hidden aliases (parcalc.flags) cost when used
+    "comm-volume 3d megatron": ["comm-volume", "--strategy", "3d", "--model", "gpt3-175b", "--tensor-model-parallel-size", "8",
+                                "--pipeline-model-parallel-size", "8", "--dp", "4", "--global-batch-size", "1536",
+                                "--seq-length", "2048"],
 }  # fmt: skip
 
 

@@ -50,6 +50,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "analyze": CommandSpec("parcalc.commands.analyze", function="analyze"),
     "scaling": CommandSpec("parcalc.commands.scaling", function="scaling"),
     "sweep": CommandSpec("parcalc.commands.sweep", function="sweep"),
+    "schema": CommandSpec("parcalc.commands.schema", function="schema"),
 }
 
 
@@ -68,6 +69,7 @@ SUMMARIES: dict[str, str] = {
     "presets": "List and show GPU, link, model and worksheet presets.",
     "report": "Answer a worksheet and write it up as PDF or Markdown.",
     "scaling": "Speedup and efficiency as the GPU count grows.",
+    "schema": "Print the JSON Schema of a command's output.",
     "sweep": "Run one command over a grid of flag values.",
 }
 SUMMARY_CHARS = 60  # 80 columns less the indent, the longest name (comm-volume) and the gaps
@@ -93,6 +95,7 @@ def load_command(name: str) -> Any:
         _give_config_option(command, name)
     if name in SUMMARIES:
         command.short_help = SUMMARIES[name]
+    _accept_vocabulary(command, name, getattr(module, "BARE_OPTIONS", {}))
     if COMPLETE_VAR in os.environ:  # only while the shell asks for completions: see parcalc.completion
         from parcalc.completion import complete_preset_names
 
@@ -131,6 +134,58 @@ def _give_config_option(command: Any, name: str) -> None:
             f"\n\n\b\nRun files (flags by name in YAML or TOML; the command line wins):\n"
             f"  parcalc {path} --config run.yaml\n  cat run.yaml | parcalc {path} --config - --format json\n"
         )
+def _accept_vocabulary(command: Any, path: str, bare: dict[str, str] | None = None) -> None:
+    """Choices in any case (`--format JSON`, `--recompute FULL`), and the hidden spellings of the
+    flag vocabulary (parcalc.flags: old names, Megatron-LM's) on the command and its subcommands.
+
+    The vocabulary is imported only when a command line holds a long option the command does not
+    declare, so a one-liner in parcalc's own spelling pays one set lookup per flag."""
+    for sub_name, sub in getattr(command, "commands", {}).items():
+        _accept_vocabulary(sub, f"{path} {sub_name}")
+    for param in command.params:
+        if hasattr(param.type, "case_sensitive"):
+            param.type.case_sensitive = False
+    fmt = next((p for p in command.params if p.name == "fmt"), None)
+    if fmt is not None and "csv" in getattr(fmt.type, "choices", ()):
+        command.params.append(type(fmt)(
+            param_decls=["--table"], metavar="NAME", expose_value=False, callback=_choose_table,
+            help="With --format csv: which of the result's tables to print (CSV holds one; the name as in the JSON's tables).",
+        ))  # fmt: skip
+    parse = command.parse_args
+
+    def parse_args(ctx: Any, args: list[str]) -> Any:
+        declared = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+        if any(arg[:2] == "--" and arg.split("=", 1)[0] not in declared for arg in args):
+            from parcalc.flags import translate
+
+            args = translate(path, args, declared)
+        if bare:
+            args = _bare_values(args, bare)
+        return parse(ctx, args)
+
+    command.parse_args = parse_args
+
+
+def _choose_table(ctx: Any, param: Any, value: str | None) -> None:
+    """--table NAME: read by parcalc.render.csv_out when it picks the table to print; set at every
+    invocation (None when not given), so that one run's choice never reaches the next in-process
+    (a worksheet's calculations, a sweep, tests)."""
+    from parcalc.output import chosen_table
+
+    chosen_table.set(value)
+
+
+def _bare_values(args: list[str], bare: dict[str, str]) -> list[str]:
+    """`--recompute` followed by nothing or by another option becomes `--recompute full`."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        out.append(arg)
+        following = args[i + 1] if i + 1 < len(args) else None
+        if arg in bare and (following is None or following.startswith("-")):
+            out.append(bare[arg])
+    return out
 
 
 def _get_command(typer_app: typer.Typer) -> Any:

@@ -145,6 +145,8 @@ class Result:
     assumptions: tuple[str, ...] = field(default=())
     settings: tuple[tuple[str, str], ...] = ()  # non-numeric inputs as resolved: ("gpu", "a100-sxm4-80gb")
     answer: str = ""  # key of the derivation that answers the command, shown first on a terminal
+    fits: bool | None = None  # memory and fit: whether it fits in the GPU's memory (None: no capacity given, or not a question of fitting)
+    main_table: str = ""  # the table --format csv prints without --table (default: the first)
 
     def derivation(self, key: str) -> Derivation:
         for derivation in self.derivations:

@@ -47,3 +47,12 @@ class RenderError(ParcalcError):
     """An output that could not be produced (TeX failed, say)."""
 
     exit_code = 1
+
+
+class InfeasibleResult(InfeasibleError):
+    """Nothing fits, with the Result that shows why (every configuration tried): the command prints
+    it, in any format (a sweep's script still gets its JSON), then fails with exit 1."""
+
+    def __init__(self, message: str, result: object) -> None:
+        super().__init__(message)
+        self.result = result

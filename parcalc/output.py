@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from contextvars import ContextVar
 from enum import Enum
 from pathlib import Path
 
@@ -13,6 +14,10 @@ from parcalc.errors import InputError, shown
 from parcalc.files import check_name_length, write_atomically
 
 __all__ = ["OutputFormat", "check_writable", "draws_figures", "emit", "render_text", "resolve_format", "write_atomically"]
+
+
+# --table NAME (parcalc.cli adds it to every command with --format csv): the table CSV prints.
+chosen_table: ContextVar[str | None] = ContextVar("chosen_table", default=None)
 
 
 class OutputFormat(str, Enum):
@@ -134,6 +139,8 @@ def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
         print(f"wrote {output}", file=sys.stderr)
         return
     chosen = resolve_format(fmt, output)
+    if chosen_table.get() is not None and chosen is not OutputFormat.CSV:
+        raise InputError(f"--table: picks the one table --format csv prints; with {chosen.value} every table is shown")
     if output is not None and output.suffix.lower() == ".pdf":
         from parcalc.render.latex import render_latex_document
         from parcalc.render.pdf import compile_pdf

@@ -311,8 +311,13 @@ def _check_inputs(calculation: Calculation, command: Any) -> None:
     say which key of the worksheet, nor what the command takes)."""
     options = sorted({opt[2:] for param in command.params for opt in getattr(param, "opts", ()) if opt.startswith("--")})
     options += [p.name for p in command.params if getattr(p, "param_type_name", "") == "argument"]
+    declared = {"--" + option for option in options}
     for key in calculation.inputs:
         if str(key) in options:
+            continue
+        from parcalc.flags import canonical
+
+        if canonical(calculation.command, "--" + str(key), declared) is not None:  # an old or Megatron-LM spelling
             continue
         close = difflib.get_close_matches(str(key), options, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""

@@ -352,7 +352,7 @@ def test_fit_uses_a_calibrated_link_from_a_preset_dir(
     calibrate(runner, tmp_path, "a100x8_nvlink_all_reduce.txt", key="our-nvlink")
     doc = run_json("fit", "--presets", str(tmp_path), "--gpu", "a100-sxm4-80gb", "--link", "our-nvlink", "--model", "homework-7b",
                    "--gpus", "8", "--seq-len", "2048")  # fmt: skip
-    assert doc["inputs"]["B_intra"]["value"] == 230_840_000_000
+    assert doc["inputs"]["intra_node_bandwidth"]["value"] == 230_840_000_000
 
 
 def test_preset_text_goes_to_stdout_and_the_report_to_stderr(runner) -> None:
@@ -548,7 +548,7 @@ def test_cpu_sweep_writes_a_gpu_preset_that_fit_uses(
     assert len(report["tables"]["gemms"]["rows"]) == 8
     doc = run_json("fit", "--presets", str(tmp_path), "--gpu", "my-cpu", "--model", "homework-7b", "--gpus", "8", "--seq-len", "2048",
                    "--precision", "fp32", "--capacity", "80GiB")  # fmt: skip
-    assert doc["inputs"]["e_mm"]["value"] == share.value
+    assert doc["inputs"]["gemm_efficiency"]["value"] == share.value
     # `presets show` lists the share and the measured sweep behind it, row for row
     shown = run_json("presets", "show", "my-cpu", "--presets", str(tmp_path))
     rows = {row["field"]: row for row in shown["tables"]["fields"]["rows"]}

@@ -22,7 +22,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 @pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
 def test_seed003_example(run_json, schedule: str) -> None:
     # Seed 003: 4 stages, 16 micro-batches: 3/19 = 15.8 % of total, 3/16 = 18.75 % relative.
-    doc = run_json("bubble", "--stages", "4", "--micro-batches", "16", "--schedule", schedule)
+    doc = run_json("bubble", "--pp", "4", "--micro-batches", "16", "--schedule", schedule)
     results = doc["results"]
     assert results["bubble_share"]["value"] == pytest.approx(3 / 19, abs=1e-15)
     assert results["bubble_relative"]["value"] == 0.1875
@@ -36,7 +36,7 @@ def test_seed003_example(run_json, schedule: str) -> None:
 
 
 def test_json_carries_timeline_events_and_devices(run_json) -> None:
-    doc = run_json("bubble", "--stages", "4", "--micro-batches", "8", "--t-forward", "10ms")
+    doc = run_json("bubble", "--pp", "4", "--micro-batches", "8", "--t-forward", "10ms")
     events = doc["tables"]["timeline"]["rows"]
     assert len(events) == 2 * 4 * 8  # one F and one B per micro-batch per stage
     assert set(events[0]) == {"device", "op", "micro_batch", "chunk", "start", "end"}
@@ -52,7 +52,7 @@ def test_json_carries_timeline_events_and_devices(run_json) -> None:
 
 
 def test_zero_bubble_json_has_w_passes(run_json) -> None:
-    doc = run_json("bubble", "--stages", "4", "--micro-batches", "12", "--schedule", "zb-h2")
+    doc = run_json("bubble", "--pp", "4", "--micro-batches", "12", "--schedule", "zb-h2")
     ops = [e["op"] for e in doc["tables"]["timeline"]["rows"]]
     assert ops.count("W") == ops.count("F") == ops.count("B") == 4 * 12
     # Qi et al. 2024 Table 2 with T_F = T_B = T_W: ZB-H2 has no bubble per device
@@ -63,15 +63,15 @@ def test_zero_bubble_json_has_w_passes(run_json) -> None:
 
 def test_interleaved(run_json) -> None:
     # Narayanan et al. 2021 sec. 2.2.2: (p - 1)/(v m) = 3/16 with p = 4, m = 8, v = 2 (default)
-    doc = run_json("bubble", "--stages", "4", "--micro-batches", "8", "--schedule", "interleaved")
-    assert doc["inputs"]["v"]["value"] == 2
+    doc = run_json("bubble", "--pp", "4", "--micro-batches", "8", "--schedule", "interleaved")
+    assert doc["inputs"]["chunks"]["value"] == 2
     assert doc["results"]["bubble_relative"]["value"] == 0.1875
     assert {e["chunk"] for e in doc["tables"]["timeline"]["rows"]} == {1, 2}
 
 
 def test_target(run_json) -> None:
     # (p - 1)(1 - t)/t = 3 x 0.9/0.1 = 27 (share of total); (p - 1)/t = 30 (relative to ideal)
-    doc = run_json("bubble", "--stages", "4", "--micro-batches", "16", "--target", "10%")
+    doc = run_json("bubble", "--pp", "4", "--micro-batches", "16", "--target", "10%")
     assert doc["results"]["micro_batches_for_target"]["value"] == 27
     assert doc["results"]["micro_batches_for_target_relative"]["value"] == 30
     assert any("m = 27" in verdict for verdict in doc["verdicts"])
@@ -80,10 +80,10 @@ def test_target(run_json) -> None:
 def test_unbalanced_stages_and_latency(run_json) -> None:
     # p = 2, m = 1, stage forwards 1 ms and 3 ms, backwards twice those, 0.5 ms between stages:
     # F 0-1, F 1.5-4.5, B 4.5-10.5, B 11-13 ms.
-    doc = run_json("bubble", "--stages", "2", "--micro-batches", "1", "--t-forward", "1ms",
+    doc = run_json("bubble", "--pp", "2", "--micro-batches", "1", "--t-forward", "1ms",
                    "--stage-times", "1ms,3ms", "--p2p-latency", "0.5ms")  # fmt: skip
     assert doc["results"]["sim_makespan"]["value"] == pytest.approx(13e-3)
-    assert doc["settings"]["stage_times"] == "0.001,0.003"
+    assert doc["settings"]["stage_times"] == [0.001, 0.003]
     assert any("unbalanced" in v for v in doc["verdicts"])
 
 
@@ -92,7 +92,7 @@ def test_unbalanced_stages_and_latency(run_json) -> None:
 
 
 def test_timeline_text_8_stages_32_micro_batches_is_legible(runner) -> None:
-    result = runner.invoke(app, ["bubble", "--stages", "8", "--micro-batches", "32", "--timeline"])
+    result = runner.invoke(app, ["bubble", "--pp", "8", "--micro-batches", "32", "--timeline"])
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "\x1b[" not in out  # plain characters when colour is off
@@ -111,9 +111,9 @@ def test_timeline_text_8_stages_32_micro_batches_is_legible(runner) -> None:
 
 
 def test_timeline_text_shows_w_and_chunks(runner) -> None:
-    zb = runner.invoke(app, ["bubble", "--stages", "2", "--micro-batches", "4", "--schedule", "zb-h1", "--timeline"])
+    zb = runner.invoke(app, ["bubble", "--pp", "2", "--micro-batches", "4", "--schedule", "zb-h1", "--timeline"])
     assert zb.exit_code == 0 and "W1" in zb.stdout and "weight gradient" in zb.stdout
-    interleaved = runner.invoke(app, ["bubble", "--stages", "2", "--micro-batches", "4", "--schedule", "interleaved", "--timeline"])
+    interleaved = runner.invoke(app, ["bubble", "--pp", "2", "--micro-batches", "4", "--schedule", "interleaved", "--timeline"])
     assert interleaved.exit_code == 0 and "F1.2" in interleaved.stdout
 
 
@@ -133,7 +133,7 @@ def test_timeline_in_colour() -> None:
 
 def test_svg_output(runner, tmp_path: Path) -> None:
     target = tmp_path / "timeline.svg"
-    result = runner.invoke(app, ["bubble", "--stages", "4", "--micro-batches", "8", "--schedule", "zb-h1", "-o", str(target)])
+    result = runner.invoke(app, ["bubble", "--pp", "4", "--micro-batches", "8", "--schedule", "zb-h1", "-o", str(target)])
     assert result.exit_code == 0, result.output
     assert f"wrote {target}" in result.stderr
     root = ET.parse(target).getroot()  # well-formed XML
@@ -147,22 +147,28 @@ def test_svg_output(runner, tmp_path: Path) -> None:
 
 def test_text_file_with_timeline(runner, tmp_path: Path) -> None:
     target = tmp_path / "bubble.txt"
-    result = runner.invoke(app, ["bubble", "--stages", "2", "--micro-batches", "3", "--timeline", "-o", str(target)])
+    result = runner.invoke(app, ["bubble", "--pp", "2", "--micro-batches", "3", "--timeline", "-o", str(target)])
     assert result.exit_code == 0, result.output
     text = target.read_text()
     assert "Bubble as a share of total time" in text and "Device 2" in text and "B3" in text
 
 
-def test_csv_is_the_event_table(runner) -> None:
-    result = runner.invoke(app, ["bubble", "--stages", "3", "--micro-batches", "2", "--format", "csv"])
+def test_csv_is_the_device_table_and_table_timeline_the_events(runner) -> None:
+    """CSV holds one table: the devices by default (issue #15: the events were the first table), said
+    on stderr; --table timeline gives the p x m x 2 passes (3 x 2 x 2 = 12 rows), headers the JSON keys."""
+    result = runner.invoke(app, ["bubble", "--pp", "3", "--micro-batches", "2", "--format", "csv"])
     assert result.exit_code == 0, result.output
     rows = list(csv.reader(io.StringIO(result.stdout)))
-    assert rows[0] == ["device", "op", "micro_batch", "chunk", "start [s]", "end [s]"]
+    assert rows[0][0] == "device" and len(rows) == 1 + 3
+    assert result.stderr == "csv: printed table 'devices'; the others: timeline, results (--table NAME picks one)\n"
+    events = runner.invoke(app, ["bubble", "--pp", "3", "--micro-batches", "2", "--format", "csv", "--table", "timeline"])
+    rows = list(csv.reader(io.StringIO(events.stdout)))
+    assert rows[0] == ["device", "op", "micro_batch", "chunk", "start", "end"]
     assert len(rows) == 1 + 2 * 3 * 2
 
 
 def test_markdown_leaves_out_the_events(runner) -> None:
-    result = runner.invoke(app, ["bubble", "--stages", "3", "--micro-batches", "2", "--format", "markdown"])
+    result = runner.invoke(app, ["bubble", "--pp", "3", "--micro-batches", "2", "--format", "markdown"])
     assert result.exit_code == 0
     assert "### Devices" in result.stdout and "### Timeline" not in result.stdout
 
@@ -172,7 +178,7 @@ def test_worksheet_keeps_the_timeline_for_the_report() -> None:
     from parcalc.render.report import timeline_figure
     from parcalc.worksheet import Calculation, run_calculation
 
-    result = run_calculation(Calculation("bubble", {"stages": 4, "micro-batches": 8, "schedule": "zb-h1", "timeline": True}))
+    result = run_calculation(Calculation("bubble", {"pp": 4, "micro-batches": 8, "schedule": "zb-h1", "timeline": True}))
     assert any(t.key == "timeline" for t in result.tables)
     figure = timeline_figure([result])
     assert figure is not None and len(figure["boxes"]) == 3 * 4 * 8
@@ -187,24 +193,24 @@ def test_worksheet_keeps_the_timeline_for_the_report() -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        pytest.param(["--stages", "0", "--micro-batches", "4"], "--stages", id="p-zero"),
-        pytest.param(["--stages", "-2", "--micro-batches", "4"], "--stages", id="p-negative"),
-        pytest.param(["--stages", "4", "--micro-batches", "0"], "--micro-batches", id="m-zero"),
-        pytest.param(["--stages", "2.5", "--micro-batches", "4"], "whole number", id="p-fraction"),
-        pytest.param(["--stages", "4", "--micro-batches", "6", "--schedule", "interleaved"], "multiple of p", id="interleaved-m"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--schedule", "interleaved", "--chunks", "0"], "--chunks", id="v-zero"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--chunks", "2"], "only the interleaved", id="chunks-1f1b"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--t-forward", "-1ms"], "--t-forward", id="negative-forward"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--t-backward", "-3ms"], "--t-backward", id="negative-backward"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--t-weight", "-1ms"], "--t-weight", id="negative-weight"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--t-weight", "3s"], "cannot exceed", id="weight-over-backward"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--p2p-latency", "-1us"], "--p2p-latency", id="negative-latency"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--stage-times", "1ms,2ms"], "one forward time per stage", id="stage-times-count"),
-        pytest.param(["--stages", "2", "--micro-batches", "8", "--stage-times", "1ms,-2ms"], "--stage-times", id="stage-times-negative"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--target", "150%"], "--target", id="target-over-100"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "--schedule", "pipedream"], "--schedule", id="unknown-schedule"),
-        pytest.param(["--stages", "4", "--micro-batches", "8", "-o", "timeline.png"], ".svg", id="unknown-extension"),
-        pytest.param(["--micro-batches", "8"], "--stages", id="missing-stages"),
+        pytest.param(["--pp", "0", "--micro-batches", "4"], "--pp", id="p-zero"),
+        pytest.param(["--pp", "-2", "--micro-batches", "4"], "--pp", id="p-negative"),
+        pytest.param(["--pp", "4", "--micro-batches", "0"], "--micro-batches", id="m-zero"),
+        pytest.param(["--pp", "2.5", "--micro-batches", "4"], "whole number", id="p-fraction"),
+        pytest.param(["--pp", "4", "--micro-batches", "6", "--schedule", "interleaved"], "multiple of p", id="interleaved-m"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--schedule", "interleaved", "--chunks", "0"], "--chunks", id="v-zero"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--chunks", "2"], "only the interleaved", id="chunks-1f1b"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--t-forward", "-1ms"], "--t-forward", id="negative-forward"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--t-backward", "-3ms"], "--t-backward", id="negative-backward"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--t-weight", "-1ms"], "--t-weight", id="negative-weight"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--t-weight", "3s"], "cannot exceed", id="weight-over-backward"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--p2p-latency", "-1us"], "--p2p-latency", id="negative-latency"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--stage-times", "1ms,2ms"], "one forward time per stage", id="stage-times-count"),
+        pytest.param(["--pp", "2", "--micro-batches", "8", "--stage-times", "1ms,-2ms"], "--stage-times", id="stage-times-negative"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--target", "150%"], "--target", id="target-over-100"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "--schedule", "pipedream"], "--schedule", id="unknown-schedule"),
+        pytest.param(["--pp", "4", "--micro-batches", "8", "-o", "timeline.png"], ".svg", id="unknown-extension"),
+        pytest.param(["--micro-batches", "8"], "--pp", id="missing-stages"),
     ],
 )
 def test_bad_input(run_error, args: list[str], fragment: str) -> None:
@@ -213,12 +219,12 @@ def test_bad_input(run_error, args: list[str], fragment: str) -> None:
 
 
 def test_interleaved_error_explains_the_constraint(run_error) -> None:
-    line = run_error(["bubble", "--stages", "4", "--micro-batches", "6", "--schedule", "interleaved"])
+    line = run_error(["bubble", "--pp", "4", "--micro-batches", "6", "--schedule", "interleaved"])
     assert "try 4 or 8" in line and "Megatron-LM" in line
 
 
 def test_bad_svg_path_writes_nothing(run_error, tmp_path: Path) -> None:
-    run_error(["bubble", "--stages", "2", "--micro-batches", "2", "-o", str(tmp_path / "missing" / "t.svg")])
+    run_error(["bubble", "--pp", "2", "--micro-batches", "2", "-o", str(tmp_path / "missing" / "t.svg")])
     assert not (tmp_path / "missing").exists()
 
 

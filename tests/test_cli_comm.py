@@ -21,7 +21,7 @@ SEED004 = ["--model", "homework-7b", "--batch", "128", "--seq-len", "4096", "--d
 def test_ring_all_reduce_seed003_example(run_json) -> None:
     # Seed 003 sec. 11: P = 1 GB on 4 GPUs -> 2 P (N-1)/N = 1.5 GB sent per device.
     # Time at 25 GB/s, 5 us: 2 x 3 x (5e-6 + 1e9 / (4 x 25e9)) = 6 x 0.010005 = 0.06003 s.
-    doc = run_json("comm-volume", "--collective", "all-reduce", "--size", "1GB", "--workers", "4",
+    doc = run_json("comm-volume", "--collective", "all-reduce", "--size", "1GB", "--gpus", "4",
                    "--bandwidth", "25GB/s", "--latency", "5us")  # fmt: skip
     results = doc["results"]
     assert results["sent_per_worker"]["value"] == 1_500_000_000
@@ -36,23 +36,23 @@ def test_ring_all_reduce_seed003_example(run_json) -> None:
 
 def test_elements_and_dtype_make_the_message(run_json) -> None:
     # 25M fp32 elements = 100,000,000 bytes; seed 002's X and itsize appear in its time formula.
-    doc = run_json("comm-volume", "--collective", "all-reduce", "--elements", "25M", "--dtype", "fp32", "--workers", "4",
+    doc = run_json("comm-volume", "--collective", "all-reduce", "--elements", "25M", "--dtype", "fp32", "--gpus", "4",
                    "--bandwidth", "25GB/s", "--latency", "5us")  # fmt: skip
-    assert doc["inputs"]["m"]["value"] == 100_000_000
+    assert doc["inputs"]["message_bytes"]["value"] == 100_000_000
     seed002 = doc["results"]["ring_time_seed002"]
     assert seed002["inputs"]["x"]["value"] == 25_000_000 and seed002["inputs"]["s"]["value"] == 4
     assert seed002["value"] == pytest.approx(6 * (5e-6 + 1e8 / 1e11), rel=1e-12)
 
 
 def test_compare_prints_every_algorithm_beside_the_slide(run_json, runner) -> None:
-    doc = run_json("comm-volume", "--collective", "all-reduce", "--size", "1GB", "--workers", "8", "--link", "nvlink3", "--compare")
+    doc = run_json("comm-volume", "--collective", "all-reduce", "--size", "1GB", "--gpus", "8", "--link", "nvlink3", "--compare")
     rows = {r["algorithm"]: r for r in doc["tables"]["algorithms"]["rows"]}
     assert list(rows) == [a.value for a in Algorithm][:7]
     # Ring: exact 2(N-1)M = 14 GB beside seed 001's 2NM = 16 GB; naive N(N-1)M = 56 GB beside N^2 M = 64 GB.
     assert (rows["ring"]["total"], rows["ring"]["slide_total"], rows["ring"]["slide_formula"]) == (14e9, 16e9, "2 × N × M")
     assert (rows["naive"]["total"], rows["naive"]["slide_total"]) == (56e9, 64e9)
     assert rows["parameter-server"]["total"] == 16e9
-    text = runner.invoke(app, ["comm-volume", "--collective", "all-reduce", "--size", "1GB", "--workers", "8", "--compare"])
+    text = runner.invoke(app, ["comm-volume", "--collective", "all-reduce", "--size", "1GB", "--gpus", "8", "--compare"])
     assert text.exit_code == 0
     assert "seed 001 total" in text.stdout and "double-binary-tree" in text.stdout
 
@@ -69,7 +69,7 @@ def test_compare_prints_every_algorithm_beside_the_slide(run_json, runner) -> No
     ],
 )
 def test_other_collectives(run_json, collective: str, sent: int) -> None:
-    doc = run_json("comm-volume", "--collective", collective, "--size", "512MiB", "--workers", "16", "--link", "ib-ndr")
+    doc = run_json("comm-volume", "--collective", collective, "--size", "512MiB", "--gpus", "16", "--link", "ib-ndr")
     assert doc["results"]["sent_per_worker"]["value"] == sent
 
 
@@ -126,7 +126,7 @@ def test_pp_direction_and_micro_batches(run_json) -> None:
     doc = run_json("comm-volume", "--strategy", "pp", *SEED004, "--micro-batch", "4", "--schedule", "gpipe")
     rows = doc["tables"]["collectives"]["rows"]
     # 128 / 4 = 32 sends of 4 x 4096 x 4096 x 2 = 134,217,728 B on each of the 7 boundaries, each way.
-    assert {(r["direction"], r["calls"], r["bytes_per_call"], r["groups"]) for r in rows} == {
+    assert {(r["direction"], r["calls"], r["mean_bytes_per_call"], r["groups"]) for r in rows} == {
         ("i → i+1", 32, 134_217_728, 7), ("i+1 → i", 32, 134_217_728, 7)}
     assert doc["settings"]["schedule"] == "gpipe"
 
@@ -138,7 +138,7 @@ def test_3d_uses_the_inter_node_link_across_nodes(run_json) -> None:
     links = {(r["group"] if "group" in r else r["dimension"], r["link"]) for r in rows}
     assert links == {("tp", "nvlink3"), ("dp", "nvlink3"), ("pp", "ib-hdr")}
     assert doc["settings"]["inter_node_link"] == "ib-hdr"
-    assert doc["inputs"]["beta_inter"]["value"] == 25e9  # IB HDR: 200 Gb/s per direction
+    assert doc["inputs"]["inter_node_bandwidth"]["value"] == 25e9  # IB HDR: 200 Gb/s per direction
 
 
 def test_sequence_parallel_flag(run_json) -> None:
@@ -166,14 +166,14 @@ def test_other_formats(runner, fmt: str) -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "0"], "--workers: '0' must be greater than zero", id="workers-0"),
-        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "-2"], "--workers", id="workers-negative"),
-        pytest.param(["--collective", "all-reduce", "--size", "0", "--workers", "4"], "--size: '0' must be greater than zero", id="size-0"),
-        pytest.param(["--collective", "all-reduce", "--size", "-1GB", "--workers", "4"], "--size", id="size-negative"),
-        pytest.param(["--collective", "all-reduce", "--workers", "4"], "--size: required", id="size-missing"),
-        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "4", "--algorithm", "pairwise"], "--algorithm: pairwise does not apply", id="wrong-algorithm"),
-        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "4", "--latency", "5us"], "--latency: give --bandwidth with it", id="latency-alone"),
-        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "4", "--link", "nvlnk4"], "unknown link", id="unknown-link"),
+        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--gpus", "0"], "--gpus: '0' must be greater than zero", id="workers-0"),
+        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--gpus", "-2"], "--gpus", id="workers-negative"),
+        pytest.param(["--collective", "all-reduce", "--size", "0", "--gpus", "4"], "--size: '0' must be greater than zero", id="size-0"),
+        pytest.param(["--collective", "all-reduce", "--size", "-1GB", "--gpus", "4"], "--size", id="size-negative"),
+        pytest.param(["--collective", "all-reduce", "--gpus", "4"], "--size: required", id="size-missing"),
+        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--gpus", "4", "--algorithm", "pairwise"], "--algorithm: pairwise does not apply", id="wrong-algorithm"),
+        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--gpus", "4", "--latency", "5us"], "--latency: give --bandwidth with it", id="latency-alone"),
+        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--gpus", "4", "--link", "nvlnk4"], "unknown link", id="unknown-link"),
         pytest.param([], "give one of --collective", id="nothing"),
         pytest.param(["--collective", "all-reduce", "--strategy", "dp"], "give one of --collective", id="both"),
         pytest.param(["--strategy", "tp", *SEED004[:-2], "--gpus", "3"], "--tp: 3 does not divide the 32 attention heads", id="tp-heads"),
@@ -187,7 +187,7 @@ def test_other_formats(runner, fmt: str) -> None:
         pytest.param(["--strategy", "dp", *SEED004, "--dtype", "fp12"], "--dtype: unknown dtype", id="dtype"),
         pytest.param(["--strategy", "3d", *SEED004[:-2], "--zero", "5"], "--zero", id="zero-stage"),
         pytest.param(["--strategy", "dp", *SEED004, "--size", "1GB"], "--size: applies to --collective, not --strategy", id="size-with-strategy"),
-        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--workers", "4", "--model", "homework-7b"], "--model: applies to --strategy", id="model-with-collective"),
+        pytest.param(["--collective", "all-reduce", "--size", "1GB", "--gpus", "4", "--model", "homework-7b"], "--model: applies to --strategy", id="model-with-collective"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(run_error, args: list[str], fragment: str) -> None:

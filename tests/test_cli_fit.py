@@ -25,7 +25,7 @@ def test_strategy_table_matches_parcalc_memory(run_json) -> None:
     mem = run_json("memory", "--model", "gpt2-xl", "--gpu", "a100-sxm4-40gb", "--seq-len", "1024", "--micro-batch", "2",
                    "--dp", "4", "--zero", "2", "--recompute", "selective", "--micro-batches", "1", "--fp32-grads")  # fmt: skip
     assert zero2["memory"] == mem["results"]["total"]["value"]
-    assert zero2["fits"] == ("yes" if mem["results"]["headroom"]["value"] >= 0 else "no")
+    assert zero2["fits"] is (mem["results"]["headroom"]["value"] >= 0)
     pp = next(r for r in rows if r["strategy"] == "PP" and r["recompute"] == "none")
     assert (pp["tp"], pp["pp"], pp["dp"]) == (1, 4, 1)
     assert pp["max_layers"] % 4 == 0
@@ -66,7 +66,7 @@ def test_search_csv_streams_every_configuration(runner) -> None:
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert len(rows) > 100
     assert {r["recompute"] for r in rows} == {"full"}
-    assert "t_step [s]" in rows[0]
+    assert "t_step" in rows[0]  # headers are the JSON keys
 
 
 def test_search_table_explains_the_winner(runner) -> None:

@@ -53,7 +53,7 @@ def test_per_token_and_six_nd_per_iteration(run_json) -> None:
     tokens = 2 * 2048
     assert results["model_flops_per_token"]["value"] == pytest.approx(results["model_flops"]["value"] / tokens, rel=1e-15)
     # 6 N D with N the preset's parameters (174.6 B) and D = 4096 tokens
-    assert results["six_nd"]["value"] == pytest.approx(6 * doc["inputs"]["P"]["value"] * tokens, rel=1e-15)
+    assert results["six_nd"]["value"] == pytest.approx(6 * doc["inputs"]["params"]["value"] * tokens, rel=1e-15)
 
 
 def test_peak_can_be_given(run_json) -> None:

@@ -20,7 +20,7 @@ def test_zero_figure_1_through_the_cli(run_json) -> None:
     total = results["weights"]["value"] + results["gradients"]["value"] + results["optimizer_states"]["value"]
     assert total == 210_986_752
     assert results["optimizer_states"]["formula"] == "K × Ψ / N_d"
-    assert doc["settings"]["zero"] == "1"
+    assert doc["settings"]["zero"] == 1
 
 
 def test_korthikanti_175b_first_stage(run_json) -> None:
@@ -58,7 +58,7 @@ def test_does_not_fit_is_a_verdict_not_an_error(run_json) -> None:
 def test_gpus_give_the_data_parallel_degree(run_json) -> None:
     # 64 GPUs as t = 8, p = 4: d = 64 / 32 = 2, over which ZeRO-1 shards the optimizer states
     doc = run_json("memory", *KORTHIKANTI_175B, "--tp", "8", "--pp", "4", "--gpus", "64", "--zero", "1")
-    assert doc["inputs"]["d"]["value"] == 2
+    assert doc["inputs"]["dp"]["value"] == 2
     assert doc["results"]["optimizer_states"]["inputs"]["N_d"]["value"] == 2
 
 
@@ -75,7 +75,7 @@ def test_per_stage_table(run_json) -> None:
 def test_interleaved_defaults_to_2p_micro_batches(run_json) -> None:
     doc = run_json("memory", *KORTHIKANTI_175B, "--tp", "8", "--pp", "8", "--schedule", "interleaved", "--chunks", "3")
     # m = 2p = 16; p (1 + (p - 1)/(p v)) = 8 + 7/3 micro-batches of the first stage's 12 layers
-    assert doc["inputs"]["m"]["value"] == 16
+    assert doc["inputs"]["micro_batches"]["value"] == 16
     assert doc["results"]["in_flight"]["value"] == pytest.approx(8 + 7 / 3, rel=1e-15)
 
 
@@ -114,8 +114,6 @@ def test_reserve_default_is_stated_and_sourced(runner, run_json) -> None:
                      id="pp-layers-uneven-hint"),
         pytest.param(["--model", "gpt2-xl", "--pp", "5", "--first-stage-layers", "8", "--last-stage-layers", "8"],
                      "the 32 layers left after 8 + 8 do not split evenly over the 3 middle stage(s)", id="uneven-remainder"),
-        pytest.param(["--model", "gpt2-xl", "--zero", "3"], "--zero 3: ZeRO shards model states over the data-parallel ranks", id="zero-dp1"),
-        pytest.param(["--model", "gpt2-xl", "--sequence-parallel"], "--sequence-parallel", id="sp-tp1"),
         pytest.param(["--model", "gpt2-xl", "--gpus", "12", "--pp", "8"], "--gpus: 12 GPUs do not divide", id="gpus-not-divisible"),
         pytest.param(["--model", "gpt2-xl", "--gpus", "16", "--dp", "4"], "--gpus: 16 is not t x p x d = 1 x 1 x 4", id="gpus-mismatch"),
         pytest.param(["--model", "gpt2-xl", "--chunks", "2"], "--chunks: only the interleaved schedule", id="chunks-1f1b"),
@@ -138,9 +136,6 @@ def test_reserve_default_is_stated_and_sourced(runner, run_json) -> None:
         pytest.param(["--model", "gpt2-xl", "--pp", "4", "--schedule", "interleaved", "--chunks", "2", "--micro-batches", "6"],
                      "--micro-batches: the interleaved schedule needs m to be a multiple of p", id="interleaved-m"),
         pytest.param(["--model", "gpt2-xl", "--pp", "2", "--schedule", "zb-h1"], "--schedule: zb-h1 is not modelled for memory", id="zero-bubble"),
-        # --gpus 10 over t x p = 5 x 2 leaves d = 1: ZeRO explains instead of sharding over nothing
-        pytest.param(["--model", "gpt2-xl", "--tp", "5", "--pp", "2", "--gpus", "10", "--zero", "1"],
-                     "--zero 1: ZeRO shards model states over the data-parallel ranks; with --dp 1", id="zero-gpus-leave-dp1"),
         pytest.param(["--model", "gpt2-xl", "--micro-batch", "1e16"], "--micro-batch: 1e+16 is beyond any possible size", id="impossible-micro-batch"),
         pytest.param(["--model", "gpt2-xl", "--tp", "1e17"], "--tp: 1e+17 is beyond any possible size", id="impossible-tp"),
         pytest.param(["--model", "gpt2-xl", "--micro-batch", "2.5"], "--micro-batch: '2.5' must be a whole number", id="fractional-micro-batch"),
@@ -150,3 +145,22 @@ def test_reserve_default_is_stated_and_sourced(runner, run_json) -> None:
 def test_bad_input_is_one_error_line(run_error, args: list[str], message: str) -> None:
     line = run_error(["memory", *args])
     assert message in line
+
+
+@pytest.mark.parametrize(
+    ("args", "note"),
+    [
+        pytest.param(["--zero", "3"], "--zero 3 with dp x cp = 1", id="zero-dp1"),
+        pytest.param(["--sequence-parallel"], "--sequence-parallel with --tp 1", id="sp-tp1"),
+        # --gpus 10 over t x p = 5 x 2 leaves d = 1
+        pytest.param(["--tp", "5", "--pp", "2", "--gpus", "10", "--zero", "1"], "--zero 1 with dp x cp = 1", id="zero-gpus-leave-dp1"),
+    ],
+)
+def test_no_op_flags_for_sweeps_are_stated_not_refused(run_json, args: list[str], note: str) -> None:
+    """Issue #15: a sweep over tp or dp reaches SP with one TP rank and ZeRO with one DP rank; they change
+    nothing, so the memory is the plain configuration's, and an assumption says so."""
+    plain = [a for a in args if a not in ("--sequence-parallel", "--zero", "1", "3")]
+    given, without = run_json("memory", "--model", "gpt2-xl", *args), run_json("memory", "--model", "gpt2-xl", *plain)
+    assert given["results"]["total"]["value"] == without["results"]["total"]["value"]
+    assert any(a.startswith(note) and a.endswith("a no-op (taken as 0)" if "zero" in note else "a no-op (taken as off)") for a in given["assumptions"])
+

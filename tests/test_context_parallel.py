@@ -200,6 +200,6 @@ def test_cli_json_carries_cp(llama8b) -> None:
                                  "--format", "json"])  # fmt: skip
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["settings"]["cp"] == "8" and data["settings"]["cp_comm"] == "p2p"
+    assert data["settings"]["cp"] == 8 and data["settings"]["cp_comm"] == "p2p"
     # B_kv = 2 x 16,384 x 128 x 2 = 8,388,608 B; p2p holds max(8, 4) of them
     assert data["results"]["cp_working_set"]["value"] == 8 * 8_388_608

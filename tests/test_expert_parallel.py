@@ -282,7 +282,7 @@ def test_cli_memory_json_carries_expert_terms(presets: Path) -> None:
     data = json.loads(result.output)
     assert data["results"]["stage_parameters"]["value"] == 6_440_620_032
     inputs = {key: t["value"] for key, t in data["inputs"].items()}
-    assert inputs["e"] == 8 and inputs["etp"] == 1 and inputs["d_e"] == 4
+    assert inputs["ep"] == 8 and inputs["etp"] == 1 and inputs["expert_dp"] == 4
 
 
 def test_cli_comm_volume_ep_strategy(presets: Path) -> None:

@@ -89,7 +89,7 @@ def test_llama_presets_train_without_dropout(name: str) -> None:
 def test_llama_activations_have_no_dropout_masks_unless_asked(run_json) -> None:
     doc = run_json("memory", "--model", "llama3-8b", "--seq-len", "4096")
     assert doc["results"]["activation_per_layer"]["value"] == LLAMA3_8B_LAYER_NO_DROPOUT == 1_644_167_168
-    assert doc["settings"]["dropout"] == "false"
+    assert doc["settings"]["dropout"] is False
     assert any(a.startswith("no dropout masks: Llama 3 8B trains without dropout (meta-llama/llama3") for a in doc["assumptions"])
     names = {row["tensor"] for row in doc["tables"]["layer_activations"]["rows"]}
     assert not any("dropout" in n for n in names)
@@ -104,7 +104,7 @@ def test_gpt_presets_keep_korthikantis_dropout(run_json) -> None:
     doc = run_json("memory", "--model", "gpt3-175b", "--seq-len", "2048")
     assert doc["results"]["activation_per_layer"]["value"] == 2048 * 12288 * 34 + 5 * 96 * 2048**2 == 2_868_903_936
     assert doc["results"]["korthikanti_per_layer"]["value"] == 2_868_903_936
-    assert doc["settings"]["dropout"] == "true"
+    assert doc["settings"]["dropout"] is True
 
 
 def test_fit_follows_the_models_dropout(run_json) -> None:
@@ -360,7 +360,7 @@ def test_bandwidth_without_latency_takes_latency_zero(run_json) -> None:
     doc = run_json("comm-volume", "--collective", "all-reduce", "--size", "1GB", "--workers", "8", "--bandwidth", "25GB/s")
     times = [r for r in doc["results"].values() if r["unit"] == "s"]
     assert times[0]["value"] == pytest.approx(2 * 7 * 1e9 / (8 * 25e9), rel=1e-12)
-    assert doc["inputs"]["alpha"]["value"] == 0
+    assert doc["inputs"]["latency"]["value"] == 0
     assert any(a.startswith("--latency not given: 0 s") for a in doc["assumptions"])
 
 
@@ -368,7 +368,7 @@ def test_bubble_target_alone_finds_the_micro_batches(run_json) -> None:
     # 1F1B, p = 8, target 5 % of total time: (p - 1) / (m + p - 1) <= 0.05 gives m >= 7 x 0.95 / 0.05
     # = 133 (Narayanan et al. 2021 sec. 2.2.1), and the bubble at m = 133 is 7 / 140 = 5 %.
     doc = run_json("bubble", "--stages", "8", "--target", "5%")
-    assert doc["inputs"]["m"]["value"] == 133
+    assert doc["inputs"]["micro_batches"]["value"] == 133
     assert doc["results"]["bubble_share"]["value"] == pytest.approx(7 / 140, rel=1e-12)
     assert any(a.startswith("no --micro-batches: m = 133") for a in doc["assumptions"])
 
@@ -403,7 +403,7 @@ def test_fit_on_a_v100_defaults_to_fp16(run_json) -> None:
     assert doc["settings"]["precision"] == "mixed-fp16"
     assert doc["assumptions"][0].startswith(NO_BF16) and "GEMMs at the fp16 peak" in doc["assumptions"][0]
     # the V100's fp16 Tensor Core peak, 125 TFLOP/s (datasheet), is the one the step time runs at
-    assert doc["inputs"]["peak"]["value"] == pytest.approx(125e12, rel=0.01)
+    assert doc["inputs"]["peak_flops"]["value"] == pytest.approx(125e12, rel=0.01)
 
 
 def test_fit_names_the_precision_typed_on_a_v100(run_error) -> None:

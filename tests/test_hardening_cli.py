@@ -130,7 +130,7 @@ def test_a_reader_that_leaves_mid_output_is_exit_1_not_a_silent_0() -> None:
     """600 KB of CSV into a pipe whose reader takes 100 bytes and leaves (`| head -c 100`): the
     first write(2) is partial (64 KiB), and CPython's buffered writer dropped the rest without an
     error, so parcalc said exit 0 having lost 535 KB (streams.write_out writes to the descriptor)."""
-    args = [sys.executable, "-m", "parcalc", "bubble", "--stages", "64", "--micro-batches", "256", "--format", "csv"]
+    args = [sys.executable, "-m", "parcalc", "bubble", "--pp", "64", "--micro-batches", "256", "--format", "csv", "--table", "timeline"]
     with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
         assert process.stdout is not None and process.stderr is not None
         assert process.stdout.read(100).startswith(b"device,op,micro_batch")

@@ -264,7 +264,7 @@ def test_pinned_shard_group_in_the_search() -> None:
 
 def test_cli_json_carries_the_shard_group(run_json) -> None:
     memory = run_json("memory", "--model", "llama3-70b", "--seq-len", "4096", "--dp", "64", "--zero", "3", "--shard-group", "16")
-    assert memory["settings"]["shard_group"] == "16"
+    assert memory["settings"]["shard_group"] == 16
     assert memory["results"]["weights"]["value"] == 2 * 70_553_706_496 / 16
     comm = run_json("comm-volume", "--strategy", "fsdp", "--model", "llama3-8b", "--batch", "16", "--seq-len", "2048", "--gpus", "16",
                     "--shard-group", "8")  # fmt: skip
@@ -272,7 +272,7 @@ def test_cli_json_carries_the_shard_group(run_json) -> None:
     assert "hsdp_all_reduce_payload" in text and "gradient shards (across the replicas)" in text
     fit = run_json("fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "64", "--seq-len", "4096",
                    "--tp", "1", "--pp", "1", "--zero", "3", "--shard-group", "8", "--framework", "fsdp2")  # fmt: skip
-    assert fit["settings"]["shard_group"] == "8" and "shard group 8" in json.dumps(fit["verdicts"])
+    assert fit["settings"]["shard_group"] == 8 and "shard group 8" in json.dumps(fit["verdicts"])
     assert fit["results"]["t_dp"]["inputs"]["a"]["value"] > 0  # the replica all-reduce of a layer's shard
 
 

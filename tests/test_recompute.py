@@ -206,7 +206,7 @@ def test_memory_and_flops_json_carry_op(run_json) -> None:
 def test_recompute_layers_through_the_commands(run_json) -> None:
     args = ["--model", "gpt3-175b", "--tp", "8", "--pp", "16", "--dp", "8", "--sequence-parallel", "--recompute", "full"]
     doc = run_json("memory", *args, "--recompute-layers", "2")
-    assert doc["settings"]["recompute_layers"] == "2"
+    assert doc["settings"]["recompute_layers"] == 2
     stage = doc["results"]["stage_activations"]
     per_layer = {key: term["value"] for key, term in stage["inputs"].items()}
     assert per_layer["L_re"] == 2 and per_layer["L_stage"] == 6
@@ -215,7 +215,7 @@ def test_recompute_layers_through_the_commands(run_json) -> None:
     assert flops["results"]["recomputed_flops"]["value"] == 32 * flops["results"]["layer_forward_flops"]["value"]
     fit = run_json("fit", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024", "--batch", "1536", "--tp", "8",
                    "--pp", "16", "--dp", "8", "--sequence-parallel", "--recompute", "full", "--recompute-layers", "2")  # fmt: skip
-    assert fit["settings"]["recompute_layers"] == "2"
+    assert fit["settings"]["recompute_layers"] == 2
     assert fit["results"]["hardware_flops"]["value"] == pytest.approx(flops["results"]["hardware_flops"]["value"], rel=1e-12)
 
 

@@ -22,7 +22,7 @@ def sample() -> Result:
 def test_json_is_raw_base_units() -> None:
     doc = json.loads(render_json(sample()))
     assert doc["results"]["peak_flops"]["value"] == 155_934_720_000_000  # an int, not "155.9 TFLOP/s"
-    assert doc["inputs"]["f"] == {"value": 1_410_000_000, "unit": "Hz", "symbol": "f", "description": "clock rate", "source": ""}
+    assert doc["inputs"]["clock"] == {"value": 1_410_000_000, "unit": "Hz", "symbol": "f", "description": "clock rate", "source": ""}
     assert doc["tables"]["t"]["rows"] == [{"name": "dp", "bytes": 12_884_901_888}]
     assert doc["tables"]["t"]["columns"][1] == {"key": "bytes", "label": "bytes", "unit": "B"}
     assert "one FMA counts as 2 FLOP (a multiply and an add)" in doc["assumptions"]
@@ -39,7 +39,8 @@ def test_plain_text_has_formula_substitution_value_and_table() -> None:
 
 
 def test_csv_is_the_first_table() -> None:
-    assert render_text(sample(), OutputFormat.CSV).splitlines() == ["name,bytes [B]", "dp,12884901888"]
+    """Headers are the JSON keys (issue #15: they carried units, `bytes [B]`, unlike the JSON)."""
+    assert render_text(sample(), OutputFormat.CSV).splitlines() == ["name,bytes", "dp,12884901888"]
 
 
 def test_markdown_math() -> None:

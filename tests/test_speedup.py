@@ -192,14 +192,14 @@ def test_cli_table_carries_speedup_columns_and_derivations(run_json) -> None:
     single = next(r for r in rows if r["strategy"] == "single GPU" and r["recompute"] == "none")
     assert single["speedup"] == 1.0 and single["efficiency"] == 1.0 and "reference" in single["note"]
     for row in rows:
-        if row["fits"] == "yes":
+        if row["fits"] is True:
             assert row["speedup"] == pytest.approx(single["t_step"] / row["t_step"], rel=1e-12)
             assert row["efficiency"] == pytest.approx(row["speedup"] / row["gpus"], rel=1e-12)
             assert row["tokens_per_second"] == pytest.approx(8 * 2048 / row["t_step"], rel=1e-12)
         else:
             assert row["speedup"] is None and row["t_step"] is None
     results = doc["results"]
-    fastest = min((r for r in rows if r["fits"] == "yes" and r["gpus"] == 2), key=lambda r: r["t_step"])
+    fastest = min((r for r in rows if r["fits"] is True and r["gpus"] == 2), key=lambda r: r["t_step"])
     assert results["best_strategy"]["value"] == fastest["t_step"]
     assert results["speedup"]["value"] == fastest["speedup"]
     assert results["max_layers"]["value"] == max(r["max_layers"] for r in rows if r["max_layers"] is not None)

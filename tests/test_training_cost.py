@@ -56,7 +56,7 @@ def test_exact_count_beside_eq4_with_full_recomputation(run_json) -> None:
     exact = r["train_time"]["value"]
     per_token = r["hardware_flops_per_token"]["value"]
     assert exact == pytest.approx(per_token * 300e9 / (1024 * 140e12), rel=1e-12)  # T = C / (N X), D as given (no --batch)
-    assert exact / r["train_time_eq4"]["value"] == pytest.approx(per_token / (8 * doc["inputs"]["P"]["value"]), rel=1e-12)
+    assert exact / r["train_time_eq4"]["value"] == pytest.approx(per_token / (8 * doc["inputs"]["params"]["value"]), rel=1e-12)
     assert any("eq. (4)" in v and "days" in v for v in doc["verdicts"])
 
 

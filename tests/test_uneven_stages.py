@@ -393,7 +393,7 @@ def test_bubble_from_layers(run_json) -> None:
     doc = run_json("bubble", "--stages", "12", "--micro-batches", "24", "--layers", "70", "--first-stage-layers", "5",
                    "--last-stage-layers", "5", "--t-forward", "10ms")  # fmt: skip
     assert doc["results"]["bubble_time"]["value"] == pytest.approx(11 * 6 * 0.030)  # (p - 1) x 6 layers x (10 + 20) ms
-    assert doc["settings"]["stage_layers"] == "5,6,6,6,6,6,6,6,6,6,6,5"
+    assert doc["settings"]["stage_layers"] == [5, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 5]
 
 
 FIT_ONE = [*LLAMA_FIT, "--tp", "8", "--pp", "16", "--dp", "16"]
@@ -507,7 +507,7 @@ MEMORY = ["memory", "--model", "llama3-405b", "--seq-len", "8192", "--tp", "8", 
         ),
         pytest.param(
             ["bubble", "--stages", "1", "--micro-batches", "4", "--layers", "126", "--first-stage-layers", "7"],
-            "--first-stage-layers: an uneven split needs --stages > 1",
+            "--first-stage-layers: an uneven split needs --pp > 1",
             id="bubble-one-stage",
         ),
         pytest.param(

@@ -29,15 +29,15 @@ if TYPE_CHECKING:
 EXAMPLES = """\
 \b
 Examples:
-  parcalc bubble --stages 4 --micro-batches 16
-  parcalc bubble --stages 4 --micro-batches 16 --schedule gpipe --target 10%
-  parcalc bubble --stages 8 --target 5%
-  parcalc bubble --stages 4 --micro-batches 8 --schedule interleaved --chunks 2 --timeline
-  parcalc bubble --stages 8 --micro-batches 32 --schedule zb-h1 --t-forward 10ms --timeline
-  parcalc bubble --stages 4 --micro-batches 8 --stage-times 10ms,12ms,10ms,15ms --p2p-latency 50us
-  parcalc bubble --stages 4 --micro-batches 12 --schedule zb-h2 -o timeline.svg
-  parcalc bubble --stages 4 --micro-batches 8 --schedule interleaved --chunks 2 --timeline -o bubble.pdf
-  parcalc bubble --stages 16 --micro-batches 16 --layers 126 --first-stage-layers 7 --last-stage-layers 7 --t-forward 25ms
+  parcalc bubble --pp 4 --micro-batches 16
+  parcalc bubble --pp 4 --micro-batches 16 --schedule gpipe --target 10%
+  parcalc bubble --pp 8 --target 5%
+  parcalc bubble --pp 4 --micro-batches 8 --schedule interleaved --chunks 2 --timeline
+  parcalc bubble --pp 8 --micro-batches 32 --schedule zb-h1 --t-forward 10ms --timeline
+  parcalc bubble --pp 4 --micro-batches 8 --stage-times 10ms,12ms,10ms,15ms --p2p-latency 50us
+  parcalc bubble --pp 4 --micro-batches 12 --schedule zb-h2 -o timeline.svg
+  parcalc bubble --pp 4 --micro-batches 8 --schedule interleaved --chunks 2 --timeline -o bubble.pdf
+  parcalc bubble --pp 16 --micro-batches 16 --layers 126 --first-stage-layers 7 --last-stage-layers 7 --t-forward 25ms
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -61,7 +61,7 @@ OutputOption = Annotated[
 
 
 def bubble(
-    stages: Annotated[str, typer.Option(metavar="P", help="Pipeline stages (one device each).", show_default=False)],
+    pp: Annotated[str, typer.Option("--pp", metavar="P", help="Pipeline stages (one device each); --stages is its old name.", show_default=False)],
     micro_batches: Annotated[_Text, typer.Option(metavar="M", help="Micro-batches per mini-batch (with --target and without it: the fewest that reach the target).", show_default=False)] = None,
     schedule: Annotated[ScheduleChoice, typer.Option(metavar="NAME", help="gpipe, 1f1b, interleaved, zb-h1 or zb-h2.")] = ScheduleChoice.one_f_one_b,
     chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (interleaved only; default 2 there).")] = None,
@@ -100,7 +100,7 @@ def bubble(
     from parcalc.units import Dimension, parse_count, parse_quantity
 
     chosen = Schedule(schedule.value)
-    p = parse_count(stages, "--stages")
+    p = parse_count(pp, "--pp")
     if micro_batches is None and target is None:
         raise InputError("--micro-batches: required (or give --target and parcalc finds the fewest micro-batches that reach it)")
     m = parse_count(micro_batches, "--micro-batches") if micro_batches is not None else None
@@ -154,13 +154,13 @@ def _stage_layers(layers: str | None, first_text: str | None, last_text: str | N
         if first is not None or last is not None or embedding_in_split or loss_in_split:
             flag = next(f for f, on in (("--first-stage-layers", first is not None), ("--last-stage-layers", last is not None),
                                         ("--embedding-in-split", embedding_in_split), ("--loss-in-split", True)) if on)  # fmt: skip
-            raise InputError(f"{flag}: give --layers L too (the transformer layers split over the --stages)")
+            raise InputError(f"{flag}: give --layers L too (the transformer layers split over the --pp stages)")
         return None
     from parcalc.commands.common import check_layers
 
     total = parse_count(layers, "--layers")
     check_layers(total)
-    return stage_split(total, stages, first, last, chunks, pp_flag="--stages", embedding_in_split=embedding_in_split,
+    return stage_split(total, stages, first, last, chunks, pp_flag="--pp", embedding_in_split=embedding_in_split,
                        loss_in_split=loss_in_split)
 
 

@@ -38,7 +38,7 @@ from parcalc.commands.model_options import (
     TiedOption,
     model_from_flags,
 )
-from parcalc.core.choices import Algorithm, Collective, Schedule, Strategy
+from parcalc.core.choices import Algorithm, Collective, Recompute, Schedule, Strategy, ZeroStage
 
 if TYPE_CHECKING:
     from parcalc.core.comm import CommPlan, StrategyComparison
@@ -49,10 +49,10 @@ if TYPE_CHECKING:
 EXAMPLES = """\
 \b
 Examples:
-  parcalc comm-volume --collective all-reduce --size 1GB --workers 8 --link nvlink3 --compare
-  parcalc comm-volume --collective all-reduce --elements 25M --dtype fp32 --workers 4 --bandwidth 25GB/s --latency 5us
-  parcalc comm-volume --collective all-gather --size 512MiB --workers 16 --link ib-ndr
-  parcalc comm-volume --collective all-reduce --size 1GiB --workers 16 --gpu h100-sxm5
+  parcalc comm-volume --collective all-reduce --size 1GB --gpus 8 --link nvlink3 --compare
+  parcalc comm-volume --collective all-reduce --elements 25M --dtype fp32 --gpus 4 --bandwidth 25GB/s --latency 5us
+  parcalc comm-volume --collective all-gather --size 512MiB --gpus 16 --link ib-ndr
+  parcalc comm-volume --collective all-reduce --size 1GiB --gpus 16 --gpu h100-sxm5
   parcalc comm-volume --strategy all --model homework-7b --batch 128 --seq-len 4096 --dtype fp16 --gpus 8
   parcalc comm-volume --strategy fsdp --model homework-7b --batch 128 --dtype fp16 --gpus 8
   parcalc comm-volume --strategy fsdp --model llama3-70b --batch 64 --seq-len 4096 --gpus 64 --shard-group 8
@@ -76,7 +76,6 @@ def comm_volume(
     algorithm: Annotated[Optional[Algorithm], typer.Option(metavar="ALGO", help="All-reduce: parameter-server, naive, ring (default), tree, double-binary-tree, butterfly, halving-doubling.", show_default=False)] = None,  # noqa: UP045
     size: Annotated[_Text, typer.Option(metavar="BYTES", help="--collective: message size M (nccl-tests convention: the whole array), e.g. 1GB, 512MiB.")] = None,
     elements: Annotated[_Text, typer.Option(metavar="N", help="--collective: message as a count of elements of --dtype, e.g. 25M.")] = None,
-    workers: Annotated[_Text, typer.Option(metavar="N", help="--collective: number of workers (ranks).")] = None,
     compare: Annotated[bool, typer.Option("--compare", help="--collective: every algorithm side by side, with seed 001's approximations.")] = False,
     model: Annotated[_Text, typer.Option(metavar="NAME|config.json", help="--strategy: model preset or Hugging Face config.json.")] = None,
     layers: LayersOption = None,
@@ -92,7 +91,7 @@ def comm_volume(
     seq_len: Annotated[_Text, typer.Option(metavar="L", help="Sequence length (default: the model's maximum).")] = None,
     dtype: Annotated[str, typer.Option(metavar="DTYPE", help="Element type of parameters and activations (and of --elements).")] = "bf16",
     grad_dtype: Annotated[_Text, typer.Option(metavar="DTYPE", help="Element type of gradients (default: --dtype).")] = None,
-    gpus: Annotated[_Text, typer.Option(metavar="N", help=f"GPUs in all (default: tp x pp x dp, or {DEFAULT_GPUS}).")] = None,
+    gpus: Annotated[_Text, typer.Option(metavar="N", help=f"GPUs in all: --collective, the ranks taking part (--workers is its old name); --strategy, tp x pp x cp x dp (default: the product, or {DEFAULT_GPUS}).")] = None,
     tp: Annotated[_Text, typer.Option(metavar="N", help="Tensor-parallel degree.")] = None,
     pp: Annotated[_Text, typer.Option(metavar="N", help="Pipeline-parallel degree (stages).")] = None,
     dp: Annotated[_Text, typer.Option(metavar="N", help="Data-parallel degree.")] = None,
@@ -101,7 +100,7 @@ def comm_volume(
     ep: EpOption = None,
     etp: EtpOption = None,
     moe_imbalance: Annotated[_Text, typer.Option(metavar="RHO", help="MoE all-to-alls: the busiest rank's tokens over the balanced share (default 1.0: balanced routing; at least 1).")] = None,
-    zero: Annotated[int, typer.Option(metavar="0-3", help="--strategy 3d: ZeRO stage of the data-parallel dimension (0: DDP all-reduce).")] = 0,
+    zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="--strategy 3d: ZeRO stage of the data-parallel dimension (0: DDP all-reduce); 1-3 with dp x cp = 1 is a stated no-op.")] = ZeroStage.ZERO0,
     shard_group: ShardGroupOption = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism with TP: all-gathers and reduce-scatters.")] = False,
     schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2.")] = Schedule.ONE_F_ONE_B,
@@ -121,7 +120,7 @@ def comm_volume(
     shard_padding: Annotated[bool, typer.Option("--shard-padding/--no-shard-padding", help="FSDP2 pads each tensor's dim 0 to a multiple of the group.")] = True,
     reshard_root: Annotated[bool, typer.Option("--reshard-root/--no-reshard-root", help="FSDP: re-gather the root unit in backward (FSDP2 does not).")] = True,
     vocab_parallel: Annotated[bool, typer.Option("--vocab-parallel/--no-vocab-parallel", help="TP: Megatron's vocabulary-parallel embedding and loss.")] = True,
-    recompute: Annotated[bool, typer.Option("--recompute", help="Full activation recomputation: TP collectives of forward replayed in backward.")] = False,
+    recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core: no collective replayed) or full (each layer's forward TP, CP and EP collectives replayed in backward); a bare --recompute (its old form, a switch) is full.")] = Recompute.NONE,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: OutputOption = None,
@@ -138,16 +137,19 @@ def comm_volume(
     dirs = preset_dirs(presets)
     _check_mode_flags(args, collective is not None)
     if collective is not None:
-        result = _collective_result(collective, algorithm, size, elements, dtype, workers, compare, link, bandwidth, latency, dirs,
+        result = _collective_result(collective, algorithm, size, elements, dtype, gpus, compare, link, bandwidth, latency, dirs,
                                     (gpu, gpus_per_node, inter_node_link))  # fmt: skip
     else:
         result = _strategy_result(args, dirs)
     finish(result, fmt, output)
 
 
-_COLLECTIVE_ONLY = ("size", "elements", "workers", "gpu")
+# --recompute was a switch (full recomputation): alone it still means full (parcalc.cli._bare_values)
+BARE_OPTIONS = {"--recompute": "full"}
+
+_COLLECTIVE_ONLY = ("size", "elements", "gpu")
 _STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "tied", "batch", "micro_batch", "seq_len", "grad_dtype",
-                  "gpus", "tp", "pp", "dp", "cp", "chunks", "bucket_size", "first_stage_layers",
+                  "tp", "pp", "dp", "cp", "chunks", "bucket_size", "first_stage_layers",
                   "last_stage_layers", "ep", "etp", "moe_imbalance", "shard_group")  # fmt: skip
 
 
@@ -195,10 +197,10 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
         raise InputError("--size: required (bytes, e.g. 1GB or 512MiB), or --elements N with --dtype")
     if workers is None:
         if op is not co.Collective.POINT_TO_POINT:
-            raise InputError("--workers: required (the number of ranks taking part)")
+            raise InputError("--gpus: required (the number of ranks taking part)")
         count = 2
     else:
-        count = parse_count(workers, "--workers")
+        count = parse_count(workers, "--gpus")
     if hardware[0] is not None and link is None and bandwidth is None and latency is None:  # --gpu: its node's link, textbook too
         from parcalc.presets import load_gpu
 
@@ -400,7 +402,14 @@ def _strategy_result(args: dict[str, Any], dirs: tuple) -> "Result":
         settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
     if par.shard_group is not None:
         settings.append(("shard_group", str(par.shard_group)))
-    return _plan_result(shape, work, par, plan, network, settings)
+    from dataclasses import replace
+
+    from parcalc.commands.common import stated_no_ops
+
+    zero = args["zero"] if name == "3d" else ZeroStage.ZERO0  # the other strategies name their own data-parallel flavour
+    no_ops = stated_no_ops(par.sequence_parallel, par.tp, zero, par.dp * par.cp)[2]
+    result = _plan_result(shape, work, par, plan, network, settings)
+    return replace(result, assumptions=no_ops + tuple(result.assumptions)) if no_ops else result
 
 
 def _parallelism(args: dict[str, Any]) -> Any:
@@ -422,15 +431,13 @@ def _parallelism(args: dict[str, Any]) -> Any:
     else:
         _, tp, pp, dp, cp = _degrees(args)
     cp_kind = cp_flags(None, args["cp_comm"])[1]
-    if args["zero"] not in (0, 1, 2, 3):
-        raise InputError(f"--zero: ZeRO stage must be 0, 1, 2 or 3, got {args['zero']}")
     if name == "all" and args["shard_group"] is not None:
         raise InputError("--shard-group: --strategy all compares each strategy with full sharding; give --strategy zero1, zero2, "
                          "fsdp or 3d --zero 1-3 with --shard-group")  # fmt: skip
     if name == "all" and (args["ep"] is not None or args["etp"] is not None):
         raise InputError("--ep / --etp: --strategy all gives all GPUs to one dimension at a time; use --strategy ep or 3d with --ep")
     stages = (comm.DataParallel.DDP, comm.DataParallel.ZERO1, comm.DataParallel.ZERO2, comm.DataParallel.ZERO3)
-    flavour = {"zero1": stages[1], "zero2": stages[2], "zero3": stages[3], "fsdp": stages[3]}.get(name, stages[args["zero"]])
+    flavour = {"zero1": stages[1], "zero2": stages[2], "zero3": stages[3], "fsdp": stages[3]}.get(name, stages[int(args["zero"].value)])
     first, last = stage_flags(args["first_stage_layers"], args["last_stage_layers"])
     return comm.Parallelism(
         tp=tp, pp=pp, dp=dp, data_parallel=flavour, sequence_parallel=args["sequence_parallel"],
@@ -457,10 +464,26 @@ def _options(args: dict[str, Any]) -> Any:
         bucket_bytes=bucket or comm.DDP_BUCKET_BYTES,
         first_bucket_bytes=bucket or comm.DDP_FIRST_BUCKET_BYTES,  # PyTorch: an explicit cap applies to the first bucket too
         ddp_first_iteration=args["ddp_first_iteration"], shard_padding=args["shard_padding"],
-        reshard_root=args["reshard_root"], vocab_parallel=args["vocab_parallel"], recompute=args["recompute"],
+        reshard_root=args["reshard_root"], vocab_parallel=args["vocab_parallel"], recompute=_replays_forward(args["recompute"]),
         moe_imbalance=imbalance_flag(args["moe_imbalance"]),
     )  # fmt: skip
 
+
+
+def _replays_forward(recompute: Recompute) -> bool:
+    """Whether recomputation runs a layer's forward collectives again in backward: full recomputation
+    re-runs the layer's whole forward function in backward, its TP / CP / EP collectives included
+    (NVIDIA/Megatron-LM megatron/core/tensor_parallel/random.py, CheckpointFunction.backward calls
+    the saved run_function again); selective recomputation re-runs the attention core alone (QK^T,
+    softmax, dropout, attention over V: Korthikanti et al. 2022, section 5), which holds no
+    collective. TorchTitan's op-level checkpointing keeps reduce-scatters but recomputes gathers:
+    parcalc's fit counts that; this per-collective table does not model it."""
+    from parcalc.errors import InputError
+
+    if recompute is Recompute.OP:
+        raise InputError("--recompute op: comm-volume counts whole replayed layers (full) or none (selective); fit's step time "
+                         "counts op-level checkpointing's replayed gathers")  # fmt: skip
+    return recompute is Recompute.FULL
 
 
 def _inter_link(name: str | None, needed: bool, dirs: tuple) -> "Link | None":
@@ -507,7 +530,7 @@ def _calls_table(plan: "CommPlan") -> "Table":
     columns = (
         Column("dimension", "group"), Column("stages", "where"), Column("phase", "phase"), Column("purpose", "what"),
         Column("op", "op"), Column("group_size", "group size"), Column("groups", "groups"), Column("calls", "calls/iter"),
-        Column("bytes_per_call", "bytes/call", "B"), Column("payload", "payload/iter", "B"), Column("algorithm", "algorithm"),
+        Column("mean_bytes_per_call", "bytes/call", "B"), Column("payload", "payload/iter", "B"), Column("algorithm", "algorithm"),
         Column("sent", "sent/device/iter", "B"), Column("received", "received/device/iter", "B"), Column("direction", "direction"),
         Column("link", "link"), Column("inter_node", "inter-node"), Column("time", "time/iter", "s"),
     )  # fmt: skip

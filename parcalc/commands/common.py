@@ -521,3 +521,18 @@ def run_verdict(run: Any, gpus: int) -> str:
     if run.cost is not None:
         parts.append(f"{run.cost.value:,.0f} {run.cost.unit} ({run.cost_per_million_tokens.value:.4g} {run.cost_per_million_tokens.unit})")
     return "the run: " + ", ".join(parts)
+
+
+def stated_no_ops(sequence_parallel: bool, tp: int, zero: Any, dp_ranks: int) -> tuple[bool, Any, tuple[str, ...]]:
+    """--sequence-parallel with --tp 1, and --zero 1-3 with one data-parallel rank, change nothing: a
+    sweep over tp or dp may reach them, so they are taken as off and said so, not refused."""
+    from parcalc.core.choices import ZeroStage
+
+    notes: list[str] = []
+    if sequence_parallel and tp == 1:
+        sequence_parallel = False
+        notes.append("--sequence-parallel with --tp 1: there is no tensor-parallel group to split the sequence over; a no-op (taken as off)")
+    if zero is not ZeroStage.ZERO0 and dp_ranks == 1:
+        notes.append(f"--zero {zero.value} with dp x cp = 1: one data-parallel rank holds every state, nothing to shard; a no-op (taken as 0)")
+        zero = ZeroStage.ZERO0
+    return sequence_parallel, zero, tuple(notes)

@@ -180,7 +180,7 @@ def fit(
     embedding_in_split: EmbeddingInSplitOption = False,
     loss_in_split: LossInSplitOption = False,
     search: Annotated[bool, typer.Option("--search", help="Evaluate every configuration and rank those that fit by step time.")] = False,
-    top: Annotated[int, typer.Option(metavar="K", help="--search: configurations shown.")] = DEFAULT_TOP,
+    top: Annotated[Optional[int], typer.Option(metavar="K", help=f"--search: configurations shown (default {DEFAULT_TOP}).", show_default=False)] = None,  # noqa: UP045
     explain: Annotated[bool, typer.Option("--explain", help="--search: the derivation of the best configuration's memory and step time.")] = False,
     max_layers: Annotated[bool, typer.Option("--max-layers/--no-max-layers", help="Table: the deepest model of this layer shape each strategy holds.")] = True,
     tokens: TokensOption = None,
@@ -201,7 +201,7 @@ def fit(
     start(output, fmt, picture=True)
     from parcalc.commands.model_options import model_and_seq_len
     from parcalc.core.fit import Training
-    from parcalc.errors import InputError
+    from parcalc.errors import InfeasibleError, InfeasibleResult, InputError
     from parcalc.units import Dimension, parse_count, parse_quantity
 
     dirs = preset_dirs(presets)
@@ -302,7 +302,8 @@ def fit(
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
     if not search and (schedule is not None or chunks is not None) and not pinned:
         raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
-    settings = [("model", shape.key), ("gpu", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
+    keys = {name: _gpu_key(name, dirs) for name in names}  # settings.gpu: the preset name; gpu_name: its display name
+    settings = [("model", shape.key), ("gpu", keys.get(gpu_name, "none")), ("gpu_name", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
                 ("flash_attention", str(flash_attention).lower()), ("compile", str(compile_).lower()), ("framework", profile.key),
                 ("mode", "search" if search else "configuration" if pinned else "strategies")] + settings_cp  # fmt: skip
     if offload:
@@ -311,6 +312,7 @@ def fit(
         settings.append(("network", "ideal"))
     if search:
         check_at_most(training.global_batch, MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
+        top = DEFAULT_TOP if top is None else top
         if top < 1:
             raise InputError(f"--top: at least 1, got {top}")
         if schedule is not None or chunks is not None:
@@ -323,13 +325,26 @@ def fit(
             clusters = [cluster] + [_cluster(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
                                              inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
                                              dirs, ideal_network=ideal_network) for name in names[1:]]  # fmt: skip
-            result = _compare_gpus(clusters, plans, ranking, top, settings, training,
+            listed = [(k, ",".join(keys[name] for name in names)) if k == "gpu" else (k, v) for k, v in settings]
+            listed = [(k, ",".join(c.gpu_name for c in clusters)) if k == "gpu_name" else (k, v) for k, v in listed]
+            try:
+                result = _compare_gpus(clusters, plans, ranking, top, listed, training,
                                    lambda c: _search_result(shape, training, c, sizes, recomputes, zero, sequence_parallel, interleaved,
-                                                            top, explain, everything, [*settings[:1], ("gpu", c.gpu_name), *settings[2:]],
+                                                            top, explain, everything,
+                                                            [*settings[:1], ("gpu", keys[names[clusters.index(c)]]), ("gpu_name", c.gpu_name), *settings[3:]],
                                                             pinned, ends))  # fmt: skip
+            except InfeasibleResult as error:
+                if output is None:
+                    finish(error.result, fmt, output)  # type: ignore[arg-type]
+                raise InfeasibleError(str(error)) from None
         else:
-            result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
-                                    everything, settings, pinned, ends, time_all=draws_figures(fmt, output))  # fmt: skip
+            try:
+                result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
+                                        everything, settings, pinned, ends, time_all=draws_figures(fmt, output))  # fmt: skip
+            except InfeasibleResult as error:
+                if output is None:  # as the strategy table: show what was tried, then fail; a file is written only on success
+                    finish(error.result, fmt, output)  # type: ignore[arg-type]
+                raise InfeasibleError(str(error)) from None
             if plans[0] is not None:
                 result = _with_run(result, plans[0], cluster, training, search=True, rank_by=ranking)
     elif pinned:
@@ -347,7 +362,8 @@ def fit(
         if plans[0] is not None:
             flag = "--tokens" if tokens is not None else "--iterations"
             raise InputError(f"{flag}: a run's time needs a step time: give one configuration (--tp, --pp, --dp) or --search")
-        for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None)):
+        for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None),
+                            ("--top", top)):
             if given:
                 raise InputError(f"{flag}: applies to --search (the strategy table shows every family)")
         if sizes is not None and len(sizes) > 1:
@@ -363,6 +379,13 @@ def fit(
                 finish(result, fmt, output)
             raise InfeasibleError(nothing_fits)
     finish(result, fmt, output)
+
+
+def _gpu_key(name: str, dirs: tuple) -> str:
+    """The GPU preset's own name (settings.gpu), whatever case or alias --gpu was typed in."""
+    from parcalc.presets import load_gpu
+
+    return load_gpu(name, dirs).key
 
 
 def _host_link(name: str | None, offload: list[Offload] | None, dirs: tuple) -> Any:
@@ -530,7 +553,7 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
         c, est = row.config, row.estimate
         note = row.note or ("the reference (speedup 1)" if timed.reference is not None and timed.reference.matches(row) else "")
         cells = (row.family, row.recompute.value, c.tp if c else None, c.pp if c else None, c.dp if c else None, row.gpus_used,
-                 row.memory, ("yes" if row.fits else "no") if row.memory is not None else "n/a", row.headroom,
+                 row.memory, bool(row.fits) if row.memory is not None else None, row.headroom,
                  *((row.max_layers,) if with_layers else ()),
                  est.step.value if est else None, est.tokens_per_second.value if est else None,
                  row.speedup.value if row.speedup else None, row.efficiency.value if row.efficiency else None, note)  # fmt: skip
@@ -542,7 +565,7 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
     title = f"What fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     tables = (table, _strategy_memory_table(rows)) if with_components else (table,)
     result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=timed.summary,
-                    tables=tables, verdicts=tuple(verdicts), settings=tuple(settings),
+                    tables=tables, verdicts=tuple(verdicts), settings=tuple(settings), fits=any(row.fits for row in rows),
                     assumptions=_assumptions(shape, training, cluster) + _speedup_assumptions(timed))  # fmt: skip
     return result, None if any(row.fits for row in rows) else _nothing_fits(shape, rows, cluster, with_layers)
 
@@ -664,7 +687,9 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
     from parcalc.core.fit import estimate
     from parcalc.core.fit_search import SearchSpace, search
     from parcalc.derivation import Result
-    from parcalc.errors import InfeasibleError, InputError
+    from dataclasses import replace
+
+    from parcalc.errors import InfeasibleResult, InputError
 
     space = SearchSpace(
         recomputes=recomputes,
@@ -685,10 +710,23 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
     ranked = found.ranked()
     if ranked.size == 0:
         least = int(evaluated.columns["memory"].argmin())
-        raise InfeasibleError(
-            f"nothing fits: the smallest footprint of {len(evaluated):,} configurations is {_gib(float(evaluated.columns['memory'][least]))} "
-            f"per GPU ({evaluated.config(least).label()}), over the {_gib(cluster.capacity)} of a {cluster.gpu_name}"
-        )  # fmt: skip
+        why = (f"nothing fits: the smallest footprint of {len(evaluated):,} configurations is {_gib(float(evaluated.columns['memory'][least]))} "
+               f"per GPU ({evaluated.config(least).label()}), over the {_gib(cluster.capacity)} of a {cluster.gpu_name}")  # fmt: skip
+        # the evaluated configurations and the rejections still print (JSON for a sweep's script), then exit 1
+        title = f"No configuration fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+        extra = _parallel_columns(found, shape)
+        if everything:  # JSON and CSV: every configuration, as when some fit
+            tried = _configurations_table(found, None, "Every configuration evaluated", extra)
+        else:  # the other formats: the smallest footprints, the nearest to fitting
+            import numpy as np
+
+            nearest = np.argsort(evaluated.columns["memory"], kind="stable")[:top]
+            tried = replace(_configurations_table(found, nearest, f"The {len(nearest)} smallest footprints (none fits)", extra), key="smallest")
+        shown = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(),
+                       tables=(tried, _rejections_table(found)),
+                       verdicts=(why,), settings=tuple(settings), fits=False,
+                       assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
+        raise InfeasibleResult(why, shown)
     best = estimate(shape, evaluated.config(int(ranked[0])), training, cluster)
     extra = _parallel_columns(found, shape)
     tables = [_configurations_table(found, ranked[:top], f"The {min(top, ranked.size)} fastest configurations that fit", extra)]
@@ -701,7 +739,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
     verdicts = _search_verdicts(found, ranked, best, cluster)
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
-                  tables=tuple(tables), verdicts=tuple(verdicts), settings=tuple(settings),
+                  tables=tuple(tables), verdicts=tuple(verdicts), settings=tuple(settings), fits=True,
                   assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
 
 
@@ -765,9 +803,12 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     kind = Schedule.INTERLEAVED if (schedule or "").lower() == "interleaved" or v > 1 else Schedule.ONE_F_ONE_B
     if kind is Schedule.INTERLEAVED and v == 1:
         raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
+    from parcalc.commands.common import stated_no_ops
+    from parcalc.core.choices import ZeroStage
+
+    sp, stage, no_ops = stated_no_ops(bool(sequence_parallel), given["tp"], zero[0] if zero else ZeroStage.ZERO0, given["dp"] * ends.get("cp", 1))
     config = Config(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1,
-                    recomputes[0], int(zero[0].value) if zero else 0,
-                    bool(sequence_parallel), kind, v, **ends)  # fmt: skip
+                    recomputes[0], int(stage.value), sp, kind, v, **ends)  # fmt: skip
     best = estimate(shape, config, training, cluster)
     worst = best.memory.worst
     verdicts = [f"{config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
@@ -781,7 +822,8 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
                   derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()),
                   tables=((_stages_table(best),) if config.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
-                  verdicts=tuple(verdicts), assumptions=_assumptions(shape, training, cluster), settings=tuple(settings))  # fmt: skip
+                  verdicts=tuple(verdicts), assumptions=no_ops + _assumptions(shape, training, cluster), settings=tuple(settings),
+                  fits=bool(best.fits))  # fmt: skip
 
 
 def _stage_components(best: Any) -> Table:
@@ -956,18 +998,28 @@ def _compare_gpus(clusters: list[Cluster], plans: list[Any], rank_by: str, top: 
     from parcalc.derivation import Column, Table
     from parcalc.errors import InfeasibleError
 
-    found, skipped = [], []
+    from parcalc.errors import InfeasibleResult
+
+    found, skipped, tried = [], [], []
     for cluster, plan in zip(clusters, plans, strict=True):
         try:
             result = search(cluster)
         except InfeasibleError as error:
             skipped.append(f"{cluster.gpu_name}: {error}")
+            tried += [(cluster.gpu_name, error.result)] if isinstance(error, InfeasibleResult) else []
             continue
         if plan is not None:
             result = _with_run(result, plan, cluster, training, search=True)
         found.append((cluster, result))
     if not found:
-        raise InfeasibleError("nothing fits on any GPU type: " + "; ".join(skipped))
+        why = "nothing fits on any GPU type: " + "; ".join(skipped)
+        if tried:  # what each GPU type tried, in one table with a GPU column: its JSON still prints (exit 1)
+            every = [(name, r.tables[0]) for name, r in tried]  # "configurations", or "smallest" outside JSON and CSV
+            merged = Table(every[0][1].key, every[0][1].title + " (every GPU type)", (Column("gpu", "GPU"), *every[0][1].columns),
+                           tuple((name, *row) for name, t in every for row in t.rows))  # fmt: skip
+            raise InfeasibleResult(why, replace(tried[0][1], title="No configuration fits on any GPU type", verdicts=tuple(skipped),
+                                                tables=(merged,), settings=tuple(settings)))  # fmt: skip
+        raise InfeasibleError(why)
 
     def key(result: Result) -> float:
         return result.derivation("cost_per_million_tokens" if rank_by == "cost" else "t_step").value
@@ -995,7 +1047,7 @@ def _compare_gpus(clusters: list[Cluster], plans: list[Any], rank_by: str, top: 
     title = winner.title.replace(f"x {winner_cluster.gpu_name}", f"x ({names})", 1)
     title = title.replace("Fastest configurations", "Cheapest configurations" if rank_by == "cost" else "Fastest configurations", 1)
     assumptions = tuple(dict.fromkeys(a for _, r in found for a in r.assumptions))
-    chosen = [("gpu", ",".join(c.gpu_name for c in clusters)) if k == "gpu" else (k, v) for k, v in settings] + [("rank_by", rank_by)]
+    chosen = [(k, ",".join(c.gpu_name for c in clusters)) if k == "gpu_name" else (k, v) for k, v in settings] + [("rank_by", rank_by)]
     return replace(winner, title=title, tables=(summary, *merged), verdicts=tuple(verdicts), assumptions=assumptions,
                    settings=tuple(chosen))  # fmt: skip
 

@@ -30,6 +30,7 @@ from parcalc.commands.common import (
     shard_group_flag,
     stage_flags,
     start,
+    stated_no_ops,
 )
 from parcalc.commands.model_options import (
     FfnOption,
@@ -97,6 +98,7 @@ def memory(
     vocab: VocabOption = None,
     tied: TiedOption = None,
     micro_batch: Annotated[_Text, typer.Option(metavar="b", help="Sequences per micro-batch (default 1).")] = None,
+    batch: Annotated[_Text, typer.Option(metavar="B", help="Global batch, sequences per iteration: gives the micro-batches m = B / (b x d) of each pipeline (instead of --micro-batches).", show_default=False)] = None,
     seq_len: Annotated[_Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
     tp: Annotated[_Text, typer.Option(metavar="t", help="Tensor-parallel degree.")] = None,
     pp: Annotated[_Text, typer.Option(metavar="p", help="Pipeline-parallel degree (stages).")] = None,
@@ -159,6 +161,11 @@ def memory(
         raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --schedule {chosen.value})")
     default_m = 2 * p if chosen is Schedule.INTERLEAVED and v > 1 else p
     m = parse_count(micro_batches, "--micro-batches") if micro_batches is not None else default_m
+    b = parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1
+    if batch is not None:
+        m = micro_batches_of(parse_count(batch, "--batch"), b, d, m if micro_batches is not None else None)
+    sequence_parallel, zero, no_ops = stated_no_ops(sequence_parallel, t, zero, d * c)
+    notes_no_ops = no_ops
     cap, cap_source, device_key = None, "", "none"
     notes: tuple[str, ...] = ()
     if gpu is not None:
@@ -187,7 +194,7 @@ def memory(
     par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split,
                       cp=c, cp_comm=cp_kind, ep=e, etp=et, shard_group=sg)  # fmt: skip
     setup = TrainingSetup(
-        micro_batch=parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1, seq_len=seq,
+        micro_batch=b, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
         flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads, reserve=reserve_bytes, capacity=cap,
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
@@ -220,12 +227,28 @@ def memory(
         settings.append(("moe_imbalance", f"{setup.moe_imbalance:g}"))
     from parcalc.output import draws_figures
 
-    result = memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes)
+    result = memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes + notes_no_ops)
     if draws_figures(fmt, output):  # the picture's bars: every stage's components
         from dataclasses import replace
 
         result = replace(result, tables=result.tables + (stage_components_table(breakdown),))
     finish(result, fmt, output)
+
+
+def micro_batches_of(batch: int, micro_batch: int, dp: int, given: int | None) -> int:
+    """--batch B as micro-batches per pipeline per iteration: m = B / (b x d) (Megatron-LM's
+    get_num_microbatches: global_batch_size // (micro_batch_size * data_parallel_size),
+    megatron/core/num_microbatches_calculator.py); it must divide, and agree with --micro-batches."""
+    from parcalc.errors import InputError
+
+    if batch % (micro_batch * dp):
+        raise InputError(f"--batch: {batch:,} sequences do not split into micro-batches of b = {micro_batch} over d = {dp} replicas "
+                         f"(B must be a multiple of b x d = {micro_batch * dp:,})")  # fmt: skip
+    m = batch // (micro_batch * dp)
+    if given is not None and given != m:
+        raise InputError(f"--micro-batches: {given} is not B / (b x d) = {batch:,} / ({micro_batch} x {dp}) = {m}; give one of them")
+    return m
+
 
 
 def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None, cp: int = 1) -> tuple[int, int, int]:
@@ -368,6 +391,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         verdicts=tuple(verdicts),
         assumptions=assumptions,
         settings=tuple(settings),
+        fits=None if setup.capacity is None else worst.total.value <= setup.capacity,  # as _fit_verdict says it
+        main_table="stages" if per_stage else "",  # --per-stage --format csv: the stages, as asked
     )
 
 

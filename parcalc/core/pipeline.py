@@ -528,6 +528,7 @@ class BubbleAnalysis:
             verdicts=tuple(verdicts),
             assumptions=tuple(assumptions),
             settings=tuple(settings),
+            main_table="devices",  # CSV: one row per device; --table timeline gives the simulation's events
         )
 
     def _target_verdicts(self) -> list[str]:

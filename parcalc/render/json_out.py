@@ -1,8 +1,14 @@
 """JSON: raw numbers in base units, the resolved inputs, every derivation, tables as records.
 
-The shape is a public interface for scripts (documented in the README):
-{"parcalc": version, "command", "title", "inputs": {key: term}, "results": {key: derivation},
- "tables": {key: {"title", "columns", "rows"}}, "verdicts": [...], "assumptions": [...]}
+The shape is a public, versioned interface for scripts (docs/json.md; a JSON Schema per command
+in parcalc/schemas, printed by `parcalc schema COMMAND`):
+{"schema_version", "parcalc": version, "command", "title", "fits", "settings": {key: value},
+ "inputs": {name: term}, "results": {key: derivation}, "tables": {key: {"title", "columns", "rows"}},
+ "verdicts": [...], "assumptions": [...]}
+
+SCHEMA_VERSION changes whenever a key changes its meaning, its type or goes away (a new key does
+not change it). Top-level inputs are keyed by descriptive names (parcalc.render.json_keys: seq_len,
+bytes_per_element, hidden, head_dim), one meaning each; the symbol stays in each record.
 """
 
 from __future__ import annotations
@@ -39,13 +45,21 @@ def derivation_record(derivation: Derivation) -> dict[str, object]:
     }
 
 
+# 1: descriptive input names, typed settings, fits, schema_version (before it: no version, "0").
+SCHEMA_VERSION = 1
+
+
 def result_record(result: Result) -> dict[str, object]:
+    from parcalc.render.json_keys import input_name, setting_value
+
     return {
+        "schema_version": SCHEMA_VERSION,
         "parcalc": __version__,
         "command": result.command,
         "title": result.title,
-        "settings": dict(result.settings),
-        "inputs": {t.key: term_record(t) for t in result.inputs},
+        "fits": result.fits,
+        "settings": {key: setting_value(key, value) for key, value in result.settings},
+        "inputs": {input_name(result.command, t.key): term_record(t) for t in result.inputs},
         "results": {d.key: derivation_record(d) for d in result.derivations},
         "tables": {
             t.key: {
