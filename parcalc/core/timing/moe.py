@@ -131,7 +131,11 @@ def exchange_time(model: Any, tokens: int, element_bytes: float, experts: Expert
     if experts.dispatcher == "alltoall" or group.nodes == 1:
         return collective_time(Collective.ALL_TO_ALL, copies, group, fabric).time
     remote = remote_nodes_per_token(moe.experts, moe.top_k, group.nodes, experts.max_nodes_per_token)
-    return node_forwarded_exchange(tokens * rho * remote * model.hidden * element_bytes, copies * (group.size - 1) / group.size, fabric)
+    # Over NVLink: every copy but those for this GPU's own slot of a node, (g - 1)/g of them, either sent
+    # to a GPU of this node or forwarded by the receiving rank to its node mate (tests/ground_truth:
+    # node_limited_worker counts the messages with gloo).
+    per_node = group.per_node
+    return node_forwarded_exchange(tokens * rho * remote * model.hidden * element_bytes, copies * (per_node - 1) / per_node, fabric)
 
 
 @dataclass(frozen=True)
