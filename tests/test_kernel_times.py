@@ -212,7 +212,7 @@ def test_fit_compile_flag_in_settings_and_assumptions() -> None:
     args = ["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "16", "--seq-len", "8192", "--flash-attention",
             "--framework", "torchtitan", "--tp", "1", "--pp", "1", "--dp", "8", "--zero", "3", "--micro-batch", "2", "--format", "json"]
     plain, compiled = (json.loads(runner.invoke(app, args + extra).output) for extra in ([], ["--compile"]))
-    assert compiled["settings"]["compile"] == "true" and plain["settings"]["compile"] == "false"
+    assert compiled["settings"]["compile"] is True and plain["settings"]["compile"] is False  # typed settings (schema_version 1)
     assert any(a.startswith("--compile:") for a in compiled["assumptions"])
     t_plain, t_compiled = plain["results"]["t_step"]["value"], compiled["results"]["t_step"]["value"]
     # TorchTitan docs/performance.md Table 1 (Llama 3.1 8B, 8 H100, FSDP): 5,762 -> 6,667 tokens/s per GPU with

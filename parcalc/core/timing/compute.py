@@ -293,10 +293,12 @@ def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, 
 
 
 @lru_cache(maxsize=4096)
-def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None) -> LayerPasses:
+def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> tuple[tuple[Kernel, ...], ...]:
+    """A layer's kernels up to its MLP (norm, QKV, attention, projection, residual, second norm),
+    the same in a dense and an MoE layer (computed once for both): (forward, backward, attention core)."""
     b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
     tokens = b * s
-    h, f = model.hidden, model.ffn_hidden // t
+    h = model.hidden
     heads = model.heads // t
     kv = max(model.kv_heads // t, 1)
     hd = model.head_dim
@@ -390,6 +392,32 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
         mem("residual1", residual_fwd, residual_bwd, act)
         if norm:
             mem("norm2", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
+    return tuple(forward), tuple(backward), tuple(core)
+
+
+@lru_cache(maxsize=4096)
+def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None) -> LayerPasses:
+    attention_forward, attention_backward, core = _attention_block(model, shard, spec)
+    forward, backward = list(attention_forward), list(attention_backward)
+    b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
+    tokens, h, f = b * s, model.hidden, model.ffn_hidden // t
+    seq_tokens = tokens // t if shard.sequence_parallel else tokens  # as in _attention_block
+    residual_fwd = (3 * e + (MASK_BYTES if shard.dropout else 0)) * seq_tokens * h
+    residual_bwd = ((2 * e + MASK_BYTES) if shard.dropout else 0.0) * seq_tokens * h
+    act = f"[{seq_tokens}×{h}]"
+    fuse_norm = model.norm is not Norm.NONE and shard.compiled
+    norm_write = e * seq_tokens * h
+
+    def mem(key: str, fwd_bytes: float, bwd_bytes: float, shape: str) -> None:
+        forward.append(memory_op(key, fwd_bytes, spec, shape))
+        if bwd_bytes:
+            backward.append(memory_op(f"{key}.bwd", bwd_bytes, spec, shape))
+
+    def linear(key: str, m: int, k: int, n: int) -> None:
+        fwd, bwd = linear_passes(key, m, k, n, e, spec, shard.fp8)
+        forward.extend(fwd)
+        backward.extend(bwd)
+
     last = ("residual2+norm1", residual_fwd + norm_write) if fuse_norm else ("residual2", residual_fwd)  # the next layer's norm1
     if experts is not None and model.moe is not None:
         moe_forward, moe_backward, shared_f, shared_b = moe_kernels(model, shard, spec, experts)
