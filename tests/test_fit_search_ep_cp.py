@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from parcalc.core.choices import Precision
 from parcalc.core.fit import Cluster, Training, estimate, invalid_reason
 from parcalc.core.fit_search import CP_MIN_SEQ_LEN, SearchSpace, search
 from parcalc.presets import load_gpu, load_link, load_model
@@ -33,6 +34,8 @@ SCENARIOS = {  # (model, training, GPUs)
     # Maverick's MoE on every other layer). Qwen3-30B-A3B's shapes with those layouts.
     "qwen3-30b-a3b-dense-first-3-64": ("qwen3-30b-a3b", Training(256, 4096, flash_attention=True), 64),
     "qwen3-30b-a3b-every-2-64": ("qwen3-30b-a3b", Training(256, 4096, flash_attention=True), 64),
+    # FP8: Transformer Engine's weight copies of the experts a rank holds (parcalc.core.memory.fp8_weight_cache)
+    "qwen3-30b-a3b-fp8-64": ("qwen3-30b-a3b", Training(256, 4096, Precision.FP8, flash_attention=True), 64),
 }
 MOE_LAYOUT = {"qwen3-30b-a3b-dense-first-3-64": {"first_dense_layers": 3}, "qwen3-30b-a3b-every-2-64": {"every": 2}}
 

@@ -316,7 +316,7 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations,
-                          config.recompute_layers, moe_memory_detail=False)  # fmt: skip
+                          config.recompute_layers, moe_imbalance=config.moe_imbalance)  # fmt: skip
     return memory_breakdown(model, par, setup)
 
 

@@ -357,11 +357,23 @@ class _Shapes:
                                  zero3_working_set(self.model, par, self.per, stage).value, float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
         return self._states[key]
 
-    def fp8_layer(self, tp: int) -> float:
-        """Transformer Engine's FP8 weight copies of one layer on one TP rank (parcalc.core.memory.fp8_weight_cache)."""
+    def fp8_layer(self, tp: int, ep: int = 1) -> tuple[float, float]:
+        """Transformer Engine's FP8 weight copies of one dense layer and of one MoE layer (its experts
+        / ep, etp = tp) on one GPU (parcalc.core.memory.fp8_weight_cache; 0 unless --precision fp8)."""
         if self.training.precision is not Precision.FP8:
+            return 0.0, 0.0
+        dense = fp8_weight_cache(self.model, tp, 1).value
+        return dense, (fp8_weight_cache(self.model, tp, 1, 1, ep, tp).value if self.model.moe is not None else dense)
+
+    def dispatch(self, tp: int, sp: bool, cp: int, ep: int) -> float:
+        """An MoE layer's token-exchange buffers for one sequence (b = 1) on one GPU, etp = tp
+        (parcalc.core.expert_parallel.moe_dispatch_working_set; 0 without expert parallelism)."""
+        from parcalc.core.expert_parallel import moe_dispatch_working_set
+
+        if self.model.moe is None or ep == 1 or (sp and tp == 1):
             return 0.0
-        return fp8_weight_cache(self.model, tp, 1).value
+        found = moe_dispatch_working_set(self.model, 1, self.training.seq_len, tp, cp, sp, ep, tp, self.e, self.moe[0])
+        return found.value if found is not None else 0.0
 
     def stage_params(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
         """Parameters on one GPU of the first, the second (the first middle one; with even stages
@@ -536,7 +548,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
 
     shard = cols["shard_group"]
     dense_per_param = per_param(shard)  # the dense states shard over the dp-cp group (Megatron-LM), or the shard group S
-    fp8_layer = shapes.fp8_layer(t)  # TE's FP8 weight copies per layer (0 unless --precision fp8)
+    fp8_dense, fp8_moe = shapes.fp8_layer(t, ep)  # TE's FP8 weight copies per layer (0 unless --precision fp8)
+    dispatch = np.array([shapes.dispatch(t, bool(x), c, ep) for x in (0, 1)])[sp.astype(int)] * b  # MoE exchange buffers
     # states[stage] = (parameters, routed-expert parameters, ZeRO-3 gathered buffers, MoE layers) of
     # the stages whose memory can be the largest: the first and the last, and with uneven stages the
     # second, the fullest middle one (middle stages hold the same layers, and the earlier keep more
@@ -574,7 +587,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         else:
             activations = (a_layer * (layers - moe) + a_moe * moe) * n
         ends = (a_emb * n if stage == 0 else 0.0) + (a_out * n if stage == p - 1 else 0.0)
-        return ((params - experts) * dense_per_param + experts * expert_per_param + fp8_layer * layers + gathered + activations
+        fp8 = fp8_dense * (layers - moe) + fp8_moe * moe
+        return ((params - experts) * dense_per_param + experts * expert_per_param + fp8 + gathered + activations + np.where(moe > 0, dispatch, 0.0)
                 + ends + a_re + a_cp + training.reserve)  # fmt: skip
 
     memory = np.max([on_stage(stage) for stage in states], axis=0)
