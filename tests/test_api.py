@@ -169,4 +169,4 @@ def test_python_values_enums_tuples_and_numbers() -> None:
     typed = parcalc.memory(model="llama3-8b", dp=8, zero=ZeroStage.ZERO2, offload=(Offload.OPTIMIZER,), seq_len=4096)
     texts = parcalc.memory(model="llama3-8b", dp="8", zero="2", offload=["optimizer"], seq_len="4096")
     assert typed == texts
-    assert typed.to_dict()["settings"]["zero"] == "2" and typed.to_dict()["settings"]["offload"] == "optimizer"
+    assert typed.to_dict()["settings"]["zero"] == 2 and typed.to_dict()["settings"]["offload"] == ["optimizer"]  # typed settings (schema_version 1)

@@ -171,7 +171,7 @@ def test_strategy_bars_one_per_row_with_a_layout(runner, run_json, tmp_path):
     assert max(scale) / min(scale) == pytest.approx(1.0, abs=1e-3)
     # rows that do not fit are drawn lighter, their labels grey
     faded = {t.text for t in root.iter(f"{SVG}text") if t.get("fill") == "#777777"}
-    assert faded == {f"{r['strategy']}, {r['recompute']}" for r in rows if r["fits"] == "no"}
+    assert faded == {f"{r['strategy']}, {r['recompute']}" for r in rows if r["fits"] is False}  # typed JSON (schema_version 1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -68,11 +68,11 @@ def test_flags_in_json(run_json) -> None:
     # 2 x 1.2 x 4096 x 8 x 2048 x 2 B
     assert results["moe_dispatch_working_set"]["value"] == pytest.approx(2 * 1.2 * 4096 * 8 * 2048 * 2)
     assert results["optimizer_states"]["inputs"]["K"]["value"] == 8.0
-    assert doc["settings"]["moment_dtype"] == "bf16" and doc["settings"]["moe_imbalance"] == "1.2"
+    assert doc["settings"]["moment_dtype"] == "bf16" and doc["settings"]["moe_imbalance"] == 1.2
     args = ["memory", "--model", "deepseek-v3", "--seq-len", "4096", "--tp", "8", "--dp", "8", "--ep", "64", "--etp", "1",
             "--sequence-parallel", "--flash-attention"]  # fmt: skip
     plain, again = run_json(*args), run_json(*args, "--recompute-mla-up-proj")
-    assert again["settings"]["recompute_mla_up_proj"] == "true"
+    assert again["settings"]["recompute_mla_up_proj"] is True
     # per MLA layer and token on t = 8: normed c_q 1536 / 8 and normed c_kv 512 / 8 (SP), Q and K 128 x 192 / 8, V 128 x 128 / 8
     saved = (1536 + 512 + 2 * 128 * 192 + 128 * 128) // 8 * 2 * 4096 * 61
     assert plain["results"]["stage_activations"]["value"] - again["results"]["stage_activations"]["value"] == saved

@@ -52,7 +52,7 @@ def test_the_command_line_wins_over_the_file(runner, tmp_path: Path) -> None:
     run.write_text(KORTHIKANTI_YAML)
     doc = _json(runner, ["memory", "--config", str(run), "--tp", "4"])
     # t = 4 from the command line: 34 sbh / 4 = 213,909,504 bytes per layer (twice t = 8's)
-    assert doc["inputs"]["t"]["value"] == 4
+    assert doc["inputs"]["tp"]["value"] == 4
     assert doc["results"]["activation_per_layer"]["value"] == 2 * 106_954_752
     # before or after --config, the command line wins
     assert _same(doc, _json(runner, ["memory", "--tp", "4", "--config", str(run)]))
@@ -76,11 +76,11 @@ def test_switches_lists_and_negative_forms(runner, tmp_path: Path) -> None:
              "--offload", "optimizer", "--offload", "activations", "--dropout"]  # fmt: skip
     assert _same(_json(runner, ["memory", "--config", str(run)]), _json(runner, flags))
     run.write_text("model: llama3-70b\nno-dropout: true\n")
-    assert _json(runner, ["memory", "--config", str(run)])["settings"]["dropout"] == "false"
+    assert _json(runner, ["memory", "--config", str(run)])["settings"]["dropout"] is False
     run.write_text("model: llama3-70b\ndropout: true\n")
-    assert _json(runner, ["memory", "--config", str(run)])["settings"]["dropout"] == "true"
+    assert _json(runner, ["memory", "--config", str(run)])["settings"]["dropout"] is True
     # a switch in the file is turned off from the command line by its --no- form
-    assert _json(runner, ["memory", "--config", str(run), "--no-dropout"])["settings"]["dropout"] == "false"
+    assert _json(runner, ["memory", "--config", str(run), "--no-dropout"])["settings"]["dropout"] is False
 
 
 def test_a_relative_path_is_read_beside_the_run_file(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
