@@ -20,7 +20,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core, as the aim says
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from parcalc.core.fit import Cluster, Training, estimate  # noqa: E402
-from parcalc.core.fit_search import search  # noqa: E402
+from parcalc.core.fit_search import SearchSpace, search  # noqa: E402
 from parcalc.presets import load_gpu, load_link, load_model  # noqa: E402
 
 SAMPLE = 100
@@ -50,5 +50,29 @@ def main() -> None:
         print(f"{gpus:>6} {count:>9,} {wall * 1e3:>8.1f} ms {count / wall:>12,.0f} {scalar * 1e3:>11.2f} ms {scalar * count / wall:>8.0f}x")
 
 
+def moe(runs: int) -> None:
+    """DeepSeek-V3 (671B, 256 experts) on 2,048 H800s, B = 15,360, s = 4,096: the MoE search of issue
+    #19, every ep dividing the experts and every uneven split of its 61 layers (target: the whole
+    one-liner under 1 s)."""
+    from parcalc.core.timing import nccl
+
+    model = load_model("deepseek-v3", ())
+    gpu = load_gpu("h800-sxm5", ())
+    node = gpu.node
+    training = Training(15360, 4096)
+    cluster = Cluster(2048, node.gpus, gpu.dtypes["bf16"].dense_peak.value, gpu.memory_capacity.value, load_link(node.intra_link, ()),
+                      load_link(node.inter_link, ()), gpu=gpu, nics_per_node=node.nics)  # fmt: skip
+    assert nccl.arch_of(gpu.architecture) == "sm90"
+    times, found = [], None
+    for _ in range(runs):
+        start = time.perf_counter()
+        found = search(model, training, cluster, SearchSpace(zero_stages=cluster.framework.zero_stages))  # as `fit --search`
+        times.append(time.perf_counter() - start)
+    wall = statistics.median(times)
+    count = len(found.evaluated)
+    print(f"DeepSeek-V3 on 2048 H800: {count:,} configurations on {found.layouts} layouts, {wall * 1e3:.1f} ms, {count / wall:,.0f} configs/s")
+
+
 if __name__ == "__main__":
     main()
+    moe(int(sys.argv[1]) if len(sys.argv) > 1 else 5)

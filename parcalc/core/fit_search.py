@@ -68,7 +68,7 @@ from parcalc.core.timing.step import (
     assemble_stage,
     combine,
     dp_exposed,
-    dp_pieces,
+
     layer_pieces,
     offload_step_time,
     optimizer_step_time,
@@ -390,10 +390,14 @@ class _Shapes:
         return zero3_working_set(self.model, par, self.per, 0).value, second, zero3_working_set(self.model, par, self.per, pp - 1).value
 
     def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None = None, ep: int = 1) -> DataParallelPieces:
-        key = (tp, pp, dp, first, last, shard_group, ep)
+        """parcalc.core.timing.step.dp_pieces, once per distinct fullest stage (most splits of a
+        layout share it)."""
+        from parcalc.core.timing.step import _fullest_stage, dp_pieces_of
+
+        stage = _fullest_stage(self.model, tp, pp, first, last, ep=ep, ranks=dp)
+        key = (tp, dp, shard_group, ep, stage)
         if key not in self._dp:
-            self._dp[key] = dp_pieces(self.model, tp, pp, dp, self.training, self.cluster, first=first, last=last, shard_group=shard_group,
-                                      ep=ep)  # fmt: skip
+            self._dp[key] = dp_pieces_of(stage, tp, dp, self.training, self.cluster, shard_group=shard_group, ep=ep)
         return self._dp[key]
 
     def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1) -> DataParallelPieces:

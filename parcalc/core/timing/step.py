@@ -475,12 +475,19 @@ def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any
     in their own buffers, reduced over the expert-DP group; parallel_state.py
     get_expert_data_parallel_group, distributed_data_parallel.py expert_parallel_buffers), in
     their own buckets; the dense parameters as above. Hybrid sharding applies to the dense ones."""
+    stage = _fullest_stage(model, tp, pp, first, last, ep=ep, etp=etp, ranks=dp)
+    return dp_pieces_of(stage, tp, dp, training, cluster, shard_group=shard_group, ep=ep, etp=etp)
+
+
+def dp_pieces_of(stage: FullestStage, tp: int, dp: int, training: Any, cluster: Any, *, shard_group: int | None = None, ep: int = 1,
+                 etp: int | None = None) -> DataParallelPieces:  # fmt: skip
+    """dp_pieces for a given fullest stage (what it depends on of the model and the split: the
+    search asks once per distinct stage, not once per split)."""
     import math
 
     from parcalc.core.choices import Collective
     from parcalc.core.timing.network import collective_time, placement
 
-    stage = _fullest_stage(model, tp, pp, first, last, ep=ep, etp=etp, ranks=dp)
     layers = stage.layers
     etp_ = tp if etp is None else etp
     edp = tp * dp // (ep * etp_) if stage.experts else 1
