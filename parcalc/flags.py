@@ -66,7 +66,7 @@ TYPES = {
 
 FLAGS: tuple[Flag, ...] = (
     # output and presets, shared by every command
-    Flag("--format", "Output format: table, json, csv, markdown or latex (calibrate: text, json, yaml; report: md, tex, pdf; sweep: csv or json)", "choice", "", "table (or from --output's extension; sweep: csv)", _OUT + ("sweep",), short="-f"),
+    Flag("--format", "Output format: table, json, csv, markdown or latex (calibrate: text or json; report: markdown, latex or json, -o .pdf a PDF; sweep: csv or json)", "choice", "", "table (or from --output's extension; sweep: csv)", _OUT + ("sweep",), short="-f"),
     Flag("--output", "Write the result to FILE instead of stdout, all or nothing (scaling: .svg draws the curve)", "path", "", "stdout", _OUT + ("sweep",), short="-o"),
     Flag("--presets", "Extra preset directory (gpus/, links/, models/ inside); repeatable; also PARCALC_PRESETS", "path", "", "", _PRESETS),
     Flag("--table", "With --format csv: which of the result's tables to print (CSV holds one)", "choice", "", "the command's main table", _OUT[:7] + ("presets list", "presets show", "analyze", "scaling")),
