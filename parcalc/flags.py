@@ -25,9 +25,12 @@ from dataclasses import dataclass
 
 # The commands that take --format / --output and --presets (the calculation commands and their kin).
 _OUT = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit", "presets list", "presets show",
-        "calibrate gemm", "calibrate nccl", "report", "analyze")  # fmt: skip
+        "calibrate gemm", "calibrate nccl", "report", "analyze", "scaling")  # fmt: skip
 _PRESETS = tuple(c for c in _OUT if c != "bubble")
 _MODEL = ("comm-volume", "memory", "flops", "fit")  # the transformer's shape flags
+_SHAPE = _MODEL + ("scaling",)  # the shape flags of a model (scaling takes them, not --gpus/--cp as the others do)
+# Every command but sweep takes --config (parcalc.cli._give_config_option; sweep reads its run file as its argument).
+_CONFIG = _OUT + ("schema",)
 _PIPE = ("comm-volume", "bubble", "memory", "flops", "fit")  # the uneven pipeline split
 
 MEGATRON = "NVIDIA/Megatron-LM megatron/training/arguments.py"
@@ -63,39 +66,43 @@ TYPES = {
 
 FLAGS: tuple[Flag, ...] = (
     # output and presets, shared by every command
-    Flag("--format", "Output format: table, json, csv, markdown or latex (calibrate: text, json, yaml; report: md, tex, pdf)", "choice", "", "table (or from --output's extension)", _OUT, short="-f"),
-    Flag("--output", "Write the result to FILE instead of stdout, all or nothing", "path", "", "stdout", _OUT, short="-o"),
+    Flag("--format", "Output format: table, json, csv, markdown or latex (calibrate: text or json; report: markdown, latex or json, -o .pdf a PDF; sweep: csv or json)", "choice", "", "table (or from --output's extension; sweep: csv)", _OUT + ("sweep",), short="-f"),
+    Flag("--output", "Write the result to FILE instead of stdout, all or nothing (scaling: .svg draws the curve)", "path", "", "stdout", _OUT + ("sweep",), short="-o"),
     Flag("--presets", "Extra preset directory (gpus/, links/, models/ inside); repeatable; also PARCALC_PRESETS", "path", "", "", _PRESETS),
-    Flag("--table", "With --format csv: which of the result's tables to print (CSV holds one)", "choice", "", "the command's main table", _OUT[:7] + ("presets list", "presets show", "analyze")),
+    Flag("--table", "With --format csv: which of the result's tables to print (CSV holds one)", "choice", "", "the command's main table", _OUT[:7] + ("presets list", "presets show", "analyze", "scaling")),
+    Flag("--config", "Read flags from a run file (YAML or .toml; - for stdin): keys are flag names, the command line wins", "path", "", "",
+         _CONFIG),
     # the model
-    Flag("--model", "Model preset, or a Hugging Face config.json / model directory", "name", "", "", _MODEL + ("intensity", "analyze")),
-    Flag("--layers", "Transformer layers", "count", "layers", "the model's", _PIPE, aliases=("--num-layers",)),
-    Flag("--hidden", "Hidden size (model dimension)", "count", "elements", "the model's", _MODEL, aliases=("--hidden-size",)),
-    Flag("--heads", "Attention heads", "count", "heads", "the model's", _MODEL, aliases=("--num-attention-heads",)),
-    Flag("--kv-heads", "Key/value heads (grouped-query attention)", "count", "heads", "--heads", _MODEL, aliases=("--num-query-groups",)),
-    Flag("--ffn-hidden", "MLP width", "count", "elements", "4 x hidden (8/3 x hidden for swiglu)", _MODEL, aliases=("--ffn-hidden-size",)),
-    Flag("--mlp", "MLP kind: gelu, relu or swiglu", "choice", "", "the model's, else gelu", _MODEL),
-    Flag("--vocab", "Vocabulary size", "count", "tokens", "the model's", _MODEL, aliases=("--padded-vocab-size", "--vocab-size")),
-    Flag("--tied", "Tie the LM head to the word embeddings (--untied: a separate head)", "switch", "", "the model's", _MODEL,
+    Flag("--model", "Model preset, or a Hugging Face config.json / model directory", "name", "", "", _SHAPE + ("intensity", "analyze")),
+    Flag("--layers", "Transformer layers", "count", "layers", "the model's", _PIPE + ("scaling",), aliases=("--num-layers",)),
+    Flag("--hidden", "Hidden size (model dimension)", "count", "elements", "the model's", _SHAPE, aliases=("--hidden-size",)),
+    Flag("--heads", "Attention heads", "count", "heads", "the model's", _SHAPE, aliases=("--num-attention-heads",)),
+    Flag("--kv-heads", "Key/value heads (grouped-query attention)", "count", "heads", "--heads", _SHAPE, aliases=("--num-query-groups",)),
+    Flag("--ffn-hidden", "MLP width", "count", "elements", "4 x hidden (8/3 x hidden for swiglu)", _SHAPE, aliases=("--ffn-hidden-size",)),
+    Flag("--mlp", "MLP kind: gelu, relu, swiglu or geglu", "choice", "", "the model's, else gelu", _SHAPE),
+    Flag("--vocab", "Vocabulary size", "count", "tokens", "the model's", _SHAPE, aliases=("--padded-vocab-size", "--vocab-size")),
+    Flag("--tied", "Tie the LM head to the word embeddings (--untied: a separate head)", "switch", "", "the model's", _SHAPE,
          aliases=("--untie-embeddings-and-output-weights",)),
     # the batch
-    Flag("--batch", "Global batch: sequences per iteration (intensity: sequences through the kernel)", "count", "sequences", "", ("intensity", "comm-volume", "memory", "flops", "fit"),
+    Flag("--batch", "Global batch: sequences per iteration (intensity: sequences through the kernel; scaling --weak: per GPU)", "count", "sequences", "",
+         ("intensity", "comm-volume", "memory", "flops", "fit", "scaling"),
          aliases=("--global-batch-size",)),
-    Flag("--micro-batch", "Sequences per micro-batch per replica", "count", "sequences", "1", ("comm-volume", "memory", "fit"), aliases=("--micro-batch-size",)),
+    Flag("--micro-batch", "Sequences per micro-batch per replica", "count", "sequences", "1", ("comm-volume", "memory", "fit", "scaling"), aliases=("--micro-batch-size",)),
     Flag("--micro-batches", "Micro-batches per iteration of each pipeline", "count", "micro-batches", "p (2p interleaved)", ("bubble", "memory")),
-    Flag("--seq-len", "Sequence length", "count", "tokens", "the model's maximum", ("intensity", "comm-volume", "memory", "flops", "fit"), aliases=("--seq-length",)),
+    Flag("--seq-len", "Sequence length", "count", "tokens", "the model's maximum", ("intensity", "comm-volume", "memory", "flops", "fit", "scaling"), aliases=("--seq-length",)),
     # the GPUs and the parallel layout
-    Flag("--gpus", "GPUs in all: tp x pp x cp x dp (comm-volume --collective: the ranks taking part)", "count", "GPUs", "the product of the degrees", _MODEL, aliases=("--workers",)),
-    Flag("--tp", "Tensor-parallel degree", "count", "ranks", "1", ("comm-volume", "memory", "fit"), aliases=("--tensor-model-parallel-size",)),
-    Flag("--pp", "Pipeline-parallel degree (stages)", "count", "stages", "1", _PIPE, aliases=("--pipeline-model-parallel-size", "--stages")),
+    Flag("--gpus", "GPUs in all: tp x pp x cp x dp (comm-volume --collective: the ranks taking part; scaling: the curve's counts, a list such as 1,2,4,...,64)",
+         "count", "GPUs", "the product of the degrees (scaling: required)", _SHAPE, aliases=("--workers",)),
+    Flag("--tp", "Tensor-parallel degree (scaling: pinned at every N)", "count", "ranks", "1", ("comm-volume", "memory", "fit", "scaling"), aliases=("--tensor-model-parallel-size",)),
+    Flag("--pp", "Pipeline-parallel degree (stages; scaling: pinned at every N)", "count", "stages", "1", _PIPE + ("scaling",), aliases=("--pipeline-model-parallel-size", "--stages")),
     Flag("--dp", "Data-parallel degree", "count", "replicas", "gpus / (tp x pp x cp)", ("comm-volume", "memory", "fit")),
     Flag("--cp", "Context-parallel degree: each sequence split over c ranks", "count", "ranks", "1", _MODEL, aliases=("--context-parallel-size",)),
     Flag("--cp-comm", "How attention gets the other CP ranks' K/V: p2p, all-gather or a2a", "choice", "", "p2p", ("comm-volume", "memory", "fit")),
     Flag("--ep", "Expert-parallel degree of an MoE model (folds over tp x cp x dp)", "count", "ranks", "1", ("comm-volume", "memory", "fit"), aliases=("--expert-model-parallel-size",)),
     Flag("--etp", "Expert tensor-parallel degree", "count", "ranks", "--tp", ("comm-volume", "memory", "fit"), aliases=("--expert-tensor-parallel-size",)),
-    Flag("--zero", "ZeRO stage over the data-parallel ranks: 0 (DDP), 1, 2 or 3 (fit --search: repeatable)", "choice", "", "0 (fit --search: 0-3)", ("comm-volume", "memory", "fit")),
+    Flag("--zero", "ZeRO stage over the data-parallel ranks: 0 (DDP), 1, 2 or 3 (fit --search: repeatable)", "choice", "", "0 (fit --search: 0-3)", ("comm-volume", "memory", "fit", "scaling")),
     Flag("--shard-group", "Hybrid sharding: ZeRO shards over S data-parallel ranks, replicated over dp x cp / S", "count", "ranks", "dp x cp (full sharding)", ("comm-volume", "memory", "fit")),
-    Flag("--sequence-parallel", "Megatron sequence parallelism with TP (with --tp 1: a stated no-op)", "switch", "", "off (fit --search: both)", ("comm-volume", "memory", "fit")),
+    Flag("--sequence-parallel", "Megatron sequence parallelism with TP (with --tp 1: a stated no-op)", "switch", "", "off (fit --search: both)", ("comm-volume", "memory", "fit", "scaling")),
     Flag("--schedule", "Pipeline schedule: gpipe, 1f1b, interleaved (bubble: also zb-h1, zb-h2)", "choice", "", "1f1b", ("comm-volume", "bubble", "memory", "fit")),
     Flag("--chunks", "Model chunks (virtual stages) per device, interleaved schedule", "count", "chunks", "1 (bubble interleaved: 2)", ("comm-volume", "bubble", "memory", "fit"),
          aliases=("--num-virtual-stages-per-pipeline-rank",)),
@@ -103,45 +110,52 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--last-stage-layers", "Layers on the last pipeline stage", "count", "layers", "an even split", _PIPE, aliases=("--decoder-last-pipeline-num-layers",)),
     Flag("--embedding-in-split", "The embedding takes one layer slot of the first stage", "switch", "", "off", _PIPE, aliases=("--account-for-embedding-in-pipeline-split",)),
     Flag("--loss-in-split", "The LM head and loss take one layer slot of the last stage", "switch", "", "off", _PIPE, aliases=("--account-for-loss-in-pipeline-split",)),
-    Flag("--gpus-per-node", "GPUs per node (the NVLink domain)", "count", "GPUs", "8", ("comm-volume", "fit")),
+    Flag("--gpus-per-node", "GPUs per node (the NVLink domain)", "count", "GPUs", "8 (fit, scaling: the GPU preset's node)", ("comm-volume", "fit", "scaling")),
     # numbers and recipes
     Flag("--dtype", "Element type: of the numbers moved (comm-volume, intensity), of the peak FLOP/s (peak-flops, flops, fit, calibrate gemm)", "choice", "",
          "bf16 (intensity: fp16; fit: the --precision's GEMM type)", ("peak-flops", "intensity", "comm-volume", "flops", "fit", "calibrate gemm")),
     Flag("--grad-dtype", "Element type of the gradients reduced", "choice", "", "--dtype", ("comm-volume",)),
-    Flag("--precision", "Training recipe: fp32, mixed-fp16, mixed-bf16, bf16, fp8", "choice", "", "mixed-bf16 (mixed-fp16 without bf16)", ("memory", "fit")),
+    Flag("--precision", "Training recipe: fp32, mixed-fp16, mixed-bf16, bf16, fp8", "choice", "", "mixed-bf16 (mixed-fp16 without bf16)", ("memory", "fit", "scaling")),
     Flag("--fp8-recipe", "With --precision fp8: delayed, current, blockwise or mxfp8 scaling", "choice", "", "delayed", ("fit",)),
     Flag("--fp32-grads", "Mixed precision with fp32 gradients (Megatron-LM's main_grad)", "switch", "", "off (fit: the framework's)", ("memory", "fit")),
     Flag("--optimizer", "Optimizer: adam, adamw, lion, sgd-momentum, sgd, adam-8bit, adafactor, muon", "choice", "", "adamw", ("memory", "fit")),
     Flag("--offload", "Move to host memory (repeatable): optimizer, activations", "choice", "", "none", ("memory", "fit")),
     Flag("--recompute", "Activation recomputation: none, selective, full, op (fit --search: repeatable; comm-volume: a bare --recompute is full)", "choice", "",
-         "none (fit --search: none, selective, full)", ("comm-volume", "memory", "flops", "fit"), aliases=("--recompute-granularity",)),
+         "none (fit --search: none, selective, full)", ("comm-volume", "memory", "flops", "fit", "scaling"), aliases=("--recompute-granularity",)),
     Flag("--recompute-layers", "With --recompute full: recompute only the first n layers of each stage", "count", "layers", "all", ("memory", "flops", "fit"),
          aliases=("--recompute-num-layers",)),
-    Flag("--flash-attention", "FlashAttention: no s x s score storage, attention FLOPs as its kernels", "switch", "", "off", ("memory", "flops", "fit"), aliases=("--use-flash-attn",)),
+    Flag("--flash-attention", "FlashAttention: no s x s score storage, attention FLOPs as its kernels (intensity --model: attention timed as its kernels)", "switch", "",
+         "off", ("intensity", "memory", "flops", "fit", "scaling"), aliases=("--use-flash-attn",)),
+    Flag("--compile", "torch.compile (Inductor): memory-bound kernels between GEMMs fused (fit, intensity --model); what its partitioner saves for backward (memory)",
+         "switch", "", "off", ("intensity", "memory", "fit")),
     Flag("--dropout", "Dropout layers and their masks (--no-dropout: none)", "switch", "", "the model's", ("memory", "fit")),
     Flag("--causal", "Count the causal attention products at half", "switch", "", "off", ("flops",)),
     # the GPU and the network
-    Flag("--gpu", "GPU preset (see `parcalc presets list gpus`); fit --search: repeatable", "name", "", "", ("peak-flops", "intensity", "memory", "flops", "fit", "calibrate gemm")),
+    Flag("--gpu", "GPU preset (see `parcalc presets list gpus`); fit --search: repeatable; comm-volume --collective: the node NCCL's model times the call on", "name", "", "",
+         ("peak-flops", "intensity", "comm-volume", "memory", "flops", "fit", "calibrate gemm", "scaling")),
     Flag("--capacity", "GPU memory capacity instead of --gpu's", "quantity", "B", "the GPU's", ("memory", "fit")),
     Flag("--reserve", "Memory the formulas do not see (CUDA context, NCCL buffers, fragmentation)", "quantity", "B", "2GiB", ("memory", "fit")),
     Flag("--peak", "Peak FLOP/s instead of the GPU preset's", "quantity", "FLOP/s", "the GPU's", ("intensity", "flops", "fit", "calibrate gemm")),
     Flag("--bandwidth", "Bandwidth instead of a preset's: memory (intensity), link per direction (comm-volume, analyze)", "quantity", "B/s", "the preset's", ("intensity", "comm-volume", "analyze")),
     Flag("--latency", "Latency per message (alpha) instead of --link's", "quantity", "s", "the link's", ("comm-volume", "analyze")),
-    Flag("--link", "Link preset within a node", "name", "", "nvlink3 (fit: the GPU's)", ("comm-volume", "fit", "analyze")),
-    Flag("--inter-node-link", "Link preset between nodes", "name", "", "ib-hdr (fit: the GPU's)", ("comm-volume", "fit")),
+    Flag("--link", "Link preset within a node", "name", "", "nvlink3 (fit, scaling: the GPU's)", ("comm-volume", "fit", "analyze", "scaling")),
+    Flag("--inter-node-link", "Link preset between nodes (one network card's)", "name", "", "ib-hdr (fit, scaling: the GPU's)", ("comm-volume", "fit", "scaling")),
     Flag("--nics-per-node", "Network cards per node for GPU traffic (rails)", "count", "NICs", "the GPUs per node", ("fit", "calibrate nccl")),
     Flag("--host-link", "The GPU's link to the host, for --offload", "name", "", "the GPU's PCIe", ("fit",)),
     Flag("--efficiency", "A factor on every kernel's rate", "number", "", "1", ("fit",)),
-    Flag("--framework", "Framework profile: megatron, deepspeed, fsdp2, torchtitan", "name", "", "megatron", ("fit",)),
+    Flag("--framework", "Framework profile: megatron, deepspeed, fsdp2, torchtitan", "name", "", "megatron", ("fit", "scaling")),
     Flag("--dp-overlap", "Overlap the data-parallel reduce and gather with compute", "switch", "", "the framework's", ("fit",), aliases=("--overlap-grad-reduce",)),
     Flag("--tp-comm-overlap", "Overlap TP collectives with the GEMMs", "switch", "", "the framework's", ("fit",)),
-    Flag("--ideal-network", "An ideal network: every collective at bandwidth, no latency", "switch", "", "off", ("fit",)),
+    Flag("--ideal-network", "An ideal network: every collective and pipeline send takes 0 s", "switch", "", "off", ("fit", "scaling")),
     Flag("--allow-cross-node-tp", "--search: let tensor parallelism span nodes", "switch", "", "off", ("fit",)),
     # MoE
-    Flag("--moe-imbalance", "MoE: the busiest rank's tokens over the balanced share", "number", "", "1", ("comm-volume", "fit")),
+    Flag("--moe-imbalance", "MoE: the busiest rank's tokens over the balanced share", "number", "", "1", ("comm-volume", "memory", "fit")),
     Flag("--moe-dispatcher", "How MoE tokens reach their experts: alltoall or deepep", "choice", "", "alltoall", ("fit",)),
     Flag("--max-nodes-per-token", "Node-limited routing: each token's experts on at most M nodes", "count", "nodes", "no limit", ("fit",)),
     Flag("--ep-overlap", "What hides MoE dispatch and combine: none, shared, 1f1b", "choice", "", "none", ("fit",)),
+    Flag("--moment-dtype", "Adam's moments (every optimizer state) in fp32, bf16 or fp16 beside the fp32 master copy", "choice", "", "fp32", ("memory",)),
+    Flag("--recompute-mla-up-proj", "Multi-head latent attention: recompute the up-projections and RoPE in backward, keep the latents", "switch", "", "off",
+         ("memory",)),
     # fit
     Flag("--search", "Evaluate every configuration and rank those that fit", "switch", "", "off", ("fit",)),
     Flag("--top", "--search: configurations shown", "count", "configurations", "5", ("fit",)),
@@ -171,7 +185,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--n", "GEMM: columns of W (W is k x n)", "count", "elements", "", ("intensity",)),
     # comm-volume
     Flag("--collective", "One collective's algorithms (calibrate nccl: the collective the file measured)", "choice", "", "", ("comm-volume", "calibrate nccl")),
-    Flag("--strategy", "Every collective of one iteration: dp, zero1-3, fsdp, tp, pp, cp, 3d, ep or all", "choice", "", "", ("comm-volume",)),
+    Flag("--strategy", "Every collective of one iteration: dp, zero1-3, fsdp, tp, pp, cp, 3d, ep or all (scaling: how the layout grows with N: dp, zero1-3, tp, pp)",
+         "choice", "", "(scaling: dp)", ("comm-volume", "scaling")),
     Flag("--algorithm", "Collective algorithm: ring, tree, ...", "choice", "", "ring (all-reduce)", ("comm-volume",)),
     Flag("--size", "--collective: message size", "quantity", "B", "", ("comm-volume",)),
     Flag("--elements", "--collective: message size in elements of --dtype", "count", "elements", "", ("comm-volume",)),
@@ -203,12 +218,20 @@ FLAGS: tuple[Flag, ...] = (
     # report
     Flag("--template", "Directory of your own report templates", "path", "", "", ("report",)),
     Flag("--list", "List the built-in and user worksheets", "switch", "", "off", ("report",)),
+    Flag("--detail", "How much the report shows: full (every derivation, table, assumption) or brief (the answers' derivations)", "choice", "",
+         "full", ("report",)),
     # analyze
     Flag("--time-is", "What the time column measures: step or epoch", "choice", "", "a time_is column", ("analyze",)),
     Flag("--message-size", "Bytes of one all-reduce on every row", "quantity", "B", "", ("analyze",)),
     Flag("--grad-bytes", "Bytes per gradient element with --params or --model", "number", "B", "4", ("analyze",)),
     Flag("--allreduces", "All-reduces inside each measured comm time", "count", "all-reduces", "1", ("analyze",)),
     Flag("--section", "Show only speedup, batch, shares or bandwidth", "choice", "", "all", ("analyze",)),
+    # scaling
+    Flag("--weak", "Weak scaling: a fixed batch per GPU, B = --batch x N (--strong, the default: a fixed global batch)", "switch", "", "strong", ("scaling",)),
+    Flag("--best", "At each N, the fastest configuration of `fit --search`", "switch", "", "off", ("scaling",)),
+    Flag("--knee", "Efficiency threshold of the knee verdict: the first N with efficiency under it", "number", "fraction", "0.8", ("scaling",)),
+    # sweep
+    Flag("--vary", "A flag and the values it takes, KEY=V1,V2,... (repeatable): the grid is every combination", "list", "", "", ("sweep",)),
 )
 
 # Megatron-LM switches and value flags that are one parcalc flag with a value (arguments.py:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from parcalc.render.json_out import SCHEMA_VERSION
@@ -34,6 +35,11 @@ SETTINGS: dict[str, dict[str, object]] = {
     "file": _S, "data": _S, "time_is": _S, "batch": _S, "nccl_hardware": _S, "category": _S, "name": _S, "path": _S,
     "tp": _I, "pp": _I, "dp": _I, "cp": _I, "gpus": _I, "zero": _I, "shard_group": _I, "recompute_layers": _I,
     "sparse": _B, "causal": _B, "dropout": _B, "flash_attention": _B, "fp32_grads": _B, "sequence_parallel": _B,
+    "compile": {**_B, "description": "torch.compile (Inductor)"}, "recompute_mla_up_proj": _B,
+    "moment_dtype": {**_S, "description": "element type of Adam's moments"},
+    "moe_imbalance": {"type": "number", "description": "the busiest rank's MoE tokens over the balanced share"},
+    "protocol": {**_S, "description": "NCCL's protocol: LL, LL128 or Simple"}, "gpus_per_node": _I,
+    "knee": {"type": "number", "description": "the efficiency threshold of the knee (a fraction)"},
     "offload": {"type": "array", "items": _S},
     "stage_times": {"type": "array", "items": {"type": "number"}, "description": "seconds, one per stage"},
     "stage_layers": {"type": "array", "items": _I},
@@ -42,21 +48,24 @@ SETTINGS: dict[str, dict[str, object]] = {
 # command: (its settings, its tables (a name: what it holds), whether it answers "does it fit")
 COMMANDS: dict[str, tuple[tuple[str, ...], dict[str, str], bool]] = {
     "peak-flops": (("gpu", "dtype", "sparse"), {}, False),
-    "intensity": (("model", "gpu", "dtype"), {"ops": "every operation of one layer: FLOPs, bytes, intensity, bound"}, False),
+    "intensity": (("model", "gpu", "gpu_name", "dtype", "flash_attention", "compile"),
+                  {"ops": "every operation of one layer: FLOPs, bytes, intensity, bound", "kernels": "--model with a GPU: every kernel of one layer timed"}, False),
     "comm-volume": (("model", "strategy", "dtype", "grad_dtype", "link", "inter_node_link", "all_reduce_algorithm", "tp", "pp", "dp",
-                     "cp", "cp_comm", "gpus", "data_parallel", "sequence_parallel", "schedule", "shard_group", "algorithm", "collective"),
+                     "cp", "cp_comm", "gpus", "data_parallel", "sequence_parallel", "schedule", "shard_group", "algorithm", "collective",
+                     "protocol", "gpus_per_node", "gpu"),
                     {"algorithms": "--collective --compare: each algorithm's steps, bytes and time",
                      "collectives": "--strategy: every collective of one iteration", "totals": "--strategy all: each strategy's totals"}, False),
     "bubble": (("schedule", "stage_times", "stage_layers"),
                {"devices": "per device: busy, idle, in-flight micro-batches (CSV's default)", "timeline": "the simulation's events"}, False),
     "memory": (("model", "gpu", "precision", "optimizer", "zero", "recompute", "schedule", "sequence_parallel", "flash_attention",
-                "dropout", "fp32_grads", "offload", "cp", "cp_comm", "recompute_layers", "shard_group"),
+                "dropout", "fp32_grads", "offload", "cp", "cp_comm", "recompute_layers", "shard_group", "compile", "moment_dtype",
+                "recompute_mla_up_proj", "moe_imbalance"),
                {"components": "bytes of the fullest stage's GPU by component", "layer_activations": "what one layer keeps for backward",
                 "stages": "--per-stage: every pipeline stage (CSV's default then)"}, True),
     "flops": (("model", "gpu", "dtype", "recompute", "causal", "flash_attention", "cp", "recompute_layers"),
               {"layer_flops": "FLOPs of one layer by operation", "stage_flops": "--pp: FLOPs of each pipeline stage"}, False),
     "fit": (("model", "gpu", "gpu_name", "precision", "optimizer", "flash_attention", "framework", "mode", "offload", "network",
-             "cp", "cp_comm", "shard_group", "recompute_layers", "rank_by"),
+             "cp", "cp_comm", "shard_group", "recompute_layers", "rank_by", "compile"),
             {"strategies": "the strategy table: memory, fits, most layers, step time", "stages": "one configuration's pipeline stages",
              "top": "--search: the fastest configurations that fit", "configurations": "--search with JSON / CSV: every configuration evaluated",
              "rejected": "--search: layouts rejected, by reason", "gpu_types": "--search over several --gpu: the best of each",
@@ -68,6 +77,9 @@ COMMANDS: dict[str, tuple[tuple[str, ...], dict[str, str], bool]] = {
     "calibrate nccl": (("file", "collective", "nccl_hardware"), {"sizes": "each message size of the nccl-tests file"}, False),
     "analyze": (("data", "time_is", "batch"), {"speedup": "speedup and efficiency per GPU count", "batch": "the batch per GPU",
                                                 "shares": "compute and communication shares", "bandwidth": "achieved bus bandwidth"}, False),
+    "scaling": (("model", "gpu", "gpu_name", "mode", "strategy", "precision", "framework", "flash_attention", "knee", "network"),
+                {"scaling": "per GPU count N: layout, step time, throughput, speedup, efficiency (CSV's default)",
+                 "terms": "the step's terms in GPU-seconds per sequence at each N"}, False),
 }  # fmt: skip
 
 _NUMBER_OR_NULL = {"type": ["number", "null"]}
@@ -141,17 +153,62 @@ def command_schema(command: str) -> dict[str, object]:
     }
 
 
+_SCALAR = {"type": ["string", "number", "boolean", "null"]}
+
+
+def sweep_schema() -> dict[str, object]:
+    """The JSON Schema of `parcalc sweep --format json` (parcalc.sweeps.SweepResult.to_dict): not the
+    envelope of one result but a row per grid point, each with its status and its results' values."""
+    from parcalc.sweeps import ERROR, INFEASIBLE, OK
+
+    row = {
+        "type": "object", "additionalProperties": False, "required": ["point", "status", "error", "verdict", "results"],
+        "properties": {
+            "point": {"type": "object", "additionalProperties": _SCALAR, "description": "the --vary keys and this point's values"},
+            "status": {"enum": [OK, INFEASIBLE, ERROR], "description": "ok; infeasible: the command's exit 1 (it does not fit); error: a bad combination"},
+            "error": {"type": ["string", "null"], "description": "the one-line reason of an infeasible or error point"},
+            "verdict": {"type": ["string", "null"], "description": "the result's first verdict line"},
+            "results": {"type": "object", "additionalProperties": _NUMBER_OR_NULL, "description": "each result's value in the base unit `units` names"},
+        },
+    }  # fmt: skip
+    return {
+        "$schema": DIALECT,
+        "$id": f"https://parcalc.invalid/schemas/{SCHEMA_VERSION}/{file_name('sweep')}",
+        "title": "parcalc sweep --format json",
+        "type": "object",
+        "required": ["schema_version", "parcalc", "command", "inputs", "vary", "units", "rows"],
+        "additionalProperties": False,
+        "properties": {
+            "schema_version": {"const": SCHEMA_VERSION, "description": "changes when a key changes its meaning or type, or goes away"},
+            "parcalc": {**_S, "description": "parcalc's version"},
+            "command": {**_S, "description": "the command run at every point (the run file's `command`), e.g. fit"},
+            "inputs": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean", "array", "null"]},
+                       "description": "the run file's flags by name, as read"},
+            "vary": {"type": "object", "additionalProperties": {"type": "array", "items": _SCALAR}, "description": "each --vary key and its values"},
+            "units": {"type": "object", "additionalProperties": _S, "description": "the base unit of each result key of the rows"},
+            "rows": {"type": "array", "items": row, "description": "one per grid point, the last --vary changing fastest"},
+        },
+    }  # fmt: skip
+
+
+# Commands whose JSON is not one result's envelope: their own schema.
+OWN_SCHEMAS: dict[str, Callable[[], dict[str, object]]] = {"sweep": sweep_schema}
+# Every command with a shipped schema (`parcalc schema` lists these).
+SHIPPED: tuple[str, ...] = (*COMMANDS, *OWN_SCHEMAS)
+
+
 def schema_text(command: str) -> str:
-    return json.dumps(command_schema(command), indent=2, ensure_ascii=False) + "\n"
+    schema = OWN_SCHEMAS[command]() if command in OWN_SCHEMAS else command_schema(command)
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
 def write_all() -> None:
-    """Write parcalc/schemas/*.json from COMMANDS."""
+    """Write parcalc/schemas/*.json from COMMANDS and OWN_SCHEMAS."""
     SCHEMA_DIR.mkdir(exist_ok=True)
-    for command in COMMANDS:
+    for command in SHIPPED:
         (SCHEMA_DIR / file_name(command)).write_text(schema_text(command), encoding="utf-8")
 
 
 if __name__ == "__main__":
     write_all()
-    sys.stdout.write(f"wrote {len(COMMANDS)} schemas to {SCHEMA_DIR}\n")
+    sys.stdout.write(f"wrote {len(SHIPPED)} schemas to {SCHEMA_DIR}\n")

@@ -83,10 +83,11 @@ class Sweep:
     def to_dict(self) -> dict[str, Any]:
         """The sweep as `parcalc sweep --format json` prints it."""
         from parcalc import __version__
-        from parcalc.render.json_out import _number
+        from parcalc.render.json_out import SCHEMA_VERSION, _number
 
         keys = list(self.units())
         return {
+            "schema_version": SCHEMA_VERSION,  # parcalc/schemas/sweep.json
             "parcalc": __version__,
             "command": self.command,
             "inputs": {k: _plain(v) for k, v in self.inputs.items()},

@@ -79,7 +79,20 @@ def intensity(
         result = matmul_intensity(*dims[:3], dtype_key, element_bytes, dims[3], machine)  # type: ignore[arg-type]
         if machine is not None:
             result = _with_gemm_times(result, dims, dtype_key, element_bytes, machine, device, bandwidth, peak)  # type: ignore[arg-type]
-    finish(result, fmt, output)
+    finish(_gpu_settings(result, device), fmt, output)
+
+
+def _gpu_settings(result: object, device: object) -> object:
+    """settings.gpu as every command gives it (issue #15, the JSON schema): the preset's name ('none'
+    for --peak/--bandwidth alone), with its display name as gpu_name, as fit does."""
+    from dataclasses import replace
+
+    settings = result.settings  # type: ignore[attr-defined]
+    if not any(key == "gpu" for key, _ in settings):
+        return result
+    key = device.key if device is not None else "none"  # type: ignore[attr-defined]
+    named = [pair for key_value in settings for pair in ((("gpu", key), ("gpu_name", key_value[1])) if key_value[0] == "gpu" else (key_value,))]
+    return replace(result, settings=tuple(named))  # type: ignore[arg-type]
 
 
 def _spec(machine: object, device: object, bandwidth: str | None, dtype: str, peak: str | None) -> object:

@@ -147,7 +147,7 @@ def scaling(
         curve = scaling_curve(shape, training, cluster, counts, rule, mode, per, threshold, best=search, progress=progress)
     finally:
         progress.close()
-    settings = [("model", shape.key), ("gpu", cluster.gpu_name), ("mode", mode.value), ("strategy", _strategy_name(rule)),
+    settings = [("model", shape.key), ("gpu", device.key), ("gpu_name", cluster.gpu_name), ("mode", mode.value), ("strategy", _strategy_name(rule)),
                 ("precision", precision.value), ("framework", profile.key), ("flash_attention", str(flash_attention).lower()),
                 ("knee", f"{threshold:g}")]  # fmt: skip
     if ideal_network:

@@ -23,17 +23,17 @@ def schema(
     shares (schema_version, command, fits, settings, inputs, results, tables, verdicts, assumptions)
     and what this command puts in it. Without COMMAND, the commands that have one."""
     from parcalc.errors import InputError
-    from parcalc.schema import COMMANDS, SCHEMA_DIR, file_name
+    from parcalc.schema import SCHEMA_DIR, SHIPPED, file_name
     from parcalc.streams import write_out
 
     if command is None:
-        write_out("".join(f"{name}\n" for name in COMMANDS))
+        write_out("".join(f"{name}\n" for name in SHIPPED))
         return
     wanted = " ".join(command.lower().replace("-", " ").split()).replace("peak flops", "peak-flops").replace("comm volume", "comm-volume")
-    if wanted not in COMMANDS:
+    if wanted not in SHIPPED:
         import difflib
 
-        close = difflib.get_close_matches(wanted, list(COMMANDS), n=1)
+        close = difflib.get_close_matches(wanted, list(SHIPPED), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InputError(f"COMMAND: no JSON schema for {command!r}{hint} (the commands: {', '.join(COMMANDS)})")
+        raise InputError(f"COMMAND: no JSON schema for {command!r}{hint} (the commands: {', '.join(SHIPPED)})")
     write_out((SCHEMA_DIR / file_name(wanted)).read_text(encoding="utf-8"))

@@ -32,7 +32,8 @@ NAMES: dict[str, str] = {
 PER_COMMAND: dict[str, dict[str, str]] = {
     "peak-flops": {"f": "clock"},
     "intensity": {"h": "head_dim", "d": "hidden", "b": "batch", "s": "bytes_per_element", "m": "m", "n": "n", "k": "k"},
-    "comm-volume": {"s": "bytes_per_element", "m": "message_bytes", "n": "gpus"},
+    # --collective --gpu (NCCL's model): its time's terms t_lat, t_bw, t_fill, seconds, not a latency or a bandwidth
+    "comm-volume": {"s": "bytes_per_element", "m": "message_bytes", "n": "gpus", "lat": "t_latency", "bw": "t_bandwidth", "fill": "t_fill"},
     "calibrate gemm": {"N": "shapes", "P": "peak_flops"},
     "calibrate nccl": {"n": "ranks", "nodes": "nodes"},
 }
