@@ -22,6 +22,8 @@ Schema (unknown keys are errors naming the file, the question and the key):
           - command: peak-flops     # any parcalc calculation command
             inputs: {clock: 1.41GHz, sms: 108, fma-per-clock: 512, dtype: tf32}
             answers: [peak_flops]   # result keys that answer the question (default: all)
+            # answers: [] -- none: the calculation is context the question did not ask for (a
+            #   figure's data, an assumed case), shown in the full write-up as a labelled aside
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Calculation:
     inputs: Mapping[str, Any]
     answers: tuple[str, ...] = ()
     label: str = ""
+    aside: bool = False  # `answers: []`: context, not an answer (its derivations labelled as an aside)
 
     def argv(self) -> list[str]:
         """The command line a user would type for these inputs."""
@@ -264,7 +267,8 @@ def _calculation(path: Path, where: str, data: Any) -> Calculation:
     answers = data.get("answers") or []
     if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
         raise _fail(path, where, "key 'answers' must be a list of result names")
-    return Calculation(command, dict(inputs), tuple(answers), _text(path, where, data, "label"))
+    aside = data.get("answers") == []  # given, and empty: no answer at all (absent: every result)
+    return Calculation(command, dict(inputs), tuple(answers), _text(path, where, data, "label"), aside)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,6 +361,8 @@ def solve(worksheet: Worksheet, extra_dirs: Sequence[Path | str] = ()) -> Solved
 
 
 def _answers(path: Path, where: str, question_id: str, calculation: Calculation, result: Result, index: int) -> list[Answer]:
+    if calculation.aside:
+        return []
     if not calculation.answers:
         return [Answer(question_id, d, calculation.label, index) for d in result.derivations]
     known = [d.key for d in result.derivations]

@@ -80,6 +80,37 @@ def test_question2_markdown_answers(runner) -> None:
         assert answer in summary
 
 
+def test_question2_answers_only_what_it_asks(runner) -> None:
+    # issue #14: Answer 2.2 added a bubble share for an assumed m = 8 micro-batches; question 2.2 asks
+    # for the bytes between stages i and i+1 and their direction only. The bubble run (`answers: []`)
+    # stays as the timeline's data, its derivations labelled as an aside in the full write-up.
+    result = runner.invoke(app, ["report", "question2", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    q22 = {q["id"]: q for q in json.loads(result.stdout)["questions"]}["2.2"]
+    assert [a["key"] for a in q22["answers"]] == ["pp_p2p_per_boundary"]
+    assert [r["command"] for r in q22["results"]] == ["comm-volume", "bubble"]
+    markdown = runner.invoke(app, ["report", "question2"]).stdout
+    answer = markdown.split("> **Answer 2.2.**", 1)[1].split("##", 1)[0]
+    assert "4,294,967,296 bytes" in answer and "bubble" not in answer.lower()
+    assert "*Aside, not asked: Pipeline bubble of GPipe: p = 8 stages, m = 8 micro-batches*" in markdown
+    assert "bubble" not in markdown.split("## Summary of answers", 1)[1].lower()
+
+
+def test_explicit_empty_answers_make_an_aside(tmp_path: Path) -> None:
+    # `answers: []` given: no answer at all; `answers` absent: every result is an answer (as before)
+    from parcalc.worksheet import load_worksheet, solve
+
+    sheet = tmp_path / "aside.yaml"
+    sheet.write_text("kind: worksheet\ntitle: t\nquestions:\n  - id: '1'\n    title: t\n    prose: p\n"
+                     "    calculations:\n      - command: bubble\n        inputs: {pp: 4, micro-batches: 16}\n"
+                     "        answers: []\n      - command: bubble\n        inputs: {pp: 4, micro-batches: 16}\n")
+    solved = solve(load_worksheet(str(sheet), ()), ())
+    question = solved.questions[0]
+    assert [c.aside for c in question.question.calculations] == [True, False]
+    assert {a.calculation for a in question.answers} == {2}
+    assert len(question.answers) == len(question.results[1].derivations)
+
+
 def test_question1_markdown_has_every_answer(runner) -> None:
     result = runner.invoke(app, ["report", "question1"])
     assert result.exit_code == 0, result.output

@@ -28,7 +28,7 @@ FILE (CSV, or YAML: a list of rows) has one row per measured run, with the colum
   gpus, batch_per_gpu or global_batch, time          (required)
   time_is (step|epoch), compute, comm, message_bytes, allreduces   (optional)
 Times without a unit are seconds; message_bytes without one is bytes. A bare name
-not found here is looked up beside the worksheets (lab-ddp-timings.csv: seed 002's lab).
+not found here is looked up beside the worksheets (lab-ddp-timings.csv: lab-ddp's data).
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime

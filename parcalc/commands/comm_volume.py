@@ -76,7 +76,7 @@ def comm_volume(
     algorithm: Annotated[Optional[Algorithm], typer.Option(metavar="ALGO", help="All-reduce: parameter-server, naive, ring (default), tree, double-binary-tree, butterfly, halving-doubling.", show_default=False)] = None,  # noqa: UP045
     size: Annotated[_Text, typer.Option(metavar="BYTES", help="--collective: message size M (nccl-tests convention: the whole array), e.g. 1GB, 512MiB.")] = None,
     elements: Annotated[_Text, typer.Option(metavar="N", help="--collective: message as a count of elements of --dtype, e.g. 25M.")] = None,
-    compare: Annotated[bool, typer.Option("--compare", help="--collective: every algorithm side by side, with seed 001's approximations.")] = False,
+    compare: Annotated[bool, typer.Option("--compare", help="--collective: every algorithm side by side, with its approximate total and time (N - 1 taken as N).")] = False,
     model: Annotated[_Text, typer.Option(metavar="NAME|config.json", help="--strategy: model preset or Hugging Face config.json.")] = None,
     layers: LayersOption = None,
     hidden: HiddenOption = None,
@@ -84,7 +84,7 @@ def comm_volume(
     kv_heads: KvHeadsOption = None,
     ffn_hidden: FfnOption = None,
     mlp: MlpOption = None,
-    vocab: Annotated[_Text, typer.Option(metavar="V", help="Vocabulary size (default 0: no embeddings, as in seed 004).")] = None,
+    vocab: Annotated[_Text, typer.Option(metavar="V", help="Vocabulary size (default 0: no embeddings; weight matrices of the layers only).")] = None,
     tied: TiedOption = None,
     batch: Annotated[_Text, typer.Option(metavar="B", help="Global batch in sequences per iteration (default: one per GPU).")] = None,
     micro_batch: Annotated[_Text, typer.Option(metavar="b", help="Sequences per micro-batch per replica (default: the replica's batch without PP, 1 with PP).")] = None,
@@ -218,8 +218,8 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
         columns = (
             Column("algorithm", "algorithm"), Column("steps", "steps"), Column("sent", "sent per worker", "B"),
             Column("received", "received per worker", "B"), Column("total", "total on network", "B"),
-            Column("slide_formula", "seed 001 total"), Column("slide_total", "= (slide)", "B"),
-            Column("slide_time", "seed 001 time"), Column("time", "time (alpha-beta)", "s"), Column("busbw", "busbw", "B/s"),
+            Column("slide_formula", "approximation"), Column("slide_total", "approximate total", "B"),
+            Column("slide_time", "approximate time"), Column("time", "time (alpha-beta)", "s"), Column("busbw", "busbw", "B/s"),
         )  # fmt: skip
         tables = (Table("algorithms", f"{op.value} of M = {message:,.0f} B over N = {count} workers", columns, tuple(
             (r.algorithm.value, r.cost.steps, r.cost.sent, r.cost.received, r.cost.total, r.slide_formula, r.slide_total,
@@ -242,6 +242,7 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
             f"all messages together: {derivations[3].value:,.0f} B",
         ),
         assumptions=(co.ALPHA_BETA, "nccl-tests convention: M is the whole array (all-gather: the output; reduce-scatter: the input)",
+                     *((co.APPROXIMATIONS,) if compare and op is co.Collective.ALL_REDUCE else ()),
                      *((LATENCY_NOT_GIVEN,) if chosen.latency.source == LATENCY_NOT_GIVEN else ())),
         settings=(("collective", op.value), ("algorithm", algo.value), ("link", chosen.key)),
     )

@@ -34,8 +34,8 @@ from parcalc.errors import InputError
 
 NCCL_TESTS_BUSBW = ("NVIDIA/nccl-tests doc/PERFORMANCE.md (commit 03a204a1), 'Bus bandwidth' / 'AllReduce': "
                     "algbw = S/t, busbw = algbw x 2(n-1)/n")  # fmt: skip
-RING_SOURCE = ("parcalc.core.collectives, ring all-reduce: 2 (N-1) rounds of M/N (Patarasuk & Yuan, JPDC 2009; "
-               "seed 002's T = 2 (N-1) T(X itsize / N))")  # fmt: skip
+RING_SOURCE = ("parcalc.core.collectives, ring all-reduce: 2 (N-1) rounds of M/N (Patarasuk & Yuan, JPDC 2009: "
+               "T = 2 (N-1) T(X itsize / N))")  # fmt: skip
 SPEEDUP_SOURCE = "throughput speedup over N0 GPUs, efficiency E = S N0/N (Amdahl 1967; Gustafson 1988)"
 
 # A step from N to N' GPUs that raises throughput by less than this share is "stagnating".

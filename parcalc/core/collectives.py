@@ -232,7 +232,7 @@ def _butterfly(halving: bool) -> _Spec:
         time=_q(f"({rounds} + 2 × [$r > 0]) × $alpha + ({core}{fold[0]} × [$r > 0]) / $beta",
                 rf"({rounds_tex} + 2 [$r > 0]) $alpha + \frac{{{core_tex}{fold[1]} [$r > 0]}}{{$beta}}",
                 lambda v: (core_rounds(v) + 2 * extra(v)) * v["alpha"] + (core_bytes(v) + 2 * v["m"] * extra(v)) / v["beta"]),
-        source="seed 001 (butterfly); Thakur, Rabenseifner & Gropp 2005 sec. 4.4" if not halving
+        source="recursive doubling (butterfly): Thakur, Rabenseifner & Gropp 2005 sec. 4.4" if not halving
         else "Rabenseifner, Optimization of collective reduction operations (ICCS 2004); Thakur et al. 2005 sec. 4.4",
         assumption=label + "; N not a power of two: r = N - p extra workers hand their vector to a partner first and get the result back last (Thakur et al. 2005)",
     )  # fmt: skip
@@ -247,7 +247,7 @@ _PS = _Spec(
     time=_q("2 × ($alpha + $n × $m / $beta)", r"2 \left($alpha + \frac{$n $m}{$beta}\right)",
             lambda v: 2 * (v["alpha"] + v["n"] * v["m"] / v["beta"])),
     assumption="parameter server: one dedicated server outside the N workers; its port receives N x M (push), then sends N x M (pull)",
-    source="Li et al., Scaling Distributed Machine Learning with the Parameter Server (OSDI 2014); seed 001",
+    source="Li et al., Scaling Distributed Machine Learning with the Parameter Server (OSDI 2014)",
 )  # fmt: skip
 
 _NAIVE = _Spec(
@@ -259,7 +259,7 @@ _NAIVE = _Spec(
     time=_q("($n - 1) × ($alpha + $m / $beta)", r"($n - 1) \left($alpha + \frac{$m}{$beta}\right)",
             lambda v: (v["n"] - 1) * (v["alpha"] + v["m"] / v["beta"])),
     assumption="naive all-reduce: each worker sends its whole vector to each of the N-1 others, one peer per round",
-    source="seed 001 (naive all-reduce)",
+    source="direct exchange: every worker sends its whole vector to each of the N - 1 others (hand derivation)",
 )  # fmt: skip
 
 _TREE = _Spec(
@@ -271,7 +271,7 @@ _TREE = _Spec(
     time=_q("2 × $h × ($alpha + $m / $beta)", r"2 $h \left($alpha + \frac{$m}{$beta}\right)",
             lambda v: 2 * v["h"] * (v["alpha"] + v["m"] / v["beta"])),
     assumption="tree: NCCL's binary tree, not pipelined; each level moves the whole vector, a parent exchanging with its children at once (one link per edge)",
-    source="NVIDIA/nccl src/graph/trees.cc (ncclGetBtree); seed 001 (tree all-reduce)",
+    source="NVIDIA/nccl src/graph/trees.cc (ncclGetBtree); reduce up, broadcast down, the whole vector on each edge (hand derivation)",
 )  # fmt: skip
 
 _DOUBLE_TREE = _Spec(
@@ -300,7 +300,7 @@ _P2P = _Spec(
 _SPECS: dict[tuple[Collective, Algorithm], _Spec] = {
     (Collective.ALL_REDUCE, Algorithm.PARAMETER_SERVER): _PS,
     (Collective.ALL_REDUCE, Algorithm.NAIVE): _NAIVE,
-    (Collective.ALL_REDUCE, Algorithm.RING): _ring_like("2 × ($n - 1)", r"2 ($n - 1)", 2, "ring all-reduce: reduce-scatter then all-gather around the ring, M/N per round", "Patarasuk & Yuan, JPDC 2009; seeds 001 and 002"),
+    (Collective.ALL_REDUCE, Algorithm.RING): _ring_like("2 × ($n - 1)", r"2 ($n - 1)", 2, "ring all-reduce: reduce-scatter then all-gather around the ring, M/N per round", "Patarasuk & Yuan, JPDC 2009"),
     (Collective.ALL_REDUCE, Algorithm.TREE): _TREE,
     (Collective.ALL_REDUCE, Algorithm.DOUBLE_BINARY_TREE): _DOUBLE_TREE,
     (Collective.ALL_REDUCE, Algorithm.BUTTERFLY): _butterfly(halving=False),
@@ -477,8 +477,8 @@ def seed002_ring_time(items: float, item_bytes: float, workers: int, bandwidth: 
         Term("beta", "β", r"\beta", bandwidth, "B/s", "bandwidth per direction (beta)"),
     )
     return Derivation(
-        key="ring_time_seed002",
-        label="Ring all-reduce time, seed 002's form T = 2(N-1) T(X·itsize/N)",
+        key="ring_time_patarasuk_yuan",
+        label="Ring all-reduce time as Patarasuk & Yuan write it, T = 2(N-1) T(X·itsize/N)",
         symbol="T",
         latex_symbol="T",
         formula="2 × ($n - 1) × ($alpha + $x × $s / ($n × $beta))",
@@ -486,7 +486,7 @@ def seed002_ring_time(items: float, item_bytes: float, workers: int, bandwidth: 
         inputs=terms,
         value=2 * (workers - 1) * (latency + items * item_bytes / (workers * bandwidth)),
         unit="s",
-        source="Patarasuk & Yuan, Bandwidth optimal all-reduce algorithms for clusters of workstations (JPDC 2009), via seed 002",
+        source="Patarasuk & Yuan, Bandwidth optimal all-reduce algorithms for clusters of workstations (JPDC 2009)",
     )
 
 
@@ -494,6 +494,8 @@ def seed002_ring_time(items: float, item_bytes: float, workers: int, bandwidth: 
 # Seed 001's comparison slide, beside the exact counts
 
 # (overall communication as the slide writes it, its value, the slide's time) for M bytes, N workers
+APPROXIMATIONS = ("approximation, approximate total and time (--compare): each algorithm's closed form as lecture slides quote it, beside "
+                  "the exact count: N - 1 taken as N (ring: 2 N M for the exact 2 (N-1) M), time from bandwidth B alone, no latency")
 SLIDE_TOTALS: dict[Algorithm, tuple[str, Callable[[float, int], float], str]] = {
     Algorithm.PARAMETER_SERVER: ("2 × N × M", lambda m, n: 2 * n * m, "M × N / B"),
     Algorithm.NAIVE: ("N² × M", lambda m, n: n * n * m, "-"),

@@ -389,7 +389,7 @@ def _layer_forward(ops: tuple[LayerOp, ...], half: float, causal: bool, *, moe: 
         inputs=tuple(terms),
         value=sum(flops(op) for op in matmuls),
         unit="FLOP",
-        source="seed 004 question 2's layer table (parcalc.core.layer_ops), 2 FLOP per multiply-add" + (f"; {MOE_FLOPS}" if moe else ""),
+        source="the layer's matmuls one by one (parcalc.core.layer_ops), 2 FLOP per multiply-add (the convention of Narayanan et al. 2021 sec. 5.1)" + (f"; {MOE_FLOPS}" if moe else ""),
         assumptions=causal_note + moe_note,
     )
 

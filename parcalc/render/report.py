@@ -169,6 +169,23 @@ def brief_context(solved: SolvedQuestion) -> dict[str, Any]:
     return {"inputs": inputs, "derivations": derivations, "notes": notes.entries()}
 
 
+ASIDE = "Aside, not asked"
+
+
+def asides(solved: SolvedQuestion) -> tuple[bool, ...]:
+    """Per result of the question: whether its calculation is an aside (`answers: []`), context the
+    question did not ask for, which the full write-up labels as such."""
+    calculations = solved.question.calculations
+    return tuple(i < len(calculations) and calculations[i].aside for i in range(len(solved.results)))
+
+
+def _result_entry(result: Result, aside: bool) -> dict[str, Any]:
+    entry = result_context(result, skip_tables=(TIMELINE_TABLE,))
+    if aside:
+        entry["title"] = f"{ASIDE}: {entry['title']}"
+    return entry
+
+
 def question_context(solved: SolvedQuestion) -> dict[str, Any]:
     question = solved.question
     drawers = {"roofline": roofline_figure, "timeline": timeline_figure, "scaling": scaling_figure}
@@ -180,7 +197,7 @@ def question_context(solved: SolvedQuestion) -> dict[str, Any]:
         "prose": question.prose,
         "method": question.method,
         "convention": question.convention,
-        "results": [result_context(r, skip_tables=(TIMELINE_TABLE,)) for r in solved.results],
+        "results": [_result_entry(r, aside) for r, aside in zip(solved.results, asides(solved), strict=True)],
         "answers": [
             {"label": a.label, "tex": answer_tex(a.derivation, question.units),
              "text": answer_text(a.derivation, question.units), "value": a.derivation.value, "unit": a.derivation.unit}
@@ -252,8 +269,10 @@ def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path
             context["derivation_blocks"] = ["\n".join(derivation_markdown(a.derivation)) for a in solved_question.answers]
             context["table_blocks"] = []
         else:
-            context["derivation_blocks"] = [
-                "\n".join(derivation_markdown(d)) for r in solved_question.results for d in r.derivations
+            context["derivation_blocks"] = [  # an aside's first derivation says so
+                (f"*{ASIDE}: {r.title}*\n\n" if aside and j == 0 else "") + "\n".join(derivation_markdown(d))
+                for r, aside in zip(solved_question.results, asides(solved_question), strict=True)
+                for j, d in enumerate(r.derivations)
             ]
             context["table_blocks"] = [
                 "\n".join(table_markdown(t)) for r in solved_question.results for t in r.tables if t.key != TIMELINE_TABLE

@@ -223,7 +223,7 @@ def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors],
     if kind is DataParallel.DDP:
         return [headline("dp_allreduce_payload", "Gradients all-reduced per iteration (payload)", "V_AR", r"V_{\mathrm{AR}}",
                             "$p × $s_g", r"$p \times $s_g", (p, s_g), p.value * s_g.value,
-                            "data parallelism all-reduces every gradient once per iteration (seed 004 Q2.1)")]  # fmt: skip
+                            "data parallelism all-reduces every gradient once per iteration (PyTorch DDP, Li et al. 2020 sec. 3.2; ZeRO sec. 7.1)")]  # fmt: skip
     if kind in (DataParallel.ZERO1, DataParallel.ZERO2):
         zero = "ZeRO (Rajbhandari et al. 2020) sec. 7.2.1"
         return [
@@ -238,7 +238,7 @@ def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors],
     layer_elements = sum(u for is_root, u in units if not is_root)
     padded = " incl. FSDP2's dim-0 padding to a multiple of N" if opts.shard_padding else ""
     mb = term("mb", "m", "m", micro_batches, "", "micro-batches per iteration (parameters gathered for each)")
-    source = "FSDP / ZeRO-3: all-gather in forward and again in backward, reduce-scatter of gradients (seed 004 Q2.4)"
+    source = "FSDP / ZeRO-3: all-gather in forward and again in backward, reduce-scatter of gradients (ZeRO, Rajbhandari et al. 2020 sec. 7.2.2)"
     if opts.reshard_root or root == 0:
         p_all = term("p", "P", "P", root + layer_elements, "", per_device + where + padded)
         text, tex, inputs, value = "2 × $p × $s", r"2 \times $p \times $s", (p_all, s), 2 * p_all.value * s.value

@@ -80,7 +80,7 @@ def pp_headline(model: TransformerModel, work: Workload, par: Parallelism, s: Te
         "pp_p2p_per_boundary", "Activations sent from stage i to i+1 per iteration (and as many gradient bytes back)",
         "V_PP", r"V_{\mathrm{PP}}", text, tex, inputs, value,
         "GPipe / 1F1B: each micro-batch's activations cross each stage boundary once forward and their gradients once "
-        "backward; the total does not depend on the number of micro-batches (seed 004 Q2.2)",
+        "backward; the total does not depend on the number of micro-batches",
     )  # fmt: skip
 
 

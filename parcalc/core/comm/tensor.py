@@ -120,7 +120,7 @@ def tp_headlines(model: TransformerModel, work: Workload, par: Parallelism, opts
     inputs = (count, l_term, b, seq, h, s)
     value = per_layer * layer_count * b.value * work.seq_len * model.hidden * work.bytes_per_element
     text, tex = "$c × $l × $b × $seq × $h × $s", r"$c \times $l \times $b \times $seq \times $h \times $s"
-    source = "Megatron-LM (Shoeybi et al. 2019) sec. 3: 2 all-reduces of b×s×h per layer in forward, 2 in backward (seed 004 Q2.3)"
+    source = "Megatron-LM (Shoeybi et al. 2019) sec. 3: 2 all-reduces of b×s×h per layer in forward, 2 in backward"
     if not par.sequence_parallel:
         return [headline("tp_allreduce_payload", "Activations all-reduced per iteration in the layers (payload)", "V_TP",
                             r"V_{\mathrm{TP}}", text, tex, inputs, value, source)]  # fmt: skip
