@@ -292,6 +292,28 @@ def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, 
     return _layer_passes(model, shard, spec, experts)
 
 
+class _Kernels:
+    """A layer's forward and backward kernels as its operations are added: `mem`, a memory-bound
+    operation (and its backward when it has one); `linear`, a GEMM with its two backward GEMMs
+    (and FP8 casts under an FP8 recipe)."""
+
+    def __init__(self, spec: ComputeSpec, element_bytes: float, fp8: str, forward: list[Kernel] | None = None,
+                 backward: list[Kernel] | None = None) -> None:  # fmt: skip
+        self.spec, self.e, self.fp8 = spec, element_bytes, fp8
+        self.forward: list[Kernel] = forward if forward is not None else []
+        self.backward: list[Kernel] = backward if backward is not None else []
+
+    def mem(self, key: str, fwd_bytes: float, bwd_bytes: float, shape: str) -> None:
+        self.forward.append(memory_op(key, fwd_bytes, self.spec, shape))
+        if bwd_bytes:
+            self.backward.append(memory_op(f"{key}.bwd", bwd_bytes, self.spec, shape))
+
+    def linear(self, key: str, m: int, k: int, n: int) -> None:
+        fwd, bwd = linear_passes(key, m, k, n, self.e, self.spec, self.fp8)
+        self.forward.extend(fwd)
+        self.backward.extend(bwd)
+
+
 @lru_cache(maxsize=4096)
 def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> tuple[tuple[Kernel, ...], ...]:
     """A layer's kernels up to its MLP (norm, QKV, attention, projection, residual, second norm),
@@ -304,18 +326,8 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     hd = model.head_dim
     q_w, kv_w = heads * hd, kv * hd
     seq_tokens = tokens // t if shard.sequence_parallel else tokens  # what norms and residual adds see
-    forward: list[Kernel] = []
-    backward: list[Kernel] = []
-
-    def mem(key: str, fwd_bytes: float, bwd_bytes: float, shape: str) -> None:
-        forward.append(memory_op(key, fwd_bytes, spec, shape))
-        if bwd_bytes:
-            backward.append(memory_op(f"{key}.bwd", bwd_bytes, spec, shape))
-
-    def linear(key: str, m: int, k: int, n: int) -> None:
-        fwd, bwd = linear_passes(key, m, k, n, e, spec, shard.fp8)
-        forward.extend(fwd)
-        backward.extend(bwd)
+    kernels = _Kernels(spec, e, shard.fp8)
+    forward, backward, mem, linear = kernels.forward, kernels.backward, kernels.mem, kernels.linear
 
     norm = model.norm is not Norm.NONE
     residual_fwd = (3 * e + (MASK_BYTES if shard.dropout else 0)) * seq_tokens * h  # x + dropout(y): read 2, write 1 (+ mask)
@@ -407,16 +419,8 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
     act = f"[{seq_tokens}×{h}]"
     fuse_norm = model.norm is not Norm.NONE and shard.compiled
     norm_write = e * seq_tokens * h
-
-    def mem(key: str, fwd_bytes: float, bwd_bytes: float, shape: str) -> None:
-        forward.append(memory_op(key, fwd_bytes, spec, shape))
-        if bwd_bytes:
-            backward.append(memory_op(f"{key}.bwd", bwd_bytes, spec, shape))
-
-    def linear(key: str, m: int, k: int, n: int) -> None:
-        fwd, bwd = linear_passes(key, m, k, n, e, spec, shard.fp8)
-        forward.extend(fwd)
-        backward.extend(bwd)
+    kernels = _Kernels(spec, e, shard.fp8, forward, backward)
+    mem, linear = kernels.mem, kernels.linear
 
     last = ("residual2+norm1", residual_fwd + norm_write) if fuse_norm else ("residual2", residual_fwd)  # the next layer's norm1
     if experts is not None and model.moe is not None:
