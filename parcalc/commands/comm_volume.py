@@ -230,6 +230,8 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
             flag = "--algorithm" if algorithm is not None else "--compare" if compare else "--bandwidth / --latency"
             raise InputError(f"{flag}: describes the textbook alpha-beta model; --gpu / --gpus-per-node / --inter-node-link ask for "
                              "NCCL's own choice of algorithm and protocol on that hardware (give one or the other)")  # fmt: skip
+        if count < 2:
+            raise InputError(f"--gpus: {count} rank; NCCL's model times a collective of at least 2 ranks (one rank moves nothing)")
         return _nccl_result(op, message, m_term, count, hardware, link, derivations, dirs)
     return Result(
         command="comm-volume",
