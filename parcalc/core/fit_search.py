@@ -53,6 +53,7 @@ from parcalc.core.memory import (
     Parallelism,
     fp8_weight_cache,
     fullest_candidates,
+    moe_layers_per_stage,
     stage_expert_parameters,
     stage_moe_layers,
     stage_parameters,
@@ -312,7 +313,8 @@ class _Shapes:
         self._dp: dict[tuple[int | None, ...], DataParallelPieces] = {}
         self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
         self._sends: dict[tuple[int, ...], float] = {}
-        self._states: dict[tuple[int | None, ...], tuple[float, ...]] = {}
+        self._states: dict[tuple[int | bool, ...], tuple[float, ...]] = {}
+        self._state_keys: dict[tuple[int | None, ...], tuple[int | bool, ...]] = {}
         self.time_all = False  # SearchSpace.time_all
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
@@ -349,7 +351,15 @@ class _Shapes:
         gathered buffers, MoE layers), from parcalc.core.memory with the configuration's ep and
         interleaved chunks. None of them depends on dp or cp (expert_layout only checks that ep x etp
         divides tp x cp x dp, which the layout passed), so they are not in the key."""
-        key = (tp, pp, ep, first, last, chunks, stage)
+        par_key = (tp, pp, ep, first, last, chunks, stage)
+        key = self._state_keys.get(par_key)
+        if key is None:
+            # the values depend on the stage only through its layers, its MoE layers and which end of
+            # the pipeline it holds (parcalc.core.memory.stage_parameters, _stage_ends, root_unit): most
+            # splits and pipeline depths share them
+            split = stage_split(self.model.layers, pp, first, last)
+            key = (tp, ep, split[stage], moe_layers_per_stage(self.model, split, chunks)[stage], stage == 0, stage == pp - 1, pp > 1)
+            self._state_keys[par_key] = key
         if key not in self._states:
             par = Parallelism(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, micro_batches=pp,
                               chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)  # fmt: skip

@@ -443,14 +443,20 @@ class FullestStage(NamedTuple):
     layers: int
 
 
-@lru_cache(maxsize=4096)  # pure; the search asks for the same stage for every configuration of a layout
 def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | None, *, ep: int = 1, etp: int | None = None,
                    ranks: int = 1) -> FullestStage:  # fmt: skip
     """The stage holding the most parameters on one GPU (parcalc.core.memory.stage_parameters; the
     first of equals) among parcalc.core.memory.fullest_candidates. ep / etp: the MoE layers' expert
-    grid (routed experts / ep on each GPU, each split etp ways), folded over tp x `ranks` (dp x cp)."""
+    grid (routed experts / ep on each GPU, each split etp ways), folded over tp x `ranks` (dp x cp):
+    the parameters do not depend on `ranks` (the caller's layout is valid), so it is not a key."""
+    return _fullest_stage_of(model, tp, pp, first, last, ep, etp)
+
+
+@lru_cache(maxsize=4096)  # pure; the search asks for the same stage for every configuration of a layout
+def _fullest_stage_of(model: Any, tp: int, pp: int, first: int | None, last: int | None, ep: int, etp: int | None) -> FullestStage:
     from parcalc.core.memory import Parallelism, _stage_ends, fullest_candidates, stage_expert_parameters, stage_layers, stage_parameters
 
+    ranks = ep * (tp if etp is None else etp)  # any dp x cp that holds the expert grid: ep x etp divides tp x ranks
     par = Parallelism(tp, pp, ranks, micro_batches=pp, first_stage_layers=first, last_stage_layers=last, ep=ep, etp=etp)
     split = stage_layers(model, par)
     best: FullestStage | None = None
