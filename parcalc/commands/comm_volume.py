@@ -259,11 +259,11 @@ def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardwa
     from dataclasses import replace
 
     from parcalc.commands.common import MAX_GPUS_PER_NODE, check_at_most
-    from parcalc.core.timing import nccl
     from parcalc.core.timing.nccl_call import nccl_call_derivations
-    from parcalc.core.timing.network import Fabric, placement
+    from parcalc.core.timing.network import node_fabric, placement
     from parcalc.derivation import Result
     from parcalc.presets import load_gpu, load_link
+    from parcalc.units import format_time as _seconds
     from parcalc.units import parse_count
 
     gpu_name, per_node_text, inter_name = hardware
@@ -274,8 +274,7 @@ def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardwa
     per_node = parse_count(per_node_text, "--gpus-per-node") if per_node_text is not None else (node.gpus if node else 8)
     check_at_most(per_node, MAX_GPUS_PER_NODE, "--gpus-per-node", "GPUs per node")
     nics = node.nics if node is not None and per_node == node.gpus else per_node  # one NIC per GPU unless the preset's node says
-    arch = nccl.arch_of(gpu.architecture) if gpu is not None else "sm80"
-    fabric = Fabric(per_node, intra, inter, nics, arch, intra.nccl_hardware or "nvlink")
+    fabric = node_fabric(per_node, intra, inter, nics, gpu)
     group = placement(count, 1, per_node)
     (time, algbw, busbw), call = nccl_call_derivations(op, m_term, group, fabric)
     renamed = tuple(replace(d, key=f"{d.key}_alpha_beta", label=d.label.replace("(nccl-tests", "(alpha-beta, nccl-tests"))
@@ -296,10 +295,6 @@ def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardwa
         settings=(("collective", op.value), ("algorithm", call.algorithm), ("protocol", call.protocol), ("link", intra.key),
                   ("inter_node_link", inter.key), ("gpus_per_node", per_node), *((("gpu", gpu.key),) if gpu is not None else ())),
     )  # fmt: skip
-
-
-def _seconds(value: float) -> str:
-    return f"{value * 1e6:.4g} us" if value < 1e-3 else f"{value * 1e3:.4g} ms" if value < 1 else f"{value:.4g} s"
 
 
 # --bandwidth alone describes a link by its bandwidth: the alpha-beta time keeps only the beta term.

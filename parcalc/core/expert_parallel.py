@@ -42,6 +42,12 @@ class ExpertLayout(NamedTuple):
     dense_dp: int  # the ranks the dense states are data-parallel over: dp x cp (Megatron's dp-cp group)
 
 
+def expert_dp(tp: int, ranks: int, ep: int, etp: int | None = None) -> int:
+    """edp = tp x ranks / (ep x etp), ranks = dp x cp: the expert-data-parallel replicas the routed
+    experts' gradients are reduced and their states sharded over (etp: None is tp)."""
+    return tp * ranks // (ep * (tp if etp is None else etp))
+
+
 def expert_layout(model: TransformerModel, tp: int, cp: int, dp: int, ep: int = 1, etp: int | None = None) -> ExpertLayout:
     """Check --ep / --etp against the model and the dense degrees (Megatron's rules, module docstring)."""
     from parcalc.core.activations import check_count
@@ -64,7 +70,7 @@ def expert_layout(model: TransformerModel, tp: int, cp: int, dp: int, ep: int = 
     if width % (etp * ep):
         raise InputError(f"--ep / --etp: etp x ep = {etp} x {ep} does not divide tp x cp x dp = {tp} x {cp} x {dp} = {width} "
                          "(Megatron-Core folds the expert grid over the dense one: parallel_state.py, initialize_model_parallel)")  # fmt: skip
-    return ExpertLayout(ep, etp, width // (etp * ep), dp * cp)
+    return ExpertLayout(ep, etp, expert_dp(tp, cp * dp, ep, etp), dp * cp)
 
 
 def ffn_params_per_rank(model: TransformerModel, width: int, split: int) -> int:

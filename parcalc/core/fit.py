@@ -54,10 +54,9 @@ from parcalc.core.memory import (
 )
 from parcalc.core.model import TransformerModel
 from parcalc.core.stages import stage_ends, stage_split
-from parcalc.core.timing import nccl
 from parcalc.core.timing.compute import ComputeSpec, compute_spec
 from parcalc.core.timing.framework import MEGATRON, Framework
-from parcalc.core.timing.network import Fabric, placement
+from parcalc.core.timing.network import Fabric, node_fabric, placement
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
@@ -111,9 +110,7 @@ class Cluster:
 
     @cached_property
     def fabric(self) -> Fabric:
-        arch = nccl.arch_of(self.gpu.architecture) if self.gpu is not None else "sm80"
-        nics = self.nics_per_node if self.nics_per_node is not None else self.gpus_per_node
-        return Fabric(self.gpus_per_node, self.intra, self.inter, nics, arch, self.intra.nccl_hardware, self.ideal_network)
+        return node_fabric(self.gpus_per_node, self.intra, self.inter, self.nics_per_node, self.gpu, self.ideal_network)
 
     @property
     def overlap_grad(self) -> bool:
@@ -390,7 +387,6 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         dp_exposed,
         dp_pieces,
         offload_step_time,
-        expert_dp,
         optimizer_step_time,
         optimizer_traffic,
         sp_regather,
@@ -497,6 +493,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         bubble = _zero("t_bubble", "Pipeline bubble per iteration", "no pipeline")
         pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"])
+    from parcalc.core.expert_parallel import expert_dp
+
     fullest, traffic = optimizer_traffic(model, t, p, training, **ends, ep=config.ep, etp=config.etp, ranks=d * c)
     shards = (d * c if sg is None else sg) if config.zero >= 1 else 1
     formula, expert_terms = "$P × $Q_p / ($BW × $e_mem × $x × $d_z)", []
@@ -603,6 +601,7 @@ def _dualpipe_note(model: TransformerModel, config: Config, training: Training, 
     """How far DualPipe's bubble (DeepSeek-V3, which parcalc does not schedule) is from the 1F1B
     bubble the model uses, for this configuration's slowest stage."""
     from parcalc.core.timing.step import layer_pieces
+    from parcalc.units import format_time as _ms
 
     lp = layer_pieces(model, config.tp, config.micro_batch, config.sequence_parallel, config.recompute, training, cluster,
                       cp=config.cp, cp_comm=config.cp_comm, experts=config.experts())  # fmt: skip
@@ -615,10 +614,6 @@ def _dualpipe_note(model: TransformerModel, config: Config, training: Training, 
             f"bubble (p/2 - 1)(F&B + B - 3W) per step with F, B, W of one of its two chunks per GPU; F&B taken as F + B) would leave "
             f"{_ms(dualpipe)} idle per iteration where 1F1B's (p - 1)(F + B) is {_ms(one_f_one_b)} here (per micro-batch of the "
             f"slowest stage F = {_ms(f)}, B = {_ms(b)}, of which weight gradients W = {_ms(w)}), and holds 2x the parameters",)
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
 
 
 def _ep_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any, m: int,

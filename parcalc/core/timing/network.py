@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from typing import Any
 
 from parcalc.core.choices import Collective
 from parcalc.core.collectives import bus_factor
@@ -72,6 +73,13 @@ class Fabric:
     def intra_bus_bandwidth(self) -> float:
         link = self.intra
         return link.bandwidth_per_direction.value * (link.nccl_efficiency.value if link.nccl_efficiency else 1.0)
+
+
+def node_fabric(gpus_per_node: int, intra: Link, inter: Link, nics: int | None = None, gpu: Any = None, ideal: bool = False) -> Fabric:
+    """The fabric of nodes of `gpus_per_node` GPUs: NCCL's architecture row from the GPU (sm80
+    without one), one network card per GPU unless `nics` says otherwise (rail-optimised nodes)."""
+    arch = nccl.arch_of(gpu.architecture) if gpu is not None else "sm80"
+    return Fabric(gpus_per_node, intra, inter, nics if nics is not None else gpus_per_node, arch, intra.nccl_hardware or "nvlink", ideal)
 
 
 @dataclass(frozen=True)

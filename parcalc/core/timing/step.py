@@ -492,11 +492,12 @@ def dp_pieces_of(stage: FullestStage, tp: int, dp: int, training: Any, cluster: 
     import math
 
     from parcalc.core.choices import Collective
+    from parcalc.core.expert_parallel import expert_dp
     from parcalc.core.timing.network import collective_time, placement
 
     layers = stage.layers
     etp_ = tp if etp is None else etp
-    edp = tp * dp // (ep * etp_) if stage.experts else 1
+    edp = expert_dp(tp, dp, ep, etp) if stage.experts else 1
     dense = stage.params - stage.experts
     if dp == 1 and edp == 1:
         return DataParallelPieces(0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, layers)
@@ -553,12 +554,6 @@ def optimizer_traffic(model: Any, tp: int, pp: int, training: Any, *, first: int
     return stage, optimizer_bytes(per.states, per.gradient, per.weight, master, state_bytes=per.per_state)
 
 
-def expert_dp(tp: int, ranks: int, ep: int, etp: int | None) -> int:
-    """edp = tp x dp x cp / (ep x etp): the ranks a routed expert's states are data-parallel (and
-    ZeRO-sharded) over (parcalc.core.expert_parallel.expert_layout)."""
-    return tp * ranks // (ep * (tp if etp is None else etp))
-
-
 def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, first: int | None = None,
                         last: int | None = None, shard_group: Any = None, ep: int = 1, etp: int | None = None) -> Any:  # fmt: skip
     """The optimizer's update of the local parameters (sharded over dp from ZeRO-1 on, or over the
@@ -575,6 +570,8 @@ def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, traini
         return np.where(np.asarray(zero) >= 1, whole / shards, whole)  # ZeRO-1 and up shard the states (dp = 1: the same)
     dense = optimizer_time(stage.params - stage.experts, traffic, cluster.spec)
     experts = optimizer_time(stage.experts, traffic, cluster.spec)
+    from parcalc.core.expert_parallel import expert_dp
+
     return np.where(np.asarray(zero) >= 1, dense / shards + experts / expert_dp(tp, dp, ep, etp), whole)
 
 
