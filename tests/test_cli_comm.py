@@ -248,6 +248,7 @@ def test_collective_small_message_uses_a_low_latency_protocol(run_json) -> None:
         pytest.param(["--gpus-per-node", "0"], "--gpus-per-node", id="zero-per-node"),
         pytest.param(["--gpus-per-node", "100000"], "--gpus-per-node: 100,000 GPUs per node", id="huge-per-node"),
         pytest.param(["--gpu", "h100-sxm5", "--gpus", "1"], "--gpus: 1 rank", id="one-rank"),
+        pytest.param(["--gpu", "h100-sxm5", "--inter-node-link", ""], "unknown link ''", id="empty-inter-node-link"),
     ],
 )
 def test_collective_on_hardware_bad_input(run_error, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]

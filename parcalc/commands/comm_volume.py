@@ -269,8 +269,8 @@ def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardwa
     gpu_name, per_node_text, inter_name = hardware
     gpu = load_gpu(gpu_name, dirs) if gpu_name is not None else None
     node = gpu.node if gpu is not None else None
-    intra = load_link(link or (node.intra_link if node else DEFAULT_LINK), dirs)
-    inter = load_link(inter_name or (node.inter_link if node else DEFAULT_INTER_NODE_LINK), dirs)
+    intra = load_link(link if link is not None else (node.intra_link if node else DEFAULT_LINK), dirs)
+    inter = load_link(inter_name if inter_name is not None else (node.inter_link if node else DEFAULT_INTER_NODE_LINK), dirs)
     per_node = parse_count(per_node_text, "--gpus-per-node") if per_node_text is not None else (node.gpus if node else 8)
     check_at_most(per_node, MAX_GPUS_PER_NODE, "--gpus-per-node", "GPUs per node")
     nics = node.nics if node is not None and per_node == node.gpus else per_node  # one NIC per GPU unless the preset's node says
