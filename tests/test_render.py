@@ -186,3 +186,12 @@ def test_latex_text_sets_straight_quotes_as_opening_and_closing_pairs(text: str,
     from parcalc.render.latex import tex_escape
 
     assert tex_escape(text) == tex
+
+
+def test_wide_derivation_lines_may_break_between_function_arguments() -> None:
+    """fit's t_dp substitution, max(a, b) + max(c, d) on one line 13 pt wider than the page in a PDF: the
+    comma between arguments is a break point (render/latex.inline_lines), the alignment mark is gone."""
+    from parcalc.render.latex import inline_lines
+
+    line = r"&= \max(479.815\ \text{ms} - 81.1132\ \text{ms}, 479.815\ \text{ms} / 149)"
+    assert inline_lines([line]) == [r"= \max(479.815\ \text{ms} - 81.1132\ \text{ms},\allowbreak 479.815\ \text{ms} / 149)"]

@@ -201,7 +201,8 @@ HOSTILE = r"\input{/etc/passwd} \write18{rm -rf /} $x$ 100% & #1 under_score {br
 
 def test_escape_is_per_character() -> None:
     assert tex_escape(r"\input{x}") == r"\textbackslash{}input\{x\}"
-    assert tex_escape("50% & $5 #1 a_b ~ ^") == r"50\% \& \$5 \#1 a\_b \textasciitilde{} \textasciicircum{}"
+    # an underscore may end a line (source paths, identifiers): \allowbreak after it
+    assert tex_escape("50% & $5 #1 a_b ~ ^") == r"50\% \& \$5 \#1 a\_\allowbreak{}b \textasciitilde{} \textasciicircum{}"
     # letters and symbols of any script pass (LuaLaTeX sets them; render/pdf.py makes them "?" for pdfLaTeX);
     # controls, bidirectional overrides, zero-width and private-use characters do not; other spaces are spaces
     assert tex_escape("naïve ☃ José Müller αβ 中文") == "naïve ☃ José Müller αβ 中文"

@@ -31,7 +31,7 @@ _TEX_ESCAPES: dict[str, str] = {
     "&": r"\&",
     "#": r"\#",
     "^": r"\textasciicircum{}",
-    "_": r"\_",
+    "_": r"\_\allowbreak{}",  # a line may break after it: source paths and identifiers (multi_latent_attention.py)
     "~": r"\textasciitilde{}",
     "%": r"\%",
     "<": r"\textless{}",
@@ -189,6 +189,12 @@ def display_chars(step: str) -> int:
     text = re.sub(r"\\(?:times|cdot|approx|le|ge|in)\b", "x", text)
     text = re.sub(r"\\[A-Za-z]+|\\.|[{}&^_]", "", text)
     return len(text)
+
+
+def inline_lines(steps: Sequence[str]) -> list[Latex]:
+    """A wide derivation's steps as lines of inline math (the alignment mark dropped) that TeX may
+    break after +, x and relations, and after the comma between a function's arguments (max(a, b))."""
+    return [Latex(step.replace("&", "", 1).replace(", ", r",\allowbreak ")) for step in steps]
 
 
 def is_wide(steps: Sequence[str]) -> bool:
@@ -357,7 +363,7 @@ def result_context(
                 "label": d.label,
                 "steps": derivation_steps(d),
                 "wide": is_wide(derivation_steps(d)),
-                "lines": [Latex(step.replace("&", "", 1)) for step in derivation_steps(d)],
+                "lines": inline_lines(derivation_steps(d)),
                 "value_text": format_value(d.value, d.unit),
                 "value": d.value,
                 "unit": d.unit,

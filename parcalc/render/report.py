@@ -148,7 +148,7 @@ DETAILS = ("brief", "full")
 def brief_context(solved: SolvedQuestion) -> dict[str, Any]:
     """A question as a homework answer: only the answers' own derivations (formula, substitution,
     value), the inputs they use once each, and their sources as numbered notes of the question."""
-    from parcalc.render.latex import SourceNotes, derivation_steps, is_wide, term_row
+    from parcalc.render.latex import SourceNotes, derivation_steps, inline_lines, is_wide, term_row
 
     notes = SourceNotes()
     inputs, seen = [], set()
@@ -165,7 +165,7 @@ def brief_context(solved: SolvedQuestion) -> dict[str, Any]:
                 inputs.append(row)
         steps = derivation_steps(derivation)
         derivations.append({"label": answer.label, "steps": steps, "note": notes.number(derivation.source),
-                            "wide": is_wide(steps), "lines": [Latex(step.replace("&", "", 1)) for step in steps]})  # fmt: skip
+                            "wide": is_wide(steps), "lines": inline_lines(steps)})  # fmt: skip
     return {"inputs": inputs, "derivations": derivations, "notes": notes.entries()}
 
 
