@@ -1160,7 +1160,9 @@ def _json_depth(text: str) -> int:
 
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
-_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", *_FRAMEWORK_FLAGS)
+_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS)
+# What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
+_PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
 
 def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Any:
@@ -1173,27 +1175,43 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     sources = doc.sources()
     cited: list[tuple[str, str]] = []
 
-    def setting(name: str) -> Any:
-        node = doc.child(name)
+    def setting(block: _Doc, name: str, cite_as: str) -> Any:
+        node = block.child(name)
         node.only(("value", "source", "note"))
         if "value" not in node.data:
             raise node.error("value", "missing")
         note = node.text("note", required=False)
-        cited.append((name, node.source_ref("source", sources) + (f" ({note})" if note else "")))
+        cited.append((cite_as, node.source_ref("source", sources) + (f" ({note})" if note else "")))
         return node.data["value"]
 
-    flags = {}
-    for name in _FRAMEWORK_FLAGS:
-        value = setting(name)
-        if not isinstance(value, bool):
-            raise doc.error(f"{name}.value", f"expected true or false, got {shown(value)}")
-        flags[name] = value
-    reduce_bytes = setting("reduce_bytes")
-    if reduce_bytes not in (1, 2, 4):
-        raise doc.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {shown(reduce_bytes)}")
-    stages = setting("zero_stages")
-    if not isinstance(stages, list) or not stages or any(z not in (0, 1, 2, 3) or isinstance(z, bool) for z in stages):
-        raise doc.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {shown(stages)}")
+    def value_of(block: _Doc, name: str, cite_as: str) -> Any:
+        value = setting(block, name, cite_as)
+        if name in _FRAMEWORK_FLAGS:
+            if not isinstance(value, bool):
+                raise block.error(f"{name}.value", f"expected true or false, got {shown(value)}")
+            return value
+        if name == "reduce_bytes":
+            if value not in (1, 2, 4) or isinstance(value, bool):
+                raise block.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {shown(value)}")
+            return float(value)
+        if name == "zero_stages":
+            if not isinstance(value, list) or not value or any(z not in (0, 1, 2, 3) or isinstance(z, bool) for z in value):
+                raise block.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {shown(value)}")
+            return tuple(sorted(set(value)))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:  # bytes per parameter
+            raise block.error(f"{name}.value", f"bytes per parameter between 0 and 100, got {shown(value)}")
+        return float(value)
+
+    flags = {name: value_of(doc, name, name) for name in _FRAMEWORK_FLAGS}
+    reduce_bytes = value_of(doc, "reduce_bytes", "reduce_bytes")
+    stages = value_of(doc, "zero_stages", "zero_stages")
+    pipeline: tuple[tuple[str, Any], ...] = ()
+    if "pipeline" in doc.data:
+        block = doc.child("pipeline")
+        block.only(_PIPELINE_KEYS)
+        if not block.data:
+            raise doc.error("pipeline", f"give at least one of {', '.join(_PIPELINE_KEYS)}")
+        pipeline = tuple((name, value_of(block, name, f"pipeline.{name}")) for name in _PIPELINE_KEYS if name in block.data)
     buckets = doc.child("gradient_buckets")
     buckets.only(("min_params", "params_per_dp_rank", "bytes", "source"))
     cited.append(("bucket", buckets.source_ref("source", sources)))
@@ -1214,7 +1232,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         raise buckets.error("min_params", "give min_params / params_per_dp_rank or bytes")
     return Framework(
         key=key, name=doc.text("name"), bucket_min_params=numbers["min_params"], bucket_params_per_dp_rank=numbers["params_per_dp_rank"],
-        bucket_bytes=bucket_bytes, reduce_bytes=float(reduce_bytes), zero_stages=tuple(sorted(set(stages))), sources=tuple(cited), **flags,
+        bucket_bytes=bucket_bytes, reduce_bytes=reduce_bytes, zero_stages=stages, sources=tuple(cited), pipeline=pipeline, **flags,
     )  # fmt: skip
 
 

@@ -515,6 +515,7 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
           if training.precision is Precision.FP8 else ()),
         (f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
          f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}"),
+        *_pipeline_engine_assumption(training, cluster),
         ("--ideal-network: every collective and pipeline send takes 0 s (zero latency, infinite bandwidth); the links above are not "
          "used for time; host (PCIe) copies of --offload are not network and keep their time" if cluster.ideal_network else
          "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)"),
@@ -627,6 +628,21 @@ def _speedup_verdicts(timed: Any) -> list[str]:
                 text += f", yet it holds {slowest.max_layers} layers where the reference holds {reference.row.max_layers}"
         verdicts.append(text)
     return verdicts
+
+
+def _pipeline_engine_assumption(training: Training, cluster: Cluster) -> tuple[str, ...]:
+    """What changes when the framework runs its own pipeline engine (pp > 1), in words."""
+    base = cluster.framework
+    engine = base.at(2)
+    if engine is base:
+        return ()
+    stages = "/".join(str(z) for z in engine.zero_stages)
+    accumulate = engine.accumulation_bytes(training.precision)
+    return ((f"with pp > 1, {base.name} runs its pipeline engine: ZeRO-{stages} only, gradients reduced once after the pipeline flush"
+             f" (overlaps grad reduce {str(cluster.overlap_grad_at(2)).lower()}, param gather {str(cluster.overlap_param_at(2)).lower()})"
+             + (f", every micro-batch's bf16 gradients added into fp32 copies ({accumulate:g} B of HBM traffic per parameter), "
+                "which are what is reduced" if accumulate else "")
+             + f" ({engine.source('zero_stages').split(':')[0].split(' (')[0]})"),)
 
 
 def _speedup_assumptions(timed: Any) -> tuple[str, ...]:

@@ -67,6 +67,10 @@ def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
         value = getattr(framework, name)
         shown = ", ".join(str(z) for z in value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) else value
         rows.append((name, shown, "B" if name == "reduce_bytes" else "", framework.source(name)))
+    for name, value in framework.pipeline:  # what its own pipeline engine changes when pp > 1
+        shown = ", ".join(str(z) for z in value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) else value
+        unit = "B/param" if name == "bf16_grad_accumulation_bytes" else ""
+        rows.append((f"pp > 1: {name}", shown, unit, framework.source(f"pipeline.{name}")))
     return rows
 
 

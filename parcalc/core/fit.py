@@ -114,11 +114,18 @@ class Cluster:
 
     @property
     def overlap_grad(self) -> bool:
-        return self.framework.overlap_grad_reduce if self.dp_overlap is None else self.dp_overlap
+        return self.overlap_grad_at(1)
 
     @property
     def overlap_param(self) -> bool:
-        return self.framework.overlap_param_gather if self.dp_overlap is None else self.dp_overlap
+        return self.overlap_param_at(1)
+
+    def overlap_grad_at(self, pp: int) -> bool:
+        """Whether the gradient reduction overlaps the backward on pp stages (the framework's engine for pp; --dp-overlap wins)."""
+        return self.framework.at(pp).overlap_grad_reduce if self.dp_overlap is None else self.dp_overlap
+
+    def overlap_param_at(self, pp: int) -> bool:
+        return self.framework.at(pp).overlap_param_gather if self.dp_overlap is None else self.dp_overlap
 
     @property
     def overlap_tp(self) -> bool:
@@ -265,6 +272,11 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return "sequence parallelism needs tp > 1"
     if config.zero not in (0, 1, 2, 3):
         return f"ZeRO stage {config.zero} does not exist"
+    engine = cluster.framework.at(p)
+    if p > 1 and engine is not cluster.framework and config.zero not in engine.zero_stages:
+        stages = "/".join(str(z) for z in engine.zero_stages)
+        return (f"{cluster.framework.name}'s pipeline engine runs ZeRO-{stages} only, not ZeRO-{config.zero} with pp = {p} "
+                f"(see `parcalc presets show {cluster.framework.key}`)")
     if config.shard_group is not None:
         from parcalc.core.sharding import check_shard_group
 
@@ -408,8 +420,9 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                                            recompute_layers=config.recompute_layers, chunks=v)  # fmt: skip
     sg = config.shard_group if config.zero else None  # hybrid sharding applies to ZeRO-1/2/3
     dp = dp_pieces(model, t, p, d * c, training, cluster, **ends, shard_group=sg, ep=config.ep, etp=config.etp)  # over the dp-cp group
-    framework = cluster.framework
-    t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
+    stage = with_accumulation(stage, dp.accumulate)
+    framework = cluster.framework.at(p)
+    t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
                             reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                             layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
     t_opt = float(optimizer_step_time(model, t, p, d * c, config.zero, training, cluster, **ends, shard_group=sg, ep=config.ep, etp=config.etp))
@@ -420,18 +433,22 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
     ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms["t_ep"]))
 
+    from parcalc.units import format_time as _format_time
+
     spec = cluster.spec
     m_term = _t("m", "m", m, "", "micro-batches per replica")
     compute = _derivation(
         "t_compute", "Compute per iteration (kernels of the slowest stage, every micro-batch)", "t_compute", r"t_{\mathrm{compute}}",
         "$m × ($t_f + $t_b + $t_r)",
         [m_term, _t("t_f", "t_f", stage.forward, "s", f"forward kernels of one micro-batch on the slowest stage ({stage.layers} layers)"),
-         _t("t_b", "t_b", stage.backward, "s", "backward kernels of one micro-batch"),
+         _t("t_b", "t_b", stage.backward, "s", "backward kernels of one micro-batch" + (
+             f", with {_format_time(dp.accumulate)} of fp32 gradient accumulation" if dp.accumulate else "")),
          _t("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value})")],
         terms["t_compute"], "s", KERNEL_SOURCE,
         (f"GEMMs at {spec.matmul.value:.0%} of the {cluster.dtype} peak x tile/wave quantisation ({spec.matmul.source})",
          f"memory-bound kernels at {spec.kernels.memory.value:.0%} of HBM bandwidth ({spec.kernels.memory.source})",
-         *((f"every kernel rate scaled by --efficiency {cluster.efficiency:g}",) if cluster.efficiency != 1.0 else ())),
+         *((f"every kernel rate scaled by --efficiency {cluster.efficiency:g}",) if cluster.efficiency != 1.0 else ()),
+         *((_accumulation_assumption(framework, training),) if dp.accumulate else ())),
     )  # fmt: skip
     if t > 1:
         group = placement(t, 1, cluster.gpus_per_node)
@@ -666,13 +683,14 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
 
         zero_group = f"the shard group S = {size} of d = {d} ({at(shards)})"
         a_where = f"the {d // size} replicas, tp x S apart ({at(replicas)})"
-    fw = cluster.framework
-    overlap = ("overlapped with the backward of the last micro-batch" if cluster.overlap_grad else "not overlapped")
+    fw = cluster.framework.at(config.pp)
+    overlap_grad, overlap_param = cluster.overlap_grad_at(config.pp), cluster.overlap_param_at(config.pp)
+    overlap = ("overlapped with the backward of the last micro-batch" if overlap_grad else "not overlapped")
     n_b = _t("n_b", "n_b", dp.buckets, "", f"gradient buckets ({fw.name}: {fw.source('bucket')})")
     w_b = _t("W_b", "W_b", stage.last_backward, "s", "backward of one micro-batch on the stage (the overlap window)", latex=r"W_{b}")
     if z == 0:
         terms = [_t("T_ar", "T_ar", dp.grad_all_reduce, "s", f"all-reduce of every bucket over d = {d} ({where})", latex=r"T_{\mathrm{ar}}"), n_b, w_b]
-        formula = "max($T_ar - $W_b, $T_ar / $n_b)" if cluster.overlap_grad else "$T_ar"
+        formula = "max($T_ar - $W_b, $T_ar / $n_b)" if overlap_grad else "$T_ar"
     elif z in (1, 2):
         w_f = _t("W_f", "W_f", stage.first_forward, "s", "forward of the first micro-batch (hides the parameter gather)", latex=r"W_{f}")
         terms = [_t("T_rs", "T_rs", dp.grad_reduce_scatter, "s", f"reduce-scatter of every bucket over {zero_group}", latex=r"T_{\mathrm{rs}}"),
@@ -682,11 +700,11 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
             terms.insert(1, _t("T_ar", "T_ar", dp.grad_replica_all_reduce, "s", f"all-reduce of every bucket's 1/S shard over {a_where}",
                                latex=r"T_{\mathrm{ar}}"))  # fmt: skip
             rs = "($T_rs + $T_ar)"
-        scatter = f"max({rs} - $W_b, {rs} / $n_b)" if cluster.overlap_grad else rs
+        scatter = f"max({rs} - $W_b, {rs} / $n_b)" if overlap_grad else rs
         if z == 2 and fw.reduce_every_micro_batch:  # DeepSpeed ZeRO-2 reduces each micro-batch's gradients
             terms.append(_t("m", "m", m, "", "micro-batches per replica (gradients reduced in each)"))
             scatter = f"$m × {scatter}"
-        formula = scatter + (" + max($T_ag - $W_f, $T_ag / $n_b)" if cluster.overlap_param else " + $T_ag")
+        formula = scatter + (" + max($T_ag - $W_f, $T_ag / $n_b)" if overlap_param else " + $T_ag")
     else:
         terms = [_t("m", "m", m, "", "micro-batches per replica"), _t("L_s", "L_s", dp.layers, "", "layers (sharding units) per stage"),
                  _t("g", "g", dp.layer_gather, "s", f"all-gather of one layer's weights over {zero_group}"),
@@ -700,9 +718,9 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
         if size < d:  # FSDP2's foreach_reduce: the unit's reduce-scatter, then its shard's all-reduce over the replicate group
             terms.insert(4, _t("a", "a", dp.layer_replica_reduce, "s", f"all-reduce of one layer's 1/S gradient shard over {a_where}"))
             r = "($r + $a)"
-        forward = "$g_0 + $g + ($L_s - 1) × max(0, $g - $f_l)" if cluster.overlap_param else "$g_0 + $L_s × $g"
-        regather = f"$L_s × max(0, {g_b} - $b_l)" if cluster.overlap_grad else f"$L_s × {g_b}"
-        reduce = (f"$L_s × max(0, {r} - max(0, $b_l - {g_b})) + {r}" if cluster.overlap_grad else f"$L_s × {r}")
+        forward = "$g_0 + $g + ($L_s - 1) × max(0, $g - $f_l)" if overlap_param else "$g_0 + $L_s × $g"
+        regather = f"$L_s × max(0, {g_b} - $b_l)" if overlap_grad else f"$L_s × {g_b}"
+        reduce = (f"$L_s × max(0, {r} - max(0, $b_l - {g_b})) + {r}" if overlap_grad else f"$L_s × {r}")
         syncs = "$m" if fw.reduce_every_micro_batch else "1"
         formula = f"$m × ({forward} + {regather}) + {syncs} × ({reduce})"
     source = f"Rajbhandari et al. 2020 sec. 7 (ZeRO volumes); Zhao et al. 2023 (FSDP prefetch); {fw.name} buckets, {overlap}; {NCCL_SOURCE}"
@@ -725,6 +743,22 @@ def _check_cluster(cluster: Cluster) -> None:
         raise InputError(f"--peak: must be a rate greater than zero, got {cluster.peak!r}")
     if not (cluster.capacity > 0 and math.isfinite(cluster.capacity)):
         raise InputError(f"--capacity: must be a size greater than zero, got {cluster.capacity!r}")
+
+
+def _accumulation_assumption(framework: Any, training: Training) -> str:
+    return (f"{framework.name}'s pipeline engine in bf16 adds every micro-batch's bf16 gradients into fp32 copies after its backward: "
+            f"{framework.accumulation_bytes(training.precision):g} bytes of HBM traffic per parameter of the fullest stage (which stands "
+            f"for the slowest) ({framework.source('bf16_grad_accumulation_bytes')})")
+
+
+def with_accumulation(stage: Any, accumulate: Any) -> Any:
+    """The stage with the framework's per-micro-batch gradient accumulation (DataParallelPieces.accumulate,
+    on the compute stream after each backward) added to its backward: floats or arrays alike."""
+    import numpy as np
+
+    if not np.any(accumulate):
+        return stage
+    return replace(stage, backward=stage.backward + accumulate, last_backward=stage.last_backward + accumulate)
 
 
 def with_layers(model: TransformerModel, layers: int) -> TransformerModel:

@@ -48,7 +48,7 @@ from parcalc.core.activations import (
     recompute_working_set,
 )
 from parcalc.core.choices import Precision, Recompute, Schedule
-from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes
+from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes, with_accumulation
 from parcalc.core.memory import (
     Parallelism,
     fp8_weight_cache,
@@ -405,9 +405,9 @@ class _Shapes:
         from parcalc.core.timing.step import _fullest_stage, dp_pieces_of
 
         stage = _fullest_stage(self.model, tp, pp, first, last, ep=ep, ranks=dp)
-        key = (tp, dp, shard_group, ep, stage)
+        key = (tp, dp, shard_group, ep, stage, self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
-            self._dp[key] = dp_pieces_of(stage, tp, dp, self.training, self.cluster, shard_group=shard_group, ep=ep)
+            self._dp[key] = dp_pieces_of(stage, tp, dp, self.training, self.cluster, shard_group=shard_group, ep=ep, pp=pp)
         return self._dp[key]
 
     def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1) -> DataParallelPieces:
@@ -485,7 +485,8 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
-    zeros = [z for z in space.zero_stages if z == 0 or d * c > 1]  # ZeRO shards over the dp-cp group
+    engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
+    zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
     sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
     schedules = [(0, 1)]
     if p > 1 and space.interleaved:
@@ -619,8 +620,9 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     b, m, r, z, sp, v, shard, a_layer = (a[rows] for a in (b, m, r, z, sp, v, shard, a_layer))
     stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm, ep)
     dp = shapes.dp_arrays(t, p, d * c, first, last, shard, ep)  # gradients over the dp-cp group (Megatron-LM), or hybrid sharding
-    framework = cluster.framework
-    t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad, overlap_param=cluster.overlap_param,
+    stage = with_accumulation(stage, dp.accumulate)
+    framework = cluster.framework.at(p)
+    t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                       layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
     t_opt = optimizer_step_time(model, t, p, d * c, z, training, cluster, first=first, last=last, shard_group=shard, ep=ep)

@@ -9,7 +9,8 @@ line (`fit --no-dp-overlap`, `--tp-comm-overlap`, `--fp32-grads`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,34 @@ class Framework:
     tp_comm_overlap: bool = False  # TP collectives overlapped with the GEMMs (TE userbuffers)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the framework offers (the search's default)
     sources: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # field -> source
+    # With pipeline parallelism (pp > 1) some frameworks run another engine: DeepSpeed's
+    # PipelineEngine reduces gradients once after the pipeline flush, not during the backward, and
+    # offers ZeRO-0/1 only. These (field, value) pairs replace the fields above when pp > 1.
+    pipeline: tuple[tuple[str, object], ...] = ()
+    # HBM bytes per local parameter and micro-batch that the engine spends accumulating bf16
+    # gradients into fp32 copies, which it then reduces (DeepSpeed's BF16_Optimizer; 0: gradients
+    # accumulate in place, in the dtype reduce_bytes says).
+    bf16_grad_accumulation_bytes: float = 0.0
 
     def source(self, name: str) -> str:
         return dict(self.sources).get(name, f"{self.name} profile")
+
+    def at(self, pp: int) -> Framework:
+        """The profile as it runs a layout of pp pipeline stages (the `pipeline` settings when pp > 1)."""
+        if pp <= 1 or not self.pipeline:
+            return self
+        return _under_pipeline(self)
+
+    def accumulation_bytes(self, precision: object) -> float:
+        """bf16_grad_accumulation_bytes when the run is in bf16 mixed precision, else 0."""
+        from parcalc.core.choices import Precision
+
+        return self.bf16_grad_accumulation_bytes if precision is Precision.MIXED_BF16 else 0.0
+
+    def wire_bytes(self, precision: object) -> float:
+        """Bytes per gradient element on the wire: fp32 when bf16 gradients are accumulated into fp32 copies
+        (those are what is reduced: DeepSpeed's BF16_Optimizer.get_grads_for_reduction), else reduce_bytes."""
+        return 4.0 if self.accumulation_bytes(precision) else self.reduce_bytes
 
     def bucket_params(self, dp: int, gradient_bytes: float) -> float:
         """Parameters per gradient bucket for a data-parallel group of dp ranks (inf: one bucket)."""
@@ -41,6 +67,16 @@ class Framework:
         by_bytes = self.bucket_bytes / gradient_bytes if self.bucket_bytes else 0.0
         size = max(by_rank, by_bytes)
         return size if size > 0 else math.inf
+
+
+@lru_cache(maxsize=64)
+def _under_pipeline(framework: Framework) -> Framework:
+    settings = dict(framework.pipeline)
+    cited = dict(framework.sources)
+    for name in settings:  # the pipeline engine's own sources stand for the fields it replaces
+        if f"pipeline.{name}" in cited:
+            cited[name] = cited[f"pipeline.{name}"]
+    return replace(framework, pipeline=(), sources=tuple(cited.items()), **settings)  # type: ignore[arg-type]
 
 
 # The profile used when none is named and no preset is found (e.g. in library use): Megatron-LM's

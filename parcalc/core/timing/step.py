@@ -88,6 +88,9 @@ class DataParallelPieces:
     # (0 without): every bucket's for ZeRO-1/2, one layer's for ZeRO-3/FSDP.
     grad_replica_all_reduce: Any = 0.0
     layer_replica_reduce: Any = 0.0
+    # Per micro-batch, on the compute stream after its backward: the framework's accumulation of the
+    # stage's bf16 gradients into fp32 copies (DeepSpeed's BF16_Optimizer; 0 for most frameworks).
+    accumulate: Any = 0.0
 
 
 def exposed(total: Any, window: Any, last: Any, overlap: bool) -> Any:
@@ -482,27 +485,31 @@ def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any
     get_expert_data_parallel_group, distributed_data_parallel.py expert_parallel_buffers), in
     their own buckets; the dense parameters as above. Hybrid sharding applies to the dense ones."""
     stage = _fullest_stage(model, tp, pp, first, last, ep=ep, etp=etp, ranks=dp)
-    return dp_pieces_of(stage, tp, dp, training, cluster, shard_group=shard_group, ep=ep, etp=etp)
+    return dp_pieces_of(stage, tp, dp, training, cluster, shard_group=shard_group, ep=ep, etp=etp, pp=pp)
 
 
 def dp_pieces_of(stage: FullestStage, tp: int, dp: int, training: Any, cluster: Any, *, shard_group: int | None = None, ep: int = 1,
-                 etp: int | None = None) -> DataParallelPieces:  # fmt: skip
+                 etp: int | None = None, pp: int = 1) -> DataParallelPieces:  # fmt: skip
     """dp_pieces for a given fullest stage (what it depends on of the model and the split: the
-    search asks once per distinct stage, not once per split)."""
+    search asks once per distinct stage, not once per split). pp: the framework's profile as it
+    runs pp stages (Framework.at: DeepSpeed's pipeline engine reduces fp32 copies of bf16 gradients,
+    which it accumulates every micro-batch: `accumulate`)."""
     import math
 
     from parcalc.core.choices import Collective
     from parcalc.core.expert_parallel import expert_dp
+    from parcalc.core.timing.compute import optimizer_time
     from parcalc.core.timing.network import collective_time, placement
 
     layers = stage.layers
     etp_ = tp if etp is None else etp
     edp = expert_dp(tp, dp, ep, etp) if stage.experts else 1
     dense = stage.params - stage.experts
+    fabric, framework, g = cluster.fabric, cluster.framework.at(pp), cluster.gpus_per_node
+    accumulate = optimizer_time(stage.params, framework.accumulation_bytes(training.precision), cluster.spec)
     if dp == 1 and edp == 1:
-        return DataParallelPieces(0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, layers)
-    fabric, framework, g = cluster.fabric, cluster.framework, cluster.gpus_per_node
-    wire = framework.reduce_bytes
+        return DataParallelPieces(0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, layers, accumulate=accumulate)
+    wire = framework.wire_bytes(training.precision)
     weight = 2.0 if training.precision.activation_bytes == 2.0 else 4.0
 
     def time(op: Collective, size: float, where: Any) -> float:
@@ -537,6 +544,7 @@ def dp_pieces_of(stage: FullestStage, tp: int, dp: int, training: Any, cluster: 
         layers=layers,
         grad_replica_all_reduce=per_bucket(Collective.ALL_REDUCE, wire, replicas, 1 / size) if replicas else 0.0,
         layer_replica_reduce=time(Collective.ALL_REDUCE, layer * wire / size, replicas) if replicas else 0.0,
+        accumulate=accumulate,
     )
 
 
