@@ -97,5 +97,20 @@ def test_fit_states_dualpipe_beside_the_1f1b_bubble_for_moe_pipelines() -> None:
     result = estimate(MIXTRAL, config, TRAINING, cluster)
     notes = " ".join(result.bubble.assumptions)
     assert "DualPipe" in notes and "(p/2 - 1)(F&B + B - 3W)" in notes
+    # the numbers in the note: DualPipe's bubble from the slowest stage's F, B, W, and 1F1B's (p - 1)(F + B)
+    from parcalc.core.pipeline import dualpipe_bubble
+    from parcalc.core.timing.step import stage_pieces
+    from parcalc.units import format_time
+
+    stage, _, _ = stage_pieces(MIXTRAL, 1, 4, 16, 1, False, Recompute.NONE, TRAINING, cluster, experts=config.experts())
+    lp = layer_pieces(MIXTRAL, 1, 1, False, Recompute.NONE, TRAINING, cluster, experts=config.experts())
+    f, b = stage.forward, stage.backward + stage.recompute
+    w = stage.moe_layers * lp.wgrad_moe + (stage.layers - stage.moe_layers) * lp.wgrad_dense
+    assert 0 < w < b
+    assert f"would leave {format_time(dualpipe_bubble(4, f, b, w))} idle" in notes
+    assert f"1F1B's (p - 1)(F + B) is {format_time(3 * (f + b))}" in notes
+    # DeepSeek-V3 Table 2 by hand: PP 16, one chunk F = 1, B = 2, W = 0.8 (the stage holds two chunks): 7 x (1 + 2 + 2 - 2.4)
+    assert dualpipe_bubble(16, 2.0, 4.0, 1.6) == pytest.approx(7 * 2.6)
+    assert dualpipe_bubble(2, 2.0, 4.0, 1.6) == 0.0  # PP 2: p/2 - 1 = 0
     dense = estimate(load_model("llama3-8b", ()), Config(1, 4, 16, 1, Recompute.NONE, 1), TRAINING, cluster)
     assert not any("DualPipe" in a for a in dense.bubble.assumptions)

@@ -617,6 +617,7 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
 def _dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:
     """How far DualPipe's bubble (DeepSeek-V3, which parcalc does not schedule) is from the 1F1B
     bubble the model uses, for this configuration's slowest stage."""
+    from parcalc.core.pipeline import dualpipe_bubble
     from parcalc.core.timing.step import layer_pieces
     from parcalc.units import format_time as _ms
 
@@ -626,7 +627,7 @@ def _dualpipe_note(model: TransformerModel, config: Config, training: Training, 
     w = (stage.layers - stage.moe_layers) * lp.wgrad_dense + stage.moe_layers * lp.wgrad_moe
     p = config.pp
     one_f_one_b = (p - 1) * (f + b)
-    dualpipe = max(p // 2 - 1, 0) * max(f + 2 * b - 3 * w, 0.0) / 2
+    dualpipe = dualpipe_bubble(p, f, b, w)
     return (f"schedule approximated as {'interleaved ' if config.chunks > 1 else ''}1F1B: DualPipe (DeepSeek-V3 sec. 3.2.1, Table 2: "
             f"bubble (p/2 - 1)(F&B + B - 3W) per step with F, B, W of one of its two chunks per GPU; F&B taken as F + B) would leave "
             f"{_ms(dualpipe)} idle per iteration where 1F1B's (p - 1)(F + B) is {_ms(one_f_one_b)} here (per micro-batch of the "

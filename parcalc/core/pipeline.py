@@ -91,6 +91,15 @@ def pass_times(forward: float | None = None, backward: float | None = None, weig
     return PassTimes(t_f, t_b, t_w)
 
 
+def dualpipe_bubble(stages: int, forward: float, backward: float, weight: float) -> float:
+    """DeepSeek-V3's DualPipe bubble per iteration (DeepSeek-V3 technical report, sec. 3.2.1, Table 2:
+    (PP/2 - 1)(F&B + B - 3W), F, B, W of ONE of the two model chunks each GPU holds, F&B taken as F + B).
+    forward / backward / weight: one micro-batch through the whole stage (both chunks), the weight
+    gradients among backward; each chunk's are half of them."""
+    f, b, w = forward / 2, backward / 2, weight / 2
+    return max(stages // 2 - 1, 0) * max(f + b + b - 3 * w, 0.0)
+
+
 def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int) -> None:
     """Bad p, m or v as InputError naming the flag and the constraint."""
     for flag, value in (("--stages", stages), ("--micro-batches", micro_batches), ("--chunks", chunks)):

@@ -20,6 +20,7 @@ command and its tables:
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -99,12 +100,14 @@ def _gib(value: float) -> str:
 
 
 def _title(canvas: Canvas, text: str, width: float = WIDTH) -> float:
-    """The title, cut to the canvas (a long model name); returns the y below it."""
-    size = 14.0
-    room = int((width - 24) / (size * 0.6))
-    shown = text if len(text) <= room else text[: room - 3] + "..."
-    canvas.text(12, 24, shown, size=size, bold=True)
-    return 36.0
+    """The title, wrapped at spaces to the canvas (a long model name takes a second line; a word longer
+    than a line is broken); returns the y below it."""
+    size, leading = 14.0, 18.0
+    room = max(int((width - 24) / (size * 0.6)), 8)
+    lines = textwrap.wrap(text, room, break_long_words=True, break_on_hyphens=False) or [""]
+    for index, line in enumerate(lines):
+        canvas.text(12, 24 + index * leading, line, size=size, bold=True)
+    return 36.0 + (len(lines) - 1) * leading
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,13 +191,20 @@ def roofline_of(title: str, points: list[RooflinePoint], peak: float, bandwidth:
     legend = [("dot", "#1f5fa8", "compute-bound"), ("dot", "#d62728", "memory-bound"),
               ("line", "#000000", f"roofs: peak {_short(peak, 'FLOP/s')}, memory {_short(bandwidth, 'B/s')}")]  # fmt: skip
     line_y = _legend(canvas, legend, left, bottom + 62) + 20
-    column = (right - left) / 2
-    for index, (name, intensity, attainable, _) in enumerate(points, start=1):
-        cx = left + (index - 1) % 2 * column
-        text = f"{index}  {name}: {intensity:.4g} FLOP/B"
-        room = int(column / (11 * 0.6)) - 1
-        canvas.text(cx, line_y + (index - 1) // 2 * 16, text if len(text) <= room else text[: room - 3] + "...", size=11)
-    canvas.height = line_y + ((len(points) + 1) // 2) * 16 + 8
+    texts = [f"{index}  {name}: {intensity:.4g} FLOP/B" for index, (name, intensity, _, _) in enumerate(points, start=1)]
+    half = int((right - left) / 2 / (11 * 0.6)) - 1
+    columns = 2 if all(len(text) <= half for text in texts) else 1  # long names: one column, wrapped, never cut
+    room = half if columns == 2 else int((right - left) / (11 * 0.6)) - 1
+    y = line_y
+    for row in range(0, len(texts), columns):
+        lines_here = 1
+        for offset, text in enumerate(texts[row:row + columns]):
+            lines = textwrap.wrap(text, room, subsequent_indent="    ", break_on_hyphens=False) or [""]
+            for k, line in enumerate(lines):
+                canvas.text(left + offset * (right - left) / 2, y + k * 16, line, size=11)
+            lines_here = max(lines_here, len(lines))
+        y += lines_here * 16
+    canvas.height = y + 8
     return Figure("roofline", canvas.title, canvas)
 
 
