@@ -377,3 +377,22 @@ def test_one_fit_configuration_draws_its_stages(runner, run_json, tmp_path):
         widths[label] = widths.get(label, 0.0) + float(rect.get("width"))
     scales = [widths[f"stage {s['stage']}"] / s["memory"] for s in stages]  # fit's stage table: memory per GPU of each stage
     assert max(scales) / min(scales) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_long_title_and_long_kernel_names_wrap_and_are_never_cut():
+    # The last review found figure titles cut with "..." (a long model name). Every word must reach the picture,
+    # every line within the canvas (text_width is the renderer's own estimate of a string's width).
+    from parcalc.render.canvas import text_width
+    from parcalc.render.figures import roofline_of
+
+    title = "Roofline of DeepSeek-V3 671B (multi-head latent attention, 256 routed experts) on H800 SXM5, one layer"
+    name = "attention.core.flash_attention.backward.of.a.very.long.kernel.name"
+    figure = roofline_of(title, [(name, 100.0, 1e14, False), ("mlp.up", 300.0, 5e14, True)], 989e12, 3.35e12)
+    texts = figure.canvas.of(Text)
+    assert not any("..." in t.text or "…" in t.text for t in texts)
+    bold = [t for t in texts if t.bold]
+    assert len(bold) == 2 and " ".join(t.text for t in bold) == title
+    assert all(t.x + text_width(t.text, t.size) <= WIDTH for t in bold)
+    assert bold[1].y - bold[0].y == 18  # a second line of title, the plot below it
+    shown = " ".join(t.text.strip() for t in texts if not t.bold)
+    assert f"1  {name}: 100 FLOP/B" in shown and "2  mlp.up: 300 FLOP/B" in shown
