@@ -138,3 +138,20 @@ def test_a_bad_pipeline_block_is_a_preset_error(block: dict, message: str) -> No
     data["pipeline"] = block
     with pytest.raises(PresetError, match=message):
         framework_from_document("deepspeed", path, data)
+
+
+def test_bf16_pipelines_hold_fp32_copies_of_the_gradients_in_fit_and_the_search_alike() -> None:
+    # BF16_Optimizer keeps the bf16 gradients and fp32_groups_gradients_flat, a full fp32 copy: 2 + 4 bytes per
+    # parameter (bf16_optimizer.py), where DeepSpeed's ZeRO engine keeps 2 (memory.GRADS_DEEPSPEED)
+    model, config, training, cluster = inputs(BLOOM)
+    est = estimate(model, config, training, cluster)
+    worst = est.memory.worst
+    params = worst.states.gradients.inputs[1].value  # Ψ of the fullest stage
+    assert worst.states.gradients.value == pytest.approx(6 * params)
+    assert "fp32_groups_gradients_flat" in worst.states.gradients.inputs[0].source
+    result = search(model, training, cluster, SearchSpace(tp=4, pp=12, recomputes=(Recompute.FULL,), micro_batches=(2,),
+                                                          first_stage_layers=5, last_stage_layers=5, zero_stages=(1,), sequence_parallel=(False,),
+                                                          interleaved=False, hybrid=False))  # fmt: skip
+    columns = result.evaluated.columns
+    assert len(columns["memory"]) == 1
+    assert float(columns["memory"][0]) == pytest.approx(est.memory.worst.total.value, rel=1e-9)

@@ -12,7 +12,7 @@ import pytest
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.fit import Cluster, Training, estimate, invalid_reason
 from parcalc.core.fit_search import COST_FIELDS, SearchSpace, divisors, search
-from parcalc.presets import load_gpu, load_link, load_model
+from parcalc.presets import load_framework, load_gpu, load_link, load_model
 
 A100 = load_gpu("a100-sxm4-80gb", ())
 NVLINK, IB = load_link("nvlink3", ()), load_link("ib-hdr", ())
@@ -28,6 +28,8 @@ SCENARIOS = {
     "llama3-8b-16-flash-fp16": ("llama3-8b", Training(64, 4096, Precision.MIXED_FP16, Optimizer.ADAM, flash_attention=True), a100_cluster(16)),
     "gpt2-xl-8-no-overlap": ("gpt2-xl", Training(32, 1024), a100_cluster(8, dp_overlap=False, gpus_per_node=4)),
     "homework-7b-32-fp32": ("homework-7b", Training(32, 2048, Precision.FP32, Optimizer.SGD_MOMENTUM), a100_cluster(32, allow_cross_node_tp=True)),
+    # DeepSpeed: its ZeRO engine at pp = 1, its pipeline engine (ZeRO-0/1, BF16_Optimizer's fp32 accumulation) at pp > 1
+    "gpt3-175b-64-deepspeed-bf16": ("gpt3-175b", Training(512, 2048), a100_cluster(64, framework=load_framework("deepspeed"))),
 }
 
 

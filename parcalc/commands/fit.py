@@ -641,7 +641,7 @@ def _pipeline_engine_assumption(training: Training, cluster: Cluster) -> tuple[s
     return ((f"with pp > 1, {base.name} runs its pipeline engine: ZeRO-{stages} only, gradients reduced once after the pipeline flush"
              f" (overlaps grad reduce {str(cluster.overlap_grad_at(2)).lower()}, param gather {str(cluster.overlap_param_at(2)).lower()})"
              + (f", every micro-batch's bf16 gradients added into fp32 copies ({accumulate:g} B of HBM traffic per parameter), "
-                "which are what is reduced" if accumulate else "")
+                "which are what is reduced and which it holds beside them (2 + 4 bytes of gradients per parameter)" if accumulate else "")
              + f" ({engine.source('zero_stages').split(':')[0].split(' (')[0]})"),)
 
 

@@ -325,7 +325,8 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations,
-                          config.recompute_layers, moe_imbalance=config.moe_imbalance)  # fmt: skip
+                          config.recompute_layers, moe_imbalance=config.moe_imbalance,
+                          grad_copies=bool(cluster.framework.at(config.pp).accumulation_bytes(training.precision)))  # fmt: skip
     return memory_breakdown(model, par, setup)
 
 

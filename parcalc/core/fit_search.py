@@ -303,6 +303,10 @@ class _Shapes:
 
         self.model, self.training, self.cluster, self.cp_comm, self.moe = model, training, cluster, cp_comm, moe
         self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
+        # with pp > 1 a framework's own pipeline engine may keep fp32 copies of the gradients (DeepSpeed's BF16_Optimizer)
+        copies = bool(cluster.framework.at(2).accumulation_bytes(training.precision))
+        self.per_pipelined = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model,
+                                         grad_copies=copies) if copies else self.per  # fmt: skip
         self.e = training.precision.activation_bytes
         self.op_supported = op_supported(model)
         counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value, flash_attention=training.flash_attention)
@@ -540,8 +544,9 @@ def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np
 def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[int | None, int | None], split: tuple[int, ...]) -> None:
     """Fill in COST_FIELDS for one layout's configurations (parcalc.core.fit.estimate, on arrays);
     `given`: the (first, last) stage layers as a Config has them, `split`: every stage's layers."""
-    model, training, cluster, per = shapes.model, shapes.training, shapes.cluster, shapes.per
+    model, training, cluster = shapes.model, shapes.training, shapes.cluster
     t, p, d, c, ep = (int(cols[k][0]) for k in ("tp", "pp", "dp", "cp", "ep"))
+    per = shapes.per_pipelined if p > 1 else shapes.per
     b, m, r, z, sp, v = cols["micro_batch"], cols["micro_batches"], cols["recompute"], cols["zero"], cols["sequence_parallel"], cols["chunks"]
     first, last = given
     cp_comm = shapes.cp_comm

@@ -116,14 +116,15 @@ class StateBytes:
 
 
 def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool = False, model: TransformerModel | None = None,
-                moment_bytes: float | None = None) -> StateBytes:  # fmt: skip
+                moment_bytes: float | None = None, grad_copies: bool = False) -> StateBytes:  # fmt: skip
     """Bytes per parameter of each model state (see the module docstring for the sources; the
     optimizer's states per parameter from parcalc.core.optimizers, Adafactor's and Muon's counted
     from `model`'s shapes). fp8 (Transformer Engine) keeps the bytes of mixed-bf16: bf16 weights
     and gradients, an fp32 master copy and fp32 states (its FP8 weight copies: fp8_weight_cache).
     moment_bytes: the optimizer states' element size beside an fp32 master copy (None: the state
     precision; 2 for Megatron-LM's --use-precision-aware-optimizer --exp-avg-dtype bf16
-    --exp-avg-sq-dtype bf16, parcalc.core.optimizers.PRECISION_AWARE)."""
+    --exp-avg-sq-dtype bf16, parcalc.core.optimizers.PRECISION_AWARE). grad_copies: the 16-bit
+    gradients and a full fp32 copy of them, 2 + 4 bytes (DeepSpeed's BF16_Optimizer, GRADS_DEEPSPEED_BF16)."""
     from parcalc.core.optimizers import PRECISION_AWARE, optimizer_state
 
     opt = optimizer_state(optimizer, model)
@@ -147,13 +148,16 @@ def state_bytes(precision: Precision, optimizer: Optimizer, *, fp32_grads: bool 
         if fp32_grads:
             raise InputError("--fp32-grads: applies to mixed precision (fp32 main gradients beside 16-bit weights), not to pure bf16")
         return StateBytes(2.0, 2.0, 0.0, per(2.0), states, opt.text, opt.source)
-    return StateBytes(2.0, 4.0 if fp32_grads else 2.0, 4.0, per(4.0), states, opt.text, opt.source)
+    gradient = 6.0 if grad_copies else 4.0 if fp32_grads else 2.0
+    return StateBytes(2.0, gradient, 4.0, per(4.0), states, opt.text, opt.source)
 
 
 # Where the gradient bytes come from: conventions differ between the paper and the frameworks.
 GRADS_ZERO = "Rajbhandari et al. 2020 sec. 3.1: fp16 gradients, 2 + 2 + K = 16 bytes per parameter with Adam"
 GRADS_MEGATRON = ("Megatron-LM megatron/training/arguments.py: with --bf16, accumulate_allreduce_grads_in_fp32 = True "
                   "(fp32 main_grad buffers): 2 + 4 + K = 18 bytes per parameter with Adam")  # fmt: skip
+GRADS_DEEPSPEED_BF16 = ("DeepSpeed deepspeed/runtime/bf16_optimizer.py (BF16_Optimizer, its bf16 pipelines): the bf16 gradients and "
+                        "fp32_groups_gradients_flat, a full fp32 copy (torch.zeros_like(bf16 flat, dtype=float32)): 2 + 4 bytes per parameter")
 GRADS_DEEPSPEED = ("DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py, estimate_zero2_model_states_mem_needs: "
                    "4 Psi + 16 Psi / N (16-bit weights and gradients, and an fp32 gradient partition with the states): 20 bytes at N = 1")  # fmt: skip
 
@@ -429,7 +433,8 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
         return Derivation(key, f"{label} ({where})", symbol, latex_symbol, formula, latex, inputs, value, "B", source)
 
     w = Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)")
-    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient", GRADS_MEGATRON if per.master and per.gradient == 4.0 else GRADS_ZERO if per.master else "")
+    g_source = GRADS_DEEPSPEED_BF16 if per.gradient == 6.0 else GRADS_MEGATRON if per.master and per.gradient == 4.0 else GRADS_ZERO if per.master else ""
+    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient", g_source)
     k_text = f"master copy {per.master:g} + {per.states:g} state(s) x {per.per_state:g}" if per.master else f"{per.states:g} state(s) x {per.per_state:g}"
     k_source = ZERO_MIXED + (f"; states: {per.state_source}" if per.state_source else "")
     k = Term("K", "K", "K", per.optimizer, "B", f"optimizer bytes per parameter ({k_text})", k_source)
@@ -468,7 +473,8 @@ def expert_model_states(dense: float, experts: float, per: StateBytes, zero: int
         return Derivation(key, f"{label} ({where})", symbol, latex_symbol, formula, latex, inputs, value, "B", source)
 
     w = Term("w", "w", "w", per.weight, "B", "bytes per parameter (weights)")
-    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient", GRADS_MEGATRON if per.master and per.gradient == 4.0 else GRADS_ZERO if per.master else "")
+    g_source = GRADS_DEEPSPEED_BF16 if per.gradient == 6.0 else GRADS_MEGATRON if per.master and per.gradient == 4.0 else GRADS_ZERO if per.master else ""
+    g = Term("g", "g", "g", per.gradient, "B", "bytes per gradient", g_source)
     k = Term("K", "K", "K", per.optimizer, "B", "optimizer bytes per parameter (master copy and states)", ZERO_MIXED)
     return ModelStates(
         weights=part("weights", "Weights", "M_w", r"M_{\mathrm{w}}", w, zero >= 3, ZERO_STAGES if zero >= 3 else ZERO_MIXED),
@@ -590,6 +596,7 @@ class TrainingSetup:
     # MoE layers' token-exchange buffers and their experts' FP8 weight copies; fit sets False, since its
     # vectorised search (parcalc.core.fit_search) does not count them yet and the two must agree
     moe_memory_detail: bool = True
+    grad_copies: bool = False  # 16-bit gradients and a full fp32 copy (DeepSpeed's BF16_Optimizer in bf16 pipelines; state_bytes)
 
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
@@ -940,7 +947,8 @@ def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingS
     setup = setup.for_model(model)
     if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
         raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")
-    per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads, model=model, moment_bytes=setup.moment_bytes)
+    per = state_bytes(setup.precision, setup.optimizer, fp32_grads=setup.fp32_grads, model=model, moment_bytes=setup.moment_bytes,
+                      grad_copies=setup.grad_copies)  # fmt: skip
     if setup.mla_up_proj and model.mla is None:
         raise InputError(f"--recompute-mla-up-proj: {model.name} has no multi-head latent attention (no mla: block)")
     layer = layer_activations(model, setup.activation_config(par))
