@@ -172,14 +172,14 @@ MEGATRON_MODULE_SITES = {
     "moe_act": "megatron/core/transformer/moe/experts.py lines 1019-1030: the experts' activation (times the routing "
                "probabilities) under CheckpointWithoutOutput, its output discarded after linear_fc2",
 }
-RECOMPUTE_MODULES = tuple(MEGATRON_MODULE_SITES)  # Megatron's names (less its GatedDeltaNet and mHC ones, which parcalc has no layers for)
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")  # Megatron's names and order (less its GatedDeltaNet and mHC ones, which parcalc has no layers for)
 DEFAULT_MODULES = ("core_attn",)
 
 
 def parse_modules(text: str) -> tuple[str, ...]:
     """'a,b,...' (Megatron's names, comma- or space-separated) as a tuple without repeats; an unknown
     or empty name is an InputError listing the choices."""
-    names = [n for n in re.split(r"[,\s]+", text.strip()) if n]
+    names = [n.lower() for n in re.split(r"[,\s]+", text.strip()) if n]  # a choice, in any case (parcalc.flags.TYPES)
     if not names:
         raise InputError(f"--recompute-modules: name at least one module of {', '.join(RECOMPUTE_MODULES)}")
     unknown = [n for n in names if n not in RECOMPUTE_MODULES]
