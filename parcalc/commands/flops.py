@@ -332,7 +332,6 @@ def _ops_table(counted: TrainingFlops, recompute: str, shape: object = None, fla
                again_layers: int | None = None, modules: tuple[str, ...] | None = None) -> Table:  # fmt: skip
     """One layer's matmuls (and the LM head): forward, backward, recomputed, per iteration (recomputed
     per layer on average with --recompute-layers)."""
-    from parcalc.core.flops import ATTENTION_CORE_OPS
     from parcalc.core.recompute import module_replays_op
     from parcalc.derivation import Column, Table
 
