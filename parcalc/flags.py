@@ -124,6 +124,8 @@ FLAGS: tuple[Flag, ...] = (
          "none (fit --search: none, selective, full)", ("comm-volume", "memory", "flops", "fit", "scaling"), aliases=("--recompute-granularity",)),
     Flag("--recompute-layers", "With --recompute full: recompute only the first n layers of each stage", "count", "layers", "all", ("memory", "flops", "fit"),
          aliases=("--recompute-num-layers",)),
+    Flag("--recompute-modules", "With --recompute selective: Megatron-LM's modules recomputed (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts)",
+         "choice", "", "core_attn", ("memory", "flops", "fit")),
     Flag("--flash-attention", "FlashAttention: no s x s score storage, attention FLOPs as its kernels (intensity --model: attention timed as its kernels)", "switch", "",
          "off", ("intensity", "memory", "flops", "fit", "scaling"), aliases=("--use-flash-attn",)),
     Flag("--compile", "torch.compile (Inductor): memory-bound kernels between GEMMs fused (fit, intensity --model); what its partitioner saves for backward (memory)",
@@ -154,7 +156,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--max-nodes-per-token", "Node-limited routing: each token's experts on at most M nodes", "count", "nodes", "no limit", ("fit",)),
     Flag("--ep-overlap", "What hides MoE dispatch and combine: none, shared, 1f1b", "choice", "", "none", ("fit",)),
     Flag("--moment-dtype", "Adam's moments (every optimizer state) in fp32, bf16 or fp16 beside the fp32 master copy", "choice", "", "fp32", ("memory",)),
-    Flag("--recompute-mla-up-proj", "Multi-head latent attention: recompute the up-projections and RoPE in backward, keep the latents", "switch", "", "off",
+    Flag("--recompute-mla-up-proj", "Multi-head latent attention: recompute the up-projections and RoPE in backward, keep the latents (adds mla_up_proj to --recompute-modules)", "switch", "", "off",
          ("memory",)),
     # fit
     Flag("--search", "Evaluate every configuration and rank those that fit", "switch", "", "off", ("fit",)),

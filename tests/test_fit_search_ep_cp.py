@@ -12,9 +12,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from parcalc.core.choices import Precision
+from parcalc.core.choices import Precision, Recompute
 from parcalc.core.fit import Cluster, Training, estimate, invalid_reason
-from parcalc.core.fit_search import CP_MIN_SEQ_LEN, SearchSpace, search
+from parcalc.core.fit_search import CP_MIN_SEQ_LEN, RECOMPUTES, SearchSpace, search
 from parcalc.presets import load_gpu, load_link, load_model
 
 H100 = load_gpu("h100-sxm5", ())
@@ -36,8 +36,12 @@ SCENARIOS = {  # (model, training, GPUs)
     "qwen3-30b-a3b-every-2-64": ("qwen3-30b-a3b", Training(256, 4096, flash_attention=True), 64),
     # FP8: Transformer Engine's weight copies of the experts a rank holds (parcalc.core.memory.fp8_weight_cache)
     "qwen3-30b-a3b-fp8-64": ("qwen3-30b-a3b", Training(256, 4096, Precision.FP8, flash_attention=True), 64),
+    # --recompute-modules pins what the search's selective candidates recompute (Megatron's modules, dense and MoE)
+    "qwen3-30b-a3b-recompute-modules-64": ("qwen3-30b-a3b", Training(256, 4096, flash_attention=True,
+                                                                     recompute_modules=("mlp", "moe_act", "layernorm", "moe")), 64),
 }
-MOE_LAYOUT = {"qwen3-30b-a3b-dense-first-3-64": {"first_dense_layers": 3}, "qwen3-30b-a3b-every-2-64": {"every": 2}}
+MOE_LAYOUT = {"qwen3-30b-a3b-dense-first-3-64": {"first_dense_layers": 3}, "qwen3-30b-a3b-every-2-64": {"every": 2},
+              "qwen3-30b-a3b-recompute-modules-64": {"first_dense_layers": 3}}
 
 
 def _scalar(model, config, training, cluster) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -79,6 +83,11 @@ def test_random_configurations_agree_with_the_scalar_estimate(scenario) -> None:
     deep = np.flatnonzero(ev.columns["pp"] > 2)  # middle stages, where MoE layer counts differ
     fitting = np.flatnonzero(ev.columns["fits"])
     sample += rng.sample(deep.tolist(), min(20, deep.size)) + rng.sample(fitting.tolist(), min(30, fitting.size))
+    if training.recompute_modules is not None:  # selective candidates, which the pinned modules change, fitting and not
+        selective = np.flatnonzero(ev.columns["recompute"] == RECOMPUTES.index(Recompute.SELECTIVE))
+        chosen = np.intersect1d(selective, fitting)
+        assert chosen.size > 0, name
+        sample += rng.sample(selective.tolist(), 20) + rng.sample(chosen.tolist(), min(20, chosen.size))
     for i in sample:
         config = ev.config(i)
         assert invalid_reason(model, config, training, cluster) is None

@@ -413,6 +413,22 @@ RecomputeLayersOption = Annotated[
 ]
 
 
+RecomputeModulesOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option(metavar="LIST", help="With --recompute selective: the modules recomputed (comma-separated), Megatron-LM's --recompute-modules names: "
+                 "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts (default: core_attn).", show_default=False),
+]
+
+
+def recompute_modules_flag(value: str | None) -> tuple[str, ...] | None:
+    """--recompute-modules as typed: Megatron's module names, comma-separated (parcalc.core.recompute.parse_modules)."""
+    if value is None:
+        return None
+    from parcalc.core.recompute import parse_modules
+
+    return parse_modules(value)
+
+
 def recompute_layers_flag(value: str | None) -> int | None:
     """--recompute-layers as typed: a whole number of at least 0 (checked against the stages by the core)."""
     from parcalc.errors import InputError

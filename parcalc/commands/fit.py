@@ -11,7 +11,9 @@ from parcalc.commands.common import (
     CpCommOption,
     CpOption,
     RecomputeLayersOption,
+    RecomputeModulesOption,
     recompute_layers_flag,
+    recompute_modules_flag,
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
     MAX_SEARCH_BATCH,
@@ -106,6 +108,10 @@ Examples:
       --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute op --compile
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --sequence-parallel \\
       --recompute full --recompute-layers 2
+  parcalc fit --model deepseek-v3 --gpu h100-sxm5 --gpus 1024 --batch 8192 --seq-len 4096 --flash-attention --precision fp8 \\
+      --fp8-recipe blockwise --tp 2 --pp 8 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --first-stage-layers 9 \\
+      --last-stage-layers 4 --moe-dispatcher deepep --max-nodes-per-token 4 --ep-overlap 1f1b --recompute selective \\
+      --recompute-modules mla_up_proj,mlp
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 15T \\
       --price 2.50/GPU-h --pue 1.2
   parcalc fit --model llama3-8b --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 1T \\
@@ -193,6 +199,7 @@ def fit(
     fmt: FormatOption = None,
     output: PictureOutputOption = None,
     recompute_layers: RecomputeLayersOption = None,
+    recompute_modules: RecomputeModulesOption = None,
 ) -> None:
     """What fits on N GPUs: one row per strategy (single GPU, DP, ZeRO-1/2/3, TP, PP, TP x PP, each
     without and with recomputation) with its memory and the most layers it holds; with --search,
@@ -246,6 +253,7 @@ def fit(
         reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
         offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
         host_link=_host_link(host_link, offload, dirs), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
+        recompute_modules=recompute_modules_flag(recompute_modules),
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     given_recomputes = tuple(dict.fromkeys(recompute)) if recompute else None
@@ -259,6 +267,13 @@ def fit(
         from parcalc.core.recompute import check_op_supported
 
         check_op_supported(shape)
+    if training.recompute_modules is not None:  # Megatron's modules: what "selective" means, in the table, one configuration and the search
+        from parcalc.core.recompute import check_modules
+
+        if given_recomputes is not None and Recompute.SELECTIVE not in given_recomputes:
+            raise InputError(f"--recompute-modules: needs --recompute selective (Megatron-LM applies recompute_modules with "
+                             f"--recompute-granularity selective), got --recompute {', '.join(r.value for r in given_recomputes)}")  # fmt: skip
+        check_modules(training.recompute_modules, Recompute.SELECTIVE, shape)
     n_recompute = recompute_layers_flag(recompute_layers)
     if n_recompute is not None and not search and tp is None and pp is None and dp is None:
         raise InputError("--recompute-layers: describes one configuration (--tp, --pp, --dp with --recompute full); the table "
@@ -310,6 +325,8 @@ def fit(
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
     if ideal_network:
         settings.append(("network", "ideal"))
+    if training.recompute_modules is not None:
+        settings.append(("recompute_modules", ",".join(training.recompute_modules)))
     if search:
         check_at_most(training.global_batch, MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
         top = DEFAULT_TOP if top is None else top

@@ -17,10 +17,12 @@ from parcalc.commands.common import (
     OutputOption,
     PresetsOption,
     RecomputeLayersOption,
+    RecomputeModulesOption,
     PueOption,
     finish,
     preset_dirs,
     recompute_layers_flag,
+    recompute_modules_flag,
     stage_flags,
     start,
 )
@@ -54,6 +56,7 @@ Examples:
   parcalc flops --model llama3-8b --batch 1 --seq-len 131072 --causal --cp 16
   parcalc flops --model llama3-8b --batch 64 --seq-len 8192 --causal --recompute op --flash-attention
   parcalc flops --model gpt3-175b --batch 1536 --seq-len 2048 --recompute full --pp 16 --recompute-layers 2
+  parcalc flops --model deepseek-v3 --batch 8192 --seq-len 4096 --causal --recompute selective --recompute-modules mla_up_proj,mlp
   parcalc flops --model gpt3-175b --tokens 300B --tflops-per-gpu 140 --gpus 1024 --recompute full --gpu a100-sxm4-80gb
   parcalc flops --model llama3-70b --tokens 15T --batch 2048 --seq-len 8192 --mfu 40% --gpus 8192 --gpu h100-sxm5 --price 2.50/GPU-h
   parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --tokens 1T --step-time 6.5s --gpus 64 --gpu h100-sxm5 --pue 1.2
@@ -100,6 +103,7 @@ def flops(
     fmt: FormatOption = None,
     output: OutputOption = None,
     recompute_layers: RecomputeLayersOption = None,
+    recompute_modules: RecomputeModulesOption = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="With --recompute op: fused attention (SDPA), whose output op-level checkpointing saves; without it Q·K^T and score·V are recomputed.")] = False,
 ) -> None:
     """Training FLOPs per iteration and per token: the exact count of the layer's matmuls (model and
@@ -119,6 +123,7 @@ def flops(
     first, last = stage_flags(first_stage_layers, last_stage_layers)
     slots = {"embedding_in_split": embedding_in_split, "loss_in_split": loss_in_split}
     n_recompute = recompute_layers_flag(recompute_layers)
+    modules = recompute_modules_flag(recompute_modules)
     again_layers = None
     if n_recompute is not None:
         from parcalc.core.recompute import check_recompute_layers, recomputed_layer_count
@@ -128,13 +133,15 @@ def flops(
         check_recompute_layers(n_recompute, recompute, split, shape)
         again_layers = recomputed_layer_count(n_recompute, split, 1)
     counted = training_flops(shape, sequences, seq, recompute=recompute.value, causal=causal, params=n_params,
-                             flash_attention=flash_attention, recomputed_layers=again_layers)  # fmt: skip
+                             flash_attention=flash_attention, recomputed_layers=again_layers, recompute_modules=modules)  # fmt: skip
     derivations = list(counted.derivations())
     note: str | None = None
     verdicts = [_narayanan_verdict(counted)]
     settings = [("model", shape.key), ("recompute", recompute.value), ("causal", str(causal).lower())]
     if n_recompute is not None:
         settings.append(("recompute_layers", str(n_recompute)))
+    if modules is not None:
+        settings.append(("recompute_modules", ",".join(modules)))
     if recompute is Recompute.OP:
         settings.append(("flash_attention", str(flash_attention).lower()))
     if tokens is not None:
@@ -192,7 +199,7 @@ def flops(
         Term("B", "B", "B", sequences, "", "sequences per iteration (global batch)"),
         Term("s", "s", "s", seq, "", "sequence length"),
     ]
-    tables = [_ops_table(counted, recompute.value, shape, flash_attention, again_layers)]
+    tables = [_ops_table(counted, recompute.value, shape, flash_attention, again_layers, modules)]
     if pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
         stages = parse_count(pp, "--pp") if pp is not None else 1
         busiest, table, verdict = _stages(counted, shape.layers, stages, first, last, **slots)
@@ -322,13 +329,14 @@ def _narayanan_verdict(counted: TrainingFlops) -> str:
 
 
 def _ops_table(counted: TrainingFlops, recompute: str, shape: object = None, flash_attention: bool = False,
-               again_layers: int | None = None) -> Table:  # fmt: skip
+               again_layers: int | None = None, modules: tuple[str, ...] | None = None) -> Table:  # fmt: skip
     """One layer's matmuls (and the LM head): forward, backward, recomputed, per iteration (recomputed
     per layer on average with --recompute-layers)."""
-    from parcalc.core.flops import ATTENTION_CORE_OPS
+    from parcalc.core.recompute import module_replays_op
     from parcalc.derivation import Column, Table
 
     op_keys: tuple[str, ...] = ()
+    chosen = modules if recompute == "selective" and modules is not None else ("core_attn",) if recompute == "selective" else ()
     if recompute == "op":
         from parcalc.core.recompute import op_recomputed_matmuls
 
@@ -342,7 +350,8 @@ def _ops_table(counted: TrainingFlops, recompute: str, shape: object = None, fla
             if op.kind != "matmul":
                 continue
             f = counted.op_flops(op)
-            again = f if recompute == "full" or (recompute == "selective" and op.key in ATTENTION_CORE_OPS) or op.key in op_keys else 0.0
+            replayed = bool(chosen) and module_replays_op(op.key, chosen, shape, kind == "MoE layer")  # type: ignore[arg-type]
+            again = f if recompute == "full" or replayed or op.key in op_keys else 0.0
             if recompute == "full" and again_layers is not None and layers:
                 again *= again_layers / layers  # --recompute-layers: the share of layers recomputed
             name = f"{op.name} [{kind}]" if len(kinds) > 1 else op.name

@@ -20,6 +20,7 @@ from parcalc.commands.common import (
     PictureOutputOption,
     PresetsOption,
     RecomputeLayersOption,
+    RecomputeModulesOption,
     ShardGroupOption,
     expert_flags,
     finish,
@@ -27,6 +28,7 @@ from parcalc.commands.common import (
     cp_flags,
     preset_dirs,
     recompute_layers_flag,
+    recompute_modules_flag,
     shard_group_flag,
     stage_flags,
     start,
@@ -73,6 +75,7 @@ Examples:
   parcalc memory --model llama3-70b --seq-len 8192 --tp 8 --pp 4 --dp 4 --zero 1 --flash-attention --gpu h100-sxm5 -o mem.svg
   parcalc memory --model qwen3-30b-a3b --seq-len 4096 --dp 16 --ep 16 --etp 1 --zero 1 --flash-attention --moe-imbalance 1.2 --gpu h100-sxm5
   parcalc memory --model deepseek-v3 --seq-len 4096 --tp 2 --pp 16 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --flash-attention --recompute-mla-up-proj --moment-dtype bf16 --last-stage-layers 1 --gpu h100-sxm5
+  parcalc memory --model deepseek-v3 --seq-len 4096 --tp 2 --pp 8 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --flash-attention --precision fp8 --recompute selective --recompute-modules mla_up_proj,mlp --first-stage-layers 9 --last-stage-layers 4 --micro-batches 128 --gpu h100-sxm5
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -135,7 +138,8 @@ def memory(
     output: PictureOutputOption = None,
     recompute_layers: RecomputeLayersOption = None,
     moment_dtype: Annotated[_Text, typer.Option(metavar="DTYPE", help="Adam's moments (every optimizer state) in fp32, bf16 or fp16 beside the fp32 master copy: Megatron-LM's --use-precision-aware-optimizer --exp-avg-dtype / --exp-avg-sq-dtype (default: fp32, the training precision's).", show_default=False)] = None,
-    recompute_mla_up_proj: Annotated[bool, typer.Option("--recompute-mla-up-proj", help="Multi-head latent attention: recompute the up-projections and RoPE in backward, keeping only the latents (Megatron-LM's --recompute-modules mla_up_proj).")] = False,
+    recompute_mla_up_proj: Annotated[bool, typer.Option("--recompute-mla-up-proj", help="Multi-head latent attention: recompute the up-projections and RoPE in backward, keeping only the latents (Megatron-LM's --recompute-modules mla_up_proj; the same module list as --recompute-modules, added to it).")] = False,
+    recompute_modules: RecomputeModulesOption = None,
     moe_imbalance: MoeImbalanceOption = None,
 ) -> None:
     """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
@@ -200,6 +204,7 @@ def memory(
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
         moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
+        recompute_modules=recompute_modules_flag(recompute_modules),
     )  # fmt: skip
     breakdown = memory_breakdown(shape, par, setup)
     settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
@@ -223,6 +228,8 @@ def memory(
         settings.append(("moment_dtype", moment_dtype.lower()))
     if recompute_mla_up_proj:
         settings.append(("recompute_mla_up_proj", "true"))
+    if setup.recompute_modules is not None:
+        settings.append(("recompute_modules", ",".join(setup.recompute_modules)))
     if moe_imbalance is not None:
         settings.append(("moe_imbalance", f"{setup.moe_imbalance:g}"))
     from parcalc.output import draws_figures

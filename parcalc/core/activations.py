@@ -124,6 +124,17 @@ class ActivationConfig:
     # Megatron-LM's --recompute-modules mla_up_proj: MLA's up-projections and RoPE run again in backward,
     # so Q, K, V and the latent norms' outputs are not kept (mla_tensors; multi-head latent attention only)
     mla_up_proj: bool = False
+    # Megatron-LM's --recompute-modules with --recompute selective (parcalc.core.recompute.RECOMPUTE_MODULES): the
+    # modules whose saved activations are dropped and whose forward runs again in backward; None: ['core_attn']
+    recompute_modules: tuple[str, ...] | None = None
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The modules checkpointed (parcalc.core.recompute.recomputed_modules): what selective
+        recomputation and --recompute-mla-up-proj drop, one list."""
+        from parcalc.core.recompute import recomputed_modules
+
+        return recomputed_modules(self.recompute, self.recompute_modules, self.mla_up_proj)
 
     def __post_init__(self) -> None:
         for flag, value in (("--micro-batch", self.micro_batch), ("--seq-len", self.seq_len), ("--tp", self.tp), ("--cp", self.cp)):
@@ -292,7 +303,7 @@ def mla_tensors(model: TransformerModel, config: ActivationConfig) -> list[Saved
     e, m, g = config.activation_bytes, config.mask_bytes, config.linear_input_bytes
     heads, qk, v = model.heads, mla.qk_head_dim, mla.v_head_dim
     fp8 = f"; {TE_FP8}" if g != e else ""
-    up = config.mla_up_proj
+    up = "mla_up_proj" in config.modules
     out: list[SavedTensor] = []
     if mla.q_lora_rank:
         out.append(SavedTensor("q_latent", "q latent c_q (q down-projection output, q norm input)", "token", mla.q_lora_rank, e, "sp",
@@ -404,8 +415,11 @@ def kept_tensors(model: TransformerModel, config: ActivationConfig, moe_layer: b
     if config.recompute is Recompute.OP:
         return op_saved_tensors(model, config)
     tensors = layer_saved_tensors(model, config, moe_layer)
-    if config.recompute is Recompute.SELECTIVE:
-        tensors = tuple(t for t in tensors if not t.attention_core)
+    modules = config.modules
+    if modules:  # selective recomputation of Megatron's modules (parcalc.core.recompute.module_drops)
+        from parcalc.core.recompute import module_drops
+
+        tensors = tuple(t for t in tensors if not module_drops(t.key, t.attention_core, modules, model, moe_layer))
     return tensors
 
 
@@ -592,17 +606,23 @@ def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str
         mla = model.mla
         latents = (f"q latent {mla.q_lora_rank}, " if mla.q_lora_rank else "no q latent (q_lora_rank 0: a full q projection), ")
         out.append(f"multi-head latent attention as Megatron-LM runs it ({MEGATRON_MLA}): {latents}kv down-projection output "
-                   f"{mla.kv_lora_rank} + {mla.qk_rope_head_dim}, " + ("the latent norms' outputs, " if not config.mla_up_proj else "")
+                   f"{mla.kv_lora_rank} + {mla.qk_rope_head_dim}, " + ("the latent norms' outputs, " if "mla_up_proj" not in config.modules else "")
                    + f"Q and K of {model.heads} x {mla.qk_head_dim}, V and the output of {model.heads} x {mla.v_head_dim} per token"
-                   + (f"; {MEGATRON_MLA_UP}: Q, K, V and the norms' outputs are made again in backward (that recompute's FLOPs "
-                      "are not in parcalc's FLOP counts)" if config.mla_up_proj else ""))  # fmt: skip
+                   + (f"; {MEGATRON_MLA_UP}: Q, K, V and the norms' outputs are made again in backward (the up projections' "
+                      "FLOPs count in hardware FLOPs)" if "mla_up_proj" in config.modules else ""))  # fmt: skip
     if config.flash_attention:
         out.append("FlashAttention: no s x s tensor is stored; Q, K, V, its output and an fp32 log-sum-exp per row are")
-    if config.recompute is Recompute.SELECTIVE and config.flash_attention:
+    modules = config.modules
+    if modules and modules != ("core_attn",):
+        from parcalc.core.recompute import MEGATRON_MODULE_SITES, MEGATRON_MODULES
+
+        out.append(f"selective recomputation of Megatron-LM's modules {', '.join(modules)} ({MEGATRON_MODULES}): "
+                   + "; ".join(f"{m}: {MEGATRON_MODULE_SITES[m]}" for m in modules))
+    if "core_attn" in modules and config.flash_attention:
         out.append("selective recomputation with FlashAttention (Megatron-LM's core-attention checkpoint): Q, K, V are kept as the "
                    "checkpoint's inputs and the output as the projection's input; only the fp32 log-sum-exp is dropped, and the "
                    f"FlashAttention forward runs again before its backward ({MEGATRON_SELECTIVE})")
-    elif config.recompute is Recompute.SELECTIVE:
+    elif "core_attn" in modules:
         out.append("selective recomputation: the attention core (softmax, dropout, dropout output) is recomputed in backward")
     if config.recompute is Recompute.OP:
         from parcalc.core.recompute import TT_ORDER, op_recomputed_matmuls
@@ -639,6 +659,8 @@ def korthikanti_per_layer(model: TransformerModel, config: ActivationConfig) -> 
     estimate, and `layer_activations` is the count for the layer as defined.
     """
     if config.flash_attention or not config.dropout or config.recompute is Recompute.OP:  # no closed form for op-level checkpointing
+        return None
+    if config.recompute is Recompute.SELECTIVE and config.modules != ("core_attn",):  # the paper's selective is the attention core only
         return None
     terms = _shape_terms(model, config)
     s, b, h, a, t = config.seq_len, config.micro_batch, model.hidden, model.heads, config.tp
@@ -745,23 +767,29 @@ def output_activations(model: TransformerModel, config: ActivationConfig, in_fli
 
 def recompute_working_set(model: TransformerModel, config: ActivationConfig) -> Derivation | None:
     """What recomputation materialises again during one layer's backward, for one micro-batch:
-    the whole layer (full) or its attention core (selective). None without recomputation."""
-    if config.recompute is Recompute.NONE:
+    the whole layer (full), what op-level checkpointing did not keep, or under selective
+    recomputation the largest of what each checkpointed module drops (its replay runs just before
+    its own backward, one module at a time). None without recomputation."""
+    from dataclasses import replace
+
+    modules = config.modules
+    if config.recompute is Recompute.NONE and not modules:
         return None
-    plain = ActivationConfig(config.micro_batch, config.seq_len, config.tp, config.sequence_parallel, Recompute.NONE,
-                             config.flash_attention, config.dropout, config.activation_bytes, config.mask_bytes,
-                             gemm_input_bytes=config.gemm_input_bytes, cp=config.cp)  # fmt: skip
+    plain = replace(config, recompute=Recompute.NONE, recompute_modules=None, mla_up_proj=False)
     every = layer_saved_tensors(model, plain)
     if config.recompute is Recompute.OP:  # what the replay materialises beside what was kept
         kept = sum(tensor_bytes(t, config) for t in op_saved_tensors(model, config))
         value = max(sum(tensor_bytes(t, plain) for t in every) - kept, 0.0)
+    elif config.recompute is Recompute.FULL:
+        value = sum(tensor_bytes(t, plain) for t in every)
     else:
-        again = every if config.recompute is Recompute.FULL else tuple(t for t in every if t.attention_core)
-        value = sum(tensor_bytes(t, plain) for t in again)
+        value = max(_module_working_set(model, config, plain, m) for m in modules)
     if config.recompute is Recompute.OP:
         what = "the layer's activations less what op-level checkpointing kept"
     elif config.recompute is Recompute.FULL:
         what = "the whole layer's activations"
+    elif modules != ("core_attn",):
+        what = f"the largest of what the checkpointed modules ({', '.join(modules)}) drop"
     elif config.flash_attention:
         what = "FlashAttention's log-sum-exp, recomputed with the kernel's forward"
     else:
@@ -779,3 +807,14 @@ def recompute_working_set(model: TransformerModel, config: ActivationConfig) -> 
         unit="B",
         source=f"{KORTHIKANTI}, sec. 5: recomputation runs the forward of a layer again just before its backward",
     )
+
+
+def _module_working_set(model: TransformerModel, config: ActivationConfig, plain: ActivationConfig, module: str) -> float:
+    """Bytes one checkpointed module drops in the layer kind it belongs to (the MoE layer for moe,
+    shared_experts, moe_act and an MoE layer's norm; the dense layer otherwise, or the larger of both)."""
+    from dataclasses import replace
+
+    alone = replace(plain, recompute=Recompute.SELECTIVE, recompute_modules=(module,))
+    kinds = [False] if model.moe is None else [True] if model.moe_layers >= model.layers else [False, True]
+    return max(sum(tensor_bytes(t, plain) for t in layer_saved_tensors(model, plain, k))
+               - sum(tensor_bytes(t, plain) for t in kept_tensors(model, alone, k)) for k in kinds)

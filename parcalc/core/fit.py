@@ -150,6 +150,9 @@ class Training:
     host_link: Link | None = None  # the GPU's PCIe link to the host (None: parcalc.core.timing.offload.default_host_link)
     fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are scaled (parcalc.core.timing.compute.FP8_RECIPES); with --precision fp8
     compiled: bool = False  # --compile: torch.compile's fused memory-bound kernels (parcalc.core.timing.compute.COMPILE_GROUPS)
+    # --recompute-modules: what selective recomputation checkpoints (Megatron-LM's recompute_modules, parcalc.core.recompute);
+    # None: ['core_attn']. A run-wide pin: the search's "selective" is these modules too
+    recompute_modules: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -326,8 +329,15 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations,
                           config.recompute_layers, moe_imbalance=config.moe_imbalance,
-                          grad_copies=bool(cluster.framework.at(config.pp).accumulation_bytes(training.precision)))  # fmt: skip
+                          grad_copies=bool(cluster.framework.at(config.pp).accumulation_bytes(training.precision)),
+                          recompute_modules=selective_modules(config, training))  # fmt: skip
     return memory_breakdown(model, par, setup)
+
+
+def selective_modules(config: Config, training: Training) -> tuple[str, ...] | None:
+    """Training.recompute_modules where this configuration recomputes selectively (the pin applies to the
+    search's selective candidates only; none, full and op ignore it)."""
+    return training.recompute_modules if config.recompute is Recompute.SELECTIVE else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,7 +423,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     m = config.micro_batches(training)
     n = cluster.gpus
     counted = training_flops(model, training.global_batch, training.seq_len, recompute=config.recompute.value,
-                             flash_attention=training.flash_attention, recomputed_layers=recomputed_layers(model, config))  # fmt: skip
+                             flash_attention=training.flash_attention, recomputed_layers=recomputed_layers(model, config),
+                             recompute_modules=selective_modules(config, training))  # fmt: skip
     f_model, f_hw = counted.model, counted.hardware
     ends = config.stage_ends(model)
     stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster, **ends,
@@ -444,7 +455,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         [m_term, _t("t_f", "t_f", stage.forward, "s", f"forward kernels of one micro-batch on the slowest stage ({stage.layers} layers)"),
          _t("t_b", "t_b", stage.backward, "s", "backward kernels of one micro-batch" + (
              f", with {_format_time(dp.accumulate)} of fp32 gradient accumulation" if dp.accumulate else "")),
-         _t("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value})")],
+         _t("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value}"
+            + (f": {', '.join(mods)}" if (mods := selective_modules(config, training)) else "") + ")")],
         terms["t_compute"], "s", KERNEL_SOURCE,
         (f"GEMMs at {spec.matmul.value:.0%} of the {cluster.dtype} peak x tile/wave quantisation ({spec.matmul.source})",
          f"memory-bound kernels at {spec.kernels.memory.value:.0%} of HBM bandwidth ({spec.kernels.memory.source})",

@@ -309,7 +309,8 @@ class _Shapes:
                                          grad_copies=copies) if copies else self.per  # fmt: skip
         self.e = training.precision.activation_bytes
         self.op_supported = op_supported(model)
-        counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value, flash_attention=training.flash_attention)
+        counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value, flash_attention=training.flash_attention,
+                                     recompute_modules=training.recompute_modules if r is Recompute.SELECTIVE else None)
                    for r in RECOMPUTES if r is not Recompute.OP or self.op_supported}  # fmt: skip
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
@@ -335,7 +336,8 @@ class _Shapes:
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
                 config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, dropout, self.e,
-                                          gemm_input_bytes=t.precision.gemm_input_bytes, cp=cp)  # fmt: skip
+                                          gemm_input_bytes=t.precision.gemm_input_bytes, cp=cp,
+                                          recompute_modules=t.recompute_modules if recompute is Recompute.SELECTIVE else None)  # fmt: skip
                 vocab = self.model.vocab > 0
                 working = recompute_working_set(self.model, config)
                 context = context_working_set(self.model, 1, t.seq_len, cp, tp, self.e, cp_comm)

@@ -414,7 +414,8 @@ def _params_derivations(model: TransformerModel) -> tuple[Derivation, Derivation
 
 
 def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompute: str = "none", causal: bool = False,
-                   params: float | None = None, flash_attention: bool = True, recomputed_layers: int | None = None) -> TrainingFlops:  # fmt: skip
+                   params: float | None = None, flash_attention: bool = True, recomputed_layers: int | None = None,
+                   recompute_modules: tuple[str, ...] | None = None) -> TrainingFlops:  # fmt: skip
     """Exact matmul FLOPs of one iteration (seed 004's layer table, attention and LM head
     included), model and hardware FLOPs, per token, beside 6ND and Narayanan's closed form.
 
@@ -427,6 +428,8 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     of each layer runs again, and the attention core too unless flash_attention (SDPA's output is
     saved). recomputed_layers: with "full", how many layers run again (Megatron-LM's
     --recompute-num-layers summed over the stages' chunks; None: all of them).
+    recompute_modules: with "selective", Megatron-LM's modules checkpointed (parcalc.core.recompute;
+    None: ['core_attn']): the forward matmuls of each module run again in the layers that have it.
     """
     from parcalc.core.activations import check_count, check_sequence
     from parcalc.core.layer_ops import lm_head_op, transformer_layer_ops
@@ -444,6 +447,11 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     if recomputed_layers is not None and not (recompute == "full" and model.moe is None and 0 <= recomputed_layers <= model.layers):
         raise InputError(f"--recompute-layers: {recomputed_layers} layers recomputed needs --recompute full on a dense model "
                          f"of at least that many layers (got --recompute {recompute}, {model.layers} layers)")  # fmt: skip
+    from parcalc.core.choices import Recompute
+    from parcalc.core.recompute import check_modules
+
+    check_modules(recompute_modules, Recompute(recompute), model)
+    attention_core_only = recompute_modules is None or tuple(recompute_modules) == ("core_attn",)
     ops = transformer_layer_ops(model, batch, seq_len, 2.0)  # bytes per element do not change FLOPs
     moe_ops = transformer_layer_ops(model, batch, seq_len, 2.0, moe_layer=True) if model.moe is not None else ()
     head = lm_head_op(model, batch, seq_len, 2.0)
@@ -511,6 +519,8 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
         re_formula, re_latex, re_value, re_inputs = "$L × $F_op", r"$L \times $F_op", L * op_value, (l_term, f_op)
         re_what = "op-level selective checkpointing: every second matmul of every layer runs again" + (
             "" if flash_attention else ", and the attention core")
+    elif recompute == "selective" and not attention_core_only:
+        re_formula, re_latex, re_value, re_inputs, re_what = _module_flops(model, ops, moe_ops, half, tuple(recompute_modules or ()))
     elif recompute == "selective":
         core = layer_forward.term("F_core")
         re_formula, re_latex, re_value, re_inputs = "$L × $F_core", r"$L \times $F_core", L * core_value, (l_term, core)
@@ -519,7 +529,8 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
         re_formula, re_latex, re_value, re_inputs = "0", "0", 0.0, ()
         re_what = "no recomputation"
     recomputed = Derivation("recomputed_flops", f"Recomputed FLOPs per iteration ({re_what})", "F_re", r"F_{\mathrm{re}}",
-                            re_formula, re_latex, re_inputs, re_value, "FLOP", _recompute_source(recompute, recomputed_layers))  # fmt: skip
+                            re_formula, re_latex, re_inputs, re_value, "FLOP",
+                            _recompute_source(recompute, recomputed_layers, None if attention_core_only else recompute_modules))  # fmt: skip
     hardware = Derivation(
         key="hardware_flops",
         label="Hardware FLOPs per iteration (model FLOPs + recomputation)",
@@ -576,7 +587,8 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
         source="parcalc.core.layer_ops.ELEMENTWISE_FLOP (a convention: exp counted as 1 FLOP)",
     )
     narayanan = narayanan_flops(batch, seq_len, L, model.hidden, model.vocab)
-    selective = korthikanti_selective_flops(batch, seq_len, L, model.hidden, model.vocab) if recompute == "selective" else None
+    selective = (korthikanti_selective_flops(batch, seq_len, L, model.hidden, model.vocab)
+                 if recompute == "selective" and attention_core_only else None)  # fmt: skip
     if not math.isfinite(hardware.value + narayanan.value):
         raise InputError("--batch / --seq-len: these sizes give more FLOPs than a number can hold")
     counts = _params_derivations(model) if model.moe is not None else (None, None)
@@ -585,8 +597,44 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
                          model if model.moe is not None else None, *counts)  # fmt: skip
 
 
-def _recompute_source(recompute: str, recomputed_layers: int | None) -> str:
-    from parcalc.core.recompute import MEGATRON_BLOCK, TT_POLICY
+def _module_flops(model: TransformerModel, ops: tuple[LayerOp, ...], moe_ops: tuple[LayerOp, ...], half: float,
+                  modules: tuple[str, ...]) -> tuple[str, str, float, tuple[Term, ...], str]:
+    """Recomputed FLOPs of Megatron's selective modules: the forward matmuls each checkpointed module runs
+    again (parcalc.core.recompute.module_replays_op), in each dense and each MoE layer:
+    L_dense x F_re,dense + L_moe x F_re,moe."""
+    from parcalc.core.recompute import module_replays_op
+
+    def replayed(layer_ops: tuple[LayerOp, ...], moe_layer: bool) -> tuple[float, list[str]]:
+        chosen = [op for op in layer_ops if op.kind == "matmul" and module_replays_op(op.key, modules, model, moe_layer)]
+        return sum(op.flops * (half if op.key in ATTENTION_CORE_OPS else 1.0) for op in chosen), [op.key for op in chosen]
+
+    L_moe = model.moe_layers if model.moe is not None else 0
+    L_dense = model.layers - L_moe
+    dense, dense_keys = replayed(ops, False)
+    moe, moe_keys = replayed(moe_ops, True) if moe_ops else (0.0, [])
+    what = f"selective recomputation of Megatron-LM's modules {', '.join(modules)}"
+    terms: list[Term] = []
+    parts, latex = [], []
+    if L_dense:
+        terms += [Term("L_dense", "L_dense", r"L_{\mathrm{dense}}", L_dense, "", "dense layers"),
+                  Term("F_re_d", "F_re,dense", r"F_{\mathrm{re,dense}}", dense, "FLOP",
+                       f"one dense layer's replayed matmuls: {', '.join(dense_keys) or 'none'}")]  # fmt: skip
+        parts.append("$L_dense × $F_re_d")
+        latex.append(r"$L_dense \times $F_re_d")
+    if L_moe:
+        terms += [Term("L_moe", "L_moe", r"L_{\mathrm{moe}}", L_moe, "", "MoE layers"),
+                  Term("F_re_m", "F_re,moe", r"F_{\mathrm{re,moe}}", moe, "FLOP",
+                       f"one MoE layer's replayed matmuls: {', '.join(moe_keys) or 'none'}")]  # fmt: skip
+        parts.append("$L_moe × $F_re_m")
+        latex.append(r"$L_moe \times $F_re_m")
+    return " + ".join(parts), " + ".join(latex), L_dense * dense + L_moe * moe, tuple(terms), what
+
+
+def _recompute_source(recompute: str, recomputed_layers: int | None, modules: tuple[str, ...] | None = None) -> str:
+    from parcalc.core.recompute import MEGATRON_BLOCK, MEGATRON_MODULES, TT_POLICY
+
+    if modules is not None:
+        return f"{MEGATRON_MODULES}; matmul FLOPs as parcalc.core.layer_ops counts them"
 
     if recompute == "op":
         return f"{TT_POLICY}; matmul FLOPs as parcalc.core.layer_ops counts them"

@@ -597,11 +597,13 @@ class TrainingSetup:
     # vectorised search (parcalc.core.fit_search) does not count them yet and the two must agree
     moe_memory_detail: bool = True
     grad_copies: bool = False  # 16-bit gradients and a full fp32 copy (DeepSpeed's BF16_Optimizer in bf16 pipelines; state_bytes)
+    recompute_modules: tuple[str, ...] | None = None  # Megatron-LM's --recompute-modules with selective (None: ['core_attn'])
 
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
                                 self.flash_attention, self.dropout is not False, self.precision.activation_bytes,
-                                gemm_input_bytes=self.precision.gemm_input_bytes, cp=par.cp, mla_up_proj=self.mla_up_proj)  # fmt: skip
+                                gemm_input_bytes=self.precision.gemm_input_bytes, cp=par.cp, mla_up_proj=self.mla_up_proj,
+                                recompute_modules=self.recompute_modules)  # fmt: skip
 
     def for_model(self, model: TransformerModel) -> TrainingSetup:
         """The setup with `dropout` resolved: as given, or the model's own."""
@@ -951,6 +953,9 @@ def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingS
                       grad_copies=setup.grad_copies)  # fmt: skip
     if setup.mla_up_proj and model.mla is None:
         raise InputError(f"--recompute-mla-up-proj: {model.name} has no multi-head latent attention (no mla: block)")
+    from parcalc.core.recompute import check_modules
+
+    check_modules(setup.recompute_modules, setup.recompute, model)
     layer = layer_activations(model, setup.activation_config(par))
     if setup.recompute_layers is not None:
         from parcalc.core.recompute import check_recompute_layers, chunk_layers

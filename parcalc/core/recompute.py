@@ -32,8 +32,10 @@ everything (MEGATRON_BLOCK).
 
 from __future__ import annotations
 
+import re
+
 from parcalc.core.choices import Recompute
-from parcalc.core.model import TransformerModel
+from parcalc.core.model import Mlp, Norm, TransformerModel
 from parcalc.errors import InputError
 
 TT_COMMIT = "1ea476e9f24be439eda358aa864f45c1c37a8a88"  # 2024-04-24, the commit of TorchTitan's published Llama 3 8B table
@@ -139,3 +141,152 @@ def recomputed_layer_count(n: int | None, stage_layers: tuple[int, ...], chunks:
     if n is None:
         return sum(stage_layers)
     return sum(min(n, c) for c in chunk_layers(stage_layers, chunks)) * chunks
+
+
+# ---------------------------------------------------------------------------------------------
+# --recompute-modules (Megatron-Core's selective recomputation of named modules)
+
+MEGATRON_MODULES_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+MEGATRON_MODULES = (
+    f"NVIDIA/Megatron-LM megatron/core/transformer/transformer_config.py at {MEGATRON_MODULES_COMMIT[:8]}, "
+    "TransformerConfig.recompute_modules (lines 560-582: 'moe_act', 'layernorm', 'mla_up_proj' use output-discarding "
+    "checkpointing, 'core_attn', 'mlp', 'moe', and 'shared_experts' use normal checkpointing; default ['core_attn']) and "
+    "__post_init__ (lines 1940-1973: the list applies with recompute_granularity 'selective')"
+)
+MEGATRON_MODULE_SITES = {
+    "core_attn": "megatron/core/transformer/attention.py, Attention._checkpointed_attention_forward (tensor_parallel.checkpoint "
+                 "around the core attention: keeps Q, K, V, replays the kernel)",
+    "mla_up_proj": "megatron/core/transformer/multi_latent_attention.py, qkv_up_proj_and_rope_apply under "
+                   "CheckpointWithoutOutput (keeps the latents, discards Q, K, V and the latent norms' outputs)",
+    "layernorm": "megatron/core/transformer/transformer_layer.py lines 475-527: input_layernorm and pre_mlp_layernorm under "
+                 "CheckpointWithoutOutput when they are not IdentityOp (their outputs discarded after the next module); "
+                 "gpt_layer_specs.py (TE spec): a dense layer's norms are fused into linear_qkv and linear_fc1 (IdentityOp), "
+                 "MLA's input_layernorm and an MoE layer's pre_mlp_layernorm are TENorm",
+    "mlp": "megatron/core/transformer/transformer_layer.py lines 537-539 and 992-1010: tensor_parallel.checkpoint around a "
+           "dense layer's MLP (not an MoE layer's); with the TE spec the pre-MLP norm is fused into linear_fc1, so the "
+           "checkpoint keeps the residual stream and replays norm, fc1, activation and fc2",
+    "moe": "megatron/core/transformer/moe/moe_layer.py lines 247-249 and 701-716: tensor_parallel.checkpoint around the MoE "
+           "layer's custom_forward (router, dispatch, experts, combine, shared experts): keeps its input",
+    "shared_experts": "megatron/core/transformer/moe/moe_layer.py lines 252-254 and 517-530: checkpoint around the shared "
+                      "experts: keeps their input",
+    "moe_act": "megatron/core/transformer/moe/experts.py lines 1019-1030: the experts' activation (times the routing "
+               "probabilities) under CheckpointWithoutOutput, its output discarded after linear_fc2",
+}
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")  # Megatron's names and order (less its GatedDeltaNet and mHC ones, which parcalc has no layers for)
+DEFAULT_MODULES = ("core_attn",)
+
+
+def parse_modules(text: str) -> tuple[str, ...]:
+    """'a,b,...' (Megatron's names, comma- or space-separated) as a tuple without repeats; an unknown
+    or empty name is an InputError listing the choices."""
+    names = [n.lower() for n in re.split(r"[,\s]+", text.strip()) if n]  # a choice, in any case (parcalc.flags.TYPES)
+    if not names:
+        raise InputError(f"--recompute-modules: name at least one module of {', '.join(RECOMPUTE_MODULES)}")
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown:
+        raise InputError(f"--recompute-modules: unknown module {unknown[0]!r}; Megatron-LM's recompute_modules are "
+                         f"{', '.join(RECOMPUTE_MODULES)}")  # fmt: skip
+    return tuple(dict.fromkeys(names))
+
+
+def check_modules(modules: tuple[str, ...] | None, recompute: Recompute, model: TransformerModel) -> None:
+    """--recompute-modules needs --recompute selective (Megatron-LM: recompute_granularity 'selective'),
+    and each module must exist in the model's layers (Megatron refuses mla_up_proj without MLA and
+    moe_act without grouped experts; parcalc refuses every module that would recompute nothing)."""
+    if modules is None:
+        return
+    if recompute is not Recompute.SELECTIVE:
+        raise InputError(f"--recompute-modules: needs --recompute selective (Megatron-LM applies recompute_modules with "
+                         f"--recompute-granularity selective), got --recompute {recompute.value}")  # fmt: skip
+    for name in modules:
+        if name not in RECOMPUTE_MODULES:
+            raise InputError(f"--recompute-modules: unknown module {name!r}; choose from {', '.join(RECOMPUTE_MODULES)}")
+    moe = model.moe
+    missing = {
+        "mla_up_proj": (model.mla is None, "has no multi-head latent attention (no mla: block)"),
+        "moe": (moe is None, "has no Mixture-of-Experts layers"),
+        "moe_act": (moe is None, "has no Mixture-of-Experts layers"),
+        "shared_experts": (moe is None or not moe.shared_experts, "has no shared experts"),
+        "mlp": (model.moe_layers >= model.layers, "has no dense MLP (every layer is MoE; Megatron's 'mlp' skips MoE layers: use moe)"),
+        "layernorm": (model.norm is Norm.NONE or (model.mla is None and moe is None),
+                      "has no separate norm to recompute (Megatron's TE layer spec fuses a dense layer's norms into "
+                      "linear_qkv and linear_fc1; only MLA's input norm and an MoE layer's pre-MLP norm are separate)"),
+    }
+    for name in modules:
+        absent, why = missing.get(name, (False, ""))
+        if absent:
+            raise InputError(f"--recompute-modules {name}: {model.name} {why}")
+
+
+def recomputed_modules(recompute: Recompute, modules: tuple[str, ...] | None, mla_up_proj: bool = False) -> tuple[str, ...]:
+    """The modules selective recomputation checkpoints: `modules`, Megatron's default ['core_attn'] when
+    None, nothing without selective recomputation; `mla_up_proj` (--recompute-mla-up-proj, the old
+    spelling) adds mla_up_proj whatever the granularity but full (which keeps only the layer input)."""
+    if recompute is Recompute.FULL or recompute is Recompute.OP:
+        return ()
+    chosen = (DEFAULT_MODULES if modules is None else modules) if recompute is Recompute.SELECTIVE else ()
+    if mla_up_proj and "mla_up_proj" not in chosen:
+        chosen = (*chosen, "mla_up_proj")
+    return tuple(chosen)
+
+
+def module_drops(tensor_key: str, attention_core: bool, modules: tuple[str, ...], model: TransformerModel, moe_layer: bool) -> bool:
+    """Whether checkpointing `modules` drops the saved tensor `tensor_key` of a layer
+    (parcalc.core.activations.layer_saved_tensors keys; MEGATRON_MODULE_SITES says what each keeps):
+    core_attn the attention core's own tensors; layernorm the separate norms' outputs (MLA's down
+    projections' input, an MoE layer's router input); mlp a dense layer's fused norm output and its
+    intermediates (the checkpoint keeps the norm's input, the residual stream); moe every tensor of
+    the MoE block after its input; shared_experts the shared experts' intermediates; moe_act the
+    experts' activation output (fc2's input). mla_up_proj is applied by mla_tensors itself."""
+    mla, moe = model.mla is not None, moe_layer and model.moe is not None
+    if "core_attn" in modules and attention_core:
+        return True
+    if "layernorm" in modules and model.norm is not Norm.NONE and ((mla and tensor_key == "qkv_input") or (moe and tensor_key == "mlp_input")):
+        return True
+    if "mlp" in modules and not moe and (tensor_key in MLP_TENSORS or (tensor_key == "mlp_input" and model.norm is not Norm.NONE)):
+        return True
+    if "moe" in modules and moe and tensor_key.startswith(MOE_TENSOR_PREFIXES):
+        return True
+    if "shared_experts" in modules and moe and tensor_key.startswith("shared_"):
+        return True
+    return "moe_act" in modules and moe and tensor_key == "expert_down_input" and model.mlp is not Mlp.RELU
+
+
+MLP_TENSORS = ("gate_output", "up_output", "down_input", "activation_input", "relu_output")  # activations._mlp_tensors keys
+MOE_TENSOR_PREFIXES = ("router_probs", "routing_indices", "permuted_tokens", "expert_", "routing_weights", "shared_")
+
+
+def module_replays_kernel(kernel_key: str, modules: tuple[str, ...], model: TransformerModel, moe_layer: bool,
+                          attention_core: frozenset[str] = frozenset()) -> bool:  # fmt: skip
+    """Whether the forward kernel `kernel_key` (parcalc.core.timing.compute / timing.moe keys; '.cast' the
+    FP8 cast of a linear's input) runs again in backward when `modules` are checkpointed."""
+    key = kernel_key.removesuffix(".cast")
+    if "core_attn" in modules and kernel_key in attention_core:
+        return True
+    if "mla_up_proj" in modules and model.mla is not None and key in ("mla.q_norm", "mla.q_up", "mla.kv_norm", "mla.kv_up", "rope"):
+        return True
+    if "layernorm" in modules and ((model.mla is not None and key == "norm1") or (moe_layer and key == "norm2")):
+        return True
+    if "mlp" in modules and not moe_layer and (key == "norm2" or key.startswith("mlp.")):
+        return True
+    if "moe" in modules and moe_layer and key.startswith("moe."):
+        return True
+    if "shared_experts" in modules and moe_layer and key.startswith("moe.shared."):
+        return True
+    return "moe_act" in modules and moe_layer and key == "moe.experts.act"
+
+
+def module_replays_op(op_key: str, modules: tuple[str, ...], model: TransformerModel, moe_layer: bool) -> bool:
+    """Whether the forward operation `op_key` (parcalc.core.layer_ops keys) runs again in backward when
+    `modules` are checkpointed: its FLOPs count in hardware FLOPs."""
+    if "core_attn" in modules and op_key in ("scores", "context", "softmax"):
+        return True
+    if "mla_up_proj" in modules and op_key in ("q_up", "kv_up"):
+        return True
+    if "mlp" in modules and not moe_layer and (op_key.startswith("mlp_") or op_key == "activation"):
+        return True
+    if "moe" in modules and moe_layer and (op_key in ("router", "router_score", "shared_gate") or op_key.startswith(("expert_", "shared_"))):
+        return True
+    if "shared_experts" in modules and moe_layer and (op_key.startswith("shared_")):
+        return True
+    return "moe_act" in modules and moe_layer and op_key == "expert_activation"

@@ -190,13 +190,23 @@ class LayerPasses:
     def t_backward(self) -> float:
         return sum(k.time for k in self.backward)
 
-    def t_recompute(self, recompute: Recompute, model: TransformerModel | None = None) -> float:
+    def t_recompute(self, recompute: Recompute, model: TransformerModel | None = None, modules: tuple[str, ...] | None = None) -> float:
         """Forward kernels run again in backward. OP (op-level selective checkpointing, model
         needed): every memory-bound kernel, the recomputed matmuls' share of their GEMM kernels
         (parcalc.core.recompute.op_kernel_shares) and, without FlashAttention, the attention core;
-        FlashAttention's forward is saved, not run again."""
+        FlashAttention's forward is saved, not run again. SELECTIVE: the attention core, or with
+        `modules` (Megatron-LM's recompute_modules; model needed) the kernels of each checkpointed
+        module (parcalc.core.recompute.module_replays_kernel)."""
         if recompute is Recompute.FULL:
             return self.t_forward
+        if recompute is Recompute.SELECTIVE and modules is not None and tuple(modules) != ("core_attn",):
+            from parcalc.core.recompute import module_replays_kernel
+
+            if model is None:
+                raise ValueError("t_recompute(Recompute.SELECTIVE, modules=...) needs the model (which kernels run again)")
+            moe_layer = any(k.key.startswith("moe.") for k in self.forward)
+            core = frozenset(k.key for k in self.attention_core)
+            return sum(k.time for k in self.forward if module_replays_kernel(k.key, tuple(modules), model, moe_layer, core))
         if recompute is Recompute.SELECTIVE:
             return sum(k.time for k in self.attention_core)
         if recompute is Recompute.OP:

@@ -204,6 +204,8 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
 
     spec, fabric = cluster.spec, cluster.fabric
     e = training.precision.activation_bytes
+    # Megatron-LM's --recompute-modules (parcalc.core.recompute); None: selective is the attention core
+    modules = getattr(training, "recompute_modules", None) if recompute is Recompute.SELECTIVE else None
     dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
     seq = training.seq_len // cp  # this rank's tokens of each sequence (context parallelism)
     fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""
@@ -248,11 +250,16 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
     paired = alone = 0.0
     if model.moe is not None:
         exchange = layer_exchange(model, routed_tokens(micro_batch, seq, tp, sequence_parallel), e, bool(fp8), experts, fabric, cluster.gpus_per_node)
-        paired, alone = exposed_per_layer(exchange, moe_layer.t_forward, moe_layer.t_backward + moe_layer.t_recompute(recompute, model),
+        paired, alone = exposed_per_layer(exchange, moe_layer.t_forward, moe_layer.t_backward + moe_layer.t_recompute(recompute, model, modules),
                                           moe_layer.shared_forward, moe_layer.shared_backward, experts.overlap, spec.sms,
                                           recompute is Recompute.FULL)  # fmt: skip
-    return LayerPieces(layer.t_forward, layer.t_backward, layer.t_recompute(recompute, model), moe_layer.t_forward, moe_layer.t_backward,
-                       moe_layer.t_recompute(recompute, model), layer.t_gemms(), moe_layer.t_gemms(), tp_layer, regather_layer,
+    r_dense, r_moe = layer.t_recompute(recompute, model, modules), moe_layer.t_recompute(recompute, model, modules)
+    if modules and tp > 1:  # a checkpointed MLP / MoE block replays its forward's TP collectives (SP: all-gather and
+        # reduce-scatter; without SP: the all-reduce), one `one` (parcalc.core.recompute.MEGATRON_MODULE_SITES)
+        r_dense += one if "mlp" in modules else 0.0
+        r_moe += one if "moe" in modules else 0.0
+    return LayerPieces(layer.t_forward, layer.t_backward, r_dense, moe_layer.t_forward, moe_layer.t_backward,
+                       r_moe, layer.t_gemms(), moe_layer.t_gemms(), tp_layer, regather_layer,
                        regather_exposed_layer, cp_total, cp_exposed, paired, alone, ends.t_first_forward, ends.t_first_backward,
                        ends.t_last_forward, ends.t_last_backward, activation, replay, weight_gradients(layer),
                        weight_gradients(moe_layer))  # fmt: skip
