@@ -56,7 +56,7 @@ def tensor_power_scale(gpu: Gpu | None) -> Derivation | None:
     limit = gpu.power_limit
     check_power_limit(gpu, limit.value, "power_limit")
     points = gpu.power_curve
-    p = Term("P", "P", "P", limit.value, "W", "board power limit", limit.source)
+    p = Term("P_limit", "P_limit", r"P_{\mathrm{limit}}", limit.value, "W", "board power limit", limit.source)
     assumptions = [
         "the Tensor Core rate follows the SM clock the GPU holds under the limit; GEMMs and FlashAttention scale by it",
         MEMORY_ASSUMPTION,
@@ -80,8 +80,16 @@ def tensor_power_scale(gpu: Gpu | None) -> Derivation | None:
     value = low.tensor_scale + (limit.value - low.watts) / (high.watts - low.watts) * (high.tensor_scale - low.tensor_scale)
     assumptions.insert(0, f"an interpolation: linear in the limit between the curve's points at {low.watts:g} W and {high.watts:g} W; "
                           "no rate was rated or measured at the limit itself")  # fmt: skip
-    return _derivation("$s_lo + ($P - $P_lo) / ($P_hi - $P_lo) × ($s_hi - $s_lo)",
-                       r"$s_lo + \frac{$P - $P_lo}{$P_hi - $P_lo} \left($s_hi - $s_lo\right)", inputs, value, tuple(assumptions))  # fmt: skip
+    return _derivation("$s_lo + ($P_limit - $P_lo) / ($P_hi - $P_lo) × ($s_hi - $s_lo)",
+                       r"$s_lo + \frac{$P_limit - $P_lo}{$P_hi - $P_lo} \left($s_hi - $s_lo\right)", inputs, value, tuple(assumptions))  # fmt: skip
+
+
+def describe(scale: Derivation) -> str:
+    """One line on where the scale comes from, for a table of inputs."""
+    watts = {term.key: term.value for term in scale.inputs}
+    if "P_lo" in watts:
+        return f"share of the rated peaks at the limit, interpolated between {watts['P_lo']:g} W and {watts['P_hi']:g} W"
+    return "share of the rated peaks at the limit (a point of the power curve)"
 
 
 def _scale_term(key: str, point: PowerPoint, description: str) -> Term:
