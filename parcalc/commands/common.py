@@ -499,15 +499,16 @@ def power_terms(device: Any, peak: float, dtype: str, peak_source: str) -> list[
             capped.as_term("F_cap", f"{dtype} dense peak the Tensor Cores reach under the limit (F_peak x s_P)")]
 
 
-def power_assumptions(device: Any) -> tuple[str, ...]:
-    """What a power limit assumes (the interpolation, what scales and what not); () without one."""
+def power_assumptions(device: Any, mfu: bool = False) -> tuple[str, ...]:
+    """What a power limit assumes (the interpolation, what scales and what not; `mfu`: that MFU
+    keeps the rated peak); () without one."""
     from parcalc.core.power import tensor_power_scale
 
     scale = tensor_power_scale(device) if device is not None else None
     if scale is None:
         return ()
     return (f"power limit {scale.inputs[0].value:g} W: Tensor Core rates x {scale.value:.4f}; " + "; ".join(scale.assumptions)
-            + "; MFU and HFU stay quoted against the rated peak",)
+            + ("; MFU and HFU stay quoted against the rated peak" if mfu else ""),)
 
 
 def run_plan(tokens: str | None, iterations: str | None, gpu_power: str | None, device: Any, pue: str | None,

@@ -110,6 +110,9 @@ Examples:
       --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute op --compile
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --sequence-parallel \\
       --recompute full --recompute-layers 2
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --power-limit 500W
+  parcalc fit --model llama3-8b --gpu h100-sxm5-96gb-hbm2e --gpus 8 --batch 16 --seq-len 8192 --flash-attention \\
+      --framework torchtitan --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute selective
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 15T \\
       --price 2.50/GPU-h --pue 1.2
   parcalc fit --model llama3-8b --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 1T \\
@@ -527,7 +530,7 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
          "used for time; host (PCIe) copies of --offload are not network and keep their time" if cluster.ideal_network else
          "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)"),
         "GB = 1e9 bytes, GiB = 2^30 bytes",
-        *power_assumptions(cluster.gpu),
+        *power_assumptions(cluster.gpu, mfu=True),
     )
 
 
