@@ -1,7 +1,9 @@
 """The Tensor Core rate of a GPU under a board power limit.
 
-A GPU holds its board power under the enforced limit by lowering its SM clock (NVIDIA's 'SW Power
-Cap' clock reason); the Tensor Cores' rate is proportional to that clock. NVIDIA sells the same
+A GPU holds its board power under the enforced limit by lowering its SM clock (nvidia-smi
+--help-query-gpu, clocks_throttle_reasons.sw_power_cap: 'SW Power Scaling algorithm is reducing the
+clocks below requested clocks because the GPU is consuming too much power'); the Tensor Cores' rate
+is proportional to that clock. NVIDIA sells the same
 die at several powers and rates each at its own clock, and measurements sweep the limit of one
 board: each such pair is a point of a GPU preset's `power_curve` ({power, tensor_scale, source},
 tensor_scale relative to the preset's own dense peaks). Between two points the scale is linear
