@@ -138,6 +138,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--capacity", "GPU memory capacity instead of --gpu's", "quantity", "B", "the GPU's", ("memory", "fit")),
     Flag("--reserve", "Memory the formulas do not see (CUDA context, NCCL buffers, fragmentation)", "quantity", "B", "2GiB", ("memory", "fit")),
     Flag("--peak", "Peak FLOP/s instead of the GPU preset's", "quantity", "FLOP/s", "the GPU's", ("intensity", "flops", "fit", "calibrate gemm")),
+    Flag("--power-limit", "Board power limit per GPU: Tensor Core rates from the GPU preset's power curve", "quantity", "W",
+         "the GPU preset's own limit, else its rated peaks", ("peak-flops", "intensity", "fit")),
     Flag("--bandwidth", "Bandwidth instead of a preset's: memory (intensity), link per direction (comm-volume, analyze)", "quantity", "B/s", "the preset's", ("intensity", "comm-volume", "analyze")),
     Flag("--latency", "Latency per message (alpha) instead of --link's", "quantity", "s", "the link's", ("comm-volume", "analyze")),
     Flag("--link", "Link preset within a node", "name", "", "nvlink3 (fit, scaling: the GPU's)", ("comm-volume", "fit", "analyze", "scaling")),

@@ -34,6 +34,7 @@ from parcalc.core.hardware import (
     KernelRates,
     Link,
     Node,
+    PowerPoint,
     Sourced,
 )
 from parcalc.core.model import LatentAttention, Mlp, MixtureOfExperts, Norm, Position, TransformerModel
@@ -480,7 +481,7 @@ def _check_kind(doc: _Doc, category: Category) -> None:
 _GPU_KEYS = (
     "kind", "name", "vendor", "architecture", "sources", "sms", "boost_clock", "memory_capacity",
     "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes", "matmul_measured",
-    "board_power",
+    "board_power", "power_curve", "power_limit",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
@@ -524,7 +525,49 @@ def gpu_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Gpu:
         node=_node(doc, sources) if "node" in doc.data else None,
         matmul_measured=_matmul_measured(doc, sources, dtypes) if "matmul_measured" in doc.data else (),
         board_power=doc.quantity("board_power", Dimension.POWER, sources, required=False),
+        **_power(doc, sources),
     )
+
+
+_POWER_POINT_KEYS = ("power", "tensor_scale", "source", "note")
+
+
+def _power(doc: _Doc, sources: Mapping[str, str]) -> dict[str, Any]:
+    """`power_curve:` [{power, tensor_scale, source, note?}] ascending in power, the Tensor Core
+    rate (a share of the dense peaks, at most 1) at each board power limit; `power_limit:` the
+    default enforced limit, a point the curve covers (parcalc.core.power)."""
+    board = doc.quantity("board_power", Dimension.POWER, sources, required=False)
+    # points may lie above this board's power: the same die rated higher bounds the interpolation
+    curve: list[PowerPoint] = []
+    if "power_curve" in doc.data:
+        rows = doc.data["power_curve"]
+        if not isinstance(rows, list) or not rows:
+            raise doc.error("power_curve", "expected a non-empty list of {power, tensor_scale, source} points")
+        for index, row in enumerate(rows):
+            where = f"{doc.path}: key 'power_curve[{index}]'"
+            if not isinstance(row, dict) or not {"power", "tensor_scale", "source"} <= set(row) or not set(row) <= set(_POWER_POINT_KEYS):
+                raise PresetError(f"{where}: expected a mapping with the keys power, tensor_scale, source (and an optional note)")
+            point = _Doc(doc.path, row, f"power_curve[{index}]")
+            if not (isinstance(row["power"], str) and _has_unit(row["power"])):
+                raise point.error("power", f"{shown(row['power'])} has no unit; write it with one, e.g. 400W")
+            watts = _row_quantity(row, "power", Dimension.POWER, where)
+            scale = _row_quantity(row, "tensor_scale", Dimension.FRACTION, where)
+            if scale > 1:
+                raise point.error("tensor_scale", f"a share of the preset's peaks, at most 1, got {shown(row['tensor_scale'])}")
+            if curve and watts <= curve[-1].watts:
+                raise point.error("power", "points must ascend in power")
+            if curve and scale < curve[-1].tensor_scale:
+                raise point.error("tensor_scale", "a higher power limit cannot give a lower Tensor Core rate")
+            note = point.text("note", required=False)
+            source = point.source_ref("source", sources)
+            curve.append(PowerPoint(watts, scale, f"{source} ({note})" if note else source))
+    limit = doc.quantity("power_limit", Dimension.POWER, sources, required=False)
+    if limit is not None:
+        if not curve:
+            raise doc.error("power_limit", "a default power limit needs a power_curve to time it")
+        if limit.value < curve[0].watts * (1 - 1e-9) or (board is not None and limit.value > board.value * (1 + 1e-9)):
+            raise doc.error("power_limit", f"{limit.value:g} W is outside the power curve ({curve[0].watts:g} W up to the board power)")
+    return {"power_curve": tuple(curve), "power_limit": limit}
 
 
 def _kernels(doc: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> KernelRates:

@@ -154,10 +154,6 @@ _RECOMPUTE_SMALL = ("the run recomputes only small modules (norms, activations, 
                     "recomputation (their replay is a few per cent of a layer's time)")  # fmt: skip
 _NEMO = ("NeMo 24.03 Llama 2 7B recipe: distributed optimizer (ZeRO-1), sequence parallelism with TP, micro-batch 1, "
          "no recomputation, Transformer Engine FP8 (delayed scaling) and its p2p ring CP (the defaults; the page states none of them)")  # fmt: skip
-_TT_GPU = (("memory_bandwidth", 2.4e12), ("memory_capacity", 96e9))
-_TT = ("TorchTitan on H100 96GB HBM2e at 500 W (2.4 TB/s and 96 GB stated by the page; GEMM shares of the 700 W H100 "
-       "SXM5 preset, the power cap not modelled); FSDP2 over the dp ranks, torch.compile not modelled; CP variant "
-       "not stated: PyTorch's ring (p2p) assumed")  # fmt: skip
 
 _BRIDGE = ("Megatron-Bridge performance recipes (src/megatron/bridge/perf_recipes/*/h100/*.py @067f987df03b; _benchmark_common: "
            "'grad_reduce_in_fp32 = False'): distributed optimizer (ZeRO-1), micro-batch 1, no recomputation (DeepSeek-V3's recipe: its modules, below), force-balanced routing")  # fmt: skip
@@ -175,10 +171,10 @@ _QWEN235 = ("qwen3_235b_a22b_pretrain_256gpu_h100_*_config: alltoall dispatcher,
             "embedding and loss as layer slots (96 slots on PP 8 x VP 4)")  # fmt: skip
 _NEMO = ("NeMo 24.03 Llama 2 7B recipe: distributed optimizer (ZeRO-1), sequence parallelism with TP, micro-batch 1, "
          "no recomputation, Transformer Engine FP8 (delayed scaling) and its p2p ring CP (the defaults; the page states none of them)")  # fmt: skip
-_TT_GPU = (("memory_bandwidth", 2.4e12), ("memory_capacity", 96e9))
-_TT = ("TorchTitan on H100 96GB HBM2e at 500 W (2.4 TB/s and 96 GB stated by the page; GEMM shares of the 700 W H100 "
-       "SXM5 preset, the power cap not modelled); FSDP2 over the dp ranks; torch.compile not modelled; torchao Float8 "
-       "dynamic (current) per-tensor scaling, torchao's default then")  # fmt: skip
+_TT_GPU = "h100-sxm5-96gb-hbm2e"  # the page's GPU: 2.4 TB/s, 96 GB, the default 500 W limit (presets/gpus)
+_TT = ("TorchTitan on H100 96GB HBM2e at 500 W (the h100-sxm5-96gb-hbm2e preset: 2.4 TB/s and 96 GB stated by the page, "
+       "the Tensor Core rates of its power curve at 500 W, GEMM shares of the 700 W H100 SXM5); FSDP2 over the dp ranks; "
+       "torch.compile not modelled; torchao Float8 dynamic (current) per-tensor scaling, torchao's default then")  # fmt: skip
 
 CASES: tuple[Case, ...] = (
     # --- MoE (Megatron-Core report, Megatron-Bridge tables and recipes): tokens/s per GPU, force-balanced routing
@@ -206,11 +202,11 @@ CASES: tuple[Case, ...] = (
          "as the 8K rows of tests/step_time_cases.py (v = 8 with the embedding and loss as slots, SP, ZeRO-1, micro-batch 1); "
          "CP 16 all-gather (stated)", chunks=8, embedding_in_split=True, loss_in_split=True, cp_comm="all-gather"),
     # --- FP8 against BF16 on one layout (TorchTitan, Dec 2024)
-    Case("tt2412-llama31-8b-8xh100-fsdp-compile-fp8", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
+    Case("tt2412-llama31-8b-8xh100-fsdp-compile-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
          f"{_TT}; seq 8192 (the llama3_8b.toml default); selective = Megatron's attention-core kind", micro_batch=2,
-         zero=3, recompute=Recompute.SELECTIVE, gpu_overrides=_TT_GPU, seq_len=8192, fp8_recipe="current"),
-    Case("tt2412-llama31-8b-8xh100-fsdp-compile-bf16", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
-         f"{_TT}; seq 8192", micro_batch=2, zero=3, recompute=Recompute.SELECTIVE, gpu_overrides=_TT_GPU, seq_len=8192),
+         zero=3, recompute=Recompute.SELECTIVE, seq_len=8192, fp8_recipe="current"),
+    Case("tt2412-llama31-8b-8xh100-fsdp-compile-bf16", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
+         f"{_TT}; seq 8192", micro_batch=2, zero=3, recompute=Recompute.SELECTIVE, seq_len=8192),
 )
 
 # Runs that are not tests, each for a stated reason (docs/step-time.md, "Known gaps"):
@@ -223,13 +219,13 @@ KNOWN_GAPS: tuple[Case, ...] = (
     Case("mbridge2604-qwen3-30b-a3b-16xh100-fp8", "qwen3-30b-a3b", "h100-sxm5", "megatron", "tokens",
          f"{_BRIDGE}; qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config: HybridEP, moe_a2a_overlap False, no SP, FP8 current "
          "scaling (the recipe at a later commit than the 26.04.01 row)", dispatcher="deepep", reduce_bytes=2, fp8_recipe="current"),
-    Case("tt2412-llama31-8b-8xh100-fsdp4-cp2-seq64k-fp8", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
+    Case("tt2412-llama31-8b-8xh100-fsdp4-cp2-seq64k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
          f"{_TT}; local batch 1 x 4 FSDP ranks = 4 sequences; CP variant not stated: PyTorch's ring (p2p) assumed", zero=3,
-         recompute=Recompute.FULL, gpu_overrides=_TT_GPU, global_batch=4, fp8_recipe="current"),
-    Case("tt2412-llama31-8b-8xh100-fsdp2-cp4-seq128k-fp8", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
-         f"{_TT}; 2 sequences", zero=3, recompute=Recompute.FULL, gpu_overrides=_TT_GPU, global_batch=2, fp8_recipe="current"),
-    Case("tt2412-llama31-8b-8xh100-fsdp1-cp8-seq256k-fp8", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
-         f"{_TT}; 1 sequence", zero=0, recompute=Recompute.FULL, gpu_overrides=_TT_GPU, global_batch=1, fp8_recipe="current"),
+         recompute=Recompute.FULL, global_batch=4, fp8_recipe="current"),
+    Case("tt2412-llama31-8b-8xh100-fsdp2-cp4-seq128k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
+         f"{_TT}; 2 sequences", zero=3, recompute=Recompute.FULL, global_batch=2, fp8_recipe="current"),
+    Case("tt2412-llama31-8b-8xh100-fsdp1-cp8-seq256k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
+         f"{_TT}; 1 sequence", zero=0, recompute=Recompute.FULL, global_batch=1, fp8_recipe="current"),
 )
 
 

@@ -36,6 +36,8 @@ GPU_PRESET = {
     "a100": "a100-sxm4-80gb", "a100-80gb": "a100-sxm4-80gb", "a100-sxm4-80gb": "a100-sxm4-80gb",
     "a100-40gb": "a100-sxm4-40gb", "a100-sxm4-40gb": "a100-sxm4-40gb",
     "h100": "h100-sxm5", "h100-80gb": "h100-sxm5", "h100-sxm5": "h100-sxm5",
+    # TorchTitan's 96GB HBM2e H100 at its default 500 W limit (the Dec 2024 benchmarks; the 405B row's 'lower TDP' part)
+    "h100-sxm-96gb-hbm2e-500w": "h100-sxm5-96gb-hbm2e", "h100-sxm-hbm2e-lower-tdp": "h100-sxm5-96gb-hbm2e",
 }  # fmt: skip
 
 

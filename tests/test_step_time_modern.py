@@ -50,9 +50,11 @@ def test_mean_and_worst_error() -> None:
 @pytest.mark.parametrize("key", [c.key for c in mc.KNOWN_GAPS])
 def test_known_gaps_are_predicted_too_fast(key: str) -> None:
     """TorchTitan's Dec 2024 ring attention and the FP8 Qwen3-30B row: parcalc predicts them faster than
-    published, for reasons it has no mechanism for (tests/modern_cases.py KNOWN_GAPS); pinned, not accurate."""
+    published, for reasons it has no mechanism for (tests/modern_cases.py KNOWN_GAPS); pinned, not accurate.
+    With the 500 W power curve of their GPU (presets/gpus/h100-sxm5-96gb-hbm2e.yaml) the CP rows went from
+    +24 / +72 / +83 % to +12 / +55 / +65 %: still too fast, the gap growing with the CP degree."""
     case = next(c for c in mc.KNOWN_GAPS if c.key == key)
-    assert mc.error(case)[0] > 0.2
+    assert mc.error(case)[0] > 0.1
 
 
 def test_moe_overlap_and_dispatcher_move_the_step_as_published() -> None:

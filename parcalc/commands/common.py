@@ -471,6 +471,62 @@ PueOption = Annotated[
 ]  # fmt: skip
 
 
+PowerLimitOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--power-limit", metavar="W",
+                 help="Board power limit per GPU, e.g. 500W: GEMMs and attention at the Tensor Core rate the GPU preset's "
+                      "power curve gives at that limit (HBM bandwidth unchanged); default: the preset's own limit, if it sets one.",
+                 show_default=False),
+]  # fmt: skip
+
+
+def power_limited(device: Any, power_limit: str | None, peak_given: bool = False) -> Any:
+    """The GPU preset under --power-limit W (checked against its power curve: above 0, at most its
+    board power, not below the curve's lowest point). --peak is the rate the GPU runs at, so it
+    drops a preset's default limit and refuses --power-limit."""
+    from dataclasses import replace
+
+    from parcalc.errors import InputError
+
+    if power_limit is None:
+        if device is not None and peak_given and device.power_limit is not None:
+            return replace(device, power_limit=None)
+        return device
+    if device is None:
+        raise InputError("--power-limit: limits a GPU preset's power; give --gpu NAME (one with a power curve, e.g. h100-sxm5)")
+    if peak_given:
+        raise InputError("--power-limit: scales the GPU preset's rated peaks; with --peak give the rate the GPU reaches under its limit")
+    from parcalc.core.power import with_power_limit
+    from parcalc.units import Dimension, parse_quantity
+
+    return with_power_limit(device, parse_quantity(power_limit, Dimension.POWER, "--power-limit", require_unit=True))
+
+
+def power_terms(device: Any, peak: float, dtype: str, peak_source: str) -> list[Any]:
+    """The inputs a power limit adds: the limit, the Tensor Core share the curve gives there and
+    the dense peak the GEMMs run at; [] without a limit."""
+    from parcalc.core.power import capped_peak, describe, tensor_power_scale
+
+    scale = tensor_power_scale(device) if device is not None else None
+    if scale is None:
+        return []
+    capped = capped_peak(peak, scale, dtype, peak_source)
+    return [scale.inputs[0], scale.as_term("s_P", describe(scale)),
+            capped.as_term("F_cap", f"{dtype} dense peak the Tensor Cores reach under the limit (F_peak x s_P)")]
+
+
+def power_assumptions(device: Any, mfu: bool = False) -> tuple[str, ...]:
+    """What a power limit assumes (the interpolation, what scales and what not; `mfu`: that MFU
+    keeps the rated peak); () without one."""
+    from parcalc.core.power import tensor_power_scale
+
+    scale = tensor_power_scale(device) if device is not None else None
+    if scale is None:
+        return ()
+    return (f"power limit {scale.inputs[0].value:g} W: Tensor Core rates x {scale.value:.4f}; " + "; ".join(scale.assumptions)
+            + ("; MFU and HFU stay quoted against the rated peak" if mfu else ""),)
+
+
 def run_plan(tokens: str | None, iterations: str | None, gpu_power: str | None, device: Any, pue: str | None,
              price: str | None) -> Any:  # fmt: skip
     """The run's RunPlan from the flags (None when neither --tokens nor --iterations is given);
@@ -511,11 +567,14 @@ def run_plan(tokens: str | None, iterations: str | None, gpu_power: str | None, 
 
 
 def board_power(gpu_power: str | None, device: Any) -> tuple[float, str] | None:
-    """(watts, source): --gpu-power, else the GPU preset's board power, else None (no energy)."""
+    """(watts, source): --gpu-power, else the GPU's power limit (--power-limit or its preset's
+    default limit: the board draws at most that), else its board power, else None (no energy)."""
     from parcalc.units import Dimension, parse_quantity
 
     if gpu_power is not None:
         return parse_quantity(gpu_power, Dimension.POWER, "--gpu-power", require_unit=True), "--gpu-power (given)"
+    if device is not None and getattr(device, "power_limit", None) is not None:
+        return device.power_limit.value, f"{device.name}: power limit, {device.power_limit.source}"
     if device is not None and device.board_power is not None:
         return device.board_power.value, f"{device.name}: {device.board_power.source}"
     return None

@@ -47,6 +47,10 @@ from parcalc.commands.common import (
     stage_flags,
     start,
     cp_flags,
+    PowerLimitOption,
+    power_assumptions,
+    power_limited,
+    power_terms,
 )
 from parcalc.commands.model_options import (
     FfnOption,
@@ -112,6 +116,9 @@ Examples:
       --fp8-recipe blockwise --tp 2 --pp 8 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --first-stage-layers 9 \\
       --last-stage-layers 4 --moe-dispatcher deepep --max-nodes-per-token 4 --ep-overlap 1f1b --recompute selective \\
       --recompute-modules mla_up_proj,mlp
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --power-limit 500W
+  parcalc fit --model llama3-8b --gpu h100-sxm5-96gb-hbm2e --gpus 8 --batch 16 --seq-len 8192 --flash-attention \\
+      --framework torchtitan --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute selective
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 15T \\
       --price 2.50/GPU-h --pue 1.2
   parcalc fit --model llama3-8b --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 1T \\
@@ -200,6 +207,7 @@ def fit(
     output: PictureOutputOption = None,
     recompute_layers: RecomputeLayersOption = None,
     recompute_modules: RecomputeModulesOption = None,
+    power_limit: PowerLimitOption = None,
 ) -> None:
     """What fits on N GPUs: one row per strategy (single GPU, DP, ZeRO-1/2/3, TP, PP, TP x PP, each
     without and with recomputation) with its memory and the most layers it holds; with --search,
@@ -238,8 +246,9 @@ def fit(
         raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
                          f"(it lists {', '.join(device.dtypes)}); choose another --precision, or --dtype for the GEMMs")  # fmt: skip
     cluster = _cluster(gpus, gpu_name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
-                       nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs, ideal_network=ideal_network)  # fmt: skip
-    plans = _run_plans(names, tokens, iterations, gpu_power, pue, price, rank_by, search, dirs)
+                       nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs, ideal_network=ideal_network,
+                       power_limit=power_limit)  # fmt: skip
+    plans = _run_plans(names, tokens, iterations, gpu_power, pue, price, rank_by, search, dirs, power_limit=power_limit, peak_given=peak is not None)
     ranking = _rank_by(rank_by, plans, len(names)) if search else "time"
     from parcalc.core.memory import DEFAULT_RESERVE_BYTES
 
@@ -341,7 +350,7 @@ def fit(
         if len(names) > 1:
             clusters = [cluster] + [_cluster(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
                                              inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
-                                             dirs, ideal_network=ideal_network) for name in names[1:]]  # fmt: skip
+                                             dirs, ideal_network=ideal_network, power_limit=power_limit) for name in names[1:]]  # fmt: skip
             listed = [(k, ",".join(keys[name] for name in names)) if k == "gpu" else (k, v) for k, v in settings]
             listed = [(k, ",".join(c.gpu_name for c in clusters)) if k == "gpu_name" else (k, v) for k, v in listed]
             try:
@@ -427,7 +436,7 @@ def _streams_every_row(fmt: OutputFormat | None, output: Any) -> bool:
 def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: str | None, dtype: str, peak: str | None,
              efficiency: str | None, link: str | None, inter_node_link: str | None, nics_per_node: str | None, dp_overlap: bool | None,
              tp_comm_overlap: bool | None, allow_cross_node_tp: bool, framework: Any, dirs: tuple, *,
-             ideal_network: bool = False) -> Cluster:  # fmt: skip
+             ideal_network: bool = False, power_limit: str | None = None) -> Cluster:  # fmt: skip
     from parcalc.commands.comm_volume import DEFAULT_INTER_NODE_LINK, DEFAULT_LINK
     from parcalc.commands.flops import _peak
     from parcalc.core.fit import DEFAULT_EFFICIENCY, Cluster
@@ -439,6 +448,7 @@ def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: st
     if gpu is None and (capacity is None or peak is None):
         raise InputError("--gpu: give a GPU preset, or both --capacity and --peak")
     device = load_gpu(gpu, dirs) if gpu is not None else None
+    device = power_limited(device, power_limit, peak_given=peak is not None)  # the Tensor Core rate under the board power limit
     if capacity is not None:
         cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity", require_unit=True), "given on the command line"
     else:
@@ -483,6 +493,7 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
         Term("C", "C", "C", cluster.capacity, "B", f"memory of one {cluster.gpu_name}", cluster.capacity_source),
         Term("R", "R", "R", training.reserve, "B", "reserve (CUDA context, NCCL buffers, fragmentation)"),
         Term("peak", "F_peak", r"F_{\mathrm{peak}}", cluster.peak, "FLOP/s", f"{cluster.dtype} dense peak per GPU", cluster.peak_source),
+        *power_terms(cluster.gpu, cluster.peak, cluster.dtype, cluster.peak_source),
         Term("e_mm", "e_mm", r"e_{\mathrm{mm}}", cluster.spec.matmul.value, "fraction", "share of the peak large GEMMs sustain", cluster.spec.matmul.source),
         Term("e_mem", "e_mem", r"e_{\mathrm{mem}}", cluster.spec.kernels.memory.value, "fraction", "share of HBM bandwidth memory-bound kernels sustain",
              cluster.spec.kernels.memory.source),
@@ -537,6 +548,7 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
          "used for time; host (PCIe) copies of --offload are not network and keep their time" if cluster.ideal_network else
          "collectives as NCCL would run them (ring or tree, LL / LL128 / Simple; src/graph/tuning.cc)"),
         "GB = 1e9 bytes, GiB = 2^30 bytes",
+        *power_assumptions(cluster.gpu, mfu=True),
     )
 
 
@@ -947,7 +959,8 @@ RANK_KEYS = ("time", "cost")
 
 
 def _run_plans(names: list[str], tokens: str | None, iterations: str | None, gpu_power: str | None, pue: str | None,
-               price: list[str] | None, rank_by: str | None, search: bool, dirs: tuple) -> list[Any]:  # fmt: skip
+               price: list[str] | None, rank_by: str | None, search: bool, dirs: tuple, power_limit: str | None = None,
+               peak_given: bool = False) -> list[Any]:  # fmt: skip
     """One RunPlan per GPU type (its board power, its --price), or [None] without --tokens / --iterations."""
     from parcalc.commands.common import run_plan
     from parcalc.errors import InputError
@@ -963,7 +976,7 @@ def _run_plans(names: list[str], tokens: str | None, iterations: str | None, gpu
         raise InputError(f"--price: one per --gpu ({len(names) or 1} GPU type(s), {len(prices)} prices)")
     if prices and len(prices) != max(1, len(names)):
         raise InputError(f"--price: one per --gpu, in the same order ({len(names)} GPU types, {len(prices)} price)")
-    devices = [load_gpu(name, dirs) for name in names] or [None]
+    devices = [power_limited(load_gpu(name, dirs), power_limit, peak_given) for name in names] or [None]
     return [run_plan(tokens, iterations, gpu_power, device, pue, prices[i] if prices else None) for i, device in enumerate(devices)]
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, PictureOutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import FormatOption, PictureOutputOption, PowerLimitOption, PresetsOption, finish, preset_dirs, start
 
 EXAMPLES = """\
 \b
@@ -19,6 +19,7 @@ Examples:
   parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention
   parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention --compile
   parcalc intensity --model llama3-8b --batch 1 --seq-len 4096 --gpu h100-sxm5 -o roof.svg
+  parcalc intensity --m 8192 --k 8192 --n 8192 --dtype bf16 --gpu h100-sxm5 --power-limit 500W
 \b
 With --gpu (or --peak and --bandwidth) each GEMM and, with --model, every kernel of a layer's
 forward and backward is timed by the step-time model fit uses (parcalc.core.timing.compute).
@@ -43,6 +44,7 @@ def intensity(
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: PictureOutputOption = None,
+    power_limit: PowerLimitOption = None,
 ) -> None:
     """Arithmetic intensity (FLOP per byte moved) and the roofline verdict on a GPU."""
     start(output, fmt, picture=True)
@@ -53,7 +55,7 @@ def intensity(
 
     dtype_key = canonical_dtype(dtype)
     element_bytes = bytes_per_element(dtype_key)
-    machine, device = _machine(gpu, peak, bandwidth, dtype_key, preset_dirs(presets))
+    machine, device, rated = _machine(gpu, peak, bandwidth, dtype_key, preset_dirs(presets), power_limit)
     if model is not None:
         if any(v is not None for v in (m, k, n)):
             raise InputError("--model: give either --model (a layer table) or --m/--k/--n (one matmul), not both")
@@ -67,7 +69,7 @@ def intensity(
         result = layer_intensity(shape, sequences, length, dtype_key, element_bytes, machine)
         if machine is not None:
             result = _with_layer_kernels(result, shape, sequences, length, dtype_key, element_bytes, machine, device, bandwidth, peak,
-                                         flash_attention, compile_)  # fmt: skip
+                                         flash_attention, compile_, rated)  # fmt: skip
     else:
         if flash_attention or compile_:
             flag = "--flash-attention" if flash_attention else "--compile"
@@ -78,8 +80,22 @@ def intensity(
         dims = (parse_count(m, "--m"), parse_count(k, "--k"), parse_count(n, "--n"), parse_count(batch or 1, "--batch"))
         result = matmul_intensity(*dims[:3], dtype_key, element_bytes, dims[3], machine)  # type: ignore[arg-type]
         if machine is not None:
-            result = _with_gemm_times(result, dims, dtype_key, element_bytes, machine, device, bandwidth, peak)  # type: ignore[arg-type]
-    finish(_gpu_settings(result, device), fmt, output)
+            result = _with_gemm_times(result, dims, dtype_key, element_bytes, machine, device, bandwidth, peak, rated)  # type: ignore[arg-type]
+    finish(_under_power_limit(_gpu_settings(result, device), device), fmt, output)
+
+
+def _under_power_limit(result: object, device: object) -> object:
+    """The limit among the inputs, and what it assumes (the roofline's peak is already the capped one)."""
+    from dataclasses import replace
+
+    from parcalc.commands.common import power_assumptions
+    from parcalc.core.power import tensor_power_scale
+
+    scale = tensor_power_scale(device) if device is not None else None  # type: ignore[arg-type]
+    if scale is None:
+        return result
+    return replace(result, inputs=result.inputs + (scale.inputs[0], scale.as_term("s_P")),  # type: ignore[attr-defined]
+                   assumptions=result.assumptions + power_assumptions(device))  # type: ignore[attr-defined]
 
 
 def _gpu_settings(result: object, device: object) -> object:
@@ -95,12 +111,13 @@ def _gpu_settings(result: object, device: object) -> object:
     return replace(result, settings=tuple(named))  # type: ignore[arg-type]
 
 
-def _spec(machine: object, device: object, bandwidth: str | None, dtype: str, peak: str | None) -> object:
-    """The ComputeSpec fit would build for this GPU and dtype (--bandwidth replaces the preset's)."""
+def _spec(machine: object, device: object, bandwidth: str | None, dtype: str, peak: str | None, rated: float | None = None) -> object:
+    """The ComputeSpec fit would build for this GPU and dtype (--bandwidth replaces the preset's);
+    `rated`: the peak before a power limit (compute_spec applies the limit itself)."""
     from parcalc.core.timing.kernel_report import kernel_spec
 
     bw = machine.bandwidth.value if bandwidth or device is None else None  # type: ignore[attr-defined]
-    return kernel_spec(device, dtype, machine.peak.value, bw, given_peak=peak is not None)  # type: ignore[attr-defined]
+    return kernel_spec(device, dtype, rated if rated is not None else machine.peak.value, bw, given_peak=peak is not None)  # type: ignore[attr-defined]
 
 
 def _kernel_assumptions(device: object, spec: object) -> tuple[str, ...]:
@@ -112,13 +129,13 @@ def _kernel_assumptions(device: object, spec: object) -> tuple[str, ...]:
 
 
 def _with_gemm_times(result: object, dims: tuple[int, int, int, int], dtype: str, element_bytes: float, machine: object, device: object,
-                     bandwidth: str | None, peak: str | None) -> object:  # fmt: skip
+                     bandwidth: str | None, peak: str | None, rated: float | None = None) -> object:  # fmt: skip
     """intensity --m --k --n with a machine: the GEMM's predicted time and achieved FLOP/s."""
     from dataclasses import replace
 
     from parcalc.core.timing.kernel_report import gemm_times
 
-    spec = _spec(machine, device, bandwidth, dtype, peak)
+    spec = _spec(machine, device, bandwidth, dtype, peak, rated)
     m, k, n, b = dims
     times = gemm_times(m, k, n, b, element_bytes, dtype, spec)  # type: ignore[arg-type]
     notes = _kernel_assumptions(device, spec)
@@ -128,14 +145,15 @@ def _with_gemm_times(result: object, dims: tuple[int, int, int, int], dtype: str
 
 
 def _with_layer_kernels(result: object, shape: object, batch: int, seq_len: int, dtype: str, element_bytes: float, machine: object,
-                        device: object, bandwidth: str | None, peak: str | None, flash: bool, compiled: bool) -> object:  # fmt: skip
+                        device: object, bandwidth: str | None, peak: str | None, flash: bool, compiled: bool,
+                        rated: float | None = None) -> object:  # fmt: skip
     """intensity --model with a machine: every kernel of one layer timed by the step-time model."""
     from dataclasses import replace
 
     from parcalc.core.timing.compute import LayerShard, compile_assumption
     from parcalc.core.timing.kernel_report import layer_kernels
 
-    spec = _spec(machine, device, bandwidth, dtype, peak)
+    spec = _spec(machine, device, bandwidth, dtype, peak, rated)
     fp8 = dtype == "fp8"
     activation_bytes = 2.0 if fp8 else element_bytes  # FP8 training keeps 16-bit activations
     dropout = bool(getattr(shape, "dropout", False))
@@ -150,14 +168,19 @@ def _with_layer_kernels(result: object, shape: object, batch: int, seq_len: int,
                    assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()), ("compile", str(compiled).lower())))  # type: ignore[attr-defined]
 
 
-def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: str, dirs: tuple) -> tuple[object, object]:
-    """The roofline's two roofs from a GPU preset and/or explicit --peak / --bandwidth, and the preset (or None)."""
+def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: str, dirs: tuple,
+             power_limit: str | None = None) -> tuple[object, object, float | None]:  # fmt: skip
+    """The roofline's two roofs from a GPU preset and/or explicit --peak / --bandwidth, the preset
+    (or None) and the preset's rated peak when a power limit lowers the roof (else None)."""
+    from parcalc.commands.common import power_limited
     from parcalc.core.intensity import machine_terms
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_quantity
 
     if gpu is None and peak is None and bandwidth is None:
-        return None, None
+        power_limited(None, power_limit)  # --power-limit alone: a one-line error
+        return None, None, None
+    rated = None
     device = None
     peak_value = parse_quantity(peak, Dimension.FLOP_RATE, "--peak", require_unit=True) if peak else None
     bw_value = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth", require_unit=True) if bandwidth else None
@@ -166,14 +189,22 @@ def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: st
         from parcalc.core.flops import gpu_peak_flops
         from parcalc.presets import load_gpu
 
-        device = load_gpu(gpu, dirs)
+        device = power_limited(load_gpu(gpu, dirs), power_limit, peak_given=peak_value is not None)
         name = device.name
         if peak_value is None:
             chosen = gpu_peak_flops(device, dtype)
             peak_value = chosen.value
             peak_source = (chosen.derived or chosen.datasheet).source  # type: ignore[union-attr]
+            from parcalc.core.power import tensor_power_scale
+
+            scale = tensor_power_scale(device)
+            if scale is not None:  # the roof the Tensor Cores reach under the board power limit
+                rated, peak_value = peak_value, peak_value * scale.value
+                peak_source = f"{peak_source}; x {scale.value:.4f} under the {scale.inputs[0].value:g} W power limit (parcalc.core.power)"
         if bw_value is None:
             bw_value, bw_source = device.memory_bandwidth.value, device.memory_bandwidth.source
+    else:
+        power_limited(None, power_limit)
     if peak_value is None or bw_value is None:
         raise InputError("the roofline needs both --peak and --bandwidth, or --gpu")
-    return machine_terms(name, peak_value, peak_source, bw_value, bw_source), device
+    return machine_terms(name, peak_value, peak_source, bw_value, bw_source), device, rated

@@ -100,6 +100,10 @@ def _gpu_rows(gpu: Gpu) -> list[tuple[object, ...]]:
         rows += [_row(f"kernels.matmul.{dtype}", share) for dtype, share in kernels.matmul]
         rows.append(("kernels.tile", f"{kernels.tile_m} x {kernels.tile_n}", "", kernels.tile_source))
         rows += [_row(f"kernels.{name}", getattr(kernels, name)) for name in ("memory", "attention_forward", "attention_backward", "launch")]
+    if gpu.power_limit is not None:
+        rows.append(_row("power_limit", gpu.power_limit))
+    # the Tensor Core share at each board power limit (parcalc.core.power)
+    rows += [(f"power_curve.{point.watts:g}W", point.tensor_scale, "fraction", point.source) for point in gpu.power_curve]
     if gpu.node is not None:
         node = gpu.node
         rows.append(("node", f"{node.gpus} GPUs, {node.intra_link} inside, {node.nics} x {node.inter_link}", "", node.source))

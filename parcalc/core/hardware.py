@@ -60,6 +60,22 @@ class Gpu:
     matmul_measured: tuple[tuple[str, MatmulSweep], ...] = ()
     # the datasheet's maximum board power (TDP / TBP), watts: energy to train (parcalc.core.training_cost)
     board_power: Sourced | None = None
+    # the Tensor Core rate at board power limits below the one the peaks are rated at, ascending in
+    # watts (parcalc.core.power); () where no rated or measured point is known
+    power_curve: tuple[PowerPoint, ...] = ()
+    # the enforced board power limit, watts: the preset's default limit or --power-limit; None: the
+    # limit the peaks are rated at (Tensor Core rate as the datasheet gives it)
+    power_limit: Sourced | None = None
+
+
+@frozen
+class PowerPoint:
+    """One point of a GPU's power curve: at a board power limit of `watts`, the Tensor Cores run at
+    `tensor_scale` of the preset's dense peaks (the clock the GPU holds under that limit)."""
+
+    watts: float
+    tensor_scale: float
+    source: str
 
 
 @frozen

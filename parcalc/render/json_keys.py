@@ -23,6 +23,7 @@ NAMES: dict[str, str] = {
     "alpha": "latency", "beta": "bandwidth", "alpha_intra": "intra_node_latency", "beta_intra": "intra_node_bandwidth",
     "alpha_inter": "inter_node_latency", "beta_inter": "inter_node_bandwidth", "bw": "memory_bandwidth",
     "s_g": "grad_bytes_per_element", "n_sm": "sms", "fma": "fma_per_clock",
+    "P_limit": "power_limit", "s_P": "power_scale", "F_cap": "capped_peak_flops",  # a board power limit (parcalc.core.power)
     # bubble
     "t_f": "t_forward", "t_b": "t_backward", "t_w": "t_weight", "latency": "p2p_latency",
     # intensity's model mode

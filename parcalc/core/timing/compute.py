@@ -71,6 +71,9 @@ class ComputeSpec:
     # The same GPU's 16-bit GEMMs, when `peak` is another dtype's (FP8 training keeps the LM head, the
     # router and attention in BF16); None when the GEMMs already run in 16 bits.
     sixteen_bit: ComputeSpec | None = None
+    # share of the rated peaks the Tensor Cores reach under the GPU's board power limit, already in
+    # `peak` and `attention_peak` (parcalc.core.power; 1: no limit set)
+    power_scale: float = 1.0
 
     @property
     def tile_area(self) -> int:
@@ -84,7 +87,12 @@ def sixteen_bit_peak(gpu: Gpu) -> float | None:
 
 
 def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float | None = None, scale: float = 1.0) -> ComputeSpec:
-    """The spec of `gpu` for GEMMs in `dtype` at `peak` FLOP/s (a bare peak without a GPU: generic)."""
+    """The spec of `gpu` for GEMMs in `dtype` at `peak` FLOP/s (a bare peak without a GPU: generic).
+
+    `peak` and `attention_peak` are the rated peaks; under `gpu.power_limit` both are multiplied by
+    the Tensor Core scale of parcalc.core.power (MFU stays quoted against the rated peak)."""
+    from parcalc.core.power import tensor_power_scale
+
     kernels = gpu.kernels if gpu is not None and gpu.kernels is not None else GENERIC_KERNELS
     matmul = kernels.matmul_share(dtype)
     if matmul is None:
@@ -95,7 +103,10 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
     sixteen = None
     if dtype not in ("bf16", "fp16", "fp32", "tf32") and attention_peak:
         sixteen = compute_spec(gpu, "bf16", attention_peak, attention_peak, scale)
-    return ComputeSpec(peak, attention_peak or peak, bandwidth, sms, matmul, kernels, scale, sixteen)
+    # a board power limit lowers the SM clock: the Tensor Core peaks (GEMMs, FlashAttention) scale, HBM does not
+    power = tensor_power_scale(gpu) if gpu is not None and gpu.power_limit is not None else None
+    s = power.value if power is not None else 1.0
+    return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s)
 
 
 class Kernel(NamedTuple):
