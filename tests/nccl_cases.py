@@ -40,9 +40,19 @@ class Table:
 
 TABLES = [
     Table("a100x8_nvlink_all_reduce.txt", A100, Placement(8, 8), Collective.ALL_REDUCE,
-          "medium ring all-reduces inside an A100 node take 1.7x NCCL's own estimate (1-32 MiB, LL/LL128/"
-          "Simple alike); nothing in NCCL's model or in parcalc explains it yet (docs/nccl-tuning.md sec. 12)",
+          "one host thread drives all 8 GPUs (nccl-tests -g 8), not the one process per GPU that parcalc "
+          "models; and 1-32 MiB take 1.7x NCCL's estimate, 1.3x what another A100 node measures in the same "
+          "mode (a100x8_nvlink_all_reduce_g8.txt): that machine or its NCCL, unknown (docs/nccl-tuning.md sec. 14)",
           {"medium": 0.58, "large": 0.86}),
+    Table("a100x8_nvlink_all_reduce_mpi.txt", A100, Placement(8, 8), Collective.ALL_REDUCE,
+          "small all-reduces (< 64 KiB) measure 18-32 us where NCCL's ring/LL latency is 15.0 us: the per-call "
+          "cost (kernel launch, work fetch) that NCCL's model leaves out; medium 0.81 and large 0.95 meet",
+          {"small": 0.62, "medium": 0.81, "large": 0.95}),
+    Table("a100x8_nvlink_all_reduce_g8.txt", A100, Placement(8, 8), Collective.ALL_REDUCE,
+          "the same node as a100x8_nvlink_all_reduce_mpi.txt with one host thread driving all 8 GPUs (-g 8): "
+          "a 39-42 us floor up to 128 KiB (8 launches in a row from one thread: nccl-tests common.cu startColl, "
+          "NCCL group.cc doLaunches) and 10-25 % longer 4-512 MiB; parcalc models one process per GPU",
+          {"small": 0.38, "medium": 0.66, "large": 0.91}),
     Table("h100x8_nvlink_all_reduce.txt", H100, Placement(8, 8), Collective.ALL_REDUCE),
     Table("h100x8_nvlink_all_gather.txt", H100, Placement(8, 8), Collective.ALL_GATHER),
     Table("h100x8_nvlink_reduce_scatter.txt", H100, Placement(8, 8), Collective.REDUCE_SCATTER),
