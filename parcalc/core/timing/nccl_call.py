@@ -30,7 +30,8 @@ def nccl_call_derivations(op: Any, size: Term, group: Any, fabric: Any) -> tuple
         Term("lat", "t_lat", r"t_{\mathrm{lat}}", call.latency + call.call, "s",
              f"{call.algorithm} / {call.protocol} latency: NCCL's base latency plus its hardware latency per step ({where}), "
              f"plus {call.call * 1e6:.3g} us per call for the kernel launch NCCL's model leaves out (calibrated on one "
-             "8 x A100 nccl-tests table: parcalc.core.timing.nccl.CALL_US)", NCCL_MODEL),
+             "8 x A100 nccl-tests table: parcalc.core.timing.nccl.CALL_US)",
+             f"{NCCL_MODEL}; the per-call cost: docs/nccl-tuning.md sec. 14"),
         Term("bw", "t_bw", r"t_{\mathrm{bw}}", transfer, "s",
              f"the bytes the busiest link carries at {call.algorithm} / {call.protocol}'s bus bandwidth "
              f"{call.bus_bandwidth / 1e9:.4g} GB/s", NCCL_MODEL),
