@@ -83,7 +83,7 @@ def nvls_speed(arch: str, gpus: int, gpu_nvlink_gbps: float) -> float:
 
 # The per-call cost NCCL's estimate leaves out (docs/nccl-tuning.md sec. 14). nccl-tests times back-to-back
 # calls (NVIDIA/nccl-tests a0b82b2 src/common.cu:728-772, wall time / iterations, no sync between them) and
-# every call is one kernel launch (v2.23.4 src/enqueue.cc ncclLaunchKernel), started behind the previous
+# every call is one kernel launch (v2.23.4 src/enqueue.cc:1622-1694 ncclLaunchKernel, cuLaunchKernelEx), started behind the previous
 # one, whose first thread block then loads its work before the first step; NCCL's time is only
 # latency x latCount + bytes / bandwidth (tuning.cc:441-467). No NCCL constant gives that cost, so it is
 # CALIBRATED, on one table only: the median of (measured - NCCL's model) over the 8 B - 4 KiB rows of
