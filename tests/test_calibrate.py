@@ -34,6 +34,8 @@ GB, US = 1e9, 1e-6
 TABLES = [
     ("a100x8_nvlink_all_reduce.txt", {}, "all_reduce", 8, 1, 11, (2**20, 2**30), 230.84),
     ("a100x8_nvlink_sendrecv.txt", {}, "sendrecv", 8, None, 4, (2**27, 2**30), 195.10),
+    ("a100x8_nvlink_all_reduce_mpi.txt", {}, "all_reduce", 8, 1, 30, (8, 2**32), 232.81),
+    ("a100x8_nvlink_all_reduce_g8.txt", {}, "all_reduce", 8, 1, 30, (8, 2**32), 232.44),
     ("h100x8_nvlink_all_reduce.txt", {}, "all_reduce", 8, 1, 10, (2**25, 2**34), 482.27),
     ("h100x8_nvlink_all_gather.txt", {}, "all_gather", 8, 1, 10, (2**25, 2**34), 361.86),
     ("h100x8_nvlink_reduce_scatter.txt", {}, "reduce_scatter", 8, 1, 10, (2**25, 2**34), 364.76),

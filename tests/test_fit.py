@@ -47,14 +47,17 @@ def cluster(gpus: int, **changes: object) -> Cluster:
 #   LL:     6.6 us + steps x 0.6 us, at min(87.7 GB/s, 0.5 x 100 GB/s) = 50 GB/s
 #   LL128: 14.0 us + steps x 1.9 us, at 120/128 x 100 GB/s = 93.75 GB/s
 #   Simple: 8.4 us + steps x 3.4 us, at 100 GB/s
-# and NCCL runs the cheapest; all-reduce has 2(n - 1) steps and moves 2(n - 1)/n of the buffer.
+# and NCCL runs the cheapest; all-reduce has 2(n - 1) steps and moves 2(n - 1)/n of the buffer. Every call
+# then also takes the per-call kernel launch NCCL's model leaves out, CALL (nccl.CALL_US, the same for every
+# candidate, so it never changes NCCL's choice; docs/nccl-tuning.md sec. 14).
+CALL = 8.8e-6
 M = 1 * 512 * 1024 * 2  # one micro-batch's b s h activation, 2 bytes: 1,048,576 B
 
 
 def test_tensor_parallel_time_by_hand() -> None:
     # t = 2: all-reduce of M, 2 steps, bus bytes M. Simple: 8.4 + 6.8 = 15.2 us + 10.48576 us = 25.68576 us;
-    # LL: 7.8 + 20.97152 = 28.77 us; LL128: 17.8 + 11.18 = 28.98 us. Simple wins.
-    one = 15.2e-6 + M / 100e9
+    # LL: 7.8 + 20.97152 = 28.77 us; LL128: 17.8 + 11.18 = 28.98 us. Simple wins; the call takes CALL more.
+    one = 15.2e-6 + M / 100e9 + CALL
     # 4 per layer (2 forward, 2 backward) x 4 layers x m = 1 micro-batch.
     est = estimate(gpt(), Config(2, 1, 1, 1), Training(1, 512), cluster(2))
     assert est.tp_comm.value == pytest.approx(16 * one, rel=1e-12)
@@ -65,7 +68,7 @@ def test_tensor_parallel_time_by_hand() -> None:
     # Simple 8.4 + 3.4 = 11.8 us + 5.24288 us = 17.04288 us (LL: 7.2 + 10.48576 = 17.69 us). Two calls pay
     # two base latencies, so SP's collectives cost more than one all-reduce at this size.
     sp = estimate(gpt(), Config(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2))
-    assert sp.tp_comm.value == pytest.approx(16 * 2 * (11.8e-6 + M / 2 / 100e9), rel=1e-12)
+    assert sp.tp_comm.value == pytest.approx(16 * 2 * (11.8e-6 + M / 2 / 100e9 + CALL), rel=1e-12)
 
 
 def test_sp_backward_all_gather_by_hand() -> None:
@@ -73,16 +76,16 @@ def test_sp_backward_all_gather_by_hand() -> None:
     # weight gradient, launched before the input-gradient GEMM and waited for after it
     # (megatron/core/tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication.backward). Per
     # layer: 2 such gathers (Q/K/V, MLP up), each exposed by max(0, T_ag - t_dgrad).
-    # T_ag as above: 11.8 us + M/2 / 100 GB/s = 17.04288 us. On this test's 100 TFLOP/s GPU the dgrad GEMMs are
+    # T_ag as above: 11.8 us + M/2 / 100 GB/s + CALL 8.8 us = 25.84288 us. On this test's 100 TFLOP/s GPU the dgrad GEMMs are
     # longer (77.7 and 103.5 us), so nothing is exposed and t_tp is the 16 all-gather + reduce-scatter pairs.
-    t_ag = 11.8e-6 + M / 2 / 100e9
+    t_ag = 11.8e-6 + M / 2 / 100e9 + CALL
     slow = estimate(gpt(), Config(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2))
     assert slow.tp_comm.value == pytest.approx(16 * 2 * t_ag, rel=1e-12)
     # A GPU ten times faster (1 PFLOP/s): generic GEMM share 0.7, and a 512 x 1024 output fills 32 of 108 SMs with
     # 128 x 128 tiles (q = 512 x 1024 / (108 x 128 x 128) = 8/27):
     #   Q/K/V dgrad  [512 x 1536] . [1536 x 1024]: 2 x 512 x 1536 x 1024 FLOP / (1e15 x 0.7 x 8/27) = 7.765 us
     #   MLP-up dgrad [512 x 2048] . [2048 x 1024]: 2 x 512 x 2048 x 1024 FLOP / (...)             = 10.354 us
-    # so per layer (17.043 - 7.765) + (17.043 - 10.354) = 15.967 us stay exposed, x 4 layers x m = 1.
+    # so per layer (25.843 - 7.765) + (25.843 - 10.354) = 33.567 us stay exposed, x 4 layers x m = 1.
     rate = 1e15 * 0.7 * 8 / 27
     dgrads = (2 * 512 * 1536 * 1024 / rate, 2 * 512 * 2048 * 1024 / rate)
     exposed = 4 * sum(t_ag - d for d in dgrads)
@@ -108,7 +111,7 @@ def test_pipeline_terms_by_hand() -> None:
     # NCCL p2p Simple: 8.4 + 3.4 us + M / 100 GB/s.
     est = estimate(gpt(8), Config(1, 4, 1, 1), Training(8, 512), cluster(4))
     assert est.bubble.value == pytest.approx(3 / 8 * est.compute.value, rel=1e-12)
-    assert est.pp_comm.value == pytest.approx(2 * 8 * (11.8e-6 + M / 100e9), rel=1e-12)
+    assert est.pp_comm.value == pytest.approx(2 * 8 * (11.8e-6 + M / 100e9 + CALL), rel=1e-12)
     # Interleaved with v = 2: (p-1)/(v m) = 3/16, and twice the sends.
     inter = estimate(gpt(8), Config(1, 4, 1, 1, schedule=Schedule.INTERLEAVED, chunks=2), Training(8, 512), cluster(4))
     assert inter.bubble.value == pytest.approx(3 / 16 * inter.compute.value, rel=1e-12)
@@ -121,7 +124,7 @@ def test_data_parallel_sync_without_overlap_by_hand() -> None:
     # = 40M parameters, so 2 buckets of 25,192,448; fp32 main gradients reduced in fp32: 100,769,792 B each.
     # One bucket, ring over 4 in a node: Simple 8.4 + 6 x 3.4 = 28.8 us + 1.5 x 100,769,792 B / 100 GB/s.
     est = estimate(gpt(), Config(1, 1, 4, 1), Training(4, 512, fp32_grads=True), cluster(4, dp_overlap=False))
-    one = 28.8e-6 + 1.5 * 100_769_792 / 100e9
+    one = 28.8e-6 + 1.5 * 100_769_792 / 100e9 + CALL
     assert est.dp_comm.value == pytest.approx(2 * one, rel=1e-12)
     # With overlap, what the last micro-batch's backward W_b cannot hide, and at least the last bucket.
     hidden = estimate(gpt(), Config(1, 1, 4, 1), Training(4, 512, fp32_grads=True), cluster(4))
@@ -244,8 +247,8 @@ def test_fp32_training_doubles_activation_messages() -> None:
     # The same all-reduce (Simple, 15.2 us latency) of twice the bytes: 15.2 us + 2M / 100 GB/s.
     half = estimate(gpt(), Config(2, 1, 1, 1), Training(1, 512), cluster(2))
     full = estimate(gpt(), Config(2, 1, 1, 1), Training(1, 512, Precision.FP32, Optimizer.ADAM), cluster(2))
-    assert half.tp_comm.value == pytest.approx(16 * (15.2e-6 + M / 100e9), rel=1e-12)
-    assert full.tp_comm.value == pytest.approx(16 * (15.2e-6 + 2 * M / 100e9), rel=1e-12)
+    assert half.tp_comm.value == pytest.approx(16 * (15.2e-6 + M / 100e9 + CALL), rel=1e-12)
+    assert full.tp_comm.value == pytest.approx(16 * (15.2e-6 + 2 * M / 100e9 + CALL), rel=1e-12)
     assert math.isfinite(full.step.value)
 
 

@@ -81,6 +81,18 @@ def nvls_speed(arch: str, gpus: int, gpu_nvlink_gbps: float) -> float:
     return 0.0
 
 
+# The per-call cost NCCL's estimate leaves out (docs/nccl-tuning.md sec. 14). nccl-tests times back-to-back
+# calls (NVIDIA/nccl-tests a0b82b2 src/common.cu:728-772, wall time / iterations, no sync between them) and
+# every call is one kernel launch (v2.23.4 src/enqueue.cc:1622-1694 ncclLaunchKernel, cuLaunchKernelEx), started behind the previous
+# one, whose first thread block then loads its work before the first step; NCCL's time is only
+# latency x latCount + bytes / bandwidth (tuning.cc:441-467). No NCCL constant gives that cost, so it is
+# CALIBRATED, on one table only: the median of (measured - NCCL's model) over the 8 B - 4 KiB rows of
+# tests/fixtures/nccl/a100x8_nvlink_all_reduce_mpi.txt (8 x A100 in one node, one process per GPU, no
+# network: 2.9-10.2 us, median 8.76). Every other table tests it (tests/test_network_nccl_tests.py).
+# CUDA graphs remove most of it (NVIDIA/nccl issue #1984: 1 KiB ring all-reduce on 4 H800, 3.5 us
+# per call launched, 0.5 us graph-captured); parcalc assumes calls are launched, not graph-captured.
+CALL_US = 8.8
+
 # NVLS pipelines (src/enqueue.cc calcCollChunking:2042-2060, v2.23.4): each of the NVLS channels
 # (NCCL_NVLS_NCHANNELS, default 16: src/transport/nvls.cc:145) runs one pipe per head GPU and moves its
 # share in chunks of NCCL_NVLS_CHUNKSIZE (128 KiB, nvls.cc:146), made smaller for smaller messages.

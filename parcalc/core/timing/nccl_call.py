@@ -24,11 +24,14 @@ def nccl_call_derivations(op: Any, size: Term, group: Any, fabric: Any) -> tuple
     from parcalc.core.timing.network import collective_time
 
     call = collective_time(op, size.value, group, fabric)
-    transfer = max(call.time - call.latency - call.fill, 0.0)
+    transfer = max(call.time - call.latency - call.fill - call.call, 0.0)
     where = f"{group.size} ranks, {group.per_node} per node on {group.nodes} node{'s' if group.nodes > 1 else ''}"
     terms = [
-        Term("lat", "t_lat", r"t_{\mathrm{lat}}", call.latency, "s",
-             f"{call.algorithm} / {call.protocol} latency: NCCL's base latency plus its hardware latency per step ({where})", NCCL_MODEL),
+        Term("lat", "t_lat", r"t_{\mathrm{lat}}", call.latency + call.call, "s",
+             f"{call.algorithm} / {call.protocol} latency: NCCL's base latency plus its hardware latency per step ({where}), "
+             f"plus {call.call * 1e6:.3g} us per call for the kernel launch NCCL's model leaves out (calibrated on one "
+             "8 x A100 nccl-tests table: parcalc.core.timing.nccl.CALL_US)",
+             f"{NCCL_MODEL}; the per-call cost: docs/nccl-tuning.md sec. 14"),
         Term("bw", "t_bw", r"t_{\mathrm{bw}}", transfer, "s",
              f"the bytes the busiest link carries at {call.algorithm} / {call.protocol}'s bus bandwidth "
              f"{call.bus_bandwidth / 1e9:.4g} GB/s", NCCL_MODEL),

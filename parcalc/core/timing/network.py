@@ -25,7 +25,9 @@ algorithm and protocol it may use and runs the cheapest:
   in a node): the switch reduces and multicasts, one channel per GPU (`nvls_bus_bandwidth`), 25 us; across
   nodes NVLS_TREE, NVLS in each node and a tree between them;
 - NCCL picks by that estimate; the NVLS pipelines then also take their ramp (`_nvls_fill`), which NCCL's
-  estimate leaves out. docs/nccl-tuning.md sec. 13 has each rule's source and the nccl-tests comparison.
+  estimate leaves out. docs/nccl-tuning.md sec. 13 has each rule's source and the nccl-tests comparison;
+- every call then takes a per-call cost NCCL's model leaves out (`nccl.CALL_US`: one kernel launched per
+  call, behind the previous one), calibrated on one table and tested on the others (docs sec. 14).
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ class CollectiveTime:
     latency: float
     bus_bandwidth: float  # B/s the chosen algorithm moves bus bytes at
     fill: float = 0.0  # seconds of pipeline ramp NCCL's own model leaves out (in `time`, not in its choice)
+    call: float = 0.0  # seconds of per-call cost (kernel launch) NCCL's own model leaves out (in `time`, not in its choice)
 
     @property
     def algbw(self) -> float:
@@ -170,9 +173,9 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
     if n < 2 or size == 0:
         return CollectiveTime(op, size, group, 0.0, "none", "none", 0.0, math.inf)
     if op is Collective.POINT_TO_POINT:
-        return _send(size, group, fabric)
+        return _with_call(_send(size, group, fabric))
     if op is Collective.ALL_TO_ALL:
-        return _all_to_all(size, group, fabric)
+        return _with_call(_all_to_all(size, group, fabric))
     bus_bytes = size * bus_factor(op, n)  # broadcast and reduce: 1
     intra_hw = fabric.intra_kind
     ring_bw = _ring_bus_bandwidth(group, fabric)
@@ -223,7 +226,15 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
     if best.fill:  # NCCL chose by its model; the call also takes the ramp its model leaves out
         best = replace(best, time=best.time + best.fill)
     assert best is not None
-    return best
+    return _with_call(best)
+
+
+def _with_call(chosen: CollectiveTime) -> CollectiveTime:
+    """The call as nccl-tests times it: NCCL's estimate (and ramp) plus the per-call cost its model
+    leaves out (nccl.CALL_US: the kernel launch behind the previous call's kernel and the kernel's
+    start). A constant per call, so NCCL's choice among algorithms and protocols is unchanged."""
+    call = nccl.CALL_US * US
+    return replace(chosen, time=chosen.time + call, call=call)
 
 
 def nvls_bus_bandwidth(group: Placement, fabric: Fabric) -> float:
