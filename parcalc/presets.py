@@ -1160,7 +1160,7 @@ def _json_depth(text: str) -> int:
 
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
-_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", *_FRAMEWORK_FLAGS)
+_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", *_FRAMEWORK_FLAGS, "kernels")
 
 
 def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Any:
@@ -1191,6 +1191,13 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     reduce_bytes = setting("reduce_bytes")
     if reduce_bytes not in (1, 2, 4):
         raise doc.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {shown(reduce_bytes)}")
+    kernels = "fused"  # optional: profiles written before kernel sets existed time Megatron-LM's fused kernels
+    if "kernels" in data:
+        from parcalc.core.timing.framework import KERNEL_SETS
+
+        kernels = setting("kernels")
+        if kernels not in KERNEL_SETS:
+            raise doc.error("kernels.value", f"one of {', '.join(KERNEL_SETS)}, got {shown(kernels)}")
     stages = setting("zero_stages")
     if not isinstance(stages, list) or not stages or any(z not in (0, 1, 2, 3) or isinstance(z, bool) for z in stages):
         raise doc.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {shown(stages)}")
@@ -1215,6 +1222,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     return Framework(
         key=key, name=doc.text("name"), bucket_min_params=numbers["min_params"], bucket_params_per_dp_rank=numbers["params_per_dp_rank"],
         bucket_bytes=bucket_bytes, reduce_bytes=float(reduce_bytes), zero_stages=tuple(sorted(set(stages))), sources=tuple(cited), **flags,
+        kernels=kernels,
     )  # fmt: skip
 
 

@@ -143,6 +143,7 @@ class Training:
     host_link: Link | None = None  # the GPU's PCIe link to the host (None: parcalc.core.timing.offload.default_host_link)
     fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are scaled (parcalc.core.timing.compute.FP8_RECIPES); with --precision fp8
     compiled: bool = False  # --compile: torch.compile's fused memory-bound kernels (parcalc.core.timing.compute.COMPILE_GROUPS)
+    kernels: str | None = None  # --kernels fused|eager (parcalc.core.timing.framework.KERNEL_SETS); None: the framework profile's
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+# The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
+KERNEL_SETS = ("fused", "eager")
+
 
 @dataclass(frozen=True)
 class Framework:
@@ -31,6 +34,10 @@ class Framework:
     tp_comm_overlap: bool = False  # TP collectives overlapped with the GEMMs (TE userbuffers)
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the framework offers (the search's default)
     sources: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # field -> source
+    # The memory-bound kernels between GEMMs: "fused" (Megatron-LM / Transformer Engine's hand-fused ones) or
+    # "eager" (one kernel per ATen op of the model code: PyTorch-native stacks without torch.compile);
+    # parcalc.core.timing.compute.KERNEL_SETS. Training.kernels (--kernels) overrides it.
+    kernels: str = "fused"
 
     def source(self, name: str) -> str:
         return dict(self.sources).get(name, f"{self.name} profile")
@@ -62,3 +69,9 @@ MEGATRON = Framework(
                         "(fp32 main gradients)")),
     ),
 )  # fmt: skip
+
+
+def kernel_set(training: object, framework: Framework) -> str:
+    """The kernel set a run times: --kernels (Training.kernels) when given, else the framework's."""
+    chosen = getattr(training, "kernels", None)
+    return chosen if chosen else framework.kernels
