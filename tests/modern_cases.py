@@ -66,6 +66,7 @@ class Case(NamedTuple):
     ep_overlap: str = "none"
     reduce_bytes: int | None = None  # gradient reduction dtype, when the run's differs from the framework's
     fp8_recipe: str = "delayed"
+    compiled: bool = False  # torch.compile on (--compile): the source says so
 
     @property
     def run(self) -> ModernRun:
@@ -100,7 +101,7 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
     seq = case.seq_len or run.seq_len
     assert batch and seq
     training = Training(batch, seq, precision, Optimizer.ADAMW, flash_attention=True, dropout=False, causal=True,
-                        fp8_recipe=case.fp8_recipe)  # fmt: skip
+                        fp8_recipe=case.fp8_recipe, compiled=case.compiled)  # fmt: skip
     framework = load_framework(case.framework, ())
     if case.reduce_bytes is not None:
         framework = replace(framework, reduce_bytes=case.reduce_bytes)
@@ -172,7 +173,8 @@ _NEMO = ("NeMo 24.03 Llama 2 7B recipe: distributed optimizer (ZeRO-1), sequence
          "no recomputation, Transformer Engine FP8 (delayed scaling) and its p2p ring CP (the defaults; the page states none of them)")  # fmt: skip
 _TT_GPU = (("memory_bandwidth", 2.4e12), ("memory_capacity", 96e9))
 _TT = ("TorchTitan on H100 96GB HBM2e at 500 W (2.4 TB/s and 96 GB stated by the page; GEMM shares of the 700 W H100 "
-       "SXM5 preset, the power cap not modelled); FSDP2 over the dp ranks; torch.compile not modelled; torchao Float8 "
+       "SXM5 preset, the power cap not modelled); FSDP2 over the dp ranks; torch.compile on (the rows say so: --compile, "
+       "the torchtitan profile's eager kernels compiled per block); torchao Float8 "
        "dynamic (current) per-tensor scaling, torchao's default then")  # fmt: skip
 
 CASES: tuple[Case, ...] = (
@@ -203,9 +205,10 @@ CASES: tuple[Case, ...] = (
     # --- FP8 against BF16 on one layout (TorchTitan, Dec 2024)
     Case("tt2412-llama31-8b-8xh100-fsdp-compile-fp8", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
          f"{_TT}; seq 8192 (the llama3_8b.toml default); selective = Megatron's attention-core kind", micro_batch=2,
-         zero=3, recompute=Recompute.SELECTIVE, gpu_overrides=_TT_GPU, seq_len=8192, fp8_recipe="current"),
+         zero=3, recompute=Recompute.SELECTIVE, gpu_overrides=_TT_GPU, seq_len=8192, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp-compile-bf16", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
-         f"{_TT}; seq 8192", micro_batch=2, zero=3, recompute=Recompute.SELECTIVE, gpu_overrides=_TT_GPU, seq_len=8192),
+         f"{_TT}; seq 8192", micro_batch=2, zero=3, recompute=Recompute.SELECTIVE, gpu_overrides=_TT_GPU, seq_len=8192,
+         compiled=True),
 )
 
 # Runs that are not tests, each for a stated reason (docs/step-time.md, "Known gaps"):
@@ -220,11 +223,11 @@ KNOWN_GAPS: tuple[Case, ...] = (
          "scaling (the recipe at a later commit than the 26.04.01 row)", dispatcher="deepep", reduce_bytes=2, fp8_recipe="current"),
     Case("tt2412-llama31-8b-8xh100-fsdp4-cp2-seq64k-fp8", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
          f"{_TT}; local batch 1 x 4 FSDP ranks = 4 sequences; CP variant not stated: PyTorch's ring (p2p) assumed", zero=3,
-         recompute=Recompute.FULL, gpu_overrides=_TT_GPU, global_batch=4, fp8_recipe="current"),
+         recompute=Recompute.FULL, gpu_overrides=_TT_GPU, global_batch=4, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp2-cp4-seq128k-fp8", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
-         f"{_TT}; 2 sequences", zero=3, recompute=Recompute.FULL, gpu_overrides=_TT_GPU, global_batch=2, fp8_recipe="current"),
+         f"{_TT}; 2 sequences", zero=3, recompute=Recompute.FULL, gpu_overrides=_TT_GPU, global_batch=2, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp1-cp8-seq256k-fp8", "llama3-8b", "h100-sxm5", "torchtitan", "tokens",
-         f"{_TT}; 1 sequence", zero=0, recompute=Recompute.FULL, gpu_overrides=_TT_GPU, global_batch=1, fp8_recipe="current"),
+         f"{_TT}; 1 sequence", zero=0, recompute=Recompute.FULL, gpu_overrides=_TT_GPU, global_batch=1, fp8_recipe="current", compiled=True),
 )
 
 

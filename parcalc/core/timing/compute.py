@@ -245,6 +245,13 @@ COMPILE_GROUPS = (
     "residual add + the next norm, forward: the sum is written once and not read again (norm input from registers)",
     "attention softmax + dropout (without FlashAttention), forward and backward: the probabilities are not re-read",
 )
+COMPILE_PER_BLOCK = (
+    "eager model code compiled (--kernels eager --compile): TorchTitan compiles each TransformerBlock on its own "
+    "(torchtitan/parallelisms/parallelize_llama.py apply_compile at 9dec370: torch.compile(transformer_block, "
+    "fullgraph=True)), so a block's last residual add is not fused with the next block's first norm; SDPA is an "
+    "extern kernel, so repeat_kv's K and V stay materialised at the query heads (Inductor's partitioner saves them: "
+    "tests/ground_truth/test_torch_compile.py)"
+)
 COMPILE_SOURCE = ("torch.compile / TorchInductor (torch 2.13.0): pointwise and reduction nodes between GEMMs fused into "
                   "one generated kernel, never into an extern (cuBLAS) GEMM (torch/_inductor/scheduler.py, Scheduler.can_fuse, "
                   "line 7327: 'node1 is extern but not a triton kernel'); one HBM read of the inputs and one write of the "
@@ -447,10 +454,11 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     norm_write = e * seq_tokens * h
     mla = model.mla
     eager = shard.eager and not shard.compiled and mla is None  # EAGER_SOURCE (MLA keeps the fused set)
+    per_block = shard.eager and shard.compiled  # eager model code compiled per block (COMPILE_PER_BLOCK)
     if eager:
         eager_norm(kernels, "norm1", model.norm, seq_tokens, h, model.bias)
     elif norm:
-        if fuse_norm:
+        if fuse_norm and not per_block:
             backward.append(memory_op("norm1.bwd", 3 * e * seq_tokens * h, spec, act))
         else:
             mem("norm1", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
@@ -468,6 +476,10 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
                 kernels.mem("repeat_kv.v", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
         elif model.position is Position.ROPE:
             mem("rope", 2 * e * tokens * (q_w + kv_w), 2 * e * tokens * (q_w + kv_w), f"[{tokens}×{q_w + kv_w}]")
+        if per_block and kv < heads and shard.flash_attention:  # SDPA is an extern kernel: repeat_kv's K and V are
+            # materialised at the query heads under Inductor too (tests/ground_truth/test_torch_compile.py saves them)
+            kernels.mem("repeat_kv.k", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
+            kernels.mem("repeat_kv.v", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
         qk_dim, v_dim = hd, hd
     else:  # multi-head latent attention: low-rank query and key/value paths (parcalc.core.model.LatentAttention)
         qk_dim, v_dim = mla.qk_head_dim, mla.v_head_dim
@@ -547,7 +559,8 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
     kernels = _Kernels(spec, e, shard.fp8, forward, backward)
     mem, linear = kernels.mem, kernels.linear
 
-    last = ("residual2+norm1", residual_fwd + norm_write) if fuse_norm else ("residual2", residual_fwd)  # the next layer's norm1
+    # the next layer's norm1, unless each block is compiled on its own (COMPILE_PER_BLOCK)
+    last = ("residual2+norm1", residual_fwd + norm_write) if fuse_norm and not shard.eager else ("residual2", residual_fwd)
     if experts is not None and model.moe is not None:
         moe_forward, moe_backward, shared_f, shared_b = moe_kernels(model, shard, spec, experts)
         forward.extend(moe_forward)
