@@ -373,8 +373,10 @@ def eager_norm(kernels: _Kernels, key: str, norm: Norm, rows: int, h: int, bias:
         ("mul_rstd.drstd", 3 * f * n), ("mul_rstd.dx", 2 * f * n + f * r), ("sum_drstd", f * n + f * r),
         ("rsqrt.pow", 2 * f * r), ("rsqrt.scale", 2 * f * r), ("rsqrt.mul", 3 * f * r), ("mean.div", f * r + f * n),
         ("pow.pow", 2 * f * n), ("pow.scale", 2 * f * n), ("pow.mul", 3 * f * n), ("add_grads", 3 * f * n), ("to_bf16", f * n + e * n))
-    kernels.forward.extend(memory_op(f"{key}.{op}", traffic, spec, shape) for op, traffic in forward)
-    kernels.backward.extend(memory_op(f"{key}.{op}.bwd", traffic, spec, shape) for op, traffic in backward)
+    per_row = ("add_eps", "rsqrt", "rsqrt.pow", "rsqrt.scale", "rsqrt.mul")  # on the [rows] statistics only
+    kernels.forward.extend(memory_op(f"{key}.{op}", traffic, spec, f"[{rows}]" if op in per_row else shape) for op, traffic in forward)
+    kernels.backward.extend(memory_op(f"{key}.{op}.bwd", traffic, spec, f"[{rows}]" if op in per_row else shape)
+                            for op, traffic in backward)  # fmt: skip
 
 
 def eager_rope(kernels: _Kernels, tokens: int, seq: int, widths: tuple[int, ...], head_dim: int) -> None:
@@ -419,12 +421,21 @@ def bias_grads(kernels: _Kernels, key: str, tokens: int, widths: tuple[int, ...]
                                           f"[{tokens}×{width}]"))  # fmt: skip
 
 
+def memory_kernel_count(model: TransformerModel, eager: bool, compiled: bool, flash: bool, dropout: bool) -> int:
+    """Memory-bound kernels of one dense layer, forward + backward, under a kernel set (fit's inputs: n_mem).
+    Independent of the shape: a micro-batch of 1 x 8 tokens on one GPU with generic rates counts them."""
+    shard = LayerShard(1, 8, 1, False, flash, dropout, True, 2.0, compiled=compiled, eager=eager)
+    passes = layer_passes(model, shard, compute_spec(None, "bf16", 1e15))
+    return sum(k.kind == "memory" for k in passes.forward + passes.backward)
+
+
 def kernel_set_assumption(eager: bool, compiled: bool) -> str:
     """Which kernels parcalc times between the GEMMs, in words (fit's and intensity's assumptions)."""
     if compiled:
-        return "kernels: torch.compile's fused groups (--compile wins over --kernels)"
+        return ("kernels: torch.compile's fused groups of the " + ("eager model code; " + COMPILE_PER_BLOCK if eager else
+                "fused set") + " (--compile wins over --kernels)")
     if eager:
-        return "kernels: eager PyTorch, " + EAGER_SOURCE
+        return "kernels (eager): " + EAGER_SOURCE
     return "kernels: fused, " + FUSED_SOURCE
 
 
