@@ -131,7 +131,9 @@ def test_torch_compile_speedup_of_torchtitans_pairs() -> None:
     # TorchTitan's Dec 2024 tables (tests/published_step_runs.py): torch.compile takes Llama 3.1 8B FSDP from 5,762
     # to 6,667 tokens/s per GPU on 8 H100s (+15.7 %) and from 5,605 to 6,514 on 128 (+16.2 %). With the fused set as
     # the eager baseline parcalc predicted +0.3 %; the eager set (one kernel per ATen op, the torchtitan profile's)
-    # against Inductor's groups predicts +21 %: the right size, over by 5 points, not tuned to them.
+    # against Inductor's groups of the same code (compiled per block, complex RoPE left to ATen, the ends eager:
+    # compute.COMPILE_PER_BLOCK) predicts +16.3 % for both. Not tuned to them; before the per-block groups (with the
+    # session-8 compiled set, fused RoPE and ends) it was +21 %.
     from step_time_cases import compile_speedups
 
     rows = compile_speedups()
@@ -139,4 +141,4 @@ def test_torch_compile_speedup_of_torchtitans_pairs() -> None:
     for key, predicted, published in rows:
         assert published == pytest.approx(0.157 if "-8xh100" in key else 0.162, abs=0.001)
         assert 0.10 <= predicted <= 0.30, f"{key}: predicted {predicted * 100:+.1f} %"
-        assert predicted == pytest.approx(0.21, abs=0.01)  # measured: +21.1 % and +21.2 %
+        assert predicted == pytest.approx(0.163, abs=0.005)  # measured: +16.3 % and +16.3 %

@@ -248,9 +248,12 @@ COMPILE_GROUPS = (
 COMPILE_PER_BLOCK = (
     "eager model code compiled (--kernels eager --compile): TorchTitan compiles each TransformerBlock on its own "
     "(torchtitan/parallelisms/parallelize_llama.py apply_compile at 9dec370: torch.compile(transformer_block, "
-    "fullgraph=True)), so a block's last residual add is not fused with the next block's first norm; SDPA is an "
-    "extern kernel, so repeat_kv's K and V stay materialised at the query heads (Inductor's partitioner saves them: "
-    "tests/ground_truth/test_torch_compile.py)"
+    "fullgraph=True)), so a block's last residual add is not fused with the next block's first norm, and the final "
+    "norm and the loss stay eager; each norm's "
+    "backward absorbs autograd's adds of its input's gradients (the projections' and the residual branch's); SDPA is "
+    "an extern kernel, so repeat_kv's K and V stay materialised at the query heads (Inductor's partitioner saves them: "
+    "tests/ground_truth/test_torch_compile.py); Inductor generates no code for complex tensors (torch/_inductor/"
+    "lowering.py), so the complex RoPE products stay ATen kernels between generated fp32 casts (compiled_rope)"
 )
 COMPILE_SOURCE = ("torch.compile / TorchInductor (torch 2.13.0): pointwise and reduction nodes between GEMMs fused into "
                   "one generated kernel, never into an extern (cuBLAS) GEMM (torch/_inductor/scheduler.py, Scheduler.can_fuse, "
@@ -429,6 +432,36 @@ def memory_kernel_count(model: TransformerModel, eager: bool, compiled: bool, fl
     return sum(k.kind == "memory" for k in passes.forward + passes.backward)
 
 
+def compiled_rope(kernels: _Kernels, tokens: int, seq: int, q_w: int, kv_w: int, head_dim: int, rope: bool, repeat: bool) -> None:
+    """RoPE and repeat_kv of eager code under Inductor (COMPILE_PER_BLOCK). Inductor generates no code for complex
+    tensors (torch/_inductor/lowering.py, unsupported_input_tensor: 'Torchinductor does not support code generation
+    for complex operators'), so apply_rotary_emb's complex products stay ATen kernels; around them the fp32 casts are
+    generated kernels, and the casts back fuse with repeat_kv's copies of K and V (the SDPA inputs) into one.
+    Seen in Inductor's output code for TorchTitan's block (torch 2.13 on the CPU): forward cast q, cast k, mul q,
+    mul k, cast back + repeat; backward the K gradient's repeat sum + cast, conj(freqs_cis), mul k, cast q, mul q,
+    the V gradient's repeat sum, cast back k, cast back q."""
+    e, f, spec, t = kernels.e, RMS_STATS, kernels.spec, tokens
+    k_out = q_w if repeat else kv_w  # K as SDPA reads it
+    if not rope:
+        if repeat:
+            kernels.mem("repeat_kv", e * t * (2 * kv_w + 2 * q_w), e * t * (2 * q_w + 2 * kv_w), f"[{t}×{q_w}]")
+        return
+    table = seq * head_dim * 4.0
+    q, k = f"[{t}×{q_w}]", f"[{t}×{kv_w}]"
+    kernels.forward.extend((
+        memory_op("rope.q.to_fp32", (e + f) * t * q_w, spec, q), memory_op("rope.k.to_fp32", (e + f) * t * kv_w, spec, k),
+        memory_op("rope.q.mul", 2 * f * t * q_w + table, spec, q), memory_op("rope.k.mul", 2 * f * t * kv_w + table, spec, k),
+        memory_op("rope.to_bf16+repeat_kv", f * t * (q_w + kv_w) + e * t * (q_w + k_out) + (e * t * (kv_w + q_w) if repeat else 0.0),
+                  spec, q)))  # fmt: skip
+    kernels.backward.extend((
+        memory_op("rope.k.to_fp32.bwd", e * t * k_out + f * t * kv_w, spec, k),
+        memory_op("rope.conj.bwd", 2 * table, spec, f"[{seq}×{head_dim // 2}] complex"),
+        memory_op("rope.k.mul.bwd", 2 * f * t * kv_w + table, spec, k),
+        memory_op("rope.q.to_fp32.bwd", (e + f) * t * q_w, spec, q), memory_op("rope.q.mul.bwd", 2 * f * t * q_w + table, spec, q),
+        *((memory_op("repeat_kv.v.bwd", e * t * (q_w + kv_w), spec, k),) if repeat else ()),
+        memory_op("rope.k.to_bf16.bwd", (f + e) * t * kv_w, spec, k), memory_op("rope.q.to_bf16.bwd", (f + e) * t * q_w, spec, q)))  # fmt: skip
+
+
 def kernel_set_assumption(eager: bool, compiled: bool) -> str:
     """Which kernels parcalc times between the GEMMs, in words (fit's and intensity's assumptions)."""
     if compiled:
@@ -465,11 +498,16 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     norm_write = e * seq_tokens * h
     mla = model.mla
     eager = shard.eager and not shard.compiled and mla is None  # EAGER_SOURCE (MLA keeps the fused set)
-    per_block = shard.eager and shard.compiled  # eager model code compiled per block (COMPILE_PER_BLOCK)
+    per_block = shard.eager and shard.compiled and mla is None  # eager model code compiled per block (COMPILE_PER_BLOCK)
+    stats = (2 if model.norm is Norm.LAYERNORM else 1) * RMS_STATS * seq_tokens  # fp32 statistics per row, saved
     if eager:
         eager_norm(kernels, "norm1", model.norm, seq_tokens, h, model.bias)
+    elif per_block and norm:  # its own kernel (the previous block's graph ends before it); backward fused with the
+        # adds of the Q/K/V input gradients and of the residual branch's gradient (COMPILE_PER_BLOCK)
+        consumers = 3 if separate_projections(model) else 1
+        mem("norm1", 2 * e * seq_tokens * h + stats, (consumers + 3) * e * seq_tokens * h + stats, act)
     elif norm:
-        if fuse_norm and not per_block:
+        if fuse_norm:
             backward.append(memory_op("norm1.bwd", 3 * e * seq_tokens * h, spec, act))
         else:
             mem("norm1", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
@@ -485,12 +523,10 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
             if kv < heads and shard.flash_attention:  # repeat_kv before SDPA: K and V copied to the query heads
                 kernels.mem("repeat_kv.k", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
                 kernels.mem("repeat_kv.v", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
+        elif per_block:
+            compiled_rope(kernels, tokens, s, q_w, kv_w, hd, model.position is Position.ROPE, kv < heads and shard.flash_attention)
         elif model.position is Position.ROPE:
             mem("rope", 2 * e * tokens * (q_w + kv_w), 2 * e * tokens * (q_w + kv_w), f"[{tokens}×{q_w + kv_w}]")
-        if per_block and kv < heads and shard.flash_attention:  # SDPA is an extern kernel: repeat_kv's K and V are
-            # materialised at the query heads under Inductor too (tests/ground_truth/test_torch_compile.py saves them)
-            kernels.mem("repeat_kv.k", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
-            kernels.mem("repeat_kv.v", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
         qk_dim, v_dim = hd, hd
     else:  # multi-head latent attention: low-rank query and key/value paths (parcalc.core.model.LatentAttention)
         qk_dim, v_dim = mla.qk_head_dim, mla.v_head_dim
@@ -545,6 +581,10 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
             bias_grads(kernels, "proj", tokens, (h,))
         eager_residual(kernels, "residual1", seq_tokens * h, shard.dropout, act)
         eager_norm(kernels, "norm2", model.norm, seq_tokens, h, model.bias)
+    elif per_block and norm:  # backward fused with the adds of the MLP's input gradients and the residual branch's
+        mem("residual1+norm2", residual_fwd + norm_write + stats, residual_bwd, act)
+        consumers = 2 if model.mlp.gated else 1
+        backward.append(memory_op("norm2.bwd", (consumers + 3) * e * seq_tokens * h + stats, spec, act))
     elif fuse_norm:
         mem("residual1+norm2", residual_fwd + norm_write, residual_bwd, act)
         backward.append(memory_op("norm2.bwd", 3 * e * seq_tokens * h, spec, act))
@@ -642,7 +682,7 @@ def end_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) ->
     ce_bwd = memory_op("cross_entropy.bwd", (LOGIT_BYTES + e) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
     norm = memory_op("final_norm", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x, write y
     norm_bwd = memory_op("final_norm.bwd", 3 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x and dy, write dx
-    if shard.eager and not shard.compiled:
+    if shard.eager:  # compiled eager code too: TorchTitan compiles the blocks only (COMPILE_PER_BLOCK), not the ends
         return _eager_ends(model, shard, spec, embed, embed_bwd, (fwd, dgrad, wgrad), tokens, vocab)
     return EndPasses(embed.time, embed_bwd.time, norm.time + fwd.time + ce.time, ce_bwd.time + dgrad.time + wgrad.time + norm_bwd.time,
                      (embed, embed_bwd, norm, fwd, ce, ce_bwd, dgrad, wgrad, norm_bwd))  # fmt: skip
