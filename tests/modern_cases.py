@@ -156,7 +156,7 @@ _NEMO = ("NeMo 24.03 Llama 2 7B recipe: distributed optimizer (ZeRO-1), sequence
          "no recomputation, Transformer Engine FP8 (delayed scaling) and its p2p ring CP (the defaults; the page states none of them)")  # fmt: skip
 _TT_GPU = (("memory_bandwidth", 2.4e12), ("memory_capacity", 96e9))
 _TT = ("TorchTitan on H100 96GB HBM2e at 500 W (2.4 TB/s and 96 GB stated by the page; GEMM shares of the 700 W H100 "
-       "SXM5 preset, the power cap not modelled); FSDP2 over the dp ranks, torch.compile not modelled; CP variant "
+       "SXM5 preset, the power cap not modelled); FSDP2 over the dp ranks; CP variant "
        "not stated: PyTorch's ring (p2p) assumed")  # fmt: skip
 
 _BRIDGE = ("Megatron-Bridge performance recipes (src/megatron/bridge/perf_recipes/*/h100/*.py @067f987df03b; _benchmark_common: "
