@@ -520,7 +520,7 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
                 bias_grads(kernels, "qkv", tokens, (q_w + 2 * kv_w,))
             if model.position is Position.ROPE:
                 eager_rope(kernels, tokens, s, (q_w, kv_w), hd)
-            if kv < heads and shard.flash_attention:  # repeat_kv before SDPA: K and V copied to the query heads
+            if kv < heads:  # repeat_kv before SDPA (model code, whatever SDPA's backend): K and V copied to the query heads
                 kernels.mem("repeat_kv.k", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
                 kernels.mem("repeat_kv.v", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
         elif per_block:
