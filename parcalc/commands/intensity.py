@@ -150,7 +150,7 @@ def _with_layer_kernels(result: object, shape: object, batch: int, seq_len: int,
              "kernel times: one GPU (no TP), one micro-batch of --batch sequences, causal attention, GEMMs at the in-training "
              "share fit uses (kernels.matmul)" + ("; FlashAttention" if flash else "; attention as explicit GEMMs and softmax")
              + ("; dropout as the model trains" if dropout else ""),
-             *(("--compile: " + compile_assumption(),) if compiled else ()), kernel_set_assumption(eager, compiled))  # fmt: skip
+             *(("--compile: " + compile_assumption(),) if compiled and not eager else ()), kernel_set_assumption(eager, compiled))  # fmt: skip
     return replace(result, derivations=result.derivations + totals, tables=result.tables + (table,),
                    assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()), ("compile", str(compiled).lower()),
                                                  ("kernels", "eager" if eager else "fused")))  # type: ignore[attr-defined]

@@ -464,9 +464,10 @@ def compiled_rope(kernels: _Kernels, tokens: int, seq: int, q_w: int, kv_w: int,
 
 def kernel_set_assumption(eager: bool, compiled: bool) -> str:
     """Which kernels parcalc times between the GEMMs, in words (fit's and intensity's assumptions)."""
+    if compiled and eager:
+        return "--compile: Inductor's kernels of the eager model code: " + COMPILE_PER_BLOCK
     if compiled:
-        return ("kernels: torch.compile's fused groups of the " + ("eager model code; " + COMPILE_PER_BLOCK if eager else
-                "fused set") + " (--compile wins over --kernels)")
+        return "kernels (fused, then compiled as above): " + FUSED_SOURCE
     if eager:
         return "kernels (eager): " + EAGER_SOURCE
     return "kernels: fused, " + FUSED_SOURCE
