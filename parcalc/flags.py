@@ -130,6 +130,8 @@ FLAGS: tuple[Flag, ...] = (
          "off", ("intensity", "memory", "flops", "fit", "scaling"), aliases=("--use-flash-attn",)),
     Flag("--compile", "torch.compile (Inductor): memory-bound kernels between GEMMs fused (fit, intensity --model); what its partitioner saves for backward (memory)",
          "switch", "", "off", ("intensity", "memory", "fit")),
+    Flag("--kernels", "The memory-bound kernels between GEMMs: fused (Megatron-LM / Transformer Engine) or eager (one per PyTorch op of the model code)",
+         "choice", "", "the framework's (intensity: fused)", ("intensity", "fit")),
     Flag("--dropout", "Dropout layers and their masks (--no-dropout: none)", "switch", "", "the model's", ("memory", "fit")),
     Flag("--causal", "Count the causal attention products at half", "switch", "", "off", ("flops",)),
     # the GPU and the network

@@ -1203,7 +1203,8 @@ def _json_depth(text: str) -> int:
 
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
-_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS)
+_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
+                   "kernels")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -1248,6 +1249,13 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     flags = {name: value_of(doc, name, name) for name in _FRAMEWORK_FLAGS}
     reduce_bytes = value_of(doc, "reduce_bytes", "reduce_bytes")
     stages = value_of(doc, "zero_stages", "zero_stages")
+    kernels = "fused"  # optional: profiles written before kernel sets existed time Megatron-LM's fused kernels
+    if "kernels" in data:
+        from parcalc.core.timing.framework import KERNEL_SETS
+
+        kernels = setting(doc, "kernels", "kernels")
+        if kernels not in KERNEL_SETS:
+            raise doc.error("kernels.value", f"one of {', '.join(KERNEL_SETS)}, got {shown(kernels)}")
     pipeline: tuple[tuple[str, Any], ...] = ()
     if "pipeline" in doc.data:
         block = doc.child("pipeline")
@@ -1276,6 +1284,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     return Framework(
         key=key, name=doc.text("name"), bucket_min_params=numbers["min_params"], bucket_params_per_dp_rank=numbers["params_per_dp_rank"],
         bucket_bytes=bucket_bytes, reduce_bytes=reduce_bytes, zero_stages=stages, sources=tuple(cited), pipeline=pipeline, **flags,
+        kernels=kernels,
     )  # fmt: skip
 
 

@@ -37,6 +37,7 @@ SETTINGS: dict[str, dict[str, object]] = {
     "sparse": _B, "causal": _B, "dropout": _B, "flash_attention": _B, "fp32_grads": _B, "sequence_parallel": _B,
     "compile": {**_B, "description": "torch.compile (Inductor)"}, "recompute_mla_up_proj": _B,
     "recompute_modules": {**_S, "description": "Megatron-LM's modules recomputed by selective recomputation, comma-separated"},
+    "kernels": {**_S, "enum": ["fused", "eager"], "description": "the memory-bound kernels between GEMMs (--kernels or the framework's)"},
     "moment_dtype": {**_S, "description": "element type of Adam's moments"},
     "moe_imbalance": {"type": "number", "description": "the busiest rank's MoE tokens over the balanced share"},
     "protocol": {**_S, "description": "NCCL's protocol: LL, LL128 or Simple"}, "gpus_per_node": _I,
@@ -49,7 +50,7 @@ SETTINGS: dict[str, dict[str, object]] = {
 # command: (its settings, its tables (a name: what it holds), whether it answers "does it fit")
 COMMANDS: dict[str, tuple[tuple[str, ...], dict[str, str], bool]] = {
     "peak-flops": (("gpu", "dtype", "sparse"), {}, False),
-    "intensity": (("model", "gpu", "gpu_name", "dtype", "flash_attention", "compile"),
+    "intensity": (("model", "gpu", "gpu_name", "dtype", "flash_attention", "compile", "kernels"),
                   {"ops": "every operation of one layer: FLOPs, bytes, intensity, bound", "kernels": "--model with a GPU: every kernel of one layer timed"}, False),
     "comm-volume": (("model", "strategy", "dtype", "grad_dtype", "link", "inter_node_link", "all_reduce_algorithm", "tp", "pp", "dp",
                      "cp", "cp_comm", "gpus", "data_parallel", "sequence_parallel", "schedule", "shard_group", "algorithm", "collective",
@@ -66,7 +67,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], dict[str, str], bool]] = {
     "flops": (("model", "gpu", "dtype", "recompute", "causal", "flash_attention", "cp", "recompute_layers", "recompute_modules"),
               {"layer_flops": "FLOPs of one layer by operation", "stage_flops": "--pp: FLOPs of each pipeline stage"}, False),
     "fit": (("model", "gpu", "gpu_name", "precision", "optimizer", "flash_attention", "framework", "mode", "offload", "network",
-             "cp", "cp_comm", "shard_group", "recompute_layers", "rank_by", "compile", "recompute_modules"),
+             "cp", "cp_comm", "shard_group", "recompute_layers", "rank_by", "compile", "recompute_modules", "kernels"),
             {"strategies": "the strategy table: memory, fits, most layers, step time", "stages": "one configuration's pipeline stages",
              "top": "--search: the fastest configurations that fit", "configurations": "--search with JSON / CSV: every configuration evaluated",
              "rejected": "--search: layouts rejected, by reason", "gpu_types": "--search over several --gpu: the best of each",

@@ -67,6 +67,7 @@ class Case(NamedTuple):
     reduce_bytes: int | None = None  # gradient reduction dtype, when the run's differs from the framework's
     fp8_recipe: str = "delayed"
     recompute_modules: tuple[str, ...] | None = None  # Megatron's recompute_modules with recompute=SELECTIVE (None: core_attn)
+    compiled: bool = False  # torch.compile on (--compile): the source says so
 
     @property
     def run(self) -> ModernRun:
@@ -101,7 +102,8 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
     seq = case.seq_len or run.seq_len
     assert batch and seq
     training = Training(batch, seq, precision, Optimizer.ADAMW, flash_attention=True, dropout=False, causal=True,
-                        fp8_recipe=case.fp8_recipe, recompute_modules=case.recompute_modules)  # fmt: skip
+                        fp8_recipe=case.fp8_recipe, recompute_modules=case.recompute_modules,
+                        compiled=case.compiled)  # fmt: skip
     framework = load_framework(case.framework, ())
     if case.reduce_bytes is not None:
         framework = replace(framework, reduce_bytes=case.reduce_bytes)
@@ -174,7 +176,8 @@ _NEMO = ("NeMo 24.03 Llama 2 7B recipe: distributed optimizer (ZeRO-1), sequence
 _TT_GPU = "h100-sxm5-96gb-hbm2e"  # the page's GPU: 2.4 TB/s, 96 GB, the default 500 W limit (presets/gpus)
 _TT = ("TorchTitan on H100 96GB HBM2e at 500 W (the h100-sxm5-96gb-hbm2e preset: 2.4 TB/s and 96 GB stated by the page, "
        "the Tensor Core rates of its power curve at 500 W, GEMM shares of the 700 W H100 SXM5); FSDP2 over the dp ranks; "
-       "torch.compile not modelled; torchao Float8 dynamic (current) per-tensor scaling, torchao's default then")  # fmt: skip
+       "torch.compile on (the rows say so: --compile, the torchtitan profile's eager kernels compiled per block); torchao "
+       "Float8 dynamic (current) per-tensor scaling, torchao's default then")  # fmt: skip
 
 CASES: tuple[Case, ...] = (
     # --- MoE (Megatron-Core report, Megatron-Bridge tables and recipes): tokens/s per GPU, force-balanced routing
@@ -204,9 +207,10 @@ CASES: tuple[Case, ...] = (
     # --- FP8 against BF16 on one layout (TorchTitan, Dec 2024)
     Case("tt2412-llama31-8b-8xh100-fsdp-compile-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
          f"{_TT}; seq 8192 (the llama3_8b.toml default); selective = Megatron's attention-core kind", micro_batch=2,
-         zero=3, recompute=Recompute.SELECTIVE, seq_len=8192, fp8_recipe="current"),
+         zero=3, recompute=Recompute.SELECTIVE, seq_len=8192, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp-compile-bf16", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
-         f"{_TT}; seq 8192", micro_batch=2, zero=3, recompute=Recompute.SELECTIVE, seq_len=8192),
+         f"{_TT}; seq 8192", micro_batch=2, zero=3, recompute=Recompute.SELECTIVE, seq_len=8192,
+         compiled=True),
 )
 
 # Runs that are not tests, each for a stated reason (docs/step-time.md, "Known gaps"):
@@ -221,11 +225,11 @@ KNOWN_GAPS: tuple[Case, ...] = (
          "scaling (the recipe at a later commit than the 26.04.01 row)", dispatcher="deepep", reduce_bytes=2, fp8_recipe="current"),
     Case("tt2412-llama31-8b-8xh100-fsdp4-cp2-seq64k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
          f"{_TT}; local batch 1 x 4 FSDP ranks = 4 sequences; CP variant not stated: PyTorch's ring (p2p) assumed", zero=3,
-         recompute=Recompute.FULL, global_batch=4, fp8_recipe="current"),
+         recompute=Recompute.FULL, global_batch=4, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp2-cp4-seq128k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
-         f"{_TT}; 2 sequences", zero=3, recompute=Recompute.FULL, global_batch=2, fp8_recipe="current"),
+         f"{_TT}; 2 sequences", zero=3, recompute=Recompute.FULL, global_batch=2, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp1-cp8-seq256k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
-         f"{_TT}; 1 sequence", zero=0, recompute=Recompute.FULL, global_batch=1, fp8_recipe="current"),
+         f"{_TT}; 1 sequence", zero=0, recompute=Recompute.FULL, global_batch=1, fp8_recipe="current", compiled=True),
 )
 
 

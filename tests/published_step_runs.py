@@ -803,6 +803,22 @@ TT_RUNS: tuple[PublishedRun, ...] = (
         "selective", "bf16", None, None, 5605, None, None,
         "seq_len from the toml default (see the 8-GPU row). Same table: + torch.compile 6,514; + Float8 8,380.",
     ),
+    _tt("torchtitan-llama31-8b-8xh100-fsdp-compile-bf16", (
+            f"{TT_BENCH}, Table 1 (as torchtitan-llama31-8b-8xh100-fsdp-bf16), row '| FSDP + torch.compile | 6,667 | 77.0 |'; "
+            f"{_TT_BENCH_HW}"),
+        "8B", "h100-sxm-96gb-hbm2e-500w", 8, 8, 400, 8192, 16, 2, 1, 1, 8, 1, None,
+        "selective", "bf16", None, None, 6667, None, None,
+        "The compile twin of torchtitan-llama31-8b-8xh100-fsdp-bf16 (5,762 TPS/GPU): 6667 / 5762 = 1.157 (derived). "
+        "TorchTitan compiles each TransformerBlock (torchtitan/parallelisms/parallelize_llama.py apply_compile at "
+        "9dec370). seq_len from the toml default.",
+    ),
+    _tt("torchtitan-llama31-8b-128xh100-fsdp-compile-bf16", (
+            f"{TT_BENCH}, Table 3 (as torchtitan-llama31-8b-128xh100-fsdp-bf16), row '| FSDP + torch.compile | 6,514 | 62.0 |'; "
+            f"{_TT_BENCH_HW}"),
+        "8B", "h100-sxm-96gb-hbm2e-500w", 128, 8, 400, 8192, 256, 2, 1, 1, 128, 1, None,
+        "selective", "bf16", None, None, 6514, None, None,
+        "The compile twin of torchtitan-llama31-8b-128xh100-fsdp-bf16 (5,605 TPS/GPU): 6514 / 5605 = 1.162 (derived).",
+    ),
     _tt("torchtitan-llama31-70b-256xh100-2d-fp8", (
             f"{TT_BENCH}, Table 4 '2D parallelism (FSDP + TP) + torch.compile + Float8. Llama 3.1 70B model. "
             "256 GPUs (FSDP 32, TP 8). Local batch size 16, global batch size 512. Full activation "

@@ -79,14 +79,14 @@ def test_published_flash_attention_median_within_25_percent() -> None:
 
 def test_gemm_time_by_hand_on_h100() -> None:
     """4096^3 BF16 on H100 SXM: 16 x 32 = 512 tiles of 256x128 in ceil(512/132) = 4 waves, q = 512/528;
-    in training t = 2 x 4096^3 / (989.43e12 x 0.491 x 512/528) = 291.75 us (471.09 TFLOP/s);
+    in training t = 2 x 4096^3 / (989.43e12 x 0.496 x 512/528) = 288.81 us (475.89 TFLOP/s);
     alone (0.828, MAMF) 173.0 us = 794.4 TFLOP/s, against 788.72 (zzc0721 #79) and 783.3 (XLA) measured."""
     spec = spec_of("h100-sxm5")
     assert spec.peak == pytest.approx(H100_PEAK)
     t_train, r_train, t_alone, r_alone = gemm_times(4096, 4096, 4096, 1, 2.0, "bf16", spec)
     flops = 2 * 4096**3
-    assert t_train.value == pytest.approx(flops / (H100_PEAK * 0.491 * 512 / 528), rel=1e-12)
-    assert r_train.value == pytest.approx(H100_PEAK * 0.491 * 512 / 528, rel=1e-12)
+    assert t_train.value == pytest.approx(flops / (H100_PEAK * 0.496 * 512 / 528), rel=1e-12)
+    assert r_train.value == pytest.approx(H100_PEAK * 0.496 * 512 / 528, rel=1e-12)
     assert t_alone.value == pytest.approx(flops / (H100_PEAK * 0.828 * 512 / 528), rel=1e-12)
     assert r_alone.value / 1e12 == pytest.approx(794.42, abs=0.01)
 
@@ -141,7 +141,7 @@ def test_cli_gemm_json_carries_times() -> None:
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     values = {key: d["value"] for key, d in data["results"].items()}
-    assert values["time_train"] == pytest.approx(2 * 4096**3 / (H100_PEAK * 0.491 * 512 / 528))
+    assert values["time_train"] == pytest.approx(2 * 4096**3 / (H100_PEAK * 0.496 * 512 / 528))
     assert values["achieved_alone"] / 1e12 == pytest.approx(794.42, abs=0.01)
 
 
@@ -215,9 +215,14 @@ def test_fit_compile_flag_in_settings_and_assumptions() -> None:
     assert compiled["settings"]["compile"] is True and plain["settings"]["compile"] is False  # typed settings (schema_version 1)
     assert any(a.startswith("--compile:") for a in compiled["assumptions"])
     t_plain, t_compiled = plain["results"]["t_step"]["value"], compiled["results"]["t_step"]["value"]
-    # TorchTitan docs/performance.md Table 1 (Llama 3.1 8B, 8 H100, FSDP): 5,762 -> 6,667 tokens/s per GPU with
-    # torch.compile (+15.7 %). parcalc's baseline is already hand-fused, so it predicts well under 1 % (not fit to it).
-    assert 0.0 < 1 - t_compiled / t_plain < 0.01
+    # TorchTitan's Dec 2024 Table 1 (Llama 3.1 8B, 8 H100, FSDP): 5,762 -> 6,667 tokens/s per GPU with torch.compile
+    # (+15.7 %). The torchtitan profile's baseline is eager PyTorch (one kernel per ATen op): compiling shortens this
+    # step (no recomputation) by 9.5 %, +10.5 % tokens/s (not fit to it; the pair with op-level SAC as published:
+    # tests/test_step_time_published.py). From Megatron-LM's hand-fused kernels (--kernels fused) it gains under 1 %.
+    assert 1 - t_compiled / t_plain == pytest.approx(0.095, abs=0.003)
+    fused_plain, fused_compiled = (json.loads(runner.invoke(app, args + ["--kernels", "fused"] + extra).output)["results"]["t_step"]["value"]
+                                   for extra in ([], ["--compile"]))  # fmt: skip
+    assert 0.0 < 1 - fused_compiled / fused_plain < 0.01
 
 
 def test_search_with_compile_agrees_with_the_estimate() -> None:

@@ -394,6 +394,27 @@ def fp8_recipe_flag(recipe: str | None, precision: Any) -> str:
     return recipe.lower()
 
 
+KernelsOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--kernels", metavar="SET",
+                 help="The memory-bound kernels between GEMMs: fused (Megatron-LM / Transformer Engine's hand-fused norms, "
+                      "activations, RoPE) or eager (one kernel per PyTorch op of the model code, e.g. RMSNorm's fp32 chain); "
+                      "default: the framework profile's (eager for fsdp2 and torchtitan). --compile fuses either.", show_default=False),
+]  # fmt: skip
+
+
+def kernels_flag(kernels: str | None) -> str | None:
+    """--kernels checked: fused or eager (None: not given, the framework profile decides)."""
+    from parcalc.core.timing.framework import KERNEL_SETS
+    from parcalc.errors import InputError
+
+    if kernels is None:
+        return None
+    if kernels.strip().lower() not in KERNEL_SETS:
+        raise InputError(f"--kernels: one of {', '.join(KERNEL_SETS)}, got {kernels!r}")
+    return kernels.strip().lower()
+
+
 def expert_flags(ep: str | None, etp: str | None, model: Any) -> tuple[int, int | None]:
     """--ep / --etp as counts (ep 1 and etp None when not given); on a model without experts, an error."""
     from parcalc.errors import InputError

@@ -22,6 +22,8 @@ from parcalc.commands.common import (
     EpOverlapOption,
     EtpOption,
     Fp8RecipeOption,
+    KernelsOption,
+    kernels_flag,
     MaxNodesOption,
     MoeDispatcherOption,
     MoeImbalanceOption,
@@ -110,6 +112,8 @@ Examples:
       --tp 1 --pp 1 --dp 64 --zero 3 --recompute op
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 16 --seq-len 8192 --flash-attention --framework torchtitan \\
       --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute op --compile
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 16 --seq-len 8192 --flash-attention --framework torchtitan \\
+      --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute op --kernels fused
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --sequence-parallel \\
       --recompute full --recompute-layers 2
   parcalc fit --model deepseek-v3 --gpu h100-sxm5 --gpus 1024 --batch 8192 --seq-len 4096 --flash-attention --precision fp8 \\
@@ -167,6 +171,7 @@ def fit(
     host_link: Annotated[Text, typer.Option(metavar="NAME", help="The GPU's link to the host for --offload (default: pcie5-x16 on Hopper/Blackwell, else pcie4-x16).")] = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
     compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor): the memory-bound kernels between GEMMs fused into fewer kernels (which: see Assumptions).")] = False,
+    kernels: KernelsOption = None,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,
     reserve: Annotated[Text, typer.Option(metavar="BYTES", help="CUDA context, NCCL buffers, fragmentation (default 2GiB; see `parcalc memory`).")] = None,
@@ -223,6 +228,7 @@ def fit(
     if gpus is None:
         raise InputError("--gpus: how many GPUs? (e.g. --gpus 8)")
     shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
+    from parcalc.core.timing.framework import kernel_set
     from parcalc.presets import load_framework
 
     profile = load_framework(framework if framework is not None else "megatron", dirs)
@@ -263,6 +269,7 @@ def fit(
         offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
         host_link=_host_link(host_link, offload, dirs), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
         recompute_modules=recompute_modules_flag(recompute_modules),
+        kernels=kernels_flag(kernels),
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     given_recomputes = tuple(dict.fromkeys(recompute)) if recompute else None
@@ -329,6 +336,7 @@ def fit(
     keys = {name: _gpu_key(name, dirs) for name in names}  # settings.gpu: the preset name; gpu_name: its display name
     settings = [("model", shape.key), ("gpu", keys.get(gpu_name, "none")), ("gpu_name", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
                 ("flash_attention", str(flash_attention).lower()), ("compile", str(compile_).lower()), ("framework", profile.key),
+                ("kernels", kernel_set(training, profile)),
                 ("mode", "search" if search else "configuration" if pinned else "strategies")] + settings_cp  # fmt: skip
     if offload:
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
@@ -483,7 +491,14 @@ def _cluster(gpus: str, gpu: str | None, gpus_per_node: str | None, capacity: st
 def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> list[Term]:
     from parcalc.commands.model_options import model_terms
     from parcalc.core.fit import EFFICIENCY_SOURCE
+    from parcalc.core.timing.compute import memory_kernel_count
+    from parcalc.core.timing.framework import kernel_set
     from parcalc.derivation import Term
+
+    kset = kernel_set(training, cluster.framework)
+    dropout = shape.dropout if training.dropout is None else training.dropout
+    n_mem = memory_kernel_count(shape, kset == "eager", training.compiled, training.flash_attention, dropout)
+    chosen = "--compile" if training.compiled else "--kernels" if training.kernels else f"the {cluster.framework.key} profile's"
 
     return model_terms(shape) + [
         Term("N", "N", "N", cluster.gpus, "", "GPUs"),
@@ -498,6 +513,10 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
         Term("e_mem", "e_mem", r"e_{\mathrm{mem}}", cluster.spec.kernels.memory.value, "fraction", "share of HBM bandwidth memory-bound kernels sustain",
              cluster.spec.kernels.memory.source),
         Term("x", "x", "x", cluster.efficiency, "", "factor on every kernel's rate (--efficiency)", EFFICIENCY_SOURCE),
+        Term("n_mem", "n_mem", r"n_{\mathrm{mem}}", n_mem, "",
+             f"memory-bound kernels per layer, forward + backward: {'compiled' if training.compiled else kset} ({chosen})",
+             "torch.compile (Inductor) fused groups" if training.compiled else cluster.framework.source("kernels") if not training.kernels
+             else "--kernels"),
         Term("B_intra", "B_intra", r"B_{\mathrm{intra}}", cluster.intra.bandwidth_per_direction.value, "B/s",
              f"{cluster.intra.name} per GPU, each direction (link inside a node)", cluster.intra.bandwidth_per_direction.source),
         Term("B_nic", "B_nic", r"B_{\mathrm{NIC}}", cluster.inter.bandwidth_per_direction.value, "B/s",
@@ -511,7 +530,8 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
     from parcalc.commands.common import sixteen_bit_default
     from parcalc.commands.memory import dropout_assumption
     from parcalc.core.memory import gradient_convention, state_bytes
-    from parcalc.core.timing.compute import compile_assumption
+    from parcalc.core.timing.compute import compile_assumption, kernel_set_assumption
+    from parcalc.core.timing.framework import kernel_set
 
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=shape)
     framework = cluster.framework
@@ -536,7 +556,8 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)"
         + (" + offload (PCIe copies beyond their overlap window, the CPU optimizer step memory-bound on 614.4 GB/s of host DRAM per node: "
            "parcalc.core.timing.offload)" if training.offload_optimizer or training.offload_activations else ""),
-        *(("--compile: " + compile_assumption(),) if training.compiled else ()),
+        *(("--compile: " + compile_assumption(),) if training.compiled and kernel_set(training, framework) != "eager" else ()),
+        kernel_set_assumption(kernel_set(training, framework) == "eager", training.compiled),
         *((f"fp8 ({training.fp8_recipe} scaling): the linears' GEMMs at the FP8 peak times the preset's fp8 share, each input "
            "quantised by a memory-bound cast kernel (read once, once more per amax pass, written row- and column-wise in FP8); "
            "attention, the LM head and the MoE router in BF16; weights cast once per iteration (not timed)",)

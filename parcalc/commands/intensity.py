@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, PictureOutputOption, PowerLimitOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import (FormatOption, KernelsOption, PictureOutputOption, PowerLimitOption, PresetsOption, finish,
+                                     kernels_flag, preset_dirs, start)  # fmt: skip
 
 EXAMPLES = """\
 \b
@@ -18,6 +19,7 @@ Examples:
   parcalc intensity --m 4096 --k 4096 --n 4096 --dtype bf16 --gpu h100-sxm5
   parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention
   parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention --compile
+  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention --kernels eager
   parcalc intensity --model llama3-8b --batch 1 --seq-len 4096 --gpu h100-sxm5 -o roof.svg
   parcalc intensity --m 8192 --k 8192 --n 8192 --dtype bf16 --gpu h100-sxm5 --power-limit 500W
 \b
@@ -41,6 +43,7 @@ def intensity(
     bandwidth: Annotated[_Text, typer.Option(metavar="B/s", help="Memory bandwidth for the roofline (overrides --gpu).")] = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="With --model: time attention as FlashAttention kernels.")] = False,
     compile_: Annotated[bool, typer.Option("--compile", help="With --model: torch.compile's fused memory-bound kernels (see Assumptions).")] = False,
+    kernels: KernelsOption = None,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
     output: PictureOutputOption = None,
@@ -69,10 +72,12 @@ def intensity(
         result = layer_intensity(shape, sequences, length, dtype_key, element_bytes, machine)
         if machine is not None:
             result = _with_layer_kernels(result, shape, sequences, length, dtype_key, element_bytes, machine, device, bandwidth, peak,
-                                         flash_attention, compile_, rated)  # fmt: skip
+                                         flash_attention, compile_, rated, kernels_flag(kernels) == "eager")  # fmt: skip
+        elif kernels is not None:
+            raise InputError("--kernels: with --model and a GPU (--gpu, or --peak and --bandwidth): it changes the timed kernels")
     else:
-        if flash_attention or compile_:
-            flag = "--flash-attention" if flash_attention else "--compile"
+        if flash_attention or compile_ or kernels is not None:
+            flag = "--flash-attention" if flash_attention else "--compile" if compile_ else "--kernels"
             raise InputError(f"{flag}: only with --model (it changes a layer's kernels)")
         missing = [flag for flag, value in (("--m", m), ("--k", k), ("--n", n)) if value is None]
         if missing:
@@ -146,26 +151,27 @@ def _with_gemm_times(result: object, dims: tuple[int, int, int, int], dtype: str
 
 def _with_layer_kernels(result: object, shape: object, batch: int, seq_len: int, dtype: str, element_bytes: float, machine: object,
                         device: object, bandwidth: str | None, peak: str | None, flash: bool, compiled: bool,
-                        rated: float | None = None) -> object:  # fmt: skip
+                        rated: float | None = None, eager: bool = False) -> object:  # fmt: skip
     """intensity --model with a machine: every kernel of one layer timed by the step-time model."""
     from dataclasses import replace
 
-    from parcalc.core.timing.compute import LayerShard, compile_assumption
+    from parcalc.core.timing.compute import LayerShard, compile_assumption, kernel_set_assumption
     from parcalc.core.timing.kernel_report import layer_kernels
 
     spec = _spec(machine, device, bandwidth, dtype, peak, rated)
     fp8 = dtype == "fp8"
     activation_bytes = 2.0 if fp8 else element_bytes  # FP8 training keeps 16-bit activations
     dropout = bool(getattr(shape, "dropout", False))
-    shard = LayerShard(batch, seq_len, 1, False, flash, dropout, True, activation_bytes, 1, "delayed" if fp8 else "", compiled)
+    shard = LayerShard(batch, seq_len, 1, False, flash, dropout, True, activation_bytes, 1, "delayed" if fp8 else "", compiled, eager)
     table, totals = layer_kernels(shape, shard, spec, moe_layer=getattr(shape, "moe", None) is not None)  # type: ignore[arg-type]
     notes = (*_kernel_assumptions(device, spec),
              "kernel times: one GPU (no TP), one micro-batch of --batch sequences, causal attention, GEMMs at the in-training "
              "share fit uses (kernels.matmul)" + ("; FlashAttention" if flash else "; attention as explicit GEMMs and softmax")
              + ("; dropout as the model trains" if dropout else ""),
-             *(("--compile: " + compile_assumption(),) if compiled else ()))  # fmt: skip
+             *(("--compile: " + compile_assumption(),) if compiled and not eager else ()), kernel_set_assumption(eager, compiled))  # fmt: skip
     return replace(result, derivations=result.derivations + totals, tables=result.tables + (table,),
-                   assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()), ("compile", str(compiled).lower())))  # type: ignore[attr-defined]
+                   assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()), ("compile", str(compiled).lower()),
+                                                 ("kernels", "eager" if eager else "fused")))  # type: ignore[attr-defined]
 
 
 def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: str, dirs: tuple,

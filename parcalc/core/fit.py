@@ -153,6 +153,7 @@ class Training:
     # --recompute-modules: what selective recomputation checkpoints (Megatron-LM's recompute_modules, parcalc.core.recompute);
     # None: ['core_attn']. A run-wide pin: the search's "selective" is these modules too
     recompute_modules: tuple[str, ...] | None = None
+    kernels: str | None = None  # --kernels fused|eager (parcalc.core.timing.framework.KERNEL_SETS); None: the framework profile's
 
 
 @dataclass(frozen=True)

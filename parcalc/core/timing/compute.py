@@ -31,6 +31,7 @@ from typing import NamedTuple
 from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.hardware import Gpu, KernelRates, Sourced
 from parcalc.core.model import TransformerModel
+from parcalc.core.timing.framework import KERNEL_SETS  # noqa: F401 - re-exported beside the sets' sources
 from parcalc.core.timing.moe import ExpertShard, moe_kernels
 
 GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
@@ -181,6 +182,7 @@ class LayerShard:
     cp: int = 1  # context parallelism: seq_len is this rank's shard s/cp; its queries attend over all s keys
     fp8: str = ""  # FP8 training: the scaling recipe of the GEMM inputs (FP8_RECIPES); "": none
     compiled: bool = False  # torch.compile (Inductor): memory-bound neighbours fused (COMPILE_GROUPS)
+    eager: bool = False  # eager PyTorch: one kernel per ATen op of the model code (EAGER_SOURCE); compiled wins
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,16 @@ COMPILE_GROUPS = (
     "residual add + the next norm, forward: the sum is written once and not read again (norm input from registers)",
     "attention softmax + dropout (without FlashAttention), forward and backward: the probabilities are not re-read",
 )
+COMPILE_PER_BLOCK = (
+    "eager model code compiled (--kernels eager --compile): TorchTitan compiles each TransformerBlock on its own "
+    "(torchtitan/parallelisms/parallelize_llama.py apply_compile at 9dec370: torch.compile(transformer_block, "
+    "fullgraph=True)), so a block's last residual add is not fused with the next block's first norm, and the final "
+    "norm and the loss stay eager; each norm's "
+    "backward absorbs autograd's adds of its input's gradients (the projections' and the residual branch's); SDPA is "
+    "an extern kernel, so repeat_kv's K and V stay materialised at the query heads (Inductor's partitioner saves them: "
+    "tests/ground_truth/test_torch_compile.py); Inductor generates no code for complex tensors (torch/_inductor/"
+    "lowering.py), so the complex RoPE products stay ATen kernels between generated fp32 casts (compiled_rope)"
+)
 COMPILE_SOURCE = ("torch.compile / TorchInductor (torch 2.13.0): pointwise and reduction nodes between GEMMs fused into "
                   "one generated kernel, never into an extern (cuBLAS) GEMM (torch/_inductor/scheduler.py, Scheduler.can_fuse, "
                   "line 7327: 'node1 is extern but not a triton kernel'); one HBM read of the inputs and one write of the "
@@ -335,6 +347,153 @@ class _Kernels:
         self.backward.extend(bwd)
 
 
+# ---------------------------------------------------------------------------------------------
+# Eager PyTorch: one kernel per ATen op of the model code
+
+FUSED_SOURCE = ("Megatron-LM / Transformer Engine / Apex hand-fused kernels: fused LayerNorm/RMSNorm (TE, Apex), "
+                "bias-GeLU and bias-SwiGLU (megatron/core/fusions/fused_bias_gelu.py, fused_bias_swiglu.py), fused RoPE, "
+                "bias-dropout-add, scale-mask-softmax")  # fmt: skip
+EAGER_SOURCE = (
+    "eager PyTorch launches one kernel per ATen op of the model code, each reading its inputs from HBM and writing its "
+    "outputs: RMSNorm as TorchTitan writes it (torchtitan/models/norms.py at 9dec370: self._norm(x.float()).type_as(x) "
+    "* self.weight, _norm = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)): 8 kernels forward, 16 backward "
+    "(autograd's formulas for _to_copy, pow, mean, add, rsqrt, mul); LayerNorm one (aten.native_layer_norm, its "
+    "backward native_layer_norm_backward; llm-foundry's LPLayerNorm calls F.layer_norm, llmfoundry/models/layers/"
+    "norm.py at 061f2c7); RoPE through complex64 (torchtitan/models/llama/model.py apply_rotary_emb: x.float(), "
+    "complex mul, type_as; backward also materialises conj(freqs_cis)); repeat_kv's reshape copies K and V to the "
+    "query heads before SDPA; SwiGLU w2(F.silu(w1(x)) * w3(x)) as silu and mul; GeLU one aten.gelu "
+    "(llm-foundry ffn.py nn.GELU); residual adds; autograd adds the gradients of a tensor with two consumers (the "
+    "residual branches, w1 / w3's input, wq / wk / wv's input); a bias gradient is a sum over tokens. Recorded with a "
+    "TorchDispatchMode on a TorchTitan block (tests/ground_truth/test_torch_eager_kernels.py)"
+)  # fmt: skip
+RMS_STATS = 4.0  # RMSNorm's statistics and the normalised copy are fp32 (the x.float() upcast)
+LN_STATS = 4.0  # native_layer_norm's mean and 1/sigma: fp32 for 16-bit inputs on CUDA (acc type; the CPU keeps bf16)
+
+
+def separate_projections(model: TransformerModel) -> bool:
+    """Eager code of the Llama family (RoPE and a gated MLP: Llama's reference model.py, TorchTitan, Hugging Face
+    LlamaAttention) has separate wq, wk, wv; GPT-2 (c_attn), llm-foundry MPT (Wqkv), GPT-NeoX fuse them. Gated
+    MLPs keep w1 and w3 (gate_proj, up_proj) apart in all of them."""
+    return model.position is Position.ROPE and model.mlp.gated
+
+
+def eager_norm(kernels: _Kernels, key: str, norm: Norm, rows: int, h: int, bias: bool = False) -> None:
+    """A norm over `rows` x h values as eager PyTorch runs it (EAGER_SOURCE): forward and backward kernels."""
+    e, f, n, spec = kernels.e, RMS_STATS, rows * h, kernels.spec
+    shape = f"[{rows}×{h}]"
+    if norm is Norm.LAYERNORM:
+        params = e * h * (2 if bias else 1)
+        kernels.forward.append(memory_op(key, e * n + params + e * n + 2 * LN_STATS * rows, spec, shape))
+        kernels.backward.append(memory_op(f"{key}.bwd", 2 * e * n + 2 * LN_STATS * rows + e * h + e * n + params, spec, shape))
+        return
+    if norm is not Norm.RMSNORM:
+        return
+    r = rows
+    forward = (  # (op, bytes): x.float(); pow; mean; + eps; rsqrt; x * rstd; type_as; * weight
+        ("to_fp32", e * n + f * n), ("pow", 2 * f * n), ("mean", f * n + f * r), ("add_eps", 2 * f * r), ("rsqrt", 2 * f * r),
+        ("mul_rstd", 2 * f * n + f * r), ("to_bf16", f * n + e * n), ("mul_weight", 2 * e * n + e * h))
+    backward = (  # autograd of the above, last op first: weight's grad (mul, sum), x's through the fp32 chain
+        ("mul_weight.dw", 3 * e * n), ("mul_weight.dx", 2 * e * n + e * h), ("sum_dw", e * n + e * h), ("to_fp32", e * n + f * n),
+        ("mul_rstd.drstd", 3 * f * n), ("mul_rstd.dx", 2 * f * n + f * r), ("sum_drstd", f * n + f * r),
+        ("rsqrt.pow", 2 * f * r), ("rsqrt.scale", 2 * f * r), ("rsqrt.mul", 3 * f * r), ("mean.div", f * r + f * n),
+        ("pow.pow", 2 * f * n), ("pow.scale", 2 * f * n), ("pow.mul", 3 * f * n), ("add_grads", 3 * f * n), ("to_bf16", f * n + e * n))
+    per_row = ("add_eps", "rsqrt", "rsqrt.pow", "rsqrt.scale", "rsqrt.mul")  # on the [rows] statistics only
+    kernels.forward.extend(memory_op(f"{key}.{op}", traffic, spec, f"[{rows}]" if op in per_row else shape) for op, traffic in forward)
+    kernels.backward.extend(memory_op(f"{key}.{op}.bwd", traffic, spec, f"[{rows}]" if op in per_row else shape)
+                            for op, traffic in backward)  # fmt: skip
+
+
+def eager_rope(kernels: _Kernels, tokens: int, seq: int, widths: tuple[int, ...], head_dim: int) -> None:
+    """TorchTitan's apply_rotary_emb on Q and K (`widths`: their values per token): per tensor x.float(), the
+    complex64 product with freqs_cis (s x d/2 complex, read once per tensor), type_as; backward: the fp32 cast
+    of the gradient, conj(freqs_cis) materialised, the product, the cast back."""
+    e, f, spec = kernels.e, RMS_STATS, kernels.spec
+    table = seq * head_dim * 4.0  # complex64 [s, d/2]
+    for name, width in zip(("q", "k"), widths, strict=False):
+        n = tokens * width
+        shape = f"[{tokens}×{width}]"
+        kernels.forward.extend((memory_op(f"rope.{name}.to_fp32", e * n + f * n, spec, shape),
+                                memory_op(f"rope.{name}.mul", 2 * f * n + table, spec, shape),
+                                memory_op(f"rope.{name}.to_bf16", f * n + e * n, spec, shape)))  # fmt: skip
+        kernels.backward.extend((memory_op(f"rope.{name}.to_fp32.bwd", e * n + f * n, spec, shape),
+                                 memory_op(f"rope.{name}.conj.bwd", 2 * table, spec, f"[{seq}×{head_dim // 2}] complex"),
+                                 memory_op(f"rope.{name}.mul.bwd", 2 * f * n + table, spec, shape),
+                                 memory_op(f"rope.{name}.to_bf16.bwd", f * n + e * n, spec, shape)))  # fmt: skip
+
+
+def eager_residual(kernels: _Kernels, key: str, n: int, dropout: bool, shape: str) -> None:
+    """x + dropout(y): the add (and native_dropout with its 1-byte mask); backward: the dropout's mask
+    multiply, and autograd's add of the two gradients of x (the residual branch and the sublayer)."""
+    e, spec = kernels.e, kernels.spec
+    if dropout:
+        kernels.mem(f"{key}.dropout", (2 * e + MASK_BYTES) * n, (2 * e + MASK_BYTES) * n, shape)
+    kernels.forward.append(memory_op(key, 3 * e * n, spec, shape))
+    kernels.backward.append(memory_op(f"{key}.add_grads.bwd", 3 * e * n, spec, shape))
+
+
+def grad_sum(kernels: _Kernels, key: str, n: int, count: int, shape: str) -> None:
+    """Autograd's adds of a tensor's gradients from `count` consumers (count - 1 kernels)."""
+    kernels.backward.extend(memory_op(f"{key}.add_grads.bwd" + (f".{i}" if count > 2 else ""), 3 * kernels.e * n, kernels.spec, shape)
+                            for i in range(count - 1))  # fmt: skip
+
+
+def bias_grads(kernels: _Kernels, key: str, tokens: int, widths: tuple[int, ...]) -> None:
+    """A linear's bias gradient: the output gradient summed over tokens (one reduction per linear)."""
+    for i, width in enumerate(widths):
+        name = key if len(widths) == 1 else f"{key}.{i}"
+        kernels.backward.append(memory_op(f"{name}.bias_grad.bwd", kernels.e * (tokens * width + width), kernels.spec,
+                                          f"[{tokens}×{width}]"))  # fmt: skip
+
+
+def memory_kernel_count(model: TransformerModel, eager: bool, compiled: bool, flash: bool, dropout: bool) -> int:
+    """Memory-bound kernels of one dense layer, forward + backward, under a kernel set (fit's inputs: n_mem).
+    Independent of the shape: a micro-batch of 1 x 8 tokens on one GPU with generic rates counts them."""
+    shard = LayerShard(1, 8, 1, False, flash, dropout, True, 2.0, compiled=compiled, eager=eager)
+    passes = layer_passes(model, shard, compute_spec(None, "bf16", 1e15))
+    return sum(k.kind == "memory" for k in passes.forward + passes.backward)
+
+
+def compiled_rope(kernels: _Kernels, tokens: int, seq: int, q_w: int, kv_w: int, head_dim: int, rope: bool, repeat: bool) -> None:
+    """RoPE and repeat_kv of eager code under Inductor (COMPILE_PER_BLOCK). Inductor generates no code for complex
+    tensors (torch/_inductor/lowering.py, unsupported_input_tensor: 'Torchinductor does not support code generation
+    for complex operators'), so apply_rotary_emb's complex products stay ATen kernels; around them the fp32 casts are
+    generated kernels, and the casts back fuse with repeat_kv's copies of K and V (the SDPA inputs) into one.
+    Seen in Inductor's output code for TorchTitan's block (torch 2.13 on the CPU): forward cast q, cast k, mul q,
+    mul k, cast back + repeat; backward the K gradient's repeat sum + cast, conj(freqs_cis), mul k, cast q, mul q,
+    the V gradient's repeat sum, cast back k, cast back q."""
+    e, f, spec, t = kernels.e, RMS_STATS, kernels.spec, tokens
+    k_out = q_w if repeat else kv_w  # K as SDPA reads it
+    if not rope:
+        if repeat:
+            kernels.mem("repeat_kv", e * t * (2 * kv_w + 2 * q_w), e * t * (2 * q_w + 2 * kv_w), f"[{t}×{q_w}]")
+        return
+    table = seq * head_dim * 4.0
+    q, k = f"[{t}×{q_w}]", f"[{t}×{kv_w}]"
+    kernels.forward.extend((
+        memory_op("rope.q.to_fp32", (e + f) * t * q_w, spec, q), memory_op("rope.k.to_fp32", (e + f) * t * kv_w, spec, k),
+        memory_op("rope.q.mul", 2 * f * t * q_w + table, spec, q), memory_op("rope.k.mul", 2 * f * t * kv_w + table, spec, k),
+        memory_op("rope.to_bf16+repeat_kv", f * t * (q_w + kv_w) + e * t * (q_w + k_out) + (e * t * (kv_w + q_w) if repeat else 0.0),
+                  spec, q)))  # fmt: skip
+    kernels.backward.extend((
+        memory_op("rope.k.to_fp32.bwd", e * t * k_out + f * t * kv_w, spec, k),
+        memory_op("rope.conj.bwd", 2 * table, spec, f"[{seq}×{head_dim // 2}] complex"),
+        memory_op("rope.k.mul.bwd", 2 * f * t * kv_w + table, spec, k),
+        memory_op("rope.q.to_fp32.bwd", (e + f) * t * q_w, spec, q), memory_op("rope.q.mul.bwd", 2 * f * t * q_w + table, spec, q),
+        *((memory_op("repeat_kv.v.bwd", e * t * (q_w + kv_w), spec, k),) if repeat else ()),
+        memory_op("rope.k.to_bf16.bwd", (f + e) * t * kv_w, spec, k), memory_op("rope.q.to_bf16.bwd", (f + e) * t * q_w, spec, q)))  # fmt: skip
+
+
+def kernel_set_assumption(eager: bool, compiled: bool) -> str:
+    """Which kernels parcalc times between the GEMMs, in words (fit's and intensity's assumptions)."""
+    if compiled and eager:
+        return "--compile: Inductor's kernels of the eager model code: " + COMPILE_PER_BLOCK
+    if compiled:
+        return "kernels (fused, then compiled as above): " + FUSED_SOURCE
+    if eager:
+        return "kernels (eager): " + EAGER_SOURCE
+    return "kernels: fused, " + FUSED_SOURCE
+
+
 @lru_cache(maxsize=4096)
 def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> tuple[tuple[Kernel, ...], ...]:
     """A layer's kernels up to its MLP (norm, QKV, attention, projection, residual, second norm),
@@ -359,15 +518,36 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     # residual2, so its fused part is charged there (steady state: every layer alike).
     fuse_norm = norm and shard.compiled
     norm_write = e * seq_tokens * h
-    if norm:
+    mla = model.mla
+    eager = shard.eager and not shard.compiled and mla is None  # EAGER_SOURCE (MLA keeps the fused set)
+    per_block = shard.eager and shard.compiled and mla is None  # eager model code compiled per block (COMPILE_PER_BLOCK)
+    stats = (2 if model.norm is Norm.LAYERNORM else 1) * RMS_STATS * seq_tokens  # fp32 statistics per row, saved
+    if eager:
+        eager_norm(kernels, "norm1", model.norm, seq_tokens, h, model.bias)
+    elif per_block and norm:  # its own kernel (the previous block's graph ends before it); backward fused with the
+        # adds of the Q/K/V input gradients and of the residual branch's gradient (COMPILE_PER_BLOCK)
+        consumers = 3 if separate_projections(model) else 1
+        mem("norm1", 2 * e * seq_tokens * h + stats, (consumers + 3) * e * seq_tokens * h + stats, act)
+    elif norm:
         if fuse_norm:
             backward.append(memory_op("norm1.bwd", 3 * e * seq_tokens * h, spec, act))
         else:
             mem("norm1", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
-    mla = model.mla
     if mla is None:
         linear("qkv", tokens, h, q_w + 2 * kv_w)
-        if model.position is Position.ROPE:
+        if eager:
+            if separate_projections(model):  # wq, wk, wv: three input gradients, two adds
+                grad_sum(kernels, "qkv", tokens * h, 3, f"[{tokens}×{h}]")
+            if model.bias:
+                bias_grads(kernels, "qkv", tokens, (q_w + 2 * kv_w,))
+            if model.position is Position.ROPE:
+                eager_rope(kernels, tokens, s, (q_w, kv_w), hd)
+            if kv < heads:  # repeat_kv before SDPA (model code, whatever SDPA's backend): K and V copied to the query heads
+                kernels.mem("repeat_kv.k", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
+                kernels.mem("repeat_kv.v", e * tokens * (kv_w + q_w), e * tokens * (q_w + kv_w), f"[{tokens}×{q_w}]")
+        elif per_block:
+            compiled_rope(kernels, tokens, s, q_w, kv_w, hd, model.position is Position.ROPE, kv < heads and shard.flash_attention)
+        elif model.position is Position.ROPE:
             mem("rope", 2 * e * tokens * (q_w + kv_w), 2 * e * tokens * (q_w + kv_w), f"[{tokens}×{q_w + kv_w}]")
         qk_dim, v_dim = hd, hd
     else:  # multi-head latent attention: low-rank query and key/value paths (parcalc.core.model.LatentAttention)
@@ -418,7 +598,16 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
         backward.extend((gemm("attn.scores.dgrad", s, sk, qk_dim, e, aspec, batch=b * heads),
                          gemm("attn.scores.wgrad", sk, s, qk_dim, e, aspec, batch=b * heads)))  # fmt: skip
     linear("proj", tokens, heads * v_dim if mla is not None else q_w, h)
-    if fuse_norm:
+    if eager:
+        if model.bias:
+            bias_grads(kernels, "proj", tokens, (h,))
+        eager_residual(kernels, "residual1", seq_tokens * h, shard.dropout, act)
+        eager_norm(kernels, "norm2", model.norm, seq_tokens, h, model.bias)
+    elif per_block and norm:  # backward fused with the adds of the MLP's input gradients and the residual branch's
+        mem("residual1+norm2", residual_fwd + norm_write + stats, residual_bwd, act)
+        consumers = 2 if model.mlp.gated else 1
+        backward.append(memory_op("norm2.bwd", (consumers + 3) * e * seq_tokens * h + stats, spec, act))
+    elif fuse_norm:
         mem("residual1+norm2", residual_fwd + norm_write, residual_bwd, act)
         backward.append(memory_op("norm2.bwd", 3 * e * seq_tokens * h, spec, act))
     else:
@@ -443,13 +632,17 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
     kernels = _Kernels(spec, e, shard.fp8, forward, backward)
     mem, linear = kernels.mem, kernels.linear
 
-    last = ("residual2+norm1", residual_fwd + norm_write) if fuse_norm else ("residual2", residual_fwd)  # the next layer's norm1
+    # the next layer's norm1, unless each block is compiled on its own (COMPILE_PER_BLOCK)
+    last = ("residual2+norm1", residual_fwd + norm_write) if fuse_norm and not shard.eager else ("residual2", residual_fwd)
     if experts is not None and model.moe is not None:
         moe_forward, moe_backward, shared_f, shared_b = moe_kernels(model, shard, spec, experts)
         forward.extend(moe_forward)
         backward.extend(moe_backward)
         mem(last[0], last[1], residual_bwd, act)
         return LayerPasses(tuple(forward), tuple(backward), tuple(core), shared_f, shared_b)
+    if shard.eager and not shard.compiled and model.mla is None:
+        _eager_mlp(model, kernels, tokens, h, f, seq_tokens, shard.dropout, act)
+        return LayerPasses(tuple(forward), tuple(backward), tuple(core))
     if model.mlp.gated:
         linear("mlp.gate_up", tokens, h, 2 * f)
         mem("mlp.act", 3 * e * tokens * f, 5 * e * tokens * f, f"[{tokens}×{f}]")
@@ -459,6 +652,30 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
     linear("mlp.down", tokens, f, h)
     mem(last[0], last[1], residual_bwd, act)
     return LayerPasses(tuple(forward), tuple(backward), tuple(core))
+
+
+def _eager_mlp(model: TransformerModel, kernels: _Kernels, tokens: int, h: int, f: int, seq_tokens: int, dropout: bool,
+               act: str) -> None:  # fmt: skip
+    """The dense MLP and the second residual as eager PyTorch runs them (EAGER_SOURCE)."""
+    e, mid = kernels.e, f"[{tokens}×{f}]"
+    name = "silu" if model.mlp.value == "swiglu" else "gelu" if model.mlp.value in ("gelu", "geglu") else "relu"
+    if model.mlp.gated:  # act(w1 x) * (w3 x): the activation, the product; backward two products, the activation's
+        kernels.linear("mlp.gate_up", tokens, h, 2 * f)
+        grad_sum(kernels, "mlp.gate_up", tokens * h, 2, f"[{tokens}×{h}]")  # w1 and w3 read the same input
+        kernels.mem(f"mlp.{name}", 2 * e * tokens * f, 3 * e * tokens * f, mid)
+        kernels.forward.append(memory_op("mlp.mul", 3 * e * tokens * f, kernels.spec, mid))
+        kernels.backward.extend(memory_op(f"mlp.mul.{x}.bwd", 3 * e * tokens * f, kernels.spec, mid) for x in ("d_act", "d_up"))
+        widths: tuple[int, ...] = (f, f)
+    else:
+        kernels.linear("mlp.up", tokens, h, f)
+        kernels.mem(f"mlp.{name}", 2 * e * tokens * f, 3 * e * tokens * f, mid)
+        widths = (f,)
+    if model.bias:
+        bias_grads(kernels, "mlp.up", tokens, widths)
+    kernels.linear("mlp.down", tokens, f, h)
+    if model.bias:
+        bias_grads(kernels, "mlp.down", tokens, (h,))
+    eager_residual(kernels, "residual2", seq_tokens * h, dropout, act)
 
 
 @dataclass(frozen=True)
@@ -487,8 +704,31 @@ def end_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) ->
     ce_bwd = memory_op("cross_entropy.bwd", (LOGIT_BYTES + e) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
     norm = memory_op("final_norm", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x, write y
     norm_bwd = memory_op("final_norm.bwd", 3 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x and dy, write dx
+    if shard.eager:  # compiled eager code too: TorchTitan compiles the blocks only (COMPILE_PER_BLOCK), not the ends
+        return _eager_ends(model, shard, spec, embed, embed_bwd, (fwd, dgrad, wgrad), tokens, vocab)
     return EndPasses(embed.time, embed_bwd.time, norm.time + fwd.time + ce.time, ce_bwd.time + dgrad.time + wgrad.time + norm_bwd.time,
                      (embed, embed_bwd, norm, fwd, ce, ce_bwd, dgrad, wgrad, norm_bwd))  # fmt: skip
+
+
+def _eager_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, embed: Kernel, embed_bwd: Kernel,
+                head: tuple[Kernel, Kernel, Kernel], tokens: int, vocab: int) -> EndPasses:  # fmt: skip
+    """The final norm and the loss as eager PyTorch runs them: the norm's ATen ops (eager_norm) and
+    F.cross_entropy(pred.float(), labels) (TorchTitan train.py loss_fn at 9dec370): the logits cast to fp32,
+    _log_softmax, nll_loss; backward nll_loss_backward (writes the whole fp32 gradient), _log_softmax_backward_data
+    and the cast back."""
+    e, f, n = shard.bytes_per_element, LOGIT_BYTES, tokens * vocab
+    logits = f"[{tokens}×{vocab}]"
+    norm = _Kernels(spec, e, "")
+    eager_norm(norm, "final_norm", model.norm, tokens, model.hidden, model.bias)
+    fwd, dgrad, wgrad = head
+    ce = (memory_op("cross_entropy.to_fp32", (e + f) * n, spec, logits), memory_op("cross_entropy.log_softmax", 2 * f * n, spec, logits),
+          memory_op("cross_entropy.nll_loss", (8 + f) * tokens, spec, f"[{tokens}]"))  # int64 labels, one log-probability each  # fmt: skip
+    ce_bwd = (memory_op("cross_entropy.nll_loss.bwd", f * n, spec, logits), memory_op("cross_entropy.log_softmax.bwd", 3 * f * n, spec, logits),
+              memory_op("cross_entropy.to_bf16.bwd", (f + e) * n, spec, logits))  # fmt: skip
+    t_norm, t_norm_bwd = sum(k.time for k in norm.forward), sum(k.time for k in norm.backward)
+    return EndPasses(embed.time, embed_bwd.time, t_norm + fwd.time + sum(k.time for k in ce),
+                     sum(k.time for k in ce_bwd) + dgrad.time + wgrad.time + t_norm_bwd,
+                     (embed, embed_bwd, *norm.forward, fwd, *ce, *ce_bwd, dgrad, wgrad, *norm.backward))  # fmt: skip
 
 
 def optimizer_time(params: float, bytes_per_param: float, spec: ComputeSpec) -> float:

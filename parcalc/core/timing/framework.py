@@ -12,6 +12,9 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+# The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
+KERNEL_SETS = ("fused", "eager")
+
 
 @dataclass(frozen=True)
 class Framework:
@@ -40,6 +43,10 @@ class Framework:
     # gradients into fp32 copies, which it then reduces (DeepSpeed's BF16_Optimizer; 0: gradients
     # accumulate in place, in the dtype reduce_bytes says).
     bf16_grad_accumulation_bytes: float = 0.0
+    # The memory-bound kernels between GEMMs: "fused" (Megatron-LM / Transformer Engine's hand-fused ones) or
+    # "eager" (one kernel per ATen op of the model code: PyTorch-native stacks without torch.compile);
+    # parcalc.core.timing.compute.KERNEL_SETS. Training.kernels (--kernels) overrides it.
+    kernels: str = "fused"
 
     def source(self, name: str) -> str:
         return dict(self.sources).get(name, f"{self.name} profile")
@@ -98,3 +105,9 @@ MEGATRON = Framework(
                         "(fp32 main gradients)")),
     ),
 )  # fmt: skip
+
+
+def kernel_set(training: object, framework: Framework) -> str:
+    """The kernel set a run times: --kernels (Training.kernels) when given, else the framework's."""
+    chosen = getattr(training, "kernels", None)
+    return chosen if chosen else framework.kernels

@@ -199,6 +199,7 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
     """The per-layer pieces of stage_pieces (see there)."""
     from parcalc.core.choices import Collective, Precision, Recompute
     from parcalc.core.timing.compute import LayerShard, end_passes, layer_passes
+    from parcalc.core.timing.framework import kernel_set
     from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange, routed_tokens
     from parcalc.core.timing.network import collective_time, placement
 
@@ -210,7 +211,7 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
     seq = training.seq_len // cp  # this rank's tokens of each sequence (context parallelism)
     fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""
     shard = LayerShard(micro_batch, seq, tp, sequence_parallel, training.flash_attention, dropout,
-                       training.causal, e, cp, fp8, training.compiled)  # fmt: skip
+                       training.causal, e, cp, fp8, training.compiled, kernel_set(training, cluster.framework) == "eager")  # fmt: skip
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
     if model.moe is not None:
