@@ -124,8 +124,9 @@ def test_h100_share_is_rederived_from_the_calibration_run_alone() -> None:
     assert calibrate_h100_share("fused") == pytest.approx(0.491, abs=0.0005)
     share = calibrate_h100_share()
     assert share == pytest.approx(0.496, abs=0.0005)
-    rates = load_gpu("h100-sxm5", ()).kernels
-    assert rates is not None and rates.matmul_share("bf16").value == round(share, 3)  # type: ignore[union-attr]
+    for preset in ("h100-sxm5", "h100-sxm5-96gb-hbm2e", "h200"):  # every preset that takes the H100's calibrated share
+        rates = load_gpu(preset, ()).kernels
+        assert rates is not None and rates.matmul_share("bf16").value == round(share, 3), preset  # type: ignore[union-attr]
 
 
 def test_torch_compile_speedup_of_torchtitans_pairs() -> None:
@@ -133,8 +134,10 @@ def test_torch_compile_speedup_of_torchtitans_pairs() -> None:
     # to 6,667 tokens/s per GPU on 8 H100s (+15.7 %) and from 5,605 to 6,514 on 128 (+16.2 %). With the fused set as
     # the eager baseline parcalc predicted +0.3 %; the eager set (one kernel per ATen op, the torchtitan profile's)
     # against Inductor's groups of the same code (compiled per block, complex RoPE left to ATen, the ends eager:
-    # compute.COMPILE_PER_BLOCK) predicts +16.3 % for both. Not tuned to them; before the per-block groups (with the
-    # session-8 compiled set, fused RoPE and ends) it was +21 %.
+    # compute.COMPILE_PER_BLOCK) predicts +16.3 % for both on a 700 W H100, and +14.8 % on the runs' 500 W part (its
+    # GEMMs run 1 / 0.896 slower, its memory-bound kernels do not, so what compile removes is a smaller share of the
+    # step: parcalc.core.power). Not tuned to them; before the per-block groups (with the session-8 compiled set,
+    # fused RoPE and ends) it was +21 %.
     from step_time_cases import compile_speedups
 
     rows = compile_speedups()
@@ -142,4 +145,4 @@ def test_torch_compile_speedup_of_torchtitans_pairs() -> None:
     for key, predicted, published in rows:
         assert published == pytest.approx(0.157 if "-8xh100" in key else 0.162, abs=0.001)
         assert 0.10 <= predicted <= 0.30, f"{key}: predicted {predicted * 100:+.1f} %"
-        assert predicted == pytest.approx(0.163, abs=0.005)  # measured: +16.3 % and +16.3 %
+        assert predicted == pytest.approx(0.148, abs=0.005)  # measured: +14.8 % and +14.8 % (at 500 W)
