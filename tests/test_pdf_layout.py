@@ -221,6 +221,36 @@ def test_wide_tables_wrap_then_split_never_shrink() -> None:
     assert sorted(j for part in parts for j in part["columns"][1:]) == list(range(1, 15))
 
 
+def test_a_wrapping_column_of_one_long_word_takes_no_share() -> None:
+    """A column over TABLE_WRAP_CHARS whose longest word is the whole cell cannot wrap: it lacks nothing,
+    and _share_line divided by the zero it lacked (`presets show h100-sxm5-96gb-hbm2e -o x.pdf` and
+    `intensity --model ... -o x.pdf` died with ZeroDivisionError)."""
+    from parcalc.render.latex import TABLE_LINE_PT, TABLE_PT_PER_CHAR, table_parts
+
+    # the field column: 'kernels.attention_backward' (26 characters, no space) is as wide as it can be;
+    # the source column beside it (400 characters) wraps and takes what the line leaves
+    source = "Dao 2023, FlashAttention-2 (arXiv:2307.08691), sec. 4.1 " * 7
+    parts = table_parts(["field", "value", "source"], [["kernels.attention_backward", "0.33", source]], [False, True, False])
+    assert len(parts) == 1
+    specs = re.findall(r"p\{(\d+)pt\}", str(parts[0]["align"]))
+    field, rest = float(specs[0]), float(specs[1])
+    assert field == pytest.approx(26 * TABLE_PT_PER_CHAR, abs=0.5)  # 117 pt: its natural width, not more
+    # the source column gets the rest of the 460 pt line: 460 - 3 x 12 pt padding - 117 - 5 x 4.5 (the
+    # value column, as wide as its header 'value') = 284.5 pt, printed to the point
+    assert rest == pytest.approx(TABLE_LINE_PT - 3 * 12 - 26 * TABLE_PT_PER_CHAR - 5 * TABLE_PT_PER_CHAR, abs=1)
+
+
+@pytest.mark.parametrize("args", [
+    ["presets", "show", "h100-sxm5-96gb-hbm2e"],
+    ["intensity", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--seq-len", "8192", "--flash-attention", "--kernels", "eager"],
+])  # fmt: skip
+def test_tables_of_long_words_write_tex(runner, tmp_path: Path, args: list[str]) -> None:
+    out = tmp_path / "x.tex"
+    result = runner.invoke(app, [*args, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert r"\begin{document}" in out.read_text()
+
+
 def test_a_table_on_its_side_numbers_rows_whose_first_cells_repeat() -> None:
     # fit --search's top 5 set on its side came out headed "tp | 4 4 8 8": the rows are numbered
     # instead, and the first column becomes a line like the others

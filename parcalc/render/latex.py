@@ -289,9 +289,13 @@ def _share_line(columns: Sequence[int], natural: Sequence[float], least: Sequenc
     left of the line in proportion to what they lack, none below its least width nor above its natural one."""
     widths = {j: (least[j] if wraps[j] else natural[j]) for j in columns}
     free = TABLE_LINE_PT - TABLE_COLUMN_PAD_PT * len(columns) - sum(widths.values())
-    growing = [j for j in columns if wraps[j]]
+    # a wrapping column whose longest word is its whole width (a long path, a 17-character name) is
+    # already at its natural width: it lacks nothing, and must not take a share (nor divide by zero)
+    growing = [j for j in columns if wraps[j] and natural[j] > widths[j]]
     while free > 1 and growing:  # in proportion to what each still lacks: a long source column gets most
         total = sum(natural[j] - widths[j] for j in growing)
+        if total <= 0:
+            break
         for j in list(growing):
             widths[j] += free * (natural[j] - widths[j]) / total
         free = 0.0
