@@ -225,7 +225,10 @@ def test_a_wrapping_column_of_one_long_word_takes_no_share() -> None:
     """A column over TABLE_WRAP_CHARS whose longest word is the whole cell cannot wrap: it lacks nothing,
     and _share_line divided by the zero it lacked (`presets show h100-sxm5-96gb-hbm2e -o x.pdf` and
     `intensity --model ... -o x.pdf` died with ZeroDivisionError)."""
-    from parcalc.render.latex import TABLE_LINE_PT, TABLE_PT_PER_CHAR, table_parts
+    from parcalc.render.latex import TABLE_LINE_PT, TABLE_PT_PER_CHAR, _share_line, table_parts
+
+    # a part whose only wrapping column lacks nothing (natural = least = 117 pt) keeps it at 117 pt
+    assert _share_line([0, 1], [117.0, 22.5], [117.0, 22.5], [True, False]) == {0: 117.0, 1: 22.5}
 
     # the field column: 'kernels.attention_backward' (26 characters, no space) is as wide as it can be;
     # the source column beside it (400 characters) wraps and takes what the line leaves
