@@ -662,8 +662,10 @@ def _whole(row: Mapping[str, Any], key: str, where: str) -> int:
 
 
 def _row_quantity(row: Mapping[str, Any], key: str, dimension: Dimension, where: str, allow_zero: bool = False) -> float:
+    # "<path>: key 'power_curve[0]'" names the row; its field goes inside the quotes: key 'power_curve[0].power'
+    label = f"{where[:-1]}.{key}'" if where.endswith("'") else f"{where}.{key}"
     try:
-        return parse_quantity(row[key], dimension, f"{where}.{key}", allow_zero=allow_zero)
+        return parse_quantity(row[key], dimension, label, allow_zero=allow_zero)
     except InputError as error:
         raise PresetError(str(error)) from None
 
@@ -1239,7 +1241,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
                 raise block.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {shown(value)}")
             return float(value)
         if name == "zero_stages":
-            if not isinstance(value, list) or not value or any(z not in (0, 1, 2, 3) or isinstance(z, bool) for z in value):
+            if not isinstance(value, list) or not value or any(type(z) is not int or z not in (0, 1, 2, 3) for z in value):
                 raise block.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {shown(value)}")
             return tuple(sorted(set(value)))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:  # bytes per parameter
@@ -1284,7 +1286,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     return Framework(
         key=key, name=doc.text("name"), bucket_min_params=numbers["min_params"], bucket_params_per_dp_rank=numbers["params_per_dp_rank"],
         bucket_bytes=bucket_bytes, reduce_bytes=reduce_bytes, zero_stages=stages, sources=tuple(cited), pipeline=pipeline, **flags,
-        kernels=kernels,
+        kernels=kernels, notes=doc.texts("notes"),
     )  # fmt: skip
 
 

@@ -31,6 +31,23 @@ def test_profiles_name_their_kernel_set_with_a_source(name: str, kernels: str) -
     assert profile.source("kernels") != f"{profile.name} profile"  # a cited source, not the fallback
 
 
+@pytest.mark.parametrize(("name", "kernels"), [("megatron", "fused"), ("deepspeed", "fused"), ("fsdp2", "eager"), ("torchtitan", "eager")])
+def test_presets_show_lists_the_kernel_set_and_the_notes(name: str, kernels: str) -> None:
+    """`presets show <profile>` listed every setting but the kernel set, and none of the profile's notes."""
+    import yaml
+
+    result = runner.invoke(app, ["presets", "show", name, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    rows = {row["field"]: row for row in document["tables"]["fields"]["rows"]}
+    profile = load_framework(name)
+    assert rows["kernels"]["value"] == kernels
+    assert rows["kernels"]["source"] == profile.source("kernels")
+    # the notes, as the YAML file writes them (presets/frameworks/<name>.yaml)
+    data = yaml.safe_load((Path(__file__).parent.parent / f"presets/frameworks/{name}.yaml").read_text())
+    assert document["verdicts"] == data["notes"] and data["notes"]
+
+
 def test_a_profile_without_kernels_is_fused_and_a_bad_value_is_one_error(tmp_path: Path) -> None:
     text = (Path(__file__).parent.parent / "presets/frameworks/fsdp2.yaml").read_text()
     lines = [line for line in text.splitlines() if not line.startswith("kernels:") and not line.startswith("  kernels:")]

@@ -142,6 +142,102 @@ def test_hostile_gpu_preset_is_one_line_error(runner, tmp_path: Path, text: str,
     assert len(line) < 300
 
 
+# Hostile power curves and framework profiles (the power_curve, power_limit, pipeline and kernels keys):
+# each a copy of a packaged preset with one key broken, used through --presets DIR.
+PRESETS = Path(__file__).parents[1] / "presets"
+_H100_96 = (PRESETS / "gpus" / "h100-sxm5-96gb-hbm2e.yaml").read_text()
+_CURVE = _H100_96[_H100_96.index("power_curve:\n") : _H100_96.index("nvlink_bandwidth_per_direction")]
+
+
+def _point(power: str, scale: str) -> str:
+    return f"  - {{power: {power}, tensor_scale: {scale}, source: whitepaper}}\n"
+
+
+HOSTILE_CURVES = {
+    "unsorted": ("power_curve:\n" + _point("700 W", "1") + _point("400 W", "0.8"), "key 'power_curve[1].power': points must ascend"),
+    "duplicate-power": ("power_curve:\n" + _point("400 W", "0.8") + _point("400 W", "0.9") + _point("700 W", "1"), "must ascend"),
+    "scale-above-1": ("power_curve:\n" + _point("400 W", "1.5"), "key 'power_curve[0].tensor_scale': a share of the preset's peaks, at most 1"),
+    "scale-0": ("power_curve:\n" + _point("400 W", "0") + _point("700 W", "1"), "key 'power_curve[0].tensor_scale': '0' must be greater than zero"),
+    "scale-negative": ("power_curve:\n" + _point("400 W", "-0.5") + _point("700 W", "1"), "must not be negative"),
+    "scale-nan": ("power_curve:\n" + _point("400 W", ".nan") + _point("700 W", "1"), "'.nan' is not a finite number"),
+    "scale-inf": ("power_curve:\n" + _point("400 W", ".inf") + _point("700 W", "1"), "'.inf' is not a finite number"),
+    "scale-text": ("power_curve:\n" + _point("400 W", "abc") + _point("700 W", "1"), "cannot read 'abc' as fraction"),
+    "scale-list": ("power_curve:\n" + _point("400 W", "[1]"), "cannot read '[1]' as fraction"),
+    "power-0": ("power_curve:\n" + _point("0 W", "0.5") + _point("700 W", "1"), "key 'power_curve[0].power': '0 W' must be greater than zero"),
+    "power-negative": ("power_curve:\n" + _point("-400 W", "0.5"), "must not be negative"),
+    "power-nan": ("power_curve:\n" + _point("nan W", "0.5"), "'nan W' is not a finite number"),
+    "power-1e309": ("power_curve:\n" + _point("1e309 W", "0.5"), "too large"),
+    "power-wrong-unit": ("power_curve:\n" + _point("400 GB", "0.5"), "cannot read '400 GB' as power"),
+    "power-no-unit": ("power_curve:\n" + _point("400", "0.5"), "400 has no unit"),
+    "curve-text": ("power_curve: hello\n", "expected a non-empty list"),
+    "curve-empty": ("power_curve: []\n", "expected a non-empty list"),
+    "curve-mapping": ("power_curve: {power: 400 W, tensor_scale: 0.8, source: whitepaper}\n", "expected a non-empty list"),
+    "point-extra-key": ("power_curve:\n  - {power: 400 W, tensor_scale: 0.8, source: whitepaper, x: 1}\n", "expected a mapping with the keys"),
+    "source-not-text": ("power_curve:\n  - {power: 400 W, tensor_scale: 0.8, source: [whitepaper]}\n", "expected non-empty text"),
+    "huge-list": ("power_curve:\n" + "".join(_point(f"{300 + i} W", f"{0.5 + i * 1e-6:.6f}") for i in range(60_000)), "too large for a preset"),
+    "anchor-bomb": ("power_curve: &a [{power: 400 W, tensor_scale: 0.8, source: whitepaper}]\n"
+                    + "".join(f"x{i}: &x{i} [*{'a' if i == 0 else f'x{i - 1}'}, *{'a' if i == 0 else f'x{i - 1}'}]\n" for i in range(40)), "aliases"),
+    "aliased-points": ("power_curve:\n  - &p {power: 400 W, tensor_scale: 0.8, source: whitepaper}\n" + "  - *p\n" * 2000, "aliases"),
+    "deep-scale": ("power_curve:\n  - {power: 400 W, tensor_scale: " + "[" * 40 + "]" * 40 + ", source: whitepaper}\n", "nested more than 32"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("curve, message", HOSTILE_CURVES.values(), ids=HOSTILE_CURVES.keys())
+@pytest.mark.parametrize("command", [["peak-flops", "--dtype", "bf16"], ["peak-flops", "--dtype", "bf16", "--power-limit", "450W"],
+                                     ["fit", "--model", "llama3-8b", "--gpus", "8", "--power-limit", "450W"], ["presets", "show"]])  # fmt: skip
+def test_hostile_power_curve_is_one_line_error(runner, tmp_path: Path, curve: str, message: str, command: list[str]) -> None:
+    import time
+
+    directory = gpu_preset(tmp_path, _H100_96.replace(_CURVE, curve))
+    args = [*command, "hostile"] if command[0] == "presets" else [*command, "--gpu", "hostile"]
+    started = time.perf_counter()
+    line = one_line_error(runner.invoke(app, [*args, "--presets", str(directory)]))
+    assert time.perf_counter() - started < 10
+    assert message in line and "hostile.yaml" in line
+    assert len(line) < 400
+
+
+_DEEPSPEED = (PRESETS / "frameworks" / "deepspeed.yaml").read_text()
+_PIPELINE = _DEEPSPEED[_DEEPSPEED.index("pipeline:  #") : _DEEPSPEED.index("kernels: {value")]
+_KERNELS = _DEEPSPEED[_DEEPSPEED.index("kernels: {value") : _DEEPSPEED.index("\n", _DEEPSPEED.index("kernels: {value")) + 1]
+HOSTILE_FRAMEWORKS = {
+    "pipeline-null": (_PIPELINE, "pipeline:\n", "key 'pipeline': expected a mapping"),
+    "pipeline-list": (_PIPELINE, "pipeline: [1, 2]\n", "key 'pipeline': expected a mapping"),
+    "pipeline-unknown-key": (_PIPELINE, "pipeline:\n  overlap_grad_reduc: {value: false, source: pipe}\n", "did you mean 'overlap_grad_reduce'"),
+    "pipeline-bare-value": (_PIPELINE, "pipeline:\n  overlap_grad_reduce: false\n", "key 'pipeline.overlap_grad_reduce': expected a mapping"),
+    "pipeline-no-source": (_PIPELINE, "pipeline:\n  overlap_grad_reduce: {value: false}\n", "pipeline.overlap_grad_reduce.source': missing"),
+    "pipeline-bool-as-int": (_PIPELINE, "pipeline:\n  overlap_grad_reduce: {value: 0, source: pipe}\n", "expected true or false, got 0"),
+    "pipeline-zero-float": (_PIPELINE, "pipeline:\n  zero_stages: {value: [1.0], source: pipe}\n", "a list of ZeRO stages among 0, 1, 2, 3, got [1.0]"),
+    "pipeline-zero-text": (_PIPELINE, "pipeline:\n  zero_stages: {value: '0,1', source: pipe}\n", "a list of ZeRO stages"),
+    "pipeline-bytes-nan": (_PIPELINE, "pipeline:\n  bf16_grad_accumulation_bytes: {value: .nan, source: pipe}\n", "not a finite number"),
+    "pipeline-bytes-huge": (_PIPELINE, "pipeline:\n  bf16_grad_accumulation_bytes: {value: 1e300, source: pipe}\n", "between 0 and 100"),
+    "pipeline-bytes-unit": (_PIPELINE, "pipeline:\n  bf16_grad_accumulation_bytes: {value: 20 B, source: pipe}\n", "between 0 and 100"),
+    "pipeline-deep": (_PIPELINE, "pipeline: " + "{a: " * 40 + "1" + "}" * 40 + "\n", "nested more than 32"),
+    "pipeline-alias": (_PIPELINE, "pipeline:\n  overlap_grad_reduce: &x {value: false, source: pipe}\n  overlap_param_gather: *x\n", "aliases"),
+    "kernels-unknown": (_KERNELS, "kernels: {value: compiled, source: kernels}\n", "key 'kernels.value': one of fused, eager, got 'compiled'"),
+    "kernels-null": (_KERNELS, "kernels: {value: null, source: kernels}\n", "one of fused, eager, got None"),
+    "kernels-list": (_KERNELS, "kernels: {value: [fused], source: kernels}\n", "one of fused, eager, got ['fused']"),
+    "kernels-300-characters": (_KERNELS, "kernels: {value: " + "x" * 300 + ", source: kernels}\n", "(300 characters)"),
+    "kernels-bare": (_KERNELS, "kernels: eager\n", "key 'kernels': expected a mapping"),
+    "kernels-no-source": (_KERNELS, "kernels: {value: eager}\n", "key 'kernels.source': missing"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("old, new, message", HOSTILE_FRAMEWORKS.values(), ids=HOSTILE_FRAMEWORKS.keys())
+@pytest.mark.parametrize("command", [["fit", "--tp", "2", "--pp", "4", "--dp", "2", "--zero", "1"], ["fit", "--search"], ["presets", "show"]])
+def test_hostile_framework_profile_is_one_line_error(runner, tmp_path: Path, old: str, new: str, message: str, command: list[str]) -> None:
+    folder = tmp_path / "frameworks"
+    folder.mkdir()
+    (folder / "hostile.yaml").write_text(_DEEPSPEED.replace(old, new))
+    if command[0] == "presets":
+        args = [*command, "hostile"]
+    else:
+        args = [*command, "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "16", "--batch", "32", "--framework", "hostile"]
+    line = one_line_error(runner.invoke(app, [*args, "--presets", str(tmp_path)]))
+    assert message in line and "hostile.yaml" in line
+    assert len(line) < 400
+
+
 def test_billion_laughs_worksheet_is_refused_before_it_expands(runner, tmp_path: Path) -> None:
     sheet = tmp_path / "bomb.yaml"
     sheet.write_text(BILLION_LAUGHS.replace("kind: gpu", "kind: worksheet\ntitle: t"))

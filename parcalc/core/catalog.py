@@ -67,6 +67,8 @@ def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
         value = getattr(framework, name)
         shown = ", ".join(str(z) for z in value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) else value
         rows.append((name, shown, "B" if name == "reduce_bytes" else "", framework.source(name)))
+    # the memory-bound kernels between GEMMs the profile times (--kernels overrides it)
+    rows.append(("kernels", framework.kernels, "", framework.source("kernels")))
     for name, value in framework.pipeline:  # what its own pipeline engine changes when pp > 1
         shown = ", ".join(str(z) for z in value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) else value
         unit = "B/param" if name == "bf16_grad_accumulation_bytes" else ""

@@ -47,6 +47,8 @@ class Framework:
     # "eager" (one kernel per ATen op of the model code: PyTorch-native stacks without torch.compile);
     # parcalc.core.timing.compute.KERNEL_SETS. Training.kernels (--kernels) overrides it.
     kernels: str = "fused"
+    # The profile's `notes:` lines, shown by `presets show` (prose: not compared, not hashed)
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def source(self, name: str) -> str:
         return dict(self.sources).get(name, f"{self.name} profile")
