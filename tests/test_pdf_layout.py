@@ -254,6 +254,18 @@ def test_tables_of_long_words_write_tex(runner, tmp_path: Path, args: list[str])
     assert r"\begin{document}" in out.read_text()
 
 
+def test_greek_letters_and_operator_names_count_in_a_display_line() -> None:
+    """fit's t_tp with a checkpointed MLP's TP re-gather (--recompute-modules mlp, DeepSeek-V3 TP 2 x PP 8)
+    was estimated at 76 characters (\max and \mu\text{s} dropped as commands) and set in align*: it ran
+    9.99 pt into the margin. Counted now: 76 + 2 x 3 (max) + 3 x 2 (us, read before as one command) = 88."""
+    from parcalc.render.latex import DISPLAY_LINE_CHARS, display_chars
+
+    line = (r"&= 128 \times (7.1842\ \text{ms} + 9 \times (\max(0, 99.7805\ \mu\text{s} - 106.823\ \mu\text{s}) + "
+            r"\max(0, 99.7805\ \mu\text{s} - 1.28188\ \text{ms})))")  # fmt: skip
+    assert display_chars(line) == 88 > DISPLAY_LINE_CHARS
+    assert display_chars(r"\max(0, \mu\text{s})") == len("max(0, gs)")
+
+
 def test_a_table_on_its_side_numbers_rows_whose_first_cells_repeat() -> None:
     # fit --search's top 5 set on its side came out headed "tp | 4 4 8 8": the rows are numbered
     # instead, and the first column becomes a line like the others
