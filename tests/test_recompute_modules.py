@@ -110,6 +110,15 @@ def test_flops_and_fit_carry_the_modules(run_json) -> None:  # type: ignore[no-u
                    "--flash-attention", "--tp", "1", "--pp", "1", "--dp", "16", "--ep", "16", "--zero", "1", "--recompute", "selective",
                    "--recompute-modules", "moe_act,layernorm")  # fmt: skip
     assert fit["settings"]["recompute_modules"] == "moe_act,layernorm"
+    # the text and the PDF said only "recompute selective": the modules are an assumption, with Megatron's sites
+    said = [a for a in fit["assumptions"] if a.startswith("recompute selective: Megatron-LM's modules moe_act, layernorm")]
+    assert len(said) == 1 and "moe_act: megatron/core/transformer/moe/experts.py" in said[0]
+    search = run_json("fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm5", "--gpus", "16", "--batch", "64", "--seq-len", "4096",
+                      "--flash-attention", "--search", "--top", "2", "--recompute", "selective", "--recompute-modules", "moe_act")  # fmt: skip
+    assert any(a.startswith("recompute selective: Megatron-LM's modules moe_act (") for a in search["assumptions"])
+    plain = run_json("fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm5", "--gpus", "16", "--batch", "64", "--seq-len", "4096",
+                     "--flash-attention", "--tp", "1", "--pp", "1", "--dp", "16", "--ep", "16", "--zero", "1", "--recompute", "selective")  # fmt: skip
+    assert not any("Megatron-LM's modules" in a for a in plain["assumptions"])  # the default core_attn says nothing new
 
 
 @pytest.mark.parametrize(

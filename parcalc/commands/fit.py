@@ -558,6 +558,7 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
            "parcalc.core.timing.offload)" if training.offload_optimizer or training.offload_activations else ""),
         *(("--compile: " + compile_assumption(),) if training.compiled and kernel_set(training, framework) != "eager" else ()),
         kernel_set_assumption(kernel_set(training, framework) == "eager", training.compiled),
+        *_modules_assumption(training),
         *((f"fp8 ({training.fp8_recipe} scaling): the linears' GEMMs at the FP8 peak times the preset's fp8 share, each input "
            "quantised by a memory-bound cast kernel (read once, once more per amax pass, written row- and column-wise in FP8); "
            "attention, the LM head and the MoE router in BF16; weights cast once per iteration (not timed)",)
@@ -571,6 +572,18 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         "GB = 1e9 bytes, GiB = 2^30 bytes",
         *power_assumptions(cluster.gpu, mfu=True),
     )
+
+
+def _modules_assumption(training: Training) -> tuple[str, ...]:
+    """--recompute-modules: what "recompute selective" means in every row, as `memory` states it (the
+    settings carried the list, the text and the PDF said only "recompute selective")."""
+    if training.recompute_modules is None:
+        return ()
+    from parcalc.core.recompute import MEGATRON_MODULE_SITES, MEGATRON_MODULES
+
+    modules = training.recompute_modules
+    return (f"recompute selective: Megatron-LM's modules {', '.join(modules)} (--recompute-modules; {MEGATRON_MODULES}): "
+            + "; ".join(f"{m}: {MEGATRON_MODULE_SITES[m]}" for m in modules),)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
