@@ -38,10 +38,13 @@ SECONDS_PER_EXAMPLE = 10.0  # a generous bound on 2 busy cores; the bugs this ca
 GPU = ["--gpu", "a100-sxm4-80gb"]
 SEED002 = str(Path(__file__).parent / "fixtures" / "seed002_timings.csv")
 MODEL = ["--model", "homework-7b"]
+H100_500W = ["--gpu", "h100-sxm5-96gb-hbm2e"]  # TorchTitan's 500 W H100: a power_curve and a default power_limit
 # A valid invocation of each command; the fuzzed options are appended (the last occurrence wins).
 BASES: dict[str, list[list[str]]] = {
-    "peak-flops": [[*GPU, "--dtype", "tf32"], ["--clock", "1.41GHz", "--sms", "108", "--fma-per-clock", "512"]],
-    "intensity": [["--m", "4096", "--k", "4096", "--n", "4096", *GPU], [*MODEL, "--batch", "8", "--seq-len", "2048", *GPU]],
+    "peak-flops": [[*GPU, "--dtype", "tf32"], ["--clock", "1.41GHz", "--sms", "108", "--fma-per-clock", "512"],
+                   [*H100_500W, "--dtype", "bf16"]],
+    "intensity": [["--m", "4096", "--k", "4096", "--n", "4096", *GPU], [*MODEL, "--batch", "8", "--seq-len", "2048", *GPU],
+                  [*MODEL, "--batch", "1", "--seq-len", "2048", *H100_500W, "--kernels", "eager"]],
     "comm-volume": [["--collective", "all-reduce", "--size", "1GB", "--workers", "8", "--compare"],
                     ["--strategy", "all", *MODEL, "--batch", "16", "--gpus", "8"],
                     ["--strategy", "3d", *MODEL, "--batch", "16", "--tp", "2", "--pp", "2", "--dp", "2"]],
@@ -49,7 +52,11 @@ BASES: dict[str, list[list[str]]] = {
     "memory": [[*MODEL, "--micro-batch", "1", *GPU], [*MODEL, "--tp", "2", "--pp", "4", "--dp", "2", "--zero", "1"]],
     "flops": [[*MODEL, "--batch", "8"], [*MODEL, "--batch", "8", "--step-time", "2s", "--gpus", "8", *GPU]],
     "fit": [[*MODEL, *GPU, "--gpus", "8"], [*MODEL, *GPU, "--gpus", "8", "--search", "--top", "3"],
-            [*MODEL, *GPU, "--gpus", "8", "--tp", "2", "--pp", "2", "--dp", "2"]],
+            [*MODEL, *GPU, "--gpus", "8", "--tp", "2", "--pp", "2", "--dp", "2"],
+            # a power curve, an eager profile and DeepSpeed's pipeline engine: --power-limit, --kernels, --compile,
+            # --recompute-modules reach their code
+            [*MODEL, *H100_500W, "--gpus", "8", "--framework", "torchtitan", "--recompute", "selective"],
+            [*MODEL, *H100_500W, "--gpus", "16", "--framework", "deepspeed", "--tp", "2", "--pp", "4", "--dp", "2", "--zero", "1"]],
     "scaling": [[*MODEL, *GPU, "--gpus", "1,2,4,8", "--seq-len", "2048", "--batch", "8"],
                 [*MODEL, *GPU, "--gpus", "1,2,4,...,16", "--seq-len", "2048", "--weak", "--tp", "2"]],
     "analyze": [[SEED002, "--time-is", "epoch"], [SEED002, "--time-is", "epoch", "--message-size", "178MB", "--link", "pcie4-x16"]],
