@@ -255,7 +255,7 @@ def test_tables_of_long_words_write_tex(runner, tmp_path: Path, args: list[str])
 
 
 def test_greek_letters_and_operator_names_count_in_a_display_line() -> None:
-    """fit's t_tp with a checkpointed MLP's TP re-gather (--recompute-modules mlp, DeepSeek-V3 TP 2 x PP 8)
+    r"""fit's t_tp with a checkpointed MLP's TP re-gather (--recompute-modules mlp, DeepSeek-V3 TP 2 x PP 8)
     was estimated at 76 characters (\max and \mu\text{s} dropped as commands) and set in align*: it ran
     9.99 pt into the margin. Counted now: 76 + 2 x 3 (max) + 3 x 2 (us, read before as one command) = 88."""
     from parcalc.render.latex import DISPLAY_LINE_CHARS, display_chars
