@@ -82,6 +82,8 @@ def test_bloom_step_adds_the_accumulation_to_every_micro_batch_and_the_reduce_af
     # ZeRO-1 of the pipeline engine: the reduce (here an all-reduce of every bucket's fp32 gradients, then the
     # gather inside the step) with nothing to hide behind
     assert est.dp_comm.value == pytest.approx(pieces.grad_reduce_scatter + pieces.param_gather, rel=1e-9)
+    # BF16_Optimizer shards only its states: its fp32 gradients are all-reduced (_bf16_reduce_grads), not reduce-scattered
+    assert pieces.grad_reduce_scatter == pieces.grad_all_reduce > 0
     without = estimate(model, config, training, _with_profile(cluster, replace(load_framework("deepspeed"), pipeline=())))
     # 128 micro-batches, and the bubble's (p - 1) / m of them, each pay the accumulation
     added = est.compute.value - without.compute.value
@@ -95,10 +97,10 @@ def _with_profile(cluster, framework):  # type: ignore[no-untyped-def]
 
 def test_bloom_is_predicted_within_the_family_band() -> None:
     # BigScience tr11-176B-ml log: 104.70 s per iteration (tests/published_step_runs.py). Before the pipeline
-    # engine was modelled: 86.07 s (+21.6 %, a known gap); after: 92.8 s (+12.9 %).
+    # engine was modelled: 86.07 s (+21.6 %, a known gap); after: 93.1 s (+12.5 %).
     err, est = error(BLOOM)
-    assert est.step.value == pytest.approx(92.77, abs=0.3)
-    assert err == pytest.approx(0.129, abs=0.005)
+    assert est.step.value == pytest.approx(93.09, abs=0.3)
+    assert err == pytest.approx(0.125, abs=0.005)
 
 
 def test_zero_2_and_3_are_refused_with_deepspeed_pipelines() -> None:

@@ -13,7 +13,7 @@ and is asserted to reproduce it below. Every other run here is a test; nothing e
 Bands, and why. Each run within 25 % (the issue's worst-case target), and the mean absolute error
 over the runs at most 10 %. Measured (docs/step-time.md): 14 runs, mean 8.6 %, worst +17.4 % (MPT-13B on 64
 H100s, one micro-batch of 2 per step, where FSDP's first gather and last reduce-scatter are least
-hidden). BLOOM 176B joined the tests (+12.8 %) when DeepSpeed's pipeline engine was modelled from its
+hidden). BLOOM 176B joined the tests (+12.5 %) when DeepSpeed's pipeline engine was modelled from its
 source (it was a known gap at +21.6 %). The errors are throughput ratios, so +10 % means parcalc predicts the run 10 % faster.
 """
 

@@ -541,9 +541,13 @@ def dp_pieces_of(stage: FullestStage, tp: int, dp: int, training: Any, cluster: 
 
     layer = (dense - stage.ends) / layers if layers else 0.0  # one layer's dense parameters (a dense layer, or an MoE layer's
     expert_layer = stage.experts / layers if layers else 0.0  # attention and shared parts) and routed experts, on the mean
+    all_reduce = per_bucket(Collective.ALL_REDUCE, wire, group)
+    # DeepSpeed's BF16_Optimizer (the engine that accumulates in fp32) shards only its states: it all-reduces its fp32
+    # gradients (_bf16_reduce_grads = buffered_allreduce_fallback) where a ZeRO-1 engine reduce-scatters them
+    fp32_copies = bool(framework.accumulation_bytes(training.precision))
     return DataParallelPieces(
-        grad_all_reduce=per_bucket(Collective.ALL_REDUCE, wire, group),
-        grad_reduce_scatter=per_bucket(Collective.REDUCE_SCATTER, wire),
+        grad_all_reduce=all_reduce,
+        grad_reduce_scatter=all_reduce if fp32_copies and size == dp else per_bucket(Collective.REDUCE_SCATTER, wire),
         buckets=max(buckets + expert_buckets, 1.0),
         param_gather=per_bucket(Collective.ALL_GATHER, weight),
         layer_gather=time(Collective.ALL_GATHER, layer * weight, shards) + time(Collective.ALL_GATHER, expert_layer * weight, experts),
