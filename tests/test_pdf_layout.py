@@ -300,3 +300,17 @@ def test_no_page_but_the_last_is_half_empty(built, name: str, detail: str) -> No
     # 0.70 or more: lab-ddp's full write-up, page 9)
     fills = page_fills(built[(name, detail)]["pdf"])
     assert all(fill >= 0.5 for fill in fills[:-1]), [round(f, 2) for f in fills]
+
+
+@needs_tex
+def test_a_table_heading_never_ends_a_page(runner, tmp_path: Path) -> None:
+    # The review found "... (part 2 of 2)" alone at the foot of page 1 of this document, its table on page 2
+    # (a \nopagebreak does not hold before a longtable); templates/preamble.tex.j2 \keepspace moves the heading.
+    out = tmp_path / "x.pdf"
+    result = runner.invoke(app, ["presets", "show", "h100-sxm5-96gb-hbm2e", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    for page in range(1, pages(out) + 1):
+        text = subprocess.run(["pdftotext", "-f", str(page), "-l", str(page), str(out), "-"], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+        body = [line for line in text.splitlines() if line.strip() and not line.strip().isdigit()]  # the page number apart
+        assert not re.search(r"\(part \d+ of \d+\)\s*$", body[-1]), f"page {page} ends with a table heading: {body[-1]!r}"
