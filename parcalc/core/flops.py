@@ -615,18 +615,15 @@ def _module_flops(model: TransformerModel, ops: tuple[LayerOp, ...], moe_ops: tu
     what = f"selective recomputation of Megatron-LM's modules {', '.join(modules)}"
     terms: list[Term] = []
     parts, latex = [], []
-    if L_dense:
-        terms += [Term("L_dense", "L_dense", r"L_{\mathrm{dense}}", L_dense, "", "dense layers"),
-                  Term("F_re_d", "F_re,dense", r"F_{\mathrm{re,dense}}", dense, "FLOP",
-                       f"one dense layer's replayed matmuls: {', '.join(dense_keys) or 'none'}")]  # fmt: skip
-        parts.append("$L_dense × $F_re_d")
-        latex.append(r"$L_dense \times $F_re_d")
-    if L_moe:
-        terms += [Term("L_moe", "L_moe", r"L_{\mathrm{moe}}", L_moe, "", "MoE layers"),
-                  Term("F_re_m", "F_re,moe", r"F_{\mathrm{re,moe}}", moe, "FLOP",
-                       f"one MoE layer's replayed matmuls: {', '.join(moe_keys) or 'none'}")]  # fmt: skip
-        parts.append("$L_moe × $F_re_m")
-        latex.append(r"$L_moe \times $F_re_m")
+    for kind, name, count, flops, keys, f_key in (("dense", "dense", L_dense, dense, dense_keys, "F_re_d"),
+                                                  ("moe", "MoE", L_moe, moe, moe_keys, "F_re_m")):  # fmt: skip
+        if not count:
+            continue
+        terms += [Term(f"L_{kind}", f"L_{kind}", rf"L_{{\mathrm{{{kind}}}}}", count, "", f"{name} layers"),
+                  Term(f_key, f"F_re,{kind}", rf"F_{{\mathrm{{re,{kind}}}}}", flops, "FLOP",
+                       f"one {name} layer's replayed matmuls: {', '.join(keys) or 'none'}")]  # fmt: skip
+        parts.append(f"$L_{kind} × ${f_key}")
+        latex.append(rf"$L_{kind} \times ${f_key}")
     return " + ".join(parts), " + ".join(latex), L_dense * dense + L_moe * moe, tuple(terms), what
 
 

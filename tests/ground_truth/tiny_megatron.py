@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from .tiny_moe import dispatch
+
 
 @dataclass(frozen=True)
 class MegatronConfig:
@@ -154,12 +156,7 @@ class MegatronLayer(torch.nn.Module):
         # modules take y itself: FlopCounterMode's module tracker cannot follow a view made under a checkpoint's no_grad
         x = y.view(b * s, h)
         probs = F.softmax(self.router(y).view(b * s, c.experts), dim=-1, dtype=torch.float)
-        weights, chosen = torch.topk(probs, c.top_k, dim=-1)
-        weights = weights.to(x.dtype)
-        order = torch.argsort(chosen.flatten(), stable=True)
-        source = order // c.top_k
-        copies = x[source]
-        counts = torch.bincount(chosen.flatten(), minlength=c.experts).tolist()
+        weights, order, source, copies, counts = dispatch(probs, x, c.top_k, c.experts)
         outputs, start = [], 0
         for e, n in enumerate(counts):
             part = copies[start:start + n]
@@ -172,7 +169,7 @@ class MegatronLayer(torch.nn.Module):
             else:
                 out = SwiGLU.apply(fc1) @ self.fc2[e].t()
             outputs.append(out)
-        weighted = torch.cat(outputs) * weights.flatten()[order].unsqueeze(-1)
+        weighted = torch.cat(outputs) * weights
         out = torch.zeros_like(x).scatter_add(0, source.unsqueeze(1).expand(-1, h), weighted)
         if c.shared_ffn:
             out = out + self._checkpointed("shared_experts", self.shared, y).view(b * s, h)

@@ -10,6 +10,17 @@ import torch
 import torch.nn.functional as F
 
 
+def dispatch(probs: torch.Tensor, x: torch.Tensor, top_k: int, experts: int) -> tuple[torch.Tensor, ...]:
+    """Megatron-LM's permutation of the routed copies: (weights of the copies in expert order, that order, the
+    token each copy came from, the copies, tokens per expert). probs: [tokens, experts] router probabilities."""
+    weights, chosen = torch.topk(probs, top_k, dim=-1)
+    weights = weights.to(x.dtype)
+    order = torch.argsort(chosen.flatten(), stable=True)  # the copies sorted by expert
+    source = order // top_k  # the token each copy came from
+    counts = torch.bincount(chosen.flatten(), minlength=experts).tolist()
+    return weights.flatten()[order].unsqueeze(-1), order, source, x[source], counts
+
+
 class TinyMoe(torch.nn.Module):
     def __init__(self, hidden: int, ffn: int, experts: int, top_k: int, shared_ffn: int = 0, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
@@ -27,12 +38,7 @@ class TinyMoe(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [tokens, hidden]."""
         probs = F.softmax(self.router(x), dim=-1, dtype=torch.float)
-        weights, chosen = torch.topk(probs, self.top_k, dim=-1)
-        weights = weights.to(x.dtype)
-        order = torch.argsort(chosen.flatten(), stable=True)  # the copies sorted by expert
-        source = order // self.top_k  # the token each copy came from
-        copies = x[source]
-        counts = torch.bincount(chosen.flatten(), minlength=self.experts).tolist()
+        weights, order, source, copies, counts = dispatch(probs, x, self.top_k, self.experts)
         outputs, start = [], 0
         for e, n in enumerate(counts):
             part = copies[start:start + n]
@@ -40,7 +46,7 @@ class TinyMoe(torch.nn.Module):
             gate, up = part @ self.w1[e].t(), part @ self.w3[e].t()
             outputs.append((F.silu(gate) * up) @ self.w2[e].t())
         expert_out = torch.cat(outputs)
-        weighted = expert_out * weights.flatten()[order].unsqueeze(-1)
+        weighted = expert_out * weights
         # scatter_add as Megatron-LM's unpermute (megatron/core/transformer/moe/moe_utils.py) does; out-of-place index_add
         # would also keep `weighted` (derivatives.yaml: index_add's source gradient reads source.dim())
         out = torch.zeros_like(x).scatter_add(0, source.unsqueeze(1).expand(-1, x.shape[1]), weighted)
