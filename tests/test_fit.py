@@ -272,3 +272,13 @@ def test_optimizer_step_by_hand() -> None:
     est = estimate(gpt(), Config(1, 1, 2, 1, zero=1), Training(2, 512), cluster(2))
     assert est.optimizer.term("Q_p").value == 28
     assert est.optimizer.value == pytest.approx(50_384_896 * 28 / (2.0e12 * 0.8) / 2, rel=1e-12)
+
+
+def test_a_symbol_of_several_subscript_letters_is_braced_in_latex() -> None:
+    # fit's PDF set t_tp = m x C_tp as "C_t p" (the subscript one letter long); a plain symbol's subscript is braced
+    from parcalc.core.fit import _t
+
+    assert _t("C_tp", "C_tp", 1.0, "s", "").latex == r"C_{\mathrm{tp}}"
+    assert _t("t_f", "t_f", 1.0, "s", "").latex == "t_f"  # one letter: as it is
+    assert _t("m", "m", 1.0, "", "").latex == "m"
+    assert _t("B_pcie", "B_pcie", 1.0, "B/s", "", latex=r"B_{\mathrm{pcie}}").latex == r"B_{\mathrm{pcie}}"  # given: kept

@@ -396,7 +396,13 @@ def _derivation(key: str, label: str, symbol: str, latex_symbol: str, formula: s
 
 
 def _t(key: str, symbol: str, value: float, unit: str, description: str, source: str = "", latex: str | None = None) -> Term:
-    return Term(key, symbol, latex or symbol, float(value), unit, description, source)
+    return Term(key, symbol, latex or _latex_symbol(symbol), float(value), unit, description, source)
+
+
+def _latex_symbol(symbol: str) -> str:
+    r"""A plain symbol in LaTeX: a subscript of several letters braced and upright (C_tp: C_{\mathrm{tp}}, not C_t p)."""
+    base, _, sub = symbol.partition("_")
+    return symbol if len(sub) <= 1 else rf"{base}_{{\mathrm{{{sub}}}}}"
 
 
 def _zero(key: str, label: str, why: str) -> Derivation:
