@@ -157,3 +157,9 @@ def test_bf16_pipelines_hold_fp32_copies_of_the_gradients_in_fit_and_the_search_
     columns = result.evaluated.columns
     assert len(columns["memory"]) == 1
     assert float(columns["memory"][0]) == pytest.approx(est.memory.worst.total.value, rel=1e-9)
+
+
+def test_the_derivation_names_the_bf16_optimizers_all_reduce() -> None:
+    model, config, training, cluster = inputs(BLOOM)
+    terms = {t.key: t for t in estimate(model, config, training, cluster).dp_comm.inputs}
+    assert terms["T_rs"].description.startswith("all-reduce of every bucket's fp32 gradients")

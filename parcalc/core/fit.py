@@ -529,7 +529,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     else:
         bubble = _zero("t_bubble", "Pipeline bubble per iteration", "no pipeline")
         pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
-    dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"])
+    dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"], training)
     from parcalc.core.expert_parallel import expert_dp
 
     fullest, traffic = optimizer_traffic(model, t, p, training, **ends, ep=config.ep, etp=config.etp, ranks=d * c)
@@ -686,7 +686,8 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
                        tuple(assumptions))  # fmt: skip
 
 
-def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float) -> Derivation:
+def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float,
+                   training: Training) -> Derivation:  # fmt: skip
     """t_dp with the collectives it is made of, in words (the formula is parcalc.core.timing.step.dp_exposed)."""
     d, z = config.dp * config.cp, config.zero  # gradients sync over the dp-cp group (Megatron-LM; dp_pieces gets d x cp)
     label = "Data-parallel communication exposed per iteration"
@@ -714,7 +715,9 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
         formula = "max($T_ar - $W_b, $T_ar / $n_b)" if overlap_grad else "$T_ar"
     elif z in (1, 2):
         w_f = _t("W_f", "W_f", stage.first_forward, "s", "forward of the first micro-batch (hides the parameter gather)", latex=r"W_{f}")
-        terms = [_t("T_rs", "T_rs", dp.grad_reduce_scatter, "s", f"reduce-scatter of every bucket over {zero_group}", latex=r"T_{\mathrm{rs}}"),
+        reduce = (f"all-reduce of every bucket's fp32 gradients over {zero_group} ({fw.name}'s BF16_Optimizer shards its states only)"
+                  if fw.accumulation_bytes(training.precision) and size == d else f"reduce-scatter of every bucket over {zero_group}")
+        terms = [_t("T_rs", "T_rs", dp.grad_reduce_scatter, "s", reduce, latex=r"T_{\mathrm{rs}}"),
                  _t("T_ag", "T_ag", dp.param_gather, "s", "all-gather of the updated weights", latex=r"T_{\mathrm{ag}}"), n_b, w_b, w_f]  # fmt: skip
         rs = "$T_rs"
         if size < d:  # each bucket's shard all-reduced over the replicas after its reduce-scatter (Megatron-LM's start_grad_sync)
