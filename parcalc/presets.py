@@ -280,6 +280,14 @@ def _check_yaml_events(path: Path, text: str) -> None:
                     raise PresetError(f"{path}: line {line}: nested more than {MAX_YAML_DEPTH} levels deep")
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
+    except yaml.YAMLError as error:
+        # PyYAML 6.0.4's libyaml stops a flow collection nested past its own limit in the scanner,
+        # before the parser emits the events counted above: the same problem, said the same way.
+        if "maximum nesting depth" not in str(error):
+            raise
+        mark = getattr(error, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else "?"
+        raise PresetError(f"{path}: line {line}: nested more than {MAX_YAML_DEPTH} levels deep") from None
     finally:
         loader.dispose()
 

@@ -57,3 +57,20 @@ def test_bare_parcalc_shows_help(runner) -> None:
     result = runner.invoke(app, [])
     assert result.exit_code == 0
     assert "peak-flops" in result.stdout
+
+
+def _leaf_command(path: list[str]):
+    command = typer.main.get_command(app)
+    for name in path:
+        command = command.get_command(None, name)
+    return command
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=[" ".join(p) for p in COMMANDS])
+def test_every_flag_is_lower_case_kebab(path: list[str]) -> None:
+    """typer 0.27 names an option after its metavar when they match but for case (`dtype` with
+    metavar DTYPE became `--DTYPE`, and `--dtype` was 'No such option'); every such option names
+    itself, so the flags are the same on every typer the package allows."""
+    flags = [name for param in _leaf_command(path).params for name in (*param.opts, *param.secondary_opts) if name.startswith("-")]
+    assert flags, path
+    assert [flag for flag in flags if flag != flag.lower()] == []

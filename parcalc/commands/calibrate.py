@@ -81,6 +81,7 @@ ForceOpt = Annotated[
 NameOpt = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option(
+        "--name",
         metavar="NAME",
         help="The preset's display name (its lookup name is the file's).",
         show_default=False,
@@ -107,6 +108,7 @@ def gemm(
     dtype: Annotated[
         Text,
         typer.Option(
+            "--dtype",
             metavar="DTYPE",
             help="bf16, fp16, fp32 or tf32 (default bf16 on a GPU, fp32 on a CPU).",
         ),
@@ -114,6 +116,7 @@ def gemm(
     device: Annotated[
         str,
         typer.Option(
+            "--device",
             metavar="DEVICE",
             help="auto (CUDA / ROCm if PyTorch sees one, else the CPU), cpu, cuda, cuda:N.",
         ),

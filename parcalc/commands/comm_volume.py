@@ -89,7 +89,7 @@ def comm_volume(
     batch: Annotated[_Text, typer.Option(metavar="B", help="Global batch in sequences per iteration (default: one per GPU).")] = None,
     micro_batch: Annotated[_Text, typer.Option(metavar="b", help="Sequences per micro-batch per replica (default: the replica's batch without PP, 1 with PP).")] = None,
     seq_len: Annotated[_Text, typer.Option(metavar="L", help="Sequence length (default: the model's maximum).")] = None,
-    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="Element type of parameters and activations (and of --elements).")] = "bf16",
+    dtype: Annotated[str, typer.Option("--dtype", metavar="DTYPE", help="Element type of parameters and activations (and of --elements).")] = "bf16",
     grad_dtype: Annotated[_Text, typer.Option(metavar="DTYPE", help="Element type of gradients (default: --dtype).")] = None,
     gpus: Annotated[_Text, typer.Option(metavar="N", help=f"GPUs in all: --collective, the ranks taking part (--workers is its old name); --strategy, tp x pp x cp x dp (default: the product, or {DEFAULT_GPUS}).")] = None,
     tp: Annotated[_Text, typer.Option(metavar="N", help="Tensor-parallel degree.")] = None,

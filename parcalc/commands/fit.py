@@ -175,7 +175,7 @@ def fit(
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,
     reserve: Annotated[Text, typer.Option(metavar="BYTES", help="CUDA context, NCCL buffers, fragmentation (default 2GiB; see `parcalc memory`).")] = None,
-    dtype: Annotated[Text, typer.Option(metavar="DTYPE", help="Which of the GPU's peaks the GEMMs run at (default: follows --precision: fp32 for fp32, fp16 for mixed-fp16, else bf16).")] = None,
+    dtype: Annotated[Text, typer.Option("--dtype", metavar="DTYPE", help="Which of the GPU's peaks the GEMMs run at (default: follows --precision: fp32 for fp32, fp16 for mixed-fp16, else bf16).")] = None,
     peak: Annotated[Text, typer.Option(metavar="FLOP/s", help="Peak per GPU instead of --gpu's, e.g. 312TFLOP/s.")] = None,
     efficiency: Annotated[Text, typer.Option(metavar="x", help="A factor on every kernel's rate (default 1: the GPU preset's measured kernel shares; 0.9 = 10 % slower kernels).")] = None,
     link: Annotated[Text, typer.Option(metavar="NAME", help="Link inside a node (default: the GPU preset's node, else nvlink3).")] = None,
@@ -205,7 +205,7 @@ def fit(
     iterations: IterationsOption = None,
     gpu_power: GpuPowerOption = None,
     pue: PueOption = None,
-    price: Annotated[Optional[list[str]], typer.Option(metavar="PRICE", help="Price per GPU-hour for the run's cost, e.g. 2.50, 2.50/GPU-h, EUR1.20 (yours: no price presets); one per --gpu.", show_default=False)] = None,  # noqa: UP045
+    price: Annotated[Optional[list[str]], typer.Option("--price", metavar="PRICE", help="Price per GPU-hour for the run's cost, e.g. 2.50, 2.50/GPU-h, EUR1.20 (yours: no price presets); one per --gpu.", show_default=False)] = None,  # noqa: UP045
     rank_by: Annotated[Optional[str], typer.Option("--rank-by", metavar="KEY", help="--search: rank by time (step time; the default) or cost (per token: price x GPUs x step time; the default with several --gpu and their --price).", show_default=False)] = None,  # noqa: UP045
     presets: PresetsOption = None,
     fmt: FormatOption = None,

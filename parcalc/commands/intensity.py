@@ -35,7 +35,7 @@ def intensity(
     k: Annotated[_Text, typer.Option("--k", metavar="INNER", help="Columns of X = rows of W.")] = None,
     n: Annotated[_Text, typer.Option("--n", metavar="COLS", help="Columns of W (W is k x n).")] = None,
     batch: Annotated[_Text, typer.Option(metavar="N", help="Matmul: independent products (batched). Model: sequences per batch.")] = None,
-    dtype: Annotated[str, typer.Option(metavar="DTYPE", help="Element type: fp32, tf32, bf16, fp16, fp8, int8...")] = "fp16",
+    dtype: Annotated[str, typer.Option("--dtype", metavar="DTYPE", help="Element type: fp32, tf32, bf16, fp16, fp8, int8...")] = "fp16",
     model: Annotated[_Text, typer.Option(metavar="NAME|config.json", help="Tabulate one transformer layer of this model.")] = None,
     seq_len: Annotated[_Text, typer.Option(metavar="L", help="Sequence length (with --model).")] = None,
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset for the roofline verdict.")] = None,

@@ -21,7 +21,7 @@ Examples:
 
 def peak_flops(
     gpu: Annotated[Optional[str], typer.Option(metavar="NAME", help="GPU preset (see `parcalc presets list gpus`).")] = None,  # noqa: UP045
-    dtype: Annotated[Optional[str], typer.Option(metavar="DTYPE", help="Numeric format: fp64, fp64-tensor, fp32, tf32, bf16, fp16, fp8, int8, fp4...")] = None,  # noqa: UP045
+    dtype: Annotated[Optional[str], typer.Option("--dtype", metavar="DTYPE", help="Numeric format: fp64, fp64-tensor, fp32, tf32, bf16, fp16, fp8, int8, fp4...")] = None,  # noqa: UP045
     clock: Annotated[Optional[str], typer.Option(metavar="FREQ", help="Clock rate, e.g. 1.41GHz or 1410MHz (overrides the preset).")] = None,  # noqa: UP045
     sms: Annotated[Optional[str], typer.Option(metavar="N", help="Number of SMs (AMD: compute units).")] = None,  # noqa: UP045
     fma_per_clock: Annotated[Optional[str], typer.Option(metavar="N", help="Dense FMA per clock per SM for this dtype.")] = None,  # noqa: UP045
