@@ -181,7 +181,7 @@ def fit(
     link: Annotated[Text, typer.Option(metavar="NAME", help="Link inside a node (default: the GPU preset's node, else nvlink3).")] = None,
     inter_node_link: Annotated[Text, typer.Option(metavar="NAME", help="One network card's link (default: the GPU preset's node, else ib-hdr).")] = None,
     nics_per_node: Annotated[Text, typer.Option(metavar="n", help="Network cards per node for GPU traffic (default: the GPU preset's node, else one per GPU).")] = None,
-    framework: Annotated[Text, typer.Option(metavar="NAME", help="megatron, deepspeed, fsdp2, torchtitan: buckets, gradient dtype, overlaps, ZeRO stages (default megatron; `parcalc presets list frameworks`).")] = None,
+    framework: Annotated[Text, typer.Option(metavar="NAME", help="megatron, deepspeed, fsdp2, torchtitan, hf: buckets, gradient dtype, overlaps, ZeRO stages (default megatron; `parcalc presets list frameworks`).")] = None,
     dp_overlap: Annotated[Optional[bool], typer.Option("--dp-overlap/--no-dp-overlap", help="Overlap the data-parallel gradient reduce and parameter gather with compute (default: the framework's).", show_default=False)] = None,  # noqa: UP045
     tp_comm_overlap: Annotated[Optional[bool], typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP collectives with the GEMMs (default: the framework's).", show_default=False)] = None,  # noqa: UP045
     ideal_network: Annotated[bool, typer.Option("--ideal-network", help="An ideal network: zero latency and infinite bandwidth, so every collective and pipeline send takes 0 s (what is left is compute, bubble and optimizer).")] = False,

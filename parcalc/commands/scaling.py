@@ -78,7 +78,7 @@ def scaling(
     knee: Annotated[Text, typer.Option(metavar="E", help="Efficiency threshold of the knee verdict: the first N with E under it (default 0.8; 0.8 or 80%).")] = None,
     precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16, fp8 (default mixed-bf16; mixed-fp16 on a GPU without bf16).", show_default=False)] = None,  # noqa: UP045
     flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
-    framework: Annotated[Text, typer.Option(metavar="NAME", help="megatron, deepspeed, fsdp2, torchtitan (default megatron).")] = None,
+    framework: Annotated[Text, typer.Option(metavar="NAME", help="megatron, deepspeed, fsdp2, torchtitan, hf (default megatron).")] = None,
     link: Annotated[Text, typer.Option(metavar="NAME", help="Link inside a node (default: the GPU preset's node).")] = None,
     inter_node_link: Annotated[Text, typer.Option(metavar="NAME", help="One network card's link (default: the GPU preset's node).")] = None,
     ideal_network: Annotated[bool, typer.Option("--ideal-network", help="Zero latency and infinite bandwidth: every collective and pipeline send takes 0 s.")] = False,
