@@ -329,6 +329,8 @@ def _strict_loader() -> type:
                 return super().construct_mapping(node, deep=deep)
 
             def construct_yaml_int(self, node):  # type: ignore[no-untyped-def]
+                if ":" in node.value:  # YAML 1.1 reads 34:08 as base 60 (2048): a typo, not a count
+                    raise problem(None, None, f"{node.value[:40]!r} is a YAML 1.1 base-60 number; write the number, or quote it", node.start_mark)
                 if len(node.value) > 40:  # before int(): 5,000 digits exceed Python's int-str limit
                     raise problem(None, None, f"a number of {len(node.value)} digits is too large", node.start_mark)
                 value = super().construct_yaml_int(node)
@@ -337,6 +339,8 @@ def _strict_loader() -> type:
                 return value
 
             def construct_yaml_float(self, node):  # type: ignore[no-untyped-def]
+                if ":" in node.value:  # 1:30.5 is YAML 1.1's base 60 (90.5)
+                    raise problem(None, None, f"{node.value[:40]!r} is a YAML 1.1 base-60 number; write the number, or quote it", node.start_mark)
                 value = super().construct_yaml_float(node)
                 if not math.isfinite(value):  # .inf, .nan and 1.0e+999: no preset number is infinite
                     raise problem(None, None, f"{node.value[:40]!r} is not a finite number", node.start_mark)
@@ -851,6 +855,15 @@ def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Transf
         raise PresetError(f"{path}: {error}") from None
 
 
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False for a name the file system cannot hold (over 255 bytes: ENAMETOOLONG),
+    so that such a --model is 'no model preset' rather than an internal error."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> TransformerModel:
     """A model preset by name, or a Hugging Face config.json: a path ending in .json, or a model
     directory that holds one (a path with a separator, or a directory of that name when no preset
@@ -860,7 +873,7 @@ def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Tran
     try:
         preset = find(Category.MODELS, name_or_path, extra_dirs)
     except PresetError:
-        if (Path(name_or_path) / HF_CONFIG).is_file():
+        if _is_file(Path(name_or_path) / HF_CONFIG):
             return model_from_hf_config(Path(name_or_path) / HF_CONFIG)
         raise
     return read_validated(preset.path, lambda document: model_from_document(preset.key, preset.path, document))

@@ -718,3 +718,22 @@ def test_an_input_the_command_does_not_take_is_named_with_the_closest_option(run
     line = one_line_error(result)
     assert "question 1, calculation 1 (peak-flops): inputs: peak-flops has no option '--dtyp' (did you mean 'dtype'?)" in line
     assert "its options: " in line and ", gpu, " in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 28's fuzz findings
+
+@pytest.mark.parametrize("value", ["34:08", "1:30.5", "-2:00"], ids=["int", "float", "negative"])
+def test_a_yaml_base_60_number_is_refused_not_read_as_another_number(runner, tmp_path: Path, value: str) -> None:
+    """YAML 1.1 (PyYAML) reads `seq-len: 34:08` as 34 x 60 + 8 = 2048: a typo silently became a sequence length."""
+    run = tmp_path / "run.yaml"
+    run.write_text(f"model: llama3-8b\nseq-len: {value}\n")
+    line = one_line_error(runner.invoke(app, ["flops", "--config", str(run)]))
+    assert "base-60" in line and value in line
+
+
+def test_a_model_name_longer_than_a_file_name_is_one_line_error(runner) -> None:
+    """A --model of 300 characters is looked up as a directory too; ENAMETOOLONG was an internal error (exit 70)."""
+    result = runner.invoke(app, ["flops", "--model", "a" * 300])
+    assert result.exit_code == 2
+    assert "unknown model" in one_line_error(result)
