@@ -81,9 +81,32 @@ def load(path: Path, data: bytes | None = None) -> dict[str, Any] | None:
         or record.get("stamp") != stamp
         or record.get("path") != resolved
         or not isinstance(record.get("document"), dict)
+        or record.get("check") != _check(stamp, record["document"])
+        or not _only_ours(cached)
     ):
         return None
     return record["document"]
+
+
+def _check(stamp: dict[str, Any], document: dict[str, Any]) -> str | None:
+    """A digest binding the document to the file's digest: an entry whose document was edited
+    (by hand, or by another program) while its stamp was kept no longer stands for the YAML."""
+    try:
+        text = json.dumps(document, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return _digest(f"{stamp.get('blake2b')}\n{text}".encode())
+
+
+def _only_ours(cached: Path) -> bool:
+    """The entry is this user's and nobody else may write it (the cache is as trusted as the presets
+    it stands for: one that another account can change is not used)."""
+    try:
+        info = cached.stat()
+    except OSError:
+        return False
+    owner_ok = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+    return owner_ok and not info.st_mode & 0o022
 
 
 def store(path: Path, document: dict[str, Any], data: bytes | None = None) -> None:
@@ -93,7 +116,7 @@ def store(path: Path, document: dict[str, Any], data: bytes | None = None) -> No
         return
     cached, resolved, stamp = entry
     try:
-        text = json.dumps({"path": resolved, "stamp": stamp, "document": document}, allow_nan=False)
+        text = json.dumps({"path": resolved, "stamp": stamp, "check": _check(stamp, document), "document": document}, allow_nan=False)
     except (TypeError, ValueError, RecursionError):  # YAML types without a JSON form (dates, say): parse each time
         return
     temporary = cached.with_name(f"{cached.name}.{os.getpid()}.part")

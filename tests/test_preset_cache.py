@@ -65,3 +65,35 @@ def test_values_without_a_json_form_are_not_cached(tmp_path: Path) -> None:
     preset.write_text("kind: gpu\nreleased: 2020-05-14\n")  # YAML date
     assert str(read_yaml(preset)["released"]) == "2020-05-14"
     assert preset_cache.load(preset) is None
+
+
+def _only_entry() -> Path:
+    folder = preset_cache.cache_dir()
+    assert folder is not None
+    (entry,) = folder.glob("*.json")
+    return entry
+
+
+def test_an_entry_whose_document_was_edited_is_not_used(tmp_path: Path) -> None:
+    """Issue 28: an entry edited in place (its stamp kept) overrode the YAML it stands for."""
+    import json
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\nname: A\n")
+    read_yaml(preset)
+    entry = _only_entry()
+    record = json.loads(entry.read_text())
+    record["document"]["name"] = "Tampered"
+    entry.write_text(json.dumps(record))
+    assert preset_cache.load(preset) is None
+    assert read_yaml(preset)["name"] == "A"
+
+
+def test_an_entry_others_may_write_is_not_used(tmp_path: Path) -> None:
+    preset = tmp_path / "p.yaml"
+    preset.write_text("kind: gpu\nname: A\n")
+    read_yaml(preset)
+    entry = _only_entry()
+    assert preset_cache.load(preset) == {"kind": "gpu", "name": "A"}
+    entry.chmod(0o666)
+    assert preset_cache.load(preset) is None
