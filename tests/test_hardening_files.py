@@ -737,3 +737,10 @@ def test_a_model_name_longer_than_a_file_name_is_one_line_error(runner) -> None:
     result = runner.invoke(app, ["flops", "--model", "a" * 300])
     assert result.exit_code == 2
     assert "unknown model" in one_line_error(result)
+
+
+def test_calibrate_nccl_on_a_fifo_without_a_writer_is_one_line_not_a_hang(runner, tmp_path: Path) -> None:
+    """Issue 28: `calibrate nccl FIFO` blocked forever in read(); files are opened non-blocking and checked first."""
+    fifo = tmp_path / "results.txt"
+    os.mkfifo(fifo)
+    assert "not a regular file (a FIFO)" in one_line_error(runner.invoke(app, ["calibrate", "nccl", str(fifo)]))

@@ -423,11 +423,17 @@ def _read_text(file: str) -> str:
         if file == "-":
             data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
         else:
+            from parcalc.files import NotRegularFileError, TooLargeError, read_regular
+
             path = Path(file)
             if path.is_dir():
                 raise InputError(f"{file}: is a directory, not nccl-tests output")
-            with path.open("rb") as stream:
-                data = stream.read(MAX_INPUT_BYTES + 1)
+            try:  # read_regular: a FIFO with no writer must not block forever
+                data = read_regular(path, MAX_INPUT_BYTES)
+            except TooLargeError:
+                raise InputError(f"{label}: larger than {MAX_INPUT_BYTES >> 20} MiB; nccl-tests output is a few kilobytes") from None
+            except NotRegularFileError as error:
+                raise InputError(f"{label}: cannot read: {error}") from None
     except FileNotFoundError:
         raise InputError(f"{file}: no such file") from None
     except OSError as error:
