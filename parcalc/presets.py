@@ -104,11 +104,25 @@ def _preset_files(folder: Path) -> list[Path]:
     files = []
     for path in entries:
         try:
-            if path.suffix in (".yaml", ".yml") and not control_character(path.stem) and path.is_file():
+            if path.suffix in (".yaml", ".yml") and not control_character(path.stem) and _inside(path, folder):
                 files.append(path)
         except OSError:
             continue
     return files
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """`path` is a regular file that stays inside `folder` once links are followed.
+
+    A preset directory someone shared may hold `gpus/x.yaml -> ~/.ssh/id_rsa`: a link out of the
+    folder would be read, and a parse error would quote what it found there. Links within the
+    folder (one name for another preset) are fine.
+    """
+    if not path.is_file():
+        return False
+    if not path.is_symlink():
+        return True
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 def find_all(category: Category, extra_dirs: Sequence[Path | str] = ()) -> list[PresetFile]:
@@ -147,8 +161,10 @@ def find(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -
         for suffix in (".yaml", ".yml"):
             path = folder / f"{wanted}{suffix}"
             try:
-                if path.is_file():
+                if _inside(path, folder):
                     return PresetFile(category, wanted, path, origin)
+                if path.is_symlink() and path.is_file():
+                    raise PresetError(f"{path}: links outside {folder}; parcalc follows a preset's link only within its folder (copy the file there)")
             except OSError:  # an unreadable directory on the preset path: skipped (see _preset_files)
                 break
         for path in _preset_files(folder):  # case-insensitive file systems aside, match names ignoring case

@@ -744,3 +744,24 @@ def test_calibrate_nccl_on_a_fifo_without_a_writer_is_one_line_not_a_hang(runner
     fifo = tmp_path / "results.txt"
     os.mkfifo(fifo)
     assert "not a regular file (a FIFO)" in one_line_error(runner.invoke(app, ["calibrate", "nccl", str(fifo)]))
+
+
+def test_a_preset_linking_out_of_its_folder_is_not_read(runner, tmp_path: Path) -> None:
+    """Issue 28: `--presets DIR` followed DIR/gpus/x.yaml -> a file elsewhere, and a parse error quoted its first line."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2: the first line of a private file\n")
+    (tmp_path / "presets" / "gpus").mkdir(parents=True)
+    (tmp_path / "presets" / "gpus" / "evil.yaml").symlink_to(secret)
+    line = one_line_error(runner.invoke(app, ["peak-flops", "--presets", str(tmp_path / "presets"), "--gpu", "evil"]))
+    assert "links outside" in line and "hunter2" not in line
+    listing = runner.invoke(app, ["presets", "list", "gpus", "--presets", str(tmp_path / "presets")])
+    assert listing.exit_code == 0 and "evil" not in listing.stdout
+
+
+def test_a_preset_linking_within_its_folder_is_read(runner, tmp_path: Path) -> None:
+    folder = tmp_path / "presets" / "gpus"
+    folder.mkdir(parents=True)
+    (folder / "mine.yaml").write_text((Path(__file__).resolve().parent.parent / "presets" / "gpus" / "h100-sxm5.yaml").read_text())
+    (folder / "alias.yaml").symlink_to(folder / "mine.yaml")
+    result = runner.invoke(app, ["peak-flops", "--presets", str(tmp_path / "presets"), "--gpu", "alias", "--dtype", "bf16"])
+    assert result.exit_code == 0, result.output
