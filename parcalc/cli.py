@@ -75,6 +75,17 @@ SUMMARIES: dict[str, str] = {
 SUMMARY_CHARS = 60  # 80 columns less the indent, the longest name (comm-volume) and the gaps
 
 
+def _click_message(error: Exception) -> str:
+    """Click's message, the same on every click the package allows: an unknown option is said
+    "No such option: --x" by the click typer vendors (0.26+) and "No such option '--x'. Did you mean
+    '--y'?" by click 8.2+, so parcalc says it one way."""
+    if type(error).__name__ == "NoSuchOption" and getattr(error, "option_name", None):
+        possibilities = sorted(getattr(error, "possibilities", None) or ())
+        hint = f" (did you mean {', '.join(possibilities)}?)" if possibilities else ""
+        return f"No such option: {error.option_name}{hint}"  # type: ignore[attr-defined]
+    return str(error.format_message())  # type: ignore[attr-defined]
+
+
 def _click_exception() -> type[Exception]:
     """Click's base exception, whether typer vendors click (0.26+) or depends on it."""
     return next(k for k in typer.BadParameter.__mro__ if k.__name__ == "ClickException")
@@ -294,7 +305,7 @@ class ParcalcGroup(TyperGroup):
             from parcalc.runfile import from_run_file
 
             hint = from_run_file(error) + hint  # a bad value read from --config's file names the file
-            _fail(f"Error: {one_line(error.format_message())}{hint}", error.exit_code)  # type: ignore[attr-defined]
+            _fail(f"Error: {one_line(_click_message(error))}{hint}", error.exit_code)  # type: ignore[attr-defined]
         except streams.StdoutError as error:
             streams.discard_stdout()
             if error.broken_pipe:  # `parcalc ... | head -1`: the reader has all it wanted

@@ -7,6 +7,7 @@ Each test is one reproducer from the issue: bad input gives one line `Error: ...
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import threading
 from pathlib import Path
@@ -765,3 +766,51 @@ def test_a_preset_linking_within_its_folder_is_read(runner, tmp_path: Path) -> N
     (folder / "alias.yaml").symlink_to(folder / "mine.yaml")
     result = runner.invoke(app, ["peak-flops", "--presets", str(tmp_path / "presets"), "--gpu", "alias", "--dtype", "bf16"])
     assert result.exit_code == 0, result.output
+
+
+# Issue 28: bounds on what a template costs, and on what the TeX it writes may do
+
+@pytest.mark.parametrize("template, said", [
+    ('\\VAR{ "x" * 10**9 }\n', "items (at most"),
+    ('\\VAR{ 2 ** 99999999 }\n', "power of more than"),
+], ids=["huge-string", "huge-power"])  # fmt: skip
+def test_a_template_cannot_allocate_gigabytes(runner, tmp_path: Path, template: str, said: str) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "report.tex.j2").write_text(template)
+    result = runner.invoke(app, ["report", "question1", "--template", str(templates), "-o", str(tmp_path / "out.tex")])
+    assert said in one_line_error(result)
+    assert not (tmp_path / "out.tex").exists()
+
+
+def test_a_loop_that_prints_nothing_is_stopped_by_the_deadline(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("parcalc.render.template_sandbox.RENDER_SECONDS", 0.5)
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "report.tex.j2").write_text("\\BLOCK{for i in range(99999)}\\BLOCK{for j in range(99999)}\\BLOCK{endfor}\\BLOCK{endfor}\n")
+    result = runner.invoke(app, ["report", "question1", "--template", str(templates), "--format", "latex"])
+    assert "ran longer than 0.5 s" in one_line_error(result)
+
+
+LUA_READS_A_FILE = r"""\documentclass{article}
+\begin{document}
+\ifdefined\directlua\directlua{local f = io.open('SECRET'); tex.print(f and 'LEAKED:' .. f:read('*l') or 'BLOCKED')}\else NOLUA\fi
+\end{document}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("pdflatex"), reason="needs pdfLaTeX")
+def test_a_user_template_is_typeset_without_lua(runner, tmp_path: Path) -> None:
+    """Issue 28: LuaLaTeX ran a --template's \\directlua, which read any file into the PDF (openin_any does not
+    reach Lua, and --safer stops luaotfload). A user's template is built by pdfLaTeX, which has no Lua."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2\n")
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "report.tex.j2").write_text(LUA_READS_A_FILE.replace("SECRET", str(secret)))
+    result = runner.invoke(app, ["report", "question1", "--template", str(templates), "-o", str(tmp_path / "out.pdf")])
+    assert result.exit_code == 0, result.output
+    import subprocess
+
+    text = subprocess.run(["pdftotext", str(tmp_path / "out.pdf"), "-"], capture_output=True, text=True, check=True).stdout
+    assert "NOLUA" in text and "hunter2" not in text

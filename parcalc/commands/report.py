@@ -93,7 +93,8 @@ def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path
     if kind == "pdf":
         from parcalc.render.pdf import compile_pdf
 
-        compile_pdf(render_report_latex(solved, templates, detail), output)  # type: ignore[arg-type]
+        # a user's template is TeX of unknown origin: built without Lua (render/pdf.py tex_engine)
+        compile_pdf(render_report_latex(solved, templates, detail), output, lua_allowed=not templates)  # type: ignore[arg-type]
     else:
         if kind == "latex":
             text = render_report_latex(solved, templates, detail)  # type: ignore[arg-type]

@@ -402,8 +402,18 @@ def sandboxed_environment(template_dirs: Sequence[Path] = (), **options: Any) ->
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    from parcalc.render.template_sandbox import bounded_binop
+
+    class BoundedSandbox(ImmutableSandboxedEnvironment):  # type: ignore[misc]
+        """The immutable sandbox with `*` and `**` bounded (parcalc.render.template_sandbox)."""
+
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            return bounded_binop(operator, left, right)
+
     search = [str(d) for d in template_dirs] + [str(data_dir("templates"))]
-    return ImmutableSandboxedEnvironment(
+    environment = BoundedSandbox(
         loader=jinja2.FileSystemLoader(search),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -411,6 +421,7 @@ def sandboxed_environment(template_dirs: Sequence[Path] = (), **options: Any) ->
         lstrip_blocks=True,
         **options,
     )
+    return environment
 
 
 def template_environment(template_dirs: Sequence[Path] = ()) -> Any:
@@ -463,7 +474,9 @@ def _line(error: Exception) -> str:
 
 
 def environment_render(environment: Any, name: str, context: dict[str, Any]) -> str:
-    return environment.get_template(name).render(**context)
+    from parcalc.render.template_sandbox import render_bounded
+
+    return render_bounded(environment.get_template(name), context)
 
 
 def render_latex_fragment(result: Result, template_dirs: Sequence[Path] = ()) -> str:

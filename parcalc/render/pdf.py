@@ -46,13 +46,19 @@ def tex_timeout() -> float:
     return value
 
 
-def tex_engine() -> list[str] | None:
+def tex_engine(lua_allowed: bool = True) -> list[str] | None:
     """The command that builds a PDF, or None when no TeX is installed.
 
     LuaLaTeX first (Unicode text: "José Müller", Greek, CJK reach the PDF through fontspec and the
     fallback fonts of templates/preamble.tex.j2), when texlive-luatex provides luaotfload; else pdfLaTeX,
-    whose default fonts lack most of those letters (see ascii_only)."""
-    lua = bool(shutil.which("lualatex")) and _luatex_packages()
+    whose default fonts lack most of those letters (see ascii_only).
+
+    lua_allowed=False (a user's --template) takes pdfLaTeX: LuaLaTeX runs the `\\directlua` of whatever
+    the template writes, and Lua's io reads and writes any file the user can (openin_any and
+    shell_escape do not reach it), while `lualatex --safer`, which would stop that, also stops
+    luaotfload ("luaotfload can't run with option --safer") and every Unicode font with it. pdfTeX has
+    no Lua; its own file access is kept to the build directory (openin_any / openout_any = p)."""
+    lua = lua_allowed and bool(shutil.which("lualatex")) and _luatex_packages()
     if shutil.which("latexmk") and (lua or shutil.which("pdflatex")):
         mode = "-lualatex" if lua else "-pdf"
         return ["latexmk", mode, "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", "-quiet"]
@@ -88,10 +94,11 @@ def ascii_only(tex_source: str) -> str:
 PDFLATEX_LETTERS = {"Δ": r"$\Delta$", "Σ": r"$\Sigma$", "µ": r"$\mu$", "μ": r"$\mu$"}
 
 
-def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None, log: Path | None = None) -> None:
+def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None, log: Path | None = None,
+                lua_allowed: bool = True) -> None:  # fmt: skip
     """Typeset `tex_source` and atomically write the PDF to `output` (and TeX's log to `log`, for the
-    layout checks of tests/test_pdf_layout.py)."""
-    engine = tex_engine()
+    layout checks of tests/test_pdf_layout.py); lua_allowed=False for TeX a user's template wrote (tex_engine)."""
+    engine = tex_engine(lua_allowed)
     if engine is None:
         raise RenderError(f"no TeX engine found to build {output.name}; {INSTALL_HINT} (or write .tex with -o file.tex)")
     timeout = tex_timeout() if timeout_s is None else timeout_s
