@@ -615,7 +615,7 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
     table_rows = []
     for row in rows:
         c, est = row.config, row.estimate
-        note = row.note or ("the reference (speedup 1)" if timed.reference is not None and timed.reference.matches(row) else "")
+        note = row.note or (_reference_note(timed.reference) if timed.reference is not None and timed.reference.matches(row) else "")
         cells = (row.family, row.recompute.value, c.tp if c else None, c.pp if c else None, c.dp if c else None, row.gpus_used,
                  row.memory, bool(row.fits) if row.memory is not None else None, row.headroom,
                  *((row.max_layers,) if with_layers else ()),
@@ -632,6 +632,13 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
                     tables=tables, verdicts=tuple(verdicts), settings=tuple(settings), fits=any(row.fits for row in rows),
                     assumptions=_assumptions(shape, training, cluster) + _speedup_assumptions(timed))  # fmt: skip
     return result, None if any(row.fits for row in rows) else _nothing_fits(shape, rows, cluster, with_layers)
+
+
+def _reference_note(reference: Any) -> str:
+    """The reference row's note: speedup 1, and its step time where it is timed as if its memory were unbounded."""
+    if reference.row.fits:
+        return "the reference (speedup 1)"
+    return f"the reference (speedup 1): {reference.step.value:,.3g} s per step were its memory unbounded"
 
 
 def _strategy_memory_table(rows: tuple[StrategyRow, ...]) -> Table:

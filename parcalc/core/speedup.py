@@ -10,11 +10,16 @@ t_step, tokens/s and terms as `fit --tp --pp --dp` and the search), and from it
 - E, the parallel efficiency: the speedup over the ideal N / N_ref (parcalc.core.analyze's
   convention, E = S N0 / N; with a one-GPU reference simply S / N).
 
-The reference is one GPU of the same model: the fastest single-GPU row that fits (without
-recomputation when it fits, else with the least that makes it fit). Where one GPU cannot hold the
-model, it is the smallest setup that can: the fewest GPUs n < N (every power of two and every
-divisor of N) on which some strategy of the table fits, and the fastest of those; failing that,
-the fastest strategy on the N GPUs themselves (then S <= 1 for every row).
+The reference is one GPU of the same model without recomputation: the single-GPU row of the
+table when it fits, else that row as it would run on a GPU of unbounded memory (its step time is the
+model's all the same; the memory it would need is stated). So S <= N and E <= 1 up to the model's own
+per-kernel effects: every strategy only adds to one GPU's work (communication, bubbles, recomputation,
+smaller GEMMs), never takes from it.
+
+Why not the smallest setup that fits, as parcalc did before: a reference that needs recomputation or
+pipeline stages to fit (PP with full recomputation on 2 GPUs) is slow for reasons that more GPUs
+remove, and made efficiencies of 110-121 %; and on N GPUs where nothing smaller fits, the reference
+was a row of the table itself, whose "speedup" was 1x over itself (issue 28).
 
 Why one strategy is slower than another is read off the model's own terms (compute,
 recomputation, TP communication, bubble, PP sends, exposed DP sync, optimizer, ...): the term with
@@ -116,32 +121,19 @@ def _timed(model: TransformerModel, training: Training, cluster: Cluster, row: S
     return replace(row, estimate=estimate(model, row.config, training, replace(cluster, gpus=row.gpus_used)))
 
 
-def reference_candidates(gpus: int) -> list[int]:
-    """GPU counts below N tried for the reference, smallest first: powers of two and divisors of N."""
-    powers = {1 << k for k in range(gpus.bit_length()) if 1 << k < gpus}
-    divisors = {d for d in range(1, gpus) if gpus % d == 0}
-    return sorted(powers | divisors)
-
-
 def reference_setup(model: TransformerModel, training: Training, cluster: Cluster, rows: tuple[StrategyRow, ...],
                     recomputes: tuple[Recompute, ...], micro_batch: int) -> Reference | None:  # fmt: skip
     """The setup speedups are measured against (module docstring); None when nothing fits on N GPUs."""
-    here = [r for r in rows if r.estimate is not None]
-    if not here:
+    if not any(r.estimate is not None for r in rows):
         return None
-    single = [r for r in here if r.gpus_used == 1]
-    if single:
-        return Reference(_fastest(single), 1, "")
-    for n in reference_candidates(cluster.gpus):
-        if n == 1:
-            continue  # the table's own single-GPU rows, none of which fits
-        fewer = replace(cluster, gpus=n)
-        fitting = [_timed(model, training, fewer, r) for r in
-                   strategy_table(model, training, fewer, recomputes, micro_batch=micro_batch, deepest=False) if r.fits]  # fmt: skip
-        fitting = [r for r in fitting if r.estimate is not None and r.gpus_used == n]
-        if fitting:
-            return Reference(_fastest(fitting), n, "one GPU cannot hold the model; the fewest GPUs that can")
-    return Reference(_fastest(here), cluster.gpus, f"no setup of fewer than {cluster.gpus} GPUs holds the model; the fastest here")
+    single = next((r for r in rows if r.gpus_used == 1 and r.recompute is Recompute.NONE and r.config is not None), None)
+    if single is None:  # a table without its single-GPU row (not made by strategy_table)
+        return None
+    if single.estimate is not None:
+        return Reference(single, 1, "")
+    unbounded = replace(single, estimate=estimate(model, single.config, training, replace(cluster, gpus=1)))
+    need = f"{single.memory / 2**30:,.1f} GiB" if single.memory is not None else "more than it has"
+    return Reference(unbounded, 1, f"were its memory unbounded: it would need {need} of {cluster.capacity / 2**30:,.0f} GiB")
 
 
 def _fastest(rows: list[StrategyRow]) -> StrategyRow:
