@@ -50,18 +50,37 @@ def preset_names(folder: str, incomplete: str, extra_dirs: Any = ()) -> list[str
     return [preset.key for preset in found if preset.key.startswith(incomplete.lower())]
 
 
-def complete_preset_names(command: Any) -> None:
-    """Give the preset flags of `command` (and of its subcommands) completion by preset name."""
+# (subcommand, argument) -> what completes it: `parcalc presets show h1<TAB>` (any category's names),
+# `parcalc presets list g<TAB>` (the categories)
+ARGUMENTS = {("show", "name"): "any", ("list", "category"): "categories"}
+
+
+def complete_preset_names(command: Any, name: str = "") -> None:
+    """Give the preset flags of `command` (and of its subcommands) completion by preset name, and
+    the positional preset names and categories of `presets show` / `presets list` (ARGUMENTS)."""
     for param in getattr(command, "params", ()):
         folders = {PRESET_FLAGS[flag] for flag in getattr(param, "opts", ()) if flag in PRESET_FLAGS}
         if folders:
             param._custom_shell_complete = _completer(folders.pop())
-    for sub in getattr(command, "commands", {}).values():
-        complete_preset_names(sub)
+        elif (name, getattr(param, "name", "")) in ARGUMENTS:
+            param._custom_shell_complete = _argument_completer(ARGUMENTS[name, param.name])
+    for sub_name, sub in getattr(command, "commands", {}).items():
+        complete_preset_names(sub, sub_name)
 
 
 def _completer(folder: str) -> Any:
     def complete(ctx: Any, param: Any, incomplete: str) -> list[str]:
         return preset_names(folder, incomplete, ctx.params.get("presets"))
+
+    return complete
+
+
+def _argument_completer(kind: str) -> Any:
+    def complete(ctx: Any, param: Any, incomplete: str) -> list[str]:
+        from parcalc.presets import Category
+
+        if kind == "categories":
+            return [c.value for c in Category if c.value.startswith(incomplete.lower())]
+        return sorted({n for c in Category for n in preset_names(c.value, incomplete, ctx.params.get("presets"))})
 
     return complete

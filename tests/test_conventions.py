@@ -99,6 +99,10 @@ def test_bash_completes_commands_flags_and_preset_names() -> None:
     links = sorted(p.stem for p in (ROOT / "presets" / "links").glob("nvlink*.yaml"))
     assert links and _complete("bash", "parcalc comm-volume --link nvlink") == links
     assert _complete("bash", "parcalc fit --inter-node-link ib-n") == sorted(p.stem for p in (ROOT / "presets" / "links").glob("ib-n*.yaml"))
+    # issue 28: positional preset names and categories complete too
+    assert _complete("bash", "parcalc presets show h1") == gpus
+    assert _complete("bash", "parcalc presets show llama3-7") == ["llama3-70b"]
+    assert _complete("bash", "parcalc presets list g") == ["gpus"]
 
 
 def test_zsh_and_fish_complete_too() -> None:
