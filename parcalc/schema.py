@@ -193,8 +193,48 @@ def sweep_schema() -> dict[str, object]:
     }  # fmt: skip
 
 
+def report_schema() -> dict[str, object]:
+    """The JSON Schema of `parcalc report --format json` (parcalc.commands.report): the worksheet's
+    questions, each with its answers and the envelopes of the calculations that answer it (which the
+    commands' own schemas describe; here an object with its `command`)."""
+    answer = {
+        "type": "object", "additionalProperties": False, "required": ["key", "label", "calculation", "value", "unit"],
+        "properties": {
+            "key": {**_S, "description": "the answer's result key, as the worksheet names it"},
+            "label": {**_S, "description": "the answer as the report prints it"},
+            "calculation": {"type": "integer", "description": "the 1-based index of the calculation it came from"},
+            "value": {"type": ["number", "null"], "description": "in the base unit `unit` names"},
+            "unit": _S,
+        },
+    }  # fmt: skip
+    question = {
+        "type": "object", "additionalProperties": False, "required": ["id", "title", "answers", "results"],
+        "properties": {
+            "id": _S, "title": _S, "answers": {"type": "array", "items": answer},
+            "results": {"type": "array", "items": {"type": "object", "required": ["schema_version", "command"]},
+                        "description": "each calculation's result: the envelope of its command (`parcalc schema COMMAND`)"},
+        },
+    }  # fmt: skip
+    return {
+        "$schema": DIALECT,
+        "$id": f"https://parcalc.invalid/schemas/{SCHEMA_VERSION}/{file_name('report')}",
+        "title": "parcalc report --format json",
+        "type": "object",
+        "required": ["schema_version", "parcalc", "command", "worksheet", "title", "questions"],
+        "additionalProperties": False,
+        "properties": {
+            "schema_version": {"const": SCHEMA_VERSION, "description": "changes when a key changes its meaning or type, or goes away"},
+            "parcalc": {**_S, "description": "parcalc's version"},
+            "command": {"const": "report"},
+            "worksheet": {**_S, "description": "the worksheet file answered"},
+            "title": _S,
+            "questions": {"type": "array", "items": question},
+        },
+    }  # fmt: skip
+
+
 # Commands whose JSON is not one result's envelope: their own schema.
-OWN_SCHEMAS: dict[str, Callable[[], dict[str, object]]] = {"sweep": sweep_schema}
+OWN_SCHEMAS: dict[str, Callable[[], dict[str, object]]] = {"sweep": sweep_schema, "report": report_schema}
 # Every command with a shipped schema (`parcalc schema` lists these).
 SHIPPED: tuple[str, ...] = (*COMMANDS, *OWN_SCHEMAS)
 

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Examples that cannot run here as they are: a file that is only a placeholder in the help text,
 # a preset the example makes first, output to a file or a pipe, shell syntax.
 SKIP_WORDS = (" timings.csv", " timings.yaml", "my-nvlink", " -o ", "--output", "|", ">", "--version", "--show-completion",
-              "parcalc report", "parcalc schema")  # fmt: skip
+              "parcalc report --list", "parcalc schema")  # fmt: skip
 
 
 def example_lines() -> list[str]:
@@ -82,6 +82,7 @@ RUN_FILES: dict[str, tuple[dict[str, object], list[str]]] = {
     "calibrate gemm": ({"device": "cpu", "shapes": "tiny", "peak": "2TFLOP/s"}, ["--device", "cpu", "--shapes", "tiny", "--peak", "2TFLOP/s"]),
     "calibrate nccl": ({"file": _NCCL_FILE}, [_NCCL_FILE]),
     "analyze": ({"file": _LAB_TIMINGS, "time-is": "epoch"}, [_LAB_TIMINGS, "--time-is", "epoch"]),
+    "report": ({"worksheet": "question1"}, ["question1"]),  # its positional argument by name
     "scaling": ({"model": "gpt2-xl", "gpu": "a100-sxm4-80gb", "gpus": "1,2,4,8", "weak": True, "batch": 8, "seq-len": 1024},
                 ["--model", "gpt2-xl", "--gpu", "a100-sxm4-80gb", "--gpus", "1,2,4,8", "--weak", "--batch", "8", "--seq-len", "1024"]),
 }  # fmt: skip
@@ -388,10 +389,20 @@ def test_sweep_json_has_its_own_schema(runner) -> None:
 
 def test_every_command_with_json_output_has_a_schema() -> None:
     """The commands that take --format (parcalc/flags.py, checked against the real options by
-    tests/test_flags.py) all ship a schema, but report: its JSON is the worksheet (worksheet, title,
-    questions), each question's results the envelopes of the commands it ran, which those commands'
-    schemas cover; it has no schema_version or schema of its own yet. A command added with JSON
-    output and no schema fails here."""
+    tests/test_flags.py) all ship a schema. A command added with JSON output and no schema fails here."""
     from parcalc.flags import by_name
 
-    assert set(by_name()["--format"].commands) - {"report"} == set(SHIPPED)
+    assert set(by_name()["--format"].commands) == set(SHIPPED)
+
+
+def test_report_json_carries_schema_version_and_has_its_schema(runner) -> None:
+    """Issue 28: report's JSON was the only one without schema_version; its questions' results are the
+    envelopes of the commands they ran (question 1.1 of seed 004: peak-flops, 155.92 TFLOP/s TF32)."""
+    result = runner.invoke(app, ["report", "question1", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert problems(document, json.loads((SCHEMA_DIR / "report.json").read_text())) == []
+    assert (document["schema_version"], document["command"]) == (SCHEMA_VERSION, "report")
+    first = document["questions"][0]
+    assert first["results"][0]["command"] == "peak-flops"
+    assert first["answers"][0]["value"] == pytest.approx(2 * 1.41e9 * 108 * 512)

@@ -18,6 +18,7 @@ Examples:
   parcalc report question2 --detail brief -o question2-brief.pdf
   parcalc report my-worksheet.yaml -o answers.md
   parcalc report question1 --format latex > question1.tex
+  parcalc report question1 --format json
 """
 
 FORMATS = ("markdown", "latex", "json")
@@ -161,7 +162,11 @@ def _json(solved: object) -> str:
                     "value": a.derivation.value, "unit": a.derivation.unit} for a in q.answers]  # fmt: skip
         questions.append({"id": q.question.id, "title": q.question.title, "answers": answers,
                           "results": [result_record(r) for r in q.results]})  # fmt: skip
-    document = {"worksheet": str(sheet.path), "title": sheet.title, "questions": questions}
+    from parcalc import __version__
+    from parcalc.render.json_out import SCHEMA_VERSION
+
+    document = {"schema_version": SCHEMA_VERSION, "parcalc": __version__, "command": "report", "worksheet": str(sheet.path),
+                "title": sheet.title, "questions": questions}  # fmt: skip
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
