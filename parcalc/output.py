@@ -57,8 +57,16 @@ def draws_figures(fmt: OutputFormat | None, output: Path | None) -> bool:
 
 
 def resolve_format(fmt: OutputFormat | None, output: Path | None) -> OutputFormat:
-    """An explicit --format wins; otherwise the output file's extension; otherwise a table."""
+    """An explicit --format; otherwise the output file's extension; otherwise a table. The two given
+    and saying different things is one line (issue 28: `--format json -o x.pdf` built a PDF, and
+    `--format json -o t.svg` printed JSON to stdout)."""
     if fmt is not None:
+        suffix = output.suffix.lower() if output is not None else ""
+        implied = EXTENSIONS.get(suffix)
+        if suffix == FIGURE_SUFFIX or (implied is not None and implied is not fmt):
+            what = "a picture" if suffix == FIGURE_SUFFIX else "a PDF" if suffix == ".pdf" else implied.value if implied is not None else ""
+            raise InputError(f"--format {fmt.value} and -o {shown(str(output))} disagree: -o's extension asks for {what}; "
+                             f"drop --format, or name the file for {fmt.value}")  # fmt: skip
         return fmt
     if output is None:
         return OutputFormat.TABLE

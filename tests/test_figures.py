@@ -247,12 +247,19 @@ def test_fit_svg_with_several_gpu_types_is_refused(run_error, tmp_path):
     assert "one GPU type" in line and not out.exists()
 
 
-def test_format_json_to_an_svg_name_writes_json(runner, tmp_path):
-    """An explicit --format wins over the extension, as for every other output."""
+def test_format_json_to_an_svg_name_is_refused(run_error, tmp_path):
+    """--format and -o's extension saying different things is one line, nothing written (issue 28: it
+    wrote JSON into x.svg here, and bubble printed JSON to stdout beside the picture)."""
     out = tmp_path / "x.svg"
-    result = runner.invoke(app, [*MEMORY, "--format", "json", "-o", str(out)])
-    assert result.exit_code == 0, result.output
-    assert json.loads(out.read_text())["command"] == "memory"
+    assert "disagree" in run_error([*MEMORY, "--format", "json", "-o", str(out)])
+    assert not out.exists()
+
+
+def test_format_and_an_extension_that_agree_or_say_nothing(runner, tmp_path):
+    for name, fmt in (("x.json", "json"), ("x.data", "json"), ("x.txt", "table")):
+        out = tmp_path / name
+        assert runner.invoke(app, [*MEMORY, "--format", fmt, "-o", str(out)]).exit_code == 0, name
+        assert out.stat().st_size > 0
 
 
 def test_tex_document_carries_the_picture_in_tikz(runner, tmp_path):
