@@ -8,7 +8,11 @@ reads through `read_regular` on every one-liner, so `tempfile` is imported only 
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from parcalc.errors import InputError, shown
@@ -118,7 +122,12 @@ def _replace(target: Path, payload: bytes) -> None:
 
     directory = target.parent
     # the temporary name stays within NAME_MAX however long the target's name is
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name[:50]}.", suffix=".part", dir=directory)
+    with terminate_raises():  # SIGTERM mid-write: the .part file goes too (issue 28)
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name[:50]}.", suffix=".part", dir=directory)
+        _fill(handle, temporary, target, payload)
+
+
+def _fill(handle: int, temporary: str, target: Path, payload: bytes) -> None:
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(payload)
@@ -130,3 +139,22 @@ def _replace(target: Path, payload: bytes) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def terminate_raises() -> Iterator[None]:
+    """Within the block, SIGTERM raises SystemExit (exit 143) instead of ending Python on the spot, so
+    that cleanup runs on the way out: a temporary file removed, a child process killed. Only the main
+    thread may set signal handlers; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

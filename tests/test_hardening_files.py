@@ -814,3 +814,35 @@ def test_a_user_template_is_typeset_without_lua(runner, tmp_path: Path) -> None:
 
     text = subprocess.run(["pdftotext", str(tmp_path / "out.pdf"), "-"], capture_output=True, text=True, check=True).stdout
     assert "NOLUA" in text and "hunter2" not in text
+
+
+def test_sigterm_while_a_file_is_written_leaves_no_part_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28: SIGTERM while `-o out.json` was written left `.out.json.*.part` behind (the default
+    handler ends Python on the spot); now it raises SystemExit(143) and the temporary file goes."""
+    import signal
+
+    from parcalc import files
+
+    real_fdopen = os.fdopen
+
+    class Stream:
+        def __init__(self, stream) -> None:
+            self.stream = stream
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.stream.close()
+
+        def write(self, payload: bytes) -> None:
+            self.stream.write(payload[:10])
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives mid-write
+            self.stream.write(payload[10:])
+
+    monkeypatch.setattr(files.os, "fdopen", lambda handle, mode: Stream(real_fdopen(handle, mode)))
+    with pytest.raises(SystemExit) as stopped:
+        files.write_atomically(tmp_path / "out.json", "x" * 100)
+    assert stopped.value.code == 143
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))

@@ -3,7 +3,6 @@ a time limit, and the PDF moved into place only when TeX succeeded."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import re
@@ -11,13 +10,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from parcalc.errors import InputError, RenderError, shown
-from parcalc.files import write_atomically
+from parcalc.files import terminate_raises, write_atomically
 
 # Why 60 s and not 120: the packaged reports build in 1.4 s and 2.1 s (latexmk + pdflatex, on a
 # shared 2-core machine), a first run that makes fonts (mktexpk) some seconds more. A minute is
@@ -105,7 +102,7 @@ def compile_pdf(tex_source: str, output: Path, timeout_s: float | None = None, l
     deadline = time.monotonic() + timeout
     # The temporary directory goes on timeout, error, Ctrl-C and SIGTERM alike: TeX is killed first
     # (_run_tex), then the with-block removes the directory while the exception passes through.
-    with _terminate_raises(), tempfile.TemporaryDirectory(prefix="parcalc-tex-") as workdir:
+    with terminate_raises(), tempfile.TemporaryDirectory(prefix="parcalc-tex-") as workdir:
         source = Path(workdir) / "document.tex"
         if "-lualatex" not in engine and engine[0] != "lualatex":
             tex_source = ascii_only(tex_source)
@@ -142,7 +139,7 @@ def _run_tex(argv: list[str], workdir: str, env: dict[str, str], deadline: float
     except subprocess.TimeoutExpired:
         _kill_group(process)
         raise RenderError(f"TeX did not finish within {timeout:g} s; no PDF written (allow more with {TEX_TIMEOUT_VAR}=SECONDS)") from None
-    except BaseException:  # KeyboardInterrupt, or SystemExit from SIGTERM (_terminate_raises)
+    except BaseException:  # KeyboardInterrupt, or SystemExit from SIGTERM (parcalc.files.terminate_raises)
         _kill_group(process)
         raise
     return process.returncode, stdout, stderr
@@ -159,24 +156,6 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
     for stream in (process.stdout, process.stderr):
         if stream is not None:
             stream.close()
-
-
-@contextlib.contextmanager
-def _terminate_raises() -> Iterator[None]:
-    """While TeX runs, SIGTERM raises SystemExit (exit 143) instead of ending Python on the spot, so
-    that TeX's process group is killed and its temporary directory removed on the way out."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield
-        return
-
-    def terminate(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def log_excerpt(log: str, lines: int = 6) -> str:
