@@ -125,6 +125,8 @@ def _parse_toml(label: str, text: str) -> Any:
         raise InputError(f"{label}: invalid TOML: {error}") from None
     except RecursionError:  # tomllib recurses on nested arrays: thousands of `[` exhaust the stack
         raise InputError(f"{label}: nested too deeply for a run file") from None
+    except ValueError:  # int() of more than 4,300 digits (Python's int-str limit), raised inside tomllib
+        raise InputError(f"{label}: a number too large for any flag (more than 4,300 digits)") from None
 
 
 def _kind(value: object) -> str:

@@ -13,6 +13,7 @@ input, exit 2), the reason, and every result's value in base units (the JSON out
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,11 +223,12 @@ def shown_value(value: Any) -> Any:
     """A point's value in a row: a number where the text reads as one (so JSON rows carry numbers)."""
     import re
 
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= 40:  # longer: no flag's number; int() of 5,000 digits raised
         if re.fullmatch(_INT, value):
             return int(value)
         if re.fullmatch(_FLOAT, value):
-            return float(value)
+            number = float(value)
+            return number if math.isfinite(number) else value  # 1e999: the text, JSON has no infinity
     return value
 
 

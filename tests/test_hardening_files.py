@@ -846,3 +846,23 @@ def test_sigterm_while_a_file_is_written_leaves_no_part_file(tmp_path: Path, mon
     assert stopped.value.code == 143
     assert list(tmp_path.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+def test_a_toml_run_file_with_a_5000_digit_number_is_one_line(runner, tmp_path: Path) -> None:
+    """Issue 28: tomllib's int() of 5,000 digits raised Python's int-str limit error: an internal error."""
+    run = tmp_path / "run.toml"
+    run.write_text(f'model = "llama3-8b"\nseq-len = {"9" * 5000}\n')
+    assert "a number too large for any flag" in one_line_error(runner.invoke(app, ["flops", "--config", str(run)]))
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "1e999"], ids=["5000-digits", "overflowing-float"])
+def test_a_sweep_value_no_number_can_hold_is_an_error_row_in_json(runner, tmp_path: Path, value: str) -> None:
+    """Issue 28: under -f json such a --vary value was an internal error (int() of 5,000 digits; inf in JSON)."""
+    import json
+
+    run = tmp_path / "run.yaml"
+    run.write_text("command: flops\nmodel: llama3-8b\n")
+    result = runner.invoke(app, ["sweep", str(run), "--vary", f"seq-len={value}", "-f", "json"])
+    assert result.exit_code == 2, result.output  # no point succeeded, none infeasible: 2 (README)
+    (row,) = json.loads(result.stdout)["rows"]
+    assert row["status"] == "error" and row["point"]["seq-len"] == value
