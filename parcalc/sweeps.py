@@ -31,22 +31,26 @@ OK, INFEASIBLE, ERROR = "ok", "infeasible", "error"
 
 @dataclass(frozen=True)
 class SweepRow:
-    """One point of the grid: its flag values, how the command ended, and its Result (None unless ok)."""
+    """One point of the grid: its flag values, how the command ended, what a row of the output holds
+    (the first verdict, each result's value and unit) and, when the sweep keeps them, its Result.
+
+    The CLI keeps no Results: a bubble Result holds its whole timeline, and 10,000 of them took 5 GB
+    (issue 28); a row's few numbers are all it writes."""
 
     point: Mapping[str, Any]
     status: str
     error: str = ""
     result: Result | None = field(default=None, repr=False)
+    first_verdict: str = ""
+    results: tuple[tuple[str, float, str], ...] = ()  # (key, value in base units, unit) of each derivation
 
     def verdict(self) -> str:
         """The result's first verdict line (fit: the configuration, its step time and whether it fits)."""
-        return self.result.verdicts[0] if self.result is not None and self.result.verdicts else ""
+        return self.first_verdict
 
     def values(self) -> dict[str, Any]:
         """Each derivation's value in base units, keyed as in the JSON output's `results`."""
-        if self.result is None:
-            return {}
-        return {d.key: d.value for d in self.result.derivations}
+        return {key: value for key, value, _ in self.results}
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,8 @@ class Sweep:
         """The unit of each result key, in order of first appearance."""
         units: dict[str, str] = {}
         for row in self.rows:
-            for d in row.result.derivations if row.result is not None else ():
-                units.setdefault(d.key, d.unit)
+            for key, _, unit in row.results:
+                units.setdefault(key, unit)
         return units
 
     def records(self) -> list[dict[str, Any]]:
@@ -154,10 +158,13 @@ def parse_vary(texts: Sequence[str]) -> dict[str, tuple[str, ...]]:
 
 
 def run_sweep(command: str, inputs: Mapping[str, Any], vary: Mapping[str, Sequence[Any]], label: str = "inputs",
-              base: Path | None = None, progress: Callable[[int, int], None] | None = None) -> Sweep:  # fmt: skip
+              base: Path | None = None, progress: Callable[[int, int], None] | None = None,
+              keep_results: bool = True) -> Sweep:  # fmt: skip
     """Run `command` with `inputs` at every point of the grid `vary` ({flag: values}, the values
     of a point overriding `inputs`). The inputs and the --vary keys are checked once, before any
-    point runs (an unknown flag would fail every row); each point's own error becomes its row."""
+    point runs (an unknown flag would fail every row); each point's own error becomes its row.
+    keep_results=False keeps of each point only what its row prints (SweepRow), so that memory does
+    not grow with the Results."""
     from parcalc.cli import load_command
     from parcalc.runfile import NEVER, OUTPUT_KEYS, defaults_for, input_slots, refused, unknown_key
     from parcalc.worksheet import CALCULATION_COMMANDS
@@ -190,7 +197,7 @@ def run_sweep(command: str, inputs: Mapping[str, Any], vary: Mapping[str, Sequen
     for index, combination in enumerate(itertools.product(*grid.values()) if grid else [()], start=1):
         point = dict(zip(names, combination, strict=True))
         shown_point = {k: shown_value(v) for k, v in point.items()}
-        rows.append(_run_point(command, _merged(inputs, point, slots), shown_point, label, base))
+        rows.append(_run_point(command, _merged(inputs, point, slots), shown_point, label, base, keep_results))
         if progress is not None:
             progress(index, total)
     return Sweep(command, dict(inputs), grid, tuple(rows))
@@ -232,7 +239,8 @@ def shown_value(value: Any) -> Any:
     return value
 
 
-def _run_point(command: str, inputs: Mapping[str, Any], point: Mapping[str, Any], label: str, base: Path | None) -> SweepRow:
+def _run_point(command: str, inputs: Mapping[str, Any], point: Mapping[str, Any], label: str, base: Path | None,
+               keep_result: bool = True) -> SweepRow:  # fmt: skip
     from parcalc.cli import internal_error_line, one_line
     from parcalc.runfile import run_command
 
@@ -246,4 +254,5 @@ def _run_point(command: str, inputs: Mapping[str, Any], point: Mapping[str, Any]
         raise
     except Exception as error:  # noqa: BLE001 - a bug of parcalc at one point: its row says so, the sweep goes on
         return SweepRow(point, ERROR, internal_error_line(error))
-    return SweepRow(point, OK, "", result)
+    return SweepRow(point, OK, "", result if keep_result else None, result.verdicts[0] if result.verdicts else "",
+                    tuple((d.key, d.value, d.unit) for d in result.derivations))  # fmt: skip

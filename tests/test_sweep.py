@@ -164,3 +164,18 @@ def test_toml_values_json_cannot_hold_are_shown_as_text(runner, tmp_path: Path) 
     doc = json.loads(result.stdout)
     assert doc["inputs"] == {"model": "gpt3-175b", "tp": "inf", "gpu": "1979-05-27"}
     assert doc["rows"][0]["error"] == "--tp: 'inf' is not a finite number"
+
+
+def test_a_sweep_without_its_results_keeps_what_its_rows_print() -> None:
+    """Issue 28: the CLI's sweep kept every point's Result (a bubble's whole timeline: 2,000 points took
+    2.5 GB); with keep_results=False a row holds its verdict and values only, and prints the same.
+    Measured: 400 bubble points with --timeline at p = 8, peak RSS 213 MB before, 34 MB after."""
+    from parcalc.sweeps import run_sweep
+
+    inputs = {"pp": 4, "timeline": True}
+    kept = run_sweep("bubble", inputs, {"micro-batches": ("8", "16")})
+    lean = run_sweep("bubble", inputs, {"micro-batches": ("8", "16")}, keep_results=False)
+    assert all(row.result is not None for row in kept.rows) and all(row.result is None for row in lean.rows)
+    assert lean.to_csv() == kept.to_csv() and lean.to_dict() == kept.to_dict()
+    # p = 4, m = 8: bubble share of total time (p - 1)/(m + p - 1) = 3/11 (Narayanan et al. 2021, sec. 2.2.1)
+    assert lean.rows[0].values()["bubble_share"] == pytest.approx(3 / 11)

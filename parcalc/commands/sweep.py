@@ -55,7 +55,7 @@ def sweep(
         raise InputError(f"{run.label}: name the command to sweep, e.g. `command: fit`")
     bar = ProgressBar(f"sweep {run.command}")
     try:
-        result = run_sweep(run.command, run.inputs, grid, run.label, run.base, progress=bar)
+        result = run_sweep(run.command, run.inputs, grid, run.label, run.base, progress=bar, keep_results=False)
     finally:
         bar.close()
     text = result.to_csv() if kind == "csv" else _json(result.to_dict())
