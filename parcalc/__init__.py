@@ -20,8 +20,8 @@ Names are imported on first use, so that `import parcalc` stays cheap for the CL
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+# Nothing is imported here at module level: `parcalc` (the command) imports this package before
+# parcalc.__main__ can catch Ctrl-C, and every import is time in which Ctrl-C prints a traceback.
 
 __version__ = "0.1.0"  # the one source of the version: pyproject.toml reads it ([tool.hatch.version])
 
@@ -49,8 +49,10 @@ _EXPORTS.update(dict.fromkeys(_COMMAND_FUNCTIONS, "parcalc.api"))
 __all__ = ["__version__", *_EXPORTS]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _EXPORTS:
+        import importlib
+
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'parcalc' has no attribute {name!r}")
 

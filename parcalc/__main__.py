@@ -4,18 +4,26 @@ Ctrl-C while the CLI's modules import (before parcalc.cli can catch it) ends the
 with one line and exit 130, instead of a KeyboardInterrupt traceback from inside an import.
 """
 
-import gc
-import os
 import signal
 
 
 def _interrupted_at_start(signum: int, frame: object) -> None:
+    import os
+
     os.write(2, b"Interrupted\n")
     os._exit(130)
 
 
+# As early as this module runs: the imports below and parcalc.cli's take most of a one-liner's start-up.
+_WATCHING = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not when the shell ignores it
+if _WATCHING:
+    signal.signal(signal.SIGINT, _interrupted_at_start)
+
+import gc  # noqa: E402 - after the handler, on purpose
+
+
 def main() -> None:
-    watching = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not when the shell ignores it
+    watching = _WATCHING or signal.getsignal(signal.SIGINT) is _interrupted_at_start
     if watching:
         signal.signal(signal.SIGINT, _interrupted_at_start)
     # Importing typer and the CLI makes ~10^5 objects and no garbage, so the collector's passes over
