@@ -24,7 +24,7 @@ from parcalc.core.pipeline import (
     simulate_schedule,
 )
 
-GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZB_H2 = Schedule
+GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZB_H2, DUALPIPEV = Schedule
 UNIT = PassTimes(1.0, 2.0, 1.0)
 
 
@@ -156,6 +156,8 @@ def any_cases(draw):
     p = draw(st.integers(1, 6))
     v = draw(st.integers(1, 3)) if schedule is INTERLEAVED else 1
     m = p * draw(st.integers(1, 4)) if schedule is INTERLEAVED else draw(st.integers(1, 16))
+    if schedule is DUALPIPEV:  # needs m >= 2p (the reference's assert)
+        m = 2 * p + draw(st.integers(0, 8))
     per_stage = []
     for _ in range(p):
         t_f = draw(st.floats(0.1, 10.0))
@@ -172,16 +174,17 @@ def test_the_schedule_respects_every_dependency(case) -> None:
     timeline = simulate_schedule(schedule, p, m, per_stage, chunks=v, latency=latency)
     split = schedule.splits_backward
     ops = (sim.F, sim.B, sim.W) if split else (sim.F, sim.B)
+    layout, v = (sim.V_SHAPE, 2) if schedule is DUALPIPEV else (sim.INTERLEAVED, v)
     end, device_of = {}, {}
     for e in timeline.events:
-        key = (e.op, e.chunk * p + e.device, e.micro_batch)
+        key = (e.op, sim.virtual_stage(e.chunk, e.device, p, layout), e.micro_batch)
         assert key not in end, f"{key} ran twice"
         end[key] = e.end
         device_of[key] = e.device
     last = p * v - 1
     assert set(end) == {(op, q, i) for op in ops for q in range(p * v) for i in range(m)}
     for e in timeline.events:
-        q = e.chunk * p + e.device
+        q = sim.virtual_stage(e.chunk, e.device, p, layout)
 
         def after(dep: tuple[str, int, int], start: float = e.start, device: int = e.device) -> None:
             hop = latency if device_of[dep] != device else 0.0

@@ -111,6 +111,7 @@ class Schedule(str, Enum):
     INTERLEAVED = "interleaved"
     ZB_H1 = "zb-h1"
     ZB_H2 = "zb-h2"
+    DUALPIPEV = "dualpipev"
 
     @property
     def label(self) -> str:
@@ -119,7 +120,7 @@ class Schedule(str, Enum):
     @property
     def splits_backward(self) -> bool:
         """Whether the backward runs as two passes, B (input gradient) and W (weight gradient)."""
-        return self in (Schedule.ZB_H1, Schedule.ZB_H2)
+        return self in (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.DUALPIPEV)
 
 
 _SCHEDULE_LABELS = {
@@ -128,6 +129,7 @@ _SCHEDULE_LABELS = {
     Schedule.INTERLEAVED: "interleaved 1F1B",
     Schedule.ZB_H1: "ZB-H1",
     Schedule.ZB_H2: "ZB-H2",
+    Schedule.DUALPIPEV: "DualPipeV",
 }
 
 

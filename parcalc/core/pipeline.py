@@ -1,8 +1,10 @@
 """Pipeline-parallel schedules: closed-form bubbles, in-flight micro-batches, and the simulator's verdict.
 
 Schedules: GPipe (Huang et al. 2019), 1F1B / PipeDream-Flush (Narayanan et al. 2021, sec. 2.2),
-Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, sec. 2.2.2), and the zero-bubble
-schedules ZB-H1 / ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR 2024).
+Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, sec. 2.2.2), the zero-bubble
+schedules ZB-H1 / ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR 2024), and
+DualPipeV (DeepSeek-AI's V-shaped DualPipe: each of p devices holds two of 2p stages, stage d on
+the way down and 2p - 1 - d on the way back; deepseek-ai/DualPipe @3da1bbe).
 
 Notation: p stages (devices), m micro-batches, v model chunks per device (interleaved);
 t_f and t_b are the forward and the whole backward time of one micro-batch on one stage, and the
@@ -32,6 +34,8 @@ from parcalc.errors import InputError
 NARAYANAN = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.1"
 NARAYANAN_INTERLEAVED = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.2"
 QI_TABLE_2 = "Qi et al. 2024 (Zero Bubble Pipeline Parallelism, ICLR 2024), sec. 2.3, Table 2"
+DUALPIPE_README = ("deepseek-ai/DualPipe README @3da1bbe, 'Pipeline Bubbles and Memory Usage Comparison': DualPipeV's bubble "
+                   "(PP/2 - 1)(F&B + B - 3W) over PP = 2p stages, F, B (full backward), W of one chunk, F&B an overlapped pair")  # fmt: skip
 MEGATRON_CONSTRAINT = (
     "Megatron-LM runs the interleaved schedule in groups of p micro-batches, each device running chunk 1 "
     "for the p of a group, then chunk 2 for the same p, and so on: the first of the group has just left "
@@ -106,7 +110,11 @@ def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{flag}: must be a whole number of at least 1, got {value!r}")
     if chunks > 1 and schedule is not Schedule.INTERLEAVED:
-        raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --chunks {chunks} with {schedule.value})")
+        raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --chunks {chunks} with {schedule.value}"
+                         + ("; DualPipeV's two chunks a device are its V, not a choice)" if schedule is Schedule.DUALPIPEV else ")"))  # fmt: skip
+    if schedule is Schedule.DUALPIPEV and micro_batches < 2 * stages:
+        raise InputError(f"--micro-batches: DualPipeV needs at least 2p = {2 * stages} micro-batches (got {micro_batches}; "
+                         "deepseek-ai/DualPipe dualpipev.py asserts num_chunks >= num_ranks * 2)")  # fmt: skip
     if schedule is Schedule.INTERLEAVED and micro_batches % stages:
         lower = micro_batches // stages * stages
         options = " or ".join(str(n) for n in (lower, lower + stages) if n >= 1)
@@ -118,7 +126,8 @@ def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int
 
 def _terms(schedule: Schedule, stages: int, micro_batches: int, chunks: int, times: PassTimes) -> dict[str, Term]:
     terms = {
-        "p": Term("p", "p", "p", stages, "", "pipeline stages (one device each)"),
+        "p": Term("p", "p", "p", stages, "", "devices, each two stages of the V (stage d and 2p - 1 - d)" if schedule is Schedule.DUALPIPEV
+                  else "pipeline stages (one device each)"),
         "m": Term("m", "m", "m", micro_batches, "", "micro-batches per mini-batch"),
         "v": Term("v", "v", "v", chunks, "", "model chunks (virtual stages) per device"),
         "t_f": Term("t_f", "t_f", "t_f", times.forward, "s", "forward time of one micro-batch on one stage"),
@@ -171,6 +180,16 @@ def bubble_time(schedule: Schedule, stages: int, micro_batches: int, times: Pass
         inputs, value, source = ("p", "t_f", "t_b", "v"), (p - 1) * (times.forward + times.backward) / chunks, NARAYANAN_INTERLEAVED
         if micro_batches == stages and chunks > 1:
             assumptions.append("m = p: Megatron-LM runs every forward before any backward (no 1F1B phase); the bubble is the same")
+    elif schedule is Schedule.DUALPIPEV:
+        inputs, source = ("p", "T_F", "T_B", "T_W"), DUALPIPE_README
+        t_f, t_b, t_w = times.forward, times.input_gradient, times.weight
+        formula, latex = "($p - 1) × ($T_F + 2 × $T_B - $T_W) / 2", r"\frac{($p - 1)\,($T_F + 2\,$T_B - $T_W)}{2}"
+        value = max(0.0, (p - 1) * (t_f + 2 * t_b - t_w) / 2)
+        assumptions += [
+            "per chunk (half a device's layers) F = T_F/2, B = (T_B + T_W)/2, W = T_W/2, and F&B = F + B: the overlapped pair "
+            "hides its communication, not its compute",
+            "the reference's order (dualpipev.py DualPipeV.step); the closed form holds for T_F = T_B = T_W, the simulation otherwise",
+        ]
     else:
         inputs, source = ("p", "T_F", "T_B", "T_W"), QI_TABLE_2
         t_f, t_b, t_w = times.forward, times.input_gradient, times.weight
@@ -296,7 +315,7 @@ def fewest_micro_batches(schedule: Schedule, stages: int) -> int:
     warm-up forwards (Qi et al. 2024 sec. 2.2: "a sufficient number of microbatches"); the
     interleaved schedule needs a multiple of p.
     """
-    return {Schedule.ZB_H1: stages, Schedule.ZB_H2: 2 * stages - 1, Schedule.INTERLEAVED: stages}.get(schedule, 1)
+    return {Schedule.ZB_H1: stages, Schedule.ZB_H2: 2 * stages - 1, Schedule.INTERLEAVED: stages, Schedule.DUALPIPEV: 2 * stages}.get(schedule, 1)
 
 
 def micro_batches_for_target(
@@ -321,7 +340,10 @@ def micro_batches_for_target(
     else:
         t_f, t_w = Fraction(repr(times.forward)), Fraction(repr(times.weight))
         t_b = Fraction(repr(times.backward)) - t_w
-        bubble = (p - 1) * (t_f + t_b - (t_w if schedule is Schedule.ZB_H1 else 2 * t_w))
+        if schedule is Schedule.DUALPIPEV:
+            bubble = (p - 1) * (t_f + 2 * t_b - t_w) / 2
+        else:
+            bubble = (p - 1) * (t_f + t_b - (t_w if schedule is Schedule.ZB_H1 else 2 * t_w))
         bubble = max(Fraction(0), bubble)
     needed = bubble / (tau * per_micro_batch) if relative else bubble * (1 - tau) / (tau * per_micro_batch)
     least = fewest_micro_batches(schedule, stages)
@@ -385,6 +407,8 @@ def in_flight_micro_batches(schedule: Schedule, stages: int, micro_batches: int,
       every forward first, so every stage holds all m.
     - ZB-H2: 2(p - s) - 1 micro-batches, at most m (Qi et al. 2024 sec. 2.3: (2p - 2i + 1) M_B
       on worker i = s + 1; 2p - 1 on the first).
+    - DualPipeV: 2p + 1 chunks' activations on every device, p + 1/2 in units of a device's
+      (the DualPipe README's "PP + 1" over PP = 2p stages; the simulator counts the same).
     The micro-batches whose B has finished but W has not hold less (M_W); see
     `pending_weight_gradients`.
     """
@@ -403,6 +427,8 @@ def in_flight_micro_batches(schedule: Schedule, stages: int, micro_batches: int,
             return float(m)
         warm_up = (p - s - 1) * 2 + (v - 1) * p
         return min(warm_up + 1, m * v) / v
+    if schedule is Schedule.DUALPIPEV:
+        return p + 0.5
     return float(min(2 * (p - s) - 1, m))
 
 
@@ -416,6 +442,8 @@ def pending_weight_gradients(schedule: Schedule, stages: int, micro_batches: int
         raise InputError(f"stage must be between 0 and {stages - 1}, got {stage!r}")
     if not schedule.splits_backward:
         return 0.0
+    if schedule is Schedule.DUALPIPEV:  # what the simulator counts at the peak: none of its W passes wait then
+        return float(simulate_schedule(schedule, stages, micro_batches, pass_times(1.0, 2.0, 1.0)).pending_weight_at_peak[stage])
     alive = in_flight_micro_batches(schedule, stages, micro_batches, stage)
     waiting = stage if schedule is Schedule.ZB_H1 else 2 * stage
     return float(min(waiting, micro_batches - alive))
@@ -436,6 +464,8 @@ def schedule_order(schedule: Schedule, stages: int, micro_batches: int, chunks: 
         return sim.interleaved_order(stages, micro_batches, chunks)
     if schedule is Schedule.ZB_H1:
         return sim.zb_h1_order(stages, micro_batches)
+    if schedule is Schedule.DUALPIPEV:
+        return sim.dualpipev_order(stages, micro_batches)
     return sim.zb_h2_order(stages, micro_batches)
 
 
@@ -459,10 +489,13 @@ def simulate_schedule(
         {sim.F: t.forward, sim.B: t.input_gradient if split else t.backward, sim.W: t.weight if split else 0.0} for t in per_stage
     )
     order = schedule_order(schedule, stages, micro_batches, chunks)
+    if schedule is Schedule.DUALPIPEV:  # two chunks a device, in a V
+        return sim.simulate(order, durations, micro_batches=micro_batches, chunks=2, latency=latency, layout=sim.V_SHAPE)
     return sim.simulate(order, durations, micro_batches=micro_batches, chunks=chunks, latency=latency)
 
 
 def operation_count(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1) -> int:
+    chunks = 2 if schedule is Schedule.DUALPIPEV else chunks
     return stages * micro_batches * chunks * (3 if schedule.splits_backward else 2)
 
 
@@ -488,6 +521,9 @@ class BubbleAnalysis:
     @property
     def title(self) -> str:
         chunks = f", v = {self.chunks} chunks" if self.schedule is Schedule.INTERLEAVED else ""
+        if self.schedule is Schedule.DUALPIPEV:
+            return (f"Pipeline bubble of DualPipeV: p = {self.stages} devices ({2 * self.stages} stages in a V, two a device), "
+                    f"m = {self.micro_batches} micro-batches")  # fmt: skip
         return f"Pipeline bubble of {self.schedule.label}: p = {self.stages} stages, m = {self.micro_batches} micro-batches{chunks}"
 
     def closed_form(self, key: str) -> Derivation:

@@ -12,8 +12,10 @@ on another device):
 - W of i on stage q after B of i on stage q.
 
 Virtual stage q = chunk x p + device (Megatron-LM's interleaved layout: device d holds layers
-chunks d, d + p, d + 2p, ...). All numbers here are 0-based; renderers print them from 1, as
-the papers' figures do.
+chunks d, d + p, d + 2p, ...), or, in the V layout of DualPipeV and ZB-V, q = d for chunk 0 and
+q = 2p - 1 - d for chunk 1 (device d holds stages d and 2p - 1 - d: the last device both middle
+ones, the first device the first and the last). All numbers here are 0-based; renderers print
+them from 1, as the papers' figures do.
 
 Times are in seconds. A chunk's operation takes 1/v of its device's per-stage time.
 """
@@ -25,15 +27,36 @@ from dataclasses import dataclass
 
 F, B, W = "F", "B", "W"
 OPS = (F, B, W)
+INTERLEAVED, V_SHAPE = "interleaved", "v"  # how a device's chunks map to virtual stages (module docstring)
+
+
+def virtual_stage(chunk: int, device: int, stages: int, layout: str = INTERLEAVED) -> int:
+    """The virtual stage that `device`'s `chunk` holds (module docstring)."""
+    if layout == V_SHAPE:
+        return device if chunk == 0 else 2 * stages - 1 - device
+    return chunk * stages + device
+
+
+def device_of(stage: int, stages: int, layout: str = INTERLEAVED) -> int:
+    """The device that holds virtual `stage`."""
+    if layout == V_SHAPE:
+        return stage if stage < stages else 2 * stages - 1 - stage
+    return stage % stages
 
 
 @dataclass(frozen=True)
 class Task:
-    """One operation in a device's order: `op` is "F", "B" or "W"; micro_batch and chunk 0-based."""
+    """One operation in a device's order: `op` is "F", "B" or "W"; micro_batch and chunk 0-based.
+
+    joined: the operation runs as one unit with the one before it: the unit starts when every
+    operation of it can, its operations run back to back, and what they produce is passed on when
+    the whole unit ends (DualPipe's overlapped "F & B" pair, and a full backward B + W, whose
+    input gradient is sent after its weight gradient is computed)."""
 
     op: str
     micro_batch: int
     chunk: int = 0
+    joined: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,6 +270,86 @@ def zb_h2_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], ...]
     return tuple(tuple(order) for order in orders)
 
 
+def dualpipev_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], ...]:
+    """DualPipeV (DeepSeek-AI's "cut-in-half" DualPipe, after Sea AI Lab): p devices, 2p stages in a V.
+
+    Ported step for step from deepseek-ai/DualPipe, dualpipe/dualpipev.py @3da1bbe, DualPipeV.step:
+    on rank r of p, with chunk 0 the way down (stage r) and chunk 1 the way back (stage 2p - 1 - r),
+      1. 2(p - r - 1) x F0;   2. (r + 1) x (F0, F1);   3. (p - r - 1) x (B1 with W deferred, W, F1);
+      4. (m - 2p + r + 1) x (F0 & B1, F1 & B0);   5. (p - r - 1) x (B1, F1 & B0);
+      6. (r + 1) x (B1, B0), W deferred from the middle on (rank parity decides which comes first);
+      7. (p - r - 1) x (W, B0 with W deferred);   8. (r + 1) x W,
+    where "F & B" is one forward and one full backward that the reference overlaps with each
+    other's communication (`overlapped_forward_backward`), computed one after the other; a full
+    backward is B then its W; a deferred W joins a FIFO queue that each lone W pops
+    (WeightGradStore). Needs m >= 2p (the reference's assert). Micro-batches count per chunk.
+    """
+    from collections import deque
+
+    p, m = stages, micro_batches
+    orders = []
+    for rank in range(p):
+        order: list[Task] = []
+        forwards, backwards = [0, 0], [0, 0]
+        deferred: deque[Task] = deque()
+
+        def forward(chunk: int) -> None:
+            order.append(Task(F, forwards[chunk], chunk))
+            forwards[chunk] += 1
+
+        def backward(chunk: int, defer_weight: bool = False, joined: bool = False) -> None:
+            order.append(Task(B, backwards[chunk], chunk, joined=joined))
+            if defer_weight:
+                deferred.append(Task(W, backwards[chunk], chunk))
+            else:  # a full backward: its input gradient is sent once its weight gradient is done too
+                order.append(Task(W, backwards[chunk], chunk, joined=True))
+            backwards[chunk] += 1
+
+        def forward_backward(forward_chunk: int, backward_chunk: int) -> None:
+            """The overlapped pair: one unit, both results sent when it ends (_forward_backward_chunk)."""
+            forward(forward_chunk)
+            backward(backward_chunk, joined=True)
+
+        def weight() -> None:
+            order.append(deferred.popleft())
+
+        for _ in range(2 * (p - rank - 1)):  # 1
+            forward(0)
+        for _ in range(rank + 1):  # 2
+            forward(0)
+            forward(1)
+        for _ in range(p - rank - 1):  # 3
+            backward(1, defer_weight=True)
+            weight()
+            forward(1)
+        for i in range(m - 2 * p + rank + 1):  # 4
+            if i == 0 and rank == p - 1:  # "We don't overlap these two chunks to further reduce bubble size."
+                forward(0)
+                backward(1)
+            else:
+                forward_backward(0, 1)
+            forward_backward(1, 0)
+        for _ in range(p - rank - 1):  # 5
+            backward(1)
+            forward_backward(1, 0)
+        steps, defer = rank + 1, False  # 6
+        for i in range(steps):
+            if i == steps // 2 and rank % 2 == 1:
+                defer = True
+            backward(1, defer)
+            if i == steps // 2 and rank % 2 == 0:
+                defer = True
+            backward(0, defer)
+        for _ in range(p - rank - 1):  # 7
+            weight()
+            backward(0, defer_weight=True)
+        for _ in range(rank + 1):  # 8
+            weight()
+        assert not deferred, "DualPipeV leaves no deferred W (the reference asserts the queue empty)"
+        orders.append(tuple(order))
+    return tuple(orders)
+
+
 # ---------------------------------------------------------------------------------------------
 # The simulation
 
@@ -258,11 +361,13 @@ def simulate(
     micro_batches: int,
     chunks: int = 1,
     latency: float = 0.0,
+    layout: str = INTERLEAVED,
 ) -> Timeline:
     """Run each device's order; return the timeline.
 
     durations[d][op]: seconds of op ("F", "B", "W") for ALL of device d's layers; a chunk's
     operation takes 1/chunks of it. latency: seconds added to a dependency between devices.
+    layout: how chunks map to virtual stages, INTERLEAVED or V_SHAPE (with chunks = 2).
     An order that can never finish (a device waits on an operation queued behind its own)
     raises ValueError: the orders above never do.
     """
@@ -282,32 +387,50 @@ def simulate(
         device = runnable.pop()
         order = orders[device]
         while position[device] < len(order):
-            task = order[position[device]]
-            stage = task.chunk * p + device
+            unit = _unit(order, position[device])
             ready = free[device]
             missing = None
-            for dep_op, dep_stage in _dependencies(task.op, stage, last):
-                key = (dep_op, dep_stage, task.micro_batch)
-                if key not in end:
-                    missing = key
+            inside = {(t.op, virtual_stage(t.chunk, device, p, layout), t.micro_batch) for t in unit}
+            for task in unit:
+                for dep_op, dep_stage in _dependencies(task.op, virtual_stage(task.chunk, device, p, layout), last):
+                    key = (dep_op, dep_stage, task.micro_batch)
+                    if key in inside:  # within the unit: it runs before, back to back
+                        continue
+                    if key not in end:
+                        missing = key
+                        break
+                    hop = latency if device_of(dep_stage, p, layout) != device else 0.0
+                    ready = max(ready, end[key] + hop)
+                if missing is not None:
                     break
-                hop = latency if dep_stage % p != device else 0.0
-                ready = max(ready, end[key] + hop)
             if missing is not None:
                 waiting.setdefault(missing, []).append(device)
                 break
-            finish = ready + durations[device][task.op] / v
-            done = (task.op, stage, task.micro_batch)
-            end[done] = finish
-            events.append(Event(device, task.op, task.micro_batch, task.chunk, ready, finish))
-            free[device] = finish
-            position[device] += 1
-            remaining -= 1
-            runnable.extend(waiting.pop(done, ()))
+            start, done_keys = ready, []
+            for task in unit:
+                finish = start + durations[device][task.op] / v
+                events.append(Event(device, task.op, task.micro_batch, task.chunk, start, finish))
+                done_keys.append((task.op, virtual_stage(task.chunk, device, p, layout), task.micro_batch))
+                start = finish
+            for done in done_keys:  # passed on when the whole unit ends
+                end[done] = start
+            free[device] = start
+            position[device] += len(unit)
+            remaining -= len(unit)
+            for done in done_keys:
+                runnable.extend(waiting.pop(done, ()))
     if remaining:
         stuck = {d: orders[d][position[d]] for d in range(p) if position[d] < len(orders[d])}
         raise ValueError(f"the schedule deadlocks: devices wait on {stuck}")
     return _timeline(events, p, micro_batches, v, latency)
+
+
+def _unit(order: Sequence[Task], at: int) -> list[Task]:
+    """The operation at `at` and those joined to it (Task.joined)."""
+    unit = [order[at]]
+    while at + len(unit) < len(order) and order[at + len(unit)].joined:
+        unit.append(order[at + len(unit)])
+    return unit
 
 
 def _dependencies(op: str, stage: int, last: int) -> tuple[tuple[str, int], ...]:

@@ -2,7 +2,10 @@
 
 - PP: each micro-batch's activations go point-to-point from stage i to i+1, their gradients
   back (Huang et al., GPipe 2019; Narayanan et al. 2021, sec. 2.2): the same bytes for GPipe and
-  1F1B; interleaving with v chunks sends v times as often (Narayanan et al. 2021, sec. 2.2.2).
+  1F1B; interleaving with v chunks sends v times as often (Narayanan et al. 2021, sec. 2.2.2);
+  DualPipeV's V (device d holds stages d and 2p - 1 - d) crosses every device boundary twice, on the
+  way down and on the way back up, so each pair of neighbours sends both ways in both passes
+  (deepseek-ai/DualPipe dualpipev.py: _send_forward(0) to the next rank, _send_forward(1) to the previous).
   With TP every TP rank sends the full activation, with SP its sequence slice.
 - Tied word embeddings with PP > 1: the first and last stage all-reduce the embedding gradient
   (megatron/core/distributed/finalize_model_grads.py, _allreduce_word_embedding_grads).
@@ -10,6 +13,7 @@
 
 from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
+    DUALPIPEV,
     INTERLEAVED,
     Builder,
     Group,
@@ -40,6 +44,13 @@ def pipeline_rows(b: Builder, model: TransformerModel, work: Workload, par: Para
             b.add(dimension="pp", purpose=purpose, phase=phase, op=Collective.POINT_TO_POINT, group_size=2,
                   call_bytes={activation: micro_batches * v}, groups=groups, stages=f"boundary {stage}→{stage + 1}",
                   direction=direction, roles=((sender, True), (receiver, False)))  # fmt: skip
+        if par.schedule == DUALPIPEV:  # the way back up the V: stage 2p - 1 - (i + 1) on device i + 1 feeds device i
+            for phase, direction, purpose, sender in (("forward", "i+1 → i", "activations (way back up the V)", stage + 1),
+                                                      ("backward", "i → i+1", "activation gradients (way back up the V)", stage)):
+                receiver = stage + 1 if sender == stage else stage
+                b.add(dimension="pp", purpose=purpose, phase=phase, op=Collective.POINT_TO_POINT, group_size=2,
+                      call_bytes={activation: micro_batches}, groups=groups, stages=f"boundary {stage}→{stage + 1}",
+                      direction=direction, roles=((sender, True), (receiver, False)))  # fmt: skip
     if v > 1:  # interleaving: the last device hands each chunk's output back to the first
         groups = [Group(rank_of(par, t, d, 0, c), rank_of(par, t, d, par.pp - 1, c)) for t, d, c in pairs]
         last = par.pp - 1
@@ -76,6 +87,9 @@ def pp_headline(model: TransformerModel, work: Workload, par: Parallelism, s: Te
     if v > 1:
         vt = term("v", "v", "v", v, "", "model chunks per device (interleaved)")
         text, tex, inputs, value = "$v × " + text, r"$v \times " + tex, (vt, *inputs), value * v
+    if par.schedule == DUALPIPEV:
+        both = term("ways", "2", "2", 2, "", "crossings of each device boundary: down the V and back up")
+        text, tex, inputs, value = "2 × " + text, r"2 \times " + tex, (both, *inputs), value * 2
     return headline(
         "pp_p2p_per_boundary", "Activations sent from stage i to i+1 per iteration (and as many gradient bytes back)",
         "V_PP", r"V_{\mathrm{PP}}", text, tex, inputs, value,

@@ -37,6 +37,7 @@ DDP_FIRST_BUCKET_BYTES = 1 * MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTE
 # Schedules are named by parcalc.core.pipeline.Schedule's values; compared as strings so that this
 # module does not import the pipeline simulator (start-up time of `comm-volume`).
 INTERLEAVED = "interleaved"
+DUALPIPEV = "dualpipev"  # two stages a device in a V: each boundary carried down and back up (parcalc.core.comm.pipeline)
 
 
 def choice_value(choice: object) -> str:
