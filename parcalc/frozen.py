@@ -26,7 +26,8 @@ from __future__ import annotations
 import dataclasses
 import reprlib
 from operator import attrgetter
-from typing import Any, Callable, TypeVar, dataclass_transform
+from typing import Any, TypeVar, dataclass_transform
+from collections.abc import Callable
 
 T = TypeVar("T")
 

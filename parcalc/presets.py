@@ -160,7 +160,7 @@ def find(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -
 
 # C0 and C1 controls and DEL (an ANSI escape starts with ESC), and the bidirectional overrides that
 # make text display other than it reads. Newline and tab only where a field allows several lines.
-_CONTROLS = frozenset(chr(c) for c in [*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+_CONTROLS = frozenset(chr(c) for c in [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
 
 
 def control_character(text: str, allow_newlines: bool = False) -> str | None:

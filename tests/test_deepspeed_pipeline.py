@@ -23,7 +23,7 @@ from step_time_cases import CASES, error, inputs
 
 from parcalc.core.choices import Collective, Precision, Recompute
 from parcalc.errors import InputError, PresetError
-from parcalc.core.fit import Config, Training, check_config, estimate
+from parcalc.core.fit import check_config, estimate
 from parcalc.core.fit_search import SearchSpace, search
 from parcalc.core.memory import Parallelism, stage_parameters
 from parcalc.core.timing.network import collective_time, placement

@@ -29,7 +29,7 @@ from parcalc.core.memory import Parallelism as MemoryParallelism
 from parcalc.core.memory import TrainingSetup, memory_breakdown, model_states, state_bytes
 from parcalc.core.choices import Optimizer, Precision
 from parcalc.core.timing.network import collective_time, placement
-from parcalc.core.timing.step import dp_exposed, dp_pieces
+from parcalc.core.timing.step import dp_pieces
 from parcalc.errors import InputError
 from parcalc.presets import load_framework, load_gpu, load_link, load_model
 

@@ -595,7 +595,6 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
                   with_components: bool = False) -> tuple[Result, str | None]:  # fmt: skip
     """The table, and why nothing fits when nothing does; `with_components`: also each row's memory
     by component (table "strategy_memory", drawn by -o fit.svg)."""
-    from parcalc.core import fit_table
     from parcalc.derivation import Column, Result, Table
     from parcalc.errors import InputError
 

@@ -247,7 +247,7 @@ def curve_result(curve: Curve, shape: Any, training: Any, cluster: Any, settings
         f"layout at each N: {curve.rule.describe()}",
         ("strong scaling: the same global batch at every N, so S = t_ref / t_step" if mode is Mode.STRONG else
          "weak scaling: the same batch per GPU at every N, so S = (N / N_ref) t_ref / t_step and E = t_ref / t_step"),
-        f"speedup S = X(N) / X(N_ref) and efficiency E = S x N_ref / N over the smallest N that runs and fits"
+        "speedup S = X(N) / X(N_ref) and efficiency E = S x N_ref / N over the smallest N that runs and fits"
         + (f" ({curve.reference.gpus} GPU{'s' if curve.reference.gpus > 1 else ''})" if curve.reference else ""),
         f"knee: the first N with E under {curve.threshold:.0%} (--knee)",
         "terms table: each term of the step in GPU-seconds per sequence, N t_k / B(N); their growth over the reference is "

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parcalc.core.choices import Recompute  # noqa: F401 - re-exported
+from parcalc.core.choices import Recompute  # re-exported
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError

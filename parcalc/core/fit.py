@@ -631,7 +631,7 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
                   if kind is CpComm.P2P else "all of it (the attention waits for the exchange)"))]  # fmt: skip
     return _derivation("t_cp", "Context-parallel communication exposed per iteration", "t_cp", r"t_{\mathrm{cp}}", "$m × $E_cp",
                        inputs, value, "s", f"{TE_CP}; {NCCL_SOURCE}",
-                       (f"K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
+                       ("K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
 
 
 def _dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:

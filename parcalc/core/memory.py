@@ -43,7 +43,7 @@ from parcalc.core.activations import (
     output_activations,
     recompute_working_set,
 )
-from parcalc.core.choices import Optimizer, Precision  # noqa: F401 - re-exported
+from parcalc.core.choices import Optimizer, Precision  # re-exported
 from parcalc.core.context import check_context_parallel, context_working_set
 from parcalc.core.expert_parallel import (
     FOLDING,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from parcalc.core import pipeline_sim as sim
-from parcalc.core.choices import Schedule  # noqa: F401 - re-exported
+from parcalc.core.choices import Schedule  # re-exported
 from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
 

@@ -163,7 +163,7 @@ def speedup_derivation(row: StrategyRow, reference: Reference) -> Derivation:
     t_step = row.estimate.step.as_term("t_step", f"step time of {row_name(row)} on {row.gpus_used} GPU(s)")
     return Derivation("speedup", f"Speedup of {row_name(row)} over {reference.name()}", "S", "S", "$t_ref / $t_step",
                       r"$t_ref / $t_step", (t_ref, t_step), t_ref.value / t_step.value, "", SPEEDUP_SOURCE,
-                      (f"the same global batch and sequence length on both: the same tokens per iteration",))  # fmt: skip
+                      ("the same global batch and sequence length on both: the same tokens per iteration",))  # fmt: skip
 
 
 def efficiency_derivation(speedup: Derivation, reference_gpus: int, gpus: int) -> Derivation:
