@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
+from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, TypeVar, dataclass_transform
-from collections.abc import Callable
 
 T = TypeVar("T")
 

@@ -37,7 +37,7 @@ from parcalc.core.hardware import (
     PowerPoint,
     Sourced,
 )
-from parcalc.core.model import LatentAttention, Mlp, MixtureOfExperts, Norm, Position, TransformerModel
+from parcalc.core.model import LatentAttention, MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
 from parcalc.frozen import frozen
 from parcalc.resources import data_dir, home_dir

@@ -26,12 +26,12 @@ from typing import NamedTuple
 sys.path.insert(0, str(Path(__file__).parent))
 
 from published_modern_runs import RUNS, ModernRun
+from step_time_cases import palm_flops_per_token
 
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate
 from parcalc.core.model import TransformerModel
 from parcalc.presets import load_framework, load_gpu, load_link, load_model
-from step_time_cases import palm_flops_per_token
 
 BY_KEY = {run.key: run for run in RUNS}
 H100_BF16_PEAK = 989e12  # NVIDIA datasheet, H100 SXM dense BF16 (PaLM-convention MFU of the Llama 3 paper)

@@ -7,7 +7,6 @@ Expected values are read off the fixture files (tests/fixtures/nccl, each with i
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import re
 import subprocess

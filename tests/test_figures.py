@@ -22,7 +22,17 @@ import pytest
 
 from parcalc.cli import app
 from parcalc.core.frontier import pareto_front
-from parcalc.render.canvas import MIN_TEXT_PX, PT_PER_CM, TIKZ_WIDTH_CM, Canvas, Text, linear_ticks, log_ticks, to_svg, to_tikz
+from parcalc.render.canvas import (
+    MIN_TEXT_PX,
+    PT_PER_CM,
+    TIKZ_WIDTH_CM,
+    Canvas,
+    Text,
+    linear_ticks,
+    log_ticks,
+    to_svg,
+    to_tikz,
+)
 from parcalc.render.figures import WIDTH
 from parcalc.render.memory_bar import GROUP_OF
 

@@ -6,7 +6,14 @@ from fractions import Fraction
 
 import pytest
 
-from parcalc.core.intensity import arithmetic_intensity, layer_intensity, machine_terms, matmul_bytes, matmul_flops, roofline
+from parcalc.core.intensity import (
+    arithmetic_intensity,
+    layer_intensity,
+    machine_terms,
+    matmul_bytes,
+    matmul_flops,
+    roofline,
+)
 from parcalc.core.layer_ops import transformer_layer_ops
 from parcalc.errors import InputError
 from parcalc.presets import load_model

@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from test_fit import cluster, gpt
 
 from parcalc.cli import app
 from parcalc.core.choices import Precision
@@ -18,8 +19,6 @@ from parcalc.core.fit import Config, Training, estimate, with_layers
 from parcalc.core.scaling import Family, Mode, Rule, batch_at, check_gpu_counts, growing_terms, lost_time, scaling_curve
 from parcalc.core.speedup import step_terms
 from parcalc.errors import InputError
-
-from test_fit import cluster, gpt
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
 GPT2 = ["scaling", "--model", "gpt2-xl", "--gpu", "a100-sxm4-80gb", "--seq-len", "1024"]

@@ -23,7 +23,6 @@ import pytest
 from step_time_cases import CALIBRATION, CASES, KNOWN_GAPS, Case, error, inputs
 
 
-
 @pytest.mark.parametrize("case", CASES, ids=[case.key for case in CASES])
 def test_published_run_within_25_percent(case: Case) -> None:
     err, est = error(case)

@@ -8,51 +8,51 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from parcalc.commands.common import (
-    CpCommOption,
-    CpOption,
-    RecomputeLayersOption,
-    RecomputeModulesOption,
-    recompute_layers_flag,
-    recompute_modules_flag,
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
     MAX_SEARCH_BATCH,
+    CpCommOption,
+    CpOption,
     EmbeddingInSplitOption,
     EpOption,
     EpOverlapOption,
     EtpOption,
+    FirstStageLayersOption,
+    FormatOption,
     Fp8RecipeOption,
+    GpuPowerOption,
+    IterationsOption,
     KernelsOption,
-    kernels_flag,
+    LastStageLayersOption,
+    LossInSplitOption,
     MaxNodesOption,
     MoeDispatcherOption,
     MoeImbalanceOption,
-    FirstStageLayersOption,
-    FormatOption,
-    GpuPowerOption,
-    IterationsOption,
-    LastStageLayersOption,
-    LossInSplitOption,
     PictureOutputOption,
+    PowerLimitOption,
     PresetsOption,
     ProgressBar,
-    ShardGroupOption,
     PueOption,
+    RecomputeLayersOption,
+    RecomputeModulesOption,
+    ShardGroupOption,
     TokensOption,
     check_at_most,
-    expert_flags,
-    fp8_recipe_flag,
-    moe_timing_flags,
-    finish,
-    preset_dirs,
-    shard_group_flag,
-    stage_flags,
-    start,
     cp_flags,
-    PowerLimitOption,
+    expert_flags,
+    finish,
+    fp8_recipe_flag,
+    kernels_flag,
+    moe_timing_flags,
     power_assumptions,
     power_limited,
     power_terms,
+    preset_dirs,
+    recompute_layers_flag,
+    recompute_modules_flag,
+    shard_group_flag,
+    stage_flags,
+    start,
 )
 from parcalc.commands.model_options import (
     FfnOption,
@@ -762,11 +762,11 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
                    recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
                    interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict,
                    ends: dict, time_all: bool = False) -> Result:  # fmt: skip
+    from dataclasses import replace
+
     from parcalc.core.fit import estimate
     from parcalc.core.fit_search import SearchSpace, search
     from parcalc.derivation import Result
-    from dataclasses import replace
-
     from parcalc.errors import InfeasibleResult, InputError
 
     space = SearchSpace(
@@ -1075,9 +1075,7 @@ def _compare_gpus(clusters: list[Cluster], plans: list[Any], rank_by: str, top: 
     from dataclasses import replace
 
     from parcalc.derivation import Column, Table
-    from parcalc.errors import InfeasibleError
-
-    from parcalc.errors import InfeasibleResult
+    from parcalc.errors import InfeasibleError, InfeasibleResult
 
     found, skipped, tried = [], [], []
     for cluster, plan in zip(clusters, plans, strict=True):

@@ -6,8 +6,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import (FormatOption, KernelsOption, PictureOutputOption, PowerLimitOption, PresetsOption, finish,
-                                     kernels_flag, preset_dirs, start)  # fmt: skip
+from parcalc.commands.common import (
+    FormatOption,
+    KernelsOption,
+    PictureOutputOption,
+    PowerLimitOption,
+    PresetsOption,
+    finish,
+    kernels_flag,  # fmt: skip
+    preset_dirs,
+    start,
+)
 
 EXAMPLES = """\
 \b

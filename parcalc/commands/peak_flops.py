@@ -6,7 +6,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PowerLimitOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import (
+    FormatOption,
+    OutputOption,
+    PowerLimitOption,
+    PresetsOption,
+    finish,
+    preset_dirs,
+    start,
+)
 
 EXAMPLES = """\
 \b

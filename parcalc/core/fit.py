@@ -583,7 +583,12 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
     """t_offload with its pieces (parcalc.core.timing.offload.offload_times, the same numbers)."""
     from parcalc.core.memory import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
-    from parcalc.core.timing.offload import HOST_BANDWIDTH_SOURCE, HOST_MEMORY_BANDWIDTH, ZERO_OFFLOAD_OVERLAP, default_host_link_name
+    from parcalc.core.timing.offload import (
+        HOST_BANDWIDTH_SOURCE,
+        HOST_MEMORY_BANDWIDTH,
+        ZERO_OFFLOAD_OVERLAP,
+        default_host_link_name,
+    )
     from parcalc.core.timing.step import _fullest_stage
     from parcalc.presets import load_link
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +69,6 @@ from parcalc.core.timing.step import (
     assemble_stage,
     combine,
     dp_exposed,
-
     layer_pieces,
     offload_step_time,
     optimizer_step_time,

@@ -27,16 +27,15 @@ for the first stage divided by p).
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from parcalc.core.activations import (
     ActivationConfig,
-    check_count,
     LayerActivations,
     Recompute,
+    check_count,
     check_tensor_parallel,
     embedding_activations,
     layer_activations,
@@ -47,11 +46,11 @@ from parcalc.core.choices import Optimizer, Precision  # re-exported
 from parcalc.core.context import check_context_parallel, context_working_set
 from parcalc.core.expert_parallel import (
     FOLDING,
-    moe_dispatch_working_set,
     ROUTER_SOURCE,
     expert_layout,
     expert_params_per_rank,
     moe_dense_params_per_rank,
+    moe_dispatch_working_set,
     moe_layers_on,
     stage_ranges,
 )

@@ -28,7 +28,6 @@ from parcalc.core.choices import Schedule  # re-exported
 from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
 
-
 NARAYANAN = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.1"
 NARAYANAN_INTERLEAVED = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.2"
 QI_TABLE_2 = "Qi et al. 2024 (Zero Bubble Pipeline Parallelism, ICLR 2024), sec. 2.3, Table 2"

@@ -24,6 +24,7 @@ the largest excess over the fastest row is "the largest term that the fastest la
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
 from parcalc.core.choices import Recompute
 from parcalc.core.fit import Cluster, Estimate, Training, estimate, memory_of, with_layers
 from parcalc.core.fit_table import StrategyRow, strategy_table

@@ -9,14 +9,13 @@ User-supplied text (worksheet prose, preset names, labels) can therefore never i
 from __future__ import annotations
 
 import re
-
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from parcalc.derivation import Derivation, Result, Table, Term, assumptions_of
 from parcalc.errors import shown
-from parcalc.render.latex_math import tex_quantity, tex_value, term_tex
+from parcalc.render.latex_math import term_tex, tex_quantity, tex_value
 from parcalc.render.values import format_cell, format_value
 from parcalc.resources import data_dir
 

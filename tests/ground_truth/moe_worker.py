@@ -20,8 +20,8 @@ import argparse
 import json
 import os
 import socket
-import warnings
 import sys
+import warnings
 from datetime import timedelta
 from pathlib import Path
 

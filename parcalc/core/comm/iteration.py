@@ -4,6 +4,7 @@ rows, merge the rows that differ only in their stage, and derive the headlines."
 from collections.abc import Sequence
 
 from parcalc.core.collectives import Collective
+from parcalc.core.comm.context import context_parallel_rows, cp_assumptions, cp_headlines
 from parcalc.core.comm.data_parallel import (
     data_parallel_rows,
     dp_assumptions,
@@ -31,7 +32,6 @@ from parcalc.core.comm.plan import (
     headline,
     term,
 )
-from parcalc.core.comm.context import context_parallel_rows, cp_assumptions, cp_headlines
 from parcalc.core.comm.tensor import tensor_parallel_rows, tp_assumptions, tp_headlines
 from parcalc.core.comm.tensors import StageTensors, device_tensors, stage_layers
 from parcalc.core.model import TransformerModel
