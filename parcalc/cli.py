@@ -382,7 +382,7 @@ def _show_version(value: bool) -> None:
         from parcalc import __version__
 
         typer.echo(f"parcalc {__version__}")
-        raise typer.Exit()
+        raise typer.Exit
 
 
 def _show_completion(value: str | None) -> None:
@@ -390,7 +390,7 @@ def _show_completion(value: str | None) -> None:
         from parcalc.completion import completion_script
 
         typer.echo(completion_script(value))
-        raise typer.Exit()
+        raise typer.Exit
 
 
 EXAMPLES = """\b

@@ -112,10 +112,10 @@ def test_zero_2_and_3_are_refused_with_deepspeed_pipelines() -> None:
 
 
 def test_the_search_offers_deepspeed_pipelines_zero_0_and_1_only() -> None:
-    model, config, training, cluster = inputs(BLOOM)
+    model, _, training, cluster = inputs(BLOOM)
     result = search(model, training, cluster, SearchSpace(tp=4, recomputes=(Recompute.FULL,), micro_batches=(2,)))
     columns = result.evaluated.columns
-    pairs = {(int(p), int(z)) for p, z in zip(columns["pp"], columns["zero"])}
+    pairs = {(int(p), int(z)) for p, z in zip(columns["pp"], columns["zero"], strict=True)}
     assert {z for p, z in pairs} == {0, 1}  # every layout of BLOOM's 384 GPUs has pp > 1 (dp x 2 must divide 2,048)
     assert len({p for p, z in pairs}) > 3
 

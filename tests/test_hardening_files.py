@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_presets import GOOD_GPU  # the same minimal valid GPU preset (section 6)
 
 from parcalc.cli import app
 
@@ -500,9 +501,6 @@ def test_template_that_includes_itself_is_one_line_error(runner, tmp_path: Path)
 
 # ---------------------------------------------------------------------------------------------
 # 6. Preset names are names; text that reaches a terminal has no control characters
-
-from test_presets import GOOD_GPU  # the same minimal valid GPU preset
-
 
 @pytest.mark.parametrize("name", ["../../../some/dir/evil", "..\\\\evil", "..", "a/b"], ids=["dotdot-slash", "backslash", "dotdot", "slash"])
 def test_preset_name_with_a_path_is_refused(runner, tmp_path: Path, name: str) -> None:

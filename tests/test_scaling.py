@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import xml.etree.ElementTree as ET
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -114,7 +115,7 @@ def test_strong_scaling_efficiency_of_data_parallelism_is_non_increasing(name: s
         curve = scaling_curve(model, training, net, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), Rule(family), Mode.STRONG, batch)
         e = [p.efficiency.value for p in curve.timed()]
         assert len(e) >= 3, (batch, seq)
-        assert all(b <= a * (1 + 1e-12) for a, b in zip(e, e[1:], strict=False)), [(p.gpus, p.efficiency.value) for p in curve.timed()]
+        assert all(b <= a * (1 + 1e-12) for a, b in pairwise(e)), [(p.gpus, p.efficiency.value) for p in curve.timed()]
 
 
 # ---------------------------------------------------------------------------------------------

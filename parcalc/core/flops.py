@@ -280,7 +280,7 @@ def six_nd(params: float, tokens: float, *, key: str = "six_nd", params_source: 
 def narayanan_flops(batch: float, seq_len: float, layers: float, hidden: float, vocab: float) -> Derivation:
     """Narayanan et al. 2021's FLOPs per iteration with full recomputation:
     96 B s l h^2 (1 + s/(6h) + V/(16 l h)), for a GPT layer with a 4h MLP and an LM head."""
-    B, s, l, h, V = batch, seq_len, layers, hidden, vocab
+    B, s, l, h, V = batch, seq_len, layers, hidden, vocab  # noqa: E741 - the paper's symbols
     return Derivation(
         key="narayanan_flops",
         label="Narayanan et al.'s FLOPs per iteration (full recomputation; GPT layer, 4h MLP)",

@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
+from itertools import pairwise
 
 from parcalc.core.choices import Recompute
 from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate, invalid_reason
@@ -157,7 +158,7 @@ def check_gpu_counts(counts: list[int], gpus_per_node: int, limit: int) -> tuple
         if not (n % gpus_per_node == 0 or gpus_per_node % n == 0):
             raise InputError(f"--gpus: {n} GPUs neither divide a node of {gpus_per_node} nor fill whole nodes; use a divisor of "
                              f"{gpus_per_node} or a multiple of it (rank placement on nodes is Megatron-LM's, by whole nodes)")  # fmt: skip
-    for a, b in zip(counts, counts[1:], strict=False):
+    for a, b in pairwise(counts):
         if b == a:
             raise InputError(f"--gpus: {a} is listed twice; give each count once")
         if b < a:
