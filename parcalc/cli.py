@@ -18,13 +18,17 @@ import importlib
 import os
 import sys
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
 
 from parcalc.errors import InputError, ParcalcError
 from parcalc.frozen import frozen
+
+if TYPE_CHECKING:
+    from typer.models import ParamMeta
 
 
 @frozen
@@ -202,10 +206,10 @@ def _get_command(typer_app: typer.Typer) -> Any:
         return typer.main.get_command(typer_app)
     seen: dict[Any, Any] = {}
 
-    def read_once(function: Any) -> Any:
-        if function not in seen:
-            seen[function] = read(function)
-        return seen[function]
+    def read_once(func: Callable[..., Any]) -> dict[str, ParamMeta]:
+        if func not in seen:
+            seen[func] = read(func)
+        return seen[func]
 
     typer.main.get_params_from_function = read_once
     try:
@@ -272,7 +276,7 @@ class ParcalcGroup(TyperGroup):
 
             register_shells()
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]  # args: click's (args, prog_name) only
         from parcalc import streams
 
         streams.prepare()
@@ -281,7 +285,7 @@ class ParcalcGroup(TyperGroup):
                 # numpy's overflow / invalid-value warnings at the ends of the float range: every
                 # result is checked for inf and NaN before it is shown (commands.common.check_finite)
                 warnings.simplefilter("ignore", RuntimeWarning)
-                code = super().main(*args, standalone_mode=False, **kwargs)
+                code = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]  # as above
             streams.flush_stdout()  # here, so that a full disk is an error now, not at exit
         except ParcalcError as error:
             _fail(f"Error: {one_line(str(error))}", error.exit_code)

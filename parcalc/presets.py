@@ -421,7 +421,7 @@ class _Doc:
         try:
             return enum(str(value).lower())
         except ValueError:
-            allowed = ", ".join(str(e.value) for e in enum)  # type: ignore[attr-defined]
+            allowed = ", ".join(str(e.value) for e in enum)
             raise self.error(key, f"{shown(value)} is not one of {allowed}") from None
 
     def sources(self) -> dict[str, str]:
@@ -653,7 +653,7 @@ def _rows(doc: _Doc, keys: tuple[str, ...]) -> list[tuple[str, Mapping[str, Any]
     rows = doc.data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise doc.error("rows", "expected a non-empty list of rows")
-    located = []
+    located: list[tuple[str, Mapping[str, Any]]] = []
     for index, row in enumerate(rows):
         where = f"{doc.path}: key '{doc.where}.rows[{index}]'"
         if not isinstance(row, dict) or set(row) != set(keys):

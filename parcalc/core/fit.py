@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, TypedDict
 
 from parcalc.core.activations import check_count
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
@@ -156,6 +156,13 @@ class Training:
     kernels: str | None = None  # --kernels fused|eager (parcalc.core.timing.framework.KERNEL_SETS); None: the framework profile's
 
 
+class StageEnds(TypedDict):
+    """The layers of the first and the last stage, keyword arguments of the timing pieces (None: an even split)."""
+
+    first: int | None
+    last: int | None
+
+
 @dataclass(frozen=True)
 class Config:
     tp: int
@@ -228,7 +235,7 @@ class Config:
         return stage_split(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
                            embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
 
-    def stage_ends(self, model: TransformerModel) -> dict[str, int | None]:
+    def stage_ends(self, model: TransformerModel) -> StageEnds:
         """The layers of the first and last stage as the timing pieces take them (parcalc.core.stages.stage_ends)."""
         first, last = stage_ends(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
                                  embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip

@@ -162,6 +162,7 @@ def bubble_time(schedule: Schedule, stages: int, micro_batches: int, times: Pass
     terms = _terms(schedule, stages, micro_batches, chunks, times)
     p = stages
     assumptions = ["balanced stages: every stage takes the same time per pass", "point-to-point communication time not counted"]
+    inputs: tuple[str, ...]
     if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         formula, latex = "($p - 1) × ($t_f + $t_b)", r"($p - 1)\,($t_f + $t_b)"
         inputs, value, source = ("p", "t_f", "t_b"), (p - 1) * (times.forward + times.backward), NARAYANAN
@@ -213,6 +214,7 @@ def bubble_share_of_total(
     """
     terms = _terms(schedule, stages, micro_batches, chunks, times)
     p, m, v = stages, micro_batches, chunks
+    inputs: tuple[str, ...]
     if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         formula, latex, inputs, value = "($p - 1) / ($m + $p - 1)", r"\frac{$p - 1}{$m + $p - 1}", ("p", "m"), (p - 1) / (m + p - 1)
         source = f"t_pb / (t_pb + t_id) with t_pb and t_id of {NARAYANAN}"
@@ -248,6 +250,7 @@ def bubble_relative_to_ideal(
     """
     terms = _terms(schedule, stages, micro_batches, chunks, times)
     p, m, v = stages, micro_batches, chunks
+    inputs: tuple[str, ...]
     if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         formula, latex, inputs, value, source = "($p - 1) / $m", r"\frac{$p - 1}{$m}", ("p", "m"), (p - 1) / m, NARAYANAN
     elif schedule is Schedule.INTERLEAVED:
@@ -333,6 +336,7 @@ def micro_batches_for_target(
         raise InputError(f"--target: a bubble of {target * 100:g} % needs more than 2^53 micro-batches; "
                          "give a larger target")  # fmt: skip
     measure = "relative to ideal compute" if relative else "as a share of total time"
+    inputs: tuple[Term, ...]
     if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         body, body_tex = ("($p - 1) / $tau", r"\frac{$p - 1}{$tau}") if relative else (
             "($p - 1) × (1 - $tau) / $tau", r"\frac{($p - 1)(1 - $tau)}{$tau}")

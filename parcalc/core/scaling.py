@@ -27,7 +27,7 @@ added buy less than that share of their ideal throughput.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from itertools import pairwise
@@ -144,7 +144,7 @@ class Curve:
         return next((p for p in self.timed() if p.efficiency is not None and p.efficiency.value < self.threshold), None)
 
 
-def check_gpu_counts(counts: list[int], gpus_per_node: int, limit: int) -> tuple[int, ...]:
+def check_gpu_counts(counts: Sequence[int], gpus_per_node: int, limit: int) -> tuple[int, ...]:
     """The list as given, if every count is a whole node or an even share of one, increasing and distinct."""
     if not counts:
         raise InputError("--gpus: give GPU counts, e.g. --gpus 1,2,4,8,16")

@@ -173,6 +173,7 @@ def efficiency_derivation(speedup: Derivation, reference_gpus: int, gpus: int) -
 
     s = speedup.as_term("S", "speedup over the reference")
     n = Term("N", "N", "N", gpus, "", "GPUs of this strategy")
+    inputs: tuple[Term, ...]
     if reference_gpus == 1:
         inputs, formula, latex = (s, n), "$S / $N", r"$S / $N"
     else:

@@ -9,7 +9,7 @@ User-supplied text (worksheet prose, preset names, labels) can therefore never i
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -352,7 +352,7 @@ def _table_layout(table: Table, headers: list[str], rows: list[list[str]], numer
 
 
 def result_context(
-    result: Result, *, max_table_rows: int = 60, skip_tables: Sequence[str] = (), notes: SourceNotes | None = None
+    result: Result, *, max_table_rows: int = 60, skip_tables: Collection[str] = (), notes: SourceNotes | None = None
 ) -> dict[str, Any]:
     """Everything a template needs to typeset one result. Input and derivation sources are numbered
     in `notes` (by default the result's own, set after its inputs table)."""
@@ -458,7 +458,8 @@ def render_in(environment: Any, name: str, context: dict[str, Any]) -> str:
 
 
 def _line(error: Exception) -> str:
-    return f" (line {error.lineno})" if getattr(error, "lineno", None) else ""
+    lineno = getattr(error, "lineno", None)
+    return f" (line {lineno})" if lineno else ""
 
 
 def environment_render(environment: Any, name: str, context: dict[str, Any]) -> str:

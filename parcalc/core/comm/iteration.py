@@ -256,8 +256,8 @@ def _traffic_headlines(rows: Sequence[CollectiveCall], roles: Sequence[tuple[tup
             slot = time.setdefault(stage, {})
             slot[key] = max(slot.get(key, 0.0), row.time)
             if sends:
-                out = sent.setdefault(stage, {})
-                out[key] = max(out.get(key, 0.0), row.sent)
+                sent_slot = sent.setdefault(stage, {})
+                sent_slot[key] = max(sent_slot.get(key, 0.0), row.sent)
     busiest = max(time, key=lambda s: sum(time[s].values()))
     names = {"dp": "data-parallel", "tp": "tensor-parallel", "pp": "pipeline", "embedding": "embedding sync", "cp": "context-parallel",
              "ep": "expert-parallel all-to-all", "etp": "expert tensor-parallel", "edp": "expert data-parallel"}
