@@ -3,8 +3,9 @@
 # TeX Live (with LuaLaTeX), fonts for Greek and CJK and poppler from Debian's packages (real PDFs in the
 # report tests), a virtual
 # environment in .venv with parcalc, its test extras and the PyTorch CPU wheel torch==2.13.0
-# (ground-truth tests against real autograd and gloo collectives). Exits non-zero if any test
-# fails or if no test ran.
+# (ground-truth tests against real autograd and gloo collectives), then the lint and type checks
+# (ruff and mypy, configured in pyproject.toml) and the tests. Exits non-zero if ruff or mypy
+# finds anything, if any test fails or if no test ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,5 +28,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" "torch==2.13.0"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,lint]" "torch==2.13.0"
+.venv/bin/ruff check parcalc tests benchmarks
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
