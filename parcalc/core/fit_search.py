@@ -582,8 +582,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         wanted = {0: 0, p - 1: 2}
         if p > 2 and (first is not None or last is not None):
             wanted[1] = 1
-        for at, end in wanted.items():
-            params, gathered = ends[0][end], ends[1][end]
+        for at, which in wanted.items():
+            params, gathered = ends[0][which], ends[1][which]
             states[at] = (params + 0.0 * b, 0.0 * b, np.where(z == 3, gathered, 0.0), 0.0 * b)
         expert_per_param = dense_per_param
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
