@@ -19,9 +19,9 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core, as the aim says
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from parcalc.core.fit import Cluster, Training, estimate  # noqa: E402
-from parcalc.core.fit_search import SearchSpace, search  # noqa: E402
-from parcalc.presets import load_gpu, load_link, load_model  # noqa: E402
+from parcalc.core.fit import Cluster, Training, estimate
+from parcalc.core.fit_search import SearchSpace, search
+from parcalc.presets import load_gpu, load_link, load_model
 
 SAMPLE = 100
 

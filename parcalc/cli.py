@@ -18,13 +18,17 @@ import importlib
 import os
 import sys
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
 
 from parcalc.errors import InputError, ParcalcError
 from parcalc.frozen import frozen
+
+if TYPE_CHECKING:
+    from typer.models import ParamMeta
 
 
 @frozen
@@ -213,10 +217,10 @@ def _get_command(typer_app: typer.Typer) -> Any:
         return typer.main.get_command(typer_app)
     seen: dict[Any, Any] = {}
 
-    def read_once(function: Any) -> Any:
-        if function not in seen:
-            seen[function] = read(function)
-        return seen[function]
+    def read_once(func: Callable[..., Any]) -> dict[str, ParamMeta]:
+        if func not in seen:
+            seen[func] = read(func)
+        return seen[func]
 
     typer.main.get_params_from_function = read_once
     try:
@@ -283,7 +287,7 @@ class ParcalcGroup(TyperGroup):
 
             register_shells()
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]  # args: click's (args, prog_name) only
         from parcalc import streams
 
         streams.prepare()
@@ -292,7 +296,7 @@ class ParcalcGroup(TyperGroup):
                 # numpy's overflow / invalid-value warnings at the ends of the float range: every
                 # result is checked for inf and NaN before it is shown (commands.common.check_finite)
                 warnings.simplefilter("ignore", RuntimeWarning)
-                code = super().main(*args, standalone_mode=False, **kwargs)
+                code = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[misc]  # as above
             streams.flush_stdout()  # here, so that a full disk is an error now, not at exit
         except ParcalcError as error:
             _fail(f"Error: {one_line(str(error))}", error.exit_code)
@@ -393,7 +397,7 @@ def _show_version(value: bool) -> None:
         from parcalc import __version__
 
         typer.echo(f"parcalc {__version__}")
-        raise typer.Exit()
+        raise typer.Exit
 
 
 def _show_completion(value: str | None) -> None:
@@ -401,7 +405,7 @@ def _show_completion(value: str | None) -> None:
         from parcalc.completion import completion_script
 
         typer.echo(completion_script(value))
-        raise typer.Exit()
+        raise typer.Exit
 
 
 EXAMPLES = """\b

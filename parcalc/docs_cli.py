@@ -17,8 +17,9 @@ REGENERATE = "python -m parcalc.docs_cli > docs/cli.md"
 
 def command_paths() -> list[list[str]]:
     """[], then every command and subcommand of the app, as argument lists, in help order."""
-    from parcalc.cli import app
     from typer.main import get_command
+
+    from parcalc.cli import app
 
     group = get_command(app)
     paths: list[list[str]] = [[]]

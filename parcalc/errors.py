@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotation only: parcalc.derivation imports this module (through parcalc.units)
+    from parcalc.derivation import Result
+
 # How much of a bad value an error message echoes: enough to recognise it, never a screenful.
 SHOWN_CHARS = 80
 
@@ -53,6 +58,6 @@ class InfeasibleResult(InfeasibleError):
     """Nothing fits, with the Result that shows why (every configuration tried): the command prints
     it, in any format (a sweep's script still gets its JSON), then fails with exit 1."""
 
-    def __init__(self, message: str, result: object) -> None:
+    def __init__(self, message: str, result: Result) -> None:
         super().__init__(message)
         self.result = result

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import reprlib
+from collections.abc import Callable
 from operator import attrgetter
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar, dataclass_transform
 
 T = TypeVar("T")
 
@@ -43,6 +44,9 @@ def _tuple_getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
     return lambda self: ()
 
 
+# dataclass_transform: type checkers read a @frozen class as a frozen dataclass (its __init__
+# from the fields, assignment refused), which is what the decorator makes of it at run time.
+@dataclass_transform(frozen_default=True)
 def frozen(cls: type[T]) -> type[T]:
     """As `@dataclass(frozen=True)`, cheaper to define (see the module's docstring)."""
     if any(name in cls.__dict__ for name in _OWN):

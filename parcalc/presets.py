@@ -37,7 +37,7 @@ from parcalc.core.hardware import (
     PowerPoint,
     Sourced,
 )
-from parcalc.core.model import LatentAttention, Mlp, MixtureOfExperts, Norm, Position, TransformerModel
+from parcalc.core.model import LatentAttention, MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
 from parcalc.frozen import frozen
 from parcalc.resources import data_dir, home_dir
@@ -176,7 +176,7 @@ def find(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -
 
 # C0 and C1 controls and DEL (an ANSI escape starts with ESC), and the bidirectional overrides that
 # make text display other than it reads. Newline and tab only where a field allows several lines.
-_CONTROLS = frozenset(chr(c) for c in [*range(0x00, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+_CONTROLS = frozenset(chr(c) for c in [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
 
 
 def control_character(text: str, allow_newlines: bool = False) -> str | None:
@@ -441,7 +441,7 @@ class _Doc:
         try:
             return enum(str(value).lower())
         except ValueError:
-            allowed = ", ".join(str(e.value) for e in enum)  # type: ignore[attr-defined]
+            allowed = ", ".join(str(e.value) for e in enum)
             raise self.error(key, f"{shown(value)} is not one of {allowed}") from None
 
     def sources(self) -> dict[str, str]:
@@ -673,7 +673,7 @@ def _rows(doc: _Doc, keys: tuple[str, ...]) -> list[tuple[str, Mapping[str, Any]
     rows = doc.data.get("rows")
     if not isinstance(rows, list) or not rows:
         raise doc.error("rows", "expected a non-empty list of rows")
-    located = []
+    located: list[tuple[str, Mapping[str, Any]]] = []
     for index, row in enumerate(rows):
         where = f"{doc.path}: key '{doc.where}.rows[{index}]'"
         if not isinstance(row, dict) or set(row) != set(keys):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from parcalc.render.json_out import SCHEMA_VERSION
@@ -24,7 +24,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 # Settings: the resolved non-numeric inputs, each with one type in every command (json_keys).
 _S, _I, _B = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}
-SETTINGS: dict[str, dict[str, object]] = {
+SETTINGS: dict[str, Mapping[str, object]] = {
     "model": {**_S, "description": "model preset name ('custom' for flags alone)"},
     "gpu": {**_S, "description": "GPU preset name ('none' without --gpu; fit comparing GPU types: the names, comma-separated)"},
     "gpu_name": {**_S, "description": "the GPU's display name (fit)"},

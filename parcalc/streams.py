@@ -98,7 +98,7 @@ def prepare() -> None:
     for stream in (sys.stdout, sys.stderr):
         _tolerate_encoding(stream)
     _saved.append(sys.stdout)
-    sys.stdout = _Guarded(sys.stdout if sys.stdout is not None else _Closed())  # type: ignore[assignment]
+    sys.stdout = _Guarded(sys.stdout if sys.stdout is not None else _Closed())
 
 
 def restore() -> None:

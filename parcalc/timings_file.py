@@ -178,7 +178,7 @@ def _measurements(name: str, rows: list[_Row], file_kind: TimeKind | None) -> Ti
             if required not in row.cells:
                 raise InputError(f"{at} '{required}': missing")
         for column, value in row.cells.items():
-            if isinstance(value, (list, dict)) or isinstance(value, bool) or len(str(value)) > MAX_CELL_CHARS:
+            if isinstance(value, (list, dict, bool)) or len(str(value)) > MAX_CELL_CHARS:
                 raise InputError(f"{at} '{column}': {shown(value)} is not a value")
         if "time_is" in row.cells:
             kinds.setdefault(_time_kind(name, f"{row.where}, column 'time_is'", row.cells["time_is"]), row.where)
@@ -187,12 +187,12 @@ def _measurements(name: str, rows: list[_Row], file_kind: TimeKind | None) -> Ti
                                  "analyse them in separate files")  # fmt: skip
 
         def time(column: str) -> float | None:
-            value = row.cells.get(column)
-            return None if value is None else parse_quantity(value, Dimension.TIME, f"{at} '{column}'")
+            value = row.cells.get(column)  # noqa: B023 - called in this iteration only
+            return None if value is None else parse_quantity(value, Dimension.TIME, f"{at} '{column}'")  # noqa: B023
 
         def count(column: str) -> int | None:
-            value = row.cells.get(column)
-            return None if value is None else parse_count(value, f"{at} '{column}'")
+            value = row.cells.get(column)  # noqa: B023 - called in this iteration only
+            return None if value is None else parse_count(value, f"{at} '{column}'")  # noqa: B023
 
         message = row.cells.get("message_bytes")
         out.append(Measurement(

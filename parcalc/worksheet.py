@@ -132,9 +132,8 @@ class SolvedWorksheet:
 
 def load_worksheet(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Worksheet:
     """A packaged or user worksheet by name, or a YAML file by path."""
-    from parcalc.presets import Category, find, read_validated
-
     from parcalc.files import check_name_length
+    from parcalc.presets import Category, find, read_validated
 
     candidate = Path(name_or_path)
     check_name_length(candidate, "worksheet")  # ENAMETOOLONG from is_file() was a traceback

@@ -4,8 +4,9 @@
 # TeX Live (with LuaLaTeX), fonts for Greek and CJK and poppler from Debian's packages (real PDFs in the
 # report tests), a virtual
 # environment in .venv with parcalc, its test extras and the PyTorch CPU wheel torch==2.13.0
-# (ground-truth tests against real autograd and gloo collectives). Exits non-zero if any test
-# fails or if no test ran.
+# (ground-truth tests against real autograd and gloo collectives), then the lint and type checks
+# (ruff and mypy, configured in pyproject.toml) and the tests. Exits non-zero if ruff or mypy
+# finds anything, if any test fails or if no test ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +31,9 @@ fi
 # 1. The newest versions pyproject.toml allows (what a fresh `pip install parcalc` gets; --upgrade so that
 #    an old .venv is brought up to them too): the whole suite.
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade -e ".[test]" "torch==2.13.0"
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade -e ".[test,lint]" "torch==2.13.0"
+.venv/bin/ruff check parcalc tests benchmarks
+.venv/bin/mypy
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 
 # 2. The lowest versions it allows (uv's lowest-direct resolution: every direct dependency at its floor,

@@ -57,7 +57,7 @@ Bar-chart labels that the chart's legend overlaps were not readable with certain
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 # --------------------------------------------------------------------------------------------
 # Source strings
@@ -119,10 +119,10 @@ class MaxMatmul(NamedTuple):
     dtype: str  # input dtype: "bf16" or "fp8_e4m3"
     tflops: float  # measured best TFLOP/s
     peak_tflops: float  # datasheet dense peak the source compares to ("Theory")
-    efficiency_pct: Optional[float]  # as printed by the source (tflops / peak * 100)
-    m: Optional[int]  # shape at which it was reached (output m x n, reduction k)
-    n: Optional[int]
-    k: Optional[int]
+    efficiency_pct: float | None  # as printed by the source (tflops / peak * 100)
+    m: int | None  # shape at which it was reached (output m x n, reduction k)
+    n: int | None
+    k: int | None
     software: str
     source: str
 
@@ -213,7 +213,7 @@ class Gemm(NamedTuple):
     k: int
     batch: int
     tflops: float  # measured TFLOP/s (as printed, or value/1e12 where the source prints FLOP/s)
-    time_s: Optional[float]  # measured time per GEMM if the source prints it, else None
+    time_s: float | None  # measured time per GEMM if the source prints it, else None
     library: str
     source: str
 
@@ -296,12 +296,12 @@ class HbmBandwidth(NamedTuple):
     gpu: str
     kernel: str
     measured_gbps: float  # GB/s = 1e9 B/s, bytes read + written as the source counts them
-    datasheet_gbps: Optional[float]
+    datasheet_gbps: float | None
     note: str
     source: str
     datasheet_source: str
 
-    def fraction_of_datasheet(self) -> Optional[float]:
+    def fraction_of_datasheet(self) -> float | None:
         if self.datasheet_gbps is None:
             return None
         return self.measured_gbps / self.datasheet_gbps
@@ -411,10 +411,10 @@ class Attention(NamedTuple):
     dtype: str
     pass_: str  # "fwd", "bwd", "fwd+bwd"
     causal: bool
-    head_dim: Optional[int]  # None where the source does not say
-    seqlen: Optional[int]  # None for a headline "up to" figure
-    batch: Optional[int]
-    n_heads: Optional[int]
+    head_dim: int | None  # None where the source does not say
+    seqlen: int | None  # None for a headline "up to" figure
+    batch: int | None
+    n_heads: int | None
     tflops: float
     source: str
 

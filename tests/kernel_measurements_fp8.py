@@ -40,7 +40,7 @@ Sources
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 # --------------------------------------------------------------------------------------------
 # 1. FP8 GEMM throughput with shapes (DeepGEMM, H800)
@@ -68,8 +68,8 @@ class Fp8Gemm(NamedTuple):
     n: int
     k: int
     tflops: float
-    mem_gbps: Optional[float]  # 'Memory bandwidth' column as printed
-    speedup_vs_cutlass_fp8: Optional[float]  # as printed ('Speedup' vs DeepSeek's CUTLASS 3.6 FP8 kernel)
+    mem_gbps: float | None  # 'Memory bandwidth' column as printed
+    speedup_vs_cutlass_fp8: float | None  # as printed ('Speedup' vs DeepSeek's CUTLASS 3.6 FP8 kernel)
     software: str
     source: str
 
@@ -141,7 +141,7 @@ class LinearSpeedup(NamedTuple):
     n: int  # output features
     k: int  # input features
     speedup_fp8_over_bf16: float
-    recipe: Optional[str]
+    recipe: str | None
     source: str
 
 
@@ -210,15 +210,15 @@ class EpCommBandwidth(NamedTuple):
     top_k: int
     dispatch_gbps: float  # bottleneck bandwidth, GB/s
     combine_gbps: float
-    dispatch_latency_us: Optional[float]
-    combine_latency_us: Optional[float]
-    sms: Optional[int]
+    dispatch_latency_us: float | None
+    combine_latency_us: float | None
+    sms: int | None
     source: str
 
 
 def _ep(ep: int, link: str, d: float, c: float, row: str, src: str = DEEPEP_V1, tokens: int = 4096,
-        lib: str = "DeepEP V1 normal kernels (NVSHMEM)", gpu: str = "H800", sms: Optional[int] = None,
-        dl: Optional[float] = None, cl: Optional[float] = None) -> EpCommBandwidth:
+        lib: str = "DeepEP V1 normal kernels (NVSHMEM)", gpu: str = "H800", sms: int | None = None,
+        dl: float | None = None, cl: float | None = None) -> EpCommBandwidth:
     return EpCommBandwidth(gpu, lib, ep, max(1, ep // 8), link, tokens, 7168, 8, d, c, dl, cl, sms,
                            f"{src}; row '{row}'")
 
@@ -267,7 +267,7 @@ class AllToAllRow(NamedTuple):
     time_us: float
     algbw_gbps: float
     busbw_gbps: float
-    nccl: Optional[str]
+    nccl: str | None
     env: str
     source: str
 

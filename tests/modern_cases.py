@@ -25,13 +25,13 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from published_modern_runs import RUNS, ModernRun  # noqa: E402
+from published_modern_runs import RUNS, ModernRun
+from step_time_cases import palm_flops_per_token
 
-from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule  # noqa: E402
-from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate  # noqa: E402
-from parcalc.core.model import TransformerModel  # noqa: E402
-from parcalc.presets import load_framework, load_gpu, load_link, load_model  # noqa: E402
-from step_time_cases import palm_flops_per_token  # noqa: E402
+from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
+from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate
+from parcalc.core.model import TransformerModel
+from parcalc.presets import load_framework, load_gpu, load_link, load_model
 
 BY_KEY = {run.key: run for run in RUNS}
 H100_BF16_PEAK = 989e12  # NVIDIA datasheet, H100 SXM dense BF16 (PaLM-convention MFU of the Llama 3 paper)

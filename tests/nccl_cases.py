@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from parcalc.core.calibrate.nccl_tests import parse_nccl_tests  # noqa: E402
-from parcalc.core.choices import Collective  # noqa: E402
-from parcalc.core.timing.network import Fabric, Placement, collective_time  # noqa: E402
-from parcalc.presets import load_link  # noqa: E402
+from parcalc.core.calibrate.nccl_tests import parse_nccl_tests
+from parcalc.core.choices import Collective
+from parcalc.core.timing.network import Fabric, Placement, collective_time
+from parcalc.presets import load_link
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 KIB, MIB = 2**10, 2**20

@@ -22,12 +22,12 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from published_step_runs import RUNS, PublishedRun  # noqa: E402
+from published_step_runs import RUNS, PublishedRun
 
-from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Recompute, Schedule  # noqa: E402
-from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate  # noqa: E402
-from parcalc.core.model import TransformerModel  # noqa: E402
-from parcalc.presets import load_framework, load_gpu, load_link  # noqa: E402
+from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Recompute, Schedule
+from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate
+from parcalc.core.model import TransformerModel
+from parcalc.presets import load_framework, load_gpu, load_link
 
 BY_KEY = {run.key: run for run in RUNS}
 

@@ -7,7 +7,6 @@ Expected values are read off the fixture files (tests/fixtures/nccl, each with i
 from __future__ import annotations
 
 import dataclasses
-
 import json
 import re
 import subprocess
@@ -171,7 +170,7 @@ def test_several_sections_need_a_choice() -> None:
     text = (FIXTURES / "h100x8_nvlink_all_reduce.txt").read_text() + (
         FIXTURES / "h100x8_nvlink_all_gather.txt"
     ).read_text()
-    with pytest.raises(InputError, match="several tests .*pick one with --collective"):
+    with pytest.raises(InputError, match=r"several tests .*pick one with --collective"):
         parse_nccl_tests(text, "log.txt")
     chosen = parse_nccl_tests(text, "log.txt", collective="all-gather")
     assert chosen.collective == "all_gather" and chosen.rows[-1].busbw == pytest.approx(

@@ -7,9 +7,7 @@ import json
 import pytest
 
 from parcalc.cli import app
-from parcalc.commands import comm_volume
-from parcalc.core.collectives import Algorithm, Collective
-from parcalc.core.pipeline import Schedule
+from parcalc.core.collectives import Algorithm
 
 SEED004 = ["--model", "homework-7b", "--batch", "128", "--seq-len", "4096", "--dtype", "fp16", "--gpus", "8"]
 

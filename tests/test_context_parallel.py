@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from parcalc.cli import app
 from parcalc.core.activations import ActivationConfig, layer_activations
-from parcalc.core.choices import Recompute, Schedule
-from parcalc.core.collectives import Collective
-from parcalc.core.comm import Network, Parallelism as CommParallelism, Workload, iteration_plan
+from parcalc.core.choices import Schedule
+from parcalc.core.comm import Network, Workload, iteration_plan
+from parcalc.core.comm import Parallelism as CommParallelism
 from parcalc.core.comm.context import cp_sent_per_layer
 from parcalc.core.context import causal_imbalance, causal_pairs, check_context_parallel, context_working_set
 from parcalc.core.hardware import Link, Sourced

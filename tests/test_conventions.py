@@ -6,7 +6,6 @@ click's completion protocol) or from parcalc's own files (pyproject.toml, preset
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil

@@ -74,7 +74,7 @@ def test_hand_counted_mla_and_moe_layer() -> None:
 def test_parameters_on_one_gpu_of_a_middle_stage(run) -> None:  # type: ignore[no-untyped-def]
     """Stage 2 of 16: 4 MoE layers; each GPU holds the MLA, norms, router and shared expert of each (no TP)
     and 256 / 64 = 4 routed experts per layer (sec. 4.2: 'routed experts ... uniformly deployed on 64 GPUs')."""
-    model, par, b = run
+    _, _, b = run
     stage = b.stages[1]
     dense, experts = 4 * MOE_DENSE, 4 * (256 // 64) * EXPERT
     assert (dense, experts) == (931_988_480, 704_643_072)
@@ -102,7 +102,7 @@ def test_model_states_of_a_middle_stage_gpu(run) -> None:  # type: ignore[no-unt
 def test_activations_and_total_of_the_first_stage(run) -> None:  # type: ignore[no-untyped-def]
     """1F1B keeps p - i micro-batches in flight (stage 1: 16). An MoE layer's saved tensors include its top_k = 8
     permuted token copies and 8 expert outputs, each 8 s h x 2 bytes (parcalc.core.activations.moe_tensors)."""
-    model, par, b = run
+    model, _, b = run
     first = b.stages[0]
     assert first.in_flight.value == 16
     assert b.stages[1].in_flight.value == 15

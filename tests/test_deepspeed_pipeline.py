@@ -22,12 +22,12 @@ import pytest
 from step_time_cases import CASES, error, inputs
 
 from parcalc.core.choices import Collective, Precision, Recompute
-from parcalc.errors import InputError, PresetError
-from parcalc.core.fit import Config, Training, check_config, estimate
+from parcalc.core.fit import check_config, estimate
 from parcalc.core.fit_search import SearchSpace, search
 from parcalc.core.memory import Parallelism, stage_parameters
 from parcalc.core.timing.network import collective_time, placement
 from parcalc.core.timing.step import dp_pieces
+from parcalc.errors import InputError, PresetError
 from parcalc.presets import framework_from_document, load_framework
 
 BLOOM = next(case for case in CASES if case.key == "bloom-176b-384xa100")
@@ -112,10 +112,10 @@ def test_zero_2_and_3_are_refused_with_deepspeed_pipelines() -> None:
 
 
 def test_the_search_offers_deepspeed_pipelines_zero_0_and_1_only() -> None:
-    model, config, training, cluster = inputs(BLOOM)
+    model, _, training, cluster = inputs(BLOOM)
     result = search(model, training, cluster, SearchSpace(tp=4, recomputes=(Recompute.FULL,), micro_batches=(2,)))
     columns = result.evaluated.columns
-    pairs = {(int(p), int(z)) for p, z in zip(columns["pp"], columns["zero"])}
+    pairs = {(int(p), int(z)) for p, z in zip(columns["pp"], columns["zero"], strict=True)}
     assert {z for p, z in pairs} == {0, 1}  # every layout of BLOOM's 384 GPUs has pp > 1 (dp x 2 must divide 2,048)
     assert len({p for p, z in pairs}) > 3
 
@@ -132,8 +132,9 @@ def test_the_search_offers_deepspeed_pipelines_zero_0_and_1_only() -> None:
     ],
 )
 def test_a_bad_pipeline_block_is_a_preset_error(block: dict, message: str) -> None:
-    import yaml
     from pathlib import Path
+
+    import yaml
 
     path = Path(__file__).parents[1] / "presets" / "frameworks" / "deepspeed.yaml"
     data = yaml.safe_load(path.read_text())

@@ -9,20 +9,30 @@ well-formed XML, text no smaller than 7 pt in the PDF.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from parcalc.cli import app
 from parcalc.core.frontier import pareto_front
-from parcalc.render.canvas import MIN_TEXT_PX, PT_PER_CM, TIKZ_WIDTH_CM, Canvas, Text, linear_ticks, log_ticks, to_svg, to_tikz
+from parcalc.render.canvas import (
+    MIN_TEXT_PX,
+    PT_PER_CM,
+    TIKZ_WIDTH_CM,
+    Canvas,
+    Text,
+    linear_ticks,
+    log_ticks,
+    to_svg,
+    to_tikz,
+)
 from parcalc.render.figures import WIDTH
 from parcalc.render.memory_bar import GROUP_OF
 
@@ -77,7 +87,7 @@ def test_roofline_of_a_layer_has_one_point_per_distinct_operation_on_the_roof(ru
     assert [tip(c).split(": ")[1].split(" FLOP/B")[0] for c in by_x] == [f"{i:.4g}" for i, _ in values]
     ys = [float(c.get("cy")) for c in by_x]
     attainable = [a for _, a in values]
-    for (y1, a1), (y2, a2) in zip(zip(ys, attainable), zip(ys[1:], attainable[1:])):
+    for (y1, a1), (y2, a2) in pairwise(zip(ys, attainable, strict=True)):
         assert (a2 > a1 and y2 < y1) or (a2 == a1 and abs(y2 - y1) < 1e-6)
     # compute-bound points sit on the flat roof: one y for all of them (attainable = peak)
     peak = {float(c.get("cy")) for c in points if c.get("fill") == "#1f5fa8"}

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from parcalc.cli import app
-from parcalc.errors import InputError
 from parcalc.presets import load_model, model_from_hf_config
 
 # ---------------------------------------------------------------------------------------------

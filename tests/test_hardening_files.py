@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_presets import GOOD_GPU  # the same minimal valid GPU preset (section 6)
 
 from parcalc.cli import app
 
@@ -303,7 +304,6 @@ def test_oversize_config_json_is_one_line_error(runner, tmp_path: Path) -> None:
 def test_corrupted_cache_entry_of_brackets_is_rebuilt(tmp_path: Path) -> None:
     import json
 
-    from parcalc import preset_cache
     from parcalc.presets import read_yaml
 
     preset = tmp_path / "p.yaml"
@@ -336,7 +336,6 @@ def test_same_size_edit_with_mtime_restored_is_not_served_stale(tmp_path: Path) 
 def test_cache_entry_for_other_contents_is_never_used(tmp_path: Path) -> None:
     import json
 
-    from parcalc import preset_cache
     from parcalc.presets import read_yaml
 
     preset = tmp_path / "p.yaml"
@@ -353,7 +352,6 @@ def test_cache_entry_for_other_contents_is_never_used(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("node", ["fifo", "directory"])
 def test_fifo_or_directory_in_place_of_a_cache_entry_neither_hangs_nor_leaves_part_files(tmp_path: Path, node: str) -> None:
-    from parcalc import preset_cache
     from parcalc.presets import read_yaml
 
     preset = tmp_path / "p.yaml"
@@ -504,9 +502,6 @@ def test_template_that_includes_itself_is_one_line_error(runner, tmp_path: Path)
 
 # ---------------------------------------------------------------------------------------------
 # 6. Preset names are names; text that reaches a terminal has no control characters
-
-from test_presets import GOOD_GPU  # the same minimal valid GPU preset
-
 
 @pytest.mark.parametrize("name", ["../../../some/dir/evil", "..\\\\evil", "..", "a/b"], ids=["dotdot-slash", "backslash", "dotdot", "slash"])
 def test_preset_name_with_a_path_is_refused(runner, tmp_path: Path, name: str) -> None:

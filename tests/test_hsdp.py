@@ -20,16 +20,15 @@ import random
 import pytest
 
 from parcalc.cli import app
-from parcalc.core.choices import Collective, Recompute
+from parcalc.core.choices import Collective, Optimizer, Precision, Recompute
 from parcalc.core.comm import DataParallel, Network, Options, Parallelism, Workload, iteration_plan
 from parcalc.core.fit import Cluster, Config, Training, estimate, invalid_reason
 from parcalc.core.fit_search import SearchSpace, search
 from parcalc.core.hardware import Link, Sourced
 from parcalc.core.memory import Parallelism as MemoryParallelism
 from parcalc.core.memory import TrainingSetup, memory_breakdown, model_states, state_bytes
-from parcalc.core.choices import Optimizer, Precision
 from parcalc.core.timing.network import collective_time, placement
-from parcalc.core.timing.step import dp_exposed, dp_pieces
+from parcalc.core.timing.step import dp_pieces
 from parcalc.errors import InputError
 from parcalc.presets import load_framework, load_gpu, load_link, load_model
 

@@ -6,7 +6,14 @@ from fractions import Fraction
 
 import pytest
 
-from parcalc.core.intensity import arithmetic_intensity, layer_intensity, machine_terms, matmul_bytes, matmul_flops, roofline
+from parcalc.core.intensity import (
+    arithmetic_intensity,
+    layer_intensity,
+    machine_terms,
+    matmul_bytes,
+    matmul_flops,
+    roofline,
+)
 from parcalc.core.layer_ops import transformer_layer_ops
 from parcalc.errors import InputError
 from parcalc.presets import load_model
@@ -78,7 +85,7 @@ def test_homework_layer_table_matches_seed004() -> None:
     # Seed 004 question 2's layer with B = 128, L = 4096, D = 4096, n_H = 32, H = 128, FP16.
     model = load_model("homework-7b")
     ops = {op.key: op for op in transformer_layer_ops(model, 128, 4096, FP16)}
-    b, l, d, heads, h = 128, 4096, 4096, 32, 128
+    b, l, d, heads, h = 128, 4096, 4096, 32, 128  # noqa: E741 - the sequence length as the roofline notes write it
     assert list(ops) == ["q_proj", "k_proj", "v_proj", "scores", "softmax", "context", "out_proj", "mlp_up",
                          "activation", "mlp_down"]  # fmt: skip
     # Q = xW^Q: (B L) x D times D x D -> 2 B L D^2 FLOPs; reads x and W^Q, writes Q.

@@ -24,7 +24,7 @@ from parcalc.core.timing.kernel_report import alone_spec, gemm_times, kernel_spe
 from parcalc.presets import load_gpu, load_link, load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_measurements import ATTENTION, GEMM_SHAPES, MLE_MAMF  # noqa: E402
+from kernel_measurements import ATTENTION, GEMM_SHAPES, MLE_MAMF
 
 # The sources' GPU names -> the presets with measured kernel shares (A100 PCIe has no `kernels` section)
 PRESET = {"H100 SXM": "h100-sxm5", "H100 (sm_90)": "h100-sxm5", "A100 SXM": "a100-sxm4-80gb", "A100 SXM 80GB": "a100-sxm4-80gb"}

@@ -86,7 +86,7 @@ def test_llama4_maverick_interleave_step_2(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_unrepresentable_configs_are_refused(tmp_path: Path, runner, name: str, changes: dict, message: str | None) -> None:
     config = _fixture(name)
-    (config["text_config"] if "text_config" in config else config).update(changes)
+    config.get("text_config", config).update(changes)
     path = _write(tmp_path, config)
     if message is None:  # Mixtral with num_local_experts 0: no experts, read as the dense model
         assert model_from_hf_config(path).moe is None

@@ -16,9 +16,9 @@ import pytest
 from parcalc.core.choices import Collective, Recompute
 from parcalc.core.fit import Cluster, Config, Training, estimate
 from parcalc.core.memory import Parallelism, stage_expert_parameters, stage_parameters
+from parcalc.core.timing.compute import layer_passes
 from parcalc.core.timing.network import collective_time, placement
 from parcalc.core.timing.step import dp_pieces, layer_pieces, optimizer_step_time, weight_gradients
-from parcalc.core.timing.compute import layer_passes
 from parcalc.presets import load_framework, load_gpu, load_link, load_model
 
 H100 = load_gpu("h100-sxm5", ())

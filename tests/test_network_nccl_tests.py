@@ -24,12 +24,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from nccl_cases import A100, H100, TABLES, ratios, size_class  # noqa: E402
+from nccl_cases import A100, H100, TABLES, ratios, size_class
 
-from parcalc.core.choices import Collective  # noqa: E402
-from parcalc.core.timing import nccl  # noqa: E402
-from parcalc.core.timing.network import Fabric, Placement, collective_time, nvls_bus_bandwidth  # noqa: E402
-from parcalc.presets import load_link  # noqa: E402
+from parcalc.core.choices import Collective
+from parcalc.core.timing import nccl
+from parcalc.core.timing.network import Fabric, Placement, collective_time, nvls_bus_bandwidth
+from parcalc.presets import load_link
 
 MEETS = [table for table in TABLES if not table.misses]
 MISSES = [table for table in TABLES if table.misses]
@@ -76,7 +76,7 @@ def test_call_cost_is_calibrated_on_one_table_only() -> None:
             + nccl.CALL_US * 1e-6 for size, ratio in ratios(table) if size <= 4096]  # fmt: skip
     assert len(gaps) == 10
     assert statistics.median(gaps) * 1e6 == pytest.approx(8.76, abs=0.01)
-    assert nccl.CALL_US == pytest.approx(statistics.median(gaps) * 1e6, abs=0.05)
+    assert pytest.approx(statistics.median(gaps) * 1e6, abs=0.05) == nccl.CALL_US
 
 
 def test_call_cost_is_per_call_and_leaves_nccls_choice_alone() -> None:

@@ -21,7 +21,7 @@ import pytest
 from parcalc.cli import app
 
 needs_tex = pytest.mark.skipif(
-    shutil.which("lualatex") is None and shutil.which("pdflatex") is None or shutil.which("pdffonts") is None,
+    (shutil.which("lualatex") is None and shutil.which("pdflatex") is None) or shutil.which("pdffonts") is None,
     reason="TeX Live or poppler missing: scripts/test-all.sh installs them (and CI always has them)",
 )
 

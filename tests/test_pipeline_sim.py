@@ -7,6 +7,8 @@ whole number for v <= 4): every sum the simulator forms is then exact in floatin
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -188,7 +190,7 @@ def test_the_schedule_respects_every_dependency(case) -> None:
 
         def after(dep: tuple[str, int, int], start: float = e.start, device: int = e.device) -> None:
             hop = latency if device_of[dep] != device else 0.0
-            assert start >= end[dep] + hop - 1e-9, (e, dep)
+            assert start >= end[dep] + hop - 1e-9, (e, dep)  # noqa: B023 - after() is called in this iteration only
 
         if e.op == sim.F and q > 0:
             after((sim.F, q - 1, e.micro_batch))
@@ -199,7 +201,7 @@ def test_the_schedule_respects_every_dependency(case) -> None:
             after((sim.B, q, e.micro_batch))
     for device in range(p):  # one operation at a time on a device
         mine = sorted((e for e in timeline.events if e.device == device), key=lambda e: e.start)
-        assert all(a.end <= b.start + 1e-9 for a, b in zip(mine, mine[1:]))
+        assert all(a.end <= b.start + 1e-9 for a, b in pairwise(mine))
         assert timeline.busy[device] + timeline.idle[device] == pytest.approx(timeline.makespan)
 
 

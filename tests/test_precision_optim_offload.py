@@ -235,7 +235,7 @@ def test_errors_are_one_line_exit_2(runner, args: list[str], message: str) -> No
     lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert message in result.stderr
     assert "Traceback" not in result.output
-    if args[0] == "memory" and "--precision" in args or "--host-link" in args:
+    if (args[0] == "memory" and "--precision" in args) or "--host-link" in args:
         assert len(lines) == 1 and lines[0].startswith("Error:")
 
 

@@ -15,8 +15,8 @@ import pytest
 from parcalc.core.activations import ActivationConfig, Recompute, layer_activations, recompute_working_set
 from parcalc.core.choices import Precision
 from parcalc.core.fit import Cluster, Config, Training, estimate
-from parcalc.core.flops import training_flops
 from parcalc.core.fit_search import COST_FIELDS, RECOMPUTES, SearchSpace, search
+from parcalc.core.flops import training_flops
 from parcalc.errors import InputError
 from parcalc.presets import load_gpu, load_link, load_model
 

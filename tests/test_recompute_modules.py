@@ -8,7 +8,13 @@ import pytest
 
 from parcalc.core.activations import ActivationConfig, Recompute, layer_activations
 from parcalc.core.flops import training_flops
-from parcalc.core.recompute import DEFAULT_MODULES, RECOMPUTE_MODULES, module_replays_kernel, parse_modules, recomputed_modules
+from parcalc.core.recompute import (
+    DEFAULT_MODULES,
+    RECOMPUTE_MODULES,
+    module_replays_kernel,
+    parse_modules,
+    recomputed_modules,
+)
 from parcalc.errors import InputError
 from parcalc.presets import load_model
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import io
 import xml.etree.ElementTree as ET
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from test_fit import cluster, gpt
 
 from parcalc.cli import app
 from parcalc.core.choices import Precision
@@ -18,8 +20,6 @@ from parcalc.core.fit import Config, Training, estimate, with_layers
 from parcalc.core.scaling import Family, Mode, Rule, batch_at, check_gpu_counts, growing_terms, lost_time, scaling_curve
 from parcalc.core.speedup import step_terms
 from parcalc.errors import InputError
-
-from test_fit import cluster, gpt
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
 GPT2 = ["scaling", "--model", "gpt2-xl", "--gpu", "a100-sxm4-80gb", "--seq-len", "1024"]
@@ -115,7 +115,7 @@ def test_strong_scaling_efficiency_of_data_parallelism_is_non_increasing(name: s
         curve = scaling_curve(model, training, net, (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024), Rule(family), Mode.STRONG, batch)
         e = [p.efficiency.value for p in curve.timed()]
         assert len(e) >= 3, (batch, seq)
-        assert all(b <= a * (1 + 1e-12) for a, b in zip(e, e[1:], strict=False)), [(p.gpus, p.efficiency.value) for p in curve.timed()]
+        assert all(b <= a * (1 + 1e-12) for a, b in pairwise(e)), [(p.gpus, p.efficiency.value) for p in curve.timed()]
 
 
 # ---------------------------------------------------------------------------------------------

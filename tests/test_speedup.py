@@ -12,15 +12,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from test_fit import LINK, SLOW, cluster, gpt
 
 from parcalc.cli import app
-from parcalc.core.choices import Recompute
+from parcalc.core.choices import Collective, Recompute
 from parcalc.core.fit import Config, Training, estimate
 from parcalc.core.speedup import excess_terms, step_terms, timed_strategy_table
 from parcalc.core.timing.network import Fabric, Placement, collective_time
-from parcalc.core.choices import Collective
-
-from test_fit import LINK, SLOW, cluster, gpt
 
 NONE = (Recompute.NONE,)
 

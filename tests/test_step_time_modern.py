@@ -16,13 +16,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import modern_cases as mc  # noqa: E402
+import modern_cases as mc
 
-from parcalc.core.choices import Precision, Recompute  # noqa: E402
-from parcalc.core.fit import Config, Training, estimate  # noqa: E402
-from parcalc.core.timing.moe import ExpertShard, remote_nodes_per_token, routed_rows  # noqa: E402
-from parcalc.errors import InputError  # noqa: E402
-from parcalc.presets import load_model  # noqa: E402
+from parcalc.core.choices import Precision, Recompute
+from parcalc.core.fit import Config, Training, estimate
+from parcalc.core.timing.moe import ExpertShard, remote_nodes_per_token, routed_rows
+from parcalc.errors import InputError
+from parcalc.presets import load_model
 
 ERRORS = {case.key: mc.error(case)[0] for case in mc.CASES}
 

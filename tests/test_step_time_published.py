@@ -23,7 +23,6 @@ import pytest
 from step_time_cases import CALIBRATION, CASES, KNOWN_GAPS, Case, error, inputs
 
 
-
 @pytest.mark.parametrize("case", CASES, ids=[case.key for case in CASES])
 def test_published_run_within_25_percent(case: Case) -> None:
     err, est = error(case)
@@ -47,10 +46,10 @@ def test_runs_come_from_several_sources_and_both_gpus() -> None:
 
 def test_h100_calibration_reproduces_its_run() -> None:
     # the one H100 run the GEMM share was set from: 10,643 tokens/s per GPU (llm-foundry, MPT-7B, 8 x H100)
-    err, est = error(CALIBRATION)
+    err, _ = error(CALIBRATION)
     assert CALIBRATION not in CASES
     assert err == pytest.approx(0.0, abs=0.01)
-    model, config, training, cluster = inputs(CALIBRATION)
+    _, config, _, cluster = inputs(CALIBRATION)
     assert (config.tp, config.pp, config.dp, config.micro_batch, config.zero) == (1, 1, 8, 6, 3)
     assert cluster.gpus == cluster.gpus_per_node == 8  # one node: no network in the calibration
 

@@ -11,6 +11,7 @@ import typer
 from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
 
 if TYPE_CHECKING:
+    from parcalc.core.analyze import TimeKind
     from parcalc.core.hardware import Link
 
 EXAMPLES = """\
@@ -114,12 +115,12 @@ def _find(file: Path, dirs: tuple) -> Path:
     return file
 
 
-def _time_kind(from_file: object, flag: TimeIsChoice | None) -> object:
+def _time_kind(from_file: TimeKind | None, flag: TimeIsChoice | None) -> TimeKind:
     from parcalc.core.analyze import TimeKind
     from parcalc.errors import InputError
 
     if flag is not None and from_file is not None and TimeKind(flag.value) is not from_file:
-        raise InputError(f"--time-is: {flag.value}, but the file says its times are {from_file.value} times")  # type: ignore[attr-defined]
+        raise InputError(f"--time-is: {flag.value}, but the file says its times are {from_file.value} times")
     if flag is not None:
         return TimeKind(flag.value)
     if from_file is None:

@@ -528,8 +528,8 @@ def _validated(
         width=4096,
     )
     reread = yaml.load(
-        text, Loader=_strict_loader()
-    )  # a SafeLoader subclass, as presets are read
+        text, Loader=_strict_loader()  # noqa: S506 - a SafeLoader subclass, as presets are read
+    )
     build = gpu_from_document if category == "gpus" else link_from_document
     try:
         typed = build(key, output or Path(f"<{category}/{key}.yaml>"), reread)

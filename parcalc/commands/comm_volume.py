@@ -293,7 +293,7 @@ def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardwa
                      *(("NCCL arch row sm80 (give --gpu for the GPU's own)",) if gpu is None else ()),
                      "nccl-tests convention: M is the whole array (all-gather: the output; reduce-scatter: the input)"),
         settings=(("collective", op.value), ("algorithm", call.algorithm), ("protocol", call.protocol), ("link", intra.key),
-                  ("inter_node_link", inter.key), ("gpus_per_node", per_node), *((("gpu", gpu.key),) if gpu is not None else ())),
+                  ("inter_node_link", inter.key), ("gpus_per_node", str(per_node)), *((("gpu", gpu.key),) if gpu is not None else ())),
     )  # fmt: skip
 
 
@@ -315,8 +315,8 @@ def _intra_link(name: str | None, bandwidth: str | None, latency: str | None, di
     if name is None and (beta is not None or alpha is not None):
         if beta is None:
             raise InputError("--latency: give --bandwidth with it (or a --link preset)")
-        latency = Sourced(alpha, "s", given) if alpha is not None else Sourced(0.0, "s", LATENCY_NOT_GIVEN)
-        return Link("given", "the given link", Sourced(beta, "B/s", given), latency)
+        alpha_term = Sourced(alpha, "s", given) if alpha is not None else Sourced(0.0, "s", LATENCY_NOT_GIVEN)
+        return Link("given", "the given link", Sourced(beta, "B/s", given), alpha_term)
     from parcalc.presets import load_link
 
     chosen = load_link(name or DEFAULT_LINK, dirs)

@@ -3,56 +3,56 @@ the fastest TP x PP x DP configuration of every valid one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, cast
 
 import typer
 
 from parcalc.commands.common import (
-    CpCommOption,
-    CpOption,
-    RecomputeLayersOption,
-    RecomputeModulesOption,
-    recompute_layers_flag,
-    recompute_modules_flag,
     MAX_GPUS,
     MAX_GPUS_PER_NODE,
     MAX_SEARCH_BATCH,
+    CpCommOption,
+    CpOption,
     EmbeddingInSplitOption,
     EpOption,
     EpOverlapOption,
     EtpOption,
+    FirstStageLayersOption,
+    FormatOption,
     Fp8RecipeOption,
+    GpuPowerOption,
+    IterationsOption,
     KernelsOption,
-    kernels_flag,
+    LastStageLayersOption,
+    LossInSplitOption,
     MaxNodesOption,
     MoeDispatcherOption,
     MoeImbalanceOption,
-    FirstStageLayersOption,
-    FormatOption,
-    GpuPowerOption,
-    IterationsOption,
-    LastStageLayersOption,
-    LossInSplitOption,
     PictureOutputOption,
+    PowerLimitOption,
     PresetsOption,
     ProgressBar,
-    ShardGroupOption,
     PueOption,
+    RecomputeLayersOption,
+    RecomputeModulesOption,
+    ShardGroupOption,
     TokensOption,
     check_at_most,
-    expert_flags,
-    fp8_recipe_flag,
-    moe_timing_flags,
-    finish,
-    preset_dirs,
-    shard_group_flag,
-    stage_flags,
-    start,
     cp_flags,
-    PowerLimitOption,
+    expert_flags,
+    finish,
+    fp8_recipe_flag,
+    kernels_flag,
+    moe_timing_flags,
     power_assumptions,
     power_limited,
     power_terms,
+    preset_dirs,
+    recompute_layers_flag,
+    recompute_modules_flag,
+    shard_group_flag,
+    stage_flags,
+    start,
 )
 from parcalc.commands.model_options import (
     FfnOption,
@@ -299,7 +299,7 @@ def fit(
     pinned = {name: parse_count(value, f"--{name}") for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None}
     first, last = stage_flags(first_stage_layers, last_stage_layers)
     # the split's pinned fields, as Config and SearchSpace name them
-    ends = {"first_stage_layers": first, "last_stage_layers": last, "embedding_in_split": embedding_in_split,
+    ends: dict[str, Any] = {"first_stage_layers": first, "last_stage_layers": last, "embedding_in_split": embedding_in_split,
             "loss_in_split": loss_in_split}  # fmt: skip
     c, cp_kind = cp_flags(cp, cp_comm)
     if c > 1 or cp is not None:
@@ -333,7 +333,7 @@ def fit(
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
     if not search and (schedule is not None or chunks is not None) and not pinned:
         raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
-    keys = {name: _gpu_key(name, dirs) for name in names}  # settings.gpu: the preset name; gpu_name: its display name
+    keys: dict[str | None, str] = {name: _gpu_key(name, dirs) for name in names}  # settings.gpu: the preset name; gpu_name: its display name
     settings = [("model", shape.key), ("gpu", keys.get(gpu_name, "none")), ("gpu_name", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
                 ("flash_attention", str(flash_attention).lower()), ("compile", str(compile_).lower()), ("framework", profile.key),
                 ("kernels", kernel_set(training, profile)),
@@ -369,7 +369,7 @@ def fit(
                                                             pinned, ends))  # fmt: skip
             except InfeasibleResult as error:
                 if output is None:
-                    finish(error.result, fmt, output)  # type: ignore[arg-type]
+                    finish(error.result, fmt, output)
                 raise InfeasibleError(str(error)) from None
         else:
             try:
@@ -377,7 +377,7 @@ def fit(
                                         everything, settings, pinned, ends, time_all=draws_figures(fmt, output))  # fmt: skip
             except InfeasibleResult as error:
                 if output is None:  # as the strategy table: show what was tried, then fail; a file is written only on success
-                    finish(error.result, fmt, output)  # type: ignore[arg-type]
+                    finish(error.result, fmt, output)
                 raise InfeasibleError(str(error)) from None
             if plans[0] is not None:
                 result = _with_run(result, plans[0], cluster, training, search=True, rank_by=ranking)
@@ -595,7 +595,6 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
                   with_components: bool = False) -> tuple[Result, str | None]:  # fmt: skip
     """The table, and why nothing fits when nothing does; `with_components`: also each row's memory
     by component (table "strategy_memory", drawn by -o fit.svg)."""
-    from parcalc.core import fit_table
     from parcalc.derivation import Column, Result, Table
     from parcalc.errors import InputError
 
@@ -692,7 +691,7 @@ def _speedup_verdicts(timed: Any) -> list[str]:
         else:
             why = "the same terms as the fastest"
         text = f"lowest speedup: {row_name(slowest)} {figures(slowest)}: {why}"
-        if slowest.speedup.value < 1 and not reference.matches(slowest):  # type: ignore[union-attr]
+        if slowest.speedup.value < 1 and not reference.matches(slowest):
             text += f"; slower than {reference.name()}"
             if slowest.max_layers and reference.row.max_layers is not None and slowest.max_layers > reference.row.max_layers:
                 text += f", yet it holds {slowest.max_layers} layers where the reference holds {reference.row.max_layers}"
@@ -770,11 +769,11 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
                    recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
                    interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict,
                    ends: dict, time_all: bool = False) -> Result:  # fmt: skip
+    from dataclasses import replace
+
     from parcalc.core.fit import estimate
     from parcalc.core.fit_search import SearchSpace, search
     from parcalc.derivation import Result
-    from dataclasses import replace
-
     from parcalc.errors import InfeasibleResult, InputError
 
     space = SearchSpace(
@@ -1042,6 +1041,7 @@ def _with_run(result: Result, plan: Any, cluster: Cluster, training: Training, *
     from parcalc.core.training_cost import run_from_step
 
     run = run_from_step(plan, result.derivation("t_step"), cluster.gpus, training.global_batch, training.seq_len)
+    assert run.iterations is not None  # a run from a step time counts them
     tables = tuple(_run_columns(t, run.iterations.value, plan, cluster.gpus) if t.key in ("top", "configurations") else t
                    for t in result.tables) if search else result.tables  # fmt: skip
     verdicts = [*result.verdicts, run_verdict(run, cluster.gpus)]
@@ -1072,7 +1072,7 @@ def _run_columns(table: Table, iterations: float, plan: Any, gpus: int) -> Table
         days = days_per_run(t_step, int(iterations))
         return (days,) if plan.price is None else (days, cost_per_run(t_step, gpus, int(iterations), plan.price))
 
-    rows = tuple(row[: at + 1] + extra(row[at]) + row[at + 1:] for row in table.rows)  # type: ignore[operator]
+    rows = tuple(row[: at + 1] + extra(cast("float | None", row[at])) + row[at + 1:] for row in table.rows)  # the t_step column
     return replace(table, columns=table.columns[: at + 1] + tuple(columns) + table.columns[at + 1:], rows=rows)
 
 
@@ -1083,9 +1083,7 @@ def _compare_gpus(clusters: list[Cluster], plans: list[Any], rank_by: str, top: 
     from dataclasses import replace
 
     from parcalc.derivation import Column, Table
-    from parcalc.errors import InfeasibleError
-
-    from parcalc.errors import InfeasibleResult
+    from parcalc.errors import InfeasibleError, InfeasibleResult
 
     found, skipped, tried = [], [], []
     for cluster, plan in zip(clusters, plans, strict=True):
@@ -1102,10 +1100,10 @@ def _compare_gpus(clusters: list[Cluster], plans: list[Any], rank_by: str, top: 
         why = "nothing fits on any GPU type: " + "; ".join(skipped)
         if tried:  # what each GPU type tried, in one table with a GPU column: its JSON still prints (exit 1)
             every = [(name, r.tables[0]) for name, r in tried]  # "configurations", or "smallest" outside JSON and CSV
-            merged = Table(every[0][1].key, every[0][1].title + " (every GPU type)", (Column("gpu", "GPU"), *every[0][1].columns),
+            every_tried = Table(every[0][1].key, every[0][1].title + " (every GPU type)", (Column("gpu", "GPU"), *every[0][1].columns),
                            tuple((name, *row) for name, t in every for row in t.rows))  # fmt: skip
             raise InfeasibleResult(why, replace(tried[0][1], title="No configuration fits on any GPU type", verdicts=tuple(skipped),
-                                                tables=(merged,), settings=tuple(settings)))  # fmt: skip
+                                                tables=(every_tried,), settings=tuple(settings)))  # fmt: skip
         raise InfeasibleError(why)
 
     def key(result: Result) -> float:
@@ -1121,7 +1119,7 @@ def _compare_gpus(clusters: list[Cluster], plans: list[Any], rank_by: str, top: 
         rows = [(c.gpu_name, *row) for c, t in parts for row in t.rows]
         if table_key == "top":
             at = 1 + [col.key for col in first.columns].index("cost" if rank_by == "cost" else "t_step")
-            rows = sorted(rows, key=lambda row: row[at])[:top]  # type: ignore[arg-type, return-value]
+            rows = sorted(rows, key=lambda row: row[at])[:top]
             title = f"The {len(rows)} {'cheapest' if rank_by == 'cost' else 'fastest'} configurations of {len(found)} GPU types"
         else:
             title = first.title + " (every GPU type)"

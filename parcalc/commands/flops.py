@@ -16,9 +16,9 @@ from parcalc.commands.common import (
     LossInSplitOption,
     OutputOption,
     PresetsOption,
+    PueOption,
     RecomputeLayersOption,
     RecomputeModulesOption,
-    PueOption,
     finish,
     preset_dirs,
     recompute_layers_flag,
@@ -166,6 +166,7 @@ def flops(
     run_only = gpu is None and peak is None and (tokens is not None or iterations is not None)  # a step time for the run alone
     if step_time is not None and not run_only:
         seconds = parse_quantity(step_time, Dimension.TIME, "--step-time", require_unit=True)
+        assert gpus is not None  # --step-time comes with --gpus (checked above)
         count = parse_count(gpus, "--gpus")
         if dtype is None:  # the default must hold on the GPU given: bf16, or fp16 where it has none (V100)
             from parcalc.commands.common import sixteen_bit_default
@@ -386,6 +387,7 @@ def _training_run(plan, counted: TrainingFlops, shape, batch: int | None, seq: i
         if plan.iterations is not None:
             raise InputError("--iterations: the run's time needs --step-time and --gpus (or --tflops-per-gpu / --mfu and --gpus)")
         return [], [], ()
+    assert gpus is not None  # a run time comes with --gpus (flops() checks it)
     n = parse_count(gpus, "--gpus")
     notes: list[str] = []
     verdicts: list[str] = []
@@ -395,7 +397,7 @@ def _training_run(plan, counted: TrainingFlops, shape, batch: int | None, seq: i
         seconds = parse_quantity(step_time, Dimension.TIME, "--step-time", require_unit=True)
         run = run_from_step(plan, Term("t_step", "t_step", r"t_{\mathrm{step}}", seconds, "s", "time of one iteration (--step-time)",
                                        "measured (given)"), n, batch, seq)  # fmt: skip
-        extra = []
+        extra: list[Derivation] = []
     elif tflops_per_gpu is not None:
         if mfu is not None:
             raise InputError("--tflops-per-gpu / --mfu: give one throughput, not both")
@@ -423,6 +425,7 @@ def _training_run(plan, counted: TrainingFlops, shape, batch: int | None, seq: i
         notes.append(f"--tflops-per-gpu counts hardware FLOPs (recomputation as --recompute {recompute} says), as "
                      "Narayanan et al.'s 140 TFLOP/s per GPU do; their eq. (4) assumes full recomputation (8 = 2 x 4 passes)")  # fmt: skip
     else:
+        assert mfu is not None  # neither --step-time nor --tflops-per-gpu: --mfu (the return above)
         share = parse_quantity(mfu, Dimension.FRACTION, "--mfu")
         if share > 1:
             raise InputError(f"--mfu: a share of the peak of at most 1 (100 %), got {mfu!r}")

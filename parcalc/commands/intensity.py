@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import (FormatOption, KernelsOption, PictureOutputOption, PowerLimitOption, PresetsOption, finish,
-                                     kernels_flag, preset_dirs, start)  # fmt: skip
+from parcalc.commands.common import (
+    FormatOption,
+    KernelsOption,
+    PictureOutputOption,
+    PowerLimitOption,
+    PresetsOption,
+    finish,
+    kernels_flag,  # fmt: skip
+    preset_dirs,
+    start,
+)
+
+if TYPE_CHECKING:  # annotations only: the command imports the core when it runs (start-up)
+    from parcalc.core.hardware import Gpu
+    from parcalc.core.intensity import Machine
+    from parcalc.core.model import TransformerModel
+    from parcalc.core.timing.compute import ComputeSpec
+    from parcalc.derivation import Result
 
 EXAMPLES = """\
 \b
@@ -82,50 +98,51 @@ def intensity(
         missing = [flag for flag, value in (("--m", m), ("--k", k), ("--n", n)) if value is None]
         if missing:
             raise InputError(f"give --m, --k and --n (missing: {', '.join(missing)}), or --model")
+        assert m is not None and k is not None and n is not None  # none missing
         dims = (parse_count(m, "--m"), parse_count(k, "--k"), parse_count(n, "--n"), parse_count(batch or 1, "--batch"))
-        result = matmul_intensity(*dims[:3], dtype_key, element_bytes, dims[3], machine)  # type: ignore[arg-type]
+        result = matmul_intensity(*dims[:3], dtype_key, element_bytes, dims[3], machine)
         if machine is not None:
-            result = _with_gemm_times(result, dims, dtype_key, element_bytes, machine, device, bandwidth, peak, rated)  # type: ignore[arg-type]
+            result = _with_gemm_times(result, dims, dtype_key, element_bytes, machine, device, bandwidth, peak, rated)
     finish(_under_power_limit(_gpu_settings(result, device), device), fmt, output)
 
 
-def _under_power_limit(result: object, device: object) -> object:
+def _under_power_limit(result: Result, device: Gpu | None) -> Result:
     """The limit among the inputs, and what it assumes (the roofline's peak is already the capped one)."""
     from dataclasses import replace
 
     from parcalc.commands.common import power_assumptions
     from parcalc.core.power import tensor_power_scale
 
-    scale = tensor_power_scale(device) if device is not None else None  # type: ignore[arg-type]
+    scale = tensor_power_scale(device) if device is not None else None
     if scale is None:
         return result
-    return replace(result, inputs=result.inputs + (scale.inputs[0], scale.as_term("s_P")),  # type: ignore[attr-defined]
-                   assumptions=result.assumptions + power_assumptions(device))  # type: ignore[attr-defined]
+    return replace(result, inputs=result.inputs + (scale.inputs[0], scale.as_term("s_P")),
+                   assumptions=result.assumptions + power_assumptions(device))
 
 
-def _gpu_settings(result: object, device: object) -> object:
+def _gpu_settings(result: Result, device: Gpu | None) -> Result:
     """settings.gpu as every command gives it (issue #15, the JSON schema): the preset's name ('none'
     for --peak/--bandwidth alone), with its display name as gpu_name, as fit does."""
     from dataclasses import replace
 
-    settings = result.settings  # type: ignore[attr-defined]
+    settings = result.settings
     if not any(key == "gpu" for key, _ in settings):
         return result
-    key = device.key if device is not None else "none"  # type: ignore[attr-defined]
+    key = device.key if device is not None else "none"
     named = [pair for key_value in settings for pair in ((("gpu", key), ("gpu_name", key_value[1])) if key_value[0] == "gpu" else (key_value,))]
-    return replace(result, settings=tuple(named))  # type: ignore[arg-type]
+    return replace(result, settings=tuple(named))
 
 
-def _spec(machine: object, device: object, bandwidth: str | None, dtype: str, peak: str | None, rated: float | None = None) -> object:
+def _spec(machine: Machine, device: Gpu | None, bandwidth: str | None, dtype: str, peak: str | None, rated: float | None = None) -> ComputeSpec:
     """The ComputeSpec fit would build for this GPU and dtype (--bandwidth replaces the preset's);
     `rated`: the peak before a power limit (compute_spec applies the limit itself)."""
     from parcalc.core.timing.kernel_report import kernel_spec
 
-    bw = machine.bandwidth.value if bandwidth or device is None else None  # type: ignore[attr-defined]
-    return kernel_spec(device, dtype, rated if rated is not None else machine.peak.value, bw, given_peak=peak is not None)  # type: ignore[attr-defined]
+    bw = machine.bandwidth.value if bandwidth or device is None else None
+    return kernel_spec(device, dtype, rated if rated is not None else machine.peak.value, bw, given_peak=peak is not None)
 
 
-def _kernel_assumptions(device: object, spec: object) -> tuple[str, ...]:
+def _kernel_assumptions(device: Gpu | None, spec: ComputeSpec) -> tuple[str, ...]:
     from parcalc.core.timing.compute import GENERIC
 
     if device is None or getattr(device, "kernels", None) is None:
@@ -133,8 +150,8 @@ def _kernel_assumptions(device: object, spec: object) -> tuple[str, ...]:
     return ()
 
 
-def _with_gemm_times(result: object, dims: tuple[int, int, int, int], dtype: str, element_bytes: float, machine: object, device: object,
-                     bandwidth: str | None, peak: str | None, rated: float | None = None) -> object:  # fmt: skip
+def _with_gemm_times(result: Result, dims: tuple[int, int, int, int], dtype: str, element_bytes: float, machine: Machine, device: Gpu | None,
+                     bandwidth: str | None, peak: str | None, rated: float | None = None) -> Result:  # fmt: skip
     """intensity --m --k --n with a machine: the GEMM's predicted time and achieved FLOP/s."""
     from dataclasses import replace
 
@@ -142,16 +159,16 @@ def _with_gemm_times(result: object, dims: tuple[int, int, int, int], dtype: str
 
     spec = _spec(machine, device, bandwidth, dtype, peak, rated)
     m, k, n, b = dims
-    times = gemm_times(m, k, n, b, element_bytes, dtype, spec)  # type: ignore[arg-type]
+    times = gemm_times(m, k, n, b, element_bytes, dtype, spec)
     notes = _kernel_assumptions(device, spec)
     if len(times) == 2:
         notes += ("no isolated GEMM share in the GPU preset (kernels.matmul_isolated): only the in-training time is given",)
-    return replace(result, derivations=result.derivations + times, assumptions=result.assumptions + notes)  # type: ignore[attr-defined]
+    return replace(result, derivations=result.derivations + times, assumptions=result.assumptions + notes)
 
 
-def _with_layer_kernels(result: object, shape: object, batch: int, seq_len: int, dtype: str, element_bytes: float, machine: object,
-                        device: object, bandwidth: str | None, peak: str | None, flash: bool, compiled: bool,
-                        rated: float | None = None, eager: bool = False) -> object:  # fmt: skip
+def _with_layer_kernels(result: Result, shape: TransformerModel, batch: int, seq_len: int, dtype: str, element_bytes: float, machine: Machine,
+                        device: Gpu | None, bandwidth: str | None, peak: str | None, flash: bool, compiled: bool,
+                        rated: float | None = None, eager: bool = False) -> Result:  # fmt: skip
     """intensity --model with a machine: every kernel of one layer timed by the step-time model."""
     from dataclasses import replace
 
@@ -163,7 +180,7 @@ def _with_layer_kernels(result: object, shape: object, batch: int, seq_len: int,
     activation_bytes = 2.0 if fp8 else element_bytes  # FP8 training keeps 16-bit activations
     dropout = bool(getattr(shape, "dropout", False))
     shard = LayerShard(batch, seq_len, 1, False, flash, dropout, True, activation_bytes, 1, "delayed" if fp8 else "", compiled, eager)
-    table, totals = layer_kernels(shape, shard, spec, moe_layer=getattr(shape, "moe", None) is not None)  # type: ignore[arg-type]
+    table, totals = layer_kernels(shape, shard, spec, moe_layer=getattr(shape, "moe", None) is not None)
     notes = (*_kernel_assumptions(device, spec),
              "kernel times: one GPU (no TP), one micro-batch of --batch sequences, causal attention, GEMMs at the in-training "
              "share fit uses (kernels.matmul)" + ("; FlashAttention" if flash else "; attention as explicit GEMMs and softmax")
@@ -171,11 +188,11 @@ def _with_layer_kernels(result: object, shape: object, batch: int, seq_len: int,
              *(("--compile: " + compile_assumption(),) if compiled and not eager else ()), kernel_set_assumption(eager, compiled))  # fmt: skip
     return replace(result, derivations=result.derivations + totals, tables=result.tables + (table,),
                    assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()), ("compile", str(compiled).lower()),
-                                                 ("kernels", "eager" if eager else "fused")))  # type: ignore[attr-defined]
+                                                 ("kernels", "eager" if eager else "fused")))
 
 
 def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: str, dirs: tuple,
-             power_limit: str | None = None) -> tuple[object, object, float | None]:  # fmt: skip
+             power_limit: str | None = None) -> tuple[Machine | None, Gpu | None, float | None]:  # fmt: skip
     """The roofline's two roofs from a GPU preset and/or explicit --peak / --bandwidth, the preset
     (or None) and the preset's rated peak when a power limit lowers the roof (else None)."""
     from parcalc.commands.common import power_limited

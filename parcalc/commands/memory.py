@@ -22,10 +22,10 @@ from parcalc.commands.common import (
     RecomputeLayersOption,
     RecomputeModulesOption,
     ShardGroupOption,
+    cp_flags,
     expert_flags,
     finish,
     imbalance_flag,
-    cp_flags,
     preset_dirs,
     recompute_layers_flag,
     recompute_modules_flag,
@@ -377,7 +377,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
 
     assumptions = (
         *notes,
-        "bytes per parameter: weights {:g}, gradients {:g}, optimizer {:g} (master {:g} + {:g} state(s) x {:g})".format(
+        "bytes per parameter: weights {:g}, gradients {:g}, optimizer {:g} (master {:g} + {:g} state(s) x {:g})".format(  # noqa: UP032 - six long operands read better after the sentence
             breakdown.per_parameter.weight, breakdown.per_parameter.gradient, breakdown.per_parameter.optimizer,
             breakdown.per_parameter.master, breakdown.per_parameter.states, breakdown.per_parameter.per_state),
         f"optimizer {setup.optimizer.value}: {breakdown.per_parameter.state_text} ({breakdown.per_parameter.state_source})",

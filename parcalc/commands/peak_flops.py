@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PowerLimitOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import (
+    FormatOption,
+    OutputOption,
+    PowerLimitOption,
+    PresetsOption,
+    finish,
+    preset_dirs,
+    start,
+)
+
+if TYPE_CHECKING:  # annotations only: the command imports the core when it runs (start-up)
+    from parcalc.core.flops import PeakFlops
+    from parcalc.core.hardware import Gpu
+    from parcalc.derivation import Result
 
 EXAMPLES = """\
 \b
@@ -72,20 +85,21 @@ def peak_flops(
     finish(type(result)(**{**result.__dict__, "settings": tuple(settings)}), fmt, output)
 
 
-def _under_power_limit(result: object, peak: object, device: object) -> object:
+def _under_power_limit(result: Result, peak: PeakFlops, device: Gpu | None) -> Result:
     """With a power limit in force (--power-limit, or the preset's own): the Tensor Core share the
     power curve gives there and the peak the GPU reaches, the headline answer."""
     from dataclasses import replace
 
     from parcalc.core.power import capped_peak, tensor_power_scale
 
-    scale = tensor_power_scale(device)  # type: ignore[arg-type]
+    scale = tensor_power_scale(device)
     if scale is None:
         return result
-    rated = peak.derived or peak.datasheet  # type: ignore[attr-defined]
-    capped = capped_peak(rated.value, scale, peak.dtype, rated.source)  # type: ignore[attr-defined]
+    rated = peak.derived or peak.datasheet
+    assert rated is not None  # gpu_peak_flops refuses a GPU with neither
+    capped = capped_peak(rated.value, scale, peak.dtype, rated.source)
     verdict = (f"under the {scale.inputs[0].value:g} W power limit: {capped.value / 1e12:,.1f} TFLOP/s "
                f"({scale.value * 100:.2f} % of the rated {rated.value / 1e12:,.1f})")
     note = "power limit: the power curve's points are Tensor Core rates; other units (FP32, FP64) are taken to follow the same SM clock"
-    return replace(result, inputs=result.inputs + (scale.inputs[0],), derivations=result.derivations + (scale, capped),  # type: ignore[attr-defined]
-                   verdicts=result.verdicts + (verdict,), assumptions=result.assumptions + (note,), answer="capped_peak")  # type: ignore[attr-defined]
+    return replace(result, inputs=result.inputs + (scale.inputs[0],), derivations=result.derivations + (scale, capped),
+                   verdicts=result.verdicts + (verdict,), assumptions=result.assumptions + (note,), answer="capped_peak")

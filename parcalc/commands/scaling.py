@@ -3,6 +3,7 @@ throughput, speedup, efficiency, the terms that grow, and the knee of the curve.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -107,7 +108,7 @@ def scaling(
     from parcalc.units import Dimension, parse_count, parse_quantity
 
     dirs = preset_dirs(presets)
-    counts = gpu_counts(gpus)
+    counts: Sequence[int] = gpu_counts(gpus)
     shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
     profile = load_framework(framework if framework is not None else "megatron", dirs)
     if gpu is None:
@@ -247,7 +248,7 @@ def curve_result(curve: Curve, shape: Any, training: Any, cluster: Any, settings
         f"layout at each N: {curve.rule.describe()}",
         ("strong scaling: the same global batch at every N, so S = t_ref / t_step" if mode is Mode.STRONG else
          "weak scaling: the same batch per GPU at every N, so S = (N / N_ref) t_ref / t_step and E = t_ref / t_step"),
-        f"speedup S = X(N) / X(N_ref) and efficiency E = S x N_ref / N over the smallest N that runs and fits"
+        "speedup S = X(N) / X(N_ref) and efficiency E = S x N_ref / N over the smallest N that runs and fits"
         + (f" ({curve.reference.gpus} GPU{'s' if curve.reference.gpus > 1 else ''})" if curve.reference else ""),
         f"knee: the first N with E under {curve.threshold:.0%} (--knee)",
         "terms table: each term of the step in GPU-seconds per sequence, N t_k / B(N); their growth over the reference is "
@@ -333,7 +334,7 @@ def verdicts(curve: Curve) -> list[str]:
 
     timed = curve.timed()
     if curve.reference is None:
-        reasons = "; ".join(f"N = {p.gpus}: {p.note}" + (f" ({p.memory / 2**30:.1f} GiB per GPU)" if p.note == "does not fit" else "")
+        reasons = "; ".join(f"N = {p.gpus}: {p.note}" + (f" ({p.memory / 2**30:.1f} GiB per GPU)" if p.note == "does not fit" and p.memory is not None else "")
                             for p in curve.points[:3])
         return [f"the strategy runs at none of the GPU counts ({reasons})"]
     ref, last = curve.reference, timed[-1]
@@ -363,7 +364,7 @@ def verdicts(curve: Curve) -> list[str]:
     missing = [p for p in curve.points if p.estimate is None and p.gpus > ref.gpus]
     if missing:
         out.append(f"no step time at N = {', '.join(str(p.gpus) for p in missing)} (table 'GPU counts without a step time'): "
-                   f"{missing[0].note}" + (f" ({missing[0].memory / 2**30:.1f} GiB per GPU)" if missing[0].note == "does not fit" else ""))
+                   f"{missing[0].note}" + (f" ({missing[0].memory / 2**30:.1f} GiB per GPU)" if missing[0].note == "does not fit" and missing[0].memory is not None else ""))
     return out
 
 

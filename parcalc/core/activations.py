@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parcalc.core.choices import Recompute  # noqa: F401 - re-exported
+from parcalc.core.choices import Recompute  # re-exported
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
@@ -161,7 +161,7 @@ class SavedTensor:
     key: str
     name: str
     per: str
-    width: int
+    width: float  # a fraction of top_k copies under a capacity factor below 1
     bytes_per_element: float
     split: str
     attention_core: bool
@@ -665,6 +665,7 @@ def korthikanti_per_layer(model: TransformerModel, config: ActivationConfig) -> 
     terms = _shape_terms(model, config)
     s, b, h, a, t = config.seq_len, config.micro_batch, model.hidden, model.heads, config.tp
     sp, rc = config.sequence_parallel, config.recompute
+    keys: tuple[str, ...]
     if rc is Recompute.FULL:
         formula, latex, keys, value, where = "2 × $s × $b × $h", r"2 \times $s \times $b \times $h", ("s", "b", "h"), 2.0 * s * b * h, "full activation recompute"
     elif rc is Recompute.SELECTIVE and sp:

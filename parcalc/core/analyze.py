@@ -27,6 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import pairwise
 
 from parcalc.core.hardware import Link
 from parcalc.derivation import Column, Derivation, Result, Table, Term
@@ -271,7 +272,7 @@ def _verdicts(timings: Timings, rows: tuple[RowAnalysis, ...], link: Link | None
         base = last.base
         verdicts.append(f"{label}: {last.measurement.gpus} GPUs give a throughput speedup of {last.speedup:.3g} over "
                         f"{base.gpus} (ideal {last.measurement.gpus / base.gpus:g}), efficiency {last.efficiency:.1%}")  # fmt: skip
-        for previous, current in zip(group, group[1:]):
+        for previous, current in pairwise(group):
             p, c = previous.measurement, current.measurement
             gain = current.speedup / previous.speedup
             ideal_gain = c.gpus / p.gpus

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
-from parcalc.core.choices import Algorithm, Collective  # noqa: F401 - re-exported
+from parcalc.core.choices import Algorithm, Collective  # re-exported
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 

@@ -34,10 +34,14 @@ NVIDIA/Megatron-LM d98e8a6): every rank then has the same work, which needs s di
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
+
+if TYPE_CHECKING:  # for the annotation only: cp_rank_flops imports parcalc.core.flops when called
+    from parcalc.core.flops import TrainingFlops
 
 TE_CP = ("NVIDIA/TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py "
          "at d0067d0")  # fmt: skip
@@ -204,7 +208,7 @@ def causal_imbalance(seq_len: int, cp: int, balanced: bool) -> Derivation:
     return Derivation("cp_causal_imbalance", label, "κ_cp", r"\kappa_{\mathrm{cp}}", formula, latex, (c, s), value, "", source)
 
 
-def cp_rank_flops(counted: object, seq_len: int, cp: int, balanced: bool = True) -> Derivation:
+def cp_rank_flops(counted: TrainingFlops, seq_len: int, cp: int, balanced: bool = True) -> Derivation:
     """Hardware FLOPs of the busiest context-parallel rank when `cp` ranks share every sequence.
 
     Every op but the attention core (Q K^T and score V) works on the rank's s/cp tokens: F_other / cp.

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, TypedDict
 
 from parcalc.core.activations import check_count
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
@@ -156,6 +156,13 @@ class Training:
     kernels: str | None = None  # --kernels fused|eager (parcalc.core.timing.framework.KERNEL_SETS); None: the framework profile's
 
 
+class StageEnds(TypedDict):
+    """The layers of the first and the last stage, keyword arguments of the timing pieces (None: an even split)."""
+
+    first: int | None
+    last: int | None
+
+
 @dataclass(frozen=True)
 class Config:
     tp: int
@@ -228,7 +235,7 @@ class Config:
         return stage_split(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
                            embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
 
-    def stage_ends(self, model: TransformerModel) -> dict[str, int | None]:
+    def stage_ends(self, model: TransformerModel) -> StageEnds:
         """The layers of the first and last stage as the timing pieces take them (parcalc.core.stages.stage_ends)."""
         first, last = stage_ends(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
                                  embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip
@@ -583,7 +590,12 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
     """t_offload with its pieces (parcalc.core.timing.offload.offload_times, the same numbers)."""
     from parcalc.core.memory import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
-    from parcalc.core.timing.offload import HOST_BANDWIDTH_SOURCE, HOST_MEMORY_BANDWIDTH, ZERO_OFFLOAD_OVERLAP, default_host_link_name
+    from parcalc.core.timing.offload import (
+        HOST_BANDWIDTH_SOURCE,
+        HOST_MEMORY_BANDWIDTH,
+        ZERO_OFFLOAD_OVERLAP,
+        default_host_link_name,
+    )
     from parcalc.core.timing.step import _fullest_stage
     from parcalc.presets import load_link
 
@@ -631,7 +643,7 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
                   if kind is CpComm.P2P else "all of it (the attention waits for the exchange)"))]  # fmt: skip
     return _derivation("t_cp", "Context-parallel communication exposed per iteration", "t_cp", r"t_{\mathrm{cp}}", "$m × $E_cp",
                        inputs, value, "s", f"{TE_CP}; {NCCL_SOURCE}",
-                       (f"K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
+                       ("K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
 
 
 def _dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:

@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +69,6 @@ from parcalc.core.timing.step import (
     assemble_stage,
     combine,
     dp_exposed,
-
     layer_pieces,
     offload_step_time,
     optimizer_step_time,
@@ -244,7 +243,7 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
                 rejected["tp does not divide the heads or MLP width"] += 1
             elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
                 rejected["tp does not divide the GPUs of a node"] += 1
-            elif slots and not _slot_split_fits(model.layers, p, space):
+            elif slots and space is not None and not _slot_split_fits(model.layers, p, space):
                 rejected["pp does not divide the layer slots (layers + embedding / loss)"] += 1
             elif not slots and model.layers % p and not search_splits(model.layers, p) and not (pinned and space is not None and p == space.pp):
                 rejected["pp does not divide the layers (no balanced uneven split)"] += 1
@@ -315,7 +314,7 @@ class _Shapes:
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
-        self._dp: dict[tuple[int | None, ...], DataParallelPieces] = {}
+        self._dp: dict[tuple[object, ...], DataParallelPieces] = {}
         self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
         self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | bool, ...], tuple[float, ...]] = {}
@@ -425,7 +424,7 @@ class _Shapes:
             return pieces[0]
         names = [f.name for f in fields(DataParallelPieces) if f.name != "layers"]
         table = {name: np.array([getattr(x, name) for x in pieces], dtype=float)[inverse] for name in names}
-        return DataParallelPieces(**table, layers=pieces[0].layers)
+        return DataParallelPieces(**table, layers=pieces[0].layers)  # type: ignore[arg-type]  # numpy columns in the float fields: the scalar formulas run on arrays
 
     def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
                      r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
@@ -459,12 +458,12 @@ class _Shapes:
                 group = placement(2, tp * cp * dp, self.cluster.gpus_per_node)
                 self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, piece.activation / tp, group, self.cluster.fabric).time
             sends.append(self._sends[send_key] if pp > 1 else 0.0)
-        lp = LayerPieces(**{name: np.array([getattr(x, name) for x in layers], dtype=float)[inverse] for name in _LAYER_FIELDS})
+        lp = LayerPieces(**{name: np.array([getattr(x, name) for x in layers], dtype=float)[inverse] for name in _LAYER_FIELDS})  # type: ignore[arg-type]  # numpy columns, as above
         stage = assemble_stage(self.model, pp, first, last, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
         if self.model.moe is not None:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage (stage_pieces)
             per = np.maximum(stage.layers, 1)
             return stage, stage.forward / per, (stage.backward + stage.recompute) / per
-        return stage, lp.f_dense, lp.b_dense + lp.r_dense
+        return stage, lp.f_dense, lp.b_dense + lp.r_dense  # type: ignore[return-value]  # lp's fields are arrays here
 
 
 _LAYER_FIELDS = tuple(LayerPieces.__dataclass_fields__)
@@ -496,8 +495,8 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
     schedules = [(0, 1)]
     if p > 1 and space.interleaved:
-        e, z = space.slots  # v must divide every stage's layers, or its layer slots (Megatron-LM, parcalc.core.stages)
-        per_stage = math.gcd(split[0] + e, *split[1:-1], split[-1] + z)
+        embedding, loss = space.slots  # v must divide every stage's layers, or its layer slots (Megatron-LM, parcalc.core.stages)
+        per_stage = math.gcd(split[0] + embedding, *split[1:-1], split[-1] + loss)
         schedules += [(1, v) for v in divisors(per_stage) if v > 1 and (space.max_chunks is None or v <= space.max_chunks)]
     if not sizes and space.micro_batches is not None:  # the named sizes divide this layout's replica batch nowhere
         given = ", ".join(str(b) for b in space.micro_batches)
@@ -561,7 +560,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     replicated = np.ones_like(b, dtype=float)
     grads_on_gpu = 0.0 if training.offload_optimizer else 1.0  # ZeRO-Offload: from ZeRO-2 the gradients leave bucket by bucket
 
-    def per_param(ranks: int) -> np.ndarray:  # state bytes per parameter, ZeRO-sharded over `ranks` (parcalc.core.memory.model_states)
+    def per_param(ranks: int | np.ndarray) -> np.ndarray:  # state bytes per parameter, ZeRO-sharded over `ranks` (parcalc.core.memory.model_states)
         shard_w = np.where(z >= 3, ranks, 1) * replicated
         shard_g = np.where(z >= 2, ranks, 1) * replicated
         shard_o = np.where(z >= 1, ranks, 1) * replicated
@@ -583,17 +582,17 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         wanted = {0: 0, p - 1: 2}
         if p > 2 and (first is not None or last is not None):
             wanted[1] = 1
-        for stage, index in wanted.items():
-            params, gathered = ends[0][index], ends[1][index]
-            states[stage] = (params + 0.0 * b, 0.0 * b, np.where(z == 3, gathered, 0.0), 0.0 * b)
+        for at, which in wanted.items():
+            params, gathered = ends[0][which], ends[1][which]
+            states[at] = (params + 0.0 * b, 0.0 * b, np.where(z == 3, gathered, 0.0), 0.0 * b)
         expert_per_param = dense_per_param
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
         chunk_values = np.unique(v).tolist()
         index = np.searchsorted(np.array(chunk_values), v)
         wanted_stages = sorted(set().union(*(fullest_candidates(model, split, k) for k in chunk_values)))
-        for stage in wanted_stages:
-            column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, stage) for k in chunk_values], dtype=float)[index]
-            states[stage] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
+        for at in wanted_stages:
+            column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, at) for k in chunk_values], dtype=float)[index]
+            states[at] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
         from parcalc.core.expert_parallel import expert_layout
 
         expert_per_param = per_param(expert_layout(model, t, c, d, ep).edp)  # experts shard over expert-DP

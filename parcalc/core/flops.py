@@ -127,13 +127,14 @@ class PeakFlops:
         if self.difference is not None:
             verdicts.append(f"derived peak differs from the datasheet by {self.difference.value * 100:+.3f} %")
         title = f"Peak {self.dtype.upper()} FLOP/s" + (f" of {self.gpu_name}" if self.gpu_name else "")
+        shown = self.derived or self.datasheet
         return Result(
             command="peak-flops",
             title=title,
             inputs=inputs,
             derivations=derivations,
             verdicts=tuple(verdicts),
-            answer=(self.derived or self.datasheet).key if (self.derived or self.datasheet) else "",
+            answer=shown.key if shown else "",
         )
 
 
@@ -149,8 +150,8 @@ def gpu_peak_flops(
     """Peak of `dtype` on a GPU preset; explicit primitives override the preset's values."""
     rates = gpu.dtypes.get(dtype)
     if rates is None and fma_per_clock_per_sm is None:
-        listed = ", ".join(gpu.dtypes) or "none"
-        raise InputError(f"--dtype: {gpu.name} has no {dtype} rate in its datasheet (it lists: {listed})")
+        names = ", ".join(gpu.dtypes) or "none"
+        raise InputError(f"--dtype: {gpu.name} has no {dtype} rate in its datasheet (it lists: {names})")
     if sparse and (rates is None or rates.sparse_peak is None):
         # 2:4 sparsity exists only where the vendor says so; never assume the 2x elsewhere.
         raise InputError(f"--sparse: {gpu.name}'s datasheet gives no sparse {dtype} rate")
@@ -280,7 +281,7 @@ def six_nd(params: float, tokens: float, *, key: str = "six_nd", params_source: 
 def narayanan_flops(batch: float, seq_len: float, layers: float, hidden: float, vocab: float) -> Derivation:
     """Narayanan et al. 2021's FLOPs per iteration with full recomputation:
     96 B s l h^2 (1 + s/(6h) + V/(16 l h)), for a GPT layer with a 4h MLP and an LM head."""
-    B, s, l, h, V = batch, seq_len, layers, hidden, vocab
+    B, s, l, h, V = batch, seq_len, layers, hidden, vocab  # noqa: E741 - the paper's symbols
     return Derivation(
         key="narayanan_flops",
         label="Narayanan et al.'s FLOPs per iteration (full recomputation; GPT layer, 4h MLP)",

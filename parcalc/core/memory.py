@@ -27,31 +27,30 @@ for the first stage divided by p).
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from parcalc.core.activations import (
     ActivationConfig,
-    check_count,
     LayerActivations,
     Recompute,
+    check_count,
     check_tensor_parallel,
     embedding_activations,
     layer_activations,
     output_activations,
     recompute_working_set,
 )
-from parcalc.core.choices import Optimizer, Precision  # noqa: F401 - re-exported
+from parcalc.core.choices import Optimizer, Precision  # re-exported
 from parcalc.core.context import check_context_parallel, context_working_set
 from parcalc.core.expert_parallel import (
     FOLDING,
-    moe_dispatch_working_set,
     ROUTER_SOURCE,
     expert_layout,
     expert_params_per_rank,
     moe_dense_params_per_rank,
+    moe_dispatch_working_set,
     moe_layers_on,
     stage_ranges,
 )
@@ -423,6 +422,7 @@ def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, par
     dp = dp * cp if shard_group is None else shard_group
 
     def part(key: str, label: str, symbol: str, latex_symbol: str, bytes_term: Term, sharded: bool, source: str) -> Derivation:
+        inputs: tuple[Term, ...]
         if sharded:
             formula, latex, inputs, value = f"${bytes_term.key} × $psi / $N_d", rf"\frac{{${bytes_term.key} \times $psi}}{{$N_d}}", (bytes_term, psi, nd), bytes_term.value * params / dp
         else:
@@ -461,6 +461,7 @@ def expert_model_states(dense: float, experts: float, per: StateBytes, zero: int
     ne = Term("N_e", "N_e", "N_e", n_expert, "", "expert data-parallel ranks (tp x cp x dp / (etp x ep))", FOLDING)
 
     def part(key: str, label: str, symbol: str, latex_symbol: str, b: Term, sharded: bool, source: str) -> Derivation:
+        inputs: tuple[Term, ...]
         if sharded:
             formula = f"${b.key} × ($psi_d / $N_d + $psi_x / $N_e)"
             latex = rf"${b.key} \times \left(\frac{{$psi_d}}{{$N_d}} + \frac{{$psi_x}}{{$N_e}}\right)"
@@ -858,7 +859,7 @@ def fp8_weight_cache(model: TransformerModel, tp: int, layers: int, moe_layers: 
              "E8M0 scale per 32 elements per copy (not counted)",)
     if moe_layers and model.moe is not None:
         per_moe = fp8_linear_weights_per_rank(model, tp, ep, etp, moe_layer=True)
-        inputs = (
+        inputs: tuple[Term, ...] = (
             c8,
             Term("P_lin", "P_linear/t", r"P_{\mathrm{linear}}/t", per_layer, "", "weights of one dense layer's linears on one TP rank"),
             Term("L_d", "L_dense", r"L_{\mathrm{dense}}", layers - moe_layers, "", "dense layers on this stage"),

@@ -9,7 +9,7 @@ the final LayerNorm that formula leaves out.
 
 from __future__ import annotations
 
-from parcalc.core.choices import Mlp, Norm, Position  # noqa: F401 - re-exported
+from parcalc.core.choices import Mlp, Norm, Position  # re-exported
 from parcalc.errors import InputError
 from parcalc.frozen import frozen
 

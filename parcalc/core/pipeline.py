@@ -26,10 +26,9 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from parcalc.core import pipeline_sim as sim
-from parcalc.core.choices import Schedule  # noqa: F401 - re-exported
+from parcalc.core.choices import Schedule  # re-exported
 from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
-
 
 NARAYANAN = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.1"
 NARAYANAN_INTERLEAVED = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.2"
@@ -172,6 +171,7 @@ def bubble_time(schedule: Schedule, stages: int, micro_batches: int, times: Pass
     terms = _terms(schedule, stages, micro_batches, chunks, times)
     p = stages
     assumptions = ["balanced stages: every stage takes the same time per pass", "point-to-point communication time not counted"]
+    inputs: tuple[str, ...]
     if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         formula, latex = "($p - 1) × ($t_f + $t_b)", r"($p - 1)\,($t_f + $t_b)"
         inputs, value, source = ("p", "t_f", "t_b"), (p - 1) * (times.forward + times.backward), NARAYANAN
@@ -233,6 +233,7 @@ def bubble_share_of_total(
     """
     terms = _terms(schedule, stages, micro_batches, chunks, times)
     p, m, v = stages, micro_batches, chunks
+    inputs: tuple[str, ...]
     if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         formula, latex, inputs, value = "($p - 1) / ($m + $p - 1)", r"\frac{$p - 1}{$m + $p - 1}", ("p", "m"), (p - 1) / (m + p - 1)
         source = f"t_pb / (t_pb + t_id) with t_pb and t_id of {NARAYANAN}"
@@ -268,6 +269,7 @@ def bubble_relative_to_ideal(
     """
     terms = _terms(schedule, stages, micro_batches, chunks, times)
     p, m, v = stages, micro_batches, chunks
+    inputs: tuple[str, ...]
     if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         formula, latex, inputs, value, source = "($p - 1) / $m", r"\frac{$p - 1}{$m}", ("p", "m"), (p - 1) / m, NARAYANAN
     elif schedule is Schedule.INTERLEAVED:
@@ -356,6 +358,7 @@ def micro_batches_for_target(
         raise InputError(f"--target: a bubble of {target * 100:g} % needs more than 2^53 micro-batches; "
                          "give a larger target")  # fmt: skip
     measure = "relative to ideal compute" if relative else "as a share of total time"
+    inputs: tuple[Term, ...]
     if schedule in (Schedule.GPIPE, Schedule.ONE_F_ONE_B):
         body, body_tex = ("($p - 1) / $tau", r"\frac{$p - 1}{$tau}") if relative else (
             "($p - 1) × (1 - $tau) / $tau", r"\frac{($p - 1)(1 - $tau)}{$tau}")

@@ -284,70 +284,71 @@ def dualpipev_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], 
     backward is B then its W; a deferred W joins a FIFO queue that each lone W pops
     (WeightGradStore). Needs m >= 2p (the reference's assert). Micro-batches count per chunk.
     """
+    return tuple(_dualpipev_rank(stages, micro_batches, rank) for rank in range(stages))
+
+
+def _dualpipev_rank(p: int, m: int, rank: int) -> tuple[Task, ...]:
+    """The order of one rank of DualPipeV (dualpipev_order)."""
     from collections import deque
 
-    p, m = stages, micro_batches
-    orders = []
-    for rank in range(p):
-        order: list[Task] = []
-        forwards, backwards = [0, 0], [0, 0]
-        deferred: deque[Task] = deque()
+    order: list[Task] = []
+    forwards, backwards = [0, 0], [0, 0]
+    deferred: deque[Task] = deque()
 
-        def forward(chunk: int) -> None:
-            order.append(Task(F, forwards[chunk], chunk))
-            forwards[chunk] += 1
+    def forward(chunk: int) -> None:
+        order.append(Task(F, forwards[chunk], chunk))
+        forwards[chunk] += 1
 
-        def backward(chunk: int, defer_weight: bool = False, joined: bool = False) -> None:
-            order.append(Task(B, backwards[chunk], chunk, joined=joined))
-            if defer_weight:
-                deferred.append(Task(W, backwards[chunk], chunk))
-            else:  # a full backward: its input gradient is sent once its weight gradient is done too
-                order.append(Task(W, backwards[chunk], chunk, joined=True))
-            backwards[chunk] += 1
+    def backward(chunk: int, defer_weight: bool = False, joined: bool = False) -> None:
+        order.append(Task(B, backwards[chunk], chunk, joined=joined))
+        if defer_weight:
+            deferred.append(Task(W, backwards[chunk], chunk))
+        else:  # a full backward: its input gradient is sent once its weight gradient is done too
+            order.append(Task(W, backwards[chunk], chunk, joined=True))
+        backwards[chunk] += 1
 
-        def forward_backward(forward_chunk: int, backward_chunk: int) -> None:
-            """The overlapped pair: one unit, both results sent when it ends (_forward_backward_chunk)."""
-            forward(forward_chunk)
-            backward(backward_chunk, joined=True)
+    def forward_backward(forward_chunk: int, backward_chunk: int) -> None:
+        """The overlapped pair: one unit, both results sent when it ends (_forward_backward_chunk)."""
+        forward(forward_chunk)
+        backward(backward_chunk, joined=True)
 
-        def weight() -> None:
-            order.append(deferred.popleft())
+    def weight() -> None:
+        order.append(deferred.popleft())
 
-        for _ in range(2 * (p - rank - 1)):  # 1
+    for _ in range(2 * (p - rank - 1)):  # 1
+        forward(0)
+    for _ in range(rank + 1):  # 2
+        forward(0)
+        forward(1)
+    for _ in range(p - rank - 1):  # 3
+        backward(1, defer_weight=True)
+        weight()
+        forward(1)
+    for i in range(m - 2 * p + rank + 1):  # 4
+        if i == 0 and rank == p - 1:  # "We don't overlap these two chunks to further reduce bubble size."
             forward(0)
-        for _ in range(rank + 1):  # 2
-            forward(0)
-            forward(1)
-        for _ in range(p - rank - 1):  # 3
-            backward(1, defer_weight=True)
-            weight()
-            forward(1)
-        for i in range(m - 2 * p + rank + 1):  # 4
-            if i == 0 and rank == p - 1:  # "We don't overlap these two chunks to further reduce bubble size."
-                forward(0)
-                backward(1)
-            else:
-                forward_backward(0, 1)
-            forward_backward(1, 0)
-        for _ in range(p - rank - 1):  # 5
             backward(1)
-            forward_backward(1, 0)
-        steps, defer = rank + 1, False  # 6
-        for i in range(steps):
-            if i == steps // 2 and rank % 2 == 1:
-                defer = True
-            backward(1, defer)
-            if i == steps // 2 and rank % 2 == 0:
-                defer = True
-            backward(0, defer)
-        for _ in range(p - rank - 1):  # 7
-            weight()
-            backward(0, defer_weight=True)
-        for _ in range(rank + 1):  # 8
-            weight()
-        assert not deferred, "DualPipeV leaves no deferred W (the reference asserts the queue empty)"
-        orders.append(tuple(order))
-    return tuple(orders)
+        else:
+            forward_backward(0, 1)
+        forward_backward(1, 0)
+    for _ in range(p - rank - 1):  # 5
+        backward(1)
+        forward_backward(1, 0)
+    steps, defer = rank + 1, False  # 6
+    for i in range(steps):
+        if i == steps // 2 and rank % 2 == 1:
+            defer = True
+        backward(1, defer)
+        if i == steps // 2 and rank % 2 == 0:
+            defer = True
+        backward(0, defer)
+    for _ in range(p - rank - 1):  # 7
+        weight()
+        backward(0, defer_weight=True)
+    for _ in range(rank + 1):  # 8
+        weight()
+    assert not deferred, "DualPipeV leaves no deferred W (the reference asserts the queue empty)"
+    return tuple(order)
 
 
 # ---------------------------------------------------------------------------------------------

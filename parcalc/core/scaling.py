@@ -27,9 +27,10 @@ added buy less than that share of their ideal throughput.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
+from itertools import pairwise
 
 from parcalc.core.choices import Recompute
 from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate, invalid_reason
@@ -143,7 +144,7 @@ class Curve:
         return next((p for p in self.timed() if p.efficiency is not None and p.efficiency.value < self.threshold), None)
 
 
-def check_gpu_counts(counts: list[int], gpus_per_node: int, limit: int) -> tuple[int, ...]:
+def check_gpu_counts(counts: Sequence[int], gpus_per_node: int, limit: int) -> tuple[int, ...]:
     """The list as given, if every count is a whole node or an even share of one, increasing and distinct."""
     if not counts:
         raise InputError("--gpus: give GPU counts, e.g. --gpus 1,2,4,8,16")
@@ -157,7 +158,7 @@ def check_gpu_counts(counts: list[int], gpus_per_node: int, limit: int) -> tuple
         if not (n % gpus_per_node == 0 or gpus_per_node % n == 0):
             raise InputError(f"--gpus: {n} GPUs neither divide a node of {gpus_per_node} nor fill whole nodes; use a divisor of "
                              f"{gpus_per_node} or a multiple of it (rank placement on nodes is Megatron-LM's, by whole nodes)")  # fmt: skip
-    for a, b in zip(counts, counts[1:], strict=False):
+    for a, b in pairwise(counts):
         if b == a:
             raise InputError(f"--gpus: {a} is listed twice; give each count once")
         if b < a:

@@ -29,6 +29,7 @@ the largest excess over the fastest row is "the largest term that the fastest la
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
 from parcalc.core.choices import Recompute
 from parcalc.core.fit import Cluster, Estimate, Training, estimate, memory_of, with_layers
 from parcalc.core.fit_table import StrategyRow, strategy_table
@@ -127,7 +128,7 @@ def reference_setup(model: TransformerModel, training: Training, cluster: Cluste
     if not any(r.estimate is not None for r in rows):
         return None
     single = next((r for r in rows if r.gpus_used == 1 and r.recompute is Recompute.NONE and r.config is not None), None)
-    if single is None:  # a table without its single-GPU row (not made by strategy_table)
+    if single is None or single.config is None:  # a table without its single-GPU row (not made by strategy_table)
         return None
     if single.estimate is not None:
         return Reference(single, 1, "")
@@ -155,7 +156,7 @@ def speedup_derivation(row: StrategyRow, reference: Reference) -> Derivation:
     t_step = row.estimate.step.as_term("t_step", f"step time of {row_name(row)} on {row.gpus_used} GPU(s)")
     return Derivation("speedup", f"Speedup of {row_name(row)} over {reference.name()}", "S", "S", "$t_ref / $t_step",
                       r"$t_ref / $t_step", (t_ref, t_step), t_ref.value / t_step.value, "", SPEEDUP_SOURCE,
-                      (f"the same global batch and sequence length on both: the same tokens per iteration",))  # fmt: skip
+                      ("the same global batch and sequence length on both: the same tokens per iteration",))  # fmt: skip
 
 
 def efficiency_derivation(speedup: Derivation, reference_gpus: int, gpus: int) -> Derivation:
@@ -164,6 +165,7 @@ def efficiency_derivation(speedup: Derivation, reference_gpus: int, gpus: int) -
 
     s = speedup.as_term("S", "speedup over the reference")
     n = Term("N", "N", "N", gpus, "", "GPUs of this strategy")
+    inputs: tuple[Term, ...]
     if reference_gpus == 1:
         inputs, formula, latex = (s, n), "$S / $N", r"$S / $N"
     else:

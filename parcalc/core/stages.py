@@ -131,9 +131,9 @@ def stage_split(layers: int, pp: int, first: int | None = None, last: int | None
     n_last = last if last is not None else each
     split = (n_first,) + (each,) * (pp - 2) + (n_last,)
     if chunks > 1:
-        for where, n in (("first stage", n_first), ("middle stages", each if pp > 2 else None), ("last stage", n_last)):
-            if n is not None and n % chunks:
-                raise InputError(f"--chunks: {chunks} chunks per stage do not divide the {n} layers of the {where} "
+        for where, held in (("first stage", n_first), ("middle stages", each if pp > 2 else None), ("last stage", n_last)):
+            if held is not None and held % chunks:
+                raise InputError(f"--chunks: {chunks} chunks per stage do not divide the {held} layers of the {where} "
                                  "(Megatron-LM cuts every stage into v equal chunks)")  # fmt: skip
     return split
 
@@ -270,6 +270,7 @@ def stage_layers_derivation(layers: int, pp: int, first: int | None, last: int |
                           float(split[stage]), "", MEGATRON_EVEN)  # fmt: skip
     f_term = Term("n_first", "n_first", r"n_{\mathrm{first}}", first or 0, "", f"layers on the first stage ({FIRST_FLAG})")
     z_term = Term("n_last", "n_last", r"n_{\mathrm{last}}", last or 0, "", f"layers on the last stage ({LAST_FLAG})")
+    inputs: tuple[Term, ...]
     if stage == 0 and first is not None:
         formula, latex, inputs = "$n_first", "$n_first", (f_term,)
     elif stage == pp - 1 and last is not None:

@@ -195,16 +195,15 @@ def roofline_of(title: str, points: list[RooflinePoint], peak: float, bandwidth:
     half = int((right - left) / 2 / (11 * 0.6)) - 1
     columns = 2 if all(len(text) <= half for text in texts) else 1  # long names: one column, wrapped, never cut
     room = half if columns == 2 else int((right - left) / (11 * 0.6)) - 1
-    y = line_y
     for row in range(0, len(texts), columns):
         lines_here = 1
         for offset, text in enumerate(texts[row:row + columns]):
             lines = textwrap.wrap(text, room, subsequent_indent="    ", break_on_hyphens=False) or [""]
             for k, line in enumerate(lines):
-                canvas.text(left + offset * (right - left) / 2, y + k * 16, line, size=11)
+                canvas.text(left + offset * (right - left) / 2, line_y + k * 16, line, size=11)
             lines_here = max(lines_here, len(lines))
-        y += lines_here * 16
-    canvas.height = y + 8
+        line_y += lines_here * 16
+    canvas.height = line_y + 8
     return Figure("roofline", canvas.title, canvas)
 
 

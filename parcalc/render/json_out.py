@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any, cast
 
 from parcalc import __version__
 from parcalc.derivation import Derivation, Result, Table, Term, assumptions_of
@@ -80,7 +81,7 @@ def render_json(result: Result) -> str:
     and ~70 MB indented key by key; compact rows are encoded by the C encoder, a few times faster."""
     record = result_record(result)
     rows: dict[str, list] = {}
-    for key, table in record["tables"].items():  # type: ignore[union-attr]
+    for key, table in cast("dict[str, dict[str, Any]]", record["tables"]).items():  # result_record's tables
         rows[key] = table["rows"]
         table["rows"] = f"\x00rows:{key}\x00"  # a placeholder no text of a result holds (NUL)
     text = json.dumps(record, indent=2, ensure_ascii=False, allow_nan=False)

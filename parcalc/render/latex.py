@@ -9,14 +9,13 @@ User-supplied text (worksheet prose, preset names, labels) can therefore never i
 from __future__ import annotations
 
 import re
-
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 from parcalc.derivation import Derivation, Result, Table, Term, assumptions_of
 from parcalc.errors import shown
-from parcalc.render.latex_math import tex_quantity, tex_value, term_tex
+from parcalc.render.latex_math import term_tex, tex_quantity, tex_value
 from parcalc.render.values import format_cell, format_value
 from parcalc.resources import data_dir
 
@@ -353,7 +352,7 @@ def _table_layout(table: Table, headers: list[str], rows: list[list[str]], numer
 
 
 def result_context(
-    result: Result, *, max_table_rows: int = 60, skip_tables: Sequence[str] = (), notes: SourceNotes | None = None
+    result: Result, *, max_table_rows: int = 60, skip_tables: Collection[str] = (), notes: SourceNotes | None = None
 ) -> dict[str, Any]:
     """Everything a template needs to typeset one result. Input and derivation sources are numbered
     in `notes` (by default the result's own, set after its inputs table)."""
@@ -404,7 +403,7 @@ def sandboxed_environment(template_dirs: Sequence[Path] = (), **options: Any) ->
 
     from parcalc.render.template_sandbox import bounded_binop
 
-    class BoundedSandbox(ImmutableSandboxedEnvironment):  # type: ignore[misc]
+    class BoundedSandbox(ImmutableSandboxedEnvironment):
         """The immutable sandbox with `*` and `**` bounded (parcalc.render.template_sandbox)."""
 
         intercepted_binops = frozenset({"*", "**"})
@@ -470,7 +469,8 @@ def render_in(environment: Any, name: str, context: dict[str, Any]) -> str:
 
 
 def _line(error: Exception) -> str:
-    return f" (line {error.lineno})" if getattr(error, "lineno", None) else ""
+    lineno = getattr(error, "lineno", None)
+    return f" (line {lineno})" if lineno else ""
 
 
 def environment_render(environment: Any, name: str, context: dict[str, Any]) -> str:

@@ -64,13 +64,13 @@ class MathRejected(ValueError):
 
 # Commands a worksheet's inline math may use, with the number of brace arguments each takes
 MATH_COMMANDS: dict[str, int] = {
-    **{name: 0 for name in (
+    **dict.fromkeys((
         "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi pi rho sigma"
         " tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Phi Psi Omega"
         " times cdot div pm mp le leq ge geq ne neq approx sim propto equiv in notin subset subseteq cup cap"
         " infty sum prod log ln exp min max lfloor rfloor lceil rceil ldots cdots dots to rightarrow leftarrow"
         " quad qquad"
-    ).split()},
+    ).split(), 0),
     "frac": 2, "sqrt": 1, "mathbb": 1, "mathrm": 1, "mathbf": 1, "mathit": 1, "bar": 1, "hat": 1, "tilde": 1,
 }  # fmt: skip
 # Control symbols: thin, medium and negative spaces, literal braces

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from parcalc.derivation import Derivation, Result, Table, assumptions_of
-from parcalc.render.latex_math import tex_value, term_tex
+from parcalc.render.latex_math import term_tex, tex_value
 from parcalc.render.values import format_cell, format_value
 
 

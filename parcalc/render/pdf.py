@@ -83,8 +83,8 @@ def ascii_only(tex_source: str) -> str:
     """For pdfLaTeX: every character outside ASCII becomes "?" (its fonts have no Greek or CJK, and
     inputenc stops at an undefined character), so that no worksheet text can break the document; the
     letters parcalc's own labels use (Δ, Σ, µ) are set in math instead."""
-    for letter, math in PDFLATEX_LETTERS.items():
-        tex_source = tex_source.replace(letter, math)
+    for letter, in_math in PDFLATEX_LETTERS.items():
+        tex_source = tex_source.replace(letter, in_math)
     return re.sub(r"[^\x00-\x7f]", "?", tex_source)
 
 

@@ -73,9 +73,9 @@ def table_lines(table: Table) -> list[str]:
         return text
 
     cells = [[v if type(v) is str else cell(v, u) for v, u in zip(row, units, strict=True)] for row in table.rows]
-    widths = [max(map(len, column)) for column in zip(headers, *cells)]
+    widths = [max(map(len, column)) for column in zip(headers, *cells, strict=True)]
     if table.rows:
-        numeric = [not all(map(isinstance, column, repeat(str))) for column in zip(*table.rows)]
+        numeric = [not all(map(isinstance, column, repeat(str))) for column in zip(*table.rows, strict=True)]
     else:
         numeric = [False] * len(headers)
     justify = [str.rjust if num else str.ljust for num in numeric]

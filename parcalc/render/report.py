@@ -66,7 +66,7 @@ def _exact(mantissa: str, unit: str, value: float) -> bool:
 
 def roofline_figure(results: Sequence[Result]) -> dict[str, Any] | None:
     """Points (intensity, attainable) of each intensity result under the GPU's two roofs."""
-    points = []
+    points: list[dict[str, Any]] = []
     peak = bandwidth = None
     for index, result in enumerate(results, start=1):
         keys = {d.key for d in result.derivations}
@@ -100,7 +100,7 @@ def timeline_figure(results: Sequence[Result]) -> dict[str, Any] | None:
         for table in result.tables:
             if table.key != TIMELINE_TABLE:
                 continue
-            events = table.records()
+            events: list[dict[str, Any]] = table.records()  # cells of the timeline's known columns
             if not events:
                 return None
             makespan = max(float(e["end"]) for e in events)
@@ -126,12 +126,12 @@ def scaling_figure(results: Sequence[Result]) -> dict[str, Any] | None:
         if result.command != "scaling":
             continue
         table = next(t for t in result.tables if t.key == "scaling")
-        records = [r for r in table.records() if r["speedup"] is not None]
+        records: list[dict[str, Any]] = [r for r in table.records() if r["speedup"] is not None]
         if not records:
             return None
-        n_ref = float(records[0]["gpus"]) / float(records[0]["speedup"])  # type: ignore[arg-type]  # S(N_ref) = 1
-        points = [{"n": int(r["gpus"]), "s": float(r["speedup"]), "e": float(r["efficiency"]),  # type: ignore[arg-type]
-                   "ideal": int(r["gpus"]) / n_ref} for r in records]  # type: ignore[arg-type]  # fmt: skip
+        n_ref = float(records[0]["gpus"]) / float(records[0]["speedup"])  # S(N_ref) = 1
+        points = [{"n": int(r["gpus"]), "s": float(r["speedup"]), "e": float(r["efficiency"]),
+                   "ideal": int(r["gpus"]) / n_ref} for r in records]  # fmt: skip
         knee = next((d for d in result.derivations if d.key == "knee"), None)
         threshold = knee.term("E_min").value if knee is not None else _knee_threshold(result)
         at = next((p for p in points if knee is not None and p["n"] == int(knee.value)), None)

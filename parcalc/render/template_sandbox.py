@@ -38,9 +38,9 @@ def bounded_binop(operator: str, left: Any, right: Any) -> Any:
                 raise InputError(f"a template made a value of {len(sequence) * count:,} items (at most {MAX_VALUE:,})")
         return left * right
     if operator == "**":
-        if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
-            if right * math.log2(abs(left)) > MAX_POWER_BITS:
-                raise InputError(f"a template computed a power of more than {MAX_POWER_BITS} bits")
+        huge = isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0 and right * math.log2(abs(left)) > MAX_POWER_BITS
+        if huge:
+            raise InputError(f"a template computed a power of more than {MAX_POWER_BITS} bits")
         return left**right
     raise AssertionError(operator)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from xml.sax.saxutils import escape
 
-from parcalc.core.pipeline_sim import B, F, W, Timeline
+from parcalc.core.pipeline_sim import B, F, Timeline, W
 from parcalc.units import format_quantity
 
 PLOT_WIDTH = 1000.0  # px the makespan spans

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from parcalc.core.pipeline_sim import B, F, W, Event, Timeline
+from parcalc.core.pipeline_sim import B, Event, F, Timeline, W
 from parcalc.units import format_quantity
 
 MAX_CELLS = 4000  # beyond this a timeline is scaled: a cell covers more than the shortest operation

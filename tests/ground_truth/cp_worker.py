@@ -65,7 +65,7 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: t
 
 class RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, rank, cp, sends):  # noqa: ANN001, ANN205
+    def forward(ctx, q, k, v, rank, cp, sends):
         nxt, prv = (rank + 1) % cp, (rank - 1) % cp
         q_pos = positions(rank, cp)
         kv_shape, k_numel = k.shape, k.numel()
@@ -95,7 +95,7 @@ class RingAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, dout):  # noqa: ANN001, ANN205
+    def backward(ctx, dout):
         q, kv, out, lse = ctx.saved_tensors
         rank, cp, sends, kv_shape = ctx.rank, ctx.cp, ctx.sends, ctx.kv_shape
         sends.phase = "backward"

@@ -20,8 +20,8 @@ import argparse
 import json
 import os
 import socket
-import warnings
 import sys
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -90,7 +90,7 @@ def worker(rank: int, world: int, ep: int, port: int, out: str) -> None:
     # every rank sends the same counts (balanced), so what it receives from each equals what it sends to each
     received = dist_fn.all_to_all_single(torch.empty_like(copies), copies, per_rank, per_rank, group=ep_group)
     # received: from each source rank, its copies for this rank's local experts, expert by expert
-    chunks = received.split([n for n in per_rank], dim=0)
+    chunks = received.split(list(per_rank), dim=0)
     outputs = []
     for chunk in chunks:
         per_expert = chunk.split(chunk.shape[0] // local, dim=0)

@@ -75,7 +75,7 @@ def test_rmsnorm_block_numbers() -> None:
     forward, backward = record(LlamaConfig(), "rmsnorm")
     assert sum(o.read + o.written for o in forward) == 300_800
     assert sum(o.read + o.written for o in backward) == 613_376
-    norm = [o for o in forward[:8]]  # the attention norm's 8 ops come first
+    norm = list(forward[:8])  # the attention norm's 8 ops come first
     assert [o.name.split(".")[1] for o in norm] == ["_to_copy", "pow", "mean", "add", "rsqrt", "mul", "_to_copy", "mul"]
     values = BATCH * SEQ * 64
     # 36 B per value; per row the fp32 mean, + eps, rsqrt and the rstd read again (4 + 4 + 8 + 8 + 4 = 28 - the

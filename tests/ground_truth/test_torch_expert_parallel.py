@@ -20,7 +20,7 @@ import pytest
 from parcalc.core.collectives import Collective
 from parcalc.core.comm import Network, Parallelism, Workload, iteration_plan
 from parcalc.core.hardware import Link, Sourced
-from parcalc.core.model import Mlp, MixtureOfExperts, Norm, Position, TransformerModel
+from parcalc.core.model import MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 
 pytestmark = pytest.mark.slow
 

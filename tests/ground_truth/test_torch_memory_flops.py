@@ -25,7 +25,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from parcalc.core.activations import ActivationConfig, Recompute, embedding_activations, layer_activations, output_activations
+from parcalc.core.activations import (
+    ActivationConfig,
+    Recompute,
+    embedding_activations,
+    layer_activations,
+    output_activations,
+)
 from parcalc.core.flops import ATTENTION_CORE_OPS, TrainingFlops, training_flops
 from parcalc.core.memory import Optimizer, Precision, model_states, state_bytes
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel

@@ -119,7 +119,8 @@ def test_early_stop_skips_a_last_matmul_nothing_needs() -> None:
 @pytest.mark.parametrize("n", [0, 1, 2, 3])
 def test_recompute_first_n_layers(n: int) -> None:
     from .test_torch_memory_flops import activation_config, layernorm_statistics_bytes, shape_of
-    from .tiny_gpt import TinyConfig, TinyGpt, counted_flops as gpt_flops, sample_batch, saved_activation_bytes
+    from .tiny_gpt import TinyConfig, TinyGpt, sample_batch, saved_activation_bytes
+    from .tiny_gpt import counted_flops as gpt_flops
 
     config = TinyConfig(layers=3)
 

@@ -156,7 +156,7 @@ class MegatronLayer(torch.nn.Module):
         # modules take y itself: FlopCounterMode's module tracker cannot follow a view made under a checkpoint's no_grad
         x = y.view(b * s, h)
         probs = F.softmax(self.router(y).view(b * s, c.experts), dim=-1, dtype=torch.float)
-        weights, order, source, copies, counts = dispatch(probs, x, c.top_k, c.experts)
+        weights, _order, source, copies, counts = dispatch(probs, x, c.top_k, c.experts)
         outputs, start = [], 0
         for e, n in enumerate(counts):
             part = copies[start:start + n]

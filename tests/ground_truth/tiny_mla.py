@@ -29,13 +29,13 @@ class RmsNormFn(torch.autograd.Function):
     """y = x / rms(x) * w; keeps x and the fp32 rstd (b x s values), as a fused RMSNorm."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps):  # noqa: ANN001, ANN205
+    def forward(ctx, x, weight, eps):
         rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, rstd)
         return (x.float() * rstd).to(x.dtype) * weight
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: ANN001, ANN205
+    def backward(ctx, grad):
         x, weight, rstd = ctx.saved_tensors
         xf, gw = x.float(), (grad * weight).float()
         dx = rstd * (gw - xf * rstd.pow(2) * (gw * xf).mean(-1, keepdim=True))

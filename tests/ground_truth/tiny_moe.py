@@ -38,7 +38,7 @@ class TinyMoe(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [tokens, hidden]."""
         probs = F.softmax(self.router(x), dim=-1, dtype=torch.float)
-        weights, order, source, copies, counts = dispatch(probs, x, self.top_k, self.experts)
+        weights, _order, source, copies, counts = dispatch(probs, x, self.top_k, self.experts)
         outputs, start = [], 0
         for e, n in enumerate(counts):
             part = copies[start:start + n]

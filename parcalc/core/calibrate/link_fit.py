@@ -224,6 +224,7 @@ def _link_bandwidth(
         "",
         f"network cards per node ({nics_origin})",
     )
+    inputs: tuple[Term, ...]
     if (
         op is Collective.POINT_TO_POINT
     ):  # a send uses its own GPU's share of the cards (network.py _send)
@@ -419,7 +420,7 @@ def link_result(
                 Term("t_measured", "t_measured", r"t_{\mathrm{measured}}", largest.row.time, "s", f"line {largest.row.line}", table.name)),
         value=largest.ratio - 1, unit="fraction", source="parcalc.core.timing.network.collective_time with the calibrated link",
     )  # fmt: skip
-    inputs = (
+    inputs: tuple[Term, ...] = (
         Term("n", "n", "n", table.ranks, "", f"ranks ({table.ranks_origin})"),
         Term("nodes", "nodes", "nodes", fit.nodes, "", f"nodes ({fit.nodes_origin})"),
     )

@@ -237,7 +237,7 @@ def _rows(
     error in a table that has rows, and the reason a text without any is not nccl-tests output."""
     rows: list[NcclRow] = []
     first_bad: MalformedRow | None = None
-    layouts = _ROW_FIELDS
+    layouts: tuple[int, ...] = _ROW_FIELDS
     for index, raw in enumerate(body):
         fields = raw.split()
         if fields[:4] == [
@@ -270,10 +270,9 @@ def _row(
         return MalformedRow(name, number, reason)
 
     if len(fields) not in layouts:
-        expected = {(13,): "13", (12,): "12 (the layout without root)"}.get(
-            layouts, "13, or 12 without root"
-        )
-        raise bad(f"{len(fields)} fields, expected {expected}")
+        names: dict[tuple[int, ...], str] = {(13,): "13", (12,): "12 (the layout without root)"}
+        layout = names.get(layouts, "13, or 12 without root")
+        raise bad(f"{len(fields)} fields, expected {layout}")
     # types are names such as float, bfloat16, int8, f8e4m3; redops sum, prod, max, min, avg, none
     if (
         not fields[1].isdigit()

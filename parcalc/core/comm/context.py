@@ -52,7 +52,7 @@ def cp_call_bytes(model: TransformerModel, work: Workload, par: Parallelism, rec
     kv = kv_block_bytes(model, work.micro_batch, work.seq_len, cp, par.tp, work.bytes_per_element)
     repeat = 2 if recompute else 1
     if comm is CpComm.P2P:
-        backward = {kv: 2} if cp == 2 else {kv: 2, 2 * kv: cp - 2}
+        backward: dict[float, int] = {kv: 2} if cp == 2 else {kv: 2, 2 * kv: cp - 2}
         return (("K/V blocks, ring", "forward", Collective.POINT_TO_POINT, {kv: (cp - 1) * repeat}),
                 ("K/V and dK/dV blocks, ring", "backward", Collective.POINT_TO_POINT, backward))  # fmt: skip
     if comm is CpComm.ALL_GATHER:
@@ -63,7 +63,7 @@ def cp_call_bytes(model: TransformerModel, work: Workload, par: Parallelism, rec
     q = q_block_bytes(model, work.micro_batch, work.seq_len, cp, par.tp, work.bytes_per_element)
     forward: dict[float, int] = {q: 2 * repeat}  # Q and the output: B_q each; K and V: B_kv / 2 each
     forward[kv / 2] = forward.get(kv / 2, 0) + 2 * repeat
-    backward: dict[float, int] = {q: 2}
+    backward = {q: 2}
     backward[kv / 2] = backward.get(kv / 2, 0) + 2
     return (("Q, K, V in; output back", "forward", Collective.ALL_TO_ALL, forward),
             ("dO in; dQ, dK, dV back", "backward", Collective.ALL_TO_ALL, backward))  # fmt: skip

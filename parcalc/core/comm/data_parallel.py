@@ -23,6 +23,7 @@
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
@@ -136,7 +137,7 @@ def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload
     for stage, tensors in enumerate(per_stage):
         groups = [Group(rank_of(par, t, 0, stage), rank_of(par, t, par.dp - 1, stage, par.cp - 1)) for t in range(par.tp)]
         label = f"stage {stage}" if par.pp > 1 else ""
-        common = {"dimension": "dp", "group_size": n, "stages": label, "roles": ((stage, True),)}
+        common: dict[str, Any] = {"dimension": "dp", "group_size": n, "stages": label, "roles": ((stage, True),)}
         if size < n and par.data_parallel is not DataParallel.DDP:
             _hybrid_rows(b, tensors, work, par, opts, micro_batches, stage, label, size)
             continue
@@ -158,11 +159,11 @@ def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload
             units = _fsdp_units(tensors, n, opts)
             fwd = _times(Counter(u * work.bytes_per_element for _, u in units), micro_batches)
             bwd = _times(Counter(u * work.bytes_per_element for root, u in units if opts.reshard_root or not root), micro_batches)
-            rs = [u * work.grad_bytes_per_element for _, u in units]
+            rs = Counter(u * work.grad_bytes_per_element for _, u in units)
             b.add(purpose="parameters", phase="forward", op=Collective.ALL_GATHER, call_bytes=fwd, groups=groups, **common)
             b.add(purpose="parameters (re-gathered)", phase="backward", op=Collective.ALL_GATHER, call_bytes=bwd,
                   groups=groups, **common)  # fmt: skip
-            b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=Counter(rs), groups=groups, **common)
+            b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=rs, groups=groups, **common)
 
 
 def _hybrid_rows(b: Builder, tensors: StageTensors, work: Workload, par: Parallelism, opts: Options, micro_batches: int,
@@ -171,8 +172,8 @@ def _hybrid_rows(b: Builder, tensors: StageTensors, work: Workload, par: Paralle
     then each rank's shard of every reduce-scatter all-reduced over the replicas."""
     shards, across = _hybrid_groups(par, stage, size)
     replicas = par.dp * par.cp // size
-    inside = {"dimension": "dp", "group_size": size, "stages": label, "roles": ((stage, True),)}
-    over = {"dimension": "dp", "group_size": replicas, "stages": label, "roles": ((stage, True),)}
+    inside: dict[str, Any] = {"dimension": "dp", "group_size": size, "stages": label, "roles": ((stage, True),)}
+    over: dict[str, Any] = {"dimension": "dp", "group_size": replicas, "stages": label, "roles": ((stage, True),)}
     s, s_g, cap = work.bytes_per_element, work.grad_bytes_per_element, opts.bucket_bytes
     if par.data_parallel in (DataParallel.ZERO1, DataParallel.ZERO2):
         rs = _gradient_buckets(tensors, s_g, cap, cap)
@@ -239,6 +240,7 @@ def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors],
     padded = " incl. FSDP2's dim-0 padding to a multiple of N" if opts.shard_padding else ""
     mb = term("mb", "m", "m", micro_batches, "", "micro-batches per iteration (parameters gathered for each)")
     source = "FSDP / ZeRO-3: all-gather in forward and again in backward, reduce-scatter of gradients (ZeRO, Rajbhandari et al. 2020 sec. 7.2.2)"
+    inputs: tuple[Term, ...]
     if opts.reshard_root or root == 0:
         p_all = term("p", "P", "P", root + layer_elements, "", per_device + where + padded)
         text, tex, inputs, value = "2 × $p × $s", r"2 \times $p \times $s", (p_all, s), 2 * p_all.value * s.value

@@ -31,6 +31,7 @@ rank = t_e + etp x (e + ep x (d_e + edp x s)) inside the stage's tp x cp x dp bl
 """
 
 from collections import Counter
+from typing import Any
 
 from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
@@ -138,7 +139,7 @@ def expert_rows(b: Builder, model: TransformerModel, work: Workload, par: Parall
             return base + t_e + etp * (e + ep * d_e)  # noqa: B023 - used inside this iteration only
 
         ep_groups = [Group(rank(t, 0, d), rank(t, ep - 1, d)) for t in range(etp) for d in range(edp)]
-        common = {"dimension": "ep", "group_size": ep, "groups": ep_groups, "stages": label, "roles": ((stage, True),)}
+        common: dict[str, Any] = {"dimension": "ep", "group_size": ep, "groups": ep_groups, "stages": label, "roles": ((stage, True),)}
         per_pass = moe * micro_batches
         for purpose, phase, count in (("tokens dispatched to experts", "forward", per_pass * forward_repeat),
                                       ("expert outputs combined", "forward", per_pass * forward_repeat),
@@ -147,7 +148,7 @@ def expert_rows(b: Builder, model: TransformerModel, work: Workload, par: Parall
             b.add(purpose=purpose, phase=phase, op=Collective.ALL_TO_ALL, call_bytes={buffer: count}, **common)
         if etp > 1:
             etp_groups = [Group(rank(0, e, d), rank(etp - 1, e, d)) for e in range(ep) for d in range(edp)]
-            etp_common = {"dimension": "etp", "group_size": etp, "groups": etp_groups, "stages": label, "roles": ((stage, True),)}
+            etp_common: dict[str, Any] = {"dimension": "etp", "group_size": etp, "groups": etp_groups, "stages": label, "roles": ((stage, True),)}
             gathered = etp * buffer  # nccl-tests convention: the whole gathered buffer
             for op, phase, count, what in ((Collective.ALL_GATHER, "forward", per_pass * forward_repeat, "dispatched tokens"),
                                            (Collective.REDUCE_SCATTER, "forward", per_pass * forward_repeat, "expert outputs"),
@@ -156,7 +157,7 @@ def expert_rows(b: Builder, model: TransformerModel, work: Workload, par: Parall
                 b.add(purpose=f"{what} (expert tensor parallelism)", phase=phase, op=op, call_bytes={gathered: count}, **etp_common)
         if edp > 1:
             edp_groups = [Group(rank(t, e, 0), rank(t, e, edp - 1)) for t in range(etp) for e in range(ep)]
-            edp_common = {"dimension": "edp", "group_size": edp, "groups": edp_groups, "stages": label, "roles": ((stage, True),)}
+            edp_common: dict[str, Any] = {"dimension": "edp", "group_size": edp, "groups": edp_groups, "stages": label, "roles": ((stage, True),)}
             _expert_gradient_rows(b, model, work, par, opts, layout.ep, etp, moe, micro_batches, edp_common)
 
 

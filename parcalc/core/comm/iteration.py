@@ -4,6 +4,7 @@ rows, merge the rows that differ only in their stage, and derive the headlines."
 from collections.abc import Sequence
 
 from parcalc.core.collectives import Collective
+from parcalc.core.comm.context import context_parallel_rows, cp_assumptions, cp_headlines
 from parcalc.core.comm.data_parallel import (
     data_parallel_rows,
     dp_assumptions,
@@ -31,7 +32,6 @@ from parcalc.core.comm.plan import (
     headline,
     term,
 )
-from parcalc.core.comm.context import context_parallel_rows, cp_assumptions, cp_headlines
 from parcalc.core.comm.tensor import tensor_parallel_rows, tp_assumptions, tp_headlines
 from parcalc.core.comm.tensors import StageTensors, device_tensors, stage_layers
 from parcalc.core.model import TransformerModel
@@ -256,8 +256,8 @@ def _traffic_headlines(rows: Sequence[CollectiveCall], roles: Sequence[tuple[tup
             slot = time.setdefault(stage, {})
             slot[key] = max(slot.get(key, 0.0), row.time)
             if sends:
-                out = sent.setdefault(stage, {})
-                out[key] = max(out.get(key, 0.0), row.sent)
+                sent_slot = sent.setdefault(stage, {})
+                sent_slot[key] = max(sent_slot.get(key, 0.0), row.sent)
     busiest = max(time, key=lambda s: sum(time[s].values()))
     names = {"dp": "data-parallel", "tp": "tensor-parallel", "pp": "pipeline", "embedding": "embedding sync", "cp": "context-parallel",
              "ep": "expert-parallel all-to-all", "etp": "expert tensor-parallel", "edp": "expert data-parallel"}

@@ -78,6 +78,7 @@ def pp_headline(model: TransformerModel, work: Workload, par: Parallelism, s: Te
     b = term("b", "B", "B", work.global_batch // par.dp, "", "sequences per iteration" + (" per replica" if par.dp > 1 else ""))
     seq = term("seq", "L", "L", work.seq_len, "", "sequence length")
     h = term("h", "D", "D", model.hidden, "", "hidden size")
+    inputs: tuple[Term, ...]
     text, tex, inputs = "$b × $seq × $h × $s", r"$b \times $seq \times $h \times $s", (b, seq, h, s)
     value = b.value * work.seq_len * model.hidden * work.bytes_per_element
     v = par.chunks if par.schedule == INTERLEAVED else 1

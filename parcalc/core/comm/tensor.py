@@ -26,6 +26,7 @@ the embedding and at the LM head.
 """
 
 from collections import Counter
+from typing import Any
 
 from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
@@ -56,7 +57,7 @@ def tensor_parallel_rows(b: Builder, model: TransformerModel, work: Workload, pa
     for stage, stage_range in enumerate(layers):
         groups = [Group(rank_of(par, 0, d, stage, c), rank_of(par, n - 1, d, stage, c)) for d in range(par.dp) for c in range(par.cp)]
         label = f"stage {stage}" if par.pp > 1 else ""
-        common = {"dimension": "tp", "group_size": n, "groups": groups, "stages": label, "roles": ((stage, True),)}
+        common: dict[str, Any] = {"dimension": "tp", "group_size": n, "groups": groups, "stages": label, "roles": ((stage, True),)}
         per_pass = 2 * len(stage_range) * micro_batches  # two per layer per micro-batch
         if par.sequence_parallel:
             for phase, count in (("forward", per_pass * repeat), ("backward", per_pass)):

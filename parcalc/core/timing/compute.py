@@ -229,7 +229,7 @@ class LayerPasses:
                 raise ValueError("t_recompute(Recompute.OP) needs the model (which matmuls run again)")
             flash = any(k.key == "attn.flash" for k in self.forward)
             shares = op_kernel_shares(model, flash)
-            core = {k.key for k in self.attention_core}
+            core = frozenset(k.key for k in self.attention_core)
             return sum(k.time * (0.0 if flash else 1.0) if k.key in core else k.time if k.kind == "memory" else
                        k.time * shares.get(k.key, 0.0) for k in self.forward)  # fmt: skip
         return 0.0

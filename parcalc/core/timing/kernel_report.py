@@ -96,7 +96,7 @@ def gemm_times(m: int, k: int, n: int, batch: int, element_bytes: float, dtype: 
     """Time and achieved FLOP/s of (m x k) . (k x n), `batch` times, in training (fit's rate) and,
     where the preset has one, alone."""
     q = quantisation(m, n, batch, spec)
-    out = gemm_time(gemm("gemm", m, k, n, element_bytes, spec, batch), q, spec, "train", "in training, as fit charges it")
+    out: tuple[Derivation, ...] = gemm_time(gemm("gemm", m, k, n, element_bytes, spec, batch), q, spec, "train", "in training, as fit charges it")
     alone = alone_spec(spec, dtype)
     if alone is not None:
         out += gemm_time(gemm("gemm", m, k, n, element_bytes, alone, batch), q, alone, "alone", "alone, as a benchmark measures it")

@@ -230,7 +230,7 @@ def moe_kernels(model: Any, shard: Any, spec: Any, experts: ExpertShard) -> tupl
     copies = tokens * moe.top_k
     mem("moe.permute", e * (tokens + copies) * h, e * (tokens + copies) * h, f"[{copies}×{h}]")
     rows, local = routed_rows(model, tokens, experts)
-    m_e = max(int(math.ceil(rows)), 1)
+    m_e = max(math.ceil(rows), 1)
     width = max(moe.expert_ffn_hidden // experts.etp, 1)
     gated = model.mlp.gated
     linear("moe.experts.fc1", m_e, h, 2 * width if gated else width, batch=local)

@@ -220,12 +220,12 @@ def _collective_time(op: Collective, size: float, group: Placement, fabric: Fabr
             candidate = CollectiveTime(op, size, group, lat * US + 2 * size / tree_bw, "tree", protocol, lat * US, tree_bw)
             if candidate.time < best.time:
                 best = candidate
+    assert best is not None  # the ring is a candidate for every protocol
     nvls = _nvls(op, size, group, fabric)
     if nvls is not None and nvls.time < best.time:
         best = nvls
     if best.fill:  # NCCL chose by its model; the call also takes the ramp its model leaves out
         best = replace(best, time=best.time + best.fill)
-    assert best is not None
     return _with_call(best)
 
 

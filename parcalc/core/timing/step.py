@@ -465,7 +465,14 @@ def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | 
 
 @lru_cache(maxsize=4096)  # pure; the search asks for the same stage for every configuration of a layout
 def _fullest_stage_of(model: Any, tp: int, pp: int, first: int | None, last: int | None, ep: int, etp: int | None) -> FullestStage:
-    from parcalc.core.memory import Parallelism, _stage_ends, fullest_candidates, stage_expert_parameters, stage_layers, stage_parameters
+    from parcalc.core.memory import (
+        Parallelism,
+        _stage_ends,
+        fullest_candidates,
+        stage_expert_parameters,
+        stage_layers,
+        stage_parameters,
+    )
 
     ranks = ep * (tp if etp is None else etp)  # any dp x cp that holds the expert grid: ep x etp divides tp x ranks
     par = Parallelism(tp, pp, ranks, micro_batches=pp, first_stage_layers=first, last_stage_layers=last, ep=ep, etp=etp)
