@@ -170,7 +170,7 @@ def _choose_table(ctx: Any, param: Any, value: str | None) -> None:
     """--table NAME: read by parcalc.render.csv_out when it picks the table to print; set at every
     invocation (None when not given), so that one run's choice never reaches the next in-process
     (a worksheet's calculations, a sweep, tests)."""
-    from parcalc.output import chosen_table
+    from parcalc.render.csv_table import chosen_table
 
     chosen_table.set(value)
 
