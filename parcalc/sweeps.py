@@ -157,8 +157,7 @@ def run_sweep(command: str, inputs: Mapping[str, Any], vary: Mapping[str, Sequen
     """Run `command` with `inputs` at every point of the grid `vary` ({flag: values}, the values
     of a point overriding `inputs`). The inputs and the --vary keys are checked once, before any
     point runs (an unknown flag would fail every row); each point's own error becomes its row."""
-    from parcalc.cli import load_command
-    from parcalc.runfile import NEVER, OUTPUT_KEYS, defaults_for, input_slots, refused, unknown_key
+    from parcalc.runfile import NEVER, OUTPUT_KEYS, defaults_for, input_slots, refused, signature, unknown_key
     from parcalc.worksheet import CALCULATION_COMMANDS
 
     if command not in CALCULATION_COMMANDS:
@@ -167,9 +166,9 @@ def run_sweep(command: str, inputs: Mapping[str, Any], vary: Mapping[str, Sequen
         close = difflib.get_close_matches(command, CALCULATION_COMMANDS, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise InputError(f"{label}: key 'command': {shown(command)} is not a calculation{hint}; one of {', '.join(CALCULATION_COMMANDS)}")
-    click_command = load_command(command)
-    defaults_for(click_command, command, inputs, label, base, refuse=OUTPUT_KEYS)  # the file's errors: once, up front
-    slots = input_slots(click_command)
+    flags = signature(command)
+    defaults_for(flags, command, inputs, label, base, refuse=OUTPUT_KEYS)  # the file's errors: once, up front
+    slots = input_slots(flags)
     grid: dict[str, tuple[Any, ...]] = {}
     for key, values in vary.items():
         if key in OUTPUT_KEYS or key in NEVER:
@@ -231,8 +230,7 @@ def shown_value(value: Any) -> Any:
 
 
 def _run_point(command: str, inputs: Mapping[str, Any], point: Mapping[str, Any], label: str, base: Path | None) -> SweepRow:
-    from parcalc.cli import internal_error_line, one_line
-    from parcalc.runfile import run_command
+    from parcalc.results.run import internal_error_line, one_line, run_command
 
     try:
         result = run_command(command, inputs, label, base)

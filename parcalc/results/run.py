@@ -1,0 +1,141 @@
+"""Running a command from a mapping of its flags, without Click: the library (parcalc.api), run
+files, sweeps and worksheets come here.
+
+`run_command("memory", {"model": "llama3-8b", "tp": 8})` reads the inputs as a run file's
+(parcalc.runfile.defaults_for: flag names or Python names; numbers, text with units, lists for a
+repeatable flag, true / false for a switch), checks each as the command line's parser does
+(a choice in any case, a whole number, a required flag or argument), and calls the command's
+module in parcalc.results with them: the same parsing, presets, checks and messages as the CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from parcalc.errors import InputError
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Result
+    from parcalc.runfile import CommandSignature, ParamSpec
+
+
+def run_command(command_name: str, inputs: Mapping[str, Any], label: str = "inputs", base: Path | None = None) -> Result:
+    """Run `parcalc COMMAND` with `inputs` as its flags and return its Result. Bad input raises
+    InputError, an infeasible request InfeasibleError."""
+    import importlib
+    import warnings
+
+    from parcalc.results import MODULES
+    from parcalc.runfile import OUTPUT_KEYS, defaults_for, signature
+
+    command = signature(command_name)  # an unknown command: InputError
+    if command_name not in MODULES:  # not moved yet: its Click command, in-process
+        from parcalc.commands.inprocess import run_click_command
+
+        return run_click_command(command_name, inputs, label, base)
+    given = defaults_for(command, command_name, inputs, label, base, refuse=OUTPUT_KEYS)
+    values = flag_values(command, given, label)
+    module = importlib.import_module(MODULES[command_name])
+    with warnings.catch_warnings():  # as the CLI: numpy's overflow warnings at the float range's ends
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result: Result = module.from_flags(**values)
+    from parcalc.results.parse import check_finite
+
+    check_finite(result)
+    return result
+
+
+def flag_values(command: CommandSignature, given: Mapping[str, Any], label: str) -> dict[str, Any]:
+    """Every parameter of `command` as the command's function receives it from the command line:
+    `given` (texts, tuples of texts, booleans, as parcalc.runfile.defaults_for gives them) checked
+    and converted, the default where a flag is not given. The messages are the command line's."""
+    values: dict[str, Any] = {}
+    for param in command.params:
+        if param.name == "table":  # --format csv's table: no calculation input (the library returns every table)
+            continue
+        if param.name not in given:
+            if param.required:
+                what = "argument" if param.param_type_name == "argument" else "option"
+                name = param.human_readable_name if what == "argument" else param.opts[0]
+                raise InputError(f"Missing {what} {name!r}.")
+            values[param.name] = _default(param)
+            continue
+        value = given[param.name]
+        if param.multiple:
+            values[param.name] = [_one(param, v, label) for v in value] or None
+        else:
+            values[param.name] = _one(param, value, label)
+    return values
+
+
+def _default(param: ParamSpec) -> Any:
+    if param.multiple:
+        return None
+    if param.type == "path" and param.default is not None:
+        return Path(param.default)
+    return param.default
+
+
+def _one(param: ParamSpec, value: Any, label: str) -> Any:
+    if param.is_flag:
+        return value
+    where = f" (from {label})" if label else ""
+    if param.type == "choice":
+        lowered = {choice.lower(): choice for choice in param.choices}
+        if str(value).lower() not in lowered:
+            listed = ", ".join(repr(c) for c in param.choices)
+            raise InputError(f"Invalid value for {_hint(param)}: {value!r} is not one of {listed}.{where}")
+        return lowered[str(value).lower()]
+    if param.type == "int":
+        try:
+            return int(value)
+        except ValueError:
+            raise InputError(f"Invalid value for {_hint(param)}: {value!r} is not a valid int.{where}") from None
+    if param.type == "path":
+        return Path(value)
+    return value
+
+
+def _hint(param: ParamSpec) -> str:
+    if param.param_type_name == "argument":
+        return repr(param.human_readable_name)
+    return " / ".join(repr(o) for o in param.opts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages the CLI and the library share
+
+
+DEBUG_VAR = "PARCALC_DEBUG"
+
+
+def unknown_command(name: str, known: list[str]) -> str:
+    """`no command 'memroy'; did you mean 'memory'?`, or where to find the commands."""
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
+    close += [command for command in known if not close and name.lower() in command][:1]
+    if close:
+        return f"no command {one_line(repr(name))}; did you mean {close[0]!r}?"
+    return f"no command {one_line(repr(name))}; the commands are {', '.join(known)} (see 'parcalc --help')"
+
+
+def internal_error_line(error: BaseException) -> str:
+    from parcalc import __version__
+
+    detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return (f"internal error: {detail} (parcalc {__version__}); please report it with the command line that caused it "
+            f"({DEBUG_VAR}=1 shows the traceback)")  # fmt: skip
+
+
+def one_line(message: str) -> str:
+    """An error message as one printable line: a control character from a file or flag (an ANSI
+    escape, a newline) is shown escaped, so that it can neither break the line nor drive the
+    terminal; messages name what they quote, so the line stays readable."""
+    if message.isprintable():
+        return message
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+
+
