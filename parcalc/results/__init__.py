@@ -20,4 +20,5 @@ from __future__ import annotations
 # command name -> its module here. A command not listed still runs in-process through its Click
 # command (parcalc.commands.inprocess), until it moves.
 MODULES: dict[str, str] = {
+    "bubble": "parcalc.results.bubble",
 }
