@@ -21,4 +21,5 @@ from __future__ import annotations
 # command (parcalc.commands.inprocess), until it moves.
 MODULES: dict[str, str] = {
     "bubble": "parcalc.results.bubble",
+    "peak-flops": "parcalc.results.peak_flops",
 }
