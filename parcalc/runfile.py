@@ -28,13 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from parcalc.errors import InputError, shown
 from parcalc.frozen import frozen
-
-if TYPE_CHECKING:
-    from parcalc.derivation import Result
 
 STDIN = "-"
 # Keys a run file may not hold for a command: help would print help instead of running; a run
@@ -295,6 +292,7 @@ class ParamSpec:
     default: Any = None
     type: str = "text"  # text, choice, path, int
     choices: tuple[str, ...] = ()
+    enum: str = ""  # "module.Class": the Enum (of parcalc.core.choices) the command takes the choice as
     metavar: str | None = None
     help: str = ""
 
@@ -346,7 +344,7 @@ def _spec(record: Mapping[str, Any]) -> ParamSpec:
     return ParamSpec(
         name=record["name"], opts=tuple(record["flags"]), secondary_opts=tuple(record["negative"]),
         param_type_name="argument" if argument else "option", is_flag=record["switch"], multiple=record["repeatable"],
-        required=record["required"], default=record["default"], type=record["type"], choices=tuple(record["choices"]),
+        required=record["required"], default=record["default"], type=record["type"], choices=tuple(record["choices"]), enum=record.get("enum", ""),
         metavar=record["metavar"] or None, help=record["help"],
     )  # fmt: skip
 

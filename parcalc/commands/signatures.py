@@ -27,11 +27,34 @@ def signatures() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for command_name in COMMAND_FUNCTIONS.values():
         command = leaf_command(command_name)
+        enums = _enums(command_name)
         out[command_name] = {
             "help": command.help or "",
             "epilog": command.epilog or "",
-            "params": [_param(p) for p in command.params if p.name not in NOT_ARGUMENTS],
+            "params": [{**_param(p), "enum": enums.get(p.name, "")} for p in command.params if p.name not in NOT_ARGUMENTS],
         }
+    return out
+
+
+def _enums(command_name: str) -> dict[str, str]:
+    """{parameter: "module.Enum"} for each choice the command's function takes as an Enum of
+    parcalc.core.choices (Click-free), so that the library hands the results layer the same values."""
+    import enum
+    import importlib
+    import typing
+
+    from parcalc.cli import COMMANDS
+
+    spec = COMMANDS.get(command_name)
+    if spec is None or not spec.function:
+        return {}
+    function = getattr(importlib.import_module(spec.module), spec.function)
+    out: dict[str, str] = {}
+    for name, hint in typing.get_type_hints(function).items():
+        for kind in typing.get_args(hint) or (hint,):
+            kind = (typing.get_args(kind) or (kind,))[0] if typing.get_origin(kind) is list else kind
+            if isinstance(kind, type) and issubclass(kind, enum.Enum) and kind.__module__ == "parcalc.core.choices":
+                out[name] = f"{kind.__module__}.{kind.__qualname__}"
     return out
 
 

@@ -21,5 +21,6 @@ from __future__ import annotations
 # command (parcalc.commands.inprocess), until it moves.
 MODULES: dict[str, str] = {
     "bubble": "parcalc.results.bubble",
+    "intensity": "parcalc.results.intensity",
     "peak-flops": "parcalc.results.peak_flops",
 }

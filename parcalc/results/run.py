@@ -73,8 +73,12 @@ def flag_values(command: CommandSignature, given: Mapping[str, Any], label: str)
 def _default(param: ParamSpec) -> Any:
     if param.multiple:
         return None
-    if param.type == "path" and param.default is not None:
+    if param.default is None or param.is_flag:
+        return param.default
+    if param.type == "path":
         return Path(param.default)
+    if param.type == "choice":
+        return _one(param, param.default, "")
     return param.default
 
 
@@ -87,7 +91,13 @@ def _one(param: ParamSpec, value: Any, label: str) -> Any:
         if str(value).lower() not in lowered:
             listed = ", ".join(repr(c) for c in param.choices)
             raise InputError(f"Invalid value for {_hint(param)}: {value!r} is not one of {listed}.{where}")
-        return lowered[str(value).lower()]
+        chosen = lowered[str(value).lower()]
+        if param.enum:  # as the command's function takes it (Typer gives it the Enum)
+            import importlib
+
+            module, _, name = param.enum.rpartition(".")
+            return getattr(importlib.import_module(module), name)(chosen)
+        return chosen
     if param.type == "int":
         try:
             return int(value)
