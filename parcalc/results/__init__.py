@@ -22,5 +22,6 @@ from __future__ import annotations
 MODULES: dict[str, str] = {
     "bubble": "parcalc.results.bubble",
     "intensity": "parcalc.results.intensity",
+    "memory": "parcalc.results.memory",
     "peak-flops": "parcalc.results.peak_flops",
 }

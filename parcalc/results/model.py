@@ -32,7 +32,7 @@ class ModelFlags(NamedTuple):
 def model_from_flags(flags: ModelFlags, dirs: tuple, *, seq_len: int | None = None, bare: bool = False) -> TransformerModel:
     """A preset or config.json with any shape flag overriding it, or a model from the flags alone,
     of at most MAX_LAYERS layers (see _model_from_flags)."""
-    from parcalc.commands.common import check_layers
+    from parcalc.results.parse import check_layers
 
     shape = _model_from_flags(flags, dirs, seq_len=seq_len, bare=bare)
     check_layers(shape.layers, "--layers" if flags.layers is not None else f"--model {shape.key}")
