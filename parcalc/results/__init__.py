@@ -21,6 +21,7 @@ from __future__ import annotations
 # command (parcalc.commands.inprocess), until it moves.
 MODULES: dict[str, str] = {
     "bubble": "parcalc.results.bubble",
+    "flops": "parcalc.results.flops",
     "intensity": "parcalc.results.intensity",
     "memory": "parcalc.results.memory",
     "peak-flops": "parcalc.results.peak_flops",
