@@ -21,6 +21,7 @@ from __future__ import annotations
 # command (parcalc.commands.inprocess), until it moves.
 MODULES: dict[str, str] = {
     "bubble": "parcalc.results.bubble",
+    "comm-volume": "parcalc.results.comm_volume",
     "flops": "parcalc.results.flops",
     "intensity": "parcalc.results.intensity",
     "memory": "parcalc.results.memory",
