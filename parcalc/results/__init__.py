@@ -26,4 +26,5 @@ MODULES: dict[str, str] = {
     "intensity": "parcalc.results.intensity",
     "memory": "parcalc.results.memory",
     "peak-flops": "parcalc.results.peak_flops",
+    "scaling": "parcalc.results.scaling",
 }
