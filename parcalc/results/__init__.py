@@ -20,6 +20,7 @@ from __future__ import annotations
 # command name -> its module here. A command not listed still runs in-process through its Click
 # command (parcalc.commands.inprocess), until it moves.
 MODULES: dict[str, str] = {
+    "analyze": "parcalc.results.analyze",
     "bubble": "parcalc.results.bubble",
     "comm-volume": "parcalc.results.comm_volume",
     "flops": "parcalc.results.flops",
