@@ -17,8 +17,8 @@ signatures.json (written from the commands: parcalc.commands.signatures).
 
 from __future__ import annotations
 
-# command name -> its module here. A command not listed still runs in-process through its Click
-# command (parcalc.commands.inprocess), until it moves.
+# command name -> its module here ("module:function" where the function is not from_flags). A command
+# not listed (fit) still runs in-process through its Click command (parcalc.commands.inprocess).
 MODULES: dict[str, str] = {
     "analyze": "parcalc.results.analyze",
     "bubble": "parcalc.results.bubble",
@@ -27,5 +27,7 @@ MODULES: dict[str, str] = {
     "intensity": "parcalc.results.intensity",
     "memory": "parcalc.results.memory",
     "peak-flops": "parcalc.results.peak_flops",
+    "presets list": "parcalc.results.presets:list_result",
+    "presets show": "parcalc.results.presets:show_result",
     "scaling": "parcalc.results.scaling",
 }

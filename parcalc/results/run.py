@@ -37,10 +37,11 @@ def run_command(command_name: str, inputs: Mapping[str, Any], label: str = "inpu
         return run_click_command(command_name, inputs, label, base)
     given = defaults_for(command, command_name, inputs, label, base, refuse=OUTPUT_KEYS)
     values = flag_values(command, given, label)
-    module = importlib.import_module(MODULES[command_name])
+    module, _, function = MODULES[command_name].partition(":")
+    compute = getattr(importlib.import_module(module), function or "from_flags")
     with warnings.catch_warnings():  # as the CLI: numpy's overflow warnings at the float range's ends
         warnings.simplefilter("ignore", RuntimeWarning)
-        result: Result = module.from_flags(**values)
+        result: Result = compute(**values)
     from parcalc.results.parse import check_finite
 
     check_finite(result)
