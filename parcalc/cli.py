@@ -25,7 +25,7 @@ from typer.core import TyperGroup
 
 from parcalc.errors import InputError, ParcalcError
 from parcalc.frozen import frozen
-from parcalc.results.run import DEBUG_VAR, internal_error_line, one_line, unknown_command  # noqa: F401 - shared with the library
+from parcalc.messages import DEBUG_VAR, internal_error_line, one_line, unknown_command  # noqa: F401 - shared with the library
 
 
 @frozen
@@ -120,7 +120,7 @@ def _give_config_option(command: Any, name: str) -> None:
     def reader(leaf: Any, path: str) -> Any:
         def read_config(ctx: Any, param: Any, value: str | None) -> None:
             if value is not None and not ctx.resilient_parsing:
-                from parcalc.commands.inprocess import apply_config
+                from parcalc.commands.config import apply_config
 
                 apply_config(ctx, leaf, path, value)
 
@@ -292,7 +292,7 @@ class ParcalcGroup(TyperGroup):
                 sys.exit(0)
             context = getattr(error, "ctx", None)
             hint = f" (see '{context.command_path} --help')" if context is not None else ""
-            from parcalc.commands.inprocess import from_run_file
+            from parcalc.commands.config import from_run_file
 
             hint = from_run_file(error) + hint  # a bad value read from --config's file names the file
             _fail(f"Error: {one_line(error.format_message())}{hint}", error.exit_code)  # type: ignore[attr-defined]

@@ -326,7 +326,7 @@ def signature(command_name: str) -> CommandSignature:
         for name, record in records.items():
             _SIGNATURES[name] = CommandSignature(name, record["help"], record["epilog"], tuple(_spec(p) for p in record["params"]))
     if command_name not in _SIGNATURES:
-        from parcalc.results.run import unknown_command
+        from parcalc.messages import unknown_command
 
         group = command_name.partition(" ")[0]
         groups = sorted({name.partition(" ")[0] for name in _SIGNATURES})
@@ -350,11 +350,13 @@ def _spec(record: Mapping[str, Any]) -> ParamSpec:
 
 
 def __getattr__(name: str) -> Any:
-    # Moved to the CLI's side (parcalc.commands.inprocess), which runs Click commands in-process; kept
+    # Moved to the CLI's side (parcalc.commands.inprocess and .config), which run Click commands; kept
     # under the old names for callers of this module. Imported by name when asked: run files are read
     # by the CLI (--config), so this module depends on nothing of the CLI.
-    if name in ("leaf_command", "apply_config", "from_run_file"):
+    homes = {"leaf_command": "parcalc.commands.inprocess", "apply_config": "parcalc.commands.config",
+             "from_run_file": "parcalc.commands.config"}  # fmt: skip
+    if name in homes:
         import importlib
 
-        return getattr(importlib.import_module("parcalc.commands.inprocess"), name)
+        return getattr(importlib.import_module(homes[name]), name)
     raise AttributeError(f"module 'parcalc.runfile' has no attribute {name!r}")

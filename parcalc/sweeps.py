@@ -230,7 +230,8 @@ def shown_value(value: Any) -> Any:
 
 
 def _run_point(command: str, inputs: Mapping[str, Any], point: Mapping[str, Any], label: str, base: Path | None) -> SweepRow:
-    from parcalc.results.run import internal_error_line, one_line, run_command
+    from parcalc.messages import internal_error_line, one_line
+    from parcalc.results.run import run_command
 
     try:
         result = run_command(command, inputs, label, base)

@@ -1,11 +1,7 @@
-"""Running a Click command in-process, and the --config flag of every command.
-
-parcalc.results.run runs the commands that have moved to the results layer without Click; a
-command that has not (parcalc.results.MODULES lists those that have) runs here, through its Click
-command, with its Result captured (parcalc.commands.common.captured_results). `--config FILE`
-(parcalc.cli gives every command the flag) reads the file with parcalc.runfile and makes its flags
-the command's defaults.
-"""
+"""Running a Click command in-process: parcalc.results.run runs the commands that have moved to
+the results layer without Click; a command that has not (parcalc.results.MODULES lists those that
+have) runs here, through its Click command, with its Result captured
+(parcalc.commands.common.captured_results)."""
 
 from __future__ import annotations
 
@@ -21,35 +17,6 @@ if TYPE_CHECKING:
 # The --config flag of every command
 
 
-def apply_config(ctx: Any, command: Any, command_name: str, source: str) -> None:
-    """--config SOURCE of `command` (parcalc.cli gives every command the flag, eager, so that this
-    runs before any other parameter is read): the file's flags become the context's default_map,
-    which click consults for every flag not given on the command line."""
-    from parcalc.runfile import check_command, defaults_for, read_run_file
-
-    run = read_run_file(source)
-    ctx.meta[_LABEL] = run.label
-    check_command(run, command_name)
-    defaults = defaults_for(command, command_name, run.inputs, run.label, run.base)
-    ctx.default_map = {**(ctx.default_map or {}), **defaults}
-
-
-_LABEL = "parcalc.run_file"
-
-
-def from_run_file(error: Exception, label: str | None = None) -> str:
-    """" (from run.yaml)" when click's `error` is about a value that came from a run file (the
-    context's default_map), else "": click's message names the flag, not where its value was."""
-    ctx, param = getattr(error, "ctx", None), getattr(error, "param", None)
-    if ctx is None or param is None or not getattr(param, "name", None):
-        return ""
-    source = ctx.get_parameter_source(param.name)  # click's ParameterSource (vendored by typer 0.26+)
-    if getattr(source, "name", "") != "DEFAULT_MAP":
-        return ""
-    label = label or ctx.meta.get(_LABEL)
-    return f" (from {label})" if label else ""
-
-
 # ---------------------------------------------------------------------------------------------
 # Running a command in-process
 
@@ -63,6 +30,7 @@ def run_click_command(command_name: str, inputs: Mapping[str, Any], label: str =
     import warnings
 
     from parcalc.cli import _click_exception
+    from parcalc.commands.config import from_run_file
     from parcalc.commands.common import captured_results
     from parcalc.runfile import OUTPUT_KEYS, defaults_for
 
