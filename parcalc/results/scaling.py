@@ -164,7 +164,7 @@ def _strategy_name(rule: Any) -> str:
 
 def curve_result(curve: Curve, shape: Any, training: Any, cluster: Any, settings: list) -> Result:
     """The curve as a Result: the points table, the terms table, the summary and the verdicts."""
-    from parcalc.commands.fit import _assumptions, _inputs
+    from parcalc.results.estimate import _assumptions, _inputs
     from parcalc.core.scaling import Mode
     from parcalc.derivation import Result, Term
 
