@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from parcalc.render.latex import Latex, result_context
 from parcalc.render.latex_math import tex_number, tex_quantity, tex_unit
 from parcalc.units import format_number, split_prefixed
-from parcalc.worksheet import SolvedQuestion, SolvedWorksheet
 
 if TYPE_CHECKING:
     from parcalc.derivation import Derivation, Result
+    from parcalc.worksheet import SolvedQuestion, SolvedWorksheet  # what a report renders: the worksheet solved
 
 TIMELINE_TABLE = "timeline"
 
