@@ -104,6 +104,25 @@ def load_command(name: str) -> Any:
     return command
 
 
+def leaf_command(command_name: str) -> Any:
+    """The click command of `command_name`: "memory", or "presets show" for a group's command (the
+    library's signatures are written from them: parcalc.commands.signatures)."""
+    from parcalc.errors import shown
+
+    group, _, sub = command_name.partition(" ")
+    if group not in COMMANDS:
+        raise InputError(unknown_command(group, sorted(COMMANDS)))
+    command = load_command(group)
+    subcommands = getattr(command, "commands", None)
+    if subcommands is None:
+        if sub:
+            raise InputError(f"{group} has no subcommands; got {shown(command_name)}")
+        return command
+    if sub not in subcommands:
+        raise InputError(f"{group}: name one of its commands ({', '.join(sorted(subcommands))}), e.g. '{group} {sorted(subcommands)[0]}'")
+    return subcommands[sub]
+
+
 # Commands without --config: sweep reads a run file as its argument.
 NO_CONFIG = ("sweep",)
 

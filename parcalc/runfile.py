@@ -350,11 +350,10 @@ def _spec(record: Mapping[str, Any]) -> ParamSpec:
 
 
 def __getattr__(name: str) -> Any:
-    # Moved to the CLI's side (parcalc.commands.inprocess and .config), which run Click commands; kept
+    # Moved to the CLI's side (parcalc.cli, parcalc.commands.config), which build Click commands; kept
     # under the old names for callers of this module. Imported by name when asked: run files are read
     # by the CLI (--config), so this module depends on nothing of the CLI.
-    homes = {"leaf_command": "parcalc.commands.inprocess", "apply_config": "parcalc.commands.config",
-             "from_run_file": "parcalc.commands.config"}  # fmt: skip
+    homes = {"leaf_command": "parcalc.cli", "apply_config": "parcalc.commands.config", "from_run_file": "parcalc.commands.config"}
     if name in homes:
         import importlib
 

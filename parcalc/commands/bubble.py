@@ -16,7 +16,6 @@ from parcalc.commands.common import (
     FormatOption,
     LastStageLayersOption,
     LossInSplitOption,
-    captured_results,
     check_finite,
     finish,
     start,
@@ -101,9 +100,6 @@ def bubble(
     shown = outcome(asked)
     analysis, result = shown.analysis, shown.result
     check_finite(result)  # before the SVG and the timeline file, which do not pass through finish()
-    if captured_results.get() is not None:  # in-process (parcalc.commands.inprocess): the Result, no timeline
-        finish(result, fmt, output)
-        return
     if svg is not None:
         _write_svg(analysis, svg)
     _show(analysis, result, fmt, None if svg is not None else output, timeline)

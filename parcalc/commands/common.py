@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -65,11 +64,6 @@ PresetsOption = Annotated[
 ]
 
 
-# When set, finish() hands results to this list instead of printing them: this is how a
-# worksheet runs a command with the very flags a user would type (parcalc.worksheet).
-captured_results: ContextVar[list[Result] | None] = ContextVar("captured_results", default=None)
-
-
 def start(output: Path | None, fmt: OutputFormat | None, *, picture: bool = False) -> None:
     """Validate the output before any work, so a bad path fails fast and writes nothing.
 
@@ -88,11 +82,8 @@ def start(output: Path | None, fmt: OutputFormat | None, *, picture: bool = Fals
 
 
 def finish(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
+    """The one way a command prints its Result (the library returns it: parcalc.results.run)."""
     check_finite(result)
-    sink = captured_results.get()
-    if sink is not None:
-        sink.append(result)
-        return
     from parcalc.output import emit
 
     emit(result, fmt, output)

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, PresetsOption, captured_results, finish, start
+from parcalc.commands.common import FormatOption, PresetsOption, finish, start
 from parcalc.commands.model_options import (
     FfnOption,
     HeadsOption,
@@ -98,7 +98,7 @@ def scaling(
                         sequence_parallel=sequence_parallel, knee=knee, precision=precision,
                         flash_attention=flash_attention, framework=framework, link=link,
                         inter_node_link=inter_node_link, ideal_network=ideal_network, presets=presets)
-    if svg is not None and captured_results.get() is None:
+    if svg is not None:
         import sys
 
         from parcalc.output import write_atomically

@@ -22,7 +22,7 @@ NOT_ARGUMENTS = ("fmt", "output", "help", "config")
 def signatures() -> dict[str, Any]:
     """{command: {"help", "epilog", "params": [...]}} for every command the library runs."""
     from parcalc.api import COMMAND_FUNCTIONS
-    from parcalc.runfile import leaf_command
+    from parcalc.cli import leaf_command
 
     out: dict[str, Any] = {}
     for command_name in COMMAND_FUNCTIONS.values():

@@ -17,12 +17,12 @@ signatures.json (written from the commands: parcalc.commands.signatures).
 
 from __future__ import annotations
 
-# command name -> its module here ("module:function" where the function is not from_flags). A command
-# not listed (fit) still runs in-process through its Click command (parcalc.commands.inprocess).
+# command name -> its module here ("module:function" where the function is not from_flags).
 MODULES: dict[str, str] = {
     "analyze": "parcalc.results.analyze",
     "bubble": "parcalc.results.bubble",
     "comm-volume": "parcalc.results.comm_volume",
+    "fit": "parcalc.results.fit",
     "flops": "parcalc.results.flops",
     "intensity": "parcalc.results.intensity",
     "memory": "parcalc.results.memory",

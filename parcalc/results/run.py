@@ -31,10 +31,6 @@ def run_command(command_name: str, inputs: Mapping[str, Any], label: str = "inpu
     from parcalc.runfile import OUTPUT_KEYS, defaults_for, signature
 
     command = signature(command_name)  # an unknown command: InputError
-    if command_name not in MODULES:  # not moved yet: its Click command, in-process
-        from parcalc.commands.inprocess import run_click_command
-
-        return run_click_command(command_name, inputs, label, base)
     given = defaults_for(command, command_name, inputs, label, base, refuse=OUTPUT_KEYS)
     values = flag_values(command, given, label)
     module, _, function = MODULES[command_name].partition(":")
