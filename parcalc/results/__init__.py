@@ -3,12 +3,13 @@
     flags / keyword arguments / run files  ->  request  ->  core  ->  Result (tables, verdicts)
                                    (parse: units, enums)    (math)     (parcalc.derivation)
 
-Each command the library runs has a module here (parcalc.results.bubble, ...). It holds the
-command's request (a frozen dataclass of parsed, typed values: counts, seconds, bytes, enums), the
-function that reads a request from the command's flag texts (`request(...)`, with the CLI's messages
-for bad input), and the function that computes the Result from a request (`result(request)`),
-tables and verdicts included. `from_flags(**flags)` is the two in one: what the command line, the
-library (parcalc.api), run files, sweeps and worksheets all call.
+Each command has a module here (parcalc.results.memory, ...) with `from_flags(**flags) -> Result`:
+the command's flags as the command line gives them (texts with units, the core's Enums for choices,
+switches) read into typed values (counts, seconds, bytes, presets) with the CLI's messages for bad
+input, then the core's work and the Result, tables and verdicts included. `bubble` and
+`peak-flops` split the two: `request(...)` gives a frozen request of parsed values
+(BubbleRequest, PeakFlopsRequest), `result(request)` the Result. The command line
+(parcalc.commands), the library (parcalc.api), run files, sweeps and worksheets all call these.
 
 Nothing here imports Click or Typer: parcalc.commands parse the command line and print; the
 library runs the same functions through parcalc.results.run, which reads each command's flags from
