@@ -5,6 +5,7 @@ commands' flags."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -66,6 +67,7 @@ def _imported(node: ast.AST, package: str, modules: dict[str, Path]) -> list[str
     return found
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """Module -> the parcalc modules it imports, at its top or inside a function; imports under
     `if TYPE_CHECKING:` are for the type checker and load nothing."""
