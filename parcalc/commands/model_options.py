@@ -1,9 +1,10 @@
-"""The model flags that `memory`, `flops`, `comm-volume` and `fit` share, and the one way they
-become a TransformerModel: a preset or config.json, any shape flag overriding it, or the flags alone."""
+"""The model flags that `memory`, `flops`, `comm-volume`, `fit` and `scaling` share; how they become a
+TransformerModel (a preset or config.json, any shape flag overriding it, or the flags alone) is
+parcalc.results.model, re-exported here."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, NamedTuple, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -17,9 +18,6 @@ from parcalc.results.model import (  # noqa: F401 - re-exported: the commands im
     ModelFlags,
 )
 
-if TYPE_CHECKING:
-    from parcalc.core.model import TransformerModel
-    from parcalc.derivation import Term
 
 Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
 
@@ -32,5 +30,3 @@ FfnOption = Annotated[Text, typer.Option(metavar="f", help="MLP width (default 4
 MlpOption = Annotated[Optional[Mlp], typer.Option(metavar="KIND", help="MLP: relu, gelu, swiglu, geglu (default: the preset's; for a model from flags see the command's help).", show_default=False)]  # noqa: UP045
 VocabOption = Annotated[Text, typer.Option(metavar="V", help="Vocabulary size (0: no embeddings or LM head).")]
 TiedOption = Annotated[Optional[bool], typer.Option("--tied/--untied", help="Tie the LM head to the word embeddings (default: the preset's; tied from flags).", show_default=False)]  # noqa: UP045
-
-

@@ -43,14 +43,8 @@ from parcalc.core.comm.plan import (
     headline,
     term,
 )
-from parcalc.core.comm.tensors import (  # moe_layer_tensors: also imported from here
-    ParamTensor,
-    Split,
-    StageTensors,
-    ffn_tensors,
-    moe_layer_tensors,
-    shard,
-)
+from parcalc.core.comm.tensors import moe_layer_tensors  # noqa: F401 - moved to tensors.py; also imported from here
+from parcalc.core.comm.tensors import ParamTensor, StageTensors, ffn_tensors, shard
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 
