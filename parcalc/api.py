@@ -15,12 +15,14 @@ A Result displays as a Markdown / HTML page in Jupyter and converts with `to_dic
 Values are given as on the command line (numbers or text with units: `capacity="80GiB"`), and are
 checked as the CLI checks them: bad input raises parcalc.errors.InputError (a ValueError) with
 the message the CLI prints after `Error:`, an infeasible request InfeasibleError, an unknown
-keyword TypeError. The command runs in-process through parcalc.runfile.run_command, the runner
-of run files, sweeps and worksheets, so the library and the CLI cannot disagree.
+keyword TypeError. The command runs through parcalc.results.run.run_command, the runner of run
+files, sweeps and worksheets, which calls the command's module in parcalc.results (the code the
+command line runs too), without Click: `import parcalc` and a library call load no Typer.
 
-The functions are made on first use from the commands' own flags (parcalc.cli.COMMANDS), so that
-each takes exactly its command's flags and says what they mean in its docstring (`help(parcalc.fit)`),
-and `import parcalc` stays as cheap as before. `peak_flops` here is the command; the name
+The functions are made on first use from the commands' own flags, as written to
+parcalc/results/signatures.json from the commands (parcalc.commands.signatures; a test holds the
+two equal), so that each takes exactly its command's flags and says what they mean in its
+docstring (`help(parcalc.fit)`), and `import parcalc` stays as cheap as before. `peak_flops` here is the command; the name
 `parcalc.peak_flops` is the formula (parcalc.core.flops.peak_flops), as it was before the commands
 joined the library.
 """
@@ -59,7 +61,7 @@ def run(command: str, **inputs: Any) -> Result:
     """Run `command` (a name as on the command line: "comm-volume", "presets show") with `inputs`
     (flag names, dashes or underscores) and return its Result; `run("memory", tp=8)` is
     `memory(tp=8)`."""
-    from parcalc.runfile import run_command
+    from parcalc.results.run import run_command
 
     return run_command(command, inputs, f"{command}()")
 
@@ -98,9 +100,9 @@ def __dir__() -> list[str]:
 def command_function(name: str, command_name: str) -> Callable[..., Result]:
     """A function that runs `command_name` with its flags as keyword arguments: its signature
     and docstring are read from the command's parameters."""
-    from parcalc.runfile import leaf_command
+    from parcalc.runfile import signature as command_signature
 
-    command = leaf_command(command_name)
+    command = command_signature(command_name)
     params = [p for p in command.params if p.name not in _NOT_ARGUMENTS]
     signature = inspect.Signature([_parameter(p) for p in sorted(params, key=_positional_first)])
 
@@ -140,7 +142,7 @@ def _parameter(param: Any) -> inspect.Parameter:
 
 
 def _call(name: str, command_name: str, signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Result:
-    from parcalc.runfile import run_command
+    from parcalc.results.run import run_command
 
     for key in kwargs:
         if key not in signature.parameters:

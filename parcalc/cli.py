@@ -26,6 +26,7 @@ from typer.core import TyperGroup
 
 from parcalc.errors import InputError, ParcalcError
 from parcalc.frozen import frozen
+from parcalc.messages import DEBUG_VAR, internal_error_line, one_line, unknown_command
 
 if TYPE_CHECKING:
     from typer.models import ParamMeta
@@ -118,6 +119,25 @@ def load_command(name: str) -> Any:
     return command
 
 
+def leaf_command(command_name: str) -> Any:
+    """The click command of `command_name`: "memory", or "presets show" for a group's command (the
+    library's signatures are written from them: parcalc.commands.signatures)."""
+    from parcalc.errors import shown
+
+    group, _, sub = command_name.partition(" ")
+    if group not in COMMANDS:
+        raise InputError(unknown_command(group, sorted(COMMANDS)))
+    command = load_command(group)
+    subcommands = getattr(command, "commands", None)
+    if subcommands is None:
+        if sub:
+            raise InputError(f"{group} has no subcommands; got {shown(command_name)}")
+        return command
+    if sub not in subcommands:
+        raise InputError(f"{group}: name one of its commands ({', '.join(sorted(subcommands))}), e.g. '{group} {sorted(subcommands)[0]}'")
+    return subcommands[sub]
+
+
 # Commands without --config: sweep reads a run file as its argument.
 NO_CONFIG = ("sweep",)
 
@@ -134,7 +154,7 @@ def _give_config_option(command: Any, name: str) -> None:
     def reader(leaf: Any, path: str) -> Any:
         def read_config(ctx: Any, param: Any, value: str | None) -> None:
             if value is not None and not ctx.resilient_parsing:
-                from parcalc.runfile import apply_config
+                from parcalc.commands.config import apply_config
 
                 apply_config(ctx, leaf, path, value)
 
@@ -185,7 +205,7 @@ def _choose_table(ctx: Any, param: Any, value: str | None) -> None:
     """--table NAME: read by parcalc.render.csv_out when it picks the table to print; set at every
     invocation (None when not given), so that one run's choice never reaches the next in-process
     (a worksheet's calculations, a sweep, tests)."""
-    from parcalc.output import chosen_table
+    from parcalc.render.csv_table import chosen_table
 
     chosen_table.set(value)
 
@@ -306,7 +326,7 @@ class ParcalcGroup(TyperGroup):
                 sys.exit(0)
             context = getattr(error, "ctx", None)
             hint = f" (see '{context.command_path} --help')" if context is not None else ""
-            from parcalc.runfile import from_run_file
+            from parcalc.commands.config import from_run_file
 
             hint = from_run_file(error) + hint  # a bad value read from --config's file names the file
             _fail(f"Error: {one_line(_click_message(error))}{hint}", error.exit_code)  # type: ignore[attr-defined]
@@ -338,26 +358,6 @@ class ParcalcGroup(TyperGroup):
 ENVIRONMENT_EXIT = 1
 INTERNAL_ERROR_EXIT = 70
 INTERRUPTED_EXIT = 130
-DEBUG_VAR = "PARCALC_DEBUG"
-
-
-def unknown_command(name: str, known: list[str]) -> str:
-    """`no command 'memroy'; did you mean 'memory'?`, or where to find the commands."""
-    import difflib
-
-    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
-    close += [command for command in known if not close and name.lower() in command][:1]
-    if close:
-        return f"no command {one_line(repr(name))}; did you mean {close[0]!r}?"
-    return f"no command {one_line(repr(name))}; the commands are {', '.join(known)} (see 'parcalc --help')"
-
-
-def internal_error_line(error: BaseException) -> str:
-    from parcalc import __version__
-
-    detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    return (f"internal error: {detail} (parcalc {__version__}); please report it with the command line that caused it "
-            f"({DEBUG_VAR}=1 shows the traceback)")  # fmt: skip
 
 
 def _click_abort() -> type[BaseException]:
@@ -370,15 +370,6 @@ def _fail(line: str, code: int) -> None:
 
     streams.say(line)
     sys.exit(code)
-
-
-def one_line(message: str) -> str:
-    """An error message as one printable line: a control character from a file or flag (an ANSI
-    escape, a newline) is shown escaped, so that it can neither break the line nor drive the
-    terminal; messages name what they quote, so the line stays readable."""
-    if message.isprintable():
-        return message
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
 
 
 app = typer.Typer(

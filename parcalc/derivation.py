@@ -154,34 +154,38 @@ class Result:
                 return derivation
         raise KeyError(key)
 
+    def all_assumptions(self) -> tuple[str, ...]:
+        """The result's assumptions and its derivations', each once, in order of appearance."""
+        seen: dict[str, None] = dict.fromkeys(self.assumptions)
+        for derivation in self.derivations:
+            seen.update(dict.fromkeys(derivation.assumptions))
+        return tuple(seen)
+
+    # A Result shows itself through the renderers (one layer up), imported when asked so that the
+    # data never depends on its formats at import time: parcalc.render.display is the one entry.
     def to_dict(self) -> dict[str, object]:
         """This result as `--format json` prints it (parcalc.render.json_out), as Python values:
         the same keys, numbers in base units, null for a non-finite number."""
-        import json
+        from parcalc.render.display import result_dict
 
-        from parcalc.render.json_out import render_json
-
-        return json.loads(render_json(self))
+        return result_dict(self)
 
     def _repr_markdown_(self) -> str:
         """Jupyter and IPython show a result as its Markdown page (parcalc.render.markdown)."""
-        from parcalc.render.markdown import render_markdown
+        from parcalc.render.display import result_markdown
 
-        return render_markdown(self)
+        return result_markdown(self)
 
     def _repr_html_(self) -> str:
         """The same page as HTML (parcalc.render.html), which Jupyter prefers to Markdown."""
-        from parcalc.render.html import render_html
+        from parcalc.render.display import result_html
 
-        return render_html(self)
+        return result_html(self)
 
 
 def assumptions_of(result: Result) -> tuple[str, ...]:
     """The result's assumptions and its derivations', each once, in order of appearance."""
-    seen: dict[str, None] = dict.fromkeys(result.assumptions)
-    for derivation in result.derivations:
-        seen.update(dict.fromkeys(derivation.assumptions))
-    return tuple(seen)
+    return result.all_assumptions()
 
 
 def first_non_finite(result: Result) -> str | None:

@@ -5,19 +5,15 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from contextvars import ContextVar
 from enum import Enum
 from pathlib import Path
 
 from parcalc.derivation import Result
 from parcalc.errors import InputError, shown
 from parcalc.files import check_name_length, write_atomically
+from parcalc.render.csv_table import chosen_table
 
 __all__ = ["OutputFormat", "check_writable", "draws_figures", "emit", "render_text", "resolve_format", "write_atomically"]
-
-
-# --table NAME (parcalc.cli adds it to every command with --format csv): the table CSV prints.
-chosen_table: ContextVar[str | None] = ContextVar("chosen_table", default=None)
 
 
 class OutputFormat(str, Enum):

@@ -13,9 +13,11 @@ A run file holds flags by their names, as a worksheet's `inputs:` do (parcalc.wo
 
 `parcalc COMMAND --config run.yaml` (or run.toml, or `-` for stdin) reads it; every key becomes
 that flag's default for this run (click's Context.default_map), so a flag on the command line wins
-over the file. The library (parcalc.api) and `parcalc sweep` run a command from the same mapping
-through `run_command`, in-process, capturing the Result as worksheets do
-(parcalc.commands.common.captured_results).
+over the file. The library (parcalc.api), `parcalc sweep` and worksheets run a command from the
+same mapping through parcalc.results.run.run_command, without Click: the command's flags are read
+from parcalc/results/signatures.json as `ParamSpec`s, which answer the questions asked here
+(name, flags, switch, repeatable) as a Click parameter does, so that one set of rules reads a
+run file for the CLI's --config and for the library.
 
 Files are read as presets are (parcalc.presets.load_yaml_text): no YAML aliases (a "billion
 laughs" bomb expands from a few KB), bounded nesting, no duplicate keys, at most 1 MiB.
@@ -26,13 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from parcalc.errors import InputError, shown
 from parcalc.frozen import frozen
-
-if TYPE_CHECKING:
-    from parcalc.derivation import Result
 
 STDIN = "-"
 # Keys a run file may not hold for a command: help would print help instead of running; a run
@@ -257,9 +256,15 @@ def _is_input_path(param: Any) -> bool:
 
 
 def _beside(base: Path | None, text: str) -> str:
-    from parcalc.worksheet import _beside as beside_worksheet
-
-    return beside_worksheet(base, text)
+    """A relative path found beside the run file (or worksheet) is read from there."""
+    if base is not None and text and not Path(text).is_absolute():
+        candidate = base / text
+        try:
+            if candidate.is_file():
+                return str(candidate)
+        except OSError:
+            pass
+    return text
 
 
 def check_command(run: RunFile, command_name: str) -> None:
@@ -269,81 +274,90 @@ def check_command(run: RunFile, command_name: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The --config flag of every command
+# A command's flags without Click
 
 
-def apply_config(ctx: Any, command: Any, command_name: str, source: str) -> None:
-    """--config SOURCE of `command` (parcalc.cli gives every command the flag, eager, so that this
-    runs before any other parameter is read): the file's flags become the context's default_map,
-    which click consults for every flag not given on the command line."""
-    run = read_run_file(source)
-    ctx.meta[_LABEL] = run.label
-    check_command(run, command_name)
-    defaults = defaults_for(command, command_name, run.inputs, run.label, run.base)
-    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+@frozen
+class ParamSpec:
+    """One flag or argument of a command as parcalc/results/signatures.json records it, with the
+    attribute names of a Click parameter, so that the rules above read both."""
+
+    name: str
+    opts: tuple[str, ...] = ()
+    secondary_opts: tuple[str, ...] = ()
+    param_type_name: str = "option"
+    is_flag: bool = False
+    is_bool_flag: bool = True
+    multiple: bool = False
+    nargs: int = 1
+    required: bool = False
+    default: Any = None
+    type: str = "text"  # text, choice, path, int
+    choices: tuple[str, ...] = ()
+    enum: str = ""  # "module.Class": the Enum (of parcalc.core.choices) the command takes the choice as
+    metavar: str | None = None
+    help: str = ""
+
+    @property
+    def human_readable_name(self) -> str:
+        """As Click names it in "Missing argument 'FILE'.": an argument's metavar, else its name."""
+        if self.param_type_name == "argument":
+            return self.metavar or self.name.upper()
+        return self.name
 
 
-_LABEL = "parcalc.run_file"
+@frozen
+class CommandSignature:
+    """A command's help, its examples (the epilog) and its parameters, read without Click."""
+
+    name: str
+    help: str
+    epilog: str
+    params: tuple[ParamSpec, ...]
 
 
-def from_run_file(error: Exception, label: str | None = None) -> str:
-    """" (from run.yaml)" when click's `error` is about a value that came from a run file (the
-    context's default_map), else "": click's message names the flag, not where its value was."""
-    ctx, param = getattr(error, "ctx", None), getattr(error, "param", None)
-    if ctx is None or param is None or not getattr(param, "name", None):
-        return ""
-    source = ctx.get_parameter_source(param.name)  # click's ParameterSource (vendored by typer 0.26+)
-    if getattr(source, "name", "") != "DEFAULT_MAP":
-        return ""
-    label = label or ctx.meta.get(_LABEL)
-    return f" (from {label})" if label else ""
+_SIGNATURES: dict[str, CommandSignature] = {}
 
 
-# ---------------------------------------------------------------------------------------------
-# Running a command in-process
+def signature(command_name: str) -> CommandSignature:
+    """The flags of `command_name` ("memory", "presets show") from parcalc/results/signatures.json."""
+    if not _SIGNATURES:
+        import json
+
+        records = json.loads((Path(__file__).parent / "results" / "signatures.json").read_text(encoding="utf-8"))
+        for name, record in records.items():
+            _SIGNATURES[name] = CommandSignature(name, record["help"], record["epilog"], tuple(_spec(p) for p in record["params"]))
+    if command_name not in _SIGNATURES:
+        from parcalc.messages import unknown_command
+
+        group = command_name.partition(" ")[0]
+        groups = sorted({name.partition(" ")[0] for name in _SIGNATURES})
+        if group in groups:
+            subs = sorted(name.partition(" ")[2] for name in _SIGNATURES if name.partition(" ")[0] == group)
+            if not subs[0]:
+                raise InputError(f"{group} has no subcommands; got {shown(command_name)}")
+            raise InputError(f"{group}: name one of its commands ({', '.join(subs)}), e.g. '{group} {subs[0]}'")
+        raise InputError(unknown_command(group, groups))
+    return _SIGNATURES[command_name]
 
 
-def run_command(command_name: str, inputs: Mapping[str, Any], label: str = "inputs", base: Path | None = None,
-                args: tuple[str, ...] = ()) -> Result:  # fmt: skip
-    """Run `parcalc COMMAND` in-process with `inputs` as its flags (and `args` on its command
-    line) and return its Result: the same parsing, presets, checks and errors as the CLI. Bad
-    input raises InputError (a click usage error becomes one too), an infeasible request
-    InfeasibleError. parcalc.worksheet runs its calculations the same way (captured_results)."""
-    import warnings
-
-    from parcalc.cli import _click_exception
-    from parcalc.commands.common import captured_results
-
-    command = leaf_command(command_name)
-    defaults = defaults_for(command, command_name, inputs, label, base, refuse=OUTPUT_KEYS)
-    sink: list[Result] = []
-    token = captured_results.set(sink)
-    try:
-        with warnings.catch_warnings():  # as the CLI: numpy's overflow warnings at the float range's ends
-            warnings.simplefilter("ignore", RuntimeWarning)
-            command.main(args=list(args), prog_name=f"parcalc {command_name}", standalone_mode=False, default_map=defaults)
-    except _click_exception() as error:
-        raise InputError(error.format_message() + from_run_file(error, label)) from None  # type: ignore[attr-defined]
-    finally:
-        captured_results.reset(token)
-    if len(sink) != 1:
-        raise InputError(f"{command_name} produced {len(sink)} results, expected one")
-    return sink[0]
+def _spec(record: Mapping[str, Any]) -> ParamSpec:
+    argument = record["argument"]
+    return ParamSpec(
+        name=record["name"], opts=tuple(record["flags"]), secondary_opts=tuple(record["negative"]),
+        param_type_name="argument" if argument else "option", is_flag=record["switch"], multiple=record["repeatable"],
+        required=record["required"], default=record["default"], type=record["type"], choices=tuple(record["choices"]), enum=record.get("enum", ""),
+        metavar=record["metavar"] or None, help=record["help"],
+    )  # fmt: skip
 
 
-def leaf_command(command_name: str) -> Any:
-    """The click command of `command_name`: "memory", or "presets show" for a group's command."""
-    from parcalc.cli import COMMANDS, load_command, unknown_command
+def __getattr__(name: str) -> Any:
+    # Moved to the CLI's side (parcalc.cli, parcalc.commands.config), which build Click commands; kept
+    # under the old names for callers of this module. Imported by name when asked: run files are read
+    # by the CLI (--config), so this module depends on nothing of the CLI.
+    homes = {"leaf_command": "parcalc.cli", "apply_config": "parcalc.commands.config", "from_run_file": "parcalc.commands.config"}
+    if name in homes:
+        import importlib
 
-    group, _, sub = command_name.partition(" ")
-    if group not in COMMANDS:
-        raise InputError(unknown_command(group, sorted(COMMANDS)))
-    command = load_command(group)
-    subcommands = getattr(command, "commands", None)
-    if subcommands is None:
-        if sub:
-            raise InputError(f"{group} has no subcommands; got {shown(command_name)}")
-        return command
-    if sub not in subcommands:
-        raise InputError(f"{group}: name one of its commands ({', '.join(sorted(subcommands))}), e.g. '{group} {sorted(subcommands)[0]}'")
-    return subcommands[sub]
+        return getattr(importlib.import_module(homes[name]), name)
+    raise AttributeError(f"module 'parcalc.runfile' has no attribute {name!r}")

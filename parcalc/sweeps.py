@@ -165,8 +165,7 @@ def run_sweep(command: str, inputs: Mapping[str, Any], vary: Mapping[str, Sequen
     point runs (an unknown flag would fail every row); each point's own error becomes its row.
     keep_results=False keeps of each point only what its row prints (SweepRow), so that memory does
     not grow with the Results."""
-    from parcalc.cli import load_command
-    from parcalc.runfile import NEVER, OUTPUT_KEYS, defaults_for, input_slots, refused, unknown_key
+    from parcalc.runfile import NEVER, OUTPUT_KEYS, defaults_for, input_slots, refused, signature, unknown_key
     from parcalc.worksheet import CALCULATION_COMMANDS
 
     if command not in CALCULATION_COMMANDS:
@@ -175,9 +174,9 @@ def run_sweep(command: str, inputs: Mapping[str, Any], vary: Mapping[str, Sequen
         close = difflib.get_close_matches(command, CALCULATION_COMMANDS, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise InputError(f"{label}: key 'command': {shown(command)} is not a calculation{hint}; one of {', '.join(CALCULATION_COMMANDS)}")
-    click_command = load_command(command)
-    defaults_for(click_command, command, inputs, label, base, refuse=OUTPUT_KEYS)  # the file's errors: once, up front
-    slots = input_slots(click_command)
+    flags = signature(command)
+    defaults_for(flags, command, inputs, label, base, refuse=OUTPUT_KEYS)  # the file's errors: once, up front
+    slots = input_slots(flags)
     grid: dict[str, tuple[Any, ...]] = {}
     for key, values in vary.items():
         if key in OUTPUT_KEYS or key in NEVER:
@@ -241,8 +240,8 @@ def shown_value(value: Any) -> Any:
 
 def _run_point(command: str, inputs: Mapping[str, Any], point: Mapping[str, Any], label: str, base: Path | None,
                keep_result: bool = True) -> SweepRow:  # fmt: skip
-    from parcalc.cli import internal_error_line, one_line
-    from parcalc.runfile import run_command
+    from parcalc.messages import internal_error_line, one_line
+    from parcalc.results.run import run_command
 
     try:
         result = run_command(command, inputs, label, base)

@@ -275,7 +275,8 @@ def _calculation(path: Path, where: str, data: Any) -> Calculation:
 
 
 def run_calculation(calculation: Calculation, extra_dirs: Sequence[Path | str] = (), base: Path | None = None) -> Result:
-    """Run one command in-process with the worksheet's flags and capture its Result.
+    """Run one command with the worksheet's flags, as a user would type them, and return its Result
+    (parcalc.results.run, without Click).
 
     `extra_dirs` are `parcalc report --presets` directories: they reach the command as its own
     --presets, so a worksheet's presets are found where the report's user said (before, only the
@@ -284,29 +285,47 @@ def run_calculation(calculation: Calculation, extra_dirs: Sequence[Path | str] =
     An input named after a positional argument (`file:` of `analyze FILE`) is passed in its place;
     a relative path there is read from `base`, the worksheet's directory, when it is found there,
     so that a worksheet and its data travel together (packaged ones too)."""
-    from parcalc.cli import _click_exception, load_command
-    from parcalc.commands.common import captured_results
+    from parcalc.results.run import run_command
+    from parcalc.runfile import signature
 
-    command = load_command(calculation.command)
+    command = signature(calculation.command)
     _check_inputs(calculation, command)
     positional = [p.name for p in command.params if getattr(p, "param_type_name", "") == "argument"]
     options = {k: v for k, v in calculation.inputs.items() if k not in positional}
-    args = [_beside(base, calculation.inputs[name]) for name in positional if name in calculation.inputs]
-    args += Calculation(calculation.command, options).argv()
+    inputs: dict[str, Any] = {name: _beside(base, calculation.inputs[name]) for name in positional if name in calculation.inputs}
+    inputs.update(_typed_flags(calculation.command, command, Calculation(calculation.command, options).argv()))
     if any(p.name == "presets" for p in command.params):  # bubble reads no presets
-        for directory in extra_dirs:
-            args += ["--presets", str(directory)]
-    sink: list[Result] = []
-    token = captured_results.set(sink)
-    try:
-        command.main(args=args, prog_name=f"parcalc {calculation.command}", standalone_mode=False)
-    except _click_exception() as error:
-        raise InputError(error.format_message()) from None  # type: ignore[attr-defined]
-    finally:
-        captured_results.reset(token)
-    if len(sink) != 1:
-        raise InputError(f"{calculation.command} produced {len(sink)} results, expected one")
-    return sink[0]
+        inputs["presets"] = [*inputs.get("presets", ()), *(str(d) for d in extra_dirs)]
+    return run_command(calculation.command, inputs, "", None)
+
+
+def _typed_flags(command_name: str, command: Any, args: list[str]) -> dict[str, Any]:
+    """A command line of flags (old and Megatron-LM spellings translated: parcalc.flags) as the
+    flag names and values a run file would hold: a switch as true / false, a repeatable flag a list."""
+    declared = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    if any(arg[:2] == "--" and arg.split("=", 1)[0] not in declared for arg in args):
+        from parcalc.flags import translate
+
+        args = translate(command_name, args, declared)
+    by_flag = {opt: (param, True) for param in command.params for opt in param.opts}
+    by_flag.update({opt: (param, False) for param in command.params for opt in param.secondary_opts})
+    out: dict[str, Any] = {}
+    index = 0
+    while index < len(args):
+        name, eq, value = args[index].partition("=")
+        param, positive = by_flag[name]  # every key was checked by _check_inputs
+        if param.is_flag:
+            out[param.name] = positive
+        else:
+            if not eq:
+                index += 1
+                value = args[index]
+            if param.multiple:
+                out.setdefault(param.name, []).append(value)
+            else:
+                out[param.name] = value
+        index += 1
+    return out
 
 
 def _check_inputs(calculation: Calculation, command: Any) -> None:

@@ -50,3 +50,37 @@ def run_error(runner):
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test gets its own preset cache, so no test reads another's parse."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Markers (pyproject.toml registers them): `pytest -m "not slow"` runs the core's checks in about a
+# minute while changing the code; CI (scripts/test-all.sh) runs everything. Measured with
+# --durations on the whole suite: these tests are ~85 % of its time.
+# - ground_truth: real PyTorch on the CPU (autograd, FlopCounterMode, gloo collectives in processes)
+# - pdf: a TeX build (a PDF, or its LaTeX compiled), found by what the test's code names
+# - slow: both of those, and the wheel, the fuzzing of every command, every command's JSON example
+#   checked against its schema, completion scripts run in real shells
+_TEX_WORDS = (".pdf", "compile_pdf", "latexmk", "lualatex", "pdftotext")
+_SLOW_MODULES = ("test_wheel.py", "test_fuzz_cli.py", "test_json_schema.py")
+_SLOW_NAMES = ("_in_bash", "_in_zsh", "_in_fish", "zsh_and_fish")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import inspect
+
+    for item in items:
+        path = item.path
+        if "ground_truth" in path.parts:
+            item.add_marker(pytest.mark.ground_truth)
+            item.add_marker(pytest.mark.slow)
+            continue
+        function = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(function) if function is not None else ""
+        except (OSError, TypeError):
+            source = ""
+        if path.name == "test_pdf_layout.py" or any(word in source for word in _TEX_WORDS):
+            item.add_marker(pytest.mark.pdf)
+            item.add_marker(pytest.mark.slow)
+        elif path.name in _SLOW_MODULES or any(name in item.name for name in _SLOW_NAMES):
+            item.add_marker(pytest.mark.slow)

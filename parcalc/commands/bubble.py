@@ -1,4 +1,6 @@
-"""`parcalc bubble`: pipeline bubbles of GPipe, 1F1B, interleaved and zero-bubble schedules, and their timeline."""
+"""`parcalc bubble`: pipeline bubbles of GPipe, 1F1B, interleaved and zero-bubble schedules, and their timeline.
+
+The flags and the drawing; the request and the Result are parcalc.results.bubble's."""
 
 from __future__ import annotations
 
@@ -14,10 +16,8 @@ from parcalc.commands.common import (
     FormatOption,
     LastStageLayersOption,
     LossInSplitOption,
-    captured_results,
     check_finite,
     finish,
-    stage_flags,
     start,
 )
 
@@ -96,75 +96,16 @@ def bubble(
         if output.suffix.lower() not in EXTENSIONS:
             raise InputError(f"--output: cannot tell the format of {str(output)!r} from its extension; use .svg (the timeline), {', '.join(EXTENSIONS)} or --format")
     start(None if svg is not None else output, fmt)
-    from dataclasses import replace
+    from parcalc.results.bubble import outcome, request
 
-    from parcalc.core.pipeline import PassTimes, Schedule, analyse_bubble, pass_times
-    from parcalc.errors import InputError
-    from parcalc.units import Dimension, parse_count, parse_quantity
-
-    chosen = Schedule(schedule.value)
-    p = parse_count(pp, "--pp")
-    if micro_batches is None and target is None:
-        raise InputError("--micro-batches: required (or give --target and parcalc finds the fewest micro-batches that reach it)")
-    m = parse_count(micro_batches, "--micro-batches") if micro_batches is not None else None
-    v = parse_count(chunks, "--chunks") if chunks is not None else (2 if chosen is Schedule.INTERLEAVED else 1)
-
-    def time(text: str | None, flag: str, *, zero: bool = False) -> float | None:
-        return None if text is None else parse_quantity(text, Dimension.TIME, flag, allow_zero=zero, require_unit=True)
-
-    times: PassTimes = pass_times(time(t_forward, "--t-forward"), time(t_backward, "--t-backward"), time(t_weight, "--t-weight", zero=True))
-    per_stage = None
-    if stage_times is not None:
-        per_stage = [parse_quantity(part, Dimension.TIME, "--stage-times", require_unit=True) for part in stage_times.split(",")]
-    latency = time(p2p_latency, "--p2p-latency", zero=True) or 0.0
-    goal = parse_quantity(target, Dimension.FRACTION, "--target") if target is not None else None
-    split = _stage_layers(layers, first_stage_layers, last_stage_layers, p, v, embedding_in_split, loss_in_split)
-
-    found = None
-    if m is None:  # --target alone: the closed form's fewest micro-batches (share of total time), then the bubble at them
-        probe = analyse_bubble(chosen, p, p, chunks=v, times=times, stage_times=per_stage, latency=latency, target=goal, stage_layers=split)
-        found = int(next(d for d in probe.closed if d.key == "micro_batches_for_target").value)
-        m = found
-    analysis = analyse_bubble(chosen, p, m, chunks=v, times=times, stage_times=per_stage, latency=latency, target=goal, stage_layers=split)
-    result = analysis.result()
-    if found is not None:
-        result = replace(result, assumptions=result.assumptions + (
-            f"no --micro-batches: m = {found}, the fewest micro-batches whose bubble (share of total time) is at most the target",))  # fmt: skip
-    if t_forward is None and stage_times is None:
-        unit = "one layer's forward pass" if split is not None else "one forward pass"
-        result = replace(result, assumptions=result.assumptions + (
-            f"no --t-forward: times are in units of {unit} (t_f = 1 s); shares and micro-batch counts do not depend on it",))  # fmt: skip
-    if chosen is Schedule.INTERLEAVED and chunks is None:
-        result = replace(result, assumptions=result.assumptions + ("no --chunks: v = 2 model chunks per device",))
+    asked = request(pp, micro_batches, schedule.value, chunks, t_forward, t_backward, t_weight, stage_times, layers,
+                    first_stage_layers, last_stage_layers, embedding_in_split, loss_in_split, p2p_latency, target)  # fmt: skip
+    shown = outcome(asked)
+    analysis, result = shown.analysis, shown.result
     check_finite(result)  # before the SVG and the timeline file, which do not pass through finish()
-    if captured_results.get() is not None:  # a worksheet: the report draws the timeline from the table
-        finish(result, fmt, output)
-        return
     if svg is not None:
         _write_svg(analysis, svg)
     _show(analysis, result, fmt, None if svg is not None else output, timeline)
-
-
-def _stage_layers(layers: str | None, first_text: str | None, last_text: str | None, stages: int, chunks: int,
-                  embedding_in_split: bool = False, loss_in_split: bool = False) -> tuple[int, ...] | None:  # fmt: skip
-    """Layers per stage from --layers and the uneven-split flags (parcalc.core.stages), or None."""
-    from parcalc.core.stages import stage_split
-    from parcalc.errors import InputError
-    from parcalc.units import parse_count
-
-    first, last = stage_flags(first_text, last_text)
-    if layers is None:
-        if first is not None or last is not None or embedding_in_split or loss_in_split:
-            flag = next(f for f, on in (("--first-stage-layers", first is not None), ("--last-stage-layers", last is not None),
-                                        ("--embedding-in-split", embedding_in_split), ("--loss-in-split", True)) if on)  # fmt: skip
-            raise InputError(f"{flag}: give --layers L too (the transformer layers split over the --pp stages)")
-        return None
-    from parcalc.commands.common import check_layers
-
-    total = parse_count(layers, "--layers")
-    check_layers(total)
-    return stage_split(total, stages, first, last, chunks, pp_flag="--pp", embedding_in_split=embedding_in_split,
-                       loss_in_split=loss_in_split)
 
 
 def _show(analysis: BubbleAnalysis, result: Result, fmt: OutputFormat | None, output: Path | None, draw: bool) -> None:

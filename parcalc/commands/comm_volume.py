@@ -1,6 +1,7 @@
-"""`parcalc comm-volume`: one collective's algorithms, or every collective of a training iteration."""
+"""`parcalc comm-volume`: one collective's algorithms, or every collective of a training iteration
+(parcalc.results.comm_volume)."""
 
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -17,13 +18,7 @@ from parcalc.commands.common import (
     OutputOption,
     PresetsOption,
     ShardGroupOption,
-    cp_flags,
-    expert_flags,
     finish,
-    imbalance_flag,
-    preset_dirs,
-    shard_group_flag,
-    stage_flags,
     start,
 )
 from parcalc.commands.model_options import (
@@ -33,18 +28,15 @@ from parcalc.commands.model_options import (
     KvHeadsOption,
     LayersOption,
     MlpOption,
-    ModelFlags,
     Text,
     TiedOption,
-    model_from_flags,
 )
 from parcalc.core.choices import Algorithm, Collective, Recompute, Schedule, Strategy, ZeroStage
-
-if TYPE_CHECKING:
-    from parcalc.core.comm import CommPlan, StrategyComparison
-    from parcalc.core.hardware import Link
-    from parcalc.core.model import TransformerModel
-    from parcalc.derivation import Result, Table, Term
+from parcalc.results.comm_volume import (  # the flags' help; fit imports them here
+    DEFAULT_GPUS,
+    DEFAULT_INTER_NODE_LINK,
+    DEFAULT_LINK,
+)
 
 EXAMPLES = """\
 \b
@@ -64,9 +56,6 @@ Examples:
   parcalc comm-volume --strategy 3d --model llama3-405b --tp 8 --cp 16 --pp 16 --dp 4 --cp-comm all-gather --batch 16 --seq-len 131072
 """
 
-DEFAULT_LINK = "nvlink3"
-DEFAULT_INTER_NODE_LINK = "ib-hdr"
-DEFAULT_GPUS = 8
 
 _Text = Text
 
@@ -128,493 +117,31 @@ def comm_volume(
     """Communication volume: a collective's algorithms (--collective), or every collective of one
     training iteration under DP, ZeRO, FSDP, TP, SP, PP or 3D (--strategy), with payload and
     per-device traffic and alpha-beta times."""
-    args = dict(locals())  # every flag by name, taken before any other local exists
     start(output, fmt)
-    from parcalc.errors import InputError
+    from parcalc.results.comm_volume import from_flags
 
-    if (collective is None) == (strategy is None):
-        raise InputError("give one of --collective OP (one collective's algorithms) or --strategy NAME (a training iteration)")
-    dirs = preset_dirs(presets)
-    _check_mode_flags(args, collective is not None)
-    if collective is not None:
-        result = _collective_result(collective, algorithm, size, elements, dtype, gpus, compare, link, bandwidth, latency, dirs,
-                                    (gpu, gpus_per_node, inter_node_link))  # fmt: skip
-    else:
-        result = _strategy_result(args, dirs)
+    result = from_flags(collective=collective, strategy=strategy, algorithm=algorithm, size=size, elements=elements,
+                        compare=compare, model=model, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                        ffn_hidden=ffn_hidden, mlp=mlp, vocab=vocab, tied=tied, batch=batch, micro_batch=micro_batch,
+                        seq_len=seq_len, dtype=dtype, grad_dtype=grad_dtype, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp,
+                        cp_comm=cp_comm, ep=ep, etp=etp, moe_imbalance=moe_imbalance, zero=zero,
+                        shard_group=shard_group, sequence_parallel=sequence_parallel, schedule=schedule, chunks=chunks,
+                        first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                        embedding_in_split=embedding_in_split, loss_in_split=loss_in_split, gpu=gpu,
+                        gpus_per_node=gpus_per_node, link=link, inter_node_link=inter_node_link, bandwidth=bandwidth,
+                        latency=latency, bucket_size=bucket_size, ddp_first_iteration=ddp_first_iteration,
+                        shard_padding=shard_padding, reshard_root=reshard_root, vocab_parallel=vocab_parallel,
+                        recompute=recompute, presets=presets)
     finish(result, fmt, output)
 
 
 # --recompute was a switch (full recomputation): alone it still means full (parcalc.cli._bare_values)
 BARE_OPTIONS = {"--recompute": "full"}
 
-_COLLECTIVE_ONLY = ("size", "elements", "gpu")
-_STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "tied", "batch", "micro_batch", "seq_len", "grad_dtype",
-                  "tp", "pp", "dp", "cp", "chunks", "bucket_size", "first_stage_layers",
-                  "last_stage_layers", "ep", "etp", "moe_imbalance", "shard_group")  # fmt: skip
-
-
-def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
-    """A flag of the other mode is an error, not silently ignored."""
-    from parcalc.errors import InputError
-
-    if collective_mode:
-        wrong = [name for name in _STRATEGY_ONLY if args[name] is not None]
-        wrong += [name for name in ("sequence_parallel", "embedding_in_split", "loss_in_split") if args[name]]
-        mode, other = "--collective", "--strategy"
-    else:
-        wrong = [name for name in _COLLECTIVE_ONLY if args[name] is not None] + (["compare"] if args["compare"] else [])
-        mode, other = "--strategy", "--collective"
-    if wrong:
-        flags = ", ".join("--" + name.replace("_", "-") for name in wrong)
-        raise InputError(f"{flags}: applies to {other}, not {mode}")
-
 
 # ---------------------------------------------------------------------------------------------
 # --collective
 
 
-def _collective_result(collective: Collective, algorithm: Algorithm | None, size: str | None, elements: str | None,
-                       dtype: str, workers: str | None, compare: bool, link: str | None, bandwidth: str | None,
-                       latency: str | None, dirs: tuple, hardware: tuple[str | None, str | None, str | None] = (None, None, None)) -> "Result":  # fmt: skip
-    from parcalc.core import collectives as co
-    from parcalc.core.dtypes import bytes_per_element, canonical_dtype
-    from parcalc.derivation import Column, Result, Table
-    from parcalc.errors import InputError
-    from parcalc.units import Dimension, parse_count, parse_quantity
-
-    op = collective
-    algo = algorithm if algorithm is not None else co.default_algorithm(op)
-    if size is not None and elements is not None:
-        raise InputError("--size: give the message as --size BYTES or as --elements N with --dtype, not both")
-    items, item_bytes, dtype_key = None, None, canonical_dtype(dtype)
-    if size is not None:
-        message = parse_quantity(size, Dimension.BYTES, "--size", require_unit=True)
-    elif elements is not None:
-        items = parse_quantity(elements, Dimension.COUNT, "--elements")
-        item_bytes = bytes_per_element(dtype_key)
-        message = items * item_bytes
-    else:
-        raise InputError("--size: required (bytes, e.g. 1GB or 512MiB), or --elements N with --dtype")
-    if workers is None:
-        if op is not co.Collective.POINT_TO_POINT:
-            raise InputError("--gpus: required (the number of ranks taking part)")
-        count = 2
-    else:
-        count = parse_count(workers, "--gpus")
-    if hardware[0] is not None and link is None and bandwidth is None and latency is None:  # --gpu: its node's link, textbook too
-        from parcalc.presets import load_gpu
-
-        node = load_gpu(hardware[0], dirs).node
-        link = node.intra_link if node is not None else None
-    chosen = _intra_link(link, bandwidth, latency, dirs)
-    beta, alpha = chosen.bandwidth_per_direction.value, chosen.latency.value
-    m_term = co.size_term(message, items, item_bytes, dtype_key)
-    derivations = list(co.cost_derivations(op, algo, m_term, count, beta, alpha))
-    if op is co.Collective.ALL_REDUCE and (algo is co.Algorithm.RING or compare):
-        derivations.append(co.seed002_ring_time(items if items is not None else message, item_bytes or 1.0, count, beta, alpha))
-    tables: tuple[Table, ...] = ()
-    if compare:
-        rows = co.compare_algorithms(op, message, count, beta, alpha)
-        columns = (
-            Column("algorithm", "algorithm"), Column("steps", "steps"), Column("sent", "sent per worker", "B"),
-            Column("received", "received per worker", "B"), Column("total", "total on network", "B"),
-            Column("slide_formula", "approximation"), Column("slide_total", "approximate total", "B"),
-            Column("slide_time", "approximate time"), Column("time", "time (alpha-beta)", "s"), Column("busbw", "busbw", "B/s"),
-        )  # fmt: skip
-        tables = (Table("algorithms", f"{op.value} of M = {message:,.0f} B over N = {count} workers", columns, tuple(
-            (r.algorithm.value, r.cost.steps, r.cost.sent, r.cost.received, r.cost.total, r.slide_formula, r.slide_total,
-             r.slide_time, r.time, r.busbw) for r in rows)),)  # fmt: skip
-    inputs = (m_term, *(t for t in derivations[4].inputs if t.key in ("n", "alpha", "beta")))
-    if any(x is not None for x in hardware):
-        if algorithm is not None or compare or bandwidth is not None or latency is not None:
-            flag = "--algorithm" if algorithm is not None else "--compare" if compare else "--bandwidth / --latency"
-            raise InputError(f"{flag}: describes the textbook alpha-beta model; --gpu / --gpus-per-node / --inter-node-link ask for "
-                             "NCCL's own choice of algorithm and protocol on that hardware (give one or the other)")  # fmt: skip
-        if count < 2:
-            raise InputError(f"--gpus: {count} rank; NCCL's model times a collective of at least 2 ranks (one rank moves nothing)")
-        return _nccl_result(op, message, m_term, count, hardware, link, derivations, dirs)
-    return Result(
-        command="comm-volume",
-        title=f"{algo.value} {op.value}: M = {message:,.0f} B over {count} workers on {chosen.name}",
-        inputs=tuple(inputs),
-        derivations=tuple(derivations),
-        tables=tables,
-        verdicts=(
-            f"per worker: sends {derivations[1].value:,.0f} B, receives {derivations[2].value:,.0f} B; "
-            f"all messages together: {derivations[3].value:,.0f} B",
-        ),
-        assumptions=(co.ALPHA_BETA, "nccl-tests convention: M is the whole array (all-gather: the output; reduce-scatter: the input)",
-                     *((co.APPROXIMATIONS,) if compare and op is co.Collective.ALL_REDUCE else ()),
-                     *((LATENCY_NOT_GIVEN,) if chosen.latency.source == LATENCY_NOT_GIVEN else ())),
-        settings=(("collective", op.value), ("algorithm", algo.value), ("link", chosen.key)),
-    )
-
-
-def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardware: tuple[str | None, str | None, str | None],
-                 link: str | None, textbook: list, dirs: tuple) -> "Result":  # fmt: skip
-    """--collective on hardware (--gpu, --gpus-per-node or --inter-node-link): the time NCCL's own
-    choice takes (parcalc.core.timing.nccl_call, the function fit's step model calls for every
-    collective), nccl-tests' algbw and busbw; the textbook counts stay, its alpha-beta time is kept
-    as time_alpha_beta."""
-    from dataclasses import replace
-
-    from parcalc.commands.common import MAX_GPUS_PER_NODE, check_at_most
-    from parcalc.core.timing.nccl_call import nccl_call_derivations
-    from parcalc.core.timing.network import node_fabric, placement
-    from parcalc.derivation import Result
-    from parcalc.presets import load_gpu, load_link
-    from parcalc.units import format_time as _seconds
-    from parcalc.units import parse_count
-
-    gpu_name, per_node_text, inter_name = hardware
-    gpu = load_gpu(gpu_name, dirs) if gpu_name is not None else None
-    node = gpu.node if gpu is not None else None
-    intra = load_link(link if link is not None else (node.intra_link if node else DEFAULT_LINK), dirs)
-    inter = load_link(inter_name if inter_name is not None else (node.inter_link if node else DEFAULT_INTER_NODE_LINK), dirs)
-    per_node = parse_count(per_node_text, "--gpus-per-node") if per_node_text is not None else (node.gpus if node else 8)
-    check_at_most(per_node, MAX_GPUS_PER_NODE, "--gpus-per-node", "GPUs per node")
-    nics = node.nics if node is not None and per_node == node.gpus else per_node  # one NIC per GPU unless the preset's node says
-    fabric = node_fabric(per_node, intra, inter, nics, gpu)
-    group = placement(count, 1, per_node)
-    (time, algbw, busbw), call = nccl_call_derivations(op, m_term, group, fabric)
-    renamed = tuple(replace(d, key=f"{d.key}_alpha_beta", label=d.label.replace("(nccl-tests", "(alpha-beta, nccl-tests"))
-                    if d.key in ("time", "algbw", "busbw") else d for d in textbook)  # fmt: skip
-    where = f"{group.nodes} node{'s' if group.nodes > 1 else ''} of {per_node} GPUs" + (f" ({gpu.name})" if gpu is not None else "")
-    network = f"{intra.name} inside a node" + (f", {nics} x {inter.name} per node" if group.nodes > 1 else "")
-    return Result(
-        command="comm-volume",
-        title=f"{op.value}: M = {message:,.0f} B over {count} ranks on {where}, as NCCL runs it",
-        inputs=(m_term, *time.inputs),
-        derivations=(time, algbw, busbw, *renamed),
-        verdicts=(f"NCCL would run {call.algorithm} with {call.protocol}: {_seconds(call.time)}, algbw "
-                  f"{call.algbw / 1e9:.4g} GB/s, busbw {call.busbw / 1e9:.4g} GB/s (nccl-tests' conventions)",
-                  f"the textbook {textbook[4].label.lower()}: {_seconds(textbook[4].value)}"),  # fmt: skip
-        assumptions=(f"links: {network}; ranks consecutive on the nodes (nccl-tests' one process per GPU)",
-                     *(("NCCL arch row sm80 (give --gpu for the GPU's own)",) if gpu is None else ()),
-                     "nccl-tests convention: M is the whole array (all-gather: the output; reduce-scatter: the input)"),
-        settings=(("collective", op.value), ("algorithm", call.algorithm), ("protocol", call.protocol), ("link", intra.key),
-                  ("inter_node_link", inter.key), ("gpus_per_node", str(per_node)), *((("gpu", gpu.key),) if gpu is not None else ())),
-    )  # fmt: skip
-
-
-# --bandwidth alone describes a link by its bandwidth: the alpha-beta time keeps only the beta term.
-LATENCY_NOT_GIVEN = "--latency not given: 0 s, so times are the bandwidth term alone (add --latency for the alpha term)"
-
-
-def _intra_link(name: str | None, bandwidth: str | None, latency: str | None, dirs: tuple) -> "Link":
-    """--link NAME, or --bandwidth (and --latency, 0 when left out), which also override a named link's values."""
-    from dataclasses import replace
-
-    from parcalc.core.hardware import Link, Sourced
-    from parcalc.errors import InputError
-    from parcalc.units import Dimension, parse_quantity
-
-    beta = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth", require_unit=True) if bandwidth is not None else None
-    alpha = parse_quantity(latency, Dimension.TIME, "--latency", allow_zero=True, require_unit=True) if latency is not None else None
-    given = "given on the command line"
-    if name is None and (beta is not None or alpha is not None):
-        if beta is None:
-            raise InputError("--latency: give --bandwidth with it (or a --link preset)")
-        alpha_term = Sourced(alpha, "s", given) if alpha is not None else Sourced(0.0, "s", LATENCY_NOT_GIVEN)
-        return Link("given", "the given link", Sourced(beta, "B/s", given), alpha_term)
-    from parcalc.presets import load_link
-
-    chosen = load_link(name or DEFAULT_LINK, dirs)
-    if beta is not None:
-        chosen = replace(chosen, bandwidth_per_direction=Sourced(beta, "B/s", given))
-    if alpha is not None:
-        chosen = replace(chosen, latency=Sourced(alpha, "s", given))
-    return chosen
-
-
 # ---------------------------------------------------------------------------------------------
 # --strategy
-
-
-def _model(args: dict[str, Any], dirs: tuple) -> "TransformerModel":
-    """From flags alone, seed 004's layer: weight matrices only, no biases, norms or positions."""
-    return model_from_flags(ModelFlags(*(args[name] for name in ModelFlags._fields)), dirs, bare=True)
-
-
-def _degrees(args: dict[str, Any]) -> tuple[int, int, int, int, int]:
-    """(gpus, tp, pp, dp, cp) from --gpus and the degree flags, the strategy's own dimension taking
-    the rest (cp's with --strategy cp); gpus = tp x pp x cp x dp."""
-    from parcalc.errors import InputError
-    from parcalc.units import parse_count
-
-    given = {k: parse_count(args[k], f"--{k}") for k in ("tp", "pp", "dp", "cp") if args[k] is not None}
-    total = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else None
-    own = {"ep": "dp", "dp": "dp", "zero1": "dp", "zero2": "dp", "zero3": "dp", "fsdp": "dp", "tp": "tp", "pp": "pp", "cp": "cp"}.get(args["strategy"].value)
-    if own is not None and own not in given:
-        others = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1) * given.get("cp", 1)
-        total = total if total is not None else DEFAULT_GPUS
-        if total % others:
-            raise InputError(f"--gpus: {total} GPUs do not split into the given degrees ({others} GPUs per {own} rank)")
-        given[own] = total // others
-    tp, pp, dp, cp = given.get("tp", 1), given.get("pp", 1), given.get("dp", 1), given.get("cp", 1)
-    if total is not None and total != tp * pp * cp * dp:
-        if cp > 1:
-            raise InputError(f"--gpus: {total} is not tp x pp x cp x dp = {tp} x {pp} x {cp} x {dp} = {tp * pp * cp * dp}")
-        raise InputError(f"--gpus: {total} is not tp x pp x dp = {tp} x {pp} x {dp} = {tp * pp * dp}")
-    return tp * pp * cp * dp, tp, pp, dp, cp
-
-
-def _strategy_result(args: dict[str, Any], dirs: tuple) -> "Result":
-    from parcalc.core import comm
-    from parcalc.core.dtypes import bytes_per_element, canonical_dtype
-    from parcalc.errors import InputError
-    from parcalc.units import parse_count
-
-    name = args["strategy"].value
-    shape = _model(args, dirs)
-    args["_ep"], args["_etp"] = expert_flags(args["ep"], args["etp"], shape)
-    if name == "ep" and shape.moe is None:
-        raise InputError(f"--strategy ep: model {shape.key} has no experts (no moe: block)")
-    par = _parallelism(args)
-    dtype_key = canonical_dtype(args["dtype"])
-    grad_key = canonical_dtype(args["grad_dtype"], "--grad-dtype") if args["grad_dtype"] else dtype_key
-    seq = parse_count(args["seq_len"], "--seq-len") if args["seq_len"] is not None else shape.max_seq_len
-    if seq == 0:
-        raise InputError("--seq-len: required (the model gives no maximum sequence length)")
-    global_batch = parse_count(args["batch"], "--batch") if args["batch"] is not None else par.gpus
-    given_micro = parse_count(args["micro_batch"], "--micro-batch") if args["micro_batch"] is not None else None
-    opts = _options(args)
-    network = comm.Network(
-        intra=_intra_link(args["link"], args["bandwidth"], args["latency"], dirs),
-        inter=_inter_link(args["inter_node_link"], par.gpus > par.gpus_per_node, dirs),
-    )
-    work = comm.Workload(global_batch, given_micro or 1, seq, bytes_per_element(dtype_key),
-                         bytes_per_element(grad_key, "--grad-dtype"), dtype_key, grad_key)  # fmt: skip
-    settings = [("model", shape.key), ("strategy", name), ("dtype", dtype_key), ("grad_dtype", grad_key),
-                ("link", network.intra.key), ("inter_node_link", network.inter.key if network.inter else "none (one node)"),
-                ("all_reduce_algorithm", opts.algorithm.value)]  # fmt: skip
-    if name == "all":
-        comparison = comm.compare_strategies(shape, work, par.gpus, network, opts, par.gpus_per_node, given_micro,
-                                             cp=par.cp, cp_comm=par.cp_comm)  # fmt: skip
-        return _comparison_result(shape, work, par.gpus, comparison, network, settings)
-    work = work._replace(micro_batch=given_micro or comm.default_micro_batch(work, par))
-    plan = comm.iteration_plan(shape, work, par, network, opts, strategy=name)
-    settings += [("tp", str(par.tp)), ("pp", str(par.pp)), ("dp", str(par.dp)), ("data_parallel", par.data_parallel.value),
-                 ("sequence_parallel", str(par.sequence_parallel).lower()), ("schedule", par.schedule)]  # fmt: skip
-    if par.cp > 1:
-        settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
-    if par.shard_group is not None:
-        settings.append(("shard_group", str(par.shard_group)))
-    from dataclasses import replace
-
-    from parcalc.commands.common import stated_no_ops
-
-    zero = args["zero"] if name == "3d" else ZeroStage.ZERO0  # the other strategies name their own data-parallel flavour
-    no_ops = stated_no_ops(par.sequence_parallel, par.tp, zero, par.dp * par.cp)[2]
-    result = _plan_result(shape, work, par, plan, network, settings)
-    return replace(result, assumptions=no_ops + tuple(result.assumptions)) if no_ops else result
-
-
-def _parallelism(args: dict[str, Any]) -> Any:
-    """Degrees, data-parallel flavour (the strategy, or --zero for 3d), schedule and node size."""
-    from parcalc.core import comm
-    from parcalc.errors import InputError
-    from parcalc.units import parse_count
-
-    name = args["strategy"].value
-    if name == "all":
-        if any(args[k] is not None for k in ("tp", "pp", "dp", "first_stage_layers", "last_stage_layers")) or args["embedding_in_split"] or args["loss_in_split"]:
-            raise InputError("--strategy all: gives all GPUs to one dimension at a time; use --gpus, not --tp/--pp/--dp "
-                             "(or --first-stage-layers / --last-stage-layers: use --strategy pp or 3d)")
-        gpus = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else DEFAULT_GPUS
-        cp, _ = cp_flags(args["cp"], args["cp_comm"])
-        if gpus % cp:
-            raise InputError(f"--cp: {cp} does not divide the {gpus} GPUs; --strategy all gives each strategy gpus / cp in its dimension")
-        tp, pp, dp = 1, 1, gpus // cp
-    else:
-        _, tp, pp, dp, cp = _degrees(args)
-    cp_kind = cp_flags(None, args["cp_comm"])[1]
-    if name == "all" and args["shard_group"] is not None:
-        raise InputError("--shard-group: --strategy all compares each strategy with full sharding; give --strategy zero1, zero2, "
-                         "fsdp or 3d --zero 1-3 with --shard-group")  # fmt: skip
-    if name == "all" and (args["ep"] is not None or args["etp"] is not None):
-        raise InputError("--ep / --etp: --strategy all gives all GPUs to one dimension at a time; use --strategy ep or 3d with --ep")
-    stages = (comm.DataParallel.DDP, comm.DataParallel.ZERO1, comm.DataParallel.ZERO2, comm.DataParallel.ZERO3)
-    flavour = {"zero1": stages[1], "zero2": stages[2], "zero3": stages[3], "fsdp": stages[3]}.get(name, stages[int(args["zero"].value)])
-    first, last = stage_flags(args["first_stage_layers"], args["last_stage_layers"])
-    return comm.Parallelism(
-        tp=tp, pp=pp, dp=dp, data_parallel=flavour, sequence_parallel=args["sequence_parallel"],
-        schedule=args["schedule"].value, chunks=parse_count(args["chunks"], "--chunks") if args["chunks"] else 1,
-        gpus_per_node=parse_count(args["gpus_per_node"], "--gpus-per-node") if args["gpus_per_node"] is not None else 8,
-        first_stage_layers=first, last_stage_layers=last, embedding_in_split=args["embedding_in_split"],
-        loss_in_split=args["loss_in_split"], cp=cp, cp_comm=cp_kind, ep=args["_ep"], etp=args["_etp"],
-        shard_group=shard_group_flag(args["shard_group"]),
-    )  # fmt: skip
-
-
-def _options(args: dict[str, Any]) -> Any:
-    from parcalc.core import comm
-    from parcalc.core.collectives import ALGORITHMS
-    from parcalc.errors import InputError
-    from parcalc.units import Dimension, parse_quantity
-
-    algorithm = args["algorithm"] or Algorithm.RING
-    if algorithm not in ALGORITHMS[Collective.ALL_REDUCE]:
-        raise InputError(f"--algorithm: {algorithm.value} is not an all-reduce algorithm")
-    bucket = parse_quantity(args["bucket_size"], Dimension.BYTES, "--bucket-size", require_unit=True) if args["bucket_size"] else None
-    return comm.Options(
-        algorithm=algorithm,
-        bucket_bytes=bucket or comm.DDP_BUCKET_BYTES,
-        first_bucket_bytes=bucket or comm.DDP_FIRST_BUCKET_BYTES,  # PyTorch: an explicit cap applies to the first bucket too
-        ddp_first_iteration=args["ddp_first_iteration"], shard_padding=args["shard_padding"],
-        reshard_root=args["reshard_root"], vocab_parallel=args["vocab_parallel"], recompute=_replays_forward(args["recompute"]),
-        moe_imbalance=imbalance_flag(args["moe_imbalance"]),
-    )  # fmt: skip
-
-
-
-def _replays_forward(recompute: Recompute) -> bool:
-    """Whether recomputation runs a layer's forward collectives again in backward: full recomputation
-    re-runs the layer's whole forward function in backward, its TP / CP / EP collectives included
-    (NVIDIA/Megatron-LM megatron/core/tensor_parallel/random.py, CheckpointFunction.backward calls
-    the saved run_function again); selective recomputation re-runs the attention core alone (QK^T,
-    softmax, dropout, attention over V: Korthikanti et al. 2022, section 5), which holds no
-    collective. TorchTitan's op-level checkpointing keeps reduce-scatters but recomputes gathers:
-    parcalc's fit counts that; this per-collective table does not model it."""
-    from parcalc.errors import InputError
-
-    if recompute is Recompute.OP:
-        raise InputError("--recompute op: comm-volume counts whole replayed layers (full) or none (selective); fit's step time "
-                         "counts op-level checkpointing's replayed gathers")  # fmt: skip
-    return recompute is Recompute.FULL
-
-
-def _inter_link(name: str | None, needed: bool, dirs: tuple) -> "Link | None":
-    if name is None and not needed:
-        return None
-    from parcalc.presets import load_link
-
-    return load_link(name or DEFAULT_INTER_NODE_LINK, dirs)
-
-
-def _workload_terms(shape: "TransformerModel", work: Any, network: Any, per_strategy_micro_batch: bool = False) -> "tuple[Term, ...]":
-    from parcalc.derivation import Term
-
-    terms = [
-        Term("params", "P", "P", shape.total_params, "", f"parameters of {shape.name}", shape.source),
-        Term("layers", "N_layer", r"N_{\mathrm{layer}}", shape.layers, "", "transformer layers"),
-        Term("hidden", "D", "D", shape.hidden, "", "hidden size"),
-        Term("heads", "n_H", "n_H", shape.heads, "", "attention heads"),
-        Term("batch", "B", "B", work.global_batch, "", "sequences per iteration (global batch)"),
-        Term("micro_batch", "b", "b", work.micro_batch, "", "sequences per micro-batch per replica"),
-        Term("seq_len", "L", "L", work.seq_len, "", "sequence length"),
-        Term("s", "s", "s", work.bytes_per_element, "B", f"bytes per {work.dtype} element"),
-        Term("s_g", "s_g", "s_g", work.grad_bytes_per_element, "B", f"bytes per {work.grad_dtype} gradient"),
-        Term("beta_intra", "β_intra", r"\beta_{\mathrm{intra}}", network.intra.bandwidth_per_direction.value, "B/s",
-             f"{network.intra.name}, per direction", network.intra.bandwidth_per_direction.source),
-        Term("alpha_intra", "α_intra", r"\alpha_{\mathrm{intra}}", network.intra.latency.value, "s", f"{network.intra.name}, latency",
-             network.intra.latency.source),
-    ]  # fmt: skip
-    if per_strategy_micro_batch:
-        terms = [t for t in terms if t.key != "micro_batch"]
-    if network.inter is not None:
-        terms += [
-            Term("beta_inter", "β_inter", r"\beta_{\mathrm{inter}}", network.inter.bandwidth_per_direction.value, "B/s",
-                 f"{network.inter.name}, per direction", network.inter.bandwidth_per_direction.source),
-            Term("alpha_inter", "α_inter", r"\alpha_{\mathrm{inter}}", network.inter.latency.value, "s",
-                 f"{network.inter.name}, latency", network.inter.latency.source),
-        ]  # fmt: skip
-    return tuple(terms)
-
-
-def _calls_table(plan: "CommPlan") -> "Table":
-    from parcalc.derivation import Column, Table
-
-    columns = (
-        Column("dimension", "group"), Column("stages", "where"), Column("phase", "phase"), Column("purpose", "what"),
-        Column("op", "op"), Column("group_size", "group size"), Column("groups", "groups"), Column("calls", "calls/iter"),
-        Column("mean_bytes_per_call", "bytes/call", "B"), Column("payload", "payload/iter", "B"), Column("algorithm", "algorithm"),
-        Column("sent", "sent/device/iter", "B"), Column("received", "received/device/iter", "B"), Column("direction", "direction"),
-        Column("link", "link"), Column("inter_node", "inter-node"), Column("time", "time/iter", "s"),
-    )  # fmt: skip
-    rows = tuple(
-        (c.dimension, c.stages, c.phase, c.purpose, c.op.value, c.group_size, c.groups, c.calls, c.bytes_per_call,
-         c.payload, c.algorithm.value, c.sent, c.received, c.direction, c.link, c.inter_node, c.time)
-        for c in plan.calls
-    )  # fmt: skip
-    return Table("collectives", "Collectives of one iteration (payload and traffic per group; 'groups' such groups run at once)",
-                 columns, rows)  # fmt: skip
-
-
-def _conventions(plan: "CommPlan") -> tuple[str, ...]:
-    """One line per kind of collective naming both conventions: payload and per-device traffic."""
-    from parcalc.units import format_bytes
-
-    lines = []
-    for total in plan.totals:
-        where = f" {total.direction}" if total.direction else ""
-        stage = f", stage {total.stage}" if plan.parallelism.pp > 1 else ""
-        lines.append(
-            f"{total.dimension} {total.op.value}{where}: payload (bytes aggregated) {format_bytes(total.payload)} per iteration; "
-            f"per-device traffic {format_bytes(total.sent)} sent (group of {total.group_size}{stage})"
-        )
-    return tuple(lines)
-
-
-def _plan_result(shape: "TransformerModel", work: Any, par: Any, plan: "CommPlan", network: Any, settings: list) -> "Result":
-    from parcalc.derivation import Result
-
-    return Result(
-        command="comm-volume",
-        title=(f"Communication of one iteration: {plan.strategy} ({par.tp} TP x {par.pp} PP"
-               + (f" x {par.cp} CP" if par.cp > 1 else "") + f" x {par.dp} DP = {par.gpus} GPUs) on {shape.name}"),
-        inputs=_workload_terms(shape, work, network),
-        derivations=plan.derivations,
-        tables=(_calls_table(plan),),
-        verdicts=_conventions(plan),
-        assumptions=plan.assumptions,
-        settings=tuple(settings),
-    )
-
-
-def _comparison_result(shape: "TransformerModel", work: Any, gpus: int, comparison: "StrategyComparison", network: Any,
-                       settings: list) -> "Result":  # fmt: skip
-    from parcalc.derivation import Column, Derivation, Result, Table
-
-    derivations = []
-    rows = []
-    totals = []
-    for plan in comparison.plans:
-        for d in plan.derivations:  # dataclasses.replace without its per-call field walk (~10 µs a call)
-            derivations.append(Derivation(**{**vars(d), "key": f"{plan.strategy}.{d.key}", "label": f"{plan.strategy}: {d.label}"}))
-        for c in plan.calls:
-            rows.append((plan.strategy, c.dimension, c.stages, c.phase, c.purpose, c.op.value, c.group_size, c.groups,
-                         c.calls, c.payload, c.sent, c.direction, c.time))  # fmt: skip
-        time = next((d.value for d in plan.derivations if d.key == "comm_time"), 0.0)
-        sent = next((d.value for d in plan.derivations if d.key == "sent_per_device"), 0.0)
-        totals.append((plan.strategy, plan.parallelism.tp, plan.parallelism.pp, plan.parallelism.dp, plan.workload.micro_batch, sent, time))
-    columns = (
-        Column("strategy", "strategy"), Column("dimension", "group"), Column("stages", "where"), Column("phase", "phase"),
-        Column("purpose", "what"), Column("op", "op"), Column("group_size", "group size"), Column("groups", "groups"),
-        Column("calls", "calls/iter"), Column("payload", "payload/iter", "B"),
-        Column("sent", "sent/device/iter", "B"), Column("direction", "direction"), Column("time", "time/iter", "s"),
-    )  # fmt: skip
-    total_columns = (
-        Column("strategy", "strategy"), Column("tp", "TP"), Column("pp", "PP"), Column("dp", "DP"),
-        Column("micro_batch", "micro-batch"), Column("sent", "sent/device/iter", "B"), Column("time", "comm time/iter", "s"),
-    )  # fmt: skip
-    verdicts = [f"{name} skipped: {why}" for name, why in comparison.skipped]
-    if totals:
-        fastest = min(totals, key=lambda t: t[-1])
-        verdicts.insert(0, f"least communication time: {fastest[0]} ({fastest[-1]:.4g} s per iteration, no overlap)")
-    assumptions: dict[str, None] = {}
-    for plan in comparison.plans:
-        assumptions.update(dict.fromkeys(plan.assumptions))
-    return Result(
-        command="comm-volume",
-        title=f"Communication of one iteration, every strategy on {gpus} GPUs: {shape.name}",
-        inputs=_workload_terms(shape, work, network, per_strategy_micro_batch=True),
-        derivations=tuple(derivations),
-        tables=(  # the full table first: CSV output writes the first table
-            Table("collectives", "Per strategy: every collective (payload per group)", columns, tuple(rows)),
-            Table("totals", "Per strategy: the busiest device", total_columns, tuple(totals)),
-        ),
-        verdicts=tuple(verdicts),
-        assumptions=tuple(assumptions),
-        settings=tuple(settings + [("gpus", str(gpus))]),
-    )

@@ -1,8 +1,8 @@
-"""`parcalc intensity`: arithmetic intensity of a matmul or of a transformer layer's operations."""
+"""`parcalc intensity`: arithmetic intensity of a matmul or of a transformer layer's operations (parcalc.results.intensity)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -13,17 +13,8 @@ from parcalc.commands.common import (
     PowerLimitOption,
     PresetsOption,
     finish,
-    kernels_flag,  # fmt: skip
-    preset_dirs,
     start,
 )
-
-if TYPE_CHECKING:  # annotations only: the command imports the core when it runs (start-up)
-    from parcalc.core.hardware import Gpu
-    from parcalc.core.intensity import Machine
-    from parcalc.core.model import TransformerModel
-    from parcalc.core.timing.compute import ComputeSpec
-    from parcalc.derivation import Result
 
 EXAMPLES = """\
 \b
@@ -67,167 +58,9 @@ def intensity(
 ) -> None:
     """Arithmetic intensity (FLOP per byte moved) and the roofline verdict on a GPU."""
     start(output, fmt, picture=True)
-    from parcalc.core.dtypes import bytes_per_element, canonical_dtype
-    from parcalc.core.intensity import layer_intensity, matmul_intensity
-    from parcalc.errors import InputError
-    from parcalc.units import parse_count
+    from parcalc.results.intensity import from_flags
 
-    dtype_key = canonical_dtype(dtype)
-    element_bytes = bytes_per_element(dtype_key)
-    machine, device, rated = _machine(gpu, peak, bandwidth, dtype_key, preset_dirs(presets), power_limit)
-    if model is not None:
-        if any(v is not None for v in (m, k, n)):
-            raise InputError("--model: give either --model (a layer table) or --m/--k/--n (one matmul), not both")
-        from parcalc.presets import load_model
-
-        shape = load_model(model, preset_dirs(presets))
-        sequences = parse_count(batch or 1, "--batch")
-        length = parse_count(seq_len, "--seq-len") if seq_len else (shape.max_seq_len or 0)
-        if length == 0:
-            raise InputError("--seq-len: required (the model preset has no maximum sequence length)")
-        result = layer_intensity(shape, sequences, length, dtype_key, element_bytes, machine)
-        if machine is not None:
-            result = _with_layer_kernels(result, shape, sequences, length, dtype_key, element_bytes, machine, device, bandwidth, peak,
-                                         flash_attention, compile_, rated, kernels_flag(kernels) == "eager")  # fmt: skip
-        elif kernels is not None:
-            raise InputError("--kernels: with --model and a GPU (--gpu, or --peak and --bandwidth): it changes the timed kernels")
-    else:
-        if flash_attention or compile_ or kernels is not None:
-            flag = "--flash-attention" if flash_attention else "--compile" if compile_ else "--kernels"
-            raise InputError(f"{flag}: only with --model (it changes a layer's kernels)")
-        missing = [flag for flag, value in (("--m", m), ("--k", k), ("--n", n)) if value is None]
-        if missing:
-            raise InputError(f"give --m, --k and --n (missing: {', '.join(missing)}), or --model")
-        assert m is not None and k is not None and n is not None  # none missing
-        dims = (parse_count(m, "--m"), parse_count(k, "--k"), parse_count(n, "--n"), parse_count(batch or 1, "--batch"))
-        result = matmul_intensity(*dims[:3], dtype_key, element_bytes, dims[3], machine)
-        if machine is not None:
-            result = _with_gemm_times(result, dims, dtype_key, element_bytes, machine, device, bandwidth, peak, rated)
-    finish(_under_power_limit(_gpu_settings(result, device), device), fmt, output)
-
-
-def _under_power_limit(result: Result, device: Gpu | None) -> Result:
-    """The limit among the inputs, and what it assumes (the roofline's peak is already the capped one)."""
-    from dataclasses import replace
-
-    from parcalc.commands.common import power_assumptions
-    from parcalc.core.power import tensor_power_scale
-
-    scale = tensor_power_scale(device) if device is not None else None
-    if scale is None:
-        return result
-    return replace(result, inputs=result.inputs + (scale.inputs[0], scale.as_term("s_P")),
-                   assumptions=result.assumptions + power_assumptions(device))
-
-
-def _gpu_settings(result: Result, device: Gpu | None) -> Result:
-    """settings.gpu as every command gives it (issue #15, the JSON schema): the preset's name ('none'
-    for --peak/--bandwidth alone), with its display name as gpu_name, as fit does."""
-    from dataclasses import replace
-
-    settings = result.settings
-    if not any(key == "gpu" for key, _ in settings):
-        return result
-    key = device.key if device is not None else "none"
-    named = [pair for key_value in settings for pair in ((("gpu", key), ("gpu_name", key_value[1])) if key_value[0] == "gpu" else (key_value,))]
-    return replace(result, settings=tuple(named))
-
-
-def _spec(machine: Machine, device: Gpu | None, bandwidth: str | None, dtype: str, peak: str | None, rated: float | None = None) -> ComputeSpec:
-    """The ComputeSpec fit would build for this GPU and dtype (--bandwidth replaces the preset's);
-    `rated`: the peak before a power limit (compute_spec applies the limit itself)."""
-    from parcalc.core.timing.kernel_report import kernel_spec
-
-    bw = machine.bandwidth.value if bandwidth or device is None else None
-    return kernel_spec(device, dtype, rated if rated is not None else machine.peak.value, bw, given_peak=peak is not None)
-
-
-def _kernel_assumptions(device: Gpu | None, spec: ComputeSpec) -> tuple[str, ...]:
-    from parcalc.core.timing.compute import GENERIC
-
-    if device is None or getattr(device, "kernels", None) is None:
-        return (f"kernel shares: {GENERIC}",)
-    return ()
-
-
-def _with_gemm_times(result: Result, dims: tuple[int, int, int, int], dtype: str, element_bytes: float, machine: Machine, device: Gpu | None,
-                     bandwidth: str | None, peak: str | None, rated: float | None = None) -> Result:  # fmt: skip
-    """intensity --m --k --n with a machine: the GEMM's predicted time and achieved FLOP/s."""
-    from dataclasses import replace
-
-    from parcalc.core.timing.kernel_report import gemm_times
-
-    spec = _spec(machine, device, bandwidth, dtype, peak, rated)
-    m, k, n, b = dims
-    times = gemm_times(m, k, n, b, element_bytes, dtype, spec)
-    notes = _kernel_assumptions(device, spec)
-    if len(times) == 2:
-        notes += ("no isolated GEMM share in the GPU preset (kernels.matmul_isolated): only the in-training time is given",)
-    return replace(result, derivations=result.derivations + times, assumptions=result.assumptions + notes)
-
-
-def _with_layer_kernels(result: Result, shape: TransformerModel, batch: int, seq_len: int, dtype: str, element_bytes: float, machine: Machine,
-                        device: Gpu | None, bandwidth: str | None, peak: str | None, flash: bool, compiled: bool,
-                        rated: float | None = None, eager: bool = False) -> Result:  # fmt: skip
-    """intensity --model with a machine: every kernel of one layer timed by the step-time model."""
-    from dataclasses import replace
-
-    from parcalc.core.timing.compute import LayerShard, compile_assumption, kernel_set_assumption
-    from parcalc.core.timing.kernel_report import layer_kernels
-
-    spec = _spec(machine, device, bandwidth, dtype, peak, rated)
-    fp8 = dtype == "fp8"
-    activation_bytes = 2.0 if fp8 else element_bytes  # FP8 training keeps 16-bit activations
-    dropout = bool(getattr(shape, "dropout", False))
-    shard = LayerShard(batch, seq_len, 1, False, flash, dropout, True, activation_bytes, 1, "delayed" if fp8 else "", compiled, eager)
-    table, totals = layer_kernels(shape, shard, spec, moe_layer=getattr(shape, "moe", None) is not None)
-    notes = (*_kernel_assumptions(device, spec),
-             "kernel times: one GPU (no TP), one micro-batch of --batch sequences, causal attention, GEMMs at the in-training "
-             "share fit uses (kernels.matmul)" + ("; FlashAttention" if flash else "; attention as explicit GEMMs and softmax")
-             + ("; dropout as the model trains" if dropout else ""),
-             *(("--compile: " + compile_assumption(),) if compiled and not eager else ()), kernel_set_assumption(eager, compiled))  # fmt: skip
-    return replace(result, derivations=result.derivations + totals, tables=result.tables + (table,),
-                   assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()), ("compile", str(compiled).lower()),
-                                                 ("kernels", "eager" if eager else "fused")))
-
-
-def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: str, dirs: tuple,
-             power_limit: str | None = None) -> tuple[Machine | None, Gpu | None, float | None]:  # fmt: skip
-    """The roofline's two roofs from a GPU preset and/or explicit --peak / --bandwidth, the preset
-    (or None) and the preset's rated peak when a power limit lowers the roof (else None)."""
-    from parcalc.commands.common import power_limited
-    from parcalc.core.intensity import machine_terms
-    from parcalc.errors import InputError
-    from parcalc.units import Dimension, parse_quantity
-
-    if gpu is None and peak is None and bandwidth is None:
-        power_limited(None, power_limit)  # --power-limit alone: a one-line error
-        return None, None, None
-    rated = None
-    device = None
-    peak_value = parse_quantity(peak, Dimension.FLOP_RATE, "--peak", require_unit=True) if peak else None
-    bw_value = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth", require_unit=True) if bandwidth else None
-    name, peak_source, bw_source = "the given machine", "given on the command line", "given on the command line"
-    if gpu is not None:
-        from parcalc.core.flops import gpu_peak_flops
-        from parcalc.presets import load_gpu
-
-        device = power_limited(load_gpu(gpu, dirs), power_limit, peak_given=peak_value is not None)
-        name = device.name
-        if peak_value is None:
-            chosen = gpu_peak_flops(device, dtype)
-            peak_value = chosen.value
-            peak_source = (chosen.derived or chosen.datasheet).source  # type: ignore[union-attr]
-            from parcalc.core.power import tensor_power_scale
-
-            scale = tensor_power_scale(device)
-            if scale is not None:  # the roof the Tensor Cores reach under the board power limit
-                rated, peak_value = peak_value, peak_value * scale.value
-                peak_source = f"{peak_source}; x {scale.value:.4f} under the {scale.inputs[0].value:g} W power limit (parcalc.core.power)"
-        if bw_value is None:
-            bw_value, bw_source = device.memory_bandwidth.value, device.memory_bandwidth.source
-    else:
-        power_limited(None, power_limit)
-    if peak_value is None or bw_value is None:
-        raise InputError("the roofline needs both --peak and --bandwidth, or --gpu")
-    return machine_terms(name, peak_value, peak_source, bw_value, bw_source), device, rated
+    result = from_flags(m=m, k=k, n=n, batch=batch, dtype=dtype, model=model, seq_len=seq_len, gpu=gpu, peak=peak,
+                        bandwidth=bandwidth, flash_attention=flash_attention, compile_=compile_, kernels=kernels,
+                        presets=presets, power_limit=power_limit)
+    finish(result, fmt, output)

@@ -1,8 +1,10 @@
-"""`parcalc memory`: per-GPU memory of training under TP, SP, PP, DP and ZeRO, and whether it fits."""
+"""`parcalc memory`: per-GPU memory of training under TP, SP, PP, DP and ZeRO, and whether it fits.
+
+The flags; the work and the Result are parcalc.results.memory's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -22,17 +24,8 @@ from parcalc.commands.common import (
     RecomputeLayersOption,
     RecomputeModulesOption,
     ShardGroupOption,
-    cp_flags,
-    expert_flags,
     finish,
-    imbalance_flag,
-    preset_dirs,
-    recompute_layers_flag,
-    recompute_modules_flag,
-    shard_group_flag,
-    stage_flags,
     start,
-    stated_no_ops,
 )
 from parcalc.commands.model_options import (
     FfnOption,
@@ -41,19 +34,20 @@ from parcalc.commands.model_options import (
     KvHeadsOption,
     LayersOption,
     MlpOption,
-    ModelFlags,
     ModelOption,
     TiedOption,
     VocabOption,
-    model_and_seq_len,
-    model_terms,
 )
 from parcalc.core.choices import Offload, Optimizer, Precision, Recompute, Schedule, ZeroStage
-
-if TYPE_CHECKING:
-    from parcalc.core.memory import MemoryBreakdown
-    from parcalc.core.model import TransformerModel
-    from parcalc.derivation import Result, Table
+from parcalc.results.memory import (  # noqa: F401 - re-exported: fit imports them from here
+    MOMENT_BYTES,
+    context_assumptions,
+    dropout_assumption,
+    memory_result,
+    micro_batches_of,
+    shard_group_assumptions,
+    stage_components_table,
+)
 
 EXAMPLES = """\
 \b
@@ -146,368 +140,20 @@ def memory(
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
     it fits on the GPU."""
     start(output, fmt, picture=True)
-    from parcalc.core.memory import (
-        DEFAULT_RESERVE_BYTES,
-        Parallelism,
-        TrainingSetup,
-        memory_breakdown,
-    )
-    from parcalc.errors import InputError
-    from parcalc.units import Dimension, parse_count, parse_quantity
-
-    dirs = preset_dirs(presets)
-    shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
-    c, cp_kind = cp_flags(cp, cp_comm)
-    t, p, d = _degrees(tp, pp, dp, gpus, c)
-    chosen = schedule
-    v = parse_count(chunks, "--chunks") if chunks is not None else 1
-    if chunks is not None and chosen is not Schedule.INTERLEAVED:
-        raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --schedule {chosen.value})")
-    default_m = 2 * p if chosen is Schedule.INTERLEAVED and v > 1 else p
-    m = parse_count(micro_batches, "--micro-batches") if micro_batches is not None else default_m
-    b = parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1
-    if batch is not None:
-        m = micro_batches_of(parse_count(batch, "--batch"), b, d, m if micro_batches is not None else None)
-    sequence_parallel, zero, no_ops = stated_no_ops(sequence_parallel, t, zero, d * c)
-    notes_no_ops = no_ops
-    cap, cap_source, device_key = None, "", "none"
-    notes: tuple[str, ...] = ()
-    if gpu is not None:
-        from parcalc.presets import load_gpu
-
-        device = load_gpu(gpu, dirs)
-        cap, cap_source, device_key = device.memory_capacity.value, device.memory_capacity.source, device.key
-        if precision is Precision.FP8 and "fp8" not in device.dtypes:
-            raise InputError(f"--precision fp8: {device.name} has no FP8 rate in its datasheet (it lists {', '.join(device.dtypes)}); "
-                             "FP8 Tensor Cores start with Hopper (H100, H200) and Ada")  # fmt: skip
-        if precision is None:  # the default must hold on the GPU given: no bf16 on a V100
-            from parcalc.commands.common import sixteen_bit_default
-
-            _, note = sixteen_bit_default(device)
-            if note is not None:
-                precision = Precision.MIXED_FP16
-                notes = (f"{note}: mixed-fp16 (the same bytes as mixed-bf16; --precision chooses)",)
-    if precision is None:
-        precision = Precision.MIXED_BF16
-    if capacity is not None:
-        cap, cap_source = parse_quantity(capacity, Dimension.BYTES, "--capacity", require_unit=True), "given on the command line"
-    reserve_bytes = parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES
-    first, last = stage_flags(first_stage_layers, last_stage_layers)
-    e, et = expert_flags(ep, etp, shape)
-    sg = shard_group_flag(shard_group)
-    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split,
-                      cp=c, cp_comm=cp_kind, ep=e, etp=et, shard_group=sg)  # fmt: skip
-    setup = TrainingSetup(
-        micro_batch=b, seq_len=seq,
-        precision=precision, optimizer=optimizer, recompute=recompute,
-        flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads, reserve=reserve_bytes, capacity=cap,
-        capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
-        offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
-        moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
-        recompute_modules=recompute_modules_flag(recompute_modules),
-    )  # fmt: skip
-    breakdown = memory_breakdown(shape, par, setup)
-    settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
-                ("zero", zero.value), ("recompute", recompute.value), ("schedule", chosen.value),
-                ("sequence_parallel", str(sequence_parallel).lower()), ("flash_attention", str(flash_attention).lower()),
-                ("dropout", str(breakdown.setup.dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
-    if offload:
-        settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
-    if compile_:
-        from parcalc.core.activations import COMPILE_ACTIVATIONS
-
-        settings.append(("compile", "true"))
-        notes = (*notes, "--compile: " + COMPILE_ACTIVATIONS)
-    if c > 1:
-        settings += [("cp", str(c)), ("cp_comm", cp_kind)]
-    if setup.recompute_layers is not None:
-        settings.append(("recompute_layers", str(setup.recompute_layers)))
-    if sg is not None:
-        settings.append(("shard_group", str(sg)))
-    if moment_dtype is not None:
-        settings.append(("moment_dtype", moment_dtype.lower()))
-    if recompute_mla_up_proj:
-        settings.append(("recompute_mla_up_proj", "true"))
-    if setup.recompute_modules is not None:
-        settings.append(("recompute_modules", ",".join(setup.recompute_modules)))
-    if moe_imbalance is not None:
-        settings.append(("moe_imbalance", f"{setup.moe_imbalance:g}"))
     from parcalc.output import draws_figures
+    from parcalc.results.memory import from_flags
 
-    result = memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes + notes_no_ops)
-    if draws_figures(fmt, output):  # the picture's bars: every stage's components
-        from dataclasses import replace
-
-        result = replace(result, tables=result.tables + (stage_components_table(breakdown),))
+    result = from_flags(model=model, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                        ffn_hidden=ffn_hidden, mlp=mlp, vocab=vocab, tied=tied, micro_batch=micro_batch, batch=batch,
+                        seq_len=seq_len, tp=tp, pp=pp, dp=dp, gpus=gpus, cp=cp, cp_comm=cp_comm,
+                        sequence_parallel=sequence_parallel, ep=ep, etp=etp, zero=zero, shard_group=shard_group,
+                        recompute=recompute, precision=precision, optimizer=optimizer, offload=offload,
+                        fp32_grads=fp32_grads, schedule=schedule, micro_batches=micro_batches, chunks=chunks,
+                        first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                        embedding_in_split=embedding_in_split, loss_in_split=loss_in_split,
+                        flash_attention=flash_attention, compile_=compile_, dropout=dropout, gpu=gpu,
+                        capacity=capacity, reserve=reserve, per_stage=per_stage, presets=presets,
+                        recompute_layers=recompute_layers, moment_dtype=moment_dtype,
+                        recompute_mla_up_proj=recompute_mla_up_proj, recompute_modules=recompute_modules,
+                        moe_imbalance=moe_imbalance, pictures=draws_figures(fmt, output))
     finish(result, fmt, output)
-
-
-def micro_batches_of(batch: int, micro_batch: int, dp: int, given: int | None) -> int:
-    """--batch B as micro-batches per pipeline per iteration: m = B / (b x d) (Megatron-LM's
-    get_num_microbatches: global_batch_size // (micro_batch_size * data_parallel_size),
-    megatron/core/num_microbatches_calculator.py); it must divide, and agree with --micro-batches."""
-    from parcalc.errors import InputError
-
-    if batch % (micro_batch * dp):
-        raise InputError(f"--batch: {batch:,} sequences do not split into micro-batches of b = {micro_batch} over d = {dp} replicas "
-                         f"(B must be a multiple of b x d = {micro_batch * dp:,})")  # fmt: skip
-    m = batch // (micro_batch * dp)
-    if given is not None and given != m:
-        raise InputError(f"--micro-batches: {given} is not B / (b x d) = {batch:,} / ({micro_batch} x {dp}) = {m}; give one of them")
-    return m
-
-
-
-def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None, cp: int = 1) -> tuple[int, int, int]:
-    """(t, p, d) from the degree flags; --gpus gives d, or must equal t x p x c x d (c: --cp)."""
-    from parcalc.errors import InputError
-    from parcalc.units import parse_count
-
-    t, p = (parse_count(v, flag) if v is not None else 1 for v, flag in ((tp, "--tp"), (pp, "--pp")))
-    total = parse_count(gpus, "--gpus") if gpus is not None else None
-    if dp is not None:
-        d = parse_count(dp, "--dp")
-        if total is not None and total != t * p * cp * d:
-            if cp > 1:
-                raise InputError(f"--gpus: {total} is not t x p x c x d = {t} x {p} x {cp} x {d} = {t * p * cp * d}")
-            raise InputError(f"--gpus: {total} is not t x p x d = {t} x {p} x {d} = {t * p * d}")
-        return t, p, d
-    if total is None:
-        return t, p, 1
-    if total % (t * p * cp):
-        if cp > 1:
-            raise InputError(f"--gpus: {total} GPUs do not divide into tensor x pipeline x context groups of t x p x c = {t * p * cp}")
-        raise InputError(f"--gpus: {total} GPUs do not divide into tensor x pipeline groups of t x p = {t * p}")
-    return t, p, total // (t * p * cp)
-
-
-MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}  # Megatron-LM --exp-avg-dtype choices but fp8 (scaled; not modelled)
-
-
-def _moment_bytes(text: str | None) -> float | None:
-    """--moment-dtype as bytes per state element (None: not given)."""
-    from parcalc.errors import InputError
-
-    if text is None:
-        return None
-    if text.lower() not in MOMENT_BYTES:
-        raise InputError(f"--moment-dtype: one of {', '.join(MOMENT_BYTES)}, got {text!r}")
-    return MOMENT_BYTES[text.lower()]
-
-
-def _imbalance(text: str | None, shape: TransformerModel) -> float:
-    """--moe-imbalance for the MoE exchange buffers (1.0 when not given); on a dense model an error."""
-    from parcalc.errors import InputError
-
-    if text is not None and shape.moe is None:
-        raise InputError(f"--moe-imbalance: model {shape.key} has no experts (no moe: block); it applies to MoE models only")
-    return imbalance_flag(text, shape.moe.experts if shape.moe is not None else None)
-
-
-def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tuple[str, str]], dropout_given: bool = False,
-                  notes: tuple[str, ...] = ()) -> Result:  # fmt: skip
-    """The fullest stage's derivations, its component table, one layer's saved tensors, verdicts."""
-    from parcalc.derivation import Column, Result, Table, Term
-    from parcalc.units import GIB
-
-    shape, par, setup, worst = breakdown.model, breakdown.parallelism, breakdown.setup, breakdown.worst
-    inputs = model_terms(shape) + [
-        Term("b", "b", "b", setup.micro_batch, "", "sequences per micro-batch"),
-        Term("s", "s", "s", setup.seq_len, "", "sequence length"),
-        Term("t", "t", "t", par.tp, "", "tensor-parallel degree"),
-        Term("p", "p", "p", par.pp, "", "pipeline stages"),
-        Term("d", "d", "d", par.dp, "", "data-parallel degree"),
-        Term("m", "m", "m", par.micro_batches, "", "micro-batches per iteration"),
-    ]
-    if par.cp > 1:
-        inputs.append(Term("c", "c", "c", par.cp, "", f"context-parallel degree ({par.cp_comm})"))
-    if par.shard_group is not None:
-        inputs.append(Term("S", "S", "S", par.shard_group, "", "shard group: ZeRO shards over S data-parallel ranks (hybrid sharding)"))
-    if par.chunks > 1:
-        inputs.append(Term("v", "v", "v", par.chunks, "", "model chunks per device"))
-    if shape.moe is not None:
-        from parcalc.core.expert_parallel import expert_layout
-
-        layout = expert_layout(shape, par.tp, par.cp, par.dp, par.ep, par.etp)
-        inputs += [Term("e", "e", "e", layout.ep, "", "expert-parallel degree (routed experts split over e ranks)"),
-                   Term("etp", "t_e", "t_e", layout.etp, "", "expert tensor-parallel degree (each expert split t_e ways)"),
-                   Term("d_e", "d_e", "d_e", layout.edp, "", "expert data-parallel degree: t x cp x d / (t_e x e)")]  # fmt: skip
-    layer = breakdown.layer
-    derivations = [worst.parameters, worst.states.weights, worst.states.gradients, worst.states.optimizer]
-    derivations += [x for x in (worst.fp8_weights, worst.gathered) if x is not None]
-    derivations += [layer.per_layer] + ([layer.korthikanti] if layer.korthikanti is not None else [])
-    derivations += [worst.layers, worst.in_flight, worst.activations]
-    derivations += [x for x in (worst.embedding, worst.output, worst.recompute, worst.context, worst.dispatch) if x is not None]
-    derivations += [worst.states_total, worst.activations_total, worst.reserve, worst.total]
-    headroom = breakdown.headroom()
-    if headroom is not None:
-        derivations.append(headroom)
-    if worst.host is not None:
-        from parcalc.core.offload import pcie_traffic
-
-        derivations.append(worst.host)
-        derivations += pcie_traffic(worst.parameters.value, breakdown.per_parameter, par, layer.per_layer.value, int(worst.layers.value),
-                                    par.micro_batches, setup.offload_optimizer, setup.offload_activations)  # fmt: skip
-    components = Table(
-        "components",
-        f"Memory of one GPU of stage {worst.stage + 1} of {par.pp} (the fullest)",
-        (Column("component", "component"), Column("bytes", "bytes", "B"), Column("share", "share", "fraction")),
-        tuple((name, value, value / worst.total.value) for name, value in worst.components() if value)
-        + (("total", worst.total.value, 1.0),),
-    )
-    tensors = Table(
-        "layer_activations",
-        "What one layer keeps for backward (one micro-batch, one GPU)",
-        (Column("tensor", "tensor"), Column("elements", "elements"), Column("bytes_per_element", "bytes/element", "B"),
-         Column("split", "split over"), Column("bytes", "bytes", "B"), Column("source", "source")),
-        layer.rows(),
-    )  # fmt: skip
-    tables: list[Table] = [components, tensors]
-    if per_stage:
-        tables.append(_stage_table(breakdown))
-    verdicts = [_fit_verdict(breakdown, GIB)]
-    if layer.korthikanti is not None:
-        verdicts.append(_korthikanti_verdict(layer.per_layer.value, layer.korthikanti.value))
-    title = (f"Memory per GPU: {shape.name}, b = {setup.micro_batch}, s = {setup.seq_len}, "
-             f"{par.tp} TP x {par.pp} PP" + (f" x {par.cp} CP" if par.cp > 1 else "") + f" x {par.dp} DP"
-             + (f", EP {par.ep}" if par.ep > 1 else "") + (f", ETP {par.etp}" if par.etp is not None and par.etp != par.tp else "")
-             + (f", ZeRO-{par.zero}" if par.zero else "")
-             + (f", shard group {par.shard_group}" if par.shard_group is not None and par.shard_group < par.dp * par.cp else ""))  # fmt: skip
-    from parcalc.core.memory import gradient_convention
-
-    assumptions = (
-        *notes,
-        "bytes per parameter: weights {:g}, gradients {:g}, optimizer {:g} (master {:g} + {:g} state(s) x {:g})".format(  # noqa: UP032 - six long operands read better after the sentence
-            breakdown.per_parameter.weight, breakdown.per_parameter.gradient, breakdown.per_parameter.optimizer,
-            breakdown.per_parameter.master, breakdown.per_parameter.states, breakdown.per_parameter.per_state),
-        f"optimizer {setup.optimizer.value}: {breakdown.per_parameter.state_text} ({breakdown.per_parameter.state_source})",
-        *((f"offloaded to the host: {', '.join(worst.offloaded) or 'activations'}; not on the GPU's total",) if worst.host else ()),
-        gradient_convention(breakdown.per_parameter),
-        "GB = 1e9 bytes, GiB = 2^30 bytes; GPU capacities are binary (80 GiB for an '80GB' HBM part)",
-        _stages_assumption(breakdown),
-        dropout_assumption(shape, bool(setup.dropout), dropout_given),
-        *context_assumptions(par),
-        *shard_group_assumptions(breakdown),
-    )  # fmt: skip
-    return Result(
-        command="memory",
-        title=title,
-        inputs=tuple(inputs),
-        derivations=tuple(derivations),
-        tables=tuple(tables),
-        verdicts=tuple(verdicts),
-        assumptions=assumptions,
-        settings=tuple(settings),
-        fits=None if setup.capacity is None else worst.total.value <= setup.capacity,  # as _fit_verdict says it
-        main_table="stages" if per_stage else "",  # --per-stage --format csv: the stages, as asked
-    )
-
-
-def shard_group_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:
-    """Hybrid sharding, in words (none without --shard-group)."""
-    par = breakdown.parallelism
-    if par.shard_group is None:
-        return ()
-    n = par.dp * par.cp
-    text = (f"hybrid sharding: ZeRO-{par.zero} shards over a group of S = {par.shard_group} of the {n} data-parallel ranks "
-            f"and replicates over {n // par.shard_group} such groups (FSDP2 HSDP, Megatron-LM --num-distributed-optimizer-instances "
-            f"{n // par.shard_group}): the ZeRO divisor is S, not dp x cp")  # fmt: skip
-    if breakdown.model.moe is not None:
-        text += "; the routed experts' states stay sharded over the expert data-parallel ranks, as without a shard group"
-    return (text,)
-
-
-def context_assumptions(par: object) -> tuple[str, ...]:
-    """What context parallelism does to memory, in words (none without it)."""
-    cp = getattr(par, "cp", 1)
-    if cp <= 1:
-        return ()
-    from parcalc.core.context import CpComm, cp_comm_of
-
-    kind = cp_comm_of(getattr(par, "cp_comm", "p2p"))
-    held = {CpComm.P2P: "p2p keeps the received K/V blocks of one layer (max(cp, 4) blocks) while it runs",
-            CpComm.ALL_GATHER: "all-gather holds the gathered K/V and full-length dK/dV (2 cp blocks) in one layer's backward",
-            CpComm.A2A: "a2a holds the all-to-all output buffers of Q, K, V of one layer"}[kind]  # fmt: skip
-    return (f"context parallelism over {cp} ranks ({kind.label}): activations, embeddings' and logits' memory divide by cp "
-            f"(s/cp tokens per GPU, the sequence in 2cp chunks for causal balancing); {held}; only the local shards are saved "
-            "for backward (Transformer Engine context_parallel.py)",
-            "ZeRO shards and gradients are reduced over the data-parallel x context-parallel ranks (Megatron-LM's dp-cp group), "
-            "which hold the same weights")  # fmt: skip
-
-
-def _stage_table(breakdown: MemoryBreakdown) -> Table:
-    from parcalc.derivation import Column, Table
-
-    cap = breakdown.setup.capacity
-    columns = (
-        Column("stage", "stage"), Column("layers", "layers"), Column("parameters", "parameters"), Column("weights", "weights", "B"),
-        Column("gradients", "gradients", "B"), Column("optimizer", "optimizer", "B"), Column("in_flight", "in flight"),
-        Column("activations", "activations", "B"), Column("embeddings", "embeddings", "B"), Column("logits", "logits", "B"),
-        Column("other", "gathered + recompute + reserve", "B"), Column("total", "total", "B"), Column("headroom", "headroom", "B"),
-    )  # fmt: skip
-    rows = []
-    for s in breakdown.stages:
-        other = s.reserve.value + (s.gathered.value if s.gathered else 0.0) + (s.recompute.value if s.recompute else 0.0)
-        rows.append((s.stage + 1, int(s.layers.value), s.parameters.value, s.states.weights.value, s.states.gradients.value, s.states.optimizer.value,
-                     s.in_flight.value, s.activations.value, s.embedding.value if s.embedding else 0.0,
-                     s.output.value if s.output else 0.0, other, s.total.value,
-                     None if cap is None else cap - s.total.value))  # fmt: skip
-    return Table("stages", "Every pipeline stage (one GPU each)", columns, tuple(rows))
-
-
-def stage_components_table(breakdown: MemoryBreakdown) -> Table:
-    """One GPU of every stage, component by component (StageMemory.components), and its total:
-    what `memory -o mem.svg` stacks into one bar per stage."""
-    from parcalc.derivation import Column, Table
-
-    names = [name for name, _ in breakdown.stages[0].components()]
-    columns = (Column("stage", "stage"), *(Column(f"c{i}", name, "B") for i, name in enumerate(names)), Column("total", "total", "B"))
-    rows = tuple((s.stage + 1, *(value for _, value in s.components()), s.total.value) for s in breakdown.stages)
-    return Table("stage_components", "Memory of one GPU of each stage, by component", columns, rows)
-
-
-def _stages_assumption(breakdown: MemoryBreakdown) -> str:
-    from parcalc.core.memory import stage_layers
-    from parcalc.core.stages import split_text
-
-    par = breakdown.parallelism
-    ends = "the first also the embeddings, the last the final norm and LM head"
-    split = split_text(stage_layers(breakdown.model, par))
-    if par.embedding_in_split or par.loss_in_split:
-        both = par.embedding_in_split and par.loss_in_split
-        slots = "the embedding and the loss each take" if both else f"the {'embedding' if par.embedding_in_split else 'loss'} takes"
-        return (f"pipeline stages hold {split} layers: {slots} one layer slot of the split (Megatron-LM's "
-                f"--account-for-embedding/loss-in-pipeline-split); {ends}")
-    if par.first_stage_layers is None and par.last_stage_layers is None:
-        return f"pipeline stages hold L/p layers each; {ends}"
-    return f"pipeline stages hold {split} layers (--first-stage-layers / --last-stage-layers, Megatron-LM's uneven split); {ends}"
-
-
-def _fit_verdict(breakdown: MemoryBreakdown, gib: float) -> str:
-    worst = breakdown.worst
-    total = worst.total.value
-    cap = breakdown.setup.capacity
-    if cap is None:
-        return f"the fullest GPU (stage {worst.stage + 1}) needs {total / gib:.2f} GiB ({total / 1e9:.2f} GB); give --gpu or --capacity for a verdict"
-    if total <= cap:
-        return f"fits: the fullest GPU (stage {worst.stage + 1}) needs {total / gib:.2f} GiB of {cap / gib:.2f} GiB, {(cap - total) / gib:.2f} GiB headroom"
-    return f"does not fit: the fullest GPU (stage {worst.stage + 1}) needs {total / gib:.2f} GiB of {cap / gib:.2f} GiB, {(total - cap) / gib:.2f} GiB too much"
-
-
-def _korthikanti_verdict(counted: float, closed: float) -> str:
-    if abs(counted - closed) <= 1e-9 * max(counted, closed):
-        return "the tensor-by-tensor count equals Korthikanti et al.'s closed form for this layer"
-    return (f"the tensor-by-tensor count ({counted:,.0f} B) differs from Korthikanti et al.'s closed form ({closed:,.0f} B) "
-            f"by {(counted - closed) / closed * 100:+.2f} %: their form assumes a 4h GELU MLP, MHA and 16-bit activations")  # fmt: skip
-
-
-def dropout_assumption(shape: TransformerModel, dropout: bool, given: bool) -> str:
-    """Whether dropout masks are counted, and who decided: the flag, or the model (with its source)."""
-    counted = "dropout masks counted (1 byte per element)" if dropout else "no dropout masks"
-    if given:
-        return f"{counted}: --{'' if dropout else 'no-'}dropout"
-    if dropout:
-        why = f"{shape.dropout_source}; " if shape.dropout_source else "the GPT default; "
-        return f"{counted}: {shape.name} trains with dropout ({why}--no-dropout leaves them out)"
-    why = shape.dropout_source or shape.source
-    return f"{counted}: {shape.name} trains without dropout ({why}; --dropout counts them)"

@@ -1,4 +1,5 @@
-"""`parcalc presets list|show`: what GPUs, links, models and worksheets parcalc knows, with sources."""
+"""`parcalc presets list|show`: what GPUs, links, models and worksheets parcalc knows, with sources
+(parcalc.results.presets)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, preset_dirs, start
+from parcalc.commands.common import FormatOption, OutputOption, PresetsOption, finish, start
 
 presets_app = typer.Typer(
     help="List and show presets: GPUs, interconnects, models, worksheets.",
@@ -30,7 +31,6 @@ Examples:
   parcalc presets show nvlink4
 """
 
-CATEGORY_NAMES = ("gpus", "links", "models", "worksheets", "frameworks")
 
 
 @presets_app.command("list", epilog=LIST_EXAMPLES)
@@ -42,15 +42,9 @@ def list_presets(
 ) -> None:
     """List presets by category, with the file each comes from."""
     start(output, fmt)
-    from parcalc.core.catalog import catalog_result
-    from parcalc.errors import InputError
-    from parcalc.presets import Category, find_all
+    from parcalc.results.presets import list_result
 
-    if category is not None and category.lower() not in CATEGORY_NAMES:
-        raise InputError(f"unknown category {category!r}; use one of {', '.join(CATEGORY_NAMES)}")
-    chosen = [Category(category.lower())] if category else list(Category)
-    listing = {c.value: [(p.key, str(p.path), p.origin) for p in find_all(c, preset_dirs(presets))] for c in chosen}
-    finish(catalog_result(listing), fmt, output)
+    finish(list_result(category, presets), fmt, output)
 
 
 @presets_app.command("show", epilog=SHOW_EXAMPLES)
@@ -62,9 +56,6 @@ def show_preset(
 ) -> None:
     """Every field of one preset, with units and sources."""
     start(output, fmt)
-    from parcalc.core.catalog import preset_result
-    from parcalc.presets import find_in_any_category, load_any
+    from parcalc.results.presets import show_result
 
-    found = find_in_any_category(name, preset_dirs(presets))
-    preset, typed, _ = load_any(found.category, found.key, preset_dirs(presets))
-    finish(preset_result(preset.category.value, preset.key, str(preset.path), typed), fmt, output)
+    finish(show_result(name, presets), fmt, output)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from parcalc.core.layer_params import layer_params_per_rank
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
@@ -86,8 +87,6 @@ def ffn_params_per_rank(model: TransformerModel, width: int, split: int) -> int:
 def moe_dense_params_per_rank(model: TransformerModel, tp: int) -> int:
     """The part of one MoE layer that is not routed experts, on one TP rank: attention and norms
     as a dense layer, the router replicated, the shared experts split by tp."""
-    from parcalc.core.memory import layer_params_per_rank
-
     assert model.moe is not None
     attention_and_norms = layer_params_per_rank(model, tp) - ffn_params_per_rank(model, model.ffn_hidden, tp)
     shared = model.moe.shared_experts * ffn_params_per_rank(model, model.moe.shared_width, tp)

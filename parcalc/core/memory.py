@@ -54,6 +54,7 @@ from parcalc.core.expert_parallel import (
     moe_layers_on,
     stage_ranges,
 )
+from parcalc.core.layer_params import layer_params_per_rank  # here too: callers import it from memory
 from parcalc.core.model import Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
 from parcalc.core.stages import stage_layers_derivation, stage_split
@@ -241,22 +242,6 @@ def vocab_shard(model: TransformerModel, tp: int) -> int:
     megatron/training/tokenizer/tokenizer.py, _vocab_size_with_padding): a preset whose V is
     already padded counts that padding; an unpadded V counts ceil(V / t) rows."""
     return math.ceil(model.vocab / tp)
-
-
-def layer_params_per_rank(model: TransformerModel, tp: int) -> int:
-    """Parameters of one layer on one TP rank (Megatron-LM's split, Shoeybi et al. 2019 sec. 3).
-
-    Column-parallel QKV and MLP-up/gate split weights and biases; row-parallel output and
-    MLP-down split weights, their biases and the norms are replicated.
-    """
-    h, q, kv, f = model.hidden, model.q_width, model.kv_width, model.ffn_hidden
-    matrices = 3 if model.mlp.gated else 2
-    weights = (h * q + 2 * h * kv + q * h + matrices * h * f) // tp
-    biases = ((q + 2 * kv + (matrices - 1) * f) // tp + 2 * h) if model.bias else (q + 2 * kv) // tp if model.qkv_bias else 0
-    if model.mla is not None:  # multi-head latent attention: its own projections and latent norms (LatentAttention.params),
-        # split evenly over tp: exact at tp = 1 (DeepSeek-V3's run); Megatron's MLA TP split is not modelled
-        weights = model.attention_params_per_layer // tp + matrices * h * f // tp
-    return weights + biases + model.norm_params_per_layer
 
 
 def stage_layers(model: TransformerModel, par: Parallelism) -> tuple[int, ...]:

@@ -165,9 +165,9 @@ def _svg_item(item: Rect | Line | Circle | Text) -> str:
 def to_tikz(canvas: Canvas, width_cm: float = TIKZ_WIDTH_CM) -> str:
     """The canvas as a `tikzpicture` (LaTeX text; needs tikz and xcolor), width_cm wide.
 
-    Colours are given inline ({rgb,255:red,..}), text is escaped by parcalc.render.latex.tex_escape,
+    Colours are given inline ({rgb,255:red,..}), text is escaped by parcalc.render.tex_text.tex_escape,
     so nothing in a label can reach TeX as a command."""
-    from parcalc.render.latex import tex_escape
+    from parcalc.render.tex_text import tex_escape
 
     scale = width_cm / canvas.width
 

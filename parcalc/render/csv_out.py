@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import csv
 import io
+from typing import TYPE_CHECKING
 
-from parcalc.derivation import Result
+from parcalc.render.csv_table import chosen_table
 from parcalc.render.json_out import _number
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Result
 
 DERIVATIONS = "results"  # the name of the one-row-per-derivation table, as the JSON's "results"
 
@@ -22,8 +26,6 @@ def table_names(result: Result) -> list[str]:
 
 
 def render_csv(result: Result) -> str:
-    from parcalc.output import chosen_table
-
     name = chosen_table.get()
     names = table_names(result)
     if name is not None and name not in names:

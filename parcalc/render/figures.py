@@ -23,12 +23,15 @@ import math
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from parcalc.derivation import Result, Table
 from parcalc.errors import InputError
 from parcalc.render.canvas import Canvas, Scale, linear_ticks, log_ticks, text_width
 from parcalc.render.memory_bar import COLOUR_OF, MEMORY_GROUPS, grouped
 from parcalc.units import format_quantity
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Result, Table
 
 GIB = 2**30
 WIDTH = 640.0

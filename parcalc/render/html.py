@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import html
 import re
+from typing import TYPE_CHECKING
 
-from parcalc.derivation import Result
+if TYPE_CHECKING:
+    from parcalc.derivation import Result
+
 
 # $$ ... $$ over lines first, then $...$ within a line (a lone $ in text is left alone)
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.DOTALL)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from parcalc import __version__
-from parcalc.derivation import Derivation, Result, Table, Term, assumptions_of
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Derivation, Result, Table, Term
 
 
 def term_record(term: Term) -> dict[str, object]:
@@ -71,7 +73,7 @@ def result_record(result: Result) -> dict[str, object]:
             for t in result.tables
         },
         "verdicts": list(result.verdicts),
-        "assumptions": list(assumptions_of(result)),
+        "assumptions": list(result.all_assumptions()),
     }
 
 

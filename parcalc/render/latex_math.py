@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from parcalc.derivation import Term
+from typing import TYPE_CHECKING
+
 from parcalc.units import format_number, format_quantity, split_prefixed
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Term
 
 _PREFIXED = {"FLOP", "FLOP/s", "B", "B/s", "Hz", "W", "Wh"}
 

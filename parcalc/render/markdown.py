@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from parcalc.derivation import Derivation, Result, Table, assumptions_of
 from parcalc.render.latex_math import term_tex, tex_value
 from parcalc.render.values import format_cell, format_value
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Derivation, Result, Table
 
 
 def render_markdown(result: Result, figures: Sequence[tuple[str, str]] = ()) -> str:
@@ -36,7 +39,7 @@ def render_markdown(result: Result, figures: Sequence[tuple[str, str]] = ()) -> 
             out += table_markdown(table)
     if result.verdicts:
         out += ["## Verdict", ""] + [f"- {v}" for v in result.verdicts] + [""]
-    assumptions = assumptions_of(result)
+    assumptions = result.all_assumptions()
     if assumptions:
         out += ["## Assumptions", ""] + [f"- {_cell(a)}" for a in assumptions] + [""]
     return "\n".join(out).rstrip() + "\n"

@@ -9,9 +9,11 @@ numbers are the table's and the headroom derivation's; the bar fits 80 columns.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parcalc.derivation import Result
+if TYPE_CHECKING:
+    from parcalc.derivation import Result
+
 
 # Memory components (parcalc.core.memory.StageMemory.components) in five groups, in stacking order.
 # Every component name the core produces must be here (tests/test_figures.py checks it).

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from itertools import repeat
+from typing import TYPE_CHECKING
 
-from parcalc.derivation import Derivation, Result, Table, assumptions_of
 from parcalc.render.values import format_cell, format_value
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Derivation, Result, Table
 
 
 def render_plain(result: Result) -> str:
@@ -30,7 +33,7 @@ def render_plain(result: Result) -> str:
             lines += bar_lines(result) + [""]
     if result.verdicts:
         lines += [f"=> {verdict}" for verdict in result.verdicts] + [""]
-    assumptions = assumptions_of(result)
+    assumptions = result.all_assumptions()
     if assumptions:
         lines.append("Assumptions")
         lines += [f"  - {a}" for a in assumptions]

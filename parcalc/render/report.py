@@ -9,13 +9,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parcalc.derivation import Derivation, Result
 from parcalc.render.latex import Latex, result_context
 from parcalc.render.latex_math import tex_number, tex_quantity, tex_unit
 from parcalc.units import format_number, split_prefixed
-from parcalc.worksheet import SolvedQuestion, SolvedWorksheet
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Derivation, Result
+    from parcalc.worksheet import SolvedQuestion, SolvedWorksheet  # what a report renders: the worksheet solved
 
 TIMELINE_TABLE = "timeline"
 

@@ -9,9 +9,12 @@ values. Only the points with a step time are drawn (the others have none).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
-from parcalc.derivation import Table
+if TYPE_CHECKING:
+    from parcalc.derivation import Table
+
 
 WIDTH = 720.0
 LEFT = 70.0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from parcalc.derivation import Result, assumptions_of
 from parcalc.render.values import format_cell, format_value
+
+if TYPE_CHECKING:
+    from parcalc.derivation import Result
 
 
 def render_rich(result: Result, console: Any) -> None:
@@ -59,7 +61,7 @@ def render_rich(result: Result, console: Any) -> None:
     # verdicts and assumptions as two-column grids, so that a wrapped line keeps its hanging indent
     if result.verdicts:
         console.print(_hanging("[bold yellow]=>[/]", [escape(v) for v in result.verdicts]))
-    assumptions = assumptions_of(result)
+    assumptions = result.all_assumptions()
     if assumptions:
         console.print("\n[bold]Assumptions[/]")
         console.print(_hanging("  [dim]-[/]", [escape(a) for a in assumptions]))

@@ -44,7 +44,13 @@ from parcalc.core.comm.plan import (
     headline,
     term,
 )
-from parcalc.core.comm.tensors import ParamTensor, Split, StageTensors, shard
+from parcalc.core.comm.tensors import (
+    ParamTensor,
+    StageTensors,
+    ffn_tensors,
+    moe_layer_tensors,  # noqa: F401 - moved to tensors.py; also imported from here
+    shard,
+)
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 
@@ -52,42 +58,12 @@ DISPATCHER = ("Megatron-Core MoEAlltoAllTokenDispatcher (megatron/core/transform
               "token_combine): one all-to-all over the ep group each, and the opposite one in backward")  # fmt: skip
 
 
-def moe_layer_tensors(model: TransformerModel, layer: int) -> list[ParamTensor]:
-    """The non-expert tensors of an MoE layer in registration order: norms, attention, router
-    (replicated on the TP ranks and, under SP, reduced like a norm: Megatron marks it
-    sequence_parallel), the shared experts as dense MLPs (column / row split)."""
-    from parcalc.core.comm.tensors import layer_tensors
-
-    assert model.moe is not None
-    out = [t for t in layer_tensors(model, layer) if ".mlp." not in t.name]
-    out.append(ParamTensor(f"layers.{layer}.router.weight", model.moe.experts, model.hidden, Split.NORM, layer))
-    if model.moe.router_bias:
-        out.append(ParamTensor(f"layers.{layer}.router.bias", model.moe.experts, 1, Split.NORM, layer))
-    width = model.moe.shared_width
-    for i in range(model.moe.shared_experts):
-        out += _ffn(model, f"layers.{layer}.shared.{i}", width, layer)
-    if model.moe.shared_expert_gate and model.moe.shared_experts:  # Qwen2-MoE's 1 x hidden gate, replicated like the router
-        out.append(ParamTensor(f"layers.{layer}.shared_gate.weight", 1, model.hidden, Split.NORM, layer))
-    return out
-
-
-def _ffn(model: TransformerModel, prefix: str, width: int, layer: int) -> list[ParamTensor]:
-    out = []
-    names = ("gate", "up", "down") if model.mlp.gated else ("up", "down")
-    for name in names:
-        rows, cols, split = (model.hidden, width, Split.ROW) if name == "down" else (width, model.hidden, Split.COLUMN)
-        out.append(ParamTensor(f"{prefix}.{name}.weight", rows, cols, split, layer))
-        if model.bias:
-            out.append(ParamTensor(f"{prefix}.{name}.bias", rows, 1, Split.ROW_BIAS if split is Split.ROW else split, layer))
-    return out
-
-
 def local_expert_tensors(model: TransformerModel, ep: int, etp: int) -> tuple[ParamTensor, ...]:
     """The routed experts one GPU holds of one MoE layer: experts / ep of them, each split etp ways."""
     assert model.moe is not None
     out: list[ParamTensor] = []
     for i in range(model.moe.experts // ep):
-        out += [shard(t, etp, True) for t in _ffn(model, f"experts.{i}", model.moe.expert_ffn_hidden, 0)]
+        out += [shard(t, etp, True) for t in ffn_tensors(model, f"experts.{i}", model.moe.expert_ffn_hidden, 0)]
     return tuple(out)
 
 

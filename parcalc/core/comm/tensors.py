@@ -65,6 +65,35 @@ def layer_tensors(model: TransformerModel, layer: int) -> list[ParamTensor]:
     return out
 
 
+def moe_layer_tensors(model: TransformerModel, layer: int) -> list[ParamTensor]:
+    """The non-expert tensors of an MoE layer in registration order: norms, attention, router
+    (replicated on the TP ranks and, under SP, reduced like a norm: Megatron marks it
+    sequence_parallel), the shared experts as dense MLPs (column / row split)."""
+    assert model.moe is not None
+    out = [t for t in layer_tensors(model, layer) if ".mlp." not in t.name]
+    out.append(ParamTensor(f"layers.{layer}.router.weight", model.moe.experts, model.hidden, Split.NORM, layer))
+    if model.moe.router_bias:
+        out.append(ParamTensor(f"layers.{layer}.router.bias", model.moe.experts, 1, Split.NORM, layer))
+    width = model.moe.shared_width
+    for i in range(model.moe.shared_experts):
+        out += ffn_tensors(model, f"layers.{layer}.shared.{i}", width, layer)
+    if model.moe.shared_expert_gate and model.moe.shared_experts:  # Qwen2-MoE's 1 x hidden gate, replicated like the router
+        out.append(ParamTensor(f"layers.{layer}.shared_gate.weight", 1, model.hidden, Split.NORM, layer))
+    return out
+
+
+def ffn_tensors(model: TransformerModel, prefix: str, width: int, layer: int) -> list[ParamTensor]:
+    """A dense MLP's tensors (gate, up, down or up, down) of `width` under `prefix`: a shared or a routed expert."""
+    out = []
+    names = ("gate", "up", "down") if model.mlp.gated else ("up", "down")
+    for name in names:
+        rows, cols, split = (model.hidden, width, Split.ROW) if name == "down" else (width, model.hidden, Split.COLUMN)
+        out.append(ParamTensor(f"{prefix}.{name}.weight", rows, cols, split, layer))
+        if model.bias:
+            out.append(ParamTensor(f"{prefix}.{name}.bias", rows, 1, Split.ROW_BIAS if split is Split.ROW else split, layer))
+    return out
+
+
 def embedding_tensors(model: TransformerModel) -> list[ParamTensor]:
     if model.vocab == 0:
         return []
@@ -169,8 +198,6 @@ def device_tensors(model: TransformerModel, par: Parallelism, stage: int, opts: 
 
 @lru_cache(maxsize=64)
 def _sharded_moe_layer(model: TransformerModel, tp: int, vocab_parallel: bool) -> tuple[ParamTensor, ...]:
-    from parcalc.core.comm.expert import moe_layer_tensors
-
     return tuple(shard(t, tp, vocab_parallel) for t in moe_layer_tensors(model, 0))
 
 

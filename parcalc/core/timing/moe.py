@@ -43,7 +43,6 @@ SMs are sufficient to fully utilize the bandwidths of IB and NVLink').
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,52 +199,3 @@ def unpaired_micro_batches(p: int, v: Any, m: Any) -> Any:
 
     warm = np.where(np.asarray(v) > 1, (2 * (p - 1) + (np.asarray(v) - 1) * p) / np.asarray(v), p - 1)
     return np.minimum(np.maximum(warm, 1.0), m)
-
-
-def moe_kernels(model: Any, shard: Any, spec: Any, experts: ExpertShard) -> tuple[list[Any], list[Any], float, float]:
-    """(forward kernels, backward kernels, shared-expert forward time, shared-expert backward time)
-    of an MoE layer's feed-forward block on one GPU (module docstring)."""
-    from parcalc.core.timing.compute import linear_passes, memory_op
-
-    moe = model.moe
-    b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
-    h = model.hidden
-    tokens = routed_tokens(b, s, t, shard.sequence_parallel)
-    forward: list[Any] = []
-    backward: list[Any] = []
-
-    def linear(key: str, m: int, k: int, n: int, batch: int = 1, sixteen_bit: bool = False) -> None:
-        use = (spec.sixteen_bit or spec) if sixteen_bit else spec
-        fwd, bwd = linear_passes(key, m, k, n, e, use, "" if sixteen_bit else shard.fp8, batch)
-        forward.extend(fwd)
-        backward.extend(bwd)
-
-    def mem(key: str, fwd: float, bwd: float, shape: str) -> None:
-        forward.append(memory_op(key, fwd, spec, shape))
-        backward.append(memory_op(f"{key}.bwd", bwd, spec, shape))
-
-    scores = f"[{tokens}×{moe.experts}]"
-    linear("moe.router", tokens, h, moe.experts, sixteen_bit=True)  # the router stays in 16 bits under FP8 (DeepSeek-V3 sec. 3.3.1)
-    mem("moe.gate", 3 * GATE_BYTES * tokens * moe.experts, 3 * GATE_BYTES * tokens * moe.experts, scores)
-    copies = tokens * moe.top_k
-    mem("moe.permute", e * (tokens + copies) * h, e * (tokens + copies) * h, f"[{copies}×{h}]")
-    rows, local = routed_rows(model, tokens, experts)
-    m_e = max(math.ceil(rows), 1)
-    width = max(moe.expert_ffn_hidden // experts.etp, 1)
-    gated = model.mlp.gated
-    linear("moe.experts.fc1", m_e, h, 2 * width if gated else width, batch=local)
-    act_rows = m_e * local
-    mem("moe.experts.act", (3 if gated else 2) * e * act_rows * width, (5 if gated else 3) * e * act_rows * width, f"[{act_rows}×{width}]")
-    linear("moe.experts.fc2", m_e, width, h, batch=local)
-    mem("moe.unpermute", e * (copies + tokens) * h + GATE_BYTES * copies, e * (copies + tokens) * h + GATE_BYTES * copies, f"[{copies}×{h}]")
-    shared_f = shared_b = 0.0
-    if moe.shared_experts:
-        before_f, before_b = len(forward), len(backward)
-        all_tokens = b * s
-        sw = max(moe.shared_experts * moe.shared_width // t, 1)
-        linear("moe.shared.fc1", all_tokens, h, 2 * sw if gated else sw)
-        mem("moe.shared.act", (3 if gated else 2) * e * all_tokens * sw, (5 if gated else 3) * e * all_tokens * sw, f"[{all_tokens}×{sw}]")
-        linear("moe.shared.fc2", all_tokens, sw, h)
-        shared_f = sum(k.time for k in forward[before_f:])
-        shared_b = sum(k.time for k in backward[before_b:])
-    return forward, backward, shared_f, shared_b

@@ -1,0 +1,825 @@
+"""`fit`: what fits on N GPUs and how fast: the strategy table (one row per strategy with its memory and the
+deepest model it holds), one configuration's memory and step time, or the search over every layout
+ranked by step time (or cost), with several GPU types compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from parcalc.core.choices import Mlp, Offload, Optimizer, Precision, Recompute, ZeroStage
+from parcalc.results.cluster import cluster_from_flags as _cluster
+from parcalc.results.estimate import _assumptions, _inputs
+from parcalc.results.parse import (
+    MAX_SEARCH_BATCH,
+    ProgressBar,
+    check_at_most,
+    cp_flags,
+    expert_flags,
+    fp8_recipe_flag,
+    kernels_flag,
+    moe_timing_flags,
+    power_limited,
+    preset_dirs,
+    recompute_layers_flag,
+    recompute_modules_flag,
+    shard_group_flag,
+    stage_flags,
+)
+
+if TYPE_CHECKING:
+    from parcalc.core.fit import Cluster, Training
+    from parcalc.core.fit_search import SearchResult
+    from parcalc.core.fit_table import StrategyRow
+    from parcalc.core.model import TransformerModel
+    from parcalc.derivation import Result, Table
+
+
+def from_flags(model: str | None = None, layers: str | None = None, hidden: str | None = None,
+               heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
+               mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, gpus: str | None = None,
+               gpu: list[str] | None = None, gpus_per_node: str | None = None, batch: str | None = None,
+               seq_len: str | None = None, micro_batch: list[str] | None = None,
+               recompute: list[Recompute] | None = None, zero: list[ZeroStage] | None = None,
+               shard_group: str | None = None, ep: str | None = None, etp: str | None = None,
+               moe_dispatcher: str | None = None, max_nodes_per_token: str | None = None,
+               ep_overlap: str | None = None, moe_imbalance: str | None = None, sequence_parallel: bool | None = None,
+               interleaved: bool = True, allow_cross_node_tp: bool = False, precision: Precision | None = None,
+               fp8_recipe: str | None = None, optimizer: Optimizer = Optimizer.ADAMW,
+               offload: list[Offload] | None = None, host_link: str | None = None, flash_attention: bool = False,
+               compile_: bool = False, kernels: str | None = None, dropout: bool | None = None,
+               capacity: str | None = None, reserve: str | None = None, dtype: str | None = None,
+               peak: str | None = None, efficiency: str | None = None, link: str | None = None,
+               inter_node_link: str | None = None, nics_per_node: str | None = None, framework: str | None = None,
+               dp_overlap: bool | None = None, tp_comm_overlap: bool | None = None, ideal_network: bool = False,
+               fp32_grads: bool | None = None, tp: str | None = None, pp: str | None = None, dp: str | None = None,
+               cp: str | None = None, cp_comm: str = "p2p", schedule: str | None = None, chunks: str | None = None,
+               first_stage_layers: str | None = None, last_stage_layers: str | None = None,
+               embedding_in_split: bool = False, loss_in_split: bool = False, search: bool = False,
+               top: int | None = None, explain: bool = False, max_layers: bool = True, tokens: str | None = None,
+               iterations: str | None = None, gpu_power: str | None = None, pue: str | None = None,
+               price: list[str] | None = None, rank_by: str | None = None, presets: list[Path] | None = None,
+               recompute_layers: str | None = None, recompute_modules: str | None = None,
+               power_limit: str | None = None, *, every_row: bool = False, pictures: bool = False) -> Result:
+    """`fit`'s Result from its flags as the command line gives them (texts with units, choices,
+    switches): what parcalc.commands.fit and the library (parcalc.results.run) both call.
+    `every_row`: the search keeps every configuration's row (JSON and CSV print them all);
+    `pictures`: the tables the pictures are drawn from. Nothing fits: InfeasibleResult, with the
+    Result that shows what was tried."""
+    from parcalc.core.fit import Training
+    from parcalc.errors import InfeasibleResult, InputError
+    from parcalc.results.model import ModelFlags, model_and_seq_len
+    from parcalc.units import Dimension, parse_count, parse_quantity
+
+    dirs = preset_dirs(presets)
+    if gpus is None:
+        raise InputError("--gpus: how many GPUs? (e.g. --gpus 8)")
+    shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
+    from parcalc.core.timing.framework import kernel_set
+    from parcalc.presets import load_framework
+
+    profile = load_framework(framework if framework is not None else "megatron", dirs)
+    from parcalc.presets import load_gpu
+
+    names = list(gpu or [])
+    if len(set(names)) != len(names):
+        raise InputError("--gpu: each GPU type once (several --gpu compare GPU types in --search)")
+    if len(names) > 1 and not search:
+        raise InputError("--gpu: several GPU types are compared by --search only; give one --gpu for one configuration or the table")
+    if len(names) > 1 and (capacity is not None or peak is not None):
+        raise InputError("--capacity / --peak: describe one GPU; not with several --gpu")
+    gpu_name = names[0] if names else None
+    device = load_gpu(gpu_name, dirs) if gpu_name is not None and dtype is None else None
+    if precision is None:  # the default must hold on the GPU given: mixed-bf16, or mixed-fp16 without bf16 (V100)
+        from parcalc.results.parse import sixteen_bit_default
+
+        sixteen, _ = sixteen_bit_default(device)
+        precision = Precision.MIXED_FP16 if sixteen == "fp16" else Precision.MIXED_BF16
+    elif device is not None and peak is None and precision.gemm_dtype not in device.dtypes:  # name the flag that was typed
+        raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
+                         f"(it lists {', '.join(device.dtypes)}); choose another --precision, or --dtype for the GEMMs")  # fmt: skip
+    cluster = _cluster(gpus, gpu_name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
+                       nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs, ideal_network=ideal_network,
+                       power_limit=power_limit)  # fmt: skip
+    plans = _run_plans(names, tokens, iterations, gpu_power, pue, price, rank_by, search, dirs, power_limit=power_limit, peak_given=peak is not None)
+    ranking = _rank_by(rank_by, plans, len(names)) if search else "time"
+    from parcalc.core.memory import DEFAULT_RESERVE_BYTES
+
+    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
+    if fp32_grads and not mixed:
+        raise InputError("--fp32-grads: applies to mixed precision (fp32 gradients beside 16-bit weights)")
+    training = Training(
+        global_batch=parse_count(batch, "--batch") if batch is not None else cluster.gpus, seq_len=seq, precision=precision,
+        optimizer=optimizer, flash_attention=flash_attention, dropout=dropout,
+        fp32_grads=(profile.fp32_grads if fp32_grads is None else fp32_grads) and mixed,
+        reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
+        offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
+        host_link=_host_link(host_link, offload, dirs), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
+        recompute_modules=recompute_modules_flag(recompute_modules),
+        kernels=kernels_flag(kernels),
+    )  # fmt: skip
+    sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
+    given_recomputes = tuple(dict.fromkeys(recompute)) if recompute else None
+    if search:
+        from parcalc.core.fit_search import RECOMPUTES
+
+        recomputes = given_recomputes or RECOMPUTES
+    else:
+        recomputes = given_recomputes or (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    if Recompute.OP in (given_recomputes or ()) and (shape.moe is not None or shape.mla is not None):
+        from parcalc.core.recompute import check_op_supported
+
+        check_op_supported(shape)
+    if training.recompute_modules is not None:  # Megatron's modules: what "selective" means, in the table, one configuration and the search
+        from parcalc.core.recompute import check_modules
+
+        if given_recomputes is not None and Recompute.SELECTIVE not in given_recomputes:
+            raise InputError(f"--recompute-modules: needs --recompute selective (Megatron-LM applies recompute_modules with "
+                             f"--recompute-granularity selective), got --recompute {', '.join(r.value for r in given_recomputes)}")  # fmt: skip
+        check_modules(training.recompute_modules, Recompute.SELECTIVE, shape)
+    n_recompute = recompute_layers_flag(recompute_layers)
+    if n_recompute is not None and not search and tp is None and pp is None and dp is None:
+        raise InputError("--recompute-layers: describes one configuration (--tp, --pp, --dp with --recompute full); the table "
+                         "and --search do not vary it")  # fmt: skip
+    if n_recompute is not None and search:
+        raise InputError("--recompute-layers: describes one configuration (without --search); the search tries none, selective, full and op")
+    pinned = {name: parse_count(value, f"--{name}") for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None}
+    first, last = stage_flags(first_stage_layers, last_stage_layers)
+    # the split's pinned fields, as Config and SearchSpace name them
+    ends: dict[str, Any] = {"first_stage_layers": first, "last_stage_layers": last, "embedding_in_split": embedding_in_split,
+            "loss_in_split": loss_in_split}  # fmt: skip
+    c, cp_kind = cp_flags(cp, cp_comm)
+    if c > 1 or cp is not None:
+        if not pinned and not search:
+            raise InputError("--cp: applies to one configuration (--tp, --pp, --dp) or pins it for --search; the strategy table "
+                             "does not try context parallelism")  # fmt: skip
+        ends = {**ends, "cp": c, "cp_comm": cp_kind}
+        settings_cp = [("cp", str(c)), ("cp_comm", cp_kind)]
+    elif search:  # the search tries cp for long sequences (fit_search.SearchSpace.cp_values), with this exchange
+        ends = {**ends, "cp_comm": cp_kind}
+        settings_cp = [("cp_comm", cp_kind)] if training.seq_len >= CP_SEARCH_MIN_SEQ_LEN else []
+    else:
+        settings_cp = []
+    expert = dict(zip(("ep", "etp"), expert_flags(ep, etp, shape), strict=True))
+    if (ep is not None or etp is not None) and not (search or pinned):
+        raise InputError("--ep / --etp: apply to one configuration (--tp, --pp, --dp) or, --ep, pin it for --search")
+    if etp is not None and search:
+        raise InputError("--etp: describes one configuration (--tp, --pp, --dp); the search keeps etp = tp")
+    if search and ep is not None:
+        ends = {**ends, "ep": expert["ep"]}
+    ends = {**ends, **moe_timing_flags(moe_dispatcher, max_nodes_per_token, ep_overlap, moe_imbalance, shape)}
+    sg = shard_group_flag(shard_group)
+    if sg is not None:
+        if not (search or pinned):
+            raise InputError("--shard-group: applies to one configuration (--tp, --pp, --dp with --zero 1-3) or pins it for --search; "
+                             "the strategy table shards over every data-parallel rank")  # fmt: skip
+        ends = {**ends, "shard_group": sg}
+        settings_cp = [*settings_cp, ("shard_group", str(sg))]
+    if (first is not None or last is not None) and not (search or pinned):
+        flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
+        raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
+    if not search and (schedule is not None or chunks is not None) and not pinned:
+        raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
+    keys: dict[str | None, str] = {name: _gpu_key(name, dirs) for name in names}  # settings.gpu: the preset name; gpu_name: its display name
+    settings = [("model", shape.key), ("gpu", keys.get(gpu_name, "none")), ("gpu_name", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
+                ("flash_attention", str(flash_attention).lower()), ("compile", str(compile_).lower()), ("framework", profile.key),
+                ("kernels", kernel_set(training, profile)),
+                ("mode", "search" if search else "configuration" if pinned else "strategies")] + settings_cp  # fmt: skip
+    if offload:
+        settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
+    if ideal_network:
+        settings.append(("network", "ideal"))
+    if training.recompute_modules is not None:
+        settings.append(("recompute_modules", ",".join(training.recompute_modules)))
+    if search:
+        check_at_most(training.global_batch, MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
+        top = DEFAULT_TOP if top is None else top
+        if top < 1:
+            raise InputError(f"--top: at least 1, got {top}")
+        if schedule is not None or chunks is not None:
+            raise InputError("--schedule / --chunks: describe one configuration (without --search); --no-interleaved limits the search")
+        # the picture plots every configuration (of one GPU type: several are compared in tables only)
+        everything = every_row or (pictures and len(names) <= 1)
+        if len(names) > 1:
+            clusters = [cluster] + [_cluster(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
+                                             inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
+                                             dirs, ideal_network=ideal_network, power_limit=power_limit) for name in names[1:]]  # fmt: skip
+            listed = [(k, ",".join(keys[name] for name in names)) if k == "gpu" else (k, v) for k, v in settings]
+            listed = [(k, ",".join(c.gpu_name for c in clusters)) if k == "gpu_name" else (k, v) for k, v in listed]
+            result = _compare_gpus(clusters, plans, ranking, top, listed, training,
+                                   lambda c: _search_result(shape, training, c, sizes, recomputes, zero, sequence_parallel, interleaved,
+                                                            top, explain, everything,
+                                                            [*settings[:1], ("gpu", keys[names[clusters.index(c)]]), ("gpu_name", c.gpu_name), *settings[3:]],
+                                                            pinned, ends))  # fmt: skip
+        else:
+            result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
+                                    everything, settings, pinned, ends, time_all=pictures)  # fmt: skip
+            if plans[0] is not None:
+                result = _with_run(result, plans[0], cluster, training, search=True, rank_by=ranking)
+    elif pinned:
+        if n_recompute is not None:
+            settings.append(("recompute_layers", str(n_recompute)))
+        result = _configuration_result(shape, training, cluster, pinned, sizes, given_recomputes or (Recompute.NONE,), zero,
+                                       sequence_parallel, schedule, chunks, settings,
+                                       {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})},
+                                       with_components=pictures)  # fmt: skip
+        if plans[0] is not None:
+            result = _with_run(result, plans[0], cluster, training, search=False)
+    else:
+        if plans[0] is not None:
+            flag = "--tokens" if tokens is not None else "--iterations"
+            raise InputError(f"{flag}: a run's time needs a step time: give one configuration (--tp, --pp, --dp) or --search")
+        for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None),
+                            ("--top", top)):
+            if given:
+                raise InputError(f"{flag}: applies to --search (the strategy table shows every family)")
+        if sizes is not None and len(sizes) > 1:
+            raise InputError("--micro-batch: the strategy table takes one micro-batch size (several only with --search)")
+        result, nothing_fits = _table_result(shape, training, cluster, sizes[0] if sizes else 1, recomputes, max_layers, settings,
+                                             with_components=pictures)  # fmt: skip
+        if nothing_fits is not None:
+            raise InfeasibleResult(nothing_fits, result)  # the table that explains it, shown before the command fails
+    return result
+
+
+CP_SEARCH_MIN_SEQ_LEN = 16384  # parcalc.core.fit_search.CP_MIN_SEQ_LEN (not imported here: start-up stays light)
+
+
+DEFAULT_TOP = 5
+
+
+def _gpu_key(name: str, dirs: tuple) -> str:
+    """The GPU preset's own name (settings.gpu), whatever case or alias --gpu was typed in."""
+    from parcalc.presets import load_gpu
+
+    return load_gpu(name, dirs).key
+
+
+def _host_link(name: str | None, offload: list[Offload] | None, dirs: tuple) -> Any:
+    """The --host-link preset (None: the GPU's default PCIe, chosen by the timing model); only with --offload."""
+    from parcalc.errors import InputError
+    from parcalc.presets import load_link
+
+    if name is None:
+        return None
+    if not offload:
+        raise InputError("--host-link: the link to the host is used by --offload only (give --offload optimizer or activations)")
+    return load_link(name, dirs)
+
+
+def _table_result(shape: TransformerModel, training: Training, cluster: Cluster, micro_batch: int,
+                  recomputes: tuple[Recompute, ...], with_layers: bool, settings: list,
+                  with_components: bool = False) -> tuple[Result, str | None]:  # fmt: skip
+    """The table, and why nothing fits when nothing does; `with_components`: also each row's memory
+    by component (table "strategy_memory", drawn by -o fit.svg)."""
+    from parcalc.derivation import Column, Result, Table
+    from parcalc.errors import InputError
+
+    if training.global_batch % micro_batch:
+        raise InputError(f"--micro-batch: {micro_batch} does not divide the global batch of {training.global_batch}")
+    from parcalc.core.speedup import timed_strategy_table
+
+    timed = timed_strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers)
+    rows = timed.rows
+    columns = (
+        Column("strategy", "strategy"), Column("recompute", "recompute"), Column("tp", "tp"), Column("pp", "pp"), Column("dp", "dp"),
+        Column("gpus", "GPUs"), Column("memory", "memory per GPU", "B"), Column("fits", "fits"), Column("headroom", "headroom", "B"),
+        *((Column("max_layers", "max layers"),) if with_layers else ()),
+        Column("t_step", "step", "s"), Column("tokens_per_second", "throughput", "tokens/s"), Column("speedup", "speedup"),
+        Column("efficiency", "efficiency", "fraction"), Column("note", "note"),
+    )  # fmt: skip
+    table_rows = []
+    for row in rows:
+        c, est = row.config, row.estimate
+        note = row.note or (_reference_note(timed.reference) if timed.reference is not None and timed.reference.matches(row) else "")
+        cells = (row.family, row.recompute.value, c.tp if c else None, c.pp if c else None, c.dp if c else None, row.gpus_used,
+                 row.memory, bool(row.fits) if row.memory is not None else None, row.headroom,
+                 *((row.max_layers,) if with_layers else ()),
+                 est.step.value if est else None, est.tokens_per_second.value if est else None,
+                 row.speedup.value if row.speedup else None, row.efficiency.value if row.efficiency else None, note)  # fmt: skip
+        table_rows.append(cells)
+    reference = timed.reference
+    against = f"; speedup over {reference.text()}" if reference is not None else ""
+    table = Table("strategies", f"Strategies on {cluster.gpus} x {cluster.gpu_name}, b = {micro_batch}{against}", columns, tuple(table_rows))
+    verdicts = _speedup_verdicts(timed) + _table_verdicts(shape, rows, cluster, with_layers)
+    title = f"What fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+    tables = (table, _strategy_memory_table(rows)) if with_components else (table,)
+    result = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=timed.summary,
+                    tables=tables, verdicts=tuple(verdicts), settings=tuple(settings), fits=any(row.fits for row in rows),
+                    assumptions=_assumptions(shape, training, cluster) + _speedup_assumptions(timed))  # fmt: skip
+    return result, None if any(row.fits for row in rows) else _nothing_fits(shape, rows, cluster, with_layers)
+
+
+def _reference_note(reference: Any) -> str:
+    """The reference row's note: speedup 1, and its step time where it is timed as if its memory were unbounded."""
+    if reference.row.fits:
+        return "the reference (speedup 1)"
+    return f"the reference (speedup 1): {reference.step.value:,.3g} s per step were its memory unbounded"
+
+
+def _strategy_memory_table(rows: tuple[StrategyRow, ...]) -> Table:
+    """Each strategy row with a layout: its fullest GPU's memory by component (StrategyRow.components)."""
+    from parcalc.derivation import Column, Table
+
+    laid_out = [row for row in rows if row.components and row.memory is not None]
+    names = [name for name, _ in laid_out[0].components] if laid_out else []
+    columns = (Column("strategy", "strategy"), Column("fits", "fits"), *(Column(f"c{i}", name, "B") for i, name in enumerate(names)),
+               Column("total", "memory per GPU", "B"))  # fmt: skip
+    body = tuple((f"{row.family}, {row.recompute.value}", "yes" if row.fits else "no", *(v for _, v in row.components), row.memory)
+                 for row in laid_out)  # fmt: skip
+    return Table("strategy_memory", "Memory of the fullest GPU of each strategy, by component", columns, body)
+
+
+def _speedup_verdicts(timed: Any) -> list[str]:
+    """The highest and the lowest speedup, each with its reason in the step-time model's terms."""
+    from parcalc.core.speedup import excess_terms, row_name, step_terms
+    from parcalc.units import format_time
+
+    reference, fastest, slowest = timed.reference, timed.fastest(), timed.slowest()
+    if reference is None or fastest is None or slowest is None:
+        return []
+
+    def ms(value: float) -> str:
+        return format_time(value, significant=3)
+
+    def figures(row: StrategyRow) -> str:
+        return f"{row.speedup.value:.3g}x (efficiency {row.efficiency.value:.1%})"  # type: ignore[union-attr]
+
+    best, base = fastest.estimate, reference.row.estimate
+    if reference.matches(fastest):
+        verdicts = [f"highest speedup: {row_name(fastest)} on {fastest.gpus_used} GPU(s), the reference itself (1x)"
+                    + (f": {reference.why}" if reference.why else "")]
+    else:
+        ref_terms, own = step_terms(base), step_terms(best)
+        cut = max(own, key=lambda k: ref_terms[k] - own[k])
+        why = f"{cut} {ms(ref_terms[cut])} → {ms(own[cut])} over {fastest.gpus_used} GPU(s)"
+        added = excess_terms(best, base)
+        if added:
+            why += ", adding " + ", ".join(f"{name} {ms(value)}" for name, value in added[:2])
+        verdicts = [f"highest speedup: {row_name(fastest)} {figures(fastest)} over {reference.name()}: {why}"]
+    if slowest is not fastest:
+        excess = excess_terms(slowest.estimate, best)
+        if excess:
+            name, value = excess[0]
+            why = (f"{name} {ms(value)} of its {ms(slowest.estimate.step.value)} step beyond {row_name(fastest)}'s, "
+                   "the largest term the fastest lacks")  # fmt: skip
+            if len(excess) > 1:
+                why += "; then " + ", ".join(f"{n} {ms(v)}" for n, v in excess[1:3])
+        else:
+            why = "the same terms as the fastest"
+        text = f"lowest speedup: {row_name(slowest)} {figures(slowest)}: {why}"
+        if slowest.speedup.value < 1 and not reference.matches(slowest):
+            text += f"; slower than {reference.name()}"
+            if slowest.max_layers and reference.row.max_layers is not None and slowest.max_layers > reference.row.max_layers:
+                text += f", yet it holds {slowest.max_layers} layers where the reference holds {reference.row.max_layers}"
+        verdicts.append(text)
+    return verdicts
+
+
+def _speedup_assumptions(timed: Any) -> tuple[str, ...]:
+    if timed.reference is None:
+        return ()
+    return (f"speedup S = t_ref / t_step over {timed.reference.text()}, both at the same global batch (strong scaling); "
+            "parallel efficiency E = S x N_ref / N; rows that do not fit have no step time",)
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.2f} GiB"
+
+
+def _row_name(row: StrategyRow) -> str:
+    return row.family + ("" if row.recompute is Recompute.NONE else f" + {row.recompute.value} recomputation")
+
+
+def _table_verdicts(shape: TransformerModel, rows: tuple[StrategyRow, ...], cluster: Cluster, with_layers: bool) -> list[str]:
+    fitting = [r for r in rows if r.fits]
+    verdicts = []
+    if fitting:
+        least = min(fitting, key=lambda r: r.memory or 0.0)
+        verdicts.append(f"{len(fitting)} of {sum(r.memory is not None for r in rows)} strategies fit {shape.layers} layers; "
+                        f"the least memory: {_row_name(least)} ({_gib(least.memory or 0.0)} of {_gib(cluster.capacity)})")  # fmt: skip
+    if with_layers:
+        candidates = [r for r in rows if r.max_layers]
+        if candidates:
+            deepest = max(candidates, key=lambda r: (r.max_layers or 0, -(r.memory or 0.0)))
+            verdicts.append(f"the deepest model of this layer shape: {deepest.max_layers} layers with {_row_name(deepest)} "
+                            f"on {deepest.gpus_used} GPU(s)")  # fmt: skip
+    return verdicts
+
+
+def _nothing_fits(shape: TransformerModel, rows: tuple[StrategyRow, ...], cluster: Cluster, with_layers: bool) -> str:
+    measured = [r for r in rows if r.memory is not None]
+    if not measured:
+        return f"nothing fits: no strategy has a valid layout for {shape.name} on {cluster.gpus} GPUs"
+    least = min(measured, key=lambda r: r.memory or 0.0)
+    text = (f"nothing fits: the smallest footprint is {_gib(least.memory or 0.0)} per GPU ({_row_name(least)}), "
+            f"over the {_gib(cluster.capacity)} of a {cluster.gpu_name}")  # fmt: skip
+    deepest = [r for r in measured if r.max_layers]
+    if with_layers and deepest:
+        best = max(deepest, key=lambda r: r.max_layers or 0)
+        text += f"; at most {best.max_layers} of the {shape.layers} layers would fit ({_row_name(best)})"
+    if cluster.gpus > 1:
+        text += "; --search tries every TP x PP x DP layout"
+    return text
+
+
+def _search_result(shape: TransformerModel, training: Training, cluster: Cluster, sizes: tuple[int, ...] | None,
+                   recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
+                   interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict,
+                   ends: dict, time_all: bool = False) -> Result:  # fmt: skip
+    from dataclasses import replace
+
+    from parcalc.core.fit import estimate
+    from parcalc.core.fit_search import SearchSpace, search
+    from parcalc.derivation import Result
+    from parcalc.errors import InfeasibleResult, InputError
+
+    space = SearchSpace(
+        recomputes=recomputes,
+        zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else cluster.framework.zero_stages,
+        sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
+        interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
+        **ends, time_all=time_all,  # the search picture plots the configurations that do not fit too
+    )  # fmt: skip
+    progress = ProgressBar("evaluating layouts")
+    try:
+        found = search(shape, training, cluster, space, progress)
+    finally:
+        progress.close()
+    evaluated = found.evaluated
+    if len(evaluated) == 0:
+        reasons = "; ".join(f"{reason}: {count}" for reason, count in found.rejected.most_common() if count) or "no layout"
+        raise InputError(f"no configuration satisfies the constraints on {cluster.gpus} GPUs, B = {training.global_batch} ({reasons})")
+    ranked = found.ranked()
+    if ranked.size == 0:
+        least = int(evaluated.columns["memory"].argmin())
+        why = (f"nothing fits: the smallest footprint of {len(evaluated):,} configurations is {_gib(float(evaluated.columns['memory'][least]))} "
+               f"per GPU ({evaluated.config(least).label()}), over the {_gib(cluster.capacity)} of a {cluster.gpu_name}")  # fmt: skip
+        # the evaluated configurations and the rejections still print (JSON for a sweep's script), then exit 1
+        title = f"No configuration fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+        extra = _parallel_columns(found, shape)
+        if everything:  # JSON and CSV: every configuration, as when some fit
+            tried = _configurations_table(found, None, "Every configuration evaluated", extra)
+        else:  # the other formats: the smallest footprints, the nearest to fitting
+            import numpy as np
+
+            nearest = np.argsort(evaluated.columns["memory"], kind="stable")[:top]
+            tried = replace(_configurations_table(found, nearest, f"The {len(nearest)} smallest footprints (none fits)", extra), key="smallest")
+        shown = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(),
+                       tables=(tried, _rejections_table(found)),
+                       verdicts=(why,), settings=tuple(settings), fits=False,
+                       assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
+        raise InfeasibleResult(why, shown)
+    best = estimate(shape, evaluated.config(int(ranked[0])), training, cluster)
+    extra = _parallel_columns(found, shape)
+    tables = [_configurations_table(found, ranked[:top], f"The {min(top, ranked.size)} fastest configurations that fit", extra)]
+    if everything:
+        tables.insert(0, _configurations_table(found, None, "Every configuration evaluated", extra))
+    tables.append(_rejections_table(found))
+    worst = best.memory.worst
+    memory = (worst.states_total, worst.activations_total, worst.reserve)
+    derivations = memory + best.derivations() if explain else (best.step, best.tokens_per_second, best.mfu, best.hfu)
+    verdicts = _search_verdicts(found, ranked, best, cluster)
+    title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+    return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
+                  tables=tuple(tables), verdicts=tuple(verdicts), settings=tuple(settings), fits=True,
+                  assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
+
+
+def _search_assumptions(shape: TransformerModel, training: Training, space: Any) -> tuple[str, ...]:
+    """What the search tries of context and expert parallelism, and why no more."""
+    from parcalc.core.fit_search import CP_MIN_SEQ_LEN
+
+    if space.cp is not None:
+        cp = f"context parallelism pinned to cp = {space.cp} ({space.cp_comm})"
+    elif training.seq_len >= CP_MIN_SEQ_LEN:
+        cp = (f"context parallelism: every cp dividing the GPUs with s divisible by 2 cp ({space.cp_comm} exchanges; "
+              f"the search tries cp from s = {CP_MIN_SEQ_LEN:,} tokens, or pinned by --cp)")  # fmt: skip
+    else:
+        cp = f"context parallelism not searched: s = {training.seq_len:,} < {CP_MIN_SEQ_LEN:,} tokens (cp = 1; --cp pins one)"
+    if space.shard_group is not None:
+        cp += f"; hybrid sharding pinned: ZeRO-1/2/3 over shard groups of S = {space.shard_group} (layouts whose dp x cp it divides)"
+    else:
+        cp += ("; hybrid sharding: ZeRO-1/2/3 configurations tried with every shard group S dividing dp x cp from one node's share "
+               "of it (GPUs per node / tp ranks) up to dp x cp (column S where it varies; --shard-group pins one)")  # fmt: skip
+    if shape.moe is None:
+        return (cp,)
+    ep = (f"expert parallelism pinned to ep = {space.ep}" if space.ep is not None else
+          f"expert parallelism: every ep dividing the {shape.moe.experts} routed experts with ep x etp dividing tp x cp x dp")
+    limit = f", at most {space.max_nodes_per_token} nodes per token (capped at each EP group's nodes)" if space.max_nodes_per_token else ""
+    return (cp, ep + f"; etp = tp throughout the search (--etp describes one configuration); tokens exchanged by {space.moe_dispatcher}"
+            f"{limit}, {space.ep_overlap} overlap (t_ep)")
+
+
+def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
+                          recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
+                          schedule: str | None, chunks: str | None, settings: list, ends: dict,
+                          with_components: bool = False) -> Result:  # fmt: skip
+    """Exactly one configuration: its memory and step-time derivations; `with_components`: each
+    stage's memory by component too (table "stage_components", drawn by -o x.svg)."""
+    from parcalc.core.choices import Schedule
+    from parcalc.core.fit import Config, estimate
+    from parcalc.derivation import Result
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    n = cluster.gpus
+    for name, value in pinned.items():
+        if value > n:
+            raise InputError(f"--{name}: {value:.4g} is more than the {n} GPUs")
+    missing = [name for name in ("tp", "pp", "dp") if name not in pinned]
+    if len(missing) > 1:
+        raise InputError(f"--{' and --'.join(missing)}: give at least two of --tp, --pp, --dp for one configuration (or use --search)")
+    given = {**pinned}
+    if missing:
+        rest = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1) * ends.get("cp", 1)
+        if n % rest:
+            named = {**pinned, **({"cp": ends["cp"]} if ends.get("cp", 1) > 1 else {})}
+            raise InputError(f"--{missing[0]}: {' x '.join(f'{k} {v}' for k, v in named.items())} does not divide the {n} GPUs")
+        given[missing[0]] = n // rest
+    for flag, values in (("--micro-batch", sizes), ("--recompute", recomputes), ("--zero", zero)):
+        if values is not None and len(values) > 1:
+            raise InputError(f"{flag}: one value for one configuration (several only with --search)")
+    if schedule is not None and schedule.lower() not in ("1f1b", "interleaved"):
+        raise InputError(f"--schedule: 1f1b or interleaved, got {schedule!r}")
+    v = parse_count(chunks, "--chunks") if chunks is not None else 1
+    kind = Schedule.INTERLEAVED if (schedule or "").lower() == "interleaved" or v > 1 else Schedule.ONE_F_ONE_B
+    if kind is Schedule.INTERLEAVED and v == 1:
+        raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
+    from parcalc.core.choices import ZeroStage
+    from parcalc.results.parse import stated_no_ops
+
+    sp, stage, no_ops = stated_no_ops(bool(sequence_parallel), given["tp"], zero[0] if zero else ZeroStage.ZERO0, given["dp"] * ends.get("cp", 1))
+    config = Config(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1,
+                    recomputes[0], int(stage.value), sp, kind, v, **ends)  # fmt: skip
+    best = estimate(shape, config, training, cluster)
+    worst = best.memory.worst
+    verdicts = [f"{config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
+                f"{best.tokens_per_second.value:,.0f} tokens/s, {_gib(best.total_memory)} per GPU "
+                + ("(fits)" if best.fits else f"(does not fit in {_gib(cluster.capacity)})")]  # fmt: skip
+    parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
+             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value,
+             "MoE dispatch and combine": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
+    verdicts.append("shares of the step: " + ", ".join(f"{k} {v / best.step.value:.1%}" for k, v in parts.items() if v > 0))
+    title = f"One configuration: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
+    return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
+                  derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()),
+                  tables=((_stages_table(best),) if config.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
+                  verdicts=tuple(verdicts), assumptions=no_ops + _assumptions(shape, training, cluster), settings=tuple(settings),
+                  fits=bool(best.fits))  # fmt: skip
+
+
+def _stage_components(best: Any) -> Table:
+    from parcalc.results.memory import stage_components_table
+
+    return stage_components_table(best.memory)
+
+
+def _stages_table(best: Any) -> Table:
+    """Layers, parameters and memory of every pipeline stage of one configuration."""
+    from parcalc.core.stages import split_text
+    from parcalc.derivation import Column, Table
+
+    split = tuple(int(s.layers.value) for s in best.memory.stages)
+    last = len(split) - 1
+    rows = tuple((s.stage + 1, int(s.layers.value), "embedding" if s.stage == 0 else "LM head" if s.stage == last else "",
+                  s.parameters.value, s.total.value) for s in best.memory.stages)  # fmt: skip
+    columns = (Column("stage", "stage"), Column("layers", "layers"), Column("also", "also holds"), Column("parameters", "parameters"),
+               Column("memory", "memory", "B"))  # fmt: skip
+    return Table("stages", f"Pipeline stages ({split_text(split)} layers; one GPU of each)", columns, rows)
+
+
+def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str, ...]:
+    """cp / ep and their times as columns where the search varied them (an MoE model: ep always)."""
+    c = found.evaluated.columns
+    cp = len(found.evaluated) > 0 and bool((c["cp"] > 1).any())
+    ep = shape.moe is not None
+    # the shard group S where some ZeRO-1/2/3 configuration shards over fewer than dp x cp ranks (hybrid sharding)
+    hybrid = len(found.evaluated) > 0 and bool(((c["zero"] >= 1) & (c["shard_group"] < c["dp"] * c["cp"])).any())
+    return ((("cp",) if cp else ()) + (("ep",) if ep else ()) + (("shard_group",) if hybrid else ()) + (("t_cp",) if cp else ())
+            + (("t_ep",) if ep else ()))  # fmt: skip
+
+
+def _configurations_table(found: SearchResult, order: Any, title: str, extra: tuple[str, ...] = ()) -> Table:
+    from parcalc.core.fit_search import CONFIG_FIELDS, COST_FIELDS
+    from parcalc.derivation import Column, Table
+
+    units = {"memory": "B", "t_compute": "s", "t_tp": "s", "t_bubble": "s", "t_pp": "s", "t_dp": "s", "t_optimizer": "s", "t_step": "s",
+             "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction", "t_cp": "s", "t_ep": "s"}  # fmt: skip
+    labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "first_stage_layers": "L first",
+              "last_stage_layers": "L last", "memory": "memory",
+              "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed", "t_optimizer": "optimizer",
+              "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP", "ep": "EP",
+              "t_cp": "CP comm", "t_ep": "EP exchange", "shard_group": "S"}  # fmt: skip
+    columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS + extra)
+    key = "configurations" if order is None else "top"
+    return Table(key, title, columns, tuple(found.evaluated.rows(order, extra)))
+
+
+def _rejections_table(found: SearchResult) -> Table:
+    from parcalc.derivation import Column, Table
+
+    rows = tuple((reason, count) for reason, count in found.rejected.most_common())
+    return Table("rejected", "Rejected (layouts for divisibility and placement, configurations otherwise)",
+                 (Column("reason", "reason"), Column("count", "count")), rows)  # fmt: skip
+
+
+def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Cluster) -> list[str]:
+    evaluated = found.evaluated
+    c = evaluated.columns
+    first = int(ranked[0])
+    verdicts = [f"{len(evaluated):,} configurations evaluated on {found.layouts} layouts; {ranked.size:,} fit in {_gib(cluster.capacity)}"]
+    parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
+             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value,
+             "CP exchanges": best.cp_comm.value if best.cp_comm is not None else 0.0,
+             "MoE dispatch and combine": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
+    shares = ", ".join(f"{name} {value / best.step.value:.0%}" for name, value in parts.items() if value > 0)
+    verdicts.append(f"best: {best.config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
+                    f"{_gib(best.total_memory)} per GPU ({shares})")  # fmt: skip
+    if ranked.size > 1:
+        second = int(ranked[1])
+        gap = c["t_step"][second] / c["t_step"][first] - 1
+        changes = []
+        for key, name in (("t_tp", "TP communication"), ("t_bubble", "bubble"), ("t_pp", "PP sends"), ("t_dp", "exposed DP sync"),
+                          ("t_compute", "compute (recomputation)"), ("t_cp", "CP exchanges"), ("t_ep", "MoE dispatch and combine")):  # fmt: skip
+            delta = c[key][second] - c[key][first]
+            if abs(delta) > 1e-9 * c["t_step"][first]:
+                changes.append(f"{name} {abs(delta):.3g} s {'less' if delta > 0 else 'more'}")
+        why = ", ".join(changes) if changes else "the same time; it needs less memory"
+        verdicts.append(f"it beats the runner-up ({evaluated.config(second).label()}) by {gap:.2%}: {why}")
+    return verdicts
+
+
+RANK_KEYS = ("time", "cost")
+
+
+def _run_plans(names: list[str], tokens: str | None, iterations: str | None, gpu_power: str | None, pue: str | None,
+               price: list[str] | None, rank_by: str | None, search: bool, dirs: tuple, power_limit: str | None = None,
+               peak_given: bool = False) -> list[Any]:  # fmt: skip
+    """One RunPlan per GPU type (its board power, its --price), or [None] without --tokens / --iterations."""
+    from parcalc.errors import InputError
+    from parcalc.presets import load_gpu
+    from parcalc.results.parse import run_plan
+
+    if rank_by is not None:
+        if rank_by.lower() not in RANK_KEYS:
+            raise InputError(f"--rank-by: time or cost, got {rank_by!r}")
+        if not search:
+            raise InputError("--rank-by: ranks the configurations of --search")
+    prices = price or []
+    if len(prices) > max(1, len(names)):
+        raise InputError(f"--price: one per --gpu ({len(names) or 1} GPU type(s), {len(prices)} prices)")
+    if prices and len(prices) != max(1, len(names)):
+        raise InputError(f"--price: one per --gpu, in the same order ({len(names)} GPU types, {len(prices)} price)")
+    devices = [power_limited(load_gpu(name, dirs), power_limit, peak_given) for name in names] or [None]
+    return [run_plan(tokens, iterations, gpu_power, device, pue, prices[i] if prices else None) for i, device in enumerate(devices)]
+
+
+def _rank_by(rank_by: str | None, plans: list[Any], types: int) -> str:
+    """time or cost: --rank-by, else cost when several GPU types each have a price, else time."""
+    from parcalc.errors import InputError
+
+    priced = all(p is not None and p.price is not None for p in plans)
+    if rank_by is not None and rank_by.lower() == "cost" and not priced:
+        raise InputError("--rank-by cost: give --tokens (or --iterations) and a --price for each --gpu")
+    if rank_by is not None:
+        return rank_by.lower()
+    return "cost" if types > 1 and priced else "time"
+
+
+def _with_run(result: Result, plan: Any, cluster: Cluster, training: Training, *, search: bool, rank_by: str = "time") -> Result:
+    """`result` with the run's derivations (from its t_step, the model's), its verdict and, for a
+    search, each configuration's days (and cost) beside its step time."""
+    from dataclasses import replace
+
+    from parcalc.core.training_cost import run_from_step
+    from parcalc.results.parse import run_verdict
+
+    run = run_from_step(plan, result.derivation("t_step"), cluster.gpus, training.global_batch, training.seq_len)
+    assert run.iterations is not None  # a run from a step time counts them
+    tables = tuple(_run_columns(t, run.iterations.value, plan, cluster.gpus) if t.key in ("top", "configurations") else t
+                   for t in result.tables) if search else result.tables  # fmt: skip
+    verdicts = [*result.verdicts, run_verdict(run, cluster.gpus)]
+    if search and rank_by == "cost":
+        verdicts.append("ranked by cost per token: with one GPU type, price x GPUs is the same for every configuration, so it ranks "
+                        "as step time does")  # fmt: skip
+    notes = () if run.energy is not None else (f"energy: {cluster.gpu_name} has no board power in its preset; give --gpu-power W",)
+    currency = (f"prices are yours (--price, per GPU-hour, {plan.price.currency}); parcalc has no price presets",) if plan.price else ()
+    return replace(result, derivations=result.derivations + run.derivations(), verdicts=tuple(verdicts), tables=tables,
+                   assumptions=result.assumptions + notes + currency)  # fmt: skip
+
+
+def _run_columns(table: Table, iterations: float, plan: Any, gpus: int) -> Table:
+    """The days of the run (and its cost) at each configuration's step time, beside it."""
+    from dataclasses import replace
+
+    from parcalc.core.training_cost import cost_per_run, days_per_run
+    from parcalc.derivation import Column
+
+    at = [c.key for c in table.columns].index("t_step")
+    columns = [Column("days", "run", "days")]
+    if plan.price is not None:
+        columns.append(Column("cost", "run cost", plan.price.currency))
+
+    def extra(t_step: float | None) -> tuple[float | None, ...]:
+        if t_step is None:  # not timed: it does not fit (parcalc.core.fit_search)
+            return (None,) if plan.price is None else (None, None)
+        days = days_per_run(t_step, int(iterations))
+        return (days,) if plan.price is None else (days, cost_per_run(t_step, gpus, int(iterations), plan.price))
+
+    rows = tuple(row[: at + 1] + extra(cast("float | None", row[at])) + row[at + 1:] for row in table.rows)  # the t_step column
+    return replace(table, columns=table.columns[: at + 1] + tuple(columns) + table.columns[at + 1:], rows=rows)
+
+
+def _compare_gpus(clusters: list[Cluster], plans: list[Any], rank_by: str, top: int, settings: list, training: Training,
+                  search: Any) -> Result:  # fmt: skip
+    """--search on each GPU type (its own memory, peaks, kernels and node), merged: the best of each
+    in one table, the top configurations of all ranked by step time or by cost."""
+    from dataclasses import replace
+
+    from parcalc.derivation import Column, Table
+    from parcalc.errors import InfeasibleError, InfeasibleResult
+
+    found, skipped, tried = [], [], []
+    for cluster, plan in zip(clusters, plans, strict=True):
+        try:
+            result = search(cluster)
+        except InfeasibleError as error:
+            skipped.append(f"{cluster.gpu_name}: {error}")
+            tried += [(cluster.gpu_name, error.result)] if isinstance(error, InfeasibleResult) else []
+            continue
+        if plan is not None:
+            result = _with_run(result, plan, cluster, training, search=True)
+        found.append((cluster, result))
+    if not found:
+        why = "nothing fits on any GPU type: " + "; ".join(skipped)
+        if tried:  # what each GPU type tried, in one table with a GPU column: its JSON still prints (exit 1)
+            every = [(name, r.tables[0]) for name, r in tried]  # "configurations", or "smallest" outside JSON and CSV
+            every_tried = Table(every[0][1].key, every[0][1].title + " (every GPU type)", (Column("gpu", "GPU"), *every[0][1].columns),
+                           tuple((name, *row) for name, t in every for row in t.rows))  # fmt: skip
+            raise InfeasibleResult(why, replace(tried[0][1], title="No configuration fits on any GPU type", verdicts=tuple(skipped),
+                                                tables=(every_tried,), settings=tuple(settings)))  # fmt: skip
+        raise InfeasibleError(why)
+
+    def key(result: Result) -> float:
+        return result.derivation("cost_per_million_tokens" if rank_by == "cost" else "t_step").value
+
+    found.sort(key=lambda pair: key(pair[1]))
+    winner_cluster, winner = found[0]
+    gpu_column = (Column("gpu", "GPU"),)
+    merged = []
+    for table_key in [t.key for t in winner.tables]:
+        parts = [(c, next(t for t in r.tables if t.key == table_key)) for c, r in found if any(t.key == table_key for t in r.tables)]
+        first = parts[0][1]
+        rows = [(c.gpu_name, *row) for c, t in parts for row in t.rows]
+        if table_key == "top":
+            at = 1 + [col.key for col in first.columns].index("cost" if rank_by == "cost" else "t_step")
+            rows = sorted(rows, key=lambda row: row[at])[:top]
+            title = f"The {len(rows)} {'cheapest' if rank_by == 'cost' else 'fastest'} configurations of {len(found)} GPU types"
+        else:
+            title = first.title + " (every GPU type)"
+        merged.append(Table(table_key, title, gpu_column + first.columns, tuple(rows)))
+    summary = _gpu_summary(found)
+    verdicts = [_comparison_verdict(found, rank_by), *skipped]
+    for cluster, result in found:
+        verdicts += [f"{cluster.gpu_name}: {v}" for v in result.verdicts if v.startswith(("best:", "the run:"))]
+    names = " | ".join(c.gpu_name for c in clusters)
+    title = winner.title.replace(f"x {winner_cluster.gpu_name}", f"x ({names})", 1)
+    title = title.replace("Fastest configurations", "Cheapest configurations" if rank_by == "cost" else "Fastest configurations", 1)
+    assumptions = tuple(dict.fromkeys(a for _, r in found for a in r.assumptions))
+    chosen = [(k, ",".join(c.gpu_name for c in clusters)) if k == "gpu_name" else (k, v) for k, v in settings] + [("rank_by", rank_by)]
+    return replace(winner, title=title, tables=(summary, *merged), verdicts=tuple(verdicts), assumptions=assumptions,
+                   settings=tuple(chosen))  # fmt: skip
+
+
+def _gpu_summary(found: list[tuple[Cluster, Result]]) -> Table:
+    """One row per GPU type: its fastest configuration's step time and the run's days, GPU-hours, energy, cost."""
+    from parcalc.derivation import Column, Table
+
+    keys = [("t_step", "step", "s"), ("tokens_per_second", "tokens/s", "tokens/s"), ("mfu", "MFU", "fraction"),
+            ("train_days", "run", "days"), ("gpu_hours", "GPU-hours", "GPU-h"), ("energy", "energy", "Wh"),
+            ("cost", "cost", ""), ("cost_per_million_tokens", "per 1M tokens", "")]  # fmt: skip
+    present = [k for k in keys if any(d.key == k[0] for _, r in found for d in r.derivations)]
+    rows = []
+    for cluster, result in found:
+        best = next(t for t in result.tables if t.key == "top").records()[0]
+        label = f"TP{best['tp']} PP{best['pp']} DP{best['dp']} b{best['micro_batch']} {best['recompute']} ZeRO-{best['zero']}"
+        values = {d.key: d.value for d in result.derivations}
+        rows.append((cluster.gpu_name, label, *(values.get(k) for k, _, _ in present)))
+    units = {k: (u or next((d.unit for _, r in found for d in r.derivations if d.key == k), "")) for k, _, u in present}
+    columns = (Column("gpu", "GPU"), Column("best", "best configuration"), *(Column(k, label, units[k]) for k, label, _ in present))
+    return Table("gpu_types", "The best configuration of each GPU type", columns, tuple(rows))
+
+
+def _comparison_verdict(found: list[tuple[Cluster, Result]], rank_by: str) -> str:
+    (first_cluster, first), rest = found[0], found[1:]
+    if not rest:
+        return f"only {first_cluster.gpu_name} holds the model"
+    second_cluster, second = rest[0]
+    step = first.derivation("t_step").value / second.derivation("t_step").value
+    if rank_by == "cost":
+        c1, c2 = first.derivation("cost_per_million_tokens"), second.derivation("cost_per_million_tokens")
+        return (f"cheapest per token: {first_cluster.gpu_name} at {c1.value:.4g} {c1.unit}, {c2.value / c1.value:.2f} x cheaper than "
+                f"{second_cluster.gpu_name} ({c2.value:.4g} {c2.unit}) at {step:.2f} x its step time")  # fmt: skip
+    return (f"fastest: {first_cluster.gpu_name}, {first.derivation('t_step').value:.4g} s per iteration, {1 / step:.2f} x faster than "
+            f"{second_cluster.gpu_name}")  # fmt: skip

@@ -1,0 +1,300 @@
+"""`scaling`: one strategy (or the search's best) at N = 1, 2, 4, ... GPUs with fit's step-time model: step
+time, throughput, speedup, efficiency, the terms that grow, and the knee of the curve."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from parcalc.core.choices import Mlp, Precision, Recompute
+
+if TYPE_CHECKING:
+    from parcalc.core.scaling import Curve
+    from parcalc.derivation import Result
+
+
+def from_flags(model: str | None = None, layers: str | None = None, hidden: str | None = None,
+               heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
+               mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, gpus: str | None = None,
+               gpu: str | None = None, gpus_per_node: str | None = None, batch: str | None = None,
+               seq_len: str | None = None, weak: bool = False, strategy: str | None = None, tp: str | None = None,
+               pp: str | None = None, zero: str | None = None, best: bool = False, micro_batch: str | None = None,
+               recompute: Recompute | None = None, sequence_parallel: bool = False, knee: str | None = None,
+               precision: Precision | None = None, flash_attention: bool = False, framework: str | None = None,
+               link: str | None = None, inter_node_link: str | None = None, ideal_network: bool = False,
+               presets: list[Path] | None = None) -> Result:
+    """`scaling`'s Result from its flags as the command line gives them (texts with units, choices,
+    switches): what parcalc.commands.scaling and the library (parcalc.results.run) both call."""
+    from dataclasses import replace
+
+    from parcalc.core.fit import Training
+    from parcalc.core.scaling import Mode, check_gpu_counts, scaling_curve, searched
+    from parcalc.errors import InputError
+    from parcalc.presets import load_framework, load_gpu
+    from parcalc.results.cluster import cluster_from_flags
+    from parcalc.results.model import ModelFlags, model_and_seq_len
+    from parcalc.results.parse import MAX_GPUS, ProgressBar, preset_dirs, sixteen_bit_default
+    from parcalc.units import parse_count
+
+    dirs = preset_dirs(presets)
+    counts: Sequence[int] = gpu_counts(gpus)
+    shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
+    profile = load_framework(framework if framework is not None else "megatron", dirs)
+    if gpu is None:
+        raise InputError("--gpu: which GPU? (e.g. --gpu a100-sxm4-80gb; `parcalc presets list gpus`)")
+    device = load_gpu(gpu, dirs)
+    if precision is None:
+        precision = Precision.MIXED_FP16 if sixteen_bit_default(device)[0] == "fp16" else Precision.MIXED_BF16
+    elif precision.gemm_dtype not in device.dtypes:
+        raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
+                         f"(it lists {', '.join(device.dtypes)})")  # fmt: skip
+    cluster = cluster_from_flags(str(min(counts)), gpu, gpus_per_node, None, precision.gemm_dtype, None, None, link, inter_node_link,
+                                 None, None, None, False, profile, dirs, ideal_network=ideal_network)  # fmt: skip
+    counts = check_gpu_counts(counts, cluster.gpus_per_node, MAX_GPUS)
+    mode = Mode.WEAK if weak else Mode.STRONG
+    per = parse_count(batch, "--batch") if batch is not None else (1 if weak else max(counts))
+    threshold = knee_threshold(knee)
+    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)
+    training = Training(global_batch=per, seq_len=seq, precision=precision, flash_attention=flash_attention,
+                        fp32_grads=profile.fp32_grads and mixed)  # fmt: skip
+    rule = _rule(strategy, tp, pp, zero, best, micro_batch, recompute, sequence_parallel)
+    search = None
+    if best:
+        from parcalc.core.fit_search import SearchSpace
+        from parcalc.core.scaling import batch_at
+        from parcalc.results.parse import MAX_SEARCH_BATCH, check_at_most
+
+        check_at_most(batch_at(mode, per, max(counts)), MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
+
+        space = SearchSpace(zero_stages=profile.zero_stages, sequence_parallel=(True, False) if not sequence_parallel else (True,),
+                            micro_batches=(rule.micro_batch,) if micro_batch is not None else None,
+                            recomputes=(rule.recompute,) if recompute is not None else SearchSpace().recomputes)  # fmt: skip
+        search = searched(space)
+    progress = ProgressBar("evaluating GPU counts")
+    try:
+        curve = scaling_curve(shape, training, cluster, counts, rule, mode, per, threshold, best=search, progress=progress)
+    finally:
+        progress.close()
+    settings = [("model", shape.key), ("gpu", device.key), ("gpu_name", cluster.gpu_name), ("mode", mode.value), ("strategy", _strategy_name(rule)),
+                ("precision", precision.value), ("framework", profile.key), ("flash_attention", str(flash_attention).lower()),
+                ("knee", f"{threshold:g}")]  # fmt: skip
+    if ideal_network:
+        settings.append(("network", "ideal"))
+    result = curve_result(curve, shape, replace(training, global_batch=per), cluster, settings)
+    return result
+
+
+STRATEGIES = ("dp", "zero1", "zero2", "zero3", "tp", "pp")
+
+
+def knee_threshold(knee: str | None) -> float:
+    """--knee as the efficiency under which the curve's knee lies (parcalc.core.scaling.DEFAULT_KNEE when not given)."""
+    from parcalc.core.scaling import DEFAULT_KNEE
+    from parcalc.errors import InputError
+    from parcalc.units import Dimension, parse_quantity
+
+    threshold = parse_quantity(knee, Dimension.FRACTION, "--knee") if knee is not None else DEFAULT_KNEE
+    if not (0 < threshold < 1):
+        raise InputError(f"--knee: an efficiency above 0 and under 1 (e.g. 0.8 or 80%), got {knee!r}")
+    return threshold
+
+
+def gpu_counts(text: str | None) -> list[int]:
+    """--gpus "1,2,4" or "1,2,4,...,1024" (the ratio of the two counts before "..." continued up to the last)."""
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    if text is None:
+        raise InputError("--gpus: which GPU counts? (e.g. --gpus 1,2,4,8 or 1,2,4,...,1024)")
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(not p for p in parts):
+        raise InputError(f"--gpus: a comma list of GPU counts such as 1,2,4,8, got {text!r}")
+    if parts.count("...") > 1 or (parts.count("...") == 1 and (parts.index("...") < 2 or parts.index("...") != len(parts) - 2)):
+        raise InputError("--gpus: write a continued list as a,b,...,z (two counts, then ..., then the last)")
+    if "..." not in parts:
+        return [parse_count(p, "--gpus") for p in parts]
+    head = [parse_count(p, "--gpus") for p in parts[:-2]]
+    last = parse_count(parts[-1], "--gpus")
+    a, b = head[-2], head[-1]
+    if b <= a or b % a:
+        raise InputError(f"--gpus: a,b,...,z continues the ratio b/a, which must be a whole number above 1 (got {a},{b})")
+    ratio, out = b // a, list(head)
+    while out[-1] * ratio <= last and len(out) <= 64:
+        out.append(out[-1] * ratio)
+    if out[-1] != last:
+        raise InputError(f"--gpus: {last} is not reached from {a},{b} by x{ratio} (it would be ... {out[-1]}, {out[-1] * ratio})")
+    return out
+
+
+def _rule(strategy: str | None, tp: str | None, pp: str | None, zero: str | None, best: bool, micro_batch: str | None,
+          recompute: Recompute | None, sequence_parallel: bool) -> Any:  # fmt: skip
+    from parcalc.core.scaling import Family, Rule
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    pinned = tp is not None or pp is not None
+    if sum((strategy is not None, pinned, best)) > 1:
+        raise InputError("--strategy, --tp/--pp and --best: give one way to lay out each N")
+    b = parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1
+    r = recompute or Recompute.NONE
+    if zero is not None and not pinned:
+        raise InputError("--zero: with --tp/--pp (the strategies zero1, zero2, zero3 set their own stage; --best searches them)")
+    if best:
+        return Rule(Family.BEST, micro_batch=b, recompute=r, sequence_parallel=sequence_parallel)
+    if pinned:
+        z = parse_count(zero, "--zero", allow_zero=True) if zero is not None else 0
+        if z > 3:
+            raise InputError(f"--zero: a ZeRO stage 0-3, got {zero!r}")
+        t = parse_count(tp, "--tp") if tp is not None else 1
+        p = parse_count(pp, "--pp") if pp is not None else 1
+        return Rule(Family.FIXED, t, p, z, b, r, sequence_parallel)
+    kind = (strategy or "dp").strip().lower()
+    if kind not in STRATEGIES:
+        raise InputError(f"--strategy: one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if sequence_parallel and kind != "tp":
+        raise InputError("--sequence-parallel: needs tp > 1 (--strategy tp, --tp T or --best)")
+    return Rule(Family(kind), micro_batch=b, recompute=r, sequence_parallel=sequence_parallel)
+
+
+def _strategy_name(rule: Any) -> str:
+    from parcalc.core.scaling import Family
+
+    return f"tp{rule.tp}-pp{rule.pp}" if rule.family is Family.FIXED else rule.family.value
+
+
+def curve_result(curve: Curve, shape: Any, training: Any, cluster: Any, settings: list) -> Result:
+    """The curve as a Result: the points table, the terms table, the summary and the verdicts."""
+    from parcalc.core.scaling import Mode
+    from parcalc.derivation import Result, Term
+    from parcalc.results.estimate import _assumptions, _inputs
+
+    mode = curve.mode
+    first, last = curve.points[0].gpus, curve.points[-1].gpus
+    batch = (f"B = {training.global_batch}" if mode is Mode.STRONG else f"B/N = {training.global_batch} per GPU")
+    title = (f"{mode.value.capitalize()} scaling: {shape.name} on {first}-{last} x {cluster.gpu_name} ({batch}, s = {training.seq_len})")
+    inputs = [t for t in _inputs(shape, training, cluster) if t.key not in ("N", "B")]
+    inputs.insert(0, Term("B", "B", "B", training.global_batch, "", "global batch (sequences)" if mode is Mode.STRONG
+                          else "sequences per GPU: B(N) = B x N"))  # fmt: skip
+    assumptions = (
+        f"layout at each N: {curve.rule.describe()}",
+        ("strong scaling: the same global batch at every N, so S = t_ref / t_step" if mode is Mode.STRONG else
+         "weak scaling: the same batch per GPU at every N, so S = (N / N_ref) t_ref / t_step and E = t_ref / t_step"),
+        "speedup S = X(N) / X(N_ref) and efficiency E = S x N_ref / N over the smallest N that runs and fits"
+        + (f" ({curve.reference.gpus} GPU{'s' if curve.reference.gpus > 1 else ''})" if curve.reference else ""),
+        f"knee: the first N with E under {curve.threshold:.0%} (--knee)",
+        "terms table: each term of the step in GPU-seconds per sequence, N t_k / B(N); their growth over the reference is "
+        "the efficiency lost (E = c_ref / c(N), c = N t_step / B)",
+    ) + _assumptions(shape, training, cluster)  # fmt: skip
+    return Result(command="scaling", title=title, inputs=tuple(inputs), derivations=curve.summary,
+                  tables=(points_table(curve), *((terms_table(curve),) if curve.timed() else ()), *((skipped_table(curve),) if any(p.estimate is None for p in curve.points) else ())),
+                  verdicts=tuple(verdicts(curve)),
+                  assumptions=assumptions, settings=tuple(settings))  # fmt: skip
+
+
+def _layout(config: Any, curve: Curve) -> str:
+    """tp x pp x dp; with --best also what else the search chose (the other rules state it in the title)."""
+    from parcalc.core.scaling import Family
+
+    if config is None:
+        return ""
+    text = f"{config.tp}x{config.pp}x{config.dp}"
+    if curve.rule.family is not Family.BEST:
+        return text
+    extras = [f"Z{config.zero}"] if config.zero else []
+    if config.recompute is not Recompute.NONE:
+        extras.append({"selective": "sel", "full": "full", "op": "op"}[config.recompute.value])
+    if config.sequence_parallel:
+        extras.append("SP")
+    if config.micro_batch != 1:
+        extras.append(f"b{config.micro_batch}")
+    return " ".join([text, *extras])
+
+
+def points_table(curve: Curve) -> Any:
+    """One row per N: layout, step time, throughput, speedup, efficiency (B too under weak scaling);
+    an N without a step time has dashes, and its reason in the table `skipped`."""
+    from parcalc.core.scaling import Mode
+    from parcalc.derivation import Column, Table
+
+    weak = curve.mode is Mode.WEAK
+    columns = (Column("gpus", "N"), Column("layout", "TPxPPxDP"), *((Column("global_batch", "B"),) if weak else ()),
+               Column("t_step", "step", "s"), Column("tokens_per_second", "X", "tokens/s"), Column("speedup", "speedup"),
+               Column("efficiency", "eff.", "fraction"))  # fmt: skip
+    rows = []
+    for p in curve.points:
+        est = p.estimate
+        rows.append((p.gpus, _layout(p.config, curve), *((p.global_batch,) if weak else ()), est.step.value if est else None,
+                     est.tokens_per_second.value if est else None, p.speedup.value if p.speedup else None,
+                     p.efficiency.value if p.efficiency else None))  # fmt: skip
+    return Table("scaling", f"{curve.mode.value.capitalize()} scaling, {curve.rule.describe()}", columns, tuple(rows))
+
+
+def skipped_table(curve: Curve) -> Any:
+    """The GPU counts without a step time, and why (no valid layout, or it does not fit)."""
+    from parcalc.derivation import Column, Table
+
+    rows = tuple((p.gpus, p.note, p.memory) for p in curve.points if p.estimate is None)
+    columns = (Column("gpus", "N"), Column("reason", "reason"), Column("memory", "memory per GPU", "B"))
+    return Table("skipped", "GPU counts without a step time", columns, rows)
+
+
+# (name in parcalc.core.speedup.step_terms, JSON/CSV key as fit --search names the term, heading)
+TERM_COLUMNS = (("compute", "t_compute", "compute"), ("recomputation", "t_recompute", "recomp."),
+                ("TP communication", "t_tp", "TP comm"), ("CP exchanges", "t_cp", "CP comm"), ("MoE all-to-alls", "t_ep", "EP a2a"),
+                ("bubble", "t_bubble", "bubble"), ("PP sends", "t_pp", "PP sends"), ("exposed DP sync", "t_dp", "DP exp."),
+                ("optimizer", "t_optimizer", "optim."), ("offload", "t_offload", "offload"))  # fmt: skip
+
+
+def terms_table(curve: Curve) -> Any:
+    """The step's terms (GPU-seconds per sequence, N t_k / B) at each N that runs: what grows."""
+    from parcalc.core.speedup import step_terms
+    from parcalc.derivation import Column, Table
+
+    timed = curve.timed()
+    per_point = [(p, step_terms(p.estimate)) for p in timed]  # type: ignore[arg-type]
+    present = [(k, key, label) for k, key, label in TERM_COLUMNS if any(terms[k] > 0 for _, terms in per_point)]
+    columns = (Column("gpus", "N"), *(Column(key, label, "s") for _, key, label in present), Column("efficiency", "eff.", "fraction"))
+    rows = tuple((p.gpus, *(terms[k] * p.gpus / p.global_batch for k, _, _ in present), p.efficiency.value)  # type: ignore[union-attr]
+                 for p, terms in per_point)  # fmt: skip
+    return Table("terms", "The step's terms in GPU-seconds per sequence (N t / B): flat is perfect scaling", columns, rows)
+
+
+def verdicts(curve: Curve) -> list[str]:
+    from parcalc.core.scaling import growing_terms
+    from parcalc.units import format_time
+
+    timed = curve.timed()
+    if curve.reference is None:
+        reasons = "; ".join(f"N = {p.gpus}: {p.note}" + (f" ({p.memory / 2**30:.1f} GiB per GPU)" if p.note == "does not fit" and p.memory is not None else "")
+                            for p in curve.points[:3])
+        return [f"the strategy runs at none of the GPU counts ({reasons})"]
+    ref, last = curve.reference, timed[-1]
+    out = []
+    if ref.gpus != curve.points[0].gpus:
+        skipped = next(p for p in curve.points if p.gpus < ref.gpus)
+        out.append(f"reference N = {ref.gpus}: the smallest count that runs and fits (N = {skipped.gpus}: {skipped.note})")
+    knee = curve.knee()
+    assert last.speedup is not None and last.efficiency is not None
+    if len(timed) == 1:
+        out.append(f"only N = {ref.gpus} runs: no curve to bend")
+    elif knee is None:
+        out.append(f"no knee: efficiency stays at or above {curve.threshold:.0%} up to N = {last.gpus} "
+                   f"(speedup {last.speedup.value:.3g}x, efficiency {last.efficiency.value:.1%})")  # fmt: skip
+    else:
+        assert knee.efficiency is not None
+        grown = growing_terms(knee, ref)
+        why = ", ".join(f"{name} +{format_time(value, significant=3)}" for name, value in grown[:3]) or "no term grows"
+        out.append(f"knee at N = {knee.gpus}: efficiency {knee.efficiency.value:.1%} < {curve.threshold:.0%}; "
+                   f"GPU-time per sequence grown since N = {ref.gpus}: {why}")  # fmt: skip
+    if last is not knee and last is not ref:
+        grown = growing_terms(last, ref)
+        if grown:
+            name, _ = grown[0]
+            out.append(f"at N = {last.gpus}: speedup {last.speedup.value:.3g}x, efficiency {last.efficiency.value:.1%}; "
+                       f"the term that grows most: {name}")  # fmt: skip
+    missing = [p for p in curve.points if p.estimate is None and p.gpus > ref.gpus]
+    if missing:
+        out.append(f"no step time at N = {', '.join(str(p.gpus) for p in missing)} (table 'GPU counts without a step time'): "
+                   f"{missing[0].note}" + (f" ({missing[0].memory / 2**30:.1f} GiB per GPU)" if missing[0].note == "does not fit" and missing[0].memory is not None else ""))
+    return out
