@@ -45,7 +45,10 @@ def fit_inputs(run: BlackwellAmdRun) -> tuple:
     peak = gpu.dtypes[dtype].dense_peak
     attention = gpu.dtypes["bf16"].dense_peak
     assert peak is not None and attention is not None
-    cluster = Cluster(gpus=run.gpus, gpus_per_node=gpu.node.gpus, peak=peak.value, capacity=gpu.memory_capacity.value,
+    # A job smaller than the NVLink domain (8 or 64 GPUs of a 72-GPU NVL72 rack) has all its GPUs in one domain:
+    # its slice of the rack is the node, with that slice's network cards (one per GPU).
+    per_node = min(gpu.node.gpus, run.gpus)
+    cluster = Cluster(gpus=run.gpus, gpus_per_node=per_node, nics_per_node=gpu.node.nics_for(per_node), peak=peak.value, capacity=gpu.memory_capacity.value,
                       intra=load_link(gpu.node.intra_link, ()), inter=load_link(gpu.node.inter_link, ()), gpu=gpu, dtype=dtype,
                       framework=load_framework("megatron", ()), attention_peak=attention.value)  # fmt: skip
     return model, config, training, cluster
