@@ -14,9 +14,18 @@ is the table row as printed. 'FP8-CS' is Transformer Engine's FP8 with current (
 'MXFP8' the block-scaled MXFP8 recipe; where a 25.11 cell reads 'a (b)' the first is FP8-CS, the bracket FP8-MX.
 The archive's footnote: 'In MoE training benchmarks, we force-balance the token distribution among experts'.
 
-AMD Instinct (MI300X, MI325X, MI355X): no published training throughput with its full layout (model, GPUs,
-parallel sizes, batch, sequence, precision and a measured rate) was read in the time this table was built;
-the rows are missing, not zero (see the test's docstring).
+AMD Instinct MI355X: AMD-AGI/Primus agent/workspace/qwen3_fp8_tw_gfx950_20261010/README.md (read at commit
+31c71fa8627ae5a4b4b0c24d0b0965ab872e37b4; status line 'Status (2026-10-10)'), the end-to-end table 'Qwen3-30B-A3B FP8
+tensorwise pretrain on 8x MI355X: EP8, MBS 8, GBS 512, seq 4096, even routing, 20 iterations, mean of iterations
+11-20. tokens/s/GPU = 262144 / (s/iter)', with the DeepEP dispatcher ('HIP permute in `DeepEPTokenDispatcher`') and
+Transformer Engine's CK attention ('TE CK is the fastest ... keep `use_turbo_attention` false'); the first row
+('baseline: submitted config') and the last (every Turbo switch on) are kept.
+
+AMD Instinct MI300X and MI325X: no published training throughput with its whole layout (model, GPUs, parallel
+sizes, batch, sequence, precision and a measured rate) was found: AMD's ROCm 7 MI355X training blog
+(ROCm/rocm-blogs blogs/artificial-intelligence/ROCm7-MI355X-training-performance, 2025-12-02) prints only ratios to
+B200, AMD's performance-results page shows its training tables as images, and MLPerf Training's AMD entries are
+LoRA fine-tuning time-to-train. Those rows are missing, not zero.
 """
 
 from __future__ import annotations
@@ -50,6 +59,9 @@ class BlackwellAmdRun(NamedTuple):
     source: str
     quote: str
     date: str  # container release the row belongs to
+    dispatcher: str = "alltoall"  # MoE token dispatcher: "alltoall" (Megatron's) or "deepep"
+    fp8_recipe: str = ""  # "" : from precision (FP8-CS current, MXFP8 mxfp8); "current" for per-tensor (tensorwise)
+    notes: str = ""
 
 
 RUNS: tuple[BlackwellAmdRun, ...] = (
@@ -97,6 +109,24 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
                     "| DGX-GB200 | 256 | MXFP8 | 1536 | 1 | 8192 | 0 | 4 | 16 | 1 | 8 | n/a | 800 | 1994 |",
                     "NeMo 26.04.01"),
 )
+
+PRIMUS_MI355X = ("AMD-AGI/Primus agent/workspace/qwen3_fp8_tw_gfx950_20261010/README.md @31c71fa8 (2026-10-10), "
+                 "https://github.com/AMD-AGI/Primus/blob/31c71fa8627ae5a4b4b0c24d0b0965ab872e37b4/agent/workspace/qwen3_fp8_tw_gfx950_20261010/README.md")  # fmt: skip
+
+AMD_RUNS: tuple[BlackwellAmdRun, ...] = (
+    BlackwellAmdRun("primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline", "8x MI355X", "mi355x", "qwen3-30b-a3b", 8, "fp8-cs",
+                    512, 8, 4096, 0, 1, 1, 1, 1, 8, 29474, 670.6, PRIMUS_MI355X,
+                    "| baseline: submitted config, Turbo e2d9f1d7 | 8894.0 | 670.6 | 29,474 | 277 GB | 11.33393 |",
+                    "2026-10-10", dispatcher="deepep", fp8_recipe="current",
+                    notes="FP8 'tensorwise' = per-tensor current scaling; even (force-balanced) routing; 277 GB peak memory"),
+    BlackwellAmdRun("primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-turbo", "8x MI355X", "mi355x", "qwen3-30b-a3b", 8, "fp8-cs",
+                    512, 8, 4096, 0, 1, 1, 1, 1, 8, 40283, 916.7, PRIMUS_MI355X,
+                    "| + `turbo_fp8_permute` (4 runs: 6442.4, 6515.0, 6523.8, 6549.1) | 6507.6 | 916.7 | 40,283 | 223.3 GB | 11.33404 |",
+                    "2026-10-10", dispatcher="deepep", fp8_recipe="current",
+                    notes="every Turbo kernel switch of the campaign on (fused act with probs, 160 DeepEP CUs, fused qk RMSNorm+RoPE, fused grouped GEMM, FP8 permute)"),
+)
+
+RUNS = RUNS + AMD_RUNS
 
 _keys = [r.key for r in RUNS]
 assert len(set(_keys)) == len(_keys), "duplicate run keys"
