@@ -45,10 +45,15 @@ LINKS = packaged(Category.LINKS)
 def sourced_numbers(item: Gpu | Link) -> list[tuple[str, Sourced]]:
     """Every number of a GPU or link preset, with the dotted key it came from."""
     if isinstance(item, Link):
-        return [("bandwidth_per_direction", item.bandwidth_per_direction), ("latency", item.latency)]
+        extra = [("nccl_efficiency", item.nccl_efficiency)] if item.nccl_efficiency is not None else []
+        return [("bandwidth_per_direction", item.bandwidth_per_direction), ("latency", item.latency), *extra]
     found = [("memory_capacity", item.memory_capacity), ("memory_bandwidth", item.memory_bandwidth)]
     found += [(key, value) for key, value in (("sms", item.sms), ("boost_clock", item.boost_clock),
                                                ("nvlink_bandwidth_per_direction", item.nvlink_bandwidth)) if value]
+    found += [(key, value) for key, value in (("board_power", item.board_power), ("power_limit", item.power_limit)) if value]
+    found += [(f"power_curve.{point.watts:g}W", Sourced(point.tensor_scale, "fraction", point.source)) for point in item.power_curve]
+    if item.node is not None:
+        found.append(("node.gpus", Sourced(item.node.gpus, "GPUs", item.node.source)))
     for dtype, rates in item.dtypes.items():
         for field in ("fma_per_clock_per_sm", "dense_peak", "sparse_peak"):
             value = getattr(rates, field)
