@@ -74,7 +74,7 @@ def test_the_promised_presets_are_packaged() -> None:
     } <= set(GPUS)  # fmt: skip
     assert {
         "nvlink3", "nvlink4", "nvlink5", "pcie4-x16", "pcie5-x16", "ib-hdr", "ib-ndr", "ib-xdr", "100gbe", "400gbe",
-        "infinity-fabric-mi300",
+        "xgmi-mi300",
     } <= set(LINKS)  # fmt: skip
     assert {
         "homework-7b", "gpt2-xl", "bert-large", "gpt3-175b", "turing-nlg-17b", "mt-nlg-530b", "megatron-1t",
@@ -305,9 +305,9 @@ def test_amd_parts_have_no_nvlink() -> None:
         # HGX B300: 8 GPUs, 8 ConnectX-8 SuperNICs at 800 Gb/s.
         pytest.param("b300", 8, "nvlink5", "ib-xdr", 8, id="b300"),
         # AMD 8-GPU platforms: 7 Infinity Fabric links per GPU (full mesh), one 400 Gb/s RDMA NIC per GPU (ROCm docs).
-        pytest.param("mi300x", 8, "infinity-fabric-mi300", "400gbe", 8, id="mi300x"),
-        pytest.param("mi325x", 8, "infinity-fabric-mi300", "400gbe", 8, id="mi325x"),
-        pytest.param("mi355x", 8, "infinity-fabric-mi300", "400gbe", 8, id="mi355x"),
+        pytest.param("mi300x", 8, "xgmi-mi300", "400gbe", 8, id="mi300x"),
+        pytest.param("mi325x", 8, "xgmi-mi300", "400gbe", 8, id="mi325x"),
+        pytest.param("mi355x", 8, "xgmi-mi300", "400gbe", 8, id="mi355x"),
     ],
 )
 def test_nodes_of_the_new_hardware(gpu: str, gpus: int, intra: str, inter: str, nics: int) -> None:
@@ -354,7 +354,7 @@ def test_b300_fp4_sparse_is_not_stored_and_int8_is_left_out() -> None:
         pytest.param("100gbe", 12.5e9, 14e-6, id="100gbe"),
         pytest.param("400gbe", 50e9, 14e-6, id="400gbe"),
         # MI300X datasheet: 7 Infinity Fabric links of 128 GB/s (both directions): 7 x 64 = 448 GB/s each way.
-        pytest.param("infinity-fabric-mi300", 448e9, 3.4e-6, id="infinity-fabric-mi300"),
+        pytest.param("xgmi-mi300", 448e9, 3.4e-6, id="xgmi-mi300"),
     ],
 )
 def test_link_values(link: str, bandwidth: float, latency: float) -> None:
