@@ -288,7 +288,7 @@ def test_report_list_and_bad_output(runner, run_error, tmp_path: Path) -> None:
 
 
 def test_missing_tex_engine_is_explained(run_error, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("parcalc.render.pdf.tex_engine", lambda: None)
+    monkeypatch.setattr("parcalc.render.pdf.tex_engine", lambda lua_allowed=True: None)
     line = run_error(["report", "question1", "-o", str(tmp_path / "q.pdf")], exit_code=1)
     assert "no TeX engine" in line and "texlive-latex-recommended" in line
     assert not (tmp_path / "q.pdf").exists()
