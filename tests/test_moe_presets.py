@@ -32,6 +32,7 @@ PUBLISHED = [
      "Hugging Face mistralai/Mixtral-8x7B-v0.1 model card 46.7B; Jiang et al. 2024 sec. 2: 13B active (12.9B: 46.7B/12.9B in the issue)"),
     ("mixtral-8x22b", 141, 0, "round", 39, 0, "either", "mistral.ai/news/mixtral-8x22b: 39B active out of 141B"),
     ("deepseek-v3", 671, 0, "either", 37, 0, "cut", "DeepSeek-V3 Technical Report (arXiv:2412.19437) abstract: 671B total, 37B activated"),
+    ("deepseek-v2", 236, 0, "round", 21, 0, "either", "DeepSeek-V2 (arXiv:2405.04434) abstract and sec. 3.1.2: 236B total, 21B activated"),
     ("qwen3-30b-a3b", 30.5, 1, "either", 3.3, 1, "cut", "Hugging Face Qwen/Qwen3-30B-A3B model card: 30.5B in total and 3.3B activated"),
     ("qwen3-235b-a22b", 235, 0, "either", 22, 0, "either", "Hugging Face Qwen/Qwen3-235B-A22B model card: 235B in total and 22B activated"),
 ]
@@ -81,6 +82,20 @@ def test_deepseek_v3_by_hand() -> None:
     assert model.moe_layers == 58
     assert model.total_params == total == 671_026_419_200
     assert model.active_params == total - 58 * 248 * 3 * h * 2048 == 37_552_297_472
+
+
+def test_deepseek_v2_by_hand() -> None:
+    """DeepSeek-V2's config.json (presets/models/deepseek-v2.yaml): MLA with q_lora_rank 1536, one dense layer of 12288,
+    59 MoE layers with 2 shared + 160 routed experts of 1536 and a softmax router without bias (modeling_deepseek_v2.py)."""
+    h, n = 5120, 128
+    mla = h * 1536 + 1536 + 1536 * n * 192 + h * (512 + 64) + 512 + 512 * n * (128 + 128) + n * 128 * h
+    dense = mla + 3 * h * 12288 + 2 * h
+    moe = mla + 2 * h + h * 160 + 3 * h * 1536 * (2 + 160)
+    total = dense + 59 * moe + 2 * 102400 * h + h
+    model = load_model("deepseek-v2")
+    assert model.moe_layers == 59
+    assert model.total_params == total == 235_741_434_880  # the paper's '236B total'
+    assert model.active_params == total - 59 * 154 * 3 * h * 1536 == 21_375_800_320  # '21B are activated'
 
 
 def test_llama4_scout_text_and_vision() -> None:

@@ -45,10 +45,15 @@ LINKS = packaged(Category.LINKS)
 def sourced_numbers(item: Gpu | Link) -> list[tuple[str, Sourced]]:
     """Every number of a GPU or link preset, with the dotted key it came from."""
     if isinstance(item, Link):
-        return [("bandwidth_per_direction", item.bandwidth_per_direction), ("latency", item.latency)]
+        extra = [("nccl_efficiency", item.nccl_efficiency)] if item.nccl_efficiency is not None else []
+        return [("bandwidth_per_direction", item.bandwidth_per_direction), ("latency", item.latency), *extra]
     found = [("memory_capacity", item.memory_capacity), ("memory_bandwidth", item.memory_bandwidth)]
     found += [(key, value) for key, value in (("sms", item.sms), ("boost_clock", item.boost_clock),
                                                ("nvlink_bandwidth_per_direction", item.nvlink_bandwidth)) if value]
+    found += [(key, value) for key, value in (("board_power", item.board_power), ("power_limit", item.power_limit)) if value]
+    found += [(f"power_curve.{point.watts:g}W", Sourced(point.tensor_scale, "fraction", point.source)) for point in item.power_curve]
+    if item.node is not None:
+        found.append(("node.gpus", Sourced(item.node.gpus, "GPUs", item.node.source)))
     for dtype, rates in item.dtypes.items():
         for field in ("fma_per_clock_per_sm", "dense_peak", "sparse_peak"):
             value = getattr(rates, field)
@@ -65,9 +70,11 @@ def test_the_promised_presets_are_packaged() -> None:
     assert {
         "a100-sxm4-80gb", "a100-sxm4-40gb", "a100-pcie-80gb", "v100-sxm2-16gb", "v100-sxm2-32gb", "h100-sxm5",
         "h100-pcie", "h200", "b200", "mi250x", "mi300x", "l4", "rtx-4090",
+        "gb200", "b300", "mi325x", "mi355x",  # issue 31: the hardware people buy now
     } <= set(GPUS)  # fmt: skip
     assert {
         "nvlink3", "nvlink4", "nvlink5", "pcie4-x16", "pcie5-x16", "ib-hdr", "ib-ndr", "ib-xdr", "100gbe", "400gbe",
+        "xgmi-mi300",
     } <= set(LINKS)  # fmt: skip
     assert {
         "homework-7b", "gpt2-xl", "bert-large", "gpt3-175b", "turing-nlg-17b", "mt-nlg-530b", "megatron-1t",
@@ -139,6 +146,18 @@ def test_gpu_conventions(key: str) -> None:
         pytest.param("h200", "bf16", 989.5e12, id="h200-bf16"),
         # HGX B200: FP16/BF16 36 PFLOPS (sparse) for 8 GPUs: 36 / 8 / 2 = 2.25 PFLOPS dense per GPU.
         pytest.param("b200", "bf16", 2.25e15, id="b200-bf16"),
+        # GB200 NVL72: FP8/FP6 720 PFLOPS (sparse) per 72 GPUs: 720 / 72 / 2 = 5 PFLOPS dense; Blackwell brief's
+        # GB200 column (1,200 W): BF16 2500 TFLOPS, FP4 10000 dense.
+        pytest.param("gb200", "fp8", 5e15, id="gb200-fp8"),
+        pytest.param("gb200", "bf16", 2.5e15, id="gb200-bf16"),
+        pytest.param("gb200", "fp4", 10e15, id="gb200-fp4"),
+        # HGX B300: FP16/BF16 36 PFLOPS sparse / 8 / 2 = 2.25; FP4 105 PFLOPS dense / 8 = 13.125.
+        pytest.param("b300", "bf16", 2.25e15, id="b300-bf16"),
+        pytest.param("b300", "fp4", 13.125e15, id="b300-fp4"),
+        # MI325X (AMD table): FP16/BF16 1307.4, FP8 2614.9 TFLOPS; MI355X (ISSCC 2026): FP8 'five petaflops'.
+        pytest.param("mi325x", "bf16", 1307.4e12, id="mi325x-bf16"),
+        pytest.param("mi325x", "fp8", 2614.9e12, id="mi325x-fp8"),
+        pytest.param("mi355x", "fp8", 5e15, id="mi355x-fp8"),
         # MI300X datasheet: FP16 1307.4 TFLOPS; MI250X datasheet: FP16 383 TFLOPS.
         pytest.param("mi300x", "fp16", 1307.4e12, id="mi300x-fp16"),
         pytest.param("mi250x", "fp16", 383e12, id="mi250x-fp16"),
@@ -184,6 +203,10 @@ def test_a100_tf32_derived_peak_is_the_homework_answer() -> None:
         pytest.param("h100-sxm5", "fp8", 4096, id="h100-fp8"),
         # CDNA 3 whitepaper: 2048 FP16 FLOPS/clock/CU = 1024 FMA.
         pytest.param("mi300x", "fp16", 1024, id="mi300x-fp16"),
+        pytest.param("mi325x", "fp16", 1024, id="mi325x-fp16"),
+        # ISSCC 2026 (MI355X): per-CU FP8 'from 4,096 FLOPS per clock to 8,192' = 4096 FMA; CDNA 4 doubles CDNA 3's BF16.
+        pytest.param("mi355x", "fp8", 4096, id="mi355x-fp8"),
+        pytest.param("mi355x", "bf16", 2048, id="mi355x-bf16"),
     ],
 )
 def test_fma_per_clock_per_sm(gpu: str, dtype: str, fma: int) -> None:
@@ -222,6 +245,26 @@ def test_derived_peak_is_within_2_percent_of_the_datasheet(key: str, dtype: str)
         pytest.param("v100-sxm2-16gb", "memory_capacity", 16 * GiB, id="v100-16gb-capacity"),
         pytest.param("h100-sxm5", "memory_capacity", 80 * GiB, id="h100-capacity"),
         pytest.param("mi300x", "memory_capacity", 192 * GiB, id="mi300x-capacity"),
+        # ROCm GPU specifications table: MI325X 256 GiB, MI355X 288 GiB; GB200 NVL72 13.4 TB / 72 = NVIDIA's 186 GB;
+        # HGX B300 'Up to 2.3 TB' / 8 = 288 GB.
+        pytest.param("mi325x", "memory_capacity", 256 * GiB, id="mi325x-capacity"),
+        pytest.param("mi355x", "memory_capacity", 288 * GiB, id="mi355x-capacity"),
+        pytest.param("gb200", "memory_capacity", 186 * GiB, id="gb200-capacity"),
+        pytest.param("b300", "memory_capacity", 288 * GiB, id="b300-capacity"),
+        # MI325X 6 TB/s, MI355X 8 TB/s (AMD); GB200 NVL72 576 TB/s / 72 = 8 TB/s.
+        pytest.param("mi325x", "memory_bandwidth", 6e12, id="mi325x-bandwidth"),
+        pytest.param("mi355x", "memory_bandwidth", 8e12, id="mi355x-bandwidth"),
+        pytest.param("gb200", "memory_bandwidth", 8e12, id="gb200-bandwidth"),
+        # Board power: GB200 1,200 W (Blackwell brief), HGX B300 1.1 kW (Verda), MI325X 1,000 W, MI355X 1,400 W.
+        pytest.param("gb200", "board_power", 1200, id="gb200-power"),
+        pytest.param("b300", "board_power", 1100, id="b300-power"),
+        pytest.param("mi325x", "board_power", 1000, id="mi325x-power"),
+        pytest.param("mi355x", "board_power", 1400, id="mi355x-power"),
+        pytest.param("gb200", "nvlink_bandwidth", 900e9, id="gb200-nvlink"),
+        pytest.param("b300", "nvlink_bandwidth", 900e9, id="b300-nvlink"),
+        # ROCm GPU specifications: MI325X 304 CUs (38 per XCD), MI355X 256 (32 per XCD).
+        pytest.param("mi325x", "sms", 304, id="mi325x-cus"),
+        pytest.param("mi355x", "sms", 256, id="mi355x-cus"),
         # A100 80GB SXM datasheet: 2,039GB/s; A100 whitepaper (40 GB): 1555 GB/sec; H100 SXM datasheet: 3.35TB/s.
         pytest.param("a100-sxm4-80gb", "memory_bandwidth", 2039e9, id="a100-80gb-bandwidth"),
         pytest.param("a100-sxm4-40gb", "memory_bandwidth", 1555e9, id="a100-40gb-bandwidth"),
@@ -248,6 +291,42 @@ def test_amd_parts_have_no_nvlink() -> None:
     # Infinity Fabric is described in their notes, not stored as NVLink bandwidth.
     assert load_gpu("mi250x").nvlink_bandwidth is None
     assert load_gpu("mi300x").nvlink_bandwidth is None
+    assert load_gpu("mi325x").nvlink_bandwidth is None
+    assert load_gpu("mi355x").nvlink_bandwidth is None
+
+
+@pytest.mark.parametrize(
+    ("gpu", "gpus", "intra", "inter", "nics"),
+    [
+        # DGX B200 User Guide: 8 B200, 2 NVLink 5 switches, 8 single-port ConnectX-7 at 400 Gb/s InfiniBand.
+        pytest.param("b200", 8, "nvlink5", "ib-ndr", 8, id="b200"),
+        # DGX GB200 User Guide: 72-GPU NVL domains (18 trays x 4 GPUs), ConnectX-7 per GPU for the compute fabric.
+        pytest.param("gb200", 72, "nvlink5", "ib-ndr", 72, id="gb200"),
+        # HGX B300: 8 GPUs, 8 ConnectX-8 SuperNICs at 800 Gb/s.
+        pytest.param("b300", 8, "nvlink5", "ib-xdr", 8, id="b300"),
+        # AMD 8-GPU platforms: 7 Infinity Fabric links per GPU (full mesh), one 400 Gb/s RDMA NIC per GPU (ROCm docs).
+        pytest.param("mi300x", 8, "xgmi-mi300", "400gbe", 8, id="mi300x"),
+        pytest.param("mi325x", 8, "xgmi-mi300", "400gbe", 8, id="mi325x"),
+        pytest.param("mi355x", 8, "xgmi-mi300", "400gbe", 8, id="mi355x"),
+    ],
+)
+def test_nodes_of_the_new_hardware(gpu: str, gpus: int, intra: str, inter: str, nics: int) -> None:
+    node = load_gpu(gpu).node
+    assert node is not None and (node.gpus, node.intra_link, node.inter_link, node.nics) == (gpus, intra, inter, nics)
+    assert load_link(node.intra_link) and load_link(node.inter_link)  # the links it names exist
+
+
+def test_gb200_power_curve_is_the_hgx_b200_rating() -> None:
+    # Blackwell brief: the same die at 1,000 W (HGX B200) 2250 TFLOPS BF16 against 2500 at 1,200 W (GB200): 0.9.
+    curve = load_gpu("gb200").power_curve
+    assert [(p.watts, p.tensor_scale) for p in curve] == [(1000, 0.9), (1200, 1)]
+    assert load_gpu("gb200").dtypes["bf16"].dense_peak.value * 0.9 == pytest.approx(load_gpu("b200").dtypes["bf16"].dense_peak.value)
+
+
+def test_b300_fp4_sparse_is_not_stored_and_int8_is_left_out() -> None:
+    # HGX B300 lists FP4 144 | 105 PFLOPS (sparse | dense): not 2:1, so only the dense rate is kept; INT8 2 POPS is left out.
+    b300 = load_gpu("b300")
+    assert b300.dtypes["fp4"].sparse_peak is None and "int8" not in b300.dtypes and "fp64" not in b300.dtypes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +353,8 @@ def test_amd_parts_have_no_nvlink() -> None:
         # Ethernet: 100 Gb/s = 12.5 GB/s, 400 Gb/s = 50 GB/s each way.
         pytest.param("100gbe", 12.5e9, 14e-6, id="100gbe"),
         pytest.param("400gbe", 50e9, 14e-6, id="400gbe"),
+        # MI300X datasheet: 7 Infinity Fabric links of 128 GB/s (both directions): 7 x 64 = 448 GB/s each way.
+        pytest.param("xgmi-mi300", 448e9, 3.4e-6, id="xgmi-mi300"),
     ],
 )
 def test_link_values(link: str, bandwidth: float, latency: float) -> None:

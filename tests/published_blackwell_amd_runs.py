@@ -1,0 +1,132 @@
+"""Published training throughputs on Blackwell (B200, GB200 NVL72) and AMD Instinct (issue 31's held-out checks).
+
+Plain data, no parcalc import and no assertions (tests/test_published_blackwell_amd.py runs parcalc's fit on
+each row and prints the error table). These runs are held-out checks: no constant of parcalc was or may be
+set from them.
+
+Source and how it was read: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md, read with git from
+the snapshot at commit 067f987df03b8355b03192d88d70f1709fedf51a (2026-08-22). Sections '## 25.11 NeMo Container'
+('#### System: DGX-GB200' and '#### System: DGX-B200' tables, columns 'Model | #-GPUs | Precision | GBS | MBS |
+Sequence Length | FSDP | TP | PP | CP | VP | EP | GA | Tokens / sec / GPU | Model TFLOP / sec / GPU') and
+'## 26.04.01 NeMo Container' ('#### Model: LLAMA3_70B', columns 'System | #-GPUs | Precision | GBS | MBS |
+Sequence Length | FSDP | TP | PP | CP | VP | EP | Tokens / sec / GPU | Model TFLOP / sec / GPU'). Each row's `quote`
+is the table row as printed. 'FP8-CS' is Transformer Engine's FP8 with current (per-tensor) scaling, 'FP8-MX' /
+'MXFP8' the block-scaled MXFP8 recipe; where a 25.11 cell reads 'a (b)' the first is FP8-CS, the bracket FP8-MX.
+The archive's footnote: 'In MoE training benchmarks, we force-balance the token distribution among experts'.
+
+AMD Instinct MI355X: AMD-AGI/Primus agent/workspace/qwen3_fp8_tw_gfx950_20261010/README.md (read at commit
+31c71fa8627ae5a4b4b0c24d0b0965ab872e37b4; status line 'Status (2026-10-10)'), the end-to-end table 'Qwen3-30B-A3B FP8
+tensorwise pretrain on 8x MI355X: EP8, MBS 8, GBS 512, seq 4096, even routing, 20 iterations, mean of iterations
+11-20. tokens/s/GPU = 262144 / (s/iter)', with the DeepEP dispatcher ('HIP permute in `DeepEPTokenDispatcher`') and
+Transformer Engine's CK attention ('TE CK is the fastest ... keep `use_turbo_attention` false'); the first row
+('baseline: submitted config') and the last (every Turbo switch on) are kept.
+
+AMD Instinct MI300X and MI325X: no published training throughput with its whole layout (model, GPUs, parallel
+sizes, batch, sequence, precision and a measured rate) was found: AMD's ROCm 7 MI355X training blog
+(ROCm/rocm-blogs blogs/artificial-intelligence/ROCm7-MI355X-training-performance, 2025-12-02) prints only ratios to
+B200, AMD's performance-results page shows its training tables as images, and MLPerf Training's AMD entries are
+LoRA fine-tuning time-to-train. Those rows are missing, not zero.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+MBRIDGE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md @067f987df03b (2026-08-22), "
+           "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/067f987df03b8355b03192d88d70f1709fedf51a/docs/performance-summary-archive.md")  # fmt: skip
+
+
+class BlackwellAmdRun(NamedTuple):
+    """One published pre-training configuration and its measured tokens per second per GPU."""
+
+    key: str
+    system: str  # as printed: DGX-B200, DGX-GB200, ...
+    gpu: str  # parcalc GPU preset
+    model: str  # parcalc model preset
+    gpus: int
+    precision: str  # "bf16" | "fp8-cs" | "mxfp8" (as printed: FP8-CS, FP8-MX / MXFP8)
+    global_batch: int  # sequences
+    micro_batch: int
+    seq_len: int
+    fsdp: int  # 0: distributed optimizer (ZeRO-1); n: Megatron FSDP over n ranks (ZeRO-3)
+    tp: int
+    pp: int
+    cp: int
+    vp: int  # virtual stages per pipeline rank (1: none, 'n/a' printed)
+    ep: int
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float  # as printed, Megatron-Bridge's flop_utils convention
+    source: str
+    quote: str
+    date: str  # container release the row belongs to
+    dispatcher: str = "alltoall"  # MoE token dispatcher: "alltoall" (Megatron's) or "deepep"
+    fp8_recipe: str = ""  # "" : from precision (FP8-CS current, MXFP8 mxfp8); "current" for per-tensor (tensorwise)
+    notes: str = ""
+
+
+RUNS: tuple[BlackwellAmdRun, ...] = (
+    # --- 25.11 NeMo container, DGX-B200 table
+    BlackwellAmdRun("mb2511-b200-llama3-8b-8gpu-fp8cs", "DGX-B200", "b200", "llama3-8b", 8, "fp8-cs", 128, 2, 8192,
+                    0, 1, 1, 1, 1, 1, 30624, 1576, MBRIDGE,
+                    "| LLAMA3_8B | 8 | FP8-CS (FP8-MX) | 128 | 2 | 8192 | 0 | 1 | 1 | 1 | n/a | 1 | 8 | 30624 (29521) | 1576 (1519) |",
+                    "NeMo 25.11"),
+    BlackwellAmdRun("mb2511-b200-llama3-8b-8gpu-mxfp8", "DGX-B200", "b200", "llama3-8b", 8, "mxfp8", 128, 2, 8192,
+                    0, 1, 1, 1, 1, 1, 29521, 1519, MBRIDGE,
+                    "| LLAMA3_8B | 8 | FP8-CS (FP8-MX) | 128 | 2 | 8192 | 0 | 1 | 1 | 1 | n/a | 1 | 8 | 30624 (29521) | 1576 (1519) |",
+                    "NeMo 25.11"),
+    BlackwellAmdRun("mb2511-b200-llama31-405b-128gpu-fp8cs", "DGX-B200", "b200", "llama3-405b", 128, "fp8-cs", 64, 1, 8192,
+                    0, 4, 8, 2, 8, 1, 661, 1667, MBRIDGE,
+                    "| LLAMA3.1_405B | 128 | FP8-CS (FP8-MX) | 64 | 1 | 8192 | 0 | 4 | 8 | 2 | 8 | 1 | 32 | 661 (624) | 1667 (1576) |",
+                    "NeMo 25.11"),
+    BlackwellAmdRun("mb2511-b200-qwen3-30b-a3b-8gpu-mxfp8", "DGX-B200", "b200", "qwen3-30b-a3b", 8, "mxfp8", 512, 1, 4096,
+                    0, 1, 1, 1, 1, 8, 9299, 214, MBRIDGE,
+                    "| Qwen3_30B_a3B | 8 | FP8-MX | 512 | 1 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 64 | 9299 | 214 |",
+                    "NeMo 25.11"),
+    # --- 25.11 NeMo container, DGX-GB200 table
+    BlackwellAmdRun("mb2511-gb200-llama3-8b-8gpu-fp8cs", "DGX-GB200", "gb200", "llama3-8b", 8, "fp8-cs", 128, 2, 8192,
+                    0, 1, 1, 1, 1, 1, 31508, 1622, MBRIDGE,
+                    "| LLAMA3_8B | 8 | FP8-CS (FP8-MX) | 128 | 2 | 8192 | 0 | 1 | 1 | 1 | n/a | 1 | 8 | 31508 (29789) | 1622 (1533) |",
+                    "NeMo 25.11"),
+    BlackwellAmdRun("mb2511-gb200-llama3-70b-64gpu-fp8cs-fsdp", "DGX-GB200", "gb200", "llama3-70b", 64, "fp8-cs", 256, 2, 8192,
+                    64, 1, 1, 1, 1, 1, 4312, 1937, MBRIDGE,
+                    "| LLAMA3_70B | 64 | FP8-CS | 256 | 2 | 8192 | 64 | 1 | 1 | 1 | 1 | 1 | 2 | 4312 | 1937 |",
+                    "NeMo 25.11"),
+    BlackwellAmdRun("mb2511-gb200-llama31-405b-256gpu-fp8cs", "DGX-GB200", "gb200", "llama3-405b", 256, "fp8-cs", 1536, 1, 8192,
+                    0, 4, 16, 1, 4, 1, 813, 2053, MBRIDGE,
+                    "| LLAMA3.1_405B | 256 | FP8-CS | 1536 | 1 | 8192 | 0 | 4 | 16 | 1 | 4 | 1 | 384 | 813 | 2053 |",
+                    "NeMo 25.11"),
+    BlackwellAmdRun("mb2511-gb200-qwen3-30b-a3b-8gpu-mxfp8", "DGX-GB200", "gb200", "qwen3-30b-a3b", 8, "mxfp8", 512, 4, 4096,
+                    0, 1, 1, 1, 1, 8, 23766, 547, MBRIDGE,
+                    "| Qwen3_30B_a3B | 8 | FP8-MX | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 16 | 23766 | 547 |",
+                    "NeMo 25.11"),
+    # --- 26.04.01 NeMo container, LLAMA3_70B table
+    BlackwellAmdRun("mb260401-gb200-llama3-70b-64gpu-mxfp8", "DGX-GB200", "gb200", "llama3-70b", 64, "mxfp8", 256, 1, 8192,
+                    0, 2, 4, 1, 5, 1, 3712, 1664, MBRIDGE,
+                    "| DGX-GB200 | 64 | MXFP8 | 256 | 1 | 8192 | 0 | 2 | 4 | 1 | 5 | n/a | 3712 | 1664 |",
+                    "NeMo 26.04.01"),
+    BlackwellAmdRun("mb260401-gb200-llama31-405b-256gpu-mxfp8", "DGX-GB200", "gb200", "llama3-405b", 256, "mxfp8", 1536, 1, 8192,
+                    0, 4, 16, 1, 8, 1, 800, 1994, MBRIDGE,
+                    "| DGX-GB200 | 256 | MXFP8 | 1536 | 1 | 8192 | 0 | 4 | 16 | 1 | 8 | n/a | 800 | 1994 |",
+                    "NeMo 26.04.01"),
+)
+
+PRIMUS_MI355X = ("AMD-AGI/Primus agent/workspace/qwen3_fp8_tw_gfx950_20261010/README.md @31c71fa8 (2026-10-10), "
+                 "https://github.com/AMD-AGI/Primus/blob/31c71fa8627ae5a4b4b0c24d0b0965ab872e37b4/agent/workspace/qwen3_fp8_tw_gfx950_20261010/README.md")  # fmt: skip
+
+AMD_RUNS: tuple[BlackwellAmdRun, ...] = (
+    BlackwellAmdRun("primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline", "8x MI355X", "mi355x", "qwen3-30b-a3b", 8, "fp8-cs",
+                    512, 8, 4096, 0, 1, 1, 1, 1, 8, 29474, 670.6, PRIMUS_MI355X,
+                    "'Qwen3-30B-A3B FP8 tensorwise pretrain on 8x MI355X: EP8, MBS 8, GBS 512, seq 4096, even routing', row | baseline: submitted config, Turbo e2d9f1d7 | 8894.0 | 670.6 | 29,474 | 277 GB | 11.33393 |",
+                    "2026-10-10", dispatcher="deepep", fp8_recipe="current",
+                    notes="FP8 'tensorwise' = per-tensor current scaling; even (force-balanced) routing; 277 GB peak memory"),
+    BlackwellAmdRun("primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-turbo", "8x MI355X", "mi355x", "qwen3-30b-a3b", 8, "fp8-cs",
+                    512, 8, 4096, 0, 1, 1, 1, 1, 8, 40283, 916.7, PRIMUS_MI355X,
+                    "'Qwen3-30B-A3B FP8 tensorwise pretrain on 8x MI355X: EP8, MBS 8, GBS 512, seq 4096, even routing', row | + `turbo_fp8_permute` (4 runs: 6442.4, 6515.0, 6523.8, 6549.1) | 6507.6 | 916.7 | 40,283 | 223.3 GB | 11.33404 |",
+                    "2026-10-10", dispatcher="deepep", fp8_recipe="current",
+                    notes="every Turbo kernel switch of the campaign on (fused act with probs, 160 DeepEP CUs, fused qk RMSNorm+RoPE, fused grouped GEMM, FP8 permute)"),
+)
+
+RUNS = RUNS + AMD_RUNS
+
+_keys = [r.key for r in RUNS]
+assert len(set(_keys)) == len(_keys), "duplicate run keys"
