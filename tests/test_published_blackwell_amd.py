@@ -19,12 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from published_blackwell_amd_runs import RUNS, BlackwellAmdRun  # noqa: E402
+from published_blackwell_amd_runs import RUNS, BlackwellAmdRun
 
-from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule  # noqa: E402
-from parcalc.core.fit import Cluster, Config, Training, estimate  # noqa: E402
-from parcalc.errors import InputError  # noqa: E402
-from parcalc.presets import load_framework, load_gpu, load_link, load_model  # noqa: E402
+from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
+from parcalc.core.fit import Cluster, Config, Training, estimate
+from parcalc.errors import InputError
+from parcalc.presets import load_framework, load_gpu, load_link, load_model
 
 
 def fit_inputs(run: BlackwellAmdRun) -> tuple:
