@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -141,6 +141,7 @@ def memory(
     recompute_mla_up_proj: Annotated[bool, typer.Option("--recompute-mla-up-proj", help="Multi-head latent attention: recompute the up-projections and RoPE in backward, keeping only the latents (Megatron-LM's --recompute-modules mla_up_proj; the same module list as --recompute-modules, added to it).")] = False,
     recompute_modules: RecomputeModulesOption = None,
     moe_imbalance: MoeImbalanceOption = None,
+    framework: Annotated[_Text, typer.Option(metavar="NAME", help="Framework profile (megatron, deepspeed, fsdp2, torchtitan, hf): its gradient dtype, as fit has it; hf counts the peak of a step of transformers' eager code (logits upcast to fp32, autocast weight copies, allocator rounding). Default: the textbook sum without a profile.", show_default=False)] = None,
 ) -> None:
     """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
@@ -195,16 +196,18 @@ def memory(
     first, last = stage_flags(first_stage_layers, last_stage_layers)
     e, et = expert_flags(ep, etp, shape)
     sg = shard_group_flag(shard_group)
+    profile = _profile(framework, dirs, t, p, c, e)
     par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split,
                       cp=c, cp_comm=cp_kind, ep=e, etp=et, shard_group=sg)  # fmt: skip
     setup = TrainingSetup(
         micro_batch=b, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
-        flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads, reserve=reserve_bytes, capacity=cap,
+        flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads or bool(profile and profile.fp32_grads), reserve=reserve_bytes, capacity=cap,
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
         moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
         recompute_modules=recompute_modules_flag(recompute_modules),
+        **_profile_setup(profile, p, precision),
     )  # fmt: skip
     breakdown = memory_breakdown(shape, par, setup)
     settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
@@ -281,6 +284,28 @@ def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None, c
     return t, p, total // (t * p * cp)
 
 
+def _profile(name: str | None, dirs: tuple, t: int, p: int, c: int, e: int) -> Any:
+    """--framework's profile (None when not given), checked against the layout."""
+    if name is None:
+        return None
+    from parcalc.errors import InputError
+    from parcalc.presets import load_framework
+
+    profile = load_framework(name, dirs)
+    reason = profile.layout_reason(t, p, c, e)
+    if reason is not None:
+        raise InputError(reason)
+    return profile
+
+
+def _profile_setup(profile: Any, p: int, precision: Precision) -> dict[str, Any]:
+    """What --framework sets in the TrainingSetup, as fit sets it (parcalc.core.fit.memory_of)."""
+    if profile is None:
+        return {}
+    return {"grad_copies": bool(profile.at(p).accumulation_bytes(precision)),
+            "step_memory": profile.step_memory}
+
+
 MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}  # Megatron-LM --exp-avg-dtype choices but fp8 (scaled; not modelled)
 
 
@@ -338,7 +363,9 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     derivations += [layer.per_layer] + ([layer.korthikanti] if layer.korthikanti is not None else [])
     derivations += [worst.layers, worst.in_flight, worst.activations]
     derivations += [x for x in (worst.embedding, worst.output, worst.recompute, worst.context, worst.dispatch) if x is not None]
-    derivations += [worst.states_total, worst.activations_total, worst.reserve, worst.total]
+    derivations += [worst.states_total, worst.activations_total, worst.reserve]
+    derivations += [x for x in (worst.textbook, worst.peak, worst.peak_reserved) if x is not None]  # --framework hf: the step's peak
+    derivations.append(worst.total)
     headroom = breakdown.headroom()
     if headroom is not None:
         derivations.append(headroom)
