@@ -238,9 +238,14 @@ class Config:
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:
     """Why a configuration cannot run (divisibility, placement), or None when it can."""
     t, p, d, b, c = config.tp, config.pp, config.dp, config.micro_batch, config.cp
-    stack = cluster.framework.layout_reason(t, p, c, config.ep)  # a data-parallel-only stack (the hf profile)
+    stack = cluster.framework.layout_reason(t, p, c, config.ep, config.zero)  # a data-parallel-only stack (the hf profile)
     if stack is not None:
         return stack
+    from parcalc.core.memory_timeline import recompute_reason
+
+    recompute = recompute_reason(cluster.framework.step_memory, config.recompute)
+    if recompute is not None:
+        return recompute
     if t * p * c * d != cluster.gpus:
         if c > 1:
             return f"tp x pp x cp x dp = {t} x {p} x {c} x {d} is not the {cluster.gpus} GPUs"

@@ -642,6 +642,13 @@ class StageMemory:
     peak_reserved: Derivation | None = None
     textbook: Derivation | None = None
     peak_parts: tuple[tuple[str, float], ...] = ()
+    peak_live: tuple[tuple[str, str, float], ...] = ()  # (what, kind, bytes) live at the peak, largest first
+
+    def memory_derivations(self) -> tuple[Derivation, ...]:
+        """The derivations that make up the total: the states, activations and reserve, or the step's peak."""
+        if self.peak is not None and self.peak_reserved is not None:
+            return (self.peak, self.peak_reserved, self.reserve)
+        return (self.states_total, self.activations_total, self.reserve)
 
     def components(self) -> tuple[tuple[str, float], ...]:
         if self.peak is not None and self.peak_reserved is not None:

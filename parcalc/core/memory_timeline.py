@@ -145,6 +145,14 @@ class _Walk:
         self.free(key)
 
 
+def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
+    """Why a profile's stack cannot recompute this way (None: it can): HF checkpoints whole decoder layers or nothing."""
+    if step_memory == "hf-eager" and recompute not in (Recompute.NONE, Recompute.FULL):
+        return (f"--framework hf --recompute {recompute.value}: HF checkpoints whole decoder layers "
+                "(gradient_checkpointing_enable): --recompute full or none")
+    return None
+
+
 def check_hf_model(model: TransformerModel) -> None:
     """The walk follows transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA."""
     missing = [what for what, ok in (("RMSNorm", model.norm is Norm.RMSNORM), ("RoPE", model.position is Position.ROPE),
@@ -189,9 +197,9 @@ def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
     check_hf_model(model)
     if step.precision is Precision.FP8:
         raise InputError("--framework hf --precision fp8: transformers' eager code has no FP8 recipe; use mixed-bf16, bf16 or fp32")
-    if step.recompute not in (Recompute.NONE, Recompute.FULL):
-        raise InputError(f"--framework hf --recompute {step.recompute.value}: HF checkpoints whole decoder layers "
-                         "(gradient_checkpointing_enable): --recompute full or none")  # fmt: skip
+    reason = recompute_reason("hf-eager", step.recompute)
+    if reason is not None:
+        raise InputError(reason)
     if step.optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         raise InputError(f"--framework hf --optimizer {step.optimizer.value}: the walk knows torch.optim's AdamW, Adam and SGD")
     x = _shapes(model, step)
@@ -583,7 +591,8 @@ def with_step_peak(model: TransformerModel, par: object, setup: object, stage: o
                        "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), stage.reserve.as_term("R")),  # type: ignore[attr-defined]
                        reserved.value + stage.reserve.value, "B", "parcalc.core.memory_timeline (hf profile)")  # type: ignore[attr-defined]
     return replaced(stage, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,  # type: ignore[type-var]
-                    peak_parts=tuple((kind, value) for kind, value in peak.parts if value))
+                    peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
+                    peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))
 
 
 @lru_cache(maxsize=4096)

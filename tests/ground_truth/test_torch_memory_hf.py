@@ -25,8 +25,10 @@ transformers = pytest.importorskip("transformers")
 mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
 
 
-def tracked_peak(layers: int, hidden: int, heads: int, ffn: int, vocab: int, b: int, s: int, checkpoint: bool) -> tuple[float, dict]:
-    """MemTracker's peak over a steady-state step (the second of two), in bytes, and its parts."""
+def tracked_peak(layers: int, hidden: int, heads: int, ffn: int, vocab: int, b: int, s: int, checkpoint: bool,
+                 precision: str = "mixed-bf16") -> tuple[float, dict]:  # fmt: skip
+    """MemTracker's peak over a steady-state step (the second of two), in bytes, and its parts. precision:
+    mixed-bf16 (fp32 weights, autocast bf16: the Trainer's bf16=True), bf16 (bf16 weights, no autocast), fp32."""
     import transformers.masking_utils as masking
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -41,7 +43,13 @@ def tracked_peak(layers: int, hidden: int, heads: int, ffn: int, vocab: int, b: 
                              tie_word_embeddings=True, use_cache=False)  # fmt: skip
         config._attn_implementation = "sdpa"
         with FakeTensorMode():
-            model = LlamaForCausalLM(config)
+            default = torch.get_default_dtype()
+            if precision == "bf16":  # built in bf16 (model.to() cannot swap fake parameters)
+                torch.set_default_dtype(torch.bfloat16)
+            try:
+                model = LlamaForCausalLM(config)
+            finally:
+                torch.set_default_dtype(default)
             if checkpoint:
                 model.gradient_checkpointing_enable()
             model.train()
@@ -51,7 +59,7 @@ def tracked_peak(layers: int, hidden: int, heads: int, ffn: int, vocab: int, b: 
             tracker.track_external(model, opt, ids)
             with tracker:
                 for i in range(2):
-                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "mixed-bf16"):
                         loss = model(input_ids=ids, labels=ids).loss
                     loss.backward()
                     opt.step()
@@ -65,14 +73,14 @@ def tracked_peak(layers: int, hidden: int, heads: int, ffn: int, vocab: int, b: 
     return float(parts[mem_tracker._TOTAL_KEY]), {str(k): v for k, v in parts.items()}
 
 
-def parcalc_peak(layers: int, hidden: int, heads: int, ffn: int, vocab: int, b: int, s: int, checkpoint: bool):
-    from parcalc.core.choices import Recompute
+def parcalc_peak(layers: int, hidden: int, heads: int, ffn: int, vocab: int, b: int, s: int, checkpoint: bool, precision: str = "mixed-bf16"):
+    from parcalc.core.choices import Precision, Recompute
     from parcalc.core.memory_timeline import HfStep, hf_step_peak
     from parcalc.presets import load_model
 
     llama = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=heads, head_dim=hidden // heads,
                     ffn_hidden=ffn, vocab=vocab, tied_embeddings=True)  # fmt: skip
-    return hf_step_peak(llama, HfStep(b, s, recompute=Recompute.FULL if checkpoint else Recompute.NONE, cublas_workspace=0.0,
+    return hf_step_peak(llama, HfStep(b, s, Precision(precision), recompute=Recompute.FULL if checkpoint else Recompute.NONE, cublas_workspace=0.0,
                                        embedding_backward_tables=2))  # FakeTensorMode runs the decomposition (HfStep)
 
 
@@ -99,3 +107,15 @@ def test_hf_peak_matches_memtracker(shape: tuple, phases: tuple, checkpoint: boo
     by_kind = dict(ours.parts)
     assert by_kind["weights"] == pytest.approx(parts[str(mem_tracker._MemRefType.PARAM)], rel=0.01)
     assert by_kind["optimizer states"] == pytest.approx(parts[str(mem_tracker._MemRefType.OPT)], rel=0.01)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+@pytest.mark.parametrize("shape", [pytest.param((2, 512, 8, 1536, 32000, 8, 64), id="vocab-heavy"),
+                                   pytest.param((4, 1024, 8, 2816, 2048, 8, 64), id="activation-heavy")])  # fmt: skip
+def test_hf_peak_matches_memtracker_without_autocast(shape: tuple, precision: str) -> None:
+    """bf16 weights (RMSNorm's fp32 copy, logits.float() a copy) and plain fp32, no autocast."""
+    tracked, parts = tracked_peak(*shape, False, precision)
+    ours = parcalc_peak(*shape, False, precision)
+    print(f"{precision}: parcalc {ours.allocated:,.0f} B ({ours.phase}), MemTracker {tracked:,.0f} B: {ours.allocated / tracked:.4f}")
+    assert ours.allocated == pytest.approx(tracked, rel=0.05), (ours.phase, parts, ours.parts)
+    assert dict(ours.parts)["weights"] == pytest.approx(parts[str(mem_tracker._MemRefType.PARAM)], rel=0.01)

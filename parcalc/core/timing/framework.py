@@ -67,14 +67,17 @@ class Framework:
             return self
         return _under_pipeline(self)
 
-    def layout_reason(self, tp: int, pp: int, cp: int = 1, ep: int = 1) -> str | None:
-        """Why this stack cannot run a layout (None: it can): a data-parallel-only stack with other degrees."""
+    def layout_reason(self, tp: int, pp: int, cp: int = 1, ep: int = 1, zero: int = 0) -> str | None:
+        """Why this stack cannot run a layout (None: it can): a data-parallel-only stack with other degrees
+        or a ZeRO stage it does not offer."""
         if not self.data_parallel_only:
             return None
         other = [f"{name} = {value}" for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)) if value > 1]
-        if not other:
-            return None
-        return f"--framework {self.key}: {self.name} runs data parallelism only, not {', '.join(other)}"
+        if other:
+            return f"--framework {self.key}: {self.name} runs data parallelism only, not {', '.join(other)}"
+        if zero not in self.zero_stages:
+            return f"--framework {self.key}: {self.name} offers ZeRO-{', '.join(str(z) for z in self.zero_stages)} only, not ZeRO-{zero}"
+        return None
 
     def accumulation_bytes(self, precision: object) -> float:
         """bf16_grad_accumulation_bytes when the run is in bf16 mixed precision, else 0."""
