@@ -149,7 +149,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--nics-per-node", "Network cards per node for GPU traffic (rails)", "count", "NICs", "the GPUs per node", ("fit", "calibrate nccl")),
     Flag("--host-link", "The GPU's link to the host, for --offload", "name", "", "the GPU's PCIe", ("fit",)),
     Flag("--efficiency", "A factor on every kernel's rate", "number", "", "1", ("fit",)),
-    Flag("--framework", "Framework profile: megatron, deepspeed, fsdp2, torchtitan, hf", "name", "", "megatron", ("fit", "scaling")),
+    Flag("--framework", "Framework profile: megatron, deepspeed, fsdp2, torchtitan, hf (memory: none, the textbook sum)", "name", "", "megatron", ("fit", "scaling", "memory")),
     Flag("--dp-overlap", "Overlap the data-parallel reduce and gather with compute", "switch", "", "the framework's", ("fit",), aliases=("--overlap-grad-reduce",)),
     Flag("--tp-comm-overlap", "Overlap TP collectives with the GEMMs", "switch", "", "the framework's", ("fit",)),
     Flag("--ideal-network", "An ideal network: every collective and pipeline send takes 0 s", "switch", "", "off", ("fit", "scaling")),

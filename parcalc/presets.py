@@ -1243,7 +1243,7 @@ def _json_depth(text: str) -> int:
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
-                   "kernels")  # fmt: skip
+                   "kernels", "step_memory", "data_parallel_only")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -1295,6 +1295,17 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         kernels = setting(doc, "kernels", "kernels")
         if kernels not in KERNEL_SETS:
             raise doc.error("kernels.value", f"one of {', '.join(KERNEL_SETS)}, got {shown(kernels)}")
+    memory: dict[str, Any] = {}  # optional: profiles without them count memory as the textbook does
+    if "step_memory" in data:
+        from parcalc.core.timing.framework import STEP_MEMORY_MODELS
+
+        memory["step_memory"] = setting(doc, "step_memory", "step_memory")
+        if memory["step_memory"] not in STEP_MEMORY_MODELS:
+            raise doc.error("step_memory.value", f"one of {', '.join(STEP_MEMORY_MODELS)}, got {shown(memory['step_memory'])}")
+    if "data_parallel_only" in data:
+        memory["data_parallel_only"] = setting(doc, "data_parallel_only", "data_parallel_only")
+        if not isinstance(memory["data_parallel_only"], bool):
+            raise doc.error("data_parallel_only.value", f"expected true or false, got {shown(memory['data_parallel_only'])}")
     pipeline: tuple[tuple[str, Any], ...] = ()
     if "pipeline" in doc.data:
         block = doc.child("pipeline")
@@ -1323,7 +1334,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     return Framework(
         key=key, name=doc.text("name"), bucket_min_params=numbers["min_params"], bucket_params_per_dp_rank=numbers["params_per_dp_rank"],
         bucket_bytes=bucket_bytes, reduce_bytes=reduce_bytes, zero_stages=stages, sources=tuple(cited), pipeline=pipeline, **flags,
-        kernels=kernels, notes=doc.texts("notes"),
+        kernels=kernels, notes=doc.texts("notes"), **memory,
     )  # fmt: skip
 
 

@@ -135,6 +135,7 @@ def memory(
     recompute_mla_up_proj: Annotated[bool, typer.Option("--recompute-mla-up-proj", help="Multi-head latent attention: recompute the up-projections and RoPE in backward, keeping only the latents (Megatron-LM's --recompute-modules mla_up_proj; the same module list as --recompute-modules, added to it).")] = False,
     recompute_modules: RecomputeModulesOption = None,
     moe_imbalance: MoeImbalanceOption = None,
+    framework: Annotated[_Text, typer.Option(metavar="NAME", help="Framework profile (megatron, deepspeed, fsdp2, torchtitan, hf): its gradient dtype, as fit has it; hf counts the peak of a step of transformers' eager code (logits upcast to fp32, autocast weight copies, allocator rounding). Default: the textbook sum without a profile.", show_default=False)] = None,
 ) -> None:
     """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
@@ -155,5 +156,5 @@ def memory(
                         capacity=capacity, reserve=reserve, per_stage=per_stage, presets=presets,
                         recompute_layers=recompute_layers, moment_dtype=moment_dtype,
                         recompute_mla_up_proj=recompute_mla_up_proj, recompute_modules=recompute_modules,
-                        moe_imbalance=moe_imbalance, pictures=draws_figures(fmt, output))
+                        moe_imbalance=moe_imbalance, framework=framework, pictures=draws_figures(fmt, output))
     finish(result, fmt, output)

@@ -245,6 +245,14 @@ class Config:
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:
     """Why a configuration cannot run (divisibility, placement), or None when it can."""
     t, p, d, b, c = config.tp, config.pp, config.dp, config.micro_batch, config.cp
+    stack = cluster.framework.layout_reason(t, p, c, config.ep, config.zero)  # a data-parallel-only stack (the hf profile)
+    if stack is not None:
+        return stack
+    from parcalc.core.memory_timeline import recompute_reason
+
+    recompute = recompute_reason(cluster.framework.step_memory, config.recompute)
+    if recompute is not None:
+        return recompute
     if t * p * c * d != cluster.gpus:
         if c > 1:
             return f"tp x pp x cp x dp = {t} x {p} x {c} x {d} is not the {cluster.gpus} GPUs"
@@ -338,7 +346,8 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
                           cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations,
                           config.recompute_layers, moe_imbalance=config.moe_imbalance,
                           grad_copies=bool(cluster.framework.at(config.pp).accumulation_bytes(training.precision)),
-                          recompute_modules=selective_modules(config, training))  # fmt: skip
+                          recompute_modules=selective_modules(config, training),
+                          step_memory=cluster.framework.step_memory)  # fmt: skip
     return memory_breakdown(model, par, setup)
 
 

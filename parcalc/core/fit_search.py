@@ -490,6 +490,8 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
+    if shapes.cluster.framework.step_memory == "hf-eager":  # HF checkpoints whole decoder layers or nothing
+        recomputes = [i for i in recomputes if RECOMPUTES[i] in (Recompute.NONE, Recompute.FULL)]
     engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
     zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
     sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
@@ -613,6 +615,11 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
                 + ends + a_re + a_cp + training.reserve)  # fmt: skip
 
     memory = np.max([on_stage(stage) for stage in states], axis=0)
+    if cluster.framework.step_memory == "hf-eager":  # the step's peak (parcalc.core.memory_timeline), as parcalc.core.fit.memory_of has it
+        from parcalc.core.memory_timeline import hf_reserved_total
+
+        memory = np.array([hf_reserved_total(model, int(bb), training.seq_len, training.precision, training.optimizer, RECOMPUTES[int(rr)])
+                           for bb, rr in zip(b, r, strict=True)]) + training.reserve  # fmt: skip
 
     # Time: only for the configurations that fit (the search ranks those; the others keep their
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per
@@ -698,6 +705,9 @@ def _parallel_layouts(model: TransformerModel, training: Training, cluster: Clus
                 rejected["cp does not split the sequence (or the heads, a2a)"] += 1
                 continue
             for e in eps:
+                if cluster.framework.layout_reason(t, p, c, e) is not None:  # a data-parallel-only stack (the hf profile)
+                    rejected[f"{cluster.framework.key} runs data parallelism only"] += 1
+                    continue
                 try:
                     expert_layout(model, t, c, d, e)
                 except InputError:

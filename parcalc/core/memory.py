@@ -584,6 +584,9 @@ class TrainingSetup:
     moe_memory_detail: bool = True
     grad_copies: bool = False  # 16-bit gradients and a full fp32 copy (DeepSpeed's BF16_Optimizer in bf16 pipelines; state_bytes)
     recompute_modules: tuple[str, ...] | None = None  # Megatron-LM's --recompute-modules with selective (None: ['core_attn'])
+    # "textbook": the sum of the states and activations below; "hf-eager": the peak of a walk over the step
+    # (parcalc.core.memory_timeline; the framework profile's step_memory)
+    step_memory: str = "textbook"
 
     def activation_config(self, par: Parallelism) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
@@ -619,8 +622,24 @@ class StageMemory:
     offloaded: tuple[str, ...] = ()  # keys of the model states held on the host instead ("optimizer_states", "gradients")
     context: Derivation | None = None  # context-parallel buffers during one layer's attention (parcalc.core.context)
     dispatch: Derivation | None = None  # MoE token-exchange buffers during one MoE layer (parcalc.core.expert_parallel)
+    # With a step-memory walk (TrainingSetup.step_memory): its peak, what the allocator reserves then, the
+    # textbook sum it replaces, and the peak's parts (parcalc.core.memory_timeline)
+    peak: Derivation | None = None
+    peak_reserved: Derivation | None = None
+    textbook: Derivation | None = None
+    peak_parts: tuple[tuple[str, float], ...] = ()
+    peak_live: tuple[tuple[str, str, float], ...] = ()  # (what, kind, bytes) live at the peak, largest first
+
+    def memory_derivations(self) -> tuple[Derivation, ...]:
+        """The derivations that make up the total: the states, activations and reserve, or the step's peak."""
+        if self.peak is not None and self.peak_reserved is not None:
+            return (self.peak, self.peak_reserved, self.reserve)
+        return (self.states_total, self.activations_total, self.reserve)
 
     def components(self) -> tuple[tuple[str, float], ...]:
+        if self.peak is not None and self.peak_reserved is not None:
+            return (*self.peak_parts, ("allocator segment rounding", self.peak_reserved.value - self.peak.value),
+                    ("reserve", self.reserve.value))  # fmt: skip
         on_gpu = {key: 0.0 if key in self.offloaded else d.value
                   for key, d in (("gradients", self.states.gradients), ("optimizer_states", self.states.optimizer))}  # fmt: skip
         parts = [
@@ -949,6 +968,10 @@ def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingS
         split = stage_layers(model, par)
         check_recompute_layers(setup.recompute_layers, setup.recompute, chunk_layers(split, par.chunks), model)
     stages = tuple(stage_memory(model, par, setup, per, layer, s) for s in range(par.pp))
+    if setup.step_memory != "textbook":
+        from parcalc.core.memory_timeline import with_step_peak
+
+        stages = tuple(with_step_peak(model, par, setup, stage) for stage in stages)
     if not all(math.isfinite(s.total.value) for s in stages):
         raise InputError("--seq-len / --micro-batch: these sizes give more bytes than a number can hold; no GPU holds them")
     return MemoryBreakdown(model, par, setup, per, layer, stages)

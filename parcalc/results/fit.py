@@ -477,7 +477,7 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
         tables.insert(0, _configurations_table(found, None, "Every configuration evaluated", extra))
     tables.append(_rejections_table(found))
     worst = best.memory.worst
-    memory = (worst.states_total, worst.activations_total, worst.reserve)
+    memory = worst.memory_derivations()
     derivations = memory + best.derivations() if explain else (best.step, best.tokens_per_second, best.mfu, best.hfu)
     verdicts = _search_verdicts(found, ranked, best, cluster)
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
@@ -563,7 +563,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     verdicts.append("shares of the step: " + ", ".join(f"{k} {v / best.step.value:.1%}" for k, v in parts.items() if v > 0))
     title = f"One configuration: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
-                  derivations=(worst.states_total, worst.activations_total, worst.reserve, *best.derivations()),
+                  derivations=(*worst.memory_derivations(), *best.derivations()),
                   tables=((_stages_table(best),) if config.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
                   verdicts=tuple(verdicts), assumptions=no_ops + _assumptions(shape, training, cluster), settings=tuple(settings),
                   fits=bool(best.fits))  # fmt: skip

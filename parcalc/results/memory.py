@@ -4,7 +4,7 @@ buffers), stage by stage, with its tables and verdicts."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parcalc.core.choices import Mlp, Offload, Optimizer, Precision, Recompute, Schedule, ZeroStage
 from parcalc.results.model import model_terms
@@ -13,6 +13,7 @@ from parcalc.results.parse import imbalance_flag
 if TYPE_CHECKING:
     from parcalc.core.memory import MemoryBreakdown
     from parcalc.core.model import TransformerModel
+    from parcalc.core.timing.framework import Framework
     from parcalc.derivation import Result, Table
 
 
@@ -32,7 +33,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                capacity: str | None = None, reserve: str | None = None, per_stage: bool = False,
                presets: list[Path] | None = None, recompute_layers: str | None = None, moment_dtype: str | None = None,
                recompute_mla_up_proj: bool = False, recompute_modules: str | None = None,
-               moe_imbalance: str | None = None, *, pictures: bool = False) -> Result:
+               moe_imbalance: str | None = None, framework: str | None = None, *, pictures: bool = False) -> Result:
     """`memory`'s Result from its flags as the command line gives them (texts with units, choices,
     switches): what parcalc.commands.memory and the library (parcalc.results.run) both call.
     `pictures`: add the table the memory picture is drawn from (every stage's components)."""
@@ -91,16 +92,19 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     first, last = stage_flags(first_stage_layers, last_stage_layers)
     e, et = expert_flags(ep, etp, shape)
     sg = shard_group_flag(shard_group)
+    profile = _profile(framework, dirs, t, p, c, e)
     par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split,
                       cp=c, cp_comm=cp_kind, ep=e, etp=et, shard_group=sg)  # fmt: skip
     setup = TrainingSetup(
         micro_batch=b, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
-        flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads, reserve=reserve_bytes, capacity=cap,
+        flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads or bool(profile and profile.fp32_grads), reserve=reserve_bytes,
+        capacity=cap,
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
         moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
         recompute_modules=recompute_modules_flag(recompute_modules),
+        **_profile_setup(profile, p, precision),
     )  # fmt: skip
     breakdown = memory_breakdown(shape, par, setup)
     settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
@@ -174,6 +178,28 @@ def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None, c
     return t, p, total // (t * p * cp)
 
 
+def _profile(name: str | None, dirs: tuple, t: int, p: int, c: int, e: int) -> Framework | None:
+    """--framework's profile (None when not given), checked against the layout."""
+    if name is None:
+        return None
+    from parcalc.errors import InputError
+    from parcalc.presets import load_framework
+
+    profile = load_framework(name, dirs)
+    reason = profile.layout_reason(t, p, c, e)
+    if reason is not None:
+        raise InputError(reason)
+    return profile
+
+
+def _profile_setup(profile: Framework | None, p: int, precision: Precision) -> dict[str, Any]:
+    """What --framework sets in the TrainingSetup, as fit sets it (parcalc.core.fit.memory_of)."""
+    if profile is None:
+        return {}
+    return {"grad_copies": bool(profile.at(p).accumulation_bytes(precision)),
+            "step_memory": profile.step_memory}
+
+
 MOMENT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}  # Megatron-LM --exp-avg-dtype choices but fp8 (scaled; not modelled)
 
 
@@ -231,7 +257,9 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     derivations += [layer.per_layer] + ([layer.korthikanti] if layer.korthikanti is not None else [])
     derivations += [worst.layers, worst.in_flight, worst.activations]
     derivations += [x for x in (worst.embedding, worst.output, worst.recompute, worst.context, worst.dispatch) if x is not None]
-    derivations += [worst.states_total, worst.activations_total, worst.reserve, worst.total]
+    derivations += [worst.states_total, worst.activations_total, worst.reserve]
+    derivations += [x for x in (worst.textbook, worst.peak, worst.peak_reserved) if x is not None]  # --framework hf: the step's peak
+    derivations.append(worst.total)
     headroom = breakdown.headroom()
     if headroom is not None:
         derivations.append(headroom)
@@ -255,6 +283,10 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
          Column("split", "split over"), Column("bytes", "bytes", "B"), Column("source", "source")),
         layer.rows(),
     )  # fmt: skip
+    if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
+        derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
+        tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split('(hf: ', 1)[-1][:-1]}",
+                        (Column("tensor", "tensor"), Column("kind", "kind"), Column("bytes", "bytes", "B")), worst.peak_live)  # fmt: skip
     tables: list[Table] = [components, tensors]
     if per_stage:
         tables.append(_stage_table(breakdown))

@@ -14,6 +14,8 @@ from functools import lru_cache
 
 # The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
 KERNEL_SETS = ("fused", "eager")
+# How a profile counts memory (Framework.step_memory)
+STEP_MEMORY_MODELS = ("textbook", "hf-eager")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ class Framework:
     # "eager" (one kernel per ATen op of the model code: PyTorch-native stacks without torch.compile);
     # parcalc.core.timing.compute.KERNEL_SETS. Training.kernels (--kernels) overrides it.
     kernels: str = "fused"
+    # How memory is counted (parcalc.core.memory): "textbook" (the sum of model states and Korthikanti's
+    # activations) or "hf-eager" (the peak of a walk over one step of transformers' eager code under autocast:
+    # parcalc.core.memory_timeline, with its logits upcast to fp32, autocast's weight cache, per-decoder-layer
+    # checkpointing). data_parallel_only: the stack has no tensor, pipeline, context or expert parallelism.
+    step_memory: str = "textbook"
+    data_parallel_only: bool = False
     # The profile's `notes:` lines, shown by `presets show` (prose: not compared, not hashed)
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -58,6 +66,18 @@ class Framework:
         if pp <= 1 or not self.pipeline:
             return self
         return _under_pipeline(self)
+
+    def layout_reason(self, tp: int, pp: int, cp: int = 1, ep: int = 1, zero: int = 0) -> str | None:
+        """Why this stack cannot run a layout (None: it can): a data-parallel-only stack with other degrees
+        or a ZeRO stage it does not offer."""
+        if not self.data_parallel_only:
+            return None
+        other = [f"{name} = {value}" for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)) if value > 1]
+        if other:
+            return f"--framework {self.key}: {self.name} runs data parallelism only, not {', '.join(other)}"
+        if zero not in self.zero_stages:
+            return f"--framework {self.key}: {self.name} offers ZeRO-{', '.join(str(z) for z in self.zero_stages)} only, not ZeRO-{zero}"
+        return None
 
     def accumulation_bytes(self, precision: object) -> float:
         """bf16_grad_accumulation_bytes when the run is in bf16 mixed precision, else 0."""

@@ -1,0 +1,606 @@
+"""Memory as PyTorch allocates it: the peak over one training step of a Hugging Face model.
+
+The textbook sum (parcalc.core.memory: weights + gradients + optimizer states + Korthikanti's
+activations) is not what a GPU holds at its fullest moment. This module walks one step of
+transformers' `LlamaForCausalLM` as the framework runs it, tensor by tensor, and takes the maximum of
+what is live:
+
+1. before the step: the fp32 weights and AdamW's two fp32 states (created by the first step and kept);
+   gradients are gone (`optimizer.zero_grad(set_to_none=True)`, the default since PyTorch 2.0);
+2. the forward, layer by layer, under `torch.autocast(bfloat16)` over fp32 weights (the Trainer's
+   `bf16=True`): what autograd saves for backward in `LlamaDecoderLayer` (HF_SOURCES), the transient
+   tensors of each op while it runs, and autocast's bf16 copies of the weights, which it caches until
+   the autocast region ends and which the linears save for backward;
+3. the LM head and HF's loss: `logits.float()`, then `cross_entropy` saves its log-softmax in fp32;
+4. the backward: the loss's gradients (nll_loss_backward's zeros, log_softmax_backward's output: with
+   the saved log-softmax three fp32 copies of the logits at once), then layer by layer activations
+   freed as fp32 gradients appear;
+5. the optimizer step (fused AdamW updates in place: no temporaries).
+
+With `gradient_checkpointing_enable()` HF checkpoints each decoder layer (non-reentrant
+torch.utils.checkpoint): the forward keeps each layer's input only, and the backward recomputes one
+layer's saved tensors just before its backward.
+
+The walk counts bytes the way `torch.cuda.max_memory_allocated` does: every tensor's storage
+rounded to the caching allocator's 512-byte blocks (parcalc.core.allocator). The check is the
+H200 measurements of ../shared/measurements/h200-2026-11-28 and PyTorch's own MemTracker under
+FakeTensorMode on the CPU (tests/ground_truth/test_torch_memory_hf.py); nothing here is fitted to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from parcalc.core.allocator import ALLOCATOR_SOURCE, block_bytes, reserved_bytes
+from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Recompute
+from parcalc.core.model import TransformerModel
+from parcalc.derivation import Derivation, Term
+from parcalc.errors import InputError
+
+if TYPE_CHECKING:
+    from parcalc.core.memory import Parallelism, StageMemory, TrainingSetup
+
+TRANSFORMERS = "huggingface/transformers v5.17.0"
+HF_SOURCES = {
+    "rmsnorm": (f"{TRANSFORMERS} src/transformers/models/llama/modeling_llama.py:62-67 LlamaRMSNorm.forward: "
+                "hidden_states.to(float32); variance = pow(2).mean(-1); hidden_states * rsqrt(variance + eps) (saves the fp32 input "
+                "and rsqrt); weight * hidden_states.to(input_dtype) (saves the fp32 normalised tensor)"),
+    "attention": (f"{TRANSFORMERS} modeling_llama.py:254-280 LlamaAttention.forward: q_proj, k_proj, v_proj each cast the fp32 "
+                  "norm output to bf16 under autocast and save their own copy; apply_rotary_pos_emb (q * cos + rotate_half(q) * sin, "
+                  "cos in fp32) gives fp32 q and k, which SDPA casts back to bf16 and saves; o_proj saves SDPA's output"),
+    "sdpa": (f"{TRANSFORMERS} src/transformers/integrations/sdpa_attention.py:97-168: enable_gqa=True and is_causal when there is no "
+             "mask, so SDPA keeps q, k, v, its output and the fp32 logsumexp (b x heads x s); the output is transposed in place "
+             "(transpose(1, 2).contiguous() copies nothing for the fused kernels' BSHD layout)"),
+    "mlp": (f"{TRANSFORMERS} modeling_llama.py:174-176 LlamaMLP.forward: down_proj(act_fn(gate_proj(x)) * up_proj(x)): gate, up, "
+            "silu and product outputs all saved (silu saves its input, the product both factors, down_proj its input)"),
+    "residual": (f"{TRANSFORMERS} modeling_llama.py:305-324 LlamaDecoderLayer.forward: residual + hidden_states promotes the bf16 "
+                 "branch output to the fp32 residual stream (the embedding output is fp32); the next RMSNorm's pow saves it"),
+    "loss": (f"{TRANSFORMERS} src/transformers/loss/loss_utils.py:49-71 ForCausalLMLoss: logits = logits.float(), then "
+             "fixed_cross_entropy (line 40): nn.functional.cross_entropy = log_softmax (saves its fp32 output) + nll_loss"),
+    "loss_backward": ("PyTorch tools/autograd/derivatives.yaml: nll_loss_backward allocates a zeroed gradient the logits' size, "
+                      "_log_softmax_backward_data another, while the saved log-softmax is still held: 3 fp32 copies of b x s x V"),
+    "autocast_cache": ("PyTorch aten/src/ATen/autocast_mode.cpp cached_cast: an fp32 leaf that requires grad is cast once per autocast "
+                       "region and kept in the cache until the outermost autocast exits (clear_cache); the linears also save it"),
+    "checkpoint": (f"{TRANSFORMERS} src/transformers/modeling_layers.py GradientCheckpointingLayer and modeling_utils.py "
+                   "gradient_checkpointing_enable (use_reentrant=False): each decoder layer checkpointed; PyTorch "
+                   "torch/utils/checkpoint.py keeps the layer's inputs and recomputes its saved tensors when backward first needs one"),
+    "adamw": ("PyTorch torch/optim/adam.py _fused_adam (AdamW(fused=True), the Trainer's adamw_torch_fused): torch._fused_adamw_ "
+              "updates weights, exp_avg and exp_avg_sq in place; the states are created at the first step and kept"),
+    "grads": ("PyTorch torch/csrc/autograd/functions/accumulate_grad.h: the first gradient of a parameter is stolen as .grad "
+              "(fp32, the parameter's dtype: the bf16 weight gradient goes through ToCopyBackward first); zero_grad(set_to_none=True) frees them"),
+    "cublas": ("PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp: a cuBLAS workspace per (handle, stream) from the caching allocator, "
+               "4096 x 8 KiB = 32 MiB by default on Hopper; one handle for the forward's thread, one for autograd's device thread"),
+}
+MEASURED = ("measured on one H200, ../shared/measurements/h200-2026-11-28 (memory-llama1b-*.json: what is live at the peak by "
+            "allocating line)")
+KINDS = ("weights", "optimizer states", "gradients", "activations", "autocast weight copies", "logits and loss", "temporaries",
+         "workspace")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HfStep:
+    """What decides the memory of one step of the hf profile besides the model."""
+
+    micro_batch: int
+    seq_len: int
+    precision: Precision = Precision.MIXED_BF16
+    optimizer: Optimizer = Optimizer.ADAMW
+    recompute: Recompute = Recompute.NONE  # full: gradient_checkpointing_enable() (each decoder layer)
+    cublas_workspace: float = 2 * 32 * 2**20  # HF_SOURCES["cublas"]; 0 on the CPU (MemTracker)
+    # V x h gradient tables embedding_dense_backward holds at once: 1 in CUDA's kernel (aten/src/ATen/native/cuda/
+    # Embedding.cu zeroes one table and accumulates into it); 2 in PyTorch's decomposition, which FakeTensorMode runs
+    # (torch/_decomp/decompositions.py embedding_dense_backward: new_zeros, then an out-of-place index_put)
+    embedding_backward_tables: int = 1
+
+
+@dataclass(frozen=True)
+class LiveTensor:
+    what: str
+    kind: str
+    bytes: float
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """The step's allocation peak: when, how much, and what is live then."""
+
+    allocated: float  # bytes, as torch.cuda.max_memory_allocated counts them (512-byte blocks)
+    reserved: float  # what the caching allocator holds then, from its rounding (parcalc.core.allocator)
+    phase: str
+    live: tuple[LiveTensor, ...]
+    parts: tuple[tuple[str, float], ...]  # by kind, in KINDS order
+    textbook_sum: float = 0.0  # weights + gradients + states + Korthikanti's activations, for comparison (0: not given)
+    derivations: tuple[Derivation, ...] = field(default=())
+
+
+class _Walk:
+    """Allocations and frees in program order; the peak and what was live then."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, LiveTensor] = {}
+        self.now = 0.0
+        self.peak = -1.0
+        self.peak_phase = ""
+        self.peak_live: tuple[LiveTensor, ...] = ()
+        self.phase = ""
+
+    def alloc(self, key: str, size: float, kind: str, what: str) -> None:
+        if size <= 0:
+            return
+        if key in self.live:
+            raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
+        tensor = LiveTensor(what, kind, block_bytes(size))
+        self.live[key] = tensor
+        self.now += tensor.bytes
+        if self.now > self.peak:
+            self.peak, self.peak_phase, self.peak_live = self.now, self.phase, tuple(self.live.values())
+
+    def free(self, *keys: str) -> None:
+        for key in keys:
+            tensor = self.live.pop(key, None)
+            if tensor is not None:
+                self.now -= tensor.bytes
+
+    def transient(self, key: str, size: float, kind: str, what: str) -> None:
+        """A tensor allocated and freed within one op (its peak counts, nothing stays)."""
+        self.alloc(key, size, kind, what)
+        self.free(key)
+
+
+def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
+    """Why a profile's stack cannot recompute this way (None: it can): HF checkpoints whole decoder layers or nothing."""
+    if step_memory == "hf-eager" and recompute not in (Recompute.NONE, Recompute.FULL):
+        return (f"--framework hf --recompute {recompute.value}: HF checkpoints whole decoder layers "
+                "(gradient_checkpointing_enable): --recompute full or none")
+    return None
+
+
+def check_hf_model(model: TransformerModel) -> None:
+    """The walk follows transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA."""
+    missing = [what for what, ok in (("RMSNorm", model.norm is Norm.RMSNORM), ("RoPE", model.position is Position.ROPE),
+                                     ("a SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("no experts", model.moe is None),
+                                     ("no latent attention", model.mla is None), ("a vocabulary", model.vocab > 0)) if not ok]  # fmt: skip
+    if missing:
+        raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM (RMSNorm, RoPE, SwiGLU, dense); "
+                         f"{model.name} lacks {', '.join(missing)}; use another --framework for its textbook sum")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Shapes:
+    T: float  # tokens b x s
+    b: int
+    s: int
+    h: int
+    q: int  # heads x head_dim
+    kv: int
+    f: int
+    V: int
+    heads: int
+    w: float  # bytes of a weight and of the residual stream (fp32 unless --precision bf16)
+    c: float  # bytes of what the linears compute in (bf16 under autocast)
+    autocast: bool
+
+
+def _shapes(model: TransformerModel, step: HfStep) -> _Shapes:
+    w = 2.0 if step.precision is Precision.BF16 else 4.0
+    autocast = step.precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
+    c = 2.0 if autocast else w
+    return _Shapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
+                   model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, w, c, autocast)  # fmt: skip
+
+
+def _linear_weights(model: TransformerModel) -> tuple[tuple[str, int, int], ...]:
+    h, q, kv, f = model.hidden, model.heads * model.head_dim, model.kv_heads * model.head_dim, model.ffn_hidden
+    return (("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h), ("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h))
+
+
+def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
+    """The allocation peak of one steady-state training step (see the module docstring)."""
+    check_hf_model(model)
+    if step.precision is Precision.FP8:
+        raise InputError("--framework hf --precision fp8: transformers' eager code has no FP8 recipe; use mixed-bf16, bf16 or fp32")
+    reason = recompute_reason("hf-eager", step.recompute)
+    if reason is not None:
+        raise InputError(reason)
+    if step.optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
+        raise InputError(f"--framework hf --optimizer {step.optimizer.value}: the walk knows torch.optim's AdamW, Adam and SGD")
+    x = _shapes(model, step)
+    walk = _Walk()
+    params = model.total_params
+    walk.phase = "before the step"
+    walk.alloc("weights", params * x.w, "weights", "weights (the model's dtype)")
+    for i in range(step.optimizer.states):
+        walk.alloc(f"state{i}", params * x.w, "optimizer states", f"optimizer state {i + 1} (torch.optim: the parameter's dtype)")
+    walk.alloc("cublas", step.cublas_workspace, "workspace", "cuBLAS workspaces")
+    walk.alloc("ids", x.T * 8, "activations", "input ids and labels (int64)")
+    if step.optimizer.states:  # one fp32 step counter per parameter tensor (torch.optim keeps state['step'] as a tensor)
+        walk.alloc("step_counts", 4 * (9 * model.layers + 2 + (0 if model.tied_embeddings else 1)), "optimizer states",
+                   "AdamW step counters")
+    checkpointed = step.recompute is Recompute.FULL
+    _forward(walk, model, x, checkpointed)
+    _backward(walk, model, x, step)
+    walk.phase = "optimizer step"  # fused AdamW: in place, nothing allocated (HF_SOURCES['adamw'])
+    parts = tuple((kind, sum(t.bytes for t in walk.peak_live if t.kind == kind)) for kind in KINDS)
+    live = _grouped(walk.peak_live)
+    reserved = reserved_bytes(t.bytes for t in walk.peak_live)
+    return StepPeak(walk.peak, reserved, walk.peak_phase, live, parts)
+
+
+def _grouped(live: tuple[LiveTensor, ...]) -> tuple[LiveTensor, ...]:
+    """What is live, summed by description, largest first."""
+    sums: dict[tuple[str, str], float] = {}
+    for t in live:
+        sums[(t.what, t.kind)] = sums.get((t.what, t.kind), 0.0) + t.bytes
+    return tuple(sorted((LiveTensor(what, kind, size) for (what, kind), size in sums.items()), key=lambda t: -t.bytes))
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward
+
+
+def _norm_forward(walk: _Walk, x: _Shapes, key: str, inp: str, saved: bool) -> str:
+    """LlamaRMSNorm on `inp` (HF_SOURCES['rmsnorm']); returns the key of its output (x.w bytes)."""
+    T, h = x.T, x.h
+    kind = "activations" if saved else "temporaries"
+    up = inp
+    if x.w != 4:  # hidden_states.to(float32): a copy, saved by pow and the multiplication
+        up = f"{key}.fp32"
+        walk.alloc(up, T * h * 4, kind, "RMSNorm fp32 input copy")
+    walk.transient(f"{key}.pow", T * h * 4, "temporaries", "RMSNorm pow(2)")
+    walk.alloc(f"{key}.var", T * 4, "temporaries", "RMSNorm variance")
+    walk.alloc(f"{key}.var_eps", T * 4, "temporaries", "RMSNorm variance + eps")
+    walk.alloc(f"{key}.rsqrt", T * 4, kind, "RMSNorm rsqrt (fp32)")
+    walk.free(f"{key}.var", f"{key}.var_eps")
+    walk.alloc(f"{key}.normed", T * h * 4, kind, "RMSNorm normalised (fp32)")
+    scaled_input = f"{key}.normed"
+    if x.w != 4:  # .to(input_dtype): the copy the weight multiplication saves; the fp32 one goes
+        walk.alloc(f"{key}.normed_w", T * h * x.w, kind, "RMSNorm normalised (input dtype)")
+        walk.free(f"{key}.normed")
+        scaled_input = f"{key}.normed_w"
+    walk.alloc(f"{key}.out", T * h * x.w, "temporaries", "RMSNorm output")
+    if not saved:
+        walk.free(f"{key}.rsqrt", scaled_input, *((up,) if up != inp else ()))
+    return f"{key}.out"
+
+
+def _linear(walk: _Walk, x: _Shapes, key: str, inp: str, inp_bytes: float, d_in: int, d_out: int, saved: bool, what: str) -> str:
+    """nn.Linear under autocast: the input cast to x.c (a copy per call unless already x.c), the weight
+    cast once per autocast region (HF_SOURCES['autocast_cache']); returns the output's key."""
+    kind = "activations" if saved else "temporaries"
+    if x.autocast:
+        walk.alloc(f"{key}.wcopy", d_in * d_out * x.c, "autocast weight copies", "autocast bf16 weight copies")
+        if inp_bytes != x.c:
+            walk.alloc(f"{key}.in", x.T * d_in * x.c, kind, f"{what} input cast to bf16")
+    walk.alloc(f"{key}.out", x.T * d_out * x.c, "temporaries", f"{what} output")
+    return f"{key}.out"
+
+
+def _keep_if_saved(walk: _Walk, x: _Shapes, key: str, kind: str, what: str) -> None:
+    """A norm output after the projections that read it: gone under autocast (each kept its own
+    bf16 cast), else saved by them as it is."""
+    if x.autocast:
+        walk.free(key)
+    else:
+        walk.live[key] = LiveTensor(what, kind, walk.live[key].bytes)
+
+
+def _layer_forward(walk: _Walk, x: _Shapes, i: int, inp: str, saved: bool, recomputing: bool = False) -> str:
+    """One LlamaDecoderLayer; returns its output's key. `saved`: autograd keeps what it saves (False
+    under checkpointing: everything but the autocast weight cache goes when the layer returns)."""
+    T, h, q, kv, f = x.T, x.h, x.q, x.kv, x.f
+    k = f"L{i}"
+    kind = "activations" if saved else "temporaries"
+    y = _norm_forward(walk, x, f"{k}.n1", inp, saved)
+    qo = _linear(walk, x, f"{k}.q", y, x.w, h, q, saved, "q_proj")
+    ko = _linear(walk, x, f"{k}.k", y, x.w, h, kv, saved, "k_proj")
+    vo = _linear(walk, x, f"{k}.v", y, x.w, h, kv, saved, "v_proj")
+    walk.live[vo] = LiveTensor("v_proj output (SDPA's v)", kind, walk.live[vo].bytes)  # v goes to SDPA as it is
+    rope = max(x.c, x.w)  # bf16 q times fp32 cos promotes to fp32 (HF_SOURCES['attention'])
+    for name, width, proj in (("q", q, qo), ("k", kv, ko)):
+        walk.alloc(f"{k}.{name}cos", T * width * rope, "temporaries", "RoPE q*cos")
+        walk.alloc(f"{k}.{name}neg", T * width / 2 * x.c, "temporaries", "RoPE -x2")
+        walk.alloc(f"{k}.{name}rot", T * width * x.c, "temporaries", "RoPE rotate_half")
+        walk.free(f"{k}.{name}neg")
+        walk.alloc(f"{k}.{name}sin", T * width * rope, "temporaries", "RoPE rotate_half*sin")
+        walk.free(f"{k}.{name}rot")
+        walk.alloc(f"{k}.{name}emb", T * width * rope, "temporaries", f"RoPE {name} (fp32)")
+        walk.free(f"{k}.{name}cos", f"{k}.{name}sin", proj)
+    for name, width in (("q", q), ("k", kv)):  # SDPA's inputs: autocast casts the fp32 q, k back to bf16
+        if rope != x.c:
+            walk.alloc(f"{k}.{name}sd", T * width * x.c, kind, f"SDPA {name} (bf16 cast of RoPE's output)")
+        else:  # SDPA keeps RoPE's output itself
+            walk.live[f"{k}.{name}sd"] = LiveTensor(f"SDPA {name} (RoPE's output)", kind, walk.live.pop(f"{k}.{name}emb").bytes)
+    walk.alloc(f"{k}.attn", T * q * x.c, kind, "SDPA output (o_proj input)")
+    walk.alloc(f"{k}.lse", x.b * x.heads * x.s * 4, kind, "SDPA logsumexp (fp32)")
+    walk.free(f"{k}.qemb", f"{k}.kemb")
+    oo = _linear(walk, x, f"{k}.o", f"{k}.attn", x.c, q, h, saved, "o_proj")
+    _keep_if_saved(walk, x, y, kind, "RMSNorm output (the q, k, v projections' input)")
+    walk.alloc(f"{k}.x1", T * h * x.w, kind, "residual stream after attention (fp32)")
+    walk.free(oo)
+    y2 = _norm_forward(walk, x, f"{k}.n2", f"{k}.x1", saved)
+    go = _linear(walk, x, f"{k}.gate", y2, x.w, h, f, saved, "gate_proj")
+    walk.live[go] = LiveTensor("MLP gate_proj output", kind, walk.live[go].bytes)
+    walk.alloc(f"{k}.act", T * f * x.c, kind, "MLP act_fn(gate) output")
+    uo = _linear(walk, x, f"{k}.up", y2, x.w, h, f, saved, "up_proj")
+    walk.live[uo] = LiveTensor("MLP up_proj output", kind, walk.live[uo].bytes)
+    walk.alloc(f"{k}.prod", T * f * x.c, kind, "MLP act * up (down_proj input)")
+    if recomputing:  # non-reentrant checkpoint's early stop: nothing after the last saved tensor runs again
+        if x.autocast:
+            walk.alloc(f"{k}.down.wcopy", f * h * x.c, "autocast weight copies", "autocast bf16 weight copies")
+        return ""
+    do = _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, f, h, saved, "down_proj")
+    _keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
+    walk.alloc(f"{k}.x2", T * h * x.w, "activations", "decoder layer output (fp32)")
+    walk.free(do)
+    if not saved:  # checkpointed: only the layer's input stays (and autocast's cached weight copies)
+        walk.free(*[key for key in list(walk.live) if key.startswith(f"{k}.") and key != f"{k}.x2" and not key.endswith(".wcopy")])
+    return f"{k}.x2"
+
+
+def _forward(walk: _Walk, model: TransformerModel, x: _Shapes, checkpointed: bool) -> None:
+    walk.phase = "forward: embedding"
+    walk.alloc("emb", x.T * x.h * x.w, "activations", "embedding output (fp32)")
+    walk.alloc("cos", x.s * model.head_dim * x.w, "activations", "RoPE cos, sin")
+    walk.alloc("sin", x.s * model.head_dim * x.w, "activations", "RoPE cos, sin")
+    current = "emb"
+    for i in range(model.layers):
+        walk.phase = f"forward: layer {i + 1} of {model.layers}"
+        current = _layer_forward(walk, x, i, current, saved=not checkpointed)
+    walk.phase = "forward: final norm and LM head"
+    y = _norm_forward(walk, x, "final", current, saved=True)
+    logits = _linear(walk, x, "head", y, x.w, x.h, x.V, True, "lm_head")
+    walk.free(y)
+    walk.phase = "forward: loss (logits.float(), cross_entropy)"
+    walk.live[logits] = LiveTensor("logits (compute dtype)", "logits and loss", walk.live[logits].bytes)
+    if x.c != 4:
+        walk.alloc("logits32", x.T * x.V * 4, "logits and loss", "logits.float()")
+    walk.alloc("logsoftmax", x.T * x.V * 4, "logits and loss", "cross_entropy's log_softmax (fp32, saved)")
+    walk.transient("loss", 4, "logits and loss", "loss")
+    walk.free("logits32", logits)  # ForCausalLMLoss returns; the output object with the logits is dropped before backward
+    if checkpointed:  # autocast exits: the cached weight copies go unless a graph node saved them (the LM head's)
+        walk.free(*[key for key in list(walk.live) if key.startswith("L") and key.endswith(".wcopy")])
+
+
+# ---------------------------------------------------------------------------------------------
+# Backward
+
+
+def _grad_of_weight(walk: _Walk, x: _Shapes, key: str, d_in: int, d_out: int) -> None:
+    """A linear's weight gradient: computed in x.c, cast to the weight's dtype, kept as .grad (HF_SOURCES['grads'])."""
+    walk.alloc(f"{key}.gw_c", d_in * d_out * x.c, "temporaries", "weight gradient (compute dtype)")
+    if x.c != x.w:
+        walk.alloc(f"{key}.grad", d_in * d_out * x.w, "gradients", "weight gradients")
+        walk.free(f"{key}.gw_c")
+    else:
+        walk.live[f"{key}.grad"] = LiveTensor("weight gradients", "gradients", walk.live.pop(f"{key}.gw_c").bytes)
+
+
+def _linear_backward(walk: _Walk, x: _Shapes, key: str, grad_out: str, d_in: int, d_out: int, saved_input: str, into: str) -> None:
+    """MmBackward of one linear: the input gradient (then cast back to the input's dtype and added into
+    `into`), the weight gradient; frees its saved input and weight copy."""
+    T = x.T
+    walk.alloc(f"{key}.gin", T * d_in * x.c, "temporaries", "input gradient")
+    _grad_of_weight(walk, x, key, d_in, d_out)
+    walk.free(grad_out, saved_input, f"{key}.wcopy", f"{key}.in")
+    _add_into(walk, x, f"{key}.gin", into, T * d_in)
+
+
+def _add_into(walk: _Walk, x: _Shapes, grad: str, into: str, elements: float) -> None:
+    """A gradient reaches a tensor that already has one: the autograd engine's InputBuffer adds it in place."""
+    if into in walk.live:
+        walk.free(grad)
+    else:
+        tensor = walk.live.pop(grad)
+        walk.live[into] = tensor
+
+
+def _norm_backward(walk: _Walk, x: _Shapes, key: str, g_out: str, inp: str, into: str) -> None:
+    """LlamaRMSNorm backward: weight * normed, normed = x * rsqrt, rsqrt, mean, pow (the fp32 temporaries each makes)."""
+    T, h = x.T, x.h
+    walk.alloc(f"{key}.g_normed", T * h * 4, "temporaries", "RMSNorm backward")
+    walk.transient(f"{key}.g_w", T * h * 4, "temporaries", "RMSNorm weight-gradient product")
+    walk.free(g_out, f"{key}.normed", f"{key}.normed_w")
+    walk.alloc(f"{key}.g_x_a", T * h * 4, "temporaries", "RMSNorm backward")
+    walk.transient(f"{key}.g_rs", T * h * 4, "temporaries", "RMSNorm rsqrt-gradient product")
+    walk.free(f"{key}.g_normed", f"{key}.rsqrt")
+    walk.alloc(f"{key}.g_mean", T * h * 4, "temporaries", "RMSNorm mean backward (expand / h)")
+    walk.alloc(f"{key}.g_pow", T * h * 4, "temporaries", "RMSNorm pow backward")
+    walk.free(f"{key}.g_mean")
+    walk.free(f"{key}.fp32")
+    _add_into(walk, x, f"{key}.g_pow", f"{key}.g_in", T * h)
+    _add_into(walk, x, f"{key}.g_x_a", f"{key}.g_in", T * h)
+    if x.w != 4:
+        walk.alloc(f"{key}.g_in_w", T * h * x.w, "temporaries", "RMSNorm input gradient (input dtype)")
+        walk.free(f"{key}.g_in")
+        _add_into(walk, x, f"{key}.g_in_w", into, T * h)
+    else:
+        _add_into(walk, x, f"{key}.g_in", into, T * h)
+
+
+def _layer_backward(walk: _Walk, x: _Shapes, i: int, g_out: str, into: str) -> None:
+    T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
+    k = f"L{i}"
+    # x2 = x1 + down: the bf16 branch gets a cast of the gradient, x1 the gradient itself
+    walk.alloc(f"{k}.g_down", T * h * c, "temporaries", "residual gradient cast to bf16")
+    walk.live[f"{k}.g_x1"] = walk.live.pop(g_out)
+    walk.free(f"{k}.x2")
+    _linear_backward(walk, x, f"{k}.down", f"{k}.g_down", f, h, f"{k}.prod", f"{k}.g_prod")
+    walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "MLP backward")
+    walk.alloc(f"{k}.g_up", T * f * c, "temporaries", "MLP backward")
+    walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.up.out")
+    _linear_backward(walk, x, f"{k}.up", f"{k}.g_up", h, f, "", f"{k}.g_y2c")
+    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
+    walk.alloc(f"{k}.g_gate", T * f * c, "temporaries", "MLP backward (silu)")
+    walk.free(f"{k}.g_act", f"{k}.gate.out")
+    _linear_backward(walk, x, f"{k}.gate", f"{k}.g_gate", h, f, f"{k}.n2.out", f"{k}.g_y2c")
+    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
+    _norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.x1", f"{k}.g_x1")
+    walk.free(f"{k}.x1")
+    # x1 = x + attention
+    walk.alloc(f"{k}.g_o", T * h * c, "temporaries", "residual gradient cast to bf16")
+    _linear_backward(walk, x, f"{k}.o", f"{k}.g_o", q, h, "", f"{k}.g_attn")
+    walk.alloc(f"{k}.g_qsd", T * q * c, "temporaries", "SDPA backward dq")
+    walk.alloc(f"{k}.g_ksd", T * kv * c, "temporaries", "SDPA backward dk")
+    walk.alloc(f"{k}.g_v", T * kv * c, "temporaries", "SDPA backward dv")
+    walk.free(f"{k}.g_attn", f"{k}.attn", f"{k}.lse", f"{k}.qsd", f"{k}.ksd")
+    walk.free(f"{k}.v.out")
+    _linear_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, "", f"{k}.g_yc")
+    _cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
+    rope = max(x.c, x.w)
+    for name, width in (("k", kv), ("q", q)):
+        g = f"{k}.g_{name}sd"
+        if rope != c:  # the cast's backward: the gradient in fp32
+            walk.alloc(f"{k}.g_{name}emb", T * width * rope, "temporaries", "RoPE backward")
+            walk.free(g)
+            g = f"{k}.g_{name}emb"
+        walk.transient(f"{k}.g_{name}cos32", T * width * rope, "temporaries", "RoPE backward")
+        walk.alloc(f"{k}.g_{name}proj", T * width * c, "temporaries", "RoPE backward")
+        walk.transient(f"{k}.g_{name}sin32", T * width * rope, "temporaries", "RoPE backward")
+        walk.alloc(f"{k}.g_{name}rot", T * width * c, "temporaries", "RoPE backward (rotate_half)")
+        walk.free(g)
+        walk.transient(f"{k}.g_{name}slice", T * width * c, "temporaries", "RoPE backward (slices)")
+        walk.free(f"{k}.g_{name}rot")
+        _linear_backward(walk, x, f"{k}.{name}", f"{k}.g_{name}proj", h, width, f"{k}.n1.out" if name == "q" else "", f"{k}.g_yc")
+        _cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
+    _norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", "", f"{k}.g_x1")
+    walk.live[into] = walk.live.pop(f"{k}.g_x1")
+
+
+def _cast_back(walk: _Walk, x: _Shapes, grad_c: str, into: str, width: int) -> None:
+    """ToCopyBackward of autocast's input cast: the bf16 input gradient back to the residual stream's dtype."""
+    if grad_c not in walk.live:
+        return
+    if x.c != x.w:
+        walk.alloc(f"{grad_c}.w", x.T * width * x.w, "temporaries", "input gradient (fp32)")
+        walk.free(grad_c)
+        _add_into(walk, x, f"{grad_c}.w", into, x.T * width)
+    else:
+        _add_into(walk, x, grad_c, into, x.T * width)
+
+
+def _backward(walk: _Walk, model: TransformerModel, x: _Shapes, step: HfStep) -> None:
+    T, V, h = x.T, x.V, x.h
+    checkpointed = step.recompute is Recompute.FULL
+    walk.phase = "backward: loss (nll_loss and log_softmax gradients)"
+    walk.alloc("g_logsoftmax", T * V * 4, "logits and loss", "nll_loss gradient (fp32, b x s x V)")
+    walk.alloc("g_logits32", T * V * 4, "logits and loss", "log_softmax gradient (fp32, b x s x V)")
+    walk.free("g_logsoftmax", "logsoftmax")
+    walk.phase = "backward: LM head"
+    g_logits = "g_logits32"
+    if x.c != 4:
+        walk.alloc("g_logits", T * V * x.c, "logits and loss", "logits gradient (compute dtype)")
+        walk.free("g_logits32")
+        g_logits = "g_logits"
+    _linear_backward(walk, x, "head", g_logits, h, V, "head.in", "final.g_yc")
+    _cast_back(walk, x, "final.g_yc", "final.g_y", h)
+    last = f"L{model.layers - 1}.x2"
+    _norm_backward(walk, x, "final", "final.g_y", last, "g_stream")
+    for i in reversed(range(model.layers)):
+        walk.phase = f"backward: layer {i + 1} of {model.layers}" + (" (recomputed)" if checkpointed else "")
+        inp = "emb" if i == 0 else f"L{i - 1}.x2"
+        if checkpointed:  # the layer's forward again, under autocast (the recomputation stops after its last saved tensor)
+            walk.live[f"L{i}.x2_keep"] = walk.live.pop(f"L{i}.x2")
+            _layer_forward(walk, x, i, inp, saved=True, recomputing=True)
+            walk.live[f"L{i}.x2"] = walk.live.pop(f"L{i}.x2_keep")
+        _layer_backward(walk, x, i, "g_stream", "g_stream_next")
+        walk.live["g_stream"] = walk.live.pop("g_stream_next")
+    walk.phase = "backward: embedding"
+    walk.free("emb")
+    # embedding_dense_backward: a full-size gradient table, added into the tied LM head's gradient
+    for table in range(step.embedding_backward_tables):
+        walk.alloc(f"g_embedding{table}", V * h * x.w, "gradients", "embedding gradient (before it is added)")
+    walk.free("g_stream", *(f"g_embedding{t}" for t in range(step.embedding_backward_tables)), "cos", "sin")
+    if not model.tied_embeddings:
+        walk.alloc("embedding.grad", V * h * x.w, "gradients", "weight gradients")
+    walk.alloc("norm_grads", (2 * model.layers + 1) * h * x.w, "gradients", "weight gradients")
+
+
+# ---------------------------------------------------------------------------------------------
+# As a derivation
+
+
+def peak_derivation(peak: StepPeak, model: TransformerModel, step: HfStep) -> Derivation:
+    """The peak as a Derivation: its parts as inputs, the phase and what is live in the label and assumptions."""
+    symbols = {"weights": "W", "optimizer states": "O", "gradients": "G", "activations": "A", "autocast weight copies": "C",
+               "logits and loss": "X", "temporaries": "Tmp", "workspace": "Ws"}  # fmt: skip
+    sources = {"weights": HF_SOURCES["adamw"], "optimizer states": HF_SOURCES["adamw"], "gradients": HF_SOURCES["grads"],
+               "activations": "; ".join(HF_SOURCES[k] for k in ("rmsnorm", "attention", "sdpa", "mlp", "residual")),
+               "autocast weight copies": HF_SOURCES["autocast_cache"], "logits and loss": f"{HF_SOURCES['loss']}; {HF_SOURCES['loss_backward']}",
+               "temporaries": "the op running at the peak: its outputs and scratch tensors", "workspace": HF_SOURCES["cublas"]}  # fmt: skip
+    inputs = tuple(Term(f"M_{symbols[kind]}", f"M_{symbols[kind]}", rf"M_{{\mathrm{{{symbols[kind]}}}}}", value, "B",
+                        f"{kind} live at the peak", sources[kind]) for kind, value in peak.parts if value)  # fmt: skip
+    formula = " + ".join(f"${t.key}" for t in inputs)
+    top = "; ".join(f"{t.what} {t.bytes / 2**30:.2f} GiB" for t in peak.live[:8])
+    checkpoint = ", each decoder layer checkpointed" if step.recompute is Recompute.FULL else ""
+    return Derivation(
+        key="step_peak",
+        label=f"Peak allocated during the step (hf: {peak.phase})",
+        symbol="M_peak",
+        latex_symbol=r"M_{\mathrm{peak}}",
+        formula=formula,
+        formula_latex=formula,
+        inputs=inputs,
+        value=peak.allocated,
+        unit="B",
+        source=(f"a walk of one step of transformers' LlamaForCausalLM ({step.precision.value}, {step.optimizer.value}{checkpoint}) "
+                f"taking the maximum of what is live, each tensor in the caching allocator's 512-byte blocks; "
+                f"parcalc.core.memory_timeline; checked against {MEASURED}"),
+        assumptions=(f"the peak happens in the phase '{peak.phase}'; largest live there: {top}",
+                     "steady state: AdamW's states exist, gradients freed by zero_grad(set_to_none=True) before the step",
+                     "SDPA on fused kernels (cuDNN / flash): q, k, v, output and logsumexp saved, kernel-internal scratch not counted",
+                     "no attention mask (no padding): HF passes is_causal to SDPA"),
+    )  # fmt: skip
+
+
+def reserved_derivation(peak: StepPeak) -> Derivation:
+    allocated = Term("M_peak", "M_peak", r"M_{\mathrm{peak}}", peak.allocated, "B", "peak allocated (512-byte blocks)")
+    rounding = Term("R_seg", "R_seg", r"R_{\mathrm{seg}}", peak.reserved - peak.allocated, "B",
+                    "large allocations rounded up to the allocator's 2 MiB segments", ALLOCATOR_SOURCE)
+    return Derivation("step_reserved", "Reserved by the caching allocator at the peak (rounding only)", "M_res", r"M_{\mathrm{res}}",
+                      "$M_peak + $R_seg", "$M_peak + $R_seg", (allocated, rounding), peak.reserved, "B", ALLOCATOR_SOURCE,
+                      ("fragmentation (cached free blocks that no request fits) is not derived: it depends on the order and sizes of "
+                       "every allocation before the peak; measured on the H200: reserved 3.7-5.2 % above allocated "
+                       "(train-steps.json), which this rounding does not include",))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# In parcalc.core.memory's breakdown
+
+
+def check_hf_layout(par: Parallelism, setup: TrainingSetup) -> None:
+    """What the hf profile's step walk covers: one data-parallel replica per GPU (DDP), no offload."""
+    other = [f"{name} = {getattr(par, name)}" for name in ("tp", "pp", "cp", "ep") if getattr(par, name) > 1]
+    if other:
+        raise InputError(f"--framework hf: the Hugging Face Trainer (DDP) runs data parallelism only, not {', '.join(other)}")
+    if par.zero:
+        raise InputError(f"--framework hf --zero {par.zero}: plain DDP keeps whole replicas (ZeRO is the deepspeed and fsdp2 profiles)")
+    if setup.offload_optimizer or setup.offload_activations:
+        raise InputError("--framework hf --offload: the step walk has no offload (the Trainer offloads through DeepSpeed: --framework deepspeed)")
+
+
+def with_step_peak(model: TransformerModel, par: Parallelism, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
+    """A textbook StageMemory with its total replaced by the step's peak as the allocator reserves it, plus the reserve."""
+    from dataclasses import replace as replaced
+
+    check_hf_layout(par, setup)
+    step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute)
+    peak = hf_step_peak(model, step)
+    allocated = peak_derivation(peak, model, step)
+    reserved = reserved_derivation(peak)
+    textbook = replaced(stage.total, key="textbook_total", label="Textbook sum (states + Korthikanti's activations + reserve), "
+                        "for comparison", symbol="M_textbook", latex_symbol=r"M_{\mathrm{textbook}}")
+    total = Derivation("total", "Total on one GPU: the step's peak as reserved, plus the reserve", "M_total", r"M_{\mathrm{total}}",
+                       "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), stage.reserve.as_term("R")),
+                       reserved.value + stage.reserve.value, "B", "parcalc.core.memory_timeline (hf profile)")
+    return replaced(stage, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,
+                    peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
+                    peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))
+
+
+@lru_cache(maxsize=4096)
+def hf_reserved_total(model: TransformerModel, micro_batch: int, seq_len: int, precision: Precision, optimizer: Optimizer,
+                      recompute: Recompute) -> float:  # fmt: skip
+    """The step's peak as the allocator reserves it (no reserve added): fit's search, one row at a time."""
+    return hf_step_peak(model, HfStep(micro_batch, seq_len, precision, optimizer, recompute)).reserved
