@@ -92,3 +92,13 @@ def test_comm_volume_crosses_each_boundary_down_and_back_up(run_json) -> None:
 
 def test_memory_refuses_it_in_one_line(run_error) -> None:
     assert "dualpipev is not modelled for memory" in run_error(["memory", "--model", "llama3-8b", "--pp", "4", "--schedule", "dualpipev"])
+
+
+def test_a_target_alone_starts_from_2p(run_json) -> None:
+    """`--target` without `--micro-batches` probed at m = p, which DualPipeV refuses (found by the session's review);
+    at T_F = T_B = T_W the bubble is 2(p - 1) units against 6 m units of work, so a 5 % share needs
+    2 x 3 x 0.95 / (0.05 x 6) = 19 micro-batches on p = 4."""
+    doc = run_json("bubble", "--pp", "4", "--schedule", "dualpipev", "--target", "5%", "--t-forward", "2s", "--t-backward", "4s",
+                   "--t-weight", "2s")  # fmt: skip
+    assert doc["results"]["micro_batches_for_target"]["value"] == 19
+    assert doc["results"]["bubble_share"]["value"] <= 0.05

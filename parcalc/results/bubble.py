@@ -104,7 +104,9 @@ def outcome(req: BubbleRequest) -> BubbleOutcome:
     found = None
     m = req.micro_batches
     if m is None:  # --target alone: the closed form's fewest micro-batches (share of total time), then the bubble at them
-        probe = analyse(req.stages)
+        from parcalc.core.pipeline import fewest_micro_batches
+
+        probe = analyse(max(req.stages, fewest_micro_batches(req.schedule, req.stages)))  # DualPipeV needs m >= 2p to be analysed
         found = int(next(d for d in probe.closed if d.key == "micro_batches_for_target").value)
         m = found
     analysis = analyse(m)
