@@ -76,7 +76,7 @@ def test_largest_micro_batch_on_an_80gb_h100_is_4(run_json, micro_batch: int, fi
 def test_memory_and_fit_agree_for_the_same_layout(run_json, recompute: str) -> None:
     common = [*shape_flags(16, 2048, 32, 8, 8192), "--seq-len", "4096", "--micro-batch", "2", "--framework", "hf", "--gpu", "h100-sxm5",
               "--flash-attention", "--recompute", recompute]  # fmt: skip
-    memory = run_json("memory", *common)["results"]["total"]["value"]
+    memory = run_json("memory", *common, "--dp", "2")["results"]["total"]["value"]
     fit = run_json("fit", *common, "--gpus", "2", "--batch", "8", "--tp", "1", "--pp", "1", "--dp", "2")["results"]["total"]["value"]
     assert fit == pytest.approx(memory, rel=0.01)
 
@@ -135,3 +135,26 @@ def test_segment_sizes(size: int, segment: int) -> None:
 def test_reserved_packs_small_blocks_and_rounds_large_ones() -> None:
     assert reserved_bytes([512] * 4096) == 2 << 20  # 2 MiB of 512 B blocks fill one small segment
     assert reserved_bytes([(10 << 20) + 1, 3 << 20]) == (12 << 20) + (20 << 20)
+
+
+def test_ddp_keeps_its_gradient_buckets_beside_the_gradients(run_json) -> None:
+    """With dp > 1, DDP (gradient_as_bucket_view=False, accelerate's and the Trainer's default) holds flat bucket buffers
+    as large as all the gradients for the whole run (found by the session's review): Llama 3 8B in fp32 weights,
+    8,030,261,248 parameters x 4 B = 32,121,044,992 B more than on one GPU."""
+    args = ("memory", "--model", "llama3-8b", "--seq-len", "4096", "--framework", "hf")
+    one = run_json(*args)["results"]["step_peak"]["value"]
+    eight = run_json(*args, "--dp", "8")["results"]["step_peak"]["value"]
+    assert eight - one == 8_030_261_248 * 4
+
+
+@pytest.mark.parametrize("flag, said", [
+    (["--moment-dtype", "bf16"], "torch.optim keeps AdamW's states in the parameter's dtype"),
+    (["--dropout"], "trains without dropout"),
+], ids=["moment-dtype", "dropout"])  # fmt: skip
+def test_megatron_options_the_walk_does_not_count_are_refused(run_error, flag: list[str], said: str) -> None:
+    assert said in run_error(["memory", "--model", "llama3-8b", "--seq-len", "4096", "--framework", "hf", *flag])
+
+
+def test_an_moe_model_is_refused_in_words_that_say_why(run_error) -> None:
+    line = run_error(["memory", "--model", "qwen3-30b-a3b", "--seq-len", "4096", "--framework", "hf"])
+    assert "has experts (MoE)" in line and "lacks no" not in line

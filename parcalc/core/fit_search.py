@@ -618,7 +618,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     if cluster.framework.step_memory == "hf-eager":  # the step's peak (parcalc.core.memory_timeline), as parcalc.core.fit.memory_of has it
         from parcalc.core.memory_timeline import hf_reserved_total
 
-        memory = np.array([hf_reserved_total(model, int(bb), training.seq_len, training.precision, training.optimizer, RECOMPUTES[int(rr)])
+        memory = np.array([hf_reserved_total(model, int(bb), training.seq_len, training.precision, training.optimizer, RECOMPUTES[int(rr)],
+                                             ddp_buckets=d > 1)
                            for bb, rr in zip(b, r, strict=True)]) + training.reserve  # fmt: skip
 
     # Time: only for the configurations that fit (the search ranks those; the others keep their

@@ -70,6 +70,11 @@ HF_SOURCES = {
               "updates weights, exp_avg and exp_avg_sq in place; the states are created at the first step and kept"),
     "grads": ("PyTorch torch/csrc/autograd/functions/accumulate_grad.h: the first gradient of a parameter is stolen as .grad "
               "(fp32, the parameter's dtype: the bf16 weight gradient goes through ToCopyBackward first); zero_grad(set_to_none=True) frees them"),
+    "ddp": ("PyTorch torch/nn/parallel/distributed.py DistributedDataParallel(gradient_as_bucket_view=False, the default): the reducer "
+            "keeps flat bucket buffers as large as all the gradients, allocated when the model is wrapped, and copies each .grad into "
+            "them for the all-reduce (the docs: with True 'gradients will be views pointing to different offsets of allreduce "
+            "communication buckets ... the saved memory size will be equal to the total gradients size'); accelerate's "
+            "DistributedDataParallelKwargs keeps that default and the Trainer does not set it"),
     "cublas": ("PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp: a cuBLAS workspace per (handle, stream) from the caching allocator, "
                "4096 x 8 KiB = 32 MiB by default on Hopper; one handle for the forward's thread, one for autograd's device thread"),
 }
@@ -93,6 +98,8 @@ class HfStep:
     # Embedding.cu zeroes one table and accumulates into it); 2 in PyTorch's decomposition, which FakeTensorMode runs
     # (torch/_decomp/decompositions.py embedding_dense_backward: new_zeros, then an out-of-place index_put)
     embedding_backward_tables: int = 1
+    # DDP across several GPUs (dp > 1): its gradient buckets, one more copy of the gradients for the whole run (HF_SOURCES["ddp"])
+    ddp_buckets: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,12 +166,12 @@ def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
 
 def check_hf_model(model: TransformerModel) -> None:
     """The walk follows transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA."""
-    missing = [what for what, ok in (("RMSNorm", model.norm is Norm.RMSNORM), ("RoPE", model.position is Position.ROPE),
-                                     ("a SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("no experts", model.moe is None),
-                                     ("no latent attention", model.mla is None), ("a vocabulary", model.vocab > 0)) if not ok]  # fmt: skip
+    missing = [what for what, ok in (("no RMSNorm", model.norm is Norm.RMSNORM), ("no RoPE", model.position is Position.ROPE),
+                                     ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("experts (MoE)", model.moe is None),
+                                     ("latent attention (MLA)", model.mla is None), ("no vocabulary", model.vocab > 0)) if not ok]  # fmt: skip
     if missing:
         raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM (RMSNorm, RoPE, SwiGLU, dense); "
-                         f"{model.name} lacks {', '.join(missing)}; use another --framework for its textbook sum")  # fmt: skip
+                         f"{model.name} has {', '.join(missing)}; use another --framework for its textbook sum")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -211,6 +218,8 @@ def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
     params = model.total_params
     walk.phase = "before the step"
     walk.alloc("weights", params * x.w, "weights", "weights (the model's dtype)")
+    if step.ddp_buckets:
+        walk.alloc("ddp_buckets", params * x.w, "gradients", "DDP's gradient buckets (dp > 1, gradient_as_bucket_view=False)")
     for i in range(step.optimizer.states):
         walk.alloc(f"state{i}", params * x.w, "optimizer states", f"optimizer state {i + 1} (torch.optim: the parameter's dtype)")
     walk.alloc("cublas", step.cublas_workspace, "workspace", "cuBLAS workspaces")
@@ -578,14 +587,20 @@ def check_hf_layout(par: Parallelism, setup: TrainingSetup) -> None:
         raise InputError(f"--framework hf --zero {par.zero}: plain DDP keeps whole replicas (ZeRO is the deepspeed and fsdp2 profiles)")
     if setup.offload_optimizer or setup.offload_activations:
         raise InputError("--framework hf --offload: the step walk has no offload (the Trainer offloads through DeepSpeed: --framework deepspeed)")
+    # Megatron-LM's options, which the walk would otherwise accept and not count (found by the session's review)
+    if setup.moment_bytes is not None:
+        raise InputError("--framework hf --moment-dtype: torch.optim keeps AdamW's states in the parameter's dtype; it has no such option")
+    if setup.dropout:
+        raise InputError("--framework hf --dropout: the walk follows LlamaForCausalLM, which trains without dropout (attention_dropout 0.0)")
 
 
 def with_step_peak(model: TransformerModel, par: Parallelism, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
     """A textbook StageMemory with its total replaced by the step's peak as the allocator reserves it, plus the reserve."""
     from dataclasses import replace as replaced
 
+    check_hf_model(model)  # what the walk follows first, then the options it counts
     check_hf_layout(par, setup)
-    step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute)
+    step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute, ddp_buckets=par.dp > 1)
     peak = hf_step_peak(model, step)
     allocated = peak_derivation(peak, model, step)
     reserved = reserved_derivation(peak)
@@ -601,6 +616,6 @@ def with_step_peak(model: TransformerModel, par: Parallelism, setup: TrainingSet
 
 @lru_cache(maxsize=4096)
 def hf_reserved_total(model: TransformerModel, micro_batch: int, seq_len: int, precision: Precision, optimizer: Optimizer,
-                      recompute: Recompute) -> float:  # fmt: skip
+                      recompute: Recompute, ddp_buckets: bool = False) -> float:  # fmt: skip
     """The step's peak as the allocator reserves it (no reserve added): fit's search, one row at a time."""
-    return hf_step_peak(model, HfStep(micro_batch, seq_len, precision, optimizer, recompute)).reserved
+    return hf_step_peak(model, HfStep(micro_batch, seq_len, precision, optimizer, recompute, ddp_buckets=ddp_buckets)).reserved

@@ -98,7 +98,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     setup = TrainingSetup(
         micro_batch=b, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
-        flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads or bool(profile and profile.fp32_grads), reserve=reserve_bytes,
+        flash_attention=flash_attention, dropout=dropout, fp32_grads=fp32_grads or bool(profile and profile.fp32_grads and precision.value.startswith("mixed")), reserve=reserve_bytes,
         capacity=cap,
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
