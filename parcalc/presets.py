@@ -1214,7 +1214,7 @@ def _json_depth(text: str) -> int:
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
-                   "kernels")  # fmt: skip
+                   "kernels", "host")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -1266,6 +1266,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         kernels = setting(doc, "kernels", "kernels")
         if kernels not in KERNEL_SETS:
             raise doc.error("kernels.value", f"one of {', '.join(KERNEL_SETS)}, got {shown(kernels)}")
+    host = _host_costs(doc, sources) if "host" in data else None
     pipeline: tuple[tuple[str, Any], ...] = ()
     if "pipeline" in doc.data:
         block = doc.child("pipeline")
@@ -1294,8 +1295,27 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     return Framework(
         key=key, name=doc.text("name"), bucket_min_params=numbers["min_params"], bucket_params_per_dp_rank=numbers["params_per_dp_rank"],
         bucket_bytes=bucket_bytes, reduce_bytes=reduce_bytes, zero_stages=stages, sources=tuple(cited), pipeline=pipeline, **flags,
-        kernels=kernels, notes=doc.texts("notes"),
+        kernels=kernels, host=host, notes=doc.texts("notes"),
     )  # fmt: skip
+
+
+def _host_costs(doc: Any, sources: Any) -> Any:
+    """A framework's `host:` block: the host's time per kernel issued (parcalc.core.timing.host)."""
+    from parcalc.core.timing.host import HostCosts
+
+    block = doc.child("host")
+    block.only(("forward", "backward", "optimizer", "source", "note"))
+    times = {}
+    for name in ("forward", "backward", "optimizer"):
+        if name not in block.data:
+            raise block.error(name, "missing")
+        try:
+            times[name] = parse_quantity(block.data[name], Dimension.TIME, f"{doc.path}: key 'host.{name}'")
+        except InputError as error:
+            raise PresetError(str(error)) from None
+        if not 0 <= times[name] < 1e-2:
+            raise block.error(name, f"a host time per kernel between 0 and 10 ms, got {shown(block.data[name])}")
+    return HostCosts(times["forward"], times["backward"], times["optimizer"], block.source_ref("source", sources))
 
 
 def load_framework(name: str, extra_dirs: Sequence[Path | str] = ()) -> Any:

@@ -32,6 +32,7 @@ from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.hardware import Gpu, KernelRates, Sourced
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.framework import KERNEL_SETS  # noqa: F401 - re-exported beside the sets' sources
+from parcalc.core.timing.kinds import KindTimes, kind_times
 from parcalc.core.timing.moe import ExpertShard, moe_kernels
 
 GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
@@ -204,14 +205,19 @@ class LayerPasses:
         return sum(k.time for k in self.backward)
 
     def t_recompute(self, recompute: Recompute, model: TransformerModel | None = None, modules: tuple[str, ...] | None = None) -> float:
-        """Forward kernels run again in backward. OP (op-level selective checkpointing, model
-        needed): every memory-bound kernel, the recomputed matmuls' share of their GEMM kernels
-        (parcalc.core.recompute.op_kernel_shares) and, without FlashAttention, the attention core;
-        FlashAttention's forward is saved, not run again. SELECTIVE: the attention core, or with
+        """Forward kernels run again in backward (recompute_weights: how often each forward kernel replays)."""
+        return sum(k.time * w for k, w in zip(self.forward, self.recompute_weights(recompute, model, modules), strict=True))
+
+    def recompute_weights(self, recompute: Recompute, model: TransformerModel | None = None,
+                          modules: tuple[str, ...] | None = None) -> tuple[float, ...]:  # fmt: skip
+        """The share of each forward kernel that runs again in backward. OP (op-level selective
+        checkpointing, model needed): every memory-bound kernel, the recomputed matmuls' share of their
+        GEMM kernels (parcalc.core.recompute.op_kernel_shares) and, without FlashAttention, the attention
+        core; FlashAttention's forward is saved, not run again. SELECTIVE: the attention core, or with
         `modules` (Megatron-LM's recompute_modules; model needed) the kernels of each checkpointed
         module (parcalc.core.recompute.module_replays_kernel)."""
         if recompute is Recompute.FULL:
-            return self.t_forward
+            return (1.0,) * len(self.forward)
         if recompute is Recompute.SELECTIVE and modules is not None and tuple(modules) != ("core_attn",):
             from parcalc.core.recompute import module_replays_kernel
 
@@ -219,9 +225,10 @@ class LayerPasses:
                 raise ValueError("t_recompute(Recompute.SELECTIVE, modules=...) needs the model (which kernels run again)")
             moe_layer = any(k.key.startswith("moe.") for k in self.forward)
             core = frozenset(k.key for k in self.attention_core)
-            return sum(k.time for k in self.forward if module_replays_kernel(k.key, tuple(modules), model, moe_layer, core))
+            return tuple(1.0 if module_replays_kernel(k.key, tuple(modules), model, moe_layer, core) else 0.0 for k in self.forward)
         if recompute is Recompute.SELECTIVE:
-            return sum(k.time for k in self.attention_core)
+            core = {id(k) for k in self.attention_core}  # the same kernels as in `forward` (_attention_block)
+            return tuple(1.0 if id(k) in core else 0.0 for k in self.forward)
         if recompute is Recompute.OP:
             from parcalc.core.recompute import op_kernel_shares
 
@@ -230,9 +237,15 @@ class LayerPasses:
             flash = any(k.key == "attn.flash" for k in self.forward)
             shares = op_kernel_shares(model, flash)
             core = {k.key for k in self.attention_core}
-            return sum(k.time * (0.0 if flash else 1.0) if k.key in core else k.time if k.kind == "memory" else
-                       k.time * shares.get(k.key, 0.0) for k in self.forward)  # fmt: skip
-        return 0.0
+            return tuple((0.0 if flash else 1.0) if k.key in core else 1.0 if k.kind == "memory" else shares.get(k.key, 0.0)
+                         for k in self.forward)  # fmt: skip
+        return (0.0,) * len(self.forward)
+
+    def kinds(self, recompute: Recompute, model: TransformerModel | None = None, modules: tuple[str, ...] | None = None,
+              recompute_share: float = 1.0) -> KindTimes:  # fmt: skip
+        """Forward, backward and `recompute_share` of the recomputed kernels, by kind (parcalc.core.timing.kinds)."""
+        weights = tuple(1.0 + recompute_share * w for w in self.recompute_weights(recompute, model, modules))
+        return kind_times(self.forward, weights) + kind_times(self.backward)
 
     def t_attention(self) -> tuple[float, float]:
         """(forward, backward) time of the attention kernels (what a context-parallel ring step hides behind)."""

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from parcalc.core.timing.host import HostCosts
+
 # The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
 KERNEL_SETS = ("fused", "eager")
 
@@ -47,6 +49,9 @@ class Framework:
     # "eager" (one kernel per ATen op of the model code: PyTorch-native stacks without torch.compile);
     # parcalc.core.timing.compute.KERNEL_SETS. Training.kernels (--kernels) overrides it.
     kernels: str = "fused"
+    # Host time per kernel issued (parcalc.core.timing.host): forward, backward, optimizer step, and where it was measured;
+    # None: not modelled (the GPU is taken as never waiting for the host)
+    host: HostCosts | None = None
     # The profile's `notes:` lines, shown by `presets show` (prose: not compared, not hashed)
     notes: tuple[str, ...] = field(default=(), compare=False)
 
