@@ -491,7 +491,8 @@ _GPU_KEYS = (
     "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes", "matmul_measured",
     "board_power", "power_curve", "power_limit",
 )  # fmt: skip
-_KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated")
+_KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated", "gemm_tiles",
+                "attention_by_head_dim")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
 
@@ -595,7 +596,58 @@ def _kernels(doc: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRa
         attention_backward=_share(node, "attention_backward", sources, required=True),  # type: ignore[arg-type]
         launch=node.quantity("launch", Dimension.TIME, sources),  # type: ignore[arg-type]
         matmul_isolated=isolated,
+        gemm_tiles=_gemm_tiles(node, sources, dtypes) if "gemm_tiles" in node.data else (),
+        attention_by_head_dim=_attention_by_head_dim(node, sources) if "attention_by_head_dim" in node.data else (),
     )
+
+
+def _attention_by_head_dim(node: _Doc, sources: Mapping[str, str]) -> tuple[tuple[int, Sourced, Sourced], ...]:
+    """`kernels.attention_by_head_dim:` {head dim: {forward: share, backward: share, source}} of fused attention."""
+    table = node.child("attention_by_head_dim")
+    out = []
+    for key in table.data:
+        dim = int(key) if isinstance(key, int) or (isinstance(key, str) and key.isdigit()) else 0
+        if dim <= 0:
+            raise table.error(str(key), f"a head dimension (a whole number above 0), got {shown(key)}")
+        row = table.child(key)
+        row.only(("forward", "backward", "source", "note"))
+        shares = []
+        for name in ("forward", "backward"):
+            value = row.data.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise row.error(name, f"a share of the peak in (0, 1], got {shown(value)}")
+            shares.append(Sourced(float(value), "fraction", row.source_ref("source", sources)))
+        out.append((dim, shares[0], shares[1]))
+    return tuple(sorted(out, key=lambda r: r[0]))
+
+
+def _gemm_tiles(node: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, Any], ...]:
+    """`kernels.gemm_tiles:` dtype -> {sm_rate, tile_overhead, kernel_overhead, split_k_slice, tiles, source}
+    (parcalc.core.timing.gemm_tiles)."""
+    from parcalc.core.timing.gemm_tiles import TiledGemm
+
+    table = node.child("gemm_tiles")
+    out = []
+    for dtype in table.data:
+        if dtype not in dtypes:
+            raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
+        block = table.child(str(dtype))
+        block.only(("sm_rate", "tile_overhead", "kernel_overhead", "split_k_slice", "tiles", "source", "note"))
+        try:
+            rate = parse_quantity(block.data.get("sm_rate"), Dimension.FLOP_RATE, f"{block.path}: key 'gemm_tiles.{dtype}.sm_rate'")
+            tile = parse_quantity(block.data.get("tile_overhead"), Dimension.TIME, f"{block.path}: key 'gemm_tiles.{dtype}.tile_overhead'")
+            kernel = parse_quantity(block.data.get("kernel_overhead"), Dimension.TIME, f"{block.path}: key 'gemm_tiles.{dtype}.kernel_overhead'")
+        except InputError as error:
+            raise PresetError(str(error)) from None
+        tiles = block.data.get("tiles")
+        if not (isinstance(tiles, list) and tiles and all(isinstance(t, list) and len(t) == 2 and all(type(v) is int and v > 0 for v in t)
+                                                            for t in tiles)):  # fmt: skip
+            raise block.error("tiles", f"a list of [tm, tn] tile sizes, got {shown(tiles)}")
+        if not (rate > 0 and tile >= 0 and kernel >= 0):
+            raise block.error("sm_rate", "a rate above 0 and overheads of at least 0")
+        out.append((str(dtype), TiledGemm(rate, tile, kernel, block.integer("split_k_slice"), tuple((t[0], t[1]) for t in tiles),
+                                          block.source_ref("source", sources))))  # fmt: skip
+    return tuple(out)
 
 
 def _shares(node: _Doc, key: str, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, Sourced], ...]:

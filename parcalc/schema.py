@@ -37,7 +37,7 @@ SETTINGS: dict[str, dict[str, object]] = {
     "sparse": _B, "causal": _B, "dropout": _B, "flash_attention": _B, "fp32_grads": _B, "sequence_parallel": _B,
     "compile": {**_B, "description": "torch.compile (Inductor)"}, "recompute_mla_up_proj": _B,
     "recompute_modules": {**_S, "description": "Megatron-LM's modules recomputed by selective recomputation, comma-separated"},
-    "kernels": {**_S, "enum": ["fused", "eager"], "description": "the memory-bound kernels between GEMMs (--kernels or the framework's)"},
+    "kernels": {**_S, "enum": ["fused", "eager", "hf"], "description": "the memory-bound kernels between GEMMs (--kernels or the framework's)"},
     "moment_dtype": {**_S, "description": "element type of Adam's moments"},
     "moe_imbalance": {"type": "number", "description": "the busiest rank's MoE tokens over the balanced share"},
     "protocol": {**_S, "description": "NCCL's protocol: LL, LL128 or Simple"}, "gpus_per_node": _I,

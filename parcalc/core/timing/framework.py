@@ -15,7 +15,7 @@ from functools import lru_cache
 from parcalc.core.timing.host import HostCosts
 
 # The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
-KERNEL_SETS = ("fused", "eager")
+KERNEL_SETS = ("fused", "eager", "hf")
 
 
 @dataclass(frozen=True)

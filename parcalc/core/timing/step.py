@@ -626,7 +626,7 @@ def stage_kinds(model: Any, tp: int, pp: int, micro_batch: int, sequence_paralle
     (embedding on the first stage, final norm, LM head and loss on the last). Their total is
     stage.forward + stage.backward + stage.recompute (before with_accumulation)."""
     from parcalc.core.choices import Recompute
-    from parcalc.core.timing.compute import end_passes, layer_passes
+    from parcalc.core.timing.compute import FIRST_STAGE_KEYS, end_passes, layer_passes
     from parcalc.core.timing.kinds import KindTimes, kind_times
     from parcalc.core.timing.moe import ExpertShard
 
@@ -636,8 +636,8 @@ def stage_kinds(model: Any, tp: int, pp: int, micro_batch: int, sequence_paralle
     dense = layer_passes(model, shard, spec)
     moe = layer_passes(model, shard, spec, experts if experts is not None else ExpertShard(etp=tp)) if model.moe is not None else dense
     ends = end_passes(model, shard, spec)
-    first_end = kind_times(k for k in ends.kernels if k.key.startswith("embedding"))
-    last_end = kind_times(k for k in ends.kernels if not k.key.startswith("embedding"))
+    first_end = kind_times(k for k in ends.kernels if k.key.startswith(FIRST_STAGE_KEYS))
+    last_end = kind_times(k for k in ends.kernels if not k.key.startswith(FIRST_STAGE_KEYS))
     uneven = first is not None or last is not None
     split = _split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)
     moe_counts = _moe_per_stage(model, pp, split)
@@ -665,8 +665,9 @@ def _layer_shard(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
 
     dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
     fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""  # this rank's tokens: s / cp (context parallelism)
+    kset = kernel_set(training, cluster.framework)
     return LayerShard(micro_batch, training.seq_len // cp, tp, sequence_parallel, training.flash_attention, dropout, training.causal,
-                      training.precision.activation_bytes, cp, fp8, training.compiled, kernel_set(training, cluster.framework) == "eager")  # fmt: skip
+                      training.precision.activation_bytes, cp, fp8, training.compiled, kset in ("eager", "hf"), kset == "hf")  # fmt: skip
 
 
 def stage_launches(model: Any, config: Any, training: Any, cluster: Any) -> tuple[int, int]:
