@@ -77,6 +77,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], dict[str, str], bool]] = {
     "presets show": (("category", "name", "path"), {"fields": "every field of the preset with its unit and source"}, False),
     "calibrate gemm": (("device", "dtype", "shapes"), {"gemms": "each GEMM shape timed"}, False),
     "calibrate nccl": (("file", "collective", "nccl_hardware"), {"sizes": "each message size of the nccl-tests file"}, False),
+    "calibrate trace": (("file",), {"kinds": "kernel time by kind, measured in the trace and predicted by fit (with --model)",
+                                    "host": "host time per kernel launch by phase"}, False),
     "analyze": (("data", "time_is", "batch"), {"speedup": "speedup and efficiency per GPU count", "batch": "the batch per GPU",
                                                 "shares": "compute and communication shares", "bandwidth": "achieved bus bandwidth"}, False),
     "scaling": (("model", "gpu", "gpu_name", "mode", "strategy", "precision", "framework", "flash_attention", "knee", "network"),

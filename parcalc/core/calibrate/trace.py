@@ -58,8 +58,8 @@ class TraceSummary:
     kernels: int
     gpu_busy: float  # s: union of the kernels' intervals
     gpu_span: float  # s: first kernel start to last kernel end
-    forward: HostPhase
-    backward: HostPhase
+    forward: HostPhase | None  # None: no host activity in the trace (profiled without ProfilerActivity.CPU)
+    backward: HostPhase | None
     optimizer: HostPhase | None
 
 
@@ -84,7 +84,7 @@ def read_trace(path: Path) -> dict[str, Any]:
 
 def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
     """Kernels by kind and the host's time per launch of one profiled step (see the module docstring)."""
-    events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph", "X") == "X" and "ts" in e and "dur" in e]
+    events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph", "X") == "X" and _number(e.get("ts")) and _number(e.get("dur"))]
     kernels = [e for e in events if e.get("cat") in GPU_CATEGORIES]
     if not kernels:
         raise InputError(f"{where}: no CUDA kernels in the trace (profile with ProfilerActivity.CUDA)")
@@ -103,16 +103,20 @@ def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
     by_thread: dict[Any, list[dict[str, Any]]] = {}
     for e in launches:
         by_thread.setdefault(e.get("tid"), []).append(e)
-    if not by_thread:
-        raise InputError(f"{where}: no kernel launches on the host (profile with ProfilerActivity.CPU too)")
+    if not by_thread:  # a trace of the GPU alone: kernels by kind, no host
+        return TraceSummary(seconds, len(kernels), busy * 1e-6, (spans[-1][1] - spans[0][0]) * 1e-6, None, None, None)
     engine = max(by_thread, key=lambda tid: len(by_thread[tid]))
     backward = sorted(by_thread[engine], key=lambda e: e["ts"])
     main = sorted((e for tid, es in by_thread.items() if tid != engine for e in es), key=lambda e: e["ts"])
     step = next((e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("Optimizer.step")), None)
     forward = [e for e in main if e["ts"] < backward[0]["ts"]]
     optimizer = [e for e in main if step is not None and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
-    return TraceSummary(seconds, len(kernels), busy * 1e-6, (spans[-1][1] - spans[0][0]) * 1e-6, _phase(forward), _phase(backward),
-                        _phase(optimizer) if len(optimizer) > 1 else None)  # fmt: skip
+    return TraceSummary(seconds, len(kernels), busy * 1e-6, (spans[-1][1] - spans[0][0]) * 1e-6, _phase(forward) if forward else None,
+                        _phase(backward), _phase(optimizer) if len(optimizer) > 1 else None)  # fmt: skip
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
 
 
 def _phase(launches: list[dict[str, Any]]) -> HostPhase:
