@@ -632,3 +632,6 @@ def _finish(
         sys.stdout.flush()
         print(f"wrote {output}", file=sys.stderr)
 
+
+
+from parcalc.commands import calibrate_trace as _calibrate_trace  # noqa: E402,F401 - registers `calibrate trace` on calibrate_app
