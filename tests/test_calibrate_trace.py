@@ -67,3 +67,15 @@ def test_a_missing_file_and_flags_without_model_are_one_line_errors(tmp_path: Pa
     assert result.exit_code == 2 and result.stderr.strip() == f"Error: {tmp_path / 'none.json'}: no such file"
     result = runner.invoke(app, ["calibrate", "trace", str(TRACE), "--gpu", "h200"])
     assert result.exit_code == 2 and "give --model too" in result.stderr
+
+
+def test_a_fifo_is_refused_at_once_not_read(runner, tmp_path) -> None:
+    """A FIFO without a writer blocked the read for ever (found by the session's review)."""
+    import os
+
+    from parcalc.cli import app
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    result = runner.invoke(app, ["calibrate", "trace", str(fifo)])
+    assert result.exit_code == 2 and "not a regular file" in result.output

@@ -634,4 +634,6 @@ def _finish(
 
 
 
-from parcalc.commands import calibrate_trace as _calibrate_trace  # noqa: E402,F401 - registers `calibrate trace` on calibrate_app
+from parcalc.commands.calibrate_trace import TRACE_EXAMPLES, trace  # noqa: E402 - the subcommand lives in its own module
+
+calibrate_app.command("trace", epilog=TRACE_EXAMPLES)(trace)

@@ -2,17 +2,23 @@
 its GPU kernels by parcalc's kinds of work and the host's time per launch, beside what `fit` predicts for the same
 step (--model ... on one GPU) kind by kind (parcalc.core.calibrate.trace).
 
-Registered on `parcalc calibrate` by parcalc.commands.calibrate (imported at its end).
+Registered on `parcalc calibrate` by parcalc.commands.calibrate (which imports this module at its end: no circle).
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 
-from parcalc.commands.calibrate import ReportFormat, calibrate_app
+
+class ReportFormat(str, Enum):
+    """--format of `calibrate trace`, as of calibrate's other subcommands."""
+
+    TEXT = "text"
+    JSON = "json"
 
 TRACE_EXAMPLES = """\
 \b
@@ -27,7 +33,6 @@ KIND_LABELS = (("gemm", "t_gemm", "GEMMs"), ("attention", "t_attention", "attent
                ("optimizer", "t_optimizer", "optimizer"))  # fmt: skip
 
 
-@calibrate_app.command("trace", epilog=TRACE_EXAMPLES)
 def trace(
     file: Annotated[str, typer.Argument(metavar="TRACE", help="A PyTorch profiler Chrome trace of one training step (prof.export_chrome_trace; .json or .json.gz).")],
     model: Annotated[Text, typer.Option(metavar="NAME|config.json", help="The traced model (a preset or a Hugging Face config.json): fit's prediction of the same step beside the trace's.", show_default=False)] = None,
@@ -50,10 +55,14 @@ def trace(
         raise InputError(f"{file}: is a directory, not a trace")
     if not path.exists():
         raise InputError(f"{file}: no such file")
+    import stat
+
+    if not stat.S_ISREG(path.stat().st_mode):  # a FIFO without a writer would block the read for ever
+        raise InputError(f"{file}: not a regular file (a trace is a .json or .json.gz file)")
     summary = summarise(read_trace(path), file)
     predicted: dict[str, Any] = {}
     if model is not None:
-        from parcalc.runfile import run_command
+        from parcalc.results.run import run_command
 
         inputs = {"model": model, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "recompute": ["none"], "flash_attention": True,
                   **({"gpu": gpu} if gpu else {}), **({"framework": framework} if framework else {}),
