@@ -166,11 +166,12 @@ def sweep_schema() -> dict[str, object]:
     from parcalc.sweeps import ERROR, INFEASIBLE, OK
 
     row = {
-        "type": "object", "additionalProperties": False, "required": ["point", "status", "error", "verdict", "results"],
+        "type": "object", "additionalProperties": False, "required": ["point", "status", "error", "fits", "verdict", "results"],
         "properties": {
             "point": {"type": "object", "additionalProperties": _SCALAR, "description": "the --vary keys and this point's values"},
             "status": {"enum": [OK, INFEASIBLE, ERROR], "description": "ok; infeasible: the command's exit 1 (it does not fit); error: a bad combination"},
             "error": {"type": ["string", "null"], "description": "the one-line reason of an infeasible or error point"},
+            "fits": {"type": ["boolean", "null"], "description": "whether it fits in the GPU's memory (null: no capacity given, or no result)"},
             "verdict": {"type": ["string", "null"], "description": "the result's first verdict line"},
             "results": {"type": "object", "additionalProperties": _NUMBER_OR_NULL, "description": "each result's value in the base unit `units` names"},
         },

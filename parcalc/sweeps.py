@@ -43,6 +43,7 @@ class SweepRow:
     result: Result | None = field(default=None, repr=False)
     first_verdict: str = ""
     results: tuple[tuple[str, float, str], ...] = ()  # (key, value in base units, unit) of each derivation
+    fits: bool | None = None  # the Result's: whether it fits in the GPU's memory (None: no capacity, or no result)
 
     def verdict(self) -> str:
         """The result's first verdict line (fit: the configuration, its step time and whether it fits)."""
@@ -81,7 +82,7 @@ class Sweep:
         out = []
         for row in self.rows:
             values = row.values()
-            out.append({**row.point, "status": row.status, "error": row.error or None, "verdict": row.verdict() or None,
+            out.append({**row.point, "status": row.status, "error": row.error or None, "fits": row.fits, "verdict": row.verdict() or None,
                         **{k: values.get(k) for k in keys}})  # fmt: skip
         return out
 
@@ -99,7 +100,7 @@ class Sweep:
             "vary": {k: [shown_value(x) for x in v] for k, v in self.vary.items()},
             "units": self.units(),
             "rows": [
-                {"point": dict(row.point), "status": row.status, "error": row.error or None, "verdict": row.verdict() or None,
+                {"point": dict(row.point), "status": row.status, "error": row.error or None, "fits": row.fits, "verdict": row.verdict() or None,
                  "results": {k: _number(v) for k, v in row.values().items() if k in keys}}
                 for row in self.rows
             ],
@@ -114,7 +115,7 @@ class Sweep:
         from parcalc.render.json_out import _number
 
         records = self.records()
-        header = [*self.vary, "status", "error", "verdict", *self.units()]
+        header = [*self.vary, "status", "error", "fits", "verdict", *self.units()]
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(header)
@@ -246,7 +247,7 @@ def _run_point(command: str, inputs: Mapping[str, Any], point: Mapping[str, Any]
     try:
         result = run_command(command, inputs, label, base)
     except InfeasibleError as error:
-        return SweepRow(point, INFEASIBLE, one_line(str(error)))
+        return SweepRow(point, INFEASIBLE, one_line(str(error)), fits=False)  # infeasible: nothing fits (the command exits 1)
     except ParcalcError as error:
         return SweepRow(point, ERROR, one_line(str(error)))
     except (KeyboardInterrupt, MemoryError):
@@ -254,4 +255,4 @@ def _run_point(command: str, inputs: Mapping[str, Any], point: Mapping[str, Any]
     except Exception as error:  # noqa: BLE001 - a bug of parcalc at one point: its row says so, the sweep goes on
         return SweepRow(point, ERROR, internal_error_line(error))
     return SweepRow(point, OK, "", result if keep_result else None, result.verdicts[0] if result.verdicts else "",
-                    tuple((d.key, d.value, d.unit) for d in result.derivations))  # fmt: skip
+                    tuple((d.key, d.value, d.unit) for d in result.derivations), result.fits)  # fmt: skip

@@ -132,3 +132,27 @@ def test_bad_input_is_one_line_exit_2(run_error, args: list[str], fragment: str)
 def test_gpu_or_capacity_and_peak_required(run_error) -> None:
     line = run_error(["fit", "--model", "gpt2-xl", "--gpus", "2", "--seq-len", "1024"])
     assert "--gpu" in line
+
+
+def test_a_pinned_layout_that_does_not_fit_says_so_first(run_json) -> None:
+    """Issue 28: a layout over the GPU's memory got its step time, MFU and cost first and 'does not fit' in the
+    middle. Llama 3 70B on TP 8 alone: 70.6e9 parameters x 16 B of mixed-precision AdamW states / 8 = 131 GiB
+    before activations, over an H100's 80 GiB; the time is then what it would take if it fit, the run too."""
+    doc = run_json("fit", "--model", "llama3-70b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "64", "--seq-len", "4096",
+                   "--tp", "8", "--pp", "1", "--dp", "1", "--tokens", "1T", "--price", "2.5")  # fmt: skip
+    assert doc["fits"] is False
+    first, second = doc["verdicts"][:2]
+    assert first.startswith("does not fit: ") and "more than the 80.00 GiB of one NVIDIA H100 SXM5 80GB" in first
+    assert second.startswith("were it to fit: TP 8 x PP 1 x DP 1")
+    assert any(v.startswith("were it to fit, the run: ") for v in doc["verdicts"])
+
+
+def test_a_sweep_says_which_points_fit(runner, tmp_path) -> None:
+    """Issue 28: sweeps' CSV had only a verdict string; a `fits` column now says it (GPT-3 175B on 64 A100s:
+    TP 8 alone holds 398 GiB per GPU, TP 8 x PP 8 79 GiB, Narayanan et al. 2021's layout)."""
+    run = tmp_path / "run.yaml"
+    run.write_text("command: fit\nmodel: gpt3-175b\ngpu: a100-sxm4-80gb\ngpus: 64\nbatch: 64\nmicro-batch: 1\nrecompute: selective\n")
+    result = runner.invoke(app, ["sweep", str(run), "--vary", "tp=8", "--vary", "pp=1,8"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [(r["pp"], r["status"], r["fits"]) for r in rows] == [("1", "ok", "false"), ("8", "ok", "true")]

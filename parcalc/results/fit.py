@@ -554,9 +554,12 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
                     recomputes[0], int(stage.value), sp, kind, v, **ends)  # fmt: skip
     best = estimate(shape, config, training, cluster)
     worst = best.memory.worst
-    verdicts = [f"{config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
-                f"{best.tokens_per_second.value:,.0f} tokens/s, {_gib(best.total_memory)} per GPU "
-                + ("(fits)" if best.fits else f"(does not fit in {_gib(cluster.capacity)})")]  # fmt: skip
+    timing = (f"{config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
+              f"{best.tokens_per_second.value:,.0f} tokens/s, {_gib(best.total_memory)} per GPU")  # fmt: skip
+    # The answer first (issue 28): a layout that does not fit says so before any time, which is what it would take if it fit.
+    verdicts = ([f"{timing} (fits)"] if best.fits else
+                [f"does not fit: {_gib(best.total_memory)} per GPU, more than the {_gib(cluster.capacity)} of one {cluster.gpu_name}",
+                 f"were it to fit: {timing}"])  # fmt: skip
     parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
              "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value,
              "MoE dispatch and combine": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
@@ -699,7 +702,8 @@ def _with_run(result: Result, plan: Any, cluster: Cluster, training: Training, *
     assert run.iterations is not None  # a run from a step time counts them
     tables = tuple(_run_columns(t, run.iterations.value, plan, cluster.gpus) if t.key in ("top", "configurations") else t
                    for t in result.tables) if search else result.tables  # fmt: skip
-    verdicts = [*result.verdicts, run_verdict(run, cluster.gpus)]
+    ran = run_verdict(run, cluster.gpus)
+    verdicts = [*result.verdicts, ran if result.fits is not False or search else "were it to fit, " + ran]
     if search and rank_by == "cost":
         verdicts.append("ranked by cost per token: with one GPU type, price x GPUs is the same for every configuration, so it ranks "
                         "as step time does")  # fmt: skip
