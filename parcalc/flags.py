@@ -30,7 +30,7 @@ _PRESETS = tuple(c for c in _OUT if c != "bubble")
 _MODEL = ("comm-volume", "memory", "flops", "fit")  # the transformer's shape flags
 _SHAPE = _MODEL + ("scaling",)  # the shape flags of a model (scaling takes them, not --gpus/--cp as the others do)
 # Every command but sweep takes --config (parcalc.cli._give_config_option; sweep reads its run file as its argument).
-_CONFIG = _OUT + ("schema",)
+_CONFIG = _OUT + ("schema", "calibrate trace")
 _PIPE = ("comm-volume", "bubble", "memory", "flops", "fit")  # the uneven pipeline split
 
 MEGATRON = "NVIDIA/Megatron-LM megatron/training/arguments.py"
@@ -66,14 +66,14 @@ TYPES = {
 
 FLAGS: tuple[Flag, ...] = (
     # output and presets, shared by every command
-    Flag("--format", "Output format: table, json, csv, markdown or latex (calibrate: text or json; report: markdown, latex or json, -o .pdf a PDF; sweep: csv or json)", "choice", "", "table (or from --output's extension; sweep: csv)", _OUT + ("sweep",), short="-f"),
+    Flag("--format", "Output format: table, json, csv, markdown or latex (calibrate: text or json; report: markdown, latex or json, -o .pdf a PDF; sweep: csv or json)", "choice", "", "table (or from --output's extension; sweep: csv)", _OUT + ("sweep", "calibrate trace"), short="-f"),
     Flag("--output", "Write the result to FILE instead of stdout, all or nothing (scaling: .svg draws the curve)", "path", "", "stdout", _OUT + ("sweep",), short="-o"),
     Flag("--presets", "Extra preset directory (gpus/, links/, models/ inside); repeatable; also PARCALC_PRESETS", "path", "", "", _PRESETS),
     Flag("--table", "With --format csv: which of the result's tables to print (CSV holds one)", "choice", "", "the command's main table", _OUT[:7] + ("presets list", "presets show", "analyze", "scaling")),
     Flag("--config", "Read flags from a run file (YAML or .toml; - for stdin): keys are flag names, the command line wins", "path", "", "",
          _CONFIG),
     # the model
-    Flag("--model", "Model preset, or a Hugging Face config.json / model directory", "name", "", "", _SHAPE + ("intensity", "analyze")),
+    Flag("--model", "Model preset, or a Hugging Face config.json / model directory", "name", "", "", _SHAPE + ("intensity", "analyze", "calibrate trace")),
     Flag("--layers", "Transformer layers", "count", "layers", "the model's", _PIPE + ("scaling",), aliases=("--num-layers",)),
     Flag("--hidden", "Hidden size (model dimension)", "count", "elements", "the model's", _SHAPE, aliases=("--hidden-size",)),
     Flag("--heads", "Attention heads", "count", "heads", "the model's", _SHAPE, aliases=("--num-attention-heads",)),
@@ -85,11 +85,11 @@ FLAGS: tuple[Flag, ...] = (
          aliases=("--untie-embeddings-and-output-weights",)),
     # the batch
     Flag("--batch", "Global batch: sequences per iteration (intensity: sequences through the kernel; scaling --weak: per GPU)", "count", "sequences", "",
-         ("intensity", "comm-volume", "memory", "flops", "fit", "scaling"),
+         ("intensity", "comm-volume", "memory", "flops", "fit", "scaling", "calibrate trace"),
          aliases=("--global-batch-size",)),
     Flag("--micro-batch", "Sequences per micro-batch per replica", "count", "sequences", "1", ("comm-volume", "memory", "fit", "scaling"), aliases=("--micro-batch-size",)),
     Flag("--micro-batches", "Micro-batches per iteration of each pipeline", "count", "micro-batches", "p (2p interleaved)", ("bubble", "memory")),
-    Flag("--seq-len", "Sequence length", "count", "tokens", "the model's maximum", ("intensity", "comm-volume", "memory", "flops", "fit", "scaling"), aliases=("--seq-length",)),
+    Flag("--seq-len", "Sequence length", "count", "tokens", "the model's maximum", ("intensity", "comm-volume", "memory", "flops", "fit", "scaling", "calibrate trace"), aliases=("--seq-length",)),
     # the GPUs and the parallel layout
     Flag("--gpus", "GPUs in all: tp x pp x cp x dp (comm-volume --collective: the ranks taking part; scaling: the curve's counts, a list such as 1,2,4,...,64)",
          "count", "GPUs", "the product of the degrees (scaling: required)", _SHAPE, aliases=("--workers",)),
@@ -136,7 +136,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--causal", "Count the causal attention products at half", "switch", "", "off", ("flops",)),
     # the GPU and the network
     Flag("--gpu", "GPU preset (see `parcalc presets list gpus`); fit --search: repeatable; comm-volume --collective: the node NCCL's model times the call on", "name", "", "",
-         ("peak-flops", "intensity", "comm-volume", "memory", "flops", "fit", "calibrate gemm", "scaling")),
+         ("peak-flops", "intensity", "comm-volume", "memory", "flops", "fit", "calibrate gemm", "scaling", "calibrate trace")),
     Flag("--capacity", "GPU memory capacity instead of --gpu's", "quantity", "B", "the GPU's", ("memory", "fit")),
     Flag("--reserve", "Memory the formulas do not see (CUDA context, NCCL buffers, fragmentation)", "quantity", "B", "2GiB", ("memory", "fit")),
     Flag("--peak", "Peak FLOP/s instead of the GPU preset's", "quantity", "FLOP/s", "the GPU's", ("intensity", "flops", "fit", "calibrate gemm")),
@@ -149,7 +149,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--nics-per-node", "Network cards per node for GPU traffic (rails)", "count", "NICs", "the GPUs per node", ("fit", "calibrate nccl")),
     Flag("--host-link", "The GPU's link to the host, for --offload", "name", "", "the GPU's PCIe", ("fit",)),
     Flag("--efficiency", "A factor on every kernel's rate", "number", "", "1", ("fit",)),
-    Flag("--framework", "Framework profile: megatron, deepspeed, fsdp2, torchtitan, hf (memory: none, the textbook sum)", "name", "", "megatron", ("fit", "scaling", "memory")),
+    Flag("--framework", "Framework profile: megatron, deepspeed, fsdp2, torchtitan, hf (memory: none, the textbook sum)", "name", "", "megatron", ("fit", "scaling", "memory", "calibrate trace")),
     Flag("--dp-overlap", "Overlap the data-parallel reduce and gather with compute", "switch", "", "the framework's", ("fit",), aliases=("--overlap-grad-reduce",)),
     Flag("--tp-comm-overlap", "Overlap TP collectives with the GEMMs", "switch", "", "the framework's", ("fit",)),
     Flag("--ideal-network", "An ideal network: every collective and pipeline send takes 0 s", "switch", "", "off", ("fit", "scaling")),

@@ -511,7 +511,8 @@ _GPU_KEYS = (
     "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes", "matmul_measured",
     "board_power", "power_curve", "power_limit",
 )  # fmt: skip
-_KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated")
+_KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated", "gemm_tiles",
+                "attention_by_head_dim")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
 
@@ -615,7 +616,61 @@ def _kernels(doc: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRa
         attention_backward=_share(node, "attention_backward", sources, required=True),  # type: ignore[arg-type]
         launch=node.quantity("launch", Dimension.TIME, sources),  # type: ignore[arg-type]
         matmul_isolated=isolated,
+        gemm_tiles=_gemm_tiles(node, sources, dtypes) if "gemm_tiles" in node.data else (),
+        attention_by_head_dim=_attention_by_head_dim(node, sources) if "attention_by_head_dim" in node.data else (),
     )
+
+
+def _attention_by_head_dim(node: _Doc, sources: Mapping[str, str]) -> tuple[tuple[int, Sourced, Sourced], ...]:
+    """`kernels.attention_by_head_dim:` {head dim: {forward: share, backward: share, source}} of fused attention."""
+    table = node.child("attention_by_head_dim")
+    out = []
+    for key in table.data:
+        dim = int(key) if isinstance(key, int) or (isinstance(key, str) and key.isdigit()) else 0
+        if dim <= 0:
+            raise table.error(str(key), f"a head dimension (a whole number above 0), got {shown(key)}")
+        row = table.child(key)
+        row.only(("forward", "backward", "source", "note"))
+        shares = []
+        for name in ("forward", "backward"):
+            value = row.data.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise row.error(name, f"a share of the peak in (0, 1], got {shown(value)}")
+            shares.append(Sourced(float(value), "fraction", row.source_ref("source", sources)))
+        out.append((dim, shares[0], shares[1]))
+    return tuple(sorted(out, key=lambda r: r[0]))
+
+
+def _gemm_tiles(node: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, Any], ...]:
+    """`kernels.gemm_tiles:` dtype -> {sm_rate, tile_overhead, kernel_overhead, split_k_slice, tiles, source}
+    (parcalc.core.timing.gemm_tiles)."""
+    from parcalc.core.timing.gemm_tiles import TiledGemm
+
+    table = node.child("gemm_tiles")
+    out = []
+    for dtype in table.data:
+        if dtype not in dtypes:
+            raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
+        block = table.child(str(dtype))
+        block.only(("sm_rate", "tile_overhead", "kernel_overhead", "split_k_slice", "tiles", "source", "note"))
+        for needed in ("sm_rate", "tile_overhead", "kernel_overhead"):
+            if needed not in block.data:
+                raise block.error(needed, "missing")
+        try:
+            rate = parse_quantity(block.data["sm_rate"], Dimension.FLOP_RATE, f"{block.path}: key 'gemm_tiles.{dtype}.sm_rate'")
+            tile = parse_quantity(block.data["tile_overhead"], Dimension.TIME, f"{block.path}: key 'gemm_tiles.{dtype}.tile_overhead'")
+            kernel = parse_quantity(block.data["kernel_overhead"], Dimension.TIME, f"{block.path}: key 'gemm_tiles.{dtype}.kernel_overhead'")
+        except InputError as error:
+            raise PresetError(str(error)) from None
+        tiles = block.data.get("tiles")
+        if not (isinstance(tiles, list) and tiles and all(isinstance(t, list) and len(t) == 2 and all(type(v) is int and v > 0 for v in t)
+                                                            for t in tiles)):  # fmt: skip
+            raise block.error("tiles", f"a list of [tm, tn] tile sizes, got {shown(tiles)}")
+        if not (rate > 0 and tile >= 0 and kernel >= 0):
+            raise block.error("sm_rate", "a rate above 0 and overheads of at least 0")
+        out.append((str(dtype), TiledGemm(rate, tile, kernel, block.integer("split_k_slice"), tuple((t[0], t[1]) for t in tiles),
+                                          block.source_ref("source", sources))))  # fmt: skip
+    return tuple(out)
 
 
 def _shares(node: _Doc, key: str, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, Sourced], ...]:
@@ -1243,7 +1298,7 @@ def _json_depth(text: str) -> int:
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
-                   "kernels", "step_memory", "data_parallel_only")  # fmt: skip
+                   "kernels", "host", "step_memory", "data_parallel_only")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -1306,6 +1361,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         memory["data_parallel_only"] = setting(doc, "data_parallel_only", "data_parallel_only")
         if not isinstance(memory["data_parallel_only"], bool):
             raise doc.error("data_parallel_only.value", f"expected true or false, got {shown(memory['data_parallel_only'])}")
+    host = _host_costs(doc, sources) if "host" in data else None
     pipeline: tuple[tuple[str, Any], ...] = ()
     if "pipeline" in doc.data:
         block = doc.child("pipeline")
@@ -1334,8 +1390,27 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     return Framework(
         key=key, name=doc.text("name"), bucket_min_params=numbers["min_params"], bucket_params_per_dp_rank=numbers["params_per_dp_rank"],
         bucket_bytes=bucket_bytes, reduce_bytes=reduce_bytes, zero_stages=stages, sources=tuple(cited), pipeline=pipeline, **flags,
-        kernels=kernels, notes=doc.texts("notes"), **memory,
+        kernels=kernels, host=host, notes=doc.texts("notes"), **memory,
     )  # fmt: skip
+
+
+def _host_costs(doc: Any, sources: Any) -> Any:
+    """A framework's `host:` block: the host's time per kernel issued (parcalc.core.timing.host)."""
+    from parcalc.core.timing.host import HostCosts
+
+    block = doc.child("host")
+    block.only(("forward", "backward", "optimizer", "source", "note"))
+    times = {}
+    for name in ("forward", "backward", "optimizer"):
+        if name not in block.data:
+            raise block.error(name, "missing")
+        try:
+            times[name] = parse_quantity(block.data[name], Dimension.TIME, f"{doc.path}: key 'host.{name}'")
+        except InputError as error:
+            raise PresetError(str(error)) from None
+        if not 0 <= times[name] < 1e-2:
+            raise block.error(name, f"a host time per kernel between 0 and 10 ms, got {shown(block.data[name])}")
+    return HostCosts(times["forward"], times["backward"], times["optimizer"], block.source_ref("source", sources))
 
 
 def load_framework(name: str, extra_dirs: Sequence[Path | str] = ()) -> Any:

@@ -132,7 +132,7 @@ def test_cli_kernels_flag_overrides_the_profile_and_search_agrees() -> None:
 def test_cli_kernels_bad_values_are_one_line(value: str) -> None:
     result = runner.invoke(app, ["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--kernels", value])
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"Error: --kernels: one of fused, eager, got {value!r}"
+    assert result.stderr.strip() == f"Error: --kernels: one of fused, eager, hf, got {value!r}"
 
 
 def test_intensity_kernels_lists_the_eager_kernels() -> None:

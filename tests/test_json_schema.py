@@ -58,6 +58,7 @@ RUNNABLE = [line for line in EXAMPLES if not any(word in f" {line} " for word in
 # file's relative paths are read beside it (parcalc.runfile). The values are those of the
 # command's own examples in its --help.
 _LAB_TIMINGS = str(data_dir("presets") / "worksheets" / "lab-ddp-timings.csv")
+_TRACE_FILE = str(ROOT / "tests" / "fixtures" / "h200" / "trace-llama1b-b4-s4096.json.gz")
 _NCCL_FILE = str(ROOT / "tests" / "fixtures" / "nccl" / "a100x8_nvlink_all_reduce.txt")
 RUN_FILES: dict[str, tuple[dict[str, object], list[str]]] = {
     "peak-flops": ({"gpu": "a100-sxm4-80gb", "dtype": "tf32"}, ["--gpu", "a100-sxm4-80gb", "--dtype", "tf32"]),
@@ -81,6 +82,7 @@ RUN_FILES: dict[str, tuple[dict[str, object], list[str]]] = {
     "presets show": ({"name": "nvlink4"}, ["nvlink4"]),
     "calibrate gemm": ({"device": "cpu", "shapes": "tiny", "peak": "2TFLOP/s"}, ["--device", "cpu", "--shapes", "tiny", "--peak", "2TFLOP/s"]),
     "calibrate nccl": ({"file": _NCCL_FILE}, [_NCCL_FILE]),
+    "calibrate trace": ({"file": _TRACE_FILE}, [_TRACE_FILE]),
     "analyze": ({"file": _LAB_TIMINGS, "time-is": "epoch"}, [_LAB_TIMINGS, "--time-is", "epoch"]),
     "report": ({"worksheet": "question1"}, ["question1"]),  # its positional argument by name
     "scaling": ({"model": "gpt2-xl", "gpu": "a100-sxm4-80gb", "gpus": "1,2,4,8", "weak": True, "batch": 8, "seq-len": 1024},

@@ -632,3 +632,8 @@ def _finish(
         sys.stdout.flush()
         print(f"wrote {output}", file=sys.stderr)
 
+
+
+from parcalc.commands.calibrate_trace import TRACE_EXAMPLES, trace  # noqa: E402 - the subcommand lives in its own module
+
+calibrate_app.command("trace", epilog=TRACE_EXAMPLES)(trace)

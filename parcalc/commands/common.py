@@ -203,8 +203,9 @@ KernelsOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--kernels", metavar="SET",
                  help="The memory-bound kernels between GEMMs: fused (Megatron-LM / Transformer Engine's hand-fused norms, "
-                      "activations, RoPE) or eager (one kernel per PyTorch op of the model code, e.g. RMSNorm's fp32 chain); "
-                      "default: the framework profile's (eager for fsdp2 and torchtitan). --compile fuses either.", show_default=False),
+                      "activations, RoPE), eager (one kernel per PyTorch op of the model code, e.g. RMSNorm's fp32 chain) or hf "
+                      "(Hugging Face's Llama under autocast over fp32 weights: fp32 residual stream, bf16 casts); "
+                      "default: the framework profile's (eager for fsdp2 and torchtitan, hf for hf). --compile fuses either.", show_default=False),
 ]  # fmt: skip
 
 

@@ -392,13 +392,27 @@ class Estimate:
     offload: Derivation | None = None  # t_offload (--offload; parcalc.core.timing.offload)
     cp_comm: Derivation | None = None  # context-parallel exchanges exposed per iteration (None without CP)
     ep_comm: Derivation | None = None  # t_ep: MoE dispatch and combine (None: dense model, or ep = etp = 1)
+    # t_compute by kind of work (parcalc.core.timing.kinds): t_gemm + t_attention + t_memory_bound = t_compute
+    gemm: Derivation | None = None
+    attention: Derivation | None = None
+    memory_bound: Derivation | None = None
+    host: Derivation | None = None  # t_host: the GPU waiting for the host (parcalc.core.timing.host; None: not modelled)
+
+    @property
+    def kinds(self) -> tuple[Derivation, ...]:
+        """The step by kind of work: GEMMs, attention, memory-bound kernels, host, the exposed collectives, the optimizer."""
+        comm = (self.tp_comm, *((self.cp_comm,) if self.cp_comm else ()), *((self.ep_comm,) if self.ep_comm else ()), self.bubble,
+                self.pp_comm, self.dp_comm)  # fmt: skip
+        parts = tuple(d for d in (self.gemm, self.attention, self.memory_bound, self.host) if d is not None)
+        return parts + comm + (self.optimizer, *((self.offload,) if self.offload else ()))
 
     @property
     def total_memory(self) -> float:
         return self.memory.worst.total.value
 
     def derivations(self) -> tuple[Derivation, ...]:
-        return (self.memory.worst.total, self.model_flops, self.hardware_flops, self.compute, self.tp_comm,
+        kinds = tuple(d for d in (self.gemm, self.attention, self.memory_bound, self.host) if d is not None)
+        return (self.memory.worst.total, self.model_flops, self.hardware_flops, self.compute, *kinds, self.tp_comm,
                 *((self.cp_comm,) if self.cp_comm is not None else ()), *((self.ep_comm,) if self.ep_comm is not None else ()),
                 self.bubble, self.pp_comm, self.dp_comm, self.optimizer, *((self.offload,) if self.offload else ()), self.step,
                 self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
@@ -436,6 +450,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         optimizer_step_time,
         optimizer_traffic,
         sp_regather,
+        stage_kinds,
         stage_pieces,
     )
 
@@ -455,6 +470,9 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                                            recompute_layers=config.recompute_layers, chunks=v)  # fmt: skip
     sg = config.shard_group if config.zero else None  # hybrid sharding applies to ZeRO-1/2/3
     dp = dp_pieces(model, t, p, d * c, training, cluster, **ends, shard_group=sg, ep=config.ep, etp=config.etp)  # over the dp-cp group
+    by_kind = stage_kinds(model, t, p, b, config.sequence_parallel, config.recompute, training, cluster, stage, **ends, cp=c,
+                          experts=config.experts() if model.moe is not None else None, recompute_layers=config.recompute_layers,
+                          chunks=v)  # fmt: skip
     stage = with_accumulation(stage, dp.accumulate)
     framework = cluster.framework.at(p)
     t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
@@ -465,7 +483,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     t_off = float(offload_step_time(model, t, p, d * c, config.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends,
                                     shard_group=sg)) if offloading else 0.0  # fmt: skip
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
+    host = _host_derivation(model, config, training, cluster, stage, m, t_opt)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=host.value if host else 0.0)
     ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms["t_ep"]))
 
     from parcalc.units import format_time as _format_time
@@ -528,6 +547,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                               terms["t_tp"], "s", source)  # fmt: skip
     else:
         tp_comm = _zero("t_tp", "Tensor-parallel communication exposed per iteration", "no tensor parallelism")
+    gemm, attention, memory_bound = _kind_derivations(by_kind, dp.accumulate, m_term, compute)
     cp_comm = _cp_derivation(config, cluster, stage, m_term, terms["t_cp"]) if c > 1 else None
     if p > 1:
         bubble = _derivation("t_bubble", "Pipeline bubble per iteration", "t_bubble", r"t_{\mathrm{bubble}}",
@@ -572,7 +592,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     if training.offload_optimizer:
         optimizer = _zero("t_optimizer", "Optimizer step on the GPU", "--offload optimizer: the step runs on the host (t_offload)")
     offload = _offload_derivation(model, config, training, cluster, breakdown, stage, m, t_off) if offloading else None
-    parts = [compute, tp_comm, *((cp_comm,) if cp_comm else ()), *((ep_comm,) if ep_comm else ()), bubble, pp_comm, dp_comm,
+    parts = [compute, *((host,) if host else ()), tp_comm, *((cp_comm,) if cp_comm else ()), *((ep_comm,) if ep_comm else ()), bubble, pp_comm, dp_comm,
              optimizer, *([offload] if offload else [])]  # fmt: skip
     step_value = float(terms["t_step"])
     step = _derivation("t_step", "Time per iteration", "t_step", r"t_{\mathrm{step}}",
@@ -591,7 +611,56 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (hardware FLOPs: recomputation counted)")  # fmt: skip
     fits = breakdown.worst.total.value <= cluster.capacity
     return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu,
-                    offload, cp_comm, ep_comm)  # fmt: skip
+                    offload, cp_comm, ep_comm, gemm, attention, memory_bound, host)  # fmt: skip
+
+
+def _kind_derivations(kinds: Any, accumulate: float, m_term: Term, compute: Derivation) -> tuple[Derivation, Derivation, Derivation]:
+    """t_compute split by kind of work (parcalc.core.timing.kinds): each m x that kind's kernels of one micro-batch on the
+    slowest stage (forward, backward, recomputed); the fp32 gradient accumulation counts as memory-bound."""
+    from parcalc.core.timing.kinds import KIND_TEXT
+
+    rows = (("t_gemm", "GEMM kernels per iteration", "t_gemm", r"t_{\mathrm{gemm}}", "G_mb", kinds.gemm, KIND_TEXT["gemm"]),
+            ("t_attention", "Attention kernels per iteration", "t_attn", r"t_{\mathrm{attn}}", "A_mb", kinds.attention, KIND_TEXT["attention"]),
+            ("t_memory_bound", "Memory-bound kernels per iteration", "t_mem", r"t_{\mathrm{mem}}", "M_mb", kinds.memory + accumulate,
+             KIND_TEXT["memory"]))  # fmt: skip
+    out = []
+    for key, label, symbol, latex, per, value, what in rows:
+        inputs = [m_term, _t(per, per, value, "s", f"{what}, one micro-batch on the slowest stage")]
+        out.append(_derivation(key, label, symbol, latex, f"$m × ${per}", inputs, float(m_term.value * value), "s", KERNEL_SOURCE,
+                               (f"t_gemm + t_attention + t_memory_bound = t_compute ({compute.value:.6g} s)",)))  # fmt: skip
+    return out[0], out[1], out[2]
+
+
+def _host_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any, m: int,
+                     t_opt: float) -> Derivation | None:  # fmt: skip
+    """t_host: the GPU waiting for the host that issues eager PyTorch's kernels one by one (parcalc.core.timing.host), for a
+    framework profile that measured its host (`host:`), one stage (pp = 1: the phases are the micro-batches' passes)."""
+    from parcalc.core.comm.tensors import parameter_tensors
+    from parcalc.core.timing.host import MULTI_TENSOR_SOURCE, Phase, host_exposed, optimizer_launches
+    from parcalc.core.timing.step import stage_launches
+
+    costs = cluster.framework.host
+    if costs is None or config.pp > 1:
+        return None
+    n_f, n_b = stage_launches(model, config, training, cluster)
+    sizes = [x.rows * x.cols for x in parameter_tensors(model)] if config.tp == 1 else []
+    n_opt = optimizer_launches(sizes) if sizes and not training.offload_optimizer and config.zero == 0 else 0
+    g_f, g_b = float(stage.forward), float(stage.backward + stage.recompute)
+    phases = [Phase(n_f * costs.forward, g_f), Phase(n_b * costs.backward, g_b)] * m + [Phase(n_opt * costs.optimizer, t_opt)]
+    value = host_exposed(phases)
+    inputs = [_t("m", "m", m, "", "micro-batches per replica"),
+              _t("n_f", "n_f", n_f, "", "kernels of one micro-batch's forward on the stage (parcalc's kernel list, one launch each)"),
+              _t("n_b", "n_b", n_b, "", "kernels of its backward (and recomputed forward)"),
+              _t("n_o", "n_o", n_opt, "", "kernels of the fused optimizer step (" + MULTI_TENSOR_SOURCE + ")"),
+              _t("c_f", "c_f", costs.forward, "s", "host time per forward kernel (Python model code, dispatcher, launch)", costs.source),
+              _t("c_b", "c_b", costs.backward, "s", "host time per backward kernel (autograd engine, launch)", costs.source),
+              _t("c_o", "c_o", costs.optimizer, "s", "host time per optimizer kernel", costs.source),
+              _t("G_f", "G_f", g_f, "s", "GPU time of one micro-batch's forward"), _t("G_b", "G_b", g_b, "s", "GPU time of its backward"),
+              _t("G_o", "G_o", t_opt, "s", "GPU time of the optimizer step")]  # fmt: skip
+    formula = "max(ΣH, max_j(Σ_{i<j} H_i + Σ_{i≥j} G_i)) - ΣG over the phases (forward, backward) × $m, optimizer; H = $n_f × $c_f, $n_b × $c_b, $n_o × $c_o; G = $G_f, $G_b, $G_o"
+    return _derivation("t_host", "GPU waiting for the host per iteration (eager kernels issued one by one)", "t_host", r"t_{\mathrm{host}}",
+                       formula, inputs, value, "s", "fluid model of one CUDA stream fed by the host (parcalc.core.timing.host)",
+                       ("the host runs ahead of the GPU through the whole step (no synchronisation inside it)",))  # fmt: skip
 
 
 def _offload_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING
 
+from parcalc.core.timing.gemm_tiles import TiledGemm
 from parcalc.frozen import frozen
 
 if TYPE_CHECKING:  # defined apart: only calibrated presets need them, and each dataclass costs start-up time
@@ -121,12 +122,28 @@ class KernelRates:
     # else on the GPU): what `intensity --m --k --n` holds against published GEMM measurements.
     # `matmul` is what training GEMMs sustain (fit's); () where no isolated measurement is given.
     matmul_isolated: tuple[tuple[str, Sourced], ...] = ()
+    # dtype -> GEMM time by tiles, measured by shape on this GPU (parcalc.core.timing.gemm_tiles.TiledGemm): where
+    # given, fit times that dtype's GEMMs with it instead of `matmul` x quantisation
+    gemm_tiles: tuple[tuple[str, TiledGemm], ...] = ()
+    # (head dim, forward share, backward share) of fused attention measured at that head dimension; () where not given
+    attention_by_head_dim: tuple[tuple[int, Sourced, Sourced], ...] = ()
 
     def matmul_share(self, dtype: str) -> Sourced | None:
         return dict(self.matmul).get(dtype)
 
     def isolated_share(self, dtype: str) -> Sourced | None:
         return dict(self.matmul_isolated).get(dtype)
+
+    def attention_share(self, head_dim: int, backward: bool) -> Sourced:
+        """Fused attention's share of the 16-bit peak: at the measured head dimension nearest `head_dim` (the lower of
+        two as near) where measured by head dimension, else attention_forward / attention_backward."""
+        if self.attention_by_head_dim and head_dim:
+            _, forward, back = min(self.attention_by_head_dim, key=lambda row: (abs(row[0] - head_dim), row[0]))
+            return back if backward else forward
+        return self.attention_backward if backward else self.attention_forward
+
+    def tiled(self, dtype: str) -> TiledGemm | None:
+        return dict(self.gemm_tiles).get(dtype)
 
 
 @frozen

@@ -24,7 +24,7 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
 
     kset = kernel_set(training, cluster.framework)
     dropout = shape.dropout if training.dropout is None else training.dropout
-    n_mem = memory_kernel_count(shape, kset == "eager", training.compiled, training.flash_attention, dropout)
+    n_mem = memory_kernel_count(shape, kset in ("eager", "hf"), training.compiled, training.flash_attention, dropout, hf=kset == "hf")
     chosen = "--compile" if training.compiled else "--kernels" if training.kernels else f"the {cluster.framework.key} profile's"
 
     return model_terms(shape) + [
@@ -85,8 +85,8 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)"
         + (" + offload (PCIe copies beyond their overlap window, the CPU optimizer step memory-bound on 614.4 GB/s of host DRAM per node: "
            "parcalc.core.timing.offload)" if training.offload_optimizer or training.offload_activations else ""),
-        *(("--compile: " + compile_assumption(),) if training.compiled and kernel_set(training, framework) != "eager" else ()),
-        kernel_set_assumption(kernel_set(training, framework) == "eager", training.compiled),
+        *(("--compile: " + compile_assumption(),) if training.compiled and kernel_set(training, framework) == "fused" else ()),
+        kernel_set_assumption(kernel_set(training, framework) in ("eager", "hf"), training.compiled, hf=kernel_set(training, framework) == "hf"),
         *_modules_assumption(training),
         *((f"fp8 ({training.fp8_recipe} scaling): the linears' GEMMs at the FP8 peak times the preset's fp8 share, each input "
            "quantised by a memory-bound cast kernel (read once, once more per amax pass, written row- and column-wise in FP8); "

@@ -41,6 +41,8 @@ def from_flags(m: str | None = None, k: str | None = None, n: str | None = None,
         if length == 0:
             raise InputError("--seq-len: required (the model preset has no maximum sequence length)")
         result = layer_intensity(shape, sequences, length, dtype_key, element_bytes, machine)
+        if machine is not None and kernels is not None and kernels_flag(kernels) == "hf":
+            raise InputError("--kernels hf: fit times Hugging Face's layer (fit --framework hf); intensity lists the fused or eager set")
         if machine is not None:
             result = _with_layer_kernels(result, shape, sequences, length, dtype_key, element_bytes, machine, device, bandwidth, peak,
                                          flash_attention, compile_, rated, kernels_flag(kernels) == "eager")  # fmt: skip

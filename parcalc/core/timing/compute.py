@@ -32,6 +32,9 @@ from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.hardware import Gpu, KernelRates, Sourced
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.framework import KERNEL_SETS  # noqa: F401 - re-exported beside the sets' sources
+from parcalc.core.timing.gemm_tiles import TiledGemm, tiled_gemm_time
+from parcalc.core.timing.hf_kernels import hf_applies, hf_ends, hf_layer
+from parcalc.core.timing.kinds import KindTimes, kind_times
 from parcalc.core.timing.moe import GATE_BYTES, ExpertShard, routed_rows, routed_tokens
 
 GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
@@ -75,6 +78,8 @@ class ComputeSpec:
     # share of the rated peaks the Tensor Cores reach under the GPU's board power limit, already in
     # `peak` and `attention_peak` (parcalc.core.power; 1: no limit set)
     power_scale: float = 1.0
+    # the GPU's GEMMs in this dtype by tiles, measured by shape (parcalc.core.timing.gemm_tiles); None: peak x matmul x q
+    tiled: TiledGemm | None = None
 
     @property
     def tile_area(self) -> int:
@@ -107,7 +112,7 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
     # a board power limit lowers the SM clock: the Tensor Core peaks (GEMMs, FlashAttention) scale, HBM does not
     power = tensor_power_scale(gpu) if gpu is not None and gpu.power_limit is not None else None
     s = power.value if power is not None else 1.0
-    return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s)
+    return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s, kernels.tiled(dtype))
 
 
 class Kernel(NamedTuple):
@@ -149,6 +154,10 @@ def gemm(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch: i
     """An (m x k) . (k x n) product, `batch` times, operands and output of e bytes each."""
     flops = 2.0 * m * k * n * batch
     traffic = e * batch * (m * k + k * n + m * n)
+    if spec.tiled is not None:  # measured by shape on this GPU: its tiles, waves, split-K and fixed costs
+        time, bound = tiled_gemm_time(m, k, n, batch, spec.tiled, spec.sms, spec.bandwidth * spec.kernels.memory.value * spec.scale, e,
+                                      spec.scale * spec.power_scale)  # fmt: skip
+        return Kernel(key, "gemm", flops, traffic, time, bound, f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else ""))
     rate = spec.peak * spec.matmul.value * quantisation(m, n, batch, spec)
     shape = f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else "")
     return _roofline(key, "gemm", flops, traffic, rate, spec, shape)
@@ -158,8 +167,10 @@ def memory_op(key: str, traffic: float, spec: ComputeSpec, shape: str = "") -> K
     return _roofline(key, "memory", 0.0, traffic, 1.0, spec, shape)
 
 
-def flash_attention(key: str, flops: float, traffic: float, backward: bool, spec: ComputeSpec, shape: str) -> Kernel:
-    share = spec.kernels.attention_backward if backward else spec.kernels.attention_forward
+def flash_attention(key: str, flops: float, traffic: float, backward: bool, spec: ComputeSpec, shape: str, head_dim: int = 0) -> Kernel:
+    """One fused attention pass at the GPU's measured share of the 16-bit peak: the share measured at the nearest
+    head dimension where the preset has them by head dimension (KernelRates.attention_by_head_dim), else its one share."""
+    share = spec.kernels.attention_share(head_dim, backward)
     return _roofline(key, "attention", flops, traffic, spec.attention_peak * share.value, spec, shape)
 
 
@@ -183,6 +194,7 @@ class LayerShard:
     fp8: str = ""  # FP8 training: the scaling recipe of the GEMM inputs (FP8_RECIPES); "": none
     compiled: bool = False  # torch.compile (Inductor): memory-bound neighbours fused (COMPILE_GROUPS)
     eager: bool = False  # eager PyTorch: one kernel per ATen op of the model code (EAGER_SOURCE); compiled wins
+    hf: bool = False  # Hugging Face's Llama code under autocast over fp32 weights (parcalc.core.timing.hf_kernels); eager too
 
 
 @dataclass(frozen=True)
@@ -204,14 +216,19 @@ class LayerPasses:
         return sum(k.time for k in self.backward)
 
     def t_recompute(self, recompute: Recompute, model: TransformerModel | None = None, modules: tuple[str, ...] | None = None) -> float:
-        """Forward kernels run again in backward. OP (op-level selective checkpointing, model
-        needed): every memory-bound kernel, the recomputed matmuls' share of their GEMM kernels
-        (parcalc.core.recompute.op_kernel_shares) and, without FlashAttention, the attention core;
-        FlashAttention's forward is saved, not run again. SELECTIVE: the attention core, or with
+        """Forward kernels run again in backward (recompute_weights: how often each forward kernel replays)."""
+        return sum(k.time * w for k, w in zip(self.forward, self.recompute_weights(recompute, model, modules), strict=True))
+
+    def recompute_weights(self, recompute: Recompute, model: TransformerModel | None = None,
+                          modules: tuple[str, ...] | None = None) -> tuple[float, ...]:  # fmt: skip
+        """The share of each forward kernel that runs again in backward. OP (op-level selective
+        checkpointing, model needed): every memory-bound kernel, the recomputed matmuls' share of their
+        GEMM kernels (parcalc.core.recompute.op_kernel_shares) and, without FlashAttention, the attention
+        core; FlashAttention's forward is saved, not run again. SELECTIVE: the attention core, or with
         `modules` (Megatron-LM's recompute_modules; model needed) the kernels of each checkpointed
         module (parcalc.core.recompute.module_replays_kernel)."""
         if recompute is Recompute.FULL:
-            return self.t_forward
+            return (1.0,) * len(self.forward)
         if recompute is Recompute.SELECTIVE and modules is not None and tuple(modules) != ("core_attn",):
             from parcalc.core.recompute import module_replays_kernel
 
@@ -219,9 +236,10 @@ class LayerPasses:
                 raise ValueError("t_recompute(Recompute.SELECTIVE, modules=...) needs the model (which kernels run again)")
             moe_layer = any(k.key.startswith("moe.") for k in self.forward)
             core = frozenset(k.key for k in self.attention_core)
-            return sum(k.time for k in self.forward if module_replays_kernel(k.key, tuple(modules), model, moe_layer, core))
+            return tuple(1.0 if module_replays_kernel(k.key, tuple(modules), model, moe_layer, core) else 0.0 for k in self.forward)
         if recompute is Recompute.SELECTIVE:
-            return sum(k.time for k in self.attention_core)
+            ids = {id(k) for k in self.attention_core}  # the same kernels as in `forward` (_attention_block)
+            return tuple(1.0 if id(k) in ids else 0.0 for k in self.forward)
         if recompute is Recompute.OP:
             from parcalc.core.recompute import op_kernel_shares
 
@@ -230,9 +248,15 @@ class LayerPasses:
             flash = any(k.key == "attn.flash" for k in self.forward)
             shares = op_kernel_shares(model, flash)
             core = frozenset(k.key for k in self.attention_core)
-            return sum(k.time * (0.0 if flash else 1.0) if k.key in core else k.time if k.kind == "memory" else
-                       k.time * shares.get(k.key, 0.0) for k in self.forward)  # fmt: skip
-        return 0.0
+            return tuple((0.0 if flash else 1.0) if k.key in core else 1.0 if k.kind == "memory" else shares.get(k.key, 0.0)
+                         for k in self.forward)  # fmt: skip
+        return (0.0,) * len(self.forward)
+
+    def kinds(self, recompute: Recompute, model: TransformerModel | None = None, modules: tuple[str, ...] | None = None,
+              recompute_share: float = 1.0) -> KindTimes:  # fmt: skip
+        """Forward, backward and `recompute_share` of the recomputed kernels, by kind (parcalc.core.timing.kinds)."""
+        weights = tuple(1.0 + recompute_share * w for w in self.recompute_weights(recompute, model, modules))
+        return kind_times(self.forward, weights) + kind_times(self.backward)
 
     def t_attention(self) -> tuple[float, float]:
         """(forward, backward) time of the attention kernels (what a context-parallel ring step hides behind)."""
@@ -445,10 +469,10 @@ def bias_grads(kernels: _Kernels, key: str, tokens: int, widths: tuple[int, ...]
                                           f"[{tokens}×{width}]"))  # fmt: skip
 
 
-def memory_kernel_count(model: TransformerModel, eager: bool, compiled: bool, flash: bool, dropout: bool) -> int:
+def memory_kernel_count(model: TransformerModel, eager: bool, compiled: bool, flash: bool, dropout: bool, hf: bool = False) -> int:
     """Memory-bound kernels of one dense layer, forward + backward, under a kernel set (fit's inputs: n_mem).
     Independent of the shape: a micro-batch of 1 x 8 tokens on one GPU with generic rates counts them."""
-    shard = LayerShard(1, 8, 1, False, flash, dropout, True, 2.0, compiled=compiled, eager=eager)
+    shard = LayerShard(1, 8, 1, False, flash, dropout, True, 2.0, compiled=compiled, eager=eager or hf, hf=hf)
     passes = layer_passes(model, shard, compute_spec(None, "bf16", 1e15))
     return sum(k.kind == "memory" for k in passes.forward + passes.backward)
 
@@ -483,8 +507,12 @@ def compiled_rope(kernels: _Kernels, tokens: int, seq: int, q_w: int, kv_w: int,
         memory_op("rope.k.to_bf16.bwd", (f + e) * t * kv_w, spec, k), memory_op("rope.q.to_bf16.bwd", (f + e) * t * q_w, spec, q)))  # fmt: skip
 
 
-def kernel_set_assumption(eager: bool, compiled: bool) -> str:
+def kernel_set_assumption(eager: bool, compiled: bool, hf: bool = False) -> str:
     """Which kernels parcalc times between the GEMMs, in words (fit's and intensity's assumptions)."""
+    if hf and not compiled:
+        from parcalc.core.timing.hf_kernels import HF_SOURCE
+
+        return "kernels (hf): " + HF_SOURCE + "; other layer kinds (MoE, MLA, LayerNorm, biases) as the eager set"
     if compiled and eager:
         return "--compile: Inductor's kernels of the eager model code: " + COMPILE_PER_BLOCK
     if compiled:
@@ -572,9 +600,9 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
         work = 2.0 * b * heads * s * sk * (qk_dim + v_dim) * (0.5 if shard.causal else 1.0)
         io = e * b * (2 * s * q_w + 2 * sk * kv_w)  # read Q, K, V, write O
         shape = f"b·a/t = {b * heads}, s = {s}, d = {qk_dim}"
-        core.append(flash_attention("attn.flash", work, io, False, spec, shape))
+        core.append(flash_attention("attn.flash", work, io, False, spec, shape, qk_dim))
         forward.extend(core)
-        backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape))
+        backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape, qk_dim))
     else:
         scores = b * heads * s * sk
         square = f"[{s}×{sk}] ×{b * heads}"
@@ -619,6 +647,8 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
 
 @lru_cache(maxsize=4096)
 def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None) -> LayerPasses:
+    if shard.hf and not shard.compiled and experts is None and hf_applies(model):
+        return _hf_layer_passes(model, shard, spec)
     attention_forward, attention_backward, core = _attention_block(model, shard, spec)
     forward, backward = list(attention_forward), list(attention_backward)
     b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
@@ -652,6 +682,40 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
     linear("mlp.down", tokens, f, h)
     mem(last[0], last[1], residual_bwd, act)
     return LayerPasses(tuple(forward), tuple(backward), tuple(core))
+
+
+class _HfKernels:
+    """parcalc.core.timing.hf_kernels' view of a layer's kernel lists: fwd / bwd add one memory-bound kernel."""
+
+    def __init__(self, kernels: _Kernels) -> None:
+        self.kernels, self.e = kernels, kernels.e
+
+    def fwd(self, key: str, traffic: float, shape: str) -> None:
+        self.kernels.forward.append(memory_op(key, traffic, self.kernels.spec, shape))
+
+    def bwd(self, key: str, traffic: float, shape: str) -> None:
+        self.kernels.backward.append(memory_op(key, traffic, self.kernels.spec, shape))
+
+
+def _hf_layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> LayerPasses:
+    """A LlamaDecoderLayer as transformers runs it under autocast (parcalc.core.timing.hf_kernels); its attention is
+    SDPA's fused kernel whatever --flash-attention says (transformers' default attn_implementation)."""
+    b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
+    kernels = _Kernels(spec, e, shard.fp8)
+    core: list[Kernel] = []
+    sk = s * shard.cp
+    hd = model.head_dim
+
+    def attention(q_w: int, kv_w: int) -> None:
+        work = 2.0 * b * (q_w // hd) * s * sk * 2 * hd * (0.5 if shard.causal else 1.0)
+        io = e * b * (2 * s * q_w + 2 * sk * kv_w)
+        shape = f"b·a/t = {b * (q_w // hd)}, s = {s}, d = {hd}"
+        core.append(flash_attention("attn.flash", work, io, False, spec, shape, hd))
+        kernels.forward.extend(core)
+        kernels.backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape, hd))
+
+    hf_layer(_HfKernels(kernels), kernels.linear, attention, model, b * s, s, t)
+    return LayerPasses(tuple(kernels.forward), tuple(kernels.backward), tuple(core))
 
 
 def _eager_mlp(model: TransformerModel, kernels: _Kernels, tokens: int, h: int, f: int, seq_tokens: int, dropout: bool,
@@ -704,6 +768,8 @@ def end_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) ->
     ce_bwd = memory_op("cross_entropy.bwd", (LOGIT_BYTES + e) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
     norm = memory_op("final_norm", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x, write y
     norm_bwd = memory_op("final_norm.bwd", 3 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x and dy, write dx
+    if shard.hf and not shard.compiled and hf_applies(model):
+        return _hf_ends(model, shard, spec, tokens, vocab)
     if shard.eager:  # compiled eager code too: TorchTitan compiles the blocks only (COMPILE_PER_BLOCK), not the ends
         return _eager_ends(model, shard, spec, embed, embed_bwd, (fwd, dgrad, wgrad), tokens, vocab)
     return EndPasses(embed.time, embed_bwd.time, norm.time + fwd.time + ce.time, ce_bwd.time + dgrad.time + wgrad.time + norm_bwd.time,
@@ -729,6 +795,25 @@ def _eager_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, e
     return EndPasses(embed.time, embed_bwd.time, t_norm + fwd.time + sum(k.time for k in ce),
                      sum(k.time for k in ce_bwd) + dgrad.time + wgrad.time + t_norm_bwd,
                      (embed, embed_bwd, *norm.forward, fwd, *ce, *ce_bwd, dgrad, wgrad, *norm.backward))  # fmt: skip
+
+
+def _hf_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, tokens: int, vocab: int) -> EndPasses:
+    """The embedding, rotary table (first stage), final norm, LM head and loss (last stage) of transformers' Llama under
+    autocast (parcalc.core.timing.hf_kernels.hf_ends)."""
+    kernels = _Kernels(spec, shard.bytes_per_element, "")
+    hf_ends(_HfKernels(kernels), lambda key, m, k, n: kernels.linear(key, m, k, n), model, tokens, shard.seq_len, vocab)
+
+    def first(k: Kernel) -> bool:
+        return k.key.startswith(FIRST_STAGE_KEYS)
+
+    f_first = sum(k.time for k in kernels.forward if first(k))
+    b_first = sum(k.time for k in kernels.backward if first(k))
+    return EndPasses(f_first, b_first, sum(k.time for k in kernels.forward) - f_first, sum(k.time for k in kernels.backward) - b_first,
+                     (*kernels.forward, *kernels.backward))  # fmt: skip
+
+
+# The end kernels of the first pipeline stage (the embedding, and the rotary table the model computes once per forward)
+FIRST_STAGE_KEYS = ("embedding", "rotary")
 
 
 def optimizer_time(params: float, bytes_per_param: float, spec: ComputeSpec) -> float:

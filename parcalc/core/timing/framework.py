@@ -12,8 +12,10 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from parcalc.core.timing.host import HostCosts
+
 # The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
-KERNEL_SETS = ("fused", "eager")
+KERNEL_SETS = ("fused", "eager", "hf")
 # How a profile counts memory (Framework.step_memory)
 STEP_MEMORY_MODELS = ("textbook", "hf-eager")
 
@@ -55,6 +57,9 @@ class Framework:
     # checkpointing). data_parallel_only: the stack has no tensor, pipeline, context or expert parallelism.
     step_memory: str = "textbook"
     data_parallel_only: bool = False
+    # Host time per kernel issued (parcalc.core.timing.host): forward, backward, optimizer step, and where it was measured;
+    # None: not modelled (the GPU is taken as never waiting for the host)
+    host: HostCosts | None = None
     # The profile's `notes:` lines, shown by `presets show` (prose: not compared, not hashed)
     notes: tuple[str, ...] = field(default=(), compare=False)
 

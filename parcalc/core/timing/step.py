@@ -131,7 +131,7 @@ def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *,
 
 
 def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool,
-            t_offload: Any = 0.0) -> dict[str, Any]:  # fmt: skip
+            t_offload: Any = 0.0, t_host: Any = 0.0) -> dict[str, Any]:  # fmt: skip
     """The terms of t_step from the pieces (floats or arrays alike). t_ep: the MoE exchanges, the
     pipeline's unpartnered micro-batches (parcalc.core.timing.moe.unpaired_micro_batches) with all
     of theirs exposed, the others with what their partner's compute leaves."""
@@ -154,8 +154,8 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
         beta = 0.0 * m
         t_bubble = 0.0 * m
         t_pp = 0.0 * m
-    t_step = t_compute + t_tp + t_cp + t_ep + t_bubble + t_pp + t_dp + t_optimizer + t_offload
-    return {"t_compute": t_compute, "t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "beta": beta, "t_bubble": t_bubble, "t_pp": t_pp,
+    t_step = t_compute + t_host + t_tp + t_cp + t_ep + t_bubble + t_pp + t_dp + t_optimizer + t_offload
+    return {"t_compute": t_compute, "t_host": t_host, "t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "beta": beta, "t_bubble": t_bubble, "t_pp": t_pp,
             "t_dp": t_dp, "t_optimizer": t_optimizer, "t_offload": t_offload, "t_step": t_step}  # fmt: skip
 
 
@@ -198,8 +198,7 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
                  cp: int = 1, cp_comm: str = "p2p", experts: Any = None) -> LayerPieces:  # fmt: skip
     """The per-layer pieces of stage_pieces (see there)."""
     from parcalc.core.choices import Collective, Precision, Recompute
-    from parcalc.core.timing.compute import LayerShard, end_passes, layer_passes
-    from parcalc.core.timing.framework import kernel_set
+    from parcalc.core.timing.compute import end_passes, layer_passes
     from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange, routed_tokens
     from parcalc.core.timing.network import collective_time, placement
 
@@ -207,11 +206,9 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
     e = training.precision.activation_bytes
     # Megatron-LM's --recompute-modules (parcalc.core.recompute); None: selective is the attention core
     modules = getattr(training, "recompute_modules", None) if recompute is Recompute.SELECTIVE else None
-    dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
     seq = training.seq_len // cp  # this rank's tokens of each sequence (context parallelism)
     fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""
-    shard = LayerShard(micro_batch, seq, tp, sequence_parallel, training.flash_attention, dropout,
-                       training.causal, e, cp, fp8, training.compiled, kernel_set(training, cluster.framework) == "eager")  # fmt: skip
+    shard = _layer_shard(model, tp, micro_batch, sequence_parallel, training, cluster, cp)
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
     if model.moe is not None:
@@ -626,3 +623,79 @@ def offload_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training
                           activation_bytes=acts, link=link, gpus_per_node=cluster.gpus_per_node, backward_window=stage.last_backward,
                           forward_total=m * stage.forward, backward_total=m * (stage.backward + stage.recompute))  # fmt: skip
     return times.exposed
+
+
+def stage_kinds(model: Any, tp: int, pp: int, micro_batch: int, sequence_parallel: bool, recompute: Any, training: Any, cluster: Any,
+                stage: StagePieces, *, first: int | None = None, last: int | None = None, cp: int = 1, experts: Any = None,
+                recompute_layers: int | None = None, chunks: int = 1) -> Any:  # fmt: skip
+    """The kernel time of one micro-batch on the slowest stage (the one `stage` describes) by kind
+    (parcalc.core.timing.kinds): its layers' forward, backward and recomputed kernels and its ends'
+    (embedding on the first stage, final norm, LM head and loss on the last). Their total is
+    stage.forward + stage.backward + stage.recompute (before with_accumulation)."""
+    from parcalc.core.choices import Recompute
+    from parcalc.core.timing.compute import FIRST_STAGE_KEYS, end_passes, layer_passes
+    from parcalc.core.timing.kinds import KindTimes, kind_times
+    from parcalc.core.timing.moe import ExpertShard
+
+    shard = _layer_shard(model, tp, micro_batch, sequence_parallel, training, cluster, cp)
+    spec = cluster.spec
+    modules = getattr(training, "recompute_modules", None) if recompute is Recompute.SELECTIVE else None
+    dense = layer_passes(model, shard, spec)
+    moe = layer_passes(model, shard, spec, experts if experts is not None else ExpertShard(etp=tp)) if model.moe is not None else dense
+    ends = end_passes(model, shard, spec)
+    first_end = kind_times(k for k in ends.kernels if k.key.startswith(FIRST_STAGE_KEYS))
+    last_end = kind_times(k for k in ends.kernels if not k.key.startswith(FIRST_STAGE_KEYS))
+    uneven = first is not None or last is not None
+    split = _split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)
+    moe_counts = _moe_per_stage(model, pp, split)
+    candidates = [(split[0], moe_counts[0], first_end + (last_end if pp == 1 else KindTimes()))]
+    if pp > 2:
+        candidates.append((split[1], moe_counts[1], KindTimes()))
+    if pp > 1:
+        candidates.append((split[-1], moe_counts[-1], last_end))
+
+    def kinds_of(layers: int, moe_layers: int, end: KindTimes) -> KindTimes:
+        share = float(_again(layers, recompute_layers, chunks)) / layers if layers else 1.0
+        return (dense.kinds(recompute, model, modules, share).scaled(layers - moe_layers)
+                + moe.kinds(recompute, model, modules, share).scaled(moe_layers) + end)  # fmt: skip
+
+    target = float(stage.forward + stage.backward + stage.recompute)
+    options = [kinds_of(*c) for c in candidates if c[0] == stage.layers and c[1] == stage.moe_layers] or [kinds_of(*c) for c in candidates]
+    return min(options, key=lambda k: abs(k.total - target))
+
+
+def _layer_shard(model: Any, tp: int, micro_batch: int, sequence_parallel: bool, training: Any, cluster: Any, cp: int) -> Any:
+    """The LayerShard layer_pieces times (the same arguments)."""
+    from parcalc.core.choices import Precision
+    from parcalc.core.timing.compute import LayerShard
+    from parcalc.core.timing.framework import kernel_set
+
+    dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
+    fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""  # this rank's tokens: s / cp (context parallelism)
+    kset = kernel_set(training, cluster.framework)
+    return LayerShard(micro_batch, training.seq_len // cp, tp, sequence_parallel, training.flash_attention, dropout, training.causal,
+                      training.precision.activation_bytes, cp, fp8, training.compiled, kset in ("eager", "hf"), kset == "hf")  # fmt: skip
+
+
+def stage_launches(model: Any, config: Any, training: Any, cluster: Any) -> tuple[int, int]:
+    """Kernels one micro-batch launches on a one-stage model (pp = 1): (forward, backward with recomputed forward), one launch
+    per kernel of parcalc's lists (parcalc.core.timing.compute); the host's work in parcalc.core.timing.host."""
+    from parcalc.core.choices import Recompute
+    from parcalc.core.timing.compute import end_passes, layer_passes
+    from parcalc.core.timing.moe import ExpertShard
+
+    shard = _layer_shard(model, config.tp, config.micro_batch, config.sequence_parallel, training, cluster, config.cp)
+    spec = cluster.spec
+    modules = getattr(training, "recompute_modules", None) if config.recompute is Recompute.SELECTIVE else None
+    dense = layer_passes(model, shard, spec)
+    moe = layer_passes(model, shard, spec, config.experts() if config.experts() is not None else ExpertShard(etp=config.tp)) \
+        if model.moe is not None else dense
+    moe_layers = model.moe_layers_in(0, model.layers) if model.moe is not None else 0
+    ends = end_passes(model, shard, spec)
+    forward = backward = 0
+    for passes, count in ((dense, model.layers - moe_layers), (moe, moe_layers)):
+        again = sum(1 for w in passes.recompute_weights(config.recompute, model, modules) if w > 0)
+        forward += count * len(passes.forward)
+        backward += count * (len(passes.backward) + again)
+    end_forward = sum(1 for k in ends.kernels if not k.key.endswith(".bwd") and ".dgrad" not in k.key and ".wgrad" not in k.key)
+    return forward + end_forward, backward + len(ends.kernels) - end_forward

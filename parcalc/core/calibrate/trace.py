@@ -1,0 +1,129 @@
+"""A PyTorch profiler (Kineto) Chrome trace of one training step: its GPU kernels by parcalc's kinds of work,
+and the host's time per kernel launch.
+
+`prof.export_chrome_trace(path)` writes {"traceEvents": [...]} (optionally gzipped): complete events ("ph": "X")
+with a category: `kernel`, `gpu_memcpy`, `gpu_memset` on the GPU's streams; `cuda_runtime` / `cuda_driver` calls
+on the host threads (cudaLaunchKernel, cuLaunchKernelEx, cudaMemsetAsync ...); `user_annotation` ranges such as
+"Optimizer.step#AdamW.step". Kernels are sorted into kinds by name as the shared H200 profiles sort them
+(../shared/measurements/h200-2026-11-28/h200_profile.py, kind()): fused attention (flash, fmha, cuDNN's sdpa),
+GEMMs (gemm, cutlass, xmma, nvjet, sm90_, cublas ...), the optimizer (multi_tensor_apply, adam, foreach) and the
+rest memory-bound (element-wise, reductions, the loss, copies and fills).
+
+The host's time per launch: on each host thread, the time from one launch call to the next, less what a launch
+spent blocked beyond the thread's median launch (a full launch queue: the host waits for the GPU there, which is
+not host work). The forward runs on the Python thread, the backward on autograd's engine thread (the thread
+with the most launches), the optimizer step inside its annotation.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import statistics
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from parcalc.errors import InputError
+
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync")
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+KIND_SOURCE = "kernel names sorted as ../shared/measurements/h200-2026-11-28/h200_profile.py kind() sorts them"
+
+
+def kernel_kind(name: str) -> str:
+    """parcalc's kind of one GPU kernel by its name: 'attention', 'gemm', 'optimizer' or 'memory'."""
+    n = name.lower()
+    if any(s in n for s in ("flash", "fmha", "attention", "cudnn_generated_fort_native_sdpa", "sdpa")):
+        return "attention"
+    if any(s in n for s in ("gemm", "cutlass", "xmma", "nvjet", "sm90_", "sm80_", "cublas", "matmul", "splitk")):
+        return "gemm"
+    if any(s in n for s in ("adam", "multi_tensor", "foreach")):
+        return "optimizer"
+    return "memory"
+
+
+@dataclass(frozen=True)
+class HostPhase:
+    """The launches of one phase of the step on one host thread."""
+
+    launches: int
+    per_launch: float  # s of host work per launch (blocked time excluded)
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    kernel_seconds: dict[str, float]  # by kind
+    kernels: int
+    gpu_busy: float  # s: union of the kernels' intervals
+    gpu_span: float  # s: first kernel start to last kernel end
+    forward: HostPhase | None  # None: no host activity in the trace (profiled without ProfilerActivity.CPU)
+    backward: HostPhase | None
+    optimizer: HostPhase | None
+
+
+def read_trace(path: Path) -> dict[str, Any]:
+    """The trace's JSON (gzipped or not); one-line errors for what is not a Kineto trace."""
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"{path}: cannot read it ({error.strerror or error})") from None
+    try:
+        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    except (EOFError, OSError, zlib.error):
+        raise InputError(f"{path}: a truncated or damaged gzip file, not a readable trace") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        raise InputError(f"{path}: not a JSON trace (a PyTorch profiler Chrome trace, prof.export_chrome_trace)") from None
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise InputError(f"{path}: no 'traceEvents' list: not a PyTorch profiler Chrome trace")
+    return data
+
+
+def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
+    """Kernels by kind and the host's time per launch of one profiled step (see the module docstring)."""
+    events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph", "X") == "X" and _number(e.get("ts")) and _number(e.get("dur"))]
+    kernels = [e for e in events if e.get("cat") in GPU_CATEGORIES]
+    if not kernels:
+        raise InputError(f"{where}: no CUDA kernels in the trace (profile with ProfilerActivity.CUDA)")
+    seconds: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": 0.0}
+    for e in kernels:
+        seconds[kernel_kind(str(e.get("name", "")))] += float(e["dur"]) * 1e-6
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels)
+    busy, start, end = 0.0, spans[0][0], spans[0][1]
+    for s, t in spans[1:]:
+        if s > end:
+            busy, start, end = busy + end - start, s, t
+        else:
+            end = max(end, t)
+    busy += end - start
+    launches = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in LAUNCHES]
+    by_thread: dict[Any, list[dict[str, Any]]] = {}
+    for e in launches:
+        by_thread.setdefault(e.get("tid"), []).append(e)
+    if not by_thread:  # a trace of the GPU alone: kernels by kind, no host
+        return TraceSummary(seconds, len(kernels), busy * 1e-6, (spans[-1][1] - spans[0][0]) * 1e-6, None, None, None)
+    engine = max(by_thread, key=lambda tid: len(by_thread[tid]))
+    backward = sorted(by_thread[engine], key=lambda e: e["ts"])
+    main = sorted((e for tid, es in by_thread.items() if tid != engine for e in es), key=lambda e: e["ts"])
+    step = next((e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("Optimizer.step")), None)
+    forward = [e for e in main if e["ts"] < backward[0]["ts"]]
+    optimizer = [e for e in main if step is not None and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+    return TraceSummary(seconds, len(kernels), busy * 1e-6, (spans[-1][1] - spans[0][0]) * 1e-6, _phase(forward) if forward else None,
+                        _phase(backward), _phase(optimizer) if len(optimizer) > 1 else None)  # fmt: skip
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
+
+
+def _phase(launches: list[dict[str, Any]]) -> HostPhase:
+    """Host work per launch over consecutive launches of one thread, blocked time beyond the median launch excluded."""
+    if len(launches) < 2:
+        return HostPhase(len(launches), 0.0)
+    typical = statistics.median(float(e["dur"]) for e in launches)
+    work = sum(max(float(b["ts"]) - float(a["ts"]) - max(float(a["dur"]) - typical, 0.0), 0.0) for a, b in itertools.pairwise(launches))
+    return HostPhase(len(launches), work / (len(launches) - 1) * 1e-6)

@@ -1,0 +1,63 @@
+"""A GEMM's time from its tiles, as cuBLAS runs it on a GPU whose GEMMs were measured by shape.
+
+cuBLAS (on Hopper its nvjet kernels, named by tile: nvjet_sm90_tst_128x256_..., 256x128, 128x128,
+64x128, as torch.profiler lists them in ../shared/measurements/h200-2026-11-28/train-step-profiles.json)
+cuts the m x n output into tiles, one thread block (CTA) each, and runs them in waves of one tile per
+SM (NVIDIA, Matrix Multiplication Background User's Guide, "Dimension Quantization Effects"). A tile
+of tm x tn over the whole K takes 2 tm tn K / r_sm in its main loop plus a fixed prologue and epilogue
+t_tile (filling the TMA pipeline, writing the tile); a kernel adds a fixed t_kernel (start and drain,
+back to back on a stream). Small outputs with a long K are split along K over more SMs (split-K, at
+least `split_k_slice` of K per split), the partial sums reduced by a second kernel
+(cublasLt::splitKreduce_kernel in the same profile). cuBLAS picks the fastest of its candidates, and
+so does this model; a GEMM whose operands take longer to stream from HBM than to multiply is bound
+by that:
+
+    t = min over tiles, splits of max(waves x (2 tm tn ceil(K/s) / r_sm + t_tile), Q / BW) + t_kernel (+ the reduce)
+
+r_sm, t_tile and t_kernel are three numbers of one GPU, measured by shape (the preset says which
+rows of which sweep set them; the other rows check them: tests/test_step_parts.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TiledGemm:
+    """One GPU's GEMM by tiles in one dtype (see the module docstring); source: where the numbers were measured."""
+
+    sm_rate: float  # FLOP/s of one SM's main loop
+    tile_overhead: float  # s per tile: prologue and epilogue
+    kernel_overhead: float  # s per kernel
+    split_k_slice: int  # the least K of one split
+    tiles: tuple[tuple[int, int], ...]  # (tm, tn) candidates
+    source: str
+
+
+SPLITS = (1, 2, 4, 8, 16)
+
+
+def tiled_gemm_time(m: int, k: int, n: int, batch: int, model: TiledGemm, sms: int, bandwidth: float, element_bytes: float,
+                    scale: float = 1.0) -> tuple[float, str]:  # fmt: skip
+    """(seconds, what bounds it: 'compute' or 'memory') of `batch` products (m x k) . (k x n) on one GPU;
+    `bandwidth`: the HBM rate memory-bound kernels sustain (B/s); `scale`: a factor on the SMs' rate
+    (a board power limit, --efficiency)."""
+    traffic = element_bytes * batch * (m * k + k * n + m * n)
+    stream = traffic / bandwidth
+    rate = model.sm_rate * scale
+    best, bound = math.inf, "compute"
+    for tm, tn in model.tiles:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        for s in SPLITS:
+            if s > 1 and (k / s < model.split_k_slice or tiles * s > sms):
+                continue
+            waves = math.ceil(tiles * s / sms)
+            work = waves * (2.0 * tm * tn * math.ceil(k / s) / rate + model.tile_overhead)
+            time = max(work, stream) + model.kernel_overhead
+            if s > 1:  # the reduce kernel: read the s fp32 partial outputs, write the result
+                time += model.kernel_overhead + batch * m * n * (4.0 * s + element_bytes) / bandwidth
+            if time < best:
+                best, bound = time, "compute" if work >= stream else "memory"
+    return best, bound

@@ -1,0 +1,62 @@
+"""The shared H200 steps (tests/fixtures/h200, measured on one H200: ../shared/measurements/h200-2026-11-28) as fit
+predicts them with --gpu h200 --framework hf, part by part, beside the profile's kernel time of each kind.
+
+    python tests/step_parts_cases.py      # prints the table of docs/step-time.md
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "h200"
+# name in train-steps.json -> (model fixture, b, s)
+STEPS = {"llama3.2-1b b4 s4096": ("llama3.2-1b", 4, 4096), "llama3.2-3b b2 s4096": ("llama3.2-3b", 2, 4096),
+         "llama3.2-1b b1 s2048": ("llama3.2-1b", 1, 2048)}  # fmt: skip
+KINDS = ("t_gemm", "t_attention", "t_memory_bound", "t_optimizer", "t_host")
+
+
+def fit_args(name: str) -> list[str]:
+    model, b, s = STEPS[name]
+    return ["fit", "--model", str(FIXTURES / f"{model}.json"), "--gpus", "1", "--gpu", "h200", "--framework", "hf", "--batch", str(b),
+            "--micro-batch", str(b), "--seq-len", str(s), "--flash-attention", "--recompute", "none", "--tp", "1", "--pp", "1", "--dp", "1",
+            "--format", "json"]  # fmt: skip
+
+
+def predicted(name: str) -> dict[str, float]:
+    """fit's step and its parts (seconds) for one shared step."""
+    from typer.testing import CliRunner
+
+    from parcalc.cli import app
+
+    result = CliRunner().invoke(app, fit_args(name))
+    assert result.exit_code == 0, result.output
+    results = json.loads(result.stdout)["results"]
+    return {key: results[key]["value"] for key in ("t_step", *KINDS) if key in results}
+
+
+def measured(name: str) -> dict[str, float]:
+    """The step (train-steps.json, unprofiled median) and its kernel time by kind (train-step-profiles.json: torch.profiler):
+    GEMMs, attention, memory-bound (element-wise + reduction + loss), the optimizer's kernels (multi_tensor_apply only:
+    the profile's 'optimizer' also counts the Optimizer.step annotation's GPU range, the same time twice), GPU busy and wall."""
+    steps = {s["name"]: s for s in json.loads((FIXTURES / "train-steps.json").read_text())["steps"]}
+    profile = {c["name"]: c for c in json.loads((FIXTURES / "train-step-profiles.json").read_text())["configs"]}[name]
+    kinds = profile["kernel_s_by_kind"]
+    optimizer = sum(k["s_per_step"] for k in profile["top_kernels"] if k["kind"] == "optimizer" and "multi_tensor_apply" in k["name"])
+    return {"t_step": steps[name]["t_step_s"], "t_step_profiled_run": profile["t_step_s"], "t_gemm": kinds["gemm"],
+            "t_attention": kinds["attention"], "t_memory_bound": kinds["elementwise"] + kinds["reduction"] + kinds.get("loss", 0.0),
+            "t_optimizer": optimizer, "gpu_busy": profile["gpu_busy_s"], "t_opt_step": steps[name]["t_opt_s"]}  # fmt: skip
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's parcalc
+    for name in STEPS:
+        p, m = predicted(name), measured(name)
+        print(f"{name}: step {p['t_step'] * 1e3:.1f} ms vs {m['t_step'] * 1e3:.1f} ({p['t_step'] / m['t_step'] - 1:+.1%}; "
+              f"profiled run {m['t_step_profiled_run'] * 1e3:.1f})")
+        for key in KINDS[:4]:
+            print(f"   {key:15s} {p[key] * 1e3:7.1f} ms vs {m[key] * 1e3:7.1f} ({p[key] / m[key] - 1:+.1%})")
+        print(f"   {'t_host':15s} {p.get('t_host', 0) * 1e3:7.1f} ms (wall - GPU busy in the profiled run: "
+              f"{(m['t_step_profiled_run'] - m['gpu_busy']) * 1e3:.1f})")

@@ -1,0 +1,81 @@
+"""`parcalc calibrate trace`: a real Kineto trace of one eager HF step on an H200 (tests/fixtures/h200/
+trace-llama1b-b4-s4096.json.gz, ../shared/measurements/h200-2026-11-28) read by kind, beside fit's prediction; bad files
+are one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from parcalc.cli import app
+
+FIXTURES = Path(__file__).parent / "fixtures" / "h200"
+TRACE = FIXTURES / "trace-llama1b-b4-s4096.json.gz"
+runner = CliRunner()
+
+
+def test_the_trace_by_kind_beside_fits_prediction() -> None:
+    """The trace's kernels by kind (GEMMs 160.3 ms, attention 43.0, memory-bound 152.2, optimizer 10.0 of 2,788 kernels;
+    the profile of another run of the same step has 159.0 / 42.1 / 150.2 / 10.0) and fit's parts of the same step."""
+    result = runner.invoke(app, ["calibrate", "trace", str(TRACE), "--model", str(FIXTURES / "llama3.2-1b.json"), "--gpu", "h200",
+                                 "--framework", "hf", "--batch", "4", "--seq-len", "4096", "--format", "json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = {r["kind"]: r for r in json.loads(result.stdout)["tables"]["kinds"]["rows"]}
+    assert rows["GEMMs"]["measured"] == pytest.approx(0.16033, abs=5e-5)
+    assert rows["attention"]["measured"] == pytest.approx(0.04297, abs=5e-5)
+    assert rows["memory-bound"]["measured"] == pytest.approx(0.15220, abs=5e-5)
+    assert rows["optimizer"]["measured"] == pytest.approx(0.01000, abs=5e-5)
+    assert rows["GEMMs"]["predicted"] == pytest.approx(0.1873, abs=5e-4)  # fit's t_gemm for the same step
+    host = {r["phase"]: r for r in json.loads(result.stdout)["tables"]["host"]["rows"]}
+    assert host["backward"]["launches"] == 1823
+
+
+def test_without_a_model_it_reads_the_trace_alone() -> None:
+    result = runner.invoke(app, ["calibrate", "trace", str(TRACE)])
+    assert result.exit_code == 0, result.output
+    assert "2,788 kernels" in result.stdout and "predicted" in result.stdout
+
+
+def _bad(tmp_path: Path, name: str, content: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("notes.txt", b"not a trace\n", "not a JSON trace"),
+    ("other.json", b'{"rows": []}', "no 'traceEvents' list"),
+    ("cpu.json", json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2}]}).encode(),
+     "no CUDA kernels in the trace"),
+    ("cut.json.gz", TRACE.read_bytes()[:20000], "a truncated or damaged gzip file"),
+    ("empty.json.gz", gzip.compress(b""), "not a JSON trace"),
+])  # fmt: skip
+def test_bad_files_are_one_line_errors(tmp_path: Path, name: str, content: bytes, message: str) -> None:
+    path = _bad(tmp_path, name, content)
+    result = runner.invoke(app, ["calibrate", "trace", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().startswith(f"Error: {path}: {message}")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_missing_file_and_flags_without_model_are_one_line_errors(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["calibrate", "trace", str(tmp_path / "none.json")])
+    assert result.exit_code == 2 and result.stderr.strip() == f"Error: {tmp_path / 'none.json'}: no such file"
+    result = runner.invoke(app, ["calibrate", "trace", str(TRACE), "--gpu", "h200"])
+    assert result.exit_code == 2 and "give --model too" in result.stderr
+
+
+def test_a_fifo_is_refused_at_once_not_read(runner, tmp_path) -> None:
+    """A FIFO without a writer blocked the read for ever (found by the session's review)."""
+    import os
+
+    from parcalc.cli import app
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    result = runner.invoke(app, ["calibrate", "trace", str(fifo)])
+    assert result.exit_code == 2 and "not a regular file" in result.output
