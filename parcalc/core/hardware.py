@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING
 
-from parcalc.core.timing.gemm_tiles import TiledGemm
 from parcalc.frozen import frozen
 
 if TYPE_CHECKING:  # defined apart: only calibrated presets need them, and each dataclass costs start-up time
     from parcalc.core.measured import MatmulSweep, MeasuredCollective
+    from parcalc.core.timing.gemm_tiles import TiledGemm  # only the H200's measured preset builds one (parcalc.presets)
 
 
 @frozen
