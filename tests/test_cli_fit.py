@@ -156,3 +156,20 @@ def test_a_sweep_says_which_points_fit(runner, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert [(r["pp"], r["status"], r["fits"]) for r in rows] == [("1", "ok", "false"), ("8", "ok", "true")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, gpus, batch, seq", [("llama3-8b", "64", "1024", "8192"), ("gpt3-175b", "64", "64", "2048")],
+                         ids=["llama3-8b", "gpt3-175b"])  # fmt: skip
+def test_the_search_prints_flags_that_pin_its_best(run_json, model: str, gpus: str, batch: str, seq: str) -> None:
+    """Issue 28: pinning the search's printed tp/pp/dp dropped ZeRO-1 and SP and the result no longer fit; the flags it
+    prints now give the same configuration, step time and memory when pasted back."""
+    import shlex
+
+    common = ["--model", model, "--gpu", "h100-sxm5", "--gpus", gpus, "--batch", batch, "--seq-len", seq, "--flash-attention"]
+    found = run_json("fit", *common, "--search")
+    line = next(v for v in found["verdicts"] if v.startswith("to pin it"))
+    pinned = run_json("fit", *common, *shlex.split(line.split("with: ", 1)[1]))
+    assert pinned["fits"] is True
+    assert pinned["results"]["t_step"]["value"] == pytest.approx(found["results"]["t_step"]["value"], rel=1e-9)
+    assert pinned["results"]["mfu"]["value"] == pytest.approx(found["results"]["mfu"]["value"], rel=1e-9)

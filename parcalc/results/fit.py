@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from parcalc.core.choices import Mlp, Offload, Optimizer, Precision, Recompute, ZeroStage
+from parcalc.core.choices import Mlp, Offload, Optimizer, Precision, Recompute, Schedule, ZeroStage
 from parcalc.results.cluster import cluster_from_flags as _cluster
 from parcalc.results.estimate import _assumptions, _inputs
 from parcalc.results.parse import (
@@ -28,7 +28,7 @@ from parcalc.results.parse import (
 )
 
 if TYPE_CHECKING:
-    from parcalc.core.fit import Cluster, Training
+    from parcalc.core.fit import Cluster, Config, Training
     from parcalc.core.fit_search import SearchResult
     from parcalc.core.fit_table import StrategyRow
     from parcalc.core.model import TransformerModel
@@ -627,6 +627,33 @@ def _rejections_table(found: SearchResult) -> Table:
                  (Column("reason", "reason"), Column("count", "count")), rows)  # fmt: skip
 
 
+def config_flags(config: Config) -> str:
+    """The flags that pin `config` (issue 28: pinning the printed tp/pp/dp dropped ZeRO-1 and sequence
+    parallelism, and the result no longer fit): every setting the search chose that differs from fit's default."""
+    flags = [f"--tp {config.tp}", f"--pp {config.pp}", f"--dp {config.dp}", f"--micro-batch {config.micro_batch}"]
+    if config.recompute is not Recompute.NONE:
+        flags.append(f"--recompute {config.recompute.value}")
+    if config.recompute_layers is not None:
+        flags.append(f"--recompute-layers {config.recompute_layers}")
+    if config.zero:
+        flags.append(f"--zero {config.zero}")
+    if config.shard_group is not None:
+        flags.append(f"--shard-group {config.shard_group}")
+    if config.sequence_parallel:
+        flags.append("--sequence-parallel")
+    if config.schedule is Schedule.INTERLEAVED and config.chunks > 1:
+        flags.append(f"--schedule interleaved --chunks {config.chunks}")
+    for flag, value in (("--first-stage-layers", config.first_stage_layers), ("--last-stage-layers", config.last_stage_layers)):
+        if value is not None:
+            flags.append(f"{flag} {value}")
+    flags += [flag for flag, on in (("--embedding-in-split", config.embedding_in_split), ("--loss-in-split", config.loss_in_split)) if on]
+    if config.cp > 1:
+        flags.append(f"--cp {config.cp}" + (f" --cp-comm {config.cp_comm}" if config.cp_comm != "p2p" else ""))
+    if config.ep > 1 or config.etp is not None:
+        flags.append(f"--ep {config.ep}" + (f" --etp {config.etp}" if config.etp is not None else ""))
+    return " ".join(flags)
+
+
 def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Cluster) -> list[str]:
     evaluated = found.evaluated
     c = evaluated.columns
@@ -639,6 +666,7 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
     shares = ", ".join(f"{name} {value / best.step.value:.0%}" for name, value in parts.items() if value > 0)
     verdicts.append(f"best: {best.config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
                     f"{_gib(best.total_memory)} per GPU ({shares})")  # fmt: skip
+    verdicts.append(f"to pin it, the same command without --search and with: {config_flags(best.config)}")
     if ranked.size > 1:
         second = int(ranked[1])
         gap = c["t_step"][second] / c["t_step"][first] - 1
