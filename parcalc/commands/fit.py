@@ -67,6 +67,7 @@ Examples:
       --recompute selective --sequence-parallel --schedule interleaved --chunks 3
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --tp 2 --pp 4 --dp 32 --ep 8 --etp 1 --sequence-parallel --zero 1
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
+  parcalc fit --model llama2-7b --gpu h200 --gpus 1 --batch 8 --seq-len 4096 --framework hf --recompute full --tp 1 --pp 1 --dp 1
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 512 --batch 512 --seq-len 4096 --flash-attention --framework fsdp2 \\
       --tp 1 --pp 1 --dp 512 --zero 3 --shard-group 64 --recompute full
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --flash-attention --search

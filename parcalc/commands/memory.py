@@ -70,6 +70,7 @@ Examples:
   parcalc memory --model qwen3-30b-a3b --seq-len 4096 --dp 16 --ep 16 --etp 1 --zero 1 --flash-attention --moe-imbalance 1.2 --gpu h100-sxm5
   parcalc memory --model deepseek-v3 --seq-len 4096 --tp 2 --pp 16 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --flash-attention --recompute-mla-up-proj --moment-dtype bf16 --last-stage-layers 1 --gpu h100-sxm5
   parcalc memory --model deepseek-v3 --seq-len 4096 --tp 2 --pp 8 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --flash-attention --precision fp8 --recompute selective --recompute-modules mla_up_proj,mlp --first-stage-layers 9 --last-stage-layers 4 --micro-batches 128 --gpu h100-sxm5
+  parcalc memory --model llama2-7b --seq-len 4096 --framework hf --recompute full --gpu h200
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
