@@ -241,3 +241,16 @@ def test_markdown_to_stdout(runner) -> None:
     result = runner.invoke(app, [*PEAK, "--format", "markdown"])
     assert result.exit_code == 0
     assert "$$" in result.stdout and r"2 \times 1.41\ \text{GHz} \times 108 \times 512" in result.stdout
+
+
+def test_presets_list_describes_each_preset(run_json, tmp_path) -> None:
+    """Issue 28: `presets list` printed absolute paths into the package; each row now carries the preset's own name
+    (a worksheet's title), the file only for a user's preset, and the listing fits 80 columns."""
+    (tmp_path / "gpus").mkdir()
+    mine = tmp_path / "gpus" / "my-gpu.yaml"
+    mine.write_text((Path(__file__).resolve().parent.parent / "presets" / "gpus" / "h200.yaml").read_text())
+    rows = {r["name"]: r for r in run_json("presets", "list", "gpus", "--presets", str(tmp_path))["tables"]["gpus"]["rows"]}
+    assert rows["a100-sxm4-80gb"]["description"] == "NVIDIA A100 SXM4 80GB" and rows["a100-sxm4-80gb"]["path"] == ""
+    assert rows["my-gpu"]["origin"] == "--presets" and rows["my-gpu"]["path"] == str(mine)
+    worksheets = run_json("presets", "list", "worksheets")["tables"]["worksheets"]["rows"]
+    assert any(r["name"] == "question1" and r["description"].startswith("Homework 2, Question 1") for r in worksheets)

@@ -13,13 +13,15 @@ from parcalc.derivation import Column, Result, Table
 _FIELD_COLUMNS = (Column("field", "field"), Column("value", "value"), Column("unit", "unit"), Column("source", "source"))
 
 
-def catalog_result(listing: Mapping[str, Sequence[tuple[str, str, str]]]) -> Result:
-    """One table per category: name, origin (packaged, --presets, ...) and file."""
-    columns = (Column("name", "name"), Column("origin", "origin"), Column("path", "file"))
+def catalog_result(listing: Mapping[str, Sequence[tuple[str, str, str, str]]]) -> Result:
+    """One table per category: name, what it is (the preset's own name or title), origin (packaged, --presets, ...)
+    and file; rows (name, file, origin, description)."""
+    columns = (Column("name", "name"), Column("description", "description"), Column("origin", "origin"), Column("path", "file"))
     tables = tuple(
-        Table(category, f"{category} ({len(rows)})", columns, tuple((key, origin, path) for key, path, origin in rows))
+        Table(category, f"{category} ({len(rows)})", columns,
+              tuple((key, description, origin, path) for key, path, origin, description in rows))
         for category, rows in listing.items()
-    )
+    )  # fmt: skip
     return Result(command="presets list", title="Presets", inputs=(), derivations=(), tables=tables)
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from parcalc.derivation import Result
+    from parcalc.presets import PresetFile
 
 CATEGORY_NAMES = ("gpus", "links", "models", "worksheets", "frameworks")
 
@@ -22,8 +23,35 @@ def list_result(category: str | None = None, presets: list[Path] | None = None) 
     if category is not None and category.lower() not in CATEGORY_NAMES:
         raise InputError(f"unknown category {category!r}; use one of {', '.join(CATEGORY_NAMES)}")
     chosen = [Category(category.lower())] if category else list(Category)
-    listing = {c.value: [(p.key, str(p.path), p.origin) for p in find_all(c, preset_dirs(presets))] for c in chosen}
+    listing = {c.value: [(p.key, _shown_path(p), p.origin, _description(p.path)) for p in find_all(c, preset_dirs(presets))]
+               for c in chosen}  # fmt: skip
     return catalog_result(listing)
+
+
+def _shown_path(preset: PresetFile) -> str:
+    """A user's preset file in full; none for a packaged one (issue 28: every row was an absolute path into the
+    package, and the listing did not fit 80 columns)."""
+    return "" if preset.origin == "packaged" else str(preset.path)
+
+
+def _description(path: Path) -> str:
+    """The preset's one line: its `name:` (a worksheet's `title:`); "" for a file that cannot be read as a preset
+    (`presets show` says why), and never a control character (file contents reach the terminal)."""
+    from parcalc.errors import ParcalcError
+    from parcalc.presets import control_character, read_yaml
+
+    try:
+        document = read_yaml(path)
+    except (ParcalcError, OSError, ValueError):
+        return ""
+    text = document.get("name") or document.get("title") or ""
+    if not isinstance(text, str) or control_character(text):
+        return ""
+    return text if len(text) <= DESCRIPTION_CHARS else text[: DESCRIPTION_CHARS - 1] + "…"
+
+
+# The listing's name, description, origin and file columns within 80 terminal columns (`presets show` has the whole name).
+DESCRIPTION_CHARS = 34
 
 
 def show_result(name: str, presets: list[Path] | None = None) -> Result:
