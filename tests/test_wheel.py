@@ -51,7 +51,10 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path: Path) -> None
     for category in ("gpus", "links", "models"):
         expected = {p.stem for p in (ROOT / "presets" / category).glob("*.yaml")}
         assert packaged[category] == expected
-    assert all(str(environment) in row["path"] for t in listing["tables"].values() for row in t["rows"])
+    assert all(row["origin"] == "packaged" and row["description"] for t in listing["tables"].values() for row in t["rows"])
+    for name in ("a100-sxm4-80gb", "nvlink4", "llama3-8b", "hf", "question1"):  # each category's file comes from the wheel
+        shown = json.loads(run("presets", "show", name, "--format", "json"))
+        assert str(environment) in shown["settings"]["path"], shown["settings"]["path"]
 
     peak = json.loads(run("peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32", "--format", "json"))
     assert peak["results"]["peak_flops"]["value"] == 155_934_720_000_000
