@@ -79,3 +79,16 @@ def test_a_fifo_is_refused_at_once_not_read(runner, tmp_path) -> None:
     os.mkfifo(fifo)
     result = runner.invoke(app, ["calibrate", "trace", str(fifo)])
     assert result.exit_code == 2 and "not a regular file" in result.output
+
+
+@pytest.mark.parametrize("dur", [-5, 1e308], ids=["negative", "absurd"])
+def test_a_kernel_duration_no_profiler_writes_is_refused(runner, tmp_path, dur: float) -> None:
+    """The review: a kernel of -5 us was summed into 'GEMMs -5 us', one of 1e308 us into a busy time of 1e302 s."""
+    import json
+
+    from parcalc.cli import app
+
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm", "ts": 0, "dur": dur}]}))
+    result = runner.invoke(app, ["calibrate", "trace", str(trace)])
+    assert result.exit_code == 2 and "not a profiled kernel's duration" in result.output

@@ -83,12 +83,20 @@ def read_trace(path: Path) -> dict[str, Any]:
     return data
 
 
+# One kernel longer than an hour (in the trace's microseconds) is no profiled training step's.
+MAX_KERNEL_US = 3.6e9
+
+
 def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
     """Kernels by kind and the host's time per launch of one profiled step (see the module docstring)."""
     events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph", "X") == "X" and _number(e.get("ts")) and _number(e.get("dur"))]
     kernels = [e for e in events if e.get("cat") in GPU_CATEGORIES]
     if not kernels:
         raise InputError(f"{where}: no CUDA kernels in the trace (profile with ProfilerActivity.CUDA)")
+    for e in kernels:  # a profiler writes durations in microseconds, from 0 to at most the step (found by the review: -5 us was summed)
+        if not 0 <= float(e["dur"]) <= MAX_KERNEL_US:
+            raise InputError(f"{where}: kernel {str(e.get('name', '?'))[:60]!r} lasts {float(e['dur']):g} us: not a profiled kernel's duration "
+                             f"(0 to {MAX_KERNEL_US:g} us)")  # fmt: skip
     seconds: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": 0.0}
     for e in kernels:
         seconds[kernel_kind(str(e.get("name", "")))] += float(e["dur"]) * 1e-6
