@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # annotation only: parcalc.derivation imports this module (through parcalc.units)
-    from parcalc.derivation import Result
+from typing import Any
 
 # How much of a bad value an error message echoes: enough to recognise it, never a screenful.
 SHOWN_CHARS = 80
@@ -58,6 +55,7 @@ class InfeasibleResult(InfeasibleError):
     """Nothing fits, with the Result that shows why (every configuration tried): the command prints
     it, in any format (a sweep's script still gets its JSON), then fails with exit 1."""
 
-    def __init__(self, message: str, result: Result) -> None:
+    # result: a parcalc.derivation.Result, not named here: derivation imports this module, and the errors are the ground floor
+    def __init__(self, message: str, result: Any) -> None:
         super().__init__(message)
         self.result = result

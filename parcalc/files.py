@@ -8,11 +8,7 @@ reads through `read_regular` on every one-liner, so `tempfile` is imported only 
 from __future__ import annotations
 
 import os
-import signal
 import stat
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from parcalc.errors import InputError, shown
@@ -27,6 +23,19 @@ def check_name_length(path: Path, label: str) -> None:
     for part in path.parts:
         if len(os.fsencode(part)) > NAME_MAX_BYTES:
             raise InputError(f"{label}: file name {shown(part)} is longer than {NAME_MAX_BYTES} bytes")
+
+
+def beside(base: Path | None, text: str) -> str:
+    """`text` as a path found beside `base` (a run file's or worksheet's folder) when it is relative and there,
+    else as given: the files a run file or worksheet names are read from beside it."""
+    if base is not None and text and not Path(text).is_absolute():
+        candidate = base / text
+        try:
+            if candidate.is_file():
+                return str(candidate)
+        except OSError:
+            pass
+    return text
 
 
 def read_regular(path: Path, max_bytes: int) -> bytes:
@@ -141,20 +150,26 @@ def _fill(handle: int, temporary: str, target: Path, payload: bytes) -> None:
         raise
 
 
-@contextmanager
-def terminate_raises() -> Iterator[None]:
+class terminate_raises:  # used as a context manager, named as the function it replaced
     """Within the block, SIGTERM raises SystemExit (exit 143) instead of ending Python on the spot, so
     that cleanup runs on the way out: a temporary file removed, a child process killed. Only the main
-    thread may set signal handlers; elsewhere the block runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    thread may set signal handlers; elsewhere the block runs as it is. (A class, not contextlib's
+    decorator: this module is imported by every one-liner, and only a write enters the block.)"""
 
-    def terminate(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
+    def __enter__(self) -> None:
+        import signal
+        import threading
 
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        self._main = threading.current_thread() is threading.main_thread()
+        if self._main:
+            self._previous = signal.signal(signal.SIGTERM, _terminate)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._main:
+            import signal
+
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from parcalc.errors import InputError, shown
+from parcalc.files import beside
 from parcalc.frozen import frozen
 
 STDIN = "-"
@@ -242,7 +243,7 @@ def _value(label: str, key: str, slot: _Slot, value: Any, base: Path | None) -> 
         if isinstance(item, datetime.date):
             item = item.isoformat()
         text = str(item.value if isinstance(item, enum.Enum) else item)  # an Enum from Python: its value, as typed
-        texts.append(_beside(base, text) if _is_input_path(param) else text)
+        texts.append(beside(base, text) if _is_input_path(param) else text)
     return tuple(texts) if repeatable else texts[0]
 
 
@@ -253,18 +254,6 @@ def _metavar(param: Any) -> str:
 def _is_input_path(param: Any) -> bool:
     """A file or directory parcalc reads (analyze's FILE, --presets DIR): found beside the run file."""
     return getattr(param, "param_type_name", "") == "argument" or param.name in ("presets", "timings", "template")
-
-
-def _beside(base: Path | None, text: str) -> str:
-    """A relative path found beside the run file (or worksheet) is read from there."""
-    if base is not None and text and not Path(text).is_absolute():
-        candidate = base / text
-        try:
-            if candidate.is_file():
-                return str(candidate)
-        except OSError:
-            pass
-    return text
 
 
 def check_command(run: RunFile, command_name: str) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 
 from parcalc.derivation import Derivation, Result
 from parcalc.errors import InputError, ParcalcError, PresetError, shown
+from parcalc.files import beside
 
 _TOP_KEYS = ("kind", "title", "author", "course", "date", "intro", "questions")
 _QUESTION_KEYS = ("id", "title", "prose", "method", "convention", "units", "figure", "calculations")
@@ -292,7 +293,7 @@ def run_calculation(calculation: Calculation, extra_dirs: Sequence[Path | str] =
     _check_inputs(calculation, command)
     positional = [p.name for p in command.params if getattr(p, "param_type_name", "") == "argument"]
     options = {k: v for k, v in calculation.inputs.items() if k not in positional}
-    inputs: dict[str, Any] = {name: _beside(base, calculation.inputs[name]) for name in positional if name in calculation.inputs}
+    inputs: dict[str, Any] = {name: beside(base, str(calculation.inputs[name])) for name in positional if name in calculation.inputs}
     inputs.update(_typed_flags(calculation.command, command, Calculation(calculation.command, options).argv()))
     if any(p.name == "presets" for p in command.params):  # bubble reads no presets
         inputs["presets"] = [*inputs.get("presets", ()), *(str(d) for d in extra_dirs)]
@@ -345,19 +346,6 @@ def _check_inputs(calculation: Calculation, command: Any) -> None:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise InputError(f"inputs: {calculation.command} has no option {shown('--' + str(key))}{hint}; "
                          f"its options: {', '.join(options)}")  # fmt: skip
-
-
-def _beside(base: Path | None, value: Any) -> str:
-    """A positional input: a relative path found beside the worksheet is read from there."""
-    text = str(value)
-    if base is not None and text and not Path(text).is_absolute():
-        candidate = base / text
-        try:
-            if candidate.is_file():
-                return str(candidate)
-        except OSError:
-            pass
-    return text
 
 
 def solve(worksheet: Worksheet, extra_dirs: Sequence[Path | str] = ()) -> SolvedWorksheet:

@@ -969,9 +969,50 @@ def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingS
         check_recompute_layers(setup.recompute_layers, setup.recompute, chunk_layers(split, par.chunks), model)
     stages = tuple(stage_memory(model, par, setup, per, layer, s) for s in range(par.pp))
     if setup.step_memory != "textbook":
-        from parcalc.core.memory_timeline import with_step_peak
-
         stages = tuple(with_step_peak(model, par, setup, stage) for stage in stages)
     if not all(math.isfinite(s.total.value) for s in stages):
         raise InputError("--seq-len / --micro-batch: these sizes give more bytes than a number can hold; no GPU holds them")
     return MemoryBreakdown(model, par, setup, per, layer, stages)
+
+
+# ---------------------------------------------------------------------------------------------
+# The hf profile: the step's peak in place of the textbook sum (parcalc.core.memory_timeline)
+
+
+def check_hf_layout(par: Parallelism, setup: TrainingSetup) -> None:
+    """What the hf profile's step walk covers: one data-parallel replica per GPU (DDP), no offload."""
+    other = [f"{name} = {getattr(par, name)}" for name in ("tp", "pp", "cp", "ep") if getattr(par, name) > 1]
+    if other:
+        raise InputError(f"--framework hf: the Hugging Face Trainer (DDP) runs data parallelism only, not {', '.join(other)}")
+    if par.zero:
+        raise InputError(f"--framework hf --zero {par.zero}: plain DDP keeps whole replicas (ZeRO is the deepspeed and fsdp2 profiles)")
+    if setup.offload_optimizer or setup.offload_activations:
+        raise InputError("--framework hf --offload: the step walk has no offload (the Trainer offloads through DeepSpeed: --framework deepspeed)")
+    # Megatron-LM's options, which the walk would otherwise accept and not count (found by the session's review)
+    if setup.moment_bytes is not None:
+        raise InputError("--framework hf --moment-dtype: torch.optim keeps AdamW's states in the parameter's dtype; it has no such option")
+    if setup.dropout:
+        raise InputError("--framework hf --dropout: the walk follows LlamaForCausalLM, which trains without dropout (attention_dropout 0.0)")
+
+
+def with_step_peak(model: TransformerModel, par: Parallelism, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
+    """A textbook StageMemory with its total replaced by the step's peak as the allocator reserves it, plus the reserve
+    (here, not in parcalc.core.memory_timeline: the walk knows nothing of this module's types)."""
+    from dataclasses import replace as replaced
+
+    from parcalc.core.memory_timeline import HfStep, check_hf_model, hf_step_peak, peak_derivation, reserved_derivation
+
+    check_hf_model(model)  # what the walk follows first, then the options it counts
+    check_hf_layout(par, setup)
+    step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute, ddp_buckets=par.dp > 1)
+    peak = hf_step_peak(model, step)
+    allocated = peak_derivation(peak, model, step)
+    reserved = reserved_derivation(peak)
+    textbook = replaced(stage.total, key="textbook_total", label="Textbook sum (states + Korthikanti's activations + reserve), "
+                        "for comparison", symbol="M_textbook", latex_symbol=r"M_{\mathrm{textbook}}")
+    total = Derivation("total", "Total on one GPU: the step's peak as reserved, plus the reserve", "M_total", r"M_{\mathrm{total}}",
+                       "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), stage.reserve.as_term("R")),
+                       reserved.value + stage.reserve.value, "B", "parcalc.core.memory_timeline (hf profile)")
+    return replaced(stage, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,
+                    peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
+                    peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))

@@ -31,16 +31,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from parcalc.core.allocator import ALLOCATOR_SOURCE, block_bytes, reserved_bytes
 from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Recompute
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
-
-if TYPE_CHECKING:
-    from parcalc.core.memory import Parallelism, StageMemory, TrainingSetup
 
 TRANSFORMERS = "huggingface/transformers v5.17.0"
 HF_SOURCES = {
@@ -576,42 +572,6 @@ def reserved_derivation(peak: StepPeak) -> Derivation:
 
 # ---------------------------------------------------------------------------------------------
 # In parcalc.core.memory's breakdown
-
-
-def check_hf_layout(par: Parallelism, setup: TrainingSetup) -> None:
-    """What the hf profile's step walk covers: one data-parallel replica per GPU (DDP), no offload."""
-    other = [f"{name} = {getattr(par, name)}" for name in ("tp", "pp", "cp", "ep") if getattr(par, name) > 1]
-    if other:
-        raise InputError(f"--framework hf: the Hugging Face Trainer (DDP) runs data parallelism only, not {', '.join(other)}")
-    if par.zero:
-        raise InputError(f"--framework hf --zero {par.zero}: plain DDP keeps whole replicas (ZeRO is the deepspeed and fsdp2 profiles)")
-    if setup.offload_optimizer or setup.offload_activations:
-        raise InputError("--framework hf --offload: the step walk has no offload (the Trainer offloads through DeepSpeed: --framework deepspeed)")
-    # Megatron-LM's options, which the walk would otherwise accept and not count (found by the session's review)
-    if setup.moment_bytes is not None:
-        raise InputError("--framework hf --moment-dtype: torch.optim keeps AdamW's states in the parameter's dtype; it has no such option")
-    if setup.dropout:
-        raise InputError("--framework hf --dropout: the walk follows LlamaForCausalLM, which trains without dropout (attention_dropout 0.0)")
-
-
-def with_step_peak(model: TransformerModel, par: Parallelism, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
-    """A textbook StageMemory with its total replaced by the step's peak as the allocator reserves it, plus the reserve."""
-    from dataclasses import replace as replaced
-
-    check_hf_model(model)  # what the walk follows first, then the options it counts
-    check_hf_layout(par, setup)
-    step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute, ddp_buckets=par.dp > 1)
-    peak = hf_step_peak(model, step)
-    allocated = peak_derivation(peak, model, step)
-    reserved = reserved_derivation(peak)
-    textbook = replaced(stage.total, key="textbook_total", label="Textbook sum (states + Korthikanti's activations + reserve), "
-                        "for comparison", symbol="M_textbook", latex_symbol=r"M_{\mathrm{textbook}}")
-    total = Derivation("total", "Total on one GPU: the step's peak as reserved, plus the reserve", "M_total", r"M_{\mathrm{total}}",
-                       "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), stage.reserve.as_term("R")),
-                       reserved.value + stage.reserve.value, "B", "parcalc.core.memory_timeline (hf profile)")
-    return replaced(stage, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,
-                    peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
-                    peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))
 
 
 @lru_cache(maxsize=4096)
