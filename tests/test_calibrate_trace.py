@@ -92,3 +92,12 @@ def test_a_kernel_duration_no_profiler_writes_is_refused(runner, tmp_path, dur: 
     trace.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm", "ts": 0, "dur": dur}]}))
     result = runner.invoke(app, ["calibrate", "trace", str(trace)])
     assert result.exit_code == 2 and "not a profiled kernel's duration" in result.output
+
+
+@pytest.mark.parametrize("name, said", [("", "give the trace file"), ("x" * 300, "longer than 255 bytes")], ids=["empty", "300-bytes"])
+def test_a_trace_name_no_file_can_have_is_one_line(runner, name: str, said: str) -> None:
+    """Found in the review's hostile values: '' read as a directory, a 300-byte name was an internal error (exit 70)."""
+    from parcalc.cli import app
+
+    result = runner.invoke(app, ["calibrate", "trace", name])
+    assert result.exit_code == 2 and said in result.output

@@ -50,7 +50,12 @@ def trace(
 
     if model is None and any(v is not None for v in (gpu, framework, batch, seq_len)):
         raise InputError("--gpu, --framework, --batch, --seq-len: describe the traced step for --model's prediction; give --model too")
+    from parcalc.files import check_name_length
+
+    if not file.strip():
+        raise InputError("TRACE: give the trace file (a .json or .json.gz of prof.export_chrome_trace)")
     path = Path(file)
+    check_name_length(path, "TRACE")  # a 300-byte name was ENAMETOOLONG, an internal error
     if path.is_dir():
         raise InputError(f"{file}: is a directory, not a trace")
     if not path.exists():
