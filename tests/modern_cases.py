@@ -93,7 +93,7 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
     dp = run.gpus // (tp * pp * cp)
     chunks = case.chunks if case.chunks is not None else (run.virtual_stages or 1)
     sp = case.sequence_parallel if case.sequence_parallel is not None else tp > 1
-    config = Config(tp, pp, dp, case.micro_batch, case.recompute, case.zero, sp,
+    config = Config.of(tp, pp, dp, case.micro_batch, case.recompute, case.zero, sp,
                     Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks,
                     case.first_stage_layers, case.last_stage_layers, case.embedding_in_split, case.loss_in_split,
                     cp=cp, ep=run.ep or 1, etp=case.etp if case.etp is not None else run.etp, cp_comm=case.cp_comm,

@@ -105,12 +105,12 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
     if case.reduce_bytes is not None:
         framework = replace(framework, reduce_bytes=case.reduce_bytes)
     chunks = case.chunks or run.virtual_stages or 1
-    config = Config(run.tp or 1, run.pp or 1, run.dp or 1, case.micro_batch, case.recompute, case.zero,
+    config = Config.of(run.tp or 1, run.pp or 1, run.dp or 1, case.micro_batch, case.recompute, case.zero,
                     case.sequence_parallel, Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks)  # fmt: skip
     if case.first_stage_layers is not None or case.last_stage_layers is not None:
-        config = replace(config, first_stage_layers=case.first_stage_layers, last_stage_layers=case.last_stage_layers)  # type: ignore[call-arg]
+        config = config.replaced(first_stage_layers=case.first_stage_layers, last_stage_layers=case.last_stage_layers)
     if case.embedding_in_split or case.loss_in_split:
-        config = replace(config, embedding_in_split=case.embedding_in_split, loss_in_split=case.loss_in_split)
+        config = config.replaced(embedding_in_split=case.embedding_in_split, loss_in_split=case.loss_in_split)
     assert run.global_batch and run.seq_len
     training = Training(run.global_batch, run.seq_len, _precision(case), Optimizer.ADAMW, flash_attention=case.flash_attention,
                         dropout=False, causal=case.causal, compiled=case.compiled, kernels=case.kernels)  # fmt: skip

@@ -8,10 +8,8 @@ from hypothesis import strategies as st
 
 from parcalc.core.collectives import Algorithm, Collective
 from parcalc.core.comm import (
-    DataParallel,
     Network,
     Options,
-    Parallelism,
     ParamTensor,
     Split,
     Workload,
@@ -24,6 +22,7 @@ from parcalc.core.comm import (
     stage_layers,
 )
 from parcalc.core.hardware import Link, Sourced
+from parcalc.core.layout import Layout
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule
 from parcalc.errors import InputError
@@ -60,34 +59,34 @@ def test_homework_model_has_the_seeds_parameter_count() -> None:
 SEED004 = [
     # Q2.1 DP: every gradient is all-reduced once per iteration; payload ("bytes aggregated") =
     # P x 2 bytes = 6,442,450,944 x 2 = 12,884,901,888 B, whatever the bucket sizes.
-    pytest.param(Parallelism(dp=8), 16, "dp_allreduce_payload", 12_884_901_888, id="q2.1-dp-allreduce"),
+    pytest.param(Layout(dp=8), 16, "dp_allreduce_payload", 12_884_901_888, id="q2.1-dp-allreduce"),
     # Q2.2 PP (GPipe, 8 stages of 4 layers): each micro-batch's activation b x L x D x 2 bytes crosses
     # stage i -> i+1 once; over the iteration the micro-batches add up to the batch:
     # B x L x D x 2 = 128 x 4096 x 4096 x 2 = 4,294,967,296 B forward, the same bytes of gradients back.
-    pytest.param(Parallelism(pp=8, schedule=Schedule.GPIPE), 1, "pp_p2p_per_boundary", 4_294_967_296, id="q2.2-pp-gpipe"),
+    pytest.param(Layout(pp=8, schedule=Schedule.GPIPE), 1, "pp_p2p_per_boundary", 4_294_967_296, id="q2.2-pp-gpipe"),
     # Q2.3 TP degree 8 (Megatron): 2 all-reduces of B x L x D x 2 = 4,294,967,296 B per layer forward and
     # 2 backward: 4 x 32 layers = 128 all-reduces; 128 x 4,294,967,296 = 549,755,813,888 B.
-    pytest.param(Parallelism(tp=8), 128, "tp_allreduce_payload", 549_755_813_888, id="q2.3-tp-allreduce"),
+    pytest.param(Layout(tp=8), 128, "tp_allreduce_payload", 549_755_813_888, id="q2.3-tp-allreduce"),
     # Q2.4 FSDP: the parameters are all-gathered in forward and again in backward:
     # 2 x 6,442,450,944 x 2 B = 25,769,803,776 B; the gradients reduce-scattered once: 12,884,901,888 B.
-    pytest.param(Parallelism(dp=8, data_parallel=DataParallel.ZERO3), 16, "fsdp_all_gather_payload", 25_769_803_776, id="q2.4-fsdp-all-gather"),
-    pytest.param(Parallelism(dp=8, data_parallel=DataParallel.ZERO3), 16, "fsdp_reduce_scatter_payload", 12_884_901_888, id="q2.4-fsdp-reduce-scatter"),
+    pytest.param(Layout(dp=8, zero=3), 16, "fsdp_all_gather_payload", 25_769_803_776, id="q2.4-fsdp-all-gather"),
+    pytest.param(Layout(dp=8, zero=3), 16, "fsdp_reduce_scatter_payload", 12_884_901_888, id="q2.4-fsdp-reduce-scatter"),
 ]
 
 
 @pytest.mark.parametrize(("par", "micro_batch", "key", "expected"), SEED004)
-def test_seed004_question2(par: Parallelism, micro_batch: int, key: str, expected: int) -> None:
+def test_seed004_question2(par: Layout, micro_batch: int, key: str, expected: int) -> None:
     plan = iteration_plan(HOMEWORK, seed004(micro_batch), par, NET)
     assert derivation(plan, key) == expected
 
 
 def test_seed004_rows_add_up_to_the_headlines() -> None:
     # The headline derivations and the table of calls must agree: the table is summed here.
-    dp = iteration_plan(HOMEWORK, seed004(16), Parallelism(dp=8), NET)
+    dp = iteration_plan(HOMEWORK, seed004(16), Layout(dp=8), NET)
     assert dp.payload("dp", Collective.ALL_REDUCE) == 12_884_901_888
-    tp = iteration_plan(HOMEWORK, seed004(128), Parallelism(tp=8), NET)
+    tp = iteration_plan(HOMEWORK, seed004(128), Layout(tp=8), NET)
     assert tp.payload("tp", Collective.ALL_REDUCE) == 549_755_813_888
-    fsdp = iteration_plan(HOMEWORK, seed004(16), Parallelism(dp=8, data_parallel=DataParallel.ZERO3), NET)
+    fsdp = iteration_plan(HOMEWORK, seed004(16), Layout(dp=8, zero=3), NET)
     assert fsdp.payload("dp", Collective.ALL_GATHER) == 25_769_803_776
     assert fsdp.payload("dp", Collective.REDUCE_SCATTER) == 12_884_901_888
 
@@ -97,7 +96,7 @@ def test_seed004_rows_add_up_to_the_headlines() -> None:
 def test_seed004_pp_bytes_do_not_depend_on_micro_batches(micro_batch: int, schedule: Schedule) -> None:
     # B/b micro-batches of b x L x D x 2 bytes each: always 128 x 4096 x 4096 x 2 = 4,294,967,296 B per
     # boundary and direction; the number of sends is B/b per boundary and direction.
-    plan = iteration_plan(HOMEWORK, seed004(micro_batch), Parallelism(pp=8, schedule=schedule), NET)
+    plan = iteration_plan(HOMEWORK, seed004(micro_batch), Layout(pp=8, schedule=schedule), NET)
     forward = [c for c in plan.calls if c.dimension == "pp" and c.phase == "forward"]
     backward = [c for c in plan.calls if c.dimension == "pp" and c.phase == "backward"]
     assert [(c.payload, c.calls, c.direction, c.groups) for c in forward] == [(4_294_967_296, B // micro_batch, "i → i+1", 7)]
@@ -108,10 +107,10 @@ def test_seed004_pp_bytes_do_not_depend_on_micro_batches(micro_batch: int, sched
 def test_seed004_per_device_traffic_is_the_other_convention() -> None:
     # Seed 003 sec. 11: per-device traffic of a ring all-reduce = 2 (N-1)/N x payload:
     # 2 x 7/8 x 12,884,901,888 = 22,548,578,304 B sent by each GPU.
-    plan = iteration_plan(HOMEWORK, seed004(16), Parallelism(dp=8), NET)
+    plan = iteration_plan(HOMEWORK, seed004(16), Layout(dp=8), NET)
     assert derivation(plan, "sent_per_device") == 22_548_578_304
     # FSDP: 3 ring collectives of 12,884,901,888 B payload each, (N-1)/N = 7/8 of it sent: 3 x 11,274,289,152.
-    fsdp = iteration_plan(HOMEWORK, seed004(16), Parallelism(dp=8, data_parallel=DataParallel.ZERO3), NET)
+    fsdp = iteration_plan(HOMEWORK, seed004(16), Layout(dp=8, zero=3), NET)
     assert derivation(fsdp, "sent_per_device") == 3 * 11_274_289_152
 
 
@@ -119,11 +118,11 @@ def test_seed004_dp_buckets_decide_calls_not_bytes() -> None:
     # Reverse registration order: MLP down (16384 x 4096 x 2 B = 128 MiB) first: over the 1 MiB first cap,
     # so a bucket of its own; then every tensor (32 MiB attention, 128 MiB MLP) exceeds 25 MiB:
     # one bucket per tensor, 6 per layer x 32 = 192 all-reduces.
-    plan = iteration_plan(HOMEWORK, seed004(16), Parallelism(dp=8), NET)
+    plan = iteration_plan(HOMEWORK, seed004(16), Layout(dp=8), NET)
     (row,) = plan.calls
     assert row.calls == 192
     assert dict(row.call_sizes) == {32 * 2**20: 128, 128 * 2**20: 64}
-    first = iteration_plan(HOMEWORK, seed004(16), Parallelism(dp=8), NET, Options(ddp_first_iteration=True))
+    first = iteration_plan(HOMEWORK, seed004(16), Layout(dp=8), NET, Options(ddp_first_iteration=True))
     assert first.calls[0].calls == 1 and first.calls[0].payload == row.payload
 
 
@@ -189,7 +188,7 @@ def test_pipeline_stages_hold_every_layer_once(model: TransformerModel, pp: int)
         return
     stages = stage_layers(model.layers, pp)
     assert [layer for stage in stages for layer in stage] == list(range(model.layers))
-    held = sum(device_tensors(model, Parallelism(pp=pp), s, Options()).numel for s in range(pp))
+    held = sum(device_tensors(model, Layout(pp=pp), s, Options()).numel for s in range(pp))
     # Megatron keeps a copy of a tied word embedding on the last stage when it is not the first.
     copy = model.vocab * model.hidden if (model.tied_embeddings and pp > 1 and model.vocab) else 0
     assert held == model.total_params + copy
@@ -208,9 +207,9 @@ def gpt(layers: int = 4, vocab: int = 1000, tied: bool = True) -> TransformerMod
 def test_zero1_and_zero2_move_what_dp_moves() -> None:
     # ZeRO sec. 7.2.1: reduce-scatter (Psi) + all-gather (Psi) = the 2 Psi of an all-reduce.
     work = Workload(64, 8, 128, 2.0, 2.0)
-    dp = iteration_plan(gpt(), work, Parallelism(dp=8), NET)
-    for stage in (DataParallel.ZERO1, DataParallel.ZERO2):
-        zero = iteration_plan(gpt(), work, Parallelism(dp=8, data_parallel=stage), NET)
+    dp = iteration_plan(gpt(), work, Layout(dp=8), NET)
+    for stage in (1, 2):
+        zero = iteration_plan(gpt(), work, Layout(dp=8, zero=stage), NET)
         assert zero.payload(op=Collective.REDUCE_SCATTER) == zero.payload(op=Collective.ALL_GATHER) == dp.payload()
         assert derivation(zero, "sent_per_device") == pytest.approx(derivation(dp, "sent_per_device"))
 
@@ -219,7 +218,7 @@ def test_fsdp2_keeps_the_root_unit_after_forward() -> None:
     # FSDP2 does not reshard the root after forward: embeddings, final norm gathered once, layers twice.
     # (64 sequences on 4 replicas in micro-batches of 16: one micro-batch each.)
     model, work = gpt(), Workload(64, 16, 128, 4.0, 4.0)
-    par = Parallelism(dp=4, data_parallel=DataParallel.ZERO3)
+    par = Layout(dp=4, zero=3)
     textbook = iteration_plan(model, work, par, NET, Options(shard_padding=False))
     fsdp2 = iteration_plan(model, work, par, NET, Options(shard_padding=False, reshard_root=False))
     root = (1000 * 256 + 128 * 256 + 2 * 256) * 4  # wte + wpe + final LayerNorm, fp32
@@ -233,13 +232,13 @@ def test_sequence_parallel_moves_what_tensor_parallel_moves() -> None:
     # and, as the same section goes on, an extra all-gather of each column-parallel input in backward (Megatron's
     # default, sp_regather): 2 per layer per micro-batch, the size of the others.
     model, work = gpt(vocab=0), Workload(8, 8, 128, 2.0, 2.0)
-    tp = iteration_plan(model, work, Parallelism(tp=4), NET)
-    conjugates = iteration_plan(model, work, Parallelism(tp=4, sequence_parallel=True), NET, Options(sp_regather=False))
+    tp = iteration_plan(model, work, Layout(tp=4), NET)
+    conjugates = iteration_plan(model, work, Layout(tp=4, sequence_parallel=True), NET, Options(sp_regather=False))
     layers = conjugates.payload("tp", Collective.ALL_GATHER, "activations")
     assert layers == conjugates.payload("tp", Collective.REDUCE_SCATTER, "activations") == tp.payload("tp", Collective.ALL_REDUCE)
     sp_layers = sum(c.sent for c in conjugates.calls if "activations" in c.purpose)
     assert sp_layers == pytest.approx(derivation(tp, "sent_per_device"))
-    sp = iteration_plan(model, work, Parallelism(tp=4, sequence_parallel=True), NET)
+    sp = iteration_plan(model, work, Layout(tp=4, sequence_parallel=True), NET)
     regathered = sp.payload("tp", Collective.ALL_GATHER, "re-gathered")
     assert regathered == 2 * 4 * 8 * 128 * 256 * 2.0  # 2 per layer x 4 layers x b s h x 2 B
     assert sp.payload("tp", Collective.ALL_GATHER, "activations") == layers + regathered
@@ -253,21 +252,21 @@ def test_megatron_vocabulary_parallel_extras() -> None:
     # One all-reduce of the embedding output and one of the LM head input's gradient (b x s x h x 2 B),
     # and 3 all-reduces of b x s fp32 values in the cross-entropy, per micro-batch.
     work = Workload(8, 2, 128, 2.0, 2.0)
-    plan = iteration_plan(gpt(), work, Parallelism(tp=4), NET)
+    plan = iteration_plan(gpt(), work, Layout(tp=4), NET)
     extras = {c.purpose: (c.calls, c.bytes_per_call) for c in plan.calls if "activation" not in c.purpose}
     assert extras["embedding output"] == (4, 2 * 128 * 256 * 2)
     assert extras["LM head input gradient"] == (4, 2 * 128 * 256 * 2)
     assert extras["cross-entropy max, target logit, sum of exp"] == (12, 2 * 128 * 4)
-    without = iteration_plan(gpt(), work, Parallelism(tp=4), NET, Options(vocab_parallel=False))
+    without = iteration_plan(gpt(), work, Layout(tp=4), NET, Options(vocab_parallel=False))
     assert {c.purpose for c in without.calls} == {"activations", "activation gradients"}
 
 
 def test_tied_embeddings_are_synchronised_across_the_pipeline() -> None:
     # Megatron all-reduces the word-embedding gradient between the first and last stage: V x h x 2 B.
-    plan = iteration_plan(gpt(), Workload(8, 1, 128, 2.0, 2.0), Parallelism(pp=4), NET)
+    plan = iteration_plan(gpt(), Workload(8, 1, 128, 2.0, 2.0), Layout(pp=4), NET)
     (sync,) = [c for c in plan.calls if c.dimension == "embedding"]
     assert (sync.op, sync.group_size, sync.payload) == (Collective.ALL_REDUCE, 2, 1000 * 256 * 2.0)
-    untied = iteration_plan(gpt(tied=False), Workload(8, 1, 128, 2.0, 2.0), Parallelism(pp=4), NET)
+    untied = iteration_plan(gpt(tied=False), Workload(8, 1, 128, 2.0, 2.0), Layout(pp=4), NET)
     assert not [c for c in untied.calls if c.dimension == "embedding"]
 
 
@@ -275,8 +274,8 @@ def test_interleaving_sends_v_times_as_often() -> None:
     # Narayanan et al. 2021 sec. 2.2.2: v chunks per device -> each micro-batch crosses v p - 1 chunk
     # boundaries per direction, v times between neighbours and v - 1 times from the last device to the first.
     work = Workload(16, 1, 128, 2.0, 2.0)
-    plain = iteration_plan(gpt(layers=8, vocab=0), work, Parallelism(pp=4), NET)
-    inter = iteration_plan(gpt(layers=8, vocab=0), work, Parallelism(pp=4, schedule=Schedule.INTERLEAVED, chunks=2), NET)
+    plain = iteration_plan(gpt(layers=8, vocab=0), work, Layout(pp=4), NET)
+    inter = iteration_plan(gpt(layers=8, vocab=0), work, Layout(pp=4, schedule=Schedule.INTERLEAVED, chunks=2), NET)
     forward = [c for c in inter.calls if c.phase == "forward"]
     assert sorted(c.calls for c in forward) == [16, 32]
     assert sum(c.payload * c.groups for c in forward) == (2 * 4 - 1) * 16 * 128 * 256 * 2
@@ -285,7 +284,7 @@ def test_interleaving_sends_v_times_as_often() -> None:
 
 def test_3d_groups_cross_nodes_where_the_rank_layout_says() -> None:
     # TP 8 fills a node of 8; DP ranks r and r + 8 sit on two nodes; stages are 16 ranks apart.
-    plan = iteration_plan(gpt(layers=4, vocab=0), Workload(32, 1, 128, 2.0, 2.0), Parallelism(tp=8, pp=2, dp=2), NET)
+    plan = iteration_plan(gpt(layers=4, vocab=0), Workload(32, 1, 128, 2.0, 2.0), Layout(tp=8, pp=2, dp=2), NET)
     inter = {c.dimension: c.inter_node for c in plan.calls}
     assert inter == {"tp": False, "dp": True, "pp": True}
     assert {c.link for c in plan.calls if c.inter_node} == {"ib-test"}
@@ -294,7 +293,7 @@ def test_3d_groups_cross_nodes_where_the_rank_layout_says() -> None:
 
 
 def test_groups_inside_a_node_use_the_intra_node_link() -> None:
-    plan = iteration_plan(gpt(layers=4, vocab=0), Workload(32, 1, 128, 2.0, 2.0), Parallelism(tp=2, pp=2, dp=2), NET)
+    plan = iteration_plan(gpt(layers=4, vocab=0), Workload(32, 1, 128, 2.0, 2.0), Layout(tp=2, pp=2, dp=2), NET)
     assert all(not c.inter_node and c.link == "nvlink-test" for c in plan.calls)
 
 
@@ -304,7 +303,7 @@ def test_dp_payload_over_all_groups_is_every_gradient_once() -> None:
     model = TransformerModel(key="m", name="m", layers=8, hidden=512, heads=8, kv_heads=8, head_dim=64, ffn_hidden=2048,
                              mlp=Mlp.RELU, vocab=0, max_seq_len=0, tied_embeddings=True, position=Position.NONE,
                              norm=Norm.NONE, bias=False, source="test")  # fmt: skip
-    plan = iteration_plan(model, Workload(16, 1, 64, 2.0, 4.0), Parallelism(tp=2, pp=4, dp=2), NET)
+    plan = iteration_plan(model, Workload(16, 1, 64, 2.0, 4.0), Layout(tp=2, pp=4, dp=2), NET)
     total = sum(c.payload * c.groups for c in plan.calls if c.dimension == "dp")
     assert total == model.total_params * 4.0
 
@@ -312,21 +311,21 @@ def test_dp_payload_over_all_groups_is_every_gradient_once() -> None:
 @settings(max_examples=25)
 @given(bucket=st.integers(min_value=1_000, max_value=10**9))
 def test_bucket_size_changes_calls_not_bytes(bucket: int) -> None:
-    plan = iteration_plan(gpt(), Workload(64, 8, 128, 2.0, 2.0), Parallelism(dp=8), NET, Options(bucket_bytes=bucket, first_bucket_bytes=bucket))
+    plan = iteration_plan(gpt(), Workload(64, 8, 128, 2.0, 2.0), Layout(dp=8), NET, Options(bucket_bytes=bucket, first_bucket_bytes=bucket))
     assert plan.payload() == gpt().total_params * 2.0
 
 
 def test_recomputation_replays_the_forward_all_reduces() -> None:
     work = Workload(8, 8, 128, 2.0, 2.0)
-    plain = iteration_plan(gpt(vocab=0), work, Parallelism(tp=4), NET)
-    again = iteration_plan(gpt(vocab=0), work, Parallelism(tp=4), NET, Options(recompute=True))
+    plain = iteration_plan(gpt(vocab=0), work, Layout(tp=4), NET)
+    again = iteration_plan(gpt(vocab=0), work, Layout(tp=4), NET, Options(recompute=True))
     assert again.payload("tp") == pytest.approx(1.5 * plain.payload("tp"))
 
 
 def test_algorithm_choice_changes_traffic_not_payload() -> None:
     work = Workload(64, 8, 128, 2.0, 2.0)
-    ring = iteration_plan(gpt(), work, Parallelism(dp=8), NET)
-    naive = iteration_plan(gpt(), work, Parallelism(dp=8), NET, Options(algorithm=Algorithm.NAIVE))
+    ring = iteration_plan(gpt(), work, Layout(dp=8), NET)
+    naive = iteration_plan(gpt(), work, Layout(dp=8), NET, Options(algorithm=Algorithm.NAIVE))
     assert ring.payload() == naive.payload()
     # naive: (N-1) x payload = 7 x; ring: 2 (N-1)/N = 1.75 x
     assert derivation(naive, "sent_per_device") == pytest.approx(7 / 1.75 * derivation(ring, "sent_per_device"))
@@ -347,29 +346,29 @@ def test_compare_strategies_skips_what_cannot_run() -> None:
 @pytest.mark.parametrize(
     ("par", "work", "message"),
     [
-        pytest.param(Parallelism(tp=3), Workload(8, 8, 128, 2.0, 2.0), "--tp: 3 does not divide the 32 attention heads", id="tp-heads"),
-        pytest.param(Parallelism(pp=64), Workload(64, 1, 128, 2.0, 2.0), "more stages than the model's 32 layers", id="pp-layers"),
-        pytest.param(Parallelism(dp=8), Workload(128, 3, 128, 2.0, 2.0), "--micro-batch: 3 does not divide", id="micro-batch"),
-        pytest.param(Parallelism(dp=3), Workload(128, 1, 128, 2.0, 2.0), "--batch: the global batch 128 is not a multiple of --dp 3", id="batch-dp"),
-        pytest.param(Parallelism(tp=8, sequence_parallel=True), Workload(8, 8, 100, 2.0, 2.0), "--sequence-parallel", id="sp-seq"),
-        pytest.param(Parallelism(pp=4, chunks=2), Workload(8, 1, 128, 2.0, 2.0), "--chunks", id="chunks-without-interleaving"),
-        pytest.param(Parallelism(dp=0), Workload(8, 1, 128, 2.0, 2.0), "--dp: must be a whole number of at least 1", id="dp-zero"),
+        pytest.param(Layout(tp=3), Workload(8, 8, 128, 2.0, 2.0), "--tp: 3 does not divide the 32 attention heads", id="tp-heads"),
+        pytest.param(Layout(pp=64), Workload(64, 1, 128, 2.0, 2.0), "more stages than the model's 32 layers", id="pp-layers"),
+        pytest.param(Layout(dp=8), Workload(128, 3, 128, 2.0, 2.0), "--micro-batch: 3 does not divide", id="micro-batch"),
+        pytest.param(Layout(dp=3), Workload(128, 1, 128, 2.0, 2.0), "--batch: the global batch 128 is not a multiple of --dp 3", id="batch-dp"),
+        pytest.param(Layout(tp=8, sequence_parallel=True), Workload(8, 8, 100, 2.0, 2.0), "--sequence-parallel", id="sp-seq"),
+        pytest.param(Layout(pp=4, chunks=2), Workload(8, 1, 128, 2.0, 2.0), "--chunks", id="chunks-without-interleaving"),
+        pytest.param(Layout(dp=0), Workload(8, 1, 128, 2.0, 2.0), "--dp: must be a whole number of at least 1", id="dp-zero"),
     ],
 )
-def test_bad_configurations_name_the_constraint(par: Parallelism, work: Workload, message: str) -> None:
+def test_bad_configurations_name_the_constraint(par: Layout, work: Workload, message: str) -> None:
     with pytest.raises(InputError, match=message.replace("(", r"\(")):
         iteration_plan(HOMEWORK, work, par, NET)
 
 
 def test_groups_across_nodes_need_an_inter_node_link() -> None:
     with pytest.raises(InputError, match="--inter-node-link"):
-        iteration_plan(HOMEWORK, seed004(8), Parallelism(dp=16), Network(NVLINK))
+        iteration_plan(HOMEWORK, seed004(8), Layout(dp=16), Network(NVLINK))
 
 
 def test_fsdp_gathers_for_every_micro_batch_and_reduces_once() -> None:
     # 64 sequences on 4 replicas = 16 each; micro-batches of 4 -> 4 forward/backward passes, each
     # gathering every unit twice (textbook reshard); gradients accumulate and are reduce-scattered once.
-    model, par = gpt(), Parallelism(dp=4, data_parallel=DataParallel.ZERO3)
+    model, par = gpt(), Layout(dp=4, zero=3)
     one = iteration_plan(model, Workload(64, 16, 128, 2.0, 2.0), par, NET, Options(shard_padding=False))
     four = iteration_plan(model, Workload(64, 4, 128, 2.0, 2.0), par, NET, Options(shard_padding=False))
     assert four.payload(op=Collective.ALL_GATHER) == 4 * one.payload(op=Collective.ALL_GATHER) == 4 * 2 * model.total_params * 2
@@ -379,15 +378,15 @@ def test_fsdp_gathers_for_every_micro_batch_and_reduces_once() -> None:
 
 def test_totals_name_both_conventions_per_kind_of_collective() -> None:
     # Seed 004 DP: payload 12,884,901,888 B; per device 2 x 7/8 of it = 22,548,578,304 B.
-    (total,) = iteration_plan(HOMEWORK, seed004(16), Parallelism(dp=8), NET).totals
+    (total,) = iteration_plan(HOMEWORK, seed004(16), Layout(dp=8), NET).totals
     assert (total.dimension, total.op, total.payload, total.sent, total.group_size) == (
         "dp", Collective.ALL_REDUCE, 12_884_901_888, 22_548_578_304, 8)
     # 3D: the DP row of the largest stage (stage 0 holds the embeddings), not the sum over stages;
     # point-to-point counted at the sender: i -> i+1 from stage 0 (all boundaries carry the same).
-    plan = iteration_plan(gpt(layers=4), Workload(32, 1, 128, 2.0, 2.0), Parallelism(tp=2, pp=2, dp=2), NET)
+    plan = iteration_plan(gpt(layers=4), Workload(32, 1, 128, 2.0, 2.0), Layout(tp=2, pp=2, dp=2), NET)
     totals = {(t.dimension, t.op, t.direction): t for t in plan.totals}
     dp = totals[("dp", Collective.ALL_REDUCE, "")]
-    stage0 = device_tensors(gpt(layers=4), Parallelism(tp=2, pp=2, dp=2), 0, Options()).numel * 2.0
+    stage0 = device_tensors(gpt(layers=4), Layout(tp=2, pp=2, dp=2), 0, Options()).numel * 2.0
     assert (dp.stage, dp.payload) == (0, stage0)
     forward = totals[("pp", Collective.POINT_TO_POINT, "i → i+1")]
     assert (forward.stage, forward.payload) == (0, 16 * 128 * 256 * 2.0)
@@ -416,7 +415,7 @@ def test_sp_backward_all_gather_gpt3_175b_by_hand() -> None:
     #             inputs gathered again for the weight gradients (2).
     # 6 all-gathers and 4 reduce-scatters of A per layer; parcalc printed 4 and 4 before.
     work = Workload(1, 1, 2048, 2.0, 2.0, "bf16", "bf16")
-    par = Parallelism(tp=8, sequence_parallel=True)
+    par = Layout(tp=8, sequence_parallel=True)
     plan = iteration_plan(GPT3, work, par, NET)
     before = iteration_plan(GPT3, work, par, NET, Options(sp_regather=False))
     # Headlines (the layers only): 6 x 96 x A and 4 x 96 x A.
@@ -449,7 +448,7 @@ def test_sp_backward_all_gather_with_full_recomputation() -> None:
     # again), so backward still re-gathers: 2 + 2 (replayed) + 2 + 2 (re-gathered) = 8 all-gathers and
     # 2 + 2 + 2 = 6 reduce-scatters per layer.
     work = Workload(1, 1, 2048, 2.0, 2.0)
-    plan = iteration_plan(GPT3, work, Parallelism(tp=8, sequence_parallel=True), NET, Options(recompute=True))
+    plan = iteration_plan(GPT3, work, Layout(tp=8, sequence_parallel=True), NET, Options(recompute=True))
     assert derivation(plan, "sp_all_gather_payload") == 8 * 96 * A_GPT3
     assert derivation(plan, "sp_reduce_scatter_payload") == 6 * 96 * A_GPT3
     assert plan.payload("tp", Collective.ALL_GATHER, "re-gathered") == 2 * 96 * A_GPT3 + A_GPT3  # layers + LM head
@@ -459,7 +458,7 @@ def test_sp_backward_all_gather_in_3d() -> None:
     # TP 8 x PP 8 x DP 2, SP, 16 micro-batches of 1 per replica: each stage's 12 layers re-gather 2 inputs per
     # micro-batch; the last stage's LM head once more.
     work = Workload(32, 1, 2048, 2.0, 2.0)
-    par = Parallelism(tp=8, pp=8, dp=2, sequence_parallel=True)
+    par = Layout(tp=8, pp=8, dp=2, sequence_parallel=True)
     plan = iteration_plan(GPT3, work, par, NET)
     rows = [c for c in plan.calls if c.purpose.startswith("activations (sequence-parallel, re-gathered")]
     assert [(c.calls, c.bytes_per_call, c.groups) for c in rows] == [(2 * 12 * 16, A_GPT3, 8 * 2)]

@@ -14,7 +14,7 @@ from parcalc.core import comm
 # every public name of the single module parcalc/core/comm.py before the split
 BEFORE_SPLIT = (
     "CROSS_ENTROPY_BYTES", "DDP_BUCKET_BYTES", "DDP_FIRST_BUCKET_BYTES", "INTERLEAVED", "MIB", "STRATEGIES",
-    "CollectiveCall", "CommPlan", "DataParallel", "Network", "OpTotal", "Options", "ParamTensor", "Parallelism", "Split",
+    "CollectiveCall", "CommPlan", "DataParallel", "Network", "OpTotal", "Options", "ParamTensor", "Layout", "Split",
     "StageTensors", "StrategyComparison", "Workload", "compare_strategies", "ddp_bucket_counts", "ddp_buckets",
     "default_micro_batch", "device_tensors", "embedding_tensors", "final_tensors", "iteration_plan", "layer_tensors",
     "padded_numel", "parameter_tensors", "shard", "single_strategy", "stage_layers", "validate",

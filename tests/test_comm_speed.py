@@ -14,10 +14,8 @@ from hypothesis import strategies as st
 from parcalc.cli import app
 from parcalc.core.comm import (
     STRATEGIES,
-    DataParallel,
     Network,
     Options,
-    Parallelism,
     Workload,
     compare_strategies,
     ddp_bucket_counts,
@@ -27,6 +25,7 @@ from parcalc.core.comm import (
     single_strategy,
 )
 from parcalc.core.hardware import Link, Sourced
+from parcalc.core.layout import Layout
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.derivation import Column, Table
 from parcalc.errors import InputError
@@ -78,7 +77,7 @@ def test_gpt3_buckets_walk_two_layers() -> None:
     # GPT-3's layer (16 tensors) has norm vectors far below the 25 MiB cap and matrices far above
     # it, so from the second layer on every layer starts with the same carried norm bytes.
     model = load_model("gpt3-175b")
-    plan = iteration_plan(model, Workload(1536, 192, 2048, 2.0, 2.0), Parallelism(dp=8), Network(NVLINK))
+    plan = iteration_plan(model, Workload(1536, 192, 2048, 2.0, 2.0), Layout(dp=8), Network(NVLINK))
     (row,) = plan.calls
     assert row.payload == model.total_params * 2.0
     assert row.calls == sum(count for _, count in row.call_sizes)
@@ -128,18 +127,18 @@ def test_comparison_is_each_strategy_planned_alone(model: TransformerModel, gpus
     ("name", "expected"),
     [
         # Every GPU in one dimension; ZeRO and FSDP are flavours of the data-parallel one.
-        pytest.param("dp", Parallelism(dp=8, gpus_per_node=4), id="dp"),
-        pytest.param("zero1", Parallelism(dp=8, data_parallel=DataParallel.ZERO1, gpus_per_node=4), id="zero1"),
-        pytest.param("zero2", Parallelism(dp=8, data_parallel=DataParallel.ZERO2, gpus_per_node=4), id="zero2"),
-        pytest.param("zero3", Parallelism(dp=8, data_parallel=DataParallel.ZERO3, gpus_per_node=4), id="zero3"),
-        pytest.param("fsdp", Parallelism(dp=8, data_parallel=DataParallel.ZERO3, gpus_per_node=4), id="fsdp"),
-        pytest.param("tp", Parallelism(tp=8, gpus_per_node=4), id="tp"),
-        pytest.param("tp+sp", Parallelism(tp=8, sequence_parallel=True, gpus_per_node=4), id="tp-sp"),
-        pytest.param("pp-gpipe", Parallelism(pp=8, schedule="gpipe", gpus_per_node=4), id="pp-gpipe"),
-        pytest.param("pp-1f1b", Parallelism(pp=8, schedule="1f1b", gpus_per_node=4), id="pp-1f1b"),
+        pytest.param("dp", Layout(dp=8, gpus_per_node=4), id="dp"),
+        pytest.param("zero1", Layout(dp=8, zero=1, gpus_per_node=4), id="zero1"),
+        pytest.param("zero2", Layout(dp=8, zero=2, gpus_per_node=4), id="zero2"),
+        pytest.param("zero3", Layout(dp=8, zero=3, gpus_per_node=4), id="zero3"),
+        pytest.param("fsdp", Layout(dp=8, zero=3, gpus_per_node=4), id="fsdp"),
+        pytest.param("tp", Layout(tp=8, gpus_per_node=4), id="tp"),
+        pytest.param("tp+sp", Layout(tp=8, sequence_parallel=True, gpus_per_node=4), id="tp-sp"),
+        pytest.param("pp-gpipe", Layout(pp=8, schedule="gpipe", gpus_per_node=4), id="pp-gpipe"),
+        pytest.param("pp-1f1b", Layout(pp=8, schedule="1f1b", gpus_per_node=4), id="pp-1f1b"),
     ],
 )
-def test_single_strategy(name: str, expected: Parallelism) -> None:
+def test_single_strategy(name: str, expected: Layout) -> None:
     assert single_strategy(name, 8, 4) == expected
 
 

@@ -16,11 +16,11 @@ from parcalc.cli import app
 from parcalc.core.activations import ActivationConfig, layer_activations
 from parcalc.core.choices import Schedule
 from parcalc.core.comm import Network, Workload, iteration_plan
-from parcalc.core.comm import Parallelism as CommParallelism
 from parcalc.core.comm.context import cp_sent_per_layer
 from parcalc.core.context import causal_imbalance, causal_pairs, check_context_parallel, context_working_set
 from parcalc.core.hardware import Link, Sourced
-from parcalc.core.memory import Parallelism, TrainingSetup, memory_breakdown
+from parcalc.core.layout import Layout
+from parcalc.core.memory import TrainingSetup, memory_breakdown
 from parcalc.errors import InputError
 from parcalc.presets import load_model
 
@@ -56,8 +56,8 @@ def test_zero_shards_over_dp_times_cp(llama8b) -> None:
     """Megatron-LM's distributed optimizer shards over the dp-cp group: dp 2 x cp 4 holds the
     optimizer states dp 8 does: 12 B x 8,030,261,248 / 8 = 12,045,391,872 B (Llama 3 8B, TP 1)."""
     setup = TrainingSetup(1, 8192, flash_attention=True)
-    a = memory_breakdown(llama8b, Parallelism(dp=2, cp=4, zero=1), setup).worst.states.optimizer.value
-    b = memory_breakdown(llama8b, Parallelism(dp=8, zero=1), setup).worst.states.optimizer.value
+    a = memory_breakdown(llama8b, Layout(dp=2, cp=4, zero=1), setup).worst.states.optimizer.value
+    b = memory_breakdown(llama8b, Layout(dp=8, zero=1), setup).worst.states.optimizer.value
     assert a == b == 12 * 8_030_261_248 / 8
 
 
@@ -81,14 +81,14 @@ def test_llama3_405b_long_context_fits_h100() -> None:
     each, interleaved pipeline) fits an 80 GiB H100 (h100-sxm5 preset, 80 GiB HBM3) in parcalc with
     ZeRO-1, SP and FlashAttention and no recomputation; the same layout without CP does not."""
     model = load_model("llama3-405b", ())
-    setup = TrainingSetup(1, 131072, flash_attention=True, capacity=80 * GIB)
-    par = Parallelism(tp=8, pp=16, dp=8, sequence_parallel=True, zero=1, schedule=Schedule.INTERLEAVED, micro_batches=16,
-                      chunks=8, embedding_in_split=True, loss_in_split=True, cp=16, cp_comm="all-gather")  # fmt: skip
+    setup = TrainingSetup(1, 131072, flash_attention=True, capacity=80 * GIB, micro_batches=16)
+    par = Layout(tp=8, pp=16, dp=8, sequence_parallel=True, zero=1, schedule=Schedule.INTERLEAVED,
+                 chunks=8, embedding_in_split=True, loss_in_split=True, cp=16, cp_comm="all-gather")  # fmt: skip
     with_cp = memory_breakdown(model, par, setup)
     assert par.gpus == 16_384
     assert with_cp.worst.total.value < 80 * GIB
     assert with_cp.worst.context is not None
-    without = memory_breakdown(model, Parallelism(**{**par.__dict__, "cp": 1, "dp": 128}), setup)
+    without = memory_breakdown(model, par._replace(cp=1, dp=128), setup)
     assert without.worst.total.value > 80 * GIB
     # activations of the layers scale by exactly 1/16; the CP buffers are extra
     assert with_cp.worst.activations.value == pytest.approx(without.worst.activations.value / 16)
@@ -108,7 +108,7 @@ def test_llama3_405b_long_context_fits_h100() -> None:
 ])  # fmt: skip
 def test_bytes_per_layer_per_variant(llama8b, kind: str, forward: float, backward: float) -> None:
     work = Workload(4, 1, 32768, 2.0, 2.0)
-    par = CommParallelism(cp=4, dp=1, cp_comm=kind)
+    par = Layout(cp=4, dp=1, cp_comm=kind)
     assert cp_sent_per_layer(llama8b, work, par, "forward") == forward
     assert cp_sent_per_layer(llama8b, work, par, "backward") == backward
     plan = iteration_plan(llama8b, work, par, LINK)
@@ -122,7 +122,7 @@ def test_calls_per_variant(llama8b) -> None:
     work = Workload(4, 1, 32768, 2.0, 2.0)
     expected = {"p2p": {"forward": 3, "backward": 4}, "all-gather": {"forward": 2, "backward": 4}, "a2a": {"forward": 4, "backward": 4}}
     for kind, per_phase in expected.items():
-        plan = iteration_plan(llama8b, work, CommParallelism(cp=4, cp_comm=kind), LINK)
+        plan = iteration_plan(llama8b, work, Layout(cp=4, cp_comm=kind), LINK)
         for phase, calls in per_phase.items():
             assert sum(r.calls for r in plan.calls if r.dimension == "cp" and r.phase == phase) == calls * 32 * 4, (kind, phase)
 
@@ -131,19 +131,19 @@ def test_gradients_reduced_over_dp_times_cp_and_placement(llama8b) -> None:
     """The gradient all-reduce runs over dp x cp = 8 ranks; with tp 2 x cp 4 = 8 GPUs per node the
     cp group stays inside a node, with tp 4 x cp 4 it spans two (ranks tp apart: tp-cp-ep-dp-pp)."""
     work = Workload(4, 1, 32768, 2.0, 2.0)
-    plan = iteration_plan(llama8b, work, CommParallelism(tp=2, cp=4, dp=2), LINK._replace(inter=LINK.intra))
+    plan = iteration_plan(llama8b, work, Layout(tp=2, cp=4, dp=2), LINK._replace(inter=LINK.intra))
     grads = [r for r in plan.calls if r.dimension == "dp"]
     assert grads and all(r.group_size == 8 for r in grads)
     assert not any(r.inter_node for r in plan.calls if r.dimension == "cp")
-    wide = iteration_plan(llama8b, work, CommParallelism(tp=4, cp=4, dp=1), LINK._replace(inter=LINK.intra))
+    wide = iteration_plan(llama8b, work, Layout(tp=4, cp=4, dp=1), LINK._replace(inter=LINK.intra))
     assert all(r.inter_node for r in wide.calls if r.dimension == "cp")
 
 
 def test_tp_volume_uses_the_sequence_shard(llama8b) -> None:
     """TP all-reduces move b (s/cp) h: with cp 4 a quarter of the bytes of cp 1 (same everything else)."""
     work = Workload(4, 1, 32768, 2.0, 2.0)
-    one = iteration_plan(llama8b, work, CommParallelism(tp=2), LINK).payload("tp")
-    four = iteration_plan(llama8b, work, CommParallelism(tp=2, cp=4), LINK).payload("tp")
+    one = iteration_plan(llama8b, work, Layout(tp=2), LINK).payload("tp")
+    four = iteration_plan(llama8b, work, Layout(tp=2, cp=4), LINK).payload("tp")
     assert four == pytest.approx(one / 4)
 
 

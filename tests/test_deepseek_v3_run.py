@@ -4,8 +4,8 @@ The run, quoted from DeepSeek-AI, 'DeepSeek-V3 Technical Report' (arXiv:2412.194
 conversion found with find_string (index id 60572378208; the sentences also in tests/published_modern_runs.py):
 - sec. 3.1: '2048 NVIDIA H800 GPUs. Each node in the H800 cluster contains 8 GPUs connected by NVLink and
   NVSwitch within nodes'.
-- sec. 3.2: '16-way Pipeline Parallelism (PP), 64-way Expert Parallelism (EP) spanning 8 nodes, and ZeRO-1
-  Data Parallelism (DP)' ... 'without using costly Tensor Parallelism (TP)'. So dp = 2048 / 16 = 128 and
+- sec. 3.2: '16-way Pipeline Layout (PP), 64-way Expert Layout (EP) spanning 8 nodes, and ZeRO-1
+  Data Layout (DP)' ... 'without using costly Tensor Layout (TP)'. So dp = 2048 / 16 = 128 and
   the expert-data-parallel size 128 / 64 = 2 (Megatron-Core folding, parcalc.core.expert_parallel).
 - sec. 4.2: 'The maximum sequence length is set to 4K during pre-training ... the batch size is gradually
   increased from 3072 to 15360 in the training of the first 469B tokens, and then keeps 15360'.
@@ -42,7 +42,8 @@ import pytest
 
 from parcalc.core.choices import Precision
 from parcalc.core.flops import training_flops
-from parcalc.core.memory import Parallelism, TrainingSetup, memory_breakdown
+from parcalc.core.layout import Layout
+from parcalc.core.memory import TrainingSetup, memory_breakdown
 from parcalc.presets import load_gpu, load_model
 
 H, HEADS, S, L = 7168, 128, 4096, 61  # sec. 4.2 / Hugging Face config.json (presets/models/deepseek-v3.yaml)
@@ -57,9 +58,9 @@ MOE_DENSE = MLA + 2 * H + ROUTER + EXPERT  # attention, 2 RMSNorms, router, 1 sh
 @pytest.fixture(scope="module")
 def run():  # type: ignore[no-untyped-def]
     model = load_model("deepseek-v3")
-    par = Parallelism(tp=1, pp=16, dp=128, zero=1, micro_batches=120, first_stage_layers=4, last_stage_layers=1, ep=64)
+    par = Layout(tp=1, pp=16, dp=128, zero=1, first_stage_layers=4, last_stage_layers=1, ep=64)
     # 15360 sequences / 128 DP ranks = 120 micro-batches of 1 sequence per pipeline (micro-batch size not published)
-    setup = TrainingSetup(micro_batch=1, seq_len=S, precision=Precision.FP8, fp32_grads=True, flash_attention=True)
+    setup = TrainingSetup(micro_batch=1, seq_len=S, precision=Precision.FP8, fp32_grads=True, flash_attention=True, micro_batches=120)
     return model, par, memory_breakdown(model, par, setup)
 
 

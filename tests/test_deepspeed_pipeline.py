@@ -24,7 +24,8 @@ from step_time_cases import CASES, error, inputs
 from parcalc.core.choices import Collective, Precision, Recompute
 from parcalc.core.fit import check_config, estimate
 from parcalc.core.fit_search import SearchSpace, search
-from parcalc.core.memory import Parallelism, stage_parameters
+from parcalc.core.layout import Layout
+from parcalc.core.memory import stage_parameters
 from parcalc.core.timing.network import collective_time, placement
 from parcalc.core.timing.step import dp_pieces
 from parcalc.errors import InputError, PresetError
@@ -51,12 +52,12 @@ def test_the_pipeline_engine_replaces_the_zero_engine_only_when_pp_exceeds_one()
 def test_bloom_stage_accumulates_20_bytes_per_parameter_every_micro_batch() -> None:
     model, config, training, cluster = inputs(BLOOM)
     ends = config.stage_ends(model)
-    pieces = dp_pieces(model, config.tp, config.pp, config.dp, training, cluster, **ends)
+    pieces = dp_pieces(model, config.layout.tp, config.layout.pp, config.layout.dp, training, cluster, **ends)
     # The fullest stage's parameters (the timing's stand-in for the pacing stage's; 0.4 % of this step apart):
     # the last, 5 layers of 12 h^2 + 13 h parameters and the tied 250,880 x h LM head, over tp 4 (h = 14,336), and
     # the final norm's 2 h (not split by tp): 2 h more than the first, ahead of a middle stage's 6 layers
-    par = Parallelism(config.tp, config.pp, config.dp, first_stage_layers=5, last_stage_layers=5)
-    params = stage_parameters(model, par, config.pp - 1).value
+    par = Layout(config.layout.tp, config.layout.pp, config.layout.dp, first_stage_layers=5, last_stage_layers=5)
+    params = stage_parameters(model, par, config.layout.pp - 1).value
     assert params == stage_parameters(model, par, 0).value + 2 * 14336
     layer = 12 * 14336**2 + 13 * 14336
     assert params == pytest.approx((5 * layer + 250880 * 14336) / 4, rel=1e-3)
@@ -66,7 +67,7 @@ def test_bloom_stage_accumulates_20_bytes_per_parameter_every_micro_batch() -> N
     assert pieces.accumulate == pytest.approx(expected, rel=1e-12)
     assert pieces.accumulate == pytest.approx(0.045, abs=0.002)  # 3.98e9 x 20 B at 0.9 x 1.94 TB/s: ~45 ms per micro-batch
     # the fp32 copies are reduced, in buckets of 5e8 elements, over the 8 dp ranks (tp 4 apart: 2 per node)
-    group = placement(config.dp, config.tp, cluster.gpus_per_node)
+    group = placement(config.layout.dp, config.layout.tp, cluster.gpus_per_node)
     buckets = 8  # ceil(3.98e9 / 5e8)
     bucket = collective_time(Collective.ALL_REDUCE, params / buckets * 4, group, cluster.fabric).time
     assert pieces.grad_all_reduce == pytest.approx(buckets * bucket, rel=1e-12)
@@ -76,7 +77,7 @@ def test_bloom_step_adds_the_accumulation_to_every_micro_batch_and_the_reduce_af
     model, config, training, cluster = inputs(BLOOM)
     est = estimate(model, config, training, cluster)
     ends = config.stage_ends(model)
-    pieces = dp_pieces(model, config.tp, config.pp, config.dp, training, cluster, **ends)
+    pieces = dp_pieces(model, config.layout.tp, config.layout.pp, config.layout.dp, training, cluster, **ends)
     m = config.micro_batches(training)
     assert m == 128  # 2,048 sequences / (dp 8 x micro-batch 2)
     # ZeRO-1 of the pipeline engine: the reduce (here an all-reduce of every bucket's fp32 gradients, then the
@@ -106,8 +107,8 @@ def test_bloom_is_predicted_within_the_family_band() -> None:
 def test_zero_2_and_3_are_refused_with_deepspeed_pipelines() -> None:
     model, config, training, cluster = inputs(BLOOM)
     with pytest.raises(InputError, match="pipeline engine runs ZeRO-0/1 only, not ZeRO-2 with pp = 12"):
-        check_config(model, replace(config, zero=2), training, cluster)
-    flat = replace(config, zero=2, tp=8, pp=1, dp=48, first_stage_layers=None, last_stage_layers=None)
+        check_config(model, config.replaced(zero=2), training, cluster)
+    flat = config.replaced(zero=2, tp=8, pp=1, dp=48, first_stage_layers=None, last_stage_layers=None)
     check_config(model, flat, replace(training, global_batch=1536), cluster)  # no pipeline: the ZeRO engine runs ZeRO-2
 
 

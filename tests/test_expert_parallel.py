@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from parcalc.cli import app
 from parcalc.core.collectives import Collective
-from parcalc.core.comm import DataParallel, Network, Options, Workload, iteration_plan
-from parcalc.core.comm import Parallelism as CommParallelism
+from parcalc.core.comm import Network, Options, Workload, iteration_plan
 from parcalc.core.expert_parallel import expert_layout, expert_params_per_rank, moe_dense_params_per_rank
 from parcalc.core.hardware import Link, Sourced
-from parcalc.core.memory import Parallelism, TrainingSetup, memory_breakdown
+from parcalc.core.layout import Layout
+from parcalc.core.memory import TrainingSetup, memory_breakdown
 from parcalc.core.model import MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError
 
@@ -78,7 +78,7 @@ def test_ep_on_a_dense_model_is_an_error() -> None:
     with pytest.raises(InputError, match="has no experts"):
         expert_layout(dense(), 1, 1, 4, 2, None)
     with pytest.raises(InputError, match="has no experts"):
-        memory_breakdown(dense(), Parallelism(dp=4, ep=2), TrainingSetup(1, 128))
+        memory_breakdown(dense(), Layout(dp=4, ep=2), TrainingSetup(1, 128))
 
 
 # --- memory ----------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def test_parameters_per_gpu_by_hand() -> None:
     assert moe_dense_params_per_rank(m, 2) == ATTN // 2 + 2 * H + ROUTER == 21_012_480
     assert expert_params_per_rank(m, 8, 1) == EXPERT == 176_160_768
     assert expert_params_per_rank(m, 4, 2) == 2 * EXPERT // 2  # 2 experts, each split 2 ways: the same count
-    b = memory_breakdown(m, Parallelism(tp=2, dp=16, zero=1, ep=8, etp=1), TrainingSetup(1, 4096))
+    b = memory_breakdown(m, Layout(tp=2, dp=16, zero=1, ep=8, etp=1), TrainingSetup(1, 4096))
     embed = head = V * H // 2  # V/t rows each (untied), final norm H on the last stage
     assert b.worst.parameters.value == L * (21_012_480 + EXPERT) + embed + head + H == 6_440_620_032
 
@@ -100,13 +100,13 @@ def test_zero_shards_dense_over_dp_and_experts_over_expert_dp() -> None:
     # mixed bf16, Adam: w 2, g 2, K 12. ZeRO-1: K x (Psi_d / N_d + Psi_x / N_e), N_d = dp = 16,
     # N_e = tp x dp / (etp x ep) = 32 / 8 = 4.
     m = mixtral()
-    b = memory_breakdown(m, Parallelism(tp=2, dp=16, zero=1, ep=8, etp=1), TrainingSetup(1, 4096))
+    b = memory_breakdown(m, Layout(tp=2, dp=16, zero=1, ep=8, etp=1), TrainingSetup(1, 4096))
     psi_x = L * EXPERT
     psi_d = 6_440_620_032 - psi_x
     assert b.worst.states.weights.value == 2 * (psi_d + psi_x)
     assert b.worst.states.optimizer.value == pytest.approx(12 * (psi_d / 16 + psi_x / 4))
     # ZeRO-2 shards gradients the same way; ZeRO-3 weights too
-    b3 = memory_breakdown(m, Parallelism(tp=2, dp=16, zero=3, ep=8, etp=1), TrainingSetup(1, 4096))
+    b3 = memory_breakdown(m, Layout(tp=2, dp=16, zero=3, ep=8, etp=1), TrainingSetup(1, 4096))
     assert b3.worst.states.weights.value == pytest.approx(2 * (psi_d / 16 + psi_x / 4))
     # ZeRO-3 gathers one MoE layer's local part whole: 2 layers' weights and one layer's gradients
     unit = 21_012_480 + EXPERT
@@ -133,7 +133,7 @@ def test_memory_agrees_with_megatron_theoretical_memory_at_ep1() -> None:
     # by tp (they are replicated) and leaves out the router (h x E per MoE layer, replicated).
     tp, dp = 2, 8
     m = mixtral()
-    b = memory_breakdown(m, Parallelism(tp=tp, dp=dp, zero=1), TrainingSetup(1, 4096, fp32_grads=True))
+    b = memory_breakdown(m, Layout(tp=tp, dp=dp, zero=1), TrainingSetup(1, 4096, fp32_grads=True))
     ours = b.worst.states.total
     missing = L * (ROUTER + 2 * H * (1 - 1 / tp)) + H * (1 - 1 / tp)
     assert ours - megatron_weight_and_optimizer_bytes(tp, dp) == pytest.approx((6 + 12 / dp) * missing)
@@ -145,7 +145,7 @@ def test_megatron_theoretical_memory_ignores_ep() -> None:
     # 175.13 GB against parcalc's 73.67 GB of weights, gradients and optimizer states.
     tp, dp = 2, 8
     m = mixtral()
-    b = memory_breakdown(m, Parallelism(tp=tp, dp=dp, zero=1, ep=8, etp=1), TrainingSetup(1, 4096, fp32_grads=True))
+    b = memory_breakdown(m, Layout(tp=tp, dp=dp, zero=1, ep=8, etp=1), TrainingSetup(1, 4096, fp32_grads=True))
     psi_x = L * EXPERT
     psi_d = b.worst.parameters.value - psi_x
     assert b.worst.states.total == pytest.approx(6 * (psi_d + psi_x) + 12 * (psi_d / dp + psi_x / 2))
@@ -154,14 +154,14 @@ def test_megatron_theoretical_memory_ignores_ep() -> None:
 
 
 def test_dense_model_memory_unchanged_by_ep_fields() -> None:
-    a = memory_breakdown(dense(), Parallelism(dp=4, zero=1), TrainingSetup(1, 128))
+    a = memory_breakdown(dense(), Layout(dp=4, zero=1), TrainingSetup(1, 128))
     assert a.worst.states.optimizer.formula == "$K × $psi / $N_d"
 
 
 def test_first_dense_layers_count_on_their_stage() -> None:
     # DeepSeek-style: the first 2 of 32 layers dense; pp 2: stage 1 holds 14 MoE layers, stage 2 16.
     m = mixtral(first_dense_layers=2)
-    b = memory_breakdown(m, Parallelism(tp=2, pp=2, dp=8, ep=8, etp=1, micro_batches=2), TrainingSetup(1, 4096))
+    b = memory_breakdown(m, Layout(tp=2, pp=2, dp=8, ep=8, etp=1), TrainingSetup(1, 4096, micro_batches=2))
     first = b.stages[0].parameters
     assert {t.key: t.value for t in first.inputs}["L_m"] == 14
     assert {t.key: t.value for t in b.stages[1].parameters.inputs}["L_m"] == 16
@@ -176,7 +176,7 @@ NET = Network(Link("nv", "nv", Sourced(300e9, "B/s", "test"), Sourced(3e-6, "s",
 def test_all_to_all_rows_by_hand() -> None:
     # tp 2 + SP, dp 16, ep 8, etp 1, b 4, s 4096, bf16: T = 4 x 4096 / 2 = 8192 tokens per rank;
     # buffer = T k h s = 8192 x 2 x 4096 x 2 B = 134,217,728 B; 32 layers x 1 micro-batch per pass.
-    par = CommParallelism(tp=2, dp=16, sequence_parallel=True, data_parallel=DataParallel.ZERO1, ep=8, etp=1)
+    par = Layout(tp=2, dp=16, sequence_parallel=True, zero=1, ep=8, etp=1)
     plan = iteration_plan(mixtral(), Workload(64, 4, 4096, 2.0, 2.0), par, NET)
     rows = [c for c in plan.calls if c.dimension == "ep"]
     assert len(rows) == 4 and all(c.op is Collective.ALL_TO_ALL and c.calls == 32 for c in rows)
@@ -189,7 +189,7 @@ def test_all_to_all_rows_by_hand() -> None:
 
 
 def test_imbalance_and_capacity_factor() -> None:
-    par = CommParallelism(dp=8, ep=8)
+    par = Layout(dp=8, ep=8)
     work = Workload(8, 1, 1024, 2.0, 2.0)
     base = next(d for d in iteration_plan(mixtral(), work, par, NET).derivations if d.key == "ep_all_to_all_sent").value
     skewed = iteration_plan(mixtral(), work, par, NET, Options(moe_imbalance=1.5))
@@ -204,7 +204,7 @@ def test_imbalance_and_capacity_factor() -> None:
 
 def test_etp_rows() -> None:
     # etp 2: the received T k tokens all-gathered over 2 ranks (output 2 x buffer), reduce-scattered back
-    par = CommParallelism(tp=2, dp=8, sequence_parallel=True, ep=4, etp=2)
+    par = Layout(tp=2, dp=8, sequence_parallel=True, ep=4, etp=2)
     plan = iteration_plan(mixtral(), Workload(8, 1, 1024, 2.0, 2.0), par, NET)
     rows = [c for c in plan.calls if c.dimension == "etp"]
     buffer = 1024 / 2 * 2 * 4096 * 2
@@ -212,7 +212,7 @@ def test_etp_rows() -> None:
 
 
 def test_dense_dp_rows_exclude_experts() -> None:
-    par = CommParallelism(dp=8, ep=8)
+    par = Layout(dp=8, ep=8)
     plan = iteration_plan(mixtral(), Workload(8, 1, 1024, 2.0, 2.0), par, NET)
     dp_payload = plan.payload(dimension="dp")
     # all non-expert parameters (dp = 8 over tp 1): total - 32 layers x 8 experts
@@ -308,9 +308,9 @@ def test_fit_t_ep_by_hand(presets: Path) -> None:
     cluster = Cluster(256, 8, gpu.peak("bf16").value if hasattr(gpu, "peak") else 989e12, gpu.memory_capacity.value,
                       load_link("nvlink4"), load_link("ib-ndr"), gpu=gpu)  # fmt: skip
     training = Training(1024, 4096)
-    config = Config(2, 4, 32, 1, zero=1, sequence_parallel=True, ep=8, etp=1)
+    config = Config.of(2, 4, 32, 1, zero=1, sequence_parallel=True, ep=8, etp=1)
     assert invalid_reason(mixtral(), config, training, cluster) is None
-    assert "does not divide the 8 routed experts" in str(invalid_reason(mixtral(), Config(2, 4, 32, 1, ep=3), training, cluster))
+    assert "does not divide the 8 routed experts" in str(invalid_reason(mixtral(), Config.of(2, 4, 32, 1, ep=3), training, cluster))
     est = estimate(mixtral(), config, training, cluster)
     # T = 1 x 4096 / 2 = 2048 tokens; buffer = 2048 x 2 x 4096 x 2 B; ep 8 ranks 1 apart: one node
     buffer = 2048 * 2 * 4096 * 2

@@ -133,10 +133,11 @@ def test_memory_svg_has_a_stacked_bar_per_stage_in_proportion(runner, run_json, 
 
 
 def test_memory_groups_cover_every_component_the_core_has():
-    from parcalc.core.memory import Parallelism, TrainingSetup, memory_breakdown
+    from parcalc.core.layout import Layout
+    from parcalc.core.memory import TrainingSetup, memory_breakdown
     from parcalc.presets import load_model
 
-    breakdown = memory_breakdown(load_model("llama3-8b", ()), Parallelism(dp=8, zero=3), TrainingSetup(1, 4096))
+    breakdown = memory_breakdown(load_model("llama3-8b", ()), Layout(dp=8, zero=3), TrainingSetup(1, 4096))
     assert {name for name, _ in breakdown.worst.components()} <= set(GROUP_OF)
 
 

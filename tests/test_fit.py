@@ -59,15 +59,15 @@ def test_tensor_parallel_time_by_hand() -> None:
     # LL: 7.8 + 20.97152 = 28.77 us; LL128: 17.8 + 11.18 = 28.98 us. Simple wins; the call takes CALL more.
     one = 15.2e-6 + M / 100e9 + CALL
     # 4 per layer (2 forward, 2 backward) x 4 layers x m = 1 micro-batch.
-    est = estimate(gpt(), Config(2, 1, 1, 1), Training(1, 512), cluster(2))
+    est = estimate(gpt(), Config.of(2, 1, 1, 1), Training(1, 512), cluster(2))
     assert est.tp_comm.value == pytest.approx(16 * one, rel=1e-12)
     # Full recomputation replays the forward: 6 per layer.
-    full = estimate(gpt(), Config(2, 1, 1, 1, Recompute.FULL), Training(1, 512), cluster(2))
+    full = estimate(gpt(), Config.of(2, 1, 1, 1, Recompute.FULL), Training(1, 512), cluster(2))
     assert full.tp_comm.value == pytest.approx(24 * one, rel=1e-12)
     # Sequence parallelism: an all-gather and a reduce-scatter, 1 step and M/2 bus bytes each:
     # Simple 8.4 + 3.4 = 11.8 us + 5.24288 us = 17.04288 us (LL: 7.2 + 10.48576 = 17.69 us). Two calls pay
     # two base latencies, so SP's collectives cost more than one all-reduce at this size.
-    sp = estimate(gpt(), Config(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2))
+    sp = estimate(gpt(), Config.of(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2))
     assert sp.tp_comm.value == pytest.approx(16 * 2 * (11.8e-6 + M / 2 / 100e9 + CALL), rel=1e-12)
 
 
@@ -79,7 +79,7 @@ def test_sp_backward_all_gather_by_hand() -> None:
     # T_ag as above: 11.8 us + M/2 / 100 GB/s + CALL 8.8 us = 25.84288 us. On this test's 100 TFLOP/s GPU the dgrad GEMMs are
     # longer (77.7 and 103.5 us), so nothing is exposed and t_tp is the 16 all-gather + reduce-scatter pairs.
     t_ag = 11.8e-6 + M / 2 / 100e9 + CALL
-    slow = estimate(gpt(), Config(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2))
+    slow = estimate(gpt(), Config.of(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2))
     assert slow.tp_comm.value == pytest.approx(16 * 2 * t_ag, rel=1e-12)
     # A GPU ten times faster (1 PFLOP/s): generic GEMM share 0.7, and a 512 x 1024 output fills 32 of 108 SMs with
     # 128 x 128 tiles (q = 512 x 1024 / (108 x 128 x 128) = 8/27):
@@ -89,15 +89,15 @@ def test_sp_backward_all_gather_by_hand() -> None:
     rate = 1e15 * 0.7 * 8 / 27
     dgrads = (2 * 512 * 1536 * 1024 / rate, 2 * 512 * 2048 * 1024 / rate)
     exposed = 4 * sum(t_ag - d for d in dgrads)
-    fast = estimate(gpt(), Config(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2, peak=1e15))
+    fast = estimate(gpt(), Config.of(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2, peak=1e15))
     assert fast.tp_comm.value == pytest.approx(16 * 2 * t_ag + exposed, rel=1e-12)
     assert [fast.tp_comm.term(k).value for k in ("T_ag", "t_d1", "t_d2", "L_s")] == pytest.approx([t_ag, *dgrads, 4], rel=1e-12)
     assert fast.tp_comm.formula == "$m × ($C_tp + $L_s × (max(0, $T_ag - $t_d1) + max(0, $T_ag - $t_d2)))"
     # Full recomputation replays the forward's collectives (6 pairs per layer) but re-gathers once per backward.
-    full = estimate(gpt(), Config(2, 1, 1, 1, Recompute.FULL, sequence_parallel=True), Training(1, 512), cluster(2, peak=1e15))
+    full = estimate(gpt(), Config.of(2, 1, 1, 1, Recompute.FULL, sequence_parallel=True), Training(1, 512), cluster(2, peak=1e15))
     assert full.tp_comm.value == pytest.approx(24 * 2 * t_ag + exposed, rel=1e-12)
     # With --tp-comm-overlap every TP collective, the re-gathers whole, goes against the GEMM time H_tp.
-    over = estimate(gpt(), Config(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2, peak=1e15, tp_comm_overlap=True))
+    over = estimate(gpt(), Config.of(2, 1, 1, 1, sequence_parallel=True), Training(1, 512), cluster(2, peak=1e15, tp_comm_overlap=True))
     hidden = over.tp_comm.term("H_tp").value
     assert over.tp_comm.value == pytest.approx(max(0.0, 16 * 2 * t_ag + 2 * 4 * t_ag - hidden), rel=1e-12)
     assert over.tp_comm.formula == "$m × max(0, $C_tp + 2 × $L_s × $T_ag - $H_tp)"
@@ -109,11 +109,11 @@ def test_pipeline_terms_by_hand() -> None:
     # p = 4, m = 8 micro-batches of b = 1 (B = 8, d = 1), 1F1B: bubble = (p-1)/m = 3/8 of the ideal time
     # (Narayanan et al. 2021 sec. 2.2.1). PP sends: 2 x m x one send of M (t = 1) inside the node,
     # NCCL p2p Simple: 8.4 + 3.4 us + M / 100 GB/s.
-    est = estimate(gpt(8), Config(1, 4, 1, 1), Training(8, 512), cluster(4))
+    est = estimate(gpt(8), Config.of(1, 4, 1, 1), Training(8, 512), cluster(4))
     assert est.bubble.value == pytest.approx(3 / 8 * est.compute.value, rel=1e-12)
     assert est.pp_comm.value == pytest.approx(2 * 8 * (11.8e-6 + M / 100e9 + CALL), rel=1e-12)
     # Interleaved with v = 2: (p-1)/(v m) = 3/16, and twice the sends.
-    inter = estimate(gpt(8), Config(1, 4, 1, 1, schedule=Schedule.INTERLEAVED, chunks=2), Training(8, 512), cluster(4))
+    inter = estimate(gpt(8), Config.of(1, 4, 1, 1, schedule=Schedule.INTERLEAVED, chunks=2), Training(8, 512), cluster(4))
     assert inter.bubble.value == pytest.approx(3 / 16 * inter.compute.value, rel=1e-12)
     assert inter.pp_comm.value == pytest.approx(2 * est.pp_comm.value, rel=1e-12)
 
@@ -123,18 +123,18 @@ def test_data_parallel_sync_without_overlap_by_hand() -> None:
     # = 50,384,896 parameters (no vocabulary). Megatron-LM's buckets (the default framework): max(40M, 1M x 4)
     # = 40M parameters, so 2 buckets of 25,192,448; fp32 main gradients reduced in fp32: 100,769,792 B each.
     # One bucket, ring over 4 in a node: Simple 8.4 + 6 x 3.4 = 28.8 us + 1.5 x 100,769,792 B / 100 GB/s.
-    est = estimate(gpt(), Config(1, 1, 4, 1), Training(4, 512, fp32_grads=True), cluster(4, dp_overlap=False))
+    est = estimate(gpt(), Config.of(1, 1, 4, 1), Training(4, 512, fp32_grads=True), cluster(4, dp_overlap=False))
     one = 28.8e-6 + 1.5 * 100_769_792 / 100e9 + CALL
     assert est.dp_comm.value == pytest.approx(2 * one, rel=1e-12)
     # With overlap, what the last micro-batch's backward W_b cannot hide, and at least the last bucket.
-    hidden = estimate(gpt(), Config(1, 1, 4, 1), Training(4, 512, fp32_grads=True), cluster(4))
+    hidden = estimate(gpt(), Config.of(1, 1, 4, 1), Training(4, 512, fp32_grads=True), cluster(4))
     window = hidden.dp_comm.term("W_b").value
     assert window > 0
     assert hidden.dp_comm.value == pytest.approx(max(2 * one - window, one), rel=1e-12)
 
 
 def test_step_time_is_the_sum_and_mfu_follows() -> None:
-    est = estimate(gpt(8, vocab=50304), Config(2, 2, 2, 1, Recompute.SELECTIVE, 1, True), Training(16, 1024), cluster(8))
+    est = estimate(gpt(8, vocab=50304), Config.of(2, 2, 2, 1, Recompute.SELECTIVE, 1, True), Training(16, 1024), cluster(8))
     parts = est.compute.value + est.tp_comm.value + est.bubble.value + est.pp_comm.value + est.dp_comm.value + est.optimizer.value
     assert est.step.value == pytest.approx(parts, rel=1e-12)
     assert est.mfu.value == pytest.approx(est.model_flops.value / (parts * 8 * 100e12), rel=1e-12)
@@ -162,14 +162,14 @@ def test_group_placement(size: int, stride: int, expected: bool) -> None:
 @pytest.mark.parametrize(
     ("config", "batch", "gpus", "fragment"),
     [
-        pytest.param(Config(3, 1, 1, 1), 1, 3, "does not divide the attention heads", id="tp-heads"),
-        pytest.param(Config(16, 1, 1, 1), 1, 16, "spans nodes", id="tp-across-nodes"),
-        pytest.param(Config(1, 3, 1, 1), 1, 3, "does not divide the 4 layers", id="pp-layers"),
-        pytest.param(Config(1, 1, 4, 1), 6, 4, "does not divide the global batch", id="batch"),
-        pytest.param(Config(1, 2, 1, 1, schedule=Schedule.INTERLEAVED, chunks=2), 3, 2, "multiple of p", id="interleaved-m"),
-        pytest.param(Config(1, 1, 1, 1, zero=1), 1, 1, "dp = 1", id="zero-without-dp"),
-        pytest.param(Config(1, 1, 2, 1, sequence_parallel=True), 2, 2, "tp > 1", id="sp-without-tp"),
-        pytest.param(Config(2, 1, 1, 1), 1, 4, "is not the 4 GPUs", id="gpu-count"),
+        pytest.param(Config.of(3, 1, 1, 1), 1, 3, "does not divide the attention heads", id="tp-heads"),
+        pytest.param(Config.of(16, 1, 1, 1), 1, 16, "spans nodes", id="tp-across-nodes"),
+        pytest.param(Config.of(1, 3, 1, 1), 1, 3, "does not divide the 4 layers", id="pp-layers"),
+        pytest.param(Config.of(1, 1, 4, 1), 6, 4, "does not divide the global batch", id="batch"),
+        pytest.param(Config.of(1, 2, 1, 1, schedule=Schedule.INTERLEAVED, chunks=2), 3, 2, "multiple of p", id="interleaved-m"),
+        pytest.param(Config.of(1, 1, 1, 1, zero=1), 1, 1, "dp = 1", id="zero-without-dp"),
+        pytest.param(Config.of(1, 1, 2, 1, sequence_parallel=True), 2, 2, "tp > 1", id="sp-without-tp"),
+        pytest.param(Config.of(2, 1, 1, 1), 1, 4, "is not the 4 GPUs", id="gpu-count"),
     ],
 )
 def test_invalid_configurations_say_why(config: Config, batch: int, gpus: int, fragment: str) -> None:
@@ -182,10 +182,10 @@ def test_invalid_configurations_say_why(config: Config, batch: int, gpus: int, f
 @pytest.mark.parametrize(
     ("config", "gpus"),
     [
-        pytest.param(Config(1, 1, 1, 1), 1, id="single"),
-        pytest.param(Config(2, 1, 1, 1, Recompute.FULL), 2, id="tp-full"),
-        pytest.param(Config(1, 4, 1, 1, Recompute.SELECTIVE), 4, id="pp-selective"),
-        pytest.param(Config(1, 1, 2, 1, zero=3), 2, id="zero3"),
+        pytest.param(Config.of(1, 1, 1, 1), 1, id="single"),
+        pytest.param(Config.of(2, 1, 1, 1, Recompute.FULL), 2, id="tp-full"),
+        pytest.param(Config.of(1, 4, 1, 1, Recompute.SELECTIVE), 4, id="pp-selective"),
+        pytest.param(Config.of(1, 1, 2, 1, zero=3), 2, id="zero3"),
     ],
 )
 def test_max_layers_is_the_exact_boundary(config: Config, gpus: int) -> None:
@@ -194,9 +194,9 @@ def test_max_layers_is_the_exact_boundary(config: Config, gpus: int) -> None:
     training = Training(gpus, 1024, reserve=0.5 * 2**30)
     model = gpt(4, vocab=32000)
     deepest = max_layers(model, config, training, small)
-    assert deepest > 0 and deepest % config.pp == 0
+    assert deepest > 0 and deepest % config.layout.pp == 0
     assert memory_of(with_layers(model, deepest), config, training, small).worst.total.value <= small.capacity
-    assert memory_of(with_layers(model, deepest + config.pp), config, training, small).worst.total.value > small.capacity
+    assert memory_of(with_layers(model, deepest + config.layout.pp), config, training, small).worst.total.value > small.capacity
 
 
 def test_strategy_table_rows_match_the_memory_core() -> None:
@@ -227,26 +227,26 @@ def test_strategy_table_rows_match_the_memory_core() -> None:
 def test_tp_must_divide_the_gpus_of_a_node() -> None:
     # tp = 4 on 6-GPU nodes: ranks 4-7 straddle two nodes (Megatron's order), so it is refused unless allowed,
     # and then costed on the network of the straddling group (2 + 2 ranks over 2 nodes).
-    reason = invalid_reason(gpt(), Config(4, 1, 3, 1), Training(3, 512), cluster(12, gpus_per_node=6))
+    reason = invalid_reason(gpt(), Config.of(4, 1, 3, 1), Training(3, 512), cluster(12, gpus_per_node=6))
     assert reason is not None and "must divide the GPUs of a node" in reason
-    allowed = estimate(gpt(), Config(4, 1, 3, 1), Training(3, 512), cluster(12, gpus_per_node=6, allow_cross_node_tp=True))
-    inside = estimate(gpt(), Config(4, 1, 3, 1), Training(3, 512), cluster(12, gpus_per_node=8, allow_cross_node_tp=True))
+    allowed = estimate(gpt(), Config.of(4, 1, 3, 1), Training(3, 512), cluster(12, gpus_per_node=6, allow_cross_node_tp=True))
+    inside = estimate(gpt(), Config.of(4, 1, 3, 1), Training(3, 512), cluster(12, gpus_per_node=8, allow_cross_node_tp=True))
     assert allowed.tp_comm.value > inside.tp_comm.value
 
 
 def test_efficiency_is_a_positive_factor_up_to_two() -> None:
     for bad in (0.0, -1.0, 2.5):
         with pytest.raises(InputError, match="--efficiency"):
-            estimate(gpt(), Config(1, 1, 1, 1), Training(1, 512), cluster(1, efficiency=bad))
-    base = estimate(gpt(), Config(1, 1, 1, 1), Training(1, 512), cluster(1))
-    slower = estimate(gpt(), Config(1, 1, 1, 1), Training(1, 512), cluster(1, efficiency=0.5))
+            estimate(gpt(), Config.of(1, 1, 1, 1), Training(1, 512), cluster(1, efficiency=bad))
+    base = estimate(gpt(), Config.of(1, 1, 1, 1), Training(1, 512), cluster(1))
+    slower = estimate(gpt(), Config.of(1, 1, 1, 1), Training(1, 512), cluster(1, efficiency=0.5))
     assert slower.compute.value > base.compute.value
 
 
 def test_fp32_training_doubles_activation_messages() -> None:
     # The same all-reduce (Simple, 15.2 us latency) of twice the bytes: 15.2 us + 2M / 100 GB/s.
-    half = estimate(gpt(), Config(2, 1, 1, 1), Training(1, 512), cluster(2))
-    full = estimate(gpt(), Config(2, 1, 1, 1), Training(1, 512, Precision.FP32, Optimizer.ADAM), cluster(2))
+    half = estimate(gpt(), Config.of(2, 1, 1, 1), Training(1, 512), cluster(2))
+    full = estimate(gpt(), Config.of(2, 1, 1, 1), Training(1, 512, Precision.FP32, Optimizer.ADAM), cluster(2))
     assert half.tp_comm.value == pytest.approx(16 * (15.2e-6 + M / 100e9 + CALL), rel=1e-12)
     assert full.tp_comm.value == pytest.approx(16 * (15.2e-6 + 2 * M / 100e9 + CALL), rel=1e-12)
     assert math.isfinite(full.step.value)
@@ -256,7 +256,7 @@ def test_zero3_time_follows_its_stated_formula() -> None:
     # ZeRO-3 with the default (Megatron) profile: prefetched gathers, regather in backward, one reduce-scatter
     # per layer in the last micro-batch only. The value must be the derivation's own formula on its terms:
     #   m (g_0 + g + (L_s - 1) max(0, g - f_l) + L_s max(0, g - b_l)) + 1 (L_s max(0, r - max(0, b_l - g)) + r)
-    est = estimate(gpt(), Config(1, 1, 4, 1, zero=3), Training(8, 512), cluster(4))
+    est = estimate(gpt(), Config.of(1, 1, 4, 1, zero=3), Training(8, 512), cluster(4))
     t = {k: est.dp_comm.term(k).value for k in ("m", "L_s", "g", "r", "g_0", "f_l", "b_l")}
     assert t["m"] == 2 and t["L_s"] == 4
     by_hand = (t["m"] * (t["g_0"] + t["g"] + 3 * max(0, t["g"] - t["f_l"]) + 4 * max(0, t["g"] - t["b_l"]))
@@ -269,7 +269,7 @@ def test_optimizer_step_by_hand() -> None:
     # gpt(): P = 50,384,896 parameters (no vocabulary). Mixed bf16 AdamW, 2-byte gradients: fp32 master,
     # m and v read and written (2 x 12 B), the gradient read (2 B), the bf16 copy written (2 B) = 28 B.
     # Generic HBM (no GPU preset): 2.0e12 B/s at 80 %; ZeRO-1 over d = 2 halves it.
-    est = estimate(gpt(), Config(1, 1, 2, 1, zero=1), Training(2, 512), cluster(2))
+    est = estimate(gpt(), Config.of(1, 1, 2, 1, zero=1), Training(2, 512), cluster(2))
     assert est.optimizer.term("Q_p").value == 28
     assert est.optimizer.value == pytest.approx(50_384_896 * 28 / (2.0e12 * 0.8) / 2, rel=1e-12)
 

@@ -54,7 +54,7 @@ def test_narayanan_table_1(row) -> None:
     assert abs(model.total_params / 1e9 - row.params_billion) <= 0.05 + 1e-9
     chunks = (row.layers // row.pp) // row.layers_per_virtual_stage if row.layers_per_virtual_stage else 1
     schedule = Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B
-    config = Config(row.tp, row.pp, row.gpus // (row.tp * row.pp), row.micro_batch, Recompute.FULL, 0, False, schedule, chunks)
+    config = Config.of(row.tp, row.pp, row.gpus // (row.tp * row.pp), row.micro_batch, Recompute.FULL, 0, False, schedule, chunks)
     training = Training(row.batch, 2048, Precision.MIXED_FP16, Optimizer.ADAM, causal=False)
     est = estimate(model, config, training, a100s(row.gpus, dp_overlap=False))
     assert est.fits, f"{row.params_billion}B needs {est.total_memory / 2**30:.1f} GiB"
@@ -73,9 +73,9 @@ def test_korthikanti_selective_recomputation_and_sequence_parallelism(config, re
     schedule = Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B
     training = Training(config.global_batch, config.seq_len, Precision.MIXED_FP16, Optimizer.ADAM, causal=False)
     cluster = a100s(config.gpus)
-    present = estimate(model, Config(config.tp, config.pp, 1, config.micro_batch, Recompute.SELECTIVE, 0, True, schedule, chunks),
+    present = estimate(model, Config.of(config.tp, config.pp, 1, config.micro_batch, Recompute.SELECTIVE, zero=0, sequence_parallel=True, schedule=schedule, chunks=chunks),
                        training, cluster)  # fmt: skip
-    baseline = estimate(model, Config(config.tp, config.pp, 1, config.micro_batch, Recompute.FULL, 0, False, schedule, chunks),
+    baseline = estimate(model, Config.of(config.tp, config.pp, 1, config.micro_batch, Recompute.FULL, zero=0, sequence_parallel=False, schedule=schedule, chunks=chunks),
                         training, cluster)  # fmt: skip
     assert present.fits and baseline.fits
     assert present.total_memory > baseline.total_memory  # selective keeps more than full recomputation

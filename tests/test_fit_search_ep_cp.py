@@ -125,15 +125,15 @@ def test_expert_parallelism_wins_where_the_experts_do_not_fit_replicated() -> No
     free = search(model, training, cluster, SearchSpace(zero_stages=(0,)))
     dense = search(model, training, cluster, SearchSpace(zero_stages=(0,), ep=1))
     best, best_dense = free.evaluated.config(int(free.ranked()[0])), dense.evaluated.config(int(dense.ranked()[0]))
-    assert best.ep == 8 and (best.tp, best.pp, best.dp) == (1, 4, 16)
-    assert best_dense.ep == 1 and best_dense.tp * best_dense.pp >= 8
+    assert best.layout.ep == 8 and (best.layout.tp, best.layout.pp, best.layout.dp) == (1, 4, 16)
+    assert best_dense.layout.ep == 1 and best_dense.layout.tp * best_dense.layout.pp >= 8
     winner, runner_up = estimate(model, best, training, cluster), estimate(model, best_dense, training, cluster)
     assert winner.step.value < runner_up.step.value
     assert winner.ep_comm is not None and winner.ep_comm.value > 0
     # what ep = 8 buys: the compute and TP communication ep = 1 needs to fit, beyond the all-to-alls
     saved = (runner_up.compute.value + runner_up.tp_comm.value) - (winner.compute.value + winner.tp_comm.value)
     assert saved > winner.ep_comm.value
-    at_ep1 = estimate(model, replace(best, ep=1), training, cluster)
+    at_ep1 = estimate(model, best.replaced(ep=1), training, cluster)
     assert not at_ep1.fits and at_ep1.total_memory > 2.5 * winner.total_memory
 
 

@@ -246,8 +246,8 @@ def test_selective_with_flash_attention_replays_the_kernels_forward() -> None:
     training = Training(64, 4096, flash_attention=True)
     cluster = Cluster(gpus=8, gpus_per_node=8, peak=989e12, capacity=gpu.memory_capacity.value, intra=load_link("nvlink4"),
                       inter=load_link("ib-ndr"), gpu=gpu)  # fmt: skip
-    none = estimate(model, Config(8, 1, 1, 1, Recompute.NONE), training, cluster)
-    selective = estimate(model, Config(8, 1, 1, 1, Recompute.SELECTIVE), training, cluster)
+    none = estimate(model, Config.of(8, 1, 1, 1, Recompute.NONE), training, cluster)
+    selective = estimate(model, Config.of(8, 1, 1, 1, Recompute.SELECTIVE), training, cluster)
     assert selective.hardware_flops.value - none.hardware_flops.value == 4 * 4096**2 * 4096 * 64 * 32
     assert selective.model_flops.value == none.model_flops.value
     flash = layer_passes(model, LayerShard(1, 4096, 8, False, True, False, True, 2.0), cluster.spec).attention_core
@@ -279,11 +279,12 @@ LLAMA3_ROOT_AND_LAYER = {
 
 @pytest.mark.parametrize("name", sorted(LLAMA3_ROOT_AND_LAYER))
 def test_the_root_unit_outweighs_a_layer_for_every_llama3(name: str) -> None:
-    from parcalc.core.memory import Parallelism, layer_params_per_rank, root_unit
+    from parcalc.core.layout import Layout
+    from parcalc.core.memory import layer_params_per_rank, root_unit
 
     model = load_model(name)
     root, layer = LLAMA3_ROOT_AND_LAYER[name]
-    early, late = root_unit(model, Parallelism(dp=8, zero=3), 0)
+    early, late = root_unit(model, Layout(dp=8, zero=3), 0)
     assert early + late == root and layer_params_per_rank(model, 1) == layer
     assert root > layer
 
@@ -346,7 +347,7 @@ def test_search_counts_the_root_unit_as_the_scalar_core_does() -> None:
         scalar = estimate(model, config, training, cluster)
         assert evaluated.columns["memory"][i] == pytest.approx(scalar.total_memory, rel=1e-12), config.label()
         assert evaluated.columns["fits"][i] == scalar.fits
-    assert any(evaluated.config(i).pp > 1 and evaluated.config(i).first_stage_layers is not None for i in range(len(evaluated)))
+    assert any(evaluated.config(i).layout.pp > 1 and evaluated.config(i).layout.first_stage_layers is not None for i in range(len(evaluated)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,11 +21,11 @@ import pytest
 
 from parcalc.cli import app
 from parcalc.core.choices import Collective, Optimizer, Precision, Recompute
-from parcalc.core.comm import DataParallel, Network, Options, Parallelism, Workload, iteration_plan
+from parcalc.core.comm import Network, Options, Workload, iteration_plan
 from parcalc.core.fit import Cluster, Config, Training, estimate, invalid_reason
 from parcalc.core.fit_search import SearchSpace, search
 from parcalc.core.hardware import Link, Sourced
-from parcalc.core.memory import Parallelism as MemoryParallelism
+from parcalc.core.layout import Layout
 from parcalc.core.memory import TrainingSetup, memory_breakdown, model_states, state_bytes
 from parcalc.core.timing.network import collective_time, placement
 from parcalc.core.timing.step import dp_pieces
@@ -67,8 +67,8 @@ def test_memory_breakdown_of_llama3_70b_hsdp() -> None:
     # optimizer states 12 x P / 16 = 52,915,279,872 B; the gathered working set does not depend on S.
     model = load_model("llama3-70b", ())
     setup = TrainingSetup(1, 4096, recompute=Recompute.FULL, flash_attention=True)
-    hybrid = memory_breakdown(model, MemoryParallelism(dp=64, zero=3, shard_group=16), setup).worst
-    full = memory_breakdown(model, MemoryParallelism(dp=64, zero=3), setup).worst
+    hybrid = memory_breakdown(model, Layout(dp=64, zero=3, shard_group=16), setup).worst
+    full = memory_breakdown(model, Layout(dp=64, zero=3), setup).worst
     assert hybrid.states.weights.value == 8_819_213_312 == 2 * 70_553_706_496 / 16
     assert hybrid.states.optimizer.value == 52_915_279_872
     assert hybrid.gathered is not None and full.gathered is not None and hybrid.gathered.value == full.gathered.value
@@ -80,9 +80,9 @@ def test_moe_experts_stay_sharded_over_expert_dp() -> None:
     # A shard group S = 8 changes the dense part's divisor only: K x Psi_d x (1/8 - 1/16) more, the experts' as before.
     model = load_model("mixtral-8x7b", ())
     setup = TrainingSetup(1, 4096, flash_attention=True)
-    par = MemoryParallelism(tp=2, dp=16, zero=1, ep=8, etp=1)
+    par = Layout(tp=2, dp=16, zero=1, ep=8, etp=1)
     full = memory_breakdown(model, par, setup).worst
-    hybrid = memory_breakdown(model, MemoryParallelism(tp=2, dp=16, zero=1, ep=8, etp=1, shard_group=8), setup).worst
+    hybrid = memory_breakdown(model, Layout(tp=2, dp=16, zero=1, ep=8, etp=1, shard_group=8), setup).worst
     dense = next(t.value for t in hybrid.states.optimizer.inputs if t.key == "psi_d")
     assert next(t.value for t in hybrid.states.optimizer.inputs if t.key == "N_e") == 4
     assert next(t.value for t in hybrid.states.optimizer.inputs if t.key == "N_d") == 8
@@ -98,7 +98,7 @@ def test_moe_experts_stay_sharded_over_expert_dp() -> None:
 ], ids=["not-a-divisor", "larger-than-dp", "zero", "negative", "zero-0"])  # fmt: skip
 def test_bad_shard_groups(shard_group: int, zero: int, message: str) -> None:
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        memory_breakdown(load_model("llama3-8b", ()), MemoryParallelism(dp=64, zero=zero, shard_group=shard_group), TrainingSetup(1, 2048))
+        memory_breakdown(load_model("llama3-8b", ()), Layout(dp=64, zero=zero, shard_group=shard_group), TrainingSetup(1, 2048))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def test_zero1_hsdp_on_two_nodes_reduces_in_the_node_and_all_reduces_the_shard_a
     # all-reduced in 8 replica groups {i, i + 8} (across the nodes). Payloads: all-reduce = reduce-scatter / 8.
     model = load_model("llama3-8b", ())
     work = Workload(16, 1, 2048, 2.0, 2.0)
-    plan = iteration_plan(model, work, Parallelism(dp=16, data_parallel=DataParallel.ZERO1, shard_group=8), LINKS)
+    plan = iteration_plan(model, work, Layout(dp=16, zero=1, shard_group=8), LINKS)
     (rs,), (ar,), (ag,) = _rows(plan, Collective.REDUCE_SCATTER), _rows(plan, Collective.ALL_REDUCE), _rows(plan, Collective.ALL_GATHER)
     assert (rs.group_size, rs.groups, rs.inter_node) == (8, 2, False)
     assert (ag.group_size, ag.groups, ag.inter_node) == (8, 2, False)
@@ -128,7 +128,7 @@ def test_zero1_hsdp_on_two_nodes_reduces_in_the_node_and_all_reduces_the_shard_a
     headline = {d.key: d.value for d in plan.derivations}["hsdp_all_reduce_payload"]
     assert headline == pytest.approx(model.total_params * 2.0 / 8)
     # without the shard group: one reduce-scatter group of 16 across the nodes, no all-reduce
-    full = iteration_plan(model, work, Parallelism(dp=16, data_parallel=DataParallel.ZERO1), LINKS)
+    full = iteration_plan(model, work, Layout(dp=16, zero=1), LINKS)
     assert {(r.op, r.group_size, r.inter_node) for r in full.calls} == {(Collective.REDUCE_SCATTER, 16, True), (Collective.ALL_GATHER, 16, True)}
 
 
@@ -137,7 +137,7 @@ def test_zero3_hsdp_groups_with_tensor_and_context_parallelism() -> None:
     # {t, t + 2} (one node, 0-3), replica groups j in {0, 2}, {1, 3} -> ranks {t, t + 4}, {t + 2, t + 6} (across nodes).
     # Each unit's gradient shard all-reduced is half its reduce-scatter (units padded to a multiple of S = 2).
     model = load_model("llama3-8b", ())
-    par = Parallelism(tp=2, dp=2, cp=2, data_parallel=DataParallel.ZERO3, gpus_per_node=4, shard_group=2)
+    par = Layout(tp=2, dp=2, cp=2, zero=3, gpus_per_node=4, shard_group=2)
     plan = iteration_plan(model, Workload(2, 1, 4096, 2.0, 2.0), par, LINKS, Options(reshard_root=False))
     for row in plan.calls:
         if row.dimension != "dp":
@@ -155,9 +155,9 @@ def test_zero3_hsdp_groups_with_tensor_and_context_parallelism() -> None:
 def test_shard_group_errors_in_the_plan() -> None:
     model, work = load_model("llama3-8b", ()), Workload(16, 1, 2048, 2.0, 2.0)
     with pytest.raises(InputError, match="does not divide"):
-        iteration_plan(model, work, Parallelism(dp=16, data_parallel=DataParallel.ZERO3, shard_group=6), LINKS)
+        iteration_plan(model, work, Layout(dp=16, zero=3, shard_group=6), LINKS)
     with pytest.raises(InputError, match="--zero 0"):
-        iteration_plan(model, work, Parallelism(dp=16, shard_group=8), LINKS)
+        iteration_plan(model, work, Layout(dp=16, shard_group=8), LINKS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ def test_estimate_t_dp_formula_adds_the_replica_all_reduce_to_each_reduce() -> N
     #                                    + m (L max(0, (r + a) - max(0, b_l - g)) + (r + a))  (fsdp2 reduces every micro-batch)
     model, cluster = load_model("llama3-70b", ()), h100_cluster(512)
     training = Training(1024, 4096, flash_attention=True)
-    config = Config(1, 1, 512, 1, Recompute.FULL, 3, shard_group=64)
+    config = Config.of(1, 1, 512, 1, Recompute.FULL, 3, shard_group=64)
     result = estimate(model, config, training, cluster)
     v = {t.key: t.value for t in result.dp_comm.inputs}
     assert v["a"] > 0 and "($r + $a)" in result.dp_comm.formula
@@ -197,15 +197,15 @@ def test_estimate_t_dp_formula_adds_the_replica_all_reduce_to_each_reduce() -> N
     assert m == 2
     # the optimizer's shard is 1/S; S = dp x cp is the full-sharding estimate exactly
     assert next(t.value for t in result.optimizer.inputs if t.key == "d_z") == 64
-    same = estimate(model, Config(1, 1, 512, 1, Recompute.FULL, 3, shard_group=512), training, cluster)
-    plain = estimate(model, Config(1, 1, 512, 1, Recompute.FULL, 3), training, cluster)
+    same = estimate(model, Config.of(1, 1, 512, 1, Recompute.FULL, 3, shard_group=512), training, cluster)
+    plain = estimate(model, Config.of(1, 1, 512, 1, Recompute.FULL, 3), training, cluster)
     assert same.step.value == plain.step.value and same.total_memory == plain.total_memory
 
 
 def test_estimate_zero1_hsdp_reduce_includes_the_shard_all_reduce() -> None:
     # Megatron profile, ZeRO-1, S = 8 on dp 64 (8 nodes): max(T_rs + T_ar - W_b, (T_rs + T_ar) / n_b) + max(T_ag - W_f, T_ag / n_b)
     model, cluster = load_model("llama3-8b", ()), h100_cluster(64, "megatron")
-    result = estimate(model, Config(1, 1, 64, 1, Recompute.NONE, 1, shard_group=8), Training(64, 4096, flash_attention=True), cluster)
+    result = estimate(model, Config.of(1, 1, 64, 1, Recompute.NONE, 1, shard_group=8), Training(64, 4096, flash_attention=True), cluster)
     v = {t.key: t.value for t in result.dp_comm.inputs}
     assert v["T_ar"] > 0
     rs = v["T_rs"] + v["T_ar"]
@@ -239,7 +239,7 @@ def test_search_agrees_with_estimate_on_hybrid_configurations() -> None:
     assert {int(c["shard_group"][i]) for i in hybrid} >= {8, 16, 32}
     for i in random.Random(18).sample(hybrid, 40):
         config = found.evaluated.config(i)
-        assert config.shard_group == int(c["shard_group"][i]) and invalid_reason(model, config, training, cluster) is None
+        assert config.layout.shard_group == int(c["shard_group"][i]) and invalid_reason(model, config, training, cluster) is None
         scalar = estimate(model, config, training, cluster)
         for key, value in (("memory", scalar.total_memory), ("t_dp", scalar.dp_comm.value), ("t_optimizer", scalar.optimizer.value),
                            ("t_step", scalar.step.value), ("fits", scalar.fits)):  # fmt: skip

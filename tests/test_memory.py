@@ -16,10 +16,10 @@ from parcalc.core.activations import (
     layer_activations,
     output_activations,
 )
+from parcalc.core.layout import Layout
 from parcalc.core.memory import (
     DEFAULT_RESERVE_BYTES,
     Optimizer,
-    Parallelism,
     Precision,
     TrainingSetup,
     memory_breakdown,
@@ -216,9 +216,9 @@ def test_korthikanti_per_layer(name: str, case: str, expected: int) -> None:
 def test_korthikanti_first_stage_totals(name: str, tp_baseline: int, both: int) -> None:
     heads, hidden, layers, tp, pp, micro = KORTHIKANTI_MODELS[name]
     model = gpt(layers, hidden, heads)
-    par = lambda sp: Parallelism(tp=tp, pp=pp, sequence_parallel=sp, micro_batches=4 * pp)  # noqa: E731
-    baseline = memory_breakdown(model, par(False), TrainingSetup(micro, 2048)).stages[0].activations.value
-    best = memory_breakdown(model, par(True), TrainingSetup(micro, 2048, recompute=Recompute.SELECTIVE)).stages[0].activations.value
+    par = lambda sp: Layout(tp=tp, pp=pp, sequence_parallel=sp)  # noqa: E731
+    baseline = memory_breakdown(model, par(False), TrainingSetup(micro, 2048, micro_batches=4 * pp)).stages[0].activations.value
+    best = memory_breakdown(model, par(True), TrainingSetup(micro, 2048, recompute=Recompute.SELECTIVE, micro_batches=4 * pp)).stages[0].activations.value
     assert (baseline, best) == (tp_baseline, both)
     # the abstract's "reduces activation memory by 5x": 26 1/3 / 4.25 = 6.2 (22B) down to 21 / 4.25 = 4.9
     assert 4.9 < baseline / best < 6.2
@@ -229,8 +229,8 @@ def test_interleaving_factor_530b() -> None:
     # 35 + 34/3 = 139/3 micro-batches of its 3 layers: 139 layers' worth of 34 sbh / t =
     # 139 x 178,257,920 = 24,777,850,880 bytes (Korthikanti et al. sec. 4.2.3).
     heads, hidden, layers, tp, pp, micro = KORTHIKANTI_MODELS["530B"]
-    par = Parallelism(tp=tp, pp=pp, sequence_parallel=True, schedule=Schedule.INTERLEAVED, micro_batches=280, chunks=3)
-    stage = memory_breakdown(gpt(layers, hidden, heads), par, TrainingSetup(micro, 2048, recompute=Recompute.SELECTIVE)).stages[0]
+    par = Layout(tp=tp, pp=pp, sequence_parallel=True, schedule=Schedule.INTERLEAVED, chunks=3)
+    stage = memory_breakdown(gpt(layers, hidden, heads), par, TrainingSetup(micro, 2048, recompute=Recompute.SELECTIVE, micro_batches=280)).stages[0]
     assert stage.in_flight.value == pytest.approx(139 / 3, rel=1e-15)
     assert stage.activations.value == pytest.approx(24_777_850_880, rel=1e-15)
     assert stage.in_flight.formula_text() == "p × (1 + (p - 1) / (p × v))"
@@ -302,7 +302,7 @@ def test_count_equals_closed_form_for_their_layer(heads, head_dim, seq, micro, t
 def test_stage_parameters_split_embeddings_and_head() -> None:
     # 175B-like, t = 8, p = 8, V = 51200, learned positions 2048, tied.
     model = gpt(96, 12288, 96)
-    par = Parallelism(tp=8, pp=8, micro_batches=8)
+    par = Layout(tp=8, pp=8)
     # one layer on one TP rank: weights 12 h^2 / 8 = 226,492,416; QKV and MLP-up biases (3h + 4h)/8
     # = 10,752; output and MLP-down biases 2h = 24,576; two LayerNorms 4h = 49,152 -> 226,576,896
     first, middle, last = (stage_parameters(model, par, s).value for s in (0, 3, 7))
@@ -315,8 +315,8 @@ def test_stage_parameters_split_embeddings_and_head() -> None:
 
 def test_total_is_the_sum_and_the_worst_stage_is_reported() -> None:
     model = gpt(8, 1024, 16, vocab=32000, seq=1024)
-    par = Parallelism(tp=2, pp=4, dp=2, zero=1, micro_batches=8)
-    breakdown = memory_breakdown(model, par, TrainingSetup(2, 1024, capacity=16 * 2**30, capacity_source="test"))
+    par = Layout(tp=2, pp=4, dp=2, zero=1)
+    breakdown = memory_breakdown(model, par, TrainingSetup(2, 1024, capacity=16 * 2**30, capacity_source="test", micro_batches=8))
     for stage in breakdown.stages:
         assert stage.total.value == pytest.approx(sum(v for _, v in stage.components()), rel=1e-12)
     assert breakdown.worst.total.value == max(s.total.value for s in breakdown.stages)
@@ -327,7 +327,7 @@ def test_total_is_the_sum_and_the_worst_stage_is_reported() -> None:
 
 
 def test_default_reserve_is_two_gib_in_three_named_parts() -> None:
-    breakdown = memory_breakdown(gpt(2, 256, 4, seq=128), Parallelism(), TrainingSetup(1, 128))
+    breakdown = memory_breakdown(gpt(2, 256, 4, seq=128), Layout(), TrainingSetup(1, 128))
     reserve = breakdown.worst.reserve
     assert reserve.value == DEFAULT_RESERVE_BYTES == 2 * 2**30
     assert reserve.formula_text() == "R_ctx + R_nccl + R_frag"
@@ -339,28 +339,28 @@ def test_default_reserve_is_two_gib_in_three_named_parts() -> None:
     assert pytest.approx(9.19, abs=0.01) == (4 * 2**20 + 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8) / 2**20
     for needle in ("2 GiB by default", "PyTorch PR #86509", "NVIDIA/nccl src/init.cc", "allowance"):
         assert needle in reserve.source
-    given = memory_breakdown(gpt(2, 256, 4, seq=128), Parallelism(), TrainingSetup(1, 128, reserve=5e9)).worst.reserve
+    given = memory_breakdown(gpt(2, 256, 4, seq=128), Layout(), TrainingSetup(1, 128, reserve=5e9)).worst.reserve
     assert given.value == 5e9 and "given" in given.label
 
 
 def test_gpipe_keeps_every_micro_batch() -> None:
     model = gpt(4, 512, 8, seq=256)
-    one = memory_breakdown(model, Parallelism(pp=2, schedule=Schedule.ONE_F_ONE_B, micro_batches=16), TrainingSetup(1, 256))
-    gp = memory_breakdown(model, Parallelism(pp=2, schedule=Schedule.GPIPE, micro_batches=16), TrainingSetup(1, 256))
+    one = memory_breakdown(model, Layout(pp=2, schedule=Schedule.ONE_F_ONE_B), TrainingSetup(1, 256, micro_batches=16))
+    gp = memory_breakdown(model, Layout(pp=2, schedule=Schedule.GPIPE), TrainingSetup(1, 256, micro_batches=16))
     assert one.stages[0].in_flight.value == 2 and gp.stages[0].in_flight.value == 16
     assert gp.stages[0].activations.value == 8 * one.stages[0].activations.value
 
 
 def test_zero3_adds_the_gathered_layers() -> None:
     # No vocabulary, no root unit: (2 w + g) x one layer's parameters, mixed precision: 6 bytes x 12 h^2 + 13 h
-    bare = memory_breakdown(gpt(4, 512, 8, vocab=0, seq=256), Parallelism(dp=4, zero=3), TrainingSetup(1, 256)).worst
+    bare = memory_breakdown(gpt(4, 512, 8, vocab=0, seq=256), Layout(dp=4, zero=3), TrainingSetup(1, 256)).worst
     assert bare.gathered is not None
     assert bare.gathered.value == 6 * (12 * 512**2 + 13 * 512)
     # With the tied embeddings of V = 51,200 and 256 learned positions the root unit (FSDP2 keeps it
     # gathered to the end of backward) holds P_root = 51,200 x 512 + 256 x 512 + 2 x 512 = 26,346,496;
     # the tied embeddings get their gradient from the LM head first: P_early = 26,214,400 + 1,024,
     # P_late = 131,072 (the positions). 2 P_root + 2 P_early + max(6 x 3,152,384, 2 x 131,072).
-    z3 = memory_breakdown(gpt(4, 512, 8, seq=256), Parallelism(dp=4, zero=3), TrainingSetup(1, 256)).worst
+    z3 = memory_breakdown(gpt(4, 512, 8, seq=256), Layout(dp=4, zero=3), TrainingSetup(1, 256)).worst
     assert z3.gathered is not None
     assert z3.gathered.value == 2 * 26_346_496 + 2 * 26_215_424 + 6 * 3_152_384 == 124_038_144
 
@@ -368,35 +368,35 @@ def test_zero3_adds_the_gathered_layers() -> None:
 @pytest.mark.parametrize(
     ("model", "par", "setup", "message"),
     [
-        pytest.param(gpt(4, 512, 8), Parallelism(tp=3), TrainingSetup(1, 128), "--tp: 3 does not divide the attention heads", id="tp-heads"),
-        pytest.param(gpt(6, 512, 8), Parallelism(pp=4, micro_batches=4), TrainingSetup(1, 128), "--pp: 6 layers", id="pp-layers"),
-        pytest.param(gpt(4, 512, 8), Parallelism(zero=2), TrainingSetup(1, 128), "--zero 2: ZeRO shards", id="zero-without-dp"),
-        pytest.param(gpt(4, 512, 8), Parallelism(sequence_parallel=True), TrainingSetup(1, 128), "--sequence-parallel", id="sp-without-tp"),
-        pytest.param(gpt(4, 512, 8), Parallelism(), TrainingSetup(1, 128, precision=Precision.BF16, fp32_grads=True), "--fp32-grads",
+        pytest.param(gpt(4, 512, 8), Layout(tp=3), TrainingSetup(1, 128), "--tp: 3 does not divide the attention heads", id="tp-heads"),
+        pytest.param(gpt(6, 512, 8), Layout(pp=4), TrainingSetup(1, 128, micro_batches=4), "--pp: 6 layers", id="pp-layers"),
+        pytest.param(gpt(4, 512, 8), Layout(zero=2), TrainingSetup(1, 128), "--zero 2: ZeRO shards", id="zero-without-dp"),
+        pytest.param(gpt(4, 512, 8), Layout(sequence_parallel=True), TrainingSetup(1, 128), "--sequence-parallel", id="sp-without-tp"),
+        pytest.param(gpt(4, 512, 8), Layout(), TrainingSetup(1, 128, precision=Precision.BF16, fp32_grads=True), "--fp32-grads",
                      id="bf16-fp32-grads"),
-        pytest.param(gpt(8, 512, 8), Parallelism(pp=2, schedule=Schedule.INTERLEAVED, chunks=2, micro_batches=3), TrainingSetup(1, 128),
+        pytest.param(gpt(8, 512, 8), Layout(pp=2, schedule=Schedule.INTERLEAVED, chunks=2), TrainingSetup(1, 128, micro_batches=3),
                      "--micro-batches", id="interleaved-m"),
-        pytest.param(gpt(4, 512, 8), Parallelism(), TrainingSetup(0, 128), "--micro-batch", id="zero-micro-batch"),
+        pytest.param(gpt(4, 512, 8), Layout(), TrainingSetup(0, 128), "--micro-batch", id="zero-micro-batch"),
         # grouped-query attention: t must divide the K/V heads too (Megatron-LM's num_query_groups % t)
-        pytest.param(gpt(4, 512, 8, kv_heads=2), Parallelism(tp=4), TrainingSetup(1, 128), "--tp: 4 does not divide the key/value heads (2)",
+        pytest.param(gpt(4, 512, 8, kv_heads=2), Layout(tp=4), TrainingSetup(1, 128), "--tp: 4 does not divide the key/value heads (2)",
                      id="tp-kv-heads"),
-        pytest.param(gpt(4, 512, 8, ffn_hidden=1004), Parallelism(tp=8), TrainingSetup(1, 128), "--tp: 8 does not divide the MLP width",
+        pytest.param(gpt(4, 512, 8, ffn_hidden=1004), Layout(tp=8), TrainingSetup(1, 128), "--tp: 8 does not divide the MLP width",
                      id="tp-ffn"),
-        pytest.param(gpt(4, 512, 8), Parallelism(pp=8, micro_batches=8), TrainingSetup(1, 128), "--pp: 4 layers do not split evenly over pp = 8",
+        pytest.param(gpt(4, 512, 8), Layout(pp=8), TrainingSetup(1, 128, micro_batches=8), "--pp: 4 layers do not split evenly over pp = 8",
                      id="pp-more-than-layers"),
-        pytest.param(gpt(4, 512, 8), Parallelism(pp=2, chunks=3, schedule=Schedule.INTERLEAVED, micro_batches=4), TrainingSetup(1, 128),
+        pytest.param(gpt(4, 512, 8), Layout(pp=2, chunks=3, schedule=Schedule.INTERLEAVED), TrainingSetup(1, 128, micro_batches=4),
                      "--pp: 4 layers do not split evenly over pp x chunks = 2 x 3", id="chunks-layers"),
-        pytest.param(gpt(4, 512, 8), Parallelism(zero=1), TrainingSetup(1, 128), "with --dp 1 there is only one rank and nothing is sharded",
+        pytest.param(gpt(4, 512, 8), Layout(zero=1), TrainingSetup(1, 128), "with --dp 1 there is only one rank and nothing is sharded",
                      id="zero1-without-dp"),
-        pytest.param(gpt(4, 512, 8), Parallelism(pp=2, schedule=Schedule.ZB_H1, micro_batches=4), TrainingSetup(1, 128),
+        pytest.param(gpt(4, 512, 8), Layout(pp=2, schedule=Schedule.ZB_H1), TrainingSetup(1, 128, micro_batches=4),
                      "--schedule: zb-h1 is not modelled for memory", id="zero-bubble"),
-        pytest.param(gpt(4, 512, 8, seq=0, position=Position.ROPE), Parallelism(), TrainingSetup(1, 2**60), "--seq-len: 1.153e+18 is beyond any possible size",
+        pytest.param(gpt(4, 512, 8, seq=0, position=Position.ROPE), Layout(), TrainingSetup(1, 2**60), "--seq-len: 1.153e+18 is beyond any possible size",
                      id="impossible-seq"),
-        pytest.param(gpt(4, 512, 8), Parallelism(), TrainingSetup(2**54, 128), "--micro-batch: 1.801e+16 is beyond any possible size",
+        pytest.param(gpt(4, 512, 8), Layout(), TrainingSetup(2**54, 128), "--micro-batch: 1.801e+16 is beyond any possible size",
                      id="impossible-micro-batch"),
-        pytest.param(gpt(4, 512, 8, seq=128), Parallelism(), TrainingSetup(1, 256), "--seq-len: 256 tokens, but GPT has 128 learned positions",
+        pytest.param(gpt(4, 512, 8, seq=128), Layout(), TrainingSetup(1, 256), "--seq-len: 256 tokens, but GPT has 128 learned positions",
                      id="beyond-learned-positions"),
-        pytest.param(gpt(4, 512, 8), Parallelism(), TrainingSetup(1, 128, reserve=-1.0), "--reserve", id="negative-reserve"),
+        pytest.param(gpt(4, 512, 8), Layout(), TrainingSetup(1, 128, reserve=-1.0), "--reserve", id="negative-reserve"),
     ],
 )  # fmt: skip
 def test_bad_input_is_explained(model, par, setup, message) -> None:

@@ -24,7 +24,8 @@ from __future__ import annotations
 import pytest
 
 from parcalc.core.choices import Precision, Recompute
-from parcalc.core.memory import Parallelism, TrainingSetup, memory_breakdown
+from parcalc.core.layout import Layout
+from parcalc.core.memory import TrainingSetup, memory_breakdown
 from parcalc.core.model import LatentAttention, MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 from parcalc.presets import load_model
 from tests.published_modern_runs import MB_SKILL_RUNS
@@ -64,7 +65,7 @@ def moonlight() -> TransformerModel:
     )  # fmt: skip
 
 
-def allocated(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> tuple[float, object]:
+def allocated(model: TransformerModel, par: Layout, setup: TrainingSetup) -> tuple[float, object]:
     """parcalc's bytes on the fullest GPU without the reserve (what max_memory_allocated sees), and the stage."""
     worst = memory_breakdown(model, par, setup).worst
     return worst.total.value, worst
@@ -86,7 +87,7 @@ def test_qwen3_30b_a3b_peak_allocated_within_15_percent() -> None:
     run = MB_SKILL_RUNS[0]
     assert run.peak_memory_gib == 62.166 and (run.ep, run.etp, run.dp, run.tp, run.seq_len) == (16, 1, 16, 1, 4096)
     model = load_model("qwen3-30b-a3b")
-    par = Parallelism(tp=1, pp=1, dp=16, zero=1, ep=16, etp=1)
+    par = Layout(tp=1, pp=1, dp=16, zero=1, ep=16, etp=1)
     setup = TrainingSetup(1, 4096, Precision.MIXED_BF16, recompute=Recompute.NONE, flash_attention=True, reserve=0.0)
     value, worst = allocated(model, par, setup)
     # by hand: 48 MoE layers of 128 / 16 = 8 local experts, 3 x 2048 x 768 each: 1,811,939,328 expert parameters, their
@@ -101,7 +102,7 @@ def test_qwen3_30b_a3b_peak_allocated_within_15_percent() -> None:
 
 
 def moonlight_run(mla_up_proj: bool) -> tuple[float, object]:
-    par = Parallelism(tp=2, pp=1, dp=4, sequence_parallel=True, zero=1, ep=8, etp=1)
+    par = Layout(tp=2, pp=1, dp=4, sequence_parallel=True, zero=1, ep=8, etp=1)
     setup = TrainingSetup(1, 4096, Precision.MIXED_BF16, recompute=Recompute.NONE, flash_attention=True, reserve=0.0,
                           moment_bytes=2.0, mla_up_proj=mla_up_proj)  # fmt: skip
     return allocated(moonlight(), par, setup)

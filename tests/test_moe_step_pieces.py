@@ -15,7 +15,8 @@ import pytest
 
 from parcalc.core.choices import Collective, Recompute
 from parcalc.core.fit import Cluster, Config, Training, estimate
-from parcalc.core.memory import Parallelism, stage_expert_parameters, stage_parameters
+from parcalc.core.layout import Layout
+from parcalc.core.memory import stage_expert_parameters, stage_parameters
 from parcalc.core.timing.compute import layer_passes
 from parcalc.core.timing.network import collective_time, placement
 from parcalc.core.timing.step import dp_pieces, layer_pieces, optimizer_step_time, weight_gradients
@@ -49,7 +50,7 @@ def test_expert_gradients_reduce_over_expert_dp_and_dense_over_dp(ep: int) -> No
     reduce-scatter over the 16 DP ranks (tp = 1 apart), the routed experts
     (8 / ep per GPU) over edp = 16 / ep ranks, ep apart."""
     cluster = h100_cluster(64)
-    par = Parallelism(1, 4, 16, micro_batches=4, ep=ep)
+    par = Layout(1, 4, 16, ep=ep)
     params = [stage_parameters(MIXTRAL, par, s).value for s in range(4)]
     fullest = max(range(4), key=lambda s: params[s])
     experts = stage_expert_parameters(MIXTRAL, par, fullest)
@@ -66,7 +67,7 @@ def test_zero0_optimizer_updates_only_the_local_experts() -> None:
     cluster = h100_cluster(64)
     one = optimizer_step_time(MIXTRAL, 1, 4, 16, 0, TRAINING, cluster, ep=1)
     eight = optimizer_step_time(MIXTRAL, 1, 4, 16, 0, TRAINING, cluster, ep=8)
-    par1, par8 = Parallelism(1, 4, 16, micro_batches=4, ep=1), Parallelism(1, 4, 16, micro_batches=4, ep=8)
+    par1, par8 = Layout(1, 4, 16, ep=1), Layout(1, 4, 16, ep=8)
     ratio = max(stage_parameters(MIXTRAL, par8, s).value for s in range(4)) / max(stage_parameters(MIXTRAL, par1, s).value for s in range(4))
     assert float(eight) / float(one) == pytest.approx(ratio, rel=1e-12)
     sharded = optimizer_step_time(MIXTRAL, 1, 4, 16, 1, TRAINING, cluster, ep=8)
@@ -93,7 +94,7 @@ def test_weight_gradients_are_the_linears_wgrad_kernels() -> None:
 
 def test_fit_states_dualpipe_beside_the_1f1b_bubble_for_moe_pipelines() -> None:
     cluster = h100_cluster(64)
-    config = Config(1, 4, 16, 1, Recompute.NONE, 1, ep=8)
+    config = Config.of(1, 4, 16, 1, Recompute.NONE, 1, ep=8)
     result = estimate(MIXTRAL, config, TRAINING, cluster)
     notes = " ".join(result.bubble.assumptions)
     assert "DualPipe" in notes and "(p/2 - 1)(F&B + B - 3W)" in notes
@@ -112,5 +113,5 @@ def test_fit_states_dualpipe_beside_the_1f1b_bubble_for_moe_pipelines() -> None:
     # DeepSeek-V3 Table 2 by hand: PP 16, one chunk F = 1, B = 2, W = 0.8 (the stage holds two chunks): 7 x (1 + 2 + 2 - 2.4)
     assert dualpipe_bubble(16, 2.0, 4.0, 1.6) == pytest.approx(7 * 2.6)
     assert dualpipe_bubble(2, 2.0, 4.0, 1.6) == 0.0  # PP 2: p/2 - 1 = 0
-    dense = estimate(load_model("llama3-8b", ()), Config(1, 4, 16, 1, Recompute.NONE, 1), TRAINING, cluster)
+    dense = estimate(load_model("llama3-8b", ()), Config.of(1, 4, 16, 1, Recompute.NONE, 1), TRAINING, cluster)
     assert not any("DualPipe" in a for a in dense.bubble.assumptions)

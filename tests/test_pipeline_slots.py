@@ -17,7 +17,8 @@ from parcalc.cli import app
 from parcalc.core.choices import Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, estimate, invalid_reason
 from parcalc.core.fit_search import COST_FIELDS, SearchSpace, search
-from parcalc.core.memory import Parallelism, TrainingSetup, memory_breakdown
+from parcalc.core.layout import Layout
+from parcalc.core.memory import TrainingSetup, memory_breakdown
 from parcalc.core.stages import stage_layers_derivation, stage_split
 from parcalc.errors import InputError
 from parcalc.presets import load_gpu, load_link, load_model
@@ -111,11 +112,11 @@ def test_the_derivation_names_the_slot() -> None:
 
 def test_memory_per_stage_with_slots() -> None:
     # stage 1 holds 7 layers and the embedding, a middle stage 8 layers, the last 7 and the LM head
-    par = Parallelism(8, 16, 128, True, 1, Schedule.INTERLEAVED, 16, 8, embedding_in_split=True, loss_in_split=True)
-    setup = TrainingSetup(1, 8192, flash_attention=True, dropout=False)
+    par = Layout(8, 16, 128, sequence_parallel=True, zero=1, schedule=Schedule.INTERLEAVED, chunks=8, embedding_in_split=True,
+                 loss_in_split=True)  # fmt: skip
+    setup = TrainingSetup(1, 8192, flash_attention=True, dropout=False, micro_batches=16)
     breakdown = memory_breakdown(LLAMA, par, setup)
-    same = memory_breakdown(LLAMA, Parallelism(8, 16, 128, True, 1, Schedule.ONE_F_ONE_B, 16, 1, 7, 7),
-                            TrainingSetup(1, 8192, flash_attention=True, dropout=False))  # fmt: skip
+    same = memory_breakdown(LLAMA, Layout(8, 16, 128, sequence_parallel=True, zero=1, first_stage_layers=7, last_stage_layers=7), setup)
     # the same layers per stage as Megatron's uneven 7 + 14 x 8 + 7: the same parameters on every stage
     for a, b in zip(breakdown.stages, same.stages, strict=True):
         assert a.parameters.value == b.parameters.value
@@ -133,11 +134,11 @@ def test_fit_with_slots_times_the_same_stages_as_the_uneven_split() -> None:
     # v = 1: the slots leave 7 + 14 x 8 + 7, which Megatron's uneven flags also give; the step is the same
     training = Training(2048, 8192, flash_attention=True, dropout=False)
     cluster = _cluster(16384)
-    slots = Config(8, 16, 128, 1, Recompute.NONE, 1, True, embedding_in_split=True, loss_in_split=True)
-    uneven = Config(8, 16, 128, 1, Recompute.NONE, 1, True, first_stage_layers=7, last_stage_layers=7)
+    slots = Config.of(8, 16, 128, 1, Recompute.NONE, 1, True, embedding_in_split=True, loss_in_split=True)
+    uneven = Config.of(8, 16, 128, 1, Recompute.NONE, 1, True, first_stage_layers=7, last_stage_layers=7)
     assert estimate(LLAMA, slots, training, cluster).step.value == estimate(LLAMA, uneven, training, cluster).step.value
     # v = 8 runs only with the slots; the bubble shrinks by v: (p - 1)/(v m) (Narayanan et al. 2021 sec. 2.2)
-    interleaved = Config(8, 16, 128, 1, Recompute.NONE, 1, True, Schedule.INTERLEAVED, 8, embedding_in_split=True, loss_in_split=True)
+    interleaved = Config.of(8, 16, 128, 1, Recompute.NONE, 1, True, Schedule.INTERLEAVED, 8, embedding_in_split=True, loss_in_split=True)
     assert invalid_reason(LLAMA, interleaved, training, cluster) is None
     est = estimate(LLAMA, interleaved, training, cluster)
     assert est.bubble.value == pytest.approx((16 - 1) / (8 * 16) * (est.compute.value + est.tp_comm.value), rel=1e-12)
@@ -159,7 +160,7 @@ def test_search_with_slots_agrees_with_the_scalar_estimate() -> None:
     fitting = [i for i in range(len(evaluated)) if c["fits"][i]]  # the search times what fits
     for i in random.Random(11).sample(fitting, 30):
         config = evaluated.config(i)
-        assert config.embedding_in_split and config.loss_in_split
+        assert config.layout.embedding_in_split and config.layout.loss_in_split
         assert invalid_reason(LLAMA, config, training, cluster) is None
         scalar = estimate(LLAMA, config, training, cluster)
         expected = {

@@ -111,7 +111,7 @@ def test_a_gemm_bound_step_slows_by_less_than_the_clock() -> None:
     Tensor Core kernels slow); MFU stays quoted against the rated 989.4 TFLOP/s."""
     model = load_model("llama3-8b", ())
     training = Training(16, 8192, Precision.MIXED_BF16, flash_attention=True)
-    config = Config(1, 1, 8, 2, Recompute.SELECTIVE, 3)
+    config = Config.of(1, 1, 8, 2, Recompute.SELECTIVE, 3)
     full = estimate(model, config, training, _cluster(H100))
     capped = estimate(model, config, training, _cluster(with_power_limit(H100, 500)))
     ratio = capped.compute.value / full.compute.value

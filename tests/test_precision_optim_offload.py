@@ -12,7 +12,8 @@ import torch
 from parcalc.cli import app
 from parcalc.core.activations import ActivationConfig, layer_activations
 from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision
-from parcalc.core.memory import Parallelism, TrainingSetup, fp8_weight_cache, memory_breakdown, state_bytes
+from parcalc.core.layout import Layout
+from parcalc.core.memory import TrainingSetup, fp8_weight_cache, memory_breakdown, state_bytes
 from parcalc.core.model import TransformerModel
 from parcalc.core.offload import pcie_traffic
 from parcalc.core.optimizers import adafactor_state_ratio, muon_state_ratio
@@ -130,7 +131,7 @@ def test_fp8_gated_mlp_keeps_the_gate_and_up_in_bf16() -> None:
 
 def test_fp8_leaves_bf16_results_unchanged() -> None:
     model = load_model("llama3-8b")
-    par = Parallelism(tp=2, dp=4, zero=1, sequence_parallel=True)
+    par = Layout(tp=2, dp=4, zero=1, sequence_parallel=True)
     bf16 = memory_breakdown(model, par, TrainingSetup(1, 4096, precision=Precision.MIXED_BF16))
     assert bf16.worst.fp8_weights is None and bf16.layer.config.linear_input_bytes == 2.0
 
@@ -179,7 +180,7 @@ def test_optimizer_offload_split_by_hand() -> None:
     gradients (DeepSpeed estimate_zero2_model_states_mem_needs: gpu_mem = 2 Psi); the host holds
     (K 12 + fp32 gradient 4) x Psi / 8 per GPU (ZeRO-Offload)."""
     model = load_model("llama3-8b")
-    par = Parallelism(dp=8, zero=2)
+    par = Layout(dp=8, zero=2)
     off = memory_breakdown(model, par, TrainingSetup(1, 4096, offload_optimizer=True)).worst
     psi = off.parameters.value
     assert psi == 8_030_261_248
@@ -192,7 +193,7 @@ def test_optimizer_offload_split_by_hand() -> None:
 def test_activation_offload_split_by_hand() -> None:
     """GPU keeps two layers of one micro-batch; the host A_layer x L x n; PCIe A_layer x L x m each way."""
     model = load_model("llama3-8b")
-    par = Parallelism(pp=1, dp=1, micro_batches=4)
+    par = Layout(pp=1, dp=1)
     setup = TrainingSetup(1, 2048, flash_attention=True, offload_activations=True)
     worst = memory_breakdown(model, par, setup).worst
     a = memory_breakdown(model, par, TrainingSetup(1, 2048, flash_attention=True)).layer.per_layer.value
@@ -256,7 +257,7 @@ def test_optimizer_offload_shards_over_dp_and_cp() -> None:
     PCIe 2 x Psi / 8 each way; the same numbers as dp 8 without CP (test_optimizer_offload_split_by_hand).
     Before the fix the shard was Psi / 4 (dp only)."""
     model = load_model("llama3-8b")
-    par = Parallelism(dp=4, cp=2, zero=2)
+    par = Layout(dp=4, cp=2, zero=2)
     off = memory_breakdown(model, par, TrainingSetup(1, 4096, offload_optimizer=True)).worst
     psi = off.parameters.value
     assert psi == 8_030_261_248

@@ -37,7 +37,7 @@ def fit_inputs(run: BlackwellAmdRun) -> tuple:
     chunks = run.vp
     slots = model.layers + 2  # Megatron's account_for_embedding/loss_in_pipeline_split: embedding and loss as layer slots
     in_split = model.layers % (run.pp * chunks) != 0 and slots % (run.pp * chunks) == 0
-    config = Config(run.tp, run.pp, dp, run.micro_batch, Recompute.NONE, 3 if run.fsdp else 1, run.tp > 1,
+    config = Config.of(run.tp, run.pp, dp, run.micro_batch, Recompute.NONE, 3 if run.fsdp else 1, run.tp > 1,
                     Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks, None, None, in_split, in_split,
                     cp=run.cp, ep=run.ep, etp=1 if run.ep > 1 else None, moe_dispatcher=run.dispatcher)  # fmt: skip
     training = Training(run.global_batch, run.seq_len, precision, Optimizer.ADAMW, flash_attention=True, dropout=False, causal=True,

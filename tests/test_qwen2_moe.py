@@ -18,7 +18,8 @@ from parcalc.cli import app
 from parcalc.core.expert_parallel import moe_dense_params_per_rank
 from parcalc.core.flops import training_flops
 from parcalc.core.layer_ops import transformer_layer_ops
-from parcalc.core.memory import Parallelism, TrainingSetup, memory_breakdown
+from parcalc.core.layout import Layout
+from parcalc.core.memory import TrainingSetup, memory_breakdown
 from parcalc.presets import model_from_hf_config
 
 CONFIG = Path(__file__).parent / "fixtures" / "hf" / "qwen1.5-moe-a2.7b" / "config.json"
@@ -44,7 +45,7 @@ def test_gate_flops_and_memory_split() -> None:
     assert shared == 3 * 2 * 4096 * H * F_S + 2 * 4096 * H  # the shared expert's three GEMMs and its gate
     # one TP rank of t = 2: attention weights and q/k/v biases / 2, norms, router and the gate whole, the shared expert / 2
     assert moe_dense_params_per_rank(model, 2) == (4 * H * H + 3 * H) // 2 + 2 * H + H * E + H + 3 * H * F_S // 2
-    worst = memory_breakdown(model, Parallelism(dp=8, ep=4, zero=1), TrainingSetup(1, 4096, flash_attention=True)).worst
+    worst = memory_breakdown(model, Layout(dp=8, ep=4, zero=1), TrainingSetup(1, 4096, flash_attention=True)).worst
     assert worst.parameters.value == model.total_params - L * (E - E // 4) * 3 * H * F_E
 
 

@@ -132,7 +132,7 @@ def test_tp_collectives_replayed_by_op_recomputation() -> None:
 def _gpt3(n: int | None, recompute: Recompute = Recompute.FULL, chunks: int = 1) -> object:
     from parcalc.core.choices import Schedule
 
-    config = Config(8, 16, 8, 1, recompute, 1, True, Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks,
+    config = Config.of(8, 16, 8, 1, recompute, 1, True, Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks,
                     recompute_layers=n)  # fmt: skip
     return estimate(GPT3, config, Training(1536, 2048), a100_cluster(1024))
 

@@ -36,7 +36,7 @@ def test_strong_dp_on_an_ideal_network_is_amdahls_law() -> None:
     # (no ZeRO):  t_N = (B/N) tau + o,  so  S(N) = (B tau + o) / (B tau / N + o)  (Amdahl 1967 with the
     # serial share o) and E = S / N. tau and o come from the single-GPU estimate (the kernel model).
     model, training, net = gpt(4), Training(64, 512), cluster(1, ideal_network=True)
-    single = estimate(model, Config(1, 1, 1, 1), training, net)
+    single = estimate(model, Config.of(1, 1, 1, 1), training, net)
     tau = single.compute.term("t_f").value + single.compute.term("t_b").value
     o = single.optimizer.value
     curve = scaling_curve(model, training, net, POWERS, Rule(Family.DP), Mode.STRONG, 64)
@@ -153,7 +153,7 @@ def test_fixed_rule_grows_dp_only() -> None:
     assert isinstance(rule.config(2), str) and isinstance(rule.config(6), str)
     assert isinstance(rule.config(4), str)  # dp = 1: nothing to shard
     config = rule.config(16)
-    assert (config.tp, config.pp, config.dp, config.zero) == (2, 2, 4, 1)
+    assert (config.layout.tp, config.layout.pp, config.layout.dp, config.layout.zero) == (2, 2, 4, 1)
     assert batch_at(Mode.WEAK, 3, 16) == 48 and batch_at(Mode.STRONG, 3, 16) == 3
 
 

@@ -30,7 +30,7 @@ def rows_by_family(table):
 def kernel_pieces(model, training, gpus):
     """(tau, o): one micro-batch's forward + backward kernels on one GPU (b = 1, the whole model) and
     its optimizer step, from the kernel model (parcalc.core.timing.compute) via the single-GPU estimate."""
-    single = estimate(model, Config(1, 1, 1, 1), training, cluster(1, ideal_network=gpus.ideal_network))
+    single = estimate(model, Config.of(1, 1, 1, 1), training, cluster(1, ideal_network=gpus.ideal_network))
     tau = single.compute.term("t_f").value + single.compute.term("t_b").value
     return tau, single.optimizer.value
 
@@ -83,7 +83,7 @@ def test_ideal_fabric_makes_every_collective_free() -> None:
 
 def test_ideal_network_zeroes_every_communication_term() -> None:
     model, training = gpt(8), Training(8, 512)
-    for config in (Config(4, 1, 1, 1, sequence_parallel=True), Config(1, 4, 1, 1), Config(1, 1, 4, 1, zero=3), Config(2, 2, 1, 1)):
+    for config in (Config.of(4, 1, 1, 1, sequence_parallel=True), Config.of(1, 4, 1, 1), Config.of(1, 1, 4, 1, zero=3), Config.of(2, 2, 1, 1)):
         real, ideal = (estimate(model, config, training, cluster(4, ideal_network=flag)) for flag in (False, True))
         assert real.tp_comm.value + real.pp_comm.value + real.dp_comm.value > 0, config.label()
         assert (ideal.tp_comm.value, ideal.pp_comm.value, ideal.dp_comm.value) == (0.0, 0.0, 0.0), config.label()
@@ -116,7 +116,7 @@ def test_ideal_network_pipeline_speedup_is_the_closed_form_with_the_bubble(gpus:
     tau, o = kernel_pieces(model, training, net)
     p, m = gpus, batch
     pp = rows_by_family(timed_strategy_table(model, training, net, NONE, deepest=False))[("PP", Recompute.NONE)]
-    assert (pp.config.pp, pp.config.micro_batches(training)) == (p, m)
+    assert (pp.config.layout.pp, pp.config.micro_batches(training)) == (p, m)
     assert pp.speedup.value == pytest.approx((m * tau + o) / ((m + p - 1) * tau / p + o / p), rel=1e-9)
     closed = gpus / (1 + (p - 1) / m)
     assert pp.speedup.value == pytest.approx(closed, rel=o / (m * tau))

@@ -63,14 +63,13 @@ def test_moe_overlap_and_dispatcher_move_the_step_as_published() -> None:
     case = next(c for c in mc.CASES if c.key == "mbridge-skill-qwen3-30b-a3b-16xh100-bf16-hybridep-overlap")
     model, config, training, cluster = mc.inputs(case)
     with_overlap = estimate(model, config, training, cluster)
-    from dataclasses import replace
 
-    without = estimate(model, replace(config, ep_overlap="none"), training, cluster)
+    without = estimate(model, config.replaced(ep_overlap="none"), training, cluster)
     gain = without.step.value / with_overlap.step.value
     assert 1.05 < gain < 1.30
     assert with_overlap.ep_comm is not None and without.ep_comm is not None
     assert with_overlap.ep_comm.value < without.ep_comm.value
-    nccl = estimate(model, replace(config, ep_overlap="none", moe_dispatcher="alltoall"), training, cluster)
+    nccl = estimate(model, config.replaced(ep_overlap="none", moe_dispatcher="alltoall"), training, cluster)
     assert nccl.ep_comm is not None and nccl.ep_comm.value > without.ep_comm.value  # DeepEP's per-node dedup sends less
 
 
@@ -84,7 +83,7 @@ def test_fp8_over_bf16_on_a_dense_70b_model() -> None:
     model = load_model("llama3-70b")
     gpu = load_gpu("h100-sxm5")
     assert gpu.node is not None
-    config = Config(8, 1, 8, 1, Recompute.NONE, 1, True)
+    config = Config.of(8, 1, 8, 1, Recompute.NONE, 1, True)
     times = {}
     for precision in (Precision.MIXED_BF16, Precision.FP8):
         from parcalc.core.fit import Cluster
@@ -137,12 +136,11 @@ def test_rows_per_local_expert() -> None:
     ],
 )
 def test_bad_moe_settings_are_one_line_errors(changes: dict, message: str) -> None:
-    from dataclasses import replace
 
     case = next(c for c in mc.CASES if c.key == "mcore-moe-deepseek-v3-1024xh100-fp8blk")
     model, config, training, cluster = mc.inputs(case)
     with pytest.raises(InputError, match=message):
-        estimate(model, replace(config, **changes), training, cluster)
+        estimate(model, config.replaced(**changes), training, cluster)
 
 
 @pytest.mark.parametrize("value", ["1e308", "129", "nan", "-1", "", "abc"])

@@ -50,7 +50,7 @@ def test_h100_calibration_reproduces_its_run() -> None:
     assert CALIBRATION not in CASES
     assert err == pytest.approx(0.0, abs=0.01)
     _, config, _, cluster = inputs(CALIBRATION)
-    assert (config.tp, config.pp, config.dp, config.micro_batch, config.zero) == (1, 1, 8, 6, 3)
+    assert (config.layout.tp, config.layout.pp, config.layout.dp, config.micro_batch, config.layout.zero) == (1, 1, 8, 6, 3)
     assert cluster.gpus == cluster.gpus_per_node == 8  # one node: no network in the calibration
 
 
@@ -87,7 +87,7 @@ def test_search_ranks_the_published_layout_in_the_best_tenth(case: Case) -> None
         layout = (int(columns["tp"][i]), int(columns["pp"][i]), int(columns["dp"][i]))
         best[layout] = min(best.get(layout, float("inf")), float(columns["t_step"][i]))
     ranking = sorted(best, key=best.__getitem__)
-    rank = ranking.index((config.tp, config.pp, config.dp)) + 1
+    rank = ranking.index((config.layout.tp, config.layout.pp, config.layout.dp)) + 1
     assert len(ranking) >= 10
     assert rank <= 0.1 * len(ranking), f"{case.key}: published layout {rank} of {len(ranking)}; best {ranking[:3]}"
 
@@ -108,7 +108,7 @@ def test_gpt3_published_layout_is_within_8_percent_of_the_search_best() -> None:
     result = search(model, training, cluster, space)
     columns = result.evaluated.columns
     times = {(int(columns["tp"][i]), int(columns["pp"][i]), int(columns["dp"][i])): float(columns["t_step"][i]) for i in result.ranked()[::-1]}
-    published = times[(config.tp, config.pp, config.dp)]
+    published = times[(config.layout.tp, config.layout.pp, config.layout.dp)]
     assert published / min(times.values()) - 1 == pytest.approx(0.068, abs=0.01)
 
 

@@ -19,7 +19,8 @@ from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, estimate, invalid_reason
 from parcalc.core.fit_search import COST_FIELDS, SearchSpace, search, search_splits
 from parcalc.core.flops import stage_flops, training_flops
-from parcalc.core.memory import Parallelism, TrainingSetup, memory_breakdown
+from parcalc.core.layout import Layout
+from parcalc.core.memory import TrainingSetup, memory_breakdown
 from parcalc.core.pipeline import analyse_bubble, pass_times
 from parcalc.core.stages import (
     balanced_splits,
@@ -192,8 +193,8 @@ def test_split_text_and_derivation() -> None:
 def test_memory_of_the_seven_layer_first_stage_by_hand() -> None:
     # Llama 3 405B, t = 8, p = 16 (7 + 14 x 8 + 7), b = 1, s = 8192, FlashAttention, no dropout,
     # mixed bf16 AdamW (2 + 2 + 12 bytes per parameter), 1F1B with m = 16.
-    par = Parallelism(tp=8, pp=16, micro_batches=16, first_stage_layers=7, last_stage_layers=7)
-    setup = TrainingSetup(1, 8192, flash_attention=True, dropout=False)
+    par = Layout(tp=8, pp=16, first_stage_layers=7, last_stage_layers=7)
+    setup = TrainingSetup(1, 8192, flash_attention=True, dropout=False, micro_batches=16)
     first = memory_breakdown(LLAMA, par, setup).stages[0]
     h, q, kv, f, v, t, a, s = 16384, 16384, 1024, 53248, 128256, 8, 128, 8192
     # one layer on one TP rank: Q, K, V, O, gate, up, down split over t; two RMSNorm weights whole
@@ -218,8 +219,8 @@ def test_memory_of_the_seven_layer_first_stage_by_hand() -> None:
 
 def test_the_fullest_stage_is_the_first_middle_one() -> None:
     # 8 layers x 15 micro-batches on stage 2 outweigh 7 x 16 on stage 1
-    par = Parallelism(tp=8, pp=16, micro_batches=16, first_stage_layers=7, last_stage_layers=7)
-    breakdown = memory_breakdown(LLAMA, par, TrainingSetup(1, 8192, flash_attention=True))
+    par = Layout(tp=8, pp=16, first_stage_layers=7, last_stage_layers=7)
+    breakdown = memory_breakdown(LLAMA, par, TrainingSetup(1, 8192, flash_attention=True, micro_batches=16))
     assert [int(x.layers.value) for x in breakdown.stages] == [7] + [8] * 14 + [7]
     assert breakdown.worst.stage == 1
 
@@ -237,7 +238,7 @@ def test_stage_flops_add_up_to_the_total() -> None:
 
 
 def test_comm_follows_the_stage_layers() -> None:
-    par = comm.Parallelism(tp=8, pp=16, dp=2, first_stage_layers=7, last_stage_layers=7)
+    par = comm.Layout(tp=8, pp=16, dp=2, first_stage_layers=7, last_stage_layers=7)
     assert [len(r) for r in comm.stage_layers(126, 16, 7, 7)] == [7] + [8] * 14 + [7]
     work = comm.Workload(32, 1, 8192, 2.0, 2.0)
     net = comm.Network(intra=load_link("nvlink4", ()), inter=load_link("ib-ndr", ()))
@@ -272,16 +273,16 @@ def h100_cluster(gpus: int) -> Cluster:
 def test_fit_uses_the_slowest_stage() -> None:
     training = Training(256, 8192, flash_attention=True)
     cluster = h100_cluster(2048)
-    uneven = Config(8, 16, 16, 1, Recompute.NONE, 1, True, first_stage_layers=7, last_stage_layers=7)
+    uneven = Config.of(8, 16, 16, 1, Recompute.NONE, 1, True, first_stage_layers=7, last_stage_layers=7)
     assert invalid_reason(LLAMA, uneven, training, cluster) is None
     est = estimate(LLAMA, uneven, training, cluster)
     assert "8 layers" in est.compute.term("t_f").description  # a middle stage sets the pace
     assert est.memory.worst.stage == 1
     # the same model with 128 layers on 16 equal stages runs no faster: 8 layers per stage either way
-    deeper = estimate(replace(LLAMA, layers=128), replace(uneven, first_stage_layers=None, last_stage_layers=None), training, cluster)
+    deeper = estimate(replace(LLAMA, layers=128), uneven.replaced(first_stage_layers=None, last_stage_layers=None), training, cluster)
     assert deeper.step.value >= est.step.value
     assert "do not split evenly" in (
-        invalid_reason(LLAMA, replace(uneven, first_stage_layers=6, last_stage_layers=6), training, cluster) or ""
+        invalid_reason(LLAMA, uneven.replaced(first_stage_layers=6, last_stage_layers=6), training, cluster) or ""
     )
 
 
@@ -299,11 +300,11 @@ def test_the_search_tries_uneven_splits_and_keeps_the_best() -> None:
     for i in random.Random(5).sample(range(len(found.evaluated)), 6):
         config = found.evaluated.config(i)
         assert invalid_reason(LLAMA, config, training, cluster) is None
-        others = [replace(config, first_stage_layers=f, last_stage_layers=z) for f, z in search_splits(126, 16)]
+        others = [config.replaced(first_stage_layers=f, last_stage_layers=z) for f, z in search_splits(126, 16)]
         options = [estimate(LLAMA, x, training, cluster) for x in others if invalid_reason(LLAMA, x, training, cluster) is None]
         fitting = [e for e in options if e.fits]
         chosen = min(fitting, key=lambda e: (e.step.value, e.total_memory)) if fitting else min(options, key=lambda e: e.total_memory)
-        assert (config.first_stage_layers, config.last_stage_layers) == (chosen.config.first_stage_layers, chosen.config.last_stage_layers)
+        assert (config.layout.first_stage_layers, config.layout.last_stage_layers) == (chosen.config.layout.first_stage_layers, chosen.config.layout.last_stage_layers)
 
 
 def test_a_pinned_split_is_the_only_one_searched() -> None:
@@ -329,7 +330,7 @@ def test_vectorised_search_agrees_with_the_scalar_estimate_on_uneven_splits(laye
                       allow_cross_node_tp=True)  # fmt: skip
     found = search(model, training, cluster, SearchSpace(zero_stages=zero_stages))
     evaluated = found.evaluated
-    uneven = [i for i in range(len(evaluated)) if evaluated.config(i).first_stage_layers is not None
+    uneven = [i for i in range(len(evaluated)) if evaluated.config(i).layout.first_stage_layers is not None
               and evaluated.columns["fits"][i]]  # the search times what fits
     assert len(uneven) > 50
     for i in random.Random(layers).sample(uneven, 50):

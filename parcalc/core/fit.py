@@ -45,15 +45,14 @@ from parcalc.core.activations import check_count
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.context import check_context_parallel
 from parcalc.core.hardware import Gpu, Link
+from parcalc.core.layout import Layout
 from parcalc.core.memory import (
     DEFAULT_RESERVE_BYTES,
     MemoryBreakdown,
-    Parallelism,
     TrainingSetup,
     memory_breakdown,
 )
 from parcalc.core.model import TransformerModel
-from parcalc.core.stages import stage_ends, stage_split
 from parcalc.core.timing.compute import ComputeSpec, compute_spec
 from parcalc.core.timing.framework import MEGATRON, Framework
 from parcalc.core.timing.network import Fabric, node_fabric, placement
@@ -163,27 +162,19 @@ class StageEnds(TypedDict):
     last: int | None
 
 
+# The fields of Layout a Config's flat constructor (Config.of) and Config.replaced route to its layout
+LAYOUT_FIELDS = frozenset(Layout._fields)
+
+
 @dataclass(frozen=True)
 class Config:
-    tp: int
-    pp: int
-    dp: int
+    """One candidate run: its parallel layout (parcalc.core.layout.Layout) and how each replica runs a
+    step on it: the micro-batch size, recomputation, and how the MoE layers exchange tokens."""
+
+    layout: Layout
     micro_batch: int
     recompute: Recompute = Recompute.NONE
-    zero: int = 0
-    sequence_parallel: bool = False
-    schedule: Schedule = Schedule.ONE_F_ONE_B
-    chunks: int = 1
-    first_stage_layers: int | None = None  # Megatron-LM's uneven first / last stage (parcalc.core.stages); None: L/p
-    last_stage_layers: int | None = None
-    embedding_in_split: bool = False  # the embedding / the loss as one layer slot of the split (parcalc.core.stages)
-    loss_in_split: bool = False
-    cp: int = 1  # context parallelism; GPUs = tp x pp x cp x dp (see memory.Parallelism)
-    ep: int = 1  # expert parallelism, folded over tp x cp x dp (see memory.Parallelism)
-    etp: int | None = None
-    cp_comm: str = "p2p"  # how attention gets the other CP ranks' K/V (parcalc.core.context.CpComm)
     recompute_layers: int | None = None  # with full: layers of each stage chunk recomputed (Megatron-LM block; None: all)
-    shard_group: int | None = None  # hybrid sharding: ZeRO over S of the dp x cp ranks (parcalc.core.sharding); None: all
     # How the MoE layers exchange tokens (parcalc.core.timing.moe): the busiest rank's share over the
     # balanced one, the dispatcher, node-limited routing, and what hides the exchanges.
     moe_imbalance: float = 1.0
@@ -191,61 +182,78 @@ class Config:
     max_nodes_per_token: int | None = None
     ep_overlap: str = "none"
 
+    @classmethod
+    def of(cls, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute = Recompute.NONE, zero: int = 0,
+           sequence_parallel: bool = False, schedule: Schedule = Schedule.ONE_F_ONE_B, chunks: int = 1,
+           first_stage_layers: int | None = None, last_stage_layers: int | None = None, embedding_in_split: bool = False,
+           loss_in_split: bool = False, **settings: Any) -> Config:
+        """A Config from flat settings: the Layout's fields (tp, pp, dp, zero, schedule, ..., and cp, ep, etp, cp_comm,
+        shard_group, gpus_per_node by name) and the Config's own (micro_batch, recompute, recompute_layers, moe_*)."""
+        layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, sequence_parallel=sequence_parallel, schedule=schedule, chunks=chunks,
+                        first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+                        embedding_in_split=embedding_in_split, loss_in_split=loss_in_split,
+                        **{k: v for k, v in settings.items() if k in LAYOUT_FIELDS})  # fmt: skip
+        return cls(layout, micro_batch, recompute, **{k: v for k, v in settings.items() if k not in LAYOUT_FIELDS})
+
+    def replaced(self, **changes: Any) -> Config:
+        """This Config with some settings changed, a Layout's field or a Config's own."""
+        moved = {k: v for k, v in changes.items() if k in LAYOUT_FIELDS}
+        own = {k: v for k, v in changes.items() if k not in LAYOUT_FIELDS}
+        return replace(self, layout=self.layout._replace(**moved), **own) if moved else replace(self, **own)
+
     def experts(self) -> Any:
         """The MoE settings as the timing takes them (parcalc.core.timing.moe.ExpertShard)."""
         from parcalc.core.timing.moe import ExpertShard
 
-        return ExpertShard(self.ep, self.tp if self.etp is None else self.etp, self.moe_imbalance, self.moe_dispatcher,
+        return ExpertShard(self.layout.ep, self.layout.expert_tp, self.moe_imbalance, self.moe_dispatcher,
                            self.max_nodes_per_token, self.ep_overlap)  # fmt: skip
 
     def micro_batches(self, training: Training) -> int:
         """Micro-batches per replica per iteration: B / (d b)."""
-        return training.global_batch // (self.dp * self.micro_batch)
+        return training.global_batch // (self.layout.dp * self.micro_batch)
 
     def label(self) -> str:
-        parts = [f"TP {self.tp} x PP {self.pp}" + (f" x CP {self.cp} ({self.cp_comm})" if self.cp > 1 else "") + f" x DP {self.dp}",
-                 f"b = {self.micro_batch}"]
-        if self.ep > 1 or self.etp is not None:
-            parts.append(f"EP {self.ep}" + (f" x ETP {self.etp}" if self.etp is not None else "")
+        lay = self.layout
+        parts = [lay.degrees_label(), f"b = {self.micro_batch}"]
+        if lay.ep > 1 or lay.etp is not None:
+            parts.append(f"EP {lay.ep}" + (f" x ETP {lay.etp}" if lay.etp is not None else "")
                          + (f" ({self.moe_dispatcher}" + (f", at most {self.max_nodes_per_token} node{'s' if self.max_nodes_per_token != 1 else ''}"
                                                           " per token" if self.max_nodes_per_token else "")
                             + (f", {self.ep_overlap} overlap" if self.ep_overlap != "none" else "") + ")"
                             if (self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap) != ("alltoall", None, "none") else ""))
-        if self.zero:
-            parts.append(f"ZeRO-{self.zero}")
-        if self.shard_group is not None and self.shard_group < self.dp * self.cp:
-            parts.append(f"shard group {self.shard_group}")
-        if self.sequence_parallel:
+        if lay.zero:
+            parts.append(f"ZeRO-{lay.zero}")
+        if lay.shard_group is not None and lay.shard_group < lay.dp * lay.cp:
+            parts.append(f"shard group {lay.shard_group}")
+        if lay.sequence_parallel:
             parts.append("SP")
         parts.append(f"recompute {self.recompute.value}" + (f" ({self.recompute_layers} layers per stage chunk)"
                                                             if self.recompute_layers is not None else ""))
-        if self.pp > 1:
-            parts.append(self.schedule.label + (f" v = {self.chunks}" if self.chunks > 1 else ""))
-        if self.first_stage_layers is not None:
-            parts.append(f"first stage {self.first_stage_layers} layers")
-        if self.last_stage_layers is not None:
-            parts.append(f"last stage {self.last_stage_layers} layers")
-        slots = [what for what, on in (("embedding", self.embedding_in_split), ("loss", self.loss_in_split)) if on]
+        if lay.pp > 1:
+            parts.append(lay.schedule.label + (f" v = {lay.chunks}" if lay.chunks > 1 else ""))
+        if lay.first_stage_layers is not None:
+            parts.append(f"first stage {lay.first_stage_layers} layers")
+        if lay.last_stage_layers is not None:
+            parts.append(f"last stage {lay.last_stage_layers} layers")
+        slots = [what for what, on in (("embedding", lay.embedding_in_split), ("loss", lay.loss_in_split)) if on]
         if slots:
             parts.append(" and ".join(slots) + " in the split")
         return ", ".join(parts)
 
     def stage_layers(self, model: TransformerModel) -> tuple[int, ...]:
         """Transformer layers of each pipeline stage (parcalc.core.stages: Megatron-LM's rule)."""
-        return stage_split(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
-                           embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)
+        return self.layout.stage_layers(model.layers)
 
     def stage_ends(self, model: TransformerModel) -> StageEnds:
         """The layers of the first and last stage as the timing pieces take them (parcalc.core.stages.stage_ends)."""
-        first, last = stage_ends(model.layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
-                                 embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip
+        first, last = self.layout.stage_ends(model.layers)
         return {"first": first, "last": last}
 
 
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:
     """Why a configuration cannot run (divisibility, placement), or None when it can."""
-    t, p, d, b, c = config.tp, config.pp, config.dp, config.micro_batch, config.cp
-    stack = cluster.framework.layout_reason(t, p, c, config.ep, config.zero)  # a data-parallel-only stack (the hf profile)
+    t, p, d, b, c = config.layout.tp, config.layout.pp, config.layout.dp, config.micro_batch, config.layout.cp
+    stack = cluster.framework.layout_reason(t, p, c, config.layout.ep, config.layout.zero)  # a data-parallel-only stack (the hf profile)
     if stack is not None:
         return stack
     from parcalc.core.memory_timeline import recompute_reason
@@ -263,9 +271,9 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
     if (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
         return (f"tp = {t} spans nodes of {cluster.gpus_per_node} GPUs (tp must divide the GPUs of a node; "
                 "allow with --allow-cross-node-tp, costed on the slowest group's network)")
-    if config.first_stage_layers is None and config.last_stage_layers is None and not (config.embedding_in_split or config.loss_in_split):
-        if model.layers % (p * config.chunks):
-            return f"pp x chunks = {p} x {config.chunks} does not divide the {model.layers} layers"
+    if config.layout.first_stage_layers is None and config.layout.last_stage_layers is None and not (config.layout.embedding_in_split or config.layout.loss_in_split):
+        if model.layers % (p * config.layout.chunks):
+            return f"pp x chunks = {p} x {config.layout.chunks} does not divide the {model.layers} layers"
     else:
         try:
             config.stage_layers(model)
@@ -274,40 +282,40 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
     if training.global_batch % (d * b):
         return f"dp x micro-batch = {d} x {b} does not divide the global batch of {training.global_batch}"
     m = config.micro_batches(training)
-    if config.schedule is Schedule.INTERLEAVED and (p == 1 or m % p):
+    if config.layout.schedule is Schedule.INTERLEAVED and (p == 1 or m % p):
         return f"the interleaved schedule needs p > 1 and m a multiple of p (p = {p}, m = {m})"
-    if config.chunks > 1 and config.schedule is not Schedule.INTERLEAVED:
+    if config.layout.chunks > 1 and config.layout.schedule is not Schedule.INTERLEAVED:
         return "only the interleaved schedule has model chunks"
     if c > 1:
         try:
-            check_context_parallel(model, training.seq_len, c, config.cp_comm, t, training.causal)
+            check_context_parallel(model, training.seq_len, c, config.layout.cp_comm, t, training.causal)
         except InputError as error:
             return str(error).removeprefix("--cp: ").removeprefix("--cp-comm ")
-        if config.sequence_parallel and (training.seq_len // c) % t:
+        if config.layout.sequence_parallel and (training.seq_len // c) % t:
             return f"sequence parallelism needs the sequence shard s/cp = {training.seq_len // c} divisible by tp = {t}"
-    if config.zero and d * c == 1:
+    if config.layout.zero and d * c == 1:
         return "ZeRO shards over the data-parallel ranks; dp = 1 has none"
-    if config.sequence_parallel and t == 1:
+    if config.layout.sequence_parallel and t == 1:
         return "sequence parallelism needs tp > 1"
-    if config.zero not in (0, 1, 2, 3):
-        return f"ZeRO stage {config.zero} does not exist"
+    if config.layout.zero not in (0, 1, 2, 3):
+        return f"ZeRO stage {config.layout.zero} does not exist"
     engine = cluster.framework.at(p)
-    if p > 1 and engine is not cluster.framework and config.zero not in engine.zero_stages:
+    if p > 1 and engine is not cluster.framework and config.layout.zero not in engine.zero_stages:
         stages = "/".join(str(z) for z in engine.zero_stages)
-        return (f"{cluster.framework.name}'s pipeline engine runs ZeRO-{stages} only, not ZeRO-{config.zero} with pp = {p} "
+        return (f"{cluster.framework.name}'s pipeline engine runs ZeRO-{stages} only, not ZeRO-{config.layout.zero} with pp = {p} "
                 f"(see `parcalc presets show {cluster.framework.key}`)")
-    if config.shard_group is not None:
+    if config.layout.shard_group is not None:
         from parcalc.core.sharding import check_shard_group
 
         try:
-            check_shard_group(config.shard_group, d * c, config.zero)
+            check_shard_group(config.layout.shard_group, d * c, config.layout.zero)
         except InputError as error:
             return str(error)
-    if model.moe is not None or config.ep != 1 or config.etp is not None:
+    if model.moe is not None or config.layout.ep != 1 or config.layout.etp is not None:
         from parcalc.core.expert_parallel import expert_layout
 
         try:
-            expert_layout(model, t, config.cp, d, config.ep, config.etp)
+            expert_layout(model, t, config.layout.cp, d, config.layout.ep, config.layout.etp)
             if model.moe is not None:
                 from parcalc.core.timing.moe import check_routing
 
@@ -331,24 +339,20 @@ def recomputed_layers(model: TransformerModel, config: Config) -> int | None:
     if config.recompute_layers is None:
         return None
     split = config.stage_layers(model)
-    check_recompute_layers(config.recompute_layers, config.recompute, chunk_layers(split, config.chunks), model)
-    return recomputed_layer_count(config.recompute_layers, split, config.chunks)
+    check_recompute_layers(config.recompute_layers, config.recompute, chunk_layers(split, config.layout.chunks), model)
+    return recomputed_layer_count(config.recompute_layers, split, config.layout.chunks)
 
 
 def memory_of(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> MemoryBreakdown:
     """parcalc.core.memory's breakdown for this configuration on the cluster's GPU."""
-    par = Parallelism(config.tp, config.pp, config.dp, config.sequence_parallel, config.zero, config.schedule,
-                      config.micro_batches(training), config.chunks, config.first_stage_layers, config.last_stage_layers,
-                      config.embedding_in_split, config.loss_in_split, cp=config.cp, cp_comm=config.cp_comm, ep=config.ep,
-                      etp=config.etp, shard_group=config.shard_group)  # fmt: skip
     setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations,
                           config.recompute_layers, moe_imbalance=config.moe_imbalance,
-                          grad_copies=bool(cluster.framework.at(config.pp).accumulation_bytes(training.precision)),
+                          grad_copies=bool(cluster.framework.at(config.layout.pp).accumulation_bytes(training.precision)),
                           recompute_modules=selective_modules(config, training),
-                          step_memory=cluster.framework.step_memory)  # fmt: skip
-    return memory_breakdown(model, par, setup)
+                          step_memory=cluster.framework.step_memory, micro_batches=config.micro_batches(training))  # fmt: skip
+    return memory_breakdown(model, config.layout, setup)
 
 
 def selective_modules(config: Config, training: Training) -> tuple[str, ...] | None:
@@ -457,7 +461,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     check_config(model, config, training, cluster)
     _check_cluster(cluster)
     breakdown = memory_of(model, config, training, cluster)
-    t, p, d, b, v, c = config.tp, config.pp, config.dp, config.micro_batch, config.chunks, config.cp
+    t, p, d, b, v, c = config.layout.tp, config.layout.pp, config.layout.dp, config.micro_batch, config.layout.chunks, config.layout.cp
     m = config.micro_batches(training)
     n = cluster.gpus
     counted = training_flops(model, training.global_batch, training.seq_len, recompute=config.recompute.value,
@@ -465,22 +469,22 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                              recompute_modules=selective_modules(config, training))  # fmt: skip
     f_model, f_hw = counted.model, counted.hardware
     ends = config.stage_ends(model)
-    stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.sequence_parallel, config.recompute, training, cluster, **ends,
-                                           cp=c, cp_comm=config.cp_comm, experts=config.experts() if model.moe is not None else None,
+    stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.layout.sequence_parallel, config.recompute, training, cluster, **ends,
+                                           cp=c, cp_comm=config.layout.cp_comm, experts=config.experts() if model.moe is not None else None,
                                            recompute_layers=config.recompute_layers, chunks=v)  # fmt: skip
-    sg = config.shard_group if config.zero else None  # hybrid sharding applies to ZeRO-1/2/3
-    dp = dp_pieces(model, t, p, d * c, training, cluster, **ends, shard_group=sg, ep=config.ep, etp=config.etp)  # over the dp-cp group
-    by_kind = stage_kinds(model, t, p, b, config.sequence_parallel, config.recompute, training, cluster, stage, **ends, cp=c,
+    sg = config.layout.shard_group if config.layout.zero else None  # hybrid sharding applies to ZeRO-1/2/3
+    dp = dp_pieces(model, t, p, d * c, training, cluster, **ends, shard_group=sg, ep=config.layout.ep, etp=config.layout.etp)  # over the dp-cp group
+    by_kind = stage_kinds(model, t, p, b, config.layout.sequence_parallel, config.recompute, training, cluster, stage, **ends, cp=c,
                           experts=config.experts() if model.moe is not None else None, recompute_layers=config.recompute_layers,
                           chunks=v)  # fmt: skip
     stage = with_accumulation(stage, dp.accumulate)
     framework = cluster.framework.at(p)
-    t_dp = float(dp_exposed(config.zero, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
+    t_dp = float(dp_exposed(config.layout.zero, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
                             reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                             layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
-    t_opt = float(optimizer_step_time(model, t, p, d * c, config.zero, training, cluster, **ends, shard_group=sg, ep=config.ep, etp=config.etp))
+    t_opt = float(optimizer_step_time(model, t, p, d * c, config.layout.zero, training, cluster, **ends, shard_group=sg, ep=config.layout.ep, etp=config.layout.etp))
     offloading = training.offload_optimizer or training.offload_activations
-    t_off = float(offload_step_time(model, t, p, d * c, config.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
+    t_off = float(offload_step_time(model, t, p, d * c, config.layout.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends,
                                     shard_group=sg)) if offloading else 0.0  # fmt: skip
     host = _host_derivation(model, config, training, cluster, stage, m, t_opt)
@@ -508,19 +512,19 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     if t > 1:
         group = placement(t, 1, cluster.gpus_per_node)
         where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
-        what = "all-gather + reduce-scatter (sequence parallelism)" if config.sequence_parallel else "all-reduce"
+        what = "all-gather + reduce-scatter (sequence parallelism)" if config.layout.sequence_parallel else "all-reduce"
         if config.recompute is Recompute.FULL and config.recompute_layers is None:
             calls = f"6 x {stage.layers} layers of {what}"
         elif config.recompute is Recompute.FULL:
             calls = f"4 x {stage.layers} layers of {what}, 2 more in each recomputed layer"
         elif config.recompute is Recompute.OP:
             calls = (f"4 x {stage.layers} layers of {what}, and the "
-                     + ("2 all-gathers" if config.sequence_parallel else "2 all-reduces") + " replayed by op-level recomputation")
+                     + ("2 all-gathers" if config.layout.sequence_parallel else "2 all-reduces") + " replayed by op-level recomputation")
         else:
             calls = f"4 x {stage.layers} layers of {what}"
         inputs = [m_term, _t("C_tp", "C_tp", stage.tp, "s", f"{calls} of b s h over t = {t} ({where}), NCCL model")]
         regather = ""  # SP: Megatron-LM gathers each column-parallel input again in backward (timing.step.regather_per_layer)
-        if config.sequence_parallel:
+        if config.layout.sequence_parallel:
             gather, dgrads = sp_regather(model, t, b, training, cluster)
             inputs += [_t("L_s", "L_s", stage.layers, "", "layers of the slowest stage"),
                        _t("T_ag", "T_ag", gather, "s", "one all-gather of b s h: a column-parallel linear's input, gathered again in backward "
@@ -568,13 +572,13 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"], training)
     from parcalc.core.expert_parallel import expert_dp
 
-    fullest, traffic = optimizer_traffic(model, t, p, training, **ends, ep=config.ep, etp=config.etp, ranks=d * c)
-    shards = (d * c if sg is None else sg) if config.zero >= 1 else 1
+    fullest, traffic = optimizer_traffic(model, t, p, training, **ends, ep=config.layout.ep, etp=config.layout.etp, ranks=d * c)
+    shards = (d * c if sg is None else sg) if config.layout.zero >= 1 else 1
     formula, expert_terms = "$P × $Q_p / ($BW × $e_mem × $x × $d_z)", []
     if fullest.experts:  # routed experts: their states shard over expert-DP (parcalc.core.timing.step.optimizer_step_time)
         formula = "(($P - $P_x) / $d_z + $P_x / $d_x) × $Q_p / ($BW × $e_mem × $x)"
-        expert_terms = [_t("P_x", "P_x", fullest.experts, "", f"routed-expert parameters among them (experts / ep = {config.ep})", latex=r"P_{x}"),
-                        _t("d_x", "d_x", expert_dp(t, d * c, config.ep, config.etp) if config.zero >= 1 else 1, "",
+        expert_terms = [_t("P_x", "P_x", fullest.experts, "", f"routed-expert parameters among them (experts / ep = {config.layout.ep})", latex=r"P_{x}"),
+                        _t("d_x", "d_x", expert_dp(t, d * c, config.layout.ep, config.layout.etp) if config.layout.zero >= 1 else 1, "",
                            "ranks the experts' states are sharded over (ZeRO-1 and up: expert-DP, tp x dp x cp / (ep x etp))", latex=r"d_{x}")]  # fmt: skip
     optimizer = _derivation(
         "t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",
@@ -640,11 +644,11 @@ def _host_derivation(model: TransformerModel, config: Config, training: Training
     from parcalc.core.timing.step import stage_launches
 
     costs = cluster.framework.host
-    if costs is None or config.pp > 1:
+    if costs is None or config.layout.pp > 1:
         return None
     n_f, n_b = stage_launches(model, config, training, cluster)
-    sizes = [x.rows * x.cols for x in parameter_tensors(model)] if config.tp == 1 else []
-    n_opt = optimizer_launches(sizes) if sizes and not training.offload_optimizer and config.zero == 0 else 0
+    sizes = [x.rows * x.cols for x in parameter_tensors(model)] if config.layout.tp == 1 else []
+    n_opt = optimizer_launches(sizes) if sizes and not training.offload_optimizer and config.layout.zero == 0 else 0
     g_f, g_b = float(stage.forward), float(stage.backward + stage.recompute)
     phases = [Phase(n_f * costs.forward, g_f), Phase(n_b * costs.backward, g_b)] * m + [Phase(n_opt * costs.optimizer, t_opt)]
     value = host_exposed(phases)
@@ -682,9 +686,9 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
     terms = [_t("B_pcie", "B_pcie", bw.value, "B/s", f"{link.name} bandwidth per direction", bw.source, r"B_{\mathrm{pcie}}")]
     parts = []
     if training.offload_optimizer:
-        params = _fullest_stage(model, config.tp, config.pp, **config.stage_ends(model)).params
-        ranks = config.dp * config.cp if config.shard_group is None else config.shard_group  # hybrid sharding: 1/S
-        shard = params / ranks if config.zero >= 1 else params
+        params = _fullest_stage(model, config.layout.tp, config.layout.pp, **config.stage_ends(model)).params
+        ranks = config.layout.dp * config.layout.cp if config.layout.shard_group is None else config.layout.shard_group  # hybrid sharding: 1/S
+        shard = params / ranks if config.layout.zero >= 1 else params
         per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         q_cpu = optimizer_bytes(per.states, 4.0, per.weight, True, state_bytes=per.per_state)
         terms += [_t("psi_z", "Ψ_z", shard, "", "parameters of this GPU's optimizer shard", latex=r"\Psi_z"),
@@ -711,10 +715,10 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
     """t_cp: the context-parallel exchanges of one micro-batch left exposed, times m (parcalc.core.timing.context)."""
     from parcalc.core.context import TE_CP, CpComm, cp_comm_of
 
-    kind = cp_comm_of(config.cp_comm)
-    group = placement(config.cp, config.tp, cluster.gpus_per_node)
+    kind = cp_comm_of(config.layout.cp_comm)
+    group = placement(config.layout.cp, config.layout.tp, cluster.gpus_per_node)
     where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
-    inputs = [m_term, _t("C_cp", "C_cp", stage.cp_total, "s", f"{kind.value} exchanges of one micro-batch over cp = {config.cp} "
+    inputs = [m_term, _t("C_cp", "C_cp", stage.cp_total, "s", f"{kind.value} exchanges of one micro-batch over cp = {config.layout.cp} "
                          f"({where}), {stage.layers} layers, NCCL model", TE_CP),
               _t("E_cp", "E_cp", stage.cp, "s", "of which exposed: " + (
                   "per ring step max(0, t_send - t_attention / cp) (TE overlaps each step's send with the attention of the block before)"
@@ -731,14 +735,14 @@ def _dualpipe_note(model: TransformerModel, config: Config, training: Training, 
     from parcalc.core.timing.step import layer_pieces
     from parcalc.units import format_time as _ms
 
-    lp = layer_pieces(model, config.tp, config.micro_batch, config.sequence_parallel, config.recompute, training, cluster,
-                      cp=config.cp, cp_comm=config.cp_comm, experts=config.experts())  # fmt: skip
+    lp = layer_pieces(model, config.layout.tp, config.micro_batch, config.layout.sequence_parallel, config.recompute, training, cluster,
+                      cp=config.layout.cp, cp_comm=config.layout.cp_comm, experts=config.experts())  # fmt: skip
     f, b = float(stage.forward), float(stage.backward + stage.recompute)
     w = (stage.layers - stage.moe_layers) * lp.wgrad_dense + stage.moe_layers * lp.wgrad_moe
-    p = config.pp
+    p = config.layout.pp
     one_f_one_b = (p - 1) * (f + b)
     dualpipe = dualpipe_bubble(p, f, b, w)
-    return (f"schedule approximated as {'interleaved ' if config.chunks > 1 else ''}1F1B: DualPipe (DeepSeek-V3 sec. 3.2.1, Table 2: "
+    return (f"schedule approximated as {'interleaved ' if config.layout.chunks > 1 else ''}1F1B: DualPipe (DeepSeek-V3 sec. 3.2.1, Table 2: "
             f"bubble (p/2 - 1)(F&B + B - 3W) per step with F, B, W of one of its two chunks per GPU; F&B taken as F + B) would leave "
             f"{_ms(dualpipe)} idle per iteration where 1F1B's (p - 1)(F + B) is {_ms(one_f_one_b)} here (per micro-batch of the "
             f"slowest stage F = {_ms(f)}, B = {_ms(b)}, of which weight gradients W = {_ms(w)}), and holds 2x the parameters",)
@@ -751,7 +755,7 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
     from parcalc.core.timing.moe import COMM_SMS, COMM_SMS_SOURCE, OVERLAP_SOURCE, unpaired_micro_batches
     from parcalc.core.timing.network import placement as place
 
-    if model.moe is None or (config.ep == 1 and (config.etp or config.tp) == 1):
+    if model.moe is None or (config.layout.ep == 1 and (config.layout.etp or config.layout.tp) == 1):
         return None
     experts = config.experts()
     group = place(experts.ep, experts.etp, cluster.gpus_per_node)
@@ -759,7 +763,7 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
     how = ("NCCL all-to-all: every token copy for another node over the network" if experts.dispatcher == "alltoall"
            else "DeepEP-style: one copy per token and destination node over the network, forwarded over NVLink"
            + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else ""))  # fmt: skip
-    alone = float(unpaired_micro_batches(config.pp, config.chunks, m))
+    alone = float(unpaired_micro_batches(config.layout.pp, config.layout.chunks, m))
     inputs = [_t("m", "m", m, "", "micro-batches per replica"),
               _t("u", "u", alone, "", "micro-batches without a partner (pipeline warm-up; all of them without 1F1B overlap)"),
               _t("L_m", "L_MoE", stage.moe_layers, "", "MoE layers of the slowest stage", latex=r"L_{\mathrm{MoE}}"),
@@ -779,24 +783,24 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
 def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float,
                    training: Training) -> Derivation:  # fmt: skip
     """t_dp with the collectives it is made of, in words (the formula is parcalc.core.timing.step.dp_exposed)."""
-    d, z = config.dp * config.cp, config.zero  # gradients sync over the dp-cp group (Megatron-LM; dp_pieces gets d x cp)
+    d, z = config.layout.dp * config.layout.cp, config.layout.zero  # gradients sync over the dp-cp group (Megatron-LM; dp_pieces gets d x cp)
     label = "Data-parallel communication exposed per iteration"
     if d == 1:
         return _zero("t_dp", label, "no data parallelism")
-    group = placement(d, config.tp, cluster.gpus_per_node)
+    group = placement(d, config.layout.tp, cluster.gpus_per_node)
     where = "inside a node" if group.nodes == 1 else f"over {group.nodes} nodes, {group.per_node} GPU(s) each"
-    size = config.shard_group if z and config.shard_group is not None and config.shard_group < d else d  # hybrid sharding: S < d
+    size = config.layout.shard_group if z and config.layout.shard_group is not None and config.layout.shard_group < d else d  # hybrid sharding: S < d
     zero_group = f"d = {d} ({where})"
     if size < d:
-        shards, replicas = placement(size, config.tp, cluster.gpus_per_node), placement(d // size, config.tp * size, cluster.gpus_per_node)
+        shards, replicas = placement(size, config.layout.tp, cluster.gpus_per_node), placement(d // size, config.layout.tp * size, cluster.gpus_per_node)
 
         def at(p: Any) -> str:
             return "inside a node" if p.nodes == 1 else f"over {p.nodes} nodes, {p.per_node} GPU(s) each"
 
         zero_group = f"the shard group S = {size} of d = {d} ({at(shards)})"
         a_where = f"the {d // size} replicas, tp x S apart ({at(replicas)})"
-    fw = cluster.framework.at(config.pp)
-    overlap_grad, overlap_param = cluster.overlap_grad_at(config.pp), cluster.overlap_param_at(config.pp)
+    fw = cluster.framework.at(config.layout.pp)
+    overlap_grad, overlap_param = cluster.overlap_grad_at(config.layout.pp), cluster.overlap_param_at(config.layout.pp)
     overlap = ("overlapped with the backward of the last micro-batch" if overlap_grad else "not overlapped")
     n_b = _t("n_b", "n_b", dp.buckets, "", f"gradient buckets ({fw.name}: {fw.source('bucket')})")
     w_b = _t("W_b", "W_b", stage.last_backward, "s", "backward of one micro-batch on the stage (the overlap window)", latex=r"W_{b}")

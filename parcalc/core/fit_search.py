@@ -49,8 +49,8 @@ from parcalc.core.activations import (
 )
 from parcalc.core.choices import Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes, with_accumulation
+from parcalc.core.layout import Layout
 from parcalc.core.memory import (
-    Parallelism,
     fp8_weight_cache,
     fullest_candidates,
     moe_layers_per_stage,
@@ -171,13 +171,14 @@ class Evaluated:
         c = self.columns
         p, first, last = int(c["pp"][i]), int(c["first_stage_layers"][i]), int(c["last_stage_layers"][i])
         even = any(self.slots) or (self.layers % p == 0 and first == last == self.layers // p)
-        return Config(int(c["tp"][i]), p, int(c["dp"][i]), int(c["micro_batch"][i]),
-                      RECOMPUTES[int(c["recompute"][i])], int(c["zero"][i]), bool(c["sequence_parallel"][i]),
-                      Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, int(c["chunks"][i]),
-                      None if even else first, None if even else last, bool(self.slots[0]), bool(self.slots[1]),
-                      cp=int(c["cp"][i]), ep=int(c["ep"][i]), cp_comm=self.cp_comm, moe_imbalance=self.moe[0], moe_dispatcher=self.moe[1],
-                      max_nodes_per_token=searched_routing_limit(self.moe[2], int(c["ep"][i]), int(c["tp"][i]), self.gpus_per_node),
-                      ep_overlap=self.moe[3], shard_group=self.shard_group(i))  # fmt: skip
+        layout = Layout(tp=int(c["tp"][i]), pp=p, dp=int(c["dp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]), zero=int(c["zero"][i]),
+                        shard_group=self.shard_group(i), sequence_parallel=bool(c["sequence_parallel"][i]), cp_comm=self.cp_comm,
+                        schedule=Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, chunks=int(c["chunks"][i]),
+                        first_stage_layers=None if even else first, last_stage_layers=None if even else last,
+                        embedding_in_split=bool(self.slots[0]), loss_in_split=bool(self.slots[1]), gpus_per_node=self.gpus_per_node)
+        return Config(layout, int(c["micro_batch"][i]), RECOMPUTES[int(c["recompute"][i])], moe_imbalance=self.moe[0],
+                      moe_dispatcher=self.moe[1], ep_overlap=self.moe[3],
+                      max_nodes_per_token=searched_routing_limit(self.moe[2], int(c["ep"][i]), int(c["tp"][i]), self.gpus_per_node))  # fmt: skip
 
     def shard_group(self, i: int) -> int | None:
         """Config.shard_group of row i: S where it is smaller than dp x cp (hybrid sharding), else None."""
@@ -366,8 +367,8 @@ class _Shapes:
             key = (tp, ep, split[stage], moe_layers_per_stage(self.model, split, chunks)[stage], stage == 0, stage == pp - 1, pp > 1)
             self._state_keys[par_key] = key
         if key not in self._states:
-            par = Parallelism(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, micro_batches=pp,
-                              chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)  # fmt: skip
+            par = Layout(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B,
+                         chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)  # fmt: skip
             self._states[key] = (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)),
                                  zero3_working_set(self.model, par, self.per, stage).value, float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
         return self._states[key]
@@ -393,14 +394,14 @@ class _Shapes:
     def stage_params(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
         """Parameters on one GPU of the first, the second (the first middle one; with even stages
         not needed, nan) and the last stage."""
-        par = Parallelism(tp, pp, 1, micro_batches=pp, first_stage_layers=first, last_stage_layers=last)
+        par = Layout(tp, pp, 1, first_stage_layers=first, last_stage_layers=last)
         second = stage_parameters(self.model, par, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
         return stage_parameters(self.model, par, 0).value, second, stage_parameters(self.model, par, pp - 1).value
 
     def gathered(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
         """ZeRO-3's gathered buffers on one GPU of the first, the second (nan when not needed, as in
         stage_params) and the last stage: parcalc.core.memory.zero3_working_set, root unit included."""
-        par = Parallelism(tp, pp, 1, micro_batches=pp, first_stage_layers=first, last_stage_layers=last)
+        par = Layout(tp, pp, 1, first_stage_layers=first, last_stage_layers=last)
         second = zero3_working_set(self.model, par, self.per, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
         return zero3_working_set(self.model, par, self.per, 0).value, second, zero3_working_set(self.model, par, self.per, pp - 1).value
 

@@ -44,18 +44,18 @@ class StrategyRow:
 def families(model: TransformerModel, cluster: Cluster, micro_batch: int = 1) -> list[tuple[str, Config | None, str]]:
     """(name, configuration without recomputation, why absent)."""
     n, g, b = cluster.gpus, cluster.gpus_per_node, micro_batch
-    rows: list[tuple[str, Config | None, str]] = [("single GPU", Config(1, 1, 1, b), "")]
+    rows: list[tuple[str, Config | None, str]] = [("single GPU", Config.of(1, 1, 1, b), "")]
     if n == 1:
         why = "needs 2 or more GPUs"
         return rows + [(name, None, why) for name in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)", "TP", "TP + SP", "PP", "TP x PP")]
-    rows.append(("DP", Config(1, 1, n, b), ""))
-    rows += [(name, Config(1, 1, n, b, zero=z), "") for name, z in (("ZeRO-1", 1), ("ZeRO-2", 2), ("ZeRO-3 (FSDP)", 3))]
-    rows.append(("TP", Config(n, 1, 1, b), ""))
-    rows.append(("TP + SP", Config(n, 1, 1, b, sequence_parallel=True), ""))
-    rows.append(("PP", Config(1, n, 1, b), ""))
+    rows.append(("DP", Config.of(1, 1, n, b), ""))
+    rows += [(name, Config.of(1, 1, n, b, zero=z), "") for name, z in (("ZeRO-1", 1), ("ZeRO-2", 2), ("ZeRO-3 (FSDP)", 3))]
+    rows.append(("TP", Config.of(n, 1, 1, b), ""))
+    rows.append(("TP + SP", Config.of(n, 1, 1, b, sequence_parallel=True), ""))
+    rows.append(("PP", Config.of(1, n, 1, b), ""))
     widths = [t for t in range(min(g, n // 2), 1, -1) if n % t == 0 and not (model.heads % t or model.kv_heads % t or model.ffn_hidden % t)]
     if widths and n // widths[0] >= 2:
-        rows.append(("TP x PP", Config(widths[0], n // widths[0], 1, b), ""))
+        rows.append(("TP x PP", Config.of(widths[0], n // widths[0], 1, b), ""))
     else:
         rows.append(("TP x PP", None, "no split of the GPUs into tp >= 2 (within a node, dividing the heads) and pp >= 2"))
     return rows
@@ -72,7 +72,7 @@ def strategy_table(model: TransformerModel, training: Training, cluster: Cluster
                 rows.append(StrategyRow(name, recompute, None, cluster.gpus, None, False, None, None, absent))
                 continue
             config = replace(base, recompute=recompute)
-            used = replace(cluster, gpus=config.tp * config.pp * config.dp)
+            used = replace(cluster, gpus=config.layout.tp * config.layout.pp * config.layout.dp)
             reason = invalid_reason(model, config, training, used)
             if reason is not None:
                 rows.append(StrategyRow(name, recompute, config, used.gpus, None, False, None, None, reason))
@@ -91,7 +91,7 @@ def max_layers(model: TransformerModel, config: Config, training: Training, clus
     Memory is affine in the layers of a stage (model states and activations per layer, plus the
     embeddings, head and reserve), so two evaluations give the estimate; the scalar memory then
     confirms it and steps to the exact boundary."""
-    step = config.pp * config.chunks
+    step = config.layout.pp * config.layout.chunks
 
     def total(layers: int) -> float:
         return memory_of(with_layers(model, layers), config, training, cluster).worst.total.value

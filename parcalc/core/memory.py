@@ -55,6 +55,7 @@ from parcalc.core.expert_parallel import (
     stage_ranges,
 )
 from parcalc.core.layer_params import layer_params_per_rank  # here too: callers import it from memory
+from parcalc.core.layout import Layout
 from parcalc.core.model import Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
 from parcalc.core.stages import stage_layers_derivation, stage_split
@@ -177,43 +178,9 @@ def gradient_convention(per: StateBytes) -> str:
 # Parameters on one GPU
 
 
-@dataclass(frozen=True)
-class Parallelism:
-    """Degrees and schedule. zero: the ZeRO stage of the data-parallel dimension (0 = DDP)."""
-
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    sequence_parallel: bool = False
-    zero: int = 0
-    schedule: Schedule = Schedule.ONE_F_ONE_B
-    micro_batches: int = 1
-    chunks: int = 1
-    first_stage_layers: int | None = None  # None: Megatron-LM's even split (parcalc.core.stages)
-    last_stage_layers: int | None = None
-    embedding_in_split: bool = False  # the embedding / the loss as one layer slot of the split (parcalc.core.stages)
-    loss_in_split: bool = False
-    # Context parallelism (the sequence split over cp ranks; GPUs = tp x pp x cp x dp) and expert
-    # parallelism (the routed experts of an MoE layer split over ep ranks, which fold over the
-    # tp x cp x dp ranks of the dense part with etp-way expert tensor parallelism; None: etp = tp,
-    # Megatron-Core's default), so ep adds no GPUs (Megatron-Core "MoE parallel folding").
-    cp: int = 1
-    ep: int = 1
-    etp: int | None = None
-    cp_comm: str = "p2p"  # how attention gets the other CP ranks' K/V: p2p, all-gather, a2a (parcalc.core.context)
-    # Hybrid sharding (HSDP, Megatron's --num-distributed-optimizer-instances): ZeRO shards over S of
-    # the dp x cp data-parallel ranks, replicated over the dp x cp / S groups (parcalc.core.sharding);
-    # None: over all of them.
-    shard_group: int | None = None
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
-
-
-def check_parallelism(model: TransformerModel, par: Parallelism) -> None:
+def check_parallelism(model: TransformerModel, par: Layout, micro_batches: int) -> None:
     """Degrees that do not divide heads, layers or the vocabulary's shards, ZeRO without DP: InputError."""
-    for flag, value in (("--tp", par.tp), ("--pp", par.pp), ("--dp", par.dp), ("--micro-batches", par.micro_batches), ("--chunks", par.chunks),
+    for flag, value in (("--tp", par.tp), ("--pp", par.pp), ("--dp", par.dp), ("--micro-batches", micro_batches), ("--chunks", par.chunks),
                         ("--cp", par.cp)):  # fmt: skip
         check_count(flag, value)
     if par.zero not in (0, 1, 2, 3):
@@ -231,7 +198,7 @@ def check_parallelism(model: TransformerModel, par: Parallelism) -> None:
     expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)  # --ep / --etp: Megatron-Core's folding rules
     if par.schedule.splits_backward:
         raise InputError(f"--schedule: {par.schedule.value} is not modelled for memory; use gpipe, 1f1b or interleaved")
-    check_shape(par.schedule, par.pp, par.micro_batches, par.chunks)
+    check_shape(par.schedule, par.pp, micro_batches, par.chunks)
     stage_layers(model, par)  # Megatron-LM's split, even or with uneven first and last stages
 
 
@@ -244,13 +211,13 @@ def vocab_shard(model: TransformerModel, tp: int) -> int:
     return math.ceil(model.vocab / tp)
 
 
-def stage_layers(model: TransformerModel, par: Parallelism) -> tuple[int, ...]:
+def stage_layers(model: TransformerModel, par: Layout) -> tuple[int, ...]:
     """Transformer layers of each stage, first to last (parcalc.core.stages: Megatron-LM's rule)."""
     return stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks,
                        embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
 
 
-def stage_moe_layers(model: TransformerModel, par: Parallelism, stage: int) -> int:
+def stage_moe_layers(model: TransformerModel, par: Layout, stage: int) -> int:
     """MoE layers among the layers of stage `stage` (0 for a dense model; parcalc.core.expert_parallel.stage_ranges)."""
     if model.moe is None:
         return 0
@@ -283,7 +250,7 @@ def fullest_candidates(model: TransformerModel, split: tuple[int, ...], chunks: 
     return (*stages, pp - 1)
 
 
-def stage_expert_parameters(model: TransformerModel, par: Parallelism, stage: int) -> int:
+def stage_expert_parameters(model: TransformerModel, par: Layout, stage: int) -> int:
     """The routed-expert parameters one GPU of stage `stage` holds (sharded by ZeRO over expert-DP)."""
     moe = stage_moe_layers(model, par, stage)
     if not moe:
@@ -292,7 +259,7 @@ def stage_expert_parameters(model: TransformerModel, par: Parallelism, stage: in
     return moe * expert_params_per_rank(model, par.ep, etp)
 
 
-def _stage_ends(model: TransformerModel, par: Parallelism, stage: int) -> tuple[int, int]:
+def _stage_ends(model: TransformerModel, par: Layout, stage: int) -> tuple[int, int]:
     """(embedding, head) parameters of a stage on one TP rank: word embeddings (V/t rows) and
     learned positions on the first; final norm and LM head (untied, or a copy of the tied word
     embeddings when p > 1) on the last; 0 where the stage holds none."""
@@ -307,7 +274,7 @@ def _stage_ends(model: TransformerModel, par: Parallelism, stage: int) -> tuple[
     return embed, head
 
 
-def stage_parameters(model: TransformerModel, par: Parallelism, stage: int) -> Derivation:
+def stage_parameters(model: TransformerModel, par: Layout, stage: int) -> Derivation:
     """Parameters held by one GPU of pipeline stage `stage` (0-based), after the TP split.
 
     First stage: word embeddings (V/t rows) and learned positions; last stage: final norm and LM
@@ -469,7 +436,7 @@ def expert_model_states(dense: float, experts: float, per: StateBytes, zero: int
     )
 
 
-def root_unit(model: TransformerModel, par: Parallelism, stage: int) -> tuple[int, int]:
+def root_unit(model: TransformerModel, par: Layout, stage: int) -> tuple[int, int]:
     """The root unit of a stage on one TP rank, as (early, late): the parameters outside its
     transformer layers whose gradients appear at the start of the backward (final norm and LM head,
     or the tied word embeddings the head multiplies by) and those whose gradients appear only at its
@@ -481,7 +448,7 @@ def root_unit(model: TransformerModel, par: Parallelism, stage: int) -> tuple[in
     return head, embed
 
 
-def zero3_working_set(model: TransformerModel, par: Parallelism, per: StateBytes, stage: int = 0) -> Derivation:
+def zero3_working_set(model: TransformerModel, par: Layout, per: StateBytes, stage: int = 0) -> Derivation:
     """ZeRO-3 / FSDP on one GPU of stage `stage`: the parameters gathered at the peak of the backward.
 
     PyTorch FSDP2, one unit per transformer block and the root (embedding, final norm, LM head):
@@ -587,8 +554,11 @@ class TrainingSetup:
     # "textbook": the sum of the states and activations below; "hf-eager": the peak of a walk over the step
     # (parcalc.core.memory_timeline; the framework profile's step_memory)
     step_memory: str = "textbook"
+    # Micro-batches per iteration, m = B / (d b): how many the pipeline's warm-up holds at once (_in_flight);
+    # a property of the batch, not of the layout
+    micro_batches: int = 1
 
-    def activation_config(self, par: Parallelism) -> ActivationConfig:
+    def activation_config(self, par: Layout) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,
                                 self.flash_attention, self.dropout is not False, self.precision.activation_bytes,
                                 gemm_input_bytes=self.precision.gemm_input_bytes, cp=par.cp, mla_up_proj=self.mla_up_proj,
@@ -662,7 +632,7 @@ class StageMemory:
 @dataclass(frozen=True)
 class MemoryBreakdown:
     model: TransformerModel
-    parallelism: Parallelism
+    parallelism: Layout
     setup: TrainingSetup
     per_parameter: StateBytes
     layer: LayerActivations
@@ -692,15 +662,15 @@ class MemoryBreakdown:
         )
 
 
-def _in_flight(par: Parallelism, stage: int) -> Derivation:
-    value = in_flight_micro_batches(par.schedule, par.pp, par.micro_batches, stage, par.chunks)
+def _in_flight(par: Layout, micro_batches: int, stage: int) -> Derivation:
+    value = in_flight_micro_batches(par.schedule, par.pp, micro_batches, stage, par.chunks)
     inputs = [
         Term("p", "p", "p", par.pp, "", "pipeline stages"),
-        Term("m", "m", "m", par.micro_batches, "", "micro-batches per iteration"),
+        Term("m", "m", "m", micro_batches, "", "micro-batches per iteration"),
     ]
     if par.schedule is Schedule.GPIPE:
         formula, latex, source = "$m", "$m", "GPipe runs every forward before any backward (Huang et al. 2019)"
-    elif par.schedule is Schedule.INTERLEAVED and par.chunks > 1 and par.micro_batches > par.pp:
+    elif par.schedule is Schedule.INTERLEAVED and par.chunks > 1 and micro_batches > par.pp:
         inputs.append(Term("v", "v", "v", par.chunks, "", "model chunks per device"))
         if stage == 0:
             formula, latex = "$p × (1 + ($p - 1) / ($p × $v))", r"$p \times \left(1 + \frac{$p - 1}{$p \times $v}\right)"
@@ -760,7 +730,7 @@ def _sum(key: str, label: str, symbol: str, latex_symbol: str, parts: list[Deriv
     )
 
 
-def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup, per: StateBytes,
+def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per: StateBytes,
                  layer: LayerActivations, stage: int) -> StageMemory:  # fmt: skip
     """The memory of one GPU of pipeline stage `stage` (0-based)."""
     from parcalc.core.offload import host_memory, offloaded_activations
@@ -780,7 +750,7 @@ def stage_memory(model: TransformerModel, par: Parallelism, setup: TrainingSetup
     layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
                                      embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
     n_layers = int(layers.value)
-    in_flight = _in_flight(par, stage)
+    in_flight = _in_flight(par, setup.micro_batches, stage)
     moe_here = stage_moe_layers(model, par, stage) if setup.moe_memory_detail else 0
     etp = par.tp if par.etp is None else par.etp
     fp8_weights = fp8_weight_cache(model, par.tp, n_layers, moe_here, par.ep, etp) if setup.precision is Precision.FP8 else None
@@ -886,7 +856,7 @@ def fp8_weight_cache(model: TransformerModel, tp: int, layers: int, moe_layers: 
                       (*notes, "dense layer shapes"))  # fmt: skip
 
 
-def _partly_recomputed_activations(model: TransformerModel, par: Parallelism, layer: LayerActivations, layers: Derivation,
+def _partly_recomputed_activations(model: TransformerModel, par: Layout, layer: LayerActivations, layers: Derivation,
                                    in_flight: Derivation, n: int, stage: int) -> Derivation:  # fmt: skip
     """--recompute-layers n (Megatron-LM's block method, parcalc.core.recompute.MEGATRON_BLOCK): the
     first n layers of each of the stage's v model chunks keep their input only (full recomputation,
@@ -919,7 +889,7 @@ def _partly_recomputed_activations(model: TransformerModel, par: Parallelism, la
     )
 
 
-def _moe_stage_activations(model: TransformerModel, par: Parallelism, layer: LayerActivations, layers: Derivation,
+def _moe_stage_activations(model: TransformerModel, par: Layout, layer: LayerActivations, layers: Derivation,
                            in_flight: Derivation, stage: int) -> Derivation:  # fmt: skip
     """A stage of a Mixture-of-Experts model: its dense layers and its MoE layers, each with its own activations."""
     from parcalc.core.activations import layer_activations as activations_of
@@ -947,9 +917,9 @@ def _moe_stage_activations(model: TransformerModel, par: Parallelism, layer: Lay
     )
 
 
-def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> MemoryBreakdown:
+def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
-    check_parallelism(model, par)
+    check_parallelism(model, par, setup.micro_batches)
     check_context_parallel(model, setup.seq_len, par.cp, par.cp_comm, par.tp)
     setup = setup.for_model(model)
     if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
@@ -979,7 +949,7 @@ def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingS
 # The hf profile: the step's peak in place of the textbook sum (parcalc.core.memory_timeline)
 
 
-def check_hf_layout(par: Parallelism, setup: TrainingSetup) -> None:
+def check_hf_layout(par: Layout, setup: TrainingSetup) -> None:
     """What the hf profile's step walk covers: one data-parallel replica per GPU (DDP), no offload."""
     other = [f"{name} = {getattr(par, name)}" for name in ("tp", "pp", "cp", "ep") if getattr(par, name) > 1]
     if other:
@@ -995,7 +965,7 @@ def check_hf_layout(par: Parallelism, setup: TrainingSetup) -> None:
         raise InputError("--framework hf --dropout: the walk follows LlamaForCausalLM, which trains without dropout (attention_dropout 0.0)")
 
 
-def with_step_peak(model: TransformerModel, par: Parallelism, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
+def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
     """A textbook StageMemory with its total replaced by the step's peak as the allocator reserves it, plus the reserve
     (here, not in parcalc.core.memory_timeline: the walk knows nothing of this module's types)."""
     from dataclasses import replace as replaced

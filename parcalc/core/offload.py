@@ -27,7 +27,8 @@ from parcalc.derivation import Derivation, Term
 
 if TYPE_CHECKING:
     from parcalc.core.activations import LayerActivations
-    from parcalc.core.memory import Parallelism, StateBytes, TrainingSetup
+    from parcalc.core.layout import Layout
+    from parcalc.core.memory import StateBytes, TrainingSetup
 
 ZERO_OFFLOAD = "Ren et al. 2021, 'ZeRO-Offload' (USENIX ATC), sec. 4.1: fp16 gradients to the CPU, fp16 parameters back, 2M each way"
 DS_ESTIMATE = ("DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py, estimate_zero2_model_states_mem_needs (cpu_offload: "
@@ -37,7 +38,7 @@ ACT_OFFLOAD = ("Megatron-LM --cpu-offloading / Transformer Engine transformer_en
 FP32_GRAD = 4.0  # CPU-Adam updates from an fp32 gradient partition on the host
 
 
-def optimizer_shard(params: float, par: Parallelism) -> tuple[float, int]:
+def optimizer_shard(params: float, par: Layout) -> tuple[float, int]:
     """(parameters whose optimizer this GPU updates, ranks they are sharded over): Psi / N_d from ZeRO-1 on,
     N_d = dp x cp as for the states kept on the GPU (parcalc.core.memory.model_states: Megatron-LM's
     distributed optimizer shards over the dp-cp group), or the shard group S with hybrid sharding."""
@@ -57,7 +58,7 @@ def offloaded_activations(layer: LayerActivations, layers: Derivation, in_flight
                       ACT_OFFLOAD, (f"the other {int(layers.value * in_flight.value) - kept:,} layer-micro-batches' activations are on the host",))  # fmt: skip
 
 
-def host_memory(params: float, per: StateBytes, par: Parallelism, layer: LayerActivations, layers: Derivation, in_flight: Derivation,
+def host_memory(params: float, per: StateBytes, par: Layout, layer: LayerActivations, layers: Derivation, in_flight: Derivation,
                 setup: TrainingSetup) -> Derivation:  # fmt: skip
     """Host memory this GPU's offload takes: master weights, states and fp32 gradients of its
     optimizer shard, and / or its stage's saved activations."""
@@ -81,7 +82,7 @@ def host_memory(params: float, per: StateBytes, par: Parallelism, layer: LayerAc
                       ("host memory per GPU; a node's host holds its GPUs' sum (DeepSpeed adds a 1.5 buffer factor, not counted)",))  # fmt: skip
 
 
-def pcie_traffic(params: float, per: StateBytes, par: Parallelism, activation_layer: float, layers: int, micro_batches: int,
+def pcie_traffic(params: float, per: StateBytes, par: Layout, activation_layer: float, layers: int, micro_batches: int,
                  offload_optimizer: bool, offload_activations: bool) -> tuple[Derivation, Derivation]:  # fmt: skip
     """Bytes one GPU moves over PCIe per iteration: (to the host, to the GPU)."""
     shard, shards = optimizer_shard(params, par)

@@ -79,22 +79,22 @@ class Rule:
         """The configuration on `gpus` GPUs, or why this rule has none there."""
         f, b, r = self.family, self.micro_batch, self.recompute
         if f is Family.DP:
-            return Config(1, 1, gpus, b, r)
+            return Config.of(1, 1, gpus, b, r)
         if f in (Family.ZERO1, Family.ZERO2, Family.ZERO3):
             if gpus == 1:
                 return "ZeRO shards over the data-parallel ranks; one GPU has none"
-            return Config(1, 1, gpus, b, r, zero=int(f.value[-1]))
+            return Config.of(1, 1, gpus, b, r, zero=int(f.value[-1]))
         if f is Family.TP:
-            return Config(gpus, 1, 1, b, r, sequence_parallel=self.sequence_parallel and gpus > 1)
+            return Config.of(gpus, 1, 1, b, r, sequence_parallel=self.sequence_parallel and gpus > 1)
         if f is Family.PP:
-            return Config(1, gpus, 1, b, r)
+            return Config.of(1, gpus, 1, b, r)
         if f is Family.FIXED:
             if gpus % (self.tp * self.pp):
                 return f"tp x pp = {self.tp} x {self.pp} does not divide {gpus} GPUs"
             dp = gpus // (self.tp * self.pp)
             if self.zero and dp == 1:
                 return f"ZeRO-{self.zero} shards over the data-parallel ranks; dp = 1 has none"
-            return Config(self.tp, self.pp, dp, b, r, zero=self.zero, sequence_parallel=self.sequence_parallel and self.tp > 1)
+            return Config.of(self.tp, self.pp, dp, b, r, zero=self.zero, sequence_parallel=self.sequence_parallel and self.tp > 1)
         raise ValueError(f"{f} has no fixed layout")  # BEST: the search's, per N
 
     def describe(self) -> str:

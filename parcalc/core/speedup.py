@@ -237,7 +237,7 @@ def _max_layers_summary(model: TransformerModel, training: Training, cluster: Cl
     row = max(deepest, key=lambda r: (r.max_layers or 0, -(r.memory or 0.0)))
     assert row.config is not None and row.max_layers is not None
     used = replace(cluster, gpus=row.gpus_used)
-    step = row.config.pp * row.config.chunks
+    step = row.config.layout.pp * row.config.layout.chunks
     at = memory_of(with_layers(model, row.max_layers), row.config, training, used).worst.total.value
     beyond = memory_of(with_layers(model, row.max_layers + step), row.config, training, used).worst.total.value
     inputs = (Term("C", "C", "C", cluster.capacity, "B", f"memory of one {cluster.gpu_name}", cluster.capacity_source),

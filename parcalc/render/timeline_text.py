@@ -34,7 +34,7 @@ IDLE_STYLE = "dim"
 
 
 @dataclass(frozen=True)
-class Layout:
+class TextGrid:
     """The timeline on a character grid: per device a string and, per character, its event (or None)."""
 
     quantum: float  # seconds per cell
@@ -52,7 +52,7 @@ class Layout:
         return [(start, min(start + per_band, total)) for start in range(0, max(total, 1), per_band)]
 
 
-def layout(timeline: Timeline, *, coloured: bool = False) -> Layout:
+def layout(timeline: Timeline, *, coloured: bool = False) -> TextGrid:
     """Place every event on the grid. `coloured` drops the op letter (the colour shows it)."""
     events = timeline.events
     quantum = _quantum(events, timeline.makespan)
@@ -77,7 +77,7 @@ def layout(timeline: Timeline, *, coloured: bool = False) -> Layout:
             owner[first:last] = [event] * (last - first - 1) + [None]  # the last character separates blocks
         rows.append("".join(chars))
         owners.append(tuple(owner))
-    return Layout(quantum, cell, label_width, labels, tuple(rows), tuple(owners), cells)
+    return TextGrid(quantum, cell, label_width, labels, tuple(rows), tuple(owners), cells)
 
 
 def _quantum(events: tuple[Event, ...], makespan: float) -> float:
@@ -144,7 +144,7 @@ def timeline_text(timeline: Timeline, width: int = 100, title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _band_header(grid: Layout, start: int, end: int) -> str:
+def _band_header(grid: TextGrid, start: int, end: int) -> str:
     t0 = start // grid.cell * grid.quantum
     t1 = end // grid.cell * grid.quantum
     return f"{'':<{grid.label_width}}time {format_quantity(t0, 's')} to {format_quantity(t1, 's')}"

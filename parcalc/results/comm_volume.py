@@ -302,7 +302,7 @@ def _strategy_result(args: dict[str, Any], dirs: tuple) -> Result:
     work = work._replace(micro_batch=given_micro or comm.default_micro_batch(work, par))
     plan = comm.iteration_plan(shape, work, par, network, opts, strategy=name)
     settings += [("tp", str(par.tp)), ("pp", str(par.pp)), ("dp", str(par.dp)), ("data_parallel", par.data_parallel.value),
-                 ("sequence_parallel", str(par.sequence_parallel).lower()), ("schedule", par.schedule)]  # fmt: skip
+                 ("sequence_parallel", str(par.sequence_parallel).lower()), ("schedule", str(getattr(par.schedule, "value", par.schedule)))]  # fmt: skip
     if par.cp > 1:
         settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
     if par.shard_group is not None:
@@ -341,12 +341,11 @@ def _parallelism(args: dict[str, Any]) -> Any:
                          "fsdp or 3d --zero 1-3 with --shard-group")  # fmt: skip
     if name == "all" and (args["ep"] is not None or args["etp"] is not None):
         raise InputError("--ep / --etp: --strategy all gives all GPUs to one dimension at a time; use --strategy ep or 3d with --ep")
-    stages = (comm.DataParallel.DDP, comm.DataParallel.ZERO1, comm.DataParallel.ZERO2, comm.DataParallel.ZERO3)
-    flavour = {"zero1": stages[1], "zero2": stages[2], "zero3": stages[3], "fsdp": stages[3]}.get(name, stages[int(args["zero"].value)])
+    zero = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}.get(name, int(args["zero"].value))
     first, last = stage_flags(args["first_stage_layers"], args["last_stage_layers"])
-    return comm.Parallelism(
-        tp=tp, pp=pp, dp=dp, data_parallel=flavour, sequence_parallel=args["sequence_parallel"],
-        schedule=args["schedule"].value, chunks=parse_count(args["chunks"], "--chunks") if args["chunks"] else 1,
+    return comm.Layout(
+        tp=tp, pp=pp, dp=dp, zero=zero, sequence_parallel=args["sequence_parallel"],
+        schedule=args["schedule"], chunks=parse_count(args["chunks"], "--chunks") if args["chunks"] else 1,
         gpus_per_node=parse_count(args["gpus_per_node"], "--gpus-per-node") if args["gpus_per_node"] is not None else 8,
         first_stage_layers=first, last_stage_layers=last, embedding_in_split=args["embedding_in_split"],
         loss_in_split=args["loss_in_split"], cp=cp, cp_comm=cp_kind, ep=args["_ep"], etp=args["_etp"],

@@ -292,7 +292,7 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
     for row in rows:
         c, est = row.config, row.estimate
         note = row.note or (_reference_note(timed.reference) if timed.reference is not None and timed.reference.matches(row) else "")
-        cells = (row.family, row.recompute.value, c.tp if c else None, c.pp if c else None, c.dp if c else None, row.gpus_used,
+        cells = (row.family, row.recompute.value, c.layout.tp if c else None, c.layout.pp if c else None, c.layout.dp if c else None, row.gpus_used,
                  row.memory, bool(row.fits) if row.memory is not None else None, row.headroom,
                  *((row.max_layers,) if with_layers else ()),
                  est.step.value if est else None, est.tokens_per_second.value if est else None,
@@ -550,8 +550,8 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     from parcalc.results.parse import stated_no_ops
 
     sp, stage, no_ops = stated_no_ops(bool(sequence_parallel), given["tp"], zero[0] if zero else ZeroStage.ZERO0, given["dp"] * ends.get("cp", 1))
-    config = Config(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1,
-                    recomputes[0], int(stage.value), sp, kind, v, **ends)  # fmt: skip
+    config = Config.of(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1, recomputes[0], zero=int(stage.value),
+                       sequence_parallel=sp, schedule=kind, chunks=v, gpus_per_node=cluster.gpus_per_node, **ends)  # fmt: skip
     best = estimate(shape, config, training, cluster)
     worst = best.memory.worst
     timing = (f"{config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
@@ -567,7 +567,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     title = f"One configuration: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
                   derivations=(*worst.memory_derivations(), *best.derivations()),
-                  tables=((_stages_table(best),) if config.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
+                  tables=((_stages_table(best),) if config.layout.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
                   verdicts=tuple(verdicts), assumptions=no_ops + _assumptions(shape, training, cluster), settings=tuple(settings),
                   fits=bool(best.fits))  # fmt: skip
 
@@ -630,27 +630,27 @@ def _rejections_table(found: SearchResult) -> Table:
 def config_flags(config: Config) -> str:
     """The flags that pin `config` (issue 28: pinning the printed tp/pp/dp dropped ZeRO-1 and sequence
     parallelism, and the result no longer fit): every setting the search chose that differs from fit's default."""
-    flags = [f"--tp {config.tp}", f"--pp {config.pp}", f"--dp {config.dp}", f"--micro-batch {config.micro_batch}"]
+    flags = [f"--tp {config.layout.tp}", f"--pp {config.layout.pp}", f"--dp {config.layout.dp}", f"--micro-batch {config.micro_batch}"]
     if config.recompute is not Recompute.NONE:
         flags.append(f"--recompute {config.recompute.value}")
     if config.recompute_layers is not None:
         flags.append(f"--recompute-layers {config.recompute_layers}")
-    if config.zero:
-        flags.append(f"--zero {config.zero}")
-    if config.shard_group is not None:
-        flags.append(f"--shard-group {config.shard_group}")
-    if config.sequence_parallel:
+    if config.layout.zero:
+        flags.append(f"--zero {config.layout.zero}")
+    if config.layout.shard_group is not None:
+        flags.append(f"--shard-group {config.layout.shard_group}")
+    if config.layout.sequence_parallel:
         flags.append("--sequence-parallel")
-    if config.schedule is Schedule.INTERLEAVED and config.chunks > 1:
-        flags.append(f"--schedule interleaved --chunks {config.chunks}")
-    for flag, value in (("--first-stage-layers", config.first_stage_layers), ("--last-stage-layers", config.last_stage_layers)):
+    if config.layout.schedule is Schedule.INTERLEAVED and config.layout.chunks > 1:
+        flags.append(f"--schedule interleaved --chunks {config.layout.chunks}")
+    for flag, value in (("--first-stage-layers", config.layout.first_stage_layers), ("--last-stage-layers", config.layout.last_stage_layers)):
         if value is not None:
             flags.append(f"{flag} {value}")
-    flags += [flag for flag, on in (("--embedding-in-split", config.embedding_in_split), ("--loss-in-split", config.loss_in_split)) if on]
-    if config.cp > 1:
-        flags.append(f"--cp {config.cp}" + (f" --cp-comm {config.cp_comm}" if config.cp_comm != "p2p" else ""))
-    if config.ep > 1 or config.etp is not None:
-        flags.append(f"--ep {config.ep}" + (f" --etp {config.etp}" if config.etp is not None else ""))
+    flags += [flag for flag, on in (("--embedding-in-split", config.layout.embedding_in_split), ("--loss-in-split", config.layout.loss_in_split)) if on]
+    if config.layout.cp > 1:
+        flags.append(f"--cp {config.layout.cp}" + (f" --cp-comm {config.layout.cp_comm}" if config.layout.cp_comm != "p2p" else ""))
+    if config.layout.ep > 1 or config.layout.etp is not None:
+        flags.append(f"--ep {config.layout.ep}" + (f" --etp {config.layout.etp}" if config.layout.etp is not None else ""))
     return " ".join(flags)
 
 

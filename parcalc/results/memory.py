@@ -37,7 +37,8 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     """`memory`'s Result from its flags as the command line gives them (texts with units, choices,
     switches): what parcalc.commands.memory and the library (parcalc.results.run) both call.
     `pictures`: add the table the memory picture is drawn from (every stage's components)."""
-    from parcalc.core.memory import DEFAULT_RESERVE_BYTES, Parallelism, TrainingSetup, memory_breakdown
+    from parcalc.core.layout import Layout
+    from parcalc.core.memory import DEFAULT_RESERVE_BYTES, TrainingSetup, memory_breakdown
     from parcalc.errors import InputError
     from parcalc.results.model import ModelFlags, model_and_seq_len
     from parcalc.results.parse import (
@@ -93,8 +94,9 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     e, et = expert_flags(ep, etp, shape)
     sg = shard_group_flag(shard_group)
     profile = _profile(framework, dirs, t, p, c, e)
-    par = Parallelism(t, p, d, sequence_parallel, int(zero.value), chosen, m, v, first, last, embedding_in_split, loss_in_split,
-                      cp=c, cp_comm=cp_kind, ep=e, etp=et, shard_group=sg)  # fmt: skip
+    par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
+                 cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,
+                 embedding_in_split=embedding_in_split, loss_in_split=loss_in_split)  # fmt: skip
     setup = TrainingSetup(
         micro_batch=b, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,
@@ -103,7 +105,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
         moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
-        recompute_modules=recompute_modules_flag(recompute_modules),
+        recompute_modules=recompute_modules_flag(recompute_modules), micro_batches=m,
         **_profile_setup(profile, p, precision),
     )  # fmt: skip
     breakdown = memory_breakdown(shape, par, setup)
@@ -236,7 +238,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         Term("t", "t", "t", par.tp, "", "tensor-parallel degree"),
         Term("p", "p", "p", par.pp, "", "pipeline stages"),
         Term("d", "d", "d", par.dp, "", "data-parallel degree"),
-        Term("m", "m", "m", par.micro_batches, "", "micro-batches per iteration"),
+        Term("m", "m", "m", setup.micro_batches, "", "micro-batches per iteration"),
     ]
     if par.cp > 1:
         inputs.append(Term("c", "c", "c", par.cp, "", f"context-parallel degree ({par.cp_comm})"))
@@ -268,7 +270,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
 
         derivations.append(worst.host)
         derivations += pcie_traffic(worst.parameters.value, breakdown.per_parameter, par, layer.per_layer.value, int(worst.layers.value),
-                                    par.micro_batches, setup.offload_optimizer, setup.offload_activations)  # fmt: skip
+                                    setup.micro_batches, setup.offload_optimizer, setup.offload_activations)  # fmt: skip
     components = Table(
         "components",
         f"Memory of one GPU of stage {worst.stage + 1} of {par.pp} (the fullest)",

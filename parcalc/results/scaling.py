@@ -198,13 +198,13 @@ def _layout(config: Any, curve: Curve) -> str:
 
     if config is None:
         return ""
-    text = f"{config.tp}x{config.pp}x{config.dp}"
+    text = f"{config.layout.tp}x{config.layout.pp}x{config.layout.dp}"
     if curve.rule.family is not Family.BEST:
         return text
-    extras = [f"Z{config.zero}"] if config.zero else []
+    extras = [f"Z{config.layout.zero}"] if config.layout.zero else []
     if config.recompute is not Recompute.NONE:
         extras.append({"selective": "sel", "full": "full", "op": "op"}[config.recompute.value])
-    if config.sequence_parallel:
+    if config.layout.sequence_parallel:
         extras.append("SP")
     if config.micro_batch != 1:
         extras.append(f"b{config.micro_batch}")

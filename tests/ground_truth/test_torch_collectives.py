@@ -24,17 +24,9 @@ from pathlib import Path
 import pytest
 
 from parcalc.core.collectives import Collective
-from parcalc.core.comm import (
-    DataParallel,
-    Network,
-    Options,
-    Parallelism,
-    Workload,
-    ddp_buckets,
-    iteration_plan,
-    parameter_tensors,
-)
+from parcalc.core.comm import Network, Options, Workload, ddp_buckets, iteration_plan, parameter_tensors
 from parcalc.core.hardware import Link, Sourced
+from parcalc.core.layout import Layout
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule
 
@@ -116,7 +108,7 @@ def test_ddp_first_iteration_is_one_bucket(measured: Measured) -> None:
     # DDP's first iteration puts every gradient in one bucket (find_unused_parameters=False):
     # parcalc's `ddp_first_iteration`. Both witnesses, the dispatcher and the comm hook, agree.
     n = measured.world
-    plan = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Parallelism(dp=n), ANY_LINK,
+    plan = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Layout(dp=n), ANY_LINK,
                           Options(ddp_first_iteration=True))  # fmt: skip
     expected = plan_sizes(plan, Collective.ALL_REDUCE)
     assert expected == Counter({gpt(2).total_params * 4: 1})
@@ -130,7 +122,7 @@ def test_ddp_rebuilt_buckets_default_caps(measured: Measured) -> None:
     # From the second iteration: buckets in gradient-ready order with a 1 MiB first cap and 25 MiB after.
     # The whole model is 109,376 x 4 = 437,504 B < 1 MiB: one bucket.
     n = measured.world
-    plan = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Parallelism(dp=n), ANY_LINK)
+    plan = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Layout(dp=n), ANY_LINK)
     assert measured.sizes("ddp", "step2", "all-reduce") == plan_sizes(plan, Collective.ALL_REDUCE) == Counter({437_504: 1})
 
 
@@ -142,7 +134,7 @@ def test_ddp_small_buckets_in_order(measured: Measured) -> None:
     assert cap == 52_428
     ordered = ddp_buckets([t.numel * 4 for t in reversed(parameter_tensors(gpt(2)))], cap, cap)
     assert [c["bytes"] for c in measured.scenario("ddp-buckets")["hook2"]] == list(ordered)
-    plan = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Parallelism(dp=n), ANY_LINK,
+    plan = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Layout(dp=n), ANY_LINK,
                           Options(bucket_bytes=cap, first_bucket_bytes=cap))  # fmt: skip
     assert measured.sizes("ddp-buckets", "step2", "all-reduce") == plan_sizes(plan, Collective.ALL_REDUCE)
     assert sum(ordered) == gpt(2).total_params * 4
@@ -169,7 +161,7 @@ def test_fsdp2_fully_shard(measured: Measured) -> None:
     # tensor's dim 0 to a multiple of N (wte: 129 rows -> 130 on 2 ranks, 132 on 4) and keeps the root
     # unsharded after forward: parcalc's shard_padding and reshard_root=False.
     n = measured.world
-    plan = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Parallelism(dp=n, data_parallel=DataParallel.ZERO3),
+    plan = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Layout(dp=n, zero=3),
                           ANY_LINK, Options(shard_padding=True, reshard_root=False))  # fmt: skip
     root = (-(-VOCAB // n) * n * HIDDEN + SEQ * HIDDEN + 2 * HIDDEN) * 4  # padded wte + wpe + ln_f, fp32
     layer = (gpt(2).params_per_layer) * 4  # 49,984 x 4 = 199,936 B (64 and 256 divide by 2 and 4: no padding)
@@ -181,7 +173,7 @@ def test_fsdp2_fully_shard(measured: Measured) -> None:
     assert {c["op"] for c in measured.calls("fsdp", "step1", dtype=None)} == {"all-gather", "reduce-scatter"}
     assert measured.scenario("fsdp")["setup"] == []
     # The textbook (and DeepSpeed ZeRO-3) re-gathers the root too: exactly one root all-gather more.
-    textbook = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Parallelism(dp=n, data_parallel=DataParallel.ZERO3),
+    textbook = iteration_plan(gpt(2), Workload(BATCH * n, BATCH, SEQ, FP32, FP32), Layout(dp=n, zero=3),
                               ANY_LINK, Options(shard_padding=True, reshard_root=True))  # fmt: skip
     assert plan_sizes(textbook, Collective.ALL_GATHER) - plan_sizes(plan, Collective.ALL_GATHER) == Counter({root: 1})
 
@@ -200,7 +192,7 @@ def test_hsdp_fully_shard_on_a_2x2_mesh(measured: Measured) -> None:
         assert measured.ranks[0]["hsdp"] == {"not run": "HSDP on a 2 x 2 mesh needs 4 ranks"}
         return
     plan = iteration_plan(gpt(2), Workload(4 * BATCH, BATCH, SEQ, FP32, FP32),
-                          Parallelism(dp=4, data_parallel=DataParallel.ZERO3, shard_group=2), ANY_LINK,
+                          Layout(dp=4, zero=3, shard_group=2), ANY_LINK,
                           Options(shard_padding=True, reshard_root=False))  # fmt: skip
     root = (-(-VOCAB // 2) * 2 * HIDDEN + SEQ * HIDDEN + 2 * HIDDEN) * 4  # wte padded to 130 rows + wpe + ln_f: 37,888 B
     layer = gpt(2).params_per_layer * 4  # 199,936 B
@@ -233,7 +225,7 @@ def test_tensor_parallel_megatron_layout(measured: Measured) -> None:
     # Per layer 2 all-reduces forward (attention out, MLP down) and 2 backward (before Q/K/V and MLP up),
     # each of b x s x h x 4 = 4 x 16 x 64 x 4 = 16,384 B: 8 for 2 layers. Embedding and head replicated.
     n = measured.world
-    plan = iteration_plan(gpt(2), Workload(BATCH, BATCH, SEQ, FP32, FP32), Parallelism(tp=n), ANY_LINK, Options(vocab_parallel=False))
+    plan = iteration_plan(gpt(2), Workload(BATCH, BATCH, SEQ, FP32, FP32), Layout(tp=n), ANY_LINK, Options(vocab_parallel=False))
     assert plan_sizes(plan, Collective.ALL_REDUCE) == Counter({16_384: 8})
     calls = measured.calls("tp", "step1", dtype=None)
     assert Counter(c["bytes"] for c in calls if c["op"] == "all-reduce") == plan_sizes(plan, Collective.ALL_REDUCE)
@@ -251,7 +243,7 @@ def test_sequence_parallel(measured: Measured) -> None:
     # shard and gathers it again in backward (sp_regather=False).
     n = measured.world
     opts = Options(vocab_parallel=False, sp_row_bias_sync=False, coalesce_sp_grads=False, sp_regather=False)
-    plan = iteration_plan(gpt(2), Workload(BATCH, BATCH, SEQ, FP32, FP32), Parallelism(tp=n, sequence_parallel=True), ANY_LINK, opts)
+    plan = iteration_plan(gpt(2), Workload(BATCH, BATCH, SEQ, FP32, FP32), Layout(tp=n, sequence_parallel=True), ANY_LINK, opts)
     assert plan_sizes(plan, Collective.ALL_GATHER) == Counter({16_384: 10})
     assert plan_sizes(plan, Collective.REDUCE_SCATTER) == Counter({16_384: 8})
     assert plan_sizes(plan, Collective.ALL_REDUCE) == Counter({256: 10})
@@ -259,7 +251,7 @@ def test_sequence_parallel(measured: Measured) -> None:
                            ("all-reduce", Collective.ALL_REDUCE)):  # fmt: skip
         assert measured.sizes("sp", "step1", op) == plan_sizes(plan, collective), op
     # Megatron's defaults: one coalesced all-reduce that also carries the 4 row-parallel biases (4 x 256 B more).
-    megatron = iteration_plan(gpt(2), Workload(BATCH, BATCH, SEQ, FP32, FP32), Parallelism(tp=n, sequence_parallel=True),
+    megatron = iteration_plan(gpt(2), Workload(BATCH, BATCH, SEQ, FP32, FP32), Layout(tp=n, sequence_parallel=True),
                               ANY_LINK, Options(vocab_parallel=False))  # fmt: skip
     assert plan_sizes(megatron, Collective.ALL_REDUCE) == Counter({14 * 256: 1})
     # and Megatron's re-gather of the Q/K/V and MLP-up inputs in backward: 2 per layer more (the LM head is
@@ -283,7 +275,7 @@ def test_fsdp2_with_tensor_parallel_2d(measured: Measured) -> None:
     if measured.world < 4:
         assert measured.ranks[0]["fsdp-tp"] == {"not run": "2D needs 4 ranks"}
         return
-    plan = iteration_plan(gpt(2), Workload(2 * BATCH, BATCH, SEQ, FP32, FP32), Parallelism(tp=2, dp=2, data_parallel=DataParallel.ZERO3),
+    plan = iteration_plan(gpt(2), Workload(2 * BATCH, BATCH, SEQ, FP32, FP32), Layout(tp=2, dp=2, zero=3),
                           ANY_LINK, Options(vocab_parallel=False, reshard_root=False))  # fmt: skip
     assert plan_sizes(plan, Collective.ALL_GATHER) == Counter({37_888: 1, 100_736: 4})
     for rank in range(4):
@@ -303,7 +295,7 @@ def test_pipeline_point_to_point(measured: Measured, schedule: Schedule) -> None
     # One layer per stage, batch 4 in micro-batches of 1: on each boundary 4 sends of 1 x 16 x 64 x 4 =
     # 4,096 B forward (activations) and 4 backward (their gradients), for GPipe and 1F1B alike.
     n, name = measured.world, f"pp-{schedule.value}"
-    plan = iteration_plan(gpt(n, tied=False), Workload(BATCH, 1, SEQ, FP32, FP32), Parallelism(pp=n, schedule=schedule), ANY_LINK)
+    plan = iteration_plan(gpt(n, tied=False), Workload(BATCH, 1, SEQ, FP32, FP32), Layout(pp=n, schedule=schedule), ANY_LINK)
     forward = [r for r in plan.calls if r.phase == "forward"]
     backward = [r for r in plan.calls if r.phase == "backward"]
     assert [(r.calls, r.bytes_per_call, r.groups) for r in forward] == [(4, 4096, n - 1)]

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from parcalc.core.collectives import Collective
-from parcalc.core.comm import Network, Parallelism, Workload, iteration_plan
+from parcalc.core.comm import Network, Workload, iteration_plan
 from parcalc.core.comm.context import cp_sent_per_layer
 from parcalc.core.hardware import Link, Sourced
+from parcalc.core.layout import Layout
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 
 pytestmark = pytest.mark.slow
@@ -54,7 +55,7 @@ def measured(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 def plan_for(cp: int):
     work = Workload(BATCH, BATCH, SEQ, FP64, FP64)
-    return work, iteration_plan(MODEL, work, Parallelism(cp=cp), ANY_LINK)
+    return work, iteration_plan(MODEL, work, Layout(cp=cp), ANY_LINK)
 
 
 def test_ring_attention_equals_unsplit_attention(measured: tuple[int, list[dict]]) -> None:

@@ -5,7 +5,7 @@ hidden 8, FFN 16, 2 x 8 tokens per rank, fp32, exactly balanced routing) with it
 over ep = 2 and 4 ranks, dispatch and combine by torch.distributed.nn.functional.all_to_all_single
 (autograd: the opposite all-to-all in backward), and the expert gradients all-reduced over the
 expert-DP group. Each rank records every all-to-all (its input bytes and the bytes it sends to
-other ranks) and the all-reduce; parcalc predicts the same from Parallelism(dp = world, ep).
+other ranks) and the all-reduce; parcalc predicts the same from Layout(dp = world, ep).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from parcalc.core.collectives import Collective
-from parcalc.core.comm import Network, Parallelism, Workload, iteration_plan
+from parcalc.core.comm import Network, Workload, iteration_plan
 from parcalc.core.hardware import Link, Sourced
+from parcalc.core.layout import Layout
 from parcalc.core.model import MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 
 pytestmark = pytest.mark.slow
@@ -46,7 +47,7 @@ def run(world: int, ep: int, out: Path) -> list[dict]:
 @pytest.mark.parametrize(("world", "ep"), [(2, 2), (4, 4), (4, 2)], ids=["ep2-of-2", "ep4-of-4", "ep2-edp2-of-4"])
 def test_all_to_all_and_expert_dp_bytes_equal_pytorch(world: int, ep: int, tmp_path: Path) -> None:
     ranks = run(world, ep, tmp_path)
-    plan = iteration_plan(moe_model(), Workload(world * BATCH, BATCH, SEQ, 4.0, 4.0), Parallelism(dp=world, ep=ep), ANY_LINK)
+    plan = iteration_plan(moe_model(), Workload(world * BATCH, BATCH, SEQ, 4.0, 4.0), Layout(dp=world, ep=ep), ANY_LINK)
     a2a = [c for c in plan.calls if c.dimension == "ep"]
     assert {c.op for c in a2a} == {Collective.ALL_TO_ALL}
     # hand: T k h s = 16 tokens x 2 x 8 x 4 B = 1,024 B per call; 2 forward + 2 backward

@@ -146,10 +146,11 @@ def test_recompute_first_n_layers(n: int) -> None:
     stats = layernorm_statistics_bytes(2, torch.float32)  # LayerNorm's mean and rstd, beside Korthikanti's count
     assert saved.layers == [full] * n + [none + stats] * (config.layers - n)
     # the whole stage through parcalc.core.memory: the same sum (one stage, one micro-batch in flight)
-    from parcalc.core.memory import Parallelism, TrainingSetup, memory_breakdown
+    from parcalc.core.layout import Layout
+    from parcalc.core.memory import TrainingSetup, memory_breakdown
 
     setup = TrainingSetup(BATCH, SEQ, precision=Precision.FP32, recompute=Recompute.FULL, recompute_layers=n, dropout=True)
-    stage = memory_breakdown(shape, Parallelism(1, 1, 1, micro_batches=1), setup).stages[0]
+    stage = memory_breakdown(shape, Layout(1, 1, 1), setup).stages[0]
     assert stage.activations.value == n * full + (config.layers - n) * none
     # FLOPs: the n checkpointed blocks run their forward again
     measured = gpt_flops(model, tokens, targets)

@@ -1,7 +1,7 @@
 """Every collective of one training iteration under DP, ZeRO-1/2/3 (FSDP), TP, SP, PP and 3D.
 
 One module per idea, sharing one plan type:
-- plan: the configuration (Workload, Parallelism, Options, Network), the rows (CollectiveCall),
+- plan: the configuration (Workload, Layout, Options, Network), the rows (CollectiveCall),
   the plan (CommPlan) and the builder that places each group on nodes and times it;
 - tensors: the parameter tensors as a GPT-style model registers them, and their TP shards;
 - data_parallel: DDP, ZeRO-1/2, ZeRO-3 / FSDP;
@@ -21,11 +21,10 @@ from parcalc.core.comm.plan import (
     MIB,
     CollectiveCall,
     CommPlan,
-    DataParallel,
+    Layout,
     Network,
     Options,
     OpTotal,
-    Parallelism,
     Workload,
 )
 from parcalc.core.comm.strategies import (
@@ -49,6 +48,7 @@ from parcalc.core.comm.tensors import (
     shard,
     stage_layers,
 )
+from parcalc.core.layout import DataParallel
 
 __all__ = [
     "CROSS_ENTROPY_BYTES",
@@ -60,10 +60,10 @@ __all__ = [
     "CollectiveCall",
     "CommPlan",
     "DataParallel",
+    "Layout",
     "Network",
     "OpTotal",
     "Options",
-    "Parallelism",
     "ParamTensor",
     "Split",
     "StageTensors",

@@ -28,8 +28,8 @@ from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
     Builder,
     Group,
+    Layout,
     Options,
-    Parallelism,
     Workload,
     headline,
     rank_of,
@@ -40,7 +40,7 @@ from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation
 
 
-def cp_call_bytes(model: TransformerModel, work: Workload, par: Parallelism, recompute: bool = False
+def cp_call_bytes(model: TransformerModel, work: Workload, par: Layout, recompute: bool = False
                   ) -> tuple[tuple[str, str, Collective, dict[float, int]], ...]:  # fmt: skip
     """(purpose, phase, op, {bytes of a call: calls}) of one layer for one micro-batch, on one
     device, as Builder.add takes them (payload convention: the gathered tensor for all-gather and
@@ -69,7 +69,7 @@ def cp_call_bytes(model: TransformerModel, work: Workload, par: Parallelism, rec
             ("dO in; dQ, dK, dV back", "backward", Collective.ALL_TO_ALL, backward))  # fmt: skip
 
 
-def context_parallel_rows(b: Builder, model: TransformerModel, work: Workload, par: Parallelism, opts: Options,
+def context_parallel_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options,
                           layers: tuple[range, ...], micro_batches: int) -> None:  # fmt: skip
     """Every context-parallel exchange of one iteration, per pipeline stage (its layers x micro-batches)."""
     if par.cp < 2:
@@ -86,7 +86,7 @@ def context_parallel_rows(b: Builder, model: TransformerModel, work: Workload, p
                   direction=f"c → c+1 (ring of {par.cp})" if p2p else "", roles=((stage, True),))  # fmt: skip
 
 
-def cp_sent_per_layer(model: TransformerModel, work: Workload, par: Parallelism, phase: str, recompute: bool = False) -> float:
+def cp_sent_per_layer(model: TransformerModel, work: Workload, par: Layout, phase: str, recompute: bool = False) -> float:
     """Bytes one device sends in one layer's context-parallel exchange for one micro-batch, in `phase`
     ('forward' or 'backward'): the algorithm's per-device traffic (point-to-point: the message)."""
     from parcalc.core.collectives import collective_cost, default_algorithm
@@ -100,7 +100,7 @@ def cp_sent_per_layer(model: TransformerModel, work: Workload, par: Parallelism,
     return total
 
 
-def cp_headlines(model: TransformerModel, work: Workload, par: Parallelism, opts: Options) -> list[Derivation]:
+def cp_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options) -> list[Derivation]:
     """Bytes one device sends per layer per micro-batch, forward and backward, in closed form."""
     cp, comm = par.cp, cp_comm_of(par.cp_comm)
     kv = kv_block_bytes(model, work.micro_batch, work.seq_len, cp, par.tp, work.bytes_per_element)
@@ -131,7 +131,7 @@ def cp_headlines(model: TransformerModel, work: Workload, par: Parallelism, opts
     return out
 
 
-def cp_assumptions(model: TransformerModel, par: Parallelism, opts: Options) -> list[str]:
+def cp_assumptions(model: TransformerModel, par: Layout, opts: Options) -> list[str]:
     if par.cp < 2:
         return []
     comm = cp_comm_of(par.cp_comm)

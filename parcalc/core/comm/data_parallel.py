@@ -28,16 +28,16 @@ from typing import Any
 from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
     Builder,
-    DataParallel,
     Group,
+    Layout,
     Options,
-    Parallelism,
     Workload,
     headline,
     rank_of,
     term,
 )
 from parcalc.core.comm.tensors import ParamTensor, StageTensors, padded_numel
+from parcalc.core.layout import DataParallel
 from parcalc.derivation import Derivation, Term
 
 
@@ -109,13 +109,13 @@ def _gradient_buckets(tensors: StageTensors, element_bytes: float, cap: float, f
     return ddp_bucket_counts(in_bytes(tensors.after), in_bytes(tensors.layer), tensors.layers, in_bytes(tensors.before), cap, first_cap)
 
 
-def shard_size(par: Parallelism) -> int:
+def shard_size(par: Layout) -> int:
     """S: the ranks ZeRO shards over (the whole dp x cp group unless a shard group is given)."""
     n = par.dp * par.cp
     return n if par.shard_group is None else par.shard_group
 
 
-def _hybrid_groups(par: Parallelism, stage: int, size: int) -> tuple[list[Group], list[Group]]:
+def _hybrid_groups(par: Layout, stage: int, size: int) -> tuple[list[Group], list[Group]]:
     """(shard groups, replica groups) of one stage: S consecutive data-parallel ranks tp apart, and
     one rank of each shard group, tp x S apart (a dp-cp index j sits at rank t + tp x j)."""
     n, tp = par.dp * par.cp, par.tp
@@ -128,7 +128,7 @@ def _hybrid_groups(par: Parallelism, stage: int, size: int) -> tuple[list[Group]
     return shards, across
 
 
-def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload, par: Parallelism,
+def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload, par: Layout,
                         opts: Options, micro_batches: int) -> None:  # fmt: skip
     n = par.dp * par.cp  # context-parallel ranks hold the same weights: Megatron-LM's dp-cp group
     if n < 2:
@@ -166,7 +166,7 @@ def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload
             b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=rs, groups=groups, **common)
 
 
-def _hybrid_rows(b: Builder, tensors: StageTensors, work: Workload, par: Parallelism, opts: Options, micro_batches: int,
+def _hybrid_rows(b: Builder, tensors: StageTensors, work: Workload, par: Layout, opts: Options, micro_batches: int,
                  stage: int, label: str, size: int) -> None:  # fmt: skip
     """One stage's collectives under hybrid sharding: ZeRO's in the shard groups of `size` ranks,
     then each rank's shard of every reduce-scatter all-reduced over the replicas."""
@@ -212,7 +212,7 @@ def _fsdp_units(tensors: StageTensors, group: int, opts: Options) -> list[tuple[
     return units + [(False, layer)] * tensors.layers + moe
 
 
-def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors], s: Term, s_g: Term,
+def dp_headlines(par: Layout, opts: Options, per_stage: list[StageTensors], s: Term, s_g: Term,
                   micro_batches: int) -> list[Derivation]:  # fmt: skip
     stage = max(range(par.pp), key=lambda i: per_stage[i].numel)
     tensors = per_stage[stage]
@@ -262,7 +262,7 @@ def dp_headlines(par: Parallelism, opts: Options, per_stage: list[StageTensors],
     ]  # fmt: skip
 
 
-def _replica_headline(par: Parallelism, p: Term, s_g: Term) -> list[Derivation]:
+def _replica_headline(par: Layout, p: Term, s_g: Term) -> list[Derivation]:
     """Hybrid sharding: the gradient shards one rank all-reduces across the replicas, P s_g / S."""
     size = shard_size(par)
     if size == par.dp * par.cp:
@@ -275,7 +275,7 @@ def _replica_headline(par: Parallelism, p: Term, s_g: Term) -> list[Derivation]:
                      p.value * s_g.value / size, HSDP_SOURCE)]  # fmt: skip
 
 
-def dp_assumptions(par: Parallelism, opts: Options) -> list[str]:
+def dp_assumptions(par: Layout, opts: Options) -> list[str]:
     out = []
     kind = par.data_parallel
     if kind is DataParallel.DDP:

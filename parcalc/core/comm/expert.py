@@ -36,10 +36,9 @@ from typing import Any
 from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
     Builder,
-    DataParallel,
     Group,
+    Layout,
     Options,
-    Parallelism,
     Workload,
     headline,
     term,
@@ -51,6 +50,7 @@ from parcalc.core.comm.tensors import (
     moe_layer_tensors,  # noqa: F401 - moved to tensors.py; also imported from here
     shard,
 )
+from parcalc.core.layout import DataParallel
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 
@@ -82,7 +82,7 @@ def check_imbalance(value: float, experts: int | None = None) -> None:
                          "routed token copy of its EP group, ep <= experts times the balanced share)")  # fmt: skip
 
 
-def tokens_per_rank(work: Workload, par: Parallelism) -> float:
+def tokens_per_rank(work: Workload, par: Layout) -> float:
     """T: tokens of one micro-batch on one rank of the ep group (module docstring)."""
     return work.micro_batch * work.seq_len / (par.cp * (par.tp if par.sequence_parallel else 1))
 
@@ -93,7 +93,7 @@ def busiest_factor(model: TransformerModel, opts: Options) -> float:
     return model.moe.busiest_share(opts.moe_imbalance)
 
 
-def expert_rows(b: Builder, model: TransformerModel, work: Workload, par: Parallelism, opts: Options,
+def expert_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options,
                 moe_per_stage: list[int], micro_batches: int) -> None:  # fmt: skip
     """The ep all-to-alls, the etp gathers / scatters and the expert-DP gradient reduction."""
     from parcalc.core.expert_parallel import expert_layout
@@ -141,7 +141,7 @@ def expert_stage_tensors(model: TransformerModel, ep: int, etp: int, moe: int) -
     return StageTensors(before=(), layer=local_expert_tensors(model, ep, etp), layers=moe, after=())
 
 
-def _expert_gradient_rows(b: Builder, model: TransformerModel, work: Workload, par: Parallelism, opts: Options, ep: int, etp: int,
+def _expert_gradient_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options, ep: int, etp: int,
                           moe: int, micro_batches: int, common: dict) -> None:  # fmt: skip
     from parcalc.core.comm.data_parallel import _fsdp_units, _gradient_buckets, _times
 
@@ -165,7 +165,7 @@ def _expert_gradient_rows(b: Builder, model: TransformerModel, work: Workload, p
               call_bytes=Counter(u * s_g for _, u in units), **common)  # fmt: skip
 
 
-def ep_headlines(model: TransformerModel, work: Workload, par: Parallelism, opts: Options, moe_per_stage: list[int],
+def ep_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options, moe_per_stage: list[int],
                  s: Term, s_g: Term, micro_batches: int) -> list[Derivation]:  # fmt: skip
     """The all-to-all bytes one rank of the busiest stage sends per iteration, and the expert-DP gradient payload."""
     from parcalc.core.expert_parallel import FOLDING, expert_layout
@@ -211,7 +211,7 @@ def ep_headlines(model: TransformerModel, work: Workload, par: Parallelism, opts
     return out
 
 
-def ep_assumptions(model: TransformerModel, par: Parallelism, opts: Options) -> list[str]:
+def ep_assumptions(model: TransformerModel, par: Layout, opts: Options) -> list[str]:
     from parcalc.core.expert_parallel import expert_layout
 
     if model.moe is None:

@@ -23,10 +23,10 @@ from parcalc.core.comm.plan import (
     Builder,
     CollectiveCall,
     CommPlan,
+    Layout,
     Network,
     Options,
     OpTotal,
-    Parallelism,
     Workload,
     choice_value,
     headline,
@@ -40,7 +40,7 @@ from parcalc.derivation import Derivation
 from parcalc.errors import InputError
 
 
-def validate(model: TransformerModel, work: Workload, par: Parallelism) -> int:
+def validate(model: TransformerModel, work: Workload, par: Layout) -> int:
     """Check the configuration; returns the number of micro-batches per replica per iteration."""
     for flag, value in (("--tp", par.tp), ("--pp", par.pp), ("--dp", par.dp), ("--gpus-per-node", par.gpus_per_node),
                         ("--chunks", par.chunks), ("--batch", work.global_batch), ("--micro-batch", work.micro_batch),
@@ -85,8 +85,7 @@ def validate(model: TransformerModel, work: Workload, par: Parallelism) -> int:
     if par.shard_group is not None:
         from parcalc.core.sharding import check_shard_group
 
-        zero = {"dp": 0, "zero1": 1, "zero2": 2, "zero3": 3}[choice_value(par.data_parallel)]
-        check_shard_group(par.shard_group, par.dp * par.cp, zero)
+        check_shard_group(par.shard_group, par.dp * par.cp, par.zero)
     if work.global_batch % par.dp:
         raise InputError(f"--batch: the global batch {work.global_batch} is not a multiple of --dp {par.dp}")
     per_replica = work.global_batch // par.dp
@@ -98,7 +97,7 @@ def validate(model: TransformerModel, work: Workload, par: Parallelism) -> int:
     return per_replica // work.micro_batch
 
 
-def iteration_plan(model: TransformerModel, work: Workload, par: Parallelism, network: Network,
+def iteration_plan(model: TransformerModel, work: Workload, par: Layout, network: Network,
                    opts: Options = DEFAULT_OPTIONS, strategy: str = "") -> CommPlan:  # fmt: skip
     """Every collective of one training iteration, with the headline payloads as derivations."""
     micro_batches = validate(model, work, par)
@@ -157,7 +156,7 @@ def _op_totals(rows: Sequence[CollectiveCall], roles: Sequence[tuple[tuple[int, 
     return tuple(out)
 
 
-def _describe(par: Parallelism) -> str:
+def _describe(par: Layout) -> str:
     parts = []
     if par.dp > 1:
         parts.append(f"{par.data_parallel.value} {par.dp}")
@@ -223,7 +222,7 @@ def _join_stages(labels: list[str]) -> str:
     return "; ".join(labels)
 
 
-def _headlines(model: TransformerModel, work: Workload, par: Parallelism, opts: Options,
+def _headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options,
                per_stage: list[StageTensors], layers: tuple[range, ...], micro_batches: int) -> tuple[Derivation, ...]:  # fmt: skip
     out: list[Derivation] = []
     s = term("s", "s", "s", work.bytes_per_element, "B", f"bytes per {work.dtype or 'parameter/activation'} element")
@@ -287,7 +286,7 @@ def _traffic_headlines(rows: Sequence[CollectiveCall], roles: Sequence[tuple[tup
     return tuple(out)
 
 
-def _assumptions(model: TransformerModel, par: Parallelism, opts: Options) -> tuple[str, ...]:
+def _assumptions(model: TransformerModel, par: Layout, opts: Options) -> tuple[str, ...]:
     out = [
         "payload ('bytes aggregated') = size of each call summed over calls; per-device traffic = bytes one device sends with the algorithm",
         ("Megatron rank order: TP ranks adjacent, then DP, then PP" if par.cp == 1 else "Megatron rank order \"tp-cp-ep-dp-pp\": TP ranks adjacent, then CP, then DP, then PP")

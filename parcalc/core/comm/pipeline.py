@@ -17,8 +17,8 @@ from parcalc.core.comm.plan import (
     INTERLEAVED,
     Builder,
     Group,
+    Layout,
     Options,
-    Parallelism,
     Workload,
     headline,
     rank_of,
@@ -28,7 +28,7 @@ from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 
 
-def pipeline_rows(b: Builder, model: TransformerModel, work: Workload, par: Parallelism, micro_batches: int) -> None:
+def pipeline_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, micro_batches: int) -> None:
     if par.pp < 2:
         return
     activation = work.micro_batch * work.seq_len * model.hidden * work.bytes_per_element
@@ -62,7 +62,7 @@ def pipeline_rows(b: Builder, model: TransformerModel, work: Workload, par: Para
                   direction=direction, roles=((sender, True), (receiver, False)))  # fmt: skip
 
 
-def embedding_sync_rows(b: Builder, model: TransformerModel, work: Workload, par: Parallelism, opts: Options) -> None:
+def embedding_sync_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options) -> None:
     if par.pp < 2 or model.vocab == 0 or not model.tied_embeddings or not opts.embedding_sync:
         return
     rows = -(-model.vocab // par.tp) if opts.vocab_parallel else model.vocab
@@ -74,7 +74,7 @@ def embedding_sync_rows(b: Builder, model: TransformerModel, work: Workload, par
           roles=((0, True), (par.pp - 1, True)))  # fmt: skip
 
 
-def pp_headline(model: TransformerModel, work: Workload, par: Parallelism, s: Term) -> Derivation:
+def pp_headline(model: TransformerModel, work: Workload, par: Layout, s: Term) -> Derivation:
     b = term("b", "B", "B", work.global_batch // par.dp, "", "sequences per iteration" + (" per replica" if par.dp > 1 else ""))
     seq = term("seq", "L", "L", work.seq_len, "", "sequence length")
     h = term("h", "D", "D", model.hidden, "", "hidden size")
@@ -99,7 +99,7 @@ def pp_headline(model: TransformerModel, work: Workload, par: Parallelism, s: Te
     )  # fmt: skip
 
 
-def pp_assumptions(par: Parallelism) -> list[str]:
+def pp_assumptions(par: Layout) -> list[str]:
     if par.pp > 1 and par.tp > 1:
         return ["pipeline sends: each TP rank sends " + ("its sequence slice" if par.sequence_parallel else "the full activation")
                 + " to its peer in the next stage"]  # fmt: skip

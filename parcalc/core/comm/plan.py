@@ -18,7 +18,6 @@ rank = t + tp x (c + cp x (d + dp x s)) with context parallelism. A group whose 
 # (typing.ForwardRef), doubling the cost of defining one; `comm-volume` start-up counts.
 
 from collections.abc import Iterable, Mapping, Sequence
-from enum import Enum
 from typing import NamedTuple
 
 from parcalc.core.collectives import (
@@ -28,6 +27,7 @@ from parcalc.core.collectives import (
     default_algorithm,
 )
 from parcalc.core.hardware import Link
+from parcalc.core.layout import Layout
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
@@ -43,15 +43,6 @@ DUALPIPEV = "dualpipev"  # two stages a device in a V: each boundary carried dow
 def choice_value(choice: object) -> str:
     """A str Enum's value, or the string itself (schedules arrive either way)."""
     return str(getattr(choice, "value", choice))
-
-
-class DataParallel(str, Enum):
-    """How the data-parallel dimension synchronises."""
-
-    DDP = "dp"
-    ZERO1 = "zero1"
-    ZERO2 = "zero2"
-    ZERO3 = "zero3"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,45 +63,6 @@ class Workload(NamedTuple):
     grad_bytes_per_element: float
     dtype: str = ""
     grad_dtype: str = ""
-
-
-class Parallelism(NamedTuple):
-    """Degrees of tensor, pipeline and data parallelism (GPUs = tp x pp x dp) and how each runs."""
-
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    data_parallel: DataParallel = DataParallel.DDP
-    sequence_parallel: bool = False
-    schedule: str = "1f1b"  # a parcalc.core.pipeline.Schedule value (a str Enum, so either spelling works)
-    chunks: int = 1  # model chunks per device for the interleaved schedule
-    gpus_per_node: int = 8
-    first_stage_layers: int | None = None  # Megatron-LM's uneven first / last stage (parcalc.core.stages)
-    last_stage_layers: int | None = None
-    embedding_in_split: bool = False  # the embedding / the loss as one layer slot of the split (parcalc.core.stages)
-    loss_in_split: bool = False
-    # Context parallelism (the sequence split over cp ranks; GPUs = tp x pp x cp x dp) and expert
-    # parallelism (the routed experts of an MoE layer split over ep ranks, which fold over the
-    # tp x cp x dp ranks of the dense part with etp-way expert tensor parallelism; None: etp = tp,
-    # Megatron-Core's default), so ep adds no GPUs (Megatron-Core "MoE parallel folding").
-    cp: int = 1
-    ep: int = 1
-    etp: int | None = None
-    cp_comm: str = "p2p"  # a parcalc.core.context.CpComm value: p2p, all-gather, a2a
-    # Hybrid sharding (parcalc.core.sharding): ZeRO shards over S consecutive of the dp x cp
-    # data-parallel ranks and all-reduces the gradient shards over the dp x cp / S replicas; None: S = dp x cp.
-    shard_group: int | None = None
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
-
-    def stage_ends(self, layers: int) -> tuple[int | None, int | None]:
-        """(first, last) stage layers as the uneven split takes them (parcalc.core.stages.stage_ends)."""
-        from parcalc.core.stages import stage_ends
-
-        return stage_ends(layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
-                          embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip
 
 
 class Options(NamedTuple):
@@ -196,7 +148,7 @@ class CommPlan(NamedTuple):
     """What one iteration communicates: the collectives, headline derivations and assumptions."""
 
     strategy: str
-    parallelism: Parallelism
+    parallelism: Layout
     workload: Workload
     micro_batches: int  # per replica per iteration
     calls: tuple[CollectiveCall, ...]
@@ -224,7 +176,7 @@ class Group(NamedTuple):
     last: int
 
 
-def rank_of(par: Parallelism, t: int, d: int, s: int, c: int = 0) -> int:
+def rank_of(par: Layout, t: int, d: int, s: int, c: int = 0) -> int:
     """Global rank of TP rank t, CP rank c, DP rank d, stage s in Megatron-LM's order
     "tp-cp-ep-dp-pp" (megatron/core/parallel_state.py line 617 at d98e8a6; ep folds over the rest)."""
     return t + par.tp * (c + par.cp * (d + par.dp * s))
@@ -244,7 +196,7 @@ def node_split(groups: Iterable[Group], gpus_per_node: int) -> tuple[int, int]:
 class Builder:
     """Collects rows for one plan, splitting each by intra/inter-node and timing it."""
 
-    def __init__(self, par: Parallelism, network: Network, opts: Options) -> None:
+    def __init__(self, par: Layout, network: Network, opts: Options) -> None:
         self.par, self.network, self.opts = par, network, opts
         self.rows: list[CollectiveCall] = []
         # per row: (pipeline stage, whether that stage's devices send) for each stage taking part

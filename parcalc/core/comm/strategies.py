@@ -2,42 +2,43 @@
 
 from typing import NamedTuple
 
+from parcalc.core.choices import Schedule
 from parcalc.core.comm.iteration import iteration_plan
 from parcalc.core.comm.plan import (
     DEFAULT_OPTIONS,
     INTERLEAVED,
     CommPlan,
-    DataParallel,
+    Layout,
     Network,
     Options,
-    Parallelism,
     Workload,
     choice_value,
 )
+from parcalc.core.layout import DataParallel
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
 
 STRATEGIES: tuple[str, ...] = ("dp", "zero1", "zero2", "fsdp", "tp", "tp+sp", "pp-gpipe", "pp-1f1b")
 
 
-# strategy -> (the dimension that takes every GPU, the rest of its Parallelism)
+# strategy -> (the dimension that takes every GPU, the rest of its Layout)
 _SINGLE_STRATEGIES: dict[str, tuple[str, dict[str, object]]] = {
     "dp": ("dp", {}),
-    "zero1": ("dp", {"data_parallel": DataParallel.ZERO1}),
-    "zero2": ("dp", {"data_parallel": DataParallel.ZERO2}),
-    "zero3": ("dp", {"data_parallel": DataParallel.ZERO3}),
-    "fsdp": ("dp", {"data_parallel": DataParallel.ZERO3}),
+    "zero1": ("dp", {"zero": 1}),
+    "zero2": ("dp", {"zero": 2}),
+    "zero3": ("dp", {"zero": 3}),
+    "fsdp": ("dp", {"zero": 3}),
     "tp": ("tp", {}),
     "tp+sp": ("tp", {"sequence_parallel": True}),
-    "pp-gpipe": ("pp", {"schedule": "gpipe"}),
-    "pp-1f1b": ("pp", {"schedule": "1f1b"}),
+    "pp-gpipe": ("pp", {"schedule": Schedule.GPIPE}),
+    "pp-1f1b": ("pp", {"schedule": Schedule.ONE_F_ONE_B}),
 }
 
 
-def single_strategy(name: str, gpus: int, gpus_per_node: int) -> Parallelism:
+def single_strategy(name: str, gpus: int, gpus_per_node: int) -> Layout:
     """All `gpus` in one dimension: the configurations `--strategy all` compares."""
     dimension, rest = _SINGLE_STRATEGIES[name]
-    return Parallelism(gpus_per_node=gpus_per_node, **{dimension: gpus}, **rest)  # type: ignore[arg-type]
+    return Layout(gpus_per_node=gpus_per_node, **{dimension: gpus}, **rest)  # type: ignore[arg-type]
 
 
 class StrategyComparison(NamedTuple):
@@ -45,7 +46,7 @@ class StrategyComparison(NamedTuple):
     skipped: tuple[tuple[str, str], ...]  # (strategy, why)
 
 
-def default_micro_batch(work: Workload, par: Parallelism) -> int:
+def default_micro_batch(work: Workload, par: Layout) -> int:
     """One micro-batch per replica without pipelining; single sequences with it (Megatron's usual --micro-batch-size 1)."""
     return max(1, work.global_batch // par.dp) if par.pp == 1 else 1
 
@@ -59,7 +60,7 @@ def compare_strategies(model: TransformerModel, work: Workload, gpus: int, netwo
     `micro_batch` None: each strategy takes default_micro_batch; `work.micro_batch` is ignored.
     """
     plans, skipped = [], []
-    planned: dict[tuple[Parallelism, Workload], CommPlan | str] = {}  # the plan, or why it cannot run
+    planned: dict[tuple[Layout, Workload], CommPlan | str] = {}  # the plan, or why it cannot run
     for name in STRATEGIES:
         par = single_strategy(name, gpus // cp, gpus_per_node)
         if cp > 1:
@@ -79,13 +80,13 @@ def compare_strategies(model: TransformerModel, work: Workload, gpus: int, netwo
     return StrategyComparison(tuple(plans), tuple(skipped))
 
 
-def _same_communication(par: Parallelism) -> Parallelism:
+def _same_communication(par: Layout) -> Layout:
     """A representative of the configurations that communicate exactly as `par` does: ZeRO-1 and
     ZeRO-2 move the same bytes (ZeRO sec. 7.2.1; they differ in what is kept, not in what is sent),
     and so do GPipe and 1F1B (the same sends per micro-batch, in another order); only the
     interleaved schedule sends more. `--strategy all` plans each such class once."""
     if par.data_parallel is DataParallel.ZERO2:
-        par = par._replace(data_parallel=DataParallel.ZERO1)
+        par = par._replace(zero=1)
     if choice_value(par.schedule) != INTERLEAVED:
-        par = par._replace(schedule="1f1b")
+        par = par._replace(schedule=Schedule.ONE_F_ONE_B)
     return par

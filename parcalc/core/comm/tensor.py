@@ -32,8 +32,8 @@ from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
     Builder,
     Group,
+    Layout,
     Options,
-    Parallelism,
     Workload,
     headline,
     rank_of,
@@ -47,7 +47,7 @@ CROSS_ENTROPY_BYTES = 4.0  # Megatron's vocab-parallel cross-entropy reduces fp3
 REGATHER = "activations (sequence-parallel, re-gathered for the weight gradient)"
 
 
-def tensor_parallel_rows(b: Builder, model: TransformerModel, work: Workload, par: Parallelism, opts: Options,
+def tensor_parallel_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options,
                           layers: tuple[range, ...], per_stage: list[StageTensors], micro_batches: int) -> None:  # fmt: skip
     n = par.tp
     if n < 2:
@@ -84,7 +84,7 @@ def tensor_parallel_rows(b: Builder, model: TransformerModel, work: Workload, pa
             _outside_layer_rows(b, work, par, opts, stage, activation, micro_batches, common)
 
 
-def _outside_layer_rows(b: Builder, work: Workload, par: Parallelism, opts: Options, stage: int, activation: float,
+def _outside_layer_rows(b: Builder, work: Workload, par: Layout, opts: Options, stage: int, activation: float,
                         micro_batches: int, common: dict) -> None:  # fmt: skip
     """TP collectives at the embedding and the LM head (Megatron's language model)."""
     sp, mb = par.sequence_parallel, micro_batches
@@ -108,7 +108,7 @@ def _outside_layer_rows(b: Builder, work: Workload, par: Parallelism, opts: Opti
               call_bytes={logits: 3 * mb}, **common)  # fmt: skip
 
 
-def tp_headlines(model: TransformerModel, work: Workload, par: Parallelism, opts: Options, layers: tuple[range, ...],
+def tp_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options, layers: tuple[range, ...],
                   s: Term, micro_batches: int) -> list[Derivation]:  # fmt: skip
     per_layer = 6 if opts.recompute else 4
     count = term("c", "c", "c", per_layer, "", "collectives per layer per micro-batch (2 forward + 2 backward"
@@ -144,7 +144,7 @@ def tp_headlines(model: TransformerModel, work: Workload, par: Parallelism, opts
     return [all_gather, reduce_scatter]
 
 
-def tp_assumptions(model: TransformerModel, par: Parallelism, opts: Options) -> list[str]:
+def tp_assumptions(model: TransformerModel, par: Layout, opts: Options) -> list[str]:
     out = []
     if par.tp > 1 and model.vocab > 0:
         out.append("vocabulary-parallel embedding, LM head and cross-entropy (Megatron)" if opts.vocab_parallel

@@ -5,7 +5,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import NamedTuple
 
-from parcalc.core.comm.plan import Options, Parallelism
+from parcalc.core.comm.plan import Layout, Options
 from parcalc.core.model import TransformerModel
 from parcalc.core.stages import stage_split
 
@@ -180,7 +180,7 @@ class StageTensors(NamedTuple):
         return self.before + self.after
 
 
-def device_tensors(model: TransformerModel, par: Parallelism, stage: int, opts: Options) -> StageTensors:
+def device_tensors(model: TransformerModel, par: Layout, stage: int, opts: Options) -> StageTensors:
     """The tensors one device of pipeline `stage` holds, after TP sharding."""
     layers = stage_layers(model.layers, par.pp, *par.stage_ends(model.layers))[stage]
     before = embedding_tensors(model) if stage == 0 else []

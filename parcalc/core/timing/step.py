@@ -462,8 +462,8 @@ def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | 
 
 @lru_cache(maxsize=4096)  # pure; the search asks for the same stage for every configuration of a layout
 def _fullest_stage_of(model: Any, tp: int, pp: int, first: int | None, last: int | None, ep: int, etp: int | None) -> FullestStage:
+    from parcalc.core.layout import Layout
     from parcalc.core.memory import (
-        Parallelism,
         _stage_ends,
         fullest_candidates,
         stage_expert_parameters,
@@ -472,7 +472,7 @@ def _fullest_stage_of(model: Any, tp: int, pp: int, first: int | None, last: int
     )
 
     ranks = ep * (tp if etp is None else etp)  # any dp x cp that holds the expert grid: ep x etp divides tp x ranks
-    par = Parallelism(tp, pp, ranks, micro_batches=pp, first_stage_layers=first, last_stage_layers=last, ep=ep, etp=etp)
+    par = Layout(tp, pp, ranks, first_stage_layers=first, last_stage_layers=last, ep=ep, etp=etp)
     split = stage_layers(model, par)
     best: FullestStage | None = None
     for s in fullest_candidates(model, split):
@@ -684,11 +684,11 @@ def stage_launches(model: Any, config: Any, training: Any, cluster: Any) -> tupl
     from parcalc.core.timing.compute import end_passes, layer_passes
     from parcalc.core.timing.moe import ExpertShard
 
-    shard = _layer_shard(model, config.tp, config.micro_batch, config.sequence_parallel, training, cluster, config.cp)
+    shard = _layer_shard(model, config.layout.tp, config.micro_batch, config.layout.sequence_parallel, training, cluster, config.layout.cp)
     spec = cluster.spec
     modules = getattr(training, "recompute_modules", None) if config.recompute is Recompute.SELECTIVE else None
     dense = layer_passes(model, shard, spec)
-    moe = layer_passes(model, shard, spec, config.experts() if config.experts() is not None else ExpertShard(etp=config.tp)) \
+    moe = layer_passes(model, shard, spec, config.experts() if config.experts() is not None else ExpertShard(etp=config.layout.tp)) \
         if model.moe is not None else dense
     moe_layers = model.moe_layers_in(0, model.layers) if model.moe is not None else 0
     ends = end_passes(model, shard, spec)
