@@ -66,12 +66,12 @@ def test_working_set_per_variant(llama8b, kind: str, blocks: int | None) -> None
     """B_kv = 2 b (s/cp) (kv_heads d / t) e = 2 x 1 x 16,384 x 128 x 2 = 8,388,608 B (s 131,072,
     cp 8, t 8, bf16). p2p holds max(cp, 4) = 8 blocks, all-gather 2 cp = 16; a2a the all-to-all
     outputs of Q, K, V: B_q + B_kv, B_q = 1 x 16,384 x 512 x 2 = 16,777,216 B."""
-    d = context_working_set(llama8b, 1, 131072, 8, 8, 2.0, kind)
+    d = context_working_set(llama8b, 1, 131072, Layout(8, cp=8, cp_comm=kind), 2.0)
     assert d is not None
     b_kv = 2 * 16384 * 128 * 2
     assert b_kv == 8_388_608
     assert d.value == (blocks * b_kv if blocks else 16_777_216 + b_kv)
-    assert context_working_set(llama8b, 1, 131072, 1, 8, 2.0, kind) is None
+    assert context_working_set(llama8b, 1, 131072, Layout(8, cp_comm=kind), 2.0) is None
 
 
 def test_llama3_405b_long_context_fits_h100() -> None:
@@ -173,7 +173,7 @@ def test_causal_balance() -> None:
 ])  # fmt: skip
 def test_check_context_parallel(llama8b, seq: int, cp: int, kind: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
-        check_context_parallel(llama8b, seq, cp, kind)
+        check_context_parallel(llama8b, seq, Layout(cp=cp, cp_comm=kind))
 
 
 @pytest.mark.parametrize("args", [

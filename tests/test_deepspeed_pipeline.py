@@ -51,8 +51,8 @@ def test_the_pipeline_engine_replaces_the_zero_engine_only_when_pp_exceeds_one()
 
 def test_bloom_stage_accumulates_20_bytes_per_parameter_every_micro_batch() -> None:
     model, config, training, cluster = inputs(BLOOM)
-    ends = config.stage_ends(model)
-    pieces = dp_pieces(model, config.layout.tp, config.layout.pp, config.layout.dp, training, cluster, **ends)
+    config.stage_ends(model)
+    pieces = dp_pieces(model, config.layout, training, cluster)
     # The fullest stage's parameters (the timing's stand-in for the pacing stage's; 0.4 % of this step apart):
     # the last, 5 layers of 12 h^2 + 13 h parameters and the tied 250,880 x h LM head, over tp 4 (h = 14,336), and
     # the final norm's 2 h (not split by tp): 2 h more than the first, ahead of a middle stage's 6 layers
@@ -76,8 +76,8 @@ def test_bloom_stage_accumulates_20_bytes_per_parameter_every_micro_batch() -> N
 def test_bloom_step_adds_the_accumulation_to_every_micro_batch_and_the_reduce_after_the_flush() -> None:
     model, config, training, cluster = inputs(BLOOM)
     est = estimate(model, config, training, cluster)
-    ends = config.stage_ends(model)
-    pieces = dp_pieces(model, config.layout.tp, config.layout.pp, config.layout.dp, training, cluster, **ends)
+    config.stage_ends(model)
+    pieces = dp_pieces(model, config.layout, training, cluster)
     m = config.micro_batches(training)
     assert m == 128  # 2,048 sequences / (dp 8 x micro-batch 2)
     # ZeRO-1 of the pipeline engine: the reduce (here an all-reduce of every bucket's fp32 gradients, then the

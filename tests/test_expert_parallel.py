@@ -57,7 +57,7 @@ ROUTER = H * E  # 32,768
 ], ids=["etp-default", "etp1", "tp8-ep4-etp1", "cp2"])  # fmt: skip
 def test_expert_layout_is_megatron_folding(tp: int, cp: int, dp: int, ep: int, etp: int | None, edp: int) -> None:
     # parallel_state.py initialize_model_parallel: expert_data_parallel_size = world // (etp x ep x pp)
-    layout = expert_layout(mixtral(), tp, cp, dp, ep, etp)
+    layout = expert_layout(mixtral(), Layout(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp))
     if etp is None:
         edp = tp * cp * dp // (tp * ep)
     assert layout.edp == edp and layout.ep == ep and layout.etp == (etp or tp) and layout.dense_dp == dp * cp
@@ -70,13 +70,14 @@ def test_expert_layout_is_megatron_folding(tp: int, cp: int, dp: int, ep: int, e
     ((2, 1, 16, 1, 3), "--etp: 3 does not divide the expert FFN width 14336"),
 ])  # fmt: skip
 def test_expert_layout_refuses(args: tuple, message: str) -> None:
+    tp, cp, dp, ep, etp = args
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        expert_layout(mixtral(), *args)
+        expert_layout(mixtral(), Layout(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp))
 
 
 def test_ep_on_a_dense_model_is_an_error() -> None:
     with pytest.raises(InputError, match="has no experts"):
-        expert_layout(dense(), 1, 1, 4, 2, None)
+        expert_layout(dense(), Layout(dp=4, ep=2))
     with pytest.raises(InputError, match="has no experts"):
         memory_breakdown(dense(), Layout(dp=4, ep=2), TrainingSetup(1, 128))
 
@@ -89,8 +90,8 @@ def test_parameters_per_gpu_by_hand() -> None:
     # attention / 2 and the router (replicated: Megatron's Router weight is not TP-split) and 2 RMSNorms.
     m = mixtral()
     assert moe_dense_params_per_rank(m, 2) == ATTN // 2 + 2 * H + ROUTER == 21_012_480
-    assert expert_params_per_rank(m, 8, 1) == EXPERT == 176_160_768
-    assert expert_params_per_rank(m, 4, 2) == 2 * EXPERT // 2  # 2 experts, each split 2 ways: the same count
+    assert expert_params_per_rank(m, Layout(ep=8, etp=1)) == EXPERT == 176_160_768
+    assert expert_params_per_rank(m, Layout(ep=4, etp=2)) == 2 * EXPERT // 2  # 2 experts, each split 2 ways: the same count
     b = memory_breakdown(m, Layout(tp=2, dp=16, zero=1, ep=8, etp=1), TrainingSetup(1, 4096))
     embed = head = V * H // 2  # V/t rows each (untied), final norm H on the last stage
     assert b.worst.parameters.value == L * (21_012_480 + EXPERT) + embed + head + H == 6_440_620_032

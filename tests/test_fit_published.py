@@ -25,6 +25,7 @@ from published_runs import KORTHIKANTI_CONFIGS, KORTHIKANTI_RESULTS, NARAYANAN_T
 from parcalc.commands.model_options import ModelFlags, model_from_flags
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, estimate
+from parcalc.core.layout import Layout
 from parcalc.presets import load_gpu, load_link
 
 A100 = load_gpu("a100-sxm4-80gb", ())
@@ -97,7 +98,7 @@ def test_table_4_layer_calibration() -> None:
 
     model = gpt(64, 6144, 48)
     training = Training(4, 2048, Precision.MIXED_FP16, Optimizer.ADAM, causal=False)
-    stage, f_layer, b_layer = stage_pieces(model, 8, 1, 1, 4, False, R.NONE, training, a100s(8))
+    stage, f_layer, b_layer = stage_pieces(model, Layout(8), 4, R.NONE, training, a100s(8))
     tp_per_layer = stage.tp / 48
     assert f_layer + b_layer + tp_per_layer == pytest.approx(19.6e-3, rel=0.03)
     assert f_layer + tp_per_layer / 2 == pytest.approx(7.7e-3, rel=0.05)
@@ -122,7 +123,7 @@ def test_table_4_sequence_parallel_rows_hide_the_backward_all_gather() -> None:
     gather, dgrads = sp_regather(model, 8, 4, training, a100s(8))
     assert gather == pytest.approx(0.40e-3, rel=0.05) and len(dgrads) == 2 and min(dgrads) > gather
     for name, recompute in (("Sequence Parallelism", R.NONE), ("Selective + Sequence", R.SELECTIVE)):
-        stage, f_layer, b_layer = stage_pieces(model, 8, 1, 1, 4, True, recompute, training, a100s(8))
+        stage, f_layer, b_layer = stage_pieces(model, Layout(8, sequence_parallel=True), 4, recompute, training, a100s(8))
         assert stage.regather == pytest.approx(48 * 2 * gather, rel=1e-12)
         assert stage.regather_exposed == 0.0
         layer = f_layer + b_layer + (stage.tp + stage.regather_exposed) / 48

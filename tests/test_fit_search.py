@@ -134,6 +134,6 @@ def test_search_agrees_where_the_sp_regather_shows(overlap: bool) -> None:
         scalar = estimate(model, config, training, cluster)
         assert evaluated.columns["t_tp"][i] == pytest.approx(scalar.tp_comm.value, rel=1e-9, abs=1e-15), config.label()
         assert evaluated.columns["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9), config.label()
-        stage, _, _ = stage_pieces(model, config.layout.tp, config.layout.pp, config.layout.dp, config.micro_batch, True, config.recompute, training, cluster)
+        stage, _, _ = stage_pieces(model, config.layout._replace(sequence_parallel=True), config.micro_batch, config.recompute, training, cluster)
         shown += stage.regather_exposed > 0
     assert shown > 10  # the sample holds configurations whose re-gathers are exposed

@@ -53,13 +53,13 @@ def h100_cluster(gpus: int, framework: str = "fsdp2") -> Cluster:
 ], ids=["zero1", "zero2", "zero3"])  # fmt: skip
 def test_model_states_divide_by_the_shard_group(zero: int, weights: float, gradients: float, optimizer: float) -> None:
     # 1e9 parameters, mixed-bf16 AdamW (2 + 2 + 12 bytes), dp = 64, S = 8: ZeRO's Psi / N_d with N_d = S.
-    states = model_states(1e9, MIXED_ADAMW, zero, 64, shard_group=8)
+    states = model_states(1e9, MIXED_ADAMW, Layout(dp=64, zero=zero, shard_group=8))
     assert (states.weights.value, states.gradients.value, states.optimizer.value) == (weights, gradients, optimizer)
     assert "shard group S = 8" in states.optimizer.label
     # S = dp x cp is full sharding: the same bytes as no shard group; S = 16 over dp 8 x cp 2 likewise
-    full, given = model_states(1e9, MIXED_ADAMW, zero, 64), model_states(1e9, MIXED_ADAMW, zero, 64, shard_group=64)
+    full, given = model_states(1e9, MIXED_ADAMW, Layout(dp=64, zero=zero)), model_states(1e9, MIXED_ADAMW, Layout(dp=64, zero=zero, shard_group=64))
     assert given.total == full.total
-    assert model_states(1e9, MIXED_ADAMW, zero, 8, cp=2, shard_group=16).total == model_states(1e9, MIXED_ADAMW, zero, 8, cp=2).total
+    assert model_states(1e9, MIXED_ADAMW, Layout(dp=8, cp=2, zero=zero, shard_group=16)).total == model_states(1e9, MIXED_ADAMW, Layout(dp=8, cp=2, zero=zero)).total
 
 
 def test_memory_breakdown_of_llama3_70b_hsdp() -> None:
@@ -169,17 +169,17 @@ def test_dp_pieces_time_the_shard_group_and_the_replicas() -> None:
     # 8 ranks in one node; its gradient shard (1/8, bf16 on the wire) all-reduced over 64 replicas, 8 apart (one per node).
     model, cluster = load_model("llama3-70b", ()), h100_cluster(512)
     training = Training(512, 4096, flash_attention=True)
-    pieces = dp_pieces(model, 1, 1, 512, training, cluster, shard_group=8)
+    pieces = dp_pieces(model, Layout(1, 1, 512, zero=1, shard_group=8), training, cluster)
     layer = 855_654_400  # Llama 3 70B's parameters per layer (parcalc.core.memory.layer_params_per_rank)
     shards, replicas = placement(8, 1, 8), placement(64, 8, 8)
     assert (shards.nodes, replicas.nodes, replicas.per_node) == (1, 64, 1)
     assert pieces.layer_gather == collective_time(Collective.ALL_GATHER, layer * 2.0, shards, cluster.fabric).time
     assert pieces.layer_reduce == collective_time(Collective.REDUCE_SCATTER, layer * 2.0, shards, cluster.fabric).time
     assert pieces.layer_replica_reduce == collective_time(Collective.ALL_REDUCE, layer * 2.0 / 8, replicas, cluster.fabric).time
-    full = dp_pieces(model, 1, 1, 512, training, cluster)
+    full = dp_pieces(model, Layout(1, 1, 512, zero=1), training, cluster)
     assert full.layer_replica_reduce == full.grad_replica_all_reduce == 0.0
     assert pieces.grad_all_reduce == full.grad_all_reduce  # DDP's all-reduce does not change
-    assert dp_pieces(model, 1, 1, 512, training, cluster, shard_group=512) == full
+    assert dp_pieces(model, Layout(1, 1, 512, zero=1, shard_group=512), training, cluster) == full
 
 
 def test_estimate_t_dp_formula_adds_the_replica_all_reduce_to_each_reduce() -> None:

@@ -66,7 +66,7 @@ MIXED_ADAM = state_bytes(Precision.MIXED_FP16, Optimizer.ADAM)
     ],
 )
 def test_zero_figure_1(zero: int, expected: float, printed: float) -> None:
-    states = model_states(7.5e9, MIXED_ADAM, zero, 64)
+    states = model_states(7.5e9, MIXED_ADAM, Layout(dp=64, zero=zero))
     assert states.total == pytest.approx(expected, rel=1e-15)
     assert abs(states.total / GB - printed) <= 0.05 + 1e-12  # the figure rounds to 0.1 GB
 
@@ -83,12 +83,12 @@ def test_zero_figure_1(zero: int, expected: float, printed: float) -> None:
 )
 def test_zero_table_1(dp: int, p_os: float, p_os_g: float, p_os_g_p: float) -> None:
     for stage, expected in ((1, p_os), (2, p_os_g), (3, p_os_g_p)):
-        assert model_states(7.5e9, MIXED_ADAM, stage, dp).total / GB == pytest.approx(expected, rel=1e-14)
+        assert model_states(7.5e9, MIXED_ADAM, Layout(dp=dp, zero=stage)).total / GB == pytest.approx(expected, rel=1e-14)
 
 
 def test_zero_shards_exactly_the_named_states() -> None:
     # Psi = 1e9, N_d = 8, mixed Adam: 2 / 2 / 12 bytes; each stage shards one more kind.
-    z1, z2, z3 = (model_states(1e9, MIXED_ADAM, z, 8) for z in (1, 2, 3))
+    z1, z2, z3 = (model_states(1e9, MIXED_ADAM, Layout(dp=8, zero=z)) for z in (1, 2, 3))
     assert (z1.weights.value, z1.gradients.value, z1.optimizer.value) == (2e9, 2e9, 1.5e9)
     assert (z2.weights.value, z2.gradients.value, z2.optimizer.value) == (2e9, 0.25e9, 1.5e9)
     assert (z3.weights.value, z3.gradients.value, z3.optimizer.value) == (0.25e9, 0.25e9, 1.5e9)
@@ -123,12 +123,12 @@ def test_megatron_distributed_optimizer_is_6_plus_12_over_d() -> None:
     # megatron/training/theoretical_memory_usage.py: with the distributed optimizer (ZeRO-1 with
     # fp32 grads) 6 + 12 / d bytes per parameter; d = 8: 7.5 bytes.
     per = state_bytes(Precision.MIXED_BF16, Optimizer.ADAM, fp32_grads=True)
-    assert model_states(1e9, per, 1, 8).total == pytest.approx(7.5e9)
+    assert model_states(1e9, per, Layout(dp=8, zero=1)).total == pytest.approx(7.5e9)
 
 
 @given(params=st.floats(1e3, 1e13), dp=st.integers(2, 4096))
 def test_each_zero_stage_saves_memory(params: float, dp: int) -> None:
-    totals = [model_states(params, MIXED_ADAM, z, dp).total for z in range(4)]
+    totals = [model_states(params, MIXED_ADAM, Layout(dp=dp, zero=z)).total for z in range(4)]
     assert totals == sorted(totals, reverse=True)
     assert totals[3] == pytest.approx(totals[0] / dp, rel=1e-12)
 

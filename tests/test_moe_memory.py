@@ -8,6 +8,7 @@ import pytest
 
 from parcalc.core.choices import Optimizer, Precision
 from parcalc.core.expert_parallel import fp8_linear_weights_per_rank, moe_dispatch_working_set
+from parcalc.core.layout import Layout
 from parcalc.core.memory import fp8_weight_cache, state_bytes
 from parcalc.core.model import MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 from parcalc.presets import load_model
@@ -23,16 +24,16 @@ def small_moe(capacity_factor: float | None = None) -> TransformerModel:
 
 def test_exchange_buffers_by_hand() -> None:
     # T = b s / (cp t) = 2 x 1024 / (2 x 2) = 512 tokens; 2 rho etp T k h e = 2 x 1.5 x 1 x 512 x 4 x 64 x 2 B
-    d = moe_dispatch_working_set(small_moe(), 2, 1024, tp=2, cp=2, sequence_parallel=True, ep=8, etp=1, element_bytes=2.0,
+    d = moe_dispatch_working_set(small_moe(), 2, 1024, Layout(2, cp=2, sequence_parallel=True, ep=8, etp=1), element_bytes=2.0,
                                  imbalance=1.5)  # fmt: skip
     assert d.value == 2 * 1.5 * 512 * 4 * 64 * 2 == 786_432
     # dropless worst case named: ep x min(k, E/ep) / k = 8 x min(4, 2) / 4 = 4 times the balanced share
     assert any("4 times the balanced share" in a for a in d.assumptions)
     # a capacity factor caps the busiest rank's share (MixtureOfExperts.busiest_share); etp 2 gathers twice the tokens
-    capped = moe_dispatch_working_set(small_moe(1.25), 2, 1024, tp=2, cp=2, sequence_parallel=True, ep=8, etp=2, element_bytes=2.0,
+    capped = moe_dispatch_working_set(small_moe(1.25), 2, 1024, Layout(2, cp=2, sequence_parallel=True, ep=8, etp=2), element_bytes=2.0,
                                       imbalance=1.5)  # fmt: skip
     assert capped.value == 2 * 1.25 * 2 * 512 * 4 * 64 * 2
-    assert moe_dispatch_working_set(load_model("llama3-8b"), 1, 1024, 1, 1, False, 1, 1, 2.0) is None
+    assert moe_dispatch_working_set(load_model("llama3-8b"), 1, 1024, Layout(etp=1), 2.0) is None
 
 
 def test_fp8_copies_of_the_experts() -> None:
@@ -40,18 +41,18 @@ def test_fp8_copies_of_the_experts() -> None:
     # = (4096 + 4096 + 4096 + 24576) / 2 = 18,432
     # MoE layer at t = 2, ep 4, etp 1: (attention 12,288 + shared 3 x 64 x 32 = 6,144) / 2 + 16/4 x 3 x 64 x 32 = 33,792
     model = small_moe()
-    assert fp8_linear_weights_per_rank(model, 2) == 18_432
-    assert fp8_linear_weights_per_rank(model, 2, ep=4, etp=1, moe_layer=True) == 9_216 + 24_576
-    cache = fp8_weight_cache(model, 2, 4, moe_layers=3, ep=4, etp=1)
+    assert fp8_linear_weights_per_rank(model, Layout(2)) == 18_432
+    assert fp8_linear_weights_per_rank(model, Layout(2, ep=4, etp=1), moe_layer=True) == 9_216 + 24_576
+    cache = fp8_weight_cache(model, Layout(2, ep=4, etp=1), 4, moe_layers=3)
     assert cache.value == 2 * (18_432 * 1 + 33_792 * 3)  # FP8 weight + transpose, 1 byte each
-    assert fp8_weight_cache(model, 2, 4).value == 2 * 18_432 * 4  # without the MoE split: the dense shapes, as before
+    assert fp8_weight_cache(model, Layout(2), 4).value == 2 * 18_432 * 4  # without the MoE split: the dense shapes, as before
 
 
 def test_fp8_copies_of_latent_attention() -> None:
     # DeepSeek-V3's MLA projections (LatentAttention.params less the two latent norms 1536 + 512) and the dense MLP, t = 1
     dsv3 = load_model("deepseek-v3")
     attention = 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 128 * 128 * 7168
-    assert fp8_linear_weights_per_rank(dsv3, 1) == attention + 3 * 7168 * 18432
+    assert fp8_linear_weights_per_rank(dsv3, Layout()) == attention + 3 * 7168 * 18432
 
 
 def test_bf16_moments() -> None:

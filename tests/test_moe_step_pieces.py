@@ -57,7 +57,7 @@ def test_expert_gradients_reduce_over_expert_dp_and_dense_over_dp(ep: int) -> No
     dense = params[fullest] - experts
     assert experts == 32 // 4 * 8 // ep * 3 * 4096 * 14336  # 8 layers a stage, 8/ep experts of 3 x h x f each
     expected = _reduce_scatter(dense, 16, 1, cluster) + (_reduce_scatter(experts, 16 // ep, ep, cluster) if ep < 16 else 0.0)
-    pieces = dp_pieces(MIXTRAL, 1, 4, 16, TRAINING, cluster, ep=ep)
+    pieces = dp_pieces(MIXTRAL, Layout(1, 4, 16, ep=ep), TRAINING, cluster)
     assert pieces.grad_reduce_scatter == pytest.approx(expected, rel=1e-12)
 
 
@@ -65,12 +65,12 @@ def test_zero0_optimizer_updates_only_the_local_experts() -> None:
     """ZeRO-0 (no sharding): the step updates the fullest stage's dense parameters and its 8 / ep
     experts; ZeRO-1 shards the dense ones over dp x cp = 16 and the experts over edp = 16 / ep."""
     cluster = h100_cluster(64)
-    one = optimizer_step_time(MIXTRAL, 1, 4, 16, 0, TRAINING, cluster, ep=1)
-    eight = optimizer_step_time(MIXTRAL, 1, 4, 16, 0, TRAINING, cluster, ep=8)
+    one = optimizer_step_time(MIXTRAL, Layout(1, 4, 16, ep=1), TRAINING, cluster)
+    eight = optimizer_step_time(MIXTRAL, Layout(1, 4, 16, ep=8), TRAINING, cluster)
     par1, par8 = Layout(1, 4, 16, ep=1), Layout(1, 4, 16, ep=8)
     ratio = max(stage_parameters(MIXTRAL, par8, s).value for s in range(4)) / max(stage_parameters(MIXTRAL, par1, s).value for s in range(4))
     assert float(eight) / float(one) == pytest.approx(ratio, rel=1e-12)
-    sharded = optimizer_step_time(MIXTRAL, 1, 4, 16, 1, TRAINING, cluster, ep=8)
+    sharded = optimizer_step_time(MIXTRAL, Layout(1, 4, 16, ep=8, zero=1), TRAINING, cluster)
     fullest = max(range(4), key=lambda s: stage_parameters(MIXTRAL, par8, s).value)  # the last: head and final norm
     experts = stage_expert_parameters(MIXTRAL, par8, fullest)
     dense = stage_parameters(MIXTRAL, par8, fullest).value - experts
@@ -83,7 +83,7 @@ def test_weight_gradients_are_the_linears_wgrad_kernels() -> None:
 
     cluster = h100_cluster(8)
     model = load_model("llama3-8b", ())
-    pieces = layer_pieces(model, 1, 1, False, Recompute.NONE, Training(8, 4096), cluster)
+    pieces = layer_pieces(model, Layout(), 1, Recompute.NONE, Training(8, 4096), cluster)
     shard = LayerShard(1, 4096, 1, False, False, False, True, 2.0, 1, "")
     passes = layer_passes(model, shard, cluster.spec)
     wanted = {"qkv.wgrad", "proj.wgrad", "mlp.gate_up.wgrad", "mlp.down.wgrad"}
@@ -103,8 +103,8 @@ def test_fit_states_dualpipe_beside_the_1f1b_bubble_for_moe_pipelines() -> None:
     from parcalc.core.timing.step import stage_pieces
     from parcalc.units import format_time
 
-    stage, _, _ = stage_pieces(MIXTRAL, 1, 4, 16, 1, False, Recompute.NONE, TRAINING, cluster, experts=config.experts())
-    lp = layer_pieces(MIXTRAL, 1, 1, False, Recompute.NONE, TRAINING, cluster, experts=config.experts())
+    stage, _, _ = stage_pieces(MIXTRAL, Layout(1, 4, 16), 1, Recompute.NONE, TRAINING, cluster, experts=config.experts())
+    lp = layer_pieces(MIXTRAL, Layout(), 1, Recompute.NONE, TRAINING, cluster, experts=config.experts())
     f, b = stage.forward, stage.backward + stage.recompute
     w = stage.moe_layers * lp.wgrad_moe + (stage.layers - stage.moe_layers) * lp.wgrad_dense
     assert 0 < w < b

@@ -139,7 +139,7 @@ def test_fp8_leaves_bf16_results_unchanged() -> None:
 def test_fp8_weight_cache_llama3_8b() -> None:
     """TE keeps an FP8 weight and its FP8 transpose per linear weight: 2 B x (4096 x 4096 x 2 + 2 x 4096 x 1024 + 3 x 4096 x 14336)
     = 2 x 218,103,808 per layer, / t = 2."""
-    cache = fp8_weight_cache(load_model("llama3-8b"), 2, 16)
+    cache = fp8_weight_cache(load_model("llama3-8b"), Layout(2), 16)
     assert cache.value == 2 * 218_103_808 / 2 * 16
 
 

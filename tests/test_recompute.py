@@ -17,6 +17,7 @@ from parcalc.core.choices import Precision
 from parcalc.core.fit import Cluster, Config, Training, estimate
 from parcalc.core.fit_search import COST_FIELDS, RECOMPUTES, SearchSpace, search
 from parcalc.core.flops import training_flops
+from parcalc.core.layout import Layout
 from parcalc.errors import InputError
 from parcalc.presets import load_gpu, load_link, load_model
 
@@ -117,7 +118,7 @@ def test_tp_collectives_replayed_by_op_recomputation() -> None:
     from parcalc.core.timing.step import stage_pieces
 
     training, cluster = Training(64, 4096, flash_attention=True), a100_cluster(16)
-    pieces = {r: stage_pieces(LLAMA3_8B, 8, 1, 2, 1, True, r, training, cluster)[0] for r in Recompute}
+    pieces = {r: stage_pieces(LLAMA3_8B, Layout(8, 1, 2, sequence_parallel=True), 1, r, training, cluster)[0] for r in Recompute}
     from parcalc.core.choices import Collective
     from parcalc.core.timing.network import collective_time, placement
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from parcalc.core.layout import Layout
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
@@ -76,10 +77,10 @@ def cp_comm_of(value: object) -> CpComm:
         raise InputError(f"--cp-comm: p2p, all-gather or a2a, got {value!r}") from None
 
 
-def check_context_parallel(model: TransformerModel, seq_len: int, cp: int, cp_comm: object = CpComm.P2P, tp: int = 1,
-                           causal: bool = True) -> None:  # fmt: skip
-    """cp a whole number >= 1 that splits the sequence into 2cp equal chunks (causal balancing),
+def check_context_parallel(model: TransformerModel, seq_len: int, layout: Layout, causal: bool = True) -> None:
+    """The layout's cp a whole number >= 1 that splits the sequence into 2cp equal chunks (causal balancing),
     and, for a2a, the heads and key/value heads of each TP rank into cp equal groups."""
+    cp, cp_comm, tp = layout.cp, layout.cp_comm, layout.tp
     if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
         raise InputError(f"--cp: must be a whole number of at least 1, got {cp!r}")
     comm = cp_comm_of(cp_comm)
@@ -102,23 +103,22 @@ def check_context_parallel(model: TransformerModel, seq_len: int, cp: int, cp_co
                 )
 
 
-def kv_block_bytes(model: TransformerModel, micro_batch: int, seq_len: int, cp: int, tp: int, element_bytes: float) -> float:
+def kv_block_bytes(model: TransformerModel, micro_batch: int, seq_len: int, layout: Layout, element_bytes: float) -> float:
     """K and V of one rank's sequence shard on one TP rank: 2 b (s/cp) (kv_heads d / t) e bytes,
     the block a p2p step sends (GQA: kv_heads x head_dim, not the hidden size)."""
-    return 2.0 * micro_batch * (seq_len / cp) * (model.kv_width / tp) * element_bytes
+    return 2.0 * micro_batch * (seq_len / layout.cp) * (model.kv_width / layout.tp) * element_bytes
 
 
-def q_block_bytes(model: TransformerModel, micro_batch: int, seq_len: int, cp: int, tp: int, element_bytes: float) -> float:
+def q_block_bytes(model: TransformerModel, micro_batch: int, seq_len: int, layout: Layout, element_bytes: float) -> float:
     """Q (or the attention output) of one rank's sequence shard on one TP rank: b (s/cp) (heads d / t) e."""
-    return float(micro_batch) * (seq_len / cp) * (model.q_width / tp) * element_bytes
+    return float(micro_batch) * (seq_len / layout.cp) * (model.q_width / layout.tp) * element_bytes
 
 
 # ---------------------------------------------------------------------------------------------
 # Memory: what each variant holds beyond the s/cp shard, during one layer's attention
 
 
-def context_working_set(model: TransformerModel, micro_batch: int, seq_len: int, cp: int, tp: int, element_bytes: float,
-                        cp_comm: object) -> Derivation | None:  # fmt: skip
+def context_working_set(model: TransformerModel, micro_batch: int, seq_len: int, layout: Layout, element_bytes: float) -> Derivation | None:
     """Transient bytes one layer's context-parallel attention holds (one micro-batch, one GPU).
 
     Nothing of it is kept for backward: each variant saves only the local Q, K, V shards, the
@@ -132,10 +132,11 @@ def context_working_set(model: TransformerModel, micro_batch: int, seq_len: int,
     - a2a: the all-to-all's output buffers of Q, K, V (`torch.empty_like` of each input): one
       shard of each.
     """
+    cp = layout.cp
     if cp <= 1:
         return None
-    comm = cp_comm_of(cp_comm)
-    kv = kv_block_bytes(model, micro_batch, seq_len, cp, tp, element_bytes)
+    comm = cp_comm_of(layout.cp_comm)
+    kv = kv_block_bytes(model, micro_batch, seq_len, layout, element_bytes)
     block = Term("B_kv", "B_kv", r"B_{\mathrm{kv}}", kv, "B", "K and V of one rank's sequence shard, one TP rank: 2 b (s/cp) (kv_heads d / t) e")
     c = Term("cp", "cp", r"c_p", cp, "", "context-parallel degree")
     if comm is CpComm.P2P:
@@ -150,7 +151,7 @@ def context_working_set(model: TransformerModel, micro_batch: int, seq_len: int,
         why = "all-gather: backward re-gathers K, V (cp blocks) and builds full-length dK, dV (cp blocks) before the reduce-scatter"
         source = f"{TE_CP}, AttnFuncWithCPAndKVAllGather.backward (lines 3787-3788 gather, 4112-4120 reduce-scatter); {LLAMA3_CP}"
     else:
-        q = q_block_bytes(model, micro_batch, seq_len, cp, tp, element_bytes)
+        q = q_block_bytes(model, micro_batch, seq_len, layout, element_bytes)
         qb = Term("B_q", "B_q", r"B_{\mathrm{q}}", q, "B", "Q of one rank's sequence shard, one TP rank: b (s/cp) (heads d / t) e")
         formula, latex = "$B_q + $B_kv", r"$B_q + $B_kv"
         inputs, value = (qb, block), q + kv

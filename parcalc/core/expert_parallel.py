@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from parcalc.core.layer_params import layer_params_per_rank
+from parcalc.core.layout import Layout
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
@@ -43,18 +44,18 @@ class ExpertLayout(NamedTuple):
     dense_dp: int  # the ranks the dense states are data-parallel over: dp x cp (Megatron's dp-cp group)
 
 
-def expert_dp(tp: int, ranks: int, ep: int, etp: int | None = None) -> int:
-    """edp = tp x ranks / (ep x etp), ranks = dp x cp: the expert-data-parallel replicas the routed
-    experts' gradients are reduced and their states sharded over (etp: None is tp)."""
-    return tp * ranks // (ep * (tp if etp is None else etp))
+def expert_dp(layout: Layout) -> int:
+    """edp = tp x dp x cp / (ep x etp): the expert-data-parallel replicas the routed experts' gradients
+    are reduced and their states sharded over (etp: the layout's, or tp)."""
+    return layout.tp * layout.dp * layout.cp // (layout.ep * layout.expert_tp)
 
 
-def expert_layout(model: TransformerModel, tp: int, cp: int, dp: int, ep: int = 1, etp: int | None = None) -> ExpertLayout:
-    """Check --ep / --etp against the model and the dense degrees (Megatron's rules, module docstring)."""
+def expert_layout(model: TransformerModel, layout: Layout) -> ExpertLayout:
+    """Check the layout's ep / etp against the model and the dense degrees (Megatron's rules, module docstring)."""
     from parcalc.core.activations import check_count
 
-    given = etp
-    etp = tp if etp is None else etp
+    tp, cp, dp, ep, given = layout.tp, layout.cp, layout.dp, layout.ep, layout.etp
+    etp = layout.expert_tp
     check_count("--ep", ep)
     check_count("--etp", etp)
     if model.moe is None:
@@ -71,7 +72,7 @@ def expert_layout(model: TransformerModel, tp: int, cp: int, dp: int, ep: int = 
     if width % (etp * ep):
         raise InputError(f"--ep / --etp: etp x ep = {etp} x {ep} does not divide tp x cp x dp = {tp} x {cp} x {dp} = {width} "
                          "(Megatron-Core folds the expert grid over the dense one: parallel_state.py, initialize_model_parallel)")  # fmt: skip
-    return ExpertLayout(ep, etp, expert_dp(tp, cp * dp, ep, etp), dp * cp)
+    return ExpertLayout(ep, etp, expert_dp(layout), dp * cp)
 
 
 def ffn_params_per_rank(model: TransformerModel, width: int, split: int) -> int:
@@ -94,11 +95,11 @@ def moe_dense_params_per_rank(model: TransformerModel, tp: int) -> int:
     return attention_and_norms + model.router_params_per_layer + shared + gate
 
 
-def expert_params_per_rank(model: TransformerModel, ep: int, etp: int) -> int:
-    """Routed experts of one MoE layer on one GPU: experts / ep of them, each split etp ways."""
+def expert_params_per_rank(model: TransformerModel, layout: Layout) -> int:
+    """Routed experts of one MoE layer on one GPU: experts / ep of them, each split etp ways (the layout's expert grid)."""
     if model.moe is None:
         return 0
-    return model.moe.experts // ep * ffn_params_per_rank(model, model.moe.expert_ffn_hidden, etp)
+    return model.moe.experts // layout.ep * ffn_params_per_rank(model, model.moe.expert_ffn_hidden, layout.expert_tp)
 
 
 def stage_ranges(counts: tuple[int, ...], chunks: int = 1) -> tuple[tuple[range, ...], ...]:
@@ -126,14 +127,14 @@ MEGATRON_A2A = ("Megatron-LM megatron/core/transformer/moe/token_dispatcher.py (
                 "dispatch_postprocess (lines 741-750: gathered over the expert-TP group when its size > 1)")  # fmt: skip
 
 
-def dispatch_tokens_per_rank(micro_batch: int, seq_len: int, tp: int, cp: int, sequence_parallel: bool) -> float:
+def dispatch_tokens_per_rank(micro_batch: int, seq_len: int, layout: Layout) -> float:
     """T: the tokens of one micro-batch that enter one GPU's MoE layer, b s / (cp t) with sequence
     parallelism, b s / cp without (parcalc.core.comm.expert.tokens_per_rank)."""
-    return micro_batch * seq_len / (cp * (tp if sequence_parallel else 1))
+    return micro_batch * seq_len / (layout.cp * (layout.tp if layout.sequence_parallel else 1))
 
 
-def moe_dispatch_working_set(model: TransformerModel, micro_batch: int, seq_len: int, tp: int, cp: int, sequence_parallel: bool,
-                             ep: int, etp: int, element_bytes: float, imbalance: float = 1.0) -> Derivation | None:  # fmt: skip
+def moe_dispatch_working_set(model: TransformerModel, micro_batch: int, seq_len: int, layout: Layout, element_bytes: float,
+                             imbalance: float = 1.0) -> Derivation | None:  # fmt: skip
     """Transient bytes of one MoE layer's token exchange on the receiving GPU (one micro-batch), beside
     what the layer saves for backward (parcalc.core.activations.moe_tensors keeps the received copies,
     the experts' GEMM input, once): 2 ρ etp T k h e.
@@ -148,7 +149,8 @@ def moe_dispatch_working_set(model: TransformerModel, micro_batch: int, seq_len:
     if model.moe is None:
         return None
     moe = model.moe
-    tokens = dispatch_tokens_per_rank(micro_batch, seq_len, tp, cp, sequence_parallel)
+    ep, etp, sequence_parallel = layout.ep, layout.expert_tp, layout.sequence_parallel
+    tokens = dispatch_tokens_per_rank(micro_batch, seq_len, layout)
     rho = moe.busiest_share(imbalance)
     value = 2.0 * rho * etp * tokens * moe.top_k * model.hidden * element_bytes
     worst = ep * min(moe.top_k, moe.experts // ep) / moe.top_k
@@ -182,13 +184,13 @@ def moe_dispatch_working_set(model: TransformerModel, micro_batch: int, seq_len:
     )
 
 
-def fp8_linear_weights_per_rank(model: TransformerModel, tp: int, ep: int = 1, etp: int | None = None, moe_layer: bool = False) -> int:
+def fp8_linear_weights_per_rank(model: TransformerModel, layout: Layout, moe_layer: bool = False) -> int:
     """Weights of one layer's linears on one GPU that Transformer Engine runs in FP8: attention's
     projections (standard or latent, norms left out) split by tp, the dense MLP split by tp, or in an
     MoE layer the shared experts split by tp and the rank's experts / ep routed experts split etp
     ways (TE's GroupedLinear caches its FP8 weights as Linear does). The router stays in 16 or 32
     bits (Megatron-LM's Router is a plain torch parameter, moe_router_dtype)."""
-    h, matrices = model.hidden, (3 if model.mlp.gated else 2)
+    h, matrices, tp = model.hidden, (3 if model.mlp.gated else 2), layout.tp
     if model.mla is not None:
         mla = model.mla
         attention = model.attention_params_per_layer - mla.kv_lora_rank - mla.q_lora_rank  # less the latent norms
@@ -198,5 +200,5 @@ def fp8_linear_weights_per_rank(model: TransformerModel, tp: int, ep: int = 1, e
         return (attention + matrices * h * model.ffn_hidden) // tp
     moe = model.moe
     shared = moe.shared_experts * matrices * h * moe.shared_width
-    routed = moe.experts // ep * matrices * h * moe.expert_ffn_hidden // (tp if etp is None else etp)
+    routed = moe.experts // layout.ep * matrices * h * moe.expert_ffn_hidden // layout.expert_tp
     return (attention + shared) // tp + routed

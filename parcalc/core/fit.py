@@ -253,7 +253,7 @@ class Config:
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:
     """Why a configuration cannot run (divisibility, placement), or None when it can."""
     t, p, d, b, c = config.layout.tp, config.layout.pp, config.layout.dp, config.micro_batch, config.layout.cp
-    stack = cluster.framework.layout_reason(t, p, c, config.layout.ep, config.layout.zero)  # a data-parallel-only stack (the hf profile)
+    stack = cluster.framework.layout_reason(config.layout)  # a data-parallel-only stack (the hf profile)
     if stack is not None:
         return stack
     from parcalc.core.memory_timeline import recompute_reason
@@ -288,7 +288,7 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return "only the interleaved schedule has model chunks"
     if c > 1:
         try:
-            check_context_parallel(model, training.seq_len, c, config.layout.cp_comm, t, training.causal)
+            check_context_parallel(model, training.seq_len, config.layout, training.causal)
         except InputError as error:
             return str(error).removeprefix("--cp: ").removeprefix("--cp-comm ")
         if config.layout.sequence_parallel and (training.seq_len // c) % t:
@@ -315,7 +315,7 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         from parcalc.core.expert_parallel import expert_layout
 
         try:
-            expert_layout(model, t, config.layout.cp, d, config.layout.ep, config.layout.etp)
+            expert_layout(model, config.layout)
             if model.moe is not None:
                 from parcalc.core.timing.moe import check_routing
 
@@ -468,25 +468,20 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                              flash_attention=training.flash_attention, recomputed_layers=recomputed_layers(model, config),
                              recompute_modules=selective_modules(config, training))  # fmt: skip
     f_model, f_hw = counted.model, counted.hardware
-    ends = config.stage_ends(model)
-    stage, f_layer, b_layer = stage_pieces(model, t, p, d, b, config.layout.sequence_parallel, config.recompute, training, cluster, **ends,
-                                           cp=c, cp_comm=config.layout.cp_comm, experts=config.experts() if model.moe is not None else None,
-                                           recompute_layers=config.recompute_layers, chunks=v)  # fmt: skip
-    sg = config.layout.shard_group if config.layout.zero else None  # hybrid sharding applies to ZeRO-1/2/3
-    dp = dp_pieces(model, t, p, d * c, training, cluster, **ends, shard_group=sg, ep=config.layout.ep, etp=config.layout.etp)  # over the dp-cp group
-    by_kind = stage_kinds(model, t, p, b, config.layout.sequence_parallel, config.recompute, training, cluster, stage, **ends, cp=c,
-                          experts=config.experts() if model.moe is not None else None, recompute_layers=config.recompute_layers,
-                          chunks=v)  # fmt: skip
+    layout, experts = config.layout, config.experts() if model.moe is not None else None
+    stage, f_layer, b_layer = stage_pieces(model, layout, b, config.recompute, training, cluster, experts=experts,
+                                           recompute_layers=config.recompute_layers)  # fmt: skip
+    dp = dp_pieces(model, layout, training, cluster)  # over the dp-cp group; hybrid sharding with ZeRO-1/2/3
+    by_kind = stage_kinds(model, layout, b, config.recompute, training, cluster, stage, experts=experts, recompute_layers=config.recompute_layers)
     stage = with_accumulation(stage, dp.accumulate)
     framework = cluster.framework.at(p)
     t_dp = float(dp_exposed(config.layout.zero, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
                             reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                             layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
-    t_opt = float(optimizer_step_time(model, t, p, d * c, config.layout.zero, training, cluster, **ends, shard_group=sg, ep=config.layout.ep, etp=config.layout.etp))
+    t_opt = float(optimizer_step_time(model, layout, training, cluster))
     offloading = training.offload_optimizer or training.offload_activations
-    t_off = float(offload_step_time(model, t, p, d * c, config.layout.zero, training, cluster, activation_layer=breakdown.layer.per_layer.value,
-                                    stage_layers=config.stage_layers(model)[0], m=m, stage=stage, **ends,
-                                    shard_group=sg)) if offloading else 0.0  # fmt: skip
+    t_off = float(offload_step_time(model, layout, training, cluster, activation_layer=breakdown.layer.per_layer.value,
+                                    stage_layers=config.stage_layers(model)[0], m=m, stage=stage)) if offloading else 0.0  # fmt: skip
     host = _host_derivation(model, config, training, cluster, stage, m, t_opt)
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=host.value if host else 0.0)
     ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms["t_ep"]))
@@ -572,13 +567,14 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"], training)
     from parcalc.core.expert_parallel import expert_dp
 
-    fullest, traffic = optimizer_traffic(model, t, p, training, **ends, ep=config.layout.ep, etp=config.layout.etp, ranks=d * c)
+    fullest, traffic = optimizer_traffic(model, config.layout, training)
+    sg = config.layout.shard_group if config.layout.zero else None  # hybrid sharding applies to ZeRO-1/2/3
     shards = (d * c if sg is None else sg) if config.layout.zero >= 1 else 1
     formula, expert_terms = "$P × $Q_p / ($BW × $e_mem × $x × $d_z)", []
     if fullest.experts:  # routed experts: their states shard over expert-DP (parcalc.core.timing.step.optimizer_step_time)
         formula = "(($P - $P_x) / $d_z + $P_x / $d_x) × $Q_p / ($BW × $e_mem × $x)"
         expert_terms = [_t("P_x", "P_x", fullest.experts, "", f"routed-expert parameters among them (experts / ep = {config.layout.ep})", latex=r"P_{x}"),
-                        _t("d_x", "d_x", expert_dp(t, d * c, config.layout.ep, config.layout.etp) if config.layout.zero >= 1 else 1, "",
+                        _t("d_x", "d_x", expert_dp(config.layout) if config.layout.zero >= 1 else 1, "",
                            "ranks the experts' states are sharded over (ZeRO-1 and up: expert-DP, tp x dp x cp / (ep x etp))", latex=r"d_{x}")]  # fmt: skip
     optimizer = _derivation(
         "t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",
@@ -686,7 +682,7 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
     terms = [_t("B_pcie", "B_pcie", bw.value, "B/s", f"{link.name} bandwidth per direction", bw.source, r"B_{\mathrm{pcie}}")]
     parts = []
     if training.offload_optimizer:
-        params = _fullest_stage(model, config.layout.tp, config.layout.pp, **config.stage_ends(model)).params
+        params = _fullest_stage(model, config.layout._replace(ep=1, etp=None)).params  # as offload_step_time counts them
         ranks = config.layout.dp * config.layout.cp if config.layout.shard_group is None else config.layout.shard_group  # hybrid sharding: 1/S
         shard = params / ranks if config.layout.zero >= 1 else params
         per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
@@ -735,8 +731,7 @@ def _dualpipe_note(model: TransformerModel, config: Config, training: Training, 
     from parcalc.core.timing.step import layer_pieces
     from parcalc.units import format_time as _ms
 
-    lp = layer_pieces(model, config.layout.tp, config.micro_batch, config.layout.sequence_parallel, config.recompute, training, cluster,
-                      cp=config.layout.cp, cp_comm=config.layout.cp_comm, experts=config.experts())  # fmt: skip
+    lp = layer_pieces(model, config.layout, config.micro_batch, config.recompute, training, cluster, experts=config.experts())
     f, b = float(stage.forward), float(stage.backward + stage.recompute)
     w = (stage.layers - stage.moe_layers) * lp.wgrad_dense + stage.moe_layers * lp.wgrad_moe
     p = config.layout.pp

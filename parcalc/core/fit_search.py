@@ -340,7 +340,7 @@ class _Shapes:
                                           recompute_modules=t.recompute_modules if recompute is Recompute.SELECTIVE else None)  # fmt: skip
                 vocab = self.model.vocab > 0
                 working = recompute_working_set(self.model, config)
-                context = context_working_set(self.model, 1, t.seq_len, cp, tp, self.e, cp_comm)
+                context = context_working_set(self.model, 1, t.seq_len, Layout(tp, cp=cp, cp_comm=cp_comm), self.e)
                 self._activations[key] = (
                     layer_activations(self.model, config).per_layer.value,
                     embedding_activations(self.model, config, 1.0).value if vocab else 0.0,
@@ -378,8 +378,8 @@ class _Shapes:
         / ep, etp = tp) on one GPU (parcalc.core.memory.fp8_weight_cache; 0 unless --precision fp8)."""
         if self.training.precision is not Precision.FP8:
             return 0.0, 0.0
-        dense = fp8_weight_cache(self.model, tp, 1).value
-        return dense, (fp8_weight_cache(self.model, tp, 1, 1, ep, tp).value if self.model.moe is not None else dense)
+        dense = fp8_weight_cache(self.model, Layout(tp), 1).value
+        return dense, (fp8_weight_cache(self.model, Layout(tp, ep=ep, etp=tp), 1, 1).value if self.model.moe is not None else dense)
 
     def dispatch(self, tp: int, sp: bool, cp: int, ep: int) -> float:
         """An MoE layer's token-exchange buffers for one sequence (b = 1) on one GPU, etp = tp
@@ -388,7 +388,8 @@ class _Shapes:
 
         if self.model.moe is None or ep == 1 or (sp and tp == 1):
             return 0.0
-        found = moe_dispatch_working_set(self.model, 1, self.training.seq_len, tp, cp, sp, ep, tp, self.e, self.moe[0])
+        found = moe_dispatch_working_set(self.model, 1, self.training.seq_len, Layout(tp, cp=cp, sequence_parallel=sp, ep=ep, etp=tp), self.e,
+                                         self.moe[0])  # fmt: skip
         return found.value if found is not None else 0.0
 
     def stage_params(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
@@ -410,10 +411,11 @@ class _Shapes:
         layout share it)."""
         from parcalc.core.timing.step import _fullest_stage, dp_pieces_of
 
-        stage = _fullest_stage(self.model, tp, pp, first, last, ep=ep, ranks=dp)
+        layout = Layout(tp, pp, dp, ep=ep, first_stage_layers=first, last_stage_layers=last)  # dp: the dp x cp ranks
+        stage = _fullest_stage(self.model, layout)
         key = (tp, dp, shard_group, ep, stage, self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
-            self._dp[key] = dp_pieces_of(stage, tp, dp, self.training, self.cluster, shard_group=shard_group, ep=ep, pp=pp)
+            self._dp[key] = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
         return self._dp[key]
 
     def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1) -> DataParallelPieces:
@@ -450,8 +452,9 @@ class _Shapes:
                     imbalance, dispatcher, limit, overlap = self.moe  # etp = tp in the search
                     experts = ExpertShard(ep, tp, imbalance, dispatcher, searched_routing_limit(limit, ep, tp, self.cluster.gpus_per_node),
                                           overlap)  # fmt: skip
-                self._layers[layer_key] = layer_pieces(self.model, tp, size, bool(rest // 4), RECOMPUTES[rest % 4], self.training,
-                                                       self.cluster, cp=cp, cp_comm=cp_comm, experts=experts)  # fmt: skip
+                shard = Layout(tp, cp=cp, cp_comm=cp_comm, sequence_parallel=bool(rest // 4))
+                self._layers[layer_key] = layer_pieces(self.model, shard, size, RECOMPUTES[rest % 4], self.training, self.cluster,
+                                                       experts=experts)  # fmt: skip
             piece = self._layers[layer_key]
             layers.append(piece)
             send_key = (tp, cp, dp, size)
@@ -460,7 +463,8 @@ class _Shapes:
                 self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, piece.activation / tp, group, self.cluster.fabric).time
             sends.append(self._sends[send_key] if pp > 1 else 0.0)
         lp = LayerPieces(**{name: np.array([getattr(x, name) for x in layers], dtype=float)[inverse] for name in _LAYER_FIELDS})  # type: ignore[arg-type]  # numpy columns, as above
-        stage = assemble_stage(self.model, pp, first, last, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
+        pipeline = Layout(tp, pp, dp, first_stage_layers=first, last_stage_layers=last)  # the split as the timing takes it (no slots)
+        stage = assemble_stage(self.model, pipeline, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
         if self.model.moe is not None:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage (stage_pieces)
             per = np.maximum(stage.layers, 1)
             return stage, stage.forward / per, (stage.backward + stage.recompute) / per
@@ -598,7 +602,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             states[at] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
         from parcalc.core.expert_parallel import expert_layout
 
-        expert_per_param = per_param(expert_layout(model, t, c, d, ep).edp)  # experts shard over expert-DP
+        expert_per_param = per_param(expert_layout(model, Layout(tp=t, pp=p, dp=d, cp=c, ep=ep)).edp)  # experts shard over expert-DP
 
     def on_stage(stage: int) -> np.ndarray:  # states and activations of one GPU of a stage
         params, experts, gathered, moe = states[stage]
@@ -640,9 +644,10 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                       layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
-    t_opt = optimizer_step_time(model, t, p, d * c, z, training, cluster, first=first, last=last, shard_group=shard, ep=ep)
-    t_off = offload_step_time(model, t, p, d * c, z, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage,
-                              first=first, last=last, shard_group=shard)  # fmt: skip
+    layout = Layout(t, p, d, cp=c, ep=ep, first_stage_layers=first, last_stage_layers=last)  # ZeRO and the shard group: arrays
+    t_opt = optimizer_step_time(model, layout, training, cluster, zero=z, shard_group=shard)
+    t_off = offload_step_time(model, layout, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage, zero=z,
+                              shard_group=shard)  # fmt: skip
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
     t_step = terms["t_step"]
     n, peak = cluster.gpus, cluster.peak
@@ -702,16 +707,17 @@ def _parallel_layouts(model: TransformerModel, training: Training, cluster: Clus
             if not (space.tp in (None, t) and space.pp in (None, p) and space.dp in (None, d)):
                 continue
             try:
-                check_context_parallel(model, training.seq_len, c, space.cp_comm, t, training.causal)
+                check_context_parallel(model, training.seq_len, Layout(t, cp=c, cp_comm=space.cp_comm), training.causal)
             except InputError:
                 rejected["cp does not split the sequence (or the heads, a2a)"] += 1
                 continue
             for e in eps:
-                if cluster.framework.layout_reason(t, p, c, e) is not None:  # a data-parallel-only stack (the hf profile)
+                layout = Layout(tp=t, pp=p, dp=d, cp=c, ep=e)
+                if cluster.framework.layout_reason(layout) is not None:  # a data-parallel-only stack (the hf profile)
                     rejected[f"{cluster.framework.key} runs data parallelism only"] += 1
                     continue
                 try:
-                    expert_layout(model, t, c, d, e)
+                    expert_layout(model, layout)
                 except InputError:
                     rejected["ep x etp does not divide tp x cp x dp (or ep the experts)"] += 1
                     continue

@@ -99,3 +99,6 @@ class Layout(NamedTuple):
         """'TP 8 x PP 4 x DP 16' (CP with its K/V exchange when cp > 1)."""
         cp = f" x CP {self.cp} ({self.cp_comm})" if self.cp > 1 else ""
         return f"TP {self.tp} x PP {self.pp}{cp} x DP {self.dp}"
+
+
+ONE_GPU = Layout()  # no parallelism: the default of the core functions that take a layout

@@ -55,7 +55,7 @@ from parcalc.core.expert_parallel import (
     stage_ranges,
 )
 from parcalc.core.layer_params import layer_params_per_rank  # here too: callers import it from memory
-from parcalc.core.layout import Layout
+from parcalc.core.layout import ONE_GPU, Layout
 from parcalc.core.model import Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
 from parcalc.core.stages import stage_layers_derivation, stage_split
@@ -195,7 +195,7 @@ def check_parallelism(model: TransformerModel, par: Layout, micro_batches: int) 
     from parcalc.core.sharding import check_shard_group
 
     check_shard_group(par.shard_group, par.dp * par.cp, par.zero)
-    expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)  # --ep / --etp: Megatron-Core's folding rules
+    expert_layout(model, par)  # --ep / --etp: Megatron-Core's folding rules
     if par.schedule.splits_backward:
         raise InputError(f"--schedule: {par.schedule.value} is not modelled for memory; use gpipe, 1f1b or interleaved")
     check_shape(par.schedule, par.pp, micro_batches, par.chunks)
@@ -255,8 +255,7 @@ def stage_expert_parameters(model: TransformerModel, par: Layout, stage: int) ->
     moe = stage_moe_layers(model, par, stage)
     if not moe:
         return 0
-    etp = par.tp if par.etp is None else par.etp
-    return moe * expert_params_per_rank(model, par.ep, etp)
+    return moe * expert_params_per_rank(model, par)
 
 
 def _stage_ends(model: TransformerModel, par: Layout, stage: int) -> tuple[int, int]:
@@ -291,9 +290,9 @@ def stage_parameters(model: TransformerModel, par: Layout, stage: int) -> Deriva
     value = layers * per_layer
     moe = stage_moe_layers(model, par, stage)
     if moe:  # MoE layers: their non-expert part split by tp, and experts / ep experts split etp ways (parcalc.core.expert_parallel)
-        layout = expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)
+        layout = expert_layout(model, par)
         assert model.moe is not None
-        dense_part, experts = moe_dense_params_per_rank(model, par.tp), expert_params_per_rank(model, par.ep, layout.etp)
+        dense_part, experts = moe_dense_params_per_rank(model, par.tp), expert_params_per_rank(model, par)
         inputs = [
             Term("L_d", "L_dense", r"L_{\mathrm{dense}}", layers - moe, "", "dense layers on this stage"),
             Term("P_l", "P_layer/t", r"P_{\mathrm{layer}}/t", per_layer, "", "parameters of one dense layer on one TP rank"),
@@ -349,15 +348,15 @@ class ModelStates:
         return self.weights.value + self.gradients.value + self.optimizer.value
 
 
-def model_states(params: float, per: StateBytes, zero: int = 0, dp: int = 1, params_source: str = "", cp: int = 1,
-                 shard_group: int | None = None) -> ModelStates:  # fmt: skip
-    """Weights, gradients and optimizer states of `params` parameters on one GPU, with ZeRO stage
-    `zero` sharding over `dp` ranks (Rajbhandari et al. 2020 sec. 5; see the module docstring),
+def model_states(params: float, per: StateBytes, layout: Layout = ONE_GPU, params_source: str = "") -> ModelStates:
+    """Weights, gradients and optimizer states of `params` parameters on one GPU, with the layout's ZeRO
+    stage sharding over its dp ranks (Rajbhandari et al. 2020 sec. 5; see the module docstring),
     or over dp x cp ranks with context parallelism: Megatron-LM reduces gradients and shards its
     distributed optimizer over the data-parallel group with the context-parallel ranks in it
     (parcalc.core.context.MEGATRON_DP_CP), since those ranks hold the same weights. With a shard
     group S (hybrid sharding, parcalc.core.sharding) the divisor is S, not dp x cp: the states are
     replicated over the dp x cp / S groups."""
+    zero, dp, cp, shard_group = layout.zero, layout.dp, layout.cp, layout.shard_group
     if zero not in (0, 1, 2, 3):
         raise InputError(f"--zero: the ZeRO stage is 0, 1, 2 or 3, got {zero!r}")
     if not (params >= 0 and math.isfinite(params)):
@@ -471,8 +470,7 @@ def zero3_working_set(model: TransformerModel, par: Layout, per: StateBytes, sta
     """
     p_layer = layer_params_per_rank(model, par.tp)
     if stage_moe_layers(model, par, stage):  # an MoE layer's unit: its non-expert part and this GPU's experts, gathered whole
-        etp = par.tp if par.etp is None else par.etp
-        moe_unit = moe_dense_params_per_rank(model, par.tp) + expert_params_per_rank(model, par.ep, etp)
+        moe_unit = moe_dense_params_per_rank(model, par.tp) + expert_params_per_rank(model, par)
         p_layer = max(p_layer, moe_unit) if stage_moe_layers(model, par, stage) < stage_layers(model, par)[stage] else moe_unit
     early, late = root_unit(model, par, stage)
     terms = [
@@ -739,21 +737,20 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     params = stage_parameters(model, par, stage)
     experts = stage_expert_parameters(model, par, stage)
     if experts:
-        layout = expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)
+        layout = expert_layout(model, par)
         # hybrid sharding: the dense states over the shard group S, the experts' over expert-DP as before
         dense_ranks = layout.dense_dp if par.shard_group is None else par.shard_group
         states = expert_model_states(params.value - experts, experts, per, par.zero, dense_ranks, layout.edp,
                                      params_source=params.label)  # fmt: skip
     else:
-        states = model_states(params.value, per, par.zero, par.dp, params_source=params.label, cp=par.cp, shard_group=par.shard_group)
+        states = model_states(params.value, per, par, params_source=params.label)
     gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
     layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
                                      embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
     n_layers = int(layers.value)
     in_flight = _in_flight(par, setup.micro_batches, stage)
     moe_here = stage_moe_layers(model, par, stage) if setup.moe_memory_detail else 0
-    etp = par.tp if par.etp is None else par.etp
-    fp8_weights = fp8_weight_cache(model, par.tp, n_layers, moe_here, par.ep, etp) if setup.precision is Precision.FP8 else None
+    fp8_weights = fp8_weight_cache(model, par, n_layers, moe_here) if setup.precision is Precision.FP8 else None
     if setup.offload_activations:
         activations = offloaded_activations(layer, layers, in_flight)
     elif setup.recompute_layers is not None and setup.recompute is Recompute.FULL:
@@ -776,9 +773,9 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     embedding = embedding_activations(model, config, in_flight.value) if stage == 0 and model.vocab else None
     output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
     recompute = recompute_working_set(model, config) if setup.recompute_layers != 0 else None
-    context = context_working_set(model, config.micro_batch, config.seq_len, par.cp, par.tp, config.activation_bytes, par.cp_comm)
-    dispatch = (moe_dispatch_working_set(model, config.micro_batch, config.seq_len, par.tp, par.cp, par.sequence_parallel, par.ep, etp,
-                                         config.activation_bytes, setup.moe_imbalance) if moe_here and par.ep > 1 else None)  # fmt: skip
+    context = context_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes)
+    dispatch = (moe_dispatch_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes, setup.moe_imbalance)
+                if moe_here and par.ep > 1 else None)  # fmt: skip
     reserve = reserve_derivation(setup.reserve)
     offloaded = (("optimizer_states",) + (("gradients",) if par.zero >= 2 else ())) if setup.offload_optimizer else ()
     host = host_memory(params.value, per, par, layer, layers, in_flight, setup) if setup.offload_optimizer or setup.offload_activations else None
@@ -809,7 +806,7 @@ def linear_weights_per_rank(model: TransformerModel, tp: int) -> int:
     """Weights of one layer's linears (QKV, projection, MLP) on one TP rank: what TE runs in FP8."""
     from parcalc.core.expert_parallel import fp8_linear_weights_per_rank
 
-    return fp8_linear_weights_per_rank(model, tp)  # multi-head latent attention: its own projections (not q_width / kv_width)
+    return fp8_linear_weights_per_rank(model, Layout(tp))  # multi-head latent attention: its own projections (not q_width / kv_width)
 
 
 TE_GROUPED_CACHE = ("NVIDIA/TransformerEngine transformer_engine/pytorch/module/grouped_linear.py (@d0067d0), _GroupedLinear.forward "
@@ -817,7 +814,7 @@ TE_GROUPED_CACHE = ("NVIDIA/TransformerEngine transformer_engine/pytorch/module/
                     "(update_workspace = is_first_microbatch is None or is_first_microbatch)")  # fmt: skip
 
 
-def fp8_weight_cache(model: TransformerModel, tp: int, layers: int, moe_layers: int = 0, ep: int = 1, etp: int | None = None) -> Derivation:
+def fp8_weight_cache(model: TransformerModel, layout: Layout, layers: int, moe_layers: int = 0) -> Derivation:
     """Transformer Engine's FP8 copies of the linear weights of a stage on one GPU: a row-wise FP8
     weight for the forward GEMM and a column-wise (transposed) one for the input-gradient GEMM on
     Hopper, 1 byte each, cached across micro-batches (TE_WEIGHT_CACHE). The embedding and LM head
@@ -827,18 +824,18 @@ def fp8_weight_cache(model: TransformerModel, tp: int, layers: int, moe_layers: 
     dense MLP; 0: every layer counted with the dense layer's shapes."""
     from parcalc.core.expert_parallel import fp8_linear_weights_per_rank
 
-    per_layer = linear_weights_per_rank(model, tp)
+    per_layer = linear_weights_per_rank(model, layout.tp)
     c8 = Term("c_8", "c_fp8", r"c_{\mathrm{fp8}}", 2.0, "B", "bytes per linear weight: FP8 weight + FP8 transpose", TE_WEIGHT_CACHE)
     notes = ("Hopper FP8 (per-tensor scaling): row-wise and column-wise copies, 1 byte each; Blackwell MXFP8 adds one "
              "E8M0 scale per 32 elements per copy (not counted)",)
     if moe_layers and model.moe is not None:
-        per_moe = fp8_linear_weights_per_rank(model, tp, ep, etp, moe_layer=True)
+        per_moe = fp8_linear_weights_per_rank(model, layout, moe_layer=True)
         inputs: tuple[Term, ...] = (
             c8,
             Term("P_lin", "P_linear/t", r"P_{\mathrm{linear}}/t", per_layer, "", "weights of one dense layer's linears on one TP rank"),
             Term("L_d", "L_dense", r"L_{\mathrm{dense}}", layers - moe_layers, "", "dense layers on this stage"),
             Term("P_moe", "P_moe,linear", r"P_{\mathrm{MoE,linear}}", per_moe, "",
-                 f"one MoE layer's linears on this GPU: attention and shared experts /t, {model.moe.experts // ep} routed experts /etp "
+                 f"one MoE layer's linears on this GPU: attention and shared experts /t, {model.moe.experts // layout.ep} routed experts /etp "
                  "(router not FP8)", TE_GROUPED_CACHE),
             Term("L_m", "L_MoE", r"L_{\mathrm{MoE}}", moe_layers, "", "MoE layers on this stage"),
         )  # fmt: skip
@@ -920,7 +917,7 @@ def _moe_stage_activations(model: TransformerModel, par: Layout, layer: LayerAct
 def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
     check_parallelism(model, par, setup.micro_batches)
-    check_context_parallel(model, setup.seq_len, par.cp, par.cp_comm, par.tp)
+    check_context_parallel(model, setup.seq_len, par)
     setup = setup.for_model(model)
     if not (setup.reserve >= 0 and math.isfinite(setup.reserve)):
         raise InputError(f"--reserve: must be a size of at least 0 bytes, got {setup.reserve!r}")

@@ -11,6 +11,7 @@ from parcalc.results.model import model_terms
 from parcalc.results.parse import imbalance_flag
 
 if TYPE_CHECKING:
+    from parcalc.core.layout import Layout
     from parcalc.core.memory import MemoryBreakdown
     from parcalc.core.model import TransformerModel
     from parcalc.core.timing.framework import Framework
@@ -93,7 +94,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     first, last = stage_flags(first_stage_layers, last_stage_layers)
     e, et = expert_flags(ep, etp, shape)
     sg = shard_group_flag(shard_group)
-    profile = _profile(framework, dirs, t, p, c, e)
+    profile = _profile(framework, dirs, Layout(tp=t, pp=p, cp=c, ep=e))  # the degrees (the ZeRO stage: check_hf_layout says more)
     par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
                  cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,
                  embedding_in_split=embedding_in_split, loss_in_split=loss_in_split)  # fmt: skip
@@ -180,7 +181,7 @@ def _degrees(tp: str | None, pp: str | None, dp: str | None, gpus: str | None, c
     return t, p, total // (t * p * cp)
 
 
-def _profile(name: str | None, dirs: tuple, t: int, p: int, c: int, e: int) -> Framework | None:
+def _profile(name: str | None, dirs: tuple, layout: Layout) -> Framework | None:
     """--framework's profile (None when not given), checked against the layout."""
     if name is None:
         return None
@@ -188,7 +189,7 @@ def _profile(name: str | None, dirs: tuple, t: int, p: int, c: int, e: int) -> F
     from parcalc.presets import load_framework
 
     profile = load_framework(name, dirs)
-    reason = profile.layout_reason(t, p, c, e)
+    reason = profile.layout_reason(layout)
     if reason is not None:
         raise InputError(reason)
     return profile
@@ -249,7 +250,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     if shape.moe is not None:
         from parcalc.core.expert_parallel import expert_layout
 
-        layout = expert_layout(shape, par.tp, par.cp, par.dp, par.ep, par.etp)
+        layout = expert_layout(shape, par)
         inputs += [Term("e", "e", "e", layout.ep, "", "expert-parallel degree (routed experts split over e ranks)"),
                    Term("etp", "t_e", "t_e", layout.etp, "", "expert tensor-parallel degree (each expert split t_e ways)"),
                    Term("d_e", "d_e", "d_e", layout.edp, "", "expert data-parallel degree: t x cp x d / (t_e x e)")]  # fmt: skip

@@ -49,7 +49,7 @@ def cp_call_bytes(model: TransformerModel, work: Workload, par: Layout, recomput
     if cp < 2:
         return ()
     comm = cp_comm_of(par.cp_comm)
-    kv = kv_block_bytes(model, work.micro_batch, work.seq_len, cp, par.tp, work.bytes_per_element)
+    kv = kv_block_bytes(model, work.micro_batch, work.seq_len, par, work.bytes_per_element)
     repeat = 2 if recompute else 1
     if comm is CpComm.P2P:
         backward: dict[float, int] = {kv: 2} if cp == 2 else {kv: 2, 2 * kv: cp - 2}
@@ -60,7 +60,7 @@ def cp_call_bytes(model: TransformerModel, work: Workload, par: Layout, recomput
         return (("K and V", "forward", Collective.ALL_GATHER, {full: 2 * repeat}),
                 ("K and V (re-gathered)", "backward", Collective.ALL_GATHER, {full: 2}),
                 ("dK and dV", "backward", Collective.REDUCE_SCATTER, {full: 2}))  # fmt: skip
-    q = q_block_bytes(model, work.micro_batch, work.seq_len, cp, par.tp, work.bytes_per_element)
+    q = q_block_bytes(model, work.micro_batch, work.seq_len, par, work.bytes_per_element)
     forward: dict[float, int] = {q: 2 * repeat}  # Q and the output: B_q each; K and V: B_kv / 2 each
     forward[kv / 2] = forward.get(kv / 2, 0) + 2 * repeat
     backward = {q: 2}
@@ -103,12 +103,12 @@ def cp_sent_per_layer(model: TransformerModel, work: Workload, par: Layout, phas
 def cp_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options) -> list[Derivation]:
     """Bytes one device sends per layer per micro-batch, forward and backward, in closed form."""
     cp, comm = par.cp, cp_comm_of(par.cp_comm)
-    kv = kv_block_bytes(model, work.micro_batch, work.seq_len, cp, par.tp, work.bytes_per_element)
+    kv = kv_block_bytes(model, work.micro_batch, work.seq_len, par, work.bytes_per_element)
     c = term("cp", "cp", r"c_p", cp, "", f"context-parallel ranks ({comm.value})")
     bkv = term("B_kv", "B_kv", r"B_{\mathrm{kv}}", kv, "B", "K and V of one rank's sequence shard: 2 b (s/cp) (kv_heads d / t) e", TE_CP)
     out = []
     if comm is CpComm.A2A:
-        q = q_block_bytes(model, work.micro_batch, work.seq_len, cp, par.tp, work.bytes_per_element)
+        q = q_block_bytes(model, work.micro_batch, work.seq_len, par, work.bytes_per_element)
         bq = term("B_q", "B_q", r"B_{\mathrm{q}}", q, "B", "Q (or the output) of one rank's sequence shard: b (s/cp) (heads d / t) e")
         text, tex = "($cp - 1) / $cp × (2 × $B_q + $B_kv)", r"\frac{$cp - 1}{$cp} (2 $B_q + $B_kv)"
         value = (cp - 1) / cp * (2 * q + kv)

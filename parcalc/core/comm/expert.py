@@ -100,7 +100,7 @@ def expert_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout
 
     if model.moe is None:
         return
-    layout = expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)
+    layout = expert_layout(model, par)
     ep, etp, edp = layout.ep, layout.etp, layout.edp
     block = par.tp * par.cp * par.dp  # the ranks of one pipeline stage
     buffer = tokens_per_rank(work, par) * model.moe.top_k * model.hidden * work.bytes_per_element * busiest_factor(model, opts)
@@ -172,7 +172,7 @@ def ep_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Opt
 
     if model.moe is None:
         return []
-    layout = expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)
+    layout = expert_layout(model, par)
     moe = max(moe_per_stage)
     out: list[Derivation] = []
     if layout.ep > 1 and moe:
@@ -216,7 +216,7 @@ def ep_assumptions(model: TransformerModel, par: Layout, opts: Options) -> list[
 
     if model.moe is None:
         return []
-    layout = expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)
+    layout = expert_layout(model, par)
     out = [f"MoE expert grid (Megatron-Core folding): ep {layout.ep} x etp {layout.etp} x expert-DP {layout.edp} over the "
            f"tp x cp x dp = {par.tp * par.cp * par.dp} ranks of a stage; expert ranks ordered etp, ep, expert-DP"]
     if layout.ep > 1:

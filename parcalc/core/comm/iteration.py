@@ -50,7 +50,7 @@ def validate(model: TransformerModel, work: Workload, par: Layout) -> int:
     if par.cp > 1:
         from parcalc.core.context import check_context_parallel
 
-        check_context_parallel(model, work.seq_len, par.cp, par.cp_comm, par.tp)
+        check_context_parallel(model, work.seq_len, par)
     for flag, size in (("--dtype", work.bytes_per_element), ("--grad-dtype", work.grad_bytes_per_element)):
         if not size > 0:
             raise InputError(f"{flag}: bytes per element must be positive, got {size}")
@@ -81,7 +81,7 @@ def validate(model: TransformerModel, work: Workload, par: Layout) -> int:
     if model.moe is not None or par.ep != 1 or par.etp is not None:
         from parcalc.core.expert_parallel import expert_layout
 
-        expert_layout(model, par.tp, par.cp, par.dp, par.ep, par.etp)  # Megatron-Core's folding rules, and no --ep on a dense model
+        expert_layout(model, par)  # Megatron-Core's folding rules, and no --ep on a dense model
     if par.shard_group is not None:
         from parcalc.core.sharding import check_shard_group
 

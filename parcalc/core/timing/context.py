@@ -25,20 +25,22 @@ from typing import Any
 
 from parcalc.core.choices import Collective, Recompute
 from parcalc.core.context import CpComm, cp_comm_of, kv_block_bytes, q_block_bytes
+from parcalc.core.layout import Layout
 
 
-def cp_layer_time(model: Any, micro_batch: int, seq_len: int, tp: int, cp: int, cp_comm: object, element_bytes: float,
-                  attention_forward: float, attention_backward: float, recompute: Any, gpus_per_node: int,
-                  fabric: Any) -> tuple[float, float]:  # fmt: skip
+def cp_layer_time(model: Any, micro_batch: int, seq_len: int, layout: Layout, element_bytes: float, attention_forward: float,
+                  attention_backward: float, recompute: Any, gpus_per_node: int, fabric: Any) -> tuple[float, float]:  # fmt: skip
     """(exchange time, exposed time) of one layer's context-parallel attention for one micro-batch,
-    seconds. attention_forward / attention_backward: this rank's attention kernels of that layer."""
+    seconds, by the layout's cp, tp and K/V exchange. attention_forward / attention_backward: this
+    rank's attention kernels of that layer."""
+    tp, cp, cp_comm = layout.tp, layout.cp, layout.cp_comm
     if cp <= 1:
         return 0.0, 0.0
     from parcalc.core.timing.network import collective_time, placement
 
     comm = cp_comm_of(cp_comm)
     group = placement(cp, tp, gpus_per_node)
-    kv = kv_block_bytes(model, micro_batch, seq_len, cp, tp, element_bytes)
+    kv = kv_block_bytes(model, micro_batch, seq_len, layout, element_bytes)
     replay = 2 if recompute is Recompute.FULL else 1
     if comm is CpComm.P2P:
         one = collective_time(Collective.POINT_TO_POINT, kv, group, fabric).time
@@ -55,7 +57,7 @@ def cp_layer_time(model: Any, micro_batch: int, seq_len: int, tp: int, cp: int, 
         scatter = collective_time(Collective.REDUCE_SCATTER, full, group, fabric).time
         total = 2 * replay * gather + 2 * gather + 2 * scatter
         return total, total
-    q = q_block_bytes(model, micro_batch, seq_len, cp, tp, element_bytes)
+    q = q_block_bytes(model, micro_batch, seq_len, layout, element_bytes)
     a2a_q = collective_time(Collective.ALL_TO_ALL, q, group, fabric).time
     a2a_kv = collective_time(Collective.ALL_TO_ALL, kv / 2, group, fabric).time
     one_pass = 2 * a2a_q + 2 * a2a_kv

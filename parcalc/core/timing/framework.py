@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from parcalc.core.layout import Layout
 from parcalc.core.timing.host import HostCosts
 
 # The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
@@ -72,12 +73,14 @@ class Framework:
             return self
         return _under_pipeline(self)
 
-    def layout_reason(self, tp: int, pp: int, cp: int = 1, ep: int = 1, zero: int = 0) -> str | None:
+    def layout_reason(self, layout: Layout) -> str | None:
         """Why this stack cannot run a layout (None: it can): a data-parallel-only stack with other degrees
         or a ZeRO stage it does not offer."""
         if not self.data_parallel_only:
             return None
-        other = [f"{name} = {value}" for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)) if value > 1]
+        zero = layout.zero
+        other = [f"{name} = {value}" for name, value in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep))
+                 if value > 1]  # fmt: skip
         if other:
             return f"--framework {self.key}: {self.name} runs data parallelism only, not {', '.join(other)}"
         if zero not in self.zero_stages:

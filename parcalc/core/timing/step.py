@@ -37,6 +37,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from parcalc.core.layout import Layout
+
 
 @dataclass(frozen=True)
 class StagePieces:
@@ -194,21 +196,23 @@ class LayerPieces:
     wgrad_moe: float = 0.0
 
 
-def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool, recompute: Any, training: Any, cluster: Any, *,
-                 cp: int = 1, cp_comm: str = "p2p", experts: Any = None) -> LayerPieces:  # fmt: skip
-    """The per-layer pieces of stage_pieces (see there)."""
+def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, training: Any, cluster: Any, *,
+                 experts: Any = None) -> LayerPieces:  # fmt: skip
+    """The per-layer pieces of stage_pieces (see there): of the layout, its tensor and context parallelism
+    (tp, sequence parallelism, cp and how CP exchanges keys and values)."""
     from parcalc.core.choices import Collective, Precision, Recompute
     from parcalc.core.timing.compute import end_passes, layer_passes
     from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange, routed_tokens
     from parcalc.core.timing.network import collective_time, placement
 
     spec, fabric = cluster.spec, cluster.fabric
+    tp, sequence_parallel, cp = layout.tp, layout.sequence_parallel, layout.cp
     e = training.precision.activation_bytes
     # Megatron-LM's --recompute-modules (parcalc.core.recompute); None: selective is the attention core
     modules = getattr(training, "recompute_modules", None) if recompute is Recompute.SELECTIVE else None
     seq = training.seq_len // cp  # this rank's tokens of each sequence (context parallelism)
     fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""
-    shard = _layer_shard(model, tp, micro_batch, sequence_parallel, training, cluster, cp)
+    shard = _layer_shard(model, layout, micro_batch, training, cluster)
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
     if model.moe is not None:
@@ -243,7 +247,7 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
         from parcalc.core.timing.context import cp_layer_time
 
         attn_f, attn_b = layer.t_attention()
-        cp_total, cp_exposed = cp_layer_time(model, micro_batch, training.seq_len, tp, cp, cp_comm, e, attn_f, attn_b, recompute,
+        cp_total, cp_exposed = cp_layer_time(model, micro_batch, training.seq_len, layout, e, attn_f, attn_b, recompute,
                                              cluster.gpus_per_node, fabric)  # fmt: skip
     paired = alone = 0.0
     if model.moe is not None:
@@ -269,31 +273,29 @@ def weight_gradients(passes: Any) -> float:
     return sum(k.time for k in passes.backward if k.key.endswith(".wgrad") and not k.key.startswith("attn."))
 
 
-def stage_pieces(model: Any, tp: int, pp: int, dp: int, micro_batch: int, sequence_parallel: bool, recompute: Any,
-                 training: Any, cluster: Any, *, first: int | None = None, last: int | None = None, cp: int = 1,
-                 cp_comm: str = "p2p", experts: Any = None, layer: LayerPieces | None = None, recompute_layers: int | None = None,
-                 chunks: int = 1) -> tuple[StagePieces, float, float]:  # fmt: skip
+def stage_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, training: Any, cluster: Any, *, experts: Any = None,
+                 layer: LayerPieces | None = None, recompute_layers: int | None = None) -> tuple[StagePieces, float, float]:  # fmt: skip
     """The slowest stage's pieces for one micro-batch, and one layer's forward and backward time
-    (with its recomputation) for ZeRO-3's prefetch windows. first / last: layers of the first and
-    last stage (Megatron-LM's uneven split, parcalc.core.stages; None: L/p on every stage); the
-    slowest of the first, a middle and the last stage (compute and exposed TP) sets the pace.
+    (with its recomputation) for ZeRO-3's prefetch windows. The layout's split: the layers of the first
+    and last stage (Megatron-LM's uneven split, parcalc.core.stages; the even split: L/p on every stage);
+    the slowest of the first, a middle and the last stage (compute and exposed TP) sets the pace.
     experts: how the MoE layers run (parcalc.core.timing.moe.ExpertShard; None: ep = etp = 1);
     a stage's MoE layers (contiguous ranges of Megatron's split) take an MoE layer's kernels and
     its dispatch and combine (StagePieces.ep). layer: layer_pieces of the same arguments, when
     the caller has it already (the search). recompute_layers: with full recomputation, the layers
-    of each of a stage's `chunks` model chunks that are recomputed (Megatron-LM's block method;
-    None: all)."""
+    of each of a stage's model chunks (the layout's chunks) that are recomputed (Megatron-LM's block
+    method; None: all)."""
     from parcalc.core.choices import Collective
     from parcalc.core.timing.network import collective_time, placement
 
-    lp = layer if layer is not None else layer_pieces(model, tp, micro_batch, sequence_parallel, recompute, training, cluster, cp=cp,
-                                                      cp_comm=cp_comm, experts=experts)  # fmt: skip
-    if pp > 1:
-        group = placement(2, tp * cp * dp, cluster.gpus_per_node)
-        p2p = collective_time(Collective.POINT_TO_POINT, lp.activation / tp, group, cluster.fabric).time
+    lp = layer if layer is not None else layer_pieces(model, layout, micro_batch, recompute, training, cluster, experts=experts)
+    if layout.pp > 1:
+        group = placement(2, layout.tp * layout.cp * layout.dp, cluster.gpus_per_node)
+        p2p = collective_time(Collective.POINT_TO_POINT, lp.activation / layout.tp, group, cluster.fabric).time
     else:
         p2p = 0.0
-    pieces = assemble_stage(model, pp, first, last, lp, p2p, cluster.overlap_tp, recompute_layers, chunks)
+    chunks = layout.chunks
+    pieces = assemble_stage(model, layout, lp, p2p, cluster.overlap_tp, recompute_layers)
     if model.moe is not None and pieces.layers:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage
         layers = float(pieces.layers)
         return pieces, float(pieces.forward) / layers, float(pieces.backward + pieces.recompute) / layers
@@ -306,11 +308,12 @@ def _again(layers: Any, recompute_layers: int | None, chunks: int) -> Any:
     return layers if recompute_layers is None else np.minimum(recompute_layers, layers // chunks) * chunks
 
 
-def assemble_stage(model: Any, pp: int, first: int | None, last: int | None, lp: Any, p2p: Any, overlap_tp: bool,
-                   recompute_layers: int | None = None, chunks: int = 1) -> StagePieces:  # fmt: skip
-    """stage_pieces' assembly of a stage from per-layer pieces: the same code on floats (one
-    configuration; lp a LayerPieces) and on numpy arrays (the search; lp's fields arrays, one entry
-    per configuration)."""
+def assemble_stage(model: Any, layout: Layout, lp: Any, p2p: Any, overlap_tp: bool, recompute_layers: int | None = None) -> StagePieces:
+    """stage_pieces' assembly of a stage from per-layer pieces (the layout's pipeline: its stages, their
+    split and chunks): the same code on floats (one configuration; lp a LayerPieces) and on numpy arrays
+    (the search; lp's fields arrays, one entry per configuration)."""
+    pp, chunks = layout.pp, layout.chunks
+    first, last = layout.stage_ends(model.layers)
     uneven = first is not None or last is not None
     split = _split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)  # first, a middle, last
     moe_counts = _moe_per_stage(model, pp, split)
@@ -451,18 +454,20 @@ class FullestStage(NamedTuple):
     layers: int
 
 
-def _fullest_stage(model: Any, tp: int, pp: int, first: int | None, last: int | None, *, ep: int = 1, etp: int | None = None,
-                   ranks: int = 1) -> FullestStage:  # fmt: skip
+def _fullest_stage(model: Any, layout: Layout) -> FullestStage:
     """The stage holding the most parameters on one GPU (parcalc.core.memory.stage_parameters; the
-    first of equals) among parcalc.core.memory.fullest_candidates. ep / etp: the MoE layers' expert
-    grid (routed experts / ep on each GPU, each split etp ways), folded over tp x `ranks` (dp x cp):
-    the parameters do not depend on `ranks` (the caller's layout is valid), so it is not a key."""
-    return _fullest_stage_of(model, tp, pp, first, last, ep, etp)
+    first of equals) among parcalc.core.memory.fullest_candidates, by the layout's tp, pipeline split
+    and MoE expert grid (routed experts / ep on each GPU, each split etp ways, folded over tp x dp x cp).
+    The parameters do not depend on dp and cp (the caller's layout is valid), nor on ZeRO, the schedule
+    or placement: the cache's key is the layout with only what they depend on."""
+    first, last = layout.stage_ends(model.layers)
+    ranks = layout.ep * layout.expert_tp  # any dp x cp that holds the expert grid: ep x etp divides tp x ranks
+    return _fullest_stage_of(model, Layout(layout.tp, layout.pp, ranks, first_stage_layers=first, last_stage_layers=last, ep=layout.ep,
+                                           etp=layout.etp))  # fmt: skip
 
 
 @lru_cache(maxsize=4096)  # pure; the search asks for the same stage for every configuration of a layout
-def _fullest_stage_of(model: Any, tp: int, pp: int, first: int | None, last: int | None, ep: int, etp: int | None) -> FullestStage:
-    from parcalc.core.layout import Layout
+def _fullest_stage_of(model: Any, par: Layout) -> FullestStage:
     from parcalc.core.memory import (
         _stage_ends,
         fullest_candidates,
@@ -471,8 +476,6 @@ def _fullest_stage_of(model: Any, tp: int, pp: int, first: int | None, last: int
         stage_parameters,
     )
 
-    ranks = ep * (tp if etp is None else etp)  # any dp x cp that holds the expert grid: ep x etp divides tp x ranks
-    par = Layout(tp, pp, ranks, first_stage_layers=first, last_stage_layers=last, ep=ep, etp=etp)
     split = stage_layers(model, par)
     best: FullestStage | None = None
     for s in fullest_candidates(model, split):
@@ -483,10 +486,10 @@ def _fullest_stage_of(model: Any, tp: int, pp: int, first: int | None, last: int
     return best
 
 
-def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any, *, first: int | None = None,
-              last: int | None = None, shard_group: int | None = None, ep: int = 1, etp: int | None = None) -> DataParallelPieces:  # fmt: skip
-    """The data-parallel collectives of the fullest stage's GPU over its dp ranks (first / last:
-    Megatron-LM's uneven split, as in stage_pieces). shard_group S < dp (hybrid sharding): ZeRO's
+def dp_pieces(model: Any, layout: Layout, training: Any, cluster: Any) -> DataParallelPieces:
+    """The data-parallel collectives of the fullest stage's GPU over its dp x cp ranks (the layout's
+    split, as in stage_pieces; gradients sync over the dp-cp group, Megatron-LM). The layout's shard
+    group S < dp x cp with ZeRO (hybrid sharding): ZeRO's
     reduce-scatters and gathers over the S ranks of a shard group (S consecutive data-parallel ranks,
     tp apart), then each reduce's 1/S shard all-reduced over the dp / S replicas (tp x S apart).
     DDP's all-reduce stays over all dp ranks; buckets are sized for the whole dp group.
@@ -496,16 +499,15 @@ def dp_pieces(model: Any, tp: int, pp: int, dp: int, training: Any, cluster: Any
     in their own buffers, reduced over the expert-DP group; parallel_state.py
     get_expert_data_parallel_group, distributed_data_parallel.py expert_parallel_buffers), in
     their own buckets; the dense parameters as above. Hybrid sharding applies to the dense ones."""
-    stage = _fullest_stage(model, tp, pp, first, last, ep=ep, etp=etp, ranks=dp)
-    return dp_pieces_of(stage, tp, dp, training, cluster, shard_group=shard_group, ep=ep, etp=etp, pp=pp)
+    return dp_pieces_of(_fullest_stage(model, layout), layout, training, cluster, shard_group=layout.shard_group if layout.zero else None)
 
 
-def dp_pieces_of(stage: FullestStage, tp: int, dp: int, training: Any, cluster: Any, *, shard_group: int | None = None, ep: int = 1,
-                 etp: int | None = None, pp: int = 1) -> DataParallelPieces:  # fmt: skip
+def dp_pieces_of(stage: FullestStage, layout: Layout, training: Any, cluster: Any, *, shard_group: int | None = None) -> DataParallelPieces:
     """dp_pieces for a given fullest stage (what it depends on of the model and the split: the
-    search asks once per distinct stage, not once per split). pp: the framework's profile as it
-    runs pp stages (Framework.at: DeepSpeed's pipeline engine reduces fp32 copies of bf16 gradients,
-    which it accumulates every micro-batch: `accumulate`)."""
+    search asks once per distinct stage, not once per split) and shard group (None: all dp x cp
+    ranks). The layout's pp: the framework's profile as it runs pp stages (Framework.at: DeepSpeed's
+    pipeline engine reduces fp32 copies of bf16 gradients, which it accumulates every micro-batch:
+    `accumulate`)."""
     import math
 
     from parcalc.core.choices import Collective
@@ -514,8 +516,8 @@ def dp_pieces_of(stage: FullestStage, tp: int, dp: int, training: Any, cluster: 
     from parcalc.core.timing.network import collective_time, placement
 
     layers = stage.layers
-    etp_ = tp if etp is None else etp
-    edp = expert_dp(tp, dp, ep, etp) if stage.experts else 1
+    tp, dp, ep, etp_, pp = layout.tp, layout.dp * layout.cp, layout.ep, layout.expert_tp, layout.pp
+    edp = expert_dp(layout) if stage.experts else 1
     dense = stage.params - stage.experts
     fabric, framework, g = cluster.fabric, cluster.framework.at(pp), cluster.gpus_per_node
     accumulate = optimizer_time(stage.params, framework.accumulation_bytes(training.precision), cluster.spec)
@@ -564,58 +566,66 @@ def dp_pieces_of(stage: FullestStage, tp: int, dp: int, training: Any, cluster: 
     )
 
 
-def optimizer_traffic(model: Any, tp: int, pp: int, training: Any, *, first: int | None = None, last: int | None = None,
-                      ep: int = 1, etp: int | None = None, ranks: int = 1) -> tuple[FullestStage, float]:  # fmt: skip
+def optimizer_traffic(model: Any, layout: Layout, training: Any) -> tuple[FullestStage, float]:
     """(the fullest stage's GPU before ZeRO sharding: parameters, routed experts among them; HBM
     bytes one parameter's update moves)."""
     from parcalc.core.choices import Precision
     from parcalc.core.memory import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
 
-    stage = _fullest_stage(model, tp, pp, first, last, ep=ep, etp=etp, ranks=ranks)
+    stage = _fullest_stage(model, layout)
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
     master = training.precision is not Precision.FP32 and training.precision is not Precision.BF16
     return stage, optimizer_bytes(per.states, per.gradient, per.weight, master, state_bytes=per.per_state)
 
 
-def optimizer_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, first: int | None = None,
-                        last: int | None = None, shard_group: Any = None, ep: int = 1, etp: int | None = None) -> Any:  # fmt: skip
-    """The optimizer's update of the local parameters (sharded over dp from ZeRO-1 on, or over the
-    shard group S with hybrid sharding; routed experts over expert-DP: a number, or an array of one
-    per configuration)."""
+def optimizer_step_time(model: Any, layout: Layout, training: Any, cluster: Any, *, zero: Any = None, shard_group: Any = None) -> Any:
+    """The optimizer's update of the local parameters (sharded over the dp x cp ranks from ZeRO-1 on, or
+    over the shard group S with hybrid sharding; routed experts over expert-DP: a number, or an array of
+    one per configuration). zero / shard_group: the layout's, or arrays of one per configuration (the search)."""
     from parcalc.core.timing.compute import optimizer_time
 
+    zero, shard_group = _sharding(layout, zero, shard_group)
     if training.offload_optimizer:  # the step runs on the host (parcalc.core.timing.offload)
         return 0.0 * np.asarray(zero)
-    stage, traffic = optimizer_traffic(model, tp, pp, training, first=first, last=last, ep=ep, etp=etp, ranks=dp)
+    stage, traffic = optimizer_traffic(model, layout, training)
     whole = optimizer_time(stage.params, traffic, cluster.spec)
-    shards = dp if shard_group is None else shard_group
+    shards = layout.dp * layout.cp if shard_group is None else shard_group
     if not stage.experts:
         return np.where(np.asarray(zero) >= 1, whole / shards, whole)  # ZeRO-1 and up shard the states (dp = 1: the same)
     dense = optimizer_time(stage.params - stage.experts, traffic, cluster.spec)
     experts = optimizer_time(stage.experts, traffic, cluster.spec)
     from parcalc.core.expert_parallel import expert_dp
 
-    return np.where(np.asarray(zero) >= 1, dense / shards + experts / expert_dp(tp, dp, ep, etp), whole)
+    return np.where(np.asarray(zero) >= 1, dense / shards + experts / expert_dp(layout), whole)
 
 
-def offload_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training: Any, cluster: Any, *, activation_layer: Any,
-                      stage_layers: int, m: Any, stage: StagePieces, first: int | None = None, last: int | None = None,
-                      shard_group: Any = None) -> Any:  # fmt: skip
+def _sharding(layout: Layout, zero: Any, shard_group: Any) -> tuple[Any, Any]:
+    """The ZeRO stage and shard group in force: the given arrays (the search's, one per configuration),
+    or the layout's (its shard group only with ZeRO: hybrid sharding shards ZeRO's states)."""
+    if zero is None:
+        return layout.zero, (layout.shard_group if layout.zero else None) if shard_group is None else shard_group
+    return zero, shard_group
+
+
+def offload_step_time(model: Any, layout: Layout, training: Any, cluster: Any, *, activation_layer: Any, stage_layers: int, m: Any,
+                      stage: StagePieces, zero: Any = None, shard_group: Any = None) -> Any:  # fmt: skip
     """t_offload (parcalc.core.timing.offload) for the fullest stage's GPU: floats or arrays alike.
-    activation_layer: one layer's saved activations of one micro-batch; stage_layers: the first stage's layers."""
+    activation_layer: one layer's saved activations of one micro-batch; stage_layers: the first stage's layers;
+    zero / shard_group: as optimizer_step_time."""
     from parcalc.core.memory import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
     from parcalc.core.timing.offload import default_host_link_name, offload_times
 
+    zero, shard_group = _sharding(layout, zero, shard_group)
     if not (training.offload_optimizer or training.offload_activations):
         return 0.0 * np.asarray(m, dtype=float)
     from parcalc.presets import load_link
 
     link = training.host_link if training.host_link is not None else load_link(default_host_link_name(cluster.gpu))
-    params = _fullest_stage(model, tp, pp, first, last).params
+    params = _fullest_stage(model, layout._replace(ep=1, etp=None)).params  # the offload counts every parameter as dense
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
-    shards = dp if shard_group is None else shard_group  # hybrid sharding: the optimizer shard is 1/S
+    shards = layout.dp * layout.cp if shard_group is None else shard_group  # hybrid sharding: the optimizer shard is 1/S
     shard = np.where(np.asarray(zero) >= 1, params / shards, params) if training.offload_optimizer else 0.0 * np.asarray(zero)
     acts = activation_layer * stage_layers * m if training.offload_activations else 0.0 * np.asarray(m, dtype=float)
     times = offload_times(grad_bytes=per.weight * shard, weight_bytes=per.weight * shard, shard_params=shard,
@@ -625,9 +635,8 @@ def offload_step_time(model: Any, tp: int, pp: int, dp: int, zero: Any, training
     return times.exposed
 
 
-def stage_kinds(model: Any, tp: int, pp: int, micro_batch: int, sequence_parallel: bool, recompute: Any, training: Any, cluster: Any,
-                stage: StagePieces, *, first: int | None = None, last: int | None = None, cp: int = 1, experts: Any = None,
-                recompute_layers: int | None = None, chunks: int = 1) -> Any:  # fmt: skip
+def stage_kinds(model: Any, layout: Layout, micro_batch: int, recompute: Any, training: Any, cluster: Any, stage: StagePieces, *,
+                experts: Any = None, recompute_layers: int | None = None) -> Any:  # fmt: skip
     """The kernel time of one micro-batch on the slowest stage (the one `stage` describes) by kind
     (parcalc.core.timing.kinds): its layers' forward, backward and recomputed kernels and its ends'
     (embedding on the first stage, final norm, LM head and loss on the last). Their total is
@@ -637,11 +646,13 @@ def stage_kinds(model: Any, tp: int, pp: int, micro_batch: int, sequence_paralle
     from parcalc.core.timing.kinds import KindTimes, kind_times
     from parcalc.core.timing.moe import ExpertShard
 
-    shard = _layer_shard(model, tp, micro_batch, sequence_parallel, training, cluster, cp)
+    shard = _layer_shard(model, layout, micro_batch, training, cluster)
     spec = cluster.spec
+    pp, chunks = layout.pp, layout.chunks
+    first, last = layout.stage_ends(model.layers)
     modules = getattr(training, "recompute_modules", None) if recompute is Recompute.SELECTIVE else None
     dense = layer_passes(model, shard, spec)
-    moe = layer_passes(model, shard, spec, experts if experts is not None else ExpertShard(etp=tp)) if model.moe is not None else dense
+    moe = layer_passes(model, shard, spec, experts if experts is not None else ExpertShard(etp=layout.tp)) if model.moe is not None else dense
     ends = end_passes(model, shard, spec)
     first_end = kind_times(k for k in ends.kernels if k.key.startswith(FIRST_STAGE_KEYS))
     last_end = kind_times(k for k in ends.kernels if not k.key.startswith(FIRST_STAGE_KEYS))
@@ -664,8 +675,8 @@ def stage_kinds(model: Any, tp: int, pp: int, micro_batch: int, sequence_paralle
     return min(options, key=lambda k: abs(k.total - target))
 
 
-def _layer_shard(model: Any, tp: int, micro_batch: int, sequence_parallel: bool, training: Any, cluster: Any, cp: int) -> Any:
-    """The LayerShard layer_pieces times (the same arguments)."""
+def _layer_shard(model: Any, layout: Layout, micro_batch: int, training: Any, cluster: Any) -> Any:
+    """The LayerShard layer_pieces times (the same arguments): one rank's share of a layer by the layout's tp, SP and cp."""
     from parcalc.core.choices import Precision
     from parcalc.core.timing.compute import LayerShard
     from parcalc.core.timing.framework import kernel_set
@@ -673,7 +684,8 @@ def _layer_shard(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
     dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
     fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""  # this rank's tokens: s / cp (context parallelism)
     kset = kernel_set(training, cluster.framework)
-    return LayerShard(micro_batch, training.seq_len // cp, tp, sequence_parallel, training.flash_attention, dropout, training.causal,
+    cp = layout.cp
+    return LayerShard(micro_batch, training.seq_len // cp, layout.tp, layout.sequence_parallel, training.flash_attention, dropout, training.causal,
                       training.precision.activation_bytes, cp, fp8, training.compiled, kset in ("eager", "hf"), kset == "hf")  # fmt: skip
 
 
@@ -684,7 +696,7 @@ def stage_launches(model: Any, config: Any, training: Any, cluster: Any) -> tupl
     from parcalc.core.timing.compute import end_passes, layer_passes
     from parcalc.core.timing.moe import ExpertShard
 
-    shard = _layer_shard(model, config.layout.tp, config.micro_batch, config.layout.sequence_parallel, training, cluster, config.layout.cp)
+    shard = _layer_shard(model, config.layout, config.micro_batch, training, cluster)
     spec = cluster.spec
     modules = getattr(training, "recompute_modules", None) if config.recompute is Recompute.SELECTIVE else None
     dense = layer_passes(model, shard, spec)
