@@ -640,6 +640,8 @@ def _host_derivation(model: TransformerModel, config: Config, training: Training
     from parcalc.core.timing.step import stage_launches
 
     costs = cluster.framework.host
+    if costs is not None and cluster.gpu is not None and cluster.gpu.host is not None:  # measured on this machine's host
+        costs = cluster.gpu.host
     if costs is None or config.pp > 1:
         return None
     n_f, n_b = stage_launches(model, config, training, cluster)
