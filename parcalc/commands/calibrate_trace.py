@@ -28,8 +28,7 @@ TRACE_EXAMPLES = """\
 Examples:
   parcalc calibrate trace tests/fixtures/h200/trace-llama1b-b4-s4096.json.gz
   parcalc calibrate trace tests/fixtures/h200/trace-llama1b-b4-s4096.json.gz --model tests/fixtures/h200/llama3.2-1b.json \\
-      --gpu h200 --framework hf --batch 4 --seq-len 4096 -o presets/gpus/my-h200.yaml
-  parcalc fit --presets presets --gpu my-h200 --framework hf --model llama3.2-1b.json --gpus 1 --batch 1 --seq-len 2048
+      --gpu h200 --framework hf --batch 4 --seq-len 4096 -o presets/gpus/my-h200.yaml    # then: fit --presets presets --gpu my-h200
 """
 
 Text = Optional[str]  # noqa: UP045 - typer needs Optional at runtime on 3.11
