@@ -61,9 +61,7 @@ def trace(
         raise InputError("-o FILE.yaml: a calibrated GPU preset needs the traced step (--model, --batch, --seq-len) and the GPU to start from (--gpu)")
     if (force or name is not None) and not preset:
         raise InputError(f"{'--force' if force else '--name'}: for the calibrated preset (-o FILE.yaml)")
-    if preset and fmt is not None and output is not None:
-        pass  # the report goes to stdout in --format; the preset to the file
-    elif output is not None:
+    if output is not None and not preset:  # the report to -o (a preset is checked below, with --force)
         from parcalc.output import check_writable
 
         check_writable(output)
