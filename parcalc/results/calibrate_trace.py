@@ -20,6 +20,8 @@ def trace_result(file: str, summary: Any, predicted: dict[str, float], fits: tup
         measured = summary.kernel_seconds[kind]
         guess = predicted.get(key)
         rows.append((label, measured, guess, (guess / measured - 1) if guess is not None and measured else None))
+    if summary.kernel_seconds["communication"]:  # NCCL kernels run beside compute: their time is not fit's exposed time
+        rows.append(("communication (NCCL)", summary.kernel_seconds["communication"], None, None))
     rows.append(("GPU busy", summary.gpu_busy, None, None))
     if "t_step" in predicted:
         rows.append(("step (GPU span)", summary.gpu_span, predicted["t_step"], predicted["t_step"] / summary.gpu_span - 1))

@@ -34,8 +34,11 @@ KIND_SOURCE = "kernel names sorted as ../shared/measurements/h200-2026-11-28/h20
 
 
 def kernel_kind(name: str) -> str:
-    """parcalc's kind of one GPU kernel by its name: 'attention', 'gemm', 'optimizer' or 'memory'."""
+    """parcalc's kind of one GPU kernel by its name: 'communication' (NCCL's kernels: ncclDevKernel_AllReduce_..., counted
+    apart, not as memory-bound), 'attention', 'gemm', 'optimizer' or 'memory'."""
     n = name.lower()
+    if "nccl" in n:
+        return "communication"
     if any(s in n for s in ("flash", "fmha", "attention", "cudnn_generated_fort_native_sdpa", "sdpa")):
         return "attention"
     if any(s in n for s in ("gemm", "cutlass", "xmma", "nvjet", "sm90_", "sm80_", "cublas", "matmul", "splitk")):
@@ -97,7 +100,7 @@ def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
         if not 0 <= float(e["dur"]) <= MAX_KERNEL_US:
             raise InputError(f"{where}: kernel {str(e.get('name', '?'))[:60]!r} lasts {float(e['dur']):g} us: not a profiled kernel's duration "
                              f"(0 to {MAX_KERNEL_US:g} us)")  # fmt: skip
-    seconds: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": 0.0}
+    seconds: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": 0.0, "communication": 0.0}
     for e in kernels:
         seconds[kernel_kind(str(e.get("name", "")))] += float(e["dur"]) * 1e-6
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels)
