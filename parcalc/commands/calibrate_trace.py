@@ -89,7 +89,7 @@ def trace(
 
     result = trace_result(file, summary, predicted, fits, host, base_host)
     if preset:
-        _write_preset(result, document, output, fmt)  # type: ignore[arg-type]
+        _write_preset(result, document, output, fmt, file)  # type: ignore[arg-type]
         return
     from parcalc.output import OutputFormat, emit
 
@@ -145,7 +145,7 @@ def _calibration(file: str, summary: Any, predicted: dict[str, Any], model: str,
     return fits, host, base_host, document
 
 
-def _write_preset(result: Any, document: dict[str, Any], output: Path, fmt: ReportFormat | None) -> None:
+def _write_preset(result: Any, document: dict[str, Any], output: Path, fmt: ReportFormat | None, trace_file: str) -> None:
     """The preset to -o (validated as --presets reads it, all or nothing), the report to stdout."""
     import sys
     from dataclasses import replace
@@ -155,7 +155,7 @@ def _write_preset(result: Any, document: dict[str, Any], output: Path, fmt: Repo
     from parcalc.results.preset_yaml import validated_preset
 
     key = output.stem.lower()
-    text, _ = validated_preset(document, key, output, "gpus", f"GPU preset made by parcalc calibrate trace from {document['sources']['trace_calibration'].split(' from ', 1)[1].split(' (', 1)[0]}")
+    text, _ = validated_preset(document, key, output, "gpus", f"GPU preset made by parcalc calibrate trace from {Path(trace_file).name}")
     folder = output.parent
     use = (f"use it: parcalc fit --presets {folder.parent} --gpu {key} ..." if folder.name.lower() == "gpus"
            else f"use it: move it to DIR/gpus/{output.name}, then parcalc fit --presets DIR --gpu {key} ...")  # fmt: skip
