@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 # The commands that take --format / --output and --presets (the calculation commands and their kin).
 _OUT = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit", "presets list", "presets show",
-        "calibrate gemm", "calibrate nccl", "report", "analyze", "scaling")  # fmt: skip
+        "calibrate gemm", "calibrate nccl", "calibrate trace", "report", "analyze", "scaling")  # fmt: skip
 _PRESETS = tuple(c for c in _OUT if c != "bubble")
 _MODEL = ("comm-volume", "memory", "flops", "fit")  # the transformer's shape flags
 _SHAPE = _MODEL + ("scaling",)  # the shape flags of a model (scaling takes them, not --gpus/--cp as the others do)
 # Every command but sweep takes --config (parcalc.cli._give_config_option; sweep reads its run file as its argument).
-_CONFIG = _OUT + ("schema", "calibrate trace")
+_CONFIG = _OUT + ("schema",)
 _PIPE = ("comm-volume", "bubble", "memory", "flops", "fit")  # the uneven pipeline split
 
 MEGATRON = "NVIDIA/Megatron-LM megatron/training/arguments.py"
@@ -66,8 +66,8 @@ TYPES = {
 
 FLAGS: tuple[Flag, ...] = (
     # output and presets, shared by every command
-    Flag("--format", "Output format: table, json, csv, markdown or latex (calibrate: text or json; report: markdown, latex or json, -o .pdf a PDF; sweep: csv or json)", "choice", "", "table (or from --output's extension; sweep: csv)", _OUT + ("sweep", "calibrate trace"), short="-f"),
-    Flag("--output", "Write the result to FILE instead of stdout, all or nothing (scaling: .svg draws the curve)", "path", "", "stdout", _OUT + ("sweep",), short="-o"),
+    Flag("--format", "Output format: table, json, csv, markdown or latex (calibrate: text or json; report: markdown, latex or json, -o .pdf a PDF; sweep: csv or json)", "choice", "", "table (or from --output's extension; sweep: csv)", _OUT + ("sweep",), short="-f"),
+    Flag("--output", "Write the result to FILE instead of stdout, all or nothing (scaling: .svg draws the curve; fit: .trace.json the step as a Chrome trace; calibrate trace: .yaml the calibrated GPU preset)", "path", "", "stdout", _OUT + ("sweep",), short="-o"),
     Flag("--presets", "Extra preset directory (gpus/, links/, models/ inside); repeatable; also PARCALC_PRESETS", "path", "", "", _PRESETS),
     Flag("--table", "With --format csv: which of the result's tables to print (CSV holds one)", "choice", "", "the command's main table", _OUT[:7] + ("presets list", "presets show", "analyze", "scaling")),
     Flag("--config", "Read flags from a run file (YAML or .toml; - for stdin): keys are flag names, the command line wins", "path", "", "",
@@ -215,8 +215,8 @@ FLAGS: tuple[Flag, ...] = (
     # calibrate
     Flag("--device", "Where to time GEMMs: auto, cpu, cuda, cuda:N", "text", "", "auto", ("calibrate gemm",)),
     Flag("--shapes", "GEMM shapes to time: default, small, tiny", "choice", "", "default", ("calibrate gemm",)),
-    Flag("--name", "The preset's display name", "text", "", "", ("calibrate gemm", "calibrate nccl")),
-    Flag("--force", "Replace --output if it exists", "switch", "", "off", ("calibrate gemm", "calibrate nccl")),
+    Flag("--name", "The preset's display name", "text", "", "", ("calibrate gemm", "calibrate nccl", "calibrate trace")),
+    Flag("--force", "Replace --output if it exists", "switch", "", "off", ("calibrate gemm", "calibrate nccl", "calibrate trace")),
     Flag("--ranks", "Ranks of the run, when the file does not print them", "count", "ranks", "the file's", ("calibrate nccl",)),
     Flag("--nodes", "Nodes the ranks ran on, when the file does not say", "count", "nodes", "the file's", ("calibrate nccl",)),
     Flag("--nccl-hardware", "NCCL's class of the link: nvlink, pcie, net", "choice", "", "from the file", ("calibrate nccl",)),

@@ -509,10 +509,11 @@ def _check_kind(doc: _Doc, category: Category) -> None:
 _GPU_KEYS = (
     "kind", "name", "vendor", "architecture", "sources", "sms", "boost_clock", "memory_capacity",
     "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes", "matmul_measured",
-    "board_power", "power_curve", "power_limit",
+    "board_power", "power_curve", "power_limit", "host",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated", "gemm_tiles",
-                "attention_by_head_dim")
+                "attention_by_head_dim", "calibrated")
+_CALIBRATED_KINDS = ("gemm", "attention", "memory", "optimizer")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
 
@@ -555,6 +556,7 @@ def gpu_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Gpu:
         matmul_measured=_matmul_measured(doc, sources, dtypes) if "matmul_measured" in doc.data else (),
         board_power=doc.quantity("board_power", Dimension.POWER, sources, required=False),
         **_power(doc, sources),
+        host=_host_costs(doc, sources) if "host" in doc.data else None,
     )
 
 
@@ -618,7 +620,24 @@ def _kernels(doc: _Doc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRa
         matmul_isolated=isolated,
         gemm_tiles=_gemm_tiles(node, sources, dtypes) if "gemm_tiles" in node.data else (),
         attention_by_head_dim=_attention_by_head_dim(node, sources) if "attention_by_head_dim" in node.data else (),
+        calibrated=_calibrated(node, sources) if "calibrated" in node.data else None,
     )
+
+
+def _calibrated(node: _Doc, sources: Mapping[str, str]) -> Any:
+    """`kernels.calibrated:` {gemm, attention, memory, optimizer: factor on that kind's modelled rate, source, note?}
+    (`parcalc calibrate trace`; parcalc.core.hardware.KindEfficiency)."""
+    from parcalc.core.hardware import KindEfficiency
+
+    block = node.child("calibrated")
+    block.only((*_CALIBRATED_KINDS, "source", "note"))
+    factors = {}
+    for kind in _CALIBRATED_KINDS:
+        value = block.data.get(kind)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.05 <= value <= 20:
+            raise block.error(kind, f"a factor on the modelled rate between 0.05 and 20, got {shown(value)}")
+        factors[kind] = float(value)
+    return KindEfficiency(**factors, source=block.source_ref("source", sources))
 
 
 def _attention_by_head_dim(node: _Doc, sources: Mapping[str, str]) -> tuple[tuple[int, Sourced, Sourced], ...]:

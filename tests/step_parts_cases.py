@@ -1,7 +1,8 @@
 """The shared H200 steps (tests/fixtures/h200, measured on one H200: ../shared/measurements/h200-2026-11-28) as fit
 predicts them with --gpu h200 --framework hf, part by part, beside the profile's kernel time of each kind.
 
-    python tests/step_parts_cases.py      # prints the table of docs/step-time.md
+    python tests/step_parts_cases.py                # prints the table of docs/step-time.md
+    python tests/step_parts_cases.py --calibrated   # before and after `calibrate trace` from the b4 trace (docs/calibrate-trace.md)
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ def fit_args(name: str) -> list[str]:
             "--format", "json"]  # fmt: skip
 
 
-def predicted(name: str) -> dict[str, float]:
-    """fit's step and its parts (seconds) for one shared step."""
+def predicted(name: str, presets: Path | None = None, gpu: str = "h200") -> dict[str, float]:
+    """fit's step and its parts (seconds) for one shared step (on `gpu` from `presets`: a calibrated preset)."""
     from typer.testing import CliRunner
 
     from parcalc.cli import app
 
-    result = CliRunner().invoke(app, fit_args(name))
+    args = fit_args(name)
+    args[args.index("h200")] = gpu
+    result = CliRunner().invoke(app, args + (["--presets", str(presets)] if presets is not None else []))
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)["results"]
     return {key: results[key]["value"] for key in ("t_step", *KINDS) if key in results}
@@ -48,10 +51,36 @@ def measured(name: str) -> dict[str, float]:
             "t_optimizer": optimizer, "gpu_busy": profile["gpu_busy_s"], "t_opt_step": steps[name]["t_opt_s"]}  # fmt: skip
 
 
+def calibrated_table() -> None:
+    """Each step's parts before and after a preset calibrated from the b4 trace (the b4 row is the one it was fitted on)."""
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    from parcalc.cli import app
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "gpus").mkdir()
+        made = CliRunner().invoke(app, ["calibrate", "trace", str(FIXTURES / "trace-llama1b-b4-s4096.json.gz"), "--model",
+                                        str(FIXTURES / "llama3.2-1b.json"), "--gpu", "h200", "--framework", "hf", "--batch", "4",
+                                        "--seq-len", "4096", "-o", str(Path(folder) / "gpus" / "traced.yaml")])  # fmt: skip
+        assert made.exit_code == 0, made.output
+        for name in STEPS:
+            before, after, m = predicted(name), predicted(name, Path(folder), "traced"), measured(name)
+            print(f"{name}{' (calibrated on it)' if name == 'llama3.2-1b b4 s4096' else ''}:")
+            for key in (*KINDS[:4], "t_step"):
+                print(f"   {key:15s} measured {m[key] * 1e3:7.1f} ms   before {before[key] * 1e3:7.1f} ({before[key] / m[key] - 1:+.1%})"
+                      f"   after {after[key] * 1e3:7.1f} ({after[key] / m[key] - 1:+.1%})")
+            print(f"   {'t_host':15s} before {before.get('t_host', 0) * 1e3:7.1f} ms   after {after.get('t_host', 0) * 1e3:7.1f} ms")
+
+
 if __name__ == "__main__":
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's parcalc
+    if "--calibrated" in sys.argv:
+        calibrated_table()
+        sys.exit(0)
     for name in STEPS:
         p, m = predicted(name), measured(name)
         print(f"{name}: step {p['t_step'] * 1e3:.1f} ms vs {m['t_step'] * 1e3:.1f} ({p['t_step'] / m['t_step'] - 1:+.1%}; "

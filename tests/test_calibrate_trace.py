@@ -101,3 +101,38 @@ def test_a_trace_name_no_file_can_have_is_one_line(runner, name: str, said: str)
 
     result = runner.invoke(app, ["calibrate", "trace", name])
     assert result.exit_code == 2 and said in result.output
+
+
+# --format and -o, as fit and memory take them (parcalc.output.emit)
+
+
+def test_o_json_writes_the_report_that_the_schema_describes(tmp_path: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from json_schema_check import problems
+
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(app, ["calibrate", "trace", str(TRACE), "--model", str(FIXTURES / "llama3.2-1b.json"), "--gpu", "h200",
+                                      "--framework", "hf", "--batch", "4", "--seq-len", "4096", "-o", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    schema = json.loads((Path(__file__).parent.parent / "parcalc" / "schemas" / "calibrate-trace.json").read_text())
+    assert problems(document, schema) == []
+    rows = {r["kind"]: r for r in document["tables"]["calibration"]["rows"]}
+    assert rows["GEMMs"]["after"] == pytest.approx(187.346 / 160.335, rel=1e-4)  # modelled / traced GEMM time, the b4 trace
+    assert document["tables"]["kinds"]["rows"][0]["measured"] == pytest.approx(0.160335, rel=1e-5)
+
+
+def test_o_txt_writes_the_table_and_a_disagreeing_format_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "report.txt"
+    result = CliRunner().invoke(app, ["calibrate", "trace", str(TRACE), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "Kernel time by kind" in out.read_text() and "2,788 kernels" in out.read_text()
+    clash = CliRunner().invoke(app, ["calibrate", "trace", str(TRACE), "--format", "json", "-o", str(tmp_path / "r.txt")])
+    assert clash.exit_code == 2 and "disagree" in clash.output and not (tmp_path / "r.txt").exists()
+
+
+def test_force_and_name_are_for_the_preset_only(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["calibrate", "trace", str(TRACE), "--force"])
+    assert result.exit_code == 2 and "-o FILE.yaml" in result.output

@@ -201,3 +201,42 @@ def test_the_kinds_add_up_to_the_compute_term(case: str) -> None:
     assert kinds == pytest.approx(results["t_compute"]["value"], rel=1e-9)
     assert results["t_gemm"]["value"] > results["t_memory_bound"]["value"] > 0
     assert "t_host" not in results  # no host costs measured for these profiles: not modelled
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_vectorised_host_model_is_the_phase_by_phase_one(seed: int) -> None:
+    """host_exposed_repeated (fit --search, on arrays) = host_exposed over [forward, backward] x m + [optimizer]."""
+    from parcalc.core.timing.host import host_exposed_repeated
+
+    rng = np.random.default_rng(seed)
+    h_f, g_f, h_b, g_b, h_o, g_o = rng.exponential(1.0, 6) * rng.choice([0.01, 1.0, 100.0], 6)
+    m = int(rng.integers(1, 9))
+    phases = [Phase(h_f, g_f), Phase(h_b, g_b)] * m + [Phase(h_o, g_o)]
+    assert float(host_exposed_repeated(h_f, g_f, h_b, g_b, m, h_o, g_o)) == pytest.approx(host_exposed(phases), rel=1e-9, abs=1e-12)
+
+
+SEARCH_AGREES = {
+    "1B b1 s2048 on one H200 (host-bound)": ["--model", str(FIXTURES / "llama3.2-1b.json"), "--gpu", "h200", "--gpus", "1", "--batch", "1",
+                                             "--seq-len", "2048"],
+    "1B b8 s2048 on 8 H200, DDP, 2 micro-batches": ["--model", str(FIXTURES / "llama3.2-1b.json"), "--gpu", "h200", "--gpus", "8", "--batch",
+                                                     "16", "--seq-len", "2048"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(SEARCH_AGREES))
+def test_the_search_counts_the_host_as_a_pinned_layout_does(case: str) -> None:
+    """fit --search ranked the hf profile's configurations without t_host (56.4 ms for the b1 step, where the pinned layout
+    gives 84.4); every configuration of its top table now has the pinned layout's t_step and t_host."""
+    args = ["fit", *SEARCH_AGREES[case], "--framework", "hf", "--format", "json"]
+    found = CliRunner().invoke(app, [*args, "--search", "--top", "3"])
+    assert found.exit_code == 0, found.output
+    rows = json.loads(found.stdout)["tables"]["top"]["rows"]
+    assert any(row["t_host"] > 0 for row in rows)
+    for row in rows:
+        pinned = ["--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--micro-batch", str(row["micro_batch"]),
+                  "--recompute", row["recompute"], "--zero", str(row["zero"])]  # fmt: skip
+        one = CliRunner().invoke(app, [*args, *pinned])
+        assert one.exit_code == 0, one.output
+        results = json.loads(one.stdout)["results"]
+        assert row["t_step"] == pytest.approx(results["t_step"]["value"], rel=1e-9)
+        assert row["t_host"] == pytest.approx(results.get("t_host", {"value": 0.0})["value"], rel=1e-9, abs=1e-12)

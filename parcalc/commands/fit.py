@@ -4,6 +4,7 @@ the Result are parcalc.results.fit's."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -26,7 +27,6 @@ from parcalc.commands.common import (
     MaxNodesOption,
     MoeDispatcherOption,
     MoeImbalanceOption,
-    PictureOutputOption,
     PowerLimitOption,
     PresetsOption,
     PueOption,
@@ -54,6 +54,15 @@ from parcalc.output import OutputFormat
 from parcalc.results.cluster import cluster_from_flags as _cluster  # noqa: F401 - its old name here (tests import it)
 from parcalc.results.fit import DEFAULT_TOP  # --top's help
 
+TimelineOutputOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option("--output", "-o", metavar="FILE",
+                 help="Write to FILE instead of stdout, all or nothing: .trace.json the modelled step as a Chrome trace (one track "
+                      "per stream; opens in ui.perfetto.dev, reads back with calibrate trace); .svg draws the picture; .txt .json "
+                      ".csv .md .tex .pdf the result (.pdf and .tex with the picture, .md with it as NAME-KIND.svg beside).",
+                 show_default=False),
+]  # fmt: skip
+
 EXAMPLES = """\
 \b
 Examples:
@@ -63,6 +72,7 @@ Examples:
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --seq-len 2048 --search
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --search --recompute selective --explain
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --format csv -o configs.csv
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --tp 2 --pp 2 --dp 2 -o step.trace.json    # open it in ui.perfetto.dev
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --tp 8 --pp 8 --dp 1 --micro-batch 1 \\
       --recompute selective --sequence-parallel --schedule interleaved --chunks 3
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --tp 2 --pp 4 --dp 32 --ep 8 --etp 1 --sequence-parallel --zero 1
@@ -183,7 +193,7 @@ def fit(
     rank_by: Annotated[Optional[str], typer.Option("--rank-by", metavar="KEY", help="--search: rank by time (step time; the default) or cost (per token: price x GPUs x step time; the default with several --gpu and their --price).", show_default=False)] = None,  # noqa: UP045
     presets: PresetsOption = None,
     fmt: FormatOption = None,
-    output: PictureOutputOption = None,
+    output: TimelineOutputOption = None,
     recompute_layers: RecomputeLayersOption = None,
     recompute_modules: RecomputeModulesOption = None,
     power_limit: PowerLimitOption = None,
@@ -193,6 +203,7 @@ def fit(
     every TP x PP x DP configuration ranked by estimated step time (with EP for MoE models, and CP
     from 16,384 tokens or with --cp)."""
     start(output, fmt, picture=True)
+    timeline = _is_timeline(fmt, output)
     from parcalc.errors import InfeasibleError, InfeasibleResult
     from parcalc.output import draws_figures
     from parcalc.results.fit import from_flags
@@ -216,13 +227,45 @@ def fit(
                             explain=explain, max_layers=max_layers, tokens=tokens, iterations=iterations,
                             gpu_power=gpu_power, pue=pue, price=price, rank_by=rank_by, presets=presets,
                             recompute_layers=recompute_layers, recompute_modules=recompute_modules,
-                            power_limit=power_limit, every_row=_streams_every_row(fmt, output),
+                            power_limit=power_limit, every_row=_streams_every_row(fmt, output) and not timeline,
                             pictures=draws_figures(fmt, output))
     except InfeasibleResult as error:
         if output is None:  # show what was tried (the table, the search's configurations), then fail; a file is written only on success
             finish(error.result, fmt, output)
         raise InfeasibleError(str(error)) from None
+    if timeline:
+        _write_timeline(result, output)
+        return
     finish(result, fmt, output)
+
+
+
+
+TIMELINE_SUFFIX = ".trace.json"
+
+
+def _is_timeline(fmt: OutputFormat | None, output: Any) -> bool:
+    """-o FILE.trace.json: the modelled step as a Chrome trace (parcalc.render.chrome_trace), not the JSON report."""
+    if output is None or not output.name.lower().endswith(TIMELINE_SUFFIX):
+        return False
+    if fmt is not None:
+        from parcalc.errors import InputError, shown
+
+        raise InputError(f"--format {fmt.value} and -o {shown(str(output))} disagree: a .trace.json file is the step's timeline "
+                         "(Chrome trace events); drop --format, or name the file .json for the report")  # fmt: skip
+    return True
+
+
+def _write_timeline(result: Any, output: Any) -> None:
+    import sys
+
+    from parcalc.files import write_atomically
+    from parcalc.render.chrome_trace import render_chrome_trace
+    from parcalc.results.parse import check_finite
+
+    check_finite(result)
+    write_atomically(output, render_chrome_trace(result))
+    print(f"wrote {output} (open it in ui.perfetto.dev)", file=sys.stderr)
 
 
 def _streams_every_row(fmt: OutputFormat | None, output: Any) -> bool:

@@ -631,6 +631,15 @@ def _kind_derivations(kinds: Any, accumulate: float, m_term: Term, compute: Deri
     return out[0], out[1], out[2]
 
 
+def host_costs(cluster: Cluster) -> Any:
+    """The host's time per kernel issued (parcalc.core.timing.host.HostCosts), where the framework profile models its host:
+    the GPU preset's where a trace of this machine calibrated it (`calibrate trace`), else the profile's; None: not modelled."""
+    costs = cluster.framework.host
+    if costs is not None and cluster.gpu is not None and cluster.gpu.host is not None:
+        return cluster.gpu.host
+    return costs
+
+
 def _host_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any, m: int,
                      t_opt: float) -> Derivation | None:  # fmt: skip
     """t_host: the GPU waiting for the host that issues eager PyTorch's kernels one by one (parcalc.core.timing.host), for a
@@ -639,7 +648,7 @@ def _host_derivation(model: TransformerModel, config: Config, training: Training
     from parcalc.core.timing.host import MULTI_TENSOR_SOURCE, Phase, host_exposed, optimizer_launches
     from parcalc.core.timing.step import stage_launches
 
-    costs = cluster.framework.host
+    costs = host_costs(cluster)
     if costs is None or config.layout.pp > 1:
         return None
     n_f, n_b = stage_launches(model, config, training, cluster)

@@ -84,7 +84,7 @@ COST_FIELDS = ("memory", "fits", "t_compute", "t_tp", "t_bubble", "t_pp", "t_dp"
 # Context and expert parallelism: columns of every evaluated table, shown by the CLI only where the
 # search varied them (a dense model at s < CP_MIN_SEQ_LEN keeps cp = ep = 1 and its table as it was).
 PARALLEL_FIELDS = ("cp", "ep")
-PARALLEL_COST_FIELDS = ("t_cp", "t_ep")
+PARALLEL_COST_FIELDS = ("t_cp", "t_ep", "t_host")  # t_host: the GPU waiting for the host (a profile that models it)
 # Hybrid sharding (parcalc.core.sharding): the shard group S of every configuration (S = dp x cp:
 # full sharding; ZeRO-0 rows carry dp x cp too), a column shown by the CLI where the search varied it.
 SHARD_FIELDS = ("shard_group",)
@@ -302,6 +302,7 @@ class _Shapes:
         from parcalc.core.flops import training_flops
 
         self.model, self.training, self.cluster, self.cp_comm, self.moe = model, training, cluster, cp_comm, moe
+        self.launches: dict[tuple[int, ...], tuple[int, int]] = {}  # (tp, cp, b, SP, recompute) -> kernels of a forward, a backward
         self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         # with pp > 1 a framework's own pipeline engine may keep fp32 copies of the gradients (DeepSpeed's BF16_Optimizer)
         copies = bool(cluster.framework.at(2).accumulation_bytes(training.precision))
@@ -648,12 +649,13 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     t_opt = optimizer_step_time(model, layout, training, cluster, zero=z, shard_group=shard)
     t_off = offload_step_time(model, layout, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage, zero=z,
                               shard_group=shard)  # fmt: skip
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off)
+    t_host = _host_times(shapes, t, p, d, c, b, sp, r, z, m, stage, t_opt)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=t_host)
     t_step = terms["t_step"]
     n, peak = cluster.gpus, cluster.peak
     values = dict(
         t_compute=terms["t_compute"], t_tp=terms["t_tp"], t_bubble=terms["t_bubble"], t_pp=terms["t_pp"], t_dp=t_dp, t_cp=terms["t_cp"],
-        t_ep=terms["t_ep"], t_optimizer=t_opt, t_offload=terms["t_offload"], t_step=t_step,
+        t_ep=terms["t_ep"], t_optimizer=t_opt, t_offload=terms["t_offload"], t_host=terms["t_host"], t_step=t_step,
         tokens_per_second=training.global_batch * training.seq_len / t_step,
         mfu=shapes.model_flops / (t_step * n * peak), hfu=shapes.hardware_flops[r] / (t_step * n * peak),
     )  # fmt: skip
@@ -661,8 +663,37 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         cols[name][rows] = value
 
 
-_TIME_FIELDS = ("t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_cp", "t_ep", "t_optimizer", "t_offload", "t_step", "tokens_per_second",
+_TIME_FIELDS = ("t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_cp", "t_ep", "t_optimizer", "t_offload", "t_host", "t_step", "tokens_per_second",
                 "mfu", "hfu")  # fmt: skip
+
+
+def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, sp: np.ndarray, r: np.ndarray, z: np.ndarray,
+                m: np.ndarray, stage: Any, t_opt: Any) -> Any:  # fmt: skip
+    """t_host of each configuration as parcalc.core.fit._host_derivation has it (one stage, a profile that measured its host;
+    0 otherwise): kernel launches once per distinct (b, SP, recomputation), the fluid model on arrays."""
+    from parcalc.core.fit import host_costs
+    from parcalc.core.timing.host import host_exposed_repeated, optimizer_launches
+    from parcalc.core.timing.step import stage_launches
+
+    model, training, cluster = shapes.model, shapes.training, shapes.cluster
+    costs = host_costs(cluster)
+    if costs is None or p > 1:
+        return 0.0
+    n_f, n_b = np.empty(b.size), np.empty(b.size)
+    for key in set(zip(b.tolist(), sp.tolist(), r.tolist(), strict=True)):
+        config = Config.of(t, p, d, int(key[0]), RECOMPUTES[int(key[2])], sequence_parallel=bool(key[1]), cp=c)
+        rows = (b == key[0]) & (sp == key[1]) & (r == key[2])
+        if (t, c, *key) not in shapes.launches:
+            shapes.launches[(t, c, *key)] = stage_launches(model, config, training, cluster)
+        n_f[rows], n_b[rows] = shapes.launches[(t, c, *key)]
+    if t == 1 and not training.offload_optimizer:
+        from parcalc.core.comm.tensors import parameter_tensors
+
+        n_opt = np.where(z == 0, optimizer_launches([x.rows * x.cols for x in parameter_tensors(model)]), 0)
+    else:
+        n_opt = np.zeros(b.size)
+    return host_exposed_repeated(n_f * costs.forward, stage.forward, n_b * costs.backward, stage.backward + stage.recompute, m,
+                                 n_opt * costs.optimizer, t_opt)  # fmt: skip
 
 
 def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:

@@ -15,6 +15,7 @@ from parcalc.frozen import frozen
 if TYPE_CHECKING:  # defined apart: only calibrated presets need them, and each dataclass costs start-up time
     from parcalc.core.measured import MatmulSweep, MeasuredCollective
     from parcalc.core.timing.gemm_tiles import TiledGemm  # only the H200's measured preset builds one (parcalc.presets)
+    from parcalc.core.timing.host import HostCosts  # only a preset calibrated from a trace carries one
 
 
 @frozen
@@ -24,6 +25,23 @@ class Sourced:
     value: float
     unit: str
     source: str
+
+
+@frozen
+class KindEfficiency:
+    """Factors on the modelled rate of each kind of kernel, measured from a profiler trace of one's own step
+    (`parcalc calibrate trace`): e = modelled time / measured time of that kind's kernels in the traced step, so that
+    each kind's modelled time is divided by its own e. One factor per kind, each from that kind's kernels only: GEMMs,
+    fused attention, memory-bound kernels, the optimizer step's kernels. 1: the model as it is."""
+
+    gemm: float
+    attention: float
+    memory: float
+    optimizer: float
+    source: str
+
+    def of(self, kind: str) -> float:
+        return {"gemm": self.gemm, "attention": self.attention, "memory": self.memory, "optimizer": self.optimizer}[kind]
 
 
 @frozen
@@ -67,6 +85,9 @@ class Gpu:
     # the enforced board power limit, watts: the preset's default limit or --power-limit; None: the
     # limit the peaks are rated at (Tensor Core rate as the datasheet gives it)
     power_limit: Sourced | None = None
+    # the host's time per kernel issued, measured from a profiler trace of a step on this machine (`parcalc calibrate
+    # trace`): used instead of the framework profile's `host:` where that profile models its host (None: the profile's)
+    host: HostCosts | None = None
 
 
 @frozen
@@ -127,6 +148,8 @@ class KernelRates:
     gemm_tiles: tuple[tuple[str, TiledGemm], ...] = ()
     # (head dim, forward share, backward share) of fused attention measured at that head dimension; () where not given
     attention_by_head_dim: tuple[tuple[int, Sourced, Sourced], ...] = ()
+    # per-kind factors on the modelled kernel rates, from a profiler trace of this GPU (None: not calibrated)
+    calibrated: KindEfficiency | None = None
 
     def matmul_share(self, dtype: str) -> Sourced | None:
         return dict(self.matmul).get(dtype)

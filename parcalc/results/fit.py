@@ -593,14 +593,16 @@ def _stages_table(best: Any) -> Table:
 
 
 def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str, ...]:
-    """cp / ep and their times as columns where the search varied them (an MoE model: ep always)."""
+    """cp / ep and their times as columns where the search varied them (an MoE model: ep always); t_host where the
+    profile models its host (some configuration waits for it, or could: a timed t_host column)."""
     c = found.evaluated.columns
     cp = len(found.evaluated) > 0 and bool((c["cp"] > 1).any())
     ep = shape.moe is not None
     # the shard group S where some ZeRO-1/2/3 configuration shards over fewer than dp x cp ranks (hybrid sharding)
     hybrid = len(found.evaluated) > 0 and bool(((c["zero"] >= 1) & (c["shard_group"] < c["dp"] * c["cp"])).any())
+    host = len(found.evaluated) > 0 and bool((c["t_host"] > 0).any())
     return ((("cp",) if cp else ()) + (("ep",) if ep else ()) + (("shard_group",) if hybrid else ()) + (("t_cp",) if cp else ())
-            + (("t_ep",) if ep else ()))  # fmt: skip
+            + (("t_ep",) if ep else ()) + (("t_host",) if host else ()))  # fmt: skip
 
 
 def _configurations_table(found: SearchResult, order: Any, title: str, extra: tuple[str, ...] = ()) -> Table:
@@ -608,12 +610,12 @@ def _configurations_table(found: SearchResult, order: Any, title: str, extra: tu
     from parcalc.derivation import Column, Table
 
     units = {"memory": "B", "t_compute": "s", "t_tp": "s", "t_bubble": "s", "t_pp": "s", "t_dp": "s", "t_optimizer": "s", "t_step": "s",
-             "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction", "t_cp": "s", "t_ep": "s"}  # fmt: skip
+             "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction", "t_cp": "s", "t_ep": "s", "t_host": "s"}  # fmt: skip
     labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "first_stage_layers": "L first",
               "last_stage_layers": "L last", "memory": "memory",
               "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed", "t_optimizer": "optimizer",
               "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP", "ep": "EP",
-              "t_cp": "CP comm", "t_ep": "EP exchange", "shard_group": "S"}  # fmt: skip
+              "t_cp": "CP comm", "t_ep": "EP exchange", "t_host": "host wait", "shard_group": "S"}  # fmt: skip
     columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS + extra)
     key = "configurations" if order is None else "top"
     return Table(key, title, columns, tuple(found.evaluated.rows(order, extra)))

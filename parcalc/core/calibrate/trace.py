@@ -34,8 +34,11 @@ KIND_SOURCE = "kernel names sorted as ../shared/measurements/h200-2026-11-28/h20
 
 
 def kernel_kind(name: str) -> str:
-    """parcalc's kind of one GPU kernel by its name: 'attention', 'gemm', 'optimizer' or 'memory'."""
+    """parcalc's kind of one GPU kernel by its name: 'communication' (NCCL's kernels: ncclDevKernel_AllReduce_..., counted
+    apart, not as memory-bound), 'attention', 'gemm', 'optimizer' or 'memory'."""
     n = name.lower()
+    if "nccl" in n:
+        return "communication"
     if any(s in n for s in ("flash", "fmha", "attention", "cudnn_generated_fort_native_sdpa", "sdpa")):
         return "attention"
     if any(s in n for s in ("gemm", "cutlass", "xmma", "nvjet", "sm90_", "sm80_", "cublas", "matmul", "splitk")):
@@ -97,7 +100,7 @@ def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
         if not 0 <= float(e["dur"]) <= MAX_KERNEL_US:
             raise InputError(f"{where}: kernel {str(e.get('name', '?'))[:60]!r} lasts {float(e['dur']):g} us: not a profiled kernel's duration "
                              f"(0 to {MAX_KERNEL_US:g} us)")  # fmt: skip
-    seconds: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": 0.0}
+    seconds: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": 0.0, "communication": 0.0}
     for e in kernels:
         seconds[kernel_kind(str(e.get("name", "")))] += float(e["dur"]) * 1e-6
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels)
@@ -135,3 +138,82 @@ def _phase(launches: list[dict[str, Any]]) -> HostPhase:
     typical = statistics.median(float(e["dur"]) for e in launches)
     work = sum(max(float(b["ts"]) - float(a["ts"]) - max(float(a["dur"]) - typical, 0.0), 0.0) for a, b in itertools.pairwise(launches))
     return HostPhase(len(launches), work / (len(launches) - 1) * 1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration: one factor per kind of kernel, the host's time per launch
+
+# parcalc's kinds, the key of fit's derivation of each
+KIND_KEYS = (("gemm", "t_gemm"), ("attention", "t_attention"), ("memory", "t_memory_bound"), ("optimizer", "t_optimizer"))
+# A factor outside these bounds says the trace is not the step --model/--batch/--seq-len describe (or not this GPU):
+# the shared H200's kinds are within 0.70-1.33 of the uncalibrated model (tests/test_trace_calibration.py)
+PLAUSIBLE = (0.2, 5.0)
+
+
+@dataclass(frozen=True)
+class KindFit:
+    """One kind's factor on the modelled rate: after = before x predicted / measured (the trace's own step)."""
+
+    kind: str
+    measured: float  # s of the trace's kernels of this kind
+    predicted: float  # s fit models for the same step with the base preset (its factor `before` included)
+    before: float  # the base preset's factor (1: uncalibrated)
+    after: float  # the calibrated factor
+
+
+def kind_fits(summary: TraceSummary, predicted: dict[str, float], base: Any, where: str) -> tuple[KindFit, ...]:
+    """The factor of each kind (base: the base preset's KindEfficiency, None when uncalibrated). A kind the trace or the
+    model has none of keeps its factor."""
+    fits = []
+    for kind, key in KIND_KEYS:
+        before = 1.0 if base is None else float(base.of(kind))
+        measured, guess = summary.kernel_seconds[kind], float(predicted.get(key, 0.0))
+        after = before * guess / measured if measured > 0 and guess > 0 else before
+        if not PLAUSIBLE[0] <= after / before <= PLAUSIBLE[1]:
+            raise InputError(f"{where}: its {kind} kernels take {measured * 1e3:.4g} ms, the model {guess * 1e3:.4g} ms for the step described: "
+                             "not a calibration, a different step; give the traced step's --model, --batch and --seq-len")  # fmt: skip
+        fits.append(KindFit(kind, measured, guess, before, after))
+    return tuple(fits)
+
+
+def traced_host(summary: TraceSummary, fallback: Any) -> tuple[float, float, float] | None:
+    """The host's seconds per launch (forward, backward, optimizer) of the trace; a phase the trace lacks keeps
+    `fallback`'s (HostCosts or None); None when the trace has no host activity and there is no fallback."""
+    phases = (summary.forward, summary.backward, summary.optimizer)
+    if all(p is None for p in phases):
+        return None
+    known = (fallback.forward, fallback.backward, fallback.optimizer) if fallback is not None else (None, None, None)
+    chosen = tuple(p.per_launch if p is not None and p.launches > 1 else k for p, k in zip(phases, known, strict=True))
+    if any(c is None for c in chosen):
+        return None
+    return chosen  # type: ignore[return-value]
+
+
+def _five(value: float) -> float:
+    return float(f"{value:.5g}")
+
+
+def calibrated_document(base: dict[str, Any], fits: tuple[KindFit, ...], host: tuple[float, float, float] | None, display: str,
+                        source: str, where: str) -> dict[str, Any]:  # fmt: skip
+    """The base GPU preset with `kernels.calibrated` (one factor per kind) and the host's `host:` from the trace, every
+    number citing `source` (key `trace_calibration`)."""
+    import copy
+
+    if not isinstance(base.get("kernels"), dict):
+        raise InputError(f"{where}: the --gpu preset has no kernels section (measured kernel rates) to calibrate; start from one that has "
+                         "(e.g. --gpu h200)")  # fmt: skip
+    document = copy.deepcopy(base)
+    document["name"] = display
+    document["sources"] = {**document.get("sources", {}), "trace_calibration": source}
+    note = ", ".join(f"{f.kind} {f.predicted * 1e3:.4g} ms modelled / {f.measured * 1e3:.4g} ms traced" for f in fits)
+    document["kernels"]["calibrated"] = {**{f.kind: _five(f.after) for f in fits}, "source": "trace_calibration", "note": note}
+    if host is not None:
+        document["host"] = {"forward": f"{_five(host[0] * 1e6)} us", "backward": f"{_five(host[1] * 1e6)} us",
+                            "optimizer": f"{_five(host[2] * 1e6)} us", "source": "trace_calibration",
+                            "note": "host time per kernel launch in the trace, blocked launches excluded; replaces the framework profile's"}  # fmt: skip
+    notes = list(document.get("notes", []))
+    notes.append("Calibrated from a profiler trace: each kind of kernel (GEMMs, attention, memory-bound, optimizer) runs at its own "
+                 "factor of the modelled rate, measured on that kind's kernels only; collectives, the power limit and the "
+                 "shapes' own model are untouched (docs/calibrate-trace.md).")  # fmt: skip
+    document["notes"] = notes
+    return document

@@ -29,7 +29,7 @@ from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
 
 from parcalc.core.choices import Norm, Position, Recompute
-from parcalc.core.hardware import Gpu, KernelRates, Sourced
+from parcalc.core.hardware import Gpu, KernelRates, KindEfficiency, Sourced
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.framework import KERNEL_SETS  # noqa: F401 - re-exported beside the sets' sources
 from parcalc.core.timing.gemm_tiles import TiledGemm, tiled_gemm_time
@@ -80,6 +80,12 @@ class ComputeSpec:
     power_scale: float = 1.0
     # the GPU's GEMMs in this dtype by tiles, measured by shape (parcalc.core.timing.gemm_tiles); None: peak x matmul x q
     tiled: TiledGemm | None = None
+    # per-kind factors on the kernels' rates measured from a profiler trace (KernelRates.calibrated; None: 1 each)
+    calibrated: KindEfficiency | None = None
+
+    def kind_rate(self, kind: str) -> float:
+        """The trace-calibrated factor on one kind's kernel rate ('gemm', 'attention', 'memory', 'optimizer'); 1 uncalibrated."""
+        return 1.0 if self.calibrated is None else self.calibrated.of(kind)
 
     @property
     def tile_area(self) -> int:
@@ -112,7 +118,8 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
     # a board power limit lowers the SM clock: the Tensor Core peaks (GEMMs, FlashAttention) scale, HBM does not
     power = tensor_power_scale(gpu) if gpu is not None and gpu.power_limit is not None else None
     s = power.value if power is not None else 1.0
-    return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s, kernels.tiled(dtype))
+    return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s, kernels.tiled(dtype),
+                       kernels.calibrated)
 
 
 class Kernel(NamedTuple):
@@ -145,7 +152,7 @@ def _roofline(key: str, kind: str, flops: float, traffic: float, rate: float, sp
     compute = flops / (rate * spec.scale) if flops else 0.0
     memory = traffic / (spec.bandwidth * spec.kernels.memory.value * spec.scale)
     launch = spec.kernels.launch.value
-    time = max(compute, memory, launch)
+    time = max(compute, memory, launch) / spec.kind_rate(kind)  # a trace's factor scales the kind's time as a whole
     bound = "compute" if time == compute else "memory" if time == memory else "launch"
     return Kernel(key, kind, flops, traffic, time, bound, shape)
 
@@ -157,6 +164,7 @@ def gemm(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch: i
     if spec.tiled is not None:  # measured by shape on this GPU: its tiles, waves, split-K and fixed costs
         time, bound = tiled_gemm_time(m, k, n, batch, spec.tiled, spec.sms, spec.bandwidth * spec.kernels.memory.value * spec.scale, e,
                                       spec.scale * spec.power_scale)  # fmt: skip
+        time /= spec.kind_rate("gemm")
         return Kernel(key, "gemm", flops, traffic, time, bound, f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else ""))
     rate = spec.peak * spec.matmul.value * quantisation(m, n, batch, spec)
     shape = f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else "")
@@ -816,9 +824,10 @@ def _hf_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, toke
 FIRST_STAGE_KEYS = ("embedding", "rotary")
 
 
-def optimizer_time(params: float, bytes_per_param: float, spec: ComputeSpec) -> float:
-    """The optimizer step over the local parameters: memory-bound (reads and writes its states)."""
-    return params * bytes_per_param / (spec.bandwidth * spec.kernels.memory.value * spec.scale)
+def optimizer_time(params: float, bytes_per_param: float, spec: ComputeSpec, kind: str = "optimizer") -> float:
+    """The optimizer step over the local parameters: memory-bound (reads and writes its states). kind: whose trace
+    factor applies ('memory' for the gradient accumulation timed the same way)."""
+    return params * bytes_per_param / (spec.bandwidth * spec.kernels.memory.value * spec.scale * spec.kind_rate(kind))
 
 
 def optimizer_bytes(optimizer_states: float, gradient_bytes: float, weight_bytes: float, master: bool,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,23 @@ def host_exposed(phases: Sequence[Phase]) -> float:
         issued += phase.host
         gpu_left -= phase.gpu
     return max(finish - sum(p.gpu for p in phases), 0.0)
+
+
+def host_exposed_repeated(h_f: Any, g_f: Any, h_b: Any, g_b: Any, m: Any, h_o: Any, g_o: Any) -> Any:
+    """host_exposed of m micro-batches' (forward, backward) phases then the optimizer's, on numbers or numpy arrays alike
+    (fit --search). The candidates of host_exposed's max are linear in the micro-batch k a phase j starts, so only the
+    first and last micro-batch's forward and backward, the optimizer's and the issue of everything need be compared:
+
+        forward k:  k (H_f + H_b) + (m - k) (G_f + G_b) + G_o
+        backward k: k (H_f + H_b) + H_f + (m - k) (G_f + G_b) - G_f + G_o
+        optimizer:  m (H_f + H_b) + G_o,   all issued: m (H_f + H_b) + H_o"""
+    import numpy as np  # only the search's arrays need it
+
+    host, gpu = h_f + h_b, g_f + g_b
+    last = m - 1
+    finish = np.maximum.reduce([m * host + h_o, m * host + g_o, m * gpu + g_o, last * host + (m - last) * gpu + g_o,
+                                h_f + m * gpu - g_f + g_o, last * host + h_f + (m - last) * gpu - g_f + g_o])  # fmt: skip
+    return np.maximum(finish - (m * gpu + g_o), 0.0)
 
 
 # PyTorch's multi_tensor_apply (the fused and foreach optimizers): each launch covers at most 320 blocks

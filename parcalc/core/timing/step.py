@@ -520,7 +520,7 @@ def dp_pieces_of(stage: FullestStage, layout: Layout, training: Any, cluster: An
     edp = expert_dp(layout) if stage.experts else 1
     dense = stage.params - stage.experts
     fabric, framework, g = cluster.fabric, cluster.framework.at(pp), cluster.gpus_per_node
-    accumulate = optimizer_time(stage.params, framework.accumulation_bytes(training.precision), cluster.spec)
+    accumulate = optimizer_time(stage.params, framework.accumulation_bytes(training.precision), cluster.spec, "memory")
     if dp == 1 and edp == 1:
         return DataParallelPieces(0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, layers, accumulate=accumulate)
     wire = framework.wire_bytes(training.precision)

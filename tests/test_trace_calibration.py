@@ -1,0 +1,144 @@
+"""`parcalc calibrate trace ... -o gpus/NAME.yaml`: a GPU preset calibrated from a profiler trace, better and never worse
+on the steps it was not calibrated on (tests/fixtures/h200: copies of ../shared/measurements/h200-2026-11-28, measured on
+one H200 SXM).
+
+Calibrated from the b4 step's trace (trace-llama1b-b4-s4096.json.gz) only; held out: the 1B b1 s2048 step (its own trace,
+and its kernel time by kind in train-step-profiles.json) and the 3B b2 s4096 step (train-step-profiles.json), whose
+kernels the calibration never saw. Numbers in the comments: before -> after, predicted / measured - 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from parcalc.cli import app
+from parcalc.core.calibrate.trace import read_trace, summarise
+from parcalc.errors import PresetError
+from parcalc.presets import load_gpu
+
+sys.path.insert(0, str(Path(__file__).parent))
+from step_parts_cases import FIXTURES, fit_args, measured
+
+B4_TRACE = FIXTURES / "trace-llama1b-b4-s4096.json.gz"
+B1_TRACE = FIXTURES / "trace-llama1b-b1-s2048.json.gz"
+CALIBRATE = ["calibrate", "trace", str(B4_TRACE), "--model", str(FIXTURES / "llama3.2-1b.json"), "--gpu", "h200", "--framework", "hf",
+             "--batch", "4", "--seq-len", "4096"]  # fmt: skip
+PARTS = ("t_gemm", "t_attention", "t_memory_bound", "t_optimizer")
+TRACE_KIND = {"t_gemm": "gemm", "t_attention": "attention", "t_memory_bound": "memory", "t_optimizer": "optimizer"}
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The presets folder holding gpus/h200-traced.yaml, calibrated from the b4 trace."""
+    root = tmp_path_factory.mktemp("presets")
+    (root / "gpus").mkdir()
+    result = CliRunner().invoke(app, [*CALIBRATE, "-o", str(root / "gpus" / "h200-traced.yaml")])
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def fit_parts(name: str, presets: Path | None = None) -> dict[str, float]:
+    args = fit_args(name)
+    if presets is not None:
+        args[args.index("h200")] = "h200-traced"
+        args += ["--presets", str(presets)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    results = json.loads(result.stdout)["results"]
+    return {key: results[key]["value"] for key in (*PARTS, "t_host", "t_step")}
+
+
+def test_the_preset_holds_one_factor_per_kind_and_the_traces_host(calibrated: Path) -> None:
+    """Each factor is modelled / traced kernel time of its kind on the b4 step (GEMMs 187.3 / 160.3 ms, attention 40.29 /
+    42.97, memory-bound 107.0 / 152.2, optimizer 8.58 / 10.00); the host per launch is the trace's (34.5 / 34.4 / 29.4 us)."""
+    gpu = load_gpu("h200-traced", (calibrated,))
+    factors = gpu.kernels.calibrated
+    assert (factors.gemm, factors.attention, factors.memory, factors.optimizer) == pytest.approx((1.1685, 0.93753, 0.70315, 0.85805), rel=1e-4)
+    assert "calibrate trace from trace-llama1b-b4-s4096.json.gz" in factors.source
+    summary = summarise(read_trace(B4_TRACE))
+    assert gpu.host.forward == pytest.approx(summary.forward.per_launch, rel=1e-4)
+    assert gpu.host.backward == pytest.approx(summary.backward.per_launch, rel=1e-4)
+    assert gpu.name == "NVIDIA H200 SXM 141GB, calibrated from trace-llama1b-b4-s4096.json.gz"
+
+
+def test_the_calibrated_preset_reproduces_its_own_trace_kind_by_kind(calibrated: Path) -> None:
+    """Not a prediction (this is the row it was fitted on): the factors divide each kind's time exactly."""
+    summary = summarise(read_trace(B4_TRACE))
+    after = fit_parts("llama3.2-1b b4 s4096", calibrated)
+    for part in PARTS:
+        assert after[part] == pytest.approx(summary.kernel_seconds[TRACE_KIND[part]], rel=2e-4)
+
+
+HELD_OUT = ("llama3.2-3b b2 s4096", "llama3.2-1b b1 s2048")
+
+
+@pytest.mark.parametrize("name", HELD_OUT)
+@pytest.mark.parametrize("part", PARTS)
+def test_calibration_moves_every_held_out_part_closer_to_the_profile(calibrated: Path, name: str, part: str) -> None:
+    """Against train-step-profiles.json's kernel time of the kind (a run the trace is not from). 3B b2: GEMMs +15.6 ->
+    -1.0 %, attention -11.9 -> -6.0, memory-bound -33.4 -> -5.3, optimizer -14.9 -> -0.9; 1B b1: +32.4 -> +13.3, -24.0 ->
+    -18.9, -25.7 -> +5.7, -13.2 -> +1.2."""
+    truth = measured(name)[part]
+    before, after = fit_parts(name)[part], fit_parts(name, calibrated)[part]
+    assert abs(after / truth - 1) < abs(before / truth - 1)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_calibration_moves_every_part_closer_to_the_held_out_trace(calibrated: Path, part: str) -> None:
+    """Against the b1 step's own trace (trace-llama1b-b1-s2048.json.gz): GEMMs +31.3 -> +12.3 %, attention -25.1 -> -20.1,
+    memory-bound -26.2 -> +5.0, optimizer -13.3 -> +1.0."""
+    truth = summarise(read_trace(B1_TRACE)).kernel_seconds[TRACE_KIND[part]]
+    before, after = fit_parts("llama3.2-1b b1 s2048")[part], fit_parts("llama3.2-1b b1 s2048", calibrated)[part]
+    assert abs(after / truth - 1) < abs(before / truth - 1)
+
+
+
+@pytest.mark.parametrize("name", [pytest.param("llama3.2-3b b2 s4096"),
+                                  pytest.param("llama3.2-1b b1 s2048", marks=pytest.mark.xfail(strict=True, reason=(
+                                      "host-bound: the step is the host's issue time plus the optimizer's GPU time; the "
+                                      "optimizer's part moves from -13 % to +1 %, which uncovers the host's per-launch cost "
+                                      "(measured under the profiler, its own per-op cost included) being ~10 % high: "
+                                      "84.4 -> 85.8 ms against 80.6 (+4.7 -> +6.5 %)")))])  # fmt: skip
+def test_calibration_moves_the_held_out_step_closer(calibrated: Path, name: str) -> None:
+    """The whole step against train-steps.json (unprofiled median of 5)."""
+    truth = measured(name)["t_step"]
+    before, after = fit_parts(name)["t_step"], fit_parts(name, calibrated)["t_step"]
+    assert abs(after / truth - 1) < abs(before / truth - 1)
+
+
+def test_a_preset_needs_the_traced_step_and_a_base_gpu(tmp_path: Path) -> None:
+    out = tmp_path / "gpus" / "x.yaml"
+    out.parent.mkdir()
+    result = CliRunner().invoke(app, ["calibrate", "trace", str(B4_TRACE), "-o", str(out)])
+    assert result.exit_code == 2 and "needs the traced step" in result.output and not out.exists()
+
+
+def test_a_step_that_is_not_the_traced_one_is_refused(tmp_path: Path) -> None:
+    """64 sequences modelled against the kernels of 4: a factor of 10+ on GEMMs is no calibration."""
+    out = tmp_path / "gpus" / "x.yaml"
+    out.parent.mkdir()
+    args = [*CALIBRATE, "-o", str(out)]
+    args[args.index("4")] = "64"
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "not a calibration, a different step" in result.output and not out.exists()
+
+
+def test_an_existing_preset_is_kept_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "gpus" / "x.yaml"
+    out.parent.mkdir()
+    out.write_text("mine")
+    result = CliRunner().invoke(app, [*CALIBRATE, "-o", str(out)])
+    assert result.exit_code == 2 and "--force" in result.output and out.read_text() == "mine"
+
+
+def test_a_factor_out_of_bounds_is_a_preset_error(calibrated: Path, tmp_path: Path) -> None:
+    text = (calibrated / "gpus" / "h200-traced.yaml").read_text().replace("gemm: 1.1685", "gemm: 0")
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "bad.yaml").write_text(text)
+    with pytest.raises(PresetError, match=r"kernels\.calibrated\.gemm"):
+        load_gpu("bad", (tmp_path,))
