@@ -31,8 +31,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Imports that run up a layer, each with why; a new one fails test_imports_run_down_the_layers.
 UPWARD = {
     ("parcalc.derivation", "parcalc.render.display"): "Result.to_dict and the Jupyter hooks show a Result through its renderers, when asked",
-    ("parcalc.core.fit", "parcalc.presets"): "the default host link of --offload is a preset read inside the core (its timing, not this session's)",
-    ("parcalc.core.timing.step", "parcalc.presets"): "the same default host link, in the vectorised step time",
 }  # fmt: skip
 
 

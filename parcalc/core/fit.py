@@ -681,12 +681,11 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
         HOST_BANDWIDTH_SOURCE,
         HOST_MEMORY_BANDWIDTH,
         ZERO_OFFLOAD_OVERLAP,
-        default_host_link_name,
+        host_link_of,
     )
     from parcalc.core.timing.step import _fullest_stage
-    from parcalc.presets import load_link
 
-    link = training.host_link if training.host_link is not None else load_link(default_host_link_name(cluster.gpu))
+    link = host_link_of(training)
     bw = link.bandwidth_per_direction
     terms = [_t("B_pcie", "B_pcie", bw.value, "B/s", f"{link.name} bandwidth per direction", bw.source, r"B_{\mathrm{pcie}}")]
     parts = []

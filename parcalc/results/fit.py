@@ -114,7 +114,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
         fp32_grads=(profile.fp32_grads if fp32_grads is None else fp32_grads) and mixed,
         reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
         offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
-        host_link=_host_link(host_link, offload, dirs), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
+        host_link=_host_link(host_link, offload, dirs, cluster.gpu), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
         recompute_modules=recompute_modules_flag(recompute_modules),
         kernels=kernels_flag(kernels),
     )  # fmt: skip
@@ -255,16 +255,17 @@ def _gpu_key(name: str, dirs: tuple) -> str:
     return load_gpu(name, dirs).key
 
 
-def _host_link(name: str | None, offload: list[Offload] | None, dirs: tuple) -> Any:
-    """The --host-link preset (None: the GPU's default PCIe, chosen by the timing model); only with --offload."""
+def _host_link(name: str | None, offload: list[Offload] | None, dirs: tuple, gpu: Any) -> Any:
+    """The --host-link preset, only with --offload; not given: the GPU's default PCIe (default_host_link_name)."""
+    from parcalc.core.timing.offload import default_host_link_name
     from parcalc.errors import InputError
     from parcalc.presets import load_link
 
-    if name is None:
-        return None
-    if not offload:
+    if name is not None and not offload:
         raise InputError("--host-link: the link to the host is used by --offload only (give --offload optimizer or activations)")
-    return load_link(name, dirs)
+    if not offload:
+        return None
+    return load_link(name if name is not None else default_host_link_name(gpu), dirs)
 
 
 def _table_result(shape: TransformerModel, training: Training, cluster: Cluster, micro_batch: int,

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from parcalc.core.hardware import Gpu, Link
+from parcalc.errors import InputError
 
 HOST_MEMORY_BANDWIDTH = 614.4e9  # B/s per node: 2 sockets x 8 channels x DDR5-4800 x 8 B (DGX H100)
 HOST_BANDWIDTH_SOURCE = ("NVIDIA's MLPerf Inference v4.1 system description of a DGX-class H200 node "
@@ -45,6 +46,15 @@ def default_host_link_name(gpu: Gpu | None) -> str:
     """PCIe 5.0 x16 for Hopper and Blackwell (H100 whitepaper sec. 2.1: PCIe Gen5), else PCIe 4.0 x16 (A100: Gen4)."""
     arch = (gpu.architecture if gpu is not None else "").lower()
     return "pcie5-x16" if "hopper" in arch or "blackwell" in arch else "pcie4-x16"
+
+
+def host_link_of(training: Any) -> Link:
+    """The GPU's link to the host that offloading copies over (Training.host_link). The core reads no preset: the
+    caller resolves it, the command line from --host-link or default_host_link_name's preset."""
+    if training.host_link is None:
+        raise InputError("offloading needs the GPU's link to the host (Training.host_link; the command line's default is "
+                         "default_host_link_name's preset: pcie5-x16 on Hopper and Blackwell, else pcie4-x16)")
+    return training.host_link
 
 
 @dataclass(frozen=True)

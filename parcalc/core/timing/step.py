@@ -615,14 +615,12 @@ def offload_step_time(model: Any, layout: Layout, training: Any, cluster: Any, *
     zero / shard_group: as optimizer_step_time."""
     from parcalc.core.memory import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
-    from parcalc.core.timing.offload import default_host_link_name, offload_times
+    from parcalc.core.timing.offload import host_link_of, offload_times
 
     zero, shard_group = _sharding(layout, zero, shard_group)
     if not (training.offload_optimizer or training.offload_activations):
         return 0.0 * np.asarray(m, dtype=float)
-    from parcalc.presets import load_link
-
-    link = training.host_link if training.host_link is not None else load_link(default_host_link_name(cluster.gpu))
+    link = host_link_of(training)
     params = _fullest_stage(model, layout._replace(ep=1, etp=None)).params  # the offload counts every parameter as dense
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
     shards = layout.dp * layout.cp if shard_group is None else shard_group  # hybrid sharding: the optimizer shard is 1/S
