@@ -103,6 +103,14 @@ LastStageLayersOption = Annotated[
                  help="Layers on the last pipeline stage (Megatron-LM's --decoder-last-pipeline-num-layers), "
                       "e.g. 126 layers on 16 stages as 7 + 14 x 8 + 7 with 7 and 7.", show_default=False),
 ]  # fmt: skip
+# Megatron-LM's --pipeline-model-parallel-layout (parcalc.core.pipeline_layout): `memory` and `fit` with a pinned layout.
+PipelineLayoutOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--pipeline-layout", metavar="TEXT",
+                 help="Every virtual pipeline stage's layers as Megatron-LM writes them (--pipeline-model-parallel-layout): "
+                      "E embedding, t a layer, m an MTP layer, L loss, | ends a stage, (...)*n repeats; "
+                      "the stages / --pp are the chunks. DeepSeek-V3 on --pp 8: \"Et|(tt|)*30mL\".", show_default=False),
+]  # fmt: skip
 EmbeddingInSplitOption = Annotated[
     bool,
     typer.Option("--embedding-in-split",

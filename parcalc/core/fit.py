@@ -235,6 +235,8 @@ class Config:
             parts.append(f"first stage {lay.first_stage_layers} layers")
         if lay.last_stage_layers is not None:
             parts.append(f"last stage {lay.last_stage_layers} layers")
+        if lay.pipeline_layout is not None:
+            parts.append(f"pipeline layout {lay.pipeline_layout}")
         slots = [what for what, on in (("embedding", lay.embedding_in_split), ("loss", lay.loss_in_split)) if on]
         if slots:
             parts.append(" and ".join(slots) + " in the split")
@@ -271,7 +273,8 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
     if (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
         return (f"tp = {t} spans nodes of {cluster.gpus_per_node} GPUs (tp must divide the GPUs of a node; "
                 "allow with --allow-cross-node-tp, costed on the slowest group's network)")
-    if config.layout.first_stage_layers is None and config.layout.last_stage_layers is None and not (config.layout.embedding_in_split or config.layout.loss_in_split):
+    lay = config.layout
+    if lay.first_stage_layers is None and lay.last_stage_layers is None and not (lay.embedding_in_split or lay.loss_in_split or lay.pipeline_layout):
         if model.layers % (p * config.layout.chunks):
             return f"pp x chunks = {p} x {config.layout.chunks} does not divide the {model.layers} layers"
     else:

@@ -29,7 +29,7 @@ against the model where it enters (`check_layout`).
 # (typing.ForwardRef), doubling the cost of defining one.
 
 from enum import Enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from parcalc.core.choices import Schedule
 
@@ -66,6 +66,9 @@ class Layout(NamedTuple):
     embedding_in_split: bool = False  # the embedding / the loss as one layer slot of the split
     loss_in_split: bool = False
     gpus_per_node: int = 8
+    # Megatron-LM's custom layout (--pipeline-layout "Et|(tt|)*30mL"): every virtual stage's layers, in place of the
+    # even or uneven split above; its chunks are the stages / pp (parcalc.core.pipeline_layout)
+    pipeline_layout: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -82,18 +85,37 @@ class Layout(NamedTuple):
         return self.tp if self.etp is None else self.etp
 
     def stage_layers(self, layers: int) -> tuple[int, ...]:
-        """Transformer layers of each pipeline stage, first to last (parcalc.core.stages: Megatron-LM's rule)."""
+        """Transformer layers of each pipeline stage, first to last (parcalc.core.stages: Megatron-LM's rule; or the
+        custom layout's, parcalc.core.pipeline_layout)."""
+        if self.pipeline_layout is not None:
+            return self.pipeline_split(layers).stage_layers()
         from parcalc.core.stages import stage_split
 
         return stage_split(layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
                            embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip
 
     def stage_ends(self, layers: int) -> tuple[int | None, int | None]:
-        """(first, last) stage layers as the uneven split takes them (parcalc.core.stages.stage_ends)."""
+        """(first, last) stage layers as the uneven split takes them (parcalc.core.stages.stage_ends); a custom layout's
+        end stages (its middle stages must hold equal layers: the step-time model takes one middle stage)."""
+        if self.pipeline_layout is not None:
+            split = self.pipeline_split(layers).stage_layers()
+            if len(set(split[1:-1])) > 1:
+                from parcalc.errors import InputError
+
+                raise InputError(f"--pipeline-layout: the middle stages hold {', '.join(map(str, split[1:-1]))} layers; parcalc's step "
+                                 "time takes them equal (the first and the last may differ)")  # fmt: skip
+            return (split[0], split[-1]) if self.pp > 1 else (None, None)
         from parcalc.core.stages import stage_ends
 
         return stage_ends(layers, self.pp, self.first_stage_layers, self.last_stage_layers, self.chunks,
                           embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split)  # fmt: skip
+
+    def pipeline_split(self, layers: int, mtp_layers: int | None = None) -> Any:
+        """The custom layout parsed over pp ranks (parcalc.core.pipeline_layout.PipelineSplit); mtp_layers None: not checked."""
+        from parcalc.core.pipeline_layout import parse_pipeline_layout
+
+        assert self.pipeline_layout is not None
+        return parse_pipeline_layout(self.pipeline_layout, self.pp, layers, mtp_layers)
 
     def degrees_label(self) -> str:
         """'TP 8 x PP 4 x DP 16' (CP with its K/V exchange when cp > 1)."""

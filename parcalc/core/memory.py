@@ -58,7 +58,7 @@ from parcalc.core.layer_params import layer_params_per_rank  # here too: callers
 from parcalc.core.layout import ONE_GPU, Layout
 from parcalc.core.model import Norm, Position, TransformerModel
 from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
-from parcalc.core.stages import stage_layers_derivation, stage_split
+from parcalc.core.stages import stage_layers_derivation
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
@@ -199,7 +199,11 @@ def check_parallelism(model: TransformerModel, par: Layout, micro_batches: int) 
     if par.schedule.splits_backward:
         raise InputError(f"--schedule: {par.schedule.value} is not modelled for memory; use gpipe, 1f1b or interleaved")
     check_shape(par.schedule, par.pp, micro_batches, par.chunks)
-    stage_layers(model, par)  # Megatron-LM's split, even or with uneven first and last stages
+    if par.pipeline_layout is not None:  # Megatron-LM's custom layout: its letters against the model, its chunks against --chunks
+        from parcalc.core.pipeline_layout import check_layout_settings
+
+        check_layout_settings(par, model)
+    stage_layers(model, par)  # Megatron-LM's split, even or with uneven first and last stages, or the custom layout's
 
 
 def vocab_shard(model: TransformerModel, tp: int) -> int:
@@ -212,15 +216,16 @@ def vocab_shard(model: TransformerModel, tp: int) -> int:
 
 
 def stage_layers(model: TransformerModel, par: Layout) -> tuple[int, ...]:
-    """Transformer layers of each stage, first to last (parcalc.core.stages: Megatron-LM's rule)."""
-    return stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks,
-                       embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
+    """Transformer layers of each stage, first to last (parcalc.core.stages: Megatron-LM's rule; or the custom layout's)."""
+    return par.stage_layers(model.layers)
 
 
 def stage_moe_layers(model: TransformerModel, par: Layout, stage: int) -> int:
     """MoE layers among the layers of stage `stage` (0 for a dense model; parcalc.core.expert_parallel.stage_ranges)."""
     if model.moe is None:
         return 0
+    if par.pipeline_layout is not None:  # the layout's own layer ranges, chunk by chunk
+        return moe_layers_on(model, par.pipeline_split(model.layers).stage_ranges()[stage])
     return moe_layers_per_stage(model, stage_layers(model, par), par.chunks)[stage]
 
 
@@ -745,8 +750,13 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     else:
         states = model_states(params.value, per, par, params_source=params.label)
     gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
-    layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
-                                     embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
+    if par.pipeline_layout is not None:
+        from parcalc.core.pipeline_layout import stage_layers_of_layout
+
+        layers = stage_layers_of_layout(par.pipeline_split(model.layers), stage)
+    else:
+        layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
+                                         embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
     n_layers = int(layers.value)
     in_flight = _in_flight(par, setup.micro_batches, stage)
     moe_here = stage_moe_layers(model, par, stage) if setup.moe_memory_detail else 0

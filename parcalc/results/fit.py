@@ -54,7 +54,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                dp_overlap: bool | None = None, tp_comm_overlap: bool | None = None, ideal_network: bool = False,
                fp32_grads: bool | None = None, tp: str | None = None, pp: str | None = None, dp: str | None = None,
                cp: str | None = None, cp_comm: str = "p2p", schedule: str | None = None, chunks: str | None = None,
-               first_stage_layers: str | None = None, last_stage_layers: str | None = None,
+               first_stage_layers: str | None = None, last_stage_layers: str | None = None, pipeline_layout: str | None = None,
                embedding_in_split: bool = False, loss_in_split: bool = False, search: bool = False,
                top: int | None = None, explain: bool = False, max_layers: bool = True, tokens: str | None = None,
                iterations: str | None = None, gpu_power: str | None = None, pue: str | None = None,
@@ -178,6 +178,10 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     if (first is not None or last is not None) and not (search or pinned):
         flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
+    if pipeline_layout is not None:
+        if search or not pinned:
+            raise InputError("--pipeline-layout: gives one configuration's pipeline (with --tp, --pp, --dp), not a table or a search")
+        ends = {**ends, "pipeline_layout": pipeline_layout}
     if not search and (schedule is not None or chunks is not None) and not pinned:
         raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
     keys: dict[str | None, str] = {name: _gpu_key(name, dirs) for name in names}  # settings.gpu: the preset name; gpu_name: its display name
@@ -544,6 +548,10 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
     if schedule is not None and schedule.lower() not in ("1f1b", "interleaved"):
         raise InputError(f"--schedule: 1f1b or interleaved, got {schedule!r}")
     v = parse_count(chunks, "--chunks") if chunks is not None else 1
+    if ends.get("pipeline_layout") is not None and chunks is None:  # its virtual stages / pp (parcalc.core.pipeline_layout)
+        from parcalc.core.pipeline_layout import virtual_stage_count
+
+        v = max(1, virtual_stage_count(ends["pipeline_layout"]) // given["pp"])
     kind = Schedule.INTERLEAVED if (schedule or "").lower() == "interleaved" or v > 1 else Schedule.ONE_F_ONE_B
     if kind is Schedule.INTERLEAVED and v == 1:
         raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
@@ -646,6 +654,8 @@ def config_flags(config: Config) -> str:
         flags.append("--sequence-parallel")
     if config.layout.schedule is Schedule.INTERLEAVED and config.layout.chunks > 1:
         flags.append(f"--schedule interleaved --chunks {config.layout.chunks}")
+    if config.layout.pipeline_layout is not None:
+        flags.append(f"--pipeline-layout '{config.layout.pipeline_layout}'")
     for flag, value in (("--first-stage-layers", config.layout.first_stage_layers), ("--last-stage-layers", config.layout.last_stage_layers)):
         if value is not None:
             flags.append(f"{flag} {value}")

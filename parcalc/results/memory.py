@@ -29,7 +29,8 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                optimizer: Optimizer = Optimizer.ADAMW, offload: list[Offload] | None = None, fp32_grads: bool = False,
                schedule: Schedule = Schedule.ONE_F_ONE_B, micro_batches: str | None = None, chunks: str | None = None,
                first_stage_layers: str | None = None, last_stage_layers: str | None = None,
-               embedding_in_split: bool = False, loss_in_split: bool = False, flash_attention: bool = False,
+               embedding_in_split: bool = False, loss_in_split: bool = False, pipeline_layout: str | None = None,
+               flash_attention: bool = False,
                compile_: bool = False, dropout: bool | None = None, gpu: str | None = None,
                capacity: str | None = None, reserve: str | None = None, per_stage: bool = False,
                presets: list[Path] | None = None, recompute_layers: str | None = None, moment_dtype: str | None = None,
@@ -45,6 +46,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     from parcalc.results.parse import (
         cp_flags,
         expert_flags,
+        pipeline_layout_chunks,
         preset_dirs,
         recompute_layers_flag,
         recompute_modules_flag,
@@ -58,8 +60,8 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
     c, cp_kind = cp_flags(cp, cp_comm)
     t, p, d = _degrees(tp, pp, dp, gpus, c)
-    chosen = schedule
-    v = parse_count(chunks, "--chunks") if chunks is not None else 1
+    chosen, given_v = pipeline_layout_chunks(pipeline_layout, p, schedule, parse_count(chunks, "--chunks") if chunks is not None else None)
+    v = given_v if given_v is not None else 1
     if chunks is not None and chosen is not Schedule.INTERLEAVED:
         raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --schedule {chosen.value})")
     default_m = 2 * p if chosen is Schedule.INTERLEAVED and v > 1 else p
@@ -97,7 +99,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     profile = _profile(framework, dirs, Layout(tp=t, pp=p, cp=c, ep=e))  # the degrees (the ZeRO stage: check_hf_layout says more)
     par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
                  cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,
-                 embedding_in_split=embedding_in_split, loss_in_split=loss_in_split)  # fmt: skip
+                 embedding_in_split=embedding_in_split, loss_in_split=loss_in_split, pipeline_layout=pipeline_layout)  # fmt: skip
     setup = TrainingSetup(
         micro_batch=b, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,

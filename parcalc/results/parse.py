@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from parcalc.core.choices import Schedule
+
 if TYPE_CHECKING:
     from parcalc.derivation import Result
 
@@ -107,6 +109,18 @@ def sixteen_bit_default(device: Any) -> tuple[str, str | None]:
         return "bf16", None
     listed = ", ".join(device.dtypes)
     return "fp16", f"{device.name} has no bf16 (its datasheet lists {listed}): 16-bit work in fp16 by default"
+
+
+def pipeline_layout_chunks(text: str | None, pp: int, schedule: Schedule, chunks: int | None) -> tuple[Schedule, int | None]:
+    """--pipeline-layout's schedule and chunks: its virtual stages / pp chunks and, past one, the interleaved schedule,
+    unless --schedule / --chunks say otherwise (then the core's check says they disagree)."""
+    if text is None:
+        return schedule, chunks
+    from parcalc.core.pipeline_layout import virtual_stage_count
+
+    stages = virtual_stage_count(text)
+    v = chunks if chunks is not None else max(1, stages // pp)
+    return (Schedule.INTERLEAVED if v > 1 and schedule is Schedule.ONE_F_ONE_B else schedule), v
 
 
 def stage_flags(first: str | None, last: str | None) -> tuple[int | None, int | None]:

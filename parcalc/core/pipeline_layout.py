@@ -1,0 +1,176 @@
+"""Megatron-LM's custom pipeline layout (--pipeline-model-parallel-layout): which layers each
+virtual pipeline stage holds, written as recipes write it.
+
+The text, as Megatron-LM reads it (megatron/core/transformer/pipeline_parallel_layer_layout.py,
+PipelineParallelLayerLayout.parse_str_to_list and validate_layer_layout, NVIDIA/Megatron-LM
+@d98e8a64dd): `E` the embedding, `t` a transformer (decoder) layer, `m` a multi-token-prediction
+layer, `L` the loss; `|` ends a virtual stage; `(...)*n` and `x*n` repeat; commas are cosmetic.
+The virtual stages are listed in layer order: virtual stage i runs on pipeline rank i mod p as its
+(i div p)-th model chunk, so p ranks hold v = stages / p chunks each. DeepSeek-V3's recipe
+`Et|(tt|)*30mL` on p = 8: 32 virtual stages, v = 4; rank 0 holds the embedding and layers
+0, 15-16, 31-32, 47-48 (7 layers), ranks 1-6 eight each, rank 7 six and the MTP layer and loss.
+
+Megatron's rules, each a one-line error here: the embedding first and the loss last, each once;
+as many `t` as the model has layers and as many `m` as it has MTP layers, the MTP layers after
+every transformer layer; the stage count a multiple of p. parcalc refuses one more thing
+Megatron allows: a virtual stage that holds nothing (almost always a typo, an extra `|`).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from parcalc.derivation import Derivation, Term
+from parcalc.errors import InputError
+
+FLAG = "--pipeline-layout"
+SOURCE = ("Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py (@d98e8a64dd): "
+          "PipelineParallelLayerLayout.parse_str_to_list, validate_layer_layout")  # fmt: skip
+LETTERS = "E the embedding, t a transformer layer, m an MTP layer, L the loss, | ends a virtual stage, (...)*n or x*n repeats"
+# Unrolled text longer than this is refused before it is built: a recipe for 1,000 layers on 1,000 stages is ~3,000 letters
+MAX_LETTERS = 1_000_000
+_REPEATS = (re.compile(r"\(([^()]+)\)\*(\d+)"), re.compile(r"([EtmL|])\*(\d+)"))  # Megatron's two patterns, in its order
+
+
+class VirtualStage(NamedTuple):
+    """What one virtual pipeline stage holds."""
+
+    layers: int  # transformer layers
+    embedding: bool = False
+    mtp: int = 0  # multi-token-prediction layers
+    loss: bool = False
+
+
+class PipelineSplit(NamedTuple):
+    """A parsed layout over p pipeline ranks: the virtual stages in layer order."""
+
+    text: str
+    pp: int
+    stages: tuple[VirtualStage, ...]
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks per rank (Megatron's virtual pipeline size v)."""
+        return len(self.stages) // self.pp
+
+    def rank_chunks(self, rank: int) -> tuple[VirtualStage, ...]:
+        """The virtual stages rank `rank` holds, its chunk 0 first."""
+        return self.stages[rank::self.pp]
+
+    def stage_layers(self) -> tuple[int, ...]:
+        """Transformer layers on each rank, first to last."""
+        return tuple(sum(s.layers for s in self.rank_chunks(rank)) for rank in range(self.pp))
+
+    def stage_ranges(self) -> tuple[tuple[range, ...], ...]:
+        """The layer ranges each rank holds (one per chunk), first rank first."""
+        ranges: list[list[range]] = [[] for _ in range(self.pp)]
+        start = 0
+        for index, stage in enumerate(self.stages):
+            ranges[index % self.pp].append(range(start, start + stage.layers))
+            start += stage.layers
+        return tuple(tuple(r) for r in ranges)
+
+    def mtp_rank(self) -> int | None:
+        """The rank whose last chunk holds the MTP layers (None: the layout has none)."""
+        for index, stage in enumerate(self.stages):
+            if stage.mtp:
+                return index % self.pp
+        return None
+
+
+def _unroll(text: str) -> str:
+    """The layout with its repeats written out, as Megatron's parse_str_to_list does, refusing what would not fit in memory."""
+    unrolled = text.replace(",", "").replace(" ", "")
+    for pattern in _REPEATS:
+        def repeat(match: re.Match[str]) -> str:
+            times = match.group(2)
+            if len(times) > 7 or int(times) * len(match.group(1)) > MAX_LETTERS:
+                raise InputError(f"{FLAG}: the repeat {match.group(0)[:40]!r} unrolls to more than {MAX_LETTERS:,} letters")
+            if int(times) == 0:
+                raise InputError(f"{FLAG}: the repeat {match.group(0)[:40]!r} repeats nothing (a count of 0)")
+            return match.group(1) * int(times)
+
+        unrolled = pattern.sub(repeat, unrolled)
+        if len(unrolled) > MAX_LETTERS:
+            raise InputError(f"{FLAG}: the layout unrolls to more than {MAX_LETTERS:,} letters")
+    leftover = sorted(set(unrolled) & set("()*0123456789"))
+    if leftover:
+        raise InputError(f"{FLAG}: cannot read {leftover[0]!r} in {text[:80]!r}: write a repeat as (...)*n or x*n with a whole n "
+                         "(no nested parentheses)")  # fmt: skip
+    return unrolled
+
+
+def virtual_stage_count(text: str) -> int:
+    """The virtual stages the layout lists (its letters checked, its repeats unrolled)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"{FLAG}: an empty layout; {LETTERS}")
+    unknown = sorted(set(text) - set("EtmL|()*0123456789, "))
+    if unknown:
+        raise InputError(f"{FLAG}: unknown letter {unknown[0]!r} in {text[:80]!r}; {LETTERS}")
+    return _unroll(text).count("|") + 1
+
+
+@lru_cache(maxsize=256)
+def parse_pipeline_layout(text: str, pp: int, layers: int, mtp_layers: int | None = 0) -> PipelineSplit:
+    """The layout `text` over `pp` ranks for a model of `layers` transformer layers and `mtp_layers`
+    MTP layers (None: not checked), checked as Megatron-LM checks it (module docstring); InputError
+    names what is wrong."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"{FLAG}: an empty layout; {LETTERS}")
+    unknown = sorted(set(text) - set("EtmL|()*0123456789, "))
+    if unknown:
+        raise InputError(f"{FLAG}: unknown letter {unknown[0]!r} in {text[:80]!r}; {LETTERS}")
+    flat = _unroll(text)
+    parts = flat.split("|")
+    stages = tuple(VirtualStage(part.count("t"), "E" in part, part.count("m"), "L" in part) for part in parts)
+    empty = [i for i, part in enumerate(parts) if not part]
+    if empty:
+        raise InputError(f"{FLAG}: virtual stage {empty[0] + 1} of {len(parts)} holds nothing (an extra '|'?)")
+    if len(stages) % pp:
+        raise InputError(f"{FLAG}: {len(stages)} virtual stages do not split over --pp {pp} (Megatron-LM: the stage count is a "
+                         "multiple of the pipeline size; each rank runs stages / pp chunks)")  # fmt: skip
+    letters = flat.replace("|", "")
+    if letters.count("E") != 1 or letters[0] != "E":
+        raise InputError(f"{FLAG}: the embedding E comes first and once (Megatron-LM validate_layer_layout)")
+    if letters.count("L") != 1 or letters[-1] != "L":
+        raise InputError(f"{FLAG}: the loss L comes last and once (Megatron-LM validate_layer_layout)")
+    held = letters.count("t")
+    if held != layers:
+        raise InputError(f"{FLAG}: the layout holds {held} transformer layers (t), the model {layers}")
+    mtp = letters.count("m")
+    if mtp_layers is not None and mtp != mtp_layers:
+        raise InputError(f"{FLAG}: the layout holds {mtp} MTP layers (m), the model {mtp_layers}"
+                         + ("" if mtp_layers else " (it has no multi-token prediction)"))  # fmt: skip
+    if mtp and "t" in letters[letters.index("m"):]:
+        raise InputError(f"{FLAG}: the MTP layers (m) come after every transformer layer (Megatron-LM validate_layer_layout)")
+    return PipelineSplit(text, pp, stages)
+
+
+def stage_layers_of_layout(split: PipelineSplit, rank: int) -> Derivation:
+    """L_stage of rank `rank` under a custom layout: the transformer layers of its chunks, each named."""
+    chunks = split.rank_chunks(rank)
+    terms = tuple(Term(f"n_{c}", f"n_{c}", f"n_{{{c}}}", stage.layers, "",
+                       f"layers of its chunk {c + 1} (virtual stage {c * split.pp + rank + 1} of --pipeline-layout)")
+                  for c, stage in enumerate(chunks))  # fmt: skip
+    formula = " + ".join(f"${t.key}" for t in terms)
+    return Derivation("stage_layers", f"Layers on stage {rank + 1} (--pipeline-layout {split.text})", "L_stage", r"L_{\mathrm{stage}}",
+                      formula, formula, terms, float(sum(stage.layers for stage in chunks)), "", SOURCE)  # fmt: skip
+
+
+def check_layout_settings(layout: Any, model: Any) -> None:
+    """A custom layout against the rest of the Layout and the model: its letters (parse_pipeline_layout, the model's
+    MTP layers too), its chunks equal to the Layout's, and no other split given beside it."""
+    from parcalc.core.choices import Schedule
+
+    assert layout.pipeline_layout is not None
+    split = parse_pipeline_layout(layout.pipeline_layout, layout.pp, model.layers, getattr(model, "mtp_layers", 0))
+    if layout.first_stage_layers is not None or layout.last_stage_layers is not None or layout.embedding_in_split or layout.loss_in_split:
+        raise InputError(f"{FLAG}: gives every stage's layers; --first-stage-layers, --last-stage-layers and the embedding / loss "
+                         "slots split the stages another way (give one of them)")  # fmt: skip
+    if layout.chunks != split.chunks:
+        raise InputError(f"{FLAG}: {len(split.stages)} virtual stages over --pp {layout.pp} are {split.chunks} chunks per rank, "
+                         f"not --chunks {layout.chunks}")  # fmt: skip
+    if split.chunks > 1 and layout.schedule is not Schedule.INTERLEAVED:
+        raise InputError(f"{FLAG}: {split.chunks} chunks per rank run the interleaved schedule (--schedule interleaved)")

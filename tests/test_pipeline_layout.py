@@ -1,0 +1,132 @@
+"""--pipeline-layout: Megatron-LM's custom pipeline layout (megatron/core/transformer/
+pipeline_parallel_layer_layout.py @d98e8a64dd; docs/source/api-guide/pipeline_parallel_layout.md),
+read as Megatron reads it, and memory and fit on it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parcalc.cli import app
+from parcalc.core.choices import Schedule
+from parcalc.core.layout import Layout
+from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.pipeline_layout import parse_pipeline_layout, virtual_stage_count
+from parcalc.errors import InputError
+from parcalc.presets import load_model
+
+
+@pytest.fixture
+def run(runner):
+    """Invoke parcalc and assert its exit code; the result's `output` is what it printed, both streams."""
+
+    class Ran:
+        def __init__(self, output: str) -> None:
+            self.output = output
+
+    def invoke(args: list[str], code: int = 0) -> Ran:
+        result = runner.invoke(app, args)
+        assert result.exit_code == code, (result.exit_code, result.output)
+        return Ran(result.stdout + result.stderr)
+
+    return invoke
+
+
+def test_deepseek_v3_recipe() -> None:
+    # DeepSeek-V3's Megatron-Bridge recipe on PP 8: 32 virtual stages, v = 4. Rank 0: E + layer 0, then layers 15-16,
+    # 31-32, 47-48 (7 layers); ranks 1-6: 8; rank 7: layers 13-14, 29-30, 45-46, 61... of 61: 6, then m and L.
+    split = parse_pipeline_layout("Et|(tt|)*30mL", 8, 61, 1)
+    assert split.chunks == 4 and len(split.stages) == 32
+    assert split.stage_layers() == (7, 8, 8, 8, 8, 8, 8, 6)
+    assert split.stage_ranges()[0] == (range(1), range(15, 17), range(31, 33), range(47, 49))
+    assert split.stage_ranges()[7] == (range(13, 15), range(29, 31), range(45, 47), range(61, 61))
+    assert split.mtp_rank() == 7 and split.stages[-1].loss and split.stages[0].embedding
+
+
+def test_megatron_documentation_example() -> None:
+    # docs/source/api-guide/pipeline_parallel_layout.md: "Et*3|(tt|)*29,m|L" on PP 16 x VPP 2: rank 0 holds
+    # embedding + 3 decoder | 2 decoder; ranks 1-13: 2 | 2; rank 14: 2 | mtp; rank 15: 2 | loss
+    split = parse_pipeline_layout("Et*3|(tt|)*29,m|L", 16, 61, 1)
+    assert split.chunks == 2
+    assert split.stage_layers() == (5,) + (4,) * 13 + (2, 2)
+    assert [s.layers for s in split.rank_chunks(14)] == [2, 0] and split.rank_chunks(14)[1].mtp == 1
+    assert split.mtp_rank() == 14
+    assert virtual_stage_count("Et*3|(tt|)*29,m|L") == 32
+
+
+@pytest.mark.parametrize(("text", "pp", "message"), [
+    ("Et|(tt|)*30xL", 8, "unknown letter 'x'"),
+    ("", 8, "an empty layout"),
+    ("Et||(tt|)*30L", 8, "virtual stage 2 of 33 holds nothing"),
+    ("Et|(tt|)*29L", 8, "31 virtual stages do not split over --pp 8"),
+    ("Et|(tt|)*30tL", 8, "the layout holds 62 transformer layers (t), the model 61"),
+    ("tE|(tt|)*30L", 8, "the embedding E comes first"),
+    ("Et|(tt|)*30Lt", 8, "the loss L comes last"),
+    ("Et|(tt|)*0|L", 2, "repeats nothing"),
+    ("Et|(tt|)*99999999L", 8, "unrolls to more than"),
+    ("Et|((tt|)*2)*15L", 8, "no nested parentheses"),
+    ("Et|(tt|)*30mL", 8, "the model 0 (it has no multi-token prediction)"),
+])  # fmt: skip
+def test_one_line_errors(text: str, pp: int, message: str) -> None:
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_pipeline_layout(text, pp, 61, 0)
+
+
+def test_an_even_layout_is_the_even_split() -> None:
+    # Llama 3 8B on PP 4: "Et*8|t*8|t*8|t*8L" is Megatron's even split, and with v = 2 its interleaved one: the same bytes
+    model = load_model("llama3-8b")
+    setup = TrainingSetup(1, 4096, flash_attention=True, micro_batches=8)
+    for text, chunks in (("Et*8|t*8|t*8|t*8L", 1), ("E(t*4|)*7t*4L", 2)):
+        schedule = Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B
+        plain = memory_breakdown(model, Layout(pp=4, schedule=schedule, chunks=chunks), setup)
+        given = memory_breakdown(model, Layout(pp=4, schedule=schedule, chunks=chunks, pipeline_layout=text), setup)
+        assert [s.total.value for s in given.stages] == [s.total.value for s in plain.stages]
+
+
+def test_moe_layers_by_the_layout_chunks() -> None:
+    # DeepSeek-V3's first 3 layers are dense: under "Et|(tt|)*30L" rank 0 holds layer 0 (dense) and 6 MoE layers, rank 1
+    # layers 1-2 (dense) and 6 MoE; contiguous stages would put all three dense layers on rank 0
+    model = load_model("deepseek-v3")
+    layout = Layout(pp=8, dp=32, ep=32, schedule=Schedule.INTERLEAVED, chunks=4, pipeline_layout="Et|(tt|)*30L")
+    breakdown = memory_breakdown(model, layout, TrainingSetup(1, 4096, flash_attention=True, micro_batches=16))
+    moe = [{t.key: t.value for t in s.parameters.inputs}.get("L_m") for s in breakdown.stages]
+    assert moe[:2] == [6, 6] and moe[2:7] == [8] * 5 and moe[7] == 6
+
+
+def test_uneven_chunks_that_the_first_last_split_refuses(run) -> None:
+    # 7 + 6 x 8 + 6 layers with v = 4: --first-stage-layers 7 with --chunks 4 is refused (Megatron cuts every stage into v
+    # equal chunks); the layout string gives the same stages in chunks of 1 and 2 layers
+    common = ["fit", "--model", "deepseek-v3", "--gpu", "h800-sxm5", "--gpus", "2048", "--tp", "1", "--pp", "8", "--dp", "256",
+              "--ep", "64", "--seq-len", "4096", "--batch", "16384", "--precision", "fp8", "--flash-attention", "--zero", "1",
+              "--recompute", "full"]  # fmt: skip
+    refused = run(common + ["--first-stage-layers", "7", "--last-stage-layers", "6", "--schedule", "interleaved", "--chunks", "4"], code=2)
+    assert "do not divide the 7 layers" in refused.output
+    result = json.loads(run(common + ["--pipeline-layout", "Et|(tt|)*30L", "--format", "json"]).output)
+    assert "interleaved 1F1B v = 4, pipeline layout Et|(tt|)*30L" in result["verdicts"][0]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--pipeline-layout", "Et|(tt|)*30L", "--chunks", "2", "--schedule", "interleaved"], "are 4 chunks per rank, not --chunks 2"),
+    (["--pipeline-layout", "Et|(tt|)*30L", "--first-stage-layers", "7"], "gives every stage's layers"),
+    (["--pipeline-layout", "Et|t|(tt|)*29L"], "the layout holds 60 transformer layers"),
+    (["--pipeline-layout", "Et|(tt|)*30,L?"], "unknown letter '?'"),
+])  # fmt: skip
+def test_memory_flag_errors_are_one_line(run, extra: list[str], message: str) -> None:
+    result = run(["memory", "--model", "deepseek-v3", "--pp", "8", "--dp", "32", "--ep", "32", "--seq-len", "4096", *extra], code=2)
+    assert message in result.output and result.output.startswith("Error:") and result.output.count("\n") == 1
+
+
+def test_fit_refuses_a_layout_for_the_search(run) -> None:
+    result = run(["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--search", "--pipeline-layout", "Et*16|t*16L"],
+                 code=2)  # fmt: skip
+    assert "--pipeline-layout: gives one configuration's pipeline" in result.output
+
+
+def test_megatron_spelling_is_an_alias(run) -> None:
+    plain = run(["memory", "--model", "llama3-8b", "--pp", "4", "--seq-len", "2048", "--pipeline-layout", "Et*8|t*8|t*8|t*8L",
+                 "--format", "json"]).output  # fmt: skip
+    megatron = run(["memory", "--model", "llama3-8b", "--pp", "4", "--seq-len", "2048", "--pipeline-model-parallel-layout",
+                    "Et*8|t*8|t*8|t*8L", "--format", "json"]).output  # fmt: skip
+    assert plain == megatron
+
