@@ -46,7 +46,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                ep_overlap: str | None = None, moe_imbalance: str | None = None, sequence_parallel: bool | None = None,
                interleaved: bool = True, allow_cross_node_tp: bool = False, precision: Precision | None = None,
                fp8_recipe: str | None = None, optimizer: Optimizer = Optimizer.ADAMW,
-               offload: list[Offload] | None = None, host_link: str | None = None, flash_attention: bool = False,
+               offload: list[Offload] | None = None, host_link: str | None = None, flash_attention: bool = True,
                compile_: bool = False, kernels: str | None = None, dropout: bool | None = None,
                capacity: str | None = None, reserve: str | None = None, dtype: str | None = None,
                peak: str | None = None, efficiency: str | None = None, link: str | None = None,

@@ -28,7 +28,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                optimizer: Optimizer = Optimizer.ADAMW, offload: list[Offload] | None = None, fp32_grads: bool = False,
                schedule: Schedule = Schedule.ONE_F_ONE_B, micro_batches: str | None = None, chunks: str | None = None,
                first_stage_layers: str | None = None, last_stage_layers: str | None = None,
-               embedding_in_split: bool = False, loss_in_split: bool = False, flash_attention: bool = False,
+               embedding_in_split: bool = False, loss_in_split: bool = False, flash_attention: bool = True,
                compile_: bool = False, dropout: bool | None = None, gpu: str | None = None,
                capacity: str | None = None, reserve: str | None = None, per_stage: bool = False,
                presets: list[Path] | None = None, recompute_layers: str | None = None, moment_dtype: str | None = None,

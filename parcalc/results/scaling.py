@@ -21,7 +21,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                seq_len: str | None = None, weak: bool = False, strategy: str | None = None, tp: str | None = None,
                pp: str | None = None, zero: str | None = None, best: bool = False, micro_batch: str | None = None,
                recompute: Recompute | None = None, sequence_parallel: bool = False, knee: str | None = None,
-               precision: Precision | None = None, flash_attention: bool = False, framework: str | None = None,
+               precision: Precision | None = None, flash_attention: bool = True, framework: str | None = None,
                link: str | None = None, inter_node_link: str | None = None, ideal_network: bool = False,
                presets: list[Path] | None = None) -> Result:
     """`scaling`'s Result from its flags as the command line gives them (texts with units, choices,
