@@ -112,11 +112,14 @@ def fill(template: str, values: Mapping[str, str]) -> str:
 
 @frozen
 class Column:
-    """One column of a Table: its key in JSON and CSV, its heading, the unit of its values."""
+    """One column of a Table: its key in JSON and CSV, its heading, the unit of its values.
+    `memory`: bytes of GPU (or host) memory, which the human formats show in binary units (GiB, as
+    GPU capacities and the fits verdict are); bytes moved stay decimal (GB, beside GB/s)."""
 
     key: str
     label: str
     unit: str = ""
+    memory: bool = False
 
 
 @frozen

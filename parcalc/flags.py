@@ -165,7 +165,7 @@ FLAGS: tuple[Flag, ...] = (
          ("memory",)),
     # fit
     Flag("--search", "Evaluate every configuration and rank those that fit", "switch", "", "off", ("fit",)),
-    Flag("--top", "--search: configurations shown", "count", "configurations", "5", ("fit",)),
+    Flag("--top", "--search: layouts shown (tp x pp x dp x cp x ep), each at its fastest configuration", "count", "layouts", "5", ("fit",)),
     Flag("--explain", "--search: the derivation of the best configuration", "switch", "", "off", ("fit",)),
     Flag("--interleaved", "--search: try interleaved schedules (--no-interleaved: not)", "switch", "", "on", ("fit",)),
     Flag("--max-layers", "Strategy table: the most layers each strategy holds (--no-max-layers: skip)", "switch", "", "on", ("fit",)),

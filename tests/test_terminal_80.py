@@ -56,7 +56,7 @@ def test_fit_search_table_has_no_cut_cell_at_80_columns() -> None:
         assert re.search(r"tp \d+ pp \d+ dp \d+", flat), flat
         assert re.search(r"recompute (none|selective|full|op)\b", flat), flat
         assert re.search(r"zero [0-3]\b", flat), flat
-        assert re.search(r"memory [\d.]+ [MG]B", flat), flat
+        assert re.search(r"memory [\d.]+ [MG]iB", flat), flat  # memory in binary units, as the capacity (issue 28)
         assert re.search(r"step [\d.]+ m?s\b", flat), flat
         assert re.search(r"MFU [\d.]+ %", flat), flat
 

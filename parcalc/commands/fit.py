@@ -172,7 +172,7 @@ def fit(
     embedding_in_split: EmbeddingInSplitOption = False,
     loss_in_split: LossInSplitOption = False,
     search: Annotated[bool, typer.Option("--search", help="Evaluate every configuration and rank those that fit by step time.")] = False,
-    top: Annotated[Optional[int], typer.Option(metavar="K", help=f"--search: configurations shown (default {DEFAULT_TOP}).", show_default=False)] = None,  # noqa: UP045
+    top: Annotated[Optional[int], typer.Option(metavar="K", help=f"--search: layouts shown (tp x pp x dp x cp x ep), each at its fastest configuration (default {DEFAULT_TOP}).", show_default=False)] = None,  # noqa: UP045
     explain: Annotated[bool, typer.Option("--explain", help="--search: the derivation of the best configuration's memory and step time.")] = False,
     max_layers: Annotated[bool, typer.Option("--max-layers/--no-max-layers", help="Table: the deepest model of this layer shape each strategy holds.")] = True,
     tokens: TokensOption = None,

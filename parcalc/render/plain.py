@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import repeat
 from typing import TYPE_CHECKING
 
-from parcalc.render.values import format_cell, format_value
+from parcalc.render.values import column_heading, format_cell, format_value
 
 if TYPE_CHECKING:
     from parcalc.derivation import Derivation, Result, Table
@@ -62,17 +62,17 @@ def derivation_lines(derivation: Derivation) -> list[str]:
 def table_lines(table: Table) -> list[str]:
     # Written column-wise with C-level helpers (map, zip, max): a comparison's tables have ~450
     # cells, and this is the one-liner's largest rendering cost.
-    headers = [c.label + (f" [{c.unit}]" if c.unit and c.unit != "fraction" else "") for c in table.columns]
-    units = [c.unit for c in table.columns]
-    seen: dict[tuple[type, object, str], str] = {}  # columns repeat their values (group sizes, counts): format each once
+    headers = [column_heading(c) for c in table.columns]
+    units = [(c.unit, c.memory) for c in table.columns]
+    seen: dict[tuple[type, object, tuple[str, bool]], str] = {}  # columns repeat their values (group sizes, counts): format each once
 
-    def cell(value: object, unit: str) -> str:
+    def cell(value: object, unit: tuple[str, bool]) -> str:
         if isinstance(value, str) or not value:  # zeros bypass: -0.0 == 0.0 would share a key
-            return format_cell(value, unit)
+            return format_cell(value, *unit)
         key = (type(value), value, unit)
         text = seen.get(key)
         if text is None:
-            text = seen[key] = format_cell(value, unit)
+            text = seen[key] = format_cell(value, *unit)
         return text
 
     cells = [[v if type(v) is str else cell(v, u) for v, u in zip(row, units, strict=True)] for row in table.rows]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from parcalc.render.values import format_cell, format_value
+from parcalc.render.values import column_heading, format_cell, format_value
 
 if TYPE_CHECKING:
     from parcalc.derivation import Result
@@ -68,8 +68,7 @@ def render_rich(result: Result, console: Any) -> None:
 
 
 def _header(column: Any) -> str:
-    unit = f" [{column.unit}]" if column.unit and column.unit != "fraction" else ""
-    return column.label + unit
+    return column_heading(column)
 
 
 def _table(table: Any, width: int) -> Any:
@@ -80,7 +79,7 @@ def _table(table: Any, width: int) -> Any:
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    cells = [[format_cell(v, c.unit) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
+    cells = [[format_cell(v, c.unit, c.memory) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
     headers = [_header(column) for column in table.columns]
     natural = 1 + sum(3 + max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers))
     if natural <= width or not cells:

@@ -235,7 +235,7 @@ def skipped_table(curve: Curve) -> Any:
     from parcalc.derivation import Column, Table
 
     rows = tuple((p.gpus, p.note, p.memory) for p in curve.points if p.estimate is None)
-    columns = (Column("gpus", "N"), Column("reason", "reason"), Column("memory", "memory per GPU", "B"))
+    columns = (Column("gpus", "N"), Column("reason", "reason"), Column("memory", "memory per GPU", "B", memory=True))
     return Table("skipped", "GPU counts without a step time", columns, rows)
 
 
