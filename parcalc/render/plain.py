@@ -16,6 +16,8 @@ def render_plain(result: Result) -> str:
     if result.answer:  # the answer before the inputs and derivations that lead to it (issue #14)
         answer = result.derivation(result.answer)
         lines += [f"=> {answer.label}: {format_value(answer.value, answer.unit)}", ""]
+    if result.lead:  # the verdicts that answer, before the inputs and derivations (issue 28: fit's after ~135 lines)
+        lines += [f"=> {verdict}" for verdict in result.verdicts[: result.lead]] + [""]
     if result.inputs:
         lines.append("Inputs")
         width = max(len(t.symbol) for t in result.inputs)
@@ -31,8 +33,8 @@ def render_plain(result: Result) -> str:
             from parcalc.render.memory_bar import bar_lines
 
             lines += bar_lines(result) + [""]
-    if result.verdicts:
-        lines += [f"=> {verdict}" for verdict in result.verdicts] + [""]
+    if result.verdicts[result.lead :]:
+        lines += [f"=> {verdict}" for verdict in result.verdicts[result.lead :]] + [""]
     assumptions = result.all_assumptions()
     if assumptions:
         lines.append("Assumptions")

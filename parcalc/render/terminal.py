@@ -18,6 +18,9 @@ def render_rich(result: Result, console: Any) -> None:
     if result.answer:  # the answer before the inputs and derivations that lead to it (issue #14)
         answer = result.derivation(result.answer)
         console.print(f"[bold yellow]=>[/] {escape(answer.label)}: [bold green]{escape(format_value(answer.value, answer.unit))}[/]\n")
+    if result.lead:  # the verdicts that answer, before the inputs and derivations (issue 28: fit's after ~135 lines)
+        console.print(_hanging("[bold yellow]=>[/]", [f"[bold]{escape(v)}[/]" for v in result.verdicts[: result.lead]]))
+        console.print()
     if result.inputs:
         # symbol | value and description [n]; the sources follow as numbered dim lines, each once: a
         # fourth column of long sources folded every row into a narrow tower at 80 columns, and a source
@@ -59,8 +62,8 @@ def render_rich(result: Result, console: Any) -> None:
             console.print(rich_bar(result, console.width))
             console.print()
     # verdicts and assumptions as two-column grids, so that a wrapped line keeps its hanging indent
-    if result.verdicts:
-        console.print(_hanging("[bold yellow]=>[/]", [escape(v) for v in result.verdicts]))
+    if result.verdicts[result.lead :]:
+        console.print(_hanging("[bold yellow]=>[/]", [escape(v) for v in result.verdicts[result.lead :]]))
     assumptions = result.all_assumptions()
     if assumptions:
         console.print("\n[bold]Assumptions[/]")

@@ -571,7 +571,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
                   derivations=(*worst.memory_derivations(), *best.derivations()),
                   tables=((_stages_table(best),) if config.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
                   verdicts=tuple(verdicts), assumptions=no_ops + _assumptions(shape, training, cluster), settings=tuple(settings),
-                  fits=bool(best.fits))  # fmt: skip
+                  fits=bool(best.fits), lead=1 if best.fits else 2)  # fmt: skip
 
 
 def _stage_components(best: Any) -> Table:
