@@ -112,11 +112,14 @@ def fill(template: str, values: Mapping[str, str]) -> str:
 
 @frozen
 class Column:
-    """One column of a Table: its key in JSON and CSV, its heading, the unit of its values."""
+    """One column of a Table: its key in JSON and CSV, its heading, the unit of its values.
+    `memory`: bytes of GPU (or host) memory, which the human formats show in binary units (GiB, as
+    GPU capacities and the fits verdict are); bytes moved stay decimal (GB, beside GB/s)."""
 
     key: str
     label: str
     unit: str = ""
+    memory: bool = False
 
 
 @frozen
@@ -147,6 +150,7 @@ class Result:
     answer: str = ""  # key of the derivation that answers the command, shown first on a terminal
     fits: bool | None = None  # memory and fit: whether it fits in the GPU's memory (None: no capacity given, or not a question of fitting)
     main_table: str = ""  # the table --format csv prints without --table (default: the first)
+    lead: int = 0  # how many of the verdicts answer the command: shown first in text (before the inputs), not last
 
     def derivation(self, key: str) -> Derivation:
         for derivation in self.derivations:

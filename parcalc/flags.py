@@ -128,8 +128,9 @@ FLAGS: tuple[Flag, ...] = (
          aliases=("--recompute-num-layers",)),
     Flag("--recompute-modules", "With --recompute selective: Megatron-LM's modules recomputed (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts)",
          "choice", "", "core_attn", ("memory", "flops", "fit")),
-    Flag("--flash-attention", "FlashAttention: no s x s score storage, attention FLOPs as its kernels (intensity --model: attention timed as its kernels)", "switch", "",
-         "off", ("intensity", "memory", "flops", "fit", "scaling"), aliases=("--use-flash-attn",)),
+    Flag("--flash-attention", "FlashAttention/SDPA, what frameworks run: no s x s scores stored, attention timed as its fused kernel; --no-flash-attention: "
+         "the scores materialised (Korthikanti et al. 2022's 5as^2b), attention as explicit GEMMs and softmax", "switch", "",
+         "on", ("intensity", "memory", "flops", "fit", "scaling"), aliases=("--use-flash-attn",)),
     Flag("--compile", "torch.compile (Inductor): memory-bound kernels between GEMMs fused (fit, intensity --model); what its partitioner saves for backward (memory)",
          "switch", "", "off", ("intensity", "memory", "fit")),
     Flag("--kernels", "The memory-bound kernels between GEMMs: fused (Megatron-LM / Transformer Engine) or eager (one per PyTorch op of the model code)",
@@ -166,7 +167,7 @@ FLAGS: tuple[Flag, ...] = (
          ("memory",)),
     # fit
     Flag("--search", "Evaluate every configuration and rank those that fit", "switch", "", "off", ("fit",)),
-    Flag("--top", "--search: configurations shown", "count", "configurations", "5", ("fit",)),
+    Flag("--top", "--search: layouts shown (tp x pp x dp x cp x ep), each at its fastest configuration", "count", "layouts", "5", ("fit",)),
     Flag("--explain", "--search: the derivation of the best configuration", "switch", "", "off", ("fit",)),
     Flag("--interleaved", "--search: try interleaved schedules (--no-interleaved: not)", "switch", "", "on", ("fit",)),
     Flag("--max-layers", "Strategy table: the most layers each strategy holds (--no-max-layers: skip)", "switch", "", "on", ("fit",)),

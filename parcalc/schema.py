@@ -69,7 +69,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], dict[str, str], bool]] = {
     "fit": (("model", "gpu", "gpu_name", "precision", "optimizer", "flash_attention", "framework", "mode", "offload", "network",
              "cp", "cp_comm", "shard_group", "recompute_layers", "rank_by", "compile", "recompute_modules", "kernels"),
             {"strategies": "the strategy table: memory, fits, most layers, step time", "stages": "one configuration's pipeline stages",
-             "top": "--search: the fastest configurations that fit", "configurations": "--search with JSON / CSV: every configuration evaluated",
+             "top": "--search: the fastest layouts that fit (tp x pp x dp x cp x ep), each at its fastest configuration", "configurations": "--search with JSON / CSV: every configuration evaluated",
              "rejected": "--search: layouts rejected, by reason", "gpu_types": "--search over several --gpu: the best of each",
              "smallest": "--search where nothing fits, outside JSON and CSV: the smallest footprints"}, True),
     "presets list": ((), {"gpus": "GPU presets", "links": "link presets", "models": "model presets", "worksheets": "worksheets",

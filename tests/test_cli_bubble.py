@@ -135,7 +135,8 @@ def test_svg_output(runner, tmp_path: Path) -> None:
     target = tmp_path / "timeline.svg"
     result = runner.invoke(app, ["bubble", "--pp", "4", "--micro-batches", "8", "--schedule", "zb-h1", "-o", str(target)])
     assert result.exit_code == 0, result.output
-    assert f"wrote {target}" in result.stderr
+    assert result.stderr.strip() == f"wrote {target}"
+    assert result.stdout == ""  # only the line memory -o FILE.svg prints, not the whole result (issue 28)
     root = ET.parse(target).getroot()  # well-formed XML
     assert root.tag == f"{SVG}svg"
     boxes = [r for r in root.iter(f"{SVG}rect") if r.find(f"{SVG}title") is not None]

@@ -74,7 +74,7 @@ def test_search_table_explains_the_winner(runner) -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "t_step = t_compute + t_tp + t_bubble + t_pp + t_dp" in out
-    assert "it beats the runner-up" in out
+    assert "it beats the fastest other layout" in out
     assert "Every configuration evaluated" not in out  # the terminal shows the top-k only
 
 

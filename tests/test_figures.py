@@ -221,7 +221,7 @@ def test_search_markdown_links_the_picture_and_leaves_out_the_long_table(runner,
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert "](search-search.svg)" in text and (tmp_path / "search-search.svg").exists()
-    assert "Every configuration evaluated" not in text and "The 5 fastest configurations that fit" in text
+    assert "Every configuration evaluated" not in text and "The 5 fastest layouts that fit" in text
     ET.parse(tmp_path / "search-search.svg")
 
 

@@ -137,3 +137,21 @@ def test_search_agrees_where_the_sp_regather_shows(overlap: bool) -> None:
         stage, _, _ = stage_pieces(model, config.layout._replace(sequence_parallel=True), config.micro_batch, config.recompute, training, cluster)
         shown += stage.regather_exposed > 0
     assert shown > 10  # the sample holds configurations whose re-gathers are exposed
+
+
+def test_the_top_table_shows_distinct_layouts(run_json) -> None:
+    # issue 28: Llama 3 8B on 64 H100 (s 8192, B 1024) showed TP 2 x PP 1 x DP 32 four times, the rows differing only
+    # in the shard group S (16.6964 s to 16.7058 s). Each layout (tp x pp x dp x cp x ep) now once, at its fastest.
+    doc = run_json("fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "1024", "--seq-len", "8192",
+                   "--search")  # fmt: skip
+    every, top = doc["tables"]["configurations"]["rows"], doc["tables"]["top"]["rows"]
+    layout = ("tp", "pp", "dp", "cp", "ep")
+    assert len(top) == 5 and len({tuple(r.get(k, 1) for k in layout) for r in top}) == 5
+    fitting = sorted((r for r in every if r["fits"]), key=lambda r: (r["t_step"], r["memory"]))
+    for row in top:  # each row is the fastest configuration of its layout, in the order of the ranking
+        same = [r for r in fitting if all(r.get(k, 1) == row.get(k, 1) for k in layout)]
+        assert row == same[0]
+    assert [r["t_step"] for r in top] == sorted(r["t_step"] for r in top)
+    assert top[0] == fitting[0] and (top[0]["tp"], top[0]["pp"], top[0]["dp"]) == (2, 1, 32)
+    assert any("the table shows each layout (tp x pp x dp x cp x ep) once" in v for v in doc["verdicts"])
+    assert any(v.startswith("it beats the fastest other layout (TP 1 x PP 2 x DP 32") for v in doc["verdicts"])

@@ -257,7 +257,7 @@ def test_settings_are_typed_and_gpu_is_the_preset_name(run_json) -> None:
     assert memory["settings"]["gpu"] == "a100-sxm4-80gb"
     fit = run_json("fit", "--model", "homework-7b", "--gpu", "A100-SXM4-80GB", "--gpus", "2", "--seq-len", "2048")
     assert fit["settings"]["gpu"] == "a100-sxm4-80gb" and fit["settings"]["gpu_name"] == "NVIDIA A100 SXM4 80GB"
-    assert fit["settings"]["flash_attention"] is False
+    assert fit["settings"]["flash_attention"] is True  # the default: FlashAttention/SDPA
 
 
 def test_memory_says_whether_it_fits(run_json) -> None:

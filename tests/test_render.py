@@ -38,6 +38,22 @@ def test_plain_text_has_formula_substitution_value_and_table() -> None:
     assert "=> a verdict" in text
 
 
+def test_memory_columns_read_in_gib_with_the_unit_once() -> None:
+    # issue 28: "[B]" headers over GB cells, beside a verdict and a capacity in GiB. A memory column's cells
+    # carry their binary unit (12,884,901,888 B = 12 GiB exactly), its heading none; bytes moved stay decimal;
+    # JSON and CSV keep bytes.
+    columns = (Column("name", "name"), Column("memory", "memory per GPU", "B", memory=True), Column("sent", "sent", "B"),
+               Column("time", "time", "s"))  # fmt: skip
+    result = Result("memory", "Sample", (), (), (Table("t", "A table", columns, (("dp", 12_884_901_888.0, 12_884_901_888.0, 1.5),)),))
+    for fmt in (OutputFormat.TABLE, OutputFormat.MARKDOWN, OutputFormat.LATEX):
+        text = render_text(result, fmt)
+        assert "12 GiB" in text and "12.8849 GB" in text, fmt  # memory binary, traffic decimal
+        assert "memory per GPU [B]" not in text and "memory per GPU (B)" not in text, fmt
+        assert ("sent [B]" if fmt is OutputFormat.TABLE else "sent (B)") in text and ("time [s]" if fmt is OutputFormat.TABLE else "time (s)") in text
+    assert render_text(result, OutputFormat.CSV).splitlines()[1] == "dp,12884901888,12884901888,1.5"
+    assert json.loads(render_json(result))["tables"]["t"]["rows"][0]["memory"] == 12_884_901_888
+
+
 def test_csv_is_the_first_table() -> None:
     """Headers are the JSON keys (issue #15: they carried units, `bytes [B]`, unlike the JSON)."""
     assert render_text(sample(), OutputFormat.CSV).splitlines() == ["name,bytes", "dp,12884901888"]

@@ -140,7 +140,8 @@ def test_seed000_answers(runner) -> None:
     by_key = {q: {a["key"]: a for a in reversed(rows)} for q, rows in answers.items()}  # the first of a key
     # (a): the fastest and the slowest strategy, each a speedup over the single GPU (S = t_1 / t_N)
     assert by_key["(a)"]["best_strategy"]["label"] == "Fastest strategy that fits: ZeRO-1 on 2 GPU(s)"
-    assert by_key["(a)"]["speedup"]["value"] == pytest.approx(1.9978, abs=1e-4)
+    # (FlashAttention, the default: 1.9978 with the s x s scores materialised, --no-flash-attention)
+    assert by_key["(a)"]["speedup"]["value"] == pytest.approx(1.9974, abs=1e-4)
     assert by_key["(a)"]["lowest_speedup"]["label"].startswith("Lowest speedup: PP + full recomputation")
     # (b): on one GPU, recomputation is a slowdown (S < 1) that holds more layers; two GPUs hold far more (a)
     assert by_key["(b)"]["lowest_speedup"]["value"] < 1

@@ -56,7 +56,7 @@ def test_fit_search_table_has_no_cut_cell_at_80_columns() -> None:
         assert re.search(r"tp \d+ pp \d+ dp \d+", flat), flat
         assert re.search(r"recompute (none|selective|full|op)\b", flat), flat
         assert re.search(r"zero [0-3]\b", flat), flat
-        assert re.search(r"memory [\d.]+ [MG]B", flat), flat
+        assert re.search(r"memory [\d.]+ [MG]iB", flat), flat  # memory in binary units, as the capacity (issue 28)
         assert re.search(r"step [\d.]+ m?s\b", flat), flat
         assert re.search(r"MFU [\d.]+ %", flat), flat
 
@@ -92,3 +92,15 @@ def test_peak_flops_shows_the_answer_first(columns: int) -> None:
     # 2 x 1.41 GHz x 108 SMs x 1024 FMA/clock/SM = 311.86944 TFLOP/s (A100 whitepaper, Table 1 footnotes)
     first = text.index("311.86944 TFLOP/s")
     assert first < text.index("Inputs")
+
+
+@pytest.mark.parametrize("framework", ["hf", "megatron"])
+def test_fit_gives_its_answer_first(framework: str) -> None:
+    # issue 28: fit --framework hf at 80 columns gave its answer after ~135 lines of inputs and derivations
+    args = ["fit", "--model", "llama2-7b", "--gpu", "h200", "--gpus", "1", "--batch", "8", "--seq-len", "4096", "--framework", framework,
+            "--recompute", "full", "--tp", "1", "--pp", "1", "--dp", "1"]  # fmt: skip
+    lines = run_in_pty(args).splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("=>"))
+    assert first < 5 and "s per iteration" in lines[first] and lines.index("Inputs") > first
+    assert sum(line.startswith("=> TP 1 x PP 1 x DP 1") for line in lines) == 1  # once, not again at the end
+    assert max(len(line) for line in lines) <= 80

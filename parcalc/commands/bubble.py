@@ -103,9 +103,10 @@ def bubble(
     shown = outcome(asked)
     analysis, result = shown.analysis, shown.result
     check_finite(result)  # before the SVG and the timeline file, which do not pass through finish()
-    if svg is not None:
+    if svg is not None:  # the picture is the answer asked for: "wrote FILE", as memory -o FILE.svg says (issue 28)
         _write_svg(analysis, svg)
-    _show(analysis, result, fmt, None if svg is not None else output, timeline)
+        return
+    _show(analysis, result, fmt, output, timeline)
 
 
 def _show(analysis: BubbleAnalysis, result: Result, fmt: OutputFormat | None, output: Path | None, draw: bool) -> None:

@@ -79,45 +79,45 @@ Examples:
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --tp 2 --pp 4 --dp 32 --ep 8 --etp 1 --sequence-parallel --zero 1
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --framework fsdp2 --search
   parcalc fit --model llama2-7b --gpu h200 --gpus 1 --batch 8 --seq-len 4096 --framework hf --recompute full --tp 1 --pp 1 --dp 1
-  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 512 --batch 512 --seq-len 4096 --flash-attention --framework fsdp2 \\
+  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 512 --batch 512 --seq-len 4096 --framework fsdp2 \\
       --tp 1 --pp 1 --dp 512 --zero 3 --shard-group 64 --recompute full
-  parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --flash-attention --search
-  parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --flash-attention --search --ep 8 --zero 0
-  parcalc fit --model qwen3-30b-a3b --gpu h100-sxm5 --gpus 16 --batch 1024 --seq-len 4096 --flash-attention --tp 1 --pp 1 \\
+  parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --search
+  parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --ep 8 --zero 0
+  parcalc fit --model qwen3-30b-a3b --gpu h100-sxm5 --gpus 16 --batch 1024 --seq-len 4096 --tp 1 --pp 1 \\
       --dp 16 --ep 16 --zero 1 --moe-dispatcher deepep --ep-overlap 1f1b
-  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --tp 8 --pp 1 --dp 8 \\
+  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --tp 8 --pp 1 --dp 8 \\
       --sequence-parallel --zero 1 --precision fp8 --fp8-recipe current
-  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --flash-attention --search --cp-comm all-gather
-  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 64 --seq-len 8192 --flash-attention --search --cp 2
-  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --flash-attention --tp 8 --cp 8 --pp 1 --sequence-parallel --recompute full
-  parcalc fit --model llama3-405b --gpu h100-sxm5 --gpus 16384 --batch 2048 --seq-len 8192 --flash-attention \\
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --search --cp-comm all-gather
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 64 --seq-len 8192 --search --cp 2
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --tp 8 --cp 8 --pp 1 --sequence-parallel --recompute full
+  parcalc fit --model llama3-405b --gpu h100-sxm5 --gpus 16384 --batch 2048 --seq-len 8192 \\
       --tp 8 --pp 16 --dp 128 --first-stage-layers 7 --last-stage-layers 7 --zero 1 --sequence-parallel --recompute none
-  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --flash-attention --precision fp8 --search
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --precision fp8 --search
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 64 --seq-len 4096 --tp 1 --pp 1 --dp 8 --zero 2 \\
-      --flash-attention --optimizer lion --offload optimizer --host-link pcie5-x16
-  parcalc fit --model llama3-8b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --seq-len 8192 --flash-attention --framework torchtitan \\
+      --optimizer lion --offload optimizer --host-link pcie5-x16
+  parcalc fit --model llama3-8b --gpu a100-sxm4-80gb --gpus 64 --batch 64 --seq-len 8192 --framework torchtitan \\
       --tp 1 --pp 1 --dp 64 --zero 3 --recompute op
-  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 16 --seq-len 8192 --flash-attention --framework torchtitan \\
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 16 --seq-len 8192 --framework torchtitan \\
       --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute op --compile
-  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 16 --seq-len 8192 --flash-attention --framework torchtitan \\
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 8 --batch 16 --seq-len 8192 --framework torchtitan \\
       --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute op --kernels fused
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --sequence-parallel \\
       --recompute full --recompute-layers 2
-  parcalc fit --model deepseek-v3 --gpu h100-sxm5 --gpus 1024 --batch 8192 --seq-len 4096 --flash-attention --precision fp8 \\
+  parcalc fit --model deepseek-v3 --gpu h100-sxm5 --gpus 1024 --batch 8192 --seq-len 4096 --precision fp8 \\
       --fp8-recipe blockwise --tp 2 --pp 8 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --first-stage-layers 9 \\
       --last-stage-layers 4 --moe-dispatcher deepep --max-nodes-per-token 4 --ep-overlap 1f1b --recompute selective \\
       --recompute-modules mla_up_proj,mlp
-  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --power-limit 500W
-  parcalc fit --model llama3-8b --gpu h100-sxm5-96gb-hbm2e --gpus 8 --batch 16 --seq-len 8192 --flash-attention \\
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --search --power-limit 500W
+  parcalc fit --model llama3-8b --gpu h100-sxm5-96gb-hbm2e --gpus 8 --batch 16 --seq-len 8192 \\
       --framework torchtitan --tp 1 --pp 1 --dp 8 --zero 3 --micro-batch 2 --recompute selective
-  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 15T \\
+  parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --search --tokens 15T \\
       --price 2.50/GPU-h --pue 1.2
-  parcalc fit --model llama3-8b --gpus 64 --batch 512 --seq-len 8192 --flash-attention --search --tokens 1T \\
+  parcalc fit --model llama3-8b --gpus 64 --batch 512 --seq-len 8192 --search --tokens 1T \\
       --gpu h100-sxm5 --price 2.50 --gpu a100-sxm4-80gb --price 1.20 --rank-by cost
   parcalc fit --model gpt3-175b --gpu a100-sxm4-80gb --gpus 1024 --batch 1536 --tp 8 --pp 16 --dp 8 --recompute full \\
       --tokens 300B --gpu-power 400W
   parcalc fit --model llama3-8b --gpu a100-sxm4-80gb --gpus 8 --seq-len 4096 -o fit.svg
-  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --flash-attention --search -o search.svg
+  parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search -o search.svg
 """
 
 
@@ -154,7 +154,7 @@ def fit(
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw, lion, sgd-momentum, sgd, adam-8bit, adafactor, muon (state bytes and the step's memory traffic).")] = Optimizer.ADAMW,
     offload: Annotated[Optional[list[Offload]], typer.Option(metavar="KIND", help="Move to host memory (repeatable): optimizer (ZeRO-Offload; CPU step and PCIe copies in t_offload), activations (copied out and back, overlapped with compute). Not searched: applies to every configuration.", show_default=False)] = None,  # noqa: UP045
     host_link: Annotated[Text, typer.Option(metavar="NAME", help="The GPU's link to the host for --offload (default: pcie5-x16 on Hopper/Blackwell, else pcie4-x16).")] = None,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help="FlashAttention/SDPA, what frameworks run (default): no s x s attention scores stored. --no-flash-attention: the scores materialised (Korthikanti et al. 2022's 5as^2b) and attention timed as explicit GEMMs and softmax.")] = True,
     compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor): the memory-bound kernels between GEMMs fused into fewer kernels (which: see Assumptions).")] = False,
     kernels: KernelsOption = None,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
@@ -184,7 +184,7 @@ def fit(
     loss_in_split: LossInSplitOption = False,
     pipeline_layout: PipelineLayoutOption = None,
     search: Annotated[bool, typer.Option("--search", help="Evaluate every configuration and rank those that fit by step time.")] = False,
-    top: Annotated[Optional[int], typer.Option(metavar="K", help=f"--search: configurations shown (default {DEFAULT_TOP}).", show_default=False)] = None,  # noqa: UP045
+    top: Annotated[Optional[int], typer.Option(metavar="K", help=f"--search: layouts shown (tp x pp x dp x cp x ep), each at its fastest configuration (default {DEFAULT_TOP}).", show_default=False)] = None,  # noqa: UP045
     explain: Annotated[bool, typer.Option("--explain", help="--search: the derivation of the best configuration's memory and step time.")] = False,
     max_layers: Annotated[bool, typer.Option("--max-layers/--no-max-layers", help="Table: the deepest model of this layer shape each strategy holds.")] = True,
     tokens: TokensOption = None,

@@ -47,7 +47,7 @@ Examples:
   parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --causal --step-time 6.5s --gpus 64 --gpu h100-sxm5 --dtype bf16
   parcalc flops --model deepseek-v3 --batch 15360 --seq-len 4096 --causal
   parcalc flops --model llama3-8b --batch 1 --seq-len 131072 --causal --cp 16
-  parcalc flops --model llama3-8b --batch 64 --seq-len 8192 --causal --recompute op --flash-attention
+  parcalc flops --model llama3-8b --batch 64 --seq-len 8192 --causal --recompute op
   parcalc flops --model gpt3-175b --batch 1536 --seq-len 2048 --recompute full --pp 16 --recompute-layers 2
   parcalc flops --model deepseek-v3 --batch 8192 --seq-len 4096 --causal --recompute selective --recompute-modules mla_up_proj,mlp
   parcalc flops --model gpt3-175b --tokens 300B --tflops-per-gpu 140 --gpus 1024 --recompute full --gpu a100-sxm4-80gb
@@ -97,7 +97,7 @@ def flops(
     output: OutputOption = None,
     recompute_layers: RecomputeLayersOption = None,
     recompute_modules: RecomputeModulesOption = None,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="With --recompute op: fused attention (SDPA), whose output op-level checkpointing saves; without it Q·K^T and score·V are recomputed.")] = False,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help="With --recompute op: fused attention (SDPA, the default), whose output op-level checkpointing saves; --no-flash-attention: Q·K^T and score·V are recomputed.")] = True,
 ) -> None:
     """Training FLOPs per iteration and per token: the exact count of the layer's matmuls (model and
     hardware FLOPs), 6ND, Narayanan et al.'s 96 B s l h^2 (...) formula, and MFU / HFU from a

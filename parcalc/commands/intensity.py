@@ -24,9 +24,9 @@ Examples:
   parcalc intensity --model homework-7b --batch 128 --seq-len 4096 --dtype fp16 --gpu a100-sxm4-80gb
   parcalc intensity --m 8192 --k 8192 --n 8192 --peak 989TFLOP/s --bandwidth 3.35TB/s
   parcalc intensity --m 4096 --k 4096 --n 4096 --dtype bf16 --gpu h100-sxm5
-  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention
-  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention --compile
-  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --flash-attention --kernels eager
+  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5
+  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --compile
+  parcalc intensity --model llama3-8b --seq-len 8192 --dtype bf16 --gpu h100-sxm5 --kernels eager
   parcalc intensity --model llama3-8b --batch 1 --seq-len 4096 --gpu h100-sxm5 -o roof.svg
   parcalc intensity --m 8192 --k 8192 --n 8192 --dtype bf16 --gpu h100-sxm5 --power-limit 500W
 \b
@@ -48,7 +48,7 @@ def intensity(
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset for the roofline verdict.")] = None,
     peak: Annotated[_Text, typer.Option(metavar="FLOP/s", help="Peak FLOP/s for the roofline (overrides --gpu).")] = None,
     bandwidth: Annotated[_Text, typer.Option(metavar="B/s", help="Memory bandwidth for the roofline (overrides --gpu).")] = None,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="With --model: time attention as FlashAttention kernels.")] = False,
+    flash_attention: Annotated[Optional[bool], typer.Option("--flash-attention/--no-flash-attention", help="With --model: attention timed as FlashAttention kernels (default); --no-flash-attention: as explicit GEMMs and softmax.", show_default=False)] = None,  # noqa: UP045
     compile_: Annotated[bool, typer.Option("--compile", help="With --model: torch.compile's fused memory-bound kernels (see Assumptions).")] = False,
     kernels: KernelsOption = None,
     presets: PresetsOption = None,

@@ -54,23 +54,23 @@ EXAMPLES = """\
 \b
 Examples:
   parcalc memory --model homework-7b --micro-batch 1 --seq-len 4096 --gpu a100-sxm4-80gb
-  parcalc memory --model gpt3-175b --micro-batch 1 --tp 8 --pp 8 --dp 16 --zero 1 --sequence-parallel --recompute selective --gpu a100-sxm4-80gb
-  parcalc memory --model llama3-70b --micro-batch 1 --seq-len 8192 --tp 8 --pp 4 --schedule interleaved --chunks 2 --micro-batches 16 --flash-attention --gpu h100-sxm5 --per-stage
-  parcalc memory --model llama3-405b --seq-len 8192 --tp 8 --pp 16 --dp 128 --zero 1 --sequence-parallel --first-stage-layers 7 --last-stage-layers 7 --flash-attention --gpu h100-sxm5 --per-stage
-  parcalc memory --model llama3-405b --seq-len 131072 --tp 8 --pp 16 --cp 16 --dp 4 --zero 1 --sequence-parallel --recompute full --flash-attention --embedding-in-split --loss-in-split --schedule interleaved --chunks 8 --micro-batches 16 --gpu h100-sxm5
-  parcalc memory --model llama3-8b --seq-len 131072 --tp 8 --cp 8 --cp-comm all-gather --flash-attention --recompute full --gpu h100-sxm5
-  parcalc memory --model llama3-8b --seq-len 8192 --dp 64 --zero 3 --flash-attention --recompute op --gpu a100-sxm4-80gb
+  parcalc memory --model gpt3-175b --micro-batch 1 --tp 8 --pp 8 --dp 16 --zero 1 --sequence-parallel --recompute selective --no-flash-attention --gpu a100-sxm4-80gb
+  parcalc memory --model llama3-70b --micro-batch 1 --seq-len 8192 --tp 8 --pp 4 --schedule interleaved --chunks 2 --micro-batches 16 --gpu h100-sxm5 --per-stage
+  parcalc memory --model llama3-405b --seq-len 8192 --tp 8 --pp 16 --dp 128 --zero 1 --sequence-parallel --first-stage-layers 7 --last-stage-layers 7 --gpu h100-sxm5 --per-stage
+  parcalc memory --model llama3-405b --seq-len 131072 --tp 8 --pp 16 --cp 16 --dp 4 --zero 1 --sequence-parallel --recompute full --embedding-in-split --loss-in-split --schedule interleaved --chunks 8 --micro-batches 16 --gpu h100-sxm5
+  parcalc memory --model llama3-8b --seq-len 131072 --tp 8 --cp 8 --cp-comm all-gather --recompute full --gpu h100-sxm5
+  parcalc memory --model llama3-8b --seq-len 8192 --dp 64 --zero 3 --recompute op --gpu a100-sxm4-80gb
   parcalc memory --model gpt3-175b --tp 8 --pp 16 --dp 8 --sequence-parallel --recompute full --recompute-layers 2 --gpu a100-sxm4-80gb
   parcalc memory --layers 48 --hidden 6144 --heads 64 --vocab 51200 --seq-len 2048 --micro-batch 4 --tp 8 --sequence-parallel
-  parcalc memory --model llama3-8b --seq-len 8192 --flash-attention --precision fp8 --gpu h100-sxm5
+  parcalc memory --model llama3-8b --seq-len 8192 --precision fp8 --gpu h100-sxm5
   parcalc memory --model llama3-8b --seq-len 4096 --dp 8 --zero 2 --optimizer adam-8bit --gpu a100-sxm4-80gb
   parcalc memory --model llama3-70b --seq-len 4096 --dp 8 --zero 2 --offload optimizer --offload activations --gpu h100-sxm5
-  parcalc memory --model llama3-70b --seq-len 4096 --dp 64 --zero 3 --shard-group 16 --recompute full --flash-attention --gpu h100-sxm5
-  parcalc memory --model llama3-8b --seq-len 8192 --dp 8 --zero 3 --flash-attention --compile --gpu h100-sxm5
-  parcalc memory --model llama3-70b --seq-len 8192 --tp 8 --pp 4 --dp 4 --zero 1 --flash-attention --gpu h100-sxm5 -o mem.svg
-  parcalc memory --model qwen3-30b-a3b --seq-len 4096 --dp 16 --ep 16 --etp 1 --zero 1 --flash-attention --moe-imbalance 1.2 --gpu h100-sxm5
-  parcalc memory --model deepseek-v3 --seq-len 4096 --tp 2 --pp 16 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --flash-attention --recompute-mla-up-proj --moment-dtype bf16 --last-stage-layers 1 --gpu h100-sxm5
-  parcalc memory --model deepseek-v3 --seq-len 4096 --tp 2 --pp 8 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --flash-attention --precision fp8 --recompute selective --recompute-modules mla_up_proj,mlp --first-stage-layers 9 --last-stage-layers 4 --micro-batches 128 --gpu h100-sxm5
+  parcalc memory --model llama3-70b --seq-len 4096 --dp 64 --zero 3 --shard-group 16 --recompute full --gpu h100-sxm5
+  parcalc memory --model llama3-8b --seq-len 8192 --dp 8 --zero 3 --compile --gpu h100-sxm5
+  parcalc memory --model llama3-70b --seq-len 8192 --tp 8 --pp 4 --dp 4 --zero 1 --gpu h100-sxm5 -o mem.svg
+  parcalc memory --model qwen3-30b-a3b --seq-len 4096 --dp 16 --ep 16 --etp 1 --zero 1 --moe-imbalance 1.2 --gpu h100-sxm5
+  parcalc memory --model deepseek-v3 --seq-len 4096 --tp 2 --pp 16 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --recompute-mla-up-proj --moment-dtype bf16 --last-stage-layers 1 --gpu h100-sxm5
+  parcalc memory --model deepseek-v3 --seq-len 4096 --tp 2 --pp 8 --dp 64 --ep 64 --etp 1 --sequence-parallel --zero 1 --precision fp8 --recompute selective --recompute-modules mla_up_proj,mlp --first-stage-layers 9 --last-stage-layers 4 --micro-batches 128 --gpu h100-sxm5
   parcalc memory --model llama2-7b --seq-len 4096 --framework hf --recompute full --gpu h200
 """
 
@@ -123,7 +123,7 @@ def memory(
     embedding_in_split: EmbeddingInSplitOption = False,
     loss_in_split: LossInSplitOption = False,
     pipeline_layout: PipelineLayoutOption = None,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help="FlashAttention/SDPA, what frameworks run (default): no s x s attention scores stored. --no-flash-attention: the scores materialised (Korthikanti et al. 2022's 5as^2b).")] = True,
     compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor): what its partitioner saves for backward (the same tensors; see Assumptions).")] = False,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset: its memory capacity decides fits / does not fit.")] = None,

@@ -30,10 +30,10 @@ Examples:
   parcalc scaling --model gpt2-xl --gpu a100-sxm4-80gb --gpus 1,2,4,...,64 --batch 64 --seq-len 1024
   parcalc scaling --model gpt2-xl --gpu a100-sxm4-80gb --gpus 1,2,4,...,1024 --weak --batch 4 --seq-len 1024
   parcalc scaling --model llama3-8b --gpu h100-sxm5 --gpus 8,16,...,512 --batch 512 --seq-len 8192 \\
-      --flash-attention --strategy zero3 --recompute full -o scaling.svg
+      --strategy zero3 --recompute full -o scaling.svg
   parcalc scaling --model gpt3-175b --gpu a100-sxm4-80gb --gpus 64,128,...,1024 --batch 1536 --seq-len 2048 \\
       --tp 8 --pp 8 --sequence-parallel --recompute selective --knee 0.9
-  parcalc scaling --model llama3-8b --gpu h100-sxm5 --gpus 8,16,32,64 --batch 256 --seq-len 4096 --flash-attention --best
+  parcalc scaling --model llama3-8b --gpu h100-sxm5 --gpus 8,16,32,64 --batch 256 --seq-len 4096 --best
   parcalc scaling --model gpt2-xl --gpu a100-sxm4-80gb --gpus 1,2,4,8 --weak --batch 8 --ideal-network --format csv
 
 \b
@@ -71,7 +71,7 @@ def scaling(
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Sequence parallelism wherever tp > 1.")] = False,
     knee: Annotated[Text, typer.Option(metavar="E", help="Efficiency threshold of the knee verdict: the first N with E under it (default 0.8; 0.8 or 80%).")] = None,
     precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16, fp8 (default mixed-bf16; mixed-fp16 on a GPU without bf16).", show_default=False)] = None,  # noqa: UP045
-    flash_attention: Annotated[bool, typer.Option("--flash-attention", help="FlashAttention: no s x s score storage.")] = False,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help="FlashAttention/SDPA, what frameworks run (default): no s x s attention scores stored. --no-flash-attention: the scores materialised (Korthikanti et al. 2022's 5as^2b) and attention timed as explicit GEMMs and softmax.")] = True,
     framework: Annotated[Text, typer.Option(metavar="NAME", help="megatron, deepspeed, fsdp2, torchtitan, hf (default megatron).")] = None,
     link: Annotated[Text, typer.Option(metavar="NAME", help="Link inside a node (default: the GPU preset's node).")] = None,
     inter_node_link: Annotated[Text, typer.Option(metavar="NAME", help="One network card's link (default: the GPU preset's node).")] = None,

@@ -58,6 +58,29 @@ KORTHIKANTI_TABLE2 = f"{KORTHIKANTI}, sec. 4, Table 2"
 KORTHIKANTI_OUTPUT = f"{KORTHIKANTI}, sec. 4.3 (input embeddings, last LayerNorm and output layer)"
 MEGATRON_MEMORY = "megatron/training/theoretical_memory_usage.py (NVIDIA/Megatron-LM), compute_activation_memory"
 FLASH = "Dao 2023, FlashAttention-2, Algorithm 1 (keeps Q, K, V, O and the log-sum-exp L)"
+# What the frameworks run by default, why FlashAttention/SDPA is parcalc's default (--no-flash-attention opts out)
+ATTENTION_DEFAULTS = (
+    "transformers: attn_implementation 'sdpa' whenever the model can dispatch to it (src/transformers/modeling_utils.py, "
+    "PreTrainedModel._check_and_adjust_attn_implementation); torchtitan: F.scaled_dot_product_attention "
+    "(torchtitan/models/attention.py); Megatron-LM: TEDotProductAttention (megatron/core/extensions/transformer_engine.py), "
+    "whose Transformer Engine backend is FlashAttention or cuDNN's fused attention"
+)
+
+
+def attention_assumption(flash_attention: bool, timed: bool = False) -> str:
+    """The attention kernel the answer assumes, stated with the flag that changes it: FlashAttention/SDPA
+    by default (no s x s scores kept), the materialised scores of Korthikanti et al. 2022 (5as^2b bytes
+    per layer with dropout) with --no-flash-attention, as a textbook question counts them. `timed`: the
+    answer has a step time, so the kernel's time is stated too."""
+    if flash_attention:
+        return ("attention: FlashAttention/SDPA, scores not materialised (Q, K, V, the output and an fp32 log-sum-exp per row "
+                "kept" + ("; timed as one fused kernel" if timed else "") + f"), as every framework runs it ({ATTENTION_DEFAULTS}); "
+                "--no-flash-attention for the materialised s x s scores a textbook counts (Korthikanti et al. 2022's 5as^2b)")
+    return ("attention: the s x s scores materialised (--no-flash-attention): the softmax output kept, with dropout its mask and "
+            "output too (Korthikanti et al. 2022's 5as^2b)" + ("; Q·K^T, softmax and ·V timed as separate kernels" if timed else "")
+            + "; FlashAttention/SDPA, what frameworks run, is the default")
+
+
 MEGATRON_SELECTIVE = (
     "Megatron-LM megatron/core/transformer/attention.py, Attention._checkpointed_attention_forward: with --recompute-granularity "
     "selective the core attention runs under tensor_parallel.checkpoint, which keeps its inputs Q, K, V and runs it again "
@@ -610,8 +633,7 @@ def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str
                    + f"Q and K of {model.heads} x {mla.qk_head_dim}, V and the output of {model.heads} x {mla.v_head_dim} per token"
                    + (f"; {MEGATRON_MLA_UP}: Q, K, V and the norms' outputs are made again in backward (the up projections' "
                       "FLOPs count in hardware FLOPs)" if "mla_up_proj" in config.modules else ""))  # fmt: skip
-    if config.flash_attention:
-        out.append("FlashAttention: no s x s tensor is stored; Q, K, V, its output and an fp32 log-sum-exp per row are")
+    out.append(attention_assumption(config.flash_attention))
     modules = config.modules
     if modules and modules != ("core_attn",):
         from parcalc.core.recompute import MEGATRON_MODULE_SITES, MEGATRON_MODULES

@@ -970,6 +970,9 @@ def check_hf_layout(par: Layout, setup: TrainingSetup) -> None:
         raise InputError("--framework hf --moment-dtype: torch.optim keeps AdamW's states in the parameter's dtype; it has no such option")
     if setup.dropout:
         raise InputError("--framework hf --dropout: the walk follows LlamaForCausalLM, which trains without dropout (attention_dropout 0.0)")
+    if not setup.flash_attention:
+        raise InputError("--framework hf --no-flash-attention: the walk follows transformers' default attention, SDPA, which keeps no "
+                         "s x s scores (attn_implementation 'eager' is not walked)")
 
 
 def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory) -> StageMemory:

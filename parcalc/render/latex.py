@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parcalc.errors import shown
-from parcalc.render.latex_math import term_tex, tex_quantity, tex_value
+from parcalc.render.latex_math import term_tex, tex_term_cell, tex_value
 from parcalc.render.tex_text import Latex, tex_escape  # tex_escape: also imported from here (report, tests)
-from parcalc.render.values import format_cell, format_value
+from parcalc.render.values import column_heading, format_cell, format_value
 from parcalc.resources import data_dir
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def is_wide(steps: Sequence[str]) -> bool:
 def term_row(term: Term, notes: SourceNotes | None = None) -> dict[str, Any]:
     return {
         "symbol": Latex(f"${term.latex}$"),
-        "value": Latex(f"${tex_quantity(term.value, term.unit)}$"),
+        "value": Latex(tex_term_cell(term.value, term.unit)),
         "description": term.description,
         "source": term.source,
         "note": notes.number(term.source) if notes is not None else 0,
@@ -204,9 +204,9 @@ def _column_spec(numeric: bool, width_pt: float, wraps: bool) -> str:
 
 
 def table_context(table: Table, max_rows: int = 60) -> dict[str, Any]:
-    headers = [c.label + (f" ({c.unit})" if c.unit and c.unit != "fraction" else "") for c in table.columns]
+    headers = [column_heading(c, "()") for c in table.columns]
     numeric = [not all(isinstance(row[i], str) for row in table.rows) for i in range(len(table.columns))]
-    rows = [[format_cell(v, c.unit) for v, c in zip(row, table.columns, strict=True)] for row in table.rows[:max_rows]]
+    rows = [[format_cell(v, c.unit, c.memory) for v, c in zip(row, table.columns, strict=True)] for row in table.rows[:max_rows]]
     if len(headers) > TRANSPOSE_COLUMNS and 0 < len(rows) <= TRANSPOSE_ROWS:
         # the first column names each original row; every other column becomes a line
         names = [row[0] or f"row {i + 1}" for i, row in enumerate(rows)]

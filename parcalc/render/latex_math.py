@@ -39,12 +39,29 @@ def tex_quantity(value: float, unit: str, significant: int = 8) -> str:
     return tex_number(format_number(value, significant)) + tex_unit(unit)
 
 
+def tex_term_cell(value: float, unit: str) -> str:
+    """An input's value as a cell of the inputs table (text mode): bytes from 1 KiB up in both
+    conventions, as the terminal gives them, the binary form on a second line so that the column
+    keeps its width ("85.899346 GB" over "= 80 GiB": a capacity is binary, the verdict says GiB)."""
+    if unit == "B" and abs(value) >= 1024:
+        mantissa, prefixed = split_prefixed(value, unit, iec=True)
+        binary = tex_number(mantissa) + tex_unit(prefixed)
+        return rf"\begin{{tabular}}[t]{{@{{}}r@{{}}}}${tex_quantity(value, unit)}$\\$= {binary}$\end{{tabular}}"
+    return f"${tex_quantity(value, unit)}$"
+
+
 def tex_value(value: float, unit: str) -> str:
     """A result in full: exact bytes and FLOP with separators, then the prefixed form."""
     if unit in ("B", "FLOP") and float(value).is_integer() and abs(value) >= 1e3:
         exact = tex_number(format_number(value)) + tex_unit(unit)
         relation = "=" if is_exact_prefixed(value, unit) else r"\approx"
-        return rf"{exact} {relation} {tex_quantity(value, unit)}"
+        text = rf"{exact} {relation} {tex_quantity(value, unit)}"
+        if unit == "B" and abs(value) >= 1024:  # and in binary units, as the terminal and the verdicts give memory
+            mantissa, prefixed = split_prefixed(value, unit, iec=True)
+            factor = 1024 ** ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei").index(prefixed[:-1])
+            binary = "=" if float(mantissa) * factor == value else r"\approx"
+            text += rf" {binary} {tex_number(mantissa)}{tex_unit(prefixed)}"
+        return text
     return tex_quantity(value, unit)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from parcalc.render.latex_math import term_tex, tex_value
-from parcalc.render.values import format_cell, format_value
+from parcalc.render.values import column_heading, format_cell, format_value
 
 if TYPE_CHECKING:
     from parcalc.derivation import Derivation, Result, Table
@@ -65,11 +65,11 @@ def derivation_markdown(d: Derivation) -> list[str]:
 
 
 def table_markdown(table: Table) -> list[str]:
-    headers = [c.label + (f" ({c.unit})" if c.unit and c.unit != "fraction" else "") for c in table.columns]
+    headers = [column_heading(c, "()") for c in table.columns]
     out = [f"### {_cell(table.title)}", "", "| " + " | ".join(map(_cell, headers)) + " |"]
     out.append("|" + "|".join("---" for _ in headers) + "|")
     for row in table.rows:
-        out.append("| " + " | ".join(_cell(format_cell(v, c.unit)) for v, c in zip(row, table.columns, strict=True)) + " |")
+        out.append("| " + " | ".join(_cell(format_cell(v, c.unit, c.memory)) for v, c in zip(row, table.columns, strict=True)) + " |")
     return out + [""]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import repeat
 from typing import TYPE_CHECKING
 
-from parcalc.render.values import format_cell, format_value
+from parcalc.render.values import column_heading, format_cell, format_value
 
 if TYPE_CHECKING:
     from parcalc.derivation import Derivation, Result, Table
@@ -16,6 +16,8 @@ def render_plain(result: Result) -> str:
     if result.answer:  # the answer before the inputs and derivations that lead to it (issue #14)
         answer = result.derivation(result.answer)
         lines += [f"=> {answer.label}: {format_value(answer.value, answer.unit)}", ""]
+    if result.lead:  # the verdicts that answer, before the inputs and derivations (issue 28: fit's after ~135 lines)
+        lines += [f"=> {verdict}" for verdict in result.verdicts[: result.lead]] + [""]
     if result.inputs:
         lines.append("Inputs")
         width = max(len(t.symbol) for t in result.inputs)
@@ -31,8 +33,8 @@ def render_plain(result: Result) -> str:
             from parcalc.render.memory_bar import bar_lines
 
             lines += bar_lines(result) + [""]
-    if result.verdicts:
-        lines += [f"=> {verdict}" for verdict in result.verdicts] + [""]
+    if result.verdicts[result.lead :]:
+        lines += [f"=> {verdict}" for verdict in result.verdicts[result.lead :]] + [""]
     assumptions = result.all_assumptions()
     if assumptions:
         lines.append("Assumptions")
@@ -62,17 +64,17 @@ def derivation_lines(derivation: Derivation) -> list[str]:
 def table_lines(table: Table) -> list[str]:
     # Written column-wise with C-level helpers (map, zip, max): a comparison's tables have ~450
     # cells, and this is the one-liner's largest rendering cost.
-    headers = [c.label + (f" [{c.unit}]" if c.unit and c.unit != "fraction" else "") for c in table.columns]
-    units = [c.unit for c in table.columns]
-    seen: dict[tuple[type, object, str], str] = {}  # columns repeat their values (group sizes, counts): format each once
+    headers = [column_heading(c) for c in table.columns]
+    units = [(c.unit, c.memory) for c in table.columns]
+    seen: dict[tuple[type, object, tuple[str, bool]], str] = {}  # columns repeat their values (group sizes, counts): format each once
 
-    def cell(value: object, unit: str) -> str:
+    def cell(value: object, unit: tuple[str, bool]) -> str:
         if isinstance(value, str) or not value:  # zeros bypass: -0.0 == 0.0 would share a key
-            return format_cell(value, unit)
+            return format_cell(value, *unit)
         key = (type(value), value, unit)
         text = seen.get(key)
         if text is None:
-            text = seen[key] = format_cell(value, unit)
+            text = seen[key] = format_cell(value, *unit)
         return text
 
     cells = [[v if type(v) is str else cell(v, u) for v, u in zip(row, units, strict=True)] for row in table.rows]

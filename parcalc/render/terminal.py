@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from parcalc.render.values import format_cell, format_value
+from parcalc.render.values import column_heading, format_cell, format_value
 
 if TYPE_CHECKING:
     from parcalc.derivation import Result
@@ -18,6 +18,9 @@ def render_rich(result: Result, console: Any) -> None:
     if result.answer:  # the answer before the inputs and derivations that lead to it (issue #14)
         answer = result.derivation(result.answer)
         console.print(f"[bold yellow]=>[/] {escape(answer.label)}: [bold green]{escape(format_value(answer.value, answer.unit))}[/]\n")
+    if result.lead:  # the verdicts that answer, before the inputs and derivations (issue 28: fit's after ~135 lines)
+        console.print(_hanging("[bold yellow]=>[/]", [f"[bold]{escape(v)}[/]" for v in result.verdicts[: result.lead]]))
+        console.print()
     if result.inputs:
         # symbol | value and description [n]; the sources follow as numbered dim lines, each once: a
         # fourth column of long sources folded every row into a narrow tower at 80 columns, and a source
@@ -59,8 +62,8 @@ def render_rich(result: Result, console: Any) -> None:
             console.print(rich_bar(result, console.width))
             console.print()
     # verdicts and assumptions as two-column grids, so that a wrapped line keeps its hanging indent
-    if result.verdicts:
-        console.print(_hanging("[bold yellow]=>[/]", [escape(v) for v in result.verdicts]))
+    if result.verdicts[result.lead :]:
+        console.print(_hanging("[bold yellow]=>[/]", [escape(v) for v in result.verdicts[result.lead :]]))
     assumptions = result.all_assumptions()
     if assumptions:
         console.print("\n[bold]Assumptions[/]")
@@ -68,8 +71,7 @@ def render_rich(result: Result, console: Any) -> None:
 
 
 def _header(column: Any) -> str:
-    unit = f" [{column.unit}]" if column.unit and column.unit != "fraction" else ""
-    return column.label + unit
+    return column_heading(column)
 
 
 def _table(table: Any, width: int) -> Any:
@@ -80,7 +82,7 @@ def _table(table: Any, width: int) -> Any:
     from rich.markup import escape
     from rich.table import Table as RichTable
 
-    cells = [[format_cell(v, c.unit) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
+    cells = [[format_cell(v, c.unit, c.memory) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
     headers = [_header(column) for column in table.columns]
     natural = 1 + sum(3 + max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers))
     if natural <= width or not cells:

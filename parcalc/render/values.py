@@ -22,12 +22,25 @@ def format_value(value: object, unit: str = "") -> str:
     return format_quantity(number, unit)
 
 
-def format_cell(value: object, unit: str = "") -> str:
-    """A table cell: compact, prefixed, unit shown."""
+def format_cell(value: object, unit: str = "", memory: bool = False) -> str:
+    """A table cell: compact, prefixed, unit shown. `memory`: bytes in binary units to 4 digits
+    ("63.91 GiB"), as the fits verdict and the GPU's capacity are written."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, str):
         return value
     if value is None:
         return "-"
+    if memory:
+        return format_quantity(float(value), unit, significant=4, iec=True)  # type: ignore[arg-type]
     return format_quantity(float(value), unit, significant=6)  # type: ignore[arg-type]
+
+
+def column_heading(column: object, brackets: str = "[]") -> str:
+    """A column's heading with its unit once: "compute [s]"; a memory column's cells carry their
+    binary unit each ("63.91 GiB", "64 KiB"), so its heading carries none (no "[B]" over GiB cells)."""
+    label: str = getattr(column, "label", "")
+    unit: str = getattr(column, "unit", "")
+    if not unit or unit == "fraction" or getattr(column, "memory", False):
+        return label
+    return f"{label} {brackets[0]}{unit}{brackets[1]}"

@@ -54,6 +54,7 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
 
 
 def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) -> tuple[str, ...]:
+    from parcalc.core.activations import attention_assumption
     from parcalc.core.memory import gradient_convention, state_bytes
     from parcalc.core.timing.compute import compile_assumption, kernel_set_assumption
     from parcalc.core.timing.framework import kernel_set
@@ -71,12 +72,14 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         given = "--fp32-grads" if training.fp32_grads else "--no-fp32-grads" if mixed else f"--precision {training.precision.value}"
         grads = f"gradients: {gradient_convention(per)} ({given})"
     dropout = training.dropout if training.dropout is not None else shape.dropout
+    hf = kernel_set(training, framework) == "hf"  # transformers' SDPA whatever the flag (refused with --no-flash-attention)
     _, no_bf16 = sixteen_bit_default(cluster.gpu)
     fp16 = (f"{no_bf16}: --precision {training.precision.value}, GEMMs at the {cluster.dtype} peak",) if no_bf16 and cluster.dtype == "fp16" else ()
     return (
         *fp16,
         grads,
         dropout_assumption(shape, dropout, given=training.dropout is not None),
+        attention_assumption(training.flash_attention or hf, timed=True),
         (f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
          "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp"),
         ("memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)"

@@ -46,7 +46,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                ep_overlap: str | None = None, moe_imbalance: str | None = None, sequence_parallel: bool | None = None,
                interleaved: bool = True, allow_cross_node_tp: bool = False, precision: Precision | None = None,
                fp8_recipe: str | None = None, optimizer: Optimizer = Optimizer.ADAMW,
-               offload: list[Offload] | None = None, host_link: str | None = None, flash_attention: bool = False,
+               offload: list[Offload] | None = None, host_link: str | None = None, flash_attention: bool = True,
                compile_: bool = False, kernels: str | None = None, dropout: bool | None = None,
                capacity: str | None = None, reserve: str | None = None, dtype: str | None = None,
                peak: str | None = None, efficiency: str | None = None, link: str | None = None,
@@ -288,7 +288,7 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
     rows = timed.rows
     columns = (
         Column("strategy", "strategy"), Column("recompute", "recompute"), Column("tp", "tp"), Column("pp", "pp"), Column("dp", "dp"),
-        Column("gpus", "GPUs"), Column("memory", "memory per GPU", "B"), Column("fits", "fits"), Column("headroom", "headroom", "B"),
+        Column("gpus", "GPUs"), Column("memory", "memory per GPU", "B", memory=True), Column("fits", "fits"), Column("headroom", "headroom", "B", memory=True),
         *((Column("max_layers", "max layers"),) if with_layers else ()),
         Column("t_step", "step", "s"), Column("tokens_per_second", "throughput", "tokens/s"), Column("speedup", "speedup"),
         Column("efficiency", "efficiency", "fraction"), Column("note", "note"),
@@ -328,8 +328,8 @@ def _strategy_memory_table(rows: tuple[StrategyRow, ...]) -> Table:
 
     laid_out = [row for row in rows if row.components and row.memory is not None]
     names = [name for name, _ in laid_out[0].components] if laid_out else []
-    columns = (Column("strategy", "strategy"), Column("fits", "fits"), *(Column(f"c{i}", name, "B") for i, name in enumerate(names)),
-               Column("total", "memory per GPU", "B"))  # fmt: skip
+    columns = (Column("strategy", "strategy"), Column("fits", "fits"), *(Column(f"c{i}", name, "B", memory=True) for i, name in enumerate(names)),
+               Column("total", "memory per GPU", "B", memory=True))  # fmt: skip
     body = tuple((f"{row.family}, {row.recompute.value}", "yes" if row.fits else "no", *(v for _, v in row.components), row.memory)
                  for row in laid_out)  # fmt: skip
     return Table("strategy_memory", "Memory of the fullest GPU of each strategy, by component", columns, body)
@@ -477,14 +477,16 @@ def _search_result(shape: TransformerModel, training: Training, cluster: Cluster
         raise InfeasibleResult(why, shown)
     best = estimate(shape, evaluated.config(int(ranked[0])), training, cluster)
     extra = _parallel_columns(found, shape)
-    tables = [_configurations_table(found, ranked[:top], f"The {min(top, ranked.size)} fastest configurations that fit", extra)]
+    shown = distinct_layouts(evaluated, ranked, top)
+    tables = [_configurations_table(found, shown, f"The {shown.size} fastest layouts that fit, each at its fastest configuration "
+                                    f"(of {ranked.size:,} that fit)", extra)]  # fmt: skip
     if everything:
         tables.insert(0, _configurations_table(found, None, "Every configuration evaluated", extra))
     tables.append(_rejections_table(found))
     worst = best.memory.worst
     memory = worst.memory_derivations()
     derivations = memory + best.derivations() if explain else (best.step, best.tokens_per_second, best.mfu, best.hfu)
-    verdicts = _search_verdicts(found, ranked, best, cluster)
+    verdicts = _search_verdicts(found, ranked, best, cluster, shown)
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
                   tables=tuple(tables), verdicts=tuple(verdicts), settings=tuple(settings), fits=True,
@@ -578,7 +580,7 @@ def _configuration_result(shape: TransformerModel, training: Training, cluster: 
                   derivations=(*worst.memory_derivations(), *best.derivations()),
                   tables=((_stages_table(best),) if config.layout.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
                   verdicts=tuple(verdicts), assumptions=no_ops + _assumptions(shape, training, cluster), settings=tuple(settings),
-                  fits=bool(best.fits))  # fmt: skip
+                  fits=bool(best.fits), lead=1 if best.fits else 2)  # fmt: skip
 
 
 def _stage_components(best: Any) -> Table:
@@ -597,7 +599,7 @@ def _stages_table(best: Any) -> Table:
     rows = tuple((s.stage + 1, int(s.layers.value), "embedding" if s.stage == 0 else "LM head" if s.stage == last else "",
                   s.parameters.value, s.total.value) for s in best.memory.stages)  # fmt: skip
     columns = (Column("stage", "stage"), Column("layers", "layers"), Column("also", "also holds"), Column("parameters", "parameters"),
-               Column("memory", "memory", "B"))  # fmt: skip
+               Column("memory", "memory", "B", memory=True))  # fmt: skip
     return Table("stages", f"Pipeline stages ({split_text(split)} layers; one GPU of each)", columns, rows)
 
 
@@ -625,7 +627,7 @@ def _configurations_table(found: SearchResult, order: Any, title: str, extra: tu
               "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed", "t_optimizer": "optimizer",
               "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP", "ep": "EP",
               "t_cp": "CP comm", "t_ep": "EP exchange", "t_host": "host wait", "shard_group": "S"}  # fmt: skip
-    columns = tuple(Column(k, labels.get(k, k), units.get(k, "")) for k in CONFIG_FIELDS + COST_FIELDS + extra)
+    columns = tuple(Column(k, labels.get(k, k), units.get(k, ""), memory=k == "memory") for k in CONFIG_FIELDS + COST_FIELDS + extra)
     key = "configurations" if order is None else "top"
     return Table(key, title, columns, tuple(found.evaluated.rows(order, extra)))
 
@@ -667,11 +669,40 @@ def config_flags(config: Config) -> str:
     return " ".join(flags)
 
 
-def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Cluster) -> list[str]:
+# What makes two configurations one layout: how the GPUs are split, the (tp, pp, cp, dp, ep) the search
+# counts as its layouts (SearchResult.layouts). The rest is how a layout is run, and its variants are
+# often within 0.1 % of each other (the shard group alone moves the exposed DP sync by microseconds):
+# the top table shows each layout once, at its fastest.
+LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep")
+RUN_FIELDS_TEXT = "micro-batch, recomputation, ZeRO stage, SP, schedule, stage split and shard group"
+
+
+def distinct_layouts(evaluated: Any, ranked: Any, top: int) -> Any:
+    """Indices of the fastest configuration of each of the `top` fastest layouts (LAYOUT_FIELDS), in
+    `ranked`'s order: the first configuration of a layout in the ranking is its fastest."""
+    import numpy as np
+
+    c = evaluated.columns
+    keys = list(zip(*(c[k][ranked].tolist() for k in LAYOUT_FIELDS if k in c), strict=True))
+    chosen: list[int] = []
+    seen: set[tuple[object, ...]] = set()
+    for position, key in enumerate(keys):
+        if key not in seen:
+            seen.add(key)
+            chosen.append(int(ranked[position]))
+            if len(chosen) == top:
+                break
+    return np.array(chosen, dtype=ranked.dtype)
+
+
+def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Cluster, shown: Any = None) -> list[str]:
     evaluated = found.evaluated
     c = evaluated.columns
     first = int(ranked[0])
-    verdicts = [f"{len(evaluated):,} configurations evaluated on {found.layouts} layouts; {ranked.size:,} fit in {_gib(cluster.capacity)}"]
+    layouts_fitting = len({tuple(c[k][i] for k in LAYOUT_FIELDS if k in c) for i in ranked.tolist()})
+    verdicts = [f"{len(evaluated):,} configurations evaluated on {found.layouts} layouts; {ranked.size:,} fit in {_gib(cluster.capacity)}, "
+                f"on {layouts_fitting:,} of the layouts; the table shows each layout (tp x pp x dp x cp x ep) once, at its fastest "
+                f"{RUN_FIELDS_TEXT}"]  # fmt: skip
     parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
              "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value,
              "CP exchanges": best.cp_comm.value if best.cp_comm is not None else 0.0,
@@ -680,8 +711,8 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
     verdicts.append(f"best: {best.config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
                     f"{_gib(best.total_memory)} per GPU ({shares})")  # fmt: skip
     verdicts.append(f"to pin it, the same command without --search and with: {config_flags(best.config)}")
-    if ranked.size > 1:
-        second = int(ranked[1])
+    if shown is not None and shown.size > 1:  # the fastest other layout (a variant of the same layout is a near-copy)
+        second = int(shown[1])
         gap = c["t_step"][second] / c["t_step"][first] - 1
         changes = []
         for key, name in (("t_tp", "TP communication"), ("t_bubble", "bubble"), ("t_pp", "PP sends"), ("t_dp", "exposed DP sync"),
@@ -690,7 +721,7 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
             if abs(delta) > 1e-9 * c["t_step"][first]:
                 changes.append(f"{name} {abs(delta):.3g} s {'less' if delta > 0 else 'more'}")
         why = ", ".join(changes) if changes else "the same time; it needs less memory"
-        verdicts.append(f"it beats the runner-up ({evaluated.config(second).label()}) by {gap:.2%}: {why}")
+        verdicts.append(f"it beats the fastest other layout ({evaluated.config(second).label()}) by {gap:.2%}: {why}")
     return verdicts
 
 

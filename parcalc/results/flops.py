@@ -24,7 +24,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                first_stage_layers: str | None = None, last_stage_layers: str | None = None,
                embedding_in_split: bool = False, loss_in_split: bool = False, cp: str | None = None,
                presets: list[Path] | None = None, recompute_layers: str | None = None,
-               recompute_modules: str | None = None, flash_attention: bool = False) -> Result:
+               recompute_modules: str | None = None, flash_attention: bool = True) -> Result:
     """`flops`'s Result from its flags as the command line gives them (texts with units, choices,
     switches): what parcalc.commands.flops and the library (parcalc.results.run) both call."""
     from parcalc.core.flops import flops_utilization, six_nd, training_flops

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def from_flags(m: str | None = None, k: str | None = None, n: str | None = None, batch: str | None = None,
                dtype: str = "fp16", model: str | None = None, seq_len: str | None = None, gpu: str | None = None,
-               peak: str | None = None, bandwidth: str | None = None, flash_attention: bool = False,
+               peak: str | None = None, bandwidth: str | None = None, flash_attention: bool | None = None,
                compile_: bool = False, kernels: str | None = None, presets: list[Path] | None = None,
                power_limit: str | None = None) -> Result:
     """`intensity`'s Result from its flags as the command line gives them (texts with units, choices,
@@ -45,12 +45,12 @@ def from_flags(m: str | None = None, k: str | None = None, n: str | None = None,
             raise InputError("--kernels hf: fit times Hugging Face's layer (fit --framework hf); intensity lists the fused or eager set")
         if machine is not None:
             result = _with_layer_kernels(result, shape, sequences, length, dtype_key, element_bytes, machine, device, bandwidth, peak,
-                                         flash_attention, compile_, rated, kernels_flag(kernels) == "eager")  # fmt: skip
+                                         flash_attention is not False, compile_, rated, kernels_flag(kernels) == "eager")  # fmt: skip
         elif kernels is not None:
             raise InputError("--kernels: with --model and a GPU (--gpu, or --peak and --bandwidth): it changes the timed kernels")
     else:
-        if flash_attention or compile_ or kernels is not None:
-            flag = "--flash-attention" if flash_attention else "--compile" if compile_ else "--kernels"
+        if flash_attention is not None or compile_ or kernels is not None:  # flash attention's default (on) changes no matmul
+            flag = ("--flash-attention" if flash_attention else "--no-flash-attention") if flash_attention is not None else "--compile" if compile_ else "--kernels"
             raise InputError(f"{flag}: only with --model (it changes a layer's kernels)")
         missing = [flag for flag, value in (("--m", m), ("--k", k), ("--n", n)) if value is None]
         if missing:
@@ -129,6 +129,7 @@ def _with_layer_kernels(result: Result, shape: TransformerModel, batch: int, seq
     """intensity --model with a machine: every kernel of one layer timed by the step-time model."""
     from dataclasses import replace
 
+    from parcalc.core.activations import attention_assumption
     from parcalc.core.timing.compute import LayerShard, compile_assumption, kernel_set_assumption
     from parcalc.core.timing.kernel_report import layer_kernels
 
@@ -140,8 +141,8 @@ def _with_layer_kernels(result: Result, shape: TransformerModel, batch: int, seq
     table, totals = layer_kernels(shape, shard, spec, moe_layer=getattr(shape, "moe", None) is not None)
     notes = (*_kernel_assumptions(device, spec),
              "kernel times: one GPU (no TP), one micro-batch of --batch sequences, causal attention, GEMMs at the in-training "
-             "share fit uses (kernels.matmul)" + ("; FlashAttention" if flash else "; attention as explicit GEMMs and softmax")
-             + ("; dropout as the model trains" if dropout else ""),
+             "share fit uses (kernels.matmul)" + ("; dropout as the model trains" if dropout else ""),
+             attention_assumption(flash, timed=True),
              *(("--compile: " + compile_assumption(),) if compiled and not eager else ()), kernel_set_assumption(eager, compiled))  # fmt: skip
     return replace(result, derivations=result.derivations + totals, tables=result.tables + (table,),
                    assumptions=result.assumptions + notes, settings=result.settings + (("flash_attention", str(flash).lower()), ("compile", str(compiled).lower()),

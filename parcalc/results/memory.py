@@ -30,7 +30,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                schedule: Schedule = Schedule.ONE_F_ONE_B, micro_batches: str | None = None, chunks: str | None = None,
                first_stage_layers: str | None = None, last_stage_layers: str | None = None,
                embedding_in_split: bool = False, loss_in_split: bool = False, pipeline_layout: str | None = None,
-               flash_attention: bool = False,
+               flash_attention: bool = True,
                compile_: bool = False, dropout: bool | None = None, gpu: str | None = None,
                capacity: str | None = None, reserve: str | None = None, per_stage: bool = False,
                presets: list[Path] | None = None, recompute_layers: str | None = None, moment_dtype: str | None = None,
@@ -277,21 +277,21 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     components = Table(
         "components",
         f"Memory of one GPU of stage {worst.stage + 1} of {par.pp} (the fullest)",
-        (Column("component", "component"), Column("bytes", "bytes", "B"), Column("share", "share", "fraction")),
+        (Column("component", "component"), Column("bytes", "bytes", "B", memory=True), Column("share", "share", "fraction")),
         tuple((name, value, value / worst.total.value) for name, value in worst.components() if value)
         + (("total", worst.total.value, 1.0),),
     )
     tensors = Table(
         "layer_activations",
         "What one layer keeps for backward (one micro-batch, one GPU)",
-        (Column("tensor", "tensor"), Column("elements", "elements"), Column("bytes_per_element", "bytes/element", "B"),
-         Column("split", "split over"), Column("bytes", "bytes", "B"), Column("source", "source")),
+        (Column("tensor", "tensor"), Column("elements", "elements"), Column("bytes_per_element", "bytes/element", "B", memory=True),
+         Column("split", "split over"), Column("bytes", "bytes", "B", memory=True), Column("source", "source")),
         layer.rows(),
     )  # fmt: skip
     if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
         derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
         tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split('(hf: ', 1)[-1][:-1]}",
-                        (Column("tensor", "tensor"), Column("kind", "kind"), Column("bytes", "bytes", "B")), worst.peak_live)  # fmt: skip
+                        (Column("tensor", "tensor"), Column("kind", "kind"), Column("bytes", "bytes", "B", memory=True)), worst.peak_live)  # fmt: skip
     tables: list[Table] = [components, tensors]
     if per_stage:
         tables.append(_stage_table(breakdown))
@@ -368,10 +368,10 @@ def _stage_table(breakdown: MemoryBreakdown) -> Table:
 
     cap = breakdown.setup.capacity
     columns = (
-        Column("stage", "stage"), Column("layers", "layers"), Column("parameters", "parameters"), Column("weights", "weights", "B"),
-        Column("gradients", "gradients", "B"), Column("optimizer", "optimizer", "B"), Column("in_flight", "in flight"),
-        Column("activations", "activations", "B"), Column("embeddings", "embeddings", "B"), Column("logits", "logits", "B"),
-        Column("other", "gathered + recompute + reserve", "B"), Column("total", "total", "B"), Column("headroom", "headroom", "B"),
+        Column("stage", "stage"), Column("layers", "layers"), Column("parameters", "parameters"), Column("weights", "weights", "B", memory=True),
+        Column("gradients", "gradients", "B", memory=True), Column("optimizer", "optimizer", "B", memory=True), Column("in_flight", "in flight"),
+        Column("activations", "activations", "B", memory=True), Column("embeddings", "embeddings", "B", memory=True), Column("logits", "logits", "B", memory=True),
+        Column("other", "gathered + recompute + reserve", "B", memory=True), Column("total", "total", "B", memory=True), Column("headroom", "headroom", "B", memory=True),
     )  # fmt: skip
     rows = []
     for s in breakdown.stages:
@@ -389,7 +389,7 @@ def stage_components_table(breakdown: MemoryBreakdown) -> Table:
     from parcalc.derivation import Column, Table
 
     names = [name for name, _ in breakdown.stages[0].components()]
-    columns = (Column("stage", "stage"), *(Column(f"c{i}", name, "B") for i, name in enumerate(names)), Column("total", "total", "B"))
+    columns = (Column("stage", "stage"), *(Column(f"c{i}", name, "B", memory=True) for i, name in enumerate(names)), Column("total", "total", "B", memory=True))
     rows = tuple((s.stage + 1, *(value for _, value in s.components()), s.total.value) for s in breakdown.stages)
     return Table("stage_components", "Memory of one GPU of each stage, by component", columns, rows)
 

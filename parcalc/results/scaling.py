@@ -21,7 +21,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                seq_len: str | None = None, weak: bool = False, strategy: str | None = None, tp: str | None = None,
                pp: str | None = None, zero: str | None = None, best: bool = False, micro_batch: str | None = None,
                recompute: Recompute | None = None, sequence_parallel: bool = False, knee: str | None = None,
-               precision: Precision | None = None, flash_attention: bool = False, framework: str | None = None,
+               precision: Precision | None = None, flash_attention: bool = True, framework: str | None = None,
                link: str | None = None, inter_node_link: str | None = None, ideal_network: bool = False,
                presets: list[Path] | None = None) -> Result:
     """`scaling`'s Result from its flags as the command line gives them (texts with units, choices,
@@ -235,7 +235,7 @@ def skipped_table(curve: Curve) -> Any:
     from parcalc.derivation import Column, Table
 
     rows = tuple((p.gpus, p.note, p.memory) for p in curve.points if p.estimate is None)
-    columns = (Column("gpus", "N"), Column("reason", "reason"), Column("memory", "memory per GPU", "B"))
+    columns = (Column("gpus", "N"), Column("reason", "reason"), Column("memory", "memory per GPU", "B", memory=True))
     return Table("skipped", "GPU counts without a step time", columns, rows)
 
 
