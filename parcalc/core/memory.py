@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from parcalc.core.activations import (
     ActivationConfig,
@@ -60,6 +61,9 @@ from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
 from parcalc.core.stages import stage_layers_derivation, stage_split
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
+
+if TYPE_CHECKING:
+    from parcalc.core.memory_timeline import StepPeak
 
 ZERO = "Rajbhandari et al. 2020, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter Models' (SC20)"
 ZERO_MIXED = f"{ZERO}, sec. 3.1 (mixed-precision Adam: 2 + 2 + K bytes per parameter, K = 12)"
@@ -998,21 +1002,46 @@ def check_hf_layout(par: Parallelism, setup: TrainingSetup) -> None:
 def with_step_peak(model: TransformerModel, par: Parallelism, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
     """A textbook StageMemory with its total replaced by the step's peak as the allocator reserves it, plus the reserve
     (here, not in parcalc.core.memory_timeline: the walk knows nothing of this module's types)."""
-    from dataclasses import replace as replaced
-
     from parcalc.core.memory_timeline import HfStep, check_hf_model, hf_step_peak, peak_derivation, reserved_derivation
 
+    if setup.step_memory != "hf-eager":
+        return _with_fsdp_peak(model, par, setup, stage)
     check_hf_model(model)  # what the walk follows first, then the options it counts
     check_hf_layout(par, setup)
     step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute, ddp_buckets=par.dp > 1)
     peak = hf_step_peak(model, step)
     allocated = peak_derivation(peak, model, step)
     reserved = reserved_derivation(peak)
+    return _at_peak(stage, peak, allocated, reserved, "parcalc.core.memory_timeline (hf profile)")
+
+
+def _with_fsdp_peak(model: TransformerModel, par: Parallelism, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
+    """The fsdp2 and torchtitan profiles: the step's peak under fully_shard (parcalc.core.memory_fsdp) where its walk follows
+    the layout (FSDP over all dp ranks of a dense Llama-shaped model), else the textbook sum as it is."""
+    from parcalc.core.memory_fsdp import fsdp_peak_derivation, fsdp_step_of, fsdp_step_peak, walk_gaps
+    from parcalc.core.memory_timeline import reserved_derivation
+
+    other = tuple(what for what, on in (("--offload", setup.offload_optimizer or setup.offload_activations),
+                                        ("--recompute-layers", setup.recompute_layers is not None),
+                                        ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
+    if walk_gaps(model, tp=par.tp, pp=par.pp, cp=par.cp, ep=par.ep, zero=par.zero, dp=par.dp, shard_group=par.shard_group,
+                 precision=setup.precision, optimizer=setup.optimizer, recompute=setup.recompute, other=other):  # fmt: skip
+        return stage
+    step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute)
+    peak = fsdp_step_peak(model, step)
+    allocated = fsdp_peak_derivation(peak, step, setup.step_memory.removesuffix("-eager"))
+    return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)")
+
+
+def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str) -> StageMemory:
+    """A textbook StageMemory with its total replaced by the step's peak as reserved plus the reserve, the textbook kept beside."""
+    from dataclasses import replace as replaced
+
     textbook = replaced(stage.total, key="textbook_total", label="Textbook sum (states + Korthikanti's activations + reserve), "
                         "for comparison", symbol="M_textbook", latex_symbol=r"M_{\mathrm{textbook}}")
     total = Derivation("total", "Total on one GPU: the step's peak as reserved, plus the reserve", "M_total", r"M_{\mathrm{total}}",
                        "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), stage.reserve.as_term("R")),
-                       reserved.value + stage.reserve.value, "B", "parcalc.core.memory_timeline (hf profile)")
+                       reserved.value + stage.reserve.value, "B", source)
     return replaced(stage, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,
                     peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
                     peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))

@@ -118,7 +118,7 @@ class StepPeak:
     derivations: tuple[Derivation, ...] = field(default=())
 
 
-class _Walk:
+class Walk:
     """Allocations and frees in program order; the peak and what was live then."""
 
     def __init__(self) -> None:
@@ -152,6 +152,20 @@ class _Walk:
         self.free(key)
 
 
+class StepHooks:
+    """Where a framework's own allocations enter the walk (FSDP2's all-gathers and reduce-scatters:
+    parcalc.core.memory_fsdp); the hf profile's DDP has none there."""
+
+    def before_forward(self, walk: Walk) -> None: ...
+    def before_layer(self, walk: Walk, i: int) -> None: ...
+    def after_layer(self, walk: Walk, i: int) -> None: ...
+    def after_forward(self, walk: Walk) -> None: ...  # the root module returns (the loss computed)
+    def before_backward(self, walk: Walk) -> None: ...  # the loss's gradient: hooks on the root's outputs fire
+    def before_layer_backward(self, walk: Walk, i: int) -> None: ...  # before its recomputation, if any
+    def after_layer_backward(self, walk: Walk, i: int) -> None: ...  # the gradient of its input is complete
+    def after_backward(self, walk: Walk) -> None: ...
+
+
 def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
     """Why a profile's stack cannot recompute this way (None: it can): HF checkpoints whole decoder layers or nothing."""
     if step_memory == "hf-eager" and recompute not in (Recompute.NONE, Recompute.FULL):
@@ -160,18 +174,23 @@ def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
     return None
 
 
+def hf_model_gaps(model: TransformerModel) -> list[str]:
+    """What of the model the walk does not follow (transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA)."""
+    return [what for what, ok in (("no RMSNorm", model.norm is Norm.RMSNORM), ("no RoPE", model.position is Position.ROPE),
+                                  ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("experts (MoE)", model.moe is None),
+                                  ("latent attention (MLA)", model.mla is None), ("no vocabulary", model.vocab > 0)) if not ok]  # fmt: skip
+
+
 def check_hf_model(model: TransformerModel) -> None:
     """The walk follows transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA."""
-    missing = [what for what, ok in (("no RMSNorm", model.norm is Norm.RMSNORM), ("no RoPE", model.position is Position.ROPE),
-                                     ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("experts (MoE)", model.moe is None),
-                                     ("latent attention (MLA)", model.mla is None), ("no vocabulary", model.vocab > 0)) if not ok]  # fmt: skip
+    missing = hf_model_gaps(model)
     if missing:
         raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM (RMSNorm, RoPE, SwiGLU, dense); "
                          f"{model.name} has {', '.join(missing)}; use another --framework for its textbook sum")  # fmt: skip
 
 
 @dataclass(frozen=True)
-class _Shapes:
+class StepShapes:
     T: float  # tokens b x s
     b: int
     s: int
@@ -186,11 +205,11 @@ class _Shapes:
     autocast: bool
 
 
-def _shapes(model: TransformerModel, step: HfStep) -> _Shapes:
+def step_shapes(model: TransformerModel, step: HfStep) -> StepShapes:
     w = 2.0 if step.precision is Precision.BF16 else 4.0
     autocast = step.precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
     c = 2.0 if autocast else w
-    return _Shapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
+    return StepShapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
                    model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, w, c, autocast)  # fmt: skip
 
 
@@ -209,8 +228,8 @@ def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
         raise InputError(reason)
     if step.optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         raise InputError(f"--framework hf --optimizer {step.optimizer.value}: the walk knows torch.optim's AdamW, Adam and SGD")
-    x = _shapes(model, step)
-    walk = _Walk()
+    x = step_shapes(model, step)
+    walk = Walk()
     params = model.total_params
     walk.phase = "before the step"
     walk.alloc("weights", params * x.w, "weights", "weights (the model's dtype)")
@@ -224,13 +243,18 @@ def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
         walk.alloc("step_counts", 4 * (9 * model.layers + 2 + (0 if model.tied_embeddings else 1)), "optimizer states",
                    "AdamW step counters")
     checkpointed = step.recompute is Recompute.FULL
-    _forward(walk, model, x, checkpointed)
-    _backward(walk, model, x, step)
+    hooks = StepHooks()
+    walk_forward(walk, model, x, checkpointed, hooks)
+    walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)
     walk.phase = "optimizer step"  # fused AdamW: in place, nothing allocated (HF_SOURCES['adamw'])
-    parts = tuple((kind, sum(t.bytes for t in walk.peak_live if t.kind == kind)) for kind in KINDS)
-    live = _grouped(walk.peak_live)
+    return peak_of(walk)
+
+
+def peak_of(walk: Walk, kinds: tuple[str, ...] = KINDS) -> StepPeak:
+    """The walk's peak: its parts by kind (in `kinds` order), what was live, what the allocator reserves then."""
+    parts = tuple((kind, sum(t.bytes for t in walk.peak_live if t.kind == kind)) for kind in kinds)
     reserved = reserved_bytes(t.bytes for t in walk.peak_live)
-    return StepPeak(walk.peak, reserved, walk.peak_phase, live, parts)
+    return StepPeak(walk.peak, reserved, walk.peak_phase, _grouped(walk.peak_live), parts)
 
 
 def _grouped(live: tuple[LiveTensor, ...]) -> tuple[LiveTensor, ...]:
@@ -245,7 +269,7 @@ def _grouped(live: tuple[LiveTensor, ...]) -> tuple[LiveTensor, ...]:
 # Forward
 
 
-def _norm_forward(walk: _Walk, x: _Shapes, key: str, inp: str, saved: bool) -> str:
+def _norm_forward(walk: Walk, x: StepShapes, key: str, inp: str, saved: bool) -> str:
     """LlamaRMSNorm on `inp` (HF_SOURCES['rmsnorm']); returns the key of its output (x.w bytes)."""
     T, h = x.T, x.h
     kind = "activations" if saved else "temporaries"
@@ -270,7 +294,7 @@ def _norm_forward(walk: _Walk, x: _Shapes, key: str, inp: str, saved: bool) -> s
     return f"{key}.out"
 
 
-def _linear(walk: _Walk, x: _Shapes, key: str, inp: str, inp_bytes: float, d_in: int, d_out: int, saved: bool, what: str) -> str:
+def _linear(walk: Walk, x: StepShapes, key: str, inp: str, inp_bytes: float, d_in: int, d_out: int, saved: bool, what: str) -> str:
     """nn.Linear under autocast: the input cast to x.c (a copy per call unless already x.c), the weight
     cast once per autocast region (HF_SOURCES['autocast_cache']); returns the output's key."""
     kind = "activations" if saved else "temporaries"
@@ -282,7 +306,7 @@ def _linear(walk: _Walk, x: _Shapes, key: str, inp: str, inp_bytes: float, d_in:
     return f"{key}.out"
 
 
-def _keep_if_saved(walk: _Walk, x: _Shapes, key: str, kind: str, what: str) -> None:
+def _keep_if_saved(walk: Walk, x: StepShapes, key: str, kind: str, what: str) -> None:
     """A norm output after the projections that read it: gone under autocast (each kept its own
     bf16 cast), else saved by them as it is."""
     if x.autocast:
@@ -291,7 +315,7 @@ def _keep_if_saved(walk: _Walk, x: _Shapes, key: str, kind: str, what: str) -> N
         walk.live[key] = LiveTensor(what, kind, walk.live[key].bytes)
 
 
-def _layer_forward(walk: _Walk, x: _Shapes, i: int, inp: str, saved: bool, recomputing: bool = False) -> str:
+def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, recomputing: bool = False) -> str:
     """One LlamaDecoderLayer; returns its output's key. `saved`: autograd keeps what it saves (False
     under checkpointing: everything but the autocast weight cache goes when the layer returns)."""
     T, h, q, kv, f = x.T, x.h, x.q, x.kv, x.f
@@ -322,7 +346,7 @@ def _layer_forward(walk: _Walk, x: _Shapes, i: int, inp: str, saved: bool, recom
     walk.free(f"{k}.qemb", f"{k}.kemb")
     oo = _linear(walk, x, f"{k}.o", f"{k}.attn", x.c, q, h, saved, "o_proj")
     _keep_if_saved(walk, x, y, kind, "RMSNorm output (the q, k, v projections' input)")
-    walk.alloc(f"{k}.x1", T * h * x.w, kind, "residual stream after attention (fp32)")
+    walk.alloc(f"{k}.x1", T * h * x.w, kind, "residual stream after attention")
     walk.free(oo)
     y2 = _norm_forward(walk, x, f"{k}.n2", f"{k}.x1", saved)
     go = _linear(walk, x, f"{k}.gate", y2, x.w, h, f, saved, "gate_proj")
@@ -337,22 +361,26 @@ def _layer_forward(walk: _Walk, x: _Shapes, i: int, inp: str, saved: bool, recom
         return ""
     do = _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, f, h, saved, "down_proj")
     _keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
-    walk.alloc(f"{k}.x2", T * h * x.w, "activations", "decoder layer output (fp32)")
+    walk.alloc(f"{k}.x2", T * h * x.w, "activations", "decoder layer output (residual stream)")
     walk.free(do)
     if not saved:  # checkpointed: only the layer's input stays (and autocast's cached weight copies)
         walk.free(*[key for key in list(walk.live) if key.startswith(f"{k}.") and key != f"{k}.x2" and not key.endswith(".wcopy")])
     return f"{k}.x2"
 
 
-def _forward(walk: _Walk, model: TransformerModel, x: _Shapes, checkpointed: bool) -> None:
+def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointed: bool, hooks: StepHooks) -> None:
+    """The forward and the loss, layer by layer (HF_SOURCES), with the framework's hooks around each layer."""
+    hooks.before_forward(walk)
     walk.phase = "forward: embedding"
-    walk.alloc("emb", x.T * x.h * x.w, "activations", "embedding output (fp32)")
+    walk.alloc("emb", x.T * x.h * x.w, "activations", "embedding output (residual stream)")
     walk.alloc("cos", x.s * model.head_dim * x.w, "activations", "RoPE cos, sin")
     walk.alloc("sin", x.s * model.head_dim * x.w, "activations", "RoPE cos, sin")
     current = "emb"
     for i in range(model.layers):
         walk.phase = f"forward: layer {i + 1} of {model.layers}"
+        hooks.before_layer(walk, i)
         current = _layer_forward(walk, x, i, current, saved=not checkpointed)
+        hooks.after_layer(walk, i)
     walk.phase = "forward: final norm and LM head"
     y = _norm_forward(walk, x, "final", current, saved=True)
     logits = _linear(walk, x, "head", y, x.w, x.h, x.V, True, "lm_head")
@@ -366,13 +394,14 @@ def _forward(walk: _Walk, model: TransformerModel, x: _Shapes, checkpointed: boo
     walk.free("logits32", logits)  # ForCausalLMLoss returns; the output object with the logits is dropped before backward
     if checkpointed:  # autocast exits: the cached weight copies go unless a graph node saved them (the LM head's)
         walk.free(*[key for key in list(walk.live) if key.startswith("L") and key.endswith(".wcopy")])
+    hooks.after_forward(walk)
 
 
 # ---------------------------------------------------------------------------------------------
 # Backward
 
 
-def _grad_of_weight(walk: _Walk, x: _Shapes, key: str, d_in: int, d_out: int) -> None:
+def _grad_of_weight(walk: Walk, x: StepShapes, key: str, d_in: int, d_out: int) -> None:
     """A linear's weight gradient: computed in x.c, cast to the weight's dtype, kept as .grad (HF_SOURCES['grads'])."""
     walk.alloc(f"{key}.gw_c", d_in * d_out * x.c, "temporaries", "weight gradient (compute dtype)")
     if x.c != x.w:
@@ -382,7 +411,7 @@ def _grad_of_weight(walk: _Walk, x: _Shapes, key: str, d_in: int, d_out: int) ->
         walk.live[f"{key}.grad"] = LiveTensor("weight gradients", "gradients", walk.live.pop(f"{key}.gw_c").bytes)
 
 
-def _linear_backward(walk: _Walk, x: _Shapes, key: str, grad_out: str, d_in: int, d_out: int, saved_input: str, into: str) -> None:
+def _linear_backward(walk: Walk, x: StepShapes, key: str, grad_out: str, d_in: int, d_out: int, saved_input: str, into: str) -> None:
     """MmBackward of one linear: the input gradient (then cast back to the input's dtype and added into
     `into`), the weight gradient; frees its saved input and weight copy."""
     T = x.T
@@ -392,7 +421,7 @@ def _linear_backward(walk: _Walk, x: _Shapes, key: str, grad_out: str, d_in: int
     _add_into(walk, x, f"{key}.gin", into, T * d_in)
 
 
-def _add_into(walk: _Walk, x: _Shapes, grad: str, into: str, elements: float) -> None:
+def _add_into(walk: Walk, x: StepShapes, grad: str, into: str, elements: float) -> None:
     """A gradient reaches a tensor that already has one: the autograd engine's InputBuffer adds it in place."""
     if into in walk.live:
         walk.free(grad)
@@ -401,7 +430,7 @@ def _add_into(walk: _Walk, x: _Shapes, grad: str, into: str, elements: float) ->
         walk.live[into] = tensor
 
 
-def _norm_backward(walk: _Walk, x: _Shapes, key: str, g_out: str, inp: str, into: str) -> None:
+def _norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, into: str) -> None:
     """LlamaRMSNorm backward: weight * normed, normed = x * rsqrt, rsqrt, mean, pow (the fp32 temporaries each makes)."""
     T, h = x.T, x.h
     walk.alloc(f"{key}.g_normed", T * h * 4, "temporaries", "RMSNorm backward")
@@ -424,7 +453,7 @@ def _norm_backward(walk: _Walk, x: _Shapes, key: str, g_out: str, inp: str, into
         _add_into(walk, x, f"{key}.g_in", into, T * h)
 
 
-def _layer_backward(walk: _Walk, x: _Shapes, i: int, g_out: str, into: str) -> None:
+def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     k = f"L{i}"
     # x2 = x1 + down: the bf16 branch gets a cast of the gradient, x1 the gradient itself
@@ -473,7 +502,7 @@ def _layer_backward(walk: _Walk, x: _Shapes, i: int, g_out: str, into: str) -> N
     walk.live[into] = walk.live.pop(f"{k}.g_x1")
 
 
-def _cast_back(walk: _Walk, x: _Shapes, grad_c: str, into: str, width: int) -> None:
+def _cast_back(walk: Walk, x: StepShapes, grad_c: str, into: str, width: int) -> None:
     """ToCopyBackward of autocast's input cast: the bf16 input gradient back to the residual stream's dtype."""
     if grad_c not in walk.live:
         return
@@ -485,10 +514,11 @@ def _cast_back(walk: _Walk, x: _Shapes, grad_c: str, into: str, width: int) -> N
         _add_into(walk, x, grad_c, into, x.T * width)
 
 
-def _backward(walk: _Walk, model: TransformerModel, x: _Shapes, step: HfStep) -> None:
+def walk_backward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointed: bool, embedding_tables: int, hooks: StepHooks) -> None:
+    """The backward from the loss to the embedding; embedding_tables: HfStep.embedding_backward_tables."""
     T, V, h = x.T, x.V, x.h
-    checkpointed = step.recompute is Recompute.FULL
     walk.phase = "backward: loss (nll_loss and log_softmax gradients)"
+    hooks.before_backward(walk)
     walk.alloc("g_logsoftmax", T * V * 4, "logits and loss", "nll_loss gradient (fp32, b x s x V)")
     walk.alloc("g_logits32", T * V * 4, "logits and loss", "log_softmax gradient (fp32, b x s x V)")
     walk.free("g_logsoftmax", "logsoftmax")
@@ -505,21 +535,24 @@ def _backward(walk: _Walk, model: TransformerModel, x: _Shapes, step: HfStep) ->
     for i in reversed(range(model.layers)):
         walk.phase = f"backward: layer {i + 1} of {model.layers}" + (" (recomputed)" if checkpointed else "")
         inp = "emb" if i == 0 else f"L{i - 1}.x2"
+        hooks.before_layer_backward(walk, i)
         if checkpointed:  # the layer's forward again, under autocast (the recomputation stops after its last saved tensor)
             walk.live[f"L{i}.x2_keep"] = walk.live.pop(f"L{i}.x2")
             _layer_forward(walk, x, i, inp, saved=True, recomputing=True)
             walk.live[f"L{i}.x2"] = walk.live.pop(f"L{i}.x2_keep")
         _layer_backward(walk, x, i, "g_stream", "g_stream_next")
         walk.live["g_stream"] = walk.live.pop("g_stream_next")
+        hooks.after_layer_backward(walk, i)
     walk.phase = "backward: embedding"
     walk.free("emb")
     # embedding_dense_backward: a full-size gradient table, added into the tied LM head's gradient
-    for table in range(step.embedding_backward_tables):
+    for table in range(embedding_tables):
         walk.alloc(f"g_embedding{table}", V * h * x.w, "gradients", "embedding gradient (before it is added)")
-    walk.free("g_stream", *(f"g_embedding{t}" for t in range(step.embedding_backward_tables)), "cos", "sin")
+    walk.free("g_stream", *(f"g_embedding{t}" for t in range(embedding_tables)), "cos", "sin")
     if not model.tied_embeddings:
         walk.alloc("embedding.grad", V * h * x.w, "gradients", "weight gradients")
     walk.alloc("norm_grads", (2 * model.layers + 1) * h * x.w, "gradients", "weight gradients")
+    hooks.after_backward(walk)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -285,7 +285,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     )  # fmt: skip
     if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
         derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
-        tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split('(hf: ', 1)[-1][:-1]}",
+        tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split(': ', 1)[-1][:-1]}",
                         (Column("tensor", "tensor"), Column("kind", "kind"), Column("bytes", "bytes", "B")), worst.peak_live)  # fmt: skip
     tables: list[Table] = [components, tensors]
     if per_stage:
