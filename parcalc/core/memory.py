@@ -642,7 +642,7 @@ class StageMemory:
 
     def components(self) -> tuple[tuple[str, float], ...]:
         if self.peak is not None and self.peak_reserved is not None:
-            return (*self.peak_parts, ("allocator segment rounding", self.peak_reserved.value - self.peak.value),
+            return (*self.peak_parts, ("allocator: reserved beyond the live blocks", self.peak_reserved.value - self.peak.value),
                     ("reserve", self.reserve.value))  # fmt: skip
         on_gpu = {key: 0.0 if key in self.offloaded else d.value
                   for key, d in (("gradients", self.states.gradients), ("optimizer_states", self.states.optimizer))}  # fmt: skip

@@ -221,7 +221,8 @@ class _FsdpHooks(StepHooks):
         """FSDPParamGroup.unshard: the copy-in (transient) and the all-gather output (FSDP_SOURCES['copy_in'], ['all_gather'])."""
         if unit in self.gathering or unit in self.unsharded:
             return
-        walk.alloc(f"fsdp.{unit}.copy_in", self._shards(unit) * self.p, "all-gather buffers", "all-gather copy-in (param_dtype)")
+        if self.p != self.master:  # the foreach copy-in casts the shards; without a param_dtype they are gathered as they are
+            walk.alloc(f"fsdp.{unit}.copy_in", self._shards(unit) * self.p, "all-gather buffers", "all-gather copy-in (param_dtype)")
         walk.alloc(f"fsdp.{unit}.ag", self.n * self._shards(unit) * self.p, "all-gather buffers", "all-gather output")
         walk.free(f"fsdp.{unit}.copy_in")
         self.gathering.add(unit)

@@ -53,8 +53,9 @@ def _process_group(world: int):
 
 
 def tracked_peak(shape: tuple, world: int, checkpoint: bool, reduce_fp32: bool, *, tied: bool = True, reshard_last: bool = True,
-                 impl: str = "for-loop", fake: bool = True) -> dict[str, float]:  # fmt: skip
-    """FSDPMemTracker's peak over a steady-state step (the second of two), by its categories and 'Total'."""
+                 impl: str = "for-loop", fake: bool = True, bf16: bool = False) -> dict[str, float]:  # fmt: skip
+    """FSDPMemTracker's peak over a steady-state step (the second of two), by its categories and 'Total'. bf16: the model
+    built in bf16 and sharded without a MixedPrecisionPolicy (no casts); else fp32 shards with param_dtype bf16."""
     import transformers.masking_utils as masking
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -71,10 +72,16 @@ def tracked_peak(shape: tuple, world: int, checkpoint: bool, reduce_fp32: bool, 
                              tie_word_embeddings=tied, use_cache=False)  # fmt: skip
         config._attn_implementation = "sdpa"
         with FakeTensorMode() if fake else contextlib.nullcontext():
-            model = LlamaForCausalLM(config)
+            default = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16 if bf16 else default)  # model.to() cannot swap fake parameters
+            try:
+                model = LlamaForCausalLM(config)
+            finally:
+                torch.set_default_dtype(default)
             if checkpoint:
                 model.gradient_checkpointing_enable()
-            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32 if reduce_fp32 else None)
+            policy = (MixedPrecisionPolicy() if bf16 else
+                      MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32 if reduce_fp32 else None))  # fmt: skip
             for i, layer in enumerate(model.model.layers):
                 fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_last or i < layers - 1)
             fully_shard(model, mesh=mesh, mp_policy=policy)
@@ -99,15 +106,16 @@ def tracked_peak(shape: tuple, world: int, checkpoint: bool, reduce_fp32: bool, 
 
 
 def parcalc_peak(shape: tuple, world: int, checkpoint: bool, reduce_fp32: bool, *, tied: bool = True, reshard_last: bool = True,
-                 impl: str = "for-loop"):  # fmt: skip
-    from parcalc.core.choices import Recompute
+                 impl: str = "for-loop", bf16: bool = False):  # fmt: skip
+    from parcalc.core.choices import Precision, Recompute
     from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
     from parcalc.presets import load_model
 
     layers, hidden, heads, ffn, vocab, b, s = shape
     llama = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=heads, head_dim=hidden // heads,
                     ffn_hidden=ffn, vocab=vocab, tied_embeddings=tied)  # fmt: skip
-    step = FsdpStep(b, s, world, reduce_bytes=4.0 if reduce_fp32 else 2.0, optimizer_impl=impl, reshard_last_block=reshard_last,
+    step = FsdpStep(b, s, world, Precision.BF16 if bf16 else Precision.MIXED_BF16, reduce_bytes=4.0 if reduce_fp32 else 2.0,
+                    optimizer_impl=impl, reshard_last_block=reshard_last,
                     recompute=Recompute.FULL if checkpoint else Recompute.NONE, cublas_workspace=0.0, embedding_backward_tables=2,
                     step_counters_on_device=True)  # fmt: skip
     return fsdp_step_peak(llama, step)
@@ -128,6 +136,8 @@ CASES = [
     pytest.param(WEIGHT_HEAVY, True, False, {}, "backward: layer 2 of 4 (recomputed)", id="weight-heavy-checkpointed"),
     # torchtitan's wrapping: the last block not resharded after forward, an untied LM head
     pytest.param(ACTIVATION_HEAVY, False, True, {"tied": False, "reshard_last": False}, "backward: layer 3 of 4", id="torchtitan-untied"),
+    # bf16 parameters, no MixedPrecisionPolicy: no copy-in cast, bf16 shards, states and reduce-scatter
+    pytest.param(ACTIVATION_HEAVY, False, False, {"bf16": True}, "backward: layer 3 of 4", id="bf16-no-mixed-precision"),
 ]
 
 
