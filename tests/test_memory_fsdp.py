@@ -93,3 +93,11 @@ def test_layouts_the_walk_does_not_follow_keep_the_textbook_sum(run_json, args: 
     flags = [*LLAMA_8B, "--framework", "fsdp2", "--zero", "3", *args]
     results = run_json("memory", *flags)["results"]
     assert "step_peak" not in results and "textbook_total" not in results
+
+
+def test_a_textbook_fsdp_memory_says_why(run_json) -> None:
+    doc = run_json("memory", *LLAMA_8B, "--framework", "torchtitan", "--zero", "3", "--tp", "2", "--recompute", "selective")
+    said = [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
+    assert said and "tp = 2" in said[0] and "--recompute selective" in said[0]
+    walked = run_json("memory", *LLAMA_8B, "--framework", "torchtitan", "--zero", "3", "--dp", "8")
+    assert not [a for a in walked["assumptions"] if a.startswith("memory: the textbook sum")]

@@ -1018,19 +1018,26 @@ def with_step_peak(model: TransformerModel, par: Parallelism, setup: TrainingSet
 def _with_fsdp_peak(model: TransformerModel, par: Parallelism, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
     """The fsdp2 and torchtitan profiles: the step's peak under fully_shard (parcalc.core.memory_fsdp) where its walk follows
     the layout (FSDP over all dp ranks of a dense Llama-shaped model), else the textbook sum as it is."""
-    from parcalc.core.memory_fsdp import fsdp_peak_derivation, fsdp_step_of, fsdp_step_peak, walk_gaps
+    from parcalc.core.memory_fsdp import fsdp_peak_derivation, fsdp_step_of, fsdp_step_peak
     from parcalc.core.memory_timeline import reserved_derivation
 
-    other = tuple(what for what, on in (("--offload", setup.offload_optimizer or setup.offload_activations),
-                                        ("--recompute-layers", setup.recompute_layers is not None),
-                                        ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
-    if walk_gaps(model, tp=par.tp, pp=par.pp, cp=par.cp, ep=par.ep, zero=par.zero, dp=par.dp, shard_group=par.shard_group,
-                 precision=setup.precision, optimizer=setup.optimizer, recompute=setup.recompute, other=other):  # fmt: skip
+    if fsdp_walk_gaps(model, par, setup):
         return stage
     step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute)
     peak = fsdp_step_peak(model, step)
     allocated = fsdp_peak_derivation(peak, step, setup.step_memory.removesuffix("-eager"))
     return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)")
+
+
+def fsdp_walk_gaps(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> list[str]:
+    """What of this layout and setup the FSDP2 step walk does not follow (none: it gives the memory)."""
+    from parcalc.core.memory_fsdp import walk_gaps
+
+    other = tuple(what for what, on in (("--offload", setup.offload_optimizer or setup.offload_activations),
+                                        ("--recompute-layers", setup.recompute_layers is not None),
+                                        ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
+    return walk_gaps(model, tp=par.tp, pp=par.pp, cp=par.cp, ep=par.ep, zero=par.zero, dp=par.dp, shard_group=par.shard_group,
+                     precision=setup.precision, optimizer=setup.optimizer, recompute=setup.recompute, other=other)  # fmt: skip
 
 
 def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str) -> StageMemory:

@@ -153,8 +153,10 @@ def walk_gaps(model: TransformerModel, *, tp: int, pp: int, cp: int, ep: int, ze
     caller's own (offload, a recomputed subset of layers, ...)."""
     gaps = [*hf_model_gaps(model), *other]
     gaps += [f"{name} = {value}" for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)) if value > 1]
-    if zero != 3 or dp < 2:
-        gaps.append("no fully_shard (ZeRO-3 over dp > 1)")
+    if zero != 3:
+        gaps.append(f"ZeRO-{zero} (fully_shard is ZeRO-3)")
+    elif dp < 2:
+        gaps.append("dp = 1 (nothing sharded)")
     if shard_group is not None and shard_group != dp:
         gaps.append(f"hybrid sharding over {shard_group} of {dp} ranks")
     if precision not in (Precision.MIXED_BF16, Precision.BF16, Precision.FP32):
