@@ -8,10 +8,11 @@ get_allocation_size, unchanged from PyTorch 2.0 to 2.11):
 - kSmallSize = 1 MiB: requests up to it come from the small pool, in 2 MiB segments (kSmallBuffer);
 - kMinLargeAlloc = 10 MiB: requests between 1 and 10 MiB take a 20 MiB segment (kLargeBuffer);
   larger ones a segment of their own size rounded up to kRoundLarge = 2 MiB.
-A block split from a cached segment keeps the rest for later requests, so "reserved" here is the
+A block split from a cached segment keeps the rest for later requests, so reserved_bytes is the
 least the allocator must hold for a set of live tensors: small and medium ones packed into their
 segments, each large one in its own 2 MiB-rounded segment. Fragmentation on top of that (cached
-blocks that no later request fits) depends on the whole history of allocations and is not modelled.
+blocks that no later request fits) depends on the whole history of allocations: CachingAllocator
+replays the allocator's block rules over such a history.
 """
 
 from __future__ import annotations
@@ -57,3 +58,81 @@ def reserved_bytes(blocks: Iterable[float]) -> float:
         else:
             large += segment_bytes(size)
     return K_SMALL_BUFFER * math.ceil(small / K_SMALL_BUFFER) + K_LARGE_BUFFER * math.ceil(medium / K_LARGE_BUFFER) + large
+
+
+class CachingAllocator:
+    """The caching allocator's block rules replayed over a sequence of mallocs and frees, to see what it reserves
+    (c10/cuda/CUDACachingAllocator.cpp, the defaults: one stream, expandable_segments off, max_split_size unlimited,
+    no garbage-collection threshold, nothing released to the driver without an OOM or empty_cache):
+    - a request is rounded to 512 B (round_size) and served from the small pool (<= kSmallSize) or the large pool;
+    - get_free_block: the smallest cached free block of the pool that holds it (best fit; ties by address);
+    - else alloc_block: a new segment of get_allocation_size(request) (segment_bytes);
+    - should_split: the block is split when what remains is >= 512 B (small pool) or > kSmallSize (large pool), the
+      rest staying cached as a free block of the same segment;
+    - free_block: the block merges with free neighbours of its segment (try_merge_blocks) and goes back to its pool.
+    What a segment holds free is reserved all the same: fragmentation is the reserved total less the live blocks."""
+
+    def __init__(self) -> None:
+        self._free: dict[bool, list[tuple[float, float]]] = {True: [], False: []}  # small? -> sorted (size, address)
+        self._blocks: dict[float, list] = {}  # address -> [size, segment start, segment end, small, free]
+        self._ending_at: dict[float, float] = {}  # a block's end address -> its address
+        self._next_address = 0.0
+        self.reserved = 0.0
+        self.allocated = 0.0
+        self.peak_allocated = 0.0
+
+    def _put(self, address: float, size: float, start: float, end: float, small: bool, free: bool) -> None:
+        import bisect
+
+        self._blocks[address] = [size, start, end, small, free]
+        self._ending_at[address + size] = address
+        if free:
+            bisect.insort(self._free[small], (size, address))
+
+    def _take(self, address: float) -> list:
+        block = self._blocks.pop(address)
+        del self._ending_at[address + block[0]]
+        if block[4]:
+            self._free[block[3]].remove((block[0], address))
+        return block
+
+    def malloc(self, size: float) -> float:
+        """A block for `size` bytes; returns its address (the handle to free it with)."""
+        import bisect
+
+        if size <= 0:
+            return -1.0  # nothing allocated (free(-1.0) does nothing)
+        size = block_bytes(size)
+        small = size <= K_SMALL_SIZE
+        pool = self._free[small]
+        at = bisect.bisect_left(pool, (size, -1.0))
+        if at < len(pool):
+            address = pool[at][1]
+            block_size, start, end, _, _ = self._take(address)
+        else:
+            block_size, address = segment_bytes(size), self._next_address
+            start, end = address, address + block_size
+            self._next_address = end
+            self.reserved += block_size
+        remaining = block_size - size
+        if remaining >= K_MIN_BLOCK if small else remaining > K_SMALL_SIZE:
+            self._put(address + size, remaining, start, end, small, True)
+            block_size = size
+        self._put(address, block_size, start, end, small, False)
+        self.allocated += block_size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        return address
+
+    def free(self, address: float) -> None:
+        if address < 0:
+            return
+        size, start, end, small, _ = self._take(address)
+        self.allocated -= size
+        following = address + size
+        if following < end and self._blocks[following][4]:  # merge with the next block of the segment if it is free
+            size += self._take(following)[0]
+        previous = self._ending_at.get(address)
+        if address > start and previous is not None and self._blocks[previous][4]:  # and with the previous one
+            size += self._take(previous)[0]
+            address = previous
+        self._put(address, size, start, end, small, True)

@@ -542,6 +542,25 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
             "last_stage_layers": np.full(n, split[-1]), "cp": np.full(n, c), "ep": np.full(n, ep), "shard_group": shard}  # fmt: skip
 
 
+def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
+               b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray) -> np.ndarray:  # fmt: skip
+    """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
+    _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
+    from parcalc.core.memory_fsdp import fsdp_reserved_total, fsdp_step_of, walk_gaps
+
+    other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
+                                        ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
+    if walk_gaps(model, tp=t, pp=p, cp=c, ep=ep, zero=3, dp=d, shard_group=None, precision=training.precision, optimizer=training.optimizer,
+                 recompute=Recompute.NONE, other=other):  # fmt: skip
+        return memory
+    walked = (z == 3) & (shard == d) & np.isin(r, [RECOMPUTES.index(Recompute.NONE), RECOMPUTES.index(Recompute.FULL)])
+    out = memory.copy()
+    for row in np.flatnonzero(walked):
+        step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(r[row])])
+        out[row] = fsdp_reserved_total(model, step) + training.reserve
+    return out
+
+
 def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np.ndarray) -> np.ndarray:
     """parcalc.core.pipeline.in_flight_micro_batches for 1F1B and interleaved, on arrays."""
     plain = np.minimum(p - stage, m).astype(float)
@@ -627,6 +646,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         memory = np.array([hf_reserved_total(model, int(bb), training.seq_len, training.precision, training.optimizer, RECOMPUTES[int(rr)],
                                              ddp_buckets=d > 1)
                            for bb, rr in zip(b, r, strict=True)]) + training.reserve  # fmt: skip
+    elif cluster.framework.step_memory in ("fsdp2-eager", "torchtitan-eager"):  # the step's peak under fully_shard where it applies,
+        memory = _fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"])  # as memory_of has it
 
     # Time: only for the configurations that fit (the search ranks those; the others keep their
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from parcalc.core.activations import (
     ActivationConfig,
@@ -61,6 +62,9 @@ from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
 from parcalc.core.stages import stage_layers_derivation
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
+
+if TYPE_CHECKING:
+    from parcalc.core.memory_timeline import StepPeak
 
 ZERO = "Rajbhandari et al. 2020, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter Models' (SC20)"
 ZERO_MIXED = f"{ZERO}, sec. 3.1 (mixed-precision Adam: 2 + 2 + K bytes per parameter, K = 12)"
@@ -611,7 +615,7 @@ class StageMemory:
 
     def components(self) -> tuple[tuple[str, float], ...]:
         if self.peak is not None and self.peak_reserved is not None:
-            return (*self.peak_parts, ("allocator segment rounding", self.peak_reserved.value - self.peak.value),
+            return (*self.peak_parts, ("allocator: reserved beyond the live blocks", self.peak_reserved.value - self.peak.value),
                     ("reserve", self.reserve.value))  # fmt: skip
         on_gpu = {key: 0.0 if key in self.offloaded else d.value
                   for key, d in (("gradients", self.states.gradients), ("optimizer_states", self.states.optimizer))}  # fmt: skip
@@ -978,21 +982,53 @@ def check_hf_layout(par: Layout, setup: TrainingSetup) -> None:
 def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
     """A textbook StageMemory with its total replaced by the step's peak as the allocator reserves it, plus the reserve
     (here, not in parcalc.core.memory_timeline: the walk knows nothing of this module's types)."""
-    from dataclasses import replace as replaced
-
     from parcalc.core.memory_timeline import HfStep, check_hf_model, hf_step_peak, peak_derivation, reserved_derivation
 
+    if setup.step_memory != "hf-eager":
+        return _with_fsdp_peak(model, par, setup, stage)
     check_hf_model(model)  # what the walk follows first, then the options it counts
     check_hf_layout(par, setup)
     step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute, ddp_buckets=par.dp > 1)
     peak = hf_step_peak(model, step)
     allocated = peak_derivation(peak, model, step)
     reserved = reserved_derivation(peak)
+    return _at_peak(stage, peak, allocated, reserved, "parcalc.core.memory_timeline (hf profile)")
+
+
+def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
+    """The fsdp2 and torchtitan profiles: the step's peak under fully_shard (parcalc.core.memory_fsdp) where its walk follows
+    the layout (FSDP over all dp ranks of a dense Llama-shaped model), else the textbook sum as it is."""
+    from parcalc.core.memory_fsdp import fsdp_peak_derivation, fsdp_step_of, fsdp_step_peak
+    from parcalc.core.memory_timeline import reserved_derivation
+
+    if fsdp_walk_gaps(model, par, setup):
+        return stage
+    step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute)
+    peak = fsdp_step_peak(model, step)
+    allocated = fsdp_peak_derivation(peak, step, setup.step_memory.removesuffix("-eager"))
+    return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)")
+
+
+def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup) -> list[str]:
+    """What of this layout and setup the FSDP2 step walk does not follow (none: it gives the memory)."""
+    from parcalc.core.memory_fsdp import walk_gaps
+
+    other = tuple(what for what, on in (("--offload", setup.offload_optimizer or setup.offload_activations),
+                                        ("--recompute-layers", setup.recompute_layers is not None),
+                                        ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
+    return walk_gaps(model, tp=par.tp, pp=par.pp, cp=par.cp, ep=par.ep, zero=par.zero, dp=par.dp, shard_group=par.shard_group,
+                     precision=setup.precision, optimizer=setup.optimizer, recompute=setup.recompute, other=other)  # fmt: skip
+
+
+def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str) -> StageMemory:
+    """A textbook StageMemory with its total replaced by the step's peak as reserved plus the reserve, the textbook kept beside."""
+    from dataclasses import replace as replaced
+
     textbook = replaced(stage.total, key="textbook_total", label="Textbook sum (states + Korthikanti's activations + reserve), "
                         "for comparison", symbol="M_textbook", latex_symbol=r"M_{\mathrm{textbook}}")
     total = Derivation("total", "Total on one GPU: the step's peak as reserved, plus the reserve", "M_total", r"M_{\mathrm{total}}",
                        "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), stage.reserve.as_term("R")),
-                       reserved.value + stage.reserve.value, "B", "parcalc.core.memory_timeline (hf profile)")
+                       reserved.value + stage.reserve.value, "B", source)
     return replaced(stage, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,
                     peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
                     peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))

@@ -22,17 +22,18 @@ torch.utils.checkpoint): the forward keeps each layer's input only, and the back
 layer's saved tensors just before its backward.
 
 The walk counts bytes the way `torch.cuda.max_memory_allocated` does: every tensor's storage
-rounded to the caching allocator's 512-byte blocks (parcalc.core.allocator). The check is the
+rounded to the caching allocator's 512-byte blocks (parcalc.core.allocator); what the allocator
+reserves comes from its block rules replayed over the steps' allocations in order (hf_reserved_replayed). The check is the
 H200 measurements of ../shared/measurements/h200-2026-11-28 and PyTorch's own MemTracker under
 FakeTensorMode on the CPU (tests/ground_truth/test_torch_memory_hf.py); nothing here is fitted to them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from parcalc.core.allocator import ALLOCATOR_SOURCE, block_bytes, reserved_bytes
+from parcalc.core.allocator import ALLOCATOR_SOURCE, CachingAllocator, block_bytes, reserved_bytes
 from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Recompute
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
@@ -115,10 +116,13 @@ class StepPeak:
     live: tuple[LiveTensor, ...]
     parts: tuple[tuple[str, float], ...]  # by kind, in KINDS order
     textbook_sum: float = 0.0  # weights + gradients + states + Korthikanti's activations, for comparison (0: not given)
+    # how `reserved` was found: "rounding" (the least the live blocks need, parcalc.core.allocator.reserved_bytes) or
+    # "replayed" (the allocator's rules replayed over the steps' allocations: its fragmentation included)
+    reserved_by: str = "rounding"
     derivations: tuple[Derivation, ...] = field(default=())
 
 
-class _Walk:
+class Walk:
     """Allocations and frees in program order; the peak and what was live then."""
 
     def __init__(self) -> None:
@@ -128,6 +132,7 @@ class _Walk:
         self.peak_phase = ""
         self.peak_live: tuple[LiveTensor, ...] = ()
         self.phase = ""
+        self.events: list[tuple[str, float]] | None = None  # (key, bytes allocated; 0: freed) in order, when wanted
 
     def alloc(self, key: str, size: float, kind: str, what: str) -> None:
         if size <= 0:
@@ -136,6 +141,8 @@ class _Walk:
             raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
         tensor = LiveTensor(what, kind, block_bytes(size))
         self.live[key] = tensor
+        if self.events is not None:
+            self.events.append((key, size))
         self.now += tensor.bytes
         if self.now > self.peak:
             self.peak, self.peak_phase, self.peak_live = self.now, self.phase, tuple(self.live.values())
@@ -145,11 +152,34 @@ class _Walk:
             tensor = self.live.pop(key, None)
             if tensor is not None:
                 self.now -= tensor.bytes
+                if self.events is not None:
+                    self.events.append((key, 0.0))
+
+    def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
+        """The same storage under another key (a gradient handed on, a tensor that another op keeps), relabelled if asked."""
+        tensor = self.live.pop(old)
+        self.live[new] = LiveTensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
+        if self.events is not None:
+            self.events.append((f"{old}\0{new}", -1.0))
 
     def transient(self, key: str, size: float, kind: str, what: str) -> None:
         """A tensor allocated and freed within one op (its peak counts, nothing stays)."""
         self.alloc(key, size, kind, what)
         self.free(key)
+
+
+class StepHooks:
+    """Where a framework's own allocations enter the walk (FSDP2's all-gathers and reduce-scatters:
+    parcalc.core.memory_fsdp); the hf profile's DDP has none there."""
+
+    def before_forward(self, walk: Walk) -> None: ...
+    def before_layer(self, walk: Walk, i: int) -> None: ...
+    def after_layer(self, walk: Walk, i: int) -> None: ...
+    def after_forward(self, walk: Walk) -> None: ...  # the root module returns (the loss computed)
+    def before_backward(self, walk: Walk) -> None: ...  # the loss's gradient: hooks on the root's outputs fire
+    def before_layer_backward(self, walk: Walk, i: int) -> None: ...  # before its recomputation, if any
+    def after_layer_backward(self, walk: Walk, i: int) -> None: ...  # the gradient of its input is complete
+    def after_backward(self, walk: Walk) -> None: ...
 
 
 def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
@@ -160,18 +190,23 @@ def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
     return None
 
 
+def hf_model_gaps(model: TransformerModel) -> list[str]:
+    """What of the model the walk does not follow (transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA)."""
+    return [what for what, ok in (("no RMSNorm", model.norm is Norm.RMSNORM), ("no RoPE", model.position is Position.ROPE),
+                                  ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("experts (MoE)", model.moe is None),
+                                  ("latent attention (MLA)", model.mla is None), ("no vocabulary", model.vocab > 0)) if not ok]  # fmt: skip
+
+
 def check_hf_model(model: TransformerModel) -> None:
     """The walk follows transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA."""
-    missing = [what for what, ok in (("no RMSNorm", model.norm is Norm.RMSNORM), ("no RoPE", model.position is Position.ROPE),
-                                     ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("experts (MoE)", model.moe is None),
-                                     ("latent attention (MLA)", model.mla is None), ("no vocabulary", model.vocab > 0)) if not ok]  # fmt: skip
+    missing = hf_model_gaps(model)
     if missing:
         raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM (RMSNorm, RoPE, SwiGLU, dense); "
                          f"{model.name} has {', '.join(missing)}; use another --framework for its textbook sum")  # fmt: skip
 
 
 @dataclass(frozen=True)
-class _Shapes:
+class StepShapes:
     T: float  # tokens b x s
     b: int
     s: int
@@ -186,11 +221,11 @@ class _Shapes:
     autocast: bool
 
 
-def _shapes(model: TransformerModel, step: HfStep) -> _Shapes:
+def step_shapes(model: TransformerModel, step: HfStep) -> StepShapes:
     w = 2.0 if step.precision is Precision.BF16 else 4.0
     autocast = step.precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
     c = 2.0 if autocast else w
-    return _Shapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
+    return StepShapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
                    model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, w, c, autocast)  # fmt: skip
 
 
@@ -209,8 +244,14 @@ def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
         raise InputError(reason)
     if step.optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         raise InputError(f"--framework hf --optimizer {step.optimizer.value}: the walk knows torch.optim's AdamW, Adam and SGD")
-    x = _shapes(model, step)
-    walk = _Walk()
+    walk = _hf_walk(model, step, events=True)
+    return replace(peak_of(walk), reserved=_replayed(model, step, walk).reserved, reserved_by="replayed")
+
+
+def _hf_walk(model: TransformerModel, step: HfStep, events: bool = False) -> Walk:
+    x = step_shapes(model, step)
+    walk = Walk()
+    walk.events = [] if events else None
     params = model.total_params
     walk.phase = "before the step"
     walk.alloc("weights", params * x.w, "weights", "weights (the model's dtype)")
@@ -224,13 +265,18 @@ def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
         walk.alloc("step_counts", 4 * (9 * model.layers + 2 + (0 if model.tied_embeddings else 1)), "optimizer states",
                    "AdamW step counters")
     checkpointed = step.recompute is Recompute.FULL
-    _forward(walk, model, x, checkpointed)
-    _backward(walk, model, x, step)
+    hooks = StepHooks()
+    walk_forward(walk, model, x, checkpointed, hooks)
+    walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)
     walk.phase = "optimizer step"  # fused AdamW: in place, nothing allocated (HF_SOURCES['adamw'])
-    parts = tuple((kind, sum(t.bytes for t in walk.peak_live if t.kind == kind)) for kind in KINDS)
-    live = _grouped(walk.peak_live)
+    return walk
+
+
+def peak_of(walk: Walk, kinds: tuple[str, ...] = KINDS) -> StepPeak:
+    """The walk's peak: its parts by kind (in `kinds` order), what was live, what the allocator reserves then."""
+    parts = tuple((kind, sum(t.bytes for t in walk.peak_live if t.kind == kind)) for kind in kinds)
     reserved = reserved_bytes(t.bytes for t in walk.peak_live)
-    return StepPeak(walk.peak, reserved, walk.peak_phase, live, parts)
+    return StepPeak(walk.peak, reserved, walk.peak_phase, _grouped(walk.peak_live), parts)
 
 
 def _grouped(live: tuple[LiveTensor, ...]) -> tuple[LiveTensor, ...]:
@@ -245,7 +291,7 @@ def _grouped(live: tuple[LiveTensor, ...]) -> tuple[LiveTensor, ...]:
 # Forward
 
 
-def _norm_forward(walk: _Walk, x: _Shapes, key: str, inp: str, saved: bool) -> str:
+def _norm_forward(walk: Walk, x: StepShapes, key: str, inp: str, saved: bool) -> str:
     """LlamaRMSNorm on `inp` (HF_SOURCES['rmsnorm']); returns the key of its output (x.w bytes)."""
     T, h = x.T, x.h
     kind = "activations" if saved else "temporaries"
@@ -270,7 +316,7 @@ def _norm_forward(walk: _Walk, x: _Shapes, key: str, inp: str, saved: bool) -> s
     return f"{key}.out"
 
 
-def _linear(walk: _Walk, x: _Shapes, key: str, inp: str, inp_bytes: float, d_in: int, d_out: int, saved: bool, what: str) -> str:
+def _linear(walk: Walk, x: StepShapes, key: str, inp: str, inp_bytes: float, d_in: int, d_out: int, saved: bool, what: str) -> str:
     """nn.Linear under autocast: the input cast to x.c (a copy per call unless already x.c), the weight
     cast once per autocast region (HF_SOURCES['autocast_cache']); returns the output's key."""
     kind = "activations" if saved else "temporaries"
@@ -282,7 +328,7 @@ def _linear(walk: _Walk, x: _Shapes, key: str, inp: str, inp_bytes: float, d_in:
     return f"{key}.out"
 
 
-def _keep_if_saved(walk: _Walk, x: _Shapes, key: str, kind: str, what: str) -> None:
+def _keep_if_saved(walk: Walk, x: StepShapes, key: str, kind: str, what: str) -> None:
     """A norm output after the projections that read it: gone under autocast (each kept its own
     bf16 cast), else saved by them as it is."""
     if x.autocast:
@@ -291,7 +337,7 @@ def _keep_if_saved(walk: _Walk, x: _Shapes, key: str, kind: str, what: str) -> N
         walk.live[key] = LiveTensor(what, kind, walk.live[key].bytes)
 
 
-def _layer_forward(walk: _Walk, x: _Shapes, i: int, inp: str, saved: bool, recomputing: bool = False) -> str:
+def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, recomputing: bool = False) -> str:
     """One LlamaDecoderLayer; returns its output's key. `saved`: autograd keeps what it saves (False
     under checkpointing: everything but the autocast weight cache goes when the layer returns)."""
     T, h, q, kv, f = x.T, x.h, x.q, x.kv, x.f
@@ -316,13 +362,13 @@ def _layer_forward(walk: _Walk, x: _Shapes, i: int, inp: str, saved: bool, recom
         if rope != x.c:
             walk.alloc(f"{k}.{name}sd", T * width * x.c, kind, f"SDPA {name} (bf16 cast of RoPE's output)")
         else:  # SDPA keeps RoPE's output itself
-            walk.live[f"{k}.{name}sd"] = LiveTensor(f"SDPA {name} (RoPE's output)", kind, walk.live.pop(f"{k}.{name}emb").bytes)
+            walk.rename(f"{k}.{name}emb", f"{k}.{name}sd", f"SDPA {name} (RoPE's output)", kind)
     walk.alloc(f"{k}.attn", T * q * x.c, kind, "SDPA output (o_proj input)")
     walk.alloc(f"{k}.lse", x.b * x.heads * x.s * 4, kind, "SDPA logsumexp (fp32)")
     walk.free(f"{k}.qemb", f"{k}.kemb")
     oo = _linear(walk, x, f"{k}.o", f"{k}.attn", x.c, q, h, saved, "o_proj")
     _keep_if_saved(walk, x, y, kind, "RMSNorm output (the q, k, v projections' input)")
-    walk.alloc(f"{k}.x1", T * h * x.w, kind, "residual stream after attention (fp32)")
+    walk.alloc(f"{k}.x1", T * h * x.w, kind, "residual stream after attention")
     walk.free(oo)
     y2 = _norm_forward(walk, x, f"{k}.n2", f"{k}.x1", saved)
     go = _linear(walk, x, f"{k}.gate", y2, x.w, h, f, saved, "gate_proj")
@@ -337,22 +383,26 @@ def _layer_forward(walk: _Walk, x: _Shapes, i: int, inp: str, saved: bool, recom
         return ""
     do = _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, f, h, saved, "down_proj")
     _keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
-    walk.alloc(f"{k}.x2", T * h * x.w, "activations", "decoder layer output (fp32)")
+    walk.alloc(f"{k}.x2", T * h * x.w, "activations", "decoder layer output (residual stream)")
     walk.free(do)
     if not saved:  # checkpointed: only the layer's input stays (and autocast's cached weight copies)
         walk.free(*[key for key in list(walk.live) if key.startswith(f"{k}.") and key != f"{k}.x2" and not key.endswith(".wcopy")])
     return f"{k}.x2"
 
 
-def _forward(walk: _Walk, model: TransformerModel, x: _Shapes, checkpointed: bool) -> None:
+def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointed: bool, hooks: StepHooks) -> None:
+    """The forward and the loss, layer by layer (HF_SOURCES), with the framework's hooks around each layer."""
+    hooks.before_forward(walk)
     walk.phase = "forward: embedding"
-    walk.alloc("emb", x.T * x.h * x.w, "activations", "embedding output (fp32)")
+    walk.alloc("emb", x.T * x.h * x.w, "activations", "embedding output (residual stream)")
     walk.alloc("cos", x.s * model.head_dim * x.w, "activations", "RoPE cos, sin")
     walk.alloc("sin", x.s * model.head_dim * x.w, "activations", "RoPE cos, sin")
     current = "emb"
     for i in range(model.layers):
         walk.phase = f"forward: layer {i + 1} of {model.layers}"
+        hooks.before_layer(walk, i)
         current = _layer_forward(walk, x, i, current, saved=not checkpointed)
+        hooks.after_layer(walk, i)
     walk.phase = "forward: final norm and LM head"
     y = _norm_forward(walk, x, "final", current, saved=True)
     logits = _linear(walk, x, "head", y, x.w, x.h, x.V, True, "lm_head")
@@ -366,23 +416,24 @@ def _forward(walk: _Walk, model: TransformerModel, x: _Shapes, checkpointed: boo
     walk.free("logits32", logits)  # ForCausalLMLoss returns; the output object with the logits is dropped before backward
     if checkpointed:  # autocast exits: the cached weight copies go unless a graph node saved them (the LM head's)
         walk.free(*[key for key in list(walk.live) if key.startswith("L") and key.endswith(".wcopy")])
+    hooks.after_forward(walk)
 
 
 # ---------------------------------------------------------------------------------------------
 # Backward
 
 
-def _grad_of_weight(walk: _Walk, x: _Shapes, key: str, d_in: int, d_out: int) -> None:
+def _grad_of_weight(walk: Walk, x: StepShapes, key: str, d_in: int, d_out: int) -> None:
     """A linear's weight gradient: computed in x.c, cast to the weight's dtype, kept as .grad (HF_SOURCES['grads'])."""
     walk.alloc(f"{key}.gw_c", d_in * d_out * x.c, "temporaries", "weight gradient (compute dtype)")
     if x.c != x.w:
         walk.alloc(f"{key}.grad", d_in * d_out * x.w, "gradients", "weight gradients")
         walk.free(f"{key}.gw_c")
     else:
-        walk.live[f"{key}.grad"] = LiveTensor("weight gradients", "gradients", walk.live.pop(f"{key}.gw_c").bytes)
+        walk.rename(f"{key}.gw_c", f"{key}.grad", "weight gradients", "gradients")
 
 
-def _linear_backward(walk: _Walk, x: _Shapes, key: str, grad_out: str, d_in: int, d_out: int, saved_input: str, into: str) -> None:
+def _linear_backward(walk: Walk, x: StepShapes, key: str, grad_out: str, d_in: int, d_out: int, saved_input: str, into: str) -> None:
     """MmBackward of one linear: the input gradient (then cast back to the input's dtype and added into
     `into`), the weight gradient; frees its saved input and weight copy."""
     T = x.T
@@ -392,16 +443,15 @@ def _linear_backward(walk: _Walk, x: _Shapes, key: str, grad_out: str, d_in: int
     _add_into(walk, x, f"{key}.gin", into, T * d_in)
 
 
-def _add_into(walk: _Walk, x: _Shapes, grad: str, into: str, elements: float) -> None:
+def _add_into(walk: Walk, x: StepShapes, grad: str, into: str, elements: float) -> None:
     """A gradient reaches a tensor that already has one: the autograd engine's InputBuffer adds it in place."""
     if into in walk.live:
         walk.free(grad)
     else:
-        tensor = walk.live.pop(grad)
-        walk.live[into] = tensor
+        walk.rename(grad, into)
 
 
-def _norm_backward(walk: _Walk, x: _Shapes, key: str, g_out: str, inp: str, into: str) -> None:
+def _norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, into: str) -> None:
     """LlamaRMSNorm backward: weight * normed, normed = x * rsqrt, rsqrt, mean, pow (the fp32 temporaries each makes)."""
     T, h = x.T, x.h
     walk.alloc(f"{key}.g_normed", T * h * 4, "temporaries", "RMSNorm backward")
@@ -424,12 +474,12 @@ def _norm_backward(walk: _Walk, x: _Shapes, key: str, g_out: str, inp: str, into
         _add_into(walk, x, f"{key}.g_in", into, T * h)
 
 
-def _layer_backward(walk: _Walk, x: _Shapes, i: int, g_out: str, into: str) -> None:
+def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     k = f"L{i}"
     # x2 = x1 + down: the bf16 branch gets a cast of the gradient, x1 the gradient itself
     walk.alloc(f"{k}.g_down", T * h * c, "temporaries", "residual gradient cast to bf16")
-    walk.live[f"{k}.g_x1"] = walk.live.pop(g_out)
+    walk.rename(g_out, f"{k}.g_x1")
     walk.free(f"{k}.x2")
     _linear_backward(walk, x, f"{k}.down", f"{k}.g_down", f, h, f"{k}.prod", f"{k}.g_prod")
     walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "MLP backward")
@@ -470,10 +520,10 @@ def _layer_backward(walk: _Walk, x: _Shapes, i: int, g_out: str, into: str) -> N
         _linear_backward(walk, x, f"{k}.{name}", f"{k}.g_{name}proj", h, width, f"{k}.n1.out" if name == "q" else "", f"{k}.g_yc")
         _cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
     _norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", "", f"{k}.g_x1")
-    walk.live[into] = walk.live.pop(f"{k}.g_x1")
+    walk.rename(f"{k}.g_x1", into)
 
 
-def _cast_back(walk: _Walk, x: _Shapes, grad_c: str, into: str, width: int) -> None:
+def _cast_back(walk: Walk, x: StepShapes, grad_c: str, into: str, width: int) -> None:
     """ToCopyBackward of autocast's input cast: the bf16 input gradient back to the residual stream's dtype."""
     if grad_c not in walk.live:
         return
@@ -485,10 +535,11 @@ def _cast_back(walk: _Walk, x: _Shapes, grad_c: str, into: str, width: int) -> N
         _add_into(walk, x, grad_c, into, x.T * width)
 
 
-def _backward(walk: _Walk, model: TransformerModel, x: _Shapes, step: HfStep) -> None:
+def walk_backward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointed: bool, embedding_tables: int, hooks: StepHooks) -> None:
+    """The backward from the loss to the embedding; embedding_tables: HfStep.embedding_backward_tables."""
     T, V, h = x.T, x.V, x.h
-    checkpointed = step.recompute is Recompute.FULL
     walk.phase = "backward: loss (nll_loss and log_softmax gradients)"
+    hooks.before_backward(walk)
     walk.alloc("g_logsoftmax", T * V * 4, "logits and loss", "nll_loss gradient (fp32, b x s x V)")
     walk.alloc("g_logits32", T * V * 4, "logits and loss", "log_softmax gradient (fp32, b x s x V)")
     walk.free("g_logsoftmax", "logsoftmax")
@@ -505,21 +556,24 @@ def _backward(walk: _Walk, model: TransformerModel, x: _Shapes, step: HfStep) ->
     for i in reversed(range(model.layers)):
         walk.phase = f"backward: layer {i + 1} of {model.layers}" + (" (recomputed)" if checkpointed else "")
         inp = "emb" if i == 0 else f"L{i - 1}.x2"
+        hooks.before_layer_backward(walk, i)
         if checkpointed:  # the layer's forward again, under autocast (the recomputation stops after its last saved tensor)
-            walk.live[f"L{i}.x2_keep"] = walk.live.pop(f"L{i}.x2")
+            walk.rename(f"L{i}.x2", f"L{i}.x2_keep")
             _layer_forward(walk, x, i, inp, saved=True, recomputing=True)
-            walk.live[f"L{i}.x2"] = walk.live.pop(f"L{i}.x2_keep")
+            walk.rename(f"L{i}.x2_keep", f"L{i}.x2")
         _layer_backward(walk, x, i, "g_stream", "g_stream_next")
-        walk.live["g_stream"] = walk.live.pop("g_stream_next")
+        walk.rename("g_stream_next", "g_stream")
+        hooks.after_layer_backward(walk, i)
     walk.phase = "backward: embedding"
     walk.free("emb")
     # embedding_dense_backward: a full-size gradient table, added into the tied LM head's gradient
-    for table in range(step.embedding_backward_tables):
+    for table in range(embedding_tables):
         walk.alloc(f"g_embedding{table}", V * h * x.w, "gradients", "embedding gradient (before it is added)")
-    walk.free("g_stream", *(f"g_embedding{t}" for t in range(step.embedding_backward_tables)), "cos", "sin")
+    walk.free("g_stream", *(f"g_embedding{t}" for t in range(embedding_tables)), "cos", "sin")
     if not model.tied_embeddings:
         walk.alloc("embedding.grad", V * h * x.w, "gradients", "weight gradients")
     walk.alloc("norm_grads", (2 * model.layers + 1) * h * x.w, "gradients", "weight gradients")
+    hooks.after_backward(walk)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -561,6 +615,18 @@ def peak_derivation(peak: StepPeak, model: TransformerModel, step: HfStep) -> De
 
 def reserved_derivation(peak: StepPeak) -> Derivation:
     allocated = Term("M_peak", "M_peak", r"M_{\mathrm{peak}}", peak.allocated, "B", "peak allocated (512-byte blocks)")
+    if peak.reserved_by == "replayed":
+        held = Term("R_frag", "R_frag", r"R_{\mathrm{frag}}", peak.reserved - peak.allocated, "B",
+                    "segments the allocator holds beyond the peak's live blocks: 2 MiB / 20 MiB rounding and cached free blocks "
+                    "that no later request fitted, from its block rules replayed over the steps' allocations in order "
+                    "(parcalc.core.allocator.CachingAllocator)", ALLOCATOR_SOURCE)  # fmt: skip
+        return Derivation("step_reserved", "Reserved by the caching allocator (its rules replayed over the steps)", "M_res",
+                          r"M_{\mathrm{res}}", "$M_peak + $R_frag", "$M_peak + $R_frag", (allocated, held), peak.reserved, "B",
+                          f"{ALLOCATOR_SOURCE}; best fit, block splitting and merging (get_free_block, should_split, "
+                          "try_merge_blocks), segments kept; checked against max_memory_reserved measured on one H200 "
+                          "(../shared/measurements/h200-2026-11-28/train-steps.json)",
+                          (f"replayed: the model built on the GPU, the first step (optimizer states created at its end) and "
+                           f"{REPLAYED_STEPS - 1} steady ones, one CUDA stream, expandable_segments off",))  # fmt: skip
     rounding = Term("R_seg", "R_seg", r"R_{\mathrm{seg}}", peak.reserved - peak.allocated, "B",
                     "large allocations rounded up to the allocator's 2 MiB segments", ALLOCATOR_SOURCE)
     return Derivation("step_reserved", "Reserved by the caching allocator at the peak (rounding only)", "M_res", r"M_{\mathrm{res}}",
@@ -579,3 +645,76 @@ def hf_reserved_total(model: TransformerModel, micro_batch: int, seq_len: int, p
                       recompute: Recompute, ddp_buckets: bool = False) -> float:  # fmt: skip
     """The step's peak as the allocator reserves it (no reserve added): fit's search, one row at a time."""
     return hf_step_peak(model, HfStep(micro_batch, seq_len, precision, optimizer, recompute, ddp_buckets=ddp_buckets)).reserved
+
+
+# ---------------------------------------------------------------------------------------------
+# What the allocator reserves: the caching allocator's rules replayed over the steps (fragmentation)
+
+# Tensors the walk counts as one (the weights, AdamW's states, the cuBLAS workspaces) that the replay allocates one
+# by one, as the program does; and the step's inputs, allocated once
+_SET_UP = ("weights", "ddp_buckets", "state0", "state1", "step_counts", "cublas", "ids")
+# The first step (no optimizer states until its end) and two steady ones: what the allocator holds no longer grows
+# after the second (the three H200 steps: the same reserved bytes after 2, 3 and 8 steps)
+REPLAYED_STEPS = 3
+
+
+def _parameters_in_order(model: TransformerModel) -> list[int]:
+    """Elements of each parameter as LlamaForCausalLM's constructor allocates them (modeling_llama.py: embed_tokens,
+    each layer's q, k, v, o, gate, up, down projections and two norms, the final norm, then lm_head)."""
+    h = model.hidden
+    layer = [d_in * d_out for _, d_in, d_out in _linear_weights(model)] + [h, h]
+    return [model.vocab * h, *layer * model.layers, h, model.vocab * h]
+
+
+def hf_reserved_replayed(model: TransformerModel, step: HfStep, steps: int = REPLAYED_STEPS) -> CachingAllocator:
+    """The caching allocator (parcalc.core.allocator.CachingAllocator) after `steps` training steps of the hf walk as
+    a script runs them (../shared/measurements/h200-2026-11-28/h200_truth.py): the model built on the GPU (each
+    parameter a tensor; a tied LM head's own weight allocated by nn.Linear, then dropped by tie_weights), the input
+    ids, then each step's allocations and frees in the walk's order; the first optimizer step creates each
+    parameter's step counter and states (torch/optim/adam.py _init_group), zero_grad frees the gradients."""
+    hf_step_peak(model, step)  # what the walk accepts
+    return _replayed(model, step, _hf_walk(model, step, events=True), steps)
+
+
+def _replayed(model: TransformerModel, step: HfStep, walk: Walk, steps: int = REPLAYED_STEPS) -> CachingAllocator:
+    assert walk.events is not None
+    allocator = CachingAllocator()
+    weight_bytes = 2.0 if step.precision is Precision.BF16 else 4.0
+    sizes = _parameters_in_order(model)
+    for k, n in enumerate(sizes):
+        handle = allocator.malloc(n * weight_bytes)
+        if k == len(sizes) - 1 and model.tied_embeddings:
+            allocator.free(handle)  # tie_weights: lm_head.weight = embed_tokens.weight
+    if step.ddp_buckets:
+        allocator.malloc(model.total_params * weight_bytes)
+    allocator.malloc(step.micro_batch * step.seq_len * 8)
+    handles: dict[str, float] = {}
+    for i in range(steps):
+        for key, size in walk.events:
+            if key in _SET_UP:
+                if key == "cublas" and i == 0:
+                    for _ in range(2):  # one workspace per handle (HF_SOURCES['cublas']); the walk has none on the CPU
+                        allocator.malloc(step.cublas_workspace / 2)
+                continue
+            if size > 0:
+                handles[key] = allocator.malloc(size)
+            elif size < 0:  # Walk.rename: old\0new
+                old, new = key.split("\0")
+                handles[new] = handles.pop(old)
+            elif key in handles:
+                allocator.free(handles.pop(key))
+        if i == 0:
+            for n in sizes[: len(sizes) - (1 if model.tied_embeddings else 0)]:
+                if step.optimizer.states:
+                    allocator.malloc(4)  # state['step'], on the GPU for fused AdamW
+                for _ in range(step.optimizer.states):
+                    allocator.malloc(n * weight_bytes)
+        for key in sorted(handles, key=_parameter_order):  # zero_grad(set_to_none=True), in parameter order
+            allocator.free(handles.pop(key))
+    return allocator
+
+
+def _parameter_order(key: str) -> tuple[int, str]:
+    if key.startswith("L") and "." in key:
+        return (int(key[1:key.index(".")]) + 1, key)
+    return (0 if key.startswith(("head", "embedding")) else 10**9, key)

@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 # Memory components (parcalc.core.memory.StageMemory.components) in five groups, in stacking order.
 # Every component name the core produces must be here (tests/test_figures.py checks it).
 MEMORY_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("weights", "#4c78a8", ("weights", "FP8 weight copies", "autocast weight copies")),
-    ("gradients", "#f58518", ("gradients",)),
+    ("weights", "#4c78a8", ("weights", "FP8 weight copies", "autocast weight copies", "sharded parameters", "unsharded parameters")),
+    ("gradients", "#f58518", ("gradients", "sharded gradients")),
     ("optimizer states", "#54a24b", ("optimizer states",)),
     ("activations", "#e45756", ("activations (layers)", "activations (embeddings)", "logits / cross-entropy",
                                 "recomputation working set", "activations", "logits and loss", "temporaries")),
     ("buffers + reserve", "#9d9da0", ("ZeRO-3 gathered buffers", "context-parallel buffers", "MoE exchange buffers", "reserve",
-                                      "workspace", "allocator segment rounding")),
+                                      "workspace", "allocator: reserved beyond the live blocks", "all-gather buffers", "reduce-scatter buffers")),
 )  # fmt: skip
 GROUP_OF = {name: group for group, _, names in MEMORY_GROUPS for name in names}
 COLOUR_OF = {group: colour for group, colour, _ in MEMORY_GROUPS}

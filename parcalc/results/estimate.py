@@ -84,7 +84,9 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
          "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp"),
         ("memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)"
          if framework.step_memory == "textbook" else f"memory per GPU is the peak of one step of the {framework.key} profile's eager code as the "
-         "caching allocator reserves it, plus the reserve (parcalc.core.memory_timeline, docs/memory-peak.md)"),
+         "caching allocator reserves it, plus the reserve (parcalc.core.memory_timeline, docs/memory-peak.md)"
+         + ("" if framework.step_memory == "hf-eager" else "; under fully_shard over all dp ranks of a dense Llama-shaped model "
+            "(parcalc.core.memory_fsdp), the textbook sum for other layouts")),
         "step time = compute + TP + bubble + PP sends + exposed DP/ZeRO + optimizer (parcalc.core.timing.step, docs/step-time.md)"
         + (" + offload (PCIe copies beyond their overlap window, the CPU optimizer step memory-bound on 614.4 GB/s of host DRAM per node: "
            "parcalc.core.timing.offload)" if training.offload_optimizer or training.offload_activations else ""),

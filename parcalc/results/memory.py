@@ -290,7 +290,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     )  # fmt: skip
     if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
         derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
-        tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split('(hf: ', 1)[-1][:-1]}",
+        tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split(': ', 1)[-1][:-1]}",
                         (Column("tensor", "tensor"), Column("kind", "kind"), Column("bytes", "bytes", "B", memory=True)), worst.peak_live)  # fmt: skip
     tables: list[Table] = [components, tensors]
     if per_stage:
@@ -316,6 +316,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         dropout_assumption(shape, bool(setup.dropout), dropout_given),
         *context_assumptions(par),
         *shard_group_assumptions(breakdown),
+        *step_walk_assumptions(breakdown),
     )  # fmt: skip
     return Result(
         command="memory",
@@ -329,6 +330,18 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         fits=None if setup.capacity is None else worst.total.value <= setup.capacity,  # as _fit_verdict says it
         main_table="stages" if per_stage else "",  # --per-stage --format csv: the stages, as asked
     )
+
+
+def step_walk_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:
+    """Why an fsdp2 / torchtitan memory is the textbook sum: what of the layout the step walk does not follow."""
+    from parcalc.core.memory import fsdp_walk_gaps
+
+    setup = breakdown.setup
+    if setup.step_memory not in ("fsdp2-eager", "torchtitan-eager") or breakdown.worst.peak is not None:
+        return ()
+    gaps = fsdp_walk_gaps(breakdown.model, breakdown.parallelism, setup)
+    return (f"memory: the textbook sum; the {setup.step_memory.removesuffix('-eager')} profile's step walk (parcalc.core.memory_fsdp: "
+            f"fully_shard over all dp ranks of a dense Llama-shaped model) does not cover {'; '.join(gaps)}",)
 
 
 def shard_group_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:

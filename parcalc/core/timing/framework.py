@@ -18,7 +18,7 @@ from parcalc.core.timing.host import HostCosts
 # The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
 KERNEL_SETS = ("fused", "eager", "hf")
 # How a profile counts memory (Framework.step_memory)
-STEP_MEMORY_MODELS = ("textbook", "hf-eager")
+STEP_MEMORY_MODELS = ("textbook", "hf-eager", "fsdp2-eager", "torchtitan-eager")
 
 
 @dataclass(frozen=True)

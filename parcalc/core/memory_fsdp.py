@@ -1,0 +1,403 @@
+"""Memory as FSDP2 allocates it: the peak over one training step under `fully_shard`.
+
+PyTorch's FSDP2 (torch.distributed.fsdp.fully_shard) applied to each transformer block and to the
+root module (which keeps the embedding, the final norm and the LM head) holds, on each of the N
+ranks of its shard group, the model's parameters in 1/N shards and gathers one block at a time.
+This module walks one steady-state step tensor by tensor, as parcalc.core.memory_timeline does for
+the hf profile, and reuses that walk for what the model code saves (the same transformers
+`LlamaDecoderLayer`, its RMSNorm, RoPE, SDPA, SwiGLU MLP and the LM head's fp32 loss): FSDP2's
+MixedPrecisionPolicy casts the gathered parameters to param_dtype, so the model runs in that dtype
+without autocast (the walk's --precision bf16 path). FSDP2's own tensors enter through the walk's
+hooks around each block (FSDP_SOURCES, torch 2.13's torch/distributed/fsdp/_fully_shard/*.py):
+
+- before the step: each parameter's padded fp32 shard (ceil(rows / N) rows), AdamW's two states on
+  the shards (torch.optim, zeros_like of the sharded DTensor); gradients freed by zero_grad;
+- forward, per unit (root first, then each block): the all-gather copy-in (the shards cast to
+  param_dtype, a transient), the all-gather output (N x the unit's shards), the unsharded parameters
+  it is copied out to; the previous unit's all-gather output is freed only at this copy-out (it is
+  kept to overlap copy-out and the next all-gather); a block's unsharded parameters are freed after
+  its forward (reshard_after_forward), the root's are kept (never resharded after forward);
+- backward, per block from the last: the root's pre-backward hook prefetches the last block's
+  all-gather; each block's pre-backward copies its own out and prefetches the block before it; the
+  block's unsharded gradients (param_dtype) live until its post-backward, which reshards its
+  parameters, frees the previous block's reduce-scatter input, copies the gradients into a new one
+  (N x shards, reduce_dtype), frees them, and keeps the reduced shard (cast to the shards' dtype
+  when reduce_dtype differs) as the sharded gradient; the root's reduce-scatter runs in the final
+  callback, after the embedding's backward;
+- the optimizer step: fused AdamW in place; foreach AdamW's sqrt of every exp_avg_sq at once
+  (torch/optim/adam.py _multi_tensor_adam); the for-loop's two temporaries of one parameter.
+
+Ground truth: torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker over transformers'
+LlamaForCausalLM under FakeTensorMode with a fake process group, as torchtitan's
+scripts/estimate/estimation.py runs it (tests/ground_truth/test_torch_memory_fsdp.py). Nothing here
+is fitted to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from parcalc.core.choices import Optimizer, Precision, Recompute
+from parcalc.core.memory_timeline import (
+    HF_SOURCES,
+    MEASURED,
+    StepHooks,
+    StepPeak,
+    StepShapes,
+    Walk,
+    check_hf_model,
+    hf_model_gaps,
+    peak_of,
+    walk_backward,
+    walk_forward,
+)
+from parcalc.core.model import TransformerModel
+from parcalc.derivation import Derivation, Term
+from parcalc.errors import InputError
+
+TORCH = "pytorch/pytorch v2.13.0 torch/distributed/fsdp/_fully_shard"
+FSDP_SOURCES = {
+    "shards": (f"{TORCH}/_fsdp_param.py:307 FSDPParam._init_sharded_param: param_data.new_zeros(padded_sharded_size), dim 0 "
+               "padded to a multiple of the shard group (ceil(rows / N) rows a rank), in the parameter's own dtype"),
+    "copy_in": (f"{TORCH}/_fsdp_collectives.py:419 _get_param_all_gather_inputs: one flat param_dtype tensor of all the unit's "
+                "shards (the MixedPrecisionPolicy cast), freed when foreach_all_gather returns"),
+    "all_gather": (f"{TORCH}/_fsdp_collectives.py:351 foreach_all_gather: all_gather_output of N x the unit's shards in "
+                   "param_dtype; _fsdp_param_group.py:429-432 and 483 wait_for_unshard: in forward the result is kept in "
+                   "comm_ctx.all_gather_state until the next unit's copy-out (or the root's post-forward, _fsdp_state.py:342); "
+                   "in backward it is freed right after its own copy-out"),
+    "unsharded": (f"{TORCH}/_fsdp_param.py:616-626 init_all_gather_outputs and 1066-1072 alloc_storage / free_storage: each "
+                  "parameter's unsharded param_dtype tensor (N x its padded shard), allocated at copy-out "
+                  "(_fsdp_collectives.py:431 foreach_all_gather_copy_out) and freed by reshard"),
+    "reshard": (f"{TORCH}/_fsdp_param_group.py:499 reshard and 557-563 post_forward (reshard_after_forward=True, the default, "
+                "frees a block's unsharded parameters after its forward); _fsdp_state.py:203-207 _lazy_init: the root is "
+                "never resharded after forward (its parameters are used again at once in backward)"),
+    "prefetch": (f"{TORCH}/_fsdp_param_group.py:576-586 pre_backward and 795-830 _backward_prefetch: each unit's pre-backward "
+                 "(a hook on its outputs' gradients) all-gathers the unit that ran before it in forward; the root's (on the loss) "
+                 "prefetches the last block"),
+    "reduce": (f"{TORCH}/_fsdp_param_group.py:588-720 post_backward: reshard, then free the previous unit's reduce-scatter "
+               "input (reduce_scatter_max_input_buffers = 1, lines 648-657); _fsdp_collectives.py:597-612 foreach_reduce: "
+               "the reduce-scatter input (N x shards, reduce_dtype; the unsharded gradients freed after the copy-in, line "
+               "606), its output (the shards, reduce_dtype), line 696 cast to the parameters' dtype when reduce_dtype "
+               "differs; the sharded gradients are views of that flat tensor; line 717 the input is kept "
+               "(reduce_scatter_states) until the next post-backward"),
+    "root_reduce": (f"{TORCH}/_fsdp_state.py:395-431 _root_post_backward_final_callback: the root's post_backward (its inputs, "
+                    "the token ids, need no gradient, so autograd never calls it) and then reduce_scatter_states.clear()"),
+    "adamw": ("pytorch/pytorch v2.13.0 torch/optim/adam.py: fused (torch._fused_adamw_, in place), foreach (_multi_tensor_adam "
+              "line 762: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), every state's size at once), for-loop "
+              "(_single_tensor_adam line 544: exp_avg_sq.sqrt() / bias_correction2_sqrt, two temporaries of one parameter); "
+              "states created with zeros_like on the sharded parameters"),
+    "torchtitan": ("pytorch/torchtitan at 9dec370 (the commit of its Dec 2024 benchmarks, benchmarks/llama3_h100_202412_torchtitan.md): "
+                   "torchtitan/parallelisms/parallelize_llama.py:329-339 apply_fsdp: fully_shard(transformer_block, "
+                   "reshard_after_forward=int(layer_id) < len(model.layers) - 1) and fully_shard(model, ...); config_manager.py: "
+                   "mixed_precision_param bfloat16, mixed_precision_reduce float32 (the only choice), --optimizer.fused off by "
+                   "default, so optimizer.py builds AdamW with foreach=True; metrics.py get_peak_stats logs "
+                   "reserved_bytes.all.peak as 'memory'. Later torchtitan (b5bcd76) defaults to fused AdamW and wraps "
+                   "tok_embeddings and [norm, lm_head] as units of their own"),
+}
+# "gradients": the unsharded ones (param_dtype), as the walk of the model code files a weight's .grad
+KINDS = ("sharded parameters", "optimizer states", "sharded gradients", "unsharded parameters", "gradients",
+         "all-gather buffers", "reduce-scatter buffers", "activations", "logits and loss", "temporaries", "workspace")  # fmt: skip
+OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
+
+
+@dataclass(frozen=True)
+class FsdpStep:
+    """What decides the memory of one step under fully_shard besides the model."""
+
+    micro_batch: int
+    seq_len: int
+    shards: int  # N, the ranks of the shard group
+    precision: Precision = Precision.MIXED_BF16  # mixed: fp32 shards, param_dtype bf16; bf16 / fp32: no cast
+    reduce_bytes: float = 2.0  # reduce_dtype's bytes (MixedPrecisionPolicy(reduce_dtype=None) reduces in param_dtype)
+    optimizer: Optimizer = Optimizer.ADAMW
+    optimizer_impl: str = "foreach"  # torch.optim's default on CUDA, and torchtitan's at 9dec370 (fused in later versions)
+    recompute: Recompute = Recompute.NONE  # full: each block checkpointed (its input kept, recomputed before its backward)
+    reshard_last_block: bool = True  # torchtitan: False (FSDP_SOURCES['torchtitan'])
+    cublas_workspace: float = 2 * 32 * 2**20  # HF_SOURCES["cublas"]; 0 on the CPU (FSDPMemTracker)
+    embedding_backward_tables: int = 1  # memory_timeline.HfStep; 2 under FakeTensorMode (PyTorch's decomposition)
+    step_counters_on_device: bool | None = None  # AdamW's state['step'] tensors: on the GPU for fused only (None: so)
+
+
+@dataclass(frozen=True)
+class FsdpProfile:
+    """What a framework profile's FSDP2 sets (Framework.step_memory names one of PROFILES)."""
+
+    reduce_bytes: float
+    optimizer_impl: str
+    reshard_last_block: bool
+    source: str
+
+
+PROFILES = {
+    "fsdp2-eager": FsdpProfile(2.0, "foreach", True, "PyTorch fully_shard's defaults: MixedPrecisionPolicy(param_dtype=bfloat16, "
+                               "reduce_dtype=None) reduces in param_dtype, reshard_after_forward=True on every block; torch.optim.AdamW "
+                               "picks foreach on CUDA (torch/optim/optimizer.py _default_to_fused_or_foreach)"),
+    "torchtitan-eager": FsdpProfile(4.0, "foreach", False, FSDP_SOURCES["torchtitan"]),
+}
+
+
+def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, precision: Precision, optimizer: Optimizer,
+                 recompute: Recompute) -> FsdpStep:  # fmt: skip
+    """The step of a framework profile (PROFILES) on a GPU."""
+    settings = PROFILES[profile]
+    return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
+                    settings.reshard_last_block)  # fmt: skip
+
+
+def walk_gaps(model: TransformerModel, *, tp: int, pp: int, cp: int, ep: int, zero: int, dp: int, shard_group: int | None,
+              precision: Precision, optimizer: Optimizer, recompute: Recompute, other: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+    """What of a layout the walk does not follow (none: its peak is the memory; else the textbook sum is).
+    It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
+    caller's own (offload, a recomputed subset of layers, ...)."""
+    gaps = [*hf_model_gaps(model), *other]
+    gaps += [f"{name} = {value}" for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)) if value > 1]
+    if zero != 3:
+        gaps.append(f"ZeRO-{zero} (fully_shard is ZeRO-3)")
+    elif dp < 2:
+        gaps.append("dp = 1 (nothing sharded)")
+    if shard_group is not None and shard_group != dp:
+        gaps.append(f"hybrid sharding over {shard_group} of {dp} ranks")
+    if precision not in (Precision.MIXED_BF16, Precision.BF16, Precision.FP32):
+        gaps.append(f"--precision {precision.value}")
+    if optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
+        gaps.append(f"--optimizer {optimizer.value}")
+    if recompute not in (Recompute.NONE, Recompute.FULL):
+        gaps.append(f"--recompute {recompute.value}")
+    return gaps
+
+
+@dataclass(frozen=True)
+class _Param:
+    name: str
+    rows: int
+    cols: int
+
+    def shard(self, n: int) -> int:
+        """Elements of one rank's padded shard (FSDP_SOURCES['shards'])."""
+        return math.ceil(self.rows / n) * self.cols
+
+
+def _block_params(model: TransformerModel) -> tuple[_Param, ...]:
+    """One LlamaDecoderLayer's parameters (nn.Linear weights are out x in)."""
+    h, q, kv, f = model.hidden, model.heads * model.head_dim, model.kv_heads * model.head_dim, model.ffn_hidden
+    return (_Param("q", q, h), _Param("k", kv, h), _Param("v", kv, h), _Param("o", h, q), _Param("gate", f, h), _Param("up", f, h),
+            _Param("down", h, f), _Param("n1", h, 1), _Param("n2", h, 1))  # fmt: skip
+
+
+def _root_params(model: TransformerModel) -> tuple[_Param, ...]:
+    """The root unit's: the embedding (the LM head's weight too when tied), the final norm, an untied LM head."""
+    own = (_Param("head", model.vocab, model.hidden),) if not model.tied_embeddings else ()
+    return (_Param("embedding", model.vocab, model.hidden), _Param("final_norm", model.hidden, 1), *own)
+
+
+class _FsdpHooks(StepHooks):
+    """FSDP2's allocations around the walk of the model's step (module docstring, FSDP_SOURCES)."""
+
+    def __init__(self, model: TransformerModel, step: FsdpStep, param_bytes: float, master_bytes: float) -> None:
+        self.n = step.shards
+        self.layers = model.layers
+        self.units = {"root": _root_params(model), **{f"L{i}": _block_params(model) for i in range(model.layers)}}
+        self.p = param_bytes
+        self.master = master_bytes
+        self.reduce = step.reduce_bytes
+        self.reshard_after_forward = {f"L{i}": step.reshard_last_block or i < model.layers - 1 for i in range(model.layers)}
+        self.gathering: set[str] = set()  # units whose all-gather output is live, not yet copied out
+        self.unsharded: set[str] = set()
+        self.kept_all_gather: str | None = None  # forward: comm_ctx.all_gather_state
+        self.kept_reduce_scatter: str | None = None  # comm_ctx.reduce_scatter_states
+
+    def _shards(self, unit: str) -> int:
+        return sum(p.shard(self.n) for p in self.units[unit])
+
+    def sharded_state(self, walk: Walk, states: int) -> None:
+        for unit, params in self.units.items():
+            for p in params:
+                walk.alloc(f"fsdp.{unit}.{p.name}.shard", p.shard(self.n) * self.master, "sharded parameters", "parameter shards")
+                for s in range(states):
+                    walk.alloc(f"fsdp.{unit}.{p.name}.state{s}", p.shard(self.n) * self.master, "optimizer states",
+                               "AdamW states on the shards")  # fmt: skip
+
+    def unshard(self, walk: Walk, unit: str) -> None:
+        """FSDPParamGroup.unshard: the copy-in (transient) and the all-gather output (FSDP_SOURCES['copy_in'], ['all_gather'])."""
+        if unit in self.gathering or unit in self.unsharded:
+            return
+        if self.p != self.master:  # the foreach copy-in casts the shards; without a param_dtype they are gathered as they are
+            walk.alloc(f"fsdp.{unit}.copy_in", self._shards(unit) * self.p, "all-gather buffers", "all-gather copy-in (param_dtype)")
+        walk.alloc(f"fsdp.{unit}.ag", self.n * self._shards(unit) * self.p, "all-gather buffers", "all-gather output")
+        walk.free(f"fsdp.{unit}.copy_in")
+        self.gathering.add(unit)
+
+    def wait_for_unshard(self, walk: Walk, unit: str, forward: bool) -> None:
+        """FSDPParamGroup.wait_for_unshard: the copy-out into the unsharded parameters (FSDP_SOURCES['unsharded'])."""
+        if unit not in self.gathering:
+            return
+        if forward and self.kept_all_gather is not None:
+            walk.free(self.kept_all_gather)
+            self.kept_all_gather = None
+        for p in self.units[unit]:
+            walk.alloc(f"fsdp.{unit}.{p.name}.full", self.n * p.shard(self.n) * self.p, "unsharded parameters", "unsharded parameters")
+        self.gathering.discard(unit)
+        self.unsharded.add(unit)
+        if forward:
+            self.kept_all_gather = f"fsdp.{unit}.ag"
+        else:
+            walk.free(f"fsdp.{unit}.ag")
+
+    def reshard(self, walk: Walk, unit: str) -> None:
+        walk.free(*(f"fsdp.{unit}.{p.name}.full" for p in self.units[unit]))
+        self.unsharded.discard(unit)
+
+    def post_backward(self, walk: Walk, unit: str, grads: list[str]) -> None:
+        """Reshard, then reduce-scatter the unit's gradients (FSDP_SOURCES['reduce'])."""
+        self.reshard(walk, unit)
+        if self.kept_reduce_scatter is not None:
+            walk.free(self.kept_reduce_scatter)
+        shards = self._shards(unit)
+        walk.alloc(f"fsdp.{unit}.rs_in", self.n * shards * self.reduce, "reduce-scatter buffers", "reduce-scatter input")
+        walk.free(*grads)
+        walk.alloc(f"fsdp.{unit}.rs_out", shards * self.reduce, "sharded gradients", "sharded gradients")
+        if self.reduce != self.master:
+            walk.alloc(f"fsdp.{unit}.grad", shards * self.master, "sharded gradients", "sharded gradients")
+            walk.free(f"fsdp.{unit}.rs_out")
+        self.kept_reduce_scatter = f"fsdp.{unit}.rs_in"
+
+    # the walk's hooks
+    def before_forward(self, walk: Walk) -> None:
+        walk.phase = "forward: the root's all-gather"
+        self.unshard(walk, "root")
+        self.wait_for_unshard(walk, "root", forward=True)
+
+    def before_layer(self, walk: Walk, i: int) -> None:
+        self.unshard(walk, f"L{i}")
+        self.wait_for_unshard(walk, f"L{i}", forward=True)
+
+    def after_layer(self, walk: Walk, i: int) -> None:
+        if self.reshard_after_forward[f"L{i}"]:
+            self.reshard(walk, f"L{i}")
+
+    def after_forward(self, walk: Walk) -> None:  # the root's post-forward frees the last all-gather output
+        if self.kept_all_gather is not None:
+            walk.free(self.kept_all_gather)
+            self.kept_all_gather = None
+
+    def before_backward(self, walk: Walk) -> None:
+        self.unshard(walk, f"L{self.layers - 1}")  # the root's pre-backward prefetch (FSDP_SOURCES['prefetch'])
+
+    def before_layer_backward(self, walk: Walk, i: int) -> None:
+        self.unshard(walk, f"L{i}")
+        self.wait_for_unshard(walk, f"L{i}", forward=False)
+        if i > 0:
+            self.unshard(walk, f"L{i - 1}")
+
+    def after_layer_backward(self, walk: Walk, i: int) -> None:
+        norms = [f"L{i}.n1.grad", f"L{i}.n2.grad"]  # RMSNorm weight gradients (the walk lumps them at its end)
+        for key in norms:
+            walk.alloc(key, self.units[f"L{i}"][-1].rows * self.p, "gradients", "weight gradients")
+        grads = [key for key in walk.live if key.startswith(f"L{i}.") and key.endswith(".grad")]
+        self.post_backward(walk, f"L{i}", grads)
+
+    def after_backward(self, walk: Walk) -> None:
+        walk.phase = "backward: the root's reduce-scatter (final callback)"
+        self.post_backward(walk, "root", ["head.grad", "embedding.grad", "norm_grads"])
+        if self.kept_reduce_scatter is not None:
+            walk.free(self.kept_reduce_scatter)
+            self.kept_reduce_scatter = None
+
+
+def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
+    check_hf_model(model)
+    if step.shards < 1:
+        raise InputError(f"the FSDP shard group: at least 1 rank, got {step.shards}")
+    if step.precision not in (Precision.MIXED_BF16, Precision.BF16, Precision.FP32):
+        raise InputError(f"--precision {step.precision.value}: the FSDP2 step walk knows MixedPrecisionPolicy(param_dtype=bfloat16) "
+                         "over fp32 shards, bf16 and fp32")  # fmt: skip
+    if step.optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
+        raise InputError(f"--optimizer {step.optimizer.value}: the FSDP2 step walk knows torch.optim's AdamW, Adam and SGD")
+    if step.recompute not in (Recompute.NONE, Recompute.FULL):
+        raise InputError(f"--recompute {step.recompute.value}: the FSDP2 step walk checkpoints whole blocks (full) or nothing")
+    if step.optimizer_impl not in OPTIMIZER_IMPLS:
+        raise InputError(f"optimizer implementation {step.optimizer_impl!r}: one of {', '.join(OPTIMIZER_IMPLS)}")
+
+
+def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
+    """The allocation peak of one steady-state step of one rank under fully_shard (module docstring)."""
+    check_fsdp_step(model, step)
+    master = 2.0 if step.precision is Precision.BF16 else 4.0
+    compute = 4.0 if step.precision is Precision.FP32 else 2.0
+    x = StepShapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
+                   model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, compute, compute, False)  # fmt: skip
+    hooks = _FsdpHooks(model, step, compute, master)
+    walk = Walk()
+    walk.phase = "before the step"
+    hooks.sharded_state(walk, step.optimizer.states)
+    walk.alloc("cublas", step.cublas_workspace, "workspace", "cuBLAS workspaces")
+    walk.alloc("ids", x.T * 8, "activations", "input ids and labels (int64)")
+    on_device = step.optimizer_impl == "fused" if step.step_counters_on_device is None else step.step_counters_on_device
+    if step.optimizer.states and on_device:
+        for k in range(sum(len(p) for p in hooks.units.values())):  # a 4-byte tensor each, a 512-byte block each
+            walk.alloc(f"step_count{k}", 4, "optimizer states", "AdamW step counters")
+    checkpointed = step.recompute is Recompute.FULL
+    walk_forward(walk, model, x, checkpointed, hooks)
+    walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)
+    walk.phase = f"optimizer step ({step.optimizer_impl})"
+    shards = [p.shard(step.shards) * master for params in hooks.units.values() for p in params]
+    if step.optimizer.states == 2 and step.optimizer_impl == "foreach":
+        for k, size in enumerate(shards):
+            walk.alloc(f"opt.sqrt{k}", size, "temporaries", "foreach AdamW: sqrt of every exp_avg_sq")
+        walk.free(*(f"opt.sqrt{k}" for k in range(len(shards))))
+    elif step.optimizer.states == 2 and step.optimizer_impl == "for-loop":
+        largest = max(shards)
+        walk.alloc("opt.sqrt", largest, "temporaries", "AdamW: exp_avg_sq.sqrt()")
+        walk.transient("opt.denom", largest, "temporaries", "AdamW: sqrt / bias correction")
+        walk.free("opt.sqrt")
+    return peak_of(walk, KINDS)
+
+
+@lru_cache(maxsize=4096)
+def fsdp_reserved_total(model: TransformerModel, step: FsdpStep) -> float:
+    """The step's peak as the allocator reserves it (no reserve added): fit's search, one row at a time."""
+    return fsdp_step_peak(model, step).reserved
+
+
+def fsdp_peak_derivation(peak: StepPeak, step: FsdpStep, profile: str) -> Derivation:
+    """The peak as a Derivation: its parts as inputs, the phase and what is live in the label and assumptions."""
+    symbols = {"sharded parameters": "Ps", "optimizer states": "O", "sharded gradients": "Gs", "unsharded parameters": "Pu",
+               "gradients": "Gu", "all-gather buffers": "AG", "reduce-scatter buffers": "RS", "activations": "A",
+               "logits and loss": "X", "temporaries": "Tmp", "workspace": "Ws"}  # fmt: skip
+    sources = {"sharded parameters": FSDP_SOURCES["shards"], "optimizer states": FSDP_SOURCES["adamw"],
+               "sharded gradients": FSDP_SOURCES["reduce"], "unsharded parameters": f"{FSDP_SOURCES['unsharded']}; {FSDP_SOURCES['reshard']}",
+               "gradients": f"unsharded, until the block's reduce-scatter: {HF_SOURCES['grads']}; {FSDP_SOURCES['reduce']}",
+               "all-gather buffers": f"{FSDP_SOURCES['all_gather']}; {FSDP_SOURCES['prefetch']}",
+               "reduce-scatter buffers": FSDP_SOURCES["reduce"],
+               "activations": "; ".join(HF_SOURCES[k] for k in ("rmsnorm", "attention", "sdpa", "mlp", "residual")),
+               "logits and loss": f"{HF_SOURCES['loss']}; {HF_SOURCES['loss_backward']}",
+               "temporaries": "the op running at the peak: its outputs and scratch tensors", "workspace": HF_SOURCES["cublas"]}  # fmt: skip
+    inputs = tuple(Term(f"M_{symbols[kind]}", f"M_{symbols[kind]}", rf"M_{{\mathrm{{{symbols[kind]}}}}}", value, "B",
+                        f"{kind} live at the peak", sources[kind]) for kind, value in peak.parts if value)  # fmt: skip
+    formula = " + ".join(f"${t.key}" for t in inputs)
+    top = "; ".join(f"{t.what} {t.bytes / 2**30:.2f} GiB" for t in peak.live[:8])
+    checkpoint = ", each block checkpointed" if step.recompute is Recompute.FULL else ""
+    reduce = "fp32" if step.reduce_bytes == 4 else "bf16"
+    return Derivation(
+        key="step_peak",
+        label=f"Peak allocated during the step ({profile}: {peak.phase})",
+        symbol="M_peak",
+        latex_symbol=r"M_{\mathrm{peak}}",
+        formula=formula,
+        formula_latex=formula,
+        inputs=inputs,
+        value=peak.allocated,
+        unit="B",
+        source=(f"a walk of one step under fully_shard over {step.shards} ranks (one unit per transformer block and the root; "
+                f"{step.precision.value}, reduce in {reduce}, {step.optimizer_impl} {step.optimizer.value}{checkpoint}) taking the "
+                "maximum of what is live, each tensor in the caching allocator's 512-byte blocks; parcalc.core.memory_fsdp; "
+                "checked against torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker under FakeTensorMode; the model "
+                f"code's tensors as parcalc.core.memory_timeline walks them ({MEASURED})"),
+        assumptions=(f"the peak happens in the phase '{peak.phase}'; largest live there: {top}",
+                     "the model code walked is transformers' LlamaDecoderLayer (RMSNorm with its fp32 upcast, RoPE, SDPA, SwiGLU) "
+                     "and its fp32 cross-entropy; torchtitan's own Llama differs in RoPE (complex fp32 products)",
+                     "steady state: AdamW's states exist, gradients freed by zero_grad(set_to_none=True) before the step",
+                     "no gradient accumulation (a reduce-scatter after every backward), no CPU offload, no HSDP replicas"),
+    )  # fmt: skip

@@ -1,0 +1,167 @@
+"""Ground truth for parcalc's FSDP2 step peak (parcalc.core.memory_fsdp): PyTorch's own FSDP memory
+tracker (torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker) over transformers' real
+LlamaForCausalLM under `fully_shard` (each decoder layer, then the root), on the CPU with a fake
+process group (torch.testing._internal.distributed.fake_pg.FakeStore) of N > 1 ranks and
+FakeTensorMode: the way torchtitan's scripts/estimate/estimation.py estimates a run's memory.
+
+As in tests/ground_truth/test_torch_memory_hf.py, transformers is made to take the decisions it takes
+with real tensors and no padding (is_causal to SDPA, no packed-sequence detection), the models are
+multi-head with s well below h (the CPU flash attention's mask is negligible), and FakeTensorMode's
+embedding backward holds two tables (embedding_backward_tables = 2).
+
+Two things are set for the CPU:
+- under FakeTensorMode the tracker counts foreach and fused optimizers' DTensor ops at their global
+  size (it files sharding propagation's outputs as allocations: a foreach AdamW step shows about 15x
+  its real states), so the fake cases run torch.optim's for-loop AdamW; the foreach step, the peak
+  of a weight-heavy model on 2 ranks, is checked with real tensors (slow);
+- AdamW's step counters are tensors on the parameters' device (the CPU here, the host on a GPU for
+  the for-loop and foreach implementations): counted (step_counters_on_device=True).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+fsdp_tracker = pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_process_group_after():
+    """The fake process group is this module's: none is left for the next test module."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _process_group(world: int):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized() and dist.get_world_size() != world:
+        dist.destroy_process_group()
+    if not dist.is_initialized():
+        dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    return init_device_mesh("cpu", (world,))
+
+
+def tracked_peak(shape: tuple, world: int, checkpoint: bool, reduce_fp32: bool, *, tied: bool = True, reshard_last: bool = True,
+                 impl: str = "for-loop", fake: bool = True, bf16: bool = False) -> dict[str, float]:  # fmt: skip
+    """FSDPMemTracker's peak over a steady-state step (the second of two), by its categories and 'Total'. bf16: the model
+    built in bf16 and sharded without a MixedPrecisionPolicy (no casts); else fp32 shards with param_dtype bf16."""
+    import transformers.masking_utils as masking
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    layers, hidden, heads, ffn, vocab, b, s = shape
+    mesh = _process_group(world)
+    saved = masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices
+    masking._ignore_causal_mask_sdpa = lambda padding_mask, q_length, kv_length, *a, **k: padding_mask is None and q_length == kv_length
+    masking.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+                             num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=8192,
+                             tie_word_embeddings=tied, use_cache=False)  # fmt: skip
+        config._attn_implementation = "sdpa"
+        with FakeTensorMode() if fake else contextlib.nullcontext():
+            default = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16 if bf16 else default)  # model.to() cannot swap fake parameters
+            try:
+                model = LlamaForCausalLM(config)
+            finally:
+                torch.set_default_dtype(default)
+            if checkpoint:
+                model.gradient_checkpointing_enable()
+            policy = (MixedPrecisionPolicy() if bf16 else
+                      MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32 if reduce_fp32 else None))  # fmt: skip
+            for i, layer in enumerate(model.model.layers):
+                fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_last or i < layers - 1)
+            fully_shard(model, mesh=mesh, mp_policy=policy)
+            model.train()
+            kwargs = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **kwargs)
+            ids = torch.randint(0, vocab, (b, s))
+            tracker = fsdp_tracker.FSDPMemTracker(mod=model, optm=opt)
+            tracker.track_inputs((ids,))
+            with tracker:
+                for i in range(2):
+                    model(input_ids=ids, labels=ids).loss.backward()
+                    opt.step()
+                    opt.zero_grad()
+                    if i == 0:
+                        tracker.reset_mod_stats()  # the first step has no optimizer states
+            snapshot = tracker.get_tracker_snapshot("peak")
+    finally:
+        masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices = saved
+    (_device, parts), = snapshot.items()
+    return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
+
+
+def parcalc_peak(shape: tuple, world: int, checkpoint: bool, reduce_fp32: bool, *, tied: bool = True, reshard_last: bool = True,
+                 impl: str = "for-loop", bf16: bool = False):  # fmt: skip
+    from parcalc.core.choices import Precision, Recompute
+    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
+    from parcalc.presets import load_model
+
+    layers, hidden, heads, ffn, vocab, b, s = shape
+    llama = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=heads, head_dim=hidden // heads,
+                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=tied)  # fmt: skip
+    step = FsdpStep(b, s, world, Precision.BF16 if bf16 else Precision.MIXED_BF16, reduce_bytes=4.0 if reduce_fp32 else 2.0,
+                    optimizer_impl=impl, reshard_last_block=reshard_last,
+                    recompute=Recompute.FULL if checkpoint else Recompute.NONE, cublas_workspace=0.0, embedding_backward_tables=2,
+                    step_counters_on_device=True)  # fmt: skip
+    return fsdp_step_peak(llama, step)
+
+
+VOCAB_HEAVY = (2, 512, 8, 1536, 32000, 8, 64)
+ACTIVATION_HEAVY = (4, 1024, 8, 2816, 2048, 8, 64)
+WEIGHT_HEAVY = (4, 1024, 16, 2816, 4096, 1, 32)
+# FSDPMemTracker's categories and the walk's kinds that are the same tensors
+SAME_PARTS = (("SHARDED_PARAM", "sharded parameters"), ("OPT", "optimizer states"), ("UNSHARDED_PARAM", "unsharded parameters"),
+              ("ALL_GATHER", "all-gather buffers"), ("REDUCE_SCATTER", "reduce-scatter buffers"), ("SHARDED_GRAD", "sharded gradients"))  # fmt: skip
+
+CASES = [
+    # (shape, checkpoint, reduce in fp32, options), the phase of the peak
+    pytest.param(VOCAB_HEAVY, False, True, {}, "backward: loss", id="vocab-heavy-reduce-fp32"),
+    pytest.param(ACTIVATION_HEAVY, False, False, {}, "backward: layer 3 of 4", id="activation-heavy-reduce-bf16"),
+    pytest.param(ACTIVATION_HEAVY, True, True, {}, "backward: layer 2 of 4 (recomputed)", id="activation-heavy-checkpointed"),
+    pytest.param(WEIGHT_HEAVY, True, False, {}, "backward: layer 2 of 4 (recomputed)", id="weight-heavy-checkpointed"),
+    # torchtitan's wrapping: the last block not resharded after forward, an untied LM head
+    pytest.param(ACTIVATION_HEAVY, False, True, {"tied": False, "reshard_last": False}, "backward: layer 3 of 4", id="torchtitan-untied"),
+    # bf16 parameters, no MixedPrecisionPolicy: no copy-in cast, bf16 shards, states and reduce-scatter
+    pytest.param(ACTIVATION_HEAVY, False, False, {"bf16": True}, "backward: layer 3 of 4", id="bf16-no-mixed-precision"),
+]
+
+
+@pytest.mark.parametrize("shape, checkpoint, reduce_fp32, options, phase", CASES)
+def test_fsdp_peak_matches_fsdp_mem_tracker(shape: tuple, checkpoint: bool, reduce_fp32: bool, options: dict, phase: str) -> None:
+    parts = tracked_peak(shape, 4, checkpoint, reduce_fp32, **options)
+    ours = parcalc_peak(shape, 4, checkpoint, reduce_fp32, **options)
+    tracked = parts["Total"]
+    print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), FSDPMemTracker {tracked:,.0f} B: {ours.allocated / tracked:.4f}")
+    assert ours.allocated == pytest.approx(tracked, rel=0.02), (ours.phase, parts, ours.parts)
+    assert ours.phase.startswith(phase)
+    by_kind = dict(ours.parts)
+    for category, kind in SAME_PARTS:  # FSDP's own tensors: the same bytes at the peak
+        assert by_kind.get(kind, 0.0) == pytest.approx(parts[category], rel=0.01, abs=4096), (category, parts, ours.parts)
+
+
+@pytest.mark.slow
+def test_fsdp_foreach_optimizer_peak_matches_with_real_tensors() -> None:
+    """Weight-heavy on 2 ranks: the peak is foreach AdamW's sqrt of every state (real tensors: see the module docstring)."""
+    shape = (8, 512, 8, 1536, 2048, 1, 8)
+    parts = tracked_peak(shape, 2, False, True, impl="foreach", fake=False)
+    ours = parcalc_peak(shape, 2, False, True, impl="foreach")
+    print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), FSDPMemTracker {parts['Total']:,.0f} B")
+    assert ours.phase == "optimizer step (foreach)"
+    assert ours.allocated == pytest.approx(parts["Total"], rel=0.005)
+    # the for-loop implementation's two temporaries of one parameter: the peak moves back into the backward
+    assert parcalc_peak(shape, 2, False, True, impl="for-loop").phase.startswith("backward")

@@ -1,0 +1,117 @@
+"""Published per-GPU memory peaks of training runs, with the flags that describe each to `parcalc memory`.
+
+Plain data (no parcalc imports, no tests): tests/test_memory_published.py runs them. Every number was read
+in its source with git from a fetched snapshot (pytorch/torchtitan at b5bcd76c66d0, whose history holds the
+benchmark commits): each row quotes it. A row says what of its run parcalc's memory does not model
+(`gaps`); a row with none is a mechanism parcalc models, held to a band; the others print as known gaps.
+
+What torchtitan's 'Memory(GiB)' is: torchtitan/metrics.py get_peak_stats at 9dec370 (the Dec 2024 page's
+commit) and torchtitan/components/metrics.py at b5bcd76 log `reserved_bytes.all.peak` of
+torch.cuda.memory_stats, i.e. the caching allocator's peak reserved bytes, as 'memory: X GiB'; the Dec 2024
+page: 'Different PP ranks can have different peak memory usages. We take the maximum across all GPUs.'
+
+Searched, and left out: NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md and its archive (snapshot 067f987d:
+no memory column; `git grep -i memory` finds none; the one Megatron-Bridge memory figure, a DeepSeek-V3 rank-0 peak
+allocated, is in tests/published_modern_runs.py and tested by tests/test_moe_memory_published.py); Moonlight (a search
+of stored pages found no per-GPU memory figure); Qwen3: only torchtitan's torchtitan/components/quantization/nvfp4.md
+prints bf16 rows (Qwen3 8B and Llama 3 8B, FSDP 4, torch.compile) without naming the GPU or the checkpointing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TT_DEC24 = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (torch 1963fc8, torchtitan 9dec370)"
+TT_TRAINY = "pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torch 2.8.0a0+5228986c39, torchtitan e7c0cae)"
+# torchtitan's llama3_8b.toml at 9dec370 (train_configs/) and e7c0cae (torchtitan/models/llama3/train_configs/): seq_len = 8192,
+# activation_checkpoint mode 'selective' with selective_ac_option 'op'
+TOML_8B = "train_configs/llama3_8b.toml: seq_len = 8192, [activation_checkpoint] mode = 'selective', selective_ac_option = 'op'"
+SAC = ("torchtitan's per-op selective checkpointing (parallelize_llama.py _save_list: saves mm outputs but every second mm, "
+       "SDPA, reduce-scatter; its own Transformer)")
+COMPILE = "torch.compile per TransformerBlock (Inductor's fusion and its own activation memory)"
+FLOAT8 = "Float8 linears (torchao): FP8 casts saved for backward"
+TP = "tensor parallelism (DTensor TP with sequence parallel, loss parallel)"
+PP = "pipeline parallelism (torchtitan's PipelineStage; micro-batches = stages by default, config_manager.py)"
+# torchtitan/parallelisms/pipelining_utils.py generate_split_points at 9dec370: 126 layers over 8 single-stage ranks, base 15 and
+# the 6 extra layers to middle stages: 15 + 6 x 16 + 15
+SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")
+CP = "context parallelism (PyTorch's ring attention)"
+FRAGMENTATION = "the allocator's fragmentation (reserved above the live blocks' segments) of large logits tensors"
+
+
+@dataclass(frozen=True)
+class MemoryRun:
+    key: str
+    source: str  # where, and the row as printed
+    flags: tuple[str, ...]  # `parcalc memory` flags for the run (model, layout, batch, sequence, recomputation, precision, framework)
+    published_gib: float  # per GPU, as printed
+    what: str  # what the figure is
+    gaps: tuple[str, ...]  # what of the run parcalc does not model (empty: held to the band)
+
+
+_8B = ("--model", "llama3-8b", "--framework", "torchtitan", "--flash-attention", "--zero", "3")
+_70B = ("--model", "llama3-70b", "--framework", "torchtitan", "--flash-attention", "--zero", "3", "--sequence-parallel")
+_405B = ("--model", "llama3-405b", "--framework", "torchtitan", "--flash-attention", "--zero", "3", "--sequence-parallel")
+_RESERVED = "max over GPUs of torch.cuda reserved_bytes.all.peak (torchtitan's 'memory')"
+
+
+def _t1(row: str, gib: float, gaps: tuple[str, ...], gpus: int = 8, table: str = "Table 1", fp8: bool = False) -> MemoryRun:
+    return MemoryRun(f"tt2412-8b-{gpus}gpu-{row.lower().replace(' + ', '-').replace(' ', '-').replace('.', '')}",
+                     f"{TT_DEC24}, {table} '1D Parallelism (FSDP). Llama 3.1 8B model. {gpus} GPUs. Local batch size 2, global batch "
+                     f"size {2 * gpus}. Selective activation checkpointing.', row '| {row} | ... | {gib} |'; {TOML_8B}",
+                     (*_8B, "--dp", str(gpus), "--micro-batch", "2", "--seq-len", "8192", "--recompute", "selective",
+                      *(("--precision", "fp8") if fp8 else ())), gib, _RESERVED, (SAC, *gaps))  # fmt: skip
+
+
+def _t2(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
+    return MemoryRun(f"tt2412-8b-fsdp{fsdp}-cp{cp}-s{seq}",
+                     f"{TT_DEC24}, Table 2 'FSDP + CP + torch.compile + Float8. Llama 3.1 8B model. 8 GPUs. Local batch size 1. Full "
+                     f"activation checkpointing.', row '| FSDP {fsdp}, CP {cp} | {seq} | ... | {gib} |'",
+                     (*_8B, "--dp", str(fsdp), "--cp", str(cp), "--micro-batch", "1", "--seq-len", str(seq), "--recompute", "full",
+                      "--precision", "fp8"), gib, _RESERVED, (COMPILE, FLOAT8, *((CP,) if cp > 1 else ()), FRAGMENTATION))  # fmt: skip
+
+
+def _t6(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
+    return MemoryRun(f"tt2412-405b-tp8-pp8-fsdp{fsdp}-cp{cp}-s{seq}",
+                     f"{TT_DEC24}, Table 6 '4D parallelism (FSDP + TP + PP + CP) + torch.compile + Float8 + AsyncTP + 1F1B. Llama 3.1 "
+                     f"405B model. 512 GPUs (TP 8, PP8). Local batch size 8. Full activation checkpointing.', row '| FSDP {fsdp}, CP {cp} "
+                     f"| {seq} | ... | {gib} |'",
+                     (*_405B, *SPLIT_405B, "--tp", "8", "--pp", "8", "--dp", str(fsdp), "--cp", str(cp), "--micro-batch", "1", "--micro-batches", "8",
+                      "--seq-len", str(seq), "--recompute", "full", "--precision", "fp8"),
+                     gib, _RESERVED, (COMPILE, FLOAT8, TP, PP, *((CP,) if cp > 1 else ())))  # fmt: skip
+
+
+RUNS: tuple[MemoryRun, ...] = (
+    _t1("FSDP", 82.4, ()),
+    _t1("FSDP + torch.compile", 77.0, (COMPILE,)),
+    _t1("FSDP + torch.compile + Float8", 76.8, (COMPILE, FLOAT8), fp8=True),
+    _t1("FSDP", 67.0, (), gpus=128, table="Table 3"),
+    _t1("FSDP + torch.compile", 62.0, (COMPILE,), gpus=128, table="Table 3"),
+    _t1("FSDP + torch.compile + Float8", 61.8, (COMPILE, FLOAT8), gpus=128, table="Table 3", fp8=True),
+    _t2(8, 1, 32768, 83.9),
+    _t2(4, 2, 65536, 84.2),
+    _t2(2, 4, 131072, 84.0),
+    _t2(1, 8, 262144, 84.5),
+    MemoryRun("tt2412-70b-fsdp32-tp8", f"{TT_DEC24}, Table 4 '2D parallelism (FSDP + TP) + torch.compile + Float8. Llama 3.1 70B model. "
+              "256 GPUs (FSDP 32, TP 8). Local batch size 16, global batch size 512. Full activation checkpointing.', row "
+              f"'| 2D | 829 | 71.9 |'; sequence length not printed: {TOML_8B.replace('8b', '70b')} is not re-read, 8192 taken",
+              (*_70B, "--tp", "8", "--dp", "32", "--micro-batch", "16", "--seq-len", "8192", "--recompute", "full", "--precision", "fp8"),
+              71.9, _RESERVED, (COMPILE, FLOAT8, TP, "the sequence length (not printed)")),
+    MemoryRun("tt2412-405b-fsdp8-tp8-pp8-1f1b", f"{TT_DEC24}, Table 5 '3D parallelism (FSDP + TP + PP) + torch.compile + Float8 + AsyncTP. "
+              "Llama 3.1 405B model. 512 GPUs (FSDP 8, TP 8, PP8). Local batch size 32, global batch size 256. Full activation "
+              "checkpointing.', row '| 1F1B | 100 | 82.5 |'",
+              (*_405B, *SPLIT_405B, "--tp", "8", "--pp", "8", "--dp", "8", "--micro-batch", "4", "--micro-batches", "8", "--seq-len", "8192",
+               "--recompute", "full", "--precision", "fp8", "--schedule", "1f1b"),
+              82.5, _RESERVED, (COMPILE, FLOAT8, TP, PP, "the sequence length and micro-batch size (not printed: 8192 and 32 / 8 taken)")),
+    _t6(8, 1, 32768, 75.3),
+    _t6(4, 2, 65536, 75.9),
+    _t6(2, 4, 131072, 77.1),
+    _t6(1, 8, 262144, 84.9),
+    *(MemoryRun(f"trainy-h200-8b-{n}-nodes", f"{TT_TRAINY}, '| NUM_NODES | TPS/GPU | Memory(GiB) |' row '| {n} | ... | {gib} |'; command: "
+                "--training.local_batch_size=2 --training.compile --model.converters=\"quantize.linear.float8\" "
+                "--quantize.linear.float8.enable_fsdp_float8_all_gather; 8 H200 per node; llama3_8b.toml at e7c0cae: seq_len 8192, "
+                "selective 'op' checkpointing",
+                (*_8B, "--dp", str(8 * n), "--micro-batch", "2", "--seq-len", "8192", "--recompute", "selective", "--precision", "fp8"),
+                gib, "torch.cuda reserved_bytes.all.peak (torchtitan's 'memory'), 'arbitrarily sampled at the 100th iteration'",
+                (SAC, COMPILE, FLOAT8, "Float8 all-gathers of the FSDP parameters")) for n, gib in ((4, 47.96), (8, 46.97))),
+)

@@ -1,0 +1,103 @@
+"""The fsdp2 and torchtitan profiles' memory: the peak of one step under fully_shard (parcalc.core.memory_fsdp),
+FSDP2's own tensors as PyTorch v2.13.0's torch/distributed/fsdp/_fully_shard allocates them. Held against
+FSDPMemTracker in tests/ground_truth/test_torch_memory_fsdp.py; here the exact sizes its sources give."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from parcalc.core.choices import Recompute
+from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_of, fsdp_step_peak
+
+# Llama 3 8B (the llama3-8b preset, Hugging Face config.json): untied, every dim 0 a multiple of 8 (no shard padding)
+P_8B = 8_030_261_248
+P_LAYER = 218_112_000
+P_EMBEDDING = 128_256 * 4096
+LLAMA_8B = ["--model", "llama3-8b", "--seq-len", "4096", "--micro-batch", "1", "--gpu", "h100-sxm5", "--flash-attention"]
+
+
+def llama3_8b():
+    from parcalc.presets import load_model
+
+    return load_model("llama3-8b")
+
+
+def test_fsdp_tensors_of_llama3_8b_on_8_ranks() -> None:
+    """torchtitan on 8 ranks: fp32 shards (P/8 x 4 B), two AdamW states on them (foreach AdamW: step counters on the host);
+    at the loss's backward the root (embedding, final norm, LM head) and the last block (not resharded after forward)
+    unsharded in bf16, and nothing else of FSDP's (the last block needs no all-gather)."""
+    peak = fsdp_step_peak(llama3_8b(), fsdp_step_of("torchtitan-eager", 1, 32768, 8, *_mixed_adamw(), Recompute.FULL))
+    parts = dict(peak.parts)
+    assert peak.phase.startswith("backward: loss")
+    assert parts["sharded parameters"] == P_8B // 8 * 4 == 4_015_130_624
+    assert parts["optimizer states"] == 2 * P_8B // 8 * 4
+    tensors = 9 * 32 + 3  # per block 7 linears and 2 norms; embedding, final norm, LM head
+    fused = fsdp_step_peak(llama3_8b(), FsdpStep(1, 32768, 8, optimizer_impl="fused", recompute=Recompute.FULL))
+    assert dict(fused.parts)["optimizer states"] == 2 * P_8B // 8 * 4 + tensors * 512  # fused: step counters on the GPU, 512-B blocks
+    assert parts["unsharded parameters"] == (2 * P_EMBEDDING + 4096 + P_LAYER) * 2
+    assert parts["all-gather buffers"] == 0 and parts["reduce-scatter buffers"] == 0
+    # fsdp2 (every block resharded): the root's pre-backward prefetches the last block, whose all-gather output is live instead
+    fsdp2 = dict(fsdp_step_peak(llama3_8b(), fsdp_step_of("fsdp2-eager", 1, 32768, 8, *_mixed_adamw(), Recompute.FULL)).parts)
+    assert fsdp2["unsharded parameters"] == (2 * P_EMBEDDING + 4096) * 2
+    assert fsdp2["all-gather buffers"] == P_LAYER * 2
+
+
+def _mixed_adamw():
+    from parcalc.core.choices import Optimizer, Precision
+
+    return Precision.MIXED_BF16, Optimizer.ADAMW
+
+
+def test_reduce_scatter_in_fp32_doubles_its_buffer_at_a_block_backward_peak() -> None:
+    """A peak inside a block's backward: the block after it's reduce-scatter input is still held (one buffer, N x shards),
+    in reduce_dtype: bf16 for fsdp2's defaults, fp32 for torchtitan; the sharded gradients are fp32 either way."""
+    short_vocab = replace(llama3_8b(), vocab=4096)  # each block checkpointed: the peak in a recomputed block's backward
+    bf16 = fsdp_step_peak(short_vocab, FsdpStep(4, 4096, 8, reduce_bytes=2.0, recompute=Recompute.FULL))
+    fp32 = fsdp_step_peak(short_vocab, FsdpStep(4, 4096, 8, reduce_bytes=4.0, recompute=Recompute.FULL))
+    assert bf16.phase.startswith("backward: layer") and fp32.phase.startswith("backward: layer")
+    assert dict(bf16.parts)["reduce-scatter buffers"] == P_LAYER * 2
+    assert dict(fp32.parts)["reduce-scatter buffers"] == P_LAYER * 4
+    assert fp32.allocated - bf16.allocated == pytest.approx(P_LAYER * 2, rel=0.001)
+
+
+def test_the_peak_parts_add_up_to_the_peak() -> None:
+    peak = fsdp_step_peak(llama3_8b(), FsdpStep(2, 8192, 8, recompute=Recompute.FULL))
+    assert sum(v for _, v in peak.parts) == peak.allocated
+    assert peak.allocated <= peak.reserved < peak.allocated * 1.01
+
+
+@pytest.mark.parametrize("framework", ["fsdp2", "torchtitan"])
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_memory_and_fit_agree_under_fully_shard(run_json, framework: str, recompute: str) -> None:
+    common = [*LLAMA_8B, "--framework", framework, "--recompute", recompute, "--zero", "3"]
+    memory = run_json("memory", *common, "--dp", "8")["results"]
+    fit = run_json("fit", *common, "--gpus", "8", "--batch", "8", "--tp", "1", "--pp", "1", "--dp", "8")["results"]
+    assert "step_peak" in memory and "step_peak" in fit
+    assert fit["total"]["value"] == pytest.approx(memory["total"]["value"], rel=0.01)
+
+
+def test_the_search_ranks_fully_shard_rows_by_the_walk(run_json) -> None:
+    """fit --search's ZeRO-3 row without TP carries the walk's memory, the same as the pinned layout's (51.73 GB here)."""
+    search = run_json("fit", *LLAMA_8B, "--gpus", "8", "--batch", "16", "--framework", "fsdp2", "--search")["tables"]["top"]
+    walked = next(r for r in search["rows"] if (r["tp"], r["pp"], r["zero"], r["recompute"]) == (1, 1, 3, "none"))
+    pinned = run_json("fit", *LLAMA_8B, "--gpus", "8", "--batch", "16", "--framework", "fsdp2", "--tp", "1", "--pp", "1", "--dp", "8",
+                      "--zero", "3")["results"]  # fmt: skip
+    assert "step_peak" in pinned
+    assert walked["memory"] == pytest.approx(pinned["total"]["value"], rel=1e-9)
+
+
+@pytest.mark.parametrize("args", [["--tp", "2"], ["--zero", "1"], ["--recompute", "selective"]], ids=["tp", "zero-1", "selective"])
+def test_layouts_the_walk_does_not_follow_keep_the_textbook_sum(run_json, args: list[str]) -> None:
+    flags = [*LLAMA_8B, "--framework", "fsdp2", "--zero", "3", *args]
+    results = run_json("memory", *flags)["results"]
+    assert "step_peak" not in results and "textbook_total" not in results
+
+
+def test_a_textbook_fsdp_memory_says_why(run_json) -> None:
+    doc = run_json("memory", *LLAMA_8B, "--framework", "torchtitan", "--zero", "3", "--tp", "2", "--recompute", "selective")
+    said = [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
+    assert said and "tp = 2" in said[0] and "--recompute selective" in said[0]
+    walked = run_json("memory", *LLAMA_8B, "--framework", "torchtitan", "--zero", "3", "--dp", "8")
+    assert not [a for a in walked["assumptions"] if a.startswith("memory: the textbook sum")]
