@@ -27,6 +27,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from parcalc.core.attention_window import AttentionWindow, WindowKind
 from parcalc.core.dtypes import COMPUTE_DTYPES
 from parcalc.core.hardware import (
     DtypeRates,
@@ -40,6 +41,7 @@ from parcalc.core.hardware import (
 from parcalc.core.model import LatentAttention, MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
 from parcalc.frozen import frozen
+from parcalc.hf_architectures import mtp_from_hf, window_from_hf
 from parcalc.resources import data_dir, home_dir
 
 if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
@@ -841,8 +843,10 @@ def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:
 _MODEL_KEYS = (
     "kind", "name", "sources", "source", "layers", "hidden", "heads", "kv_heads", "head_dim",
     "ffn_hidden", "mlp", "vocab", "max_seq_len", "tied_embeddings", "position", "norm", "bias", "dropout", "notes",
-    "moe", "mla", "qk_norm",
+    "moe", "mla", "qk_norm", "window", "post_norms", "attention_sinks", "mtp",
 )  # fmt: skip
+_WINDOW_KEYS = ("kind", "size", "global_every", "source")
+_MTP_KEYS = ("layers", "source")
 _MOE_KEYS = (
     "experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "first_dense_layers", "every",
     "capacity_factor", "router_bias", "source",
@@ -889,11 +893,35 @@ def _mla(doc: _Doc, sources: Mapping[str, str]) -> LatentAttention | None:
     )
 
 
+def _window(doc: _Doc, sources: Mapping[str, str]) -> AttentionWindow | None:
+    """The `window:` block of a model preset (parcalc.core.attention_window.AttentionWindow), None when absent."""
+    if "window" not in doc.data:
+        return None
+    block = doc.child("window")
+    block.only(_WINDOW_KEYS)
+    return AttentionWindow(
+        kind=block.choice("kind", WindowKind, WindowKind.SLIDING),
+        size=block.integer("size"),
+        global_every=block.integer("global_every", required=False, default=0, minimum=0),
+        source=block.source_ref("source", sources) if "source" in block.data else "",
+    )
+
+
+def _mtp(doc: _Doc, sources: Mapping[str, str]) -> tuple[int, str]:
+    """The `mtp:` block of a model preset: (multi-token-prediction modules, their source); (0, "") when absent."""
+    if "mtp" not in doc.data:
+        return 0, ""
+    block = doc.child("mtp")
+    block.only(_MTP_KEYS)
+    return block.integer("layers", minimum=0), block.source_ref("source", sources) if "source" in block.data else ""
+
+
 def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> TransformerModel:
     doc = _Doc(path, data)
     doc.only(_MODEL_KEYS)
     _check_kind(doc, Category.MODELS)
     sources = doc.sources()
+    mtp = _mtp(doc, sources)
     hidden = doc.integer("hidden")
     heads = doc.integer("heads")
     if "head_dim" not in doc.data and hidden % heads:
@@ -921,6 +949,11 @@ def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Transf
             moe=_moe(doc, sources),
             mla=_mla(doc, sources),
             qk_norm=doc.flag("qk_norm", default=False),
+            window=_window(doc, sources),
+            post_norms=doc.flag("post_norms", default=False),
+            attention_sinks=doc.flag("attention_sinks", default=False),
+            mtp_layers=mtp[0],
+            mtp_source=mtp[1],
         )
     except InputError as error:
         raise PresetError(f"{path}: {error}") from None
@@ -954,7 +987,7 @@ def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Tran
 _GATED_ARCHITECTURES = {
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "olmo",
     "olmo2", "deepseek_v2", "deepseek_v3", "internlm2", "cohere", "granite", "starcoder2_gated",
-    "qwen3_moe", "qwen2_moe", "llama4", "llama4_text",
+    "qwen3_moe", "qwen2_moe", "llama4", "llama4_text", "gemma3_text", "gpt_oss",
 }  # fmt: skip
 _LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "gpt_neo", "gpt_bigcode", "megatron-bert", "xlm-roberta"}
 
@@ -986,7 +1019,7 @@ def _refuse_mixture_of_experts(path: Path, config: Mapping[str, Any]) -> None:
 
 # Mixture-of-Experts families read from a config.json, by model_type, each with the modeling code
 # whose layer pattern and expert shapes it follows.
-_MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text")
+_MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "gpt_oss")
 MAX_MOE_LAYERS = 100_000  # a layer pattern is checked layer by layer; no model has this many
 
 
@@ -1044,7 +1077,7 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
     """The experts of a Mixtral, Qwen3-MoE, DeepSeek-V2/V3 or Llama 4 config.json (None when it has none)."""
     if layers > MAX_MOE_LAYERS:
         raise PresetError(f"{path}: key 'num_hidden_layers': {layers} layers is beyond any Mixture-of-Experts model parcalc reads")
-    expert_key = {"mixtral": "num_local_experts", "llama4": "num_local_experts", "llama4_text": "num_local_experts",
+    expert_key = {"mixtral": "num_local_experts", "llama4": "num_local_experts", "llama4_text": "num_local_experts", "gpt_oss": "num_local_experts",
                   "deepseek_v2": "n_routed_experts", "deepseek_v3": "n_routed_experts"}.get(architecture, "num_experts")  # fmt: skip
     experts = count(expert_key, default=0, minimum=0)
     if experts == 0:
@@ -1063,7 +1096,7 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
         raise InputError(f"--model: {path}: {keys} make layers {shown_layers} MoE; parcalc represents only 'the first n dense, then "
                          "every k-th' and would miscount this pattern")  # fmt: skip
     first, every = shape
-    if architecture == "mixtral":
+    if architecture in ("mixtral", "gpt_oss"):  # gpt-oss: GptOssExperts of intermediate_size, with biases (attention_bias)
         width, shared, shared_width = count("intermediate_size"), 0, 0
     elif architecture in ("llama4", "llama4_text"):
         # transformers Llama4TextMoe: experts of expert_dim = intermediate_size and one shared_expert Llama4TextMLP of the same width
@@ -1087,7 +1120,8 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
         every=every,
         capacity_factor=None,
         # DeepSeek-V3's noaux_tc routing adds e_score_correction_bias, an nn.Parameter (transformers DeepseekV3TopkRouter)
-        router_bias=architecture == "deepseek_v3" or config.get("topk_method") == "noaux_tc",
+        # gpt-oss: GptOssTopKRouter has a bias of num_local_experts
+        router_bias=architecture in ("deepseek_v3", "gpt_oss") or config.get("topk_method") == "noaux_tc",
         source=f"config.json at {path}: {expert_key} {experts}, num_experts_per_tok {top_k}; MoE layers from {keys}"
         + ("; shared_expert_intermediate_size and its gate (Qwen2MoeSparseMoeBlock.shared_expert_gate)" if architecture == "qwen2_moe" else ""),
         shared_expert_gate=architecture == "qwen2_moe",
@@ -1221,7 +1255,14 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             dropout_source=dropout_source,
             moe=moe,
             mla=_mla_from_hf(path, config, count) if architecture in ("deepseek_v2", "deepseek_v3") else None,
-            qk_norm=architecture in ("qwen3", "qwen3_moe"),
+            # Gemma 3: Gemma3Attention.q_norm / k_norm of head_dim (Gemma 2 has none)
+            qk_norm=architecture in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"),
+            window=window_from_hf(path, config, architecture, layers, count),
+            # Gemma 2 / 3: post_attention_layernorm and post_feedforward_layernorm too (Gemma3DecoderLayer)
+            post_norms=architecture in ("gemma2", "gemma3", "gemma3_text"),
+            attention_sinks=architecture == "gpt_oss",  # GptOssAttention.sinks
+            mtp_layers=mtp_from_hf(config, count),
+            mtp_source=f"config.json at {path}: num_nextn_predict_layers" if config.get("num_nextn_predict_layers") else "",
             # Qwen2-MoE: q_proj, k_proj, v_proj with bias = config.qkv_bias (True unless the config says otherwise), o_proj
             # and the MLPs without (transformers modeling_qwen2_moe.py, Qwen2MoeAttention)
             qkv_bias=architecture == "qwen2_moe" and bool(config.get("qkv_bias", True)) and not config.get("attention_bias"),

@@ -198,7 +198,7 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
                  cp: int = 1, cp_comm: str = "p2p", experts: Any = None) -> LayerPieces:  # fmt: skip
     """The per-layer pieces of stage_pieces (see there)."""
     from parcalc.core.choices import Collective, Precision, Recompute
-    from parcalc.core.timing.compute import end_passes, layer_passes
+    from parcalc.core.timing.compute import end_passes, layer_passes, mtp_passes
     from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange, routed_tokens
     from parcalc.core.timing.network import collective_time, placement
 
@@ -256,10 +256,12 @@ def layer_pieces(model: Any, tp: int, micro_batch: int, sequence_parallel: bool,
         # reduce-scatter; without SP: the all-reduce), one `one` (parcalc.core.recompute.MEGATRON_MODULE_SITES)
         r_dense += one if "mlp" in modules else 0.0
         r_moe += one if "moe" in modules else 0.0
+    # the multi-token-prediction modules run on the last stage after the head (Megatron-LM places them there)
+    mtp_f, mtp_b = mtp_passes(model, shard, spec, moe_layer if model.mtp_layer_is_moe else layer, ends)
     return LayerPieces(layer.t_forward, layer.t_backward, r_dense, moe_layer.t_forward, moe_layer.t_backward,
                        r_moe, layer.t_gemms(), moe_layer.t_gemms(), tp_layer, regather_layer,
                        regather_exposed_layer, cp_total, cp_exposed, paired, alone, ends.t_first_forward, ends.t_first_backward,
-                       ends.t_last_forward, ends.t_last_backward, activation, replay, weight_gradients(layer),
+                       ends.t_last_forward + mtp_f, ends.t_last_backward + mtp_b, activation, replay, weight_gradients(layer),
                        weight_gradients(moe_layer))  # fmt: skip
 
 
@@ -633,7 +635,7 @@ def stage_kinds(model: Any, tp: int, pp: int, micro_batch: int, sequence_paralle
     (embedding on the first stage, final norm, LM head and loss on the last). Their total is
     stage.forward + stage.backward + stage.recompute (before with_accumulation)."""
     from parcalc.core.choices import Recompute
-    from parcalc.core.timing.compute import FIRST_STAGE_KEYS, end_passes, layer_passes
+    from parcalc.core.timing.compute import FIRST_STAGE_KEYS, end_passes, layer_passes, mtp_kernels
     from parcalc.core.timing.kinds import KindTimes, kind_times
     from parcalc.core.timing.moe import ExpertShard
 
@@ -645,6 +647,11 @@ def stage_kinds(model: Any, tp: int, pp: int, micro_batch: int, sequence_paralle
     ends = end_passes(model, shard, spec)
     first_end = kind_times(k for k in ends.kernels if k.key.startswith(FIRST_STAGE_KEYS))
     last_end = kind_times(k for k in ends.kernels if not k.key.startswith(FIRST_STAGE_KEYS))
+    if model.mtp_layers:  # the MTP modules on the last stage (compute.mtp_passes): own kernels, a block, the ends again
+        forward_own, backward_own = mtp_kernels(model, shard, spec)
+        block = moe if model.mtp_layer_is_moe else dense
+        last_end = last_end + (kind_times((*forward_own, *backward_own)) + block.kinds(Recompute.NONE, model, None, 1.0)
+                               + kind_times(ends.kernels)).scaled(model.mtp_layers)  # fmt: skip
     uneven = first is not None or last is not None
     split = _split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)
     moe_counts = _moe_per_stage(model, pp, split)
