@@ -20,18 +20,20 @@ from pathlib import Path
 from typing import Any
 
 from parcalc.core.attention_window import AttentionWindow, WindowKind
+from parcalc.core.linear_attention import GatedDeltaNet
 from parcalc.errors import PresetError, shown
 
 # model_type -> (kind, the global-layer period when the config gives no layer_types)
 _DEFAULT_PATTERN = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "gpt_oss": 2}
 _LOCAL_TYPES = {"sliding_attention": WindowKind.SLIDING, "chunked_attention": WindowKind.CHUNKED}
+_HYBRID = ("qwen3_next",)  # families whose layer_types name linear-attention layers
 
 
 def window_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layers: int, count: Callable[..., int]) -> AttentionWindow | None:
     """The model's local attention from its config.json (None: every layer attends to the whole prefix)."""
     if architecture in ("llama4", "llama4_text"):
         return _llama4_chunks(path, config, layers, count)
-    if config.get("sliding_window") is None or config.get("use_sliding_window") is False:
+    if architecture in _HYBRID or config.get("sliding_window") is None or config.get("use_sliding_window") is False:
         return None
     size = count("sliding_window")
     types = config.get("layer_types")
@@ -90,3 +92,29 @@ def _from_layer_types(path: Path, types: Any, layers: int, size: int, kind: Wind
 def mtp_from_hf(config: Mapping[str, Any], count: Callable[..., int]) -> int:
     """DeepSeek-V3's num_nextn_predict_layers (0 when absent)."""
     return count("num_nextn_predict_layers", default=0, minimum=0) if config.get("num_nextn_predict_layers") is not None else 0
+
+
+def linear_attention_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layers: int,
+                             count: Callable[..., int]) -> GatedDeltaNet | None:  # fmt: skip
+    """Qwen3-Next's gated-DeltaNet layers (Qwen3NextConfig: linear_num_key_heads, linear_num_value_heads,
+    linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim; layer_types 'linear_attention' /
+    'full_attention', by default from full_attention_interval 4). None for another family."""
+    if architecture not in _HYBRID:
+        return None
+    types = config.get("layer_types")
+    if types is None:
+        interval = count("full_attention_interval", default=4)
+        types = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or not set(types) <= {"linear_attention", "full_attention"}:
+        raise PresetError(f"{path}: key 'layer_types': expected 'linear_attention' or 'full_attention' for each of {layers} layers, "
+                          f"got {shown(types)}")  # fmt: skip
+    linear = [t == "linear_attention" for t in types]
+    period = 0 if all(linear) else linear.index(False) + 1
+    if period == 1 or any(linear[i] != (not period or (i + 1) % period != 0) for i in range(layers)):
+        raise PresetError(f"{path}: key 'layer_types': its linear-attention layers are not 'all but every N-th'; parcalc would miscount them")
+    if not any(linear):
+        return None
+    return GatedDeltaNet(count("linear_num_key_heads"), count("linear_num_value_heads"), count("linear_key_head_dim"),
+                         count("linear_value_head_dim"), count("linear_conv_kernel_dim"), period,
+                         f"config.json at {path}: linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, "
+                         "linear_value_head_dim, linear_conv_kernel_dim, layer_types")  # fmt: skip

@@ -732,6 +732,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
     """Every configuration of the space evaluated; `progress(done, total)` after each layout."""
     if cluster.gpus < 1:
         raise InputError(f"--gpus: must be at least 1, got {cluster.gpus}")
+    model.check_layers_modelled("--model")
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         if space.pp is None:
             flag = "--first-stage-layers" if space.first_stage_layers is not None else "--last-stage-layers"

@@ -232,6 +232,8 @@ class TrainingFlops:
     core_share: float = 1.0
     window: Derivation | None = None  # the local layers' share, when the model has an attention window
     mtp: Derivation | None = None  # the multi-token-prediction modules' forward, when the model has them
+    linear: Derivation | None = None  # one gated-DeltaNet mixer's forward, when the model has such layers
+    linear_delta: float = 0.0  # a linear-attention layer's forward less a full-attention layer's
 
     def layer_kinds(self) -> tuple[tuple[str, tuple[LayerOp, ...], int, Derivation], ...]:
         """(name, ops, count, forward) of each kind of layer the model has: dense, MoE."""
@@ -244,11 +246,13 @@ class TrainingFlops:
         return tuple(kinds)
 
     def layers_forward(self, start: int, end: int) -> float:
-        """Forward FLOPs of layers start .. end - 1 (0-based): dense and MoE layers each their own."""
+        """Forward FLOPs of layers start .. end - 1 (0-based): dense and MoE layers each their own, and a linear-attention
+        layer its mixer for the attention."""
+        linear = self.model_ref.linear_layers_in(start, end) * self.linear_delta if self.model_ref is not None else 0.0
         if self.moe_layer_forward is None or self.model_ref is None:
-            return (end - start) * self.layer_forward.value
+            return (end - start) * self.layer_forward.value + linear
         moe = self.model_ref.moe_layers_in(start, end)
-        return (end - start - moe) * self.layer_forward.value + moe * self.moe_layer_forward.value
+        return (end - start - moe) * self.layer_forward.value + moe * self.moe_layer_forward.value + linear
 
     def op_flops(self, op: LayerOp) -> float:
         """Forward FLOPs of one op as counted here (the attention core halved when causal)."""
@@ -258,7 +262,7 @@ class TrainingFlops:
         extra = (self.korthikanti_selective,) if self.korthikanti_selective is not None else ()
         layers = tuple(forward for _, _, count, forward in self.layer_kinds() if count or self.moe_layer_forward is None)
         params = tuple(d for d in (self.params, self.active_params) if d is not None)
-        ahead = tuple(d for d in (self.window, self.mtp) if d is not None)
+        ahead = tuple(d for d in (self.window, self.linear, self.mtp) if d is not None)
         return (*ahead, *layers, self.forward, self.model, self.recomputed, self.hardware, *extra, self.model_per_token,
                 self.hardware_per_token, *params, self.six_nd, self.narayanan, self.elementwise)  # fmt: skip
 
@@ -456,6 +460,9 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
         from parcalc.core.recompute import check_op_supported
 
         check_op_supported(model)
+    if model.linear_attention is not None and (recompute not in ("none", "full") or recomputed_layers is not None):
+        raise InputError(f"--recompute: {model.name} has gated-DeltaNet layers; parcalc counts their recomputation with "
+                         "--recompute none or full (every layer) only")  # fmt: skip
     if recomputed_layers is not None and not (recompute == "full" and model.moe is None and 0 <= recomputed_layers <= model.layers):
         raise InputError(f"--recompute-layers: {recomputed_layers} layers recomputed needs --recompute full on a dense model "
                          f"of at least that many layers (got --recompute {recompute}, {model.layers} layers)")  # fmt: skip
@@ -493,6 +500,18 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
             layer_terms = (l_moe, moe_forward.as_term("F_moe"))
             layers_formula, layers_latex = "$L_moe × $F_moe", r"$L_moe \times $F_moe"
         layers_value = L_dense * layer_value + L_moe * moe_forward.value
+    linear = linear_forward(model, batch, seq_len) if model.linear_attention is not None else None
+    linear_delta = 0.0
+    if linear is not None:
+        attention = layer_forward.term("F_proj").value + layer_forward.term("F_core").value
+        linear_delta = linear.value - attention
+        L_lin = model.linear_layers_in(0, L)
+        layer_terms = (*layer_terms, Term("L_lin", "L_lin", r"L_{\mathrm{lin}}", L_lin, "", "linear-attention (gated DeltaNet) layers",
+                                          model.linear_attention.source if model.linear_attention else ""),  # fmt: skip
+                       Term("dF_lin", "ΔF_lin", r"\Delta F_{\mathrm{lin}}", linear_delta, "FLOP",
+                            "a gated-DeltaNet mixer's forward less a full attention block's (F_proj + F_core)"))
+        layers_formula, layers_latex = layers_formula + " + $L_lin × $dF_lin", layers_latex + r" + $L_lin \times $dF_lin"
+        layers_value += L_lin * linear_delta
     fwd_inputs = list(layer_terms)
     formula, latex = layers_formula, layers_latex
     if head is not None:
@@ -614,8 +633,8 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     window = window_share(model, seq_len) if windowed else None
     return TrainingFlops(tuple(ops), head, causal, layer_forward, forward, model_flops, recomputed, hardware, per_token[0],
                          per_token[1], approx, narayanan, elementwise, selective, tuple(moe_ops), moe_forward, L_dense, L_moe,
-                         model if model.moe is not None else None, counts[0], counts[1], core_share=half, window=window,
-                         mtp=mtp)  # fmt: skip
+                         model if model.moe is not None or linear is not None else None, counts[0], counts[1], core_share=half,
+                         window=window, mtp=mtp, linear=linear, linear_delta=linear_delta)  # fmt: skip
 
 
 MTP_SOURCE = (
@@ -641,6 +660,21 @@ def mtp_forward(model: TransformerModel, tokens: float, block: Derivation, head_
                       model.mtp_layers * (proj + block.value + head_value), "FLOP", MTP_SOURCE,
                       assumptions=("the MTP modules sit on the last pipeline stage (Megatron-LM); full recomputation does not "
                                    "replay them",))  # fmt: skip
+
+
+def linear_forward(model: TransformerModel, batch: int, seq_len: int) -> Derivation:
+    """Forward FLOPs of one gated-DeltaNet mixer for the batch: its operations one by one (layer_ops.linear_attention_ops)."""
+    from parcalc.core.layer_ops import linear_attention_ops
+    from parcalc.core.linear_attention import CHUNK, GDN_SOURCE
+
+    ops = [op for op in linear_attention_ops(model, batch, seq_len, 2.0) if op.kind == "matmul"]
+    inputs = tuple(Term(op.key, op.key, op.key.replace("_", r"\_"), op.flops, "FLOP", f"{op.name}: {op.shape}") for op in ops)
+    formula = " + ".join(f"${op.key}" for op in ops)
+    return Derivation("linear_forward_flops", "Forward FLOPs of one gated-DeltaNet mixer (projections, conv1d, chunked delta rule)",
+                      "F_gdn", r"F_{\mathrm{gdn}}", formula, formula, inputs, float(sum(op.flops for op in ops)), "FLOP", GDN_SOURCE,
+                      assumptions=(f"the delta rule by chunks of {CHUNK} tokens (torch_chunk_gated_delta_rule, flash-linear-attention's "
+                                   "chunk_gated_delta_rule), the sequence padded to a whole chunk; the UT transform's two triangular "
+                                   "solves at C (C - 1) / 2 multiply-adds per column; gates, norms and decays are element-wise, not counted",))  # fmt: skip
 
 
 def window_share(model: TransformerModel, seq_len: int) -> Derivation:
@@ -743,6 +777,8 @@ def stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> D
     stage's share is what its GPUs must run while the others wait (Narayanan et al. 2021 sec. 2.2:
     the pipeline runs at the pace of its slowest stage)."""
     total_layers = sum(split)
+    if counted.linear is not None:
+        return _hybrid_stage_flops(counted, split, stage)
     if counted.moe_layer_forward is not None and counted.model_ref is not None:
         return _moe_stage_flops(counted, split, stage)
     inputs = [
@@ -786,6 +822,18 @@ def _moe_stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int)
     formula, latex = "3 × ($L_d × $F_layer + $L_m × $F_moe) + $F_re_s", r"3 \left($L_d $F_layer + $L_m $F_moe\right) + $F_re_s"
     value = 3 * forward + again
     return _stage_with_head(counted, split, stage, inputs, formula, latex, value, "per layer, dense and MoE layers each their own")
+
+
+def _hybrid_stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> Derivation:
+    """stage_flops of a model with linear-attention layers (recomputation none or full): 3 x the forward of the stage's
+    own layers, each kind its own (TrainingFlops.layers_forward), their forward again with full recomputation."""
+    start = sum(split[:stage])
+    forward = counted.layers_forward(start, start + split[stage])
+    again = forward if counted.recomputed.value else 0.0
+    inputs = [Term("F_s", "F_fwd,stage", r"F_{\mathrm{fwd,stage}}", forward, "FLOP", f"forward of the {split[stage]} layers of stage {stage + 1}"),
+              Term("F_re_s", "F_re,stage", r"F_{\mathrm{re,stage}}", again, "FLOP", "recomputed forward of this stage's layers")]  # fmt: skip
+    return _stage_with_head(counted, split, stage, inputs, "3 × $F_s + $F_re_s", r"3 $F_s + $F_re_s", 3 * forward + again,
+                            "per layer, full-attention and linear-attention layers each their own")
 
 
 def _stage_with_head(counted: TrainingFlops, split: tuple[int, ...], stage: int, inputs: list[Term], formula: str, latex: str,

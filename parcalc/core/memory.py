@@ -980,6 +980,7 @@ def _moe_stage_activations(model: TransformerModel, par: Parallelism, layer: Lay
 
 def memory_breakdown(model: TransformerModel, par: Parallelism, setup: TrainingSetup) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
+    model.check_layers_modelled("--model")
     check_parallelism(model, par)
     check_context_parallel(model, setup.seq_len, par.cp, par.cp_comm, par.tp)
     setup = setup.for_model(model)

@@ -9,8 +9,9 @@ the final LayerNorm that formula leaves out.
 
 from __future__ import annotations
 
-from parcalc.core.attention_window import AttentionWindow  # re-exported
+from parcalc.core.attention_window import AttentionWindow
 from parcalc.core.choices import Mlp, Norm, Position  # re-exported
+from parcalc.core.linear_attention import GatedDeltaNet
 from parcalc.errors import InputError
 from parcalc.frozen import frozen
 
@@ -169,6 +170,12 @@ class TransformerModel:
     # kind, and a final norm, sharing the embedding and the output head with the main model
     mtp_layers: int = 0
     mtp_source: str = ""
+    # Hybrid models: gated-DeltaNet mixers in place of attention on all but every N-th layer (Qwen3-Next;
+    # parcalc.core.linear_attention); None: every layer has softmax attention
+    linear_attention: GatedDeltaNet | None = None
+    # Gated attention (Qwen3-Next: Qwen3NextAttention.q_proj outputs heads x head_dim x 2, the second half a sigmoid
+    # gate on the attention output): the query projection twice as wide
+    attention_gate: bool = False
 
     def __post_init__(self) -> None:
         if self.mtp_layers < 0:
@@ -198,7 +205,7 @@ class TransformerModel:
     def attention_params_per_layer(self) -> int:
         if self.mla is not None:
             return self.mla.params(self.hidden, self.heads)
-        weights = self.hidden * self.q_width + 2 * self.hidden * self.kv_width + self.q_width * self.hidden
+        weights = self.hidden * self.q_width * (2 if self.attention_gate else 1) + 2 * self.hidden * self.kv_width + self.q_width * self.hidden
         biases = (self.q_width + 2 * self.kv_width + self.hidden) if self.bias else (self.q_width + 2 * self.kv_width) if self.qkv_bias else 0
         sinks = self.heads if self.attention_sinks else 0
         return weights + biases + self.qk_norm_params_per_layer + sinks
@@ -278,12 +285,24 @@ class TransformerModel:
                 + self.shared_expert_params_per_layer + self.routed_expert_params_per_layer)  # fmt: skip
 
     def layer_params(self, index: int) -> int:
-        return self.moe_layer_params if self.is_moe_layer(index) else self.params_per_layer
+        layer = self.moe_layer_params if self.is_moe_layer(index) else self.params_per_layer
+        return layer + (self.linear_mixer_delta if self.linear_attention is not None and self.linear_attention.is_linear(index) else 0)
 
     def layers_params(self, start: int, end: int) -> int:
         """Parameters of layers start .. end - 1 (0-based)."""
         moe = self.moe_layers_in(start, end)
-        return moe * self.moe_layer_params + (end - start - moe) * self.params_per_layer
+        return moe * self.moe_layer_params + (end - start - moe) * self.params_per_layer + self.linear_layers_in(start, end) * self.linear_mixer_delta
+
+    # --- Hybrid (linear-attention) layers ------------------------------------------------------
+
+    def linear_layers_in(self, start: int, end: int) -> int:
+        """Layers among start .. end - 1 (0-based) whose mixer is a gated DeltaNet (0 without one)."""
+        return 0 if self.linear_attention is None else self.linear_attention.linear_layers_in(start, end)
+
+    @property
+    def linear_mixer_delta(self) -> int:
+        """A linear-attention layer's parameters less a full-attention layer's: its mixer for the attention block."""
+        return 0 if self.linear_attention is None else self.linear_attention.params(self.hidden) - self.attention_params_per_layer
 
     @property
     def active_params(self) -> int:
@@ -341,6 +360,12 @@ class TransformerModel:
         return self.total_params + self.mtp_params
 
     # --- Local attention ---------------------------------------------------------------------
+
+    def check_layers_modelled(self, what: str) -> None:
+        """InputError for a command that times or holds layers parcalc counts only the parameters and FLOPs of."""
+        if self.linear_attention is not None:
+            raise InputError(f"{what}: {self.name} has gated-DeltaNet layers; parcalc counts their parameters and FLOPs "
+                             "(parcalc flops) but not yet their activations or kernel times")  # fmt: skip
 
     def local_layers_in(self, start: int, end: int) -> int:
         """Layers among start .. end - 1 (0-based) that attend within a window (0 without one)."""
