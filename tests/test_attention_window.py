@@ -301,3 +301,18 @@ def test_windowed_model_through_memory_fit_and_search() -> None:
                  ["fit", "--model", "mistral-7b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "64", "--seq-len", "16384", "--search"]):  # fmt: skip
         result = runner.invoke(app, args, env={"COLUMNS": "120"})
         assert result.exit_code == 0, (args, result.output)
+
+
+def test_window_saves_no_activation_memory_without_a_fused_kernel() -> None:
+    """Eager attention (transformers eager_attention_forward: softmax of the full Q K^T plus the mask) keeps the whole
+    s x s square whatever the window; FlashAttention keeps none. The window changes neither count."""
+    from parcalc.core.activations import ActivationConfig, layer_activations
+    from parcalc.core.choices import Recompute
+
+    model = load_model("mistral-7b")
+    for flash in (False, True):
+        config = ActivationConfig(1, 8192, 1, False, Recompute.NONE, flash, False, 2.0)
+        windowed = layer_activations(model, config).per_layer
+        plain = layer_activations(dataclasses.replace(model, window=None), config).per_layer
+        assert windowed.value == plain.value
+        assert any("saves no memory" in a for a in windowed.assumptions) is (not flash)

@@ -612,6 +612,9 @@ def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str
                       "FLOPs count in hardware FLOPs)" if "mla_up_proj" in config.modules else ""))  # fmt: skip
     if config.flash_attention:
         out.append("FlashAttention: no s x s tensor is stored; Q, K, V, its output and an fp32 log-sum-exp per row are")
+    elif model.window is not None:  # transformers' eager_attention_forward and Megatron's unfused softmax mask the whole square
+        out.append(f"the {model.window.kind.value} window of {model.window.size:,} tokens saves no memory here: attention without a "
+                   "fused kernel computes and keeps the whole s x s score square and masks it (transformers eager_attention_forward)")
     modules = config.modules
     if modules and modules != ("core_attn",):
         from parcalc.core.recompute import MEGATRON_MODULE_SITES, MEGATRON_MODULES
