@@ -27,6 +27,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from parcalc.core.attention_window import AttentionWindow, WindowKind
 from parcalc.core.dtypes import COMPUTE_DTYPES
 from parcalc.core.hardware import (
     DtypeRates,
@@ -37,9 +38,11 @@ from parcalc.core.hardware import (
     PowerPoint,
     Sourced,
 )
+from parcalc.core.linear_attention import GatedDeltaNet
 from parcalc.core.model import LatentAttention, MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
 from parcalc.frozen import frozen
+from parcalc.hf_architectures import linear_attention_from_hf, mtp_from_hf, window_from_hf
 from parcalc.resources import data_dir, home_dir
 
 if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
@@ -860,11 +863,14 @@ def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:
 _MODEL_KEYS = (
     "kind", "name", "sources", "source", "layers", "hidden", "heads", "kv_heads", "head_dim",
     "ffn_hidden", "mlp", "vocab", "max_seq_len", "tied_embeddings", "position", "norm", "bias", "dropout", "notes",
-    "moe", "mla", "qk_norm",
+    "moe", "mla", "qk_norm", "window", "post_norms", "attention_sinks", "mtp", "linear_attention", "attention_gate",
 )  # fmt: skip
+_LINEAR_KEYS = ("key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv_kernel", "full_every", "source")
+_WINDOW_KEYS = ("kind", "size", "global_every", "source")
+_MTP_KEYS = ("layers", "source")
 _MOE_KEYS = (
     "experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "first_dense_layers", "every",
-    "capacity_factor", "router_bias", "source",
+    "capacity_factor", "router_bias", "shared_expert_gate", "source",
 )  # fmt: skip
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "source")
 
@@ -889,6 +895,7 @@ def _moe(doc: _Doc, sources: Mapping[str, str]) -> MixtureOfExperts | None:
         capacity_factor=None if capacity is None else float(capacity),
         router_bias=block.flag("router_bias", default=False),
         source=block.source_ref("source", sources) if "source" in block.data else "",
+        shared_expert_gate=block.flag("shared_expert_gate", default=False),
     )
 
 
@@ -908,11 +915,52 @@ def _mla(doc: _Doc, sources: Mapping[str, str]) -> LatentAttention | None:
     )
 
 
+def _window(doc: _Doc, sources: Mapping[str, str]) -> AttentionWindow | None:
+    """The `window:` block of a model preset (parcalc.core.attention_window.AttentionWindow), None when absent."""
+    if "window" not in doc.data:
+        return None
+    block = doc.child("window")
+    block.only(_WINDOW_KEYS)
+    return AttentionWindow(
+        kind=block.choice("kind", WindowKind, WindowKind.SLIDING),
+        size=block.integer("size"),
+        global_every=block.integer("global_every", required=False, default=0, minimum=0),
+        source=block.source_ref("source", sources) if "source" in block.data else "",
+    )
+
+
+def _linear_attention(doc: _Doc, sources: Mapping[str, str]) -> GatedDeltaNet | None:
+    """The `linear_attention:` block of a model preset (parcalc.core.linear_attention.GatedDeltaNet), None when absent."""
+    if "linear_attention" not in doc.data:
+        return None
+    block = doc.child("linear_attention")
+    block.only(_LINEAR_KEYS)
+    return GatedDeltaNet(
+        key_heads=block.integer("key_heads"),
+        value_heads=block.integer("value_heads"),
+        key_head_dim=block.integer("key_head_dim"),
+        value_head_dim=block.integer("value_head_dim"),
+        conv_kernel=block.integer("conv_kernel"),
+        full_every=block.integer("full_every", required=False, default=0, minimum=0),
+        source=block.source_ref("source", sources) if "source" in block.data else "",
+    )
+
+
+def _mtp(doc: _Doc, sources: Mapping[str, str]) -> tuple[int, str]:
+    """The `mtp:` block of a model preset: (multi-token-prediction modules, their source); (0, "") when absent."""
+    if "mtp" not in doc.data:
+        return 0, ""
+    block = doc.child("mtp")
+    block.only(_MTP_KEYS)
+    return block.integer("layers", minimum=0), block.source_ref("source", sources) if "source" in block.data else ""
+
+
 def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> TransformerModel:
     doc = _Doc(path, data)
     doc.only(_MODEL_KEYS)
     _check_kind(doc, Category.MODELS)
     sources = doc.sources()
+    mtp = _mtp(doc, sources)
     hidden = doc.integer("hidden")
     heads = doc.integer("heads")
     if "head_dim" not in doc.data and hidden % heads:
@@ -940,6 +988,13 @@ def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Transf
             moe=_moe(doc, sources),
             mla=_mla(doc, sources),
             qk_norm=doc.flag("qk_norm", default=False),
+            window=_window(doc, sources),
+            post_norms=doc.flag("post_norms", default=False),
+            attention_sinks=doc.flag("attention_sinks", default=False),
+            mtp_layers=mtp[0],
+            mtp_source=mtp[1],
+            linear_attention=_linear_attention(doc, sources),
+            attention_gate=doc.flag("attention_gate", default=False),
         )
     except InputError as error:
         raise PresetError(f"{path}: {error}") from None
@@ -973,7 +1028,7 @@ def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Tran
 _GATED_ARCHITECTURES = {
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "olmo",
     "olmo2", "deepseek_v2", "deepseek_v3", "internlm2", "cohere", "granite", "starcoder2_gated",
-    "qwen3_moe", "qwen2_moe", "llama4", "llama4_text",
+    "qwen3_moe", "qwen2_moe", "llama4", "llama4_text", "gemma3_text", "gpt_oss", "qwen3_next",
 }  # fmt: skip
 _LEARNED_POSITIONS = {"gpt2", "bert", "roberta", "opt", "gpt_neo", "gpt_bigcode", "megatron-bert", "xlm-roberta"}
 
@@ -1005,7 +1060,7 @@ def _refuse_mixture_of_experts(path: Path, config: Mapping[str, Any]) -> None:
 
 # Mixture-of-Experts families read from a config.json, by model_type, each with the modeling code
 # whose layer pattern and expert shapes it follows.
-_MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text")
+_MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3", "llama4", "llama4_text", "gpt_oss", "qwen3_next")
 MAX_MOE_LAYERS = 100_000  # a layer pattern is checked layer by layer; no model has this many
 
 
@@ -1026,8 +1081,8 @@ def _moe_layer_pattern(path: Path, config: Mapping[str, Any], architecture: str,
     """The 0-based indices of the MoE layers as the family's modeling code builds them, and the keys that said so."""
     if architecture == "mixtral":
         return list(range(layers)), "every layer (MixtralDecoderLayer)"
-    if architecture in ("qwen3_moe", "qwen2_moe"):
-        # transformers Qwen3MoeDecoderLayer: (layer_idx not in mlp_only_layers) and (layer_idx + 1) % decoder_sparse_step == 0
+    if architecture in ("qwen3_moe", "qwen2_moe", "qwen3_next"):
+        # transformers Qwen3MoeDecoderLayer (and Qwen3NextDecoderLayer): (layer_idx not in mlp_only_layers) and (layer_idx + 1) % decoder_sparse_step == 0
         step = count("decoder_sparse_step", default=1)
         only = config.get("mlp_only_layers") or []
         if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
@@ -1063,7 +1118,7 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
     """The experts of a Mixtral, Qwen3-MoE, DeepSeek-V2/V3 or Llama 4 config.json (None when it has none)."""
     if layers > MAX_MOE_LAYERS:
         raise PresetError(f"{path}: key 'num_hidden_layers': {layers} layers is beyond any Mixture-of-Experts model parcalc reads")
-    expert_key = {"mixtral": "num_local_experts", "llama4": "num_local_experts", "llama4_text": "num_local_experts",
+    expert_key = {"mixtral": "num_local_experts", "llama4": "num_local_experts", "llama4_text": "num_local_experts", "gpt_oss": "num_local_experts",
                   "deepseek_v2": "n_routed_experts", "deepseek_v3": "n_routed_experts"}.get(architecture, "num_experts")  # fmt: skip
     experts = count(expert_key, default=0, minimum=0)
     if experts == 0:
@@ -1082,14 +1137,14 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
         raise InputError(f"--model: {path}: {keys} make layers {shown_layers} MoE; parcalc represents only 'the first n dense, then "
                          "every k-th' and would miscount this pattern")  # fmt: skip
     first, every = shape
-    if architecture == "mixtral":
+    if architecture in ("mixtral", "gpt_oss"):  # gpt-oss: GptOssExperts of intermediate_size, with biases (attention_bias)
         width, shared, shared_width = count("intermediate_size"), 0, 0
     elif architecture in ("llama4", "llama4_text"):
         # transformers Llama4TextMoe: experts of expert_dim = intermediate_size and one shared_expert Llama4TextMLP of the same width
         width, shared, shared_width = count("intermediate_size"), 1, 0
     elif architecture == "qwen3_moe":
         width, shared, shared_width = count("moe_intermediate_size"), 0, 0
-    elif architecture == "qwen2_moe":
+    elif architecture in ("qwen2_moe", "qwen3_next"):
         # transformers Qwen2MoeSparseMoeBlock: experts of moe_intermediate_size, one shared_expert Qwen2MoeMLP of
         # shared_expert_intermediate_size, gated by shared_expert_gate (hidden x 1, no bias)
         width, shared = count("moe_intermediate_size"), 1
@@ -1106,10 +1161,11 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
         every=every,
         capacity_factor=None,
         # DeepSeek-V3's noaux_tc routing adds e_score_correction_bias, an nn.Parameter (transformers DeepseekV3TopkRouter)
-        router_bias=architecture == "deepseek_v3" or config.get("topk_method") == "noaux_tc",
+        # gpt-oss: GptOssTopKRouter has a bias of num_local_experts
+        router_bias=architecture in ("deepseek_v3", "gpt_oss") or config.get("topk_method") == "noaux_tc",
         source=f"config.json at {path}: {expert_key} {experts}, num_experts_per_tok {top_k}; MoE layers from {keys}"
         + ("; shared_expert_intermediate_size and its gate (Qwen2MoeSparseMoeBlock.shared_expert_gate)" if architecture == "qwen2_moe" else ""),
-        shared_expert_gate=architecture == "qwen2_moe",
+        shared_expert_gate=architecture in ("qwen2_moe", "qwen3_next"),
     )
 
 
@@ -1240,7 +1296,16 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             dropout_source=dropout_source,
             moe=moe,
             mla=_mla_from_hf(path, config, count) if architecture in ("deepseek_v2", "deepseek_v3") else None,
-            qk_norm=architecture in ("qwen3", "qwen3_moe"),
+            # Gemma 3: Gemma3Attention.q_norm / k_norm of head_dim (Gemma 2 has none)
+            qk_norm=architecture in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_next"),
+            window=window_from_hf(path, config, architecture, layers, count),
+            # Gemma 2 / 3: post_attention_layernorm and post_feedforward_layernorm too (Gemma3DecoderLayer)
+            post_norms=architecture in ("gemma2", "gemma3", "gemma3_text"),
+            attention_sinks=architecture == "gpt_oss",  # GptOssAttention.sinks
+            mtp_layers=mtp_from_hf(config, count),
+            linear_attention=linear_attention_from_hf(path, config, architecture, layers, count),
+            attention_gate=architecture == "qwen3_next",  # Qwen3NextAttention: q_proj of heads x head_dim x 2
+            mtp_source=f"config.json at {path}: num_nextn_predict_layers" if config.get("num_nextn_predict_layers") else "",
             # Qwen2-MoE: q_proj, k_proj, v_proj with bias = config.qkv_bias (True unless the config says otherwise), o_proj
             # and the MLPs without (transformers modeling_qwen2_moe.py, Qwen2MoeAttention)
             qkv_bias=architecture == "qwen2_moe" and bool(config.get("qkv_bias", True)) and not config.get("attention_bias"),

@@ -130,7 +130,9 @@ def test_flops_per_token_against_6n_active() -> None:
     parameters: scores 2 n_h (d_nope + d_rope) s/2 and context 2 n_h d_v s/2 per token and layer forward,
     x 3 for forward + backward; (b) the word embedding (a lookup, no matmul) and the norm and router-bias
     vectors that 6N counts and no matmul uses."""
-    model = load_model("deepseek-v3")
+    import dataclasses
+
+    model = dataclasses.replace(load_model("deepseek-v3"), mtp_layers=0)  # the main model (the preset trains one MTP module)
     counted = training_flops(model, 15360, S, causal=True)
     six_n = 6 * model.active_params
     assert six_n == 225_313_784_832
@@ -141,6 +143,20 @@ def test_flops_per_token_against_6n_active() -> None:
     assert expected == 250_449_887_232
     assert counted.model_per_token.value == expected
     assert counted.model_per_token.value / six_n == pytest.approx(1.1116, abs=1e-4)
+
+
+def test_mtp_adds_one_module_per_token() -> None:
+    """The run trained with MTP depth 1 (report sec. 4.2; config.json num_nextn_predict_layers 1): per token one more
+    MoE block (2 x its 11.5B-parameter active share: MLA, router, 8 + 1 experts, and its attention core), eh_proj
+    (2 x 2h x h) and the shared head (2 h V), forward and backward (x 3): 250.45 -> 260.64 GFLOP per token (+4.07 %)."""
+    model = load_model("deepseek-v3")
+    assert model.mtp_layers == 1
+    counted = training_flops(model, 15360, S, causal=True)
+    mla = 2 * (H * 1536 + 1536 * HEADS * 192 + H * 576 + 512 * HEADS * 256 + HEADS * 128 * H) + 2 * S * HEADS * (192 + 128) / 2
+    moe_block = mla + 2 * H * 256 + 2 * 3 * H * 2048 * (8 + 1)
+    module = 2 * 2 * H * H + moe_block + 2 * H * 129280
+    assert counted.model_per_token.value == pytest.approx(250_449_887_232 + 3 * module, rel=1e-12)
+    assert counted.model_per_token.value == 260_641_652_736
 
 
 def test_what_the_report_throughput_implies() -> None:

@@ -28,10 +28,15 @@ from parcalc.presets import load_model
 
 
 def megatron_flops(*, B: int, s: int, L: int, h: int, V: int, ffn: int, swiglu: bool, L_moe: int = 0, moe_ffn: int = 0, k: int = 0,
-                   shared_ffn: int = 0, n: int, groups: int = 0, d: int = 0, mla: tuple[int, int, int, int, int] | None = None) -> float:  # fmt: skip
-    """transformer_flops() of training.py at d98e8a64 with BSHD defaults (seqlen_squared_sum = B s^2, tokens = B s), no MTP."""
+                   shared_ffn: int = 0, n: int, groups: int = 0, d: int = 0, mla: tuple[int, int, int, int, int] | None = None,
+                   mtp: int = 0) -> float:  # fmt: skip
+    """transformer_flops() of training.py at d98e8a64 with BSHD defaults (seqlen_squared_sum = B s^2, tokens = B s).
+    mtp: --mtp-num-layers (lines 1042-1046: num_moe_layers += last_layer_is_moe x mtp, num_layers += mtp; lines
+    1287-1303: 3 x 2 x mtp x (3 h + 2 h^2) for the MTP norms and eh_proj, the logits x (mtp + 1))."""
     T = B * s
     F = 3 if swiglu else 2
+    L_moe += mtp * (L_moe > 0)  # the MTP block is of the last layer's kind: an MoE layer in every case here
+    L += mtp
     L_dense = L - L_moe
     if mla is not None:
         q_lora, kv_lora, nope, rope, v = mla
@@ -43,16 +48,18 @@ def megatron_flops(*, B: int, s: int, L: int, h: int, V: int, ffn: int, swiglu: 
         attn = 3 * 2 * (h * (q + kv + kv) + q * h)
         core = 3 * 2 * q / 2 * 2
     mlp = 3 * 2 * h * (ffn * F * L_dense + moe_ffn * k * F * L_moe + shared_ffn * F * L_moe)
-    return T * (mlp + attn * L + 3 * 2 * h * V) + B * s * s * core * L
+    mtp_terms = 3 * 2 * mtp * (3 * h + 2 * h * h)
+    return T * (mlp + attn * L + mtp_terms + 3 * 2 * h * V * (mtp + 1)) + B * s * s * core * L
 
 
 CASES = [
     # Mixtral 8x7B: every layer MoE, 8 experts top-2 of 14336, GQA 32 heads / 8 groups of 128, SwiGLU
     ("mixtral-8x7b", 2, 4096, dict(L=32, h=4096, V=32000, ffn=14336, swiglu=True, L_moe=32, moe_ffn=14336, k=2, n=32, groups=8, d=128),
      8),
-    # DeepSeek-V3: 3 dense layers of 18432, 58 MoE layers of 256 experts top-8 of 2048 plus 1 shared of 2048; MLA
+    # DeepSeek-V3: 3 dense layers of 18432, 58 MoE layers of 256 experts top-8 of 2048 plus 1 shared of 2048; MLA; one MTP module
+    # (config.json num_nextn_predict_layers 1; Megatron-LM --mtp-num-layers 1)
     ("deepseek-v3", 1, 4096, dict(L=61, h=7168, V=129280, ffn=18432, swiglu=True, L_moe=58, moe_ffn=2048, k=8, shared_ffn=2048, n=128,
-                                  mla=(1536, 512, 128, 64, 128)), 256),
+                                  mla=(1536, 512, 128, 64, 128), mtp=1), 256),
     # Qwen3-30B-A3B: 48 MoE layers, 128 experts top-8 of 768, kv_channels 128 with hidden 2048 (32 x 128 = 4096 query width)
     ("qwen3-30b-a3b", 4, 2048, dict(L=48, h=2048, V=151936, ffn=6144, swiglu=True, L_moe=48, moe_ffn=768, k=8, n=32, groups=4, d=128),
      128),
@@ -67,9 +74,12 @@ def test_moe_flops_equal_megatron(name: str, B: int, s: int, args: dict, experts
     model = load_model(name)
     counted = training_flops(model, B, s, causal=True)
     T = B * s
-    router = 3 * 2 * T * args["h"] * experts * args["L_moe"]
+    mtp = args.get("mtp", 0)
+    router = 3 * 2 * T * args["h"] * experts * (args["L_moe"] + mtp)
     mla = args.get("mla")
-    norms = 3 * 2 * T * (mla[0] + mla[1]) * args["L"] if mla else 0
+    norms = 3 * 2 * T * (mla[0] + mla[1]) * (args["L"] + mtp) if mla else 0
+    # Megatron also counts the MTP modules' three norms (3 h per token), as it does the MLA latent norms; parcalc counts matmuls only
+    norms += 3 * 2 * T * mtp * 3 * args["h"]
     expected = megatron_flops(B=B, s=s, **args)
     assert counted.model.value - router + norms == pytest.approx(expected, rel=1e-12)
     # the router is what parcalc adds: a fraction of a percent (h x E against the experts' 3 h f k F)
@@ -82,9 +92,11 @@ def test_deepseek_v3_model_flops_by_hand() -> None:
     mla = 2 * (h * 1536 + 1536 * n * 192 + h * 576 + 512 * n * 256 + n * 128 * h) + 2 * s * n * (192 + 128) / 2
     dense = mla + 2 * 3 * h * 18432
     moe = mla + 2 * h * 256 + 2 * 3 * h * 2048 * (8 + 1)
-    per_token = 3 * (3 * dense + 58 * moe + 2 * h * 129280)
+    mtp = 2 * 2 * h * h + moe + 2 * h * 129280  # the MTP module: eh_proj (2h -> h), an MoE block, the shared head again
+    per_token = 3 * (3 * dense + 58 * moe + 2 * h * 129280 + mtp)
     counted = training_flops(load_model("deepseek-v3"), 1, s, causal=True)
     assert counted.model_per_token.value == pytest.approx(per_token, rel=1e-12)
+    assert counted.mtp.value == pytest.approx(s * mtp, rel=1e-12)
     assert counted.six_nd.term("N").value == 37_552_297_472  # 6ND of an MoE model: active parameters
     assert counted.active_params.value == 37_552_297_472 and counted.params.value == 671_026_419_200
 

@@ -24,6 +24,9 @@ def _shape(model):
         plain = dataclasses.replace(plain, moe=dataclasses.replace(plain.moe, source=""))
     if plain.mla is not None:
         plain = dataclasses.replace(plain, mla=dataclasses.replace(plain.mla, source=""))
+    if plain.window is not None:
+        plain = dataclasses.replace(plain, window=dataclasses.replace(plain.window, source=""))
+    plain = dataclasses.replace(plain, mtp_source="")
     return plain
 
 

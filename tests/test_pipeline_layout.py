@@ -85,10 +85,10 @@ def test_an_even_layout_is_the_even_split() -> None:
 
 
 def test_moe_layers_by_the_layout_chunks() -> None:
-    # DeepSeek-V3's first 3 layers are dense: under "Et|(tt|)*30L" rank 0 holds layer 0 (dense) and 6 MoE layers, rank 1
+    # DeepSeek-V3's first 3 layers are dense: under "Et|(tt|)*30mL" rank 0 holds layer 0 (dense) and 6 MoE layers, rank 1
     # layers 1-2 (dense) and 6 MoE; contiguous stages would put all three dense layers on rank 0
     model = load_model("deepseek-v3")
-    layout = Layout(pp=8, dp=32, ep=32, schedule=Schedule.INTERLEAVED, chunks=4, pipeline_layout="Et|(tt|)*30L")
+    layout = Layout(pp=8, dp=32, ep=32, schedule=Schedule.INTERLEAVED, chunks=4, pipeline_layout="Et|(tt|)*30mL")
     breakdown = memory_breakdown(model, layout, TrainingSetup(1, 4096, flash_attention=True, micro_batches=16))
     moe = [{t.key: t.value for t in s.parameters.inputs}.get("L_m") for s in breakdown.stages]
     assert moe[:2] == [6, 6] and moe[2:7] == [8] * 5 and moe[7] == 6
@@ -102,15 +102,15 @@ def test_uneven_chunks_that_the_first_last_split_refuses(run) -> None:
               "--recompute", "full"]  # fmt: skip
     refused = run(common + ["--first-stage-layers", "7", "--last-stage-layers", "6", "--schedule", "interleaved", "--chunks", "4"], code=2)
     assert "do not divide the 7 layers" in refused.output
-    result = json.loads(run(common + ["--pipeline-layout", "Et|(tt|)*30L", "--format", "json"]).output)
-    assert "interleaved 1F1B v = 4, pipeline layout Et|(tt|)*30L" in result["verdicts"][0]
+    result = json.loads(run(common + ["--pipeline-layout", "Et|(tt|)*30mL", "--format", "json"]).output)
+    assert "interleaved 1F1B v = 4, pipeline layout Et|(tt|)*30mL" in result["verdicts"][0]
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--pipeline-layout", "Et|(tt|)*30L", "--chunks", "2", "--schedule", "interleaved"], "are 4 chunks per rank, not --chunks 2"),
-    (["--pipeline-layout", "Et|(tt|)*30L", "--first-stage-layers", "7"], "gives every stage's layers"),
-    (["--pipeline-layout", "Et|t|(tt|)*29L"], "the layout holds 60 transformer layers"),
-    (["--pipeline-layout", "Et|(tt|)*30,L?"], "unknown letter '?'"),
+    (["--pipeline-layout", "Et|(tt|)*30mL", "--chunks", "2", "--schedule", "interleaved"], "are 4 chunks per rank, not --chunks 2"),
+    (["--pipeline-layout", "Et|(tt|)*30mL", "--first-stage-layers", "7"], "gives every stage's layers"),
+    (["--pipeline-layout", "Et|t|(tt|)*29mL"], "the layout holds 60 transformer layers"),
+    (["--pipeline-layout", "Et|(tt|)*30,mL?"], "unknown letter '?'"),
 ])  # fmt: skip
 def test_memory_flag_errors_are_one_line(run, extra: list[str], message: str) -> None:
     result = run(["memory", "--model", "deepseek-v3", "--pp", "8", "--dp", "32", "--ep", "32", "--seq-len", "4096", *extra], code=2)

@@ -634,6 +634,9 @@ def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str
                    + (f"; {MEGATRON_MLA_UP}: Q, K, V and the norms' outputs are made again in backward (the up projections' "
                       "FLOPs count in hardware FLOPs)" if "mla_up_proj" in config.modules else ""))  # fmt: skip
     out.append(attention_assumption(config.flash_attention))
+    if not config.flash_attention and model.window is not None:  # transformers' eager_attention_forward and Megatron's unfused softmax mask the whole square
+        out.append(f"the {model.window.kind.value} window of {model.window.size:,} tokens saves no memory here: attention without a "
+                   "fused kernel computes and keeps the whole s x s score square and masks it (transformers eager_attention_forward)")
     modules = config.modules
     if modules and modules != ("core_attn",):
         from parcalc.core.recompute import MEGATRON_MODULE_SITES, MEGATRON_MODULES
@@ -786,6 +789,39 @@ def output_activations(model: TransformerModel, config: ActivationConfig, in_fli
         source=f"{KORTHIKANTI_OUTPUT}; {MEGATRON_MEMORY}",
         assumptions=("vocabulary-parallel logits and cross-entropy (Megatron-LM): V / t logits per token on each TP rank",),
     ), config.cp, scale=True)
+
+
+def mtp_activations(model: TransformerModel, config: ActivationConfig, in_flight: float) -> Derivation | None:
+    """Last stage: what the multi-token-prediction modules keep for backward, per micro-batch in flight: each
+    module's projection input [RMSNorm(h); RMSNorm(Emb)] (2h wide, split by t with SP), its block's activations
+    (a layer of the model's last layer's kind, as parcalc counts a layer) and its own output activations (final
+    norm and head inputs, fp32 logits: output_activations). None without MTP."""
+    if not model.mtp_layers:
+        return None
+    block = layer_activations(model, config, moe_layer=model.mtp_layer_is_moe).per_layer.value
+    # s/cp tokens on a context-parallel rank, as output_activations and the layers count them
+    projection = 2 * config.activation_bytes * config.seq_len * config.micro_batch * model.hidden / (config.tp if config.sequence_parallel else 1) / config.cp
+    logits = output_activations(model, config, 1.0).value
+    per = projection + block + logits
+    inputs = (Term("D_mtp", "D", "D", model.mtp_layers, "", "multi-token-prediction modules", model.mtp_source),
+              Term("A_proj", "A_proj", r"A_{\mathrm{proj}}", projection, "B", "the projection's 2h-wide input per micro-batch"),
+              Term("A_block", "A_block", r"A_{\mathrm{block}}", block, "B", "one block's activations per micro-batch (as a layer of its kind)"),
+              Term("A_logits", "A_out", r"A_{\mathrm{out}}", logits, "B", "its final norm and head inputs and fp32 logits per micro-batch"),
+              Term("n_last", "n_last", r"n_{\mathrm{last}}", in_flight, "", "micro-batches in flight on the last stage"))  # fmt: skip
+    return Derivation(
+        key="mtp_activations",
+        label="Multi-token-prediction activations (projection input, block, logits of each module)",
+        symbol="A_mtp",
+        latex_symbol=r"A_{\mathrm{mtp}}",
+        formula="$D_mtp × ($A_proj + $A_block + $A_logits) × $n_last",
+        formula_latex=r"$D_mtp \times \left($A_proj + $A_block + $A_logits\right) \times $n_last",
+        inputs=inputs,
+        value=model.mtp_layers * per * in_flight,
+        unit="B",
+        source="Megatron-LM megatron/core/transformer/multi_token_prediction.py (MultiTokenPredictionLayer.forward: "
+               "torch.cat of the normed embedding and hidden state, eh_proj, transformer_layer, final_layernorm; the loss "
+               "through the shared output_layer); DeepSeek-V3 report sec. 2.2",
+    )
 
 
 def recompute_working_set(model: TransformerModel, config: ActivationConfig) -> Derivation | None:

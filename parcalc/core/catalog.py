@@ -138,7 +138,12 @@ def _model_rows(model: TransformerModel) -> list[tuple[object, ...]]:
         if field.name in ("key", "source"):
             continue
         value = getattr(model, field.name)
-        if field.name in ("moe", "mla") and value is not None:  # one row per field of the block, with the block's source
+        if field.name == "mtp_source":
+            continue
+        if field.name == "mtp_layers":
+            rows.append(("mtp_layers", model.mtp_layers, "", model.mtp_source))
+            continue
+        if field.name in ("moe", "mla", "window") and value is not None:  # one row per field of the block, with the block's source
             shown = [f for f in fields(value) if f.name != "source"]
             rows += [(f"{field.name}.{f.name}", _text(getattr(value, f.name)), "", value.source if i == 0 else "") for i, f in enumerate(shown)]
             continue
@@ -148,6 +153,11 @@ def _model_rows(model: TransformerModel) -> list[tuple[object, ...]]:
         rows.append(("moe_layers", model.moe_layers, "", "layers with experts (parcalc.core.model)"))
         rows.append(("moe_layer_params", model.moe_layer_params, "", "counted from the shape (parcalc.core.model)"))
     rows.append(("total_params", model.total_params, "", "counted from the shape (parcalc.core.model)"))
+    if model.mtp_layers:
+        rows.append(("mtp_params", model.mtp_params, "", "the multi-token-prediction modules, embedding and head shared (parcalc.core.model)"))
+        rows.append(("trained_params", model.trained_params, "", "total_params + mtp_params: what the optimizer updates"))
+    if model.window is not None:
+        rows.append(("local_layers", model.local_layers_in(0, model.layers), "", f"layers with a {model.window.kind.value} window (parcalc.core.model)"))
     if model.moe is not None:
         rows.append(("active_params", model.active_params, "", "per token: top_k routed + shared experts (parcalc.core.model)"))
     return rows

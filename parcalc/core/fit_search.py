@@ -345,7 +345,7 @@ class _Shapes:
                 self._activations[key] = (
                     layer_activations(self.model, config).per_layer.value,
                     embedding_activations(self.model, config, 1.0).value if vocab else 0.0,
-                    output_activations(self.model, config, 1.0).value if vocab else 0.0,
+                    (output_activations(self.model, config, 1.0).value if vocab else 0.0) + mtp_output(self.model, config),
                     working.value if working is not None else 0.0,
                     layer_activations(self.model, config, moe_layer=True).per_layer.value if self.model.moe is not None else 0.0,
                     context.value if context is not None else 0.0,
@@ -473,6 +473,15 @@ class _Shapes:
 
 
 _LAYER_FIELDS = tuple(LayerPieces.__dataclass_fields__)
+
+
+def mtp_output(model: Any, config: ActivationConfig) -> float:
+    """The MTP modules' activations per micro-batch on the last stage (parcalc.core.activations.mtp_activations; 0
+    without MTP), counted with the output layer's, which the search multiplies by the last stage's micro-batches."""
+    from parcalc.core.activations import mtp_activations
+
+    found = mtp_activations(model, config, 1.0)
+    return found.value if found is not None else 0.0
 
 
 def searched_routing_limit(limit: int | None, ep: int, etp: int, gpus_per_node: int) -> int | None:
@@ -782,6 +791,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
     """Every configuration of the space evaluated; `progress(done, total)` after each layout."""
     if cluster.gpus < 1:
         raise InputError(f"--gpus: must be at least 1, got {cluster.gpus}")
+    model.check_layers_modelled("--model")
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         if space.pp is None:
             flag = "--first-stage-layers" if space.first_stage_layers is not None else "--last-stage-layers"

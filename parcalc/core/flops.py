@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from parcalc.core.attention_window import WindowKind, core_share
 from parcalc.core.hardware import Gpu, Sourced
 from parcalc.derivation import Derivation, Result, Term
 from parcalc.errors import InputError
@@ -226,6 +227,13 @@ class TrainingFlops:
     model_ref: TransformerModel | None = None  # which layers are MoE (stage_flops)
     params: Derivation | None = None  # total and active parameters of an MoE model, shown beside 6ND
     active_params: Derivation | None = None
+    # the attention core's share of the full s x s square counted per layer (1/2 causal, less with local
+    # attention: parcalc.core.attention_window.core_share; 1 without --causal)
+    core_share: float = 1.0
+    window: Derivation | None = None  # the local layers' share, when the model has an attention window
+    mtp: Derivation | None = None  # the multi-token-prediction modules' forward, when the model has them
+    linear: Derivation | None = None  # one gated-DeltaNet mixer's forward, when the model has such layers
+    linear_delta: float = 0.0  # a linear-attention layer's forward less a full-attention layer's
 
     def layer_kinds(self) -> tuple[tuple[str, tuple[LayerOp, ...], int, Derivation], ...]:
         """(name, ops, count, forward) of each kind of layer the model has: dense, MoE."""
@@ -238,21 +246,24 @@ class TrainingFlops:
         return tuple(kinds)
 
     def layers_forward(self, start: int, end: int) -> float:
-        """Forward FLOPs of layers start .. end - 1 (0-based): dense and MoE layers each their own."""
+        """Forward FLOPs of layers start .. end - 1 (0-based): dense and MoE layers each their own, and a linear-attention
+        layer its mixer for the attention."""
+        linear = self.model_ref.linear_layers_in(start, end) * self.linear_delta if self.model_ref is not None else 0.0
         if self.moe_layer_forward is None or self.model_ref is None:
-            return (end - start) * self.layer_forward.value
+            return (end - start) * self.layer_forward.value + linear
         moe = self.model_ref.moe_layers_in(start, end)
-        return (end - start - moe) * self.layer_forward.value + moe * self.moe_layer_forward.value
+        return (end - start - moe) * self.layer_forward.value + moe * self.moe_layer_forward.value + linear
 
     def op_flops(self, op: LayerOp) -> float:
         """Forward FLOPs of one op as counted here (the attention core halved when causal)."""
-        return op.flops / 2 if self.causal and op.key in ATTENTION_CORE_OPS else float(op.flops)
+        return op.flops * self.core_share if op.key in ATTENTION_CORE_OPS else float(op.flops)
 
     def derivations(self) -> tuple[Derivation, ...]:
         extra = (self.korthikanti_selective,) if self.korthikanti_selective is not None else ()
         layers = tuple(forward for _, _, count, forward in self.layer_kinds() if count or self.moe_layer_forward is None)
         params = tuple(d for d in (self.params, self.active_params) if d is not None)
-        return (*layers, self.forward, self.model, self.recomputed, self.hardware, *extra, self.model_per_token,
+        ahead = tuple(d for d in (self.window, self.linear, self.mtp) if d is not None)
+        return (*ahead, *layers, self.forward, self.model, self.recomputed, self.hardware, *extra, self.model_per_token,
                 self.hardware_per_token, *params, self.six_nd, self.narayanan, self.elementwise)  # fmt: skip
 
 
@@ -362,7 +373,7 @@ def _group_of(key: str) -> str:
     return "F_proj"
 
 
-def _layer_forward(ops: tuple[LayerOp, ...], half: float, causal: bool, *, moe: bool) -> Derivation:
+def _layer_forward(ops: tuple[LayerOp, ...], half: float, causal: bool, *, moe: bool, windowed: bool = False) -> Derivation:
     """Forward FLOPs of one layer from its matmuls, by group (projections, core, MLP or router/experts/shared)."""
     matmuls = [op for op in ops if op.kind == "matmul"]
     def flops(op: LayerOp) -> float:
@@ -371,12 +382,16 @@ def _layer_forward(ops: tuple[LayerOp, ...], half: float, causal: bool, *, moe: 
     terms = []
     for key, latex_key, what, _ in _GROUPS:
         if key in ("F_proj", "F_core") or key in present:
-            what_here = what + (" (causal: half)" if causal and key == "F_core" else "")
+            core_what = " (causal: the mean layer's share of the square, local layers their window)" if windowed else " (causal: half)"
+            what_here = what + (core_what if causal and key == "F_core" else "")
             table = "moe_layer_flops" if moe else "layer_flops"
             terms.append(Term(key, key, latex_key, sum(flops(op) for op in matmuls if _group_of(op.key) == key), "FLOP",
                               f"{what_here} of one {'MoE ' if moe else ''}layer (table '{table}')"))  # fmt: skip
     formula = " + ".join(f"${t.key}" for t in terms)
     causal_note = ("causal attention: Q·K^T and score·V counted at half (only the lower triangle is computed)",) if causal else ()
+    if causal and windowed:
+        causal_note = (f"causal attention with local layers: Q·K^T and score·V counted at {half:.4g} of the square, the mean over the "
+                       "layers of each one's computed band (derivation 'attention_window')",)
     moe_note = ("balanced routing: each routed expert computes tokens x top_k / experts tokens (dropless, or capped by the "
                 "capacity factor); the grouped GEMMs' FLOPs equal top_k dense FFNs per token",) if moe else ()  # fmt: skip
     return Derivation(
@@ -445,6 +460,9 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
         from parcalc.core.recompute import check_op_supported
 
         check_op_supported(model)
+    if model.linear_attention is not None and (recompute not in ("none", "full") or recomputed_layers is not None):
+        raise InputError(f"--recompute: {model.name} has gated-DeltaNet layers; parcalc counts their recomputation with "
+                         "--recompute none or full (every layer) only")  # fmt: skip
     if recomputed_layers is not None and not (recompute == "full" and model.moe is None and 0 <= recomputed_layers <= model.layers):
         raise InputError(f"--recompute-layers: {recomputed_layers} layers recomputed needs --recompute full on a dense model "
                          f"of at least that many layers (got --recompute {recompute}, {model.layers} layers)")  # fmt: skip
@@ -460,12 +478,13 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     L_moe = model.moe_layers
     L_dense = L - L_moe
     tokens = float(batch * seq_len)
-    half = 0.5 if causal else 1.0
+    half = core_share(model.window, L, seq_len) if causal else 1.0  # 0.5 causal without a window
+    windowed = causal and model.window is not None
     matmuls = [op for op in ops if op.kind == "matmul"]
     core_value = sum(op.flops * half for op in matmuls if op.key in ATTENTION_CORE_OPS)
     head_value = float(head.flops) if head is not None else 0.0
-    layer_forward = _layer_forward(ops, half, causal, moe=False)
-    moe_forward = _layer_forward(moe_ops, half, causal, moe=True) if moe_ops else None
+    layer_forward = _layer_forward(ops, half, causal, moe=False, windowed=windowed)
+    moe_forward = _layer_forward(moe_ops, half, causal, moe=True, windowed=windowed) if moe_ops else None
     layer_value = layer_forward.value
     l_term = Term("L", "L", "L", L, "", "transformer layers")
     if moe_forward is None:
@@ -481,14 +500,32 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
             layer_terms = (l_moe, moe_forward.as_term("F_moe"))
             layers_formula, layers_latex = "$L_moe × $F_moe", r"$L_moe \times $F_moe"
         layers_value = L_dense * layer_value + L_moe * moe_forward.value
+    linear = linear_forward(model, batch, seq_len) if model.linear_attention is not None else None
+    linear_delta = 0.0
+    if linear is not None:
+        attention = layer_forward.term("F_proj").value + layer_forward.term("F_core").value
+        linear_delta = linear.value - attention
+        L_lin = model.linear_layers_in(0, L)
+        layer_terms = (*layer_terms, Term("L_lin", "L_lin", r"L_{\mathrm{lin}}", L_lin, "", "linear-attention (gated DeltaNet) layers",
+                                          model.linear_attention.source if model.linear_attention else ""),  # fmt: skip
+                       Term("dF_lin", "ΔF_lin", r"\Delta F_{\mathrm{lin}}", linear_delta, "FLOP",
+                            "a gated-DeltaNet mixer's forward less a full attention block's (F_proj + F_core)"))
+        layers_formula, layers_latex = layers_formula + " + $L_lin × $dF_lin", layers_latex + r" + $L_lin \times $dF_lin"
+        layers_value += L_lin * linear_delta
     fwd_inputs = list(layer_terms)
     formula, latex = layers_formula, layers_latex
     if head is not None:
         fwd_inputs.append(Term("F_head", "F_head", r"F_{\mathrm{head}}", head_value, "FLOP", f"LM head: 2 x {head.shape}"))
         formula, latex = formula + " + $F_head", latex + " + $F_head"
+    mtp = mtp_forward(model, tokens, moe_forward if model.mtp_layer_is_moe and moe_forward is not None else layer_forward,
+                      head_value) if model.mtp_layers else None
+    if mtp is not None:
+        fwd_inputs.append(mtp.as_term("F_mtp"))
+        formula, latex = formula + " + $F_mtp", latex + " + $F_mtp"
+    mtp_value = mtp.value if mtp is not None else 0.0
     forward = Derivation("forward_flops", "Forward FLOPs per iteration", "F_fwd", r"F_{\mathrm{fwd}}", formula, latex,
-                         tuple(fwd_inputs), layers_value + head_value, "FLOP",
-                         "sum of the matmuls of every layer and of the LM head")  # fmt: skip
+                         tuple(fwd_inputs), layers_value + head_value + mtp_value, "FLOP",
+                         "sum of the matmuls of every layer and of the LM head" + (", and the MTP modules'" if mtp else ""))  # fmt: skip
     model_flops = Derivation(
         key="model_flops",
         label="Model FLOPs per iteration (forward + backward)",
@@ -593,9 +630,75 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     if not math.isfinite(hardware.value + narayanan.value):
         raise InputError("--batch / --seq-len: these sizes give more FLOPs than a number can hold")
     counts = _params_derivations(model) if model.moe is not None else (None, None)
+    window = window_share(model, seq_len) if windowed else None
     return TrainingFlops(tuple(ops), head, causal, layer_forward, forward, model_flops, recomputed, hardware, per_token[0],
                          per_token[1], approx, narayanan, elementwise, selective, tuple(moe_ops), moe_forward, L_dense, L_moe,
-                         model if model.moe is not None else None, *counts)  # fmt: skip
+                         model if model.moe is not None or linear is not None else None, counts[0], counts[1], core_share=half,
+                         window=window, mtp=mtp, linear=linear, linear_delta=linear_delta)  # fmt: skip
+
+
+MTP_SOURCE = (
+    "DeepSeek-V3 report (arXiv:2412.19437) sec. 2.2, eq. (21)-(25): module k projects [RMSNorm(h); RMSNorm(Emb(t_{i+k}))] by "
+    "M_k (d x 2d), runs one transformer block and the shared output head; Megatron-LM "
+    "megatron/core/transformer/multi_token_prediction.py (MultiTokenPredictionLayer: enorm, hnorm, eh_proj, "
+    "transformer_layer, final_layernorm; the GPT model's output_layer computes the MTP loss's logits)"
+)
+
+
+def mtp_forward(model: TransformerModel, tokens: float, block: Derivation, head_value: float) -> Derivation:
+    """Forward FLOPs of the D multi-token-prediction modules per iteration: each runs the projection
+    M_k (2 x T x 2h x h), one block of the model's last layer's kind, and the shared head again for its loss's logits."""
+    h = model.hidden
+    proj = 2.0 * tokens * 2 * h * h
+    inputs = (Term("D_mtp", "D", "D", model.mtp_layers, "", "multi-token-prediction depth (modules)", model.mtp_source),
+              Term("F_proj_mtp", "F_M", r"F_{M}", proj, "FLOP", f"projection M_k: 2 x [{tokens:g}×{2 * h}]·[{2 * h}×{h}]"),
+              block.as_term("F_block"),
+              Term("F_head_mtp", "F_head", r"F_{\mathrm{head}}", head_value, "FLOP", "the shared LM head: the MTP loss's logits"))  # fmt: skip
+    return Derivation("mtp_forward_flops", "Forward FLOPs of the multi-token-prediction modules per iteration", "F_mtp",
+                      r"F_{\mathrm{mtp}}", "$D_mtp × ($F_proj_mtp + $F_block + $F_head_mtp)",
+                      r"$D_mtp \times \left($F_proj_mtp + $F_block + $F_head_mtp\right)", inputs,
+                      model.mtp_layers * (proj + block.value + head_value), "FLOP", MTP_SOURCE,
+                      assumptions=("the MTP modules sit on the last pipeline stage (Megatron-LM); full recomputation does not "
+                                   "replay them",))  # fmt: skip
+
+
+def linear_forward(model: TransformerModel, batch: int, seq_len: int) -> Derivation:
+    """Forward FLOPs of one gated-DeltaNet mixer for the batch: its operations one by one (layer_ops.linear_attention_ops)."""
+    from parcalc.core.layer_ops import linear_attention_ops
+    from parcalc.core.linear_attention import CHUNK, GDN_SOURCE
+
+    ops = [op for op in linear_attention_ops(model, batch, seq_len, 2.0) if op.kind == "matmul"]
+    inputs = tuple(Term(op.key, op.key, op.key.replace("_", r"\_"), op.flops, "FLOP", f"{op.name}: {op.shape}") for op in ops)
+    formula = " + ".join(f"${op.key}" for op in ops)
+    return Derivation("linear_forward_flops", "Forward FLOPs of one gated-DeltaNet mixer (projections, conv1d, chunked delta rule)",
+                      "F_gdn", r"F_{\mathrm{gdn}}", formula, formula, inputs, float(sum(op.flops for op in ops)), "FLOP", GDN_SOURCE,
+                      assumptions=(f"the delta rule by chunks of {CHUNK} tokens (torch_chunk_gated_delta_rule, flash-linear-attention's "
+                                   "chunk_gated_delta_rule), the sequence padded to a whole chunk; the UT transform's two triangular "
+                                   "solves at C (C - 1) / 2 multiply-adds per column; gates, norms and decays are element-wise, not counted",))  # fmt: skip
+
+
+def window_share(model: TransformerModel, seq_len: int) -> Derivation:
+    """The mean layer's attention core as a share of the s x s square: the global layers' s^2/2 and the local layers'
+    band (parcalc.core.attention_window), averaged over the L layers."""
+    from parcalc.core.attention_window import WINDOW_SOURCE, causal_pairs
+
+    window = model.window
+    assert window is not None
+    L, local = model.layers, model.local_layers_in(0, model.layers)
+    band = ("$s² / 2 - max($s - $W, 0)² / 2" if window.kind is WindowKind.SLIDING else "⌊$s / $W⌋ × $W² / 2 + ($s mod $W)² / 2")
+    inputs = (Term("L", "L", "L", L, "", "transformer layers"),
+              Term("L_loc", "L_local", r"L_{\mathrm{local}}", local, "", f"layers with a {window.kind.value} window", window.source),
+              Term("W", "W", "W", window.size, "", f"{window.kind.value} window (tokens)", window.source),
+              Term("s", "s", "s", seq_len, "", "sequence length"),
+              Term("P_band", "P_band", r"P_{\mathrm{band}}", window.pairs(seq_len), "", f"computed (query, key) area of a local layer: {band}"),
+              Term("P_causal", "P_causal", r"P_{\mathrm{causal}}", causal_pairs(seq_len), "", "a full causal layer's: s² / 2"))  # fmt: skip
+    return Derivation("attention_window", f"Attention core counted per layer, share of the s x s square ({window.describe})",
+                      "ρ_attn", r"\rho_{\mathrm{attn}}", "(($L - $L_loc) × $P_causal + $L_loc × $P_band) / ($L × $s²)",
+                      r"\frac{($L - $L_loc) $P_causal + $L_loc $P_band}{$L $s^2}", inputs,
+                      core_share(window, L, seq_len), "fraction", WINDOW_SOURCE,
+                      assumptions=("a kernel that skips the masked blocks (FlashAttention's window_size, FlexAttention): eager "
+                                   "attention computes the whole square, counted without --causal",
+                                   "a pipeline stage's layers are counted at the mean layer's share"))  # fmt: skip
 
 
 def _module_flops(model: TransformerModel, ops: tuple[LayerOp, ...], moe_ops: tuple[LayerOp, ...], half: float,
@@ -674,6 +777,8 @@ def stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> D
     stage's share is what its GPUs must run while the others wait (Narayanan et al. 2021 sec. 2.2:
     the pipeline runs at the pace of its slowest stage)."""
     total_layers = sum(split)
+    if counted.linear is not None:
+        return _hybrid_stage_flops(counted, split, stage)
     if counted.moe_layer_forward is not None and counted.model_ref is not None:
         return _moe_stage_flops(counted, split, stage)
     inputs = [
@@ -717,6 +822,18 @@ def _moe_stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int)
     formula, latex = "3 × ($L_d × $F_layer + $L_m × $F_moe) + $F_re_s", r"3 \left($L_d $F_layer + $L_m $F_moe\right) + $F_re_s"
     value = 3 * forward + again
     return _stage_with_head(counted, split, stage, inputs, formula, latex, value, "per layer, dense and MoE layers each their own")
+
+
+def _hybrid_stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> Derivation:
+    """stage_flops of a model with linear-attention layers (recomputation none or full): 3 x the forward of the stage's
+    own layers, each kind its own (TrainingFlops.layers_forward), their forward again with full recomputation."""
+    start = sum(split[:stage])
+    forward = counted.layers_forward(start, start + split[stage])
+    again = forward if counted.recomputed.value else 0.0
+    inputs = [Term("F_s", "F_fwd,stage", r"F_{\mathrm{fwd,stage}}", forward, "FLOP", f"forward of the {split[stage]} layers of stage {stage + 1}"),
+              Term("F_re_s", "F_re,stage", r"F_{\mathrm{re,stage}}", again, "FLOP", "recomputed forward of this stage's layers")]  # fmt: skip
+    return _stage_with_head(counted, split, stage, inputs, "3 × $F_s + $F_re_s", r"3 $F_s + $F_re_s", 3 * forward + again,
+                            "per layer, full-attention and linear-attention layers each their own")
 
 
 def _stage_with_head(counted: TrainingFlops, split: tuple[int, ...], stage: int, inputs: list[Term], formula: str, latex: str,

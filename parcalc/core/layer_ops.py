@@ -99,7 +99,8 @@ def _attention_ops(model: TransformerModel, batch: int, seq_len: int, s: float) 
     heads, kv = model.heads, model.kv_heads
     scores = batch * heads * seq_len * seq_len
     return [
-        _matmul("q_proj", "Q = x·W^Q", tokens, d, model.q_width, s),
+        _matmul("q_proj", "[Q, G] = x·W^Q" if model.attention_gate else "Q = x·W^Q", tokens, d,
+                model.q_width * (2 if model.attention_gate else 1), s),  # gated attention: the gate's half too
         _matmul("k_proj", "K = x·W^K", tokens, d, model.kv_width, s),
         _matmul("v_proj", "V = x·W^V", tokens, d, model.kv_width, s),
         _matmul(
@@ -115,6 +116,43 @@ def _attention_ops(model: TransformerModel, batch: int, seq_len: int, s: float) 
             b_elements=batch * kv * seq_len * hd,
         ),
         _matmul("out_proj", "Out = Z·W^O", tokens, model.q_width, d, s),
+    ]  # fmt: skip
+
+
+def linear_attention_ops(model: TransformerModel, batch: int, seq_len: int, s: float) -> list[LayerOp]:
+    """A gated-DeltaNet mixer's forward (parcalc.core.linear_attention): its projections, the depthwise conv1d (as
+    conv_dim products of [T x K]·[K x 1], the FLOPs torch.utils.flop_counter gives a grouped convolution), and the
+    chunked delta rule per chunk and value head: K_beta K^T and Q K^T, the two unit-triangular solves of the UT
+    transform (C (C - 1) / 2 multiply-adds per column: flops given directly), K_cum S and Q S against the state, the
+    chunk's attention times the new values, and the state update K^T V_new."""
+    gdn = model.linear_attention
+    assert gdn is not None
+    from parcalc.core.linear_attention import CHUNK, chunks
+
+    tokens, d = batch * seq_len, model.hidden
+    dk, dv, c = gdn.key_head_dim, gdn.value_head_dim, CHUNK
+    groups = batch * gdn.value_heads * chunks(seq_len)  # (sequence, value head, chunk): the products run per chunk
+    per = f" ×{groups}"
+
+    def solve(key: str, name: str, columns: int) -> LayerOp:
+        flops = float(groups * c * (c - 1) * columns)  # 2 FLOP x C (C - 1) / 2 multiply-adds per right-hand column
+        return LayerOp(key=key, name=name, kind="matmul", flops=flops, bytes=s * groups * (c * c + 2 * c * columns),
+                       shape=f"[{c}×{c}]⁻¹·[{c}×{columns}]{per}", batch=groups, m=c, k=c, n=columns)  # fmt: skip
+
+    return [
+        _matmul("gdn_in_qkvz", "[Q, K, V, Z] = x·W^qkvz", tokens, d, 2 * gdn.key_dim + 2 * gdn.value_dim, s),
+        _matmul("gdn_in_ba", "[β, a] = x·W^ba", tokens, d, 2 * gdn.value_heads, s),
+        _matmul("gdn_conv", "causal conv1d (depthwise)", tokens, gdn.conv_kernel, 1, s, batch=gdn.conv_dim,
+                shape=f"[{tokens}×{gdn.conv_kernel}]·[{gdn.conv_kernel}×1] ×{gdn.conv_dim}"),
+        _matmul("gdn_ut", "K_β·K^T", c, dk, c, s, batch=groups, shape=f"[{c}×{dk}]·[{dk}×{c}]{per}"),
+        _matmul("gdn_intra", "Q·K^T", c, dk, c, s, batch=groups, shape=f"[{c}×{dk}]·[{dk}×{c}]{per}"),
+        solve("gdn_solve_v", "V_new = T⁻¹·V_β", dv),
+        solve("gdn_solve_k", "K_cum = T⁻¹·K_β", dk),
+        _matmul("gdn_read_k", "K_cum·S", c, dk, dv, s, batch=groups, shape=f"[{c}×{dk}]·[{dk}×{dv}]{per}"),
+        _matmul("gdn_read_q", "Q·S", c, dk, dv, s, batch=groups, shape=f"[{c}×{dk}]·[{dk}×{dv}]{per}"),
+        _matmul("gdn_context", "A·V_new", c, c, dv, s, batch=groups, shape=f"[{c}×{c}]·[{c}×{dv}]{per}"),
+        _matmul("gdn_state", "S += K^T·V_new", dk, c, dv, s, batch=groups, shape=f"[{dk}×{c}]·[{c}×{dv}]{per}"),
+        _matmul("gdn_out", "Out = Z'·W^O", tokens, gdn.value_dim, d, s),
     ]  # fmt: skip
 
 

@@ -23,4 +23,5 @@ def layer_params_per_rank(model: TransformerModel, tp: int) -> int:
     if model.mla is not None:  # multi-head latent attention: its own projections and latent norms (LatentAttention.params),
         # split evenly over tp: exact at tp = 1 (DeepSeek-V3's run); Megatron's MLA TP split is not modelled
         weights = model.attention_params_per_layer // tp + matrices * h * f // tp
-    return weights + biases + model.norm_params_per_layer
+    sinks = model.heads // tp if model.attention_sinks else 0  # gpt-oss: one sink logit per head, split with the heads
+    return weights + biases + model.norm_params_per_layer + sinks

@@ -96,14 +96,9 @@ class Layout(NamedTuple):
 
     def stage_ends(self, layers: int) -> tuple[int | None, int | None]:
         """(first, last) stage layers as the uneven split takes them (parcalc.core.stages.stage_ends); a custom layout's
-        end stages (its middle stages must hold equal layers: the step-time model takes one middle stage)."""
+        end stages (its middle stages may differ: parcalc.core.timing.step.paced_stages takes its fullest)."""
         if self.pipeline_layout is not None:
             split = self.pipeline_split(layers).stage_layers()
-            if len(set(split[1:-1])) > 1:
-                from parcalc.errors import InputError
-
-                raise InputError(f"--pipeline-layout: the middle stages hold {', '.join(map(str, split[1:-1]))} layers; parcalc's step "
-                                 "time takes them equal (the first and the last may differ)")  # fmt: skip
             return (split[0], split[-1]) if self.pp > 1 else (None, None)
         from parcalc.core.stages import stage_ends
 

@@ -40,6 +40,7 @@ from parcalc.core.activations import (
     check_tensor_parallel,
     embedding_activations,
     layer_activations,
+    mtp_activations,
     output_activations,
     recompute_working_set,
 )
@@ -261,10 +262,39 @@ def fullest_candidates(model: TransformerModel, split: tuple[int, ...], chunks: 
 
 def stage_expert_parameters(model: TransformerModel, par: Layout, stage: int) -> int:
     """The routed-expert parameters one GPU of stage `stage` holds (sharded by ZeRO over expert-DP)."""
-    moe = stage_moe_layers(model, par, stage)
+    moe = stage_moe_layers(model, par, stage) + (model.mtp_layers if stage == mtp_stage(model, par) and model.mtp_layer_is_moe else 0)
     if not moe:
         return 0
     return moe * expert_params_per_rank(model, par)
+
+
+MTP_PLACEMENT = ("Megatron-LM: the MTP block sits on the last pipeline stage (megatron/core/models/gpt/gpt_model.py: mtp_process), "
+                 "which then holds the embedding too ('if self.pre_process or self.mtp_process: self.embedding = ...')")
+
+
+def mtp_stage(model: TransformerModel, par: Layout) -> int:
+    """The pipeline stage that holds the MTP modules: the last (MTP_PLACEMENT), or where --pipeline-layout puts its `m`
+    (the last chunk of that rank: Megatron-LM validate_layer_layout)."""
+    if par.pipeline_layout is not None and model.mtp_layers:
+        rank = par.pipeline_split(model.layers).mtp_rank()
+        if rank is not None:
+            return int(rank)
+    return par.pp - 1
+
+
+def mtp_params_per_rank(model: TransformerModel, par: Layout) -> int:
+    """The MTP modules on one GPU of the last stage: their norms (replicated), eh_proj (2h x h, column-parallel: /t),
+    the block as a layer of its kind on one TP rank (an MoE block's experts / ep, each split etp ways), and with
+    p > 1 a copy of the word embeddings (V/t rows) the modules look the shifted tokens up in (MTP_PLACEMENT)."""
+    if not model.mtp_layers:
+        return 0
+    if model.mtp_layer_is_moe:
+        block = moe_dense_params_per_rank(model, par.tp) + expert_params_per_rank(model, par)
+    else:
+        block = layer_params_per_rank(model, par.tp)
+    own = 3 * model.norm.params_per_channel * model.hidden + 2 * model.hidden * model.hidden // par.tp
+    embedding = vocab_shard(model, par.tp) * model.hidden if par.pp > 1 and model.vocab else 0
+    return model.mtp_layers * (own + block) + embedding
 
 
 def _stage_ends(model: TransformerModel, par: Layout, stage: int) -> tuple[int, int]:
@@ -328,6 +358,12 @@ def stage_parameters(model: TransformerModel, par: Layout, stage: int) -> Deriva
                 what += ", a copy of the tied word embeddings (Megatron-LM)"
             inputs.append(Term("P_h", "P_head", r"P_{\mathrm{head}}", head, "", what))
             formula, latex, value = formula + " + $P_h", latex + " + $P_h", value + head
+    mtp = mtp_params_per_rank(model, par) if stage == mtp_stage(model, par) else 0
+    if mtp:
+        inputs.append(Term("P_mtp", "P_mtp", r"P_{\mathrm{mtp}}", mtp, "",
+                           f"{model.mtp_layers} multi-token-prediction module(s): norms, eh_proj, a block"
+                           + (", and a copy of the word embeddings" if par.pp > 1 else ""), MTP_PLACEMENT))
+        formula, latex, value = formula + " + $P_mtp", latex + " + $P_mtp", value + mtp
     return Derivation(
         key="stage_parameters",
         label=f"Parameters on one GPU of stage {stage + 1}",
@@ -599,6 +635,7 @@ class StageMemory:
     offloaded: tuple[str, ...] = ()  # keys of the model states held on the host instead ("optimizer_states", "gradients")
     context: Derivation | None = None  # context-parallel buffers during one layer's attention (parcalc.core.context)
     dispatch: Derivation | None = None  # MoE token-exchange buffers during one MoE layer (parcalc.core.expert_parallel)
+    mtp: Derivation | None = None  # the multi-token-prediction modules' activations (last stage)
     # With a step-memory walk (TrainingSetup.step_memory): its peak, what the allocator reserves then, the
     # textbook sum it replaces, and the peak's parts (parcalc.core.memory_timeline)
     peak: Derivation | None = None
@@ -628,6 +665,7 @@ class StageMemory:
             ("activations (layers)", self.activations.value),
             ("activations (embeddings)", self.embedding.value if self.embedding else 0.0),
             ("logits / cross-entropy", self.output.value if self.output else 0.0),
+            ("multi-token prediction", self.mtp.value if self.mtp else 0.0),
             ("recomputation working set", self.recompute.value if self.recompute else 0.0),
             ("context-parallel buffers", self.context.value if self.context else 0.0),
             ("MoE exchange buffers", self.dispatch.value if self.dispatch else 0.0),
@@ -786,6 +824,7 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
         )
     embedding = embedding_activations(model, config, in_flight.value) if stage == 0 and model.vocab else None
     output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
+    mtp = mtp_activations(model, config, in_flight.value) if stage == mtp_stage(model, par) else None
     recompute = recompute_working_set(model, config) if setup.recompute_layers != 0 else None
     context = context_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes)
     dispatch = (moe_dispatch_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes, setup.moe_imbalance)
@@ -798,14 +837,15 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     state_parts = [*kept, *([fp8_weights] if fp8_weights else []), *([gathered] if gathered else [])]
     states_total = _sum("model_states", "Model states (weights, gradients, optimizer states)", "M_states", r"M_{\mathrm{states}}",
                         state_parts, ZERO_STAGES)  # fmt: skip
-    act_parts = [activations, *([embedding] if embedding else []), *([output] if output else []), *([recompute] if recompute else []),
+    act_parts = [activations, *([embedding] if embedding else []), *([output] if output else []), *([mtp] if mtp else []),
+                 *([recompute] if recompute else []),
                  *([context] if context else []), *([dispatch] if dispatch else [])]  # fmt: skip
     activations_total = _sum("activations", "Activations (layers, embeddings, logits, recomputation)", "M_act", r"M_{\mathrm{act}}",
                              act_parts, "Korthikanti et al. 2022 sec. 4")  # fmt: skip
     total = _sum("total", f"Total on one GPU of stage {stage + 1}", "M_total", r"M_{\mathrm{total}}",
                  [states_total, activations_total, reserve], "sum of the components above")  # fmt: skip
     return StageMemory(stage, params, states, gathered, layers, in_flight, activations, embedding, output, recompute, reserve,
-                       states_total, activations_total, total, fp8_weights, host, offloaded, context, dispatch)  # fmt: skip
+                       states_total, activations_total, total, fp8_weights, host, offloaded, context, dispatch, mtp)  # fmt: skip
 
 
 TE_WEIGHT_CACHE = (
@@ -930,6 +970,7 @@ def _moe_stage_activations(model: TransformerModel, par: Layout, layer: LayerAct
 
 def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
+    model.check_layers_modelled("--model")
     check_parallelism(model, par, setup.micro_batches)
     check_context_parallel(model, setup.seq_len, par)
     setup = setup.for_model(model)

@@ -194,7 +194,11 @@ def hf_model_gaps(model: TransformerModel) -> list[str]:
     """What of the model the walk does not follow (transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA)."""
     return [what for what, ok in (("no RMSNorm", model.norm is Norm.RMSNORM), ("no RoPE", model.position is Position.ROPE),
                                   ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("experts (MoE)", model.moe is None),
-                                  ("latent attention (MLA)", model.mla is None), ("no vocabulary", model.vocab > 0)) if not ok]  # fmt: skip
+                                  ("latent attention (MLA)", model.mla is None), ("no vocabulary", model.vocab > 0),
+                                  # transformers builds a 4-D mask for a window (masking_utils.sliding_window_causal_mask), which
+                                  # the walk does not hold; Gemma's post-norms and gpt-oss's sinks are not Llama's decoder
+                                  ("an attention window", model.window is None), ("post-norms", not model.post_norms),
+                                  ("attention sinks", not model.attention_sinks), ("MTP modules", not model.mtp_layers)) if not ok]  # fmt: skip
 
 
 def check_hf_model(model: TransformerModel) -> None:

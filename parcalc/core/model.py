@@ -9,7 +9,9 @@ the final LayerNorm that formula leaves out.
 
 from __future__ import annotations
 
+from parcalc.core.attention_window import AttentionWindow
 from parcalc.core.choices import Mlp, Norm, Position  # re-exported
+from parcalc.core.linear_attention import GatedDeltaNet
 from parcalc.errors import InputError
 from parcalc.frozen import frozen
 
@@ -155,8 +157,29 @@ class TransformerModel:
     # Biases on the query, key and value projections only (Qwen2 / Qwen2-MoE: q_proj, k_proj, v_proj with
     # bias = config.qkv_bias, o_proj and the MLPs without: transformers Qwen2MoeAttention); bias=True has them everywhere
     qkv_bias: bool = False
+    # Local attention (parcalc.core.attention_window): a sliding window or chunks of W tokens on some or all
+    # layers (Mistral 7B, Gemma 3, gpt-oss, Llama 4); None: every layer attends to the whole prefix
+    window: AttentionWindow | None = None
+    # Gemma 2 / 3's two more norms per layer: post_attention_layernorm and post_feedforward_layernorm beside
+    # input_layernorm and pre_feedforward_layernorm (transformers Gemma3DecoderLayer), hidden-wide each
+    post_norms: bool = False
+    # gpt-oss: one learned sink logit per head and layer (transformers GptOssAttention.sinks = nn.Parameter(heads))
+    attention_sinks: bool = False
+    # Multi-token prediction (DeepSeek-V3 report sec. 2.2; Megatron-LM --mtp-num-layers): D sequential modules,
+    # each a projection M_k (2h -> h) of two normalised inputs, one transformer block of the model's last layer's
+    # kind, and a final norm, sharing the embedding and the output head with the main model
+    mtp_layers: int = 0
+    mtp_source: str = ""
+    # Hybrid models: gated-DeltaNet mixers in place of attention on all but every N-th layer (Qwen3-Next;
+    # parcalc.core.linear_attention); None: every layer has softmax attention
+    linear_attention: GatedDeltaNet | None = None
+    # Gated attention (Qwen3-Next: Qwen3NextAttention.q_proj outputs heads x head_dim x 2, the second half a sigmoid
+    # gate on the attention output): the query projection twice as wide
+    attention_gate: bool = False
 
     def __post_init__(self) -> None:
+        if self.mtp_layers < 0:
+            raise InputError(f"model {self.key}: mtp_layers must not be negative, got {self.mtp_layers}")
         for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"):
             if getattr(self, name) < 1:
                 raise InputError(f"model {self.key}: {name} must be at least 1, got {getattr(self, name)}")
@@ -182,9 +205,10 @@ class TransformerModel:
     def attention_params_per_layer(self) -> int:
         if self.mla is not None:
             return self.mla.params(self.hidden, self.heads)
-        weights = self.hidden * self.q_width + 2 * self.hidden * self.kv_width + self.q_width * self.hidden
+        weights = self.hidden * self.q_width * (2 if self.attention_gate else 1) + 2 * self.hidden * self.kv_width + self.q_width * self.hidden
         biases = (self.q_width + 2 * self.kv_width + self.hidden) if self.bias else (self.q_width + 2 * self.kv_width) if self.qkv_bias else 0
-        return weights + biases + self.qk_norm_params_per_layer
+        sinks = self.heads if self.attention_sinks else 0
+        return weights + biases + self.qk_norm_params_per_layer + sinks
 
     @property
     def qk_norm_params_per_layer(self) -> int:
@@ -205,7 +229,7 @@ class TransformerModel:
 
     @property
     def norm_params_per_layer(self) -> int:
-        return 2 * self.norm.params_per_channel * self.hidden
+        return (4 if self.post_norms else 2) * self.norm.params_per_channel * self.hidden
 
     @property
     def params_per_layer(self) -> int:
@@ -261,12 +285,24 @@ class TransformerModel:
                 + self.shared_expert_params_per_layer + self.routed_expert_params_per_layer)  # fmt: skip
 
     def layer_params(self, index: int) -> int:
-        return self.moe_layer_params if self.is_moe_layer(index) else self.params_per_layer
+        layer = self.moe_layer_params if self.is_moe_layer(index) else self.params_per_layer
+        return layer + (self.linear_mixer_delta if self.linear_attention is not None and self.linear_attention.is_linear(index) else 0)
 
     def layers_params(self, start: int, end: int) -> int:
         """Parameters of layers start .. end - 1 (0-based)."""
         moe = self.moe_layers_in(start, end)
-        return moe * self.moe_layer_params + (end - start - moe) * self.params_per_layer
+        return moe * self.moe_layer_params + (end - start - moe) * self.params_per_layer + self.linear_layers_in(start, end) * self.linear_mixer_delta
+
+    # --- Hybrid (linear-attention) layers ------------------------------------------------------
+
+    def linear_layers_in(self, start: int, end: int) -> int:
+        """Layers among start .. end - 1 (0-based) whose mixer is a gated DeltaNet (0 without one)."""
+        return 0 if self.linear_attention is None else self.linear_attention.linear_layers_in(start, end)
+
+    @property
+    def linear_mixer_delta(self) -> int:
+        """A linear-attention layer's parameters less a full-attention layer's: its mixer for the attention block."""
+        return 0 if self.linear_attention is None else self.linear_attention.params(self.hidden) - self.attention_params_per_layer
 
     @property
     def active_params(self) -> int:
@@ -292,4 +328,45 @@ class TransformerModel:
 
     @property
     def total_params(self) -> int:
+        """The main model's parameters (embeddings, layers, head), without the multi-token-prediction modules
+        (DeepSeek-V3's 671B; its MTP module is the 14B more of the 685B checkpoint): trained_params adds them."""
         return self.layers_params(0, self.layers) + self.embedding_params + self.lm_head_params
+
+    # --- Multi-token prediction --------------------------------------------------------------
+
+    @property
+    def mtp_layer_is_moe(self) -> bool:
+        """An MTP module's block is of the kind of the model's last layer (DeepSeek-V3's: an MoE layer;
+        Megatron-LM get_gpt_mtp_block_spec takes the decoder's layer spec, its MoE spec when the model has experts)."""
+        return self.is_moe_layer(self.layers - 1)
+
+    @property
+    def mtp_module_params(self) -> int:
+        """One MTP module without the shared embedding and head: the norms of its two inputs (enorm, hnorm),
+        the projection M_k of 2h -> h without bias (eh_proj), the block, and its final norm (Megatron-LM
+        multi_token_prediction.py MultiTokenPredictionLayer: enorm, hnorm, eh_proj, transformer_layer,
+        final_layernorm; DeepSeek-V3's checkpoint layer 61: enorm, hnorm, eh_proj, shared_head.norm)."""
+        norms = 3 * self.norm.params_per_channel * self.hidden
+        block = self.moe_layer_params if self.mtp_layer_is_moe else self.params_per_layer
+        return norms + 2 * self.hidden * self.hidden + block
+
+    @property
+    def mtp_params(self) -> int:
+        return self.mtp_layers * self.mtp_module_params
+
+    @property
+    def trained_params(self) -> int:
+        """Every parameter the optimizer updates: the main model and its MTP modules."""
+        return self.total_params + self.mtp_params
+
+    # --- Local attention ---------------------------------------------------------------------
+
+    def check_layers_modelled(self, what: str) -> None:
+        """InputError for a command that times or holds layers parcalc counts only the parameters and FLOPs of."""
+        if self.linear_attention is not None:
+            raise InputError(f"{what}: {self.name} has gated-DeltaNet layers; parcalc counts their parameters and FLOPs "
+                             "(parcalc flops) but not yet their activations or kernel times")  # fmt: skip
+
+    def local_layers_in(self, start: int, end: int) -> int:
+        """Layers among start .. end - 1 (0-based) that attend within a window (0 without one)."""
+        return 0 if self.window is None else self.window.local_layers_in(start, end)

@@ -21,7 +21,7 @@ MEMORY_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("weights", "#4c78a8", ("weights", "FP8 weight copies", "autocast weight copies", "sharded parameters", "unsharded parameters")),
     ("gradients", "#f58518", ("gradients", "sharded gradients")),
     ("optimizer states", "#54a24b", ("optimizer states",)),
-    ("activations", "#e45756", ("activations (layers)", "activations (embeddings)", "logits / cross-entropy",
+    ("activations", "#e45756", ("activations (layers)", "activations (embeddings)", "logits / cross-entropy", "multi-token prediction",
                                 "recomputation working set", "activations", "logits and loss", "temporaries")),
     ("buffers + reserve", "#9d9da0", ("ZeRO-3 gathered buffers", "context-parallel buffers", "MoE exchange buffers", "reserve",
                                       "workspace", "allocator: reserved beyond the live blocks", "all-gather buffers", "reduce-scatter buffers")),

@@ -13,7 +13,7 @@ what it computes, what it moves and the shortest time any kernel takes:
   embeddings, cross-entropy) move Q bytes at a share e_mem of the HBM bandwidth;
 - FlashAttention is one kernel per pass at its own measured share of the peak, its backward
   2.5 x the forward FLOPs (it recomputes the scores: 5 matmuls against 2; Dao 2023, sec. 3.1);
-  causal masking skips half of the blocks.
+  causal masking skips half of the blocks, a sliding window or chunk those outside its band.
 
 The operations and their traffic follow Megatron-LM's GPT layer (fused bias-GeLU, fused
 bias-dropout-add, fused scale-mask-softmax) and Llama's (RMSNorm, RoPE, SwiGLU). With tensor
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any, NamedTuple
 
+from parcalc.core.attention_window import core_share
 from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.hardware import Gpu, KernelRates, KindEfficiency, Sourced
 from parcalc.core.model import TransformerModel
@@ -605,7 +606,7 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     # balancing gives every rank half of its s x s·cp causal square, as without CP)
     aspec = spec.sixteen_bit or spec  # attention's matmuls stay in 16 bits under FP8
     if shard.flash_attention:
-        work = 2.0 * b * heads * s * sk * (qk_dim + v_dim) * (0.5 if shard.causal else 1.0)
+        work = 2.0 * b * heads * s * sk * (qk_dim + v_dim) * attention_share(model, shard)
         io = e * b * (2 * s * q_w + 2 * sk * kv_w)  # read Q, K, V, write O
         shape = f"b·a/t = {b * heads}, s = {s}, d = {qk_dim}"
         core.append(flash_attention("attn.flash", work, io, False, spec, shape, qk_dim))
@@ -651,6 +652,14 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
         if norm:
             mem("norm2", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
     return tuple(forward), tuple(backward), tuple(core)
+
+
+def attention_share(model: TransformerModel, shard: LayerShard) -> float:
+    """The share of the s x s score square a fused attention kernel computes for the mean layer: 1/2 causal (it skips
+    the blocks above the diagonal), less where layers attend within a window (FlashAttention's window_size skips the
+    blocks left of the band too; parcalc.core.attention_window.core_share, over the whole sequence s x cp); 1 without
+    a causal mask. A stage is timed at the mean layer's share."""
+    return core_share(model.window, model.layers, shard.seq_len * shard.cp) if shard.causal else 1.0
 
 
 @lru_cache(maxsize=4096)
@@ -715,7 +724,7 @@ def _hf_layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     hd = model.head_dim
 
     def attention(q_w: int, kv_w: int) -> None:
-        work = 2.0 * b * (q_w // hd) * s * sk * 2 * hd * (0.5 if shard.causal else 1.0)
+        work = 2.0 * b * (q_w // hd) * s * sk * 2 * hd * attention_share(model, shard)
         io = e * b * (2 * s * q_w + 2 * sk * kv_w)
         shape = f"b·a/t = {b * (q_w // hd)}, s = {s}, d = {hd}"
         core.append(flash_attention("attn.flash", work, io, False, spec, shape, hd))
@@ -818,6 +827,32 @@ def _hf_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, toke
     b_first = sum(k.time for k in kernels.backward if first(k))
     return EndPasses(f_first, b_first, sum(k.time for k in kernels.forward) - f_first, sum(k.time for k in kernels.backward) - b_first,
                      (*kernels.forward, *kernels.backward))  # fmt: skip
+
+
+def mtp_kernels(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
+    """The kernels of one multi-token-prediction module besides its block and the ends it shares with the main model
+    (forward, backward): the norms of its two inputs (enorm, hnorm) and the projection eh_proj (2h -> h, column-parallel:
+    h/t outputs) (Megatron-LM multi_token_prediction.py, MultiTokenPredictionLayer.forward)."""
+    b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
+    tokens, h = b * s, model.hidden
+    proj = _linear("mtp.eh_proj", tokens, 2 * h, math.ceil(h / t), e, spec)
+    norms = memory_op("mtp.norms", 2 * 2 * e * tokens * h, spec, f"2 x [{tokens}×{h}]")
+    norms_bwd = memory_op("mtp.norms.bwd", 2 * 3 * e * tokens * h, spec, f"2 x [{tokens}×{h}]")
+    return (norms, proj[0]), (norms_bwd, proj[1], proj[2])
+
+
+def mtp_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, block: LayerPasses, ends: EndPasses) -> tuple[float, float]:
+    """Forward and backward time of the model's multi-token-prediction modules on the last stage (0 without): each
+    module runs its own kernels (mtp_kernels), one block (`block`: the passes of a layer of its kind, not recomputed),
+    the final norm, shared head and loss as the main model's last stage does, and the embedding lookup of the shifted
+    tokens (`ends`) (Megatron-LM multi_token_prediction.py; DeepSeek-V3 report sec. 2.2). The MTP block's expert
+    exchange is not timed."""
+    if not model.mtp_layers:
+        return 0.0, 0.0
+    own_forward, own_backward = mtp_kernels(model, shard, spec)
+    forward = sum(k.time for k in own_forward) + block.t_forward + ends.t_last_forward + ends.t_first_forward
+    backward = sum(k.time for k in own_backward) + block.t_backward + ends.t_last_backward + ends.t_first_backward
+    return model.mtp_layers * forward, model.mtp_layers * backward
 
 
 # The end kernels of the first pipeline stage (the embedding, and the rotary table the model computes once per forward)

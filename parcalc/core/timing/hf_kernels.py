@@ -44,7 +44,8 @@ def hf_applies(model: Any) -> bool:
     """The HF set times dense RMSNorm / RoPE Llama-family layers without biases; others keep the eager set."""
     from parcalc.core.choices import Norm
 
-    return model.norm is Norm.RMSNORM and not model.bias and model.mla is None and model.moe is None
+    return (model.norm is Norm.RMSNORM and not model.bias and model.mla is None and model.moe is None and model.window is None
+            and not model.post_norms)
 
 
 def hf_norm(mem: Any, key: str, rows: int, h: int, contributions: int) -> None:

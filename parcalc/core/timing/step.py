@@ -201,7 +201,7 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
     """The per-layer pieces of stage_pieces (see there): of the layout, its tensor and context parallelism
     (tp, sequence parallelism, cp and how CP exchanges keys and values)."""
     from parcalc.core.choices import Collective, Precision, Recompute
-    from parcalc.core.timing.compute import end_passes, layer_passes
+    from parcalc.core.timing.compute import end_passes, layer_passes, mtp_passes
     from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange, routed_tokens
     from parcalc.core.timing.network import collective_time, placement
 
@@ -260,10 +260,12 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
         # reduce-scatter; without SP: the all-reduce), one `one` (parcalc.core.recompute.MEGATRON_MODULE_SITES)
         r_dense += one if "mlp" in modules else 0.0
         r_moe += one if "moe" in modules else 0.0
+    # the multi-token-prediction modules run on the last stage after the head (Megatron-LM places them there)
+    mtp_f, mtp_b = mtp_passes(model, shard, spec, moe_layer if model.mtp_layer_is_moe else layer, ends)
     return LayerPieces(layer.t_forward, layer.t_backward, r_dense, moe_layer.t_forward, moe_layer.t_backward,
                        r_moe, layer.t_gemms(), moe_layer.t_gemms(), tp_layer, regather_layer,
                        regather_exposed_layer, cp_total, cp_exposed, paired, alone, ends.t_first_forward, ends.t_first_backward,
-                       ends.t_last_forward, ends.t_last_backward, activation, replay, weight_gradients(layer),
+                       ends.t_last_forward + mtp_f, ends.t_last_backward + mtp_b, activation, replay, weight_gradients(layer),
                        weight_gradients(moe_layer))  # fmt: skip
 
 
@@ -313,10 +315,7 @@ def assemble_stage(model: Any, layout: Layout, lp: Any, p2p: Any, overlap_tp: bo
     split and chunks): the same code on floats (one configuration; lp a LayerPieces) and on numpy arrays
     (the search; lp's fields arrays, one entry per configuration)."""
     pp, chunks = layout.pp, layout.chunks
-    first, last = layout.stage_ends(model.layers)
-    uneven = first is not None or last is not None
-    split = _split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)  # first, a middle, last
-    moe_counts = _moe_per_stage(model, pp, split)
+    split, moe_counts = paced_stages(model, layout)
 
     def f_of(layers: int, moe: int) -> Any:
         return (layers - moe) * lp.f_dense + moe * lp.f_moe
@@ -345,6 +344,26 @@ def assemble_stage(model: Any, layout: Layout, lp: Any, p2p: Any, overlap_tp: bo
     return StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
                        layers_here * lp.regather, layers_here * lp.regather_exposed, layers_here * lp.cp_exposed,
                        layers_here * lp.cp_total, moe_here * lp.ep_paired, moe_here * lp.ep_alone, moe_here)  # fmt: skip
+
+
+def paced_stages(model: Any, layout: Layout) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The layers and MoE layers of the stages that can set the pace, as assemble_stage and stage_kinds index them
+    ([0] the first, [1] a middle one when pp > 2, [-1] the last): Megatron-LM's even or uneven split, whose middle
+    stages are equal; or a custom layout's first, fullest middle (the first of equals) and last, the MoE layers counted
+    on the layout's own layer ranges."""
+    if layout.pipeline_layout is not None and layout.pp > 1:
+        from parcalc.core.expert_parallel import moe_layers_on
+
+        pipeline = layout.pipeline_split(model.layers)
+        full, ranges = pipeline.stage_layers(), pipeline.stage_ranges()
+        pp = layout.pp
+        indices = [0] + ([max(range(1, pp - 1), key=lambda i: (full[i], -i))] if pp > 2 else []) + [pp - 1]
+        moe = tuple(moe_layers_on(model, ranges[i]) if model.moe is not None else 0 for i in indices)
+        return tuple(full[i] for i in indices), moe
+    first, last = layout.stage_ends(model.layers)
+    uneven = first is not None or last is not None
+    split = _split(model.layers, layout.pp, first, last) if uneven else (model.layers // layout.pp,) * min(layout.pp, 3)
+    return split, _moe_per_stage(model, layout.pp, split)
 
 
 @lru_cache(maxsize=4096)
@@ -460,8 +479,11 @@ def _fullest_stage(model: Any, layout: Layout) -> FullestStage:
     and MoE expert grid (routed experts / ep on each GPU, each split etp ways, folded over tp x dp x cp).
     The parameters do not depend on dp and cp (the caller's layout is valid), nor on ZeRO, the schedule
     or placement: the cache's key is the layout with only what they depend on."""
-    first, last = layout.stage_ends(model.layers)
     ranks = layout.ep * layout.expert_tp  # any dp x cp that holds the expert grid: ep x etp divides tp x ranks
+    if layout.pipeline_layout is not None:  # the layout's own stages (its chunks and their MoE layers)
+        return _fullest_stage_of(model, Layout(layout.tp, layout.pp, ranks, ep=layout.ep, etp=layout.etp, schedule=layout.schedule,
+                                               chunks=layout.chunks, pipeline_layout=layout.pipeline_layout))  # fmt: skip
+    first, last = layout.stage_ends(model.layers)
     return _fullest_stage_of(model, Layout(layout.tp, layout.pp, ranks, first_stage_layers=first, last_stage_layers=last, ep=layout.ep,
                                            etp=layout.etp))  # fmt: skip
 
@@ -478,7 +500,7 @@ def _fullest_stage_of(model: Any, par: Layout) -> FullestStage:
 
     split = stage_layers(model, par)
     best: FullestStage | None = None
-    for s in fullest_candidates(model, split):
+    for s in (range(par.pp) if par.pipeline_layout is not None else fullest_candidates(model, split)):  # a layout: every stage
         params = float(stage_parameters(model, par, s).value)
         if best is None or params > best.params:
             best = FullestStage(params, float(stage_expert_parameters(model, par, s)), float(sum(_stage_ends(model, par, s))), split[s])
@@ -640,23 +662,25 @@ def stage_kinds(model: Any, layout: Layout, micro_batch: int, recompute: Any, tr
     (embedding on the first stage, final norm, LM head and loss on the last). Their total is
     stage.forward + stage.backward + stage.recompute (before with_accumulation)."""
     from parcalc.core.choices import Recompute
-    from parcalc.core.timing.compute import FIRST_STAGE_KEYS, end_passes, layer_passes
+    from parcalc.core.timing.compute import FIRST_STAGE_KEYS, end_passes, layer_passes, mtp_kernels
     from parcalc.core.timing.kinds import KindTimes, kind_times
     from parcalc.core.timing.moe import ExpertShard
 
     shard = _layer_shard(model, layout, micro_batch, training, cluster)
     spec = cluster.spec
     pp, chunks = layout.pp, layout.chunks
-    first, last = layout.stage_ends(model.layers)
     modules = getattr(training, "recompute_modules", None) if recompute is Recompute.SELECTIVE else None
     dense = layer_passes(model, shard, spec)
     moe = layer_passes(model, shard, spec, experts if experts is not None else ExpertShard(etp=layout.tp)) if model.moe is not None else dense
     ends = end_passes(model, shard, spec)
     first_end = kind_times(k for k in ends.kernels if k.key.startswith(FIRST_STAGE_KEYS))
     last_end = kind_times(k for k in ends.kernels if not k.key.startswith(FIRST_STAGE_KEYS))
-    uneven = first is not None or last is not None
-    split = _split(model.layers, pp, first, last) if uneven else (model.layers // pp,) * min(pp, 3)
-    moe_counts = _moe_per_stage(model, pp, split)
+    if model.mtp_layers:  # the MTP modules on the last stage (compute.mtp_passes): own kernels, a block, the ends again
+        forward_own, backward_own = mtp_kernels(model, shard, spec)
+        block = moe if model.mtp_layer_is_moe else dense
+        last_end = last_end + (kind_times((*forward_own, *backward_own)) + block.kinds(Recompute.NONE, model, None, 1.0)
+                               + kind_times(ends.kernels)).scaled(model.mtp_layers)  # fmt: skip
+    split, moe_counts = paced_stages(model, layout)
     candidates = [(split[0], moe_counts[0], first_end + (last_end if pp == 1 else KindTimes()))]
     if pp > 2:
         candidates.append((split[1], moe_counts[1], KindTimes()))
