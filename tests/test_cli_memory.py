@@ -91,7 +91,7 @@ def test_table_output_shows_the_derivation(runner) -> None:
 
 def test_reserve_default_is_stated_and_sourced(runner, run_json) -> None:
     # the help states the default and where each part comes from; it must agree with the core's parts
-    from parcalc.core.memory import RESERVE_PARTS
+    from parcalc.core.training_setup import RESERVE_PARTS
 
     help_text = " ".join(runner.invoke(app, ["memory", "--help"]).stdout.split())
     for needle in ("Default 2GiB", "CUDA context 0.5GiB", "PyTorch PR #86509", "NCCL buffers 1GiB", "NVIDIA/nccl src/init.cc",

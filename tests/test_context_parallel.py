@@ -20,7 +20,8 @@ from parcalc.core.comm.context import cp_sent_per_layer
 from parcalc.core.context import causal_imbalance, causal_pairs, check_context_parallel, context_working_set
 from parcalc.core.hardware import Link, Sourced
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.memory import memory_breakdown
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.errors import InputError
 from parcalc.presets import load_model
 

@@ -43,7 +43,8 @@ import pytest
 from parcalc.core.choices import Precision
 from parcalc.core.flops import training_flops
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.memory import memory_breakdown
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.presets import load_gpu, load_model
 
 H, HEADS, S, L = 7168, 128, 4096, 61  # sec. 4.2 / Hugging Face config.json (presets/models/deepseek-v3.yaml)

@@ -19,8 +19,9 @@ from parcalc.core.comm import Network, Options, Workload, iteration_plan
 from parcalc.core.expert_parallel import expert_layout, expert_params_per_rank, moe_dense_params_per_rank
 from parcalc.core.hardware import Link, Sourced
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.memory import memory_breakdown
 from parcalc.core.model import MixtureOfExperts, Mlp, Norm, Position, TransformerModel
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.errors import InputError
 
 L, H, HEADS, KV, F, E, K, V = 32, 4096, 32, 8, 14336, 8, 2, 32000

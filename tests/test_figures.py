@@ -134,7 +134,8 @@ def test_memory_svg_has_a_stacked_bar_per_stage_in_proportion(runner, run_json, 
 
 def test_memory_groups_cover_every_component_the_core_has():
     from parcalc.core.layout import Layout
-    from parcalc.core.memory import TrainingSetup, memory_breakdown
+    from parcalc.core.memory import memory_breakdown
+    from parcalc.core.training_setup import TrainingSetup
     from parcalc.presets import load_model
 
     breakdown = memory_breakdown(load_model("llama3-8b", ()), Layout(dp=8, zero=3), TrainingSetup(1, 4096))

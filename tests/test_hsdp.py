@@ -26,9 +26,11 @@ from parcalc.core.fit import Cluster, Config, Training, estimate, invalid_reason
 from parcalc.core.fit_search import SearchSpace, search
 from parcalc.core.hardware import Link, Sourced
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown, model_states, state_bytes
+from parcalc.core.memory import memory_breakdown
+from parcalc.core.model_states import model_states, state_bytes
 from parcalc.core.timing.network import collective_time, placement
 from parcalc.core.timing.step import dp_pieces
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.errors import InputError
 from parcalc.presets import load_framework, load_gpu, load_link, load_model
 

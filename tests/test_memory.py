@@ -16,19 +16,13 @@ from parcalc.core.activations import (
     layer_activations,
     output_activations,
 )
+from parcalc.core.choices import Optimizer, Precision
 from parcalc.core.layout import Layout
-from parcalc.core.memory import (
-    DEFAULT_RESERVE_BYTES,
-    Optimizer,
-    Precision,
-    TrainingSetup,
-    memory_breakdown,
-    model_states,
-    stage_parameters,
-    state_bytes,
-)
+from parcalc.core.memory import memory_breakdown, stage_parameters
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+from parcalc.core.model_states import model_states, state_bytes
 from parcalc.core.pipeline import Schedule
+from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES, TrainingSetup
 from parcalc.errors import InputError
 
 GB = 1e9

@@ -9,8 +9,9 @@ import pytest
 from parcalc.core.choices import Optimizer, Precision
 from parcalc.core.expert_parallel import fp8_linear_weights_per_rank, moe_dispatch_working_set
 from parcalc.core.layout import Layout
-from parcalc.core.memory import fp8_weight_cache, state_bytes
+from parcalc.core.memory import fp8_weight_cache
 from parcalc.core.model import MixtureOfExperts, Mlp, Norm, Position, TransformerModel
+from parcalc.core.model_states import state_bytes
 from parcalc.presets import load_model
 
 

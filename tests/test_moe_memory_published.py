@@ -25,8 +25,9 @@ import pytest
 
 from parcalc.core.choices import Precision, Recompute
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.memory import memory_breakdown
 from parcalc.core.model import LatentAttention, MixtureOfExperts, Mlp, Norm, Position, TransformerModel
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.presets import load_model
 from tests.published_modern_runs import MB_SKILL_RUNS
 

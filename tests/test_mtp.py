@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 from parcalc.cli import app
 from parcalc.core.flops import stage_flops, training_flops
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.memory import memory_breakdown
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.presets import load_model
 
 H, V, HEADS = 7168, 129280, 128

@@ -11,8 +11,9 @@ import pytest
 from parcalc.cli import app
 from parcalc.core.choices import Schedule
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.memory import memory_breakdown
 from parcalc.core.pipeline_layout import parse_pipeline_layout, virtual_stage_count
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.errors import InputError
 from parcalc.presets import load_model
 

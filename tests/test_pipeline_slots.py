@@ -18,8 +18,9 @@ from parcalc.core.choices import Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, estimate, invalid_reason
 from parcalc.core.fit_search import COST_FIELDS, SearchSpace, search
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.memory import memory_breakdown
 from parcalc.core.stages import stage_layers_derivation, stage_split
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.errors import InputError
 from parcalc.presets import load_gpu, load_link, load_model
 

@@ -13,11 +13,13 @@ from parcalc.cli import app
 from parcalc.core.activations import ActivationConfig, layer_activations
 from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, fp8_weight_cache, memory_breakdown, state_bytes
+from parcalc.core.memory import fp8_weight_cache, memory_breakdown
 from parcalc.core.model import TransformerModel
+from parcalc.core.model_states import state_bytes
 from parcalc.core.offload import pcie_traffic
 from parcalc.core.optimizers import adafactor_state_ratio, muon_state_ratio
 from parcalc.core.timing.offload import offload_times
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.presets import load_gpu, load_link, load_model
 
 

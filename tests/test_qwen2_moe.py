@@ -19,7 +19,8 @@ from parcalc.core.expert_parallel import moe_dense_params_per_rank
 from parcalc.core.flops import training_flops
 from parcalc.core.layer_ops import transformer_layer_ops
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.memory import memory_breakdown
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.presets import model_from_hf_config
 
 CONFIG = Path(__file__).parent / "fixtures" / "hf" / "qwen1.5-moe-a2.7b" / "config.json"

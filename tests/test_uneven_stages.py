@@ -20,7 +20,7 @@ from parcalc.core.fit import Cluster, Config, Training, estimate, invalid_reason
 from parcalc.core.fit_search import COST_FIELDS, SearchSpace, search, search_splits
 from parcalc.core.flops import stage_flops, training_flops
 from parcalc.core.layout import Layout
-from parcalc.core.memory import TrainingSetup, memory_breakdown
+from parcalc.core.memory import memory_breakdown
 from parcalc.core.pipeline import analyse_bubble, pass_times
 from parcalc.core.stages import (
     balanced_splits,
@@ -28,6 +28,7 @@ from parcalc.core.stages import (
     stage_layers_derivation,
     stage_split,
 )
+from parcalc.core.training_setup import TrainingSetup
 from parcalc.errors import InputError
 from parcalc.presets import load_gpu, load_link, load_model
 

@@ -46,16 +46,12 @@ from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.context import check_context_parallel
 from parcalc.core.hardware import Gpu, Link
 from parcalc.core.layout import Layout
-from parcalc.core.memory import (
-    DEFAULT_RESERVE_BYTES,
-    MemoryBreakdown,
-    TrainingSetup,
-    memory_breakdown,
-)
+from parcalc.core.memory import MemoryBreakdown, memory_breakdown
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.compute import ComputeSpec, compute_spec
 from parcalc.core.timing.framework import MEGATRON, Framework
 from parcalc.core.timing.network import Fabric, node_fabric, placement
+from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES, TrainingSetup
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
@@ -678,7 +674,7 @@ def _host_derivation(model: TransformerModel, config: Config, training: Training
 def _offload_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,
                         stage: Any, m: int, value: float) -> Derivation:  # fmt: skip
     """t_offload with its pieces (parcalc.core.timing.offload.offload_times, the same numbers)."""
-    from parcalc.core.memory import state_bytes
+    from parcalc.core.model_states import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
     from parcalc.core.timing.offload import (
         HOST_BANDWIDTH_SOURCE,

@@ -57,10 +57,10 @@ from parcalc.core.memory import (
     stage_expert_parameters,
     stage_moe_layers,
     stage_parameters,
-    state_bytes,
     zero3_working_set,
 )
 from parcalc.core.model import TransformerModel
+from parcalc.core.model_states import state_bytes
 from parcalc.core.stages import balanced_splits, stage_ends, stage_split
 from parcalc.core.timing.step import (
     DataParallelPieces,
@@ -596,7 +596,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     replicated = np.ones_like(b, dtype=float)
     grads_on_gpu = 0.0 if training.offload_optimizer else 1.0  # ZeRO-Offload: from ZeRO-2 the gradients leave bucket by bucket
 
-    def per_param(ranks: int | np.ndarray) -> np.ndarray:  # state bytes per parameter, ZeRO-sharded over `ranks` (parcalc.core.memory.model_states)
+    def per_param(ranks: int | np.ndarray) -> np.ndarray:  # state bytes per parameter, ZeRO-sharded over `ranks` (parcalc.core.model_states.model_states)
         shard_w = np.where(z >= 3, ranks, 1) * replicated
         shard_g = np.where(z >= 2, ranks, 1) * replicated
         shard_o = np.where(z >= 1, ranks, 1) * replicated

@@ -28,7 +28,8 @@ from parcalc.derivation import Derivation, Term
 if TYPE_CHECKING:
     from parcalc.core.activations import LayerActivations
     from parcalc.core.layout import Layout
-    from parcalc.core.memory import StateBytes, TrainingSetup
+    from parcalc.core.model_states import StateBytes
+    from parcalc.core.training_setup import TrainingSetup
 
 ZERO_OFFLOAD = "Ren et al. 2021, 'ZeRO-Offload' (USENIX ATC), sec. 4.1: fp16 gradients to the CPU, fp16 parameters back, 2M each way"
 DS_ESTIMATE = ("DeepSpeed deepspeed/runtime/zero/stage_1_and_2.py, estimate_zero2_model_states_mem_needs (cpu_offload: "
@@ -40,7 +41,7 @@ FP32_GRAD = 4.0  # CPU-Adam updates from an fp32 gradient partition on the host
 
 def optimizer_shard(params: float, par: Layout) -> tuple[float, int]:
     """(parameters whose optimizer this GPU updates, ranks they are sharded over): Psi / N_d from ZeRO-1 on,
-    N_d = dp x cp as for the states kept on the GPU (parcalc.core.memory.model_states: Megatron-LM's
+    N_d = dp x cp as for the states kept on the GPU (parcalc.core.model_states.model_states: Megatron-LM's
     distributed optimizer shards over the dp-cp group), or the shard group S with hybrid sharding."""
     ranks = par.dp * par.cp if par.shard_group is None else par.shard_group
     shards = ranks if par.zero >= 1 else 1

@@ -55,7 +55,7 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
 
 def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) -> tuple[str, ...]:
     from parcalc.core.activations import attention_assumption
-    from parcalc.core.memory import gradient_convention, state_bytes
+    from parcalc.core.model_states import gradient_convention, state_bytes
     from parcalc.core.timing.compute import compile_assumption, kernel_set_assumption
     from parcalc.core.timing.framework import kernel_set
     from parcalc.results.memory import dropout_assumption

@@ -103,7 +103,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                        power_limit=power_limit)  # fmt: skip
     plans = _run_plans(names, tokens, iterations, gpu_power, pue, price, rank_by, search, dirs, power_limit=power_limit, peak_given=peak is not None)
     ranking = _rank_by(rank_by, plans, len(names)) if search else "time"
-    from parcalc.core.memory import DEFAULT_RESERVE_BYTES
+    from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES
 
     mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
     if fp32_grads and not mixed:

@@ -40,7 +40,8 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     switches): what parcalc.commands.memory and the library (parcalc.results.run) both call.
     `pictures`: add the table the memory picture is drawn from (every stage's components)."""
     from parcalc.core.layout import Layout
-    from parcalc.core.memory import DEFAULT_RESERVE_BYTES, TrainingSetup, memory_breakdown
+    from parcalc.core.memory import memory_breakdown
+    from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES, TrainingSetup
     from parcalc.errors import InputError
     from parcalc.results.model import ModelFlags, model_and_seq_len
     from parcalc.results.parse import (
@@ -303,7 +304,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
              + (f", EP {par.ep}" if par.ep > 1 else "") + (f", ETP {par.etp}" if par.etp is not None and par.etp != par.tp else "")
              + (f", ZeRO-{par.zero}" if par.zero else "")
              + (f", shard group {par.shard_group}" if par.shard_group is not None and par.shard_group < par.dp * par.cp else ""))  # fmt: skip
-    from parcalc.core.memory import gradient_convention
+    from parcalc.core.model_states import gradient_convention
 
     assumptions = (
         *notes,

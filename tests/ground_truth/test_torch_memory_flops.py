@@ -12,7 +12,7 @@ A small GPT (tests/ground_truth/tiny_gpt.py) runs one training step; the test me
   recomputation), and where FlopCounterMode counts differently (element-wise work, the CPU flash
   kernel, its SDPA backward formula);
 - the bytes of parameters, gradients and optimizer states after a real optimizer step, against
-  parcalc.core.memory.model_states (and AdamW's step scalars beside them).
+  parcalc.core.model_states.model_states (and AdamW's step scalars beside them).
 
 docs/known-differences.md lists each of these differences with the test that asserts it.
 
@@ -32,9 +32,10 @@ from parcalc.core.activations import (
     layer_activations,
     output_activations,
 )
+from parcalc.core.choices import Optimizer, Precision
 from parcalc.core.flops import ATTENTION_CORE_OPS, TrainingFlops, training_flops
-from parcalc.core.memory import Optimizer, Precision, model_states, state_bytes
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+from parcalc.core.model_states import model_states, state_bytes
 
 from .tiny_gpt import SavedBytes, TinyConfig, TinyGpt, counted_flops, sample_batch, saved_activation_bytes
 

@@ -147,7 +147,8 @@ def test_recompute_first_n_layers(n: int) -> None:
     assert saved.layers == [full] * n + [none + stats] * (config.layers - n)
     # the whole stage through parcalc.core.memory: the same sum (one stage, one micro-batch in flight)
     from parcalc.core.layout import Layout
-    from parcalc.core.memory import TrainingSetup, memory_breakdown
+    from parcalc.core.memory import memory_breakdown
+    from parcalc.core.training_setup import TrainingSetup
 
     setup = TrainingSetup(BATCH, SEQ, precision=Precision.FP32, recompute=Recompute.FULL, recompute_layers=n, dropout=True)
     stage = memory_breakdown(shape, Layout(1, 1, 1), setup).stages[0]

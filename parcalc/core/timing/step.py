@@ -592,7 +592,7 @@ def optimizer_traffic(model: Any, layout: Layout, training: Any) -> tuple[Fulles
     """(the fullest stage's GPU before ZeRO sharding: parameters, routed experts among them; HBM
     bytes one parameter's update moves)."""
     from parcalc.core.choices import Precision
-    from parcalc.core.memory import state_bytes
+    from parcalc.core.model_states import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
 
     stage = _fullest_stage(model, layout)
@@ -635,7 +635,7 @@ def offload_step_time(model: Any, layout: Layout, training: Any, cluster: Any, *
     """t_offload (parcalc.core.timing.offload) for the fullest stage's GPU: floats or arrays alike.
     activation_layer: one layer's saved activations of one micro-batch; stage_layers: the first stage's layers;
     zero / shard_group: as optimizer_step_time."""
-    from parcalc.core.memory import state_bytes
+    from parcalc.core.model_states import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
     from parcalc.core.timing.offload import host_link_of, offload_times
 
