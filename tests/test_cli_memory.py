@@ -178,3 +178,7 @@ def test_memory_tables_are_in_the_verdicts_unit(runner) -> None:
     total = next(line for line in table.splitlines() if line.strip().startswith("total"))
     assert "81.2 GiB" in total
     assert "needs 81.20 GiB of 80.00 GiB" in result.stdout
+    # the verdict first, under the title (it followed ~100 lines of derivations), and once
+    lines = result.stdout.splitlines()
+    assert lines[3].startswith("=> does not fit: the fullest GPU (stage 1) needs 81.20 GiB") and lines.index("Inputs") > 3
+    assert sum("needs 81.20 GiB" in line for line in lines) == 1

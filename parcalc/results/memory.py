@@ -330,6 +330,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         settings=tuple(settings),
         fits=None if setup.capacity is None else worst.total.value <= setup.capacity,  # as _fit_verdict says it
         main_table="stages" if per_stage else "",  # --per-stage --format csv: the stages, as asked
+        lead=1,  # the fit verdict (or the total without a capacity) first, before ~100 lines of derivations (issue 28)
     )
 
 
