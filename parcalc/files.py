@@ -38,6 +38,11 @@ def beside(base: Path | None, text: str) -> str:
     return text
 
 
+# The largest data file parcalc reads whole (a preset, a run file, a config.json): 1 MiB; the largest
+# preset shipped is ~40 kB.
+MAX_PRESET_BYTES = 1 << 20
+
+
 def read_regular(path: Path, max_bytes: int) -> bytes:
     """The bytes of `path` if it is a regular file of at most `max_bytes`.
 

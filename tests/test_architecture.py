@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("parcalc", "parcalc.units", "parcalc.errors", "parcalc.messages", "parcalc.frozen", "parcalc.derivation",
                 "parcalc.files", "parcalc.streams", "parcalc.resources")),
     ("core", ("parcalc.core",)),
-    ("data", ("parcalc.presets", "parcalc.preset_cache", "parcalc.hf_architectures", "parcalc.timings_file", "parcalc.flags")),
+    ("data", ("parcalc.presets", "parcalc.preset_cache", "parcalc.hf_config", "parcalc.hf_architectures", "parcalc.timings_file", "parcalc.flags")),
     ("results and renderers", ("parcalc.results", "parcalc.render", "parcalc.output")),
     ("library", ("parcalc.api", "parcalc.results.run", "parcalc.runfile", "parcalc.sweeps", "parcalc.worksheet", "parcalc.schema",
                  "parcalc.calibrate_runner")),

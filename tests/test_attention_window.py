@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from parcalc.core.attention_window import AttentionWindow, WindowKind, causal_pairs, core_share
 from parcalc.core.flops import training_flops
 from parcalc.errors import PresetError
-from parcalc.presets import load_model, model_from_hf_config
+from parcalc.hf_config import model_from_hf_config
+from parcalc.presets import load_model
 
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from parcalc.cli import app
-from parcalc.presets import load_model, model_from_hf_config
+from parcalc.hf_config import model_from_hf_config
+from parcalc.presets import load_model
 
 # ---------------------------------------------------------------------------------------------
 # Gradient bytes: a convention, stated (item 3)

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from parcalc.cli import app
 from parcalc.core.flops import stage_flops, training_flops
 from parcalc.core.linear_attention import CHUNK, GatedDeltaNet, chunks
-from parcalc.presets import load_model, model_from_hf_config
+from parcalc.hf_config import model_from_hf_config
+from parcalc.presets import load_model
 
 torch = pytest.importorskip("torch")
 tf = pytest.importorskip("transformers")

@@ -11,7 +11,8 @@ import pytest
 
 from parcalc.cli import app
 from parcalc.errors import InputError, ParcalcError
-from parcalc.presets import load_model, model_from_hf_config
+from parcalc.hf_config import model_from_hf_config
+from parcalc.presets import load_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 FAMILIES = ["mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "deepseek-v2", "qwen3-30b-a3b", "qwen3-235b-a22b", "llama4-scout"]

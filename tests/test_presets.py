@@ -10,7 +10,8 @@ import pytest
 
 from parcalc.core.model import Mlp, Norm, Position
 from parcalc.errors import InputError, PresetError
-from parcalc.presets import Category, find, find_all, load_gpu, load_link, load_model, model_from_hf_config
+from parcalc.hf_config import model_from_hf_config
+from parcalc.presets import Category, find, find_all, load_gpu, load_link, load_model
 
 GOOD_GPU = """\
 kind: gpu

@@ -21,7 +21,7 @@ from parcalc.core.layer_ops import transformer_layer_ops
 from parcalc.core.layout import Layout
 from parcalc.core.memory import memory_breakdown
 from parcalc.core.training_setup import TrainingSetup
-from parcalc.presets import model_from_hf_config
+from parcalc.hf_config import model_from_hf_config
 
 CONFIG = Path(__file__).parent / "fixtures" / "hf" / "qwen1.5-moe-a2.7b" / "config.json"
 H, HEADS, F_E, F_S, E, K, L, V = 2048, 16, 1408, 5632, 60, 4, 24, 151936
