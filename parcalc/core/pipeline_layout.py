@@ -129,8 +129,9 @@ def parse_pipeline_layout(text: str, pp: int, layers: int, mtp_layers: int | Non
     if empty:
         raise InputError(f"{FLAG}: virtual stage {empty[0] + 1} of {len(parts)} holds nothing (an extra '|'?)")
     if len(stages) % pp:
-        raise InputError(f"{FLAG}: {len(stages)} virtual stages do not split over --pp {pp} (Megatron-LM: the stage count is a "
-                         "multiple of the pipeline size; each rank runs stages / pp chunks)")  # fmt: skip
+        count = f"{len(stages)} virtual stage{'s do' if len(stages) != 1 else ' does'}"
+        raise InputError(f"{FLAG}: {count} not split over --pp {pp} (Megatron-LM: the stage count is a multiple of the pipeline "
+                         "size; each rank runs stages / pp chunks)")  # fmt: skip
     letters = flat.replace("|", "")
     if letters.count("E") != 1 or letters[0] != "E":
         raise InputError(f"{FLAG}: the embedding E comes first and once (Megatron-LM validate_layer_layout)")
