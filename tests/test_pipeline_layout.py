@@ -161,3 +161,15 @@ def test_torchtitan_405b_interleaved_on_its_own_split(run) -> None:
     assert abs(one_f_one_b / 100 - 1) <= 0.30 and abs(interleaved / 128 - 1) <= 0.30
     # the mechanism the layout string lets one enter: interleaving's smaller bubble, 128 / 100 = 1.28 published
     assert interleaved / one_f_one_b == pytest.approx(1.28, abs=0.1)
+
+
+def test_comm_volume_takes_the_layout(run) -> None:
+    # the layout's stages hold what Megatron's uneven split 15 + 6 x 16 + 15 holds: the same gradient bytes per stage;
+    # its v = 2 chunks cross each stage boundary twice per micro-batch and direction (the interleaved schedule's sends)
+    common = ["comm-volume", "--strategy", "3d", "--model", "llama3-405b", "--tp", "8", "--pp", "8", "--dp", "8", "--batch", "256",
+              "--micro-batch", "4", "--seq-len", "8192", "--format", "json"]  # fmt: skip
+    split = json.loads(run(common + ["--first-stage-layers", "15", "--last-stage-layers", "15"]).output)
+    layout = json.loads(run(common + ["--pipeline-layout", "Et*7|(t*8|)*14t*7L"]).output)
+    assert layout["results"]["dp_allreduce_payload"]["value"] == split["results"]["dp_allreduce_payload"]["value"]
+    assert layout["results"]["pp_p2p_per_boundary"]["value"] == 2 * split["results"]["pp_p2p_per_boundary"]["value"]
+    assert any("--pipeline-layout Et*7|(t*8|)*14t*7L" in a for a in layout["assumptions"])

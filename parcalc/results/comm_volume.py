@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from parcalc.core.choices import Algorithm, Collective, Mlp, Recompute, Schedule, Strategy, ZeroStage
 from parcalc.results.model import ModelFlags, model_from_flags
-from parcalc.results.parse import cp_flags, expert_flags, imbalance_flag, preset_dirs, shard_group_flag, stage_flags
+from parcalc.results.parse import (
+    cp_flags,
+    expert_flags,
+    imbalance_flag,
+    pipeline_layout_chunks,
+    preset_dirs,
+    shard_group_flag,
+    stage_flags,
+)
 
 if TYPE_CHECKING:
     from parcalc.core.comm import CommPlan, StrategyComparison
@@ -29,7 +37,7 @@ def from_flags(collective: Collective | None = None, strategy: Strategy | None =
                shard_group: str | None = None, sequence_parallel: bool = False,
                schedule: Schedule = Schedule.ONE_F_ONE_B, chunks: str | None = None,
                first_stage_layers: str | None = None, last_stage_layers: str | None = None,
-               embedding_in_split: bool = False, loss_in_split: bool = False, gpu: str | None = None,
+               embedding_in_split: bool = False, loss_in_split: bool = False, pipeline_layout: str | None = None, gpu: str | None = None,
                gpus_per_node: str | None = None, link: str | None = None, inter_node_link: str | None = None,
                bandwidth: str | None = None, latency: str | None = None, bucket_size: str | None = None,
                ddp_first_iteration: bool = False, shard_padding: bool = True, reshard_root: bool = True,
@@ -65,7 +73,7 @@ _COLLECTIVE_ONLY = ("size", "elements", "gpu")
 
 _STRATEGY_ONLY = ("model", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "mlp", "vocab", "tied", "batch", "micro_batch", "seq_len", "grad_dtype",
                   "tp", "pp", "dp", "cp", "chunks", "bucket_size", "first_stage_layers",
-                  "last_stage_layers", "ep", "etp", "moe_imbalance", "shard_group")  # fmt: skip
+                  "last_stage_layers", "ep", "etp", "moe_imbalance", "shard_group", "pipeline_layout")  # fmt: skip
 
 
 def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
@@ -325,7 +333,8 @@ def _parallelism(args: dict[str, Any]) -> Any:
 
     name = args["strategy"].value
     if name == "all":
-        if any(args[k] is not None for k in ("tp", "pp", "dp", "first_stage_layers", "last_stage_layers")) or args["embedding_in_split"] or args["loss_in_split"]:
+        if (any(args[k] is not None for k in ("tp", "pp", "dp", "first_stage_layers", "last_stage_layers", "pipeline_layout"))
+                or args["embedding_in_split"] or args["loss_in_split"]):  # fmt: skip
             raise InputError("--strategy all: gives all GPUs to one dimension at a time; use --gpus, not --tp/--pp/--dp "
                              "(or --first-stage-layers / --last-stage-layers: use --strategy pp or 3d)")
         gpus = parse_count(args["gpus"], "--gpus") if args["gpus"] is not None else DEFAULT_GPUS
@@ -343,9 +352,11 @@ def _parallelism(args: dict[str, Any]) -> Any:
         raise InputError("--ep / --etp: --strategy all gives all GPUs to one dimension at a time; use --strategy ep or 3d with --ep")
     zero = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}.get(name, int(args["zero"].value))
     first, last = stage_flags(args["first_stage_layers"], args["last_stage_layers"])
+    schedule, chunks = pipeline_layout_chunks(args["pipeline_layout"], pp, args["schedule"],
+                                              parse_count(args["chunks"], "--chunks") if args["chunks"] else None)  # fmt: skip
     return comm.Layout(
         tp=tp, pp=pp, dp=dp, zero=zero, sequence_parallel=args["sequence_parallel"],
-        schedule=args["schedule"], chunks=parse_count(args["chunks"], "--chunks") if args["chunks"] else 1,
+        schedule=schedule, chunks=chunks if chunks is not None else 1, pipeline_layout=args["pipeline_layout"],
         gpus_per_node=parse_count(args["gpus_per_node"], "--gpus-per-node") if args["gpus_per_node"] is not None else 8,
         first_stage_layers=first, last_stage_layers=last, embedding_in_split=args["embedding_in_split"],
         loss_in_split=args["loss_in_split"], cp=cp, cp_comm=cp_kind, ep=args["_ep"], etp=args["_etp"],

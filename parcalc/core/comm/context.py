@@ -70,15 +70,15 @@ def cp_call_bytes(model: TransformerModel, work: Workload, par: Layout, recomput
 
 
 def context_parallel_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options,
-                          layers: tuple[range, ...], micro_batches: int) -> None:  # fmt: skip
+                          layers: tuple[int, ...], micro_batches: int) -> None:  # fmt: skip
     """Every context-parallel exchange of one iteration, per pipeline stage (its layers x micro-batches)."""
     if par.cp < 2:
         return
     calls = cp_call_bytes(model, work, par, opts.recompute)
-    for stage, stage_range in enumerate(layers):
+    for stage, held in enumerate(layers):
         groups = [Group(rank_of(par, t, d, stage, 0), rank_of(par, t, d, stage, par.cp - 1)) for t in range(par.tp) for d in range(par.dp)]
         label = f"stage {stage}" if par.pp > 1 else ""
-        n = len(stage_range) * micro_batches
+        n = held * micro_batches
         for purpose, phase, op, sizes in calls:
             p2p = op is Collective.POINT_TO_POINT
             b.add(dimension="cp", purpose=purpose, phase=phase, op=op, group_size=2 if p2p else par.cp,

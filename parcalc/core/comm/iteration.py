@@ -33,7 +33,7 @@ from parcalc.core.comm.plan import (
     term,
 )
 from parcalc.core.comm.tensor import tensor_parallel_rows, tp_assumptions, tp_headlines
-from parcalc.core.comm.tensors import StageTensors, device_tensors, stage_layers
+from parcalc.core.comm.tensors import StageTensors, device_tensors, stage_ranges
 from parcalc.core.model import TransformerModel
 from parcalc.core.stages import split_text, stage_split
 from parcalc.derivation import Derivation
@@ -73,7 +73,11 @@ def validate(model: TransformerModel, work: Workload, par: Layout) -> int:
                          else f"--pp: {what} is more stages than the model's {model.layers} layers")  # fmt: skip
     if par.chunks > 1 and par.schedule != INTERLEAVED:
         raise InputError("--chunks: model chunks need --schedule interleaved")
-    if par.first_stage_layers is not None or par.last_stage_layers is not None or par.embedding_in_split or par.loss_in_split:
+    if par.pipeline_layout is not None:  # Megatron-LM's layout string: its letters, chunks and schedule (parcalc.core.pipeline_layout)
+        from parcalc.core.pipeline_layout import check_layout_settings
+
+        check_layout_settings(par, model)
+    elif par.first_stage_layers is not None or par.last_stage_layers is not None or par.embedding_in_split or par.loss_in_split:
         stage_split(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, par.chunks,
                     embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)  # fmt: skip
     elif par.schedule == INTERLEAVED and model.layers % (par.pp * par.chunks):
@@ -104,7 +108,7 @@ def iteration_plan(model: TransformerModel, work: Workload, par: Layout, network
     check_imbalance(opts.moe_imbalance, model.moe.experts if model.moe is not None else None)
     builder = Builder(par, network, opts)
     per_stage = [device_tensors(model, par, s, opts) for s in range(par.pp)]
-    layers = stage_layers(model.layers, par.pp, *par.stage_ends(model.layers))
+    layers = tuple(sum(len(r) for r in ranges) for ranges in stage_ranges(model.layers, par))
     shard = work._replace(seq_len=work.seq_len // par.cp)  # each CP rank's tokens: what TP, SP and PP move
     data_parallel_rows(builder, per_stage, work, par, opts, micro_batches)
     tensor_parallel_rows(builder, model, shard, par, opts, layers, per_stage, micro_batches)
@@ -223,7 +227,7 @@ def _join_stages(labels: list[str]) -> str:
 
 
 def _headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options,
-               per_stage: list[StageTensors], layers: tuple[range, ...], micro_batches: int) -> tuple[Derivation, ...]:  # fmt: skip
+               per_stage: list[StageTensors], layers: tuple[int, ...], micro_batches: int) -> tuple[Derivation, ...]:  # fmt: skip
     out: list[Derivation] = []
     s = term("s", "s", "s", work.bytes_per_element, "B", f"bytes per {work.dtype or 'parameter/activation'} element")
     s_g = term("s_g", "s_g", r"s_{g}", work.grad_bytes_per_element, "B", f"bytes per {work.grad_dtype or 'gradient'} element")
@@ -296,9 +300,10 @@ def _assumptions(model: TransformerModel, par: Layout, opts: Options) -> tuple[s
     out += dp_assumptions(par, opts) if par.dp * par.cp > 1 else []
     out += tp_assumptions(model, par, opts)
     out += cp_assumptions(model, par, opts)
-    counts = tuple(len(r) for r in stage_layers(model.layers, par.pp, *par.stage_ends(model.layers)))
+    counts = tuple(sum(len(r) for r in ranges) for ranges in stage_ranges(model.layers, par))
     if len(set(counts)) > 1:  # equal stages need no word
-        how = ("the embedding / loss as layer slots, --embedding-in-split / --loss-in-split" if par.embedding_in_split or par.loss_in_split
+        how = (f"--pipeline-layout {par.pipeline_layout}" if par.pipeline_layout is not None
+               else "the embedding / loss as layer slots, --embedding-in-split / --loss-in-split" if par.embedding_in_split or par.loss_in_split
                else "Megatron-LM's uneven split, --first-stage-layers / --last-stage-layers" if par.first_stage_layers is not None
                or par.last_stage_layers is not None else "as even as possible, earlier stages taking any remainder")  # fmt: skip
         out.append(f"pipeline stages hold {split_text(counts)} layers ({how}); per-stage TP and DP volumes follow each stage's layers")

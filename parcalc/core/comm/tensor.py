@@ -48,17 +48,17 @@ REGATHER = "activations (sequence-parallel, re-gathered for the weight gradient)
 
 
 def tensor_parallel_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options,
-                          layers: tuple[range, ...], per_stage: list[StageTensors], micro_batches: int) -> None:  # fmt: skip
+                          layers: tuple[int, ...], per_stage: list[StageTensors], micro_batches: int) -> None:  # fmt: skip
     n = par.tp
     if n < 2:
         return
     activation = work.micro_batch * work.seq_len * model.hidden * work.bytes_per_element
     repeat = 2 if opts.recompute else 1  # recomputation replays the forward collectives in backward
-    for stage, stage_range in enumerate(layers):
+    for stage, held in enumerate(layers):
         groups = [Group(rank_of(par, 0, d, stage, c), rank_of(par, n - 1, d, stage, c)) for d in range(par.dp) for c in range(par.cp)]
         label = f"stage {stage}" if par.pp > 1 else ""
         common: dict[str, Any] = {"dimension": "tp", "group_size": n, "groups": groups, "stages": label, "roles": ((stage, True),)}
-        per_pass = 2 * len(stage_range) * micro_batches  # two per layer per micro-batch
+        per_pass = 2 * held * micro_batches  # two per layer per micro-batch
         if par.sequence_parallel:
             for phase, count in (("forward", per_pass * repeat), ("backward", per_pass)):
                 b.add(purpose="activations (sequence-parallel)", phase=phase, op=Collective.ALL_GATHER,
@@ -108,12 +108,12 @@ def _outside_layer_rows(b: Builder, work: Workload, par: Layout, opts: Options, 
               call_bytes={logits: 3 * mb}, **common)  # fmt: skip
 
 
-def tp_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options, layers: tuple[range, ...],
+def tp_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options, layers: tuple[int, ...],
                   s: Term, micro_batches: int) -> list[Derivation]:  # fmt: skip
     per_layer = 6 if opts.recompute else 4
     count = term("c", "c", "c", per_layer, "", "collectives per layer per micro-batch (2 forward + 2 backward"
                + (" + 2 replayed by recomputation)" if opts.recompute else ")"))
-    layer_count = max(len(r) for r in layers)
+    layer_count = max(layers)
     l_term = term("l", "N_layer", r"N_{\mathrm{layer}}", layer_count, "", "layers" + (" on the largest stage" if par.pp > 1 else ""))
     b = term("b", "B", "B", work.global_batch // par.dp, "", "sequences per iteration" + (" per replica (--batch / --dp)" if par.dp > 1 else ""))
     seq = term("seq", "L", "L", work.seq_len, "", "sequence length")

@@ -141,6 +141,14 @@ def stage_layers(layers: int, pp: int, first: int | None = None, last: int | Non
     return tuple(stages)
 
 
+def stage_ranges(layers: int, par: Layout) -> tuple[tuple[range, ...], ...]:
+    """The layer ranges each pipeline stage holds: one (stage_layers' split), or with --pipeline-layout one per model
+    chunk, as the layout string places them (parcalc.core.pipeline_layout)."""
+    if par.pipeline_layout is not None:
+        return tuple(par.pipeline_split(layers).stage_ranges())
+    return tuple((r,) for r in stage_layers(layers, par.pp, *par.stage_ends(layers)))
+
+
 def shard(tensor: ParamTensor, tp: int, vocab_parallel: bool) -> ParamTensor:
     """The part of `tensor` one TP rank holds (rounded up where TP does not divide it)."""
     if tp == 1:
@@ -182,14 +190,15 @@ class StageTensors(NamedTuple):
 
 def device_tensors(model: TransformerModel, par: Layout, stage: int, opts: Options) -> StageTensors:
     """The tensors one device of pipeline `stage` holds, after TP sharding."""
-    layers = stage_layers(model.layers, par.pp, *par.stage_ends(model.layers))[stage]
+    ranges = stage_ranges(model.layers, par)[stage]
+    held = sum(len(r) for r in ranges)
     before = embedding_tensors(model) if stage == 0 else []
     after = final_tensors(model, copy_of_tied_embedding=par.pp > 1) if stage == par.pp - 1 else []
-    moe = model.moe_layers_in(layers.start, layers.stop)
+    moe = sum(model.moe_layers_in(r.start, r.stop) for r in ranges)
     return StageTensors(
         before=tuple(shard(t, par.tp, opts.vocab_parallel) for t in before),
         layer=_sharded_layer(model, par.tp, opts.vocab_parallel),
-        layers=len(layers) - moe,
+        layers=held - moe,
         after=tuple(shard(t, par.tp, opts.vocab_parallel) for t in after),
         moe_layer=_sharded_moe_layer(model, par.tp, opts.vocab_parallel) if moe else (),
         moe_layers=moe,
