@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from parcalc.cli import app
-from parcalc.core.flops import gpu_peak_flops
+from parcalc.core.peak_flops import gpu_peak_flops
 from parcalc.core.timing.compute import LayerShard, flash_attention, gemm, layer_passes
 from parcalc.core.timing.kernel_report import alone_spec, gemm_times, kernel_spec, layer_kernels
 from parcalc.presets import load_gpu, load_link, load_model

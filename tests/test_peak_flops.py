@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from parcalc import peak_flops
-from parcalc.core.flops import gpu_peak_flops
+from parcalc.core.peak_flops import gpu_peak_flops
 from parcalc.errors import InputError
 from parcalc.presets import load_gpu
 

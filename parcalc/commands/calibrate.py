@@ -451,7 +451,7 @@ def _peak(given: float | None, base: Any, dtype: str, kind: str) -> tuple[float,
         raise InputError(
             "--gpu: give the GPU preset to start from (e.g. --gpu h100-sxm5; `parcalc presets list gpus`), or --peak"
         )
-    from parcalc.core.flops import gpu_peak_flops
+    from parcalc.core.peak_flops import gpu_peak_flops
 
     try:
         chosen = gpu_peak_flops(base, dtype)
@@ -468,7 +468,7 @@ def _model_check(
     """parcalc's kernel time, on the preset just made, of the shape whose share is the median:
     what `fit` will compute for a GEMM like it."""
     from parcalc.core.dtypes import bytes_per_element
-    from parcalc.core.flops import gpu_peak_flops
+    from parcalc.core.peak_flops import gpu_peak_flops
     from parcalc.core.timing.compute import compute_spec
     from parcalc.core.timing.compute import gemm as gemm_kernel
     from parcalc.units import format_time

@@ -223,7 +223,7 @@ def _peak(gpu: str | None, peak: str | None, dtype: str, dirs: tuple) -> tuple[f
     if gpu is None:
         raise InputError("--gpu: MFU needs a peak: give --gpu NAME (its datasheet peak for --dtype) or --peak FLOP/s")
     from parcalc.core.dtypes import canonical_dtype
-    from parcalc.core.flops import gpu_peak_flops
+    from parcalc.core.peak_flops import gpu_peak_flops
     from parcalc.presets import load_gpu
 
     device = load_gpu(gpu, dirs)

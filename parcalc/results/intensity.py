@@ -167,7 +167,7 @@ def _machine(gpu: str | None, peak: str | None, bandwidth: str | None, dtype: st
     bw_value = parse_quantity(bandwidth, Dimension.BANDWIDTH, "--bandwidth", require_unit=True) if bandwidth else None
     name, peak_source, bw_source = "the given machine", "given on the command line", "given on the command line"
     if gpu is not None:
-        from parcalc.core.flops import gpu_peak_flops
+        from parcalc.core.peak_flops import gpu_peak_flops
         from parcalc.presets import load_gpu
 
         device = power_limited(load_gpu(gpu, dirs), power_limit, peak_given=peak_value is not None)

@@ -47,8 +47,8 @@ def request(gpu: str | None = None, dtype: str | None = None, clock: str | None 
 
 def result(req: PeakFlopsRequest) -> Result:
     """Peak FLOP/s = 2 x clock x SMs x FMA/clock/SM, beside the datasheet's figure."""
-    from parcalc.core.flops import PeakFlops, gpu_peak_flops
-    from parcalc.core.flops import peak_flops as derive_peak
+    from parcalc.core.peak_flops import PeakFlops, gpu_peak_flops
+    from parcalc.core.peak_flops import peak_flops as derive_peak
     from parcalc.errors import InputError
     from parcalc.results.parse import power_limited
 
