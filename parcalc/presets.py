@@ -25,7 +25,6 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from parcalc.core.attention_window import AttentionWindow, WindowKind
 from parcalc.core.dtypes import COMPUTE_DTYPES
 from parcalc.core.hardware import (
     DtypeRates,
@@ -36,15 +35,17 @@ from parcalc.core.hardware import (
     PowerPoint,
     Sourced,
 )
-from parcalc.core.linear_attention import GatedDeltaNet
-from parcalc.core.model import LatentAttention, MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
 from parcalc.files import MAX_PRESET_BYTES  # re-exported: run files read with the same bound
 from parcalc.frozen import frozen
 from parcalc.resources import data_dir, home_dir
 
-if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
+if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured); the model types only model presets (a one-liner
+    # about a GPU does not load them)
+    from parcalc.core.attention_window import AttentionWindow
+    from parcalc.core.linear_attention import GatedDeltaNet
     from parcalc.core.measured import MatmulSweep, MeasuredCollective
+    from parcalc.core.model import LatentAttention, MixtureOfExperts, TransformerModel
 from parcalc.units import BASE_UNIT, Dimension, parse_quantity
 
 T = TypeVar("T")
@@ -874,6 +875,8 @@ _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_di
 
 def _moe(doc: _Doc, sources: Mapping[str, str]) -> MixtureOfExperts | None:
     """The `moe:` block of a model preset (parcalc.core.model.MixtureOfExperts), None when absent."""
+    from parcalc.core.model import MixtureOfExperts
+
     if "moe" not in doc.data:
         return None
     block = doc.child("moe")
@@ -898,6 +901,8 @@ def _moe(doc: _Doc, sources: Mapping[str, str]) -> MixtureOfExperts | None:
 
 def _mla(doc: _Doc, sources: Mapping[str, str]) -> LatentAttention | None:
     """The `mla:` block of a model preset (parcalc.core.model.LatentAttention), None when absent."""
+    from parcalc.core.model import LatentAttention
+
     if "mla" not in doc.data:
         return None
     block = doc.child("mla")
@@ -914,6 +919,8 @@ def _mla(doc: _Doc, sources: Mapping[str, str]) -> LatentAttention | None:
 
 def _window(doc: _Doc, sources: Mapping[str, str]) -> AttentionWindow | None:
     """The `window:` block of a model preset (parcalc.core.attention_window.AttentionWindow), None when absent."""
+    from parcalc.core.attention_window import AttentionWindow, WindowKind
+
     if "window" not in doc.data:
         return None
     block = doc.child("window")
@@ -928,6 +935,8 @@ def _window(doc: _Doc, sources: Mapping[str, str]) -> AttentionWindow | None:
 
 def _linear_attention(doc: _Doc, sources: Mapping[str, str]) -> GatedDeltaNet | None:
     """The `linear_attention:` block of a model preset (parcalc.core.linear_attention.GatedDeltaNet), None when absent."""
+    from parcalc.core.linear_attention import GatedDeltaNet
+
     if "linear_attention" not in doc.data:
         return None
     block = doc.child("linear_attention")
@@ -953,6 +962,8 @@ def _mtp(doc: _Doc, sources: Mapping[str, str]) -> tuple[int, str]:
 
 
 def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> TransformerModel:
+    from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+
     doc = _Doc(path, data)
     doc.only(_MODEL_KEYS)
     _check_kind(doc, Category.MODELS)
