@@ -559,8 +559,7 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
-    if walk_gaps(model, tp=t, pp=p, cp=c, ep=ep, zero=3, dp=d, shard_group=None, precision=training.precision, optimizer=training.optimizer,
-                 recompute=Recompute.NONE, other=other):  # fmt: skip
+    if walk_gaps(model, Layout(t, p, d, cp=c, ep=ep, zero=3), training.precision, training.optimizer, Recompute.NONE, other):
         return memory
     walked = (z == 3) & (shard == d) & np.isin(r, [RECOMPUTES.index(Recompute.NONE), RECOMPUTES.index(Recompute.FULL)])
     out = memory.copy()
@@ -651,10 +650,11 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     memory = np.max([on_stage(stage) for stage in states], axis=0)
     if cluster.framework.step_memory == "hf-eager":  # the step's peak (parcalc.core.memory_timeline), as parcalc.core.fit.memory_of has it
         from parcalc.core.memory_timeline import hf_reserved_total
+        from parcalc.core.training_setup import replayed_reserve
 
         memory = np.array([hf_reserved_total(model, int(bb), training.seq_len, training.precision, training.optimizer, RECOMPUTES[int(rr)],
                                              ddp_buckets=d > 1)
-                           for bb, rr in zip(b, r, strict=True)]) + training.reserve  # fmt: skip
+                           for bb, rr in zip(b, r, strict=True)]) + replayed_reserve(training.reserve).value  # fmt: skip
     elif cluster.framework.step_memory in ("fsdp2-eager", "torchtitan-eager"):  # the step's peak under fully_shard where it applies,
         memory = _fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"])  # as memory_of has it
 

@@ -71,6 +71,7 @@ from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
 from parcalc.core.stages import stage_layers_derivation
 from parcalc.core.training_setup import (
     TrainingSetup,
+    replayed_reserve,
     reserve_derivation,
 )
 from parcalc.derivation import Derivation, Term
@@ -777,7 +778,7 @@ def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, s
     peak = hf_step_peak(model, step)
     allocated = peak_derivation(peak, model, step)
     reserved = reserved_derivation(peak)
-    return _at_peak(stage, peak, allocated, reserved, "parcalc.core.memory_timeline (hf profile)")
+    return _at_peak(stage, peak, allocated, reserved, "parcalc.core.memory_timeline (hf profile)", replayed_reserve(setup.reserve))
 
 
 def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
@@ -791,7 +792,7 @@ def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, 
     step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute)
     peak = fsdp_step_peak(model, step)
     allocated = fsdp_peak_derivation(peak, step, setup.step_memory.removesuffix("-eager"))
-    return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)")
+    return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
 
 
 def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup) -> list[str]:
@@ -801,19 +802,19 @@ def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup) -
     other = tuple(what for what, on in (("--offload", setup.offload_optimizer or setup.offload_activations),
                                         ("--recompute-layers", setup.recompute_layers is not None),
                                         ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
-    return walk_gaps(model, tp=par.tp, pp=par.pp, cp=par.cp, ep=par.ep, zero=par.zero, dp=par.dp, shard_group=par.shard_group,
-                     precision=setup.precision, optimizer=setup.optimizer, recompute=setup.recompute, other=other)  # fmt: skip
+    return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other)
 
 
-def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str) -> StageMemory:
-    """A textbook StageMemory with its total replaced by the step's peak as reserved plus the reserve, the textbook kept beside."""
+def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str, reserve: Derivation) -> StageMemory:
+    """A textbook StageMemory with its total replaced by the step's peak as reserved plus `reserve` (the replayed allocator's:
+    training_setup.replayed_reserve), the textbook kept beside."""
     from dataclasses import replace as replaced
 
     textbook = replaced(stage.total, key="textbook_total", label="Textbook sum (states + Korthikanti's activations + reserve), "
                         "for comparison", symbol="M_textbook", latex_symbol=r"M_{\mathrm{textbook}}")
     total = Derivation("total", "Total on one GPU: the step's peak as reserved, plus the reserve", "M_total", r"M_{\mathrm{total}}",
-                       "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), stage.reserve.as_term("R")),
-                       reserved.value + stage.reserve.value, "B", source)
-    return replaced(stage, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,
+                       "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), reserve.as_term("R")),
+                       reserved.value + reserve.value, "B", source)
+    return replaced(stage, reserve=reserve, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,
                     peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
                     peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from parcalc.core.choices import Optimizer, Precision, Recompute
+from parcalc.core.layout import Layout
 from parcalc.core.memory_timeline import (
     HF_SOURCES,
     MEASURED,
@@ -146,13 +147,14 @@ def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, prec
                     settings.reshard_last_block)  # fmt: skip
 
 
-def walk_gaps(model: TransformerModel, *, tp: int, pp: int, cp: int, ep: int, zero: int, dp: int, shard_group: int | None,
-              precision: Precision, optimizer: Optimizer, recompute: Recompute, other: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
+              other: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
     """What of a layout the walk does not follow (none: its peak is the memory; else the textbook sum is).
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
     caller's own (offload, a recomputed subset of layers, ...)."""
+    zero, dp, shard_group = layout.zero, layout.dp, layout.shard_group
     gaps = [*hf_model_gaps(model), *other]
-    gaps += [f"{name} = {value}" for name, value in (("tp", tp), ("pp", pp), ("cp", cp), ("ep", ep)) if value > 1]
+    gaps += [f"{name} = {value}" for name, value in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)) if value > 1]
     if zero != 3:
         gaps.append(f"ZeRO-{zero} (fully_shard is ZeRO-3)")
     elif dp < 2:

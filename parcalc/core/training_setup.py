@@ -98,3 +98,17 @@ def reserve_derivation(reserve: float) -> Derivation:
     given = Term("R_given", "R", "R", reserve, "B", "reserve given with --reserve", "given on the command line")
     return Derivation("reserve", "Reserve: CUDA context, NCCL buffers, fragmentation (given)", "R", "R", "$R_given", "$R_given",
                       (given,), reserve, "B", "given on the command line")  # fmt: skip
+
+
+def replayed_reserve(reserve: float) -> Derivation:
+    """The reserve beside a step whose allocations the caching allocator's rules were replayed over (the hf profile:
+    parcalc.core.allocator, its fragmentation and the walk's DDP buckets counted there): the default's CUDA context and
+    NCCL parts without its fragmentation-and-buckets allowance, which would count them twice; a given --reserve as given."""
+    if reserve != DEFAULT_RESERVE_BYTES:
+        return reserve_derivation(reserve)
+    kept = tuple(part for part in RESERVE_PARTS if part[0] != "R_frag")
+    inputs = tuple(Term(key, key, rf"R_{{\mathrm{{{key[2:]}}}}}", value, "B", what, source) for key, what, value, source in kept)
+    formula = " + ".join(f"${t.key}" for t in inputs)
+    return Derivation("reserve", "Reserve: CUDA context, NCCL buffers (fragmentation and buckets: the allocator's replay)", "R", "R",
+                      formula, formula, inputs, sum(t.value for t in inputs), "B",
+                      f"{RESERVE_SOURCE}; its fragmentation allowance left out: parcalc.core.allocator replays the caching allocator")
