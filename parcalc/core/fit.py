@@ -483,7 +483,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage)) if offloading else 0.0  # fmt: skip
     host = _host_derivation(model, config, training, cluster, stage, m, t_opt)
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=host.value if host else 0.0)
-    ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms["t_ep"]))
+    ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms.t_ep))
 
     from parcalc.units import format_time as _format_time
 
@@ -497,7 +497,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
              f", with {_format_time(dp.accumulate)} of fp32 gradient accumulation" if dp.accumulate else "")),
          _t("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value}"
             + (f": {', '.join(mods)}" if (mods := selective_modules(config, training)) else "") + ")")],
-        terms["t_compute"], "s", KERNEL_SOURCE,
+        terms.t_compute, "s", KERNEL_SOURCE,
         (f"GEMMs at {spec.matmul.value:.0%} of the {cluster.dtype} peak x tile/wave quantisation ({spec.matmul.source})",
          f"memory-bound kernels at {spec.kernels.memory.value:.0%} of HBM bandwidth ({spec.kernels.memory.source})",
          *((f"every kernel rate scaled by --efficiency {cluster.efficiency:g}",) if cluster.efficiency != 1.0 else ()),
@@ -542,28 +542,28 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
                        "LinearWithGradAccumulationAndAsyncCommunication.backward (all-gather launched with async_op=True "
                        "before grad_input = grad_output.matmul(weight), waited for before the weight gradient)")  # fmt: skip
         tp_comm = _derivation("t_tp", "Tensor-parallel communication exposed per iteration", "t_tp", r"t_{\mathrm{tp}}", formula, inputs,
-                              terms["t_tp"], "s", source)  # fmt: skip
+                              terms.t_tp, "s", source)  # fmt: skip
     else:
         tp_comm = _zero("t_tp", "Tensor-parallel communication exposed per iteration", "no tensor parallelism")
     gemm, attention, memory_bound = _kind_derivations(by_kind, dp.accumulate, m_term, compute)
-    cp_comm = _cp_derivation(config, cluster, stage, m_term, terms["t_cp"]) if c > 1 else None
+    cp_comm = _cp_derivation(config, cluster, stage, m_term, terms.t_cp) if c > 1 else None
     if p > 1:
         bubble = _derivation("t_bubble", "Pipeline bubble per iteration", "t_bubble", r"t_{\mathrm{bubble}}",
                              "($p - 1) / ($v × $m) × ($t_compute + $t_tp" + (" + $t_cp" if cp_comm else "") + (" + $t_ep" if ep_comm else "") + ")",
                              [_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
                               compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ()),
                               *((ep_comm.as_term("t_ep"),) if ep_comm else ())],
-                             terms["t_bubble"], "s", f"{NARAYANAN} sec. 2.2 (the slowest stage sets the pace)",
+                             terms.t_bubble, "s", f"{NARAYANAN} sec. 2.2 (the slowest stage sets the pace)",
                              _dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
         pp_comm = _derivation("t_pp", "Pipeline sends per iteration (activations forward, gradients backward)", "t_pp", r"t_{\mathrm{pp}}",
                               "2 × $m × $v × $T_p2p",
                               [m_term, _t("v", "v", v, "", "model chunks per GPU"),
                                _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
-                              terms["t_pp"], "s", f"{NARAYANAN} sec. 2.2 and 4.1 (one send per micro-batch, chunk and direction)")  # fmt: skip
+                              terms.t_pp, "s", f"{NARAYANAN} sec. 2.2 and 4.1 (one send per micro-batch, chunk and direction)")  # fmt: skip
     else:
         bubble = _zero("t_bubble", "Pipeline bubble per iteration", "no pipeline")
         pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
-    dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms["t_dp"], training)
+    dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms.t_dp, training)
     from parcalc.core.expert_parallel import expert_dp
 
     fullest, traffic = optimizer_traffic(model, config.layout, training)
@@ -593,7 +593,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     offload = _offload_derivation(model, config, training, cluster, breakdown, stage, m, t_off) if offloading else None
     parts = [compute, *((host,) if host else ()), tp_comm, *((cp_comm,) if cp_comm else ()), *((ep_comm,) if ep_comm else ()), bubble, pp_comm, dp_comm,
              optimizer, *([offload] if offload else [])]  # fmt: skip
-    step_value = float(terms["t_step"])
+    step_value = float(terms.t_step)
     step = _derivation("t_step", "Time per iteration", "t_step", r"t_{\mathrm{step}}",
                        " + ".join(f"${x.key}" for x in parts), [x.as_term(x.key) for x in parts], step_value, "s",
                        "the sum of the terms above (parcalc.core.timing.step)")  # fmt: skip

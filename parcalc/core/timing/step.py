@@ -132,8 +132,27 @@ def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *,
     return np.where(zero == 0, ddp, np.where(zero <= 2, zero12, zero3))
 
 
+class StepTerms(NamedTuple):
+    """The terms of one iteration's time (seconds; floats for one configuration, arrays in the search), as combine
+    adds them: t_step = the slowest stage's compute and what of TP, CP, EP, the bubble, PP sends, DP sync, the
+    optimizer, offloading and the host's issue wait stays exposed (beta: the share of TP not hidden)."""
+
+    t_compute: Any
+    t_host: Any
+    t_tp: Any
+    t_cp: Any
+    t_ep: Any
+    beta: Any
+    t_bubble: Any
+    t_pp: Any
+    t_dp: Any
+    t_optimizer: Any
+    t_offload: Any
+    t_step: Any
+
+
 def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool,
-            t_offload: Any = 0.0, t_host: Any = 0.0) -> dict[str, Any]:  # fmt: skip
+            t_offload: Any = 0.0, t_host: Any = 0.0) -> StepTerms:  # fmt: skip
     """The terms of t_step from the pieces (floats or arrays alike). t_ep: the MoE exchanges, the
     pipeline's unpartnered micro-batches (parcalc.core.timing.moe.unpaired_micro_batches) with all
     of theirs exposed, the others with what their partner's compute leaves."""
@@ -157,8 +176,7 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
         t_bubble = 0.0 * m
         t_pp = 0.0 * m
     t_step = t_compute + t_host + t_tp + t_cp + t_ep + t_bubble + t_pp + t_dp + t_optimizer + t_offload
-    return {"t_compute": t_compute, "t_host": t_host, "t_tp": t_tp, "t_cp": t_cp, "t_ep": t_ep, "beta": beta, "t_bubble": t_bubble, "t_pp": t_pp,
-            "t_dp": t_dp, "t_optimizer": t_optimizer, "t_offload": t_offload, "t_step": t_step}  # fmt: skip
+    return StepTerms(t_compute, t_host, t_tp, t_cp, t_ep, beta, t_bubble, t_pp, t_dp, t_optimizer, t_offload, t_step)
 
 
 # ---------------------------------------------------------------------------------------------
