@@ -85,12 +85,12 @@ def test_control_characters_of_a_value_are_escaped(runner) -> None:
 
 
 def test_an_unanticipated_exception_is_an_internal_error_exit_70(runner, monkeypatch: pytest.MonkeyPatch) -> None:
-    import parcalc.core.flops
+    import parcalc.core.peak_flops
 
     def broken(*args: object, **kwargs: object) -> None:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(parcalc.core.flops, "peak_flops", broken)
+    monkeypatch.setattr(parcalc.core.peak_flops, "peak_flops", broken)
     args = ["peak-flops", "--clock", "1.41GHz", "--sms", "108", "--fma-per-clock", "512"]
     line = _one_error_line(runner.invoke(app, args), 70)
     assert line.startswith("internal error: ZeroDivisionError: a bug") and "please report" in line and "PARCALC_DEBUG=1" in line
