@@ -10,7 +10,19 @@ from parcalc.core.hardware import Gpu, Link, Sourced
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Column, Result, Table
 
-_FIELD_COLUMNS = (Column("field", "field"), Column("value", "value"), Column("unit", "unit"), Column("source", "source"))
+# "as read": the value with its unit as a person reads it (80 GiB, 3.35 TB/s, 989.4 TFLOP/s; bytes of memory in binary
+# units, as capacities are); "value" and "unit": the same in base units, what JSON and CSV carry
+_FIELD_COLUMNS = (Column("field", "field"), Column("as_read", "as read"), Column("value", "value"), Column("unit", "unit"),
+                  Column("source", "source"))  # fmt: skip
+
+
+def _as_read(value: object, unit: str) -> object:
+    """A field's value with its unit in human form (parcalc.units.format_quantity); text as it is."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    from parcalc.units import format_quantity
+
+    return format_quantity(float(value), unit, significant=6, iec=unit == "B")
 
 
 def catalog_result(listing: Mapping[str, Sequence[tuple[str, str, str, str]]]) -> Result:
@@ -51,7 +63,8 @@ def preset_result(category: str, key: str, path: str, preset: Any) -> Result:
         title=title,
         inputs=(),
         derivations=(),
-        tables=(Table("fields", f"{key} ({path})", _FIELD_COLUMNS, tuple(rows)), *measured),
+        tables=(Table("fields", f"{key} ({path})", _FIELD_COLUMNS, tuple((row[0], _as_read(row[1], str(row[2])), *row[1:]) for row in rows)),
+                *measured),  # fmt: skip
         verdicts=notes,
         settings=(("category", category), ("name", key), ("path", path)),
     )
