@@ -129,14 +129,23 @@ TRANSPOSE_ROWS = 6
 # 2 \tabcolsep = 12 pt. The line is A4 less 2 x 2.3 cm (templates/preamble.tex.j2):
 # 595.3 - 130.4 = 464.9 pt, 460 kept for rounding.
 TABLE_PT_PER_CHAR = 4.5
+# ... but capitals are wider: Latin Modern's average 0.72 em = 6.5 pt at 9 pt, 2 pt more than the estimate above
+# (a column of "5.77244 TFLOP" cells ran 2.7 pt past the line counted at 4.5 pt a character)
+TABLE_PT_PER_CAPITAL_EXTRA = 2.0
 TABLE_COLUMN_PAD_PT = 12.0
 TABLE_LINE_PT = 460.0
 # A column wider than this many characters wraps (a p{} column, at spaces) before the table is split
 TABLE_WRAP_CHARS = 16
 
 
-def _longest_word(text: str) -> int:
-    return max((len(word) for word in text.split()), default=0)
+def _text_pt(text: str) -> float:
+    """The estimated width of `text` in a footnotesize table cell (TABLE_PT_PER_CHAR, capitals wider)."""
+    return len(text) * TABLE_PT_PER_CHAR + sum(ch.isupper() for ch in text) * TABLE_PT_PER_CAPITAL_EXTRA
+
+
+def _longest_word(text: str) -> float:
+    """The widest word of `text` (pt): where a wrapping cell cannot break."""
+    return max((_text_pt(word) for word in text.split()), default=0.0)
 
 
 def table_parts(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> list[dict[str, Any]]:
@@ -146,11 +155,11 @@ def table_parts(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: 
     Each part: `columns` (indices), `align` (a tabular preamble)."""
     count = len(headers)
     cells = [[headers[j], *(row[j] for row in rows)] for j in range(count)]
-    natural = [max(len(c) for c in column) * TABLE_PT_PER_CHAR for column in cells]
+    natural = [max(map(_text_pt, column)) for column in cells]
     if sum(natural) + TABLE_COLUMN_PAD_PT * count <= TABLE_LINE_PT:
         return [{"columns": list(range(count)), "align": Latex("".join("r" if n else "l" for n in numeric))}]
     # cells wrap at spaces only: a number, or a word, is as wide as it is
-    unbreakable = [max(_longest_word(c) for c in column) * TABLE_PT_PER_CHAR for column in cells]
+    unbreakable = [max(_longest_word(c) for c in column) for column in cells]
     wraps = [natural[j] > TABLE_WRAP_CHARS * TABLE_PT_PER_CHAR for j in range(count)]
     least = [max(unbreakable[j], TABLE_WRAP_CHARS * TABLE_PT_PER_CHAR) if wraps[j] else natural[j] for j in range(count)]
     groups: list[list[int]] = []
