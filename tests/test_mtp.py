@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -107,16 +108,28 @@ def test_memory_holds_the_module_on_the_last_stage() -> None:
     assert eight.stages[-1].activations_total.value - plain.stages[-1].activations_total.value == pytest.approx(mtp.value, rel=1e-12)
 
 
-def test_step_time_kinds_add_up_with_the_module() -> None:
+def test_step_time_kinds_add_up_with_the_module(tmp_path) -> None:
     """One stage (the MTP module on it): t_gemm + t_attention + t_memory_bound = t_compute, and the step is longer than
     without the module by about one MoE layer and one head (a 1/61 + head share)."""
-    args = ["fit", "--model", "deepseek-v3", "--gpu", "h100-sxm5", "--gpus", "64", "--tp", "8", "--pp", "1", "--dp", "8", "--ep", "8",
-            "--batch", "64", "--seq-len", "4096", "--format", "json"]  # fmt: skip
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    results = json.loads(result.stdout)["results"]
-    kinds = results["t_gemm"]["value"] + results["t_attention"]["value"] + results["t_memory_bound"]["value"]
-    assert kinds == pytest.approx(results["t_compute"]["value"], rel=1e-9)
+    import re
+
+    (tmp_path / "models").mkdir()
+    preset = (Path(__file__).resolve().parent.parent / "presets" / "models" / "deepseek-v3.yaml").read_text()
+    without = re.sub(r"\nmtp:\n  layers: 1\n  source: mtp\n", "\n", preset)
+    assert without != preset
+    (tmp_path / "models" / "deepseek-v3-no-mtp.yaml").write_text(without)
+    args = ["fit", "--gpu", "h100-sxm5", "--gpus", "64", "--tp", "8", "--pp", "1", "--dp", "8", "--ep", "8",
+            "--batch", "64", "--seq-len", "4096", "--presets", str(tmp_path), "--format", "json"]  # fmt: skip
+    computes = {}
+    for model in ("deepseek-v3", "deepseek-v3-no-mtp"):
+        result = CliRunner().invoke(app, [*args, "--model", model])
+        assert result.exit_code == 0, result.output
+        results = json.loads(result.stdout)["results"]
+        kinds = results["t_gemm"]["value"] + results["t_attention"]["value"] + results["t_memory_bound"]["value"]
+        assert kinds == pytest.approx(results["t_compute"]["value"], rel=1e-9)
+        computes[model] = results["t_compute"]["value"]
+    # one MoE block of 61 more, and the head again (smaller than a block): 1.0223 today
+    assert 1 + 1 / 61 < computes["deepseek-v3"] / computes["deepseek-v3-no-mtp"] < 1 + 2 / 61
 
 
 def test_flops_command_shows_the_module() -> None:

@@ -559,13 +559,15 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
-    if walk_gaps(model, Layout(t, p, d, cp=c, ep=ep, zero=3), training.precision, training.optimizer, Recompute.NONE, other):
-        return memory
-    walked = (z == 3) & (shard == d) & np.isin(r, [RECOMPUTES.index(Recompute.NONE), RECOMPUTES.index(Recompute.FULL)])
     out = memory.copy()
-    for row in np.flatnonzero(walked):
-        step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(r[row])])
-        out[row] = fsdp_reserved_total(model, step) + training.reserve
+    # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
+    for zero, size, rec in set(zip(z.tolist(), shard.tolist(), r.tolist(), strict=True)):
+        layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size))
+        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other):
+            continue
+        for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec)):
+            step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)])
+            out[row] = fsdp_reserved_total(model, step) + training.reserve
     return out
 
 

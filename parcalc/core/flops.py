@@ -15,6 +15,12 @@ if TYPE_CHECKING:
     from parcalc.core.layer_ops import LayerOp
     from parcalc.core.model import TransformerModel
 
+
+# ---------------------------------------------------------------------------------------------
+# Training FLOPs: the exact count from the layer's matmuls, 6ND, Narayanan's closed form, MFU/HFU
+#
+# Convention (Narayanan et al. 2021 sec. 5.1; Korthikanti et al. 2022 Appendix A; Chowdhery et
+# al. 2022, PaLM, Appendix B): only matrix multiplications are counted, 2 FLOP per multiply-add;
 # the backward pass of a matmul is two matmuls of the same size (the input gradient and the
 # weight gradient), so forward + backward = 3 x forward. Model FLOPs count that; hardware FLOPs
 # add what recomputation runs again: the whole forward of every layer with full recomputation,

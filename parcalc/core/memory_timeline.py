@@ -444,10 +444,10 @@ def _linear_backward(walk: Walk, x: StepShapes, key: str, grad_out: str, d_in: i
     walk.alloc(f"{key}.gin", T * d_in * x.c, "temporaries", "input gradient")
     _grad_of_weight(walk, x, key, d_in, d_out)
     walk.free(grad_out, saved_input, f"{key}.wcopy", f"{key}.in")
-    _add_into(walk, x, f"{key}.gin", into, T * d_in)
+    _add_into(walk, f"{key}.gin", into)
 
 
-def _add_into(walk: Walk, x: StepShapes, grad: str, into: str, elements: float) -> None:
+def _add_into(walk: Walk, grad: str, into: str) -> None:
     """A gradient reaches a tensor that already has one: the autograd engine's InputBuffer adds it in place."""
     if into in walk.live:
         walk.free(grad)
@@ -468,14 +468,14 @@ def _norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, in
     walk.alloc(f"{key}.g_pow", T * h * 4, "temporaries", "RMSNorm pow backward")
     walk.free(f"{key}.g_mean")
     walk.free(f"{key}.fp32")
-    _add_into(walk, x, f"{key}.g_pow", f"{key}.g_in", T * h)
-    _add_into(walk, x, f"{key}.g_x_a", f"{key}.g_in", T * h)
+    _add_into(walk, f"{key}.g_pow", f"{key}.g_in")
+    _add_into(walk, f"{key}.g_x_a", f"{key}.g_in")
     if x.w != 4:
         walk.alloc(f"{key}.g_in_w", T * h * x.w, "temporaries", "RMSNorm input gradient (input dtype)")
         walk.free(f"{key}.g_in")
-        _add_into(walk, x, f"{key}.g_in_w", into, T * h)
+        _add_into(walk, f"{key}.g_in_w", into)
     else:
-        _add_into(walk, x, f"{key}.g_in", into, T * h)
+        _add_into(walk, f"{key}.g_in", into)
 
 
 def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
@@ -534,9 +534,9 @@ def _cast_back(walk: Walk, x: StepShapes, grad_c: str, into: str, width: int) ->
     if x.c != x.w:
         walk.alloc(f"{grad_c}.w", x.T * width * x.w, "temporaries", "input gradient (fp32)")
         walk.free(grad_c)
-        _add_into(walk, x, f"{grad_c}.w", into, x.T * width)
+        _add_into(walk, f"{grad_c}.w", into)
     else:
-        _add_into(walk, x, grad_c, into, x.T * width)
+        _add_into(walk, grad_c, into)
 
 
 def walk_backward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointed: bool, embedding_tables: int, hooks: StepHooks) -> None:

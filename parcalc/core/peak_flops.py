@@ -168,10 +168,3 @@ def gpu_peak_flops(
         raise InputError(f"--dtype: {gpu.name} lists neither an FMA rate nor a peak for {dtype}")
     difference = relative_difference(derived, listed) if derived and listed else None
     return PeakFlops(dtype, sparse, gpu.name, derived, listed, difference)
-
-
-# ---------------------------------------------------------------------------------------------
-# Training FLOPs: the exact count from the layer's matmuls, 6ND, Narayanan's closed form, MFU/HFU
-#
-# Convention (Narayanan et al. 2021 sec. 5.1; Korthikanti et al. 2022 Appendix A; Chowdhery et
-# al. 2022, PaLM, Appendix B): only matrix multiplications are counted, 2 FLOP per multiply-add;

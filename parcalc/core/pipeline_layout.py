@@ -102,14 +102,19 @@ def _unroll(text: str) -> str:
     return unrolled
 
 
-def virtual_stage_count(text: str) -> int:
-    """The virtual stages the layout lists (its letters checked, its repeats unrolled)."""
+def _letters(text: str) -> str:
+    """The layout with its letters checked and its repeats unrolled (virtual stages split by '|')."""
     if not isinstance(text, str) or not text.strip():
         raise InputError(f"{FLAG}: an empty layout; {LETTERS}")
     unknown = sorted(set(text) - set("EtmL|()*0123456789, "))
     if unknown:
         raise InputError(f"{FLAG}: unknown letter {unknown[0]!r} in {text[:80]!r}; {LETTERS}")
-    return _unroll(text).count("|") + 1
+    return _unroll(text)
+
+
+def virtual_stage_count(text: str) -> int:
+    """The virtual stages the layout lists (its letters checked, its repeats unrolled)."""
+    return _letters(text).count("|") + 1
 
 
 @lru_cache(maxsize=256)
@@ -117,12 +122,7 @@ def parse_pipeline_layout(text: str, pp: int, layers: int, mtp_layers: int | Non
     """The layout `text` over `pp` ranks for a model of `layers` transformer layers and `mtp_layers`
     MTP layers (None: not checked), checked as Megatron-LM checks it (module docstring); InputError
     names what is wrong."""
-    if not isinstance(text, str) or not text.strip():
-        raise InputError(f"{FLAG}: an empty layout; {LETTERS}")
-    unknown = sorted(set(text) - set("EtmL|()*0123456789, "))
-    if unknown:
-        raise InputError(f"{FLAG}: unknown letter {unknown[0]!r} in {text[:80]!r}; {LETTERS}")
-    flat = _unroll(text)
+    flat = _letters(text)
     parts = flat.split("|")
     stages = tuple(VirtualStage(part.count("t"), "E" in part, part.count("m"), "L" in part) for part in parts)
     empty = [i for i, part in enumerate(parts) if not part]

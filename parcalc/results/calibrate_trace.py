@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from parcalc.core.calibrate.trace import KIND_KEYS, KIND_SOURCE
 from parcalc.derivation import Column, Result, Table
 
-KIND_LABELS = (("gemm", "t_gemm", "GEMMs"), ("attention", "t_attention", "attention"), ("memory", "t_memory_bound", "memory-bound"),
-               ("optimizer", "t_optimizer", "optimizer"))  # fmt: skip
-KIND_SOURCE = "kernel names sorted as ../shared/measurements/h200-2026-11-28/h200_profile.py kind() sorts them"
+# the kinds of parcalc.core.calibrate.trace.KIND_KEYS, as the tables name them
+_LABELS = {"gemm": "GEMMs", "attention": "attention", "memory": "memory-bound", "optimizer": "optimizer"}
+KIND_LABELS = tuple((kind, key, _LABELS[kind]) for kind, key in KIND_KEYS)
 
 
 def trace_result(file: str, summary: Any, predicted: dict[str, float], fits: tuple[Any, ...] = (),
