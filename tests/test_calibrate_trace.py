@@ -136,3 +136,14 @@ def test_o_txt_writes_the_table_and_a_disagreeing_format_is_one_line(tmp_path: P
 def test_force_and_name_are_for_the_preset_only(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["calibrate", "trace", str(TRACE), "--force"])
     assert result.exit_code == 2 and "-o FILE.yaml" in result.output
+
+
+@pytest.mark.parametrize(("flag", "said"), [("--batch", "--batch: cannot read ''"), ("--seq-len", "--seq-len: cannot read ''"),
+                                            ("--gpu", "unknown gpu ''"), ("--framework", "unknown framework ''")])  # fmt: skip
+def test_an_empty_value_is_an_error_not_the_default(runner, flag: str, said: str) -> None:
+    # '' was taken as "not given" and the trace calibrated on fit's defaults, exit 0 (found by the review)
+    args = ["calibrate", "trace", str(TRACE), "--model", str(FIXTURES / "llama3.2-1b.json"), "--gpu", "h200", "--framework", "hf",
+            "--batch", "4", "--seq-len", "4096", flag, ""]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"Error: {said}") and result.stderr.count("\n") == 1

@@ -78,8 +78,9 @@ def trace(
         from parcalc.results.run import run_command
 
         inputs = {"model": model, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "recompute": ["none"], "flash_attention": True,
-                  **({"gpu": gpu} if gpu else {}), **({"framework": framework} if framework else {}),
-                  **({"batch": batch, "micro_batch": batch} if batch else {}), **({"seq_len": seq_len} if seq_len else {}),
+                  **({"gpu": gpu} if gpu is not None else {}), **({"framework": framework} if framework is not None else {}),
+                  **({"batch": batch, "micro_batch": batch} if batch is not None else {}),
+                  **({"seq_len": seq_len} if seq_len is not None else {}),
                   **({"presets": presets} if presets else {})}  # fmt: skip
         fitted = run_command("fit", inputs, "calibrate trace --model")
         predicted = {d.key: d.value for d in fitted.derivations}
