@@ -33,7 +33,7 @@ class Utilization:
 class RunRequest:
     """A whole run (--tokens or --iterations) timed from a step time or a throughput per GPU."""
 
-    plan: RunPlan | None  # None: a throughput without --tokens or --iterations
+    plan: RunPlan
     gpus: int | None = None  # None: no time (then the run is its FLOPs alone)
     step_time: float | None = None  # seconds, --step-time
     tflops_per_gpu: float | None = None  # FLOP/s, --tflops-per-gpu
@@ -140,6 +140,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
 
         device = load_gpu(gpu, dirs) if gpu is not None else None
         plan = run_plan(tokens, iterations, gpu_power, device, pue, price)
+        if plan is None:  # a throughput alone: no run to time (it was an internal error, NoneType has no 'iterations')
+            flag = "--tflops-per-gpu" if tflops_per_gpu is not None else "--mfu"
+            raise InputError(f"{flag}: times a whole run; give --tokens D (or --iterations I) with it")
         run = _run_request(plan, batch is not None, gpus, step_time, tflops_per_gpu, mfu, peak, dtype, gpu, dirs)
     stages = None
     if pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
@@ -368,7 +371,7 @@ def _ops_table(counted: TrainingFlops, recompute: str, shape: object = None, fla
     return Table("layer_flops", "Matmuls of one layer (whole batch) and of the LM head", columns, tuple(rows))
 
 
-def _run_request(plan: RunPlan | None, batch_given: bool, gpus: str | None, step_time: str | None, tflops_per_gpu: str | None,
+def _run_request(plan: RunPlan, batch_given: bool, gpus: str | None, step_time: str | None, tflops_per_gpu: str | None,
                  mfu: str | None, peak: str | None, dtype: str | None, gpu: str | None, dirs: tuple) -> RunRequest:  # fmt: skip
     """The run's flags read: its step time, or its throughput per GPU (--tflops-per-gpu, or --mfu of a peak)."""
     from parcalc.errors import InputError

@@ -51,7 +51,7 @@ def request(m: str | None = None, k: str | None = None, n: str | None = None, ba
     dtype_key = canonical_dtype(dtype)
     element_bytes = bytes_per_element(dtype_key)
     machine, device, rated = _machine(gpu, peak, bandwidth, dtype_key, preset_dirs(presets), power_limit)
-    given = {"peak_given": peak is not None, "bandwidth_given": bool(bandwidth)}
+    peak_given, bandwidth_given = peak is not None, bool(bandwidth)
     if model is not None:
         if any(v is not None for v in (m, k, n)):
             raise InputError("--model: give either --model (a layer table) or --m/--k/--n (one matmul), not both")
@@ -68,7 +68,8 @@ def request(m: str | None = None, k: str | None = None, n: str | None = None, ba
             raise InputError("--kernels: with --model and a GPU (--gpu, or --peak and --bandwidth): it changes the timed kernels")
         return IntensityRequest(dtype_key, element_bytes, machine, device, rated, model=shape, batch=sequences, seq_len=length,
                                 flash_attention=flash_attention is not False, compile=compile_,
-                                eager=kernels_flag(kernels) == "eager", **given)  # fmt: skip
+                                eager=kernels_flag(kernels) == "eager", peak_given=peak_given,
+                                bandwidth_given=bandwidth_given)  # fmt: skip
     if flash_attention is not None or compile_ or kernels is not None:  # flash attention's default (on) changes no matmul
         flag = ("--flash-attention" if flash_attention else "--no-flash-attention") if flash_attention is not None else "--compile" if compile_ else "--kernels"
         raise InputError(f"{flag}: only with --model (it changes a layer's kernels)")
@@ -77,7 +78,7 @@ def request(m: str | None = None, k: str | None = None, n: str | None = None, ba
         raise InputError(f"give --m, --k and --n (missing: {', '.join(missing)}), or --model")
     assert m is not None and k is not None and n is not None  # none missing
     dims = (parse_count(m, "--m"), parse_count(k, "--k"), parse_count(n, "--n"), parse_count(batch or 1, "--batch"))
-    return IntensityRequest(dtype_key, element_bytes, machine, device, rated, dims=dims, **given)
+    return IntensityRequest(dtype_key, element_bytes, machine, device, rated, peak_given, bandwidth_given, dims=dims)
 
 
 def result(req: IntensityRequest) -> Result:

@@ -15,8 +15,7 @@ if TYPE_CHECKING:
     from parcalc.core.fit_search import SearchSpace
     from parcalc.core.hardware import Gpu
     from parcalc.core.model import TransformerModel
-    from parcalc.core.scaling import Mode, Rule
-    from parcalc.core.scaling import Curve
+    from parcalc.core.scaling import Curve, Mode, Rule
     from parcalc.derivation import Result
 
 
