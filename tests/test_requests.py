@@ -151,6 +151,12 @@ def test_layout_keyword_is_the_flags() -> None:
     assert (parcalc.flops(model="llama3-8b", seq_len=4096, layout=Layout(tp=8, pp=4, cp=2))
             == parcalc.flops(model="llama3-8b", seq_len=4096, pp=4, cp=2))  # fmt: skip
     assert parcalc.run("memory", **base, layout=LAYOUT) == parcalc.memory(**base, **FLAGS)
+    # the requests the layout's flags give hold the layout itself (GPUs per node: 8, the default and the H100 node's)
+    from parcalc.results.layout_flags import layout_inputs
+
+    assert _request(memory, "memory", {**base, **layout_inputs("memory", LAYOUT, {})}).layout == LAYOUT
+    pinned = _request(fit, "fit", {**base, "batch": 64, **layout_inputs("fit", LAYOUT, {})})
+    assert pinned.config is not None and pinned.config.layout == LAYOUT and pinned.cluster.gpus == 64
     # the request the layout gives holds it
     assert run_command("memory", {**base, **FLAGS}).title == parcalc.memory(**base, layout=LAYOUT).title
 
