@@ -112,6 +112,11 @@ def _letters(text: str) -> str:
     return _unroll(text)
 
 
+def unrolled(text: str) -> str:
+    """The layout's letters with its repeats written out (checked as parse_pipeline_layout checks them)."""
+    return _letters(text)
+
+
 def virtual_stage_count(text: str) -> int:
     """The virtual stages the layout lists (its letters checked, its repeats unrolled)."""
     return _letters(text).count("|") + 1

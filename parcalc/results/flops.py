@@ -10,6 +10,7 @@ from parcalc.core.choices import Mlp, Recompute
 
 if TYPE_CHECKING:
     from parcalc.core.flops import TrainingFlops
+    from parcalc.core.model import TransformerModel
     from parcalc.derivation import Derivation, Result, Table
 
 
@@ -24,7 +25,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                first_stage_layers: str | None = None, last_stage_layers: str | None = None,
                embedding_in_split: bool = False, loss_in_split: bool = False, cp: str | None = None,
                presets: list[Path] | None = None, recompute_layers: str | None = None,
-               recompute_modules: str | None = None, flash_attention: bool = True) -> Result:
+               recompute_modules: str | None = None, flash_attention: bool = True, pipeline_layout: str | None = None) -> Result:
     """`flops`'s Result from its flags as the command line gives them (texts with units, choices,
     switches): what parcalc.commands.flops and the library (parcalc.results.run) both call."""
     from parcalc.core.flops import flops_utilization, six_nd, training_flops
@@ -119,7 +120,19 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
         Term("s", "s", "s", seq, "", "sequence length"),
     ]
     tables = [_ops_table(counted, recompute.value, shape, flash_attention, again_layers, modules)]
-    if pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
+    if pipeline_layout is not None:
+        if first is not None or last is not None or embedding_in_split or loss_in_split or n_recompute is not None:
+            raise InputError("--pipeline-layout: gives every stage's layers; not with --first-stage-layers, --last-stage-layers, "
+                             "--embedding-in-split, --loss-in-split or --recompute-layers")  # fmt: skip
+        if pp is None:
+            raise InputError("--pipeline-layout: give --pp too (the layout's virtual stages are split over that many ranks)")
+        busiest, table, verdict = _layout_stages(counted, shape, pipeline_layout, parse_count(pp, "--pp"))
+        derivations.append(busiest)
+        tables.append(table)
+        verdicts.append(verdict)
+        inputs.append(Term("p", "p", "p", parse_count(pp, "--pp"), "", "pipeline stages"))
+        settings.append(("pipeline_layout", pipeline_layout))
+    elif pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
         stages = parse_count(pp, "--pp") if pp is not None else 1
         busiest, table, verdict = _stages(counted, shape.layers, stages, first, last, **slots)
         derivations.append(busiest)
@@ -176,6 +189,28 @@ def _stages(counted: TrainingFlops, layers: int, pp: int, first: int | None, las
     columns = (Column("stage", "stage"), Column("layers", "layers"), Column("flops", "hardware FLOPs", "FLOP"),
                Column("share", "share", "fraction"))  # fmt: skip
     table = Table("stage_flops", f"Hardware FLOPs of each pipeline stage per iteration ({split_text(split)} layers)", columns, rows)
+    verdict = (f"the busiest stage, stage {index + 1}, runs {busiest.value / total:.2%} of the iteration's hardware FLOPs against an even "
+               f"1/{pp} = {1 / pp:.2%}: the others wait for it, so the pipeline keeps its GPUs at most "
+               f"{total / (pp * busiest.value):.1%} busy with FLOPs (mean stage / busiest stage)")  # fmt: skip
+    return busiest, table, verdict
+
+
+def _layout_stages(counted: TrainingFlops, shape: TransformerModel, text: str, pp: int) -> tuple[Derivation, Table, str]:
+    """_stages for a --pipeline-layout: each rank's FLOPs, the sum of its chunks' (parcalc.core.flops.layout_rank_flops)."""
+    from parcalc.core.flops import layout_rank_flops
+    from parcalc.core.pipeline_layout import parse_pipeline_layout
+    from parcalc.derivation import Column, Table
+
+    split = parse_pipeline_layout(text, pp, shape.layers, shape.mtp_layers)
+    each = [layout_rank_flops(counted, split, rank) for rank in range(pp)]
+    total = counted.hardware.value
+    index = max(range(pp), key=lambda s: each[s].value)
+    busiest = each[index]
+    rows = tuple((s + 1, " + ".join(f"{c.layers}{' + MTP' * c.mtp}" for c in split.rank_chunks(s)), d.value, d.value / total) for s, d in enumerate(each))
+    columns = (Column("stage", "stage"), Column("layers", "layers (per chunk)"), Column("flops", "hardware FLOPs", "FLOP"),
+               Column("share", "share", "fraction"))  # fmt: skip
+    table = Table("stage_flops", f"Hardware FLOPs of each pipeline stage per iteration (--pipeline-layout {text}, {split.chunks} "
+                  f"chunk{'s' if split.chunks > 1 else ''} per stage)", columns, rows)  # fmt: skip
     verdict = (f"the busiest stage, stage {index + 1}, runs {busiest.value / total:.2%} of the iteration's hardware FLOPs against an even "
                f"1/{pp} = {1 / pp:.2%}: the others wait for it, so the pipeline keeps its GPUs at most "
                f"{total / (pp * busiest.value):.1%} busy with FLOPs (mean stage / busiest stage)")  # fmt: skip
