@@ -411,7 +411,7 @@ class _Shapes:
         par_key = (tp, pp, ep, first, last, chunks, stage)
         key = self._state_keys.get(par_key)
         if key is None and self.pipeline_layout is not None and pp > 1:  # the layout's own layer ranges (parcalc.core.memory)
-            key = (tp, ep, "layout", pp, stage)
+            key = (tp, ep, -1, pp, stage)  # -1: no layer count, the layout's stage (one layout per search)
             self._state_keys[par_key] = key
             par = Layout(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks=chunks, cp=cp, ep=ep,
                          pipeline_layout=self.pipeline_layout)  # fmt: skip

@@ -12,9 +12,9 @@ from parcalc.errors import InputError
 from parcalc.frozen import frozen
 
 if TYPE_CHECKING:
-    from parcalc.core.pipeline_layout import PipelineSplit
     from parcalc.core.layer_ops import LayerOp
     from parcalc.core.model import TransformerModel
+    from parcalc.core.pipeline_layout import PipelineSplit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -652,7 +652,7 @@ def layout_rank_flops(counted: TrainingFlops, split: PipelineSplit, rank: int) -
         chunk = stage_flops(counted, layers, index).value + (mtp if index == at else 0.0) - (mtp if index == last else 0.0)
         value += chunk
         held = [f"{layers[index]} layers"] + (["the LM head"] if index == last else []) + (["the MTP modules"] if index == at and mtp else [])
-        terms.append(Term(f"F_c{c}", f"F_chunk{c + 1}", f"F_{{\mathrm{{chunk}}{c + 1}}}", chunk, "FLOP",
+        terms.append(Term(f"F_c{c}", f"F_chunk{c + 1}", rf"F_{{\mathrm{{chunk}}{c + 1}}}", chunk, "FLOP",
                           f"chunk {c + 1}, virtual stage {index + 1}: {', '.join(held)}"))  # fmt: skip
     formula = " + ".join(f"${t.key}" for t in terms)
     return Derivation(key="stage_flops", label=f"Hardware FLOPs of stage {rank + 1} of {split.pp} per iteration (all its GPUs)",
