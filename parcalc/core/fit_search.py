@@ -17,6 +17,9 @@ less memory), or, when none fits, the one with the least memory. That is the spl
 the stages' time, embedding and LM head included. `--first-stage-layers` / `--last-stage-layers`
 with a pinned pp try that split only.
 
+A --pipeline-layout string is kept as written (pipeline_layout.search_reason says which pp can run it, with v =
+stages / pp chunks); the stages' parameters, MoE layers, pacing and MTP activations come from its own layer ranges.
+
 Hybrid sharding. Every ZeRO-1/2/3 configuration is tried with each shard group S dividing dp x cp
 from one node's share of the data-parallel group (GPUs per node / tp ranks) up to dp x cp
 (SearchSpace.shard_groups_of; parcalc.core.sharding), ZeRO-0 once with S = dp x cp: column
@@ -284,28 +287,11 @@ def layout_stage_layers(model: TransformerModel, p: int, text: str) -> tuple[int
 
 
 def _layout_reason(model: TransformerModel, p: int, space: SearchSpace) -> str | None:
-    """Why pp = p cannot run the search's --pipeline-layout (None: it can). The layout is kept as written: p must split
-    its virtual stages (v = stages / p chunks each), interleaving must be allowed for v > 1, and the ranks' layers must
-    be an even split or a first / even middle / last one, the splits the search's arrays time (parcalc.core.stages)."""
-    from parcalc.core.pipeline_layout import virtual_stage_count
+    """Why pp = p cannot run the search's --pipeline-layout (parcalc.core.pipeline_layout.search_reason; None: it can)."""
+    from parcalc.core.pipeline_layout import search_reason
 
     assert space.pipeline_layout is not None
-    stages = virtual_stage_count(space.pipeline_layout)
-    if stages % p:
-        return f"pp does not split the --pipeline-layout's {stages} virtual stages"
-    v = stages // p
-    if v > 1 and (p == 1 or not space.interleaved or (space.max_chunks is not None and v > space.max_chunks)):
-        return "the --pipeline-layout's chunks per rank (stages / pp) are not searched (pp 1, --no-interleaved or --max-chunks)"
-    split = layout_stage_layers(model, p, space.pipeline_layout)
-    if min(split) == 0:
-        return "a rank holds no transformer layer under the --pipeline-layout (the search's arrays time a stage by its layers)"
-    try:
-        uneven = p > 1 and stage_split(model.layers, p, split[0], split[-1]) != split
-    except InputError:
-        uneven = True
-    if uneven:
-        return "the --pipeline-layout's ranks are not a first / even middle / last split (the search times those only)"
-    return None
+    return search_reason(space.pipeline_layout, p, model, space.interleaved, space.max_chunks)
 
 
 def _slot_split_fits(layers: int, p: int, space: SearchSpace) -> bool:
