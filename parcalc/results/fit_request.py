@@ -212,8 +212,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
         raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
     if pipeline_layout is not None:
-        if search or not pinned:
-            raise InputError("--pipeline-layout: gives one configuration's pipeline (with --tp, --pp, --dp), not a table or a search")
+        if not (search or pinned):  # the search keeps it fixed: pp dividing its stages (parcalc.core.pipeline_layout.search_reason)
+            raise InputError("--pipeline-layout: gives one configuration's pipeline (with --tp, --pp, --dp) or the search's; not the "
+                             "strategy table")  # fmt: skip
         ends = {**ends, "pipeline_layout": pipeline_layout}
     if not search and (schedule is not None or chunks is not None) and not pinned:
         raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")

@@ -67,6 +67,7 @@ class FlopsRequest:
     embedding_in_split: bool = False
     loss_in_split: bool = False
     cp: int | None = None  # --cp: one rank's FLOPs
+    pipeline_layout: str | None = None  # --pipeline-layout: each rank's FLOPs from its virtual stages (with pp)
 
 
 def request(model: str | None = None, layers: str | None = None, hidden: str | None = None,
@@ -80,7 +81,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             first_stage_layers: str | None = None, last_stage_layers: str | None = None,
             embedding_in_split: bool = False, loss_in_split: bool = False, cp: str | None = None,
             presets: list[Path] | None = None, recompute_layers: str | None = None,
-            recompute_modules: str | None = None, flash_attention: bool = True) -> FlopsRequest:  # fmt: skip
+            recompute_modules: str | None = None, flash_attention: bool = True,
+            pipeline_layout: str | None = None) -> FlopsRequest:  # fmt: skip
     """The request from `flops`' flag texts; bad input raises InputError naming the flag."""
     from parcalc.errors import InputError
     from parcalc.results.model import ModelFlags, model_and_seq_len
@@ -145,12 +147,20 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             raise InputError(f"{flag}: times a whole run; give --tokens D (or --iterations I) with it")
         run = _run_request(plan, batch is not None, gpus, step_time, tflops_per_gpu, mfu, peak, dtype, gpu, dirs)
     stages = None
-    if pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
+    if pipeline_layout is not None:
+        if first is not None or last is not None or embedding_in_split or loss_in_split or n_recompute is not None:
+            raise InputError("--pipeline-layout: gives every stage's layers; not with --first-stage-layers, --last-stage-layers, "
+                             "--embedding-in-split, --loss-in-split or --recompute-layers")  # fmt: skip
+        if pp is None:
+            raise InputError("--pipeline-layout: give --pp too (the layout's virtual stages are split over that many ranks)")
+        stages = parse_count(pp, "--pp")
+    elif pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
         stages = parse_count(pp, "--pp") if pp is not None else 1
     return FlopsRequest(shape, sequences, seq, recompute, causal, flash_attention, n_params, n_recompute, again_layers, modules,
                         batch_given=batch is not None, tokens=total_tokens, utilization=utilization, run=run, pp=stages,
                         first_stage_layers=first, last_stage_layers=last, embedding_in_split=embedding_in_split,
-                        loss_in_split=loss_in_split, cp=parse_count(cp, "--cp") if cp is not None else None)  # fmt: skip
+                        loss_in_split=loss_in_split, cp=parse_count(cp, "--cp") if cp is not None else None,
+                        pipeline_layout=pipeline_layout)  # fmt: skip
 
 
 def result(req: FlopsRequest) -> Result:
@@ -200,8 +210,12 @@ def result(req: FlopsRequest) -> Result:
     ]
     tables = [_ops_table(counted, recompute.value, shape, req.flash_attention, req.recomputed_layers, req.recompute_modules)]
     if req.pp is not None:
-        busiest, table, verdict = _stages(counted, shape.layers, req.pp, req.first_stage_layers, req.last_stage_layers,
-                                          embedding_in_split=req.embedding_in_split, loss_in_split=req.loss_in_split)  # fmt: skip
+        if req.pipeline_layout is not None:
+            busiest, table, verdict = _layout_stages(counted, shape, req.pipeline_layout, req.pp)
+            settings.append(("pipeline_layout", req.pipeline_layout))
+        else:
+            busiest, table, verdict = _stages(counted, shape.layers, req.pp, req.first_stage_layers, req.last_stage_layers,
+                                              embedding_in_split=req.embedding_in_split, loss_in_split=req.loss_in_split)  # fmt: skip
         derivations.append(busiest)
         tables.append(table)
         verdicts.append(verdict)
@@ -261,6 +275,28 @@ def _stages(counted: TrainingFlops, layers: int, pp: int, first: int | None, las
     columns = (Column("stage", "stage"), Column("layers", "layers"), Column("flops", "hardware FLOPs", "FLOP"),
                Column("share", "share", "fraction"))  # fmt: skip
     table = Table("stage_flops", f"Hardware FLOPs of each pipeline stage per iteration ({split_text(split)} layers)", columns, rows)
+    verdict = (f"the busiest stage, stage {index + 1}, runs {busiest.value / total:.2%} of the iteration's hardware FLOPs against an even "
+               f"1/{pp} = {1 / pp:.2%}: the others wait for it, so the pipeline keeps its GPUs at most "
+               f"{total / (pp * busiest.value):.1%} busy with FLOPs (mean stage / busiest stage)")  # fmt: skip
+    return busiest, table, verdict
+
+
+def _layout_stages(counted: TrainingFlops, shape: TransformerModel, text: str, pp: int) -> tuple[Derivation, Table, str]:
+    """_stages for a --pipeline-layout: each rank's FLOPs, the sum of its chunks' (parcalc.core.flops.layout_rank_flops)."""
+    from parcalc.core.flops import layout_rank_flops
+    from parcalc.core.pipeline_layout import parse_pipeline_layout
+    from parcalc.derivation import Column, Table
+
+    split = parse_pipeline_layout(text, pp, shape.layers, shape.mtp_layers)
+    each = [layout_rank_flops(counted, split, rank) for rank in range(pp)]
+    total = counted.hardware.value
+    index = max(range(pp), key=lambda s: each[s].value)
+    busiest = each[index]
+    rows = tuple((s + 1, " + ".join(f"{c.layers}{' + MTP' * c.mtp}" for c in split.rank_chunks(s)), d.value, d.value / total) for s, d in enumerate(each))
+    columns = (Column("stage", "stage"), Column("layers", "layers (per chunk)"), Column("flops", "hardware FLOPs", "FLOP"),
+               Column("share", "share", "fraction"))  # fmt: skip
+    table = Table("stage_flops", f"Hardware FLOPs of each pipeline stage per iteration (--pipeline-layout {text}, {split.chunks} "
+                  f"chunk{'s' if split.chunks > 1 else ''} per stage)", columns, rows)  # fmt: skip
     verdict = (f"the busiest stage, stage {index + 1}, runs {busiest.value / total:.2%} of the iteration's hardware FLOPs against an even "
                f"1/{pp} = {1 / pp:.2%}: the others wait for it, so the pipeline keeps its GPUs at most "
                f"{total / (pp * busiest.value):.1%} busy with FLOPs (mean stage / busiest stage)")  # fmt: skip
