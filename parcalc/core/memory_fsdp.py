@@ -153,7 +153,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
     caller's own (offload, a recomputed subset of layers, ...)."""
     zero, dp, shard_group = layout.zero, layout.dp, layout.shard_group
-    gaps = [*hf_model_gaps(model), *other]
+    gaps = [*hf_model_gaps(model), *(("experts (MoE)",) if model.moe is not None else ()), *other]  # the walk's MoE block is hf's alone
     gaps += [f"{name} = {value}" for name, value in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)) if value > 1]
     if zero != 3:
         gaps.append(f"ZeRO-{zero} (fully_shard is ZeRO-3)")

@@ -72,6 +72,14 @@ HF_SOURCES = {
             "them for the all-reduce (the docs: with True 'gradients will be views pointing to different offsets of allreduce "
             "communication buckets ... the saved memory size will be equal to the total gradients size'); accelerate's "
             "DistributedDataParallelKwargs keeps that default and the Trainer does not set it"),
+    "moe": (f"{TRANSFORMERS} models/mixtral/modeling_mixtral.py MixtralTopKRouter (router_logits.float(), softmax, topk, "
+            "top-k weights renormalised in place, kept in fp32) and src/transformers/integrations/moe.py grouped_mm_experts_forward "
+            "(the default experts_implementation, PreTrainedModel.get_correct_experts_implementation): the (token, expert) pairs "
+            "sorted by expert, hidden_states gathered (S = tokens x top_k rows), one grouped matmul for gate and up, "
+            "act(gate) * up, one for down, times the routing weights, put back in token order and summed over the top k"),
+    "grouped_mm": ("PyTorch torch/_meta_registrations.py _meta_grouped_mm_common, mirroring aten/src/ATen/native/cuda/Blas.cpp "
+                   "_grouped_mm_cuda: unscaled grouped matmuls take BF16 inputs only; transformers' _grouped_mm casts the input to "
+                   "the weights' dtype and is not autocast-enabled (pytorch/pytorch#174763), so the experts need bf16 weights"),
     "cublas": ("PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp: a cuBLAS workspace per (handle, stream) from the caching allocator, "
                "4096 x 8 KiB = 32 MiB by default on Hopper; one handle for the forward's thread, one for autograd's device thread"),
 }
@@ -191,9 +199,15 @@ def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
 
 
 def hf_model_gaps(model: TransformerModel) -> list[str]:
-    """What of the model the walk does not follow (transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA)."""
+    """What of the model the walk does not follow (transformers' Llama decoder, or Mixtral's: RMSNorm, RoPE, a gated SiLU MLP
+    or routed experts of one, no shared experts, no MLA)."""
+    moe = model.moe
     return [what for what, ok in (("no RMSNorm", model.norm is Norm.RMSNORM), ("no RoPE", model.position is Position.ROPE),
-                                  ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("experts (MoE)", model.moe is None),
+                                  ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("query/key norms", not model.qk_norm),
+                                  ("shared experts", moe is None or not moe.shared_experts),
+                                  ("dense layers between the MoE layers", moe is None or (moe.first_dense_layers == 0 and moe.every == 1)),
+                                  ("a router bias", moe is None or not moe.router_bias),
+                                  ("expert capacity (token dropping)", moe is None or moe.capacity_factor is None),
                                   ("latent attention (MLA)", model.mla is None), ("no vocabulary", model.vocab > 0),
                                   # transformers builds a 4-D mask for a window (masking_utils.sliding_window_causal_mask), which
                                   # the walk does not hold; Gemma's post-norms and gpt-oss's sinks are not Llama's decoder
@@ -205,7 +219,8 @@ def check_hf_model(model: TransformerModel) -> None:
     """The walk follows transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA."""
     missing = hf_model_gaps(model)
     if missing:
-        raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM (RMSNorm, RoPE, SwiGLU, dense); "
+        raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM and MixtralForCausalLM (RMSNorm, RoPE, "
+                         "SwiGLU, routed experts without shared ones); "
                          f"{model.name} has {', '.join(missing)}; use another --framework for its textbook sum")  # fmt: skip
 
 
@@ -223,19 +238,34 @@ class StepShapes:
     w: float  # bytes of a weight and of the residual stream (fp32 unless --precision bf16)
     c: float  # bytes of what the linears compute in (bf16 under autocast)
     autocast: bool
+    experts: int = 0  # routed experts (0: a dense MLP)
+    top_k: int = 0
+    fe: int = 0  # an expert's width
+
+    @property
+    def S(self) -> float:
+        """(token, expert) pairs: the rows of the experts' grouped matmuls."""
+        return self.T * self.top_k
 
 
 def step_shapes(model: TransformerModel, step: HfStep) -> StepShapes:
     w = 2.0 if step.precision is Precision.BF16 else 4.0
     autocast = step.precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
     c = 2.0 if autocast else w
+    moe = model.moe
     return StepShapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
-                   model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, w, c, autocast)  # fmt: skip
+                      model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, w, c, autocast,
+                      moe.experts if moe else 0, moe.top_k if moe else 0, moe.expert_ffn_hidden if moe else 0)  # fmt: skip
 
 
 def _linear_weights(model: TransformerModel) -> tuple[tuple[str, int, int], ...]:
+    """A layer's matrices in the order its constructor makes them (d_in, d_out; an expert stack as one)."""
     h, q, kv, f = model.hidden, model.heads * model.head_dim, model.kv_heads * model.head_dim, model.ffn_hidden
-    return (("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h), ("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h))
+    attention = (("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h))
+    if model.moe is not None:  # MixtralSparseMoeBlock: the router, then the experts' gate_up_proj and down_proj
+        e, fe = model.moe.experts, model.moe.expert_ffn_hidden
+        return (*attention, ("router", h, e), ("gate_up_proj", h, e * 2 * fe), ("down_proj", e * fe, h))
+    return (*attention, ("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h))
 
 
 def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
@@ -243,6 +273,9 @@ def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
     check_hf_model(model)
     if step.precision is Precision.FP8:
         raise InputError("--framework hf --precision fp8: transformers' eager code has no FP8 recipe; use mixed-bf16, bf16 or fp32")
+    if model.moe is not None and step.precision is not Precision.BF16:
+        raise InputError(f"--framework hf --precision {step.precision.value}: transformers' grouped_mm experts need bf16 weights "
+                         "(torch's grouped matmul takes BF16 inputs only and is not autocast-enabled); use --precision bf16")
     reason = recompute_reason("hf-eager", step.recompute)
     if reason is not None:
         raise InputError(reason)
@@ -375,23 +408,71 @@ def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, rec
     walk.alloc(f"{k}.x1", T * h * x.w, kind, "residual stream after attention")
     walk.free(oo)
     y2 = _norm_forward(walk, x, f"{k}.n2", f"{k}.x1", saved)
-    go = _linear(walk, x, f"{k}.gate", y2, x.w, h, f, saved, "gate_proj")
-    walk.live[go] = LiveTensor("MLP gate_proj output", kind, walk.live[go].bytes)
-    walk.alloc(f"{k}.act", T * f * x.c, kind, "MLP act_fn(gate) output")
-    uo = _linear(walk, x, f"{k}.up", y2, x.w, h, f, saved, "up_proj")
-    walk.live[uo] = LiveTensor("MLP up_proj output", kind, walk.live[uo].bytes)
-    walk.alloc(f"{k}.prod", T * f * x.c, kind, "MLP act * up (down_proj input)")
-    if recomputing:  # non-reentrant checkpoint's early stop: nothing after the last saved tensor runs again
-        if x.autocast:
-            walk.alloc(f"{k}.down.wcopy", f * h * x.c, "autocast weight copies", "autocast bf16 weight copies")
-        return ""
-    do = _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, f, h, saved, "down_proj")
-    _keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
+    if x.experts:
+        do = _experts_forward(walk, x, k, y2, kind, recomputing)
+        if recomputing:
+            return ""
+        _keep_if_saved(walk, x, y2, kind, "RMSNorm output (the router's input)")
+    else:
+        go = _linear(walk, x, f"{k}.gate", y2, x.w, h, f, saved, "gate_proj")
+        walk.live[go] = LiveTensor("MLP gate_proj output", kind, walk.live[go].bytes)
+        walk.alloc(f"{k}.act", T * f * x.c, kind, "MLP act_fn(gate) output")
+        uo = _linear(walk, x, f"{k}.up", y2, x.w, h, f, saved, "up_proj")
+        walk.live[uo] = LiveTensor("MLP up_proj output", kind, walk.live[uo].bytes)
+        walk.alloc(f"{k}.prod", T * f * x.c, kind, "MLP act * up (down_proj input)")
+        if recomputing:  # non-reentrant checkpoint's early stop: nothing after the last saved tensor runs again
+            if x.autocast:
+                walk.alloc(f"{k}.down.wcopy", f * h * x.c, "autocast weight copies", "autocast bf16 weight copies")
+            return ""
+        do = _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, f, h, saved, "down_proj")
+        _keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
     walk.alloc(f"{k}.x2", T * h * x.w, "activations", "decoder layer output (residual stream)")
     walk.free(do)
     if not saved:  # checkpointed: only the layer's input stays (and autocast's cached weight copies)
         walk.free(*[key for key in list(walk.live) if key.startswith(f"{k}.") and key != f"{k}.x2" and not key.endswith(".wcopy")])
+    elif x.w != 4:  # a bf16 residual stream: each RMSNorm saved its fp32 copy, so autograd keeps neither the layer's input
+        walk.free(f"{k}.x1", *((inp,) if inp != "emb" else ()))  # nor x1 (LlamaModel's inputs_embeds holds the embedding)
     return f"{k}.x2"
+
+
+def _experts_forward(walk: Walk, x: StepShapes, k: str, inp: str, kind: str, recomputing: bool) -> str:
+    """MixtralSparseMoeBlock with transformers' grouped_mm experts (HF_SOURCES['moe']) on bf16 weights; returns its
+    output's key. S = tokens x top_k (token, expert) pairs; what autograd saves is `kind`, the rest temporaries."""
+    T, S, h, e, fe, c = x.T, x.S, x.h, x.experts, x.fe, x.c
+    _linear(walk, x, f"{k}.router", inp, x.w, h, e, kind == "activations", "router")  # router_logits, kept until the block returns
+    walk.alloc(f"{k}.logits32", T * e * 4, "temporaries", "router_logits.float()")
+    walk.alloc(f"{k}.probs", T * e * 4, kind, "router softmax (fp32, saved)")
+    walk.free(f"{k}.logits32")
+    walk.alloc(f"{k}.topv", T * x.top_k * 4, "temporaries", "top-k routing weights (fp32)")
+    walk.alloc(f"{k}.topi", T * x.top_k * 8, kind, "top-k expert indices (int64, saved by topk)")
+    walk.alloc(f"{k}.topsum", T * 4, kind, "sum of the top-k weights (saved by the division)")
+    walk.alloc(f"{k}.topv0", T * x.top_k * 4, kind, "top-k weights before the in-place division (saved by it)")
+    walk.alloc(f"{k}.ids_sorted", S * 8, "temporaries", "expert ids sorted (int64)")
+    walk.alloc(f"{k}.perm", S * 8, kind, "sort permutation (int64, saved by the weights' gather)")
+    walk.alloc(f"{k}.rows", S * 8, kind, "token of each pair (perm // top_k, int64, saved by the gather)")
+    walk.alloc(f"{k}.gathered", S * h * c, kind, "experts' input rows (hidden_states gathered, saved by grouped_mm)")
+    walk.alloc(f"{k}.w_sorted", S * 4, kind, "routing weights in expert order (fp32, saved by the weighting)")
+    walk.transient(f"{k}.histc_in", S * 4, "temporaries", "histc input")
+    walk.alloc(f"{k}.counts", e * 4, "temporaries", "tokens per expert")
+    walk.alloc(f"{k}.offsets", e * 4, "temporaries", "grouped_mm offsets (int32)")
+    walk.alloc(f"{k}.gate_up", S * 2 * fe * c, kind, "experts' gate_up output (saved by act_fn and the product)")
+    walk.alloc(f"{k}.eact", S * fe * c, kind, "experts' act_fn(gate)")
+    walk.alloc(f"{k}.eprod", S * fe * c, kind, "experts' act * up (down's input)")
+    walk.alloc(f"{k}.edown", S * h * c, kind, "experts' down output (saved by the weighting)")
+    walk.alloc(f"{k}.weighted", S * h * 4, "temporaries", "weighted expert outputs (fp32, as the routing weights)")
+    walk.alloc(f"{k}.inv_perm", S * 8, kind, "inverse permutation (int64, saved by the reordering)")
+    walk.transient(f"{k}.arange", S * 8, "temporaries", "arange for the inverse permutation")
+    scratch = (f"{k}.weighted", f"{k}.router.out", f"{k}.topv", f"{k}.ids_sorted", f"{k}.counts", f"{k}.offsets")
+    if recomputing:  # the reordering saves inv_perm, the last tensor saved: the recomputation stops before it runs
+        walk.free(*scratch)
+        return ""
+    walk.alloc(f"{k}.reordered", S * h * 4, "temporaries", "weighted outputs in token order")
+    walk.free(f"{k}.weighted")
+    walk.alloc(f"{k}.summed", T * h * 4, "temporaries", "sum over the top k (fp32)")
+    walk.free(f"{k}.reordered")
+    walk.alloc(f"{k}.moe_out", T * h * c, "temporaries", "MoE block output (.to(hidden_states.dtype))")
+    walk.free(f"{k}.summed", *scratch)
+    return f"{k}.moe_out"
 
 
 def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointed: bool, hooks: StepHooks) -> None:
@@ -409,6 +490,8 @@ def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointe
         hooks.after_layer(walk, i)
     walk.phase = "forward: final norm and LM head"
     y = _norm_forward(walk, x, "final", current, saved=True)
+    if x.w != 4 and not checkpointed:  # the norm saved its fp32 copy; hidden_states = self.norm(hidden_states) drops the input
+        walk.free(current)
     logits = _linear(walk, x, "head", y, x.w, x.h, x.V, True, "lm_head")
     walk.free(y)
     walk.phase = "forward: loss (logits.float(), cross_entropy)"
@@ -481,20 +564,23 @@ def _norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, in
 def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     k = f"L{i}"
-    # x2 = x1 + down: the bf16 branch gets a cast of the gradient, x1 the gradient itself
-    walk.alloc(f"{k}.g_down", T * h * c, "temporaries", "residual gradient cast to bf16")
-    walk.rename(g_out, f"{k}.g_x1")
-    walk.free(f"{k}.x2")
-    _linear_backward(walk, x, f"{k}.down", f"{k}.g_down", f, h, f"{k}.prod", f"{k}.g_prod")
-    walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "MLP backward")
-    walk.alloc(f"{k}.g_up", T * f * c, "temporaries", "MLP backward")
-    walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.up.out")
-    _linear_backward(walk, x, f"{k}.up", f"{k}.g_up", h, f, "", f"{k}.g_y2c")
-    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
-    walk.alloc(f"{k}.g_gate", T * f * c, "temporaries", "MLP backward (silu)")
-    walk.free(f"{k}.g_act", f"{k}.gate.out")
-    _linear_backward(walk, x, f"{k}.gate", f"{k}.g_gate", h, f, f"{k}.n2.out", f"{k}.g_y2c")
-    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
+    if x.experts:
+        _experts_backward(walk, x, k, g_out)
+    else:
+        # x2 = x1 + down: the bf16 branch gets a cast of the gradient, x1 the gradient itself
+        walk.alloc(f"{k}.g_down", T * h * c, "temporaries", "residual gradient cast to bf16")
+        walk.rename(g_out, f"{k}.g_x1")
+        walk.free(f"{k}.x2")
+        _linear_backward(walk, x, f"{k}.down", f"{k}.g_down", f, h, f"{k}.prod", f"{k}.g_prod")
+        walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "MLP backward")
+        walk.alloc(f"{k}.g_up", T * f * c, "temporaries", "MLP backward")
+        walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.up.out")
+        _linear_backward(walk, x, f"{k}.up", f"{k}.g_up", h, f, "", f"{k}.g_y2c")
+        _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
+        walk.alloc(f"{k}.g_gate", T * f * c, "temporaries", "MLP backward (silu)")
+        walk.free(f"{k}.g_act", f"{k}.gate.out")
+        _linear_backward(walk, x, f"{k}.gate", f"{k}.g_gate", h, f, f"{k}.n2.out", f"{k}.g_y2c")
+        _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
     _norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.x1", f"{k}.g_x1")
     walk.free(f"{k}.x1")
     # x1 = x + attention
@@ -525,6 +611,50 @@ def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) ->
         _cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
     _norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", "", f"{k}.g_x1")
     walk.rename(f"{k}.g_x1", into)
+
+
+def _experts_backward(walk: Walk, x: StepShapes, k: str, g_out: str) -> None:
+    """The MoE block's backward in the order autograd's engine runs it (the latest-created node first): the reordering,
+    the weighting, the experts' grouped matmuls, the two gathers, then the router; into the norm's gradient g_y2."""
+    T, S, h, e, fe, c = x.T, x.S, x.h, x.experts, x.fe, x.c
+    walk.rename(g_out, f"{k}.g_x1")  # x2 = x1 + moe: both get the same gradient (bf16: no cast)
+    walk.free(f"{k}.x2")
+    walk.alloc(f"{k}.g_summed", T * h * 4, "temporaries", "MoE output gradient in fp32 (the .to's backward)")
+    walk.alloc(f"{k}.g_weighted", S * h * 4, "temporaries", "weighted outputs' gradient (the reordering's index backward)")
+    walk.free(f"{k}.g_summed", f"{k}.inv_perm")
+    walk.transient(f"{k}.g_edown32", S * h * 4, "temporaries", "down output gradient (fp32 product)")
+    walk.alloc(f"{k}.g_edown", S * h * c, "temporaries", "experts' down output gradient")
+    walk.alloc(f"{k}.g_wfull", S * h * 4, "temporaries", "routing-weight gradient before its sum over h")
+    walk.alloc(f"{k}.g_wsorted", S * 4, "temporaries", "routing-weight gradient")
+    walk.free(f"{k}.g_wfull", f"{k}.g_weighted", f"{k}.edown", f"{k}.w_sorted")
+    walk.alloc(f"{k}.g_eprod", S * fe * c, "temporaries", "experts' down input gradient")
+    _grad_of_weight(walk, x, f"{k}.down", e * fe, h)
+    walk.free(f"{k}.g_edown", f"{k}.eprod")
+    walk.alloc(f"{k}.g_eact", S * fe * c, "temporaries", "experts' act_fn gradient")
+    walk.alloc(f"{k}.g_eup", S * fe * c, "temporaries", "experts' up gradient")
+    walk.free(f"{k}.g_eprod", f"{k}.eact")
+    walk.alloc(f"{k}.g_egate", S * fe * c, "temporaries", "experts' gate gradient (silu backward)")
+    walk.free(f"{k}.g_eact", f"{k}.gate_up")
+    walk.alloc(f"{k}.g_gate_up", S * 2 * fe * c, "temporaries", "experts' gate_up gradient (chunk backward)")
+    walk.free(f"{k}.g_egate", f"{k}.g_eup")
+    walk.alloc(f"{k}.g_gathered", S * h * c, "temporaries", "experts' input gradient")
+    _grad_of_weight(walk, x, f"{k}.gate_up", h, e * 2 * fe)
+    walk.free(f"{k}.g_gate_up", f"{k}.gathered")
+    walk.alloc(f"{k}.g_wflat", S * 4, "temporaries", "routing weights' gradient in token order")
+    walk.free(f"{k}.g_wsorted", f"{k}.perm")
+    walk.alloc(f"{k}.g_y2c", T * h * c, "temporaries", "gathered rows' gradient summed per token (index backward)")
+    walk.free(f"{k}.g_gathered", f"{k}.rows")
+    walk.alloc(f"{k}.g_topv", T * x.top_k * 4, "temporaries", "top-k weights' gradient (division backward)")
+    walk.transient(f"{k}.g_topsum_full", T * x.top_k * 4, "temporaries", "division backward for the sum")
+    walk.free(f"{k}.g_wflat", f"{k}.topv0", f"{k}.topsum")
+    walk.alloc(f"{k}.g_probs", T * e * 4, "temporaries", "router probabilities' gradient (topk backward)")
+    walk.free(f"{k}.g_topv", f"{k}.topi")
+    walk.alloc(f"{k}.g_logits32", T * e * 4, "temporaries", "router logits' gradient (softmax backward)")
+    walk.free(f"{k}.g_probs", f"{k}.probs")
+    walk.alloc(f"{k}.g_logits", T * e * c, "temporaries", "router logits' gradient (.float()'s backward)")
+    walk.free(f"{k}.g_logits32")
+    _linear_backward(walk, x, f"{k}.router", f"{k}.g_logits", h, e, f"{k}.n2.out", f"{k}.g_y2c")
+    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
 
 
 def _cast_back(walk: Walk, x: StepShapes, grad_c: str, into: str, width: int) -> None:
@@ -589,7 +719,7 @@ def peak_derivation(peak: StepPeak, model: TransformerModel, step: HfStep) -> De
     symbols = {"weights": "W", "optimizer states": "O", "gradients": "G", "activations": "A", "autocast weight copies": "C",
                "logits and loss": "X", "temporaries": "Tmp", "workspace": "Ws"}  # fmt: skip
     sources = {"weights": HF_SOURCES["adamw"], "optimizer states": HF_SOURCES["adamw"], "gradients": HF_SOURCES["grads"],
-               "activations": "; ".join(HF_SOURCES[k] for k in ("rmsnorm", "attention", "sdpa", "mlp", "residual")),
+               "activations": "; ".join(HF_SOURCES[k] for k in ("rmsnorm", "attention", "sdpa", "moe" if model.moe else "mlp", "residual")),
                "autocast weight copies": HF_SOURCES["autocast_cache"], "logits and loss": f"{HF_SOURCES['loss']}; {HF_SOURCES['loss_backward']}",
                "temporaries": "the op running at the peak: its outputs and scratch tensors", "workspace": HF_SOURCES["cublas"]}  # fmt: skip
     inputs = tuple(Term(f"M_{symbols[kind]}", f"M_{symbols[kind]}", rf"M_{{\mathrm{{{symbols[kind]}}}}}", value, "B",
@@ -607,7 +737,7 @@ def peak_derivation(peak: StepPeak, model: TransformerModel, step: HfStep) -> De
         inputs=inputs,
         value=peak.allocated,
         unit="B",
-        source=(f"a walk of one step of transformers' LlamaForCausalLM ({step.precision.value}, {step.optimizer.value}{checkpoint}) "
+        source=(f"a walk of one step of transformers' {'MixtralForCausalLM' if model.moe else 'LlamaForCausalLM'} ({step.precision.value}, {step.optimizer.value}{checkpoint}) "
                 f"taking the maximum of what is live, each tensor in the caching allocator's 512-byte blocks; "
                 f"parcalc.core.memory_timeline; checked against {MEASURED}"),
         assumptions=(f"the peak happens in the phase '{peak.phase}'; largest live there: {top}",
