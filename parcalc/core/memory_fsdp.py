@@ -294,15 +294,12 @@ class _FsdpHooks(StepHooks):
             self.unshard(walk, f"L{i - 1}")
 
     def after_layer_backward(self, walk: Walk, i: int) -> None:
-        norms = [f"L{i}.n1.grad", f"L{i}.n2.grad"]  # RMSNorm weight gradients (the walk lumps them at its end)
-        for key in norms:
-            walk.alloc(key, self.units[f"L{i}"][-1].rows * self.p, "gradients", "weight gradients")
         grads = [key for key in walk.live if key.startswith(f"L{i}.") and key.endswith(".grad")]
         self.post_backward(walk, f"L{i}", grads)
 
     def after_backward(self, walk: Walk) -> None:
         walk.phase = "backward: the root's reduce-scatter (final callback)"
-        self.post_backward(walk, "root", ["head.grad", "embedding.grad", "norm_grads"])
+        self.post_backward(walk, "root", ["head.grad", "embedding.grad", "final.grad"])
         if self.kept_reduce_scatter is not None:
             walk.free(self.kept_reduce_scatter)
             self.kept_reduce_scatter = None

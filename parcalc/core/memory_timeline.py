@@ -543,6 +543,7 @@ def _norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, in
     T, h = x.T, x.h
     walk.alloc(f"{key}.g_normed", T * h * 4, "temporaries", "RMSNorm backward")
     walk.transient(f"{key}.g_w", T * h * 4, "temporaries", "RMSNorm weight-gradient product")
+    walk.alloc(f"{key}.grad", h * x.w, "gradients", "weight gradients")  # that product summed over the tokens
     walk.free(g_out, f"{key}.normed", f"{key}.normed_w")
     walk.alloc(f"{key}.g_x_a", T * h * 4, "temporaries", "RMSNorm backward")
     walk.transient(f"{key}.g_rs", T * h * 4, "temporaries", "RMSNorm rsqrt-gradient product")
@@ -706,7 +707,6 @@ def walk_backward(walk: Walk, model: TransformerModel, x: StepShapes, checkpoint
     walk.free("g_stream", *(f"g_embedding{t}" for t in range(embedding_tables)), "cos", "sin")
     if not model.tied_embeddings:
         walk.alloc("embedding.grad", V * h * x.w, "gradients", "weight gradients")
-    walk.alloc("norm_grads", (2 * model.layers + 1) * h * x.w, "gradients", "weight gradients")
     hooks.after_backward(walk)
 
 
