@@ -5,7 +5,7 @@ root module (which keeps the embedding, the final norm and the LM head) holds, o
 ranks of its shard group, the model's parameters in 1/N shards and gathers one block at a time.
 This module walks one steady-state step tensor by tensor, as parcalc.core.memory_timeline does for
 the hf profile, and reuses that walk for what the model code saves (the same transformers
-`LlamaDecoderLayer`, its RMSNorm, RoPE, SDPA, SwiGLU MLP and the LM head's fp32 loss): FSDP2's
+`LlamaDecoderLayer`, its RMSNorm, RoPE, SDPA, SwiGLU MLP or Mixtral's routed experts, and the LM head's fp32 loss): FSDP2's
 MixedPrecisionPolicy casts the gathered parameters to param_dtype, so the model runs in that dtype
 without autocast (the walk's --precision bf16 path). FSDP2's own tensors enter through the walk's
 hooks around each block (FSDP_SOURCES, torch 2.13's torch/distributed/fsdp/_fully_shard/*.py):
@@ -46,11 +46,11 @@ from parcalc.core.memory_timeline import (
     MEASURED,
     StepHooks,
     StepPeak,
-    StepShapes,
     Walk,
     check_hf_model,
     hf_model_gaps,
     peak_of,
+    shapes_of,
     walk_backward,
     walk_forward,
 )
@@ -153,7 +153,9 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
     caller's own (offload, a recomputed subset of layers, ...)."""
     zero, dp, shard_group = layout.zero, layout.dp, layout.shard_group
-    gaps = [*hf_model_gaps(model), *(("experts (MoE)",) if model.moe is not None else ()), *other]  # the walk's MoE block is hf's alone
+    gaps = [*hf_model_gaps(model), *other]
+    if model.moe is not None and precision is Precision.FP32:  # HF_SOURCES['grouped_mm']: the experts' matmuls take bf16
+        gaps.append("experts in fp32 (transformers' grouped_mm experts take bf16 only)")
     gaps += [f"{name} = {value}" for name, value in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)) if value > 1]
     if zero != 3:
         gaps.append(f"ZeRO-{zero} (fully_shard is ZeRO-3)")
@@ -182,10 +184,16 @@ class _Param:
 
 
 def _block_params(model: TransformerModel) -> tuple[_Param, ...]:
-    """One LlamaDecoderLayer's parameters (nn.Linear weights are out x in)."""
+    """One decoder layer's parameters in constructor order (nn.Linear weights are out x in; an expert stack is
+    experts x out x in, sharded over its experts: FSDP2 shards dim 0)."""
     h, q, kv, f = model.hidden, model.heads * model.head_dim, model.kv_heads * model.head_dim, model.ffn_hidden
-    return (_Param("q", q, h), _Param("k", kv, h), _Param("v", kv, h), _Param("o", h, q), _Param("gate", f, h), _Param("up", f, h),
-            _Param("down", h, f), _Param("n1", h, 1), _Param("n2", h, 1))  # fmt: skip
+    attention = (_Param("q", q, h), _Param("k", kv, h), _Param("v", kv, h), _Param("o", h, q))
+    if model.moe is not None:  # MixtralSparseMoeBlock: router, then the experts' gate_up_proj and down_proj
+        e, fe = model.moe.experts, model.moe.expert_ffn_hidden
+        mlp = (_Param("router", e, h), _Param("gate_up", e, 2 * fe * h), _Param("down", e, h * fe))
+    else:
+        mlp = (_Param("gate", f, h), _Param("up", f, h), _Param("down", h, f))
+    return (*attention, *mlp, _Param("n1", h, 1), _Param("n2", h, 1))
 
 
 def _root_params(model: TransformerModel) -> tuple[_Param, ...]:
@@ -325,8 +333,7 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
     check_fsdp_step(model, step)
     master = 2.0 if step.precision is Precision.BF16 else 4.0
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
-    x = StepShapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
-                   model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, compute, compute, False)  # fmt: skip
+    x = shapes_of(model, step.micro_batch, step.seq_len, compute, compute, False)  # MixedPrecisionPolicy: no autocast
     hooks = _FsdpHooks(model, step, compute, master)
     walk = Walk()
     walk.phase = "before the step"

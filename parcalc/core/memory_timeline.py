@@ -251,9 +251,13 @@ class StepShapes:
 def step_shapes(model: TransformerModel, step: HfStep) -> StepShapes:
     w = 2.0 if step.precision is Precision.BF16 else 4.0
     autocast = step.precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
-    c = 2.0 if autocast else w
+    return shapes_of(model, step.micro_batch, step.seq_len, w, 2.0 if autocast else w, autocast)
+
+
+def shapes_of(model: TransformerModel, micro_batch: int, seq_len: int, w: float, c: float, autocast: bool) -> StepShapes:
+    """The walk's shapes of `model` at b x s; w: the weights' and residual stream's bytes, c: what the linears compute in."""
     moe = model.moe
-    return StepShapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
+    return StepShapes(float(micro_batch * seq_len), micro_batch, seq_len, model.hidden, model.heads * model.head_dim,
                       model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, w, c, autocast,
                       moe.experts if moe else 0, moe.top_k if moe else 0, moe.expert_ffn_hidden if moe else 0)  # fmt: skip
 
