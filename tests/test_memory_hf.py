@@ -158,18 +158,17 @@ def test_megatron_options_the_walk_does_not_count_are_refused(run_error, flag: l
 
 
 def test_a_model_the_walk_does_not_follow_is_refused_in_words_that_say_why(run_error) -> None:
-    # Qwen3's q_norm / k_norm (modeling_qwen3_moe.py Qwen3MoeAttention) are not in the walk; DeepSeek-V3 has shared experts
-    line = run_error(["memory", "--model", "qwen3-30b-a3b", "--seq-len", "4096", "--framework", "hf", "--precision", "bf16"])
-    assert "has query/key norms" in line and "lacks no" not in line
+    # DeepSeek-V3: shared experts, dense first layers, latent attention, a router bias, MTP (transformers DeepseekV3MoE)
     line = run_error(["memory", "--model", "deepseek-v3", "--seq-len", "4096", "--framework", "hf", "--precision", "bf16"])
-    assert "shared experts" in line
+    assert "shared experts" in line and "latent attention (MLA)" in line and "lacks no" not in line
 
 
 def test_moe_experts_need_bf16_weights_under_hf(run_error) -> None:
     # transformers' grouped_mm experts (integrations/moe.py _grouped_mm) are not autocast-enabled and torch's grouped matmul
     # takes BF16 only (torch/_meta_registrations.py _meta_grouped_mm_common): fp32 weights under autocast cannot run them
-    line = run_error(["memory", "--model", "mixtral-8x7b", "--seq-len", "4096", "--framework", "hf"])
-    assert "grouped_mm experts need bf16 weights" in line and "--precision bf16" in line
+    for model in ("mixtral-8x7b", "qwen3-30b-a3b"):
+        line = run_error(["memory", "--model", model, "--seq-len", "4096", "--framework", "hf"])
+        assert "grouped_mm experts need bf16 weights" in line and "--precision bf16" in line
 
 
 def test_moe_under_hf_is_the_step_peak_not_the_textbook(run_json) -> None:

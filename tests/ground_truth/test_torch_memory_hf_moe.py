@@ -22,26 +22,29 @@ mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
 
 
 def tracked_peak(layers: int, hidden: int, heads: int, ffn: int, experts: int, top_k: int, vocab: int, b: int, s: int,
-                 checkpoint: bool) -> tuple[float, dict]:  # fmt: skip
-    """MemTracker's peak over a steady-state step (the second of two) of a bf16 MixtralForCausalLM, and its parts."""
+                 checkpoint: bool, qwen3: bool = False) -> tuple[float, dict]:  # fmt: skip
+    """MemTracker's peak over a steady-state step (the second of two) of a bf16 MixtralForCausalLM (qwen3:
+    Qwen3MoeForCausalLM: q/k norms, routing weights cast to bf16), and its parts."""
     import transformers.masking_utils as masking
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from transformers import MixtralConfig, MixtralForCausalLM
+    from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     saved = masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices
     masking._ignore_causal_mask_sdpa = lambda padding_mask, q_length, kv_length, *a, **k: padding_mask is None and q_length == kv_length
     masking.find_packed_sequence_indices = lambda position_ids: None
     try:
-        config = MixtralConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
-                               num_attention_heads=heads, num_key_value_heads=heads, num_local_experts=experts,
-                               num_experts_per_tok=top_k, max_position_embeddings=8192, tie_word_embeddings=True,
-                               use_cache=False, sliding_window=None)  # fmt: skip
+        shared = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=heads, num_experts_per_tok=top_k, max_position_embeddings=8192,
+                      tie_word_embeddings=True, use_cache=False)  # fmt: skip
+        config = (Qwen3MoeConfig(**shared, head_dim=hidden // heads, moe_intermediate_size=ffn, num_experts=experts,
+                                 decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True) if qwen3 else
+                  MixtralConfig(**shared, intermediate_size=ffn, num_local_experts=experts, sliding_window=None))  # fmt: skip
         config._attn_implementation = "sdpa"
         with FakeTensorMode():
             default = torch.get_default_dtype()
             torch.set_default_dtype(torch.bfloat16)  # built in bf16 (model.to() cannot swap fake parameters)
             try:
-                model = MixtralForCausalLM(config)
+                model = Qwen3MoeForCausalLM(config) if qwen3 else MixtralForCausalLM(config)
             finally:
                 torch.set_default_dtype(default)
             assert model.config._experts_implementation == "grouped_mm"  # transformers' default
@@ -67,12 +70,13 @@ def tracked_peak(layers: int, hidden: int, heads: int, ffn: int, experts: int, t
     return float(parts[mem_tracker._TOTAL_KEY]), {str(k): v for k, v in parts.items()}
 
 
-def parcalc_peak(layers: int, hidden: int, heads: int, ffn: int, experts: int, top_k: int, vocab: int, b: int, s: int, checkpoint: bool):
+def parcalc_peak(layers: int, hidden: int, heads: int, ffn: int, experts: int, top_k: int, vocab: int, b: int, s: int, checkpoint: bool,
+                 qwen3: bool = False):  # fmt: skip
     from parcalc.core.choices import Precision, Recompute
     from parcalc.core.memory_timeline import HfStep, hf_step_peak
     from parcalc.presets import load_model
 
-    mixtral = load_model("mixtral-8x7b")
+    mixtral = load_model("qwen3-30b-a3b" if qwen3 else "mixtral-8x7b")
     shape = replace(mixtral, layers=layers, hidden=hidden, heads=heads, kv_heads=heads, head_dim=hidden // heads, ffn_hidden=ffn,
                     vocab=vocab, tied_embeddings=True, moe=replace(mixtral.moe, experts=experts, top_k=top_k, expert_ffn_hidden=ffn))  # fmt: skip
     return hf_step_peak(shape, HfStep(b, s, Precision.BF16, recompute=Recompute.FULL if checkpoint else Recompute.NONE,
@@ -86,12 +90,17 @@ CASES = [
     pytest.param((2, 256, 4, 512, 8, 2, 1024, 16, 256), True, "backward: layer 1 of 2 (recomputed)", id="top2-of-8-checkpointed"),
     pytest.param((4, 512, 8, 1024, 16, 4, 2048, 8, 64), False, "backward: layer 1 of 4", id="weight-heavy"),
 ]
+QWEN3 = [  # Qwen3MoeForCausalLM: q_norm / k_norm over head_dim, the top-k weights cast to bf16 (Qwen3MoeTopKRouter)
+    pytest.param((2, 256, 4, 512, 8, 2, 1024, 16, 256), False, "backward: loss", id="qwen3-top2-of-8"),
+    pytest.param((2, 256, 4, 512, 8, 2, 1024, 16, 256), True, "backward: layer 1 of 2 (recomputed)", id="qwen3-top2-of-8-checkpointed"),
+]
 
 
-@pytest.mark.parametrize("shape, checkpoint, phase", CASES)
-def test_hf_moe_peak_matches_memtracker(shape: tuple, checkpoint: bool, phase: str) -> None:
-    tracked, parts = tracked_peak(*shape, checkpoint)
-    ours = parcalc_peak(*shape, checkpoint)
+@pytest.mark.parametrize("shape, checkpoint, phase, qwen3", [pytest.param(*c.values, False, id=c.id) for c in CASES] +
+                         [pytest.param(*c.values, True, id=c.id) for c in QWEN3])  # fmt: skip
+def test_hf_moe_peak_matches_memtracker(shape: tuple, checkpoint: bool, phase: str, qwen3: bool) -> None:
+    tracked, parts = tracked_peak(*shape, checkpoint, qwen3)
+    ours = parcalc_peak(*shape, checkpoint, qwen3)
     b, s = shape[-2:]
     assert b * s * s * 2 < 0.02 * tracked  # the CPU-only causal mask (b x 1 x s x s) is under 2 % of the peak here
     print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), MemTracker {tracked:,.0f} B: {ours.allocated / tracked:.4f}")
