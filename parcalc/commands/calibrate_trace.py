@@ -126,7 +126,10 @@ def _calibration(file: str, summary: Any, predicted: dict[str, Any], model: str,
     from parcalc import __version__
     from parcalc.commands.common import preset_dirs
     from parcalc.core.calibrate.trace import calibrated_document, kind_fits, traced_host
-    from parcalc.presets import Category, find, gpu_from_document, load_framework, read_yaml
+    from parcalc.preset_files import Category, find
+    from parcalc.preset_hardware import gpu_from_document
+    from parcalc.presets import load_framework
+    from parcalc.strict_yaml import read_yaml
 
     dirs = preset_dirs(presets)
     found = find(Category.GPUS, gpu, dirs)
