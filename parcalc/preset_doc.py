@@ -140,10 +140,14 @@ def _unit_example(dimension: Dimension) -> str:
     }.get(dimension, "'1 unit'")
 
 
-def check_kind(doc: PresetDoc, category: Category) -> None:
+def opened(path: Path, data: Mapping[str, Any], keys: Iterable[str], category: Category) -> tuple[PresetDoc, dict[str, str]]:
+    """A preset's document with only `keys`, its `kind:` the category's, and its `sources:` read: every builder's start."""
+    doc = PresetDoc(path, data)
+    doc.only(keys)
     kind = doc.text("kind")
     if kind != category.singular:
         raise doc.error("kind", f"expected '{category.singular}' in a {category.value} preset, got {shown(kind)}")
+    return doc, doc.sources()
 
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from parcalc.errors import InputError, PresetError, shown
-from parcalc.preset_doc import PresetDoc, check_kind, host_costs_of
+from parcalc.preset_doc import PresetDoc, host_costs_of, opened
 from parcalc.preset_files import Category
 from parcalc.units import Dimension, parse_quantity
 
@@ -24,10 +24,7 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     """A framework profile: every setting a {value, source} pair (parcalc.core.timing.framework)."""
     from parcalc.core.timing.framework import Framework
 
-    doc = PresetDoc(path, data)
-    doc.only(_FRAMEWORK_KEYS)
-    check_kind(doc, Category.FRAMEWORKS)
-    sources = doc.sources()
+    doc, sources = opened(path, data, _FRAMEWORK_KEYS, Category.FRAMEWORKS)
     cited: list[tuple[str, str]] = []
 
     def setting(block: PresetDoc, name: str, cite_as: str) -> Any:

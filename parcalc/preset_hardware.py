@@ -13,10 +13,10 @@ from parcalc.core.hardware import DtypeRates, Gpu, KernelRates, Link, Node, Powe
 from parcalc.errors import InputError, PresetError, shown
 from parcalc.preset_doc import (
     PresetDoc,
-    check_kind,
     has_unit,
     host_costs_of,
     one_of,
+    opened,
     row_quantity,
     rows_of,
     share_of,
@@ -42,10 +42,7 @@ _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
 
 
 def gpu_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Gpu:
-    doc = PresetDoc(path, data)
-    doc.only(_GPU_KEYS)
-    check_kind(doc, Category.GPUS)
-    sources = doc.sources()
+    doc, sources = opened(path, data, _GPU_KEYS, Category.GPUS)
     dtypes: dict[str, DtypeRates] = {}
     if "dtypes" in doc.data:
         table = doc.child("dtypes")
@@ -270,10 +267,7 @@ _NCCL_HARDWARE = ("nvlink", "pci", "net")
 
 
 def link_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Link:
-    doc = PresetDoc(path, data)
-    doc.only(_LINK_KEYS)
-    check_kind(doc, Category.LINKS)
-    sources = doc.sources()
+    doc, sources = opened(path, data, _LINK_KEYS, Category.LINKS)
     return Link(
         key=key,
         name=doc.text("name"),

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parcalc.errors import InputError, PresetError, shown
-from parcalc.preset_doc import PresetDoc, check_kind
+from parcalc.preset_doc import PresetDoc, opened
 from parcalc.preset_files import Category
 
 if TYPE_CHECKING:  # a one-liner about a GPU does not load the model types
@@ -122,10 +122,7 @@ def _mtp(doc: PresetDoc, sources: Mapping[str, str]) -> tuple[int, str]:
 def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> TransformerModel:
     from parcalc.core.model import Mlp, Norm, Position, TransformerModel
 
-    doc = PresetDoc(path, data)
-    doc.only(_MODEL_KEYS)
-    check_kind(doc, Category.MODELS)
-    sources = doc.sources()
+    doc, sources = opened(path, data, _MODEL_KEYS, Category.MODELS)
     mtp = _mtp(doc, sources)
     hidden = doc.integer("hidden")
     heads = doc.integer("heads")
