@@ -41,7 +41,7 @@ def completion_script(shell: str) -> str:
 
 def preset_names(folder: str, incomplete: str, extra_dirs: Any = ()) -> list[str]:
     """The names of the presets in `folder` (gpus, models, links) that start with `incomplete`."""
-    from parcalc.presets import Category, find_all
+    from parcalc.preset_files import Category, find_all
 
     try:
         found = find_all(Category(folder), tuple(extra_dirs or ()))
@@ -77,7 +77,7 @@ def _completer(folder: str) -> Any:
 
 def _argument_completer(kind: str) -> Any:
     def complete(ctx: Any, param: Any, incomplete: str) -> list[str]:
-        from parcalc.presets import Category
+        from parcalc.preset_files import Category
 
         if kind == "categories":
             return [c.value for c in Category if c.value.startswith(incomplete.lower())]

@@ -29,7 +29,7 @@ except ImportError:  # an interpreter without it
     from hashlib import blake2b
 
 NO_CACHE_VAR = "PARCALC_NO_CACHE"
-# A cache entry is the JSON of a preset of at most 1 MiB (parcalc.presets.MAX_PRESET_BYTES),
+# A cache entry is the JSON of a preset of at most 1 MiB (parcalc.files.MAX_PRESET_BYTES),
 # aliases refused, so a few times that is plenty; anything larger is not ours.
 MAX_ENTRY_BYTES = 8 << 20
 

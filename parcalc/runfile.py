@@ -19,7 +19,7 @@ from parcalc/results/signatures.json as `ParamSpec`s, which answer the questions
 (name, flags, switch, repeatable) as a Click parameter does, so that one set of rules reads a
 run file for the CLI's --config and for the library.
 
-Files are read as presets are (parcalc.presets.load_yaml_text): no YAML aliases (a "billion
+Files are read as presets are (parcalc.strict_yaml.load_yaml_text): no YAML aliases (a "billion
 laughs" bomb expands from a few KB), bounded nesting, no duplicate keys, at most 1 MiB.
 Every problem is one InputError / PresetError naming the file and the key: exit 2.
 """
@@ -60,8 +60,7 @@ def read_run_file(source: str, flag: str = "--config") -> RunFile:
         return _run_file_from("<stdin>", _read_stdin(flag), toml=False, base=None)
     if not source.strip():
         raise InputError(f"{flag}: give a file name (or - for stdin)")
-    from parcalc.files import NotRegularFileError, TooLargeError, check_name_length, read_regular
-    from parcalc.presets import MAX_PRESET_BYTES
+    from parcalc.files import MAX_PRESET_BYTES, NotRegularFileError, TooLargeError, check_name_length, read_regular
 
     path = Path(source)
     check_name_length(path, flag)
@@ -79,7 +78,7 @@ def read_run_file(source: str, flag: str = "--config") -> RunFile:
 def _read_stdin(flag: str) -> bytes:
     import sys
 
-    from parcalc.presets import MAX_PRESET_BYTES
+    from parcalc.files import MAX_PRESET_BYTES
 
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:
@@ -111,7 +110,7 @@ def _run_file_from(label: str, data: bytes, toml: bool, base: Path | None) -> Ru
 
 
 def _parse_yaml(label: str, text: str) -> Any:
-    from parcalc.presets import load_yaml_text
+    from parcalc.strict_yaml import load_yaml_text
 
     return load_yaml_text(Path(label), text, label)  # aliases, nesting, duplicates: a PresetError (exit 2)
 

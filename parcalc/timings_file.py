@@ -102,7 +102,7 @@ def _csv_rows(name: str, text: str) -> list[_Row]:
 
 
 def _yaml_rows(path: Path, name: str, text: str) -> tuple[list[_Row], TimeKind | None]:
-    from parcalc.presets import load_yaml_text
+    from parcalc.strict_yaml import load_yaml_text
 
     try:
         document = load_yaml_text(path, text, name)

@@ -134,7 +134,8 @@ class SolvedWorksheet:
 def load_worksheet(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Worksheet:
     """A packaged or user worksheet by name, or a YAML file by path."""
     from parcalc.files import check_name_length
-    from parcalc.presets import Category, find, read_validated
+    from parcalc.preset_files import Category, find
+    from parcalc.strict_yaml import read_validated
 
     candidate = Path(name_or_path)
     check_name_length(candidate, "worksheet")  # ENAMETOOLONG from is_file() was a traceback
@@ -170,7 +171,7 @@ _MULTI_LINE = ("prose", "method", "intro")
 def _text(path: Path, where: str, data: Mapping[str, Any], key: str, required: bool = False) -> str:
     import datetime
 
-    from parcalc.presets import control_character
+    from parcalc.preset_files import control_character
 
     value = data.get(key)
     if value is None:

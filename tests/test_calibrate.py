@@ -21,7 +21,8 @@ from parcalc.core.calibrate.nccl_tests import parse_nccl_tests
 from parcalc.core.choices import Collective
 from parcalc.core.timing.network import Fabric, Placement, collective_time
 from parcalc.errors import InputError, PresetError
-from parcalc.presets import link_from_document, load_gpu, load_link
+from parcalc.preset_hardware import link_from_document
+from parcalc.presets import load_gpu, load_link
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 GB, US = 1e9, 1e-6

@@ -81,6 +81,18 @@ def test_a_fifo_is_refused_at_once_not_read(runner, tmp_path) -> None:
     assert result.exit_code == 2 and "not a regular file" in result.output
 
 
+def test_a_trace_over_the_bound_is_one_line_not_read(runner, tmp_path, monkeypatch) -> None:
+    """The trace is read through parcalc.files.read_regular with a bound (results.calibrate_trace.MAX_TRACE_BYTES, 1 GiB):
+    a file over it is refused from its size, before a byte is read (here the bound lowered to the fixture's 564,849 bytes - 1)."""
+    from parcalc.cli import app
+    from parcalc.results import calibrate_trace
+
+    monkeypatch.setattr(calibrate_trace, "MAX_TRACE_BYTES", TRACE.stat().st_size - 1)
+    result = runner.invoke(app, ["calibrate", "trace", str(TRACE)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith(f"Error: {TRACE}: too large for one step's trace: 564849 bytes is more than the limit of 564848")
+
+
 @pytest.mark.parametrize("dur", [-5, 1e308], ids=["negative", "absurd"])
 def test_a_kernel_duration_no_profiler_writes_is_refused(runner, tmp_path, dur: float) -> None:
     """The review: a kernel of -5 us was summed into 'GEMMs -5 us', one of 1e308 us into a busy time of 1e302 s."""

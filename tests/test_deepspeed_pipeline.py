@@ -29,7 +29,8 @@ from parcalc.core.memory import stage_parameters
 from parcalc.core.timing.network import collective_time, placement
 from parcalc.core.timing.step import dp_pieces
 from parcalc.errors import InputError, PresetError
-from parcalc.presets import framework_from_document, load_framework
+from parcalc.preset_frameworks import framework_from_document
+from parcalc.presets import load_framework
 
 BLOOM = next(case for case in CASES if case.key == "bloom-176b-384xa100")
 

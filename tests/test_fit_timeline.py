@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from parcalc.cli import app
-from parcalc.core.calibrate.trace import read_trace, summarise
+from parcalc.core.calibrate.trace import summarise
+from parcalc.results.calibrate_trace import read_trace_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 from step_parts_cases import fit_args
@@ -38,7 +39,7 @@ def test_calibrate_trace_reads_fits_parts_back_and_the_trace_spans_the_step(case
     result = CliRunner().invoke(app, [*CASES[case], "-o", str(out)])
     assert result.exit_code == 0, result.output
     parts = fit_json(CASES[case])
-    summary = summarise(read_trace(out))
+    summary = summarise(read_trace_file(str(out)))
     assert summary.kernel_seconds["gemm"] == pytest.approx(parts["t_gemm"], rel=1e-12)
     assert summary.kernel_seconds["attention"] == pytest.approx(parts["t_attention"], rel=1e-12)
     assert summary.kernel_seconds["memory"] == pytest.approx(parts["t_memory_bound"], rel=1e-12)

@@ -304,7 +304,7 @@ def test_oversize_config_json_is_one_line_error(runner, tmp_path: Path) -> None:
 def test_corrupted_cache_entry_of_brackets_is_rebuilt(tmp_path: Path) -> None:
     import json
 
-    from parcalc.presets import read_yaml
+    from parcalc.strict_yaml import read_yaml
 
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\n")
@@ -320,7 +320,7 @@ def test_corrupted_cache_entry_of_brackets_is_rebuilt(tmp_path: Path) -> None:
 
 
 def test_same_size_edit_with_mtime_restored_is_not_served_stale(tmp_path: Path) -> None:
-    from parcalc.presets import read_yaml
+    from parcalc.strict_yaml import read_yaml
 
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\nname: A\n")
@@ -336,7 +336,7 @@ def test_same_size_edit_with_mtime_restored_is_not_served_stale(tmp_path: Path) 
 def test_cache_entry_for_other_contents_is_never_used(tmp_path: Path) -> None:
     import json
 
-    from parcalc.presets import read_yaml
+    from parcalc.strict_yaml import read_yaml
 
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\nname: A\n")
@@ -352,7 +352,7 @@ def test_cache_entry_for_other_contents_is_never_used(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("node", ["fifo", "directory"])
 def test_fifo_or_directory_in_place_of_a_cache_entry_neither_hangs_nor_leaves_part_files(tmp_path: Path, node: str) -> None:
-    from parcalc.presets import read_yaml
+    from parcalc.strict_yaml import read_yaml
 
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\n")

@@ -183,7 +183,7 @@ def test_example_json_is_valid_against_its_schema(documents, line: str) -> None:
 def test_settings_gpu_is_a_preset_name_in_every_example(documents) -> None:
     """settings.gpu is the preset's name (or 'none', or several names comma-separated) in every
     command, never its display name: that is gpu_name's (issue #15)."""
-    from parcalc.presets import Category, find_all
+    from parcalc.preset_files import Category, find_all
 
     names = {preset.key for preset in find_all(Category.GPUS)}
     seen = 0

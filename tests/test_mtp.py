@@ -35,6 +35,9 @@ def test_deepseek_v3_mtp_module_by_hand() -> None:
     block = mla + 2 * H + (256 * H + 256) + 257 * 3 * H * 2048
     assert model.mtp_layer_is_moe and model.mtp_layers == 1
     assert model.mtp_module_params == 3 * H + 2 * H * H + block == 11_610_068_224
+    # eh_proj's shape, which memory, activations and FLOPs read from the model: the checkpoint's
+    # model.layers.61.eh_proj.weight is [7168, 14336] (out x in: nn.Linear(2h, h))
+    assert model.mtp_projection == (14336, 7168) and model.mtp_norm_params == 3 * H
     assert model.trained_params == 671_026_419_200 + 11_610_068_224
 
 

@@ -4,11 +4,8 @@ read as Megatron reads it, and memory and fit on it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from parcalc.cli import app
 from parcalc.core.choices import Schedule
 from parcalc.core.layout import Layout
 from parcalc.core.memory import memory_breakdown
@@ -16,22 +13,6 @@ from parcalc.core.pipeline_layout import parse_pipeline_layout, virtual_stage_co
 from parcalc.core.training_setup import TrainingSetup
 from parcalc.errors import InputError
 from parcalc.presets import load_model
-
-
-@pytest.fixture
-def run(runner):
-    """Invoke parcalc and assert its exit code; the result's `output` is what it printed, both streams."""
-
-    class Ran:
-        def __init__(self, output: str) -> None:
-            self.output = output
-
-    def invoke(args: list[str], code: int = 0) -> Ran:
-        result = runner.invoke(app, args)
-        assert result.exit_code == code, (result.exit_code, result.output)
-        return Ran(result.stdout + result.stderr)
-
-    return invoke
 
 
 def test_deepseek_v3_recipe() -> None:
@@ -95,15 +76,15 @@ def test_moe_layers_by_the_layout_chunks() -> None:
     assert moe[:2] == [6, 6] and moe[2:7] == [8] * 5 and moe[7] == 6
 
 
-def test_uneven_chunks_that_the_first_last_split_refuses(run) -> None:
+def test_uneven_chunks_that_the_first_last_split_refuses(run_json, run_error) -> None:
     # 7 + 6 x 8 + 6 layers with v = 4: --first-stage-layers 7 with --chunks 4 is refused (Megatron cuts every stage into v
     # equal chunks); the layout string gives the same stages in chunks of 1 and 2 layers
     common = ["fit", "--model", "deepseek-v3", "--gpu", "h800-sxm5", "--gpus", "2048", "--tp", "1", "--pp", "8", "--dp", "256",
               "--ep", "64", "--seq-len", "4096", "--batch", "16384", "--precision", "fp8", "--flash-attention", "--zero", "1",
               "--recompute", "full"]  # fmt: skip
-    refused = run(common + ["--first-stage-layers", "7", "--last-stage-layers", "6", "--schedule", "interleaved", "--chunks", "4"], code=2)
-    assert "do not divide the 7 layers" in refused.output
-    result = json.loads(run(common + ["--pipeline-layout", "Et|(tt|)*30mL", "--format", "json"]).output)
+    refused = run_error(common + ["--first-stage-layers", "7", "--last-stage-layers", "6", "--schedule", "interleaved", "--chunks", "4"])
+    assert "do not divide the 7 layers" in refused
+    result = run_json(*common, "--pipeline-layout", "Et|(tt|)*30mL")
     assert "interleaved 1F1B v = 4, pipeline layout Et|(tt|)*30mL" in result["verdicts"][0]
 
 
@@ -113,22 +94,20 @@ def test_uneven_chunks_that_the_first_last_split_refuses(run) -> None:
     (["--pipeline-layout", "Et|t|(tt|)*29mL"], "the layout holds 60 transformer layers"),
     (["--pipeline-layout", "Et|(tt|)*30,mL?"], "unknown letter '?'"),
 ])  # fmt: skip
-def test_memory_flag_errors_are_one_line(run, extra: list[str], message: str) -> None:
-    result = run(["memory", "--model", "deepseek-v3", "--pp", "8", "--dp", "32", "--ep", "32", "--seq-len", "4096", *extra], code=2)
-    assert message in result.output and result.output.startswith("Error:") and result.output.count("\n") == 1
+def test_memory_flag_errors_are_one_line(run_error, extra: list[str], message: str) -> None:
+    assert message in run_error(["memory", "--model", "deepseek-v3", "--pp", "8", "--dp", "32", "--ep", "32", "--seq-len", "4096", *extra])
 
 
-def test_fit_refuses_a_layout_for_the_strategy_table(run) -> None:
+def test_fit_refuses_a_layout_for_the_strategy_table(run_error) -> None:
     # the search keeps a layout fixed (tests/test_pipeline_layout_commands.py); the strategy table has no pipeline to give it
-    result = run(["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--pipeline-layout", "Et*16|t*16L"], code=2)
-    assert "--pipeline-layout: gives one configuration's pipeline" in result.output and "not the strategy table" in result.output
+    line = run_error(["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--pipeline-layout", "Et*16|t*16L"])
+    assert "--pipeline-layout: gives one configuration's pipeline" in line and "not the strategy table" in line
 
 
-def test_megatron_spelling_is_an_alias(run) -> None:
-    plain = run(["memory", "--model", "llama3-8b", "--pp", "4", "--seq-len", "2048", "--pipeline-layout", "Et*8|t*8|t*8|t*8L",
-                 "--format", "json"]).output  # fmt: skip
-    megatron = run(["memory", "--model", "llama3-8b", "--pp", "4", "--seq-len", "2048", "--pipeline-model-parallel-layout",
-                    "Et*8|t*8|t*8|t*8L", "--format", "json"]).output  # fmt: skip
+def test_megatron_spelling_is_an_alias(run_json) -> None:
+    plain = run_json("memory", "--model", "llama3-8b", "--pp", "4", "--seq-len", "2048", "--pipeline-layout", "Et*8|t*8|t*8|t*8L")
+    megatron = run_json("memory", "--model", "llama3-8b", "--pp", "4", "--seq-len", "2048", "--pipeline-model-parallel-layout",
+                        "Et*8|t*8|t*8|t*8L")  # fmt: skip
     assert plain == megatron
 
 
@@ -143,19 +122,19 @@ def test_megatron_spelling_is_an_alias(run) -> None:
 # --chunks 2 cannot cut (Megatron-LM's rule: every stage into v equal chunks). Held out: nothing was tuned on them.
 _TT_405B = ["fit", "--model", "llama3-405b", "--gpu", "h100-sxm5-96gb-hbm2e", "--gpus", "512", "--tp", "8", "--pp", "8", "--dp", "8",
             "--micro-batch", "4", "--batch", "256", "--seq-len", "8192", "--recompute", "full", "--precision", "fp8",
-            "--framework", "torchtitan", "--zero", "3", "--sequence-parallel", "--compile", "--format", "json"]  # fmt: skip
+            "--framework", "torchtitan", "--zero", "3", "--sequence-parallel", "--compile"]  # fmt: skip
 
 
-def _tps_per_gpu(run, extra: list[str]) -> float:
-    result = json.loads(run(_TT_405B + extra).output)
+def _tps_per_gpu(run_json, extra: list[str]) -> float:
+    result = run_json(*_TT_405B, *extra)
     assert result["fits"]
     return 256 * 8192 / (result["results"]["t_step"]["value"] * 512)
 
 
-def test_torchtitan_405b_interleaved_on_its_own_split(run) -> None:
-    one_f_one_b = _tps_per_gpu(run, ["--first-stage-layers", "15", "--last-stage-layers", "15"])
-    interleaved = _tps_per_gpu(run, ["--pipeline-layout", "Et*7|(t*8|)*14t*7L"])
-    run(_TT_405B + ["--first-stage-layers", "15", "--last-stage-layers", "15", "--schedule", "interleaved", "--chunks", "2"], code=2)
+def test_torchtitan_405b_interleaved_on_its_own_split(run_json, run_error) -> None:
+    one_f_one_b = _tps_per_gpu(run_json, ["--first-stage-layers", "15", "--last-stage-layers", "15"])
+    interleaved = _tps_per_gpu(run_json, ["--pipeline-layout", "Et*7|(t*8|)*14t*7L"])
+    run_error(_TT_405B + ["--first-stage-layers", "15", "--last-stage-layers", "15", "--schedule", "interleaved", "--chunks", "2"])
     # issue 31's check: within 30 % of the published step (printed when run with -s: 86.4 / 100 and 112.3 / 128 today)
     print(f"torchtitan 405B TPS/GPU: 1F1B {one_f_one_b:.1f} / 100, interleaved {interleaved:.1f} / 128")
     assert abs(one_f_one_b / 100 - 1) <= 0.30 and abs(interleaved / 128 - 1) <= 0.30
@@ -163,13 +142,13 @@ def test_torchtitan_405b_interleaved_on_its_own_split(run) -> None:
     assert interleaved / one_f_one_b == pytest.approx(1.28, abs=0.1)
 
 
-def test_comm_volume_takes_the_layout(run) -> None:
+def test_comm_volume_takes_the_layout(run_json) -> None:
     # the layout's stages hold what Megatron's uneven split 15 + 6 x 16 + 15 holds: the same gradient bytes per stage;
     # its v = 2 chunks cross each stage boundary twice per micro-batch and direction (the interleaved schedule's sends)
     common = ["comm-volume", "--strategy", "3d", "--model", "llama3-405b", "--tp", "8", "--pp", "8", "--dp", "8", "--batch", "256",
-              "--micro-batch", "4", "--seq-len", "8192", "--format", "json"]  # fmt: skip
-    split = json.loads(run(common + ["--first-stage-layers", "15", "--last-stage-layers", "15"]).output)
-    layout = json.loads(run(common + ["--pipeline-layout", "Et*7|(t*8|)*14t*7L"]).output)
+              "--micro-batch", "4", "--seq-len", "8192"]  # fmt: skip
+    split = run_json(*common, "--first-stage-layers", "15", "--last-stage-layers", "15")
+    layout = run_json(*common, "--pipeline-layout", "Et*7|(t*8|)*14t*7L")
     assert layout["results"]["dp_allreduce_payload"]["value"] == split["results"]["dp_allreduce_payload"]["value"]
     assert layout["results"]["pp_p2p_per_boundary"]["value"] == 2 * split["results"]["pp_p2p_per_boundary"]["value"]
     assert any("--pipeline-layout Et*7|(t*8|)*14t*7L" in a for a in layout["assumptions"])

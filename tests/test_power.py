@@ -23,7 +23,8 @@ from parcalc.core.fit_search import search
 from parcalc.core.power import check_power_limit, tensor_power_scale, with_power_limit
 from parcalc.core.timing.compute import compute_spec, gemm, memory_op
 from parcalc.errors import InputError, PresetError
-from parcalc.presets import gpu_from_document, load_gpu, load_link, load_model
+from parcalc.preset_hardware import gpu_from_document
+from parcalc.presets import load_gpu, load_link, load_model
 
 H100 = load_gpu("h100-sxm5", ())
 TT = load_gpu("h100-sxm5-96gb-hbm2e", ())

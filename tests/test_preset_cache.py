@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from parcalc import preset_cache
-from parcalc.presets import read_yaml
+from parcalc.strict_yaml import read_yaml
 
 
 def test_second_read_comes_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -19,7 +19,7 @@ def test_second_read_comes_from_the_cache(tmp_path: Path, monkeypatch: pytest.Mo
     def no_yaml(path: Path) -> dict:
         raise AssertionError("the YAML parser must not run on a cache hit")
 
-    monkeypatch.setattr("parcalc.presets._parse_yaml", no_yaml)
+    monkeypatch.setattr("parcalc.strict_yaml._parse_yaml", no_yaml)
     assert read_yaml(preset) == {"kind": "gpu", "name": "A"}
 
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from parcalc.core.hardware import Gpu, Link, Sourced
-from parcalc.presets import Category, find_all, load_gpu, load_link, load_model, read_yaml
+from parcalc.preset_files import Category, find_all
+from parcalc.presets import load_gpu, load_link, load_model
 from parcalc.resources import data_dir
+from parcalc.strict_yaml import read_yaml
 
 GiB = 2**30
 LOADERS = {Category.GPUS: load_gpu, Category.LINKS: load_link, Category.MODELS: load_model}

@@ -11,7 +11,8 @@ import pytest
 from parcalc.core.model import Mlp, Norm, Position
 from parcalc.errors import InputError, PresetError
 from parcalc.hf_config import model_from_hf_config
-from parcalc.presets import Category, find, find_all, load_gpu, load_link, load_model
+from parcalc.preset_files import Category, find, find_all
+from parcalc.presets import load_gpu, load_link, load_model
 
 GOOD_GPU = """\
 kind: gpu

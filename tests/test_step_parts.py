@@ -121,9 +121,10 @@ def test_host_exposure_is_what_the_gpu_cannot_hide() -> None:
 def test_host_costs_are_the_b4_traces() -> None:
     """The hf profile's host time per launch is the b4 step's trace (trace-llama1b-b4-s4096.json.gz): 34.5 us forward,
     34.4 us backward, 29.4 us in the optimizer step; the small step (1B, b 1, s 2048) is not used to set them."""
-    from parcalc.core.calibrate.trace import read_trace, summarise
+    from parcalc.core.calibrate.trace import summarise
+    from parcalc.results.calibrate_trace import read_trace_file
 
-    summary = summarise(read_trace(FIXTURES / "trace-llama1b-b4-s4096.json.gz"))
+    summary = summarise(read_trace_file(str(FIXTURES / "trace-llama1b-b4-s4096.json.gz")))
     host = load_framework("hf").host
     assert host is not None
     assert (summary.forward.launches, summary.backward.launches, summary.optimizer.launches) == (903, 1823, 62)

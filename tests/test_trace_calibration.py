@@ -17,9 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from parcalc.cli import app
-from parcalc.core.calibrate.trace import read_trace, summarise
+from parcalc.core.calibrate.trace import summarise
 from parcalc.errors import PresetError
 from parcalc.presets import load_gpu
+from parcalc.results.calibrate_trace import read_trace_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 from step_parts_cases import FIXTURES, fit_args, measured
@@ -67,7 +68,7 @@ def test_the_preset_holds_one_factor_per_kind_and_the_traces_host(calibrated: Pa
 
 def test_the_calibrated_preset_reproduces_its_own_trace_kind_by_kind(calibrated: Path) -> None:
     """Not a prediction (this is the row it was fitted on): the factors divide each kind's time exactly."""
-    summary = summarise(read_trace(B4_TRACE))
+    summary = summarise(read_trace_file(str(B4_TRACE)))
     after = fit_parts("llama3.2-1b b4 s4096", calibrated)
     for part in PARTS:
         assert after[part] == pytest.approx(summary.kernel_seconds[TRACE_KIND[part]], rel=2e-4)
@@ -91,7 +92,7 @@ def test_calibration_moves_every_held_out_part_closer_to_the_profile(calibrated:
 def test_calibration_moves_every_part_closer_to_the_held_out_trace(calibrated: Path, part: str) -> None:
     """Against the b1 step's own trace (trace-llama1b-b1-s2048.json.gz): GEMMs +31.3 -> +12.3 %, attention -25.1 -> -20.1,
     memory-bound -26.2 -> +5.0, optimizer -13.3 -> +1.0."""
-    truth = summarise(read_trace(B1_TRACE)).kernel_seconds[TRACE_KIND[part]]
+    truth = summarise(read_trace_file(str(B1_TRACE))).kernel_seconds[TRACE_KIND[part]]
     before, after = fit_parts("llama3.2-1b b1 s2048")[part], fit_parts("llama3.2-1b b1 s2048", calibrated)[part]
     assert abs(after / truth - 1) < abs(before / truth - 1)
 

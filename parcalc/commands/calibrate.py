@@ -429,7 +429,9 @@ def _base_gpu(
 ) -> tuple[dict[str, Any] | None, Any]:
     if name is None:
         return None, None
-    from parcalc.presets import Category, find, gpu_from_document, read_yaml
+    from parcalc.preset_files import Category, find
+    from parcalc.preset_hardware import gpu_from_document
+    from parcalc.strict_yaml import read_yaml
 
     found = find(Category.GPUS, name, dirs)
     document = read_yaml(found.path)

@@ -51,44 +51,25 @@ def trace(
     """Kernels of a traced step by kind (GEMMs, attention, memory-bound, optimizer), the GPU's busy time and the host's
     time per kernel launch; with --model, fit's prediction of the same step (one GPU) kind by kind; with --gpu, the
     factor each kind's modelled rate needs, and -o FILE.yaml writes them into a GPU preset that fit then uses."""
-    from parcalc.core.calibrate.trace import read_trace, summarise
     from parcalc.errors import InputError
+    from parcalc.results.calibrate_trace import check_flags, from_flags, read_trace_file
 
-    if model is None and any(v is not None for v in (gpu, framework, batch, seq_len)):
-        raise InputError("--gpu, --framework, --batch, --seq-len: describe the traced step for --model's prediction; give --model too")
     preset = output is not None and output.suffix.lower() in PRESET_SUFFIXES
-    if preset and (model is None or gpu is None):
-        raise InputError("-o FILE.yaml: a calibrated GPU preset needs the traced step (--model, --batch, --seq-len) and the GPU to start from (--gpu)")
+    check_flags(model=model, gpu=gpu, framework=framework, batch=batch, seq_len=seq_len, preset=preset)
     if (force or name is not None) and not preset:
         raise InputError(f"{'--force' if force else '--name'}: for the calibrated preset (-o FILE.yaml)")
     if output is not None and not preset:  # the report to -o (a preset is checked below, with --force)
         from parcalc.output import check_writable
 
         check_writable(output)
-    path = _trace_path(file)
+    trace_data = read_trace_file(file)
     if preset:
         from parcalc.results.preset_yaml import check_preset_output
 
         check_preset_output(output, force, "gpus")
-    summary = summarise(read_trace(path), file)
-    predicted: dict[str, Any] = {}
-    fits: tuple[Any, ...] = ()
-    host = base_host = None
-    if model is not None:
-        from parcalc.results.run import run_command
-
-        inputs = {"model": model, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "recompute": ["none"], "flash_attention": True,
-                  **({"gpu": gpu} if gpu is not None else {}), **({"framework": framework} if framework is not None else {}),
-                  **({"batch": batch, "micro_batch": batch} if batch is not None else {}),
-                  **({"seq_len": seq_len} if seq_len is not None else {}),
-                  **({"presets": presets} if presets else {})}  # fmt: skip
-        fitted = run_command("fit", inputs, "calibrate trace --model")
-        predicted = {d.key: d.value for d in fitted.derivations}
-    if model is not None and gpu is not None:
-        fits, host, base_host, document = _calibration(file, summary, predicted, model, gpu, framework, batch, seq_len, name, presets)
-    from parcalc.results.calibrate_trace import trace_result
-
-    result = trace_result(file, summary, predicted, fits, host, base_host)
+    predicted = _predicted(model, gpu, framework, batch, seq_len, presets) if model is not None else {}
+    result, document = from_flags(file, trace_data, predicted, model=model, gpu=gpu, framework=framework, batch=batch, seq_len=seq_len, name=name,
+                                  presets=presets)  # fmt: skip
     if preset:
         _write_preset(result, document, output, fmt, file)  # type: ignore[arg-type]
         return
@@ -98,52 +79,17 @@ def trace(
     emit(result, chosen, output)
 
 
-def _trace_path(file: str) -> Path:
-    """TRACE as a regular file's path; one line for what is not one."""
-    import stat
+def _predicted(model: str, gpu: str | None, framework: str | None, batch: str | None, seq_len: str | None, presets: Any) -> dict[str, float]:
+    """fit's prediction of the traced step on one GPU, its derivations by key (run as the library runs a command)."""
+    from parcalc.results.run import run_command
 
-    from parcalc.errors import InputError
-    from parcalc.files import check_name_length
-
-    if not file.strip():
-        raise InputError("TRACE: give the trace file (a .json or .json.gz of prof.export_chrome_trace)")
-    path = Path(file)
-    check_name_length(path, "TRACE")  # a 300-byte name was ENAMETOOLONG, an internal error
-    if path.is_dir():
-        raise InputError(f"{file}: is a directory, not a trace")
-    if not path.exists():
-        raise InputError(f"{file}: no such file")
-    if not stat.S_ISREG(path.stat().st_mode):  # a FIFO without a writer would block the read for ever
-        raise InputError(f"{file}: not a regular file (a trace is a .json or .json.gz file)")
-    return path
-
-
-def _calibration(file: str, summary: Any, predicted: dict[str, Any], model: str, gpu: str, framework: str | None, batch: str | None,
-                 seq_len: str | None, name: str | None, presets: Any) -> tuple[Any, ...]:  # fmt: skip
-    """(the kinds' factors, the host per launch, the base's host costs, the calibrated preset's document)."""
-    import time
-
-    from parcalc import __version__
-    from parcalc.commands.common import preset_dirs
-    from parcalc.core.calibrate.trace import calibrated_document, kind_fits, traced_host
-    from parcalc.presets import Category, find, gpu_from_document, load_framework, read_yaml
-
-    dirs = preset_dirs(presets)
-    found = find(Category.GPUS, gpu, dirs)
-    base = read_yaml(found.path)
-    typed = gpu_from_document(found.key, found.path, base)
-    profile = load_framework(framework or "megatron", dirs)
-    base_host = typed.host if typed.host is not None else profile.host
-    fits = kind_fits(summary, predicted, typed.kernels.calibrated if typed.kernels is not None else None, file)
-    host = traced_host(summary, base_host)
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    step = f"{Path(model).name}, b {batch or 'fit default'}, s {seq_len or 'fit default'}, framework {profile.key}"
-    source = (f"calibrated by parcalc {__version__} calibrate trace from {Path(file).name} ({summary.kernels:,} kernels; {step}), {when}: "
-              "each kind's factor = the base preset's x modelled / traced kernel time of that kind; host = the trace's time per launch, "
-              "blocked launches excluded (parcalc.core.calibrate.trace)")  # fmt: skip
-    display = name or f"{typed.name}, calibrated from {Path(file).name}"
-    document = calibrated_document(base, fits, host, display, source, file)
-    return fits, host, base_host, document
+    inputs = {"model": model, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "recompute": ["none"], "flash_attention": True,
+              **({"gpu": gpu} if gpu is not None else {}), **({"framework": framework} if framework is not None else {}),
+              **({"batch": batch, "micro_batch": batch} if batch is not None else {}),
+              **({"seq_len": seq_len} if seq_len is not None else {}),
+              **({"presets": presets} if presets else {})}  # fmt: skip
+    fitted = run_command("fit", inputs, "calibrate trace --model")
+    return {d.key: d.value for d in fitted.derivations}
 
 
 def _write_preset(result: Any, document: dict[str, Any], output: Path, fmt: ReportFormat | None, trace_file: str) -> None:

@@ -171,7 +171,8 @@ def _json(solved: object) -> str:
 
 
 def _list(dirs: tuple) -> None:
-    from parcalc.presets import Category, find_all, read_yaml
+    from parcalc.preset_files import Category, find_all
+    from parcalc.strict_yaml import read_yaml
 
     for preset in find_all(Category.WORKSHEETS, dirs):
         title = str(read_yaml(preset.path).get("title", ""))

@@ -800,7 +800,8 @@ def mtp_activations(model: TransformerModel, config: ActivationConfig, in_flight
         return None
     block = layer_activations(model, config, moe_layer=model.mtp_layer_is_moe).per_layer.value
     # s/cp tokens on a context-parallel rank, as output_activations and the layers count them
-    projection = 2 * config.activation_bytes * config.seq_len * config.micro_batch * model.hidden / (config.tp if config.sequence_parallel else 1) / config.cp
+    features_in, _ = model.mtp_projection
+    projection = config.activation_bytes * config.seq_len * config.micro_batch * features_in / (config.tp if config.sequence_parallel else 1) / config.cp
     logits = output_activations(model, config, 1.0).value
     per = projection + block + logits
     inputs = (Term("D_mtp", "D", "D", model.mtp_layers, "", "multi-token-prediction modules", model.mtp_source),

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from parcalc.core.layer_pattern import check_every, layers_in, on_layer
 from parcalc.errors import InputError
 from parcalc.frozen import frozen
 
@@ -64,20 +65,15 @@ class AttentionWindow:
     def __post_init__(self) -> None:
         if self.size < 1:
             raise InputError(f"attention window: size must be at least 1 token, got {self.size}")
-        if self.global_every < 0 or self.global_every == 1:
-            raise InputError(f"attention window: global_every must be 0 (every layer local) or at least 2, got {self.global_every}")
+        check_every(self.global_every, "attention window", "global_every")
 
     def is_local(self, index: int) -> bool:
         """Whether layer `index` (0-based) attends within the window."""
-        return not self.global_every or (index + 1) % self.global_every != 0
+        return on_layer(index, self.global_every)
 
     def local_layers_in(self, start: int, end: int) -> int:
         """Local layers among start .. end - 1 (0-based), in closed form: all but the multiples of global_every (1-based)."""
-        if end <= start:
-            return 0
-        if not self.global_every:
-            return end - start
-        return (end - start) - (end // self.global_every - start // self.global_every)
+        return layers_in(start, end, self.global_every)
 
     def pairs(self, seq_len: int) -> float:
         """Area of the computed (query, key) band of one sequence of a local layer (see the module's docstring)."""

@@ -3,28 +3,8 @@
 A configuration is a TP x PP x DP layout with a micro-batch size, activation recomputation, a
 ZeRO stage, sequence parallelism and a pipeline schedule. Its memory is parcalc.core.memory's
 breakdown of the fullest GPU; its step time is a performance model assembled from the other
-cores, each term a derivation:
-
-    t_step = t_compute + t_tp + t_bubble + t_pp + t_dp
-
-- t_compute = F_hw / (N x peak x e): the hardware FLOPs of the iteration (parcalc.core.flops,
-  recomputation included) spread evenly over the N GPUs at an efficiency e of the peak;
-- t_tp: Megatron's tensor-parallel collectives of the layers of the slowest stage (L/p, or
-  Megatron-LM's uneven first and last stages, parcalc.core.stages), for each of the m
-  micro-batches: 4 of b s h elements per layer (2 forward, 2 backward; 6 with full
-  recomputation, which replays the forward), each a ring all-reduce over t ranks, or with
-  sequence parallelism an all-gather plus a reduce-scatter, which cost the same (Korthikanti et
-  al. 2022 sec. 4.2.2); on the critical path, as in Megatron-LM; with sequence parallelism also
-  the all-gather of each column-parallel linear's input again in backward, beyond the time of the
-  input-gradient GEMM it overlaps (parcalc.core.timing.step.regather_per_layer);
-- t_bubble = beta x (t_compute + t_tp), beta = (p - 1)/m for 1F1B and (p - 1)/(v m) interleaved
-  (Narayanan et al. 2021 sec. 2.2, parcalc.core.pipeline.bubble_relative_to_ideal);
-- t_pp: each stage sends one activation forward and receives one gradient backward per
-  micro-batch and chunk, b s h elements each, point to point (Narayanan et al. 2021 sec. 2.2);
-- t_dp: the gradient synchronisation of the data-parallel group, hidden under the backward of
-  the last micro-batch (2/3 of its compute) except what does not fit under it, plus what cannot
-  overlap: ZeRO-1/2's all-gather of updated weights, and ZeRO-3's per-micro-batch gathers beyond
-  that micro-batch's compute.
+cores (parcalc.core.timing.step): t_step, the sum of the terms of parcalc.core.timing.terms.STEP_TERMS,
+each a derivation whose label, symbol, formula and source that module defines once.
 
 Every collective is timed with parcalc.core.collectives' ring algorithms under the alpha-beta
 model on the link of its group: inside a node, or between nodes when the group spans nodes
@@ -51,6 +31,25 @@ from parcalc.core.model import TransformerModel
 from parcalc.core.timing.compute import ComputeSpec, compute_spec
 from parcalc.core.timing.framework import MEGATRON, Framework
 from parcalc.core.timing.network import Fabric, node_fabric, placement
+from parcalc.core.timing.terms import (
+    BUBBLE,
+    COMPUTE,
+    CP,
+    DP,
+    EP,
+    HOST,
+    KERNEL_SOURCE,
+    KIND_TERMS,
+    KORTHIKANTI,
+    NCCL_SOURCE,
+    OFFLOAD,
+    OPTIMIZER,
+    PP,
+    STEP,
+    TP,
+    derivation,
+    only_terms,
+)
 from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES, TrainingSetup
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
@@ -58,13 +57,9 @@ from parcalc.errors import InputError
 # --efficiency multiplies every kernel's rate; 1 means the GPU preset's measured shares as they are.
 DEFAULT_EFFICIENCY = 1.0
 EFFICIENCY_SOURCE = "--efficiency: a factor on every kernel's rate (1: the GPU preset's measured kernel shares)"
-KERNEL_SOURCE = "per-kernel roofline: GEMMs by shape, FlashAttention, memory-bound operations (parcalc.core.timing.compute)"
-NCCL_SOURCE = "NCCL's cost model (src/graph/tuning.cc; parcalc.core.timing.network)"
 # Rail-optimised servers have one card per GPU (DGX A100/H100) or two (some 16 x 100/200 Gb/s RoCE
 # clouds, issue #18); beyond a few per GPU a count is a typo, not a server.
 MAX_NICS_PER_GPU = 4
-NARAYANAN = "Narayanan et al. 2021 (Megatron-LM, SC'21)"
-KORTHIKANTI = "Korthikanti et al. 2022 (Reducing Activation Recomputation)"
 
 
 @dataclass(frozen=True)
@@ -409,6 +404,11 @@ class Estimate:
         parts = tuple(d for d in (self.gemm, self.attention, self.memory_bound, self.host) if d is not None)
         return parts + comm + (self.optimizer, *((self.offload,) if self.offload else ()))
 
+    def step_terms(self) -> tuple[Derivation, ...]:
+        """The derivations t_step adds, in its formula's order (its inputs; parcalc.core.timing.terms.STEP_TERMS)."""
+        found = {d.key: d for d in self.derivations()}
+        return tuple(found[term.key] for term in self.step.inputs)
+
     @property
     def total_memory(self) -> float:
         return self.memory.worst.total.value
@@ -421,13 +421,6 @@ class Estimate:
                 self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
 
 
-def _derivation(key: str, label: str, symbol: str, latex_symbol: str, formula: str, inputs: list[Term], value: float,
-                unit: str, source: str, assumptions: tuple[str, ...] = ()) -> Derivation:  # fmt: skip
-    """A derivation whose LaTeX formula follows from the text one (× → \\times, max/min as operators)."""
-    latex = formula.replace("×", r"\times").replace("max(", r"\max(").replace("ceil(", r"\mathrm{ceil}(")
-    return Derivation(key, label, symbol, latex_symbol, formula, latex, tuple(inputs), float(value), unit, source, assumptions)
-
-
 def _t(key: str, symbol: str, value: float, unit: str, description: str, source: str = "", latex: str | None = None) -> Term:
     return Term(key, symbol, latex or _latex_symbol(symbol), float(value), unit, description, source)
 
@@ -436,10 +429,6 @@ def _latex_symbol(symbol: str) -> str:
     r"""A plain symbol in LaTeX: a subscript of several letters braced and upright (C_tp: C_{\mathrm{tp}}, not C_t p)."""
     base, _, sub = symbol.partition("_")
     return symbol if len(sub) <= 1 else rf"{base}_{{\mathrm{{{sub}}}}}"
-
-
-def _zero(key: str, label: str, why: str) -> Derivation:
-    return _derivation(key, label, key, rf"t_{{\mathrm{{{key[2:]}}}}}", "0", [], 0.0, "s", why)
 
 
 def estimate(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> Estimate:
@@ -489,16 +478,14 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
 
     spec = cluster.spec
     m_term = _t("m", "m", m, "", "micro-batches per replica")
-    compute = _derivation(
-        "t_compute", "Compute per iteration (kernels of the slowest stage, every micro-batch)", "t_compute", r"t_{\mathrm{compute}}",
-        "$m × ($t_f + $t_b + $t_r)",
+    compute = COMPUTE.derivation(
         [m_term, _t("t_f", "t_f", stage.forward, "s", f"forward kernels of one micro-batch on the slowest stage ({stage.layers} layers)"),
          _t("t_b", "t_b", stage.backward, "s", "backward kernels of one micro-batch" + (
              f", with {_format_time(dp.accumulate)} of fp32 gradient accumulation" if dp.accumulate else "")),
          _t("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value}"
             + (f": {', '.join(mods)}" if (mods := selective_modules(config, training)) else "") + ")")],
-        terms.t_compute, "s", KERNEL_SOURCE,
-        (f"GEMMs at {spec.matmul.value:.0%} of the {cluster.dtype} peak x tile/wave quantisation ({spec.matmul.source})",
+        terms.t_compute, assumptions=(
+         f"GEMMs at {spec.matmul.value:.0%} of the {cluster.dtype} peak x tile/wave quantisation ({spec.matmul.source})",
          f"memory-bound kernels at {spec.kernels.memory.value:.0%} of HBM bandwidth ({spec.kernels.memory.source})",
          *((f"every kernel rate scaled by --efficiency {cluster.efficiency:g}",) if cluster.efficiency != 1.0 else ()),
          *((_accumulation_assumption(framework, training),) if dp.accumulate else ())),
@@ -536,48 +523,42 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
             formula = f"$m × max(0, $C_tp{regather} - $H_tp)"
         else:
             formula = f"$m × ($C_tp{regather})" if regather else "$m × $C_tp"
-        source = f"{KORTHIKANTI} sec. 4.2.2; Shoeybi et al. 2019 sec. 3; {NCCL_SOURCE}"
+        source = TP.source
         if regather:
             source += ("; the re-gather: Megatron-LM megatron/core/tensor_parallel/layers.py, "
                        "LinearWithGradAccumulationAndAsyncCommunication.backward (all-gather launched with async_op=True "
                        "before grad_input = grad_output.matmul(weight), waited for before the weight gradient)")  # fmt: skip
-        tp_comm = _derivation("t_tp", "Tensor-parallel communication exposed per iteration", "t_tp", r"t_{\mathrm{tp}}", formula, inputs,
-                              terms.t_tp, "s", source)  # fmt: skip
+        tp_comm = TP.derivation(inputs, terms.t_tp, formula=formula, source=source)
     else:
-        tp_comm = _zero("t_tp", "Tensor-parallel communication exposed per iteration", "no tensor parallelism")
+        tp_comm = TP.zero("no tensor parallelism")
     gemm, attention, memory_bound = _kind_derivations(by_kind, dp.accumulate, m_term, compute)
     cp_comm = _cp_derivation(config, cluster, stage, m_term, terms.t_cp) if c > 1 else None
     if p > 1:
-        bubble = _derivation("t_bubble", "Pipeline bubble per iteration", "t_bubble", r"t_{\mathrm{bubble}}",
-                             "($p - 1) / ($v × $m) × ($t_compute + $t_tp" + (" + $t_cp" if cp_comm else "") + (" + $t_ep" if ep_comm else "") + ")",
-                             [_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
-                              compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ()),
-                              *((ep_comm.as_term("t_ep"),) if ep_comm else ())],
-                             terms.t_bubble, "s", f"{NARAYANAN} sec. 2.2 (the slowest stage sets the pace)",
-                             _dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
-        pp_comm = _derivation("t_pp", "Pipeline sends per iteration (activations forward, gradients backward)", "t_pp", r"t_{\mathrm{pp}}",
-                              "2 × $m × $v × $T_p2p",
-                              [m_term, _t("v", "v", v, "", "model chunks per GPU"),
+        stretched = [compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ()),
+                     *((ep_comm.as_term("t_ep"),) if ep_comm else ())]  # fmt: skip
+        bubble = BUBBLE.derivation([_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
+                                    *stretched], terms.t_bubble,
+                                   formula=only_terms(BUBBLE.formula, stretched),
+                                   assumptions=_dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
+        pp_comm = PP.derivation([m_term, _t("v", "v", v, "", "model chunks per GPU"),
                                _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
-                              terms.t_pp, "s", f"{NARAYANAN} sec. 2.2 and 4.1 (one send per micro-batch, chunk and direction)")  # fmt: skip
+                                terms.t_pp)  # fmt: skip
     else:
-        bubble = _zero("t_bubble", "Pipeline bubble per iteration", "no pipeline")
-        pp_comm = _zero("t_pp", "Pipeline sends per iteration", "no pipeline")
+        bubble = BUBBLE.zero("no pipeline")
+        pp_comm = PP.zero("no pipeline")
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms.t_dp, training)
     from parcalc.core.expert_parallel import expert_dp
 
     fullest, traffic = optimizer_traffic(model, config.layout, training)
     sg = config.layout.shard_group if config.layout.zero else None  # hybrid sharding applies to ZeRO-1/2/3
     shards = (d * c if sg is None else sg) if config.layout.zero >= 1 else 1
-    formula, expert_terms = "$P × $Q_p / ($BW × $e_mem × $x × $d_z)", []
+    formula, expert_terms = OPTIMIZER.formula, []
     if fullest.experts:  # routed experts: their states shard over expert-DP (parcalc.core.timing.step.optimizer_step_time)
         formula = "(($P - $P_x) / $d_z + $P_x / $d_x) × $Q_p / ($BW × $e_mem × $x)"
         expert_terms = [_t("P_x", "P_x", fullest.experts, "", f"routed-expert parameters among them (experts / ep = {config.layout.ep})", latex=r"P_{x}"),
                         _t("d_x", "d_x", expert_dp(config.layout) if config.layout.zero >= 1 else 1, "",
                            "ranks the experts' states are sharded over (ZeRO-1 and up: expert-DP, tp x dp x cp / (ep x etp))", latex=r"d_{x}")]  # fmt: skip
-    optimizer = _derivation(
-        "t_optimizer", "Optimizer step (memory-bound over the local parameters)", "t_opt", r"t_{\mathrm{opt}}",
-        formula,
+    optimizer = OPTIMIZER.derivation(
         [_t("P", "P", fullest.params, "", "parameters on one GPU of the fullest stage"), *expert_terms,
          _t("Q_p", "Q_p", traffic, "B", f"HBM bytes of one parameter's {training.optimizer.value} update (master weight and states read and written, gradient read)",
             latex=r"Q_{p}"),
@@ -587,25 +568,23 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
          _t("x", "x", cluster.efficiency, "", "--efficiency"),
          _t("d_z", "d_z", shards, "", "ranks the optimizer states are sharded over (ZeRO-1 and up: d"
             + (", the shard group S)" if sg is not None else ")"), latex=r"d_{z}")],
-        t_opt, "s", "reads and writes every optimizer state once (parcalc.core.timing.compute.optimizer_bytes)")  # fmt: skip
+        t_opt, formula=formula)  # fmt: skip
     if training.offload_optimizer:
-        optimizer = _zero("t_optimizer", "Optimizer step on the GPU", "--offload optimizer: the step runs on the host (t_offload)")
+        optimizer = OPTIMIZER.zero("--offload optimizer: the step runs on the host (t_offload)")
     offload = _offload_derivation(model, config, training, cluster, breakdown, stage, m, t_off) if offloading else None
     parts = [compute, *((host,) if host else ()), tp_comm, *((cp_comm,) if cp_comm else ()), *((ep_comm,) if ep_comm else ()), bubble, pp_comm, dp_comm,
              optimizer, *([offload] if offload else [])]  # fmt: skip
     step_value = float(terms.t_step)
-    step = _derivation("t_step", "Time per iteration", "t_step", r"t_{\mathrm{step}}",
-                       " + ".join(f"${x.key}" for x in parts), [x.as_term(x.key) for x in parts], step_value, "s",
-                       "the sum of the terms above (parcalc.core.timing.step)")  # fmt: skip
+    step = STEP.derivation([x.as_term(x.key) for x in parts], step_value, formula=only_terms(STEP.formula, parts))
     gpus = _t("N", "N", n, "", "GPUs")
     peak = _t("peak", "F_peak", cluster.peak, "FLOP/s", f"peak of one {cluster.gpu_name}", cluster.peak_source, r"F_{\mathrm{peak}}")
-    tokens = _derivation("tokens_per_second", "Training throughput", "tok/s", r"\mathrm{tok/s}", "$B × $s / $t_step",
+    tokens = derivation("tokens_per_second", "Training throughput", "tok/s", r"\mathrm{tok/s}", "$B × $s / $t_step",
                          [_t("B", "B", training.global_batch, "", "global batch (sequences)"), _t("s", "s", training.seq_len, "", "sequence length"),
                           step.as_term("t_step")], training.global_batch * training.seq_len / step_value, "tokens/s", "throughput = tokens / time")  # fmt: skip
-    mfu = _derivation("mfu", "Model FLOPs utilisation", "MFU", r"\mathrm{MFU}", "$F_model / ($t_step × $N × $peak)",
+    mfu = derivation("mfu", "Model FLOPs utilisation", "MFU", r"\mathrm{MFU}", "$F_model / ($t_step × $N × $peak)",
                       [f_model.as_term("F_model"), step.as_term("t_step"), gpus, peak], f_model.value / (step_value * n * cluster.peak),
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (model FLOPs: no recomputation)")  # fmt: skip
-    hfu = _derivation("hfu", "Hardware FLOPs utilisation", "HFU", r"\mathrm{HFU}", "$F_hw / ($t_step × $N × $peak)",
+    hfu = derivation("hfu", "Hardware FLOPs utilisation", "HFU", r"\mathrm{HFU}", "$F_hw / ($t_step × $N × $peak)",
                       [f_hw.as_term("F_hw"), step.as_term("t_step"), gpus, peak], f_hw.value / (step_value * n * cluster.peak),
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (hardware FLOPs: recomputation counted)")  # fmt: skip
     fits = breakdown.worst.total.value <= cluster.capacity
@@ -618,14 +597,12 @@ def _kind_derivations(kinds: Any, accumulate: float, m_term: Term, compute: Deri
     slowest stage (forward, backward, recomputed); the fp32 gradient accumulation counts as memory-bound."""
     from parcalc.core.timing.kinds import KIND_TEXT
 
-    rows = (("t_gemm", "GEMM kernels per iteration", "t_gemm", r"t_{\mathrm{gemm}}", "G_mb", kinds.gemm, KIND_TEXT["gemm"]),
-            ("t_attention", "Attention kernels per iteration", "t_attn", r"t_{\mathrm{attn}}", "A_mb", kinds.attention, KIND_TEXT["attention"]),
-            ("t_memory_bound", "Memory-bound kernels per iteration", "t_mem", r"t_{\mathrm{mem}}", "M_mb", kinds.memory + accumulate,
-             KIND_TEXT["memory"]))  # fmt: skip
+    values = {"gemm": kinds.gemm, "attention": kinds.attention, "memory": kinds.memory + accumulate}
     out = []
-    for key, label, symbol, latex, per, value, what in rows:
+    for kind, key, label, symbol, latex, per in KIND_TERMS:
+        value, what = values[kind], KIND_TEXT[kind]
         inputs = [m_term, _t(per, per, value, "s", f"{what}, one micro-batch on the slowest stage")]
-        out.append(_derivation(key, label, symbol, latex, f"$m × ${per}", inputs, float(m_term.value * value), "s", KERNEL_SOURCE,
+        out.append(derivation(key, label, symbol, latex, f"$m × ${per}", inputs, float(m_term.value * value), "s", KERNEL_SOURCE,
                                (f"t_gemm + t_attention + t_memory_bound = t_compute ({compute.value:.6g} s)",)))  # fmt: skip
     return out[0], out[1], out[2]
 
@@ -665,10 +642,7 @@ def _host_derivation(model: TransformerModel, config: Config, training: Training
               _t("c_o", "c_o", costs.optimizer, "s", "host time per optimizer kernel", costs.source),
               _t("G_f", "G_f", g_f, "s", "GPU time of one micro-batch's forward"), _t("G_b", "G_b", g_b, "s", "GPU time of its backward"),
               _t("G_o", "G_o", t_opt, "s", "GPU time of the optimizer step")]  # fmt: skip
-    formula = "max(ΣH, max_j(Σ_{i<j} H_i + Σ_{i≥j} G_i)) - ΣG over the phases (forward, backward) × $m, optimizer; H = $n_f × $c_f, $n_b × $c_b, $n_o × $c_o; G = $G_f, $G_b, $G_o"
-    return _derivation("t_host", "GPU waiting for the host per iteration (eager kernels issued one by one)", "t_host", r"t_{\mathrm{host}}",
-                       formula, inputs, value, "s", "fluid model of one CUDA stream fed by the host (parcalc.core.timing.host)",
-                       ("the host runs ahead of the GPU through the whole step (no synchronisation inside it)",))  # fmt: skip
+    return HOST.derivation(inputs, value, assumptions=("the host runs ahead of the GPU through the whole step (no synchronisation inside it)",))
 
 
 def _offload_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,
@@ -679,7 +653,6 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
     from parcalc.core.timing.offload import (
         HOST_BANDWIDTH_SOURCE,
         HOST_MEMORY_BANDWIDTH,
-        ZERO_OFFLOAD_OVERLAP,
         host_link_of,
     )
     from parcalc.core.timing.step import _fullest_stage
@@ -708,9 +681,8 @@ def _offload_derivation(model: TransformerModel, config: Config, training: Train
                   _t("t_f", "t_f", stage.forward, "s", "forward of one micro-batch"),
                   _t("t_b", "t_b", stage.backward + stage.recompute, "s", "backward (and recomputation) of one micro-batch")]  # fmt: skip
         parts.append("max(0, $A_l × $L_s × $m / $B_pcie - $m × $t_f) + max(0, $A_l × $L_s × $m / $B_pcie - $m × $t_b)")
-    return _derivation("t_offload", "Offloading exposed per iteration (PCIe copies, CPU optimizer step)", "t_offload", r"t_{\mathrm{offload}}",
-                       " + ".join(parts), terms, value, "s", f"{ZERO_OFFLOAD_OVERLAP}; parcalc.core.timing.offload",
-                       (f"host memory bandwidth {HOST_MEMORY_BANDWIDTH / 1e9:g} GB/s per node, CPU-Adam memory-bound (a lower bound on its time)",
+    return OFFLOAD.derivation(terms, value, formula=" + ".join(parts), assumptions=(
+                       f"host memory bandwidth {HOST_MEMORY_BANDWIDTH / 1e9:g} GB/s per node, CPU-Adam memory-bound (a lower bound on its time)",
                         f"one PCIe latency ({link.latency.value * 1e6:g} us) per copy, left out of the formula"))  # fmt: skip
 
 
@@ -726,9 +698,7 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
               _t("E_cp", "E_cp", stage.cp, "s", "of which exposed: " + (
                   "per ring step max(0, t_send - t_attention / cp) (TE overlaps each step's send with the attention of the block before)"
                   if kind is CpComm.P2P else "all of it (the attention waits for the exchange)"))]  # fmt: skip
-    return _derivation("t_cp", "Context-parallel communication exposed per iteration", "t_cp", r"t_{\mathrm{cp}}", "$m × $E_cp",
-                       inputs, value, "s", f"{TE_CP}; {NCCL_SOURCE}",
-                       ("K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
+    return CP.derivation(inputs, value, assumptions=("K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
 
 
 def _dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:
@@ -754,7 +724,7 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
                    value: float) -> Derivation | None:  # fmt: skip
     """t_ep: the MoE dispatch and combine of the slowest stage (parcalc.core.timing.moe), the
     pipeline's partnerless micro-batches exposing all of theirs."""
-    from parcalc.core.timing.moe import COMM_SMS, COMM_SMS_SOURCE, OVERLAP_SOURCE, unpaired_micro_batches
+    from parcalc.core.timing.moe import COMM_SMS, COMM_SMS_SOURCE, unpaired_micro_batches
     from parcalc.core.timing.network import placement as place
 
     if model.moe is None or (config.layout.ep == 1 and (config.layout.etp or config.layout.tp) == 1):
@@ -777,18 +747,15 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
                    f"communication kernels hold {COMM_SMS} of the GPU's SMs while they run ({COMM_SMS_SOURCE})"]
     if experts.overlap == "none":
         assumptions.append("not overlapped with compute (--ep-overlap none)")
-    return _derivation("t_ep", "Expert-parallel dispatch and combine exposed per iteration", "t_ep", r"t_{\mathrm{ep}}",
-                       "$u × $A + ($m - $u) × $E", inputs, value, "s", f"parcalc.core.timing.moe; {OVERLAP_SOURCE}; {NCCL_SOURCE}",
-                       tuple(assumptions))  # fmt: skip
+    return EP.derivation(inputs, value, assumptions=tuple(assumptions))
 
 
 def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float,
                    training: Training) -> Derivation:  # fmt: skip
     """t_dp with the collectives it is made of, in words (the formula is parcalc.core.timing.step.dp_exposed)."""
     d, z = config.layout.dp * config.layout.cp, config.layout.zero  # gradients sync over the dp-cp group (Megatron-LM; dp_pieces gets d x cp)
-    label = "Data-parallel communication exposed per iteration"
     if d == 1:
-        return _zero("t_dp", label, "no data parallelism")
+        return DP.zero("no data parallelism")
     group = placement(d, config.layout.tp, cluster.gpus_per_node)
     where = "inside a node" if group.nodes == 1 else f"over {group.nodes} nodes, {group.per_node} GPU(s) each"
     size = config.layout.shard_group if z and config.layout.shard_group is not None and config.layout.shard_group < d else d  # hybrid sharding: S < d
@@ -843,7 +810,7 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
         reduce = (f"$L_s × max(0, {r} - max(0, $b_l - {g_b})) + {r}" if overlap_grad else f"$L_s × {r}")
         syncs = "$m" if fw.reduce_every_micro_batch else "1"
         formula = f"$m × ({forward} + {regather}) + {syncs} × ({reduce})"
-    source = f"Rajbhandari et al. 2020 sec. 7 (ZeRO volumes); Zhao et al. 2023 (FSDP prefetch); {fw.name} buckets, {overlap}; {NCCL_SOURCE}"
+    source = f"{DP.source}; {fw.name} buckets, {overlap}; {NCCL_SOURCE}"
     assumptions: tuple[str, ...] = ()
     if size < d:
         from parcalc.core.sharding import HSDP_SOURCE
@@ -851,7 +818,7 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
         source += f"; hybrid sharding: {HSDP_SOURCE}"
         assumptions = (f"hybrid sharding over S = {size}: each reduce-scatter's all-reduce over the replicas follows it on the critical "
                        "path of the reduce (the next reduce-scatter running beside it on another stream is not credited)",)  # fmt: skip
-    return _derivation("t_dp", label, "t_dp", r"t_{\mathrm{dp}}", formula, terms, value, "s", source, assumptions)
+    return DP.derivation(terms, value, formula=formula, source=source, assumptions=assumptions)
 
 
 def _check_cluster(cluster: Cluster) -> None:

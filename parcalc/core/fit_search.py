@@ -76,6 +76,7 @@ from parcalc.core.timing.step import (
     offload_step_time,
     optimizer_step_time,
 )
+from parcalc.core.timing.terms import STEP, STEP_TERMS
 from parcalc.errors import InputError
 
 RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL, Recompute.OP)  # an index of this is the column "recompute"
@@ -748,9 +749,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=t_host)
     t_step = terms.t_step
     n, peak = cluster.gpus, cluster.peak
-    values = dict(
-        t_compute=terms.t_compute, t_tp=terms.t_tp, t_bubble=terms.t_bubble, t_pp=terms.t_pp, t_dp=t_dp, t_cp=terms.t_cp,
-        t_ep=terms.t_ep, t_optimizer=t_opt, t_offload=terms.t_offload, t_host=terms.t_host, t_step=t_step,
+    values = {term.key: getattr(terms, term.key) for term in (*STEP_TERMS, STEP)} | dict(
         tokens_per_second=training.global_batch * training.seq_len / t_step,
         mfu=shapes.model_flops / (t_step * n * peak), hfu=shapes.hardware_flops[r] / (t_step * n * peak),
     )  # fmt: skip

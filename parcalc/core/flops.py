@@ -489,10 +489,10 @@ MTP_SOURCE = (
 def mtp_forward(model: TransformerModel, tokens: float, block: Derivation, head_value: float) -> Derivation:
     """Forward FLOPs of the D multi-token-prediction modules per iteration: each runs the projection
     M_k (2 x T x 2h x h), one block of the model's last layer's kind, and the shared head again for its loss's logits."""
-    h = model.hidden
-    proj = 2.0 * tokens * 2 * h * h
+    features_in, features_out = model.mtp_projection
+    proj = 2.0 * tokens * features_in * features_out
     inputs = (Term("D_mtp", "D", "D", model.mtp_layers, "", "multi-token-prediction depth (modules)", model.mtp_source),
-              Term("F_proj_mtp", "F_M", r"F_{M}", proj, "FLOP", f"projection M_k: 2 x [{tokens:g}×{2 * h}]·[{2 * h}×{h}]"),
+              Term("F_proj_mtp", "F_M", r"F_{M}", proj, "FLOP", f"projection M_k: 2 x [{tokens:g}×{features_in}]·[{features_in}×{features_out}]"),
               block.as_term("F_block"),
               Term("F_head_mtp", "F_head", r"F_{\mathrm{head}}", head_value, "FLOP", "the shared LM head: the MTP loss's logits"))  # fmt: skip
     return Derivation("mtp_forward_flops", "Forward FLOPs of the multi-token-prediction modules per iteration", "F_mtp",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from parcalc.core.layer_pattern import check_every, layers_in, on_layer
 from parcalc.errors import InputError
 from parcalc.frozen import frozen
 
@@ -49,8 +50,7 @@ class GatedDeltaNet:
             raise InputError("gated delta net: heads, head dimensions and the conv kernel must be at least 1")
         if self.value_heads % self.key_heads:
             raise InputError(f"gated delta net: value heads ({self.value_heads}) must be a multiple of key heads ({self.key_heads})")
-        if self.full_every < 0 or self.full_every == 1:
-            raise InputError(f"gated delta net: full_every must be 0 (every layer linear) or at least 2, got {self.full_every}")
+        check_every(self.full_every, "gated delta net", "full_every")
 
     @property
     def key_dim(self) -> int:
@@ -66,15 +66,11 @@ class GatedDeltaNet:
         return 2 * self.key_dim + self.value_dim
 
     def is_linear(self, index: int) -> bool:
-        return not self.full_every or (index + 1) % self.full_every != 0
+        return on_layer(index, self.full_every)
 
     def linear_layers_in(self, start: int, end: int) -> int:
         """Linear-attention layers among start .. end - 1 (0-based), in closed form."""
-        if end <= start:
-            return 0
-        if not self.full_every:
-            return end - start
-        return (end - start) - (end // self.full_every - start // self.full_every)
+        return layers_in(start, end, self.full_every)
 
     def params(self, hidden: int) -> int:
         """One mixer: in_proj_qkvz, in_proj_ba, conv1d (conv_dim x K), dt_bias, A_log, the gated norm, out_proj."""

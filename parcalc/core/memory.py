@@ -195,7 +195,8 @@ def mtp_params_per_rank(model: TransformerModel, par: Layout) -> int:
         block = moe_dense_params_per_rank(model, par.tp) + expert_params_per_rank(model, par)
     else:
         block = layer_params_per_rank(model, par.tp)
-    own = 3 * model.norm.params_per_channel * model.hidden + 2 * model.hidden * model.hidden // par.tp
+    features_in, features_out = model.mtp_projection
+    own = model.mtp_norm_params + features_in * features_out // par.tp
     embedding = vocab_shard(model, par.tp) * model.hidden if par.pp > 1 and model.vocab else 0
     return model.mtp_layers * (own + block) + embedding
 

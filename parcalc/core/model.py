@@ -345,14 +345,25 @@ class TransformerModel:
         return self.is_moe_layer(self.layers - 1)
 
     @property
+    def mtp_projection(self) -> tuple[int, int]:
+        """An MTP module's projection M_k (eh_proj), (in, out) features: the concatenation [RMSNorm(h); RMSNorm(Emb)]
+        of 2h onto h, no bias (DeepSeek-V3 report eq. (21), M_k of d x 2d; Megatron-LM MultiTokenPredictionLayer.eh_proj)."""
+        return 2 * self.hidden, self.hidden
+
+    @property
+    def mtp_norm_params(self) -> int:
+        """An MTP module's norms: enorm and hnorm on its two inputs, final_layernorm on its output."""
+        return 3 * self.norm.params_per_channel * self.hidden
+
+    @property
     def mtp_module_params(self) -> int:
         """One MTP module without the shared embedding and head: the norms of its two inputs (enorm, hnorm),
         the projection M_k of 2h -> h without bias (eh_proj), the block, and its final norm (Megatron-LM
         multi_token_prediction.py MultiTokenPredictionLayer: enorm, hnorm, eh_proj, transformer_layer,
         final_layernorm; DeepSeek-V3's checkpoint layer 61: enorm, hnorm, eh_proj, shared_head.norm)."""
-        norms = 3 * self.norm.params_per_channel * self.hidden
         block = self.moe_layer_params if self.mtp_layer_is_moe else self.params_per_layer
-        return norms + 2 * self.hidden * self.hidden + block
+        features_in, features_out = self.mtp_projection
+        return self.mtp_norm_params + features_in * features_out + block
 
     @property
     def mtp_params(self) -> int:

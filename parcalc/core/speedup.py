@@ -181,24 +181,22 @@ def efficiency_derivation(speedup: Derivation, reference_gpus: int, gpus: int) -
 
 
 def step_terms(est: Estimate) -> dict[str, float]:
-    """t_step split into the model's named terms (seconds); they add up to t_step.
+    """t_step split into the model's named terms (seconds; parcalc.core.timing.terms' names, every term, 0 where the
+    configuration has none of it); they add up to t_step.
 
     Compute is split into the kernels of the forward and backward and the recomputed forward, so
     that recomputation is a term of its own (parcalc.core.fit.estimate's t_compute = m (t_f + t_b + t_r))."""
+    from parcalc.core.timing.terms import RECOMPUTE_NAME, STEP_TERMS
+
     m, t_r = est.compute.term("m").value, est.compute.term("t_r").value
     recompute = m * t_r
-    terms = {
-        "compute": est.compute.value - recompute,
-        "recomputation": recompute,
-        "TP communication": est.tp_comm.value,
-        "CP exchanges": est.cp_comm.value if est.cp_comm is not None else 0.0,
-        "MoE all-to-alls": est.ep_comm.value if est.ep_comm is not None else 0.0,
-        "bubble": est.bubble.value,
-        "PP sends": est.pp_comm.value,
-        "exposed DP sync": est.dp_comm.value,
-        "optimizer": est.optimizer.value,
-        "offload": est.offload.value if est.offload is not None else 0.0,
-    }
+    present = {d.key: d.value for d in est.step_terms()}
+    terms = {}
+    for term in STEP_TERMS:
+        if term.key == "t_compute":
+            terms[term.name], terms[RECOMPUTE_NAME] = present[term.key] - recompute, recompute
+        else:
+            terms[term.name] = present.get(term.key, 0.0)
     return terms
 
 

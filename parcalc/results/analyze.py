@@ -79,7 +79,7 @@ def _find(file: Path, dirs: tuple) -> Path:
             return file
     except OSError:
         return file
-    from parcalc.presets import search_dirs
+    from parcalc.preset_files import search_dirs
 
     for directory, _ in search_dirs(dirs):
         candidate = directory / "worksheets" / file.name

@@ -3,6 +3,7 @@ launch, and (with --model and --gpu) the calibration each kind gets (parcalc.cor
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from parcalc.core.calibrate.trace import KIND_KEYS, KIND_SOURCE
@@ -51,3 +52,93 @@ def trace_result(file: str, summary: Any, predicted: dict[str, float], fits: tup
     return Result(command="calibrate trace", title=f"Trace: {file}", inputs=(), derivations=(), settings=(("file", file),),
                   tables=tuple(tables), verdicts=tuple(verdicts),
                   assumptions=(KIND_SOURCE, "the profiler's own per-op cost is in the host times (an upper bound)"))  # fmt: skip
+
+
+# A profiled step's Chrome trace: the shared H200 steps' are about 0.5 MB gzipped (tests/fixtures/h200); a step of a large
+# model profiled with shapes and stacks runs to hundreds of MB of JSON. More than this is not one step's trace.
+MAX_TRACE_BYTES = 1 << 30
+
+
+def check_flags(*, model: str | None, gpu: str | None, framework: str | None, batch: str | None, seq_len: str | None, preset: bool) -> None:
+    """The flags that describe the traced step go together: with --model, and -o FILE.yaml needs --model and --gpu."""
+    from parcalc.errors import InputError
+
+    if model is None and any(v is not None for v in (gpu, framework, batch, seq_len)):
+        raise InputError("--gpu, --framework, --batch, --seq-len: describe the traced step for --model's prediction; give --model too")
+    if preset and (model is None or gpu is None):
+        raise InputError("-o FILE.yaml: a calibrated GPU preset needs the traced step (--model, --batch, --seq-len) and the GPU to start from (--gpu)")
+
+
+def read_trace_file(file: str) -> dict[str, Any]:
+    """TRACE's JSON, read through parcalc.files.read_regular: a directory, a FIFO, a device or a file over
+    MAX_TRACE_BYTES is one line, not a hang or a traceback."""
+    from parcalc.core.calibrate.trace import parse_trace
+    from parcalc.errors import InputError
+    from parcalc.files import NotRegularFileError, TooLargeError, check_name_length, read_regular
+
+    if not file.strip():
+        raise InputError("TRACE: give the trace file (a .json or .json.gz of prof.export_chrome_trace)")
+    path = Path(file)
+    check_name_length(path, "TRACE")  # a 300-byte name was ENAMETOOLONG, an internal error
+    try:
+        raw = read_regular(path, MAX_TRACE_BYTES)
+    except IsADirectoryError:
+        raise InputError(f"{file}: is a directory, not a trace") from None
+    except (FileNotFoundError, NotADirectoryError):
+        raise InputError(f"{file}: no such file") from None
+    except NotRegularFileError:  # a FIFO without a writer would block the read for ever
+        raise InputError(f"{file}: not a regular file (a trace is a .json or .json.gz file)") from None
+    except TooLargeError as error:
+        raise InputError(f"{file}: too large for one step's trace: {error}") from None
+    except OSError as error:
+        raise InputError(f"{file}: cannot read it ({error.strerror or error})") from None
+    return parse_trace(raw, str(path))
+
+
+def from_flags(file: str, trace: dict[str, Any], predicted: dict[str, float], *, model: str | None = None, gpu: str | None = None, framework: str | None = None,
+               batch: str | None = None, seq_len: str | None = None, name: str | None = None,
+               presets: Any = None) -> tuple[Result, dict[str, Any] | None]:  # fmt: skip
+    """The report of the trace (read_trace_file) beside fit's prediction of the same step (`predicted`: fit's derivations
+    by key, run by the command with --model; empty without), and with --gpu the calibrated GPU preset's document (None
+    without)."""
+    from parcalc.core.calibrate.trace import summarise
+
+    summary = summarise(trace, file)
+    fits: tuple[Any, ...] = ()
+    host = base_host = document = None
+    if model is not None and gpu is not None:
+        fits, host, base_host, document = _calibration(file, summary, predicted, model, gpu, framework, batch, seq_len, name, presets)
+    return trace_result(file, summary, predicted, fits, host, base_host), document
+
+
+def _calibration(file: str, summary: Any, predicted: dict[str, Any], model: str, gpu: str, framework: str | None, batch: str | None,
+                 seq_len: str | None, name: str | None, presets: Any) -> tuple[Any, ...]:  # fmt: skip
+    """(the kinds' factors, the host per launch, the base's host costs, the calibrated preset's document)."""
+    import time
+
+    from parcalc import __version__
+    from parcalc.core.calibrate.trace import calibrated_document, kind_fits, traced_host
+    from parcalc.preset_files import Category, find
+    from parcalc.preset_hardware import gpu_from_document
+    from parcalc.presets import load_framework
+    from parcalc.results.parse import preset_dirs
+    from parcalc.strict_yaml import read_yaml
+
+    dirs = preset_dirs(presets)
+    found = find(Category.GPUS, gpu, dirs)
+    base = read_yaml(found.path)
+    typed = gpu_from_document(found.key, found.path, base)
+    profile = load_framework(framework or "megatron", dirs)
+    base_host = typed.host if typed.host is not None else profile.host
+    fits = kind_fits(summary, predicted, typed.kernels.calibrated if typed.kernels is not None else None, file)
+    host = traced_host(summary, base_host)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    step = f"{Path(model).name}, b {batch or 'fit default'}, s {seq_len or 'fit default'}, framework {profile.key}"
+    source = (f"calibrated by parcalc {__version__} calibrate trace from {Path(file).name} ({summary.kernels:,} kernels; {step}), {when}: "
+              "each kind's factor = the base preset's x modelled / traced kernel time of that kind; host = the trace's time per launch, "
+              "blocked launches excluded (parcalc.core.calibrate.trace)")  # fmt: skip
+    display = name or f"{typed.name}, calibrated from {Path(file).name}"
+    document = calibrated_document(base, fits, host, display, source, file)
+    return fits, host, base_host, document
+
+

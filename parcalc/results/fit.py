@@ -361,15 +361,13 @@ def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str
 
 def _configurations_table(found: SearchResult, order: Any, title: str, extra: tuple[str, ...] = ()) -> Table:
     from parcalc.core.fit_search import CONFIG_FIELDS, COST_FIELDS
+    from parcalc.core.timing.terms import BY_KEY
     from parcalc.derivation import Column, Table
 
-    units = {"memory": "B", "t_compute": "s", "t_tp": "s", "t_bubble": "s", "t_pp": "s", "t_dp": "s", "t_optimizer": "s", "t_step": "s",
-             "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction", "t_cp": "s", "t_ep": "s", "t_host": "s"}  # fmt: skip
+    units = {"memory": "B", "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction"} | dict.fromkeys(BY_KEY, "s")
     labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "first_stage_layers": "L first",
-              "last_stage_layers": "L last", "memory": "memory",
-              "t_compute": "compute", "t_tp": "TP comm", "t_bubble": "bubble", "t_pp": "PP comm", "t_dp": "DP exposed", "t_optimizer": "optimizer",
-              "t_step": "step", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP", "ep": "EP",
-              "t_cp": "CP comm", "t_ep": "EP exchange", "t_host": "host wait", "shard_group": "S"}  # fmt: skip
+              "last_stage_layers": "L last", "memory": "memory", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP",
+              "ep": "EP", "shard_group": "S"} | {key: term.heading for key, term in BY_KEY.items()}  # fmt: skip
     columns = tuple(Column(k, labels.get(k, k), units.get(k, ""), memory=k == "memory") for k in CONFIG_FIELDS + COST_FIELDS + extra)
     key = "configurations" if order is None else "top"
     return Table(key, title, columns, tuple(found.evaluated.rows(order, extra)))
@@ -439,6 +437,8 @@ def distinct_layouts(evaluated: Any, ranked: Any, top: int) -> Any:
 
 
 def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Cluster, shown: Any = None) -> list[str]:
+    from parcalc.core.timing.terms import BY_KEY
+
     evaluated = found.evaluated
     c = evaluated.columns
     first = int(ranked[0])
@@ -446,11 +446,7 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
     verdicts = [f"{len(evaluated):,} configurations evaluated on {found.layouts} layouts; {ranked.size:,} fit in {_gib(cluster.capacity)}, "
                 f"on {layouts_fitting:,} of the layouts; the table shows each layout (tp x pp x dp x cp x ep) once, at its fastest "
                 f"{RUN_FIELDS_TEXT}"]  # fmt: skip
-    parts = {"compute": best.compute.value, "TP communication": best.tp_comm.value, "bubble": best.bubble.value,
-             "PP sends": best.pp_comm.value, "exposed DP sync": best.dp_comm.value, "optimizer": best.optimizer.value,
-             "CP exchanges": best.cp_comm.value if best.cp_comm is not None else 0.0,
-             "MoE dispatch and combine": best.ep_comm.value if best.ep_comm is not None else 0.0}  # fmt: skip
-    shares = ", ".join(f"{name} {value / best.step.value:.0%}" for name, value in parts.items() if value > 0)
+    shares = ", ".join(f"{BY_KEY[d.key].name} {d.value / best.step.value:.0%}" for d in best.step_terms() if d.value > 0)
     verdicts.append(f"best: {best.config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
                     f"{_gib(best.total_memory)} per GPU ({shares})")  # fmt: skip
     verdicts.append(f"to pin it, the same command without --search and with: {config_flags(best.config)}")
@@ -458,8 +454,8 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
         second = int(shown[1])
         gap = c["t_step"][second] / c["t_step"][first] - 1
         changes = []
-        for key, name in (("t_tp", "TP communication"), ("t_bubble", "bubble"), ("t_pp", "PP sends"), ("t_dp", "exposed DP sync"),
-                          ("t_compute", "compute (recomputation)"), ("t_cp", "CP exchanges"), ("t_ep", "MoE dispatch and combine")):  # fmt: skip
+        for key in ("t_tp", "t_bubble", "t_pp", "t_dp", "t_compute", "t_cp", "t_ep"):
+            name = BY_KEY[key].name + (" (recomputation)" if key == "t_compute" else "")
             delta = c[key][second] - c[key][first]
             if abs(delta) > 1e-9 * c["t_step"][first]:
                 changes.append(f"{name} {abs(delta):.3g} s {'less' if delta > 0 else 'more'}")

@@ -85,7 +85,7 @@ _checked_preset_dirs: set[Path] = set()
 def preset_dir_problem(directory: Path) -> str | None:
     """Why `directory` gives no presets (it is missing, not a directory, or holds none of the
     category folders), or None when it holds at least one of them."""
-    from parcalc.presets import Category
+    from parcalc.preset_files import Category
 
     shown = str(directory)
     try:

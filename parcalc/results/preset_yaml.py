@@ -13,7 +13,8 @@ def validated_preset(
     import yaml
 
     from parcalc.errors import PresetError
-    from parcalc.presets import _strict_loader, gpu_from_document, link_from_document
+    from parcalc.preset_hardware import gpu_from_document, link_from_document
+    from parcalc.strict_yaml import strict_loader
 
     text = f"# {header}\n" + yaml.dump(
         _flow_leaves(document),
@@ -23,7 +24,7 @@ def validated_preset(
         width=4096,
     )
     reread = yaml.load(
-        text, Loader=_strict_loader()  # noqa: S506 - a SafeLoader subclass, as presets are read
+        text, Loader=strict_loader()  # noqa: S506 - a SafeLoader subclass, as presets are read
     )
     build = gpu_from_document if category == "gpus" else link_from_document
     try:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from parcalc.derivation import Result
-    from parcalc.presets import PresetFile
+    from parcalc.preset_files import PresetFile
 
 CATEGORY_NAMES = ("gpus", "links", "models", "worksheets", "frameworks")
 
@@ -17,7 +17,7 @@ def list_result(category: str | None = None, presets: list[Path] | None = None) 
     """The presets of `category` (every category when None), each with the file it comes from."""
     from parcalc.core.catalog import catalog_result
     from parcalc.errors import InputError
-    from parcalc.presets import Category, find_all
+    from parcalc.preset_files import Category, find_all
     from parcalc.results.parse import preset_dirs
 
     if category is not None and category.lower() not in CATEGORY_NAMES:
@@ -38,7 +38,8 @@ def _description(path: Path) -> str:
     """The preset's one line: its `name:` (a worksheet's `title:`); "" for a file that cannot be read as a preset
     (`presets show` says why), and never a control character (file contents reach the terminal)."""
     from parcalc.errors import ParcalcError
-    from parcalc.presets import control_character, read_yaml
+    from parcalc.preset_files import control_character
+    from parcalc.strict_yaml import read_yaml
 
     try:
         document = read_yaml(path)

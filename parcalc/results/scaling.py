@@ -277,11 +277,17 @@ def skipped_table(curve: Curve) -> Any:
     return Table("skipped", "GPU counts without a step time", columns, rows)
 
 
-# (name in parcalc.core.speedup.step_terms, JSON/CSV key as fit --search names the term, heading)
-TERM_COLUMNS = (("compute", "t_compute", "compute"), ("recomputation", "t_recompute", "recomp."),
-                ("TP communication", "t_tp", "TP comm"), ("CP exchanges", "t_cp", "CP comm"), ("MoE all-to-alls", "t_ep", "EP a2a"),
-                ("bubble", "t_bubble", "bubble"), ("PP sends", "t_pp", "PP sends"), ("exposed DP sync", "t_dp", "DP exp."),
-                ("optimizer", "t_optimizer", "optim."), ("offload", "t_offload", "offload"))  # fmt: skip
+def term_columns() -> tuple[tuple[str, str, str], ...]:
+    """(name in parcalc.core.speedup.step_terms, JSON/CSV key as fit --search names the term, heading) of every term,
+    recomputation split off compute (parcalc.core.timing.terms)."""
+    from parcalc.core.timing.terms import RECOMPUTE_HEADING, RECOMPUTE_KEY, RECOMPUTE_NAME, STEP_TERMS
+
+    columns = []
+    for term in STEP_TERMS:
+        columns.append((term.name, term.key, term.heading))
+        if term.key == "t_compute":
+            columns.append((RECOMPUTE_NAME, RECOMPUTE_KEY, RECOMPUTE_HEADING))
+    return tuple(columns)
 
 
 def terms_table(curve: Curve) -> Any:
@@ -291,7 +297,7 @@ def terms_table(curve: Curve) -> Any:
 
     timed = curve.timed()
     per_point = [(p, step_terms(p.estimate)) for p in timed]  # type: ignore[arg-type]
-    present = [(k, key, label) for k, key, label in TERM_COLUMNS if any(terms[k] > 0 for _, terms in per_point)]
+    present = [(k, key, label) for k, key, label in term_columns() if any(terms[k] > 0 for _, terms in per_point)]
     columns = (Column("gpus", "N"), *(Column(key, label, "s") for _, key, label in present), Column("efficiency", "eff.", "fraction"))
     rows = tuple((p.gpus, *(terms[k] * p.gpus / p.global_batch for k, _, _ in present), p.efficiency.value)  # type: ignore[union-attr]
                  for p, terms in per_point)  # fmt: skip

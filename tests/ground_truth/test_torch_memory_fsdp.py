@@ -20,7 +20,6 @@ Two things are set for the CPU:
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 
 import pytest
@@ -56,53 +55,35 @@ def tracked_peak(shape: tuple, world: int, checkpoint: bool, reduce_fp32: bool, 
                  impl: str = "for-loop", fake: bool = True, bf16: bool = False, experts: tuple[int, int] | None = None) -> dict[str, float]:  # fmt: skip
     """FSDPMemTracker's peak over a steady-state step (the second of two), by its categories and 'Total'. bf16: the model
     built in bf16 and sharded without a MixedPrecisionPolicy (no casts); else fp32 shards with param_dtype bf16."""
-    import transformers.masking_utils as masking
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
+
+    from .hf_causal_lm import hf_causal_lm
 
     layers, hidden, heads, ffn, vocab, b, s = shape
     mesh = _process_group(world)
-    saved = masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices
-    masking._ignore_causal_mask_sdpa = lambda padding_mask, q_length, kv_length, *a, **k: padding_mask is None and q_length == kv_length
-    masking.find_packed_sequence_indices = lambda position_ids: None
-    try:
-        shared = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
-                      num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=8192,
-                      tie_word_embeddings=tied, use_cache=False)  # fmt: skip
-        config = (LlamaConfig(**shared) if experts is None else  # experts: (how many, top k), each of width ffn
-                  MixtralConfig(**shared, num_local_experts=experts[0], num_experts_per_tok=experts[1], sliding_window=None))
-        config._attn_implementation = "sdpa"
-        with FakeTensorMode() if fake else contextlib.nullcontext():
-            default = torch.get_default_dtype()
-            torch.set_default_dtype(torch.bfloat16 if bf16 else default)  # model.to() cannot swap fake parameters
-            try:
-                model = LlamaForCausalLM(config) if experts is None else MixtralForCausalLM(config)
-            finally:
-                torch.set_default_dtype(default)
-            if checkpoint:
-                model.gradient_checkpointing_enable()
-            policy = (MixedPrecisionPolicy() if bf16 else
-                      MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32 if reduce_fp32 else None))  # fmt: skip
-            for i, layer in enumerate(model.model.layers):
-                fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_last or i < layers - 1)
-            fully_shard(model, mesh=mesh, mp_policy=policy)
-            model.train()
-            kwargs = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **kwargs)
-            ids = torch.randint(0, vocab, (b, s))
-            tracker = fsdp_tracker.FSDPMemTracker(mod=model, optm=opt)
-            tracker.track_inputs((ids,))
-            with tracker:
-                for i in range(2):
-                    model(input_ids=ids, labels=ids).loss.backward()
-                    opt.step()
-                    opt.zero_grad()
-                    if i == 0:
-                        tracker.reset_mod_stats()  # the first step has no optimizer states
-            snapshot = tracker.get_tracker_snapshot("peak")
-    finally:
-        masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices = saved
+    with hf_causal_lm(layers, hidden, heads, ffn, vocab, tied=tied, fake=fake, bf16=bf16,
+                      architecture="llama" if experts is None else "mixtral", experts=experts) as model:
+        if checkpoint:
+            model.gradient_checkpointing_enable()
+        policy = (MixedPrecisionPolicy() if bf16 else
+                  MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32 if reduce_fp32 else None))  # fmt: skip
+        for i, layer in enumerate(model.model.layers):
+            fully_shard(layer, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_last or i < layers - 1)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        model.train()
+        kwargs = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[impl]
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **kwargs)
+        ids = torch.randint(0, vocab, (b, s))
+        tracker = fsdp_tracker.FSDPMemTracker(mod=model, optm=opt)
+        tracker.track_inputs((ids,))
+        with tracker:
+            for i in range(2):
+                model(input_ids=ids, labels=ids).loss.backward()
+                opt.step()
+                opt.zero_grad()
+                if i == 0:
+                    tracker.reset_mod_stats()  # the first step has no optimizer states
+        snapshot = tracker.get_tracker_snapshot("peak")
     (_device, parts), = snapshot.items()
     return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
 

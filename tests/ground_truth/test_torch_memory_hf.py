@@ -29,46 +29,27 @@ def tracked_peak(layers: int, hidden: int, heads: int, ffn: int, vocab: int, b: 
                  precision: str = "mixed-bf16") -> tuple[float, dict]:  # fmt: skip
     """MemTracker's peak over a steady-state step (the second of two), in bytes, and its parts. precision:
     mixed-bf16 (fp32 weights, autocast bf16: the Trainer's bf16=True), bf16 (bf16 weights, no autocast), fp32."""
-    import transformers.masking_utils as masking
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from .hf_causal_lm import hf_causal_lm
 
-    saved = masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices
-    # the decisions transformers takes with real tensors and no padding (module docstring)
-    masking._ignore_causal_mask_sdpa = lambda padding_mask, q_length, kv_length, *a, **k: padding_mask is None and q_length == kv_length
-    masking.find_packed_sequence_indices = lambda position_ids: None
-    try:
-        config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
-                             num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=8192,
-                             tie_word_embeddings=True, use_cache=False)  # fmt: skip
-        config._attn_implementation = "sdpa"
-        with FakeTensorMode():
-            default = torch.get_default_dtype()
-            if precision == "bf16":  # built in bf16 (model.to() cannot swap fake parameters)
-                torch.set_default_dtype(torch.bfloat16)
-            try:
-                model = LlamaForCausalLM(config)
-            finally:
-                torch.set_default_dtype(default)
-            if checkpoint:
-                model.gradient_checkpointing_enable()
-            model.train()
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-            ids = torch.randint(0, vocab, (b, s))
-            tracker = mem_tracker.MemTracker()
-            tracker.track_external(model, opt, ids)
-            with tracker:
-                for i in range(2):
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "mixed-bf16"):
-                        loss = model(input_ids=ids, labels=ids).loss
-                    loss.backward()
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                    if i == 0:
-                        tracker.reset_mod_stats()
-            snapshot = tracker.get_tracker_snapshot("peak")
-    finally:
-        masking._ignore_causal_mask_sdpa, masking.find_packed_sequence_indices = saved
+    # the decisions transformers takes with real tensors and no padding (module docstring), patched in by the helper
+    with hf_causal_lm(layers, hidden, heads, ffn, vocab, bf16=precision == "bf16") as model:
+        if checkpoint:
+            model.gradient_checkpointing_enable()
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        ids = torch.randint(0, vocab, (b, s))
+        tracker = mem_tracker.MemTracker()
+        tracker.track_external(model, opt, ids)
+        with tracker:
+            for i in range(2):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "mixed-bf16"):
+                    loss = model(input_ids=ids, labels=ids).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if i == 0:
+                    tracker.reset_mod_stats()
+        snapshot = tracker.get_tracker_snapshot("peak")
     (_device, parts), = snapshot.items()
     return float(parts[mem_tracker._TOTAL_KEY]), {str(k): v for k, v in parts.items()}
 

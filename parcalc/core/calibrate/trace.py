@@ -23,7 +23,6 @@ import json
 import statistics
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from parcalc.errors import InputError
@@ -67,12 +66,9 @@ class TraceSummary:
     optimizer: HostPhase | None
 
 
-def read_trace(path: Path) -> dict[str, Any]:
-    """The trace's JSON (gzipped or not); one-line errors for what is not a Kineto trace."""
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise InputError(f"{path}: cannot read it ({error.strerror or error})") from None
+def parse_trace(raw: bytes, path: str) -> dict[str, Any]:
+    """The trace's JSON from the file's bytes (gzipped or not; parcalc.results.calibrate_trace reads the file); one-line
+    errors, naming `path`, for what is not a Kineto trace."""
     try:
         text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
     except (EOFError, OSError, zlib.error):

@@ -1,6 +1,6 @@
-"""One training iteration's time, from the kernel, network and overlap models.
-
-    t_step = t_compute + t_tp + t_cp + t_ep + t_bubble + t_pp + t_dp + t_optimizer
+"""One training iteration's time, from the kernel, network and overlap models: the pieces of each
+term and combine, which adds them. The terms themselves (label, symbol, formula, source) are
+defined once in parcalc.core.timing.terms; here is how each is computed:
 
 - t_ep = the MoE dispatch and combine of the slowest stage's MoE layers: all of them for the
   micro-batches without a partner, what the partner's compute leaves for the others
@@ -16,9 +16,9 @@
   parallelism that includes the backward all-gather of each column-parallel linear's input
   (Megatron-LM keeps only its sequence shard), which runs beside the linear's input-gradient
   GEMM: max(0, t_AG - t_dgrad) per column-parallel linear per layer (regather_per_layer);
-- t_bubble = (p - 1)/(v m) x (t_compute + t_tp) (Narayanan et al. 2021, sec. 2.2);
-- t_pp = 2 m v sends of one micro-batch's activation (split over the TP ranks: Megatron-LM's
-  scatter/gather), on the critical path of 1F1B;
+- t_bubble: the (p - 1)/(v m) share of the slowest stage's work, its exposed communication included;
+- t_pp: one micro-batch's activation (split over the TP ranks: Megatron-LM's scatter/gather) each
+  way per micro-batch and chunk, on the critical path of 1F1B;
 - t_dp = the data-parallel / ZeRO / FSDP communication left exposed (parcalc.core.timing.overlap); with
   hybrid sharding (a shard group S < dp) ZeRO's collectives run in the shard group and each reduce is
   followed by the all-reduce of its 1/S shard over the dp / S replicas (dp_pieces, dp_exposed);

@@ -1,0 +1,108 @@
+"""Framework profiles: a YAML document made into parcalc.core.timing.framework's Framework, every
+setting a {value, source} pair."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from parcalc.errors import InputError, PresetError, shown
+from parcalc.preset_doc import PresetDoc, host_costs_of, opened
+from parcalc.preset_files import Category
+from parcalc.units import Dimension, parse_quantity
+
+_FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
+                    "tp_comm_overlap")  # fmt: skip
+_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
+                   "kernels", "host", "step_memory", "data_parallel_only")  # fmt: skip
+# What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
+_PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
+
+
+def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Any:
+    """A framework profile: every setting a {value, source} pair (parcalc.core.timing.framework)."""
+    from parcalc.core.timing.framework import Framework
+
+    doc, sources = opened(path, data, _FRAMEWORK_KEYS, Category.FRAMEWORKS)
+    cited: list[tuple[str, str]] = []
+
+    def setting(block: PresetDoc, name: str, cite_as: str) -> Any:
+        node = block.child(name)
+        node.only(("value", "source", "note"))
+        if "value" not in node.data:
+            raise node.error("value", "missing")
+        note = node.text("note", required=False)
+        cited.append((cite_as, node.source_ref("source", sources) + (f" ({note})" if note else "")))
+        return node.data["value"]
+
+    def value_of(block: PresetDoc, name: str, cite_as: str) -> Any:
+        value = setting(block, name, cite_as)
+        if name in _FRAMEWORK_FLAGS:
+            if not isinstance(value, bool):
+                raise block.error(f"{name}.value", f"expected true or false, got {shown(value)}")
+            return value
+        if name == "reduce_bytes":
+            if value not in (1, 2, 4) or isinstance(value, bool):
+                raise block.error("reduce_bytes.value", f"bytes per gradient element on the wire: 1, 2 or 4, got {shown(value)}")
+            return float(value)
+        if name == "zero_stages":
+            if not isinstance(value, list) or not value or any(type(z) is not int or z not in (0, 1, 2, 3) for z in value):
+                raise block.error("zero_stages.value", f"a list of ZeRO stages among 0, 1, 2, 3, got {shown(value)}")
+            return tuple(sorted(set(value)))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:  # bytes per parameter
+            raise block.error(f"{name}.value", f"bytes per parameter between 0 and 100, got {shown(value)}")
+        return float(value)
+
+    flags = {name: value_of(doc, name, name) for name in _FRAMEWORK_FLAGS}
+    reduce_bytes = value_of(doc, "reduce_bytes", "reduce_bytes")
+    stages = value_of(doc, "zero_stages", "zero_stages")
+    kernels = "fused"  # optional: profiles written before kernel sets existed time Megatron-LM's fused kernels
+    if "kernels" in data:
+        from parcalc.core.timing.framework import KERNEL_SETS
+
+        kernels = setting(doc, "kernels", "kernels")
+        if kernels not in KERNEL_SETS:
+            raise doc.error("kernels.value", f"one of {', '.join(KERNEL_SETS)}, got {shown(kernels)}")
+    memory: dict[str, Any] = {}  # optional: profiles without them count memory as the textbook does
+    if "step_memory" in data:
+        from parcalc.core.timing.framework import STEP_MEMORY_MODELS
+
+        memory["step_memory"] = setting(doc, "step_memory", "step_memory")
+        if memory["step_memory"] not in STEP_MEMORY_MODELS:
+            raise doc.error("step_memory.value", f"one of {', '.join(STEP_MEMORY_MODELS)}, got {shown(memory['step_memory'])}")
+    if "data_parallel_only" in data:
+        memory["data_parallel_only"] = setting(doc, "data_parallel_only", "data_parallel_only")
+        if not isinstance(memory["data_parallel_only"], bool):
+            raise doc.error("data_parallel_only.value", f"expected true or false, got {shown(memory['data_parallel_only'])}")
+    host = host_costs_of(doc, sources) if "host" in data else None
+    pipeline: tuple[tuple[str, Any], ...] = ()
+    if "pipeline" in doc.data:
+        block = doc.child("pipeline")
+        block.only(_PIPELINE_KEYS)
+        if not block.data:
+            raise doc.error("pipeline", f"give at least one of {', '.join(_PIPELINE_KEYS)}")
+        pipeline = tuple((name, value_of(block, name, f"pipeline.{name}")) for name in _PIPELINE_KEYS if name in block.data)
+    buckets = doc.child("gradient_buckets")
+    buckets.only(("min_params", "params_per_dp_rank", "bytes", "source"))
+    cited.append(("bucket", buckets.source_ref("source", sources)))
+    numbers = {}
+    for name in ("min_params", "params_per_dp_rank"):
+        value = buckets.data.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise buckets.error(name, f"a number of parameters >= 0, got {shown(value)}")
+        numbers[name] = float(value)
+    size = buckets.data.get("bytes")
+    bucket_bytes = 0.0
+    if size is not None:
+        try:
+            bucket_bytes = parse_quantity(size, Dimension.BYTES, f"{path}: key 'gradient_buckets.bytes'")
+        except InputError as error:
+            raise PresetError(str(error)) from None
+    if not (numbers["min_params"] or numbers["params_per_dp_rank"] or bucket_bytes):
+        raise buckets.error("min_params", "give min_params / params_per_dp_rank or bytes")
+    return Framework(
+        key=key, name=doc.text("name"), bucket_min_params=numbers["min_params"], bucket_params_per_dp_rank=numbers["params_per_dp_rank"],
+        bucket_bytes=bucket_bytes, reduce_bytes=reduce_bytes, zero_stages=stages, sources=tuple(cited), pipeline=pipeline, **flags,
+        kernels=kernels, host=host, notes=doc.texts("notes"), **memory,
+    )  # fmt: skip
