@@ -16,6 +16,12 @@ by that:
 
 r_sm, t_tile and t_kernel are three numbers of one GPU, measured by shape (the preset says which
 rows of which sweep set them; the other rows check them: tests/test_step_parts.py).
+
+The clock. r_sm is the SM rate at the clock the sweep's GEMM loop ran at; a GPU at its board power limit
+lowers its SM clock until the board's power fits, and a loop of large GEMMs draws the most. Inside a
+training step GEMMs alternate with memory-bound kernels that draw less, and the clock the power limit
+leaves is higher: fit runs the main loop at r_sm x f_train / f_sweep (`clock`, `training_clock`; the
+preset says where each comes from), `intensity` (a GEMM alone) at r_sm.
 """
 
 from __future__ import annotations
@@ -34,6 +40,16 @@ class TiledGemm:
     split_k_slice: int  # the least K of one split
     tiles: tuple[tuple[int, int], ...]  # (tm, tn) candidates
     source: str
+    # Hz: the SM clock the sweep's GEMMs ran at, and the clock GEMMs run at inside a training step under the board's
+    # power limit; fit's GEMMs run their main loop at sm_rate x training_clock / clock (0: not known, no change)
+    clock: float = 0.0
+    training_clock: float = 0.0
+    clock_source: str = ""
+
+    @property
+    def clock_ratio(self) -> float:
+        """The training step's SM clock over the sweep's (1 where either is not known)."""
+        return self.training_clock / self.clock if self.clock > 0 and self.training_clock > 0 else 1.0
 
 
 SPLITS = (1, 2, 4, 8, 16)

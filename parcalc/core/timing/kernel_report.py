@@ -57,7 +57,7 @@ def kernel_spec(gpu: Gpu | None, dtype: str, peak: float, bandwidth: float | Non
 def alone_spec(spec: ComputeSpec, dtype: str) -> ComputeSpec | None:
     """The same spec with the share one GEMM reaches alone (kernels.matmul_isolated); None without one."""
     share = spec.kernels.isolated_share(dtype)
-    return None if share is None else replace(spec, matmul=share)
+    return None if share is None else replace(spec, matmul=share, gemm_clock=1.0)  # alone: at the sweep's clock
 
 
 def _rate_terms(spec: ComputeSpec, which: str) -> tuple[Term, ...]:
