@@ -158,3 +158,26 @@ def test_a_multi_tensor_launch_lasts_as_long_as_its_busiest_sm() -> None:
     assert all(t / (at_copy_rate * multi_tensor_waves(132)) == pytest.approx(1.0, abs=0.04) for t in full)
     assert statistics.median(full) / (at_copy_rate * multi_tensor_waves(132)) == pytest.approx(0.995, abs=0.005)
     assert multi_tensor_waves(108) == pytest.approx(3 / (320 / 108))  # A100: 2.96 blocks per SM, 1.0125
+
+
+def _preset_with(tmp_path: Path, old: str, new: str) -> object:
+    from parcalc.presets import PresetError
+
+    text = (Path(__file__).parent.parent / "presets" / "gpus" / "h200.yaml").read_text()
+    assert old in text
+    (tmp_path / "gpus").mkdir(exist_ok=True)
+    (tmp_path / "gpus" / "mine.yaml").write_text(text.replace(old, new))
+    try:
+        return load_gpu("mine", (tmp_path,))
+    except PresetError as error:
+        return str(error)
+
+
+def test_a_preset_names_only_known_paths_and_both_clocks(tmp_path: Path) -> None:
+    """kernels.element_rates takes the paths of parcalc.core.timing.elementwise.PATHS, each a rate above 0 (the parser says so); gemm_tiles'
+    clock and training_clock come together (one alone is an error, none leaves the sweep's rate)."""
+    assert "scalar" in str(_preset_with(tmp_path, "    cat: {value: 221.5e9", "    scalar: {value: 221.5e9"))
+    assert "element_rates.cat.value': '0' must be greater than zero" in str(_preset_with(tmp_path, "cat: {value: 221.5e9", "cat: {value: 0"))
+    assert "come together" in str(_preset_with(tmp_path, " training_clock: {value: 1672.5 MHz, source: h200_step_clock},", ""))
+    gpu = _preset_with(tmp_path, "clock: {value: 1328.5 MHz, source: h200_sweep_clock}, training_clock: {value: 1672.5 MHz, source: h200_step_clock},", "")
+    assert gpu.kernels.tiled("bf16").clock_ratio == 1.0  # type: ignore[union-attr]
