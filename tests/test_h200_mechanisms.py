@@ -181,3 +181,25 @@ def test_a_preset_names_only_known_paths_and_both_clocks(tmp_path: Path) -> None
     assert "come together" in str(_preset_with(tmp_path, " training_clock: {value: 1672.5 MHz, source: h200_step_clock},", ""))
     gpu = _preset_with(tmp_path, "clock: {value: 1328.5 MHz, source: h200_sweep_clock}, training_clock: {value: 1672.5 MHz, source: h200_step_clock},", "")
     assert gpu.kernels.tiled("bf16").clock_ratio == 1.0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(16384, 16384, 16384), (256, 4096, 256), (256, 16384, 256), (4096, 32, 4096), (16384, 2048, 128256)])
+def test_intensity_shows_the_tile_models_formula(m: int, k: int, n: int) -> None:
+    """intensity --m --k --n on a GPU measured by shape: the derivation is the tile model's (its formula, evaluated with
+    its own inputs, gives its value; a split-K shape adds the reduce kernel), in training at the step's clock, alone at
+    the sweep's (16384^3 alone: the sweep's 12.636 ms)."""
+    import re
+
+    from parcalc.core.timing.kernel_report import gemm_times
+
+    times = gemm_times(m, k, n, 1, 2.0, "bf16", SPEC)
+    for derivation in (times[0], times[2]):
+        values = {t.key: t.value for t in derivation.inputs}
+        expression = re.sub(r"\$(\w+)", lambda g, v=values: repr(v[g.group(1)]), derivation.formula).replace("×", "*")
+        assert eval(expression, {"max": max}) == pytest.approx(derivation.value, rel=1e-12)  # noqa: S307 - our own formula text
+    assert next(t.value for t in times[0].inputs if t.key == "c") == pytest.approx(TRAINING_CLOCK / SWEEP_CLOCK)
+    assert next(t.value for t in times[2].inputs if t.key == "c") == 1.0
+    if (m, k, n) == (16384, 16384, 16384):
+        assert times[2].value == pytest.approx(0.012636, rel=2e-3)
+    if (m, k, n) == (256, 16384, 256):
+        assert "$s" in times[0].formula  # K split over more SMs, the reduce kernel after

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,25 @@ class TiledGemm:
 SPLITS = (1, 2, 4, 8, 16)
 
 
-def tiled_gemm_time(m: int, k: int, n: int, batch: int, model: TiledGemm, sms: int, bandwidth: float, element_bytes: float,
-                    scale: float = 1.0) -> tuple[float, str]:  # fmt: skip
-    """(seconds, what bounds it: 'compute' or 'memory') of `batch` products (m x k) . (k x n) on one GPU;
-    `bandwidth`: the HBM rate memory-bound kernels sustain (B/s); `scale`: a factor on the SMs' rate
-    (a board power limit, --efficiency)."""
+class TileChoice(NamedTuple):
+    """The candidate cuBLAS would run (the fastest): its tile, split of K, waves, and the time it takes."""
+
+    time: float  # s
+    bound: str  # "compute" or "memory"
+    tile_m: int
+    tile_n: int
+    split: int  # K split over this many SMs (1: none)
+    waves: int
+    rate: float  # FLOP/s of one SM's main loop after the scale
+
+
+def tiled_gemm_choice(m: int, k: int, n: int, batch: int, model: TiledGemm, sms: int, bandwidth: float, element_bytes: float,
+                      scale: float = 1.0) -> TileChoice:  # fmt: skip
+    """The fastest candidate for `batch` products (m x k) . (k x n) on one GPU (tiled_gemm_time's arguments)."""
     traffic = element_bytes * batch * (m * k + k * n + m * n)
     stream = traffic / bandwidth
     rate = model.sm_rate * scale
-    best, bound = math.inf, "compute"
+    best = TileChoice(math.inf, "compute", 0, 0, 1, 0, rate)
     for tm, tn in model.tiles:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         for s in SPLITS:
@@ -74,6 +85,15 @@ def tiled_gemm_time(m: int, k: int, n: int, batch: int, model: TiledGemm, sms: i
             time = max(work, stream) + model.kernel_overhead
             if s > 1:  # the reduce kernel: read the s fp32 partial outputs, write the result
                 time += model.kernel_overhead + batch * m * n * (4.0 * s + element_bytes) / bandwidth
-            if time < best:
-                best, bound = time, "compute" if work >= stream else "memory"
-    return best, bound
+            if time < best.time:
+                best = TileChoice(time, "compute" if work >= stream else "memory", tm, tn, s, waves, rate)
+    return best
+
+
+def tiled_gemm_time(m: int, k: int, n: int, batch: int, model: TiledGemm, sms: int, bandwidth: float, element_bytes: float,
+                    scale: float = 1.0) -> tuple[float, str]:  # fmt: skip
+    """(seconds, what bounds it: 'compute' or 'memory') of `batch` products (m x k) . (k x n) on one GPU;
+    `bandwidth`: the HBM rate memory-bound kernels sustain (B/s); `scale`: a factor on the SMs' rate
+    (a board power limit, --efficiency, the training step's clock over the sweep's)."""
+    choice = tiled_gemm_choice(m, k, n, batch, model, sms, bandwidth, element_bytes, scale)
+    return choice.time, choice.bound
