@@ -35,7 +35,7 @@ _GPU_KEYS = (
     "board_power", "power_curve", "power_limit", "host",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated", "gemm_tiles",
-                "attention_by_head_dim", "calibrated")
+                "attention_by_head_dim", "calibrated", "element_rates")
 _CALIBRATED_KINDS = ("gemm", "attention", "memory", "optimizer")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
@@ -141,7 +141,24 @@ def _kernels(doc: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str, Dt
         gemm_tiles=_gemm_tiles(node, sources, dtypes) if "gemm_tiles" in node.data else (),
         attention_by_head_dim=_attention_by_head_dim(node, sources) if "attention_by_head_dim" in node.data else (),
         calibrated=_calibrated(node, sources) if "calibrated" in node.data else None,
+        element_rates=_element_rates(node, sources) if "element_rates" in node.data else (),
     )
+
+
+def _element_rates(node: PresetDoc, sources: Mapping[str, str]) -> tuple[tuple[str, Sourced], ...]:
+    """`kernels.element_rates:` {path: {value: elements per second, source, note?}} for the TensorIterator kernel paths
+    of parcalc.core.timing.elementwise.PATHS."""
+    from parcalc.core.timing.elementwise import PATHS
+
+    table = node.child("element_rates")
+    table.only(PATHS)
+    out = []
+    for path in table.data:
+        rate = table.quantity(str(path), Dimension.COUNT, sources)
+        if rate is None or not rate.value > 0:
+            raise table.error(str(path), "a rate above 0 (elements per second)")
+        out.append((str(path), Sourced(rate.value, "element/s", rate.source)))
+    return tuple(out)
 
 
 def _calibrated(node: PresetDoc, sources: Mapping[str, str]) -> Any:
@@ -191,7 +208,7 @@ def _gemm_tiles(node: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str
         if dtype not in dtypes:
             raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
         block = table.child(str(dtype))
-        block.only(("sm_rate", "tile_overhead", "kernel_overhead", "split_k_slice", "tiles", "source", "note"))
+        block.only(("sm_rate", "tile_overhead", "kernel_overhead", "split_k_slice", "tiles", "source", "note", "clock", "training_clock"))
         for needed in ("sm_rate", "tile_overhead", "kernel_overhead"):
             if needed not in block.data:
                 raise block.error(needed, "missing")
@@ -207,8 +224,13 @@ def _gemm_tiles(node: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str
             raise block.error("tiles", f"a list of [tm, tn] tile sizes, got {shown(tiles)}")
         if not (rate > 0 and tile >= 0 and kernel >= 0):
             raise block.error("sm_rate", "a rate above 0 and overheads of at least 0")
+        clock = block.quantity("clock", Dimension.FREQUENCY, sources, required=False)
+        training = block.quantity("training_clock", Dimension.FREQUENCY, sources, required=False)
+        if (clock is None) != (training is None):
+            raise block.error("clock", "clock and training_clock come together (the sweep's SM clock and a training step's)")
+        clocks = (clock.value, training.value, f"{clock.source}; {training.source}") if clock and training else (0.0, 0.0, "")
         out.append((str(dtype), TiledGemm(rate, tile, kernel, block.integer("split_k_slice"), tuple((t[0], t[1]) for t in tiles),
-                                          block.source_ref("source", sources))))  # fmt: skip
+                                          block.source_ref("source", sources), *clocks)))  # fmt: skip
     return tuple(out)
 
 

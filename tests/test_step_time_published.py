@@ -116,16 +116,21 @@ def test_h100_share_is_rederived_from_the_calibration_run_alone() -> None:
     # The fsdp2 profile's eager kernels changed the calibration run's memory-bound kernels (autograd's adds of
     # the two residual branches' gradients; LayerNorm and GeLU are one ATen kernel each, as fused): re-derived
     # from that one run, 0.496 (0.491 under the fused set). The preset must hold the re-derived value.
+    # Since the optimizer step counts multi_tensor_apply's launches (compute.multi_tensor_waves: x 1.2375 on 132 SMs,
+    # a mechanism measured on the H200), the same run re-derives 0.4973 (0.4918 fused): the optimizer takes 1.5 ms
+    # more of MPT-7B's 1.155 s. The preset keeps 0.496 (not re-tuned to absorb a mechanism that moved the calibration
+    # run by 0.1 %, as the lead asked); the tolerance moved from 0.0005 to 0.0015 for that.
     from step_time_cases import calibrate_h100_share
 
     from parcalc.presets import load_gpu
 
-    assert calibrate_h100_share("fused") == pytest.approx(0.491, abs=0.0005)
+    assert calibrate_h100_share("fused") == pytest.approx(0.4918, abs=0.0005)
     share = calibrate_h100_share()
-    assert share == pytest.approx(0.496, abs=0.0005)
+    assert share == pytest.approx(0.4973, abs=0.0005)
     for preset in ("h100-sxm5", "h100-sxm5-96gb-hbm2e", "h200"):  # every preset that takes the H100's calibrated share
         rates = load_gpu(preset, ()).kernels
-        assert rates is not None and rates.matmul_share("bf16").value == round(share, 3), preset  # type: ignore[union-attr]
+        assert rates is not None and rates.matmul_share("bf16").value == pytest.approx(share, abs=0.0015), preset  # type: ignore[union-attr]
+        assert rates.matmul_share("bf16").value == 0.496  # type: ignore[union-attr]
 
 
 def test_torch_compile_speedup_of_torchtitans_pairs() -> None:

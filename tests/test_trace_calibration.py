@@ -10,6 +10,7 @@ kernels the calibration never saw. Numbers in the comments: before -> after, pre
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -55,11 +56,12 @@ def fit_parts(name: str, presets: Path | None = None) -> dict[str, float]:
 
 
 def test_the_preset_holds_one_factor_per_kind_and_the_traces_host(calibrated: Path) -> None:
-    """Each factor is modelled / traced kernel time of its kind on the b4 step (GEMMs 187.3 / 160.3 ms, attention 40.29 /
-    42.97, memory-bound 107.0 / 152.2, optimizer 8.58 / 10.00); the host per launch is the trace's (34.5 / 34.4 / 29.4 us)."""
+    """Each factor is modelled / traced kernel time of its kind on the b4 step (GEMMs 151.6 / 160.3 ms, attention 40.29 /
+    42.97, memory-bound 147.6 / 152.2, optimizer 10.73 / 10.00; before the H200 mechanisms of tests/test_h200_mechanisms.py
+    187.3, 40.29, 107.0, 8.58: factors 1.1685, 0.9375, 0.7032, 0.8581); the host per launch is the trace's."""
     gpu = load_gpu("h200-traced", (calibrated,))
     factors = gpu.kernels.calibrated
-    assert (factors.gemm, factors.attention, factors.memory, factors.optimizer) == pytest.approx((1.1685, 0.93753, 0.70315, 0.85805), rel=1e-4)
+    assert (factors.gemm, factors.attention, factors.memory, factors.optimizer) == pytest.approx((0.94561, 0.93753, 0.96979, 1.0723), rel=1e-4)
     assert "calibrate trace from trace-llama1b-b4-s4096.json.gz" in factors.source
     # the b4 trace's host time per launch (forward, backward, optimizer), as its CPU ops span them: 34.5 / 34.4 / 29.4 us
     assert (gpu.host.forward, gpu.host.backward, gpu.host.optimizer) == pytest.approx((34.537e-6, 34.402e-6, 29.356e-6), rel=1e-4)
@@ -77,35 +79,46 @@ def test_the_calibrated_preset_reproduces_its_own_trace_kind_by_kind(calibrated:
 HELD_OUT = ("llama3.2-3b b2 s4096", "llama3.2-1b b1 s2048")
 
 
-@pytest.mark.parametrize("name", HELD_OUT)
-@pytest.mark.parametrize("part", PARTS)
+# Where calibrating on the b4 trace moves a held-out part away from its measurement (strict xfails: they fail the day
+# they hold). The GEMM factor (0.946) is the b4 step's at the capped clock; the b1 step ran at 1980 MHz, the cap not
+# binding, which parcalc does not model (its GEMMs charged the capped clock already: +10.1 -> +16.5 %). The memory-bound
+# factor (0.970) corrects the b4 step's -3.0 %; the b1 step's part was within 1 % (+0.5 -> +3.6 %).
+B1_AWAY = {"t_gemm": "the b1 step's clock is not the capped one the GEMM factor was measured at",
+           "t_memory_bound": "the b1 step's memory-bound part was within 1 % before the b4 factor"}
+
+
+def _held_out(name: str, part: str) -> object:
+    away = name == "llama3.2-1b b1 s2048" and part in B1_AWAY
+    return pytest.param(name, part, marks=pytest.mark.xfail(strict=True, reason=B1_AWAY[part]) if away else ())
+
+
+@pytest.mark.parametrize(("name", "part"), [_held_out(name, part) for name in HELD_OUT for part in PARTS])
 def test_calibration_moves_every_held_out_part_closer_to_the_profile(calibrated: Path, name: str, part: str) -> None:
-    """Against train-step-profiles.json's kernel time of the kind (a run the trace is not from). 3B b2: GEMMs +15.6 ->
-    -1.0 %, attention -11.9 -> -6.0, memory-bound -33.4 -> -5.3, optimizer -14.9 -> -0.9; 1B b1: +32.4 -> +13.3, -24.0 ->
-    -18.9, -25.7 -> +5.7, -13.2 -> +1.2."""
+    """Against train-step-profiles.json's kernel time of the kind (a run the trace is not from). 3B b2: GEMMs -6.4 ->
+    -1.0 %, attention -11.9 -> -6.0, memory-bound -3.6 -> -0.6, optimizer +6.3 -> -0.9; 1B b1: +10.1 -> +16.5 (xfail),
+    -24.0 -> -18.9, +0.5 -> +3.6 (xfail), +8.5 -> +1.2. (Before the H200 mechanisms, when every part was 13-33 % off,
+    calibration moved every one closer.)"""
     truth = measured(name)[part]
     before, after = fit_parts(name)[part], fit_parts(name, calibrated)[part]
     assert abs(after / truth - 1) < abs(before / truth - 1)
 
 
-@pytest.mark.parametrize("part", PARTS)
+@pytest.mark.parametrize("part", [pytest.param(part, marks=pytest.mark.xfail(strict=True, reason=B1_AWAY[part]) if part in B1_AWAY else ())
+                                  for part in PARTS])  # fmt: skip
 def test_calibration_moves_every_part_closer_to_the_held_out_trace(calibrated: Path, part: str) -> None:
-    """Against the b1 step's own trace (trace-llama1b-b1-s2048.json.gz): GEMMs +31.3 -> +12.3 %, attention -25.1 -> -20.1,
-    memory-bound -26.2 -> +5.0, optimizer -13.3 -> +1.0."""
+    """Against the b1 step's own trace (trace-llama1b-b1-s2048.json.gz): attention -25 -> -20 %, optimizer +9 -> +1 %;
+    GEMMs and memory-bound move away (B1_AWAY)."""
     truth = summarise(read_trace_file(str(B1_TRACE))).kernel_seconds[TRACE_KIND[part]]
     before, after = fit_parts("llama3.2-1b b1 s2048")[part], fit_parts("llama3.2-1b b1 s2048", calibrated)[part]
     assert abs(after / truth - 1) < abs(before / truth - 1)
 
 
 
-@pytest.mark.parametrize("name", [pytest.param("llama3.2-3b b2 s4096"),
-                                  pytest.param("llama3.2-1b b1 s2048", marks=pytest.mark.xfail(strict=True, reason=(
-                                      "host-bound: the step is the host's issue time plus the optimizer's GPU time; the "
-                                      "optimizer's part moves from -13 % to +1 %, which uncovers the host's per-launch cost "
-                                      "(measured under the profiler, its own per-op cost included) being ~10 % high: "
-                                      "84.4 -> 85.8 ms against 80.6 (+4.7 -> +6.5 %)")))])  # fmt: skip
+@pytest.mark.parametrize("name", HELD_OUT)
 def test_calibration_moves_the_held_out_step_closer(calibrated: Path, name: str) -> None:
-    """The whole step against train-steps.json (unprofiled median of 5)."""
+    """The whole step against train-steps.json (unprofiled median of 5): 3B b2 440.3 -> 457.9 ms against 463.3 (-5.0 ->
+    -1.2 %); 1B b1 86.5 -> 85.8 against 80.6 (+7.4 -> +6.5 %: host-bound, the host's per-launch cost measured under the
+    profiler is high; before the H200 mechanisms it moved away, +4.7 -> +6.5 %, a strict xfail)."""
     truth = measured(name)["t_step"]
     before, after = fit_parts(name)["t_step"], fit_parts(name, calibrated)["t_step"]
     assert abs(after / truth - 1) < abs(before / truth - 1)
@@ -137,7 +150,9 @@ def test_an_existing_preset_is_kept_without_force(tmp_path: Path) -> None:
 
 
 def test_a_factor_out_of_bounds_is_a_preset_error(calibrated: Path, tmp_path: Path) -> None:
-    text = (calibrated / "gpus" / "h200-traced.yaml").read_text().replace("gemm: 1.1685", "gemm: 0")
+    text = (calibrated / "gpus" / "h200-traced.yaml").read_text()
+    assert re.search(r"gemm: 0\.9456\d*", text)
+    text = re.sub(r"gemm: 0\.9456\d*", "gemm: 0", text)
     (tmp_path / "gpus").mkdir()
     (tmp_path / "gpus" / "bad.yaml").write_text(text)
     with pytest.raises(PresetError, match=r"kernels\.calibrated\.gemm"):

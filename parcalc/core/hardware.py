@@ -150,6 +150,10 @@ class KernelRates:
     attention_by_head_dim: tuple[tuple[int, Sourced, Sourced], ...] = ()
     # per-kind factors on the modelled kernel rates, from a profiler trace of this GPU (None: not calibrated)
     calibrated: KindEfficiency | None = None
+    # PyTorch TensorIterator kernel path -> elements per second its kernels process at most (unit 'element/s'):
+    # the paths that are not vectorised are bound by their per-element work, not by HBM
+    # (parcalc.core.timing.elementwise); () where not measured: every memory-bound kernel at e_mem x HBM
+    element_rates: tuple[tuple[str, Sourced], ...] = ()
 
     def matmul_share(self, dtype: str) -> Sourced | None:
         return dict(self.matmul).get(dtype)
@@ -167,6 +171,9 @@ class KernelRates:
 
     def tiled(self, dtype: str) -> TiledGemm | None:
         return dict(self.gemm_tiles).get(dtype)
+
+    def element_rate(self, path: str) -> Sourced | None:
+        return dict(self.element_rates).get(path)
 
 
 @frozen

@@ -1,24 +1,12 @@
-"""Kernel times of one transformer layer on one GPU: a roofline per operation.
+"""Which kernels one transformer layer runs on one GPU, forward and backward, and those of the model's ends.
 
-Every operation of a layer's forward and backward pass is one kernel, timed as the slowest of
-what it computes, what it moves and the shortest time any kernel takes:
-
-    t = max(F / (P x e_mm x q), Q / (BW x e_mem), t_launch)
-
-- GEMMs run at a share e_mm of the dtype's dense peak P that large GEMMs sustain (measured, in
-  the GPU preset), times q, the tile and wave quantisation of the output (NVIDIA, "Matrix
-  Multiplication Background User's Guide": an m x n output is cut into tiles, one thread block
-  each, run in waves of one tile per SM; a partial last wave or a partial tile is paid in full);
-- memory-bound kernels (norms, residual adds with dropout, softmax, activations, rotary
-  embeddings, cross-entropy) move Q bytes at a share e_mem of the HBM bandwidth;
-- FlashAttention is one kernel per pass at its own measured share of the peak, its backward
-  2.5 x the forward FLOPs (it recomputes the scores: 5 matmuls against 2; Dao 2023, sec. 3.1);
-  causal masking skips half of the blocks, a sliding window or chunk those outside its band.
-
-The operations and their traffic follow Megatron-LM's GPT layer (fused bias-GeLU, fused
-bias-dropout-add, fused scale-mask-softmax) and Llama's (RMSNorm, RoPE, SwiGLU). With tensor
-parallelism each GPU holds 1/t of the heads and of the MLP width; with sequence parallelism the
-norms and residual adds see 1/t of the tokens (Korthikanti et al. 2022, sec. 4.2.2).
+Each kernel is timed by parcalc.core.timing.kernels (a roofline: GEMMs by shape, memory-bound kernels by
+bytes and path, fused attention at its measured share). The operations and their traffic follow
+Megatron-LM's GPT layer (fused bias-GeLU, fused bias-dropout-add, fused scale-mask-softmax) and Llama's
+(RMSNorm, RoPE, SwiGLU); eager PyTorch runs one kernel per ATen op (EAGER_SOURCE), Hugging Face's Llama
+under autocast its own set (parcalc.core.timing.hf_kernels). With tensor parallelism each GPU holds 1/t
+of the heads and of the MLP width; with sequence parallelism the norms and residual adds see 1/t of the
+tokens (Korthikanti et al. 2022, sec. 4.2.2).
 """
 
 from __future__ import annotations
@@ -26,162 +14,40 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from parcalc.core.attention_window import core_share
 from parcalc.core.choices import Norm, Position, Recompute
-from parcalc.core.hardware import Gpu, KernelRates, KindEfficiency, Sourced
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.framework import KERNEL_SETS  # noqa: F401 - re-exported beside the sets' sources
-from parcalc.core.timing.gemm_tiles import TiledGemm, tiled_gemm_time
 from parcalc.core.timing.hf_kernels import hf_applies, hf_ends, hf_layer
+from parcalc.core.timing.kernels import (  # noqa: F401 - the kernel primitives, re-exported where callers found them
+    COLUMN_PARALLEL_DGRADS,
+    FLASH_BACKWARD_FLOPS,
+    FP8_RECIPE_SOURCE,
+    FP8_RECIPES,
+    GENERIC,
+    GENERIC_BANDWIDTH,
+    GENERIC_KERNELS,
+    GENERIC_MATMUL,
+    GENERIC_SMS,
+    LOGIT_BYTES,
+    MASK_BYTES,
+    ComputeSpec,
+    Kernel,
+    LayerKernels,
+    compute_spec,
+    flash_attention,
+    fp8_cast,
+    gemm,
+    linear_kernels,
+    linear_passes,
+    memory_op,
+    quantisation,
+    sixteen_bit_peak,
+)
 from parcalc.core.timing.kinds import KindTimes, kind_times
 from parcalc.core.timing.moe import GATE_BYTES, ExpertShard, routed_rows, routed_tokens
-
-GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
-# Used only for GPUs whose preset has no `kernels` section; each figure is stated as an assumption.
-GENERIC_KERNELS = KernelRates(
-    matmul=(),
-    tile_m=256,
-    tile_n=128,
-    tile_source="NVIDIA Matrix Multiplication Background User's Guide, 'Dimension Quantization Effects' (256x128 tiles)",
-    memory=Sourced(0.8, "fraction", GENERIC),
-    attention_forward=Sourced(0.5, "fraction", GENERIC),
-    attention_backward=Sourced(0.4, "fraction", GENERIC),
-    launch=Sourced(4e-6, "s", GENERIC),
-)
-GENERIC_MATMUL = Sourced(0.7, "fraction", GENERIC)
-# With only --peak and --capacity (no GPU preset), the HBM bandwidth and SM count an A100 80GB has
-# (presets/gpus/a100-sxm4-80gb.yaml: 2039 GB/s, 108 SMs) stand in, rounded; stated by the CLI's inputs.
-GENERIC_BANDWIDTH = 2.0e12
-GENERIC_SMS = 108
-FLASH_BACKWARD_FLOPS = 2.5  # Dao 2023 (FlashAttention-2), sec. 3.1 / 4.1: backward = 2.5 x forward FLOPs
-MASK_BYTES = 1.0  # dropout masks are one byte per element (Korthikanti et al. 2022, sec. 4.1)
-LOGIT_BYTES = 4.0  # the cross-entropy upcasts logits to fp32 (Megatron-LM vocab_parallel_cross_entropy)
-# The linears Megatron-LM splits by output column (ColumnParallelLinear), by their kernels' keys below
-COLUMN_PARALLEL_DGRADS = ("qkv.dgrad", "mlp.up.dgrad", "mlp.gate_up.dgrad")
-
-
-@dataclass(frozen=True)
-class ComputeSpec:
-    """One GPU as the kernels see it: the dtype's dense peak, HBM bandwidth, SMs and efficiencies."""
-
-    peak: float  # FLOP/s, dense, in the dtype the GEMMs run in
-    attention_peak: float  # FLOP/s, dense 16-bit (FlashAttention runs in bf16/fp16)
-    bandwidth: float  # B/s of HBM
-    sms: int
-    matmul: Sourced  # share of `peak` large GEMMs sustain
-    kernels: KernelRates
-    scale: float = 1.0  # --efficiency: multiplies every kernel's rate
-    # The same GPU's 16-bit GEMMs, when `peak` is another dtype's (FP8 training keeps the LM head, the
-    # router and attention in BF16); None when the GEMMs already run in 16 bits.
-    sixteen_bit: ComputeSpec | None = None
-    # share of the rated peaks the Tensor Cores reach under the GPU's board power limit, already in
-    # `peak` and `attention_peak` (parcalc.core.power; 1: no limit set)
-    power_scale: float = 1.0
-    # the GPU's GEMMs in this dtype by tiles, measured by shape (parcalc.core.timing.gemm_tiles); None: peak x matmul x q
-    tiled: TiledGemm | None = None
-    # per-kind factors on the kernels' rates measured from a profiler trace (KernelRates.calibrated; None: 1 each)
-    calibrated: KindEfficiency | None = None
-
-    def kind_rate(self, kind: str) -> float:
-        """The trace-calibrated factor on one kind's kernel rate ('gemm', 'attention', 'memory', 'optimizer'); 1 uncalibrated."""
-        return 1.0 if self.calibrated is None else self.calibrated.of(kind)
-
-    @property
-    def tile_area(self) -> int:
-        return self.kernels.tile_m * self.kernels.tile_n
-
-
-def sixteen_bit_peak(gpu: Gpu) -> float | None:
-    """The dense bf16 (else fp16) peak: FlashAttention runs in 16 bits whatever dtype the GEMMs use."""
-    rates = gpu.dtypes.get("bf16") or gpu.dtypes.get("fp16")
-    return rates.dense_peak.value if rates is not None and rates.dense_peak is not None else None
-
-
-def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float | None = None, scale: float = 1.0) -> ComputeSpec:
-    """The spec of `gpu` for GEMMs in `dtype` at `peak` FLOP/s (a bare peak without a GPU: generic).
-
-    `peak` and `attention_peak` are the rated peaks; under `gpu.power_limit` both are multiplied by
-    the Tensor Core scale of parcalc.core.power (MFU stays quoted against the rated peak)."""
-    from parcalc.core.power import tensor_power_scale
-
-    kernels = gpu.kernels if gpu is not None and gpu.kernels is not None else GENERIC_KERNELS
-    matmul = kernels.matmul_share(dtype)
-    if matmul is None:
-        fallback = kernels.matmul_share("bf16")
-        matmul = GENERIC_MATMUL if fallback is None else Sourced(fallback.value, fallback.unit, f"{fallback.source}; bf16's share, none measured for {dtype}")
-    bandwidth = gpu.memory_bandwidth.value if gpu is not None else GENERIC_BANDWIDTH
-    sms = int(gpu.sms.value) if gpu is not None and gpu.sms is not None else GENERIC_SMS
-    sixteen = None
-    if dtype not in ("bf16", "fp16", "fp32", "tf32") and attention_peak:
-        sixteen = compute_spec(gpu, "bf16", attention_peak, attention_peak, scale)
-    # a board power limit lowers the SM clock: the Tensor Core peaks (GEMMs, FlashAttention) scale, HBM does not
-    power = tensor_power_scale(gpu) if gpu is not None and gpu.power_limit is not None else None
-    s = power.value if power is not None else 1.0
-    return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s, kernels.tiled(dtype),
-                       kernels.calibrated)
-
-
-class Kernel(NamedTuple):
-    """One kernel of a pass: what it computes and moves, and its time on the GPU (a NamedTuple:
-    the search builds hundreds of thousands)."""
-
-    key: str
-    kind: str  # "gemm", "attention" or "memory"
-    flops: float
-    bytes: float
-    time: float
-    bound: str  # "compute", "memory" or "launch"
-    shape: str = ""
-
-
-def quantisation(m: int, n: int, batch: int, spec: ComputeSpec) -> float:
-    """Useful share of the tiles provisioned for an m x n output (x batch): tile and wave quantisation.
-
-    cuBLAS picks among tile sizes; parcalc takes the better of the preset's tile and one of half
-    its height, as the heuristics do for outputs that fill a wave badly."""
-    best = 0.0
-    for tm, tn in ((spec.kernels.tile_m, spec.kernels.tile_n), (max(spec.kernels.tile_m // 2, 1), spec.kernels.tile_n)):
-        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
-        waves = math.ceil(tiles / spec.sms)
-        best = max(best, (m * n * batch) / (waves * spec.sms * tm * tn))
-    return best
-
-
-def _roofline(key: str, kind: str, flops: float, traffic: float, rate: float, spec: ComputeSpec, shape: str) -> Kernel:
-    compute = flops / (rate * spec.scale) if flops else 0.0
-    memory = traffic / (spec.bandwidth * spec.kernels.memory.value * spec.scale)
-    launch = spec.kernels.launch.value
-    time = max(compute, memory, launch) / spec.kind_rate(kind)  # a trace's factor scales the kind's time as a whole
-    bound = "compute" if time == compute else "memory" if time == memory else "launch"
-    return Kernel(key, kind, flops, traffic, time, bound, shape)
-
-
-def gemm(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch: int = 1) -> Kernel:
-    """An (m x k) . (k x n) product, `batch` times, operands and output of e bytes each."""
-    flops = 2.0 * m * k * n * batch
-    traffic = e * batch * (m * k + k * n + m * n)
-    if spec.tiled is not None:  # measured by shape on this GPU: its tiles, waves, split-K and fixed costs
-        time, bound = tiled_gemm_time(m, k, n, batch, spec.tiled, spec.sms, spec.bandwidth * spec.kernels.memory.value * spec.scale, e,
-                                      spec.scale * spec.power_scale)  # fmt: skip
-        time /= spec.kind_rate("gemm")
-        return Kernel(key, "gemm", flops, traffic, time, bound, f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else ""))
-    rate = spec.peak * spec.matmul.value * quantisation(m, n, batch, spec)
-    shape = f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else "")
-    return _roofline(key, "gemm", flops, traffic, rate, spec, shape)
-
-
-def memory_op(key: str, traffic: float, spec: ComputeSpec, shape: str = "") -> Kernel:
-    return _roofline(key, "memory", 0.0, traffic, 1.0, spec, shape)
-
-
-def flash_attention(key: str, flops: float, traffic: float, backward: bool, spec: ComputeSpec, shape: str, head_dim: int = 0) -> Kernel:
-    """One fused attention pass at the GPU's measured share of the 16-bit peak: the share measured at the nearest
-    head dimension where the preset has them by head dimension (KernelRates.attention_by_head_dim), else its one share."""
-    share = spec.kernels.attention_share(head_dim, backward)
-    return _roofline(key, "attention", flops, traffic, spec.attention_peak * share.value, spec, shape)
-
 
 # ---------------------------------------------------------------------------------------------
 # One layer
@@ -283,12 +149,6 @@ class LayerPasses:
         return tuple(k.time for k in self.backward if k.key in COLUMN_PARALLEL_DGRADS)
 
 
-def _linear(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch: int = 1) -> tuple[Kernel, Kernel, Kernel]:
-    """Y = X W (`batch` times: a grouped GEMM): the forward GEMM, and its backward: dX = dY W^T and dW = X^T dY."""
-    return (gemm(key, m, k, n, e, spec, batch), gemm(f"{key}.dgrad", m, n, k, e, spec, batch),
-            gemm(f"{key}.wgrad", k, m, n, e, spec, batch))  # fmt: skip
-
-
 # torch.compile (Inductor) fuses the memory-bound operations between two GEMMs into one kernel
 # (torch/_inductor/scheduler.py at torch 2.13.0, Scheduler.can_fuse, line 7327; a cuBLAS GEMM is an
 # extern kernel it does not fuse into), which reads its inputs from HBM once and writes its outputs once.
@@ -324,60 +184,10 @@ def compile_assumption() -> str:
             "(tests/ground_truth/test_torch_compile.py)")
 
 
-# FP8 casts: the extra read passes each recipe makes for the scale before the cast
-FP8_RECIPES = {"delayed": 0, "current": 1, "blockwise": 0, "mxfp8": 0}
-FP8_RECIPE_SOURCE = (
-    "Transformer Engine recipes: DelayedScaling takes the scale from the amax history (the cast kernel records the amax as "
-    "it writes); Float8CurrentScaling (torchao 'tensorwise' dynamic scaling) reduces the tensor's amax first, one more "
-    "read; Float8BlockScaling / MXFP8 scale each block in the cast kernel itself (DeepSeek-V3 sec. 3.3.2: 'online' per "
-    "1x128 tile); each cast writes the FP8 tensor twice, row-wise for this GEMM and column-wise (transposed) for the "
-    "weight gradient (TE Float8Tensor usages)"
-)
-
-
-def fp8_cast(key: str, elements: float, element_bytes: float, recipe: str, spec: ComputeSpec) -> Kernel:
-    """Quantising one GEMM input to FP8: read it (once more per amax pass), write it twice in FP8."""
-    passes = FP8_RECIPES.get(recipe, 0)
-    return memory_op(key, elements * ((1 + passes) * element_bytes + 2.0), spec, f"{elements:.0f} values")
-
-
-def linear_passes(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, fp8: str = "",
-                  batch: int = 1) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:  # fmt: skip
-    """(forward, backward) kernels of a linear layer; under FP8 (`fp8`: the recipe) each GEMM input
-    is quantised first: the activation forward, the output gradient backward."""
-    fwd, dgrad, wgrad = _linear(key, m, k, n, e, spec, batch)
-    if not fp8:
-        return (fwd,), (dgrad, wgrad)
-    return ((fwd, fp8_cast(f"{key}.cast", m * batch * k, e, fp8, spec)),
-            (dgrad, wgrad, fp8_cast(f"{key}.dgrad.cast", m * batch * n, e, fp8, spec)))  # fmt: skip
-
-
 def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None = None) -> LayerPasses:
     """Every kernel of one layer's forward and backward on one GPU (see the module docstring);
     with `experts`, an MoE layer of the model (parcalc.core.timing.moe) instead of a dense one."""
     return _layer_passes(model, shard, spec, experts)
-
-
-class _Kernels:
-    """A layer's forward and backward kernels as its operations are added: `mem`, a memory-bound
-    operation (and its backward when it has one); `linear`, a GEMM with its two backward GEMMs
-    (and FP8 casts under an FP8 recipe)."""
-
-    def __init__(self, spec: ComputeSpec, element_bytes: float, fp8: str, forward: list[Kernel] | None = None,
-                 backward: list[Kernel] | None = None) -> None:  # fmt: skip
-        self.spec, self.e, self.fp8 = spec, element_bytes, fp8
-        self.forward: list[Kernel] = forward if forward is not None else []
-        self.backward: list[Kernel] = backward if backward is not None else []
-
-    def mem(self, key: str, fwd_bytes: float, bwd_bytes: float, shape: str) -> None:
-        self.forward.append(memory_op(key, fwd_bytes, self.spec, shape))
-        if bwd_bytes:
-            self.backward.append(memory_op(f"{key}.bwd", bwd_bytes, self.spec, shape))
-
-    def linear(self, key: str, m: int, k: int, n: int) -> None:
-        fwd, bwd = linear_passes(key, m, k, n, self.e, self.spec, self.fp8)
-        self.forward.extend(fwd)
-        self.backward.extend(bwd)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,7 +220,7 @@ def separate_projections(model: TransformerModel) -> bool:
     return model.position is Position.ROPE and model.mlp.gated
 
 
-def eager_norm(kernels: _Kernels, key: str, norm: Norm, rows: int, h: int, bias: bool = False) -> None:
+def eager_norm(kernels: LayerKernels, key: str, norm: Norm, rows: int, h: int, bias: bool = False) -> None:
     """A norm over `rows` x h values as eager PyTorch runs it (EAGER_SOURCE): forward and backward kernels."""
     e, f, n, spec = kernels.e, RMS_STATS, rows * h, kernels.spec
     shape = f"[{rows}×{h}]"
@@ -436,7 +246,7 @@ def eager_norm(kernels: _Kernels, key: str, norm: Norm, rows: int, h: int, bias:
                             for op, traffic in backward)  # fmt: skip
 
 
-def eager_rope(kernels: _Kernels, tokens: int, seq: int, widths: tuple[int, ...], head_dim: int) -> None:
+def eager_rope(kernels: LayerKernels, tokens: int, seq: int, widths: tuple[int, ...], head_dim: int) -> None:
     """TorchTitan's apply_rotary_emb on Q and K (`widths`: their values per token): per tensor x.float(), the
     complex64 product with freqs_cis (s x d/2 complex, read once per tensor), type_as; backward: the fp32 cast
     of the gradient, conj(freqs_cis) materialised, the product, the cast back."""
@@ -454,7 +264,7 @@ def eager_rope(kernels: _Kernels, tokens: int, seq: int, widths: tuple[int, ...]
                                  memory_op(f"rope.{name}.to_bf16.bwd", f * n + e * n, spec, shape)))  # fmt: skip
 
 
-def eager_residual(kernels: _Kernels, key: str, n: int, dropout: bool, shape: str) -> None:
+def eager_residual(kernels: LayerKernels, key: str, n: int, dropout: bool, shape: str) -> None:
     """x + dropout(y): the add (and native_dropout with its 1-byte mask); backward: the dropout's mask
     multiply, and autograd's add of the two gradients of x (the residual branch and the sublayer)."""
     e, spec = kernels.e, kernels.spec
@@ -464,13 +274,13 @@ def eager_residual(kernels: _Kernels, key: str, n: int, dropout: bool, shape: st
     kernels.backward.append(memory_op(f"{key}.add_grads.bwd", 3 * e * n, spec, shape))
 
 
-def grad_sum(kernels: _Kernels, key: str, n: int, count: int, shape: str) -> None:
+def grad_sum(kernels: LayerKernels, key: str, n: int, count: int, shape: str) -> None:
     """Autograd's adds of a tensor's gradients from `count` consumers (count - 1 kernels)."""
     kernels.backward.extend(memory_op(f"{key}.add_grads.bwd" + (f".{i}" if count > 2 else ""), 3 * kernels.e * n, kernels.spec, shape)
                             for i in range(count - 1))  # fmt: skip
 
 
-def bias_grads(kernels: _Kernels, key: str, tokens: int, widths: tuple[int, ...]) -> None:
+def bias_grads(kernels: LayerKernels, key: str, tokens: int, widths: tuple[int, ...]) -> None:
     """A linear's bias gradient: the output gradient summed over tokens (one reduction per linear)."""
     for i, width in enumerate(widths):
         name = key if len(widths) == 1 else f"{key}.{i}"
@@ -486,7 +296,7 @@ def memory_kernel_count(model: TransformerModel, eager: bool, compiled: bool, fl
     return sum(k.kind == "memory" for k in passes.forward + passes.backward)
 
 
-def compiled_rope(kernels: _Kernels, tokens: int, seq: int, q_w: int, kv_w: int, head_dim: int, rope: bool, repeat: bool) -> None:
+def compiled_rope(kernels: LayerKernels, tokens: int, seq: int, q_w: int, kv_w: int, head_dim: int, rope: bool, repeat: bool) -> None:
     """RoPE and repeat_kv of eager code under Inductor (COMPILE_PER_BLOCK). Inductor generates no code for complex
     tensors (torch/_inductor/lowering.py, unsupported_input_tensor: 'Torchinductor does not support code generation
     for complex operators'), so apply_rotary_emb's complex products stay ATen kernels; around them the fp32 casts are
@@ -543,7 +353,7 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     hd = model.head_dim
     q_w, kv_w = heads * hd, kv * hd
     seq_tokens = tokens // t if shard.sequence_parallel else tokens  # what norms and residual adds see
-    kernels = _Kernels(spec, e, shard.fp8)
+    kernels = LayerKernels(spec, e, shard.fp8)
     forward, backward, mem, linear = kernels.forward, kernels.backward, kernels.mem, kernels.linear
 
     norm = model.norm is not Norm.NONE
@@ -676,7 +486,7 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
     act = f"[{seq_tokens}×{h}]"
     fuse_norm = model.norm is not Norm.NONE and shard.compiled
     norm_write = e * seq_tokens * h
-    kernels = _Kernels(spec, e, shard.fp8, forward, backward)
+    kernels = LayerKernels(spec, e, shard.fp8, forward, backward)
     mem, linear = kernels.mem, kernels.linear
 
     # the next layer's norm1, unless each block is compiled on its own (COMPILE_PER_BLOCK)
@@ -704,21 +514,21 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
 class _HfKernels:
     """parcalc.core.timing.hf_kernels' view of a layer's kernel lists: fwd / bwd add one memory-bound kernel."""
 
-    def __init__(self, kernels: _Kernels) -> None:
+    def __init__(self, kernels: LayerKernels) -> None:
         self.kernels, self.e = kernels, kernels.e
 
-    def fwd(self, key: str, traffic: float, shape: str) -> None:
-        self.kernels.forward.append(memory_op(key, traffic, self.kernels.spec, shape))
+    def fwd(self, key: str, traffic: float, shape: str, path: str = "", elements: float = 0.0) -> None:
+        self.kernels.forward.append(memory_op(key, traffic, self.kernels.spec, shape, path, elements))
 
-    def bwd(self, key: str, traffic: float, shape: str) -> None:
-        self.kernels.backward.append(memory_op(key, traffic, self.kernels.spec, shape))
+    def bwd(self, key: str, traffic: float, shape: str, path: str = "", elements: float = 0.0) -> None:
+        self.kernels.backward.append(memory_op(key, traffic, self.kernels.spec, shape, path, elements))
 
 
 def _hf_layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> LayerPasses:
     """A LlamaDecoderLayer as transformers runs it under autocast (parcalc.core.timing.hf_kernels); its attention is
     SDPA's fused kernel whatever --flash-attention says (transformers' default attn_implementation)."""
     b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
-    kernels = _Kernels(spec, e, shard.fp8)
+    kernels = LayerKernels(spec, e, shard.fp8)
     core: list[Kernel] = []
     sk = s * shard.cp
     hd = model.head_dim
@@ -735,7 +545,7 @@ def _hf_layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     return LayerPasses(tuple(kernels.forward), tuple(kernels.backward), tuple(core))
 
 
-def _eager_mlp(model: TransformerModel, kernels: _Kernels, tokens: int, h: int, f: int, seq_tokens: int, dropout: bool,
+def _eager_mlp(model: TransformerModel, kernels: LayerKernels, tokens: int, h: int, f: int, seq_tokens: int, dropout: bool,
                act: str) -> None:  # fmt: skip
     """The dense MLP and the second residual as eager PyTorch runs them (EAGER_SOURCE)."""
     e, mid = kernels.e, f"[{tokens}×{f}]"
@@ -780,7 +590,7 @@ def end_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) ->
     vocab = math.ceil(model.vocab / t)
     embed = memory_op("embedding", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # gather rows, write activations
     embed_bwd = memory_op("embedding.bwd", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # scatter-add of the gradient rows
-    fwd, dgrad, wgrad = _linear("lm_head", tokens, h, vocab, e, spec.sixteen_bit or spec)  # BF16 under FP8 (Megatron's output layer)
+    fwd, dgrad, wgrad = linear_kernels("lm_head", tokens, h, vocab, e, spec.sixteen_bit or spec)  # BF16 under FP8 (Megatron's output layer)
     ce = memory_op("cross_entropy", (e + LOGIT_BYTES) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
     ce_bwd = memory_op("cross_entropy.bwd", (LOGIT_BYTES + e) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
     norm = memory_op("final_norm", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x, write y
@@ -801,7 +611,7 @@ def _eager_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, e
     and the cast back."""
     e, f, n = shard.bytes_per_element, LOGIT_BYTES, tokens * vocab
     logits = f"[{tokens}×{vocab}]"
-    norm = _Kernels(spec, e, "")
+    norm = LayerKernels(spec, e, "")
     eager_norm(norm, "final_norm", model.norm, tokens, model.hidden, model.bias)
     fwd, dgrad, wgrad = head
     ce = (memory_op("cross_entropy.to_fp32", (e + f) * n, spec, logits), memory_op("cross_entropy.log_softmax", 2 * f * n, spec, logits),
@@ -817,7 +627,7 @@ def _eager_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, e
 def _hf_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, tokens: int, vocab: int) -> EndPasses:
     """The embedding, rotary table (first stage), final norm, LM head and loss (last stage) of transformers' Llama under
     autocast (parcalc.core.timing.hf_kernels.hf_ends)."""
-    kernels = _Kernels(spec, shard.bytes_per_element, "")
+    kernels = LayerKernels(spec, shard.bytes_per_element, "")
     hf_ends(_HfKernels(kernels), lambda key, m, k, n: kernels.linear(key, m, k, n), model, tokens, shard.seq_len, vocab)
 
     def first(k: Kernel) -> bool:
@@ -835,7 +645,7 @@ def mtp_kernels(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -
     h/t outputs) (Megatron-LM multi_token_prediction.py, MultiTokenPredictionLayer.forward)."""
     b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
     tokens, h = b * s, model.hidden
-    proj = _linear("mtp.eh_proj", tokens, 2 * h, math.ceil(h / t), e, spec)
+    proj = linear_kernels("mtp.eh_proj", tokens, 2 * h, math.ceil(h / t), e, spec)
     norms = memory_op("mtp.norms", 2 * 2 * e * tokens * h, spec, f"2 x [{tokens}×{h}]")
     norms_bwd = memory_op("mtp.norms.bwd", 2 * 3 * e * tokens * h, spec, f"2 x [{tokens}×{h}]")
     return (norms, proj[0]), (norms_bwd, proj[1], proj[2])
@@ -859,10 +669,25 @@ def mtp_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, bl
 FIRST_STAGE_KEYS = ("embedding", "rotary")
 
 
+def multi_tensor_waves(sms: int) -> float:
+    """How much longer a multi_tensor_apply launch takes than its bytes at the HBM rate: its 320 blocks of 65,536
+    elements (parcalc.core.timing.host.BLOCKS_PER_LAUNCH) spread over the SMs, the launch ends when the SMs holding
+    ceil(320 / SMs) blocks are done, each SM drawing its share of HBM: ceil(320 / SMs) / (320 / SMs) (1.2375 on 132 SMs:
+    3 blocks on 56 of them against 2.42 on average). Measured on one H200: a full launch of the fused AdamW kernel takes
+    167-171 us for 587 MB, 137 us at the 4.28 TB/s copy rate (../shared/measurements/h200-2026-11-28,
+    trace-llama1b-b4-s4096.json.gz; tests/test_step_parts.py)."""
+    from parcalc.core.timing.host import BLOCKS_PER_LAUNCH
+
+    per_sm = BLOCKS_PER_LAUNCH / max(sms, 1)
+    return math.ceil(per_sm) / per_sm
+
+
 def optimizer_time(params: float, bytes_per_param: float, spec: ComputeSpec, kind: str = "optimizer") -> float:
-    """The optimizer step over the local parameters: memory-bound (reads and writes its states). kind: whose trace
-    factor applies ('memory' for the gradient accumulation timed the same way)."""
-    return params * bytes_per_param / (spec.bandwidth * spec.kernels.memory.value * spec.scale * spec.kind_rate(kind))
+    """The optimizer step over the local parameters: memory-bound (reads and writes its states), in launches of PyTorch's
+    (and Apex's) multi_tensor_apply (multi_tensor_waves). kind: whose trace factor applies ('memory' for the gradient
+    accumulation timed the same way, an element-wise add without the launch quantisation)."""
+    waves = multi_tensor_waves(spec.sms) if kind == "optimizer" else 1.0
+    return waves * params * bytes_per_param / (spec.bandwidth * spec.kernels.memory.value * spec.scale * spec.kind_rate(kind))
 
 
 def optimizer_bytes(optimizer_states: float, gradient_bytes: float, weight_bytes: float, master: bool,

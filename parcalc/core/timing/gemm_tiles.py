@@ -16,12 +16,19 @@ by that:
 
 r_sm, t_tile and t_kernel are three numbers of one GPU, measured by shape (the preset says which
 rows of which sweep set them; the other rows check them: tests/test_step_parts.py).
+
+The clock. r_sm is the SM rate at the clock the sweep's GEMM loop ran at; a GPU at its board power limit
+lowers its SM clock until the board's power fits, and a loop of large GEMMs draws the most. Inside a
+training step GEMMs alternate with memory-bound kernels that draw less, and the clock the power limit
+leaves is higher: fit runs the main loop at r_sm x f_train / f_sweep (`clock`, `training_clock`; the
+preset says where each comes from), `intensity` (a GEMM alone) at r_sm.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -34,20 +41,40 @@ class TiledGemm:
     split_k_slice: int  # the least K of one split
     tiles: tuple[tuple[int, int], ...]  # (tm, tn) candidates
     source: str
+    # Hz: the SM clock the sweep's GEMMs ran at, and the clock GEMMs run at inside a training step under the board's
+    # power limit; fit's GEMMs run their main loop at sm_rate x training_clock / clock (0: not known, no change)
+    clock: float = 0.0
+    training_clock: float = 0.0
+    clock_source: str = ""
+
+    @property
+    def clock_ratio(self) -> float:
+        """The training step's SM clock over the sweep's (1 where either is not known)."""
+        return self.training_clock / self.clock if self.clock > 0 and self.training_clock > 0 else 1.0
 
 
 SPLITS = (1, 2, 4, 8, 16)
 
 
-def tiled_gemm_time(m: int, k: int, n: int, batch: int, model: TiledGemm, sms: int, bandwidth: float, element_bytes: float,
-                    scale: float = 1.0) -> tuple[float, str]:  # fmt: skip
-    """(seconds, what bounds it: 'compute' or 'memory') of `batch` products (m x k) . (k x n) on one GPU;
-    `bandwidth`: the HBM rate memory-bound kernels sustain (B/s); `scale`: a factor on the SMs' rate
-    (a board power limit, --efficiency)."""
+class TileChoice(NamedTuple):
+    """The candidate cuBLAS would run (the fastest): its tile, split of K, waves, and the time it takes."""
+
+    time: float  # s
+    bound: str  # "compute" or "memory"
+    tile_m: int
+    tile_n: int
+    split: int  # K split over this many SMs (1: none)
+    waves: int
+    rate: float  # FLOP/s of one SM's main loop after the scale
+
+
+def tiled_gemm_choice(m: int, k: int, n: int, batch: int, model: TiledGemm, sms: int, bandwidth: float, element_bytes: float,
+                      scale: float = 1.0) -> TileChoice:  # fmt: skip
+    """The fastest candidate for `batch` products (m x k) . (k x n) on one GPU (tiled_gemm_time's arguments)."""
     traffic = element_bytes * batch * (m * k + k * n + m * n)
     stream = traffic / bandwidth
     rate = model.sm_rate * scale
-    best, bound = math.inf, "compute"
+    best = TileChoice(math.inf, "compute", 0, 0, 1, 0, rate)
     for tm, tn in model.tiles:
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         for s in SPLITS:
@@ -58,6 +85,15 @@ def tiled_gemm_time(m: int, k: int, n: int, batch: int, model: TiledGemm, sms: i
             time = max(work, stream) + model.kernel_overhead
             if s > 1:  # the reduce kernel: read the s fp32 partial outputs, write the result
                 time += model.kernel_overhead + batch * m * n * (4.0 * s + element_bytes) / bandwidth
-            if time < best:
-                best, bound = time, "compute" if work >= stream else "memory"
-    return best, bound
+            if time < best.time:
+                best = TileChoice(time, "compute" if work >= stream else "memory", tm, tn, s, waves, rate)
+    return best
+
+
+def tiled_gemm_time(m: int, k: int, n: int, batch: int, model: TiledGemm, sms: int, bandwidth: float, element_bytes: float,
+                    scale: float = 1.0) -> tuple[float, str]:  # fmt: skip
+    """(seconds, what bounds it: 'compute' or 'memory') of `batch` products (m x k) . (k x n) on one GPU;
+    `bandwidth`: the HBM rate memory-bound kernels sustain (B/s); `scale`: a factor on the SMs' rate
+    (a board power limit, --efficiency, the training step's clock over the sweep's)."""
+    choice = tiled_gemm_choice(m, k, n, batch, model, sms, bandwidth, element_bytes, scale)
+    return choice.time, choice.bound

@@ -23,12 +23,19 @@ H200 steps) then launches one kernel per ATen op, and autocast adds its casts:
   nll_loss; backward the fp32 gradient filled and scattered, cast back to bf16.
 
 Every kernel of a layer and its bytes are held against a TorchDispatchMode record of the same layer
-under CPU autocast (tests/test_kernels_hf.py with tests/ground_truth/hf_llama.py).
+under CPU autocast (tests/ground_truth/test_torch_hf_kernels.py with tests/ground_truth/hf_llama.py).
+
+Each kernel also names the TensorIterator path CUDA runs it on (parcalc.core.timing.elementwise: broadcast
+products such as x * rstd and weight * x, transposed views, casts from bf16 to fp32, rotary's bf16 x fp32
+products and cat), as a profiler trace of the step names its kernels (tests/test_step_parts.py holds each
+path's kernels against the shared H200 traces).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from parcalc.core.timing.elementwise import CAST, CAT, REDUCE, STRIDED, STRIDED_CAST
 
 F32 = 4.0  # the residual stream, the norms, the rotary products and the loss are fp32 under autocast over fp32 weights
 HF_SOURCE = (
@@ -48,6 +55,12 @@ def hf_applies(model: Any) -> bool:
             and not model.post_norms)
 
 
+# RMSNorm's kernels that are not vectorised: the broadcast products (x * rstd[rows, 1], weight[h] * x, and their
+# gradients), mean's gradient (an expand, then a division), the two sums (reductions over h and over the rows)
+NORM_PATHS = {"mean": REDUCE, "mul_rstd": STRIDED, "mul_weight": STRIDED, "mul_weight.dx": STRIDED, "sum_dw": REDUCE,
+              "mul_rstd.dx": STRIDED, "sum_drstd": REDUCE, "mean.div": STRIDED}  # fmt: skip
+
+
 def hf_norm(mem: Any, key: str, rows: int, h: int, contributions: int) -> None:
     """LlamaRMSNorm on an fp32 input: 6 kernels forward, 13 backward, and autograd's adds of the input's
     `contributions` gradients (the residual branch's, and the norm's direct and variance paths: contributions - 1 adds)."""
@@ -60,9 +73,9 @@ def hf_norm(mem: Any, key: str, rows: int, h: int, contributions: int) -> None:
                 ("pow.pow", 2 * f * n), ("pow.scale", 2 * f * n), ("pow.mul", 3 * f * n))  # fmt: skip
     per_row = ("add_eps", "rsqrt", "rsqrt.pow", "rsqrt.scale", "rsqrt.mul")
     for op, traffic in forward:
-        mem.fwd(f"{key}.{op}", traffic, f"[{rows}]" if op in per_row else f"[{rows}×{h}]")
+        mem.fwd(f"{key}.{op}", traffic, f"[{rows}]" if op in per_row else f"[{rows}×{h}]", NORM_PATHS.get(op, ""), n)
     for op, traffic in backward:
-        mem.bwd(f"{key}.{op}.bwd", traffic, f"[{rows}]" if op in per_row else f"[{rows}×{h}]")
+        mem.bwd(f"{key}.{op}.bwd", traffic, f"[{rows}]" if op in per_row else f"[{rows}×{h}]", NORM_PATHS.get(op, ""), n)
     for i in range(contributions - 1):
         mem.bwd(f"{key}.add_grads.bwd.{i}", 3 * f * n, f"[{rows}×{h}]")
 
@@ -72,10 +85,10 @@ def hf_linear(mem: Any, key: str, tokens: int, k: int, n: int, cast_input: bool)
     gradient's fp32 cast (backward); with `cast_input` (an fp32 input), the input's cast and its gradient's cast back."""
     e, f = mem.e, F32
     mem.fwd(f"{key}.weight.to_bf16", (f + e) * k * n, f"[{n}×{k}]")
-    mem.bwd(f"{key}.weight_grad.to_fp32.bwd", (e + f) * k * n, f"[{n}×{k}]")
+    mem.bwd(f"{key}.weight_grad.to_fp32.bwd", (e + f) * k * n, f"[{n}×{k}]", CAST, k * n)  # bf16 -> fp32: the cast path
     if cast_input:
-        mem.fwd(f"{key}.input.to_bf16", (f + e) * tokens * k, f"[{tokens}×{k}]")
-        mem.bwd(f"{key}.input_grad.to_fp32.bwd", (e + f) * tokens * k, f"[{tokens}×{k}]")
+        mem.fwd(f"{key}.input.to_bf16", (f + e) * tokens * k, f"[{tokens}×{k}]")  # fp32 -> bf16: vectorised
+        mem.bwd(f"{key}.input_grad.to_fp32.bwd", (e + f) * tokens * k, f"[{tokens}×{k}]", CAST, tokens * k)
 
 
 def hf_rope(mem: Any, name: str, tokens: int, seq: int, width: int, head_dim: int) -> None:
@@ -85,13 +98,18 @@ def hf_rope(mem: Any, name: str, tokens: int, seq: int, width: int, head_dim: in
     writes a zeroed full tensor), and autograd's adds."""
     e, f, n = mem.e, F32, tokens * width
     table, shape, half = F32 * seq * head_dim, f"[{tokens}×{width}]", n // 2
-    for op, traffic in (("mul_cos", e * n + table + f * n), ("neg", 2 * e * half), ("cat", 2 * e * n),
-                        ("mul_sin", e * n + table + f * n), ("add", 3 * f * n)):  # fmt: skip
-        mem.fwd(f"rope.{name}.{op}", traffic, shape)
-    for op, traffic in (("mul_sin", 2 * f * n + table), ("mul_sin.to_bf16", (f + e) * n), ("neg", 2 * e * half),
-                        ("slice_x1", e * half + e * n), ("slice_x2", e * half + e * n), ("add_slices", 3 * e * n),
-                        ("mul_cos", 2 * f * n + table), ("mul_cos.to_bf16", (f + e) * n), ("add_grads", 3 * e * n)):  # fmt: skip
-        mem.bwd(f"rope.{name}.{op}.bwd", traffic, shape)
+    # the transposed (b, heads, s, d) view of the projection and the [s, d] tables broadcast: strided paths (the
+    # bf16 x fp32 products with a cast); rotate_half's cat; slice_backward's copies into a zeroed tensor
+    for op, traffic, path, elements in (("mul_cos", e * n + table + f * n, STRIDED_CAST, n), ("neg", 2 * e * half, STRIDED, half),
+                                        ("cat", 2 * e * n, CAT, n), ("mul_sin", e * n + table + f * n, STRIDED_CAST, n),
+                                        ("add", 3 * f * n, STRIDED, n)):  # fmt: skip
+        mem.fwd(f"rope.{name}.{op}", traffic, shape, path, elements)
+    for op, traffic, path, elements in (("mul_sin", 2 * f * n + table, STRIDED, n), ("mul_sin.to_bf16", (f + e) * n, "", 0),
+                                        ("neg", 2 * e * half, STRIDED, half), ("slice_x1", e * half + e * n, STRIDED, half),
+                                        ("slice_x2", e * half + e * n, STRIDED, half), ("add_slices", 3 * e * n, STRIDED, n),
+                                        ("mul_cos", 2 * f * n + table, STRIDED, n), ("mul_cos.to_bf16", (f + e) * n, "", 0),
+                                        ("add_grads", 3 * e * n, "", 0)):  # fmt: skip
+        mem.bwd(f"rope.{name}.{op}.bwd", traffic, shape, path, elements)
 
 
 def hf_layer(mem: Any, linear: Any, attention: Any, model: Any, tokens: int, seq: int, tp: int) -> None:
@@ -108,20 +126,20 @@ def hf_layer(mem: Any, linear: Any, attention: Any, model: Any, tokens: int, seq
         linear(key, tokens, h, width)
     mem.bwd("qkv.add_grads.bwd.0", 3 * f * n, f"[{tokens}×{h}]")  # three fp32 gradients of the normed input: 2 adds
     mem.bwd("qkv.add_grads.bwd.1", 3 * f * n, f"[{tokens}×{h}]")
-    mem.bwd("q_proj.grad.contiguous.bwd", 2 * e * tokens * q_w, f"[{tokens}×{q_w}]")  # transposed views' gradients made
-    mem.bwd("k_proj.grad.contiguous.bwd", 2 * e * tokens * kv_w, f"[{tokens}×{kv_w}]")  # contiguous for the GEMMs
+    mem.bwd("q_proj.grad.contiguous.bwd", 2 * e * tokens * q_w, f"[{tokens}×{q_w}]", STRIDED, tokens * q_w)  # transposed views'
+    mem.bwd("k_proj.grad.contiguous.bwd", 2 * e * tokens * kv_w, f"[{tokens}×{kv_w}]", STRIDED, tokens * kv_w)  # gradients made contiguous
     if model.position.value == "rope":
         hf_rope(mem, "q", tokens, seq, q_w, hd)
         hf_rope(mem, "k", tokens, seq, kv_w, hd)
         mem.fwd("sdpa.q.to_bf16", (f + e) * tokens * q_w, f"[{tokens}×{q_w}]")  # SDPA under autocast: fp32 q, k cast
         mem.fwd("sdpa.k.to_bf16", (f + e) * tokens * kv_w, f"[{tokens}×{kv_w}]")
-        mem.bwd("sdpa.q_grad.to_fp32.bwd", (e + f) * tokens * q_w, f"[{tokens}×{q_w}]")
-        mem.bwd("sdpa.k_grad.to_fp32.bwd", (e + f) * tokens * kv_w, f"[{tokens}×{kv_w}]")
+        mem.bwd("sdpa.q_grad.to_fp32.bwd", (e + f) * tokens * q_w, f"[{tokens}×{q_w}]", CAST, tokens * q_w)
+        mem.bwd("sdpa.k_grad.to_fp32.bwd", (e + f) * tokens * kv_w, f"[{tokens}×{kv_w}]", CAST, tokens * kv_w)
     attention(q_w, kv_w)
     hf_linear(mem, "o_proj", tokens, q_w, h, cast_input=False)
     linear("o_proj", tokens, q_w, h)
     mem.bwd("o_proj.output_grad.to_bf16.bwd", (f + e) * n, f"[{tokens}×{h}]")  # the fp32 residual gradient into bf16
-    mem.fwd("residual1", (f + e + f) * n, f"[{tokens}×{h}]")  # fp32 + bf16 -> fp32
+    mem.fwd("residual1", (f + e + f) * n, f"[{tokens}×{h}]", CAST, n)  # fp32 + bf16 -> fp32
     hf_norm(mem, "post_attention_layernorm", tokens, h, 3)
     for key in ("gate_proj", "up_proj"):
         hf_linear(mem, key, tokens, h, f_w, cast_input=True)
@@ -136,7 +154,7 @@ def hf_layer(mem: Any, linear: Any, attention: Any, model: Any, tokens: int, seq
     hf_linear(mem, "down_proj", tokens, f_w, h, cast_input=False)
     linear("down_proj", tokens, f_w, h)
     mem.bwd("down_proj.output_grad.to_bf16.bwd", (f + e) * n, f"[{tokens}×{h}]")
-    mem.fwd("residual2", (f + e + f) * n, f"[{tokens}×{h}]")
+    mem.fwd("residual2", (f + e + f) * n, f"[{tokens}×{h}]", CAST, n)
 
 
 def hf_ends(mem: Any, linear: Any, model: Any, tokens: int, seq: int, vocab: int) -> None:
@@ -161,7 +179,7 @@ def hf_ends(mem: Any, linear: Any, model: Any, tokens: int, seq: int, vocab: int
     if model.tied_embeddings:
         mem.bwd("lm_head.tied.add_grads.bwd", 3 * f * vocab * h, table)
     shape = f"[{tokens}×{vocab}]"
-    mem.fwd("loss.logits.to_fp32", (e + f) * logits, shape)
+    mem.fwd("loss.logits.to_fp32", (e + f) * logits, shape, CAST, logits)
     mem.fwd("loss.log_softmax", 4 * f * logits, shape)
     mem.fwd("loss.nll_loss", (8.0 + f) * tokens, f"[{tokens}]")
     mem.bwd("loss.nll_loss.fill.bwd", f * logits, shape)

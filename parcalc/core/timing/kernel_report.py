@@ -20,6 +20,7 @@ Two GEMM rates, both from the preset's `kernels` section:
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from parcalc.core.hardware import Gpu
@@ -57,7 +58,7 @@ def kernel_spec(gpu: Gpu | None, dtype: str, peak: float, bandwidth: float | Non
 def alone_spec(spec: ComputeSpec, dtype: str) -> ComputeSpec | None:
     """The same spec with the share one GEMM reaches alone (kernels.matmul_isolated); None without one."""
     share = spec.kernels.isolated_share(dtype)
-    return None if share is None else replace(spec, matmul=share)
+    return None if share is None else replace(spec, matmul=share, gemm_clock=1.0)  # alone: at the sweep's clock
 
 
 def _rate_terms(spec: ComputeSpec, which: str) -> tuple[Term, ...]:
@@ -92,15 +93,68 @@ def gemm_time(kernel: Kernel, q: float, spec: ComputeSpec, key: str, which: str)
     return time, achieved
 
 
+TILES_SOURCE = ("parcalc.core.timing.gemm_tiles: the m x n output in tm x tn tiles, waves of one tile per SM, each tile's main "
+                "loop at the SM rate measured by shape (at the sweep's clock x the training step's over it) plus a fixed cost a "
+                "tile and a kernel, split-K with its reduce kernel; the fastest of cuBLAS's candidate tiles")  # fmt: skip
+
+
+def tiled_gemm_derivation(m: int, k: int, n: int, batch: int, element_bytes: float, spec: ComputeSpec, key: str,
+                          which: str) -> tuple[Derivation, Derivation]:  # fmt: skip
+    """(time, achieved FLOP/s) of one GEMM on a GPU whose GEMMs were measured by shape (ComputeSpec.tiled), as derivations
+    of the tile model (the formula of the candidate it picks)."""
+    from parcalc.core.timing.gemm_tiles import tiled_gemm_choice
+
+    tiled = spec.tiled
+    assert tiled is not None
+    bandwidth = spec.bandwidth * spec.kernels.memory.value * spec.scale
+    choice = tiled_gemm_choice(m, k, n, batch, tiled, spec.sms, bandwidth, element_bytes, spec.scale * spec.power_scale * spec.gemm_clock)
+    flops, traffic = 2.0 * m * k * n * batch, element_bytes * batch * (m * k + k * n + m * n)
+    clock = ("the training step's SM clock over the sweep's" if spec.gemm_clock != 1 else "the sweep's clock") + (
+        ", x --efficiency and the power limit's share" if spec.scale * spec.power_scale != 1 else "")
+    inputs = [Term("F", "F", "F", flops, "FLOP", "FLOPs (2 m k n per product)"),
+              Term("w", "w", "w", choice.waves, "", f"waves of {choice.tile_m}x{choice.tile_n} tiles over {spec.sms} SMs"
+                   + (f" (K split {choice.split} ways)" if choice.split > 1 else "")),
+              Term("t_m", "t_m", "t_m", choice.tile_m, "", "tile rows"), Term("t_n", "t_n", "t_n", choice.tile_n, "", "tile columns"),
+              Term("K_s", "K_s", "K_s", math.ceil(k / choice.split), "", "K of one tile's main loop"),
+              Term("r_sm", "r_sm", r"r_{\mathrm{sm}}", tiled.sm_rate, "FLOP/s", "one SM's main loop, measured by shape", tiled.source),
+              Term("c", "c", "c", choice.rate / tiled.sm_rate, "", clock, tiled.clock_source or tiled.source),
+              Term("t_tile", "t_tile", r"t_{\mathrm{tile}}", tiled.tile_overhead, "s", "fixed cost of a tile", tiled.source),
+              Term("Q", "Q", "Q", traffic, "B", "bytes moved (operands read once, output written once)"),
+              Term("BW", "BW", r"B_{\mathrm{mem}}", bandwidth, "B/s", "HBM rate memory-bound kernels sustain", spec.kernels.memory.source),
+              Term("t_kernel", "t_kernel", r"t_{\mathrm{kernel}}", tiled.kernel_overhead, "s", "fixed cost of a kernel", tiled.source)]  # fmt: skip
+    formula = "max($w × (2 × $t_m × $t_n × $K_s / ($r_sm × $c) + $t_tile), $Q / $BW) + $t_kernel"
+    latex = r"\max\left($w \left(\frac{2 $t_m $t_n $K_s}{$r_sm $c} + $t_tile\right),\ \frac{$Q}{$BW}\right) + $t_kernel"
+    if choice.split > 1:  # the reduce kernel: the s fp32 partial outputs read, the result written
+        inputs += [Term("s", "s", "s", choice.split, "", "splits of K"), Term("E", "E", "E", batch * m * n, "", "output elements"),
+                   Term("e", "e", "e", element_bytes, "B", "bytes per output element")]
+        formula += " + $t_kernel + $E × (4 × $s + $e) / $BW"
+        latex += r" + $t_kernel + \frac{$E (4 $s + $e)}{$BW}"
+    time = Derivation(
+        key=f"time_{key}", label=f"Predicted GEMM time ({which})", symbol=f"t_{key}", latex_symbol=rf"t_{{\mathrm{{{key}}}}}",
+        formula=formula, formula_latex=latex, inputs=tuple(inputs), value=choice.time, unit="s", source=TILES_SOURCE,
+        assumptions=(f"the GEMM is {choice.bound}-bound on this GPU ({which})",),
+    )  # fmt: skip
+    achieved = Derivation(
+        key=f"achieved_{key}", label=f"Achieved FLOP/s ({which})", symbol=f"R_{key}", latex_symbol=rf"R_{{\mathrm{{{key}}}}}",
+        formula="$F / $t", formula_latex=r"\frac{$F}{$t}", inputs=(inputs[0], time.as_term("t")), value=flops / choice.time,
+        unit="FLOP/s", source=TILES_SOURCE,
+    )  # fmt: skip
+    return time, achieved
+
+
 def gemm_times(m: int, k: int, n: int, batch: int, element_bytes: float, dtype: str, spec: ComputeSpec) -> tuple[Derivation, ...]:
     """Time and achieved FLOP/s of (m x k) . (k x n), `batch` times, in training (fit's rate) and,
-    where the preset has one, alone."""
+    where the preset has one, alone. A GPU whose GEMMs were measured by shape shows the tile model's formula."""
     q = quantisation(m, n, batch, spec)
-    out: tuple[Derivation, ...] = gemm_time(gemm("gemm", m, k, n, element_bytes, spec, batch), q, spec, "train", "in training, as fit charges it")
+    train, alone_which = "in training, as fit charges it", "alone, as a benchmark measures it"
     alone = alone_spec(spec, dtype)
+    if spec.tiled is not None:
+        out = tiled_gemm_derivation(m, k, n, batch, element_bytes, spec, "train", train)
+        return out + (tiled_gemm_derivation(m, k, n, batch, element_bytes, alone, "alone", alone_which) if alone is not None else ())
+    out2: tuple[Derivation, ...] = gemm_time(gemm("gemm", m, k, n, element_bytes, spec, batch), q, spec, "train", train)
     if alone is not None:
-        out += gemm_time(gemm("gemm", m, k, n, element_bytes, alone, batch), q, alone, "alone", "alone, as a benchmark measures it")
-    return out
+        out2 += gemm_time(gemm("gemm", m, k, n, element_bytes, alone, batch), q, alone, "alone", alone_which)
+    return out2
 
 
 KERNEL_COLUMNS = (
