@@ -554,18 +554,29 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     shards = (d * c if sg is None else sg) if config.layout.zero >= 1 else 1
     formula, expert_terms = OPTIMIZER.formula, []
     if fullest.experts:  # routed experts: their states shard over expert-DP (parcalc.core.timing.step.optimizer_step_time)
-        formula = "(($P - $P_x) / $d_z + $P_x / $d_x) × $Q_p / ($BW × $e_mem × $x)"
+        formula = "$w × (($P - $P_x) / $d_z + $P_x / $d_x) × $Q_p / ($BW × $e_mem × $x)"
         expert_terms = [_t("P_x", "P_x", fullest.experts, "", f"routed-expert parameters among them (experts / ep = {config.layout.ep})", latex=r"P_{x}"),
                         _t("d_x", "d_x", expert_dp(config.layout) if config.layout.zero >= 1 else 1, "",
                            "ranks the experts' states are sharded over (ZeRO-1 and up: expert-DP, tp x dp x cp / (ep x etp))", latex=r"d_{x}")]  # fmt: skip
+    from parcalc.core.timing.compute import multi_tensor_waves
+
+    calibrated = spec.kind_rate("optimizer")  # calibrate trace's factor on the optimizer's rate (1: none)
+    if calibrated != 1.0:
+        formula = formula.replace("$x)", "$x × $k_opt)").replace("$x × $d_z)", "$x × $k_opt × $d_z)")
+    waves = _t("w", "w", multi_tensor_waves(spec.sms), "", "a multi_tensor_apply launch's time over its bytes at the HBM rate: its 320 "
+               "blocks over the SMs, the launch ending with the SMs that hold ceil(320 / SMs) of them (1.2375 on 132 SMs)",
+               "parcalc.core.timing.compute.multi_tensor_waves; PyTorch aten/src/ATen/native/cuda/MultiTensorApply.cuh (320 blocks "
+               "a launch); measured on one H200: a full fused-AdamW launch 167-171 us for 587 MB against 137 us at 4.28 TB/s")  # fmt: skip
     optimizer = OPTIMIZER.derivation(
-        [_t("P", "P", fullest.params, "", "parameters on one GPU of the fullest stage"), *expert_terms,
+        [waves, _t("P", "P", fullest.params, "", "parameters on one GPU of the fullest stage"), *expert_terms,
          _t("Q_p", "Q_p", traffic, "B", f"HBM bytes of one parameter's {training.optimizer.value} update (master weight and states read and written, gradient read)",
             latex=r"Q_{p}"),
          _t("BW", "BW", spec.bandwidth, "B/s", "HBM bandwidth"),
          _t("e_mem", "e_mem", spec.kernels.memory.value, "fraction", "share of HBM bandwidth memory-bound kernels sustain", spec.kernels.memory.source,
             r"e_{\mathrm{mem}}"),
          _t("x", "x", cluster.efficiency, "", "--efficiency"),
+         *([_t("k_opt", "k_opt", calibrated, "", "the optimizer's rate factor calibrated from a profiler trace (calibrate trace)",
+               latex=r"k_{\mathrm{opt}}")] if calibrated != 1.0 else []),
          _t("d_z", "d_z", shards, "", "ranks the optimizer states are sharded over (ZeRO-1 and up: d"
             + (", the shard group S)" if sg is not None else ")"), latex=r"d_{z}")],
         t_opt, formula=formula)  # fmt: skip

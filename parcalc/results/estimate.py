@@ -36,7 +36,7 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
         Term("R", "R", "R", training.reserve, "B", "reserve (CUDA context, NCCL buffers, fragmentation)"),
         Term("peak", "F_peak", r"F_{\mathrm{peak}}", cluster.peak, "FLOP/s", f"{cluster.dtype} dense peak per GPU", cluster.peak_source),
         *power_terms(cluster.gpu, cluster.peak, cluster.dtype, cluster.peak_source),
-        Term("e_mm", "e_mm", r"e_{\mathrm{mm}}", cluster.spec.matmul.value, "fraction", "share of the peak large GEMMs sustain", cluster.spec.matmul.source),
+        *_gemm_terms(cluster),
         Term("e_mem", "e_mem", r"e_{\mathrm{mem}}", cluster.spec.kernels.memory.value, "fraction", "share of HBM bandwidth memory-bound kernels sustain",
              cluster.spec.kernels.memory.source),
         Term("x", "x", "x", cluster.efficiency, "", "factor on every kernel's rate (--efficiency)", EFFICIENCY_SOURCE),
@@ -51,6 +51,24 @@ def _inputs(shape: TransformerModel, training: Training, cluster: Cluster) -> li
         Term("nics", "n_NIC", r"n_{\mathrm{NIC}}", cluster.fabric.nics_per_node, "", "network cards per node (rails)",
              cluster.gpu.node.source if cluster.gpu is not None and cluster.gpu.node is not None else "one per GPU (default)"),
     ]
+
+
+def _gemm_terms(cluster: Cluster) -> list[Term]:
+    """How the GEMMs are timed: by shape where the GPU's GEMMs were measured by shape (the tile model at a training step's
+    clock), else the share of the peak large GEMMs sustain."""
+    from parcalc.derivation import Term
+
+    tiled = cluster.spec.tiled
+    if tiled is None:
+        return [Term("e_mm", "e_mm", r"e_{\mathrm{mm}}", cluster.spec.matmul.value, "fraction", "share of the peak large GEMMs sustain",
+                     cluster.spec.matmul.source)]  # fmt: skip
+    terms = [Term("r_SM", "r_SM", r"r_{\mathrm{SM}}", tiled.sm_rate, "FLOP/s", "one SM's GEMM main-loop rate, measured by shape on this GPU "
+                  "(each GEMM timed by its tiles, waves, split of K and fixed costs: parcalc.core.timing.gemm_tiles)", tiled.source)]  # fmt: skip
+    if tiled.clock_ratio != 1.0:
+        terms.append(Term("f_ratio", "f_train/f_sweep", r"f_{\mathrm{train}}/f_{\mathrm{sweep}}", tiled.clock_ratio, "",
+                          f"a training step's SM clock under the power limit ({tiled.training_clock / 1e6:,.1f} MHz) over the GEMM "
+                          f"sweep's ({tiled.clock / 1e6:,.1f} MHz)", tiled.clock_source))  # fmt: skip
+    return terms
 
 
 def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) -> tuple[str, ...]:

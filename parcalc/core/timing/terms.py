@@ -93,7 +93,7 @@ DP = StepTerm(
     "Rajbhandari et al. 2020 sec. 7 (ZeRO volumes); Zhao et al. 2023 (FSDP prefetch)")  # fmt: skip (fit adds the framework's buckets and NCCL)
 OPTIMIZER = StepTerm(
     "t_optimizer", "Optimizer step (memory-bound over the local parameters)", "optimizer", "optimizer", "t_opt", r"t_{\mathrm{opt}}",
-    "$P × $Q_p / ($BW × $e_mem × $x × $d_z)",
+    "$w × $P × $Q_p / ($BW × $e_mem × $x × $d_z)",
     "reads and writes every optimizer state once (parcalc.core.timing.compute.optimizer_bytes)")  # fmt: skip
 OFFLOAD = StepTerm(
     "t_offload", "Offloading exposed per iteration (PCIe copies, CPU optimizer step)", "offload", "offload", "t_offload",
