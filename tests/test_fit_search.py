@@ -11,7 +11,8 @@ import pytest
 
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.fit import Cluster, Training, estimate, invalid_reason
-from parcalc.core.fit_search import COST_FIELDS, SearchSpace, divisors, search
+from parcalc.core.fit_search import COST_FIELDS, SearchSpace, search
+from parcalc.core.search_layouts import divisors
 from parcalc.presets import load_framework, load_gpu, load_link, load_model
 
 A100 = load_gpu("a100-sxm4-80gb", ())

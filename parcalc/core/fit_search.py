@@ -64,7 +64,8 @@ from parcalc.core.memory import (
 )
 from parcalc.core.model import TransformerModel
 from parcalc.core.model_states import state_bytes
-from parcalc.core.stages import balanced_splits, stage_ends, stage_split
+from parcalc.core.search_layouts import divisors, parallel_layouts, splits
+from parcalc.core.stages import stage_split
 from parcalc.core.timing.step import (
     DataParallelPieces,
     LayerPieces,
@@ -226,97 +227,6 @@ class SearchResult:
         c = self.evaluated.columns
         order = np.lexsort((c["memory"][fit], c["t_step"][fit]))
         return fit[order]
-
-
-def divisors(n: int) -> list[int]:
-    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
-    return sorted(set(small + [n // k for k in small]))
-
-
-# ---------------------------------------------------------------------------------------------
-# Layouts
-
-
-def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejected: Counter,
-            space: SearchSpace | None = None, cp: int = 1) -> list[tuple[int, int, int]]:  # fmt: skip
-    """(tp, pp, dp) with tp x pp x cp x dp = N that pass the divisibility and placement checks (pp:
-    an even split, one of search_splits, or the split `space` pins)."""
-    gpus = cluster.gpus // cp
-    pinned = space is not None and (space.first_stage_layers is not None or space.last_stage_layers is not None)
-    slots = space is not None and any(space.slots)
-    found = []
-    for t in divisors(gpus):
-        for p in divisors(gpus // t):
-            d = gpus // (t * p)
-            if any(v % t for v in (model.heads, model.kv_heads, model.ffn_hidden)):
-                rejected["tp does not divide the heads or MLP width"] += 1
-            elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
-                rejected["tp does not divide the GPUs of a node"] += 1
-            elif space is not None and space.pipeline_layout is not None:
-                reason = _layout_reason(model, p, space)
-                if reason is not None:
-                    rejected[reason] += 1
-                elif training.global_batch % d:
-                    rejected["dp does not divide the global batch"] += 1
-                else:
-                    found.append((t, p, d))
-            elif slots and space is not None and not _slot_split_fits(model.layers, p, space):
-                rejected["pp does not divide the layer slots (layers + embedding / loss)"] += 1
-            elif not slots and model.layers % p and not search_splits(model.layers, p) and not (pinned and space is not None and p == space.pp):
-                rejected["pp does not divide the layers (no balanced uneven split)"] += 1
-            elif training.global_batch % d:
-                rejected["dp does not divide the global batch"] += 1
-            else:
-                found.append((t, p, d))
-    return found
-
-
-def search_splits(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
-    """(n_first, n_last) of the uneven splits the search tries when pp does not divide the layers:
-    Megatron-LM's, with no stage above ceil(L / pp) layers (module docstring)."""
-    if pp < 2 or layers % pp == 0:
-        return ()
-    top = -(-layers // pp)
-    return tuple((f, z) for f, z in balanced_splits(layers, pp) if max(stage_split(layers, pp, f, z)) == top)
-
-
-def layout_stage_layers(model: TransformerModel, p: int, text: str) -> tuple[int, ...]:
-    """The transformer layers each of p ranks holds under the layout string (its chunks together)."""
-    from parcalc.core.pipeline_layout import parse_pipeline_layout
-
-    return parse_pipeline_layout(text, p, model.layers, model.mtp_layers).stage_layers()
-
-
-def _layout_reason(model: TransformerModel, p: int, space: SearchSpace) -> str | None:
-    """Why pp = p cannot run the search's --pipeline-layout (parcalc.core.pipeline_layout.search_reason; None: it can)."""
-    from parcalc.core.pipeline_layout import search_reason
-
-    assert space.pipeline_layout is not None
-    return search_reason(space.pipeline_layout, p, model, space.interleaved, space.max_chunks)
-
-
-def _slot_split_fits(layers: int, p: int, space: SearchSpace) -> bool:
-    """Whether p stages split the layer slots evenly with a transformer layer on every stage (stage_split)."""
-    try:
-        stage_split(layers, p, embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
-    except InputError:
-        return False
-    return True
-
-
-def _splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[int | None, int | None]]:
-    """The (first, last) stage-layer pairs to evaluate for pp = p; (None, None): the even split. With
-    the embedding / loss slots, the uneven split that leaves the same layers per stage."""
-    if any(space.slots):
-        return [stage_ends(model.layers, p, embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)]
-    if space.pipeline_layout is not None and p > 1:  # the ranks' layers as the layout places them (_layout_reason checked the shape)
-        split = layout_stage_layers(model, p, space.pipeline_layout)
-        return [(None, None)] if len(set(split)) == 1 else [(split[0], split[-1])]
-    if space.first_stage_layers is not None or space.last_stage_layers is not None:
-        return [(space.first_stage_layers, space.last_stage_layers)]
-    if model.layers % p == 0:
-        return [(None, None)]
-    return list(search_splits(model.layers, p))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -810,46 +720,6 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
 # The search
 
 
-def _parallel_layouts(model: TransformerModel, training: Training, cluster: Cluster, space: SearchSpace,
-                      rejected: Counter) -> list[tuple[int, int, int, int, int]]:  # fmt: skip
-    """(tp, pp, cp, dp, ep) to evaluate: layouts() for every cp of SearchSpace.cp_values that
-    parcalc.core.context accepts, and for MoE models every ep dividing the routed experts with
-    ep x etp dividing tp x cp x dp (etp = tp: the search keeps Megatron-Core's default; --etp is
-    for one configuration), as parcalc.core.expert_parallel.expert_layout checks it."""
-    from parcalc.core.context import check_context_parallel
-    from parcalc.core.expert_parallel import expert_layout
-
-    if model.moe is None:
-        eps = [space.ep if space.ep is not None else 1]
-    else:
-        eps = [space.ep] if space.ep is not None else divisors(model.moe.experts)
-    found = []
-    for c in space.cp_values(cluster.gpus, training.seq_len):
-        if cluster.gpus % c:
-            rejected["cp does not divide the GPUs"] += 1
-            continue
-        for t, p, d in layouts(model, training, cluster, rejected, space, cp=c):
-            if not (space.tp in (None, t) and space.pp in (None, p) and space.dp in (None, d)):
-                continue
-            try:
-                check_context_parallel(model, training.seq_len, Layout(t, cp=c, cp_comm=space.cp_comm), training.causal)
-            except InputError:
-                rejected["cp does not split the sequence (or the heads, a2a)"] += 1
-                continue
-            for e in eps:
-                layout = Layout(tp=t, pp=p, dp=d, cp=c, ep=e)
-                if cluster.framework.layout_reason(layout) is not None:  # a data-parallel-only stack (the hf profile)
-                    rejected[f"{cluster.framework.key} runs data parallelism only"] += 1
-                    continue
-                try:
-                    expert_layout(model, layout)
-                except InputError:
-                    rejected["ep x etp does not divide tp x cp x dp (or ep the experts)"] += 1
-                    continue
-                found.append((t, p, c, d, e))
-    return found
-
-
 def search(model: TransformerModel, training: Training, cluster: Cluster, space: SearchSpace = SearchSpace(),
            progress: Callable[[int, int], None] | None = None) -> SearchResult:  # fmt: skip
     """Every configuration of the space evaluated; `progress(done, total)` after each layout."""
@@ -873,11 +743,11 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
     shapes = _Shapes(model, training, cluster, space.cp_comm, space.moe)
     shapes.time_all = space.time_all
     shapes.pipeline_layout = space.pipeline_layout
-    found = _parallel_layouts(model, training, cluster, space, rejected)
+    found = parallel_layouts(model, training, cluster, space, rejected)
     parts = []
     for i, (t, p, c, d, e) in enumerate(found):
         per_split = []
-        for given in _splits(model, p, space):
+        for given in splits(model, p, space):
             split = stage_split(model.layers, p, *given)
             cols = _layout_arrays(shapes, t, p, d, split, space, rejected, c, e)
             if cols is not None:
@@ -901,5 +771,5 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
     return SearchResult(evaluated, rejected, len(found))
 
 
-__all__ = ["CP_MIN_SEQ_LEN", "PARALLEL_COST_FIELDS", "PARALLEL_FIELDS", "SHARD_FIELDS", "Evaluated", "SearchResult", "SearchSpace", "divisors",
-           "group_spans_nodes", "layouts", "search", "search_splits"]
+__all__ = ["CP_MIN_SEQ_LEN", "PARALLEL_COST_FIELDS", "PARALLEL_FIELDS", "SHARD_FIELDS", "Evaluated", "SearchResult", "SearchSpace",
+           "group_spans_nodes", "search"]
