@@ -148,9 +148,9 @@ def test_a_multi_tensor_launch_lasts_as_long_as_its_busiest_sm() -> None:
     """The b4 trace's full fused AdamW launches (320 blocks of 512 threads, 2.42 blocks per SM as the profiler reports):
     164-173 us each (median 169) for 320 x 65,536 parameters x 28 B (fp32 param, grad, exp_avg, exp_avg_sq read; three written), where
     the bytes alone at the copy's 4.28 TB/s take 137 us: x 3 / 2.42 = 1.2375 gives 170 us, within 4 % of each."""
-    from parcalc.core.calibrate.trace import read_trace
+    from parcalc.results.calibrate_trace import read_trace_file
 
-    events = read_trace(FIXTURES / B4)["traceEvents"]
+    events = read_trace_file(str(FIXTURES / B4))["traceEvents"]
     full = [e["dur"] * 1e-6 for e in events if e.get("cat") == "kernel" and "multi_tensor_apply" in e["name"] and e["args"]["grid"][0] == 320]
     assert len(full) >= 50
     assert multi_tensor_waves(132) == pytest.approx(3 / (320 / 132))

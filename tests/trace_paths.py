@@ -52,10 +52,11 @@ def _elements(op: str, args: dict[str, Any]) -> float:
 
 def memory_kernels(name: str) -> list[TraceKernel]:
     """Every memory-bound kernel of one trace (`trace-llama1b-b4-s4096.json.gz`), with its path and elements."""
-    from parcalc.core.calibrate.trace import kernel_kind, read_trace
+    from parcalc.core.calibrate.trace import kernel_kind
+    from parcalc.results.calibrate_trace import read_trace_file
     from parcalc.core.timing.elementwise import kernel_path
 
-    events = read_trace(FIXTURES / name)["traceEvents"]
+    events = read_trace_file(str(FIXTURES / name))["traceEvents"]
     ops: dict[Any, dict[str, Any]] = {}
     for event in events:
         if event.get("cat") == "cpu_op":
