@@ -53,8 +53,8 @@ def _elements(op: str, args: dict[str, Any]) -> float:
 def memory_kernels(name: str) -> list[TraceKernel]:
     """Every memory-bound kernel of one trace (`trace-llama1b-b4-s4096.json.gz`), with its path and elements."""
     from parcalc.core.calibrate.trace import kernel_kind
-    from parcalc.results.calibrate_trace import read_trace_file
     from parcalc.core.timing.elementwise import kernel_path
+    from parcalc.results.calibrate_trace import read_trace_file
 
     events = read_trace_file(str(FIXTURES / name))["traceEvents"]
     ops: dict[Any, dict[str, Any]] = {}
