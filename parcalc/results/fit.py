@@ -243,7 +243,9 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                                              with_components=pictures)  # fmt: skip
         if nothing_fits is not None:
             raise InfeasibleResult(nothing_fits, result)  # the table that explains it, shown before the command fails
-    return result
+    from parcalc.results.fit_brief import briefed
+
+    return briefed(result)  # what the brief terminal form keeps (parcalc.render.brief)
 
 
 CP_SEARCH_MIN_SEQ_LEN = 16384  # parcalc.core.fit_search.CP_MIN_SEQ_LEN (not imported here: start-up stays light)
