@@ -112,6 +112,9 @@ def load_command(name: str) -> Any:
     if name in SUMMARIES:
         command.short_help = SUMMARIES[name]
     _accept_vocabulary(command, name, getattr(module, "BARE_OPTIONS", {}))
+    from parcalc.help_panels import group_help
+
+    group_help(command)  # --help by section, examples first (typer's rich_help_panel, in click's plain help)
     if COMPLETE_VAR in os.environ:  # only while the shell asks for completions: see parcalc.completion
         from parcalc.completion import complete_preset_names
 
