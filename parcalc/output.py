@@ -119,9 +119,13 @@ def render_text(result: Result, fmt: OutputFormat, detail: str | None = None) ->
         from parcalc.render.markdown import render_markdown
 
         return render_markdown(result)
+    if (detail or text_detail()) != "full":
+        from parcalc.render.brief import render_brief_plain
+
+        return render_brief_plain(result)
     from parcalc.render.plain import render_plain
 
-    return render_plain(result, detail or text_detail())
+    return render_plain(result)
 
 
 def text_detail() -> str:

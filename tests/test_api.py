@@ -19,7 +19,7 @@ from parcalc.errors import InfeasibleError, InputError
 from parcalc.runfile import input_slots, leaf_command
 
 ROOT = Path(__file__).resolve().parent.parent
-NOT_ARGUMENTS = {"fmt", "output", "help", "config"}
+NOT_ARGUMENTS = {"fmt", "output", "help", "config", "detail"}  # detail: how much the text output shows
 
 
 @pytest.mark.parametrize("name", sorted(api.COMMAND_FUNCTIONS))

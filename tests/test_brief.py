@@ -56,7 +56,7 @@ def test_detail_full_is_the_whole_derivation() -> None:
 
     full = invoke([*FIT, "--detail", "full"], columns=120)
     result = from_flags(model="llama3-8b", gpu=["h100-sxm5"], gpus="64", seq_len="8192", batch="1024")
-    assert full == render_plain(result, "full")
+    assert full == render_plain(result)
     assert full.splitlines()[3] == "Inputs" and "  source: the sum of the terms above (parcalc.core.timing.step)" in full
     assert "tp = 64 does not divide the attention heads (32)" in full  # the note column, left out of the brief form
 

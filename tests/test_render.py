@@ -30,7 +30,7 @@ def test_json_is_raw_base_units() -> None:
 
 
 def test_plain_text_has_formula_substitution_value_and_table() -> None:
-    text = render_text(sample(), OutputFormat.TABLE)
+    text = render_text(sample(), OutputFormat.TABLE, "full")
     assert "P = 2 × f × N_SM × FMA" in text
     assert "= 2 × 1.41 GHz × 108 × 512" in text
     assert "= 155.93472 TFLOP/s" in text

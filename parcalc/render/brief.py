@@ -84,6 +84,10 @@ def render_brief_plain(result: Result, width: int | None = None) -> str:
         if max(map(len, shown[1:])) > width and table.rows:
             shown = record_lines(table, width)
         lines += textwrap.wrap(table.title, width, break_on_hyphens=False) + shown[1:] + [""]
+        if table.key == "components" and result.command == "memory":  # the answer at a glance, as in the full form
+            from parcalc.render.memory_bar import bar_lines
+
+            lines += bar_lines(result) + [""]
     for verdict in result.verdicts[result.lead :]:
         lines += _wrapped(verdict, width, "=> ")
     if result.verdicts[result.lead :]:

@@ -11,13 +11,7 @@ if TYPE_CHECKING:
     from parcalc.derivation import Derivation, Result, Table
 
 
-def render_plain(result: Result, detail: str = "full") -> str:
-    """The result as plain text: `detail` "full" every input, derivation (with its source), table
-    and assumption; "brief" the short form of parcalc.render.brief."""
-    if detail != "full":
-        from parcalc.render.brief import render_brief_plain
-
-        return render_brief_plain(result)
+def render_plain(result: Result) -> str:
     lines = [result.title, "=" * len(result.title), ""]
     if result.answer:  # the answer before the inputs and derivations that lead to it (issue #14)
         answer = result.derivation(result.answer)

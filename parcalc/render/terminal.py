@@ -78,6 +78,7 @@ def render_rich(result: Result, console: Any, detail: str = "full") -> None:
 def render_brief_rich(result: Result, console: Any) -> None:
     """The brief form in colour, from the same choices as parcalc.render.brief's plain one."""
     from rich.markup import escape
+
     from parcalc.render.brief import ASSUMPTIONS_HEADING, FOOTER, shown_terms, term_line
 
     console.print(f"[bold underline]{escape(result.title)}[/]\n")
@@ -101,6 +102,11 @@ def render_brief_rich(result: Result, console: Any) -> None:
     for table in result.brief_table_list():
         console.print(_table(table, console.width, compact=True))
         console.print()
+        if table.key == "components" and result.command == "memory":  # the answer at a glance, as in the full form
+            from parcalc.render.memory_bar import rich_bar
+
+            console.print(rich_bar(result, console.width))
+            console.print()
     if result.verdicts[result.lead :]:
         console.print(_hanging("[bold yellow]=>[/]", [escape(v) for v in result.verdicts[result.lead :]]))
         console.print()

@@ -453,9 +453,10 @@ def _calls_table(plan: CommPlan) -> Table:
          c.payload, c.algorithm.value, c.sent, c.received, c.direction, c.link, c.inter_node, c.time)
         for c in plan.calls
     )  # fmt: skip
-    # the brief terminal form: which group does what, how much, how long (the rest is --detail full's)
+    # the brief terminal form: which group does what, how much in both conventions (payload and per-device
+    # traffic), how long; the rest is --detail full's
     return Table("collectives", "Collectives of one iteration (payload and traffic per group; 'groups' such groups run at once)",
-                 columns, rows, brief_columns=("dimension", "phase", "purpose", "op", "sent", "time"))  # fmt: skip
+                 columns, rows, brief_columns=("dimension", "phase", "purpose", "op", "payload", "sent", "time"))  # fmt: skip
 
 
 def _conventions(plan: CommPlan) -> tuple[str, ...]:
