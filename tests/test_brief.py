@@ -38,7 +38,7 @@ def test_fit_brief_answers_within_its_first_lines() -> None:
     assert lines[3].startswith("  t_step = 15.8294 s") and "ZeRO-2" in lines[3], lines[:5]
     # the strategy table at 80 columns as a table (its brief columns), not one wrapped record per row
     header = next(line for line in lines if line.lstrip().startswith("strategy"))
-    assert header.split() == ["strategy", "recompute", "tp", "pp", "dp", "memory", "per", "GPU", "fits", "step", "[s]", "speedup"]
+    assert header.split() == ["strategy", "recompute", "tp", "pp", "dp", "memory", "per", "GPU", "fits", "step", "speedup"]
 
 
 def test_fit_search_brief_shows_the_flags_that_tell_layouts_apart() -> None:

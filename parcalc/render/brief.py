@@ -59,8 +59,6 @@ def shown_terms(result: Result) -> tuple[Derivation, ...]:
 
 
 def render_brief_plain(result: Result, width: int | None = None) -> str:
-    from parcalc.render.plain import table_lines
-
     width = width or terminal_width()
     title = textwrap.wrap(result.title, width, break_on_hyphens=False) or [""]
     lines = [*title, "=" * max(map(len, title)), ""]
@@ -80,7 +78,7 @@ def render_brief_plain(result: Result, width: int | None = None) -> str:
             lines.append(_clipped(line, width))
         lines.append("")
     for table in result.brief_table_list():
-        shown = table_lines(table)
+        shown = brief_table_lines(table)
         if max(map(len, shown[1:])) > width and table.rows:
             shown = record_lines(table, width)
         lines += textwrap.wrap(table.title, width, break_on_hyphens=False) + shown[1:] + [""]
@@ -99,6 +97,23 @@ def render_brief_plain(result: Result, width: int | None = None) -> str:
         lines.append("")
     lines.append(FOOTER)
     return "\n".join(lines) + "\n"
+
+
+def brief_table_lines(table: Table) -> list[str]:
+    """The table as parcalc.render.plain.table_lines lays it out, with its headings' units left out
+    ("step", not "step [s]"): every cell carries its unit ("15.8 s", "2.2 TFLOP"), so the brief form
+    spends no width saying it twice. Numbers right-aligned, text left."""
+    from parcalc.render.values import format_cell
+
+    headers = [c.label for c in table.columns]
+    cells = [[format_cell(v, c.unit, c.memory) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    numeric = [any(not isinstance(row[i], str) and row[i] is not None for row in table.rows) for i in range(len(headers))]
+
+    def line(values: list[str]) -> str:
+        return "  " + "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
+
+    return [table.title, line(headers), "  " + "  ".join("-" * w for w in widths), *(line(row) for row in cells)]
 
 
 def record_lines(table: Table, width: int) -> list[str]:

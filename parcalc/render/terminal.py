@@ -132,7 +132,8 @@ def _table(table: Any, width: int, compact: bool = False) -> Any:
     from rich.table import Table as RichTable
 
     cells = [[format_cell(v, c.unit, c.memory) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
-    headers = [_header(column) for column in table.columns]
+    # compact (the brief form): the label alone, as every cell carries its unit (parcalc.render.brief.brief_table_lines)
+    headers = [column.label if compact else _header(column) for column in table.columns]
     # compact (the brief form): no vertical rules, one space either side, as plain text lays it out
     # (compact: a column's width, its one space of padding and one of rule; no edges)
     natural = (-1 if compact else 1) + sum((2 if compact else 3) + max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers))
