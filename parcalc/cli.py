@@ -189,7 +189,8 @@ def _accept_vocabulary(command: Any, path: str, bare: dict[str, str] | None = No
             param_decls=["--table"], metavar="NAME", expose_value=False, callback=_choose_table,
             help="With --format csv: which of the result's tables to print (CSV holds one; the name as in the JSON's tables).",
         ))  # fmt: skip
-    if fmt is not None and not any(p.name == "detail" for p in command.params):  # report has its own --detail
+    # every command whose output has the text form (--format table); report has its own --detail, of its documents
+    if fmt is not None and {"table", "text"} & set(getattr(fmt.type, "choices", ())) and not any(p.name == "detail" for p in command.params):
         command.params.append(type(fmt)(
             param_decls=["--detail"], metavar="LEVEL", expose_value=False, callback=_choose_detail,
             help="How much the text output shows: brief (default) the answer, key terms, main table and the assumptions "
