@@ -138,3 +138,10 @@ def test_fit_brief_choices_name_real_keys() -> None:
         if key in columns:
             assert set(chosen) <= columns[key] | {"gpu", "cp", "ep", "etp", "days", "cost"}, (key, set(chosen) - columns[key])
     assert {"strategies", "top"} <= set(columns)
+
+
+def test_the_answer_keeps_its_formula() -> None:
+    # 2 x 1.41 GHz x 108 SMs x 512 TF32 FMA per clock = 155.93472 TFLOP/s (NVIDIA A100 whitepaper, Table 1 footnotes)
+    lines = invoke(["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32"]).splitlines()
+    assert lines[3] == "=> Peak TF32 FLOP/s: P = 2 × f × N_SM × FMA = 155.93472 TFLOP/s"
+    assert len(lines) <= 16

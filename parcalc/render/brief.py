@@ -53,6 +53,13 @@ def brief_value(value: float, unit: str) -> str:
     return format_quantity(value, unit, significant=6)
 
 
+def answer_formula(answer: Derivation) -> str:
+    """The answer's formula in symbols before its value ("P = 2 × f × N_SM × FMA = "), so that the
+    brief form still says how the answer is made; "" for a value taken as it is."""
+    formula = answer.formula_text()
+    return "" if formula == answer.symbol else f"{answer.symbol} = {formula} = "
+
+
 def shown_terms(result: Result) -> tuple[Derivation, ...]:
     """The key derivations, less the answer the title block already shows."""
     return tuple(d for d in result.brief_derivations() if d.key != result.answer)
@@ -64,7 +71,7 @@ def render_brief_plain(result: Result, width: int | None = None) -> str:
     lines = [*title, "=" * max(map(len, title)), ""]
     if result.answer:
         answer = result.derivation(result.answer)
-        lines += _wrapped(f"{answer.label}: {format_value(answer.value, answer.unit)}", width, "=> ") + [""]
+        lines += _wrapped(f"{answer.label}: {answer_formula(answer)}{format_value(answer.value, answer.unit)}", width, "=> ") + [""]
     for verdict in result.verdicts[: result.lead]:
         lines += _wrapped(verdict, width, "=> ")
     if result.lead:

@@ -79,12 +79,13 @@ def render_brief_rich(result: Result, console: Any) -> None:
     """The brief form in colour, from the same choices as parcalc.render.brief's plain one."""
     from rich.markup import escape
 
-    from parcalc.render.brief import ASSUMPTIONS_HEADING, FOOTER, shown_terms, term_line
+    from parcalc.render.brief import ASSUMPTIONS_HEADING, FOOTER, answer_formula, shown_terms, term_line
 
     console.print(f"[bold underline]{escape(result.title)}[/]\n")
     if result.answer:
         answer = result.derivation(result.answer)
-        console.print(_hanging("[bold yellow]=>[/]", [f"{escape(answer.label)}: [bold green]{escape(format_value(answer.value, answer.unit))}[/]"]))
+        console.print(_hanging("[bold yellow]=>[/]", [f"{escape(answer.label)}: {escape(answer_formula(answer))}"
+                                                      f"[bold green]{escape(format_value(answer.value, answer.unit))}[/]"]))  # fmt: skip
         console.print()
     if result.lead:
         console.print(_hanging("[bold yellow]=>[/]", [f"[bold]{escape(v)}[/]" for v in result.verdicts[: result.lead]]))
