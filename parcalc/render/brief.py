@@ -141,7 +141,7 @@ def record_lines(table: Table, width: int) -> list[str]:
                 current = pair
             else:
                 current = f"{current}  {pair}" if current else pair
-        if current:
+        if current or not pieces:  # a row of empty cells still gets its number
             pieces.append(current)
         lines.append(f"{f'{number}.':<{marker}}{pieces[0]}")
         lines += [" " * marker + piece for piece in pieces[1:]]
