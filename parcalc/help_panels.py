@@ -42,6 +42,15 @@ PANELS: dict[str, tuple[str, ...]] = {
 _PANEL_OF = {flag: panel for panel, flags in PANELS.items() for flag in flags}
 
 
+def examples_block(help_text: str) -> str:
+    """The examples of a command's --help: from "Examples:" to the first section heading after them
+    (a line at the margin ending in ":", "Model:"), since the options now follow the examples."""
+    import re
+
+    after = help_text.split("Examples:", 1)[1] if "Examples:" in help_text else ""
+    return re.split(r"\n(?=[^\s][^\n]*:\n)", after, maxsplit=1)[0]
+
+
 def panel_of(param: Any) -> str:
     """The section of a click parameter: its long flag's, else "Options"."""
     for opt in (*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())):

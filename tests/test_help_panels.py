@@ -50,3 +50,12 @@ def test_lowest_typer_takes_rich_help_panel() -> None:
     from typer.core import TyperOption
 
     assert "rich_help_panel" in inspect.signature(TyperOption.__init__).parameters
+
+
+def test_examples_block_stops_at_the_first_section() -> None:
+    from parcalc.help_panels import examples_block
+
+    text = CliRunner(env={"COLUMNS": "100", "NO_COLOR": "1"}).invoke(app, ["fit", "--help"]).stdout
+    block = examples_block(text)
+    assert block.count("  parcalc fit --model") >= 30 and "parcalc fit --config run.yaml" in block  # fit's EXAMPLES and the run files'
+    assert "Model:" not in block and "--tp T" not in block  # the options after them are not examples
