@@ -38,6 +38,7 @@ _EXPORTS = {
     "load_gpu": "parcalc.presets",
     "load_link": "parcalc.presets",
     "load_model": "parcalc.presets",
+    "Layout": "parcalc.core.layout",  # the parallel layout: parcalc.memory(..., layout=parcalc.Layout(tp=8, pp=2, dp=4))
 }
 
 # The commands as functions (parcalc.api): parcalc.memory(model=..., tp=8) returns memory's Result.

@@ -19,6 +19,16 @@ keyword TypeError. The command runs through parcalc.results.run.run_command, the
 files, sweeps and worksheets, which calls the command's module in parcalc.results (the code the
 command line runs too), without Click: `import parcalc` and a library call load no Typer.
 
+Where a command has parallel degrees (memory, fit, comm_volume, flops), `layout=` takes them as one
+value, the `parcalc.Layout` that the core computes with, instead of the flags one by one:
+
+    >>> r = parcalc.memory(model="gpt3-175b", layout=parcalc.Layout(tp=8, pp=8, dp=16, zero=1, sequence_parallel=True),
+    ...                    recompute="selective", gpu="a100-sxm4-80gb")
+
+is the call above with tp=8, pp=8, dp=16, zero=1, sequence_parallel=True (parcalc.results.layout_flags says
+which flags each field sets); `fit(layout=...)` pins one configuration and takes --gpus from it. A flag
+the layout sets given beside it is an InputError naming both.
+
 The functions are made on first use from the commands' own flags, as written to
 parcalc/results/signatures.json from the commands (parcalc.commands.signatures; a test holds the
 two equal), so that each takes exactly its command's flags and says what they mean in its
@@ -63,7 +73,7 @@ def run(command: str, **inputs: Any) -> Result:
     `memory(tp=8)`."""
     from parcalc.results.run import run_command
 
-    return run_command(command, inputs, f"{command}()")
+    return run_command(command, _with_layout(command, dict(inputs), f"{command}()"), f"{command}()")
 
 
 def sweep(command: str, vary: Mapping[str, Sequence[Any]], progress: Callable[[int, int], None] | None = None,
@@ -100,11 +110,15 @@ def __dir__() -> list[str]:
 def command_function(name: str, command_name: str) -> Callable[..., Result]:
     """A function that runs `command_name` with its flags as keyword arguments: its signature
     and docstring are read from the command's parameters."""
+    from parcalc.results.layout_flags import LAYOUT_FLAGS
     from parcalc.runfile import signature as command_signature
 
     command = command_signature(command_name)
     params = [p for p in command.params if p.name not in _NOT_ARGUMENTS]
-    signature = inspect.Signature([_parameter(p) for p in sorted(params, key=_positional_first)])
+    parameters = [_parameter(p) for p in sorted(params, key=_positional_first)]
+    if command_name in LAYOUT_FLAGS:  # layout=parcalc.Layout(...): the degree, ZeRO, SP and schedule flags from one value
+        parameters.append(inspect.Parameter("layout", inspect.Parameter.KEYWORD_ONLY, default=None, annotation="Layout | None"))
+    signature = inspect.Signature(parameters)
 
     def call(*args: Any, **kwargs: Any) -> Result:
         return _call(name, command_name, signature, args, kwargs)
@@ -152,7 +166,18 @@ def _call(name: str, command_name: str, signature: inspect.Signature, args: tupl
             hint = f"; did you mean {close[0]!r}?" if close else f"; see help(parcalc.{name})"
             raise TypeError(f"{name}() got an unexpected keyword argument {key!r}{hint}")
     bound = signature.bind_partial(*args, **kwargs)  # too many positional arguments: TypeError
-    return run_command(command_name, dict(bound.arguments), f"{name}()")
+    inputs = dict(bound.arguments)
+    return run_command(command_name, _with_layout(command_name, inputs, f"{name}()"), f"{name}()")
+
+
+def _with_layout(command_name: str, inputs: dict[str, Any], label: str) -> dict[str, Any]:
+    """`inputs` with a `layout` (a parcalc.Layout) read into the flags it sets (parcalc.results.layout_flags)."""
+    layout = inputs.pop("layout", None)
+    if layout is None:
+        return inputs
+    from parcalc.results.layout_flags import layout_inputs
+
+    return {**inputs, **layout_inputs(command_name, layout, inputs, f"{label}: layout=")}
 
 
 def _docstring(command: Any, command_name: str, name: str, params: list[Any]) -> str:
@@ -160,6 +185,12 @@ def _docstring(command: Any, command_name: str, name: str, params: list[Any]) ->
     lines = [summary, "", f"The flags of `parcalc {command_name}`, as keyword arguments with Python names; returns a",
              "parcalc.Result (`.to_dict()` is its --format json). Bad input raises parcalc.errors.InputError.", "",
              "Arguments:"]  # fmt: skip
+    from parcalc.results.layout_flags import LAYOUT_FLAGS
+
+    if command_name in LAYOUT_FLAGS:
+        fields = ", ".join(f"--{f.replace('_', '-')}" for f in LAYOUT_FLAGS[command_name])
+        lines.append(f"    layout (parcalc.Layout): sets {fields}{' and --gpus' if command_name == 'fit' else ''} from one value "
+                     "(parcalc.results.layout_flags); not together with any of those flags")  # fmt: skip
     for param in params:
         flag = next((o for o in getattr(param, "opts", ()) if o.startswith("--")), None) or str(getattr(param, "metavar", None) or param.name).upper()
         text = " ".join((getattr(param, "help", None) or "").split())

@@ -109,7 +109,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--first-stage-layers", "Layers on the first pipeline stage", "count", "layers", "an even split", _PIPE, aliases=("--decoder-first-pipeline-num-layers",)),
     Flag("--last-stage-layers", "Layers on the last pipeline stage", "count", "layers", "an even split", _PIPE, aliases=("--decoder-last-pipeline-num-layers",)),
     Flag("--pipeline-layout", "Every virtual pipeline stage's layers, Megatron-LM's layout string (E t m L |)", "text", "", "an even split",
-         ("comm-volume", "memory", "fit"), aliases=("--pipeline-model-parallel-layout",)),
+         ("comm-volume", "bubble", "flops", "memory", "fit"), aliases=("--pipeline-model-parallel-layout",)),
     Flag("--embedding-in-split", "The embedding takes one layer slot of the first stage", "switch", "", "off", _PIPE, aliases=("--account-for-embedding-in-pipeline-split",)),
     Flag("--loss-in-split", "The LM head and loss take one layer slot of the last stage", "switch", "", "off", _PIPE, aliases=("--account-for-loss-in-pipeline-split",)),
     Flag("--gpus-per-node", "GPUs per node (the NVLink domain)", "count", "GPUs", "8 (fit, scaling: the GPU preset's node)", ("comm-volume", "fit", "scaling")),

@@ -159,6 +159,8 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
         source=f"config.json at {path}: {expert_key} {experts}, num_experts_per_tok {top_k}; MoE layers from {keys}"
         + ("; shared_expert_intermediate_size and its gate (Qwen2MoeSparseMoeBlock.shared_expert_gate)" if architecture == "qwen2_moe" else ""),
         shared_expert_gate=architecture in ("qwen2_moe", "qwen3_next"),
+        # transformers Qwen3MoeTopKRouter casts the top-k weights to the logits' dtype; Mixtral's keeps them in fp32
+        routing_weights_cast=architecture == "qwen3_moe",
     )
 
 

@@ -868,7 +868,7 @@ _WINDOW_KEYS = ("kind", "size", "global_every", "source")
 _MTP_KEYS = ("layers", "source")
 _MOE_KEYS = (
     "experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "first_dense_layers", "every",
-    "capacity_factor", "router_bias", "shared_expert_gate", "source",
+    "capacity_factor", "router_bias", "shared_expert_gate", "routing_weights_cast", "source",
 )  # fmt: skip
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "source")
 
@@ -896,6 +896,7 @@ def _moe(doc: _Doc, sources: Mapping[str, str]) -> MixtureOfExperts | None:
         router_bias=block.flag("router_bias", default=False),
         source=block.source_ref("source", sources) if "source" in block.data else "",
         shared_expert_gate=block.flag("shared_expert_gate", default=False),
+        routing_weights_cast=block.flag("routing_weights_cast", default=False),
     )
 
 

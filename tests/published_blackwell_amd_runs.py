@@ -36,6 +36,18 @@ MBRIDGE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md @067
            "https://github.com/NVIDIA-NeMo/Megatron-Bridge/blob/067f987df03b8355b03192d88d70f1709fedf51a/docs/performance-summary-archive.md")  # fmt: skip
 
 
+# The 25.11 rows' recipe, read with git at Megatron-Bridge tag v0.2.0 (2025-11-26, the 25.11 container's):
+# scripts/performance/configs/qwen3/workload_base_configs.py, qwen3_llm_pretrain.py, utils/helpers.py, utils/utils.py and
+# src/megatron/bridge/models/qwen/qwen_provider.py.
+QWEN3_B200_RECIPE = ("QWEN3_30B_A3B_B200_FP8_MX_BASE_CONFIG = QWEN3_30B_A3B_B200_FP8_CS_BASE_CONFIG: num_gpus 8, EP 8, ETP 1, GBS 512, "
+                     "micro_batch_size not set (WorkloadBaseConfig's default 1), no moe_flex_dispatcher_backend, so the Qwen3 "
+                     "provider's moe_token_dispatcher_type 'alltoall' with moe_grouped_gemm and moe_permute_fusion; CUDA graphs "
+                     "(transformer_engine) on moe_router and moe_preprocess only; no recomputation; force-balanced routing")  # fmt: skip
+QWEN3_GB200_RECIPE = ("QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG: MBS 4, moe_flex_dispatcher_backend 'hybridep' (apply_flex_dispatcher_backend: "
+                      "moe_token_dispatcher_type 'flex', GB200 / GB300 only), moe_hybridep_num_sms 32 (set_common_perf_overrides); "
+                      "CUDA graphs on moe_router and moe_preprocess; no recomputation; force-balanced routing")  # fmt: skip
+
+
 class BlackwellAmdRun(NamedTuple):
     """One published pre-training configuration and its measured tokens per second per GPU."""
 
@@ -81,7 +93,7 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
     BlackwellAmdRun("mb2511-b200-qwen3-30b-a3b-8gpu-mxfp8", "DGX-B200", "b200", "qwen3-30b-a3b", 8, "mxfp8", 512, 1, 4096,
                     0, 1, 1, 1, 1, 8, 9299, 214, MBRIDGE,
                     "| Qwen3_30B_a3B | 8 | FP8-MX | 512 | 1 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 64 | 9299 | 214 |",
-                    "NeMo 25.11"),
+                    "NeMo 25.11", notes=QWEN3_B200_RECIPE),
     # --- 25.11 NeMo container, DGX-GB200 table
     BlackwellAmdRun("mb2511-gb200-llama3-8b-8gpu-fp8cs", "DGX-GB200", "gb200", "llama3-8b", 8, "fp8-cs", 128, 2, 8192,
                     0, 1, 1, 1, 1, 1, 31508, 1622, MBRIDGE,
@@ -98,7 +110,8 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
     BlackwellAmdRun("mb2511-gb200-qwen3-30b-a3b-8gpu-mxfp8", "DGX-GB200", "gb200", "qwen3-30b-a3b", 8, "mxfp8", 512, 4, 4096,
                     0, 1, 1, 1, 1, 8, 23766, 547, MBRIDGE,
                     "| Qwen3_30B_a3B | 8 | FP8-MX | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 16 | 23766 | 547 |",
-                    "NeMo 25.11"),
+                    "NeMo 25.11", dispatcher="deepep",
+                    notes=QWEN3_GB200_RECIPE),
     # --- 26.04.01 NeMo container, LLAMA3_70B table
     BlackwellAmdRun("mb260401-gb200-llama3-70b-64gpu-mxfp8", "DGX-GB200", "gb200", "llama3-70b", 64, "mxfp8", 256, 1, 8192,
                     0, 2, 4, 1, 5, 1, 3712, 1664, MBRIDGE,

@@ -157,9 +157,27 @@ def test_megatron_options_the_walk_does_not_count_are_refused(run_error, flag: l
     assert said in run_error(["memory", "--model", "llama3-8b", "--seq-len", "4096", "--framework", "hf", *flag])
 
 
-def test_an_moe_model_is_refused_in_words_that_say_why(run_error) -> None:
-    line = run_error(["memory", "--model", "qwen3-30b-a3b", "--seq-len", "4096", "--framework", "hf"])
-    assert "has experts (MoE)" in line and "lacks no" not in line
+def test_a_model_the_walk_does_not_follow_is_refused_in_words_that_say_why(run_error) -> None:
+    # DeepSeek-V3: shared experts, dense first layers, latent attention, a router bias, MTP (transformers DeepseekV3MoE)
+    line = run_error(["memory", "--model", "deepseek-v3", "--seq-len", "4096", "--framework", "hf", "--precision", "bf16"])
+    assert "shared experts" in line and "latent attention (MLA)" in line and "lacks no" not in line
+
+
+def test_moe_experts_need_bf16_weights_under_hf(run_error) -> None:
+    # transformers' grouped_mm experts (integrations/moe.py _grouped_mm) are not autocast-enabled and torch's grouped matmul
+    # takes BF16 only (torch/_meta_registrations.py _meta_grouped_mm_common): fp32 weights under autocast cannot run them
+    for model in ("mixtral-8x7b", "qwen3-30b-a3b"):
+        line = run_error(["memory", "--model", model, "--seq-len", "4096", "--framework", "hf"])
+        assert "grouped_mm experts need bf16 weights" in line and "--precision bf16" in line
+
+
+def test_moe_under_hf_is_the_step_peak_not_the_textbook(run_json) -> None:
+    out = run_json("memory", "--model", "mixtral-8x7b", "--seq-len", "4096", "--framework", "hf", "--precision", "bf16", "--gpu", "h200")
+    peak, textbook = out["results"]["step_peak"]["value"], out["results"]["textbook_total"]["value"]
+    # Mixtral 8x7B in bf16: 46,702,792,704 parameters x (2 B weights + 2 x 2 B AdamW states + 2 B gradients): the peak is in
+    # the backward of layer 1, when all but its gradients exist, plus that layer's saved tensors and temporaries
+    assert 46_702_792_704 * 7.9 < peak < 46_702_792_704 * 8.1
+    assert out["fits"] is False and peak != textbook
 
 
 def test_caching_allocator_rules() -> None:

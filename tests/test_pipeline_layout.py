@@ -118,10 +118,10 @@ def test_memory_flag_errors_are_one_line(run, extra: list[str], message: str) ->
     assert message in result.output and result.output.startswith("Error:") and result.output.count("\n") == 1
 
 
-def test_fit_refuses_a_layout_for_the_search(run) -> None:
-    result = run(["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--search", "--pipeline-layout", "Et*16|t*16L"],
-                 code=2)  # fmt: skip
-    assert "--pipeline-layout: gives one configuration's pipeline" in result.output
+def test_fit_refuses_a_layout_for_the_strategy_table(run) -> None:
+    # the search keeps a layout fixed (tests/test_pipeline_layout_commands.py); the strategy table has no pipeline to give it
+    result = run(["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--pipeline-layout", "Et*16|t*16L"], code=2)
+    assert "--pipeline-layout: gives one configuration's pipeline" in result.output and "not the strategy table" in result.output
 
 
 def test_megatron_spelling_is_an_alias(run) -> None:

@@ -16,6 +16,7 @@ from parcalc.commands.common import (
     FormatOption,
     LastStageLayersOption,
     LossInSplitOption,
+    PipelineLayoutOption,
     check_finite,
     finish,
     start,
@@ -38,6 +39,7 @@ Examples:
   parcalc bubble --pp 4 --micro-batches 12 --schedule zb-h2 -o timeline.svg
   parcalc bubble --pp 4 --micro-batches 8 --schedule interleaved --chunks 2 --timeline -o bubble.pdf
   parcalc bubble --pp 16 --micro-batches 16 --layers 126 --first-stage-layers 7 --last-stage-layers 7 --t-forward 25ms
+  parcalc bubble --pp 8 --micro-batches 64 --pipeline-layout "Et|(tt|)*30mL" --t-forward 12ms
 """
 
 _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
@@ -75,6 +77,7 @@ def bubble(
     last_stage_layers: LastStageLayersOption = None,
     embedding_in_split: EmbeddingInSplitOption = False,
     loss_in_split: LossInSplitOption = False,
+    pipeline_layout: PipelineLayoutOption = None,
     p2p_latency: Annotated[_Text, typer.Option(metavar="TIME", help="Point-to-point latency between stages, in the simulation (default 0).")] = None,
     target: Annotated[_Text, typer.Option(metavar="FRACTION", help="Bubble target, e.g. 10%: the fewest micro-batches that reach it.")] = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the simulated schedule, one row per device.")] = False,
@@ -99,7 +102,8 @@ def bubble(
     from parcalc.results.bubble import outcome, request
 
     asked = request(pp, micro_batches, schedule.value, chunks, t_forward, t_backward, t_weight, stage_times, layers,
-                    first_stage_layers, last_stage_layers, embedding_in_split, loss_in_split, p2p_latency, target)  # fmt: skip
+                    first_stage_layers, last_stage_layers, embedding_in_split, loss_in_split, p2p_latency, target,
+                    pipeline_layout)  # fmt: skip
     shown = outcome(asked)
     analysis, result = shown.analysis, shown.result
     check_finite(result)  # before the SVG and the timeline file, which do not pass through finish()

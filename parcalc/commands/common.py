@@ -103,7 +103,7 @@ LastStageLayersOption = Annotated[
                  help="Layers on the last pipeline stage (Megatron-LM's --decoder-last-pipeline-num-layers), "
                       "e.g. 126 layers on 16 stages as 7 + 14 x 8 + 7 with 7 and 7.", show_default=False),
 ]  # fmt: skip
-# Megatron-LM's --pipeline-model-parallel-layout (parcalc.core.pipeline_layout): `memory` and `fit` with a pinned layout.
+# Megatron-LM's --pipeline-model-parallel-layout (parcalc.core.pipeline_layout): memory, fit (pinned and --search), comm-volume, bubble, flops.
 PipelineLayoutOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--pipeline-layout", metavar="TEXT",

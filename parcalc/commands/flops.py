@@ -16,6 +16,7 @@ from parcalc.commands.common import (
     LastStageLayersOption,
     LossInSplitOption,
     OutputOption,
+    PipelineLayoutOption,
     PresetsOption,
     PueOption,
     RecomputeLayersOption,
@@ -46,6 +47,7 @@ Examples:
   parcalc flops --model llama3-405b --batch 2048 --seq-len 8192 --causal --pp 16 --first-stage-layers 7 --last-stage-layers 7
   parcalc flops --model llama3-8b --batch 512 --seq-len 8192 --causal --step-time 6.5s --gpus 64 --gpu h100-sxm5 --dtype bf16
   parcalc flops --model deepseek-v3 --batch 15360 --seq-len 4096 --causal
+  parcalc flops --model deepseek-v3 --batch 15360 --seq-len 4096 --causal --pp 8 --pipeline-layout "Et|(tt|)*30mL"
   parcalc flops --model llama3-8b --batch 1 --seq-len 131072 --causal --cp 16
   parcalc flops --model llama3-8b --batch 64 --seq-len 8192 --causal --recompute op
   parcalc flops --model gpt3-175b --batch 1536 --seq-len 2048 --recompute full --pp 16 --recompute-layers 2
@@ -91,6 +93,7 @@ def flops(
     last_stage_layers: LastStageLayersOption = None,
     embedding_in_split: EmbeddingInSplitOption = False,
     loss_in_split: LossInSplitOption = False,
+    pipeline_layout: PipelineLayoutOption = None,
     cp: Annotated[_Text, typer.Option(metavar="c", help="Context-parallel ranks sharing each sequence: FLOPs of the busiest rank, with Megatron's 2cp-chunk causal balancing and without.")] = None,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
@@ -113,5 +116,5 @@ def flops(
                         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
                         embedding_in_split=embedding_in_split, loss_in_split=loss_in_split, cp=cp, presets=presets,
                         recompute_layers=recompute_layers, recompute_modules=recompute_modules,
-                        flash_attention=flash_attention)
+                        flash_attention=flash_attention, pipeline_layout=pipeline_layout)
     finish(result, fmt, output)

@@ -17,6 +17,9 @@ less memory), or, when none fits, the one with the least memory. That is the spl
 the stages' time, embedding and LM head included. `--first-stage-layers` / `--last-stage-layers`
 with a pinned pp try that split only.
 
+A --pipeline-layout string is kept as written (pipeline_layout.search_reason says which pp can run it, with v =
+stages / pp chunks); the stages' parameters, MoE layers, pacing and MTP activations come from its own layer ranges.
+
 Hybrid sharding. Every ZeRO-1/2/3 configuration is tried with each shard group S dividing dp x cp
 from one node's share of the data-parallel group (GPUs per node / tp ranks) up to dp x cp
 (SearchSpace.shard_groups_of; parcalc.core.sharding), ZeRO-0 once with S = dp x cp: column
@@ -111,6 +114,8 @@ class SearchSpace:
     last_stage_layers: int | None = None
     embedding_in_split: bool = False  # the embedding / the loss as one layer slot of every split (parcalc.core.stages)
     loss_in_split: bool = False
+    # Megatron-LM's layout string (--pipeline-layout), kept fixed: only pp dividing its virtual stages, with chunks = stages / pp
+    pipeline_layout: str | None = None
     cp: int | None = None  # pinned context parallelism (None: 1, and every valid cp when s >= CP_MIN_SEQ_LEN)
     ep: int | None = None  # pinned expert parallelism (None: every ep dividing the routed experts; 1 for dense models)
     cp_comm: str = "p2p"  # the CP exchange every cp > 1 uses (parcalc.core.context.CpComm)
@@ -163,6 +168,7 @@ class Evaluated:
     cp_comm: str = "p2p"  # SearchSpace.cp_comm
     moe: tuple[float, str, int | None, str] = (1.0, "alltoall", None, "none")  # SearchSpace.moe
     gpus_per_node: int = 8  # caps --max-nodes-per-token at each layout's EP group (searched_routing_limit)
+    pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: every row's pipeline is this layout string
 
     def __len__(self) -> int:
         return len(self.columns["tp"])
@@ -170,12 +176,13 @@ class Evaluated:
     def config(self, i: int) -> Config:
         c = self.columns
         p, first, last = int(c["pp"][i]), int(c["first_stage_layers"][i]), int(c["last_stage_layers"][i])
-        even = any(self.slots) or (self.layers % p == 0 and first == last == self.layers // p)
+        even = any(self.slots) or (self.layers % p == 0 and first == last == self.layers // p) or self.pipeline_layout is not None
         layout = Layout(tp=int(c["tp"][i]), pp=p, dp=int(c["dp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]), zero=int(c["zero"][i]),
                         shard_group=self.shard_group(i), sequence_parallel=bool(c["sequence_parallel"][i]), cp_comm=self.cp_comm,
                         schedule=Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, chunks=int(c["chunks"][i]),
                         first_stage_layers=None if even else first, last_stage_layers=None if even else last,
-                        embedding_in_split=bool(self.slots[0]), loss_in_split=bool(self.slots[1]), gpus_per_node=self.gpus_per_node)
+                        embedding_in_split=bool(self.slots[0]), loss_in_split=bool(self.slots[1]), gpus_per_node=self.gpus_per_node,
+                        pipeline_layout=self.pipeline_layout if p > 1 else None)
         return Config(layout, int(c["micro_batch"][i]), RECOMPUTES[int(c["recompute"][i])], moe_imbalance=self.moe[0],
                       moe_dispatcher=self.moe[1], ep_overlap=self.moe[3],
                       max_nodes_per_token=searched_routing_limit(self.moe[2], int(c["ep"][i]), int(c["tp"][i]), self.gpus_per_node))  # fmt: skip
@@ -244,6 +251,14 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
                 rejected["tp does not divide the heads or MLP width"] += 1
             elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
                 rejected["tp does not divide the GPUs of a node"] += 1
+            elif space is not None and space.pipeline_layout is not None:
+                reason = _layout_reason(model, p, space)
+                if reason is not None:
+                    rejected[reason] += 1
+                elif training.global_batch % d:
+                    rejected["dp does not divide the global batch"] += 1
+                else:
+                    found.append((t, p, d))
             elif slots and space is not None and not _slot_split_fits(model.layers, p, space):
                 rejected["pp does not divide the layer slots (layers + embedding / loss)"] += 1
             elif not slots and model.layers % p and not search_splits(model.layers, p) and not (pinned and space is not None and p == space.pp):
@@ -264,6 +279,21 @@ def search_splits(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
     return tuple((f, z) for f, z in balanced_splits(layers, pp) if max(stage_split(layers, pp, f, z)) == top)
 
 
+def layout_stage_layers(model: TransformerModel, p: int, text: str) -> tuple[int, ...]:
+    """The transformer layers each of p ranks holds under the layout string (its chunks together)."""
+    from parcalc.core.pipeline_layout import parse_pipeline_layout
+
+    return parse_pipeline_layout(text, p, model.layers, model.mtp_layers).stage_layers()
+
+
+def _layout_reason(model: TransformerModel, p: int, space: SearchSpace) -> str | None:
+    """Why pp = p cannot run the search's --pipeline-layout (parcalc.core.pipeline_layout.search_reason; None: it can)."""
+    from parcalc.core.pipeline_layout import search_reason
+
+    assert space.pipeline_layout is not None
+    return search_reason(space.pipeline_layout, p, model, space.interleaved, space.max_chunks)
+
+
 def _slot_split_fits(layers: int, p: int, space: SearchSpace) -> bool:
     """Whether p stages split the layer slots evenly with a transformer layer on every stage (stage_split)."""
     try:
@@ -278,6 +308,9 @@ def _splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[i
     the embedding / loss slots, the uneven split that leaves the same layers per stage."""
     if any(space.slots):
         return [stage_ends(model.layers, p, embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)]
+    if space.pipeline_layout is not None and p > 1:  # the ranks' layers as the layout places them (_layout_reason checked the shape)
+        split = layout_stage_layers(model, p, space.pipeline_layout)
+        return [(None, None)] if len(set(split)) == 1 else [(split[0], split[-1])]
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         return [(space.first_stage_layers, space.last_stage_layers)]
     if model.layers % p == 0:
@@ -322,18 +355,20 @@ class _Shapes:
         self._states: dict[tuple[int | bool, ...], tuple[float, ...]] = {}
         self._state_keys: dict[tuple[int | None, ...], tuple[int | bool, ...]] = {}
         self.time_all = False  # SearchSpace.time_all
+        self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
         working set, an MoE layer's (0 for a dense model), context parallelism's working set
-        (parcalc.core.context.context_working_set; 0 at cp = 1); each is b times its b = 1 value."""
+        (parcalc.core.context.context_working_set; 0 at cp = 1), the MTP modules' (inside the output's too);
+        each is b times its b = 1 value."""
         from parcalc.core.context import context_working_set
 
         key = (tp, sp, recompute, cp, cp_comm)
         if key not in self._activations:
             t = self.training
             if (sp and tp == 1) or (recompute is Recompute.OP and not self.op_supported):
-                self._activations[key] = (math.nan,) * 6
+                self._activations[key] = (math.nan,) * 7
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
                 config = ActivationConfig(1, t.seq_len, tp, sp, recompute, t.flash_attention, dropout, self.e,
@@ -349,6 +384,7 @@ class _Shapes:
                     working.value if working is not None else 0.0,
                     layer_activations(self.model, config, moe_layer=True).per_layer.value if self.model.moe is not None else 0.0,
                     context.value if context is not None else 0.0,
+                    mtp_output(self.model, config),  # its share of the output's, apart: a --pipeline-layout may place it elsewhere
                 )
         return self._activations[key]
 
@@ -360,6 +396,13 @@ class _Shapes:
         divides tp x cp x dp, which the layout passed), so they are not in the key."""
         par_key = (tp, pp, ep, first, last, chunks, stage)
         key = self._state_keys.get(par_key)
+        if key is None and self.pipeline_layout is not None and pp > 1:  # the layout's own layer ranges (parcalc.core.memory)
+            key = (tp, ep, -1, pp, stage)  # -1: no layer count, the layout's stage (one layout per search)
+            self._state_keys[par_key] = key
+            par = Layout(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks=chunks, cp=cp, ep=ep,
+                         pipeline_layout=self.pipeline_layout)  # fmt: skip
+            self._states[key] = (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)),
+                                 zero3_working_set(self.model, par, self.per, stage).value, float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
         if key is None:
             # the values depend on the stage only through its layers, its MoE layers and which end of
             # the pipeline it holds (parcalc.core.memory.stage_parameters, _stage_ends, root_unit): most
@@ -393,6 +436,13 @@ class _Shapes:
                                          self.moe[0])  # fmt: skip
         return found.value if found is not None else 0.0
 
+    def pipeline(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, **more: Any) -> Layout:
+        """The Layout of a configuration's pipeline as the scalar cores take it: the split (first, last), or the search's
+        --pipeline-layout itself (its stages' own layers, MoE layers and MTP placement: parcalc.core.timing.step.paced_stages)."""
+        if self.pipeline_layout is not None and pp > 1:
+            return Layout(tp, pp, dp, pipeline_layout=self.pipeline_layout, **more)
+        return Layout(tp, pp, dp, first_stage_layers=first, last_stage_layers=last, **more)
+
     def stage_params(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
         """Parameters on one GPU of the first, the second (the first middle one; with even stages
         not needed, nan) and the last stage."""
@@ -412,7 +462,7 @@ class _Shapes:
         layout share it)."""
         from parcalc.core.timing.step import _fullest_stage, dp_pieces_of
 
-        layout = Layout(tp, pp, dp, ep=ep, first_stage_layers=first, last_stage_layers=last)  # dp: the dp x cp ranks
+        layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
         stage = _fullest_stage(self.model, layout)
         key = (tp, dp, shard_group, ep, stage, self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
@@ -464,7 +514,7 @@ class _Shapes:
                 self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, piece.activation / tp, group, self.cluster.fabric).time
             sends.append(self._sends[send_key] if pp > 1 else 0.0)
         lp = LayerPieces(**{name: np.array([getattr(x, name) for x in layers], dtype=float)[inverse] for name in _LAYER_FIELDS})  # type: ignore[arg-type]  # numpy columns, as above
-        pipeline = Layout(tp, pp, dp, first_stage_layers=first, last_stage_layers=last)  # the split as the timing takes it (no slots)
+        pipeline = self.pipeline(tp, pp, dp, first, last)  # the split as the timing takes it (no slots)
         stage = assemble_stage(self.model, pipeline, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
         if self.model.moe is not None:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage (stage_pieces)
             per = np.maximum(stage.layers, 1)
@@ -511,7 +561,12 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
     sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
     schedules = [(0, 1)]
-    if p > 1 and space.interleaved:
+    if space.pipeline_layout is not None:  # its chunks, stages / pp, as written (_layout_reason)
+        from parcalc.core.pipeline_layout import virtual_stage_count
+
+        v_layout = virtual_stage_count(space.pipeline_layout) // p
+        schedules = [(1, v_layout)] if v_layout > 1 else [(0, 1)]
+    elif p > 1 and space.interleaved:
         embedding, loss = space.slots  # v must divide every stage's layers, or its layer slots (Megatron-LM, parcalc.core.stages)
         per_stage = math.gcd(split[0] + embedding, *split[1:-1], split[-1] + loss)
         schedules += [(1, v) for v in divisors(per_stage) if v > 1 and (space.max_chunks is None or v <= space.max_chunks)]
@@ -592,8 +647,13 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # Memory: the first and the last stage, and with uneven stages the second, the fullest middle
     # one (middle stages hold the same layers, and the earlier keep more micro-batches in flight);
     # with even stages the middle ones hold no more than the first.
-    table = np.array([[shapes.activations(t, bool(s), rec, c, cp_comm) for rec in RECOMPUTES] for s in (False, True)])  # [sp, r, 6]
-    a_layer, a_emb, a_out, a_re, a_moe, a_cp = (table[sp.astype(int), r, i] * b for i in range(6))
+    table = np.array([[shapes.activations(t, bool(s), rec, c, cp_comm) for rec in RECOMPUTES] for s in (False, True)])  # [sp, r, 7]
+    a_layer, a_emb, a_out, a_re, a_moe, a_cp, a_mtp = (table[sp.astype(int), r, i] * b for i in range(7))
+    mtp_at = p - 1  # the MTP modules' stage: the last (parcalc.core.memory.MTP_PLACEMENT) or where the --pipeline-layout's m is
+    if shapes.pipeline_layout is not None and p > 1 and model.mtp_layers:
+        from parcalc.core.pipeline_layout import parse_pipeline_layout
+
+        mtp_at = parse_pipeline_layout(shapes.pipeline_layout, p, model.layers, model.mtp_layers).mtp_rank() or 0
     replicated = np.ones_like(b, dtype=float)
     grads_on_gpu = 0.0 if training.offload_optimizer else 1.0  # ZeRO-Offload: from ZeRO-2 the gradients leave bucket by bucket
 
@@ -626,7 +686,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
         chunk_values = np.unique(v).tolist()
         index = np.searchsorted(np.array(chunk_values), v)
-        wanted_stages = sorted(set().union(*(fullest_candidates(model, split, k) for k in chunk_values)))
+        wanted_stages = (list(range(p)) if shapes.pipeline_layout is not None and p > 1  # a layout: every stage, as step.py's
+                         else sorted(set().union(*(fullest_candidates(model, split, k) for k in chunk_values))))  # fmt: skip
         for at in wanted_stages:
             column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, at) for k in chunk_values], dtype=float)[index]
             states[at] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
@@ -645,6 +706,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         else:
             activations = (a_layer * (layers - moe) + a_moe * moe) * n
         ends = (a_emb * n if stage == 0 else 0.0) + (a_out * n if stage == p - 1 else 0.0)
+        if mtp_at != p - 1:  # the MTP modules' activations where the layout's m puts them
+            ends = ends + (a_mtp * n if stage == mtp_at else 0.0) - (a_mtp * n if stage == p - 1 else 0.0)
         fp8 = fp8_dense * (layers - moe) + fp8_moe * moe
         return ((params - experts) * dense_per_param + experts * expert_per_param + fp8 + gathered + activations + np.where(moe > 0, dispatch, 0.0)
                 + ends + a_re + a_cp + training.reserve)  # fmt: skip
@@ -677,7 +740,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                       layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
-    layout = Layout(t, p, d, cp=c, ep=ep, first_stage_layers=first, last_stage_layers=last)  # ZeRO and the shard group: arrays
+    layout = shapes.pipeline(t, p, d, first, last, cp=c, ep=ep)  # ZeRO and the shard group: arrays
     t_opt = optimizer_step_time(model, layout, training, cluster, zero=z, shard_group=shard)
     t_off = offload_step_time(model, layout, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage, zero=z,
                               shard_group=shard)  # fmt: skip
@@ -800,9 +863,17 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
             raise InputError(f"{flag}: give --pp with it (the split is of that many stages)")
         stage_split(model.layers, space.pp, space.first_stage_layers, space.last_stage_layers,
                     embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
+    if space.pipeline_layout is not None:
+        from parcalc.core.pipeline_layout import parse_pipeline_layout
+
+        if space.first_stage_layers is not None or space.last_stage_layers is not None or any(space.slots):
+            raise InputError("--pipeline-layout: gives every stage's layers; --first-stage-layers, --last-stage-layers and the embedding / "
+                             "loss slots split the stages another way (give one of them)")  # fmt: skip
+        parse_pipeline_layout(space.pipeline_layout, 1, model.layers, model.mtp_layers)  # its letters against the model, once
     rejected: Counter = Counter()
     shapes = _Shapes(model, training, cluster, space.cp_comm, space.moe)
     shapes.time_all = space.time_all
+    shapes.pipeline_layout = space.pipeline_layout
     found = _parallel_layouts(model, training, cluster, space, rejected)
     parts = []
     for i, (t, p, c, d, e) in enumerate(found):
@@ -826,7 +897,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         columns = {k: np.concatenate([c[k] for c in parts]) for k in every}
     else:
         columns = {k: np.array([]) for k in every}
-    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node)
+    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node, space.pipeline_layout)
     rejected["memory (does not fit)"] += int(len(evaluated) - np.count_nonzero(columns["fits"])) if len(evaluated) else 0
     return SearchResult(evaluated, rejected, len(found))
 

@@ -14,6 +14,7 @@ from parcalc.frozen import frozen
 if TYPE_CHECKING:
     from parcalc.core.layer_ops import LayerOp
     from parcalc.core.model import TransformerModel
+    from parcalc.core.pipeline_layout import PipelineSplit
 
 
 # ---------------------------------------------------------------------------------------------
@@ -633,6 +634,31 @@ def stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> D
         formula, latex = "$L_s × 3 × $F_layer", r"$L_s \times 3 $F_layer"
     value = split[stage] * per_layer
     return _stage_with_head(counted, split, stage, inputs, formula, latex, value, "per layer")
+
+
+def layout_rank_flops(counted: TrainingFlops, split: PipelineSplit, rank: int) -> Derivation:
+    """Hardware FLOPs of pipeline rank `rank` (0-based) under a --pipeline-layout: the sum of its chunks, each the
+    virtual stage's own layers as stage_flops counts them over the layout's virtual stages in layer order (the LM
+    head with the last, which holds the loss L), and the MTP modules on the virtual stage whose `m` places them
+    (Megatron-LM builds the MTP block where the layout's m stands: pipeline_parallel_layer_layout.py @d98e8a64dd)."""
+    from parcalc.core.pipeline_layout import SOURCE as LAYOUT_SOURCE
+
+    layers = tuple(stage.layers for stage in split.stages)
+    last = len(layers) - 1
+    mtp = 3 * counted.mtp.value if counted.mtp is not None else 0.0
+    at = next((i for i, stage in enumerate(split.stages) if stage.mtp), last)
+    terms, value = [], 0.0
+    for c, index in enumerate(range(rank, len(layers), split.pp)):
+        chunk = stage_flops(counted, layers, index).value + (mtp if index == at else 0.0) - (mtp if index == last else 0.0)
+        value += chunk
+        held = [f"{layers[index]} layers"] + (["the LM head"] if index == last else []) + (["the MTP modules"] if index == at and mtp else [])
+        terms.append(Term(f"F_c{c}", f"F_chunk{c + 1}", rf"F_{{\mathrm{{chunk}}{c + 1}}}", chunk, "FLOP",
+                          f"chunk {c + 1}, virtual stage {index + 1}: {', '.join(held)}"))  # fmt: skip
+    formula = " + ".join(f"${t.key}" for t in terms)
+    return Derivation(key="stage_flops", label=f"Hardware FLOPs of stage {rank + 1} of {split.pp} per iteration (all its GPUs)",
+                      symbol="F_stage", latex_symbol=r"F_{\mathrm{stage}}", formula=formula, formula_latex=formula, inputs=tuple(terms),
+                      value=value, unit="FLOP",
+                      source=f"{KORTHIKANTI_FLOPS}, per virtual stage; the stages as --pipeline-layout places them ({LAYOUT_SOURCE})")  # fmt: skip
 
 
 def _moe_stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> Derivation:

@@ -768,7 +768,8 @@ def check_hf_layout(par: Layout, setup: TrainingSetup) -> None:
 def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
     """A textbook StageMemory with its total replaced by the step's peak as the allocator reserves it, plus the reserve
     (here, not in parcalc.core.memory_timeline: the walk knows nothing of this module's types)."""
-    from parcalc.core.memory_timeline import HfStep, check_hf_model, hf_step_peak, peak_derivation, reserved_derivation
+    from parcalc.core.memory_timeline import HfStep, check_hf_model, hf_step_peak
+    from parcalc.core.step_peak_derivation import peak_derivation, reserved_derivation
 
     if setup.step_memory != "hf-eager":
         return _with_fsdp_peak(model, par, setup, stage)
@@ -784,14 +785,14 @@ def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, s
 def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
     """The fsdp2 and torchtitan profiles: the step's peak under fully_shard (parcalc.core.memory_fsdp) where its walk follows
     the layout (FSDP over all dp ranks of a dense Llama-shaped model), else the textbook sum as it is."""
-    from parcalc.core.memory_fsdp import fsdp_peak_derivation, fsdp_step_of, fsdp_step_peak
-    from parcalc.core.memory_timeline import reserved_derivation
+    from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
+    from parcalc.core.step_peak_derivation import fsdp_peak_derivation, reserved_derivation
 
     if fsdp_walk_gaps(model, par, setup):
         return stage
     step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute)
     peak = fsdp_step_peak(model, step)
-    allocated = fsdp_peak_derivation(peak, step, setup.step_memory.removesuffix("-eager"))
+    allocated = fsdp_peak_derivation(peak, model, step, setup.step_memory.removesuffix("-eager"))
     return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
 
 

@@ -5,7 +5,7 @@ root module (which keeps the embedding, the final norm and the LM head) holds, o
 ranks of its shard group, the model's parameters in 1/N shards and gathers one block at a time.
 This module walks one steady-state step tensor by tensor, as parcalc.core.memory_timeline does for
 the hf profile, and reuses that walk for what the model code saves (the same transformers
-`LlamaDecoderLayer`, its RMSNorm, RoPE, SDPA, SwiGLU MLP and the LM head's fp32 loss): FSDP2's
+`LlamaDecoderLayer`, its RMSNorm, RoPE, SDPA, SwiGLU MLP or Mixtral's routed experts, and the LM head's fp32 loss): FSDP2's
 MixedPrecisionPolicy casts the gathered parameters to param_dtype, so the model runs in that dtype
 without autocast (the walk's --precision bf16 path). FSDP2's own tensors enter through the walk's
 hooks around each block (FSDP_SOURCES, torch 2.13's torch/distributed/fsdp/_fully_shard/*.py):
@@ -42,20 +42,17 @@ from functools import lru_cache
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.layout import Layout
 from parcalc.core.memory_timeline import (
-    HF_SOURCES,
-    MEASURED,
     StepHooks,
     StepPeak,
-    StepShapes,
     Walk,
     check_hf_model,
     hf_model_gaps,
     peak_of,
+    shapes_of,
     walk_backward,
     walk_forward,
 )
 from parcalc.core.model import TransformerModel
-from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
 TORCH = "pytorch/pytorch v2.13.0 torch/distributed/fsdp/_fully_shard"
@@ -154,6 +151,8 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     caller's own (offload, a recomputed subset of layers, ...)."""
     zero, dp, shard_group = layout.zero, layout.dp, layout.shard_group
     gaps = [*hf_model_gaps(model), *other]
+    if model.moe is not None and precision is Precision.FP32:  # HF_SOURCES['grouped_mm']: the experts' matmuls take bf16
+        gaps.append("experts in fp32 (transformers' grouped_mm experts take bf16 only)")
     gaps += [f"{name} = {value}" for name, value in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)) if value > 1]
     if zero != 3:
         gaps.append(f"ZeRO-{zero} (fully_shard is ZeRO-3)")
@@ -182,10 +181,17 @@ class _Param:
 
 
 def _block_params(model: TransformerModel) -> tuple[_Param, ...]:
-    """One LlamaDecoderLayer's parameters (nn.Linear weights are out x in)."""
+    """One decoder layer's parameters in constructor order (nn.Linear weights are out x in; an expert stack is
+    experts x out x in, sharded over its experts: FSDP2 shards dim 0)."""
     h, q, kv, f = model.hidden, model.heads * model.head_dim, model.kv_heads * model.head_dim, model.ffn_hidden
-    return (_Param("q", q, h), _Param("k", kv, h), _Param("v", kv, h), _Param("o", h, q), _Param("gate", f, h), _Param("up", f, h),
-            _Param("down", h, f), _Param("n1", h, 1), _Param("n2", h, 1))  # fmt: skip
+    attention = (_Param("q", q, h), _Param("k", kv, h), _Param("v", kv, h), _Param("o", h, q),
+                 *((_Param("qn", model.head_dim, 1), _Param("kn", model.head_dim, 1)) if model.qk_norm else ()))
+    if model.moe is not None:  # MixtralSparseMoeBlock: router, then the experts' gate_up_proj and down_proj
+        e, fe = model.moe.experts, model.moe.expert_ffn_hidden
+        mlp = (_Param("router", e, h), _Param("gate_up", e, 2 * fe * h), _Param("down", e, h * fe))
+    else:
+        mlp = (_Param("gate", f, h), _Param("up", f, h), _Param("down", h, f))
+    return (*attention, *mlp, _Param("n1", h, 1), _Param("n2", h, 1))
 
 
 def _root_params(model: TransformerModel) -> tuple[_Param, ...]:
@@ -294,15 +300,12 @@ class _FsdpHooks(StepHooks):
             self.unshard(walk, f"L{i - 1}")
 
     def after_layer_backward(self, walk: Walk, i: int) -> None:
-        norms = [f"L{i}.n1.grad", f"L{i}.n2.grad"]  # RMSNorm weight gradients (the walk lumps them at its end)
-        for key in norms:
-            walk.alloc(key, self.units[f"L{i}"][-1].rows * self.p, "gradients", "weight gradients")
         grads = [key for key in walk.live if key.startswith(f"L{i}.") and key.endswith(".grad")]
         self.post_backward(walk, f"L{i}", grads)
 
     def after_backward(self, walk: Walk) -> None:
         walk.phase = "backward: the root's reduce-scatter (final callback)"
-        self.post_backward(walk, "root", ["head.grad", "embedding.grad", "norm_grads"])
+        self.post_backward(walk, "root", ["head.grad", "embedding.grad", "final.grad"])
         if self.kept_reduce_scatter is not None:
             walk.free(self.kept_reduce_scatter)
             self.kept_reduce_scatter = None
@@ -328,8 +331,7 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
     check_fsdp_step(model, step)
     master = 2.0 if step.precision is Precision.BF16 else 4.0
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
-    x = StepShapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
-                   model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, compute, compute, False)  # fmt: skip
+    x = shapes_of(model, step.micro_batch, step.seq_len, compute, compute, False)  # MixedPrecisionPolicy: no autocast
     hooks = _FsdpHooks(model, step, compute, master)
     walk = Walk()
     walk.phase = "before the step"
@@ -361,45 +363,3 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
 def fsdp_reserved_total(model: TransformerModel, step: FsdpStep) -> float:
     """The step's peak as the allocator reserves it (no reserve added): fit's search, one row at a time."""
     return fsdp_step_peak(model, step).reserved
-
-
-def fsdp_peak_derivation(peak: StepPeak, step: FsdpStep, profile: str) -> Derivation:
-    """The peak as a Derivation: its parts as inputs, the phase and what is live in the label and assumptions."""
-    symbols = {"sharded parameters": "Ps", "optimizer states": "O", "sharded gradients": "Gs", "unsharded parameters": "Pu",
-               "gradients": "Gu", "all-gather buffers": "AG", "reduce-scatter buffers": "RS", "activations": "A",
-               "logits and loss": "X", "temporaries": "Tmp", "workspace": "Ws"}  # fmt: skip
-    sources = {"sharded parameters": FSDP_SOURCES["shards"], "optimizer states": FSDP_SOURCES["adamw"],
-               "sharded gradients": FSDP_SOURCES["reduce"], "unsharded parameters": f"{FSDP_SOURCES['unsharded']}; {FSDP_SOURCES['reshard']}",
-               "gradients": f"unsharded, until the block's reduce-scatter: {HF_SOURCES['grads']}; {FSDP_SOURCES['reduce']}",
-               "all-gather buffers": f"{FSDP_SOURCES['all_gather']}; {FSDP_SOURCES['prefetch']}",
-               "reduce-scatter buffers": FSDP_SOURCES["reduce"],
-               "activations": "; ".join(HF_SOURCES[k] for k in ("rmsnorm", "attention", "sdpa", "mlp", "residual")),
-               "logits and loss": f"{HF_SOURCES['loss']}; {HF_SOURCES['loss_backward']}",
-               "temporaries": "the op running at the peak: its outputs and scratch tensors", "workspace": HF_SOURCES["cublas"]}  # fmt: skip
-    inputs = tuple(Term(f"M_{symbols[kind]}", f"M_{symbols[kind]}", rf"M_{{\mathrm{{{symbols[kind]}}}}}", value, "B",
-                        f"{kind} live at the peak", sources[kind]) for kind, value in peak.parts if value)  # fmt: skip
-    formula = " + ".join(f"${t.key}" for t in inputs)
-    top = "; ".join(f"{t.what} {t.bytes / 2**30:.2f} GiB" for t in peak.live[:8])
-    checkpoint = ", each block checkpointed" if step.recompute is Recompute.FULL else ""
-    reduce = "fp32" if step.reduce_bytes == 4 else "bf16"
-    return Derivation(
-        key="step_peak",
-        label=f"Peak allocated during the step ({profile}: {peak.phase})",
-        symbol="M_peak",
-        latex_symbol=r"M_{\mathrm{peak}}",
-        formula=formula,
-        formula_latex=formula,
-        inputs=inputs,
-        value=peak.allocated,
-        unit="B",
-        source=(f"a walk of one step under fully_shard over {step.shards} ranks (one unit per transformer block and the root; "
-                f"{step.precision.value}, reduce in {reduce}, {step.optimizer_impl} {step.optimizer.value}{checkpoint}) taking the "
-                "maximum of what is live, each tensor in the caching allocator's 512-byte blocks; parcalc.core.memory_fsdp; "
-                "checked against torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker under FakeTensorMode; the model "
-                f"code's tensors as parcalc.core.memory_timeline walks them ({MEASURED})"),
-        assumptions=(f"the peak happens in the phase '{peak.phase}'; largest live there: {top}",
-                     "the model code walked is transformers' LlamaDecoderLayer (RMSNorm with its fp32 upcast, RoPE, SDPA, SwiGLU) "
-                     "and its fp32 cross-entropy; torchtitan's own Llama differs in RoPE (complex fp32 products)",
-                     "steady state: AdamW's states exist, gradients freed by zero_grad(set_to_none=True) before the step",
-                     "no gradient accumulation (a reduce-scatter after every backward), no CPU offload, no HSDP replicas"),
-    )  # fmt: skip

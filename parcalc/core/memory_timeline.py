@@ -33,10 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from parcalc.core.allocator import ALLOCATOR_SOURCE, CachingAllocator, block_bytes, reserved_bytes
+from parcalc.core.allocator import CachingAllocator, block_bytes, reserved_bytes
 from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Recompute
 from parcalc.core.model import TransformerModel
-from parcalc.derivation import Derivation, Term
+from parcalc.derivation import Derivation
 from parcalc.errors import InputError
 
 TRANSFORMERS = "huggingface/transformers v5.17.0"
@@ -72,6 +72,17 @@ HF_SOURCES = {
             "them for the all-reduce (the docs: with True 'gradients will be views pointing to different offsets of allreduce "
             "communication buckets ... the saved memory size will be equal to the total gradients size'); accelerate's "
             "DistributedDataParallelKwargs keeps that default and the Trainer does not set it"),
+    "qk_norm": (f"{TRANSFORMERS} models/qwen3/modeling_qwen3.py Qwen3Attention.forward: q_norm(q_proj(x).view(..., head_dim)), "
+                "k_norm likewise, before RoPE; Qwen3RMSNorm is LlamaRMSNorm over head_dim (an fp32 copy of the bf16 projection, "
+                "rsqrt per head, weight times the normalised tensor cast back)"),
+    "moe": (f"{TRANSFORMERS} models/mixtral/modeling_mixtral.py MixtralTopKRouter (router_logits.float(), softmax, topk, "
+            "top-k weights renormalised in place, kept in fp32) and src/transformers/integrations/moe.py grouped_mm_experts_forward "
+            "(the default experts_implementation, PreTrainedModel.get_correct_experts_implementation): the (token, expert) pairs "
+            "sorted by expert, hidden_states gathered (S = tokens x top_k rows), one grouped matmul for gate and up, "
+            "act(gate) * up, one for down, times the routing weights, put back in token order and summed over the top k"),
+    "grouped_mm": ("PyTorch torch/_meta_registrations.py _meta_grouped_mm_common, mirroring aten/src/ATen/native/cuda/Blas.cpp "
+                   "_grouped_mm_cuda: unscaled grouped matmuls take BF16 inputs only; transformers' _grouped_mm casts the input to "
+                   "the weights' dtype and is not autocast-enabled (pytorch/pytorch#174763), so the experts need bf16 weights"),
     "cublas": ("PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp: a cuBLAS workspace per (handle, stream) from the caching allocator, "
                "4096 x 8 KiB = 32 MiB by default on Hopper; one handle for the forward's thread, one for autograd's device thread"),
 }
@@ -191,9 +202,15 @@ def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
 
 
 def hf_model_gaps(model: TransformerModel) -> list[str]:
-    """What of the model the walk does not follow (transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA)."""
+    """What of the model the walk does not follow (transformers' Llama decoder, or Mixtral's: RMSNorm, RoPE, a gated SiLU MLP
+    or routed experts of one, no shared experts, no MLA)."""
+    moe = model.moe
     return [what for what, ok in (("no RMSNorm", model.norm is Norm.RMSNORM), ("no RoPE", model.position is Position.ROPE),
-                                  ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU), ("experts (MoE)", model.moe is None),
+                                  ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU),
+                                  ("shared experts", moe is None or not moe.shared_experts),
+                                  ("dense layers between the MoE layers", moe is None or (moe.first_dense_layers == 0 and moe.every == 1)),
+                                  ("a router bias", moe is None or not moe.router_bias),
+                                  ("expert capacity (token dropping)", moe is None or moe.capacity_factor is None),
                                   ("latent attention (MLA)", model.mla is None), ("no vocabulary", model.vocab > 0),
                                   # transformers builds a 4-D mask for a window (masking_utils.sliding_window_causal_mask), which
                                   # the walk does not hold; Gemma's post-norms and gpt-oss's sinks are not Llama's decoder
@@ -205,7 +222,8 @@ def check_hf_model(model: TransformerModel) -> None:
     """The walk follows transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA."""
     missing = hf_model_gaps(model)
     if missing:
-        raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM (RMSNorm, RoPE, SwiGLU, dense); "
+        raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM and MixtralForCausalLM (RMSNorm, RoPE, "
+                         "SwiGLU, routed experts without shared ones); "
                          f"{model.name} has {', '.join(missing)}; use another --framework for its textbook sum")  # fmt: skip
 
 
@@ -223,19 +241,42 @@ class StepShapes:
     w: float  # bytes of a weight and of the residual stream (fp32 unless --precision bf16)
     c: float  # bytes of what the linears compute in (bf16 under autocast)
     autocast: bool
+    experts: int = 0  # routed experts (0: a dense MLP)
+    top_k: int = 0
+    fe: int = 0  # an expert's width
+    qk_norm: bool = False  # Qwen3's q_norm / k_norm
+    routing_bytes: float = 4.0  # the routing weights' bytes: fp32 (Mixtral), or the router logits' dtype (Qwen3-MoE)
+
+    @property
+    def S(self) -> float:
+        """(token, expert) pairs: the rows of the experts' grouped matmuls."""
+        return self.T * self.top_k
 
 
 def step_shapes(model: TransformerModel, step: HfStep) -> StepShapes:
     w = 2.0 if step.precision is Precision.BF16 else 4.0
     autocast = step.precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
-    c = 2.0 if autocast else w
-    return StepShapes(float(step.micro_batch * step.seq_len), step.micro_batch, step.seq_len, model.hidden, model.heads * model.head_dim,
-                   model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, w, c, autocast)  # fmt: skip
+    return shapes_of(model, step.micro_batch, step.seq_len, w, 2.0 if autocast else w, autocast)
+
+
+def shapes_of(model: TransformerModel, micro_batch: int, seq_len: int, w: float, c: float, autocast: bool) -> StepShapes:
+    """The walk's shapes of `model` at b x s; w: the weights' and residual stream's bytes, c: what the linears compute in."""
+    moe = model.moe
+    return StepShapes(float(micro_batch * seq_len), micro_batch, seq_len, model.hidden, model.heads * model.head_dim,
+                      model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, w, c, autocast,
+                      moe.experts if moe else 0, moe.top_k if moe else 0, moe.expert_ffn_hidden if moe else 0, model.qk_norm,
+                      c if moe and moe.routing_weights_cast else 4.0)  # fmt: skip
 
 
 def _linear_weights(model: TransformerModel) -> tuple[tuple[str, int, int], ...]:
+    """A layer's matrices in the order its constructor makes them (d_in, d_out; an expert stack as one)."""
     h, q, kv, f = model.hidden, model.heads * model.head_dim, model.kv_heads * model.head_dim, model.ffn_hidden
-    return (("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h), ("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h))
+    attention = (("q_proj", h, q), ("k_proj", h, kv), ("v_proj", h, kv), ("o_proj", q, h),
+                 *((("q_norm", model.head_dim, 1), ("k_norm", model.head_dim, 1)) if model.qk_norm else ()))
+    if model.moe is not None:  # MixtralSparseMoeBlock: the router, then the experts' gate_up_proj and down_proj
+        e, fe = model.moe.experts, model.moe.expert_ffn_hidden
+        return (*attention, ("router", h, e), ("gate_up_proj", h, e * 2 * fe), ("down_proj", e * fe, h))
+    return (*attention, ("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h))
 
 
 def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
@@ -243,6 +284,9 @@ def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
     check_hf_model(model)
     if step.precision is Precision.FP8:
         raise InputError("--framework hf --precision fp8: transformers' eager code has no FP8 recipe; use mixed-bf16, bf16 or fp32")
+    if model.moe is not None and step.precision is not Precision.BF16:
+        raise InputError(f"--framework hf --precision {step.precision.value}: transformers' grouped_mm experts need bf16 weights "
+                         "(torch's grouped matmul takes BF16 inputs only and is not autocast-enabled); use --precision bf16")
     reason = recompute_reason("hf-eager", step.recompute)
     if reason is not None:
         raise InputError(reason)
@@ -266,7 +310,7 @@ def _hf_walk(model: TransformerModel, step: HfStep, events: bool = False) -> Wal
     walk.alloc("cublas", step.cublas_workspace, "workspace", "cuBLAS workspaces")
     walk.alloc("ids", x.T * 8, "activations", "input ids and labels (int64)")
     if step.optimizer.states:  # one fp32 step counter per parameter tensor (torch.optim keeps state['step'] as a tensor)
-        walk.alloc("step_counts", 4 * (9 * model.layers + 2 + (0 if model.tied_embeddings else 1)), "optimizer states",
+        walk.alloc("step_counts", 4 * ((len(_linear_weights(model)) + 2) * model.layers + 2 + (0 if model.tied_embeddings else 1)), "optimizer states",
                    "AdamW step counters")
     checkpointed = step.recompute is Recompute.FULL
     hooks = StepHooks()
@@ -295,26 +339,43 @@ def _grouped(live: tuple[LiveTensor, ...]) -> tuple[LiveTensor, ...]:
 # Forward
 
 
-def _norm_forward(walk: Walk, x: StepShapes, key: str, inp: str, saved: bool) -> str:
-    """LlamaRMSNorm on `inp` (HF_SOURCES['rmsnorm']); returns the key of its output (x.w bytes)."""
-    T, h = x.T, x.h
+@dataclass(frozen=True)
+class NormShape:
+    """What an RMSNorm runs on: `width` values per token in `rows` rows of `param` (the weight's length), its input in
+    `in_bytes` (the residual stream's dtype for the decoder's norms; the projection's for Qwen3's q_norm / k_norm)."""
+
+    width: int
+    rows: float
+    param: int
+    in_bytes: float
+
+
+def _residual_norm(x: StepShapes) -> NormShape:
+    return NormShape(x.h, x.T, x.h, x.w)
+
+
+def _norm_forward(walk: Walk, x: StepShapes, key: str, inp: str, saved: bool, shape: NormShape | None = None) -> str:
+    """LlamaRMSNorm on `inp` (HF_SOURCES['rmsnorm']); returns the key of its output (the weight's dtype times the
+    input's: x.w bytes for the decoder's norms)."""
+    n = shape or _residual_norm(x)
+    size = x.T * n.width
     kind = "activations" if saved else "temporaries"
     up = inp
-    if x.w != 4:  # hidden_states.to(float32): a copy, saved by pow and the multiplication
+    if n.in_bytes != 4:  # hidden_states.to(float32): a copy, saved by pow and the multiplication
         up = f"{key}.fp32"
-        walk.alloc(up, T * h * 4, kind, "RMSNorm fp32 input copy")
-    walk.transient(f"{key}.pow", T * h * 4, "temporaries", "RMSNorm pow(2)")
-    walk.alloc(f"{key}.var", T * 4, "temporaries", "RMSNorm variance")
-    walk.alloc(f"{key}.var_eps", T * 4, "temporaries", "RMSNorm variance + eps")
-    walk.alloc(f"{key}.rsqrt", T * 4, kind, "RMSNorm rsqrt (fp32)")
+        walk.alloc(up, size * 4, kind, "RMSNorm fp32 input copy")
+    walk.transient(f"{key}.pow", size * 4, "temporaries", "RMSNorm pow(2)")
+    walk.alloc(f"{key}.var", n.rows * 4, "temporaries", "RMSNorm variance")
+    walk.alloc(f"{key}.var_eps", n.rows * 4, "temporaries", "RMSNorm variance + eps")
+    walk.alloc(f"{key}.rsqrt", n.rows * 4, kind, "RMSNorm rsqrt (fp32)")
     walk.free(f"{key}.var", f"{key}.var_eps")
-    walk.alloc(f"{key}.normed", T * h * 4, kind, "RMSNorm normalised (fp32)")
+    walk.alloc(f"{key}.normed", size * 4, kind, "RMSNorm normalised (fp32)")
     scaled_input = f"{key}.normed"
-    if x.w != 4:  # .to(input_dtype): the copy the weight multiplication saves; the fp32 one goes
-        walk.alloc(f"{key}.normed_w", T * h * x.w, kind, "RMSNorm normalised (input dtype)")
+    if n.in_bytes != 4:  # .to(input_dtype): the copy the weight multiplication saves; the fp32 one goes
+        walk.alloc(f"{key}.normed_w", size * n.in_bytes, kind, "RMSNorm normalised (input dtype)")
         walk.free(f"{key}.normed")
         scaled_input = f"{key}.normed_w"
-    walk.alloc(f"{key}.out", T * h * x.w, "temporaries", "RMSNorm output")
+    walk.alloc(f"{key}.out", size * max(x.w, n.in_bytes), "temporaries", "RMSNorm output")
     if not saved:
         walk.free(f"{key}.rsqrt", scaled_input, *((up,) if up != inp else ()))
     return f"{key}.out"
@@ -330,6 +391,28 @@ def _linear(walk: Walk, x: StepShapes, key: str, inp: str, inp_bytes: float, d_i
             walk.alloc(f"{key}.in", x.T * d_in * x.c, kind, f"{what} input cast to bf16")
     walk.alloc(f"{key}.out", x.T * d_out * x.c, "temporaries", f"{what} output")
     return f"{key}.out"
+
+
+def _head_shape(x: StepShapes, width: int) -> NormShape:
+    """Qwen3's q_norm / k_norm: an RMSNorm over each head's head_dim values, on the projection's output (x.c)."""
+    head_dim = x.q // x.heads
+    return NormShape(width, x.T * width / head_dim, head_dim, x.c)
+
+
+def _head_norm(walk: Walk, x: StepShapes, key: str, proj: str, width: int, saved: bool) -> str:
+    """q_norm or k_norm on a projection's output; the projection's output goes when the norm returns unless the norm
+    saved it (fp32 throughout: pow saves its input)."""
+    out = _norm_forward(walk, x, key, proj, saved, _head_shape(x, width))
+    if x.c != 4:
+        walk.free(proj)
+    else:
+        walk.rename(proj, f"{key}.in", "q/k norm input (saved by pow)", "activations" if saved else "temporaries")
+    return out
+
+
+def _rope_input_bytes(x: StepShapes) -> float:
+    """Bytes of q and k as RoPE gets them: the projections' dtype, or the q/k norm's output (weight times input)."""
+    return max(x.w, x.c) if x.qk_norm else x.c
 
 
 def _keep_if_saved(walk: Walk, x: StepShapes, key: str, kind: str, what: str) -> None:
@@ -349,14 +432,19 @@ def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, rec
     kind = "activations" if saved else "temporaries"
     y = _norm_forward(walk, x, f"{k}.n1", inp, saved)
     qo = _linear(walk, x, f"{k}.q", y, x.w, h, q, saved, "q_proj")
+    if x.qk_norm:  # Qwen3Attention: q_norm(q_proj(x).view(..., head_dim)), then k likewise (HF_SOURCES['qk_norm'])
+        qo = _head_norm(walk, x, f"{k}.qn", qo, q, saved)
     ko = _linear(walk, x, f"{k}.k", y, x.w, h, kv, saved, "k_proj")
+    if x.qk_norm:
+        ko = _head_norm(walk, x, f"{k}.kn", ko, kv, saved)
     vo = _linear(walk, x, f"{k}.v", y, x.w, h, kv, saved, "v_proj")
     walk.live[vo] = LiveTensor("v_proj output (SDPA's v)", kind, walk.live[vo].bytes)  # v goes to SDPA as it is
     rope = max(x.c, x.w)  # bf16 q times fp32 cos promotes to fp32 (HF_SOURCES['attention'])
+    qb = _rope_input_bytes(x)
     for name, width, proj in (("q", q, qo), ("k", kv, ko)):
         walk.alloc(f"{k}.{name}cos", T * width * rope, "temporaries", "RoPE q*cos")
-        walk.alloc(f"{k}.{name}neg", T * width / 2 * x.c, "temporaries", "RoPE -x2")
-        walk.alloc(f"{k}.{name}rot", T * width * x.c, "temporaries", "RoPE rotate_half")
+        walk.alloc(f"{k}.{name}neg", T * width / 2 * qb, "temporaries", "RoPE -x2")
+        walk.alloc(f"{k}.{name}rot", T * width * qb, "temporaries", "RoPE rotate_half")
         walk.free(f"{k}.{name}neg")
         walk.alloc(f"{k}.{name}sin", T * width * rope, "temporaries", "RoPE rotate_half*sin")
         walk.free(f"{k}.{name}rot")
@@ -375,23 +463,80 @@ def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, rec
     walk.alloc(f"{k}.x1", T * h * x.w, kind, "residual stream after attention")
     walk.free(oo)
     y2 = _norm_forward(walk, x, f"{k}.n2", f"{k}.x1", saved)
-    go = _linear(walk, x, f"{k}.gate", y2, x.w, h, f, saved, "gate_proj")
-    walk.live[go] = LiveTensor("MLP gate_proj output", kind, walk.live[go].bytes)
-    walk.alloc(f"{k}.act", T * f * x.c, kind, "MLP act_fn(gate) output")
-    uo = _linear(walk, x, f"{k}.up", y2, x.w, h, f, saved, "up_proj")
-    walk.live[uo] = LiveTensor("MLP up_proj output", kind, walk.live[uo].bytes)
-    walk.alloc(f"{k}.prod", T * f * x.c, kind, "MLP act * up (down_proj input)")
-    if recomputing:  # non-reentrant checkpoint's early stop: nothing after the last saved tensor runs again
-        if x.autocast:
-            walk.alloc(f"{k}.down.wcopy", f * h * x.c, "autocast weight copies", "autocast bf16 weight copies")
-        return ""
-    do = _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, f, h, saved, "down_proj")
-    _keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
+    if x.experts:
+        do = _experts_forward(walk, x, k, y2, kind, recomputing)
+        if recomputing:
+            return ""
+        _keep_if_saved(walk, x, y2, kind, "RMSNorm output (the router's input)")
+    else:
+        go = _linear(walk, x, f"{k}.gate", y2, x.w, h, f, saved, "gate_proj")
+        walk.live[go] = LiveTensor("MLP gate_proj output", kind, walk.live[go].bytes)
+        walk.alloc(f"{k}.act", T * f * x.c, kind, "MLP act_fn(gate) output")
+        uo = _linear(walk, x, f"{k}.up", y2, x.w, h, f, saved, "up_proj")
+        walk.live[uo] = LiveTensor("MLP up_proj output", kind, walk.live[uo].bytes)
+        walk.alloc(f"{k}.prod", T * f * x.c, kind, "MLP act * up (down_proj input)")
+        if recomputing:  # non-reentrant checkpoint's early stop: nothing after the last saved tensor runs again
+            if x.autocast:
+                walk.alloc(f"{k}.down.wcopy", f * h * x.c, "autocast weight copies", "autocast bf16 weight copies")
+            return ""
+        do = _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, f, h, saved, "down_proj")
+        _keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
     walk.alloc(f"{k}.x2", T * h * x.w, "activations", "decoder layer output (residual stream)")
     walk.free(do)
     if not saved:  # checkpointed: only the layer's input stays (and autocast's cached weight copies)
         walk.free(*[key for key in list(walk.live) if key.startswith(f"{k}.") and key != f"{k}.x2" and not key.endswith(".wcopy")])
+    elif x.w != 4:  # a bf16 residual stream: each RMSNorm saved its fp32 copy, so autograd keeps neither the layer's input
+        walk.free(f"{k}.x1", *((inp,) if inp != "emb" else ()))  # nor x1 (LlamaModel's inputs_embeds holds the embedding)
     return f"{k}.x2"
+
+
+def _experts_forward(walk: Walk, x: StepShapes, k: str, inp: str, kind: str, recomputing: bool) -> str:
+    """A sparse MoE block with transformers' grouped_mm experts (HF_SOURCES['moe']) on bf16 weights; returns its output's
+    key. S = tokens x top_k (token, expert) pairs; what autograd saves is `kind`, the rest temporaries."""
+    T, S, h, e, fe, c, r = x.T, x.S, x.h, x.experts, x.fe, x.c, x.routing_bytes
+    out_bytes = max(c, r)  # the weighted expert outputs: bf16 times the routing weights' dtype
+    _linear(walk, x, f"{k}.router", inp, x.w, h, e, kind == "activations", "router")  # router_logits, kept until the block returns
+    walk.alloc(f"{k}.logits32", T * e * 4, "temporaries", "router_logits.float()")
+    walk.alloc(f"{k}.probs", T * e * 4, kind, "router softmax (fp32, saved)")
+    walk.free(f"{k}.logits32")
+    walk.alloc(f"{k}.topv", T * x.top_k * 4, "temporaries", "top-k routing weights (fp32)")
+    walk.alloc(f"{k}.topi", T * x.top_k * 8, kind, "top-k expert indices (int64, saved by topk)")
+    walk.alloc(f"{k}.topsum", T * 4, kind, "sum of the top-k weights (saved by the division)")
+    walk.alloc(f"{k}.topv0", T * x.top_k * 4, kind, "top-k weights before the in-place division (saved by it)")
+    if r != 4:  # Qwen3MoeTopKRouter: .to(router_logits.dtype)
+        walk.alloc(f"{k}.topv_c", T * x.top_k * r, "temporaries", "top-k routing weights (logits' dtype)")
+        walk.free(f"{k}.topv")
+        walk.rename(f"{k}.topv_c", f"{k}.topv")
+    walk.alloc(f"{k}.ids_sorted", S * 8, "temporaries", "expert ids sorted (int64)")
+    walk.alloc(f"{k}.perm", S * 8, kind, "sort permutation (int64, saved by the weights' gather)")
+    walk.alloc(f"{k}.rows", S * 8, kind, "token of each pair (perm // top_k, int64, saved by the gather)")
+    walk.alloc(f"{k}.gathered", S * h * c, kind, "experts' input rows (hidden_states gathered, saved by grouped_mm)")
+    walk.alloc(f"{k}.w_sorted", S * r, kind, "routing weights in expert order (saved by the weighting)")
+    walk.transient(f"{k}.histc_in", S * 4, "temporaries", "histc input")
+    walk.alloc(f"{k}.counts", e * 4, "temporaries", "tokens per expert")
+    walk.alloc(f"{k}.offsets", e * 4, "temporaries", "grouped_mm offsets (int32)")
+    walk.alloc(f"{k}.gate_up", S * 2 * fe * c, kind, "experts' gate_up output (saved by act_fn and the product)")
+    walk.alloc(f"{k}.eact", S * fe * c, kind, "experts' act_fn(gate)")
+    walk.alloc(f"{k}.eprod", S * fe * c, kind, "experts' act * up (down's input)")
+    walk.alloc(f"{k}.edown", S * h * c, kind, "experts' down output (saved by the weighting)")
+    walk.alloc(f"{k}.weighted", S * h * out_bytes, "temporaries", "weighted expert outputs")
+    walk.alloc(f"{k}.inv_perm", S * 8, kind, "inverse permutation (int64, saved by the reordering)")
+    walk.transient(f"{k}.arange", S * 8, "temporaries", "arange for the inverse permutation")
+    scratch = (f"{k}.weighted", f"{k}.router.out", f"{k}.topv", f"{k}.ids_sorted", f"{k}.counts", f"{k}.offsets")
+    if recomputing:  # the reordering saves inv_perm, the last tensor saved: the recomputation stops before it runs
+        walk.free(*scratch)
+        return ""
+    walk.alloc(f"{k}.reordered", S * h * out_bytes, "temporaries", "weighted outputs in token order")
+    walk.free(f"{k}.weighted")
+    walk.alloc(f"{k}.summed", T * h * out_bytes, "temporaries", "sum over the top k")
+    walk.free(f"{k}.reordered")
+    if out_bytes != c:
+        walk.alloc(f"{k}.moe_out", T * h * c, "temporaries", "MoE block output (.to(hidden_states.dtype))")
+        walk.free(f"{k}.summed")
+    else:  # .to() of a tensor already in that dtype returns it
+        walk.rename(f"{k}.summed", f"{k}.moe_out", "MoE block output")
+    walk.free(*scratch)
+    return f"{k}.moe_out"
 
 
 def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointed: bool, hooks: StepHooks) -> None:
@@ -409,6 +554,8 @@ def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointe
         hooks.after_layer(walk, i)
     walk.phase = "forward: final norm and LM head"
     y = _norm_forward(walk, x, "final", current, saved=True)
+    if x.w != 4 and not checkpointed:  # the norm saved its fp32 copy; hidden_states = self.norm(hidden_states) drops the input
+        walk.free(current)
     logits = _linear(walk, x, "head", y, x.w, x.h, x.V, True, "lm_head")
     walk.free(y)
     walk.phase = "forward: loss (logits.float(), cross_entropy)"
@@ -455,23 +602,25 @@ def _add_into(walk: Walk, grad: str, into: str) -> None:
         walk.rename(grad, into)
 
 
-def _norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, into: str) -> None:
+def _norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, into: str, shape: NormShape | None = None) -> None:
     """LlamaRMSNorm backward: weight * normed, normed = x * rsqrt, rsqrt, mean, pow (the fp32 temporaries each makes)."""
-    T, h = x.T, x.h
-    walk.alloc(f"{key}.g_normed", T * h * 4, "temporaries", "RMSNorm backward")
-    walk.transient(f"{key}.g_w", T * h * 4, "temporaries", "RMSNorm weight-gradient product")
+    n = shape or _residual_norm(x)
+    size = x.T * n.width
+    walk.alloc(f"{key}.g_normed", size * 4, "temporaries", "RMSNorm backward")
+    walk.transient(f"{key}.g_w", size * 4, "temporaries", "RMSNorm weight-gradient product")
+    walk.alloc(f"{key}.grad", n.param * x.w, "gradients", "weight gradients")  # that product summed over the tokens
     walk.free(g_out, f"{key}.normed", f"{key}.normed_w")
-    walk.alloc(f"{key}.g_x_a", T * h * 4, "temporaries", "RMSNorm backward")
-    walk.transient(f"{key}.g_rs", T * h * 4, "temporaries", "RMSNorm rsqrt-gradient product")
+    walk.alloc(f"{key}.g_x_a", size * 4, "temporaries", "RMSNorm backward")
+    walk.transient(f"{key}.g_rs", size * 4, "temporaries", "RMSNorm rsqrt-gradient product")
     walk.free(f"{key}.g_normed", f"{key}.rsqrt")
-    walk.alloc(f"{key}.g_mean", T * h * 4, "temporaries", "RMSNorm mean backward (expand / h)")
-    walk.alloc(f"{key}.g_pow", T * h * 4, "temporaries", "RMSNorm pow backward")
+    walk.alloc(f"{key}.g_mean", size * 4, "temporaries", "RMSNorm mean backward (expand / h)")
+    walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm pow backward")
     walk.free(f"{key}.g_mean")
     walk.free(f"{key}.fp32")
     _add_into(walk, f"{key}.g_pow", f"{key}.g_in")
     _add_into(walk, f"{key}.g_x_a", f"{key}.g_in")
-    if x.w != 4:
-        walk.alloc(f"{key}.g_in_w", T * h * x.w, "temporaries", "RMSNorm input gradient (input dtype)")
+    if n.in_bytes != 4:
+        walk.alloc(f"{key}.g_in_w", size * n.in_bytes, "temporaries", "RMSNorm input gradient (input dtype)")
         walk.free(f"{key}.g_in")
         _add_into(walk, f"{key}.g_in_w", into)
     else:
@@ -481,20 +630,23 @@ def _norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, in
 def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     k = f"L{i}"
-    # x2 = x1 + down: the bf16 branch gets a cast of the gradient, x1 the gradient itself
-    walk.alloc(f"{k}.g_down", T * h * c, "temporaries", "residual gradient cast to bf16")
-    walk.rename(g_out, f"{k}.g_x1")
-    walk.free(f"{k}.x2")
-    _linear_backward(walk, x, f"{k}.down", f"{k}.g_down", f, h, f"{k}.prod", f"{k}.g_prod")
-    walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "MLP backward")
-    walk.alloc(f"{k}.g_up", T * f * c, "temporaries", "MLP backward")
-    walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.up.out")
-    _linear_backward(walk, x, f"{k}.up", f"{k}.g_up", h, f, "", f"{k}.g_y2c")
-    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
-    walk.alloc(f"{k}.g_gate", T * f * c, "temporaries", "MLP backward (silu)")
-    walk.free(f"{k}.g_act", f"{k}.gate.out")
-    _linear_backward(walk, x, f"{k}.gate", f"{k}.g_gate", h, f, f"{k}.n2.out", f"{k}.g_y2c")
-    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
+    if x.experts:
+        _experts_backward(walk, x, k, g_out)
+    else:
+        # x2 = x1 + down: the bf16 branch gets a cast of the gradient, x1 the gradient itself
+        walk.alloc(f"{k}.g_down", T * h * c, "temporaries", "residual gradient cast to bf16")
+        walk.rename(g_out, f"{k}.g_x1")
+        walk.free(f"{k}.x2")
+        _linear_backward(walk, x, f"{k}.down", f"{k}.g_down", f, h, f"{k}.prod", f"{k}.g_prod")
+        walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "MLP backward")
+        walk.alloc(f"{k}.g_up", T * f * c, "temporaries", "MLP backward")
+        walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.up.out")
+        _linear_backward(walk, x, f"{k}.up", f"{k}.g_up", h, f, "", f"{k}.g_y2c")
+        _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
+        walk.alloc(f"{k}.g_gate", T * f * c, "temporaries", "MLP backward (silu)")
+        walk.free(f"{k}.g_act", f"{k}.gate.out")
+        _linear_backward(walk, x, f"{k}.gate", f"{k}.g_gate", h, f, f"{k}.n2.out", f"{k}.g_y2c")
+        _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
     _norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.x1", f"{k}.g_x1")
     walk.free(f"{k}.x1")
     # x1 = x + attention
@@ -507,7 +659,7 @@ def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) ->
     walk.free(f"{k}.v.out")
     _linear_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, "", f"{k}.g_yc")
     _cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
-    rope = max(x.c, x.w)
+    rope, qb = max(x.c, x.w), _rope_input_bytes(x)
     for name, width in (("k", kv), ("q", q)):
         g = f"{k}.g_{name}sd"
         if rope != c:  # the cast's backward: the gradient in fp32
@@ -515,16 +667,71 @@ def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) ->
             walk.free(g)
             g = f"{k}.g_{name}emb"
         walk.transient(f"{k}.g_{name}cos32", T * width * rope, "temporaries", "RoPE backward")
-        walk.alloc(f"{k}.g_{name}proj", T * width * c, "temporaries", "RoPE backward")
+        walk.alloc(f"{k}.g_{name}proj", T * width * qb, "temporaries", "RoPE backward")
         walk.transient(f"{k}.g_{name}sin32", T * width * rope, "temporaries", "RoPE backward")
-        walk.alloc(f"{k}.g_{name}rot", T * width * c, "temporaries", "RoPE backward (rotate_half)")
+        walk.alloc(f"{k}.g_{name}rot", T * width * qb, "temporaries", "RoPE backward (rotate_half)")
         walk.free(g)
-        walk.transient(f"{k}.g_{name}slice", T * width * c, "temporaries", "RoPE backward (slices)")
+        walk.transient(f"{k}.g_{name}slice", T * width * qb, "temporaries", "RoPE backward (slices)")
         walk.free(f"{k}.g_{name}rot")
+        if x.qk_norm:
+            walk.rename(f"{k}.g_{name}proj", f"{k}.g_{name}n")
+            _norm_backward(walk, x, f"{k}.{name}n", f"{k}.g_{name}n", "", f"{k}.g_{name}proj", _head_shape(x, width))
+            walk.free(f"{k}.{name}n.in")
         _linear_backward(walk, x, f"{k}.{name}", f"{k}.g_{name}proj", h, width, f"{k}.n1.out" if name == "q" else "", f"{k}.g_yc")
         _cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
     _norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", "", f"{k}.g_x1")
     walk.rename(f"{k}.g_x1", into)
+
+
+def _experts_backward(walk: Walk, x: StepShapes, k: str, g_out: str) -> None:
+    """The MoE block's backward in the order autograd's engine runs it (the latest-created node first): the reordering,
+    the weighting, the experts' grouped matmuls, the two gathers, then the router; into the norm's gradient g_y2."""
+    T, S, h, e, fe, c, r = x.T, x.S, x.h, x.experts, x.fe, x.c, x.routing_bytes
+    out_bytes = max(c, r)
+    walk.rename(g_out, f"{k}.g_x1")  # x2 = x1 + moe: both get the same gradient (bf16: no cast)
+    walk.free(f"{k}.x2")
+    if out_bytes != c:
+        walk.alloc(f"{k}.g_summed", T * h * out_bytes, "temporaries", "MoE output gradient (the .to's backward)")
+    walk.alloc(f"{k}.g_weighted", S * h * out_bytes, "temporaries", "weighted outputs' gradient (the reordering's index backward)")
+    walk.free(f"{k}.g_summed", f"{k}.inv_perm")
+    if out_bytes != c:
+        walk.transient(f"{k}.g_edown32", S * h * out_bytes, "temporaries", "down output gradient (the product's dtype)")
+    walk.alloc(f"{k}.g_edown", S * h * c, "temporaries", "experts' down output gradient")
+    walk.alloc(f"{k}.g_wfull", S * h * out_bytes, "temporaries", "routing-weight gradient before its sum over h")
+    walk.alloc(f"{k}.g_wsorted", S * r, "temporaries", "routing-weight gradient")
+    walk.free(f"{k}.g_wfull", f"{k}.g_weighted", f"{k}.edown", f"{k}.w_sorted")
+    walk.alloc(f"{k}.g_eprod", S * fe * c, "temporaries", "experts' down input gradient")
+    _grad_of_weight(walk, x, f"{k}.down", e * fe, h)
+    walk.free(f"{k}.g_edown", f"{k}.eprod")
+    walk.alloc(f"{k}.g_eact", S * fe * c, "temporaries", "experts' act_fn gradient")
+    walk.alloc(f"{k}.g_eup", S * fe * c, "temporaries", "experts' up gradient")
+    walk.free(f"{k}.g_eprod", f"{k}.eact")
+    walk.alloc(f"{k}.g_egate", S * fe * c, "temporaries", "experts' gate gradient (silu backward)")
+    walk.free(f"{k}.g_eact", f"{k}.gate_up")
+    walk.alloc(f"{k}.g_gate_up", S * 2 * fe * c, "temporaries", "experts' gate_up gradient (chunk backward)")
+    walk.free(f"{k}.g_egate", f"{k}.g_eup")
+    walk.alloc(f"{k}.g_gathered", S * h * c, "temporaries", "experts' input gradient")
+    _grad_of_weight(walk, x, f"{k}.gate_up", h, e * 2 * fe)
+    walk.free(f"{k}.g_gate_up", f"{k}.gathered")
+    walk.alloc(f"{k}.g_wflat", S * r, "temporaries", "routing weights' gradient in token order")
+    walk.free(f"{k}.g_wsorted", f"{k}.perm")
+    walk.alloc(f"{k}.g_y2c", T * h * c, "temporaries", "gathered rows' gradient summed per token (index backward)")
+    walk.free(f"{k}.g_gathered", f"{k}.rows")
+    if r != 4:  # the cast's backward: the gradient back in fp32
+        walk.alloc(f"{k}.g_wflat32", T * x.top_k * 4, "temporaries", "routing weights' gradient (fp32)")
+        walk.free(f"{k}.g_wflat")
+        walk.rename(f"{k}.g_wflat32", f"{k}.g_wflat")
+    walk.alloc(f"{k}.g_topv", T * x.top_k * 4, "temporaries", "top-k weights' gradient (division backward)")
+    walk.transient(f"{k}.g_topsum_full", T * x.top_k * 4, "temporaries", "division backward for the sum")
+    walk.free(f"{k}.g_wflat", f"{k}.topv0", f"{k}.topsum")
+    walk.alloc(f"{k}.g_probs", T * e * 4, "temporaries", "router probabilities' gradient (topk backward)")
+    walk.free(f"{k}.g_topv", f"{k}.topi")
+    walk.alloc(f"{k}.g_logits32", T * e * 4, "temporaries", "router logits' gradient (softmax backward)")
+    walk.free(f"{k}.g_probs", f"{k}.probs")
+    walk.alloc(f"{k}.g_logits", T * e * c, "temporaries", "router logits' gradient (.float()'s backward)")
+    walk.free(f"{k}.g_logits32")
+    _linear_backward(walk, x, f"{k}.router", f"{k}.g_logits", h, e, f"{k}.n2.out", f"{k}.g_y2c")
+    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
 
 
 def _cast_back(walk: Walk, x: StepShapes, grad_c: str, into: str, width: int) -> None:
@@ -576,68 +783,7 @@ def walk_backward(walk: Walk, model: TransformerModel, x: StepShapes, checkpoint
     walk.free("g_stream", *(f"g_embedding{t}" for t in range(embedding_tables)), "cos", "sin")
     if not model.tied_embeddings:
         walk.alloc("embedding.grad", V * h * x.w, "gradients", "weight gradients")
-    walk.alloc("norm_grads", (2 * model.layers + 1) * h * x.w, "gradients", "weight gradients")
     hooks.after_backward(walk)
-
-
-# ---------------------------------------------------------------------------------------------
-# As a derivation
-
-
-def peak_derivation(peak: StepPeak, model: TransformerModel, step: HfStep) -> Derivation:
-    """The peak as a Derivation: its parts as inputs, the phase and what is live in the label and assumptions."""
-    symbols = {"weights": "W", "optimizer states": "O", "gradients": "G", "activations": "A", "autocast weight copies": "C",
-               "logits and loss": "X", "temporaries": "Tmp", "workspace": "Ws"}  # fmt: skip
-    sources = {"weights": HF_SOURCES["adamw"], "optimizer states": HF_SOURCES["adamw"], "gradients": HF_SOURCES["grads"],
-               "activations": "; ".join(HF_SOURCES[k] for k in ("rmsnorm", "attention", "sdpa", "mlp", "residual")),
-               "autocast weight copies": HF_SOURCES["autocast_cache"], "logits and loss": f"{HF_SOURCES['loss']}; {HF_SOURCES['loss_backward']}",
-               "temporaries": "the op running at the peak: its outputs and scratch tensors", "workspace": HF_SOURCES["cublas"]}  # fmt: skip
-    inputs = tuple(Term(f"M_{symbols[kind]}", f"M_{symbols[kind]}", rf"M_{{\mathrm{{{symbols[kind]}}}}}", value, "B",
-                        f"{kind} live at the peak", sources[kind]) for kind, value in peak.parts if value)  # fmt: skip
-    formula = " + ".join(f"${t.key}" for t in inputs)
-    top = "; ".join(f"{t.what} {t.bytes / 2**30:.2f} GiB" for t in peak.live[:8])
-    checkpoint = ", each decoder layer checkpointed" if step.recompute is Recompute.FULL else ""
-    return Derivation(
-        key="step_peak",
-        label=f"Peak allocated during the step (hf: {peak.phase})",
-        symbol="M_peak",
-        latex_symbol=r"M_{\mathrm{peak}}",
-        formula=formula,
-        formula_latex=formula,
-        inputs=inputs,
-        value=peak.allocated,
-        unit="B",
-        source=(f"a walk of one step of transformers' LlamaForCausalLM ({step.precision.value}, {step.optimizer.value}{checkpoint}) "
-                f"taking the maximum of what is live, each tensor in the caching allocator's 512-byte blocks; "
-                f"parcalc.core.memory_timeline; checked against {MEASURED}"),
-        assumptions=(f"the peak happens in the phase '{peak.phase}'; largest live there: {top}",
-                     "steady state: AdamW's states exist, gradients freed by zero_grad(set_to_none=True) before the step",
-                     "SDPA on fused kernels (cuDNN / flash): q, k, v, output and logsumexp saved, kernel-internal scratch not counted",
-                     "no attention mask (no padding): HF passes is_causal to SDPA"),
-    )  # fmt: skip
-
-
-def reserved_derivation(peak: StepPeak) -> Derivation:
-    allocated = Term("M_peak", "M_peak", r"M_{\mathrm{peak}}", peak.allocated, "B", "peak allocated (512-byte blocks)")
-    if peak.reserved_by == "replayed":
-        held = Term("R_frag", "R_frag", r"R_{\mathrm{frag}}", peak.reserved - peak.allocated, "B",
-                    "segments the allocator holds beyond the peak's live blocks: 2 MiB / 20 MiB rounding and cached free blocks "
-                    "that no later request fitted, from its block rules replayed over the steps' allocations in order "
-                    "(parcalc.core.allocator.CachingAllocator)", ALLOCATOR_SOURCE)  # fmt: skip
-        return Derivation("step_reserved", "Reserved by the caching allocator (its rules replayed over the steps)", "M_res",
-                          r"M_{\mathrm{res}}", "$M_peak + $R_frag", "$M_peak + $R_frag", (allocated, held), peak.reserved, "B",
-                          f"{ALLOCATOR_SOURCE}; best fit, block splitting and merging (get_free_block, should_split, "
-                          "try_merge_blocks), segments kept; checked against max_memory_reserved measured on one H200 "
-                          "(../shared/measurements/h200-2026-11-28/train-steps.json)",
-                          (f"replayed: the model built on the GPU, the first step (optimizer states created at its end) and "
-                           f"{REPLAYED_STEPS - 1} steady ones, one CUDA stream, expandable_segments off",))  # fmt: skip
-    rounding = Term("R_seg", "R_seg", r"R_{\mathrm{seg}}", peak.reserved - peak.allocated, "B",
-                    "large allocations rounded up to the allocator's 2 MiB segments", ALLOCATOR_SOURCE)
-    return Derivation("step_reserved", "Reserved by the caching allocator at the peak (rounding only)", "M_res", r"M_{\mathrm{res}}",
-                      "$M_peak + $R_seg", "$M_peak + $R_seg", (allocated, rounding), peak.reserved, "B", ALLOCATOR_SOURCE,
-                      ("fragmentation (cached free blocks that no request fits) is not derived: it depends on the order and sizes of "
-                       "every allocation before the peak; measured on the H200: reserved 3.7-5.2 % above allocated "
-                       "(train-steps.json), which this rounding does not include",))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

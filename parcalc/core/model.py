@@ -47,6 +47,10 @@ class MixtureOfExperts:
     # (transformers modeling_qwen2_moe.py, Qwen2MoeSparseMoeBlock.shared_expert_gate; Megatron-LM
     # --moe-shared-expert-gate: SharedExpertMLP.gate_weight of 1 x hidden, replicated over TP)
     shared_expert_gate: bool = False
+    # the router's top-k weights cast to the router logits' dtype (transformers Qwen3MoeTopKRouter:
+    # router_top_value.to(router_logits.dtype)); False: kept in fp32 (MixtralTopKRouter). Decides the dtype of the
+    # experts' weighted outputs in a step (parcalc.core.memory_timeline)
+    routing_weights_cast: bool = False
 
     def __post_init__(self) -> None:
         if self.experts < 1 or self.top_k < 1 or self.expert_ffn_hidden < 1 or self.every < 1:

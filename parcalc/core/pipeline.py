@@ -480,8 +480,10 @@ def simulate_schedule(
     *,
     chunks: int = 1,
     latency: float = 0.0,
+    chunk_shares: Sequence[Sequence[float]] | None = None,
 ) -> sim.Timeline:
-    """Simulate the schedule; `times` is one PassTimes for every stage or one per stage."""
+    """Simulate the schedule; `times` is one PassTimes for every stage or one per stage; chunk_shares[d][c]: the
+    share of device d's time its chunk c takes (None: 1/chunks each)."""
     per_stage = (times,) * stages if isinstance(times, PassTimes) else tuple(times)
     if len(per_stage) != stages:
         raise InputError(f"--stage-times: give one time per stage ({stages}), got {len(per_stage)}")
@@ -494,7 +496,7 @@ def simulate_schedule(
     order = schedule_order(schedule, stages, micro_batches, chunks)
     if schedule is Schedule.DUALPIPEV:  # two chunks a device, in a V
         return sim.simulate(order, durations, micro_batches=micro_batches, chunks=2, latency=latency, layout=sim.V_SHAPE)
-    return sim.simulate(order, durations, micro_batches=micro_batches, chunks=chunks, latency=latency)
+    return sim.simulate(order, durations, micro_batches=micro_batches, chunks=chunks, latency=latency, chunk_shares=chunk_shares)
 
 
 def operation_count(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1) -> int:
@@ -520,6 +522,8 @@ class BubbleAnalysis:
     closed: tuple[Derivation, ...]
     timeline: sim.Timeline | None
     stage_layers: tuple[int, ...] | None = None  # layers per stage when the times are per layer (`--layers`)
+    chunk_layers: tuple[tuple[int, ...], ...] | None = None  # layers of each device's chunks (`--pipeline-layout`)
+    pipeline_layout: str | None = None
 
     @property
     def title(self) -> str:
@@ -547,7 +551,13 @@ class BubbleAnalysis:
             "one micro-batch's pass on a stage is one indivisible operation; a device runs one operation at a time",
             "times per micro-batch per stage; with v chunks each chunk's pass takes 1/v of its stage's time",
         ]
-        if self.stage_layers is not None:
+        if self.chunk_layers is not None:
+            per_device = "; ".join(f"device {d + 1}: {' + '.join(str(n) for n in row)}" for d, row in enumerate(self.chunk_layers[:4]))
+            more = f"; ... ({self.stages} devices)" if self.stages > 4 else ""
+            assumptions.append(f"--pipeline-layout {self.pipeline_layout}: each chunk's pass takes its own layers x one layer's time "
+                               f"({per_device}{more}; an MTP layer m counts as one layer, the embedding E and loss L as none); "
+                               "the closed forms take v equal chunks of the slowest device, the simulation each chunk's own")  # fmt: skip
+        elif self.stage_layers is not None:
             from parcalc.core.stages import split_text
 
             assumptions.append(f"stages of {split_text(self.stage_layers)} layers: a stage's pass takes its layers x one layer's time "
@@ -567,6 +577,8 @@ class BubbleAnalysis:
             settings.append(("stage_times", ",".join(f"{t.forward:g}" for t in self.stage_times)))
         if self.stage_layers is not None:
             settings.append(("stage_layers", ",".join(str(n) for n in self.stage_layers)))
+        if self.pipeline_layout is not None:
+            settings.append(("pipeline_layout", self.pipeline_layout))
         return Result(
             command="bubble",
             title=self.title,
@@ -606,6 +618,8 @@ class BubbleAnalysis:
         reasons = []
         if self.stage_times is not None:
             reasons.append("unbalanced stages")
+        if self.chunk_layers is not None and any(len(set(row)) > 1 for row in self.chunk_layers):
+            reasons.append("unequal chunks")
         if self.latency:
             reasons.append("point-to-point latency")
         if self.micro_batches < fewest_micro_batches(self.schedule, self.stages):
@@ -627,6 +641,8 @@ def analyse_bubble(
     latency: float = 0.0,
     target: float | None = None,
     stage_layers: Sequence[int] | None = None,
+    chunk_layers: Sequence[Sequence[int]] | None = None,
+    pipeline_layout: str | None = None,
 ) -> BubbleAnalysis:
     """Closed forms for the schedule and its simulation.
 
@@ -634,9 +650,25 @@ def analyse_bubble(
     and W keep the ratios of `times` to its forward. The closed forms then use the slowest stage.
     stage_layers: transformer layers per stage (parcalc.core.stages.stage_split); `times` are then
     one layer's, and each stage's are its layers' (the slowest stage sets the pace).
+    chunk_layers: layers of each device's chunks, chunk 0 first (a --pipeline-layout's virtual stages,
+    parcalc.core.pipeline_layout.PipelineSplit.rank_chunks); `times` are one layer's, each chunk's
+    pass its own layers' in the simulation (Megatron-LM runs each virtual stage's layers as one model chunk).
     """
     check_shape(schedule, stages, micro_batches, chunks)
     times = times or pass_times()
+    shares: tuple[tuple[float, ...], ...] | None = None
+    rows: tuple[tuple[int, ...], ...] | None = None
+    if chunk_layers is not None:
+        if stage_layers is not None or stage_times is not None:
+            raise InputError("--pipeline-layout: gives each stage's layers; not with --layers or --stage-times")
+        rows = tuple(tuple(row) for row in chunk_layers)
+        if len(rows) != stages or any(len(row) != chunks for row in rows):
+            raise InputError(f"--pipeline-layout: {chunks} chunks on each of {stages} devices expected")
+        idle = [d for d, row in enumerate(rows) if sum(row) == 0]
+        if idle:
+            raise InputError(f"--pipeline-layout: pipeline rank {idle[0] + 1} holds no layer (t or m); bubble times a stage by its layers")
+        stage_layers = [sum(row) for row in rows]
+        shares = tuple(tuple(n / sum(row) for n in row) for row in rows)
     per_stage: tuple[PassTimes, ...] | None = None
     balanced = times
     layers: tuple[int, ...] | None = None
@@ -671,10 +703,12 @@ def analyse_bubble(
         ]
     timeline = None
     if operation_count(schedule, stages, micro_batches, chunks) <= MAX_SIMULATED_OPERATIONS and stages <= MAX_SIMULATED_STAGES:
-        timeline = simulate_schedule(schedule, stages, micro_batches, per_stage or balanced, chunks=chunks, latency=latency)
+        timeline = simulate_schedule(schedule, stages, micro_batches, per_stage or balanced, chunks=chunks, latency=latency,
+                                     chunk_shares=shares)  # fmt: skip
     elif not (math.isfinite(latency) and latency >= 0):
         raise InputError(f"--p2p-latency: must be a time of at least zero, got {latency!r}")
-    return BubbleAnalysis(schedule, stages, micro_batches, chunks, balanced, per_stage, latency, tuple(closed), timeline, layers)
+    return BubbleAnalysis(schedule, stages, micro_batches, chunks, balanced, per_stage, latency, tuple(closed), timeline, layers, rows,
+                          pipeline_layout)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

@@ -112,6 +112,11 @@ def _letters(text: str) -> str:
     return _unroll(text)
 
 
+def unrolled(text: str) -> str:
+    """The layout's letters with its repeats written out (checked as parse_pipeline_layout checks them)."""
+    return _letters(text)
+
+
 def virtual_stage_count(text: str) -> int:
     """The virtual stages the layout lists (its letters checked, its repeats unrolled)."""
     return _letters(text).count("|") + 1
@@ -175,3 +180,28 @@ def check_layout_settings(layout: Any, model: Any) -> None:
                          f"not --chunks {layout.chunks}")  # fmt: skip
     if split.chunks > 1 and layout.schedule is not Schedule.INTERLEAVED:
         raise InputError(f"{FLAG}: {split.chunks} chunks per rank run the interleaved schedule (--schedule interleaved)")
+
+
+def search_reason(text: str, p: int, model: Any, interleaved: bool = True, max_chunks: int | None = None) -> str | None:
+    """Why `fit --search` cannot run the layout on p pipeline ranks (None: it can). The layout is kept as written: p
+    must split its virtual stages (v = stages / p chunks each), interleaving must be allowed for v > 1, every rank must
+    hold a transformer layer, and the ranks' layers must be an even split or a first / even middle / last one, the
+    splits the search's arrays time (parcalc.core.stages, parcalc.core.fit_search)."""
+    from parcalc.core.stages import stage_split
+
+    stages = virtual_stage_count(text)
+    if stages % p:
+        return f"pp does not split the {FLAG}'s {stages} virtual stages"
+    v = stages // p
+    if v > 1 and (p == 1 or not interleaved or (max_chunks is not None and v > max_chunks)):
+        return f"the {FLAG}'s chunks per rank (stages / pp) are not searched (pp 1, --no-interleaved or --max-chunks)"
+    split = parse_pipeline_layout(text, p, model.layers, model.mtp_layers).stage_layers()
+    if min(split) == 0:
+        return f"a rank holds no transformer layer under the {FLAG} (the search's arrays time a stage by its layers)"
+    try:
+        uneven = p > 1 and stage_split(model.layers, p, split[0], split[-1]) != split
+    except InputError:
+        uneven = True
+    if uneven:
+        return f"the {FLAG}'s ranks are not a first / even middle / last split (the search times those only)"
+    return None

@@ -363,17 +363,20 @@ def simulate(
     chunks: int = 1,
     latency: float = 0.0,
     layout: str = INTERLEAVED,
+    chunk_shares: Sequence[Sequence[float]] | None = None,
 ) -> Timeline:
     """Run each device's order; return the timeline.
 
     durations[d][op]: seconds of op ("F", "B", "W") for ALL of device d's layers; a chunk's
-    operation takes 1/chunks of it. latency: seconds added to a dependency between devices.
+    operation takes 1/chunks of it, or chunk_shares[d][c] of it when the chunks differ (a
+    --pipeline-layout's virtual stages of unequal layers). latency: seconds added to a dependency between devices.
     layout: how chunks map to virtual stages, INTERLEAVED or V_SHAPE (with chunks = 2).
     An order that can never finish (a device waits on an operation queued behind its own)
     raises ValueError: the orders above never do.
     """
     p, v = len(orders), chunks
     last = p * v - 1
+    shares = chunk_shares if chunk_shares is not None else [[1.0 / v] * v] * p
     end: dict[tuple[str, int, int], float] = {}  # (op, virtual stage, micro-batch) -> end
     events: list[Event] = []
     position, free = [0] * p, [0.0] * p
@@ -409,7 +412,7 @@ def simulate(
                 break
             start, done_keys = ready, []
             for task in unit:
-                finish = start + durations[device][task.op] / v
+                finish = start + durations[device][task.op] * shares[device][task.chunk]
                 events.append(Event(device, task.op, task.micro_batch, task.chunk, start, finish))
                 done_keys.append((task.op, virtual_stage(task.chunk, device, p, layout), task.micro_batch))
                 start = finish

@@ -5,23 +5,35 @@ each measurement."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from parcalc.frozen import frozen
 
 if TYPE_CHECKING:
-    from parcalc.core.analyze import TimeKind
+    from parcalc.core.analyze import Section, TimeKind, Timings
     from parcalc.core.hardware import Link
     from parcalc.derivation import Result
 
 
-def from_flags(file: Path, time_is: str | None = None, message_size: str | None = None, params: str | None = None,
-               grad_bytes: str | None = None, model: str | None = None, allreduces: str | None = None,
-               link: str | None = None, bandwidth: str | None = None, latency: str | None = None,
-               section: list[str] | None = None, presets: list[Path] | None = None) -> Result:
-    """`analyze`'s Result from its flags as the command line gives them (texts with units; time_is
-    and each section a choice's value): what parcalc.commands.analyze and the library both call."""
+@frozen
+class AnalyzeRequest:
+    """What `analyze` is asked, parsed: the measurements (message sizes and all-reduce counts as the
+    flags set them), the link to model their communication on (None: no model), the sections shown."""
+
+    timings: Timings
+    link: Link | None
+    sections: tuple[Section, ...]
+
+
+def request(file: Path, time_is: str | None = None, message_size: str | None = None, params: str | None = None,
+            grad_bytes: str | None = None, model: str | None = None, allreduces: str | None = None,
+            link: str | None = None, bandwidth: str | None = None, latency: str | None = None,
+            section: list[str] | None = None, presets: list[Path] | None = None) -> AnalyzeRequest:  # fmt: skip
+    """The request from `analyze`'s flag texts (time_is and each section a choice's value); bad
+    input raises InputError naming the flag."""
     from dataclasses import replace
 
-    from parcalc.core.analyze import Section, Timings, analyse_timings
+    from parcalc.core.analyze import Section, Timings
     from parcalc.errors import InputError
     from parcalc.results.parse import preset_dirs
     from parcalc.timings_file import read_timings
@@ -42,10 +54,21 @@ def from_flags(file: Path, time_is: str | None = None, message_size: str | None 
     chosen_link = _link(link, bandwidth, latency, dirs)
     if chosen_link is not None and not any(m.comm is not None for m in rows):
         raise InputError("--link: the file has no comm column, so there is no measured communication to set the model beside")
-    timings = Timings(rows, kind, data.batch_kind, file.name, size_source)
-    analysis = analyse_timings(timings, chosen_link)
     sections = tuple(Section(s) for s in dict.fromkeys(section)) if section else tuple(Section)
-    return analysis.result(sections)
+    return AnalyzeRequest(Timings(rows, kind, data.batch_kind, file.name, size_source), chosen_link, sections)
+
+
+def result(req: AnalyzeRequest) -> Result:
+    """Speedup, efficiency, shares and bandwidths of the measurements, and the model beside them; no parsing."""
+    from parcalc.core.analyze import analyse_timings
+
+    return analyse_timings(req.timings, req.link).result(req.sections)
+
+
+def from_flags(*args: Any, **flags: Any) -> Result:
+    """`analyze`'s Result from its flags as the command line gives them (texts with units; time_is
+    and each section a choice's value): what parcalc.commands.analyze and the library both call."""
+    return result(request(*args, **flags))
 
 
 def _find(file: Path, dirs: tuple) -> Path:

@@ -28,6 +28,8 @@ class BubbleRequest:
     stage_layers: tuple[int, ...] | None = None  # layers per stage (Megatron-LM's split)
     times_given: bool = True  # a forward time was given (else times are in units of one forward pass)
     chunks_given: bool = True
+    chunk_layers: tuple[tuple[int, ...], ...] | None = None  # layers of each device's chunks (--pipeline-layout)
+    pipeline_layout: str | None = None
 
 
 @frozen
@@ -42,7 +44,7 @@ def request(pp: str, micro_batches: str | None = None, schedule: str = "1f1b", c
             t_forward: str | None = None, t_backward: str | None = None, t_weight: str | None = None,
             stage_times: str | None = None, layers: str | None = None, first_stage_layers: str | None = None,
             last_stage_layers: str | None = None, embedding_in_split: bool = False, loss_in_split: bool = False,
-            p2p_latency: str | None = None, target: str | None = None) -> BubbleRequest:  # fmt: skip
+            p2p_latency: str | None = None, target: str | None = None, pipeline_layout: str | None = None) -> BubbleRequest:  # fmt: skip
     """The request from `bubble`'s flag texts; bad input raises InputError naming the flag."""
     from parcalc.core.pipeline import Schedule, pass_times
     from parcalc.errors import InputError
@@ -54,6 +56,10 @@ def request(pp: str, micro_batches: str | None = None, schedule: str = "1f1b", c
         raise InputError("--micro-batches: required (or give --target and parcalc finds the fewest micro-batches that reach it)")
     m = parse_count(micro_batches, "--micro-batches") if micro_batches is not None else None
     v = parse_count(chunks, "--chunks") if chunks is not None else (2 if chosen is Schedule.INTERLEAVED else 1)
+    per_chunk = None
+    if pipeline_layout is not None:
+        chosen, v, per_chunk = layout_chunks(pipeline_layout, p, chosen, schedule, chunks, layers, first_stage_layers, last_stage_layers,
+                                             embedding_in_split or loss_in_split or stage_times is not None)  # fmt: skip
 
     def time(text: str | None, flag: str, *, zero: bool = False) -> float | None:
         return None if text is None else parse_quantity(text, Dimension.TIME, flag, allow_zero=zero, require_unit=True)
@@ -66,7 +72,43 @@ def request(pp: str, micro_batches: str | None = None, schedule: str = "1f1b", c
     goal = parse_quantity(target, Dimension.FRACTION, "--target") if target is not None else None
     split = stage_layers(layers, first_stage_layers, last_stage_layers, p, v, embedding_in_split, loss_in_split)
     return BubbleRequest(chosen, p, m, v, times, per_stage, latency, goal, split,
-                         times_given=t_forward is not None or stage_times is not None, chunks_given=chunks is not None)  # fmt: skip
+                         times_given=t_forward is not None or stage_times is not None,
+                         chunks_given=chunks is not None or pipeline_layout is not None, chunk_layers=per_chunk,
+                         pipeline_layout=pipeline_layout)  # fmt: skip
+
+
+def layout_chunks(text: str, p: int, chosen: Schedule, schedule: str, chunks: str | None, layers: str | None, first: str | None,
+                  last: str | None, other_split: bool) -> tuple[Schedule, int, tuple[tuple[int, ...], ...]]:  # fmt: skip
+    """--pipeline-layout's schedule, chunks per device and each device's chunk layers (t and m letters; E and L take no time
+    here). Its v = stages / p chunks run interleaved (Megatron-LM) unless v is 1; one-line errors for what disagrees."""
+    from parcalc.core.pipeline import Schedule
+    from parcalc.core.pipeline_layout import parse_pipeline_layout
+    from parcalc.errors import InputError
+    from parcalc.units import parse_count
+
+    if layers is not None or first is not None or last is not None or other_split:
+        raise InputError("--pipeline-layout: gives every stage's layers; not with --layers, --first-stage-layers, --last-stage-layers, "
+                         "--embedding-in-split, --loss-in-split or --stage-times")  # fmt: skip
+    # the layer count is the layout's own (bubble has no model): parse checks the letters, empty stages, the stage count
+    # against p, E first, L last, m after every t
+    split = parse_pipeline_layout(text, p, _count(text, "t"), None)
+    letters, v = len(split.stages), split.chunks
+    if chunks is not None and parse_count(chunks, "--chunks") != v:
+        raise InputError(f"--pipeline-layout: {letters} virtual stages over --pp {p} are {v} chunks per device, not --chunks {chunks}")
+    if chosen is Schedule.DUALPIPEV:
+        raise InputError("--pipeline-layout: places virtual stage i on device i mod p (Megatron-LM); DualPipeV's V places them another way")
+    if v > 1:
+        if schedule not in ("1f1b", "interleaved"):
+            raise InputError(f"--pipeline-layout: {v} chunks per device run the interleaved schedule, not --schedule {schedule}")
+        chosen = Schedule.INTERLEAVED
+    return chosen, v, tuple(tuple(stage.layers + stage.mtp for stage in split.rank_chunks(d)) for d in range(p))
+
+
+def _count(text: str, letter: str) -> int:
+    """How many of `letter` the unrolled layout holds."""
+    from parcalc.core.pipeline_layout import unrolled
+
+    return unrolled(text).count(letter)
 
 
 def stage_layers(layers: str | None, first_text: str | None, last_text: str | None, stages: int, chunks: int,
@@ -99,7 +141,8 @@ def outcome(req: BubbleRequest) -> BubbleOutcome:
 
     def analyse(m: int) -> BubbleAnalysis:
         return analyse_bubble(req.schedule, req.stages, m, chunks=req.chunks, times=req.times, stage_times=stage_times,
-                              latency=req.latency, target=req.target, stage_layers=req.stage_layers)  # fmt: skip
+                              latency=req.latency, target=req.target, stage_layers=req.stage_layers, chunk_layers=req.chunk_layers,
+                              pipeline_layout=req.pipeline_layout)  # fmt: skip
 
     found = None
     m = req.micro_batches
@@ -115,7 +158,7 @@ def outcome(req: BubbleRequest) -> BubbleOutcome:
     if found is not None:
         notes.append(f"no --micro-batches: m = {found}, the fewest micro-batches whose bubble (share of total time) is at most the target")
     if not req.times_given:
-        unit = "one layer's forward pass" if req.stage_layers is not None else "one forward pass"
+        unit = "one layer's forward pass" if req.stage_layers is not None or req.chunk_layers is not None else "one forward pass"
         notes.append(f"no --t-forward: times are in units of {unit} (t_f = 1 s); shares and micro-batch counts do not depend on it")
     if req.schedule is Schedule.INTERLEAVED and not req.chunks_given:
         notes.append("no --chunks: v = 2 model chunks per device")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parcalc.core.choices import Algorithm, Collective, Mlp, Recompute, Schedule, Strategy, ZeroStage
+from parcalc.frozen import frozen
 from parcalc.results.model import ModelFlags, model_from_flags
 from parcalc.results.parse import (
     cp_flags,
@@ -19,31 +20,81 @@ from parcalc.results.parse import (
 )
 
 if TYPE_CHECKING:
-    from parcalc.core.comm import CommPlan, StrategyComparison
-    from parcalc.core.hardware import Link
+    from parcalc.core.comm import CommPlan, Network, Options, StrategyComparison, Workload
+    from parcalc.core.hardware import Gpu, Link
+    from parcalc.core.layout import Layout
     from parcalc.core.model import TransformerModel
     from parcalc.derivation import Result, Table, Term
 
 
-def from_flags(collective: Collective | None = None, strategy: Strategy | None = None,
-               algorithm: Algorithm | None = None, size: str | None = None, elements: str | None = None,
-               compare: bool = False, model: str | None = None, layers: str | None = None, hidden: str | None = None,
-               heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
-               mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, batch: str | None = None,
-               micro_batch: str | None = None, seq_len: str | None = None, dtype: str = "bf16",
-               grad_dtype: str | None = None, gpus: str | None = None, tp: str | None = None, pp: str | None = None,
-               dp: str | None = None, cp: str | None = None, cp_comm: str = "p2p", ep: str | None = None,
-               etp: str | None = None, moe_imbalance: str | None = None, zero: ZeroStage = ZeroStage.ZERO0,
-               shard_group: str | None = None, sequence_parallel: bool = False,
-               schedule: Schedule = Schedule.ONE_F_ONE_B, chunks: str | None = None,
-               first_stage_layers: str | None = None, last_stage_layers: str | None = None,
-               embedding_in_split: bool = False, loss_in_split: bool = False, pipeline_layout: str | None = None, gpu: str | None = None,
-               gpus_per_node: str | None = None, link: str | None = None, inter_node_link: str | None = None,
-               bandwidth: str | None = None, latency: str | None = None, bucket_size: str | None = None,
-               ddp_first_iteration: bool = False, shard_padding: bool = True, reshard_root: bool = True,
-               vocab_parallel: bool = True, recompute: Recompute = Recompute.NONE, presets: list[Path] | None = None) -> Result:
-    """`comm-volume`'s Result from its flags as the command line gives them (texts with units, choices,
-    switches): what parcalc.commands.comm_volume and the library (parcalc.results.run) both call."""
+@frozen
+class NcclHardware:
+    """The hardware NCCL's own choice is timed on (--gpu, --gpus-per-node, --inter-node-link): the
+    link inside a node is the collective's `link`."""
+
+    gpu: Gpu | None
+    gpus_per_node: int
+    inter: Link
+
+
+@frozen
+class CollectiveRequest:
+    """One collective, parsed: the message in bytes (and its elements), the ranks, the link its
+    alpha-beta time uses, and the hardware when NCCL's choice is asked for."""
+
+    op: Collective
+    algorithm: Algorithm  # as given, else the collective's default
+    message: float  # bytes
+    gpus: int
+    link: Link
+    dtype: str  # canonical
+    items: float | None = None  # --elements
+    item_bytes: float | None = None
+    compare: bool = False
+    hardware: NcclHardware | None = None
+
+
+@frozen
+class StrategyRequest:
+    """One training iteration's collectives under a strategy (or every strategy: "all"), parsed."""
+
+    model: TransformerModel
+    strategy: str  # a Strategy's value
+    layout: Layout
+    workload: Workload  # its micro_batch: the given one, else 1 until the strategy's default is taken
+    network: Network
+    options: Options
+    micro_batch: int | None = None  # --micro-batch (None: the strategy's default)
+    no_ops: tuple[str, ...] = ()  # flags taken as no-ops (parcalc.results.parse.stated_no_ops)
+
+
+@frozen
+class CommVolumeRequest:
+    """What `comm-volume` is asked: one collective or one iteration's, exactly one of the two."""
+
+    collective: CollectiveRequest | None = None
+    strategy: StrategyRequest | None = None
+
+
+def request(collective: Collective | None = None, strategy: Strategy | None = None,
+            algorithm: Algorithm | None = None, size: str | None = None, elements: str | None = None,
+            compare: bool = False, model: str | None = None, layers: str | None = None, hidden: str | None = None,
+            heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
+            mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, batch: str | None = None,
+            micro_batch: str | None = None, seq_len: str | None = None, dtype: str = "bf16",
+            grad_dtype: str | None = None, gpus: str | None = None, tp: str | None = None, pp: str | None = None,
+            dp: str | None = None, cp: str | None = None, cp_comm: str = "p2p", ep: str | None = None,
+            etp: str | None = None, moe_imbalance: str | None = None, zero: ZeroStage = ZeroStage.ZERO0,
+            shard_group: str | None = None, sequence_parallel: bool = False,
+            schedule: Schedule = Schedule.ONE_F_ONE_B, chunks: str | None = None,
+            first_stage_layers: str | None = None, last_stage_layers: str | None = None,
+            embedding_in_split: bool = False, loss_in_split: bool = False, pipeline_layout: str | None = None, gpu: str | None = None,
+            gpus_per_node: str | None = None, link: str | None = None, inter_node_link: str | None = None,
+            bandwidth: str | None = None, latency: str | None = None, bucket_size: str | None = None,
+            ddp_first_iteration: bool = False, shard_padding: bool = True, reshard_root: bool = True,
+            vocab_parallel: bool = True, recompute: Recompute = Recompute.NONE,
+            presets: list[Path] | None = None) -> CommVolumeRequest:  # fmt: skip
+    """The request from `comm-volume`'s flag texts; bad input raises InputError naming the flag."""
     args = dict(locals())  # every flag by name, taken before any other local exists
     from parcalc.errors import InputError
 
@@ -52,11 +103,23 @@ def from_flags(collective: Collective | None = None, strategy: Strategy | None =
     dirs = preset_dirs(presets)
     _check_mode_flags(args, collective is not None)
     if collective is not None:
-        result = _collective_result(collective, algorithm, size, elements, dtype, gpus, compare, link, bandwidth, latency, dirs,
-                                    (gpu, gpus_per_node, inter_node_link))  # fmt: skip
-    else:
-        result = _strategy_result(args, dirs)
-    return result
+        return CommVolumeRequest(collective=_collective_request(collective, algorithm, size, elements, dtype, gpus, compare, link, bandwidth,
+                                                                latency, dirs, (gpu, gpus_per_node, inter_node_link)))  # fmt: skip
+    return CommVolumeRequest(strategy=_strategy_request(args, dirs))
+
+
+def result(req: CommVolumeRequest) -> Result:
+    """The collective's algorithms (or NCCL's choice), or the iteration's collectives; no parsing."""
+    if req.collective is not None:
+        return _collective_result(req.collective)
+    assert req.strategy is not None  # request(): one of the two
+    return _strategy_result(req.strategy)
+
+
+def from_flags(**flags: Any) -> Result:
+    """`comm-volume`'s Result from its flags as the command line gives them (texts with units, choices,
+    switches): what parcalc.commands.comm_volume and the library (parcalc.results.run) both call."""
+    return result(request(**flags))
 
 
 DEFAULT_LINK = "nvlink3"
@@ -92,12 +155,12 @@ def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
         raise InputError(f"{flags}: applies to {other}, not {mode}")
 
 
-def _collective_result(collective: Collective, algorithm: Algorithm | None, size: str | None, elements: str | None,
-                       dtype: str, workers: str | None, compare: bool, link: str | None, bandwidth: str | None,
-                       latency: str | None, dirs: tuple, hardware: tuple[str | None, str | None, str | None] = (None, None, None)) -> Result:  # fmt: skip
+def _collective_request(collective: Collective, algorithm: Algorithm | None, size: str | None, elements: str | None,
+                        dtype: str, workers: str | None, compare: bool, link: str | None, bandwidth: str | None,
+                        latency: str | None, dirs: tuple, hardware: tuple[str | None, str | None, str | None] = (None, None, None),
+                        ) -> CollectiveRequest:  # fmt: skip
     from parcalc.core import collectives as co
     from parcalc.core.dtypes import bytes_per_element, canonical_dtype
-    from parcalc.derivation import Column, Result, Table
     from parcalc.errors import InputError
     from parcalc.units import Dimension, parse_count, parse_quantity
 
@@ -126,11 +189,43 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
         node = load_gpu(hardware[0], dirs).node
         link = node.intra_link if node is not None else None
     chosen = _intra_link(link, bandwidth, latency, dirs)
+    nccl = None
+    if any(x is not None for x in hardware):
+        if algorithm is not None or compare or bandwidth is not None or latency is not None:
+            flag = "--algorithm" if algorithm is not None else "--compare" if compare else "--bandwidth / --latency"
+            raise InputError(f"{flag}: describes the textbook alpha-beta model; --gpu / --gpus-per-node / --inter-node-link ask for "
+                             "NCCL's own choice of algorithm and protocol on that hardware (give one or the other)")  # fmt: skip
+        if count < 2:
+            raise InputError(f"--gpus: {count} rank; NCCL's model times a collective of at least 2 ranks (one rank moves nothing)")
+        nccl = _nccl_hardware(hardware, dirs)
+    return CollectiveRequest(op, algo, message, count, chosen, dtype_key, items, item_bytes, compare, nccl)
+
+
+def _nccl_hardware(hardware: tuple[str | None, str | None, str | None], dirs: tuple) -> NcclHardware:
+    """--gpu, --gpus-per-node and --inter-node-link read: the GPU, its node's size and network link."""
+    from parcalc.presets import load_gpu, load_link
+    from parcalc.results.parse import MAX_GPUS_PER_NODE, check_at_most
+    from parcalc.units import parse_count
+
+    gpu_name, per_node_text, inter_name = hardware
+    gpu = load_gpu(gpu_name, dirs) if gpu_name is not None else None
+    node = gpu.node if gpu is not None else None
+    inter = load_link(inter_name if inter_name is not None else (node.inter_link if node else DEFAULT_INTER_NODE_LINK), dirs)
+    per_node = parse_count(per_node_text, "--gpus-per-node") if per_node_text is not None else (node.gpus if node else 8)
+    check_at_most(per_node, MAX_GPUS_PER_NODE, "--gpus-per-node", "GPUs per node")
+    return NcclHardware(gpu, per_node, inter)
+
+
+def _collective_result(req: CollectiveRequest) -> Result:
+    from parcalc.core import collectives as co
+    from parcalc.derivation import Column, Result, Table
+
+    op, algo, message, count, chosen, compare = req.op, req.algorithm, req.message, req.gpus, req.link, req.compare
     beta, alpha = chosen.bandwidth_per_direction.value, chosen.latency.value
-    m_term = co.size_term(message, items, item_bytes, dtype_key)
+    m_term = co.size_term(message, req.items, req.item_bytes, req.dtype)
     derivations = list(co.cost_derivations(op, algo, m_term, count, beta, alpha))
     if op is co.Collective.ALL_REDUCE and (algo is co.Algorithm.RING or compare):
-        derivations.append(co.seed002_ring_time(items if items is not None else message, item_bytes or 1.0, count, beta, alpha))
+        derivations.append(co.seed002_ring_time(req.items if req.items is not None else message, req.item_bytes or 1.0, count, beta, alpha))
     tables: tuple[Table, ...] = ()
     if compare:
         rows = co.compare_algorithms(op, message, count, beta, alpha)
@@ -144,14 +239,8 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
             (r.algorithm.value, r.cost.steps, r.cost.sent, r.cost.received, r.cost.total, r.slide_formula, r.slide_total,
              r.slide_time, r.time, r.busbw) for r in rows)),)  # fmt: skip
     inputs = (m_term, *(t for t in derivations[4].inputs if t.key in ("n", "alpha", "beta")))
-    if any(x is not None for x in hardware):
-        if algorithm is not None or compare or bandwidth is not None or latency is not None:
-            flag = "--algorithm" if algorithm is not None else "--compare" if compare else "--bandwidth / --latency"
-            raise InputError(f"{flag}: describes the textbook alpha-beta model; --gpu / --gpus-per-node / --inter-node-link ask for "
-                             "NCCL's own choice of algorithm and protocol on that hardware (give one or the other)")  # fmt: skip
-        if count < 2:
-            raise InputError(f"--gpus: {count} rank; NCCL's model times a collective of at least 2 ranks (one rank moves nothing)")
-        return _nccl_result(op, message, m_term, count, hardware, link, derivations, dirs)
+    if req.hardware is not None:
+        return _nccl_result(op, message, m_term, count, req.hardware, chosen, derivations)
     return Result(
         command="comm-volume",
         title=f"{algo.value} {op.value}: M = {message:,.0f} B over {count} workers on {chosen.name}",
@@ -169,8 +258,8 @@ def _collective_result(collective: Collective, algorithm: Algorithm | None, size
     )
 
 
-def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardware: tuple[str | None, str | None, str | None],
-                 link: str | None, textbook: list, dirs: tuple) -> Result:  # fmt: skip
+def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardware: NcclHardware, intra: Link,
+                 textbook: list) -> Result:  # fmt: skip
     """--collective on hardware (--gpu, --gpus-per-node or --inter-node-link): the time NCCL's own
     choice takes (parcalc.core.timing.nccl_call, the function fit's step model calls for every
     collective), nccl-tests' algbw and busbw; the textbook counts stay, its alpha-beta time is kept
@@ -180,18 +269,10 @@ def _nccl_result(op: Collective, message: float, m_term: Any, count: int, hardwa
     from parcalc.core.timing.nccl_call import nccl_call_derivations
     from parcalc.core.timing.network import node_fabric, placement
     from parcalc.derivation import Result
-    from parcalc.presets import load_gpu, load_link
-    from parcalc.results.parse import MAX_GPUS_PER_NODE, check_at_most
     from parcalc.units import format_time as _seconds
-    from parcalc.units import parse_count
 
-    gpu_name, per_node_text, inter_name = hardware
-    gpu = load_gpu(gpu_name, dirs) if gpu_name is not None else None
+    gpu, per_node, inter = hardware.gpu, hardware.gpus_per_node, hardware.inter
     node = gpu.node if gpu is not None else None
-    intra = load_link(link if link is not None else (node.intra_link if node else DEFAULT_LINK), dirs)
-    inter = load_link(inter_name if inter_name is not None else (node.inter_link if node else DEFAULT_INTER_NODE_LINK), dirs)
-    per_node = parse_count(per_node_text, "--gpus-per-node") if per_node_text is not None else (node.gpus if node else 8)
-    check_at_most(per_node, MAX_GPUS_PER_NODE, "--gpus-per-node", "GPUs per node")
     nics = node.nics if node is not None and per_node == node.gpus else per_node  # one NIC per GPU unless the preset's node says
     fabric = node_fabric(per_node, intra, inter, nics, gpu)
     group = placement(count, 1, per_node)
@@ -274,10 +355,11 @@ def _degrees(args: dict[str, Any]) -> tuple[int, int, int, int, int]:
     return tp * pp * cp * dp, tp, pp, dp, cp
 
 
-def _strategy_result(args: dict[str, Any], dirs: tuple) -> Result:
+def _strategy_request(args: dict[str, Any], dirs: tuple) -> StrategyRequest:
     from parcalc.core import comm
     from parcalc.core.dtypes import bytes_per_element, canonical_dtype
     from parcalc.errors import InputError
+    from parcalc.results.parse import stated_no_ops
     from parcalc.units import parse_count
 
     name = args["strategy"].value
@@ -300,7 +382,18 @@ def _strategy_result(args: dict[str, Any], dirs: tuple) -> Result:
     )
     work = comm.Workload(global_batch, given_micro or 1, seq, bytes_per_element(dtype_key),
                          bytes_per_element(grad_key, "--grad-dtype"), dtype_key, grad_key)  # fmt: skip
-    settings = [("model", shape.key), ("strategy", name), ("dtype", dtype_key), ("grad_dtype", grad_key),
+    zero = args["zero"] if name == "3d" else ZeroStage.ZERO0  # the other strategies name their own data-parallel flavour
+    no_ops = stated_no_ops(par.sequence_parallel, par.tp, zero, par.dp * par.cp)[2] if name != "all" else ()
+    return StrategyRequest(shape, name, par, work, network, opts, given_micro, no_ops)
+
+
+def _strategy_result(req: StrategyRequest) -> Result:
+    from dataclasses import replace
+
+    from parcalc.core import comm
+
+    shape, name, par, work, network, opts, given_micro = req.model, req.strategy, req.layout, req.workload, req.network, req.options, req.micro_batch
+    settings = [("model", shape.key), ("strategy", name), ("dtype", work.dtype), ("grad_dtype", work.grad_dtype),
                 ("link", network.intra.key), ("inter_node_link", network.inter.key if network.inter else "none (one node)"),
                 ("all_reduce_algorithm", opts.algorithm.value)]  # fmt: skip
     if name == "all":
@@ -315,14 +408,8 @@ def _strategy_result(args: dict[str, Any], dirs: tuple) -> Result:
         settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
     if par.shard_group is not None:
         settings.append(("shard_group", str(par.shard_group)))
-    from dataclasses import replace
-
-    from parcalc.results.parse import stated_no_ops
-
-    zero = args["zero"] if name == "3d" else ZeroStage.ZERO0  # the other strategies name their own data-parallel flavour
-    no_ops = stated_no_ops(par.sequence_parallel, par.tp, zero, par.dp * par.cp)[2]
     result = _plan_result(shape, work, par, plan, network, settings)
-    return replace(result, assumptions=no_ops + tuple(result.assumptions)) if no_ops else result
+    return replace(result, assumptions=req.no_ops + tuple(result.assumptions)) if req.no_ops else result
 
 
 def _parallelism(args: dict[str, Any]) -> Any:

@@ -4,28 +4,13 @@ ranked by step time (or cost), with several GPU types compared."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from parcalc.core.choices import Mlp, Offload, Optimizer, Precision, Recompute, Schedule, ZeroStage
-from parcalc.results.cluster import cluster_from_flags as _cluster
+from parcalc.core.choices import Recompute, Schedule
 from parcalc.results.estimate import _assumptions, _inputs
-from parcalc.results.parse import (
-    MAX_SEARCH_BATCH,
-    ProgressBar,
-    check_at_most,
-    cp_flags,
-    expert_flags,
-    fp8_recipe_flag,
-    kernels_flag,
-    moe_timing_flags,
-    power_limited,
-    preset_dirs,
-    recompute_layers_flag,
-    recompute_modules_flag,
-    shard_group_flag,
-    stage_flags,
-)
+from parcalc.results.fit_request import DEFAULT_TOP, FitMode, FitRequest, request
+
+__all__ = ["DEFAULT_TOP", "FitRequest", "from_flags", "request", "result"]  # DEFAULT_TOP: --top's help (parcalc.commands.fit)
 
 if TYPE_CHECKING:
     from parcalc.core.fit import Cluster, Config, Training
@@ -35,243 +20,48 @@ if TYPE_CHECKING:
     from parcalc.derivation import Result, Table
 
 
-def from_flags(model: str | None = None, layers: str | None = None, hidden: str | None = None,
-               heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
-               mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, gpus: str | None = None,
-               gpu: list[str] | None = None, gpus_per_node: str | None = None, batch: str | None = None,
-               seq_len: str | None = None, micro_batch: list[str] | None = None,
-               recompute: list[Recompute] | None = None, zero: list[ZeroStage] | None = None,
-               shard_group: str | None = None, ep: str | None = None, etp: str | None = None,
-               moe_dispatcher: str | None = None, max_nodes_per_token: str | None = None,
-               ep_overlap: str | None = None, moe_imbalance: str | None = None, sequence_parallel: bool | None = None,
-               interleaved: bool = True, allow_cross_node_tp: bool = False, precision: Precision | None = None,
-               fp8_recipe: str | None = None, optimizer: Optimizer = Optimizer.ADAMW,
-               offload: list[Offload] | None = None, host_link: str | None = None, flash_attention: bool = True,
-               compile_: bool = False, kernels: str | None = None, dropout: bool | None = None,
-               capacity: str | None = None, reserve: str | None = None, dtype: str | None = None,
-               peak: str | None = None, efficiency: str | None = None, link: str | None = None,
-               inter_node_link: str | None = None, nics_per_node: str | None = None, framework: str | None = None,
-               dp_overlap: bool | None = None, tp_comm_overlap: bool | None = None, ideal_network: bool = False,
-               fp32_grads: bool | None = None, tp: str | None = None, pp: str | None = None, dp: str | None = None,
-               cp: str | None = None, cp_comm: str = "p2p", schedule: str | None = None, chunks: str | None = None,
-               first_stage_layers: str | None = None, last_stage_layers: str | None = None, pipeline_layout: str | None = None,
-               embedding_in_split: bool = False, loss_in_split: bool = False, search: bool = False,
-               top: int | None = None, explain: bool = False, max_layers: bool = True, tokens: str | None = None,
-               iterations: str | None = None, gpu_power: str | None = None, pue: str | None = None,
-               price: list[str] | None = None, rank_by: str | None = None, presets: list[Path] | None = None,
-               recompute_layers: str | None = None, recompute_modules: str | None = None,
-               power_limit: str | None = None, *, every_row: bool = False, pictures: bool = False) -> Result:
-    """`fit`'s Result from its flags as the command line gives them (texts with units, choices,
-    switches): what parcalc.commands.fit and the library (parcalc.results.run) both call.
+def result(req: FitRequest, *, every_row: bool = False, pictures: bool = False) -> Result:
+    """The strategy table, the pinned configuration, or the search, as the request asks; no parsing.
     `every_row`: the search keeps every configuration's row (JSON and CSV print them all);
     `pictures`: the tables the pictures are drawn from. Nothing fits: InfeasibleResult, with the
     Result that shows what was tried."""
-    from parcalc.core.fit import Training
-    from parcalc.errors import InfeasibleResult, InputError
-    from parcalc.results.model import ModelFlags, model_and_seq_len
-    from parcalc.units import Dimension, parse_count, parse_quantity
+    from parcalc.errors import InfeasibleResult
 
-    dirs = preset_dirs(presets)
-    if gpus is None:
-        raise InputError("--gpus: how many GPUs? (e.g. --gpus 8)")
-    shape, seq = model_and_seq_len(ModelFlags(model, layers, hidden, heads, kv_heads, ffn_hidden, mlp, vocab, tied), seq_len, dirs)
-    from parcalc.core.timing.framework import kernel_set
-    from parcalc.presets import load_framework
-
-    profile = load_framework(framework if framework is not None else "megatron", dirs)
-    from parcalc.presets import load_gpu
-
-    names = list(gpu or [])
-    if len(set(names)) != len(names):
-        raise InputError("--gpu: each GPU type once (several --gpu compare GPU types in --search)")
-    if len(names) > 1 and not search:
-        raise InputError("--gpu: several GPU types are compared by --search only; give one --gpu for one configuration or the table")
-    if len(names) > 1 and (capacity is not None or peak is not None):
-        raise InputError("--capacity / --peak: describe one GPU; not with several --gpu")
-    gpu_name = names[0] if names else None
-    device = load_gpu(gpu_name, dirs) if gpu_name is not None and dtype is None else None
-    if precision is None:  # the default must hold on the GPU given: mixed-bf16, or mixed-fp16 without bf16 (V100)
-        from parcalc.results.parse import sixteen_bit_default
-
-        sixteen, _ = sixteen_bit_default(device)
-        precision = Precision.MIXED_FP16 if sixteen == "fp16" else Precision.MIXED_BF16
-    elif device is not None and peak is None and precision.gemm_dtype not in device.dtypes:  # name the flag that was typed
-        raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
-                         f"(it lists {', '.join(device.dtypes)}); choose another --precision, or --dtype for the GEMMs")  # fmt: skip
-    cluster = _cluster(gpus, gpu_name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link, inter_node_link,
-                       nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile, dirs, ideal_network=ideal_network,
-                       power_limit=power_limit)  # fmt: skip
-    plans = _run_plans(names, tokens, iterations, gpu_power, pue, price, rank_by, search, dirs, power_limit=power_limit, peak_given=peak is not None)
-    ranking = _rank_by(rank_by, plans, len(names)) if search else "time"
-    from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES
-
-    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
-    if fp32_grads and not mixed:
-        raise InputError("--fp32-grads: applies to mixed precision (fp32 gradients beside 16-bit weights)")
-    training = Training(
-        global_batch=parse_count(batch, "--batch") if batch is not None else cluster.gpus, seq_len=seq, precision=precision,
-        optimizer=optimizer, flash_attention=flash_attention, dropout=dropout,
-        fp32_grads=(profile.fp32_grads if fp32_grads is None else fp32_grads) and mixed,
-        reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
-        offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
-        host_link=_host_link(host_link, offload, dirs, cluster.gpu), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
-        recompute_modules=recompute_modules_flag(recompute_modules),
-        kernels=kernels_flag(kernels),
-    )  # fmt: skip
-    sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
-    given_recomputes = tuple(dict.fromkeys(recompute)) if recompute else None
-    if search:
-        from parcalc.core.fit_search import RECOMPUTES
-
-        recomputes = given_recomputes or RECOMPUTES
-    else:
-        recomputes = given_recomputes or (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-    if Recompute.OP in (given_recomputes or ()) and (shape.moe is not None or shape.mla is not None):
-        from parcalc.core.recompute import check_op_supported
-
-        check_op_supported(shape)
-    if training.recompute_modules is not None:  # Megatron's modules: what "selective" means, in the table, one configuration and the search
-        from parcalc.core.recompute import check_modules
-
-        if given_recomputes is not None and Recompute.SELECTIVE not in given_recomputes:
-            raise InputError(f"--recompute-modules: needs --recompute selective (Megatron-LM applies recompute_modules with "
-                             f"--recompute-granularity selective), got --recompute {', '.join(r.value for r in given_recomputes)}")  # fmt: skip
-        check_modules(training.recompute_modules, Recompute.SELECTIVE, shape)
-    n_recompute = recompute_layers_flag(recompute_layers)
-    if n_recompute is not None and not search and tp is None and pp is None and dp is None:
-        raise InputError("--recompute-layers: describes one configuration (--tp, --pp, --dp with --recompute full); the table "
-                         "and --search do not vary it")  # fmt: skip
-    if n_recompute is not None and search:
-        raise InputError("--recompute-layers: describes one configuration (without --search); the search tries none, selective, full and op")
-    pinned = {name: parse_count(value, f"--{name}") for name, value in (("tp", tp), ("pp", pp), ("dp", dp)) if value is not None}
-    first, last = stage_flags(first_stage_layers, last_stage_layers)
-    # the split's pinned fields, as Config and SearchSpace name them
-    ends: dict[str, Any] = {"first_stage_layers": first, "last_stage_layers": last, "embedding_in_split": embedding_in_split,
-            "loss_in_split": loss_in_split}  # fmt: skip
-    c, cp_kind = cp_flags(cp, cp_comm)
-    if c > 1 or cp is not None:
-        if not pinned and not search:
-            raise InputError("--cp: applies to one configuration (--tp, --pp, --dp) or pins it for --search; the strategy table "
-                             "does not try context parallelism")  # fmt: skip
-        ends = {**ends, "cp": c, "cp_comm": cp_kind}
-        settings_cp = [("cp", str(c)), ("cp_comm", cp_kind)]
-    elif search:  # the search tries cp for long sequences (fit_search.SearchSpace.cp_values), with this exchange
-        ends = {**ends, "cp_comm": cp_kind}
-        settings_cp = [("cp_comm", cp_kind)] if training.seq_len >= CP_SEARCH_MIN_SEQ_LEN else []
-    else:
-        settings_cp = []
-    expert = dict(zip(("ep", "etp"), expert_flags(ep, etp, shape), strict=True))
-    if (ep is not None or etp is not None) and not (search or pinned):
-        raise InputError("--ep / --etp: apply to one configuration (--tp, --pp, --dp) or, --ep, pin it for --search")
-    if etp is not None and search:
-        raise InputError("--etp: describes one configuration (--tp, --pp, --dp); the search keeps etp = tp")
-    if search and ep is not None:
-        ends = {**ends, "ep": expert["ep"]}
-    ends = {**ends, **moe_timing_flags(moe_dispatcher, max_nodes_per_token, ep_overlap, moe_imbalance, shape)}
-    sg = shard_group_flag(shard_group)
-    if sg is not None:
-        if not (search or pinned):
-            raise InputError("--shard-group: applies to one configuration (--tp, --pp, --dp with --zero 1-3) or pins it for --search; "
-                             "the strategy table shards over every data-parallel rank")  # fmt: skip
-        ends = {**ends, "shard_group": sg}
-        settings_cp = [*settings_cp, ("shard_group", str(sg))]
-    if (first is not None or last is not None) and not (search or pinned):
-        flag = "--first-stage-layers" if first is not None else "--last-stage-layers"
-        raise InputError(f"{flag}: applies to one configuration (--tp, --pp, --dp) or to --search with --pp")
-    if pipeline_layout is not None:
-        if search or not pinned:
-            raise InputError("--pipeline-layout: gives one configuration's pipeline (with --tp, --pp, --dp), not a table or a search")
-        ends = {**ends, "pipeline_layout": pipeline_layout}
-    if not search and (schedule is not None or chunks is not None) and not pinned:
-        raise InputError("--schedule / --chunks: give the configuration with --tp, --pp and --dp")
-    keys: dict[str | None, str] = {name: _gpu_key(name, dirs) for name in names}  # settings.gpu: the preset name; gpu_name: its display name
-    settings = [("model", shape.key), ("gpu", keys.get(gpu_name, "none")), ("gpu_name", cluster.gpu_name), ("precision", precision.value), ("optimizer", optimizer.value),
-                ("flash_attention", str(flash_attention).lower()), ("compile", str(compile_).lower()), ("framework", profile.key),
-                ("kernels", kernel_set(training, profile)),
-                ("mode", "search" if search else "configuration" if pinned else "strategies")] + settings_cp  # fmt: skip
-    if offload:
-        settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
-    if ideal_network:
-        settings.append(("network", "ideal"))
-    if training.recompute_modules is not None:
-        settings.append(("recompute_modules", ",".join(training.recompute_modules)))
-    if search:
-        check_at_most(training.global_batch, MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")
-        top = DEFAULT_TOP if top is None else top
-        if top < 1:
-            raise InputError(f"--top: at least 1, got {top}")
-        if schedule is not None or chunks is not None:
-            raise InputError("--schedule / --chunks: describe one configuration (without --search); --no-interleaved limits the search")
+    settings = list(req.settings)
+    cluster, plan = req.cluster, req.plans[0]
+    if req.mode is FitMode.SEARCH:
+        clusters = list(req.clusters)
         # the picture plots every configuration (of one GPU type: several are compared in tables only)
-        everything = every_row or (pictures and len(names) <= 1)
-        if len(names) > 1:
-            clusters = [cluster] + [_cluster(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
-                                             inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
-                                             dirs, ideal_network=ideal_network, power_limit=power_limit) for name in names[1:]]  # fmt: skip
-            listed = [(k, ",".join(keys[name] for name in names)) if k == "gpu" else (k, v) for k, v in settings]
+        everything = every_row or (pictures and len(clusters) <= 1)
+        if len(clusters) > 1:
+            listed = [(k, ",".join(req.gpu_keys)) if k == "gpu" else (k, v) for k, v in settings]
             listed = [(k, ",".join(c.gpu_name for c in clusters)) if k == "gpu_name" else (k, v) for k, v in listed]
-            result = _compare_gpus(clusters, plans, ranking, top, listed, training,
-                                   lambda c: _search_result(shape, training, c, sizes, recomputes, zero, sequence_parallel, interleaved,
-                                                            top, explain, everything,
-                                                            [*settings[:1], ("gpu", keys[names[clusters.index(c)]]), ("gpu_name", c.gpu_name), *settings[3:]],
-                                                            pinned, ends))  # fmt: skip
-        else:
-            result = _search_result(shape, training, cluster, sizes, recomputes, zero, sequence_parallel, interleaved, top, explain,
-                                    everything, settings, pinned, ends, time_all=pictures)  # fmt: skip
-            if plans[0] is not None:
-                result = _with_run(result, plans[0], cluster, training, search=True, rank_by=ranking)
-    elif pinned:
-        if n_recompute is not None:
-            settings.append(("recompute_layers", str(n_recompute)))
-        result = _configuration_result(shape, training, cluster, pinned, sizes, given_recomputes or (Recompute.NONE,), zero,
-                                       sequence_parallel, schedule, chunks, settings,
-                                       {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})},
-                                       with_components=pictures)  # fmt: skip
-        if plans[0] is not None:
-            result = _with_run(result, plans[0], cluster, training, search=False)
-    else:
-        if plans[0] is not None:
-            flag = "--tokens" if tokens is not None else "--iterations"
-            raise InputError(f"{flag}: a run's time needs a step time: give one configuration (--tp, --pp, --dp) or --search")
-        for flag, given in (("--zero", zero), ("--sequence-parallel", sequence_parallel), ("--explain", explain or None),
-                            ("--top", top)):
-            if given:
-                raise InputError(f"{flag}: applies to --search (the strategy table shows every family)")
-        if sizes is not None and len(sizes) > 1:
-            raise InputError("--micro-batch: the strategy table takes one micro-batch size (several only with --search)")
-        result, nothing_fits = _table_result(shape, training, cluster, sizes[0] if sizes else 1, recomputes, max_layers, settings,
-                                             with_components=pictures)  # fmt: skip
-        if nothing_fits is not None:
-            raise InfeasibleResult(nothing_fits, result)  # the table that explains it, shown before the command fails
+            return _compare_gpus(clusters, list(req.plans), req.rank_by, req.top, listed, req.training,
+                                 lambda c: _search_result(req, c, everything,
+                                                          [*settings[:1], ("gpu", req.gpu_keys[clusters.index(c)]), ("gpu_name", c.gpu_name),
+                                                           *settings[3:]]))  # fmt: skip
+        result = _search_result(req, cluster, everything, settings, time_all=pictures)
+        if plan is not None:
+            result = _with_run(result, plan, cluster, req.training, search=True, rank_by=req.rank_by)
+        return result
+    if req.mode is FitMode.CONFIGURATION:
+        result = _configuration_result(req, settings, with_components=pictures)
+        if plan is not None:
+            result = _with_run(result, plan, cluster, req.training, search=False)
+        return result
+    result, nothing_fits = _table_result(req.model, req.training, cluster, req.micro_batch, req.recomputes, req.max_layers, settings,
+                                         with_components=pictures)  # fmt: skip
+    if nothing_fits is not None:
+        raise InfeasibleResult(nothing_fits, result)  # the table that explains it, shown before the command fails
+    return result
+
+
+def from_flags(*, every_row: bool = False, pictures: bool = False, **flags: Any) -> Result:
+    """`fit`'s Result from its flags as the command line gives them (texts with units, choices,
+    switches): what parcalc.commands.fit and the library (parcalc.results.run) both call."""
     from parcalc.results.fit_brief import briefed
 
-    return briefed(result)  # what the brief terminal form keeps (parcalc.render.brief)
-
-
-CP_SEARCH_MIN_SEQ_LEN = 16384  # parcalc.core.fit_search.CP_MIN_SEQ_LEN (not imported here: start-up stays light)
-
-
-DEFAULT_TOP = 5
-
-
-def _gpu_key(name: str, dirs: tuple) -> str:
-    """The GPU preset's own name (settings.gpu), whatever case or alias --gpu was typed in."""
-    from parcalc.presets import load_gpu
-
-    return load_gpu(name, dirs).key
-
-
-def _host_link(name: str | None, offload: list[Offload] | None, dirs: tuple, gpu: Any) -> Any:
-    """The --host-link preset, only with --offload; not given: the GPU's default PCIe (default_host_link_name)."""
-    from parcalc.core.timing.offload import default_host_link_name
-    from parcalc.errors import InputError
-    from parcalc.presets import load_link
-
-    if name is not None and not offload:
-        raise InputError("--host-link: the link to the host is used by --offload only (give --offload optimizer or activations)")
-    if not offload:
-        return None
-    return load_link(name if name is not None else default_host_link_name(gpu), dirs)
+    return briefed(result(request(**flags), every_row=every_row, pictures=pictures))  # what the brief terminal form keeps (parcalc.render.brief)
 
 
 def _table_result(shape: TransformerModel, training: Training, cluster: Cluster, micro_batch: int,
@@ -279,12 +69,8 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
                   with_components: bool = False) -> tuple[Result, str | None]:  # fmt: skip
     """The table, and why nothing fits when nothing does; `with_components`: also each row's memory
     by component (table "strategy_memory", drawn by -o fit.svg)."""
-    from parcalc.derivation import Column, Result, Table
-    from parcalc.errors import InputError
-
-    if training.global_batch % micro_batch:
-        raise InputError(f"--micro-batch: {micro_batch} does not divide the global batch of {training.global_batch}")
     from parcalc.core.speedup import timed_strategy_table
+    from parcalc.derivation import Column, Result, Table
 
     timed = timed_strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers)
     rows = timed.rows
@@ -430,24 +216,18 @@ def _nothing_fits(shape: TransformerModel, rows: tuple[StrategyRow, ...], cluste
     return text
 
 
-def _search_result(shape: TransformerModel, training: Training, cluster: Cluster, sizes: tuple[int, ...] | None,
-                   recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
-                   interleaved: bool, top: int, explain: bool, everything: bool, settings: list, pinned: dict,
-                   ends: dict, time_all: bool = False) -> Result:  # fmt: skip
+def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings: list, time_all: bool = False) -> Result:
     from dataclasses import replace
 
     from parcalc.core.fit import estimate
-    from parcalc.core.fit_search import SearchSpace, search
+    from parcalc.core.fit_search import search
     from parcalc.derivation import Result
     from parcalc.errors import InfeasibleResult, InputError
+    from parcalc.results.parse import ProgressBar
 
-    space = SearchSpace(
-        recomputes=recomputes,
-        zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else cluster.framework.zero_stages,
-        sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
-        interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
-        **ends, time_all=time_all,  # the search picture plots the configurations that do not fit too
-    )  # fmt: skip
+    assert req.space is not None  # a search's request
+    shape, training, top, explain = req.model, req.training, req.top, req.explain
+    space = replace(req.space, time_all=time_all)  # the search picture plots the configurations that do not fit too
     progress = ProgressBar("evaluating layouts")
     try:
         found = search(shape, training, cluster, space, progress)
@@ -520,51 +300,14 @@ def _search_assumptions(shape: TransformerModel, training: Training, space: Any)
             f"{limit}, {space.ep_overlap} overlap (t_ep)")
 
 
-def _configuration_result(shape: TransformerModel, training: Training, cluster: Cluster, pinned: dict, sizes: tuple[int, ...] | None,
-                          recomputes: tuple[Recompute, ...], zero: list[ZeroStage] | None, sequence_parallel: bool | None,
-                          schedule: str | None, chunks: str | None, settings: list, ends: dict,
-                          with_components: bool = False) -> Result:  # fmt: skip
+def _configuration_result(req: FitRequest, settings: list, with_components: bool = False) -> Result:
     """Exactly one configuration: its memory and step-time derivations; `with_components`: each
     stage's memory by component too (table "stage_components", drawn by -o x.svg)."""
-    from parcalc.core.choices import Schedule
-    from parcalc.core.fit import Config, estimate
+    from parcalc.core.fit import estimate
     from parcalc.derivation import Result
-    from parcalc.errors import InputError
-    from parcalc.units import parse_count
 
-    n = cluster.gpus
-    for name, value in pinned.items():
-        if value > n:
-            raise InputError(f"--{name}: {value:.4g} is more than the {n} GPUs")
-    missing = [name for name in ("tp", "pp", "dp") if name not in pinned]
-    if len(missing) > 1:
-        raise InputError(f"--{' and --'.join(missing)}: give at least two of --tp, --pp, --dp for one configuration (or use --search)")
-    given = {**pinned}
-    if missing:
-        rest = given.get("tp", 1) * given.get("pp", 1) * given.get("dp", 1) * ends.get("cp", 1)
-        if n % rest:
-            named = {**pinned, **({"cp": ends["cp"]} if ends.get("cp", 1) > 1 else {})}
-            raise InputError(f"--{missing[0]}: {' x '.join(f'{k} {v}' for k, v in named.items())} does not divide the {n} GPUs")
-        given[missing[0]] = n // rest
-    for flag, values in (("--micro-batch", sizes), ("--recompute", recomputes), ("--zero", zero)):
-        if values is not None and len(values) > 1:
-            raise InputError(f"{flag}: one value for one configuration (several only with --search)")
-    if schedule is not None and schedule.lower() not in ("1f1b", "interleaved"):
-        raise InputError(f"--schedule: 1f1b or interleaved, got {schedule!r}")
-    v = parse_count(chunks, "--chunks") if chunks is not None else 1
-    if ends.get("pipeline_layout") is not None and chunks is None:  # its virtual stages / pp (parcalc.core.pipeline_layout)
-        from parcalc.core.pipeline_layout import virtual_stage_count
-
-        v = max(1, virtual_stage_count(ends["pipeline_layout"]) // given["pp"])
-    kind = Schedule.INTERLEAVED if (schedule or "").lower() == "interleaved" or v > 1 else Schedule.ONE_F_ONE_B
-    if kind is Schedule.INTERLEAVED and v == 1:
-        raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
-    from parcalc.core.choices import ZeroStage
-    from parcalc.results.parse import stated_no_ops
-
-    sp, stage, no_ops = stated_no_ops(bool(sequence_parallel), given["tp"], zero[0] if zero else ZeroStage.ZERO0, given["dp"] * ends.get("cp", 1))
-    config = Config.of(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1, recomputes[0], zero=int(stage.value),
-                       sequence_parallel=sp, schedule=kind, chunks=v, gpus_per_node=cluster.gpus_per_node, **ends)  # fmt: skip
+    shape, training, cluster, config, no_ops = req.model, req.training, req.cluster, req.config, req.no_ops
+    assert config is not None  # a configuration's request
     best = estimate(shape, config, training, cluster)
     worst = best.memory.worst
     timing = (f"{config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
@@ -725,43 +468,6 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
         why = ", ".join(changes) if changes else "the same time; it needs less memory"
         verdicts.append(f"it beats the fastest other layout ({evaluated.config(second).label()}) by {gap:.2%}: {why}")
     return verdicts
-
-
-RANK_KEYS = ("time", "cost")
-
-
-def _run_plans(names: list[str], tokens: str | None, iterations: str | None, gpu_power: str | None, pue: str | None,
-               price: list[str] | None, rank_by: str | None, search: bool, dirs: tuple, power_limit: str | None = None,
-               peak_given: bool = False) -> list[Any]:  # fmt: skip
-    """One RunPlan per GPU type (its board power, its --price), or [None] without --tokens / --iterations."""
-    from parcalc.errors import InputError
-    from parcalc.presets import load_gpu
-    from parcalc.results.parse import run_plan
-
-    if rank_by is not None:
-        if rank_by.lower() not in RANK_KEYS:
-            raise InputError(f"--rank-by: time or cost, got {rank_by!r}")
-        if not search:
-            raise InputError("--rank-by: ranks the configurations of --search")
-    prices = price or []
-    if len(prices) > max(1, len(names)):
-        raise InputError(f"--price: one per --gpu ({len(names) or 1} GPU type(s), {len(prices)} prices)")
-    if prices and len(prices) != max(1, len(names)):
-        raise InputError(f"--price: one per --gpu, in the same order ({len(names)} GPU types, {len(prices)} price)")
-    devices = [power_limited(load_gpu(name, dirs), power_limit, peak_given) for name in names] or [None]
-    return [run_plan(tokens, iterations, gpu_power, device, pue, prices[i] if prices else None) for i, device in enumerate(devices)]
-
-
-def _rank_by(rank_by: str | None, plans: list[Any], types: int) -> str:
-    """time or cost: --rank-by, else cost when several GPU types each have a price, else time."""
-    from parcalc.errors import InputError
-
-    priced = all(p is not None and p.price is not None for p in plans)
-    if rank_by is not None and rank_by.lower() == "cost" and not priced:
-        raise InputError("--rank-by cost: give --tokens (or --iterations) and a --price for each --gpu")
-    if rank_by is not None:
-        return rank_by.lower()
-    return "cost" if types > 1 and priced else "time"
 
 
 def _with_run(result: Result, plan: Any, cluster: Cluster, training: Training, *, search: bool, rank_by: str = "time") -> Result:

@@ -4,33 +4,88 @@ FLOPs), 6ND, Narayanan et al.'s formula, the stages, context parallelism, MFU / 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parcalc.core.choices import Mlp, Recompute
+from parcalc.frozen import frozen
 
 if TYPE_CHECKING:
     from parcalc.core.flops import TrainingFlops
+    from parcalc.core.model import TransformerModel
+    from parcalc.core.training_cost import RunPlan
     from parcalc.derivation import Derivation, Result, Table
 
 
-def from_flags(model: str | None = None, layers: str | None = None, hidden: str | None = None,
-               heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
-               mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, batch: str | None = None,
-               seq_len: str | None = None, recompute: Recompute = Recompute.NONE, causal: bool = False,
-               tokens: str | None = None, iterations: str | None = None, tflops_per_gpu: str | None = None,
-               mfu: str | None = None, gpu_power: str | None = None, pue: str | None = None, price: str | None = None,
-               params: str | None = None, step_time: str | None = None, gpus: str | None = None,
-               gpu: str | None = None, dtype: str | None = None, peak: str | None = None, pp: str | None = None,
-               first_stage_layers: str | None = None, last_stage_layers: str | None = None,
-               embedding_in_split: bool = False, loss_in_split: bool = False, cp: str | None = None,
-               presets: list[Path] | None = None, recompute_layers: str | None = None,
-               recompute_modules: str | None = None, flash_attention: bool = True) -> Result:
-    """`flops`'s Result from its flags as the command line gives them (texts with units, choices,
-    switches): what parcalc.commands.flops and the library (parcalc.results.run) both call."""
-    from parcalc.core.flops import flops_utilization, six_nd, training_flops
-    from parcalc.derivation import Result, Term
+@frozen
+class Utilization:
+    """--step-time on --gpus against a peak: what MFU and HFU are computed from (seconds, FLOP/s)."""
+
+    step_time: float
+    gpus: int
+    peak: float
+    peak_source: str
+    gpu_key: str  # the GPU preset's name ("none" for --peak)
+    dtype: str
+    note: str | None = None  # the 16-bit default on a GPU without bf16
+
+
+@frozen
+class RunRequest:
+    """A whole run (--tokens or --iterations) timed from a step time or a throughput per GPU."""
+
+    plan: RunPlan
+    gpus: int | None = None  # None: no time (then the run is its FLOPs alone)
+    step_time: float | None = None  # seconds, --step-time
+    tflops_per_gpu: float | None = None  # FLOP/s, --tflops-per-gpu
+    mfu: float | None = None  # a fraction, --mfu
+    mfu_peak: float | None = None  # FLOP/s, the peak --mfu is a share of
+    mfu_peak_source: str = ""
+
+
+@frozen
+class FlopsRequest:
+    """What `flops` is asked, parsed: the model, the batch, recomputation, and the optional parts
+    (a run's tokens, MFU from a step time, the run's time and cost, the stages, context parallelism)."""
+
+    model: TransformerModel
+    batch: int  # sequences per iteration (1 when not given)
+    seq_len: int
+    recompute: Recompute = Recompute.NONE
+    causal: bool = False
+    flash_attention: bool = True
+    params: float | None = None  # --params: the parameter count 6ND uses
+    recompute_layers: int | None = None  # --recompute-layers
+    recomputed_layers: int | None = None  # the layers recomputed over the whole model (from the stage split)
+    recompute_modules: tuple[str, ...] | None = None
+    batch_given: bool = False
+    tokens: float | None = None  # --tokens: 6ND and the run's FLOPs
+    utilization: Utilization | None = None
+    run: RunRequest | None = None
+    pp: int | None = None  # None: no stage table
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
+    cp: int | None = None  # --cp: one rank's FLOPs
+    pipeline_layout: str | None = None  # --pipeline-layout: each rank's FLOPs from its virtual stages (with pp)
+
+
+def request(model: str | None = None, layers: str | None = None, hidden: str | None = None,
+            heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
+            mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, batch: str | None = None,
+            seq_len: str | None = None, recompute: Recompute = Recompute.NONE, causal: bool = False,
+            tokens: str | None = None, iterations: str | None = None, tflops_per_gpu: str | None = None,
+            mfu: str | None = None, gpu_power: str | None = None, pue: str | None = None, price: str | None = None,
+            params: str | None = None, step_time: str | None = None, gpus: str | None = None,
+            gpu: str | None = None, dtype: str | None = None, peak: str | None = None, pp: str | None = None,
+            first_stage_layers: str | None = None, last_stage_layers: str | None = None,
+            embedding_in_split: bool = False, loss_in_split: bool = False, cp: str | None = None,
+            presets: list[Path] | None = None, recompute_layers: str | None = None,
+            recompute_modules: str | None = None, flash_attention: bool = True,
+            pipeline_layout: str | None = None) -> FlopsRequest:  # fmt: skip
+    """The request from `flops`' flag texts; bad input raises InputError naming the flag."""
     from parcalc.errors import InputError
-    from parcalc.results.model import ModelFlags, model_and_seq_len, model_terms
+    from parcalc.results.model import ModelFlags, model_and_seq_len
     from parcalc.results.parse import preset_dirs, recompute_layers_flag, recompute_modules_flag, stage_flags
     from parcalc.units import Dimension, parse_count, parse_quantity
 
@@ -39,7 +94,6 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     sequences = parse_count(batch, "--batch") if batch is not None else 1
     n_params = parse_quantity(params, Dimension.COUNT, "--params") if params is not None else None
     first, last = stage_flags(first_stage_layers, last_stage_layers)
-    slots = {"embedding_in_split": embedding_in_split, "loss_in_split": loss_in_split}
     n_recompute = recompute_layers_flag(recompute_layers)
     modules = recompute_modules_flag(recompute_modules)
     again_layers = None
@@ -47,29 +101,15 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
         from parcalc.core.recompute import check_recompute_layers, recomputed_layer_count
         from parcalc.core.stages import stage_split
 
-        split = stage_split(shape.layers, parse_count(pp, "--pp") if pp is not None else 1, first, last, **slots)
+        split = stage_split(shape.layers, parse_count(pp, "--pp") if pp is not None else 1, first, last,
+                            embedding_in_split=embedding_in_split, loss_in_split=loss_in_split)  # fmt: skip
         check_recompute_layers(n_recompute, recompute, split, shape)
         again_layers = recomputed_layer_count(n_recompute, split, 1)
-    counted = training_flops(shape, sequences, seq, recompute=recompute.value, causal=causal, params=n_params,
-                             flash_attention=flash_attention, recomputed_layers=again_layers, recompute_modules=modules)  # fmt: skip
-    derivations = list(counted.derivations())
-    note: str | None = None
-    verdicts = [_narayanan_verdict(counted)]
-    settings = [("model", shape.key), ("recompute", recompute.value), ("causal", str(causal).lower())]
-    if n_recompute is not None:
-        settings.append(("recompute_layers", str(n_recompute)))
-    if modules is not None:
-        settings.append(("recompute_modules", ",".join(modules)))
-    if recompute is Recompute.OP:
-        settings.append(("flash_attention", str(flash_attention).lower()))
+    total_tokens = None
     if tokens is not None:
         from parcalc.units import parse_tokens
 
         total_tokens = parse_tokens(tokens, "--tokens")
-        run_n = n_params if n_params is not None else float(shape.active_params)  # active = total for a dense model
-        what = f"active parameters of {shape.name}" if shape.moe is not None else f"parameters of {shape.name}"
-        derivations.append(six_nd(run_n, total_tokens, key="six_nd_run", params_source="given" if n_params else what))
-        derivations.append(_run_flops(counted, total_tokens))
     throughput = tflops_per_gpu is not None or mfu is not None
     if not throughput and (step_time is None) != (gpus is None):
         raise InputError("--step-time and --gpus: give both for MFU and HFU (the time of one iteration on that many GPUs)")
@@ -82,54 +122,108 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     if gpu is not None and peak is not None:
         raise InputError("--peak: give --gpu (its datasheet peak for --dtype) or --peak, not both")
     run_only = gpu is None and peak is None and (tokens is not None or iterations is not None)  # a step time for the run alone
+    utilization = None
     if step_time is not None and not run_only:
         seconds = parse_quantity(step_time, Dimension.TIME, "--step-time", require_unit=True)
         assert gpus is not None  # --step-time comes with --gpus (checked above)
         count = parse_count(gpus, "--gpus")
+        note = None
         if dtype is None:  # the default must hold on the GPU given: bf16, or fp16 where it has none (V100)
             from parcalc.presets import load_gpu
             from parcalc.results.parse import sixteen_bit_default
 
             dtype, note = sixteen_bit_default(load_gpu(gpu, dirs) if gpu is not None else None)
         peak_value, peak_source, device_key = _peak(gpu, peak, dtype, dirs)
-        derivations.append(flops_utilization(counted.model, seconds, count, peak_value, peak_source=peak_source))
-        derivations.append(flops_utilization(counted.hardware, seconds, count, peak_value, hardware=True, peak_source=peak_source))
-        if counted.korthikanti_selective is not None:
-            derivations.append(flops_utilization(counted.korthikanti_selective, seconds, count, peak_value, hardware=True,
-                                                 peak_source=peak_source, key="hfu_korthikanti",
-                                                 label="HFU with Korthikanti et al.'s eq. (8) (the convention of their Table 5)"))  # fmt: skip
-        settings += [("gpu", device_key), ("dtype", dtype)]
-    plan_flags = (tokens, iterations, gpu_power, pue, price)
-    if any(f is not None for f in plan_flags) or throughput:
+        utilization = Utilization(seconds, count, peak_value, peak_source, device_key, dtype, note)
+    run = None
+    if any(f is not None for f in (tokens, iterations, gpu_power, pue, price)) or throughput:
         from parcalc.presets import load_gpu
         from parcalc.results.parse import run_plan
 
         device = load_gpu(gpu, dirs) if gpu is not None else None
         plan = run_plan(tokens, iterations, gpu_power, device, pue, price)
-        run_derivations, run_verdicts, run_notes = _training_run(plan, counted, shape, sequences if batch is not None else None, seq,
-                                                                 gpus, step_time, tflops_per_gpu, mfu, peak, dtype, gpu, n_params, dirs,
-                                                                 recompute.value)  # fmt: skip
+        if plan is None:  # a throughput alone: no run to time (it was an internal error, NoneType has no 'iterations')
+            flag = "--tflops-per-gpu" if tflops_per_gpu is not None else "--mfu"
+            raise InputError(f"{flag}: times a whole run; give --tokens D (or --iterations I) with it")
+        run = _run_request(plan, batch is not None, gpus, step_time, tflops_per_gpu, mfu, peak, dtype, gpu, dirs)
+    stages = None
+    if pipeline_layout is not None:
+        if first is not None or last is not None or embedding_in_split or loss_in_split or n_recompute is not None:
+            raise InputError("--pipeline-layout: gives every stage's layers; not with --first-stage-layers, --last-stage-layers, "
+                             "--embedding-in-split, --loss-in-split or --recompute-layers")  # fmt: skip
+        if pp is None:
+            raise InputError("--pipeline-layout: give --pp too (the layout's virtual stages are split over that many ranks)")
+        stages = parse_count(pp, "--pp")
+    elif pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
+        stages = parse_count(pp, "--pp") if pp is not None else 1
+    return FlopsRequest(shape, sequences, seq, recompute, causal, flash_attention, n_params, n_recompute, again_layers, modules,
+                        batch_given=batch is not None, tokens=total_tokens, utilization=utilization, run=run, pp=stages,
+                        first_stage_layers=first, last_stage_layers=last, embedding_in_split=embedding_in_split,
+                        loss_in_split=loss_in_split, cp=parse_count(cp, "--cp") if cp is not None else None,
+                        pipeline_layout=pipeline_layout)  # fmt: skip
+
+
+def result(req: FlopsRequest) -> Result:
+    """The iteration's FLOPs counted matmul by matmul, with the parts the request asks for; no parsing."""
+    from parcalc.core.flops import flops_utilization, six_nd, training_flops
+    from parcalc.derivation import Result, Term
+    from parcalc.results.model import model_terms
+
+    shape, seq, sequences, recompute, causal = req.model, req.seq_len, req.batch, req.recompute, req.causal
+    counted = training_flops(shape, sequences, seq, recompute=recompute.value, causal=causal, params=req.params,
+                             flash_attention=req.flash_attention, recomputed_layers=req.recomputed_layers,
+                             recompute_modules=req.recompute_modules)  # fmt: skip
+    derivations = list(counted.derivations())
+    verdicts = [_narayanan_verdict(counted)]
+    settings = [("model", shape.key), ("recompute", recompute.value), ("causal", str(causal).lower())]
+    if req.recompute_layers is not None:
+        settings.append(("recompute_layers", str(req.recompute_layers)))
+    if req.recompute_modules is not None:
+        settings.append(("recompute_modules", ",".join(req.recompute_modules)))
+    if recompute is Recompute.OP:
+        settings.append(("flash_attention", str(req.flash_attention).lower()))
+    if req.tokens is not None:
+        run_n = req.params if req.params is not None else float(shape.active_params)  # active = total for a dense model
+        what = f"active parameters of {shape.name}" if shape.moe is not None else f"parameters of {shape.name}"
+        derivations.append(six_nd(run_n, req.tokens, key="six_nd_run", params_source="given" if req.params else what))
+        derivations.append(_run_flops(counted, req.tokens))
+    note = None
+    if req.utilization is not None:
+        u = req.utilization
+        note = u.note
+        derivations.append(flops_utilization(counted.model, u.step_time, u.gpus, u.peak, peak_source=u.peak_source))
+        derivations.append(flops_utilization(counted.hardware, u.step_time, u.gpus, u.peak, hardware=True, peak_source=u.peak_source))
+        if counted.korthikanti_selective is not None:
+            derivations.append(flops_utilization(counted.korthikanti_selective, u.step_time, u.gpus, u.peak, hardware=True,
+                                                 peak_source=u.peak_source, key="hfu_korthikanti",
+                                                 label="HFU with Korthikanti et al.'s eq. (8) (the convention of their Table 5)"))  # fmt: skip
+        settings += [("gpu", u.gpu_key), ("dtype", u.dtype)]
+    run_assumptions: tuple[str, ...] = ()
+    if req.run is not None:
+        run_derivations, run_verdicts, run_assumptions = _training_run(req.run, counted, shape, sequences if req.batch_given else None,
+                                                                       seq, req.params, recompute.value)  # fmt: skip
         derivations += run_derivations
         verdicts += run_verdicts
-        run_assumptions = run_notes
-    else:
-        run_assumptions = ()
     inputs = model_terms(shape) + [
         Term("B", "B", "B", sequences, "", "sequences per iteration (global batch)"),
         Term("s", "s", "s", seq, "", "sequence length"),
     ]
-    tables = [_ops_table(counted, recompute.value, shape, flash_attention, again_layers, modules)]
-    if pp is not None or first is not None or last is not None or embedding_in_split or loss_in_split:
-        stages = parse_count(pp, "--pp") if pp is not None else 1
-        busiest, table, verdict = _stages(counted, shape.layers, stages, first, last, **slots)
+    tables = [_ops_table(counted, recompute.value, shape, req.flash_attention, req.recomputed_layers, req.recompute_modules)]
+    if req.pp is not None:
+        if req.pipeline_layout is not None:
+            busiest, table, verdict = _layout_stages(counted, shape, req.pipeline_layout, req.pp)
+            settings.append(("pipeline_layout", req.pipeline_layout))
+        else:
+            busiest, table, verdict = _stages(counted, shape.layers, req.pp, req.first_stage_layers, req.last_stage_layers,
+                                              embedding_in_split=req.embedding_in_split, loss_in_split=req.loss_in_split)  # fmt: skip
         derivations.append(busiest)
         tables.append(table)
         verdicts.append(verdict)
-        inputs.append(Term("p", "p", "p", stages, "", "pipeline stages"))
-    if cp is not None:
+        inputs.append(Term("p", "p", "p", req.pp, "", "pipeline stages"))
+    if req.cp is not None:
         from parcalc.core.context import causal_imbalance, cp_rank_flops
 
-        ranks = parse_count(cp, "--cp")
+        ranks = req.cp
         balanced = cp_rank_flops(counted, seq, ranks, balanced=True)
         derivations.append(balanced)
         if causal:
@@ -141,7 +235,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
                             f"{plain.value / balanced.value:.3f} x the balanced rank's FLOPs")  # fmt: skip
         inputs.append(Term("c_p", "cp", r"c_p", ranks, "", "context-parallel degree"))
         settings.append(("cp", str(ranks)))
-    result = Result(
+    return Result(
         command="flops",
         title=f"Training FLOPs: {shape.name}, B = {sequences} sequences of s = {seq} tokens per iteration",
         inputs=tuple(inputs),
@@ -157,7 +251,12 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
         ),
         settings=tuple(settings),
     )
-    return result
+
+
+def from_flags(**flags: Any) -> Result:
+    """`flops`' Result from its flags as the command line gives them (texts with units, choices,
+    switches): what parcalc.commands.flops and the library (parcalc.results.run) both call."""
+    return result(request(**flags))
 
 
 def _stages(counted: TrainingFlops, layers: int, pp: int, first: int | None, last: int | None, *, embedding_in_split: bool,
@@ -176,6 +275,28 @@ def _stages(counted: TrainingFlops, layers: int, pp: int, first: int | None, las
     columns = (Column("stage", "stage"), Column("layers", "layers"), Column("flops", "hardware FLOPs", "FLOP"),
                Column("share", "share", "fraction"))  # fmt: skip
     table = Table("stage_flops", f"Hardware FLOPs of each pipeline stage per iteration ({split_text(split)} layers)", columns, rows)
+    verdict = (f"the busiest stage, stage {index + 1}, runs {busiest.value / total:.2%} of the iteration's hardware FLOPs against an even "
+               f"1/{pp} = {1 / pp:.2%}: the others wait for it, so the pipeline keeps its GPUs at most "
+               f"{total / (pp * busiest.value):.1%} busy with FLOPs (mean stage / busiest stage)")  # fmt: skip
+    return busiest, table, verdict
+
+
+def _layout_stages(counted: TrainingFlops, shape: TransformerModel, text: str, pp: int) -> tuple[Derivation, Table, str]:
+    """_stages for a --pipeline-layout: each rank's FLOPs, the sum of its chunks' (parcalc.core.flops.layout_rank_flops)."""
+    from parcalc.core.flops import layout_rank_flops
+    from parcalc.core.pipeline_layout import parse_pipeline_layout
+    from parcalc.derivation import Column, Table
+
+    split = parse_pipeline_layout(text, pp, shape.layers, shape.mtp_layers)
+    each = [layout_rank_flops(counted, split, rank) for rank in range(pp)]
+    total = counted.hardware.value
+    index = max(range(pp), key=lambda s: each[s].value)
+    busiest = each[index]
+    rows = tuple((s + 1, " + ".join(f"{c.layers}{' + MTP' * c.mtp}" for c in split.rank_chunks(s)), d.value, d.value / total) for s, d in enumerate(each))
+    columns = (Column("stage", "stage"), Column("layers", "layers (per chunk)"), Column("flops", "hardware FLOPs", "FLOP"),
+               Column("share", "share", "fraction"))  # fmt: skip
+    table = Table("stage_flops", f"Hardware FLOPs of each pipeline stage per iteration (--pipeline-layout {text}, {split.chunks} "
+                  f"chunk{'s' if split.chunks > 1 else ''} per stage)", columns, rows)  # fmt: skip
     verdict = (f"the busiest stage, stage {index + 1}, runs {busiest.value / total:.2%} of the iteration's hardware FLOPs against an even "
                f"1/{pp} = {1 / pp:.2%}: the others wait for it, so the pipeline keeps its GPUs at most "
                f"{total / (pp * busiest.value):.1%} busy with FLOPs (mean stage / busiest stage)")  # fmt: skip
@@ -289,15 +410,10 @@ def _ops_table(counted: TrainingFlops, recompute: str, shape: object = None, fla
                  brief_columns=("op", "forward", "backward", "total"))  # fmt: skip
 
 
-def _training_run(plan, counted: TrainingFlops, shape, batch: int | None, seq: int, gpus: str | None, step_time: str | None,  # type: ignore[no-untyped-def]
-                  tflops_per_gpu: str | None, mfu: str | None, peak: str | None, dtype: str | None, gpu: str | None,
-                  params: float | None, dirs: tuple, recompute: str) -> tuple[list, list[str], tuple[str, ...]]:  # fmt: skip
-    """The run's derivations (time, GPU-hours, energy, cost), verdicts and assumptions: from a
-    measured step time, or from a throughput per GPU (--tflops-per-gpu, --mfu)."""
-    from parcalc.core.training_cost import narayanan_time, run_from_step, run_from_throughput
-    from parcalc.derivation import Term
+def _run_request(plan: RunPlan, batch_given: bool, gpus: str | None, step_time: str | None, tflops_per_gpu: str | None,
+                 mfu: str | None, peak: str | None, dtype: str | None, gpu: str | None, dirs: tuple) -> RunRequest:  # fmt: skip
+    """The run's flags read: its step time, or its throughput per GPU (--tflops-per-gpu, or --mfu of a peak)."""
     from parcalc.errors import InputError
-    from parcalc.results.parse import run_verdict
     from parcalc.units import Dimension, parse_count, parse_quantity
 
     if step_time is None and tflops_per_gpu is None and mfu is None:
@@ -307,19 +423,14 @@ def _training_run(plan, counted: TrainingFlops, shape, batch: int | None, seq: i
                              "--mfu and --gpus")  # fmt: skip
         if plan.iterations is not None:
             raise InputError("--iterations: the run's time needs --step-time and --gpus (or --tflops-per-gpu / --mfu and --gpus)")
-        return [], [], ()
-    assert gpus is not None  # a run time comes with --gpus (flops() checks it)
+        return RunRequest(plan)
+    assert gpus is not None  # a run time comes with --gpus (request() checks it)
     n = parse_count(gpus, "--gpus")
-    notes: list[str] = []
-    verdicts: list[str] = []
     if step_time is not None:
-        if batch is None:
+        if not batch_given:
             raise InputError("--tokens with --step-time: give --batch B too (iterations = ceil(D / (B s)), each of --step-time)")
-        seconds = parse_quantity(step_time, Dimension.TIME, "--step-time", require_unit=True)
-        run = run_from_step(plan, Term("t_step", "t_step", r"t_{\mathrm{step}}", seconds, "s", "time of one iteration (--step-time)",
-                                       "measured (given)"), n, batch, seq)  # fmt: skip
-        extra: list[Derivation] = []
-    elif tflops_per_gpu is not None:
+        return RunRequest(plan, n, step_time=parse_quantity(step_time, Dimension.TIME, "--step-time", require_unit=True))
+    if tflops_per_gpu is not None:
         if mfu is not None:
             raise InputError("--tflops-per-gpu / --mfu: give one throughput, not both")
         if peak is not None:
@@ -332,9 +443,41 @@ def _training_run(plan, counted: TrainingFlops, shape, batch: int | None, seq: i
             rate = parse_quantity(text + "T" if bare else text, Dimension.FLOP_RATE, "--tflops-per-gpu")
         except InputError as error:  # name the value as typed, not with the T parcalc added
             raise InputError(str(error).replace(repr(text + "T"), repr(text))) from None
-        x = Term("X", "X", "X", rate, "FLOP/s", "achieved hardware FLOP/s per GPU", "--tflops-per-gpu (given)")
+        return RunRequest(plan, n, tflops_per_gpu=rate)
+    assert mfu is not None  # neither --step-time nor --tflops-per-gpu: --mfu (the return above)
+    share = parse_quantity(mfu, Dimension.FRACTION, "--mfu")
+    if share > 1:
+        raise InputError(f"--mfu: a share of the peak of at most 1 (100 %), got {mfu!r}")
+    if dtype is None:
+        from parcalc.presets import load_gpu
+        from parcalc.results.parse import sixteen_bit_default
+
+        dtype, _ = sixteen_bit_default(load_gpu(gpu, dirs) if gpu is not None else None)
+    peak_value, peak_source, _ = _peak(gpu, peak, dtype, dirs)
+    return RunRequest(plan, n, mfu=share, mfu_peak=peak_value, mfu_peak_source=peak_source)
+
+
+def _training_run(req: RunRequest, counted: TrainingFlops, shape: TransformerModel, batch: int | None, seq: int, params: float | None,
+                  recompute: str) -> tuple[list, list[str], tuple[str, ...]]:  # fmt: skip
+    """The run's derivations (time, GPU-hours, energy, cost), verdicts and assumptions: from a
+    measured step time, or from a throughput per GPU (--tflops-per-gpu, --mfu)."""
+    from parcalc.core.training_cost import narayanan_time, run_from_step, run_from_throughput
+    from parcalc.derivation import Term
+    from parcalc.results.parse import run_verdict
+
+    plan, n = req.plan, req.gpus
+    if n is None:
+        return [], [], ()
+    notes: list[str] = []
+    verdicts: list[str] = []
+    extra: list[Derivation] = []
+    if req.step_time is not None:
+        assert batch is not None  # _run_request checks it
+        run = run_from_step(plan, Term("t_step", "t_step", r"t_{\mathrm{step}}", req.step_time, "s", "time of one iteration (--step-time)",
+                                       "measured (given)"), n, batch, seq)  # fmt: skip
+    elif req.tflops_per_gpu is not None:
+        x = Term("X", "X", "X", req.tflops_per_gpu, "FLOP/s", "achieved hardware FLOP/s per GPU", "--tflops-per-gpu (given)")
         run = run_from_throughput(plan, counted.hardware_per_token, n, x, batch, seq)
-        extra = []
         if plan.tokens is not None:
             n_params = params if params is not None else float(shape.active_params)
             extra.append(narayanan_time(plan.tokens, n_params, n, x))
@@ -346,20 +489,11 @@ def _training_run(plan, counted: TrainingFlops, shape, batch: int | None, seq: i
         notes.append(f"--tflops-per-gpu counts hardware FLOPs (recomputation as --recompute {recompute} says), as "
                      "Narayanan et al.'s 140 TFLOP/s per GPU do; their eq. (4) assumes full recomputation (8 = 2 x 4 passes)")  # fmt: skip
     else:
-        assert mfu is not None  # neither --step-time nor --tflops-per-gpu: --mfu (the return above)
-        share = parse_quantity(mfu, Dimension.FRACTION, "--mfu")
-        if share > 1:
-            raise InputError(f"--mfu: a share of the peak of at most 1 (100 %), got {mfu!r}")
-        if dtype is None:
-            from parcalc.presets import load_gpu
-            from parcalc.results.parse import sixteen_bit_default
-
-            dtype, _ = sixteen_bit_default(load_gpu(gpu, dirs) if gpu is not None else None)
-        peak_value, peak_source, _ = _peak(gpu, peak, dtype, dirs)
+        assert req.mfu is not None and req.mfu_peak is not None  # _run_request: one of the three
+        share, peak_value = req.mfu, req.mfu_peak
         x = Term("X", "X", "X", share * peak_value, "FLOP/s", f"model FLOP/s per GPU: MFU {share:.4g} x peak {peak_value:.4g} FLOP/s",
-                 f"--mfu x {peak_source}")  # fmt: skip
+                 f"--mfu x {req.mfu_peak_source}")  # fmt: skip
         run = run_from_throughput(plan, counted.model_per_token, n, x, batch, seq)
-        extra = []
     if run.energy is None:
         notes.append("energy: no board power (give --gpu with a preset that has one, or --gpu-power W)")
     return [*run.derivations(), *extra], [run_verdict(run, n), *verdicts], tuple(notes)

@@ -4,7 +4,9 @@ verdict with each kernel's predicted time on a GPU."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from parcalc.frozen import frozen
 
 if TYPE_CHECKING:
     from parcalc.core.hardware import Gpu
@@ -14,15 +16,34 @@ if TYPE_CHECKING:
     from parcalc.derivation import Result
 
 
-def from_flags(m: str | None = None, k: str | None = None, n: str | None = None, batch: str | None = None,
-               dtype: str = "fp16", model: str | None = None, seq_len: str | None = None, gpu: str | None = None,
-               peak: str | None = None, bandwidth: str | None = None, flash_attention: bool | None = None,
-               compile_: bool = False, kernels: str | None = None, presets: list[Path] | None = None,
-               power_limit: str | None = None) -> Result:
-    """`intensity`'s Result from its flags as the command line gives them (texts with units, choices,
-    switches): what parcalc.commands.intensity and the library (parcalc.results.run) both call."""
+@frozen
+class IntensityRequest:
+    """What `intensity` is asked, parsed: one matmul (m, k, n, batch) or one layer of a model, the
+    dtype, and the machine whose roofline times it (FLOP/s and bytes/s; None: intensity alone)."""
+
+    dtype: str  # canonical (parcalc.core.dtypes)
+    element_bytes: float
+    machine: Machine | None = None
+    gpu: Gpu | None = None  # the preset the machine came from (None: --peak and --bandwidth alone, or no machine)
+    rated_peak: float | None = None  # the preset's peak before a power limit lowered the roof
+    peak_given: bool = False  # --peak replaced the preset's peak
+    bandwidth_given: bool = False  # --bandwidth replaced the preset's
+    dims: tuple[int, int, int, int] | None = None  # (m, k, n, batch): one matmul
+    model: TransformerModel | None = None  # one layer of this model (with batch and seq_len)
+    batch: int = 1
+    seq_len: int = 0
+    flash_attention: bool = True
+    compile: bool = False
+    eager: bool = False  # --kernels eager
+
+
+def request(m: str | None = None, k: str | None = None, n: str | None = None, batch: str | None = None,
+            dtype: str = "fp16", model: str | None = None, seq_len: str | None = None, gpu: str | None = None,
+            peak: str | None = None, bandwidth: str | None = None, flash_attention: bool | None = None,
+            compile_: bool = False, kernels: str | None = None, presets: list[Path] | None = None,
+            power_limit: str | None = None) -> IntensityRequest:  # fmt: skip
+    """The request from `intensity`'s flag texts; bad input raises InputError naming the flag."""
     from parcalc.core.dtypes import bytes_per_element, canonical_dtype
-    from parcalc.core.intensity import layer_intensity, matmul_intensity
     from parcalc.errors import InputError
     from parcalc.results.parse import kernels_flag, preset_dirs
     from parcalc.units import parse_count
@@ -30,6 +51,7 @@ def from_flags(m: str | None = None, k: str | None = None, n: str | None = None,
     dtype_key = canonical_dtype(dtype)
     element_bytes = bytes_per_element(dtype_key)
     machine, device, rated = _machine(gpu, peak, bandwidth, dtype_key, preset_dirs(presets), power_limit)
+    peak_given, bandwidth_given = peak is not None, bool(bandwidth)
     if model is not None:
         if any(v is not None for v in (m, k, n)):
             raise InputError("--model: give either --model (a layer table) or --m/--k/--n (one matmul), not both")
@@ -40,27 +62,46 @@ def from_flags(m: str | None = None, k: str | None = None, n: str | None = None,
         length = parse_count(seq_len, "--seq-len") if seq_len else (shape.max_seq_len or 0)
         if length == 0:
             raise InputError("--seq-len: required (the model preset has no maximum sequence length)")
-        result = layer_intensity(shape, sequences, length, dtype_key, element_bytes, machine)
         if machine is not None and kernels is not None and kernels_flag(kernels) == "hf":
             raise InputError("--kernels hf: fit times Hugging Face's layer (fit --framework hf); intensity lists the fused or eager set")
-        if machine is not None:
-            result = _with_layer_kernels(result, shape, sequences, length, dtype_key, element_bytes, machine, device, bandwidth, peak,
-                                         flash_attention is not False, compile_, rated, kernels_flag(kernels) == "eager")  # fmt: skip
-        elif kernels is not None:
+        if machine is None and kernels is not None:
             raise InputError("--kernels: with --model and a GPU (--gpu, or --peak and --bandwidth): it changes the timed kernels")
-    else:
-        if flash_attention is not None or compile_ or kernels is not None:  # flash attention's default (on) changes no matmul
-            flag = ("--flash-attention" if flash_attention else "--no-flash-attention") if flash_attention is not None else "--compile" if compile_ else "--kernels"
-            raise InputError(f"{flag}: only with --model (it changes a layer's kernels)")
-        missing = [flag for flag, value in (("--m", m), ("--k", k), ("--n", n)) if value is None]
-        if missing:
-            raise InputError(f"give --m, --k and --n (missing: {', '.join(missing)}), or --model")
-        assert m is not None and k is not None and n is not None  # none missing
-        dims = (parse_count(m, "--m"), parse_count(k, "--k"), parse_count(n, "--n"), parse_count(batch or 1, "--batch"))
-        result = matmul_intensity(*dims[:3], dtype_key, element_bytes, dims[3], machine)
+        return IntensityRequest(dtype_key, element_bytes, machine, device, rated, model=shape, batch=sequences, seq_len=length,
+                                flash_attention=flash_attention is not False, compile=compile_,
+                                eager=kernels_flag(kernels) == "eager", peak_given=peak_given,
+                                bandwidth_given=bandwidth_given)  # fmt: skip
+    if flash_attention is not None or compile_ or kernels is not None:  # flash attention's default (on) changes no matmul
+        flag = ("--flash-attention" if flash_attention else "--no-flash-attention") if flash_attention is not None else "--compile" if compile_ else "--kernels"
+        raise InputError(f"{flag}: only with --model (it changes a layer's kernels)")
+    missing = [flag for flag, value in (("--m", m), ("--k", k), ("--n", n)) if value is None]
+    if missing:
+        raise InputError(f"give --m, --k and --n (missing: {', '.join(missing)}), or --model")
+    assert m is not None and k is not None and n is not None  # none missing
+    dims = (parse_count(m, "--m"), parse_count(k, "--k"), parse_count(n, "--n"), parse_count(batch or 1, "--batch"))
+    return IntensityRequest(dtype_key, element_bytes, machine, device, rated, peak_given, bandwidth_given, dims=dims)
+
+
+def result(req: IntensityRequest) -> Result:
+    """The arithmetic intensity, the roofline's verdict and, on a machine, each kernel's time; no parsing."""
+    from parcalc.core.intensity import layer_intensity, matmul_intensity
+
+    machine, device = req.machine, req.gpu
+    if req.model is not None:
+        result = layer_intensity(req.model, req.batch, req.seq_len, req.dtype, req.element_bytes, machine)
         if machine is not None:
-            result = _with_gemm_times(result, dims, dtype_key, element_bytes, machine, device, bandwidth, peak, rated)
+            result = _with_layer_kernels(result, req, machine)
+    else:
+        assert req.dims is not None  # request(): a matmul or a model
+        result = matmul_intensity(*req.dims[:3], req.dtype, req.element_bytes, req.dims[3], machine)
+        if machine is not None:
+            result = _with_gemm_times(result, req, machine)
     return _under_power_limit(_gpu_settings(result, device), device)
+
+
+def from_flags(**flags: Any) -> Result:
+    """`intensity`'s Result from its flags as the command line gives them (texts with units, choices,
+    switches): what parcalc.commands.intensity and the library (parcalc.results.run) both call."""
+    return result(request(**flags))
 
 
 def _under_power_limit(result: Result, device: Gpu | None) -> Result:
@@ -90,13 +131,14 @@ def _gpu_settings(result: Result, device: Gpu | None) -> Result:
     return replace(result, settings=tuple(named))
 
 
-def _spec(machine: Machine, device: Gpu | None, bandwidth: str | None, dtype: str, peak: str | None, rated: float | None = None) -> ComputeSpec:
+def _spec(req: IntensityRequest, machine: Machine) -> ComputeSpec:
     """The ComputeSpec fit would build for this GPU and dtype (--bandwidth replaces the preset's);
-    `rated`: the peak before a power limit (compute_spec applies the limit itself)."""
+    the rated peak before a power limit, where one lowers the roof (compute_spec applies the limit itself)."""
     from parcalc.core.timing.kernel_report import kernel_spec
 
-    bw = machine.bandwidth.value if bandwidth or device is None else None
-    return kernel_spec(device, dtype, rated if rated is not None else machine.peak.value, bw, given_peak=peak is not None)
+    device, rated = req.gpu, req.rated_peak
+    bw = machine.bandwidth.value if req.bandwidth_given or device is None else None
+    return kernel_spec(device, req.dtype, rated if rated is not None else machine.peak.value, bw, given_peak=req.peak_given)
 
 
 def _kernel_assumptions(device: Gpu | None, spec: ComputeSpec) -> tuple[str, ...]:
@@ -107,25 +149,23 @@ def _kernel_assumptions(device: Gpu | None, spec: ComputeSpec) -> tuple[str, ...
     return ()
 
 
-def _with_gemm_times(result: Result, dims: tuple[int, int, int, int], dtype: str, element_bytes: float, machine: Machine, device: Gpu | None,
-                     bandwidth: str | None, peak: str | None, rated: float | None = None) -> Result:  # fmt: skip
+def _with_gemm_times(result: Result, req: IntensityRequest, machine: Machine) -> Result:
     """intensity --m --k --n with a machine: the GEMM's predicted time and achieved FLOP/s."""
     from dataclasses import replace
 
     from parcalc.core.timing.kernel_report import gemm_times
 
-    spec = _spec(machine, device, bandwidth, dtype, peak, rated)
-    m, k, n, b = dims
-    times = gemm_times(m, k, n, b, element_bytes, dtype, spec)
-    notes = _kernel_assumptions(device, spec)
+    spec = _spec(req, machine)
+    assert req.dims is not None  # a matmul's request
+    m, k, n, b = req.dims
+    times = gemm_times(m, k, n, b, req.element_bytes, req.dtype, spec)
+    notes = _kernel_assumptions(req.gpu, spec)
     if len(times) == 2:
         notes += ("no isolated GEMM share in the GPU preset (kernels.matmul_isolated): only the in-training time is given",)
     return replace(result, derivations=result.derivations + times, assumptions=result.assumptions + notes)
 
 
-def _with_layer_kernels(result: Result, shape: TransformerModel, batch: int, seq_len: int, dtype: str, element_bytes: float, machine: Machine,
-                        device: Gpu | None, bandwidth: str | None, peak: str | None, flash: bool, compiled: bool,
-                        rated: float | None = None, eager: bool = False) -> Result:  # fmt: skip
+def _with_layer_kernels(result: Result, req: IntensityRequest, machine: Machine) -> Result:
     """intensity --model with a machine: every kernel of one layer timed by the step-time model."""
     from dataclasses import replace
 
@@ -133,9 +173,12 @@ def _with_layer_kernels(result: Result, shape: TransformerModel, batch: int, seq
     from parcalc.core.timing.compute import LayerShard, compile_assumption, kernel_set_assumption
     from parcalc.core.timing.kernel_report import layer_kernels
 
-    spec = _spec(machine, device, bandwidth, dtype, peak, rated)
-    fp8 = dtype == "fp8"
-    activation_bytes = 2.0 if fp8 else element_bytes  # FP8 training keeps 16-bit activations
+    shape, batch, seq_len, device = req.model, req.batch, req.seq_len, req.gpu
+    assert shape is not None  # a layer's request
+    flash, compiled, eager = req.flash_attention, req.compile, req.eager
+    spec = _spec(req, machine)
+    fp8 = req.dtype == "fp8"
+    activation_bytes = 2.0 if fp8 else req.element_bytes  # FP8 training keeps 16-bit activations
     dropout = bool(getattr(shape, "dropout", False))
     shard = LayerShard(batch, seq_len, 1, False, flash, dropout, True, activation_bytes, 1, "delayed" if fp8 else "", compiled, eager)
     table, totals = layer_kernels(shape, shard, spec, moe_layer=getattr(shape, "moe", None) is not None)

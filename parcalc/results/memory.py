@@ -7,40 +7,61 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parcalc.core.choices import Mlp, Offload, Optimizer, Precision, Recompute, Schedule, ZeroStage
+from parcalc.frozen import frozen
 from parcalc.results.model import model_terms
 from parcalc.results.parse import imbalance_flag
 
 if TYPE_CHECKING:
+    from parcalc.core.hardware import Gpu
     from parcalc.core.layout import Layout
     from parcalc.core.memory import MemoryBreakdown
     from parcalc.core.model import TransformerModel
     from parcalc.core.timing.framework import Framework
+    from parcalc.core.training_setup import TrainingSetup
     from parcalc.derivation import Result, Table
 
 
-def from_flags(model: str | None = None, layers: str | None = None, hidden: str | None = None,
-               heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
-               mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None,
-               micro_batch: str | None = None, batch: str | None = None, seq_len: str | None = None,
-               tp: str | None = None, pp: str | None = None, dp: str | None = None, gpus: str | None = None,
-               cp: str | None = None, cp_comm: str = "p2p", sequence_parallel: bool = False, ep: str | None = None,
-               etp: str | None = None, zero: ZeroStage = ZeroStage.ZERO0, shard_group: str | None = None,
-               recompute: Recompute = Recompute.NONE, precision: Precision | None = None,
-               optimizer: Optimizer = Optimizer.ADAMW, offload: list[Offload] | None = None, fp32_grads: bool = False,
-               schedule: Schedule = Schedule.ONE_F_ONE_B, micro_batches: str | None = None, chunks: str | None = None,
-               first_stage_layers: str | None = None, last_stage_layers: str | None = None,
-               embedding_in_split: bool = False, loss_in_split: bool = False, pipeline_layout: str | None = None,
-               flash_attention: bool = True,
-               compile_: bool = False, dropout: bool | None = None, gpu: str | None = None,
-               capacity: str | None = None, reserve: str | None = None, per_stage: bool = False,
-               presets: list[Path] | None = None, recompute_layers: str | None = None, moment_dtype: str | None = None,
-               recompute_mla_up_proj: bool = False, recompute_modules: str | None = None,
-               moe_imbalance: str | None = None, framework: str | None = None, *, pictures: bool = False) -> Result:
-    """`memory`'s Result from its flags as the command line gives them (texts with units, choices,
-    switches): what parcalc.commands.memory and the library (parcalc.results.run) both call.
-    `pictures`: add the table the memory picture is drawn from (every stage's components)."""
+@frozen
+class MemoryRequest:
+    """What `memory` is asked, parsed: the model, the layout, the training setup (micro-batch and
+    count, precision, optimizer, recomputation, capacity and reserve in bytes), and what the
+    Result says of how it was asked (the GPU, the flags given)."""
+
+    model: TransformerModel
+    layout: Layout
+    setup: TrainingSetup
+    gpu: Gpu | None = None  # --gpu's preset (its capacity is setup.capacity unless --capacity)
+    per_stage: bool = False
+    compile: bool = False  # --compile: a note only (memory counts eager activations)
+    offload: tuple[Offload, ...] = ()  # as given, in order (setup holds the booleans)
+    fp32_grads: bool = False  # --fp32-grads given (setup.fp32_grads may also come from --framework)
+    dropout_given: bool = False
+    moment_dtype: str | None = None  # --moment-dtype, lower case (setup.moment_bytes its bytes)
+    moe_imbalance_given: bool = False
+    notes: tuple[str, ...] = ()  # what parsing assumed: the 16-bit default on a GPU without bf16
+    no_ops: tuple[str, ...] = ()  # flags taken as no-ops (parcalc.results.parse.stated_no_ops)
+
+
+def request(model: str | None = None, layers: str | None = None, hidden: str | None = None,
+            heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
+            mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None,
+            micro_batch: str | None = None, batch: str | None = None, seq_len: str | None = None,
+            tp: str | None = None, pp: str | None = None, dp: str | None = None, gpus: str | None = None,
+            cp: str | None = None, cp_comm: str = "p2p", sequence_parallel: bool = False, ep: str | None = None,
+            etp: str | None = None, zero: ZeroStage = ZeroStage.ZERO0, shard_group: str | None = None,
+            recompute: Recompute = Recompute.NONE, precision: Precision | None = None,
+            optimizer: Optimizer = Optimizer.ADAMW, offload: list[Offload] | None = None, fp32_grads: bool = False,
+            schedule: Schedule = Schedule.ONE_F_ONE_B, micro_batches: str | None = None, chunks: str | None = None,
+            first_stage_layers: str | None = None, last_stage_layers: str | None = None,
+            embedding_in_split: bool = False, loss_in_split: bool = False, pipeline_layout: str | None = None,
+            flash_attention: bool = True,
+            compile_: bool = False, dropout: bool | None = None, gpu: str | None = None,
+            capacity: str | None = None, reserve: str | None = None, per_stage: bool = False,
+            presets: list[Path] | None = None, recompute_layers: str | None = None, moment_dtype: str | None = None,
+            recompute_mla_up_proj: bool = False, recompute_modules: str | None = None,
+            moe_imbalance: str | None = None, framework: str | None = None) -> MemoryRequest:  # fmt: skip
+    """The request from `memory`'s flag texts; bad input raises InputError naming the flag."""
     from parcalc.core.layout import Layout
-    from parcalc.core.memory import memory_breakdown
     from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES, TrainingSetup
     from parcalc.errors import InputError
     from parcalc.results.model import ModelFlags, model_and_seq_len
@@ -71,14 +92,13 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     if batch is not None:
         m = micro_batches_of(parse_count(batch, "--batch"), b, d, m if micro_batches is not None else None)
     sequence_parallel, zero, no_ops = stated_no_ops(sequence_parallel, t, zero, d * c)
-    notes_no_ops = no_ops
-    cap, cap_source, device_key = None, "", "none"
+    cap, cap_source, device = None, "", None
     notes: tuple[str, ...] = ()
     if gpu is not None:
         from parcalc.presets import load_gpu
 
         device = load_gpu(gpu, dirs)
-        cap, cap_source, device_key = device.memory_capacity.value, device.memory_capacity.source, device.key
+        cap, cap_source = device.memory_capacity.value, device.memory_capacity.source
         if precision is Precision.FP8 and "fp8" not in device.dtypes:
             raise InputError(f"--precision fp8: {device.name} has no FP8 rate in its datasheet (it lists {', '.join(device.dtypes)}); "
                              "FP8 Tensor Cores start with Hopper (H100, H200) and Ada")  # fmt: skip
@@ -112,38 +132,58 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
         recompute_modules=recompute_modules_flag(recompute_modules), micro_batches=m,
         **_profile_setup(profile, p, precision),
     )  # fmt: skip
-    breakdown = memory_breakdown(shape, par, setup)
-    settings = [("model", shape.key), ("gpu", device_key), ("precision", precision.value), ("optimizer", optimizer.value),
-                ("zero", zero.value), ("recompute", recompute.value), ("schedule", chosen.value),
-                ("sequence_parallel", str(sequence_parallel).lower()), ("flash_attention", str(flash_attention).lower()),
-                ("dropout", str(breakdown.setup.dropout).lower()), ("fp32_grads", str(fp32_grads).lower())]  # fmt: skip
-    if offload:
-        settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
-    if compile_:
+    return MemoryRequest(shape, par, setup, device, per_stage=per_stage, compile=compile_, offload=tuple(offload or ()),
+                         fp32_grads=fp32_grads, dropout_given=dropout is not None,
+                         moment_dtype=moment_dtype.lower() if moment_dtype is not None else None,
+                         moe_imbalance_given=moe_imbalance is not None, notes=notes, no_ops=no_ops)  # fmt: skip
+
+
+def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
+    """The memory of the request's fullest stage, term by term, its tables and verdicts; no parsing.
+    `pictures`: add the table the memory picture is drawn from (every stage's components)."""
+    from parcalc.core.memory import memory_breakdown
+
+    par, setup = req.layout, req.setup
+    breakdown = memory_breakdown(req.model, par, setup)
+    settings = [("model", req.model.key), ("gpu", req.gpu.key if req.gpu is not None else "none"), ("precision", setup.precision.value),
+                ("optimizer", setup.optimizer.value), ("zero", str(par.zero)), ("recompute", setup.recompute.value),
+                ("schedule", par.schedule.value), ("sequence_parallel", str(par.sequence_parallel).lower()),
+                ("flash_attention", str(setup.flash_attention).lower()), ("dropout", str(breakdown.setup.dropout).lower()),
+                ("fp32_grads", str(req.fp32_grads).lower())]  # fmt: skip
+    if req.offload:
+        settings.append(("offload", ",".join(dict.fromkeys(o.value for o in req.offload))))
+    compile_note: tuple[str, ...] = ()
+    if req.compile:
         from parcalc.core.activations import COMPILE_ACTIVATIONS
 
         settings.append(("compile", "true"))
-        notes = (*notes, "--compile: " + COMPILE_ACTIVATIONS)
-    if c > 1:
-        settings += [("cp", str(c)), ("cp_comm", cp_kind)]
+        compile_note = ("--compile: " + COMPILE_ACTIVATIONS,)
+    if par.cp > 1:
+        settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
     if setup.recompute_layers is not None:
         settings.append(("recompute_layers", str(setup.recompute_layers)))
-    if sg is not None:
-        settings.append(("shard_group", str(sg)))
-    if moment_dtype is not None:
-        settings.append(("moment_dtype", moment_dtype.lower()))
-    if recompute_mla_up_proj:
+    if par.shard_group is not None:
+        settings.append(("shard_group", str(par.shard_group)))
+    if req.moment_dtype is not None:
+        settings.append(("moment_dtype", req.moment_dtype))
+    if setup.mla_up_proj:
         settings.append(("recompute_mla_up_proj", "true"))
     if setup.recompute_modules is not None:
         settings.append(("recompute_modules", ",".join(setup.recompute_modules)))
-    if moe_imbalance is not None:
+    if req.moe_imbalance_given:
         settings.append(("moe_imbalance", f"{setup.moe_imbalance:g}"))
-    result = memory_result(breakdown, per_stage, settings, dropout_given=dropout is not None, notes=notes + notes_no_ops)
+    result = memory_result(breakdown, req.per_stage, settings, dropout_given=req.dropout_given, notes=req.notes + compile_note + req.no_ops)
     if pictures:  # the picture's bars: every stage's components
         from dataclasses import replace
 
         result = replace(result, tables=result.tables + (stage_components_table(breakdown),))
     return result
+
+
+def from_flags(*, pictures: bool = False, **flags: Any) -> Result:
+    """`memory`'s Result from its flags as the command line gives them (texts with units, choices,
+    switches): what parcalc.commands.memory and the library (parcalc.results.run) both call."""
+    return result(request(**flags), pictures=pictures)
 
 
 def micro_batches_of(batch: int, micro_batch: int, dp: int, given: int | None) -> int:

@@ -8,34 +8,55 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from parcalc.core.choices import Mlp, Precision, Recompute
+from parcalc.frozen import frozen
 from parcalc.results import fit_brief
 
 if TYPE_CHECKING:
-    from parcalc.core.scaling import Curve
+    from parcalc.core.fit import Cluster, Training
+    from parcalc.core.fit_search import SearchSpace
+    from parcalc.core.hardware import Gpu
+    from parcalc.core.model import TransformerModel
+    from parcalc.core.scaling import Curve, Mode, Rule
     from parcalc.derivation import Result
 
 
-def from_flags(model: str | None = None, layers: str | None = None, hidden: str | None = None,
-               heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
-               mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, gpus: str | None = None,
-               gpu: str | None = None, gpus_per_node: str | None = None, batch: str | None = None,
-               seq_len: str | None = None, weak: bool = False, strategy: str | None = None, tp: str | None = None,
-               pp: str | None = None, zero: str | None = None, best: bool = False, micro_batch: str | None = None,
-               recompute: Recompute | None = None, sequence_parallel: bool = False, knee: str | None = None,
-               precision: Precision | None = None, flash_attention: bool = True, framework: str | None = None,
-               link: str | None = None, inter_node_link: str | None = None, ideal_network: bool = False,
-               presets: list[Path] | None = None) -> Result:
-    """`scaling`'s Result from its flags as the command line gives them (texts with units, choices,
-    switches): what parcalc.commands.scaling and the library (parcalc.results.run) both call."""
-    from dataclasses import replace
+@frozen
+class ScalingRequest:
+    """What `scaling` is asked, parsed: the model, the training (its global batch the batch at the
+    reference: B, or B per GPU when weak), the cluster at the smallest count, the GPU counts, the
+    layout rule at each N (and the search space of --best), the knee's efficiency."""
 
+    model: TransformerModel
+    training: Training
+    cluster: Cluster
+    gpu: Gpu
+    counts: tuple[int, ...]
+    rule: Rule
+    mode: Mode
+    batch: int  # B (strong) or B per GPU (weak)
+    knee: float  # the efficiency under which the curve's knee lies
+    space: SearchSpace | None = None  # --best: what the search tries at each N
+    ideal_network: bool = False
+
+
+def request(model: str | None = None, layers: str | None = None, hidden: str | None = None,
+            heads: str | None = None, kv_heads: str | None = None, ffn_hidden: str | None = None,
+            mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, gpus: str | None = None,
+            gpu: str | None = None, gpus_per_node: str | None = None, batch: str | None = None,
+            seq_len: str | None = None, weak: bool = False, strategy: str | None = None, tp: str | None = None,
+            pp: str | None = None, zero: str | None = None, best: bool = False, micro_batch: str | None = None,
+            recompute: Recompute | None = None, sequence_parallel: bool = False, knee: str | None = None,
+            precision: Precision | None = None, flash_attention: bool = True, framework: str | None = None,
+            link: str | None = None, inter_node_link: str | None = None, ideal_network: bool = False,
+            presets: list[Path] | None = None) -> ScalingRequest:  # fmt: skip
+    """The request from `scaling`'s flag texts; bad input raises InputError naming the flag."""
     from parcalc.core.fit import Training
-    from parcalc.core.scaling import Mode, check_gpu_counts, scaling_curve, searched
+    from parcalc.core.scaling import Mode, check_gpu_counts
     from parcalc.errors import InputError
     from parcalc.presets import load_framework, load_gpu
     from parcalc.results.cluster import cluster_from_flags
     from parcalc.results.model import ModelFlags, model_and_seq_len
-    from parcalc.results.parse import MAX_GPUS, ProgressBar, preset_dirs, sixteen_bit_default
+    from parcalc.results.parse import MAX_GPUS, preset_dirs, sixteen_bit_default
     from parcalc.units import parse_count
 
     dirs = preset_dirs(presets)
@@ -60,7 +81,7 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
     training = Training(global_batch=per, seq_len=seq, precision=precision, flash_attention=flash_attention,
                         fp32_grads=profile.fp32_grads and mixed)  # fmt: skip
     rule = _rule(strategy, tp, pp, zero, best, micro_batch, recompute, sequence_parallel)
-    search = None
+    space = None
     if best:
         from parcalc.core.fit_search import SearchSpace
         from parcalc.core.scaling import batch_at
@@ -71,19 +92,36 @@ def from_flags(model: str | None = None, layers: str | None = None, hidden: str 
         space = SearchSpace(zero_stages=profile.zero_stages, sequence_parallel=(True, False) if not sequence_parallel else (True,),
                             micro_batches=(rule.micro_batch,) if micro_batch is not None else None,
                             recomputes=(rule.recompute,) if recompute is not None else SearchSpace().recomputes)  # fmt: skip
-        search = searched(space)
+    return ScalingRequest(shape, training, cluster, device, tuple(counts), rule, mode, per, threshold, space, ideal_network)
+
+
+def result(req: ScalingRequest) -> Result:
+    """The curve over the request's GPU counts, its tables and verdicts; no parsing."""
+    from dataclasses import replace
+
+    from parcalc.core.scaling import scaling_curve, searched
+    from parcalc.results.parse import ProgressBar
+
+    cluster, training = req.cluster, req.training
+    search = searched(req.space) if req.space is not None else None
     progress = ProgressBar("evaluating GPU counts")
     try:
-        curve = scaling_curve(shape, training, cluster, counts, rule, mode, per, threshold, best=search, progress=progress)
+        curve = scaling_curve(req.model, training, cluster, req.counts, req.rule, req.mode, req.batch, req.knee, best=search,
+                              progress=progress)  # fmt: skip
     finally:
         progress.close()
-    settings = [("model", shape.key), ("gpu", device.key), ("gpu_name", cluster.gpu_name), ("mode", mode.value), ("strategy", _strategy_name(rule)),
-                ("precision", precision.value), ("framework", profile.key), ("flash_attention", str(flash_attention).lower()),
-                ("knee", f"{threshold:g}")]  # fmt: skip
-    if ideal_network:
+    settings = [("model", req.model.key), ("gpu", req.gpu.key), ("gpu_name", cluster.gpu_name), ("mode", req.mode.value),
+                ("strategy", _strategy_name(req.rule)), ("precision", training.precision.value), ("framework", cluster.framework.key),
+                ("flash_attention", str(training.flash_attention).lower()), ("knee", f"{req.knee:g}")]  # fmt: skip
+    if req.ideal_network:
         settings.append(("network", "ideal"))
-    result = curve_result(curve, shape, replace(training, global_batch=per), cluster, settings)
-    return result
+    return curve_result(curve, req.model, replace(training, global_batch=req.batch), cluster, settings)
+
+
+def from_flags(**flags: Any) -> Result:
+    """`scaling`'s Result from its flags as the command line gives them (texts with units, choices,
+    switches): what parcalc.commands.scaling and the library (parcalc.results.run) both call."""
+    return result(request(**flags))
 
 
 STRATEGIES = ("dp", "zero1", "zero2", "zero3", "tp", "pp")

@@ -1,0 +1,99 @@
+"""The step walks' peaks as Derivations (parcalc.core.memory_timeline for hf, parcalc.core.memory_fsdp for FSDP2):
+the parts live at the peak as inputs, each with the source of what it holds; the phase and the largest tensors in the
+assumptions; and what the caching allocator reserves around the peak."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from parcalc.core.allocator import ALLOCATOR_SOURCE
+from parcalc.core.choices import Recompute
+from parcalc.core.memory_fsdp import FSDP_SOURCES, FsdpStep
+from parcalc.core.memory_timeline import HF_SOURCES, MEASURED, REPLAYED_STEPS, HfStep, StepPeak
+from parcalc.core.model import TransformerModel
+from parcalc.derivation import Derivation, Term
+
+# Each kind of what is live, as a symbol: M_<symbol>
+SYMBOLS = {"weights": "W", "sharded parameters": "Ps", "optimizer states": "O", "sharded gradients": "Gs", "unsharded parameters": "Pu",
+           "gradients": "G", "all-gather buffers": "AG", "reduce-scatter buffers": "RS", "activations": "A",
+           "autocast weight copies": "C", "logits and loss": "X", "temporaries": "Tmp", "workspace": "Ws"}  # fmt: skip
+TEMPORARIES = "the op running at the peak: its outputs and scratch tensors"
+STEADY_STATE = "steady state: AdamW's states exist, gradients freed by zero_grad(set_to_none=True) before the step"
+
+
+def model_code(model: TransformerModel) -> str:
+    """The transformers class whose step the walks follow."""
+    return "MixtralForCausalLM" if model.moe else "LlamaForCausalLM"
+
+
+def _model_tensors(model: TransformerModel) -> dict[str, str]:
+    """Sources of what the model code itself keeps: activations, the loss's tensors, the cuBLAS workspace."""
+    blocks = ("rmsnorm", *(("qk_norm",) if model.qk_norm else ()), "attention", "sdpa", "moe" if model.moe else "mlp", "residual")
+    return {"activations": "; ".join(HF_SOURCES[k] for k in blocks), "logits and loss": f"{HF_SOURCES['loss']}; {HF_SOURCES['loss_backward']}",
+            "temporaries": TEMPORARIES, "workspace": HF_SOURCES["cublas"]}  # fmt: skip
+
+
+def _peak(peak: StepPeak, label: str, sources: Mapping[str, str], source: str, assumptions: tuple[str, ...]) -> Derivation:
+    inputs = tuple(Term(f"M_{SYMBOLS[kind]}", f"M_{SYMBOLS[kind]}", rf"M_{{\mathrm{{{SYMBOLS[kind]}}}}}", value, "B",
+                        f"{kind} live at the peak", sources[kind]) for kind, value in peak.parts if value)  # fmt: skip
+    formula = " + ".join(f"${t.key}" for t in inputs)
+    top = "; ".join(f"{t.what} {t.bytes / 2**30:.2f} GiB" for t in peak.live[:8])
+    return Derivation(key="step_peak", label=label, symbol="M_peak", latex_symbol=r"M_{\mathrm{peak}}", formula=formula,
+                      formula_latex=formula, inputs=inputs, value=peak.allocated, unit="B", source=source,
+                      assumptions=(f"the peak happens in the phase '{peak.phase}'; largest live there: {top}", *assumptions))  # fmt: skip
+
+
+def peak_derivation(peak: StepPeak, model: TransformerModel, step: HfStep) -> Derivation:
+    """The hf walk's peak (parcalc.core.memory_timeline)."""
+    sources = {"weights": HF_SOURCES["adamw"], "optimizer states": HF_SOURCES["adamw"], "gradients": HF_SOURCES["grads"],
+               "autocast weight copies": HF_SOURCES["autocast_cache"], **_model_tensors(model)}  # fmt: skip
+    checkpoint = ", each decoder layer checkpointed" if step.recompute is Recompute.FULL else ""
+    return _peak(peak, f"Peak allocated during the step (hf: {peak.phase})", sources,
+                 f"a walk of one step of transformers' {model_code(model)} ({step.precision.value}, {step.optimizer.value}{checkpoint}) "
+                 "taking the maximum of what is live, each tensor in the caching allocator's 512-byte blocks; "
+                 f"parcalc.core.memory_timeline; checked against {MEASURED}",
+                 (STEADY_STATE, "SDPA on fused kernels (cuDNN / flash): q, k, v, output and logsumexp saved, kernel-internal scratch not counted",
+                  "no attention mask (no padding): HF passes is_causal to SDPA"))  # fmt: skip
+
+
+def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep, profile: str) -> Derivation:
+    """The FSDP2 walk's peak (parcalc.core.memory_fsdp)."""
+    sources = {"sharded parameters": FSDP_SOURCES["shards"], "optimizer states": FSDP_SOURCES["adamw"],
+               "sharded gradients": FSDP_SOURCES["reduce"], "unsharded parameters": f"{FSDP_SOURCES['unsharded']}; {FSDP_SOURCES['reshard']}",
+               "gradients": f"unsharded, until the block's reduce-scatter: {HF_SOURCES['grads']}; {FSDP_SOURCES['reduce']}",
+               "all-gather buffers": f"{FSDP_SOURCES['all_gather']}; {FSDP_SOURCES['prefetch']}",
+               "reduce-scatter buffers": FSDP_SOURCES["reduce"], **_model_tensors(model)}  # fmt: skip
+    checkpoint = ", each block checkpointed" if step.recompute is Recompute.FULL else ""
+    reduce = "fp32" if step.reduce_bytes == 4 else "bf16"
+    return _peak(peak, f"Peak allocated during the step ({profile}: {peak.phase})", sources,
+                 f"a walk of one step under fully_shard over {step.shards} ranks (one unit per transformer block and the root; "
+                 f"{step.precision.value}, reduce in {reduce}, {step.optimizer_impl} {step.optimizer.value}{checkpoint}) taking the "
+                 "maximum of what is live, each tensor in the caching allocator's 512-byte blocks; parcalc.core.memory_fsdp; "
+                 "checked against torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker under FakeTensorMode; the model "
+                 f"code's tensors as parcalc.core.memory_timeline walks them ({MEASURED})",
+                 (f"the model code walked is transformers' {model_code(model)} and its fp32 cross-entropy; torchtitan's own "
+                  "Llama differs in RoPE (complex fp32 products)", STEADY_STATE,
+                  "no gradient accumulation (a reduce-scatter after every backward), no CPU offload, no HSDP replicas"))  # fmt: skip
+
+
+def reserved_derivation(peak: StepPeak) -> Derivation:
+    allocated = Term("M_peak", "M_peak", r"M_{\mathrm{peak}}", peak.allocated, "B", "peak allocated (512-byte blocks)")
+    if peak.reserved_by == "replayed":
+        held = Term("R_frag", "R_frag", r"R_{\mathrm{frag}}", peak.reserved - peak.allocated, "B",
+                    "segments the allocator holds beyond the peak's live blocks: 2 MiB / 20 MiB rounding and cached free blocks "
+                    "that no later request fitted, from its block rules replayed over the steps' allocations in order "
+                    "(parcalc.core.allocator.CachingAllocator)", ALLOCATOR_SOURCE)  # fmt: skip
+        return Derivation("step_reserved", "Reserved by the caching allocator (its rules replayed over the steps)", "M_res",
+                          r"M_{\mathrm{res}}", "$M_peak + $R_frag", "$M_peak + $R_frag", (allocated, held), peak.reserved, "B",
+                          f"{ALLOCATOR_SOURCE}; best fit, block splitting and merging (get_free_block, should_split, "
+                          "try_merge_blocks), segments kept; checked against max_memory_reserved measured on one H200 "
+                          "(../shared/measurements/h200-2026-11-28/train-steps.json)",
+                          (f"replayed: the model built on the GPU, the first step (optimizer states created at its end) and "
+                           f"{REPLAYED_STEPS - 1} steady ones, one CUDA stream, expandable_segments off",))  # fmt: skip
+    rounding = Term("R_seg", "R_seg", r"R_{\mathrm{seg}}", peak.reserved - peak.allocated, "B",
+                    "large allocations rounded up to the allocator's 2 MiB segments", ALLOCATOR_SOURCE)
+    return Derivation("step_reserved", "Reserved by the caching allocator at the peak (rounding only)", "M_res", r"M_{\mathrm{res}}",
+                      "$M_peak + $R_seg", "$M_peak + $R_seg", (allocated, rounding), peak.reserved, "B", ALLOCATOR_SOURCE,
+                      ("fragmentation (cached free blocks that no request fits) is not derived: it depends on the order and sizes of "
+                       "every allocation before the peak; measured on the H200: reserved 3.7-5.2 % above allocated "
+                       "(train-steps.json), which this rounding does not include",))  # fmt: skip
