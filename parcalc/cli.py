@@ -112,6 +112,9 @@ def load_command(name: str) -> Any:
     if name in SUMMARIES:
         command.short_help = SUMMARIES[name]
     _accept_vocabulary(command, name, getattr(module, "BARE_OPTIONS", {}))
+    from parcalc.help_panels import group_help
+
+    group_help(command)  # --help by section, examples first (typer's rich_help_panel, in click's plain help)
     if COMPLETE_VAR in os.environ:  # only while the shell asks for completions: see parcalc.completion
         from parcalc.completion import complete_preset_names
 
@@ -186,6 +189,14 @@ def _accept_vocabulary(command: Any, path: str, bare: dict[str, str] | None = No
             param_decls=["--table"], metavar="NAME", expose_value=False, callback=_choose_table,
             help="With --format csv: which of the result's tables to print (CSV holds one; the name as in the JSON's tables).",
         ))  # fmt: skip
+    # every command whose output has the text form (--format table); report has its own --detail, of its documents
+    if fmt is not None and {"table", "text"} & set(getattr(fmt.type, "choices", ())) and not any(p.name == "detail" for p in command.params):
+        command.params.append(type(fmt)(
+            param_decls=["--detail"], metavar="LEVEL", expose_value=False, callback=_choose_detail,
+            help="How much the text output shows: brief (default) the answer, key terms, main table and the assumptions "
+                 "that move it; full every input, derivation with its source, column and assumption. JSON, CSV, "
+                 "Markdown, LaTeX and PDF always hold everything.",
+        ))  # fmt: skip
     parse = command.parse_args
 
     def parse_args(ctx: Any, args: list[str]) -> Any:
@@ -208,6 +219,19 @@ def _choose_table(ctx: Any, param: Any, value: str | None) -> None:
     from parcalc.render.csv_table import chosen_table
 
     chosen_table.set(value)
+
+
+def _choose_detail(ctx: Any, param: Any, value: str | None) -> None:
+    """--detail LEVEL: read by parcalc.output when it renders the text form; set at every invocation
+    (None when not given: brief), as --table is."""
+    from parcalc.render.brief import DETAILS, chosen_detail
+
+    level = None if value is None else value.strip().lower()
+    if level is not None and level not in DETAILS:
+        from parcalc.errors import shown
+
+        raise InputError(f"--detail: {shown(value, 40)} is not one of {', '.join(DETAILS)}")
+    chosen_detail.set(level)
 
 
 def _bare_values(args: list[str], bare: dict[str, str]) -> list[str]:

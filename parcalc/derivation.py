@@ -130,6 +130,17 @@ class Table:
     title: str
     columns: tuple[Column, ...]
     rows: tuple[tuple[object, ...], ...]
+    # the columns the terminal's brief form shows (keys; empty: all): a table of 26 columns wraps
+    # into soup at 80 columns, and the full table stays in --detail full, JSON and CSV (issue 28)
+    brief_columns: tuple[str, ...] = ()
+
+    def brief(self) -> Table:
+        """This table as the brief form shows it: only its brief columns."""
+        if not self.brief_columns:
+            return self
+        keep = [i for i, c in enumerate(self.columns) if c.key in self.brief_columns]
+        return Table(self.key, self.title, tuple(self.columns[i] for i in keep),
+                     tuple(tuple(row[i] for i in keep) for row in self.rows))  # fmt: skip
 
     def records(self) -> list[dict[str, object]]:
         return [dict(zip((c.key for c in self.columns), row, strict=True)) for row in self.rows]
@@ -151,12 +162,35 @@ class Result:
     fits: bool | None = None  # memory and fit: whether it fits in the GPU's memory (None: no capacity given, or not a question of fitting)
     main_table: str = ""  # the table --format csv prints without --table (default: the first)
     lead: int = 0  # how many of the verdicts answer the command: shown first in text (before the inputs), not last
+    # What the terminal's brief form (the default; --detail full shows everything) keeps, chosen by
+    # the command's results module (issue 28: fit's answer came after 25 lines of sourced inputs):
+    key_terms: tuple[str, ...] = ()  # derivation keys shown as one line each (empty: every derivation)
+    brief_tables: tuple[str, ...] = ()  # table keys shown (empty: every table), each with its brief_columns
+    key_assumptions: tuple[str, ...] = ()  # the assumptions that move the answer, by how their text starts (empty: all)
 
     def derivation(self, key: str) -> Derivation:
         for derivation in self.derivations:
             if derivation.key == key:
                 return derivation
         raise KeyError(key)
+
+    def brief_derivations(self) -> tuple[Derivation, ...]:
+        """The derivations the brief form shows, one line each, in the order of key_terms."""
+        if not self.key_terms:
+            return self.derivations
+        return tuple(d for key in self.key_terms for d in self.derivations if d.key == key)
+
+    def brief_table_list(self) -> tuple[Table, ...]:
+        """The tables the brief form shows, each cut to its brief columns."""
+        chosen = [t for t in self.tables if not self.brief_tables or t.key in self.brief_tables]
+        return tuple(t.brief() for t in chosen)
+
+    def moving_assumptions(self) -> tuple[str, ...]:
+        """The assumptions the brief form shows: those starting with one of key_assumptions (all when empty)."""
+        every = self.all_assumptions()
+        if not self.key_assumptions:
+            return every
+        return tuple(a for a in every if a.startswith(self.key_assumptions))
 
     def all_assumptions(self) -> tuple[str, ...]:
         """The result's assumptions and its derivations', each once, in order of appearance."""

@@ -227,8 +227,9 @@ FLAGS: tuple[Flag, ...] = (
     # report
     Flag("--template", "Directory of your own report templates", "path", "", "", ("report",)),
     Flag("--list", "List the built-in and user worksheets", "switch", "", "off", ("report",)),
-    Flag("--detail", "How much the report shows: full (every derivation, table, assumption) or brief (the answers' derivations)", "choice", "",
-         "full", ("report",)),
+    Flag("--detail", "How much the text shows: brief (the answer, key terms, main table, the assumptions that move it) or full "
+         "(every input, derivation with its source, table, assumption); report: of the write-up, brief its answers' derivations",
+         "choice", "", "brief (report: full)", _OUT),
     # analyze
     Flag("--time-is", "What the time column measures: step or epoch", "choice", "", "a time_is column", ("analyze",)),
     Flag("--message-size", "Bytes of one all-reduce on every row", "quantity", "B", "", ("analyze",)),

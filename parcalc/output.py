@@ -100,7 +100,9 @@ def check_writable(output: Path) -> None:
         raise InputError(f"--output: {shown(str(output))} is not writable")
 
 
-def render_text(result: Result, fmt: OutputFormat) -> str:
+def render_text(result: Result, fmt: OutputFormat, detail: str | None = None) -> str:
+    """The result in a text format; the table form as brief or full as `detail` says (default:
+    --detail as given on this run, else brief)."""
     if fmt is OutputFormat.LATEX:
         from parcalc.render.latex import render_latex_fragment
 
@@ -117,9 +119,20 @@ def render_text(result: Result, fmt: OutputFormat) -> str:
         from parcalc.render.markdown import render_markdown
 
         return render_markdown(result)
+    if (detail or text_detail()) != "full":
+        from parcalc.render.brief import render_brief_plain
+
+        return render_brief_plain(result)
     from parcalc.render.plain import render_plain
 
     return render_plain(result)
+
+
+def text_detail() -> str:
+    """How much the table form shows on this run: --detail's level, brief when not given."""
+    from parcalc.render.brief import BRIEF, chosen_detail
+
+    return chosen_detail.get() or BRIEF
 
 
 def use_colour() -> bool:
@@ -145,6 +158,7 @@ def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
     chosen = resolve_format(fmt, output)
     if chosen_table.get() is not None and chosen is not OutputFormat.CSV:
         raise InputError(f"--table: picks the one table --format csv prints; with {chosen.value} every table is shown")
+    _check_detail(chosen)
     if output is not None and output.suffix.lower() == ".pdf":
         from parcalc.render.latex import render_latex_document
         from parcalc.render.pdf import compile_pdf
@@ -172,11 +186,19 @@ def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
 
         from parcalc.render.terminal import render_rich
 
-        render_rich(result, Console())
+        render_rich(result, Console(), text_detail())
         return
     from parcalc.streams import write_out
 
     write_out(render_text(result, chosen))
+
+
+def _check_detail(chosen: OutputFormat) -> None:
+    """--detail chooses how much the text form shows; the other formats are the whole record."""
+    from parcalc.render.brief import chosen_detail
+
+    if chosen_detail.get() is not None and chosen is not OutputFormat.TABLE:
+        raise InputError(f"--detail: chooses how much the text output shows; {chosen.value} always holds the whole record; leave --detail out")
 
 
 def _write_markdown(result: Result, output: Path) -> None:

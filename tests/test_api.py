@@ -20,7 +20,7 @@ from parcalc.results.layout_flags import LAYOUT_FLAGS
 from parcalc.runfile import input_slots, leaf_command
 
 ROOT = Path(__file__).resolve().parent.parent
-NOT_ARGUMENTS = {"fmt", "output", "help", "config"}
+NOT_ARGUMENTS = {"fmt", "output", "help", "config", "detail"}  # detail: how much the text output shows
 
 
 @pytest.mark.parametrize("name", sorted(api.COMMAND_FUNCTIONS))

@@ -153,7 +153,9 @@ def test_sequence_parallel_flag(run_json) -> None:
 
 @pytest.mark.parametrize("fmt", ["csv", "markdown", "table"])
 def test_other_formats(runner, fmt: str) -> None:
-    result = runner.invoke(app, ["comm-volume", "--strategy", "all", *SEED004, "--format", fmt])
+    # the table form's every collective (payload 12,884,901,888 B) is --detail full's; the brief form shows the totals
+    detail = ["--detail", "full"] if fmt == "table" else []
+    result = runner.invoke(app, ["comm-volume", "--strategy", "all", *SEED004, "--format", fmt, *detail])
     assert result.exit_code == 0, result.output
     assert "12884901888" in result.stdout.replace(",", "") or "12.8849" in result.stdout
 

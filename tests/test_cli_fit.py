@@ -70,7 +70,7 @@ def test_search_csv_streams_every_configuration(runner) -> None:
 
 
 def test_search_table_explains_the_winner(runner) -> None:
-    result = runner.invoke(app, ["fit", *GPT3_64, "--search", "--explain", "--top", "2"])
+    result = runner.invoke(app, ["fit", *GPT3_64, "--search", "--explain", "--top", "2", "--detail", "full"])
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "t_step = t_compute + t_tp + t_bubble + t_pp + t_dp" in out

@@ -62,7 +62,7 @@ def test_peak_can_be_given(run_json) -> None:
 
 
 def test_table_output(runner) -> None:
-    result = runner.invoke(app, ["flops", "--model", "gpt2-xl", "--batch", "8"])
+    result = runner.invoke(app, ["flops", "--model", "gpt2-xl", "--batch", "8", "--detail", "full"])
     assert result.exit_code == 0, result.output
     assert "F_N = 96 × B × s × l × h² × (1 + s / (6 × h) + V / (16 × l × h))" in result.stdout
     assert "Matmuls of one layer" in result.stdout

@@ -28,7 +28,7 @@ def test_peak_flops_seed004_from_primitives(run_json) -> None:
 
 
 def test_peak_flops_text_shows_derivation(runner) -> None:
-    result = runner.invoke(app, ["peak-flops", "--clock", "1410MHz", "--sms", "108", "--fma-per-clock", "512"])
+    result = runner.invoke(app, ["peak-flops", "--clock", "1410MHz", "--sms", "108", "--fma-per-clock", "512", "--detail", "full"])
     assert result.exit_code == 0
     assert "2 × f × N_SM × FMA" in result.stdout
     assert "155.93472 TFLOP/s" in result.stdout

@@ -82,7 +82,7 @@ def test_interleaved_defaults_to_2p_micro_batches(run_json) -> None:
 
 
 def test_table_output_shows_the_derivation(runner) -> None:
-    result = runner.invoke(app, ["memory", "--model", "gpt2-xl", "--micro-batch", "2", "--seq-len", "1024"])
+    result = runner.invoke(app, ["memory", "--model", "gpt2-xl", "--micro-batch", "2", "--seq-len", "1024", "--detail", "full"])
     assert result.exit_code == 0, result.output
     assert "A_layer = s × b × (c_whole + c_split / t)" in result.stdout
     assert "What one layer keeps for backward" in result.stdout
@@ -171,7 +171,7 @@ def test_no_op_flags_for_sweeps_are_stated_not_refused(run_json, args: list[str]
 def test_memory_tables_are_in_the_verdicts_unit(runner) -> None:
     # issue 28: the components table said GB under "bytes [B]", the bar and the verdict GiB. Llama 3 8B, s 8192,
     # DP 8 with ZeRO-1 on an H100 (80 GiB): 87,191,672,832 B = 81.2 GiB in the table, 81.20 GiB in the verdict.
-    result = runner.invoke(app, ["memory", "--model", "llama3-8b", "--seq-len", "8192", "--dp", "8", "--zero", "1", "--gpu", "h100-sxm5"])
+    result = runner.invoke(app, ["memory", "--model", "llama3-8b", "--seq-len", "8192", "--dp", "8", "--zero", "1", "--gpu", "h100-sxm5", "--detail", "full"])
     assert result.exit_code == 0, result.output
     table = result.stdout.split("Memory of one GPU of stage 1", 1)[1].split("\n\n", 1)[0]
     assert "[B]" not in table and " GB" not in table

@@ -9,6 +9,7 @@ import pytest
 import typer
 
 from parcalc.cli import app
+from parcalc.help_panels import examples_block
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +42,7 @@ def test_help_has_examples_that_run(runner, path: list[str]) -> None:
     result = runner.invoke(app, [*path, "--help"])
     assert result.exit_code == 0, result.output
     assert "Examples:" in result.stdout
-    examples = [line.strip() for line in result.stdout.split("Examples:", 1)[1].splitlines() if line.strip().startswith("parcalc ")]
+    examples = [line.strip() for line in examples_block(result.stdout).splitlines() if line.strip().startswith("parcalc ")]
     assert examples, "at least one example"
     first = shlex.split(examples[0])[1:]
     ran = runner.invoke(app, first)

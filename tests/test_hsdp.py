@@ -32,6 +32,7 @@ from parcalc.core.timing.network import collective_time, placement
 from parcalc.core.timing.step import dp_pieces
 from parcalc.core.training_setup import TrainingSetup
 from parcalc.errors import InputError
+from parcalc.help_panels import examples_block
 from parcalc.presets import load_framework, load_gpu, load_link, load_model
 
 MIXED_ADAMW = state_bytes(Precision.MIXED_BF16, Optimizer.ADAMW)  # w 2, g 2, K 12 (ZeRO sec. 3.1)
@@ -308,4 +309,4 @@ def test_cli_bad_shard_group_is_one_line_exit_2(run_error, args: list[str]) -> N
 def test_cli_help_and_examples(runner) -> None:
     for command in ("memory", "comm-volume", "fit"):
         result = runner.invoke(app, [command, "--help"])
-        assert result.exit_code == 0 and "--shard-group" in result.output and "--shard-group" in result.output.split("Examples:")[-1]
+        assert result.exit_code == 0 and "--shard-group" in result.output and "--shard-group" in examples_block(result.output)

@@ -12,6 +12,7 @@ import pytest
 
 from parcalc.cli import app
 from parcalc.docs_cli import command_paths, help_text
+from parcalc.help_panels import examples_block
 from parcalc.render.json_out import SCHEMA_VERSION
 from parcalc.resources import data_dir
 from parcalc.schema import COMMANDS, OWN_SCHEMAS, SCHEMA_DIR, SHIPPED, file_name, schema_text
@@ -32,7 +33,7 @@ def example_lines() -> list[str]:
         text = help_text(path)
         if "Examples:" not in text:
             continue
-        for line in text.split("Examples:", 1)[1].replace("\\\n", " ").splitlines():
+        for line in examples_block(text).replace("\\\n", " ").splitlines():  # the options follow the examples
             line = line.strip().split("  #")[0].strip()
             if line.startswith("parcalc ") and line not in lines:
                 lines.append(line)

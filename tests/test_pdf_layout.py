@@ -29,7 +29,7 @@ needs_tex = pytest.mark.skipif(
 # complete derivations take today with no half-empty pages (question2 was 11-12 pages with three;
 # question1 grew from 6 to 8 when its GEMMs gained their predicted times, issue #18 item 4)
 PAGE_LIMITS = {
-    ("question1", "brief"): 2,
+    ("question1", "brief"): 3,  # issue 28: 1.2 shows F = 2mkn and Q before each I = F / Q (nine derivations, three before)
     ("question2", "brief"): 4,
     ("lab-ddp", "brief"): 6,
     ("question1", "full"): 8,

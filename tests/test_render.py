@@ -30,7 +30,7 @@ def test_json_is_raw_base_units() -> None:
 
 
 def test_plain_text_has_formula_substitution_value_and_table() -> None:
-    text = render_text(sample(), OutputFormat.TABLE)
+    text = render_text(sample(), OutputFormat.TABLE, "full")
     assert "P = 2 × f × N_SM × FMA" in text
     assert "= 2 × 1.41 GHz × 108 × 512" in text
     assert "= 155.93472 TFLOP/s" in text
@@ -46,7 +46,7 @@ def test_memory_columns_read_in_gib_with_the_unit_once() -> None:
                Column("time", "time", "s"))  # fmt: skip
     result = Result("memory", "Sample", (), (), (Table("t", "A table", columns, (("dp", 12_884_901_888.0, 12_884_901_888.0, 1.5),)),))
     for fmt in (OutputFormat.TABLE, OutputFormat.MARKDOWN, OutputFormat.LATEX):
-        text = render_text(result, fmt)
+        text = render_text(result, fmt, "full")  # the brief text form's headings carry no unit (its cells do): tests/test_brief.py
         assert "12 GiB" in text and "12.8849 GB" in text, fmt  # memory binary, traffic decimal
         assert "memory per GPU [B]" not in text and "memory per GPU (B)" not in text, fmt
         assert ("sent [B]" if fmt is OutputFormat.TABLE else "sent (B)") in text and ("time [s]" if fmt is OutputFormat.TABLE else "time (s)") in text

@@ -44,7 +44,7 @@ def run_in_pty(args: list[str], columns: int = 80) -> str:
 
 def test_fit_search_table_has_no_cut_cell_at_80_columns() -> None:
     text = run_in_pty(["fit", "--model", "gpt3-175b", "--gpu", "a100-sxm4-80gb", "--gpus", "1024", "--batch", "1536",
-                       "--seq-len", "2048", "--search"])  # fmt: skip
+                       "--seq-len", "2048", "--search", "--detail", "full"])  # fmt: skip (the brief form: tests/test_brief.py)
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
     table = text.split("Fastest configurations", 2)[-1]
@@ -63,7 +63,7 @@ def test_fit_search_table_has_no_cut_cell_at_80_columns() -> None:
 
 def test_fit_strategy_table_names_each_zero_stage_at_80_columns() -> None:
     # issue #14: the strategy table showed "ZeRO…" for ZeRO-1, -2 and -3 alike
-    text = run_in_pty(["fit", "--model", "homework-7b", "--gpu", "a100-sxm4-80gb", "--gpus", "2", "--seq-len", "2048"])
+    text = run_in_pty(["fit", "--model", "homework-7b", "--gpu", "a100-sxm4-80gb", "--gpus", "2", "--seq-len", "2048", "--detail", "full"])
     assert "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
     strategies = set(re.findall(r"strategy (single GPU|DP|ZeRO-[123](?: \(FSDP\))?|TP \+ SP|TP|PP|TP x PP)\s", text))
@@ -87,7 +87,7 @@ def test_help_summaries_are_whole_sentences_that_fit_80_columns() -> None:
 
 @pytest.mark.parametrize("columns", [80, 120])
 def test_peak_flops_shows_the_answer_first(columns: int) -> None:
-    text = run_in_pty(["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "fp16"], columns)
+    text = run_in_pty(["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "fp16", "--detail", "full"], columns)
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= columns
     # 2 x 1.41 GHz x 108 SMs x 1024 FMA/clock/SM = 311.86944 TFLOP/s (A100 whitepaper, Table 1 footnotes)
     first = text.index("311.86944 TFLOP/s")
@@ -98,9 +98,22 @@ def test_peak_flops_shows_the_answer_first(columns: int) -> None:
 def test_fit_gives_its_answer_first(framework: str) -> None:
     # issue 28: fit --framework hf at 80 columns gave its answer after ~135 lines of inputs and derivations
     args = ["fit", "--model", "llama2-7b", "--gpu", "h200", "--gpus", "1", "--batch", "8", "--seq-len", "4096", "--framework", framework,
-            "--recompute", "full", "--tp", "1", "--pp", "1", "--dp", "1"]  # fmt: skip
+            "--recompute", "full", "--tp", "1", "--pp", "1", "--dp", "1", "--detail", "full"]  # fmt: skip
     lines = run_in_pty(args).splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("=>"))
     assert first < 5 and "s per iteration" in lines[first] and lines.index("Inputs") > first
     assert sum(line.startswith("=> TP 1 x PP 1 x DP 1") for line in lines) == 1  # once, not again at the end
     assert max(len(line) for line in lines) <= 80
+
+
+@pytest.mark.parametrize("extra", [[], ["--search"]], ids=["table", "search"])
+def test_fit_brief_is_a_screenful_of_whole_cells(extra: list[str]) -> None:
+    """The default, brief form on a real 80-column terminal (issue 28): at most 60 lines, none over
+    80, the table a table of whole cells (only the assumptions, one line each, end in "…")."""
+    text = run_in_pty(["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "64", "--seq-len", "8192", "--batch", "1024", *extra])
+    lines = text.splitlines()
+    assert len(lines) <= 60 and max(len(line) for line in lines) <= 80
+    # the table's rows as rows, every cell whole: ZeRO-2 without recomputation (the table's fastest), TP 2 x PP 1 (the search's)
+    rows = [line for line in lines if line.split()[:2] in (["ZeRO-2", "none"], ["2", "1"])]
+    assert rows and not any("…" in row for row in rows), text
+    assert "GiB" in rows[0] and " s " in rows[0] + " "

@@ -233,7 +233,9 @@ def fit(
                             pictures=draws_figures(fmt, output))
     except InfeasibleResult as error:
         if output is None:  # show what was tried (the table, the search's configurations), then fail; a file is written only on success
-            finish(error.result, fmt, output)
+            from parcalc.results.fit_brief import briefed
+
+            finish(briefed(error.result), fmt, output)
         raise InfeasibleError(str(error)) from None
     if timeline:
         _write_timeline(result, output)

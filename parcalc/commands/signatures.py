@@ -16,7 +16,7 @@ from typing import Any
 
 # Flags that choose where and how a result is printed, and --config (a run file of its own): the
 # library returns the Result instead, and the caller gives the inputs.
-NOT_ARGUMENTS = ("fmt", "output", "help", "config")
+NOT_ARGUMENTS = ("fmt", "output", "help", "config", "detail")  # detail: how much the text form shows (the library returns all)
 
 
 def signatures() -> dict[str, Any]:

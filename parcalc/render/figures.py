@@ -366,9 +366,11 @@ def search_figure(result: Result) -> Figure | None:
     note = f"capacity {_gib(capacity)}: beyond it, does not fit"
     inside = cx + 5 + text_width(note, 11) < right
     canvas.text(cx + 5 if inside else cx - 5, plot_top + 15, note, size=11, anchor="start" if inside else "end", fill="#b00020")
+    dots: list[tuple[float, float]] = []  # where the dots are drawn: the fastest's label is set clear of them
     for group in (False, True):  # those that fit drawn last, on top
         for px, py in _thinned([(x(memory[i]), y(step[i])) for i in range(len(memory)) if fits[i] is group]):
             canvas.circle(px, py, 2.4, "#6baed6" if group else "#cfcfcf")
+            dots.append((px, py))
     if front_rows:
         path: list[tuple[float, float]] = []
         for i in sorted(front_rows, key=lambda k: memory[k]):
@@ -381,11 +383,29 @@ def search_figure(result: Result) -> Figure | None:
         best = min(fitting, key=lambda k: (step[k], memory[k]))
         canvas.circle(x(memory[best]), y(step[best]), 6, "none", stroke="#d62728")
         label = f"fastest: tp {table.rows[best][at['tp']]} pp {table.rows[best][at['pp']]} dp {table.rows[best][at['dp']]}, {format_quantity(step[best], 's', significant=3)}"
-        anchor_x = x(memory[best])
-        anchor = "start" if anchor_x + text_width(label, 11) + 10 < right else "end"
-        canvas.text(anchor_x + (10 if anchor == "start" else -10), y(step[best]) + 18, label, size=11, anchor=anchor, fill="#d62728")
+        bx, by = x(memory[best]), y(step[best])
+        width = text_width(label, 11)
+        note_box = (cx + 5, cx + 5 + text_width(note, 11), plot_top + 4, plot_top + 18) if inside else (
+            cx - 5 - text_width(note, 11), cx - 5, plot_top + 4, plot_top + 18)  # fmt: skip
+        # beside the point where that is clear of every dot; else the clearest spot inside the plot, with a leader line
+        near = [(bx + 10, by + 18), (bx - 10 - width, by + 18), (bx + 10, by - 10), (bx - 10 - width, by - 10)]
+        far = [(left + 6, bottom - 6), (left + 6, plot_top + 30), (cx - 6 - width, bottom - 6), (cx - 6 - width, plot_top + 30)]
+        spots = [(sx, sy) for sx, sy in near + far if left + 2 <= sx and sx + width <= right - 2 and plot_top + 12 <= sy <= bottom - 2]
+        sx, sy = min(spots or near[:1], key=lambda spot: (_covered(spot, width, 11, dots, note_box), spots.index(spot) if spot in spots else 0))
+        if (sx, sy) not in near:
+            canvas.line([(bx, by), (sx + width / 2, sy - 11 if sy > by else sy + 3)], stroke="#d62728", width=0.8)
+        canvas.text(sx, sy, label, size=11, anchor="start", fill="#d62728")
     canvas.height = bottom + 50
     return Figure("search", title, canvas)
+
+
+def _covered(spot: tuple[float, float], width: float, size: float, dots: list[tuple[float, float]],
+             box: tuple[float, float, float, float]) -> int:
+    """How many dots (radius 2.4) a label of `width` set at `spot` (its baseline's start) would
+    overprint, and 1000 more if it would cross the capacity note's box `box` (x0, x1, y0, y1)."""
+    x0, x1, y0, y1 = spot[0] - 3, spot[0] + width + 3, spot[1] - size - 3, spot[1] + 4
+    crossed = 1000 if x0 < box[1] and box[0] < x1 and y0 < box[3] and box[2] < y1 else 0
+    return crossed + sum(1 for px, py in dots if x0 <= px <= x1 and y0 <= py <= y1)
 
 
 # At most this many dots of one kind: a PDF's TikZ takes ~0.5 ms of TeX per dot and pass, and the

@@ -46,6 +46,22 @@ def prose_tex(value: object) -> Latex:
 # Pieces of a result, prepared for templates
 
 
+def heading_tex(label: str, derivations: Sequence[Derivation]) -> Latex:
+    """A derivation's label as a heading: the symbols it names as identifiers ("Bubble time per
+    iteration (t_pb, ...)", the core's text labels) set as the math they are ($t_{pb}$), not as raw
+    text with an underscore (issue 28); every other character escaped. Only symbols with a subscript
+    (an underscore) are set: a bare "S" or "E" in prose is a word."""
+    symbols = {t.symbol: t.latex for d in derivations for t in (*d.inputs, d.as_term()) if "_" in t.symbol and t.latex}
+    if not symbols:
+        return Latex(tex_escape(label))
+    pattern = re.compile(r"(?<![\w])(" + "|".join(re.escape(s) for s in sorted(symbols, key=len, reverse=True)) + r")(?![\w])")
+    out, at = [], 0
+    for match in pattern.finditer(label):
+        out += [tex_escape(label[at : match.start()]), f"${symbols[match.group()]}$"]
+        at = match.end()
+    return Latex("".join(out) + tex_escape(label[at:]))
+
+
 def derivation_steps(derivation: Derivation) -> list[Latex]:
     """The lines of an align* block: formula, substitution, value (repeats dropped)."""
     formula = derivation.formula_tex()
@@ -151,7 +167,8 @@ def _longest_word(text: str) -> float:
 def table_parts(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> list[dict[str, Any]]:
     """Column groups of a table, each narrower than the line: text columns longer than
     TABLE_WRAP_CHARS wrap at spaces (p{} columns sharing the room the others leave), and a table that
-    still does not fit is split into groups of columns that each repeat the first column.
+    still does not fit is split into groups of columns that each repeat the row key (the leading
+    columns that tell the rows apart: row_key_columns).
     Each part: `columns` (indices), `align` (a tabular preamble)."""
     count = len(headers)
     cells = [[headers[j], *(row[j] for row in rows)] for j in range(count)]
@@ -162,24 +179,44 @@ def table_parts(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: 
     unbreakable = [max(_longest_word(c) for c in column) for column in cells]
     wraps = [natural[j] > TABLE_WRAP_CHARS * TABLE_PT_PER_CHAR for j in range(count)]
     least = [max(unbreakable[j], TABLE_WRAP_CHARS * TABLE_PT_PER_CHAR) if wraps[j] else natural[j] for j in range(count)]
+    key = row_key_columns(rows, [least[j] + TABLE_COLUMN_PAD_PT for j in range(count)])
+    key_pt = sum(least[j] + TABLE_COLUMN_PAD_PT for j in range(key))
     groups: list[list[int]] = []
     current: list[int] = []
-    used = least[0] + TABLE_COLUMN_PAD_PT
-    for j in range(1, count):
+    used = key_pt
+    for j in range(key, count):
         need = least[j] + TABLE_COLUMN_PAD_PT
         if current and used + need > TABLE_LINE_PT:
             groups.append(current)
-            current, used = [], least[0] + TABLE_COLUMN_PAD_PT
+            current, used = [], key_pt
         current.append(j)
         used += need
     groups.append(current)
     parts = []
     for group in groups:
-        columns = [0, *group] if count > 1 else group
+        columns = [*range(key), *group] if count > 1 else group
         widths = _share_line(columns, natural, least, wraps)
         align = "".join(_column_spec(numeric[j], widths[j], wraps[j]) for j in columns)
         parts.append({"columns": columns, "align": Latex(align)})
     return parts
+
+
+# The row key a part repeats may take at most this share of the line (the rest is the part's own columns)
+ROW_KEY_SHARE = 0.45
+
+
+def row_key_columns(rows: Sequence[Sequence[str]], widths: Sequence[float]) -> int:
+    """How many leading columns each part of a split table repeats: the fewest that tell every row
+    apart (issue 28: fit's strategy table repeated only `strategy`, so its three "single GPU" rows,
+    none / selective / full recomputation, could not be told apart in parts 2 and 3), within
+    ROW_KEY_SHARE of the line; 1 when no such prefix is that narrow."""
+    count = len(widths)
+    for key in range(1, count):
+        if sum(widths[:key]) > ROW_KEY_SHARE * TABLE_LINE_PT:
+            break
+        if len({tuple(row[:key]) for row in rows}) == len(rows):
+            return key
+    return 1
 
 
 def _share_line(columns: Sequence[int], natural: Sequence[float], least: Sequence[float], wraps: Sequence[bool]) -> dict[int, float]:
@@ -229,10 +266,16 @@ def table_context(table: Table, max_rows: int = 60) -> dict[str, Any]:
 
 
 def _table_layout(table: Table, headers: list[str], rows: list[list[str]], numeric: list[bool], omitted: int) -> dict[str, Any]:
+    split = table_parts(headers, rows, numeric)
+    if len(split) > 1 and not _parts_tell_rows_apart(split, rows):
+        # no narrow prefix of columns tells the rows apart (comm-volume's collectives: strategy, group, phase, what):
+        # each part leads with the row's number instead
+        headers, rows, numeric = ["#", *headers], [[str(i + 1), *row] for i, row in enumerate(rows)], [True, *numeric]
+        split = table_parts(headers, rows, numeric)
     parts = [
         {"align": part["align"], "headers": [headers[j] for j in part["columns"]],
          "rows": [[row[j] for j in part["columns"]] for row in rows]}
-        for part in table_parts(headers, rows, numeric)
+        for part in split
     ]  # fmt: skip
     return {
         "title": table.title,
@@ -243,6 +286,13 @@ def _table_layout(table: Table, headers: list[str], rows: list[list[str]], numer
         "omitted": omitted,
         "parts": parts,
     }
+
+
+def _parts_tell_rows_apart(parts: Sequence[dict[str, Any]], rows: Sequence[Sequence[str]]) -> bool:
+    """Whether the columns every part repeats (their common leading columns) tell the rows apart."""
+    first = parts[0]["columns"]
+    key = next((i for i in range(len(first)) if any(len(p["columns"]) <= i or p["columns"][i] != first[i] for p in parts)), len(first))
+    return len({tuple(row[j] for j in first[:key]) for row in rows}) == len(rows)
 
 
 def result_context(
@@ -262,7 +312,7 @@ def result_context(
         "derivations": [
             {
                 "key": d.key,
-                "label": d.label,
+                "label": heading_tex(d.label, result.derivations),
                 "steps": derivation_steps(d),
                 "wide": is_wide(derivation_steps(d)),
                 "lines": inline_lines(derivation_steps(d)),

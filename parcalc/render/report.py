@@ -148,27 +148,45 @@ DETAILS = ("brief", "full")
 
 
 def brief_context(solved: SolvedQuestion) -> dict[str, Any]:
-    """A question as a homework answer: only the answers' own derivations (formula, substitution,
-    value), the inputs they use once each, and their sources as numbered notes of the question."""
-    from parcalc.render.latex import SourceNotes, derivation_steps, inline_lines, is_wide, term_row
+    """A question as a homework answer: the answers' own derivations (formula, substitution, value),
+    each after the derivations of its result that give its inputs (issue 28: question 1.2's brief
+    form showed I = F / Q with F and Q as bare inputs, not the F = 2mkn and Q the homework asks
+    for), the remaining inputs once each, and their sources as numbered notes of the question."""
+    from parcalc.render.latex import SourceNotes, derivation_steps, heading_tex, inline_lines, is_wide, term_row
 
     notes = SourceNotes()
     inputs, seen = [], set()
     derivations = []
     several = len({answer.calculation for answer in solved.answers}) > 1
     for answer in solved.answers:
-        derivation = answer.derivation
-        for term in derivation.inputs:
-            if (term.latex, term.value, term.unit) not in seen:
-                seen.add((term.latex, term.value, term.unit))
-                row = term_row(term, notes)
-                if several:  # the same symbol in each calculation: say which one
-                    row["description"] = f"{term.description} (calculation {answer.calculation})"
-                inputs.append(row)
-        steps = derivation_steps(derivation)
-        derivations.append({"label": answer.label, "steps": steps, "note": notes.number(derivation.source),
-                            "wide": is_wide(steps), "lines": inline_lines(steps)})  # fmt: skip
+        chain = [*feeding(answer.derivation, solved, answer.calculation), answer.derivation]
+        derived = {d.key for d in chain[:-1]}
+        for derivation in chain:
+            for term in derivation.inputs:
+                if derivation is answer.derivation and term.key in derived:
+                    continue  # shown as its own derivation just above
+                if (term.latex, term.value, term.unit) not in seen:
+                    seen.add((term.latex, term.value, term.unit))
+                    row = term_row(term, notes)
+                    if several:  # the same symbol in each calculation: say which one
+                        row["description"] = f"{term.description} (calculation {answer.calculation})"
+                    inputs.append(row)
+            label = answer.label if derivation is answer.derivation else (
+                f"{answer.context}: {derivation.label}" if answer.context else derivation.label)  # fmt: skip
+            steps = derivation_steps(derivation)
+            derivations.append({"label": heading_tex(label, (derivation,)), "steps": steps, "note": notes.number(derivation.source),
+                                "wide": is_wide(steps), "lines": inline_lines(steps)})  # fmt: skip
     return {"inputs": inputs, "derivations": derivations, "notes": notes.entries()}
+
+
+def feeding(derivation: Derivation, solved: SolvedQuestion, calculation: int) -> list[Derivation]:
+    """The derivations of the answer's own result that compute its inputs (a formula, not a value
+    taken as it is), in the result's order: I = F / Q is fed by F = 2mkn and Q = 2(mk + kn + mn)."""
+    if not 1 <= calculation <= len(solved.results):
+        return []
+    wanted = {t.key for t in derivation.inputs}
+    return [d for d in solved.results[calculation - 1].derivations
+            if d.key in wanted and d is not derivation and d.formula_text() != d.symbol]  # fmt: skip
 
 
 ASIDE = "Aside, not asked"
@@ -267,8 +285,9 @@ def render_report_markdown(solved: SolvedWorksheet, template_dirs: Sequence[Path
     for solved_question in solved.questions:
         context = question_context(solved_question)
         context["figure_file"] = (figure_files or {}).get(solved_question.question.id)
-        if detail == "brief":  # the answers' own derivations, no tables
-            context["derivation_blocks"] = ["\n".join(derivation_markdown(a.derivation)) for a in solved_question.answers]
+        if detail == "brief":  # the answers' own derivations after those that give their inputs, no tables
+            context["derivation_blocks"] = ["\n".join(derivation_markdown(d)) for a in solved_question.answers
+                                            for d in (*feeding(a.derivation, solved_question, a.calculation), a.derivation)]  # fmt: skip
             context["table_blocks"] = []
         else:
             context["derivation_blocks"] = [  # an aside's first derivation says so

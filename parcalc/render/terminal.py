@@ -10,7 +10,12 @@ if TYPE_CHECKING:
     from parcalc.derivation import Result
 
 
-def render_rich(result: Result, console: Any) -> None:
+def render_rich(result: Result, console: Any, detail: str = "full") -> None:
+    """The result in colour: `detail` "full" every input, derivation, table and assumption;
+    "brief" the short form (parcalc.render.brief)."""
+    if detail != "full":
+        render_brief_rich(result, console)
+        return
     from rich.markup import escape
     from rich.table import Table as RichTable
 
@@ -70,11 +75,56 @@ def render_rich(result: Result, console: Any) -> None:
         console.print(_hanging("  [dim]-[/]", [escape(a) for a in assumptions]))
 
 
+def render_brief_rich(result: Result, console: Any) -> None:
+    """The brief form in colour, from the same choices as parcalc.render.brief's plain one."""
+    from rich.markup import escape
+
+    from parcalc.render.brief import ASSUMPTIONS_HEADING, FOOTER, answer_formula, shown_terms, term_line
+
+    console.print(f"[bold underline]{escape(result.title)}[/]\n")
+    if result.answer:
+        answer = result.derivation(result.answer)
+        console.print(_hanging("[bold yellow]=>[/]", [f"{escape(answer.label)}: {escape(answer_formula(answer))}"
+                                                      f"[bold green]{escape(format_value(answer.value, answer.unit))}[/]"]))  # fmt: skip
+        console.print()
+    if result.lead:
+        console.print(_hanging("[bold yellow]=>[/]", [f"[bold]{escape(v)}[/]" for v in result.verdicts[: result.lead]]))
+        console.print()
+    terms = [term_line(d) for d in shown_terms(result)]
+    if terms:  # one line each, the label cut to the width (the symbol and value are the point)
+        symbol_width = max(len(symbol) for symbol, _, _ in terms)
+        value_width = max(len(value) for _, value, _ in terms)
+        room = console.width - (2 + symbol_width + 3 + value_width + 2)
+        for symbol, value, label in terms:
+            label = label if len(label) <= room else label[: max(0, room - 1)].rstrip() + "…"
+            console.print(f"  [cyan]{escape(symbol):<{symbol_width}}[/] = [bold green]{escape(value):<{value_width}}[/]  {escape(label)}",
+                          overflow="ellipsis", no_wrap=True)  # fmt: skip
+        console.print()
+    for table in result.brief_table_list():
+        console.print(_table(table, console.width, compact=True))
+        console.print()
+        if table.key == "components" and result.command == "memory":  # the answer at a glance, as in the full form
+            from parcalc.render.memory_bar import rich_bar
+
+            console.print(rich_bar(result, console.width))
+            console.print()
+    if result.verdicts[result.lead :]:
+        console.print(_hanging("[bold yellow]=>[/]", [escape(v) for v in result.verdicts[result.lead :]]))
+        console.print()
+    assumptions = result.moving_assumptions()
+    if assumptions:
+        console.print(f"[bold]{ASSUMPTIONS_HEADING}[/]")
+        for assumption in assumptions:  # one line each, its start (the gist) kept
+            console.print(f"  [dim]-[/] {escape(assumption)}", no_wrap=True, overflow="ellipsis")
+        console.print()
+    console.print(f"[dim]{escape(FOOTER)}[/]")
+
+
 def _header(column: Any) -> str:
     return column_heading(column)
 
 
-def _table(table: Any, width: int) -> Any:
+def _table(table: Any, width: int, compact: bool = False) -> Any:
     """A rich table when it fits the terminal's width; else one wrapped record per row.
 
     Squeezed into 80 columns, the search's 24-column table showed "…" in every cell; as records
@@ -83,10 +133,18 @@ def _table(table: Any, width: int) -> Any:
     from rich.table import Table as RichTable
 
     cells = [[format_cell(v, c.unit, c.memory) for v, c in zip(row, table.columns, strict=True)] for row in table.rows]
-    headers = [_header(column) for column in table.columns]
-    natural = 1 + sum(3 + max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers))
+    # compact (the brief form): the label alone, as every cell carries its unit (parcalc.render.brief.brief_table_lines)
+    headers = [column.label if compact else _header(column) for column in table.columns]
+    # compact (the brief form): no vertical rules, one space either side, as plain text lays it out
+    # (compact: a column's width, its one space of padding and one of rule; no edges)
+    natural = (-1 if compact else 1) + sum((2 if compact else 3) + max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers))
     if natural <= width or not cells:
-        rich_table = RichTable(title=escape(table.title), title_justify="left", header_style="bold")
+        from rich import box
+
+        rich_table = RichTable(title=escape(table.title), title_justify="left", header_style="bold",
+                               box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)  # fmt: skip
+        if compact:
+            rich_table.show_edge, rich_table.padding = False, (0, 1, 0, 0)
         for index, header in enumerate(headers):
             numeric = any(not isinstance(row[index], str) for row in table.rows)
             rich_table.add_column(escape(header), justify="right" if numeric else "left")

@@ -540,8 +540,10 @@ def _calls_table(plan: CommPlan) -> Table:
          c.payload, c.algorithm.value, c.sent, c.received, c.direction, c.link, c.inter_node, c.time)
         for c in plan.calls
     )  # fmt: skip
+    # the brief terminal form: which group does what, how much in both conventions (payload and per-device
+    # traffic), how long; the rest is --detail full's
     return Table("collectives", "Collectives of one iteration (payload and traffic per group; 'groups' such groups run at once)",
-                 columns, rows)  # fmt: skip
+                 columns, rows, brief_columns=("dimension", "phase", "purpose", "op", "payload", "sent", "time"))  # fmt: skip
 
 
 def _conventions(plan: CommPlan) -> tuple[str, ...]:
@@ -572,6 +574,8 @@ def _plan_result(shape: TransformerModel, work: Any, par: Any, plan: CommPlan, n
         verdicts=_conventions(plan),
         assumptions=plan.assumptions,
         settings=tuple(settings),
+        # the brief terminal form (parcalc.render.brief): each collective by what it moves and how long it takes
+        key_terms=("sent_per_device", "comm_time"),
     )
 
 
@@ -620,4 +624,6 @@ def _comparison_result(shape: TransformerModel, work: Any, gpus: int, comparison
         verdicts=tuple(verdicts),
         assumptions=tuple(assumptions),
         settings=tuple(settings + [("gpus", str(gpus))]),
+        # the brief terminal form (parcalc.render.brief): the per-strategy totals answer "which strategy communicates least"
+        key_terms=tuple(d.key for d in derivations if d.key.endswith(".comm_time")), brief_tables=("totals",),
     )

@@ -59,7 +59,9 @@ def result(req: FitRequest, *, every_row: bool = False, pictures: bool = False) 
 def from_flags(*, every_row: bool = False, pictures: bool = False, **flags: Any) -> Result:
     """`fit`'s Result from its flags as the command line gives them (texts with units, choices,
     switches): what parcalc.commands.fit and the library (parcalc.results.run) both call."""
-    return result(request(**flags), every_row=every_row, pictures=pictures)
+    from parcalc.results.fit_brief import briefed
+
+    return briefed(result(request(**flags), every_row=every_row, pictures=pictures))  # what the brief terminal form keeps (parcalc.render.brief)
 
 
 def _table_result(shape: TransformerModel, training: Training, cluster: Cluster, micro_batch: int,

@@ -404,7 +404,10 @@ def _ops_table(counted: TrainingFlops, recompute: str, shape: object = None, fla
         Column("forward", "forward", "FLOP"), Column("backward", "backward", "FLOP"),
         Column("recomputed", "recomputed", "FLOP"), Column("total", "total per iteration", "FLOP"),
     )  # fmt: skip
-    return Table("layer_flops", "Matmuls of one layer (whole batch) and of the LM head", columns, tuple(rows))
+    # the brief terminal form: each matmul's forward, backward and total (its shape, count and recomputation,
+    # whose sum F_re the brief form shows, are --detail full's)
+    return Table("layer_flops", "Matmuls of one layer (whole batch) and of the LM head", columns, tuple(rows),
+                 brief_columns=("op", "forward", "backward", "total"))  # fmt: skip
 
 
 def _run_request(plan: RunPlan, batch_given: bool, gpus: str | None, step_time: str | None, tflops_per_gpu: str | None,

@@ -371,7 +371,18 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
         fits=None if setup.capacity is None else worst.total.value <= setup.capacity,  # as _fit_verdict says it
         main_table="stages" if per_stage else "",  # --per-stage --format csv: the stages, as asked
         lead=1,  # the fit verdict (or the total without a capacity) first, before ~100 lines of derivations (issue 28)
+        # the brief terminal form (parcalc.render.brief): the terms of the total, the components and stages
+        # tables (not the per-tensor activations), the assumptions that change bytes per parameter or activations
+        key_terms=BRIEF_TERMS, brief_tables=("components", "stages"), key_assumptions=BRIEF_ASSUMPTIONS,
     )
+
+
+# The terms the total is the sum of, the total and the headroom; the per-layer and per-stage steps are --detail full's.
+BRIEF_TERMS = ("weights", "gradients", "optimizer_states", "stage_activations", "model_states", "activations", "reserve", "total", "headroom")
+# Bytes per parameter (precision, optimizer, gradients), attention's kernel, dropout, offload, ZeRO's shard group,
+# context parallelism and the step walk of the framework: each changes the total; unit conventions do not.
+BRIEF_ASSUMPTIONS = ("bytes per parameter", "16-bit gradients", "gradients in", "fp32 gradients", "attention:", "no dropout", "dropout",
+                     "offloaded", "hybrid sharding", "context parallel", "memory:", "recomput")
 
 
 def step_walk_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:

@@ -57,10 +57,16 @@ DESCRIPTION_CHARS = 34
 
 def show_result(name: str, presets: list[Path] | None = None) -> Result:
     """Every field of the preset `name`, in whichever category it is, with units and sources."""
+    from dataclasses import replace
+
     from parcalc.core.catalog import preset_result
     from parcalc.presets import find_in_any_category, load_any
     from parcalc.results.parse import preset_dirs
 
     found = find_in_any_category(name, preset_dirs(presets))
     preset, typed, _ = load_any(found.category, found.key, preset_dirs(presets))
-    return preset_result(preset.category.value, preset.key, str(preset.path), typed)
+    result = preset_result(preset.category.value, preset.key, str(preset.path), typed)
+    # the brief terminal form (parcalc.render.brief): each field once, in human units (1.83 GHz, not
+    # 1,830,000,000 Hz beside it); the raw value, its unit and the long sources are --detail full's (issue 28)
+    tables = tuple(replace(t, brief_columns=("field", "as_read")) if t.key == "fields" else t for t in result.tables)
+    return replace(result, tables=tables)

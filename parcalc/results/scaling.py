@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from parcalc.core.choices import Mlp, Precision, Recompute
 from parcalc.frozen import frozen
+from parcalc.results import fit_brief
 
 if TYPE_CHECKING:
     from parcalc.core.fit import Cluster, Training
@@ -227,7 +228,9 @@ def curve_result(curve: Curve, shape: Any, training: Any, cluster: Any, settings
     return Result(command="scaling", title=title, inputs=tuple(inputs), derivations=curve.summary,
                   tables=(points_table(curve), *((terms_table(curve),) if curve.timed() else ()), *((skipped_table(curve),) if any(p.estimate is None for p in curve.points) else ())),
                   verdicts=tuple(verdicts(curve)),
-                  assumptions=assumptions, settings=tuple(settings))  # fmt: skip
+                  assumptions=assumptions, settings=tuple(settings),
+                  # the brief terminal form: the layout and scaling the curve assumes, and fit's assumptions that move a step
+                  key_assumptions=("layout at each N", "strong scaling", "weak scaling", *fit_brief.KEY_ASSUMPTIONS))  # fmt: skip
 
 
 def _layout(config: Any, curve: Curve) -> str:
