@@ -62,10 +62,10 @@ def _gemm_terms(cluster: Cluster) -> list[Term]:
     if tiled is None:
         return [Term("e_mm", "e_mm", r"e_{\mathrm{mm}}", cluster.spec.matmul.value, "fraction", "share of the peak large GEMMs sustain",
                      cluster.spec.matmul.source)]  # fmt: skip
-    terms = [Term("r_SM", "r_SM", r"r_{\mathrm{SM}}", tiled.sm_rate, "FLOP/s", "one SM's GEMM main-loop rate, measured by shape on this GPU "
+    terms = [Term("r_sm", "r_SM", r"r_{\mathrm{SM}}", tiled.sm_rate, "FLOP/s", "one SM's GEMM main-loop rate, measured by shape on this GPU "
                   "(each GEMM timed by its tiles, waves, split of K and fixed costs: parcalc.core.timing.gemm_tiles)", tiled.source)]  # fmt: skip
     if tiled.clock_ratio != 1.0:
-        terms.append(Term("f_ratio", "f_train/f_sweep", r"f_{\mathrm{train}}/f_{\mathrm{sweep}}", tiled.clock_ratio, "",
+        terms.append(Term("clock_ratio", "f_train/f_sweep", r"f_{\mathrm{train}}/f_{\mathrm{sweep}}", tiled.clock_ratio, "",
                           f"a training step's SM clock under the power limit ({tiled.training_clock / 1e6:,.1f} MHz) over the GEMM "
                           f"sweep's ({tiled.clock / 1e6:,.1f} MHz)", tiled.clock_source))  # fmt: skip
     return terms
