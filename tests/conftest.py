@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -53,8 +55,9 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 # ---------------------------------------------------------------------------------------------
-# Markers (pyproject.toml registers them): `pytest -m "not slow"` runs the core's checks in about a
-# minute while changing the code; CI (scripts/test-all.sh) runs everything. Measured with
+# Markers (pyproject.toml registers them): `pytest -m core` runs the core's checks (the library's math, no
+# command line, no TeX, no PyTorch) in under a minute; `pytest -m "not slow"` adds the command line; CI
+# (scripts/test-all.sh) runs everything. Measured with
 # --durations on the whole suite: these tests are ~85 % of its time.
 # - ground_truth: real PyTorch on the CPU (autograd, FlopCounterMode, gloo collectives in processes)
 # - pdf: a TeX build (a PDF, or its LaTeX compiled), found by what the test's code names
@@ -63,6 +66,16 @@ def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 _TEX_WORDS = (".pdf", "compile_pdf", "latexmk", "lualatex", "pdftotext")
 _SLOW_MODULES = ("test_wheel.py", "test_fuzz_cli.py", "test_json_schema.py")
 _SLOW_NAMES = ("_in_bash", "_in_zsh", "_in_fish", "zsh_and_fish")
+# - cli: runs the command line (Click's runner, a subprocess); core: the rest of the fast part, the library and its math
+_CLI_FIXTURES = {"runner", "run_json", "run_error"}
+_CLI_WORDS = ("CliRunner", "invoke(", "subprocess", "run_command(", "from_flags(")
+
+
+@functools.cache
+def _drives_cli(path: Path) -> bool:
+    """Whether a test module drives the command line (imports the Click app, or runs it in a terminal)."""
+    text = path.read_text(encoding="utf-8")
+    return any(word in text for word in ("from parcalc.cli import", "parcalc.__main__", '"-m", "parcalc"', "pty."))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -84,3 +97,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
         elif path.name in _SLOW_MODULES or any(name in item.name for name in _SLOW_NAMES):
             item.add_marker(pytest.mark.slow)
+        elif set(getattr(item, "fixturenames", ())) & _CLI_FIXTURES or any(word in source for word in _CLI_WORDS) or _drives_cli(path):
+            item.add_marker(pytest.mark.cli)
+        else:
+            item.add_marker(pytest.mark.core)
