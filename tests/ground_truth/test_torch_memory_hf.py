@@ -26,13 +26,14 @@ mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
 
 
 def tracked_peak(layers: int, hidden: int, heads: int, ffn: int, vocab: int, b: int, s: int, checkpoint: bool,
-                 precision: str = "mixed-bf16") -> tuple[float, dict]:  # fmt: skip
+                 precision: str = "mixed-bf16", architecture: str = "llama", experts: tuple[int, int] | None = None) -> tuple[float, dict]:  # fmt: skip
     """MemTracker's peak over a steady-state step (the second of two), in bytes, and its parts. precision:
-    mixed-bf16 (fp32 weights, autocast bf16: the Trainer's bf16=True), bf16 (bf16 weights, no autocast), fp32."""
+    mixed-bf16 (fp32 weights, autocast bf16: the Trainer's bf16=True), bf16 (bf16 weights, no autocast), fp32;
+    architecture and experts: hf_causal_lm's."""
     from .hf_causal_lm import hf_causal_lm
 
     # the decisions transformers takes with real tensors and no padding (module docstring), patched in by the helper
-    with hf_causal_lm(layers, hidden, heads, ffn, vocab, bf16=precision == "bf16") as model:
+    with hf_causal_lm(layers, hidden, heads, ffn, vocab, bf16=precision == "bf16", architecture=architecture, experts=experts) as model:
         if checkpoint:
             model.gradient_checkpointing_enable()
         model.train()

@@ -20,37 +20,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+pytest.importorskip("torch.distributed._tools.mem_tracker")
+
+from .test_torch_memory_hf import tracked_peak  # noqa: E402  (after the skips: it imports torch)
 
 # the parcalc preset each architecture's shape is made from (its norms, MLP and MoE router as transformers has them)
 BASE = {"qwen3": "llama3-8b", "mixtral": "mixtral-8x7b", "qwen3_moe": "qwen3-30b-a3b"}
-
-
-def tracked_peak(shape: tuple, checkpoint: bool, precision: str, architecture: str, experts: tuple[int, int] | None) -> float:
-    """MemTracker's peak over a steady-state step (the second of two), in bytes."""
-    from .hf_causal_lm import hf_causal_lm
-
-    layers, hidden, heads, ffn, vocab, b, s = shape
-    with hf_causal_lm(layers, hidden, heads, ffn, vocab, bf16=precision == "bf16", architecture=architecture, experts=experts) as model:
-        if checkpoint:
-            model.gradient_checkpointing_enable()
-        model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        ids = torch.randint(0, vocab, (b, s))
-        tracker = mem_tracker.MemTracker()
-        tracker.track_external(model, opt, ids)
-        with tracker:
-            for i in range(2):
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "mixed-bf16"):
-                    loss = model(input_ids=ids, labels=ids).loss
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                if i == 0:
-                    tracker.reset_mod_stats()
-        snapshot = tracker.get_tracker_snapshot("peak")
-    (_device, parts), = snapshot.items()
-    return float(parts[mem_tracker._TOTAL_KEY])
 
 
 def parcalc_peak(shape: tuple, checkpoint: bool, precision: str, architecture: str, experts: tuple[int, int] | None):
@@ -90,7 +65,7 @@ CASES = [
 @pytest.mark.parametrize("shape, checkpoint, precision, architecture, experts, phase", CASES)
 def test_hf_peak_matches_memtracker(shape: tuple, checkpoint: bool, precision: str, architecture: str, experts: tuple | None,
                                     phase: str) -> None:  # fmt: skip
-    tracked = tracked_peak(shape, checkpoint, precision, architecture, experts)
+    tracked, _parts = tracked_peak(*shape, checkpoint, precision, architecture, experts)
     ours = parcalc_peak(shape, checkpoint, precision, architecture, experts)
     b, s = shape[-2:]
     assert b * s * s * 2 < 0.02 * tracked  # the CPU-only causal mask (b x 1 x s x s) is under 2 % of the peak here
