@@ -15,7 +15,7 @@ from parcalc.units import Dimension, parse_quantity
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
-                   "kernels", "host", "step_memory", "data_parallel_only")  # fmt: skip
+                   "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -75,6 +75,10 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         memory["data_parallel_only"] = setting(doc, "data_parallel_only", "data_parallel_only")
         if not isinstance(memory["data_parallel_only"], bool):
             raise doc.error("data_parallel_only.value", f"expected true or false, got {shown(memory['data_parallel_only'])}")
+    if "optimizer_writes_weight_copy" in data:  # optional: the mixed-precision stacks with a 16-bit weight buffer write it
+        memory["optimizer_writes_weight_copy"] = setting(doc, "optimizer_writes_weight_copy", "optimizer_writes_weight_copy")
+        if not isinstance(memory["optimizer_writes_weight_copy"], bool):
+            raise doc.error("optimizer_writes_weight_copy.value", f"expected true or false, got {shown(memory['optimizer_writes_weight_copy'])}")
     host = host_costs_of(doc, sources) if "host" in data else None
     pipeline: tuple[tuple[str, Any], ...] = ()
     if "pipeline" in doc.data:

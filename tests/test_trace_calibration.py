@@ -57,11 +57,12 @@ def fit_parts(name: str, presets: Path | None = None) -> dict[str, float]:
 
 def test_the_preset_holds_one_factor_per_kind_and_the_traces_host(calibrated: Path) -> None:
     """Each factor is modelled / traced kernel time of its kind on the b4 step (GEMMs 151.6 / 160.3 ms, attention 40.29 /
-    42.97, memory-bound 147.6 / 152.2, optimizer 10.73 / 10.00; before the H200 mechanisms of tests/test_h200_mechanisms.py
-    187.3, 40.29, 107.0, 8.58: factors 1.1685, 0.9375, 0.7032, 0.8581); the host per launch is the trace's."""
+    42.97, memory-bound 147.6 / 152.2, optimizer 10.01 / 10.00 at 28 B a parameter (10.73 at 30 B, before AdamW over fp32
+    weights stopped writing a 16-bit copy); before the H200 mechanisms of tests/test_h200_mechanisms.py 187.3, 40.29, 107.0,
+    8.58: factors 1.1685, 0.9375, 0.7032, 0.8581); the host per launch is the trace's."""
     gpu = load_gpu("h200-traced", (calibrated,))
     factors = gpu.kernels.calibrated
-    assert (factors.gemm, factors.attention, factors.memory, factors.optimizer) == pytest.approx((0.94561, 0.93753, 0.96979, 1.0723), rel=1e-4)
+    assert (factors.gemm, factors.attention, factors.memory, factors.optimizer) == pytest.approx((0.94561, 0.93753, 0.96979, 1.0008), rel=1e-4)
     assert "calibrate trace from trace-llama1b-b4-s4096.json.gz" in factors.source
     # the b4 trace's host time per launch (forward, backward, optimizer), as its CPU ops span them: 34.5 / 34.4 / 29.4 us
     assert (gpu.host.forward, gpu.host.backward, gpu.host.optimizer) == pytest.approx((34.537e-6, 34.402e-6, 29.356e-6), rel=1e-4)
@@ -85,19 +86,22 @@ HELD_OUT = ("llama3.2-3b b2 s4096", "llama3.2-1b b1 s2048")
 # factor (0.970) corrects the b4 step's -3.0 %; the b1 step's part was within 1 % (+0.5 -> +3.6 %).
 B1_AWAY = {"t_gemm": "the b1 step's clock is not the capped one the GEMM factor was measured at",
            "t_memory_bound": "the b1 step's memory-bound part was within 1 % before the b4 factor"}
+# 3B b2's optimizer is within 1 % before calibrating (AdamW over fp32 weights at 28 B a parameter): the b4 factor (1.0008)
+# moves it -0.77 -> -0.85 %, within the trace's noise, where nothing was left to correct
+B2_AWAY = {"t_optimizer": "the 3B step's optimizer was within 1 % before the b4 factor (-0.77 -> -0.85 %)"}
 
 
 def _held_out(name: str, part: str) -> object:
-    away = name == "llama3.2-1b b1 s2048" and part in B1_AWAY
-    return pytest.param(name, part, marks=pytest.mark.xfail(strict=True, reason=B1_AWAY[part]) if away else ())
+    away = B1_AWAY if name == "llama3.2-1b b1 s2048" else B2_AWAY
+    return pytest.param(name, part, marks=pytest.mark.xfail(strict=True, reason=away[part]) if part in away else ())
 
 
 @pytest.mark.parametrize(("name", "part"), [_held_out(name, part) for name in HELD_OUT for part in PARTS])
 def test_calibration_moves_every_held_out_part_closer_to_the_profile(calibrated: Path, name: str, part: str) -> None:
     """Against train-step-profiles.json's kernel time of the kind (a run the trace is not from). 3B b2: GEMMs -6.4 ->
-    -1.0 %, attention -11.9 -> -6.0, memory-bound -3.6 -> -0.6, optimizer +6.3 -> -0.9; 1B b1: +10.1 -> +16.5 (xfail),
-    -24.0 -> -18.9, +0.5 -> +3.6 (xfail), +8.5 -> +1.2. (Before the H200 mechanisms, when every part was 13-33 % off,
-    calibration moved every one closer.)"""
+    -1.0 %, attention -11.9 -> -6.0, memory-bound -3.6 -> -0.6, optimizer -0.77 -> -0.85 (xfail); 1B b1: +10.1 -> +16.5
+    (xfail), -24.0 -> -18.9, +0.5 -> +3.6 (xfail), +1.2 -> +1.2. (Before the H200 mechanisms, when every part was 13-33 %
+    off, calibration moved every one closer.)"""
     truth = measured(name)[part]
     before, after = fit_parts(name)[part], fit_parts(name, calibrated)[part]
     assert abs(after / truth - 1) < abs(before / truth - 1)
@@ -114,11 +118,14 @@ def test_calibration_moves_every_part_closer_to_the_held_out_trace(calibrated: P
 
 
 
-@pytest.mark.parametrize("name", HELD_OUT)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="host-bound: the b4 factors net to "
+                                                         "nothing on it (+6.48 -> +6.51 %)") if name == "llama3.2-1b b1 s2048" else ())
+                                  for name in HELD_OUT])  # fmt: skip
 def test_calibration_moves_the_held_out_step_closer(calibrated: Path, name: str) -> None:
-    """The whole step against train-steps.json (unprofiled median of 5): 3B b2 440.3 -> 457.9 ms against 463.3 (-5.0 ->
-    -1.2 %); 1B b1 86.5 -> 85.8 against 80.6 (+7.4 -> +6.5 %: host-bound, the host's per-launch cost measured under the
-    profiler is high; before the H200 mechanisms it moved away, +4.7 -> +6.5 %, a strict xfail)."""
+    """The whole step against train-steps.json (unprofiled median of 5): 3B b2 438.5 -> 457.9 ms against 463.3 (-5.4 ->
+    -1.2 %). 1B b1 is host-bound (the host's per-launch cost measured under the profiler is high): 85.8 -> 85.8 ms against
+    80.6, +6.48 -> +6.51 %, a strict xfail (the b4 factors net to nothing on it since AdamW's optimizer is timed at 28 B a
+    parameter; +7.4 -> +6.5 % before; before the H200 mechanisms +4.7 -> +6.5 %)."""
     truth = measured(name)["t_step"]
     before, after = fit_parts(name)["t_step"], fit_parts(name, calibrated)["t_step"]
     assert abs(after / truth - 1) < abs(before / truth - 1)

@@ -549,7 +549,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms.t_dp, training)
     from parcalc.core.expert_parallel import expert_dp
 
-    fullest, traffic = optimizer_traffic(model, config.layout, training)
+    fullest, traffic = optimizer_traffic(model, config.layout, training, cluster.framework)
     sg = config.layout.shard_group if config.layout.zero else None  # hybrid sharding applies to ZeRO-1/2/3
     shards = (d * c if sg is None else sg) if config.layout.zero >= 1 else 1
     formula, expert_terms = OPTIMIZER.formula, []

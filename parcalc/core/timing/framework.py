@@ -58,6 +58,10 @@ class Framework:
     # checkpointing). data_parallel_only: the stack has no tensor, pipeline, context or expert parallelism.
     step_memory: str = "textbook"
     data_parallel_only: bool = False
+    # Whether the optimizer step writes a 16-bit copy of each weight it updates (Megatron-LM's and DeepSpeed's bf16
+    # parameter buffers beside the fp32 master); False: the model runs the fp32 weights themselves, cast per op by
+    # autocast (HF's Trainer), so the update reads and writes the fp32 weight and states and reads the gradient only
+    optimizer_writes_weight_copy: bool = True
     # Host time per kernel issued (parcalc.core.timing.host): forward, backward, optimizer step, and where it was measured;
     # None: not modelled (the GPU is taken as never waiting for the host)
     host: HostCosts | None = None

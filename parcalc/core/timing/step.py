@@ -606,9 +606,10 @@ def dp_pieces_of(stage: FullestStage, layout: Layout, training: Any, cluster: An
     )
 
 
-def optimizer_traffic(model: Any, layout: Layout, training: Any) -> tuple[FullestStage, float]:
+def optimizer_traffic(model: Any, layout: Layout, training: Any, framework: Any = None) -> tuple[FullestStage, float]:
     """(the fullest stage's GPU before ZeRO sharding: parameters, routed experts among them; HBM
-    bytes one parameter's update moves)."""
+    bytes one parameter's update moves). framework: whether its optimizer writes a 16-bit weight copy
+    (Framework.optimizer_writes_weight_copy; None: it does, as Megatron-LM's)."""
     from parcalc.core.choices import Precision
     from parcalc.core.model_states import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
@@ -616,7 +617,8 @@ def optimizer_traffic(model: Any, layout: Layout, training: Any) -> tuple[Fulles
     stage = _fullest_stage(model, layout)
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
     master = training.precision is not Precision.FP32 and training.precision is not Precision.BF16
-    return stage, optimizer_bytes(per.states, per.gradient, per.weight, master, state_bytes=per.per_state)
+    writes_copy = framework is None or framework.optimizer_writes_weight_copy
+    return stage, optimizer_bytes(per.states, per.gradient, per.weight, master, state_bytes=per.per_state, writes_copy=writes_copy)
 
 
 def optimizer_step_time(model: Any, layout: Layout, training: Any, cluster: Any, *, zero: Any = None, shard_group: Any = None) -> Any:
@@ -628,7 +630,7 @@ def optimizer_step_time(model: Any, layout: Layout, training: Any, cluster: Any,
     zero, shard_group = _sharding(layout, zero, shard_group)
     if training.offload_optimizer:  # the step runs on the host (parcalc.core.timing.offload)
         return 0.0 * np.asarray(zero)
-    stage, traffic = optimizer_traffic(model, layout, training)
+    stage, traffic = optimizer_traffic(model, layout, training, cluster.framework)
     whole = optimizer_time(stage.params, traffic, cluster.spec)
     shards = layout.dp * layout.cp if shard_group is None else shard_group
     if not stage.experts:
