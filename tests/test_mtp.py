@@ -140,3 +140,29 @@ def test_flops_command_shows_the_module() -> None:
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)["results"]
     assert results["mtp_forward_flops"]["value"] > 0
+
+
+def test_the_mtp_block_exchanges_as_a_layer_on_its_stage() -> None:
+    """Megatron-LM's MultiTokenPredictionLayer holds a transformer layer (multi_token_prediction.py): on the stage with
+    the loss its TP collectives and, DeepSeek-V3's block being an MoE layer, its expert exchange count beside the
+    stage's own layers: with every layer on one stage (pp 1) the TP time is (61 + 1) / 61 of the model without MTP, and
+    the stage's exchanging MoE blocks 58 + 1 (61 layers, the first 3 dense)."""
+    from parcalc.core.choices import Precision
+    from parcalc.core.choices import Recompute as R
+    from parcalc.core.fit import Cluster, Training
+    from parcalc.core.timing.step import stage_pieces
+    from parcalc.presets import load_gpu, load_link
+
+    model = load_model("deepseek-v3")
+    without = dataclasses.replace(model, mtp_layers=0)
+    gpu = load_gpu("h800-sxm5", ())
+    cluster = Cluster(gpus=64, gpus_per_node=8, peak=gpu.dtypes["bf16"].dense_peak.value, capacity=gpu.memory_capacity.value,
+                      intra=load_link("nvlink4", ()), inter=load_link("ib-ndr", ()), gpu=gpu)  # fmt: skip
+    training = Training(64, 4096, Precision.MIXED_BF16)
+    layout = Layout(8, 1, 8, ep=8)
+    with_mtp, _, _ = stage_pieces(model, layout, 1, R.NONE, training, cluster)
+    plain, _, _ = stage_pieces(without, layout, 1, R.NONE, training, cluster)
+    assert model.mtp_layers == 1 and model.layers == 61
+    assert with_mtp.tp == pytest.approx(plain.tp * 62 / 61, rel=1e-9)
+    assert (with_mtp.moe_layers, plain.moe_layers) == (59, 58)
+    assert with_mtp.ep_total == pytest.approx(plain.ep_total * 59 / 58, rel=1e-9)

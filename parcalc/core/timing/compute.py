@@ -655,8 +655,8 @@ def mtp_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, bl
     """Forward and backward time of the model's multi-token-prediction modules on the last stage (0 without): each
     module runs its own kernels (mtp_kernels), one block (`block`: the passes of a layer of its kind, not recomputed),
     the final norm, shared head and loss as the main model's last stage does, and the embedding lookup of the shifted
-    tokens (`ends`) (Megatron-LM multi_token_prediction.py; DeepSeek-V3 report sec. 2.2). The MTP block's expert
-    exchange is not timed."""
+    tokens (`ends`) (Megatron-LM multi_token_prediction.py; DeepSeek-V3 report sec. 2.2). The block's TP, CP and
+    expert exchanges are the stage's (parcalc.core.timing.step.assemble_stage counts the MTP blocks among its layers')."""
     if not model.mtp_layers:
         return 0.0, 0.0
     own_forward, own_backward = mtp_kernels(model, shard, spec)

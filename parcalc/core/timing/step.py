@@ -344,24 +344,31 @@ def assemble_stage(model: Any, layout: Layout, lp: Any, p2p: Any, overlap_tp: bo
 
     first_f = f_of(split[0], moe_counts[0]) + lp.first_forward + (lp.last_forward if pp == 1 else 0.0)
     first_b = b_of(split[0], moe_counts[0]) + lp.first_backward + (lp.last_backward if pp == 1 else 0.0)
+    # The multi-token-prediction blocks run on the stage that holds the loss (lp.last_*: their compute, not recomputed,
+    # parcalc.core.timing.compute.mtp_passes); each is a transformer layer with its layer's TP, CP and EP exchanges
+    # (Megatron-LM multi_token_prediction.py: MultiTokenPredictionLayer's transformer_layer), which pace that stage too
+    mtp = model.mtp_layers
+    mtp_moe = mtp if mtp and model.moe is not None and model.mtp_layer_is_moe else 0
     # The slowest stage sets the pace (the first of equals). Equal stages: the first (a middle one is
-    # the first without the embedding; the last has the LM head instead).
-    stages = [(first_f, first_b, split[0], moe_counts[0])]
+    # the first without the embedding; the last has the LM head instead). Each: forward, backward with
+    # recomputation, its layers, its MoE layers, and the MTP blocks and MoE ones among them it holds.
+    stages = [(first_f, first_b, split[0], moe_counts[0], mtp if pp == 1 else 0, mtp_moe if pp == 1 else 0)]
     if pp > 2:
-        stages.append((f_of(split[1], moe_counts[1]), b_of(split[1], moe_counts[1]), split[1], moe_counts[1]))
+        stages.append((f_of(split[1], moe_counts[1]), b_of(split[1], moe_counts[1]), split[1], moe_counts[1], 0, 0))
     if pp > 1:
         stages.append((f_of(split[-1], moe_counts[-1]) + lp.last_forward, b_of(split[-1], moe_counts[-1]) + lp.last_backward,
-                       split[-1], moe_counts[-1]))  # fmt: skip
+                       split[-1], moe_counts[-1], mtp, mtp_moe))  # fmt: skip
     per_layer = _TpLayer(lp.tp_layer, lp.regather, lp.regather_exposed, lp.gemms_dense, lp.gemms_moe, lp.tp_replay, recompute_layers, chunks)
-    forward, backward_and_re, layers_here, moe_here = _slowest(stages, per_layer, overlap_tp)
+    forward, backward_and_re, layers_here, moe_here, mtp_here, mtp_moe_here = _slowest(stages, per_layer, overlap_tp)
     again = _again(layers_here, recompute_layers, chunks)
     share = again / np.maximum(layers_here, 1)
     recomputed = share * ((layers_here - moe_here) * lp.r_dense + moe_here * lp.r_moe)
-    tp_time = layers_here * lp.tp_layer + again * lp.tp_replay
-    tp_hidden = (layers_here - moe_here) * lp.gemms_dense + moe_here * lp.gemms_moe
+    blocks, moe_blocks = layers_here + mtp_here, moe_here + mtp_moe_here  # what exchanges: the layers and the MTP blocks
+    tp_time = blocks * lp.tp_layer + again * lp.tp_replay
+    tp_hidden = (blocks - moe_blocks) * lp.gemms_dense + moe_blocks * lp.gemms_moe
     return StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
-                       layers_here * lp.regather, layers_here * lp.regather_exposed, layers_here * lp.cp_exposed,
-                       layers_here * lp.cp_total, moe_here * lp.ep_paired, moe_here * lp.ep_alone, moe_here)  # fmt: skip
+                       blocks * lp.regather, blocks * lp.regather_exposed, blocks * lp.cp_exposed,
+                       blocks * lp.cp_total, moe_blocks * lp.ep_paired, moe_blocks * lp.ep_alone, moe_blocks)  # fmt: skip
 
 
 def paced_stages(model: Any, layout: Layout) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -455,20 +462,22 @@ class _TpLayer:
     recompute_layers: int | None = None  # per chunk (None: every layer replays)
     chunks: int = 1
 
-    def exposed(self, layers: int, overlap_tp: bool, moe: int = 0) -> Any:
-        """combine()'s t_tp per micro-batch for a stage of `layers` layers, `moe` of them MoE layers."""
+    def exposed(self, layers: int, overlap_tp: bool, moe: int = 0, blocks: int = 0, moe_blocks: int = 0) -> Any:
+        """combine()'s t_tp per micro-batch for a stage of `layers` layers, `moe` of them MoE layers, and `blocks` MTP
+        blocks (`moe_blocks` of them MoE), which exchange as a layer does and are not recomputed."""
         replayed = _again(layers, self.recompute_layers, self.chunks) * self.replay
+        layers, moe = layers + blocks, moe + moe_blocks
         if overlap_tp:
             return np.maximum(layers * (self.collectives + self.regather) - (layers - moe) * self.gemms - moe * self.gemms_moe + replayed, 0.0)
         return layers * (self.collectives + self.regather_exposed) + replayed
 
 
-def _slowest(stages: list[tuple[Any, Any, int, int]], tp: _TpLayer, overlap_tp: bool) -> tuple[Any, Any, Any, Any]:
-    """The (forward, backward with recomputation, layers, MoE layers) of the stage with the most
-    compute and exposed TP time per micro-batch (the first of equals); floats or arrays alike."""
+def _slowest(stages: list[tuple[Any, Any, int, int, int, int]], tp: _TpLayer, overlap_tp: bool) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """The (forward, backward with recomputation, layers, MoE layers, MTP blocks, MoE ones among them) of the stage with
+    the most compute and exposed TP time per micro-batch (the first of equals); floats or arrays alike."""
 
-    def pace(stage: tuple[Any, Any, int, int]) -> Any:
-        return stage[0] + stage[1] + tp.exposed(stage[2], overlap_tp, stage[3])
+    def pace(stage: tuple[Any, Any, int, int, int, int]) -> Any:
+        return stage[0] + stage[1] + tp.exposed(stage[2], overlap_tp, stage[3], stage[4], stage[5])
 
     if not isinstance(stages[0][0], np.ndarray):
         return max(stages, key=pace)
