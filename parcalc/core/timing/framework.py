@@ -59,8 +59,8 @@ class Framework:
     step_memory: str = "textbook"
     data_parallel_only: bool = False
     # Whether the optimizer step writes a 16-bit copy of each weight it updates (Megatron-LM's and DeepSpeed's bf16
-    # parameter buffers beside the fp32 master); False: the model runs the fp32 weights themselves, cast per op by
-    # autocast (HF's Trainer), so the update reads and writes the fp32 weight and states and reads the gradient only
+    # parameter buffers beside the fp32 master); False: it updates fp32 parameters whose 16-bit copies are made where
+    # they are used (autocast per op: HF's Trainer; FSDP2's all-gather under MixedPrecisionPolicy), reading their fp32 .grad
     optimizer_writes_weight_copy: bool = True
     # Host time per kernel issued (parcalc.core.timing.host): forward, backward, optimizer step, and where it was measured;
     # None: not modelled (the GPU is taken as never waiting for the host)

@@ -627,7 +627,10 @@ def optimizer_traffic(model: Any, layout: Layout, training: Any, framework: Any 
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
     master = training.precision is not Precision.FP32 and training.precision is not Precision.BF16
     writes_copy = framework is None or framework.optimizer_writes_weight_copy
-    return stage, optimizer_bytes(per.states, per.gradient, per.weight, master, state_bytes=per.per_state, writes_copy=writes_copy)
+    # without a 16-bit copy the optimizer updates the fp32 parameters themselves, whose .grad is fp32 (autocast's
+    # fp32 weights; FSDP2's sharded gradients, cast to the shards' dtype after the reduce-scatter)
+    gradient = per.gradient if writes_copy or not master else 4.0
+    return stage, optimizer_bytes(per.states, gradient, per.weight, master, state_bytes=per.per_state, writes_copy=writes_copy)
 
 
 def optimizer_step_time(model: Any, layout: Layout, training: Any, cluster: Any, *, zero: Any = None, shard_group: Any = None) -> Any:
