@@ -1,21 +1,92 @@
-"""Which parallel layouts and pipeline splits fit --search tries (parcalc.core.fit_search evaluates them): every
-(tp, pp, cp, dp, ep) whose degrees divide the model and the cluster, and for each pipeline depth the stage splits to
-time, with the reason each rejected layout is counted under."""
+"""The space fit --search covers (SearchSpace: what it varies and what is pinned) and the parallel layouts and
+pipeline splits it tries there (parcalc.core.fit_search evaluates them): every (tp, pp, cp, dp, ep) whose degrees
+divide the model and the cluster, and for each pipeline depth the stage splits to time, with the reason each rejected
+layout is counted under."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from parcalc.core.choices import Recompute
 from parcalc.core.layout import Layout
 from parcalc.core.stages import balanced_splits, stage_ends, stage_split
 from parcalc.errors import InputError
 
 if TYPE_CHECKING:
     from parcalc.core.fit import Cluster, Training
-    from parcalc.core.fit_search import SearchSpace
     from parcalc.core.model import TransformerModel
+
+
+RECOMPUTES = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL, Recompute.OP)  # an index of this is the column "recompute"
+
+# cp is searched only for sequences of at least this many tokens (or pinned by --cp): below it the
+# attention's share of the step is small and context parallelism only adds exchanges, and the
+# space stays small (issue #13).
+CP_MIN_SEQ_LEN = 16384
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which choices to try; the defaults try everything."""
+
+    recomputes: tuple[Recompute, ...] = RECOMPUTES
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    interleaved: bool = True
+    micro_batches: tuple[int, ...] | None = None  # micro-batch sizes b to try (None: every divisor)
+    max_chunks: int | None = None
+    tp: int | None = None  # pinned dimensions (None: every valid value)
+    pp: int | None = None
+    dp: int | None = None
+    first_stage_layers: int | None = None  # a pinned uneven split (with a pinned pp; None: the search's own)
+    last_stage_layers: int | None = None
+    embedding_in_split: bool = False  # the embedding / the loss as one layer slot of every split (parcalc.core.stages)
+    loss_in_split: bool = False
+    # Megatron-LM's layout string (--pipeline-layout), kept fixed: only pp dividing its virtual stages, with chunks = stages / pp
+    pipeline_layout: str | None = None
+    cp: int | None = None  # pinned context parallelism (None: 1, and every valid cp when s >= CP_MIN_SEQ_LEN)
+    ep: int | None = None  # pinned expert parallelism (None: every ep dividing the routed experts; 1 for dense models)
+    cp_comm: str = "p2p"  # the CP exchange every cp > 1 uses (parcalc.core.context.CpComm)
+    # How every MoE layout exchanges tokens (parcalc.core.fit.Config's fields of the same names)
+    moe_imbalance: float = 1.0
+    moe_dispatcher: str = "alltoall"
+    max_nodes_per_token: int | None = None
+    ep_overlap: str = "none"
+
+    @property
+    def moe(self) -> tuple[float, str, int | None, str]:
+        return self.moe_imbalance, self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap
+    shard_group: int | None = None  # pinned shard group for ZeRO-1/2/3 (None: every candidate of shard_groups_of)
+    hybrid: bool = True  # try shard groups smaller than dp x cp for ZeRO-1/2/3 (hybrid sharding)
+    time_all: bool = False  # time the configurations that do not fit too (a picture of them); else their times are nan
+
+    def shard_groups_of(self, ranks: int, tp: int, gpus_per_node: int) -> list[int]:
+        """The shard groups S to try for ZeRO-1/2/3 on `ranks` = dp x cp data-parallel ranks: the
+        pinned one (if it divides them), or every divisor from one node's share of the data-parallel
+        group (gpus_per_node / tp ranks, tp apart) up to all of them; [ranks] alone without hybrid."""
+        if self.shard_group is not None:
+            return [self.shard_group] if self.shard_group <= ranks and ranks % self.shard_group == 0 else []
+        if not self.hybrid:
+            return [ranks]
+        share = gpus_per_node // tp if gpus_per_node % tp == 0 else 1
+        return [s for s in divisors(ranks) if s >= min(share, ranks)]
+
+    def cp_values(self, gpus: int, seq_len: int) -> list[int]:
+        """The cp degrees to try: the pinned one, or 1 and, for s >= CP_MIN_SEQ_LEN, every divisor
+        of the GPUs that splits the sequence into 2 cp equal chunks (causal load balancing)."""
+        if self.cp is not None:
+            return [self.cp]
+        if seq_len < CP_MIN_SEQ_LEN:
+            return [1]
+        return [c for c in divisors(gpus) if seq_len % (2 * c) == 0 or c == 1]
+
+    @property
+    def slots(self) -> tuple[int, int]:
+        """(e, l): the layer slots the embedding and the loss take (Megatron-LM's account-for flags)."""
+        return int(self.embedding_in_split), int(self.loss_in_split)
 
 
 def divisors(n: int) -> list[int]:
