@@ -197,6 +197,14 @@ def _attention_by_head_dim(node: PresetDoc, sources: Mapping[str, str]) -> tuple
     return tuple(sorted(out, key=lambda r: r[0]))
 
 
+def _dtype_keys(table: PresetDoc, dtypes: Mapping[str, DtypeRates]) -> list[str]:
+    """A table's keys, each a dtype the GPU has a peak for (else the preset's one-line error naming it)."""
+    for dtype in table.data:
+        if dtype not in dtypes:
+            raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
+    return [str(dtype) for dtype in table.data]
+
+
 def _gemm_tiles(node: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, Any], ...]:
     """`kernels.gemm_tiles:` dtype -> {sm_rate, tile_overhead, kernel_overhead, split_k_slice, tiles, source}
     (parcalc.core.timing.gemm_tiles)."""
@@ -204,10 +212,8 @@ def _gemm_tiles(node: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str
 
     table = node.child("gemm_tiles")
     out = []
-    for dtype in table.data:
-        if dtype not in dtypes:
-            raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
-        block = table.child(str(dtype))
+    for dtype in _dtype_keys(table, dtypes):
+        block = table.child(dtype)
         block.only(("sm_rate", "tile_overhead", "kernel_overhead", "split_k_slice", "tiles", "source", "note", "clock", "training_clock"))
         for needed in ("sm_rate", "tile_overhead", "kernel_overhead"):
             if needed not in block.data:
@@ -239,10 +245,8 @@ def _shares(node: PresetDoc, key: str, sources: Mapping[str, str], dtypes: Mappi
     shares = []
     if key in node.data:
         table = node.child(key)
-        for dtype in table.data:
-            if dtype not in dtypes:
-                raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
-            share = share_of(table, str(dtype), sources, required=True)
+        for dtype in _dtype_keys(table, dtypes):
+            share = share_of(table, dtype, sources, required=True)
             assert share is not None
             shares.append((str(dtype), share))
     return tuple(shares)
@@ -260,16 +264,14 @@ _MATMUL_POINT_KEYS = ("m", "k", "n", "time", "achieved", "quantisation", "share"
 
 
 def _matmul_measured(doc: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, MatmulSweep], ...]:
-    from parcalc.core.measured import MatmulPoint, MatmulSweep
-
     """`matmul_measured:` dtype -> {source, rows: [{m, k, n, time, achieved, quantisation, share}]},
     the sweep `parcalc calibrate gemm` measured (data: the model uses `kernels.matmul`)."""
+    from parcalc.core.measured import MatmulPoint, MatmulSweep
+
     table = doc.child("matmul_measured")
     sweeps = []
-    for dtype in table.data:
-        if dtype not in dtypes:
-            raise table.error(str(dtype), f"no peak for this dtype in 'dtypes' (known: {', '.join(dtypes)})")
-        sweep = table.child(str(dtype))
+    for dtype in _dtype_keys(table, dtypes):
+        sweep = table.child(dtype)
         sweep.only(("source", "rows"))
         points = []
         for where, row in rows_of(sweep, _MATMUL_POINT_KEYS):
