@@ -202,8 +202,12 @@ HOSTILE = r"\input{/etc/passwd} \write18{rm -rf /} $x$ 100% & #1 under_score {br
 
 def test_escape_is_per_character() -> None:
     assert tex_escape(r"\input{x}") == r"\textbackslash{}input\{x\}"
-    # an underscore may end a line (source paths, identifiers): \allowbreak after it
-    assert tex_escape("50% & $5 #1 a_b ~ ^") == r"50\% \& \$5 \#1 a\_\allowbreak{}b \textasciitilde{} \textasciicircum{}"
+    assert tex_escape("50% & $5 #1 a_b ~ ^") == r"50\% \& \$5 \#1 a\_b \textasciitilde{} \textasciicircum{}"
+    # an underscore may end a line inside long identifiers and paths (\allowbreak after it), not inside a
+    # symbol such as t_1 or r_SM, which broke as "t_" / "1" in prose (session 12's PDF check)
+    assert tex_escape("multi_latent_attention.py") == r"multi\_\allowbreak{}latent\_\allowbreak{}attention.py"
+    assert tex_escape("t_1 and r_SM and k_opt") == r"t\_1 and r\_SM and k\_opt"
+    assert tex_escape("hwLat_NCCL") == r"hwLat\_\allowbreak{}NCCL"
     # letters and symbols of any script pass (LuaLaTeX sets them; render/pdf.py makes them "?" for pdfLaTeX);
     # controls, bidirectional overrides, zero-width and private-use characters do not; other spaces are spaces
     assert tex_escape("naïve ☃ José Müller αβ 中文") == "naïve ☃ José Müller αβ 中文"

@@ -20,7 +20,7 @@ _TEX_ESCAPES: dict[str, str] = {
     "&": r"\&",
     "#": r"\#",
     "^": r"\textasciicircum{}",
-    "_": r"\_\allowbreak{}",  # a line may break after it: source paths and identifiers (multi_latent_attention.py)
+    "_": r"\_",  # a line may break after it inside long identifiers: _escape_chars, _UNDERSCORE_BREAK
     "~": r"\textasciitilde{}",
     "%": r"\%",
     "<": r"\textless{}",
@@ -112,13 +112,21 @@ def _quotes(text: str) -> str:
 _POWER = re.compile(r"\^(?:(-?\d+)|\(([^()]{1,40})\))")
 
 
+# A line may break after an underscore between two word pieces of three or more characters: source paths
+# and identifiers (multi_latent_attention.py) wrap, while a subscript-like symbol in prose (t_1, k_opt,
+# r_SM) stays whole, as TeX's own hyphenation keeps at least 2 letters before a break and 3 after it.
+_UNDERSCORE_BREAK = re.compile(r"(?<=[A-Za-z0-9]{3})_(?=[A-Za-z0-9]{3})")
+
+
 def _escape_chars(text: str) -> str:
+    breaks = {m.start() for m in _UNDERSCORE_BREAK.finditer(text)}
     # "-" before another "-" gets a zero kern so that "--flag" keeps two hyphens (TeX makes "--" an en
     # dash); so does a quote before another quote, which TeX would otherwise join into a different pair.
     # A kern, not "{}": LuaLaTeX's font ligatures join "-{}-" into an en dash all the same.
     return "".join(
         ("-" + NO_LIGATURE) if ch == "-" and text[i + 1 : i + 2] == "-"
         else (_TEX_ESCAPES.get(ch) or _plain_char(ch)) + (NO_LIGATURE if ch in _QUOTE_CHARS and text[i + 1 : i + 2] in _QUOTE_CHARS else "")
+        + (r"\allowbreak{}" if i in breaks else "")
         for i, ch in enumerate(text)
     )  # fmt: skip
 
