@@ -394,6 +394,12 @@ def narayanan(layers: int, hidden: int, vocab: int, seq: int) -> int:
         # Llama-3.1-405B: 126 x (2 x 16384^2 + 2 x 16384 x 1024 + 3 x 16384 x 53248 + 2 x 16384)
         #                 + 2 x 128256 x 16384 + 16384 = 405,853,388,800 (by hand).
         pytest.param("llama3-405b", 405_853_388_800, id="llama3-405b"),
+        # meta-llama/Llama-3.2-1B, tied embeddings (one vocabulary matrix), head_dim 64, K, V 8 x 64 = 512 wide:
+        # 16 x (2 x 2048^2 + 2 x 2048 x 512 + 3 x 2048 x 8192 + 2 x 2048) + 128256 x 2048 + 2048 = 1,235,814,400 (Hugging Face).
+        pytest.param("llama3.2-1b", 1_235_814_400, id="llama3.2-1b"),
+        # meta-llama/Llama-3.2-3B: 28 x (2 x 3072^2 + 2 x 3072 x 1024 + 3 x 3072 x 8192 + 2 x 3072) + 128256 x 3072 + 3072
+        # = 3,212,749,824 (Hugging Face).
+        pytest.param("llama3.2-3b", 3_212_749_824, id="llama3.2-3b"),
         # openai-community/gpt2-xl: 1,557,611,200 (Hugging Face) =
         # 48 x (12 x 1600^2 + 13 x 1600) + 50257 x 1600 + 1024 x 1600 + 2 x 1600.
         pytest.param("gpt2-xl", 1_557_611_200, id="gpt2-xl"),
