@@ -116,6 +116,26 @@ def test_fit_rejects_tp_for_hf(run_error) -> None:
     assert "data parallelism only" in line
 
 
+@pytest.mark.parametrize("args", [[], ["--search"], ["--tp", "1", "--pp", "1", "--dp", "2"]], ids=["table", "search", "pinned"])
+def test_fit_refuses_a_recomputation_hf_does_not_offer(run_error, args: list[str]) -> None:
+    """The strategy table, the search and one configuration refuse it up front (the table printed nine '-' rows and
+    'nothing fits', exit 1, before); transformers' gradient_checkpointing_enable checkpoints whole decoder layers."""
+    line = run_error(["fit", "--model", "llama3.2-1b", "--seq-len", "4096", "--gpus", "2", "--batch", "2", "--micro-batch", "1",
+                      "--framework", "hf", "--gpu", "h100-sxm5", "--recompute", "selective", *args])  # fmt: skip
+    assert "HF checkpoints whole decoder layers" in line and "--recompute full or none" in line
+
+
+def test_the_measured_shape_by_its_preset_name(run_json) -> None:
+    """llama3.2-1b is the H200 steps' shape (tests/fixtures/h200/llama3.2-1b.json, from train-steps.json): as a preset
+    the issue's check holds by name: micro-batch 4 fits an 80 GiB H100 at s 4096 without recomputation, 5 does not."""
+    flags = ["--model", "llama3.2-1b", "--seq-len", "4096", "--gpus", "1", "--gpu", "h100-sxm5", "--framework", "hf",
+             "--tp", "1", "--pp", "1", "--dp", "1"]  # fmt: skip
+    runs = {b: run_json("fit", *flags, "--batch", str(b), "--micro-batch", str(b)) for b in (4, 5)}
+    assert [runs[b]["fits"] for b in (4, 5)] == [True, False]
+    # reserved at the peak: 75.67 GiB at b 4, 92.51 GiB at b 5 (the H200 measured b 4's allocated peak at 71.5 GiB)
+    assert [round(runs[b]["results"]["total"]["value"] / 2**30, 2) for b in (4, 5)] == [75.67, 92.51]
+
+
 def test_models_the_walk_does_not_follow(run_error) -> None:
     line = run_error(["memory", "--model", "gpt2-xl", "--seq-len", "1024", "--framework", "hf"])
     assert "follows transformers' LlamaForCausalLM" in line
