@@ -159,8 +159,11 @@ def _moe_from_hf(path: Path, config: Mapping[str, Any], architecture: str, layer
         source=f"config.json at {path}: {expert_key} {experts}, num_experts_per_tok {top_k}; MoE layers from {keys}"
         + ("; shared_expert_intermediate_size and its gate (Qwen2MoeSparseMoeBlock.shared_expert_gate)" if architecture == "qwen2_moe" else ""),
         shared_expert_gate=architecture in ("qwen2_moe", "qwen3_next"),
-        # transformers Qwen3MoeTopKRouter casts the top-k weights to the logits' dtype; Mixtral's keeps them in fp32
-        routing_weights_cast=architecture == "qwen3_moe",
+        # transformers Qwen3MoeTopKRouter and Qwen2MoeTopKRouter cast the top-k weights to the logits' dtype; Mixtral's keeps
+        # them in fp32
+        routing_weights_cast=architecture in ("qwen3_moe", "qwen2_moe"),
+        # Qwen2MoeTopKRouter / Qwen3MoeTopKRouter divide by the top-k sum only `if self.norm_topk_prob`; MixtralTopKRouter always
+        top_k_renormalised=architecture == "mixtral" or config.get("norm_topk_prob", True) is not False,
     )
 
 

@@ -26,7 +26,7 @@ _WINDOW_KEYS = ("kind", "size", "global_every", "source")
 _MTP_KEYS = ("layers", "source")
 _MOE_KEYS = (
     "experts", "top_k", "expert_ffn_hidden", "shared_experts", "shared_ffn_hidden", "first_dense_layers", "every",
-    "capacity_factor", "router_bias", "shared_expert_gate", "routing_weights_cast", "source",
+    "capacity_factor", "router_bias", "shared_expert_gate", "routing_weights_cast", "top_k_renormalised", "source",
 )  # fmt: skip
 _MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "source")
 
@@ -55,6 +55,7 @@ def _moe(doc: PresetDoc, sources: Mapping[str, str]) -> MixtureOfExperts | None:
         source=block.source_ref("source", sources) if "source" in block.data else "",
         shared_expert_gate=block.flag("shared_expert_gate", default=False),
         routing_weights_cast=block.flag("routing_weights_cast", default=False),
+        top_k_renormalised=block.flag("top_k_renormalised", default=True),
     )
 
 

@@ -80,6 +80,10 @@ HF_SOURCES = {
             "(the default experts_implementation, PreTrainedModel.get_correct_experts_implementation): the (token, expert) pairs "
             "sorted by expert, hidden_states gathered (S = tokens x top_k rows), one grouped matmul for gate and up, "
             "act(gate) * up, one for down, times the routing weights, put back in token order and summed over the top k"),
+    "shared_expert": (f"{TRANSFORMERS} models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock.forward: shared_expert(x) (a "
+                      "Qwen2MoeMLP of shared_expert_intermediate_size) first, then the router and the experts, then "
+                      "sigmoid(shared_expert_gate(x)) * the shared output, added to the experts' output; Qwen2MoeTopKRouter "
+                      "divides the top-k weights by their sum only if norm_topk_prob and casts them to the logits' dtype"),
     "grouped_mm": ("PyTorch torch/_meta_registrations.py _meta_grouped_mm_common, mirroring aten/src/ATen/native/cuda/Blas.cpp "
                    "_grouped_mm_cuda: unscaled grouped matmuls take BF16 inputs only; transformers' _grouped_mm casts the input to "
                    "the weights' dtype and is not autocast-enabled (pytorch/pytorch#174763), so the experts need bf16 weights"),
@@ -207,7 +211,9 @@ def hf_model_gaps(model: TransformerModel) -> list[str]:
     moe = model.moe
     return [what for what, ok in (("no RMSNorm", model.norm is Norm.RMSNORM), ("no RoPE", model.position is Position.ROPE),
                                   ("no SwiGLU MLP", model.mlp is Mlp.SWIGLU),
-                                  ("shared experts", moe is None or not moe.shared_experts),
+                                  # Qwen2MoeSparseMoeBlock's one shared expert under a sigmoid gate; not Llama 4's or DeepSeek's
+                                  ("shared experts without Qwen2-MoE's sigmoid gate",
+                                   moe is None or not moe.shared_experts or (moe.shared_experts == 1 and moe.shared_expert_gate)),
                                   ("dense layers between the MoE layers", moe is None or (moe.first_dense_layers == 0 and moe.every == 1)),
                                   ("a router bias", moe is None or not moe.router_bias),
                                   ("expert capacity (token dropping)", moe is None or moe.capacity_factor is None),
@@ -222,8 +228,8 @@ def check_hf_model(model: TransformerModel) -> None:
     """The walk follows transformers' Llama decoder: RMSNorm, RoPE, a gated SiLU MLP, no MoE, no MLA."""
     missing = hf_model_gaps(model)
     if missing:
-        raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM and MixtralForCausalLM (RMSNorm, RoPE, "
-                         "SwiGLU, routed experts without shared ones); "
+        raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM and its MoE kin (Mixtral, Qwen2-MoE, "
+                         "Qwen3-MoE: RMSNorm, RoPE, SwiGLU, routed experts and at most Qwen2-MoE's gated shared expert); "
                          f"{model.name} has {', '.join(missing)}; use another --framework for its textbook sum")  # fmt: skip
 
 
@@ -246,6 +252,8 @@ class StepShapes:
     fe: int = 0  # an expert's width
     qk_norm: bool = False  # Qwen3's q_norm / k_norm
     routing_bytes: float = 4.0  # the routing weights' bytes: fp32 (Mixtral), or the router logits' dtype (Qwen3-MoE)
+    fs: int = 0  # the width of Qwen2-MoE's gated shared expert (0: none)
+    renormalised: bool = True  # the top-k weights divided by their sum (MixtureOfExperts.top_k_renormalised)
 
     @property
     def S(self) -> float:
@@ -265,7 +273,8 @@ def shapes_of(model: TransformerModel, micro_batch: int, seq_len: int, w: float,
     return StepShapes(float(micro_batch * seq_len), micro_batch, seq_len, model.hidden, model.heads * model.head_dim,
                       model.kv_heads * model.head_dim, model.ffn_hidden, model.vocab, model.heads, w, c, autocast,
                       moe.experts if moe else 0, moe.top_k if moe else 0, moe.expert_ffn_hidden if moe else 0, model.qk_norm,
-                      c if moe and moe.routing_weights_cast else 4.0)  # fmt: skip
+                      c if moe and moe.routing_weights_cast else 4.0, moe.shared_width if moe and moe.shared_experts else 0,
+                      moe.top_k_renormalised if moe else True)  # fmt: skip
 
 
 def _linear_weights(model: TransformerModel) -> tuple[tuple[str, int, int], ...]:
@@ -275,7 +284,11 @@ def _linear_weights(model: TransformerModel) -> tuple[tuple[str, int, int], ...]
                  *((("q_norm", model.head_dim, 1), ("k_norm", model.head_dim, 1)) if model.qk_norm else ()))
     if model.moe is not None:  # MixtralSparseMoeBlock: the router, then the experts' gate_up_proj and down_proj
         e, fe = model.moe.experts, model.moe.expert_ffn_hidden
-        return (*attention, ("router", h, e), ("gate_up_proj", h, e * 2 * fe), ("down_proj", e * fe, h))
+        experts: tuple[tuple[str, int, int], ...] = (("router", h, e), ("gate_up_proj", h, e * 2 * fe), ("down_proj", e * fe, h))
+        if model.moe.shared_experts:  # Qwen2MoeSparseMoeBlock: then shared_expert (gate, up, down) and shared_expert_gate
+            fs = model.moe.shared_width
+            experts += (("shared gate_proj", h, fs), ("shared up_proj", h, fs), ("shared down_proj", fs, h), ("shared_expert_gate", h, 1))
+        return (*attention, *experts)
     return (*attention, ("gate_proj", h, f), ("up_proj", h, f), ("down_proj", f, h))
 
 
@@ -464,22 +477,17 @@ def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, rec
     walk.free(oo)
     y2 = _norm_forward(walk, x, f"{k}.n2", f"{k}.x1", saved)
     if x.experts:
-        do = _experts_forward(walk, x, k, y2, kind, recomputing)
+        shared = _mlp_forward(walk, x, f"{k}.se", y2, x.fs, saved, "shared expert ") if x.fs else ""
+        do = _experts_forward(walk, x, k, y2, kind, recomputing and not shared)
+        if shared:
+            do = _gated_shared_forward(walk, x, k, y2, shared, do, kind, recomputing)
         if recomputing:
             return ""
         _keep_if_saved(walk, x, y2, kind, "RMSNorm output (the router's input)")
     else:
-        go = _linear(walk, x, f"{k}.gate", y2, x.w, h, f, saved, "gate_proj")
-        walk.live[go] = LiveTensor("MLP gate_proj output", kind, walk.live[go].bytes)
-        walk.alloc(f"{k}.act", T * f * x.c, kind, "MLP act_fn(gate) output")
-        uo = _linear(walk, x, f"{k}.up", y2, x.w, h, f, saved, "up_proj")
-        walk.live[uo] = LiveTensor("MLP up_proj output", kind, walk.live[uo].bytes)
-        walk.alloc(f"{k}.prod", T * f * x.c, kind, "MLP act * up (down_proj input)")
-        if recomputing:  # non-reentrant checkpoint's early stop: nothing after the last saved tensor runs again
-            if x.autocast:
-                walk.alloc(f"{k}.down.wcopy", f * h * x.c, "autocast weight copies", "autocast bf16 weight copies")
+        do = _mlp_forward(walk, x, k, y2, f, saved, "", recomputing)
+        if recomputing:
             return ""
-        do = _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, f, h, saved, "down_proj")
         _keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
     walk.alloc(f"{k}.x2", T * h * x.w, "activations", "decoder layer output (residual stream)")
     walk.free(do)
@@ -488,6 +496,41 @@ def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, rec
     elif x.w != 4:  # a bf16 residual stream: each RMSNorm saved its fp32 copy, so autograd keeps neither the layer's input
         walk.free(f"{k}.x1", *((inp,) if inp != "emb" else ()))  # nor x1 (LlamaModel's inputs_embeds holds the embedding)
     return f"{k}.x2"
+
+
+def _mlp_forward(walk: Walk, x: StepShapes, k: str, inp: str, width: int, saved: bool, what: str, recomputing: bool = False) -> str:
+    """LlamaMLP (or Qwen2-MoE's shared expert, `what` naming it): down(act(gate(x)) * up(x)); returns down's output key."""
+    T, h, c = x.T, x.h, x.c
+    kind = "activations" if saved else "temporaries"
+    go = _linear(walk, x, f"{k}.gate", inp, x.w, h, width, saved, f"{what}gate_proj")
+    walk.live[go] = LiveTensor(f"{what}MLP gate_proj output", kind, walk.live[go].bytes)
+    walk.alloc(f"{k}.act", T * width * c, kind, f"{what}MLP act_fn(gate) output")
+    uo = _linear(walk, x, f"{k}.up", inp, x.w, h, width, saved, f"{what}up_proj")
+    walk.live[uo] = LiveTensor(f"{what}MLP up_proj output", kind, walk.live[uo].bytes)
+    walk.alloc(f"{k}.prod", T * width * c, kind, f"{what}MLP act * up (down_proj input)")
+    if recomputing:  # non-reentrant checkpoint's early stop: nothing after the last saved tensor runs again
+        if x.autocast:
+            walk.alloc(f"{k}.down.wcopy", width * h * c, "autocast weight copies", "autocast bf16 weight copies")
+        return ""
+    return _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, width, h, saved, f"{what}down_proj")
+
+
+def _gated_shared_forward(walk: Walk, x: StepShapes, k: str, inp: str, shared: str, experts_out: str, kind: str, recomputing: bool) -> str:
+    """Qwen2MoeSparseMoeBlock after its experts: sigmoid(shared_expert_gate(x)) * shared_expert(x), added to the experts'
+    output (HF_SOURCES['shared_expert']); the product saves the sigmoid and the shared expert's output, the last tensors
+    the block saves, so a recomputation stops there."""
+    T, h, c = x.T, x.h, x.c
+    gate = _linear(walk, x, f"{k}.sg", inp, x.w, h, 1, kind == "activations", "shared_expert_gate")
+    walk.alloc(f"{k}.sig", T * c, kind, "shared expert gate sigmoid (saved by itself and the product)")
+    walk.free(gate)
+    walk.live[shared] = LiveTensor("shared expert down_proj output (saved by the gating product)", kind, walk.live[shared].bytes)
+    if recomputing:
+        walk.free(experts_out)
+        return ""
+    walk.alloc(f"{k}.gated", T * h * c, "temporaries", "gated shared expert output")
+    walk.alloc(f"{k}.block_out", T * h * c, "temporaries", "MoE block output (experts + gated shared expert)")
+    walk.free(f"{k}.gated", experts_out)
+    return f"{k}.block_out"
 
 
 def _experts_forward(walk: Walk, x: StepShapes, k: str, inp: str, kind: str, recomputing: bool) -> str:
@@ -501,8 +544,9 @@ def _experts_forward(walk: Walk, x: StepShapes, k: str, inp: str, kind: str, rec
     walk.free(f"{k}.logits32")
     walk.alloc(f"{k}.topv", T * x.top_k * 4, "temporaries", "top-k routing weights (fp32)")
     walk.alloc(f"{k}.topi", T * x.top_k * 8, kind, "top-k expert indices (int64, saved by topk)")
-    walk.alloc(f"{k}.topsum", T * 4, kind, "sum of the top-k weights (saved by the division)")
-    walk.alloc(f"{k}.topv0", T * x.top_k * 4, kind, "top-k weights before the in-place division (saved by it)")
+    if x.renormalised:
+        walk.alloc(f"{k}.topsum", T * 4, kind, "sum of the top-k weights (saved by the division)")
+        walk.alloc(f"{k}.topv0", T * x.top_k * 4, kind, "top-k weights before the in-place division (saved by it)")
     if r != 4:  # Qwen3MoeTopKRouter: .to(router_logits.dtype)
         walk.alloc(f"{k}.topv_c", T * x.top_k * r, "temporaries", "top-k routing weights (logits' dtype)")
         walk.free(f"{k}.topv")
@@ -631,22 +675,16 @@ def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) ->
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     k = f"L{i}"
     if x.experts:
-        _experts_backward(walk, x, k, g_out)
+        g_shared = _gated_shared_backward(walk, x, k, g_out) if x.fs else ""
+        _experts_backward(walk, x, k, g_out, keep_input=bool(g_shared))
+        if g_shared:  # the shared expert's nodes are the block's oldest: they run last
+            _mlp_backward(walk, x, f"{k}.se", g_shared, x.fs, f"{k}.n2.out", f"{k}.g_y2c", f"{k}.g_y2")
     else:
         # x2 = x1 + down: the bf16 branch gets a cast of the gradient, x1 the gradient itself
         walk.alloc(f"{k}.g_down", T * h * c, "temporaries", "residual gradient cast to bf16")
         walk.rename(g_out, f"{k}.g_x1")
         walk.free(f"{k}.x2")
-        _linear_backward(walk, x, f"{k}.down", f"{k}.g_down", f, h, f"{k}.prod", f"{k}.g_prod")
-        walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "MLP backward")
-        walk.alloc(f"{k}.g_up", T * f * c, "temporaries", "MLP backward")
-        walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.up.out")
-        _linear_backward(walk, x, f"{k}.up", f"{k}.g_up", h, f, "", f"{k}.g_y2c")
-        _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
-        walk.alloc(f"{k}.g_gate", T * f * c, "temporaries", "MLP backward (silu)")
-        walk.free(f"{k}.g_act", f"{k}.gate.out")
-        _linear_backward(walk, x, f"{k}.gate", f"{k}.g_gate", h, f, f"{k}.n2.out", f"{k}.g_y2c")
-        _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
+        _mlp_backward(walk, x, k, f"{k}.g_down", f, f"{k}.n2.out", f"{k}.g_y2c", f"{k}.g_y2")
     _norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.x1", f"{k}.g_x1")
     walk.free(f"{k}.x1")
     # x1 = x + attention
@@ -683,9 +721,44 @@ def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) ->
     walk.rename(f"{k}.g_x1", into)
 
 
-def _experts_backward(walk: Walk, x: StepShapes, k: str, g_out: str) -> None:
+def _mlp_backward(walk: Walk, x: StepShapes, k: str, g_down: str, width: int, saved_input: str, g_in_c: str, g_in: str) -> None:
+    """LlamaMLP's backward from down's output gradient `g_down`: down, the product, up, the SiLU and gate; the input's
+    gradient added into g_in (via g_in_c, the compute dtype); frees saved_input with the gate's (the last reader)."""
+    T, h, c = x.T, x.h, x.c
+    _linear_backward(walk, x, f"{k}.down", g_down, width, h, f"{k}.prod", f"{k}.g_prod")
+    walk.alloc(f"{k}.g_act", T * width * c, "temporaries", "MLP backward")
+    walk.alloc(f"{k}.g_up", T * width * c, "temporaries", "MLP backward")
+    walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.up.out")
+    _linear_backward(walk, x, f"{k}.up", f"{k}.g_up", h, width, "", g_in_c)
+    _cast_back(walk, x, g_in_c, g_in, h)
+    walk.alloc(f"{k}.g_gate", T * width * c, "temporaries", "MLP backward (silu)")
+    walk.free(f"{k}.g_act", f"{k}.gate.out")
+    _linear_backward(walk, x, f"{k}.gate", f"{k}.g_gate", h, width, saved_input, g_in_c)
+    _cast_back(walk, x, g_in_c, g_in, h)
+
+
+def _gated_shared_backward(walk: Walk, x: StepShapes, k: str, g_out: str) -> str:
+    """The gating product's backward, the block's newest node (HF_SOURCES['shared_expert']): the sigmoid's gradient (the
+    product with the shared output, summed over h), the shared output's (the product with the sigmoid, kept until the
+    shared expert's own backward runs, after the experts' and the router's), then the sigmoid and shared_expert_gate;
+    returns the shared output's gradient."""
+    T, h, c = x.T, x.h, x.c
+    walk.alloc(f"{k}.g_sig_full", T * h * c, "temporaries", "gating product's gradient for the sigmoid, before its sum over h")
+    walk.alloc(f"{k}.g_sig", T * c, "temporaries", "sigmoid output's gradient")
+    walk.free(f"{k}.g_sig_full")
+    walk.alloc(f"{k}.g_shared", T * h * c, "temporaries", "shared expert output's gradient (the product with the sigmoid)")
+    walk.free(f"{k}.sig", f"{k}.se.down.out")
+    walk.alloc(f"{k}.g_sg", T * c, "temporaries", "shared_expert_gate output's gradient (sigmoid backward)")
+    walk.free(f"{k}.g_sig")
+    _linear_backward(walk, x, f"{k}.sg", f"{k}.g_sg", h, 1, "", f"{k}.g_y2c")
+    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
+    return f"{k}.g_shared"
+
+
+def _experts_backward(walk: Walk, x: StepShapes, k: str, g_out: str, keep_input: bool = False) -> None:
     """The MoE block's backward in the order autograd's engine runs it (the latest-created node first): the reordering,
-    the weighting, the experts' grouped matmuls, the two gathers, then the router; into the norm's gradient g_y2."""
+    the weighting, the experts' grouped matmuls, the two gathers, then the router; into the norm's gradient g_y2.
+    keep_input: the norm's output stays for a later reader (Qwen2-MoE's shared expert)."""
     T, S, h, e, fe, c, r = x.T, x.S, x.h, x.experts, x.fe, x.c, x.routing_bytes
     out_bytes = max(c, r)
     walk.rename(g_out, f"{k}.g_x1")  # x2 = x1 + moe: both get the same gradient (bf16: no cast)
@@ -721,16 +794,19 @@ def _experts_backward(walk: Walk, x: StepShapes, k: str, g_out: str) -> None:
         walk.alloc(f"{k}.g_wflat32", T * x.top_k * 4, "temporaries", "routing weights' gradient (fp32)")
         walk.free(f"{k}.g_wflat")
         walk.rename(f"{k}.g_wflat32", f"{k}.g_wflat")
-    walk.alloc(f"{k}.g_topv", T * x.top_k * 4, "temporaries", "top-k weights' gradient (division backward)")
-    walk.transient(f"{k}.g_topsum_full", T * x.top_k * 4, "temporaries", "division backward for the sum")
-    walk.free(f"{k}.g_wflat", f"{k}.topv0", f"{k}.topsum")
+    if x.renormalised:
+        walk.alloc(f"{k}.g_topv", T * x.top_k * 4, "temporaries", "top-k weights' gradient (division backward)")
+        walk.transient(f"{k}.g_topsum_full", T * x.top_k * 4, "temporaries", "division backward for the sum")
+        walk.free(f"{k}.g_wflat", f"{k}.topv0", f"{k}.topsum")
+    else:
+        walk.rename(f"{k}.g_wflat", f"{k}.g_topv")
     walk.alloc(f"{k}.g_probs", T * e * 4, "temporaries", "router probabilities' gradient (topk backward)")
     walk.free(f"{k}.g_topv", f"{k}.topi")
     walk.alloc(f"{k}.g_logits32", T * e * 4, "temporaries", "router logits' gradient (softmax backward)")
     walk.free(f"{k}.g_probs", f"{k}.probs")
     walk.alloc(f"{k}.g_logits", T * e * c, "temporaries", "router logits' gradient (.float()'s backward)")
     walk.free(f"{k}.g_logits32")
-    _linear_backward(walk, x, f"{k}.router", f"{k}.g_logits", h, e, f"{k}.n2.out", f"{k}.g_y2c")
+    _linear_backward(walk, x, f"{k}.router", f"{k}.g_logits", h, e, "" if keep_input else f"{k}.n2.out", f"{k}.g_y2c")
     _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
 
 

@@ -51,6 +51,10 @@ class MixtureOfExperts:
     # router_top_value.to(router_logits.dtype)); False: kept in fp32 (MixtralTopKRouter). Decides the dtype of the
     # experts' weighted outputs in a step (parcalc.core.memory_timeline)
     routing_weights_cast: bool = False
+    # the top-k weights divided by their sum (Mixtral always; transformers' Qwen2/Qwen3-MoE routers when config.json's
+    # norm_topk_prob is true: Qwen3-MoE's is, Qwen1.5-MoE's is not). The division saves its inputs in a step
+    # (parcalc.core.memory_timeline); it moves no FLOP count
+    top_k_renormalised: bool = True
 
     def __post_init__(self) -> None:
         if self.experts < 1 or self.top_k < 1 or self.expert_ffn_hidden < 1 or self.every < 1:

@@ -159,10 +159,10 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         recomputes = given_recomputes or RECOMPUTES
     else:
         recomputes = given_recomputes or (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
-    for given in given_recomputes or ():  # a recomputation the framework's stack does not offer: refused here, not row by row
+    for asked in given_recomputes or ():  # a recomputation the framework's stack does not offer: refused here, not row by row
         from parcalc.core.memory_timeline import recompute_reason
 
-        if (reason := recompute_reason(profile.step_memory, given)) is not None:
+        if (reason := recompute_reason(profile.step_memory, asked)) is not None:
             raise InputError(reason)
     if Recompute.OP in (given_recomputes or ()) and (shape.moe is not None or shape.mla is not None):
         from parcalc.core.recompute import check_op_supported

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 # the model classes: Llama's decoder, Qwen3's (q/k norms over head_dim), and two MoE blocks (Mixtral's router keeps its
-# top-k weights in fp32, Qwen3-MoE's casts them to bf16); the experts run transformers' default grouped_mm
-ARCHITECTURES = ("llama", "qwen3", "mixtral", "qwen3_moe")
+# top-k weights in fp32, Qwen3-MoE's casts them to bf16) and Qwen2-MoE's (Qwen3-MoE's router beside a shared expert
+# scaled by a sigmoid gate, and no q/k norms); the experts run transformers' default grouped_mm
+ARCHITECTURES = ("llama", "qwen3", "mixtral", "qwen3_moe", "qwen2_moe")
 
 
 @contextlib.contextmanager
@@ -38,6 +39,12 @@ def hf_causal_lm(layers: int, hidden: int, heads: int, ffn: int, vocab: int, *, 
         config = transformers.MixtralConfig(**shared, intermediate_size=ffn, num_local_experts=experts[0],
                                             num_experts_per_tok=experts[1], sliding_window=None)  # fmt: skip
         model_class = transformers.MixtralForCausalLM
+    elif architecture == "qwen2_moe":  # shared: (experts, top k, shared expert width, renormalise the top k)
+        assert experts is not None
+        config = transformers.Qwen2MoeConfig(**shared, moe_intermediate_size=ffn, num_experts=experts[0], num_experts_per_tok=experts[1],
+                                             shared_expert_intermediate_size=experts[2], norm_topk_prob=experts[3],
+                                             decoder_sparse_step=1, mlp_only_layers=[], use_sliding_window=False)  # fmt: skip
+        model_class = transformers.Qwen2MoeForCausalLM
     else:
         assert architecture == "qwen3_moe" and experts is not None
         config = transformers.Qwen3MoeConfig(**shared, head_dim=hidden // heads, moe_intermediate_size=ffn, num_experts=experts[0],

@@ -1,6 +1,7 @@
 """Ground truth for the hf step peak of the architectures beyond Llama's decoder (parcalc.core.memory_timeline): Qwen3's
 q/k norms, and Mixture-of-Experts blocks (Mixtral, Qwen3-MoE). PyTorch's MemTracker over transformers' real
-Qwen3ForCausalLM, MixtralForCausalLM and Qwen3MoeForCausalLM under FakeTensorMode on the CPU, as
+Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM and Qwen2MoeForCausalLM (a shared expert under a sigmoid gate) under
+FakeTensorMode on the CPU, as
 tests/ground_truth/test_torch_memory_hf.py does for Llama (its module docstring says what differs on the CPU and how it
 is set as on a GPU).
 
@@ -25,7 +26,7 @@ pytest.importorskip("torch.distributed._tools.mem_tracker")
 from .test_torch_memory_hf import tracked_peak  # noqa: E402  (after the skips: it imports torch)
 
 # the parcalc preset each architecture's shape is made from (its norms, MLP and MoE router as transformers has them)
-BASE = {"qwen3": "llama3-8b", "mixtral": "mixtral-8x7b", "qwen3_moe": "qwen3-30b-a3b"}
+BASE = {"qwen3": "llama3-8b", "mixtral": "mixtral-8x7b", "qwen3_moe": "qwen3-30b-a3b", "qwen2_moe": "qwen3-30b-a3b"}
 
 
 def parcalc_peak(shape: tuple, checkpoint: bool, precision: str, architecture: str, experts: tuple[int, int] | None):
@@ -39,6 +40,10 @@ def parcalc_peak(shape: tuple, checkpoint: bool, precision: str, architecture: s
                     vocab=vocab, tied_embeddings=True, qk_norm=architecture.startswith("qwen3"))  # fmt: skip
     if experts is not None:
         model = replace(model, moe=replace(base.moe, experts=experts[0], top_k=experts[1], expert_ffn_hidden=ffn))
+    if architecture == "qwen2_moe":  # Qwen3-MoE's router and experts, no q/k norms, q/k/v biases, one gated shared expert
+        assert model.moe is not None and experts is not None
+        model = replace(model, qkv_bias=True, moe=replace(model.moe, shared_experts=1, shared_ffn_hidden=experts[2], shared_expert_gate=True,
+                                                          top_k_renormalised=experts[3]))  # fmt: skip
     return hf_step_peak(model, HfStep(b, s, Precision(precision), recompute=Recompute.FULL if checkpoint else Recompute.NONE,
                                       cublas_workspace=0.0, embedding_backward_tables=2))  # fmt: skip
 
@@ -53,6 +58,12 @@ CASES = [
     # Qwen3-MoE: q/k norms, the top-k weights cast to bf16 (Qwen3MoeTopKRouter)
     pytest.param(TOP2, False, "bf16", "qwen3_moe", (8, 2), "backward: loss", id="qwen3-moe-top2-of-8"),  # 1.0000
     pytest.param(TOP2, True, "bf16", "qwen3_moe", (8, 2), "backward: layer 1 of 2 (recomputed)", id="qwen3-moe-checkpointed"),  # 1.0141
+    # Qwen2-MoE (Qwen1.5-MoE's block): experts (how many, top k, the shared expert's width, norm_topk_prob)
+    pytest.param(TOP2, False, "bf16", "qwen2_moe", (8, 2, 1024, False), "backward: loss", id="qwen2-moe-top2-of-8"),  # 1.0000
+    pytest.param(TOP2, True, "bf16", "qwen2_moe", (8, 2, 1024, False), "backward: layer 1 of 2 (recomputed)", id="qwen2-moe-checkpointed"),  # 1.0113
+    # the peak in the last layer's experts' backward, with the shared expert's output gradient held (Qwen3-MoE: 1.0070 here)
+    pytest.param((2, 256, 4, 1024, 512, 16, 512), False, "bf16", "qwen2_moe", (8, 2, 2048, True), "backward: layer 2 of 2",
+                 id="qwen2-moe-in-the-experts"),  # 1.0049
     # dense Qwen3: the Llama cases' ratios at the same shape (the q/k norms add no error)
     pytest.param((4, 1024, 8, 2816, 2048, 8, 64), False, "mixed-bf16", "qwen3", None, "backward: layer 4 of 4", id="qwen3-mixed"),  # 1.0107
     pytest.param((4, 1024, 8, 2816, 2048, 8, 64), False, "bf16", "qwen3", None, "backward: layer 4 of 4", id="qwen3-bf16"),  # 0.9966
