@@ -153,6 +153,8 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     gaps = [*hf_model_gaps(model), *other]
     if model.moe is not None and precision is Precision.FP32:  # HF_SOURCES['grouped_mm']: the experts' matmuls take bf16
         gaps.append("experts in fp32 (transformers' grouped_mm experts take bf16 only)")
+    if model.moe is not None and model.moe.shared_experts:  # _block_params lists routed experts only (hf's walk follows Qwen2-MoE)
+        gaps.append("a shared expert (the fsdp2 walk shards the routed experts' blocks)")
     gaps += [f"{name} = {value}" for name, value in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)) if value > 1]
     if zero != 3:
         gaps.append(f"ZeRO-{zero} (fully_shard is ZeRO-3)")
