@@ -54,3 +54,21 @@ def test_config_reads_on_the_command_line(runner) -> None:
     result = runner.invoke(app, ["flops", "--model", str(CONFIG), "--batch", "1", "--seq-len", "4096", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert "14315784192" in result.output.replace(",", "").replace("_", "")
+
+
+def test_its_router_as_transformers_runs_it() -> None:
+    """Qwen2MoeTopKRouter: `if self.norm_topk_prob:` divide by the top-k sum (false in Qwen1.5-MoE's config.json), then
+    `.to(router_logits.dtype)`: bf16 routing weights in a bf16 step."""
+    moe = model_from_hf_config(CONFIG).moe
+    assert not moe.top_k_renormalised and moe.routing_weights_cast
+
+
+def test_hf_walks_it_and_fsdp2_says_it_does_not(run_json) -> None:
+    """The hf walk follows Qwen2MoeSparseMoeBlock (MemTracker: tests/ground_truth/test_torch_memory_hf_architectures.py);
+    the fsdp2 walk's parameter list has no shared expert, so fsdp2 falls back to the textbook sum and says so."""
+    flags = ["--model", str(CONFIG), "--precision", "bf16", "--seq-len", "4096", "--micro-batch", "1", "--gpu", "h100-sxm5"]
+    hf = run_json("memory", *flags, "--framework", "hf")
+    assert "step_peak" in hf["results"]
+    fsdp = run_json("memory", *flags, "--framework", "fsdp2", "--dp", "8", "--zero", "3")
+    assert "step_peak" not in fsdp["results"]
+    assert any("a shared expert (the fsdp2 walk shards the routed experts' blocks)" in a for a in fsdp["assumptions"])
