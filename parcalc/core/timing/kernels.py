@@ -123,7 +123,7 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
     tiled = kernels.tiled(dtype)
     non_tn = gpu is not None and non_tn_fp8_gemms(gpu.vendor, gpu.architecture)
     return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s, tiled,
-                       kernels.calibrated, tiled.clock_ratio if tiled is not None else 1.0, non_tn)
+                       kernels.calibrated, tiled.clock_ratio if tiled is not None else 1.0, fp8_non_tn=non_tn)
 
 
 class Kernel(NamedTuple):
