@@ -84,6 +84,8 @@ def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
         rows.append((name, shown, "B" if name == "reduce_bytes" else "", framework.source(name)))
     # the memory-bound kernels between GEMMs the profile times (--kernels overrides it)
     rows.append(("kernels", framework.kernels, "", framework.source("kernels")))
+    if framework.expert_gemm_host:  # the host's time per expert GEMM of a looped grouped GEMM (parcalc.core.timing.moe)
+        rows.append(("expert_gemm_host", framework.expert_gemm_host, "s", framework.source("expert_gemm_host")))
     for name, value in framework.pipeline:  # what its own pipeline engine changes when pp > 1
         shown = ", ".join(str(z) for z in value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) else value
         unit = "B/param" if name == "bf16_grad_accumulation_bytes" else ""

@@ -758,6 +758,14 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
                    f"communication kernels hold {COMM_SMS} of the GPU's SMs while they run ({COMM_SMS_SOURCE})"]
     if experts.overlap == "none":
         assumptions.append("not overlapped with compute (--ep-overlap none)")
+    per_gemm = cluster.framework.expert_gemm_host
+    if per_gemm:
+        from parcalc.core.timing.moe import EXPERT_HOST_SOURCE, GEMMS_PER_EXPERT
+
+        assumptions.append(f"A and E include the GPU's wait for the host issuing each local expert's GEMMs one by one after the "
+                           f"dispatcher's host sync: {GEMMS_PER_EXPERT[0]} forward and {GEMMS_PER_EXPERT[1]} backward per expert at "
+                           f"{per_gemm * 1e6:.2f} us each ({cluster.framework.source('expert_gemm_host')}), less the GPU time they "
+                           f"overlap ({EXPERT_HOST_SOURCE})")  # fmt: skip
     return EP.derivation(inputs, value, assumptions=tuple(assumptions))
 
 

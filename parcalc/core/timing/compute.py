@@ -381,7 +381,7 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
         else:
             mem("norm1", 2 * e * seq_tokens * h, 3 * e * seq_tokens * h, act)
     if mla is None:
-        linear("qkv", tokens, h, q_w + 2 * kv_w)
+        linear("qkv", tokens, h, q_w + 2 * kv_w, norm_fed=norm)
         if eager:
             if separate_projections(model):  # wq, wk, wv: three input gradients, two adds
                 grad_sum(kernels, "qkv", tokens * h, 3, f"[{tokens}×{h}]")
@@ -400,7 +400,7 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
     else:  # multi-head latent attention: low-rank query and key/value paths (parcalc.core.model.LatentAttention)
         qk_dim, v_dim = mla.qk_head_dim, mla.v_head_dim
         if mla.q_lora_rank:
-            linear("qkv", tokens, h, mla.q_lora_rank)  # q down-projection, replicated over TP ranks
+            linear("qkv", tokens, h, mla.q_lora_rank, norm_fed=norm)  # q down-projection, replicated over TP ranks
             mem("mla.q_norm", 2 * e * tokens * mla.q_lora_rank, 3 * e * tokens * mla.q_lora_rank, f"[{tokens}×{mla.q_lora_rank}]")
             linear("mla.q_up", tokens, mla.q_lora_rank, heads * qk_dim)
         else:
@@ -501,10 +501,10 @@ def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
         _eager_mlp(model, kernels, tokens, h, f, seq_tokens, shard.dropout, act)
         return LayerPasses(tuple(forward), tuple(backward), tuple(core))
     if model.mlp.gated:
-        linear("mlp.gate_up", tokens, h, 2 * f)
+        linear("mlp.gate_up", tokens, h, 2 * f, norm_fed=model.norm is not Norm.NONE)
         mem("mlp.act", 3 * e * tokens * f, 5 * e * tokens * f, f"[{tokens}×{f}]")
     else:
-        linear("mlp.up", tokens, h, f)
+        linear("mlp.up", tokens, h, f, norm_fed=model.norm is not Norm.NONE)
         mem("mlp.act", 2 * e * tokens * f, 3 * e * tokens * f, f"[{tokens}×{f}]")
     linear("mlp.down", tokens, f, h)
     mem(last[0], last[1], residual_bwd, act)

@@ -65,6 +65,10 @@ class Framework:
     # Host time per kernel issued (parcalc.core.timing.host): forward, backward, optimizer step, and where it was measured;
     # None: not modelled (the GPU is taken as never waiting for the host)
     host: HostCosts | None = None
+    # Seconds the host takes per expert GEMM where the routed experts run as a host loop of GEMMs after the MoE
+    # dispatcher has synchronised the tokens per expert to the host (Megatron-LM + Transformer Engine's GroupedLinear;
+    # parcalc.core.timing.moe.expert_host_exposed); 0: the experts run as one launch, or not modelled
+    expert_gemm_host: float = 0.0
     # The profile's `notes:` lines, shown by `presets show` (prose: not compared, not hashed)
     notes: tuple[str, ...] = field(default=(), compare=False)
 

@@ -28,6 +28,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from parcalc.core.hardware import Gpu, KernelRates, KindEfficiency, Sourced
+from parcalc.core.timing.fp8_quantise import (  # noqa: F401 - the recipes re-exported where callers found them
+    FP8_RECIPE_SOURCE,
+    FP8_RECIPES,
+    cast_plan,
+    non_tn_fp8_gemms,
+)
 from parcalc.core.timing.gemm_tiles import TiledGemm, tiled_gemm_time
 
 GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
@@ -76,6 +82,8 @@ class ComputeSpec:
     calibrated: KindEfficiency | None = None
     # the tiled GEMMs' SM clock in a training step over the sweep's (TiledGemm.clock_ratio); 1 for a GEMM alone
     gemm_clock: float = 1.0
+    # FP8 GEMMs take every operand layout (Blackwell), so per-tensor FP8 casts write no transpose (fp8_quantise)
+    fp8_non_tn: bool = False
 
     def kind_rate(self, kind: str) -> float:
         """The trace-calibrated factor on one kind's kernel rate ('gemm', 'attention', 'memory', 'optimizer'); 1 uncalibrated."""
@@ -113,8 +121,9 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
     power = tensor_power_scale(gpu) if gpu is not None and gpu.power_limit is not None else None
     s = power.value if power is not None else 1.0
     tiled = kernels.tiled(dtype)
+    non_tn = gpu is not None and non_tn_fp8_gemms(gpu.vendor, gpu.architecture)
     return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s, tiled,
-                       kernels.calibrated, tiled.clock_ratio if tiled is not None else 1.0)
+                       kernels.calibrated, tiled.clock_ratio if tiled is not None else 1.0, fp8_non_tn=non_tn)
 
 
 class Kernel(NamedTuple):
@@ -192,31 +201,26 @@ def linear_kernels(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec
             gemm(f"{key}.wgrad", k, m, n, e, spec, batch))  # fmt: skip
 
 
-# FP8 casts: the extra read passes each recipe makes for the scale before the cast
-FP8_RECIPES = {"delayed": 0, "current": 1, "blockwise": 0, "mxfp8": 0}
-FP8_RECIPE_SOURCE = (
-    "Transformer Engine recipes: DelayedScaling takes the scale from the amax history (the cast kernel records the amax as "
-    "it writes); Float8CurrentScaling (torchao 'tensorwise' dynamic scaling) reduces the tensor's amax first, one more "
-    "read; Float8BlockScaling / MXFP8 scale each block in the cast kernel itself (DeepSeek-V3 sec. 3.3.2: 'online' per "
-    "1x128 tile); each cast writes the FP8 tensor twice, row-wise for this GEMM and column-wise (transposed) for the "
-    "weight gradient (TE Float8Tensor usages)"
-)
-
-
-def fp8_cast(key: str, elements: float, element_bytes: float, recipe: str, spec: ComputeSpec) -> Kernel:
-    """Quantising one GEMM input to FP8: read it (once more per amax pass), write it twice in FP8."""
-    passes = FP8_RECIPES.get(recipe, 0)
-    return memory_op(key, elements * ((1 + passes) * element_bytes + 2.0), spec, f"{elements:.0f} values")
+def fp8_cast(key: str, elements: float, element_bytes: float, recipe: str, spec: ComputeSpec, amax_fused: bool = False) -> Kernel:
+    """Quantising one GEMM input to FP8 as Transformer Engine does (parcalc.core.timing.fp8_quantise): its cast kernel,
+    with the amax pass and the scale kernel of current scaling folded into it (their times added, one Kernel)."""
+    plan = cast_plan(elements, element_bytes, recipe, spec.fp8_non_tn, amax_fused)
+    cast = memory_op(key, plan.cast_bytes, spec, f"{elements:.0f} values")
+    extra = (memory_op(f"{key}.amax", plan.amax_bytes, spec).time if plan.amax_bytes else 0.0) + plan.tiny_kernels * spec.kernels.launch.value
+    if not extra:
+        return cast
+    return cast._replace(bytes=plan.amax_bytes + plan.cast_bytes, time=cast.time + extra)
 
 
 def linear_passes(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, fp8: str = "",
-                  batch: int = 1) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:  # fmt: skip
+                  batch: int = 1, norm_fed: bool = False) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:  # fmt: skip
     """(forward, backward) kernels of a linear layer; under FP8 (`fp8`: the recipe) each GEMM input
-    is quantised first: the activation forward, the output gradient backward."""
+    is quantised first: the activation forward, the output gradient backward. `norm_fed`: a norm kernel
+    produces the input (TE's LayerNormLinear), which under current scaling also reduces its amax."""
     fwd, dgrad, wgrad = linear_kernels(key, m, k, n, e, spec, batch)
     if not fp8:
         return (fwd,), (dgrad, wgrad)
-    return ((fwd, fp8_cast(f"{key}.cast", m * batch * k, e, fp8, spec)),
+    return ((fwd, fp8_cast(f"{key}.cast", m * batch * k, e, fp8, spec, norm_fed)),
             (dgrad, wgrad, fp8_cast(f"{key}.dgrad.cast", m * batch * n, e, fp8, spec)))  # fmt: skip
 
 
@@ -237,8 +241,8 @@ class LayerKernels:
         if bwd_bytes:
             self.backward.append(memory_op(f"{key}.bwd", bwd_bytes, self.spec, shape))
 
-    def linear(self, key: str, m: int, k: int, n: int) -> None:
-        fwd, bwd = linear_passes(key, m, k, n, self.e, self.spec, self.fp8)
+    def linear(self, key: str, m: int, k: int, n: int, norm_fed: bool = False) -> None:
+        fwd, bwd = linear_passes(key, m, k, n, self.e, self.spec, self.fp8, norm_fed=norm_fed)
         self.forward.extend(fwd)
         self.backward.extend(bwd)
 

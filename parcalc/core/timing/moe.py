@@ -36,6 +36,18 @@ Overlap (--ep-overlap), stated per micro-batch and MoE layer:
   exchanges hide under the other's backward compute and vice versa: max(0, A_f - C_b) +
   max(0, A_b - C_f); the warm-up and cool-down micro-batches of the pipeline have no partner
   (parcalc.core.timing.step.combine).
+Host-looped expert GEMMs (Megatron-LM with Transformer Engine's GroupedLinear, the framework profile's
+expert_gemm_host): the dispatcher copies the tokens per expert to the host and waits for them in every MoE layer
+(Megatron-LM @d98e8a64 megatron/core/transformer/moe/token_dispatcher.py: MoEAlltoAllTokenDispatcher's
+_maybe_dtoh_and_synchronize, `self.d2h_event.synchronize()`; the flex dispatcher's HybridEP 'CPU sync in dispatch'),
+and GroupedLinear takes those counts as host integers (TE @d0067d0d transformer_engine/pytorch/module/grouped_linear.py:
+`m_splits = m_splits.tolist()`) and launches one cuBLASLt GEMM per local expert in a host loop
+(common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm): forward one per linear (fc1, fc2), backward two (dgrad and
+wgrad, general_grouped_gemm twice). With the queue emptied at the sync, the GPU waits while the host issues them:
+per MoE layer and micro-batch max(0, n_local x 2 x c - G_experts,f) forward, and max(0, n_local x 4 x c - G_layer,b)
+backward, where the host may have run ahead by the rest of the layer's backward (a lower bound: the other kernels'
+host time is taken as free). c is the host's time per expert GEMM of that loop.
+
 Hidden communication still occupies SMs: its kernels hold s_comm of the GPU's S SMs while they
 run, so the compute beside them slows by hidden x s_comm / S (DeepSeek-V3 sec. 3.2.2: 'only 20
 SMs are sufficient to fully utilize the bandwidths of IB and NVLink').
@@ -189,6 +201,22 @@ def exposed_per_layer(exchange: ExchangeTimes, compute_forward: float, compute_b
         return exposed + (alone - exposed) * share, exposed + (alone - exposed) * share
     paired = max(0.0, a_f - compute_backward) + max(0.0, a_b - compute_forward)
     return paired + (alone - paired) * share, alone
+
+
+GEMMS_PER_EXPERT = (2, 4)  # forward: fc1, fc2; backward: the dgrad and wgrad of each (TE GroupedLinear, module docstring)
+EXPERT_HOST_SOURCE = ("Megatron-LM @d98e8a64 moe/token_dispatcher.py (_maybe_dtoh_and_synchronize: the tokens per expert copied "
+                      "to the host and waited for in every MoE layer) and Transformer Engine @d0067d0d GroupedLinear (host "
+                      "m_splits, one cuBLASLt GEMM per local expert in a host loop: multi_stream_cublas_gemm)")  # fmt: skip
+
+
+def expert_host_exposed(local: int, per_gemm: float, experts_forward: float, layer_backward: float) -> tuple[float, float]:
+    """(forward, backward) seconds one MoE layer's GPU waits, per micro-batch, for the host issuing its `local` experts'
+    GEMMs one by one at `per_gemm` seconds each (module docstring): forward after the dispatcher's sync, against the
+    experts' own GPU time; backward against the whole layer's backward GPU time."""
+    if per_gemm <= 0.0 or local < 1:
+        return 0.0, 0.0
+    forward, backward = (local * n * per_gemm for n in GEMMS_PER_EXPERT)
+    return max(0.0, forward - experts_forward), max(0.0, backward - layer_backward)
 
 
 def unpaired_micro_batches(p: int, v: Any, m: Any) -> Any:

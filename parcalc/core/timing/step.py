@@ -220,7 +220,14 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
     (tp, sequence parallelism, cp and how CP exchanges keys and values)."""
     from parcalc.core.choices import Collective, Precision, Recompute
     from parcalc.core.timing.compute import end_passes, layer_passes, mtp_passes
-    from parcalc.core.timing.moe import ExpertShard, exposed_per_layer, layer_exchange, routed_tokens
+    from parcalc.core.timing.moe import (
+        ExpertShard,
+        expert_host_exposed,
+        exposed_per_layer,
+        layer_exchange,
+        routed_rows,
+        routed_tokens,
+    )
     from parcalc.core.timing.network import collective_time, placement
 
     spec, fabric = cluster.spec, cluster.fabric
@@ -273,6 +280,13 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
         paired, alone = exposed_per_layer(exchange, moe_layer.t_forward, moe_layer.t_backward + moe_layer.t_recompute(recompute, model, modules),
                                           moe_layer.shared_forward, moe_layer.shared_backward, experts.overlap, spec.sms,
                                           recompute is Recompute.FULL)  # fmt: skip
+        per_gemm = cluster.framework.expert_gemm_host
+        if per_gemm and experts.ep * experts.etp > 1:  # the host's expert-GEMM loop after the dispatcher's sync (moe.py)
+            _, local = routed_rows(model, routed_tokens(micro_batch, seq, tp, sequence_parallel), experts)
+            experts_forward = sum(k.time for k in moe_layer.forward if k.key.startswith("moe.experts"))
+            host_f, host_b = expert_host_exposed(local, per_gemm, experts_forward, moe_layer.t_backward)
+            host = host_f * (2 if recompute is Recompute.FULL else 1) + host_b
+            paired, alone = paired + host, alone + host
     r_dense, r_moe = layer.t_recompute(recompute, model, modules), moe_layer.t_recompute(recompute, model, modules)
     if modules and tp > 1:  # a checkpointed MLP / MoE block replays its forward's TP collectives (SP: all-gather and
         # reduce-scatter; without SP: the all-reduce), one `one` (parcalc.core.recompute.MEGATRON_MODULE_SITES)
