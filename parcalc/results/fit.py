@@ -257,6 +257,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
                        verdicts=(why,), settings=tuple(settings), fits=False,
                        assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
         raise InfeasibleResult(why, shown)
+    ranked = _at_step_clocks(found, ranked, top, shape, training, cluster)
     best = estimate(shape, evaluated.config(int(ranked[0])), training, cluster)
     extra = _parallel_columns(found, shape)
     shown = distinct_layouts(evaluated, ranked, top)
@@ -273,6 +274,26 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
                   tables=tuple(tables), verdicts=tuple(verdicts), settings=tuple(settings), fits=True,
                   assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
+
+
+def _at_step_clocks(found: SearchResult, ranked: Any, top: int, shape: TransformerModel, training: Training, cluster: Cluster) -> Any:
+    """On a GPU whose SM clock follows the step's power (parcalc.core.timing.step_clock) the search times every configuration
+    at the capped steps' clock (its columns hold no split by kind to solve each one's clock); the fastest layouts' best
+    configurations (twice the table's) are timed again at their own clocks, as fit times one, and the ranking re-sorted."""
+    from parcalc.core.fit import estimate
+
+    tiled = cluster.spec.tiled
+    if tiled is None or not tiled.power_model or cluster.sm_clock is not None:
+        return ranked
+    columns = found.evaluated.columns
+    for i in distinct_layouts(found.evaluated, ranked, 2 * top).tolist():
+        est = estimate(shape, found.evaluated.config(i), training, cluster)
+        times = {"t_compute": est.compute, "t_tp": est.tp_comm, "t_bubble": est.bubble, "t_pp": est.pp_comm, "t_dp": est.dp_comm,
+                 "t_optimizer": est.optimizer, "t_step": est.step, "tokens_per_second": est.tokens_per_second, "mfu": est.mfu,
+                 "hfu": est.hfu, "t_cp": est.cp_comm, "t_ep": est.ep_comm, "t_host": est.host}  # fmt: skip
+        for key, derivation in times.items():
+            columns[key][i] = derivation.value if derivation is not None else 0.0
+    return found.ranked()
 
 
 def _search_assumptions(shape: TransformerModel, training: Training, space: Any) -> tuple[str, ...]:
