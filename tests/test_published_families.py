@@ -30,8 +30,9 @@ def test_dense_rows_family_follows_their_framework() -> None:
 
 
 STATS = {stat.family: stat for stat in family_stats(rows(include_gaps=False))}
-# measured at the start of session 13 (python tests/published_families.py): mean / worst |error|
-OVER_10 = {MEGATRON: "10.4 / 12.5 %", MOE: "12.7 / 18.9 %"}
+# over 10 % (python tests/published_families.py): mean / worst |error|. MoE was 12.7 / 18.9 % at the start of session 13,
+# 9.5 / 18.9 % once the Qwen3-235B BF16 row was entered with the dispatcher and recomputation its source states
+OVER_10 = {MEGATRON: "10.4 / 12.5 %"}
 
 
 def test_family_sizes() -> None:
