@@ -214,7 +214,8 @@ def _gemm_tiles(node: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str
     out = []
     for dtype in _dtype_keys(table, dtypes):
         block = table.child(dtype)
-        block.only(("sm_rate", "tile_overhead", "kernel_overhead", "split_k_slice", "tiles", "source", "note", "clock", "training_clock"))
+        block.only(("sm_rate", "tile_overhead", "kernel_overhead", "split_k_slice", "tiles", "source", "note", "clock", "training_clock",
+                    "max_clock", "training_load", "power_exponent"))  # fmt: skip
         for needed in ("sm_rate", "tile_overhead", "kernel_overhead"):
             if needed not in block.data:
                 raise block.error(needed, "missing")
@@ -235,9 +236,30 @@ def _gemm_tiles(node: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str
         if (clock is None) != (training is None):
             raise block.error("clock", "clock and training_clock come together (the sweep's SM clock and a training step's)")
         clocks = (clock.value, training.value, f"{clock.source}; {training.source}") if clock and training else (0.0, 0.0, "")
+        top, load, exponent, power = _power_clock(block, sources, clock)
         out.append((str(dtype), TiledGemm(rate, tile, kernel, block.integer("split_k_slice"), tuple((t[0], t[1]) for t in tiles),
-                                          block.source_ref("source", sources), *clocks)))  # fmt: skip
+                                          block.source_ref("source", sources), *clocks, max_clock=top, training_load=load,
+                                          power_exponent=exponent, power_source=power)))  # fmt: skip
     return tuple(out)
+
+
+def _power_clock(block: PresetDoc, sources: Mapping[str, str], clock: Sourced | None) -> tuple[float, float, float, str]:
+    """`max_clock`, `training_load`, `power_exponent` of a gemm_tiles block (all three or none, with the clocks): the step's
+    clock from its power (parcalc.core.timing.step_clock); zeros where not given."""
+    keys = ("max_clock", "training_load", "power_exponent")
+    given = [key for key in keys if key in block.data]
+    if not given:
+        return 0.0, 0.0, 0.0, ""
+    if len(given) < len(keys) or clock is None:
+        raise block.error(given[0], "max_clock, training_load and power_exponent come together, with clock and training_clock "
+                                    "(the step's clock from its power: parcalc.core.timing.step_clock)")  # fmt: skip
+    top = block.quantity("max_clock", Dimension.FREQUENCY, sources)
+    load = block.quantity("training_load", Dimension.FRACTION, sources)
+    exponent = block.quantity("power_exponent", Dimension.COUNT, sources)
+    assert top is not None and load is not None and exponent is not None
+    if not (0 < load.value <= 1 and exponent.value > 0 and top.value > 0):
+        raise block.error("training_load", "a load in (0, 1], an exponent above 0 and a clock above 0")
+    return top.value, load.value, exponent.value, f"{top.source}; {load.source}; {exponent.source}"
 
 
 def _shares(node: PresetDoc, key: str, sources: Mapping[str, str], dtypes: Mapping[str, DtypeRates]) -> tuple[tuple[str, Sourced], ...]:

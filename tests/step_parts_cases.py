@@ -35,7 +35,16 @@ def predicted(name: str, presets: Path | None = None, gpu: str = "h200") -> dict
     result = CliRunner().invoke(app, args + (["--presets", str(presets)] if presets is not None else []))
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)["results"]
-    return {key: results[key]["value"] for key in ("t_step", *KINDS) if key in results}
+    clock = results["t_gemm"]["inputs"].get("f_SM")  # the step's SM clock under the power limit (parcalc.core.timing.step_clock)
+    return {key: results[key]["value"] for key in ("t_step", *KINDS) if key in results} | ({"f_SM": clock["value"]} if clock else {})
+
+
+def measured_clock(name: str) -> float:
+    """Hz: the median of the nvidia-smi SM clock samples taken while the profiled steps ran (train-step-profiles.json)."""
+    import statistics
+
+    profile = {c["name"]: c for c in json.loads((FIXTURES / "train-step-profiles.json").read_text())["configs"]}[name]
+    return statistics.median(float(s.split(", ")[0]) for s in profile["smi_samples"]) * 1e6
 
 
 def measured(name: str) -> dict[str, float]:
@@ -85,6 +94,9 @@ if __name__ == "__main__":
         p, m = predicted(name), measured(name)
         print(f"{name}: step {p['t_step'] * 1e3:.1f} ms vs {m['t_step'] * 1e3:.1f} ({p['t_step'] / m['t_step'] - 1:+.1%}; "
               f"profiled run {m['t_step_profiled_run'] * 1e3:.1f})")
+        if "f_SM" in p:
+            print(f"   SM clock {p['f_SM'] / 1e6:7.1f} MHz vs {measured_clock(name) / 1e6:7.1f} ({p['f_SM'] / measured_clock(name) - 1:+.1%}; "
+                  "median of the nvidia-smi samples)")
         for key in KINDS[:4]:
             print(f"   {key:15s} {p[key] * 1e3:7.1f} ms vs {m[key] * 1e3:7.1f} ({p[key] / m[key] - 1:+.1%})")
         print(f"   {'t_host':15s} {p.get('t_host', 0) * 1e3:7.1f} ms (wall - GPU busy in the profiled run: "

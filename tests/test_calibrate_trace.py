@@ -29,7 +29,9 @@ def test_the_trace_by_kind_beside_fits_prediction() -> None:
     assert rows["attention"]["measured"] == pytest.approx(0.04297, abs=5e-5)
     assert rows["memory-bound"]["measured"] == pytest.approx(0.15220, abs=5e-5)
     assert rows["optimizer"]["measured"] == pytest.approx(0.01000, abs=5e-5)
-    assert rows["GEMMs"]["predicted"] == pytest.approx(0.1516, abs=5e-4)  # fit's t_gemm for the same step (at the training clock)
+    # fit's t_gemm for the same step at the clock its power leaves it (1659 MHz, parcalc.core.timing.step_clock; 151.6 ms at the
+    # capped steps' 1672.5 MHz before the clock followed the step)
+    assert rows["GEMMs"]["predicted"] == pytest.approx(0.1527, abs=5e-4)
     host = {r["phase"]: r for r in json.loads(result.stdout)["tables"]["host"]["rows"]}
     assert host["backward"]["launches"] == 1823
 
@@ -132,7 +134,7 @@ def test_o_json_writes_the_report_that_the_schema_describes(tmp_path: Path) -> N
     schema = json.loads((Path(__file__).parent.parent / "parcalc" / "schemas" / "calibrate-trace.json").read_text())
     assert problems(document, schema) == []
     rows = {r["kind"]: r for r in document["tables"]["calibration"]["rows"]}
-    assert rows["GEMMs"]["after"] == pytest.approx(151.614 / 160.335, rel=1e-4)  # modelled / traced GEMM time, the b4 trace
+    assert rows["GEMMs"]["after"] == pytest.approx(152.710 / 160.335, rel=1e-4)  # modelled / traced GEMM time, the b4 trace
     assert document["tables"]["kinds"]["rows"][0]["measured"] == pytest.approx(0.160335, rel=1e-5)
 
 

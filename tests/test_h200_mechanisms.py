@@ -175,12 +175,20 @@ def _preset_with(tmp_path: Path, old: str, new: str) -> object:
 
 def test_a_preset_names_only_known_paths_and_both_clocks(tmp_path: Path) -> None:
     """kernels.element_rates takes the paths of parcalc.core.timing.elementwise.PATHS, each a rate above 0 (the parser says so); gemm_tiles'
-    clock and training_clock come together (one alone is an error, none leaves the sweep's rate)."""
+    clock and training_clock come together (one alone is an error, none leaves the sweep's rate), and the power model's three
+    numbers with them."""
     assert "scalar" in str(_preset_with(tmp_path, "    cat: {value: 221.5e9", "    scalar: {value: 221.5e9"))
     assert "element_rates.cat.value': '0' must be greater than zero" in str(_preset_with(tmp_path, "cat: {value: 221.5e9", "cat: {value: 0"))
     assert "come together" in str(_preset_with(tmp_path, " training_clock: {value: 1672.5 MHz, source: h200_step_clock},", ""))
-    gpu = _preset_with(tmp_path, "clock: {value: 1328.5 MHz, source: h200_sweep_clock}, training_clock: {value: 1672.5 MHz, source: h200_step_clock},", "")
+    power = ("max_clock: {value: 1980 MHz, source: h200_max_clock}, training_load: {value: 0.5395, source: h200_step_load},\n"
+             "           power_exponent: {value: 3.311, source: gh100_power_law},")
+    assert "come together" in str(_preset_with(tmp_path, "clock: {value: 1328.5 MHz, source: h200_sweep_clock}, training_clock: {value: "
+                                                         "1672.5 MHz, source: h200_step_clock},", ""))  # the power model needs the clocks
+    assert "come together" in str(_preset_with(tmp_path, " power_exponent: {value: 3.311, source: gh100_power_law},", ""))
+    gpu = _preset_with(tmp_path, "clock: {value: 1328.5 MHz, source: h200_sweep_clock}, training_clock: {value: 1672.5 MHz, source: h200_step_clock},\n"
+                       f"           {power}", "")  # fmt: skip
     assert gpu.kernels.tiled("bf16").clock_ratio == 1.0  # type: ignore[union-attr]
+    assert not gpu.kernels.tiled("bf16").power_model  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("m", "k", "n"), [(16384, 16384, 16384), (256, 4096, 256), (256, 16384, 256), (4096, 32, 4096), (16384, 2048, 128256)])

@@ -86,6 +86,9 @@ class Cluster:
     tp_comm_overlap: bool | None = None  # None: the framework's
     attention_peak: float | None = None  # dense 16-bit peak for FlashAttention (None: peak)
     ideal_network: bool = False  # --ideal-network: every collective and send takes 0 s (timing.network.Fabric.ideal)
+    # Hz: the SM clock GEMMs measured by shape run at (parcalc.core.timing.step_clock); None: `estimate` solves the step's
+    # own where the GPU preset gives its power model, else the preset's training clock
+    sm_clock: float | None = None
 
     def __post_init__(self) -> None:
         if self.nics_per_node is not None:  # checked here: the table, the search and one estimate all use it
@@ -96,7 +99,7 @@ class Cluster:
 
     @cached_property
     def spec(self) -> ComputeSpec:
-        return compute_spec(self.gpu, self.dtype, self.peak, self.attention_peak, self.efficiency)
+        return compute_spec(self.gpu, self.dtype, self.peak, self.attention_peak, self.efficiency, self.sm_clock)
 
     @cached_property
     def fabric(self) -> Fabric:
@@ -432,7 +435,35 @@ def _latex_symbol(symbol: str) -> str:
 
 
 def estimate(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> Estimate:
-    """Memory and step time of one configuration (parcalc.core.timing.step, term by term)."""
+    """Memory and step time of one configuration (parcalc.core.timing.step, term by term). On a GPU whose preset gives
+    the clock as a function of the step's power, timed at the clock the step holds (parcalc.core.timing.step_clock):
+    once at the highest clock, again at the solved one where the power limit binds. The clock is solved on the step as
+    the mechanisms time it, before a profiler trace's factors (`calibrate trace`): those were measured at that clock and
+    scale each kind's time there, so a calibrated preset gives its own trace back."""
+    from parcalc.core.timing.step_clock import clock_derivation, solve_clock
+
+    tiled = cluster.spec.tiled
+    if cluster.sm_clock is not None or tiled is None or not tiled.power_model:
+        return _estimate(model, config, training, cluster)
+    gpu = cluster.gpu
+    traced = gpu is not None and (gpu.host is not None or (gpu.kernels is not None and gpu.kernels.calibrated is not None))
+    if traced:
+        assert gpu is not None and gpu.kernels is not None
+        gpu = replace(gpu, host=None, kernels=replace(gpu.kernels, calibrated=None))
+    at_max = _estimate(model, config, training, replace(cluster, gpu=gpu, sm_clock=tiled.max_clock))
+    assert at_max.gemm is not None and at_max.attention is not None
+    clock, load = solve_clock(tiled, at_max.gemm.value, at_max.attention.value, at_max.step.value)
+    reuse = clock == tiled.max_clock and not traced
+    est = at_max if reuse else _estimate(model, config, training, replace(cluster, sm_clock=clock))
+    assert est.gemm is not None
+    f_sm = clock_derivation(tiled, clock, load)
+    gemm = replace(est.gemm, inputs=(*est.gemm.inputs, f_sm.as_term("f_SM")),
+                   assumptions=(*est.gemm.assumptions, f"GEMMs at the step's SM clock, {clock / 1e6:,.1f} MHz: {f_sm.assumptions[0]} "
+                                f"(Tensor Core load u = {load:.3f}; parcalc.core.timing.step_clock)"))  # fmt: skip
+    return replace(est, gemm=gemm)
+
+
+def _estimate(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> Estimate:
     from parcalc.core.flops import training_flops
     from parcalc.core.timing.step import (
         combine,

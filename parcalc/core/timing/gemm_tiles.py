@@ -20,8 +20,10 @@ rows of which sweep set them; the other rows check them: tests/test_step_parts.p
 The clock. r_sm is the SM rate at the clock the sweep's GEMM loop ran at; a GPU at its board power limit
 lowers its SM clock until the board's power fits, and a loop of large GEMMs draws the most. Inside a
 training step GEMMs alternate with memory-bound kernels that draw less, and the clock the power limit
-leaves is higher: fit runs the main loop at r_sm x f_train / f_sweep (`clock`, `training_clock`; the
-preset says where each comes from), `intensity` (a GEMM alone) at r_sm.
+leaves is higher: fit runs the main loop at r_sm x f_step / f_sweep (`clock`, `training_clock`; the
+preset says where each comes from), `intensity` (a GEMM alone) at r_sm. Where the preset also gives the highest clock and
+the capped steps' Tensor Core load (`max_clock`, `training_load`, `power_exponent`), f_step is the step's own: the clock
+its power leaves it under the limit (parcalc.core.timing.step_clock); else the capped steps' training_clock.
 """
 
 from __future__ import annotations
@@ -46,11 +48,29 @@ class TiledGemm:
     clock: float = 0.0
     training_clock: float = 0.0
     clock_source: str = ""
+    # The clock as a function of the step's power (parcalc.core.timing.step_clock; 0: not known, every step at
+    # training_clock): the GPU's highest SM clock (Hz), the Tensor Core load of the capped steps that ran at training_clock
+    # (their GEMM and attention kernel time over their wall time), and n in P ~ f^n
+    max_clock: float = 0.0
+    training_load: float = 0.0
+    power_exponent: float = 0.0
+    power_source: str = ""
+    step_clock: float = 0.0  # Hz: the clock of the step being timed (parcalc.core.timing.step_clock); 0: training_clock
+
+    @property
+    def power_model(self) -> bool:
+        """Whether the step's clock follows its power (else every step runs at training_clock)."""
+        return self.max_clock > 0 and self.training_load > 0 and self.power_exponent > 0 and self.clock > 0
 
     @property
     def clock_ratio(self) -> float:
         """The training step's SM clock over the sweep's (1 where either is not known)."""
-        return self.training_clock / self.clock if self.clock > 0 and self.training_clock > 0 else 1.0
+        return self.step_hz / self.clock if self.clock > 0 and self.step_hz > 0 else 1.0
+
+    @property
+    def step_hz(self) -> float:
+        """The SM clock GEMMs run at in the step being timed: its own where it was solved, else the capped steps'."""
+        return self.step_clock or self.training_clock
 
 
 SPLITS = (1, 2, 4, 8, 16)

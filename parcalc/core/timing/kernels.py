@@ -24,7 +24,7 @@ Which kernels a layer runs is parcalc.core.timing.compute's (and the kernel sets
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from parcalc.core.hardware import Gpu, KernelRates, KindEfficiency, Sourced
@@ -100,11 +100,13 @@ def sixteen_bit_peak(gpu: Gpu) -> float | None:
     return rates.dense_peak.value if rates is not None and rates.dense_peak is not None else None
 
 
-def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float | None = None, scale: float = 1.0) -> ComputeSpec:
+def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float | None = None, scale: float = 1.0,
+                 sm_clock: float | None = None) -> ComputeSpec:  # fmt: skip
     """The spec of `gpu` for GEMMs in `dtype` at `peak` FLOP/s (a bare peak without a GPU: generic).
 
     `peak` and `attention_peak` are the rated peaks; under `gpu.power_limit` both are multiplied by
-    the Tensor Core scale of parcalc.core.power (MFU stays quoted against the rated peak)."""
+    the Tensor Core scale of parcalc.core.power (MFU stays quoted against the rated peak). `sm_clock` (Hz): the clock of
+    the step being timed, for GEMMs measured by shape (parcalc.core.timing.step_clock; None: the preset's training clock)."""
     from parcalc.core.power import tensor_power_scale
 
     kernels = gpu.kernels if gpu is not None and gpu.kernels is not None else GENERIC_KERNELS
@@ -116,12 +118,14 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
     sms = int(gpu.sms.value) if gpu is not None and gpu.sms is not None else GENERIC_SMS
     sixteen = None
     if dtype not in ("bf16", "fp16", "fp32", "tf32") and attention_peak:
-        sixteen = compute_spec(gpu, "bf16", attention_peak, attention_peak, scale)
+        sixteen = compute_spec(gpu, "bf16", attention_peak, attention_peak, scale, sm_clock)
     # a board power limit lowers the SM clock: the Tensor Core peaks (GEMMs, FlashAttention) scale, HBM does not
     power = tensor_power_scale(gpu) if gpu is not None and gpu.power_limit is not None else None
     s = power.value if power is not None else 1.0
     tiled = kernels.tiled(dtype)
     non_tn = gpu is not None and non_tn_fp8_gemms(gpu.vendor, gpu.architecture)
+    if tiled is not None and sm_clock is not None and tiled.clock > 0:
+        tiled = replace(tiled, step_clock=sm_clock)
     return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s, tiled,
                        kernels.calibrated, tiled.clock_ratio if tiled is not None else 1.0, fp8_non_tn=non_tn)
 

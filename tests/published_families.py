@@ -1,0 +1,134 @@
+"""The published-runs tables of issue #32 by family: each family's rows, mean and worst |error|.
+
+    python tests/published_families.py      # prints every family's rows and its mean / worst |error|
+
+The rows are the tests of tests/step_time_cases.py (14 dense runs) and tests/modern_cases.py (12 modern runs);
+their errors are those tables' (`error(case)`: predicted over published throughput, minus 1). Known gaps (each
+table's KNOWN_GAPS) are printed under their family, marked, and not counted: each lacks a mechanism in parcalc
+for a stated reason. The calibration run (step_time_cases.CALIBRATION) is no test and is left out.
+
+A row's families are stated here, row by row (FAMILIES), not guessed from its settings; a run can be in two
+(DeepSeek-V3 in FP8 is MoE and FP8). What decides them:
+- **MoE, long-context, FP8**: the modern runs' own `categories` in tests/published_modern_runs.py ("moe", "cp",
+  "fp8"); tests/test_published_families.py holds FAMILIES to them.
+- **Megatron-style**: a dense BF16/FP16 run of Megatron-LM's kind of parallelism (tensor and pipeline model
+  parallelism, Megatron's or DeepSpeed's pipeline engine): Megatron-LM's GPT-3 175B, BLOOM (Megatron-DeepSpeed),
+  Llama 3 405B at 8K (Meta's 4D parallelism with TP 8, PP 16 and an interleaved schedule).
+- **FSDP**: a dense BF16 run sharded by PyTorch FSDP without model parallelism (MosaicML's llm-foundry on
+  Composer + FSDP1, TorchTitan on FSDP2).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's parcalc, run as a script from anywhere
+
+import modern_cases
+import step_time_cases
+
+MEGATRON, FSDP, MOE, LONG, FP8 = "Megatron-style", "FSDP", "MoE", "long-context", "FP8"
+ORDER = (MEGATRON, FSDP, MOE, LONG, FP8)
+# the modern runs' categories (tests/published_modern_runs.py) and the family each names
+CATEGORY_FAMILY = {"moe": MOE, "cp": LONG, "fp8": FP8}
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    # --- tests/step_time_cases.py CASES
+    "megatron-gpt3-175b-1024xa100": (MEGATRON,),  # Megatron-LM README: TP 8, PP 16
+    "mpt-70b-64xa100-80gb-seq2048": (FSDP,),  # llm-foundry: Composer + PyTorch FSDP
+    "mpt-30b-8xa100-80gb-seq2048": (FSDP,),
+    "mpt-7b-8xa100-80gb-seq2048": (FSDP,),
+    "mpt-70b-128xa100-40gb-seq2048": (FSDP,),
+    "mpt-13b-128xa100-40gb-seq2048": (FSDP,),
+    "mpt-70b-64xh100-80gb-seq2048": (FSDP,),
+    "mpt-13b-64xh100-80gb-seq2048": (FSDP,),
+    "mpt-1b-64xh100-80gb-seq2048": (FSDP,),
+    "torchtitan-llama3-70b-64xa100": (FSDP,),  # TorchTitan: FSDP2
+    "bloom-176b-384xa100": (MEGATRON,),  # Megatron-DeepSpeed: TP 4, PP 12, DeepSpeed's pipeline engine
+    "torchtitan-llama3-8b-64xa100": (FSDP,),
+    "llama3-405b-16384xh100-seq8192": (MEGATRON,),  # Meta's 4D parallelism: TP 8, PP 16, v = 8
+    "llama3-405b-8192xh100-seq8192": (MEGATRON,),
+    "mtnlg-530b-2240xa100": (MEGATRON,),  # known gap: DeepSpeed's pipeline engine, fp16, 2021
+    # --- tests/modern_cases.py CASES (families = the run's categories)
+    "mcore-moe-deepseek-v3-1024xh100-fp8blk": (MOE, FP8),
+    "mbridge2509-deepseek-v3-1024xh100-fp8": (MOE, FP8),
+    "mcore-moe-qwen3-235b-256xh100-bf16": (MOE,),
+    "mbridge2604-qwen3-235b-256xh100-fp8": (MOE, FP8),
+    "mbridge-skill-qwen3-30b-a3b-16xh100-bf16-hybridep-overlap": (MOE,),
+    "nemo-long-llama2-7b-32xh100-fp8-seq32k-cp2": (LONG, FP8),
+    "nemo-long-llama2-7b-128xh100-fp8-seq128k-cp4": (LONG, FP8),
+    "nemo-long-llama2-7b-256xh100-fp8-seq256k-cp8": (LONG, FP8),
+    "nemo-long-llama2-7b-1024xh100-fp8-seq1024k-cp32": (LONG, FP8),
+    "llama3-405b-16384xh100-cp16-seq131072": (LONG,),
+    "tt2412-llama31-8b-8xh100-fsdp-compile-fp8": (FP8,),  # FSDP2 too; its family is its category (FP8)
+    "tt2412-llama31-8b-8xh100-fsdp-compile-bf16": (FSDP,),  # no category: a dense BF16 FSDP2 run
+    # --- tests/modern_cases.py KNOWN_GAPS
+    "mbridge2604-qwen3-30b-a3b-16xh100-fp8": (MOE, FP8),
+    "tt2412-llama31-8b-8xh100-fsdp4-cp2-seq64k-fp8": (LONG, FP8),
+    "tt2412-llama31-8b-8xh100-fsdp2-cp4-seq128k-fp8": (LONG, FP8),
+    "tt2412-llama31-8b-8xh100-fsdp1-cp8-seq256k-fp8": (LONG, FP8),
+}
+
+
+class Row(NamedTuple):
+    key: str
+    table: str  # which cases module it comes from
+    families: tuple[str, ...]
+    error: float  # predicted over published throughput, minus 1
+    known_gap: bool
+
+
+class FamilyStats(NamedTuple):
+    family: str
+    rows: tuple[Row, ...]  # the tests (known gaps left out)
+    mean: float  # mean |error|
+    worst: float  # largest |error|
+
+
+def _cases() -> list[tuple[str, object, Callable[[object], tuple[float, object]], bool]]:
+    dense = [("step_time_cases", case, step_time_cases.error, False) for case in step_time_cases.CASES]
+    dense += [("step_time_cases", case, step_time_cases.error, True) for case in step_time_cases.KNOWN_GAPS]
+    modern = [("modern_cases", case, modern_cases.error, False) for case in modern_cases.CASES]
+    modern += [("modern_cases", case, modern_cases.error, True) for case in modern_cases.KNOWN_GAPS]
+    return dense + modern  # type: ignore[return-value]
+
+
+def rows(include_gaps: bool = True) -> list[Row]:
+    """Every row of both tables with its families and error (known gaps only when asked)."""
+    out = []
+    for table, case, error, gap in _cases():
+        if gap and not include_gaps:
+            continue
+        key = case.key  # type: ignore[attr-defined]
+        out.append(Row(key, table, FAMILIES[key], error(case)[0], gap))
+    return out
+
+
+def family_stats(all_rows: list[Row]) -> list[FamilyStats]:
+    """Each family's tests and their mean and worst |error|."""
+    stats = []
+    for family in ORDER:
+        members = tuple(row for row in all_rows if family in row.families and not row.known_gap)
+        errors = [abs(row.error) for row in members]
+        stats.append(FamilyStats(family, members, sum(errors) / len(errors), max(errors)))
+    return stats
+
+
+def main() -> None:
+    all_rows = rows()
+    for stat in family_stats(all_rows):
+        print(f"{stat.family}: {len(stat.rows)} runs, mean |error| {stat.mean * 100:.1f} %, worst {stat.worst * 100:.1f} %")
+        for row in all_rows:
+            if stat.family in row.families:
+                mark = "  (known gap, not counted)" if row.known_gap else ""
+                print(f"   {row.key:60s} {row.error * 100:+6.1f} %{mark}")
+    tests = [abs(row.error) for row in all_rows if not row.known_gap]
+    print(f"all {len(tests)} runs: mean |error| {sum(tests) / len(tests) * 100:.1f} %, worst {max(tests) * 100:.1f} %")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Issue #32's check on the published-runs tables, family by family (tests/published_families.py): each
+family's mean |error| at most 10 %, its worst at most 25 %. The rows' families are stated row by row in
+FAMILIES; the modern runs' must be their own `categories` (tests/published_modern_runs.py)."""
+
+from __future__ import annotations
+
+import modern_cases
+import pytest
+import step_time_cases
+from published_families import CATEGORY_FAMILY, FAMILIES, FP8, FSDP, LONG, MEGATRON, MOE, ORDER, family_stats, rows
+
+
+def test_every_row_of_both_tables_has_its_families() -> None:
+    keys = [case.key for case in step_time_cases.CASES + step_time_cases.KNOWN_GAPS + modern_cases.CASES + modern_cases.KNOWN_GAPS]
+    assert sorted(keys) == sorted(FAMILIES)
+    assert all(FAMILIES[key] and set(FAMILIES[key]) <= set(ORDER) for key in keys)
+
+
+def test_modern_rows_families_are_their_categories() -> None:
+    # a modern run's families are the categories its source states; one without any is a dense FSDP2 run
+    for case in modern_cases.CASES + modern_cases.KNOWN_GAPS:
+        stated = {CATEGORY_FAMILY[c] for c in case.run.categories} or {FSDP}
+        assert set(FAMILIES[case.key]) == stated, case.key
+
+
+def test_dense_rows_family_follows_their_framework() -> None:
+    # Megatron-LM and Megatron-DeepSpeed (and Meta's TP/PP run, entered with the megatron profile) against FSDP
+    for case in step_time_cases.CASES + step_time_cases.KNOWN_GAPS:
+        assert FAMILIES[case.key] == ((MEGATRON,) if case.framework in ("megatron", "deepspeed") else (FSDP,)), case.key
+
+
+STATS = {stat.family: stat for stat in family_stats(rows(include_gaps=False))}
+# over 10 % (python tests/published_families.py): mean / worst |error|. MoE was 12.7 / 18.9 % at the start of session 13,
+# 9.5 / 18.9 % once the Qwen3-235B BF16 row was entered with the dispatcher and recomputation its source states
+OVER_10 = {MEGATRON: "10.4 / 12.5 %"}
+
+
+def test_family_sizes() -> None:
+    assert {family: len(STATS[family].rows) for family in ORDER} == {MEGATRON: 4, FSDP: 11, MOE: 5, LONG: 5, FP8: 8}
+
+
+@pytest.mark.parametrize("family", ORDER)
+def test_family_worst_error_at_most_25_percent(family: str) -> None:
+    assert STATS[family].worst <= 0.25, f"{family}: worst {STATS[family].worst * 100:.1f} %"
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=f"{f}: {OVER_10[f]}"))
+                                    if f in OVER_10 else f for f in ORDER])  # fmt: skip
+def test_family_mean_error_at_most_10_percent(family: str) -> None:
+    assert STATS[family].mean <= 0.10, f"{family}: mean {STATS[family].mean * 100:.1f} %"
