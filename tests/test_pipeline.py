@@ -23,7 +23,7 @@ from parcalc.core.pipeline import (
 from parcalc.errors import InputError
 
 UNIT = pass_times()  # t_f = 1, t_b = 2, t_w = 1: T_F = T_B = T_W = 1, the handcrafted schedules' case
-GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZB_H2, DUALPIPEV = Schedule
+GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZB_H2, DUALPIPEV, ZB_V = Schedule
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def test_target_is_the_smallest_that_reaches_it(schedule: Schedule, p: int, v: i
     tau = Fraction(repr(target))
     assert Fraction(measure(schedule, p, m, UNIT, chunks).value) <= tau + Fraction(1, 10**12)
     step = p if schedule is INTERLEAVED else 1
-    least = {ZB_H1: p, ZB_H2: 2 * p - 1, INTERLEAVED: p, DUALPIPEV: 2 * p}.get(schedule, 1)
+    least = {ZB_H1: p, ZB_H2: 2 * p - 1, INTERLEAVED: p, DUALPIPEV: 2 * p, ZB_V: p}.get(schedule, 1)
     if m - step >= least:  # one step fewer misses the target
         assert measure(schedule, p, m - step, UNIT, chunks).value > target
     if schedule is INTERLEAVED:

@@ -26,7 +26,7 @@ from parcalc.core.pipeline import (
     simulate_schedule,
 )
 
-GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZB_H2, DUALPIPEV = Schedule
+GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZB_H2, DUALPIPEV, ZB_V = Schedule
 UNIT = PassTimes(1.0, 2.0, 1.0)
 
 
@@ -176,7 +176,7 @@ def test_the_schedule_respects_every_dependency(case) -> None:
     timeline = simulate_schedule(schedule, p, m, per_stage, chunks=v, latency=latency)
     split = schedule.splits_backward
     ops = (sim.F, sim.B, sim.W) if split else (sim.F, sim.B)
-    layout, v = (sim.V_SHAPE, 2) if schedule is DUALPIPEV else (sim.INTERLEAVED, v)
+    layout, v = (sim.V_SHAPE, 2) if schedule.v_shape else (sim.INTERLEAVED, v)
     end, device_of = {}, {}
     for e in timeline.events:
         key = (e.op, sim.virtual_stage(e.chunk, e.device, p, layout), e.micro_batch)

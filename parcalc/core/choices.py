@@ -112,6 +112,7 @@ class Schedule(str, Enum):
     ZB_H1 = "zb-h1"
     ZB_H2 = "zb-h2"
     DUALPIPEV = "dualpipev"
+    ZB_V = "zb-v"
 
     @property
     def label(self) -> str:
@@ -120,7 +121,12 @@ class Schedule(str, Enum):
     @property
     def splits_backward(self) -> bool:
         """Whether the backward runs as two passes, B (input gradient) and W (weight gradient)."""
-        return self in (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.DUALPIPEV)
+        return self in (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.DUALPIPEV, Schedule.ZB_V)
+
+    @property
+    def v_shape(self) -> bool:
+        """Whether each device holds two stages in a V (stage d and 2p - 1 - d): DualPipeV and ZB-V."""
+        return self in (Schedule.DUALPIPEV, Schedule.ZB_V)
 
 
 _SCHEDULE_LABELS = {
@@ -130,6 +136,7 @@ _SCHEDULE_LABELS = {
     Schedule.ZB_H1: "ZB-H1",
     Schedule.ZB_H2: "ZB-H2",
     Schedule.DUALPIPEV: "DualPipeV",
+    Schedule.ZB_V: "ZB-V",
 }
 
 

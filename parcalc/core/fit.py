@@ -196,8 +196,11 @@ class Config:
         """The MoE settings as the timing takes them (parcalc.core.timing.moe.ExpertShard)."""
         from parcalc.core.timing.moe import ExpertShard
 
+        # DualPipeV overlaps each pair's exchanges with the other's compute whatever --ep-overlap says (its schedule does:
+        # DeepSeek-V3 sec. 3.2.1; dualpipev.py overlapped_forward_backward), as Megatron's 1F1B overlap pairs them
+        overlap = "1f1b" if self.layout.schedule is Schedule.DUALPIPEV and self.ep_overlap == "none" else self.ep_overlap
         return ExpertShard(self.layout.ep, self.layout.expert_tp, self.moe_imbalance, self.moe_dispatcher,
-                           self.max_nodes_per_token, self.ep_overlap)  # fmt: skip
+                           self.max_nodes_per_token, overlap)  # fmt: skip
 
     def micro_batches(self, training: Training) -> int:
         """Micro-batches per replica per iteration: B / (d b)."""
@@ -280,6 +283,11 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return f"the interleaved schedule needs p > 1 and m a multiple of p (p = {p}, m = {m})"
     if config.layout.chunks > 1 and config.layout.schedule is not Schedule.INTERLEAVED:
         return "only the interleaved schedule has model chunks"
+    from parcalc.core.pipeline import schedule_reason
+
+    schedule_rule = schedule_reason(model.layers, config.layout, m)
+    if schedule_rule is not None:
+        return schedule_rule
     if c > 1:
         try:
             check_context_parallel(model, training.seq_len, config.layout, training.causal)
@@ -471,7 +479,8 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     t_off = float(offload_step_time(model, layout, training, cluster, activation_layer=breakdown.layer.per_layer.value,
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage)) if offloading else 0.0  # fmt: skip
     host = _host_derivation(model, config, training, cluster, stage, m, t_opt)
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=host.value if host else 0.0)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=host.value if host else 0.0,
+                    schedule=config.layout.schedule)
     ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms.t_ep))
 
     from parcalc.units import format_time as _format_time
@@ -536,13 +545,19 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     if p > 1:
         stretched = [compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ()),
                      *((ep_comm.as_term("t_ep"),) if ep_comm else ())]  # fmt: skip
-        bubble = BUBBLE.derivation([_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
-                                    *stretched], terms.t_bubble,
-                                   formula=only_terms(BUBBLE.formula, stretched),
-                                   assumptions=_dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
-        pp_comm = PP.derivation([m_term, _t("v", "v", v, "", "model chunks per GPU"),
-                               _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
-                                terms.t_pp)  # fmt: skip
+        if config.layout.schedule.splits_backward:
+            from parcalc.core.pipeline_schedules import simulated_bubble_derivation, split_sends_derivation
+
+            bubble = simulated_bubble_derivation(config.layout, m_term, stage, stretched, terms.t_bubble)
+            pp_comm = split_sends_derivation(config.layout, m_term, stage, terms.t_pp)
+        else:
+            bubble = BUBBLE.derivation([_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
+                                        *stretched], terms.t_bubble,
+                                       formula=only_terms(BUBBLE.formula, stretched),
+                                       assumptions=_dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
+            pp_comm = PP.derivation([m_term, _t("v", "v", v, "", "model chunks per GPU"),
+                                   _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
+                                    terms.t_pp)  # fmt: skip
     else:
         bubble = BUBBLE.zero("no pipeline")
         pp_comm = PP.zero("no pipeline")

@@ -24,6 +24,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
+from itertools import pairwise
+from typing import Any
 
 from parcalc.core import pipeline_sim as sim
 from parcalc.core.choices import Schedule  # re-exported
@@ -103,6 +106,35 @@ def dualpipe_bubble(stages: int, forward: float, backward: float, weight: float)
     return max(stages // 2 - 1, 0) * max(f + b + b - 3 * w, 0.0)
 
 
+def _zbv_bubble(stages: int, micro_batches: int, times: PassTimes) -> float:
+    """ZB-V's idle time per device for balanced stages: the makespan of its simulated order less one device's work."""
+    timeline = simulate_schedule(Schedule.ZB_V, stages, micro_batches, times)
+    return max(0.0, timeline.makespan - micro_batches * (times.forward + times.backward))
+
+
+def schedule_reason(layers: int, layout: Any, m: int) -> str | None:
+    """Why a layout (parcalc.core.layout.Layout) of `layers` layers with m micro-batches cannot run its split-backward schedule
+    (None: it can), each rule from the schedule's source."""
+    schedule, p = layout.schedule, layout.pp
+    if not schedule.splits_backward:
+        return None
+    if p == 1:
+        return f"{schedule.label} is a pipeline schedule: it needs pp > 1"
+    if schedule.v_shape:
+        if layout.pipeline_layout is not None:
+            return (f"{schedule.label} places two stages a device in a V (stage d and 2p - 1 - d); --pipeline-layout places virtual "
+                    "stage i on device i mod p (Megatron-LM)")  # fmt: skip
+        if layout.first_stage_layers is not None or layout.last_stage_layers is not None or layout.embedding_in_split or layout.loss_in_split:
+            return f"{schedule.label}'s V splits the layers evenly over 2p chunks; not with an uneven first or last stage"
+        if layers % (2 * p):
+            return (f"{schedule.label} holds two chunks a device in a V: 2p = {2 * p} must divide the {layers} layers (the "
+                    "zero-bubble repository's validate_arguments asserts an even number of layers per stage, zbpp_utils.py @39f2c186)")
+    if schedule is Schedule.DUALPIPEV and m < 2 * p:
+        return (f"DualPipeV needs at least 2p = {2 * p} micro-batches (m = {m}; deepseek-ai/DualPipe dualpipev.py asserts "
+                "num_chunks >= num_ranks * 2)")
+    return None
+
+
 def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int) -> None:
     """Bad p, m or v as InputError naming the flag and the constraint."""
     for flag, value in (("--stages", stages), ("--micro-batches", micro_batches), ("--chunks", chunks)):
@@ -110,7 +142,7 @@ def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int
             raise InputError(f"{flag}: must be a whole number of at least 1, got {value!r}")
     if chunks > 1 and schedule is not Schedule.INTERLEAVED:
         raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --chunks {chunks} with {schedule.value}"
-                         + ("; DualPipeV's two chunks a device are its V, not a choice)" if schedule is Schedule.DUALPIPEV else ")"))  # fmt: skip
+                         + (f"; {schedule.label}'s two chunks a device are its V, not a choice)" if schedule.v_shape else ")"))  # fmt: skip
     if schedule is Schedule.DUALPIPEV and micro_batches < 2 * stages:
         raise InputError(f"--micro-batches: DualPipeV needs at least 2p = {2 * stages} micro-batches (got {micro_batches}; "
                          "deepseek-ai/DualPipe dualpipev.py asserts num_chunks >= num_ranks * 2)")  # fmt: skip
@@ -125,7 +157,7 @@ def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int
 
 def _terms(schedule: Schedule, stages: int, micro_batches: int, chunks: int, times: PassTimes) -> dict[str, Term]:
     terms = {
-        "p": Term("p", "p", "p", stages, "", "devices, each two stages of the V (stage d and 2p - 1 - d)" if schedule is Schedule.DUALPIPEV
+        "p": Term("p", "p", "p", stages, "", "devices, each two stages of the V (stage d and 2p - 1 - d)" if schedule.v_shape
                   else "pipeline stages (one device each)"),
         "m": Term("m", "m", "m", micro_batches, "", "micro-batches per mini-batch"),
         "v": Term("v", "v", "v", chunks, "", "model chunks (virtual stages) per device"),
@@ -180,6 +212,14 @@ def bubble_time(schedule: Schedule, stages: int, micro_batches: int, times: Pass
         inputs, value, source = ("p", "t_f", "t_b", "v"), (p - 1) * (times.forward + times.backward) / chunks, NARAYANAN_INTERLEAVED
         if micro_batches == stages and chunks > 1:
             assumptions.append("m = p: Megatron-LM runs every forward before any backward (no 1F1B phase); the bubble is the same")
+    elif schedule is Schedule.ZB_V:
+        inputs, source = ("p", "m", "T_F", "T_B", "T_W"), f"the event simulation of ZB-V's order ({sim.ZBV_SOURCE})"
+        formula, latex = "idle of a device in the simulation of ZB-V's order", r"t_{\mathrm{idle}}(\mathrm{ZB\text{-}V})"
+        value = _zbv_bubble(stages, micro_batches, times)
+        assumptions += [
+            "no closed form: ZB-V's order comes from the reference's heuristic (zbv.py), run here with these times per chunk "
+            "(F = T_F/2, B = T_B/2, W = T_W/2) and the memory limit of 1F1B (2p chunks' activations a device), then simulated",
+        ]
     elif schedule is Schedule.DUALPIPEV:
         inputs, source = ("p", "T_F", "T_B", "T_W"), DUALPIPE_README
         t_f, t_b, t_w = times.forward, times.input_gradient, times.weight
@@ -317,7 +357,8 @@ def fewest_micro_batches(schedule: Schedule, stages: int) -> int:
     warm-up forwards (Qi et al. 2024 sec. 2.2: "a sufficient number of microbatches"); the
     interleaved schedule needs a multiple of p.
     """
-    return {Schedule.ZB_H1: stages, Schedule.ZB_H2: 2 * stages - 1, Schedule.INTERLEAVED: stages, Schedule.DUALPIPEV: 2 * stages}.get(schedule, 1)
+    return {Schedule.ZB_H1: stages, Schedule.ZB_H2: 2 * stages - 1, Schedule.INTERLEAVED: stages, Schedule.DUALPIPEV: 2 * stages,
+            Schedule.ZB_V: stages}.get(schedule, 1)
 
 
 def micro_batches_for_target(
@@ -344,6 +385,8 @@ def micro_batches_for_target(
         t_b = Fraction(repr(times.backward)) - t_w
         if schedule is Schedule.DUALPIPEV:
             bubble = (p - 1) * (t_f + 2 * t_b - t_w) / 2
+        elif schedule is Schedule.ZB_V:  # no closed form: the simulated bubble at p micro-batches, which more do not change
+            bubble = Fraction(repr(_zbv_bubble(p, fewest_micro_batches(schedule, p), times)))
         else:
             bubble = (p - 1) * (t_f + t_b - (t_w if schedule is Schedule.ZB_H1 else 2 * t_w))
         bubble = max(Fraction(0), bubble)
@@ -432,6 +475,8 @@ def in_flight_micro_batches(schedule: Schedule, stages: int, micro_batches: int,
         return min(warm_up + 1, m * v) / v
     if schedule is Schedule.DUALPIPEV:
         return p + 0.5
+    if schedule is Schedule.ZB_V:  # what the simulator counts for the reference's order at T_F = T_B = T_W: p once m >= p
+        return float(simulate_schedule(schedule, stages, micro_batches, pass_times(1.0, 2.0, 1.0)).peak_in_flight[stage])
     return float(min(2 * (p - s) - 1, m))
 
 
@@ -445,7 +490,7 @@ def pending_weight_gradients(schedule: Schedule, stages: int, micro_batches: int
         raise InputError(f"stage must be between 0 and {stages - 1}, got {stage!r}")
     if not schedule.splits_backward:
         return 0.0
-    if schedule is Schedule.DUALPIPEV:  # what the simulator counts at the peak: none of its W passes wait then
+    if schedule.v_shape:  # what the simulator counts at the peak (DualPipeV: none of its W passes wait then)
         return float(simulate_schedule(schedule, stages, micro_batches, pass_times(1.0, 2.0, 1.0)).pending_weight_at_peak[stage])
     alive = in_flight_micro_batches(schedule, stages, micro_batches, stage)
     waiting = stage if schedule is Schedule.ZB_H1 else 2 * stage
@@ -456,8 +501,10 @@ def pending_weight_gradients(schedule: Schedule, stages: int, micro_batches: int
 # Simulation
 
 
-def schedule_order(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1) -> tuple[tuple[sim.Task, ...], ...]:
-    """Each device's operations in the order the schedule runs them."""
+def schedule_order(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1,
+                   times: PassTimes | None = None) -> tuple[tuple[sim.Task, ...], ...]:
+    """Each device's operations in the order the schedule runs them (times: what ZB-V's heuristic places the passes by,
+    one stage's; None: T_F = T_B = T_W)."""
     check_shape(schedule, stages, micro_batches, chunks)
     if schedule is Schedule.GPIPE:
         return sim.gpipe_order(stages, micro_batches)
@@ -469,6 +516,9 @@ def schedule_order(schedule: Schedule, stages: int, micro_batches: int, chunks: 
         return sim.zb_h1_order(stages, micro_batches)
     if schedule is Schedule.DUALPIPEV:
         return sim.dualpipev_order(stages, micro_batches)
+    if schedule is Schedule.ZB_V:
+        costs = times or pass_times(1.0, 2.0, 1.0)
+        return sim.zbv_order(stages, micro_batches, costs.forward, costs.input_gradient, costs.weight)
     return sim.zb_h2_order(stages, micro_batches)
 
 
@@ -493,14 +543,52 @@ def simulate_schedule(
     durations = tuple(
         {sim.F: t.forward, sim.B: t.input_gradient if split else t.backward, sim.W: t.weight if split else 0.0} for t in per_stage
     )
-    order = schedule_order(schedule, stages, micro_batches, chunks)
-    if schedule is Schedule.DUALPIPEV:  # two chunks a device, in a V
+    # ZB-V's heuristic places the passes by the median stage's times (the reference's avg_then_mid over the stages)
+    median = sorted(per_stage, key=lambda t: t.forward)[len(per_stage) // 2]
+    order = schedule_order(schedule, stages, micro_batches, chunks, median)
+    if schedule.v_shape:  # two chunks a device, in a V
         return sim.simulate(order, durations, micro_batches=micro_batches, chunks=2, latency=latency, layout=sim.V_SHAPE)
     return sim.simulate(order, durations, micro_batches=micro_batches, chunks=chunks, latency=latency, chunk_shares=chunk_shares)
 
 
+# The step-time model simulates a split-backward schedule for every estimate; beyond this many operations it simulates
+# fewer micro-batches (the most that stay under it): the steady phase between warm-up and cool-down runs without gaps,
+# so the idle time does not grow with m (tests/test_schedule_step.py checks it against the full simulation).
+MAX_STEP_OPERATIONS = 60_000
+
+
+def step_micro_batches(schedule: Schedule, stages: int, micro_batches: int) -> int:
+    """The micro-batches step_bubble simulates: m, or the most under MAX_STEP_OPERATIONS (at least the schedule's fewest)."""
+    per = operation_count(schedule, stages, 1)
+    most = max(MAX_STEP_OPERATIONS // per, fewest_micro_batches(schedule, stages))
+    return min(micro_batches, most)
+
+
+@lru_cache(maxsize=65_536)
+def step_bubble(schedule: Schedule, stages: int, micro_batches: int, forward: float, input_gradient: float, weight: float) -> float:
+    """The pacing stage's idle time per iteration (s) when every stage takes forward (F), input_gradient (B) and weight (W)
+    seconds per micro-batch: the simulated order's makespan less one stage's work, m (F + B + W). The step-time model's
+    bubble for the schedules that split the backward, whose idle time has no closed form in general (it depends on how W
+    passes fill the gaps: Qi et al. 2024 sec. 2.3 give (p - 1)(T_F + T_B - T_W) for ZB-H1 only when T_W <= T_F, T_B)."""
+    m = step_micro_batches(schedule, stages, micro_batches)
+    times = PassTimes(forward, input_gradient + weight, weight)
+    timeline = simulate_schedule(schedule, stages, m, times)
+    return max(0.0, timeline.makespan - m * (forward + input_gradient + weight))
+
+
+@lru_cache(maxsize=4096)
+def paired_passes(schedule: Schedule, stages: int, micro_batches: int) -> int:
+    """DualPipeV's overlapped pairs ("F & B": one chunk's forward and another's backward run as one unit, each one's
+    communication under the other's compute; dualpipev.py _forward_backward_chunk) on the device with the fewest of them,
+    device 0 (2m - 3p + 1 of its 2m chunk forwards, counted in the ported order); 0 for the other schedules."""
+    if schedule is not Schedule.DUALPIPEV:
+        return 0
+    orders = schedule_order(schedule, stages, micro_batches)
+    return min(sum(1 for a, b in pairwise(row) if a.op == sim.F and b.op == sim.B and b.joined) for row in orders)
+
+
 def operation_count(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1) -> int:
-    chunks = 2 if schedule is Schedule.DUALPIPEV else chunks
+    chunks = 2 if schedule.v_shape else chunks
     return stages * micro_batches * chunks * (3 if schedule.splits_backward else 2)
 
 
@@ -528,8 +616,8 @@ class BubbleAnalysis:
     @property
     def title(self) -> str:
         chunks = f", v = {self.chunks} chunks" if self.schedule is Schedule.INTERLEAVED else ""
-        if self.schedule is Schedule.DUALPIPEV:
-            return (f"Pipeline bubble of DualPipeV: p = {self.stages} devices ({2 * self.stages} stages in a V, two a device), "
+        if self.schedule.v_shape:
+            return (f"Pipeline bubble of {self.schedule.label}: p = {self.stages} devices ({2 * self.stages} stages in a V, two a device), "
                     f"m = {self.micro_batches} micro-batches")  # fmt: skip
         return f"Pipeline bubble of {self.schedule.label}: p = {self.stages} stages, m = {self.micro_batches} micro-batches{chunks}"
 

@@ -351,6 +351,169 @@ def _dualpipev_rank(p: int, m: int, rank: int) -> tuple[Task, ...]:
     return tuple(order)
 
 
+ZBV_SOURCE = ("sail-sg/zero-bubble-pipeline-parallelism @39f2c186, megatron/core/pipeline_parallel/zerobubble/scheduler/zbv.py, "
+              "PipelineGraph.try_v_schedule and create_schedule")
+# What a pending W holds of a micro-batch's activations M_B (Qi et al. 2024, Table 1; the reference's runtime.py @39f2c186
+# sets f_mem = 34 h + 5 a s, w_mem = -32 h per token): 32 of 34 with FlashAttention, which keeps no 5 a s^2 b scores
+ZBV_WEIGHT_MEMORY = 32 / 34
+
+
+def zbv_order(stages: int, micro_batches: int, forward: float = 1.0, backward: float = 1.0, weight: float = 1.0,
+              weight_memory: float = ZBV_WEIGHT_MEMORY) -> tuple[tuple[Task, ...], ...]:
+    """ZB-V (Qi et al. 2024, arXiv v2 sec. 6, "ZB-V"; Qi et al. 2024b, "Pipeline Parallelism with Controllable Memory"):
+    p devices, 2p stages in a V (as DualPipeV: device d holds stage d and 2p - 1 - d), the activation memory of 1F1B
+    (2p chunks' M_B on every device) and a split backward whose W passes fill the gaps.
+
+    Ported from the reference's heuristic (ZBV_SOURCE): it places F, B and W of each chunk on each device in a
+    simulated clock with the given per-chunk costs (F, B = the input-gradient pass, W), running each device's
+    forwards until its memory limit of 2p chunks' M_B, a B as soon as its input is there, and a pending W wherever
+    it fills a wait; it tries W-filling before F and before B both ways (create_schedule) and each again with the
+    bubbles it found as the bound (approved_bubble), keeping the order with the smallest largest bubble. The
+    reference runs it with the profiled per-chunk costs (runtime.py: f_mid, b_mid, w_mid, the communication cost c,
+    0 here: parcalc counts the sends apart). Its memory units: F adds 1, B frees 1 - weight_memory, W the rest.
+    Chunks are the model's (0: the way down, 1: the way back), micro-batches count per chunk.
+    """
+    best: tuple[float, list[list[tuple[int, int, int]]]] | None = None
+    for fill_b in (True, False):
+        for fill_f in (True, False):
+            order, bubble = _zbv_try(stages, micro_batches, (forward, backward, weight), (1.0, weight_memory - 1.0, -weight_memory),
+                                     fill_f, fill_b, None)  # fmt: skip
+            if best is None or bubble < best[0]:
+                best = (bubble, order)
+    assert best is not None
+    # create_schedule: the heuristic names the backward chunks in the order the gradient meets them (its chunk 0 is the
+    # model's chunk 1); forwards keep theirs
+    return tuple(tuple(Task((F, B, W)[cat], micro, chunk if cat == 0 else 1 - chunk) for cat, chunk, micro in row)
+                 for row in best[1])  # fmt: skip
+
+
+def _zbv_try(n: int, m: int, cost: tuple[float, float, float], mem_of: tuple[float, float, float], fill_f: bool, fill_b: bool,
+             approved: list[float] | None) -> tuple[list[list[tuple[int, int, int]]], float]:  # fmt: skip
+    """PipelineGraph.try_v_schedule (ZBV_SOURCE), step for step; (cat, chunk, micro-batch) per device, and its largest
+    bubble. cat 0/1/2 = F/B/W; its "chunk" is the position along the V in the direction of the pass."""
+    from collections import deque
+
+    count = [[0] * 6 for _ in range(n)]
+    end: dict[tuple[int, int, int, int], float] = {}
+    now = [0.0] * n
+    mem = [0.0] * n
+    bubble = [0.0] * n
+    pending: list[deque[int]] = [deque() for _ in range(n)]
+    schedule: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+    approved = approved if approved is not None else [-1.0] * n
+    max_approved = max(approved)
+    max_mem = 2.0 * n  # the reference's default: 2p chunks' M_B
+
+    def max_bubble(stage: int = -1) -> float:
+        most = max(0.0, *bubble)
+        return max(most, max_approved - approved[stage]) if stage >= 0 else most
+
+    def done(cat: int, chunk: int, stage: int, micro: int) -> float:
+        return end.get((cat, chunk, stage, micro), -1.0)
+
+    def put_w(stage: int) -> None:
+        put(2, pending[stage].popleft(), stage)
+
+    def put(cat: int, chunk: int, stage: int) -> None:
+        no_bubble = finish = now[stage] + cost[cat]
+        micro = count[stage][cat * 2 + chunk]
+        if micro >= m or mem[stage] + mem_of[cat] > max_mem + 1e-9:
+            raise ValueError("ZB-V's heuristic cannot place this pass (the reference asserts)")
+        if cat < 2 and (stage < n - 1 if chunk == 1 else stage > 0):
+            previous = done(cat, chunk, stage + 1 if chunk == 1 else stage - 1, micro)
+            if previous < 0:
+                raise ValueError("ZB-V's heuristic placed a pass before its input (the reference asserts)")
+            finish = max(finish, previous + cost[cat])
+        if count[stage][0] > 0:
+            bubble[stage] += finish - no_bubble
+        end[(cat, chunk, stage, micro)] = finish
+        now[stage] = finish
+        mem[stage] += mem_of[cat]
+        schedule[stage].append((cat, chunk, micro))
+        if cat == 1:
+            pending[stage].append(chunk)
+        count[stage][cat * 2 + chunk] += 1
+
+    for i in range(n):
+        put(0, 0, i)
+    for i in range(n - 1, -1, -1):
+        if i == n - 1:
+            put(0, 1, i)
+            continue
+        until = done(0, 1, i + 1, 0)
+        while mem[i] + mem_of[0] * (2 + i * 2) <= max_mem and now[i] + cost[0] <= until and count[i][0] < m:
+            for j in range(i + 1):
+                put(0, 0, j)
+        put(0, 1, i)
+    chunk_ = 0
+    for i in range(1, n):
+        while count[i][0] + count[i][1] < count[i - 1][0] + count[i - 1][1] or count[i][1] <= count[i - 1][1] < m:
+            for j in range(n - 1, i - 1, -1):
+                if count[j][chunk_] < m:
+                    put(0, chunk_, j)
+            chunk_ = 1 - chunk_
+
+    def fill(stage: int, waits_on: float) -> bool:
+        """Pending W passes that fit before the input arrives; True if the wait is still longer than the bubble allowed."""
+        while pending[stage] and waits_on >= 0 and waits_on >= now[stage] + cost[2]:
+            put_w(stage)
+        return bool(pending[stage]) and waits_on - now[stage] > max_bubble(stage) - bubble[stage]
+
+    for _ in range(2 * m):
+        for i in range(n):
+            while mem[i] + mem_of[1] > max_mem:
+                put_w(i)
+        b0, b1 = [], []
+        for i in range(n):
+            if count[i][3] >= count[i][2]:
+                b0.append(i)
+            elif i == n - 1 or done(1, 1, i + 1, count[i][3]) >= 0 or count[i][2] >= m:
+                b1.append(i)
+            else:
+                b0.append(i)
+        for i, chunk in [(i, 1) for i in reversed(b1)] + [(i, 0) for i in b0]:
+            waits = -1.0
+            if chunk == 1 and i < n - 1:
+                waits = done(1, 1, i + 1, count[i][3])
+            if chunk == 0 and i > 0:
+                waits = done(1, 0, i - 1, count[i][2])
+            # the reference indexes end_time[-1] (the last node, not yet run: -1) when nothing is waited on
+            if fill(i, waits) and (chunk == 1 or fill_b):
+                put_w(i)
+            put(1, chunk, i)
+        for i in range(n):
+            if count[i][1] >= m:
+                continue
+            item = None
+            if count[i][1] >= count[i][0]:
+                item = 0
+            elif i == n - 1 or done(0, 1, i + 1, count[i][1]) >= 0:
+                item = 1
+            elif count[i][0] < m and (i == 0 or done(0, 0, i - 1, count[i][0]) >= 0):
+                item = 0
+            if item is None:
+                continue
+            while mem[i] + mem_of[0] > max_mem + 1e-9:
+                put_w(i)
+            waits = -1.0
+            if item == 0 and i > 0:
+                waits = done(0, 0, i - 1, count[i][0])
+            if item == 1 and i < n - 1:
+                waits = done(0, 1, i + 1, count[i][1])
+            if fill(i, waits) and fill_f:
+                put_w(i)
+            put(0, item, i)
+    for i in range(n):
+        while pending[i]:
+            put_w(i)
+    worst = max_bubble()
+    if max_approved < 0 or worst < max_approved:
+        again, again_worst = _zbv_try(n, m, cost, mem_of, fill_f, fill_b, list(bubble))
+        if again_worst < worst:
+            return again, again_worst
+    return schedule, worst
+
+
 # ---------------------------------------------------------------------------------------------
 # The simulation
 

@@ -302,14 +302,20 @@ def pinned_config(cluster: Cluster, pinned: dict[str, int], sizes: tuple[int, ..
     for flag, values in (("--micro-batch", sizes), ("--recompute", recomputes), ("--zero", zero)):
         if values is not None and len(values) > 1:
             raise InputError(f"{flag}: one value for one configuration (several only with --search)")
-    if schedule is not None and schedule.lower() not in ("1f1b", "interleaved"):
-        raise InputError(f"--schedule: 1f1b or interleaved, got {schedule!r}")
+    kinds = tuple(s.value for s in Schedule if s is not Schedule.GPIPE)  # fit times the schedules Megatron-style stacks run
+    if schedule is not None and schedule.lower() not in kinds:
+        raise InputError(f"--schedule: {', '.join(kinds[:-1])} or {kinds[-1]}, got {schedule!r}")
     v = parse_count(chunks, "--chunks") if chunks is not None else 1
     if ends.get("pipeline_layout") is not None and chunks is None:  # its virtual stages / pp (parcalc.core.pipeline_layout)
         from parcalc.core.pipeline_layout import virtual_stage_count
 
         v = max(1, virtual_stage_count(ends["pipeline_layout"]) // given["pp"])
-    kind = Schedule.INTERLEAVED if (schedule or "").lower() == "interleaved" or v > 1 else Schedule.ONE_F_ONE_B
+    kind = Schedule(schedule.lower()) if schedule is not None else Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
+    if kind.splits_backward and v > 1:
+        raise InputError(f"--chunks: only the interleaved schedule splits a GPU's layers into chunks (got --chunks {v} with {kind.value}"
+                         + (f"; {kind.label}'s two chunks a GPU are its V, not a choice)" if kind.v_shape else ")"))  # fmt: skip
+    if kind is Schedule.ONE_F_ONE_B and v > 1:
+        kind = Schedule.INTERLEAVED
     if kind is Schedule.INTERLEAVED and v == 1:
         raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
     sp, stage, no_ops = stated_no_ops(bool(sequence_parallel), given["tp"], zero[0] if zero else ZeroStage.ZERO0, given["dp"] * ends.get("cp", 1))
