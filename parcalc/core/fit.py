@@ -761,9 +761,15 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
     how = ("NCCL all-to-all: every token copy for another node over the network" if experts.dispatcher == "alltoall"
            else "DeepEP-style: one copy per token and destination node over the network, forwarded over NVLink"
            + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else ""))  # fmt: skip
-    alone = float(unpaired_micro_batches(config.layout.pp, config.layout.chunks, m))
+    if config.layout.schedule is Schedule.DUALPIPEV and config.layout.pp > 1:  # its overlapped F & B pairs (timing.step.combine)
+        from parcalc.core.pipeline import paired_passes
+
+        alone = m - paired_passes(Schedule.DUALPIPEV, config.layout.pp, m) / 2
+    else:
+        alone = float(unpaired_micro_batches(config.layout.pp, config.layout.chunks, m))
     inputs = [_t("m", "m", m, "", "micro-batches per replica"),
-              _t("u", "u", alone, "", "micro-batches without a partner (pipeline warm-up; all of them without 1F1B overlap)"),
+              _t("u", "u", alone, "", "micro-batches without a partner (pipeline warm-up; all of them without 1F1B overlap; "
+                 "DualPipeV: m less half its overlapped F & B pairs, each pairing two chunk passes)"),
               _t("L_m", "L_MoE", stage.moe_layers, "", "MoE layers of the slowest stage", latex=r"L_{\mathrm{MoE}}"),
               _t("A", "A", stage.ep_total, "s", f"dispatch + combine of one micro-batch, forward and backward, all {stage.moe_layers} "
                  f"MoE layers, over ep = {experts.ep} ({where}), {how}"),
