@@ -136,7 +136,7 @@ def test_memory_of_zb_h2_and_dualpipev() -> None:
     (("--schedule", "zb-v", "--pp", "32", "--tp", "1", "--dp", "1", "--model", "gpt3-175b"), "2p = 64 must divide the 96 layers"),
     (("--schedule", "dualpipev", "--batch", "4"), "DualPipeV needs at least 2p = 8 micro-batches"),
     (("--schedule", "zb-v", "--chunks", "2"), "ZB-V's two chunks a GPU are its V"),
-    (("--schedule", "gpipe",), "--schedule: 1f1b, interleaved, zb-h1, zb-h2, dualpipev or zb-v, got 'gpipe'"),
+    (("--schedule", "gpipe",), "--schedule: 1f1b, interleaved, zb-h1, zb-h2, dualpipev, zb-v or dualpipe, got 'gpipe'"),
     (("--schedule", "dualpipev", "--first-stage-layers", "11"), "DualPipeV's V splits the layers evenly over 2p chunks"),
 ])  # fmt: skip
 def test_a_schedule_the_layout_cannot_run_is_one_line(run_error, args: tuple[str, ...], message: str) -> None:
@@ -144,3 +144,45 @@ def test_a_schedule_the_layout_cannot_run_is_one_line(run_error, args: tuple[str
     given = dict(zip(args[::2], args[1::2], strict=True))
     line = run_error(["fit", *[x for k, v in {**base, **given}.items() for x in (k, v)]])
     assert message in line
+
+
+@pytest.mark.parametrize("p, m", [(4, 8), (8, 16), (8, 20), (16, 32)])
+def test_dualpipe_runs_the_readmes_bubble_and_activations(p: int, m: int) -> None:
+    """deepseek-ai/DualPipe README @3da1bbe: DualPipe's bubble (PP/2 - 1)(F&B + B - 3W) over PP = p stages and PP + 1
+    activations a device. At F = B = W = 1 per stage (a full backward 2, F&B = F + B = 3) that is 2(p/2 - 1) units, and
+    the simulation of dualpipe.py's order idles exactly that on every device, holding p + 1 micro-batches of a stage."""
+    timeline = simulate_schedule(Schedule.DUALPIPE, p, m, PassTimes(1.0, 2.0, 1.0))
+    assert timeline.idle == pytest.approx((2.0 * (p / 2 - 1),) * p)
+    assert timeline.makespan == pytest.approx(3 * m + 2 * (p / 2 - 1))
+    assert timeline.peak_in_flight == pytest.approx((p + 1.0,) * p)
+    assert pipeline.bubble_time(Schedule.DUALPIPE, p, m, PassTimes(1.0, 2.0, 1.0)).value == pytest.approx(2 * (p / 2 - 1))
+    # device d holds stage d of the way down and stage p - 1 - d of the way up
+    order = sim.dualpipe_order(p, m)
+    assert {(t.chunk, t.micro_batch < m // 2) for t in order[0]} == {(0, True), (1, False)}
+
+
+def test_dualpipe_holds_both_stages_parameters_and_their_states(run_json) -> None:
+    """DeepSeek-V3 sec. 3.2.1 ('two copies of the model parameters'); the README's 2x; example_dualpipe.py keeps and sums both
+    copies' gradients. Llama 3 8B on PP 4: device 1 holds stage 1 (embedding + 8 layers) and stage 4 (8 layers + head);
+    the optimizer steps both copies' states (2x 1F1B's time on the fullest device, whose stages mirror each other)."""
+    base = ("memory", "--model", "llama3-8b", "--pp", "4", "--micro-batches", "8", "--per-stage")
+    plain, dual = run_json(*base), run_json(*base, "--schedule", "dualpipe")
+    firsts = plain["results"]["stage_parameters"]["value"]
+    assert firsts == 8 * 218_112_000 + 128_256 * 4096  # 8 layers of Llama 3 8B and the embedding
+    assert dual["results"]["stage_parameters"]["value"] == 2 * 8 * 218_112_000 + 2 * 128_256 * 4096 + 4096  # and the head, final norm
+    assert dual["results"]["in_flight"]["value"] == 5  # p + 1
+    fit = {s: run_json(*FIT, "--schedule", s)["results"] for s in ("1f1b", "dualpipe")}
+    assert fit["dualpipe"]["t_optimizer"]["value"] == pytest.approx(2 * fit["1f1b"]["t_optimizer"]["value"], rel=1e-3)
+    pairs = paired_passes(Schedule.DUALPIPE, 4, 32)
+    send = fit["1f1b"]["t_pp"]["value"] / (2 * 32)
+    assert fit["dualpipe"]["t_pp"]["value"] == pytest.approx((2 * 32 - 2 * pairs) * send)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--schedule", "dualpipe", "--pp", "2", "--tp", "4", "--dp", "4", "--batch", "36"), "DualPipe needs p even and an even m of at least 2p"),
+    (("--schedule", "dualpipe", "--last-stage-layers", "5"), "DualPipe runs the same p equal stages both ways"),
+])  # fmt: skip
+def test_dualpipe_rules_are_one_line(run_error, args: tuple[str, ...], message: str) -> None:
+    base = dict(zip(FIT[1::2], FIT[2::2], strict=True))
+    given = dict(zip(args[::2], args[1::2], strict=True))
+    assert message in run_error(["fit", *[x for k, v in {**base, **given}.items() for x in (k, v)]])

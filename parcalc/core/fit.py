@@ -196,9 +196,9 @@ class Config:
         """The MoE settings as the timing takes them (parcalc.core.timing.moe.ExpertShard)."""
         from parcalc.core.timing.moe import ExpertShard
 
-        # DualPipeV overlaps each pair's exchanges with the other's compute whatever --ep-overlap says (its schedule does:
+        # DualPipe(V) overlaps each pair's exchanges with the other's compute whatever --ep-overlap says (its schedule does:
         # DeepSeek-V3 sec. 3.2.1; dualpipev.py overlapped_forward_backward), as Megatron's 1F1B overlap pairs them
-        overlap = "1f1b" if self.layout.schedule is Schedule.DUALPIPEV and self.ep_overlap == "none" else self.ep_overlap
+        overlap = "1f1b" if self.layout.schedule.pairs_forward_backward and self.ep_overlap == "none" else self.ep_overlap
         return ExpertShard(self.layout.ep, self.layout.expert_tp, self.moe_imbalance, self.moe_dispatcher,
                            self.max_nodes_per_token, overlap)  # fmt: skip
 
@@ -761,15 +761,16 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
     how = ("NCCL all-to-all: every token copy for another node over the network" if experts.dispatcher == "alltoall"
            else "DeepEP-style: one copy per token and destination node over the network, forwarded over NVLink"
            + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else ""))  # fmt: skip
-    if config.layout.schedule is Schedule.DUALPIPEV and config.layout.pp > 1:  # its overlapped F & B pairs (timing.step.combine)
+    if config.layout.schedule.pairs_forward_backward and config.layout.pp > 1:  # overlapped F & B pairs (timing.step.combine)
         from parcalc.core.pipeline import paired_passes
 
-        alone = m - paired_passes(Schedule.DUALPIPEV, config.layout.pp, m) / 2
+        pairs = paired_passes(config.layout.schedule, config.layout.pp, m)
+        alone = m - pairs * (0.5 if config.layout.schedule.v_shape else 1.0)
     else:
         alone = float(unpaired_micro_batches(config.layout.pp, config.layout.chunks, m))
     inputs = [_t("m", "m", m, "", "micro-batches per replica"),
               _t("u", "u", alone, "", "micro-batches without a partner (pipeline warm-up; all of them without 1F1B overlap; "
-                 "DualPipeV: m less half its overlapped F & B pairs, each pairing two chunk passes)"),
+                 "DualPipe(V): m less its overlapped F & B pairs, each pairing two passes (a V's: of half the stage))"),
               _t("L_m", "L_MoE", stage.moe_layers, "", "MoE layers of the slowest stage", latex=r"L_{\mathrm{MoE}}"),
               _t("A", "A", stage.ep_total, "s", f"dispatch + combine of one micro-batch, forward and backward, all {stage.moe_layers} "
                  f"MoE layers, over ep = {experts.ep} ({where}), {how}"),

@@ -106,7 +106,7 @@ def check_parallelism(model: TransformerModel, par: Layout, micro_batches: int) 
     check_shard_group(par.shard_group, par.dp * par.cp, par.zero)
     expert_layout(model, par)  # --ep / --etp: Megatron-Core's folding rules
     check_shape(par.schedule, par.pp, micro_batches, par.chunks)
-    if par.schedule.v_shape and par.pp > 1:  # the V's two chunks a device (parcalc.core.fit.schedule_reason says why)
+    if (par.schedule.v_shape or par.schedule is Schedule.DUALPIPE) and par.pp > 1:  # two stages a device (pipeline.schedule_reason)
         from parcalc.core.pipeline import schedule_reason
 
         reason = schedule_reason(model.layers, par, micro_batches)
@@ -470,6 +470,29 @@ class MemoryBreakdown:
         )
 
 
+DUALPIPE_COPIES = ("DeepSeek-V3 technical report sec. 3.2.1: 'DualPipe requires keeping two copies of the model parameters'; "
+                   "deepseek-ai/DualPipe README @3da1bbe: parameters per device 2x; examples/example_dualpipe.py keeps both copies' "
+                   ".grad and adds the mirror's (p0.grad += p1all[pp_size - 1 - rank]), so an optimizer over a device's two modules "
+                   "keeps states for both (neither source says otherwise)")
+
+
+def dualpipe_parameters(model: TransformerModel, par: Layout, stage: int, own: Derivation) -> Derivation:
+    """DualPipe's device `stage` holds stage d of the way down and stage p - 1 - d of the way up: both stages' parameters."""
+    mirror = stage_parameters(model, par, par.pp - 1 - stage)
+    return Derivation(
+        key=own.key,
+        label=f"Parameters on one GPU of device {stage + 1} (DualPipe: stage {stage + 1} and stage {par.pp - stage})",
+        symbol=own.symbol,
+        latex_symbol=own.latex_symbol,
+        formula="$P_d + $P_mirror",
+        formula_latex=r"$P_d + $P_mirror",
+        inputs=(own.as_term("P_d"), mirror.as_term("P_mirror")),
+        value=own.value + mirror.value,
+        unit=own.unit,
+        source=DUALPIPE_COPIES,
+    )
+
+
 def weight_pass_share(model: TransformerModel, config: Any) -> float:
     """What a micro-batch waiting for its W pass still holds, as a share of its activations M_B: M_W / M_B = 32 h / (34 h + 5 a s)
     per token, 32/34 where FlashAttention keeps no a s^2 b scores (Qi et al. 2024 Table 1; the zero-bubble repository's
@@ -534,7 +557,9 @@ def _split_in_flight(par: Layout, micro_batches: int, stage: int, weight_share: 
              Schedule.ZB_H2: "min(2($p - $i) - 1, $m) B-pending, min(2 $i, $m - n_B) W-pending (Qi et al. 2024 sec. 2.3)",
              Schedule.DUALPIPEV: "2p + 1 chunks' activations, p + 1/2 stage micro-batches (the DualPipe README's PP + 1 over PP = 2p stages; "
                                  "the simulation of dualpipev.py's order counts the same)",
-             Schedule.ZB_V: "the simulation of ZB-V's order (zbv.py; its memory limit: 2p chunks' activations, 1F1B's p)"}[par.schedule]  # fmt: skip
+             Schedule.ZB_V: "the simulation of ZB-V's order (zbv.py; its memory limit: 2p chunks' activations, 1F1B's p)",
+             Schedule.DUALPIPE: "p + 1 stage micro-batches (the DualPipe README's PP + 1; the simulation of dualpipe.py's order counts "
+                                "the same)"}[par.schedule]  # fmt: skip
     return Derivation(
         key="in_flight",
         label=f"Micro-batches whose activations stage {stage + 1} holds at once ({par.schedule.label}, W-pending ones at r_W)",
@@ -574,6 +599,9 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     config = layer.config
     params = stage_parameters(model, par, stage)
     experts = stage_expert_parameters(model, par, stage)
+    dualpipe = par.schedule is Schedule.DUALPIPE and par.pp > 1
+    if dualpipe:  # the stage each way: its parameters, gradients and optimizer states twice over the pipeline
+        params, experts = dualpipe_parameters(model, par, stage, params), experts + stage_expert_parameters(model, par, par.pp - 1 - stage)
     if experts:
         layout = expert_layout(model, par)
         # hybrid sharding: the dense states over the shard group S, the experts' over expert-DP as before
@@ -613,8 +641,9 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
             unit="B",
             source="Korthikanti et al. 2022 sec. 4.2.3: the first stage keeps p micro-batches of its layers (L/p each: L layers' worth)",
         )
-    embedding = embedding_activations(model, config, in_flight.value) if stage == 0 and model.vocab else None
-    output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
+    ends = (0, par.pp - 1)  # DualPipe: the first and the last device hold both ends (stage 0 one way, stage p - 1 the other)
+    embedding = embedding_activations(model, config, in_flight.value) if (stage == 0 or (dualpipe and stage in ends)) and model.vocab else None
+    output = output_activations(model, config, in_flight.value) if (stage == par.pp - 1 or (dualpipe and stage in ends)) and model.vocab else None
     mtp = mtp_activations(model, config, in_flight.value) if stage == mtp_stage(model, par) else None
     recompute = recompute_working_set(model, config) if setup.recompute_layers != 0 else None
     context = context_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes)

@@ -1,11 +1,11 @@
 """fit's derivations of the bubble and the pipeline sends under the schedules that split the backward (ZB-H1, ZB-H2,
-ZB-V, DualPipeV), whose bubble the step-time model takes from the event simulation of their order
+ZB-V, DualPipeV, DualPipe), whose bubble the step-time model takes from the event simulation of their order
 (parcalc.core.pipeline.step_bubble; the terms themselves are combined in parcalc.core.timing.step.combine).
 
 Their sources, per schedule:
 - ZB-H1 / ZB-H2: Qi et al. 2024, "Zero Bubble Pipeline Parallelism" (ICLR 2024), sec. 2 (the handcrafted orders);
 - ZB-V: the zero-bubble repository's V heuristic (parcalc.core.pipeline_sim.ZBV_SOURCE);
-- DualPipeV: deepseek-ai/DualPipe @3da1bbe, dualpipe/dualpipev.py (DualPipeV.step), whose overlapped "F & B" pairs
+- DualPipe and DualPipeV: deepseek-ai/DualPipe @3da1bbe, dualpipe/dualpipe.py and dualpipev.py (step), whose overlapped "F & B" pairs
   hide one chunk's expert-parallel and pipeline communication under the other's compute (DeepSeek-V3 technical report
   sec. 3.2.1; the DualPipe README: "full overlap of forward and backward computation-communication phases").
 """
@@ -27,6 +27,8 @@ SCHEDULE_SOURCES = {
     Schedule.ZB_V: ZBV_SOURCE,
     Schedule.DUALPIPEV: "deepseek-ai/DualPipe @3da1bbe, dualpipe/dualpipev.py, DualPipeV.step (parcalc.core.pipeline_sim.dualpipev_order); "
                         + DUALPIPE_README,
+    Schedule.DUALPIPE: "deepseek-ai/DualPipe @3da1bbe, dualpipe/dualpipe.py, DualPipe.step (parcalc.core.pipeline_sim.dualpipe_order); "
+                       "DeepSeek-V3 technical report sec. 3.2.1, Table 2",
 }
 SIMULATION = "the event simulation of the schedule's order (parcalc.core.pipeline_sim, parcalc.core.pipeline.step_bubble)"
 
@@ -63,7 +65,7 @@ def simulated_bubble_derivation(layout: Layout, m_term: Term, stage: Any, stretc
     simulated = step_micro_batches(schedule, p, m)
     if simulated < m:
         assumptions.append(f"simulated with {simulated} micro-batches: the steady phase adds none to the idle time")
-    if schedule is Schedule.DUALPIPEV:
+    if schedule.pairs_forward_backward:
         assumptions.append("an overlapped F & B pair computes its two passes one after the other: the pair hides communication, not compute")
     if schedule is Schedule.ZB_V:
         assumptions.append("ZB-V's order is the reference heuristic's for these F, B, W per chunk (half of each) and 1F1B's memory limit")
@@ -80,9 +82,9 @@ def split_sends_derivation(layout: Layout, m_term: Term, stage: Any, value: floa
     inputs = [m_term, _t("k", "k", ways, "", "chunk passes of a micro-batch on a device each way (a V: down and back up)"),
               _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", r"T_{\mathrm{p2p}}")]
     formula = "2 × $k × $m × $T_p2p"
-    if schedule is Schedule.DUALPIPEV:
+    if schedule.pairs_forward_backward:
         pairs = paired_passes(schedule, p, m)
-        inputs.append(_t("P", "P", pairs, "", "overlapped F & B pairs on the device with the fewest (device 1: 2m - 3p + 1), whose "
-                         "sends run under the pair's compute"))  # fmt: skip
+        inputs.append(_t("P", "P", pairs, "", "overlapped F & B pairs on the device with the fewest"
+                         + (" (device 1: 2m - 3p + 1)" if schedule.v_shape else "") + ", whose sends run under the pair's compute"))  # fmt: skip
         formula = "(2 × $k × $m - 2 × $P) × $T_p2p"
     return PP.derivation(inputs, value, formula=formula, source=f"{PP.source}; {SCHEDULE_SOURCES[schedule]}")

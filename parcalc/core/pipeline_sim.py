@@ -27,18 +27,22 @@ from dataclasses import dataclass
 
 F, B, W = "F", "B", "W"
 OPS = (F, B, W)
-INTERLEAVED, V_SHAPE = "interleaved", "v"  # how a device's chunks map to virtual stages (module docstring)
+INTERLEAVED, V_SHAPE, BIDIRECTIONAL = "interleaved", "v", "bidirectional"  # how a device's chunks map to stages (module docstring)
 
 
 def virtual_stage(chunk: int, device: int, stages: int, layout: str = INTERLEAVED) -> int:
     """The virtual stage that `device`'s `chunk` holds (module docstring)."""
+    if layout == BIDIRECTIONAL:  # DualPipe: stage d of the way down, stage p - 1 - d of the way up
+        return device if chunk == 0 else stages - 1 - device
     if layout == V_SHAPE:
         return device if chunk == 0 else 2 * stages - 1 - device
     return chunk * stages + device
 
 
-def device_of(stage: int, stages: int, layout: str = INTERLEAVED) -> int:
-    """The device that holds virtual `stage`."""
+def device_of(stage: int, stages: int, layout: str = INTERLEAVED, chunk: int = 0) -> int:
+    """The device that holds virtual `stage` (DualPipe: of the pipeline `chunk`, 0 the way down, 1 the way up)."""
+    if layout == BIDIRECTIONAL:
+        return stage if chunk == 0 else stages - 1 - stage
     if layout == V_SHAPE:
         return stage if stage < stages else 2 * stages - 1 - stage
     return stage % stages
@@ -284,27 +288,49 @@ def dualpipev_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], 
     backward is B then its W; a deferred W joins a FIFO queue that each lone W pops
     (WeightGradStore). Needs m >= 2p (the reference's assert). Micro-batches count per chunk.
     """
-    return tuple(_dualpipev_rank(stages, micro_batches, rank) for rank in range(stages))
+    return tuple(_dual_rank(stages, micro_batches, rank, middle=rank == stages - 1) for rank in range(stages))
 
 
-def _dualpipev_rank(p: int, m: int, rank: int) -> tuple[Task, ...]:
-    """The order of one rank of DualPipeV (dualpipev_order)."""
+def dualpipe_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], ...]:
+    """DualPipe (DeepSeek-V3 technical report sec. 3.2.1, fig. 5): two pipelines of p stages in opposite directions on
+    the same p devices, each fed half of the m micro-batches from its own end; device d holds stage d of the way
+    down (chunk 0) and stage p - 1 - d of the way up (chunk 1), so every stage's parameters are on two devices.
+
+    Ported from deepseek-ai/DualPipe, dualpipe/dualpipe.py @3da1bbe, DualPipe.step: the eight steps of DualPipeV
+    (dualpipev_order) with num_half_ranks = p/2 and half_rank = min(r, p - 1 - r) in place of p and r, m/2 micro-batches
+    in place of m, the un-overlapped first pair of step 4 on the two middle ranks, and the second half of the ranks
+    running each step's phases mirrored (phase ^= is_in_second_half). Needs p even, m even and m >= 2p (its asserts).
+    The way up's micro-batches are numbered m/2 .. m - 1 here, so that each pipeline's are its own.
+    """
+    half = micro_batches // 2
+    return tuple(_dual_rank(stages // 2, half, min(rank, stages - 1 - rank), middle=rank in (stages // 2 - 1, stages // 2),
+                            mirrored=rank >= stages // 2, offset=half) for rank in range(stages))  # fmt: skip
+
+
+def _dual_rank(p: int, m: int, rank: int, *, middle: bool, mirrored: bool = False, offset: int = 0) -> tuple[Task, ...]:
+    """The order of one rank of DualPipeV (p ranks, m micro-batches, rank r) or of DualPipe (p = num_half_ranks,
+    m = half the micro-batches, rank = half_rank; mirrored: the second half of the ranks, whose phase 0 is the way up;
+    offset: the number of the way up's first micro-batch)."""
     from collections import deque
 
     order: list[Task] = []
     forwards, backwards = [0, 0], [0, 0]
     deferred: deque[Task] = deque()
 
+    def task(op: str, phase: int, count: int, joined: bool = False) -> Task:
+        chunk = phase ^ int(mirrored)
+        return Task(op, count + (offset if chunk == 1 else 0), chunk, joined=joined)
+
     def forward(chunk: int) -> None:
-        order.append(Task(F, forwards[chunk], chunk))
+        order.append(task(F, chunk, forwards[chunk]))
         forwards[chunk] += 1
 
     def backward(chunk: int, defer_weight: bool = False, joined: bool = False) -> None:
-        order.append(Task(B, backwards[chunk], chunk, joined=joined))
+        order.append(task(B, chunk, backwards[chunk], joined=joined))
         if defer_weight:
-            deferred.append(Task(W, backwards[chunk], chunk))
+            deferred.append(task(W, chunk, backwards[chunk]))
         else:  # a full backward: its input gradient is sent once its weight gradient is done too
-            order.append(Task(W, backwards[chunk], chunk, joined=True))
+            order.append(task(W, chunk, backwards[chunk], joined=True))
         backwards[chunk] += 1
 
     def forward_backward(forward_chunk: int, backward_chunk: int) -> None:
@@ -325,7 +351,7 @@ def _dualpipev_rank(p: int, m: int, rank: int) -> tuple[Task, ...]:
         weight()
         forward(1)
     for i in range(m - 2 * p + rank + 1):  # 4
-        if i == 0 and rank == p - 1:  # "We don't overlap these two chunks to further reduce bubble size."
+        if i == 0 and middle:  # "We don't overlap these two chunks to further reduce bubble size."
             forward(0)
             backward(1)
         else:
@@ -347,7 +373,7 @@ def _dualpipev_rank(p: int, m: int, rank: int) -> tuple[Task, ...]:
         backward(0, defer_weight=True)
     for _ in range(rank + 1):  # 8
         weight()
-    assert not deferred, "DualPipeV leaves no deferred W (the reference asserts the queue empty)"
+    assert not deferred, "DualPipe(V) leaves no deferred W (the reference asserts the queue empty)"
     return tuple(order)
 
 
@@ -538,7 +564,7 @@ def simulate(
     raises ValueError: the orders above never do.
     """
     p, v = len(orders), chunks
-    last = p * v - 1
+    last = p - 1 if layout == BIDIRECTIONAL else p * v - 1
     shares = chunk_shares if chunk_shares is not None else [[1.0 / v] * v] * p
     end: dict[tuple[str, int, int], float] = {}  # (op, virtual stage, micro-batch) -> end
     events: list[Event] = []
@@ -566,7 +592,7 @@ def simulate(
                     if key not in end:
                         missing = key
                         break
-                    hop = latency if device_of(dep_stage, p, layout) != device else 0.0
+                    hop = latency if device_of(dep_stage, p, layout, task.chunk) != device else 0.0
                     ready = max(ready, end[key] + hop)
                 if missing is not None:
                     break
@@ -589,7 +615,8 @@ def simulate(
     if remaining:
         stuck = {d: orders[d][position[d]] for d in range(p) if position[d] < len(orders[d])}
         raise ValueError(f"the schedule deadlocks: devices wait on {stuck}")
-    return _timeline(events, p, micro_batches, v, latency)
+    # in-flight counts in a device's micro-batches of one stage: DualPipe's chunks are whole stages (one each way)
+    return _timeline(events, p, micro_batches, v, latency, 1 if layout == BIDIRECTIONAL else v)
 
 
 def _unit(order: Sequence[Task], at: int) -> list[Task]:
@@ -608,7 +635,7 @@ def _dependencies(op: str, stage: int, last: int) -> tuple[tuple[str, int], ...]
     return ((B, stage),)
 
 
-def _timeline(events: list[Event], p: int, m: int, v: int, latency: float) -> Timeline:
+def _timeline(events: list[Event], p: int, m: int, v: int, latency: float, unit: int) -> Timeline:
     events.sort(key=lambda e: (e.start, e.device))
     makespan = max((e.end for e in events), default=0.0)
     busy, span, in_flight, pending = [], [], [], []
@@ -619,8 +646,8 @@ def _timeline(events: list[Event], p: int, m: int, v: int, latency: float) -> Ti
         busy.append(sum(e.end - e.start for e in mine))
         span.append(max(e.end for e in mine) - min(e.start for e in mine) if mine else 0.0)
         peak, waiting = _peak_memory(mine)
-        in_flight.append(peak / v)
-        pending.append(waiting / v)
+        in_flight.append(peak / unit)
+        pending.append(waiting / unit)
     return Timeline(
         stages=p,
         micro_batches=m,

@@ -167,8 +167,12 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
 
     split = schedule is not None and schedule.splits_backward and p > 1
     pairs = _paired(schedule, p, m) if split else 0.0
-    # DualPipeV: a pair's two chunk passes (half a micro-batch of the stage each) hide each other's exchanges
-    alone = m - pairs / 2 if split and schedule.v_shape and np.any(pairs) else unpaired_micro_batches(p, v, m)
+    # DualPipe(V): a pair's two passes hide each other's exchanges; a V's chunk pass is half a micro-batch of the stage,
+    # DualPipe's a whole one (a stage each way)
+    if split and schedule.pairs_forward_backward:
+        alone = m - pairs * (0.5 if schedule.v_shape else 1.0)
+    else:
+        alone = unpaired_micro_batches(p, v, m)
     t_ep = alone * stage.ep_total + (m - alone) * stage.ep
     t_compute = m * (stage.forward + stage.backward + stage.recompute)
     if tp_overlap:  # TE's userbuffers: every TP collective, the SP re-gathers included, against every GEMM
@@ -545,12 +549,31 @@ def _fullest_stage(model: Any, layout: Layout) -> FullestStage:
     The parameters do not depend on dp and cp (the caller's layout is valid), nor on ZeRO, the schedule
     or placement: the cache's key is the layout with only what they depend on."""
     ranks = layout.ep * layout.expert_tp  # any dp x cp that holds the expert grid: ep x etp divides tp x ranks
+    if layout.schedule.value == "dualpipe" and layout.pp > 1:  # a stage each way: the device holds two
+        return _dualpipe_device(model, Layout(layout.tp, layout.pp, ranks, ep=layout.ep, etp=layout.etp))
     if layout.pipeline_layout is not None:  # the layout's own stages (its chunks and their MoE layers)
         return _fullest_stage_of(model, Layout(layout.tp, layout.pp, ranks, ep=layout.ep, etp=layout.etp, schedule=layout.schedule,
                                                chunks=layout.chunks, pipeline_layout=layout.pipeline_layout))  # fmt: skip
     first, last = layout.stage_ends(model.layers)
     return _fullest_stage_of(model, Layout(layout.tp, layout.pp, ranks, first_stage_layers=first, last_stage_layers=last, ep=layout.ep,
                                            etp=layout.etp))  # fmt: skip
+
+
+@lru_cache(maxsize=256)
+def _dualpipe_device(model: Any, par: Layout) -> FullestStage:
+    """DualPipe's fullest device: device d holds stage d and p - 1 - d (parcalc.core.pipeline_sim.dualpipe_order), both
+    stages' parameters, experts, ends and layers (DeepSeek-V3 sec. 3.2.1: 'two copies of the model parameters')."""
+    from parcalc.core.memory import _stage_ends, stage_expert_parameters, stage_layers, stage_parameters
+
+    split = stage_layers(model, par)
+
+    def device(d: int) -> FullestStage:
+        pair = (d, par.pp - 1 - d)
+        return FullestStage(sum(float(stage_parameters(model, par, s).value) for s in pair),
+                            sum(float(stage_expert_parameters(model, par, s)) for s in pair),
+                            sum(float(sum(_stage_ends(model, par, s))) for s in pair), sum(split[s] for s in pair))  # fmt: skip
+
+    return max((device(d) for d in range(par.pp // 2)), key=lambda f: f.params)
 
 
 @lru_cache(maxsize=4096)  # pure; the search asks for the same stage for every configuration of a layout
