@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from parcalc.core import pipeline
 from parcalc.core import pipeline_sim as sim
-from parcalc.core.choices import Schedule
+from parcalc.core.choices import Recompute, Schedule
 from parcalc.core.layout import Layout
 from parcalc.core.memory import memory_breakdown
 from parcalc.core.pipeline import PassTimes, paired_passes, simulate_schedule, step_bubble
@@ -186,3 +186,54 @@ def test_dualpipe_rules_are_one_line(run_error, args: tuple[str, ...], message: 
     base = dict(zip(FIT[1::2], FIT[2::2], strict=True))
     given = dict(zip(args[::2], args[1::2], strict=True))
     assert message in run_error(["fit", *[x for k, v in {**base, **given}.items() for x in (k, v)]])
+
+
+@pytest.mark.parametrize("model_key, schedule, gpus", [
+    ("llama3-8b", Schedule.ZB_H1, 32), ("llama3-8b", Schedule.ZB_H2, 16),
+    pytest.param("llama3-70b", Schedule.ZB_V, 64, marks=pytest.mark.slow), pytest.param("mixtral-8x7b", Schedule.DUALPIPEV, 64, marks=pytest.mark.slow),
+])  # fmt: skip
+def test_the_search_with_a_schedule_agrees_with_the_estimate(model_key: str, schedule: Schedule, gpus: int) -> None:
+    """fit --search --schedule X: every pipelined layout runs X; the vectorised rows (memory with X's in-flight count, the
+    simulated bubble, DualPipeV's pairs) are the scalar estimate's (the search's own agreement test, tests/test_fit_search.py)."""
+    import math
+    import random
+
+    import numpy as np
+
+    from parcalc.core.fit import Cluster, Training, estimate, invalid_reason
+    from parcalc.core.fit_search import COST_FIELDS, SearchSpace, search
+    from parcalc.presets import load_gpu, load_link
+
+    h100 = load_gpu("h100-sxm5", ())
+    cluster = Cluster(gpus=gpus, gpus_per_node=8, peak=989e12, capacity=h100.memory_capacity.value, intra=load_link("nvlink4", ()),
+                      inter=load_link("ib-ndr", ()), gpu=h100)  # fmt: skip
+    model = load_model(model_key, ())
+    training = Training(128, 4096, flash_attention=True)
+    found = search(model, training, cluster, SearchSpace(schedule=schedule, zero_stages=(0, 1), recomputes=(Recompute.NONE, Recompute.FULL)))
+    c = found.evaluated.columns
+    piped = np.flatnonzero(c["pp"] > 1).tolist()
+    assert piped and all(c["schedule"][i] for i in piped)
+    rng = random.Random(f"{model_key}-{schedule.value}")
+    fitting = [i for i in piped if c["fits"][i]]
+    for i in rng.sample(piped, min(12, len(piped))) + rng.sample(fitting, min(8, len(fitting))):
+        config = found.evaluated.config(i)
+        assert config.layout.schedule is schedule
+        assert invalid_reason(model, config, training, cluster) is None
+        scalar = estimate(model, config, training, cluster)
+        expected = {"memory": scalar.total_memory, "fits": scalar.fits, "t_compute": scalar.compute.value, "t_tp": scalar.tp_comm.value,
+                    "t_bubble": scalar.bubble.value, "t_pp": scalar.pp_comm.value, "t_dp": scalar.dp_comm.value,
+                    "t_optimizer": scalar.optimizer.value, "t_step": scalar.step.value, "tokens_per_second": scalar.tokens_per_second.value,
+                    "mfu": scalar.mfu.value, "hfu": scalar.hfu.value}  # fmt: skip
+        assert set(expected) == set(COST_FIELDS)
+        for key, value in expected.items():
+            if c["fits"][i] or key in ("memory", "fits"):
+                assert c[key][i] == pytest.approx(value, rel=1e-9, abs=1e-15), (config.label(), key)
+            else:
+                assert math.isnan(c[key][i])
+
+
+def test_search_schedule_errors(run_error) -> None:
+    base = ["fit", "--model", "llama3-8b", "--gpus", "32", "--gpu", "h100-sxm5", "--batch", "64", "--search"]
+    assert "dualpipe describes one configuration" in run_error([*base, "--schedule", "dualpipe"])
+    assert "the search tries 1F1B and interleaved itself" in run_error([*base, "--schedule", "interleaved"])
+    assert "--chunks: describes one configuration" in run_error([*base, "--chunks", "2"])

@@ -235,8 +235,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         top = DEFAULT_TOP if top is None else top
         if top < 1:
             raise InputError(f"--top: at least 1, got {top}")
-        if schedule is not None or chunks is not None:
-            raise InputError("--schedule / --chunks: describe one configuration (without --search); --no-interleaved limits the search")
+        searched = search_schedule(schedule, chunks)
+        if searched is not None:
+            settings.append(("schedule", searched.value))
         clusters += [cluster_from_flags(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
                                         inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
                                         dirs, ideal_network=ideal_network, power_limit=power_limit) for name in names[1:]]  # fmt: skip
@@ -247,7 +248,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else profile.zero_stages,
             sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
             interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
-            **ends,
+            schedule=searched, **ends,
         )  # fmt: skip
         return FitRequest(shape, training, tuple(clusters), tuple(keys[name] for name in names) or ("none",), tuple(plans),
                           FitMode.SEARCH, tuple(settings), ranking, space=space, top=top, explain=explain)  # fmt: skip
@@ -272,6 +273,24 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         raise InputError(f"--micro-batch: {micro} does not divide the global batch of {training.global_batch}")
     return FitRequest(shape, training, (cluster,), (keys.get(gpu_name, "none"),), tuple(plans), FitMode.STRATEGIES, tuple(settings),
                       micro_batch=micro, recomputes=recomputes, max_layers=max_layers)  # fmt: skip
+
+
+def search_schedule(schedule: str | None, chunks: str | None) -> Any:
+    """fit --search --schedule: a split-backward schedule every pipelined layout of the search runs (None: 1F1B and
+    interleaved, as the search tries them by default). DualPipe is not searched: its two stages a GPU change every
+    stage's memory (one configuration only)."""
+    from parcalc.core.choices import Schedule
+    from parcalc.errors import InputError
+
+    if chunks is not None:
+        raise InputError("--chunks: describes one configuration (without --search); --no-interleaved limits the search")
+    if schedule is None:
+        return None
+    searchable = [s.value for s in Schedule if s.splits_backward and s is not Schedule.DUALPIPE]
+    if schedule.lower() not in searchable:
+        raise InputError(f"--schedule with --search: {', '.join(searchable[:-1])} or {searchable[-1]} (the search tries 1F1B and "
+                         f"interleaved itself; --no-interleaved limits it; dualpipe describes one configuration), got {schedule!r}")
+    return Schedule(schedule.lower())
 
 
 def pinned_config(cluster: Cluster, pinned: dict[str, int], sizes: tuple[int, ...] | None, recomputes: tuple[Recompute, ...],
