@@ -237,3 +237,23 @@ def test_search_schedule_errors(run_error) -> None:
     assert "dualpipe describes one configuration" in run_error([*base, "--schedule", "dualpipe"])
     assert "the search tries 1F1B and interleaved itself" in run_error([*base, "--schedule", "interleaved"])
     assert "--chunks: describes one configuration" in run_error([*base, "--chunks", "2"])
+
+
+def test_comm_volume_sends_half_the_micro_batches_each_way_under_dualpipe(run_json) -> None:
+    """dualpipe.py: the second pipeline enters at the last rank, so each boundary carries m/2 activations down and m/2 up
+    (and their gradients back): the same bytes as 1F1B's m down, split over both directions; a V carries m each way."""
+    base = ("comm-volume", "--model", "llama3-8b", "--tp", "1", "--pp", "4", "--dp", "1", "--strategy", "3d", "--batch", "8")
+
+    def sends(schedule: str) -> dict[str, float]:
+        rows = run_json(*base, "--schedule", schedule)["tables"]["collectives"]["rows"]
+        out: dict[str, float] = {}
+        for row in rows:
+            if row["dimension"] == "pp":
+                out[row["direction"]] = out.get(row["direction"], 0.0) + row["payload"]
+        return out
+
+    plain, dual, v = sends("1f1b"), sends("dualpipe"), sends("dualpipev")
+    activation = 4096 * 8192 * 2 * 8  # b s h x 2 bytes, 8 micro-batches of one sequence of 8192 tokens, per boundary
+    assert plain == {"i → i+1": activation, "i+1 → i": activation}
+    assert dual == {"i → i+1": activation, "i+1 → i": activation}  # half the activations down plus half the gradients of those up
+    assert v == {"i → i+1": 2 * activation, "i+1 → i": 2 * activation}

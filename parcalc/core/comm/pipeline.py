@@ -13,6 +13,7 @@
 
 from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
+    DUALPIPE,
     INTERLEAVED,
     V_SCHEDULES,
     Builder,
@@ -37,14 +38,24 @@ def pipeline_rows(b: Builder, model: TransformerModel, work: Workload, par: Layo
         activation /= par.tp  # each TP rank holds and sends its sequence slice
     v = par.chunks if par.schedule == INTERLEAVED else 1
     pairs = [(t, d, c) for t in range(par.tp) for d in range(par.dp) for c in range(par.cp)]
+    # DualPipe: half the micro-batches go down the devices, half up (dualpipe.py: the second pipeline enters at the last rank)
+    bidirectional = choice_value(par.schedule) == DUALPIPE
+    down = micro_batches // 2 if bidirectional else micro_batches
     for stage in range(par.pp - 1):
         groups = [Group(rank_of(par, t, d, stage, c), rank_of(par, t, d, stage + 1, c)) for t, d, c in pairs]
         for phase, direction, purpose, sender in (("forward", "i → i+1", "activations", stage),
                                                   ("backward", "i+1 → i", "activation gradients", stage + 1)):
             receiver = stage + 1 if sender == stage else stage
             b.add(dimension="pp", purpose=purpose, phase=phase, op=Collective.POINT_TO_POINT, group_size=2,
-                  call_bytes={activation: micro_batches * v}, groups=groups, stages=f"boundary {stage}→{stage + 1}",
+                  call_bytes={activation: down * v}, groups=groups, stages=f"boundary {stage}→{stage + 1}",
                   direction=direction, roles=((sender, True), (receiver, False)))  # fmt: skip
+        if bidirectional:  # the pipeline the other way: stage p - 1 - (i + 1) on device i + 1 feeds device i
+            for phase, direction, purpose, sender in (("forward", "i+1 → i", "activations (the pipeline up)", stage + 1),
+                                                      ("backward", "i → i+1", "activation gradients (the pipeline up)", stage)):
+                receiver = stage + 1 if sender == stage else stage
+                b.add(dimension="pp", purpose=purpose, phase=phase, op=Collective.POINT_TO_POINT, group_size=2,
+                      call_bytes={activation: micro_batches - down}, groups=groups, stages=f"boundary {stage}→{stage + 1}",
+                      direction=direction, roles=((sender, True), (receiver, False)))  # fmt: skip
         if choice_value(par.schedule) in V_SCHEDULES:  # the way back up the V: stage 2p - 1 - (i + 1) on device i + 1 feeds device i
             for phase, direction, purpose, sender in (("forward", "i+1 → i", "activations (way back up the V)", stage + 1),
                                                       ("backward", "i → i+1", "activation gradients (way back up the V)", stage)):
