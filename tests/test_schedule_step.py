@@ -257,3 +257,13 @@ def test_comm_volume_sends_half_the_micro_batches_each_way_under_dualpipe(run_js
     assert plain == {"i → i+1": activation, "i+1 → i": activation}
     assert dual == {"i → i+1": activation, "i+1 → i": activation}  # half the activations down plus half the gradients of those up
     assert v == {"i → i+1": 2 * activation, "i+1 → i": 2 * activation}
+
+
+def test_a_layout_string_with_a_split_schedule_is_one_line(run_error) -> None:
+    """--pipeline-layout places virtual stage i on GPU i mod p (Megatron-LM): several chunks a GPU run the interleaved
+    schedule, and a V or DualPipe places stages another way."""
+    base = ["fit", "--model", "deepseek-v3", "--gpus", "1024", "--gpu", "h100-sxm5", "--tp", "2", "--pp", "8", "--ep", "64", "--batch", "1024",
+            "--pipeline-layout", "Et*3|(tt|)*29m|L"]  # fmt: skip
+    assert "4 chunks per GPU run the interleaved schedule, not --schedule zb-h1" in run_error([*base, "--schedule", "zb-h1"])
+    assert "DualPipeV places two stages a device in a V" in run_error([*base, "--schedule", "dualpipev"])
+    assert "--pp: DualPipe needs p even" in run_error(["bubble", "--pp", "3", "--micro-batches", "8", "--schedule", "dualpipe"])

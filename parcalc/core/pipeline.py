@@ -152,7 +152,7 @@ def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int
         raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --chunks {chunks} with {schedule.value}"
                          + (f"; {schedule.label}'s two chunks a device are its V, not a choice)" if schedule.v_shape else ")"))  # fmt: skip
     if schedule is Schedule.DUALPIPE and (stages % 2 or micro_batches % 2 or micro_batches < 2 * stages):
-        raise InputError(f"--micro-batches: DualPipe needs p even and an even m of at least 2p (got p = {stages}, m = {micro_batches}; "
+        raise InputError(f"{'--pp' if stages % 2 else '--micro-batches'}: DualPipe needs p even and an even m of at least 2p (got p = {stages}, m = {micro_batches}; "
                          "deepseek-ai/DualPipe dualpipe.py asserts num_ranks % 2 == 0 and num_chunks % 2 == 0 and num_chunks >= num_ranks * 2)")
     if schedule is Schedule.DUALPIPEV and micro_batches < 2 * stages:
         raise InputError(f"--micro-batches: DualPipeV needs at least 2p = {2 * stages} micro-batches (got {micro_batches}; "

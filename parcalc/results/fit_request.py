@@ -330,6 +330,11 @@ def pinned_config(cluster: Cluster, pinned: dict[str, int], sizes: tuple[int, ..
 
         v = max(1, virtual_stage_count(ends["pipeline_layout"]) // given["pp"])
     kind = Schedule(schedule.lower()) if schedule is not None else Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
+    if kind.splits_backward and ends.get("pipeline_layout") is not None and chunks is None:
+        if kind.v_shape or kind is Schedule.DUALPIPE:  # the layout places virtual stage i on GPU i mod p (the core says why not)
+            v = 1
+        elif v > 1:
+            raise InputError(f"--pipeline-layout: {v} chunks per GPU run the interleaved schedule, not --schedule {kind.value}")
     if kind.splits_backward and v > 1:
         raise InputError(f"--chunks: only the interleaved schedule splits a GPU's layers into chunks (got --chunks {v} with {kind.value}"
                          + (f"; {kind.label}'s two chunks a GPU are its V, not a choice)" if kind.v_shape else ")"))  # fmt: skip
