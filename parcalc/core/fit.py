@@ -728,7 +728,7 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
 
 
 def _dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:
-    """How far DualPipe's bubble (DeepSeek-V3, which parcalc does not schedule) is from the 1F1B
+    """How far DualPipe's bubble (DeepSeek-V3; --schedule dualpipe schedules it) is from the 1F1B
     bubble the model uses, for this configuration's slowest stage."""
     from parcalc.core.pipeline import dualpipe_bubble
     from parcalc.core.timing.step import layer_pieces

@@ -5,7 +5,8 @@ dividing the layers or, when it does not, Megatron-LM's uneven splits (below), d
 dividing the global batch, micro-batch b dividing the replica's batch, recomputation none /
 selective / full, ZeRO 0-3 (1-3 only with dp > 1), sequence parallelism (only with tp > 1), and
 the 1F1B or interleaved schedule with v chunks (v dividing the layers of every stage, m a
-multiple of p).
+multiple of p); or, asked for (SearchSpace.schedule), one split-backward schedule on every pipelined
+layout, its bubble simulated (parcalc.core.pipeline.step_bubble).
 
 Uneven splits. When pp does not divide the L layers, the search tries the splits Megatron-LM
 allows (n_first layers on the first stage, n_last on the last, the rest evenly over the middle:
