@@ -13,12 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parcalc.core import pipeline
+from parcalc.core import pipeline, pipeline_step
 from parcalc.core import pipeline_sim as sim
 from parcalc.core.choices import Recompute, Schedule
 from parcalc.core.layout import Layout
 from parcalc.core.memory import memory_breakdown
-from parcalc.core.pipeline import PassTimes, paired_passes, simulate_schedule, step_bubble
+from parcalc.core.pipeline import PassTimes, simulate_schedule
+from parcalc.core.pipeline_step import paired_passes, step_bubble
 from parcalc.core.training_setup import TrainingSetup
 from parcalc.presets import load_model
 
@@ -92,8 +93,8 @@ def test_step_bubble_with_fewer_simulated_micro_batches_is_the_full_simulation(m
     """Beyond MAX_STEP_OPERATIONS the step simulates fewer micro-batches: the steady phase adds no idle time."""
     full = step_bubble(schedule, 4, 40, 0.3, 0.35, 0.2)
     step_bubble.cache_clear()
-    monkeypatch.setattr(pipeline, "MAX_STEP_OPERATIONS", pipeline.operation_count(schedule, 4, 1) * 12)
-    assert pipeline.step_micro_batches(schedule, 4, 40) == 12
+    monkeypatch.setattr(pipeline_step, "MAX_STEP_OPERATIONS", pipeline.operation_count(schedule, 4, 1) * 12)
+    assert pipeline_step.step_micro_batches(schedule, 4, 40) == 12
     assert step_bubble(schedule, 4, 40, 0.3, 0.35, 0.2) == pytest.approx(full)
     step_bubble.cache_clear()
 

@@ -283,7 +283,7 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return f"the interleaved schedule needs p > 1 and m a multiple of p (p = {p}, m = {m})"
     if config.layout.chunks > 1 and config.layout.schedule is not Schedule.INTERLEAVED:
         return "only the interleaved schedule has model chunks"
-    from parcalc.core.pipeline import schedule_reason
+    from parcalc.core.pipeline_step import schedule_reason
 
     schedule_rule = schedule_reason(model.layers, config.layout, m)
     if schedule_rule is not None:
@@ -762,7 +762,7 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
            else "DeepEP-style: one copy per token and destination node over the network, forwarded over NVLink"
            + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else ""))  # fmt: skip
     if config.layout.schedule.pairs_forward_backward and config.layout.pp > 1:  # overlapped F & B pairs (timing.step.combine)
-        from parcalc.core.pipeline import paired_passes
+        from parcalc.core.pipeline_step import paired_passes
 
         pairs = paired_passes(config.layout.schedule, config.layout.pp, m)
         alone = m - pairs * (0.5 if config.layout.schedule.v_shape else 1.0)

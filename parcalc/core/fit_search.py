@@ -6,7 +6,7 @@ dividing the global batch, micro-batch b dividing the replica's batch, recomputa
 selective / full, ZeRO 0-3 (1-3 only with dp > 1), sequence parallelism (only with tp > 1), and
 the 1F1B or interleaved schedule with v chunks (v dividing the layers of every stage, m a
 multiple of p); or, asked for (SearchSpace.schedule), one split-backward schedule on every pipelined
-layout, its bubble simulated (parcalc.core.pipeline.step_bubble).
+layout, its bubble simulated (parcalc.core.pipeline_step.step_bubble).
 
 Uneven splits. When pp does not divide the L layers, the search tries the splits Megatron-LM
 allows (n_first layers on the first stage, n_last on the last, the rest evenly over the middle:
@@ -451,8 +451,8 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     if not valid.all():
         rejected["interleaved needs m a multiple of p"] += int((~valid).sum())
         b, r, z, sp, sched, v, m, shard = (a[valid] for a in (b, r, z, sp, sched, v, m, shard))
-    if space.schedule is not None and p > 1:  # its rules (parcalc.core.pipeline.schedule_reason), once per micro-batch count
-        from parcalc.core.pipeline import schedule_reason
+    if space.schedule is not None and p > 1:  # its rules (parcalc.core.pipeline_step.schedule_reason), once per micro-batch count
+        from parcalc.core.pipeline_step import schedule_reason
 
         even = len(set(split)) == 1 and not any(space.slots)
         layout = Layout(t, p, d, schedule=space.schedule, pipeline_layout=space.pipeline_layout,

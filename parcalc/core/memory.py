@@ -106,8 +106,8 @@ def check_parallelism(model: TransformerModel, par: Layout, micro_batches: int) 
     check_shard_group(par.shard_group, par.dp * par.cp, par.zero)
     expert_layout(model, par)  # --ep / --etp: Megatron-Core's folding rules
     check_shape(par.schedule, par.pp, micro_batches, par.chunks)
-    if (par.schedule.v_shape or par.schedule is Schedule.DUALPIPE) and par.pp > 1:  # two stages a device (pipeline.schedule_reason)
-        from parcalc.core.pipeline import schedule_reason
+    if (par.schedule.v_shape or par.schedule is Schedule.DUALPIPE) and par.pp > 1:  # two stages a device (pipeline_step.schedule_reason)
+        from parcalc.core.pipeline_step import schedule_reason
 
         reason = schedule_reason(model.layers, par, micro_batches)
         if reason is not None:

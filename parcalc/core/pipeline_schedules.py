@@ -1,6 +1,6 @@
 """fit's derivations of the bubble and the pipeline sends under the schedules that split the backward (ZB-H1, ZB-H2,
 ZB-V, DualPipeV, DualPipe), whose bubble the step-time model takes from the event simulation of their order
-(parcalc.core.pipeline.step_bubble; the terms themselves are combined in parcalc.core.timing.step.combine).
+(parcalc.core.pipeline_step.step_bubble; the terms themselves are combined in parcalc.core.timing.step.combine).
 
 Their sources, per schedule:
 - ZB-H1 / ZB-H2: Qi et al. 2024, "Zero Bubble Pipeline Parallelism" (ICLR 2024), sec. 2 (the handcrafted orders);
@@ -16,8 +16,9 @@ from typing import Any
 
 from parcalc.core.choices import Schedule
 from parcalc.core.layout import Layout
-from parcalc.core.pipeline import DUALPIPE_README, QI_TABLE_2, paired_passes, step_micro_batches
+from parcalc.core.pipeline import DUALPIPE_README, QI_TABLE_2
 from parcalc.core.pipeline_sim import ZBV_SOURCE
+from parcalc.core.pipeline_step import paired_passes, step_micro_batches
 from parcalc.core.timing.terms import BUBBLE, PP
 from parcalc.derivation import Derivation, Term
 
@@ -30,7 +31,7 @@ SCHEDULE_SOURCES = {
     Schedule.DUALPIPE: "deepseek-ai/DualPipe @3da1bbe, dualpipe/dualpipe.py, DualPipe.step (parcalc.core.pipeline_sim.dualpipe_order); "
                        "DeepSeek-V3 technical report sec. 3.2.1, Table 2",
 }
-SIMULATION = "the event simulation of the schedule's order (parcalc.core.pipeline_sim, parcalc.core.pipeline.step_bubble)"
+SIMULATION = "the event simulation of the schedule's order (parcalc.core.pipeline_sim, parcalc.core.pipeline_step.step_bubble)"
 
 
 def _t(key: str, symbol: str, value: float, unit: str, description: str, latex: str | None = None) -> Term:

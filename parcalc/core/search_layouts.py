@@ -55,7 +55,7 @@ class SearchSpace:
     moe_dispatcher: str = "alltoall"
     max_nodes_per_token: int | None = None
     ep_overlap: str = "none"
-    # a split-backward schedule every pipelined layout runs (fit --search --schedule; parcalc.core.pipeline.step_bubble);
+    # a split-backward schedule every pipelined layout runs (fit --search --schedule; parcalc.core.pipeline_step.step_bubble);
     # None: 1F1B, and the interleaved schedule where `interleaved` allows
     schedule: Schedule | None = None
 

@@ -20,7 +20,7 @@ defined once in parcalc.core.timing.terms; here is how each is computed:
   (GPipe, 1F1B, interleaved: the event simulation gives the same, tests/test_schedule_step.py); for the
   schedules that split the backward (ZB-H1, ZB-H2, ZB-V, DualPipeV) the idle time of their simulated
   order with the stage's F, B (backward less W) and W (its weight-gradient GEMMs) per micro-batch
-  (parcalc.core.pipeline.step_bubble);
+  (parcalc.core.pipeline_step.step_bubble);
 - t_pp: one micro-batch's activation (split over the TP ranks: Megatron-LM's scatter/gather) each
   way per micro-batch and chunk, on the critical path of 1F1B (a V: two chunks; DualPipeV's
   overlapped pairs send theirs under the pair's compute);
@@ -200,8 +200,8 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
 
 
 def _paired(schedule: Any, p: int, m: Any) -> Any:
-    """parcalc.core.pipeline.paired_passes for a number of micro-batches or an array of them."""
-    from parcalc.core.pipeline import paired_passes
+    """parcalc.core.pipeline_step.paired_passes for a number of micro-batches or an array of them."""
+    from parcalc.core.pipeline_step import paired_passes
 
     if np.ndim(m) == 0:
         return float(paired_passes(schedule, p, int(m)))
@@ -209,8 +209,8 @@ def _paired(schedule: Any, p: int, m: Any) -> Any:
 
 
 def _simulated_bubble(schedule: Any, p: int, m: Any, forward: Any, input_gradient: Any, weight: Any) -> Any:
-    """parcalc.core.pipeline.step_bubble on floats, or element by element on arrays (the search)."""
-    from parcalc.core.pipeline import step_bubble
+    """parcalc.core.pipeline_step.step_bubble on floats, or element by element on arrays (the search)."""
+    from parcalc.core.pipeline_step import step_bubble
 
     def one(n: Any, f: Any, b: Any, w: Any) -> float:
         return step_bubble(schedule, p, int(n), float(f), float(b), float(w))
