@@ -22,8 +22,10 @@ conversion found with find_string (index id 60572378208; the sentences also in t
 - sec. 1 / 4.4.2: 'training DeepSeek-V3 on each trillion tokens requires only 180K H800 GPU hours'.
 
 What parcalc does NOT model here, stated rather than hidden (each checked below where it can be):
-- DualPipe: parcalc runs 1F1B (in flight p - i micro-batches); DualPipe's two parameter copies are not
-  counted (computed by hand below: +weights of one more stage copy), nor its PP + 1 activations.
+- DualPipe: parcalc schedules it (--schedule dualpipe: dualpipe.py's order, both stages' states, p + 1 in flight;
+  tests/test_schedule_step.py) for equal stages only (device d runs stage d one way and p - 1 - d the other), and this
+  run's 61 layers over 16 stages are not equal (4 | 4 x 14 | 1 assumed), so the checks below run 1F1B (in flight p - i)
+  and count the second parameter copy by hand (+weights of one more stage copy).
 - The report's BF16 AdamW moments: parcalc's --precision fp8 (Transformer Engine's recipe) keeps FP32
   moments (K = 4 + 2 x 4 = 12 bytes per parameter); the report's K = 4 + 2 x 2 = 8. The difference is
   computed below; no flag expresses it.

@@ -90,8 +90,12 @@ def test_comm_volume_crosses_each_boundary_down_and_back_up(run_json) -> None:
     assert dualpipev == 2 * one_f_one_b == 2 * 32 * 8192 * 4096 * 2  # B x s x h x 2 bytes, both ways
 
 
-def test_memory_refuses_it_in_one_line(run_error) -> None:
-    assert "dualpipev is not modelled for memory" in run_error(["memory", "--model", "llama3-8b", "--pp", "4", "--schedule", "dualpipev"])
+def test_memory_holds_p_plus_a_half_and_refuses_too_few_micro_batches(run_json, run_error) -> None:
+    """The README's PP + 1 chunks on every device: p + 1/2 stage micro-batches, no W pending at the peak (the simulation
+    of dualpipev.py's order); fewer than 2p micro-batches are refused with the reference's assert."""
+    assert "at least 2p = 8 micro-batches" in run_error(["memory", "--model", "llama3-8b", "--pp", "4", "--schedule", "dualpipev"])
+    doc = run_json("memory", "--model", "llama3-8b", "--pp", "4", "--schedule", "dualpipev", "--micro-batches", "8", "--per-stage")
+    assert doc["results"]["in_flight"]["value"] == pytest.approx(4.5)
 
 
 def test_a_target_alone_starts_from_2p(run_json) -> None:

@@ -52,6 +52,8 @@ class ScheduleChoice(str, Enum):
     zb_h1 = "zb-h1"
     zb_h2 = "zb-h2"
     dualpipev = "dualpipev"
+    zb_v = "zb-v"
+    dualpipe = "dualpipe"
 
 
 OutputOption = Annotated[
@@ -66,7 +68,7 @@ OutputOption = Annotated[
 def bubble(
     pp: Annotated[str, typer.Option("--pp", metavar="P", help="Pipeline stages (one device each); --stages is its old name.", show_default=False)],
     micro_batches: Annotated[_Text, typer.Option(metavar="M", help="Micro-batches per mini-batch (with --target and without it: the fewest that reach the target).", show_default=False)] = None,
-    schedule: Annotated[ScheduleChoice, typer.Option(metavar="NAME", help="gpipe, 1f1b, interleaved, zb-h1, zb-h2 or dualpipev.")] = ScheduleChoice.one_f_one_b,
+    schedule: Annotated[ScheduleChoice, typer.Option(metavar="NAME", help="gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev or dualpipe.")] = ScheduleChoice.one_f_one_b,
     chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (interleaved only; default 2 there).")] = None,
     t_forward: Annotated[_Text, typer.Option(metavar="TIME", help="Forward time of one micro-batch on one stage, or on one layer with --layers (default 1 s, a unit).")] = None,
     t_backward: Annotated[_Text, typer.Option(metavar="TIME", help="Whole backward time, B + W (default 2 x forward).")] = None,

@@ -93,7 +93,7 @@ def comm_volume(
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="--strategy 3d: ZeRO stage of the data-parallel dimension (0: DDP all-reduce); 1-3 with dp x cp = 1 is a stated no-op.")] = ZeroStage.ZERO0,
     shard_group: ShardGroupOption = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism with TP: all-gathers and reduce-scatters.")] = False,
-    schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2, dualpipev.")] = Schedule.ONE_F_ONE_B,
+    schedule: Annotated[Schedule, typer.Option(metavar="NAME", help="Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev, dualpipe.")] = Schedule.ONE_F_ONE_B,
     chunks: Annotated[_Text, typer.Option(metavar="V", help="Model chunks per device (--schedule interleaved).")] = None,
     first_stage_layers: FirstStageLayersOption = None,
     last_stage_layers: LastStageLayersOption = None,

@@ -112,6 +112,8 @@ class Schedule(str, Enum):
     ZB_H1 = "zb-h1"
     ZB_H2 = "zb-h2"
     DUALPIPEV = "dualpipev"
+    ZB_V = "zb-v"
+    DUALPIPE = "dualpipe"
 
     @property
     def label(self) -> str:
@@ -120,7 +122,17 @@ class Schedule(str, Enum):
     @property
     def splits_backward(self) -> bool:
         """Whether the backward runs as two passes, B (input gradient) and W (weight gradient)."""
-        return self in (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.DUALPIPEV)
+        return self in (Schedule.ZB_H1, Schedule.ZB_H2, Schedule.DUALPIPEV, Schedule.ZB_V, Schedule.DUALPIPE)
+
+    @property
+    def v_shape(self) -> bool:
+        """Whether each device holds two stages in a V (stage d and 2p - 1 - d): DualPipeV and ZB-V."""
+        return self in (Schedule.DUALPIPEV, Schedule.ZB_V)
+
+    @property
+    def pairs_forward_backward(self) -> bool:
+        """Whether the schedule runs one chunk's forward and another's backward as one overlapped unit: DualPipe(V)."""
+        return self in (Schedule.DUALPIPEV, Schedule.DUALPIPE)
 
 
 _SCHEDULE_LABELS = {
@@ -130,6 +142,8 @@ _SCHEDULE_LABELS = {
     Schedule.ZB_H1: "ZB-H1",
     Schedule.ZB_H2: "ZB-H2",
     Schedule.DUALPIPEV: "DualPipeV",
+    Schedule.ZB_V: "ZB-V",
+    Schedule.DUALPIPE: "DualPipe",
 }
 
 

@@ -199,8 +199,11 @@ class Config:
         """The MoE settings as the timing takes them (parcalc.core.timing.moe.ExpertShard)."""
         from parcalc.core.timing.moe import ExpertShard
 
+        # DualPipe(V) overlaps each pair's exchanges with the other's compute whatever --ep-overlap says (its schedule does:
+        # DeepSeek-V3 sec. 3.2.1; dualpipev.py overlapped_forward_backward), as Megatron's 1F1B overlap pairs them
+        overlap = "1f1b" if self.layout.schedule.pairs_forward_backward and self.ep_overlap == "none" else self.ep_overlap
         return ExpertShard(self.layout.ep, self.layout.expert_tp, self.moe_imbalance, self.moe_dispatcher,
-                           self.max_nodes_per_token, self.ep_overlap)  # fmt: skip
+                           self.max_nodes_per_token, overlap)  # fmt: skip
 
     def micro_batches(self, training: Training) -> int:
         """Micro-batches per replica per iteration: B / (d b)."""
@@ -283,6 +286,11 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return f"the interleaved schedule needs p > 1 and m a multiple of p (p = {p}, m = {m})"
     if config.layout.chunks > 1 and config.layout.schedule is not Schedule.INTERLEAVED:
         return "only the interleaved schedule has model chunks"
+    from parcalc.core.pipeline_step import schedule_reason
+
+    schedule_rule = schedule_reason(model.layers, config.layout, m)
+    if schedule_rule is not None:
+        return schedule_rule
     if c > 1:
         try:
             check_context_parallel(model, training.seq_len, config.layout, training.causal)
@@ -502,7 +510,8 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     t_off = float(offload_step_time(model, layout, training, cluster, activation_layer=breakdown.layer.per_layer.value,
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage)) if offloading else 0.0  # fmt: skip
     host = _host_derivation(model, config, training, cluster, stage, m, t_opt)
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=host.value if host else 0.0)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=host.value if host else 0.0,
+                    schedule=config.layout.schedule)
     ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms.t_ep))
 
     from parcalc.units import format_time as _format_time
@@ -567,13 +576,19 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     if p > 1:
         stretched = [compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ()),
                      *((ep_comm.as_term("t_ep"),) if ep_comm else ())]  # fmt: skip
-        bubble = BUBBLE.derivation([_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
-                                    *stretched], terms.t_bubble,
-                                   formula=only_terms(BUBBLE.formula, stretched),
-                                   assumptions=_dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
-        pp_comm = PP.derivation([m_term, _t("v", "v", v, "", "model chunks per GPU"),
-                               _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
-                                terms.t_pp)  # fmt: skip
+        if config.layout.schedule.splits_backward:
+            from parcalc.core.pipeline_schedules import simulated_bubble_derivation, split_sends_derivation
+
+            bubble = simulated_bubble_derivation(config.layout, m_term, stage, stretched, terms.t_bubble)
+            pp_comm = split_sends_derivation(config.layout, m_term, stage, terms.t_pp)
+        else:
+            bubble = BUBBLE.derivation([_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
+                                        *stretched], terms.t_bubble,
+                                       formula=only_terms(BUBBLE.formula, stretched),
+                                       assumptions=_dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
+            pp_comm = PP.derivation([m_term, _t("v", "v", v, "", "model chunks per GPU"),
+                                   _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
+                                    terms.t_pp)  # fmt: skip
     else:
         bubble = BUBBLE.zero("no pipeline")
         pp_comm = PP.zero("no pipeline")
@@ -744,7 +759,7 @@ def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, v
 
 
 def _dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:
-    """How far DualPipe's bubble (DeepSeek-V3, which parcalc does not schedule) is from the 1F1B
+    """How far DualPipe's bubble (DeepSeek-V3; --schedule dualpipe schedules it) is from the 1F1B
     bubble the model uses, for this configuration's slowest stage."""
     from parcalc.core.pipeline import dualpipe_bubble
     from parcalc.core.timing.step import layer_pieces
@@ -777,9 +792,16 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
     how = ("NCCL all-to-all: every token copy for another node over the network" if experts.dispatcher == "alltoall"
            else "DeepEP-style: one copy per token and destination node over the network, forwarded over NVLink"
            + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else ""))  # fmt: skip
-    alone = float(unpaired_micro_batches(config.layout.pp, config.layout.chunks, m))
+    if config.layout.schedule.pairs_forward_backward and config.layout.pp > 1:  # overlapped F & B pairs (timing.step.combine)
+        from parcalc.core.pipeline_step import paired_passes
+
+        pairs = paired_passes(config.layout.schedule, config.layout.pp, m)
+        alone = m - pairs * (0.5 if config.layout.schedule.v_shape else 1.0)
+    else:
+        alone = float(unpaired_micro_batches(config.layout.pp, config.layout.chunks, m))
     inputs = [_t("m", "m", m, "", "micro-batches per replica"),
-              _t("u", "u", alone, "", "micro-batches without a partner (pipeline warm-up; all of them without 1F1B overlap)"),
+              _t("u", "u", alone, "", "micro-batches without a partner (pipeline warm-up; all of them without 1F1B overlap; "
+                 "DualPipe(V): m less its overlapped F & B pairs, each pairing two passes (a V's: of half the stage))"),
               _t("L_m", "L_MoE", stage.moe_layers, "", "MoE layers of the slowest stage", latex=r"L_{\mathrm{MoE}}"),
               _t("A", "A", stage.ep_total, "s", f"dispatch + combine of one micro-batch, forward and backward, all {stage.moe_layers} "
                  f"MoE layers, over ep = {experts.ep} ({where}), {how}"),

@@ -5,7 +5,8 @@ dividing the layers or, when it does not, Megatron-LM's uneven splits (below), d
 dividing the global batch, micro-batch b dividing the replica's batch, recomputation none /
 selective / full, ZeRO 0-3 (1-3 only with dp > 1), sequence parallelism (only with tp > 1), and
 the 1F1B or interleaved schedule with v chunks (v dividing the layers of every stage, m a
-multiple of p).
+multiple of p); or, asked for (SearchSpace.schedule), one split-backward schedule on every pipelined
+layout, its bubble simulated (parcalc.core.pipeline_step.step_bubble).
 
 Uneven splits. When pp does not divide the L layers, the search tries the splits Megatron-LM
 allows (n_first layers on the first stage, n_last on the last, the rest evenly over the middle:
@@ -60,6 +61,7 @@ from parcalc.core.memory import (
     stage_expert_parameters,
     stage_moe_layers,
     stage_parameters,
+    weight_pass_share,
     zero3_working_set,
 )
 from parcalc.core.model import TransformerModel
@@ -81,6 +83,8 @@ from parcalc.core.timing.terms import STEP, STEP_TERMS
 from parcalc.errors import InputError
 
 # Columns of the evaluated table, in order: the configuration, then what it costs.
+# The schedule column's codes: 0 1F1B, 1 interleaved, then the split-backward schedules (SearchSpace.schedule)
+SCHEDULE_CODES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V, Schedule.DUALPIPEV)
 CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch", "micro_batches", "recompute", "zero", "sequence_parallel", "schedule", "chunks",
                  "first_stage_layers", "last_stage_layers")  # the layers on the first and last stage (L/p each when even)
 COST_FIELDS = ("memory", "fits", "t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_optimizer", "t_step", "tokens_per_second", "mfu", "hfu")
@@ -114,7 +118,7 @@ class Evaluated:
         even = any(self.slots) or (self.layers % p == 0 and first == last == self.layers // p) or self.pipeline_layout is not None
         layout = Layout(tp=int(c["tp"][i]), pp=p, dp=int(c["dp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]), zero=int(c["zero"][i]),
                         shard_group=self.shard_group(i), sequence_parallel=bool(c["sequence_parallel"][i]), cp_comm=self.cp_comm,
-                        schedule=Schedule.INTERLEAVED if c["schedule"][i] else Schedule.ONE_F_ONE_B, chunks=int(c["chunks"][i]),
+                        schedule=SCHEDULE_CODES[int(c["schedule"][i])], chunks=int(c["chunks"][i]),
                         first_stage_layers=None if even else first, last_stage_layers=None if even else last,
                         embedding_in_split=bool(self.slots[0]), loss_in_split=bool(self.slots[1]), gpus_per_node=self.gpus_per_node,
                         pipeline_layout=self.pipeline_layout if p > 1 else None)
@@ -140,7 +144,7 @@ class Evaluated:
         for j in range(len(index)):
             yield (lists["tp"][j], lists["pp"][j], lists["dp"][j], lists["micro_batch"][j], lists["micro_batches"][j],
                    RECOMPUTES[lists["recompute"][j]].value, lists["zero"][j], bool(lists["sequence_parallel"][j]),
-                   "interleaved" if lists["schedule"][j] else "1f1b", lists["chunks"][j], lists["first_stage_layers"][j],
+                   SCHEDULE_CODES[lists["schedule"][j]].value, lists["chunks"][j], lists["first_stage_layers"][j],
                    lists["last_stage_layers"][j], *(lists[k][j] for k in COST_FIELDS), *(lists[k][j] for k in extra))  # fmt: skip
 
 
@@ -200,6 +204,7 @@ class _Shapes:
         self._state_keys: dict[tuple[int | None, ...], tuple[int | bool, ...]] = {}
         self.time_all = False  # SearchSpace.time_all
         self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
+        self.schedule: Schedule | None = None  # SearchSpace.schedule: the split-backward schedule of the pipelined layouts
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
@@ -338,13 +343,15 @@ class _Shapes:
         layers, sends = [], []
         for key in unique.tolist():
             size, rest = divmod(key, 8)
-            layer_key = (tp, size, rest, cp, cp_comm, ep)
+            layer_key = (tp, size, rest, cp, cp_comm, ep, pp > 1 and self.schedule is Schedule.DUALPIPEV)
             if layer_key not in self._layers:
                 experts = None
                 if self.model.moe is not None:
                     from parcalc.core.timing.moe import ExpertShard
 
                     imbalance, dispatcher, limit, overlap = self.moe  # etp = tp in the search
+                    if pp > 1 and self.schedule is Schedule.DUALPIPEV and overlap == "none":  # its pairs overlap (Config.experts)
+                        overlap = "1f1b"
                     experts = ExpertShard(ep, tp, imbalance, dispatcher, searched_routing_limit(limit, ep, tp, self.cluster.gpus_per_node),
                                           overlap)  # fmt: skip
                 shard = Layout(tp, cp=cp, cp_comm=cp_comm, sequence_parallel=bool(rest // 4))
@@ -405,7 +412,9 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
     sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
     schedules = [(0, 1)]
-    if space.pipeline_layout is not None:  # its chunks, stages / pp, as written (_layout_reason)
+    if space.schedule is not None and p > 1:  # the split-backward schedule asked for, on every pipelined layout
+        schedules = [(SCHEDULE_CODES.index(space.schedule), 1)]
+    elif space.pipeline_layout is not None:  # its chunks, stages / pp, as written (_layout_reason)
         from parcalc.core.pipeline_layout import virtual_stage_count
 
         v_layout = virtual_stage_count(space.pipeline_layout) // p
@@ -438,9 +447,21 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     sched = np.array([s for s, _ in schedules])[k]
     v = np.array([c for _, c in schedules])[k]
     m = replica // b
-    valid = (sched == 0) | (m % p == 0)
+    valid = (sched != 1) | (m % p == 0)
     if not valid.all():
         rejected["interleaved needs m a multiple of p"] += int((~valid).sum())
+        b, r, z, sp, sched, v, m, shard = (a[valid] for a in (b, r, z, sp, sched, v, m, shard))
+    if space.schedule is not None and p > 1:  # its rules (parcalc.core.pipeline_step.schedule_reason), once per micro-batch count
+        from parcalc.core.pipeline_step import schedule_reason
+
+        even = len(set(split)) == 1 and not any(space.slots)
+        layout = Layout(t, p, d, schedule=space.schedule, pipeline_layout=space.pipeline_layout,
+                        first_stage_layers=None if even else split[0], last_stage_layers=None if even else split[-1])  # fmt: skip
+        reasons = {n: schedule_reason(shapes.model.layers, layout, n) for n in np.unique(m).tolist()}
+        valid = np.array([reasons[n] is None for n in m.tolist()], dtype=bool)
+        for reason in {reasons[n] for n in m[~valid].tolist()}:
+            assert reason is not None
+            rejected[reason] += int(sum(1 for n in m[~valid].tolist() if reasons[n] == reason))
         b, r, z, sp, sched, v, m, shard = (a[valid] for a in (b, r, z, sp, sched, v, m, shard))
     if b.size == 0:
         return None
@@ -470,6 +491,15 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
     return out
 
 
+def _split_in_flight(schedule: Schedule, p: int, m: np.ndarray, stage: int, weight_share: float) -> np.ndarray:
+    """parcalc.core.memory's in-flight count of a split-backward schedule, n_B + r_W n_W, once per micro-batch count."""
+    from parcalc.core.pipeline import in_flight_micro_batches, pending_weight_gradients
+
+    values = {n: in_flight_micro_batches(schedule, p, n, stage) + weight_share * pending_weight_gradients(schedule, p, n, stage)
+              for n in np.unique(m).tolist()}  # fmt: skip
+    return np.array([values[n] for n in m.tolist()], dtype=float)
+
+
 def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np.ndarray) -> np.ndarray:
     """parcalc.core.pipeline.in_flight_micro_batches for 1F1B and interleaved, on arrays."""
     plain = np.minimum(p - stage, m).astype(float)
@@ -487,6 +517,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     b, m, r, z, sp, v = cols["micro_batch"], cols["micro_batches"], cols["recompute"], cols["zero"], cols["sequence_parallel"], cols["chunks"]
     first, last = given
     cp_comm = shapes.cp_comm
+    space_schedule = shapes.schedule  # a split-backward schedule: its in-flight count (parcalc.core.memory._split_in_flight)
+    weight_share = weight_pass_share(model, training) if space_schedule is not None else 0.0
 
     # Memory: the first and the last stage, and with uneven stages the second, the fullest middle
     # one (middle stages hold the same layers, and the earlier keep more micro-batches in flight);
@@ -542,7 +574,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     def on_stage(stage: int) -> np.ndarray:  # states and activations of one GPU of a stage
         params, experts, gathered, moe = states[stage]
         layers = split[stage]
-        n = _in_flight(p, m, stage, cols["schedule"], v)
+        n = _in_flight(p, m, stage, cols["schedule"], v) if space_schedule is None or p == 1 else \
+            _split_in_flight(space_schedule, p, m, stage, weight_share)
         if training.offload_activations:
             activations = a_layer * min(layers, 2)
         elif model.moe is None:
@@ -589,7 +622,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     t_off = offload_step_time(model, layout, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage, zero=z,
                               shard_group=shard)  # fmt: skip
     t_host = _host_times(shapes, t, p, d, c, b, sp, r, z, m, stage, t_opt)
-    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=t_host)
+    terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=t_host,
+                    schedule=shapes.schedule if p > 1 else None)
     t_step = terms.t_step
     n, peak = cluster.gpus, cluster.peak
     values = {term.key: getattr(terms, term.key) for term in (*STEP_TERMS, STEP)} | dict(
@@ -676,6 +710,7 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
     shapes = _Shapes(model, training, cluster, space.cp_comm, space.moe)
     shapes.time_all = space.time_all
     shapes.pipeline_layout = space.pipeline_layout
+    shapes.schedule = space.schedule
     found = parallel_layouts(model, training, cluster, space, rejected)
     parts = []
     for i, (t, p, c, d, e) in enumerate(found):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parcalc.core.activations import (
     LayerActivations,
@@ -68,6 +68,7 @@ from parcalc.core.model_states import (
     state_bytes,
 )
 from parcalc.core.pipeline import Schedule, check_shape, in_flight_micro_batches
+from parcalc.core.pipeline_sim import ZBV_WEIGHT_MEMORY
 from parcalc.core.stages import stage_layers_derivation
 from parcalc.core.training_setup import (
     TrainingSetup,
@@ -104,9 +105,13 @@ def check_parallelism(model: TransformerModel, par: Layout, micro_batches: int) 
 
     check_shard_group(par.shard_group, par.dp * par.cp, par.zero)
     expert_layout(model, par)  # --ep / --etp: Megatron-Core's folding rules
-    if par.schedule.splits_backward:
-        raise InputError(f"--schedule: {par.schedule.value} is not modelled for memory; use gpipe, 1f1b or interleaved")
     check_shape(par.schedule, par.pp, micro_batches, par.chunks)
+    if (par.schedule.v_shape or par.schedule is Schedule.DUALPIPE) and par.pp > 1:  # two stages a device (pipeline_step.schedule_reason)
+        from parcalc.core.pipeline_step import schedule_reason
+
+        reason = schedule_reason(model.layers, par, micro_batches)
+        if reason is not None:
+            raise InputError(f"--schedule {par.schedule.value}: {reason}")
     if par.pipeline_layout is not None:  # Megatron-LM's custom layout: its letters against the model, its chunks against --chunks
         from parcalc.core.pipeline_layout import check_layout_settings
 
@@ -465,12 +470,45 @@ class MemoryBreakdown:
         )
 
 
-def _in_flight(par: Layout, micro_batches: int, stage: int) -> Derivation:
+DUALPIPE_COPIES = ("DeepSeek-V3 technical report sec. 3.2.1: 'DualPipe requires keeping two copies of the model parameters'; "
+                   "deepseek-ai/DualPipe README @3da1bbe: parameters per device 2x; examples/example_dualpipe.py keeps both copies' "
+                   ".grad and adds the mirror's (p0.grad += p1all[pp_size - 1 - rank]), so an optimizer over a device's two modules "
+                   "keeps states for both (neither source says otherwise)")
+
+
+def dualpipe_parameters(model: TransformerModel, par: Layout, stage: int, own: Derivation) -> Derivation:
+    """DualPipe's device `stage` holds stage d of the way down and stage p - 1 - d of the way up: both stages' parameters."""
+    mirror = stage_parameters(model, par, par.pp - 1 - stage)
+    return Derivation(
+        key=own.key,
+        label=f"Parameters on one GPU of device {stage + 1} (DualPipe: stage {stage + 1} and stage {par.pp - stage})",
+        symbol=own.symbol,
+        latex_symbol=own.latex_symbol,
+        formula="$P_d + $P_mirror",
+        formula_latex=r"$P_d + $P_mirror",
+        inputs=(own.as_term("P_d"), mirror.as_term("P_mirror")),
+        value=own.value + mirror.value,
+        unit=own.unit,
+        source=DUALPIPE_COPIES,
+    )
+
+
+def weight_pass_share(model: TransformerModel, config: Any) -> float:
+    """What a micro-batch waiting for its W pass still holds, as a share of its activations M_B: M_W / M_B = 32 h / (34 h + 5 a s)
+    per token, 32/34 where FlashAttention keeps no a s^2 b scores (Qi et al. 2024 Table 1; the zero-bubble repository's
+    runtime.py @39f2c186: f_mem = 34 h + 5 a s, w_mem = -32 h): W needs each linear's input and output gradient."""
+    scores = 0.0 if config.flash_attention else 5 * model.heads * config.seq_len
+    return 32 * model.hidden / (34 * model.hidden + scores)
+
+
+def _in_flight(par: Layout, micro_batches: int, stage: int, weight_share: float = ZBV_WEIGHT_MEMORY) -> Derivation:
     value = in_flight_micro_batches(par.schedule, par.pp, micro_batches, stage, par.chunks)
     inputs = [
         Term("p", "p", "p", par.pp, "", "pipeline stages"),
         Term("m", "m", "m", micro_batches, "", "micro-batches per iteration"),
     ]
+    if par.schedule.splits_backward and par.pp > 1:
+        return _split_in_flight(par, micro_batches, stage, weight_share, value, inputs)
     if par.schedule is Schedule.GPIPE:
         formula, latex, source = "$m", "$m", "GPipe runs every forward before any backward (Huang et al. 2019)"
     elif par.schedule is Schedule.INTERLEAVED and par.chunks > 1 and micro_batches > par.pp:
@@ -504,6 +542,38 @@ def _in_flight(par: Layout, micro_batches: int, stage: int) -> Derivation:
     )
 
 
+def _split_in_flight(par: Layout, micro_batches: int, stage: int, weight_share: float, alive: float, inputs: list[Term]) -> Derivation:
+    """The split-backward schedules: the micro-batches whose activations a stage holds (F started, B not done) and those
+    waiting for W, which hold the share M_W / M_B of theirs, at the stage's peak (parcalc.core.pipeline)."""
+    from parcalc.core.pipeline import pending_weight_gradients
+
+    waiting = pending_weight_gradients(par.schedule, par.pp, micro_batches, stage)
+    inputs = [*inputs, Term("i", "i", "i", stage, "", "stage index, from 0"),
+              Term("n_B", "n_B", r"n_{B}", alive, "", "micro-batches whose activations B still needs at the peak"),
+              Term("n_W", "n_W", r"n_{W}", waiting, "", "micro-batches then waiting for W (B done)"),
+              Term("r_W", "r_W", r"r_{W}", weight_share, "fraction", "what a micro-batch waiting for W holds of its activations: M_W / M_B, "
+                   "32 h / (34 h + 5 a s), 32/34 with FlashAttention (Qi et al. 2024 Table 1)")]  # fmt: skip
+    where = {Schedule.ZB_H1: "min($p - $i, $m) B-pending, min($i, $m - n_B) W-pending (Qi et al. 2024 sec. 2.3: (p - i + 1) M_B + (i - 1) M_W on worker i)",
+             Schedule.ZB_H2: "min(2($p - $i) - 1, $m) B-pending, min(2 $i, $m - n_B) W-pending (Qi et al. 2024 sec. 2.3)",
+             Schedule.DUALPIPEV: "2p + 1 chunks' activations, p + 1/2 stage micro-batches (the DualPipe README's PP + 1 over PP = 2p stages; "
+                                 "the simulation of dualpipev.py's order counts the same)",
+             Schedule.ZB_V: "the simulation of ZB-V's order (zbv.py; its memory limit: 2p chunks' activations, 1F1B's p)",
+             Schedule.DUALPIPE: "p + 1 stage micro-batches (the DualPipe README's PP + 1; the simulation of dualpipe.py's order counts "
+                                "the same)"}[par.schedule]  # fmt: skip
+    return Derivation(
+        key="in_flight",
+        label=f"Micro-batches whose activations stage {stage + 1} holds at once ({par.schedule.label}, W-pending ones at r_W)",
+        symbol="n",
+        latex_symbol="n",
+        formula="$n_B + $r_W × $n_W",
+        formula_latex=r"$n_B + $r_W \times $n_W",
+        inputs=tuple(inputs),
+        value=alive + weight_share * waiting,
+        unit="",
+        source=f"{where}; parcalc.core.pipeline.in_flight_micro_batches and pending_weight_gradients",
+    )
+
+
 def _sum(key: str, label: str, symbol: str, latex_symbol: str, parts: list[Derivation], source: str) -> Derivation:
     keys = [d.key for d in parts]
     terms = tuple(d.as_term(k) for d, k in zip(parts, keys, strict=True))
@@ -529,6 +599,9 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     config = layer.config
     params = stage_parameters(model, par, stage)
     experts = stage_expert_parameters(model, par, stage)
+    dualpipe = par.schedule is Schedule.DUALPIPE and par.pp > 1
+    if dualpipe:  # the stage each way: its parameters, gradients and optimizer states twice over the pipeline
+        params, experts = dualpipe_parameters(model, par, stage, params), experts + stage_expert_parameters(model, par, par.pp - 1 - stage)
     if experts:
         layout = expert_layout(model, par)
         # hybrid sharding: the dense states over the shard group S, the experts' over expert-DP as before
@@ -546,7 +619,7 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
         layers = stage_layers_derivation(model.layers, par.pp, par.first_stage_layers, par.last_stage_layers, stage, par.chunks,
                                          embedding_in_split=par.embedding_in_split, loss_in_split=par.loss_in_split)
     n_layers = int(layers.value)
-    in_flight = _in_flight(par, setup.micro_batches, stage)
+    in_flight = _in_flight(par, setup.micro_batches, stage, weight_pass_share(model, config))
     moe_here = stage_moe_layers(model, par, stage) if setup.moe_memory_detail else 0
     fp8_weights = fp8_weight_cache(model, par, n_layers, moe_here) if setup.precision is Precision.FP8 else None
     if setup.offload_activations:
@@ -568,8 +641,9 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
             unit="B",
             source="Korthikanti et al. 2022 sec. 4.2.3: the first stage keeps p micro-batches of its layers (L/p each: L layers' worth)",
         )
-    embedding = embedding_activations(model, config, in_flight.value) if stage == 0 and model.vocab else None
-    output = output_activations(model, config, in_flight.value) if stage == par.pp - 1 and model.vocab else None
+    ends = (0, par.pp - 1)  # DualPipe: the first and the last device hold both ends (stage 0 one way, stage p - 1 the other)
+    embedding = embedding_activations(model, config, in_flight.value) if (stage == 0 or (dualpipe and stage in ends)) and model.vocab else None
+    output = output_activations(model, config, in_flight.value) if (stage == par.pp - 1 or (dualpipe and stage in ends)) and model.vocab else None
     mtp = mtp_activations(model, config, in_flight.value) if stage == mtp_stage(model, par) else None
     recompute = recompute_working_set(model, config) if setup.recompute_layers != 0 else None
     context = context_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes)

@@ -3,7 +3,8 @@
 Schedules: GPipe (Huang et al. 2019), 1F1B / PipeDream-Flush (Narayanan et al. 2021, sec. 2.2),
 Megatron-LM's interleaved 1F1B (Narayanan et al. 2021, sec. 2.2.2), the zero-bubble
 schedules ZB-H1 / ZB-H2 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", ICLR 2024), and
-DualPipeV (DeepSeek-AI's V-shaped DualPipe: each of p devices holds two of 2p stages, stage d on
+DualPipe (DeepSeek-V3 sec. 3.2.1: two pipelines of p stages in opposite directions, device d holding stage d
+and p - 1 - d), DualPipeV (DeepSeek-AI's V-shaped DualPipe: each of p devices holds two of 2p stages, stage d on
 the way down and 2p - 1 - d on the way back; deepseek-ai/DualPipe @3da1bbe).
 
 Notation: p stages (devices), m micro-batches, v model chunks per device (interleaved);
@@ -103,6 +104,12 @@ def dualpipe_bubble(stages: int, forward: float, backward: float, weight: float)
     return max(stages // 2 - 1, 0) * max(f + b + b - 3 * w, 0.0)
 
 
+def _zbv_bubble(stages: int, micro_batches: int, times: PassTimes) -> float:
+    """ZB-V's idle time per device for balanced stages: the makespan of its simulated order less one device's work."""
+    timeline = simulate_schedule(Schedule.ZB_V, stages, micro_batches, times)
+    return max(0.0, timeline.makespan - micro_batches * (times.forward + times.backward))
+
+
 def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int) -> None:
     """Bad p, m or v as InputError naming the flag and the constraint."""
     for flag, value in (("--stages", stages), ("--micro-batches", micro_batches), ("--chunks", chunks)):
@@ -110,7 +117,10 @@ def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int
             raise InputError(f"{flag}: must be a whole number of at least 1, got {value!r}")
     if chunks > 1 and schedule is not Schedule.INTERLEAVED:
         raise InputError(f"--chunks: only the interleaved schedule splits a device's layers into chunks (got --chunks {chunks} with {schedule.value}"
-                         + ("; DualPipeV's two chunks a device are its V, not a choice)" if schedule is Schedule.DUALPIPEV else ")"))  # fmt: skip
+                         + (f"; {schedule.label}'s two chunks a device are its V, not a choice)" if schedule.v_shape else ")"))  # fmt: skip
+    if schedule is Schedule.DUALPIPE and (stages % 2 or micro_batches % 2 or micro_batches < 2 * stages):
+        raise InputError(f"{'--pp' if stages % 2 else '--micro-batches'}: DualPipe needs p even and an even m of at least 2p (got p = {stages}, m = {micro_batches}; "
+                         "deepseek-ai/DualPipe dualpipe.py asserts num_ranks % 2 == 0 and num_chunks % 2 == 0 and num_chunks >= num_ranks * 2)")
     if schedule is Schedule.DUALPIPEV and micro_batches < 2 * stages:
         raise InputError(f"--micro-batches: DualPipeV needs at least 2p = {2 * stages} micro-batches (got {micro_batches}; "
                          "deepseek-ai/DualPipe dualpipev.py asserts num_chunks >= num_ranks * 2)")  # fmt: skip
@@ -125,7 +135,8 @@ def check_shape(schedule: Schedule, stages: int, micro_batches: int, chunks: int
 
 def _terms(schedule: Schedule, stages: int, micro_batches: int, chunks: int, times: PassTimes) -> dict[str, Term]:
     terms = {
-        "p": Term("p", "p", "p", stages, "", "devices, each two stages of the V (stage d and 2p - 1 - d)" if schedule is Schedule.DUALPIPEV
+        "p": Term("p", "p", "p", stages, "", "devices, each two stages of the V (stage d and 2p - 1 - d)" if schedule.v_shape
+                  else "pipeline stages, two a device: stage d each way (d and p - 1 - d)" if schedule is Schedule.DUALPIPE
                   else "pipeline stages (one device each)"),
         "m": Term("m", "m", "m", micro_batches, "", "micro-batches per mini-batch"),
         "v": Term("v", "v", "v", chunks, "", "model chunks (virtual stages) per device"),
@@ -180,6 +191,25 @@ def bubble_time(schedule: Schedule, stages: int, micro_batches: int, times: Pass
         inputs, value, source = ("p", "t_f", "t_b", "v"), (p - 1) * (times.forward + times.backward) / chunks, NARAYANAN_INTERLEAVED
         if micro_batches == stages and chunks > 1:
             assumptions.append("m = p: Megatron-LM runs every forward before any backward (no 1F1B phase); the bubble is the same")
+    elif schedule is Schedule.ZB_V:
+        inputs, source = ("p", "m", "T_F", "T_B", "T_W"), f"the event simulation of ZB-V's order ({sim.ZBV_SOURCE})"
+        formula, latex = "idle of a device in the simulation of ZB-V's order", r"t_{\mathrm{idle}}(\mathrm{ZB\text{-}V})"
+        value = _zbv_bubble(stages, micro_batches, times)
+        assumptions += [
+            "no closed form: ZB-V's order comes from the reference's heuristic (zbv.py), run here with these times per chunk "
+            "(F = T_F/2, B = T_B/2, W = T_W/2) and the memory limit of 1F1B (2p chunks' activations a device), then simulated",
+        ]
+    elif schedule is Schedule.DUALPIPE:
+        inputs, source = ("p", "T_F", "T_B", "T_W"), DUALPIPE_README.replace("DualPipeV's bubble", "DualPipe's bubble").replace(
+            "over PP = 2p stages", "over PP = p stages, a stage each way on every device")
+        t_f, t_b, t_w = times.forward, times.input_gradient, times.weight
+        formula, latex = "($p / 2 - 1) × ($T_F + 2 × $T_B - $T_W)", r"\left(\frac{$p}{2} - 1\right)($T_F + 2\,$T_B - $T_W)"
+        value = max(0.0, (p / 2 - 1) * (t_f + 2 * t_b - t_w))
+        assumptions += [
+            "per chunk (one stage, each way) F = T_F, B = T_B + T_W, W = T_W, and F&B = F + B: the overlapped pair hides its "
+            "communication, not its compute",
+            "the reference's order (dualpipe.py DualPipe.step); the closed form holds for T_F = T_B = T_W, the simulation otherwise",
+        ]
     elif schedule is Schedule.DUALPIPEV:
         inputs, source = ("p", "T_F", "T_B", "T_W"), DUALPIPE_README
         t_f, t_b, t_w = times.forward, times.input_gradient, times.weight
@@ -317,7 +347,8 @@ def fewest_micro_batches(schedule: Schedule, stages: int) -> int:
     warm-up forwards (Qi et al. 2024 sec. 2.2: "a sufficient number of microbatches"); the
     interleaved schedule needs a multiple of p.
     """
-    return {Schedule.ZB_H1: stages, Schedule.ZB_H2: 2 * stages - 1, Schedule.INTERLEAVED: stages, Schedule.DUALPIPEV: 2 * stages}.get(schedule, 1)
+    return {Schedule.ZB_H1: stages, Schedule.ZB_H2: 2 * stages - 1, Schedule.INTERLEAVED: stages, Schedule.DUALPIPEV: 2 * stages,
+            Schedule.ZB_V: stages, Schedule.DUALPIPE: 2 * stages}.get(schedule, 1)
 
 
 def micro_batches_for_target(
@@ -344,6 +375,10 @@ def micro_batches_for_target(
         t_b = Fraction(repr(times.backward)) - t_w
         if schedule is Schedule.DUALPIPEV:
             bubble = (p - 1) * (t_f + 2 * t_b - t_w) / 2
+        elif schedule is Schedule.DUALPIPE:
+            bubble = (Fraction(p, 2) - 1) * (t_f + 2 * t_b - t_w)
+        elif schedule is Schedule.ZB_V:  # no closed form: the simulated bubble at p micro-batches, which more do not change
+            bubble = Fraction(repr(_zbv_bubble(p, fewest_micro_batches(schedule, p), times)))
         else:
             bubble = (p - 1) * (t_f + t_b - (t_w if schedule is Schedule.ZB_H1 else 2 * t_w))
         bubble = max(Fraction(0), bubble)
@@ -354,6 +389,8 @@ def micro_batches_for_target(
     value = max(least, math.ceil(needed))
     if schedule is Schedule.INTERLEAVED:
         value = p * max(1, math.ceil(Fraction(math.ceil(needed), p)))
+    if schedule is Schedule.DUALPIPE:  # half the micro-batches each way: m even (dualpipe.py's assert)
+        value += value % 2
     if value > 2**53:  # as parcalc.units.MAX_COUNT: a count no float holds exactly, and no run has
         raise InputError(f"--target: a bubble of {target * 100:g} % needs more than 2^53 micro-batches; "
                          "give a larger target")  # fmt: skip
@@ -432,6 +469,10 @@ def in_flight_micro_batches(schedule: Schedule, stages: int, micro_batches: int,
         return min(warm_up + 1, m * v) / v
     if schedule is Schedule.DUALPIPEV:
         return p + 0.5
+    if schedule is Schedule.DUALPIPE:  # the README's PP + 1 (a stage's micro-batch each), as the simulation counts
+        return float(p + 1)
+    if schedule is Schedule.ZB_V:  # what the simulator counts for the reference's order at T_F = T_B = T_W: p once m >= p
+        return float(simulate_schedule(schedule, stages, micro_batches, pass_times(1.0, 2.0, 1.0)).peak_in_flight[stage])
     return float(min(2 * (p - s) - 1, m))
 
 
@@ -445,7 +486,7 @@ def pending_weight_gradients(schedule: Schedule, stages: int, micro_batches: int
         raise InputError(f"stage must be between 0 and {stages - 1}, got {stage!r}")
     if not schedule.splits_backward:
         return 0.0
-    if schedule is Schedule.DUALPIPEV:  # what the simulator counts at the peak: none of its W passes wait then
+    if schedule.v_shape or schedule is Schedule.DUALPIPE:  # what the simulator counts at the peak (DualPipe(V): no W waits then)
         return float(simulate_schedule(schedule, stages, micro_batches, pass_times(1.0, 2.0, 1.0)).pending_weight_at_peak[stage])
     alive = in_flight_micro_batches(schedule, stages, micro_batches, stage)
     waiting = stage if schedule is Schedule.ZB_H1 else 2 * stage
@@ -456,8 +497,10 @@ def pending_weight_gradients(schedule: Schedule, stages: int, micro_batches: int
 # Simulation
 
 
-def schedule_order(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1) -> tuple[tuple[sim.Task, ...], ...]:
-    """Each device's operations in the order the schedule runs them."""
+def schedule_order(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1,
+                   times: PassTimes | None = None) -> tuple[tuple[sim.Task, ...], ...]:
+    """Each device's operations in the order the schedule runs them (times: what ZB-V's heuristic places the passes by,
+    one stage's; None: T_F = T_B = T_W)."""
     check_shape(schedule, stages, micro_batches, chunks)
     if schedule is Schedule.GPIPE:
         return sim.gpipe_order(stages, micro_batches)
@@ -469,6 +512,11 @@ def schedule_order(schedule: Schedule, stages: int, micro_batches: int, chunks: 
         return sim.zb_h1_order(stages, micro_batches)
     if schedule is Schedule.DUALPIPEV:
         return sim.dualpipev_order(stages, micro_batches)
+    if schedule is Schedule.DUALPIPE:
+        return sim.dualpipe_order(stages, micro_batches)
+    if schedule is Schedule.ZB_V:
+        costs = times or pass_times(1.0, 2.0, 1.0)
+        return sim.zbv_order(stages, micro_batches, costs.forward, costs.input_gradient, costs.weight)
     return sim.zb_h2_order(stages, micro_batches)
 
 
@@ -493,14 +541,19 @@ def simulate_schedule(
     durations = tuple(
         {sim.F: t.forward, sim.B: t.input_gradient if split else t.backward, sim.W: t.weight if split else 0.0} for t in per_stage
     )
-    order = schedule_order(schedule, stages, micro_batches, chunks)
-    if schedule is Schedule.DUALPIPEV:  # two chunks a device, in a V
+    # ZB-V's heuristic places the passes by the median stage's times (the reference's avg_then_mid over the stages)
+    median = sorted(per_stage, key=lambda t: t.forward)[len(per_stage) // 2]
+    order = schedule_order(schedule, stages, micro_batches, chunks, median)
+    if schedule is Schedule.DUALPIPE:  # a whole stage each way
+        return sim.simulate(order, durations, micro_batches=micro_batches, chunks=2, latency=latency, layout=sim.BIDIRECTIONAL,
+                            chunk_shares=[[1.0, 1.0]] * stages)
+    if schedule.v_shape:  # two chunks a device, in a V
         return sim.simulate(order, durations, micro_batches=micro_batches, chunks=2, latency=latency, layout=sim.V_SHAPE)
     return sim.simulate(order, durations, micro_batches=micro_batches, chunks=chunks, latency=latency, chunk_shares=chunk_shares)
 
 
 def operation_count(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1) -> int:
-    chunks = 2 if schedule is Schedule.DUALPIPEV else chunks
+    chunks = 2 if schedule.v_shape else chunks
     return stages * micro_batches * chunks * (3 if schedule.splits_backward else 2)
 
 
@@ -528,8 +581,11 @@ class BubbleAnalysis:
     @property
     def title(self) -> str:
         chunks = f", v = {self.chunks} chunks" if self.schedule is Schedule.INTERLEAVED else ""
-        if self.schedule is Schedule.DUALPIPEV:
-            return (f"Pipeline bubble of DualPipeV: p = {self.stages} devices ({2 * self.stages} stages in a V, two a device), "
+        if self.schedule is Schedule.DUALPIPE:
+            return (f"Pipeline bubble of DualPipe: p = {self.stages} stages both ways (device d holds stage d and {self.stages} - 1 - d), "
+                    f"m = {self.micro_batches} micro-batches (half each way)")  # fmt: skip
+        if self.schedule.v_shape:
+            return (f"Pipeline bubble of {self.schedule.label}: p = {self.stages} devices ({2 * self.stages} stages in a V, two a device), "
                     f"m = {self.micro_batches} micro-batches")  # fmt: skip
         return f"Pipeline bubble of {self.schedule.label}: p = {self.stages} stages, m = {self.micro_batches} micro-batches{chunks}"
 

@@ -27,18 +27,22 @@ from dataclasses import dataclass
 
 F, B, W = "F", "B", "W"
 OPS = (F, B, W)
-INTERLEAVED, V_SHAPE = "interleaved", "v"  # how a device's chunks map to virtual stages (module docstring)
+INTERLEAVED, V_SHAPE, BIDIRECTIONAL = "interleaved", "v", "bidirectional"  # how a device's chunks map to stages (module docstring)
 
 
 def virtual_stage(chunk: int, device: int, stages: int, layout: str = INTERLEAVED) -> int:
     """The virtual stage that `device`'s `chunk` holds (module docstring)."""
+    if layout == BIDIRECTIONAL:  # DualPipe: stage d of the way down, stage p - 1 - d of the way up
+        return device if chunk == 0 else stages - 1 - device
     if layout == V_SHAPE:
         return device if chunk == 0 else 2 * stages - 1 - device
     return chunk * stages + device
 
 
-def device_of(stage: int, stages: int, layout: str = INTERLEAVED) -> int:
-    """The device that holds virtual `stage`."""
+def device_of(stage: int, stages: int, layout: str = INTERLEAVED, chunk: int = 0) -> int:
+    """The device that holds virtual `stage` (DualPipe: of the pipeline `chunk`, 0 the way down, 1 the way up)."""
+    if layout == BIDIRECTIONAL:
+        return stage if chunk == 0 else stages - 1 - stage
     if layout == V_SHAPE:
         return stage if stage < stages else 2 * stages - 1 - stage
     return stage % stages
@@ -284,27 +288,49 @@ def dualpipev_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], 
     backward is B then its W; a deferred W joins a FIFO queue that each lone W pops
     (WeightGradStore). Needs m >= 2p (the reference's assert). Micro-batches count per chunk.
     """
-    return tuple(_dualpipev_rank(stages, micro_batches, rank) for rank in range(stages))
+    return tuple(_dual_rank(stages, micro_batches, rank, middle=rank == stages - 1) for rank in range(stages))
 
 
-def _dualpipev_rank(p: int, m: int, rank: int) -> tuple[Task, ...]:
-    """The order of one rank of DualPipeV (dualpipev_order)."""
+def dualpipe_order(stages: int, micro_batches: int) -> tuple[tuple[Task, ...], ...]:
+    """DualPipe (DeepSeek-V3 technical report sec. 3.2.1, fig. 5): two pipelines of p stages in opposite directions on
+    the same p devices, each fed half of the m micro-batches from its own end; device d holds stage d of the way
+    down (chunk 0) and stage p - 1 - d of the way up (chunk 1), so every stage's parameters are on two devices.
+
+    Ported from deepseek-ai/DualPipe, dualpipe/dualpipe.py @3da1bbe, DualPipe.step: the eight steps of DualPipeV
+    (dualpipev_order) with num_half_ranks = p/2 and half_rank = min(r, p - 1 - r) in place of p and r, m/2 micro-batches
+    in place of m, the un-overlapped first pair of step 4 on the two middle ranks, and the second half of the ranks
+    running each step's phases mirrored (phase ^= is_in_second_half). Needs p even, m even and m >= 2p (its asserts).
+    The way up's micro-batches are numbered m/2 .. m - 1 here, so that each pipeline's are its own.
+    """
+    half = micro_batches // 2
+    return tuple(_dual_rank(stages // 2, half, min(rank, stages - 1 - rank), middle=rank in (stages // 2 - 1, stages // 2),
+                            mirrored=rank >= stages // 2, offset=half) for rank in range(stages))  # fmt: skip
+
+
+def _dual_rank(p: int, m: int, rank: int, *, middle: bool, mirrored: bool = False, offset: int = 0) -> tuple[Task, ...]:
+    """The order of one rank of DualPipeV (p ranks, m micro-batches, rank r) or of DualPipe (p = num_half_ranks,
+    m = half the micro-batches, rank = half_rank; mirrored: the second half of the ranks, whose phase 0 is the way up;
+    offset: the number of the way up's first micro-batch)."""
     from collections import deque
 
     order: list[Task] = []
     forwards, backwards = [0, 0], [0, 0]
     deferred: deque[Task] = deque()
 
+    def task(op: str, phase: int, count: int, joined: bool = False) -> Task:
+        chunk = phase ^ int(mirrored)
+        return Task(op, count + (offset if chunk == 1 else 0), chunk, joined=joined)
+
     def forward(chunk: int) -> None:
-        order.append(Task(F, forwards[chunk], chunk))
+        order.append(task(F, chunk, forwards[chunk]))
         forwards[chunk] += 1
 
     def backward(chunk: int, defer_weight: bool = False, joined: bool = False) -> None:
-        order.append(Task(B, backwards[chunk], chunk, joined=joined))
+        order.append(task(B, chunk, backwards[chunk], joined=joined))
         if defer_weight:
-            deferred.append(Task(W, backwards[chunk], chunk))
+            deferred.append(task(W, chunk, backwards[chunk]))
         else:  # a full backward: its input gradient is sent once its weight gradient is done too
-            order.append(Task(W, backwards[chunk], chunk, joined=True))
+            order.append(task(W, chunk, backwards[chunk], joined=True))
         backwards[chunk] += 1
 
     def forward_backward(forward_chunk: int, backward_chunk: int) -> None:
@@ -325,7 +351,7 @@ def _dualpipev_rank(p: int, m: int, rank: int) -> tuple[Task, ...]:
         weight()
         forward(1)
     for i in range(m - 2 * p + rank + 1):  # 4
-        if i == 0 and rank == p - 1:  # "We don't overlap these two chunks to further reduce bubble size."
+        if i == 0 and middle:  # "We don't overlap these two chunks to further reduce bubble size."
             forward(0)
             backward(1)
         else:
@@ -347,8 +373,171 @@ def _dualpipev_rank(p: int, m: int, rank: int) -> tuple[Task, ...]:
         backward(0, defer_weight=True)
     for _ in range(rank + 1):  # 8
         weight()
-    assert not deferred, "DualPipeV leaves no deferred W (the reference asserts the queue empty)"
+    assert not deferred, "DualPipe(V) leaves no deferred W (the reference asserts the queue empty)"
     return tuple(order)
+
+
+ZBV_SOURCE = ("sail-sg/zero-bubble-pipeline-parallelism @39f2c186, megatron/core/pipeline_parallel/zerobubble/scheduler/zbv.py, "
+              "PipelineGraph.try_v_schedule and create_schedule")
+# What a pending W holds of a micro-batch's activations M_B (Qi et al. 2024, Table 1; the reference's runtime.py @39f2c186
+# sets f_mem = 34 h + 5 a s, w_mem = -32 h per token): 32 of 34 with FlashAttention, which keeps no 5 a s^2 b scores
+ZBV_WEIGHT_MEMORY = 32 / 34
+
+
+def zbv_order(stages: int, micro_batches: int, forward: float = 1.0, backward: float = 1.0, weight: float = 1.0,
+              weight_memory: float = ZBV_WEIGHT_MEMORY) -> tuple[tuple[Task, ...], ...]:
+    """ZB-V (Qi et al. 2024, arXiv v2 sec. 6, "ZB-V"; Qi et al. 2024b, "Pipeline Parallelism with Controllable Memory"):
+    p devices, 2p stages in a V (as DualPipeV: device d holds stage d and 2p - 1 - d), the activation memory of 1F1B
+    (2p chunks' M_B on every device) and a split backward whose W passes fill the gaps.
+
+    Ported from the reference's heuristic (ZBV_SOURCE): it places F, B and W of each chunk on each device in a
+    simulated clock with the given per-chunk costs (F, B = the input-gradient pass, W), running each device's
+    forwards until its memory limit of 2p chunks' M_B, a B as soon as its input is there, and a pending W wherever
+    it fills a wait; it tries W-filling before F and before B both ways (create_schedule) and each again with the
+    bubbles it found as the bound (approved_bubble), keeping the order with the smallest largest bubble. The
+    reference runs it with the profiled per-chunk costs (runtime.py: f_mid, b_mid, w_mid, the communication cost c,
+    0 here: parcalc counts the sends apart). Its memory units: F adds 1, B frees 1 - weight_memory, W the rest.
+    Chunks are the model's (0: the way down, 1: the way back), micro-batches count per chunk.
+    """
+    best: tuple[float, list[list[tuple[int, int, int]]]] | None = None
+    for fill_b in (True, False):
+        for fill_f in (True, False):
+            order, bubble = _zbv_try(stages, micro_batches, (forward, backward, weight), (1.0, weight_memory - 1.0, -weight_memory),
+                                     fill_f, fill_b, None)  # fmt: skip
+            if best is None or bubble < best[0]:
+                best = (bubble, order)
+    assert best is not None
+    # create_schedule: the heuristic names the backward chunks in the order the gradient meets them (its chunk 0 is the
+    # model's chunk 1); forwards keep theirs
+    return tuple(tuple(Task((F, B, W)[cat], micro, chunk if cat == 0 else 1 - chunk) for cat, chunk, micro in row)
+                 for row in best[1])  # fmt: skip
+
+
+def _zbv_try(n: int, m: int, cost: tuple[float, float, float], mem_of: tuple[float, float, float], fill_f: bool, fill_b: bool,
+             approved: list[float] | None) -> tuple[list[list[tuple[int, int, int]]], float]:  # fmt: skip
+    """PipelineGraph.try_v_schedule (ZBV_SOURCE), step for step; (cat, chunk, micro-batch) per device, and its largest
+    bubble. cat 0/1/2 = F/B/W; its "chunk" is the position along the V in the direction of the pass."""
+    from collections import deque
+
+    count = [[0] * 6 for _ in range(n)]
+    end: dict[tuple[int, int, int, int], float] = {}
+    now = [0.0] * n
+    mem = [0.0] * n
+    bubble = [0.0] * n
+    pending: list[deque[int]] = [deque() for _ in range(n)]
+    schedule: list[list[tuple[int, int, int]]] = [[] for _ in range(n)]
+    approved = approved if approved is not None else [-1.0] * n
+    max_approved = max(approved)
+    max_mem = 2.0 * n  # the reference's default: 2p chunks' M_B
+
+    def max_bubble(stage: int = -1) -> float:
+        most = max(0.0, *bubble)
+        return max(most, max_approved - approved[stage]) if stage >= 0 else most
+
+    def done(cat: int, chunk: int, stage: int, micro: int) -> float:
+        return end.get((cat, chunk, stage, micro), -1.0)
+
+    def put_w(stage: int) -> None:
+        put(2, pending[stage].popleft(), stage)
+
+    def put(cat: int, chunk: int, stage: int) -> None:
+        no_bubble = finish = now[stage] + cost[cat]
+        micro = count[stage][cat * 2 + chunk]
+        if micro >= m or mem[stage] + mem_of[cat] > max_mem + 1e-9:
+            raise ValueError("ZB-V's heuristic cannot place this pass (the reference asserts)")
+        if cat < 2 and (stage < n - 1 if chunk == 1 else stage > 0):
+            previous = done(cat, chunk, stage + 1 if chunk == 1 else stage - 1, micro)
+            if previous < 0:
+                raise ValueError("ZB-V's heuristic placed a pass before its input (the reference asserts)")
+            finish = max(finish, previous + cost[cat])
+        if count[stage][0] > 0:
+            bubble[stage] += finish - no_bubble
+        end[(cat, chunk, stage, micro)] = finish
+        now[stage] = finish
+        mem[stage] += mem_of[cat]
+        schedule[stage].append((cat, chunk, micro))
+        if cat == 1:
+            pending[stage].append(chunk)
+        count[stage][cat * 2 + chunk] += 1
+
+    for i in range(n):
+        put(0, 0, i)
+    for i in range(n - 1, -1, -1):
+        if i == n - 1:
+            put(0, 1, i)
+            continue
+        until = done(0, 1, i + 1, 0)
+        while mem[i] + mem_of[0] * (2 + i * 2) <= max_mem and now[i] + cost[0] <= until and count[i][0] < m:
+            for j in range(i + 1):
+                put(0, 0, j)
+        put(0, 1, i)
+    chunk_ = 0
+    for i in range(1, n):
+        while count[i][0] + count[i][1] < count[i - 1][0] + count[i - 1][1] or count[i][1] <= count[i - 1][1] < m:
+            for j in range(n - 1, i - 1, -1):
+                if count[j][chunk_] < m:
+                    put(0, chunk_, j)
+            chunk_ = 1 - chunk_
+
+    def fill(stage: int, waits_on: float) -> bool:
+        """Pending W passes that fit before the input arrives; True if the wait is still longer than the bubble allowed."""
+        while pending[stage] and waits_on >= 0 and waits_on >= now[stage] + cost[2]:
+            put_w(stage)
+        return bool(pending[stage]) and waits_on - now[stage] > max_bubble(stage) - bubble[stage]
+
+    for _ in range(2 * m):
+        for i in range(n):
+            while mem[i] + mem_of[1] > max_mem:
+                put_w(i)
+        b0, b1 = [], []
+        for i in range(n):
+            if count[i][3] >= count[i][2]:
+                b0.append(i)
+            elif i == n - 1 or done(1, 1, i + 1, count[i][3]) >= 0 or count[i][2] >= m:
+                b1.append(i)
+            else:
+                b0.append(i)
+        for i, chunk in [(i, 1) for i in reversed(b1)] + [(i, 0) for i in b0]:
+            waits = -1.0
+            if chunk == 1 and i < n - 1:
+                waits = done(1, 1, i + 1, count[i][3])
+            if chunk == 0 and i > 0:
+                waits = done(1, 0, i - 1, count[i][2])
+            # the reference indexes end_time[-1] (the last node, not yet run: -1) when nothing is waited on
+            if fill(i, waits) and (chunk == 1 or fill_b):
+                put_w(i)
+            put(1, chunk, i)
+        for i in range(n):
+            if count[i][1] >= m:
+                continue
+            item = None
+            if count[i][1] >= count[i][0]:
+                item = 0
+            elif i == n - 1 or done(0, 1, i + 1, count[i][1]) >= 0:
+                item = 1
+            elif count[i][0] < m and (i == 0 or done(0, 0, i - 1, count[i][0]) >= 0):
+                item = 0
+            if item is None:
+                continue
+            while mem[i] + mem_of[0] > max_mem + 1e-9:
+                put_w(i)
+            waits = -1.0
+            if item == 0 and i > 0:
+                waits = done(0, 0, i - 1, count[i][0])
+            if item == 1 and i < n - 1:
+                waits = done(0, 1, i + 1, count[i][1])
+            if fill(i, waits) and fill_f:
+                put_w(i)
+            put(0, item, i)
+    for i in range(n):
+        while pending[i]:
+            put_w(i)
+    worst = max_bubble()
+    if max_approved < 0 or worst < max_approved:
+        again, again_worst = _zbv_try(n, m, cost, mem_of, fill_f, fill_b, list(bubble))
+        if again_worst < worst:
+            return again, again_worst
+    return schedule, worst
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +564,7 @@ def simulate(
     raises ValueError: the orders above never do.
     """
     p, v = len(orders), chunks
-    last = p * v - 1
+    last = p - 1 if layout == BIDIRECTIONAL else p * v - 1
     shares = chunk_shares if chunk_shares is not None else [[1.0 / v] * v] * p
     end: dict[tuple[str, int, int], float] = {}  # (op, virtual stage, micro-batch) -> end
     events: list[Event] = []
@@ -403,7 +592,7 @@ def simulate(
                     if key not in end:
                         missing = key
                         break
-                    hop = latency if device_of(dep_stage, p, layout) != device else 0.0
+                    hop = latency if device_of(dep_stage, p, layout, task.chunk) != device else 0.0
                     ready = max(ready, end[key] + hop)
                 if missing is not None:
                     break
@@ -426,7 +615,8 @@ def simulate(
     if remaining:
         stuck = {d: orders[d][position[d]] for d in range(p) if position[d] < len(orders[d])}
         raise ValueError(f"the schedule deadlocks: devices wait on {stuck}")
-    return _timeline(events, p, micro_batches, v, latency)
+    # in-flight counts in a device's micro-batches of one stage: DualPipe's chunks are whole stages (one each way)
+    return _timeline(events, p, micro_batches, v, latency, 1 if layout == BIDIRECTIONAL else v)
 
 
 def _unit(order: Sequence[Task], at: int) -> list[Task]:
@@ -445,7 +635,7 @@ def _dependencies(op: str, stage: int, last: int) -> tuple[tuple[str, int], ...]
     return ((B, stage),)
 
 
-def _timeline(events: list[Event], p: int, m: int, v: int, latency: float) -> Timeline:
+def _timeline(events: list[Event], p: int, m: int, v: int, latency: float, unit: int) -> Timeline:
     events.sort(key=lambda e: (e.start, e.device))
     makespan = max((e.end for e in events), default=0.0)
     busy, span, in_flight, pending = [], [], [], []
@@ -456,8 +646,8 @@ def _timeline(events: list[Event], p: int, m: int, v: int, latency: float) -> Ti
         busy.append(sum(e.end - e.start for e in mine))
         span.append(max(e.end for e in mine) - min(e.start for e in mine) if mine else 0.0)
         peak, waiting = _peak_memory(mine)
-        in_flight.append(peak / v)
-        pending.append(waiting / v)
+        in_flight.append(peak / unit)
+        pending.append(waiting / unit)
     return Timeline(
         stages=p,
         micro_batches=m,

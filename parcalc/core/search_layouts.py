@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from parcalc.core.choices import Recompute
+from parcalc.core.choices import Recompute, Schedule
 from parcalc.core.layout import Layout
 from parcalc.core.stages import balanced_splits, stage_ends, stage_split
 from parcalc.errors import InputError
@@ -55,6 +55,9 @@ class SearchSpace:
     moe_dispatcher: str = "alltoall"
     max_nodes_per_token: int | None = None
     ep_overlap: str = "none"
+    # a split-backward schedule every pipelined layout runs (fit --search --schedule; parcalc.core.pipeline_step.step_bubble);
+    # None: 1F1B, and the interleaved schedule where `interleaved` allows
+    schedule: Schedule | None = None
 
     @property
     def moe(self) -> tuple[float, str, int | None, str]:

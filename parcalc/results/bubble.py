@@ -95,8 +95,8 @@ def layout_chunks(text: str, p: int, chosen: Schedule, schedule: str, chunks: st
     letters, v = len(split.stages), split.chunks
     if chunks is not None and parse_count(chunks, "--chunks") != v:
         raise InputError(f"--pipeline-layout: {letters} virtual stages over --pp {p} are {v} chunks per device, not --chunks {chunks}")
-    if chosen is Schedule.DUALPIPEV:
-        raise InputError("--pipeline-layout: places virtual stage i on device i mod p (Megatron-LM); DualPipeV's V places them another way")
+    if chosen.v_shape:
+        raise InputError(f"--pipeline-layout: places virtual stage i on device i mod p (Megatron-LM); {chosen.label}'s V places them another way")
     if v > 1:
         if schedule not in ("1f1b", "interleaved"):
             raise InputError(f"--pipeline-layout: {v} chunks per device run the interleaved schedule, not --schedule {schedule}")

@@ -436,6 +436,8 @@ def config_flags(config: Config) -> str:
         flags.append("--sequence-parallel")
     if config.layout.schedule is Schedule.INTERLEAVED and config.layout.chunks > 1:
         flags.append(f"--schedule interleaved --chunks {config.layout.chunks}")
+    elif config.layout.schedule.splits_backward and config.layout.pp > 1:
+        flags.append(f"--schedule {config.layout.schedule.value}")
     if config.layout.pipeline_layout is not None:
         flags.append(f"--pipeline-layout '{config.layout.pipeline_layout}'")
     for flag, value in (("--first-stage-layers", config.layout.first_stage_layers), ("--last-stage-layers", config.layout.last_stage_layers)):

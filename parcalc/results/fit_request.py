@@ -240,8 +240,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         top = DEFAULT_TOP if top is None else top
         if top < 1:
             raise InputError(f"--top: at least 1, got {top}")
-        if schedule is not None or chunks is not None:
-            raise InputError("--schedule / --chunks: describe one configuration (without --search); --no-interleaved limits the search")
+        searched = search_schedule(schedule, chunks)
+        if searched is not None:
+            settings.append(("schedule", searched.value))
         clusters += [cluster_from_flags(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
                                         inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
                                         dirs, ideal_network=ideal_network, power_limit=power_limit) for name in names[1:]]  # fmt: skip
@@ -252,7 +253,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else profile.zero_stages,
             sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
             interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
-            **ends,
+            schedule=searched, **ends,
         )  # fmt: skip
         return FitRequest(shape, training, tuple(clusters), tuple(keys[name] for name in names) or ("none",), tuple(plans),
                           FitMode.SEARCH, tuple(settings), ranking, space=space, top=top, explain=explain)  # fmt: skip
@@ -277,6 +278,24 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         raise InputError(f"--micro-batch: {micro} does not divide the global batch of {training.global_batch}")
     return FitRequest(shape, training, (cluster,), (keys.get(gpu_name, "none"),), tuple(plans), FitMode.STRATEGIES, tuple(settings),
                       micro_batch=micro, recomputes=recomputes, max_layers=max_layers)  # fmt: skip
+
+
+def search_schedule(schedule: str | None, chunks: str | None) -> Any:
+    """fit --search --schedule: a split-backward schedule every pipelined layout of the search runs (None: 1F1B and
+    interleaved, as the search tries them by default). DualPipe is not searched: its two stages a GPU change every
+    stage's memory (one configuration only)."""
+    from parcalc.core.choices import Schedule
+    from parcalc.errors import InputError
+
+    if chunks is not None:
+        raise InputError("--chunks: describes one configuration (without --search); --no-interleaved limits the search")
+    if schedule is None:
+        return None
+    searchable = [s.value for s in Schedule if s.splits_backward and s is not Schedule.DUALPIPE]
+    if schedule.lower() not in searchable:
+        raise InputError(f"--schedule with --search: {', '.join(searchable[:-1])} or {searchable[-1]} (the search tries 1F1B and "
+                         f"interleaved itself; --no-interleaved limits it; dualpipe describes one configuration), got {schedule!r}")
+    return Schedule(schedule.lower())
 
 
 def pinned_config(cluster: Cluster, pinned: dict[str, int], sizes: tuple[int, ...] | None, recomputes: tuple[Recompute, ...],
@@ -307,14 +326,25 @@ def pinned_config(cluster: Cluster, pinned: dict[str, int], sizes: tuple[int, ..
     for flag, values in (("--micro-batch", sizes), ("--recompute", recomputes), ("--zero", zero)):
         if values is not None and len(values) > 1:
             raise InputError(f"{flag}: one value for one configuration (several only with --search)")
-    if schedule is not None and schedule.lower() not in ("1f1b", "interleaved"):
-        raise InputError(f"--schedule: 1f1b or interleaved, got {schedule!r}")
+    kinds = tuple(s.value for s in Schedule if s is not Schedule.GPIPE)  # fit times the schedules Megatron-style stacks run
+    if schedule is not None and schedule.lower() not in kinds:
+        raise InputError(f"--schedule: {', '.join(kinds[:-1])} or {kinds[-1]}, got {schedule!r}")
     v = parse_count(chunks, "--chunks") if chunks is not None else 1
     if ends.get("pipeline_layout") is not None and chunks is None:  # its virtual stages / pp (parcalc.core.pipeline_layout)
         from parcalc.core.pipeline_layout import virtual_stage_count
 
         v = max(1, virtual_stage_count(ends["pipeline_layout"]) // given["pp"])
-    kind = Schedule.INTERLEAVED if (schedule or "").lower() == "interleaved" or v > 1 else Schedule.ONE_F_ONE_B
+    kind = Schedule(schedule.lower()) if schedule is not None else Schedule.INTERLEAVED if v > 1 else Schedule.ONE_F_ONE_B
+    if kind.splits_backward and ends.get("pipeline_layout") is not None and chunks is None:
+        if kind.v_shape or kind is Schedule.DUALPIPE:  # the layout places virtual stage i on GPU i mod p (the core says why not)
+            v = 1
+        elif v > 1:
+            raise InputError(f"--pipeline-layout: {v} chunks per GPU run the interleaved schedule, not --schedule {kind.value}")
+    if kind.splits_backward and v > 1:
+        raise InputError(f"--chunks: only the interleaved schedule splits a GPU's layers into chunks (got --chunks {v} with {kind.value}"
+                         + (f"; {kind.label}'s two chunks a GPU are its V, not a choice)" if kind.v_shape else ")"))  # fmt: skip
+    if kind is Schedule.ONE_F_ONE_B and v > 1:
+        kind = Schedule.INTERLEAVED
     if kind is Schedule.INTERLEAVED and v == 1:
         raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
     sp, stage, no_ops = stated_no_ops(bool(sequence_parallel), given["tp"], zero[0] if zero else ZeroStage.ZERO0, given["dp"] * ends.get("cp", 1))

@@ -3,7 +3,7 @@
 - PP: each micro-batch's activations go point-to-point from stage i to i+1, their gradients
   back (Huang et al., GPipe 2019; Narayanan et al. 2021, sec. 2.2): the same bytes for GPipe and
   1F1B; interleaving with v chunks sends v times as often (Narayanan et al. 2021, sec. 2.2.2);
-  DualPipeV's V (device d holds stages d and 2p - 1 - d) crosses every device boundary twice, on the
+  DualPipeV's and ZB-V's V (device d holds stages d and 2p - 1 - d) crosses every device boundary twice, on the
   way down and on the way back up, so each pair of neighbours sends both ways in both passes
   (deepseek-ai/DualPipe dualpipev.py: _send_forward(0) to the next rank, _send_forward(1) to the previous).
   With TP every TP rank sends the full activation, with SP its sequence slice.
@@ -13,13 +13,15 @@
 
 from parcalc.core.collectives import Collective
 from parcalc.core.comm.plan import (
-    DUALPIPEV,
+    DUALPIPE,
     INTERLEAVED,
+    V_SCHEDULES,
     Builder,
     Group,
     Layout,
     Options,
     Workload,
+    choice_value,
     headline,
     rank_of,
     term,
@@ -36,15 +38,25 @@ def pipeline_rows(b: Builder, model: TransformerModel, work: Workload, par: Layo
         activation /= par.tp  # each TP rank holds and sends its sequence slice
     v = par.chunks if par.schedule == INTERLEAVED else 1
     pairs = [(t, d, c) for t in range(par.tp) for d in range(par.dp) for c in range(par.cp)]
+    # DualPipe: half the micro-batches go down the devices, half up (dualpipe.py: the second pipeline enters at the last rank)
+    bidirectional = choice_value(par.schedule) == DUALPIPE
+    down = micro_batches // 2 if bidirectional else micro_batches
     for stage in range(par.pp - 1):
         groups = [Group(rank_of(par, t, d, stage, c), rank_of(par, t, d, stage + 1, c)) for t, d, c in pairs]
         for phase, direction, purpose, sender in (("forward", "i → i+1", "activations", stage),
                                                   ("backward", "i+1 → i", "activation gradients", stage + 1)):
             receiver = stage + 1 if sender == stage else stage
             b.add(dimension="pp", purpose=purpose, phase=phase, op=Collective.POINT_TO_POINT, group_size=2,
-                  call_bytes={activation: micro_batches * v}, groups=groups, stages=f"boundary {stage}→{stage + 1}",
+                  call_bytes={activation: down * v}, groups=groups, stages=f"boundary {stage}→{stage + 1}",
                   direction=direction, roles=((sender, True), (receiver, False)))  # fmt: skip
-        if par.schedule == DUALPIPEV:  # the way back up the V: stage 2p - 1 - (i + 1) on device i + 1 feeds device i
+        if bidirectional:  # the pipeline the other way: stage p - 1 - (i + 1) on device i + 1 feeds device i
+            for phase, direction, purpose, sender in (("forward", "i+1 → i", "activations (the pipeline up)", stage + 1),
+                                                      ("backward", "i → i+1", "activation gradients (the pipeline up)", stage)):
+                receiver = stage + 1 if sender == stage else stage
+                b.add(dimension="pp", purpose=purpose, phase=phase, op=Collective.POINT_TO_POINT, group_size=2,
+                      call_bytes={activation: micro_batches - down}, groups=groups, stages=f"boundary {stage}→{stage + 1}",
+                      direction=direction, roles=((sender, True), (receiver, False)))  # fmt: skip
+        if choice_value(par.schedule) in V_SCHEDULES:  # the way back up the V: stage 2p - 1 - (i + 1) on device i + 1 feeds device i
             for phase, direction, purpose, sender in (("forward", "i+1 → i", "activations (way back up the V)", stage + 1),
                                                       ("backward", "i → i+1", "activation gradients (way back up the V)", stage)):
                 receiver = stage + 1 if sender == stage else stage
@@ -88,7 +100,7 @@ def pp_headline(model: TransformerModel, work: Workload, par: Layout, s: Term) -
     if v > 1:
         vt = term("v", "v", "v", v, "", "model chunks per device (interleaved)")
         text, tex, inputs, value = "$v × " + text, r"$v \times " + tex, (vt, *inputs), value * v
-    if par.schedule == DUALPIPEV:
+    if choice_value(par.schedule) in V_SCHEDULES:
         both = term("ways", "2", "2", 2, "", "crossings of each device boundary: down the V and back up")
         text, tex, inputs, value = "2 × " + text, r"2 \times " + tex, (both, *inputs), value * 2
     return headline(

@@ -38,6 +38,8 @@ DDP_FIRST_BUCKET_BYTES = 1 * MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTE
 # module does not import the pipeline simulator (start-up time of `comm-volume`).
 INTERLEAVED = "interleaved"
 DUALPIPEV = "dualpipev"  # two stages a device in a V: each boundary carried down and back up (parcalc.core.comm.pipeline)
+V_SCHEDULES = (DUALPIPEV, "zb-v")  # DualPipeV and ZB-V: the same V (Schedule.v_shape)
+DUALPIPE = "dualpipe"  # two pipelines, one each way over the same devices (parcalc.core.comm.pipeline)
 
 
 def choice_value(choice: object) -> str:

@@ -16,9 +16,14 @@ defined once in parcalc.core.timing.terms; here is how each is computed:
   parallelism that includes the backward all-gather of each column-parallel linear's input
   (Megatron-LM keeps only its sequence shard), which runs beside the linear's input-gradient
   GEMM: max(0, t_AG - t_dgrad) per column-parallel linear per layer (regather_per_layer);
-- t_bubble: the (p - 1)/(v m) share of the slowest stage's work, its exposed communication included;
+- t_bubble: the (p - 1)/(v m) share of the slowest stage's work, its exposed communication included
+  (GPipe, 1F1B, interleaved: the event simulation gives the same, tests/test_schedule_step.py); for the
+  schedules that split the backward (ZB-H1, ZB-H2, ZB-V, DualPipeV) the idle time of their simulated
+  order with the stage's F, B (backward less W) and W (its weight-gradient GEMMs) per micro-batch
+  (parcalc.core.pipeline_step.step_bubble);
 - t_pp: one micro-batch's activation (split over the TP ranks: Megatron-LM's scatter/gather) each
-  way per micro-batch and chunk, on the critical path of 1F1B;
+  way per micro-batch and chunk, on the critical path of 1F1B (a V: two chunks; DualPipeV's
+  overlapped pairs send theirs under the pair's compute);
 - t_dp = the data-parallel / ZeRO / FSDP communication left exposed (parcalc.core.timing.overlap); with
   hybrid sharding (a shard group S < dp) ZeRO's collectives run in the shard group and each reduce is
   followed by the all-reduce of its 1/S shard over the dp / S replicas (dp_pieces, dp_exposed);
@@ -66,6 +71,7 @@ class StagePieces:
     ep: Any = 0.0  # MoE dispatch and combine of one micro-batch left exposed beside a partner micro-batch (parcalc.core.timing.moe)
     ep_total: Any = 0.0  # the same for a micro-batch without a partner (all of it unless --ep-overlap shared)
     moe_layers: int = 0  # MoE layers of the slowest stage
+    wgrad: Any = 0.0  # the weight-gradient GEMMs among its layers' backward (W, what the split-backward schedules defer)
 
 
 @dataclass(frozen=True)
@@ -152,13 +158,21 @@ class StepTerms(NamedTuple):
 
 
 def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool,
-            t_offload: Any = 0.0, t_host: Any = 0.0) -> StepTerms:  # fmt: skip
+            t_offload: Any = 0.0, t_host: Any = 0.0, schedule: Any = None) -> StepTerms:  # fmt: skip
     """The terms of t_step from the pieces (floats or arrays alike). t_ep: the MoE exchanges, the
     pipeline's unpartnered micro-batches (parcalc.core.timing.moe.unpaired_micro_batches) with all
-    of theirs exposed, the others with what their partner's compute leaves."""
+    of theirs exposed, the others with what their partner's compute leaves. schedule: the pipeline's
+    (parcalc.core.choices.Schedule; None: 1F1B, or interleaved when v > 1)."""
     from parcalc.core.timing.moe import unpaired_micro_batches
 
-    alone = unpaired_micro_batches(p, v, m)
+    split = schedule is not None and schedule.splits_backward and p > 1
+    pairs = _paired(schedule, p, m) if split else 0.0
+    # DualPipe(V): a pair's two passes hide each other's exchanges; a V's chunk pass is half a micro-batch of the stage,
+    # DualPipe's a whole one (a stage each way)
+    if split and schedule.pairs_forward_backward:
+        alone = m - pairs * (0.5 if schedule.v_shape else 1.0)
+    else:
+        alone = unpaired_micro_batches(p, v, m)
     t_ep = alone * stage.ep_total + (m - alone) * stage.ep
     t_compute = m * (stage.forward + stage.backward + stage.recompute)
     if tp_overlap:  # TE's userbuffers: every TP collective, the SP re-gathers included, against every GEMM
@@ -167,7 +181,13 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
         tp_per_micro_batch = stage.tp + stage.regather_exposed
     t_tp = m * tp_per_micro_batch
     t_cp = m * stage.cp
-    if p > 1:
+    if split:  # the simulated order: each micro-batch's exposed communication split evenly between its forward and backward
+        shared = (t_tp + t_cp + t_ep) / m / 2
+        weight = np.minimum(stage.wgrad, stage.backward)
+        t_bubble = _simulated_bubble(schedule, p, m, stage.forward + shared, stage.backward + stage.recompute - weight + shared, weight)
+        beta = t_bubble / (t_compute + t_tp + t_cp + t_ep)
+        t_pp = (2 * m * (2 if schedule.v_shape else 1) - 2 * pairs) * stage.p2p  # a V sends down and back up
+    elif p > 1:
         beta = (p - 1) / (m * v)
         t_bubble = beta * (t_compute + t_tp + t_cp + t_ep)
         t_pp = 2 * m * v * stage.p2p
@@ -177,6 +197,27 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
         t_pp = 0.0 * m
     t_step = t_compute + t_host + t_tp + t_cp + t_ep + t_bubble + t_pp + t_dp + t_optimizer + t_offload
     return StepTerms(t_compute, t_host, t_tp, t_cp, t_ep, beta, t_bubble, t_pp, t_dp, t_optimizer, t_offload, t_step)
+
+
+def _paired(schedule: Any, p: int, m: Any) -> Any:
+    """parcalc.core.pipeline_step.paired_passes for a number of micro-batches or an array of them."""
+    from parcalc.core.pipeline_step import paired_passes
+
+    if np.ndim(m) == 0:
+        return float(paired_passes(schedule, p, int(m)))
+    return np.vectorize(lambda n: float(paired_passes(schedule, p, int(n))), otypes=[float])(m)
+
+
+def _simulated_bubble(schedule: Any, p: int, m: Any, forward: Any, input_gradient: Any, weight: Any) -> Any:
+    """parcalc.core.pipeline_step.step_bubble on floats, or element by element on arrays (the search)."""
+    from parcalc.core.pipeline_step import step_bubble
+
+    def one(n: Any, f: Any, b: Any, w: Any) -> float:
+        return step_bubble(schedule, p, int(n), float(f), float(b), float(w))
+
+    if all(np.ndim(x) == 0 for x in (m, forward, input_gradient, weight)):
+        return one(m, forward, input_gradient, weight)
+    return np.vectorize(one, otypes=[float])(m, forward, input_gradient, weight)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,7 +423,8 @@ def assemble_stage(model: Any, layout: Layout, lp: Any, p2p: Any, overlap_tp: bo
     tp_hidden = (blocks - moe_blocks) * lp.gemms_dense + moe_blocks * lp.gemms_moe
     return StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
                        blocks * lp.regather, blocks * lp.regather_exposed, blocks * lp.cp_exposed,
-                       blocks * lp.cp_total, moe_blocks * lp.ep_paired, moe_blocks * lp.ep_alone, moe_blocks)  # fmt: skip
+                       blocks * lp.cp_total, moe_blocks * lp.ep_paired, moe_blocks * lp.ep_alone, moe_blocks,
+                       (layers_here - moe_here) * lp.wgrad_dense + moe_here * lp.wgrad_moe)  # fmt: skip
 
 
 def paced_stages(model: Any, layout: Layout) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -521,12 +563,31 @@ def _fullest_stage(model: Any, layout: Layout) -> FullestStage:
     The parameters do not depend on dp and cp (the caller's layout is valid), nor on ZeRO, the schedule
     or placement: the cache's key is the layout with only what they depend on."""
     ranks = layout.ep * layout.expert_tp  # any dp x cp that holds the expert grid: ep x etp divides tp x ranks
+    if layout.schedule.value == "dualpipe" and layout.pp > 1:  # a stage each way: the device holds two
+        return _dualpipe_device(model, Layout(layout.tp, layout.pp, ranks, ep=layout.ep, etp=layout.etp))
     if layout.pipeline_layout is not None:  # the layout's own stages (its chunks and their MoE layers)
         return _fullest_stage_of(model, Layout(layout.tp, layout.pp, ranks, ep=layout.ep, etp=layout.etp, schedule=layout.schedule,
                                                chunks=layout.chunks, pipeline_layout=layout.pipeline_layout))  # fmt: skip
     first, last = layout.stage_ends(model.layers)
     return _fullest_stage_of(model, Layout(layout.tp, layout.pp, ranks, first_stage_layers=first, last_stage_layers=last, ep=layout.ep,
                                            etp=layout.etp))  # fmt: skip
+
+
+@lru_cache(maxsize=256)
+def _dualpipe_device(model: Any, par: Layout) -> FullestStage:
+    """DualPipe's fullest device: device d holds stage d and p - 1 - d (parcalc.core.pipeline_sim.dualpipe_order), both
+    stages' parameters, experts, ends and layers (DeepSeek-V3 sec. 3.2.1: 'two copies of the model parameters')."""
+    from parcalc.core.memory import _stage_ends, stage_expert_parameters, stage_layers, stage_parameters
+
+    split = stage_layers(model, par)
+
+    def device(d: int) -> FullestStage:
+        pair = (d, par.pp - 1 - d)
+        return FullestStage(sum(float(stage_parameters(model, par, s).value) for s in pair),
+                            sum(float(stage_expert_parameters(model, par, s)) for s in pair),
+                            sum(float(sum(_stage_ends(model, par, s))) for s in pair), sum(split[s] for s in pair))  # fmt: skip
+
+    return max((device(d) for d in range(par.pp // 2)), key=lambda f: f.params)
 
 
 @lru_cache(maxsize=4096)  # pure; the search asks for the same stage for every configuration of a layout
