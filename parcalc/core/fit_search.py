@@ -54,6 +54,7 @@ from parcalc.core.choices import Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes, with_accumulation
 from parcalc.core.layout import Layout
 from parcalc.core.memory import (
+    FSDP2_PROFILES,
     fp8_weight_cache,
     fullest_candidates,
     moe_layers_per_stage,
@@ -537,7 +538,12 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             states[at] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
         from parcalc.core.expert_parallel import expert_layout
 
-        expert_per_param = per_param(expert_layout(model, Layout(tp=t, pp=p, dp=d, cp=c, ep=ep)).edp)  # experts shard over expert-DP
+        edp = expert_layout(model, Layout(tp=t, pp=p, dp=d, cp=c, ep=ep)).edp
+        expert_per_param = per_param(edp)  # experts shard over expert-DP
+        if cluster.framework.step_memory in FSDP2_PROFILES:  # fully_shard: by whole experts over the shard group (memory_fsdp)
+            from parcalc.core.memory_fsdp import expert_shard_ranks
+
+            expert_per_param = per_param(expert_shard_ranks(model.moe.experts // ep, np.minimum(shard, edp)))
 
     def on_stage(stage: int) -> np.ndarray:  # states and activations of one GPU of a stage
         params, experts, gathered, moe = states[stage]

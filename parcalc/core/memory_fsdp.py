@@ -35,9 +35,9 @@ is fitted to it.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.layout import Layout
@@ -52,6 +52,7 @@ from parcalc.core.memory_timeline import (
     walk_backward,
     walk_forward,
 )
+from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
 
@@ -96,7 +97,7 @@ FSDP_SOURCES = {
 }
 # "gradients": the unsharded ones (param_dtype), as the walk of the model code files a weight's .grad
 KINDS = ("sharded parameters", "optimizer states", "sharded gradients", "unsharded parameters", "gradients",
-         "all-gather buffers", "reduce-scatter buffers", "activations", "logits and loss", "temporaries", "workspace")  # fmt: skip
+         "all-gather buffers", "reduce-scatter buffers", "buffers", "activations", "logits and loss", "temporaries", "workspace")  # fmt: skip
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 
 
@@ -116,6 +117,8 @@ class FsdpStep:
     cublas_workspace: float = 2 * 32 * 2**20  # HF_SOURCES["cublas"]; 0 on the CPU (FSDPMemTracker)
     embedding_backward_tables: int = 1  # memory_timeline.HfStep; 2 under FakeTensorMode (PyTorch's decomposition)
     step_counters_on_device: bool | None = None  # AdamW's state['step'] tensors: on the GPU for fused only (None: so)
+    # whose model code runs: transformers' Llama / Mixtral decoder, or torchtitan's Transformer (parcalc.core.memory_torchtitan)
+    model_code: str = "transformers"
 
 
 @dataclass(frozen=True)
@@ -126,13 +129,14 @@ class FsdpProfile:
     optimizer_impl: str
     reshard_last_block: bool
     source: str
+    model_code: str = "transformers"  # FsdpStep.model_code
 
 
 PROFILES = {
     "fsdp2-eager": FsdpProfile(2.0, "foreach", True, "PyTorch fully_shard's defaults: MixedPrecisionPolicy(param_dtype=bfloat16, "
                                "reduce_dtype=None) reduces in param_dtype, reshard_after_forward=True on every block; torch.optim.AdamW "
                                "picks foreach on CUDA (torch/optim/optimizer.py _default_to_fused_or_foreach)"),
-    "torchtitan-eager": FsdpProfile(4.0, "foreach", False, FSDP_SOURCES["torchtitan"]),
+    "torchtitan-eager": FsdpProfile(4.0, "foreach", False, FSDP_SOURCES["torchtitan"], "torchtitan"),
 }
 
 
@@ -141,11 +145,11 @@ def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, prec
     """The step of a framework profile (PROFILES) on a GPU."""
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
-                    settings.reshard_last_block)  # fmt: skip
+                    settings.reshard_last_block, model_code=settings.model_code)  # fmt: skip
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
-              other: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+              other: tuple[str, ...] = (), model_code: str = "transformers") -> list[str]:  # fmt: skip
     """What of a layout the walk does not follow (none: its peak is the memory; else the textbook sum is).
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
     caller's own (offload, a recomputed subset of layers, ...)."""
@@ -164,9 +168,30 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append(f"--precision {precision.value}")
     if optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         gaps.append(f"--optimizer {optimizer.value}")
-    if recompute not in (Recompute.NONE, Recompute.FULL):
+    if recompute not in recomputes_of(model_code):
         gaps.append(f"--recompute {recompute.value}")
+    if model_code == "torchtitan" and model.moe is not None:
+        gaps.append("experts (torchtitan's Llama code has none)")
     return gaps
+
+
+def recomputes_of(model_code: str) -> tuple[Recompute, ...]:
+    """The checkpointing the model code's walk follows: whole blocks or none; torchtitan's selective op too."""
+    return (Recompute.NONE, Recompute.FULL, *((Recompute.OP,) if model_code == "torchtitan" else ()))
+
+
+def chunk_rows(rows: Any, ranks: Any) -> Any:
+    """Rows of dim 0 one rank of `ranks` holds, padded: ceil(rows / ranks) (FSDP_SOURCES['shards']: FSDP2 chunks dim 0, so
+    an expert stack (experts x out x in) is sharded by whole experts). Ints or numpy arrays (fit's search)."""
+    return -(-rows // ranks)
+
+
+def expert_shard_ranks(local_experts: int, ranks: Any) -> Any:
+    """The divisor that gives one rank's share of an expert stack of `local_experts` sharded over `ranks` by FSDP2:
+    local_experts / ceil(local_experts / ranks). It is `ranks` where they divide the experts, and `local_experts` on more
+    ranks than experts (each rank keeps one whole expert: Mixtral's 8 over 32 ranks keep an eighth, not a 32nd). The
+    one rule of every fsdp2 / torchtitan path: the step walk (_Param.shard), parcalc.core.memory's states and fit's search."""
+    return local_experts / chunk_rows(local_experts, ranks)
 
 
 @dataclass(frozen=True)
@@ -177,7 +202,7 @@ class _Param:
 
     def shard(self, n: int) -> int:
         """Elements of one rank's padded shard (FSDP_SOURCES['shards'])."""
-        return math.ceil(self.rows / n) * self.cols
+        return int(chunk_rows(self.rows, n)) * self.cols
 
 
 def _block_params(model: TransformerModel) -> tuple[_Param, ...]:
@@ -320,8 +345,11 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
                          "over fp32 shards, bf16 and fp32")  # fmt: skip
     if step.optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         raise InputError(f"--optimizer {step.optimizer.value}: the FSDP2 step walk knows torch.optim's AdamW, Adam and SGD")
-    if step.recompute not in (Recompute.NONE, Recompute.FULL):
-        raise InputError(f"--recompute {step.recompute.value}: the FSDP2 step walk checkpoints whole blocks (full) or nothing")
+    if step.recompute not in recomputes_of(step.model_code):
+        raise InputError(f"--recompute {step.recompute.value}: the FSDP2 step walk checkpoints whole blocks (full) or nothing"
+                         + ("" if step.model_code == "torchtitan" else ", and torchtitan's selective op policy (op) with its own model"))
+    if step.model_code == "torchtitan" and model.moe is not None:
+        raise InputError(f"{model.name}: torchtitan's Llama code (the torchtitan profile's step walk) has no experts")
     if step.optimizer_impl not in OPTIMIZER_IMPLS:
         raise InputError(f"optimizer implementation {step.optimizer_impl!r}: one of {', '.join(OPTIMIZER_IMPLS)}")
 
@@ -343,8 +371,13 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         for k in range(sum(len(p) for p in hooks.units.values())):  # a 4-byte tensor each, a 512-byte block each
             walk.alloc(f"step_count{k}", 4, "optimizer states", "AdamW step counters")
     checkpointed = step.recompute is Recompute.FULL
-    walk_forward(walk, model, x, checkpointed, hooks)
-    walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)
+    if step.model_code == "torchtitan":  # its own Transformer, the freqs_cis buffer (max_seq_len = seq_len) unsharded
+        walk.alloc("freqs_cis", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer (complex64)")
+        policy = {Recompute.NONE: "none", Recompute.FULL: "full", Recompute.OP: "op"}[step.recompute]
+        torchtitan_step(walk, model, x, (policy,) * model.layers, step.embedding_backward_tables, hooks)
+    else:
+        walk_forward(walk, model, x, checkpointed, hooks)
+        walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)
     walk.phase = f"optimizer step ({step.optimizer_impl})"
     shards = [p.shard(step.shards) * master for params in hooks.units.values() for p in params]
     if step.optimizer.states == 2 and step.optimizer_impl == "foreach":
