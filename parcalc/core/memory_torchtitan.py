@@ -24,7 +24,7 @@ Ground truth: FSDPMemTracker over this code (tests/ground_truth/tiny_torchtitan.
 
 from __future__ import annotations
 
-from parcalc.core.memory_timeline import StepHooks, StepShapes, Walk, _grad_of_weight, _norm_backward, _norm_forward
+from parcalc.core.memory_timeline import StepHooks, StepShapes, Walk, _grad_of_weight, _norm_forward
 from parcalc.core.model import TransformerModel
 
 TITAN = "pytorch/torchtitan at 9dec370"
@@ -42,6 +42,10 @@ TT_SOURCES = {
            "preserve_rng_state=False); selective 'op' _custom_policy (MUST_SAVE the outputs of _save_list's ops except "
            "every second mm, PREFER_RECOMPUTE the rest) through create_selective_checkpoint_contexts; selective 'k' "
            "checkpoints every k-th block; train_configs/llama3_8b.toml: mode 'selective', selective_ac_option 'op'"),
+    "norm_backward": ("pytorch/pytorch v2.13.0 tools/autograd/derivatives.yaml and torch/csrc/autograd/FunctionsManual.cpp: "
+                      "mul (grad * other, grad * self summed to the broadcast input's shape by the engine), _to_copy (the "
+                      "gradient cast back), rsqrt (-0.5 * grad * result^3), mean (grad expanded / n), pow_backward "
+                      "(grad * (exponent * self.pow(exponent - 1)): its temporaries live until the expression ends)"),
     "sac_cache": ("pytorch/pytorch v2.13.0 torch/utils/checkpoint.py _CachingTorchDispatchMode: a MUST_SAVE op's outputs "
                   "are kept (detached) in the checkpoint's storage from the forward; _CachedTorchDispatchMode returns them "
                   "in the recomputation instead of running the op; _checkpoint_early_stop: the recomputation stops once "
@@ -63,7 +67,9 @@ class _Block:
 
     def alloc(self, name: str, size: float, what: str, saved: bool) -> str:
         key = f"{self.k}.{name}"
-        if self.caching and name in OP_CACHED and key in self.walk.live:  # the recomputation returns the cached output
+        if self.caching and name in OP_CACHED and key in self.walk.live:  # the recomputation returns the cached output,
+            if saved and self.saving:  # which the op's consumers save as they would a computed one
+                self.held.add(key)
             return key
         cached = self.caching and name in OP_CACHED and not self.saving
         kind = "activations" if (saved and self.saving) or cached else "temporaries"
@@ -130,7 +136,8 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     b.drop(y2)
     prod = b.alloc("prod", T * f * c, "silu(w1) * w3 (w2's input)", True)
     b.drop(g, act, u)
-    if recomputing:  # early stop: w2's input is the last tensor the block saves
+    if recomputing:  # early stop: w2's input is the last tensor the block saves; the unwinding frees the rest (x1)
+        b.drop(x1)
         return ""
     d = b.alloc("w2.out", T * h * c, "w2 output", False)
     b.drop(prod)
@@ -138,6 +145,41 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     walk.live[out] = walk.live[out].__class__("block output (residual stream)", "activations", walk.live[out].bytes)
     b.drop(d, x1)
     return out
+
+
+def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str) -> None:
+    """norms.py's RMSNorm backward on a bf16 input, node by node as torch's autograd formulas run them (TT_SOURCES['norm_backward']):
+    out = normed.type_as(x) * weight, normed = x32 * rsqrt(x32.pow(2).mean(-1) + eps), x32 = x.float()."""
+    T, h, c = x.T, x.h, x.c
+    size = T * h
+    # MulBackward0 of `* weight`: grad * weight, then grad * normed summed to the weight's shape
+    walk.alloc(f"{key}.g_nb", size * c, "temporaries", "RMSNorm backward: grad * weight")
+    walk.alloc(f"{key}.g_wfull", size * c, "temporaries", "RMSNorm backward: grad * normed (before its sum)")
+    walk.alloc(f"{key}.grad", h * c, "gradients", "weight gradients")
+    walk.free(f"{key}.g_wfull", g_out, f"{key}.normed_w")
+    # ToCopyBackward of .type_as: the gradient in fp32
+    walk.alloc(f"{key}.g_n", size * 4, "temporaries", "RMSNorm backward: type_as's gradient (fp32)")
+    walk.free(f"{key}.g_nb")
+    # MulBackward0 of x32 * rsqrt: grad * rsqrt (x32's), grad * x32 summed over h (rsqrt's)
+    walk.alloc(f"{key}.g_x32", size * 4, "temporaries", "RMSNorm backward: grad * rsqrt")
+    walk.alloc(f"{key}.g_rfull", size * 4, "temporaries", "RMSNorm backward: grad * x32 (before its sum)")
+    walk.alloc(f"{key}.g_r", T * 4, "temporaries", "RMSNorm backward: rsqrt's gradient")
+    walk.free(f"{key}.g_rfull", f"{key}.g_n")
+    # RsqrtBackward0, AddBackward, MeanBackward1: the gradient expanded over h and divided
+    walk.alloc(f"{key}.g_a", T * 4, "temporaries", "RMSNorm backward: rsqrt backward")
+    walk.free(f"{key}.g_r", f"{key}.rsqrt")
+    walk.alloc(f"{key}.g_p", size * 4, "temporaries", "RMSNorm backward: mean backward (expand / h)")
+    walk.free(f"{key}.g_a")
+    # PowBackward0: grad * (2 * x32.pow(1)), its two temporaries alive until the expression ends
+    walk.alloc(f"{key}.pow1", size * 4, "temporaries", "RMSNorm backward: x32.pow(1)")
+    walk.alloc(f"{key}.pow2", size * 4, "temporaries", "RMSNorm backward: 2 * x32.pow(1)")
+    walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm backward: pow backward")
+    walk.free(f"{key}.pow1", f"{key}.pow2", f"{key}.g_p", f"{key}.fp32")
+    _accumulate(walk, f"{key}.g_pow", f"{key}.g_x32")
+    # ToCopyBackward of x.float(): back to bf16, into the residual stream's gradient
+    walk.alloc(f"{key}.g_in", size * c, "temporaries", "RMSNorm input gradient (bf16)")
+    walk.free(f"{key}.g_x32")
+    _accumulate(walk, f"{key}.g_in", into)
 
 
 def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "") -> None:
@@ -161,7 +203,6 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> 
     n_rep = q // kv
     k = f"L{i}"
     walk.rename(g_out, f"{k}.g_x1")  # out = h + w2: both get the same gradient tensor
-    walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never asked for
     walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient")
     _grad_of_weight(walk, x, f"{k}.w2", f, h)
     walk.free(f"{k}.prod")
@@ -172,7 +213,7 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> 
     walk.alloc(f"{k}.g_g", T * f * c, "temporaries", "silu backward")
     walk.free(f"{k}.g_act", f"{k}.w1.out")
     _mm_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f, f"{k}.g_y2", f"{k}.n2.out")
-    _norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", "", f"{k}.g_x1")
+    norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.g_x1")
     walk.free(f"{k}.x1")
     # h = x + wo(attention): wo's branch gets the same gradient
     walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient")
@@ -197,8 +238,9 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> 
     _mm_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, f"{k}.g_y")
     _mm_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, kv, f"{k}.g_y")
     _mm_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, q, f"{k}.g_y", f"{k}.n1.out")
-    _norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", "", f"{k}.g_x1")
+    norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", f"{k}.g_x1")
     walk.rename(f"{k}.g_x1", into)
+    walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
 
 
 def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], hooks: StepHooks) -> str:
@@ -243,7 +285,7 @@ def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, pol
     walk.alloc("g_logits", T * V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
     walk.free("g_logits32")
     _mm_backward(walk, x, "head", "g_logits", h, V, "final.g_y", "final.out")
-    _norm_backward(walk, x, "final", "final.g_y", "", "g_stream")
+    norm_backward(walk, x, "final", "final.g_y", "g_stream")
     for i in reversed(range(model.layers)):
         walk.phase = f"backward: layer {i + 1} of {model.layers}" + ("" if policies[i] == "none" else " (recomputed)")
         inp = "emb" if i == 0 else f"L{i - 1}.x2"

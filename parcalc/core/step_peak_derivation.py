@@ -85,6 +85,19 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
 
 def reserved_derivation(peak: StepPeak) -> Derivation:
     allocated = Term("M_peak", "M_peak", r"M_{\mathrm{peak}}", peak.allocated, "B", "peak allocated (512-byte blocks)")
+    if peak.reserved_by == "streams":
+        symbols = {"default": "def", "all-gather copy-in": "AG", "reduce-scatter": "RS"}
+        pools = tuple(Term(f"R_{symbols[name]}", f"R_{symbols[name]}", rf"R_{{\mathrm{{{symbols[name]}}}}}", size, "B",
+                           f"the {name} stream's pool: its own peak of live blocks, rounded to the allocator's segments",
+                           FSDP_SOURCES["streams"]) for name, size in peak.stream_pools)  # fmt: skip
+        formula = " + ".join(f"${t.key}" for t in pools)
+        return Derivation("step_reserved", "Reserved by the caching allocator: each CUDA stream's pool at its own peak", "M_res",
+                          r"M_{\mathrm{res}}", formula, formula, pools, peak.reserved, "B", f"{ALLOCATOR_SOURCE}; {FSDP_SOURCES['streams']}",
+                          (f"the step's allocated peak is {peak.allocated / 2**30:.2f} GiB; the pools never shrink (no empty_cache), "
+                           "so at steady state each holds its own peak: the all-gather outputs on the copy-in stream, the sharded "
+                           "gradients on the reduce-scatter stream, the rest on the default stream",
+                           "within a pool, fragmentation is not derived (expandable_segments, which torchtitan's run_llama_train.sh "
+                           "sets, maps one growing segment per stream)"))  # fmt: skip
     if peak.reserved_by == "replayed":
         held = Term("R_frag", "R_frag", r"R_{\mathrm{frag}}", peak.reserved - peak.allocated, "B",
                     "segments the allocator holds beyond the peak's live blocks: 2 MiB / 20 MiB rounding and cached free blocks "
