@@ -88,8 +88,8 @@ def test_each_stream_pool_holds_its_own_peak() -> None:
     assert peak.reserved - peak.allocated > sharded  # the default stream's peak (in the loss) holds no sharded gradient
 
 
-@pytest.mark.parametrize("framework", ["fsdp2", "torchtitan"])
-@pytest.mark.parametrize("recompute", ["none", "full"])
+@pytest.mark.parametrize("framework, recompute", [("fsdp2", "none"), ("fsdp2", "full"), ("torchtitan", "none"), ("torchtitan", "full"),
+                                                  ("torchtitan", "op")])  # fmt: skip
 def test_memory_and_fit_agree_under_fully_shard(run_json, framework: str, recompute: str) -> None:
     common = [*LLAMA_8B, "--framework", framework, "--recompute", recompute, "--zero", "3"]
     memory = run_json("memory", *common, "--dp", "8")["results"]
@@ -106,6 +106,17 @@ def test_the_search_ranks_fully_shard_rows_by_the_walk(run_json) -> None:
                       "--zero", "3")["results"]  # fmt: skip
     assert "step_peak" in pinned
     assert walked["memory"] == pytest.approx(pinned["total"]["value"], rel=1e-9)
+
+
+def test_the_torchtitan_search_ranks_selective_op_rows_by_its_walk(run_json) -> None:
+    """torchtitan's walk follows its selective op checkpointing (parcalc.core.memory_torchtitan): fit --search's op row
+    carries the walk's memory, as `memory` does for the pinned layout."""
+    search = run_json("fit", *LLAMA_8B, "--gpus", "8", "--batch", "16", "--framework", "torchtitan", "--search",
+                      "--recompute", "op")["tables"]["top"]  # fmt: skip
+    walked = next(r for r in search["rows"] if (r["tp"], r["pp"], r["zero"], r["recompute"]) == (1, 1, 3, "op"))
+    memory = run_json("memory", *LLAMA_8B, "--framework", "torchtitan", "--zero", "3", "--dp", "8", "--recompute", "op")["results"]
+    assert "step_peak" in memory
+    assert walked["memory"] == pytest.approx(memory["total"]["value"], rel=1e-9)
 
 
 @pytest.mark.parametrize("args", [["--tp", "2"], ["--zero", "1"], ["--recompute", "selective"]], ids=["tp", "zero-1", "selective"])

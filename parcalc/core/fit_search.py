@@ -455,7 +455,7 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
                b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray) -> np.ndarray:  # fmt: skip
     """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
     _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
-    from parcalc.core.memory_fsdp import fsdp_reserved_total, fsdp_step_of, walk_gaps
+    from parcalc.core.memory_fsdp import PROFILES, fsdp_reserved_total, fsdp_step_of, walk_gaps
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
@@ -463,7 +463,7 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
     # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
     for zero, size, rec in set(zip(z.tolist(), shard.tolist(), r.tolist(), strict=True)):
         layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size))
-        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other):
+        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code):
             continue
         for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec)):
             step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)])
