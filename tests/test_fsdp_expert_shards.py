@@ -43,3 +43,17 @@ def test_the_row_session_12_found_no_longer_fits(run_json) -> None:
     `memory` now gives 128.5 GiB (one whole expert of 8 a rank), and the search, with the same rule, drops it."""
     total = _results(run_json, "--dp", "8", "--cp", "8", "--shard-group", "16", "--seq-len", "32768")["total"]["value"] / 2**30
     assert total == pytest.approx(128.5, abs=0.1)
+
+
+def test_the_search_shards_experts_as_memory_does(run_json) -> None:
+    """fit --search's expert states (parcalc.core.fit_search) follow the same rule: its fastest fitting row for Mixtral
+    8x7B on 64 H100 carries the memory `memory` gives for that row's flags (session 12's top row, EP 1 with a shard group of
+    16 at 55.04 GiB, no longer fits)."""
+    common = ("--model", "mixtral-8x7b", "--gpu", "h100-sxm5", "--framework", "fsdp2")
+    top = run_json("fit", *common, "--gpus", "64", "--search")["tables"]["top"]["rows"]
+    assert not [r for r in top if r["ep"] == 1 and r["shard_group"] > 8 and r["zero"] == 3]
+    row = top[0]
+    flags = [*common, "--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--cp", str(row["cp"]), "--ep", str(row["ep"]),
+             "--zero", str(row["zero"]), "--shard-group", str(row["shard_group"]), "--micro-batch", str(row["micro_batch"]),
+             "--micro-batches", str(row["micro_batches"]), *(["--sequence-parallel"] if row["sequence_parallel"] else [])]  # fmt: skip
+    assert row["memory"] == pytest.approx(run_json("memory", *flags)["results"]["total"]["value"], rel=1e-6)
