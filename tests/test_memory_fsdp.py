@@ -132,3 +132,15 @@ def test_a_textbook_fsdp_memory_says_why(run_json) -> None:
     assert said and "tp = 2" in said[0] and "--recompute selective" in said[0]
     walked = run_json("memory", *LLAMA_8B, "--framework", "torchtitan", "--zero", "3", "--dp", "8")
     assert not [a for a in walked["assumptions"] if a.startswith("memory: the textbook sum")]
+
+
+@pytest.mark.parametrize("flags, gap", [
+    (["--model", "qwen3-30b-a3b"], "q/k norms (torchtitan's Llama code has none)"),
+    (["--model", "qwen3-30b-a3b"], "experts (torchtitan's Llama code has none)"),
+    (["--model", "llama3-8b", "--precision", "fp32"], "--precision fp32 (the torchtitan walk follows bf16 compute)"),
+])  # fmt: skip
+def test_what_torchtitans_llama_code_lacks_keeps_the_textbook_sum(run_json, flags: list[str], gap: str) -> None:
+    doc = run_json("memory", *flags, "--framework", "torchtitan", "--zero", "3", "--dp", "8", "--seq-len", "4096", "--micro-batch", "1")
+    said = [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
+    assert said and gap in said[0]
+    assert "step_peak" not in doc["results"]

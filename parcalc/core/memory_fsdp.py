@@ -182,9 +182,17 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append(f"--optimizer {optimizer.value}")
     if recompute not in recomputes_of(model_code):
         gaps.append(f"--recompute {recompute.value}")
-    if model_code == "torchtitan" and model.moe is not None:
-        gaps.append("experts (torchtitan's Llama code has none)")
+    if model_code == "torchtitan":
+        gaps += torchtitan_code_gaps(model, precision)
     return gaps
+
+
+def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[str]:
+    """What torchtitan's Llama code (parcalc.core.memory_torchtitan) does not have, or the walk of it does not follow."""
+    return [what for what, gap in (("experts (torchtitan's Llama code has none)", model.moe is not None),
+                                   ("q/k norms (torchtitan's Llama code has none)", model.qk_norm),
+                                   ("tied embeddings (torchtitan's Llama has its own output projection)", model.tied_embeddings),
+                                   ("--precision fp32 (the torchtitan walk follows bf16 compute)", precision is Precision.FP32)) if gap]  # fmt: skip
 
 
 def recomputes_of(model_code: str) -> tuple[Recompute, ...]:
@@ -415,8 +423,9 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
                                             or not set(step.block_policies) <= set(POLICIES)):  # fmt: skip
         raise InputError(f"block checkpointing {step.block_policies}: torchtitan's code, one of {', '.join(POLICIES)} for each of "
                          f"the {model.layers} blocks")
-    if step.model_code == "torchtitan" and model.moe is not None:
-        raise InputError(f"{model.name}: torchtitan's Llama code (the torchtitan profile's step walk) has no experts")
+    missing = torchtitan_code_gaps(model, step.precision) if step.model_code == "torchtitan" else []
+    if missing:
+        raise InputError(f"{model.name}: the torchtitan profile's step walk follows torchtitan's Llama code in bf16; {'; '.join(missing)}")
     if step.optimizer_impl not in OPTIMIZER_IMPLS:
         raise InputError(f"optimizer implementation {step.optimizer_impl!r}: one of {', '.join(OPTIMIZER_IMPLS)}")
 
