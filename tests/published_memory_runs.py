@@ -29,7 +29,9 @@ TOML_8B = "train_configs/llama3_8b.toml: seq_len = 8192, [activation_checkpoint]
 SAC = ("torchtitan's per-op selective checkpointing in the step walk, which follows bf16 only (with --precision fp8 the "
        "textbook's op-level sum stands)")
 COMPILE = "torch.compile per TransformerBlock (Inductor's fusion and its own activation memory)"
-FLOAT8 = "Float8 linears (torchao): FP8 casts saved for backward"
+FLOAT8 = ("Float8 linears (torchao Float8Linear, tensorwise): not in the walk, --precision fp8 keeps the textbook's Transformer "
+          "Engine sum; torchao saves the bf16 input and weight (float8_linear.py matmul_with_hp_or_float8_args.forward) and casts "
+          "in forward and backward")
 TP = "tensor parallelism (DTensor TP with sequence parallel, loss parallel)"
 PP = "pipeline parallelism (torchtitan's PipelineStage; micro-batches = stages by default, config_manager.py)"
 # torchtitan/parallelisms/pipelining_utils.py generate_split_points at 9dec370: 126 layers over 8 single-stage ranks, base 15 and

@@ -24,7 +24,15 @@ Ground truth: FSDPMemTracker over this code (tests/ground_truth/tiny_torchtitan.
 
 from __future__ import annotations
 
-from parcalc.core.memory_timeline import StepHooks, StepShapes, Walk, _grad_of_weight, _norm_forward
+from parcalc.core.memory_timeline import (
+    LiveTensor,
+    StepHooks,
+    StepShapes,
+    Walk,
+    _add_into,
+    _grad_of_weight,
+    _norm_forward,
+)
 from parcalc.core.model import TransformerModel
 
 TITAN = "pytorch/torchtitan at 9dec370"
@@ -142,7 +150,7 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     d = b.alloc("w2.out", T * h * c, "w2 output", False)
     b.drop(prod)
     out = b.alloc("x2", T * h * c, "block output (residual stream)", False)
-    walk.live[out] = walk.live[out].__class__("block output (residual stream)", "activations", walk.live[out].bytes)
+    walk.live[out] = LiveTensor("block output (residual stream)", "activations", walk.live[out].bytes)
     b.drop(d, x1)
     return out
 
@@ -175,11 +183,11 @@ def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str) ->
     walk.alloc(f"{key}.pow2", size * 4, "temporaries", "RMSNorm backward: 2 * x32.pow(1)")
     walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm backward: pow backward")
     walk.free(f"{key}.pow1", f"{key}.pow2", f"{key}.g_p", f"{key}.fp32")
-    _accumulate(walk, f"{key}.g_pow", f"{key}.g_x32")
+    _add_into(walk, f"{key}.g_pow", f"{key}.g_x32")
     # ToCopyBackward of x.float(): back to bf16, into the residual stream's gradient
     walk.alloc(f"{key}.g_in", size * c, "temporaries", "RMSNorm input gradient (bf16)")
     walk.free(f"{key}.g_x32")
-    _accumulate(walk, f"{key}.g_in", into)
+    _add_into(walk, f"{key}.g_in", into)
 
 
 def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "") -> None:
@@ -187,14 +195,7 @@ def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_o
     walk.alloc(f"{key}.gin", x.T * d_in * x.c, "temporaries", "input gradient")
     _grad_of_weight(walk, x, key, d_in, d_out)
     walk.free(g_out, saved_input)
-    _accumulate(walk, f"{key}.gin", into)
-
-
-def _accumulate(walk: Walk, grad: str, into: str) -> None:
-    if into in walk.live:
-        walk.free(grad)
-    else:
-        walk.rename(grad, into)
+    _add_into(walk, f"{key}.gin", into)
 
 
 def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
@@ -270,7 +271,7 @@ def head_and_loss_forward(walk: Walk, x: StepShapes, last: str) -> None:
     walk.alloc("logsoftmax", x.T * x.V * 4, "logits and loss", "cross_entropy's log_softmax (fp32, saved)")
     walk.transient("loss", 4, "logits and loss", "loss")
     walk.free("logits32", "head.out")  # loss_fn returns; del pred
-    walk.live[y] = walk.live[y].__class__("final norm output (the output projection's input)", "activations", walk.live[y].bytes)
+    walk.live[y] = LiveTensor("final norm output (the output projection's input)", "activations", walk.live[y].bytes)
 
 
 def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int,
