@@ -55,6 +55,7 @@ from parcalc.core.choices import Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes, with_accumulation
 from parcalc.core.layout import Layout
 from parcalc.core.memory import (
+    FSDP2_PROFILES,
     fp8_weight_cache,
     fullest_candidates,
     moe_layers_per_stage,
@@ -475,7 +476,7 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
                b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray) -> np.ndarray:  # fmt: skip
     """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
     _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
-    from parcalc.core.memory_fsdp import fsdp_reserved_total, fsdp_step_of, walk_gaps
+    from parcalc.core.memory_fsdp import PROFILES, fsdp_reserved_total, fsdp_step_of, walk_gaps
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
@@ -483,7 +484,7 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
     # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
     for zero, size, rec in set(zip(z.tolist(), shard.tolist(), r.tolist(), strict=True)):
         layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size))
-        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other):
+        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code):
             continue
         for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec)):
             step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)])
@@ -569,7 +570,12 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             states[at] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
         from parcalc.core.expert_parallel import expert_layout
 
-        expert_per_param = per_param(expert_layout(model, Layout(tp=t, pp=p, dp=d, cp=c, ep=ep)).edp)  # experts shard over expert-DP
+        edp = expert_layout(model, Layout(tp=t, pp=p, dp=d, cp=c, ep=ep)).edp
+        expert_per_param = per_param(edp)  # experts shard over expert-DP
+        if cluster.framework.step_memory in FSDP2_PROFILES:  # fully_shard: by whole experts over the shard group (memory_fsdp)
+            from parcalc.core.memory_fsdp import expert_shard_ranks
+
+            expert_per_param = per_param(expert_shard_ranks(model.moe.experts // ep, np.minimum(shard, edp)))
 
     def on_stage(stage: int) -> np.ndarray:  # states and activations of one GPU of a stage
         params, experts, gathered, moe = states[stage]

@@ -591,6 +591,10 @@ def _sum(key: str, label: str, symbol: str, latex_symbol: str, parts: list[Deriv
     )
 
 
+# the profiles whose data parallelism is PyTorch's fully_shard (parcalc.core.memory_fsdp.PROFILES)
+FSDP2_PROFILES = ("fsdp2-eager", "torchtitan-eager")
+
+
 def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per: StateBytes,
                  layer: LayerActivations, stage: int) -> StageMemory:  # fmt: skip
     """The memory of one GPU of pipeline stage `stage` (0-based)."""
@@ -606,7 +610,12 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
         layout = expert_layout(model, par)
         # hybrid sharding: the dense states over the shard group S, the experts' over expert-DP as before
         dense_ranks = layout.dense_dp if par.shard_group is None else par.shard_group
-        states = expert_model_states(params.value - experts, experts, per, par.zero, dense_ranks, layout.edp,
+        expert_ranks: float = layout.edp
+        if setup.step_memory in FSDP2_PROFILES and par.zero == 3 and model.moe is not None:  # fully_shard chunks each expert stack by whole experts
+            from parcalc.core.memory_fsdp import expert_shard_ranks
+
+            expert_ranks = expert_shard_ranks(model.moe.experts // layout.ep, min(dense_ranks, layout.edp))
+        states = expert_model_states(params.value - experts, experts, per, par.zero, dense_ranks, expert_ranks,
                                      params_source=params.label)  # fmt: skip
     else:
         states = model_states(params.value, per, par, params_source=params.label)
@@ -873,12 +882,13 @@ def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, 
 
 def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup) -> list[str]:
     """What of this layout and setup the FSDP2 step walk does not follow (none: it gives the memory)."""
-    from parcalc.core.memory_fsdp import walk_gaps
+    from parcalc.core.memory_fsdp import PROFILES, walk_gaps
 
     other = tuple(what for what, on in (("--offload", setup.offload_optimizer or setup.offload_activations),
                                         ("--recompute-layers", setup.recompute_layers is not None),
                                         ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
-    return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other)
+    code = PROFILES[setup.step_memory].model_code if setup.step_memory in PROFILES else "transformers"
+    return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other, code)
 
 
 def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str, reserve: Derivation) -> StageMemory:

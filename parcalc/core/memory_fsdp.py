@@ -35,10 +35,11 @@ is fitted to it.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
+from parcalc.core.allocator import reserved_bytes
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.layout import Layout
 from parcalc.core.memory_timeline import (
@@ -52,6 +53,8 @@ from parcalc.core.memory_timeline import (
     walk_backward,
     walk_forward,
 )
+from parcalc.core.memory_torchtitan import POLICIES
+from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
 
@@ -86,6 +89,13 @@ FSDP_SOURCES = {
               "line 762: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs), every state's size at once), for-loop "
               "(_single_tensor_adam line 544: exp_avg_sq.sqrt() / bias_correction2_sqrt, two temporaries of one parameter); "
               "states created with zeros_like on the sharded parameters"),
+    "streams": (f"{TORCH}/_fsdp_collectives.py:336-354 foreach_all_gather allocates the all-gather output (and the copy-in casts) "
+                "under `with device_handle.stream(all_gather_copy_in_stream)` (separate streams for implicit prefetching, "
+                "_fsdp_param_group.py _all_gather_streams); 597 the reduce-scatter input on the current stream; 611-617 the "
+                "reduce-scatter output, whose views are the sharded gradients, and 697 its cast to the parameters' dtype under "
+                "`with device_handle.stream(reduce_scatter_stream)`; c10/cuda/CUDACachingAllocator.cpp: a freed block returns "
+                "to the pool of the stream it was allocated on (get_free_block matches BlockPool keys on the stream; with "
+                "expandable_segments each stream maps its own segment), so each stream's pool holds its own peak"),
     "torchtitan": ("pytorch/torchtitan at 9dec370 (the commit of its Dec 2024 benchmarks, benchmarks/llama3_h100_202412_torchtitan.md): "
                    "torchtitan/parallelisms/parallelize_llama.py:329-339 apply_fsdp: fully_shard(transformer_block, "
                    "reshard_after_forward=int(layer_id) < len(model.layers) - 1) and fully_shard(model, ...); config_manager.py: "
@@ -96,7 +106,7 @@ FSDP_SOURCES = {
 }
 # "gradients": the unsharded ones (param_dtype), as the walk of the model code files a weight's .grad
 KINDS = ("sharded parameters", "optimizer states", "sharded gradients", "unsharded parameters", "gradients",
-         "all-gather buffers", "reduce-scatter buffers", "activations", "logits and loss", "temporaries", "workspace")  # fmt: skip
+         "all-gather buffers", "reduce-scatter buffers", "buffers", "activations", "logits and loss", "temporaries", "workspace")  # fmt: skip
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 
 
@@ -116,6 +126,11 @@ class FsdpStep:
     cublas_workspace: float = 2 * 32 * 2**20  # HF_SOURCES["cublas"]; 0 on the CPU (FSDPMemTracker)
     embedding_backward_tables: int = 1  # memory_timeline.HfStep; 2 under FakeTensorMode (PyTorch's decomposition)
     step_counters_on_device: bool | None = None  # AdamW's state['step'] tensors: on the GPU for fused only (None: so)
+    # whose model code runs: transformers' Llama / Mixtral decoder, or torchtitan's Transformer (parcalc.core.memory_torchtitan)
+    model_code: str = "transformers"
+    # torchtitan's code: each block's checkpointing ("none", "full", "op"; memory_torchtitan.POLICIES), where it is not the
+    # same for all (selective layer checkpointing, every k-th block full); None: `recompute` for every block
+    block_policies: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -126,13 +141,14 @@ class FsdpProfile:
     optimizer_impl: str
     reshard_last_block: bool
     source: str
+    model_code: str = "transformers"  # FsdpStep.model_code
 
 
 PROFILES = {
     "fsdp2-eager": FsdpProfile(2.0, "foreach", True, "PyTorch fully_shard's defaults: MixedPrecisionPolicy(param_dtype=bfloat16, "
                                "reduce_dtype=None) reduces in param_dtype, reshard_after_forward=True on every block; torch.optim.AdamW "
                                "picks foreach on CUDA (torch/optim/optimizer.py _default_to_fused_or_foreach)"),
-    "torchtitan-eager": FsdpProfile(4.0, "foreach", False, FSDP_SOURCES["torchtitan"]),
+    "torchtitan-eager": FsdpProfile(4.0, "foreach", False, FSDP_SOURCES["torchtitan"], "torchtitan"),
 }
 
 
@@ -141,11 +157,11 @@ def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, prec
     """The step of a framework profile (PROFILES) on a GPU."""
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
-                    settings.reshard_last_block)  # fmt: skip
+                    settings.reshard_last_block, model_code=settings.model_code)  # fmt: skip
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
-              other: tuple[str, ...] = ()) -> list[str]:  # fmt: skip
+              other: tuple[str, ...] = (), model_code: str = "transformers") -> list[str]:  # fmt: skip
     """What of a layout the walk does not follow (none: its peak is the memory; else the textbook sum is).
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
     caller's own (offload, a recomputed subset of layers, ...)."""
@@ -166,9 +182,38 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append(f"--precision {precision.value}")
     if optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         gaps.append(f"--optimizer {optimizer.value}")
-    if recompute not in (Recompute.NONE, Recompute.FULL):
+    if recompute not in recomputes_of(model_code):
         gaps.append(f"--recompute {recompute.value}")
+    if model_code == "torchtitan":
+        gaps += torchtitan_code_gaps(model, precision)
     return gaps
+
+
+def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[str]:
+    """What torchtitan's Llama code (parcalc.core.memory_torchtitan) does not have, or the walk of it does not follow."""
+    return [what for what, gap in (("experts (torchtitan's Llama code has none)", model.moe is not None),
+                                   ("q/k norms (torchtitan's Llama code has none)", model.qk_norm),
+                                   ("tied embeddings (torchtitan's Llama has its own output projection)", model.tied_embeddings),
+                                   ("--precision fp32 (the torchtitan walk follows bf16 compute)", precision is Precision.FP32)) if gap]  # fmt: skip
+
+
+def recomputes_of(model_code: str) -> tuple[Recompute, ...]:
+    """The checkpointing the model code's walk follows: whole blocks or none; torchtitan's selective op too."""
+    return (Recompute.NONE, Recompute.FULL, *((Recompute.OP,) if model_code == "torchtitan" else ()))
+
+
+def chunk_rows(rows: Any, ranks: Any) -> Any:
+    """Rows of dim 0 one rank of `ranks` holds, padded: ceil(rows / ranks) (FSDP_SOURCES['shards']: FSDP2 chunks dim 0, so
+    an expert stack (experts x out x in) is sharded by whole experts). Ints or numpy arrays (fit's search)."""
+    return -(-rows // ranks)
+
+
+def expert_shard_ranks(local_experts: int, ranks: Any) -> Any:
+    """The divisor that gives one rank's share of an expert stack of `local_experts` sharded over `ranks` by FSDP2:
+    local_experts / ceil(local_experts / ranks). It is `ranks` where they divide the experts, and `local_experts` on more
+    ranks than experts (each rank keeps one whole expert: Mixtral's 8 over 32 ranks keep an eighth, not a 32nd). The
+    one rule of every fsdp2 / torchtitan path: the step walk (_Param.shard), parcalc.core.memory's states and fit's search."""
+    return local_experts / chunk_rows(local_experts, ranks)
 
 
 @dataclass(frozen=True)
@@ -179,7 +224,7 @@ class _Param:
 
     def shard(self, n: int) -> int:
         """Elements of one rank's padded shard (FSDP_SOURCES['shards'])."""
-        return math.ceil(self.rows / n) * self.cols
+        return int(chunk_rows(self.rows, n)) * self.cols
 
 
 def _block_params(model: TransformerModel) -> tuple[_Param, ...]:
@@ -200,6 +245,57 @@ def _root_params(model: TransformerModel) -> tuple[_Param, ...]:
     """The root unit's: the embedding (the LM head's weight too when tied), the final norm, an untied LM head."""
     own = (_Param("head", model.vocab, model.hidden),) if not model.tied_embeddings else ()
     return (_Param("embedding", model.vocab, model.hidden), _Param("final_norm", model.hidden, 1), *own)
+
+
+STREAMS = ("default", "all-gather copy-in", "reduce-scatter")
+
+
+def stream_of(key: str) -> str:
+    """The CUDA stream a walk tensor is allocated on (FSDP_SOURCES['streams'])."""
+    if key.startswith("fsdp."):
+        if key.endswith((".ag", ".copy_in")):
+            return "all-gather copy-in"
+        if key.endswith((".rs_out", ".grad")):
+            return "reduce-scatter"
+    return "default"
+
+
+class StreamWalk(Walk):
+    """A Walk that also follows each stream's pool: its live blocks and the peak of each (FSDP_SOURCES['streams'])."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stream_live: dict[str, dict[str, float]] = {s: {} for s in STREAMS}
+        self.stream_peak: dict[str, tuple[float, tuple[float, ...]]] = dict.fromkeys(STREAMS, (0.0, ()))
+        self.stream_now: dict[str, float] = dict.fromkeys(STREAMS, 0.0)
+        self.key_stream: dict[str, str] = {}
+
+    def alloc(self, key: str, size: float, kind: str, what: str) -> None:
+        super().alloc(key, size, kind, what)
+        if size <= 0:
+            return
+        stream = self.key_stream[key] = stream_of(key)
+        self.stream_live[stream][key] = self.live[key].bytes
+        self.stream_now[stream] += self.live[key].bytes
+        if self.stream_now[stream] > self.stream_peak[stream][0]:
+            self.stream_peak[stream] = (self.stream_now[stream], tuple(self.stream_live[stream].values()))
+
+    def free(self, *keys: str) -> None:
+        super().free(*keys)
+        for key in keys:
+            stream = self.key_stream.pop(key, None)
+            if stream is not None:
+                self.stream_now[stream] -= self.stream_live[stream].pop(key)
+
+    def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
+        super().rename(old, new, what, kind)
+        stream = self.key_stream.pop(old)
+        self.key_stream[new] = stream
+        self.stream_live[stream][new] = self.stream_live[stream].pop(old)
+
+    def pools(self) -> tuple[tuple[str, float], ...]:
+        """What each stream's pool reserves: the least that holds its own peak's blocks (parcalc.core.allocator)."""
+        return tuple((s, reserved_bytes(self.stream_peak[s][1])) for s in STREAMS)
 
 
 class _FsdpHooks(StepHooks):
@@ -322,8 +418,16 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
                          "over fp32 shards, bf16 and fp32")  # fmt: skip
     if step.optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         raise InputError(f"--optimizer {step.optimizer.value}: the FSDP2 step walk knows torch.optim's AdamW, Adam and SGD")
-    if step.recompute not in (Recompute.NONE, Recompute.FULL):
-        raise InputError(f"--recompute {step.recompute.value}: the FSDP2 step walk checkpoints whole blocks (full) or nothing")
+    if step.recompute not in recomputes_of(step.model_code):
+        raise InputError(f"--recompute {step.recompute.value}: the FSDP2 step walk checkpoints whole blocks (full) or nothing"
+                         + ("" if step.model_code == "torchtitan" else ", and torchtitan's selective op policy (op) with its own model"))
+    if step.block_policies is not None and (step.model_code != "torchtitan" or len(step.block_policies) != model.layers
+                                            or not set(step.block_policies) <= set(POLICIES)):  # fmt: skip
+        raise InputError(f"block checkpointing {step.block_policies}: torchtitan's code, one of {', '.join(POLICIES)} for each of "
+                         f"the {model.layers} blocks")
+    missing = torchtitan_code_gaps(model, step.precision) if step.model_code == "torchtitan" else []
+    if missing:
+        raise InputError(f"{model.name}: the torchtitan profile's step walk follows torchtitan's Llama code in bf16; {'; '.join(missing)}")
     if step.optimizer_impl not in OPTIMIZER_IMPLS:
         raise InputError(f"optimizer implementation {step.optimizer_impl!r}: one of {', '.join(OPTIMIZER_IMPLS)}")
 
@@ -335,7 +439,7 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
     x = shapes_of(model, step.micro_batch, step.seq_len, compute, compute, False)  # MixedPrecisionPolicy: no autocast
     hooks = _FsdpHooks(model, step, compute, master)
-    walk = Walk()
+    walk = StreamWalk()
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
     walk.alloc("cublas", step.cublas_workspace, "workspace", "cuBLAS workspaces")
@@ -345,8 +449,14 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         for k in range(sum(len(p) for p in hooks.units.values())):  # a 4-byte tensor each, a 512-byte block each
             walk.alloc(f"step_count{k}", 4, "optimizer states", "AdamW step counters")
     checkpointed = step.recompute is Recompute.FULL
-    walk_forward(walk, model, x, checkpointed, hooks)
-    walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)
+    if step.model_code == "torchtitan":  # its own Transformer, the freqs_cis buffer (max_seq_len = seq_len) unsharded
+        walk.alloc("freqs_cis", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer (complex64)")
+        policy = {Recompute.NONE: "none", Recompute.FULL: "full", Recompute.OP: "op"}[step.recompute]
+        policies = step.block_policies or (policy,) * model.layers
+        torchtitan_step(walk, model, x, policies, step.embedding_backward_tables, hooks)
+    else:
+        walk_forward(walk, model, x, checkpointed, hooks)
+        walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)
     walk.phase = f"optimizer step ({step.optimizer_impl})"
     shards = [p.shard(step.shards) * master for params in hooks.units.values() for p in params]
     if step.optimizer.states == 2 and step.optimizer_impl == "foreach":
@@ -358,7 +468,8 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         walk.alloc("opt.sqrt", largest, "temporaries", "AdamW: exp_avg_sq.sqrt()")
         walk.transient("opt.denom", largest, "temporaries", "AdamW: sqrt / bias correction")
         walk.free("opt.sqrt")
-    return peak_of(walk, KINDS)
+    pools = walk.pools()
+    return replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
 
 
 @lru_cache(maxsize=4096)

@@ -132,8 +132,10 @@ class StepPeak:
     parts: tuple[tuple[str, float], ...]  # by kind, in KINDS order
     textbook_sum: float = 0.0  # weights + gradients + states + Korthikanti's activations, for comparison (0: not given)
     # how `reserved` was found: "rounding" (the least the live blocks need, parcalc.core.allocator.reserved_bytes) or
-    # "replayed" (the allocator's rules replayed over the steps' allocations: its fragmentation included)
+    # "replayed" (the allocator's rules replayed over the steps' allocations: its fragmentation included) or "streams" (each
+    # CUDA stream's own pool at its own peak: parcalc.core.memory_fsdp)
     reserved_by: str = "rounding"
+    stream_pools: tuple[tuple[str, float], ...] = ()  # reserved_by "streams": (stream, what its pool reserves), summed
     derivations: tuple[Derivation, ...] = field(default=())
 
 

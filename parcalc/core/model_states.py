@@ -166,7 +166,7 @@ def model_states(params: float, per: StateBytes, layout: Layout = ONE_GPU, param
     )
 
 
-def expert_model_states(dense: float, experts: float, per: StateBytes, zero: int, n_dense: int, n_expert: int,
+def expert_model_states(dense: float, experts: float, per: StateBytes, zero: int, n_dense: int, n_expert: float,
                         params_source: str = "") -> ModelStates:  # fmt: skip
     """model_states for a GPU holding routed experts: ZeRO shards the dense states over the dense
     data-parallel ranks N_d (dp x cp: Megatron's distributed optimizer uses the dp-cp group) and

@@ -10,13 +10,14 @@ from parcalc.core.allocator import ALLOCATOR_SOURCE
 from parcalc.core.choices import Recompute
 from parcalc.core.memory_fsdp import FSDP_SOURCES, FsdpStep
 from parcalc.core.memory_timeline import HF_SOURCES, MEASURED, REPLAYED_STEPS, HfStep, StepPeak
+from parcalc.core.memory_torchtitan import TT_SOURCES
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 
 # Each kind of what is live, as a symbol: M_<symbol>
 SYMBOLS = {"weights": "W", "sharded parameters": "Ps", "optimizer states": "O", "sharded gradients": "Gs", "unsharded parameters": "Pu",
            "gradients": "G", "all-gather buffers": "AG", "reduce-scatter buffers": "RS", "activations": "A",
-           "autocast weight copies": "C", "logits and loss": "X", "temporaries": "Tmp", "workspace": "Ws"}  # fmt: skip
+           "autocast weight copies": "C", "logits and loss": "X", "temporaries": "Tmp", "workspace": "Ws", "buffers": "B"}  # fmt: skip
 TEMPORARIES = "the op running at the peak: its outputs and scratch tensors"
 STEADY_STATE = "steady state: AdamW's states exist, gradients freed by zero_grad(set_to_none=True) before the step"
 
@@ -63,7 +64,14 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
                "gradients": f"unsharded, until the block's reduce-scatter: {HF_SOURCES['grads']}; {FSDP_SOURCES['reduce']}",
                "all-gather buffers": f"{FSDP_SOURCES['all_gather']}; {FSDP_SOURCES['prefetch']}",
                "reduce-scatter buffers": FSDP_SOURCES["reduce"], **_model_tensors(model)}  # fmt: skip
-    checkpoint = ", each block checkpointed" if step.recompute is Recompute.FULL else ""
+    checkpoint = {Recompute.FULL: ", each block checkpointed", Recompute.OP: ", torchtitan's selective op checkpointing"}.get(step.recompute, "")
+    if step.model_code == "torchtitan":
+        sources = {**sources, "activations": f"{TT_SOURCES['model']}; {TT_SOURCES['ac']}; {TT_SOURCES['sac_cache']}",
+                   "logits and loss": f"{TT_SOURCES['loss']}; {HF_SOURCES['loss_backward']}", "buffers": TT_SOURCES["model"]}
+        code = "torchtitan's Llama Transformer (parcalc.core.memory_torchtitan) and train.py's fp32 cross-entropy"
+    else:
+        code = (f"transformers' {model_code(model)} and its fp32 cross-entropy; torchtitan's own Llama differs in RoPE (complex "
+                "fp32 products) and repeat_kv")
     reduce = "fp32" if step.reduce_bytes == 4 else "bf16"
     return _peak(peak, f"Peak allocated during the step ({profile}: {peak.phase})", sources,
                  f"a walk of one step under fully_shard over {step.shards} ranks (one unit per transformer block and the root; "
@@ -71,13 +79,25 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
                  "maximum of what is live, each tensor in the caching allocator's 512-byte blocks; parcalc.core.memory_fsdp; "
                  "checked against torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker under FakeTensorMode; the model "
                  f"code's tensors as parcalc.core.memory_timeline walks them ({MEASURED})",
-                 (f"the model code walked is transformers' {model_code(model)} and its fp32 cross-entropy; torchtitan's own "
-                  "Llama differs in RoPE (complex fp32 products)", STEADY_STATE,
+                 (f"the model code walked is {code}", STEADY_STATE,
                   "no gradient accumulation (a reduce-scatter after every backward), no CPU offload, no HSDP replicas"))  # fmt: skip
 
 
 def reserved_derivation(peak: StepPeak) -> Derivation:
     allocated = Term("M_peak", "M_peak", r"M_{\mathrm{peak}}", peak.allocated, "B", "peak allocated (512-byte blocks)")
+    if peak.reserved_by == "streams":
+        symbols = {"default": "def", "all-gather copy-in": "AG", "reduce-scatter": "RS"}
+        pools = tuple(Term(f"R_{symbols[name]}", f"R_{symbols[name]}", rf"R_{{\mathrm{{{symbols[name]}}}}}", size, "B",
+                           f"the {name} stream's pool: its own peak of live blocks, rounded to the allocator's segments",
+                           FSDP_SOURCES["streams"]) for name, size in peak.stream_pools)  # fmt: skip
+        formula = " + ".join(f"${t.key}" for t in pools)
+        return Derivation("step_reserved", "Reserved by the caching allocator: each CUDA stream's pool at its own peak", "M_res",
+                          r"M_{\mathrm{res}}", formula, formula, pools, peak.reserved, "B", f"{ALLOCATOR_SOURCE}; {FSDP_SOURCES['streams']}",
+                          (f"the step's allocated peak is {peak.allocated / 2**30:.2f} GiB; the pools never shrink (no empty_cache), "
+                           "so at steady state each holds its own peak: the all-gather outputs on the copy-in stream, the sharded "
+                           "gradients on the reduce-scatter stream, the rest on the default stream",
+                           "within a pool, fragmentation is not derived (expandable_segments, which torchtitan's run_llama_train.sh "
+                           "sets, maps one growing segment per stream)"))  # fmt: skip
     if peak.reserved_by == "replayed":
         held = Term("R_frag", "R_frag", r"R_{\mathrm{frag}}", peak.reserved - peak.allocated, "B",
                     "segments the allocator holds beyond the peak's live blocks: 2 MiB / 20 MiB rounding and cached free blocks "

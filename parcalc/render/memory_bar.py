@@ -24,7 +24,8 @@ MEMORY_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("activations", "#e45756", ("activations (layers)", "activations (embeddings)", "logits / cross-entropy", "multi-token prediction",
                                 "recomputation working set", "activations", "logits and loss", "temporaries")),
     ("buffers + reserve", "#9d9da0", ("ZeRO-3 gathered buffers", "context-parallel buffers", "MoE exchange buffers", "reserve",
-                                      "workspace", "allocator: reserved beyond the live blocks", "all-gather buffers", "reduce-scatter buffers")),
+                                      "workspace", "allocator: reserved beyond the live blocks", "all-gather buffers", "reduce-scatter buffers",
+                                      "buffers")),
 )  # fmt: skip
 GROUP_OF = {name: group for group, _, names in MEMORY_GROUPS for name in names}
 COLOUR_OF = {group: colour for group, colour, _ in MEMORY_GROUPS}

@@ -1,0 +1,315 @@
+"""torchtitan's own model code in the FSDP2 step walk, under its activation-checkpointing policies.
+
+parcalc.core.memory_fsdp walks a step under fully_shard; for the torchtitan profile the model code is torchtitan's
+Llama Transformer (TT_SOURCES['model']), not transformers': bf16 residual stream (the embedding's gathered weight is
+bf16), RoPE through complex numbers (.float(), a complex64 product, .type_as back), repeat_kv copying k and v to
+every query head for grouped-query attention, SDPA, SwiGLU as w2(silu(w1(x)) * w3(x)), RMSNorm as
+`_norm(x.float()).type_as(x) * weight` (the same ops as transformers' LlamaRMSNorm, so its walk is shared),
+an untied output projection and train.py's loss: cross_entropy(pred.flatten(0, 1).float()), pred deleted before
+backward.
+
+Each block's checkpointing is one of torchtitan's (TT_SOURCES['ac']):
+- "none": autograd keeps what the ops save;
+- "full": checkpoint_wrapper (non-reentrant torch.utils.checkpoint): the block keeps its input only and recomputes
+  its forward before its backward, stopping after the last tensor autograd saves (w2's input: early stop);
+- "op": selective op checkpointing: create_selective_checkpoint_contexts with torchtitan's `_custom_policy`, which
+  caches (MUST_SAVE) the outputs of the ops in `_save_list` except every second aten.mm: of the block's seven
+  matmuls wq, wk, wv, wo, w1, w3, w2 the outputs of wq, wv, w1 and w2, and SDPA's output and logsumexp. The
+  forward keeps the block input and that cache; the recomputation returns the cached outputs instead of running
+  those ops again.
+torchtitan's selective "k" (every k-th block fully checkpointed, the rest not) is a tuple of these per block.
+
+Ground truth: FSDPMemTracker over this code (tests/ground_truth/tiny_torchtitan.py, test_torch_memory_torchtitan.py).
+"""
+
+from __future__ import annotations
+
+from parcalc.core.memory_timeline import (
+    LiveTensor,
+    StepHooks,
+    StepShapes,
+    Walk,
+    _add_into,
+    _grad_of_weight,
+    _norm_forward,
+)
+from parcalc.core.model import TransformerModel
+
+TITAN = "pytorch/torchtitan at 9dec370"
+TT_SOURCES = {
+    "model": (f"{TITAN} torchtitan/models/llama/model.py: apply_rotary_emb (xq.float() viewed as complex, times freqs_cis, "
+              "view_as_real, type_as), repeat_kv (unsqueeze, expand, reshape: a copy when n_rep > 1), Attention.forward "
+              "(F.scaled_dot_product_attention(is_causal=True), output.transpose(1, 2).contiguous()), FeedForward "
+              "w2(F.silu(w1(x)) * w3(x)), TransformerBlock h = x + attention(attention_norm(x)); out = h + "
+              "feed_forward(ffn_norm(h)), Transformer.forward (tok_embeddings, layers, norm, output; the freqs_cis "
+              "buffer, complex64 max_seq_len x head_dim / 2); torchtitan/models/norms.py:96-101 RMSNorm"),
+    "loss": (f"{TITAN} train.py:131-134 loss_fn: cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1)); "
+             "train.py:302-308: pred = model(input_ids); loss = loss_fn(pred, labels); del pred; loss.backward()"),
+    "ac": (f"{TITAN} torchtitan/parallelisms/parallelize_llama.py:213-284: _save_list (aten.mm, SDPA flash and efficient, "
+           "reduce_scatter_tensor, abs, max), _apply_ac_to_transformer_block: 'full' checkpoint_wrapper(block, "
+           "preserve_rng_state=False); selective 'op' _custom_policy (MUST_SAVE the outputs of _save_list's ops except "
+           "every second mm, PREFER_RECOMPUTE the rest) through create_selective_checkpoint_contexts; selective 'k' "
+           "checkpoints every k-th block; train_configs/llama3_8b.toml: mode 'selective', selective_ac_option 'op'"),
+    "norm_backward": ("pytorch/pytorch v2.13.0 tools/autograd/derivatives.yaml and torch/csrc/autograd/FunctionsManual.cpp: "
+                      "mul (grad * other, grad * self summed to the broadcast input's shape by the engine), _to_copy (the "
+                      "gradient cast back), rsqrt (-0.5 * grad * result^3), mean (grad expanded / n), pow_backward "
+                      "(grad * (exponent * self.pow(exponent - 1)): its temporaries live until the expression ends)"),
+    "sac_cache": ("pytorch/pytorch v2.13.0 torch/utils/checkpoint.py _CachingTorchDispatchMode: a MUST_SAVE op's outputs "
+                  "are kept (detached) in the checkpoint's storage from the forward; _CachedTorchDispatchMode returns them "
+                  "in the recomputation instead of running the op; _checkpoint_early_stop: the recomputation stops once "
+                  "every tensor autograd saves has been repacked"),
+}
+POLICIES = ("none", "full", "op")
+# the matmul outputs torchtitan's op policy caches: the odd-numbered of wq, wk, wv, wo, w1, w3, w2 (TT_SOURCES['ac'])
+OP_CACHED = ("q.out", "v.out", "w1.out", "w2.out", "attn", "lse")
+
+
+class _Block:
+    """One block's forward: allocations, and what Python drops (freed unless autograd saved it or SAC cached it)."""
+
+    def __init__(self, walk: Walk, x: StepShapes, i: int, policy: str, recomputing: bool) -> None:
+        self.walk, self.x, self.k = walk, x, f"L{i}"
+        self.saving = policy == "none" or recomputing  # autograd keeps what the ops save
+        self.caching = policy == "op"
+        self.held: set[str] = set()
+
+    def alloc(self, name: str, size: float, what: str, saved: bool) -> str:
+        key = f"{self.k}.{name}"
+        if self.caching and name in OP_CACHED and key in self.walk.live:  # the recomputation returns the cached output,
+            if saved and self.saving:  # which the op's consumers save as they would a computed one
+                self.held.add(key)
+            return key
+        cached = self.caching and name in OP_CACHED and not self.saving
+        kind = "activations" if (saved and self.saving) or cached else "temporaries"
+        self.walk.alloc(key, size, kind, what + (" (cached by selective op checkpointing)" if cached else ""))
+        if (saved and self.saving) or cached:
+            self.held.add(key)
+        return key
+
+    def drop(self, *keys: str) -> None:
+        for key in keys:
+            if key not in self.held:
+                self.walk.free(key)
+
+    def save(self, key: str) -> None:
+        """A tensor already allocated that a later op saves for backward."""
+        if self.saving:
+            self.held.add(key)
+
+
+def _repeat_kv_copies(x: StepShapes) -> bool:
+    """Whether repeat_kv copies: n_rep > 1 over more than one KV head (with one, reshape merges a size-1 dim with the
+    expanded one and returns a view: multi-query attention keeps k and v as they are)."""
+    kv_heads = x.kv * x.heads // x.q
+    return x.q > x.kv and kv_heads > 1
+
+
+def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False) -> str:
+    """torchtitan's TransformerBlock (TT_SOURCES['model']) under `policy`; returns the output's key ("" when the
+    recomputation stops early, after w2's input)."""
+    T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
+    copies = _repeat_kv_copies(x)
+    b = _Block(walk, x, i, policy, recomputing)
+    k = b.k
+    y = _norm_forward(walk, x, f"{k}.n1", inp, b.saving)
+    b.save(y)
+    xq = b.alloc("q.out", T * q * c, "wq output", False)
+    xk = b.alloc("k.out", T * kv * c, "wk output", False)
+    xv = b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies)
+    b.drop(y)
+    # apply_rotary_emb: both fp32 copies, both complex products, both casts back; then the function returns
+    q32, k32 = b.alloc("q32", T * q * 4, "RoPE xq.float()", False), b.alloc("k32", T * kv * 4, "RoPE xk.float()", False)
+    qc, kc = b.alloc("qc", T * q * 4, "RoPE xq * freqs_cis (complex64)", False), b.alloc("kc", T * kv * 4, "RoPE xk * freqs_cis", False)
+    xq_r = b.alloc("q.rope", T * q * c, "SDPA q (RoPE's output)", True)
+    xk_r = b.alloc("k.rope", T * kv * c, "RoPE's k" if copies else "SDPA k (RoPE's output)", not copies)
+    b.drop(q32, k32, qc, kc, xq, xk)
+    keys, values = xk_r, xv
+    if copies:  # repeat_kv: expand then reshape copies k and v to every query head
+        keys = b.alloc("keys", T * q * c, "SDPA k (repeat_kv copy)", True)
+        b.drop(xk_r)
+        values = b.alloc("values", T * q * c, "SDPA v (repeat_kv copy)", True)
+        b.drop(xv)
+    attn = b.alloc("attn", T * q * c, "SDPA output (wo's input)", True)
+    lse = b.alloc("lse", x.b * x.heads * x.s * 4, "SDPA logsumexp (fp32)", True)
+    b.drop(xq_r, keys, values, lse)
+    o = b.alloc("o.out", T * h * c, "wo output", False)
+    b.drop(attn)
+    x1 = b.alloc("x1", T * h * c, "residual stream after attention", False)
+    b.drop(o)
+    y2 = _norm_forward(walk, x, f"{k}.n2", x1, b.saving)
+    b.save(y2)
+    g = b.alloc("w1.out", T * f * c, "w1 output", True)
+    act = b.alloc("act", T * f * c, "silu(w1)", True)
+    u = b.alloc("w3.out", T * f * c, "w3 output", True)
+    b.drop(y2)
+    prod = b.alloc("prod", T * f * c, "silu(w1) * w3 (w2's input)", True)
+    b.drop(g, act, u)
+    if recomputing:  # early stop: w2's input is the last tensor the block saves; the unwinding frees the rest (x1)
+        b.drop(x1)
+        return ""
+    d = b.alloc("w2.out", T * h * c, "w2 output", False)
+    b.drop(prod)
+    out = b.alloc("x2", T * h * c, "block output (residual stream)", False)
+    walk.live[out] = LiveTensor("block output (residual stream)", "activations", walk.live[out].bytes)
+    b.drop(d, x1)
+    return out
+
+
+def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str) -> None:
+    """norms.py's RMSNorm backward on a bf16 input, node by node as torch's autograd formulas run them (TT_SOURCES['norm_backward']):
+    out = normed.type_as(x) * weight, normed = x32 * rsqrt(x32.pow(2).mean(-1) + eps), x32 = x.float()."""
+    T, h, c = x.T, x.h, x.c
+    size = T * h
+    # MulBackward0 of `* weight`: grad * weight, then grad * normed summed to the weight's shape
+    walk.alloc(f"{key}.g_nb", size * c, "temporaries", "RMSNorm backward: grad * weight")
+    walk.alloc(f"{key}.g_wfull", size * c, "temporaries", "RMSNorm backward: grad * normed (before its sum)")
+    walk.alloc(f"{key}.grad", h * c, "gradients", "weight gradients")
+    walk.free(f"{key}.g_wfull", g_out, f"{key}.normed_w")
+    # ToCopyBackward of .type_as: the gradient in fp32
+    walk.alloc(f"{key}.g_n", size * 4, "temporaries", "RMSNorm backward: type_as's gradient (fp32)")
+    walk.free(f"{key}.g_nb")
+    # MulBackward0 of x32 * rsqrt: grad * rsqrt (x32's), grad * x32 summed over h (rsqrt's)
+    walk.alloc(f"{key}.g_x32", size * 4, "temporaries", "RMSNorm backward: grad * rsqrt")
+    walk.alloc(f"{key}.g_rfull", size * 4, "temporaries", "RMSNorm backward: grad * x32 (before its sum)")
+    walk.alloc(f"{key}.g_r", T * 4, "temporaries", "RMSNorm backward: rsqrt's gradient")
+    walk.free(f"{key}.g_rfull", f"{key}.g_n")
+    # RsqrtBackward0, AddBackward, MeanBackward1: the gradient expanded over h and divided
+    walk.alloc(f"{key}.g_a", T * 4, "temporaries", "RMSNorm backward: rsqrt backward")
+    walk.free(f"{key}.g_r", f"{key}.rsqrt")
+    walk.alloc(f"{key}.g_p", size * 4, "temporaries", "RMSNorm backward: mean backward (expand / h)")
+    walk.free(f"{key}.g_a")
+    # PowBackward0: grad * (2 * x32.pow(1)), its two temporaries alive until the expression ends
+    walk.alloc(f"{key}.pow1", size * 4, "temporaries", "RMSNorm backward: x32.pow(1)")
+    walk.alloc(f"{key}.pow2", size * 4, "temporaries", "RMSNorm backward: 2 * x32.pow(1)")
+    walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm backward: pow backward")
+    walk.free(f"{key}.pow1", f"{key}.pow2", f"{key}.g_p", f"{key}.fp32")
+    _add_into(walk, f"{key}.g_pow", f"{key}.g_x32")
+    # ToCopyBackward of x.float(): back to bf16, into the residual stream's gradient
+    walk.alloc(f"{key}.g_in", size * c, "temporaries", "RMSNorm input gradient (bf16)")
+    walk.free(f"{key}.g_x32")
+    _add_into(walk, f"{key}.g_in", into)
+
+
+def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "") -> None:
+    """MmBackward: the input gradient (added into `into`), the weight gradient (bf16, the unsharded parameter's .grad)."""
+    walk.alloc(f"{key}.gin", x.T * d_in * x.c, "temporaries", "input gradient")
+    _grad_of_weight(walk, x, key, d_in, d_out)
+    walk.free(g_out, saved_input)
+    _add_into(walk, f"{key}.gin", into)
+
+
+def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
+    """The block's backward in the order autograd's engine runs it (the latest-created node first)."""
+    T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
+    n_rep = q // kv
+    k = f"L{i}"
+    walk.rename(g_out, f"{k}.g_x1")  # out = h + w2: both get the same gradient tensor
+    walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient")
+    _grad_of_weight(walk, x, f"{k}.w2", f, h)
+    walk.free(f"{k}.prod")
+    walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "mul backward: silu's gradient")
+    walk.alloc(f"{k}.g_u", T * f * c, "temporaries", "mul backward: w3's gradient")
+    walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.w3.out")
+    _mm_backward(walk, x, f"{k}.w3", f"{k}.g_u", h, f, f"{k}.g_y2")
+    walk.alloc(f"{k}.g_g", T * f * c, "temporaries", "silu backward")
+    walk.free(f"{k}.g_act", f"{k}.w1.out")
+    _mm_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f, f"{k}.g_y2", f"{k}.n2.out")
+    norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.g_x1")
+    walk.free(f"{k}.x1")
+    # h = x + wo(attention): wo's branch gets the same gradient
+    walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient")
+    _grad_of_weight(walk, x, f"{k}.o", q, h)
+    width = q if n_rep > 1 else kv
+    walk.alloc(f"{k}.g_q", T * q * c, "temporaries", "SDPA backward dq")
+    walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
+    walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
+    walk.free(f"{k}.g_attn", f"{k}.attn", f"{k}.lse", f"{k}.q.rope", f"{k}.k.rope", f"{k}.keys", f"{k}.values", f"{k}.v.out")
+    if n_rep > 1:  # repeat_kv's backward: expand's sum over the repeats
+        for name in ("v", "k"):
+            walk.alloc(f"{k}.g_{name}sum", T * kv * c, "temporaries", "repeat_kv backward (sum over the repeats)")
+            walk.free(f"{k}.g_{name}")
+            walk.rename(f"{k}.g_{name}sum", f"{k}.g_{name}")
+    # the two RoPE chains in lockstep (k's nodes were created after q's): type_as, the complex product, .float()
+    for step, size, what in (("32", 4, "RoPE backward: type_as to fp32"), ("c", 4, "RoPE backward: times conj(freqs_cis)"),
+                             ("16", c, "RoPE backward: .float()'s gradient (bf16)")):  # fmt: skip
+        for name, w in (("k", kv), ("q", q)):
+            prev = f"{k}.g_{name}" if step == "32" else f"{k}.g_{name}{'32' if step == 'c' else 'c'}"
+            walk.alloc(f"{k}.g_{name}{step}", T * w * size, "temporaries", what)
+            walk.free(prev)
+    _mm_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, f"{k}.g_y")
+    _mm_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, kv, f"{k}.g_y")
+    _mm_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, q, f"{k}.g_y", f"{k}.n1.out")
+    norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", f"{k}.g_x1")
+    walk.rename(f"{k}.g_x1", into)
+    walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
+
+
+def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], hooks: StepHooks) -> str:
+    """The embedding and the blocks; returns the last block's output key."""
+    walk.phase = "forward: embedding"
+    current = "emb"
+    walk.alloc(current, x.T * x.h * x.c, "activations", "embedding output (residual stream)")
+    for i in range(model.layers):
+        walk.phase = f"forward: layer {i + 1} of {model.layers}"
+        hooks.before_layer(walk, i)
+        out = block_forward(walk, x, i, current, policies[i])
+        if policies[i] == "none":  # the loop's `h = layer(h)` drops the input: its norm saved an fp32 copy
+            walk.free(current)
+        hooks.after_layer(walk, i)
+        current = out
+    return current
+
+
+def head_and_loss_forward(walk: Walk, x: StepShapes, last: str) -> None:
+    """The final norm, the output projection and train.py's loss (TT_SOURCES['loss'])."""
+    walk.phase = "forward: final norm and output"
+    y = _norm_forward(walk, x, "final", last, saved=True)
+    walk.free(last)  # the norm saved its fp32 copy; nothing else holds the last block's output
+    walk.alloc("head.out", x.T * x.V * x.c, "logits and loss", "pred (the output projection, bf16)")
+    walk.phase = "forward: loss (pred.float(), cross_entropy)"
+    walk.alloc("logits32", x.T * x.V * 4, "logits and loss", "pred.flatten(0, 1).float()")
+    walk.alloc("logsoftmax", x.T * x.V * 4, "logits and loss", "cross_entropy's log_softmax (fp32, saved)")
+    walk.transient("loss", 4, "logits and loss", "loss")
+    walk.free("logits32", "head.out")  # loss_fn returns; del pred
+    walk.live[y] = LiveTensor("final norm output (the output projection's input)", "activations", walk.live[y].bytes)
+
+
+def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int,
+                         hooks: StepHooks) -> None:  # fmt: skip
+    T, V, h = x.T, x.V, x.h
+    walk.phase = "backward: loss (nll_loss and log_softmax gradients)"
+    hooks.before_backward(walk)
+    walk.alloc("g_logsoftmax", T * V * 4, "logits and loss", "nll_loss gradient (fp32)")
+    walk.alloc("g_logits32", T * V * 4, "logits and loss", "log_softmax gradient (fp32)")
+    walk.free("g_logsoftmax", "logsoftmax")
+    walk.phase = "backward: output projection"
+    walk.alloc("g_logits", T * V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
+    walk.free("g_logits32")
+    _mm_backward(walk, x, "head", "g_logits", h, V, "final.g_y", "final.out")
+    norm_backward(walk, x, "final", "final.g_y", "g_stream")
+    for i in reversed(range(model.layers)):
+        walk.phase = f"backward: layer {i + 1} of {model.layers}" + ("" if policies[i] == "none" else " (recomputed)")
+        inp = "emb" if i == 0 else f"L{i - 1}.x2"
+        hooks.before_layer_backward(walk, i)
+        if policies[i] != "none":
+            block_forward(walk, x, i, inp, policies[i], recomputing=True)
+        block_backward(walk, x, i, "g_stream", "g_stream_next")
+        walk.free(inp)  # the checkpoint's input, held by its frame until the block's backward is done
+        walk.rename("g_stream_next", "g_stream")
+        hooks.after_layer_backward(walk, i)
+    walk.phase = "backward: embedding"
+    for table in range(embedding_tables):
+        walk.alloc(f"g_embedding{table}", V * h * x.c, "gradients", "embedding gradient")
+    walk.free("g_stream", *(f"g_embedding{t}" for t in range(1, embedding_tables)))
+    walk.rename("g_embedding0", "embedding.grad", "weight gradients")
+    hooks.after_backward(walk)
+
+
+def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int,
+              hooks: StepHooks) -> None:  # fmt: skip
+    """Forward, loss and backward of torchtitan's Transformer with the framework's hooks around each block."""
+    hooks.before_forward(walk)
+    last = walk_blocks_forward(walk, model, x, policies, hooks)
+    head_and_loss_forward(walk, x, last)
+    hooks.after_forward(walk)
+    walk_blocks_backward(walk, model, x, policies, embedding_tables, hooks)

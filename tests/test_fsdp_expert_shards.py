@@ -1,0 +1,59 @@
+"""FSDP2 shards an expert stack (experts x out x in) by whole experts: it chunks dim 0 (torch/distributed/fsdp/_fully_shard/
+_fsdp_param.py:307, ceil(rows / N) rows a rank, padded). Every fsdp2 / torchtitan path uses the one rule
+(parcalc.core.memory_fsdp.expert_shard_ranks): the step walk, the textbook states (HSDP, layouts the walk does not follow)
+and fit's search. Session 12's bug: the textbook and the search divided Mixtral's expert stacks by 32 or 64 ranks, where each
+rank keeps a whole expert of 8 (fit --search said a shard group of 32 fits at ~54 GiB; the walk gives ~171 GiB)."""
+
+from __future__ import annotations
+
+import pytest
+
+from parcalc.core.memory_fsdp import chunk_rows, expert_shard_ranks
+
+
+@pytest.mark.parametrize("experts, ranks, divisor", [
+    (8, 4, 4.0),  # divides: an even shard
+    (8, 8, 8.0),
+    (8, 32, 8.0),  # more ranks than experts: one whole expert each (the ranks beyond hold padding)
+    (8, 64, 8.0),
+    (8, 3, 8 / 3),  # ceil(8 / 3) = 3 experts a rank: 8 / 3 of the stack's share, not 3
+    (2, 4, 2.0),  # tests/ground_truth/test_torch_memory_fsdp.py moe-fewer-experts-than-ranks: measured, the shards to the byte
+])  # fmt: skip
+def test_expert_shard_ranks_chunk_dim_0(experts: int, ranks: int, divisor: float) -> None:
+    assert expert_shard_ranks(experts, ranks) == pytest.approx(divisor)
+    assert chunk_rows(experts, ranks) * ranks >= experts
+
+
+def _results(run_json, *flags: str) -> dict:
+    return run_json("memory", "--model", "mixtral-8x7b", "--gpu", "h100-sxm5", "--framework", "fsdp2", "--zero", "3",
+                    "--micro-batch", "1", "--seq-len", "4096", *flags)["results"]  # fmt: skip
+
+
+def test_hsdp_textbook_states_hold_what_the_walk_shards(run_json) -> None:
+    """Mixtral 8x7B: HSDP with a shard group of 32 (textbook states) holds on each rank the parameters the full-shard walk
+    over 32 ranks holds (fp32 shards, 4 bytes each), to the walk's padding of the dense rows."""
+    walk = _results(run_json, "--dp", "32")["step_peak"]["inputs"]["M_Ps"]["value"] / 4
+    hsdp = _results(run_json, "--dp", "64", "--shard-group", "32")["weights"]
+    assert hsdp["value"] / hsdp["inputs"]["w"]["value"] == pytest.approx(walk, rel=1e-4)
+    assert hsdp["inputs"]["N_e"]["value"] == 8  # one whole expert of 8 a rank, not a 32nd of each
+
+
+def test_the_row_session_12_found_no_longer_fits(run_json) -> None:
+    """The row `fit --search --framework fsdp2` ranked first for Mixtral 8x7B on 64 H100 at 55.04 GiB (S 16, EP 1, CP 8):
+    `memory` now gives 128.5 GiB (one whole expert of 8 a rank), and the search, with the same rule, drops it."""
+    total = _results(run_json, "--dp", "8", "--cp", "8", "--shard-group", "16", "--seq-len", "32768")["total"]["value"] / 2**30
+    assert total == pytest.approx(128.5, abs=0.1)
+
+
+def test_the_search_shards_experts_as_memory_does(run_json) -> None:
+    """fit --search's expert states (parcalc.core.fit_search) follow the same rule: its fastest fitting row for Mixtral
+    8x7B on 64 H100 carries the memory `memory` gives for that row's flags (session 12's top row, EP 1 with a shard group of
+    16 at 55.04 GiB, no longer fits)."""
+    common = ("--model", "mixtral-8x7b", "--gpu", "h100-sxm5", "--framework", "fsdp2")
+    top = run_json("fit", *common, "--gpus", "64", "--search")["tables"]["top"]["rows"]
+    assert not [r for r in top if r["ep"] == 1 and r["shard_group"] > 8 and r["zero"] == 3]
+    row = top[0]
+    flags = [*common, "--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--cp", str(row["cp"]), "--ep", str(row["ep"]),
+             "--zero", str(row["zero"]), "--shard-group", str(row["shard_group"]), "--micro-batch", str(row["micro_batch"]),
+             "--micro-batches", str(row["micro_batches"]), *(["--sequence-parallel"] if row["sequence_parallel"] else [])]  # fmt: skip
+    assert row["memory"] == pytest.approx(run_json("memory", *flags)["results"]["total"]["value"], rel=1e-6)
