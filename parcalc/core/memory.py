@@ -79,7 +79,7 @@ from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
 if TYPE_CHECKING:
-    from parcalc.core.memory_timeline import StepPeak
+    from parcalc.core.memory_walk import StepPeak
 
 FSDP = "Zhao et al. 2023, 'PyTorch FSDP' (VLDB), sec. 3.3-3.4: a unit's parameters are gathered for its compute, the next unit's prefetched"
 

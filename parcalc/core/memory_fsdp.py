@@ -42,19 +42,10 @@ from typing import Any
 from parcalc.core.allocator import reserved_bytes
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.layout import Layout
-from parcalc.core.memory_timeline import (
-    StepHooks,
-    StepPeak,
-    Walk,
-    check_hf_model,
-    hf_model_gaps,
-    peak_of,
-    shapes_of,
-    walk_backward,
-    walk_forward,
-)
+from parcalc.core.memory_timeline import check_hf_model, hf_model_gaps, shapes_of, walk_backward, walk_forward
 from parcalc.core.memory_torchtitan import POLICIES
 from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
+from parcalc.core.memory_walk import StepHooks, StepPeak, Walk, peak_of
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
 

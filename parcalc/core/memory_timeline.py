@@ -30,13 +30,28 @@ FakeTensorMode on the CPU (tests/ground_truth/test_torch_memory_hf.py); nothing 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from parcalc.core.allocator import CachingAllocator, block_bytes, reserved_bytes
+from parcalc.core.allocator import CachingAllocator
 from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Recompute
+from parcalc.core.memory_moe_block import experts_backward, experts_forward, gated_shared_backward, gated_shared_forward
+from parcalc.core.memory_walk import (
+    LiveTensor,
+    NormShape,
+    StepHooks,
+    StepPeak,
+    StepShapes,
+    Walk,
+    cast_back,
+    keep_if_saved,
+    linear,
+    linear_backward,
+    norm_backward,
+    norm_forward,
+    peak_of,
+)
 from parcalc.core.model import TransformerModel
-from parcalc.derivation import Derivation
 from parcalc.errors import InputError
 
 TRANSFORMERS = "huggingface/transformers v5.17.0"
@@ -92,8 +107,6 @@ HF_SOURCES = {
 }
 MEASURED = ("measured on one H200, ../shared/measurements/h200-2026-11-28 (memory-llama1b-*.json: what is live at the peak by "
             "allocating line)")
-KINDS = ("weights", "optimizer states", "gradients", "activations", "autocast weight copies", "logits and loss", "temporaries",
-         "workspace")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -112,91 +125,6 @@ class HfStep:
     embedding_backward_tables: int = 1
     # DDP across several GPUs (dp > 1): its gradient buckets, one more copy of the gradients for the whole run (HF_SOURCES["ddp"])
     ddp_buckets: bool = False
-
-
-@dataclass(frozen=True)
-class LiveTensor:
-    what: str
-    kind: str
-    bytes: float
-
-
-@dataclass(frozen=True)
-class StepPeak:
-    """The step's allocation peak: when, how much, and what is live then."""
-
-    allocated: float  # bytes, as torch.cuda.max_memory_allocated counts them (512-byte blocks)
-    reserved: float  # what the caching allocator holds then, from its rounding (parcalc.core.allocator)
-    phase: str
-    live: tuple[LiveTensor, ...]
-    parts: tuple[tuple[str, float], ...]  # by kind, in KINDS order
-    textbook_sum: float = 0.0  # weights + gradients + states + Korthikanti's activations, for comparison (0: not given)
-    # how `reserved` was found: "rounding" (the least the live blocks need, parcalc.core.allocator.reserved_bytes) or
-    # "replayed" (the allocator's rules replayed over the steps' allocations: its fragmentation included) or "streams" (each
-    # CUDA stream's own pool at its own peak: parcalc.core.memory_fsdp)
-    reserved_by: str = "rounding"
-    stream_pools: tuple[tuple[str, float], ...] = ()  # reserved_by "streams": (stream, what its pool reserves), summed
-    derivations: tuple[Derivation, ...] = field(default=())
-
-
-class Walk:
-    """Allocations and frees in program order; the peak and what was live then."""
-
-    def __init__(self) -> None:
-        self.live: dict[str, LiveTensor] = {}
-        self.now = 0.0
-        self.peak = -1.0
-        self.peak_phase = ""
-        self.peak_live: tuple[LiveTensor, ...] = ()
-        self.phase = ""
-        self.events: list[tuple[str, float]] | None = None  # (key, bytes allocated; 0: freed) in order, when wanted
-
-    def alloc(self, key: str, size: float, kind: str, what: str) -> None:
-        if size <= 0:
-            return
-        if key in self.live:
-            raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
-        tensor = LiveTensor(what, kind, block_bytes(size))
-        self.live[key] = tensor
-        if self.events is not None:
-            self.events.append((key, size))
-        self.now += tensor.bytes
-        if self.now > self.peak:
-            self.peak, self.peak_phase, self.peak_live = self.now, self.phase, tuple(self.live.values())
-
-    def free(self, *keys: str) -> None:
-        for key in keys:
-            tensor = self.live.pop(key, None)
-            if tensor is not None:
-                self.now -= tensor.bytes
-                if self.events is not None:
-                    self.events.append((key, 0.0))
-
-    def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
-        """The same storage under another key (a gradient handed on, a tensor that another op keeps), relabelled if asked."""
-        tensor = self.live.pop(old)
-        self.live[new] = LiveTensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
-        if self.events is not None:
-            self.events.append((f"{old}\0{new}", -1.0))
-
-    def transient(self, key: str, size: float, kind: str, what: str) -> None:
-        """A tensor allocated and freed within one op (its peak counts, nothing stays)."""
-        self.alloc(key, size, kind, what)
-        self.free(key)
-
-
-class StepHooks:
-    """Where a framework's own allocations enter the walk (FSDP2's all-gathers and reduce-scatters:
-    parcalc.core.memory_fsdp); the hf profile's DDP has none there."""
-
-    def before_forward(self, walk: Walk) -> None: ...
-    def before_layer(self, walk: Walk, i: int) -> None: ...
-    def after_layer(self, walk: Walk, i: int) -> None: ...
-    def after_forward(self, walk: Walk) -> None: ...  # the root module returns (the loss computed)
-    def before_backward(self, walk: Walk) -> None: ...  # the loss's gradient: hooks on the root's outputs fire
-    def before_layer_backward(self, walk: Walk, i: int) -> None: ...  # before its recomputation, if any
-    def after_layer_backward(self, walk: Walk, i: int) -> None: ...  # the gradient of its input is complete
-    def after_backward(self, walk: Walk) -> None: ...
 
 
 def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
@@ -233,34 +161,6 @@ def check_hf_model(model: TransformerModel) -> None:
         raise InputError(f"--framework hf: the step-memory walk follows transformers' LlamaForCausalLM and its MoE kin (Mixtral, Qwen2-MoE, "
                          "Qwen3-MoE: RMSNorm, RoPE, SwiGLU, routed experts and at most Qwen2-MoE's gated shared expert); "
                          f"{model.name} has {', '.join(missing)}; use another --framework for its textbook sum")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class StepShapes:
-    T: float  # tokens b x s
-    b: int
-    s: int
-    h: int
-    q: int  # heads x head_dim
-    kv: int
-    f: int
-    V: int
-    heads: int
-    w: float  # bytes of a weight and of the residual stream (fp32 unless --precision bf16)
-    c: float  # bytes of what the linears compute in (bf16 under autocast)
-    autocast: bool
-    experts: int = 0  # routed experts (0: a dense MLP)
-    top_k: int = 0
-    fe: int = 0  # an expert's width
-    qk_norm: bool = False  # Qwen3's q_norm / k_norm
-    routing_bytes: float = 4.0  # the routing weights' bytes: fp32 (Mixtral), or the router logits' dtype (Qwen3-MoE)
-    fs: int = 0  # the width of Qwen2-MoE's gated shared expert (0: none)
-    renormalised: bool = True  # the top-k weights divided by their sum (MixtureOfExperts.top_k_renormalised)
-
-    @property
-    def S(self) -> float:
-        """(token, expert) pairs: the rows of the experts' grouped matmuls."""
-        return self.T * self.top_k
 
 
 def step_shapes(model: TransformerModel, step: HfStep) -> StepShapes:
@@ -335,77 +235,8 @@ def _hf_walk(model: TransformerModel, step: HfStep, events: bool = False) -> Wal
     return walk
 
 
-def peak_of(walk: Walk, kinds: tuple[str, ...] = KINDS) -> StepPeak:
-    """The walk's peak: its parts by kind (in `kinds` order), what was live, what the allocator reserves then."""
-    parts = tuple((kind, sum(t.bytes for t in walk.peak_live if t.kind == kind)) for kind in kinds)
-    reserved = reserved_bytes(t.bytes for t in walk.peak_live)
-    return StepPeak(walk.peak, reserved, walk.peak_phase, _grouped(walk.peak_live), parts)
-
-
-def _grouped(live: tuple[LiveTensor, ...]) -> tuple[LiveTensor, ...]:
-    """What is live, summed by description, largest first."""
-    sums: dict[tuple[str, str], float] = {}
-    for t in live:
-        sums[(t.what, t.kind)] = sums.get((t.what, t.kind), 0.0) + t.bytes
-    return tuple(sorted((LiveTensor(what, kind, size) for (what, kind), size in sums.items()), key=lambda t: -t.bytes))
-
-
 # ---------------------------------------------------------------------------------------------
 # Forward
-
-
-@dataclass(frozen=True)
-class NormShape:
-    """What an RMSNorm runs on: `width` values per token in `rows` rows of `param` (the weight's length), its input in
-    `in_bytes` (the residual stream's dtype for the decoder's norms; the projection's for Qwen3's q_norm / k_norm)."""
-
-    width: int
-    rows: float
-    param: int
-    in_bytes: float
-
-
-def _residual_norm(x: StepShapes) -> NormShape:
-    return NormShape(x.h, x.T, x.h, x.w)
-
-
-def _norm_forward(walk: Walk, x: StepShapes, key: str, inp: str, saved: bool, shape: NormShape | None = None) -> str:
-    """LlamaRMSNorm on `inp` (HF_SOURCES['rmsnorm']); returns the key of its output (the weight's dtype times the
-    input's: x.w bytes for the decoder's norms)."""
-    n = shape or _residual_norm(x)
-    size = x.T * n.width
-    kind = "activations" if saved else "temporaries"
-    up = inp
-    if n.in_bytes != 4:  # hidden_states.to(float32): a copy, saved by pow and the multiplication
-        up = f"{key}.fp32"
-        walk.alloc(up, size * 4, kind, "RMSNorm fp32 input copy")
-    walk.transient(f"{key}.pow", size * 4, "temporaries", "RMSNorm pow(2)")
-    walk.alloc(f"{key}.var", n.rows * 4, "temporaries", "RMSNorm variance")
-    walk.alloc(f"{key}.var_eps", n.rows * 4, "temporaries", "RMSNorm variance + eps")
-    walk.alloc(f"{key}.rsqrt", n.rows * 4, kind, "RMSNorm rsqrt (fp32)")
-    walk.free(f"{key}.var", f"{key}.var_eps")
-    walk.alloc(f"{key}.normed", size * 4, kind, "RMSNorm normalised (fp32)")
-    scaled_input = f"{key}.normed"
-    if n.in_bytes != 4:  # .to(input_dtype): the copy the weight multiplication saves; the fp32 one goes
-        walk.alloc(f"{key}.normed_w", size * n.in_bytes, kind, "RMSNorm normalised (input dtype)")
-        walk.free(f"{key}.normed")
-        scaled_input = f"{key}.normed_w"
-    walk.alloc(f"{key}.out", size * max(x.w, n.in_bytes), "temporaries", "RMSNorm output")
-    if not saved:
-        walk.free(f"{key}.rsqrt", scaled_input, *((up,) if up != inp else ()))
-    return f"{key}.out"
-
-
-def _linear(walk: Walk, x: StepShapes, key: str, inp: str, inp_bytes: float, d_in: int, d_out: int, saved: bool, what: str) -> str:
-    """nn.Linear under autocast: the input cast to x.c (a copy per call unless already x.c), the weight
-    cast once per autocast region (HF_SOURCES['autocast_cache']); returns the output's key."""
-    kind = "activations" if saved else "temporaries"
-    if x.autocast:
-        walk.alloc(f"{key}.wcopy", d_in * d_out * x.c, "autocast weight copies", "autocast bf16 weight copies")
-        if inp_bytes != x.c:
-            walk.alloc(f"{key}.in", x.T * d_in * x.c, kind, f"{what} input cast to bf16")
-    walk.alloc(f"{key}.out", x.T * d_out * x.c, "temporaries", f"{what} output")
-    return f"{key}.out"
 
 
 def _head_shape(x: StepShapes, width: int) -> NormShape:
@@ -417,7 +248,7 @@ def _head_shape(x: StepShapes, width: int) -> NormShape:
 def _head_norm(walk: Walk, x: StepShapes, key: str, proj: str, width: int, saved: bool) -> str:
     """q_norm or k_norm on a projection's output; the projection's output goes when the norm returns unless the norm
     saved it (fp32 throughout: pow saves its input)."""
-    out = _norm_forward(walk, x, key, proj, saved, _head_shape(x, width))
+    out = norm_forward(walk, x, key, proj, saved, _head_shape(x, width))
     if x.c != 4:
         walk.free(proj)
     else:
@@ -430,29 +261,20 @@ def _rope_input_bytes(x: StepShapes) -> float:
     return max(x.w, x.c) if x.qk_norm else x.c
 
 
-def _keep_if_saved(walk: Walk, x: StepShapes, key: str, kind: str, what: str) -> None:
-    """A norm output after the projections that read it: gone under autocast (each kept its own
-    bf16 cast), else saved by them as it is."""
-    if x.autocast:
-        walk.free(key)
-    else:
-        walk.live[key] = LiveTensor(what, kind, walk.live[key].bytes)
-
-
 def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, recomputing: bool = False) -> str:
     """One LlamaDecoderLayer; returns its output's key. `saved`: autograd keeps what it saves (False
     under checkpointing: everything but the autocast weight cache goes when the layer returns)."""
     T, h, q, kv, f = x.T, x.h, x.q, x.kv, x.f
     k = f"L{i}"
     kind = "activations" if saved else "temporaries"
-    y = _norm_forward(walk, x, f"{k}.n1", inp, saved)
-    qo = _linear(walk, x, f"{k}.q", y, x.w, h, q, saved, "q_proj")
+    y = norm_forward(walk, x, f"{k}.n1", inp, saved)
+    qo = linear(walk, x, f"{k}.q", y, x.w, h, q, saved, "q_proj")
     if x.qk_norm:  # Qwen3Attention: q_norm(q_proj(x).view(..., head_dim)), then k likewise (HF_SOURCES['qk_norm'])
         qo = _head_norm(walk, x, f"{k}.qn", qo, q, saved)
-    ko = _linear(walk, x, f"{k}.k", y, x.w, h, kv, saved, "k_proj")
+    ko = linear(walk, x, f"{k}.k", y, x.w, h, kv, saved, "k_proj")
     if x.qk_norm:
         ko = _head_norm(walk, x, f"{k}.kn", ko, kv, saved)
-    vo = _linear(walk, x, f"{k}.v", y, x.w, h, kv, saved, "v_proj")
+    vo = linear(walk, x, f"{k}.v", y, x.w, h, kv, saved, "v_proj")
     walk.live[vo] = LiveTensor("v_proj output (SDPA's v)", kind, walk.live[vo].bytes)  # v goes to SDPA as it is
     rope = max(x.c, x.w)  # bf16 q times fp32 cos promotes to fp32 (HF_SOURCES['attention'])
     qb = _rope_input_bytes(x)
@@ -473,24 +295,24 @@ def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, rec
     walk.alloc(f"{k}.attn", T * q * x.c, kind, "SDPA output (o_proj input)")
     walk.alloc(f"{k}.lse", x.b * x.heads * x.s * 4, kind, "SDPA logsumexp (fp32)")
     walk.free(f"{k}.qemb", f"{k}.kemb")
-    oo = _linear(walk, x, f"{k}.o", f"{k}.attn", x.c, q, h, saved, "o_proj")
-    _keep_if_saved(walk, x, y, kind, "RMSNorm output (the q, k, v projections' input)")
+    oo = linear(walk, x, f"{k}.o", f"{k}.attn", x.c, q, h, saved, "o_proj")
+    keep_if_saved(walk, x, y, kind, "RMSNorm output (the q, k, v projections' input)")
     walk.alloc(f"{k}.x1", T * h * x.w, kind, "residual stream after attention")
     walk.free(oo)
-    y2 = _norm_forward(walk, x, f"{k}.n2", f"{k}.x1", saved)
+    y2 = norm_forward(walk, x, f"{k}.n2", f"{k}.x1", saved)
     if x.experts:
         shared = _mlp_forward(walk, x, f"{k}.se", y2, x.fs, saved, "shared expert ") if x.fs else ""
-        do = _experts_forward(walk, x, k, y2, kind, recomputing and not shared)
+        do = experts_forward(walk, x, k, y2, kind, recomputing and not shared)
         if shared:
-            do = _gated_shared_forward(walk, x, k, y2, shared, do, kind, recomputing)
+            do = gated_shared_forward(walk, x, k, y2, shared, do, kind, recomputing)
         if recomputing:
             return ""
-        _keep_if_saved(walk, x, y2, kind, "RMSNorm output (the router's input)")
+        keep_if_saved(walk, x, y2, kind, "RMSNorm output (the router's input)")
     else:
         do = _mlp_forward(walk, x, k, y2, f, saved, "", recomputing)
         if recomputing:
             return ""
-        _keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
+        keep_if_saved(walk, x, y2, kind, "RMSNorm output (gate and up projections' input)")
     walk.alloc(f"{k}.x2", T * h * x.w, "activations", "decoder layer output (residual stream)")
     walk.free(do)
     if not saved:  # checkpointed: only the layer's input stays (and autocast's cached weight copies)
@@ -504,85 +326,17 @@ def _mlp_forward(walk: Walk, x: StepShapes, k: str, inp: str, width: int, saved:
     """LlamaMLP (or Qwen2-MoE's shared expert, `what` naming it): down(act(gate(x)) * up(x)); returns down's output key."""
     T, h, c = x.T, x.h, x.c
     kind = "activations" if saved else "temporaries"
-    go = _linear(walk, x, f"{k}.gate", inp, x.w, h, width, saved, f"{what}gate_proj")
+    go = linear(walk, x, f"{k}.gate", inp, x.w, h, width, saved, f"{what}gate_proj")
     walk.live[go] = LiveTensor(f"{what}MLP gate_proj output", kind, walk.live[go].bytes)
     walk.alloc(f"{k}.act", T * width * c, kind, f"{what}MLP act_fn(gate) output")
-    uo = _linear(walk, x, f"{k}.up", inp, x.w, h, width, saved, f"{what}up_proj")
+    uo = linear(walk, x, f"{k}.up", inp, x.w, h, width, saved, f"{what}up_proj")
     walk.live[uo] = LiveTensor(f"{what}MLP up_proj output", kind, walk.live[uo].bytes)
     walk.alloc(f"{k}.prod", T * width * c, kind, f"{what}MLP act * up (down_proj input)")
     if recomputing:  # non-reentrant checkpoint's early stop: nothing after the last saved tensor runs again
         if x.autocast:
             walk.alloc(f"{k}.down.wcopy", width * h * c, "autocast weight copies", "autocast bf16 weight copies")
         return ""
-    return _linear(walk, x, f"{k}.down", f"{k}.prod", x.c, width, h, saved, f"{what}down_proj")
-
-
-def _gated_shared_forward(walk: Walk, x: StepShapes, k: str, inp: str, shared: str, experts_out: str, kind: str, recomputing: bool) -> str:
-    """Qwen2MoeSparseMoeBlock after its experts: sigmoid(shared_expert_gate(x)) * shared_expert(x), added to the experts'
-    output (HF_SOURCES['shared_expert']); the product saves the sigmoid and the shared expert's output, the last tensors
-    the block saves, so a recomputation stops there."""
-    T, h, c = x.T, x.h, x.c
-    gate = _linear(walk, x, f"{k}.sg", inp, x.w, h, 1, kind == "activations", "shared_expert_gate")
-    walk.alloc(f"{k}.sig", T * c, kind, "shared expert gate sigmoid (saved by itself and the product)")
-    walk.free(gate)
-    walk.live[shared] = LiveTensor("shared expert down_proj output (saved by the gating product)", kind, walk.live[shared].bytes)
-    if recomputing:
-        walk.free(experts_out)
-        return ""
-    walk.alloc(f"{k}.gated", T * h * c, "temporaries", "gated shared expert output")
-    walk.alloc(f"{k}.block_out", T * h * c, "temporaries", "MoE block output (experts + gated shared expert)")
-    walk.free(f"{k}.gated", experts_out)
-    return f"{k}.block_out"
-
-
-def _experts_forward(walk: Walk, x: StepShapes, k: str, inp: str, kind: str, recomputing: bool) -> str:
-    """A sparse MoE block with transformers' grouped_mm experts (HF_SOURCES['moe']) on bf16 weights; returns its output's
-    key. S = tokens x top_k (token, expert) pairs; what autograd saves is `kind`, the rest temporaries."""
-    T, S, h, e, fe, c, r = x.T, x.S, x.h, x.experts, x.fe, x.c, x.routing_bytes
-    out_bytes = max(c, r)  # the weighted expert outputs: bf16 times the routing weights' dtype
-    _linear(walk, x, f"{k}.router", inp, x.w, h, e, kind == "activations", "router")  # router_logits, kept until the block returns
-    walk.alloc(f"{k}.logits32", T * e * 4, "temporaries", "router_logits.float()")
-    walk.alloc(f"{k}.probs", T * e * 4, kind, "router softmax (fp32, saved)")
-    walk.free(f"{k}.logits32")
-    walk.alloc(f"{k}.topv", T * x.top_k * 4, "temporaries", "top-k routing weights (fp32)")
-    walk.alloc(f"{k}.topi", T * x.top_k * 8, kind, "top-k expert indices (int64, saved by topk)")
-    if x.renormalised:
-        walk.alloc(f"{k}.topsum", T * 4, kind, "sum of the top-k weights (saved by the division)")
-        walk.alloc(f"{k}.topv0", T * x.top_k * 4, kind, "top-k weights before the in-place division (saved by it)")
-    if r != 4:  # Qwen3MoeTopKRouter: .to(router_logits.dtype)
-        walk.alloc(f"{k}.topv_c", T * x.top_k * r, "temporaries", "top-k routing weights (logits' dtype)")
-        walk.free(f"{k}.topv")
-        walk.rename(f"{k}.topv_c", f"{k}.topv")
-    walk.alloc(f"{k}.ids_sorted", S * 8, "temporaries", "expert ids sorted (int64)")
-    walk.alloc(f"{k}.perm", S * 8, kind, "sort permutation (int64, saved by the weights' gather)")
-    walk.alloc(f"{k}.rows", S * 8, kind, "token of each pair (perm // top_k, int64, saved by the gather)")
-    walk.alloc(f"{k}.gathered", S * h * c, kind, "experts' input rows (hidden_states gathered, saved by grouped_mm)")
-    walk.alloc(f"{k}.w_sorted", S * r, kind, "routing weights in expert order (saved by the weighting)")
-    walk.transient(f"{k}.histc_in", S * 4, "temporaries", "histc input")
-    walk.alloc(f"{k}.counts", e * 4, "temporaries", "tokens per expert")
-    walk.alloc(f"{k}.offsets", e * 4, "temporaries", "grouped_mm offsets (int32)")
-    walk.alloc(f"{k}.gate_up", S * 2 * fe * c, kind, "experts' gate_up output (saved by act_fn and the product)")
-    walk.alloc(f"{k}.eact", S * fe * c, kind, "experts' act_fn(gate)")
-    walk.alloc(f"{k}.eprod", S * fe * c, kind, "experts' act * up (down's input)")
-    walk.alloc(f"{k}.edown", S * h * c, kind, "experts' down output (saved by the weighting)")
-    walk.alloc(f"{k}.weighted", S * h * out_bytes, "temporaries", "weighted expert outputs")
-    walk.alloc(f"{k}.inv_perm", S * 8, kind, "inverse permutation (int64, saved by the reordering)")
-    walk.transient(f"{k}.arange", S * 8, "temporaries", "arange for the inverse permutation")
-    scratch = (f"{k}.weighted", f"{k}.router.out", f"{k}.topv", f"{k}.ids_sorted", f"{k}.counts", f"{k}.offsets")
-    if recomputing:  # the reordering saves inv_perm, the last tensor saved: the recomputation stops before it runs
-        walk.free(*scratch)
-        return ""
-    walk.alloc(f"{k}.reordered", S * h * out_bytes, "temporaries", "weighted outputs in token order")
-    walk.free(f"{k}.weighted")
-    walk.alloc(f"{k}.summed", T * h * out_bytes, "temporaries", "sum over the top k")
-    walk.free(f"{k}.reordered")
-    if out_bytes != c:
-        walk.alloc(f"{k}.moe_out", T * h * c, "temporaries", "MoE block output (.to(hidden_states.dtype))")
-        walk.free(f"{k}.summed")
-    else:  # .to() of a tensor already in that dtype returns it
-        walk.rename(f"{k}.summed", f"{k}.moe_out", "MoE block output")
-    walk.free(*scratch)
-    return f"{k}.moe_out"
+    return linear(walk, x, f"{k}.down", f"{k}.prod", x.c, width, h, saved, f"{what}down_proj")
 
 
 def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointed: bool, hooks: StepHooks) -> None:
@@ -599,10 +353,10 @@ def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointe
         current = _layer_forward(walk, x, i, current, saved=not checkpointed)
         hooks.after_layer(walk, i)
     walk.phase = "forward: final norm and LM head"
-    y = _norm_forward(walk, x, "final", current, saved=True)
+    y = norm_forward(walk, x, "final", current, saved=True)
     if x.w != 4 and not checkpointed:  # the norm saved its fp32 copy; hidden_states = self.norm(hidden_states) drops the input
         walk.free(current)
-    logits = _linear(walk, x, "head", y, x.w, x.h, x.V, True, "lm_head")
+    logits = linear(walk, x, "head", y, x.w, x.h, x.V, True, "lm_head")
     walk.free(y)
     walk.phase = "forward: loss (logits.float(), cross_entropy)"
     walk.live[logits] = LiveTensor("logits (compute dtype)", "logits and loss", walk.live[logits].bytes)
@@ -620,65 +374,12 @@ def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointe
 # Backward
 
 
-def _grad_of_weight(walk: Walk, x: StepShapes, key: str, d_in: int, d_out: int) -> None:
-    """A linear's weight gradient: computed in x.c, cast to the weight's dtype, kept as .grad (HF_SOURCES['grads'])."""
-    walk.alloc(f"{key}.gw_c", d_in * d_out * x.c, "temporaries", "weight gradient (compute dtype)")
-    if x.c != x.w:
-        walk.alloc(f"{key}.grad", d_in * d_out * x.w, "gradients", "weight gradients")
-        walk.free(f"{key}.gw_c")
-    else:
-        walk.rename(f"{key}.gw_c", f"{key}.grad", "weight gradients", "gradients")
-
-
-def _linear_backward(walk: Walk, x: StepShapes, key: str, grad_out: str, d_in: int, d_out: int, saved_input: str, into: str) -> None:
-    """MmBackward of one linear: the input gradient (then cast back to the input's dtype and added into
-    `into`), the weight gradient; frees its saved input and weight copy."""
-    T = x.T
-    walk.alloc(f"{key}.gin", T * d_in * x.c, "temporaries", "input gradient")
-    _grad_of_weight(walk, x, key, d_in, d_out)
-    walk.free(grad_out, saved_input, f"{key}.wcopy", f"{key}.in")
-    _add_into(walk, f"{key}.gin", into)
-
-
-def _add_into(walk: Walk, grad: str, into: str) -> None:
-    """A gradient reaches a tensor that already has one: the autograd engine's InputBuffer adds it in place."""
-    if into in walk.live:
-        walk.free(grad)
-    else:
-        walk.rename(grad, into)
-
-
-def _norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, into: str, shape: NormShape | None = None) -> None:
-    """LlamaRMSNorm backward: weight * normed, normed = x * rsqrt, rsqrt, mean, pow (the fp32 temporaries each makes)."""
-    n = shape or _residual_norm(x)
-    size = x.T * n.width
-    walk.alloc(f"{key}.g_normed", size * 4, "temporaries", "RMSNorm backward")
-    walk.transient(f"{key}.g_w", size * 4, "temporaries", "RMSNorm weight-gradient product")
-    walk.alloc(f"{key}.grad", n.param * x.w, "gradients", "weight gradients")  # that product summed over the tokens
-    walk.free(g_out, f"{key}.normed", f"{key}.normed_w")
-    walk.alloc(f"{key}.g_x_a", size * 4, "temporaries", "RMSNorm backward")
-    walk.transient(f"{key}.g_rs", size * 4, "temporaries", "RMSNorm rsqrt-gradient product")
-    walk.free(f"{key}.g_normed", f"{key}.rsqrt")
-    walk.alloc(f"{key}.g_mean", size * 4, "temporaries", "RMSNorm mean backward (expand / h)")
-    walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm pow backward")
-    walk.free(f"{key}.g_mean")
-    walk.free(f"{key}.fp32")
-    _add_into(walk, f"{key}.g_pow", f"{key}.g_in")
-    _add_into(walk, f"{key}.g_x_a", f"{key}.g_in")
-    if n.in_bytes != 4:
-        walk.alloc(f"{key}.g_in_w", size * n.in_bytes, "temporaries", "RMSNorm input gradient (input dtype)")
-        walk.free(f"{key}.g_in")
-        _add_into(walk, f"{key}.g_in_w", into)
-    else:
-        _add_into(walk, f"{key}.g_in", into)
-
-
 def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     k = f"L{i}"
     if x.experts:
-        g_shared = _gated_shared_backward(walk, x, k, g_out) if x.fs else ""
-        _experts_backward(walk, x, k, g_out, keep_input=bool(g_shared))
+        g_shared = gated_shared_backward(walk, x, k, g_out) if x.fs else ""
+        experts_backward(walk, x, k, g_out, keep_input=bool(g_shared))
         if g_shared:  # the shared expert's nodes are the block's oldest: they run last
             _mlp_backward(walk, x, f"{k}.se", g_shared, x.fs, f"{k}.n2.out", f"{k}.g_y2c", f"{k}.g_y2")
     else:
@@ -687,18 +388,18 @@ def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) ->
         walk.rename(g_out, f"{k}.g_x1")
         walk.free(f"{k}.x2")
         _mlp_backward(walk, x, k, f"{k}.g_down", f, f"{k}.n2.out", f"{k}.g_y2c", f"{k}.g_y2")
-    _norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.x1", f"{k}.g_x1")
+    norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.x1", f"{k}.g_x1")
     walk.free(f"{k}.x1")
     # x1 = x + attention
     walk.alloc(f"{k}.g_o", T * h * c, "temporaries", "residual gradient cast to bf16")
-    _linear_backward(walk, x, f"{k}.o", f"{k}.g_o", q, h, "", f"{k}.g_attn")
+    linear_backward(walk, x, f"{k}.o", f"{k}.g_o", q, h, "", f"{k}.g_attn")
     walk.alloc(f"{k}.g_qsd", T * q * c, "temporaries", "SDPA backward dq")
     walk.alloc(f"{k}.g_ksd", T * kv * c, "temporaries", "SDPA backward dk")
     walk.alloc(f"{k}.g_v", T * kv * c, "temporaries", "SDPA backward dv")
     walk.free(f"{k}.g_attn", f"{k}.attn", f"{k}.lse", f"{k}.qsd", f"{k}.ksd")
     walk.free(f"{k}.v.out")
-    _linear_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, "", f"{k}.g_yc")
-    _cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
+    linear_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, "", f"{k}.g_yc")
+    cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
     rope, qb = max(x.c, x.w), _rope_input_bytes(x)
     for name, width in (("k", kv), ("q", q)):
         g = f"{k}.g_{name}sd"
@@ -715,11 +416,11 @@ def _layer_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) ->
         walk.free(f"{k}.g_{name}rot")
         if x.qk_norm:
             walk.rename(f"{k}.g_{name}proj", f"{k}.g_{name}n")
-            _norm_backward(walk, x, f"{k}.{name}n", f"{k}.g_{name}n", "", f"{k}.g_{name}proj", _head_shape(x, width))
+            norm_backward(walk, x, f"{k}.{name}n", f"{k}.g_{name}n", "", f"{k}.g_{name}proj", _head_shape(x, width))
             walk.free(f"{k}.{name}n.in")
-        _linear_backward(walk, x, f"{k}.{name}", f"{k}.g_{name}proj", h, width, f"{k}.n1.out" if name == "q" else "", f"{k}.g_yc")
-        _cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
-    _norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", "", f"{k}.g_x1")
+        linear_backward(walk, x, f"{k}.{name}", f"{k}.g_{name}proj", h, width, f"{k}.n1.out" if name == "q" else "", f"{k}.g_yc")
+        cast_back(walk, x, f"{k}.g_yc", f"{k}.g_y", h)
+    norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", "", f"{k}.g_x1")
     walk.rename(f"{k}.g_x1", into)
 
 
@@ -727,101 +428,16 @@ def _mlp_backward(walk: Walk, x: StepShapes, k: str, g_down: str, width: int, sa
     """LlamaMLP's backward from down's output gradient `g_down`: down, the product, up, the SiLU and gate; the input's
     gradient added into g_in (via g_in_c, the compute dtype); frees saved_input with the gate's (the last reader)."""
     T, h, c = x.T, x.h, x.c
-    _linear_backward(walk, x, f"{k}.down", g_down, width, h, f"{k}.prod", f"{k}.g_prod")
+    linear_backward(walk, x, f"{k}.down", g_down, width, h, f"{k}.prod", f"{k}.g_prod")
     walk.alloc(f"{k}.g_act", T * width * c, "temporaries", "MLP backward")
     walk.alloc(f"{k}.g_up", T * width * c, "temporaries", "MLP backward")
     walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.up.out")
-    _linear_backward(walk, x, f"{k}.up", f"{k}.g_up", h, width, "", g_in_c)
-    _cast_back(walk, x, g_in_c, g_in, h)
+    linear_backward(walk, x, f"{k}.up", f"{k}.g_up", h, width, "", g_in_c)
+    cast_back(walk, x, g_in_c, g_in, h)
     walk.alloc(f"{k}.g_gate", T * width * c, "temporaries", "MLP backward (silu)")
     walk.free(f"{k}.g_act", f"{k}.gate.out")
-    _linear_backward(walk, x, f"{k}.gate", f"{k}.g_gate", h, width, saved_input, g_in_c)
-    _cast_back(walk, x, g_in_c, g_in, h)
-
-
-def _gated_shared_backward(walk: Walk, x: StepShapes, k: str, g_out: str) -> str:
-    """The gating product's backward, the block's newest node (HF_SOURCES['shared_expert']): the sigmoid's gradient (the
-    product with the shared output, summed over h), the shared output's (the product with the sigmoid, kept until the
-    shared expert's own backward runs, after the experts' and the router's), then the sigmoid and shared_expert_gate;
-    returns the shared output's gradient."""
-    T, h, c = x.T, x.h, x.c
-    walk.alloc(f"{k}.g_sig_full", T * h * c, "temporaries", "gating product's gradient for the sigmoid, before its sum over h")
-    walk.alloc(f"{k}.g_sig", T * c, "temporaries", "sigmoid output's gradient")
-    walk.free(f"{k}.g_sig_full")
-    walk.alloc(f"{k}.g_shared", T * h * c, "temporaries", "shared expert output's gradient (the product with the sigmoid)")
-    walk.free(f"{k}.sig", f"{k}.se.down.out")
-    walk.alloc(f"{k}.g_sg", T * c, "temporaries", "shared_expert_gate output's gradient (sigmoid backward)")
-    walk.free(f"{k}.g_sig")
-    _linear_backward(walk, x, f"{k}.sg", f"{k}.g_sg", h, 1, "", f"{k}.g_y2c")
-    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
-    return f"{k}.g_shared"
-
-
-def _experts_backward(walk: Walk, x: StepShapes, k: str, g_out: str, keep_input: bool = False) -> None:
-    """The MoE block's backward in the order autograd's engine runs it (the latest-created node first): the reordering,
-    the weighting, the experts' grouped matmuls, the two gathers, then the router; into the norm's gradient g_y2.
-    keep_input: the norm's output stays for a later reader (Qwen2-MoE's shared expert)."""
-    T, S, h, e, fe, c, r = x.T, x.S, x.h, x.experts, x.fe, x.c, x.routing_bytes
-    out_bytes = max(c, r)
-    walk.rename(g_out, f"{k}.g_x1")  # x2 = x1 + moe: both get the same gradient (bf16: no cast)
-    walk.free(f"{k}.x2")
-    if out_bytes != c:
-        walk.alloc(f"{k}.g_summed", T * h * out_bytes, "temporaries", "MoE output gradient (the .to's backward)")
-    walk.alloc(f"{k}.g_weighted", S * h * out_bytes, "temporaries", "weighted outputs' gradient (the reordering's index backward)")
-    walk.free(f"{k}.g_summed", f"{k}.inv_perm")
-    if out_bytes != c:
-        walk.transient(f"{k}.g_edown32", S * h * out_bytes, "temporaries", "down output gradient (the product's dtype)")
-    walk.alloc(f"{k}.g_edown", S * h * c, "temporaries", "experts' down output gradient")
-    walk.alloc(f"{k}.g_wfull", S * h * out_bytes, "temporaries", "routing-weight gradient before its sum over h")
-    walk.alloc(f"{k}.g_wsorted", S * r, "temporaries", "routing-weight gradient")
-    walk.free(f"{k}.g_wfull", f"{k}.g_weighted", f"{k}.edown", f"{k}.w_sorted")
-    walk.alloc(f"{k}.g_eprod", S * fe * c, "temporaries", "experts' down input gradient")
-    _grad_of_weight(walk, x, f"{k}.down", e * fe, h)
-    walk.free(f"{k}.g_edown", f"{k}.eprod")
-    walk.alloc(f"{k}.g_eact", S * fe * c, "temporaries", "experts' act_fn gradient")
-    walk.alloc(f"{k}.g_eup", S * fe * c, "temporaries", "experts' up gradient")
-    walk.free(f"{k}.g_eprod", f"{k}.eact")
-    walk.alloc(f"{k}.g_egate", S * fe * c, "temporaries", "experts' gate gradient (silu backward)")
-    walk.free(f"{k}.g_eact", f"{k}.gate_up")
-    walk.alloc(f"{k}.g_gate_up", S * 2 * fe * c, "temporaries", "experts' gate_up gradient (chunk backward)")
-    walk.free(f"{k}.g_egate", f"{k}.g_eup")
-    walk.alloc(f"{k}.g_gathered", S * h * c, "temporaries", "experts' input gradient")
-    _grad_of_weight(walk, x, f"{k}.gate_up", h, e * 2 * fe)
-    walk.free(f"{k}.g_gate_up", f"{k}.gathered")
-    walk.alloc(f"{k}.g_wflat", S * r, "temporaries", "routing weights' gradient in token order")
-    walk.free(f"{k}.g_wsorted", f"{k}.perm")
-    walk.alloc(f"{k}.g_y2c", T * h * c, "temporaries", "gathered rows' gradient summed per token (index backward)")
-    walk.free(f"{k}.g_gathered", f"{k}.rows")
-    if r != 4:  # the cast's backward: the gradient back in fp32
-        walk.alloc(f"{k}.g_wflat32", T * x.top_k * 4, "temporaries", "routing weights' gradient (fp32)")
-        walk.free(f"{k}.g_wflat")
-        walk.rename(f"{k}.g_wflat32", f"{k}.g_wflat")
-    if x.renormalised:
-        walk.alloc(f"{k}.g_topv", T * x.top_k * 4, "temporaries", "top-k weights' gradient (division backward)")
-        walk.transient(f"{k}.g_topsum_full", T * x.top_k * 4, "temporaries", "division backward for the sum")
-        walk.free(f"{k}.g_wflat", f"{k}.topv0", f"{k}.topsum")
-    else:
-        walk.rename(f"{k}.g_wflat", f"{k}.g_topv")
-    walk.alloc(f"{k}.g_probs", T * e * 4, "temporaries", "router probabilities' gradient (topk backward)")
-    walk.free(f"{k}.g_topv", f"{k}.topi")
-    walk.alloc(f"{k}.g_logits32", T * e * 4, "temporaries", "router logits' gradient (softmax backward)")
-    walk.free(f"{k}.g_probs", f"{k}.probs")
-    walk.alloc(f"{k}.g_logits", T * e * c, "temporaries", "router logits' gradient (.float()'s backward)")
-    walk.free(f"{k}.g_logits32")
-    _linear_backward(walk, x, f"{k}.router", f"{k}.g_logits", h, e, "" if keep_input else f"{k}.n2.out", f"{k}.g_y2c")
-    _cast_back(walk, x, f"{k}.g_y2c", f"{k}.g_y2", h)
-
-
-def _cast_back(walk: Walk, x: StepShapes, grad_c: str, into: str, width: int) -> None:
-    """ToCopyBackward of autocast's input cast: the bf16 input gradient back to the residual stream's dtype."""
-    if grad_c not in walk.live:
-        return
-    if x.c != x.w:
-        walk.alloc(f"{grad_c}.w", x.T * width * x.w, "temporaries", "input gradient (fp32)")
-        walk.free(grad_c)
-        _add_into(walk, f"{grad_c}.w", into)
-    else:
-        _add_into(walk, grad_c, into)
+    linear_backward(walk, x, f"{k}.gate", f"{k}.g_gate", h, width, saved_input, g_in_c)
+    cast_back(walk, x, g_in_c, g_in, h)
 
 
 def walk_backward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointed: bool, embedding_tables: int, hooks: StepHooks) -> None:
@@ -838,10 +454,10 @@ def walk_backward(walk: Walk, model: TransformerModel, x: StepShapes, checkpoint
         walk.alloc("g_logits", T * V * x.c, "logits and loss", "logits gradient (compute dtype)")
         walk.free("g_logits32")
         g_logits = "g_logits"
-    _linear_backward(walk, x, "head", g_logits, h, V, "head.in", "final.g_yc")
-    _cast_back(walk, x, "final.g_yc", "final.g_y", h)
+    linear_backward(walk, x, "head", g_logits, h, V, "head.in", "final.g_yc")
+    cast_back(walk, x, "final.g_yc", "final.g_y", h)
     last = f"L{model.layers - 1}.x2"
-    _norm_backward(walk, x, "final", "final.g_y", last, "g_stream")
+    norm_backward(walk, x, "final", "final.g_y", last, "g_stream")
     for i in reversed(range(model.layers)):
         walk.phase = f"backward: layer {i + 1} of {model.layers}" + (" (recomputed)" if checkpointed else "")
         inp = "emb" if i == 0 else f"L{i - 1}.x2"

@@ -24,15 +24,7 @@ Ground truth: FSDPMemTracker over this code (tests/ground_truth/tiny_torchtitan.
 
 from __future__ import annotations
 
-from parcalc.core.memory_timeline import (
-    LiveTensor,
-    StepHooks,
-    StepShapes,
-    Walk,
-    _add_into,
-    _grad_of_weight,
-    _norm_forward,
-)
+from parcalc.core.memory_walk import LiveTensor, StepHooks, StepShapes, Walk, add_into, grad_of_weight, norm_forward
 from parcalc.core.model import TransformerModel
 
 TITAN = "pytorch/torchtitan at 9dec370"
@@ -111,7 +103,7 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     copies = _repeat_kv_copies(x)
     b = _Block(walk, x, i, policy, recomputing)
     k = b.k
-    y = _norm_forward(walk, x, f"{k}.n1", inp, b.saving)
+    y = norm_forward(walk, x, f"{k}.n1", inp, b.saving)
     b.save(y)
     xq = b.alloc("q.out", T * q * c, "wq output", False)
     xk = b.alloc("k.out", T * kv * c, "wk output", False)
@@ -136,7 +128,7 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     b.drop(attn)
     x1 = b.alloc("x1", T * h * c, "residual stream after attention", False)
     b.drop(o)
-    y2 = _norm_forward(walk, x, f"{k}.n2", x1, b.saving)
+    y2 = norm_forward(walk, x, f"{k}.n2", x1, b.saving)
     b.save(y2)
     g = b.alloc("w1.out", T * f * c, "w1 output", True)
     act = b.alloc("act", T * f * c, "silu(w1)", True)
@@ -183,19 +175,19 @@ def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str) ->
     walk.alloc(f"{key}.pow2", size * 4, "temporaries", "RMSNorm backward: 2 * x32.pow(1)")
     walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm backward: pow backward")
     walk.free(f"{key}.pow1", f"{key}.pow2", f"{key}.g_p", f"{key}.fp32")
-    _add_into(walk, f"{key}.g_pow", f"{key}.g_x32")
+    add_into(walk, f"{key}.g_pow", f"{key}.g_x32")
     # ToCopyBackward of x.float(): back to bf16, into the residual stream's gradient
     walk.alloc(f"{key}.g_in", size * c, "temporaries", "RMSNorm input gradient (bf16)")
     walk.free(f"{key}.g_x32")
-    _add_into(walk, f"{key}.g_in", into)
+    add_into(walk, f"{key}.g_in", into)
 
 
 def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "") -> None:
     """MmBackward: the input gradient (added into `into`), the weight gradient (bf16, the unsharded parameter's .grad)."""
     walk.alloc(f"{key}.gin", x.T * d_in * x.c, "temporaries", "input gradient")
-    _grad_of_weight(walk, x, key, d_in, d_out)
+    grad_of_weight(walk, x, key, d_in, d_out)
     walk.free(g_out, saved_input)
-    _add_into(walk, f"{key}.gin", into)
+    add_into(walk, f"{key}.gin", into)
 
 
 def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
@@ -205,7 +197,7 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> 
     k = f"L{i}"
     walk.rename(g_out, f"{k}.g_x1")  # out = h + w2: both get the same gradient tensor
     walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient")
-    _grad_of_weight(walk, x, f"{k}.w2", f, h)
+    grad_of_weight(walk, x, f"{k}.w2", f, h)
     walk.free(f"{k}.prod")
     walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "mul backward: silu's gradient")
     walk.alloc(f"{k}.g_u", T * f * c, "temporaries", "mul backward: w3's gradient")
@@ -218,7 +210,7 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> 
     walk.free(f"{k}.x1")
     # h = x + wo(attention): wo's branch gets the same gradient
     walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient")
-    _grad_of_weight(walk, x, f"{k}.o", q, h)
+    grad_of_weight(walk, x, f"{k}.o", q, h)
     width = q if n_rep > 1 else kv
     walk.alloc(f"{k}.g_q", T * q * c, "temporaries", "SDPA backward dq")
     walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
@@ -263,7 +255,7 @@ def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, poli
 def head_and_loss_forward(walk: Walk, x: StepShapes, last: str) -> None:
     """The final norm, the output projection and train.py's loss (TT_SOURCES['loss'])."""
     walk.phase = "forward: final norm and output"
-    y = _norm_forward(walk, x, "final", last, saved=True)
+    y = norm_forward(walk, x, "final", last, saved=True)
     walk.free(last)  # the norm saved its fp32 copy; nothing else holds the last block's output
     walk.alloc("head.out", x.T * x.V * x.c, "logits and loss", "pred (the output projection, bf16)")
     walk.phase = "forward: loss (pred.float(), cross_entropy)"

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from parcalc.core.allocator import ALLOCATOR_SOURCE
 from parcalc.core.choices import Recompute
 from parcalc.core.memory_fsdp import FSDP_SOURCES, FsdpStep
-from parcalc.core.memory_timeline import HF_SOURCES, MEASURED, REPLAYED_STEPS, HfStep, StepPeak
+from parcalc.core.memory_timeline import HF_SOURCES, MEASURED, REPLAYED_STEPS, HfStep
 from parcalc.core.memory_torchtitan import TT_SOURCES
+from parcalc.core.memory_walk import StepPeak
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 

@@ -1,0 +1,276 @@
+"""The step walk's bookkeeping and the pieces every walked model is made of.
+
+A `Walk` follows one training step tensor by tensor: `alloc` when an op creates a tensor, `free` when autograd or
+Python lets it go, `rename` when one tensor changes role (a gradient stolen as .grad, an output saved for backward).
+It keeps the running total and the peak, each storage rounded to the caching allocator's 512-byte blocks
+(parcalc.core.allocator), so its peak is what `torch.cuda.max_memory_allocated` reads. The ops here, a linear under
+autocast and its backward, RMSNorm and its backward, a weight's gradient, are shared by the walks of transformers'
+models (parcalc.core.memory_timeline, its MoE block parcalc.core.memory_moe_block) and torchtitan's
+(parcalc.core.memory_torchtitan); their sources are memory_timeline.HF_SOURCES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parcalc.core.allocator import block_bytes, reserved_bytes
+from parcalc.derivation import Derivation
+
+KINDS = ("weights", "optimizer states", "gradients", "activations", "autocast weight copies", "logits and loss", "temporaries",
+         "workspace")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LiveTensor:
+    what: str
+    kind: str
+    bytes: float
+
+
+@dataclass(frozen=True)
+class StepPeak:
+    """The step's allocation peak: when, how much, and what is live then."""
+
+    allocated: float  # bytes, as torch.cuda.max_memory_allocated counts them (512-byte blocks)
+    reserved: float  # what the caching allocator holds then, from its rounding (parcalc.core.allocator)
+    phase: str
+    live: tuple[LiveTensor, ...]
+    parts: tuple[tuple[str, float], ...]  # by kind, in KINDS order
+    textbook_sum: float = 0.0  # weights + gradients + states + Korthikanti's activations, for comparison (0: not given)
+    # how `reserved` was found: "rounding" (the least the live blocks need, parcalc.core.allocator.reserved_bytes) or
+    # "replayed" (the allocator's rules replayed over the steps' allocations: its fragmentation included) or "streams" (each
+    # CUDA stream's own pool at its own peak: parcalc.core.memory_fsdp)
+    reserved_by: str = "rounding"
+    stream_pools: tuple[tuple[str, float], ...] = ()  # reserved_by "streams": (stream, what its pool reserves), summed
+    derivations: tuple[Derivation, ...] = field(default=())
+
+
+class Walk:
+    """Allocations and frees in program order; the peak and what was live then."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, LiveTensor] = {}
+        self.now = 0.0
+        self.peak = -1.0
+        self.peak_phase = ""
+        self.peak_live: tuple[LiveTensor, ...] = ()
+        self.phase = ""
+        self.events: list[tuple[str, float]] | None = None  # (key, bytes allocated; 0: freed) in order, when wanted
+
+    def alloc(self, key: str, size: float, kind: str, what: str) -> None:
+        if size <= 0:
+            return
+        if key in self.live:
+            raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
+        tensor = LiveTensor(what, kind, block_bytes(size))
+        self.live[key] = tensor
+        if self.events is not None:
+            self.events.append((key, size))
+        self.now += tensor.bytes
+        if self.now > self.peak:
+            self.peak, self.peak_phase, self.peak_live = self.now, self.phase, tuple(self.live.values())
+
+    def free(self, *keys: str) -> None:
+        for key in keys:
+            tensor = self.live.pop(key, None)
+            if tensor is not None:
+                self.now -= tensor.bytes
+                if self.events is not None:
+                    self.events.append((key, 0.0))
+
+    def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
+        """The same storage under another key (a gradient handed on, a tensor that another op keeps), relabelled if asked."""
+        tensor = self.live.pop(old)
+        self.live[new] = LiveTensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
+        if self.events is not None:
+            self.events.append((f"{old}\0{new}", -1.0))
+
+    def transient(self, key: str, size: float, kind: str, what: str) -> None:
+        """A tensor allocated and freed within one op (its peak counts, nothing stays)."""
+        self.alloc(key, size, kind, what)
+        self.free(key)
+
+
+class StepHooks:
+    """Where a framework's own allocations enter the walk (FSDP2's all-gathers and reduce-scatters:
+    parcalc.core.memory_fsdp); the hf profile's DDP has none there."""
+
+    def before_forward(self, walk: Walk) -> None: ...
+    def before_layer(self, walk: Walk, i: int) -> None: ...
+    def after_layer(self, walk: Walk, i: int) -> None: ...
+    def after_forward(self, walk: Walk) -> None: ...  # the root module returns (the loss computed)
+    def before_backward(self, walk: Walk) -> None: ...  # the loss's gradient: hooks on the root's outputs fire
+    def before_layer_backward(self, walk: Walk, i: int) -> None: ...  # before its recomputation, if any
+    def after_layer_backward(self, walk: Walk, i: int) -> None: ...  # the gradient of its input is complete
+    def after_backward(self, walk: Walk) -> None: ...
+
+
+@dataclass(frozen=True)
+class StepShapes:
+    T: float  # tokens b x s
+    b: int
+    s: int
+    h: int
+    q: int  # heads x head_dim
+    kv: int
+    f: int
+    V: int
+    heads: int
+    w: float  # bytes of a weight and of the residual stream (fp32 unless --precision bf16)
+    c: float  # bytes of what the linears compute in (bf16 under autocast)
+    autocast: bool
+    experts: int = 0  # routed experts (0: a dense MLP)
+    top_k: int = 0
+    fe: int = 0  # an expert's width
+    qk_norm: bool = False  # Qwen3's q_norm / k_norm
+    routing_bytes: float = 4.0  # the routing weights' bytes: fp32 (Mixtral), or the router logits' dtype (Qwen3-MoE)
+    fs: int = 0  # the width of Qwen2-MoE's gated shared expert (0: none)
+    renormalised: bool = True  # the top-k weights divided by their sum (MixtureOfExperts.top_k_renormalised)
+
+    @property
+    def S(self) -> float:
+        """(token, expert) pairs: the rows of the experts' grouped matmuls."""
+        return self.T * self.top_k
+
+
+def peak_of(walk: Walk, kinds: tuple[str, ...] = KINDS) -> StepPeak:
+    """The walk's peak: its parts by kind (in `kinds` order), what was live, what the allocator reserves then."""
+    parts = tuple((kind, sum(t.bytes for t in walk.peak_live if t.kind == kind)) for kind in kinds)
+    reserved = reserved_bytes(t.bytes for t in walk.peak_live)
+    return StepPeak(walk.peak, reserved, walk.peak_phase, _grouped(walk.peak_live), parts)
+
+
+def _grouped(live: tuple[LiveTensor, ...]) -> tuple[LiveTensor, ...]:
+    """What is live, summed by description, largest first."""
+    sums: dict[tuple[str, str], float] = {}
+    for t in live:
+        sums[(t.what, t.kind)] = sums.get((t.what, t.kind), 0.0) + t.bytes
+    return tuple(sorted((LiveTensor(what, kind, size) for (what, kind), size in sums.items()), key=lambda t: -t.bytes))
+
+
+@dataclass(frozen=True)
+class NormShape:
+    """What an RMSNorm runs on: `width` values per token in `rows` rows of `param` (the weight's length), its input in
+    `in_bytes` (the residual stream's dtype for the decoder's norms; the projection's for Qwen3's q_norm / k_norm)."""
+
+    width: int
+    rows: float
+    param: int
+    in_bytes: float
+
+
+def residual_norm(x: StepShapes) -> NormShape:
+    return NormShape(x.h, x.T, x.h, x.w)
+
+
+def norm_forward(walk: Walk, x: StepShapes, key: str, inp: str, saved: bool, shape: NormShape | None = None) -> str:
+    """LlamaRMSNorm on `inp` (HF_SOURCES['rmsnorm']); returns the key of its output (the weight's dtype times the
+    input's: x.w bytes for the decoder's norms)."""
+    n = shape or residual_norm(x)
+    size = x.T * n.width
+    kind = "activations" if saved else "temporaries"
+    up = inp
+    if n.in_bytes != 4:  # hidden_states.to(float32): a copy, saved by pow and the multiplication
+        up = f"{key}.fp32"
+        walk.alloc(up, size * 4, kind, "RMSNorm fp32 input copy")
+    walk.transient(f"{key}.pow", size * 4, "temporaries", "RMSNorm pow(2)")
+    walk.alloc(f"{key}.var", n.rows * 4, "temporaries", "RMSNorm variance")
+    walk.alloc(f"{key}.var_eps", n.rows * 4, "temporaries", "RMSNorm variance + eps")
+    walk.alloc(f"{key}.rsqrt", n.rows * 4, kind, "RMSNorm rsqrt (fp32)")
+    walk.free(f"{key}.var", f"{key}.var_eps")
+    walk.alloc(f"{key}.normed", size * 4, kind, "RMSNorm normalised (fp32)")
+    scaled_input = f"{key}.normed"
+    if n.in_bytes != 4:  # .to(input_dtype): the copy the weight multiplication saves; the fp32 one goes
+        walk.alloc(f"{key}.normed_w", size * n.in_bytes, kind, "RMSNorm normalised (input dtype)")
+        walk.free(f"{key}.normed")
+        scaled_input = f"{key}.normed_w"
+    walk.alloc(f"{key}.out", size * max(x.w, n.in_bytes), "temporaries", "RMSNorm output")
+    if not saved:
+        walk.free(f"{key}.rsqrt", scaled_input, *((up,) if up != inp else ()))
+    return f"{key}.out"
+
+
+def linear(walk: Walk, x: StepShapes, key: str, inp: str, inp_bytes: float, d_in: int, d_out: int, saved: bool, what: str) -> str:
+    """nn.Linear under autocast: the input cast to x.c (a copy per call unless already x.c), the weight
+    cast once per autocast region (HF_SOURCES['autocast_cache']); returns the output's key."""
+    kind = "activations" if saved else "temporaries"
+    if x.autocast:
+        walk.alloc(f"{key}.wcopy", d_in * d_out * x.c, "autocast weight copies", "autocast bf16 weight copies")
+        if inp_bytes != x.c:
+            walk.alloc(f"{key}.in", x.T * d_in * x.c, kind, f"{what} input cast to bf16")
+    walk.alloc(f"{key}.out", x.T * d_out * x.c, "temporaries", f"{what} output")
+    return f"{key}.out"
+
+
+def keep_if_saved(walk: Walk, x: StepShapes, key: str, kind: str, what: str) -> None:
+    """A norm output after the projections that read it: gone under autocast (each kept its own
+    bf16 cast), else saved by them as it is."""
+    if x.autocast:
+        walk.free(key)
+    else:
+        walk.live[key] = LiveTensor(what, kind, walk.live[key].bytes)
+
+
+def grad_of_weight(walk: Walk, x: StepShapes, key: str, d_in: int, d_out: int) -> None:
+    """A linear's weight gradient: computed in x.c, cast to the weight's dtype, kept as .grad (HF_SOURCES['grads'])."""
+    walk.alloc(f"{key}.gw_c", d_in * d_out * x.c, "temporaries", "weight gradient (compute dtype)")
+    if x.c != x.w:
+        walk.alloc(f"{key}.grad", d_in * d_out * x.w, "gradients", "weight gradients")
+        walk.free(f"{key}.gw_c")
+    else:
+        walk.rename(f"{key}.gw_c", f"{key}.grad", "weight gradients", "gradients")
+
+
+def linear_backward(walk: Walk, x: StepShapes, key: str, grad_out: str, d_in: int, d_out: int, saved_input: str, into: str) -> None:
+    """MmBackward of one linear: the input gradient (then cast back to the input's dtype and added into
+    `into`), the weight gradient; frees its saved input and weight copy."""
+    T = x.T
+    walk.alloc(f"{key}.gin", T * d_in * x.c, "temporaries", "input gradient")
+    grad_of_weight(walk, x, key, d_in, d_out)
+    walk.free(grad_out, saved_input, f"{key}.wcopy", f"{key}.in")
+    add_into(walk, f"{key}.gin", into)
+
+
+def add_into(walk: Walk, grad: str, into: str) -> None:
+    """A gradient reaches a tensor that already has one: the autograd engine's InputBuffer adds it in place."""
+    if into in walk.live:
+        walk.free(grad)
+    else:
+        walk.rename(grad, into)
+
+
+def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, into: str, shape: NormShape | None = None) -> None:
+    """LlamaRMSNorm backward: weight * normed, normed = x * rsqrt, rsqrt, mean, pow (the fp32 temporaries each makes)."""
+    n = shape or residual_norm(x)
+    size = x.T * n.width
+    walk.alloc(f"{key}.g_normed", size * 4, "temporaries", "RMSNorm backward")
+    walk.transient(f"{key}.g_w", size * 4, "temporaries", "RMSNorm weight-gradient product")
+    walk.alloc(f"{key}.grad", n.param * x.w, "gradients", "weight gradients")  # that product summed over the tokens
+    walk.free(g_out, f"{key}.normed", f"{key}.normed_w")
+    walk.alloc(f"{key}.g_x_a", size * 4, "temporaries", "RMSNorm backward")
+    walk.transient(f"{key}.g_rs", size * 4, "temporaries", "RMSNorm rsqrt-gradient product")
+    walk.free(f"{key}.g_normed", f"{key}.rsqrt")
+    walk.alloc(f"{key}.g_mean", size * 4, "temporaries", "RMSNorm mean backward (expand / h)")
+    walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm pow backward")
+    walk.free(f"{key}.g_mean")
+    walk.free(f"{key}.fp32")
+    add_into(walk, f"{key}.g_pow", f"{key}.g_in")
+    add_into(walk, f"{key}.g_x_a", f"{key}.g_in")
+    if n.in_bytes != 4:
+        walk.alloc(f"{key}.g_in_w", size * n.in_bytes, "temporaries", "RMSNorm input gradient (input dtype)")
+        walk.free(f"{key}.g_in")
+        add_into(walk, f"{key}.g_in_w", into)
+    else:
+        add_into(walk, f"{key}.g_in", into)
+
+
+def cast_back(walk: Walk, x: StepShapes, grad_c: str, into: str, width: int) -> None:
+    """ToCopyBackward of autocast's input cast: the bf16 input gradient back to the residual stream's dtype."""
+    if grad_c not in walk.live:
+        return
+    if x.c != x.w:
+        walk.alloc(f"{grad_c}.w", x.T * width * x.w, "temporaries", "input gradient (fp32)")
+        walk.free(grad_c)
+        add_into(walk, f"{grad_c}.w", into)
+    else:
+        add_into(walk, grad_c, into)
