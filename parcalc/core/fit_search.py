@@ -68,6 +68,7 @@ from parcalc.core.search_layouts import CP_MIN_SEQ_LEN, RECOMPUTES, SearchSpace,
 from parcalc.core.stages import stage_split
 from parcalc.core.timing.step import (
     DataParallelPieces,
+    FullestStage,
     LayerPieces,
     StagePieces,
     assemble_stage,
@@ -194,6 +195,7 @@ class _Shapes:
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
         self._dp: dict[tuple[object, ...], DataParallelPieces] = {}
+        self._fullest: dict[tuple[int | None, ...], FullestStage] = {}  # (tp, pp, first, last, ep) -> the fullest stage
         self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
         self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | bool, ...], tuple[float, ...]] = {}
@@ -306,10 +308,12 @@ class _Shapes:
         layout share it)."""
         from parcalc.core.timing.step import _fullest_stage, dp_pieces_of
 
-        layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
-        stage = _fullest_stage(self.model, layout)
+        stage = self._fullest.get((tp, pp, first, last, ep))
+        if stage is None:  # it does not depend on dp (_fullest_stage)
+            stage = self._fullest[(tp, pp, first, last, ep)] = _fullest_stage(self.model, self.pipeline(tp, pp, dp, first, last, ep=ep))
         key = (tp, dp, shard_group, ep, stage, self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
+            layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
             self._dp[key] = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
         return self._dp[key]
 
@@ -638,15 +642,35 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
     fits with the lowest step time, ties less memory; when none fits, the least memory), and how
     many rows were dropped."""
     cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
-    keys = [cols[k].astype(np.int64) for k in ("micro_batch", "recompute", "zero", "sequence_parallel", "schedule", "chunks", "shard_group")]
+    key = _packed_key([cols[k] for k in _SPLIT_KEYS])
     fits = cols["fits"].astype(bool)
     rank = np.where(fits, cols["t_step"], cols["memory"])
-    order = np.lexsort((cols["memory"], rank, ~fits, *reversed(keys)))  # the last key sorts first
-    stacked = np.stack(keys, axis=1)[order]
+    order = np.lexsort((cols["memory"], rank, ~fits, key))  # the last key sorts first
+    grouped = key[order]
     first_of_group = np.ones(order.size, dtype=bool)
-    first_of_group[1:] = np.any(stacked[1:] != stacked[:-1], axis=1)
+    first_of_group[1:] = grouped[1:] != grouped[:-1]
     keep = np.sort(order[first_of_group])
     return {k: a[keep] for k, a in cols.items()}, int(order.size - keep.size)
+
+
+# What tells one configuration of a layout from another (all but the split): the rows _best_splits compares
+_SPLIT_KEYS = ("micro_batch", "recompute", "zero", "sequence_parallel", "schedule", "chunks", "shard_group")
+
+
+def _packed_key(columns: list[np.ndarray]) -> np.ndarray:
+    """The columns (whole numbers from 0) as one int64 per row, in mixed radix with the first column the most
+    significant digit: two rows' keys compare as their tuples of columns do (lexicographically), so one sort on the
+    key orders the rows as a sort on every column would (tests/test_fit_search_speed.py)."""
+    key = np.zeros(columns[0].size, dtype=np.int64)
+    span = 1
+    for column in columns:
+        values = column.astype(np.int64)
+        radix = int(values.max()) + 1 if values.size else 1
+        span *= radix
+        if span >= 2**62 or (values.size and int(values.min()) < 0):  # not expected (the values are degrees and sizes)
+            raise ValueError("the split keys do not fit one int64")
+        key = key * radix + values
+    return key
 
 
 # ---------------------------------------------------------------------------------------------
