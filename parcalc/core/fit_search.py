@@ -196,11 +196,13 @@ class _Shapes:
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
         self._dp: dict[tuple[object, ...], DataParallelPieces] = {}
         self._fullest: dict[tuple[int | None, ...], FullestStage] = {}  # (tp, pp, first, last, ep) -> the fullest stage
-        self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
+        self._layers: dict[tuple[int | str, ...], tuple[LayerPieces, tuple[float, ...]]] = {}  # the pieces, and their fields in order
         self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | bool, ...], tuple[float, ...]] = {}
         self._state_keys: dict[tuple[int | None, ...], tuple[int | bool, ...]] = {}
         self.time_all = False  # SearchSpace.time_all
+        # (tp, pp, dp, cp, ep, schedules) -> a layout's configurations but the split's columns, and the rejections it counted
+        self.grids: dict[tuple[object, ...], tuple[dict[str, np.ndarray] | None, Counter]] = {}
         self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
@@ -352,16 +354,18 @@ class _Shapes:
                     experts = ExpertShard(ep, tp, imbalance, dispatcher, searched_routing_limit(limit, ep, tp, self.cluster.gpus_per_node),
                                           overlap)  # fmt: skip
                 shard = Layout(tp, cp=cp, cp_comm=cp_comm, sequence_parallel=bool(rest // 4))
-                self._layers[layer_key] = layer_pieces(self.model, shard, size, RECOMPUTES[rest % 4], self.training, self.cluster,
-                                                       experts=experts)  # fmt: skip
-            piece = self._layers[layer_key]
-            layers.append(piece)
+                found = layer_pieces(self.model, shard, size, RECOMPUTES[rest % 4], self.training, self.cluster, experts=experts)
+                self._layers[layer_key] = found, astuple_shallow(found)
+            piece, row = self._layers[layer_key]
+            layers.append(row)
             send_key = (tp, cp, dp, size)
             if pp > 1 and send_key not in self._sends:  # stage_pieces' pipeline send of b s h / t
                 group = placement(2, tp * cp * dp, self.cluster.gpus_per_node)
                 self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, piece.activation / tp, group, self.cluster.fabric).time
             sends.append(self._sends[send_key] if pp > 1 else 0.0)
-        lp = LayerPieces(**{name: np.array([getattr(x, name) for x in layers], dtype=float)[inverse] for name in _LAYER_FIELDS})  # type: ignore[arg-type]  # numpy columns, as above
+        # one row per distinct key, one column per field, then each configuration's row: the fields as columns of one array
+        table = np.array(layers, dtype=float).T.take(inverse, axis=1)
+        lp = LayerPieces(*table)  # type: ignore[arg-type]  # numpy columns, as above
         pipeline = self.pipeline(tp, pp, dp, first, last)  # the split as the timing takes it (no slots)
         stage = assemble_stage(self.model, pipeline, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
         if self.model.moe is not None:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage (stage_pieces)
@@ -370,7 +374,9 @@ class _Shapes:
         return stage, lp.f_dense, lp.b_dense + lp.r_dense  # type: ignore[return-value]  # lp's fields are arrays here
 
 
-_LAYER_FIELDS = tuple(LayerPieces.__dataclass_fields__)
+def astuple_shallow(pieces: Any) -> tuple[Any, ...]:
+    """A dataclass's fields in order, as they are (dataclasses.astuple copies them deeply)."""
+    return tuple(getattr(pieces, name) for name in pieces.__dataclass_fields__)
 
 
 def mtp_output(model: Any, config: ActivationConfig) -> float:
@@ -398,16 +404,25 @@ def searched_routing_limit(limit: int | None, ep: int, etp: int, gpus_per_node: 
 
 def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ...], space: SearchSpace,
                    rejected: Counter, c: int = 1, ep: int = 1) -> dict[str, np.ndarray] | None:  # fmt: skip
-    """One layout's configurations with the layers per stage `split` (every stage's, first to last)."""
-    training = shapes.training
-    replica = training.global_batch // d
-    sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
-    recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
-    if shapes.cluster.framework.step_memory == "hf-eager":  # HF checkpoints whole decoder layers or nothing
-        recomputes = [i for i in recomputes if RECOMPUTES[i] in (Recompute.NONE, Recompute.FULL)]
-    engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
-    zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
-    sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
+    """One layout's configurations with the layers per stage `split` (every stage's, first to last). The split
+    changes only the schedules (the chunks v must divide every stage's layers) and the columns of the first and
+    last stage's layers: the rest is made once per layout and schedules (_Shapes.grids) and shared, read-only."""
+    schedules = _schedules(p, split, space)
+    key = (t, p, d, c, ep, schedules)
+    if key not in shapes.grids:
+        reasons: Counter = Counter()
+        shapes.grids[key] = _layout_grid(shapes, t, p, d, schedules, space, reasons, c, ep), reasons
+    grid, reasons = shapes.grids[key]
+    rejected.update(reasons)
+    if grid is None:
+        return None
+    n = grid["tp"].size
+    return grid | {"first_stage_layers": np.full(n, split[0]), "last_stage_layers": np.full(n, split[-1])}
+
+
+def _schedules(p: int, split: tuple[int, ...], space: SearchSpace) -> tuple[tuple[int, int], ...]:
+    """(interleaved, chunks v) of each schedule a layout with this split runs: 1F1B, and interleaved with every v
+    that divides every stage's layers (or a --pipeline-layout's own chunks)."""
     schedules = [(0, 1)]
     if space.pipeline_layout is not None:  # its chunks, stages / pp, as written (_layout_reason)
         from parcalc.core.pipeline_layout import virtual_stage_count
@@ -418,6 +433,21 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
         embedding, loss = space.slots  # v must divide every stage's layers, or its layer slots (Megatron-LM, parcalc.core.stages)
         per_stage = math.gcd(split[0] + embedding, *split[1:-1], split[-1] + loss)
         schedules += [(1, v) for v in divisors(per_stage) if v > 1 and (space.max_chunks is None or v <= space.max_chunks)]
+    return tuple(schedules)
+
+
+def _layout_grid(shapes: _Shapes, t: int, p: int, d: int, schedules: tuple[tuple[int, int], ...], space: SearchSpace,
+                 rejected: Counter, c: int, ep: int) -> dict[str, np.ndarray] | None:  # fmt: skip
+    """_layout_arrays' columns but the split's (read-only arrays)."""
+    training = shapes.training
+    replica = training.global_batch // d
+    sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
+    recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
+    if shapes.cluster.framework.step_memory == "hf-eager":  # HF checkpoints whole decoder layers or nothing
+        recomputes = [i for i in recomputes if RECOMPUTES[i] in (Recompute.NONE, Recompute.FULL)]
+    engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
+    zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
+    sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
     if not sizes and space.micro_batches is not None:  # the named sizes divide this layout's replica batch nowhere
         given = ", ".join(str(b) for b in space.micro_batches)
         many = len(space.micro_batches) > 1
@@ -430,9 +460,9 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
         zeros = [z for z in zeros if z == 0]
         if not zeros:
             return None
-    grid = np.meshgrid(np.array(sizes), np.array(recomputes), np.array(zeros), np.array([int(s) for s in sps]),
+    mesh = np.meshgrid(np.array(sizes), np.array(recomputes), np.array(zeros), np.array([int(s) for s in sps]),
                        np.arange(len(schedules)), indexing="ij")  # fmt: skip
-    b, r, z, sp, k = (a.ravel() for a in grid)
+    b, r, z, sp, k = (a.ravel() for a in mesh)
     # ZeRO-1/2/3 rows once per shard group S; ZeRO-0 rows once, with S = dp x cp (nothing sharded)
     reps = np.where(z >= 1, max(groups.size, 1), 1)
     row = np.repeat(np.arange(z.size), reps)
@@ -449,9 +479,12 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     if b.size == 0:
         return None
     n = b.size
-    return {"tp": np.full(n, t), "pp": np.full(n, p), "dp": np.full(n, d), "micro_batch": b, "micro_batches": m, "recompute": r,
-            "zero": z, "sequence_parallel": sp.astype(bool), "schedule": sched, "chunks": v, "first_stage_layers": np.full(n, split[0]),
-            "last_stage_layers": np.full(n, split[-1]), "cp": np.full(n, c), "ep": np.full(n, ep), "shard_group": shard}  # fmt: skip
+    grid = {"tp": np.full(n, t), "pp": np.full(n, p), "dp": np.full(n, d), "micro_batch": b, "micro_batches": m, "recompute": r,
+            "zero": z, "sequence_parallel": sp.astype(bool), "schedule": sched, "chunks": v, "cp": np.full(n, c), "ep": np.full(n, ep),
+            "shard_group": shard}  # fmt: skip
+    for column in grid.values():
+        column.flags.writeable = False  # shared by the layout's splits
+    return grid
 
 
 def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
