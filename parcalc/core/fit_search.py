@@ -194,6 +194,10 @@ class _Shapes:
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
+        self._activation_tables: dict[tuple[int, int, str], np.ndarray] = {}
+        self._dispatch_pairs: dict[tuple[int, int, int], np.ndarray] = {}
+        self._mtp_stages: dict[int, int] = {}
+        self.grid_terms: dict[tuple[object, ...], _GridTerms] = {}  # _layout_arrays' key -> what memory takes from the grid
         self._dp: dict[tuple[object, ...], DataParallelPieces] = {}
         self._fullest: dict[tuple[int | None, ...], FullestStage] = {}  # (tp, pp, first, last, ep) -> the fullest stage
         self._layers: dict[tuple[int | str, ...], tuple[LayerPieces, tuple[float, ...]]] = {}  # the pieces, and their fields in order
@@ -235,6 +239,35 @@ class _Shapes:
                     mtp_output(self.model, config),  # its share of the output's, apart: a --pipeline-layout may place it elsewhere
                 )
         return self._activations[key]
+
+    def mtp_stage(self, p: int) -> int:
+        """The MTP modules' stage: the last (parcalc.core.memory.MTP_PLACEMENT) or where the --pipeline-layout's m is."""
+        if self.pipeline_layout is not None and p > 1 and self.model.mtp_layers:
+            if p not in self._mtp_stages:
+                from parcalc.core.pipeline_layout import parse_pipeline_layout
+
+                self._mtp_stages[p] = parse_pipeline_layout(self.pipeline_layout, p, self.model.layers, self.model.mtp_layers).mtp_rank() or 0
+            return self._mtp_stages[p]
+        return p - 1
+
+    def activation_table(self, tp: int, cp: int, cp_comm: str) -> np.ndarray:
+        """activations() of every (SP, recomputation) as one array [what, sp, recompute] (read-only)."""
+        key = (tp, cp, cp_comm)
+        if key not in self._activation_tables:
+            table = np.array([[self.activations(tp, bool(s), rec, cp, cp_comm) for rec in RECOMPUTES] for s in (False, True)])
+            table = np.ascontiguousarray(np.moveaxis(table, 2, 0))
+            table.flags.writeable = False
+            self._activation_tables[key] = table
+        return self._activation_tables[key]
+
+    def dispatch_pair(self, tp: int, cp: int, ep: int) -> np.ndarray:
+        """dispatch() without and with sequence parallelism (read-only)."""
+        key = (tp, cp, ep)
+        if key not in self._dispatch_pairs:
+            pair = np.array([self.dispatch(tp, bool(x), cp, ep) for x in (0, 1)])
+            pair.flags.writeable = False
+            self._dispatch_pairs[key] = pair
+        return self._dispatch_pairs[key]
 
     def moe_states(self, tp: int, pp: int, cp: int, dp: int, ep: int, first: int | None, last: int | None,
                    chunks: int, stage: int) -> tuple[float, ...]:  # fmt: skip
@@ -403,10 +436,11 @@ def searched_routing_limit(limit: int | None, ep: int, etp: int, gpus_per_node: 
 
 
 def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ...], space: SearchSpace,
-                   rejected: Counter, c: int = 1, ep: int = 1) -> dict[str, np.ndarray] | None:  # fmt: skip
-    """One layout's configurations with the layers per stage `split` (every stage's, first to last). The split
-    changes only the schedules (the chunks v must divide every stage's layers) and the columns of the first and
-    last stage's layers: the rest is made once per layout and schedules (_Shapes.grids) and shared, read-only."""
+                   rejected: Counter, c: int = 1, ep: int = 1) -> tuple[dict[str, np.ndarray], tuple[object, ...]] | None:  # fmt: skip
+    """One layout's configurations with the layers per stage `split` (every stage's, first to last), and the key of
+    their grid. The split changes only the schedules (the chunks v must divide every stage's layers) and the columns
+    of the first and last stage's layers: the rest is made once per layout and schedules (_Shapes.grids, the key)
+    and shared, read-only."""
     schedules = _schedules(p, split, space)
     key = (t, p, d, c, ep, schedules)
     if key not in shapes.grids:
@@ -417,7 +451,7 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     if grid is None:
         return None
     n = grid["tp"].size
-    return grid | {"first_stage_layers": np.full(n, split[0]), "last_stage_layers": np.full(n, split[-1])}
+    return grid | {"first_stage_layers": np.full(n, split[0]), "last_stage_layers": np.full(n, split[-1])}, key
 
 
 def _schedules(p: int, split: tuple[int, ...], space: SearchSpace) -> tuple[tuple[int, int], ...]:
@@ -510,14 +544,73 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
 def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np.ndarray) -> np.ndarray:
     """parcalc.core.pipeline.in_flight_micro_batches for 1F1B and interleaved, on arrays."""
     plain = np.minimum(p - stage, m).astype(float)
+    if not interleaved.any():  # 1F1B throughout (np.where below would take `plain` everywhere)
+        return plain
     warm_up = (p - stage - 1) * 2 + (v - 1) * p
     chunked = np.where(m == p, m.astype(float), np.minimum(warm_up + 1, m * v) / v)
     return np.where(interleaved.astype(bool) & (v > 1), chunked, plain)
 
 
-def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[int | None, int | None], split: tuple[int, ...]) -> None:
+@dataclass
+class _GridTerms:
+    """What the memory of a layout's configurations takes from their grid alone (_layout_arrays' key), the same for
+    every split: the activations per row, the state bytes per parameter (ZeRO over the shard group), the MoE exchange
+    buffers, zeros; per stage the micro-batches in flight and the embedding's and output's activations."""
+
+    activations: np.ndarray  # [7, rows]: _Shapes.activations times b
+    dense_per_param: np.ndarray
+    dispatch: np.ndarray
+    zeros: np.ndarray
+    stages: dict[int, tuple[np.ndarray, Any]] = field(default_factory=dict)
+    experts: np.ndarray | None = None
+
+    @staticmethod
+    def of(shapes: _Shapes, cols: dict[str, np.ndarray], per: Any) -> _GridTerms:
+        t, c, ep = int(cols["tp"][0]), int(cols["cp"][0]), int(cols["ep"][0])
+        b, r, z, sp = cols["micro_batch"], cols["recompute"], cols["zero"], cols["sequence_parallel"]
+        sp_index = sp.astype(int)
+        activations = shapes.activation_table(t, c, shapes.cp_comm)[:, sp_index, r] * b  # [7, sp, r] per row
+        return _GridTerms(activations, _per_param(shapes.training, per, z, cols["shard_group"]), shapes.dispatch_pair(t, c, ep)[sp_index] * b,
+                          0.0 * b)  # fmt: skip
+
+    def expert_per_param(self, shapes: _Shapes, cols: dict[str, np.ndarray], per: Any) -> np.ndarray:
+        """The routed experts' state bytes per parameter: sharded over expert-DP."""
+        if self.experts is None:
+            from parcalc.core.expert_parallel import expert_layout
+
+            t, p, d, c, ep = (int(cols[k][0]) for k in ("tp", "pp", "dp", "cp", "ep"))
+            self.experts = _per_param(shapes.training, per, cols["zero"], expert_layout(shapes.model, Layout(tp=t, pp=p, dp=d, cp=c, ep=ep)).edp)
+        return self.experts
+
+    def in_flight(self, stage: int, p: int, cols: dict[str, np.ndarray], mtp_at: int) -> tuple[np.ndarray, Any]:
+        """A stage's micro-batches in flight, and its embedding's and output's activations (MTP's where the layout puts it)."""
+        if stage not in self.stages:
+            n = _in_flight(p, cols["micro_batches"], stage, cols["schedule"], cols["chunks"])
+            _, a_emb, a_out, _, _, _, a_mtp = self.activations
+            ends = (a_emb * n if stage == 0 else 0.0) + (a_out * n if stage == p - 1 else 0.0)
+            if mtp_at != p - 1:  # the MTP modules' activations where the layout's m puts them
+                ends = ends + (a_mtp * n if stage == mtp_at else 0.0) - (a_mtp * n if stage == p - 1 else 0.0)
+            self.stages[stage] = n, ends
+        return self.stages[stage]
+
+
+def _per_param(training: Training, per: Any, z: np.ndarray, ranks: int | np.ndarray) -> np.ndarray:
+    """State bytes per parameter, ZeRO-sharded over `ranks` (parcalc.core.model_states.model_states); ZeRO-Offload:
+    from ZeRO-2 the gradients leave bucket by bucket."""
+    replicated = np.ones_like(z, dtype=float)
+    grads_on_gpu = 0.0 if training.offload_optimizer else 1.0
+    shard_w = np.where(z >= 3, ranks, 1) * replicated
+    shard_g = np.where(z >= 2, ranks, 1) * replicated
+    shard_o = np.where(z >= 1, ranks, 1) * replicated
+    return (per.weight / shard_w + per.gradient / shard_g * np.where(z >= 2, grads_on_gpu, 1.0)
+            + (0.0 if training.offload_optimizer else per.optimizer) / shard_o)  # fmt: skip
+
+
+def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[int | None, int | None], split: tuple[int, ...],
+                     grid: tuple[object, ...]) -> None:  # fmt: skip
     """Fill in COST_FIELDS for one layout's configurations (parcalc.core.fit.estimate, on arrays);
-    `given`: the (first, last) stage layers as a Config has them, `split`: every stage's layers."""
+    `given`: the (first, last) stage layers as a Config has them, `split`: every stage's layers, `grid`: the key of the
+    configurations but the split's columns (_layout_arrays: what depends on them alone is computed once per key)."""
     model, training, cluster = shapes.model, shapes.training, shapes.cluster
     t, p, d, c, ep = (int(cols[k][0]) for k in ("tp", "pp", "dp", "cp", "ep"))
     per = shapes.per_pipelined if p > 1 else shapes.per
@@ -528,27 +621,15 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # Memory: the first and the last stage, and with uneven stages the second, the fullest middle
     # one (middle stages hold the same layers, and the earlier keep more micro-batches in flight);
     # with even stages the middle ones hold no more than the first.
-    table = np.array([[shapes.activations(t, bool(s), rec, c, cp_comm) for rec in RECOMPUTES] for s in (False, True)])  # [sp, r, 7]
-    a_layer, a_emb, a_out, a_re, a_moe, a_cp, a_mtp = (table[sp.astype(int), r, i] * b for i in range(7))
-    mtp_at = p - 1  # the MTP modules' stage: the last (parcalc.core.memory.MTP_PLACEMENT) or where the --pipeline-layout's m is
-    if shapes.pipeline_layout is not None and p > 1 and model.mtp_layers:
-        from parcalc.core.pipeline_layout import parse_pipeline_layout
-
-        mtp_at = parse_pipeline_layout(shapes.pipeline_layout, p, model.layers, model.mtp_layers).mtp_rank() or 0
-    replicated = np.ones_like(b, dtype=float)
-    grads_on_gpu = 0.0 if training.offload_optimizer else 1.0  # ZeRO-Offload: from ZeRO-2 the gradients leave bucket by bucket
-
-    def per_param(ranks: int | np.ndarray) -> np.ndarray:  # state bytes per parameter, ZeRO-sharded over `ranks` (parcalc.core.model_states.model_states)
-        shard_w = np.where(z >= 3, ranks, 1) * replicated
-        shard_g = np.where(z >= 2, ranks, 1) * replicated
-        shard_o = np.where(z >= 1, ranks, 1) * replicated
-        return (per.weight / shard_w + per.gradient / shard_g * np.where(z >= 2, grads_on_gpu, 1.0)
-                + (0.0 if training.offload_optimizer else per.optimizer) / shard_o)  # fmt: skip
-
+    rows_of = shapes.grid_terms.get(grid)
+    if rows_of is None:
+        rows_of = shapes.grid_terms[grid] = _GridTerms.of(shapes, cols, per)
+    a_layer, a_emb, a_out, a_re, a_moe, a_cp, a_mtp = rows_of.activations
+    mtp_at = shapes.mtp_stage(p)
     shard = cols["shard_group"]
-    dense_per_param = per_param(shard)  # the dense states shard over the dp-cp group (Megatron-LM), or the shard group S
+    dense_per_param = rows_of.dense_per_param  # the dense states shard over the dp-cp group (Megatron-LM), or the shard group S
     fp8_dense, fp8_moe = shapes.fp8_layer(t, ep)  # TE's FP8 weight copies per layer (0 unless --precision fp8)
-    dispatch = np.array([shapes.dispatch(t, bool(x), c, ep) for x in (0, 1)])[sp.astype(int)] * b  # MoE exchange buffers
+    dispatch = rows_of.dispatch  # MoE exchange buffers
     # states[stage] = (parameters, routed-expert parameters, ZeRO-3 gathered buffers, MoE layers) of
     # the stages whose memory can be the largest: the first and the last, and with uneven stages the
     # second, the fullest middle one (middle stages hold the same layers, and the earlier keep more
@@ -562,7 +643,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             wanted[1] = 1
         for at, which in wanted.items():
             params, gathered = ends[0][which], ends[1][which]
-            states[at] = (params + 0.0 * b, 0.0 * b, np.where(z == 3, gathered, 0.0), 0.0 * b)
+            zeros = rows_of.zeros
+            states[at] = (params + zeros, zeros, np.where(z == 3, gathered, 0.0), zeros)
         expert_per_param = dense_per_param
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
         chunk_values = np.unique(v).tolist()
@@ -572,23 +654,18 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         for at in wanted_stages:
             column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, at) for k in chunk_values], dtype=float)[index]
             states[at] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
-        from parcalc.core.expert_parallel import expert_layout
-
-        expert_per_param = per_param(expert_layout(model, Layout(tp=t, pp=p, dp=d, cp=c, ep=ep)).edp)  # experts shard over expert-DP
+        expert_per_param = rows_of.expert_per_param(shapes, cols, per)  # experts shard over expert-DP
 
     def on_stage(stage: int) -> np.ndarray:  # states and activations of one GPU of a stage
         params, experts, gathered, moe = states[stage]
         layers = split[stage]
-        n = _in_flight(p, m, stage, cols["schedule"], v)
+        n, ends = rows_of.in_flight(stage, p, cols, mtp_at)
         if training.offload_activations:
             activations = a_layer * min(layers, 2)
         elif model.moe is None:
             activations = a_layer * layers * n
         else:
             activations = (a_layer * (layers - moe) + a_moe * moe) * n
-        ends = (a_emb * n if stage == 0 else 0.0) + (a_out * n if stage == p - 1 else 0.0)
-        if mtp_at != p - 1:  # the MTP modules' activations where the layout's m puts them
-            ends = ends + (a_mtp * n if stage == mtp_at else 0.0) - (a_mtp * n if stage == p - 1 else 0.0)
         fp8 = fp8_dense * (layers - moe) + fp8_moe * moe
         return ((params - experts) * dense_per_param + experts * expert_per_param + fp8 + gathered + activations + np.where(moe > 0, dispatch, 0.0)
                 + ends + a_re + a_cp + training.reserve)  # fmt: skip
@@ -608,8 +685,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per
     # distinct (b, SP, recomputation); the same combination as parcalc.core.fit.estimate, on arrays.
     fits = memory <= cluster.capacity
-    timed = {name: np.full(b.size, math.nan) for name in _TIME_FIELDS}
-    cols.update(memory=memory, fits=fits, **timed)
+    timed = np.full((len(_TIME_FIELDS), b.size), math.nan)  # one row per field (the fields are its rows)
+    cols.update(memory=memory, fits=fits, **dict(zip(_TIME_FIELDS, timed, strict=True)))
     rows = np.arange(b.size) if shapes.time_all else np.flatnonzero(fits)
     if rows.size == 0:
         return
@@ -739,9 +816,10 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         per_split = []
         for given in splits(model, p, space):
             split = stage_split(model.layers, p, *given)
-            cols = _layout_arrays(shapes, t, p, d, split, space, rejected, c, e)
-            if cols is not None:
-                _evaluate_layout(shapes, cols, given, split)
+            made = _layout_arrays(shapes, t, p, d, split, space, rejected, c, e)
+            if made is not None:
+                cols, grid = made
+                _evaluate_layout(shapes, cols, given, split, grid)
                 per_split.append(cols)
         if len(per_split) > 1:
             best, dropped = _best_splits(per_split)
