@@ -751,6 +751,9 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
     """One layout evaluated with several splits: each configuration's best split (the one that
     fits with the lowest step time, ties less memory; when none fits, the least memory), and how
     many rows were dropped."""
+    aligned = _best_aligned(parts)
+    if aligned is not None:
+        return aligned
     cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
     key = _packed_key([cols[k] for k in _SPLIT_KEYS])
     fits = cols["fits"].astype(bool)
@@ -761,6 +764,32 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
     first_of_group[1:] = grouped[1:] != grouped[:-1]
     keep = np.sort(order[first_of_group])
     return {k: a[keep] for k, a in cols.items()}, int(order.size - keep.size)
+
+
+def _best_aligned(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int] | None:
+    """_best_splits where every split has the same configurations in the same rows (the splits share their grid's
+    arrays: _layout_arrays), without a sort: row by row, the first split that no later one beats, by (does not fit,
+    step time or memory, memory) as the sort orders them, and the rows kept in the order the sort keeps them (by split,
+    then row). None where the splits' rows differ (their schedules differ) or a time or memory is nan (the sort's order
+    of nan is its own): the sort decides there."""
+    first = parts[0]
+    if any(c[k] is not first[k] for c in parts[1:] for k in _SPLIT_KEYS) or len(parts) > 32:  # np.choose takes at most 32
+        return None
+    fits = [c["fits"].astype(bool) for c in parts]
+    memory = [c["memory"] for c in parts]
+    rank = [np.where(f, c["t_step"], c["memory"]) for f, c in zip(fits, parts, strict=True)]
+    if any(np.isnan(x).any() for x in (*memory, *rank)):
+        return None
+    winner = np.zeros(first["tp"].size, dtype=np.int64)
+    best_fits, best_rank, best_memory = fits[0], rank[0], memory[0]
+    for s in range(1, len(parts)):
+        f, r, m = fits[s], rank[s], memory[s]
+        better = (f & ~best_fits) | ((f == best_fits) & ((r < best_rank) | ((r == best_rank) & (m < best_memory))))
+        winner[better] = s
+        best_fits, best_rank, best_memory = np.where(better, f, best_fits), np.where(better, r, best_rank), np.where(better, m, best_memory)
+    order = np.argsort(winner, kind="stable")  # by split, then row: the sort's np.sort(kept indices)
+    columns = {k: (a[order] if all(c[k] is a for c in parts) else np.choose(winner, [c[k] for c in parts])[order]) for k, a in first.items()}
+    return columns, (len(parts) - 1) * winner.size
 
 
 # What tells one configuration of a layout from another (all but the split): the rows _best_splits compares
