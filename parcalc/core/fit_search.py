@@ -201,6 +201,7 @@ class _Shapes:
         self._dp: dict[tuple[object, ...], DataParallelPieces] = {}
         self._fullest: dict[tuple[int | None, ...], FullestStage] = {}  # (tp, pp, first, last, ep) -> the fullest stage
         self._layers: dict[tuple[int | str, ...], tuple[LayerPieces, tuple[float, ...]]] = {}  # the pieces, and their fields in order
+        self._absent = (math.nan,) * len(LayerPieces.__dataclass_fields__)  # stage_arrays' row of a key no configuration has
         self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | bool, ...], tuple[float, ...]] = {}
         self._state_keys: dict[tuple[int | None, ...], tuple[int | bool, ...]] = {}
@@ -352,30 +353,41 @@ class _Shapes:
             self._dp[key] = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
         return self._dp[key]
 
-    def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1) -> DataParallelPieces:
+    def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1, *,
+                  distinct: tuple[np.ndarray, np.ndarray] | None = None) -> DataParallelPieces:  # fmt: skip
         """dp() for every configuration's shard group (an array of S; S = ranks: full sharding), as
-        one DataParallelPieces whose fields are arrays (scalars when every S is the same)."""
-        unique, inverse = np.unique(sizes, return_inverse=True)
-        pieces = [self.dp(tp, pp, ranks, first, last, None if int(size) >= ranks else int(size), ep) for size in unique.tolist()]
-        if len(pieces) == 1:
-            return pieces[0]
+        one DataParallelPieces whose fields are arrays (scalars when every S is the same). distinct: np.unique(sizes,
+        return_inverse=True), or the distinct sizes of a larger set and the inverse of these (dp() only for those present)."""
+        unique, inverse = distinct if distinct is not None else np.unique(sizes, return_inverse=True)
+        present = _present(unique.size, inverse)
+        if len(present) == 1:
+            size = int(unique[present[0]])
+            return self.dp(tp, pp, ranks, first, last, None if size >= ranks else size, ep)
+        found = {i: self.dp(tp, pp, ranks, first, last, None if int(unique[i]) >= ranks else int(unique[i]), ep) for i in present}
+        pieces = [found.get(i, found[present[0]]) for i in range(unique.size)]  # an absent size's row: any, never taken
         names = [f.name for f in fields(DataParallelPieces) if f.name != "layers"]
         table = {name: np.array([getattr(x, name) for x in pieces], dtype=float)[inverse] for name in names}
         return DataParallelPieces(**table, layers=pieces[0].layers)  # type: ignore[arg-type]  # numpy columns in the float fields: the scalar formulas run on arrays
 
     def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
-                     r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
+                     r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1, *,
+                     distinct: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
         """parcalc.core.timing.step.stage_pieces for every configuration: the per-layer pieces once per
         distinct (b, SP, r) (parcalc.core.timing.step.layer_pieces), the stage assembled on arrays by
-        the same code as the scalar path (parcalc.core.timing.step.assemble_stage)."""
+        the same code as the scalar path (parcalc.core.timing.step.assemble_stage). distinct: the distinct keys
+        b 8 + SP 4 + r of a larger set of rows and the inverse of these rows (layer_pieces only for those present)."""
         from parcalc.core.choices import Collective
         from parcalc.core.timing.network import collective_time, placement
 
-        keys = b * 8 + sp.astype(int) * 4 + r
-        unique, inverse = np.unique(keys, return_inverse=True)
+        unique, inverse = distinct if distinct is not None else np.unique(b * 8 + sp.astype(int) * 4 + r, return_inverse=True)
+        present = set(_present(unique.size, inverse))
         first, last = split
         layers, sends = [], []
-        for key in unique.tolist():
+        for i, key in enumerate(unique.tolist()):
+            if i not in present:  # a row never taken
+                layers.append(self._absent)
+                sends.append(0.0)
+                continue
             size, rest = divmod(key, 8)
             layer_key = (tp, size, rest, cp, cp_comm, ep)
             if layer_key not in self._layers:
@@ -405,6 +417,13 @@ class _Shapes:
             per = np.maximum(stage.layers, 1)
             return stage, stage.forward / per, (stage.backward + stage.recompute) / per
         return stage, lp.f_dense, lp.b_dense + lp.r_dense  # type: ignore[return-value]  # lp's fields are arrays here
+
+
+def _present(size: int, inverse: np.ndarray) -> list[int]:
+    """The indices in range(size) that `inverse` takes, in order."""
+    present = np.zeros(size, dtype=bool)
+    present[inverse] = True
+    return np.flatnonzero(present).tolist()
 
 
 def astuple_shallow(pieces: Any) -> tuple[Any, ...]:
@@ -561,6 +580,8 @@ class _GridTerms:
     dense_per_param: np.ndarray
     dispatch: np.ndarray
     zeros: np.ndarray
+    layer_keys: tuple[np.ndarray, np.ndarray]  # the distinct b 8 + SP 4 + r, and each row's (stage_arrays)
+    shard_groups: tuple[np.ndarray, np.ndarray]  # the distinct shard groups, and each row's (dp_arrays)
     stages: dict[int, tuple[np.ndarray, Any]] = field(default_factory=dict)
     experts: np.ndarray | None = None
 
@@ -571,7 +592,8 @@ class _GridTerms:
         sp_index = sp.astype(int)
         activations = shapes.activation_table(t, c, shapes.cp_comm)[:, sp_index, r] * b  # [7, sp, r] per row
         return _GridTerms(activations, _per_param(shapes.training, per, z, cols["shard_group"]), shapes.dispatch_pair(t, c, ep)[sp_index] * b,
-                          0.0 * b)  # fmt: skip
+                          0.0 * b, np.unique(b * 8 + sp_index * 4 + r, return_inverse=True),
+                          np.unique(cols["shard_group"], return_inverse=True))  # fmt: skip
 
     def expert_per_param(self, shapes: _Shapes, cols: dict[str, np.ndarray], per: Any) -> np.ndarray:
         """The routed experts' state bytes per parameter: sharded over expert-DP."""
@@ -691,8 +713,10 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     if rows.size == 0:
         return
     b, m, r, z, sp, v, shard, a_layer = (a[rows] for a in (b, m, r, z, sp, v, shard, a_layer))
-    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm, ep)
-    dp = shapes.dp_arrays(t, p, d * c, first, last, shard, ep)  # gradients over the dp-cp group (Megatron-LM), or hybrid sharding
+    keys, groups = rows_of.layer_keys, rows_of.shard_groups
+    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm, ep, distinct=(keys[0], keys[1][rows]))
+    # gradients over the dp-cp group (Megatron-LM), or hybrid sharding
+    dp = shapes.dp_arrays(t, p, d * c, first, last, shard, ep, distinct=(groups[0], groups[1][rows]))
     stage = with_accumulation(stage, dp.accumulate)
     framework = cluster.framework.at(p)
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
