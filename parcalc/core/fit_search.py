@@ -208,6 +208,8 @@ class _Shapes:
         self.time_all = False  # SearchSpace.time_all
         # (tp, pp, dp, cp, ep, schedules) -> a layout's configurations but the split's columns, and the rejections it counted
         self.grids: dict[tuple[object, ...], tuple[dict[str, np.ndarray] | None, Counter]] = {}
+        self.schedules: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}  # (pp, split) -> _schedules
+        self._filled: dict[tuple[int, int], np.ndarray] = {}
         self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
@@ -240,6 +242,14 @@ class _Shapes:
                     mtp_output(self.model, config),  # its share of the output's, apart: a --pipeline-layout may place it elsewhere
                 )
         return self._activations[key]
+
+    def filled(self, n: int, value: int) -> np.ndarray:
+        """np.full(n, value), read-only and shared (a split's columns of its first and last stage's layers)."""
+        key = (n, value)
+        if key not in self._filled:
+            self._filled[key] = np.full(n, value)
+            self._filled[key].flags.writeable = False
+        return self._filled[key]
 
     def mtp_stage(self, p: int) -> int:
         """The MTP modules' stage: the last (parcalc.core.memory.MTP_PLACEMENT) or where the --pipeline-layout's m is."""
@@ -460,7 +470,9 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     their grid. The split changes only the schedules (the chunks v must divide every stage's layers) and the columns
     of the first and last stage's layers: the rest is made once per layout and schedules (_Shapes.grids, the key)
     and shared, read-only."""
-    schedules = _schedules(p, split, space)
+    schedules = shapes.schedules.get((p, split))
+    if schedules is None:
+        schedules = shapes.schedules[(p, split)] = _schedules(p, split, space)
     key = (t, p, d, c, ep, schedules)
     if key not in shapes.grids:
         reasons: Counter = Counter()
@@ -470,7 +482,7 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     if grid is None:
         return None
     n = grid["tp"].size
-    return grid | {"first_stage_layers": np.full(n, split[0]), "last_stage_layers": np.full(n, split[-1])}, key
+    return grid | {"first_stage_layers": shapes.filled(n, split[0]), "last_stage_layers": shapes.filled(n, split[-1])}, key
 
 
 def _schedules(p: int, split: tuple[int, ...], space: SearchSpace) -> tuple[tuple[int, int], ...]:
@@ -709,6 +721,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     fits = memory <= cluster.capacity
     timed = np.full((len(_TIME_FIELDS), b.size), math.nan)  # one row per field (the fields are its rows)
     cols.update(memory=memory, fits=fits, **dict(zip(_TIME_FIELDS, timed, strict=True)))
+    cols[_TIMED] = timed
     rows = np.arange(b.size) if shapes.time_all else np.flatnonzero(fits)
     if rows.size == 0:
         return
@@ -740,6 +753,9 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
 
 _TIME_FIELDS = ("t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_cp", "t_ep", "t_optimizer", "t_offload", "t_host", "t_step", "tokens_per_second",
                 "mfu", "hfu")  # fmt: skip
+# A part's time columns are the rows of one array (_TIMED): selected and joined at once, then the columns are its rows again
+_TIMED = "_timed"
+_TIMED_COLUMNS = frozenset((*_TIME_FIELDS, _TIMED))
 
 
 def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, sp: np.ndarray, r: np.ndarray, z: np.ndarray,
@@ -778,7 +794,9 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
     aligned = _best_aligned(parts)
     if aligned is not None:
         return aligned
-    cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
+    cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0] if k not in _TIMED_COLUMNS}
+    cols[_TIMED] = np.concatenate([c[_TIMED] for c in parts], axis=1)
+    cols |= dict(zip(_TIME_FIELDS, cols[_TIMED], strict=True))
     key = _packed_key([cols[k] for k in _SPLIT_KEYS])
     fits = cols["fits"].astype(bool)
     rank = np.where(fits, cols["t_step"], cols["memory"])
@@ -787,7 +805,9 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
     first_of_group = np.ones(order.size, dtype=bool)
     first_of_group[1:] = grouped[1:] != grouped[:-1]
     keep = np.sort(order[first_of_group])
-    return {k: a[keep] for k, a in cols.items()}, int(order.size - keep.size)
+    kept = {k: a[keep] for k, a in cols.items() if k not in _TIMED_COLUMNS}
+    kept[_TIMED] = cols[_TIMED][:, keep]
+    return kept | dict(zip(_TIME_FIELDS, kept[_TIMED], strict=True)), int(order.size - keep.size)
 
 
 def _best_aligned(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int] | None:
@@ -797,7 +817,7 @@ def _best_aligned(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndar
     then row). None where the splits' rows differ (their schedules differ) or a time or memory is nan (the sort's order
     of nan is its own): the sort decides there."""
     first = parts[0]
-    if any(c[k] is not first[k] for c in parts[1:] for k in _SPLIT_KEYS) or len(parts) > 32:  # np.choose takes at most 32
+    if any(c[k] is not first[k] for c in parts[1:] for k in _SPLIT_KEYS):
         return None
     fits = [c["fits"].astype(bool) for c in parts]
     memory = [c["memory"] for c in parts]
@@ -812,8 +832,11 @@ def _best_aligned(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndar
         winner[better] = s
         best_fits, best_rank, best_memory = np.where(better, f, best_fits), np.where(better, r, best_rank), np.where(better, m, best_memory)
     order = np.argsort(winner, kind="stable")  # by split, then row: the sort's np.sort(kept indices)
-    columns = {k: (a[order] if all(c[k] is a for c in parts) else np.choose(winner, [c[k] for c in parts])[order]) for k, a in first.items()}
-    return columns, (len(parts) - 1) * winner.size
+    kept = winner[order] * winner.size + order  # the kept rows in the splits' rows one after another
+    columns = {k: (a[order] if all(c[k] is a for c in parts) else np.concatenate([c[k] for c in parts])[kept]) for k, a in first.items()
+               if k not in _TIMED_COLUMNS}  # fmt: skip
+    columns[_TIMED] = np.concatenate([c[_TIMED] for c in parts], axis=1)[:, kept]  # every time column at once
+    return columns | dict(zip(_TIME_FIELDS, columns[_TIMED], strict=True)), (len(parts) - 1) * winner.size
 
 
 # What tells one configuration of a layout from another (all but the split): the rows _best_splits compares
@@ -884,7 +907,8 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
             progress(i + 1, len(found))
     every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS + SHARD_FIELDS
     if parts:
-        columns = {k: np.concatenate([c[k] for c in parts]) for k in every}
+        timed = dict(zip(_TIME_FIELDS, np.concatenate([c[_TIMED] for c in parts], axis=1), strict=True))
+        columns = {k: timed[k] if k in timed else np.concatenate([c[k] for c in parts]) for k in every}
     else:
         columns = {k: np.array([]) for k in every}
     evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node, space.pipeline_layout)
