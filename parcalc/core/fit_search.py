@@ -420,7 +420,7 @@ class _Shapes:
             sends.append(self._sends[send_key] if pp > 1 else 0.0)
         # one row per distinct key, one column per field, then each configuration's row: the fields as columns of one array
         table = np.array(layers, dtype=float).T.take(inverse, axis=1)
-        lp = LayerPieces(*table)  # type: ignore[arg-type]  # numpy columns, as above
+        lp = LayerPieces(*table)  # numpy columns, as above
         pipeline = self.pipeline(tp, pp, dp, first, last)  # the split as the timing takes it (no slots)
         stage = assemble_stage(self.model, pipeline, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
         if self.model.moe is not None:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage (stage_pieces)
@@ -658,7 +658,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     rows_of = shapes.grid_terms.get(grid)
     if rows_of is None:
         rows_of = shapes.grid_terms[grid] = _GridTerms.of(shapes, cols, per)
-    a_layer, a_emb, a_out, a_re, a_moe, a_cp, a_mtp = rows_of.activations
+    a_layer, _, _, a_re, a_moe, a_cp, _ = rows_of.activations  # the embedding, output and MTP ones: rows_of.in_flight
     mtp_at = shapes.mtp_stage(p)
     shard = cols["shard_group"]
     dense_per_param = rows_of.dense_per_param  # the dense states shard over the dp-cp group (Megatron-LM), or the shard group S
@@ -792,8 +792,12 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
     fits with the lowest step time, ties less memory; when none fits, the least memory), and how
     many rows were dropped."""
     aligned = _best_aligned(parts)
-    if aligned is not None:
-        return aligned
+    return aligned if aligned is not None else _best_sorted(parts)
+
+
+def _best_sorted(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
+    """_best_splits by one sort of every split's rows: by configuration, then fits first, then step time (or memory,
+    where it does not fit), then memory; the first row of each configuration is kept, the kept rows in their order."""
     cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0] if k not in _TIMED_COLUMNS}
     cols[_TIMED] = np.concatenate([c[_TIMED] for c in parts], axis=1)
     cols |= dict(zip(_TIME_FIELDS, cols[_TIMED], strict=True))
