@@ -210,6 +210,8 @@ class _Shapes:
         self.grids: dict[tuple[object, ...], tuple[dict[str, np.ndarray] | None, Counter]] = {}
         self.schedules: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}  # (pp, split) -> _schedules
         self._filled: dict[tuple[int, int], np.ndarray] = {}
+        self._moe_layers: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+        self._candidates: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
         self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
@@ -242,6 +244,20 @@ class _Shapes:
                     mtp_output(self.model, config),  # its share of the output's, apart: a --pipeline-layout may place it elsewhere
                 )
         return self._activations[key]
+
+    def moe_layers(self, split: tuple[int, ...], chunks: int) -> tuple[int, ...]:
+        """parcalc.core.memory.moe_layers_per_stage, kept by (split, chunks) (its own cache hashes the model each time)."""
+        key = (split, chunks)
+        if key not in self._moe_layers:
+            self._moe_layers[key] = moe_layers_per_stage(self.model, split, chunks)
+        return self._moe_layers[key]
+
+    def candidates(self, split: tuple[int, ...], chunk_values: tuple[int, ...]) -> list[int]:
+        """The stages whose memory can be the largest for any of these chunk counts (parcalc.core.memory.fullest_candidates)."""
+        key = (split, chunk_values)
+        if key not in self._candidates:
+            self._candidates[key] = sorted(set().union(*(fullest_candidates(self.model, split, k) for k in chunk_values)))
+        return self._candidates[key]
 
     def filled(self, n: int, value: int) -> np.ndarray:
         """np.full(n, value), read-only and shared (a split's columns of its first and last stage's layers)."""
@@ -300,7 +316,7 @@ class _Shapes:
             # the pipeline it holds (parcalc.core.memory.stage_parameters, _stage_ends, root_unit): most
             # splits and pipeline depths share them
             split = stage_split(self.model.layers, pp, first, last)
-            key = (tp, ep, split[stage], moe_layers_per_stage(self.model, split, chunks)[stage], stage == 0, stage == pp - 1, pp > 1)
+            key = (tp, ep, split[stage], self.moe_layers(split, chunks)[stage], stage == 0, stage == pp - 1, pp > 1)
             self._state_keys[par_key] = key
         if key not in self._states:
             par = Layout(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B,
@@ -594,8 +610,10 @@ class _GridTerms:
     zeros: np.ndarray
     layer_keys: tuple[np.ndarray, np.ndarray]  # the distinct b 8 + SP 4 + r, and each row's (stage_arrays)
     shard_groups: tuple[np.ndarray, np.ndarray]  # the distinct shard groups, and each row's (dp_arrays)
+    chunks: np.ndarray  # each row's chunk count v
     stages: dict[int, tuple[np.ndarray, Any]] = field(default_factory=dict)
     experts: np.ndarray | None = None
+    _chunks: tuple[list[int], np.ndarray] | None = None
 
     @staticmethod
     def of(shapes: _Shapes, cols: dict[str, np.ndarray], per: Any) -> _GridTerms:
@@ -605,7 +623,14 @@ class _GridTerms:
         activations = shapes.activation_table(t, c, shapes.cp_comm)[:, sp_index, r] * b  # [7, sp, r] per row
         return _GridTerms(activations, _per_param(shapes.training, per, z, cols["shard_group"]), shapes.dispatch_pair(t, c, ep)[sp_index] * b,
                           0.0 * b, np.unique(b * 8 + sp_index * 4 + r, return_inverse=True),
-                          np.unique(cols["shard_group"], return_inverse=True))  # fmt: skip
+                          np.unique(cols["shard_group"], return_inverse=True), cols["chunks"])  # fmt: skip
+
+    def chunk_values(self) -> tuple[list[int], np.ndarray]:
+        """The distinct chunk counts v of the grid, and each row's index among them."""
+        if self._chunks is None:
+            values = np.unique(self.chunks).tolist()
+            self._chunks = values, np.searchsorted(np.array(values), self.chunks)
+        return self._chunks
 
     def expert_per_param(self, shapes: _Shapes, cols: dict[str, np.ndarray], per: Any) -> np.ndarray:
         """The routed experts' state bytes per parameter: sharded over expert-DP."""
@@ -681,10 +706,9 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             states[at] = (params + zeros, zeros, np.where(z == 3, gathered, 0.0), zeros)
         expert_per_param = dense_per_param
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
-        chunk_values = np.unique(v).tolist()
-        index = np.searchsorted(np.array(chunk_values), v)
+        chunk_values, index = rows_of.chunk_values()
         wanted_stages = (list(range(p)) if shapes.pipeline_layout is not None and p > 1  # a layout: every stage, as step.py's
-                         else sorted(set().union(*(fullest_candidates(model, split, k) for k in chunk_values))))  # fmt: skip
+                         else shapes.candidates(split, tuple(chunk_values)))  # fmt: skip
         for at in wanted_stages:
             column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, at) for k in chunk_values], dtype=float)[index]
             states[at] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
