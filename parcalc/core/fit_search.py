@@ -602,12 +602,12 @@ def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np
 class _GridTerms:
     """What the memory of a layout's configurations takes from their grid alone (_layout_arrays' key), the same for
     every split: the activations per row, the state bytes per parameter (ZeRO over the shard group), the MoE exchange
-    buffers, zeros; per stage the micro-batches in flight and the embedding's and output's activations."""
+    buffers, the ZeRO-3 rows; per stage the micro-batches in flight and the embedding's and output's activations."""
 
     activations: np.ndarray  # [7, rows]: _Shapes.activations times b
     dense_per_param: np.ndarray
     dispatch: np.ndarray
-    zeros: np.ndarray
+    zero3: np.ndarray  # ZeRO-3 rows
     layer_keys: tuple[np.ndarray, np.ndarray]  # the distinct b 8 + SP 4 + r, and each row's (stage_arrays)
     shard_groups: tuple[np.ndarray, np.ndarray]  # the distinct shard groups, and each row's (dp_arrays)
     chunks: np.ndarray  # each row's chunk count v
@@ -622,7 +622,7 @@ class _GridTerms:
         sp_index = sp.astype(int)
         activations = shapes.activation_table(t, c, shapes.cp_comm)[:, sp_index, r] * b  # [7, sp, r] per row
         return _GridTerms(activations, _per_param(shapes.training, per, z, cols["shard_group"]), shapes.dispatch_pair(t, c, ep)[sp_index] * b,
-                          0.0 * b, np.unique(b * 8 + sp_index * 4 + r, return_inverse=True),
+                          z == 3, np.unique(b * 8 + sp_index * 4 + r, return_inverse=True),
                           np.unique(cols["shard_group"], return_inverse=True), cols["chunks"])  # fmt: skip
 
     def chunk_values(self) -> tuple[list[int], np.ndarray]:
@@ -694,7 +694,9 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # second, the fullest middle one (middle stages hold the same layers, and the earlier keep more
     # micro-batches in flight); with even stages the middle ones hold no more than the first. An MoE
     # model's middle stages differ by their MoE layers (parcalc.core.memory.fullest_candidates).
+    # (a state the same on every row is a number: the arithmetic below gives each row what an array of it would)
     states: dict[int, tuple[Any, Any, Any, Any]] = {}
+    zero3 = rows_of.zero3
     if model.moe is None:
         ends = (shapes.stage_params(t, p, first, last), shapes.gathered(t, p, first, last))
         wanted = {0: 0, p - 1: 2}
@@ -702,16 +704,19 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             wanted[1] = 1
         for at, which in wanted.items():
             params, gathered = ends[0][which], ends[1][which]
-            zeros = rows_of.zeros
-            states[at] = (params + zeros, zeros, np.where(z == 3, gathered, 0.0), zeros)
+            states[at] = (params, 0.0, np.where(zero3, gathered, 0.0), 0.0)
         expert_per_param = dense_per_param
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
         chunk_values, index = rows_of.chunk_values()
         wanted_stages = (list(range(p)) if shapes.pipeline_layout is not None and p > 1  # a layout: every stage, as step.py's
                          else shapes.candidates(split, tuple(chunk_values)))  # fmt: skip
         for at in wanted_stages:
+            if len(chunk_values) == 1:
+                params, experts, gathered, moe = shapes.moe_states(t, p, c, d, ep, first, last, chunk_values[0], at)
+                states[at] = (params, experts, np.where(zero3, gathered, 0.0), moe)
+                continue
             column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, at) for k in chunk_values], dtype=float)[index]
-            states[at] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
+            states[at] = (column[:, 0], column[:, 1], np.where(zero3, column[:, 2], 0.0), column[:, 3])
         expert_per_param = rows_of.expert_per_param(shapes, cols, per)  # experts shard over expert-DP
 
     def on_stage(stage: int) -> np.ndarray:  # states and activations of one GPU of a stage
