@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -198,7 +198,7 @@ class _Shapes:
         self._dispatch_pairs: dict[tuple[int, int, int], np.ndarray] = {}
         self._mtp_stages: dict[int, int] = {}
         self.grid_terms: dict[tuple[object, ...], _GridTerms] = {}  # _layout_arrays' key -> what memory takes from the grid
-        self._dp: dict[tuple[object, ...], DataParallelPieces] = {}
+        self._dp: dict[tuple[object, ...], tuple[DataParallelPieces, tuple[float, ...]]] = {}
         self._fullest: dict[tuple[int | None, ...], FullestStage] = {}  # (tp, pp, first, last, ep) -> the fullest stage
         self._layers: dict[tuple[int | str, ...], tuple[LayerPieces, tuple[float, ...]]] = {}  # the pieces, and their fields in order
         self._absent = (math.nan,) * len(LayerPieces.__dataclass_fields__)  # stage_arrays' row of a key no configuration has
@@ -368,15 +368,21 @@ class _Shapes:
     def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None = None, ep: int = 1) -> DataParallelPieces:
         """parcalc.core.timing.step.dp_pieces, once per distinct fullest stage (most splits of a
         layout share it)."""
+        return self._dp_entry(tp, pp, dp, first, last, shard_group, ep)[0]
+
+    def _dp_entry(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None,
+                  ep: int) -> tuple[DataParallelPieces, tuple[float, ...]]:  # fmt: skip
+        """dp()'s pieces, and their float fields in _DP_ARRAY_FIELDS order."""
         from parcalc.core.timing.step import _fullest_stage, dp_pieces_of
 
         stage = self._fullest.get((tp, pp, first, last, ep))
         if stage is None:  # it does not depend on dp (_fullest_stage)
             stage = self._fullest[(tp, pp, first, last, ep)] = _fullest_stage(self.model, self.pipeline(tp, pp, dp, first, last, ep=ep))
-        key = (tp, dp, shard_group, ep, stage, self.cluster.framework.at(pp) is not self.cluster.framework)
+        key = (tp, dp, shard_group, ep, stage, pp > 1 and self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
             layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
-            self._dp[key] = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
+            found = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
+            self._dp[key] = found, tuple(getattr(found, name) for name in _DP_ARRAY_FIELDS)
         return self._dp[key]
 
     def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1, *,
@@ -389,11 +395,14 @@ class _Shapes:
         if len(present) == 1:
             size = int(unique[present[0]])
             return self.dp(tp, pp, ranks, first, last, None if size >= ranks else size, ep)
-        found = {i: self.dp(tp, pp, ranks, first, last, None if int(unique[i]) >= ranks else int(unique[i]), ep) for i in present}
-        pieces = [found.get(i, found[present[0]]) for i in range(unique.size)]  # an absent size's row: any, never taken
-        names = [f.name for f in fields(DataParallelPieces) if f.name != "layers"]
-        table = {name: np.array([getattr(x, name) for x in pieces], dtype=float)[inverse] for name in names}
-        return DataParallelPieces(**table, layers=pieces[0].layers)  # type: ignore[arg-type]  # numpy columns in the float fields: the scalar formulas run on arrays
+        rows = {}
+        for i in present:
+            size = int(unique[i])
+            pieces, rows[i] = self._dp_entry(tp, pp, ranks, first, last, None if size >= ranks else size, ep)
+            layers = pieces.layers  # the same stage's for every size
+        # one row per distinct size (an absent size's: any, never taken), one column per float field, then each configuration's
+        table = np.array([rows.get(i, rows[present[0]]) for i in range(unique.size)], dtype=float).T.take(inverse, axis=1)
+        return DataParallelPieces(**dict(zip(_DP_ARRAY_FIELDS, table, strict=True)), layers=layers)  # type: ignore[arg-type]  # numpy columns in the float fields: the scalar formulas run on arrays
 
     def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
                      r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1, *,
@@ -443,6 +452,9 @@ class _Shapes:
             per = np.maximum(stage.layers, 1)
             return stage, stage.forward / per, (stage.backward + stage.recompute) / per
         return stage, lp.f_dense, lp.b_dense + lp.r_dense  # type: ignore[return-value]  # lp's fields are arrays here
+
+
+_DP_ARRAY_FIELDS = tuple(name for name in DataParallelPieces.__dataclass_fields__ if name != "layers")  # dp_arrays' columns
 
 
 def _present(size: int, inverse: np.ndarray) -> list[int]:
