@@ -201,7 +201,6 @@ class _Shapes:
         self._dp: dict[tuple[object, ...], tuple[DataParallelPieces, tuple[float, ...]]] = {}
         self._fullest: dict[tuple[int | None, ...], FullestStage] = {}  # (tp, pp, first, last, ep) -> the fullest stage
         self._layers: dict[tuple[int | str, ...], tuple[LayerPieces, tuple[float, ...]]] = {}  # the pieces, and their fields in order
-        self._absent = (math.nan,) * len(LayerPieces.__dataclass_fields__)  # stage_arrays' row of a key no configuration has
         self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | bool, ...], tuple[float, ...]] = {}
         self._state_keys: dict[tuple[int | None, ...], tuple[int | bool, ...]] = {}
@@ -415,14 +414,14 @@ class _Shapes:
         from parcalc.core.timing.network import collective_time, placement
 
         unique, inverse = distinct if distinct is not None else np.unique(b * 8 + sp.astype(int) * 4 + r, return_inverse=True)
-        present = set(_present(unique.size, inverse))
+        present = _present(unique.size, inverse)
+        if len(present) < unique.size:  # only the keys these rows have, each row's index among them
+            remap = np.zeros(unique.size, dtype=np.intp)
+            remap[present] = np.arange(len(present))
+            unique, inverse = unique[present], remap[inverse]
         first, last = split
         layers, sends = [], []
-        for i, key in enumerate(unique.tolist()):
-            if i not in present:  # a row never taken
-                layers.append(self._absent)
-                sends.append(0.0)
-                continue
+        for key in unique.tolist():
             size, rest = divmod(key, 8)
             layer_key = (tp, size, rest, cp, cp_comm, ep)
             if layer_key not in self._layers:
