@@ -401,7 +401,7 @@ class _Shapes:
             layers = pieces.layers  # the same stage's for every size
         # one row per distinct size (an absent size's: any, never taken), one column per float field, then each configuration's
         table = np.array([rows.get(i, rows[present[0]]) for i in range(unique.size)], dtype=float).T.take(inverse, axis=1)
-        return DataParallelPieces(**dict(zip(_DP_ARRAY_FIELDS, table, strict=True)), layers=layers)  # type: ignore[arg-type]  # numpy columns in the float fields: the scalar formulas run on arrays
+        return DataParallelPieces(**dict(zip(_DP_ARRAY_FIELDS, table, strict=True)), layers=layers)  # numpy columns in the float fields: the scalar formulas run on arrays
 
     def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
                      r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1, *,
