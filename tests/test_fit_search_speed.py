@@ -15,8 +15,9 @@ import random
 import numpy as np
 import pytest
 
+from parcalc.core.best_split import _best_aligned, _best_sorted, _packed_key
 from parcalc.core.fit import estimate
-from parcalc.core.fit_search import _best_aligned, _best_sorted, _packed_key, search
+from parcalc.core.fit_search import search
 from parcalc.core.search_layouts import splits
 from parcalc.results.fit_request import request
 
@@ -112,7 +113,7 @@ def _parts(rng: np.random.Generator, splits_: int, rows: int) -> list[dict[str, 
         fits = rng.random(rows) < 0.6
         timed = np.full((14, rows), math.nan)
         timed[10] = np.where(fits, rng.integers(1, 4, rows).astype(float), math.nan)  # t_step, with ties
-        from parcalc.core.fit_search import _TIME_FIELDS, _TIMED
+        from parcalc.core.best_split import _TIME_FIELDS, _TIMED
 
         part = dict(grid) | {"first_stage_layers": np.full(rows, s), "last_stage_layers": np.full(rows, -s),
                              "memory": rng.integers(1, 4, rows).astype(float), "fits": fits, _TIMED: timed}  # fmt: skip
