@@ -1,11 +1,28 @@
 """Speed of `parcalc fit --search`: GPT-3 175B, global batch 1536, s = 2048, on 64, 1024 and 8192
 A100s. Prints configurations evaluated, the wall time of the whole search (median of several runs,
 in-process, one thread), configurations per second, and the speed-up over evaluating the same
-configurations one by one with the scalar parcalc.core.fit.estimate (timed on a sample). Run by hand:
+configurations one by one with the scalar parcalc.core.fit.estimate (timed on a sample). Then the
+searches of issues #31 and #32 in-process, and as whole one-liners (`python -m parcalc fit --search ...`,
+start-up and rendering included) against `python -c "import typer"`, as benchmarks/startup.py does. Run by hand:
 
     python benchmarks/fit_search.py [runs]
 
-Aim (issue 6): the full space on 1024 GPUs in well under a second on one core.
+Aims: the full space on 1024 GPUs in well under a second on one core (issue 6); each one-liner of ONE_LINERS
+under a second of wall time on a 2-core machine (issues #31 and #32).
+
+Measured as whole processes on the 2-core machine of issue #32 (wall seconds, median of 9 runs taking turns with the
+other command; the ratio is to `python -c "import typer"` timed the same way, about 0.06 s; before: c4f4650, after: the
+commit that added these lines; every searched row equal before and after, tests/test_fit_search_speed.py):
+
+    one-liner                                   before           after            after / before (paired)
+    DeepSeek-V3, 2,048 H800                     1.26 s (21.0x)   0.94 s (16.0x)   0.78
+    DeepSeek-V3, 2,048 H800, layout string      0.57 s           0.57 s (9.0x)    0.99
+    Llama 3 405B, 16,384 H100                   0.35 s           0.34 s (5.2x)    1.01
+    Llama 3 405B, 16,384 GB200                  0.41 s           0.37 s (5.7x)    0.91
+
+The DeepSeek-V3 search itself (in-process, CPU seconds, best of 7 with the cores' caches cleared): 1.00 -> 0.68. Of
+what is left, about 60 % is the scalar cores' own time (layer_pieces, dp_pieces_of, stage_parameters, ...) asked once
+per distinct key; the start-up (imports: numpy, typer, the cores) is about 0.2 s of every one-liner.
 """
 
 from __future__ import annotations
@@ -73,6 +90,73 @@ def moe(runs: int) -> None:
     print(f"DeepSeek-V3 on 2048 H800: {count:,} configurations on {found.layouts} layouts, {wall * 1e3:.1f} ms, {count / wall:,.0f} configs/s")
 
 
+# The one-liners of issues #31 and #32 (DeepSeek-V3's technical report: 15,360 sequences of 4,096 tokens; Llama 3's
+# 405B: 2,048 sequences of 8,192, its 16,384 H100s, and the same on GB200 NVL72 racks of 72 GPUs in one NVLink domain)
+ONE_LINERS = {
+    "DeepSeek-V3, 2,048 H800": ["fit", "--model", "deepseek-v3", "--gpus", "2048", "--gpu", "h800-sxm5", "--search", "--batch", "15360",
+                                "--seq-len", "4096"],
+    "DeepSeek-V3, 2,048 H800, layout string": ["fit", "--model", "deepseek-v3", "--gpus", "2048", "--gpu", "h800-sxm5", "--search",
+                                               "--batch", "15360", "--seq-len", "4096", "--pipeline-layout", "Et|(tt|)*30mL"],
+    "Llama 3 405B, 16,384 H100": ["fit", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "h100-sxm5", "--search", "--batch", "2048",
+                                  "--seq-len", "8192"],
+    "Llama 3 405B, 16,384 GB200": ["fit", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "gb200", "--search", "--batch", "2048",
+                                   "--seq-len", "8192"],
+}  # fmt: skip
+
+
+def searches(runs: int) -> None:
+    """Each one-liner's search alone, in-process (the request read as the command line reads it)."""
+    from parcalc.results.fit_request import request
+
+    for name, argv in ONE_LINERS.items():
+        req = request(**_as_flags(argv))
+        times, found = [], None
+        for _ in range(runs):
+            start = time.perf_counter()
+            found = search(req.model, req.training, req.cluster, req.space)
+            times.append(time.perf_counter() - start)
+        assert found is not None
+        wall = statistics.median(times)
+        print(f"{name:<40} search {wall * 1e3:7.1f} ms  {len(found.evaluated):>7,} configurations on {found.layouts} layouts")
+
+
+def _as_flags(argv: list[str]) -> dict[str, object]:
+    """fit's request() arguments from a one-liner's words (the flags ONE_LINERS uses)."""
+    flags: dict[str, object] = {"search": True}
+    words = iter(argv[1:])
+    for word in words:
+        if word == "--search":
+            continue
+        key = word.removeprefix("--").replace("-", "_")
+        value = next(words)
+        flags[key] = [value] if key == "gpu" else value
+    return flags
+
+
+def one_liners(runs: int) -> None:
+    """The one-liners as whole processes, taking turns with `python -c "import typer"` (benchmarks/startup.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from startup import BASELINE, PYTHON, seconds  # benchmarks/startup.py: the same process timing
+
+    argvs = {"import typer": BASELINE} | {name: [PYTHON, "-m", "parcalc", *argv] for name, argv in ONE_LINERS.items()}
+    for argv in argvs.values():  # warm the file cache, the bytecode and the preset cache
+        seconds(argv)
+    times: dict[str, list[float]] = {name: [] for name in argvs}
+    for _ in range(runs):
+        for name, argv in argvs.items():
+            times[name].append(seconds(argv))
+    baseline = statistics.median(times["import typer"])
+    print(f"python -c 'import typer'                 {baseline * 1e3:7.1f} ms  (median of {runs}, commands taking turns)")
+    for name in ONE_LINERS:
+        wall = statistics.median(times[name])
+        # the ratio as the median of the ratios within a round: runs taken back to back
+        paired = statistics.median(a / b for a, b in zip(times[name], times["import typer"], strict=True))
+        print(f"parcalc fit --search: {name:<40} {wall * 1e3:7.1f} ms  ratio {wall / baseline:.1f}x (paired {paired:.1f}x)")
+
+
 if __name__ == "__main__":
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     main()
-    moe(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
+    moe(runs)
+    searches(runs)
+    one_liners(max(runs, 7))

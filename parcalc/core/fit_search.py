@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,7 @@ from parcalc.core.activations import (
     output_activations,
     recompute_working_set,
 )
+from parcalc.core.best_split import _TIME_FIELDS, _TIMED, best_splits
 from parcalc.core.choices import Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes, with_accumulation
 from parcalc.core.layout import Layout
@@ -71,6 +72,7 @@ from parcalc.core.search_layouts import CP_MIN_SEQ_LEN, RECOMPUTES, SearchSpace,
 from parcalc.core.stages import stage_split
 from parcalc.core.timing.step import (
     DataParallelPieces,
+    FullestStage,
     LayerPieces,
     StagePieces,
     assemble_stage,
@@ -198,12 +200,23 @@ class _Shapes:
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
-        self._dp: dict[tuple[object, ...], DataParallelPieces] = {}
-        self._layers: dict[tuple[int | str, ...], LayerPieces] = {}
+        self._activation_tables: dict[tuple[int, int, str], np.ndarray] = {}
+        self._dispatch_pairs: dict[tuple[int, int, int], np.ndarray] = {}
+        self._mtp_stages: dict[int, int] = {}
+        self.grid_terms: dict[tuple[object, ...], _GridTerms] = {}  # _layout_arrays' key -> what memory takes from the grid
+        self._dp: dict[tuple[object, ...], tuple[DataParallelPieces, tuple[float, ...]]] = {}
+        self._fullest: dict[tuple[int | None, ...], FullestStage] = {}  # (tp, pp, first, last, ep) -> the fullest stage
+        self._layers: dict[tuple[int | str, ...], tuple[LayerPieces, tuple[float, ...]]] = {}  # the pieces, and their fields in order
         self._sends: dict[tuple[int, ...], float] = {}
         self._states: dict[tuple[int | bool, ...], tuple[float, ...]] = {}
         self._state_keys: dict[tuple[int | None, ...], tuple[int | bool, ...]] = {}
         self.time_all = False  # SearchSpace.time_all
+        # (tp, pp, dp, cp, ep, schedules) -> a layout's configurations but the split's columns, and the rejections it counted
+        self.grids: dict[tuple[object, ...], tuple[dict[str, np.ndarray] | None, Counter]] = {}
+        self.schedules: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}  # (pp, split) -> _schedules
+        self._filled: dict[tuple[int, int], np.ndarray] = {}
+        self._moe_layers: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+        self._candidates: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
         self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
         self.schedule: Schedule | None = None  # SearchSpace.schedule: the split-backward schedule of the pipelined layouts
 
@@ -238,6 +251,57 @@ class _Shapes:
                 )
         return self._activations[key]
 
+    def moe_layers(self, split: tuple[int, ...], chunks: int) -> tuple[int, ...]:
+        """parcalc.core.memory.moe_layers_per_stage, kept by (split, chunks) (its own cache hashes the model each time)."""
+        key = (split, chunks)
+        if key not in self._moe_layers:
+            self._moe_layers[key] = moe_layers_per_stage(self.model, split, chunks)
+        return self._moe_layers[key]
+
+    def candidates(self, split: tuple[int, ...], chunk_values: tuple[int, ...]) -> list[int]:
+        """The stages whose memory can be the largest for any of these chunk counts (parcalc.core.memory.fullest_candidates)."""
+        key = (split, chunk_values)
+        if key not in self._candidates:
+            self._candidates[key] = sorted(set().union(*(fullest_candidates(self.model, split, k) for k in chunk_values)))
+        return self._candidates[key]
+
+    def filled(self, n: int, value: int) -> np.ndarray:
+        """np.full(n, value), read-only and shared (a split's columns of its first and last stage's layers)."""
+        key = (n, value)
+        if key not in self._filled:
+            self._filled[key] = np.full(n, value)
+            self._filled[key].flags.writeable = False
+        return self._filled[key]
+
+    def mtp_stage(self, p: int) -> int:
+        """The MTP modules' stage: the last (parcalc.core.memory.MTP_PLACEMENT) or where the --pipeline-layout's m is."""
+        if self.pipeline_layout is not None and p > 1 and self.model.mtp_layers:
+            if p not in self._mtp_stages:
+                from parcalc.core.pipeline_layout import parse_pipeline_layout
+
+                self._mtp_stages[p] = parse_pipeline_layout(self.pipeline_layout, p, self.model.layers, self.model.mtp_layers).mtp_rank() or 0
+            return self._mtp_stages[p]
+        return p - 1
+
+    def activation_table(self, tp: int, cp: int, cp_comm: str) -> np.ndarray:
+        """activations() of every (SP, recomputation) as one array [what, sp, recompute] (read-only)."""
+        key = (tp, cp, cp_comm)
+        if key not in self._activation_tables:
+            table = np.array([[self.activations(tp, bool(s), rec, cp, cp_comm) for rec in RECOMPUTES] for s in (False, True)])
+            table = np.ascontiguousarray(np.moveaxis(table, 2, 0))
+            table.flags.writeable = False
+            self._activation_tables[key] = table
+        return self._activation_tables[key]
+
+    def dispatch_pair(self, tp: int, cp: int, ep: int) -> np.ndarray:
+        """dispatch() without and with sequence parallelism (read-only)."""
+        key = (tp, cp, ep)
+        if key not in self._dispatch_pairs:
+            pair = np.array([self.dispatch(tp, bool(x), cp, ep) for x in (0, 1)])
+            pair.flags.writeable = False
+            self._dispatch_pairs[key] = pair
+        return self._dispatch_pairs[key]
+
     def moe_states(self, tp: int, pp: int, cp: int, dp: int, ep: int, first: int | None, last: int | None,
                    chunks: int, stage: int) -> tuple[float, ...]:  # fmt: skip
         """One stage of an MoE model on one GPU: (parameters, routed-expert parameters, ZeRO-3
@@ -258,7 +322,7 @@ class _Shapes:
             # the pipeline it holds (parcalc.core.memory.stage_parameters, _stage_ends, root_unit): most
             # splits and pipeline depths share them
             split = stage_split(self.model.layers, pp, first, last)
-            key = (tp, ep, split[stage], moe_layers_per_stage(self.model, split, chunks)[stage], stage == 0, stage == pp - 1, pp > 1)
+            key = (tp, ep, split[stage], self.moe_layers(split, chunks)[stage], stage == 0, stage == pp - 1, pp > 1)
             self._state_keys[par_key] = key
         if key not in self._states:
             par = Layout(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B,
@@ -310,36 +374,58 @@ class _Shapes:
     def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None = None, ep: int = 1) -> DataParallelPieces:
         """parcalc.core.timing.step.dp_pieces, once per distinct fullest stage (most splits of a
         layout share it)."""
+        return self._dp_entry(tp, pp, dp, first, last, shard_group, ep)[0]
+
+    def _dp_entry(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None,
+                  ep: int) -> tuple[DataParallelPieces, tuple[float, ...]]:  # fmt: skip
+        """dp()'s pieces, and their float fields in _DP_ARRAY_FIELDS order."""
         from parcalc.core.timing.step import _fullest_stage, dp_pieces_of
 
-        layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
-        stage = _fullest_stage(self.model, layout)
-        key = (tp, dp, shard_group, ep, stage, self.cluster.framework.at(pp) is not self.cluster.framework)
+        stage = self._fullest.get((tp, pp, first, last, ep))
+        if stage is None:  # it does not depend on dp (_fullest_stage)
+            stage = self._fullest[(tp, pp, first, last, ep)] = _fullest_stage(self.model, self.pipeline(tp, pp, dp, first, last, ep=ep))
+        key = (tp, dp, shard_group, ep, stage, pp > 1 and self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
-            self._dp[key] = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
+            layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
+            found = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
+            self._dp[key] = found, tuple(getattr(found, name) for name in _DP_ARRAY_FIELDS)
         return self._dp[key]
 
-    def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1) -> DataParallelPieces:
+    def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1, *,
+                  distinct: tuple[np.ndarray, np.ndarray] | None = None) -> DataParallelPieces:  # fmt: skip
         """dp() for every configuration's shard group (an array of S; S = ranks: full sharding), as
-        one DataParallelPieces whose fields are arrays (scalars when every S is the same)."""
-        unique, inverse = np.unique(sizes, return_inverse=True)
-        pieces = [self.dp(tp, pp, ranks, first, last, None if int(size) >= ranks else int(size), ep) for size in unique.tolist()]
-        if len(pieces) == 1:
-            return pieces[0]
-        names = [f.name for f in fields(DataParallelPieces) if f.name != "layers"]
-        table = {name: np.array([getattr(x, name) for x in pieces], dtype=float)[inverse] for name in names}
-        return DataParallelPieces(**table, layers=pieces[0].layers)  # type: ignore[arg-type]  # numpy columns in the float fields: the scalar formulas run on arrays
+        one DataParallelPieces whose fields are arrays (scalars when every S is the same). distinct: np.unique(sizes,
+        return_inverse=True), or the distinct sizes of a larger set and the inverse of these (dp() only for those present)."""
+        unique, inverse = distinct if distinct is not None else np.unique(sizes, return_inverse=True)
+        present = _present(unique.size, inverse)
+        if len(present) == 1:
+            size = int(unique[present[0]])
+            return self.dp(tp, pp, ranks, first, last, None if size >= ranks else size, ep)
+        rows = {}
+        for i in present:
+            size = int(unique[i])
+            pieces, rows[i] = self._dp_entry(tp, pp, ranks, first, last, None if size >= ranks else size, ep)
+            layers = pieces.layers  # the same stage's for every size
+        # one row per distinct size (an absent size's: any, never taken), one column per float field, then each configuration's
+        table = np.array([rows.get(i, rows[present[0]]) for i in range(unique.size)], dtype=float).T.take(inverse, axis=1)
+        return DataParallelPieces(**dict(zip(_DP_ARRAY_FIELDS, table, strict=True)), layers=layers)  # numpy columns in the float fields: the scalar formulas run on arrays
 
     def stage_arrays(self, tp: int, pp: int, dp: int, split: tuple[int | None, int | None], b: np.ndarray, sp: np.ndarray,
-                     r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
+                     r: np.ndarray, cp: int = 1, cp_comm: str = "p2p", ep: int = 1, *,
+                     distinct: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[StagePieces, np.ndarray, np.ndarray]:  # fmt: skip
         """parcalc.core.timing.step.stage_pieces for every configuration: the per-layer pieces once per
         distinct (b, SP, r) (parcalc.core.timing.step.layer_pieces), the stage assembled on arrays by
-        the same code as the scalar path (parcalc.core.timing.step.assemble_stage)."""
+        the same code as the scalar path (parcalc.core.timing.step.assemble_stage). distinct: the distinct keys
+        b 8 + SP 4 + r of a larger set of rows and the inverse of these rows (layer_pieces only for those present)."""
         from parcalc.core.choices import Collective
         from parcalc.core.timing.network import collective_time, placement
 
-        keys = b * 8 + sp.astype(int) * 4 + r
-        unique, inverse = np.unique(keys, return_inverse=True)
+        unique, inverse = distinct if distinct is not None else np.unique(b * 8 + sp.astype(int) * 4 + r, return_inverse=True)
+        present = _present(unique.size, inverse)
+        if len(present) < unique.size:  # only the keys these rows have, each row's index among them
+            remap = np.zeros(unique.size, dtype=np.intp)
+            remap[present] = np.arange(len(present))
+            unique, inverse = unique[present], remap[inverse]
         first, last = split
         layers, sends = [], []
         for key in unique.tolist():
@@ -356,16 +442,18 @@ class _Shapes:
                     experts = ExpertShard(ep, tp, imbalance, dispatcher, searched_routing_limit(limit, ep, tp, self.cluster.gpus_per_node),
                                           overlap)  # fmt: skip
                 shard = Layout(tp, cp=cp, cp_comm=cp_comm, sequence_parallel=bool(rest // 4))
-                self._layers[layer_key] = layer_pieces(self.model, shard, size, RECOMPUTES[rest % 4], self.training, self.cluster,
-                                                       experts=experts)  # fmt: skip
-            piece = self._layers[layer_key]
-            layers.append(piece)
+                found = layer_pieces(self.model, shard, size, RECOMPUTES[rest % 4], self.training, self.cluster, experts=experts)
+                self._layers[layer_key] = found, astuple_shallow(found)
+            piece, row = self._layers[layer_key]
+            layers.append(row)
             send_key = (tp, cp, dp, size)
             if pp > 1 and send_key not in self._sends:  # stage_pieces' pipeline send of b s h / t
                 group = placement(2, tp * cp * dp, self.cluster.gpus_per_node)
                 self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, piece.activation / tp, group, self.cluster.fabric).time
             sends.append(self._sends[send_key] if pp > 1 else 0.0)
-        lp = LayerPieces(**{name: np.array([getattr(x, name) for x in layers], dtype=float)[inverse] for name in _LAYER_FIELDS})  # type: ignore[arg-type]  # numpy columns, as above
+        # one row per distinct key, one column per field, then each configuration's row: the fields as columns of one array
+        table = np.array(layers, dtype=float).T.take(inverse, axis=1)
+        lp = LayerPieces(*table)  # numpy columns, as above
         pipeline = self.pipeline(tp, pp, dp, first, last)  # the split as the timing takes it (no slots)
         stage = assemble_stage(self.model, pipeline, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
         if self.model.moe is not None:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage (stage_pieces)
@@ -374,7 +462,19 @@ class _Shapes:
         return stage, lp.f_dense, lp.b_dense + lp.r_dense  # type: ignore[return-value]  # lp's fields are arrays here
 
 
-_LAYER_FIELDS = tuple(LayerPieces.__dataclass_fields__)
+_DP_ARRAY_FIELDS = tuple(name for name in DataParallelPieces.__dataclass_fields__ if name != "layers")  # dp_arrays' columns
+
+
+def _present(size: int, inverse: np.ndarray) -> list[int]:
+    """The indices in range(size) that `inverse` takes, in order."""
+    present = np.zeros(size, dtype=bool)
+    present[inverse] = True
+    return np.flatnonzero(present).tolist()
+
+
+def astuple_shallow(pieces: Any) -> tuple[Any, ...]:
+    """A dataclass's fields in order, as they are (dataclasses.astuple copies them deeply)."""
+    return tuple(getattr(pieces, name) for name in pieces.__dataclass_fields__)
 
 
 def mtp_output(model: Any, config: ActivationConfig) -> float:
@@ -401,17 +501,30 @@ def searched_routing_limit(limit: int | None, ep: int, etp: int, gpus_per_node: 
 
 
 def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ...], space: SearchSpace,
-                   rejected: Counter, c: int = 1, ep: int = 1) -> dict[str, np.ndarray] | None:  # fmt: skip
-    """One layout's configurations with the layers per stage `split` (every stage's, first to last)."""
-    training = shapes.training
-    replica = training.global_batch // d
-    sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
-    recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
-    if shapes.cluster.framework.step_memory == "hf-eager":  # HF checkpoints whole decoder layers or nothing
-        recomputes = [i for i in recomputes if RECOMPUTES[i] in (Recompute.NONE, Recompute.FULL)]
-    engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
-    zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
-    sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
+                   rejected: Counter, c: int = 1, ep: int = 1) -> tuple[dict[str, np.ndarray], tuple[object, ...]] | None:  # fmt: skip
+    """One layout's configurations with the layers per stage `split` (every stage's, first to last), and the key of
+    their grid. The split changes only the schedules (the chunks v must divide every stage's layers) and the columns
+    of the first and last stage's layers: the rest is made once per layout and schedules (_Shapes.grids, the key)
+    and shared, read-only."""
+    schedules = shapes.schedules.get((p, split))
+    if schedules is None:
+        schedules = shapes.schedules[(p, split)] = _schedules(p, split, space)
+    # a split-backward schedule's rules read the split's ends (pipeline_step.schedule_reason): its grid is the split's own
+    key = (t, p, d, c, ep, schedules, split if space.schedule is not None else None)
+    if key not in shapes.grids:
+        reasons: Counter = Counter()
+        shapes.grids[key] = _layout_grid(shapes, t, p, d, schedules, space, reasons, c, ep, split), reasons
+    grid, reasons = shapes.grids[key]
+    rejected.update(reasons)
+    if grid is None:
+        return None
+    n = grid["tp"].size
+    return grid | {"first_stage_layers": shapes.filled(n, split[0]), "last_stage_layers": shapes.filled(n, split[-1])}, key
+
+
+def _schedules(p: int, split: tuple[int, ...], space: SearchSpace) -> tuple[tuple[int, int], ...]:
+    """(interleaved, chunks v) of each schedule a layout with this split runs: 1F1B, and interleaved with every v
+    that divides every stage's layers (or a --pipeline-layout's own chunks)."""
     schedules = [(0, 1)]
     if space.schedule is not None and p > 1:  # the split-backward schedule asked for, on every pipelined layout
         schedules = [(SCHEDULE_CODES.index(space.schedule), 1)]
@@ -424,6 +537,22 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
         embedding, loss = space.slots  # v must divide every stage's layers, or its layer slots (Megatron-LM, parcalc.core.stages)
         per_stage = math.gcd(split[0] + embedding, *split[1:-1], split[-1] + loss)
         schedules += [(1, v) for v in divisors(per_stage) if v > 1 and (space.max_chunks is None or v <= space.max_chunks)]
+    return tuple(schedules)
+
+
+def _layout_grid(shapes: _Shapes, t: int, p: int, d: int, schedules: tuple[tuple[int, int], ...], space: SearchSpace,
+                 rejected: Counter, c: int, ep: int, split: tuple[int, ...]) -> dict[str, np.ndarray] | None:  # fmt: skip
+    """_layout_arrays' columns but the split's (read-only arrays); `split` is read only by a split-backward schedule's
+    rules (space.schedule), whose grids are then one per split."""
+    training = shapes.training
+    replica = training.global_batch // d
+    sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
+    recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
+    if shapes.cluster.framework.step_memory == "hf-eager":  # HF checkpoints whole decoder layers or nothing
+        recomputes = [i for i in recomputes if RECOMPUTES[i] in (Recompute.NONE, Recompute.FULL)]
+    engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
+    zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
+    sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
     if not sizes and space.micro_batches is not None:  # the named sizes divide this layout's replica batch nowhere
         given = ", ".join(str(b) for b in space.micro_batches)
         many = len(space.micro_batches) > 1
@@ -436,9 +565,9 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
         zeros = [z for z in zeros if z == 0]
         if not zeros:
             return None
-    grid = np.meshgrid(np.array(sizes), np.array(recomputes), np.array(zeros), np.array([int(s) for s in sps]),
+    mesh = np.meshgrid(np.array(sizes), np.array(recomputes), np.array(zeros), np.array([int(s) for s in sps]),
                        np.arange(len(schedules)), indexing="ij")  # fmt: skip
-    b, r, z, sp, k = (a.ravel() for a in grid)
+    b, r, z, sp, k = (a.ravel() for a in mesh)
     # ZeRO-1/2/3 rows once per shard group S; ZeRO-0 rows once, with S = dp x cp (nothing sharded)
     reps = np.where(z >= 1, max(groups.size, 1), 1)
     row = np.repeat(np.arange(z.size), reps)
@@ -467,9 +596,12 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     if b.size == 0:
         return None
     n = b.size
-    return {"tp": np.full(n, t), "pp": np.full(n, p), "dp": np.full(n, d), "micro_batch": b, "micro_batches": m, "recompute": r,
-            "zero": z, "sequence_parallel": sp.astype(bool), "schedule": sched, "chunks": v, "first_stage_layers": np.full(n, split[0]),
-            "last_stage_layers": np.full(n, split[-1]), "cp": np.full(n, c), "ep": np.full(n, ep), "shard_group": shard}  # fmt: skip
+    grid = {"tp": np.full(n, t), "pp": np.full(n, p), "dp": np.full(n, d), "micro_batch": b, "micro_batches": m, "recompute": r,
+            "zero": z, "sequence_parallel": sp.astype(bool), "schedule": sched, "chunks": v, "cp": np.full(n, c), "ep": np.full(n, ep),
+            "shard_group": shard}  # fmt: skip
+    for column in grid.values():
+        column.flags.writeable = False  # shared by the layout's splits
+    return grid
 
 
 def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
@@ -504,14 +636,96 @@ def _split_in_flight(schedule: Schedule, p: int, m: np.ndarray, stage: int, weig
 def _in_flight(p: int, m: np.ndarray, stage: int, interleaved: np.ndarray, v: np.ndarray) -> np.ndarray:
     """parcalc.core.pipeline.in_flight_micro_batches for 1F1B and interleaved, on arrays."""
     plain = np.minimum(p - stage, m).astype(float)
+    if not interleaved.any():  # 1F1B throughout (np.where below would take `plain` everywhere)
+        return plain
     warm_up = (p - stage - 1) * 2 + (v - 1) * p
     chunked = np.where(m == p, m.astype(float), np.minimum(warm_up + 1, m * v) / v)
     return np.where(interleaved.astype(bool) & (v > 1), chunked, plain)
 
 
-def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[int | None, int | None], split: tuple[int, ...]) -> None:
+@dataclass
+class _GridTerms:
+    """What the memory of a layout's configurations takes from their grid alone (_layout_arrays' key), the same for
+    every split: the activations per row, the state bytes per parameter (ZeRO over the shard group), the MoE exchange
+    buffers, the ZeRO-3 rows; per stage the micro-batches in flight and the embedding's and output's activations."""
+
+    activations: np.ndarray  # [7, rows]: _Shapes.activations times b
+    dense_per_param: np.ndarray
+    dispatch: np.ndarray
+    zero3: np.ndarray  # ZeRO-3 rows
+    layer_keys: tuple[np.ndarray, np.ndarray]  # the distinct b 8 + SP 4 + r, and each row's (stage_arrays)
+    shard_groups: tuple[np.ndarray, np.ndarray]  # the distinct shard groups, and each row's (dp_arrays)
+    chunks: np.ndarray  # each row's chunk count v
+    stages: dict[int, tuple[np.ndarray, Any]] = field(default_factory=dict)
+    experts: np.ndarray | None = None
+    _chunks: tuple[list[int], np.ndarray] | None = None
+
+    @staticmethod
+    def of(shapes: _Shapes, cols: dict[str, np.ndarray], per: Any) -> _GridTerms:
+        t, c, ep = int(cols["tp"][0]), int(cols["cp"][0]), int(cols["ep"][0])
+        b, r, z, sp = cols["micro_batch"], cols["recompute"], cols["zero"], cols["sequence_parallel"]
+        sp_index = sp.astype(int)
+        activations = shapes.activation_table(t, c, shapes.cp_comm)[:, sp_index, r] * b  # [7, sp, r] per row
+        return _GridTerms(activations, _per_param(shapes.training, per, z, cols["shard_group"]), shapes.dispatch_pair(t, c, ep)[sp_index] * b,
+                          z == 3, np.unique(b * 8 + sp_index * 4 + r, return_inverse=True),
+                          np.unique(cols["shard_group"], return_inverse=True), cols["chunks"])  # fmt: skip
+
+    def chunk_values(self) -> tuple[list[int], np.ndarray]:
+        """The distinct chunk counts v of the grid, and each row's index among them."""
+        if self._chunks is None:
+            values = np.unique(self.chunks).tolist()
+            self._chunks = values, np.searchsorted(np.array(values), self.chunks)
+        return self._chunks
+
+    def expert_per_param(self, shapes: _Shapes, cols: dict[str, np.ndarray], per: Any) -> np.ndarray:
+        """The routed experts' state bytes per parameter: sharded over expert-DP; under fully_shard by whole experts over
+        the shard group (parcalc.core.memory_fsdp.expert_shard_ranks: FSDP2 chunks an expert stack's dim 0)."""
+        if self.experts is None:
+            from parcalc.core.expert_parallel import expert_layout
+
+            t, p, d, c, ep = (int(cols[k][0]) for k in ("tp", "pp", "dp", "cp", "ep"))
+            ranks: int | np.ndarray = expert_layout(shapes.model, Layout(tp=t, pp=p, dp=d, cp=c, ep=ep)).edp
+            if shapes.cluster.framework.step_memory in FSDP2_PROFILES and shapes.model.moe is not None:
+                from parcalc.core.memory_fsdp import expert_shard_ranks
+
+                ranks = expert_shard_ranks(shapes.model.moe.experts // ep, np.minimum(cols["shard_group"], ranks))
+            self.experts = _per_param(shapes.training, per, cols["zero"], ranks)
+        return self.experts
+
+    def in_flight(self, stage: int, p: int, cols: dict[str, np.ndarray], mtp_at: int, split_schedule: Schedule | None,
+                  weight_share: float) -> tuple[np.ndarray, Any]:  # fmt: skip
+        """A stage's micro-batches in flight (a split-backward schedule's: _split_in_flight), and its embedding's and
+        output's activations (MTP's where the layout puts it)."""
+        if stage not in self.stages:
+            if split_schedule is None or p == 1:
+                n = _in_flight(p, cols["micro_batches"], stage, cols["schedule"], cols["chunks"])
+            else:
+                n = _split_in_flight(split_schedule, p, cols["micro_batches"], stage, weight_share)
+            _, a_emb, a_out, _, _, _, a_mtp = self.activations
+            ends = (a_emb * n if stage == 0 else 0.0) + (a_out * n if stage == p - 1 else 0.0)
+            if mtp_at != p - 1:  # the MTP modules' activations where the layout's m puts them
+                ends = ends + (a_mtp * n if stage == mtp_at else 0.0) - (a_mtp * n if stage == p - 1 else 0.0)
+            self.stages[stage] = n, ends
+        return self.stages[stage]
+
+
+def _per_param(training: Training, per: Any, z: np.ndarray, ranks: int | np.ndarray) -> np.ndarray:
+    """State bytes per parameter, ZeRO-sharded over `ranks` (parcalc.core.model_states.model_states); ZeRO-Offload:
+    from ZeRO-2 the gradients leave bucket by bucket."""
+    replicated = np.ones_like(z, dtype=float)
+    grads_on_gpu = 0.0 if training.offload_optimizer else 1.0
+    shard_w = np.where(z >= 3, ranks, 1) * replicated
+    shard_g = np.where(z >= 2, ranks, 1) * replicated
+    shard_o = np.where(z >= 1, ranks, 1) * replicated
+    return (per.weight / shard_w + per.gradient / shard_g * np.where(z >= 2, grads_on_gpu, 1.0)
+            + (0.0 if training.offload_optimizer else per.optimizer) / shard_o)  # fmt: skip
+
+
+def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[int | None, int | None], split: tuple[int, ...],
+                     grid: tuple[object, ...]) -> None:  # fmt: skip
     """Fill in COST_FIELDS for one layout's configurations (parcalc.core.fit.estimate, on arrays);
-    `given`: the (first, last) stage layers as a Config has them, `split`: every stage's layers."""
+    `given`: the (first, last) stage layers as a Config has them, `split`: every stage's layers, `grid`: the key of the
+    configurations but the split's columns (_layout_arrays: what depends on them alone is computed once per key)."""
     model, training, cluster = shapes.model, shapes.training, shapes.cluster
     t, p, d, c, ep = (int(cols[k][0]) for k in ("tp", "pp", "dp", "cp", "ep"))
     per = shapes.per_pipelined if p > 1 else shapes.per
@@ -524,33 +738,23 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # Memory: the first and the last stage, and with uneven stages the second, the fullest middle
     # one (middle stages hold the same layers, and the earlier keep more micro-batches in flight);
     # with even stages the middle ones hold no more than the first.
-    table = np.array([[shapes.activations(t, bool(s), rec, c, cp_comm) for rec in RECOMPUTES] for s in (False, True)])  # [sp, r, 7]
-    a_layer, a_emb, a_out, a_re, a_moe, a_cp, a_mtp = (table[sp.astype(int), r, i] * b for i in range(7))
-    mtp_at = p - 1  # the MTP modules' stage: the last (parcalc.core.memory.MTP_PLACEMENT) or where the --pipeline-layout's m is
-    if shapes.pipeline_layout is not None and p > 1 and model.mtp_layers:
-        from parcalc.core.pipeline_layout import parse_pipeline_layout
-
-        mtp_at = parse_pipeline_layout(shapes.pipeline_layout, p, model.layers, model.mtp_layers).mtp_rank() or 0
-    replicated = np.ones_like(b, dtype=float)
-    grads_on_gpu = 0.0 if training.offload_optimizer else 1.0  # ZeRO-Offload: from ZeRO-2 the gradients leave bucket by bucket
-
-    def per_param(ranks: int | np.ndarray) -> np.ndarray:  # state bytes per parameter, ZeRO-sharded over `ranks` (parcalc.core.model_states.model_states)
-        shard_w = np.where(z >= 3, ranks, 1) * replicated
-        shard_g = np.where(z >= 2, ranks, 1) * replicated
-        shard_o = np.where(z >= 1, ranks, 1) * replicated
-        return (per.weight / shard_w + per.gradient / shard_g * np.where(z >= 2, grads_on_gpu, 1.0)
-                + (0.0 if training.offload_optimizer else per.optimizer) / shard_o)  # fmt: skip
-
+    rows_of = shapes.grid_terms.get(grid)
+    if rows_of is None:
+        rows_of = shapes.grid_terms[grid] = _GridTerms.of(shapes, cols, per)
+    a_layer, _, _, a_re, a_moe, a_cp, _ = rows_of.activations  # the embedding, output and MTP ones: rows_of.in_flight
+    mtp_at = shapes.mtp_stage(p)
     shard = cols["shard_group"]
-    dense_per_param = per_param(shard)  # the dense states shard over the dp-cp group (Megatron-LM), or the shard group S
+    dense_per_param = rows_of.dense_per_param  # the dense states shard over the dp-cp group (Megatron-LM), or the shard group S
     fp8_dense, fp8_moe = shapes.fp8_layer(t, ep)  # TE's FP8 weight copies per layer (0 unless --precision fp8)
-    dispatch = np.array([shapes.dispatch(t, bool(x), c, ep) for x in (0, 1)])[sp.astype(int)] * b  # MoE exchange buffers
+    dispatch = rows_of.dispatch  # MoE exchange buffers
     # states[stage] = (parameters, routed-expert parameters, ZeRO-3 gathered buffers, MoE layers) of
     # the stages whose memory can be the largest: the first and the last, and with uneven stages the
     # second, the fullest middle one (middle stages hold the same layers, and the earlier keep more
     # micro-batches in flight); with even stages the middle ones hold no more than the first. An MoE
     # model's middle stages differ by their MoE layers (parcalc.core.memory.fullest_candidates).
+    # (a state the same on every row is a number: the arithmetic below gives each row what an array of it would)
     states: dict[int, tuple[Any, Any, Any, Any]] = {}
+    zero3 = rows_of.zero3
     if model.moe is None:
         ends = (shapes.stage_params(t, p, first, last), shapes.gathered(t, p, first, last))
         wanted = {0: 0, p - 1: 2}
@@ -558,39 +762,31 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             wanted[1] = 1
         for at, which in wanted.items():
             params, gathered = ends[0][which], ends[1][which]
-            states[at] = (params + 0.0 * b, 0.0 * b, np.where(z == 3, gathered, 0.0), 0.0 * b)
+            states[at] = (params, 0.0, np.where(zero3, gathered, 0.0), 0.0)
         expert_per_param = dense_per_param
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
-        chunk_values = np.unique(v).tolist()
-        index = np.searchsorted(np.array(chunk_values), v)
+        chunk_values, index = rows_of.chunk_values()
         wanted_stages = (list(range(p)) if shapes.pipeline_layout is not None and p > 1  # a layout: every stage, as step.py's
-                         else sorted(set().union(*(fullest_candidates(model, split, k) for k in chunk_values))))  # fmt: skip
+                         else shapes.candidates(split, tuple(chunk_values)))  # fmt: skip
         for at in wanted_stages:
+            if len(chunk_values) == 1:
+                params, experts, gathered, moe = shapes.moe_states(t, p, c, d, ep, first, last, chunk_values[0], at)
+                states[at] = (params, experts, np.where(zero3, gathered, 0.0), moe)
+                continue
             column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, at) for k in chunk_values], dtype=float)[index]
-            states[at] = (column[:, 0], column[:, 1], np.where(z == 3, column[:, 2], 0.0), column[:, 3])
-        from parcalc.core.expert_parallel import expert_layout
-
-        edp = expert_layout(model, Layout(tp=t, pp=p, dp=d, cp=c, ep=ep)).edp
-        expert_per_param = per_param(edp)  # experts shard over expert-DP
-        if cluster.framework.step_memory in FSDP2_PROFILES:  # fully_shard: by whole experts over the shard group (memory_fsdp)
-            from parcalc.core.memory_fsdp import expert_shard_ranks
-
-            expert_per_param = per_param(expert_shard_ranks(model.moe.experts // ep, np.minimum(shard, edp)))
+            states[at] = (column[:, 0], column[:, 1], np.where(zero3, column[:, 2], 0.0), column[:, 3])
+        expert_per_param = rows_of.expert_per_param(shapes, cols, per)  # experts shard over expert-DP (fully_shard: whole experts)
 
     def on_stage(stage: int) -> np.ndarray:  # states and activations of one GPU of a stage
         params, experts, gathered, moe = states[stage]
         layers = split[stage]
-        n = _in_flight(p, m, stage, cols["schedule"], v) if space_schedule is None or p == 1 else \
-            _split_in_flight(space_schedule, p, m, stage, weight_share)
+        n, ends = rows_of.in_flight(stage, p, cols, mtp_at, space_schedule, weight_share)
         if training.offload_activations:
             activations = a_layer * min(layers, 2)
         elif model.moe is None:
             activations = a_layer * layers * n
         else:
             activations = (a_layer * (layers - moe) + a_moe * moe) * n
-        ends = (a_emb * n if stage == 0 else 0.0) + (a_out * n if stage == p - 1 else 0.0)
-        if mtp_at != p - 1:  # the MTP modules' activations where the layout's m puts them
-            ends = ends + (a_mtp * n if stage == mtp_at else 0.0) - (a_mtp * n if stage == p - 1 else 0.0)
         fp8 = fp8_dense * (layers - moe) + fp8_moe * moe
         return ((params - experts) * dense_per_param + experts * expert_per_param + fp8 + gathered + activations + np.where(moe > 0, dispatch, 0.0)
                 + ends + a_re + a_cp + training.reserve)  # fmt: skip
@@ -610,14 +806,17 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per
     # distinct (b, SP, recomputation); the same combination as parcalc.core.fit.estimate, on arrays.
     fits = memory <= cluster.capacity
-    timed = {name: np.full(b.size, math.nan) for name in _TIME_FIELDS}
-    cols.update(memory=memory, fits=fits, **timed)
+    timed = np.full((len(_TIME_FIELDS), b.size), math.nan)  # one row per field (the fields are its rows)
+    cols.update(memory=memory, fits=fits, **dict(zip(_TIME_FIELDS, timed, strict=True)))
+    cols[_TIMED] = timed
     rows = np.arange(b.size) if shapes.time_all else np.flatnonzero(fits)
     if rows.size == 0:
         return
     b, m, r, z, sp, v, shard, a_layer = (a[rows] for a in (b, m, r, z, sp, v, shard, a_layer))
-    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm, ep)
-    dp = shapes.dp_arrays(t, p, d * c, first, last, shard, ep)  # gradients over the dp-cp group (Megatron-LM), or hybrid sharding
+    keys, groups = rows_of.layer_keys, rows_of.shard_groups
+    stage, f_layer, b_layer = shapes.stage_arrays(t, p, d, given, b, sp, r, c, cp_comm, ep, distinct=(keys[0], keys[1][rows]))
+    # gradients over the dp-cp group (Megatron-LM), or hybrid sharding
+    dp = shapes.dp_arrays(t, p, d * c, first, last, shard, ep, distinct=(groups[0], groups[1][rows]))
     stage = with_accumulation(stage, dp.accumulate)
     framework = cluster.framework.at(p)
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
@@ -640,8 +839,6 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         cols[name][rows] = value
 
 
-_TIME_FIELDS = ("t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_cp", "t_ep", "t_optimizer", "t_offload", "t_host", "t_step", "tokens_per_second",
-                "mfu", "hfu")  # fmt: skip
 
 
 def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, sp: np.ndarray, r: np.ndarray, z: np.ndarray,
@@ -673,22 +870,6 @@ def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, 
                                  n_opt * costs.optimizer, t_opt)  # fmt: skip
 
 
-def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
-    """One layout evaluated with several splits: each configuration's best split (the one that
-    fits with the lowest step time, ties less memory; when none fits, the least memory), and how
-    many rows were dropped."""
-    cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0]}
-    keys = [cols[k].astype(np.int64) for k in ("micro_batch", "recompute", "zero", "sequence_parallel", "schedule", "chunks", "shard_group")]
-    fits = cols["fits"].astype(bool)
-    rank = np.where(fits, cols["t_step"], cols["memory"])
-    order = np.lexsort((cols["memory"], rank, ~fits, *reversed(keys)))  # the last key sorts first
-    stacked = np.stack(keys, axis=1)[order]
-    first_of_group = np.ones(order.size, dtype=bool)
-    first_of_group[1:] = np.any(stacked[1:] != stacked[:-1], axis=1)
-    keep = np.sort(order[first_of_group])
-    return {k: a[keep] for k, a in cols.items()}, int(order.size - keep.size)
-
-
 # ---------------------------------------------------------------------------------------------
 # The search
 
@@ -696,6 +877,23 @@ def _best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
 def search(model: TransformerModel, training: Training, cluster: Cluster, space: SearchSpace = SearchSpace(),
            progress: Callable[[int, int], None] | None = None) -> SearchResult:  # fmt: skip
     """Every configuration of the space evaluated; `progress(done, total)` after each layout."""
+    import gc
+
+    # The search makes hundreds of thousands of small objects (arrays, tuples, the cores' dataclasses) that refcounting
+    # frees, and no reference cycles of its own; the cyclic collector, run by their number, walked the process's objects
+    # again and again (DeepSeek-V3 on 2,048 GPUs: 75 collections, ~100 ms of a 1.9 s search on a loaded 2-core machine).
+    # Paused for the search, restored after it, whatever happens.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _search(model, training, cluster, space, progress)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _search(model: TransformerModel, training: Training, cluster: Cluster, space: SearchSpace,
+            progress: Callable[[int, int], None] | None) -> SearchResult:  # fmt: skip
     if cluster.gpus < 1:
         raise InputError(f"--gpus: must be at least 1, got {cluster.gpus}")
     model.check_layers_modelled("--model")
@@ -723,12 +921,13 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
         per_split = []
         for given in splits(model, p, space):
             split = stage_split(model.layers, p, *given)
-            cols = _layout_arrays(shapes, t, p, d, split, space, rejected, c, e)
-            if cols is not None:
-                _evaluate_layout(shapes, cols, given, split)
+            made = _layout_arrays(shapes, t, p, d, split, space, rejected, c, e)
+            if made is not None:
+                cols, grid = made
+                _evaluate_layout(shapes, cols, given, split, grid)
                 per_split.append(cols)
         if len(per_split) > 1:
-            best, dropped = _best_splits(per_split)
+            best, dropped = best_splits(per_split)
             rejected["another uneven split of the same configuration is better"] += dropped
             parts.append(best)
         else:
@@ -737,7 +936,8 @@ def search(model: TransformerModel, training: Training, cluster: Cluster, space:
             progress(i + 1, len(found))
     every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS + SHARD_FIELDS
     if parts:
-        columns = {k: np.concatenate([c[k] for c in parts]) for k in every}
+        timed = dict(zip(_TIME_FIELDS, np.concatenate([c[_TIMED] for c in parts], axis=1), strict=True))
+        columns = {k: timed[k] if k in timed else np.concatenate([c[k] for c in parts]) for k in every}
     else:
         columns = {k: np.array([]) for k in every}
     evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node, space.pipeline_layout)
