@@ -136,15 +136,9 @@ def _as_flags(argv: list[str]) -> dict[str, object]:
 def one_liners(runs: int) -> None:
     """The one-liners as whole processes, taking turns with `python -c "import typer"` (benchmarks/startup.py)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from startup import BASELINE, PYTHON, seconds  # benchmarks/startup.py: the same process timing
+    from startup import taking_turns  # benchmarks/startup.py: the same process timing
 
-    argvs = {"import typer": BASELINE} | {name: [PYTHON, "-m", "parcalc", *argv] for name, argv in ONE_LINERS.items()}
-    for argv in argvs.values():  # warm the file cache, the bytecode and the preset cache
-        seconds(argv)
-    times: dict[str, list[float]] = {name: [] for name in argvs}
-    for _ in range(runs):
-        for name, argv in argvs.items():
-            times[name].append(seconds(argv))
+    times = taking_turns(ONE_LINERS, runs)
     baseline = statistics.median(times["import typer"])
     print(f"python -c 'import typer'                 {baseline * 1e3:7.1f} ms  (median of {runs}, commands taking turns)")
     for name in ONE_LINERS:

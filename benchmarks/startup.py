@@ -48,15 +48,22 @@ def seconds(argv: list[str]) -> float:
     return elapsed
 
 
-def main() -> None:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 15
-    argvs = {"import typer": BASELINE} | {name: [PYTHON, "-m", "parcalc", *args] for name, args in COMMANDS.items()}
-    for argv in argvs.values():  # warm the file cache, the bytecode and the preset cache
+def taking_turns(commands: dict[str, list[str]], runs: int) -> dict[str, list[float]]:
+    """Each parcalc command line and `import typer` (key "import typer") run `runs` times in turn, after one warm-up each
+    (the file cache, the bytecode, the preset cache): their wall seconds, run by run."""
+    argvs = {"import typer": BASELINE} | {name: [PYTHON, "-m", "parcalc", *args] for name, args in commands.items()}
+    for argv in argvs.values():
         seconds(argv)
     times: dict[str, list[float]] = {name: [] for name in argvs}
     for _ in range(runs):
         for name, argv in argvs.items():
             times[name].append(seconds(argv))
+    return times
+
+
+def main() -> None:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+    times = taking_turns(COMMANDS, runs)
     medians = {name: statistics.median(values) for name, values in times.items()}
     baseline = medians["import typer"]
     print(f"python -c 'import typer'      {baseline * 1e3:7.1f} ms  (median of {runs}, commands taking turns)")

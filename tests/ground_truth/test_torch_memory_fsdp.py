@@ -28,27 +28,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 fsdp_tracker = pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _no_process_group_after():
-    """The fake process group is this module's: none is left for the next test module."""
-    yield
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _process_group(world: int):
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized() and dist.get_world_size() != world:
-        dist.destroy_process_group()
-    if not dist.is_initialized():
-        dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
-    return init_device_mesh("cpu", (world,))
+from .fake_process_group import fake_mesh, no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
 
 
 def tracked_peak(shape: tuple, world: int, checkpoint: bool, reduce_fp32: bool, *, tied: bool = True, reshard_last: bool = True,
@@ -60,7 +40,7 @@ def tracked_peak(shape: tuple, world: int, checkpoint: bool, reduce_fp32: bool, 
     from .hf_causal_lm import hf_causal_lm
 
     layers, hidden, heads, ffn, vocab, b, s = shape
-    mesh = _process_group(world)
+    mesh = fake_mesh(world)
     with hf_causal_lm(layers, hidden, heads, ffn, vocab, tied=tied, fake=fake, bf16=bf16,
                       architecture="llama" if experts is None else "mixtral", experts=experts) as model:
         if checkpoint:

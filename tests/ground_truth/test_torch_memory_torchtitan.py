@@ -16,26 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _no_process_group_after():
-    yield
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def _mesh(world: int):
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized() and dist.get_world_size() != world:
-        dist.destroy_process_group()
-    if not dist.is_initialized():
-        dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
-    return init_device_mesh("cpu", (world,))
+from .fake_process_group import fake_mesh, no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
 
 
 def _parcalc_peak(shape: tuple, ac: str):
@@ -91,7 +72,7 @@ def test_torchtitan_peak_matches_fsdp_mem_tracker(shape: tuple, ac: str, phase: 
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
     config = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
-    tracked = tracked_torchtitan_peak(config, vocab, b, s, 4, ac, _mesh(4))
+    tracked = tracked_torchtitan_peak(config, vocab, b, s, 4, ac, fake_mesh(4))
     ours = _parcalc_peak(shape, ac)
     print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), FSDPMemTracker {tracked['Total']:,.0f} B: {ours.allocated / tracked['Total']:.4f}")
     assert ours.allocated == pytest.approx(tracked["Total"], rel=0.001), (ours.phase, tracked, ours.parts)
