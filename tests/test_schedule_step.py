@@ -268,3 +268,16 @@ def test_a_layout_string_with_a_split_schedule_is_one_line(run_error) -> None:
     assert "4 chunks per GPU run the interleaved schedule, not --schedule zb-h1" in run_error([*base, "--schedule", "zb-h1"])
     assert "DualPipeV places two stages a device in a V" in run_error([*base, "--schedule", "dualpipev"])
     assert "--pp: DualPipe needs p even" in run_error(["bubble", "--pp", "3", "--micro-batches", "8", "--schedule", "dualpipe"])
+
+
+def test_dualpipe_stage_table_names_each_gpus_second_stage(run_json) -> None:
+    """DualPipe puts stages d and p - 1 - d on GPU d (deepseek-ai/DualPipe README; core/memory.py dualpipe_parameters): the
+    table's parameters are both stages' (Mixtral 8x7B, TP 2, EP 8 (ETP 2): 2 x 8 layers x 109,092,864 = 1,745,485,824 on
+    the middle GPUs, plus the 32,000 x 4,096 / 2 embedding and LM head shards and the final norm's 4,096 on the end
+    GPUs), and it says which."""
+    doc = run_json("fit", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-sxm5", "--tp", "2", "--pp", "4", "--dp", "8",
+                   "--ep", "8", "--micro-batch", "1", "--batch", "256", "--schedule", "dualpipe")  # fmt: skip
+    rows = doc["tables"]["stages"]["rows"]
+    assert [r["also"] for r in rows] == ["stage 4, embedding, LM head", "stage 3", "stage 2", "stage 1, embedding, LM head"]
+    ends = 1_745_485_824 + 2 * 32_000 * 4_096 // 2 + 4_096
+    assert [r["parameters"] for r in rows] == [ends, 1_745_485_824, 1_745_485_824, ends] == [1_876_561_920, 1_745_485_824, 1_745_485_824, 1_876_561_920]

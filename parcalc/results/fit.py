@@ -373,16 +373,24 @@ def _stage_components(best: Any) -> Table:
 
 def _stages_table(best: Any) -> Table:
     """Layers, parameters and memory of every pipeline stage of one configuration."""
+    from parcalc.core.choices import Schedule
     from parcalc.core.stages import split_text
     from parcalc.derivation import Column, Table
 
     split = tuple(int(s.layers.value) for s in best.memory.stages)
     last = len(split) - 1
-    rows = tuple((s.stage + 1, int(s.layers.value), "embedding" if s.stage == 0 else "LM head" if s.stage == last else "",
-                  s.parameters.value, s.total.value) for s in best.memory.stages)  # fmt: skip
+    if best.config.layout.schedule is Schedule.DUALPIPE:  # GPU d runs stage d one way and stage p - 1 - d the other
+        # (core/memory.py dualpipe_parameters: its parameters and memory are both stages'), so the two end GPUs hold both ends
+        rows = tuple((s.stage + 1, int(s.layers.value), f"stage {last + 1 - s.stage}" + (", embedding, LM head" if s.stage in (0, last) else ""),
+                      s.parameters.value, s.total.value) for s in best.memory.stages)  # fmt: skip
+        title = f"Pipeline stages ({split_text(split)} layers; one GPU of each, which DualPipe also gives a second stage)"
+    else:
+        rows = tuple((s.stage + 1, int(s.layers.value), "embedding" if s.stage == 0 else "LM head" if s.stage == last else "",
+                      s.parameters.value, s.total.value) for s in best.memory.stages)  # fmt: skip
+        title = f"Pipeline stages ({split_text(split)} layers; one GPU of each)"
     columns = (Column("stage", "stage"), Column("layers", "layers"), Column("also", "also holds"), Column("parameters", "parameters"),
                Column("memory", "memory", "B", memory=True))  # fmt: skip
-    return Table("stages", f"Pipeline stages ({split_text(split)} layers; one GPU of each)", columns, rows)
+    return Table("stages", title, columns, rows)
 
 
 def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str, ...]:
