@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # this checkout's parcalc, run as a script from anywhere
 
 from published_modern_runs import RUNS, ModernRun
 from step_time_cases import palm_flops_per_token
