@@ -771,7 +771,7 @@ def _dualpipe_note(model: TransformerModel, config: Config, training: Training, 
     p = config.layout.pp
     one_f_one_b = (p - 1) * (f + b)
     dualpipe = dualpipe_bubble(p, f, b, w)
-    return (f"schedule {'interleaved ' if config.layout.chunks > 1 else ''}1F1B as given; --schedule dualpipe (DeepSeek-V3 sec. 3.2.1, Table 2: "
+    return (f"schedule {'interleaved ' if config.layout.chunks > 1 else ''}1F1B as given; DualPipe (--schedule dualpipe; DeepSeek-V3 sec. 3.2.1, Table 2: "
             f"bubble (p/2 - 1)(F&B + B - 3W) per step with F, B, W of one of its two chunks per GPU; F&B taken as F + B) would leave "
             f"{_ms(dualpipe)} idle per iteration where 1F1B's (p - 1)(F + B) is {_ms(one_f_one_b)} here (per micro-batch of the "
             f"slowest stage F = {_ms(f)}, B = {_ms(b)}, of which weight gradients W = {_ms(w)}), and holds 2x the parameters",)
