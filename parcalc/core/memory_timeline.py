@@ -44,6 +44,8 @@ from parcalc.core.memory_walk import (
     StepShapes,
     Walk,
     cast_back,
+    cross_entropy_backward,
+    cross_entropy_forward,
     keep_if_saved,
     linear,
     linear_backward,
@@ -362,8 +364,7 @@ def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointe
     walk.live[logits] = LiveTensor("logits (compute dtype)", "logits and loss", walk.live[logits].bytes)
     if x.c != 4:
         walk.alloc("logits32", x.T * x.V * 4, "logits and loss", "logits.float()")
-    walk.alloc("logsoftmax", x.T * x.V * 4, "logits and loss", "cross_entropy's log_softmax (fp32, saved)")
-    walk.transient("loss", 4, "logits and loss", "loss")
+    cross_entropy_forward(walk, x)
     walk.free("logits32", logits)  # ForCausalLMLoss returns; the output object with the logits is dropped before backward
     if checkpointed:  # autocast exits: the cached weight copies go unless a graph node saved them (the LM head's)
         walk.free(*[key for key in list(walk.live) if key.startswith("L") and key.endswith(".wcopy")])
@@ -445,14 +446,11 @@ def walk_backward(walk: Walk, model: TransformerModel, x: StepShapes, checkpoint
     T, V, h = x.T, x.V, x.h
     walk.phase = "backward: loss (nll_loss and log_softmax gradients)"
     hooks.before_backward(walk)
-    walk.alloc("g_logsoftmax", T * V * 4, "logits and loss", "nll_loss gradient (fp32, b x s x V)")
-    walk.alloc("g_logits32", T * V * 4, "logits and loss", "log_softmax gradient (fp32, b x s x V)")
-    walk.free("g_logsoftmax", "logsoftmax")
+    g_logits = cross_entropy_backward(walk, x)
     walk.phase = "backward: LM head"
-    g_logits = "g_logits32"
     if x.c != 4:
         walk.alloc("g_logits", T * V * x.c, "logits and loss", "logits gradient (compute dtype)")
-        walk.free("g_logits32")
+        walk.free(g_logits)
         g_logits = "g_logits"
     linear_backward(walk, x, "head", g_logits, h, V, "head.in", "final.g_yc")
     cast_back(walk, x, "final.g_yc", "final.g_y", h)

@@ -24,7 +24,17 @@ Ground truth: FSDPMemTracker over this code (tests/ground_truth/tiny_torchtitan.
 
 from __future__ import annotations
 
-from parcalc.core.memory_walk import LiveTensor, StepHooks, StepShapes, Walk, add_into, grad_of_weight, norm_forward
+from parcalc.core.memory_walk import (
+    LiveTensor,
+    StepHooks,
+    StepShapes,
+    Walk,
+    add_into,
+    cross_entropy_backward,
+    cross_entropy_forward,
+    grad_of_weight,
+    norm_forward,
+)
 from parcalc.core.model import TransformerModel
 
 TITAN = "pytorch/torchtitan at 9dec370"
@@ -260,8 +270,7 @@ def head_and_loss_forward(walk: Walk, x: StepShapes, last: str) -> None:
     walk.alloc("head.out", x.T * x.V * x.c, "logits and loss", "pred (the output projection, bf16)")
     walk.phase = "forward: loss (pred.float(), cross_entropy)"
     walk.alloc("logits32", x.T * x.V * 4, "logits and loss", "pred.flatten(0, 1).float()")
-    walk.alloc("logsoftmax", x.T * x.V * 4, "logits and loss", "cross_entropy's log_softmax (fp32, saved)")
-    walk.transient("loss", 4, "logits and loss", "loss")
+    cross_entropy_forward(walk, x)
     walk.free("logits32", "head.out")  # loss_fn returns; del pred
     walk.live[y] = LiveTensor("final norm output (the output projection's input)", "activations", walk.live[y].bytes)
 
@@ -271,12 +280,10 @@ def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, pol
     T, V, h = x.T, x.V, x.h
     walk.phase = "backward: loss (nll_loss and log_softmax gradients)"
     hooks.before_backward(walk)
-    walk.alloc("g_logsoftmax", T * V * 4, "logits and loss", "nll_loss gradient (fp32)")
-    walk.alloc("g_logits32", T * V * 4, "logits and loss", "log_softmax gradient (fp32)")
-    walk.free("g_logsoftmax", "logsoftmax")
+    g_logits32 = cross_entropy_backward(walk, x)
     walk.phase = "backward: output projection"
     walk.alloc("g_logits", T * V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
-    walk.free("g_logits32")
+    walk.free(g_logits32)
     _mm_backward(walk, x, "head", "g_logits", h, V, "final.g_y", "final.out")
     norm_backward(walk, x, "final", "final.g_y", "g_stream")
     for i in reversed(range(model.layers)):

@@ -274,3 +274,20 @@ def cast_back(walk: Walk, x: StepShapes, grad_c: str, into: str, width: int) -> 
         add_into(walk, f"{grad_c}.w", into)
     else:
         add_into(walk, grad_c, into)
+
+
+def cross_entropy_forward(walk: Walk, x: StepShapes) -> None:
+    """cross_entropy over the fp32 logits (b s x V): its log-softmax, saved in fp32, and the scalar loss. The same in
+    transformers' ForCausalLMLoss and torchtitan's train.py loss (their sources: memory_timeline.HF_SOURCES['loss'],
+    memory_torchtitan.TT_SOURCES['loss'])."""
+    walk.alloc("logsoftmax", x.T * x.V * 4, "logits and loss", "cross_entropy's log_softmax (fp32, saved)")
+    walk.transient("loss", 4, "logits and loss", "loss")
+
+
+def cross_entropy_backward(walk: Walk, x: StepShapes) -> str:
+    """nll_loss's gradient, then log_softmax's while the saved log-softmax is still held (three fp32 b s x V tensors at
+    once); returns the fp32 logits gradient's key."""
+    walk.alloc("g_logsoftmax", x.T * x.V * 4, "logits and loss", "nll_loss gradient (fp32, b x s x V)")
+    walk.alloc("g_logits32", x.T * x.V * 4, "logits and loss", "log_softmax gradient (fp32, b x s x V)")
+    walk.free("g_logsoftmax", "logsoftmax")
+    return "g_logits32"
