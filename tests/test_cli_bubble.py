@@ -120,7 +120,8 @@ def test_timeline_text_shows_w_and_chunks(runner) -> None:
 def test_timeline_in_colour() -> None:
     from rich.console import Console
 
-    from parcalc.core.pipeline import Schedule, analyse_bubble
+    from parcalc.core.bubble_analysis import analyse_bubble
+    from parcalc.core.pipeline import Schedule
     from parcalc.render.timeline_text import print_timeline
 
     console = Console(file=io.StringIO(), force_terminal=True, color_system="256", width=100, record=True)

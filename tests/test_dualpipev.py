@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 
 from parcalc.core import pipeline_sim as sim
+from parcalc.core.bubble_analysis import analyse_bubble
 from parcalc.core.choices import Schedule
-from parcalc.core.pipeline import analyse_bubble, bubble_time, in_flight_micro_batches, pass_times, simulate_schedule
+from parcalc.core.pipeline import bubble_time, in_flight_micro_batches, pass_times, simulate_schedule
 
 # One unit per chunk pass, as the figure draws them: F = B (input gradient) = W = 1, a full backward 2.
 # A device holds two chunks, so its times for a micro-batch are t_f = 2, t_b = 4 (of which t_w = 2).

@@ -15,13 +15,14 @@ from hypothesis import strategies as st
 
 from parcalc.cli import app
 from parcalc.core import comm
+from parcalc.core.bubble_analysis import analyse_bubble
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, estimate, invalid_reason
 from parcalc.core.fit_search import COST_FIELDS, SearchSpace, search
 from parcalc.core.flops import stage_flops, training_flops
 from parcalc.core.layout import Layout
 from parcalc.core.memory import memory_breakdown
-from parcalc.core.pipeline import analyse_bubble, pass_times
+from parcalc.core.pipeline import pass_times
 from parcalc.core.search_layouts import search_splits
 from parcalc.core.stages import (
     balanced_splits,

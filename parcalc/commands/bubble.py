@@ -23,7 +23,7 @@ from parcalc.commands.common import (
 )
 
 if TYPE_CHECKING:
-    from parcalc.core.pipeline import BubbleAnalysis
+    from parcalc.core.bubble_analysis import BubbleAnalysis
     from parcalc.derivation import Result
     from parcalc.output import OutputFormat
 
@@ -119,7 +119,7 @@ def _show(analysis: BubbleAnalysis, result: Result, fmt: OutputFormat | None, ou
     """JSON and CSV carry every event; text formats show the picture (with --timeline) instead."""
     import sys
 
-    from parcalc.core.pipeline import without_timeline
+    from parcalc.core.bubble_analysis import without_timeline
     from parcalc.output import OutputFormat, resolve_format, use_colour
 
     chosen = resolve_format(fmt, output)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from parcalc.frozen import frozen
 
 if TYPE_CHECKING:
-    from parcalc.core.pipeline import BubbleAnalysis, PassTimes, Schedule
+    from parcalc.core.bubble_analysis import BubbleAnalysis
+    from parcalc.core.pipeline import PassTimes, Schedule
     from parcalc.derivation import Result
 
 
@@ -135,7 +136,8 @@ def stage_layers(layers: str | None, first_text: str | None, last_text: str | No
 def outcome(req: BubbleRequest) -> BubbleOutcome:
     """The analysis at the request's micro-batches (or the fewest that reach its target), and its
     Result with what was assumed for the flags not given."""
-    from parcalc.core.pipeline import Schedule, analyse_bubble
+    from parcalc.core.bubble_analysis import analyse_bubble
+    from parcalc.core.pipeline import Schedule
 
     stage_times = list(req.stage_times) if req.stage_times is not None else None
 
