@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from parcalc.core import pipeline_sim as sim
 from parcalc.core.choices import Schedule  # re-exported
@@ -472,8 +473,16 @@ def in_flight_micro_batches(schedule: Schedule, stages: int, micro_batches: int,
     if schedule is Schedule.DUALPIPE:  # the README's PP + 1 (a stage's micro-batch each), as the simulation counts
         return float(p + 1)
     if schedule is Schedule.ZB_V:  # what the simulator counts for the reference's order at T_F = T_B = T_W: p once m >= p
-        return float(simulate_schedule(schedule, stages, micro_batches, pass_times(1.0, 2.0, 1.0)).peak_in_flight[stage])
+        return float(_unit_timeline(schedule, stages, micro_batches).peak_in_flight[stage])
     return float(min(2 * (p - s) - 1, m))
+
+
+@lru_cache(maxsize=1024)
+def _unit_timeline(schedule: Schedule, stages: int, micro_batches: int) -> sim.Timeline:
+    """The schedule simulated at T_F = T_B = T_W (one unit each), whose counts of micro-batches in flight and waiting for W
+    are the memory's: kept once per shape, since the search asks for them per stage of every configuration (a ZB-V order
+    is the reference's heuristic, tens of ms each)."""
+    return simulate_schedule(schedule, stages, micro_batches, pass_times(1.0, 2.0, 1.0))
 
 
 def pending_weight_gradients(schedule: Schedule, stages: int, micro_batches: int, stage: int = 0) -> float:
@@ -487,7 +496,7 @@ def pending_weight_gradients(schedule: Schedule, stages: int, micro_batches: int
     if not schedule.splits_backward:
         return 0.0
     if schedule.v_shape or schedule is Schedule.DUALPIPE:  # what the simulator counts at the peak (DualPipe(V): no W waits then)
-        return float(simulate_schedule(schedule, stages, micro_batches, pass_times(1.0, 2.0, 1.0)).pending_weight_at_peak[stage])
+        return float(_unit_timeline(schedule, stages, micro_batches).pending_weight_at_peak[stage])
     alive = in_flight_micro_batches(schedule, stages, micro_batches, stage)
     waiting = stage if schedule is Schedule.ZB_H1 else 2 * stage
     return float(min(waiting, micro_batches - alive))

@@ -420,7 +420,9 @@ def _zbv_try(n: int, m: int, cost: tuple[float, float, float], mem_of: tuple[flo
     from collections import deque
 
     count = [[0] * 6 for _ in range(n)]
-    end: dict[tuple[int, int, int, int], float] = {}
+    # the end of each F and B pass, at ((cat * 2 + chunk) * n + stage) * m + micro (-1: not placed): a flat list, since
+    # the heuristic asks for one some five million times in a search's ZB-V rows (a W's end is never asked for)
+    end = [-1.0] * (4 * n * m)
     now = [0.0] * n
     mem = [0.0] * n
     bubble = [0.0] * n
@@ -435,7 +437,7 @@ def _zbv_try(n: int, m: int, cost: tuple[float, float, float], mem_of: tuple[flo
         return max(most, max_approved - approved[stage]) if stage >= 0 else most
 
     def done(cat: int, chunk: int, stage: int, micro: int) -> float:
-        return end.get((cat, chunk, stage, micro), -1.0)
+        return end[((cat * 2 + chunk) * n + stage) * m + micro] if micro < m else -1.0
 
     def put_w(stage: int) -> None:
         put(2, pending[stage].popleft(), stage)
@@ -452,7 +454,8 @@ def _zbv_try(n: int, m: int, cost: tuple[float, float, float], mem_of: tuple[flo
             finish = max(finish, previous + cost[cat])
         if count[stage][0] > 0:
             bubble[stage] += finish - no_bubble
-        end[(cat, chunk, stage, micro)] = finish
+        if cat < 2:
+            end[((cat * 2 + chunk) * n + stage) * m + micro] = finish
         now[stage] = finish
         mem[stage] += mem_of[cat]
         schedule[stage].append((cat, chunk, micro))
