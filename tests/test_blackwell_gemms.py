@@ -17,14 +17,14 @@ from __future__ import annotations
 import pytest
 
 from parcalc.core.timing.kernel_report import alone_spec
-from parcalc.core.timing.kernels import compute_spec, fp8_cast, gemm, sixteen_bit_peak
+from parcalc.core.timing.kernels import ComputeSpec, compute_spec, fp8_cast, gemm, sixteen_bit_peak
 from parcalc.presets import load_gpu
 
 TE_TUTORIAL = "NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst @8f2e6357, 'Fprop Shapes' (B300 SXM6 AC)"
 M = 31 * 512  # 15,872 tokens
 
 
-def spec_of(name: str, dtype: str):  # noqa: ANN201
+def spec_of(name: str, dtype: str) -> ComputeSpec:
     gpu = load_gpu(name, ())
     rates = gpu.dtypes[dtype].dense_peak
     assert rates is not None
