@@ -20,7 +20,9 @@ from parcalc.core.timing.kernel_report import alone_spec
 from parcalc.core.timing.kernels import ComputeSpec, compute_spec, fp8_cast, gemm, sixteen_bit_peak
 from parcalc.presets import load_gpu
 
-TE_TUTORIAL = "NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst @8f2e6357, 'Fprop Shapes' (B300 SXM6 AC)"
+TE_TUTORIAL = (
+    "NVIDIA/TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst @8f2e6357, 'Fprop Shapes' (B300 SXM6 AC)"
+)
 M = 31 * 512  # 15,872 tokens
 
 
@@ -72,7 +74,10 @@ def test_blackwell_training_shares_come_from_the_b300_sweep() -> None:
     """The three presets' shares are the B300's measured training-shape rate scaled by each GPU's best isolated GEMM
     (ml-engineering MAMF): B200 and B300 within 2 % of each other (the same 2.25 / 4.5 PFLOP/s ratings), the GB200 lower
     as a share (its 1.11x rating buys 1.04-1.08x in measured rate)."""
-    shares = {name: (spec_of(name, "bf16").matmul.value, spec_of(name, "fp8").matmul.value) for name in ("b200", "b300", "gb200")}
+    shares = {
+        name: (spec_of(name, "bf16").matmul.value, spec_of(name, "fp8").matmul.value)
+        for name in ("b200", "b300", "gb200")
+    }
     assert shares["b300"] == pytest.approx((0.6560, 0.6308), abs=1e-4)  # TE_TUTORIAL's pre-quantised per-layer totals
     assert shares["b200"][0] == pytest.approx(shares["b300"][0], rel=0.02)
     assert shares["gb200"][0] < shares["b200"][0] and shares["gb200"][1] < shares["b200"][1]
