@@ -21,11 +21,22 @@ tensorwise pretrain on 8x MI355X: EP8, MBS 8, GBS 512, seq 4096, even routing, 2
 Transformer Engine's CK attention ('TE CK is the fastest ... keep `use_turbo_attention` false'); the first row
 ('baseline: submitted config') and the last (every Turbo switch on) are kept.
 
-AMD Instinct MI300X and MI325X: no published training throughput with its whole layout (model, GPUs, parallel
-sizes, batch, sequence, precision and a measured rate) was found: AMD's ROCm 7 MI355X training blog
-(ROCm/rocm-blogs blogs/artificial-intelligence/ROCm7-MI355X-training-performance, 2025-12-02) prints only ratios to
-B200, AMD's performance-results page shows its training tables as images, and MLPerf Training's AMD entries are
-LoRA fine-tuning time-to-train. Those rows are missing, not zero.
+AMD Instinct MI325X: AMD-AGI/Primus docs_deprecated/tech_blogs/projection/projection.md (read at commit
+fd1eeabbad15, the file last changed at c8e5c09d, 2026-07-14), section 'Validation: Projected vs. Measured Results',
+table 'MI325X — Dense Models (Llama 3.1)': 'we compared projected performance against measured results published on
+the AMD ROCm Performance Results page' (amd.com/en/developer/resources/rocm-hub/dev-ai/performance-results.html, whose
+training tables are images, not read here), columns 'Model | Precision | Batch | SeqLen | FSDP | TP | PP | CP | EP |
+1-Node (tok/s/GPU) | Measured 8-Node (tok/s/GPU) | ...'. 'Batch' is the micro-batch; the global batch is not printed,
+so those rows take one of Primus's own recipes' accumulation (`global_batch_assumed`); the 1-node column of the two 70B
+rows reads 1,135 for both precisions (the FP8 row's 8-node rate is 1.5x it), so only the 8B row's 1-node value is kept.
+The recipe (Primus examples/megatron/configs/MI325X/llama3.1_*-pretrain.yaml @fd1eeabb, a later release than the
+measured runs, whose micro-batches differ): Megatron-LM with `fp8: hybrid`, `fp8_recipe: delayed`, the distributed
+optimizer with overlapped reduce and gather for 8B, torch FSDP2 (`use_torch_fsdp2: true`) and full recomputation
+(`recompute_granularity: full`, block) for 70B.
+The same table's MI355X Mixtral 8x22B row (PP 4, VPP 2, EP 8) is not entered: its global batch decides its bubble
+(4 or 8 micro-batches per pipeline: Primus's MI355X recipe says 128, the projection's own output implies 256).
+AMD Instinct MI300X: no published training throughput with its whole layout was found (AMD's ROCm 7 MI355X training
+blog prints only ratios to B200; MLPerf Training's AMD entries are LoRA fine-tuning time-to-train).
 """
 
 from __future__ import annotations
@@ -74,6 +85,8 @@ class BlackwellAmdRun(NamedTuple):
     dispatcher: str = "alltoall"  # MoE token dispatcher: "alltoall" (Megatron's) or "deepep"
     fp8_recipe: str = ""  # "" : from precision (FP8-CS current, MXFP8 mxfp8); "current" for per-tensor (tensorwise)
     notes: str = ""
+    recompute: str = "none"  # "full": every layer recomputed (Megatron --recompute-granularity full)
+    global_batch_assumed: bool = False  # the source prints no global batch: the row takes its recipe's accumulation
 
 
 RUNS: tuple[BlackwellAmdRun, ...] = (
@@ -137,6 +150,33 @@ AMD_RUNS: tuple[BlackwellAmdRun, ...] = (
                     "'Qwen3-30B-A3B FP8 tensorwise pretrain on 8x MI355X: EP8, MBS 8, GBS 512, seq 4096, even routing', row | + `turbo_fp8_permute` (4 runs: 6442.4, 6515.0, 6523.8, 6549.1) | 6507.6 | 916.7 | 40,283 | 223.3 GB | 11.33404 |",
                     "2026-10-10", dispatcher="deepep", fp8_recipe="current",
                     notes="every Turbo kernel switch of the campaign on (fused act with probs, 160 DeepEP CUs, fused qk RMSNorm+RoPE, fused grouped GEMM, FP8 permute)"),
+)
+
+PRIMUS_MI325X = ("AMD-AGI/Primus docs_deprecated/tech_blogs/projection/projection.md @fd1eeabbad15 (2026-08-22; the table "
+                 "'MI325X — Dense Models (Llama 3.1)', 'Measured 8-Node (tok/s/GPU)' from the AMD ROCm Performance Results page), "
+                 "https://github.com/AMD-AGI/Primus/blob/fd1eeabbad15135e3702094087e96142b4b4eacb/docs_deprecated/tech_blogs/projection/projection.md")  # fmt: skip
+_8B_ROW = "| Llama 3.1 8B | FP8 | 2 | 8192 | No | 1 | 1 | 1 | 1 | 16,224 | 16,186 | 17,351 | +7.20% |"
+# Primus examples/megatron/configs/MI325X/llama3.1_8B-FP8-pretrain.yaml: micro_batch_size 4, global_batch_size 128 on one
+# node, i.e. 4 micro-batches per data-parallel rank; the measured rows' micro-batch 2 with the same 4 accumulation steps.
+AMD_RUNS += (
+    BlackwellAmdRun("primus-mi325x-llama31-8b-8gpu-fp8", "8x MI325X", "mi325x", "llama3-8b", 8, "fp8-cs", 64, 2, 8192,
+                    0, 1, 1, 1, 1, 1, 16224, 0.0, PRIMUS_MI325X, "8 GPUs (1 node); GBS 64 assumed; " + _8B_ROW, "2026-07-14",
+                    fp8_recipe="delayed", global_batch_assumed=True,
+                    notes="1-Node column; FP8 'hybrid' with delayed scaling (the Primus recipe); 4 micro-batches per rank assumed"),
+    BlackwellAmdRun("primus-mi325x-llama31-8b-64gpu-fp8", "64x MI325X", "mi325x", "llama3-8b", 64, "fp8-cs", 512, 2, 8192,
+                    0, 1, 1, 1, 1, 1, 16186, 0.0, PRIMUS_MI325X, "64 GPUs (8 nodes); GBS 512 assumed; " + _8B_ROW, "2026-07-14",
+                    fp8_recipe="delayed", global_batch_assumed=True,
+                    notes="Measured 8-Node column; FP8 delayed scaling; 4 micro-batches per rank assumed"),
+    BlackwellAmdRun("primus-mi325x-llama31-70b-64gpu-fp8-fsdp", "64x MI325X", "mi325x", "llama3-70b", 64, "fp8-cs", 256, 4, 8192,
+                    64, 1, 1, 1, 1, 1, 1726, 0.0, PRIMUS_MI325X,
+                    "64 GPUs (8 nodes); GBS 256 assumed; | Llama 3.1 70B | FP8 | 4 | 8192 | Yes | 1 | 1 | 1 | 1 | 1,135 | 1,726 | 1,818 | +5.33% |",
+                    "2026-07-14", fp8_recipe="delayed", recompute="full", global_batch_assumed=True,
+                    notes="FSDP2 over 64 ranks; full recomputation as Primus's 70B recipes (recompute_granularity full); one micro-batch per rank assumed"),
+    BlackwellAmdRun("primus-mi325x-llama31-70b-64gpu-bf16-fsdp", "64x MI325X", "mi325x", "llama3-70b", 64, "bf16", 64, 1, 8192,
+                    64, 1, 1, 1, 1, 1, 1174, 0.0, PRIMUS_MI325X,
+                    "64 GPUs (8 nodes); GBS 64 assumed; | Llama 3.1 70B | BF16 | 1 | 8192 | Yes | 1 | 1 | 1 | 1 | 1,135 | 1,174 | 1,066 | -9.20% |",
+                    "2026-07-14", recompute="full", global_batch_assumed=True,
+                    notes="FSDP2 over 64 ranks; full recomputation as Primus's 70B recipes; one micro-batch per rank assumed"),
 )
 
 RUNS = RUNS + AMD_RUNS
