@@ -813,13 +813,10 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
         assumptions.append("not overlapped with compute (--ep-overlap none)")
     per_gemm = cluster.framework.expert_gemm_host
     if per_gemm:
-        from parcalc.core.timing.moe import EXPERT_HOST_SOURCE, host_calls_per_expert
+        from parcalc.core.timing.moe import EXPERT_HOST_SOURCE, GEMMS_PER_EXPERT
 
-        fp8 = training.precision is Precision.FP8
-        calls = host_calls_per_expert(fp8)
-        what = "GEMMs and, under FP8, each GEMM input's quantisation" if fp8 else "GEMMs"
-        assumptions.append(f"A and E include the GPU's wait for the host issuing each local expert's {what} one by one after the "
-                           f"dispatcher's host sync: {calls[0]} forward and {calls[1]} backward per expert at "
+        assumptions.append(f"A and E include the GPU's wait for the host issuing each local expert's GEMMs one by one after the "
+                           f"dispatcher's host sync: {GEMMS_PER_EXPERT[0]} forward and {GEMMS_PER_EXPERT[1]} backward per expert at "
                            f"{per_gemm * 1e6:.2f} us each ({cluster.framework.source('expert_gemm_host')}), less the GPU time they "
                            f"overlap ({EXPERT_HOST_SOURCE})")  # fmt: skip
     return EP.derivation(inputs, value, assumptions=tuple(assumptions))

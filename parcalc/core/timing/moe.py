@@ -47,14 +47,6 @@ wgrad, general_grouped_gemm twice). With the queue emptied at the sync, the GPU 
 per MoE layer and micro-batch max(0, n_local x 2 x c - G_experts,f) forward, and max(0, n_local x 4 x c - G_layer,b)
 backward, where the host may have run ahead by the rest of the layer's backward (a lower bound: the other kernels'
 host time is taken as free). c is the host's time per expert GEMM of that loop.
-Under FP8 the loop has a second kind of per-expert step: GroupedLinear quantises each expert's GEMM input on its own (TE
-@0069563f grouped_linear.py: forward `tex.fused_multi_quantize(inputmats, None, input_quantizers, ...)` over the
-per-expert splits, one quantizer and one quantised tensor per expert; backward the same over `grad_output_mats`; in
-later releases `tex.split_quantize(inp_view, m_splits, input_quantizers)`, the same loop in C++), so each expert adds
-one quantise call per linear and pass: fc1's and fc2's inputs forward, their output gradients backward (the column-wise
-copies for the weight gradients come out of the same call). Such a call costs the host what a per-expert GEMM call
-does, c (an assumption: both are one step of TE's C++ loop over the experts that allocates its outputs and launches its
-kernels; no host time of the quantise loop alone was found measured): per expert 2 + 2 calls forward, 4 + 2 backward.
 
 Hidden communication still occupies SMs: its kernels hold s_comm of the GPU's S SMs while they
 run, so the compute beside them slows by hidden x s_comm / S (DeepSeek-V3 sec. 3.2.2: 'only 20
@@ -212,27 +204,18 @@ def exposed_per_layer(exchange: ExchangeTimes, compute_forward: float, compute_b
 
 
 GEMMS_PER_EXPERT = (2, 4)  # forward: fc1, fc2; backward: the dgrad and wgrad of each (TE GroupedLinear, module docstring)
-QUANTISES_PER_EXPERT = (2, 2)  # under FP8: fc1's and fc2's inputs forward, their output gradients backward (module docstring)
 EXPERT_HOST_SOURCE = ("Megatron-LM @d98e8a64 moe/token_dispatcher.py (_maybe_dtoh_and_synchronize: the tokens per expert copied "
                       "to the host and waited for in every MoE layer) and Transformer Engine @d0067d0d GroupedLinear (host "
                       "m_splits, one cuBLASLt GEMM per local expert in a host loop: multi_stream_cublas_gemm)")  # fmt: skip
 
 
-def host_calls_per_expert(fp8: bool) -> tuple[int, int]:
-    """(forward, backward) per-expert calls of GroupedLinear's host loops: its GEMMs, and under FP8 its quantisations."""
-    if not fp8:
-        return GEMMS_PER_EXPERT
-    return GEMMS_PER_EXPERT[0] + QUANTISES_PER_EXPERT[0], GEMMS_PER_EXPERT[1] + QUANTISES_PER_EXPERT[1]
-
-
-def expert_host_exposed(local: int, per_gemm: float, experts_forward: float, layer_backward: float,
-                        fp8: bool = False) -> tuple[float, float]:  # fmt: skip
+def expert_host_exposed(local: int, per_gemm: float, experts_forward: float, layer_backward: float) -> tuple[float, float]:
     """(forward, backward) seconds one MoE layer's GPU waits, per micro-batch, for the host issuing its `local` experts'
-    GEMMs (and under FP8 their inputs' quantisations) one by one at `per_gemm` seconds each (module docstring): forward
-    after the dispatcher's sync, against the experts' own GPU time; backward against the whole layer's backward GPU time."""
+    GEMMs one by one at `per_gemm` seconds each (module docstring): forward after the dispatcher's sync, against the
+    experts' own GPU time; backward against the whole layer's backward GPU time."""
     if per_gemm <= 0.0 or local < 1:
         return 0.0, 0.0
-    forward, backward = (local * n * per_gemm for n in host_calls_per_expert(fp8))
+    forward, backward = (local * n * per_gemm for n in GEMMS_PER_EXPERT)
     return max(0.0, forward - experts_forward), max(0.0, backward - layer_backward)
 
 

@@ -325,7 +325,7 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
         if per_gemm and experts.ep * experts.etp > 1:  # the host's expert-GEMM loop after the dispatcher's sync (moe.py)
             _, local = routed_rows(model, routed_tokens(micro_batch, seq, tp, sequence_parallel), experts)
             experts_forward = sum(k.time for k in moe_layer.forward if k.key.startswith("moe.experts"))
-            host_f, host_b = expert_host_exposed(local, per_gemm, experts_forward, moe_layer.t_backward, bool(fp8))
+            host_f, host_b = expert_host_exposed(local, per_gemm, experts_forward, moe_layer.t_backward)
             host = host_f * (2 if recompute is Recompute.FULL else 1) + host_b
             paired, alone = paired + host, alone + host
     r_dense, r_moe = layer.t_recompute(recompute, model, modules), moe_layer.t_recompute(recompute, model, modules)
