@@ -1,0 +1,193 @@
+"""Mamba-2 hybrids: Nemotron-H's Mamba-2, attention and MLP blocks (parcalc.core.mamba).
+
+Ground truth on the CPU: transformers 5.24's NemotronHForCausalLM (its torch reference paths: mamba2_chunk_scan and
+causal_conv1d_fn, no mamba_ssm / causal_conv1d kernels installed): sum(p.numel()) at the presets' config.json values (meta
+device) and torch.utils.flop_counter.FlopCounterMode over a tiny model's forward. parcalc counts the SSD as mamba_ssm's
+kernels compute it; the torch path differs by three terms, each added back from its own formula below:
+- C·B^T per head (B and C repeated to the H heads) where the kernel computes it once per group: 2 b c (H - G) Q^2 N more;
+- the chunk-to-chunk state passing as an einsum over (c + 1) x (c + 1) chunk pairs (decay_chunk x states), where the
+  kernel runs the recurrence, one multiply-add per state element and chunk: 2 b H P N ((c + 1)^2 - c) more;
+- the conv1d padded by K - 1 on both sides and cut back (nn.Conv1d(padding=K - 1)): K - 1 outputs per sequence and
+  channel more, 2 b (K - 1) conv_dim K.
+FlopCounterMode counts the einsums (as bmm) and the convolution; it sees no element-wise work (softplus, exp, the gated
+norm), which parcalc leaves out of F_fwd too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from parcalc.cli import app
+from parcalc.core.flops import stage_flops, training_flops
+from parcalc.core.mamba import Mamba2
+from parcalc.errors import InputError
+from parcalc.hf_config import model_from_hf_config
+from parcalc.presets import load_model
+
+torch = pytest.importorskip("torch")
+tf = pytest.importorskip("transformers")
+
+NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"  # config.json of nvidia/Nemotron-H-8B-Base-8K
+NEMOTRON_H_56B_PATTERN = ("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
+                          "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-")  # Megatron-Bridge NemotronHModelProvider56B  # fmt: skip
+
+
+def _tiny(pattern: str, **overrides: object) -> object:
+    shape = dict(vocab_size=256, hidden_size=64, hybrid_override_pattern=pattern, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=16, intermediate_size=96, mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2,
+                 conv_kernel=4, chunk_size=16, tie_word_embeddings=False, max_position_embeddings=512)  # fmt: skip
+    config = tf.NemotronHConfig(**(shape | overrides))
+    config._attn_implementation = "eager"  # the s x s scores as matmuls FlopCounterMode counts (parcalc without --causal)
+    return config
+
+
+@pytest.mark.parametrize(("pattern", "seq_len", "overrides"), [
+    ("M*-M-", 40, {}),  # a padded last chunk (40 = 2 x 16 + 8)
+    ("M*-M-", 64, {}),  # four whole chunks
+    ("MM*--M", 48, {"n_groups": 1, "use_conv_bias": False, "ssm_state_size": 8}),  # one group (Mamba-2's default), no conv bias
+    ("M-*", 32, {"n_groups": 8, "mamba_num_heads": 8, "mamba_head_dim": 8}),  # one head per group: C·B^T the same both ways
+])  # fmt: skip
+def test_tiny_nemotron_h_parameters_and_flops(pattern: str, seq_len: int, overrides: dict, tmp_path: Path) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = _tiny(pattern, **overrides)
+    config.save_pretrained(tmp_path)  # type: ignore[attr-defined]
+    model = model_from_hf_config(tmp_path / "config.json")
+    mamba = model.mamba
+    assert mamba is not None and mamba.pattern == pattern
+    torch.manual_seed(0)
+    real = tf.NemotronHForCausalLM(config).train()
+    assert model.total_params == sum(p.numel() for p in real.parameters())
+    batch = 2
+    with FlopCounterMode(display=False) as counter:
+        real(input_ids=torch.randint(0, 256, (batch, seq_len)), use_cache=False)
+    counted = training_flops(model, batch, seq_len)
+    c, h, g, q, n, p, k = mamba.chunks(seq_len), mamba.heads, mamba.groups, mamba.chunk, mamba.state, mamba.head_dim, mamba.conv_kernel
+    cb_per_head = 2 * batch * c * (h - g) * q * q * n
+    passing_quadratic = 2 * batch * h * p * n * ((c + 1) ** 2 - c)
+    padded_conv = 2 * batch * (k - 1) * mamba.conv_dim * k
+    layers = mamba.blocks_in(0, model.layers).mamba
+    assert counted.forward.value + layers * (cb_per_head + passing_quadratic + padded_conv) == counter.get_total_flops()
+
+
+@pytest.mark.parametrize(("key", "pattern", "shape", "expected"), [
+    # sum(p.numel()) of NemotronHForCausalLM at the config.json values: 8,100,852,736 (the name's 8B)
+    ("nemotron-h-8b", NEMOTRON_H_8B_PATTERN, dict(hidden_size=4096, num_attention_heads=32, intermediate_size=21504,
+                                                  mamba_num_heads=128, ssm_state_size=128), 8_100_852_736),
+    # 56,324,350,464 (the name's 56B)
+    ("nemotron-h-56b", NEMOTRON_H_56B_PATTERN, dict(hidden_size=8192, num_attention_heads=64, intermediate_size=32768,
+                                                    mamba_num_heads=256, ssm_state_size=256), 56_324_350_464),
+])  # fmt: skip
+def test_presets_equal_the_real_model(key: str, pattern: str, shape: dict, expected: int, tmp_path: Path) -> None:
+    config = tf.NemotronHConfig(vocab_size=131072, hybrid_override_pattern=pattern, num_key_value_heads=8, head_dim=128,
+                                mamba_head_dim=64, n_groups=8, conv_kernel=4, chunk_size=128, tie_word_embeddings=False,
+                                max_position_embeddings=8192, **shape)  # fmt: skip
+    with torch.device("meta"):
+        real = tf.NemotronHForCausalLM(config)
+    preset = load_model(key)
+    assert preset.total_params == sum(p.numel() for p in real.parameters()) == expected
+    nominal = float(key.split("-")[-1].rstrip("b")) * 1e9
+    assert abs(preset.total_params - nominal) / nominal < 0.02
+    config.save_pretrained(tmp_path)
+    read = model_from_hf_config(tmp_path / "config.json")
+    assert (read.total_params, read.mamba) == (preset.total_params, Mamba2(**{**vars(preset.mamba), "source": read.mamba.source}))  # type: ignore[union-attr, arg-type]
+
+
+def test_the_layer_counts_the_paper_gives() -> None:
+    """arXiv:2504.03624 sec. 2.1 / NVIDIA's Nemotron-H page: 8B 24 Mamba-2, 24 FFN, 4 attention; 56B 54, 54, 10."""
+    for key, blocks in (("nemotron-h-8b", (24, 4, 24)), ("nemotron-h-56b", (54, 10, 54))):
+        model = load_model(key)
+        assert model.mamba is not None
+        n = model.mamba.blocks_in(0, model.layers)
+        assert (n.mamba, n.attention, n.mlp) == blocks
+
+
+def test_an_older_config_json_with_the_8b_keys(tmp_path: Path) -> None:
+    """The config.json as released (transformers 4.48 keys: attention_head_dim, hybrid_override_pattern, mamba_hidden_act)."""
+    config = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "attention_bias": False, "attention_dropout": 0.0,
+              "attention_head_dim": 128, "chunk_size": 128, "conv_kernel": 4, "expand": 2, "hidden_dropout": 0.0, "hidden_size": 4096,
+              "hybrid_override_pattern": NEMOTRON_H_8B_PATTERN, "intermediate_size": 21504, "layer_norm_epsilon": 1e-05,
+              "mamba_head_dim": 64, "mamba_hidden_act": "silu", "mamba_num_heads": 128, "mamba_proj_bias": False,
+              "max_position_embeddings": 8192, "mlp_bias": False, "mlp_hidden_act": "relu2", "n_groups": 8, "num_attention_heads": 32,
+              "num_hidden_layers": 52, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "ssm_state_size": 128,
+              "tie_word_embeddings": False, "use_bias": False, "use_conv_bias": True, "vocab_size": 131072}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    read = model_from_hf_config(tmp_path / "config.json")
+    assert read.total_params == load_model("nemotron-h-8b").total_params == 8_100_852_736
+    assert not read.dropout and read.position.value == "none" and read.mlp.value == "relu"
+
+
+def test_stages_add_up_and_take_their_own_blocks() -> None:
+    """Four stages of 13 layers of the 8B: each its own Mamba-2, attention and MLP blocks; together F_hw."""
+    model = load_model("nemotron-h-8b")
+    counted = training_flops(model, 8, 8192, causal=True, recompute="full")
+    each = [stage_flops(counted, (13, 13, 13, 13), i).value for i in range(4)]
+    assert sum(each) == pytest.approx(counted.hardware.value, rel=1e-12)
+    assert counted.layers_forward(0, 52) == pytest.approx(sum(counted.layers_forward(i, i + 1) for i in range(52)), rel=1e-12)
+    # stage 1's layers 0-12 'M-M-M-M*-M-M-' hold 6 M, 1 *, 6 -; stage 4's 39-51 'M-M-M-M-M-M-M-'... the pattern decides
+    first = model.mamba.blocks_in(0, 13)  # type: ignore[union-attr]
+    assert (first.mamba, first.attention, first.mlp) == (6, 1, 6)
+
+
+def test_the_8b_mamba_block_by_hand() -> None:
+    """One Mamba-2 block of the 8B at b = 1, s = 8192: in_proj 2 x 8192 x 4096 x 18560, out_proj 2 x 8192 x 8192 x 4096,
+    conv 2 x 8192 x 10240 x 4, and the SSD over 64 chunks of 128 (H 128, G 8, P 64, N 128)."""
+    counted = training_flops(load_model("nemotron-h-8b"), 1, 8192)
+    assert counted.mamba is not None
+    c, q, h, g, p, n = 64, 128, 128, 8, 64, 128
+    ssd = 2 * c * (g * q * q * n + h * q * q * p + 2 * h * q * n * p + h * p * n)
+    expected = 2 * 8192 * 4096 * 18560 + 2 * 8192 * 8192 * 4096 + 2 * 8192 * 10240 * 4 + ssd
+    assert counted.mamba.value == expected
+
+
+@given(st.text(alphabet="M*-", min_size=1, max_size=60), st.integers(0, 70), st.integers(0, 70))
+def test_blocks_in_counts_the_pattern(pattern: str, start: int, length: int) -> None:
+    mamba = Mamba2(8, 16, 16, 2, 4, 16, pattern)
+    n = mamba.blocks_in(start, start + length)
+    part = pattern[start:start + length]
+    assert (n.mamba, n.attention, n.mlp) == (part.count("M"), part.count("*"), part.count("-"))
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"pattern": "M*E-"}, r"'E' \(MoE\) blocks are not modelled"),
+    ({"pattern": "MX"}, "expected one of"),
+    ({"heads": 6, "groups": 4}, "multiple of groups"),
+    ({"chunk": 0}, "at least 1"),
+])  # fmt: skip
+def test_bad_shapes_are_input_errors(kwargs: dict, message: str) -> None:
+    shape = dict(heads=8, head_dim=16, state=16, groups=2, conv_kernel=4, chunk=16, pattern="M*-") | kwargs
+    with pytest.raises(InputError, match=message):
+        Mamba2(**shape)  # type: ignore[arg-type]
+
+
+def test_presets_show_every_number() -> None:
+    result = CliRunner().invoke(app, ["presets", "show", "nemotron-h-56b", "--detail", "full"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    for text in ("mamba.heads", "256", "mamba.pattern", "Mamba-2_layers", "54", "attention_layers", "10", "56,324,350,464",
+                 "NemotronHModelProvider56B"):  # fmt: skip
+        assert text in result.output, text
+
+
+@pytest.mark.parametrize("command", [
+    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192"],
+    ["fit", "--model", "nemotron-h-56b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "64", "--seq-len", "8192", "--search"],
+    ["flops", "--model", "nemotron-h-8b", "--batch", "8", "--seq-len", "8192", "--recompute", "selective"],
+    ["flops", "--model", "nemotron-h-8b", "--batch", "8", "--seq-len", "8192", "--causal", "--cp", "2"],
+])  # fmt: skip
+def test_what_is_not_modelled_is_one_line(command: list[str]) -> None:
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and result.output.startswith("Error: ")
+
+
+def test_flops_accepts_the_presets() -> None:
+    result = CliRunner().invoke(app, ["flops", "--model", "nemotron-h-56b", "--batch", "1", "--seq-len", "8192", "--causal"],
+                                terminal_width=200)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "F_ssm" in result.output and "[Mamba-2 layer]" in result.output
