@@ -24,8 +24,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from parcalc.cli import app
+from parcalc.core.activations import ActivationConfig, Recompute
 from parcalc.core.flops import stage_flops, training_flops
-from parcalc.core.mamba import Mamba2
+from parcalc.core.layout import Layout
+from parcalc.core.mamba import ATTENTION, MAMBA, MLP, Mamba2
+from parcalc.core.mamba_memory import block_activation_bytes, block_params_per_rank, stage_layer_params
 from parcalc.errors import InputError
 from parcalc.hf_config import model_from_hf_config
 from parcalc.presets import load_model
@@ -175,7 +178,16 @@ def test_presets_show_every_number() -> None:
 
 
 @pytest.mark.parametrize("command", [
-    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192"],
+    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--framework", "hf"],
+    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--gpus", "2", "--cp", "2"],
+    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--gpus", "8", "--zero", "3"],
+    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--precision", "fp8"],
+    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--recompute", "selective"],
+    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--tp", "16", "--gpus", "16"],
+    ["intensity", "--model", "nemotron-h-8b", "--batch", "1", "--seq-len", "4096"],
+    ["comm-volume", "--model", "nemotron-h-8b", "--strategy", "tp", "--tp", "2", "--micro-batch", "1", "--seq-len", "4096"],
+    ["fit", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "8", "--seq-len", "8192"],
+    ["scaling", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8,16", "--batch", "64", "--seq-len", "8192"],
     ["fit", "--model", "nemotron-h-56b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "64", "--seq-len", "8192", "--search"],
     ["flops", "--model", "nemotron-h-8b", "--batch", "8", "--seq-len", "8192", "--recompute", "selective"],
     ["flops", "--model", "nemotron-h-8b", "--batch", "8", "--seq-len", "8192", "--causal", "--cp", "2"],
@@ -191,3 +203,62 @@ def test_flops_accepts_the_presets() -> None:
                                 terminal_width=200)  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "F_ssm" in result.output and "[Mamba-2 layer]" in result.output
+
+
+@pytest.mark.parametrize(("block", "per_token"), [
+    # Mamba-2 (parcalc.core.mamba_memory.SSD_SAVED, GATED_NORM, TE_LN_LINEAR_SAVES): 2 B x (norm input 4096 + in_proj input 4096
+    # + zxBCdt 18560 + out_x 8192 + gated norm input 8192 + out_proj input 8192) + 4 B x 8 rstd
+    (MAMBA, 2 * (4096 + 4096 + 18560 + 3 * 8192) + 4 * 8),
+    # attention with FlashAttention: 2 B x (norm input, QKV input, Q, output projection input: 4096 each; K, V: 1024 each)
+    # + the fp32 log-sum-exp of 32 heads (Dao 2023, FlashAttention-2, Algorithm 1)
+    (ATTENTION, 2 * (4 * 4096 + 2 * 1024) + 4 * 32),
+    # MLP: 2 B x (norm input, fc1 input: 4096 each; relu(x) and relu(x)^2: 21504 each) (SQUARED_RELU)
+    (MLP, 2 * (2 * 4096 + 2 * 21504)),
+])  # fmt: skip
+def test_the_8b_blocks_activations_by_hand(block: str, per_token: int) -> None:
+    model = load_model("nemotron-h-8b")
+    config = ActivationConfig(micro_batch=2, seq_len=8192, flash_attention=True, dropout=False)
+    assert block_activation_bytes(model, config, block) == 2 * 8192 * per_token
+    split = ActivationConfig(micro_batch=2, seq_len=8192, tp=2, sequence_parallel=True, flash_attention=True, dropout=False)
+    assert block_activation_bytes(model, split, block) == pytest.approx(2 * 8192 * per_token / 2)  # SP splits the norm's and inputs
+    full = ActivationConfig(micro_batch=2, seq_len=8192, recompute=Recompute.FULL, flash_attention=True, dropout=False)
+    assert block_activation_bytes(model, full, block) == 2 * 8192 * 4096 * 2  # the block's input, 2 s b h
+
+
+def test_the_mlp_block_keeps_what_autograd_keeps() -> None:
+    """transformers' NemotronHMLP in bf16 on the CPU: the unique storages autograd saves are fc1's input (h), relu(x) (f)
+    and relu(x)^2 (f): what mlp_block_tensors counts beside the norm's input (NemotronHRMSNorm's own fp32 copies are the
+    eager norm's, not Transformer Engine's fused one)."""
+    config = _tiny("-", intermediate_size=96)
+    mlp = tf.models.nemotron_h.modeling_nemotron_h.NemotronHMLP(config).to(torch.bfloat16)
+    x = torch.randn(2, 40, 64, dtype=torch.bfloat16, requires_grad=True)
+    saved: dict[int, int] = {}
+    weights = {p.untyped_storage().data_ptr() for p in mlp.parameters()}
+
+    def pack(t: object) -> object:
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in weights:  # activations, not weights
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        mlp(x).sum().backward()
+    assert sum(saved.values()) == 2 * 40 * 2 * (64 + 2 * 96)
+
+
+def test_stage_parameters_add_up_over_tensor_and_pipeline_ranks() -> None:
+    """8B on TP 2 x PP 4: each rank holds its blocks' norms whole and their mixers halved; over the stages the layers'
+    parameters are every norm once and every mixer / 2."""
+    model = load_model("nemotron-h-8b")
+    layout = Layout(tp=2, pp=4, dp=1)
+    held = sum(stage_layer_params(model, layout, s)[3] for s in range(4))
+    norms = model.layers * model.hidden
+    assert held == norms + (model.layers_params(0, model.layers) - norms) // 2
+    assert block_params_per_rank(model, 2, MAMBA) == 4096 + (109_640_064 - 4096) // 2
+
+
+def test_memory_accepts_the_presets() -> None:
+    command = ["memory", "--model", "nemotron-h-56b", "--tp", "8", "--pp", "2", "--gpus", "64", "--micro-batch", "1", "--seq-len", "8192",
+               "--recompute", "full", "--sequence-parallel"]  # fmt: skip
+    result = CliRunner().invoke(app, command, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "Mamba-2, attention and MLP blocks each their own" in CliRunner().invoke(app, [*command, "--detail", "full"]).output

@@ -410,8 +410,8 @@ class TransformerModel:
     def check_layers_modelled(self, what: str) -> None:
         """InputError for a command that times or holds layers parcalc counts only the parameters and FLOPs of."""
         if self.mamba is not None:
-            raise InputError(f"{what}: {self.name} has Mamba-2 layers; parcalc counts their parameters and FLOPs "
-                             "(parcalc flops) but not yet their activations or kernel times")
+            raise InputError(f"{what}: {self.name} has Mamba-2 layers; parcalc counts their parameters, FLOPs and memory "
+                             "(parcalc flops, parcalc memory) but not yet their kernel times")
         if self.linear_attention is not None:
             raise InputError(f"{what}: {self.name} has gated-DeltaNet layers; parcalc counts their parameters and FLOPs "
                              "(parcalc flops) but not yet their activations or kernel times")  # fmt: skip
