@@ -186,8 +186,9 @@ def test_presets_show_every_number() -> None:
     ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--tp", "16", "--gpus", "16"],
     ["intensity", "--model", "nemotron-h-8b", "--batch", "1", "--seq-len", "4096"],
     ["comm-volume", "--model", "nemotron-h-8b", "--strategy", "tp", "--tp", "2", "--micro-batch", "1", "--seq-len", "4096"],
-    ["fit", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "8", "--seq-len", "8192"],
-    ["scaling", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8,16", "--batch", "64", "--seq-len", "8192"],
+    ["fit", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "8", "--seq-len", "8192", "--tp", "2", "--dp", "4"],
+    ["fit", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "8", "--seq-len", "8192", "--pp", "1",
+     "--dp", "8", "--kernels", "eager"],
     ["fit", "--model", "nemotron-h-56b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "64", "--seq-len", "8192", "--search"],
     ["flops", "--model", "nemotron-h-8b", "--batch", "8", "--seq-len", "8192", "--recompute", "selective"],
     ["flops", "--model", "nemotron-h-8b", "--batch", "8", "--seq-len", "8192", "--causal", "--cp", "2"],
@@ -262,3 +263,50 @@ def test_memory_accepts_the_presets() -> None:
     result = CliRunner().invoke(app, command, terminal_width=200)
     assert result.exit_code == 0, result.output
     assert "Mamba-2, attention and MLP blocks each their own" in CliRunner().invoke(app, [*command, "--detail", "full"]).output
+
+
+def _kernels(model_key: str = "nemotron-h-8b") -> tuple[object, object, object]:
+    from parcalc.core.timing.compute import LayerShard
+    from parcalc.core.timing.kernels import compute_spec
+    from parcalc.presets import load_gpu
+
+    gpu = load_gpu("h100-sxm5")
+    spec = compute_spec(gpu, "bf16", gpu.dtypes["bf16"].dense_peak.value)
+    return load_model(model_key), LayerShard(1, 8192, 1, False, True, False, True, 2.0), spec
+
+
+def test_the_mamba_blocks_gemms_are_its_counted_flops() -> None:
+    """The Mamba-2 block's GEMM kernels carry the FLOPs parcalc.core.flops counts for it (in_proj, out_proj and the four SSD
+    products), its backward twice those; the conv and the state passing are its memory-bound kernels."""
+    from parcalc.core.timing.mamba_kernels import mamba_block
+
+    model, shard, spec = _kernels()
+    forward, backward = mamba_block(model, shard, spec)  # type: ignore[arg-type]
+    counted = training_flops(model, 1, 8192)
+    assert counted.mamba is not None
+    gemms = sum(k.flops for k in forward if k.kind == "gemm")
+    memory_ops = ("ssm_conv", "ssd_pass")  # timed by their bytes
+    assert gemms == counted.mamba.value - sum(t.value for t in counted.mamba.inputs if t.key in memory_ops)
+    assert sum(k.flops for k in backward if k.kind == "gemm") == 2 * gemms
+    assert {k.key for k in forward if k.kind == "memory"} >= {"norm1", "ssm.conv", "ssd.state_passing", "ssm.gated_norm", "residual"}
+
+
+def test_the_mean_layer_is_the_blocks_by_their_share() -> None:
+    """L mean layers are 24 Mamba-2, 4 attention and 24 MLP blocks of the 8B (hybrid_override_pattern)."""
+    from parcalc.core.timing.compute import layer_passes
+    from parcalc.core.timing.mamba_kernels import attention_block, mamba_block, mlp_block
+
+    model, shard, spec = _kernels()
+    mean = layer_passes(model, shard, spec)  # type: ignore[arg-type]
+    blocks = [mamba_block(model, shard, spec), attention_block(model, shard, spec)[:2], mlp_block(model, shard, spec)]  # type: ignore[arg-type]
+    for pass_index, total in ((0, mean.t_forward), (1, mean.t_backward)):
+        expected = sum(count * sum(k.time for k in kernels[pass_index]) for count, kernels in zip((24, 4, 24), blocks, strict=True))
+        assert 52 * total == pytest.approx(expected, rel=1e-12)
+    assert not any(k.key.startswith("norm2") for k in blocks[1][0])  # one norm per block
+
+
+def test_fit_times_one_layout() -> None:
+    result = CliRunner().invoke(app, ["fit", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "64", "--seq-len",
+                                      "8192", "--pp", "2", "--dp", "4", "--recompute", "full"], terminal_width=200)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "per iteration" in result.output and "2 x 26 layers" in result.output

@@ -77,6 +77,22 @@ def check_mamba_memory(model: TransformerModel, par: Layout, recompute: Recomput
             raise InputError(f"--tp: {par.tp} does not divide the {what} ({value}); Megatron-LM's MambaMixer splits them over TP")
 
 
+def mamba_layout_reason(par: Layout, recompute: Recompute) -> str | None:
+    """Why fit cannot time a Mamba-2 hybrid on this layout (None: it can): the step's tensor-parallel collectives are two
+    per transformer layer, a Nemotron-H block has one; and what the memory leaves out (check_mamba_memory)."""
+    for reason, bad in (
+        ("a Mamba-2 hybrid is timed at --tp 1: the step's tensor-parallel collectives are two per transformer layer "
+         "(attention and MLP), a Nemotron-H block has one", par.tp > 1),
+        ("a Mamba-2 hybrid's memory is counted without ZeRO-3 (its gathered working set is one transformer layer's)", par.zero == 3),
+        ("a Mamba-2 hybrid is counted without context or expert parallelism", par.cp > 1 or par.ep > 1),
+        ("a Mamba-2 hybrid is counted without --pipeline-layout", par.pipeline_layout is not None),
+        ("a Mamba-2 hybrid's recomputation is none or full (every layer)", recompute not in (Recompute.NONE, Recompute.FULL)),
+    ):  # fmt: skip
+        if bad:
+            return reason
+    return None
+
+
 def block_params_per_rank(model: TransformerModel, tp: int, block: str) -> int:
     """One block on one TP rank: its norm (replicated) and its mixer split t ways (the Mamba-2 mixer's every weight,
     MEGATRON_MAMBA; attention's heads; the MLP's width)."""

@@ -407,11 +407,12 @@ class TransformerModel:
 
     # --- Local attention ---------------------------------------------------------------------
 
-    def check_layers_modelled(self, what: str) -> None:
-        """InputError for a command that times or holds layers parcalc counts only the parameters and FLOPs of."""
-        if self.mamba is not None:
-            raise InputError(f"{what}: {self.name} has Mamba-2 layers; parcalc counts their parameters, FLOPs and memory "
-                             "(parcalc flops, parcalc memory) but not yet their kernel times")
+    def check_layers_modelled(self, what: str, search: bool = False) -> None:
+        """InputError for a command that times or holds layers parcalc counts only the parameters and FLOPs of; `search`:
+        fit's vectorised search, whose memory counts transformer layers (a Mamba-2 hybrid's blocks are not among them)."""
+        if self.mamba is not None and search:
+            raise InputError(f"{what}: {self.name} has Mamba-2 layers; fit's search counts the memory of transformer layers; "
+                             "give a layout (--tp, --pp, ...) without --search, which fit times block by block")
         if self.linear_attention is not None:
             raise InputError(f"{what}: {self.name} has gated-DeltaNet layers; parcalc counts their parameters and FLOPs "
                              "(parcalc flops) but not yet their activations or kernel times")  # fmt: skip
