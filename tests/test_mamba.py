@@ -293,12 +293,13 @@ def test_the_mamba_blocks_gemms_are_its_counted_flops() -> None:
 
 def test_the_mean_layer_is_the_blocks_by_their_share() -> None:
     """L mean layers are 24 Mamba-2, 4 attention and 24 MLP blocks of the 8B (hybrid_override_pattern)."""
-    from parcalc.core.timing.compute import layer_passes
+    from parcalc.core.timing.compute import _attention_block, layer_passes
     from parcalc.core.timing.mamba_kernels import attention_block, mamba_block, mlp_block
 
     model, shard, spec = _kernels()
     mean = layer_passes(model, shard, spec)  # type: ignore[arg-type]
-    blocks = [mamba_block(model, shard, spec), attention_block(model, shard, spec)[:2], mlp_block(model, shard, spec)]  # type: ignore[arg-type]
+    blocks = [mamba_block(model, shard, spec), attention_block(_attention_block(model, shard, spec))[:2],  # type: ignore[arg-type]
+              mlp_block(model, shard, spec)]  # type: ignore[arg-type]
     for pass_index, total in ((0, mean.t_forward), (1, mean.t_backward)):
         expected = sum(count * sum(k.time for k in kernels[pass_index]) for count, kernels in zip((24, 4, 24), blocks, strict=True))
         assert 52 * total == pytest.approx(expected, rel=1e-12)

@@ -1,6 +1,7 @@
 """The kernels of a Mamba-2 hybrid's layers (Nemotron-H: one block per layer, parcalc.core.mamba) on one GPU, forward and
 backward, as Megatron-LM trains it: the Mamba-2 block's GEMMs and its SSD and conv kernels, the attention block and the MLP
-block, and the mean layer the step multiplies (the one hook: parcalc.core.timing.compute.layer_passes).
+block, and the mean layer the step multiplies (the one hook: parcalc.core.timing.compute.layer_passes, which hands in its
+attention kernels).
 
 The Mamba-2 block (Megatron-LM megatron/core/ssm/mamba_mixer.py @00bebb45, MambaMixer._ssm_training; mamba_ssm
 mamba_ssm/ops/triton/ssd_combined.py, MambaSplitConv1dScanCombinedFn and _mamba_chunk_scan_combined_fwd / _bwd), per GPU of
@@ -31,9 +32,10 @@ from parcalc.core.model import TransformerModel
 from parcalc.core.timing.kernels import ComputeSpec, Kernel, LayerKernels, linear_kernels, memory_op
 from parcalc.errors import InputError
 
-if TYPE_CHECKING:
-    from parcalc.core.timing.compute import LayerPasses, LayerShard
+if TYPE_CHECKING:  # the shard's type only: compute imports this module (its one hook), not the other way
+    from parcalc.core.timing.compute import LayerShard
 
+Kernels = tuple[Kernel, ...]
 STATE_BYTES = 4.0  # the chunk states and dA_cumsum are fp32 in mamba_ssm (_state_passing_fwd out_dtype, _chunk_cumsum_fwd)
 MAMBA_KERNELS_SOURCE = (
     "Megatron-LM megatron/core/ssm/mamba_mixer.py @00bebb45 (MambaMixer._ssm_training: mamba_split_conv1d_scan_combined, then "
@@ -108,12 +110,10 @@ def mlp_block(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> 
     return tuple(kernels.forward), tuple(kernels.backward)
 
 
-def attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> tuple[tuple[Kernel, ...], ...]:
-    """(forward, backward, attention core) of one attention block: the transformer layer's kernels up to its residual add,
-    without the second norm (a Nemotron-H block has one norm: the next block's is its own)."""
-    from parcalc.core.timing.compute import _attention_block
-
-    forward, backward, core = _attention_block(model, shard, spec)
+def attention_block(layer_attention: tuple[tuple[Kernel, ...], ...]) -> tuple[tuple[Kernel, ...], ...]:
+    """(forward, backward, attention core) of one attention block from a transformer layer's kernels up to its MLP
+    (compute._attention_block), without the second norm: a Nemotron-H block has one norm (the next block's is its own)."""
+    forward, backward, core = layer_attention
     drop = ("norm2", "norm2.bwd")
     return tuple(k for k in forward if k.key not in drop), tuple(k for k in backward if k.key not in drop), core
 
@@ -122,21 +122,21 @@ def _scaled(kernels: tuple[Kernel, ...], share: float) -> tuple[Kernel, ...]:
     return tuple(k._replace(flops=k.flops * share, bytes=k.bytes * share, time=k.time * share) for k in kernels)
 
 
-def mean_layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> LayerPasses:
-    """The mean layer of the model: each block's kernels weighted by its share of the layers (24 / 52 Mamba-2, 4 / 52
-    attention, 24 / 52 MLP in Nemotron-H-8B), so that L layers of it are the model's layers exactly; a pipeline stage is
-    timed as its layers' count of the mean layer (its own mix of blocks differs from the mean by a block or two)."""
-    from parcalc.core.timing.compute import LayerPasses
-
+def mean_layer_kernels(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
+                       layer_attention: tuple[tuple[Kernel, ...], ...]) -> tuple[Kernels, Kernels, Kernels]:  # fmt: skip
+    """(forward, backward, attention core) of the model's mean layer: each block's kernels weighted by its share of the
+    layers (24 / 52 Mamba-2, 4 / 52 attention, 24 / 52 MLP in Nemotron-H-8B), so that L layers of it are the model's layers
+    exactly; a pipeline stage is timed as its layers' count of the mean layer (its own mix differs by a block or two).
+    `layer_attention`: a transformer layer's kernels up to its MLP (compute._attention_block), whose hook calls this."""
     assert model.mamba is not None
     check_kernel_set(shard)
     counts = model.mamba.blocks_in(0, model.layers)
     shares = {MAMBA: counts.mamba / model.layers, ATTENTION: counts.attention / model.layers, MLP: counts.mlp / model.layers}
     ssm_f, ssm_b = mamba_block(model, shard, spec)
-    att_f, att_b, core = attention_block(model, shard, spec)
+    att_f, att_b, core = attention_block(layer_attention)
     mlp_f, mlp_b = mlp_block(model, shard, spec)
     attention = _scaled(att_f, shares[ATTENTION])
     core_scaled = tuple(attention[att_f.index(k)] for k in core)  # the same kernels as in forward (LayerPasses.attention_core)
     forward = _scaled(ssm_f, shares[MAMBA]) + attention + _scaled(mlp_f, shares[MLP])
     backward = _scaled(ssm_b, shares[MAMBA]) + _scaled(att_b, shares[ATTENTION]) + _scaled(mlp_b, shares[MLP])
-    return LayerPasses(forward, backward, core_scaled)
+    return forward, backward, core_scaled
