@@ -262,7 +262,9 @@ def test_memory_accepts_the_presets() -> None:
                "--recompute", "full", "--sequence-parallel"]  # fmt: skip
     result = CliRunner().invoke(app, command, terminal_width=200)
     assert result.exit_code == 0, result.output
-    assert "Mamba-2, attention and MLP blocks each their own" in CliRunner().invoke(app, [*command, "--detail", "full"]).output
+    full = CliRunner().invoke(app, [*command, "--detail", "full"], terminal_width=200).output
+    assert "Mamba-2, attention and MLP blocks each their own" in full and "[Mamba-2] block input (full recomputation)" in full
+    assert "Activations kept per layer" not in full  # no layer of attention and MLP to show
 
 
 def _kernels(model_key: str = "nemotron-h-8b") -> tuple[object, object, object]:

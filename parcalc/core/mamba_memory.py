@@ -186,6 +186,25 @@ def block_activation_bytes(model: TransformerModel, config: ActivationConfig, bl
     return sum(t.bytes(config) for t in block_tensors(model, config, block))
 
 
+def block_tensor_rows(model: TransformerModel, config: ActivationConfig) -> tuple[tuple[object, ...], ...]:
+    """(tensor, elements per micro-batch, bytes per element, split over, bytes on this GPU, source) of each block's saved
+    tensors, the block named first (the memory command's 'layer_activations' table for a Mamba-2 hybrid); with full
+    recomputation each block keeps its input only."""
+    if config.recompute is Recompute.FULL:
+        whole = config.seq_len * config.micro_batch * model.hidden
+        split = f"SP ({config.tp})" if config.sequence_parallel else "none"
+        return tuple((f"[{what}] block input (full recomputation)", whole, config.activation_bytes, split,
+                      block_activation_bytes(model, config, block), f"{KORTHIKANTI}, sec. 5") for block, what in BLOCKS.items())  # fmt: skip
+    rows = []
+    for block, what in BLOCKS.items():
+        for t in block_tensors(model, config, block):
+            divisor = t.divisor(config.tp, config.sequence_parallel)
+            split = {1: "none"}.get(divisor, f"{'TP' if t.split == 'tp' else 'SP'} ({divisor})")
+            rows.append((f"[{what}] {t.name}", t.elements(config.seq_len, config.micro_batch), t.bytes_per_element, split,
+                         t.bytes(config), t.source))  # fmt: skip
+    return tuple(rows)
+
+
 def mamba_stage_activations(model: TransformerModel, par: Layout, config: ActivationConfig, in_flight: Derivation,
                             stage: int) -> Derivation:  # fmt: skip
     """The activations of a stage's layers: each block kind's bytes times its count, times the micro-batches in flight."""
