@@ -313,3 +313,11 @@ def test_fit_times_one_layout() -> None:
                                       "8192", "--pp", "2", "--dp", "4", "--recompute", "full"], terminal_width=200)  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "per iteration" in result.output and "2 x 26 layers" in result.output
+
+
+def test_presets_show_prints_the_linear_attention_block_too() -> None:
+    """presets show listed each nested block's fields but for linear_attention, whose GatedDeltaNet it tried to print as
+    a number (an internal error on qwen3-next-80b-a3b before the Mamba-2 block joined the list)."""
+    result = CliRunner().invoke(app, ["presets", "show", "qwen3-next-80b-a3b"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "linear_attention.value_heads" in result.output

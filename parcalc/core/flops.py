@@ -578,7 +578,8 @@ def mamba_blocks(model: TransformerModel, batch: int, seq_len: int, ops: tuple[L
     def block(key: str, symbol: str, what: str, terms: tuple[str, ...]) -> Derivation:
         inputs = tuple(layer_forward.term(t) for t in terms)
         formula = " + ".join(f"${t}" for t in terms)
-        return Derivation(key, f"Forward FLOPs of one {what} block (its matmuls; {PATTERN_SOURCE})", symbol, symbol, formula, formula,
+        latex = r"F_{\mathrm{" + symbol.removeprefix("F_") + "}}"
+        return Derivation(key, f"Forward FLOPs of one {what} block (its matmuls; {PATTERN_SOURCE})", symbol, latex, formula, formula,
                           inputs, sum(t.value for t in inputs), "FLOP", layer_forward.source, assumptions=layer_forward.assumptions)
 
     return (("Mamba-2 layer", tuple(mamba_ops(model, batch, seq_len, 2.0)), counts.mamba, mamba_forward(model, batch, seq_len)),
