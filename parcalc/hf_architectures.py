@@ -10,7 +10,9 @@ The keys, as transformers reads them (transformers 5.24):
   "sliding_attention" if (i + 1) % pattern else "full_attention", default 6); Gemma 2 alternates (pattern 2);
 - `attention_chunk_size` and `no_rope_layers` / `no_rope_layer_interval` (Llama4TextConfig: a layer with RoPE is
   chunked, the NoPE layer (i + 1) % interval == 0 full);
-- `num_nextn_predict_layers` (DeepSeek-V3's MTP depth).
+- `num_nextn_predict_layers` (DeepSeek-V3's MTP depth);
+- Nemotron-H's `hybrid_override_pattern` (or `layers_block_type`) and its Mamba-2 shape (mamba_num_heads, mamba_head_dim,
+  ssm_state_size, n_groups, conv_kernel, chunk_size: parcalc.core.mamba).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from parcalc.core.attention_window import AttentionWindow, WindowKind
 from parcalc.core.linear_attention import GatedDeltaNet
+from parcalc.core.mamba import Mamba2
 from parcalc.errors import PresetError, shown
 
 # model_type -> (kind, the global-layer period when the config gives no layer_types)
@@ -118,3 +121,47 @@ def linear_attention_from_hf(path: Path, config: Mapping[str, Any], architecture
                          count("linear_value_head_dim"), count("linear_conv_kernel_dim"), period,
                          f"config.json at {path}: linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, "
                          "linear_value_head_dim, linear_conv_kernel_dim, layer_types")  # fmt: skip
+
+
+_BLOCK_TYPES = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}  # NemotronHConfig._list_to_pattern
+
+
+def is_mamba_hybrid(architecture: str) -> bool:
+    return architecture == "nemotron_h"
+
+
+def mamba_layers_from_hf(path: Path, config: Mapping[str, Any]) -> int:
+    """Nemotron-H's layer count: the pattern's length (NemotronHConfig.num_hidden_layers is len(layers_block_type))."""
+    return len(_mamba_pattern(path, config))
+
+
+def _mamba_pattern(path: Path, config: Mapping[str, Any]) -> str:
+    """hybrid_override_pattern as written, or layers_block_type (transformers 5's key) turned back into it."""
+    pattern = config.get("hybrid_override_pattern")
+    if pattern is None and isinstance(config.get("layers_block_type"), list):
+        types = config["layers_block_type"]
+        if not all(isinstance(t, str) and t in _BLOCK_TYPES for t in types):
+            raise PresetError(f"{path}: key 'layers_block_type': expected {', '.join(_BLOCK_TYPES)} per layer, got {shown(types)}")
+        pattern = "".join(_BLOCK_TYPES[t] for t in types)
+    if not isinstance(pattern, str) or not pattern:
+        raise PresetError(f"{path}: key 'hybrid_override_pattern' missing or not a string (looked for layers_block_type too), got {shown(pattern)}")
+    declared = config.get("num_hidden_layers")
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared != len(pattern):
+        raise PresetError(f"{path}: key 'hybrid_override_pattern' names {len(pattern)} layers, num_hidden_layers says {declared}")
+    return pattern
+
+
+def mamba_from_hf(path: Path, config: Mapping[str, Any], count: Callable[..., int]) -> Mamba2:
+    """Nemotron-H's Mamba-2 mixers and layer pattern (NemotronHConfig: mamba_num_heads, mamba_head_dim, ssm_state_size,
+    n_groups, conv_kernel, chunk_size, use_conv_bias; the older mamba_* names its __post_init__ accepts too)."""
+    if any(config.get(k) for k in ("use_bias", "mamba_proj_bias", "mlp_bias", "attention_bias")):
+        raise PresetError(f"{path}: a Nemotron-H with biases (use_bias, mamba_proj_bias, mlp_bias or attention_bias true) is not "
+                          "modelled; parcalc counts the released models, which have none")  # fmt: skip
+    heads = count("mamba_num_heads", default=128)
+    conv_bias = config.get("use_conv_bias", config.get("mamba_conv_bias", True))
+    return Mamba2(heads=heads, head_dim=count("mamba_head_dim", default=64), state=count("ssm_state_size", default=128),
+                  groups=count("n_groups", "mamba_n_groups", default=8), conv_kernel=count("conv_kernel", "mamba_d_conv", default=4),
+                  chunk=count("chunk_size", "mamba_chunk_size", default=128), pattern=_mamba_pattern(path, config),
+                  conv_bias=bool(conv_bias),
+                  source=f"config.json at {path}: mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size, "
+                         "use_conv_bias, hybrid_override_pattern (defaults: transformers NemotronHConfig)")  # fmt: skip

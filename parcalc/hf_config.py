@@ -15,7 +15,14 @@ from typing import Any
 from parcalc.core.model import LatentAttention, MixtureOfExperts, Mlp, Norm, Position, TransformerModel
 from parcalc.errors import InputError, PresetError, shown
 from parcalc.files import MAX_PRESET_BYTES
-from parcalc.hf_architectures import linear_attention_from_hf, mtp_from_hf, window_from_hf
+from parcalc.hf_architectures import (
+    is_mamba_hybrid,
+    linear_attention_from_hf,
+    mamba_from_hf,
+    mamba_layers_from_hf,
+    mtp_from_hf,
+    window_from_hf,
+)
 
 # Architectures whose MLP is gated (three matrices): their config's hidden_act names the gate.
 _GATED_ARCHITECTURES = {
@@ -250,25 +257,32 @@ def model_from_hf_config(path: Path) -> TransformerModel:
 
     config = _text_model_config(config)
     architecture = str(config.get("model_type", "")).lower()
-    if architecture not in _MOE_FAMILIES:
+    # Nemotron-H's config.json carries NemotronHConfig's MoE defaults (n_routed_experts 8, ...) whatever its pattern: its
+    # experts are the pattern's 'E' blocks, which parcalc.core.mamba refuses
+    if architecture not in _MOE_FAMILIES and not is_mamba_hybrid(architecture):
         _refuse_mixture_of_experts(path, config)
     hidden = count("hidden_size", "n_embd", "d_model")
     heads = count("num_attention_heads", "n_head", "num_heads")
     kv_heads = count("num_key_value_heads", default=1 if config.get("multi_query") else heads)
     activation = str(pick("hidden_act", "activation_function", "hidden_activation", default="gelu")).lower()
     gated = architecture in _GATED_ARCHITECTURES
+    hybrid = is_mamba_hybrid(architecture)
     if gated:
         mlp = Mlp.GEGLU if "gelu" in activation else Mlp.SWIGLU
+    elif hybrid:  # NemotronHMLP: up_proj, act (mlp_hidden_act relu2: squared ReLU), down_proj
+        mlp = Mlp.RELU
     else:
         mlp = Mlp.RELU if "relu" in activation else Mlp.GELU
     if architecture in _LEARNED_POSITIONS:
         position = Position.LEARNED
+    elif hybrid:  # NemotronHAttention applies no rotary embedding (Megatron-Bridge's NemotronHBridge: position_embedding_type none)
+        position = Position.NONE
     elif "alibi" in json.dumps(config).lower():
         position = Position.ALIBI
     else:
         position = Position.ROPE
     dropout, dropout_source = _trains_with_dropout(config, architecture)
-    layers = count("num_hidden_layers", "n_layer", "num_layers")
+    layers = mamba_layers_from_hf(path, config) if hybrid else count("num_hidden_layers", "n_layer", "num_layers")
     moe = _moe_from_hf(path, config, architecture, layers, count) if architecture in _MOE_FAMILIES else None
     # Llama 4: the dense layers' MLP is intermediate_size_mlp; intermediate_size is the experts' width
     ffn_keys = ("intermediate_size_mlp",) if architecture in ("llama4", "llama4_text") else ()
@@ -280,15 +294,15 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             hidden=hidden,
             heads=heads,
             kv_heads=kv_heads,
-            head_dim=count("head_dim", "v_head_dim", default=max(hidden // heads, 1)),
+            head_dim=count("head_dim", "attention_head_dim", "v_head_dim", default=max(hidden // heads, 1)),
             ffn_hidden=count(*ffn_keys, "intermediate_size", "n_inner", "ffn_dim", default=4 * hidden),
             mlp=mlp,
             vocab=count("vocab_size"),
             max_seq_len=count("max_position_embeddings", "n_positions", "n_ctx", default=0, minimum=0),
             tied_embeddings=bool(config.get("tie_word_embeddings", True)),
             position=position,
-            norm=Norm.RMSNORM if "rms_norm_eps" in config else Norm.LAYERNORM,
-            bias=bool(config.get("attention_bias", config.get("bias", not gated))),
+            norm=Norm.RMSNORM if "rms_norm_eps" in config or hybrid else Norm.LAYERNORM,
+            bias=False if hybrid else bool(config.get("attention_bias", config.get("bias", not gated))),
             source=f"Hugging Face config.json at {path}",
             dropout=dropout,
             dropout_source=dropout_source,
@@ -303,6 +317,7 @@ def model_from_hf_config(path: Path) -> TransformerModel:
             mtp_layers=mtp_from_hf(config, count),
             linear_attention=linear_attention_from_hf(path, config, architecture, layers, count),
             attention_gate=architecture == "qwen3_next",  # Qwen3NextAttention: q_proj of heads x head_dim x 2
+            mamba=mamba_from_hf(path, config, count) if hybrid else None,  # Nemotron-H: biases refused there
             mtp_source=f"config.json at {path}: num_nextn_predict_layers" if config.get("num_nextn_predict_layers") else "",
             # Qwen2-MoE: q_proj, k_proj, v_proj with bias = config.qkv_bias (True unless the config says otherwise), o_proj
             # and the MLPs without (transformers modeling_qwen2_moe.py, Qwen2MoeAttention)

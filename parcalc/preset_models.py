@@ -1,5 +1,5 @@
 """Model presets: a YAML document made into parcalc.core.model's TransformerModel (and its MoE,
-MLA, window, linear-attention and MTP blocks); the model types load only when a model is read."""
+MLA, window, linear-attention, Mamba-2 and MTP blocks); the model types load only when a model is read."""
 
 from __future__ import annotations
 
@@ -14,14 +14,17 @@ from parcalc.preset_files import Category
 if TYPE_CHECKING:  # a one-liner about a GPU does not load the model types
     from parcalc.core.attention_window import AttentionWindow
     from parcalc.core.linear_attention import GatedDeltaNet
+    from parcalc.core.mamba import Mamba2
     from parcalc.core.model import LatentAttention, MixtureOfExperts, TransformerModel
 
 _MODEL_KEYS = (
     "kind", "name", "sources", "source", "layers", "hidden", "heads", "kv_heads", "head_dim",
     "ffn_hidden", "mlp", "vocab", "max_seq_len", "tied_embeddings", "position", "norm", "bias", "dropout", "notes",
     "moe", "mla", "qk_norm", "window", "post_norms", "attention_sinks", "mtp", "linear_attention", "attention_gate",
+    "mamba",
 )  # fmt: skip
 _LINEAR_KEYS = ("key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv_kernel", "full_every", "source")
+_MAMBA_KEYS = ("heads", "head_dim", "state", "groups", "conv_kernel", "chunk", "pattern", "conv_bias", "source")
 _WINDOW_KEYS = ("kind", "size", "global_every", "source")
 _MTP_KEYS = ("layers", "source")
 _MOE_KEYS = (
@@ -112,6 +115,27 @@ def _linear_attention(doc: PresetDoc, sources: Mapping[str, str]) -> GatedDeltaN
     )
 
 
+def _mamba(doc: PresetDoc, sources: Mapping[str, str]) -> Mamba2 | None:
+    """The `mamba:` block of a model preset (parcalc.core.mamba.Mamba2: the Mamba-2 mixers and the layer pattern), None when absent."""
+    from parcalc.core.mamba import Mamba2
+
+    if "mamba" not in doc.data:
+        return None
+    block = doc.child("mamba")
+    block.only(_MAMBA_KEYS)
+    return Mamba2(
+        heads=block.integer("heads"),
+        head_dim=block.integer("head_dim"),
+        state=block.integer("state"),
+        groups=block.integer("groups"),
+        conv_kernel=block.integer("conv_kernel"),
+        chunk=block.integer("chunk"),
+        pattern=block.text("pattern"),
+        conv_bias=block.flag("conv_bias", default=True),
+        source=block.source_ref("source", sources) if "source" in block.data else "",
+    )
+
+
 def _mtp(doc: PresetDoc, sources: Mapping[str, str]) -> tuple[int, str]:
     """The `mtp:` block of a model preset: (multi-token-prediction modules, their source); (0, "") when absent."""
     if "mtp" not in doc.data:
@@ -160,6 +184,7 @@ def model_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Transf
             mtp_source=mtp[1],
             linear_attention=_linear_attention(doc, sources),
             attention_gate=doc.flag("attention_gate", default=False),
+            mamba=_mamba(doc, sources),
         )
     except InputError as error:
         raise PresetError(f"{path}: {error}") from None

@@ -158,12 +158,21 @@ def _model_rows(model: TransformerModel) -> list[tuple[object, ...]]:
         if field.name == "mtp_layers":
             rows.append(("mtp_layers", model.mtp_layers, "", model.mtp_source))
             continue
-        if field.name in ("moe", "mla", "window") and value is not None:  # one row per field of the block, with the block's source
+        if field.name in ("moe", "mla", "window", "linear_attention", "mamba") and value is not None:  # one row per field of the block, with the block's source
             shown = [f for f in fields(value) if f.name != "source"]
             rows += [(f"{field.name}.{f.name}", _text(getattr(value, f.name)), "", value.source if i == 0 else "") for i, f in enumerate(shown)]
             continue
         rows.append((field.name, _text(value), "", ""))
-    rows.append(("params_per_layer", model.params_per_layer, "", "counted from the shape (parcalc.core.model)"))
+    if model.mamba is not None:  # one block per layer: no layer of attention and MLP together
+        from parcalc.core.mamba import BLOCKS
+
+        counts = model.mamba.blocks_in(0, model.layers)
+        for block, what in BLOCKS.items():
+            number = {"Mamba-2": counts.mamba, "attention": counts.attention, "MLP": counts.mlp}[what]
+            rows.append((f"{what}_layers", number, "", f"'{block}' in mamba.pattern (parcalc.core.mamba)"))
+            rows.append((f"{what}_layer_params", model.block_params(block), "", "its norm and its mixer, counted from the shape (parcalc.core.model)"))
+    else:
+        rows.append(("params_per_layer", model.params_per_layer, "", "counted from the shape (parcalc.core.model)"))
     if model.moe is not None:
         rows.append(("moe_layers", model.moe_layers, "", "layers with experts (parcalc.core.model)"))
         rows.append(("moe_layer_params", model.moe_layer_params, "", "counted from the shape (parcalc.core.model)"))

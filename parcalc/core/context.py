@@ -222,9 +222,10 @@ def cp_rank_flops(counted: TrainingFlops, seq_len: int, cp: int, balanced: bool 
     from parcalc.core.flops import ATTENTION_CORE_OPS
 
     check_count("--cp", cp)
-    if counted.linear is not None or counted.window is not None:  # the pair counts below are of full causal attention
+    if counted.linear is not None or counted.window is not None or counted.mamba is not None:  # pairs of full causal attention
         raise InputError("--cp: the context-parallel split is counted for full causal attention; this model has "
-                         + ("gated-DeltaNet layers" if counted.linear is not None else "an attention window"))
+                         + ("gated-DeltaNet layers" if counted.linear is not None else "Mamba-2 layers" if counted.mamba is not None
+                            else "an attention window"))
     recompute = counted.recomputed.value
     attention = 0.0
     for _, ops, layers, _ in counted.layer_kinds():

@@ -251,6 +251,13 @@ class Config:
 
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:
     """Why a configuration cannot run (divisibility, placement), or None when it can."""
+    model.check_layers_modelled("--model")  # a layer kind the step time cannot yet time: one error, not a reason per layout
+    if model.mamba is not None:
+        from parcalc.core.mamba_memory import mamba_layout_reason
+
+        reason = mamba_layout_reason(config.layout, config.recompute)
+        if reason is not None:
+            return reason
     t, p, d, b, c = config.layout.tp, config.layout.pp, config.layout.dp, config.micro_batch, config.layout.cp
     stack = cluster.framework.layout_reason(config.layout)  # a data-parallel-only stack (the hf profile)
     if stack is not None:
@@ -450,6 +457,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     scale each kind's time there, so a calibrated preset gives its own trace back."""
     from parcalc.core.timing.step_clock import clock_derivation, solve_clock
 
+    model.check_layers_modelled("--model")
     tiled = cluster.spec.tiled
     if cluster.sm_clock is not None or tiled is None or not tiled.power_model:
         return _estimate(model, config, training, cluster)
@@ -921,5 +929,8 @@ def with_accumulation(stage: Any, accumulate: Any) -> Any:
 
 
 def with_layers(model: TransformerModel, layers: int) -> TransformerModel:
-    """The same layer shape, `layers` deep."""
-    return replace(model, layers=layers, key=f"{model.key}@{layers}", name=f"{model.name}, {layers} layers")
+    """The same layer shape, `layers` deep (a Mamba-2 hybrid: its pattern cut there, or repeated to reach it)."""
+    mamba = model.mamba
+    if mamba is not None:
+        mamba = replace(mamba, pattern=(mamba.pattern * -(-layers // len(mamba.pattern)))[:layers])
+    return replace(model, layers=layers, key=f"{model.key}@{layers}", name=f"{model.name}, {layers} layers", mamba=mamba)

@@ -896,7 +896,7 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
             progress: Callable[[int, int], None] | None) -> SearchResult:  # fmt: skip
     if cluster.gpus < 1:
         raise InputError(f"--gpus: must be at least 1, got {cluster.gpus}")
-    model.check_layers_modelled("--model")
+    model.check_layers_modelled("--model", search=True)
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         if space.pp is None:
             flag = "--first-stage-layers" if space.first_stage_layers is not None else "--last-stage-layers"

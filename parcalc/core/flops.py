@@ -75,9 +75,14 @@ class TrainingFlops:
     mtp: Derivation | None = None  # the multi-token-prediction modules' forward, when the model has them
     linear: Derivation | None = None  # one gated-DeltaNet mixer's forward, when the model has such layers
     linear_delta: float = 0.0  # a linear-attention layer's forward less a full-attention layer's
+    # Mamba-2 hybrids (Nemotron-H): one block per layer; the three blocks' forwards (Mamba-2, attention, MLP) and their ops
+    mamba: Derivation | None = None
+    blocks: tuple[tuple[str, tuple[LayerOp, ...], int, Derivation], ...] = ()
 
     def layer_kinds(self) -> tuple[tuple[str, tuple[LayerOp, ...], int, Derivation], ...]:
-        """(name, ops, count, forward) of each kind of layer the model has: dense, MoE."""
+        """(name, ops, count, forward) of each kind of layer the model has: dense, MoE; a Mamba-2 hybrid's three blocks."""
+        if self.blocks:
+            return self.blocks
         kinds = []
         if self.dense_layers or self.moe_layer_forward is None:
             kinds.append(("dense layer", self.layer_ops, self.dense_layers if self.moe_layer_forward is not None else
@@ -88,7 +93,10 @@ class TrainingFlops:
 
     def layers_forward(self, start: int, end: int) -> float:
         """Forward FLOPs of layers start .. end - 1 (0-based): dense and MoE layers each their own, and a linear-attention
-        layer its mixer for the attention."""
+        layer its mixer for the attention; a Mamba-2 hybrid's layers each their block."""
+        if self.blocks and self.model_ref is not None and self.model_ref.mamba is not None:
+            n = self.model_ref.mamba.blocks_in(start, end)
+            return n.mamba * self.blocks[0][3].value + n.attention * self.blocks[1][3].value + n.mlp * self.blocks[2][3].value
         linear = self.model_ref.linear_layers_in(start, end) * self.linear_delta if self.model_ref is not None else 0.0
         if self.moe_layer_forward is None or self.model_ref is None:
             return (end - start) * self.layer_forward.value + linear
@@ -104,6 +112,8 @@ class TrainingFlops:
         layers = tuple(forward for _, _, count, forward in self.layer_kinds() if count or self.moe_layer_forward is None)
         params = tuple(d for d in (self.params, self.active_params) if d is not None)
         ahead = tuple(d for d in (self.window, self.linear, self.mtp) if d is not None)
+        if self.blocks:
+            layers = tuple(forward for _, _, count, forward in self.blocks if count)
         return (*ahead, *layers, self.forward, self.model, self.recomputed, self.hardware, *extra, self.model_per_token,
                 self.hardware_per_token, *params, self.six_nd, self.narayanan, self.elementwise)  # fmt: skip
 
@@ -304,6 +314,9 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     if model.linear_attention is not None and (recompute not in ("none", "full") or recomputed_layers is not None):
         raise InputError(f"--recompute: {model.name} has gated-DeltaNet layers; parcalc counts their recomputation with "
                          "--recompute none or full (every layer) only")  # fmt: skip
+    if model.mamba is not None and (recompute not in ("none", "full") or recomputed_layers is not None):
+        raise InputError(f"--recompute: {model.name} has Mamba-2 layers; parcalc counts their recomputation with "
+                         "--recompute none or full (every layer) only")  # fmt: skip
     if recomputed_layers is not None and not (recompute == "full" and model.moe is None and 0 <= recomputed_layers <= model.layers):
         raise InputError(f"--recompute-layers: {recomputed_layers} layers recomputed needs --recompute full on a dense model "
                          f"of at least that many layers (got --recompute {recompute}, {model.layers} layers)")  # fmt: skip
@@ -353,6 +366,10 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
                             "a gated-DeltaNet mixer's forward less a full attention block's (F_proj + F_core)"))
         layers_formula, layers_latex = layers_formula + " + $L_lin × $dF_lin", layers_latex + r" + $L_lin \times $dF_lin"
         layers_value += L_lin * linear_delta
+    blocks: tuple[tuple[str, tuple[LayerOp, ...], int, Derivation], ...] = ()
+    if model.mamba is not None:
+        blocks = mamba_blocks(model, batch, seq_len, ops, layer_forward)
+        layer_terms, layers_formula, layers_latex, layers_value = _blocks_sum(model, blocks)
     fwd_inputs = list(layer_terms)
     formula, latex = layers_formula, layers_latex
     if head is not None:
@@ -439,7 +456,14 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
         n_params, n_source = float(model.total_params), f"parameters of {model.name}"
     approx = six_nd(n_params, tokens, params_source=n_source)
     elementwise_ops = [op for op in ops if op.kind == "elementwise"]
-    if moe_forward is None:
+    if blocks:
+        per_block = [sum(op.flops for op in block_ops if op.kind == "elementwise") for _, block_ops, _, _ in blocks[1:]]
+        ew_value = sum(count * flops for (_, _, count, _), flops in zip(blocks[1:], per_block, strict=True))
+        ew_formula, ew_latex = "$L_attn × $ew_attn + $L_mlp × $ew_mlp", r"$L_attn \times $ew_attn + $L_mlp \times $ew_mlp"
+        ew_inputs: tuple[Term, ...] = (layer_terms[2], Term("ew_attn", "ew_attn", r"ew_{\mathrm{attn}}", per_block[0], "FLOP", "the softmax of an attention block"),
+                     layer_terms[4], Term("ew_mlp", "ew_mlp", r"ew_{\mathrm{mlp}}", per_block[1], "FLOP",
+                                          "the activation of an MLP block; a Mamba-2 block's element-wise work is not counted"))  # fmt: skip
+    elif moe_forward is None:
         ew_value = L * sum(op.flops for op in elementwise_ops)
         ew_formula = "$L × (" + " + ".join(f"${op.key}" for op in elementwise_ops) + ")"
         ew_latex = r"$L \times \left(" + " + ".join(f"${op.key}" for op in elementwise_ops) + r"\right)"
@@ -474,8 +498,9 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     window = window_share(model, seq_len) if windowed else None
     return TrainingFlops(tuple(ops), head, causal, layer_forward, forward, model_flops, recomputed, hardware, per_token[0],
                          per_token[1], approx, narayanan, elementwise, selective, tuple(moe_ops), moe_forward, L_dense, L_moe,
-                         model if model.moe is not None or linear is not None else None, counts[0], counts[1], core_share=half,
-                         window=window, mtp=mtp, linear=linear, linear_delta=linear_delta)  # fmt: skip
+                         model if model.moe is not None or linear is not None or blocks else None, counts[0], counts[1], core_share=half,
+                         window=window, mtp=mtp, linear=linear, linear_delta=linear_delta,
+                         mamba=blocks[0][3] if blocks else None, blocks=blocks)  # fmt: skip
 
 
 MTP_SOURCE = (
@@ -516,6 +541,65 @@ def linear_forward(model: TransformerModel, batch: int, seq_len: int) -> Derivat
                       assumptions=(f"the delta rule by chunks of {CHUNK} tokens (torch_chunk_gated_delta_rule, flash-linear-attention's "
                                    "chunk_gated_delta_rule), the sequence padded to a whole chunk; the UT transform's two triangular "
                                    "solves at C (C - 1) / 2 multiply-adds per column; gates, norms and decays are element-wise, not counted",))  # fmt: skip
+
+
+def mamba_forward(model: TransformerModel, batch: int, seq_len: int) -> Derivation:
+    """Forward FLOPs of one Mamba-2 mixer for the batch: its operations one by one (layer_ops.mamba_ops)."""
+    from parcalc.core.layer_ops import mamba_ops
+    from parcalc.core.mamba import MAMBA2_SOURCE
+
+    mamba = model.mamba
+    assert mamba is not None
+    ops = [op for op in mamba_ops(model, batch, seq_len, 2.0) if op.kind == "matmul"]
+    inputs = tuple(Term(op.key, op.key, op.key.replace("_", r"\_"), op.flops, "FLOP", f"{op.name}: {op.shape}") for op in ops)
+    formula = " + ".join(f"${op.key}" for op in ops)
+    return Derivation("mamba_forward_flops", "Forward FLOPs of one Mamba-2 block (in_proj, conv1d, the SSD by chunks, out_proj)",
+                      "F_ssm", r"F_{\mathrm{ssm}}", formula, formula, inputs, float(sum(op.flops for op in ops)), "FLOP", MAMBA2_SOURCE,
+                      assumptions=(f"the SSD by chunks of {mamba.chunk} tokens as mamba_ssm's kernels run it (Megatron-LM's MambaMixer), "
+                                   "the sequence padded to a whole chunk; C·B^T once per group of heads (transformers' torch path "
+                                   "repeats B and C to every head and computes it per head); the chunk-to-chunk state passing one "
+                                   "multiply-add per state element (the torch path's einsum over (chunks + 1)^2 pairs is the same "
+                                   "recurrence written quadratically); gates, softplus, exp, D·x and the gated norm are element-wise, "
+                                   "not counted",))  # fmt: skip
+
+
+def mamba_blocks(model: TransformerModel, batch: int, seq_len: int, ops: tuple[LayerOp, ...],
+                 layer_forward: Derivation) -> tuple[tuple[str, tuple[LayerOp, ...], int, Derivation], ...]:  # fmt: skip
+    """A Mamba-2 hybrid's three blocks (name, ops, layers of it, forward): a Mamba-2 mixer, attention (the layer's projections
+    and core) and the MLP, each under its one norm (NemotronHBlock)."""
+    from parcalc.core.layer_ops import mamba_ops
+    from parcalc.core.mamba import PATTERN_SOURCE
+
+    assert model.mamba is not None
+    counts = model.mamba.blocks_in(0, model.layers)
+    attention_ops = tuple(op for op in ops if _group_of(op.key) in ("F_proj", "F_core") and op.key != "activation")
+    mlp_ops = tuple(op for op in ops if op not in attention_ops)
+
+    def block(key: str, symbol: str, what: str, terms: tuple[str, ...]) -> Derivation:
+        inputs = tuple(layer_forward.term(t) for t in terms)
+        formula = " + ".join(f"${t}" for t in terms)
+        latex = r"F_{\mathrm{" + symbol.removeprefix("F_") + "}}"
+        return Derivation(key, f"Forward FLOPs of one {what} block (its matmuls; {PATTERN_SOURCE})", symbol, latex, formula, formula,
+                          inputs, sum(t.value for t in inputs), "FLOP", layer_forward.source, assumptions=layer_forward.assumptions)
+
+    return (("Mamba-2 layer", tuple(mamba_ops(model, batch, seq_len, 2.0)), counts.mamba, mamba_forward(model, batch, seq_len)),
+            ("attention layer", attention_ops, counts.attention, block("attention_block_forward_flops", "F_attn", "attention", ("F_proj", "F_core"))),
+            ("MLP layer", mlp_ops, counts.mlp, block("mlp_block_forward_flops", "F_mlp", "MLP", ("F_mlp",))))  # fmt: skip
+
+
+def _blocks_sum(model: TransformerModel, blocks: tuple[tuple[str, tuple[LayerOp, ...], int, Derivation], ...]
+                ) -> tuple[tuple[Term, ...], str, str, float]:  # fmt: skip
+    """The layers' forward of a Mamba-2 hybrid: each block's forward times its layers."""
+    from parcalc.core.mamba import PATTERN_SOURCE
+
+    source = (model.mamba.source if model.mamba else "") or PATTERN_SOURCE
+    keys = (("L_ssm", "L_{\\mathrm{ssm}}", "F_ssm"), ("L_attn", "L_{\\mathrm{attn}}", "F_attn"), ("L_mlp", "L_{\\mathrm{mlp}}", "F_mlp"))
+    terms: list[Term] = []
+    for (name, _, count, forward), (l_key, l_latex, f_key) in zip(blocks, keys, strict=True):
+        terms += [Term(l_key, l_key, l_latex, count, "", f"{name}s (hybrid_override_pattern)", source), forward.as_term(f_key)]
+    formula = " + ".join(f"${count} × ${forward}" for count, _, forward in keys)
+    latex = " + ".join(f"${count} \\times ${forward}" for count, _, forward in keys)
+    return tuple(terms), formula, latex, float(sum(count * forward.value for _, _, count, forward in blocks))
 
 
 def window_share(model: TransformerModel, seq_len: int) -> Derivation:
@@ -618,7 +702,7 @@ def stage_flops(counted: TrainingFlops, split: tuple[int, ...], stage: int) -> D
     stage's share is what its GPUs must run while the others wait (Narayanan et al. 2021 sec. 2.2:
     the pipeline runs at the pace of its slowest stage)."""
     total_layers = sum(split)
-    if counted.linear is not None:
+    if counted.linear is not None or counted.mamba is not None:
         return _hybrid_stage_flops(counted, split, stage)
     if counted.moe_layer_forward is not None and counted.model_ref is not None:
         return _moe_stage_flops(counted, split, stage)

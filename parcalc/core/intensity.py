@@ -225,6 +225,9 @@ _ROOF_COLUMNS = (
 def layer_intensity(model: TransformerModel, batch: int, seq_len: int, dtype: str, bytes_per_element: float,
                     machine: Machine | None = None) -> Result:  # fmt: skip
     """The table of every forward operation of one layer, with roofline verdicts on a machine."""
+    if model.mamba is not None:  # its layers are one block each, not attention and an MLP
+        raise InputError(f"--model: {model.name} is a Mamba-2 hybrid of one block per layer; parcalc flops lists its Mamba-2, "
+                         "attention and MLP blocks' operations")  # fmt: skip
     moe = model.moe is not None  # an MoE model: one of its MoE layers (router, routed and shared experts)
     ops = transformer_layer_ops(model, batch, seq_len, bytes_per_element, moe_layer=moe)
     columns = _LAYER_COLUMNS + (_ROOF_COLUMNS if machine else ())

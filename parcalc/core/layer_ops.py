@@ -156,6 +156,35 @@ def linear_attention_ops(model: TransformerModel, batch: int, seq_len: int, s: f
     ]  # fmt: skip
 
 
+def mamba_ops(model: TransformerModel, batch: int, seq_len: int, s: float) -> list[LayerOp]:
+    """A Mamba-2 mixer's forward (parcalc.core.mamba), as mamba_ssm's SSD kernels compute it (Dao & Gu 2024 sec. 6; Megatron-LM's
+    MambaMixer calls mamba_chunk_scan_combined): in_proj, the depthwise conv1d (conv_dim products of [T x K]·[K x 1], what
+    torch.utils.flop_counter gives a grouped convolution), per chunk of Q tokens C·B^T once per GROUP (_bmm_chunk_fwd on
+    (b, s, G, N)), the masked scores times x per head (the intra-chunk, diagonal blocks), each chunk's final state B^T·x
+    (_chunk_state_fwd), the states passed from chunk to chunk (_state_passing_fwd: one multiply-add per state element and
+    chunk), the output from the state C·h (the off-diagonal blocks, in _chunk_scan_fwd) and out_proj. The gates, the
+    discretisation (softplus, exp), D·x and the gated norm are element-wise, not counted."""
+    mamba = model.mamba
+    assert mamba is not None
+    tokens, d = batch * seq_len, model.hidden
+    q, n, p = mamba.chunk, mamba.state, mamba.head_dim
+    chunks = batch * mamba.chunks(seq_len)  # (sequence, chunk): the products run per chunk
+    per_head, per_group = chunks * mamba.heads, chunks * mamba.groups
+    passing = float(2 * per_head * p * n)  # h_c = exp(ΣA) h_{c-1} + s_c: one multiply-add per element of the H x P x N state
+    return [
+        _matmul("ssm_in", "[z, x, B, C, dt] = x·W^in", tokens, d, mamba.in_proj_width, s),
+        _matmul("ssm_conv", "causal conv1d (depthwise)", tokens, mamba.conv_kernel, 1, s, batch=mamba.conv_dim,
+                shape=f"[{tokens}×{mamba.conv_kernel}]·[{mamba.conv_kernel}×1] ×{mamba.conv_dim}"),
+        _matmul("ssd_cb", "C·B^T", q, n, q, s, batch=per_group, shape=f"[{q}×{n}]·[{n}×{q}] ×{per_group}"),
+        _matmul("ssd_diag", "Y_diag = (L∘C·B^T)·X", q, q, p, s, batch=per_head, shape=f"[{q}×{q}]·[{q}×{p}] ×{per_head}"),
+        _matmul("ssd_state", "S_c = B^T·X", n, q, p, s, batch=per_head, shape=f"[{n}×{q}]·[{q}×{p}] ×{per_head}"),
+        LayerOp(key="ssd_pass", name="h_c = a_c h_(c-1) + S_c", kind="matmul", flops=passing, bytes=s * 3 * per_head * p * n,
+                shape=f"[{p}×{n}] ×{per_head}", batch=per_head, m=p, k=1, n=n),
+        _matmul("ssd_off", "Y_off = C·h", q, n, p, s, batch=per_head, shape=f"[{q}×{n}]·[{n}×{p}] ×{per_head}"),
+        _matmul("ssm_out", "Out = norm(Y)·W^out", tokens, mamba.d_inner, d, s),
+    ]  # fmt: skip
+
+
 def _mla_ops(model: TransformerModel, batch: int, seq_len: int, s: float) -> list[LayerOp]:
     """Multi-head latent attention (DeepSeek-V2 sec. 2.1, as transformers' DeepseekV3Attention runs
     it in training: the latents are up-projected to per-head keys and values, no weight absorption).

@@ -254,6 +254,10 @@ def stage_parameters(model: TransformerModel, par: Layout, stage: int) -> Deriva
         formula = "$L_d × $P_l + $L_m × ($P_m + $P_x)"
         latex = r"$L_d \times $P_l + $L_m \times ($P_m + $P_x)"
         value = (layers - moe) * per_layer + moe * (dense_part + experts)
+    if model.mamba is not None:  # one block per layer, each kind its own size (parcalc.core.mamba_memory)
+        from parcalc.core.mamba_memory import stage_layer_params
+
+        inputs, formula, latex, value = stage_layer_params(model, par, stage)
     if model.vocab:
         word = vocab_shard(model, par.tp) * model.hidden
         embed, head = _stage_ends(model, par, stage)
@@ -635,6 +639,10 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
         activations = offloaded_activations(layer, layers, in_flight)
     elif setup.recompute_layers is not None and setup.recompute is Recompute.FULL:
         activations = _partly_recomputed_activations(model, par, layer, layers, in_flight, setup.recompute_layers, stage)
+    elif model.mamba is not None:
+        from parcalc.core.mamba_memory import mamba_stage_activations
+
+        activations = mamba_stage_activations(model, par, config, in_flight, stage)
     elif model.moe is not None:
         activations = _moe_stage_activations(model, par, layer, layers, in_flight, stage)
     else:
@@ -654,7 +662,11 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     embedding = embedding_activations(model, config, in_flight.value) if (stage == 0 or (dualpipe and stage in ends)) and model.vocab else None
     output = output_activations(model, config, in_flight.value) if (stage == par.pp - 1 or (dualpipe and stage in ends)) and model.vocab else None
     mtp = mtp_activations(model, config, in_flight.value) if stage == mtp_stage(model, par) else None
-    recompute = recompute_working_set(model, config) if setup.recompute_layers != 0 else None
+    recompute = recompute_working_set(model, config) if setup.recompute_layers != 0 and model.mamba is None else None
+    if model.mamba is not None:
+        from parcalc.core.mamba_memory import mamba_recompute_working_set
+
+        recompute = mamba_recompute_working_set(model, config)
     context = context_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes)
     dispatch = (moe_dispatch_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes, setup.moe_imbalance)
                 if moe_here and par.ep > 1 else None)  # fmt: skip
@@ -799,7 +811,13 @@ def _moe_stage_activations(model: TransformerModel, par: Layout, layer: LayerAct
 
 def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
-    model.check_layers_modelled("--model")
+    if model.mamba is not None:  # a Mamba-2 hybrid: its blocks by parcalc.core.mamba_memory
+        from parcalc.core.mamba_memory import check_mamba_memory
+
+        check_mamba_memory(model, par, setup.recompute, step_memory=setup.step_memory, fp8=setup.precision is Precision.FP8,
+                           offload=setup.offload_activations or setup.offload_optimizer, recompute_layers=setup.recompute_layers)  # fmt: skip
+    else:
+        model.check_layers_modelled("--model")
     check_parallelism(model, par, setup.micro_batches)
     check_context_parallel(model, setup.seq_len, par)
     setup = setup.for_model(model)

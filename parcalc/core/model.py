@@ -14,6 +14,7 @@ from collections.abc import Callable
 from parcalc.core.attention_window import AttentionWindow
 from parcalc.core.choices import Mlp, Norm, Position  # re-exported
 from parcalc.core.linear_attention import GatedDeltaNet
+from parcalc.core.mamba import ATTENTION, MAMBA, MLP, Mamba2
 from parcalc.errors import InputError
 from parcalc.frozen import frozen
 
@@ -186,8 +187,13 @@ class TransformerModel:
     # Gated attention (Qwen3-Next: Qwen3NextAttention.q_proj outputs heads x head_dim x 2, the second half a sigmoid
     # gate on the attention output): the query projection twice as wide
     attention_gate: bool = False
+    # Hybrid Mamba-2 models (Nemotron-H; parcalc.core.mamba): every layer is ONE block, a norm and one mixer, by the
+    # pattern: 'M' a Mamba-2 mixer, '*' attention, '-' the MLP; None: every layer has attention and an MLP
+    mamba: Mamba2 | None = None
 
     def __post_init__(self) -> None:
+        if self.mamba is not None:
+            self._check_mamba(self.mamba)
         if self.mtp_layers < 0:
             raise InputError(f"model {self.key}: mtp_layers must not be negative, got {self.mtp_layers}")
         for name in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden"):
@@ -294,12 +300,31 @@ class TransformerModel:
         return (self.attention_params_per_layer + self.norm_params_per_layer + self.router_params_per_layer
                 + self.shared_expert_params_per_layer + self.routed_expert_params_per_layer)  # fmt: skip
 
+    def _check_mamba(self, mamba: Mamba2) -> None:
+        if len(mamba.pattern) != self.layers:
+            raise InputError(f"model {self.key}: the Mamba-2 pattern names {len(mamba.pattern)} layers, the model has {self.layers}")
+        if self.moe is not None or self.mla is not None or self.linear_attention is not None or self.mtp_layers:
+            raise InputError(f"model {self.key}: a Mamba-2 hybrid with MoE, MLA, gated-DeltaNet or MTP blocks is not modelled")
+
+    def block_params(self, block: str) -> int:
+        """One layer of a Mamba-2 hybrid: its norm and its one mixer (NemotronHBlock: norm, mixer, residual)."""
+        assert self.mamba is not None
+        norm = self.norm.params_per_channel * self.hidden
+        if block == MAMBA:
+            return norm + self.mamba.params(self.hidden, self.bias)
+        return norm + (self.attention_params_per_layer if block == ATTENTION else self.mlp_params_per_layer)
+
     def layer_params(self, index: int) -> int:
+        if self.mamba is not None:
+            return self.block_params(self.mamba.block(index))
         layer = self.moe_layer_params if self.is_moe_layer(index) else self.params_per_layer
         return layer + (self.linear_mixer_delta if self.linear_attention is not None and self.linear_attention.is_linear(index) else 0)
 
     def layers_params(self, start: int, end: int) -> int:
         """Parameters of layers start .. end - 1 (0-based)."""
+        if self.mamba is not None:
+            n = self.mamba.blocks_in(start, end)
+            return n.mamba * self.block_params(MAMBA) + n.attention * self.block_params(ATTENTION) + n.mlp * self.block_params(MLP)
         moe = self.moe_layers_in(start, end)
         return moe * self.moe_layer_params + (end - start - moe) * self.params_per_layer + self.linear_layers_in(start, end) * self.linear_mixer_delta
 
@@ -382,8 +407,12 @@ class TransformerModel:
 
     # --- Local attention ---------------------------------------------------------------------
 
-    def check_layers_modelled(self, what: str) -> None:
-        """InputError for a command that times or holds layers parcalc counts only the parameters and FLOPs of."""
+    def check_layers_modelled(self, what: str, search: bool = False) -> None:
+        """InputError for a command that times or holds layers parcalc counts only the parameters and FLOPs of; `search`:
+        fit's vectorised search, whose memory counts transformer layers (a Mamba-2 hybrid's blocks are not among them)."""
+        if self.mamba is not None and search:
+            raise InputError(f"{what}: {self.name} has Mamba-2 layers; fit's search counts the memory of transformer layers; "
+                             "give a layout (--tp, --pp, ...) without --search, which fit times block by block")
         if self.linear_attention is not None:
             raise InputError(f"{what}: {self.name} has gated-DeltaNet layers; parcalc counts their parameters and FLOPs "
                              "(parcalc flops) but not yet their activations or kernel times")  # fmt: skip

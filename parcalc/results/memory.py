@@ -300,7 +300,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     layer = breakdown.layer
     derivations = [worst.parameters, worst.states.weights, worst.states.gradients, worst.states.optimizer]
     derivations += [x for x in (worst.fp8_weights, worst.gathered) if x is not None]
-    derivations += [layer.per_layer] + ([layer.korthikanti] if layer.korthikanti is not None else [])
+    if shape.mamba is None:  # a Mamba-2 hybrid has no layer of attention and MLP: its blocks are in the stage's activations
+        derivations += [layer.per_layer] + ([layer.korthikanti] if layer.korthikanti is not None else [])
     derivations += [worst.layers, worst.in_flight, worst.activations]
     derivations += [x for x in (worst.embedding, worst.output, worst.recompute, worst.context, worst.dispatch) if x is not None]
     derivations += [worst.states_total, worst.activations_total, worst.reserve]
@@ -329,6 +330,11 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
          Column("split", "split over"), Column("bytes", "bytes", "B", memory=True), Column("source", "source")),
         layer.rows(),
     )  # fmt: skip
+    if shape.mamba is not None:
+        from parcalc.core.mamba_memory import block_tensor_rows
+
+        tensors = Table("layer_activations", "What each block keeps for backward (one micro-batch, one GPU)", tensors.columns,
+                        block_tensor_rows(shape, layer.config))  # fmt: skip
     if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
         derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
         tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split(': ', 1)[-1][:-1]}",
@@ -337,7 +343,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
     if per_stage:
         tables.append(_stage_table(breakdown))
     verdicts = [_fit_verdict(breakdown, GIB)]
-    if layer.korthikanti is not None:
+    if layer.korthikanti is not None and shape.mamba is None:
         verdicts.append(_korthikanti_verdict(layer.per_layer.value, layer.korthikanti.value))
     title = (f"Memory per GPU: {shape.name}, b = {setup.micro_batch}, s = {setup.seq_len}, "
              f"{par.tp} TP x {par.pp} PP" + (f" x {par.cp} CP" if par.cp > 1 else "") + f" x {par.dp} DP"

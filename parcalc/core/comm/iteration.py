@@ -42,6 +42,9 @@ from parcalc.errors import InputError
 
 def validate(model: TransformerModel, work: Workload, par: Layout) -> int:
     """Check the configuration; returns the number of micro-batches per replica per iteration."""
+    if model.mamba is not None:  # the collectives below are counted per transformer layer (two TP regions, its tensors)
+        raise InputError(f"--model: {model.name} is a Mamba-2 hybrid of one block per layer; the collectives of an iteration are "
+                         "counted for transformer layers (attention and MLP in each)")  # fmt: skip
     for flag, value in (("--tp", par.tp), ("--pp", par.pp), ("--dp", par.dp), ("--gpus-per-node", par.gpus_per_node),
                         ("--chunks", par.chunks), ("--batch", work.global_batch), ("--micro-batch", work.micro_batch),
                         ("--seq-len", work.seq_len), ("--cp", par.cp)):  # fmt: skip

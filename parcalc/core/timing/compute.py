@@ -186,7 +186,12 @@ def compile_assumption() -> str:
 
 def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None = None) -> LayerPasses:
     """Every kernel of one layer's forward and backward on one GPU (see the module docstring);
-    with `experts`, an MoE layer of the model (parcalc.core.timing.moe) instead of a dense one."""
+    with `experts`, an MoE layer of the model (parcalc.core.timing.moe) instead of a dense one; a Mamba-2 hybrid's mean
+    layer (parcalc.core.timing.mamba_kernels)."""
+    if model.mamba is not None:
+        from parcalc.core.timing.mamba_kernels import mean_layer_kernels
+
+        return LayerPasses(*mean_layer_kernels(model, shard, spec, _attention_block(model, shard, spec)))
     return _layer_passes(model, shard, spec, experts)
 
 
