@@ -18,8 +18,9 @@ it gives (traced / ratio) is an upper bound.
 Rounds take turns (one unprofiled step, one profiled step) so that a slow spell of a shared machine falls on both; each
 phase's minimum over the rounds is kept (the least-disturbed run of each; other jobs only add time). Measured for
 parcalc.core.timing.host.PROFILED_HOST_SLOWDOWN (2026-11-29, PyTorch 2.13 CPU, transformers 5.24, a shared 2-core AMD
-EPYC, three runs of 25 rounds): forward 11.95 -> 15.56 ms (1.30), backward 13.51 -> 20.83 ms (1.54), the minima of all
-75 rounds; the two runs slowed by other jobs gave 1.29 / 1.68 and 0.94 / 1.66.
+EPYC): wall time, forward 11.95 -> 15.56 ms (1.30), backward 13.51 -> 20.83 ms (1.54), the minima of 105 rounds (three
+runs of 25 and one of 30; single runs slowed by other jobs gave 0.94-1.38 forward, 1.31-1.68 backward); the thread's CPU
+time, forward 13.85 -> 17.10 ms (1.23), backward 16.66 -> 25.95 ms (1.56), the minima of 90 rounds (three runs of 30).
 """
 
 from __future__ import annotations
@@ -44,18 +45,23 @@ def main(rounds: int = 15) -> dict[str, dict[str, float]]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     ids = torch.randint(0, 256, (1, 16))
 
+    # wall time and the calling thread's CPU time together (on CPU tensors the autograd engine runs the backward on the
+    # calling thread, and the profiler's callbacks run on it too): a round slowed by other jobs shows in both, a round
+    # descheduled only in the wall time
     def step(times: dict[str, float]) -> None:
-        t0 = time.perf_counter()
+        marks = [(time.perf_counter(), time.thread_time())]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=ids).loss
-        t1 = time.perf_counter()
+        marks.append((time.perf_counter(), time.thread_time()))
         loss.backward()
-        t2 = time.perf_counter()
+        marks.append((time.perf_counter(), time.thread_time()))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        t3 = time.perf_counter()
-        for key, value in (("forward", t1 - t0), ("backward", t2 - t1), ("optimizer", t3 - t2)):
-            times[key] = min(times.get(key, float("inf")), value)
+        marks.append((time.perf_counter(), time.thread_time()))
+        for i, phase in enumerate(("forward", "backward", "optimizer")):
+            for clock, key in ((0, phase), (1, phase + " (thread CPU time)")):
+                value = marks[i + 1][clock] - marks[i][clock]
+                times[key] = min(times.get(key, float("inf")), value)
 
     for _ in range(5):
         step({})

@@ -50,16 +50,17 @@ class HostCosts:
 # The profiler's factor on the host's time to issue each phase of Hugging Face Llama's step: profiled (record_shapes=True,
 # as the shared traces were taken) over unprofiled, measured with real PyTorch on the CPU (benchmarks/host_profiler_overhead.py:
 # the same transformers LlamaForCausalLM code, 16 layers, autocast bf16, SDPA, fused AdamW, at a tiny width so that the host's
-# work dominates; each phase's minimum over 75 interleaved rounds, three runs of 25 on a shared 2-core machine: the minima
-# all fell in one run, 11.95 -> 15.56 ms forward, 13.51 -> 20.83 ms backward; the two runs slowed by other jobs gave
-# 1.29 / 1.68 and 0.94 / 1.66, each ratio of its own minima). The profiler's cost is per recorded ATen op, as is the
+# work dominates; each phase's minimum wall time over 105 interleaved rounds on a shared 2-core machine, 11.95 -> 15.56 ms
+# forward, 13.51 -> 20.83 ms backward; single runs slowed by other jobs gave 0.94-1.38 / 1.31-1.68; the thread's CPU time,
+# which a descheduled round does not inflate, gives 1.23 / 1.56 over 90 rounds, 13.85 -> 17.10 and 16.66 -> 25.95 ms).
+# The profiler's cost is per recorded ATen op, as is the
 # host's own work, so the factor is the code's rather than the machine's. On a GPU the profiler also records each CUDA runtime
 # call (CUPTI), which this CPU measurement does not see: the unprofiled host it gives is an upper bound. The optimizer's
 # launches come from one ATen op (_fused_adamw_) and its Python before them records none: 1.
 PROFILED_HOST_SLOWDOWN = {"forward": 1.30, "backward": 1.54, "optimizer": 1.0}
 PROFILED_HOST_SOURCE = ("benchmarks/host_profiler_overhead.py: torch.profiler(record_shapes=True) over the unprofiled host time of "
-                        "transformers' LlamaForCausalLM step with real PyTorch 2.13 on the CPU (AMD EPYC, 2026-11-29, minimum of 75 "
-                        "rounds): forward 1.30, backward 1.54")  # fmt: skip
+                        "transformers' LlamaForCausalLM step with real PyTorch 2.13 on the CPU (AMD EPYC, 2026-11-29, minimum wall time of "
+                        "105 rounds): forward 1.30, backward 1.54 (the thread's CPU time: 1.23, 1.56)")  # fmt: skip
 
 
 @dataclass(frozen=True)
