@@ -201,10 +201,12 @@ def host_costs_of(doc: Any, sources: Any) -> Any:
     from parcalc.core.timing.host import HostCosts
 
     block = doc.child("host")
-    block.only(("forward", "backward", "optimizer", "source", "note"))
-    times = {}
-    for name in ("forward", "backward", "optimizer"):
+    block.only(("forward", "backward", "optimizer", "optimizer_prelude", "source", "note"))
+    times = {"optimizer_prelude": 0.0}  # optional: the optimizer's Python per parameter tensor before its first launch
+    for name in ("forward", "backward", "optimizer", "optimizer_prelude"):
         if name not in block.data:
+            if name == "optimizer_prelude":
+                continue
             raise block.error(name, "missing")
         try:
             times[name] = parse_quantity(block.data[name], Dimension.TIME, f"{doc.path}: key 'host.{name}'")
@@ -212,4 +214,4 @@ def host_costs_of(doc: Any, sources: Any) -> Any:
             raise PresetError(str(error)) from None
         if not 0 <= times[name] < 1e-2:
             raise block.error(name, f"a host time per kernel between 0 and 10 ms, got {shown(block.data[name])}")
-    return HostCosts(times["forward"], times["backward"], times["optimizer"], block.source_ref("source", sources))
+    return HostCosts(times["forward"], times["backward"], times["optimizer"], block.source_ref("source", sources), times["optimizer_prelude"])

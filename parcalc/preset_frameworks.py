@@ -15,7 +15,8 @@ from parcalc.units import Dimension, parse_quantity
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
-                   "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host")  # fmt: skip
+                   "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
+                   "sync_after_backward")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -80,6 +81,10 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         if not isinstance(memory["optimizer_writes_weight_copy"], bool):
             raise doc.error("optimizer_writes_weight_copy.value", f"expected true or false, got {shown(memory['optimizer_writes_weight_copy'])}")
     host = host_costs_of(doc, sources) if "host" in data else None
+    if "sync_after_backward" in data:  # optional: the loop's synchronisation inside the step (parcalc.core.timing.host)
+        memory["sync_after_backward"] = setting(doc, "sync_after_backward", "sync_after_backward")
+        if not isinstance(memory["sync_after_backward"], bool):
+            raise doc.error("sync_after_backward.value", f"expected true or false, got {shown(memory['sync_after_backward'])}")
     if "expert_gemm_host" in data:  # optional: MoE experts as a host loop of GEMMs (parcalc.core.timing.moe)
         per_gemm = doc.quantity("expert_gemm_host", Dimension.TIME, sources)
         assert per_gemm is not None

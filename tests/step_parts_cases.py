@@ -24,7 +24,23 @@ def fit_args(name: str) -> list[str]:
             "--format", "json"]  # fmt: skip
 
 
-def predicted(name: str, presets: Path | None = None, gpu: str = "h200") -> dict[str, float]:
+# The unprofiled loop of h200_profile.py (train-step-profiles.json's t_step_s): it synchronises only around each step
+# (h200_profile.py line 99: torch.cuda.synchronize(); t0 = ...; step(); torch.cuda.synchronize()), not after the backward
+PLAIN_LOOP = "hf-plain-loop"
+
+
+def plain_loop_presets(folder: Path) -> Path:
+    """A presets folder with the hf profile as h200_profile.py's loop runs it (PLAIN_LOOP): no synchronisation inside the step."""
+    text = (Path(__file__).parent.parent / "presets" / "frameworks" / "hf.yaml").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("sync_after_backward:"))
+    text = text.replace(line, 'sync_after_backward: {value: false, source: plain_loop}').replace(
+        "sources:\n", 'sources:\n  plain_loop: "../shared/measurements/h200-2026-11-28/h200_profile.py line 99: synchronised around each step only"\n', 1)
+    (folder / "frameworks").mkdir(parents=True, exist_ok=True)
+    (folder / "frameworks" / f"{PLAIN_LOOP}.yaml").write_text(text)
+    return folder
+
+
+def predicted(name: str, presets: Path | None = None, gpu: str = "h200", framework: str = "hf") -> dict[str, float]:
     """fit's step and its parts (seconds) for one shared step (on `gpu` from `presets`: a calibrated preset)."""
     from typer.testing import CliRunner
 
@@ -32,11 +48,25 @@ def predicted(name: str, presets: Path | None = None, gpu: str = "h200") -> dict
 
     args = fit_args(name)
     args[args.index("h200")] = gpu
+    args[args.index("hf")] = framework
     result = CliRunner().invoke(app, args + (["--presets", str(presets)] if presets is not None else []))
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)["results"]
     clock = results["t_gemm"]["inputs"].get("f_SM")  # the step's SM clock under the power limit (parcalc.core.timing.step_clock)
-    return {key: results[key]["value"] for key in ("t_step", *KINDS) if key in results} | ({"f_SM": clock["value"]} if clock else {})
+    host = {f"host.{k}": v["value"] for k, v in results["t_host"]["inputs"].items()} if "t_host" in results else {}
+    return {key: results[key]["value"] for key in ("t_step", *KINDS) if key in results} | ({"f_SM": clock["value"]} if clock else {}) | host
+
+
+def segments(p: dict[str, float]) -> dict[str, float]:
+    """The predicted step's two sync-separated segments (one micro-batch), as the measured loop times them: forward and
+    backward (train-steps.json's t_fwdbwd_s), the optimizer step with zero_grad (t_opt_s); parcalc.core.timing.host."""
+    from parcalc.core.timing.host import host_exposed, step_segments
+
+    h = {k.removeprefix("host."): v for k, v in p.items() if k.startswith("host.")}
+    parts = step_segments(h["n_f"] * h["c_f"], h["G_f"], h["n_b"] * h["c_b"], h["G_b"], 1, h["n_p"] * h["c_p"], h["n_o"] * h["c_o"],
+                          h["G_o"], True)  # fmt: skip
+    fwdbwd, optimizer = (host_exposed(seg) + sum(x.gpu for x in seg) for seg in parts)
+    return {"t_fwdbwd": fwdbwd, "t_opt": optimizer}
 
 
 def measured_clock(name: str) -> float:
@@ -57,7 +87,8 @@ def measured(name: str) -> dict[str, float]:
     optimizer = sum(k["s_per_step"] for k in profile["top_kernels"] if k["kind"] == "optimizer" and "multi_tensor_apply" in k["name"])
     return {"t_step": steps[name]["t_step_s"], "t_step_profiled_run": profile["t_step_s"], "t_gemm": kinds["gemm"],
             "t_attention": kinds["attention"], "t_memory_bound": kinds["elementwise"] + kinds["reduction"] + kinds.get("loss", 0.0),
-            "t_optimizer": optimizer, "gpu_busy": profile["gpu_busy_s"], "t_opt_step": steps[name]["t_opt_s"]}  # fmt: skip
+            "t_optimizer": optimizer, "gpu_busy": profile["gpu_busy_s"], "t_opt_step": steps[name]["t_opt_s"],
+            "t_fwdbwd": steps[name]["t_fwdbwd_s"], "t_opt": steps[name]["t_opt_s"]}  # fmt: skip
 
 
 def calibrated_table() -> None:
@@ -101,3 +132,12 @@ if __name__ == "__main__":
             print(f"   {key:15s} {p[key] * 1e3:7.1f} ms vs {m[key] * 1e3:7.1f} ({p[key] / m[key] - 1:+.1%})")
         print(f"   {'t_host':15s} {p.get('t_host', 0) * 1e3:7.1f} ms (wall - GPU busy in the profiled run: "
               f"{(m['t_step_profiled_run'] - m['gpu_busy']) * 1e3:.1f})")
+        for key, value in segments(p).items():
+            print(f"   {key + ' segment':15s} {value * 1e3:7.1f} ms vs {m[key] * 1e3:7.1f} ({value / m[key] - 1:+.1%}; the loop's own timing)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        plain = predicted("llama3.2-1b b1 s2048", plain_loop_presets(Path(folder)), framework=PLAIN_LOOP)
+        m = measured("llama3.2-1b b1 s2048")
+        print(f"llama3.2-1b b1 s2048, h200_profile.py's loop (no sync inside the step): {plain['t_step'] * 1e3:.1f} ms vs "
+              f"{m['t_step_profiled_run'] * 1e3:.1f} ({plain['t_step'] / m['t_step_profiled_run'] - 1:+.1%}), t_host {plain['t_host'] * 1e3:.1f} ms")

@@ -134,8 +134,16 @@ def test_o_json_writes_the_report_that_the_schema_describes(tmp_path: Path) -> N
     schema = json.loads((Path(__file__).parent.parent / "parcalc" / "schemas" / "calibrate-trace.json").read_text())
     assert problems(document, schema) == []
     rows = {r["kind"]: r for r in document["tables"]["calibration"]["rows"]}
-    assert rows["GEMMs"]["after"] == pytest.approx(152.710 / 160.335, rel=1e-4)  # modelled / traced GEMM time, the b4 trace
+    assert rows["GEMMs"]["after"] == pytest.approx(152.426 / 160.335, rel=1e-4)  # modelled / traced GEMM time, the b4 trace
     assert document["tables"]["kinds"]["rows"][0]["measured"] == pytest.approx(0.160335, rel=1e-5)
+    # the host phase by phase, predicted (the hf profile's costs, from this same trace) against the trace less the profiler's
+    # share: forward 31.19 ms traced / 1.30 = 23.99 ms, backward 62.72 / 1.54 = 40.72, AdamW's launches 1.82, its Python 2.14
+    host = {r["phase"]: r for r in document["tables"]["host_calibration"]["rows"]}
+    assert (host["forward"]["traced"], host["forward"]["measured"]) == pytest.approx((0.031186, 0.023990), rel=1e-4)
+    assert (host["backward"]["traced"], host["backward"]["measured"]) == pytest.approx((0.062715, 0.040724), rel=1e-4)
+    assert host["optimizer's Python"]["measured"] == pytest.approx(0.0021383, rel=1e-4)
+    for row in host.values():
+        assert row["predicted"] == pytest.approx(row["measured"], rel=1e-3)
 
 
 def test_o_txt_writes_the_table_and_a_disagreeing_format_is_one_line(tmp_path: Path) -> None:

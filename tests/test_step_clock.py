@@ -40,13 +40,15 @@ def _samples(name: str) -> list[tuple[float, float, str]]:
     return [(float(s.split(", ")[0]), float(s.split(", ")[1]), s.split(", ")[2]) for s in profile["smi_samples"]]
 
 
-# predicted SM clock (MHz) of each shared step, against the median of its nvidia-smi samples: 1695, 1635, 1980 MHz
-CLOCKS = {"llama3.2-1b b4 s4096": 1659.3, "llama3.2-3b b2 s4096": 1666.5, "llama3.2-1b b1 s2048": 1980.0}
+# predicted SM clock (MHz) of each shared step, against the median of its nvidia-smi samples: 1695, 1635, 1980 MHz (1659.3
+# and 1666.5 before the step's wall held the optimizer's Python that the hf loop's synchronisation exposes, 2.1 / 3.7 ms:
+# a longer wall, a lower load, a higher clock; parcalc.core.timing.host)
+CLOCKS = {"llama3.2-1b b4 s4096": 1662.7, "llama3.2-3b b2 s4096": 1671.2, "llama3.2-1b b1 s2048": 1980.0}
 
 
 @pytest.mark.parametrize("name", list(STEPS))
 def test_each_steps_clock_against_its_measured_clock(name: str) -> None:
-    """b4 -2.1 %, 3B +1.9 % (the reference steps), b1 0 % (the check: the cap does not bind, throttle reason 0x0)."""
+    """b4 -1.9 %, 3B +2.2 % (the reference steps), b1 0 % (the check: the cap does not bind, throttle reason 0x0)."""
     clock = predicted(name)["f_SM"]
     assert clock / 1e6 == pytest.approx(CLOCKS[name], abs=0.5)
     assert abs(clock / measured_clock(name) - 1) < 0.025

@@ -56,17 +56,22 @@ def fit_parts(name: str, presets: Path | None = None) -> dict[str, float]:
 
 
 def test_the_preset_holds_one_factor_per_kind_and_the_traces_host(calibrated: Path) -> None:
-    """Each factor is modelled / traced kernel time of its kind on the b4 step (GEMMs 152.7 / 160.3 ms at the step's own
-    1659 MHz, 151.6 at the capped steps' 1672.5 before the clock followed the step's power: 0.94561; attention 40.29 /
+    """Each factor is modelled / traced kernel time of its kind on the b4 step (GEMMs 152.4 / 160.3 ms at the step's own
+    1662.7 MHz, its wall now holding the optimizer's exposed Python, 2.1 ms: 0.95067; 152.7 at 1659 MHz before: 0.95245;
+    151.6 at the capped steps' 1672.5 before the clock followed the step's power: 0.94561; attention 40.29 /
     42.97, memory-bound 147.6 / 152.2, optimizer 10.01 / 10.00 at 28 B a parameter (10.73 at 30 B, before AdamW over fp32
     weights stopped writing a 16-bit copy); before the H200 mechanisms of tests/test_h200_mechanisms.py 187.3, 40.29, 107.0,
-    8.58: factors 1.1685, 0.9375, 0.7032, 0.8581); the host per launch is the trace's."""
+    8.58: factors 1.1685, 0.9375, 0.7032, 0.8581); the host per kernel is the trace's, less the profiler's share."""
     gpu = load_gpu("h200-traced", (calibrated,))
     factors = gpu.kernels.calibrated
-    assert (factors.gemm, factors.attention, factors.memory, factors.optimizer) == pytest.approx((0.95245, 0.93753, 0.96979, 1.0008), rel=1e-4)
+    assert (factors.gemm, factors.attention, factors.memory, factors.optimizer) == pytest.approx((0.95067, 0.93753, 0.96979, 1.0008), rel=1e-4)
     assert "calibrate trace from trace-llama1b-b4-s4096.json.gz" in factors.source
-    # the b4 trace's host time per launch (forward, backward, optimizer), as its CPU ops span them: 34.5 / 34.4 / 29.4 us
-    assert (gpu.host.forward, gpu.host.backward, gpu.host.optimizer) == pytest.approx((34.537e-6, 34.402e-6, 29.356e-6), rel=1e-4)
+    # the b4 trace's host work per phase (31.19 / 62.72 / 1.82 ms; 2.14 ms of the optimizer's Python before its launches), less
+    # the profiler's share (/ 1.30, / 1.54, parcalc.core.timing.host.PROFILED_HOST_SLOWDOWN), over fit's 785 / 1,416 / 62
+    # kernels and 146 parameter tensors: 30.56 / 28.76 / 29.36 / 14.65 us (34.54 / 34.40 / 29.36 us per traced launch, the
+    # profiler's share in, before)
+    host = (gpu.host.forward, gpu.host.backward, gpu.host.optimizer, gpu.host.prelude)
+    assert host == pytest.approx((30.560e-6, 28.760e-6, 29.356e-6, 14.646e-6), rel=1e-4)
     assert gpu.name == "NVIDIA H200 SXM 141GB, calibrated from trace-llama1b-b4-s4096.json.gz"
 
 
@@ -119,17 +124,30 @@ def test_calibration_moves_every_part_closer_to_the_held_out_trace(calibrated: P
 
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="host-bound: the b4 factors net to "
-                                                         "nothing on it (+6.48 -> +6.51 %)") if name == "llama3.2-1b b1 s2048" else ())
-                                  for name in HELD_OUT])  # fmt: skip
-def test_calibration_moves_the_held_out_step_closer(calibrated: Path, name: str) -> None:
-    """The whole step against train-steps.json (unprofiled median of 5): 3B b2 439.1 -> 457.1 ms against 463.3 (-5.2 ->
-    -1.3 %). 1B b1 is host-bound (the host's per-launch cost measured under the profiler is high): 85.8 -> 85.8 ms against
-    80.6, +6.48 -> +6.51 %, a strict xfail (the b4 factors net to nothing on it since AdamW's optimizer is timed at 28 B a
-    parameter; +7.4 -> +6.5 % before; before the H200 mechanisms +4.7 -> +6.5 %)."""
-    truth = measured(name)["t_step"]
-    before, after = fit_parts(name)["t_step"], fit_parts(name, calibrated)["t_step"]
+def test_calibration_moves_the_held_out_gpu_bound_step_closer(calibrated: Path) -> None:
+    """The whole step against train-steps.json (unprofiled median of 5): 3B b2 442.3 -> 460.7 ms against 463.3 (-4.5 ->
+    -0.6 %; -5.2 -> -1.3 % before the host followed the loop's synchronisation)."""
+    truth = measured("llama3.2-3b b2 s4096")["t_step"]
+    before, after = fit_parts("llama3.2-3b b2 s4096")["t_step"], fit_parts("llama3.2-3b b2 s4096", calibrated)["t_step"]
     assert abs(after / truth - 1) < abs(before / truth - 1)
+
+
+@pytest.mark.parametrize("name", HELD_OUT)
+def test_the_held_out_steps_are_within_5_percent_calibrated(calibrated: Path, name: str) -> None:
+    """The issue's check, calibrated from the b4 trace: 3B b2 -0.6 %, 1B b1 -4.6 % (76.85 ms against 80.58; +6.51 % before
+    the host followed the loop's synchronisation and took the profiler's share out of its cost, a strict xfail then)."""
+    assert abs(fit_parts(name, calibrated)["t_step"] / measured(name)["t_step"] - 1) <= 0.05
+
+
+def test_calibration_leaves_the_host_bound_step_where_it_was(calibrated: Path) -> None:
+    """1B b1 is host-bound: its step is the host's forward and backward, the optimizer's Python, then the optimizer's
+    kernels. The host's costs come from the same b4 trace calibrated or not, and only the optimizer's factor (1.0008) reaches
+    the step: 76.862 -> 76.854 ms (-4.615 -> -4.625 %), no worse than 0.02 percentage points. The GPU parts it hides move
+    closer (test_calibration_moves_every_held_out_part_closer_to_the_profile)."""
+    truth = measured("llama3.2-1b b1 s2048")["t_step"]
+    before, after = fit_parts("llama3.2-1b b1 s2048"), fit_parts("llama3.2-1b b1 s2048", calibrated)
+    assert abs(after["t_step"] / truth - 1) <= abs(before["t_step"] / truth - 1) + 2e-4
+    assert after["t_host"] < before["t_host"]  # the GPU's larger parts leave less of the host exposed
 
 
 def test_a_preset_needs_the_traced_step_and_a_base_gpu(tmp_path: Path) -> None:
@@ -159,8 +177,8 @@ def test_an_existing_preset_is_kept_without_force(tmp_path: Path) -> None:
 
 def test_a_factor_out_of_bounds_is_a_preset_error(calibrated: Path, tmp_path: Path) -> None:
     text = (calibrated / "gpus" / "h200-traced.yaml").read_text()
-    assert re.search(r"gemm: 0\.9524\d*", text)
-    text = re.sub(r"gemm: 0\.9524\d*", "gemm: 0", text)
+    assert re.search(r"gemm: 0\.9506\d*", text)
+    text = re.sub(r"gemm: 0\.9506\d*", "gemm: 0", text)
     (tmp_path / "gpus").mkdir()
     (tmp_path / "gpus" / "bad.yaml").write_text(text)
     with pytest.raises(PresetError, match=r"kernels\.calibrated\.gemm"):

@@ -89,7 +89,9 @@ def _predicted(model: str, gpu: str | None, framework: str | None, batch: str | 
               **({"seq_len": seq_len} if seq_len is not None else {}),
               **({"presets": presets} if presets else {})}  # fmt: skip
     fitted = run_command("fit", inputs, "calibrate trace --model")
-    return {d.key: d.value for d in fitted.derivations}
+    host = next((d for d in fitted.derivations if d.key == "t_host"), None)  # its kernel counts: what the host's costs multiply
+    counts = {f"host.{t.key}": t.value for t in host.inputs if t.key in ("n_f", "n_b", "n_o", "n_p")} if host is not None else {}
+    return {d.key: d.value for d in fitted.derivations} | counts
 
 
 def _write_preset(result: Any, document: dict[str, Any], output: Path, fmt: ReportFormat | None, trace_file: str) -> None:

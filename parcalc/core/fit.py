@@ -686,7 +686,7 @@ def _host_derivation(model: TransformerModel, config: Config, training: Training
     """t_host: the GPU waiting for the host that issues eager PyTorch's kernels one by one (parcalc.core.timing.host), for a
     framework profile that measured its host (`host:`), one stage (pp = 1: the phases are the micro-batches' passes)."""
     from parcalc.core.comm.tensors import parameter_tensors
-    from parcalc.core.timing.host import MULTI_TENSOR_SOURCE, Phase, host_exposed, optimizer_launches
+    from parcalc.core.timing.host import MULTI_TENSOR_SOURCE, host_exposed_segments, optimizer_launches, step_segments
     from parcalc.core.timing.step import stage_launches
 
     costs = host_costs(cluster)
@@ -694,20 +694,29 @@ def _host_derivation(model: TransformerModel, config: Config, training: Training
         return None
     n_f, n_b = stage_launches(model, config, training, cluster)
     sizes = [x.rows * x.cols for x in parameter_tensors(model)] if config.layout.tp == 1 else []
-    n_opt = optimizer_launches(sizes) if sizes and not training.offload_optimizer and config.layout.zero == 0 else 0
+    stepped = bool(sizes) and not training.offload_optimizer and config.layout.zero == 0
+    n_opt = optimizer_launches(sizes) if stepped else 0
+    n_par = len(sizes) if stepped else 0
+    synced = cluster.framework.sync_after_backward
     g_f, g_b = float(stage.forward), float(stage.backward + stage.recompute)
-    phases = [Phase(n_f * costs.forward, g_f), Phase(n_b * costs.backward, g_b)] * m + [Phase(n_opt * costs.optimizer, t_opt)]
-    value = host_exposed(phases)
+    value = host_exposed_segments(step_segments(n_f * costs.forward, g_f, n_b * costs.backward, g_b, m, n_par * costs.prelude,
+                                                n_opt * costs.optimizer, t_opt, synced))  # fmt: skip
     inputs = [_t("m", "m", m, "", "micro-batches per replica"),
               _t("n_f", "n_f", n_f, "", "kernels of one micro-batch's forward on the stage (parcalc's kernel list, one launch each)"),
               _t("n_b", "n_b", n_b, "", "kernels of its backward (and recomputed forward)"),
               _t("n_o", "n_o", n_opt, "", "kernels of the fused optimizer step (" + MULTI_TENSOR_SOURCE + ")"),
+              _t("n_p", "n_p", n_par, "", "parameter tensors the optimizer's Python walks before its first launch"),
               _t("c_f", "c_f", costs.forward, "s", "host time per forward kernel (Python model code, dispatcher, launch)", costs.source),
               _t("c_b", "c_b", costs.backward, "s", "host time per backward kernel (autograd engine, launch)", costs.source),
               _t("c_o", "c_o", costs.optimizer, "s", "host time per optimizer kernel", costs.source),
+              _t("c_p", "c_p", costs.prelude, "s", "host time per parameter tensor of the optimizer's Python before its first launch",
+                 costs.source),
               _t("G_f", "G_f", g_f, "s", "GPU time of one micro-batch's forward"), _t("G_b", "G_b", g_b, "s", "GPU time of its backward"),
               _t("G_o", "G_o", t_opt, "s", "GPU time of the optimizer step")]  # fmt: skip
-    return HOST.derivation(inputs, value, assumptions=("the host runs ahead of the GPU through the whole step (no synchronisation inside it)",))
+    loop = (("the loop synchronises after every micro-batch's backward (" + cluster.framework.source("sync_after_backward")
+             + "): each micro-batch and the optimizer step are fluid models of their own") if synced
+            else "the host runs ahead of the GPU through the whole step (no synchronisation inside it)")  # fmt: skip
+    return HOST.derivation(inputs, value, assumptions=(loop,))
 
 
 def _offload_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,

@@ -863,11 +863,12 @@ def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, 
     if t == 1 and not training.offload_optimizer:
         from parcalc.core.comm.tensors import parameter_tensors
 
-        n_opt = np.where(z == 0, optimizer_launches([x.rows * x.cols for x in parameter_tensors(model)]), 0)
+        sizes = [x.rows * x.cols for x in parameter_tensors(model)]
+        n_opt, n_par = np.where(z == 0, optimizer_launches(sizes), 0), np.where(z == 0, len(sizes), 0)
     else:
-        n_opt = np.zeros(b.size)
+        n_opt = n_par = np.zeros(b.size)
     return host_exposed_repeated(n_f * costs.forward, stage.forward, n_b * costs.backward, stage.backward + stage.recompute, m,
-                                 n_opt * costs.optimizer, t_opt)  # fmt: skip
+                                 n_opt * costs.optimizer, t_opt, n_par * costs.prelude, cluster.framework.sync_after_backward)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

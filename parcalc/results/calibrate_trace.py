@@ -15,7 +15,7 @@ KIND_LABELS = tuple((kind, key, _LABELS[kind]) for kind, key in KIND_KEYS)
 
 
 def trace_result(file: str, summary: Any, predicted: dict[str, float], fits: tuple[Any, ...] = (),
-                 host: tuple[float, float, float] | None = None, base_host: Any = None) -> Result:  # fmt: skip
+                 host: tuple[Any, ...] | None = None, base_host: Any = None) -> Result:  # fmt: skip
     """The report: kernel time by kind (measured, predicted, error), the host per launch, the calibration's factors."""
     rows: list[tuple[object, ...]] = []
     for kind, key, label in KIND_LABELS:
@@ -44,14 +44,27 @@ def trace_result(file: str, summary: Any, predicted: dict[str, float], fits: tup
                              Column("before", "factor before"), Column("after", "factor after")),
                             tuple((labels[f.kind], f.measured, f.predicted, f.before, f.after) for f in fits)))  # fmt: skip
         if host is not None:
-            before = (base_host.forward, base_host.backward, base_host.optimizer) if base_host is not None else (None, None, None)
-            tables.append(Table("host_calibration", "Calibration: the host's time per launch",
-                                (Column("phase", "phase"), Column("before", "before", "s"), Column("after", "after", "s")),
-                                tuple(zip(("forward", "backward", "optimizer"), before, host, strict=True))))  # fmt: skip
+            tables.append(_host_table(host, base_host))
         verdicts.append("calibrated: " + ", ".join(f"{labels[f.kind]} x{f.after:.4g}" for f in fits) + " on the modelled rates")
     return Result(command="calibrate trace", title=f"Trace: {file}", inputs=(), derivations=(), settings=(("file", file),),
                   tables=tuple(tables), verdicts=tuple(verdicts),
-                  assumptions=(KIND_SOURCE, "the profiler's own per-op cost is in the host times (an upper bound)"))  # fmt: skip
+                  assumptions=(KIND_SOURCE, "the host times per launch are the profiled run's: the profiler's own per-op cost is in "
+                                            "them; the calibration takes it out (parcalc.core.timing.host.PROFILED_HOST_SLOWDOWN)"))  # fmt: skip
+
+
+def _host_table(host: tuple[Any, ...], base_host: Any) -> Table:
+    """The host phase by phase: its work in the trace, without the profiler (measured), fit's prediction of it before the
+    calibration (fit's kernels x the base's host time per kernel), and the time per kernel before and after."""
+    before = {"forward": base_host.forward, "backward": base_host.backward, "optimizer": base_host.optimizer,
+              "optimizer_prelude": base_host.prelude} if base_host is not None else {}  # fmt: skip
+    labels = {"optimizer_prelude": "optimizer's Python"}
+    rows = tuple((labels.get(f.phase, f.phase), f.traced, f.unprofiled, f.count * before[f.phase] if f.phase in before else None, f.per_kernel)
+                 for f in host)  # fmt: skip
+    slowdown = ", ".join(f"{f.phase} / {f.slowdown:g}" for f in host if f.slowdown != 1)
+    return Table("host_calibration", f"Calibration: the host phase by phase; measured = traced less the profiler's share ({slowdown}), "
+                 "predicted = fit before the calibration; per kernel of fit's lists after it",
+                 (Column("phase", "phase"), Column("traced", "traced", "s"), Column("measured", "measured", "s"),
+                  Column("predicted", "predicted", "s"), Column("after", "per kernel", "s")), rows)  # fmt: skip
 
 
 # A profiled step's Chrome trace: the shared H200 steps' are about 0.5 MB gzipped (tests/fixtures/h200); a step of a large
@@ -131,12 +144,12 @@ def _calibration(file: str, summary: Any, predicted: dict[str, Any], model: str,
     profile = load_framework(framework or "megatron", dirs)
     base_host = typed.host if typed.host is not None else profile.host
     fits = kind_fits(summary, predicted, typed.kernels.calibrated if typed.kernels is not None else None, file)
-    host = traced_host(summary, base_host)
+    host = traced_host(summary, {k.removeprefix("host."): v for k, v in predicted.items() if k.startswith("host.")}, base_host)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     step = f"{Path(model).name}, b {batch or 'fit default'}, s {seq_len or 'fit default'}, framework {profile.key}"
     source = (f"calibrated by parcalc {__version__} calibrate trace from {Path(file).name} ({summary.kernels:,} kernels; {step}), {when}: "
-              "each kind's factor = the base preset's x modelled / traced kernel time of that kind; host = the trace's time per launch, "
-              "blocked launches excluded (parcalc.core.calibrate.trace)")  # fmt: skip
+              "each kind's factor = the base preset's x modelled / traced kernel time of that kind; host = the trace's host work of each "
+              "phase, blocked launches excluded, less the profiler's share, over fit's kernels of the phase (parcalc.core.calibrate.trace)")  # fmt: skip
     display = name or f"{typed.name}, calibrated from {Path(file).name}"
     document = calibrated_document(base, fits, host, display, source, file)
     return fits, host, base_host, document

@@ -54,6 +54,11 @@ class HostPhase:
     launches: int
     per_launch: float  # s of host work per launch (blocked time excluded)
 
+    @property
+    def seconds(self) -> float:
+        """The phase's host work under the profiler: its launches x the work per launch."""
+        return self.launches * self.per_launch
+
 
 @dataclass(frozen=True)
 class TraceSummary:
@@ -64,6 +69,8 @@ class TraceSummary:
     forward: HostPhase | None  # None: no host activity in the trace (profiled without ProfilerActivity.CPU)
     backward: HostPhase | None
     optimizer: HostPhase | None
+    # s from the optimizer step's annotation to its first launch: its Python before any kernel (None: no annotation)
+    optimizer_prelude: float | None = None
 
 
 def parse_trace(raw: bytes, path: str) -> dict[str, Any]:
@@ -119,8 +126,9 @@ def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
     step = next((e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("Optimizer.step")), None)
     forward = [e for e in main if e["ts"] < backward[0]["ts"]]
     optimizer = [e for e in main if step is not None and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
+    prelude = (float(optimizer[0]["ts"]) - float(step["ts"])) * 1e-6 if step is not None and optimizer else None
     return TraceSummary(seconds, len(kernels), busy * 1e-6, (spans[-1][1] - spans[0][0]) * 1e-6, _phase(forward) if forward else None,
-                        _phase(backward), _phase(optimizer) if len(optimizer) > 1 else None)  # fmt: skip
+                        _phase(backward), _phase(optimizer) if len(optimizer) > 1 else None, prelude)  # fmt: skip
 
 
 def _number(value: Any) -> bool:
@@ -172,24 +180,58 @@ def kind_fits(summary: TraceSummary, predicted: dict[str, float], base: Any, whe
     return tuple(fits)
 
 
-def traced_host(summary: TraceSummary, fallback: Any) -> tuple[float, float, float] | None:
-    """The host's seconds per launch (forward, backward, optimizer) of the trace; a phase the trace lacks keeps
-    `fallback`'s (HostCosts or None); None when the trace has no host activity and there is no fallback."""
-    phases = (summary.forward, summary.backward, summary.optimizer)
-    if all(p is None for p in phases):
+@dataclass(frozen=True)
+class HostFit:
+    """One phase of the host: its work in the trace, that work without the profiler, fit's kernels of the phase for the
+    traced step, and the host time per kernel that follows (the calibrated preset's)."""
+
+    phase: str  # forward, backward, optimizer, optimizer_prelude
+    traced: float  # s of host work in the trace (blocked launches excluded)
+    slowdown: float  # the profiler's factor on it (parcalc.core.timing.host.PROFILED_HOST_SLOWDOWN)
+    count: int  # fit's kernels (parameter tensors for the prelude) of the phase in the traced step
+    per_kernel: float  # s: traced / slowdown / count
+
+    @property
+    def unprofiled(self) -> float:
+        return self.traced / self.slowdown
+
+
+def traced_host(summary: TraceSummary, counts: dict[str, float], fallback: Any) -> tuple[HostFit, ...] | None:
+    """The host's time per kernel of fit's lists, phase by phase, from the trace: the phase's host work, less the
+    profiler's own share (its slowdown of that phase), over the kernels fit counts for the traced step (`counts`: fit's
+    n_f, n_b, n_o, n_p of the t_host derivation). fit's lists leave out the memsets and small copies the trace launches
+    too; dividing the phase's whole work by fit's count keeps the phase's host time. A phase the trace lacks keeps
+    `fallback`'s (HostCosts or None) per kernel; None when the trace has no host activity and there is no fallback."""
+    from parcalc.core.timing.host import PROFILED_HOST_SLOWDOWN
+
+    phases = (("forward", summary.forward, "n_f"), ("backward", summary.backward, "n_b"), ("optimizer", summary.optimizer, "n_o"))
+    if all(p is None for _, p, _ in phases) or not counts:
         return None
-    known = (fallback.forward, fallback.backward, fallback.optimizer) if fallback is not None else (None, None, None)
-    chosen = tuple(p.per_launch if p is not None and p.launches > 1 else k for p, k in zip(phases, known, strict=True))
-    if any(c is None for c in chosen):
-        return None
-    return chosen  # type: ignore[return-value]
+    known = {"forward": fallback.forward, "backward": fallback.backward, "optimizer": fallback.optimizer,
+             "optimizer_prelude": fallback.prelude} if fallback is not None else {}  # fmt: skip
+    fits = []
+    for name, phase, key in phases:
+        count = int(counts.get(key, 0))
+        if phase is not None and phase.launches > 1 and count > 0:
+            slowdown = PROFILED_HOST_SLOWDOWN.get(name, 1.0)
+            fits.append(HostFit(name, phase.seconds, slowdown, count, phase.seconds / slowdown / count))
+        elif name in known:
+            fits.append(HostFit(name, 0.0, 1.0, count, known[name]))
+        else:
+            return None
+    tensors = int(counts.get("n_p", 0))
+    if summary.optimizer_prelude is not None and tensors > 0:
+        fits.append(HostFit("optimizer_prelude", summary.optimizer_prelude, 1.0, tensors, summary.optimizer_prelude / tensors))
+    else:
+        fits.append(HostFit("optimizer_prelude", 0.0, 1.0, tensors, known.get("optimizer_prelude", 0.0)))
+    return tuple(fits)
 
 
 def _five(value: float) -> float:
     return float(f"{value:.5g}")
 
 
-def calibrated_document(base: dict[str, Any], fits: tuple[KindFit, ...], host: tuple[float, float, float] | None, display: str,
+def calibrated_document(base: dict[str, Any], fits: tuple[KindFit, ...], host: tuple[HostFit, ...] | None, display: str,
                         source: str, where: str) -> dict[str, Any]:  # fmt: skip
     """The base GPU preset with `kernels.calibrated` (one factor per kind) and the host's `host:` from the trace, every
     number citing `source` (key `trace_calibration`)."""
@@ -204,9 +246,14 @@ def calibrated_document(base: dict[str, Any], fits: tuple[KindFit, ...], host: t
     note = ", ".join(f"{f.kind} {f.predicted * 1e3:.4g} ms modelled / {f.measured * 1e3:.4g} ms traced" for f in fits)
     document["kernels"]["calibrated"] = {**{f.kind: _five(f.after) for f in fits}, "source": "trace_calibration", "note": note}
     if host is not None:
-        document["host"] = {"forward": f"{_five(host[0] * 1e6)} us", "backward": f"{_five(host[1] * 1e6)} us",
-                            "optimizer": f"{_five(host[2] * 1e6)} us", "source": "trace_calibration",
-                            "note": "host time per kernel launch in the trace, blocked launches excluded; replaces the framework profile's"}  # fmt: skip
+        per = {f.phase: f.per_kernel for f in host}
+        document["host"] = {"forward": f"{_five(per['forward'] * 1e6)} us", "backward": f"{_five(per['backward'] * 1e6)} us",
+                            "optimizer": f"{_five(per['optimizer'] * 1e6)} us",
+                            "optimizer_prelude": f"{_five(per['optimizer_prelude'] * 1e6)} us", "source": "trace_calibration",
+                            "note": "host time per kernel of fit's lists: the trace's host work of each phase (blocked launches excluded), "
+                                    "less the profiler's share (parcalc.core.timing.host.PROFILED_HOST_SLOWDOWN), over fit's kernels of "
+                                    "the phase; the optimizer's Python per parameter tensor before its first launch; replaces the "
+                                    "framework profile's"}  # fmt: skip
     notes = list(document.get("notes", []))
     notes.append("Calibrated from a profiler trace: each kind of kernel (GEMMs, attention, memory-bound, optimizer) runs at its own "
                  "factor of the modelled rate, measured on that kind's kernels only; collectives, the power limit and the "

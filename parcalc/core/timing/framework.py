@@ -65,6 +65,9 @@ class Framework:
     # Host time per kernel issued (parcalc.core.timing.host): forward, backward, optimizer step, and where it was measured;
     # None: not modelled (the GPU is taken as never waiting for the host)
     host: HostCosts | None = None
+    # Whether the training loop synchronises the host with the GPU after every micro-batch's backward (Hugging Face's Trainer
+    # tests the loss for NaN in Python there): the optimizer step's host work is then exposed (parcalc.core.timing.host)
+    sync_after_backward: bool = False
     # Seconds the host takes per expert GEMM where the routed experts run as a host loop of GEMMs after the MoE
     # dispatcher has synchronised the tokens per expert to the host (Megatron-LM + Transformer Engine's GroupedLinear;
     # parcalc.core.timing.moe.expert_host_exposed); 0: the experts run as one launch, or not modelled

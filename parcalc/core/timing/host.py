@@ -14,6 +14,16 @@ kernel before it, and then runs at least the GPU time of the phases left:
 
 (a fluid model: within a phase the queue evens out; the first kernel of the step waits for the
 host, the last for the GPU). H_i = kernels of the phase x the host's time per kernel there.
+
+Where the loop synchronises inside the step (the host waits until the GPU has run everything issued: a
+`torch.cuda.synchronize()`, a `.item()`, a Python `if` on a CUDA tensor), the host cannot run ahead across it:
+the GPU's queue is empty there, so the step is the sum of its sync-separated segments, each a fluid model of
+its own (host_exposed_segments). Hugging Face's Trainer tests every micro-batch's loss for NaN in Python after
+its backward, so the optimizer step's own host work (its Python before the first launch) is exposed there; a
+plain loop that synchronises only around the step hides it under the backward's backlog.
+
+The optimizer step is two phases: its Python before the first launch (torch.optim.adamw's _init_group over the
+parameters, _group_tensors_by_device_and_dtype: host only, no kernel) and its multi-tensor launches.
 """
 
 from __future__ import annotations
@@ -32,6 +42,25 @@ class HostCosts:
     backward: float
     optimizer: float
     source: str
+    # s of the optimizer step's Python per parameter tensor before its first launch (torch/optim/adamw.py _init_group: state
+    # look-ups and list appends per parameter); 0: not measured
+    prelude: float = 0.0
+
+
+# The profiler's factor on the host's time to issue each phase of Hugging Face Llama's step: profiled (record_shapes=True,
+# as the shared traces were taken) over unprofiled, measured with real PyTorch on the CPU (benchmarks/host_profiler_overhead.py:
+# the same transformers LlamaForCausalLM code, 16 layers, autocast bf16, SDPA, fused AdamW, at a tiny width so that the host's
+# work dominates; each phase's minimum wall time over 105 interleaved rounds on a shared 2-core machine, 11.95 -> 15.56 ms
+# forward, 13.51 -> 20.83 ms backward; single runs slowed by other jobs gave 0.94-1.38 / 1.31-1.68; the thread's CPU time,
+# which a descheduled round does not inflate, gives 1.23 / 1.56 over 90 rounds, 13.85 -> 17.10 and 16.66 -> 25.95 ms).
+# The profiler's cost is per recorded ATen op, as is the
+# host's own work, so the factor is the code's rather than the machine's. On a GPU the profiler also records each CUDA runtime
+# call (CUPTI), which this CPU measurement does not see: the unprofiled host it gives is an upper bound. The optimizer's
+# launches come from one ATen op (_fused_adamw_) and its Python before them records none: 1.
+PROFILED_HOST_SLOWDOWN = {"forward": 1.30, "backward": 1.54, "optimizer": 1.0}
+PROFILED_HOST_SOURCE = ("benchmarks/host_profiler_overhead.py: torch.profiler(record_shapes=True) over the unprofiled host time of "
+                        "transformers' LlamaForCausalLM step with real PyTorch 2.13 on the CPU (AMD EPYC, 2026-11-29, minimum wall time of "
+                        "105 rounds): forward 1.30, backward 1.54 (the thread's CPU time: 1.23, 1.56)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -52,19 +81,43 @@ def host_exposed(phases: Sequence[Phase]) -> float:
     return max(finish - sum(p.gpu for p in phases), 0.0)
 
 
-def host_exposed_repeated(h_f: Any, g_f: Any, h_b: Any, g_b: Any, m: Any, h_o: Any, g_o: Any) -> Any:
-    """host_exposed of m micro-batches' (forward, backward) phases then the optimizer's, on numbers or numpy arrays alike
-    (fit --search). The candidates of host_exposed's max are linear in the micro-batch k a phase j starts, so only the
-    first and last micro-batch's forward and backward, the optimizer's and the issue of everything need be compared:
+def host_exposed_segments(segments: Sequence[Sequence[Phase]]) -> float:
+    """t_host of a step whose loop synchronises between segments: the GPU's queue is empty at each synchronisation, so
+    each segment is a fluid model of its own and their exposures add up (see the module docstring)."""
+    return sum(host_exposed(segment) for segment in segments)
+
+
+def step_segments(h_f: float, g_f: float, h_b: float, g_b: float, m: int, h_pre: float, h_o: float, g_o: float,
+                  sync_after_backward: bool) -> list[list[Phase]]:  # fmt: skip
+    """The step's phases in issue order, cut where the loop synchronises: m micro-batches' forward and backward, then
+    the optimizer's Python before its first launch (host only) and its launches; with `sync_after_backward` every
+    backward ends a segment (the Trainer's NaN test of the micro-batch's loss)."""
+    optimizer = [Phase(h_pre, 0.0), Phase(h_o, g_o)]
+    if sync_after_backward:
+        return [[Phase(h_f, g_f), Phase(h_b, g_b)] for _ in range(m)] + [optimizer]
+    return [[Phase(h_f, g_f), Phase(h_b, g_b)] * m + optimizer]
+
+
+def host_exposed_repeated(h_f: Any, g_f: Any, h_b: Any, g_b: Any, m: Any, h_o: Any, g_o: Any, h_pre: Any = 0.0,
+                          sync_after_backward: bool = False) -> Any:  # fmt: skip
+    """host_exposed_segments(step_segments(...)) on numbers or numpy arrays alike (fit --search). The candidates of
+    host_exposed's max are linear in the micro-batch k a phase j starts, so only the first and last micro-batch's
+    forward and backward, the optimizer's two phases and the issue of everything need be compared:
 
         forward k:  k (H_f + H_b) + (m - k) (G_f + G_b) + G_o
         backward k: k (H_f + H_b) + H_f + (m - k) (G_f + G_b) - G_f + G_o
-        optimizer:  m (H_f + H_b) + G_o,   all issued: m (H_f + H_b) + H_o"""
+        optimizer:  m (H_f + H_b) + G_o,  m (H_f + H_b) + H_pre + G_o,   all issued: m (H_f + H_b) + H_pre + H_o
+
+    Synchronised after every backward, each micro-batch is its own segment, max(G_f + G_b, H_f + G_b, H_f + H_b) -
+    (G_f + G_b), and the optimizer's H_pre + max(0, H_o - G_o)."""
     import numpy as np  # only the search's arrays need it
 
     host, gpu = h_f + h_b, g_f + g_b
+    if sync_after_backward:
+        micro = np.maximum.reduce([gpu, h_f + g_b, host]) - gpu
+        return np.maximum(m * micro + h_pre + np.maximum(h_o - g_o, 0.0), 0.0)
     last = m - 1
-    finish = np.maximum.reduce([m * host + h_o, m * host + g_o, m * gpu + g_o, last * host + (m - last) * gpu + g_o,
+    finish = np.maximum.reduce([m * host + h_pre + h_o, m * host + h_pre + g_o, m * gpu + g_o, last * host + (m - last) * gpu + g_o,
                                 h_f + m * gpu - g_f + g_o, last * host + h_f + (m - last) * gpu - g_f + g_o])  # fmt: skip
     return np.maximum(finish - (m * gpu + g_o), 0.0)
 

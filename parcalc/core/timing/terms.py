@@ -69,8 +69,9 @@ COMPUTE = StepTerm(
 HOST = StepTerm(
     "t_host", "GPU waiting for the host per iteration (eager kernels issued one by one)", "host wait", "host wait",
     "t_host", r"t_{\mathrm{host}}",
-    "max(ΣH, max_j(Σ_{i<j} H_i + Σ_{i≥j} G_i)) - ΣG over the phases (forward, backward) × $m, optimizer; "
-    "H = $n_f × $c_f, $n_b × $c_b, $n_o × $c_o; G = $G_f, $G_b, $G_o",
+    "Σ over the segments between synchronisations of max(ΣH, max_j(Σ_{i<j} H_i + Σ_{i≥j} G_i)) - ΣG over their phases "
+    "(forward, backward) × $m, the optimizer's Python, its launches; "
+    "H = $n_f × $c_f, $n_b × $c_b, $n_p × $c_p, $n_o × $c_o; G = $G_f, $G_b, 0, $G_o",
     "fluid model of one CUDA stream fed by the host (parcalc.core.timing.host)")  # fmt: skip
 TP = StepTerm(
     "t_tp", "Tensor-parallel communication exposed per iteration", "TP communication", "TP comm", "t_tp", r"t_{\mathrm{tp}}",
