@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from parcalc.core.layout import Layout
+from parcalc.core.timing.sm_contention import contention
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,27 @@ def exposed(total: Any, window: Any, last: Any, overlap: bool) -> Any:
 
 
 def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *, overlap_grad: bool, overlap_param: bool,
-               reduce_every: bool, reshard: bool, layer_forward: Any, layer_backward: Any) -> Any:  # fmt: skip
-    """t_dp for ZeRO stages 0-3 (see parcalc.core.timing.overlap for the rules, in words)."""
+               reduce_every: bool, reshard: bool, layer_forward: Any, layer_backward: Any, sm_share: float = 0.0) -> Any:  # fmt: skip
+    """t_dp for ZeRO stages 0-3 (see parcalc.core.timing.overlap for the rules, in words): what the collectives leave
+    exposed, plus the compute they slow while hidden (`sm_share`: the SMs NCCL holds, parcalc.core.timing.sm_contention)."""
+    exposed_time = _dp_exposed(zero, m, stage, dp, overlap_grad=overlap_grad, overlap_param=overlap_param, reduce_every=reduce_every,
+                               reshard=reshard, layer_forward=layer_forward, layer_backward=layer_backward)  # fmt: skip
+    if not sm_share or not (overlap_grad or overlap_param):
+        return exposed_time
+    return exposed_time + contention(dp_hidden(zero, m, stage, dp, exposed_time, reduce_every=reduce_every, reshard=reshard,
+                                               layer_forward=layer_forward, layer_backward=layer_backward), sm_share)  # fmt: skip
+
+
+def dp_hidden(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, exposed_time: Any, *, reduce_every: bool, reshard: bool,
+              layer_forward: Any, layer_backward: Any) -> Any:  # fmt: skip
+    """The data-parallel collective time the overlap hid: all of it (as timed without overlap) less what stayed exposed."""
+    total = _dp_exposed(zero, m, stage, dp, overlap_grad=False, overlap_param=False, reduce_every=reduce_every, reshard=reshard,
+                        layer_forward=layer_forward, layer_backward=layer_backward)  # fmt: skip
+    return np.maximum(total - exposed_time, 0.0)
+
+
+def _dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *, overlap_grad: bool, overlap_param: bool,
+                reduce_every: bool, reshard: bool, layer_forward: Any, layer_backward: Any) -> Any:  # fmt: skip
     n_b = dp.buckets
     window = stage.last_backward
     syncs = m if reduce_every else 1
