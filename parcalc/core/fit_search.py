@@ -70,7 +70,6 @@ from parcalc.core.model import TransformerModel
 from parcalc.core.model_states import state_bytes
 from parcalc.core.search_layouts import CP_MIN_SEQ_LEN, RECOMPUTES, SearchSpace, divisors, parallel_layouts, splits
 from parcalc.core.stages import stage_split
-from parcalc.core.timing.sm_contention import nccl_sm_share
 from parcalc.core.timing.step import (
     DataParallelPieces,
     FullestStage,
@@ -822,7 +821,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     framework = cluster.framework.at(p)
     t_dp = dp_exposed(z, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
-                      layer_forward=f_layer, layer_backward=b_layer, sm_share=nccl_sm_share(cluster.gpu))  # fmt: skip
+                      layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
     layout = shapes.pipeline(t, p, d, first, last, cp=c, ep=ep)  # ZeRO and the shard group: arrays
     t_opt = optimizer_step_time(model, layout, training, cluster, zero=z, shard_group=shard)
     t_off = offload_step_time(model, layout, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage, zero=z,

@@ -1,43 +1,62 @@
 """SMs taken by NCCL kernels that run beside the compute they are hidden under.
 
-An overlapped collective is not free: NCCL runs it as one kernel of one CTA per channel (NCCL src/enqueue.cc: the
-kernel's grid is the collective's channel count), each CTA resident on an SM for the whole collective. A Hopper
-GEMM's CTA (nvjet / CUTLASS warp-specialised kernels: three warpgroups, most of the register file and the shared memory
-of the SM) cannot share an SM with it, so while the collective runs the GEMMs' waves go over S - c SMs instead of S:
-the compute beside it advances at (S - c) / S of its rate, and what it lost is paid after:
+An overlapped collective is not free: NCCL runs it as one kernel of one CTA per channel, each CTA resident on an SM for
+the whole collective, and the compute kernels beside it get the S - c SMs it leaves. Measured on an H100 (NVIDIA
+developer forum, 'Compute-Communication Overlap Causes Severe GEMM Performance Degradation because of Tail Effect', 2025:
+an FSDP-like GEMM beside an all-gather): the ncclAllGather kernel launches 24 blocks; the GEMM, 132 blocks, 'achieves
+high MFU (~80%)' alone and '~47%' beside the all-gather, its time 'nearly doubles': its blocks that find no free SM run
+as a second wave.
 
-    t_contention = T_hidden x c / S
+How much longer a kernel takes while c SMs are held (`stretch`):
+- a GEMM timed by tiles (parcalc.core.timing.gemm_tiles) runs persistent CTAs, min(its CTAs, S) of them (cuBLAS's
+  Hopper kernels launch one per SM and loop over the tiles: the forum's 132 blocks), each doing the same share of the
+  work, so the CTAs past S - c wait for a whole CTA's work: ceil(min(CTAs, S) / (S - c)) times as long (1 for a GEMM
+  of at most S - c CTAs, 2 for one that fills the GPU);
+- the other compute-bound kernels (attention, GEMMs timed by a share of the peak) run many CTAs in waves: S / (S - c);
+- memory-bound kernels are held by HBM, not by their SMs: 1.
 
-with T_hidden the collective time that the overlap hid (the total less what stayed exposed), c the CTAs NCCL runs it
-on and S the GPU's SMs. The channel count is the GPU's (its preset's `nccl_channels`, from NCCL's own init line on
-that node: 'N coll channels'); NCCL sizes it from the NVLink count (NVIDIA/nccl issue #1429, a maintainer: 'Hopper
-generation GPUs have 18 NVLink channels between the GPU and NVSwitch and the number of NCCL channels is directly
-related to that'). The memory-bound kernels beside a collective lose less than c / S (they are bound by HBM, not by
-their SMs); they are counted as the GEMMs are (a bound from above: GEMMs and attention are 80-99 % of the compute of
-the published runs' steps).
+A collective hidden for H seconds then costs the compute beside it H x (1 - t / t_stretched), t and t_stretched the
+layer's kernel time alone and with every kernel stretched (the share of its work the compute does not get done while the
+collective runs): the contention term that t_dp adds to what stays exposed (parcalc.core.timing.step.dp_exposed). A GEMM
+longer than the rest of the collective loses only that rest: the term is exact for collectives that span whole kernels
+and a bound from above otherwise (one GEMM outlasting the collective).
 
-Where a GPU's preset gives no channel count, no contention is timed: on those GPUs the fitted GEMM share carries it
-(presets/gpus/*.yaml `matmul` sources).
+c is the GPU's (its preset's `nccl_channels`, NCCL's own init line on that node: 'N coll channels'). Where a preset
+gives no channel count, no contention is timed: on those GPUs the fitted GEMM share carries it (presets/gpus/*.yaml
+`matmul` sources).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from parcalc.core.hardware import Gpu
-
-SOURCE = ("parcalc.core.timing.sm_contention: an overlapped NCCL collective holds c SMs (one CTA per channel) of the S "
-          "the compute beside it runs on, for the time it is hidden: T_hidden x c / S")  # fmt: skip
-
-
-def nccl_sm_share(gpu: Gpu | None) -> float:
-    """c / S: the share of the GPU's SMs an NCCL collective holds while it runs (0 where the preset gives no channels)."""
-    if gpu is None or gpu.nccl_channels is None or gpu.sms is None or gpu.sms.value <= 0:
-        return 0.0
-    return min(gpu.nccl_channels.value / gpu.sms.value, 1.0)
+SOURCE = ("parcalc.core.timing.sm_contention: an overlapped NCCL collective holds c of the S SMs (one CTA per channel) "
+          "for the time H it is hidden; the compute beside it loses H (1 - t / t_stretched), a persistent GEMM's CTAs past "
+          "S - c running as a second wave (NVIDIA developer forum, H100: a 132-block GEMM from ~80 % to ~47 % MFU beside "
+          "a 24-block ncclAllGather)")  # fmt: skip
 
 
-def contention(hidden: Any, share: float) -> Any:
-    """The compute time lost to collectives hidden under it for `hidden` seconds holding `share` of the SMs (floats or
-    numpy arrays alike)."""
-    return hidden * share
+def persistent_stretch(ctas: int, sms: int, held: int) -> float:
+    """How much longer a persistent kernel of `ctas` CTAs (one per SM at most, each an equal share of the work) takes
+    when `held` of the `sms` SMs are taken: its CTAs run in ceil(min(ctas, sms) / (sms - held)) rounds."""
+    if held <= 0:
+        return 1.0
+    return float(math.ceil(min(ctas, sms) / (sms - held)))
+
+
+def linear_stretch(sms: int, held: int) -> float:
+    """How much longer a kernel of many CTA waves takes on sms - held SMs."""
+    return sms / (sms - held) if held > 0 else 1.0
+
+
+def loss_share(kernels: Any) -> float:
+    """1 - t / t_stretched of a layer's kernels: the share of a hidden collective's time the compute beside it loses."""
+    alone = sum(k.time for k in kernels)
+    stretched = sum(k.time * k.stretch for k in kernels)
+    return 1.0 - alone / stretched if stretched > 0 else 0.0
+
+
+def contention(hidden: Any, loss: Any) -> Any:
+    """The compute time lost beside collectives hidden for `hidden` seconds (floats or numpy arrays alike)."""
+    return hidden * loss
