@@ -277,7 +277,9 @@ class LayerPieces:
     tp_replay: float = 0.0  # the TP collectives a recomputed layer runs again (full: 2; op: the forward's gathers)
     wgrad_dense: float = 0.0  # the weight-gradient GEMMs among b_dense / b_moe (what zero-bubble schedules and DualPipe defer)
     wgrad_moe: float = 0.0
-    sm_loss: float = 0.0  # the dense layer's loss_share beside a collective (parcalc.core.timing.sm_contention)
+    # the dense layer's loss_share beside a collective (parcalc.core.timing.sm_contention); an MoE layer's, whose grouped
+    # expert GEMMs may fit the free SMs, is not weighed in
+    sm_loss: float = 0.0
 
 
 def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, training: Any, cluster: Any, *,
