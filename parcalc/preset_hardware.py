@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # only calibrated presets build them (parcalc.core.measured)
 _GPU_KEYS = (
     "kind", "name", "vendor", "architecture", "sources", "sms", "boost_clock", "memory_capacity",
     "memory_bandwidth", "nvlink_bandwidth_per_direction", "dtypes", "kernels", "node", "notes", "matmul_measured",
-    "board_power", "power_curve", "power_limit", "host",
+    "board_power", "power_curve", "power_limit", "host", "nccl_channels",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated", "gemm_tiles",
                 "attention_by_head_dim", "calibrated", "element_rates")
@@ -77,6 +77,7 @@ def gpu_from_document(key: str, path: Path, data: Mapping[str, Any]) -> Gpu:
         board_power=doc.quantity("board_power", Dimension.POWER, sources, required=False),
         **_power(doc, sources),
         host=host_costs_of(doc, sources) if "host" in doc.data else None,
+        nccl_channels=doc.quantity("nccl_channels", Dimension.COUNT, sources, required=False),
     )
 
 

@@ -1,6 +1,15 @@
 """The published-runs tables of issue #32 by family: each family's rows, mean and worst |error|.
 
-    python tests/published_families.py      # prints every family's rows and its mean / worst |error|
+    python tests/published_families.py               # prints every family's rows and its mean / worst |error|
+    python tests/published_families.py --gh100-tiles # and beside them the H100 rows with the GH100 die's GEMM tiles
+
+`--gh100-tiles` is issue #32's full replacement of the H100's fitted GEMM share, not landed because it makes families
+worse (the session-14 note): the H100 SXM5 given the GEMMs the H200 preset measured by tiles (the same GH100 die, 132
+SMs: NVIDIA H100 whitepaper; the H200 differs in its HBM), at the step's SM clock from the H200's power model (its
+reference steps' clock and Tensor Core load, and n from the GH100's rated points: assumed that the H100's HBM3 draws as
+the H200's HBM3e at the same load, which no source gives), and NCCL's 24 channels holding SMs beside its hidden
+collectives (parcalc.core.timing.sm_contention). The 96GB HBM2e H100 at its 500 W limit keeps its share: the step-clock
+model has no limit below the 700 W its reference steps drew.
 
 The rows are the tests of tests/step_time_cases.py (14 dense runs) and tests/modern_cases.py (12 modern runs);
 their errors are those tables' (`error(case)`: predicted over published throughput, minus 1). Known gaps (each
@@ -118,7 +127,41 @@ def family_stats(all_rows: list[Row]) -> list[FamilyStats]:
     return stats
 
 
+def gh100_tiles() -> None:
+    """Give the H100 SXM5 preset, as both tables load it, the H200's GEMM tiles, power model and NCCL channels (see the
+    module docstring): the experiment of `--gh100-tiles`."""
+    from dataclasses import replace
+
+    from parcalc.presets import load_gpu
+
+    h200 = load_gpu("h200", ())
+    assert h200.kernels is not None
+
+    def loader(key: str, overrides: object) -> object:
+        gpu = load_gpu(key, overrides)  # type: ignore[arg-type]
+        if key != "h100-sxm5" or gpu.kernels is None:
+            return gpu
+        return replace(gpu, kernels=replace(gpu.kernels, gemm_tiles=h200.kernels.gemm_tiles),  # type: ignore[union-attr]
+                       nccl_channels=h200.nccl_channels)  # fmt: skip
+
+    step_time_cases.load_gpu = loader  # type: ignore[assignment]
+    modern_cases.load_gpu = loader  # type: ignore[assignment]
+
+
 def main() -> None:
+    if "--gh100-tiles" in sys.argv[1:]:
+        before = {row.key: row.error for row in rows()}
+        gh100_tiles()
+        after = rows()
+        for stat in family_stats(after):
+            old = family_stats([row._replace(error=before[row.key]) for row in after])[ORDER.index(stat.family)]
+            print(f"{stat.family}: {len(stat.rows)} runs, mean / worst |error| {old.mean * 100:.1f} / {old.worst * 100:.1f} % "
+                  f"-> {stat.mean * 100:.1f} / {stat.worst * 100:.1f} % with the GH100 tiles")  # fmt: skip
+            for row in after:
+                if stat.family in row.families:
+                    mark = "  (known gap, not counted)" if row.known_gap else ""
+                    print(f"   {row.key:60s} {before[row.key] * 100:+6.1f} % -> {row.error * 100:+6.1f} %{mark}")
+        return
     all_rows = rows()
     for stat in family_stats(all_rows):
         print(f"{stat.family}: {len(stat.rows)} runs, mean |error| {stat.mean * 100:.1f} %, worst {stat.worst * 100:.1f} %")

@@ -135,7 +135,9 @@ def test_the_search_shows_each_layout_at_its_own_clock() -> None:
     document = json.loads(found.stdout)
     rows = document["tables"]["top"]["rows"]
     assert rows[0]["t_step"] == pytest.approx(document["results"]["t_step"]["value"], rel=1e-12)
-    assert rows[0]["t_step"] == pytest.approx(2.41581, rel=1e-4)
+    # 2.41581 s before the SMs its hidden ZeRO-1 collectives hold were timed (parcalc.core.timing.sm_contention: 0.130 s
+    # hidden, of which the compute beside loses 0.46: its GEMMs' persistent CTAs past the 108 free SMs wait a round)
+    assert rows[0]["t_step"] == pytest.approx(2.46174, rel=1e-4)
     for row in rows:
         pinned = ["--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--micro-batch", str(row["micro_batch"]),
                   "--recompute", row["recompute"], "--zero", str(row["zero"])]  # fmt: skip

@@ -481,9 +481,11 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
 
 def _estimate(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> Estimate:
     from parcalc.core.flops import training_flops
+    from parcalc.core.timing.sm_contention import contention
     from parcalc.core.timing.step import (
         combine,
         dp_exposed,
+        dp_hidden,
         dp_pieces,
         offload_step_time,
         optimizer_step_time,
@@ -510,9 +512,15 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     by_kind = stage_kinds(model, layout, b, config.recompute, training, cluster, stage, experts=experts, recompute_layers=config.recompute_layers)
     stage = with_accumulation(stage, dp.accumulate)
     framework = cluster.framework.at(p)
-    t_dp = float(dp_exposed(config.layout.zero, m, stage, dp, overlap_grad=cluster.overlap_grad_at(p), overlap_param=cluster.overlap_param_at(p),
-                            reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
-                            layer_forward=f_layer, layer_backward=b_layer))  # fmt: skip
+    every, reshard = framework.reduce_every_micro_batch, framework.reshard_after_forward
+    overlap_grad, overlap_param = cluster.overlap_grad_at(p), cluster.overlap_param_at(p)
+    t_dp_exposed = float(dp_exposed(config.layout.zero, m, stage, dp, overlap_grad=overlap_grad, overlap_param=overlap_param,
+                                    reduce_every=every, reshard=reshard, layer_forward=f_layer, layer_backward=b_layer, contended=False))  # fmt: skip
+    # the compute the hidden collectives slow by the SMs NCCL holds (parcalc.core.timing.sm_contention), as dp_exposed adds it
+    sm_loss = float(stage.sm_loss) if overlap_grad or overlap_param else 0.0
+    dp_hidden_time = float(dp_hidden(config.layout.zero, m, stage, dp, t_dp_exposed, reduce_every=every, reshard=reshard,
+                                     layer_forward=f_layer, layer_backward=b_layer)) if sm_loss else 0.0  # fmt: skip
+    t_dp = t_dp_exposed + float(contention(dp_hidden_time, sm_loss))
     t_opt = float(optimizer_step_time(model, layout, training, cluster))
     offloading = training.offload_optimizer or training.offload_activations
     t_off = float(offload_step_time(model, layout, training, cluster, activation_layer=breakdown.layer.per_layer.value,
@@ -600,7 +608,7 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     else:
         bubble = BUBBLE.zero("no pipeline")
         pp_comm = PP.zero("no pipeline")
-    dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms.t_dp, training)
+    dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms.t_dp, training, dp_hidden_time, sm_loss)
     from parcalc.core.expert_parallel import expert_dp
 
     fullest, traffic = optimizer_traffic(model, config.layout, training, cluster.framework)
@@ -840,8 +848,9 @@ def _ep_derivation(model: TransformerModel, config: Config, training: Training, 
 
 
 def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float,
-                   training: Training) -> Derivation:  # fmt: skip
-    """t_dp with the collectives it is made of, in words (the formula is parcalc.core.timing.step.dp_exposed)."""
+                   training: Training, hidden: float = 0.0, sm_loss: float = 0.0) -> Derivation:  # fmt: skip
+    """t_dp with the collectives it is made of, in words (the formula is parcalc.core.timing.step.dp_exposed), and the
+    compute the hidden ones slow (`hidden` seconds, `sm_loss` of them lost: parcalc.core.timing.sm_contention)."""
     d, z = config.layout.dp * config.layout.cp, config.layout.zero  # gradients sync over the dp-cp group (Megatron-LM; dp_pieces gets d x cp)
     if d == 1:
         return DP.zero("no data parallelism")
@@ -907,6 +916,19 @@ def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_laye
         source += f"; hybrid sharding: {HSDP_SOURCE}"
         assumptions = (f"hybrid sharding over S = {size}: each reduce-scatter's all-reduce over the replicas follows it on the critical "
                        "path of the reduce (the next reduce-scatter running beside it on another stream is not credited)",)  # fmt: skip
+    if sm_loss and hidden > 0:  # the compute beside the hidden collectives runs on the SMs NCCL leaves it
+        from parcalc.core.timing.sm_contention import SOURCE as CONTENTION_SOURCE
+
+        gpu = cluster.gpu
+        assert gpu is not None and gpu.nccl_channels is not None and gpu.sms is not None
+        terms += [_t("H", "H", hidden, "s", "the collectives' time hidden under compute (all of it less what stays exposed)"),
+                  _t("lambda", "λ", sm_loss, "", f"the share of it the compute beside loses: 1 - t / t_stretched of a layer's kernels "
+                     f"with {gpu.nccl_channels.value:g} of the {gpu.sms.value:g} SMs held by NCCL ({gpu.nccl_channels.source})", CONTENTION_SOURCE,
+                     latex=r"\lambda")]  # fmt: skip
+        formula = f"{formula} + $H × $lambda"
+        source += f"; {CONTENTION_SOURCE}"
+        assumptions += ("a persistent GEMM's CTAs past the free SMs wait for a whole CTA's work (its second round), other compute-"
+                        "bound kernels slow by S / (S - c), memory-bound ones not; each hidden collective spans whole kernels",)  # fmt: skip
     return DP.derivation(terms, value, formula=formula, source=source, assumptions=assumptions)
 
 

@@ -88,6 +88,9 @@ class Gpu:
     # the host's time per kernel issued, measured from a profiler trace of a step on this machine (`parcalc calibrate
     # trace`): used instead of the framework profile's `host:` where that profile models its host (None: the profile's)
     host: HostCosts | None = None
+    # the CTAs NCCL runs one collective on (one per channel, each holding an SM that the GEMMs beside it lose while it
+    # runs: parcalc.core.timing.sm_contention); None: not known, no contention timed
+    nccl_channels: Sourced | None = None
 
 
 @frozen

@@ -34,7 +34,8 @@ from parcalc.core.timing.fp8_quantise import (  # noqa: F401 - the recipes re-ex
     cast_plan,
     non_tn_fp8_gemms,
 )
-from parcalc.core.timing.gemm_tiles import TiledGemm, tiled_gemm_time
+from parcalc.core.timing.gemm_tiles import TiledGemm, tiled_gemm_choice
+from parcalc.core.timing.sm_contention import linear_stretch, persistent_stretch
 
 GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
 # Used only for GPUs whose preset has no `kernels` section; each figure is stated as an assumption.
@@ -84,6 +85,9 @@ class ComputeSpec:
     gemm_clock: float = 1.0
     # FP8 GEMMs take every operand layout (Blackwell), so per-tensor FP8 casts write no transpose (fp8_quantise)
     fp8_non_tn: bool = False
+    # the SMs an NCCL collective holds while it runs beside the kernels (the GPU's nccl_channels: parcalc.core.timing.
+    # sm_contention); 0: not known, nothing slowed
+    nccl_ctas: int = 0
 
     def kind_rate(self, kind: str) -> float:
         """The trace-calibrated factor on one kind's kernel rate ('gemm', 'attention', 'memory', 'optimizer'); 1 uncalibrated."""
@@ -126,8 +130,10 @@ def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float
     non_tn = gpu is not None and non_tn_fp8_gemms(gpu.vendor, gpu.architecture)
     if tiled is not None and sm_clock is not None and tiled.clock > 0:
         tiled = replace(tiled, step_clock=sm_clock)
+    ctas = int(gpu.nccl_channels.value) if gpu is not None and gpu.nccl_channels is not None else 0
     return ComputeSpec(peak * s, (attention_peak or peak) * s, bandwidth, sms, matmul, kernels, scale, sixteen, s, tiled,
-                       kernels.calibrated, tiled.clock_ratio if tiled is not None else 1.0, fp8_non_tn=non_tn)
+                       kernels.calibrated, tiled.clock_ratio if tiled is not None else 1.0, fp8_non_tn=non_tn,
+                       nccl_ctas=ctas if 0 < ctas < sms else 0)  # fmt: skip
 
 
 class Kernel(NamedTuple):
@@ -142,6 +148,9 @@ class Kernel(NamedTuple):
     bound: str  # "compute", "memory", "launch" or "elements" (a TensorIterator path's element rate)
     shape: str = ""
     path: str = ""  # a memory-bound kernel's TensorIterator path (parcalc.core.timing.elementwise); "": by its bytes alone
+    # how much longer it takes while an NCCL collective holds ComputeSpec.nccl_ctas of the SMs (parcalc.core.timing.
+    # sm_contention.stretch); 1: not slowed, or no channel count known
+    stretch: float = 1.0
 
 
 def quantisation(m: int, n: int, batch: int, spec: ComputeSpec) -> float:
@@ -163,7 +172,8 @@ def _roofline(key: str, kind: str, flops: float, traffic: float, rate: float, sp
     launch = spec.kernels.launch.value
     time = max(compute, memory, launch) / spec.kind_rate(kind)  # a trace's factor scales the kind's time as a whole
     bound = "compute" if time == compute else "memory" if time == memory else "launch"
-    return Kernel(key, kind, flops, traffic, time, bound, shape, path)
+    stretch = linear_stretch(spec.sms, spec.nccl_ctas) if spec.nccl_ctas and bound == "compute" else 1.0
+    return Kernel(key, kind, flops, traffic, time, bound, shape, path, stretch)
 
 
 def gemm(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch: int = 1) -> Kernel:
@@ -171,10 +181,15 @@ def gemm(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch: i
     flops = 2.0 * m * k * n * batch
     traffic = e * batch * (m * k + k * n + m * n)
     if spec.tiled is not None:  # measured by shape on this GPU: its tiles, waves, split-K and fixed costs
-        time, bound = tiled_gemm_time(m, k, n, batch, spec.tiled, spec.sms, spec.bandwidth * spec.kernels.memory.value * spec.scale, e,
-                                      spec.scale * spec.power_scale * spec.gemm_clock)  # fmt: skip
-        time /= spec.kind_rate("gemm")
-        return Kernel(key, "gemm", flops, traffic, time, bound, f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else ""))
+        choice = tiled_gemm_choice(m, k, n, batch, spec.tiled, spec.sms, spec.bandwidth * spec.kernels.memory.value * spec.scale, e,
+                                   spec.scale * spec.power_scale * spec.gemm_clock)  # fmt: skip
+        time = choice.time / spec.kind_rate("gemm")
+        stretch = 1.0
+        if spec.nccl_ctas and choice.bound == "compute":
+            ctas = math.ceil(m / choice.tile_m) * math.ceil(n / choice.tile_n) * batch * choice.split
+            stretch = persistent_stretch(ctas, spec.sms, spec.nccl_ctas)
+        shape = f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else "")
+        return Kernel(key, "gemm", flops, traffic, time, choice.bound, shape, stretch=stretch)
     rate = spec.peak * spec.matmul.value * quantisation(m, n, batch, spec)
     shape = f"[{m}×{k}]·[{k}×{n}]" + (f" ×{batch}" if batch > 1 else "")
     return _roofline(key, "gemm", flops, traffic, rate, spec, shape)

@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from parcalc.core.layout import Layout
+from parcalc.core.timing.sm_contention import contention, loss_share
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,9 @@ class StagePieces:
     ep_total: Any = 0.0  # the same for a micro-batch without a partner (all of it unless --ep-overlap shared)
     moe_layers: int = 0  # MoE layers of the slowest stage
     wgrad: Any = 0.0  # the weight-gradient GEMMs among its layers' backward (W, what the split-backward schedules defer)
+    # the share of a hidden collective's time the compute beside it loses to the SMs NCCL holds (parcalc.core.timing.
+    # sm_contention.loss_share of a layer; 0: the GPU's channels not known)
+    sm_loss: Any = 0.0
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,28 @@ def exposed(total: Any, window: Any, last: Any, overlap: bool) -> Any:
 
 
 def dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *, overlap_grad: bool, overlap_param: bool,
-               reduce_every: bool, reshard: bool, layer_forward: Any, layer_backward: Any) -> Any:  # fmt: skip
-    """t_dp for ZeRO stages 0-3 (see parcalc.core.timing.overlap for the rules, in words)."""
+               reduce_every: bool, reshard: bool, layer_forward: Any, layer_backward: Any, contended: bool = True) -> Any:  # fmt: skip
+    """t_dp for ZeRO stages 0-3 (see parcalc.core.timing.overlap for the rules, in words): what the collectives leave
+    exposed, plus (`contended`) the compute they slow while hidden by the SMs NCCL holds (stage.sm_loss of their time:
+    parcalc.core.timing.sm_contention)."""
+    exposed_time = _dp_exposed(zero, m, stage, dp, overlap_grad=overlap_grad, overlap_param=overlap_param, reduce_every=reduce_every,
+                               reshard=reshard, layer_forward=layer_forward, layer_backward=layer_backward)  # fmt: skip
+    if not contended or not (overlap_grad or overlap_param) or not np.any(stage.sm_loss):
+        return exposed_time
+    return exposed_time + contention(dp_hidden(zero, m, stage, dp, exposed_time, reduce_every=reduce_every, reshard=reshard,
+                                               layer_forward=layer_forward, layer_backward=layer_backward), stage.sm_loss)  # fmt: skip
+
+
+def dp_hidden(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, exposed_time: Any, *, reduce_every: bool, reshard: bool,
+              layer_forward: Any, layer_backward: Any) -> Any:  # fmt: skip
+    """The data-parallel collective time the overlap hid: all of it (as timed without overlap) less what stayed exposed."""
+    total = _dp_exposed(zero, m, stage, dp, overlap_grad=False, overlap_param=False, reduce_every=reduce_every, reshard=reshard,
+                        layer_forward=layer_forward, layer_backward=layer_backward)  # fmt: skip
+    return np.maximum(total - exposed_time, 0.0)
+
+
+def _dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *, overlap_grad: bool, overlap_param: bool,
+                reduce_every: bool, reshard: bool, layer_forward: Any, layer_backward: Any) -> Any:  # fmt: skip
     n_b = dp.buckets
     window = stage.last_backward
     syncs = m if reduce_every else 1
@@ -253,6 +277,9 @@ class LayerPieces:
     tp_replay: float = 0.0  # the TP collectives a recomputed layer runs again (full: 2; op: the forward's gathers)
     wgrad_dense: float = 0.0  # the weight-gradient GEMMs among b_dense / b_moe (what zero-bubble schedules and DualPipe defer)
     wgrad_moe: float = 0.0
+    # the dense layer's loss_share beside a collective (parcalc.core.timing.sm_contention); an MoE layer's, whose grouped
+    # expert GEMMs may fit the free SMs, is not weighed in
+    sm_loss: float = 0.0
 
 
 def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, training: Any, cluster: Any, *,
@@ -339,7 +366,7 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
                        r_moe, layer.t_gemms(), moe_layer.t_gemms(), tp_layer, regather_layer,
                        regather_exposed_layer, cp_total, cp_exposed, paired, alone, ends.t_first_forward, ends.t_first_backward,
                        ends.t_last_forward + mtp_f, ends.t_last_backward + mtp_b, activation, replay, weight_gradients(layer),
-                       weight_gradients(moe_layer))  # fmt: skip
+                       weight_gradients(moe_layer), loss_share(layer.forward + layer.backward) if spec.nccl_ctas else 0.0)  # fmt: skip
 
 
 def weight_gradients(passes: Any) -> float:
@@ -424,7 +451,7 @@ def assemble_stage(model: Any, layout: Layout, lp: Any, p2p: Any, overlap_tp: bo
     return StagePieces(forward, backward_and_re - recomputed, recomputed, tp_time, tp_hidden, p2p, first_f, first_b, layers_here,
                        blocks * lp.regather, blocks * lp.regather_exposed, blocks * lp.cp_exposed,
                        blocks * lp.cp_total, moe_blocks * lp.ep_paired, moe_blocks * lp.ep_alone, moe_blocks,
-                       (layers_here - moe_here) * lp.wgrad_dense + moe_here * lp.wgrad_moe)  # fmt: skip
+                       (layers_here - moe_here) * lp.wgrad_dense + moe_here * lp.wgrad_moe, lp.sm_loss)  # fmt: skip
 
 
 def paced_stages(model: Any, layout: Layout) -> tuple[tuple[int, ...], tuple[int, ...]]:
