@@ -874,7 +874,8 @@ def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, 
 
     if fsdp_walk_gaps(model, par, setup):
         return stage
-    step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute)
+    step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute,
+                        par.tp)
     peak = fsdp_step_peak(model, step)
     allocated = fsdp_peak_derivation(peak, model, step, setup.step_memory.removesuffix("-eager"))
     return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
