@@ -70,6 +70,11 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
         sources = {**sources, "activations": f"{TT_SOURCES['model']}; {TT_SOURCES['ac']}; {TT_SOURCES['sac_cache']}",
                    "logits and loss": f"{TT_SOURCES['loss']}; {HF_SOURCES['loss_backward']}", "buffers": TT_SOURCES["model"]}
         code = "torchtitan's Llama Transformer (parcalc.core.memory_torchtitan) and train.py's fp32 cross-entropy"
+        if step.tp > 1:
+            sources = {**sources, "activations": f"{sources['activations']}; {TT_SOURCES['tp']}; {TT_SOURCES['tp_collectives']}; "
+                       f"{TT_SOURCES['tp_accumulate']}", "logits and loss": f"{TT_SOURCES['loss']}; {TT_SOURCES['loss_parallel']}"}
+            code = (f"torchtitan's Llama Transformer under apply_tp over {step.tp} ranks, sequence and loss parallel "
+                    "(parcalc.core.memory_torchtitan_tp)")
     else:
         code = (f"transformers' {model_code(model)} and its fp32 cross-entropy; torchtitan's own Llama differs in RoPE (complex "
                 "fp32 products) and repeat_kv")
