@@ -126,6 +126,12 @@ class FsdpStep:
     # torchtitan's code: the tensor-parallel ranks of apply_tp (sequence and loss parallel; parcalc.core.memory_torchtitan_tp),
     # `shards` then being the data-parallel ranks FSDP2 shards each rank's TP-local parameters over
     tp: int = 1
+    # a pipeline stage of torchtitan's code (parcalc.core.memory_pipeline_stage): stage `pp_stage` of `pp`, its layers
+    # [first, last), `micro_batches` micro-batches of micro_batch x seq_len tokens under Schedule1F1B
+    pp: int = 1
+    pp_stage: int = 0
+    stage_layers: tuple[int, int] | None = None
+    micro_batches: int = 1
 
 
 @dataclass(frozen=True)
@@ -156,7 +162,7 @@ def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, prec
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
-              other: tuple[str, ...] = (), model_code: str = "transformers") -> list[str]:  # fmt: skip
+              other: tuple[str, ...] = (), model_code: str = "transformers", pipeline: bool = False) -> list[str]:  # fmt: skip
     """What of a layout the walk does not follow (none: its peak is the memory; else the textbook sum is).
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
     caller's own (offload, a recomputed subset of layers, ...)."""
@@ -166,7 +172,8 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append("experts in fp32 (transformers' grouped_mm experts take bf16 only)")
     if model.moe is not None and model.moe.shared_experts:  # _block_params lists routed experts only (hf's walk follows Qwen2-MoE)
         gaps.append("a shared expert (the fsdp2 walk shards the routed experts' blocks)")
-    gaps += [f"{name} = {value}" for name, value in (("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)) if value > 1]
+    gaps += [f"{name} = {value}" for name, value in (("cp", layout.cp), ("ep", layout.ep)) if value > 1]
+    gaps += pipeline_gaps(layout, model_code, pipeline)
     gaps += tp_gaps(model, layout.tp, model_code, recompute)
     if layout.tp > 1 and not layout.sequence_parallel:
         gaps.append(f"tp = {layout.tp} without sequence parallelism (torchtitan's apply_tp always shards the sequence)")
@@ -402,6 +409,15 @@ class _FsdpHooks(StepHooks):
         grads = [key for key in walk.live if key.startswith(f"L{i}.") and key.endswith(".grad")]
         self.post_backward(walk, f"L{i}", grads)
 
+    def reduce_all(self, walk: Walk, accumulated: dict[str, list[str]]) -> None:
+        """A pipeline stage's perform_reduce_grad: each unit's post_backward in module order (the root first), on the
+        gradients accumulated across micro-batches, then the root's final callback (memory_pipeline_stage.PP_SOURCES)."""
+        for unit in self.units:
+            self.post_backward(walk, unit, accumulated.get(unit, []))
+        if self.kept_reduce_scatter is not None:
+            walk.free(self.kept_reduce_scatter)
+            self.kept_reduce_scatter = None
+
     def after_backward(self, walk: Walk) -> None:
         walk.phase = "backward: the root's reduce-scatter (final callback)"
         self.post_backward(walk, "root", ["head.grad", "embedding.grad", "final.grad"])
@@ -435,6 +451,22 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
         raise InputError(f"optimizer implementation {step.optimizer_impl!r}: one of {', '.join(OPTIMIZER_IMPLS)}")
 
 
+def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool) -> list[str]:
+    """What of pipeline parallelism the walk does not follow: it walks one stage of torchtitan's code under Schedule1F1B
+    without TP, stage by stage (`pipeline`: the caller walks each stage, as parcalc.core.memory does; fit's search does not)."""
+    from parcalc.core.choices import Schedule
+
+    if layout.pp <= 1:
+        return []
+    why = [what for what, gap in (("fit's search (one walk per stage and micro-batch count)", not pipeline),
+                                  ("the walk follows torchtitan's PipelineStage", model_code != "torchtitan"),
+                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B)", layout.schedule is not Schedule.ONE_F_ONE_B),
+                                  (f"{layout.chunks} chunks a stage", layout.chunks > 1),
+                                  (f"tp = {layout.tp} with pp (the pipeline walk has no TP yet)", layout.tp > 1),
+                                  ("a custom pipeline layout", layout.pipeline_layout is not None)) if gap]  # fmt: skip
+    return [f"pp = {layout.pp}: " + "; ".join(why)] if why else []
+
+
 def tp_gaps(model: TransformerModel, tp: int, model_code: str, recompute: Recompute) -> list[str]:
     """What of tensor parallelism the walk does not follow: it follows torchtitan's apply_tp over whole heads, KV heads,
     MLP columns and vocabulary rows, with no or full checkpointing (parcalc.core.memory_torchtitan_tp)."""
@@ -463,6 +495,12 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
     x = shapes_of(model, step.micro_batch, step.seq_len, compute, compute, False)  # MixedPrecisionPolicy: no autocast
     hooks = _FsdpHooks(model, step, compute, master)
+    if step.pp > 1:  # the stage's own units (pipeline_llama_manual_split), none resharded during the step
+        lo, hi = step.stage_layers or (0, model.layers)
+        root = {p.name: p for p in _root_params(model, step.tp)}
+        own = ((root["embedding"],) if step.pp_stage == 0 else ()) + ((root["final_norm"], root["head"]) if step.pp_stage == step.pp - 1 else ())
+        hooks.units = {"root": own, **{f"L{i}": _block_params(model, step.tp) for i in range(lo, hi)}}
+        hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
     walk = StreamWalk()
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
@@ -477,7 +515,9 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         walk.alloc("freqs_cis", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer (complex64)")
         policy = {Recompute.NONE: "none", Recompute.FULL: "full", Recompute.OP: "op"}[step.recompute]
         policies = step.block_policies or (policy,) * model.layers
-        if step.tp > 1:
+        if step.pp > 1:
+            _pipeline_stage(walk, model, x, step, policies, hooks)
+        elif step.tp > 1:
             torchtitan_tp_step(walk, model, x, policies, step.embedding_backward_tables, step.tp, hooks)
         else:
             torchtitan_step(walk, model, x, policies, step.embedding_backward_tables, hooks)
@@ -497,6 +537,15 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         walk.free("opt.sqrt")
     pools = walk.pools()
     return replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
+
+
+def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep, policies: tuple[str, ...], hooks: _FsdpHooks) -> None:
+    """A pipeline stage under FSDP2: only its own units, none resharded during the step (memory_pipeline_stage)."""
+    from parcalc.core.memory_pipeline_stage import PipelineHooks, StagePlan, walk_stage
+
+    lo, hi = step.stage_layers or (0, model.layers)
+    plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi)
+    walk_stage(walk, model, x, plan, policies, step.embedding_backward_tables, PipelineHooks(hooks, x.c, step.reduce_bytes))
 
 
 @lru_cache(maxsize=4096)

@@ -87,8 +87,8 @@ OP_CACHED = ("q.out", "v.out", "w1.out", "w2.out", "attn", "lse")
 class _Block:
     """One block's forward: allocations, and what Python drops (freed unless autograd saved it or SAC cached it)."""
 
-    def __init__(self, walk: Walk, x: StepShapes, i: int, policy: str, recomputing: bool) -> None:
-        self.walk, self.x, self.k = walk, x, f"L{i}"
+    def __init__(self, walk: Walk, x: StepShapes, i: int, policy: str, recomputing: bool, prefix: str = "") -> None:
+        self.walk, self.x, self.k = walk, x, f"{prefix}L{i}"
         self.saving = policy == "none" or recomputing  # autograd keeps what the ops save
         self.caching = policy == "op"
         self.held: set[str] = set()
@@ -124,12 +124,12 @@ def _repeat_kv_copies(x: StepShapes) -> bool:
     return x.q > x.kv and kv_heads > 1
 
 
-def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False) -> str:
+def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False, prefix: str = "") -> str:
     """torchtitan's TransformerBlock (TT_SOURCES['model']) under `policy`; returns the output's key ("" when the
-    recomputation stops early, after w2's input)."""
+    recomputation stops early, after w2's input). `prefix` keys a pipeline micro-batch's tensors apart."""
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     copies = _repeat_kv_copies(x)
-    b = _Block(walk, x, i, policy, recomputing)
+    b = _Block(walk, x, i, policy, recomputing, prefix)
     k = b.k
     y = norm_forward(walk, x, f"{k}.n1", inp, b.saving)
     b.save(y)
@@ -231,11 +231,11 @@ def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_o
     add_into(walk, f"{key}.gin", into)
 
 
-def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
+def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, prefix: str = "") -> None:
     """The block's backward in the order autograd's engine runs it (the latest-created node first)."""
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     n_rep = q // kv
-    k = f"L{i}"
+    k = f"{prefix}L{i}"
     walk.rename(g_out, f"{k}.g_x1")  # out = h + w2: both get the same gradient tensor
     walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient")
     grad_of_weight(walk, x, f"{k}.w2", f, h)
