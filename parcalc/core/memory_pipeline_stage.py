@@ -11,7 +11,8 @@ apply_fsdp(pp_enabled=True) wraps every block and the root with reshard_after_fo
   FSDP2's reduce dtype (fp32): the first backward copies each bf16 gradient to fp32, later ones add in place; only
   perform_reduce_grad, after the last backward, reshards and reduce-scatters each unit (root first);
 - holds one activation receive buffer per micro-batch on every stage but the first and one gradient receive buffer per
-  micro-batch on every stage but the last (persistent), each micro-batch's stage output in fwd_cache until its backward,
+  micro-batch on every stage but the last (persistent; a received gradient is its buffer), each micro-batch's stage
+  output in fwd_cache until its backward, the input's gradient in the send ops until the next backward's are made,
   and on the last stage every micro-batch's output (pred) in output_chunks, concatenated at the end of step() and kept
   until the next step.
 The model code is memory_torchtitan's (its blocks keyed per micro-batch); the loss is train.py's loss_fn, computed by
@@ -152,7 +153,7 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         _mm_backward(walk, x, f"{p}head", f"{p}g_logits", x.h, x.V, f"{p}final.g_y", f"{p}final.out")
         norm_backward(walk, x, f"{p}final", f"{p}final.g_y", f"{p}g_stream")
     else:
-        walk.alloc(f"{p}g_stream", x.T * x.h * x.c, "temporaries", "the stage output's gradient (received)")
+        walk.rename(f"pp.grad_recv{j}", f"{p}g_stream")
     for i in reversed(range(plan.first_layer, plan.last_layer)):
         inp = (f"{p}emb" if plan.first else f"pp.act_recv{j}") if i == plan.first_layer else f"{p}L{i - 1}.x2"
         hooks.before_layer_backward(walk, i)
@@ -169,8 +170,11 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
             walk.alloc(f"{p}g_embedding{table}", x.V * x.h * x.c, "gradients", "embedding gradient")
         walk.free(f"{p}g_stream", *(f"{p}g_embedding{t}" for t in range(1, embedding_tables)))
         walk.rename(f"{p}g_embedding0", f"{p}embedding.grad")
-    else:
-        walk.free(f"{p}g_stream")  # sent to the stage before
+    else:  # the input's gradient, sent to the stage before: the schedule's send ops hold it until the next backward's are made
+        walk.free("pp.sent_grad")
+        walk.rename(f"{p}g_stream", "pp.sent_grad", "the stage input's gradient (held by the schedule's send ops)")
+    if not plan.last:
+        walk.alloc(f"pp.grad_recv{j}", x.T * x.h * x.c, "buffers", "gradient receive buffer (one per micro-batch)")
     hooks.accumulate(walk, "root", [k for k in (f"{p}embedding.grad", f"{p}head.grad", f"{p}final.grad") if k in walk.live])
     hooks.first_backward = False
 
@@ -190,6 +194,7 @@ def walk_stage(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePl
             _stage_backward(walk, model, x, plan, policies, j, embedding_tables, hooks)
     walk.phase = "backward: perform_reduce_grad (each unit's reduce-scatter)"
     hooks.fsdp.reduce_all(walk, hooks.accumulated)  # type: ignore[attr-defined]
+    walk.free("pp.sent_grad")  # step() returns
     if plan.last:
         walk.phase = "end of step: the outputs merged"
         walk.transient("pp.merged", plan.micro_batches * x.T * x.V * x.c, "logits and loss", "output_chunks concatenated")
