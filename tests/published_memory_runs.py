@@ -32,8 +32,10 @@ COMPILE = "torch.compile per TransformerBlock (Inductor's fusion and its own act
 FLOAT8 = ("Float8 linears (torchao Float8Linear, tensorwise): not in the walk, --precision fp8 keeps the textbook's Transformer "
           "Engine sum; torchao saves the bf16 input and weight (float8_linear.py matmul_with_hp_or_float8_args.forward) and casts "
           "in forward and backward")
-TP = "tensor parallelism (DTensor TP with sequence parallel, loss parallel)"
-PP = "pipeline parallelism (torchtitan's PipelineStage; micro-batches = stages by default, config_manager.py)"
+TP = ("tensor parallelism: walked in bf16 (parcalc.core.memory_torchtitan_tp), but with --precision fp8 the textbook sum stands; "
+      "the bf16 walk of Table 4's layout gives 0.859 of its published peak")
+PP = ("pipeline parallelism: walked stage by stage without TP (parcalc.core.memory_pipeline_stage); with TP and --precision fp8 "
+      "the textbook sum stands (torchtitan's PipelineStage; micro-batches = stages by default, config_manager.py)")
 # torchtitan/parallelisms/pipelining_utils.py generate_split_points at 9dec370: 126 layers over 8 single-stage ranks, base 15 and
 # the 6 extra layers to middle stages: 15 + 6 x 16 + 15
 SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")

@@ -605,7 +605,7 @@ def _layout_grid(shapes: _Shapes, t: int, p: int, d: int, schedules: tuple[tuple
 
 
 def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
-               b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray) -> np.ndarray:  # fmt: skip
+               b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray, sp: np.ndarray) -> np.ndarray:  # fmt: skip
     """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
     _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
     from parcalc.core.memory_fsdp import PROFILES, fsdp_reserved_total, fsdp_step_of, walk_gaps
@@ -614,12 +614,12 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
     out = memory.copy()
     # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
-    for zero, size, rec in set(zip(z.tolist(), shard.tolist(), r.tolist(), strict=True)):
-        layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size))
+    for zero, size, rec, seq in set(zip(z.tolist(), shard.tolist(), r.tolist(), sp.tolist(), strict=True)):
+        layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
         if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code):
             continue
-        for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec)):
-            step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)])
+        for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec) & (sp == seq)):
+            step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)], t)
             out[row] = fsdp_reserved_total(model, step) + training.reserve
     return out
 
@@ -800,7 +800,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
                                              ddp_buckets=d > 1)
                            for bb, rr in zip(b, r, strict=True)]) + replayed_reserve(training.reserve).value  # fmt: skip
     elif cluster.framework.step_memory in ("fsdp2-eager", "torchtitan-eager"):  # the step's peak under fully_shard where it applies,
-        memory = _fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"])  # as memory_of has it
+        memory = _fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"],
+                            cols["sequence_parallel"])  # as memory_of has it
 
     # Time: only for the configurations that fit (the search ranks those; the others keep their
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per

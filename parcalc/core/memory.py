@@ -890,15 +890,23 @@ def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, 
     from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
     from parcalc.core.step_peak_derivation import fsdp_peak_derivation, reserved_derivation
 
-    if fsdp_walk_gaps(model, par, setup):
+    if fsdp_walk_gaps(model, par, setup, pipeline=True):
         return stage
-    step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute)
+    step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute,
+                        par.tp)
+    if par.pp > 1:  # this stage of the pipeline (parcalc.core.memory_pipeline_stage), its own layers
+        from dataclasses import replace as replaced
+
+        split = stage_layers(model, par)
+        first = sum(split[: stage.stage])
+        step = replaced(step, pp=par.pp, pp_stage=stage.stage, stage_layers=(first, first + split[stage.stage]),
+                        micro_batches=setup.micro_batches)
     peak = fsdp_step_peak(model, step)
     allocated = fsdp_peak_derivation(peak, model, step, setup.step_memory.removesuffix("-eager"))
     return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
 
 
-def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup) -> list[str]:
+def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup, pipeline: bool = False) -> list[str]:
     """What of this layout and setup the FSDP2 step walk does not follow (none: it gives the memory)."""
     from parcalc.core.memory_fsdp import PROFILES, walk_gaps
 
@@ -906,7 +914,7 @@ def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup) -
                                         ("--recompute-layers", setup.recompute_layers is not None),
                                         ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
     code = PROFILES[setup.step_memory].model_code if setup.step_memory in PROFILES else "transformers"
-    return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other, code)
+    return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other, code, pipeline)
 
 
 def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str, reserve: Derivation) -> StageMemory:

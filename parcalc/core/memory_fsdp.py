@@ -45,6 +45,7 @@ from parcalc.core.layout import Layout
 from parcalc.core.memory_timeline import check_hf_model, hf_model_gaps, shapes_of, walk_backward, walk_forward
 from parcalc.core.memory_torchtitan import POLICIES
 from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
+from parcalc.core.memory_torchtitan_tp import walk_step as torchtitan_tp_step
 from parcalc.core.memory_walk import StepHooks, StepPeak, Walk, peak_of
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
@@ -122,6 +123,15 @@ class FsdpStep:
     # torchtitan's code: each block's checkpointing ("none", "full", "op"; memory_torchtitan.POLICIES), where it is not the
     # same for all (selective layer checkpointing, every k-th block full); None: `recompute` for every block
     block_policies: tuple[str, ...] | None = None
+    # torchtitan's code: the tensor-parallel ranks of apply_tp (sequence and loss parallel; parcalc.core.memory_torchtitan_tp),
+    # `shards` then being the data-parallel ranks FSDP2 shards each rank's TP-local parameters over
+    tp: int = 1
+    # a pipeline stage of torchtitan's code (parcalc.core.memory_pipeline_stage): stage `pp_stage` of `pp`, its layers
+    # [first, last), `micro_batches` micro-batches of micro_batch x seq_len tokens under Schedule1F1B
+    pp: int = 1
+    pp_stage: int = 0
+    stage_layers: tuple[int, int] | None = None
+    micro_batches: int = 1
 
 
 @dataclass(frozen=True)
@@ -144,15 +154,15 @@ PROFILES = {
 
 
 def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, precision: Precision, optimizer: Optimizer,
-                 recompute: Recompute) -> FsdpStep:  # fmt: skip
-    """The step of a framework profile (PROFILES) on a GPU."""
+                 recompute: Recompute, tp: int = 1) -> FsdpStep:  # fmt: skip
+    """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp ones)."""
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
-                    settings.reshard_last_block, model_code=settings.model_code)  # fmt: skip
+                    settings.reshard_last_block, model_code=settings.model_code, tp=tp)  # fmt: skip
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
-              other: tuple[str, ...] = (), model_code: str = "transformers") -> list[str]:  # fmt: skip
+              other: tuple[str, ...] = (), model_code: str = "transformers", pipeline: bool = False) -> list[str]:  # fmt: skip
     """What of a layout the walk does not follow (none: its peak is the memory; else the textbook sum is).
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
     caller's own (offload, a recomputed subset of layers, ...)."""
@@ -162,7 +172,11 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append("experts in fp32 (transformers' grouped_mm experts take bf16 only)")
     if model.moe is not None and model.moe.shared_experts:  # _block_params lists routed experts only (hf's walk follows Qwen2-MoE)
         gaps.append("a shared expert (the fsdp2 walk shards the routed experts' blocks)")
-    gaps += [f"{name} = {value}" for name, value in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep)) if value > 1]
+    gaps += [f"{name} = {value}" for name, value in (("cp", layout.cp), ("ep", layout.ep)) if value > 1]
+    gaps += pipeline_gaps(layout, model_code, pipeline)
+    gaps += tp_gaps(model, layout.tp, model_code, recompute)
+    if layout.tp > 1 and not layout.sequence_parallel:
+        gaps.append(f"tp = {layout.tp} without sequence parallelism (torchtitan's apply_tp always shards the sequence)")
     if zero != 3:
         gaps.append(f"ZeRO-{zero} (fully_shard is ZeRO-3)")
     elif dp < 2:
@@ -218,10 +232,12 @@ class _Param:
         return int(chunk_rows(self.rows, n)) * self.cols
 
 
-def _block_params(model: TransformerModel) -> tuple[_Param, ...]:
+def _block_params(model: TransformerModel, tp: int = 1) -> tuple[_Param, ...]:
     """One decoder layer's parameters in constructor order (nn.Linear weights are out x in; an expert stack is
-    experts x out x in, sharded over its experts: FSDP2 shards dim 0)."""
-    h, q, kv, f = model.hidden, model.heads * model.head_dim, model.kv_heads * model.head_dim, model.ffn_hidden
+    experts x out x in, sharded over its experts: FSDP2 shards dim 0). Under apply_tp (tp > 1) a rank's own: the
+    column-parallel weights' rows and the row-parallel weights' columns split tp ways, the norms whole (FSDP2 then shards
+    dim 0 of that local tensor)."""
+    h, q, kv, f = model.hidden, model.heads * model.head_dim // tp, model.kv_heads * model.head_dim // tp, model.ffn_hidden // tp
     attention = (_Param("q", q, h), _Param("k", kv, h), _Param("v", kv, h), _Param("o", h, q),
                  *((_Param("qn", model.head_dim, 1), _Param("kn", model.head_dim, 1)) if model.qk_norm else ()))
     if model.moe is not None:  # MixtralSparseMoeBlock: router, then the experts' gate_up_proj and down_proj
@@ -232,10 +248,11 @@ def _block_params(model: TransformerModel) -> tuple[_Param, ...]:
     return (*attention, *mlp, _Param("n1", h, 1), _Param("n2", h, 1))
 
 
-def _root_params(model: TransformerModel) -> tuple[_Param, ...]:
-    """The root unit's: the embedding (the LM head's weight too when tied), the final norm, an untied LM head."""
-    own = (_Param("head", model.vocab, model.hidden),) if not model.tied_embeddings else ()
-    return (_Param("embedding", model.vocab, model.hidden), _Param("final_norm", model.hidden, 1), *own)
+def _root_params(model: TransformerModel, tp: int = 1) -> tuple[_Param, ...]:
+    """The root unit's: the embedding (the LM head's weight too when tied), the final norm, an untied LM head; under
+    apply_tp the embedding's and the output projection's vocabulary rows split tp ways."""
+    own = (_Param("head", model.vocab // tp, model.hidden),) if not model.tied_embeddings else ()
+    return (_Param("embedding", model.vocab // tp, model.hidden), _Param("final_norm", model.hidden, 1), *own)
 
 
 STREAMS = ("default", "all-gather copy-in", "reduce-scatter")
@@ -295,7 +312,7 @@ class _FsdpHooks(StepHooks):
     def __init__(self, model: TransformerModel, step: FsdpStep, param_bytes: float, master_bytes: float) -> None:
         self.n = step.shards
         self.layers = model.layers
-        self.units = {"root": _root_params(model), **{f"L{i}": _block_params(model) for i in range(model.layers)}}
+        self.units = {"root": _root_params(model, step.tp), **{f"L{i}": _block_params(model, step.tp) for i in range(model.layers)}}
         self.p = param_bytes
         self.master = master_bytes
         self.reduce = step.reduce_bytes
@@ -392,6 +409,15 @@ class _FsdpHooks(StepHooks):
         grads = [key for key in walk.live if key.startswith(f"L{i}.") and key.endswith(".grad")]
         self.post_backward(walk, f"L{i}", grads)
 
+    def reduce_all(self, walk: Walk, accumulated: dict[str, list[str]]) -> None:
+        """A pipeline stage's perform_reduce_grad: each unit's post_backward in module order (the root first), on the
+        gradients accumulated across micro-batches, then the root's final callback (memory_pipeline_stage.PP_SOURCES)."""
+        for unit in self.units:
+            self.post_backward(walk, unit, accumulated.get(unit, []))
+        if self.kept_reduce_scatter is not None:
+            walk.free(self.kept_reduce_scatter)
+            self.kept_reduce_scatter = None
+
     def after_backward(self, walk: Walk) -> None:
         walk.phase = "backward: the root's reduce-scatter (final callback)"
         self.post_backward(walk, "root", ["head.grad", "embedding.grad", "final.grad"])
@@ -416,11 +442,50 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
                                             or not set(step.block_policies) <= set(POLICIES)):  # fmt: skip
         raise InputError(f"block checkpointing {step.block_policies}: torchtitan's code, one of {', '.join(POLICIES)} for each of "
                          f"the {model.layers} blocks")
+    if step.tp > 1:
+        check_tp(model, step)
     missing = torchtitan_code_gaps(model, step.precision) if step.model_code == "torchtitan" else []
     if missing:
         raise InputError(f"{model.name}: the torchtitan profile's step walk follows torchtitan's Llama code in bf16; {'; '.join(missing)}")
     if step.optimizer_impl not in OPTIMIZER_IMPLS:
         raise InputError(f"optimizer implementation {step.optimizer_impl!r}: one of {', '.join(OPTIMIZER_IMPLS)}")
+
+
+def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool) -> list[str]:
+    """What of pipeline parallelism the walk does not follow: it walks one stage of torchtitan's code under Schedule1F1B
+    without TP, stage by stage (`pipeline`: the caller walks each stage, as parcalc.core.memory does; fit's search does not)."""
+    from parcalc.core.choices import Schedule
+
+    if layout.pp <= 1:
+        return []
+    why = [what for what, gap in (("fit's search (one walk per stage and micro-batch count)", not pipeline),
+                                  ("the walk follows torchtitan's PipelineStage", model_code != "torchtitan"),
+                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B)", layout.schedule is not Schedule.ONE_F_ONE_B),
+                                  (f"{layout.chunks} chunks a stage", layout.chunks > 1),
+                                  (f"tp = {layout.tp} with pp (the pipeline walk has no TP yet)", layout.tp > 1),
+                                  ("a custom pipeline layout", layout.pipeline_layout is not None)) if gap]  # fmt: skip
+    return [f"pp = {layout.pp}: " + "; ".join(why)] if why else []
+
+
+def tp_gaps(model: TransformerModel, tp: int, model_code: str, recompute: Recompute) -> list[str]:
+    """What of tensor parallelism the walk does not follow: it follows torchtitan's apply_tp over whole heads, KV heads,
+    MLP columns and vocabulary rows, with no or full checkpointing (parcalc.core.memory_torchtitan_tp)."""
+    if tp <= 1:
+        return []
+    if model_code != "torchtitan":
+        return [f"tp = {tp} (the step walk follows tensor parallelism as torchtitan's apply_tp runs it)"]
+    counts = (("attention heads", model.heads), ("KV heads", model.kv_heads), ("MLP columns", model.ffn_hidden), ("vocabulary rows", model.vocab))
+    gaps = [f"tp = {tp} over {n} {what} (not whole per rank)" for what, n in counts if n % tp]
+    if recompute not in (Recompute.NONE, Recompute.FULL):
+        gaps.append(f"--recompute {recompute.value} with tp = {tp} (the TP walk checkpoints whole blocks or nothing)")
+    return gaps
+
+
+def check_tp(model: TransformerModel, step: FsdpStep) -> None:
+    policies = set(step.block_policies or ()) | ({step.recompute.value} if step.block_policies is None else set())
+    gaps = tp_gaps(model, step.tp, step.model_code, Recompute.NONE) + [f"checkpointing {p!r} with tp" for p in policies if p not in ("none", "full")]
+    if gaps:
+        raise InputError(f"{model.name}: the step walk under tensor parallelism: {'; '.join(gaps)}")
 
 
 def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
@@ -430,6 +495,12 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
     x = shapes_of(model, step.micro_batch, step.seq_len, compute, compute, False)  # MixedPrecisionPolicy: no autocast
     hooks = _FsdpHooks(model, step, compute, master)
+    if step.pp > 1:  # the stage's own units (pipeline_llama_manual_split), none resharded during the step
+        lo, hi = step.stage_layers or (0, model.layers)
+        root = {p.name: p for p in _root_params(model, step.tp)}
+        own = ((root["embedding"],) if step.pp_stage == 0 else ()) + ((root["final_norm"], root["head"]) if step.pp_stage == step.pp - 1 else ())
+        hooks.units = {"root": own, **{f"L{i}": _block_params(model, step.tp) for i in range(lo, hi)}}
+        hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
     walk = StreamWalk()
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
@@ -444,7 +515,12 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         walk.alloc("freqs_cis", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer (complex64)")
         policy = {Recompute.NONE: "none", Recompute.FULL: "full", Recompute.OP: "op"}[step.recompute]
         policies = step.block_policies or (policy,) * model.layers
-        torchtitan_step(walk, model, x, policies, step.embedding_backward_tables, hooks)
+        if step.pp > 1:
+            _pipeline_stage(walk, model, x, step, policies, hooks)
+        elif step.tp > 1:
+            torchtitan_tp_step(walk, model, x, policies, step.embedding_backward_tables, step.tp, hooks)
+        else:
+            torchtitan_step(walk, model, x, policies, step.embedding_backward_tables, hooks)
     else:
         walk_forward(walk, model, x, checkpointed, hooks)
         walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)
@@ -461,6 +537,15 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         walk.free("opt.sqrt")
     pools = walk.pools()
     return replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
+
+
+def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep, policies: tuple[str, ...], hooks: _FsdpHooks) -> None:
+    """A pipeline stage under FSDP2: only its own units, none resharded during the step (memory_pipeline_stage)."""
+    from parcalc.core.memory_pipeline_stage import PipelineHooks, StagePlan, walk_stage
+
+    lo, hi = step.stage_layers or (0, model.layers)
+    plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi)
+    walk_stage(walk, model, x, plan, policies, step.embedding_backward_tables, PipelineHooks(hooks, x.c, step.reduce_bytes))
 
 
 @lru_cache(maxsize=4096)

@@ -61,6 +61,11 @@ HF_SOURCES = {
     "rmsnorm": (f"{TRANSFORMERS} src/transformers/models/llama/modeling_llama.py:62-67 LlamaRMSNorm.forward: "
                 "hidden_states.to(float32); variance = pow(2).mean(-1); hidden_states * rsqrt(variance + eps) (saves the fp32 input "
                 "and rsqrt); weight * hidden_states.to(input_dtype) (saves the fp32 normalised tensor)"),
+    "rmsnorm_backward": ("pytorch/pytorch v2.13.0 tools/autograd/derivatives.yaml pow.Tensor_Scalar: pow_backward(grad, self, exponent) "
+                         "= grad * (exponent * self.pow(exponent - 1)) (torch/csrc/autograd/FunctionsManual.cpp): self.pow(1) and "
+                         "2 * self.pow(1) live beside the mean's gradient until the product is done; MemTracker over LlamaForCausalLM "
+                         "(tests/ground_truth/test_torch_memory_hf.py) sees pow.Tensor_Scalar, mul.Scalar, mul.Tensor, then the "
+                         "fp32 input's two gradients added into the residual stream's with add.Tensor (out of place)"),
     "attention": (f"{TRANSFORMERS} modeling_llama.py:254-280 LlamaAttention.forward: q_proj, k_proj, v_proj each cast the fp32 "
                   "norm output to bf16 under autocast and save their own copy; apply_rotary_pos_emb (q * cos + rotate_half(q) * sin, "
                   "cos in fp32) gives fp32 q and k, which SDPA casts back to bf16 and saves; o_proj saves SDPA's output"),

@@ -60,6 +60,24 @@ TT_SOURCES = {
                   "are kept (detached) in the checkpoint's storage from the forward; _CachedTorchDispatchMode returns them "
                   "in the recomputation instead of running the op; _checkpoint_early_stop: the recomputation stops once "
                   "every tensor autograd saves has been repacked"),
+    "tp": (f"{TITAN} torchtitan/parallelisms/parallelize_llama.py:113-199 apply_tp: tok_embeddings RowwiseParallel(input "
+           "Replicate, output Shard(1)); norm SequenceParallel; output ColwiseParallel(input Shard(1), output Shard(-1), "
+           "use_local_output=False) under loss parallel (train.py's train_context, utils.py get_train_context: loss_parallel()); "
+           "each block: attention_norm / ffn_norm SequenceParallel, PrepareModuleInput(Shard(1) -> Replicate) on attention and "
+           "feed_forward, wq / wk / wv / w1 / w3 ColwiseParallel, wo / w2 RowwiseParallel(output Shard(1))"),
+    "tp_collectives": ("pytorch/pytorch v2.13.0 torch/distributed/_functional_collectives.py all_gather_single (all_gather_into_tensor, "
+                       "then torch/_utils.py _maybe_view_chunk_cat: a view when the gathered dim 0 is the group (batch 1), else "
+                       "torch.cat of the chunks, a copy) and reduce_scatter_single (_chunk_or_narrow_cat: torch.cat of the chunks "
+                       "along dim 0, always a copy, then reduce_scatter_tensor); a RowwiseParallel output's backward all-gathers "
+                       "its gradient, a PrepareModuleInput's Replicate input's backward reduce-scatters the partial sum"),
+    "tp_accumulate": ("pytorch/pytorch v2.13.0 torch/csrc/autograd/input_buffer.cpp can_accumulate_inplace: a gradient is added "
+                      "in place only into a plain tensor (not a tensor subclass such as DTensor) that nothing else holds; under "
+                      "TP the partial input gradients of wq / wk / wv and w1 / w3 and the norms' gradients are DTensors, added "
+                      "out of place"),
+    "loss_parallel": ("pytorch/pytorch v2.13.0 torch/distributed/tensor/parallel/loss.py: _log_softmax (amax, all_reduce, "
+                      "x - max, exp, sum, all_reduce, log, shifted - log: the vocabulary-sharded fp32 logits, their shifted copy "
+                      "and its exp at once), _nll_loss_forward, _nll_loss_and_log_softmax_backward: zeros_like(x), then "
+                      "(grad_input + torch.exp(x)) * grad_output beside the saved log-softmax"),
 }
 POLICIES = ("none", "full", "op")
 # the matmul outputs torchtitan's op policy caches: the odd-numbered of wq, wk, wv, wo, w1, w3, w2 (TT_SOURCES['ac'])
@@ -69,8 +87,8 @@ OP_CACHED = ("q.out", "v.out", "w1.out", "w2.out", "attn", "lse")
 class _Block:
     """One block's forward: allocations, and what Python drops (freed unless autograd saved it or SAC cached it)."""
 
-    def __init__(self, walk: Walk, x: StepShapes, i: int, policy: str, recomputing: bool) -> None:
-        self.walk, self.x, self.k = walk, x, f"L{i}"
+    def __init__(self, walk: Walk, x: StepShapes, i: int, policy: str, recomputing: bool, prefix: str = "") -> None:
+        self.walk, self.x, self.k = walk, x, f"{prefix}L{i}"
         self.saving = policy == "none" or recomputing  # autograd keeps what the ops save
         self.caching = policy == "op"
         self.held: set[str] = set()
@@ -106,12 +124,12 @@ def _repeat_kv_copies(x: StepShapes) -> bool:
     return x.q > x.kv and kv_heads > 1
 
 
-def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False) -> str:
+def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False, prefix: str = "") -> str:
     """torchtitan's TransformerBlock (TT_SOURCES['model']) under `policy`; returns the output's key ("" when the
-    recomputation stops early, after w2's input)."""
+    recomputation stops early, after w2's input). `prefix` keys a pipeline micro-batch's tensors apart."""
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     copies = _repeat_kv_copies(x)
-    b = _Block(walk, x, i, policy, recomputing)
+    b = _Block(walk, x, i, policy, recomputing, prefix)
     k = b.k
     y = norm_forward(walk, x, f"{k}.n1", inp, b.saving)
     b.save(y)
@@ -157,9 +175,22 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     return out
 
 
-def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str) -> None:
+def add_gradient(walk: Walk, grad: str, into: str, in_place: bool) -> None:
+    """A gradient reaching a tensor that has one: added in place (add_into), or, for a DTensor, out of place: the sum is a
+    new tensor and both addends go (TT_SOURCES['tp_accumulate'])."""
+    if in_place or into not in walk.live:
+        add_into(walk, grad, into)
+        return
+    tensor = walk.live[into]
+    walk.alloc(f"{into}+", tensor.bytes, tensor.kind, tensor.what)
+    walk.free(grad, into)
+    walk.rename(f"{into}+", into)
+
+
+def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str, in_place: bool = True) -> None:
     """norms.py's RMSNorm backward on a bf16 input, node by node as torch's autograd formulas run them (TT_SOURCES['norm_backward']):
-    out = normed.type_as(x) * weight, normed = x32 * rsqrt(x32.pow(2).mean(-1) + eps), x32 = x.float()."""
+    out = normed.type_as(x) * weight, normed = x32 * rsqrt(x32.pow(2).mean(-1) + eps), x32 = x.float(). Under sequence
+    parallelism the norm runs on DTensors, whose gradients are added out of place (`in_place` False)."""
     T, h, c = x.T, x.h, x.c
     size = T * h
     # MulBackward0 of `* weight`: grad * weight, then grad * normed summed to the weight's shape
@@ -185,11 +216,11 @@ def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str) ->
     walk.alloc(f"{key}.pow2", size * 4, "temporaries", "RMSNorm backward: 2 * x32.pow(1)")
     walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm backward: pow backward")
     walk.free(f"{key}.pow1", f"{key}.pow2", f"{key}.g_p", f"{key}.fp32")
-    add_into(walk, f"{key}.g_pow", f"{key}.g_x32")
+    add_gradient(walk, f"{key}.g_pow", f"{key}.g_x32", in_place)
     # ToCopyBackward of x.float(): back to bf16, into the residual stream's gradient
     walk.alloc(f"{key}.g_in", size * c, "temporaries", "RMSNorm input gradient (bf16)")
     walk.free(f"{key}.g_x32")
-    add_into(walk, f"{key}.g_in", into)
+    add_gradient(walk, f"{key}.g_in", into, in_place)
 
 
 def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "") -> None:
@@ -200,11 +231,11 @@ def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_o
     add_into(walk, f"{key}.gin", into)
 
 
-def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str) -> None:
+def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, prefix: str = "") -> None:
     """The block's backward in the order autograd's engine runs it (the latest-created node first)."""
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     n_rep = q // kv
-    k = f"L{i}"
+    k = f"{prefix}L{i}"
     walk.rename(g_out, f"{k}.g_x1")  # out = h + w2: both get the same gradient tensor
     walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient")
     grad_of_weight(walk, x, f"{k}.w2", f, h)

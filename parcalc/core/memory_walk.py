@@ -240,7 +240,11 @@ def add_into(walk: Walk, grad: str, into: str) -> None:
 
 
 def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, into: str, shape: NormShape | None = None) -> None:
-    """LlamaRMSNorm backward: weight * normed, normed = x * rsqrt, rsqrt, mean, pow (the fp32 temporaries each makes)."""
+    """LlamaRMSNorm backward: weight * normed, normed = x * rsqrt, rsqrt, mean, pow (the fp32 temporaries each makes).
+    PowBackward0 computes grad * (2 * x.pow(1)): x.pow(1) and 2 * x.pow(1) live beside the mean's gradient until the
+    expression ends (HF_SOURCES['rmsnorm_backward']). On an fp32 input (no .to(float32) copy) the input is the residual
+    stream itself, whose gradient the residual branch already holds: both x's gradients are added into it out of place
+    (MemTracker's trace of LlamaForCausalLM: add.Tensor, both addends freed)."""
     n = shape or residual_norm(x)
     size = x.T * n.width
     walk.alloc(f"{key}.g_normed", size * 4, "temporaries", "RMSNorm backward")
@@ -250,18 +254,34 @@ def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, inp: str, int
     walk.alloc(f"{key}.g_x_a", size * 4, "temporaries", "RMSNorm backward")
     walk.transient(f"{key}.g_rs", size * 4, "temporaries", "RMSNorm rsqrt-gradient product")
     walk.free(f"{key}.g_normed", f"{key}.rsqrt")
+    direct = n.in_bytes == 4  # the gradient goes straight into the input's (the residual stream's)
+    if direct:
+        _add_out_of_place(walk, f"{key}.g_x_a", into)
     walk.alloc(f"{key}.g_mean", size * 4, "temporaries", "RMSNorm mean backward (expand / h)")
+    walk.alloc(f"{key}.pow1", size * 4, "temporaries", "RMSNorm pow backward: x.pow(1)")
+    walk.alloc(f"{key}.pow2", size * 4, "temporaries", "RMSNorm pow backward: 2 * x.pow(1)")
     walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm pow backward")
-    walk.free(f"{key}.g_mean")
+    walk.free(f"{key}.pow1", f"{key}.pow2", f"{key}.g_mean")
     walk.free(f"{key}.fp32")
+    if direct:
+        _add_out_of_place(walk, f"{key}.g_pow", into)
+        return
     add_into(walk, f"{key}.g_pow", f"{key}.g_in")
     add_into(walk, f"{key}.g_x_a", f"{key}.g_in")
-    if n.in_bytes != 4:
-        walk.alloc(f"{key}.g_in_w", size * n.in_bytes, "temporaries", "RMSNorm input gradient (input dtype)")
-        walk.free(f"{key}.g_in")
-        add_into(walk, f"{key}.g_in_w", into)
-    else:
-        add_into(walk, f"{key}.g_in", into)
+    walk.alloc(f"{key}.g_in_w", size * n.in_bytes, "temporaries", "RMSNorm input gradient (input dtype)")
+    walk.free(f"{key}.g_in")
+    add_into(walk, f"{key}.g_in_w", into)
+
+
+def _add_out_of_place(walk: Walk, grad: str, into: str) -> None:
+    """The sum as a new tensor, both addends freed (the first gradient to arrive is kept as it is)."""
+    if into not in walk.live:
+        walk.rename(grad, into)
+        return
+    tensor = walk.live[into]
+    walk.alloc(f"{into}+", tensor.bytes, tensor.kind, tensor.what)
+    walk.free(grad, into)
+    walk.rename(f"{into}+", into)
 
 
 def cast_back(walk: Walk, x: StepShapes, grad_c: str, into: str, width: int) -> None:

@@ -70,10 +70,24 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
         sources = {**sources, "activations": f"{TT_SOURCES['model']}; {TT_SOURCES['ac']}; {TT_SOURCES['sac_cache']}",
                    "logits and loss": f"{TT_SOURCES['loss']}; {HF_SOURCES['loss_backward']}", "buffers": TT_SOURCES["model"]}
         code = "torchtitan's Llama Transformer (parcalc.core.memory_torchtitan) and train.py's fp32 cross-entropy"
+        if step.tp > 1:
+            sources = {**sources, "activations": f"{sources['activations']}; {TT_SOURCES['tp']}; {TT_SOURCES['tp_collectives']}; "
+                       f"{TT_SOURCES['tp_accumulate']}", "logits and loss": f"{TT_SOURCES['loss']}; {TT_SOURCES['loss_parallel']}"}
+            code = (f"torchtitan's Llama Transformer under apply_tp over {step.tp} ranks, sequence and loss parallel "
+                    "(parcalc.core.memory_torchtitan_tp)")
     else:
         code = (f"transformers' {model_code(model)} and its fp32 cross-entropy; torchtitan's own Llama differs in RoPE (complex "
                 "fp32 products) and repeat_kv")
     reduce = "fp32" if step.reduce_bytes == 4 else "bf16"
+    accumulation = "no gradient accumulation (a reduce-scatter after every backward)"
+    if step.pp > 1:
+        from parcalc.core.memory_pipeline_stage import PP_SOURCES
+
+        sources = {**sources, "gradients": PP_SOURCES["no_sync"], "buffers": f"{PP_SOURCES['buffers']}; {TT_SOURCES['model']}"}
+        code = (f"{code}, stage {step.pp_stage + 1} of {step.pp} (layers {step.stage_layers}) under Schedule1F1B over "
+                f"{step.micro_batches} micro-batches (parcalc.core.memory_pipeline_stage: {PP_SOURCES['order']})")
+        accumulation = ("the unsharded gradients accumulated in fp32 across the micro-batches and reduce-scattered after the "
+                        "last backward, as torch's pipelining runs FSDP2")
     return _peak(peak, f"Peak allocated during the step ({profile}: {peak.phase})", sources,
                  f"a walk of one step under fully_shard over {step.shards} ranks (one unit per transformer block and the root; "
                  f"{step.precision.value}, reduce in {reduce}, {step.optimizer_impl} {step.optimizer.value}{checkpoint}) taking the "
@@ -81,7 +95,7 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
                  "checked against torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker under FakeTensorMode; the model "
                  f"code's tensors as parcalc.core.memory_timeline walks them ({MEASURED})",
                  (f"the model code walked is {code}", STEADY_STATE,
-                  "no gradient accumulation (a reduce-scatter after every backward), no CPU offload, no HSDP replicas"))  # fmt: skip
+                  f"{accumulation}, no CPU offload, no HSDP replicas"))  # fmt: skip
 
 
 def reserved_derivation(peak: StepPeak) -> Derivation:

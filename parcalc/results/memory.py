@@ -398,7 +398,7 @@ def step_walk_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:
     setup = breakdown.setup
     if setup.step_memory not in ("fsdp2-eager", "torchtitan-eager") or breakdown.worst.peak is not None:
         return ()
-    gaps = fsdp_walk_gaps(breakdown.model, breakdown.parallelism, setup)
+    gaps = fsdp_walk_gaps(breakdown.model, breakdown.parallelism, setup, pipeline=True)
     return (f"memory: the textbook sum; the {setup.step_memory.removesuffix('-eager')} profile's step walk (parcalc.core.memory_fsdp: "
             f"fully_shard over all dp ranks of a dense Llama-shaped model) does not cover {'; '.join(gaps)}",)
 

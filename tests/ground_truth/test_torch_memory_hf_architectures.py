@@ -66,7 +66,7 @@ CASES = [
                  id="qwen2-moe-in-the-experts"),  # 1.0049
     # dense Qwen3: the Llama cases' ratios at the same shape (the q/k norms add no error)
     pytest.param((4, 1024, 8, 2816, 2048, 8, 64), False, "mixed-bf16", "qwen3", None, "backward: layer 4 of 4", id="qwen3-mixed"),  # 1.0107
-    pytest.param((4, 1024, 8, 2816, 2048, 8, 64), False, "bf16", "qwen3", None, "backward: layer 4 of 4", id="qwen3-bf16"),  # 0.9966
+    pytest.param((4, 1024, 8, 2816, 2048, 8, 64), False, "bf16", "qwen3", None, "backward: layer 4 of 4", id="qwen3-bf16"),  # 1.0023 (0.9966 before the RMSNorm pow backward temporaries)
     pytest.param((4, 1024, 8, 2816, 2048, 8, 64), False, "fp32", "qwen3", None, "backward: layer 4 of 4", id="qwen3-fp32"),  # 1.0000
     pytest.param((4, 1024, 8, 2816, 2048, 8, 64), True, "mixed-bf16", "qwen3", None, "backward: layer 1 of 4 (recomputed)",
                  id="qwen3-checkpointed"),  # 1.0134

@@ -1,0 +1,200 @@
+"""One pipeline stage of torchtitan's Llama under FSDP2 and torch's Schedule1F1B, tensor by tensor.
+
+torchtitan (parallelisms/pipeline_llama.py pipeline_llama_manual_split at 9dec370) gives each pipeline rank a copy of the
+Transformer with only its layers, the embedding on the first stage, the final norm and output on the last;
+apply_fsdp(pp_enabled=True) wraps every block and the root with reshard_after_forward=False. torch's pipelining then
+(PP_SOURCES):
+- runs the stage's micro-batches in 1F1B order: min(m, p - s) forwards, then one backward and one forward in turn, then
+  the remaining backwards;
+- keeps the stage's unsharded parameters from the first forward to the end of the last backward (no reshard after
+  forward, set_reshard_after_backward(False) for every backward), and every unsharded gradient across micro-batches in
+  FSDP2's reduce dtype (fp32): the first backward copies each bf16 gradient to fp32, later ones add in place; only
+  perform_reduce_grad, after the last backward, reshards and reduce-scatters each unit (root first);
+- holds one activation receive buffer per micro-batch on every stage but the first and one gradient receive buffer per
+  micro-batch on every stage but the last (persistent; a received gradient is its buffer), each micro-batch's stage
+  output in fwd_cache until its backward, the input's gradient in the send ops until the next backward's are made,
+  and on the last stage every micro-batch's output (pred) in output_chunks, concatenated at the end of step() and kept
+  until the next step.
+The model code is memory_torchtitan's (its blocks keyed per micro-batch); the loss is train.py's loss_fn, computed by
+the schedule right after the last stage's forward of each micro-batch (pred is not deleted: fwd_cache holds it).
+
+Ground truth: MemTracker over torch's PipelineStage and Schedule1F1B running torchtitan's stage on fake ranks
+(tests/ground_truth/tiny_torchtitan_pp.py, test_torch_memory_pipeline.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parcalc.core.memory_torchtitan import _mm_backward, block_backward, block_forward, norm_backward
+from parcalc.core.memory_walk import LiveTensor, StepHooks, StepShapes, Walk, cross_entropy_backward, norm_forward
+from parcalc.core.model import TransformerModel
+
+TORCH_PP = "pytorch/pytorch v2.13.0 torch/distributed/pipelining"
+PP_SOURCES = {
+    "split": ("pytorch/torchtitan at 9dec370 torchtitan/parallelisms/pipeline_llama.py pipeline_llama_manual_split (layers outside "
+              "the stage deleted, tok_embeddings / norm / output None off the first / last stage; model.py Transformer.forward "
+              "passes through them); parallelize_llama.py apply_fsdp: reshard_after_forward=False for every block and the root "
+              "when pp_enabled"),
+    "order": f"{TORCH_PP}/schedules.py:1049-1177 Schedule1F1B._step_microbatches (warmup_chunks = min(m, p - s), then 1B1F, then the rest)",
+    "no_sync": (f"{TORCH_PP}/stage.py:844-847 backward_maybe_with_nosync (set_reshard_after_backward(False), "
+                "set_requires_gradient_sync(False)), 1164-1191 perform_reduce_grad (post_backward of every param group, then "
+                "the root's final callback); torch/distributed/fsdp/_fully_shard/_fsdp_param.py:802-821 "
+                "to_accumulated_grad_if_needed (the bf16 gradient copied to reduce_dtype) and accumulate_unsharded_grad_if_needed "
+                "(added in place)"),
+    "buffers": (f"{TORCH_PP}/stage.py _create_act_recv_info / _create_grad_recv_info (one receive buffer per micro-batch, kept), "
+                "forward_one_chunk fwd_cache (the stage's output and inputs until the micro-batch's backward), output_chunks "
+                "and schedules.py _merge_outputs (the last stage's outputs, concatenated at the end of step)"),
+}
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    index: int  # s
+    stages: int  # p
+    micro_batches: int  # m
+    first_layer: int
+    last_layer: int  # exclusive
+
+    @property
+    def first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def last(self) -> bool:
+        return self.index == self.stages - 1
+
+    def order(self) -> list[tuple[str, int]]:
+        """Schedule1F1B's order on this stage (PP_SOURCES['order'])."""
+        m = self.micro_batches
+        warmup = min(m, self.stages - self.index)
+        steps = [("F", j) for j in range(warmup)]
+        forward, backward = warmup, 0
+        while True:
+            steps.append(("B", backward))
+            backward += 1
+            if forward == m:
+                break
+            steps.append(("F", forward))
+            forward += 1
+        steps += [("B", j) for j in range(backward, m)]
+        return steps
+
+
+class PipelineHooks(StepHooks):
+    """FSDP2's gradient accumulation across micro-batches (PP_SOURCES['no_sync']) around another hooks object's
+    unsharding: `accumulate` after each unit's backward, `reduce_all` at the end."""
+
+    def __init__(self, fsdp: StepHooks, grad_bytes: float, reduce_bytes: float) -> None:
+        self.fsdp = fsdp
+        self.ratio = reduce_bytes / grad_bytes
+        self.first_backward = True
+        self.accumulated: dict[str, list[str]] = {}
+
+    def accumulate(self, walk: Walk, unit: str, grads: list[str]) -> None:
+        for key in grads:
+            if self.first_backward:
+                name = f"acc.{unit}.{key.split('.', 1)[1]}"
+                walk.alloc(name, walk.live[key].bytes * self.ratio, "gradients", "unsharded gradients accumulated in fp32")
+                self.accumulated.setdefault(unit, []).append(name)
+            walk.free(key)
+
+    def before_forward(self, walk: Walk) -> None:
+        self.fsdp.before_forward(walk)
+
+    def before_layer(self, walk: Walk, i: int) -> None:
+        self.fsdp.before_layer(walk, i)
+
+    def after_forward(self, walk: Walk) -> None:
+        self.fsdp.after_forward(walk)
+    # the backward's unshard and prefetch hooks find every unit unsharded since the first forward: nothing to do
+
+
+def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], j: int,
+                   hooks: PipelineHooks) -> None:  # fmt: skip
+    p = f"m{j}."
+    walk.phase = f"forward: micro-batch {j + 1} of {plan.micro_batches}"
+    hooks.before_forward(walk)
+    if plan.first:
+        current = f"{p}emb"
+        walk.alloc(current, x.T * x.h * x.c, "activations", "embedding output (residual stream)")
+    else:
+        current = f"pp.act_recv{j}"
+    for i in range(plan.first_layer, plan.last_layer):
+        hooks.before_layer(walk, i)
+        out = block_forward(walk, x, i, current, policies[i], prefix=p)
+        if policies[i] == "none" and not current.startswith("pp."):
+            walk.free(current)
+        current = out
+    if plan.last:
+        y = norm_forward(walk, x, f"{p}final", current, saved=True)
+        walk.free(current)
+        walk.alloc(f"{p}head.out", x.T * x.V * x.c, "logits and loss", "pred (kept by fwd_cache and output_chunks)")
+        walk.live[y] = LiveTensor("final norm output (the output projection's input)", "activations", walk.live[y].bytes)
+        hooks.after_forward(walk)
+        walk.alloc(f"{p}logits32", x.T * x.V * 4, "logits and loss", "pred.flatten(0, 1).float()")
+        walk.alloc(f"{p}logsoftmax", x.T * x.V * 4, "logits and loss", "cross_entropy's log_softmax (fp32, saved)")
+        walk.transient(f"{p}loss", 4, "logits and loss", "loss")
+        walk.free(f"{p}logits32")
+    else:
+        walk.rename(current, f"{p}stage.out", "the stage's output (fwd_cache, until its backward)")
+        hooks.after_forward(walk)
+
+
+def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], j: int,
+                    embedding_tables: int, hooks: PipelineHooks) -> None:  # fmt: skip
+    p = f"m{j}."
+    walk.phase = f"backward: micro-batch {j + 1} of {plan.micro_batches}"
+    if plan.last:
+        walk.rename(f"{p}logsoftmax", "logsoftmax")
+        g32 = cross_entropy_backward(walk, x)
+        walk.alloc(f"{p}g_logits", x.T * x.V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
+        walk.free(g32)
+        _mm_backward(walk, x, f"{p}head", f"{p}g_logits", x.h, x.V, f"{p}final.g_y", f"{p}final.out")
+        norm_backward(walk, x, f"{p}final", f"{p}final.g_y", f"{p}g_stream")
+    else:
+        walk.rename(f"pp.grad_recv{j}", f"{p}g_stream")
+    for i in reversed(range(plan.first_layer, plan.last_layer)):
+        inp = (f"{p}emb" if plan.first else f"pp.act_recv{j}") if i == plan.first_layer else f"{p}L{i - 1}.x2"
+        hooks.before_layer_backward(walk, i)
+        if policies[i] != "none":
+            block_forward(walk, x, i, inp, policies[i], recomputing=True, prefix=p)
+        block_backward(walk, x, i, f"{p}g_stream", f"{p}g_stream_next", prefix=p)
+        if not inp.startswith("pp."):
+            walk.free(inp)
+        walk.rename(f"{p}g_stream_next", f"{p}g_stream")
+        hooks.accumulate(walk, f"L{i}", [k for k in walk.live if k.startswith(f"{p}L{i}.") and k.endswith(".grad")])
+    walk.free(f"{p}stage.out")
+    if plan.first:
+        for table in range(embedding_tables):
+            walk.alloc(f"{p}g_embedding{table}", x.V * x.h * x.c, "gradients", "embedding gradient")
+        walk.free(f"{p}g_stream", *(f"{p}g_embedding{t}" for t in range(1, embedding_tables)))
+        walk.rename(f"{p}g_embedding0", f"{p}embedding.grad")
+    else:  # the input's gradient, sent to the stage before: the schedule's send ops hold it until the next backward's are made
+        walk.free("pp.sent_grad")
+        walk.rename(f"{p}g_stream", "pp.sent_grad", "the stage input's gradient (held by the schedule's send ops)")
+    if not plan.last:
+        walk.alloc(f"pp.grad_recv{j}", x.T * x.h * x.c, "buffers", "gradient receive buffer (one per micro-batch)")
+    hooks.accumulate(walk, "root", [k for k in (f"{p}embedding.grad", f"{p}head.grad", f"{p}final.grad") if k in walk.live])
+    hooks.first_backward = False
+
+
+def walk_stage(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], embedding_tables: int,
+               hooks: PipelineHooks) -> None:  # fmt: skip
+    """The stage's step in Schedule1F1B's order, then perform_reduce_grad and the merge of the last stage's outputs."""
+    for j in range(plan.micro_batches):
+        if not plan.first:
+            walk.alloc(f"pp.act_recv{j}", x.T * x.h * x.c, "buffers", "activation receive buffer (one per micro-batch)")
+        if not plan.last:
+            walk.alloc(f"pp.grad_recv{j}", x.T * x.h * x.c, "buffers", "gradient receive buffer (one per micro-batch)")
+    for kind, j in plan.order():
+        if kind == "F":
+            _stage_forward(walk, model, x, plan, policies, j, hooks)
+        else:
+            _stage_backward(walk, model, x, plan, policies, j, embedding_tables, hooks)
+    walk.phase = "backward: perform_reduce_grad (each unit's reduce-scatter)"
+    hooks.fsdp.reduce_all(walk, hooks.accumulated)  # type: ignore[attr-defined]
+    walk.free("pp.sent_grad")  # step() returns
+    if plan.last:
+        walk.phase = "end of step: the outputs merged"
+        walk.transient("pp.merged", plan.micro_batches * x.T * x.V * x.c, "logits and loss", "output_chunks concatenated")

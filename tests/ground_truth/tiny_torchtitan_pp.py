@@ -1,0 +1,133 @@
+"""A pipeline stage of torchtitan's Llama under FSDP2 and torch.distributed.pipelining's Schedule1F1B, for MemTracker.
+
+The stage is built as torchtitan/parallelisms/pipeline_llama.py pipeline_llama_manual_split does at 9dec370: the whole
+Transformer (tiny_torchtitan_tp's copy of model.py) with the layers outside [start, stop) deleted, tok_embeddings None but
+on the first stage, norm and output None but on the last; Transformer.forward passes through what is None. Then
+apply_ac and apply_fsdp with pp_enabled (every block and the root with reshard_after_forward=False), PipelineStage and
+Schedule1F1B(n_microbatches, loss_fn) run one rank's stage on a (pp, dp) mesh of fake ranks; train.py's step:
+schedule.step(ids) on the first stage, step(target=labels, losses=[]) on the last, then the optimizer.
+
+Three things are set for the CPU under FakeTensorMode, none of them memory of the GPU step:
+- the stage's input and output shapes are given (PipelineStage's input_args / output_args / output_grads /
+  input_grads) and the schedule's P2P warm-up vote (a .item() on a received tensor, torch 2.13 schedules.py:372) is
+  replaced by its outcome, static shapes;
+- MemTracker refuses a module's second forward in one iteration (mem_tracker.py:671, "multiple iterative calls"), which
+  every micro-batch is: here a repeated forward only adds its snapshots; the memory accounting is untouched;
+- DTensor's sharding propagation is left untracked (tiny_torchtitan_tp._untracked_sharding_propagation).
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+
+import torch
+
+from . import tiny_torchtitan_tp as tt
+from .tiny_llama import LlamaConfig
+from .tiny_torchtitan import apply_ac, loss_fn
+
+
+class Stage(tt.Transformer):
+    """pipeline_llama_manual_split's stage: layers [start, stop) of the whole model, the embedding on the first, the final
+    norm and output on the last; model.py's forward passes through the missing ones."""
+
+    def __init__(self, c: LlamaConfig, vocab: int, seq: int, start: int, stop: int, first: bool, last: bool) -> None:
+        super().__init__(c, vocab, seq)
+        for name in list(self.layers.keys()):
+            if not start <= int(name) < stop:
+                del self.layers[name]
+        if not first:
+            self.tok_embeddings = None  # type: ignore[assignment]
+        if not last:
+            self.norm = None  # type: ignore[assignment]
+            self.output = None  # type: ignore[assignment]
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.tok_embeddings(tokens) if self.tok_embeddings else tokens
+        for layer in self.layers.values():
+            h = layer(h, self.freqs_cis)
+        h = self.norm(h) if self.norm else h
+        return self.output(h) if self.output else h
+
+
+def _tracker():  # type: ignore[no-untyped-def]
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _ModState
+
+    class Tracker(MemTracker):
+        def _track(self, reftype, t):  # type: ignore[no-untyped-def]
+            if not tt._PROPAGATING[0]:
+                super()._track(reftype, t)
+
+        def _pre_fw_hook(self, module, inputs):  # type: ignore[no-untyped-def]
+            if module in self.memory_tracking and not self._mod_tracker.is_bw:  # a micro-batch's forward: snapshots only
+                stats = self.memory_tracking[module]
+                stats.input_mem = self._track_inputs_or_outputs(inputs)
+                snapshot = self.get_tracker_snapshot()
+                stats.local_peak = {dev: snap[_TOTAL_KEY] for dev, snap in snapshot.items()}
+                stats.snapshots.setdefault(_ModState.PEAK_FW, []).append(snapshot)
+                stats.snapshots.setdefault(_ModState.PRE_FW, []).append(deepcopy(snapshot))
+                return
+            super()._pre_fw_hook(module, inputs)
+
+    return Tracker()
+
+
+def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: int, stage: int, bounds: tuple[int, int],
+                       microbatches: int, ac: str) -> float:  # fmt: skip
+    """MemTracker's peak (bytes) over two steps of stage `stage` of `pp` holding layers [bounds), under FSDP2 over `dp` ranks
+    (bf16 params, fp32 reduce, for-loop AdamW) and Schedule1F1B over `microbatches` micro-batches of b x s tokens."""
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, schedules
+    from torch.distributed.pipelining._utils import InferenceMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=stage * dp, world_size=pp * dp, store=FakeStore())
+    mesh = init_device_mesh("cpu", (pp, dp), mesh_dim_names=("pp", "dp"))
+    first, last = stage == 0, stage == pp - 1
+
+    def static_shapes(self, stages, has_backward, p2p_done):  # type: ignore[no-untyped-def]
+        for st in stages:
+            st._inference_mode = InferenceMode.STATIC
+
+    warmup = schedules.PipelineScheduleSingle._warmup_p2p
+    schedules.PipelineScheduleSingle._warmup_p2p = static_shapes
+    try:
+        with FakeTensorMode(), tt._untracked_sharding_propagation():
+            model = Stage(c, vocab, s, *bounds, first, last)
+            apply_ac(model, ac)
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            for block in model.layers.values():
+                fully_shard(block, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=False)
+            fully_shard(model, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=False)
+            inp = torch.empty(b, s, dtype=torch.int64) if first else torch.empty(b, s, c.hidden, dtype=torch.bfloat16)
+            out = torch.empty(b, s, vocab if last else c.hidden, dtype=torch.bfloat16)
+            pipeline_stage = PipelineStage(model, stage, pp, torch.device("cpu"), input_args=(inp,), output_args=(out,),
+                                           output_grads=None if last else (torch.empty_like(out),),
+                                           input_grads=(None,) if first else (torch.empty_like(inp),), group=mesh["pp"].get_group())  # fmt: skip
+            schedule = Schedule1F1B(pipeline_stage, n_microbatches=microbatches, loss_fn=loss_fn)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+            ids = torch.randint(0, vocab, (b * microbatches, s))
+            tracker = _tracker()
+            tracker.track_external(model, opt)
+            with tracker:
+                for i in range(2):
+                    opt.zero_grad()
+                    if first:
+                        schedule.step(ids)
+                    elif last:
+                        schedule.step(target=ids, losses=[])
+                    else:
+                        schedule.step()
+                    opt.step()
+                    if i == 0:
+                        tracker.reset_mod_stats()
+            snapshot = tracker.get_tracker_snapshot("peak")
+    finally:
+        schedules.PipelineScheduleSingle._warmup_p2p = warmup
+    (_device, parts), = snapshot.items()
+    return float(parts["Total"])

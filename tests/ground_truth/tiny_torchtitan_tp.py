@@ -1,0 +1,234 @@
+"""torchtitan's Llama under 2-D parallelism (FSDP2 + tensor parallel), at a small size, for FSDPMemTracker.
+
+The modules are pytorch/torchtitan torchtitan/models/llama/model.py at 9dec370 with its own module tree (Attention and
+FeedForward as submodules, `view(bs, seqlen, -1, head_dim)` so each rank's heads are its local ones), as apply_tp's plan
+names them; the norm and loss are tiny_torchtitan's (eager_ops.RMSNorm, tiny_llama.rope, train.py's loss_fn), RoPE
+model.py's own. Parallelised as torchtitan/parallelisms/parallelize_llama.py at 9dec370 does it: apply_tp (lines
+113-199: the embedding RowwiseParallel(input Replicate, output Shard(1)), the final norm SequenceParallel, the output
+ColwiseParallel(input Shard(1), output Shard(-1), use_local_output=False) under loss parallel; each block's norms
+SequenceParallel, PrepareModuleInput(Shard(1) -> Replicate) on attention and feed_forward, wq / wk / wv / w1 / w3
+ColwiseParallel, wo / w2 RowwiseParallel(output Shard(1))), then apply_ac, then apply_fsdp on the data-parallel mesh
+dimension (each block, reshard_after_forward but for the last, then the root; bf16 params, fp32 reduce). The step runs
+under loss_parallel() as train.py's train_context does (utils.py get_train_context: the loss and its backward)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .eager_ops import RMSNorm
+from .tiny_llama import LlamaConfig, repeat_kv, rope
+from .tiny_torchtitan import apply_ac, loss_fn
+
+
+def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """model.py's apply_rotary_emb and reshape_for_broadcast at 9dec370, as written (xq_out and xk_out named, cast at the return)."""
+    xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
+    seqlen = xq_.shape[1]
+    freqs_cis = freqs_cis[0:seqlen]
+    shape = [d if i == 1 or i == xq_.ndim - 1 else 1 for i, d in enumerate(xq_.shape)]
+    freqs_cis = freqs_cis.view(*shape)
+    xq_out = torch.view_as_real(xq_ * freqs_cis).flatten(3)
+    xk_out = torch.view_as_real(xk_ * freqs_cis).flatten(3)
+    return xq_out.type_as(xq), xk_out.type_as(xk)
+
+
+class Attention(nn.Module):
+    def __init__(self, c: LlamaConfig) -> None:
+        super().__init__()
+        self.n_rep, self.head_dim = c.heads // c.kv_heads, c.head_dim
+        self.wq = nn.Linear(c.hidden, c.heads * c.head_dim, bias=False)
+        self.wk = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.wv = nn.Linear(c.hidden, c.kv_heads * c.head_dim, bias=False)
+        self.wo = nn.Linear(c.heads * c.head_dim, c.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+        bs, seqlen, _ = x.shape
+        xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
+        xq = xq.view(bs, seqlen, -1, self.head_dim)
+        xk = xk.view(bs, seqlen, -1, self.head_dim)
+        xv = xv.view(bs, seqlen, -1, self.head_dim)
+        xq, xk = apply_rotary_emb(xq, xk, freqs_cis)
+        keys, values = repeat_kv(xk, self.n_rep), repeat_kv(xv, self.n_rep)
+        output = F.scaled_dot_product_attention(xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), is_causal=True)
+        return self.wo(output.transpose(1, 2).contiguous().view(bs, seqlen, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, c: LlamaConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(c.hidden, c.ffn, bias=False)
+        self.w2 = nn.Linear(c.ffn, c.hidden, bias=False)
+        self.w3 = nn.Linear(c.hidden, c.ffn, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, c: LlamaConfig) -> None:
+        super().__init__()
+        self.attention, self.feed_forward = Attention(c), FeedForward(c)
+        self.attention_norm, self.ffn_norm = RMSNorm(c.hidden), RMSNorm(c.hidden)
+
+    def forward(self, x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), freqs_cis)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Transformer(nn.Module):
+    def __init__(self, c: LlamaConfig, vocab: int, seq: int) -> None:
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, c.hidden)
+        self.register_buffer("freqs_cis", rope(seq, c.head_dim), persistent=True)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(c) for i in range(c.layers)})
+        self.norm = RMSNorm(c.hidden)
+        self.output = nn.Linear(c.hidden, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers.values():
+            h = layer(h, self.freqs_cis)
+        return self.output(self.norm(h))
+
+
+def apply_tp(model: Transformer, tp_mesh, loss_parallel: bool = True) -> None:
+    """parallelize_llama.py apply_tp at 9dec370 (bf16, no Float8, no AsyncTP)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    parallelize_module(model, tp_mesh, {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1) if loss_parallel else Replicate(),
+                                  use_local_output=not loss_parallel),
+    })
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, {
+            "attention_norm": SequenceParallel(),
+            "attention": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
+            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+            "feed_forward.w3": ColwiseParallel(),
+        })
+
+
+@contextmanager
+def _real_mesh_tables() -> Iterator[None]:
+    """fully_shard over a TP-sharded parameter joins the dp and tp meshes (DeviceMesh._concatenate, torch 2.13
+    device_mesh.py:1430), whose rank tables (small int tensors, host-side bookkeeping, no device memory) FakeTensorMode
+    cannot compute (aten.nonzero): built outside the fake mode."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.distributed.device_mesh import DeviceMesh
+
+    original = DeviceMesh._concatenate
+
+    def concatenate(meshes):  # type: ignore[no-untyped-def]
+        with unset_fake_temporarily():
+            return original(meshes)
+
+    DeviceMesh._concatenate = staticmethod(concatenate)
+    try:
+        yield
+    finally:
+        DeviceMesh._concatenate = staticmethod(original)
+
+
+_PROPAGATING = [0]
+
+
+@contextmanager
+def _untracked_sharding_propagation() -> Iterator[None]:
+    """DTensor's sharding propagation runs each op on fake tensors of the global shapes to learn the output's metadata
+    (torch 2.13 distributed/tensor/_sharding_prop.py:546 `fake_mode = detect_fake_mode() or FakeTensorMode()`): on a GPU
+    in a FakeTensorMode of its own, no device memory; under the tracker's FakeTensorMode it reuses that mode, and the
+    tracker would count those global-size tensors (the loss-parallel log_softmax's and nll_loss's full-vocabulary logits,
+    the optimizer's unsharded states). They are not tracked here."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+    original = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def propagate(self, op_schema):  # type: ignore[no-untyped-def]
+        _PROPAGATING[0] += 1
+        try:
+            return original(self, op_schema)
+        finally:
+            _PROPAGATING[0] -= 1
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = propagate
+    try:
+        yield
+    finally:
+        ShardingPropagator._propagate_tensor_meta_non_cached = original
+
+
+def _tracker_class():  # type: ignore[no-untyped-def]
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    class Tracker(FSDPMemTracker):
+        """FSDPMemTracker that skips what DTensor's sharding propagation allocates (_untracked_sharding_propagation)."""
+
+        def _track(self, reftype, t):  # type: ignore[no-untyped-def]
+            if not _PROPAGATING[0]:
+                super()._track(reftype, t)
+
+    return Tracker
+
+
+def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int, ac: str, loss_parallel: bool = True) -> dict[str, float]:
+    """FSDPMemTracker's peak of the second of two steps on a (dp, tp) mesh of fake ranks (tiny_torchtitan.tracked_torchtitan_peak's
+    loop: zero_grad, forward, loss, del pred, backward, for-loop AdamW step), the loss and backward under loss_parallel()."""
+    import contextlib
+
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor.parallel import loss_parallel as loss_parallel_ctx
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized() and dist.get_world_size() != dp * tp:
+        dist.destroy_process_group()
+    if not dist.is_initialized():
+        dist.init_process_group("fake", rank=0, world_size=dp * tp, store=FakeStore())
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    with FakeTensorMode(), _real_mesh_tables(), _untracked_sharding_propagation():
+        model = Transformer(c, vocab, s)
+        apply_tp(model, mesh["tp"], loss_parallel)
+        apply_ac(model, ac)
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer_id, block in model.layers.items():
+            fully_shard(block, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=int(layer_id) < c.layers - 1)
+        fully_shard(model, mesh=mesh["dp"], mp_policy=policy)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        ids = torch.randint(0, vocab, (b, s))
+        tracker = _tracker_class()(mod=model, optm=opt)
+        tracker.track_inputs((ids,))
+        with tracker:
+            for i in range(2):
+                opt.zero_grad()
+                with loss_parallel_ctx() if loss_parallel else contextlib.nullcontext():
+                    pred = model(ids)
+                    loss = loss_fn(pred, ids)
+                    del pred
+                    loss.backward()
+                opt.step()
+                if i == 0:
+                    tracker.reset_mod_stats()
+        snapshot = tracker.get_tracker_snapshot("peak")
+    (_device, parts), = snapshot.items()
+    return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
