@@ -219,6 +219,7 @@ class _Shapes:
         self._candidates: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
         self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
         self.schedule: Schedule | None = None  # SearchSpace.schedule: the split-backward schedule of the pipelined layouts
+        self.slots: tuple[int, int] = (0, 0)  # SearchSpace.slots
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
@@ -624,6 +625,39 @@ def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, 
     return out
 
 
+def _pipeline_stage_rows(memory: np.ndarray, shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[int | None, int | None],
+                         sizes: tuple[int, int, int, int, int]) -> np.ndarray:
+    """The 1F1B rows of a pipelined layout whose stages the FSDP2 step walk follows (torchtitan's PipelineStage,
+    parcalc.core.memory_pipeline_stage, as parcalc.core.memory's _with_fsdp_peak decides): memory_of's fullest stage, once
+    per distinct (ZeRO stage, shard group, recomputation, SP, micro-batch, micro-batches), so that a row and `fit` of its
+    layout give the same memory; the other rows keep what they have. Each such key walks every stage (tens of ms): only the
+    rows that fit by the textbook sum are walked, since the walk keeps at least what the textbook does (the unsharded
+    parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way. A key the walk
+    does not follow (walk_gaps) gets memory_of's textbook sum, the row's own."""
+    from parcalc.core.fit import memory_of
+
+    model, training, cluster = shapes.model, shapes.training, shapes.cluster
+    t, p, d, c, ep = sizes
+    rows = np.flatnonzero((cols["schedule"] == SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)) & (cols["chunks"] == 1)
+                          & (memory <= cluster.capacity))  # fmt: skip
+    if rows.size == 0:
+        return memory
+    out = memory.copy()
+    keys = zip(*(cols[k][rows].tolist() for k in ("zero", "shard_group", "recompute", "sequence_parallel", "micro_batch", "micro_batches")),
+               strict=True)  # fmt: skip
+    walked: dict[tuple[object, ...], float] = {}
+    for row, key in zip(rows.tolist(), keys, strict=True):
+        if key not in walked:
+            zero, size, rec, seq, micro, _ = key
+            layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size) if int(size) < d * c else None,
+                            sequence_parallel=bool(seq), first_stage_layers=given[0], last_stage_layers=given[1],
+                            embedding_in_split=bool(shapes.slots[0]), loss_in_split=bool(shapes.slots[1]),
+                            gpus_per_node=cluster.gpus_per_node)  # fmt: skip
+            walked[key] = memory_of(model, Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster).worst.total.value
+        out[row] = walked[key]
+    return out
+
+
 def _split_in_flight(schedule: Schedule, p: int, m: np.ndarray, stage: int, weight_share: float) -> np.ndarray:
     """parcalc.core.memory's in-flight count of a split-backward schedule, n_B + r_W n_W, once per micro-batch count."""
     from parcalc.core.pipeline import in_flight_micro_batches, pending_weight_gradients
@@ -802,6 +836,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     elif cluster.framework.step_memory in ("fsdp2-eager", "torchtitan-eager"):  # the step's peak under fully_shard where it applies,
         memory = _fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"],
                             cols["sequence_parallel"])  # as memory_of has it
+        if cluster.framework.step_memory == "torchtitan-eager" and p > 1 and space_schedule is None and shapes.pipeline_layout is None:
+            memory = _pipeline_stage_rows(memory, shapes, cols, given, (t, p, d, c, ep))
 
     # Time: only for the configurations that fit (the search ranks those; the others keep their
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per
@@ -917,6 +953,7 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
     shapes.time_all = space.time_all
     shapes.pipeline_layout = space.pipeline_layout
     shapes.schedule = space.schedule
+    shapes.slots = space.slots
     found = parallel_layouts(model, training, cluster, space, rejected)
     parts = []
     for i, (t, p, c, d, e) in enumerate(found):

@@ -132,6 +132,9 @@ class FsdpStep:
     pp_stage: int = 0
     stage_layers: tuple[int, int] | None = None
     micro_batches: int = 1
+    # whether Schedule1F1B.step keeps the last stage's outputs and concatenates them (return_outputs; PP_SOURCES['outputs']):
+    # torchtitan passes False since pytorch/torchtitan#1922 (2025-10-22); the Dec 2024 code (9dec370) took the default, True
+    pp_return_outputs: bool = False
 
 
 @dataclass(frozen=True)
@@ -544,7 +547,7 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
     from parcalc.core.memory_pipeline_stage import PipelineHooks, StagePlan, walk_stage
 
     lo, hi = step.stage_layers or (0, model.layers)
-    plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi)
+    plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi, step.pp_return_outputs)
     walk_stage(walk, model, x, plan, policies, step.embedding_backward_tables, PipelineHooks(hooks, x.c, step.reduce_bytes))
 
 

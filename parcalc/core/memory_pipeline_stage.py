@@ -13,8 +13,10 @@ apply_fsdp(pp_enabled=True) wraps every block and the root with reshard_after_fo
 - holds one activation receive buffer per micro-batch on every stage but the first and one gradient receive buffer per
   micro-batch on every stage but the last (persistent; a received gradient is its buffer), each micro-batch's stage
   output in fwd_cache until its backward, the input's gradient in the send ops until the next backward's are made,
-  and on the last stage every micro-batch's output (pred) in output_chunks, concatenated at the end of step() and kept
-  until the next step.
+  and, where the trainer asks step() for its outputs (return_outputs: torchtitan at 9dec370 took the default, True;
+  since pytorch/torchtitan#1922, 2025-10-22, it passes False), every micro-batch's output (pred) on the last stage in
+  output_chunks, concatenated at the end of step() and kept until the next step; without them a pred goes with its
+  micro-batch's fwd_cache entry, at the end of its backward.
 The model code is memory_torchtitan's (its blocks keyed per micro-batch); the loss is train.py's loss_fn, computed by
 the schedule right after the last stage's forward of each micro-batch (pred is not deleted: fwd_cache holds it).
 
@@ -45,6 +47,9 @@ PP_SOURCES = {
     "buffers": (f"{TORCH_PP}/stage.py _create_act_recv_info / _create_grad_recv_info (one receive buffer per micro-batch, kept), "
                 "forward_one_chunk fwd_cache (the stage's output and inputs until the micro-batch's backward), output_chunks "
                 "and schedules.py _merge_outputs (the last stage's outputs, concatenated at the end of step)"),
+    "outputs": (f"{TORCH_PP}/schedules.py step(return_outputs=True by default; save_forward_output=return_outputs keeps each "
+                "output in output_chunks); pytorch/torchtitan e5ef99a 'Update PP to release memory earlier (#1922)', 2025-10-22: "
+                "trainer.py passes return_outputs=False"),
 }
 
 
@@ -55,6 +60,7 @@ class StagePlan:
     micro_batches: int  # m
     first_layer: int
     last_layer: int  # exclusive
+    return_outputs: bool = False  # the last stage keeps every micro-batch's output and merges them (PP_SOURCES['outputs'])
 
     @property
     def first(self) -> bool:
@@ -129,7 +135,8 @@ def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: Sta
     if plan.last:
         y = norm_forward(walk, x, f"{p}final", current, saved=True)
         walk.free(current)
-        walk.alloc(f"{p}head.out", x.T * x.V * x.c, "logits and loss", "pred (kept by fwd_cache and output_chunks)")
+        walk.alloc(f"{p}head.out", x.T * x.V * x.c, "logits and loss",
+                   "pred (kept by fwd_cache and output_chunks)" if plan.return_outputs else "pred (kept by fwd_cache until its backward)")
         walk.live[y] = LiveTensor("final norm output (the output projection's input)", "activations", walk.live[y].bytes)
         hooks.after_forward(walk)
         walk.alloc(f"{p}logits32", x.T * x.V * 4, "logits and loss", "pred.flatten(0, 1).float()")
@@ -165,6 +172,8 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         walk.rename(f"{p}g_stream_next", f"{p}g_stream")
         hooks.accumulate(walk, f"L{i}", [k for k in walk.live if k.startswith(f"{p}L{i}.") and k.endswith(".grad")])
     walk.free(f"{p}stage.out")
+    if plan.last and not plan.return_outputs:  # backward_one_chunk popped its fwd_cache entry: pred goes when it returns
+        walk.free(f"{p}head.out")
     if plan.first:
         for table in range(embedding_tables):
             walk.alloc(f"{p}g_embedding{table}", x.V * x.h * x.c, "gradients", "embedding gradient")
@@ -195,6 +204,6 @@ def walk_stage(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePl
     walk.phase = "backward: perform_reduce_grad (each unit's reduce-scatter)"
     hooks.fsdp.reduce_all(walk, hooks.accumulated)  # type: ignore[attr-defined]
     walk.free("pp.sent_grad")  # step() returns
-    if plan.last:
+    if plan.last and plan.return_outputs:
         walk.phase = "end of step: the outputs merged"
         walk.transient("pp.merged", plan.micro_batches * x.T * x.V * x.c, "logits and loss", "output_chunks concatenated")

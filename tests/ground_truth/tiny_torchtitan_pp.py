@@ -73,9 +73,10 @@ def _tracker():  # type: ignore[no-untyped-def]
 
 
 def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: int, stage: int, bounds: tuple[int, int],
-                       microbatches: int, ac: str) -> float:  # fmt: skip
+                       microbatches: int, ac: str, return_outputs: bool = False) -> float:  # fmt: skip
     """MemTracker's peak (bytes) over two steps of stage `stage` of `pp` holding layers [bounds), under FSDP2 over `dp` ranks
-    (bf16 params, fp32 reduce, for-loop AdamW) and Schedule1F1B over `microbatches` micro-batches of b x s tokens."""
+    (bf16 params, fp32 reduce, for-loop AdamW) and Schedule1F1B over `microbatches` micro-batches of b x s tokens; the last
+    stage's step(return_outputs=...) as torchtitan's trainer calls it (False since pytorch/torchtitan#1922)."""
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
@@ -120,7 +121,7 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
                     if first:
                         schedule.step(ids)
                     elif last:
-                        schedule.step(target=ids, losses=[])
+                        schedule.step(target=ids, losses=[], return_outputs=return_outputs)
                     else:
                         schedule.step()
                     opt.step()
