@@ -635,8 +635,11 @@ def _pipeline_stage_rows(memory: np.ndarray, shapes: _Shapes, cols: dict[str, np
     parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way. A key the walk
     does not follow (walk_gaps) gets memory_of's textbook sum, the row's own."""
     from parcalc.core.fit import memory_of
+    from parcalc.core.memory_fsdp import walk_gaps
 
     model, training, cluster = shapes.model, shapes.training, shapes.cluster
+    other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
+                                        ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
     t, p, d, c, ep = sizes
     rows = np.flatnonzero((cols["schedule"] == SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)) & (cols["chunks"] == 1)
                           & (memory <= cluster.capacity))  # fmt: skip
@@ -646,7 +649,15 @@ def _pipeline_stage_rows(memory: np.ndarray, shapes: _Shapes, cols: dict[str, np
     keys = zip(*(cols[k][rows].tolist() for k in ("zero", "shard_group", "recompute", "sequence_parallel", "micro_batch", "micro_batches")),
                strict=True)  # fmt: skip
     walked: dict[tuple[object, ...], float] = {}
+    followed: dict[tuple[object, ...], bool] = {}  # (ZeRO stage, shard group, recomputation, SP) -> the walk follows it
     for row, key in zip(rows.tolist(), keys, strict=True):
+        if key[:4] not in followed:
+            zero, size, rec, seq = key[:4]
+            plain = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
+            followed[key[:4]] = not walk_gaps(model, plain, training.precision, training.optimizer, RECOMPUTES[int(rec)], other,
+                                              "torchtitan", pipeline=True)  # fmt: skip
+        if not followed[key[:4]]:
+            continue
         if key not in walked:
             zero, size, rec, seq, micro, _ = key
             layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size) if int(size) < d * c else None,
