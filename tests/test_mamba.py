@@ -186,7 +186,6 @@ def test_presets_show_every_number() -> None:
     ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--tp", "16", "--gpus", "16"],
     ["intensity", "--model", "nemotron-h-8b", "--batch", "1", "--seq-len", "4096"],
     ["comm-volume", "--model", "nemotron-h-8b", "--strategy", "tp", "--tp", "2", "--micro-batch", "1", "--seq-len", "4096"],
-    ["fit", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "8", "--seq-len", "8192", "--tp", "2", "--dp", "4"],
     ["fit", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "8", "--seq-len", "8192", "--pp", "1",
      "--dp", "8", "--kernels", "eager"],
     ["fit", "--model", "nemotron-h-56b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "64", "--seq-len", "8192", "--search"],
@@ -313,6 +312,45 @@ def test_fit_times_one_layout() -> None:
                                       "8192", "--pp", "2", "--dp", "4", "--recompute", "full"], terminal_width=200)  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "per iteration" in result.output and "2 x 26 layers" in result.output
+
+
+def test_a_hybrid_layer_runs_one_tensor_parallel_collective_each_way() -> None:
+    """Each Nemotron-H block is one mixer between a column- and a row-parallel linear (Megatron-LM MambaMixer @00bebb45:
+    in_proj column-parallel, out_proj row-parallel; attention and MLP likewise), so a layer all-reduces once forward and
+    once backward, and full recomputation replays one: half a transformer layer's four and two."""
+    from parcalc.core.fit import Cluster, Config, Training
+    from parcalc.core.layout import Layout
+    from parcalc.core.timing.step import layer_pieces
+    from parcalc.presets import load_gpu, load_link
+
+    gpu = load_gpu("h100-sxm5", ())
+    cluster = Cluster(8, 8, gpu.dtypes["bf16"].dense_peak.value, gpu.memory_capacity.value, load_link("nvlink4", ()), load_link("ib-ndr", ()))
+    training = Training(8, 8192)
+    pieces = {}
+    for key in ("nemotron-h-8b", "llama3-8b"):
+        model = load_model(key, ())
+        for recompute in (Recompute.NONE, Recompute.FULL):
+            config = Config(Layout(tp=2, dp=4), 1, recompute)
+            pieces[key, recompute] = layer_pieces(model, config.layout, 1, recompute, training, cluster)
+    hybrid, dense = pieces["nemotron-h-8b", Recompute.NONE], pieces["llama3-8b", Recompute.NONE]
+    assert hybrid.tp_layer == pytest.approx(dense.tp_layer / 2, rel=1e-12)  # the same b s h all-reduce: same hidden 4096
+    assert pieces["nemotron-h-8b", Recompute.FULL].tp_replay == pytest.approx(hybrid.tp_layer / 2, rel=1e-12)
+
+
+def test_sequence_parallel_regathers_once_per_hybrid_layer() -> None:
+    """Under SP each block's column-parallel linear gathers its input again for its weight gradient (Korthikanti et al.
+    2022 sec. 4.2.2): one all-gather a layer, exposed where it outlasts that block's input-gradient GEMM, weighted by the
+    blocks' shares (24 / 4 / 24 of 52 in Nemotron-H-8B)."""
+    from parcalc.core.timing.kernels import Kernel
+    from parcalc.core.timing.mamba_kernels import mean_layer_regather
+
+    model = load_model("nemotron-h-8b", ())
+    share = {"ssm.in_proj.dgrad": 24 / 52, "qkv.dgrad": 4 / 52, "mlp.up.dgrad": 24 / 52}
+    dgrad = {"ssm.in_proj.dgrad": 3e-3, "qkv.dgrad": 0.5e-3, "mlp.up.dgrad": 1e-3}
+    backward = tuple(Kernel(key, "gemm", 0.0, 0.0, share[key] * dgrad[key], "compute") for key in share)
+    gather, exposed = mean_layer_regather(model, backward, 2e-3)
+    assert gather == 2e-3
+    assert exposed == pytest.approx(4 / 52 * 1.5e-3 + 24 / 52 * 1e-3, rel=1e-12)
 
 
 def test_presets_show_prints_the_linear_attention_block_too() -> None:

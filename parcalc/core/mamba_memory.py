@@ -78,11 +78,8 @@ def check_mamba_memory(model: TransformerModel, par: Layout, recompute: Recomput
 
 
 def mamba_layout_reason(par: Layout, recompute: Recompute) -> str | None:
-    """Why fit cannot time a Mamba-2 hybrid on this layout (None: it can): the step's tensor-parallel collectives are two
-    per transformer layer, a Nemotron-H block has one; and what the memory leaves out (check_mamba_memory)."""
+    """Why fit cannot time a Mamba-2 hybrid on this layout (None: it can): what the memory leaves out (check_mamba_memory)."""
     for reason, bad in (
-        ("a Mamba-2 hybrid is timed at --tp 1: the step's tensor-parallel collectives are two per transformer layer "
-         "(attention and MLP), a Nemotron-H block has one", par.tp > 1),
         ("a Mamba-2 hybrid's memory is counted without ZeRO-3 (its gathered working set is one transformer layer's)", par.zero == 3),
         ("a Mamba-2 hybrid is counted without context or expert parallelism", par.cp > 1 or par.ep > 1),
         ("a Mamba-2 hybrid is counted without --pipeline-layout", par.pipeline_layout is not None),

@@ -140,3 +140,25 @@ def mean_layer_kernels(model: TransformerModel, shard: LayerShard, spec: Compute
     forward = _scaled(ssm_f, shares[MAMBA]) + attention + _scaled(mlp_f, shares[MLP])
     backward = _scaled(ssm_b, shares[MAMBA]) + _scaled(att_b, shares[ATTENTION]) + _scaled(mlp_b, shares[MLP])
     return forward, backward, core_scaled
+
+
+# Each Nemotron-H block is one mixer between a column-parallel and a row-parallel linear (Megatron-LM MambaMixer: in_proj
+# column-parallel, out_proj row-parallel, @00bebb45 mamba_mixer.py; attention: linear_qkv / linear_proj; the MLP: fc1 / fc2),
+# so a layer runs one tensor-parallel collective forward and one backward (SP: an all-gather before and a reduce-scatter
+# after), and full recomputation replays its forward's one; a transformer layer runs two of each (attention and MLP).
+TP_COLLECTIVES_PER_BLOCK = 1
+BLOCK_COLUMN_DGRADS = {MAMBA: "ssm.in_proj.dgrad", ATTENTION: "qkv.dgrad", MLP: "mlp.up.dgrad"}
+
+
+def mean_layer_regather(model: TransformerModel, backward: Kernels, gather: float) -> tuple[float, float]:
+    """Sequence parallelism's backward re-gather of the mean layer (parcalc.core.timing.step.regather_per_layer for a block):
+    each block's column-parallel linear gathers its input again (one all-gather of b s h) beside its input-gradient GEMM,
+    so a layer gathers once, and what stays exposed is each block's max(0, t_AG - t_dgrad) weighted by its share of the
+    layers; `backward`: the mean layer's kernels (each scaled by its block's share)."""
+    assert model.mamba is not None
+    counts = model.mamba.blocks_in(0, model.layers)
+    shares = {MAMBA: counts.mamba / model.layers, ATTENTION: counts.attention / model.layers, MLP: counts.mlp / model.layers}
+    times = {k.key: k.time for k in backward}
+    exposed = sum(share * max(0.0, gather - times.get(BLOCK_COLUMN_DGRADS[block], 0.0) / share)
+                  for block, share in shares.items() if share > 0)  # fmt: skip
+    return gather, exposed

@@ -320,15 +320,25 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
         if sequence_parallel:
             gather, dgrads = _regather_inputs(layer, activation, tp, cluster)  # sp_regather, from this layer's kernels
             one = gather + collective_time(Collective.REDUCE_SCATTER, activation, group, fabric).time
-            regather_layer, regather_exposed_layer = regather_per_layer(gather, dgrads)
+            if model.mamba is not None:  # one block a layer, one column-parallel linear each (mamba_kernels)
+                from parcalc.core.timing.mamba_kernels import mean_layer_regather
+
+                regather_layer, regather_exposed_layer = mean_layer_regather(model, layer.backward, gather)
+            else:
+                regather_layer, regather_exposed_layer = regather_per_layer(gather, dgrads)
         else:
             one = collective_time(Collective.ALL_REDUCE, activation, group, fabric).time
         # 2 forward and 2 backward per layer, 2 more replayed by full recomputation; the SP re-gathers apart.
         # Op-level checkpointing replays the forward's collectives but the reduce-scatters, whose outputs
         # it saves (parcalc.core.recompute): with SP the 2 all-gathers, without it the 2 all-reduces.
-        tp_layer = 4 * one
+        sites = 2  # collectives forward per layer: attention's and the MLP's; a Mamba-2 hybrid's layer is one block
+        if model.mamba is not None:
+            from parcalc.core.timing.mamba_kernels import TP_COLLECTIVES_PER_BLOCK
+
+            sites = TP_COLLECTIVES_PER_BLOCK
+        tp_layer = 2 * sites * one
         if recompute is Recompute.FULL:
-            replay = 2 * one
+            replay = sites * one
         elif recompute is Recompute.OP:
             replay = 2 * gather if sequence_parallel else 2 * one
         else:
