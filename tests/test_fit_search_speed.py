@@ -113,11 +113,11 @@ def _parts(rng: np.random.Generator, splits_: int, rows: int) -> list[dict[str, 
         fits = rng.random(rows) < 0.6
         timed = np.full((14, rows), math.nan)
         timed[10] = np.where(fits, rng.integers(1, 4, rows).astype(float), math.nan)  # t_step, with ties
-        from parcalc.core.best_split import _TIME_FIELDS, _TIMED
+        from parcalc.core.best_split import TIME_FIELDS, TIMED
 
         part = dict(grid) | {"first_stage_layers": np.full(rows, s), "last_stage_layers": np.full(rows, -s),
-                             "memory": rng.integers(1, 4, rows).astype(float), "fits": fits, _TIMED: timed}  # fmt: skip
-        parts.append(part | dict(zip(_TIME_FIELDS, timed, strict=True)))
+                             "memory": rng.integers(1, 4, rows).astype(float), "fits": fits, TIMED: timed}  # fmt: skip
+        parts.append(part | dict(zip(TIME_FIELDS, timed, strict=True)))
     return parts
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-_TIME_FIELDS = ("t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_cp", "t_ep", "t_optimizer", "t_offload", "t_host", "t_step", "tokens_per_second",
+TIME_FIELDS = ("t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_cp", "t_ep", "t_optimizer", "t_offload", "t_host", "t_step", "tokens_per_second",
                 "mfu", "hfu")  # fmt: skip
-# A part's time columns are the rows of one array (_TIMED): selected and joined at once, then the columns are its rows again
-_TIMED = "_timed"
-_TIMED_COLUMNS = frozenset((*_TIME_FIELDS, _TIMED))
+# A part's time columns are the rows of one array (TIMED): selected and joined at once, then the columns are its rows again
+TIMED = "_timed"
+TIMED_COLUMNS = frozenset((*TIME_FIELDS, TIMED))
 
 
 def best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
@@ -25,9 +25,9 @@ def best_splits(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarra
 def _best_sorted(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
     """best_splits by one sort of every split's rows: by configuration, then fits first, then step time (or memory,
     where it does not fit), then memory; the first row of each configuration is kept, the kept rows in their order."""
-    cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0] if k not in _TIMED_COLUMNS}
-    cols[_TIMED] = np.concatenate([c[_TIMED] for c in parts], axis=1)
-    cols |= dict(zip(_TIME_FIELDS, cols[_TIMED], strict=True))
+    cols = {k: np.concatenate([c[k] for c in parts]) for k in parts[0] if k not in TIMED_COLUMNS}
+    cols[TIMED] = np.concatenate([c[TIMED] for c in parts], axis=1)
+    cols |= dict(zip(TIME_FIELDS, cols[TIMED], strict=True))
     key = _packed_key([cols[k] for k in _SPLIT_KEYS])
     fits = cols["fits"].astype(bool)
     rank = np.where(fits, cols["t_step"], cols["memory"])
@@ -36,9 +36,9 @@ def _best_sorted(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarr
     first_of_group = np.ones(order.size, dtype=bool)
     first_of_group[1:] = grouped[1:] != grouped[:-1]
     keep = np.sort(order[first_of_group])
-    kept = {k: a[keep] for k, a in cols.items() if k not in _TIMED_COLUMNS}
-    kept[_TIMED] = cols[_TIMED][:, keep]
-    return kept | dict(zip(_TIME_FIELDS, kept[_TIMED], strict=True)), int(order.size - keep.size)
+    kept = {k: a[keep] for k, a in cols.items() if k not in TIMED_COLUMNS}
+    kept[TIMED] = cols[TIMED][:, keep]
+    return kept | dict(zip(TIME_FIELDS, kept[TIMED], strict=True)), int(order.size - keep.size)
 
 
 def _best_aligned(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int] | None:
@@ -65,9 +65,9 @@ def _best_aligned(parts: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndar
     order = np.argsort(winner, kind="stable")  # by split, then row: the sort's np.sort(kept indices)
     kept = winner[order] * winner.size + order  # the kept rows in the splits' rows one after another
     columns = {k: (a[order] if all(c[k] is a for c in parts) else np.concatenate([c[k] for c in parts])[kept]) for k, a in first.items()
-               if k not in _TIMED_COLUMNS}  # fmt: skip
-    columns[_TIMED] = np.concatenate([c[_TIMED] for c in parts], axis=1)[:, kept]  # every time column at once
-    return columns | dict(zip(_TIME_FIELDS, columns[_TIMED], strict=True)), (len(parts) - 1) * winner.size
+               if k not in TIMED_COLUMNS}  # fmt: skip
+    columns[TIMED] = np.concatenate([c[TIMED] for c in parts], axis=1)[:, kept]  # every time column at once
+    return columns | dict(zip(TIME_FIELDS, columns[TIMED], strict=True)), (len(parts) - 1) * winner.size
 
 
 # What tells one configuration of a layout from another (all but the split): the rows best_splits compares

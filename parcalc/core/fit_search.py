@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,7 @@ from parcalc.core.activations import (
     output_activations,
     recompute_working_set,
 )
-from parcalc.core.best_split import _TIME_FIELDS, _TIMED, best_splits
+from parcalc.core.best_split import TIME_FIELDS, TIMED, best_splits
 from parcalc.core.choices import Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, group_spans_nodes, with_accumulation
 from parcalc.core.layout import Layout
@@ -68,7 +68,19 @@ from parcalc.core.memory import (
 )
 from parcalc.core.model import TransformerModel
 from parcalc.core.model_states import state_bytes
+from parcalc.core.search_columns import (  # re-exported: the search's columns and result
+    CONFIG_FIELDS,
+    COST_FIELDS,
+    PARALLEL_COST_FIELDS,
+    PARALLEL_FIELDS,
+    SCHEDULE_CODES,
+    SHARD_FIELDS,
+    Evaluated,
+    SearchResult,
+    searched_routing_limit,
+)
 from parcalc.core.search_layouts import CP_MIN_SEQ_LEN, RECOMPUTES, SearchSpace, divisors, parallel_layouts, splits
+from parcalc.core.search_step_peaks import fsdp_rows, pipeline_stage_rows
 from parcalc.core.stages import stage_split
 from parcalc.core.timing.step import (
     DataParallelPieces,
@@ -84,90 +96,6 @@ from parcalc.core.timing.step import (
 )
 from parcalc.core.timing.terms import STEP, STEP_TERMS
 from parcalc.errors import InputError
-
-# Columns of the evaluated table, in order: the configuration, then what it costs.
-# The schedule column's codes: 0 1F1B, 1 interleaved, then the split-backward schedules (SearchSpace.schedule)
-SCHEDULE_CODES = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_H1, Schedule.ZB_H2, Schedule.ZB_V, Schedule.DUALPIPEV)
-CONFIG_FIELDS = ("tp", "pp", "dp", "micro_batch", "micro_batches", "recompute", "zero", "sequence_parallel", "schedule", "chunks",
-                 "first_stage_layers", "last_stage_layers")  # the layers on the first and last stage (L/p each when even)
-COST_FIELDS = ("memory", "fits", "t_compute", "t_tp", "t_bubble", "t_pp", "t_dp", "t_optimizer", "t_step", "tokens_per_second", "mfu", "hfu")
-# Context and expert parallelism: columns of every evaluated table, shown by the CLI only where the
-# search varied them (a dense model at s < CP_MIN_SEQ_LEN keeps cp = ep = 1 and its table as it was).
-PARALLEL_FIELDS = ("cp", "ep")
-PARALLEL_COST_FIELDS = ("t_cp", "t_ep", "t_host")  # t_host: the GPU waiting for the host (a profile that models it)
-# Hybrid sharding (parcalc.core.sharding): the shard group S of every configuration (S = dp x cp:
-# full sharding; ZeRO-0 rows carry dp x cp too), a column shown by the CLI where the search varied it.
-SHARD_FIELDS = ("shard_group",)
-
-
-@dataclass
-class Evaluated:
-    """Arrays, one entry per configuration evaluated (every field of CONFIG_FIELDS and COST_FIELDS)."""
-
-    columns: dict[str, np.ndarray]
-    layers: int = 0  # the model's transformer layers (tells an even split from an uneven one)
-    slots: tuple[int, int] = (0, 0)  # SearchSpace.slots: every split counts the embedding / loss as a slot
-    cp_comm: str = "p2p"  # SearchSpace.cp_comm
-    moe: tuple[float, str, int | None, str] = (1.0, "alltoall", None, "none")  # SearchSpace.moe
-    gpus_per_node: int = 8  # caps --max-nodes-per-token at each layout's EP group (searched_routing_limit)
-    pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: every row's pipeline is this layout string
-
-    def __len__(self) -> int:
-        return len(self.columns["tp"])
-
-    def config(self, i: int) -> Config:
-        c = self.columns
-        p, first, last = int(c["pp"][i]), int(c["first_stage_layers"][i]), int(c["last_stage_layers"][i])
-        even = any(self.slots) or (self.layers % p == 0 and first == last == self.layers // p) or self.pipeline_layout is not None
-        layout = Layout(tp=int(c["tp"][i]), pp=p, dp=int(c["dp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]), zero=int(c["zero"][i]),
-                        shard_group=self.shard_group(i), sequence_parallel=bool(c["sequence_parallel"][i]), cp_comm=self.cp_comm,
-                        schedule=SCHEDULE_CODES[int(c["schedule"][i])], chunks=int(c["chunks"][i]),
-                        first_stage_layers=None if even else first, last_stage_layers=None if even else last,
-                        embedding_in_split=bool(self.slots[0]), loss_in_split=bool(self.slots[1]), gpus_per_node=self.gpus_per_node,
-                        pipeline_layout=self.pipeline_layout if p > 1 else None)
-        return Config(layout, int(c["micro_batch"][i]), RECOMPUTES[int(c["recompute"][i])], moe_imbalance=self.moe[0],
-                      moe_dispatcher=self.moe[1], ep_overlap=self.moe[3],
-                      max_nodes_per_token=searched_routing_limit(self.moe[2], int(c["ep"][i]), int(c["tp"][i]), self.gpus_per_node))  # fmt: skip
-
-    def shard_group(self, i: int) -> int | None:
-        """Config.shard_group of row i: S where it is smaller than dp x cp (hybrid sharding), else None."""
-        c = self.columns
-        size, ranks = int(c["shard_group"][i]), int(c["dp"][i]) * int(c["cp"][i])
-        return size if int(c["zero"][i]) >= 1 and size < ranks else None
-
-    def rows(self, order: np.ndarray | None = None, extra: tuple[str, ...] = ()) -> Iterator[tuple[object, ...]]:
-        """Each configuration as a tuple of plain Python values, in CONFIG_FIELDS + COST_FIELDS
-        order, then the columns `extra` names (e.g. PARALLEL_FIELDS); the times of a configuration
-        that does not fit are None (the search does not time them)."""
-        c = self.columns
-        index = order if order is not None else np.arange(len(self))
-        lists = {k: c[k][index].tolist() for k in CONFIG_FIELDS + COST_FIELDS + tuple(extra)}
-        for k in lists.keys() & set(_TIME_FIELDS):  # not timed (it does not fit): None, null in JSON, empty in CSV
-            lists[k] = [None if x != x else x for x in lists[k]]
-        for j in range(len(index)):
-            yield (lists["tp"][j], lists["pp"][j], lists["dp"][j], lists["micro_batch"][j], lists["micro_batches"][j],
-                   RECOMPUTES[lists["recompute"][j]].value, lists["zero"][j], bool(lists["sequence_parallel"][j]),
-                   SCHEDULE_CODES[lists["schedule"][j]].value, lists["chunks"][j], lists["first_stage_layers"][j],
-                   lists["last_stage_layers"][j], *(lists[k][j] for k in COST_FIELDS), *(lists[k][j] for k in extra))  # fmt: skip
-
-
-@dataclass
-class SearchResult:
-    evaluated: Evaluated
-    rejected: Counter = field(default_factory=Counter)  # reason -> configurations (or layouts) rejected
-    layouts: int = 0  # (tp, pp, cp, dp, ep) layouts that passed the divisibility checks
-
-    @property
-    def fitting(self) -> np.ndarray:
-        return np.flatnonzero(self.evaluated.columns["fits"])
-
-    def ranked(self) -> np.ndarray:
-        """Indices of the configurations that fit, fastest first (ties: less memory first)."""
-        fit = self.fitting
-        c = self.evaluated.columns
-        order = np.lexsort((c["memory"][fit], c["t_step"][fit]))
-        return fit[order]
-
 
 # ---------------------------------------------------------------------------------------------
 # What depends on the shape only, from the scalar cores, once per distinct value
@@ -487,16 +415,6 @@ def mtp_output(model: Any, config: ActivationConfig) -> float:
     return found.value if found is not None else 0.0
 
 
-def searched_routing_limit(limit: int | None, ep: int, etp: int, gpus_per_node: int) -> int | None:
-    """--max-nodes-per-token in the search: a limit above the nodes a layout's EP group spans binds
-    nothing there, so it is that group's node count (one configuration with such a limit is an error)."""
-    if limit is None:
-        return None
-    from parcalc.core.timing.network import placement
-
-    return min(limit, placement(ep, etp, gpus_per_node).nodes)
-
-
 # ---------------------------------------------------------------------------------------------
 # One layout's configurations, as arrays
 
@@ -603,70 +521,6 @@ def _layout_grid(shapes: _Shapes, t: int, p: int, d: int, schedules: tuple[tuple
     for column in grid.values():
         column.flags.writeable = False  # shared by the layout's splits
     return grid
-
-
-def _fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
-               b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray, sp: np.ndarray) -> np.ndarray:  # fmt: skip
-    """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
-    _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
-    from parcalc.core.memory_fsdp import PROFILES, fsdp_reserved_total, fsdp_step_of, walk_gaps
-
-    other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
-                                        ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
-    out = memory.copy()
-    # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
-    for zero, size, rec, seq in set(zip(z.tolist(), shard.tolist(), r.tolist(), sp.tolist(), strict=True)):
-        layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
-        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code):
-            continue
-        for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec) & (sp == seq)):
-            step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)], t)
-            out[row] = fsdp_reserved_total(model, step) + training.reserve
-    return out
-
-
-def _pipeline_stage_rows(memory: np.ndarray, shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[int | None, int | None],
-                         sizes: tuple[int, int, int, int, int]) -> np.ndarray:
-    """The 1F1B rows of a pipelined layout whose stages the FSDP2 step walk follows (torchtitan's PipelineStage,
-    parcalc.core.memory_pipeline_stage, as parcalc.core.memory's _with_fsdp_peak decides): memory_of's fullest stage, once
-    per distinct (ZeRO stage, shard group, recomputation, SP, micro-batch, micro-batches), so that a row and `fit` of its
-    layout give the same memory; the other rows keep what they have. Each such key walks every stage (tens of ms): only the
-    rows that fit by the textbook sum are walked, since the walk keeps at least what the textbook does (the unsharded
-    parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way. A key the walk
-    does not follow (walk_gaps) gets memory_of's textbook sum, the row's own."""
-    from parcalc.core.fit import memory_of
-    from parcalc.core.memory_fsdp import walk_gaps
-
-    model, training, cluster = shapes.model, shapes.training, shapes.cluster
-    other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
-                                        ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
-    t, p, d, c, ep = sizes
-    rows = np.flatnonzero((cols["schedule"] == SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)) & (cols["chunks"] == 1)
-                          & (memory <= cluster.capacity))  # fmt: skip
-    if rows.size == 0:
-        return memory
-    out = memory.copy()
-    keys = zip(*(cols[k][rows].tolist() for k in ("zero", "shard_group", "recompute", "sequence_parallel", "micro_batch", "micro_batches")),
-               strict=True)  # fmt: skip
-    walked: dict[tuple[object, ...], float] = {}
-    followed: dict[tuple[object, ...], bool] = {}  # (ZeRO stage, shard group, recomputation, SP) -> the walk follows it
-    for row, key in zip(rows.tolist(), keys, strict=True):
-        if key[:4] not in followed:
-            zero, size, rec, seq = key[:4]
-            plain = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
-            followed[key[:4]] = not walk_gaps(model, plain, training.precision, training.optimizer, RECOMPUTES[int(rec)], other,
-                                              "torchtitan", pipeline=True)  # fmt: skip
-        if not followed[key[:4]]:
-            continue
-        if key not in walked:
-            zero, size, rec, seq, micro, _ = key
-            layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size) if int(size) < d * c else None,
-                            sequence_parallel=bool(seq), first_stage_layers=given[0], last_stage_layers=given[1],
-                            embedding_in_split=bool(shapes.slots[0]), loss_in_split=bool(shapes.slots[1]),
-                            gpus_per_node=cluster.gpus_per_node)  # fmt: skip
-            walked[key] = memory_of(model, Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster).worst.total.value
-        out[row] = walked[key]
-    return out
 
 
 def _split_in_flight(schedule: Schedule, p: int, m: np.ndarray, stage: int, weight_share: float) -> np.ndarray:
@@ -845,18 +699,18 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
                                              ddp_buckets=d > 1)
                            for bb, rr in zip(b, r, strict=True)]) + replayed_reserve(training.reserve).value  # fmt: skip
     elif cluster.framework.step_memory in ("fsdp2-eager", "torchtitan-eager"):  # the step's peak under fully_shard where it applies,
-        memory = _fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"],
+        memory = fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"],
                             cols["sequence_parallel"])  # as memory_of has it
         if cluster.framework.step_memory == "torchtitan-eager" and p > 1 and space_schedule is None and shapes.pipeline_layout is None:
-            memory = _pipeline_stage_rows(memory, shapes, cols, given, (t, p, d, c, ep))
+            memory = pipeline_stage_rows(memory, model, training, cluster, cols, given, (t, p, d, c, ep), shapes.slots)
 
     # Time: only for the configurations that fit (the search ranks those; the others keep their
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per
     # distinct (b, SP, recomputation); the same combination as parcalc.core.fit.estimate, on arrays.
     fits = memory <= cluster.capacity
-    timed = np.full((len(_TIME_FIELDS), b.size), math.nan)  # one row per field (the fields are its rows)
-    cols.update(memory=memory, fits=fits, **dict(zip(_TIME_FIELDS, timed, strict=True)))
-    cols[_TIMED] = timed
+    timed = np.full((len(TIME_FIELDS), b.size), math.nan)  # one row per field (the fields are its rows)
+    cols.update(memory=memory, fits=fits, **dict(zip(TIME_FIELDS, timed, strict=True)))
+    cols[TIMED] = timed
     rows = np.arange(b.size) if shapes.time_all else np.flatnonzero(fits)
     if rows.size == 0:
         return
@@ -986,7 +840,7 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
             progress(i + 1, len(found))
     every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS + SHARD_FIELDS
     if parts:
-        timed = dict(zip(_TIME_FIELDS, np.concatenate([c[_TIMED] for c in parts], axis=1), strict=True))
+        timed = dict(zip(TIME_FIELDS, np.concatenate([c[TIMED] for c in parts], axis=1), strict=True))
         columns = {k: timed[k] if k in timed else np.concatenate([c[k] for c in parts]) for k in every}
     else:
         columns = {k: np.array([]) for k in every}

@@ -1,0 +1,77 @@
+"""fit's search rows whose memory is a step walk's, as parcalc.core.memory has it for `fit` of the same layout: the FSDP2 /
+torchtitan step's peak under fully_shard (parcalc.core.memory_fsdp) and torchtitan's pipeline stages under 1F1B
+(parcalc.core.memory_pipeline_stage); the other rows keep their textbook sum."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parcalc.core.choices import Schedule
+from parcalc.core.fit import Cluster, Config, Training
+from parcalc.core.layout import Layout
+from parcalc.core.model import TransformerModel
+from parcalc.core.search_columns import SCHEDULE_CODES
+from parcalc.core.search_layouts import RECOMPUTES
+
+
+def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
+               b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray, sp: np.ndarray) -> np.ndarray:  # fmt: skip
+    """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
+    _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
+    from parcalc.core.memory_fsdp import PROFILES, fsdp_reserved_total, fsdp_step_of, walk_gaps
+
+    other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
+                                        ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
+    out = memory.copy()
+    # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
+    for zero, size, rec, seq in set(zip(z.tolist(), shard.tolist(), r.tolist(), sp.tolist(), strict=True)):
+        layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
+        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code):
+            continue
+        for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec) & (sp == seq)):
+            step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)], t)
+            out[row] = fsdp_reserved_total(model, step) + training.reserve
+    return out
+
+
+def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: Training, cluster: Cluster, cols: dict[str, np.ndarray],
+                        given: tuple[int | None, int | None], sizes: tuple[int, int, int, int, int], slots: tuple[int, int]) -> np.ndarray:  # fmt: skip
+    """The 1F1B rows of a pipelined layout whose stages the FSDP2 step walk follows (torchtitan's PipelineStage,
+    parcalc.core.memory_pipeline_stage, as parcalc.core.memory's _with_fsdp_peak decides): memory_of's fullest stage, once
+    per distinct (ZeRO stage, shard group, recomputation, SP, micro-batch, micro-batches), so that a row and `fit` of its
+    layout give the same memory; the other rows keep what they have. Each such key walks every stage (tens of ms): only the
+    rows that fit by the textbook sum are walked, since the walk keeps at least what the textbook does (the unsharded
+    parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way. A key the walk
+    does not follow (walk_gaps) gets memory_of's textbook sum, the row's own."""
+    from parcalc.core.fit import memory_of
+    from parcalc.core.memory_fsdp import walk_gaps
+
+    other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
+                                        ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
+    t, p, d, c, ep = sizes
+    rows = np.flatnonzero((cols["schedule"] == SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)) & (cols["chunks"] == 1)
+                          & (memory <= cluster.capacity))  # fmt: skip
+    if rows.size == 0:
+        return memory
+    out = memory.copy()
+    keys = zip(*(cols[k][rows].tolist() for k in ("zero", "shard_group", "recompute", "sequence_parallel", "micro_batch", "micro_batches")),
+               strict=True)  # fmt: skip
+    walked: dict[tuple[object, ...], float] = {}
+    followed: dict[tuple[object, ...], bool] = {}  # (ZeRO stage, shard group, recomputation, SP) -> the walk follows it
+    for row, key in zip(rows.tolist(), keys, strict=True):
+        if key[:4] not in followed:
+            zero, size, rec, seq = key[:4]
+            plain = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
+            followed[key[:4]] = not walk_gaps(model, plain, training.precision, training.optimizer, RECOMPUTES[int(rec)], other,
+                                              "torchtitan", pipeline=True)  # fmt: skip
+        if not followed[key[:4]]:
+            continue
+        if key not in walked:
+            zero, size, rec, seq, micro, _ = key
+            layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size) if int(size) < d * c else None,
+                            sequence_parallel=bool(seq), first_stage_layers=given[0], last_stage_layers=given[1],
+                            embedding_in_split=bool(slots[0]), loss_in_split=bool(slots[1]),
+                            gpus_per_node=cluster.gpus_per_node)  # fmt: skip
+            walked[key] = memory_of(model, Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster).worst.total.value
+        out[row] = walked[key]
+    return out
