@@ -277,9 +277,9 @@ def test_optimizer_step_by_hand() -> None:
 
 def test_a_symbol_of_several_subscript_letters_is_braced_in_latex() -> None:
     # fit's PDF set t_tp = m x C_tp as "C_t p" (the subscript one letter long); a plain symbol's subscript is braced
-    from parcalc.core.fit import _t
+    from parcalc.core.fit_term_derivations import term_of
 
-    assert _t("C_tp", "C_tp", 1.0, "s", "").latex == r"C_{\mathrm{tp}}"
-    assert _t("t_f", "t_f", 1.0, "s", "").latex == "t_f"  # one letter: as it is
-    assert _t("m", "m", 1.0, "", "").latex == "m"
-    assert _t("B_pcie", "B_pcie", 1.0, "B/s", "", latex=r"B_{\mathrm{pcie}}").latex == r"B_{\mathrm{pcie}}"  # given: kept
+    assert term_of("C_tp", "C_tp", 1.0, "s", "").latex == r"C_{\mathrm{tp}}"
+    assert term_of("t_f", "t_f", 1.0, "s", "").latex == "t_f"  # one letter: as it is
+    assert term_of("m", "m", 1.0, "", "").latex == "m"
+    assert term_of("B_pcie", "B_pcie", 1.0, "B/s", "", latex=r"B_{\mathrm{pcie}}").latex == r"B_{\mathrm{pcie}}"  # given: kept

@@ -24,6 +24,16 @@ from typing import Any, TypedDict
 from parcalc.core.activations import check_count
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.context import check_context_parallel
+from parcalc.core.fit_term_derivations import (
+    cp_derivation,
+    dp_derivation,
+    dualpipe_note,
+    ep_derivation,
+    host_derivation,
+    kind_derivations,
+    offload_derivation,
+    term_of,
+)
 from parcalc.core.hardware import Gpu, Link
 from parcalc.core.layout import Layout
 from parcalc.core.memory import MemoryBreakdown, memory_breakdown
@@ -34,15 +44,7 @@ from parcalc.core.timing.network import Fabric, node_fabric, placement
 from parcalc.core.timing.terms import (
     BUBBLE,
     COMPUTE,
-    CP,
-    DP,
-    EP,
-    HOST,
-    KERNEL_SOURCE,
-    KIND_TERMS,
     KORTHIKANTI,
-    NCCL_SOURCE,
-    OFFLOAD,
     OPTIMIZER,
     PP,
     STEP,
@@ -51,7 +53,7 @@ from parcalc.core.timing.terms import (
     only_terms,
 )
 from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES, TrainingSetup
-from parcalc.derivation import Derivation, Term
+from parcalc.derivation import Derivation
 from parcalc.errors import InputError
 
 # --efficiency multiplies every kernel's rate; 1 means the GPU preset's measured shares as they are.
@@ -439,16 +441,6 @@ class Estimate:
                 self.tokens_per_second, self.mfu, self.hfu)  # fmt: skip
 
 
-def _t(key: str, symbol: str, value: float, unit: str, description: str, source: str = "", latex: str | None = None) -> Term:
-    return Term(key, symbol, latex or _latex_symbol(symbol), float(value), unit, description, source)
-
-
-def _latex_symbol(symbol: str) -> str:
-    r"""A plain symbol in LaTeX: a subscript of several letters braced and upright (C_tp: C_{\mathrm{tp}}, not C_t p)."""
-    base, _, sub = symbol.partition("_")
-    return symbol if len(sub) <= 1 else rf"{base}_{{\mathrm{{{sub}}}}}"
-
-
 def estimate(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> Estimate:
     """Memory and step time of one configuration (parcalc.core.timing.step, term by term). On a GPU whose preset gives
     the clock as a function of the step's power, timed at the clock the step holds (parcalc.core.timing.step_clock):
@@ -525,20 +517,20 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     offloading = training.offload_optimizer or training.offload_activations
     t_off = float(offload_step_time(model, layout, training, cluster, activation_layer=breakdown.layer.per_layer.value,
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage)) if offloading else 0.0  # fmt: skip
-    host = _host_derivation(model, config, training, cluster, stage, m, t_opt)
+    host = host_derivation(model, config, training, cluster, stage, m, t_opt)
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=host.value if host else 0.0,
                     schedule=config.layout.schedule)
-    ep_comm = _ep_derivation(model, config, training, cluster, stage, m, float(terms.t_ep))
+    ep_comm = ep_derivation(model, config, training, cluster, stage, m, float(terms.t_ep))
 
     from parcalc.units import format_time as _format_time
 
     spec = cluster.spec
-    m_term = _t("m", "m", m, "", "micro-batches per replica")
+    m_term = term_of("m", "m", m, "", "micro-batches per replica")
     compute = COMPUTE.derivation(
-        [m_term, _t("t_f", "t_f", stage.forward, "s", f"forward kernels of one micro-batch on the slowest stage ({stage.layers} layers)"),
-         _t("t_b", "t_b", stage.backward, "s", "backward kernels of one micro-batch" + (
+        [m_term, term_of("t_f", "t_f", stage.forward, "s", f"forward kernels of one micro-batch on the slowest stage ({stage.layers} layers)"),
+         term_of("t_b", "t_b", stage.backward, "s", "backward kernels of one micro-batch" + (
              f", with {_format_time(dp.accumulate)} of fp32 gradient accumulation" if dp.accumulate else "")),
-         _t("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value}"
+         term_of("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value}"
             + (f": {', '.join(mods)}" if (mods := selective_modules(config, training)) else "") + ")")],
         terms.t_compute, assumptions=(
          f"GEMMs at {spec.matmul.value:.0%} of the {cluster.dtype} peak x tile/wave quantisation ({spec.matmul.source})",
@@ -559,15 +551,15 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
                      + ("2 all-gathers" if config.layout.sequence_parallel else "2 all-reduces") + " replayed by op-level recomputation")
         else:
             calls = f"4 x {stage.layers} layers of {what}"
-        inputs = [m_term, _t("C_tp", "C_tp", stage.tp, "s", f"{calls} of b s h over t = {t} ({where}), NCCL model")]
+        inputs = [m_term, term_of("C_tp", "C_tp", stage.tp, "s", f"{calls} of b s h over t = {t} ({where}), NCCL model")]
         regather = ""  # SP: Megatron-LM gathers each column-parallel input again in backward (timing.step.regather_per_layer)
         if config.layout.sequence_parallel:
             gather, dgrads = sp_regather(model, t, b, training, cluster)
-            inputs += [_t("L_s", "L_s", stage.layers, "", "layers of the slowest stage"),
-                       _t("T_ag", "T_ag", gather, "s", "one all-gather of b s h: a column-parallel linear's input, gathered again in backward "
+            inputs += [term_of("L_s", "L_s", stage.layers, "", "layers of the slowest stage"),
+                       term_of("T_ag", "T_ag", gather, "s", "one all-gather of b s h: a column-parallel linear's input, gathered again in backward "
                           "for its weight gradient (sequence parallelism, Megatron-LM)", latex=r"T_{\mathrm{ag}}")]  # fmt: skip
             names = ("Q/K/V", "MLP gate and up" if model.mlp.gated else "MLP up")
-            dgrad_terms = [_t(f"t_d{i}", f"t_d{i}", d, "s", f"input-gradient GEMM of {name}, which the all-gather runs beside",
+            dgrad_terms = [term_of(f"t_d{i}", f"t_d{i}", d, "s", f"input-gradient GEMM of {name}, which the all-gather runs beside",
                               latex=rf"t_{{d{i}}}") for i, (d, name) in enumerate(zip(dgrads, names, strict=True), 1)]  # fmt: skip
             if cluster.overlap_tp:
                 regather = f" + {len(dgrads)} × $L_s × $T_ag"
@@ -575,7 +567,7 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
                 inputs += dgrad_terms
                 regather = " + $L_s × (" + " + ".join(f"max(0, $T_ag - ${d.key})" for d in dgrad_terms) + ")"
         if cluster.overlap_tp:
-            inputs.append(_t("H_tp", "H_tp", stage.tp_hidden, "s", "GEMM time the TP collectives overlap with (--tp-comm-overlap)"))
+            inputs.append(term_of("H_tp", "H_tp", stage.tp_hidden, "s", "GEMM time the TP collectives overlap with (--tp-comm-overlap)"))
             formula = f"$m × max(0, $C_tp{regather} - $H_tp)"
         else:
             formula = f"$m × ($C_tp{regather})" if regather else "$m × $C_tp"
@@ -587,8 +579,8 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
         tp_comm = TP.derivation(inputs, terms.t_tp, formula=formula, source=source)
     else:
         tp_comm = TP.zero("no tensor parallelism")
-    gemm, attention, memory_bound = _kind_derivations(by_kind, dp.accumulate, m_term, compute)
-    cp_comm = _cp_derivation(config, cluster, stage, m_term, terms.t_cp) if c > 1 else None
+    gemm, attention, memory_bound = kind_derivations(by_kind, dp.accumulate, m_term, compute)
+    cp_comm = cp_derivation(config, cluster, stage, m_term, terms.t_cp) if c > 1 else None
     if p > 1:
         stretched = [compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ()),
                      *((ep_comm.as_term("t_ep"),) if ep_comm else ())]  # fmt: skip
@@ -598,17 +590,17 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
             bubble = simulated_bubble_derivation(config.layout, m_term, stage, stretched, terms.t_bubble)
             pp_comm = split_sends_derivation(config.layout, m_term, stage, terms.t_pp)
         else:
-            bubble = BUBBLE.derivation([_t("p", "p", p, "", "pipeline stages"), _t("v", "v", v, "", "model chunks per GPU"), m_term,
+            bubble = BUBBLE.derivation([term_of("p", "p", p, "", "pipeline stages"), term_of("v", "v", v, "", "model chunks per GPU"), m_term,
                                         *stretched], terms.t_bubble,
                                        formula=only_terms(BUBBLE.formula, stretched),
-                                       assumptions=_dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
-            pp_comm = PP.derivation([m_term, _t("v", "v", v, "", "model chunks per GPU"),
-                                   _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
+                                       assumptions=dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
+            pp_comm = PP.derivation([m_term, term_of("v", "v", v, "", "model chunks per GPU"),
+                                   term_of("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
                                     terms.t_pp)  # fmt: skip
     else:
         bubble = BUBBLE.zero("no pipeline")
         pp_comm = PP.zero("no pipeline")
-    dp_comm = _dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms.t_dp, training, dp_hidden_time, sm_loss)
+    dp_comm = dp_derivation(config, cluster, stage, dp, f_layer, b_layer, m, terms.t_dp, training, dp_hidden_time, sm_loss)
     from parcalc.core.expert_parallel import expert_dp
 
     fullest, traffic = optimizer_traffic(model, config.layout, training, cluster.framework)
@@ -617,42 +609,42 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     formula, expert_terms = OPTIMIZER.formula, []
     if fullest.experts:  # routed experts: their states shard over expert-DP (parcalc.core.timing.step.optimizer_step_time)
         formula = "$w × (($P - $P_x) / $d_z + $P_x / $d_x) × $Q_p / ($BW × $e_mem × $x)"
-        expert_terms = [_t("P_x", "P_x", fullest.experts, "", f"routed-expert parameters among them (experts / ep = {config.layout.ep})", latex=r"P_{x}"),
-                        _t("d_x", "d_x", expert_dp(config.layout) if config.layout.zero >= 1 else 1, "",
+        expert_terms = [term_of("P_x", "P_x", fullest.experts, "", f"routed-expert parameters among them (experts / ep = {config.layout.ep})", latex=r"P_{x}"),
+                        term_of("d_x", "d_x", expert_dp(config.layout) if config.layout.zero >= 1 else 1, "",
                            "ranks the experts' states are sharded over (ZeRO-1 and up: expert-DP, tp x dp x cp / (ep x etp))", latex=r"d_{x}")]  # fmt: skip
     from parcalc.core.timing.compute import multi_tensor_waves
 
     calibrated = spec.kind_rate("optimizer")  # calibrate trace's factor on the optimizer's rate (1: none)
     if calibrated != 1.0:
         formula = formula.replace("$x)", "$x × $k_opt)").replace("$x × $d_z)", "$x × $k_opt × $d_z)")
-    waves = _t("w", "w", multi_tensor_waves(spec.sms), "", "a multi_tensor_apply launch's time over its bytes at the HBM rate: its 320 "
+    waves = term_of("w", "w", multi_tensor_waves(spec.sms), "", "a multi_tensor_apply launch's time over its bytes at the HBM rate: its 320 "
                "blocks over the SMs, the launch ending with the SMs that hold ceil(320 / SMs) of them (1.2375 on 132 SMs)",
                "parcalc.core.timing.compute.multi_tensor_waves; PyTorch aten/src/ATen/native/cuda/MultiTensorApply.cuh (320 blocks "
                "a launch); measured on one H200: a full fused-AdamW launch 167-171 us for 587 MB against 137 us at 4.28 TB/s")  # fmt: skip
     optimizer = OPTIMIZER.derivation(
-        [waves, _t("P", "P", fullest.params, "", "parameters on one GPU of the fullest stage"), *expert_terms,
-         _t("Q_p", "Q_p", traffic, "B", f"HBM bytes of one parameter's {training.optimizer.value} update (master weight and states read and written, gradient read)",
+        [waves, term_of("P", "P", fullest.params, "", "parameters on one GPU of the fullest stage"), *expert_terms,
+         term_of("Q_p", "Q_p", traffic, "B", f"HBM bytes of one parameter's {training.optimizer.value} update (master weight and states read and written, gradient read)",
             latex=r"Q_{p}"),
-         _t("BW", "BW", spec.bandwidth, "B/s", "HBM bandwidth"),
-         _t("e_mem", "e_mem", spec.kernels.memory.value, "fraction", "share of HBM bandwidth memory-bound kernels sustain", spec.kernels.memory.source,
+         term_of("BW", "BW", spec.bandwidth, "B/s", "HBM bandwidth"),
+         term_of("e_mem", "e_mem", spec.kernels.memory.value, "fraction", "share of HBM bandwidth memory-bound kernels sustain", spec.kernels.memory.source,
             r"e_{\mathrm{mem}}"),
-         _t("x", "x", cluster.efficiency, "", "--efficiency"),
-         *([_t("k_opt", "k_opt", calibrated, "", "the optimizer's rate factor calibrated from a profiler trace (calibrate trace)",
+         term_of("x", "x", cluster.efficiency, "", "--efficiency"),
+         *([term_of("k_opt", "k_opt", calibrated, "", "the optimizer's rate factor calibrated from a profiler trace (calibrate trace)",
                latex=r"k_{\mathrm{opt}}")] if calibrated != 1.0 else []),
-         _t("d_z", "d_z", shards, "", "ranks the optimizer states are sharded over (ZeRO-1 and up: d"
+         term_of("d_z", "d_z", shards, "", "ranks the optimizer states are sharded over (ZeRO-1 and up: d"
             + (", the shard group S)" if sg is not None else ")"), latex=r"d_{z}")],
         t_opt, formula=formula)  # fmt: skip
     if training.offload_optimizer:
         optimizer = OPTIMIZER.zero("--offload optimizer: the step runs on the host (t_offload)")
-    offload = _offload_derivation(model, config, training, cluster, breakdown, stage, m, t_off) if offloading else None
+    offload = offload_derivation(model, config, training, cluster, breakdown, stage, m, t_off) if offloading else None
     parts = [compute, *((host,) if host else ()), tp_comm, *((cp_comm,) if cp_comm else ()), *((ep_comm,) if ep_comm else ()), bubble, pp_comm, dp_comm,
              optimizer, *([offload] if offload else [])]  # fmt: skip
     step_value = float(terms.t_step)
     step = STEP.derivation([x.as_term(x.key) for x in parts], step_value, formula=only_terms(STEP.formula, parts))
-    gpus = _t("N", "N", n, "", "GPUs")
-    peak = _t("peak", "F_peak", cluster.peak, "FLOP/s", f"peak of one {cluster.gpu_name}", cluster.peak_source, r"F_{\mathrm{peak}}")
+    gpus = term_of("N", "N", n, "", "GPUs")
+    peak = term_of("peak", "F_peak", cluster.peak, "FLOP/s", f"peak of one {cluster.gpu_name}", cluster.peak_source, r"F_{\mathrm{peak}}")
     tokens = derivation("tokens_per_second", "Training throughput", "tok/s", r"\mathrm{tok/s}", "$B × $s / $t_step",
-                         [_t("B", "B", training.global_batch, "", "global batch (sequences)"), _t("s", "s", training.seq_len, "", "sequence length"),
+                         [term_of("B", "B", training.global_batch, "", "global batch (sequences)"), term_of("s", "s", training.seq_len, "", "sequence length"),
                           step.as_term("t_step")], training.global_batch * training.seq_len / step_value, "tokens/s", "throughput = tokens / time")  # fmt: skip
     mfu = derivation("mfu", "Model FLOPs utilisation", "MFU", r"\mathrm{MFU}", "$F_model / ($t_step × $N × $peak)",
                       [f_model.as_term("F_model"), step.as_term("t_step"), gpus, peak], f_model.value / (step_value * n * cluster.peak),
@@ -663,273 +655,6 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     fits = breakdown.worst.total.value <= cluster.capacity
     return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu,
                     offload, cp_comm, ep_comm, gemm, attention, memory_bound, host)  # fmt: skip
-
-
-def _kind_derivations(kinds: Any, accumulate: float, m_term: Term, compute: Derivation) -> tuple[Derivation, Derivation, Derivation]:
-    """t_compute split by kind of work (parcalc.core.timing.kinds): each m x that kind's kernels of one micro-batch on the
-    slowest stage (forward, backward, recomputed); the fp32 gradient accumulation counts as memory-bound."""
-    from parcalc.core.timing.kinds import KIND_TEXT
-
-    values = {"gemm": kinds.gemm, "attention": kinds.attention, "memory": kinds.memory + accumulate}
-    out = []
-    for kind, key, label, symbol, latex, per in KIND_TERMS:
-        value, what = values[kind], KIND_TEXT[kind]
-        inputs = [m_term, _t(per, per, value, "s", f"{what}, one micro-batch on the slowest stage")]
-        out.append(derivation(key, label, symbol, latex, f"$m × ${per}", inputs, float(m_term.value * value), "s", KERNEL_SOURCE,
-                               (f"t_gemm + t_attention + t_memory_bound = t_compute ({compute.value:.6g} s)",)))  # fmt: skip
-    return out[0], out[1], out[2]
-
-
-def host_costs(cluster: Cluster) -> Any:
-    """The host's time per kernel issued (parcalc.core.timing.host.HostCosts), where the framework profile models its host:
-    the GPU preset's where a trace of this machine calibrated it (`calibrate trace`), else the profile's; None: not modelled."""
-    costs = cluster.framework.host
-    if costs is not None and cluster.gpu is not None and cluster.gpu.host is not None:
-        return cluster.gpu.host
-    return costs
-
-
-def _host_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any, m: int,
-                     t_opt: float) -> Derivation | None:  # fmt: skip
-    """t_host: the GPU waiting for the host that issues eager PyTorch's kernels one by one (parcalc.core.timing.host), for a
-    framework profile that measured its host (`host:`), one stage (pp = 1: the phases are the micro-batches' passes)."""
-    from parcalc.core.comm.tensors import parameter_tensors
-    from parcalc.core.timing.host import MULTI_TENSOR_SOURCE, host_exposed_segments, optimizer_launches, step_segments
-    from parcalc.core.timing.step import stage_launches
-
-    costs = host_costs(cluster)
-    if costs is None or config.layout.pp > 1:
-        return None
-    n_f, n_b = stage_launches(model, config, training, cluster)
-    sizes = [x.rows * x.cols for x in parameter_tensors(model)] if config.layout.tp == 1 else []
-    stepped = bool(sizes) and not training.offload_optimizer and config.layout.zero == 0
-    n_opt = optimizer_launches(sizes) if stepped else 0
-    n_par = len(sizes) if stepped else 0
-    synced = cluster.framework.sync_after_backward
-    g_f, g_b = float(stage.forward), float(stage.backward + stage.recompute)
-    value = host_exposed_segments(step_segments(n_f * costs.forward, g_f, n_b * costs.backward, g_b, m, n_par * costs.prelude,
-                                                n_opt * costs.optimizer, t_opt, synced))  # fmt: skip
-    inputs = [_t("m", "m", m, "", "micro-batches per replica"),
-              _t("n_f", "n_f", n_f, "", "kernels of one micro-batch's forward on the stage (parcalc's kernel list, one launch each)"),
-              _t("n_b", "n_b", n_b, "", "kernels of its backward (and recomputed forward)"),
-              _t("n_o", "n_o", n_opt, "", "kernels of the fused optimizer step (" + MULTI_TENSOR_SOURCE + ")"),
-              _t("n_p", "n_p", n_par, "", "parameter tensors the optimizer's Python walks before its first launch"),
-              _t("c_f", "c_f", costs.forward, "s", "host time per forward kernel (Python model code, dispatcher, launch)", costs.source),
-              _t("c_b", "c_b", costs.backward, "s", "host time per backward kernel (autograd engine, launch)", costs.source),
-              _t("c_o", "c_o", costs.optimizer, "s", "host time per optimizer kernel", costs.source),
-              _t("c_p", "c_p", costs.prelude, "s", "host time per parameter tensor of the optimizer's Python before its first launch",
-                 costs.source),
-              _t("G_f", "G_f", g_f, "s", "GPU time of one micro-batch's forward"), _t("G_b", "G_b", g_b, "s", "GPU time of its backward"),
-              _t("G_o", "G_o", t_opt, "s", "GPU time of the optimizer step")]  # fmt: skip
-    loop = (("the loop synchronises after every micro-batch's backward (" + cluster.framework.source("sync_after_backward")
-             + "): each micro-batch and the optimizer step are fluid models of their own") if synced
-            else "the host runs ahead of the GPU through the whole step (no synchronisation inside it)")  # fmt: skip
-    return HOST.derivation(inputs, value, assumptions=(loop,))
-
-
-def _offload_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,
-                        stage: Any, m: int, value: float) -> Derivation:  # fmt: skip
-    """t_offload with its pieces (parcalc.core.timing.offload.offload_times, the same numbers)."""
-    from parcalc.core.model_states import state_bytes
-    from parcalc.core.timing.compute import optimizer_bytes
-    from parcalc.core.timing.offload import (
-        HOST_BANDWIDTH_SOURCE,
-        HOST_MEMORY_BANDWIDTH,
-        host_link_of,
-    )
-    from parcalc.core.timing.step import _fullest_stage
-
-    link = host_link_of(training)
-    bw = link.bandwidth_per_direction
-    terms = [_t("B_pcie", "B_pcie", bw.value, "B/s", f"{link.name} bandwidth per direction", bw.source, r"B_{\mathrm{pcie}}")]
-    parts = []
-    if training.offload_optimizer:
-        params = _fullest_stage(model, config.layout._replace(ep=1, etp=None)).params  # as offload_step_time counts them
-        ranks = config.layout.dp * config.layout.cp if config.layout.shard_group is None else config.layout.shard_group  # hybrid sharding: 1/S
-        shard = params / ranks if config.layout.zero >= 1 else params
-        per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
-        q_cpu = optimizer_bytes(per.states, 4.0, per.weight, True, state_bytes=per.per_state)
-        terms += [_t("psi_z", "Ψ_z", shard, "", "parameters of this GPU's optimizer shard", latex=r"\Psi_z"),
-                  _t("w", "w", per.weight, "B", "bytes per 16-bit gradient down and weight up (ZeRO-Offload)"),
-                  _t("W_b", "W_b", stage.last_backward, "s", "backward of the last micro-batch (hides the gradient copy)", latex=r"W_{b}"),
-                  _t("Q_cpu", "Q_cpu", q_cpu, "B", "host bytes one parameter's CPU-Adam update moves", latex=r"Q_{\mathrm{cpu}}"),
-                  _t("BW_h", "BW_host", HOST_MEMORY_BANDWIDTH, "B/s", "host memory bandwidth per node", HOST_BANDWIDTH_SOURCE, r"BW_{\mathrm{host}}"),
-                  _t("g", "g", cluster.gpus_per_node, "", "GPUs per node sharing it")]  # fmt: skip
-        parts.append("max(0, $w × $psi_z / $B_pcie - $W_b) + $psi_z × $Q_cpu / ($BW_h / $g) + $w × $psi_z / $B_pcie")
-    if training.offload_activations:
-        layers = config.stage_layers(model)[0]
-        terms += [_t("A_l", "A_layer", breakdown.layer.per_layer.value, "B", "one layer's saved activations, one micro-batch", latex=r"A_{\mathrm{layer}}"),
-                  _t("L_s", "L_s", layers, "", "layers of the first stage"), _t("m", "m", m, "", "micro-batches per replica"),
-                  _t("t_f", "t_f", stage.forward, "s", "forward of one micro-batch"),
-                  _t("t_b", "t_b", stage.backward + stage.recompute, "s", "backward (and recomputation) of one micro-batch")]  # fmt: skip
-        parts.append("max(0, $A_l × $L_s × $m / $B_pcie - $m × $t_f) + max(0, $A_l × $L_s × $m / $B_pcie - $m × $t_b)")
-    return OFFLOAD.derivation(terms, value, formula=" + ".join(parts), assumptions=(
-                       f"host memory bandwidth {HOST_MEMORY_BANDWIDTH / 1e9:g} GB/s per node, CPU-Adam memory-bound (a lower bound on its time)",
-                        f"one PCIe latency ({link.latency.value * 1e6:g} us) per copy, left out of the formula"))  # fmt: skip
-
-
-def _cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, value: float) -> Derivation:
-    """t_cp: the context-parallel exchanges of one micro-batch left exposed, times m (parcalc.core.timing.context)."""
-    from parcalc.core.context import TE_CP, CpComm, cp_comm_of
-
-    kind = cp_comm_of(config.layout.cp_comm)
-    group = placement(config.layout.cp, config.layout.tp, cluster.gpus_per_node)
-    where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
-    inputs = [m_term, _t("C_cp", "C_cp", stage.cp_total, "s", f"{kind.value} exchanges of one micro-batch over cp = {config.layout.cp} "
-                         f"({where}), {stage.layers} layers, NCCL model", TE_CP),
-              _t("E_cp", "E_cp", stage.cp, "s", "of which exposed: " + (
-                  "per ring step max(0, t_send - t_attention / cp) (TE overlaps each step's send with the attention of the block before)"
-                  if kind is CpComm.P2P else "all of it (the attention waits for the exchange)"))]  # fmt: skip
-    return CP.derivation(inputs, value, assumptions=("K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
-
-
-def _dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:
-    """How far DualPipe's bubble (DeepSeek-V3; --schedule dualpipe schedules it) is from the 1F1B
-    bubble the model uses, for this configuration's slowest stage."""
-    from parcalc.core.pipeline import dualpipe_bubble
-    from parcalc.core.timing.step import layer_pieces
-    from parcalc.units import format_time as _ms
-
-    lp = layer_pieces(model, config.layout, config.micro_batch, config.recompute, training, cluster, experts=config.experts())
-    f, b = float(stage.forward), float(stage.backward + stage.recompute)
-    w = (stage.layers - stage.moe_layers) * lp.wgrad_dense + stage.moe_layers * lp.wgrad_moe
-    p = config.layout.pp
-    one_f_one_b = (p - 1) * (f + b)
-    dualpipe = dualpipe_bubble(p, f, b, w)
-    return (f"schedule {'interleaved ' if config.layout.chunks > 1 else ''}1F1B as given; DualPipe (--schedule dualpipe; DeepSeek-V3 sec. 3.2.1, Table 2: "
-            f"bubble (p/2 - 1)(F&B + B - 3W) per step with F, B, W of one of its two chunks per GPU; F&B taken as F + B) would leave "
-            f"{_ms(dualpipe)} idle per iteration where 1F1B's (p - 1)(F + B) is {_ms(one_f_one_b)} here (per micro-batch of the "
-            f"slowest stage F = {_ms(f)}, B = {_ms(b)}, of which weight gradients W = {_ms(w)}), and holds 2x the parameters",)
-
-
-def _ep_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any, m: int,
-                   value: float) -> Derivation | None:  # fmt: skip
-    """t_ep: the MoE dispatch and combine of the slowest stage (parcalc.core.timing.moe), the
-    pipeline's partnerless micro-batches exposing all of theirs."""
-    from parcalc.core.timing.moe import COMM_SMS, COMM_SMS_SOURCE, unpaired_micro_batches
-    from parcalc.core.timing.network import placement as place
-
-    if model.moe is None or (config.layout.ep == 1 and (config.layout.etp or config.layout.tp) == 1):
-        return None
-    experts = config.experts()
-    group = place(experts.ep, experts.etp, cluster.gpus_per_node)
-    where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
-    how = ("NCCL all-to-all: every token copy for another node over the network" if experts.dispatcher == "alltoall"
-           else "DeepEP-style: one copy per token and destination node over the network, forwarded over NVLink"
-           + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else ""))  # fmt: skip
-    if config.layout.schedule.pairs_forward_backward and config.layout.pp > 1:  # overlapped F & B pairs (timing.step.combine)
-        from parcalc.core.pipeline_step import paired_passes
-
-        pairs = paired_passes(config.layout.schedule, config.layout.pp, m)
-        alone = m - pairs * (0.5 if config.layout.schedule.v_shape else 1.0)
-    else:
-        alone = float(unpaired_micro_batches(config.layout.pp, config.layout.chunks, m))
-    inputs = [_t("m", "m", m, "", "micro-batches per replica"),
-              _t("u", "u", alone, "", "micro-batches without a partner (pipeline warm-up; all of them without 1F1B overlap; "
-                 "DualPipe(V): m less its overlapped F & B pairs, each pairing two passes (a V's: of half the stage))"),
-              _t("L_m", "L_MoE", stage.moe_layers, "", "MoE layers of the slowest stage", latex=r"L_{\mathrm{MoE}}"),
-              _t("A", "A", stage.ep_total, "s", f"dispatch + combine of one micro-batch, forward and backward, all {stage.moe_layers} "
-                 f"MoE layers, over ep = {experts.ep} ({where}), {how}"),
-              _t("E", "E", stage.ep, "s", f"of which exposed beside a partner ({experts.overlap} overlap; the SMs the hidden part "
-                 f"holds slow the compute beside it)")]  # fmt: skip
-    assumptions = [f"busiest rank's tokens over the balanced share rho = {experts.imbalance:g} (--moe-imbalance)",
-                   f"communication kernels hold {COMM_SMS} of the GPU's SMs while they run ({COMM_SMS_SOURCE})"]
-    if experts.overlap == "none":
-        assumptions.append("not overlapped with compute (--ep-overlap none)")
-    per_gemm = cluster.framework.expert_gemm_host
-    if per_gemm:
-        from parcalc.core.timing.moe import EXPERT_HOST_SOURCE, GEMMS_PER_EXPERT
-
-        assumptions.append(f"A and E include the GPU's wait for the host issuing each local expert's GEMMs one by one after the "
-                           f"dispatcher's host sync: {GEMMS_PER_EXPERT[0]} forward and {GEMMS_PER_EXPERT[1]} backward per expert at "
-                           f"{per_gemm * 1e6:.2f} us each ({cluster.framework.source('expert_gemm_host')}), less the GPU time they "
-                           f"overlap ({EXPERT_HOST_SOURCE})")  # fmt: skip
-    return EP.derivation(inputs, value, assumptions=tuple(assumptions))
-
-
-def _dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer: float, b_layer: float, m: int, value: float,
-                   training: Training, hidden: float = 0.0, sm_loss: float = 0.0) -> Derivation:  # fmt: skip
-    """t_dp with the collectives it is made of, in words (the formula is parcalc.core.timing.step.dp_exposed), and the
-    compute the hidden ones slow (`hidden` seconds, `sm_loss` of them lost: parcalc.core.timing.sm_contention)."""
-    d, z = config.layout.dp * config.layout.cp, config.layout.zero  # gradients sync over the dp-cp group (Megatron-LM; dp_pieces gets d x cp)
-    if d == 1:
-        return DP.zero("no data parallelism")
-    group = placement(d, config.layout.tp, cluster.gpus_per_node)
-    where = "inside a node" if group.nodes == 1 else f"over {group.nodes} nodes, {group.per_node} GPU(s) each"
-    size = config.layout.shard_group if z and config.layout.shard_group is not None and config.layout.shard_group < d else d  # hybrid sharding: S < d
-    zero_group = f"d = {d} ({where})"
-    if size < d:
-        shards, replicas = placement(size, config.layout.tp, cluster.gpus_per_node), placement(d // size, config.layout.tp * size, cluster.gpus_per_node)
-
-        def at(p: Any) -> str:
-            return "inside a node" if p.nodes == 1 else f"over {p.nodes} nodes, {p.per_node} GPU(s) each"
-
-        zero_group = f"the shard group S = {size} of d = {d} ({at(shards)})"
-        a_where = f"the {d // size} replicas, tp x S apart ({at(replicas)})"
-    fw = cluster.framework.at(config.layout.pp)
-    overlap_grad, overlap_param = cluster.overlap_grad_at(config.layout.pp), cluster.overlap_param_at(config.layout.pp)
-    overlap = ("overlapped with the backward of the last micro-batch" if overlap_grad else "not overlapped")
-    n_b = _t("n_b", "n_b", dp.buckets, "", f"gradient buckets ({fw.name}: {fw.source('bucket')})")
-    w_b = _t("W_b", "W_b", stage.last_backward, "s", "backward of one micro-batch on the stage (the overlap window)", latex=r"W_{b}")
-    if z == 0:
-        terms = [_t("T_ar", "T_ar", dp.grad_all_reduce, "s", f"all-reduce of every bucket over d = {d} ({where})", latex=r"T_{\mathrm{ar}}"), n_b, w_b]
-        formula = "max($T_ar - $W_b, $T_ar / $n_b)" if overlap_grad else "$T_ar"
-    elif z in (1, 2):
-        w_f = _t("W_f", "W_f", stage.first_forward, "s", "forward of the first micro-batch (hides the parameter gather)", latex=r"W_{f}")
-        reduce = (f"all-reduce of every bucket's fp32 gradients over {zero_group} ({fw.name}'s BF16_Optimizer shards its states only)"
-                  if fw.accumulation_bytes(training.precision) and size == d else f"reduce-scatter of every bucket over {zero_group}")
-        terms = [_t("T_rs", "T_rs", dp.grad_reduce_scatter, "s", reduce, latex=r"T_{\mathrm{rs}}"),
-                 _t("T_ag", "T_ag", dp.param_gather, "s", "all-gather of the updated weights", latex=r"T_{\mathrm{ag}}"), n_b, w_b, w_f]  # fmt: skip
-        rs = "$T_rs"
-        if size < d:  # each bucket's shard all-reduced over the replicas after its reduce-scatter (Megatron-LM's start_grad_sync)
-            terms.insert(1, _t("T_ar", "T_ar", dp.grad_replica_all_reduce, "s", f"all-reduce of every bucket's 1/S shard over {a_where}",
-                               latex=r"T_{\mathrm{ar}}"))  # fmt: skip
-            rs = "($T_rs + $T_ar)"
-        scatter = f"max({rs} - $W_b, {rs} / $n_b)" if overlap_grad else rs
-        if z == 2 and fw.reduce_every_micro_batch:  # DeepSpeed ZeRO-2 reduces each micro-batch's gradients
-            terms.append(_t("m", "m", m, "", "micro-batches per replica (gradients reduced in each)"))
-            scatter = f"$m × {scatter}"
-        formula = scatter + (" + max($T_ag - $W_f, $T_ag / $n_b)" if overlap_param else " + $T_ag")
-    else:
-        terms = [_t("m", "m", m, "", "micro-batches per replica"), _t("L_s", "L_s", dp.layers, "", "layers (sharding units) per stage"),
-                 _t("g", "g", dp.layer_gather, "s", f"all-gather of one layer's weights over {zero_group}"),
-                 _t("r", "r", dp.layer_reduce, "s", "reduce-scatter of one layer's gradients"),
-                 _t("g_0", "g_0", dp.root_gather, "s", "all-gather of the root unit (embedding, final norm, LM head)"),
-                 _t("f_l", "f_l", f_layer, "s", "one layer's forward (the prefetch window)"),
-                 _t("b_l", "b_l", b_layer, "s", "one layer's backward and recomputation")]  # fmt: skip
-        # parcalc.core.timing.step.dp_exposed, written out for the settings in force
-        g_b = "$g" if fw.reshard_after_forward else "0"
-        r = "$r"
-        if size < d:  # FSDP2's foreach_reduce: the unit's reduce-scatter, then its shard's all-reduce over the replicate group
-            terms.insert(4, _t("a", "a", dp.layer_replica_reduce, "s", f"all-reduce of one layer's 1/S gradient shard over {a_where}"))
-            r = "($r + $a)"
-        forward = "$g_0 + $g + ($L_s - 1) × max(0, $g - $f_l)" if overlap_param else "$g_0 + $L_s × $g"
-        regather = f"$L_s × max(0, {g_b} - $b_l)" if overlap_grad else f"$L_s × {g_b}"
-        reduce = (f"$L_s × max(0, {r} - max(0, $b_l - {g_b})) + {r}" if overlap_grad else f"$L_s × {r}")
-        syncs = "$m" if fw.reduce_every_micro_batch else "1"
-        formula = f"$m × ({forward} + {regather}) + {syncs} × ({reduce})"
-    source = f"{DP.source}; {fw.name} buckets, {overlap}; {NCCL_SOURCE}"
-    assumptions: tuple[str, ...] = ()
-    if size < d:
-        from parcalc.core.sharding import HSDP_SOURCE
-
-        source += f"; hybrid sharding: {HSDP_SOURCE}"
-        assumptions = (f"hybrid sharding over S = {size}: each reduce-scatter's all-reduce over the replicas follows it on the critical "
-                       "path of the reduce (the next reduce-scatter running beside it on another stream is not credited)",)  # fmt: skip
-    if sm_loss and hidden > 0:  # the compute beside the hidden collectives runs on the SMs NCCL leaves it
-        from parcalc.core.timing.sm_contention import SOURCE as CONTENTION_SOURCE
-
-        gpu = cluster.gpu
-        assert gpu is not None and gpu.nccl_channels is not None and gpu.sms is not None
-        terms += [_t("H", "H", hidden, "s", "the collectives' time hidden under compute (all of it less what stays exposed)"),
-                  _t("lambda", "λ", sm_loss, "", f"the share of it the compute beside loses: 1 - t / t_stretched of a layer's kernels "
-                     f"with {gpu.nccl_channels.value:g} of the {gpu.sms.value:g} SMs held by NCCL ({gpu.nccl_channels.source})", CONTENTION_SOURCE,
-                     latex=r"\lambda")]  # fmt: skip
-        formula = f"{formula} + $H × $lambda"
-        source += f"; {CONTENTION_SOURCE}"
-        assumptions += ("a persistent GEMM's CTAs past the free SMs wait for a whole CTA's work (its second round), other compute-"
-                        "bound kernels slow by S / (S - c), memory-bound ones not; each hidden collective spans whole kernels",)  # fmt: skip
-    return DP.derivation(terms, value, formula=formula, source=source, assumptions=assumptions)
 
 
 def _check_cluster(cluster: Cluster) -> None:

@@ -747,7 +747,7 @@ def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, 
                 m: np.ndarray, stage: Any, t_opt: Any) -> Any:  # fmt: skip
     """t_host of each configuration as parcalc.core.fit._host_derivation has it (one stage, a profile that measured its host;
     0 otherwise): kernel launches once per distinct (b, SP, recomputation), the fluid model on arrays."""
-    from parcalc.core.fit import host_costs
+    from parcalc.core.fit_term_derivations import host_costs
     from parcalc.core.timing.host import host_exposed_repeated, optimizer_launches
     from parcalc.core.timing.step import stage_launches
 
