@@ -72,14 +72,13 @@ from parcalc.core.pipeline_sim import ZBV_WEIGHT_MEMORY
 from parcalc.core.stages import stage_layers_derivation
 from parcalc.core.training_setup import (
     TrainingSetup,
-    replayed_reserve,
     reserve_derivation,
 )
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
 if TYPE_CHECKING:
-    from parcalc.core.memory_walk import StepPeak
+    pass
 
 FSDP = "Zhao et al. 2023, 'PyTorch FSDP' (VLDB), sec. 3.3-3.4: a unit's parameters are gathered for its compute, the next unit's prefetched"
 
@@ -838,95 +837,10 @@ def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup)
         check_recompute_layers(setup.recompute_layers, setup.recompute, chunk_layers(split, par.chunks), model)
     stages = tuple(stage_memory(model, par, setup, per, layer, s) for s in range(par.pp))
     if setup.step_memory != "textbook":
-        stages = tuple(with_step_peak(model, par, setup, stage) for stage in stages)
+        from parcalc.core.memory_step_peak import with_step_peak
+
+        split = stage_layers(model, par)
+        stages = tuple(with_step_peak(model, par, setup, stage, split) for stage in stages)
     if not all(math.isfinite(s.total.value) for s in stages):
         raise InputError("--seq-len / --micro-batch: these sizes give more bytes than a number can hold; no GPU holds them")
     return MemoryBreakdown(model, par, setup, per, layer, stages)
-
-
-# ---------------------------------------------------------------------------------------------
-# The hf profile: the step's peak in place of the textbook sum (parcalc.core.memory_timeline)
-
-
-def check_hf_layout(par: Layout, setup: TrainingSetup) -> None:
-    """What the hf profile's step walk covers: one data-parallel replica per GPU (DDP), no offload."""
-    other = [f"{name} = {getattr(par, name)}" for name in ("tp", "pp", "cp", "ep") if getattr(par, name) > 1]
-    if other:
-        raise InputError(f"--framework hf: the Hugging Face Trainer (DDP) runs data parallelism only, not {', '.join(other)}")
-    if par.zero:
-        raise InputError(f"--framework hf --zero {par.zero}: plain DDP keeps whole replicas (ZeRO is the deepspeed and fsdp2 profiles)")
-    if setup.offload_optimizer or setup.offload_activations:
-        raise InputError("--framework hf --offload: the step walk has no offload (the Trainer offloads through DeepSpeed: --framework deepspeed)")
-    # Megatron-LM's options, which the walk would otherwise accept and not count (found by the session's review)
-    if setup.moment_bytes is not None:
-        raise InputError("--framework hf --moment-dtype: torch.optim keeps AdamW's states in the parameter's dtype; it has no such option")
-    if setup.dropout:
-        raise InputError("--framework hf --dropout: the walk follows LlamaForCausalLM, which trains without dropout (attention_dropout 0.0)")
-    if not setup.flash_attention:
-        raise InputError("--framework hf --no-flash-attention: the walk follows transformers' default attention, SDPA, which keeps no "
-                         "s x s scores (attn_implementation 'eager' is not walked)")
-
-
-def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
-    """A textbook StageMemory with its total replaced by the step's peak as the allocator reserves it, plus the reserve
-    (here, not in parcalc.core.memory_timeline: the walk knows nothing of this module's types)."""
-    from parcalc.core.memory_timeline import HfStep, check_hf_model, hf_step_peak
-    from parcalc.core.step_peak_derivation import peak_derivation, reserved_derivation
-
-    if setup.step_memory != "hf-eager":
-        return _with_fsdp_peak(model, par, setup, stage)
-    check_hf_model(model)  # what the walk follows first, then the options it counts
-    check_hf_layout(par, setup)
-    step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute, ddp_buckets=par.dp > 1)
-    peak = hf_step_peak(model, step)
-    allocated = peak_derivation(peak, model, step)
-    reserved = reserved_derivation(peak)
-    return _at_peak(stage, peak, allocated, reserved, "parcalc.core.memory_timeline (hf profile)", replayed_reserve(setup.reserve))
-
-
-def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory) -> StageMemory:
-    """The fsdp2 and torchtitan profiles: the step's peak under fully_shard (parcalc.core.memory_fsdp) where its walk follows
-    the layout (FSDP over all dp ranks of a dense Llama-shaped model), else the textbook sum as it is."""
-    from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
-    from parcalc.core.step_peak_derivation import fsdp_peak_derivation, reserved_derivation
-
-    if fsdp_walk_gaps(model, par, setup, pipeline=True):
-        return stage
-    step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute,
-                        par.tp)
-    if par.pp > 1:  # this stage of the pipeline (parcalc.core.memory_pipeline_stage), its own layers
-        from dataclasses import replace as replaced
-
-        split = stage_layers(model, par)
-        first = sum(split[: stage.stage])
-        step = replaced(step, pp=par.pp, pp_stage=stage.stage, stage_layers=(first, first + split[stage.stage]),
-                        micro_batches=setup.micro_batches)
-    peak = fsdp_step_peak(model, step)
-    allocated = fsdp_peak_derivation(peak, model, step, setup.step_memory.removesuffix("-eager"))
-    return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
-
-
-def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup, pipeline: bool = False) -> list[str]:
-    """What of this layout and setup the FSDP2 step walk does not follow (none: it gives the memory)."""
-    from parcalc.core.memory_fsdp import PROFILES, walk_gaps
-
-    other = tuple(what for what, on in (("--offload", setup.offload_optimizer or setup.offload_activations),
-                                        ("--recompute-layers", setup.recompute_layers is not None),
-                                        ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
-    code = PROFILES[setup.step_memory].model_code if setup.step_memory in PROFILES else "transformers"
-    return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other, code, pipeline)
-
-
-def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str, reserve: Derivation) -> StageMemory:
-    """A textbook StageMemory with its total replaced by the step's peak as reserved plus `reserve` (the replayed allocator's:
-    training_setup.replayed_reserve), the textbook kept beside."""
-    from dataclasses import replace as replaced
-
-    textbook = replaced(stage.total, key="textbook_total", label="Textbook sum (states + Korthikanti's activations + reserve), "
-                        "for comparison", symbol="M_textbook", latex_symbol=r"M_{\mathrm{textbook}}")
-    total = Derivation("total", "Total on one GPU: the step's peak as reserved, plus the reserve", "M_total", r"M_{\mathrm{total}}",
-                       "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), reserve.as_term("R")),
-                       reserved.value + reserve.value, "B", source)
-    return replaced(stage, reserve=reserve, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,
-                    peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
-                    peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))

@@ -393,7 +393,7 @@ BRIEF_ASSUMPTIONS = ("bytes per parameter", "16-bit gradients", "gradients in", 
 
 def step_walk_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:
     """Why an fsdp2 / torchtitan memory is the textbook sum: what of the layout the step walk does not follow."""
-    from parcalc.core.memory import fsdp_walk_gaps
+    from parcalc.core.memory_step_peak import fsdp_walk_gaps
 
     setup = breakdown.setup
     if setup.step_memory not in ("fsdp2-eager", "torchtitan-eager") or breakdown.worst.peak is not None:
