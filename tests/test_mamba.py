@@ -67,6 +67,9 @@ def test_tiny_nemotron_h_parameters_and_flops(pattern: str, seq_len: int, overri
     torch.manual_seed(0)
     real = tf.NemotronHForCausalLM(config).train()
     assert model.total_params == sum(p.numel() for p in real.parameters())
+    if tuple(int(part) for part in tf.__version__.split(".")[:2]) < (5, 24):
+        pytest.skip("the three differences below are those of transformers 5.24's torch reference path (5.17's counts "
+                    "another set of einsums); the parameters above hold for both")
     batch = 2
     with FlopCounterMode(display=False) as counter:
         real(input_ids=torch.randint(0, 256, (batch, seq_len)), use_cache=False)
