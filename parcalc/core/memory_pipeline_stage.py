@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parcalc.core.memory_torchtitan import _mm_backward, block_backward, block_forward, norm_backward
+from parcalc.core.memory_torchtitan import block_backward, block_forward, mm_backward, norm_backward
 from parcalc.core.memory_walk import LiveTensor, StepHooks, StepShapes, Walk, cross_entropy_backward, norm_forward
 from parcalc.core.model import TransformerModel
 
@@ -157,7 +157,7 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         g32 = cross_entropy_backward(walk, x)
         walk.alloc(f"{p}g_logits", x.T * x.V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
         walk.free(g32)
-        _mm_backward(walk, x, f"{p}head", f"{p}g_logits", x.h, x.V, f"{p}final.g_y", f"{p}final.out")
+        mm_backward(walk, x, f"{p}head", f"{p}g_logits", x.h, x.V, f"{p}final.g_y", f"{p}final.out")
         norm_backward(walk, x, f"{p}final", f"{p}final.g_y", f"{p}g_stream")
     else:
         walk.rename(f"pp.grad_recv{j}", f"{p}g_stream")

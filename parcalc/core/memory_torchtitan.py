@@ -84,7 +84,7 @@ POLICIES = ("none", "full", "op")
 OP_CACHED = ("q.out", "v.out", "w1.out", "w2.out", "attn", "lse")
 
 
-class _Block:
+class BlockWalk:
     """One block's forward: allocations, and what Python drops (freed unless autograd saved it or SAC cached it)."""
 
     def __init__(self, walk: Walk, x: StepShapes, i: int, policy: str, recomputing: bool, prefix: str = "") -> None:
@@ -117,27 +117,19 @@ class _Block:
             self.held.add(key)
 
 
-def _repeat_kv_copies(x: StepShapes) -> bool:
+def repeat_kv_copies(x: StepShapes) -> bool:
     """Whether repeat_kv copies: n_rep > 1 over more than one KV head (with one, reshape merges a size-1 dim with the
     expanded one and returns a view: multi-query attention keeps k and v as they are)."""
     kv_heads = x.kv * x.heads // x.q
     return x.q > x.kv and kv_heads > 1
 
 
-def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False, prefix: str = "") -> str:
-    """torchtitan's TransformerBlock (TT_SOURCES['model']) under `policy`; returns the output's key ("" when the
-    recomputation stops early, after w2's input). `prefix` keys a pipeline micro-batch's tensors apart."""
-    T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
-    copies = _repeat_kv_copies(x)
-    b = _Block(walk, x, i, policy, recomputing, prefix)
-    k = b.k
-    y = norm_forward(walk, x, f"{k}.n1", inp, b.saving)
-    b.save(y)
-    xq = b.alloc("q.out", T * q * c, "wq output", False)
-    xk = b.alloc("k.out", T * kv * c, "wk output", False)
-    xv = b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies)
-    b.drop(y)
-    # apply_rotary_emb: both fp32 copies, both complex products, both casts back; then the function returns
+def rope_and_attention(b: BlockWalk, x: StepShapes, widths: tuple[int, int, int], copies: bool, xq: str, xk: str, xv: str) -> str:
+    """apply_rotary_emb (both fp32 copies, both complex products, both casts back), repeat_kv's copies where it copies, and
+    SDPA's output and logsumexp, from wq / wk / wv's outputs; `widths`: the query and KV widths and the query heads this rank
+    computes (all of them, or apply_tp's share). Returns SDPA's output's key."""
+    T, c = x.T, x.c
+    q, kv, heads = widths
     q32, k32 = b.alloc("q32", T * q * 4, "RoPE xq.float()", False), b.alloc("k32", T * kv * 4, "RoPE xk.float()", False)
     qc, kc = b.alloc("qc", T * q * 4, "RoPE xq * freqs_cis (complex64)", False), b.alloc("kc", T * kv * 4, "RoPE xk * freqs_cis", False)
     xq_r = b.alloc("q.rope", T * q * c, "SDPA q (RoPE's output)", True)
@@ -150,8 +142,25 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
         values = b.alloc("values", T * q * c, "SDPA v (repeat_kv copy)", True)
         b.drop(xv)
     attn = b.alloc("attn", T * q * c, "SDPA output (wo's input)", True)
-    lse = b.alloc("lse", x.b * x.heads * x.s * 4, "SDPA logsumexp (fp32)", True)
+    lse = b.alloc("lse", x.b * heads * x.s * 4, "SDPA logsumexp (fp32)", True)
     b.drop(xq_r, keys, values, lse)
+    return attn
+
+
+def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False, prefix: str = "") -> str:
+    """torchtitan's TransformerBlock (TT_SOURCES['model']) under `policy`; returns the output's key ("" when the
+    recomputation stops early, after w2's input). `prefix` keys a pipeline micro-batch's tensors apart."""
+    T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
+    copies = repeat_kv_copies(x)
+    b = BlockWalk(walk, x, i, policy, recomputing, prefix)
+    k = b.k
+    y = norm_forward(walk, x, f"{k}.n1", inp, b.saving)
+    b.save(y)
+    xq = b.alloc("q.out", T * q * c, "wq output", False)
+    xk = b.alloc("k.out", T * kv * c, "wk output", False)
+    xv = b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies)
+    b.drop(y)
+    attn = rope_and_attention(b, x, (q, kv, x.heads), copies, xq, xk, xv)
     o = b.alloc("o.out", T * h * c, "wo output", False)
     b.drop(attn)
     x1 = b.alloc("x1", T * h * c, "residual stream after attention", False)
@@ -223,7 +232,7 @@ def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str, in
     add_gradient(walk, f"{key}.g_in", into, in_place)
 
 
-def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "") -> None:
+def mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "") -> None:
     """MmBackward: the input gradient (added into `into`), the weight gradient (bf16, the unsharded parameter's .grad)."""
     walk.alloc(f"{key}.gin", x.T * d_in * x.c, "temporaries", "input gradient")
     grad_of_weight(walk, x, key, d_in, d_out)
@@ -243,10 +252,10 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, pre
     walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "mul backward: silu's gradient")
     walk.alloc(f"{k}.g_u", T * f * c, "temporaries", "mul backward: w3's gradient")
     walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.w3.out")
-    _mm_backward(walk, x, f"{k}.w3", f"{k}.g_u", h, f, f"{k}.g_y2")
+    mm_backward(walk, x, f"{k}.w3", f"{k}.g_u", h, f, f"{k}.g_y2")
     walk.alloc(f"{k}.g_g", T * f * c, "temporaries", "silu backward")
     walk.free(f"{k}.g_act", f"{k}.w1.out")
-    _mm_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f, f"{k}.g_y2", f"{k}.n2.out")
+    mm_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f, f"{k}.g_y2", f"{k}.n2.out")
     norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.g_x1")
     walk.free(f"{k}.x1")
     # h = x + wo(attention): wo's branch gets the same gradient
@@ -269,9 +278,9 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, pre
             prev = f"{k}.g_{name}" if step == "32" else f"{k}.g_{name}{'32' if step == 'c' else 'c'}"
             walk.alloc(f"{k}.g_{name}{step}", T * w * size, "temporaries", what)
             walk.free(prev)
-    _mm_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, f"{k}.g_y")
-    _mm_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, kv, f"{k}.g_y")
-    _mm_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, q, f"{k}.g_y", f"{k}.n1.out")
+    mm_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, f"{k}.g_y")
+    mm_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, kv, f"{k}.g_y")
+    mm_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, q, f"{k}.g_y", f"{k}.n1.out")
     norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", f"{k}.g_x1")
     walk.rename(f"{k}.g_x1", into)
     walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
@@ -315,7 +324,7 @@ def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, pol
     walk.phase = "backward: output projection"
     walk.alloc("g_logits", T * V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
     walk.free(g_logits32)
-    _mm_backward(walk, x, "head", "g_logits", h, V, "final.g_y", "final.out")
+    mm_backward(walk, x, "head", "g_logits", h, V, "final.g_y", "final.out")
     norm_backward(walk, x, "final", "final.g_y", "g_stream")
     for i in reversed(range(model.layers)):
         walk.phase = f"backward: layer {i + 1} of {model.layers}" + ("" if policies[i] == "none" else " (recomputed)")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parcalc.core.memory_torchtitan import _Block, _repeat_kv_copies, add_gradient, norm_backward
+from parcalc.core.memory_torchtitan import BlockWalk, add_gradient, norm_backward, repeat_kv_copies, rope_and_attention
 from parcalc.core.memory_walk import LiveTensor, StepHooks, StepShapes, Walk, grad_of_weight, norm_forward
 from parcalc.core.model import TransformerModel
 
@@ -72,8 +72,8 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, tp: 
     stops early, after w2's input)."""
     xl, xs = _local(x, tp), _sequence_shard(x, tp)
     T, h, q, kv, f, c = x.T, x.h, xl.q, xl.kv, xl.f, x.c
-    copies = _repeat_kv_copies(xl)
-    b = _Block(walk, xl, i, policy, recomputing)
+    copies = repeat_kv_copies(xl)
+    b = BlockWalk(walk, xl, i, policy, recomputing)
     k = b.k
     y = norm_forward(walk, xs, f"{k}.n1", inp, b.saving)
     ag = all_gather(walk, x, f"{k}.ag1", "activations" if b.saving else "temporaries", "attention input (all-gathered sequence)")
@@ -82,20 +82,7 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, tp: 
     xv = b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies)
     b.save(ag)
     b.drop(ag)
-    q32, k32 = b.alloc("q32", T * q * 4, "RoPE xq.float()", False), b.alloc("k32", T * kv * 4, "RoPE xk.float()", False)
-    qc, kc = b.alloc("qc", T * q * 4, "RoPE xq * freqs_cis (complex64)", False), b.alloc("kc", T * kv * 4, "RoPE xk * freqs_cis", False)
-    xq_r = b.alloc("q.rope", T * q * c, "SDPA q (RoPE's output)", True)
-    xk_r = b.alloc("k.rope", T * kv * c, "RoPE's k" if copies else "SDPA k (RoPE's output)", not copies)
-    b.drop(q32, k32, qc, kc, xq, xk)
-    keys, values = xk_r, xv
-    if copies:
-        keys = b.alloc("keys", T * q * c, "SDPA k (repeat_kv copy)", True)
-        b.drop(xk_r)
-        values = b.alloc("values", T * q * c, "SDPA v (repeat_kv copy)", True)
-        b.drop(xv)
-    attn = b.alloc("attn", T * q * c, "SDPA output (wo's input)", True)
-    lse = b.alloc("lse", x.b * xl.heads * x.s * 4, "SDPA logsumexp (fp32)", True)
-    b.drop(xq_r, keys, values, lse)
+    attn = rope_and_attention(b, x, (q, kv, xl.heads), copies, xq, xk, xv)
     partial = b.alloc("o.partial", T * h * c, "wo output (partial sum over the heads)", False)
     b.drop(attn)
     o = reduce_scatter(walk, x, tp, partial, f"{k}.o.out", "temporaries", "wo output (sequence shard)")

@@ -38,11 +38,13 @@ SAVE_LIST = {
 class Transformer(nn.Module):
     """torchtitan's Transformer (model.py at 9dec370) of `c.layers` blocks, vocabulary `vocab`, max_seq_len `seq`."""
 
+    block = TitanBlock  # a subclass names its own (tiny_torchtitan_tp: the module names apply_tp's plan reads)
+
     def __init__(self, c: LlamaConfig, vocab: int, seq: int) -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, c.hidden)
         self.register_buffer("freqs_cis", rope(seq, c.head_dim), persistent=True)
-        self.layers = nn.ModuleDict({str(i): TitanBlock(c) for i in range(c.layers)})
+        self.layers = nn.ModuleDict({str(i): self.block(c) for i in range(c.layers)})
         self.norm = RMSNorm(c.hidden)
         self.output = nn.Linear(c.hidden, vocab, bias=False)
 

@@ -20,8 +20,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import tiny_torchtitan
 from .eager_ops import RMSNorm
-from .tiny_llama import LlamaConfig, repeat_kv, rope
+from .tiny_llama import LlamaConfig, repeat_kv
 from .tiny_torchtitan import apply_ac, loss_fn
 
 
@@ -81,20 +82,8 @@ class TransformerBlock(nn.Module):
         return h + self.feed_forward(self.ffn_norm(h))
 
 
-class Transformer(nn.Module):
-    def __init__(self, c: LlamaConfig, vocab: int, seq: int) -> None:
-        super().__init__()
-        self.tok_embeddings = nn.Embedding(vocab, c.hidden)
-        self.register_buffer("freqs_cis", rope(seq, c.head_dim), persistent=True)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(c) for i in range(c.layers)})
-        self.norm = RMSNorm(c.hidden)
-        self.output = nn.Linear(c.hidden, vocab, bias=False)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.tok_embeddings(tokens)
-        for layer in self.layers.values():
-            h = layer(h, self.freqs_cis)
-        return self.output(self.norm(h))
+class Transformer(tiny_torchtitan.Transformer):
+    block = TransformerBlock
 
 
 def apply_tp(model: Transformer, tp_mesh, loss_parallel: bool = True) -> None:
