@@ -280,6 +280,7 @@ class StreamWalk(Walk):
         self.stream_peak: dict[str, tuple[float, tuple[float, ...]]] = dict.fromkeys(STREAMS, (0.0, ()))
         self.stream_now: dict[str, float] = dict.fromkeys(STREAMS, 0.0)
         self.key_stream: dict[str, str] = {}
+        self._stream_due: set[str] = set()  # streams at a new peak whose blocks are copied when they next lose one (Walk._peak_due)
 
     def alloc(self, key: str, size: float, kind: str, what: str) -> None:
         super().alloc(key, size, kind, what)
@@ -289,23 +290,33 @@ class StreamWalk(Walk):
         self.stream_live[stream][key] = self.live[key].bytes
         self.stream_now[stream] += self.live[key].bytes
         if self.stream_now[stream] > self.stream_peak[stream][0]:
-            self.stream_peak[stream] = (self.stream_now[stream], tuple(self.stream_live[stream].values()))
+            self.stream_peak[stream] = (self.stream_now[stream], ())
+            self._stream_due.add(stream)
+
+    def _copy_stream_peak(self, stream: str) -> None:
+        if stream in self._stream_due:
+            self.stream_peak[stream] = (self.stream_peak[stream][0], tuple(self.stream_live[stream].values()))
+            self._stream_due.discard(stream)
 
     def free(self, *keys: str) -> None:
         super().free(*keys)
         for key in keys:
             stream = self.key_stream.pop(key, None)
             if stream is not None:
+                self._copy_stream_peak(stream)
                 self.stream_now[stream] -= self.stream_live[stream].pop(key)
 
     def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
         super().rename(old, new, what, kind)
         stream = self.key_stream.pop(old)
+        self._copy_stream_peak(stream)
         self.key_stream[new] = stream
         self.stream_live[stream][new] = self.stream_live[stream].pop(old)
 
     def pools(self) -> tuple[tuple[str, float], ...]:
         """What each stream's pool reserves: the least that holds its own peak's blocks (parcalc.core.allocator)."""
+        for stream in tuple(self._stream_due):
+            self._copy_stream_peak(stream)
         return tuple((s, reserved_bytes(self.stream_peak[s][1])) for s in STREAMS)
 
 

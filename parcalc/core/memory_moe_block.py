@@ -8,7 +8,7 @@ memory_timeline.HF_SOURCES['moe'], ['grouped_mm'] and ['shared_expert'].
 
 from __future__ import annotations
 
-from parcalc.core.memory_walk import LiveTensor, StepShapes, Walk, cast_back, grad_of_weight, linear, linear_backward
+from parcalc.core.memory_walk import StepShapes, Walk, cast_back, grad_of_weight, linear, linear_backward
 
 
 def gated_shared_forward(walk: Walk, x: StepShapes, k: str, inp: str, shared: str, experts_out: str, kind: str, recomputing: bool) -> str:
@@ -19,7 +19,7 @@ def gated_shared_forward(walk: Walk, x: StepShapes, k: str, inp: str, shared: st
     gate = linear(walk, x, f"{k}.sg", inp, x.w, h, 1, kind == "activations", "shared_expert_gate")
     walk.alloc(f"{k}.sig", T * c, kind, "shared expert gate sigmoid (saved by itself and the product)")
     walk.free(gate)
-    walk.live[shared] = LiveTensor("shared expert down_proj output (saved by the gating product)", kind, walk.live[shared].bytes)
+    walk.relabel(shared, "shared expert down_proj output (saved by the gating product)", kind)
     if recomputing:
         walk.free(experts_out)
         return ""

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parcalc.core.memory_torchtitan import block_backward, block_forward, mm_backward, norm_backward
-from parcalc.core.memory_walk import LiveTensor, StepHooks, StepShapes, Walk, cross_entropy_backward, norm_forward
+from parcalc.core.memory_walk import StepHooks, StepShapes, Walk, cross_entropy_backward, norm_forward
 from parcalc.core.model import TransformerModel
 
 TORCH_PP = "pytorch/pytorch v2.13.0 torch/distributed/pipelining"
@@ -137,7 +137,7 @@ def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: Sta
         walk.free(current)
         walk.alloc(f"{p}head.out", x.T * x.V * x.c, "logits and loss",
                    "pred (kept by fwd_cache and output_chunks)" if plan.return_outputs else "pred (kept by fwd_cache until its backward)")
-        walk.live[y] = LiveTensor("final norm output (the output projection's input)", "activations", walk.live[y].bytes)
+        walk.relabel(y, "final norm output (the output projection's input)", "activations")
         hooks.after_forward(walk)
         walk.alloc(f"{p}logits32", x.T * x.V * 4, "logits and loss", "pred.flatten(0, 1).float()")
         walk.alloc(f"{p}logsoftmax", x.T * x.V * 4, "logits and loss", "cross_entropy's log_softmax (fp32, saved)")

@@ -37,7 +37,6 @@ from parcalc.core.allocator import CachingAllocator
 from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Recompute
 from parcalc.core.memory_moe_block import experts_backward, experts_forward, gated_shared_backward, gated_shared_forward
 from parcalc.core.memory_walk import (
-    LiveTensor,
     NormShape,
     StepHooks,
     StepPeak,
@@ -282,7 +281,7 @@ def _layer_forward(walk: Walk, x: StepShapes, i: int, inp: str, saved: bool, rec
     if x.qk_norm:
         ko = _head_norm(walk, x, f"{k}.kn", ko, kv, saved)
     vo = linear(walk, x, f"{k}.v", y, x.w, h, kv, saved, "v_proj")
-    walk.live[vo] = LiveTensor("v_proj output (SDPA's v)", kind, walk.live[vo].bytes)  # v goes to SDPA as it is
+    walk.relabel(vo, "v_proj output (SDPA's v)", kind)  # v goes to SDPA as it is
     rope = max(x.c, x.w)  # bf16 q times fp32 cos promotes to fp32 (HF_SOURCES['attention'])
     qb = _rope_input_bytes(x)
     for name, width, proj in (("q", q, qo), ("k", kv, ko)):
@@ -334,10 +333,10 @@ def _mlp_forward(walk: Walk, x: StepShapes, k: str, inp: str, width: int, saved:
     T, h, c = x.T, x.h, x.c
     kind = "activations" if saved else "temporaries"
     go = linear(walk, x, f"{k}.gate", inp, x.w, h, width, saved, f"{what}gate_proj")
-    walk.live[go] = LiveTensor(f"{what}MLP gate_proj output", kind, walk.live[go].bytes)
+    walk.relabel(go, f"{what}MLP gate_proj output", kind)
     walk.alloc(f"{k}.act", T * width * c, kind, f"{what}MLP act_fn(gate) output")
     uo = linear(walk, x, f"{k}.up", inp, x.w, h, width, saved, f"{what}up_proj")
-    walk.live[uo] = LiveTensor(f"{what}MLP up_proj output", kind, walk.live[uo].bytes)
+    walk.relabel(uo, f"{what}MLP up_proj output", kind)
     walk.alloc(f"{k}.prod", T * width * c, kind, f"{what}MLP act * up (down_proj input)")
     if recomputing:  # non-reentrant checkpoint's early stop: nothing after the last saved tensor runs again
         if x.autocast:
@@ -366,7 +365,7 @@ def walk_forward(walk: Walk, model: TransformerModel, x: StepShapes, checkpointe
     logits = linear(walk, x, "head", y, x.w, x.h, x.V, True, "lm_head")
     walk.free(y)
     walk.phase = "forward: loss (logits.float(), cross_entropy)"
-    walk.live[logits] = LiveTensor("logits (compute dtype)", "logits and loss", walk.live[logits].bytes)
+    walk.relabel(logits, "logits (compute dtype)", "logits and loss")
     if x.c != 4:
         walk.alloc("logits32", x.T * x.V * 4, "logits and loss", "logits.float()")
     cross_entropy_forward(walk, x)

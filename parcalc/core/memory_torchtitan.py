@@ -25,7 +25,6 @@ Ground truth: FSDPMemTracker over this code (tests/ground_truth/tiny_torchtitan.
 from __future__ import annotations
 
 from parcalc.core.memory_walk import (
-    LiveTensor,
     StepHooks,
     StepShapes,
     Walk,
@@ -179,7 +178,7 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     d = b.alloc("w2.out", T * h * c, "w2 output", False)
     b.drop(prod)
     out = b.alloc("x2", T * h * c, "block output (residual stream)", False)
-    walk.live[out] = LiveTensor("block output (residual stream)", "activations", walk.live[out].bytes)
+    walk.relabel(out, "block output (residual stream)", "activations")
     b.drop(d, x1)
     return out
 
@@ -312,7 +311,7 @@ def head_and_loss_forward(walk: Walk, x: StepShapes, last: str) -> None:
     walk.alloc("logits32", x.T * x.V * 4, "logits and loss", "pred.flatten(0, 1).float()")
     cross_entropy_forward(walk, x)
     walk.free("logits32", "head.out")  # loss_fn returns; del pred
-    walk.live[y] = LiveTensor("final norm output (the output projection's input)", "activations", walk.live[y].bytes)
+    walk.relabel(y, "final norm output (the output projection's input)", "activations")
 
 
 def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int,

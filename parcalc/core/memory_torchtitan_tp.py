@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parcalc.core.memory_torchtitan import BlockWalk, add_gradient, norm_backward, repeat_kv_copies, rope_and_attention
-from parcalc.core.memory_walk import LiveTensor, StepHooks, StepShapes, Walk, grad_of_weight, norm_forward
+from parcalc.core.memory_walk import StepHooks, StepShapes, Walk, grad_of_weight, norm_forward
 from parcalc.core.model import TransformerModel
 
 TP_POLICIES = ("none", "full")
@@ -107,7 +107,7 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, tp: 
     d = reduce_scatter(walk, x, tp, d_partial, f"{k}.w2.out", "temporaries", "w2 output (sequence shard)")
     walk.free(y2)
     out = b.alloc("x2", xs.T * h * c, "block output (residual stream)", False)
-    walk.live[out] = LiveTensor("block output (residual stream, sequence shard)", "activations", walk.live[out].bytes)
+    walk.relabel(out, "block output (residual stream, sequence shard)", "activations")
     b.drop(d, x1)
     return out
 

@@ -53,7 +53,11 @@ class Walk:
         self.now = 0.0
         self.peak = -1.0
         self.peak_phase = ""
-        self.peak_live: tuple[LiveTensor, ...] = ()
+        self._peak_live: tuple[LiveTensor, ...] = ()
+        # a new peak is copied out of `live` only when live next loses or changes a tensor (or peak_live is read): until then
+        # every allocation only adds to it, so what is live then is what was live at the peak; copying at every new peak
+        # made a walk quadratic in its tensors (a forward allocates a new peak almost every time)
+        self._peak_due = False
         self.phase = ""
         self.events: list[tuple[str, float]] | None = None  # (key, bytes allocated; 0: freed) in order, when wanted
 
@@ -68,9 +72,25 @@ class Walk:
             self.events.append((key, size))
         self.now += tensor.bytes
         if self.now > self.peak:
-            self.peak, self.peak_phase, self.peak_live = self.now, self.phase, tuple(self.live.values())
+            self.peak, self.peak_phase, self._peak_due = self.now, self.phase, True
+
+    @property
+    def peak_live(self) -> tuple[LiveTensor, ...]:
+        self._copy_peak()
+        return self._peak_live
+
+    def _copy_peak(self) -> None:
+        if self._peak_due:
+            self._peak_live, self._peak_due = tuple(self.live.values()), False
+
+    def relabel(self, key: str, what: str, kind: str | None = None) -> None:
+        """Another description (and kind) for a live tensor, its bytes kept."""
+        self._copy_peak()
+        tensor = self.live[key]
+        self.live[key] = LiveTensor(what, kind or tensor.kind, tensor.bytes)
 
     def free(self, *keys: str) -> None:
+        self._copy_peak()
         for key in keys:
             tensor = self.live.pop(key, None)
             if tensor is not None:
@@ -80,6 +100,7 @@ class Walk:
 
     def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
         """The same storage under another key (a gradient handed on, a tensor that another op keeps), relabelled if asked."""
+        self._copy_peak()
         tensor = self.live.pop(old)
         self.live[new] = LiveTensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
         if self.events is not None:
@@ -208,7 +229,7 @@ def keep_if_saved(walk: Walk, x: StepShapes, key: str, kind: str, what: str) -> 
     if x.autocast:
         walk.free(key)
     else:
-        walk.live[key] = LiveTensor(what, kind, walk.live[key].bytes)
+        walk.relabel(key, what, kind)
 
 
 def grad_of_weight(walk: Walk, x: StepShapes, key: str, d_in: int, d_out: int) -> None:
