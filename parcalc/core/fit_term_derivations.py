@@ -3,8 +3,9 @@ t_compute, DualPipe's note), and the Term helper they and parcalc.core.fit's est
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from parcalc.core.fit_config import Cluster, Config, Training
 from parcalc.core.memory import MemoryBreakdown
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.network import placement
@@ -20,9 +21,6 @@ from parcalc.core.timing.terms import (
     derivation,
 )
 from parcalc.derivation import Derivation, Term
-
-if TYPE_CHECKING:  # the estimate's own types: parcalc.core.fit imports this module
-    from parcalc.core.fit import Cluster, Config, Training
 
 
 def term_of(key: str, symbol: str, value: float, unit: str, description: str, source: str = "", latex: str | None = None) -> Term:

@@ -28,6 +28,11 @@ MAMBA2_SOURCE = (
 )
 PATTERN_SOURCE = "transformers NemotronHConfig._pattern_to_list: 'M' linear_attention (Mamba-2), '*' full_attention, '-' mlp, 'E' moe"
 MAMBA, ATTENTION, MLP = "M", "*", "-"
+# Each block is one mixer between a column-parallel and a row-parallel linear (Megatron-LM MambaMixer @00bebb45
+# mamba_mixer.py: in_proj column-parallel, out_proj row-parallel; attention: linear_qkv / linear_proj; the MLP: fc1 / fc2),
+# so a layer of a hybrid runs one tensor-parallel collective forward and one backward (SP: an all-gather before and a
+# reduce-scatter after); a transformer layer runs two of each (attention and MLP)
+TP_SITES_PER_BLOCK = 1
 BLOCKS = {MAMBA: "Mamba-2", ATTENTION: "attention", MLP: "MLP"}
 
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 from parcalc.core.layout import Layout
 from parcalc.core.model import TransformerModel
+from parcalc.core.stage_memory import StageMemory
 from parcalc.core.training_setup import TrainingSetup, replayed_reserve
 from parcalc.derivation import Derivation
 from parcalc.errors import InputError
 
 if TYPE_CHECKING:  # parcalc.core.memory builds the stages and imports this module
-    from parcalc.core.memory import StageMemory
     from parcalc.core.memory_walk import StepPeak
 
 

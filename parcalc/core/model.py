@@ -14,7 +14,7 @@ from collections.abc import Callable
 from parcalc.core.attention_window import AttentionWindow
 from parcalc.core.choices import Mlp, Norm, Position  # re-exported
 from parcalc.core.linear_attention import GatedDeltaNet
-from parcalc.core.mamba import ATTENTION, MAMBA, MLP, Mamba2
+from parcalc.core.mamba import ATTENTION, MAMBA, MLP, TP_SITES_PER_BLOCK, Mamba2
 from parcalc.errors import InputError
 from parcalc.frozen import frozen
 
@@ -211,6 +211,13 @@ class TransformerModel:
     def q_width(self) -> int:
         """Width of the query projection output: heads x head_dim (usually = hidden)."""
         return self.heads * self.head_dim
+
+    @property
+    def tp_sites_per_layer(self) -> int:
+        """Tensor-parallel collectives a layer runs forward (as many backward; full recomputation replays them): one per
+        mixer between a column- and a row-parallel linear, so 2 in a transformer layer (attention, MLP), 1 in a Mamba-2
+        hybrid's (parcalc.core.mamba.TP_SITES_PER_BLOCK)."""
+        return TP_SITES_PER_BLOCK if self.mamba is not None else 2
 
     @property
     def kv_width(self) -> int:

@@ -14,6 +14,7 @@ loss_fn (cross_entropy of pred.flatten(0, 1).float()), and train.py deletes pred
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 
 import torch
@@ -107,18 +108,23 @@ def tracked_torchtitan_peak(c: LlamaConfig, vocab: int, b: int, s: int, world: i
         fully_shard(model, mesh=mesh, mp_policy=policy)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
         ids = torch.randint(0, vocab, (b, s))
-        tracker = FSDPMemTracker(mod=model, optm=opt)
-        tracker.track_inputs((ids,))
-        with tracker:
-            for i in range(2):
-                opt.zero_grad()
+        return two_tracked_steps(FSDPMemTracker(mod=model, optm=opt), model, opt, ids)
+
+
+def two_tracked_steps(tracker, model, opt, ids, context=contextlib.nullcontext) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """train.py's step twice under the tracker (the second's peak: the optimizer states exist), each loss under `context`
+    (loss parallel's); the peak's bytes by reference type."""
+    tracker.track_inputs((ids,))
+    with tracker:
+        for i in range(2):
+            opt.zero_grad()
+            with context():
                 pred = model(ids)
                 loss = loss_fn(pred, ids)
                 del pred
                 loss.backward()
-                opt.step()
-                if i == 0:
-                    tracker.reset_mod_stats()
-        snapshot = tracker.get_tracker_snapshot("peak")
-    (_device, parts), = snapshot.items()
+            opt.step()
+            if i == 0:
+                tracker.reset_mod_stats()
+    (_device, parts), = tracker.get_tracker_snapshot("peak").items()
     return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}

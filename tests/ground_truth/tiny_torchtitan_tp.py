@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from . import tiny_torchtitan
 from .eager_ops import RMSNorm
 from .tiny_llama import LlamaConfig, repeat_kv
-from .tiny_torchtitan import apply_ac, loss_fn
+from .tiny_torchtitan import apply_ac
 
 
 def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,19 +205,5 @@ def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int
         fully_shard(model, mesh=mesh["dp"], mp_policy=policy)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
         ids = torch.randint(0, vocab, (b, s))
-        tracker = _tracker_class()(mod=model, optm=opt)
-        tracker.track_inputs((ids,))
-        with tracker:
-            for i in range(2):
-                opt.zero_grad()
-                with loss_parallel_ctx() if loss_parallel else contextlib.nullcontext():
-                    pred = model(ids)
-                    loss = loss_fn(pred, ids)
-                    del pred
-                    loss.backward()
-                opt.step()
-                if i == 0:
-                    tracker.reset_mod_stats()
-        snapshot = tracker.get_tracker_snapshot("peak")
-    (_device, parts), = snapshot.items()
-    return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
+        return tiny_torchtitan.two_tracked_steps(_tracker_class()(mod=model, optm=opt), model, opt, ids,
+                                                 loss_parallel_ctx if loss_parallel else contextlib.nullcontext)

@@ -24,16 +24,12 @@ Triton kernels' own efficiency is not measured here: it is the assumption that m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from parcalc.core.choices import Norm
 from parcalc.core.mamba import ATTENTION, MAMBA, MLP
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.kernels import ComputeSpec, Kernel, LayerKernels, linear_kernels, memory_op
+from parcalc.core.timing.layer_shard import LayerShard
 from parcalc.errors import InputError
-
-if TYPE_CHECKING:  # the shard's type only: compute imports this module (its one hook), not the other way
-    from parcalc.core.timing.compute import LayerShard
 
 Kernels = tuple[Kernel, ...]
 STATE_BYTES = 4.0  # the chunk states and dA_cumsum are fp32 in mamba_ssm (_state_passing_fwd out_dtype, _chunk_cumsum_fwd)
@@ -142,11 +138,7 @@ def mean_layer_kernels(model: TransformerModel, shard: LayerShard, spec: Compute
     return forward, backward, core_scaled
 
 
-# Each Nemotron-H block is one mixer between a column-parallel and a row-parallel linear (Megatron-LM MambaMixer: in_proj
-# column-parallel, out_proj row-parallel, @00bebb45 mamba_mixer.py; attention: linear_qkv / linear_proj; the MLP: fc1 / fc2),
-# so a layer runs one tensor-parallel collective forward and one backward (SP: an all-gather before and a reduce-scatter
-# after), and full recomputation replays its forward's one; a transformer layer runs two of each (attention and MLP).
-TP_COLLECTIVES_PER_BLOCK = 1
+# Each block's column-parallel linear (parcalc.core.mamba.TP_SITES_PER_BLOCK): what SP gathers again in its backward
 BLOCK_COLUMN_DGRADS = {MAMBA: "ssm.in_proj.dgrad", ATTENTION: "qkv.dgrad", MLP: "mlp.up.dgrad"}
 
 

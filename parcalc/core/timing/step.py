@@ -331,11 +331,7 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
         # 2 forward and 2 backward per layer, 2 more replayed by full recomputation; the SP re-gathers apart.
         # Op-level checkpointing replays the forward's collectives but the reduce-scatters, whose outputs
         # it saves (parcalc.core.recompute): with SP the 2 all-gathers, without it the 2 all-reduces.
-        sites = 2  # collectives forward per layer: attention's and the MLP's; a Mamba-2 hybrid's layer is one block
-        if model.mamba is not None:
-            from parcalc.core.timing.mamba_kernels import TP_COLLECTIVES_PER_BLOCK
-
-            sites = TP_COLLECTIVES_PER_BLOCK
+        sites = model.tp_sites_per_layer
         tp_layer = 2 * sites * one
         if recompute is Recompute.FULL:
             replay = sites * one
