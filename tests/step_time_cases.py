@@ -74,6 +74,7 @@ class Case(NamedTuple):
     precision: str | None = None  # the 16-bit format, when the source does not state it ("fp16" / "bf16"; None: the run's, else bf16)
     compiled: bool = False  # torch.compile on (--compile)
     kernels: str | None = None  # --kernels; None: the framework profile's
+    dropout: bool = False  # hidden and attention dropout on (the run's code or script sets a probability above 0)
 
     @property
     def run(self) -> PublishedRun:
@@ -114,7 +115,7 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
         config = config.replaced(embedding_in_split=case.embedding_in_split, loss_in_split=case.loss_in_split)
     assert run.global_batch and run.seq_len
     training = Training(run.global_batch, run.seq_len, _precision(case), Optimizer.ADAMW, flash_attention=case.flash_attention,
-                        dropout=False, causal=case.causal, compiled=case.compiled, kernels=case.kernels)  # fmt: skip
+                        dropout=case.dropout, causal=case.causal, compiled=case.compiled, kernels=case.kernels)  # fmt: skip
     peak = gpu.dtypes[dtype].dense_peak
     assert peak is not None
     cluster = Cluster(gpus=run.gpus, gpus_per_node=gpu.node.gpus, peak=peak.value, capacity=gpu.memory_capacity.value,
@@ -188,8 +189,10 @@ CASES: tuple[Case, ...] = (
     Case("megatron-gpt3-175b-1024xa100", "megatron", 0, Recompute.FULL, 1, "step",
          "vocabulary 51,200 (GPT-2's 50,257 padded to a multiple of 128 x TP 8, Megatron-LM's "
          "--make-vocab-size-divisible-by); no FlashAttention in 2021; no interleaving (the script passes none); "
-         "Megatron's local DDP of 2021 did not overlap the gradient all-reduce",
-         flash_attention=False, causal=False, vocab=51200, dp_overlap=False),
+         "Megatron's local DDP of 2021 did not overlap the gradient all-reduce. Not assumed: hidden and attention "
+         "dropout 0.1 (megatron/arguments.py at 152aab304d: --attention-dropout and --hidden-dropout default 0.1, "
+         "and the script passes neither)",
+         flash_attention=False, causal=False, vocab=51200, dp_overlap=False, dropout=True, reduce_bytes=2),
     # --- MosaicML llm-foundry benchmark tables (PyTorch FSDP through Composer): tokens/s per GPU
     _mpt("mpt-70b-64xa100-80gb-seq2048", Recompute.FULL, 8, pure=True),
     _mpt("mpt-30b-8xa100-80gb-seq2048", Recompute.FULL, 3, pure=False),

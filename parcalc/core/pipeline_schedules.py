@@ -75,13 +75,13 @@ def simulated_bubble_derivation(layout: Layout, m_term: Term, stage: Any, stretc
                              assumptions=tuple(assumptions))
 
 
-def split_sends_derivation(layout: Layout, m_term: Term, stage: Any, value: float) -> Derivation:
+def split_sends_derivation(layout: Layout, m_term: Term, stage: Any, value: float, send: str) -> Derivation:
     """t_pp of a split-backward schedule: 2 m sends (a V: 4 m, down and back up), less the two sends of each of
-    DualPipeV's overlapped pairs (they run under the pair's compute)."""
+    DualPipeV's overlapped pairs (they run under the pair's compute). send: what one send carries (step.pipeline_send_description)."""
     schedule, p, m = layout.schedule, layout.pp, int(m_term.value)
     ways = 2 if schedule.v_shape else 1
     inputs = [m_term, _t("k", "k", ways, "", "chunk passes of a micro-batch on a device each way (a V: down and back up)"),
-              _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", r"T_{\mathrm{p2p}}")]
+              _t("T_p2p", "T_p2p", stage.p2p, "s", send, r"T_{\mathrm{p2p}}")]
     formula = "2 × $k × $m × $T_p2p"
     if schedule.pairs_forward_backward:
         pairs = paired_passes(schedule, p, m)

@@ -21,7 +21,7 @@ defined once in parcalc.core.timing.terms; here is how each is computed:
   schedules that split the backward (ZB-H1, ZB-H2, ZB-V, DualPipeV) the idle time of their simulated
   order with the stage's F, B (backward less W) and W (its weight-gradient GEMMs) per micro-batch
   (parcalc.core.pipeline_step.step_bubble);
-- t_pp: one micro-batch's activation (split over the TP ranks: Megatron-LM's scatter/gather) each
+- t_pp: one micro-batch's activation (split over the TP ranks under SP or a scatter/gather: pipeline_send_bytes) each
   way per micro-batch and chunk, on the critical path of 1F1B (a V: two chunks; DualPipeV's
   overlapped pairs send theirs under the pair's compute);
 - t_dp = the data-parallel / ZeRO / FSDP communication left exposed (parcalc.core.timing.overlap); with
@@ -399,7 +399,8 @@ def stage_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
     lp = layer if layer is not None else layer_pieces(model, layout, micro_batch, recompute, training, cluster, experts=experts)
     if layout.pp > 1:
         group = placement(2, layout.tp * layout.cp * layout.dp, cluster.gpus_per_node)
-        p2p = collective_time(Collective.POINT_TO_POINT, lp.activation / layout.tp, group, cluster.fabric).time
+        p2p = collective_time(Collective.POINT_TO_POINT, pipeline_send_bytes(lp.activation, layout, cluster.framework), group,
+                              cluster.fabric).time  # fmt: skip
     else:
         p2p = 0.0
     chunks = layout.chunks
@@ -409,6 +410,27 @@ def stage_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
         return pieces, float(pieces.forward) / layers, float(pieces.backward + pieces.recompute) / layers
     share = _again(pieces.layers, recompute_layers, chunks) / pieces.layers if pieces.layers else 1.0
     return pieces, lp.f_dense, lp.b_dense + lp.r_dense * share
+
+
+def pipeline_send_bytes(activation: float, layout: Layout, framework: Any) -> float:
+    """Bytes one TP rank sends across a stage boundary per micro-batch: its 1/tp share where the stage's output is split
+    over the TP ranks (sequence parallelism, or the framework's scatter/gather), else the whole b s h activation
+    (Megatron-LM at the GPT-3 example's commit 152aab304d, training.py `communicate`: every rank sends `tensor_shape =
+    (seq_length, micro_batch_size, hidden_size)`; the split came with 27fc468964, 2021-01-20, and left with
+    Megatron-Core's p2p_communication.py, 3c92fa93b5, 2023-03-23)."""
+    split = layout.sequence_parallel or framework.pipeline_scatter_gather
+    return activation / layout.tp if split else activation
+
+
+def pipeline_send_description(layout: Layout, framework: Any) -> str:
+    """What T_p2p sends, for its derivation (pipeline_send_bytes)."""
+    if layout.tp == 1:
+        return "one send of b s h, NCCL model"
+    if layout.sequence_parallel:
+        return "one send of b s h / t (sequence parallelism: each TP rank holds s / t of the output), NCCL model"
+    if framework.pipeline_scatter_gather:
+        return f"one send of b s h / t (the scatter/gather: {framework.source('pipeline_scatter_gather')}), NCCL model"
+    return f"one send of the whole b s h from every TP rank ({framework.source('pipeline_scatter_gather')}), NCCL model"
 
 
 def _again(layers: Any, recompute_layers: int | None, chunks: int) -> Any:
