@@ -93,6 +93,7 @@ from parcalc.core.timing.step import (
     layer_pieces,
     offload_step_time,
     optimizer_step_time,
+    pipeline_send_bytes,
 )
 from parcalc.core.timing.terms import STEP, STEP_TERMS
 from parcalc.errors import InputError
@@ -375,10 +376,12 @@ class _Shapes:
                 self._layers[layer_key] = found, astuple_shallow(found)
             piece, row = self._layers[layer_key]
             layers.append(row)
-            send_key = (tp, cp, dp, size)
-            if pp > 1 and send_key not in self._sends:  # stage_pieces' pipeline send of b s h / t
+            sequence_parallel = bool(rest // 4)
+            send_key = (tp, cp, dp, size, sequence_parallel)
+            if pp > 1 and send_key not in self._sends:  # stage_pieces' pipeline send (b s h / t where split: pipeline_send_bytes)
                 group = placement(2, tp * cp * dp, self.cluster.gpus_per_node)
-                self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, piece.activation / tp, group, self.cluster.fabric).time
+                sent = pipeline_send_bytes(piece.activation, Layout(tp, sequence_parallel=sequence_parallel), self.cluster.framework)
+                self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, sent, group, self.cluster.fabric).time
             sends.append(self._sends[send_key] if pp > 1 else 0.0)
         # one row per distinct key, one column per field, then each configuration's row: the fields as columns of one array
         table = np.array(layers, dtype=float).T.take(inverse, axis=1)
