@@ -98,3 +98,21 @@ def test_a_profile_refuses_a_scatter_gather_that_is_not_a_flag(tmp_path) -> None
         framework_from_document("x", tmp_path / "x.yaml", data)
     data["pipeline_scatter_gather"] = {"value": False, "source": "s"}
     assert framework_from_document("x", tmp_path / "x.yaml", data).pipeline_scatter_gather is False
+
+
+def test_the_search_sends_what_fit_sends() -> None:
+    # fit_search times each configuration's pipeline send with pipeline_send_bytes too: the published row equals fit, and
+    # the same layout under sequence parallelism sends 1/8 (GPT-3: 0.785 s against 0.109 s of sends)
+    from parcalc.core.choices import Recompute
+    from parcalc.core.fit_search import SearchSpace, search
+
+    model, config, training, cluster = inputs(GPT3)
+    fit = estimate(model, config, training, cluster)
+    space = SearchSpace(tp=8, pp=16, recomputes=(Recompute.FULL,), micro_batches=(1,), zero_stages=(0,))
+    columns = search(model, training, cluster, space).evaluated.columns
+    rows = [i for i in range(len(columns["tp"])) if columns["dp"][i] == 8 and columns["chunks"][i] == 1]
+    by_sp = {bool(columns["sequence_parallel"][i]): i for i in rows}
+    assert float(columns["t_pp"][by_sp[False]]) == pytest.approx(fit.pp_comm.value, rel=1e-12)
+    assert float(columns["t_step"][by_sp[False]]) == pytest.approx(fit.step.value, rel=1e-12)
+    m = config.micro_batches(training)
+    assert float(columns["t_pp"][by_sp[True]]) == pytest.approx(2 * m * _send(cluster, config, 2048 * 12288 * 2 / 8), rel=1e-12)
