@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -90,6 +90,7 @@ from parcalc.core.timing.step import (
     assemble_stage,
     combine,
     dp_exposed,
+    embedding_sync_time,
     layer_pieces,
     offload_step_time,
     optimizer_step_time,
@@ -388,6 +389,9 @@ class _Shapes:
         lp = LayerPieces(*table)  # numpy columns, as above
         pipeline = self.pipeline(tp, pp, dp, first, last)  # the split as the timing takes it (no slots)
         stage = assemble_stage(self.model, pipeline, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
+        sync = embedding_sync_time(self.model, tp, pp, cp * dp, self.schedule, self.training, self.cluster)
+        if sync:  # the tied embedding's gradient all-reduce between the pipeline's ends (stage_pieces)
+            stage = replace(stage, embedding_sync=sync)
         if self.model.moe is not None:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage (stage_pieces)
             per = np.maximum(stage.layers, 1)
             return stage, stage.forward / per, (stage.backward + stage.recompute) / per

@@ -36,7 +36,7 @@ the search and the scalar reference agree by construction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -76,6 +76,9 @@ class StagePieces:
     # the share of a hidden collective's time the compute beside it loses to the SMs NCCL holds (parcalc.core.timing.
     # sm_contention.loss_share of a layer; 0: the GPU's channels not known)
     sm_loss: Any = 0.0
+    # once per iteration, after the flush: the all-reduce of the tied word embedding's gradient between the first and the
+    # last stage (embedding_sync_time; 0 without a pipeline or untied)
+    embedding_sync: Any = 0.0
 
 
 @dataclass(frozen=True)
@@ -210,11 +213,11 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
         weight = np.minimum(stage.wgrad, stage.backward)
         t_bubble = _simulated_bubble(schedule, p, m, stage.forward + shared, stage.backward + stage.recompute - weight + shared, weight)
         beta = t_bubble / (t_compute + t_tp + t_cp + t_ep)
-        t_pp = (2 * m * (2 if schedule.v_shape else 1) - 2 * pairs) * stage.p2p  # a V sends down and back up
+        t_pp = (2 * m * (2 if schedule.v_shape else 1) - 2 * pairs) * stage.p2p + stage.embedding_sync  # a V sends down and back up
     elif p > 1:
         beta = (p - 1) / (m * v)
         t_bubble = beta * (t_compute + t_tp + t_cp + t_ep)
-        t_pp = 2 * m * v * stage.p2p
+        t_pp = 2 * m * v * stage.p2p + stage.embedding_sync
     else:
         beta = 0.0 * m
         t_bubble = 0.0 * m
@@ -405,6 +408,9 @@ def stage_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
         p2p = 0.0
     chunks = layout.chunks
     pieces = assemble_stage(model, layout, lp, p2p, cluster.overlap_tp, recompute_layers)
+    sync = embedding_sync_time(model, layout.tp, layout.pp, layout.cp * layout.dp, layout.schedule, training, cluster)
+    if sync:
+        pieces = replace(pieces, embedding_sync=sync)
     if model.moe is not None and pieces.layers:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage
         layers = float(pieces.layers)
         return pieces, float(pieces.forward) / layers, float(pieces.backward + pieces.recompute) / layers
@@ -420,6 +426,27 @@ def pipeline_send_bytes(activation: float, layout: Layout, framework: Any) -> fl
     Megatron-Core's p2p_communication.py, 3c92fa93b5, 2023-03-23)."""
     split = layout.sequence_parallel or framework.pipeline_scatter_gather
     return activation / layout.tp if split else activation
+
+
+def embedding_sync_time(model: Any, tp: int, pp: int, ranks: int, schedule: Any, training: Any, cluster: Any) -> float:
+    """The all-reduce of the tied word embedding's gradient between the first stage (the embedding) and the last (the LM
+    head's copy of it), once per iteration after the pipeline's flush, with nothing to hide behind: Megatron-LM's
+    'backward-embedding-all-reduce' (megatron/training.py at 152aab304d: `torch.distributed.all_reduce(
+    word_embeddings_weight.grad, group=mpu.get_embedding_group())` after the data-parallel all-reduce; Megatron-Core
+    finalize_model_grads.py `_allreduce_word_embedding_grads`, the main_grad), DeepSpeed's ReduceTiedGrads (pipe/engine.py
+    `_exec_reduce_tied_grads`: `weight._hp_grad` under the BF16 optimizer, else `weight.grad`; pipe/schedule.py issues it
+    after the last backward, before ReduceGrads). V / t rows of h on each TP rank, in the framework's gradient wire dtype,
+    between two ranks tp x ranks x (p - 1) apart. 0 without a pipeline, for untied embeddings, and where one device holds
+    both ends (a V schedule's first and last chunk, DualPipe's stage pair)."""
+    from parcalc.core.choices import Collective
+    from parcalc.core.memory import vocab_shard
+    from parcalc.core.timing.network import collective_time, placement
+
+    one_device = schedule is not None and (schedule.v_shape or schedule.value == "dualpipe")
+    if pp <= 1 or not model.tied_embeddings or not model.vocab or one_device:
+        return 0.0
+    size = vocab_shard(model, tp) * model.hidden * cluster.framework.at(pp).wire_bytes(training.precision)
+    return collective_time(Collective.ALL_REDUCE, size, placement(2, tp * ranks * (pp - 1), cluster.gpus_per_node), cluster.fabric).time
 
 
 def pipeline_send_description(layout: Layout, framework: Any) -> str:
