@@ -16,7 +16,7 @@ _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap")  # fmt: skip
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
                    "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
-                   "sync_after_backward")  # fmt: skip
+                   "sync_after_backward", "pipeline_scatter_gather")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -85,6 +85,10 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         memory["sync_after_backward"] = setting(doc, "sync_after_backward", "sync_after_backward")
         if not isinstance(memory["sync_after_backward"], bool):
             raise doc.error("sync_after_backward.value", f"expected true or false, got {shown(memory['sync_after_backward'])}")
+    if "pipeline_scatter_gather" in data:  # optional: profiles without it split the pipeline's sends over the TP ranks
+        memory["pipeline_scatter_gather"] = setting(doc, "pipeline_scatter_gather", "pipeline_scatter_gather")
+        if not isinstance(memory["pipeline_scatter_gather"], bool):
+            raise doc.error("pipeline_scatter_gather.value", f"expected true or false, got {shown(memory['pipeline_scatter_gather'])}")
     if "expert_gemm_host" in data:  # optional: MoE experts as a host loop of GEMMs (parcalc.core.timing.moe)
         per_gemm = doc.quantity("expert_gemm_host", Dimension.TIME, sources)
         assert per_gemm is not None

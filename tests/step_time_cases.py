@@ -27,6 +27,7 @@ from published_step_runs import RUNS, PublishedRun
 
 from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate
+from parcalc.core.hardware import Link
 from parcalc.core.model import TransformerModel
 from parcalc.presets import load_framework, load_gpu, load_link
 
@@ -74,6 +75,7 @@ class Case(NamedTuple):
     precision: str | None = None  # the 16-bit format, when the source does not state it ("fp16" / "bf16"; None: the run's, else bf16)
     compiled: bool = False  # torch.compile on (--compile)
     kernels: str | None = None  # --kernels; None: the framework profile's
+    dropout: bool = False  # hidden and attention dropout on (the run's code or script sets a probability above 0)
 
     @property
     def run(self) -> PublishedRun:
@@ -114,13 +116,26 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
         config = config.replaced(embedding_in_split=case.embedding_in_split, loss_in_split=case.loss_in_split)
     assert run.global_batch and run.seq_len
     training = Training(run.global_batch, run.seq_len, _precision(case), Optimizer.ADAMW, flash_attention=case.flash_attention,
-                        dropout=False, causal=case.causal, compiled=case.compiled, kernels=case.kernels)  # fmt: skip
+                        dropout=case.dropout, causal=case.causal, compiled=case.compiled, kernels=case.kernels)  # fmt: skip
     peak = gpu.dtypes[dtype].dense_peak
     assert peak is not None
+    inter, nics = network_of(run, load_link(gpu.node.inter_link, ()))
     cluster = Cluster(gpus=run.gpus, gpus_per_node=gpu.node.gpus, peak=peak.value, capacity=gpu.memory_capacity.value,
-                      intra=load_link(gpu.node.intra_link, ()), inter=load_link(gpu.node.inter_link, ()), gpu=gpu, dtype=dtype,
-                      framework=framework, dp_overlap=case.dp_overlap)  # fmt: skip
+                      intra=load_link(gpu.node.intra_link, ()), inter=inter, gpu=gpu, dtype=dtype, framework=framework,
+                      dp_overlap=case.dp_overlap, nics_per_node=nics)  # fmt: skip
     return model_of(case), config, training, cluster
+
+
+def network_of(run: PublishedRun, preset_link: Link) -> tuple[Link, int | None]:
+    """The network between nodes: where the source states its cards (how many per node and their rate), those; else the
+    GPU preset's node (one card per GPU of its link). BLOOM's Jean Zay nodes: '4 Omni-Path 100 Gbps links per node'
+    (Le Scao et al. 2022, sec. 3.4.1; tests/published_step_runs.py), against a DGX A100's 8 x HDR 200 Gb/s. The latency
+    stays the link's: NCCL times every network with one per-step latency (hwLat[NCCL_HW_NET], presets/links)."""
+    if run.nics_per_node is None or run.nic_gbps is None:
+        return preset_link, None
+    rate = replace(preset_link.bandwidth_per_direction, value=run.nic_gbps * 1e9 / 8, source=f"{run.source[:80]}... (the run's network)")
+    return replace(preset_link, key=f"{run.key}-nic", name=f"{run.nic_gbps:g} Gb/s per card (the run's)",
+                   bandwidth_per_direction=rate), run.nics_per_node
 
 
 def palm_flops_per_token(model: TransformerModel, seq_len: int) -> float:
@@ -188,8 +203,10 @@ CASES: tuple[Case, ...] = (
     Case("megatron-gpt3-175b-1024xa100", "megatron", 0, Recompute.FULL, 1, "step",
          "vocabulary 51,200 (GPT-2's 50,257 padded to a multiple of 128 x TP 8, Megatron-LM's "
          "--make-vocab-size-divisible-by); no FlashAttention in 2021; no interleaving (the script passes none); "
-         "Megatron's local DDP of 2021 did not overlap the gradient all-reduce",
-         flash_attention=False, causal=False, vocab=51200, dp_overlap=False),
+         "Megatron's local DDP of 2021 did not overlap the gradient all-reduce. Not assumed: hidden and attention "
+         "dropout 0.1 (megatron/arguments.py at 152aab304d: --attention-dropout and --hidden-dropout default 0.1, "
+         "and the script passes neither)",
+         flash_attention=False, causal=False, vocab=51200, dp_overlap=False, dropout=True, reduce_bytes=2),
     # --- MosaicML llm-foundry benchmark tables (PyTorch FSDP through Composer): tokens/s per GPU
     _mpt("mpt-70b-64xa100-80gb-seq2048", Recompute.FULL, 8, pure=True),
     _mpt("mpt-30b-8xa100-80gb-seq2048", Recompute.FULL, 3, pure=False),
@@ -208,8 +225,10 @@ CASES: tuple[Case, ...] = (
     Case("bloom-176b-384xa100", "deepspeed", 1, Recompute.FULL, 2, "step",
          "embeddings as pipeline layers ('pp rank 0: [embed | 5 transformer blocks]'): entered as 5 + 10 x 6 + 5 "
          "layers; ALiBi, tied embeddings; DeepSpeed's BF16 optimizer as ZeRO-1 ('bf16 must use z0! it implements "
-         "its own zero stage 1 equivalent')",
-         causal=False, flash_attention=False, first_stage_layers=5, last_stage_layers=5, position=Position.ALIBI),
+         "its own zero stage 1 equivalent'). Not assumed: hidden and attention dropout 0.1 (the README's 'Optimizer' "
+         "section: 'The default Megatron-LM dropout settings are inherited: --attention-dropout 0.1 --hidden-dropout "
+         "default=0.1'; the slurm script sets neither)",
+         causal=False, flash_attention=False, first_stage_layers=5, last_stage_layers=5, position=Position.ALIBI, dropout=True),
     Case("torchtitan-llama3-8b-64xa100", "torchtitan", 3, Recompute.OP, 1, "tokens",
          _TT + "; TorchTitan's per-op selective checkpointing ('selective op', parallelize_llama.py at 1ea476e9f: "
          "'Saves output of all compute ops, except every second mm') entered as --recompute op "

@@ -99,10 +99,13 @@ def _with_profile(cluster, framework):  # type: ignore[no-untyped-def]
 
 def test_bloom_is_predicted_within_the_family_band() -> None:
     # BigScience tr11-176B-ml log: 104.70 s per iteration (tests/published_step_runs.py). Before the pipeline
-    # engine was modelled: 86.07 s (+21.6 %, a known gap); after: 93.1 s (+12.5 %).
+    # engine was modelled: 86.07 s (+21.6 %, a known gap); after: 93.1 s (+12.5 %); with the dropout the README says was
+    # inherited (0.1) 95.2 s (+10.0 %), and with the network its paper states (4 x 100 Gb/s Omni-Path a node, not 8 x HDR)
+    # 98.2 s (+6.7 %): t_dp 0.70 -> 2.79 s, t_pp 0.31 -> 1.21 s (tests/step_time_cases.py network_of); with the tied
+    # embedding's fp32 gradient all-reduced between the first and last stage after the flush (ReduceTiedGrads) 98.7 s (+6.0 %).
     err, est = error(BLOOM)
-    assert est.step.value == pytest.approx(93.09, abs=0.3)
-    assert err == pytest.approx(0.125, abs=0.005)
+    assert est.step.value == pytest.approx(98.73, abs=0.3)
+    assert err == pytest.approx(0.060, abs=0.005)
 
 
 def test_zero_2_and_3_are_refused_with_deepspeed_pipelines() -> None:

@@ -92,12 +92,14 @@ def test_search_ranks_the_published_layout_in_the_best_tenth(case: Case) -> None
     assert rank <= 0.1 * len(ranking), f"{case.key}: published layout {rank} of {len(ranking)}; best {ranking[:3]}"
 
 
-def test_gpt3_published_layout_is_within_8_percent_of_the_search_best() -> None:
+def test_gpt3_published_layout_is_within_12_percent_of_the_search_best() -> None:
     # GPT-3 175B on 1024 A100 (Megatron-LM README, 2021: full recomputation, no SP, no distributed optimizer).
-    # Measured: best TP 4 x PP 16 x DP 16 at 25.2 s; the published TP 8 x PP 16 x DP 8 at best 26.9 s (6.8 %
-    # slower), 5th of 6 layouts. TP 8 pays twice TP 4's all-reduce time per GPU (the same b s h bytes per
-    # call, half the compute per call), and TP 4's extra pipeline bubble costs less by the model; Narayanan
-    # et al. 2021 Fig. 13 found TP 8 best at 64 GPUs. Within the model's error on these runs: a near tie.
+    # Measured: best TP 4 x PP 16 x DP 16 (v = 3) at 26.8 s; the published TP 8 x PP 16 x DP 8 at best 29.8 s
+    # (11.0 % slower; v = 2, micro-batch 2), 5th of 6 layouts. TP 8 pays twice TP 4's all-reduce time per GPU (the
+    # same b s h bytes per call, half the compute per call), and TP 4's extra pipeline bubble costs less by the
+    # model; Narayanan et al. 2021 Fig. 13 found TP 8 best at 64 GPUs. 6.8 % (25.2 / 26.9 s) until the case ran
+    # the README's commit (dropout on, and every TP rank sending the whole activation: each extra chunk of an
+    # interleaved TP 8 layout now pays 8 x the bytes a rank sent with the later scatter/gather).
     from parcalc.core.choices import Recompute
     from parcalc.core.fit_search import SearchSpace, search
 
@@ -109,7 +111,7 @@ def test_gpt3_published_layout_is_within_8_percent_of_the_search_best() -> None:
     columns = result.evaluated.columns
     times = {(int(columns["tp"][i]), int(columns["pp"][i]), int(columns["dp"][i])): float(columns["t_step"][i]) for i in result.ranked()[::-1]}
     published = times[(config.layout.tp, config.layout.pp, config.layout.dp)]
-    assert published / min(times.values()) - 1 == pytest.approx(0.068, abs=0.01)
+    assert published / min(times.values()) - 1 == pytest.approx(0.110, abs=0.01)
 
 
 def test_h100_share_is_rederived_from_the_calibration_run_alone() -> None:

@@ -393,21 +393,28 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     gemm, attention, memory_bound = kind_derivations(by_kind, dp.accumulate, m_term, compute)
     cp_comm = cp_derivation(config, cluster, stage, m_term, terms.t_cp) if c > 1 else None
     if p > 1:
+        from parcalc.core.pipeline_schedules import embedding_sync_term
+        from parcalc.core.timing.step import pipeline_send_description
+
         stretched = [compute.as_term("t_compute"), tp_comm.as_term("t_tp"), *((cp_comm.as_term("t_cp"),) if cp_comm else ()),
                      *((ep_comm.as_term("t_ep"),) if ep_comm else ())]  # fmt: skip
         if config.layout.schedule.splits_backward:
             from parcalc.core.pipeline_schedules import simulated_bubble_derivation, split_sends_derivation
 
             bubble = simulated_bubble_derivation(config.layout, m_term, stage, stretched, terms.t_bubble)
-            pp_comm = split_sends_derivation(config.layout, m_term, stage, terms.t_pp)
+            pp_comm = split_sends_derivation(config.layout, m_term, stage, terms.t_pp, pipeline_send_description(config.layout, cluster.framework),
+                                             embedding_sync_term(stage))
         else:
             bubble = BUBBLE.derivation([term_of("p", "p", p, "", "pipeline stages"), term_of("v", "v", v, "", "model chunks per GPU"), m_term,
                                         *stretched], terms.t_bubble,
                                        formula=only_terms(BUBBLE.formula, stretched),
                                        assumptions=dualpipe_note(model, config, training, cluster, stage) if model.moe is not None else ())  # fmt: skip
-            pp_comm = PP.derivation([m_term, term_of("v", "v", v, "", "model chunks per GPU"),
-                                   term_of("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", latex=r"T_{\mathrm{p2p}}")],
-                                    terms.t_pp)  # fmt: skip
+            sends = [m_term, term_of("v", "v", v, "", "model chunks per GPU"),
+                     term_of("T_p2p", "T_p2p", stage.p2p, "s", pipeline_send_description(config.layout, cluster.framework),
+                             latex=r"T_{\mathrm{p2p}}")]  # fmt: skip
+            sync = embedding_sync_term(stage)
+            pp_comm = PP.derivation(sends + ([sync] if sync else []), terms.t_pp,
+                                    formula=PP.formula + (" + $T_emb" if sync else ""))  # fmt: skip
     else:
         bubble = BUBBLE.zero("no pipeline")
         pp_comm = PP.zero("no pipeline")

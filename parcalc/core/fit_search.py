@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -90,9 +90,11 @@ from parcalc.core.timing.step import (
     assemble_stage,
     combine,
     dp_exposed,
+    embedding_sync_time,
     layer_pieces,
     offload_step_time,
     optimizer_step_time,
+    pipeline_send_bytes,
 )
 from parcalc.core.timing.terms import STEP, STEP_TERMS
 from parcalc.errors import InputError
@@ -375,16 +377,21 @@ class _Shapes:
                 self._layers[layer_key] = found, astuple_shallow(found)
             piece, row = self._layers[layer_key]
             layers.append(row)
-            send_key = (tp, cp, dp, size)
-            if pp > 1 and send_key not in self._sends:  # stage_pieces' pipeline send of b s h / t
+            sequence_parallel = bool(rest // 4)
+            send_key = (tp, cp, dp, size, sequence_parallel)
+            if pp > 1 and send_key not in self._sends:  # stage_pieces' pipeline send (b s h / t where split: pipeline_send_bytes)
                 group = placement(2, tp * cp * dp, self.cluster.gpus_per_node)
-                self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, piece.activation / tp, group, self.cluster.fabric).time
+                sent = pipeline_send_bytes(piece.activation, Layout(tp, sequence_parallel=sequence_parallel), self.cluster.framework)
+                self._sends[send_key] = collective_time(Collective.POINT_TO_POINT, sent, group, self.cluster.fabric).time
             sends.append(self._sends[send_key] if pp > 1 else 0.0)
         # one row per distinct key, one column per field, then each configuration's row: the fields as columns of one array
         table = np.array(layers, dtype=float).T.take(inverse, axis=1)
         lp = LayerPieces(*table)  # numpy columns, as above
         pipeline = self.pipeline(tp, pp, dp, first, last)  # the split as the timing takes it (no slots)
         stage = assemble_stage(self.model, pipeline, lp, np.array(sends, dtype=float)[inverse], self.cluster.overlap_tp)
+        sync = embedding_sync_time(self.model, tp, pp, cp * dp, self.schedule, self.training, self.cluster)
+        if sync:  # the tied embedding's gradient all-reduce between the pipeline's ends (stage_pieces)
+            stage = replace(stage, embedding_sync=sync)
         if self.model.moe is not None:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage (stage_pieces)
             per = np.maximum(stage.layers, 1)
             return stage, stage.forward / per, (stage.backward + stage.recompute) / per

@@ -75,17 +75,31 @@ def simulated_bubble_derivation(layout: Layout, m_term: Term, stage: Any, stretc
                              assumptions=tuple(assumptions))
 
 
-def split_sends_derivation(layout: Layout, m_term: Term, stage: Any, value: float) -> Derivation:
+def embedding_sync_term(stage: Any) -> Term | None:
+    """T_emb of t_pp: the tied embedding's gradient all-reduce between the pipeline's ends (parcalc.core.timing.step.
+    embedding_sync_time), or None where there is none."""
+    if not stage.embedding_sync:
+        return None
+    return _t("T_emb", "T_emb", float(stage.embedding_sync), "s", "all-reduce of the tied word embedding's gradient between the "
+              "first and the last stage, after the flush (Megatron-LM's embedding group; DeepSpeed's ReduceTiedGrads), NCCL model",
+              r"T_{\mathrm{emb}}")  # fmt: skip
+
+
+def split_sends_derivation(layout: Layout, m_term: Term, stage: Any, value: float, send: str, sync: Term | None = None) -> Derivation:
     """t_pp of a split-backward schedule: 2 m sends (a V: 4 m, down and back up), less the two sends of each of
-    DualPipeV's overlapped pairs (they run under the pair's compute)."""
+    DualPipeV's overlapped pairs (they run under the pair's compute), plus the tied embedding's all-reduce (sync, where there is
+    one). send: what one send carries (step.pipeline_send_description)."""
     schedule, p, m = layout.schedule, layout.pp, int(m_term.value)
     ways = 2 if schedule.v_shape else 1
     inputs = [m_term, _t("k", "k", ways, "", "chunk passes of a micro-batch on a device each way (a V: down and back up)"),
-              _t("T_p2p", "T_p2p", stage.p2p, "s", "one send of b s h / t (Megatron's scatter/gather), NCCL model", r"T_{\mathrm{p2p}}")]
+              _t("T_p2p", "T_p2p", stage.p2p, "s", send, r"T_{\mathrm{p2p}}")]
     formula = "2 × $k × $m × $T_p2p"
     if schedule.pairs_forward_backward:
         pairs = paired_passes(schedule, p, m)
         inputs.append(_t("P", "P", pairs, "", "overlapped F & B pairs on the device with the fewest"
                          + (" (device 1: 2m - 3p + 1)" if schedule.v_shape else "") + ", whose sends run under the pair's compute"))  # fmt: skip
         formula = "(2 × $k × $m - 2 × $P) × $T_p2p"
+    if sync is not None:  # the tied embedding's gradient all-reduce between the ends (never for a V: one device holds both)
+        inputs.append(sync)
+        formula += " + $T_emb"
     return PP.derivation(inputs, value, formula=formula, source=f"{PP.source}; {SCHEDULE_SOURCES[schedule]}")

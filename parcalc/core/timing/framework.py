@@ -72,6 +72,11 @@ class Framework:
     # dispatcher has synchronised the tokens per expert to the host (Megatron-LM + Transformer Engine's GroupedLinear;
     # parcalc.core.timing.moe.expert_host_exposed); 0: the experts run as one launch, or not modelled
     expert_gemm_host: float = 0.0
+    # Whether the pipeline splits a stage's output over the TP ranks without sequence parallelism, each sending 1/tp of it and
+    # all-gathering it over NVLink after the receive (Megatron-LM's scatter/gather of 2021-22, DeepSpeed's pipe_partitioned);
+    # False: every TP rank sends the whole b s h tensor across the stage boundary (Megatron-LM before February 2021 and
+    # Megatron-Core since 2023). Under sequence parallelism the output is already 1/tp a rank (parcalc.core.timing.step).
+    pipeline_scatter_gather: bool = True
     # The profile's `notes:` lines, shown by `presets show` (prose: not compared, not hashed)
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -144,7 +149,13 @@ MEGATRON = Framework(
                     "'to ensure collectives do not become latency-bound'")),
         ("fp32_grads", ("Megatron-LM megatron/training/arguments.py: with --bf16, accumulate_allreduce_grads_in_fp32 = True "
                         "(fp32 main gradients)")),
+        ("pipeline_scatter_gather", ("Megatron-LM as Narayanan et al. 2021 (sec. 4.1, 'scatter/gather communication "
+                                     "optimization') and Korthikanti et al. 2022 ran it: megatron/p2p_communication.py "
+                                     "--no-scatter-gather-tensors-in-pipeline, on by default from 72e4230bb5 (2021-02-16) until "
+                                     "Megatron-Core's p2p_communication.py (3c92fa93b5, 2023-03-23); presets/frameworks/"
+                                     "megatron.yaml is today's, without it")),
     ),
+    pipeline_scatter_gather=True,
 )  # fmt: skip
 
 

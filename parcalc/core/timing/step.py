@@ -21,7 +21,7 @@ defined once in parcalc.core.timing.terms; here is how each is computed:
   schedules that split the backward (ZB-H1, ZB-H2, ZB-V, DualPipeV) the idle time of their simulated
   order with the stage's F, B (backward less W) and W (its weight-gradient GEMMs) per micro-batch
   (parcalc.core.pipeline_step.step_bubble);
-- t_pp: one micro-batch's activation (split over the TP ranks: Megatron-LM's scatter/gather) each
+- t_pp: one micro-batch's activation (split over the TP ranks under SP or a scatter/gather: pipeline_send_bytes) each
   way per micro-batch and chunk, on the critical path of 1F1B (a V: two chunks; DualPipeV's
   overlapped pairs send theirs under the pair's compute);
 - t_dp = the data-parallel / ZeRO / FSDP communication left exposed (parcalc.core.timing.overlap); with
@@ -36,7 +36,7 @@ the search and the scalar reference agree by construction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -76,6 +76,9 @@ class StagePieces:
     # the share of a hidden collective's time the compute beside it loses to the SMs NCCL holds (parcalc.core.timing.
     # sm_contention.loss_share of a layer; 0: the GPU's channels not known)
     sm_loss: Any = 0.0
+    # once per iteration, after the flush: the all-reduce of the tied word embedding's gradient between the first and the
+    # last stage (embedding_sync_time; 0 without a pipeline or untied)
+    embedding_sync: Any = 0.0
 
 
 @dataclass(frozen=True)
@@ -210,11 +213,11 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
         weight = np.minimum(stage.wgrad, stage.backward)
         t_bubble = _simulated_bubble(schedule, p, m, stage.forward + shared, stage.backward + stage.recompute - weight + shared, weight)
         beta = t_bubble / (t_compute + t_tp + t_cp + t_ep)
-        t_pp = (2 * m * (2 if schedule.v_shape else 1) - 2 * pairs) * stage.p2p  # a V sends down and back up
+        t_pp = (2 * m * (2 if schedule.v_shape else 1) - 2 * pairs) * stage.p2p + stage.embedding_sync  # a V sends down and back up
     elif p > 1:
         beta = (p - 1) / (m * v)
         t_bubble = beta * (t_compute + t_tp + t_cp + t_ep)
-        t_pp = 2 * m * v * stage.p2p
+        t_pp = 2 * m * v * stage.p2p + stage.embedding_sync
     else:
         beta = 0.0 * m
         t_bubble = 0.0 * m
@@ -399,16 +402,62 @@ def stage_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
     lp = layer if layer is not None else layer_pieces(model, layout, micro_batch, recompute, training, cluster, experts=experts)
     if layout.pp > 1:
         group = placement(2, layout.tp * layout.cp * layout.dp, cluster.gpus_per_node)
-        p2p = collective_time(Collective.POINT_TO_POINT, lp.activation / layout.tp, group, cluster.fabric).time
+        p2p = collective_time(Collective.POINT_TO_POINT, pipeline_send_bytes(lp.activation, layout, cluster.framework), group,
+                              cluster.fabric).time  # fmt: skip
     else:
         p2p = 0.0
     chunks = layout.chunks
     pieces = assemble_stage(model, layout, lp, p2p, cluster.overlap_tp, recompute_layers)
+    sync = embedding_sync_time(model, layout.tp, layout.pp, layout.cp * layout.dp, layout.schedule, training, cluster)
+    if sync:
+        pieces = replace(pieces, embedding_sync=sync)
     if model.moe is not None and pieces.layers:  # ZeRO-3's prefetch windows: the mean layer of the slowest stage
         layers = float(pieces.layers)
         return pieces, float(pieces.forward) / layers, float(pieces.backward + pieces.recompute) / layers
     share = _again(pieces.layers, recompute_layers, chunks) / pieces.layers if pieces.layers else 1.0
     return pieces, lp.f_dense, lp.b_dense + lp.r_dense * share
+
+
+def pipeline_send_bytes(activation: float, layout: Layout, framework: Any) -> float:
+    """Bytes one TP rank sends across a stage boundary per micro-batch: its 1/tp share where the stage's output is split
+    over the TP ranks (sequence parallelism, or the framework's scatter/gather), else the whole b s h activation
+    (Megatron-LM at the GPT-3 example's commit 152aab304d, training.py `communicate`: every rank sends `tensor_shape =
+    (seq_length, micro_batch_size, hidden_size)`; the split came with 27fc468964, 2021-01-20, and left with
+    Megatron-Core's p2p_communication.py, 3c92fa93b5, 2023-03-23)."""
+    split = layout.sequence_parallel or framework.pipeline_scatter_gather
+    return activation / layout.tp if split else activation
+
+
+def embedding_sync_time(model: Any, tp: int, pp: int, ranks: int, schedule: Any, training: Any, cluster: Any) -> float:
+    """The all-reduce of the tied word embedding's gradient between the first stage (the embedding) and the last (the LM
+    head's copy of it), once per iteration after the pipeline's flush, with nothing to hide behind: Megatron-LM's
+    'backward-embedding-all-reduce' (megatron/training.py at 152aab304d: `torch.distributed.all_reduce(
+    word_embeddings_weight.grad, group=mpu.get_embedding_group())` after the data-parallel all-reduce; Megatron-Core
+    finalize_model_grads.py `_allreduce_word_embedding_grads`, the main_grad), DeepSpeed's ReduceTiedGrads (pipe/engine.py
+    `_exec_reduce_tied_grads`: `weight._hp_grad` under the BF16 optimizer, else `weight.grad`; pipe/schedule.py issues it
+    after the last backward, before ReduceGrads). V / t rows of h on each TP rank, in the framework's gradient wire dtype,
+    between two ranks tp x ranks x (p - 1) apart. 0 without a pipeline, for untied embeddings, and where one device holds
+    both ends (a V schedule's first and last chunk, DualPipe's stage pair)."""
+    from parcalc.core.choices import Collective
+    from parcalc.core.memory import vocab_shard
+    from parcalc.core.timing.network import collective_time, placement
+
+    one_device = schedule is not None and (schedule.v_shape or schedule.value == "dualpipe")
+    if pp <= 1 or not model.tied_embeddings or not model.vocab or one_device:
+        return 0.0
+    size = vocab_shard(model, tp) * model.hidden * cluster.framework.at(pp).wire_bytes(training.precision)
+    return collective_time(Collective.ALL_REDUCE, size, placement(2, tp * ranks * (pp - 1), cluster.gpus_per_node), cluster.fabric).time
+
+
+def pipeline_send_description(layout: Layout, framework: Any) -> str:
+    """What T_p2p sends, for its derivation (pipeline_send_bytes)."""
+    if layout.tp == 1:
+        return "one send of b s h, NCCL model"
+    if layout.sequence_parallel:
+        return "one send of b s h / t (sequence parallelism: each TP rank holds s / t of the output), NCCL model"
+    if framework.pipeline_scatter_gather:
+        return f"one send of b s h / t (the scatter/gather: {framework.source('pipeline_scatter_gather')}), NCCL model"
+    return f"one send of the whole b s h from every TP rank ({framework.source('pipeline_scatter_gather')}), NCCL model"
 
 
 def _again(layers: Any, recompute_layers: int | None, chunks: int) -> Any:
