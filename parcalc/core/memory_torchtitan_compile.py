@@ -16,7 +16,7 @@ SDPA, SwiGLU), read with TORCH_LOGS=output_code (torch 2.13.0, inductor backend,
   ("-", key, ...)                       buffers whose storage goes (`del`, the last name of it);
   ("=", old, new, size, kind, what)     Inductor reuses `old`'s storage for `new` (same size: no allocation); a size that
                                         differs (another model's widths) allocates `new` and frees `old` after the kernel.
-Sizes are symbols of the block's widths (SIZES). What the forward saves (the partitioner's choice, COMPILE_SOURCES):
+Sizes are symbols of the block's widths (_sizes). What the forward saves (the partitioner's choice, COMPILE_SOURCES):
 - no checkpointing: the block input, both norms' fp32 1/rms and bf16 outputs, q after RoPE, k and v after repeat_kv (every
   query head), SDPA's output and logsumexp, wo's output (not h = x + wo: the backward adds it again), w1's and w3's outputs
   and silu(w1) * w3; none of eager's fp32 norm and RoPE copies (tests/ground_truth/test_torch_compile.py);
@@ -49,14 +49,14 @@ COMPILE_SOURCES = {
     "torchtitan": ("pytorch/torchtitan at 9dec370 torchtitan/parallelisms/parallelize_llama.py:66-88 parallelize_llama: apply_ac, "
                    "then apply_compile, then apply_fsdp; 297-306 apply_compile: torch.compile(transformer_block, fullgraph=True) "
                    "for each block, registered in its place; 309-339 apply_fsdp: fully_shard on each (compiled) block and the root"),
-    "partitioner": ("pytorch/pytorch v2.13.0 torch/_functorch/partitioners.py min_cut_rematerialization_partition (the "
+    "partitioner": ("pytorch/pytorch v2.13.0 torch/_functorch/partitioners.py:3725 min_cut_rematerialization_partition (the "
                     "inductor backend's partition_fn, torch/_inductor/compile_fx.py): the tensors the backward needs that are "
-                    "cheapest to save; nodes tagged by a checkpoint (torch/_higher_order_ops/wrap.py tag_activation_checkpoint, "
+                    "cheapest to save; nodes tagged by a checkpoint (torch/_higher_order_ops/wrap.py:369 TagActivationCheckpoint, "
                     "torch/utils/checkpoint.py CheckpointPolicy MUST_SAVE / PREFER_RECOMPUTE) are recomputed in the backward "
                     "unless their policy says save"),
-    "inductor": ("pytorch/pytorch v2.13.0 torch/_inductor/codegen/wrapper.py: buffers allocated in program order, a dead buffer "
-                 "of the same size reused (ReuseLine, '# reuse'), freed at the last use (FreeIfNotReusedLine, 'del buf'); "
-                 "torch/_inductor/lowering.py: no code generation for complex operators (ATen fallbacks); the generated "
+    "inductor": ("pytorch/pytorch v2.13.0 torch/_inductor/codegen/wrapper.py: buffers allocated in program order (894 AllocateLine), a dead buffer "
+                 "of the same size reused (1069 ReuseLine, '# reuse'), freed at the last use (1002 FreeIfNotReusedLine, 'del buf'); "
+                 "torch/_inductor/lowering.py:2634: no code generation for complex operators (ATen fallbacks); the generated "
                  "code of torchtitan's block read with TORCH_LOGS=output_code, torch 2.13.0 on the CPU"),
 }
 
