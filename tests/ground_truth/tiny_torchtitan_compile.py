@@ -1,8 +1,10 @@
 """torchtitan's Llama Transformer with each block compiled (apply_ac, then apply_compile: torchtitan's parallelize_llama.py
 at 9dec370, lines 66-77 and 297-306), one training step's memory counted on the CPU with torch.profiler.
 
-Why the profiler: Inductor's generated code allocates its buffers itself (`empty_strided_cpu`, outside the dispatcher), so
-a TorchDispatchMode (MemTracker) does not see them, and FakeTensorMode cannot run the generated C++ kernels. The
+Why the profiler: MemTracker cannot follow a compiled module: under its TorchDispatchMode torch.compile skips every frame
+("non-infra torch dispatch mode present, this is not supported today in torch.compile"; with fullgraph=True it raises
+"found no compiled frames", tried with torch 2.13.0), Inductor's generated code allocates its buffers outside the
+dispatcher (`empty_strided_cpu`) in any case, and FakeTensorMode cannot run the generated C++ kernels. The
 profiler's memory events come from the CPU allocator (c10's reportMemoryUsage): every allocation and free of the process,
 whoever makes it, with its size and a nanosecond time stamp. The peak of their running sum over a step is the step's peak
 above what was allocated before it (the parameters, the token ids, freqs_cis). What it sees beyond a GPU's allocations:
