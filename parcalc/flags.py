@@ -131,7 +131,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--flash-attention", "FlashAttention/SDPA, what frameworks run: no s x s scores stored, attention timed as its fused kernel; --no-flash-attention: "
          "the scores materialised (Korthikanti et al. 2022's 5as^2b), attention as explicit GEMMs and softmax", "switch", "",
          "on", ("intensity", "memory", "flops", "fit", "scaling"), aliases=("--use-flash-attn",)),
-    Flag("--compile", "torch.compile (Inductor): memory-bound kernels between GEMMs fused (fit, intensity --model); what its partitioner saves for backward (memory)",
+    Flag("--compile", "torch.compile (Inductor): memory-bound kernels between GEMMs fused (fit, intensity --model); what its partitioner saves for backward (memory); "
+         "under --framework torchtitan the step walk follows each block's compiled code (memory, fit)",
          "switch", "", "off", ("intensity", "memory", "fit")),
     Flag("--kernels", "The memory-bound kernels between GEMMs: fused (Megatron-LM / Transformer Engine) or eager (one per PyTorch op of the model code)",
          "choice", "", "the framework's (intensity: fused)", ("intensity", "fit")),

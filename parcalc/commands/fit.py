@@ -155,7 +155,7 @@ def fit(
     offload: Annotated[Optional[list[Offload]], typer.Option(metavar="KIND", help="Move to host memory (repeatable): optimizer (ZeRO-Offload; CPU step and PCIe copies in t_offload), activations (copied out and back, overlapped with compute). Not searched: applies to every configuration.", show_default=False)] = None,  # noqa: UP045
     host_link: Annotated[Text, typer.Option(metavar="NAME", help="The GPU's link to the host for --offload (default: pcie5-x16 on Hopper/Blackwell, else pcie4-x16).")] = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help="FlashAttention/SDPA, what frameworks run (default): no s x s attention scores stored. --no-flash-attention: the scores materialised (Korthikanti et al. 2022's 5as^2b) and attention timed as explicit GEMMs and softmax.")] = True,
-    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor): the memory-bound kernels between GEMMs fused into fewer kernels (which: see Assumptions).")] = False,
+    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor): the memory-bound kernels between GEMMs fused into fewer kernels (which: see Assumptions); --framework torchtitan walks the compiled block's memory.")] = False,
     kernels: KernelsOption = None,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,

@@ -124,7 +124,7 @@ def memory(
     loss_in_split: LossInSplitOption = False,
     pipeline_layout: PipelineLayoutOption = None,
     flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help="FlashAttention/SDPA, what frameworks run (default): no s x s attention scores stored. --no-flash-attention: the scores materialised (Korthikanti et al. 2022's 5as^2b).")] = True,
-    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor): what its partitioner saves for backward (the same tensors; see Assumptions).")] = False,
+    compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor) on each block: --framework torchtitan walks the compiled code; otherwise what its partitioner saves for backward (the same tensors; see Assumptions).")] = False,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout layers (their 1-byte masks) in attention, MLP and embeddings (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     gpu: Annotated[_Text, typer.Option(metavar="NAME", help="GPU preset: its memory capacity decides fits / does not fit.")] = None,
     capacity: Annotated[_Text, typer.Option(metavar="BYTES", help="GPU memory capacity instead of --gpu's, e.g. 80GiB.")] = None,

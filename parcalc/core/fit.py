@@ -176,7 +176,8 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
                           config.recompute_layers, moe_imbalance=config.moe_imbalance,
                           grad_copies=bool(cluster.framework.at(config.layout.pp).accumulation_bytes(training.precision)),
                           recompute_modules=selective_modules(config, training),
-                          step_memory=cluster.framework.step_memory, micro_batches=config.micro_batches(training))  # fmt: skip
+                          step_memory=cluster.framework.step_memory, micro_batches=config.micro_batches(training),
+                          compiled=training.compiled)  # fmt: skip
     return memory_breakdown(model, config.layout, setup)
 
 

@@ -135,6 +135,8 @@ class FsdpStep:
     # whether Schedule1F1B.step keeps the last stage's outputs and concatenates them (return_outputs; PP_SOURCES['outputs']):
     # torchtitan passes False since pytorch/torchtitan#1922 (2025-10-22); the Dec 2024 code (9dec370) took the default, True
     pp_return_outputs: bool = False
+    # torchtitan's code with each block under torch.compile (apply_compile; parcalc.core.memory_torchtitan_compile)
+    compiled: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,15 +159,17 @@ PROFILES = {
 
 
 def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, precision: Precision, optimizer: Optimizer,
-                 recompute: Recompute, tp: int = 1) -> FsdpStep:  # fmt: skip
-    """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp ones)."""
+                 recompute: Recompute, tp: int = 1, compiled: bool = False) -> FsdpStep:  # fmt: skip
+    """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp ones;
+    `compiled`: --compile)."""
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
-                    settings.reshard_last_block, model_code=settings.model_code, tp=tp)  # fmt: skip
+                    settings.reshard_last_block, model_code=settings.model_code, tp=tp, compiled=compiled)  # fmt: skip
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
-              other: tuple[str, ...] = (), model_code: str = "transformers", pipeline: bool = False) -> list[str]:  # fmt: skip
+              other: tuple[str, ...] = (), model_code: str = "transformers", pipeline: bool = False,
+              compiled: bool = False) -> list[str]:  # fmt: skip
     """What of a layout the walk does not follow (none: its peak is the memory; else the textbook sum is).
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
     caller's own (offload, a recomputed subset of layers, ...)."""
@@ -194,7 +198,24 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append(f"--recompute {recompute.value}")
     if model_code == "torchtitan":
         gaps += torchtitan_code_gaps(model, precision)
+    if compiled:
+        gaps += compile_gaps(model, layout.tp, layout.pp, model_code)
     return gaps
+
+
+def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str) -> list[str]:
+    """What of torch.compile the walk does not follow: it follows torchtitan's compiled block (Inductor's code for grouped-query
+    attention, whose repeat_kv copies k and v) under FSDP2 alone (parcalc.core.memory_torchtitan_compile)."""
+    from parcalc.core.memory_timeline import shapes_of
+    from parcalc.core.memory_torchtitan import repeat_kv_copies
+
+    if model_code != "torchtitan":
+        return ["--compile (the compiled walk follows torchtitan's block; this profile's walk is eager transformers code)"]
+    kv_heads = "one KV head (repeat_kv's view)" if model.kv_heads == 1 else "multi-head attention (no repeat_kv copy)"
+    return [what for what, gap in ((f"--compile with {kv_heads}: Inductor's code for it is not walked",
+                                    not repeat_kv_copies(shapes_of(model, 1, 1, 2.0, 2.0, False))),
+                                   (f"--compile with tp = {tp} (the compiled walk has no TP)", tp > 1),
+                                   (f"--compile with pp = {pp} (the compiled walk has no pipeline stages)", pp > 1)) if gap]  # fmt: skip
 
 
 def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[str]:
@@ -458,6 +479,8 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
                          f"the {model.layers} blocks")
     if step.tp > 1:
         check_tp(model, step)
+    if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code)):
+        raise InputError(f"{model.name}: the compiled step walk: {'; '.join(gaps)}")
     missing = torchtitan_code_gaps(model, step.precision) if step.model_code == "torchtitan" else []
     if missing:
         raise InputError(f"{model.name}: the torchtitan profile's step walk follows torchtitan's Llama code in bf16; {'; '.join(missing)}")
@@ -534,7 +557,7 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         elif step.tp > 1:
             torchtitan_tp_step(walk, model, x, policies, step.embedding_backward_tables, step.tp, hooks)
         else:
-            torchtitan_step(walk, model, x, policies, step.embedding_backward_tables, hooks)
+            torchtitan_step(walk, model, x, policies, step.embedding_backward_tables, hooks, step.compiled)
     else:
         walk_forward(walk, model, x, checkpointed, hooks)
         walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)

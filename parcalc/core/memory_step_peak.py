@@ -62,7 +62,7 @@ def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, 
     if fsdp_walk_gaps(model, par, setup, pipeline=True):
         return stage
     step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute,
-                        par.tp)
+                        par.tp, setup.compiled)
     if par.pp > 1:  # this stage of the pipeline (parcalc.core.memory_pipeline_stage), its own layers
         from dataclasses import replace as replaced
 
@@ -82,7 +82,7 @@ def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup, p
                                         ("--recompute-layers", setup.recompute_layers is not None),
                                         ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
     code = PROFILES[setup.step_memory].model_code if setup.step_memory in PROFILES else "transformers"
-    return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other, code, pipeline)
+    return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other, code, pipeline, setup.compiled)
 
 
 def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str, reserve: Derivation) -> StageMemory:

@@ -285,16 +285,23 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, pre
     walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
 
 
-def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], hooks: StepHooks) -> str:
-    """The embedding and the blocks; returns the last block's output key."""
+def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], hooks: StepHooks,
+                        compiled: bool = False) -> str:  # fmt: skip
+    """The embedding and the blocks (`compiled`: each block's torch.compile'd code, parcalc.core.memory_torchtitan_compile);
+    returns the last block's output key."""
+    from parcalc.core.memory_torchtitan_compile import compiled_block_forward
+
     walk.phase = "forward: embedding"
     current = "emb"
     walk.alloc(current, x.T * x.h * x.c, "activations", "embedding output (residual stream)")
     for i in range(model.layers):
         walk.phase = f"forward: layer {i + 1} of {model.layers}"
         hooks.before_layer(walk, i)
-        out = block_forward(walk, x, i, current, policies[i])
-        if policies[i] == "none":  # the loop's `h = layer(h)` drops the input: its norm saved an fp32 copy
+        if compiled:  # every policy's compiled forward saves its input
+            out = compiled_block_forward(walk, x, i, current, policies[i])
+        else:
+            out = block_forward(walk, x, i, current, policies[i])
+        if policies[i] == "none" and not compiled:  # the loop's `h = layer(h)` drops the input: its norm saved an fp32 copy
             walk.free(current)
         hooks.after_layer(walk, i)
         current = out
@@ -315,7 +322,9 @@ def head_and_loss_forward(walk: Walk, x: StepShapes, last: str) -> None:
 
 
 def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int,
-                         hooks: StepHooks) -> None:  # fmt: skip
+                         hooks: StepHooks, compiled: bool = False) -> None:  # fmt: skip
+    from parcalc.core.memory_torchtitan_compile import compiled_block_backward
+
     T, V, h = x.T, x.V, x.h
     walk.phase = "backward: loss (nll_loss and log_softmax gradients)"
     hooks.before_backward(walk)
@@ -329,9 +338,12 @@ def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, pol
         walk.phase = f"backward: layer {i + 1} of {model.layers}" + ("" if policies[i] == "none" else " (recomputed)")
         inp = "emb" if i == 0 else f"L{i - 1}.x2"
         hooks.before_layer_backward(walk, i)
-        if policies[i] != "none":
-            block_forward(walk, x, i, inp, policies[i], recomputing=True)
-        block_backward(walk, x, i, "g_stream", "g_stream_next")
+        if compiled:  # the recomputation, if any, is part of the compiled backward
+            compiled_block_backward(walk, x, i, inp, "g_stream", "g_stream_next", policies[i])
+        else:
+            if policies[i] != "none":
+                block_forward(walk, x, i, inp, policies[i], recomputing=True)
+            block_backward(walk, x, i, "g_stream", "g_stream_next")
         walk.free(inp)  # the checkpoint's input, held by its frame until the block's backward is done
         walk.rename("g_stream_next", "g_stream")
         hooks.after_layer_backward(walk, i)
@@ -344,10 +356,11 @@ def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, pol
 
 
 def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int,
-              hooks: StepHooks) -> None:  # fmt: skip
-    """Forward, loss and backward of torchtitan's Transformer with the framework's hooks around each block."""
+              hooks: StepHooks, compiled: bool = False) -> None:  # fmt: skip
+    """Forward, loss and backward of torchtitan's Transformer with the framework's hooks around each block (`compiled`: each
+    block under torch.compile, as apply_compile wraps it)."""
     hooks.before_forward(walk)
-    last = walk_blocks_forward(walk, model, x, policies, hooks)
+    last = walk_blocks_forward(walk, model, x, policies, hooks, compiled)
     head_and_loss_forward(walk, x, last)
     hooks.after_forward(walk)
-    walk_blocks_backward(walk, model, x, policies, embedding_tables, hooks)
+    walk_blocks_backward(walk, model, x, policies, embedding_tables, hooks, compiled)

@@ -26,10 +26,12 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
     # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
     for zero, size, rec, seq in set(zip(z.tolist(), shard.tolist(), r.tolist(), sp.tolist(), strict=True)):
         layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
-        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code):
+        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code,
+                     compiled=training.compiled):  # fmt: skip
             continue
         for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec) & (sp == seq)):
-            step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)], t)
+            step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)], t,
+                                training.compiled)  # fmt: skip
             out[row] = fsdp_reserved_total(model, step) + training.reserve
     return out
 

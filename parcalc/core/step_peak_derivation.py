@@ -75,6 +75,12 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
                        f"{TT_SOURCES['tp_accumulate']}", "logits and loss": f"{TT_SOURCES['loss']}; {TT_SOURCES['loss_parallel']}"}
             code = (f"torchtitan's Llama Transformer under apply_tp over {step.tp} ranks, sequence and loss parallel "
                     "(parcalc.core.memory_torchtitan_tp)")
+        if step.compiled:
+            from parcalc.core.memory_torchtitan_compile import COMPILE_SOURCES
+
+            sources = {**sources, "activations": f"{sources['activations']}; {'; '.join(COMPILE_SOURCES.values())}"}
+            code = (f"{code}, each block under torch.compile (Inductor's generated forward and backward, buffer by buffer: "
+                    "parcalc.core.memory_torchtitan_compile)")
     else:
         code = (f"transformers' {model_code(model)} and its fp32 cross-entropy; torchtitan's own Llama differs in RoPE (complex "
                 "fp32 products) and repeat_kv")

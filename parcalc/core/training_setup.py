@@ -74,6 +74,9 @@ class TrainingSetup:
     # Micro-batches per iteration, m = B / (d b): how many the pipeline's warm-up holds at once (_in_flight);
     # a property of the batch, not of the layout
     micro_batches: int = 1
+    # --compile: torch.compile (Inductor) on each transformer block, as torchtitan's apply_compile; the torchtitan profile's
+    # step walk follows the compiled block (parcalc.core.memory_torchtitan_compile), the textbook sum is unchanged
+    compiled: bool = False
 
     def activation_config(self, par: Layout) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,

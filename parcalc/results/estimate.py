@@ -101,7 +101,8 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         (f"links: {cluster.intra.name} inside a node, {cluster.fabric.nics_per_node} x {cluster.inter.name} per node; Megatron-LM's rank "
          "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp"),
         ("memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)"
-         if framework.step_memory == "textbook" else f"memory per GPU is the peak of one step of the {framework.key} profile's eager code as the "
+         if framework.step_memory == "textbook" else f"memory per GPU is the peak of one step of the {framework.key} profile's "
+         f"{'compiled (each block: parcalc.core.memory_torchtitan_compile)' if training.compiled and framework.step_memory == 'torchtitan-eager' else 'eager'} code as the "
          "caching allocator reserves it, plus the reserve (parcalc.core.memory_timeline, docs/memory-peak.md)"
          + ("" if framework.step_memory == "hf-eager" else "; under fully_shard over all dp ranks of a dense Llama-shaped model "
             "(parcalc.core.memory_fsdp), the textbook sum for other layouts")),

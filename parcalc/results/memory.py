@@ -129,7 +129,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
         moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
-        recompute_modules=recompute_modules_flag(recompute_modules), micro_batches=m,
+        recompute_modules=recompute_modules_flag(recompute_modules), micro_batches=m, compiled=compile_,
         **_profile_setup(profile, p, precision),
     )  # fmt: skip
     return MemoryRequest(shape, par, setup, device, per_stage=per_stage, compile=compile_, offload=tuple(offload or ()),
@@ -155,9 +155,11 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
     compile_note: tuple[str, ...] = ()
     if req.compile:
         from parcalc.core.activations import COMPILE_ACTIVATIONS
+        from parcalc.core.memory_torchtitan_compile import COMPILED_WALK
 
         settings.append(("compile", "true"))
-        compile_note = ("--compile: " + COMPILE_ACTIVATIONS,)
+        walked = breakdown.worst.peak is not None and setup.step_memory == "torchtitan-eager"
+        compile_note = ("--compile: " + (COMPILED_WALK if walked else COMPILE_ACTIVATIONS),)
     if par.cp > 1:
         settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
     if setup.recompute_layers is not None:
