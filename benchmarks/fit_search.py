@@ -20,6 +20,18 @@ commit that added these lines; every searched row equal before and after, tests/
     Llama 3 405B, 16,384 H100                   0.35 s           0.34 s (5.2x)    1.01
     Llama 3 405B, 16,384 GB200                  0.41 s           0.37 s (5.7x)    0.91
 
+The torchtitan one-liners (session 15, parcalc.core.search_walk_runs: each step walk's reserved peak from walks of 4 and 5
+layers, or of w + 4 and w + 5 micro-batches of a 1F1B stage; every row byte-identical), 3 runs each taking turns with main
+(cedaecf) on a heavily loaded 2-core machine, so absolute times read about twice the unloaded ones (8B: 1.54 s, 70B: 5.24 s
+on main unloaded):
+
+    one-liner                                   before (cedaecf)   after     after / before
+    Llama 3 8B, 8 H100, torchtitan              3.87 s             3.24 s    0.84
+    Llama 3 70B, 256 H100, torchtitan           12.00 s            7.72 s    0.64
+
+Not yet under a second: the pipeline-stage walks still walk every layer of the stage for each of the 2w + 9 micro-batches
+of the two short walks (the next step: the layers of a stage walked as runs too).
+
 The DeepSeek-V3 search itself (in-process, CPU seconds, best of 7 with the cores' caches cleared): 1.00 -> 0.68. Of
 what is left, about 60 % is the scalar cores' own time (layer_pieces, dp_pieces_of, stage_parameters, ...) asked once
 per distinct key; the start-up (imports: numpy, typer, the cores) is about 0.2 s of every one-liner.
@@ -101,6 +113,11 @@ ONE_LINERS = {
                                   "--seq-len", "8192"],
     "Llama 3 405B, 16,384 GB200": ["fit", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "gb200", "--search", "--batch", "2048",
                                    "--seq-len", "8192"],
+    # torchtitan's step walks in the search (parcalc.core.search_walk_runs): fit's default batch and sequence
+    "Llama 3 8B, 8 H100, torchtitan": ["fit", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100-sxm5", "--search", "--framework",
+                                       "torchtitan"],
+    "Llama 3 70B, 256 H100, torchtitan": ["fit", "--model", "llama3-70b", "--gpus", "256", "--gpu", "h100-sxm5", "--search",
+                                          "--framework", "torchtitan"],
 }  # fmt: skip
 
 

@@ -1,0 +1,52 @@
+"""parcalc.core.search_walk_runs: the reserved peak of an FSDP2 / torchtitan step walk from two short walks equals the
+whole walk's (parcalc.core.memory_fsdp.fsdp_step_peak), byte for byte, and the short path is the one taken."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parcalc.core.choices import Optimizer, Precision, Recompute
+from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
+from parcalc.core.search_walk_runs import reserved_from_runs
+from parcalc.presets import load_model
+
+LLAMA = load_model("llama3-8b", ())  # 32 identical layers: torchtitan's Llama code, the walk's own model
+
+
+@settings(max_examples=12, deadline=None)
+@given(micro=st.sampled_from([1, 2]), seq=st.sampled_from([512, 2048, 4096]), shards=st.sampled_from([2, 8, 64]),
+       rec=st.sampled_from([Recompute.NONE, Recompute.FULL, Recompute.OP]), tp=st.sampled_from([1, 2, 4]),
+       precision=st.sampled_from([Precision.MIXED_BF16, Precision.BF16]), layers=st.integers(10, 40))  # fmt: skip
+def test_layers_walked_twice_give_the_whole_walks_reserved_peak(micro, seq, shards, rec, tp, precision, layers) -> None:  # type: ignore[no-untyped-def]
+    if tp > 1 and rec is Recompute.OP:  # the TP walk checkpoints whole blocks or nothing (memory_fsdp.tp_gaps)
+        rec = Recompute.FULL
+    model = replace(LLAMA, layers=layers)
+    step = fsdp_step_of("torchtitan-eager", micro, seq, shards, precision, Optimizer.ADAMW, rec, tp)
+    fast = reserved_from_runs(model, step)
+    assert fast is not None  # the short path was taken (10 or more layers)
+    assert fast == fsdp_step_peak(model, step).reserved
+
+
+@settings(max_examples=10, deadline=None)
+@given(pp=st.sampled_from([2, 4]), stage_share=st.floats(0, 0.999), extra=st.integers(1, 12), layers=st.sampled_from([2, 4]),
+       rec=st.sampled_from([Recompute.NONE, Recompute.FULL, Recompute.OP]), shards=st.sampled_from([2, 8]))  # fmt: skip
+def test_micro_batches_walked_twice_give_the_whole_walks_reserved_peak(pp, stage_share, extra, layers, rec, shards) -> None:  # type: ignore[no-untyped-def]
+    stage = int(stage_share * pp)
+    warmup = pp - stage
+    micro_batches = 2 * (warmup + 4) + 1 + extra  # more than the two short walks' (w + 4) + (w + 5)
+    model = replace(LLAMA, layers=layers * pp)
+    step = replace(fsdp_step_of("torchtitan-eager", 1, 1024, shards, Precision.MIXED_BF16, Optimizer.ADAMW, rec, 1), pp=pp,
+                   pp_stage=stage, stage_layers=(stage * layers, (stage + 1) * layers), micro_batches=micro_batches)  # fmt: skip
+    fast = reserved_from_runs(model, step)
+    assert fast is not None
+    assert fast == fsdp_step_peak(model, step).reserved
+
+
+def test_a_step_whose_units_differ_is_walked_whole() -> None:
+    """Selective layer checkpointing (one policy a block) has no repeated unit: the caller walks it whole."""
+    step = replace(fsdp_step_of("torchtitan-eager", 1, 1024, 8, Precision.MIXED_BF16, Optimizer.ADAMW, Recompute.NONE, 1),
+                   block_policies=("full", "none") * 16)  # fmt: skip
+    assert reserved_from_runs(LLAMA, step) is None
