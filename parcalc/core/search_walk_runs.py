@@ -35,16 +35,22 @@ from parcalc.core.model import TransformerModel
 Sums = tuple[float, float, float, float]  # all blocks, small ones, medium ones, large ones' segments (bytes)
 Segment = tuple[str, dict[str, Sums]]  # a phase and each stream's sums at its first peak in it
 _NUMBERED = re.compile(r"^(forward|backward): (layer|micro-batch) (\d+) of (\d+)")
+_BLOCK_KEY = re.compile(r"^m\d+\.L(\d+)\.")
+LAYER_MARK = "\0layer "
 
 
 class SegmentWalk(Walk):
     """A step walk that keeps, for each phase it enters (each assignment of `phase`) and each stream
     (memory_fsdp.stream_of), the stream's four sums at its first peak within that phase. Nothing else of the peak."""
 
-    def __init__(self) -> None:
+    def __init__(self, layer_keys: bool = False) -> None:
         self.segments: list[Segment] = []
         self._best: dict[str, Sums] = {}
         self._phase = ""
+        # a pipeline stage's phases are its micro-batches: a new segment also starts at each layer's first block tensor
+        # (memory_torchtitan.BlockWalk's keys, `m{j}.L{i}.`), labelled `phase` + LAYER_MARK + i
+        self._layer_keys = layer_keys
+        self._layer = -1
         super().__init__()
         self.key_stream: dict[str, str] = {}
         self.sums: dict[str, list[float]] = {s: [0.0, 0.0, 0.0, 0.0] for s in STREAMS}
@@ -55,7 +61,7 @@ class SegmentWalk(Walk):
 
     @phase.setter
     def phase(self, value: str) -> None:
-        self._phase, self._best = value, {}
+        self._phase, self._best, self._layer = value, {}, -1
         self.segments.append((value, self._best))
 
     def alloc(self, key: str, size: float, kind: str, what: str) -> None:
@@ -63,17 +69,17 @@ class SegmentWalk(Walk):
             return
         if key in self.live:
             raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
-        block = block_bytes(size)
+        if self._layer_keys and key[0] == "m":
+            layer = _BLOCK_KEY.match(key)
+            if layer is not None and int(layer.group(1)) != self._layer:
+                self._layer, self._best = int(layer.group(1)), {}
+                self.segments.append((f"{self._phase}{LAYER_MARK}{self._layer}", self._best))
+        block, part, counted = _block(size)
         self.live[key] = LiveTensor(what, kind, block)
         stream = self.key_stream[key] = stream_of(key)
         sums = self.sums[stream]
         sums[0] += block
-        if block <= K_SMALL_SIZE:
-            sums[1] += block
-        elif block < K_MIN_LARGE_ALLOC:
-            sums[2] += block
-        else:
-            sums[3] += segment_bytes(block)
+        sums[part] += counted
         best = self._best.get(stream)
         if best is None or sums[0] > best[0]:
             self._best[stream] = (sums[0], sums[1], sums[2], sums[3])
@@ -83,14 +89,10 @@ class SegmentWalk(Walk):
             tensor = self.live.pop(key, None)
             if tensor is None:
                 continue
-            block, sums = tensor.bytes, self.sums[self.key_stream.pop(key)]
+            block, part, counted = _block(tensor.bytes)  # a block is its own block (512-byte multiples)
+            sums = self.sums[self.key_stream.pop(key)]
             sums[0] -= block
-            if block <= K_SMALL_SIZE:
-                sums[1] -= block
-            elif block < K_MIN_LARGE_ALLOC:
-                sums[2] -= block
-            else:
-                sums[3] -= segment_bytes(block)
+            sums[part] -= counted
 
     def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
         tensor = self.live.pop(old)
@@ -102,9 +104,34 @@ class SegmentWalk(Walk):
         self.live[key] = LiveTensor(what, kind or tensor.kind, tensor.bytes)
 
 
+@lru_cache(maxsize=65536)
+def _block(size: float) -> tuple[float, int, float]:
+    """A request's block (allocator.block_bytes), which of the sums it adds to (1 small, 2 medium, 3 large) and what it
+    adds there (the block; a large one's segment): the terms of allocator.reserved_bytes. Walks repeat a few sizes."""
+    block = block_bytes(size)
+    if block <= K_SMALL_SIZE:
+        return block, 1, block
+    if block < K_MIN_LARGE_ALLOC:
+        return block, 2, block
+    return block, 3, segment_bytes(block)
+
+
 def reserved_total(model: TransformerModel, step: FsdpStep) -> float:
     """fsdp_reserved_total(model, step), from walks of fewer units where the step's units repeat (module docstring)."""
-    return _reserved_total(model, step)
+    return _reserved_total(model, same_walk(model, step))
+
+
+def same_walk(model: TransformerModel, step: FsdpStep) -> FsdpStep:
+    """A step whose walk is this one's, event for event but for the layers' names: a middle stage of a 1F1B pipeline
+    (neither the embedding's nor the loss's) is walked the same whatever its index and layers but for its warm-up,
+    w = min(m, p - s) forwards (memory_pipeline_stage.StagePlan.order); every middle stage whose warm-up is all its
+    micro-batches (m <= p - s) is stage 1's walk, its layers counted from 0. Other steps: themselves."""
+    if step.pp < 3 or not 0 < step.pp_stage < step.pp - 1 or step.pp - step.pp_stage < step.micro_batches:
+        return step
+    if step.block_policies is not None:  # a policy a block: the layers' own
+        return step
+    lo, hi = step.stage_layers or (0, model.layers)
+    return replace(step, pp_stage=1, stage_layers=(0, hi - lo))
 
 
 @lru_cache(maxsize=4096)
@@ -114,18 +141,30 @@ def _reserved_total(model: TransformerModel, step: FsdpStep) -> float:
 
 
 def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
-    """The reserved total from the two short walks; None where the step's units do not repeat, are too few to save
-    anything, or the walks fail the checks (module docstring)."""
-    plan = _units(model, step)
-    if plan is None:
+    """The reserved total from the short walks; None where the step's units do not repeat, are too few to save anything,
+    or the walks fail the checks (module docstring)."""
+    runs = _runs(model, step)
+    if runs is None:
         return None
-    units, ends, joint = plan
-    a = ends if joint else 2 * ends  # the short walk: every place at one end or the other (a joint pass has 2 units' places)
-    if units <= 2 * a + 1:  # the two short walks would take as long as the whole one
+    layers, micro = runs
+    # the short walks: every place at one end or the other, where that is fewer than the step's (else all of them)
+    shrink_layers = layers > 2 * LAYER_ENDS + 1
+    shrink_micro = micro is not None and micro[0] > micro[1] + 1
+    if not (shrink_layers or shrink_micro):
         return None
-    short, _ = _segments(model, step, a, ends, joint)
-    long, middle = _segments(model, step, a + 1, ends, joint)
-    sums = _extrapolated(short, long, middle, units - a)
+    a_layers = 2 * LAYER_ENDS if shrink_layers else layers
+    a_micro = None if micro is None else micro[1] if shrink_micro else micro[0]
+    # places counted from the ends in a dimension that shrinks; every place its own in one that does not
+    layer_ends = LAYER_ENDS if shrink_layers else layers
+    ends = None if micro is None else micro[1] if shrink_micro else 2 * micro[0]
+    base = _segments(model, step, a_layers, a_micro, ends, layer_ends)
+    terms = []
+    if shrink_layers:
+        terms.append((_segments(model, step, a_layers + 1, a_micro, ends, layer_ends), layers - a_layers))
+    if shrink_micro:
+        assert micro is not None and a_micro is not None
+        terms.append((_segments(model, step, a_layers, a_micro + 1, ends, layer_ends), micro[0] - a_micro))
+    sums = _extrapolated(base, terms)
     if sums is None:
         return None
     total = 0.0
@@ -139,14 +178,16 @@ def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
     return total
 
 
-def _units(model: TransformerModel, step: FsdpStep) -> tuple[int, int, bool] | None:
-    """The step's repeated units (how many), how many places at each end are not yet periodic, and whether the places
-    count forwards and backwards together (1F1B interleaves them; a step without a pipeline runs all forwards, then all
-    backwards); None: nothing repeats (walk whole). Without a pipeline the units are the layers, two places at each end of
-    each pass: the first two layers meet the root's all-gather and the embedding's output, the last two the unresharded last
-    block and the root's prefetch. Under 1F1B they are the micro-batches, places in Schedule1F1B's order: w warm-up
-    forwards, the first backward (its gradients allocated for accumulation), then forward and backward by turns (a period of
-    two places) up to the w cool-down backwards; w + 4 places at each end."""
+LAYER_ENDS = 2  # the first two layers meet the root's all-gather and the embedding's output; the last two the unresharded
+# last block, the root's prefetch, the final norm
+
+
+def _runs(model: TransformerModel, step: FsdpStep) -> tuple[int, tuple[int, int] | None] | None:
+    """The step's repeated units: its layers (of the stage), and under 1F1B its micro-batches with how many places of
+    Schedule1F1B's order at each end are not yet periodic: w warm-up forwards, the first backward (its gradients allocated
+    for accumulation), a forward and a backward, then forward and backward by turns (a period of two places) up to the w
+    cool-down backwards: w + 4 places, i.e. a walk of w + 4 micro-batches has every place at one end or the other. None:
+    nothing repeats (walk whole)."""
     uniform = (step.block_policies is None and model.moe is None and model.mamba is None and model.window is None
                and model.linear_attention is None and step.model_code == "torchtitan")  # fmt: skip
     if not uniform:
@@ -154,63 +195,82 @@ def _units(model: TransformerModel, step: FsdpStep) -> tuple[int, int, bool] | N
     if step.pp > 1:
         if step.pp_return_outputs:  # the merged outputs grow with the micro-batches at the end of the step
             return None
+        lo, hi = step.stage_layers or (0, model.layers)
         warmup = min(step.micro_batches, step.pp - step.pp_stage)
-        return step.micro_batches, warmup + 4, True
-    return model.layers, 2, False
+        return hi - lo, (step.micro_batches, warmup + 4)
+    return model.layers, None
 
 
 Label = tuple[object, ...]
+Walked = tuple[list[tuple[Label, dict[str, Sums]]], list[tuple[dict[str, Sums], Label, Label]]]
 
 
-def _segments(model: TransformerModel, step: FsdpStep, units: int, ends: int, joint: bool
-              ) -> tuple[list[tuple[Label, dict[str, Sums]]], list[tuple[dict[str, Sums], Label, Label]]]:  # fmt: skip
-    """The walk of `units` units: each phase's label (its place counted from the nearer end, or its place in the middle) and
-    sums; and each middle phase's sums with the labels of the same phase one period before and after it."""
-    walk = SegmentWalk()
-    if step.pp > 1:
-        walk_fsdp_step(model, replace(step, micro_batches=units), walk)
+def _segments(model: TransformerModel, step: FsdpStep, layers: int, micro_batches: int | None, micro_ends: int | None,
+              layer_ends: int) -> Walked:  # fmt: skip
+    """The walk with `layers` layers (of the stage) and `micro_batches`: each phase's label (its micro-batch's and layer's
+    places, each counted from the nearer end or 'mid'; then its order within them and its text) and sums; and each
+    middle phase's sums with the labels of the same phase one period before and after it."""
+    walk = SegmentWalk(layer_keys=step.pp > 1)
+    if step.pp > 1 and micro_batches is not None:
+        lo, _ = step.stage_layers or (0, model.layers)
+        walk_fsdp_step(model, replace(step, micro_batches=micro_batches, stage_layers=(lo, lo + layers)), walk)
     else:
-        walk_fsdp_step(replace(model, layers=units), step, walk)
-    places = 2 * units if joint else units
-    period = 2 if joint else 1
+        lo = 0
+        walk_fsdp_step(replace(model, layers=layers), step, walk)
+    places = 2 * (micro_batches or 0)
     labelled: list[tuple[Label, dict[str, Sums]]] = []
     middle: list[tuple[dict[str, Sums], Label, Label]] = []
-    seen: dict[str, int] = {}
-    unit: tuple[object, ...] = ("start", 0)
+    seen = -1
+    unit: Label = ("start",)
+    layer: Label = ()
     sub = 0
     for phase, sums in walk.segments:
-        numbered = _NUMBERED.match(phase)
-        if numbered:
-            counter = "both" if joint else numbered.group(1)
-            t = seen[counter] = seen.get(counter, -1) + 1
-            unit, sub = ((counter, "head", t) if t < ends else (counter, "tail", places - 1 - t) if t >= places - ends
-                         else (counter, "mid", t)), 0  # fmt: skip
-        own = _NUMBERED.sub(r"\1: \2", phase)
-        labelled.append(((*unit, sub, own), sums))
-        if unit[1] == "mid":
-            t = int(unit[2])  # type: ignore[call-overload]
-            middle.append((sums, (unit[0], "head", t - period, sub, own), (unit[0], "tail", places - 1 - t - period, sub, own)))
+        text, _, in_layer = phase.partition(LAYER_MARK)
+        numbered = _NUMBERED.match(text)
+        if numbered and not in_layer and numbered.group(2) == "micro-batch":
+            seen += 1
+            unit, layer, sub = _place(seen, places, micro_ends or 0), (), 0
+        elif numbered and not in_layer:
+            layer, sub = _place(int(numbered.group(3)) - 1, layers, layer_ends), 0
+        elif in_layer:
+            layer, sub = _place(int(in_layer) - lo, layers, layer_ends), 0
+        own = _NUMBERED.sub(r"\1: \2", text)
+        label = (*unit, *layer, sub, own)
+        labelled.append((label, sums))
+        if len(layer) == 2 and layer[0] == "mid":
+            k = int(layer[1])  # type: ignore[call-overload]
+            middle.append((sums, (*unit, "head", k - 1, sub, own), (*unit, "tail", layers - 2 - k, sub, own)))
+        elif len(unit) == 2 and unit[0] == "mid":
+            t = int(unit[1])  # type: ignore[call-overload]
+            middle.append((sums, ("head", t - 2, *layer, sub, own), ("tail", places - 3 - t, *layer, sub, own)))
         sub += 1
     return labelled, middle
 
 
-def _extrapolated(short: list[tuple[Label, dict[str, Sums]]], long: list[tuple[Label, dict[str, Sums]]],
-                  middle: list[tuple[dict[str, Sums], Label, Label]], more: int) -> list[dict[str, Sums]] | None:  # fmt: skip
-    """Each phase's sums with `more` units beyond the short walk's, in the short walk's order; None where the two walks do
-    not agree with the module's account (the caller then walks the step whole)."""
-    kept = [(label, sums) for label, sums in long if label[1] != "mid"]
-    if [label for label, _ in kept] != [label for label, _ in short]:
-        return None
-    by_label = dict(kept)
-    for sums, before_label, after_label in middle:  # a middle phase on the line through its neighbours: the run is periodic up to a shift
-        before, after = by_label.get(before_label), by_label.get(after_label)
-        if before is None or after is None or not (before.keys() == sums.keys() == after.keys()):
+def _place(index: int, count: int, ends: int) -> Label:
+    """A unit's place: its index from the start or from the end where within `ends` of one, else in the middle."""
+    return ("head", index) if index < ends else ("tail", count - 1 - index) if index >= count - ends else ("mid", index)
+
+
+def _extrapolated(base: Walked, terms: list[tuple[Walked, int]]) -> list[dict[str, Sums]] | None:
+    """Each phase's sums of the base walk, plus for each longer walk `more` times what its one more unit adds, in the base
+    walk's order; None where the walks do not agree with the module's account (the caller then walks the step whole)."""
+    labels = [label for label, _ in base[0]]
+    out = [dict(sums) for _, sums in base[0]]
+    for (walked, middle), more in terms:
+        kept = [(label, sums) for label, sums in walked if "mid" not in label[:-2]]
+        if [label for label, _ in kept] != labels:
             return None
-        if any(2 * m != b + c for s in sums for m, b, c in zip(sums[s], before[s], after[s], strict=True)):
-            return None
-    out = []
-    for (_, s_sums), (_, l_sums) in zip(short, kept, strict=True):
-        if s_sums.keys() != l_sums.keys():
-            return None
-        out.append({s: tuple(x + more * (y - x) for x, y in zip(s_sums[s], l_sums[s], strict=True)) for s in s_sums})
-    return out  # type: ignore[return-value]
+        by_label = dict(kept)
+        for sums, before_label, after_label in middle:  # a middle phase on the line through its neighbours: periodic up to a shift
+            before, after = by_label.get(before_label), by_label.get(after_label)
+            if before is None or after is None or not (before.keys() == sums.keys() == after.keys()):
+                return None
+            if any(2 * m != b + c for s in sums for m, b, c in zip(sums[s], before[s], after[s], strict=True)):
+                return None
+        for phase, (_, b_sums), (_, l_sums) in zip(out, base[0], kept, strict=True):
+            if b_sums.keys() != l_sums.keys():
+                return None
+            for s in b_sums:
+                phase[s] = tuple(x + more * (y - z) for x, y, z in zip(phase[s], l_sums[s], b_sums[s], strict=True))  # type: ignore[assignment]
+    return out
