@@ -1,7 +1,7 @@
 """fit's search: what the allocator reserves over an FSDP2 step walk (parcalc.core.memory_fsdp.fsdp_reserved_total), byte
-for byte, from walks of a few of its repeated units: a model's identical layers (a step without a pipeline) or a 1F1B
-stage's micro-batches. A search walks the step once per distinct row key (Llama 3 70B on 256 GPUs: 133 walks, ~940,000
-allocations); the walks here are of 4 and 5 layers, or of 2w + 4 and 2w + 5 micro-batches (w the stage's warm-up).
+for byte, from walks of a few of its repeated units: a model's identical layers, and a 1F1B stage's micro-batches. A search
+walks the step once per distinct row key (Llama 3 70B on 256 H100: 133 walks, ~940,000 allocations, 4.6 of its 4.9 CPU
+seconds); the walks here are of 4 and 5 layers, times w + 4 and w + 5 micro-batches on a pipeline stage (w its warm-up).
 
 Why it is exact. The reserved total is, for each CUDA stream, parcalc.core.allocator.reserved_bytes of the blocks live at
 that stream's first peak: a function of four sums over those blocks (all of them, the small ones, the medium ones, the
@@ -11,14 +11,18 @@ sharded parameters and states, its optimizer temporaries, a micro-batch's receiv
 - in unit i, every stream's four sums are those of unit i - 1 shifted by one constant vector (what a unit leaves live:
   saved activations in forward, sharded gradients in backward, nothing in a 1F1B steady state): within a run of such units
   the first peak is at the run's first or last unit (a line in i has its maximum at an end; a tie goes to the first);
-- every other phase (the first and last units, which meet the hooks' special cases, the head and loss, the optimizer)
-  has sums affine in N: a constant plus N times what one unit adds.
+- every other phase (the units at the ends, which meet the hooks' special cases, the head and loss, the optimizer) has
+  sums affine in N: a constant plus N times what one unit adds. On a pipeline stage the two kinds of unit do not mix: what
+  a micro-batch holds is its layers' (affine in the layers at a fixed place of the schedule), what the schedule holds is
+  per micro-batch (its receive buffers).
 The walk keeps, for each phase it enters and each stream, the four sums at the stream's first peak within the phase
-(SegmentWalk). Walks of a and a + 1 units (a = 2 x the units at each end that are not yet periodic) give each such
-phase's sums at a and a + 1, hence at N; the middle units are left out (their peaks are at the ends of their run). The
-two walks are checked against each other, the middle unit of the longer against its neighbours (three terms of one line);
-a walk that fails either check, or a step whose units are not identical, is walked whole. tests/test_fit_search_walk_runs.py
-holds the value equal to the whole walk's over many layouts, micro-batches, recomputations and stages.
+(SegmentWalk; a stage's phases are its micro-batches, cut at each layer's first block tensor). Walks of a and a + 1 units
+(a: every place at one end or the other) give each such phase's sums at a and a + 1, hence at N; the middle units are
+left out (their peaks are at the ends of their run); on a stage, one more walk with a + 1 micro-batches. The walks are
+checked against each other (the same phases in the same order once the middle is left out) and each middle phase against
+its neighbours (three terms of one line); walks that fail a check, or a step whose units are not identical (a policy a
+block, experts, windows, Mamba), are walked whole, as are steps too short to gain. tests/test_fit_search_walk_runs.py holds
+the value equal to the whole walk's over layers, micro-batches, stages, recomputations, TP and precisions.
 """
 
 from __future__ import annotations
