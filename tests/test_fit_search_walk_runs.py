@@ -8,8 +8,9 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parcalc.core.choices import Optimizer, Precision, Recompute
+from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
+from parcalc.core.search_columns import SCHEDULE_CODES
 from parcalc.core.search_walk_runs import reserved_from_runs, reserved_total, same_walk
 from parcalc.presets import load_model
 
@@ -67,3 +68,26 @@ def test_middle_stages_with_the_same_warm_up_walk_the_same(pp, stage_share, micr
                    pp_stage=stage, stage_layers=(stage * layers, (stage + 1) * layers), micro_batches=micro_batches)  # fmt: skip
     assert fsdp_step_peak(model, same_walk(model, step)).reserved == fsdp_step_peak(model, step).reserved
     assert reserved_total(model, step) == fsdp_step_peak(model, step).reserved
+
+
+def test_torchtitan_search_rows_are_fits_memory() -> None:
+    """Agreement end to end: sampled rows of `fit --search --framework torchtitan` (Llama 3 8B on 8 H100, fit's defaults:
+    plain, TP and 1F1B-pipelined layouts, every recomputation) carry memory_of's total for their configuration, whose
+    walks are whole (parcalc.core.fit.memory_of -> memory_step_peak)."""
+    import random
+
+    from parcalc.core.fit import memory_of
+    from parcalc.core.fit_search import search
+    from parcalc.results.fit_request import request
+
+    req = request(search=True, model="llama3-8b", gpus="8", gpu=["h100-sxm5"], framework="torchtitan")
+    ev = search(req.model, req.training, req.cluster, req.space).evaluated
+    rows = random.Random(15).sample(range(len(ev)), 24)
+    c, one_f_one_b = ev.columns, SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)
+    walked = [i for i in range(len(ev)) if c["pp"][i] > 1 and c["schedule"][i] == one_f_one_b and c["zero"][i] == 3 and c["fits"][i]]
+    assert len(walked) >= 12  # the stage walks' rows (search_step_peaks.pipeline_stage_rows)
+    sharded = [i for i in range(len(ev)) if c["pp"][i] == 1 and c["zero"][i] == 3 and c["shard_group"][i] == c["dp"][i]]
+    assert len(sharded) >= 12  # the step walks' rows without a pipeline, TP among them (search_step_peaks.fsdp_rows)
+    for i in rows + walked[:: len(walked) // 12] + sharded[:: len(sharded) // 12]:
+        config = ev.config(i)
+        assert ev.columns["memory"][i] == memory_of(req.model, config, req.training, req.cluster).worst.total.value, config
