@@ -32,7 +32,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from parcalc.core.allocator import K_MIN_LARGE_ALLOC, K_SMALL_SIZE, block_bytes, reserved_of_sums, segment_bytes
-from parcalc.core.memory_fsdp import STREAMS, FsdpStep, fsdp_reserved_total, stream_of, walk_fsdp_step
+from parcalc.core.memory_fsdp import STREAMS, FsdpStep, stream_of, walk_fsdp_step
 from parcalc.core.memory_walk import LiveTensor, Walk
 from parcalc.core.model import TransformerModel
 
@@ -141,7 +141,11 @@ def same_walk(model: TransformerModel, step: FsdpStep) -> FsdpStep:
 @lru_cache(maxsize=4096)
 def _reserved_total(model: TransformerModel, step: FsdpStep) -> float:
     fast = reserved_from_runs(model, step)
-    return fsdp_reserved_total(model, step) if fast is None else fast
+    if fast is not None:
+        return fast
+    walk = SegmentWalk()  # the whole walk, its peaks kept as the short walks keep them (lighter than a StreamWalk's)
+    walk_fsdp_step(model, step, walk)
+    return _reserved_at_peaks([sums for _, sums in walk.segments])
 
 
 def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
@@ -151,9 +155,7 @@ def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
     if runs is None:
         return None
     layers, micro = runs
-    # the short walks: every place at one end or the other, where that is fewer than the step's (else all of them)
-    shrink_layers = layers > 2 * LAYER_ENDS + 1
-    shrink_micro = micro is not None and micro[0] > micro[1] + 1
+    shrink_layers, shrink_micro = shrinks(layers, micro)
     if not (shrink_layers or shrink_micro):
         return None
     a_layers = 2 * LAYER_ENDS if shrink_layers else layers
@@ -169,17 +171,39 @@ def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
         assert micro is not None and a_micro is not None
         terms.append((_segments(model, step, a_layers, a_micro + 1, ends, layer_ends), micro[0] - a_micro))
     sums = _extrapolated(base, terms)
-    if sums is None:
-        return None
+    return None if sums is None else _reserved_at_peaks(sums)
+
+
+def _reserved_at_peaks(phases: list[dict[str, Sums]]) -> float:
+    """Each stream's pool at its first peak over the phases in order, as StreamWalk.pools, summed in the same order."""
     total = 0.0
-    for stream in STREAMS:  # each stream's pool at its first peak, as StreamWalk.pools, summed in the same order
+    for stream in STREAMS:
         peak: Sums | None = None
-        for phase in sums:
+        for phase in phases:
             v = phase.get(stream)
             if v is not None and v[0] > (0.0 if peak is None else peak[0]):
                 peak = v
         total += 0.0 if peak is None else reserved_of_sums(peak[1], peak[2], peak[3])
     return total
+
+
+def shrinks(layers: int, micro: tuple[int, int] | None) -> tuple[bool, bool]:
+    """Whether the short walks shrink the layers, the micro-batches: the cheapest of the whole walk and each way that
+    applies (a dimension shrinks to every place at one end or the other, so only where it has more), a walk costing
+    (layers + 2) x micro-batches (the embedding, head, loss and optimizer about two layers' worth); a tie walks whole."""
+    count = micro[0] if micro is not None else 1
+    options = []
+    for by_layers in (False, True):
+        for by_micro in (False, True):
+            if (by_layers and layers <= 2 * LAYER_ENDS + 1) or (by_micro and (micro is None or micro[0] <= micro[1] + 1)):
+                continue
+            short_layers = 2 * LAYER_ENDS if by_layers else layers
+            short_micro = micro[1] if by_micro and micro is not None else count
+            walks = [(short_layers, short_micro), *([(short_layers + 1, short_micro)] if by_layers else []),
+                     *([(short_layers, short_micro + 1)] if by_micro else [])]  # fmt: skip
+            options.append((sum((n + 2) * m for n, m in walks), by_layers, by_micro))
+    _, by_layers, by_micro = min(options)
+    return by_layers, by_micro
 
 
 LAYER_ENDS = 2  # the first two layers meet the root's all-gather and the embedding's output; the last two the unresharded
