@@ -81,7 +81,7 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
 
 def worst_stage_total(model: TransformerModel, layout: Layout, setup: TrainingSetup) -> float:
     """parcalc.core.fit.memory_of(...).worst.total.value of a dense model's pipelined layout, each stage's walk's reserved
-    peak taken from parcalc.core.search_walk_runs (the same bytes, from walks of fewer micro-batches): the textbook stages,
+    peak taken from parcalc.core.search_walk_runs (the same bytes, from walks of fewer layers and micro-batches): the textbook stages,
     then each stage's total replaced as parcalc.core.memory_step_peak does (its reserved peak plus the stage's reserve)."""
     from dataclasses import replace
 
