@@ -20,6 +20,20 @@ commit that added these lines; every searched row equal before and after, tests/
     Llama 3 405B, 16,384 H100                   0.35 s           0.34 s (5.2x)    1.01
     Llama 3 405B, 16,384 GB200                  0.41 s           0.37 s (5.7x)    0.91
 
+The torchtitan one-liners (session 15, parcalc.core.search_walk_runs: each step walk's reserved peak from walks of 4 and 5
+layers, and of w + 4 and w + 5 micro-batches of a 1F1B stage; every row byte-identical), farm-bench, 7 runs each taking
+turns with main (cedaecf), medians; the machine ran four other test suites at the same time, so wall seconds read about
+2.5 x the CPU seconds (unloaded, main's wall was 1.54 s and 5.24 s):
+
+    one-liner                                   CPU before   CPU after   wall before   wall after   after / before (paired, wall)
+    Llama 3 8B, 8 H100, torchtitan              1.24 s       0.71 s      3.16 s        1.78 s       0.58
+    Llama 3 70B, 256 H100, torchtitan           4.62 s       1.58 s      11.69 s       4.02 s       0.34
+    DeepSeek-V3, 2,048 H800 (megatron)          1.08 s       1.09 s      2.82 s        2.75 s       0.98
+
+The search alone (CPU seconds): 8B 1.02 -> 0.44, 70B 4.6 -> 1.35. What is left of the 70B search is walks of pipeline
+stages too short to shrink (PP 16: 5 layers, up to 16 micro-batches, a warm-up of up to 15) and the short walks of PP 8
+and 16, whose warm-ups make them long (w + 4 micro-batches): the next step is the warm-up and cool-down as runs of their own.
+
 The DeepSeek-V3 search itself (in-process, CPU seconds, best of 7 with the cores' caches cleared): 1.00 -> 0.68. Of
 what is left, about 60 % is the scalar cores' own time (layer_pieces, dp_pieces_of, stage_parameters, ...) asked once
 per distinct key; the start-up (imports: numpy, typer, the cores) is about 0.2 s of every one-liner.
@@ -101,6 +115,11 @@ ONE_LINERS = {
                                   "--seq-len", "8192"],
     "Llama 3 405B, 16,384 GB200": ["fit", "--model", "llama3-405b", "--gpus", "16384", "--gpu", "gb200", "--search", "--batch", "2048",
                                    "--seq-len", "8192"],
+    # torchtitan's step walks in the search (parcalc.core.search_walk_runs): fit's default batch and sequence
+    "Llama 3 8B, 8 H100, torchtitan": ["fit", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100-sxm5", "--search", "--framework",
+                                       "torchtitan"],
+    "Llama 3 70B, 256 H100, torchtitan": ["fit", "--model", "llama3-70b", "--gpus", "256", "--gpu", "h100-sxm5", "--search",
+                                          "--framework", "torchtitan"],
 }  # fmt: skip
 
 

@@ -120,6 +120,7 @@ class Column:
     label: str
     unit: str = ""
     memory: bool = False
+    about: str = ""  # what an abbreviated label stands for: the terminal tells it under the table (not in JSON / CSV)
 
 
 @frozen

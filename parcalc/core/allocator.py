@@ -57,6 +57,11 @@ def reserved_bytes(blocks: Iterable[float]) -> float:
             medium += size
         else:
             large += segment_bytes(size)
+    return reserved_of_sums(small, medium, large)
+
+
+def reserved_of_sums(small: float, medium: float, large: float) -> float:
+    """reserved_bytes from its three sums: the small blocks' bytes, the medium ones', the large ones' segments."""
     return K_SMALL_BUFFER * math.ceil(small / K_SMALL_BUFFER) + K_LARGE_BUFFER * math.ceil(medium / K_LARGE_BUFFER) + large
 
 

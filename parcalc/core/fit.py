@@ -170,7 +170,12 @@ def recomputed_layers(model: TransformerModel, config: Config) -> int | None:
 
 def memory_of(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> MemoryBreakdown:
     """parcalc.core.memory's breakdown for this configuration on the cluster's GPU."""
-    setup = TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
+    return memory_breakdown(model, config.layout, training_setup_of(config, training, cluster))
+
+
+def training_setup_of(config: Config, training: Training, cluster: Cluster) -> TrainingSetup:
+    """What parcalc.core.memory needs besides the model and the layout, for this configuration on the cluster's GPU."""
+    return TrainingSetup(config.micro_batch, training.seq_len, training.precision, training.optimizer, config.recompute,
                           training.flash_attention, training.dropout, training.fp32_grads, training.reserve,
                           cluster.capacity, cluster.capacity_source, training.offload_optimizer, training.offload_activations,
                           config.recompute_layers, moe_imbalance=config.moe_imbalance,
@@ -178,7 +183,6 @@ def memory_of(model: TransformerModel, config: Config, training: Training, clust
                           recompute_modules=selective_modules(config, training),
                           step_memory=cluster.framework.step_memory, micro_batches=config.micro_batches(training),
                           compiled=training.compiled)  # fmt: skip
-    return memory_breakdown(model, config.layout, setup)
 
 
 def selective_modules(config: Config, training: Training) -> tuple[str, ...] | None:

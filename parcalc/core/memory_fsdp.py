@@ -527,6 +527,15 @@ def check_tp(model: TransformerModel, step: FsdpStep) -> None:
 
 def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
     """The allocation peak of one steady-state step of one rank under fully_shard (module docstring)."""
+    walk = StreamWalk()
+    walk_fsdp_step(model, step, walk)
+    pools = walk.pools()
+    return replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
+
+
+def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
+    """One steady-state step of one rank under fully_shard, event by event into `walk` (a StreamWalk for fsdp_step_peak;
+    fit's search passes its own, parcalc.core.search_walk_runs)."""
     check_fsdp_step(model, step)
     master = 2.0 if step.precision is Precision.BF16 else 4.0
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
@@ -538,7 +547,6 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         own = ((root["embedding"],) if step.pp_stage == 0 else ()) + ((root["final_norm"], root["head"]) if step.pp_stage == step.pp - 1 else ())
         hooks.units = {"root": own, **{f"L{i}": _block_params(model, step.tp) for i in range(lo, hi)}}
         hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
-    walk = StreamWalk()
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
     walk.alloc("cublas", step.cublas_workspace, "workspace", "cuBLAS workspaces")
@@ -572,8 +580,6 @@ def fsdp_step_peak(model: TransformerModel, step: FsdpStep) -> StepPeak:
         walk.alloc("opt.sqrt", largest, "temporaries", "AdamW: exp_avg_sq.sqrt()")
         walk.transient("opt.denom", largest, "temporaries", "AdamW: sqrt / bias correction")
         walk.free("opt.sqrt")
-    pools = walk.pools()
-    return replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
 
 
 def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep, policies: tuple[str, ...], hooks: _FsdpHooks) -> None:

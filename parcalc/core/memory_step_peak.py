@@ -14,6 +14,7 @@ from parcalc.derivation import Derivation
 from parcalc.errors import InputError
 
 if TYPE_CHECKING:  # parcalc.core.memory builds the stages and imports this module
+    from parcalc.core.memory_fsdp import FsdpStep
     from parcalc.core.memory_walk import StepPeak
 
 
@@ -56,22 +57,30 @@ def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, s
 def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory, split: tuple[int, ...]) -> StageMemory:
     """The fsdp2 and torchtitan profiles: the step's peak under fully_shard (parcalc.core.memory_fsdp) where its walk follows
     the layout (FSDP over all dp ranks of a dense Llama-shaped model), else the textbook sum as it is."""
-    from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
+    from parcalc.core.memory_fsdp import fsdp_step_peak
     from parcalc.core.step_peak_derivation import fsdp_peak_derivation, reserved_derivation
 
     if fsdp_walk_gaps(model, par, setup, pipeline=True):
         return stage
+    step = fsdp_stage_step(par, setup, stage.stage, split)
+    peak = fsdp_step_peak(model, step)
+    allocated = fsdp_peak_derivation(peak, model, step, setup.step_memory.removesuffix("-eager"))
+    return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
+
+
+def fsdp_stage_step(par: Layout, setup: TrainingSetup, stage: int, split: tuple[int, ...]) -> FsdpStep:
+    """The FSDP2 step the walk follows on stage `stage` of the layout (its own layers of `split` under a pipeline); fit's
+    search asks the same (parcalc.core.search_step_peaks)."""
+    from parcalc.core.memory_fsdp import fsdp_step_of
+
     step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute,
                         par.tp, setup.compiled)
     if par.pp > 1:  # this stage of the pipeline (parcalc.core.memory_pipeline_stage), its own layers
         from dataclasses import replace as replaced
 
-        first = sum(split[: stage.stage])
-        step = replaced(step, pp=par.pp, pp_stage=stage.stage, stage_layers=(first, first + split[stage.stage]),
-                        micro_batches=setup.micro_batches)
-    peak = fsdp_step_peak(model, step)
-    allocated = fsdp_peak_derivation(peak, model, step, setup.step_memory.removesuffix("-eager"))
-    return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
+        first = sum(split[:stage])
+        step = replaced(step, pp=par.pp, pp_stage=stage, stage_layers=(first, first + split[stage]), micro_batches=setup.micro_batches)
+    return step
 
 
 def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup, pipeline: bool = False) -> list[str]:

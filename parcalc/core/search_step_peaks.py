@@ -12,13 +12,15 @@ from parcalc.core.layout import Layout
 from parcalc.core.model import TransformerModel
 from parcalc.core.search_columns import SCHEDULE_CODES
 from parcalc.core.search_layouts import RECOMPUTES
+from parcalc.core.training_setup import TrainingSetup
 
 
 def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
                b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray, sp: np.ndarray) -> np.ndarray:  # fmt: skip
     """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
     _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
-    from parcalc.core.memory_fsdp import PROFILES, fsdp_reserved_total, fsdp_step_of, walk_gaps
+    from parcalc.core.memory_fsdp import PROFILES, fsdp_step_of, walk_gaps
+    from parcalc.core.search_walk_runs import reserved_total
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
@@ -32,7 +34,7 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
         for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec) & (sp == seq)):
             step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)], t,
                                 training.compiled)  # fmt: skip
-            out[row] = fsdp_reserved_total(model, step) + training.reserve
+            out[row] = reserved_total(model, step) + training.reserve
     return out
 
 
@@ -45,7 +47,7 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     rows that fit by the textbook sum are walked, since the walk keeps at least what the textbook does (the unsharded
     parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way. A key the walk
     does not follow (walk_gaps) gets memory_of's textbook sum, the row's own."""
-    from parcalc.core.fit import memory_of
+    from parcalc.core.fit import training_setup_of
     from parcalc.core.memory_fsdp import walk_gaps
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
@@ -65,7 +67,7 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
             zero, size, rec, seq = key[:4]
             plain = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
             followed[key[:4]] = not walk_gaps(model, plain, training.precision, training.optimizer, RECOMPUTES[int(rec)], other,
-                                              "torchtitan", pipeline=True)  # fmt: skip
+                                              "torchtitan", pipeline=True, compiled=training.compiled)  # fmt: skip
         if not followed[key[:4]]:
             continue
         if key not in walked:
@@ -74,6 +76,27 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
                             sequence_parallel=bool(seq), first_stage_layers=given[0], last_stage_layers=given[1],
                             embedding_in_split=bool(slots[0]), loss_in_split=bool(slots[1]),
                             gpus_per_node=cluster.gpus_per_node)  # fmt: skip
-            walked[key] = memory_of(model, Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster).worst.total.value
+            walked[key] = worst_stage_total(model, layout, training_setup_of(Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster))
         out[row] = walked[key]
     return out
+
+
+def worst_stage_total(model: TransformerModel, layout: Layout, setup: TrainingSetup) -> float:
+    """parcalc.core.fit.memory_of(...).worst.total.value of a dense model's pipelined layout, each stage's walk's reserved
+    peak taken from parcalc.core.search_walk_runs (the same bytes, from walks of fewer layers and micro-batches): the textbook stages,
+    then each stage's total replaced as parcalc.core.memory_step_peak does (its reserved peak plus the stage's reserve)."""
+    from dataclasses import replace
+
+    from parcalc.core.memory import memory_breakdown, stage_layers
+    from parcalc.core.memory_step_peak import fsdp_stage_step, fsdp_walk_gaps
+    from parcalc.core.search_walk_runs import reserved_total
+
+    # the textbook stages are those memory_breakdown replaces: step_memory changes a stage only for an MoE model's experts
+    # (parcalc.core.memory's fully_shard chunks), which the torchtitan walk does not follow
+    assert model.moe is None, "worst_stage_total is for dense models"
+    textbook = memory_breakdown(model, layout, replace(setup, step_memory="textbook"))
+    resolved = replace(textbook.setup, step_memory=setup.step_memory)  # as memory_breakdown passes it on (for_model)
+    if fsdp_walk_gaps(model, layout, resolved, pipeline=True):
+        return textbook.worst.total.value
+    split = stage_layers(model, layout)
+    return max(reserved_total(model, fsdp_stage_step(layout, resolved, s.stage, split)) + s.reserve.value for s in textbook.stages)

@@ -88,7 +88,7 @@ def render_brief_plain(result: Result, width: int | None = None) -> str:
         shown = brief_table_lines(table)
         if max(map(len, shown[1:])) > width and table.rows:
             shown = record_lines(table, width)
-        lines += textwrap.wrap(table.title, width, break_on_hyphens=False) + shown[1:] + [""]
+        lines += textwrap.wrap(table.title, width, break_on_hyphens=False) + shown[1:] + legend_lines(table, width) + [""]
         if table.key == "components" and result.command == "memory":  # the answer at a glance, as in the full form
             from parcalc.render.memory_bar import bar_lines
 
@@ -104,6 +104,12 @@ def render_brief_plain(result: Result, width: int | None = None) -> str:
         lines.append("")
     lines.append(FOOTER)
     return "\n".join(lines) + "\n"
+
+
+def legend_lines(table: Table, width: int) -> list[str]:
+    """What the table's abbreviated headings stand for (Column.about), wrapped under it: `S: shard group ...; v: ...`."""
+    told = "; ".join(f"{c.label}: {c.about}" for c in table.columns if c.about)
+    return textwrap.wrap(told, width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False) if told else []
 
 
 def brief_table_lines(table: Table) -> list[str]:

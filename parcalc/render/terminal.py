@@ -60,6 +60,7 @@ def render_rich(result: Result, console: Any, detail: str = "full") -> None:
         console.print()
     for table in result.tables:
         console.print(_table(table, console.width))
+        _legend(table, console)
         console.print()
         if table.key == "components" and result.command == "memory":  # the same components as a stacked bar
             from parcalc.render.memory_bar import rich_bar
@@ -102,6 +103,7 @@ def render_brief_rich(result: Result, console: Any) -> None:
         console.print()
     for table in result.brief_table_list():
         console.print(_table(table, console.width, compact=True))
+        _legend(table, console)
         console.print()
         if table.key == "components" and result.command == "memory":  # the answer at a glance, as in the full form
             from parcalc.render.memory_bar import rich_bar
@@ -118,6 +120,16 @@ def render_brief_rich(result: Result, console: Any) -> None:
             console.print(f"  [dim]-[/] {escape(assumption)}", no_wrap=True, overflow="ellipsis")
         console.print()
     console.print(f"[dim]{escape(FOOTER)}[/]")
+
+
+def _legend(table: Any, console: Any) -> None:
+    """What the table's abbreviated headings stand for, dim, under it (parcalc.render.brief.legend_lines)."""
+    from rich.markup import escape
+
+    from parcalc.render.brief import legend_lines
+
+    for line in legend_lines(table, console.width):
+        console.print(f"[dim]{escape(line)}[/]")
 
 
 def _header(column: Any) -> str:

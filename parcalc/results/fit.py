@@ -406,6 +406,15 @@ def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str
             + (("t_ep",) if ep else ()) + (("t_host",) if host else ()))  # fmt: skip
 
 
+# what the search table's abbreviated headings stand for, told under it in the terminal (render.brief.legend_lines)
+COLUMN_ABOUT = {"tp": "tensor-parallel degree", "pp": "pipeline stages", "dp": "data-parallel replicas", "cp": "context-parallel degree",
+                "ep": "expert-parallel degree", "micro_batch": "micro-batch (sequences)", "micro_batches": "micro-batches a step",
+                "sequence_parallel": "sequence parallelism", "chunks": "model chunks a stage (interleaved 1F1B; 1: none)",
+                "shard_group": "shard group, the ranks ZeRO shards over (below dp x cp: hybrid sharding)",
+                "first_stage_layers": "layers on the first stage", "last_stage_layers": "layers on the last stage",
+                "mfu": "model FLOPs utilisation", "hfu": "hardware FLOPs utilisation (recomputation counted)"}  # fmt: skip
+
+
 def _configurations_table(found: SearchResult, order: Any, title: str, extra: tuple[str, ...] = ()) -> Table:
     from parcalc.core.fit_search import CONFIG_FIELDS, COST_FIELDS
     from parcalc.core.timing.terms import BY_KEY
@@ -415,7 +424,8 @@ def _configurations_table(found: SearchResult, order: Any, title: str, extra: tu
     labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "first_stage_layers": "L first",
               "last_stage_layers": "L last", "memory": "memory", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP",
               "ep": "EP", "shard_group": "S"} | {key: term.heading for key, term in BY_KEY.items()}  # fmt: skip
-    columns = tuple(Column(k, labels.get(k, k), units.get(k, ""), memory=k == "memory") for k in CONFIG_FIELDS + COST_FIELDS + extra)
+    columns = tuple(Column(k, labels.get(k, k), units.get(k, ""), memory=k == "memory", about=COLUMN_ABOUT.get(k, ""))
+                    for k in CONFIG_FIELDS + COST_FIELDS + extra)  # fmt: skip
     key = "configurations" if order is None else "top"
     return Table(key, title, columns, tuple(found.evaluated.rows(order, extra)))
 

@@ -1,0 +1,304 @@
+"""fit's search: what the allocator reserves over an FSDP2 step walk (parcalc.core.memory_fsdp.fsdp_reserved_total), byte
+for byte, from walks of a few of its repeated units: a model's identical layers, and a 1F1B stage's micro-batches. A search
+walks the step once per distinct row key (Llama 3 70B on 256 H100: 133 walks, ~940,000 allocations, 4.6 of its 4.9 CPU
+seconds); the walks here are of 4 and 5 layers, times w + 4 and w + 5 micro-batches on a pipeline stage (w its warm-up).
+
+Why it is exact. The reserved total is, for each CUDA stream, parcalc.core.allocator.reserved_bytes of the blocks live at
+that stream's first peak: a function of four sums over those blocks (all of them, the small ones, the medium ones, the
+large ones' segments), each additive over the live blocks. A walk of N identical units runs each unit's events in the same
+order with the same sizes, between a start and an end that do not depend on N except through what every unit adds (its
+sharded parameters and states, its optimizer temporaries, a micro-batch's receive buffers). So, unit by unit:
+- in unit i, every stream's four sums are those of unit i - 1 shifted by one constant vector (what a unit leaves live:
+  saved activations in forward, sharded gradients in backward, nothing in a 1F1B steady state): within a run of such units
+  the first peak is at the run's first or last unit (a line in i has its maximum at an end; a tie goes to the first);
+- every other phase (the units at the ends, which meet the hooks' special cases, the head and loss, the optimizer) has
+  sums affine in N: a constant plus N times what one unit adds. On a pipeline stage the two kinds of unit do not mix: what
+  a micro-batch holds is its layers' (affine in the layers at a fixed place of the schedule), what the schedule holds is
+  per micro-batch (its receive buffers).
+The walk keeps, for each phase it enters and each stream, the four sums at the stream's first peak within the phase
+(SegmentWalk; a stage's phases are its micro-batches, cut at each layer's first block tensor). Walks of a and a + 1 units
+(a: every place at one end or the other) give each such phase's sums at a and a + 1, hence at N; the middle units are
+left out (their peaks are at the ends of their run); on a stage, one more walk with a + 1 micro-batches. The walks are
+checked against each other (the same phases in the same order once the middle is left out) and each middle phase against
+its neighbours (three terms of one line); walks that fail a check, or a step whose units are not identical (a policy a
+block, experts, windows, Mamba), are walked whole, as are steps too short to gain. tests/test_fit_search_walk_runs.py holds
+the value equal to the whole walk's over layers, micro-batches, stages, recomputations, TP and precisions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from functools import lru_cache
+
+from parcalc.core.allocator import K_MIN_LARGE_ALLOC, K_SMALL_SIZE, block_bytes, reserved_of_sums, segment_bytes
+from parcalc.core.memory_fsdp import STREAMS, FsdpStep, stream_of, walk_fsdp_step
+from parcalc.core.memory_walk import LiveTensor, Walk
+from parcalc.core.model import TransformerModel
+
+Sums = tuple[float, float, float, float]  # all blocks, small ones, medium ones, large ones' segments (bytes)
+Segment = tuple[str, dict[str, Sums]]  # a phase and each stream's sums at its first peak in it
+_NUMBERED = re.compile(r"^(forward|backward): (layer|micro-batch) (\d+) of (\d+)")
+_BLOCK_KEY = re.compile(r"^m\d+\.L(\d+)\.")
+LAYER_MARK = "\0layer "
+
+
+class SegmentWalk(Walk):
+    """A step walk that keeps, for each phase it enters (each assignment of `phase`) and each stream
+    (memory_fsdp.stream_of), the stream's four sums at its first peak within that phase. Nothing else of the peak."""
+
+    def __init__(self, layer_keys: bool = False) -> None:
+        self.segments: list[Segment] = []
+        self._best: dict[str, Sums] = {}
+        self._phase = ""
+        # a pipeline stage's phases are its micro-batches: a new segment also starts at each layer's first block tensor
+        # (memory_torchtitan.BlockWalk's keys, `m{j}.L{i}.`), labelled `phase` + LAYER_MARK + i
+        self._layer_keys = layer_keys
+        self._layer = -1
+        super().__init__()
+        self.key_stream: dict[str, str] = {}
+        self.sums: dict[str, list[float]] = {s: [0.0, 0.0, 0.0, 0.0] for s in STREAMS}
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self._phase, self._best, self._layer = value, {}, -1
+        self.segments.append((value, self._best))
+
+    def alloc(self, key: str, size: float, kind: str, what: str) -> None:
+        if size <= 0:
+            return
+        if key in self.live:
+            raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
+        if self._layer_keys and key[0] == "m":
+            layer = _BLOCK_KEY.match(key)
+            if layer is not None and int(layer.group(1)) != self._layer:
+                self._layer, self._best = int(layer.group(1)), {}
+                self.segments.append((f"{self._phase}{LAYER_MARK}{self._layer}", self._best))
+        block, part, counted = _block(size)
+        self.live[key] = LiveTensor(what, kind, block)
+        stream = self.key_stream[key] = stream_of(key)
+        sums = self.sums[stream]
+        sums[0] += block
+        sums[part] += counted
+        best = self._best.get(stream)
+        if best is None or sums[0] > best[0]:
+            self._best[stream] = (sums[0], sums[1], sums[2], sums[3])
+
+    def free(self, *keys: str) -> None:
+        for key in keys:
+            tensor = self.live.pop(key, None)
+            if tensor is None:
+                continue
+            block, part, counted = _block(tensor.bytes)  # a block is its own block (512-byte multiples)
+            sums = self.sums[self.key_stream.pop(key)]
+            sums[0] -= block
+            sums[part] -= counted
+
+    def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
+        tensor = self.live.pop(old)
+        self.live[new] = LiveTensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
+        self.key_stream[new] = self.key_stream.pop(old)  # the block stays in its stream's pool (StreamWalk.rename)
+
+    def relabel(self, key: str, what: str, kind: str | None = None) -> None:
+        tensor = self.live[key]
+        self.live[key] = LiveTensor(what, kind or tensor.kind, tensor.bytes)
+
+
+@lru_cache(maxsize=65536)
+def _block(size: float) -> tuple[float, int, float]:
+    """A request's block (allocator.block_bytes), which of the sums it adds to (1 small, 2 medium, 3 large) and what it
+    adds there (the block; a large one's segment): the terms of allocator.reserved_bytes. Walks repeat a few sizes."""
+    block = block_bytes(size)
+    if block <= K_SMALL_SIZE:
+        return block, 1, block
+    if block < K_MIN_LARGE_ALLOC:
+        return block, 2, block
+    return block, 3, segment_bytes(block)
+
+
+def reserved_total(model: TransformerModel, step: FsdpStep) -> float:
+    """fsdp_reserved_total(model, step), from walks of fewer units where the step's units repeat (module docstring)."""
+    return _reserved_total(model, same_walk(model, step))
+
+
+def same_walk(model: TransformerModel, step: FsdpStep) -> FsdpStep:
+    """A step whose walk is this one's, event for event but for the layers' names: a middle stage of a 1F1B pipeline
+    (neither the embedding's nor the loss's) is walked the same whatever its index and layers but for its warm-up,
+    w = min(m, p - s) forwards (memory_pipeline_stage.StagePlan.order); every middle stage whose warm-up is all its
+    micro-batches (m <= p - s) is stage 1's walk, its layers counted from 0. Other steps: themselves."""
+    if step.pp < 3 or not 0 < step.pp_stage < step.pp - 1 or step.pp - step.pp_stage < step.micro_batches:
+        return step
+    if step.block_policies is not None:  # a policy a block: the layers' own
+        return step
+    lo, hi = step.stage_layers or (0, model.layers)
+    return replace(step, pp_stage=1, stage_layers=(0, hi - lo))
+
+
+@lru_cache(maxsize=4096)
+def _reserved_total(model: TransformerModel, step: FsdpStep) -> float:
+    fast = reserved_from_runs(model, step)
+    if fast is not None:
+        return fast
+    walk = SegmentWalk()  # the whole walk, its peaks kept as the short walks keep them (lighter than a StreamWalk's)
+    walk_fsdp_step(model, step, walk)
+    return _reserved_at_peaks([sums for _, sums in walk.segments])
+
+
+def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
+    """The reserved total from the short walks; None where the step's units do not repeat, are too few to save anything,
+    or the walks fail the checks (module docstring)."""
+    runs = _runs(model, step)
+    if runs is None:
+        return None
+    layers, micro = runs
+    shrink_layers, shrink_micro = shrinks(layers, micro)
+    if not (shrink_layers or shrink_micro):
+        return None
+    a_layers = 2 * LAYER_ENDS if shrink_layers else layers
+    a_micro = None if micro is None else micro[1] if shrink_micro else micro[0]
+    # places counted from the ends in a dimension that shrinks; every place its own in one that does not
+    layer_ends = LAYER_ENDS if shrink_layers else layers
+    ends = None if micro is None else micro[1] if shrink_micro else 2 * micro[0]
+    base = _segments(model, step, a_layers, a_micro, ends, layer_ends)
+    terms = []
+    if shrink_layers:
+        terms.append((_segments(model, step, a_layers + 1, a_micro, ends, layer_ends), layers - a_layers))
+    if shrink_micro:
+        assert micro is not None and a_micro is not None
+        terms.append((_segments(model, step, a_layers, a_micro + 1, ends, layer_ends), micro[0] - a_micro))
+    sums = _extrapolated(base, terms)
+    return None if sums is None else _reserved_at_peaks(sums)
+
+
+def _reserved_at_peaks(phases: list[dict[str, Sums]]) -> float:
+    """Each stream's pool at its first peak over the phases in order, as StreamWalk.pools, summed in the same order."""
+    total = 0.0
+    for stream in STREAMS:
+        peak: Sums | None = None
+        for phase in phases:
+            v = phase.get(stream)
+            if v is not None and v[0] > (0.0 if peak is None else peak[0]):
+                peak = v
+        total += 0.0 if peak is None else reserved_of_sums(peak[1], peak[2], peak[3])
+    return total
+
+
+def shrinks(layers: int, micro: tuple[int, int] | None) -> tuple[bool, bool]:
+    """Whether the short walks shrink the layers, the micro-batches: the cheapest of the whole walk and each way that
+    applies (a dimension shrinks to every place at one end or the other, so only where it has more), a walk costing
+    (layers + 2) x micro-batches (the embedding, head, loss and optimizer about two layers' worth); a tie walks whole."""
+    count = micro[0] if micro is not None else 1
+    options = []
+    for by_layers in (False, True):
+        for by_micro in (False, True):
+            if (by_layers and layers <= 2 * LAYER_ENDS + 1) or (by_micro and (micro is None or micro[0] <= micro[1] + 1)):
+                continue
+            short_layers = 2 * LAYER_ENDS if by_layers else layers
+            short_micro = micro[1] if by_micro and micro is not None else count
+            walks = [(short_layers, short_micro), *([(short_layers + 1, short_micro)] if by_layers else []),
+                     *([(short_layers, short_micro + 1)] if by_micro else [])]  # fmt: skip
+            options.append((sum((n + 2) * m for n, m in walks), by_layers, by_micro))
+    _, by_layers, by_micro = min(options)
+    return by_layers, by_micro
+
+
+LAYER_ENDS = 2  # the first two layers meet the root's all-gather and the embedding's output; the last two the unresharded
+# last block, the root's prefetch, the final norm
+
+
+def _runs(model: TransformerModel, step: FsdpStep) -> tuple[int, tuple[int, int] | None] | None:
+    """The step's repeated units: its layers (of the stage), and under 1F1B its micro-batches with how many places of
+    Schedule1F1B's order at each end are not yet periodic: w warm-up forwards, the first backward (its gradients allocated
+    for accumulation), a forward and a backward, then forward and backward by turns (a period of two places) up to the w
+    cool-down backwards: w + 4 places, i.e. a walk of w + 4 micro-batches has every place at one end or the other. None:
+    nothing repeats (walk whole)."""
+    uniform = (step.block_policies is None and model.moe is None and model.mamba is None and model.window is None
+               and model.linear_attention is None and step.model_code == "torchtitan")  # fmt: skip
+    if not uniform:
+        return None
+    if step.pp > 1:
+        if step.pp_return_outputs:  # the merged outputs grow with the micro-batches at the end of the step
+            return None
+        lo, hi = step.stage_layers or (0, model.layers)
+        warmup = min(step.micro_batches, step.pp - step.pp_stage)
+        return hi - lo, (step.micro_batches, warmup + 4)
+    return model.layers, None
+
+
+Label = tuple[object, ...]
+Walked = tuple[list[tuple[Label, dict[str, Sums]]], list[tuple[dict[str, Sums], Label, Label]]]
+
+
+def _segments(model: TransformerModel, step: FsdpStep, layers: int, micro_batches: int | None, micro_ends: int | None,
+              layer_ends: int) -> Walked:  # fmt: skip
+    """The walk with `layers` layers (of the stage) and `micro_batches`: each phase's label (its micro-batch's and layer's
+    places, each counted from the nearer end or 'mid'; then its order within them and its text) and sums; and each
+    middle phase's sums with the labels of the same phase one period before and after it."""
+    walk = SegmentWalk(layer_keys=step.pp > 1)
+    if step.pp > 1 and micro_batches is not None:
+        lo, _ = step.stage_layers or (0, model.layers)
+        walk_fsdp_step(model, replace(step, micro_batches=micro_batches, stage_layers=(lo, lo + layers)), walk)
+    else:
+        lo = 0
+        walk_fsdp_step(replace(model, layers=layers), step, walk)
+    places = 2 * (micro_batches or 0)
+    labelled: list[tuple[Label, dict[str, Sums]]] = []
+    middle: list[tuple[dict[str, Sums], Label, Label]] = []
+    seen = -1
+    unit: Label = ("start",)
+    layer: Label = ()
+    sub = 0
+    for phase, sums in walk.segments:
+        text, _, in_layer = phase.partition(LAYER_MARK)
+        numbered = _NUMBERED.match(text)
+        if numbered and not in_layer and numbered.group(2) == "micro-batch":
+            seen += 1
+            unit, layer, sub = _place(seen, places, micro_ends or 0), (), 0
+        elif numbered and not in_layer:
+            layer, sub = _place(int(numbered.group(3)) - 1, layers, layer_ends), 0
+        elif in_layer:
+            layer, sub = _place(int(in_layer) - lo, layers, layer_ends), 0
+        own = _NUMBERED.sub(r"\1: \2", text)
+        label = (*unit, *layer, sub, own)
+        labelled.append((label, sums))
+        if len(layer) == 2 and layer[0] == "mid":
+            k = int(layer[1])  # type: ignore[call-overload]
+            middle.append((sums, (*unit, "head", k - 1, sub, own), (*unit, "tail", layers - 2 - k, sub, own)))
+        elif len(unit) == 2 and unit[0] == "mid":
+            t = int(unit[1])  # type: ignore[call-overload]
+            middle.append((sums, ("head", t - 2, *layer, sub, own), ("tail", places - 3 - t, *layer, sub, own)))
+        sub += 1
+    return labelled, middle
+
+
+def _place(index: int, count: int, ends: int) -> Label:
+    """A unit's place: its index from the start or from the end where within `ends` of one, else in the middle."""
+    return ("head", index) if index < ends else ("tail", count - 1 - index) if index >= count - ends else ("mid", index)
+
+
+def _extrapolated(base: Walked, terms: list[tuple[Walked, int]]) -> list[dict[str, Sums]] | None:
+    """Each phase's sums of the base walk, plus for each longer walk `more` times what its one more unit adds, in the base
+    walk's order; None where the walks do not agree with the module's account (the caller then walks the step whole)."""
+    labels = [label for label, _ in base[0]]
+    out = [dict(sums) for _, sums in base[0]]
+    for (walked, middle), more in terms:
+        kept = [(label, sums) for label, sums in walked if "mid" not in label[:-2]]
+        if [label for label, _ in kept] != labels:
+            return None
+        by_label = dict(kept)
+        for sums, before_label, after_label in middle:  # a middle phase on the line through its neighbours: periodic up to a shift
+            before, after = by_label.get(before_label), by_label.get(after_label)
+            if before is None or after is None or not (before.keys() == sums.keys() == after.keys()):
+                return None
+            if any(2 * m != b + c for s in sums for m, b, c in zip(sums[s], before[s], after[s], strict=True)):
+                return None
+        for phase, (_, b_sums), (_, l_sums) in zip(out, base[0], kept, strict=True):
+            if b_sums.keys() != l_sums.keys():
+                return None
+            for s in b_sums:
+                phase[s] = tuple(x + more * (y - z) for x, y, z in zip(phase[s], l_sums[s], b_sums[s], strict=True))  # type: ignore[assignment]
+    return out

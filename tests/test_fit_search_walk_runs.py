@@ -1,0 +1,95 @@
+"""parcalc.core.search_walk_runs: the reserved peak of an FSDP2 / torchtitan step walk from two short walks equals the
+whole walk's (parcalc.core.memory_fsdp.fsdp_step_peak), byte for byte, and the short path is the one taken."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
+from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
+from parcalc.core.search_columns import SCHEDULE_CODES
+from parcalc.core.search_walk_runs import reserved_from_runs, reserved_total, same_walk, shrinks
+from parcalc.presets import load_model
+
+LLAMA = load_model("llama3-8b", ())  # 32 identical layers: torchtitan's Llama code, the walk's own model
+
+
+@settings(max_examples=20, deadline=None)
+@given(micro=st.sampled_from([1, 2]), seq=st.sampled_from([512, 2048, 4096]), shards=st.sampled_from([2, 8, 64]),
+       rec=st.sampled_from([Recompute.NONE, Recompute.FULL, Recompute.OP]), tp=st.sampled_from([1, 2, 4]),
+       precision=st.sampled_from([Precision.MIXED_BF16, Precision.BF16]), layers=st.integers(1, 40))  # fmt: skip
+def test_layers_walked_twice_give_the_whole_walks_reserved_peak(micro, seq, shards, rec, tp, precision, layers) -> None:  # type: ignore[no-untyped-def]
+    if tp > 1 and rec is Recompute.OP:  # the TP walk checkpoints whole blocks or nothing (memory_fsdp.tp_gaps)
+        rec = Recompute.FULL
+    model = replace(LLAMA, layers=layers)
+    step = fsdp_step_of("torchtitan-eager", micro, seq, shards, precision, Optimizer.ADAMW, rec, tp)
+    whole = fsdp_step_peak(model, step).reserved
+    fast = reserved_from_runs(model, step)
+    assert (fast is not None) == (layers >= 12)  # the short walks pay from 12 layers (shrinks) and pass their checks
+    assert fast is None or fast == whole
+    assert reserved_total(model, step) == whole  # short or whole, the search's value
+
+
+@settings(max_examples=40, deadline=None)
+@given(pp=st.sampled_from([2, 3, 4, 8]), stage_share=st.floats(0, 0.999), micro_batches=st.integers(1, 20),
+       layers=st.integers(1, 9), rec=st.sampled_from([Recompute.NONE, Recompute.FULL, Recompute.OP]),
+       shards=st.sampled_from([2, 8]), micro=st.sampled_from([1, 2]))  # fmt: skip
+def test_a_stage_walked_short_gives_the_whole_walks_reserved_peak(pp, stage_share, micro_batches, layers, rec, shards, micro) -> None:  # type: ignore[no-untyped-def]
+    """Every 1F1B stage, its layers and micro-batches on both sides of where the short walks start to pay (more than 5
+    layers; more than w + 5 micro-batches), and the middle stages shared by same_walk."""
+    stage = int(stage_share * pp)
+    model = replace(LLAMA, layers=layers * pp)
+    step = replace(fsdp_step_of("torchtitan-eager", micro, 1024, shards, Precision.MIXED_BF16, Optimizer.ADAMW, rec, 1), pp=pp,
+                   pp_stage=stage, stage_layers=(stage * layers, (stage + 1) * layers), micro_batches=micro_batches)  # fmt: skip
+    whole = fsdp_step_peak(model, step).reserved
+    fast = reserved_from_runs(model, step)
+    warmup = min(micro_batches, pp - stage)
+    assert (fast is not None) == any(shrinks(layers, (micro_batches, warmup + 4)))  # the checks pass wherever it pays
+    assert fast is None or fast == whole
+    assert reserved_total(model, step) == whole
+
+
+def test_a_step_whose_units_differ_is_walked_whole() -> None:
+    """Selective layer checkpointing (one policy a block) has no repeated unit: the caller walks it whole."""
+    step = replace(fsdp_step_of("torchtitan-eager", 1, 1024, 8, Precision.MIXED_BF16, Optimizer.ADAMW, Recompute.NONE, 1),
+                   block_policies=("full", "none") * 16)  # fmt: skip
+    assert reserved_from_runs(LLAMA, step) is None
+
+
+@settings(max_examples=8, deadline=None)
+@given(pp=st.sampled_from([3, 4, 8]), stage_share=st.floats(0, 0.999), micro_batches=st.integers(1, 8), layers=st.sampled_from([1, 2, 3]),
+       rec=st.sampled_from([Recompute.NONE, Recompute.FULL, Recompute.OP]))  # fmt: skip
+def test_middle_stages_with_the_same_warm_up_walk_the_same(pp, stage_share, micro_batches, layers, rec) -> None:  # type: ignore[no-untyped-def]
+    """same_walk: a middle stage whose warm-up is all its micro-batches reserves what stage 1 of the same layer count does."""
+    stage = int(stage_share * pp)
+    model = replace(LLAMA, layers=layers * pp)
+    step = replace(fsdp_step_of("torchtitan-eager", 1, 1024, 4, Precision.MIXED_BF16, Optimizer.ADAMW, rec, 1), pp=pp,
+                   pp_stage=stage, stage_layers=(stage * layers, (stage + 1) * layers), micro_batches=micro_batches)  # fmt: skip
+    assert fsdp_step_peak(model, same_walk(model, step)).reserved == fsdp_step_peak(model, step).reserved
+    assert reserved_total(model, step) == fsdp_step_peak(model, step).reserved
+
+
+def test_torchtitan_search_rows_are_fits_memory() -> None:
+    """Agreement end to end: sampled rows of `fit --search --framework torchtitan` (Llama 3 8B on 8 H100, fit's defaults:
+    plain, TP and 1F1B-pipelined layouts, every recomputation) carry memory_of's total for their configuration, whose
+    walks are whole (parcalc.core.fit.memory_of -> memory_step_peak)."""
+    import random
+
+    from parcalc.core.fit import memory_of
+    from parcalc.core.fit_search import search
+    from parcalc.results.fit_request import request
+
+    req = request(search=True, model="llama3-8b", gpus="8", gpu=["h100-sxm5"], framework="torchtitan")
+    ev = search(req.model, req.training, req.cluster, req.space).evaluated
+    rows = random.Random(15).sample(range(len(ev)), 24)
+    c, one_f_one_b = ev.columns, SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)
+    walked = [i for i in range(len(ev)) if c["pp"][i] > 1 and c["schedule"][i] == one_f_one_b and c["zero"][i] == 3 and c["fits"][i]]
+    assert len(walked) >= 12  # the stage walks' rows (search_step_peaks.pipeline_stage_rows)
+    sharded = [i for i in range(len(ev)) if c["pp"][i] == 1 and c["zero"][i] == 3 and c["shard_group"][i] == c["dp"][i]]
+    assert len(sharded) >= 12  # the step walks' rows without a pipeline, TP among them (search_step_peaks.fsdp_rows)
+    for i in rows + walked[:: len(walked) // 12] + sharded[:: len(sharded) // 12]:
+        config = ev.config(i)
+        assert ev.columns["memory"][i] == memory_of(req.model, config, req.training, req.cluster).worst.total.value, config
