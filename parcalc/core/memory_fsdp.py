@@ -161,11 +161,12 @@ PROFILES = {
 
 
 def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, precision: Precision, optimizer: Optimizer,
-                 recompute: Recompute, tp: int = 1) -> FsdpStep:  # fmt: skip
-    """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp ones)."""
+                 recompute: Recompute, tp: int = 1, float8_all_gather: bool = False) -> FsdpStep:  # fmt: skip
+    """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp ones;
+    `float8_all_gather`: FsdpStep.float8_all_gather)."""
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
-                    settings.reshard_last_block, model_code=settings.model_code, tp=tp)  # fmt: skip
+                    settings.reshard_last_block, model_code=settings.model_code, tp=tp, float8_all_gather=float8_all_gather)  # fmt: skip
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,

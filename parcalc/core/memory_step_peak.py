@@ -62,7 +62,7 @@ def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, 
     if fsdp_walk_gaps(model, par, setup, pipeline=True):
         return stage
     step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute,
-                        par.tp)
+                        par.tp, setup.float8_all_gather)
     if par.pp > 1:  # this stage of the pipeline (parcalc.core.memory_pipeline_stage), its own layers
         from dataclasses import replace as replaced
 

@@ -74,6 +74,8 @@ class TrainingSetup:
     # Micro-batches per iteration, m = B / (d b): how many the pipeline's warm-up holds at once (_in_flight);
     # a property of the batch, not of the layout
     micro_batches: int = 1
+    # torchao's enable_fsdp_float8_all_gather under the torchtitan profile's FSDP2 walk (memory_fsdp.FsdpStep.float8_all_gather)
+    float8_all_gather: bool = False
 
     def activation_config(self, par: Layout) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,

@@ -62,3 +62,19 @@ def test_float8_costs_more_than_bf16_and_the_fp8_all_gather_less() -> None:
     fp8_gathered = _parcalc_peak({**case, "fp8_all_gather": True}).allocated
     assert fp8_gathered < fp8 and bf16 < fp8
     assert fp8 / bf16 == pytest.approx(538_234_548 / 519_655_424, rel=1e-3)
+
+
+TRAINY = ("--model", "llama3-8b", "--framework", "torchtitan", "--zero", "3", "--dp", "32", "--micro-batch", "2", "--seq-len", "8192",
+          "--recompute", "op", "--precision", "fp8")  # tests/published_memory_runs.py's trainy-h200-8b-4-nodes (its eager walk)
+
+
+def test_memory_fp8_all_gather_flag(run_json, run_error) -> None:  # type: ignore[no-untyped-def]
+    """`memory --fp8-all-gather` walks FsdpStep.float8_all_gather: the block weights gathered and unsharded in FP8, and no
+    weight cast or its abs cached by selective op checkpointing (walk 2026-11-29: 116.67 -> 103.28 GiB with the 2 GiB
+    reserve); without --precision fp8 --framework torchtitan it is a one-line error."""
+    gib = 2**30
+    plain = run_json("memory", *TRAINY)["results"]["total"]["value"] / gib
+    gathered = run_json("memory", *TRAINY, "--fp8-all-gather")["results"]["total"]["value"] / gib
+    assert plain == pytest.approx(116.67, abs=0.01) and gathered == pytest.approx(103.28, abs=0.01)
+    line = run_error(["memory", *TRAINY[:-2], "--fp8-all-gather"])
+    assert line.startswith("Error: --fp8-all-gather") and "--precision fp8 --framework torchtitan" in line
