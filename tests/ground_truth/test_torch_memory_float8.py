@@ -52,6 +52,23 @@ def test_float8_peak_matches_fsdp_mem_tracker(case: dict) -> None:
         assert by_kind.get(kind, 0.0) == pytest.approx(tracked.get(category, 0.0), rel=0.01, abs=4096), (category, tracked, ours.parts)
 
 
+def test_the_fixture_is_what_torchao_tracks_now() -> None:
+    """Where torchao is installed, one case of the fixture made again (the script's own function): the fixture is still what
+    FSDPMemTracker says over the installed torch and torchao. Skipped without torchao (not a dependency of parcalc)."""
+    pytest.importorskip("torchao.float8")
+    from .torchao_float8_fsdp import SHAPES, fake_mesh, tracked_float8_peak
+
+    case = next(c for c in CASES if c["shape"] == "activation-heavy" and c["ac"] == "full" and c["fp8_all_gather"])
+    import torch.distributed as dist
+
+    try:
+        tracked = tracked_float8_peak(SHAPES[case["shape"]], case["ac"], case["fp8_all_gather"], fake_mesh(case["ranks"]))
+    finally:  # no process group is left for the next test module (fake_process_group.no_process_group_after)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert tracked["Total"] == pytest.approx(case["peak"]["Total"], rel=1e-6)
+
+
 def test_float8_costs_more_than_bf16_and_the_fp8_all_gather_less() -> None:
     """The casts' temporaries (9 bytes an element of a cast at once) make the Float8 step's peak higher than bf16's; the
     FP8 all-gather halves the block weights' unsharded bytes (tracker, activation-heavy none: 519.7 MB bf16 (parcalc's
