@@ -15,8 +15,9 @@ once (product, clamp, FP8) and keeps n.
 
 Under torchtitan's selective op checkpointing `_save_list` holds aten.abs and aten.max (memory_torchtitan TT_SOURCES['ac']),
 so the forward caches abs(x) of every cast (the block's inputs and weights, bf16) beside the block's other cached outputs;
-the recomputation takes each from the cache (freeing it after its max) and runs the rest of the cast again. The early stop
-of the recomputation (after w2's `save_for_backward`) never reaches w2's casts: their abs copies go with the frame.
+the recomputation takes each from the cache (freeing it after its max) and runs the rest of the cast again. A custom
+autograd.Function packs what it saves once its forward has returned, so the recomputation's early stop comes after w2's
+casts and matmul (nn.Linear's mm packs its inputs before it runs): w2's cached output is taken and freed there too.
 
 Ground truth: FSDPMemTracker over torchtitan's Transformer with torchao 0.18's convert_to_float8_training on fake ranks
 (tests/ground_truth/torchao_float8_fsdp.py, its fixture tests/fixtures/torchao/float8_fsdp_tracker.json).

@@ -313,8 +313,7 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, pre
     mm_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, q, f"{k}.g_y", f"{k}.n1.out")
     norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", f"{k}.g_x1")
     walk.rename(f"{k}.g_x1", into)
-    # cached outputs the early-stopped recomputation never took (w2's, its Float8 casts' abs): they go with the checkpoint frame
-    walk.free(f"{k}.w2.out", f"{k}.w2.f8in.abs", f"{k}.w2.f8w.abs")
+    walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
 
 
 def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], hooks: StepHooks) -> str:
