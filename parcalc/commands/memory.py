@@ -139,6 +139,7 @@ def memory(
     recompute_modules: RecomputeModulesOption = None,
     moe_imbalance: MoeImbalanceOption = None,
     framework: Annotated[_Text, typer.Option(metavar="NAME", help="Framework profile (megatron, deepspeed, fsdp2, torchtitan, hf): its gradient dtype, as fit has it; hf counts the peak of a step of transformers' eager code (logits upcast to fp32, autocast weight copies, allocator rounding). Default: the textbook sum without a profile.", show_default=False)] = None,
+    fp8_all_gather: Annotated[bool, typer.Option("--fp8-all-gather", help="With --precision fp8 --framework torchtitan: torchao's enable_fsdp_float8_all_gather (torchtitan's --float8.enable_fsdp_float8_all_gather): FSDP gathers the Float8 linears' weights in FP8, and they are not cast again.")] = False,
 ) -> None:
     """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
@@ -159,5 +160,6 @@ def memory(
                         capacity=capacity, reserve=reserve, per_stage=per_stage, presets=presets,
                         recompute_layers=recompute_layers, moment_dtype=moment_dtype,
                         recompute_mla_up_proj=recompute_mla_up_proj, recompute_modules=recompute_modules,
-                        moe_imbalance=moe_imbalance, framework=framework, pictures=draws_figures(fmt, output))
+                        moe_imbalance=moe_imbalance, framework=framework, fp8_all_gather=fp8_all_gather,
+                        pictures=draws_figures(fmt, output))
     finish(result, fmt, output)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from parcalc.core import memory_torchao_float8 as float8
 from parcalc.core.allocator import reserved_bytes
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.layout import Layout
@@ -137,6 +138,9 @@ class FsdpStep:
     pp_return_outputs: bool = False
     # torchtitan's code with each block under torch.compile (apply_compile; parcalc.core.memory_torchtitan_compile)
     compiled: bool = False
+    # --precision fp8 under torchtitan: torchao's enable_fsdp_float8_all_gather (memory_torchao_float8 AO_SOURCES['all_gather']):
+    # the Float8Linears' weights all-gathered in FP8 with a precomputed scale, the unsharded weights FP8
+    float8_all_gather: bool = False
 
 
 @dataclass(frozen=True)
@@ -159,12 +163,14 @@ PROFILES = {
 
 
 def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, precision: Precision, optimizer: Optimizer,
-                 recompute: Recompute, tp: int = 1, compiled: bool = False) -> FsdpStep:  # fmt: skip
+                 recompute: Recompute, tp: int = 1, compiled: bool = False,
+                 float8_all_gather: bool = False) -> FsdpStep:  # fmt: skip
     """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp ones;
-    `compiled`: --compile)."""
+    `compiled`: --compile; `float8_all_gather`: FsdpStep.float8_all_gather)."""
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
-                    settings.reshard_last_block, model_code=settings.model_code, tp=tp, compiled=compiled)  # fmt: skip
+                    settings.reshard_last_block, model_code=settings.model_code, tp=tp, compiled=compiled,
+                    float8_all_gather=float8_all_gather)  # fmt: skip
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
@@ -191,7 +197,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     if shard_group is not None and shard_group != dp:
         gaps.append(f"hybrid sharding over {shard_group} of {dp} ranks")
     if precision not in (Precision.MIXED_BF16, Precision.BF16, Precision.FP32):
-        gaps.append(f"--precision {precision.value}")
+        gaps += float8_gaps(layout, precision, model_code)
     if optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         gaps.append(f"--optimizer {optimizer.value}")
     if recompute not in recomputes_of(model_code):
@@ -199,11 +205,11 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     if model_code == "torchtitan":
         gaps += torchtitan_code_gaps(model, precision)
     if compiled:
-        gaps += compile_gaps(model, layout.tp, layout.pp, model_code)
+        gaps += compile_gaps(model, layout.tp, layout.pp, model_code, precision)
     return gaps
 
 
-def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str) -> list[str]:
+def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str, precision: Precision = Precision.MIXED_BF16) -> list[str]:
     """What of torch.compile the walk does not follow: it follows torchtitan's compiled block (Inductor's code for grouped-query
     attention, whose repeat_kv copies k and v) under FSDP2 alone (parcalc.core.memory_torchtitan_compile)."""
     from parcalc.core.memory_timeline import shapes_of
@@ -215,7 +221,18 @@ def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str) -> 
     return [what for what, gap in ((f"--compile with {kv_heads}: Inductor's code for it is not walked",
                                     not repeat_kv_copies(shapes_of(model, 1, 1, 2.0, 2.0, False))),
                                    (f"--compile with tp = {tp} (the compiled walk has no TP)", tp > 1),
-                                   (f"--compile with pp = {pp} (the compiled walk has no pipeline stages)", pp > 1)) if gap]  # fmt: skip
+                                   (f"--compile with pp = {pp} (the compiled walk has no pipeline stages)", pp > 1),
+                                   ("--compile with --precision fp8 (Inductor's code for torchao's Float8 casts is not walked: the eager "
+                                    "casts' copies are not what a compiled block keeps)", precision is Precision.FP8)) if gap]  # fmt: skip
+
+
+def float8_gaps(layout: Layout, precision: Precision, model_code: str) -> list[str]:
+    """--precision fp8 is followed as torchtitan's float8 converter runs it (torchao's Float8Linear, tensorwise:
+    parcalc.core.memory_torchao_float8) on torchtitan's code without tp or pp (their walks' linears have no Float8 casts)."""
+    if precision is not Precision.FP8 or model_code != "torchtitan":
+        return [f"--precision {precision.value}" + (" (followed as torchao's Float8Linear with torchtitan's code)" if precision is Precision.FP8 else "")]
+    return [f"--precision fp8 with {name} = {value} (the Float8 casts are walked without tp and pp)"
+            for name, value in (("tp", layout.tp), ("pp", layout.pp)) if value > 1]
 
 
 def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[str]:
@@ -279,13 +296,16 @@ def _root_params(model: TransformerModel, tp: int = 1) -> tuple[_Param, ...]:
     return (_Param("embedding", model.vocab // tp, model.hidden), _Param("final_norm", model.hidden, 1), *own)
 
 
+# a block's linears, the weights torchtitan's float8 converter swaps for Float8Linear (memory_torchao_float8)
+FLOAT8_LINEARS = ("q", "k", "v", "o", "gate", "up", "down")
+
 STREAMS = ("default", "all-gather copy-in", "reduce-scatter")
 
 
 def stream_of(key: str) -> str:
     """The CUDA stream a walk tensor is allocated on (FSDP_SOURCES['streams'])."""
     if key.startswith("fsdp."):
-        if key.endswith((".ag", ".copy_in")):
+        if key.endswith((".ag", ".copy_in")) or ".copy_in." in key:  # the copy-in's Float8 casts too
             return "all-gather copy-in"
         if key.endswith((".rs_out", ".grad")):
             return "reduce-scatter"
@@ -356,6 +376,12 @@ class _FsdpHooks(StepHooks):
         self.unsharded: set[str] = set()
         self.kept_all_gather: str | None = None  # forward: comm_ctx.all_gather_state
         self.kept_reduce_scatter: str | None = None  # comm_ctx.reduce_scatter_states
+        self.float8_all_gather = step.float8_all_gather and step.precision is Precision.FP8
+
+    def _gathered_bytes(self, unit: str, p: _Param) -> float:
+        """Bytes an element of `p` is all-gathered and unsharded in: FP8 for a block's Float8Linear weight under
+        enable_fsdp_float8_all_gather (torchtitan's converter leaves the root's output projection a Linear), else param_dtype."""
+        return 1.0 if self.float8_all_gather and unit != "root" and p.name in FLOAT8_LINEARS else self.p
 
     def _shards(self, unit: str) -> int:
         return sum(p.shard(self.n) for p in self.units[unit])
@@ -372,10 +398,15 @@ class _FsdpHooks(StepHooks):
         """FSDPParamGroup.unshard: the copy-in (transient) and the all-gather output (FSDP_SOURCES['copy_in'], ['all_gather'])."""
         if unit in self.gathering or unit in self.unsharded:
             return
+        params = self.units[unit]
+        cast = [p for p in params if self._gathered_bytes(unit, p) == self.p]
         if self.p != self.master:  # the foreach copy-in casts the shards; without a param_dtype they are gathered as they are
-            walk.alloc(f"fsdp.{unit}.copy_in", self._shards(unit) * self.p, "all-gather buffers", "all-gather copy-in (param_dtype)")
-        walk.alloc(f"fsdp.{unit}.ag", self.n * self._shards(unit) * self.p, "all-gather buffers", "all-gather output")
-        walk.free(f"fsdp.{unit}.copy_in")
+            walk.alloc(f"fsdp.{unit}.copy_in", sum(p.shard(self.n) for p in cast) * self.p, "all-gather buffers", "all-gather copy-in (param_dtype)")
+        # fsdp_pre_all_gather of each Float8 weight: its fp32 shard cast to FP8, the scale from its amax (all-reduced: scalars)
+        fp8 = [float8.cast(walk, f"fsdp.{unit}.{p.name}.copy_in", p.shard(self.n), self.master) for p in params if p not in cast]
+        walk.alloc(f"fsdp.{unit}.ag", self.n * sum(p.shard(self.n) * self._gathered_bytes(unit, p) for p in params), "all-gather buffers",
+                   "all-gather output")  # fmt: skip
+        walk.free(f"fsdp.{unit}.copy_in", *fp8)
         self.gathering.add(unit)
 
     def wait_for_unshard(self, walk: Walk, unit: str, forward: bool) -> None:
@@ -386,7 +417,8 @@ class _FsdpHooks(StepHooks):
             walk.free(self.kept_all_gather)
             self.kept_all_gather = None
         for p in self.units[unit]:
-            walk.alloc(f"fsdp.{unit}.{p.name}.full", self.n * p.shard(self.n) * self.p, "unsharded parameters", "unsharded parameters")
+            walk.alloc(f"fsdp.{unit}.{p.name}.full", self.n * p.shard(self.n) * self._gathered_bytes(unit, p), "unsharded parameters",
+                       "unsharded parameters")  # fmt: skip
         self.gathering.discard(unit)
         self.unsharded.add(unit)
         if forward:
@@ -465,9 +497,10 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
     check_hf_model(model)
     if step.shards < 1:
         raise InputError(f"the FSDP shard group: at least 1 rank, got {step.shards}")
-    if step.precision not in (Precision.MIXED_BF16, Precision.BF16, Precision.FP32):
+    walked_float8 = step.precision is Precision.FP8 and step.model_code == "torchtitan" and step.tp == 1 and step.pp == 1
+    if step.precision not in (Precision.MIXED_BF16, Precision.BF16, Precision.FP32) and not walked_float8:
         raise InputError(f"--precision {step.precision.value}: the FSDP2 step walk knows MixedPrecisionPolicy(param_dtype=bfloat16) "
-                         "over fp32 shards, bf16 and fp32")  # fmt: skip
+                         "over fp32 shards, bf16 and fp32, and fp8 as torchao's Float8Linear in torchtitan's code without tp and pp")  # fmt: skip
     if step.optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         raise InputError(f"--optimizer {step.optimizer.value}: the FSDP2 step walk knows torch.optim's AdamW, Adam and SGD")
     if step.recompute not in recomputes_of(step.model_code):
@@ -479,7 +512,7 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
                          f"the {model.layers} blocks")
     if step.tp > 1:
         check_tp(model, step)
-    if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code)):
+    if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code, step.precision)):
         raise InputError(f"{model.name}: the compiled step walk: {'; '.join(gaps)}")
     missing = torchtitan_code_gaps(model, step.precision) if step.model_code == "torchtitan" else []
     if missing:
@@ -540,6 +573,8 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     master = 2.0 if step.precision is Precision.BF16 else 4.0
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
     x = shapes_of(model, step.micro_batch, step.seq_len, compute, compute, False)  # MixedPrecisionPolicy: no autocast
+    # torchao's Float8Linear under MixedPrecisionPolicy(param_dtype=bfloat16) (memory_torchao_float8: check_fsdp_step)
+    x = replace(x, float8=step.precision is Precision.FP8, float8_weights=step.float8_all_gather and step.precision is Precision.FP8)
     hooks = _FsdpHooks(model, step, compute, master)
     if step.pp > 1:  # the stage's own units (pipeline_llama_manual_split), none resharded during the step
         lo, hi = step.stage_layers or (0, model.layers)

@@ -157,7 +157,7 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         g32 = cross_entropy_backward(walk, x)
         walk.alloc(f"{p}g_logits", x.T * x.V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
         walk.free(g32)
-        mm_backward(walk, x, f"{p}head", f"{p}g_logits", x.h, x.V, f"{p}final.g_y", f"{p}final.out")
+        mm_backward(walk, x, f"{p}head", f"{p}g_logits", x.h, x.V, f"{p}final.g_y", f"{p}final.out", converted=False)
         norm_backward(walk, x, f"{p}final", f"{p}final.g_y", f"{p}g_stream")
     else:
         walk.rename(f"pp.grad_recv{j}", f"{p}g_stream")

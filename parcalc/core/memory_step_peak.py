@@ -74,7 +74,7 @@ def fsdp_stage_step(par: Layout, setup: TrainingSetup, stage: int, split: tuple[
     from parcalc.core.memory_fsdp import fsdp_step_of
 
     step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute,
-                        par.tp, setup.compiled)
+                        par.tp, setup.compiled, setup.float8_all_gather)
     if par.pp > 1:  # this stage of the pipeline (parcalc.core.memory_pipeline_stage), its own layers
         from dataclasses import replace as replaced
 

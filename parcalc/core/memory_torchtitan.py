@@ -24,6 +24,10 @@ Ground truth: FSDPMemTracker over this code (tests/ground_truth/tiny_torchtitan.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
+from parcalc.core import memory_torchao_float8 as float8
 from parcalc.core.memory_walk import (
     StepHooks,
     StepShapes,
@@ -146,6 +150,17 @@ def rope_and_attention(b: BlockWalk, x: StepShapes, widths: tuple[int, int, int]
     return attn
 
 
+def float8_linear(b: BlockWalk, name: str, d_in: int, d_out: int, mm: Callable[[], str]) -> str:
+    """A block linear's matmul (`mm` allocates its output); as torchao's Float8Linear when x.float8: its casts before, the
+    FP8 copies freed after (memory_torchao_float8)."""
+    if not b.x.float8:
+        return mm()
+    casts = float8.forward_casts(b.walk, b.x, f"{b.k}.{name}", b.x.T, d_in, d_out, b.caching and not b.saving, b.caching and b.saving)
+    out = mm()
+    b.walk.free(*casts)
+    return out
+
+
 def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False, prefix: str = "") -> str:
     """torchtitan's TransformerBlock (TT_SOURCES['model']) under `policy`; returns the output's key ("" when the
     recomputation stops early, after w2's input). `prefix` keys a pipeline micro-batch's tensors apart."""
@@ -155,27 +170,29 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     k = b.k
     y = norm_forward(walk, x, f"{k}.n1", inp, b.saving)
     b.save(y)
-    xq = b.alloc("q.out", T * q * c, "wq output", False)
-    xk = b.alloc("k.out", T * kv * c, "wk output", False)
-    xv = b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies)
+    xq = float8_linear(b, "q", h, q, lambda: b.alloc("q.out", T * q * c, "wq output", False))
+    xk = float8_linear(b, "k", h, kv, lambda: b.alloc("k.out", T * kv * c, "wk output", False))
+    xv = float8_linear(b, "v", h, kv, lambda: b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies))
     b.drop(y)
     attn = rope_and_attention(b, x, (q, kv, x.heads), copies, xq, xk, xv)
-    o = b.alloc("o.out", T * h * c, "wo output", False)
+    o = float8_linear(b, "o", q, h, lambda: b.alloc("o.out", T * h * c, "wo output", False))
     b.drop(attn)
     x1 = b.alloc("x1", T * h * c, "residual stream after attention", False)
     b.drop(o)
     y2 = norm_forward(walk, x, f"{k}.n2", x1, b.saving)
     b.save(y2)
-    g = b.alloc("w1.out", T * f * c, "w1 output", True)
+    g = float8_linear(b, "w1", h, f, lambda: b.alloc("w1.out", T * f * c, "w1 output", True))
     act = b.alloc("act", T * f * c, "silu(w1)", True)
-    u = b.alloc("w3.out", T * f * c, "w3 output", True)
+    u = float8_linear(b, "w3", h, f, lambda: b.alloc("w3.out", T * f * c, "w3 output", True))
     b.drop(y2)
     prod = b.alloc("prod", T * f * c, "silu(w1) * w3 (w2's input)", True)
     b.drop(g, act, u)
     if recomputing:  # early stop: w2's input is the last tensor the block saves; the unwinding frees the rest (x1)
+        if x.float8:  # a Float8Linear's autograd.Function packs what it saves once its forward has run: w2's casts and mm first
+            walk.free(float8_linear(b, "w2", f, h, lambda: b.alloc("w2.out", T * h * c, "w2 output", False)))
         b.drop(x1)
         return ""
-    d = b.alloc("w2.out", T * h * c, "w2 output", False)
+    d = float8_linear(b, "w2", f, h, lambda: b.alloc("w2.out", T * h * c, "w2 output", False))
     b.drop(prod)
     out = b.alloc("x2", T * h * c, "block output (residual stream)", False)
     walk.relabel(out, "block output (residual stream)", "activations")
@@ -231,10 +248,26 @@ def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str, in
     add_gradient(walk, f"{key}.g_in", into, in_place)
 
 
-def mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "") -> None:
-    """MmBackward: the input gradient (added into `into`), the weight gradient (bf16, the unsharded parameter's .grad)."""
-    walk.alloc(f"{key}.gin", x.T * d_in * x.c, "temporaries", "input gradient")
+def grads_of_linear(x: StepShapes, walk: Walk, key: str, d_in: int, d_out: int, input_grad: Callable[[], None]) -> None:
+    """A linear's backward: its input gradient (`input_grad` allocates it), then its weight gradient; as torchao's
+    Float8Linear when x.float8, with the casts before each mm and the FP8 copies freed when it returns."""
+    if not x.float8:
+        input_grad()
+        grad_of_weight(walk, x, key, d_in, d_out)
+        return
+    casts = float8.backward_for_input(walk, x, key, x.T, d_in, d_out)
+    input_grad()
+    casts += float8.backward_for_weight(walk, x, key, x.T, d_in, d_out)
     grad_of_weight(walk, x, key, d_in, d_out)
+    walk.free(*casts)
+
+
+def mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "",
+                converted: bool = True) -> None:  # fmt: skip
+    """MmBackward: the input gradient (added into `into`), the weight gradient (bf16, the unsharded parameter's .grad).
+    `converted`: a Float8Linear under x.float8 (torchtitan's converter leaves the output projection a Linear)."""
+    grads_of_linear(replace(x, float8=x.float8 and converted), walk, key, d_in, d_out,
+                    lambda: walk.alloc(f"{key}.gin", x.T * d_in * x.c, "temporaries", "input gradient"))
     walk.free(g_out, saved_input)
     add_into(walk, f"{key}.gin", into)
 
@@ -245,8 +278,7 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, pre
     n_rep = q // kv
     k = f"{prefix}L{i}"
     walk.rename(g_out, f"{k}.g_x1")  # out = h + w2: both get the same gradient tensor
-    walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient")
-    grad_of_weight(walk, x, f"{k}.w2", f, h)
+    grads_of_linear(x, walk, f"{k}.w2", f, h, lambda: walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient"))
     walk.free(f"{k}.prod")
     walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "mul backward: silu's gradient")
     walk.alloc(f"{k}.g_u", T * f * c, "temporaries", "mul backward: w3's gradient")
@@ -258,8 +290,7 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, pre
     norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.g_x1")
     walk.free(f"{k}.x1")
     # h = x + wo(attention): wo's branch gets the same gradient
-    walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient")
-    grad_of_weight(walk, x, f"{k}.o", q, h)
+    grads_of_linear(x, walk, f"{k}.o", q, h, lambda: walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient"))
     width = q if n_rep > 1 else kv
     walk.alloc(f"{k}.g_q", T * q * c, "temporaries", "SDPA backward dq")
     walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
@@ -332,7 +363,7 @@ def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, pol
     walk.phase = "backward: output projection"
     walk.alloc("g_logits", T * V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
     walk.free(g_logits32)
-    mm_backward(walk, x, "head", "g_logits", h, V, "final.g_y", "final.out")
+    mm_backward(walk, x, "head", "g_logits", h, V, "final.g_y", "final.out", converted=False)
     norm_backward(walk, x, "final", "final.g_y", "g_stream")
     for i in reversed(range(model.layers)):
         walk.phase = f"backward: layer {i + 1} of {model.layers}" + ("" if policies[i] == "none" else " (recomputed)")

@@ -147,6 +147,8 @@ class StepShapes:
     routing_bytes: float = 4.0  # the routing weights' bytes: fp32 (Mixtral), or the router logits' dtype (Qwen3-MoE)
     fs: int = 0  # the width of Qwen2-MoE's gated shared expert (0: none)
     renormalised: bool = True  # the top-k weights divided by their sum (MixtureOfExperts.top_k_renormalised)
+    float8: bool = False  # torchtitan's blocks' linears are torchao's Float8Linear (parcalc.core.memory_torchao_float8)
+    float8_weights: bool = False  # and their unsharded weights are FP8 already (enable_fsdp_float8_all_gather): no weight casts
 
     @property
     def S(self) -> float:

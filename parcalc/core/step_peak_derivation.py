@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from parcalc.core.allocator import ALLOCATOR_SOURCE
-from parcalc.core.choices import Recompute
+from parcalc.core.choices import Precision, Recompute
 from parcalc.core.memory_fsdp import FSDP_SOURCES, FsdpStep
 from parcalc.core.memory_timeline import HF_SOURCES, MEASURED, REPLAYED_STEPS, HfStep
+from parcalc.core.memory_torchao_float8 import AO_SOURCES
 from parcalc.core.memory_torchtitan import TT_SOURCES
 from parcalc.core.memory_walk import StepPeak
 from parcalc.core.model import TransformerModel
@@ -75,6 +76,13 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
                        f"{TT_SOURCES['tp_accumulate']}", "logits and loss": f"{TT_SOURCES['loss']}; {TT_SOURCES['loss_parallel']}"}
             code = (f"torchtitan's Llama Transformer under apply_tp over {step.tp} ranks, sequence and loss parallel "
                     "(parcalc.core.memory_torchtitan_tp)")
+        if step.precision is Precision.FP8:  # torchao's Float8Linear in each block (parcalc.core.memory_torchao_float8)
+            float8 = f"{AO_SOURCES['converter']}; {AO_SOURCES['linear']}; {AO_SOURCES['cast']}"
+            sources = {**sources, "activations": f"{sources['activations']}; {float8}", "temporaries": f"{sources['temporaries']}; {float8}",
+                       **({"unsharded parameters": f"{sources['unsharded parameters']}; {AO_SOURCES['all_gather']}",
+                           "all-gather buffers": f"{sources['all-gather buffers']}; {AO_SOURCES['all_gather']}"} if step.float8_all_gather else {})}  # fmt: skip
+            code += (", its block linears torchao's Float8Linear (tensorwise scaling)"
+                     + (", the weights all-gathered in FP8" if step.float8_all_gather else ""))
         if step.compiled:
             from parcalc.core.memory_torchtitan_compile import COMPILE_SOURCES
 

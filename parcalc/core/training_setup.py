@@ -77,6 +77,8 @@ class TrainingSetup:
     # --compile: torch.compile (Inductor) on each transformer block, as torchtitan's apply_compile; the torchtitan profile's
     # step walk follows the compiled block (parcalc.core.memory_torchtitan_compile), the textbook sum is unchanged
     compiled: bool = False
+    # torchao's enable_fsdp_float8_all_gather under the torchtitan profile's FSDP2 walk (memory_fsdp.FsdpStep.float8_all_gather)
+    float8_all_gather: bool = False
 
     def activation_config(self, par: Layout) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,

@@ -59,7 +59,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             capacity: str | None = None, reserve: str | None = None, per_stage: bool = False,
             presets: list[Path] | None = None, recompute_layers: str | None = None, moment_dtype: str | None = None,
             recompute_mla_up_proj: bool = False, recompute_modules: str | None = None,
-            moe_imbalance: str | None = None, framework: str | None = None) -> MemoryRequest:  # fmt: skip
+            moe_imbalance: str | None = None, framework: str | None = None, fp8_all_gather: bool = False) -> MemoryRequest:  # fmt: skip
     """The request from `memory`'s flag texts; bad input raises InputError naming the flag."""
     from parcalc.core.layout import Layout
     from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES, TrainingSetup
@@ -118,6 +118,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     e, et = expert_flags(ep, etp, shape)
     sg = shard_group_flag(shard_group)
     profile = _profile(framework, dirs, Layout(tp=t, pp=p, cp=c, ep=e))  # the degrees (the ZeRO stage: check_hf_layout says more)
+    if fp8_all_gather and (precision is not Precision.FP8 or profile is None or profile.step_memory != "torchtitan-eager"):
+        raise InputError("--fp8-all-gather: torchao's FP8 all-gather of the Float8 linears' weights is walked with --precision fp8 "
+                         "--framework torchtitan")  # fmt: skip
     par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
                  cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,
                  embedding_in_split=embedding_in_split, loss_in_split=loss_in_split, pipeline_layout=pipeline_layout)  # fmt: skip
@@ -129,7 +132,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         capacity_source=cap_source, offload_optimizer=Offload.OPTIMIZER in (offload or ()),
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
         moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
-        recompute_modules=recompute_modules_flag(recompute_modules), micro_batches=m, compiled=compile_,
+        recompute_modules=recompute_modules_flag(recompute_modules), micro_batches=m, compiled=compile_, float8_all_gather=fp8_all_gather,
         **_profile_setup(profile, p, precision),
     )  # fmt: skip
     return MemoryRequest(shape, par, setup, device, per_stage=per_stage, compile=compile_, offload=tuple(offload or ()),
@@ -150,6 +153,8 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
                 ("schedule", par.schedule.value), ("sequence_parallel", str(par.sequence_parallel).lower()),
                 ("flash_attention", str(setup.flash_attention).lower()), ("dropout", str(breakdown.setup.dropout).lower()),
                 ("fp32_grads", str(req.fp32_grads).lower())]  # fmt: skip
+    if setup.float8_all_gather:
+        settings.append(("fp8_all_gather", "true"))
     if req.offload:
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in req.offload))))
     compile_note: tuple[str, ...] = ()
