@@ -17,6 +17,7 @@ apply_fsdp(pp_enabled=True) wraps every block and the root with reshard_after_fo
   since pytorch/torchtitan#1922, 2025-10-22, it passes False), every micro-batch's output (pred) on the last stage in
   output_chunks, concatenated at the end of step() and kept until the next step; without them a pred goes with its
   micro-batch's fwd_cache entry, at the end of its backward.
+With tp > 1 each stage's blocks, embedding and loss are memory_torchtitan_tp's (PP_SOURCES['tp']).
 The model code is memory_torchtitan's (its blocks keyed per micro-batch); the loss is train.py's loss_fn, computed by
 the schedule right after the last stage's forward of each micro-batch (pred is not deleted: fwd_cache holds it).
 
@@ -48,6 +49,11 @@ PP_SOURCES = {
     "buffers": (f"{TORCH_PP}/stage.py _create_act_recv_info / _create_grad_recv_info (one receive buffer per micro-batch, kept), "
                 "forward_one_chunk fwd_cache (the stage's output and inputs until the micro-batch's backward), output_chunks "
                 "and schedules.py _merge_outputs (the last stage's outputs, concatenated at the end of step)"),
+    "tp": ("pytorch/torchtitan at 9dec370 train.py: models_pipelining_fns splits the model into model_parts, then `for m in "
+           "model_parts: models_parallelize_fns[model_name](m, world_mesh, parallel_dims, job_config)` (apply_tp, apply_ac, "
+           "apply_fsdp on each stage's module, parallelize_llama.py); under apply_tp a block returns RowwiseParallel(output_layouts="
+           "Shard(1))'s local tensor, b x s / tp x hidden, which the stage sends (the 2024 pipeline_llama sized its stages' "
+           "I/O the same way: local_seq_len = seq_len // tp); train_context's loss_parallel() around schedule.step"),
     "outputs": (f"{TORCH_PP}/schedules.py step(return_outputs=True by default; save_forward_output=return_outputs keeps each "
                 "output in output_chunks); pytorch/torchtitan e5ef99a 'Update PP to release memory earlier (#1922)', 2025-10-22: "
                 "trainer.py passes return_outputs=False"),
