@@ -40,8 +40,9 @@ FLOAT8_COMPILE = ("torch.compile of the Float8 casts: Inductor fuses abs, max, s
                   "2.158 with the FP8 all-gather; Table 2's FSDP 8 row, full checkpointing, 0.928)")
 TP = ("tensor parallelism: walked in bf16 (parcalc.core.memory_torchtitan_tp), but with --precision fp8 the textbook sum stands; "
       "the bf16 walk of Table 4's layout gives 0.859 of its published peak")
-PP = ("pipeline parallelism: walked stage by stage without TP (parcalc.core.memory_pipeline_stage); with TP and --precision fp8 "
-      "the textbook sum stands (torchtitan's PipelineStage; micro-batches = stages by default, config_manager.py)")
+PP = ("pipeline parallelism: walked stage by stage, with TP inside each stage (parcalc.core.memory_pipeline_stage); with "
+      "--precision fp8 the textbook sum stands (torchtitan's PipelineStage; micro-batches = stages by default, config_manager.py); "
+      "the bf16 eager walk of Table 5's layout gives 0.930 of its published peak, of Table 6's FSDP 8 CP 1 row 1.013")
 # torchtitan/parallelisms/pipelining_utils.py generate_split_points at 9dec370: 126 layers over 8 single-stage ranks, base 15 and
 # the 6 extra layers to middle stages: 15 + 6 x 16 + 15
 SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")

@@ -522,8 +522,8 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
 
 
 def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool) -> list[str]:
-    """What of pipeline parallelism the walk does not follow: it walks one stage of torchtitan's code under Schedule1F1B
-    without TP, stage by stage (`pipeline`: the caller walks each stage, as parcalc.core.memory does; fit's search does not)."""
+    """What of pipeline parallelism the walk does not follow: it walks one stage of torchtitan's code under Schedule1F1B,
+    its blocks under apply_tp where tp > 1, stage by stage (`pipeline`: the caller walks each stage, as parcalc.core.memory does; fit's search does not)."""
     from parcalc.core.choices import Schedule
 
     if layout.pp <= 1:
@@ -532,7 +532,6 @@ def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool) -> list[str]:
                                   ("the walk follows torchtitan's PipelineStage", model_code != "torchtitan"),
                                   (f"--schedule {layout.schedule.value} (the walk follows 1F1B)", layout.schedule is not Schedule.ONE_F_ONE_B),
                                   (f"{layout.chunks} chunks a stage", layout.chunks > 1),
-                                  (f"tp = {layout.tp} with pp (the pipeline walk has no TP yet)", layout.tp > 1),
                                   ("a custom pipeline layout", layout.pipeline_layout is not None)) if gap]  # fmt: skip
     return [f"pp = {layout.pp}: " + "; ".join(why)] if why else []
 
@@ -622,7 +621,7 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
     from parcalc.core.memory_pipeline_stage import PipelineHooks, StagePlan, walk_stage
 
     lo, hi = step.stage_layers or (0, model.layers)
-    plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi, step.pp_return_outputs)
+    plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi, step.pp_return_outputs, step.tp)
     walk_stage(walk, model, x, plan, policies, step.embedding_backward_tables, PipelineHooks(hooks, x.c, step.reduce_bytes))
 
 

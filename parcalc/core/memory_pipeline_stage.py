@@ -17,6 +17,7 @@ apply_fsdp(pp_enabled=True) wraps every block and the root with reshard_after_fo
   since pytorch/torchtitan#1922, 2025-10-22, it passes False), every micro-batch's output (pred) on the last stage in
   output_chunks, concatenated at the end of step() and kept until the next step; without them a pred goes with its
   micro-batch's fwd_cache entry, at the end of its backward.
+With tp > 1 each stage's blocks, embedding and loss are memory_torchtitan_tp's (PP_SOURCES['tp']).
 The model code is memory_torchtitan's (its blocks keyed per micro-batch); the loss is train.py's loss_fn, computed by
 the schedule right after the last stage's forward of each micro-batch (pred is not deleted: fwd_cache holds it).
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parcalc.core import memory_torchtitan_tp as tp_walk
 from parcalc.core.memory_torchtitan import block_backward, block_forward, mm_backward, norm_backward
 from parcalc.core.memory_walk import StepHooks, StepShapes, Walk, cross_entropy_backward, norm_forward
 from parcalc.core.model import TransformerModel
@@ -47,6 +49,11 @@ PP_SOURCES = {
     "buffers": (f"{TORCH_PP}/stage.py _create_act_recv_info / _create_grad_recv_info (one receive buffer per micro-batch, kept), "
                 "forward_one_chunk fwd_cache (the stage's output and inputs until the micro-batch's backward), output_chunks "
                 "and schedules.py _merge_outputs (the last stage's outputs, concatenated at the end of step)"),
+    "tp": ("pytorch/torchtitan at 9dec370 train.py: models_pipelining_fns splits the model into model_parts, then `for m in "
+           "model_parts: models_parallelize_fns[model_name](m, world_mesh, parallel_dims, job_config)` (apply_tp, apply_ac, "
+           "apply_fsdp on each stage's module, parallelize_llama.py); under apply_tp a block returns RowwiseParallel(output_layouts="
+           "Shard(1))'s local tensor, b x s / tp x hidden, which the stage sends (the 2024 pipeline_llama sized its stages' "
+           "I/O the same way: local_seq_len = seq_len // tp); train_context's loss_parallel() around schedule.step"),
     "outputs": (f"{TORCH_PP}/schedules.py step(return_outputs=True by default; save_forward_output=return_outputs keeps each "
                 "output in output_chunks); pytorch/torchtitan e5ef99a 'Update PP to release memory earlier (#1922)', 2025-10-22: "
                 "trainer.py passes return_outputs=False"),
@@ -61,6 +68,11 @@ class StagePlan:
     first_layer: int
     last_layer: int  # exclusive
     return_outputs: bool = False  # the last stage keeps every micro-batch's output and merges them (PP_SOURCES['outputs'])
+    tp: int = 1  # the stage's blocks under apply_tp (PP_SOURCES['tp']): sequence shards sent and received, loss parallel
+
+    def stream_bytes(self, x: StepShapes) -> float:
+        """A micro-batch's residual stream as the stage sends and receives it: under apply_tp its sequence shard."""
+        return x.T / self.tp * x.h * x.c
 
     @property
     def first(self) -> bool:
@@ -121,18 +133,29 @@ def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: Sta
     p = f"m{j}."
     walk.phase = f"forward: micro-batch {j + 1} of {plan.micro_batches}"
     hooks.before_forward(walk)
-    if plan.first:
+    if plan.first and plan.tp > 1:
+        current = tp_walk.embedding_forward(walk, x, plan.tp, p)
+    elif plan.first:
         current = f"{p}emb"
         walk.alloc(current, x.T * x.h * x.c, "activations", "embedding output (residual stream)")
     else:
         current = f"pp.act_recv{j}"
     for i in range(plan.first_layer, plan.last_layer):
         hooks.before_layer(walk, i)
-        out = block_forward(walk, x, i, current, policies[i], prefix=p)
+        if plan.tp > 1:
+            out = tp_walk.block_forward(walk, x, i, current, policies[i], plan.tp, prefix=p)
+        else:
+            out = block_forward(walk, x, i, current, policies[i], prefix=p)
         if policies[i] == "none" and not current.startswith("pp."):
             walk.free(current)
         current = out
-    if plan.last:
+    if plan.last and plan.tp > 1:  # loss parallel on the rank's vocabulary shard; pred kept by fwd_cache
+        tp_walk.head_forward(walk, x, plan.tp, current, p)
+        walk.relabel(f"{p}head.out", "pred (kept by fwd_cache and output_chunks)" if plan.return_outputs else
+                     "pred (kept by fwd_cache until its backward)")  # fmt: skip
+        hooks.after_forward(walk)
+        tp_walk.loss_forward(walk, x, plan.tp, p)
+    elif plan.last:
         y = norm_forward(walk, x, f"{p}final", current, saved=True)
         walk.free(current)
         walk.alloc(f"{p}head.out", x.T * x.V * x.c, "logits and loss",
@@ -152,7 +175,10 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
                     embedding_tables: int, hooks: PipelineHooks) -> None:  # fmt: skip
     p = f"m{j}."
     walk.phase = f"backward: micro-batch {j + 1} of {plan.micro_batches}"
-    if plan.last:
+    if plan.last and plan.tp > 1:
+        tp_walk.loss_backward(walk, x, plan.tp, p)
+        tp_walk.head_backward(walk, x, plan.tp, f"{p}g_stream", p)
+    elif plan.last:
         walk.rename(f"{p}logsoftmax", "logsoftmax")
         g32 = cross_entropy_backward(walk, x)
         walk.alloc(f"{p}g_logits", x.T * x.V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
@@ -164,9 +190,14 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
     for i in reversed(range(plan.first_layer, plan.last_layer)):
         inp = (f"{p}emb" if plan.first else f"pp.act_recv{j}") if i == plan.first_layer else f"{p}L{i - 1}.x2"
         hooks.before_layer_backward(walk, i)
-        if policies[i] != "none":
-            block_forward(walk, x, i, inp, policies[i], recomputing=True, prefix=p)
-        block_backward(walk, x, i, f"{p}g_stream", f"{p}g_stream_next", prefix=p)
+        if plan.tp > 1:
+            if policies[i] != "none":
+                tp_walk.block_forward(walk, x, i, inp, policies[i], plan.tp, recomputing=True, prefix=p)
+            tp_walk.block_backward(walk, x, i, plan.tp, f"{p}g_stream", f"{p}g_stream_next", prefix=p)
+        else:
+            if policies[i] != "none":
+                block_forward(walk, x, i, inp, policies[i], recomputing=True, prefix=p)
+            block_backward(walk, x, i, f"{p}g_stream", f"{p}g_stream_next", prefix=p)
         if not inp.startswith("pp."):
             walk.free(inp)
         walk.rename(f"{p}g_stream_next", f"{p}g_stream")
@@ -174,7 +205,9 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
     walk.free(f"{p}stage.out")
     if plan.last and not plan.return_outputs:  # backward_one_chunk popped its fwd_cache entry: pred goes when it returns
         walk.free(f"{p}head.out")
-    if plan.first:
+    if plan.first and plan.tp > 1:
+        tp_walk.embedding_backward(walk, x, plan.tp, f"{p}g_stream", embedding_tables, p)
+    elif plan.first:
         for table in range(embedding_tables):
             walk.alloc(f"{p}g_embedding{table}", x.V * x.h * x.c, "gradients", "embedding gradient")
         walk.free(f"{p}g_stream", *(f"{p}g_embedding{t}" for t in range(1, embedding_tables)))
@@ -183,7 +216,7 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         walk.free("pp.sent_grad")
         walk.rename(f"{p}g_stream", "pp.sent_grad", "the stage input's gradient (held by the schedule's send ops)")
     if not plan.last:
-        walk.alloc(f"pp.grad_recv{j}", x.T * x.h * x.c, "buffers", "gradient receive buffer (one per micro-batch)")
+        walk.alloc(f"pp.grad_recv{j}", plan.stream_bytes(x), "buffers", "gradient receive buffer (one per micro-batch)")
     hooks.accumulate(walk, "root", [k for k in (f"{p}embedding.grad", f"{p}head.grad", f"{p}final.grad") if k in walk.live])
     hooks.first_backward = False
 
@@ -193,9 +226,9 @@ def walk_stage(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePl
     """The stage's step in Schedule1F1B's order, then perform_reduce_grad and the merge of the last stage's outputs."""
     for j in range(plan.micro_batches):
         if not plan.first:
-            walk.alloc(f"pp.act_recv{j}", x.T * x.h * x.c, "buffers", "activation receive buffer (one per micro-batch)")
+            walk.alloc(f"pp.act_recv{j}", plan.stream_bytes(x), "buffers", "activation receive buffer (one per micro-batch)")
         if not plan.last:
-            walk.alloc(f"pp.grad_recv{j}", x.T * x.h * x.c, "buffers", "gradient receive buffer (one per micro-batch)")
+            walk.alloc(f"pp.grad_recv{j}", plan.stream_bytes(x), "buffers", "gradient receive buffer (one per micro-batch)")
     for kind, j in plan.order():
         if kind == "F":
             _stage_forward(walk, model, x, plan, policies, j, hooks)
@@ -206,4 +239,4 @@ def walk_stage(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePl
     walk.free("pp.sent_grad")  # step() returns
     if plan.last and plan.return_outputs:
         walk.phase = "end of step: the outputs merged"
-        walk.transient("pp.merged", plan.micro_batches * x.T * x.V * x.c, "logits and loss", "output_chunks concatenated")
+        walk.transient("pp.merged", plan.micro_batches * x.T * (x.V // plan.tp) * x.c, "logits and loss", "output_chunks concatenated")

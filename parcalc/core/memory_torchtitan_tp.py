@@ -14,6 +14,7 @@ group holding:
   loss_parallel's log-softmax and nll_loss (TT_SOURCES['loss_parallel']): three fp32 logits-sized tensors in the forward
   (the fp32 logits, their shifted copy, its exp) beside pred, four in the backward (the saved log-softmax, the zeros the
   target scatter writes into, exp, their sum, then the product);
+- the embedding's gradient of the whole vocabulary, replicated (TP_SOURCES['embedding_backward']);
 - in the backward, each row-parallel output's gradient all-gathered, each replicated input's partial gradients summed out
   of place (DTensors: TT_SOURCES['tp_accumulate']) and reduce-scattered back to the sequence shard.
 The all-gather of a sequence shard is a view at micro-batch 1 and a copy (torch.cat of the chunks) above it; the
@@ -33,6 +34,14 @@ from parcalc.core.memory_walk import StepHooks, StepShapes, Walk, grad_of_weight
 from parcalc.core.model import TransformerModel
 
 TP_POLICIES = ("none", "full")
+TP_SOURCES = {
+    "embedding_backward": ("pytorch/pytorch v2.13.0 torch/distributed/tensor/_ops/_embedding_ops.py:66-97 "
+                           "embedding_dense_backward_strategy: colwise (weight gradient Shard(1)), batch-sharded and partial "
+                           "strategies only, none for a row-sharded (Shard(0)) weight, so RowwiseParallel's embedding gets its "
+                           "gradient replicated; torch/distributed/fsdp/_fully_shard/_fsdp_param.py:802-813 "
+                           "to_accumulated_grad_if_needed (.to(reduce_dtype) of that gradient) and 934-967 _get_grad_inner_tensor "
+                           "(redistributed to the parameter's placements when reduced)"),
+}
 
 
 def _local(x: StepShapes, tp: int) -> StepShapes:
@@ -67,13 +76,14 @@ def reduce_scatter(walk: Walk, x: StepShapes, tp: int, partial: str, key: str, k
     return key
 
 
-def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, tp: int, recomputing: bool = False) -> str:
+def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, tp: int, recomputing: bool = False,
+                  prefix: str = "") -> str:  # fmt: skip
     """One TransformerBlock under apply_tp's plan (module docstring); returns its output's key ("" when the recomputation
-    stops early, after w2's input)."""
+    stops early, after w2's input). `prefix` keys a pipeline micro-batch's tensors apart."""
     xl, xs = _local(x, tp), _sequence_shard(x, tp)
     T, h, q, kv, f, c = x.T, x.h, xl.q, xl.kv, xl.f, x.c
     copies = repeat_kv_copies(xl)
-    b = BlockWalk(walk, xl, i, policy, recomputing)
+    b = BlockWalk(walk, xl, i, policy, recomputing, prefix)
     k = b.k
     y = norm_forward(walk, xs, f"{k}.n1", inp, b.saving)
     ag = all_gather(walk, x, f"{k}.ag1", "activations" if b.saving else "temporaries", "attention input (all-gathered sequence)")
@@ -122,13 +132,13 @@ def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_o
     add_gradient(walk, f"{key}.gin", into, in_place=False)
 
 
-def block_backward(walk: Walk, x: StepShapes, i: int, tp: int, g_out: str, into: str) -> None:
+def block_backward(walk: Walk, x: StepShapes, i: int, tp: int, g_out: str, into: str, prefix: str = "") -> None:
     """The block's backward in the order autograd's engine runs it under apply_tp (the FSDPMemTracker trace of
     tests/ground_truth/tiny_torchtitan_tp.py)."""
     xl, xs = _local(x, tp), _sequence_shard(x, tp)
     T, h, q, kv, f, c = x.T, x.h, xl.q, xl.kv, xl.f, x.c
     n_rep = q // kv
-    k = f"L{i}"
+    k = f"{prefix}L{i}"
     walk.rename(g_out, f"{k}.g_x1")
     gd = all_gather(walk, x, f"{k}.g_d", "temporaries", "w2 output gradient (all-gathered)")
     grad_of_weight(walk, x, f"{k}.w2", f, h)
@@ -178,17 +188,79 @@ def block_backward(walk: Walk, x: StepShapes, i: int, tp: int, g_out: str, into:
     walk.rename(f"{k}.g_x1", into)
 
 
+def embedding_forward(walk: Walk, x: StepShapes, tp: int, p: str = "") -> str:
+    """RowwiseParallel(input Replicate, output Shard(1)) on the embedding: the rank's rows looked up (a partial sum),
+    reduce-scattered to the sequence shard; returns its key."""
+    walk.alloc(f"{p}emb.ids", x.T * 8, "activations", "embedding: the rank's masked token ids (saved)")
+    walk.alloc(f"{p}emb.partial", x.T * x.h * x.c, "temporaries", "embedding output (partial: the rank's vocabulary rows)")
+    return reduce_scatter(walk, x, tp, f"{p}emb.partial", f"{p}emb", "activations", "embedding output (residual stream, sequence shard)")
+
+
+def head_forward(walk: Walk, x: StepShapes, tp: int, current: str, p: str = "") -> None:
+    """The final norm on the sequence shard, the output projection's input all-gathered (saved), pred the rank's
+    vocabulary shard (bf16); the norm's output and the last block's, held by the forward's frame, go when it returns."""
+    xs = _sequence_shard(x, tp)
+    y = norm_forward(walk, xs, f"{p}final", current, saved=True)
+    all_gather(walk, x, f"{p}head.ag", "activations", "the output projection's input (all-gathered sequence)")
+    walk.alloc(f"{p}head.out", x.T * (x.V // tp) * 2, "logits and loss", "pred (the output projection, bf16, the rank's vocabulary shard)")
+    walk.free(y, current)
+
+
+def loss_forward(walk: Walk, x: StepShapes, tp: int, p: str = "") -> None:
+    """loss_parallel's log-softmax and nll_loss on the rank's vocabulary shard (TT_SOURCES['loss_parallel'])."""
+    L = x.T * (x.V // tp) * 4  # the rank's fp32 logits
+    walk.alloc(f"{p}logits32", L, "logits and loss", "pred.flatten(0, 1).float()")
+    walk.alloc(f"{p}shifted", L, "logits and loss", "loss parallel log_softmax: logits - max")
+    walk.transient(f"{p}exp", L, "logits and loss", "loss parallel log_softmax: exp(logits - max)")
+    walk.alloc(f"{p}logsoftmax", L, "logits and loss", "loss parallel log_softmax (fp32, saved)")
+    walk.free(f"{p}shifted")
+    walk.transient(f"{p}loss", 4, "logits and loss", "loss")
+    walk.free(f"{p}logits32")
+
+
+def loss_backward(walk: Walk, x: StepShapes, tp: int, p: str = "") -> None:
+    """loss_parallel's nll_loss and log_softmax gradients, pred's (bf16)."""
+    L = x.T * (x.V // tp) * 4
+    walk.alloc(f"{p}g_zeros", L, "logits and loss", "loss parallel backward: zeros_like(logits) (the target scatter)")
+    walk.alloc(f"{p}g_exp", L, "logits and loss", "loss parallel backward: exp(log_softmax)")
+    walk.alloc(f"{p}g_sum", L, "logits and loss", "loss parallel backward: zeros + exp")
+    walk.free(f"{p}g_exp")
+    walk.alloc(f"{p}g_logits32", L, "logits and loss", "loss parallel backward: (zeros + exp) x grad (fp32)")
+    walk.free(f"{p}g_sum", f"{p}g_zeros", f"{p}logsoftmax")
+    walk.alloc(f"{p}g_logits", L / 2, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
+    walk.free(f"{p}g_logits32")
+
+
+def head_backward(walk: Walk, x: StepShapes, tp: int, g_stream: str, p: str = "") -> None:
+    """The output projection's backward (its weight gradient, the rank's vocabulary rows; the input's partial gradient
+    reduce-scattered) and the final norm's, into `g_stream` (the sequence shard)."""
+    grad_of_weight(walk, x, f"{p}head", x.h, x.V // tp)
+    walk.alloc(f"{p}head.gin", x.T * x.h * x.c, "temporaries", "output projection input gradient (partial)")
+    walk.free(f"{p}g_logits", f"{p}head.ag")
+    reduce_scatter(walk, x, tp, f"{p}head.gin", f"{p}final.g_y", "temporaries", "final norm output gradient (reduce-scattered)")
+    norm_backward(walk, _sequence_shard(x, tp), f"{p}final", f"{p}final.g_y", g_stream, in_place=False)
+
+
+def embedding_backward(walk: Walk, x: StepShapes, tp: int, g_stream: str, embedding_tables: int, p: str = "") -> None:
+    """The embedding's output gradient all-gathered, its weight gradient as `{p}embedding.grad`: of the whole vocabulary,
+    replicated. DTensor's embedding_dense_backward has no row-sharded strategy (TP_SOURCES['embedding_backward']): from a
+    replicated output gradient and replicated ids it computes the whole table's gradient, which FSDP2 narrows to the
+    rank's rows only when it reduces (_fsdp_param.py _get_grad_inner_tensor: redistribute to Shard(0), a view); under a
+    pipeline the fp32 accumulator copied from it is of the whole vocabulary too."""
+    ge = all_gather(walk, x, f"{p}g_emb_out", "temporaries", "embedding output gradient (all-gathered)")
+    walk.free(g_stream)
+    for table in range(embedding_tables):
+        walk.alloc(f"{p}g_embedding{table}", x.V * x.h * x.c, "gradients", "embedding gradient (the whole vocabulary, replicated)")
+    walk.free(ge, f"{p}emb.ids", *(f"{p}g_embedding{t}" for t in range(1, embedding_tables)))
+    walk.rename(f"{p}g_embedding0", f"{p}embedding.grad", "weight gradients")
+
+
 def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int, tp: int,
               hooks: StepHooks) -> None:  # fmt: skip
     """Forward, loss and backward of torchtitan's Transformer under apply_tp, FSDP2's hooks around each block."""
-    xl, xs = _local(x, tp), _sequence_shard(x, tp)
-    T, h, c = x.T, x.h, x.c
-    L = T * xl.V * 4  # the rank's fp32 logits
     hooks.before_forward(walk)
     walk.phase = "forward: embedding"
-    walk.alloc("emb.ids", T * 8, "activations", "embedding: the rank's masked token ids (saved)")
-    walk.alloc("emb.partial", T * h * c, "temporaries", "embedding output (partial: the rank's vocabulary rows)")
-    current = reduce_scatter(walk, x, tp, "emb.partial", "emb", "activations", "embedding output (residual stream, sequence shard)")
+    current = embedding_forward(walk, x, tp)
     for i in range(model.layers):
         walk.phase = f"forward: layer {i + 1} of {model.layers}"
         hooks.before_layer(walk, i)
@@ -198,35 +270,16 @@ def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tupl
         hooks.after_layer(walk, i)
         current = out
     walk.phase = "forward: final norm and output"
-    y = norm_forward(walk, xs, "final", current, saved=True)
-    all_gather(walk, x, "head.ag", "activations", "the output projection's input (all-gathered sequence)")
-    walk.alloc("head.out", L / 2, "logits and loss", "pred (the output projection, bf16, the rank's vocabulary shard)")
-    walk.free(y, current)  # the norm's output and the last block's, held by the forward's frame until it returns
+    head_forward(walk, x, tp, current)
     hooks.after_forward(walk)  # the root module returns pred; the loss runs outside it
     walk.phase = "forward: loss (loss parallel: pred.float(), log_softmax, nll_loss)"
-    walk.alloc("logits32", L, "logits and loss", "pred.flatten(0, 1).float()")
-    walk.alloc("shifted", L, "logits and loss", "loss parallel log_softmax: logits - max")
-    walk.transient("exp", L, "logits and loss", "loss parallel log_softmax: exp(logits - max)")
-    walk.alloc("logsoftmax", L, "logits and loss", "loss parallel log_softmax (fp32, saved)")
-    walk.free("shifted")
-    walk.transient("loss", 4, "logits and loss", "loss")
-    walk.free("logits32", "head.out")  # del pred
+    loss_forward(walk, x, tp)
+    walk.free("head.out")  # del pred
     walk.phase = "backward: loss (loss parallel nll_loss and log_softmax gradients)"
     hooks.before_backward(walk)
-    walk.alloc("g_zeros", L, "logits and loss", "loss parallel backward: zeros_like(logits) (the target scatter)")
-    walk.alloc("g_exp", L, "logits and loss", "loss parallel backward: exp(log_softmax)")
-    walk.alloc("g_sum", L, "logits and loss", "loss parallel backward: zeros + exp")
-    walk.free("g_exp")
-    walk.alloc("g_logits32", L, "logits and loss", "loss parallel backward: (zeros + exp) x grad (fp32)")
-    walk.free("g_sum", "g_zeros", "logsoftmax")
+    loss_backward(walk, x, tp)
     walk.phase = "backward: output projection"
-    walk.alloc("g_logits", L / 2, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
-    walk.free("g_logits32")
-    grad_of_weight(walk, x, "head", h, xl.V)
-    walk.alloc("head.gin", T * h * c, "temporaries", "output projection input gradient (partial)")
-    walk.free("g_logits", "head.ag")
-    reduce_scatter(walk, x, tp, "head.gin", "final.g_y", "temporaries", "final norm output gradient (reduce-scattered)")
-    norm_backward(walk, xs, "final", "final.g_y", "g_stream", in_place=False)
+    head_backward(walk, x, tp, "g_stream")
     for i in reversed(range(model.layers)):
         walk.phase = f"backward: layer {i + 1} of {model.layers}" + ("" if policies[i] == "none" else " (recomputed)")
         inp = "emb" if i == 0 else f"L{i - 1}.x2"
@@ -238,10 +291,5 @@ def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tupl
         walk.rename("g_stream_next", "g_stream")
         hooks.after_layer_backward(walk, i)
     walk.phase = "backward: embedding"
-    ge = all_gather(walk, x, "g_emb_out", "temporaries", "embedding output gradient (all-gathered)")
-    walk.free("g_stream")
-    for table in range(embedding_tables):
-        walk.alloc(f"g_embedding{table}", xl.V * h * c, "gradients", "embedding gradient (the rank's vocabulary rows)")
-    walk.free(ge, "emb.ids", *(f"g_embedding{t}" for t in range(1, embedding_tables)))
-    walk.rename("g_embedding0", "embedding.grad", "weight gradients")
+    embedding_backward(walk, x, tp, "g_stream", embedding_tables)
     hooks.after_backward(walk)

@@ -21,7 +21,8 @@ from .fake_process_group import no_process_group_after  # noqa: E402, F401  (aft
 SHAPE = (512, 4, 2, 1536, 1024, 2, 256)  # hidden, heads, kv heads, ffn, vocab, b, s
 
 
-def _parcalc_peak(layers: int, pp: int, stage: int, bounds: tuple[int, int], micro_batches: int, ac: str, return_outputs: bool = False):
+def _parcalc_peak(layers: int, pp: int, stage: int, bounds: tuple[int, int], micro_batches: int, ac: str, return_outputs: bool = False,
+                  tp: int = 1):  # fmt: skip
     from parcalc.core.choices import Precision, Recompute
     from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
     from parcalc.presets import load_model
@@ -31,7 +32,7 @@ def _parcalc_peak(layers: int, pp: int, stage: int, bounds: tuple[int, int], mic
                     ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
     step = FsdpStep(b, s, 2, Precision.MIXED_BF16, 4.0, optimizer_impl="for-loop", recompute=Recompute(ac), reshard_last_block=False,
                     cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True, model_code="torchtitan", pp=pp,
-                    pp_stage=stage, stage_layers=bounds, micro_batches=micro_batches, pp_return_outputs=return_outputs)  # fmt: skip
+                    pp_stage=stage, stage_layers=bounds, micro_batches=micro_batches, pp_return_outputs=return_outputs, tp=tp)  # fmt: skip
     return fsdp_step_peak(model, step)
 
 
@@ -44,6 +45,42 @@ CASES = [  # (layers, pp, stage, its layers, micro-batches, checkpointing, the l
     pytest.param(4, 2, 1, (2, 4), 4, "none", True, id="last-of-2-none-outputs"),  # 1.0086
     pytest.param(6, 3, 1, (2, 4), 4, "full", False, id="middle-of-3-full"),  # 1.0001
 ]
+
+
+TP_CASES = [  # the same, each stage's blocks under apply_tp over 2 ranks (a (pp, dp, tp) = (p, 2, 2) mesh); ratios 2026-11-29
+    pytest.param(4, 2, 0, (0, 2), 4, "full", False, id="tp2-first-of-2-full"),  # 1.0001
+    pytest.param(4, 2, 0, (0, 2), 4, "none", False, id="tp2-first-of-2-none"),  # 1.0001
+    pytest.param(4, 2, 1, (2, 4), 4, "full", False, id="tp2-last-of-2-full"),  # 1.0000
+    pytest.param(4, 2, 1, (2, 4), 4, "none", True, id="tp2-last-of-2-none-outputs"),  # 1.0081: the excess of last-of-2-none, at b x s x V / tp
+    pytest.param(6, 3, 1, (2, 4), 4, "full", False, id="tp2-middle-of-3-full"),  # 1.0003
+]
+
+
+@pytest.mark.parametrize("layers, pp, stage, bounds, micro_batches, ac, outputs", TP_CASES)
+def test_tp_stage_peak_matches_memtracker(layers: int, pp: int, stage: int, bounds: tuple[int, int], micro_batches: int, ac: str,
+                                          outputs: bool) -> None:  # fmt: skip
+    """torchtitan's train.py at 9dec370 parallelises each pipeline stage's model as it would the whole (apply_tp, apply_ac,
+    apply_fsdp: memory_pipeline_stage.PP_SOURCES['tp']); the stage sends and receives the sequence shard of its residual
+    stream, the last computes loss parallel's loss on its vocabulary shard, the first keeps its embedding's gradient, of
+    the whole vocabulary (DTensor's embedding backward replicates it), in fp32 across micro-batches."""
+    from .tiny_llama import LlamaConfig
+    from .tiny_torchtitan_pp import tracked_stage_peak
+
+    hidden, heads, kv_heads, ffn, vocab, b, s = SHAPE
+    config = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
+    tracked = tracked_stage_peak(config, vocab, b, s, pp, 2, stage, bounds, micro_batches, ac, outputs, tp=2)
+    ours = _parcalc_peak(layers, pp, stage, bounds, micro_batches, ac, outputs, tp=2)
+    print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), MemTracker {tracked:,.0f} B: {ours.allocated / tracked:.4f}")
+    assert ours.allocated == pytest.approx(tracked, rel=0.01), ours.parts
+
+
+def test_the_tp_stage_sends_its_sequence_shard() -> None:
+    """Under apply_tp the stage's output is the last block's RowwiseParallel(output_layouts=Shard(1)) local tensor, b x s / tp
+    x hidden (torchtitan's pipeline_llama sized its stages' I/O so: local_seq_len = seq_len // tp): the middle stage's
+    receive buffers, one per micro-batch each way (and the one the last backward re-made), are half of those without TP at tp = 2."""
+    buffers = {tp: dict(_parcalc_peak(6, 3, 1, (2, 4), 4, "full", tp=tp).parts)["buffers"] for tp in (1, 2)}
+    freqs = SHAPE[6] * (SHAPE[0] // SHAPE[1]) // 2 * 8  # the RoPE buffer, unsharded
+    assert buffers[2] - freqs == pytest.approx((buffers[1] - freqs) / 2, rel=1e-12)
 
 
 @pytest.mark.parametrize("layers, pp, stage, bounds, micro_batches, ac, outputs", CASES)

@@ -50,6 +50,23 @@ class Stage(tt.Transformer):
         return self.output(h) if self.output else h
 
 
+def _forget_redistribute_plans() -> None:
+    """DTensor caches its redistribution plans and sharding decisions by mesh (torch 2.13 distributed/tensor/_redistribute.py:
+    _planner_cache and the @cache of _gen_transform_infos; _sharding_prop.py's lru caches); a mesh equal to one of an
+    earlier, destroyed process group would reuse that group's name. Cleared before and after each run (host-side
+    bookkeeping, no memory of the step)."""
+    from torch.distributed.tensor import DTensor, _redistribute
+
+    _redistribute.clear_redistribute_planner_cache()
+    _redistribute._gen_transform_infos.cache_clear()
+    propagator = DTensor._op_dispatcher.sharding_propagator
+    propagator.propagate_op_sharding.cache_clear()
+    propagator._propagate_tensor_meta_cached.cache_clear()
+
+
+LAST_PARTS: dict[str, float] = {}  # the last tracked peak by MemTracker's categories (parameters, gradients, ...)
+
+
 def _tracker():  # type: ignore[no-untyped-def]
     from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _ModState
 
@@ -73,22 +90,33 @@ def _tracker():  # type: ignore[no-untyped-def]
 
 
 def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: int, stage: int, bounds: tuple[int, int],
-                       microbatches: int, ac: str, return_outputs: bool = False) -> float:  # fmt: skip
+                       microbatches: int, ac: str, return_outputs: bool = False, tp: int = 1) -> float:  # fmt: skip
     """MemTracker's peak (bytes) over two steps of stage `stage` of `pp` holding layers [bounds), under FSDP2 over `dp` ranks
     (bf16 params, fp32 reduce, for-loop AdamW) and Schedule1F1B over `microbatches` micro-batches of b x s tokens; the last
-    stage's step(return_outputs=...) as torchtitan's trainer calls it (False since pytorch/torchtitan#1922)."""
+    stage's step(return_outputs=...) as torchtitan's trainer calls it (False since pytorch/torchtitan#1922). With `tp` > 1
+    the stage is parallelised as train.py at 9dec370 does each of its model_parts (models_parallelize_fns: apply_tp with
+    loss parallel, apply_ac, apply_fsdp) on a (pp, dp, tp) mesh, the step under loss_parallel() (train_context); the
+    stage sends and receives the sequence shard its last block returns (RowwiseParallel(output_layouts=Shard(1)) with
+    use_local_output: a b x s / tp x hidden local tensor)."""
+    import contextlib
+
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, schedules
     from torch.distributed.pipelining._utils import InferenceMode
+    from torch.distributed.tensor.parallel import loss_parallel
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    if dist.is_initialized():
+    # one group per world size: a mesh equal to that of a destroyed group would find that group's names in DTensor's
+    # caches (_forget_redistribute_plans); the stage is PipelineStage's stage_index, whatever this rank's pp coordinate
+    if dist.is_initialized() and dist.get_world_size() != pp * dp * tp:
         dist.destroy_process_group()
-    dist.init_process_group("fake", rank=stage * dp, world_size=pp * dp, store=FakeStore())
-    mesh = init_device_mesh("cpu", (pp, dp), mesh_dim_names=("pp", "dp"))
+        _forget_redistribute_plans()
+    if not dist.is_initialized():
+        dist.init_process_group("fake", rank=0, world_size=pp * dp * tp, store=FakeStore())
+    mesh = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
     first, last = stage == 0, stage == pp - 1
 
     def static_shapes(self, stages, has_backward, p2p_done):  # type: ignore[no-untyped-def]
@@ -98,15 +126,17 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
     warmup = schedules.PipelineScheduleSingle._warmup_p2p
     schedules.PipelineScheduleSingle._warmup_p2p = static_shapes
     try:
-        with FakeTensorMode(), tt._untracked_sharding_propagation():
+        with FakeTensorMode(), tt._real_mesh_tables(), tt._untracked_sharding_propagation():
             model = Stage(c, vocab, s, *bounds, first, last)
+            if tp > 1:
+                tt.apply_tp(model, mesh["tp"])
             apply_ac(model, ac)
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             for block in model.layers.values():
                 fully_shard(block, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=False)
             fully_shard(model, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=False)
-            inp = torch.empty(b, s, dtype=torch.int64) if first else torch.empty(b, s, c.hidden, dtype=torch.bfloat16)
-            out = torch.empty(b, s, vocab if last else c.hidden, dtype=torch.bfloat16)
+            inp = torch.empty(b, s, dtype=torch.int64) if first else torch.empty(b, s // tp, c.hidden, dtype=torch.bfloat16)
+            out = torch.empty(b, s, vocab, dtype=torch.bfloat16) if last else torch.empty(b, s // tp, c.hidden, dtype=torch.bfloat16)
             pipeline_stage = PipelineStage(model, stage, pp, torch.device("cpu"), input_args=(inp,), output_args=(out,),
                                            output_grads=None if last else (torch.empty_like(out),),
                                            input_grads=(None,) if first else (torch.empty_like(inp),), group=mesh["pp"].get_group())  # fmt: skip
@@ -115,7 +145,7 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
             ids = torch.randint(0, vocab, (b * microbatches, s))
             tracker = _tracker()
             tracker.track_external(model, opt)
-            with tracker:
+            with tracker, (loss_parallel() if tp > 1 else contextlib.nullcontext()):
                 for i in range(2):
                     opt.zero_grad()
                     if first:
@@ -130,5 +160,8 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
             snapshot = tracker.get_tracker_snapshot("peak")
     finally:
         schedules.PipelineScheduleSingle._warmup_p2p = warmup
+        _forget_redistribute_plans()
     (_device, parts), = snapshot.items()
+    LAST_PARTS.clear()
+    LAST_PARTS.update({str(k): float(v) for k, v in parts.items()})
     return float(parts["Total"])
