@@ -56,8 +56,10 @@ class SegmentWalk(Walk):
         self._layer_keys = layer_keys
         self._layer = -1
         super().__init__()
-        self.key_stream: dict[str, str] = {}
         self.sums: dict[str, list[float]] = {s: [0.0, 0.0, 0.0, 0.0] for s in STREAMS}
+        # each live tensor's stream's sums, and what it added to them (its block, which sum, what there): free() and
+        # rename() then need no second look-up of its stream or block
+        self._held: dict[str, tuple[list[float], float, int, float]] = {}
 
     @property
     def phase(self) -> str:
@@ -71,17 +73,21 @@ class SegmentWalk(Walk):
     def alloc(self, key: str, size: float, kind: str, what: str) -> None:
         if size <= 0:
             return
-        if key in self.live:
+        live = self.live
+        if key in live:
             raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
         if self._layer_keys and key[0] == "m":
-            layer = _BLOCK_KEY.match(key)
-            if layer is not None and int(layer.group(1)) != self._layer:
-                self._layer, self._best = int(layer.group(1)), {}
+            layer = _layer_of(key)
+            if layer >= 0 and layer != self._layer:
+                self._layer, self._best = layer, {}
                 self.segments.append((f"{self._phase}{LAYER_MARK}{self._layer}", self._best))
         block, part, counted = _block(size)
-        self.live[key] = LiveTensor(what, kind, block)
-        stream = self.key_stream[key] = stream_of(key)
+        live[key] = _live_tensor(what, kind, block)
+        stream = _STREAM_OF.get(key)
+        if stream is None:
+            stream = _STREAM_OF[key] = stream_of(key)
         sums = self.sums[stream]
+        self._held[key] = (sums, block, part, counted)
         sums[0] += block
         sums[part] += counted
         best = self._best.get(stream)
@@ -89,23 +95,42 @@ class SegmentWalk(Walk):
             self._best[stream] = (sums[0], sums[1], sums[2], sums[3])
 
     def free(self, *keys: str) -> None:
+        live, held = self.live, self._held
         for key in keys:
-            tensor = self.live.pop(key, None)
-            if tensor is None:
+            if live.pop(key, None) is None:
                 continue
-            block, part, counted = _block(tensor.bytes)  # a block is its own block (512-byte multiples)
-            sums = self.sums[self.key_stream.pop(key)]
+            sums, block, part, counted = held.pop(key)  # a block is its own block (512-byte multiples)
             sums[0] -= block
             sums[part] -= counted
 
     def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
         tensor = self.live.pop(old)
-        self.live[new] = LiveTensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
-        self.key_stream[new] = self.key_stream.pop(old)  # the block stays in its stream's pool (StreamWalk.rename)
+        self.live[new] = _live_tensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
+        self._held[new] = self._held.pop(old)  # the block stays in its stream's pool (StreamWalk.rename)
 
     def relabel(self, key: str, what: str, kind: str | None = None) -> None:
         tensor = self.live[key]
         self.live[key] = LiveTensor(what, kind or tensor.kind, tensor.bytes)
+
+
+# what a walk looks up again and again by a tensor's key, kept across walks (the keys repeat: a few thousand names)
+_STREAM_OF: dict[str, str] = {}  # memory_fsdp.stream_of
+_LAYER_OF: dict[str, int] = {}  # the layer of a block tensor's key `m{j}.L{i}.` (BlockWalk), -1 for any other key
+
+
+def _layer_of(key: str) -> int:
+    layer = _LAYER_OF.get(key)
+    if layer is None:
+        found = _BLOCK_KEY.match(key)
+        layer = _LAYER_OF[key] = int(found.group(1)) if found is not None else -1
+    return layer
+
+
+@lru_cache(maxsize=65536)
+def _live_tensor(what: str, kind: str, block: float) -> LiveTensor:
+    """LiveTensor(what, kind, block), one object for equal ones (it is frozen): a search's walks make a few hundred
+    thousand of them, of a few hundred distinct ones."""
+    return LiveTensor(what, kind, block)
 
 
 @lru_cache(maxsize=65536)
