@@ -314,13 +314,34 @@ class _Shapes:
 
         stage = self._fullest.get((tp, pp, first, last, ep))
         if stage is None:  # it does not depend on dp (_fullest_stage)
-            stage = self._fullest[(tp, pp, first, last, ep)] = _fullest_stage(self.model, self.pipeline(tp, pp, dp, first, last, ep=ep))
+            layout = self.pipeline(tp, pp, dp, first, last, ep=ep)
+            if self.model.moe is not None and layout.pipeline_layout is None:
+                stage = self._fullest_moe_stage(layout)
+            else:
+                stage = _fullest_stage(self.model, layout)
+            self._fullest[(tp, pp, first, last, ep)] = stage
         key = (tp, dp, shard_group, ep, stage, pp > 1 and self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
             layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
             found = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
             self._dp[key] = found, tuple(getattr(found, name) for name in _DP_ARRAY_FIELDS)
         return self._dp[key]
+
+    def _fullest_moe_stage(self, layout: Layout) -> FullestStage:
+        """parcalc.core.timing.step._fullest_stage of an MoE model's split (1F1B, no --pipeline-layout): the same stages
+        and the same functions, their parameters taken from moe_states (kept by the stage's layers, MoE layers and ends, so
+        that the splits and pipeline depths that share a stage share them)."""
+        from parcalc.core.memory import _stage_ends, stage_layers
+
+        t, p, first, last = layout.tp, layout.pp, layout.first_stage_layers, layout.last_stage_layers
+        split = stage_layers(self.model, layout)
+        best: FullestStage | None = None
+        for s in fullest_candidates(self.model, split):  # the first of equals, as _fullest_stage_of
+            params, experts, _, _ = self.moe_states(t, p, 1, layout.dp, layout.ep, first, last, 1, s)
+            if best is None or float(params) > best.params:
+                best = FullestStage(float(params), float(experts), float(sum(_stage_ends(self.model, layout, s))), split[s])
+        assert best is not None
+        return best
 
     def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1, *,
                   distinct: tuple[np.ndarray, np.ndarray] | None = None) -> DataParallelPieces:  # fmt: skip
@@ -579,7 +600,7 @@ class _GridTerms:
     def chunk_values(self) -> tuple[list[int], np.ndarray]:
         """The distinct chunk counts v of the grid, and each row's index among them."""
         if self._chunks is None:
-            values = np.unique(self.chunks).tolist()
+            values = sorted(set(self.chunks.tolist()))  # np.unique's values (np.unique without indices imports numpy.ma: ~10 ms)
             self._chunks = values, np.searchsorted(np.array(values), self.chunks)
         return self._chunks
 
