@@ -58,7 +58,8 @@ ran four other test suites at the same time (wall about 3 x CPU), so the CPU sec
 The 70B search alone (in-process CPU seconds, loaded): 1.49 -> 1.00. Its walks are now 0.9 of its 1.0 s: whole walks of
 stages whose runs are too short to shrink (PP 8 with 8 micro-batches of 10 layers, PP 16 with 8 or 16 of 5), each
 ~20 ms; walking a stage faster (memory_torchtitan's block walk) is what is left. DeepSeek-V3 is unchanged within the
-noise (its search 0.76 -> 0.74 CPU s, min of 5): its time is the scalar timing cores once per distinct key
+noise (its search 0.76 -> 0.74 and 0.86 -> 0.79 CPU s, min of 5 and of 7 taking turns; the one-liner again, 11 runs:
+1.27 -> 1.22 CPU s, paired 0.96): its time is the scalar timing cores once per distinct key
 (layer_pieces ~25 %, dp_pieces_of ~16 %, stage parameters ~10 %), not the search's own arithmetic (~17 %).
 """
 
