@@ -37,6 +37,30 @@ and 16, whose warm-ups make them long (w + 4 micro-batches): the next step is th
 The DeepSeek-V3 search itself (in-process, CPU seconds, best of 7 with the cores' caches cleared): 1.00 -> 0.68. Of
 what is left, about 60 % is the scalar cores' own time (layer_pieces, dp_pieces_of, stage_parameters, ...) asked once
 per distinct key; the start-up (imports: numpy, typer, the cores) is about 0.2 s of every one-liner.
+
+Session 15, speed (before: 99eaeb7; after: the commit that added these lines): the short walks' SegmentWalk keeps what
+each live tensor added to its stream's sums (free() looks nothing up again), a middle pipeline stage's warm-up, steady
+pairs and cool-down as runs of their own whose three short walks the stages of a pipeline share
+(search_walk_runs.three_run_plan), an MoE split's fullest stage from the search's kept stage parameters, ZeRO-3 buffers
+only where a layout has ZeRO-3 rows; every searched row byte-identical (the JSON of the one-liners below, GPT-3 175B on
+1,024 A100, Llama 3 70B on 64 H100 and on 256 H100 with B = 512, Llama 3 8B on 64 H100 with B = 1,024 under torchtitan,
+Mixtral 8x7B on 64 H100 under DeepSpeed and FSDP2). farm-bench, 7 runs each taking turns with main, medians; the machine
+ran four other test suites at the same time (wall about 3 x CPU), so the CPU seconds are the figures to read:
+
+    one-liner                                   CPU before   CPU after   wall before   wall after   after / before (paired, CPU)
+    Llama 3 70B, 256 H100, torchtitan           1.74 s       1.30 s      5.28 s        3.93 s       0.77
+    Llama 3 8B, 8 H100, torchtitan              0.74 s       0.60 s      2.57 s        2.17 s       0.81
+    DeepSeek-V3, 2,048 H800 (megatron)          1.10 s       1.10 s      4.23 s        3.97 s       0.99
+    Llama 3 405B, 16,384 H100                   0.35 s       0.33 s      1.42 s        1.44 s       0.99
+    Llama 3 405B, 16,384 GB200                  0.36 s       0.36 s      1.49 s        1.43 s       0.99
+    python -c "import typer" (the yardstick)    0.07 s                   0.28 s        (DeepSeek-V3 / typer, paired: 15.6 x CPU)
+
+The 70B search alone (in-process CPU seconds, loaded): 1.49 -> 1.00. Its walks are now 0.9 of its 1.0 s: whole walks of
+stages whose runs are too short to shrink (PP 8 with 8 micro-batches of 10 layers, PP 16 with 8 or 16 of 5), each
+~20 ms; walking a stage faster (memory_torchtitan's block walk) is what is left. DeepSeek-V3 is unchanged within the
+noise (its search 0.76 -> 0.74 and 0.86 -> 0.79 CPU s, min of 5 and of 7 taking turns; the one-liner again, 11 runs:
+1.27 -> 1.22 CPU s, paired 0.96): its time is the scalar timing cores once per distinct key
+(layer_pieces ~25 %, dp_pieces_of ~16 %, stage parameters ~10 %), not the search's own arithmetic (~17 %).
 """
 
 from __future__ import annotations

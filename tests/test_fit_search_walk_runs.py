@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
 from parcalc.core.search_columns import SCHEDULE_CODES
-from parcalc.core.search_walk_runs import reserved_from_runs, reserved_total, same_walk, shrinks
+from parcalc.core.search_walk_runs import reserved_from_runs, reserved_total, same_walk, shrinks, three_run_plan
 from parcalc.presets import load_model
 
 LLAMA = load_model("llama3-8b", ())  # 32 identical layers: torchtitan's Llama code, the walk's own model
@@ -47,9 +47,49 @@ def test_a_stage_walked_short_gives_the_whole_walks_reserved_peak(pp, stage_shar
     whole = fsdp_step_peak(model, step).reserved
     fast = reserved_from_runs(model, step)
     warmup = min(micro_batches, pp - stage)
-    assert (fast is not None) == any(shrinks(layers, (micro_batches, warmup + 4)))  # the checks pass wherever it pays
+    pays = any(shrinks(layers, (micro_batches, warmup + 4))) or three_run_plan(step, layers) is not None
+    assert (fast is not None) == pays  # the checks pass wherever it pays
     assert fast is None or fast == whole
     assert reserved_total(model, step) == whole
+
+
+@settings(max_examples=30, deadline=None)
+@given(pp=st.sampled_from([6, 8, 12, 16]), stage_share=st.floats(0, 0.999), more=st.integers(1, 30), layers=st.integers(1, 9),
+       rec=st.sampled_from([Recompute.NONE, Recompute.FULL, Recompute.OP]), tp=st.sampled_from([1, 2]), shards=st.sampled_from([2, 8, 64]),
+       micro=st.sampled_from([1, 2]), precision=st.sampled_from([Precision.MIXED_BF16, Precision.BF16]))  # fmt: skip
+def test_a_middle_stage_from_shorter_runs_gives_the_whole_walks_reserved_peak(pp, stage_share, more, layers, rec, tp, shards, micro,
+                                                                              precision) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    """A middle stage of deep pipelines (warm-ups w = p - s up to 15) with m = w + more micro-batches: its warm-up,
+    steady and cool-down runs shrunk (search_walk_runs.three_run_plan, walks of stages with warm-ups 4 and 5) give the
+    whole walk's bytes."""
+    if tp > 1 and rec is Recompute.OP:  # the TP walk checkpoints whole blocks or nothing (memory_fsdp.tp_gaps)
+        rec = Recompute.FULL
+    stage = 1 + int(stage_share * (pp - 2))
+    warmup = pp - stage
+    model = replace(LLAMA, layers=layers * pp)
+    step = replace(fsdp_step_of("torchtitan-eager", micro, 1024, shards, precision, Optimizer.ADAMW, rec, tp), pp=pp, pp_stage=stage,
+                   stage_layers=(stage * layers, (stage + 1) * layers), micro_batches=warmup + more)  # fmt: skip
+    whole = fsdp_step_peak(model, step).reserved
+    assert reserved_total(model, step) == whole
+    plan = three_run_plan(step, layers)
+    if plan is not None:
+        assert reserved_from_runs(model, step) == whole  # the short walks passed their checks
+
+
+def test_middle_stages_share_their_short_walks() -> None:
+    """Stages 6 to 10 of a 16-stage pipeline with 16 micro-batches (warm-ups 10 to 6, steady pairs 6 to 10, as Llama 3 70B's
+    PP 16 rows in fit --search) take their reserved totals from the same three short walks."""
+    from parcalc.core.search_walk_runs import _middle_stage_segments
+
+    model = replace(LLAMA, layers=5 * 16)
+    base = replace(fsdp_step_of("torchtitan-eager", 1, 1024, 4, Precision.MIXED_BF16, Optimizer.ADAMW, Recompute.NONE, 1), pp=16,
+                   micro_batches=16)  # fmt: skip
+    _middle_stage_segments.cache_clear()
+    for stage in range(6, 11):
+        step = replace(base, pp_stage=stage, stage_layers=(stage * 5, stage * 5 + 5))
+        assert three_run_plan(step, 5) is not None
+        assert reserved_from_runs(model, step) == fsdp_step_peak(model, step).reserved
+    assert _middle_stage_segments.cache_info().misses == 3
 
 
 def test_a_step_whose_units_differ_is_walked_whole() -> None:

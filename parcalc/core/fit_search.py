@@ -234,33 +234,38 @@ class _Shapes:
         return self._dispatch_pairs[key]
 
     def moe_states(self, tp: int, pp: int, cp: int, dp: int, ep: int, first: int | None, last: int | None,
-                   chunks: int, stage: int) -> tuple[float, ...]:  # fmt: skip
+                   chunks: int, stage: int, gathered: bool = True) -> tuple[float, ...]:  # fmt: skip
         """One stage of an MoE model on one GPU: (parameters, routed-expert parameters, ZeRO-3
         gathered buffers, MoE layers), from parcalc.core.memory with the configuration's ep and
         interleaved chunks. None of them depends on dp or cp (expert_layout only checks that ep x etp
-        divides tp x cp x dp, which the layout passed), so they are not in the key."""
+        divides tp x cp x dp, which the layout passed), so they are not in the key. gathered=False: the
+        ZeRO-3 buffers are not wanted (no ZeRO-3 row), nan in their place unless already known."""
         par_key = (tp, pp, ep, first, last, chunks, stage)
         key = self._state_keys.get(par_key)
-        if key is None and self.pipeline_layout is not None and pp > 1:  # the layout's own layer ranges (parcalc.core.memory)
-            key = (tp, ep, -1, pp, stage)  # -1: no layer count, the layout's stage (one layout per search)
-            self._state_keys[par_key] = key
-            par = Layout(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks=chunks, cp=cp, ep=ep,
-                         pipeline_layout=self.pipeline_layout)  # fmt: skip
-            self._states[key] = (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)),
-                                 zero3_working_set(self.model, par, self.per, stage).value, float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
         if key is None:
-            # the values depend on the stage only through its layers, its MoE layers and which end of
-            # the pipeline it holds (parcalc.core.memory.stage_parameters, _stage_ends, root_unit): most
-            # splits and pipeline depths share them
-            split = stage_split(self.model.layers, pp, first, last)
-            key = (tp, ep, split[stage], self.moe_layers(split, chunks)[stage], stage == 0, stage == pp - 1, pp > 1)
+            if self.pipeline_layout is not None and pp > 1:  # the layout's own layer ranges (parcalc.core.memory)
+                key = (tp, ep, -1, pp, stage)  # -1: no layer count, the layout's stage (one layout per search)
+            else:
+                # the values depend on the stage only through its layers, its MoE layers and which end of
+                # the pipeline it holds (parcalc.core.memory.stage_parameters, _stage_ends, root_unit): most
+                # splits and pipeline depths share them
+                split = stage_split(self.model.layers, pp, first, last)
+                key = (tp, ep, split[stage], self.moe_layers(split, chunks)[stage], stage == 0, stage == pp - 1, pp > 1)
             self._state_keys[par_key] = key
-        if key not in self._states:
-            par = Layout(tp, pp, dp, schedule=Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B,
-                         chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)  # fmt: skip
-            self._states[key] = (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)),
-                                 zero3_working_set(self.model, par, self.per, stage).value, float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
-        return self._states[key]
+        states = self._states.get(key)
+        if states is None or (gathered and math.isnan(states[2])):
+            schedule = Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B
+            if self.pipeline_layout is not None and pp > 1:
+                par = Layout(tp, pp, dp, schedule=schedule, chunks=chunks, cp=cp, ep=ep, pipeline_layout=self.pipeline_layout)
+            else:
+                par = Layout(tp, pp, dp, schedule=schedule, chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)
+            if states is None:
+                states = (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)), math.nan,
+                          float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
+            if gathered:
+                states = (states[0], states[1], zero3_working_set(self.model, par, self.per, stage).value, states[3])
+            self._states[key] = states
+        return states
 
     def fp8_layer(self, tp: int, ep: int = 1) -> tuple[float, float]:
         """Transformer Engine's FP8 weight copies of one dense layer and of one MoE layer (its experts
@@ -314,13 +319,34 @@ class _Shapes:
 
         stage = self._fullest.get((tp, pp, first, last, ep))
         if stage is None:  # it does not depend on dp (_fullest_stage)
-            stage = self._fullest[(tp, pp, first, last, ep)] = _fullest_stage(self.model, self.pipeline(tp, pp, dp, first, last, ep=ep))
+            layout = self.pipeline(tp, pp, dp, first, last, ep=ep)
+            if self.model.moe is not None and layout.pipeline_layout is None:
+                stage = self._fullest_moe_stage(layout)
+            else:
+                stage = _fullest_stage(self.model, layout)
+            self._fullest[(tp, pp, first, last, ep)] = stage
         key = (tp, dp, shard_group, ep, stage, pp > 1 and self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
             layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
             found = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
             self._dp[key] = found, tuple(getattr(found, name) for name in _DP_ARRAY_FIELDS)
         return self._dp[key]
+
+    def _fullest_moe_stage(self, layout: Layout) -> FullestStage:
+        """parcalc.core.timing.step._fullest_stage of an MoE model's split (1F1B, no --pipeline-layout): the same stages
+        and the same functions, their parameters taken from moe_states (kept by the stage's layers, MoE layers and ends, so
+        that the splits and pipeline depths that share a stage share them)."""
+        from parcalc.core.memory import _stage_ends, stage_layers
+
+        t, p, first, last = layout.tp, layout.pp, layout.first_stage_layers, layout.last_stage_layers
+        split = stage_layers(self.model, layout)
+        best: FullestStage | None = None
+        for s in fullest_candidates(self.model, split):  # the first of equals, as _fullest_stage_of
+            params, experts, _, _ = self.moe_states(t, p, 1, layout.dp, layout.ep, first, last, 1, s, gathered=False)
+            if best is None or float(params) > best.params:
+                best = FullestStage(float(params), float(experts), float(sum(_stage_ends(self.model, layout, s))), split[s])
+        assert best is not None
+        return best
 
     def dp_arrays(self, tp: int, pp: int, ranks: int, first: int | None, last: int | None, sizes: np.ndarray, ep: int = 1, *,
                   distinct: tuple[np.ndarray, np.ndarray] | None = None) -> DataParallelPieces:  # fmt: skip
@@ -579,7 +605,7 @@ class _GridTerms:
     def chunk_values(self) -> tuple[list[int], np.ndarray]:
         """The distinct chunk counts v of the grid, and each row's index among them."""
         if self._chunks is None:
-            values = np.unique(self.chunks).tolist()
+            values = sorted(set(self.chunks.tolist()))  # np.unique's values (np.unique without indices imports numpy.ma: ~10 ms)
             self._chunks = values, np.searchsorted(np.array(values), self.chunks)
         return self._chunks
 
@@ -672,14 +698,15 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         expert_per_param = dense_per_param
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
         chunk_values, index = rows_of.chunk_values()
+        any_zero3 = bool(zero3.any())  # the gathered buffers count only on ZeRO-3 rows (np.where below)
         wanted_stages = (list(range(p)) if shapes.pipeline_layout is not None and p > 1  # a layout: every stage, as step.py's
                          else shapes.candidates(split, tuple(chunk_values)))  # fmt: skip
         for at in wanted_stages:
             if len(chunk_values) == 1:
-                params, experts, gathered, moe = shapes.moe_states(t, p, c, d, ep, first, last, chunk_values[0], at)
+                params, experts, gathered, moe = shapes.moe_states(t, p, c, d, ep, first, last, chunk_values[0], at, any_zero3)
                 states[at] = (params, experts, np.where(zero3, gathered, 0.0), moe)
                 continue
-            column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, at) for k in chunk_values], dtype=float)[index]
+            column = np.array([shapes.moe_states(t, p, c, d, ep, first, last, k, at, any_zero3) for k in chunk_values], dtype=float)[index]
             states[at] = (column[:, 0], column[:, 1], np.where(zero3, column[:, 2], 0.0), column[:, 3])
         expert_per_param = rows_of.expert_per_param(shapes, cols, per)  # experts shard over expert-DP (fully_shard: whole experts)
 

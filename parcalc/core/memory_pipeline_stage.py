@@ -201,7 +201,8 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         if not inp.startswith("pp."):
             walk.free(inp)
         walk.rename(f"{p}g_stream_next", f"{p}g_stream")
-        hooks.accumulate(walk, f"L{i}", [k for k in walk.live if k.startswith(f"{p}L{i}.") and k.endswith(".grad")])
+        own = f"{p}L{i}."  # made once, not once per live tensor
+        hooks.accumulate(walk, f"L{i}", [k for k in walk.live if k.startswith(own) and k.endswith(".grad")])
     walk.free(f"{p}stage.out")
     if plan.last and not plan.return_outputs:  # backward_one_chunk popped its fwd_cache entry: pred goes when it returns
         walk.free(f"{p}head.out")

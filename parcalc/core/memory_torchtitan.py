@@ -266,7 +266,7 @@ def mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_ou
                 converted: bool = True) -> None:  # fmt: skip
     """MmBackward: the input gradient (added into `into`), the weight gradient (bf16, the unsharded parameter's .grad).
     `converted`: a Float8Linear under x.float8 (torchtitan's converter leaves the output projection a Linear)."""
-    grads_of_linear(replace(x, float8=x.float8 and converted), walk, key, d_in, d_out,
+    grads_of_linear(x if converted or not x.float8 else replace(x, float8=False), walk, key, d_in, d_out,  # (a copy only if it differs)
                     lambda: walk.alloc(f"{key}.gin", x.T * d_in * x.c, "temporaries", "input gradient"))
     walk.free(g_out, saved_input)
     add_into(walk, f"{key}.gin", into)

@@ -23,6 +23,16 @@ checked against each other (the same phases in the same order once the middle is
 its neighbours (three terms of one line); walks that fail a check, or a step whose units are not identical (a policy a
 block, experts, windows, Mamba), are walked whole, as are steps too short to gain. tests/test_fit_search_walk_runs.py holds
 the value equal to the whole walk's over layers, micro-batches, stages, recomputations, TP and precisions.
+
+A middle stage's three runs (three_run_plan). A middle stage s of p warms up with w = p - s forwards, then runs m - w
+steady pairs (a backward, a forward), then w cool-down backwards, and is walked the same as any middle stage of the same
+warm-up (same_walk). Each run is a run of identical units in the sense above: the warm-up's forwards each add a
+micro-batch's saved activations, the cool-down's backwards each take them away, the steady pairs keep w micro-batches in
+flight; the phases at the runs' ends are affine in w and in m - w (a micro-batch in flight, a receive buffer). So walks
+of the stages with warm-ups a and a + 1 (stages p - a and p - a - 1) and of a and a + 1 steady pairs give every middle
+stage's phases: the stages of one pipeline whose runs both shrink share the same three short walks (Llama 3 70B's PP 16
+with 16 micro-batches: stages 6 to 10). The warm-up does not shrink together with the layers: a warm-up place holds its
+micro-batches in flight times their layers' activations, a product of the two counts.
 """
 
 from __future__ import annotations
@@ -56,8 +66,10 @@ class SegmentWalk(Walk):
         self._layer_keys = layer_keys
         self._layer = -1
         super().__init__()
-        self.key_stream: dict[str, str] = {}
         self.sums: dict[str, list[float]] = {s: [0.0, 0.0, 0.0, 0.0] for s in STREAMS}
+        # each live tensor's stream's sums, and what it added to them (its block, which sum, what there): free() and
+        # rename() then need no second look-up of its stream or block
+        self._held: dict[str, tuple[list[float], float, int, float]] = {}
 
     @property
     def phase(self) -> str:
@@ -71,17 +83,21 @@ class SegmentWalk(Walk):
     def alloc(self, key: str, size: float, kind: str, what: str) -> None:
         if size <= 0:
             return
-        if key in self.live:
+        live = self.live
+        if key in live:
             raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
         if self._layer_keys and key[0] == "m":
-            layer = _BLOCK_KEY.match(key)
-            if layer is not None and int(layer.group(1)) != self._layer:
-                self._layer, self._best = int(layer.group(1)), {}
+            layer = _layer_of(key)
+            if layer >= 0 and layer != self._layer:
+                self._layer, self._best = layer, {}
                 self.segments.append((f"{self._phase}{LAYER_MARK}{self._layer}", self._best))
         block, part, counted = _block(size)
-        self.live[key] = LiveTensor(what, kind, block)
-        stream = self.key_stream[key] = stream_of(key)
+        live[key] = _live_tensor(what, kind, block)
+        stream = _STREAM_OF.get(key)
+        if stream is None:
+            stream = _STREAM_OF[key] = stream_of(key)
         sums = self.sums[stream]
+        self._held[key] = (sums, block, part, counted)
         sums[0] += block
         sums[part] += counted
         best = self._best.get(stream)
@@ -89,23 +105,42 @@ class SegmentWalk(Walk):
             self._best[stream] = (sums[0], sums[1], sums[2], sums[3])
 
     def free(self, *keys: str) -> None:
+        live, held = self.live, self._held
         for key in keys:
-            tensor = self.live.pop(key, None)
-            if tensor is None:
+            if live.pop(key, None) is None:
                 continue
-            block, part, counted = _block(tensor.bytes)  # a block is its own block (512-byte multiples)
-            sums = self.sums[self.key_stream.pop(key)]
+            sums, block, part, counted = held.pop(key)  # a block is its own block (512-byte multiples)
             sums[0] -= block
             sums[part] -= counted
 
     def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
         tensor = self.live.pop(old)
-        self.live[new] = LiveTensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
-        self.key_stream[new] = self.key_stream.pop(old)  # the block stays in its stream's pool (StreamWalk.rename)
+        self.live[new] = _live_tensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
+        self._held[new] = self._held.pop(old)  # the block stays in its stream's pool (StreamWalk.rename)
 
     def relabel(self, key: str, what: str, kind: str | None = None) -> None:
         tensor = self.live[key]
         self.live[key] = LiveTensor(what, kind or tensor.kind, tensor.bytes)
+
+
+# what a walk looks up again and again by a tensor's key, kept across walks (the keys repeat: a few thousand names)
+_STREAM_OF: dict[str, str] = {}  # memory_fsdp.stream_of
+_LAYER_OF: dict[str, int] = {}  # the layer of a block tensor's key `m{j}.L{i}.` (BlockWalk), -1 for any other key
+
+
+def _layer_of(key: str) -> int:
+    layer = _LAYER_OF.get(key)
+    if layer is None:
+        found = _BLOCK_KEY.match(key)
+        layer = _LAYER_OF[key] = int(found.group(1)) if found is not None else -1
+    return layer
+
+
+@lru_cache(maxsize=65536)
+def _live_tensor(what: str, kind: str, block: float) -> LiveTensor:
+    """LiveTensor(what, kind, block), one object for equal ones (it is frozen): a search's walks make a few hundred
+    thousand of them, of a few hundred distinct ones."""
+    return LiveTensor(what, kind, block)
 
 
 @lru_cache(maxsize=65536)
@@ -155,6 +190,9 @@ def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
     if runs is None:
         return None
     layers, micro = runs
+    three = _three_runs(model, step, layers)
+    if three is not None:
+        return three
     shrink_layers, shrink_micro = shrinks(layers, micro)
     if not (shrink_layers or shrink_micro):
         return None
@@ -172,6 +210,86 @@ def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
         terms.append((_segments(model, step, a_layers, a_micro + 1, ends, layer_ends), micro[0] - a_micro))
     sums = _extrapolated(base, terms)
     return None if sums is None else _reserved_at_peaks(sums)
+
+
+def _three_runs(model: TransformerModel, step: FsdpStep, layers: int) -> float | None:
+    """The reserved total of a middle 1F1B stage from walks of shorter runs (three_run_plan), or None (not this way)."""
+    plan = three_run_plan(step, layers)
+    if plan is None:
+        return None
+    (a_l, a_w, a_n), extra, ends = plan
+    # the walks' stage: p - w', its layers counted from 0 (same_walk), so that the stages of a pipeline share them
+    stage = replace(step, pp_stage=1, stage_layers=(0, layers), micro_batches=1)
+
+    def walked(n: int, ww: int, nn: int) -> Walked:
+        return _middle_stage_segments(model, replace(stage, pp_stage=step.pp - ww), n, ww + nn, ends)
+
+    sums = _extrapolated(walked(a_l, a_w, a_n), [(walked(*sizes), more) for sizes, more in extra])
+    return None if sums is None else _reserved_at_peaks(sums)
+
+
+Sizes = tuple[int, int, int]  # a walk's layers, warm-up forwards and steady pairs
+
+
+def three_run_plan(step: FsdpStep, layers: int) -> tuple[Sizes, list[tuple[Sizes, int]], tuple[int, int, int]] | None:
+    """A middle 1F1B stage that warms up with fewer than all its micro-batches (p - s = w < m): its order is three runs,
+    w warm-up forwards, m - w steady pairs (a backward, a forward), w cool-down backwards; its walk is any middle
+    stage's of the same warm-up (same_walk), so the walks of warm-up a and a + 1 are those of stages p - a and p - a - 1.
+    Each run shrinks to its ends (WARM_UP_ENDS places of a warm-up or cool-down run, STEADY_ENDS of the steady one), the
+    layers to LAYER_ENDS: walks of w', n' = m' - w' and n layers for each that shrinks and the base, extrapolated as the
+    module says. The base walk's sizes, each longer walk's with how many more units the step has, and the places at the
+    ends of the warm-up (and cool-down) run, of the steady run and of the layers; None where this saves nothing over the
+    other ways (reserved_from_runs). The walks are checked as the others are (_extrapolated)."""
+    if not (step.pp > 2 and 0 < step.pp_stage < step.pp - 1):
+        return None
+    w = step.pp - step.pp_stage
+    pairs = step.micro_batches - w
+    if pairs < 1:  # all warm-up: a run of forwards, then of backwards
+        return None
+    # which runs shrink: the cheapest way; the warm-up and the layers not both (a warm-up place's micro-batches in flight
+    # hold each its layers' activations: a product of the two counts, not a sum)
+    ways = [(by_w, by_s, by_l) for by_w in (False, True) for by_s in (False, True) for by_l in (False, True)
+            if (by_w or by_s) and not (by_w and by_l) and (not by_w or w > 2 * WARM_UP_ENDS + 1) and (not by_s or pairs > STEADY_ENDS + 1)
+            and (not by_l or layers > 2 * LAYER_ENDS + 1)]  # fmt: skip
+    if not ways:
+        return None
+    # the walks of a way that shrinks the warm-up and the steady pairs, and not the layers, are the same for every middle
+    # stage whose runs both shrink (_middle_stage_segments keeps them): each such stage pays its share
+    sharing = sum(1 for s in range(1, step.pp - 1)
+                  if step.pp - s > 2 * WARM_UP_ENDS + 1 and step.micro_batches - (step.pp - s) > STEADY_ENDS + 1)  # fmt: skip
+    cost, (shrink_w, shrink_s, shrink_l), extra, (a_l, a_w, a_n) = min(_three_run_walks(layers, w, pairs, *way, sharing) for way in ways)
+    micro = (step.micro_batches, w + 4)
+    by_layers, by_micro = shrinks(layers, micro)  # the other ways' cost, as shrinks() counts it
+    other = [(2 * LAYER_ENDS if by_layers else layers, micro[1] if by_micro else micro[0])]
+    other += [(other[0][0] + 1, other[0][1])] if by_layers else []
+    other += [(other[0][0], other[0][1] + 1)] if by_micro else []
+    if cost >= sum((n + 2) * mm for n, mm in other):
+        return None
+    ends = (WARM_UP_ENDS if shrink_w else a_w, STEADY_ENDS if shrink_s else 2 * a_n, LAYER_ENDS if shrink_l else layers)
+    return (a_l, a_w, a_n), extra, ends
+
+
+@lru_cache(maxsize=256)
+def _middle_stage_segments(model: TransformerModel, stage: FsdpStep, layers: int, micro_batches: int, ends: tuple[int, int, int]) -> Walked:
+    """_segments of a middle stage labelled by its three runs (three_run_plan), kept: every stage of a pipeline with warm-ups
+    long enough asks for the same few (read only)."""
+    return _segments(model, stage, layers, micro_batches, None, ends[2], runs=ends[:2])
+
+
+def _three_run_walks(layers: int, w: int, pairs: int, shrink_w: bool, shrink_s: bool, shrink_l: bool,
+                     sharing: int) -> tuple[int, tuple[bool, bool, bool], list[tuple[Sizes, int]], Sizes]:  # fmt: skip
+    """three_run_plan's walks one way: their cost (as shrinks() counts it; shared by `sharing` stages where they can be),
+    the way, each longer walk with how many more units the step has than the base walk, and the base walk."""
+    a_w = 2 * WARM_UP_ENDS if shrink_w else w
+    a_n = STEADY_ENDS if shrink_s else pairs  # pairs: STEADY_ENDS places at each end
+    a_l = 2 * LAYER_ENDS if shrink_l else layers
+    extra = [((a_l, a_w + 1, a_n), w - a_w)] if shrink_w else []
+    extra += [((a_l, a_w, a_n + 1), pairs - a_n)] if shrink_s else []
+    extra += [((a_l + 1, a_w, a_n), layers - a_l)] if shrink_l else []
+    cost = sum((n + 2) * (ww + nn) for n, ww, nn in [(a_l, a_w, a_n), *(sizes for sizes, _ in extra)])
+    if shrink_w and shrink_s and not shrink_l:
+        cost //= max(sharing, 1)
+    return cost, (shrink_w, shrink_s, shrink_l), extra, (a_l, a_w, a_n)
 
 
 def _reserved_at_peaks(phases: list[dict[str, Sums]]) -> float:
@@ -206,6 +324,8 @@ def shrinks(layers: int, micro: tuple[int, int] | None) -> tuple[bool, bool]:
     return by_layers, by_micro
 
 
+WARM_UP_ENDS = 2  # a warm-up run's first forward (the first to unshard) and second; its last two, before the first backward
+STEADY_ENDS = 4  # the steady pairs' first four places (the first backward allocates the accumulated gradients) and last four
 LAYER_ENDS = 2  # the first two layers meet the root's all-gather and the embedding's output; the last two the unresharded
 # last block, the root's prefetch, the final norm
 
@@ -234,7 +354,7 @@ Walked = tuple[list[tuple[Label, dict[str, Sums]]], list[tuple[dict[str, Sums], 
 
 
 def _segments(model: TransformerModel, step: FsdpStep, layers: int, micro_batches: int | None, micro_ends: int | None,
-              layer_ends: int) -> Walked:  # fmt: skip
+              layer_ends: int, runs: tuple[int, int] | None = None) -> Walked:  # fmt: skip
     """The walk with `layers` layers (of the stage) and `micro_batches`: each phase's label (its micro-batch's and layer's
     places, each counted from the nearer end or 'mid'; then its order within them and its text) and sums; and each
     middle phase's sums with the labels of the same phase one period before and after it."""
@@ -246,6 +366,9 @@ def _segments(model: TransformerModel, step: FsdpStep, layers: int, micro_batche
         lo = 0
         walk_fsdp_step(replace(model, layers=layers), step, walk)
     places = 2 * (micro_batches or 0)
+    # runs: a middle stage's places labelled within its three runs (_three_runs), with these ends (warm-up / cool-down, steady)
+    warm = min(micro_batches or 0, step.pp - step.pp_stage)
+    steady = places - 2 * warm
     labelled: list[tuple[Label, dict[str, Sums]]] = []
     middle: list[tuple[dict[str, Sums], Label, Label]] = []
     seen = -1
@@ -257,7 +380,15 @@ def _segments(model: TransformerModel, step: FsdpStep, layers: int, micro_batche
         numbered = _NUMBERED.match(text)
         if numbered and not in_layer and numbered.group(2) == "micro-batch":
             seen += 1
-            unit, layer, sub = _place(seen, places, micro_ends or 0), (), 0
+            if runs is None:
+                unit = _place(seen, places, micro_ends or 0)
+            elif seen < warm:
+                unit = ("W", *_place(seen, warm, runs[0]))
+            elif seen < warm + steady:
+                unit = ("S", *_place(seen - warm, steady, runs[1]))
+            else:
+                unit = ("C", *_place(seen - warm - steady, warm, runs[0]))
+            layer, sub = (), 0
         elif numbered and not in_layer:
             layer, sub = _place(int(numbered.group(3)) - 1, layers, layer_ends), 0
         elif in_layer:
@@ -268,6 +399,10 @@ def _segments(model: TransformerModel, step: FsdpStep, layers: int, micro_batche
         if len(layer) == 2 and layer[0] == "mid":
             k = int(layer[1])  # type: ignore[call-overload]
             middle.append((sums, (*unit, "head", k - 1, sub, own), (*unit, "tail", layers - 2 - k, sub, own)))
+        elif runs is not None and len(unit) == 3 and unit[1] == "mid":  # within its run: the steady one's period is two places
+            run, k = unit[0], int(unit[2])  # type: ignore[call-overload]
+            period, count = (2, steady) if run == "S" else (1, warm)
+            middle.append((sums, (run, "head", k - period, *layer, sub, own), (run, "tail", count - 1 - k - period, *layer, sub, own)))
         elif len(unit) == 2 and unit[0] == "mid":
             t = int(unit[1])  # type: ignore[call-overload]
             middle.append((sums, ("head", t - 2, *layer, sub, own), ("tail", places - 3 - t, *layer, sub, own)))

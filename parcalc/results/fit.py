@@ -496,12 +496,15 @@ def distinct_layouts(evaluated: Any, ranked: Any, top: int) -> Any:
 
 
 def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Cluster, shown: Any = None) -> list[str]:
+    import numpy as np
+
     from parcalc.core.timing.terms import BY_KEY
 
     evaluated = found.evaluated
     c = evaluated.columns
     first = int(ranked[0])
-    layouts_fitting = len({tuple(c[k][i] for k in LAYOUT_FIELDS if k in c) for i in ranked.tolist()})
+    # the distinct layouts among the fitting rows (return_index: np.unique without indices imports numpy.ma, ~10 ms)
+    layouts_fitting = np.unique(np.stack([c[k][ranked] for k in LAYOUT_FIELDS if k in c], axis=1), axis=0, return_index=True)[0].shape[0]
     verdicts = [f"{len(evaluated):,} configurations evaluated on {found.layouts} layouts; {ranked.size:,} fit in {_gib(cluster.capacity)}, "
                 f"on {layouts_fitting:,} of the layouts; the table shows each layout (tp x pp x dp x cp x ep) once, at its fastest "
                 f"{RUN_FIELDS_TEXT}"]  # fmt: skip
