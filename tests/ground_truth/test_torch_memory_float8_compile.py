@@ -119,3 +119,58 @@ def test_the_profiler_count_is_reproduced() -> None:
 
     case = next(c for c in _cases() if c["shape"] == "activation-heavy" and c["ac"] == "op")
     assert compiled_float8_step_peak(MEASURED["activation-heavy"], "op") == case["peak_bytes"]
+
+
+FSDP_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "torchao" / "float8_compile_fsdp_profiler.json"
+
+
+def _fsdp_peak(case: dict, compiled: bool):  # type: ignore[no-untyped-def]
+    """parcalc's FSDP2 step of torchao_float8_compile_fsdp.py: 4 ranks, the FP8 all-gather, for-loop AdamW, real tensors (one
+    embedding-gradient table), no cuBLAS workspace, the last block not resharded (torchtitan)."""
+    from parcalc.core.choices import Precision, Recompute
+    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
+    from parcalc.presets import load_model
+
+    hidden, heads, kv_heads, ffn, layers, vocab, b, s = case["dims"]
+    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
+                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    step = FsdpStep(b, s, case["ranks"], Precision.FP8, 4.0, optimizer_impl="for-loop", recompute=Recompute(case["ac"]),
+                    reshard_last_block=False, cublas_workspace=0.0, embedding_backward_tables=1, step_counters_on_device=True,
+                    model_code="torchtitan", float8_all_gather=True, compiled=compiled)  # fmt: skip
+    return fsdp_step_peak(model, step)
+
+
+def _fsdp_cases() -> list:  # type: ignore[type-arg]
+    return json.loads(FSDP_FIXTURE.read_text())["cases"]
+
+
+# measured 2026-11-29: the compiled step's peak above the eager one's, parcalc against the profiler: mlp-heavy none
+# -27,266,560 / -27,246,514 B, op -22,883,328 / -22,863,808, full -12,657,664 / -12,632,028, activation-heavy none
+# -22,367,744 / -22,347,698 (each within the two CPU differences); activation-heavy op -22,440,960 / -23,208,384 and full
+# -11,428,864 / -12,977,116 are not: there the walk's compiled peak is one block's unsharded parameters (op: its FP8 linears,
+# 786,432 B, and its norms, 1,024 B) or two (full) above the measured one, both eager peaks agreeing; not explained yet (the
+# compiled block's programs read from the activation-heavy shape's own code walk the same peak)
+UNEXPLAINED = {("activation-heavy", "op"): "the walk's compiled peak is 787,456 B (one block's unsharded parameters) above the measured",
+               ("activation-heavy", "full"): "the walk's compiled peak is 1,548,252 B (about two blocks' unsharded parameters) above the "
+                                             "measured"}  # fmt: skip
+
+
+def _fsdp_param(case: dict):  # type: ignore[no-untyped-def]
+    why = UNEXPLAINED.get((case["shape"], case["ac"]))
+    return pytest.param(case, id=f"{case['shape']}-{case['ac']}", marks=[pytest.mark.xfail(strict=True, reason=why)] if why else [])
+
+
+@pytest.mark.parametrize("case", [_fsdp_param(c) for c in _fsdp_cases()])
+def test_the_fp8_all_gather_block_inside_the_fsdp_step(case: dict) -> None:
+    """The compiled step's peak above the eager one's, FP8 all-gather, FSDP2 on 4 fake ranks over real CPU tensors
+    (tests/ground_truth/torchao_float8_compile_fsdp.py; the eager walk is held to FSDPMemTracker by
+    test_torch_memory_float8.py). The difference is the compiled block's programs (*_FP8_WEIGHTS) within the two CPU
+    differences of the module docstring (the logsumexp copy, the scalars' 512-byte blocks)."""
+    eager, compiled = _fsdp_peak(case, False), _fsdp_peak(case, True)
+    ours = compiled.allocated - eager.allocated
+    measured = case["compiled_peak_bytes"] - case["eager_peak_bytes"]
+    _, heads, _, _, _, _, b, s = case["dims"]
+    scalars = sum(t.bytes for t in compiled.live if t.what.startswith("Float8 amax")) / 512
+    print(f"compiled - eager: parcalc {ours:,.0f} B, measured {measured:,} B ({compiled.phase}; {scalars:.0f} scalars)")
+    assert abs(ours - measured) <= b * heads * s * 4 + 512 * scalars, (compiled.phase, compiled.parts)
+    assert compiled.phase == eager.phase
