@@ -174,3 +174,19 @@ def test_the_fp8_all_gather_block_inside_the_fsdp_step(case: dict) -> None:
     print(f"compiled - eager: parcalc {ours:,.0f} B, measured {measured:,} B ({compiled.phase}; {scalars:.0f} scalars)")
     assert abs(ours - measured) <= b * heads * s * 4 + 512 * scalars, (compiled.phase, compiled.parts)
     assert compiled.phase == eager.phase
+
+
+def test_a_query_width_other_than_hidden_is_a_gap() -> None:
+    """The Float8 programs name wq's and wo's widths as one (torchtitan's Llama: head_dim = dim // n_heads), so a model whose
+    heads x head_dim differs from its hidden size keeps the textbook sum with --compile --precision fp8, named."""
+    from parcalc.core.choices import Precision
+    from parcalc.core.memory_fsdp import compile_gaps
+    from parcalc.presets import load_model
+
+    llama = load_model("llama3-8b")
+    assert compile_gaps(llama, 1, 1, "torchtitan", Precision.FP8) == []
+    wide = replace(llama, head_dim=2 * llama.head_dim)
+    assert compile_gaps(wide, 1, 1, "torchtitan", Precision.FP8) == [
+        "--compile --precision fp8 with heads x head_dim != hidden (the compiled Float8 block is read from torchtitan's Llama, "
+        "whose head_dim is dim // n_heads)"]  # fmt: skip
+    assert compile_gaps(wide, 1, 1, "torchtitan", Precision.MIXED_BF16) == []
