@@ -211,7 +211,9 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
 
 def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str, precision: Precision = Precision.MIXED_BF16) -> list[str]:
     """What of torch.compile the walk does not follow: it follows torchtitan's compiled block (Inductor's code for grouped-query
-    attention, whose repeat_kv copies k and v) under FSDP2 alone (parcalc.core.memory_torchtitan_compile)."""
+    attention, whose repeat_kv copies k and v) under FSDP2 alone (parcalc.core.memory_torchtitan_compile), in bf16 and with
+    torchao's Float8Linear, its weights cast in the block or all-gathered in FP8 (parcalc.core.memory_float8_compile, read
+    from torchtitan's Llama, where q = h)."""
     from parcalc.core.memory_timeline import shapes_of
     from parcalc.core.memory_torchtitan import repeat_kv_copies
 
@@ -222,8 +224,9 @@ def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str, pre
                                     not repeat_kv_copies(shapes_of(model, 1, 1, 2.0, 2.0, False))),
                                    (f"--compile with tp = {tp} (the compiled walk has no TP)", tp > 1),
                                    (f"--compile with pp = {pp} (the compiled walk has no pipeline stages)", pp > 1),
-                                   ("--compile with --precision fp8 (Inductor's code for torchao's Float8 casts is not walked: the eager "
-                                    "casts' copies are not what a compiled block keeps)", precision is Precision.FP8)) if gap]  # fmt: skip
+                                   ("--compile --precision fp8 with heads x head_dim != hidden (the compiled Float8 block is read "
+                                    "from torchtitan's Llama, whose head_dim is dim // n_heads)",
+                                    precision is Precision.FP8 and model.heads * model.head_dim != model.hidden)) if gap]  # fmt: skip
 
 
 def float8_gaps(layout: Layout, precision: Precision, model_code: str) -> list[str]:

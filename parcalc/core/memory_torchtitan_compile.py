@@ -308,7 +308,10 @@ def _sizes(x: StepShapes) -> dict[str, float]:
     T, c = x.T, x.c
     return {"T4": T * 4, "Th": T * x.h * c, "Tq": T * x.q * c, "Tkv": T * x.kv * c, "Tf": T * x.f * c, "Tq4": T * x.q * 4,
             "Tkv4": T * x.kv * 4, "lse": x.b * x.heads * x.s * 4, "conj": x.s * (x.q // x.heads) * 4,  # freqs_cis[:s], complex64
-            "h": x.h * c, "hq": x.h * x.q * c, "hkv": x.h * x.kv * c, "hf": x.h * x.f * c}  # fmt: skip
+            "h": x.h * c, "hq": x.h * x.q * c, "hkv": x.h * x.kv * c, "hf": x.h * x.f * c,
+            # the Float8 block's (memory_float8_compile): FP8 copies (1 byte an element), fp32 ffn-wide tensors, amax / scale
+            "Th1": T * x.h, "Tkv1": T * x.kv, "Tf1": T * x.f, "hq1": x.h * x.q, "hkv1": x.h * x.kv, "hf1": x.h * x.f,
+            "Tf4": T * x.f * 4, "scalar": 4}  # fmt: skip
 
 
 def run_program(walk: Walk, x: StepShapes, program: tuple[Step, ...], key: Callable[[str], str]) -> None:
@@ -336,7 +339,7 @@ def compiled_block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: 
     """The compiled forward of block i under `policy` (its input `inp` is saved by every policy); returns its output's key."""
     k = f"{prefix}L{i}"
     out = f"{k}.x2"
-    run_program(walk, x, FORWARD[policy], _keys(k, {"IN": inp, "OUT": out}))
+    run_program(walk, x, _programs(x)[0][policy], _keys(k, {"IN": inp, "OUT": out}))
     return out
 
 
@@ -344,4 +347,16 @@ def compiled_block_backward(walk: Walk, x: StepShapes, i: int, inp: str, g_out: 
     """The compiled backward of block i (with its recomputation, under op and full): frees what the forward saved and the
     block input, leaves the weight gradients (`{k}.NAME.grad`) and the input's gradient in `into`."""
     k = f"{prefix}L{i}"
-    run_program(walk, x, BACKWARD[policy], _keys(k, {"IN": inp, "GOUT": g_out, "GIN": into}))
+    run_program(walk, x, _programs(x)[1][policy], _keys(k, {"IN": inp, "GOUT": g_out, "GIN": into}))
+
+
+def _programs(x: StepShapes) -> tuple[dict[str, tuple[Step, ...]], dict[str, tuple[Step, ...]]]:
+    """The bf16 block's programs, or the Float8 block's (torchao's Float8Linear: parcalc.core.memory_float8_compile) where
+    x.float8, its weights cast inside the compiled code or, where x.float8_weights, all-gathered in FP8 already."""
+    if x.float8:
+        from parcalc.core import memory_float8_compile as float8
+
+        if x.float8_weights:
+            return float8.FLOAT8_WEIGHTS_FORWARD, float8.FLOAT8_WEIGHTS_BACKWARD
+        return float8.FLOAT8_FORWARD, float8.FLOAT8_BACKWARD
+    return FORWARD, BACKWARD
