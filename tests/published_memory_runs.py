@@ -47,7 +47,8 @@ PP = ("pipeline parallelism: walked stage by stage without TP (parcalc.core.memo
 SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")
 CP = ("context parallelism with TP and PP: the step walk follows torch's context_parallel ring attention under FSDP x CP alone "
       "(parcalc.core.memory_torchtitan_cp)")
-# Table 2's rows walked as their bf16 eager twins (without --compile and --precision fp8, which keep the textbook sum): the walk's
+# torchtitan 9dec370's CP rotates K/V with torch's 'allgather' method (config_manager.py --experimental.context_parallel_rotate_method
+# default): --cp-comm all-gather. Table 2's rows walked as their bf16 eager twins (without --compile and --precision fp8, which keep the textbook sum): the walk's
 # reserved peak 75.87 GiB of 83.9 (0.904, CP 1), 75.95 of 84.2 (0.902, CP 2), 76.01 of 84.0 (0.905, CP 4), 76.13 of 84.5 (0.901,
 # CP 8): flat across the CP degrees as the published peaks are (each rank s / cp = 32768 tokens; the ring's all-gathered K/V and
 # the merge's fp32 copies are small beside the 128K-vocabulary logits of the loss's backward, the peak). What is left of each CP
@@ -93,8 +94,8 @@ def _t2(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
     return MemoryRun(f"tt2412-8b-fsdp{fsdp}-cp{cp}-s{seq}",
                      f"{TT_DEC24}, Table 2 'FSDP + CP + torch.compile + Float8. Llama 3.1 8B model. 8 GPUs. Local batch size 1. Full "
                      f"activation checkpointing.', row '| FSDP {fsdp}, CP {cp} | {seq} | ... | {gib} |'",
-                     (*_8B, "--dp", str(fsdp), "--cp", str(cp), "--micro-batch", "1", "--seq-len", str(seq), "--recompute", "full",
-                      "--precision", "fp8", "--compile"), gib, _RESERVED, (COMPILE, FLOAT8_COMPILE, *((FLOAT8,) if cp > 1 else ()), FRAGMENTATION))  # fmt: skip
+                     (*_8B, "--dp", str(fsdp), "--cp", str(cp), *(("--cp-comm", "all-gather") if cp > 1 else ()), "--micro-batch", "1",
+                      "--seq-len", str(seq), "--recompute", "full", "--precision", "fp8", "--compile"), gib, _RESERVED, (COMPILE, FLOAT8_COMPILE, *((FLOAT8,) if cp > 1 else ()), FRAGMENTATION))  # fmt: skip
 
 
 def _t6(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:

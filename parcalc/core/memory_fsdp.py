@@ -102,6 +102,7 @@ FSDP_SOURCES = {
 KINDS = ("sharded parameters", "optimizer states", "sharded gradients", "unsharded parameters", "gradients",
          "all-gather buffers", "reduce-scatter buffers", "buffers", "activations", "logits and loss", "temporaries", "workspace")  # fmt: skip
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
+CP_ROTATES = {"all-gather": "allgather", "p2p": "alltoall"}  # --cp-comm: torch's set_rotate_method (memory_torchtitan_cp)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ class FsdpStep:
     # torchtitan's context-parallel ranks (parcalc.core.memory_torchtitan_cp): each runs s / cp tokens of every sequence and
     # the ring attention; `shards` then counts dp x cp ranks (apply_fsdp over dp_cp)
     cp: int = 1
+    # torch's set_rotate_method under cp: "allgather" (torchtitan's default, --cp-comm all-gather) or "alltoall" (a ring, --cp-comm p2p)
+    cp_rotate: str = "allgather"
 
 
 @dataclass(frozen=True)
@@ -168,13 +171,13 @@ PROFILES = {
 
 def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, precision: Precision, optimizer: Optimizer,
                  recompute: Recompute, tp: int = 1, compiled: bool = False,
-                 float8_all_gather: bool = False, cp: int = 1) -> FsdpStep:  # fmt: skip
+                 float8_all_gather: bool = False, cp: int = 1, cp_rotate: str = "allgather") -> FsdpStep:  # fmt: skip
     """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp (x cp) ones;
     `compiled`: --compile; `float8_all_gather`: FsdpStep.float8_all_gather; `cp`: FsdpStep.cp)."""
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
                     settings.reshard_last_block, model_code=settings.model_code, tp=tp, compiled=compiled,
-                    float8_all_gather=float8_all_gather, cp=cp)  # fmt: skip
+                    float8_all_gather=float8_all_gather, cp=cp, cp_rotate=cp_rotate)  # fmt: skip
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
@@ -232,7 +235,9 @@ def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute:
                                   (f"--precision {precision.value} with cp (the ring is walked in bf16)", precision is Precision.FP8),
                                   (f"--recompute {recompute.value} with cp (torch's CP dispatch hides the ring's ops from selective "
                                    "op checkpointing; the walk follows none and full)", recompute not in (Recompute.NONE, Recompute.FULL)),
-                                  ("the model has experts (torchtitan's Llama code has none)", model.moe is not None)) if gap]  # fmt: skip
+                                  ("the model has experts (torchtitan's Llama code has none)", model.moe is not None),
+                                  ("--cp-comm a2a (torch's context_parallel rotates K/V in a ring: --cp-comm all-gather, torchtitan's "
+                                   "default, or p2p)", layout.cp_comm == "a2a")) if gap]  # fmt: skip
     return [f"cp = {cp}: " + "; ".join(why)] if why else []
 
 
@@ -241,6 +246,8 @@ def check_cp(model: TransformerModel, step: FsdpStep) -> None:
     layout = Layout(step.tp, step.pp, max(step.shards // step.cp, 1), cp=step.cp)
     gaps = cp_gaps(model, layout, step.model_code, Recompute.NONE, step.precision, True, step.compiled)
     gaps += [f"checkpointing {p!r} with cp" for p in sorted(policies) if p not in ("none", "full")]
+    if step.cp_rotate not in CP_ROTATES.values():
+        gaps.append(f"rotate method {step.cp_rotate!r} (one of {', '.join(CP_ROTATES.values())})")
     if step.seq_len % (2 * step.cp):
         gaps.append(f"sequence {step.seq_len} not a multiple of 2 x cp (context_parallel's load balancer needs it)")
     if gaps:
@@ -613,7 +620,7 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     master = 2.0 if step.precision is Precision.BF16 else 4.0
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
     x = shapes_of(model, step.micro_batch, step.seq_len // step.cp, compute, compute, False)  # MixedPrecisionPolicy: no autocast
-    x = replace(x, cp=step.cp)
+    x = replace(x, cp=step.cp, cp_rotate=step.cp_rotate)
     # torchao's Float8Linear under MixedPrecisionPolicy(param_dtype=bfloat16) (memory_torchao_float8: check_fsdp_step)
     x = replace(x, float8=step.precision is Precision.FP8, float8_weights=step.float8_all_gather and step.precision is Precision.FP8)
     hooks = _FsdpHooks(model, step, compute, master)

@@ -8,7 +8,8 @@ load balancer's head-tail chunks for causal masks), and SDPA becomes torch's rin
 copies: the largest of the ranks; rank 0's peak is the tracker's largest in the ground truth):
 
 - forward: key and value made contiguous (copies of repeat_kv's transposed outputs), the K/V concatenated and, under the
-  allgather rotate method (torchtitan's default), all-gathered once: cp x the rank's K/V alive through the ring; each
+  allgather rotate method (torchtitan's default), all-gathered once: cp x the rank's K/V alive through the ring (under
+  alltoall, permuted to the next rank every step: this step's received block and the last one alive); each
   step's SDPA output (bf16) and logsumexp, the output cast to fp32 (convert_to_f32) and merged into the running fp32
   output and logsumexp by _SDPAMerger (out - sigmoid(lse_b - lse) * (out - out_b): its temporaries), the partial steps'
   merged halves written back by torch.cat; the merged output cast back to bf16 is what the attention saves, with the
@@ -34,9 +35,9 @@ if TYPE_CHECKING:
 ATTENTION = "pytorch/pytorch v2.13.0 torch/distributed/tensor/experimental/_context_parallel/_attention.py"
 CP_SOURCES = {
     "torchtitan": ("pytorch/torchtitan at 9dec370 train.py: train_context(optional_context_parallel_ctx) around model(input_ids), "
-                   "loss_fn, del pred, loss.backward(); utils.py create_context_parallel_ctx: set_rotate_method(context_parallel_"
-                   "rotate_method, default 'allgather'), context_parallel(cp_mesh, buffers=[input_ids, labels, model.freqs_cis], "
-                   "buffer_seq_dims=[1, 1, 0]); parallelize_llama.py apply_fsdp over world_mesh['dp_cp'] (the CP ranks shard "
+                   "loss_fn, del pred, loss.backward(); utils.py create_context_parallel_ctx: set_rotate_method(config_manager.py "
+                   "--experimental.context_parallel_rotate_method, default 'allgather'; 'alltoall' the other), "
+                   "context_parallel(cp_mesh, buffers=[input_ids, labels, model.freqs_cis], buffer_seq_dims=[1, 1, 0]); parallelize_llama.py apply_fsdp over world_mesh['dp_cp'] (the CP ranks shard "
                    "the parameters too)"),
     "ring": (f"{ATTENTION}: _templated_ring_attention (key / value .contiguous(), torch.cat of K and V, _AllGatherRotater: one "
              "all_gather_single, chunks of it each step; load balance: step 0 causal over the whole shard, later steps on rank r "
@@ -45,7 +46,8 @@ CP_SOURCES = {
              "lse - logsigmoid(lse - block_lse), _partial_update: torch.cat of the chunks; results() casts the output back), "
              "_templated_ring_attention_backward (zeros_like in fp32 for dq, dk, dv, the K/V all-gathered again, dK/dV "
              "concatenated and rotated by _AllToAllRotater's permute_tensor every step, dq merged, dq and the received dK/dV "
-             "cast back at the end), _ContextParallelOptions defaults (convert_to_f32, enable_load_balance, ALL_GATHER)"),
+             "cast back at the end), _ContextParallelOptions defaults (convert_to_f32, enable_load_balance, ALL_GATHER); "
+             "set_rotate_method('alltoall'): _AllToAllRotater, permute_tensor of the K/V to the next rank every step"),
     "buffers": (f"{ATTENTION} context_parallel: the buffers cloned for restoring (not the no-restore ones: freqs_cis is), each "
                 "shard cloned, then buffer.resize_(shard.shape) and copy_ (resize_ to a smaller shape keeps the storage)"),
 }
@@ -76,14 +78,19 @@ def ring_forward(b: BlockWalk, x: StepShapes, q: int, keys: str, values: str, wi
     walk.alloc(f"{k}.ring.kc", kv, "temporaries", "ring attention: key.contiguous()")
     walk.alloc(f"{k}.ring.vc", kv, "temporaries", "ring attention: value.contiguous()")
     previous = ""
+    gathered = x.cp_rotate == "allgather"
     for i in range(cp):
         if i < cp - 1:
             walk.alloc(f"{k}.ring.cat", 2 * kv, "temporaries", "ring attention: torch.cat of K and V")
-            if i == 0:
+            if gathered and i == 0:
                 walk.alloc(f"{k}.ring.ag", cp * 2 * kv, "temporaries", "ring attention: all-gathered K/V (allgather rotate)")
+            elif not gathered:  # _AllToAllRotater: the K/V permuted to the next rank, a new buffer every step
+                walk.alloc(f"{k}.ring.recv{i}", 2 * kv, "temporaries", "ring attention: K/V received (alltoall rotate)")
             walk.free(f"{k}.ring.cat")
         if i == 1:  # `q, k, v, partial = ...` rebinds the last names that held the contiguous copies
             walk.free(f"{k}.ring.kc", f"{k}.ring.vc")
+        elif i > 1:  # ... or the K/V received two steps before
+            walk.free(f"{k}.ring.recv{i - 2}")
         share = 1.0 if i == 0 else 0.5  # rank 0 after step 0: the second half of its queries
         walk.alloc(f"{k}.ring.o{i}", out * share, "temporaries", "ring attention: a step's SDPA output")
         walk.alloc(f"{k}.ring.l{i}", lse * share, "temporaries", "ring attention: a step's logsumexp")
@@ -97,7 +104,7 @@ def ring_forward(b: BlockWalk, x: StepShapes, q: int, keys: str, values: str, wi
             _merge_partial(walk, k, out32, lse, i)
         previous = str(i)
     attn = b.alloc("attn", out, "SDPA output (ring attention's merged output, bf16)", True)
-    walk.free(f"{k}.ring.acc", f"{k}.ring.ag", f"{k}.ring.o{previous}", f"{k}.ring.l{previous}")
+    walk.free(f"{k}.ring.acc", f"{k}.ring.ag", f"{k}.ring.o{previous}", f"{k}.ring.l{previous}", f"{k}.ring.recv{cp - 2}")
     walk.rename(f"{k}.ring.lacc", f"{k}.lse", "SDPA logsumexp (ring attention's merged, fp32)", "activations" if b.saving else "temporaries")
     if b.saving:
         b.held.add(f"{k}.lse")
@@ -142,16 +149,20 @@ def ring_backward(walk: Walk, x: StepShapes, k: str, width: int) -> None:
     for i in range(cp):
         if i != cp - 1:  # next_kv: the K/V concatenated (all-gathered once), held until the next concatenation
             walk.alloc(f"{k}.rb.cat{i}", 2 * kv, "temporaries", "ring backward: torch.cat of K and V")
-            if i == 0:
-                walk.alloc(f"{k}.rb.ag", cp * 2 * kv, "temporaries", "ring backward: all-gathered K/V")
-            else:
+            if i > 0:
                 walk.free(f"{k}.rb.cat{i - 1}")
+            if x.cp_rotate == "allgather" and i == 0:
+                walk.alloc(f"{k}.rb.ag", cp * 2 * kv, "temporaries", "ring backward: all-gathered K/V")
+            elif x.cp_rotate != "allgather":
+                walk.alloc(f"{k}.rb.kv{i}", 2 * kv, "temporaries", "ring backward: K/V received (alltoall rotate)")
         share = 1.0 if i == 0 else 0.5  # rank 0 after step 0: the second half of its queries
         if i > 0:  # logsumexp.chunk(2)[1].contiguous()
             walk.alloc(f"{k}.rb.lse{i}", lse / 2, "temporaries", "ring backward: the logsumexp's second half (contiguous)")
             walk.free(f"{k}.rb.lse{i - 1}")
         if i == 1:  # `q, k, v, out_, dout, lse = ...` rebinds the last names that held the contiguous copies
             walk.free(f"{k}.rb.kc", f"{k}.rb.vc")
+        elif i > 1:  # ... or the K/V received two steps before
+            walk.free(f"{k}.rb.kv{i - 2}")
         walk.alloc(f"{k}.rb.dq{i}", T * q * c * share, "temporaries", "ring backward: a step's dq (bf16)")
         walk.alloc(f"{k}.rb.dk{i}", kv, "temporaries", "ring backward: a step's dk (bf16)")
         walk.alloc(f"{k}.rb.dv{i}", kv, "temporaries", "ring backward: a step's dv (bf16)")

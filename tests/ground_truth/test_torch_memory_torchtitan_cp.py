@@ -19,7 +19,7 @@ pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._at
 from .fake_process_group import no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
 
 
-def _parcalc_peak(shape: tuple, dp: int, cp: int, ac: str):
+def _parcalc_peak(shape: tuple, dp: int, cp: int, ac: str, rotate: str = "allgather"):
     from parcalc.core.choices import Precision, Recompute
     from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
     from parcalc.presets import load_model
@@ -28,16 +28,18 @@ def _parcalc_peak(shape: tuple, dp: int, cp: int, ac: str):
     model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
                     ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
     step = FsdpStep(b, s, dp * cp, Precision.MIXED_BF16, 4.0, optimizer_impl="for-loop", recompute=Recompute(ac), reshard_last_block=False,
-                    cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True, model_code="torchtitan", cp=cp)  # fmt: skip
+                    cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True, model_code="torchtitan", cp=cp,
+                    cp_rotate=rotate)  # fmt: skip
     return fsdp_step_peak(model, step)
 
 
-def _tracked(shape: tuple, dp: int, cp: int, ac: str, rank: int = 0) -> dict[str, float]:
+def _tracked(shape: tuple, dp: int, cp: int, ac: str, rank: int = 0, rotate: str = "allgather") -> dict[str, float]:
     from .tiny_llama import LlamaConfig
     from .tiny_torchtitan_cp import tracked_cp_peak
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    return tracked_cp_peak(LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers), vocab, b, s, dp, cp, ac, rank)
+    return tracked_cp_peak(LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers), vocab, b, s, dp, cp, ac, rank,
+                           rotate)  # fmt: skip
 
 
 # (hidden, heads, kv heads, ffn, layers, vocab, b, s)
@@ -60,12 +62,19 @@ CASES = [  # (shape, dp, cp, checkpointing, the phase of the peak)
     pytest.param(WEIGHT_HEAVY, 2, 2, "full", "backward: layer 2 of 4 (recomputed)", id="weight-heavy-dp2-cp2-full"),  # 1.0001
     pytest.param(VOCAB_HEAVY, 2, 2, "none", "backward: loss", id="vocab-heavy-dp2-cp2-none"),  # 1.0001
 ]
+ALLTOALL = [  # set_rotate_method('alltoall') (--cp-comm p2p): the K/V passed on in a ring, a new buffer every step
+    pytest.param(RING_HEAVY, 1, 2, "full", "backward: layer 1 of 1 (recomputed)", id="ring-heavy-cp2-full-alltoall"),  # 1.0001
+    pytest.param(RING_HEAVY, 1, 4, "none", "backward: layer 1 of 1", id="ring-heavy-cp4-none-alltoall"),  # 1.0002
+    pytest.param(RING_HEAVY, 1, 8, "none", "backward: layer 1 of 1", id="ring-heavy-cp8-none-alltoall"),  # 1.0005
+    pytest.param(GQA, 1, 4, "none", "backward: layer 1 of 2", id="gqa-cp4-none-alltoall"),  # 1.0002
+]
 
 
-@pytest.mark.parametrize("shape, dp, cp, ac, phase", CASES)
-def test_cp_peak_matches_fsdp_mem_tracker(shape: tuple, dp: int, cp: int, ac: str, phase: str) -> None:
-    tracked = _tracked(shape, dp, cp, ac)
-    ours = _parcalc_peak(shape, dp, cp, ac)
+@pytest.mark.parametrize("shape, dp, cp, ac, phase, rotate", [pytest.param(*p.values, "allgather", id=p.id) for p in CASES]
+                         + [pytest.param(*p.values, "alltoall", id=p.id) for p in ALLTOALL])  # fmt: skip
+def test_cp_peak_matches_fsdp_mem_tracker(shape: tuple, dp: int, cp: int, ac: str, phase: str, rotate: str) -> None:
+    tracked = _tracked(shape, dp, cp, ac, rotate=rotate)
+    ours = _parcalc_peak(shape, dp, cp, ac, rotate)
     print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), FSDPMemTracker {tracked['Total']:,.0f} B: {ours.allocated / tracked['Total']:.4f}")
     assert ours.allocated == pytest.approx(tracked["Total"], rel=0.001), (ours.phase, tracked, ours.parts)
     assert ours.phase.startswith(phase)
