@@ -51,7 +51,14 @@ PP = ("pipeline parallelism: walked stage by stage, with TP inside each stage (p
 # torchtitan/parallelisms/pipelining_utils.py generate_split_points at 9dec370: 126 layers over 8 single-stage ranks, base 15 and
 # the 6 extra layers to middle stages: 15 + 6 x 16 + 15
 SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")
-CP = "context parallelism (PyTorch's ring attention)"
+CP = ("context parallelism with TP and PP: the step walk follows torch's context_parallel ring attention under FSDP x CP alone "
+      "(parcalc.core.memory_torchtitan_cp)")
+# torchtitan 9dec370's CP rotates K/V with torch's 'allgather' method (config_manager.py --experimental.context_parallel_rotate_method
+# default): --cp-comm all-gather. Table 2's rows walked as their bf16 eager twins (without --compile and --precision fp8, which keep the textbook sum): the walk's
+# reserved peak 75.87 GiB of 83.9 (0.904, CP 1), 75.95 of 84.2 (0.902, CP 2), 76.01 of 84.0 (0.905, CP 4), 76.13 of 84.5 (0.901,
+# CP 8): flat across the CP degrees as the published peaks are (each rank s / cp = 32768 tokens; the ring's all-gathered K/V and
+# the merge's fp32 copies are small beside the 128K-vocabulary logits of the loss's backward, the peak). What is left of each CP
+# row is what is left of the FSDP 8 row: Float8 and its compilation (test_memory_published.py checks the twins).
 # The compiled rows of Tables 1 and 3 are walked with each block's compiled code (--compile): 72.94 / 77.0 GiB (0.947; the
 # eager walk gave 76.94, 0.999) and 58.83 / 62.0 GiB (0.949; eager walk 62.83, 1.013). The walk's compiled step keeps 4.0 GiB
 # less than its eager one (w2's output, which eager selective op checkpointing caches and the compiled partitioner does not
@@ -93,8 +100,9 @@ def _t2(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
     return MemoryRun(f"tt2412-8b-fsdp{fsdp}-cp{cp}-s{seq}",
                      f"{TT_DEC24}, Table 2 'FSDP + CP + torch.compile + Float8. Llama 3.1 8B model. 8 GPUs. Local batch size 1. Full "
                      f"activation checkpointing.', row '| FSDP {fsdp}, CP {cp} | {seq} | ... | {gib} |'",
-                     (*_8B, "--dp", str(fsdp), "--cp", str(cp), "--micro-batch", "1", "--seq-len", str(seq), "--recompute", "full",
-                      "--precision", "fp8", "--compile"), gib, _RESERVED, (*((COMPILE, FLOAT8, CP) if cp > 1 else ()), FRAGMENTATION),
+                     (*_8B, "--dp", str(fsdp), "--cp", str(cp), *(("--cp-comm", "all-gather") if cp > 1 else ()), "--micro-batch", "1",
+                      "--seq-len", str(seq), "--recompute", "full", "--precision", "fp8", "--compile"), gib, _RESERVED,
+                     (*((COMPILE, FLOAT8) if cp > 1 else ()), FRAGMENTATION),
                      "" if cp > 1 else ("the compiled Float8 walk (full checkpointing) lands at 0.904, the allocator's fragmentation "
                                         "around the 32K-token logits not modelled"))  # fmt: skip
 

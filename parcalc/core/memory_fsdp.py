@@ -46,6 +46,7 @@ from parcalc.core.layout import Layout
 from parcalc.core.memory_timeline import check_hf_model, hf_model_gaps, shapes_of, walk_backward, walk_forward
 from parcalc.core.memory_torchtitan import POLICIES
 from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
+from parcalc.core.memory_torchtitan_cp import context_parallel_buffers
 from parcalc.core.memory_torchtitan_tp import walk_step as torchtitan_tp_step
 from parcalc.core.memory_walk import StepHooks, StepPeak, Walk, peak_of
 from parcalc.core.model import TransformerModel
@@ -101,6 +102,7 @@ FSDP_SOURCES = {
 KINDS = ("sharded parameters", "optimizer states", "sharded gradients", "unsharded parameters", "gradients",
          "all-gather buffers", "reduce-scatter buffers", "buffers", "activations", "logits and loss", "temporaries", "workspace")  # fmt: skip
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
+CP_ROTATES = {"all-gather": "allgather", "p2p": "alltoall"}  # --cp-comm: torch's set_rotate_method (memory_torchtitan_cp)
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,11 @@ class FsdpStep:
     # --precision fp8 under torchtitan: torchao's enable_fsdp_float8_all_gather (memory_torchao_float8 AO_SOURCES['all_gather']):
     # the Float8Linears' weights all-gathered in FP8 with a precomputed scale, the unsharded weights FP8
     float8_all_gather: bool = False
+    # torchtitan's context-parallel ranks (parcalc.core.memory_torchtitan_cp): each runs s / cp tokens of every sequence and
+    # the ring attention; `shards` then counts dp x cp ranks (apply_fsdp over dp_cp)
+    cp: int = 1
+    # torch's set_rotate_method under cp: "allgather" (torchtitan's default, --cp-comm all-gather) or "alltoall" (a ring, --cp-comm p2p)
+    cp_rotate: str = "allgather"
 
 
 @dataclass(frozen=True)
@@ -164,13 +171,13 @@ PROFILES = {
 
 def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, precision: Precision, optimizer: Optimizer,
                  recompute: Recompute, tp: int = 1, compiled: bool = False,
-                 float8_all_gather: bool = False) -> FsdpStep:  # fmt: skip
-    """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp ones;
-    `compiled`: --compile; `float8_all_gather`: FsdpStep.float8_all_gather)."""
+                 float8_all_gather: bool = False, cp: int = 1, cp_rotate: str = "allgather") -> FsdpStep:  # fmt: skip
+    """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp (x cp) ones;
+    `compiled`: --compile; `float8_all_gather`: FsdpStep.float8_all_gather; `cp`: FsdpStep.cp)."""
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
                     settings.reshard_last_block, model_code=settings.model_code, tp=tp, compiled=compiled,
-                    float8_all_gather=float8_all_gather)  # fmt: skip
+                    float8_all_gather=float8_all_gather, cp=cp, cp_rotate=cp_rotate)  # fmt: skip
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
@@ -185,17 +192,19 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append("experts in fp32 (transformers' grouped_mm experts take bf16 only)")
     if model.moe is not None and model.moe.shared_experts:  # _block_params lists routed experts only (hf's walk follows Qwen2-MoE)
         gaps.append("a shared expert (the fsdp2 walk shards the routed experts' blocks)")
-    gaps += [f"{name} = {value}" for name, value in (("cp", layout.cp), ("ep", layout.ep)) if value > 1]
+    gaps += cp_gaps(model, layout, model_code, recompute, precision, pipeline, compiled)
+    if layout.ep > 1:
+        gaps.append(f"ep = {layout.ep}")
     gaps += pipeline_gaps(layout, model_code, pipeline)
     gaps += tp_gaps(model, layout.tp, model_code, recompute)
     if layout.tp > 1 and not layout.sequence_parallel:
         gaps.append(f"tp = {layout.tp} without sequence parallelism (torchtitan's apply_tp always shards the sequence)")
     if zero != 3:
         gaps.append(f"ZeRO-{zero} (fully_shard is ZeRO-3)")
-    elif dp < 2:
+    elif dp * layout.cp < 2:
         gaps.append("dp = 1 (nothing sharded)")
-    if shard_group is not None and shard_group != dp:
-        gaps.append(f"hybrid sharding over {shard_group} of {dp} ranks")
+    if shard_group is not None and shard_group != dp * layout.cp:
+        gaps.append(f"hybrid sharding over {shard_group} of {dp * layout.cp} ranks")
     if precision not in (Precision.MIXED_BF16, Precision.BF16, Precision.FP32):
         gaps += float8_gaps(layout, precision, model_code)
     if optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
@@ -207,6 +216,42 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     if compiled:
         gaps += compile_gaps(model, layout.tp, layout.pp, model_code, precision)
     return gaps
+
+
+def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute: Recompute, precision: Precision, pipeline: bool,
+            compiled: bool) -> list[str]:  # fmt: skip
+    """What of context parallelism the walk does not follow: it follows torchtitan's context_parallel (torch's ring attention,
+    allgather rotation, load-balanced causal shards; parcalc.core.memory_torchtitan_cp) in its eager bf16 block under FSDP2
+    alone, with no or full checkpointing (`pipeline`: the caller walks with --cp, as parcalc.core.memory does; fit's search
+    walks without it)."""
+    cp = layout.cp
+    if cp <= 1:
+        return []
+    why = [what for what, gap in (("fit's search (its walks have no CP)", not pipeline),
+                                  ("the walk follows torchtitan's context_parallel", model_code != "torchtitan"),
+                                  (f"tp = {layout.tp} with cp (the TP walk has no ring attention)", layout.tp > 1),
+                                  (f"pp = {layout.pp} with cp (the pipeline walk has no ring attention)", layout.pp > 1),
+                                  ("--compile with cp (the compiled walk has no ring attention)", compiled),
+                                  (f"--precision {precision.value} with cp (the ring is walked in bf16)", precision is Precision.FP8),
+                                  (f"--recompute {recompute.value} with cp (torch's CP dispatch hides the ring's ops from selective "
+                                   "op checkpointing; the walk follows none and full)", recompute not in (Recompute.NONE, Recompute.FULL)),
+                                  ("the model has experts (torchtitan's Llama code has none)", model.moe is not None),
+                                  ("--cp-comm a2a (torch's context_parallel rotates K/V in a ring: --cp-comm all-gather, torchtitan's "
+                                   "default, or p2p)", layout.cp_comm == "a2a")) if gap]  # fmt: skip
+    return [f"cp = {cp}: " + "; ".join(why)] if why else []
+
+
+def check_cp(model: TransformerModel, step: FsdpStep) -> None:
+    policies = set(step.block_policies or ()) | ({step.recompute.value} if step.block_policies is None else set())
+    layout = Layout(step.tp, step.pp, max(step.shards // step.cp, 1), cp=step.cp)
+    gaps = cp_gaps(model, layout, step.model_code, Recompute.NONE, step.precision, True, step.compiled)
+    gaps += [f"checkpointing {p!r} with cp" for p in sorted(policies) if p not in ("none", "full")]
+    if step.cp_rotate not in CP_ROTATES.values():
+        gaps.append(f"rotate method {step.cp_rotate!r} (one of {', '.join(CP_ROTATES.values())})")
+    if step.seq_len % (2 * step.cp):
+        gaps.append(f"sequence {step.seq_len} not a multiple of 2 x cp (context_parallel's load balancer needs it)")
+    if gaps:
+        raise InputError(f"{model.name}: the step walk under context parallelism: {'; '.join(gaps)}")
 
 
 def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str, precision: Precision = Precision.MIXED_BF16) -> list[str]:
@@ -515,6 +560,8 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
                          f"the {model.layers} blocks")
     if step.tp > 1:
         check_tp(model, step)
+    if step.cp > 1:
+        check_cp(model, step)
     if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code, step.precision)):
         raise InputError(f"{model.name}: the compiled step walk: {'; '.join(gaps)}")
     missing = torchtitan_code_gaps(model, step.precision) if step.model_code == "torchtitan" else []
@@ -574,7 +621,8 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     check_fsdp_step(model, step)
     master = 2.0 if step.precision is Precision.BF16 else 4.0
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
-    x = shapes_of(model, step.micro_batch, step.seq_len, compute, compute, False)  # MixedPrecisionPolicy: no autocast
+    x = shapes_of(model, step.micro_batch, step.seq_len // step.cp, compute, compute, False)  # MixedPrecisionPolicy: no autocast
+    x = replace(x, cp=step.cp, cp_rotate=step.cp_rotate)
     # torchao's Float8Linear under MixedPrecisionPolicy(param_dtype=bfloat16) (memory_torchao_float8: check_fsdp_step)
     x = replace(x, float8=step.precision is Precision.FP8, float8_weights=step.float8_all_gather and step.precision is Precision.FP8)
     hooks = _FsdpHooks(model, step, compute, master)
@@ -587,7 +635,10 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
     walk.alloc("cublas", step.cublas_workspace, "workspace", "cuBLAS workspaces")
-    walk.alloc("ids", x.T * 8, "activations", "input ids and labels (int64)")
+    if step.cp > 1:  # the batch and freqs_cis as context_parallel leaves them (memory_torchtitan_cp.CP_SOURCES['buffers'])
+        context_parallel_buffers(walk, x, step.seq_len, model.head_dim)
+    else:
+        walk.alloc("ids", x.T * 8, "activations", "input ids and labels (int64)")
     on_device = step.optimizer_impl == "fused" if step.step_counters_on_device is None else step.step_counters_on_device
     if step.optimizer.states and on_device:
         for k in range(sum(len(p) for p in hooks.units.values())):  # a 4-byte tensor each, a 512-byte block each

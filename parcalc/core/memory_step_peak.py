@@ -71,10 +71,11 @@ def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, 
 def fsdp_stage_step(par: Layout, setup: TrainingSetup, stage: int, split: tuple[int, ...]) -> FsdpStep:
     """The FSDP2 step the walk follows on stage `stage` of the layout (its own layers of `split` under a pipeline); fit's
     search asks the same (parcalc.core.search_step_peaks)."""
-    from parcalc.core.memory_fsdp import fsdp_step_of
+    from parcalc.core.memory_fsdp import CP_ROTATES, fsdp_step_of
 
-    step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp, setup.precision, setup.optimizer, setup.recompute,
-                        par.tp, setup.compiled, setup.float8_all_gather)
+    step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp * par.cp, setup.precision, setup.optimizer,
+                        setup.recompute, par.tp, setup.compiled, setup.float8_all_gather, par.cp,
+                        CP_ROTATES.get(par.cp_comm, "allgather"))  # fmt: skip
     if par.pp > 1:  # this stage of the pipeline (parcalc.core.memory_pipeline_stage), its own layers
         from dataclasses import replace as replaced
 

@@ -144,8 +144,13 @@ def rope_and_attention(b: BlockWalk, x: StepShapes, widths: tuple[int, int, int]
         b.drop(xk_r)
         values = b.alloc("values", T * q * c, "SDPA v (repeat_kv copy)", True)
         b.drop(xv)
-    attn = b.alloc("attn", T * q * c, "SDPA output (wo's input)", True)
-    lse = b.alloc("lse", x.b * heads * x.s * 4, "SDPA logsumexp (fp32)", True)
+    if x.cp > 1:  # torch's ring attention over the CP group (memory_torchtitan_cp)
+        from parcalc.core.memory_torchtitan_cp import ring_forward
+
+        attn, lse = ring_forward(b, x, q, keys, values, q if copies else kv)
+    else:
+        attn = b.alloc("attn", T * q * c, "SDPA output (wo's input)", True)
+        lse = b.alloc("lse", x.b * heads * x.s * 4, "SDPA logsumexp (fp32)", True)
     b.drop(xq_r, keys, values, lse)
     return attn
 
@@ -175,8 +180,10 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     xv = float8_linear(b, "v", h, kv, lambda: b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies))
     b.drop(y)
     attn = rope_and_attention(b, x, (q, kv, x.heads), copies, xq, xk, xv)
+    # output.transpose(1, 2).contiguous(): a view of SDPA's output, a copy of the ring's (contiguous over the heads: torch.cat)
+    wo_in = b.alloc("wo.in", T * q * c, "wo input (the ring's output made contiguous)", True) if x.cp > 1 else attn
     o = float8_linear(b, "o", q, h, lambda: b.alloc("o.out", T * h * c, "wo output", False))
-    b.drop(attn)
+    b.drop(attn, wo_in)
     x1 = b.alloc("x1", T * h * c, "residual stream after attention", False)
     b.drop(o)
     y2 = norm_forward(walk, x, f"{k}.n2", x1, b.saving)
@@ -291,10 +298,16 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, pre
     walk.free(f"{k}.x1")
     # h = x + wo(attention): wo's branch gets the same gradient
     grads_of_linear(x, walk, f"{k}.o", q, h, lambda: walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient"))
+    walk.free(f"{k}.wo.in")  # under cp: wo's saved input, released with its node
     width = q if n_rep > 1 else kv
-    walk.alloc(f"{k}.g_q", T * q * c, "temporaries", "SDPA backward dq")
-    walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
-    walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
+    if x.cp > 1:  # the ring's backward: dK and dV one buffer (memory_torchtitan_cp)
+        from parcalc.core.memory_torchtitan_cp import ring_backward
+
+        ring_backward(walk, x, k, width)
+    else:
+        walk.alloc(f"{k}.g_q", T * q * c, "temporaries", "SDPA backward dq")
+        walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
+        walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
     walk.free(f"{k}.g_attn", f"{k}.attn", f"{k}.lse", f"{k}.q.rope", f"{k}.k.rope", f"{k}.keys", f"{k}.values", f"{k}.v.out")
     if n_rep > 1:  # repeat_kv's backward: expand's sum over the repeats
         for name in ("v", "k"):

@@ -149,6 +149,8 @@ class StepShapes:
     renormalised: bool = True  # the top-k weights divided by their sum (MixtureOfExperts.top_k_renormalised)
     float8: bool = False  # torchtitan's blocks' linears are torchao's Float8Linear (parcalc.core.memory_torchao_float8)
     float8_weights: bool = False  # and their unsharded weights are FP8 already (enable_fsdp_float8_all_gather): no weight casts
+    cp: int = 1  # torchtitan's context-parallel ranks: T and s are a rank's shard, SDPA the ring (memory_torchtitan_cp)
+    cp_rotate: str = "allgather"  # how the ring passes K/V on: torch's set_rotate_method, "allgather" or "alltoall"
 
     @property
     def S(self) -> float:

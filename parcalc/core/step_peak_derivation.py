@@ -76,6 +76,15 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
                        f"{TT_SOURCES['tp_accumulate']}", "logits and loss": f"{TT_SOURCES['loss']}; {TT_SOURCES['loss_parallel']}"}
             code = (f"torchtitan's Llama Transformer under apply_tp over {step.tp} ranks, sequence and loss parallel "
                     "(parcalc.core.memory_torchtitan_tp)")
+        if step.cp > 1:  # torch's context_parallel and its ring attention (parcalc.core.memory_torchtitan_cp)
+            from parcalc.core.memory_torchtitan_cp import CP_SOURCES
+
+            ring = "; ".join(CP_SOURCES.values())
+            sources = {**sources, "activations": f"{sources['activations']}; {ring}", "temporaries": f"{sources.get('temporaries', '')}; {ring}".lstrip("; ")}
+            passed = "all-gathered once (allgather rotate)" if step.cp_rotate == "allgather" else "passed on every step (alltoall rotate)"
+            code += (f", its sequence sharded over {step.cp} context-parallel ranks (s / cp tokens each, torch's ring attention "
+                     f"with the K/V {passed}, the parameters sharded over dp x cp = {step.shards} ranks: parcalc.core."
+                     "memory_torchtitan_cp, CP rank 0)")
         if step.precision is Precision.FP8:  # torchao's Float8Linear in each block (parcalc.core.memory_torchao_float8)
             float8 = f"{AO_SOURCES['converter']}; {AO_SOURCES['linear']}; {AO_SOURCES['cast']}"
             sources = {**sources, "activations": f"{sources['activations']}; {float8}", "temporaries": f"{sources['temporaries']}; {float8}",
