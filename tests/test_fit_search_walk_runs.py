@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
-from parcalc.core.search_columns import SCHEDULE_CODES
+from parcalc.core.search_columns import RECOMPUTES, SCHEDULE_CODES
 from parcalc.core.search_walk_runs import reserved_from_runs, reserved_total, same_walk, shrinks, three_run_plan
 from parcalc.presets import load_model
 
@@ -133,3 +134,26 @@ def test_torchtitan_search_rows_are_fits_memory() -> None:
     for i in rows + walked[:: len(walked) // 12] + sharded[:: len(sharded) // 12]:
         config = ev.config(i)
         assert ev.columns["memory"][i] == memory_of(req.model, config, req.training, req.cluster).worst.total.value, config
+
+
+@pytest.mark.parametrize("cp_comm", ["all-gather", "p2p"])
+def test_torchtitan_search_rows_with_context_parallelism_are_fits_memory(cp_comm: str) -> None:
+    """A search with --cp walks its FSDP x CP rows as `memory` does (the ring attention of parcalc.core.memory_torchtitan_cp,
+    FSDP over dp x cp ranks): before the merge of session 15 the search kept the textbook sum for them (30.16 GB at b 1 with
+    full checkpointing where memory_of walks 45.53 GB for Llama 3 8B, s 32768, CP 2 x DP 8)."""
+    from parcalc.core.fit import memory_of
+    from parcalc.core.fit_search import search
+    from parcalc.results.fit_request import request
+
+    req = request(search=True, model="llama3-8b", gpus="16", gpu=["h100-sxm5"], framework="torchtitan", cp=2, cp_comm=cp_comm,
+                  batch="32", seq_len="32768")  # fmt: skip
+    ev = search(req.model, req.training, req.cluster, req.space).evaluated
+    c = ev.columns
+    rows = [i for i in range(len(ev)) if c["pp"][i] == 1 and c["tp"][i] == 1 and c["zero"][i] == 3 and c["shard_group"][i] == 16]
+    assert len(rows) >= 8
+    for i in rows:
+        config = ev.config(i)
+        assert c["memory"][i] == memory_of(req.model, config, req.training, req.cluster).worst.total.value, config
+    # the walked figure, not the textbook's: b 1, full checkpointing (`parcalc memory --cp 2 ... --recompute full`: 45,527,072,768 B)
+    full = [i for i in rows if c["micro_batch"][i] == 1 and RECOMPUTES[int(c["recompute"][i])] is Recompute.FULL]
+    assert [c["memory"][i] for i in full] == [45_527_072_768]

@@ -734,7 +734,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
                            for bb, rr in zip(b, r, strict=True)]) + replayed_reserve(training.reserve).value  # fmt: skip
     elif cluster.framework.step_memory in ("fsdp2-eager", "torchtitan-eager"):  # the step's peak under fully_shard where it applies,
         memory = fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"],
-                            cols["sequence_parallel"])  # as memory_of has it
+                            cols["sequence_parallel"], cp_comm)  # as memory_of has it
         if cluster.framework.step_memory == "torchtitan-eager" and p > 1 and space_schedule is None and shapes.pipeline_layout is None:
             memory = pipeline_stage_rows(memory, model, training, cluster, cols, given, (t, p, d, c, ep), shapes.slots)
 

@@ -16,10 +16,10 @@ from parcalc.core.training_setup import TrainingSetup
 
 
 def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
-               b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray, sp: np.ndarray) -> np.ndarray:  # fmt: skip
+               b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray, sp: np.ndarray, cp_comm: str = "p2p") -> np.ndarray:  # fmt: skip
     """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
     _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
-    from parcalc.core.memory_fsdp import PROFILES, fsdp_step_of, walk_gaps
+    from parcalc.core.memory_fsdp import CP_ROTATES, PROFILES, fsdp_step_of, walk_gaps
     from parcalc.core.search_walk_runs import reserved_total
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
@@ -27,13 +27,14 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
     out = memory.copy()
     # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
     for zero, size, rec, seq in set(zip(z.tolist(), shard.tolist(), r.tolist(), sp.tolist(), strict=True)):
-        layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
+        layout = Layout(t, p, d, cp=c, cp_comm=cp_comm, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
         if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code,
-                     compiled=training.compiled):  # fmt: skip
+                     compiled=training.compiled, walks_cp=True):  # fmt: skip
             continue
         for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec) & (sp == seq)):
-            step = fsdp_step_of(profile, int(b[row]), training.seq_len, d, training.precision, training.optimizer, RECOMPUTES[int(rec)], t,
-                                training.compiled)  # fmt: skip
+            # FSDP over dp x cp ranks and the ring's rotation, as parcalc.core.memory_step_peak.fsdp_stage_step asks
+            step = fsdp_step_of(profile, int(b[row]), training.seq_len, d * c, training.precision, training.optimizer, RECOMPUTES[int(rec)], t,
+                                training.compiled, cp=c, cp_rotate=CP_ROTATES.get(cp_comm, "allgather"))  # fmt: skip
             out[row] = reserved_total(model, step) + training.reserve
     return out
 
