@@ -61,6 +61,20 @@ stages whose runs are too short to shrink (PP 8 with 8 micro-batches of 10 layer
 noise (its search 0.76 -> 0.74 and 0.86 -> 0.79 CPU s, min of 5 and of 7 taking turns; the one-liner again, 11 runs:
 1.27 -> 1.22 CPU s, paired 0.96): its time is the scalar timing cores once per distinct key
 (layer_pieces ~25 %, dp_pieces_of ~16 %, stage parameters ~10 %), not the search's own arithmetic (~17 %).
+
+End of session 15 (34e7930 against the session's start cedaecf; farm-bench, 7 runs taking turns, medians, the machine
+quiet): the search now also walks torchtitan's TP-sharded pipeline stages (memory_pipeline_stage with TP) and FSDP x CP
+rows, as `memory` and `fit` do, where the session's start gave those rows the textbook sum; the 70B search pays for it:
+
+    one-liner                                   wall before   wall after   after / before (paired, wall)
+    DeepSeek-V3, 2,048 H800 (megatron)          0.962 s       0.958 s      0.99
+    Llama 3 8B, 8 H100, torchtitan              1.439 s       0.807 s      0.55
+    Llama 3 70B, 256 H100, torchtitan           4.593 s       12.541 s     2.69
+
+The 70B search walks 739 stage peaks (88 distinct layouts x their stages; 555 from short runs), ~43 ms each, where its
+TP x PP rows were not walked before: agreement with `fit` kept over speed, as session 14 decided (a search that
+recommends a layout `fit` then refuses is the worse defect; for Table 5's layout the textbook sum is 0.516 of the published peak, the bf16 walk 0.930).
+Next: TP stages in search_walk_runs' short runs at fewer micro-batches, or a cheaper block walk.
 """
 
 from __future__ import annotations
