@@ -25,12 +25,21 @@ Ground truth: FSDPMemTracker over torchtitan's code under torch's context_parall
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from parcalc.core.memory_walk import StepShapes, Walk
 
-if TYPE_CHECKING:
-    from parcalc.core.memory_torchtitan import BlockWalk
+
+class BlockAllocations(Protocol):
+    """What the ring needs of the block it runs in (memory_torchtitan.BlockWalk, which calls the ring: named by its shape
+    here so that this module does not import back up into the walk that imports it)."""
+
+    walk: Walk
+    k: str  # the block's key prefix
+    saving: bool  # autograd keeps what the ops save
+    held: set[str]  # keys autograd or checkpointing keeps
+
+    def alloc(self, name: str, size: float, what: str, saved: bool) -> str: ...
 
 ATTENTION = "pytorch/pytorch v2.13.0 torch/distributed/tensor/experimental/_context_parallel/_attention.py"
 CP_SOURCES = {
@@ -68,7 +77,7 @@ def context_parallel_buffers(walk: Walk, x: StepShapes, seq_len: int, head_dim: 
     walk.alloc("cp.freqs_clone", x.s * rows, "activations", "context_parallel: freqs_cis's shard cloned (the loop's last `shard`)")
 
 
-def ring_forward(b: BlockWalk, x: StepShapes, q: int, keys: str, values: str, width: int) -> tuple[str, str]:
+def ring_forward(b: BlockAllocations, x: StepShapes, q: int, keys: str, values: str, width: int) -> tuple[str, str]:
     """The ring's forward on CP rank 0 from the rank's q (`q` wide), keys and values (`width` wide, repeat_kv's copies or wk / wv's
     outputs); returns the keys of the saved merged output (bf16) and logsumexp (fp32)."""
     walk, k, cp = b.walk, b.k, x.cp
