@@ -58,7 +58,7 @@ def tracked_float8_peak(shape: tuple, ac: str, fp8_all_gather: bool, mesh) -> di
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     from .tiny_llama import LlamaConfig
-    from .tiny_torchtitan import Transformer, apply_ac, loss_fn
+    from .tiny_torchtitan import Transformer, apply_ac, two_tracked_steps
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
     c = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
@@ -73,20 +73,7 @@ def tracked_float8_peak(shape: tuple, ac: str, fp8_all_gather: bool, mesh) -> di
         fully_shard(model, mesh=mesh, mp_policy=policy)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
         ids = torch.randint(0, vocab, (b, s))
-        tracker = FSDPMemTracker(mod=model, optm=opt)
-        tracker.track_inputs((ids,))
-        with tracker:
-            for i in range(2):
-                opt.zero_grad()
-                pred = model(ids)
-                loss = loss_fn(pred, ids)
-                del pred
-                loss.backward()
-                opt.step()
-                if i == 0:
-                    tracker.reset_mod_stats()
-        (_device, parts), = tracker.get_tracker_snapshot("peak").items()
-        return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
+        return two_tracked_steps(FSDPMemTracker(mod=model, optm=opt), model, opt, ids)  # train.py's step twice, as the bf16 cases
 
 
 def main() -> None:
