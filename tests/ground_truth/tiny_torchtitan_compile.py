@@ -35,15 +35,20 @@ def allocation_peak(step) -> int:  # type: ignore[no-untyped-def]
     return peak
 
 
-def compiled_step_peak(c: LlamaConfig, vocab: int, b: int, s: int, ac: str, backend: str | None = "inductor") -> int:
+def compiled_step_peak(c: LlamaConfig, vocab: int, b: int, s: int, ac: str, backend: str | None = "inductor", convert=None,  # type: ignore[no-untyped-def]
+                       peak=allocation_peak) -> int:  # fmt: skip
     """The second step's allocation peak of torchtitan's Transformer (bf16 parameters, as FSDP2's param_dtype makes them;
     no FSDP: its buffers are eager, outside the compiled blocks) with apply_ac's `ac` and each block compiled by `backend`
-    (None: eager). train.py's step: forward, loss, del pred, backward; the gradients set to None before."""
+    (None: eager). train.py's step: forward, loss, del pred, backward; the gradients set to None before. `convert(model)`:
+    a model converter applied before apply_ac (train.py's order: converters, then parallelize_llama); `peak(step)`: how
+    the step's allocations are counted."""
     torch.manual_seed(0)
     torch._dynamo.reset()
     model = Transformer(c, vocab, s)
     for p in model.parameters():
         p.data = p.data.to(torch.bfloat16)
+    if convert is not None:
+        convert(model)
     apply_ac(model, ac)
     if backend is not None:  # apply_compile: each (checkpoint-wrapped) block, fullgraph
         for layer_id, block in model.layers.items():
@@ -59,6 +64,6 @@ def compiled_step_peak(c: LlamaConfig, vocab: int, b: int, s: int, ac: str, back
     step()  # compiles
     model.zero_grad(set_to_none=True)
     try:
-        return allocation_peak(step)
+        return int(peak(step))
     finally:
         torch._dynamo.reset()

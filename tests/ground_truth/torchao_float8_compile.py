@@ -59,36 +59,19 @@ def allocation_peak_without_cpu_scaled_mm_scratch(step) -> int:  # type: ignore[
 
 def compiled_float8_step_peak(shape: tuple, ac: str) -> int:
     """tiny_torchtitan_compile.compiled_step_peak with torchtitan's float8 converter applied before apply_ac (train.py's
-    order: model converters, then parallelize_llama)."""
+    order: model converters, then parallelize_llama), the CPU _scaled_mm's fp32 scratch counted as its allocation."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     from .tiny_llama import LlamaConfig
-    from .tiny_torchtitan import Transformer, apply_ac, loss_fn
+    from .tiny_torchtitan_compile import compiled_step_peak
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    torch.manual_seed(0)
-    torch._dynamo.reset()
-    model = Transformer(LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers), vocab, s)
-    for p in model.parameters():
-        p.data = p.data.to(torch.bfloat16)
-    convert_to_float8_training(model, config=Float8LinearConfig(), module_filter_fn=lambda mod, fqn: fqn != "output")
-    apply_ac(model, ac)
-    for layer_id, block in model.layers.items():
-        model.layers[layer_id] = torch.compile(block, backend="inductor", fullgraph=True)
-    ids = torch.randint(0, vocab, (b, s))
 
-    def step() -> None:
-        pred = model(ids)
-        loss = loss_fn(pred, ids)
-        del pred
-        loss.backward()
+    def convert(model) -> None:  # type: ignore[no-untyped-def]
+        convert_to_float8_training(model, config=Float8LinearConfig(), module_filter_fn=lambda mod, fqn: fqn != "output")
 
-    step()  # compiles
-    model.zero_grad(set_to_none=True)
-    try:
-        return allocation_peak_without_cpu_scaled_mm_scratch(step)
-    finally:
-        torch._dynamo.reset()
+    return compiled_step_peak(LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers), vocab, b, s, ac,
+                              convert=convert, peak=allocation_peak_without_cpu_scaled_mm_scratch)  # fmt: skip
 
 
 def main() -> None:
