@@ -182,18 +182,17 @@ def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, prec
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
               other: tuple[str, ...] = (), model_code: str = "transformers", pipeline: bool = False,
-              compiled: bool = False, walks_cp: bool = False) -> list[str]:  # fmt: skip
+              compiled: bool = False) -> list[str]:  # fmt: skip
     """What of a layout the walk does not follow (none: its peak is the memory; else the textbook sum is).
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
-    caller's own (offload, a recomputed subset of layers, ...); `pipeline`: the caller walks pipeline stages (and CP, as
-    parcalc.core.memory does); `walks_cp`: the caller walks CP without stages (fit's search, fsdp_rows)."""
+    caller's own (offload, a recomputed subset of layers, ...); `pipeline`: the caller walks pipeline stages."""
     zero, dp, shard_group = layout.zero, layout.dp, layout.shard_group
     gaps = [*hf_model_gaps(model), *other]
     if model.moe is not None and precision is Precision.FP32:  # HF_SOURCES['grouped_mm']: the experts' matmuls take bf16
         gaps.append("experts in fp32 (transformers' grouped_mm experts take bf16 only)")
     if model.moe is not None and model.moe.shared_experts:  # _block_params lists routed experts only (hf's walk follows Qwen2-MoE)
         gaps.append("a shared expert (the fsdp2 walk shards the routed experts' blocks)")
-    gaps += cp_gaps(model, layout, model_code, recompute, precision, pipeline or walks_cp, compiled)
+    gaps += cp_gaps(model, layout, model_code, recompute, precision, compiled)
     if layout.ep > 1:
         gaps.append(f"ep = {layout.ep}")
     gaps += pipeline_gaps(layout, model_code, pipeline)
@@ -219,17 +218,15 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     return gaps
 
 
-def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute: Recompute, precision: Precision, pipeline: bool,
+def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute: Recompute, precision: Precision,
             compiled: bool) -> list[str]:  # fmt: skip
     """What of context parallelism the walk does not follow: it follows torchtitan's context_parallel (torch's ring attention,
     allgather rotation, load-balanced causal shards; parcalc.core.memory_torchtitan_cp) in its eager bf16 block under FSDP2
-    alone, with no or full checkpointing (`pipeline`: the caller walks with --cp, as parcalc.core.memory and fit's search
-    do)."""
+    alone, with no or full checkpointing (memory, fit and fit's search all walk it)."""
     cp = layout.cp
     if cp <= 1:
         return []
-    why = [what for what, gap in (("a caller whose walks have no CP", not pipeline),
-                                  ("the walk follows torchtitan's context_parallel", model_code != "torchtitan"),
+    why = [what for what, gap in (("the walk follows torchtitan's context_parallel", model_code != "torchtitan"),
                                   (f"tp = {layout.tp} with cp (the TP walk has no ring attention)", layout.tp > 1),
                                   (f"pp = {layout.pp} with cp (the pipeline walk has no ring attention)", layout.pp > 1),
                                   ("--compile with cp (the compiled walk has no ring attention)", compiled),
@@ -245,7 +242,7 @@ def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute:
 def check_cp(model: TransformerModel, step: FsdpStep) -> None:
     policies = set(step.block_policies or ()) | ({step.recompute.value} if step.block_policies is None else set())
     layout = Layout(step.tp, step.pp, max(step.shards // step.cp, 1), cp=step.cp)
-    gaps = cp_gaps(model, layout, step.model_code, Recompute.NONE, step.precision, True, step.compiled)
+    gaps = cp_gaps(model, layout, step.model_code, Recompute.NONE, step.precision, step.compiled)
     gaps += [f"checkpointing {p!r} with cp" for p in sorted(policies) if p not in ("none", "full")]
     if step.cp_rotate not in CP_ROTATES.values():
         gaps.append(f"rotate method {step.cp_rotate!r} (one of {', '.join(CP_ROTATES.values())})")

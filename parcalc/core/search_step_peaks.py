@@ -29,7 +29,7 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
     for zero, size, rec, seq in set(zip(z.tolist(), shard.tolist(), r.tolist(), sp.tolist(), strict=True)):
         layout = Layout(t, p, d, cp=c, cp_comm=cp_comm, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
         if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code,
-                     compiled=training.compiled, walks_cp=True):  # fmt: skip
+                     compiled=training.compiled):  # fmt: skip
             continue
         for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec) & (sp == seq)):
             # FSDP over dp x cp ranks and the ring's rotation, as parcalc.core.memory_step_peak.fsdp_stage_step asks
