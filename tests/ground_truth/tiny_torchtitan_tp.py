@@ -108,7 +108,11 @@ def apply_tp(model: Transformer, tp_mesh, loss_parallel: bool = True, enable_flo
     })
     rowwise, colwise, prepare_input = RowwiseParallel, ColwiseParallel, PrepareModuleInput
     if enable_float8:
-        from torchao.float8.float8_tensor_parallel import Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput
+        from torchao.float8.float8_tensor_parallel import (
+            Float8ColwiseParallel,
+            Float8RowwiseParallel,
+            PrepareFloat8ModuleInput,
+        )
 
         rowwise, colwise, prepare_input = Float8RowwiseParallel, Float8ColwiseParallel, PrepareFloat8ModuleInput
     for block in model.layers.values():
@@ -176,7 +180,6 @@ def _untracked_sharding_propagation() -> Iterator[None]:
 def _tracker_class():  # type: ignore[no-untyped-def]
     from torch.distributed._tools.common_utils import get_untyped_storages
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-
     from torch.distributed._tools.mem_tracker import _UpdateType, _WeakRefInfo
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
