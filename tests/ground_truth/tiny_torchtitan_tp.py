@@ -177,38 +177,44 @@ def _untracked_sharding_propagation() -> Iterator[None]:
         ShardingPropagator._propagate_tensor_meta_non_cached = original
 
 
-def _tracker_class():  # type: ignore[no-untyped-def]
+def track_every_storage(tracker, reftype, t) -> None:  # type: ignore[no-untyped-def]
+    """MemTracker._track for a tensor the tracker sees, outside DTensor's sharding propagation (_untracked_sharding_propagation),
+    with every storage of a tensor subclass tracked: MemTracker._track (torch 2.13 distributed/_tools/mem_tracker.py:525-547)
+    returns at the first of a tensor's storages it already knows, so of torchao's Float8TrainingTensor (its FP8 `_data` and
+    its `_scale`) made by an op that keeps the input's scale (the FP8 all-gather's torch.cat: float8_ops.py) the new data
+    went untracked whenever the set of storages listed the scale first (a set ordered by id: peaks differing by one FP8
+    sequence from run to run). Plain tensors have one storage: nothing changes for them."""
     from torch.distributed._tools.common_utils import get_untyped_storages
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed._tools.mem_tracker import _UpdateType, _WeakRefInfo
+    from torch.distributed._tools.mem_tracker import MemTracker, _UpdateType, _WeakRefInfo
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+    if _PROPAGATING[0]:
+        return
+    if not is_traceable_wrapper_subclass(t):
+        MemTracker._track(tracker, reftype, t)
+        return
+    for st in get_untyped_storages(t):  # mem_tracker.py's loop, with `continue` for a known storage
+        winfo, _ = tracker._WINFO.get(st, (None, None))
+        if winfo is not None:
+            if winfo.size != st.size():
+                old = winfo.mem_consumed
+                winfo.update_mem_consumed(st)
+                tracker._update_snap(_UpdateType.SIZE, winfo, old_mem_consumed=old)
+            continue
+        winfo, w_st = _WeakRefInfo.create_winfo(st, t.device, reftype, tracker._delete_callback)
+        tracker._WINFO[st] = (winfo, w_st)
+        if winfo.mem_consumed > 0:
+            tracker._update_snap(_UpdateType.ADD, winfo)
+
+
+def _tracker_class():  # type: ignore[no-untyped-def]
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
     class Tracker(FSDPMemTracker):
-        """FSDPMemTracker that skips what DTensor's sharding propagation allocates (_untracked_sharding_propagation), and
-        tracks every storage of a tensor subclass: MemTracker._track (torch 2.13 distributed/_tools/mem_tracker.py:525-547)
-        returns at the first of a tensor's storages it already knows, so of torchao's Float8TrainingTensor (its FP8 `_data` and
-        its `_scale`) made by an op that keeps the input's scale (the FP8 all-gather's torch.cat: float8_ops.py) the new data
-        went untracked whenever the set of storages listed the scale first (a set ordered by id: peaks differing by one FP8
-        sequence from run to run). Plain tensors have one storage: nothing changes for them."""
+        """FSDPMemTracker tracking as track_every_storage does."""
 
         def _track(self, reftype, t):  # type: ignore[no-untyped-def]
-            if _PROPAGATING[0]:
-                return
-            if not is_traceable_wrapper_subclass(t):
-                super()._track(reftype, t)
-                return
-            for st in get_untyped_storages(t):  # mem_tracker.py's loop, with `continue` for a known storage
-                winfo, _ = self._WINFO.get(st, (None, None))
-                if winfo is not None:
-                    if winfo.size != st.size():
-                        old = winfo.mem_consumed
-                        winfo.update_mem_consumed(st)
-                        self._update_snap(_UpdateType.SIZE, winfo, old_mem_consumed=old)
-                    continue
-                winfo, w_st = _WeakRefInfo.create_winfo(st, t.device, reftype, self._delete_callback)
-                self._WINFO[st] = (winfo, w_st)
-                if winfo.mem_consumed > 0:
-                    self._update_snap(_UpdateType.ADD, winfo)
+            track_every_storage(self, reftype, t)
 
     return Tracker
 
