@@ -149,7 +149,7 @@ RUNS: tuple[MemoryRun, ...] = (
               f"'| 2D | 829 | 71.9 |'; sequence length not printed: {TOML_8B.replace('8b', '70b')} is not re-read, 8192 taken",
               (*_70B, "--tp", "8", "--dp", "32", "--micro-batch", "16", "--seq-len", "8192", "--recompute", "full", "--precision", "fp8"),
               71.9, _RESERVED, (COMPILE_TP, "the sequence length (not printed; train_configs/llama3_70b.toml at 9dec370: seq_len = 8192)",
-                                "10-12 GiB the walk does not find (the FSDP rows miss 6-7.5 GiB likewise)")),
+                                "12.2 GiB the walk does not find (the FSDP rows miss 6-7.5 GiB likewise)")),
     MemoryRun("tt2412-405b-fsdp8-tp8-pp8-1f1b", f"{TT_DEC24}, Table 5 '3D parallelism (FSDP + TP + PP) + torch.compile + Float8 + AsyncTP. "
               "Llama 3.1 405B model. 512 GPUs (FSDP 8, TP 8, PP8). Local batch size 32, global batch size 256. Full activation "
               "checkpointing.', row '| 1F1B | 100 | 82.5 |'",
