@@ -274,11 +274,11 @@ def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str, pre
 
 def float8_gaps(layout: Layout, precision: Precision, model_code: str) -> list[str]:
     """--precision fp8 is followed as torchtitan's float8 converter runs it (torchao's Float8Linear, tensorwise:
-    parcalc.core.memory_torchao_float8) on torchtitan's code without tp or pp (their walks' linears have no Float8 casts)."""
+    parcalc.core.memory_torchao_float8) on torchtitan's code, under tp with torchao's Float8 TP styles as apply_tp picks them
+    (memory_torchao_float8.AO_TP_SOURCES), in pipeline stages as each stage's blocks run (memory_pipeline_stage)."""
     if precision is not Precision.FP8 or model_code != "torchtitan":
         return [f"--precision {precision.value}" + (" (followed as torchao's Float8Linear with torchtitan's code)" if precision is Precision.FP8 else "")]
-    return [f"--precision fp8 with {name} = {value} (the Float8 casts are walked without tp and pp)"
-            for name, value in (("tp", layout.tp), ("pp", layout.pp)) if value > 1]
+    return []
 
 
 def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[str]:
@@ -543,10 +543,10 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
     check_hf_model(model)
     if step.shards < 1:
         raise InputError(f"the FSDP shard group: at least 1 rank, got {step.shards}")
-    walked_float8 = step.precision is Precision.FP8 and step.model_code == "torchtitan" and step.tp == 1 and step.pp == 1
+    walked_float8 = step.precision is Precision.FP8 and step.model_code == "torchtitan"
     if step.precision not in (Precision.MIXED_BF16, Precision.BF16, Precision.FP32) and not walked_float8:
         raise InputError(f"--precision {step.precision.value}: the FSDP2 step walk knows MixedPrecisionPolicy(param_dtype=bfloat16) "
-                         "over fp32 shards, bf16 and fp32, and fp8 as torchao's Float8Linear in torchtitan's code without tp and pp")  # fmt: skip
+                         "over fp32 shards, bf16 and fp32, and fp8 as torchao's Float8Linear in torchtitan's code")  # fmt: skip
     if step.optimizer not in (Optimizer.ADAMW, Optimizer.ADAM, Optimizer.SGD, Optimizer.SGD_MOMENTUM):
         raise InputError(f"--optimizer {step.optimizer.value}: the FSDP2 step walk knows torch.optim's AdamW, Adam and SGD")
     if step.recompute not in recomputes_of(step.model_code):
@@ -558,6 +558,9 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
                          f"the {model.layers} blocks")
     if step.tp > 1:
         check_tp(model, step)
+    if (step.tp > 1 or step.pp > 1) and step.float8_all_gather and step.precision is Precision.FP8:  # no ground truth for them yet
+        raise InputError(f"{model.name}: the step walk follows the FP8 all-gather (enable_fsdp_float8_all_gather) under FSDP alone, "
+                         f"not with tp = {step.tp}, pp = {step.pp}")
     if step.cp > 1:
         check_cp(model, step)
     if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code, step.precision)):

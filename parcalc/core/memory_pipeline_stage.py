@@ -192,6 +192,8 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         hooks.before_layer_backward(walk, i)
         if plan.tp > 1:
             if policies[i] != "none":
+                if x.float8:  # w2's output gradient, cast and all-gathered in FP8 before the recomputation (memory_torchtitan_tp)
+                    tp_walk.float8_output_gradient(walk, x, plan.tp, f"{p}L{i}.w2")
                 tp_walk.block_forward(walk, x, i, inp, policies[i], plan.tp, recomputing=True, prefix=p)
             tp_walk.block_backward(walk, x, i, plan.tp, f"{p}g_stream", f"{p}g_stream_next", prefix=p)
         else:

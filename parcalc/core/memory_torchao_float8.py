@@ -98,3 +98,30 @@ def backward_for_input(walk: Walk, x: StepShapes, key: str, tokens: float, d_in:
 def backward_for_weight(walk: Walk, x: StepShapes, key: str, tokens: float, d_in: int, d_out: int) -> tuple[str, ...]:
     """After the input gradient's mm, before the weight gradient's: grad_output cast again (its other layout), the input."""
     return (cast(walk, f"{key}.b8go2", tokens * d_out, x.c), cast(walk, f"{key}.b8in", tokens * d_in, x.c))
+
+
+# torchao's Float8 tensor-parallel styles, as torchtitan's apply_tp picks them with Float8 linears (memory_torchtitan_tp)
+AO_TP_SOURCES = {
+    "apply_tp": ("pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py at 9dec370, apply_tp(..., enable_float8="
+                 "job_config.float8.enable_float8_linear): each block's plan takes Float8RowwiseParallel, Float8ColwiseParallel, "
+                 "PrepareFloat8ModuleInput in place of RowwiseParallel, ColwiseParallel, PrepareModuleInput; the embedding, the "
+                 "final norm and the output projection keep the plain styles; train.py converts the linears before parallelising"),
+    "prepare_input": (f"{AO} torchao/float8/float8_tensor_parallel.py PrepareFloat8ModuleInput._prepare_input_arg: "
+                      "hp_tensor_to_float8_dynamic of the sequence-sharded input (e4m3), then redistribute(Replicate): the norm's "
+                      "output cast on its T / tp tokens and all-gathered in FP8, one copy for wq, wk and wv (w1 and w3), which "
+                      "matmul_with_hp_or_float8_args takes as already cast (tensor_already_casted_to_fp8) and saves: 1 byte an "
+                      "element where the bf16 plan saves 2"),
+    "rowwise": (f"{AO} torchao/float8/float8_tensor_parallel.py Float8RowwiseParallel._prepare_input_fn: wo's and w2's input "
+                "cast to e4m3 before the linear, which saves the FP8 copy (w2's bf16 input is saved by nothing else); "
+                "_prepare_output_fn: the reduce-scatter, then NoopFwToFloat8BwDynamic"),
+    "grad_output": (f"{AO} torchao/float8/float8_scaling_utils.py NoopFwToFloat8BwDynamic.backward: each linear's output "
+                    "gradient cast to e5m2 before its backward (for wo and w2 on the sequence shard, before the redistribute's "
+                    "backward all-gathers it in FP8); float8_linear.py: an FP8 grad_output is not cast again, so each backward "
+                    "casts only the weight (e4m3), then the input gradient's mm and the weight gradient's"),
+}
+
+
+def weight_cast(walk: Walk, x: StepShapes, key: str, d_in: int, d_out: int) -> tuple[str, ...]:
+    """matmul_with_hp_or_float8_args's cast of a (TP-local) weight before its mm, forward or backward; none where the weight
+    was all-gathered in FP8 (AO_SOURCES['all_gather'])."""
+    return () if x.float8_weights else (cast(walk, f"{key}.f8w", d_in * d_out, x.c),)

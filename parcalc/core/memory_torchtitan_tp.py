@@ -27,8 +27,10 @@ Ground truth: FSDPMemTracker over torchtitan's code under apply_tp and apply_fsd
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
+from parcalc.core import memory_torchao_float8 as float8
 from parcalc.core.memory_torchtitan import BlockWalk, add_gradient, norm_backward, repeat_kv_copies, rope_and_attention
 from parcalc.core.memory_walk import StepHooks, StepShapes, Walk, grad_of_weight, norm_forward
 from parcalc.core.model import TransformerModel
@@ -54,10 +56,11 @@ def _sequence_shard(x: StepShapes, tp: int) -> StepShapes:
     return replace(x, T=x.T / tp)
 
 
-def all_gather(walk: Walk, x: StepShapes, key: str, kind: str, what: str) -> str:
+def all_gather(walk: Walk, x: StepShapes, key: str, kind: str, what: str, element_bytes: float | None = None) -> str:
     """A sequence shard gathered to the whole sequence (T x hidden): a view of the collective's output at micro-batch 1,
-    else a torch.cat copy of its chunks (TT_SOURCES['tp_collectives'])."""
-    size = x.T * x.h * x.c
+    else a torch.cat copy of its chunks (TT_SOURCES['tp_collectives']). `element_bytes`: 1 for torchao's FP8 all-gathers
+    (float8.AO_TP_SOURCES), else x.c."""
+    size = x.T * x.h * (x.c if element_bytes is None else element_bytes)
     if x.b == 1:
         walk.alloc(key, size, kind, what)
         return key
@@ -76,45 +79,91 @@ def reduce_scatter(walk: Walk, x: StepShapes, tp: int, partial: str, key: str, k
     return key
 
 
+def _gathered_input(walk: Walk, x: StepShapes, tp: int, key: str, norm_out: str, saving: bool, what: str) -> str:
+    """The norm's sequence-shard output all-gathered for the column-parallel linears (PrepareModuleInput); with Float8 linears
+    PrepareFloat8ModuleInput's: cast to FP8 on the shard, all-gathered in FP8, the shard's FP8 copy gone
+    (float8.AO_TP_SOURCES['prepare_input'])."""
+    kind = "activations" if saving else "temporaries"
+    if not x.float8:
+        return all_gather(walk, x, key, kind, what)
+    shard = float8.cast(walk, f"{key}.f8", x.T / tp * x.h, x.c)
+    gathered = all_gather(walk, x, key, kind, what + ", FP8", element_bytes=1)
+    walk.free(shard)
+    return gathered
+
+
+def _linear(b: BlockWalk, name: str, d_in: int, d_out: int, mm: Callable[[], str]) -> str:
+    """A sharded linear's mm (`mm` allocates its output); a Float8Linear's weight cast before it, freed after
+    (float8.weight_cast: the input comes cast already)."""
+    casts = float8.weight_cast(b.walk, b.x, f"{b.k}.{name}", d_in, d_out) if b.x.float8 else ()
+    out = mm()
+    b.walk.free(*casts)
+    return out
+
+
+def _rowwise_input(b: BlockWalk, name: str, inp: str, elements: float) -> str:
+    """Float8RowwiseParallel's cast of wo's or w2's input before the linear (float8.AO_TP_SOURCES['rowwise']): the FP8 copy is
+    what the linear saves."""
+    key = float8.cast(b.walk, f"{b.k}.{name}.in", elements, b.x.c)
+    b.walk.rename(key, f"{b.k}.{name}.in8", f"{name} input (FP8, saved by the Float8Linear)")
+    if b.saving:
+        b.walk.relabel(f"{b.k}.{name}.in8", f"{name} input (FP8, saved by the Float8Linear)", "activations")
+    return f"{b.k}.{name}.in8"
+
+
 def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, tp: int, recomputing: bool = False,
                   prefix: str = "") -> str:  # fmt: skip
-    """One TransformerBlock under apply_tp's plan (module docstring); returns its output's key ("" when the recomputation
-    stops early, after w2's input). `prefix` keys a pipeline micro-batch's tensors apart."""
+    """One TransformerBlock under apply_tp's plan (module docstring; with x.float8 torchao's Float8 styles:
+    float8.AO_TP_SOURCES); returns its output's key ("" when the recomputation stops early, after w2's input). `prefix`
+    keys a pipeline micro-batch's tensors apart."""
     xl, xs = _local(x, tp), _sequence_shard(x, tp)
     T, h, q, kv, f, c = x.T, x.h, xl.q, xl.kv, xl.f, x.c
     copies = repeat_kv_copies(xl)
     b = BlockWalk(walk, xl, i, policy, recomputing, prefix)
     k = b.k
     y = norm_forward(walk, xs, f"{k}.n1", inp, b.saving)
-    ag = all_gather(walk, x, f"{k}.ag1", "activations" if b.saving else "temporaries", "attention input (all-gathered sequence)")
-    xq = b.alloc("q.out", T * q * c, "wq output", False)
-    xk = b.alloc("k.out", T * kv * c, "wk output", False)
-    xv = b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies)
+    ag = _gathered_input(walk, x, tp, f"{k}.ag1", y, b.saving, "attention input (all-gathered sequence)")
+    xq = _linear(b, "q", h, q, lambda: b.alloc("q.out", T * q * c, "wq output", False))
+    xk = _linear(b, "k", h, kv, lambda: b.alloc("k.out", T * kv * c, "wk output", False))
+    xv = _linear(b, "v", h, kv, lambda: b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies))
     b.save(ag)
     b.drop(ag)
     attn = rope_and_attention(b, x, (q, kv, xl.heads), copies, xq, xk, xv)
-    partial = b.alloc("o.partial", T * h * c, "wo output (partial sum over the heads)", False)
+    wo_in = _rowwise_input(b, "wo", attn, T * q) if x.float8 else ""
+    partial = _linear(b, "o", q, h, lambda: b.alloc("o.partial", T * h * c, "wo output (partial sum over the heads)", False))
     b.drop(attn)
+    if wo_in and not b.saving:
+        walk.free(wo_in)
     o = reduce_scatter(walk, x, tp, partial, f"{k}.o.out", "temporaries", "wo output (sequence shard)")
     walk.free(y)  # the attention call's argument, released when it returns
     x1 = b.alloc("x1", xs.T * h * c, "residual stream after attention", False)
     b.drop(o)
     y2 = norm_forward(walk, xs, f"{k}.n2", x1, b.saving)
-    ag2 = all_gather(walk, x, f"{k}.ag2", "activations" if b.saving else "temporaries", "MLP input (all-gathered sequence)")
-    g = b.alloc("w1.out", T * f * c, "w1 output", True)
+    ag2 = _gathered_input(walk, x, tp, f"{k}.ag2", y2, b.saving, "MLP input (all-gathered sequence)")
+    g = _linear(b, "w1", h, f, lambda: b.alloc("w1.out", T * f * c, "w1 output", True))
     act = b.alloc("act", T * f * c, "silu(w1)", True)
-    u = b.alloc("w3.out", T * f * c, "w3 output", True)
+    u = _linear(b, "w3", h, f, lambda: b.alloc("w3.out", T * f * c, "w3 output", True))
     b.save(ag2)
     b.drop(ag2)
-    prod = b.alloc("prod", T * f * c, "silu(w1) * w3 (w2's input)", True)
+    prod = b.alloc("prod", T * f * c, "silu(w1) * w3 (w2's input)", not x.float8)  # Float8: w2 saves its FP8 copy instead
     b.drop(g, act, u)
-    if recomputing:  # early stop after w2's input; the unwinding frees the rest
+    w2_in = _rowwise_input(b, "w2", prod, T * f) if x.float8 else ""
+    if recomputing and not x.float8:  # early stop after w2's input; the unwinding frees the rest
         walk.free(y2)
         b.drop(x1)
         return ""
-    d_partial = b.alloc("w2.partial", T * h * c, "w2 output (partial sum over the MLP width)", False)
-    b.drop(prod)
+    d_partial = _linear(b, "w2", f, h, lambda: b.alloc("w2.partial", T * h * c, "w2 output (partial sum over the MLP width)", False))
+    if recomputing:  # a Float8Linear's autograd.Function packs what it saves once its forward has run: w2's cast and mm first
+        walk.free(d_partial, prod, y2)
+        b.drop(x1)
+        return ""
+    if not x.float8:
+        b.drop(prod)
+    if w2_in and not b.saving:
+        walk.free(w2_in)
     d = reduce_scatter(walk, x, tp, d_partial, f"{k}.w2.out", "temporaries", "w2 output (sequence shard)")
+    if x.float8:  # w2's call argument, released when it returns
+        walk.free(prod)
     walk.free(y2)
     out = b.alloc("x2", xs.T * h * c, "block output (residual stream)", False)
     walk.relabel(out, "block output (residual stream, sequence shard)", "activations")
@@ -124,26 +173,64 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, tp: 
 
 def _mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_out: int, into: str, saved_input: str = "",
                  width: float | None = None) -> None:  # fmt: skip
-    """A sharded linear's MmBackward: its weight gradient (d_in x d_out, the rank's shard), the input gradient (T x width),
-    added out of place into `into` (a DTensor partial sum)."""
-    grad_of_weight(walk, x, key, d_in, d_out)
+    """A column-parallel linear's backward: its weight gradient (d_in x d_out, the rank's shard), the input gradient
+    (T x width), added out of place into `into` (a DTensor partial sum). With Float8 linears (float8.AO_TP_SOURCES
+    ['grad_output']) the output gradient cast first (its bf16 copy gone), the weight cast, the input gradient's mm, then the
+    weight gradient's."""
+    if not x.float8:
+        grad_of_weight(walk, x, key, d_in, d_out)
+        walk.alloc(f"{key}.gin", x.T * (width or d_in) * x.c, "temporaries", "input gradient")
+        walk.free(g_out, saved_input)
+        add_gradient(walk, f"{key}.gin", into, in_place=False)
+        return
+    g8 = float8.cast(walk, f"{key}.b8go", x.T * d_out, x.c)
+    walk.free(g_out)
+    w8 = float8.weight_cast(walk, x, f"{key}.b", d_in, d_out)
     walk.alloc(f"{key}.gin", x.T * (width or d_in) * x.c, "temporaries", "input gradient")
-    walk.free(g_out, saved_input)
+    grad_of_weight(walk, x, key, d_in, d_out)
+    walk.free(*w8, g8, saved_input)
     add_gradient(walk, f"{key}.gin", into, in_place=False)
+
+
+def _rowwise_backward(walk: Walk, x: StepShapes, tp: int, key: str, d_in: int, g_in: str, saved_input: str) -> None:
+    """wo's or w2's backward: the sequence shard's output gradient all-gathered (in FP8 with Float8 linears, cast on the
+    shard first: float8.AO_TP_SOURCES['grad_output']), the weight gradient and the input gradient (T x d_in)."""
+    h = x.h
+    if not x.float8:
+        gathered = all_gather(walk, x, f"{key}.g_out", "temporaries", "row-parallel output gradient (all-gathered)")
+        grad_of_weight(walk, x, key, d_in, h)
+        walk.alloc(g_in, x.T * d_in * x.c, "temporaries", "row-parallel input gradient")
+        walk.free(gathered, saved_input)
+        return
+    gathered = float8_output_gradient(walk, x, tp, key)
+    w8 = float8.weight_cast(walk, x, f"{key}.b", d_in, h)
+    walk.alloc(g_in, x.T * d_in * x.c, "temporaries", "row-parallel input gradient")
+    grad_of_weight(walk, x, key, d_in, h)
+    walk.free(*w8, gathered, saved_input)
+
+
+def float8_output_gradient(walk: Walk, x: StepShapes, tp: int, key: str, g_out: str = "") -> str:
+    """A row-parallel Float8Linear's output gradient, all-gathered in FP8 (float8.AO_TP_SOURCES['grad_output']): the sequence
+    shard's cast, then the all-gather; once per backward (a checkpointed block's w2 runs it before its recomputation: neither
+    needs a saved tensor, so autograd runs them before the first unpack triggers the recomputation). Returns its key."""
+    gathered = f"{key}.g_out"
+    if gathered in walk.live:
+        return gathered
+    shard = float8.cast(walk, f"{key}.b8go", x.T / tp * x.h, x.c)
+    all_gather(walk, x, gathered, "temporaries", "row-parallel output gradient (all-gathered, FP8)", element_bytes=1)
+    walk.free(shard)
+    return gathered
 
 
 def block_backward(walk: Walk, x: StepShapes, i: int, tp: int, g_out: str, into: str, prefix: str = "") -> None:
     """The block's backward in the order autograd's engine runs it under apply_tp (the FSDPMemTracker trace of
-    tests/ground_truth/tiny_torchtitan_tp.py)."""
+    tests/ground_truth/tiny_torchtitan_tp.py; with x.float8 that of tests/ground_truth/torchao_float8_tp.py)."""
     xl, xs = _local(x, tp), _sequence_shard(x, tp)
     T, h, q, kv, f, c = x.T, x.h, xl.q, xl.kv, xl.f, x.c
     n_rep = q // kv
     k = f"{prefix}L{i}"
     walk.rename(g_out, f"{k}.g_x1")
-    gd = all_gather(walk, x, f"{k}.g_d", "temporaries", "w2 output gradient (all-gathered)")
-    grad_of_weight(walk, x, f"{k}.w2", f, h)
-    walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient")
-    walk.free(gd, f"{k}.prod")
+    _rowwise_backward(walk, x, tp, f"{k}.w2", f, f"{k}.g_prod", f"{k}.w2.in8" if x.float8 else f"{k}.prod")
     walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "mul backward: silu's gradient")
     walk.alloc(f"{k}.g_u", T * f * c, "temporaries", "mul backward: w3's gradient")
     walk.free(f"{k}.g_prod", f"{k}.act", f"{k}.w3.out")
@@ -153,10 +240,7 @@ def block_backward(walk: Walk, x: StepShapes, i: int, tp: int, g_out: str, into:
     _mm_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f, f"{k}.g_ag2", f"{k}.ag2")
     reduce_scatter(walk, x, tp, f"{k}.g_ag2", f"{k}.g_y2", "temporaries", "MLP input gradient (reduce-scattered)")
     norm_backward(walk, xs, f"{k}.n2", f"{k}.g_y2", f"{k}.g_x1", in_place=False)
-    go = all_gather(walk, x, f"{k}.g_o", "temporaries", "wo output gradient (all-gathered)")
-    grad_of_weight(walk, x, f"{k}.o", q, h)
-    walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient")
-    walk.free(go)
+    _rowwise_backward(walk, x, tp, f"{k}.o", q, f"{k}.g_attn", f"{k}.wo.in8" if x.float8 else "")
     width = q if n_rep > 1 else kv
     walk.alloc(f"{k}.g_q", T * q * c, "temporaries", "SDPA backward dq")
     walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
@@ -285,6 +369,8 @@ def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tupl
         inp = "emb" if i == 0 else f"L{i - 1}.x2"
         hooks.before_layer_backward(walk, i)
         if policies[i] != "none":
+            if x.float8:  # w2's output gradient, cast and all-gathered before the recomputation
+                float8_output_gradient(walk, x, tp, f"L{i}.w2")
             block_forward(walk, x, i, inp, policies[i], tp, recomputing=True)
         block_backward(walk, x, i, tp, "g_stream", "g_stream_next")
         walk.free(inp)

@@ -72,8 +72,7 @@ def _tracker():  # type: ignore[no-untyped-def]
 
     class Tracker(MemTracker):
         def _track(self, reftype, t):  # type: ignore[no-untyped-def]
-            if not tt._PROPAGATING[0]:
-                super()._track(reftype, t)
+            tt.track_every_storage(self, reftype, t)
 
         def _pre_fw_hook(self, module, inputs):  # type: ignore[no-untyped-def]
             if module in self.memory_tracking and not self._mod_tracker.is_bw:  # a micro-batch's forward: snapshots only
@@ -90,14 +89,15 @@ def _tracker():  # type: ignore[no-untyped-def]
 
 
 def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: int, stage: int, bounds: tuple[int, int],
-                       microbatches: int, ac: str, return_outputs: bool = False, tp: int = 1) -> float:  # fmt: skip
+                       microbatches: int, ac: str, return_outputs: bool = False, tp: int = 1, float8: bool = False) -> float:  # fmt: skip
     """MemTracker's peak (bytes) over two steps of stage `stage` of `pp` holding layers [bounds), under FSDP2 over `dp` ranks
     (bf16 params, fp32 reduce, for-loop AdamW) and Schedule1F1B over `microbatches` micro-batches of b x s tokens; the last
     stage's step(return_outputs=...) as torchtitan's trainer calls it (False since pytorch/torchtitan#1922). With `tp` > 1
     the stage is parallelised as train.py at 9dec370 does each of its model_parts (models_parallelize_fns: apply_tp with
     loss parallel, apply_ac, apply_fsdp) on a (pp, dp, tp) mesh, the step under loss_parallel() (train_context); the
     stage sends and receives the sequence shard its last block returns (RowwiseParallel(output_layouts=Shard(1)) with
-    use_local_output: a b x s / tp x hidden local tensor)."""
+    use_local_output: a b x s / tp x hidden local tensor). `float8`: torchtitan's float8 converter first (train.py at 9dec370
+    converts the whole model before pipelining it; tiny_torchtitan_tp.tracked_tp_peak's), apply_tp's Float8 plans with tp."""
     import contextlib
 
     import torch.distributed as dist
@@ -128,8 +128,13 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
     try:
         with FakeTensorMode(), tt._real_mesh_tables(), tt._untracked_sharding_propagation():
             model = Stage(c, vocab, s, *bounds, first, last)
+            if float8:  # torchtitan/float8.py Float8Handler.convert_to_float8_training at 9dec370
+                from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+                convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=False),
+                                           module_filter_fn=lambda mod, fqn: fqn != "output")
             if tp > 1:
-                tt.apply_tp(model, mesh["tp"])
+                tt.apply_tp(model, mesh["tp"], enable_float8=float8)
             apply_ac(model, ac)
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             for block in model.layers.values():

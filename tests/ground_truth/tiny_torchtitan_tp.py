@@ -86,8 +86,11 @@ class Transformer(tiny_torchtitan.Transformer):
     block = TransformerBlock
 
 
-def apply_tp(model: Transformer, tp_mesh, loss_parallel: bool = True) -> None:
-    """parallelize_llama.py apply_tp at 9dec370 (bf16, no Float8, no AsyncTP)."""
+def apply_tp(model: Transformer, tp_mesh, loss_parallel: bool = True, enable_float8: bool = False) -> None:
+    """parallelize_llama.py apply_tp at 9dec370 (no AsyncTP). `enable_float8` (job_config.float8.enable_float8_linear, the
+    blocks' linears already Float8Linear): the blocks' plans use torchao's Float8ColwiseParallel, Float8RowwiseParallel and
+    PrepareFloat8ModuleInput (torchao/float8/float8_tensor_parallel.py), as apply_tp's `if enable_float8:` branch picks them;
+    the embedding, final norm and output projection keep the plain styles."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -103,16 +106,25 @@ def apply_tp(model: Transformer, tp_mesh, loss_parallel: bool = True) -> None:
         "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1) if loss_parallel else Replicate(),
                                   use_local_output=not loss_parallel),
     })
+    rowwise, colwise, prepare_input = RowwiseParallel, ColwiseParallel, PrepareModuleInput
+    if enable_float8:
+        from torchao.float8.float8_tensor_parallel import (
+            Float8ColwiseParallel,
+            Float8RowwiseParallel,
+            PrepareFloat8ModuleInput,
+        )
+
+        rowwise, colwise, prepare_input = Float8RowwiseParallel, Float8ColwiseParallel, PrepareFloat8ModuleInput
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, {
             "attention_norm": SequenceParallel(),
-            "attention": PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
-            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
-            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "attention": prepare_input(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)),
+            "attention.wq": colwise(), "attention.wk": colwise(), "attention.wv": colwise(),
+            "attention.wo": rowwise(output_layouts=Shard(1)),
             "ffn_norm": SequenceParallel(),
-            "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "feed_forward.w1": ColwiseParallel(), "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
-            "feed_forward.w3": ColwiseParallel(),
+            "feed_forward": prepare_input(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "feed_forward.w1": colwise(), "feed_forward.w2": rowwise(output_layouts=Shard(1)),
+            "feed_forward.w3": colwise(),
         })
 
 
@@ -165,22 +177,56 @@ def _untracked_sharding_propagation() -> Iterator[None]:
         ShardingPropagator._propagate_tensor_meta_non_cached = original
 
 
+def track_every_storage(tracker, reftype, t) -> None:  # type: ignore[no-untyped-def]
+    """MemTracker._track for a tensor the tracker sees, outside DTensor's sharding propagation (_untracked_sharding_propagation),
+    with every storage of a tensor subclass tracked: MemTracker._track (torch 2.13 distributed/_tools/mem_tracker.py:525-547)
+    returns at the first of a tensor's storages it already knows, so of torchao's Float8TrainingTensor (its FP8 `_data` and
+    its `_scale`) made by an op that keeps the input's scale (the FP8 all-gather's torch.cat: float8_ops.py) the new data
+    went untracked whenever the set of storages listed the scale first (a set ordered by id: peaks differing by one FP8
+    sequence from run to run). Plain tensors have one storage: nothing changes for them."""
+    from torch.distributed._tools.common_utils import get_untyped_storages
+    from torch.distributed._tools.mem_tracker import MemTracker, _UpdateType, _WeakRefInfo
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if _PROPAGATING[0]:
+        return
+    if not is_traceable_wrapper_subclass(t):
+        MemTracker._track(tracker, reftype, t)
+        return
+    for st in get_untyped_storages(t):  # mem_tracker.py's loop, with `continue` for a known storage
+        winfo, _ = tracker._WINFO.get(st, (None, None))
+        if winfo is not None:
+            if winfo.size != st.size():
+                old = winfo.mem_consumed
+                winfo.update_mem_consumed(st)
+                tracker._update_snap(_UpdateType.SIZE, winfo, old_mem_consumed=old)
+            continue
+        winfo, w_st = _WeakRefInfo.create_winfo(st, t.device, reftype, tracker._delete_callback)
+        tracker._WINFO[st] = (winfo, w_st)
+        if winfo.mem_consumed > 0:
+            tracker._update_snap(_UpdateType.ADD, winfo)
+
+
 def _tracker_class():  # type: ignore[no-untyped-def]
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     class Tracker(FSDPMemTracker):
-        """FSDPMemTracker that skips what DTensor's sharding propagation allocates (_untracked_sharding_propagation)."""
+        """FSDPMemTracker tracking as track_every_storage does."""
 
         def _track(self, reftype, t):  # type: ignore[no-untyped-def]
-            if not _PROPAGATING[0]:
-                super()._track(reftype, t)
+            track_every_storage(self, reftype, t)
 
     return Tracker
 
 
-def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int, ac: str, loss_parallel: bool = True) -> dict[str, float]:
+def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int, ac: str, loss_parallel: bool = True,
+                    float8: bool = False, tracker=None) -> dict[str, float]:  # type: ignore[no-untyped-def]  # fmt: skip
     """FSDPMemTracker's peak of the second of two steps on a (dp, tp) mesh of fake ranks (tiny_torchtitan.tracked_torchtitan_peak's
-    loop: zero_grad, forward, loss, del pred, backward, for-loop AdamW step), the loss and backward under loss_parallel()."""
+    loop: zero_grad, forward, loss, del pred, backward, for-loop AdamW step), the loss and backward under loss_parallel().
+    `float8`: torchtitan's float8 converter first (train.py at 9dec370 converts before parallelize_llama: torchao's
+    convert_to_float8_training, every linear but the output projection, tensorwise dynamic scaling, no FP8 all-gather in FSDP),
+    then apply_tp's Float8 plans (apply_tp's enable_float8). `tracker`: a tracker class in place of FSDPMemTracker's
+    (its `_track` filtered as _tracker_class's)."""
     import contextlib
 
     import torch.distributed as dist
@@ -197,7 +243,12 @@ def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int
     mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
     with FakeTensorMode(), _real_mesh_tables(), _untracked_sharding_propagation():
         model = Transformer(c, vocab, s)
-        apply_tp(model, mesh["tp"], loss_parallel)
+        if float8:  # torchtitan/float8.py Float8Handler.convert_to_float8_training at 9dec370
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+            convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=False),
+                                       module_filter_fn=lambda mod, fqn: fqn != "output")
+        apply_tp(model, mesh["tp"], loss_parallel, enable_float8=float8)
         apply_ac(model, ac)
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         for layer_id, block in model.layers.items():
@@ -205,5 +256,5 @@ def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int
         fully_shard(model, mesh=mesh["dp"], mp_policy=policy)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
         ids = torch.randint(0, vocab, (b, s))
-        return tiny_torchtitan.two_tracked_steps(_tracker_class()(mod=model, optm=opt), model, opt, ids,
+        return tiny_torchtitan.two_tracked_steps((tracker or _tracker_class())(mod=model, optm=opt), model, opt, ids,
                                                  loss_parallel_ctx if loss_parallel else contextlib.nullcontext)
