@@ -35,7 +35,7 @@ _GPU_KEYS = (
     "board_power", "power_curve", "power_limit", "host", "nccl_channels",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated", "gemm_tiles",
-                "attention_by_head_dim", "calibrated", "element_rates")
+                "attention_by_head_dim", "calibrated", "element_rates", "attention_kernels")
 _CALIBRATED_KINDS = ("gemm", "attention", "memory", "optimizer")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
@@ -143,6 +143,7 @@ def _kernels(doc: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str, Dt
         attention_by_head_dim=_attention_by_head_dim(node, sources) if "attention_by_head_dim" in node.data else (),
         calibrated=_calibrated(node, sources) if "calibrated" in node.data else None,
         element_rates=_element_rates(node, sources) if "element_rates" in node.data else (),
+        attention_kernels=_attention_kernels(node, sources) if "attention_kernels" in node.data else (),
     )
 
 
@@ -176,6 +177,24 @@ def _calibrated(node: PresetDoc, sources: Mapping[str, str]) -> Any:
             raise block.error(kind, f"a factor on the modelled rate between 0.05 and 20, got {shown(value)}")
         factors[kind] = float(value)
     return KindEfficiency(**factors, source=block.source_ref("source", sources))
+
+
+def _attention_kernels(node: PresetDoc, sources: Mapping[str, str]) -> tuple[tuple[str, Sourced, Sourced], ...]:
+    """`kernels.attention_kernels:` {implementation: {forward: share, backward: share, source, note?}}: fused attention
+    kernels of another software generation (parcalc.core.timing.attention_kernels)."""
+    table = node.child("attention_kernels")
+    out = []
+    for name in table.data:
+        row = table.child(name)
+        row.only(("forward", "backward", "source", "note"))
+        shares = []
+        for part in ("forward", "backward"):
+            value = row.data.get(part)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise row.error(part, f"a share of the peak in (0, 1], got {shown(value)}")
+            shares.append(Sourced(float(value), "fraction", row.source_ref("source", sources)))
+        out.append((str(name), shares[0], shares[1]))
+    return tuple(out)
 
 
 def _attention_by_head_dim(node: PresetDoc, sources: Mapping[str, str]) -> tuple[tuple[int, Sourced, Sourced], ...]:

@@ -29,6 +29,7 @@ from parcalc.core.choices import Mlp, Norm, Optimizer, Position, Precision, Reco
 from parcalc.core.fit import Cluster, Config, Estimate, Training, estimate
 from parcalc.core.hardware import Link
 from parcalc.core.model import TransformerModel
+from parcalc.core.timing.attention_kernels import with_attention_kernel
 from parcalc.presets import load_framework, load_gpu, load_link
 
 BY_KEY = {run.key: run for run in RUNS}
@@ -76,6 +77,9 @@ class Case(NamedTuple):
     compiled: bool = False  # torch.compile on (--compile)
     kernels: str | None = None  # --kernels; None: the framework profile's
     dropout: bool = False  # hidden and attention dropout on (the run's code or script sets a probability above 0)
+    # the fused attention kernel the run's stack ran, where older than the GPU preset's (parcalc.core.timing.
+    # attention_kernels; None: the preset's); applied only where RUN_ATTENTION_KERNELS is on (below)
+    attention_kernel: str | None = None
 
     @property
     def run(self) -> PublishedRun:
@@ -97,9 +101,18 @@ def _precision(case: Case) -> Precision:
     return Precision.MIXED_FP16 if (case.precision or case.run.precision) == "fp16" else Precision.MIXED_BF16
 
 
+# Whether each case runs the attention kernel its stack ran (Case.attention_kernel). Off: every run at its GPU preset's
+# fused attention (FlashAttention-2's shares on the H100 and A100), as the H100's GEMM share (mpt_7b_h100) was set;
+# `python tests/published_families.py --run-attention` (and --gh100-tiles) turn it on. Whether it becomes the default,
+# with the share re-derived under it, is the lead's decision (issue #32; docs/step-time.md).
+RUN_ATTENTION_KERNELS = False
+
+
 def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
     run = case.run
     gpu = load_gpu(GPU_PRESET[run.gpu], ())
+    if RUN_ATTENTION_KERNELS and case.attention_kernel is not None:
+        gpu = with_attention_kernel(gpu, case.attention_kernel)
     for name, value in GPU_FACTS.get(run.gpu, ()):
         gpu = replace(gpu, **{name: replace(getattr(gpu, name), value=value, source=f"{run.source[:80]}... (the run's GPU)")})
     assert gpu.node is not None
@@ -171,6 +184,9 @@ def error(case: Case) -> tuple[float, Estimate]:
 
 
 _MPT = "MPT: LayerNorm without biases, ALiBi, tied embeddings (llm-foundry mpt yamls: no_bias, alibi, tie)"
+# llm-foundry's benchmark runs' attention: submit_benchmarks.py @061f2c7 '--attn_impl' default 'triton' (the mpt-*.yaml
+# files: 'attn_impl: triton'): Tri Dao's Triton FlashAttention (parcalc.core.timing.attention_kernels)
+_MPT_ATTENTION = "flash-attn-triton"
 _MPT_DEFAULT = "Composer mixed_precision DEFAULT: bf16 parameters, fp32 gradient reduction (composer/distributed/dist_strategy.py)"
 _MPT_PURE = "Composer mixed_precision PURE: bf16 parameters and reduction"
 _TT = "TorchTitan Llama 3: RMSNorm, RoPE, no biases, untied output"
@@ -193,7 +209,8 @@ _LLAMA3 = (
 
 def _mpt(key: str, recompute: Recompute, mb: int, pure: bool) -> Case:
     return Case(key, "fsdp2", 3, recompute, mb, "tokens", _MPT + "; " + (_MPT_PURE if pure else _MPT_DEFAULT),
-                norm=Norm.LAYERNORM, position=Position.ALIBI, bias=False, tied=True, reduce_bytes=2 if pure else 4)  # fmt: skip
+                norm=Norm.LAYERNORM, position=Position.ALIBI, bias=False, tied=True, reduce_bytes=2 if pure else 4,
+                attention_kernel=_MPT_ATTENTION)  # fmt: skip
 
 
 CALIBRATION = _mpt("mpt-7b-8xh100-80gb-seq2048", Recompute.NONE, 6, pure=False)

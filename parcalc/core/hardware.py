@@ -157,6 +157,9 @@ class KernelRates:
     # the paths that are not vectorised are bound by their per-element work, not by HBM
     # (parcalc.core.timing.elementwise); () where not measured: every memory-bound kernel at e_mem x HBM
     element_rates: tuple[tuple[str, Sourced], ...] = ()
+    # (implementation, forward share, backward share) of fused attention kernels of another software generation than
+    # the one attention_forward / attention_backward were measured with (parcalc.core.timing.attention_kernels); ()
+    attention_kernels: tuple[tuple[str, Sourced, Sourced], ...] = ()
 
     def matmul_share(self, dtype: str) -> Sourced | None:
         return dict(self.matmul).get(dtype)
