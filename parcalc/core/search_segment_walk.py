@@ -244,7 +244,7 @@ _RECORDINGS: dict[tuple[object, ...], list[Recording | None]] = {}
 _MAX_KINDS = 4096  # distinct (function, arguments, names' shape): a search asks a few hundred
 _SHAPES: dict[tuple[str, tuple[str, ...]], tuple[object, ...]] = {}  # _names_shape of a call's layer and names
 _MAX_SHAPES = 1 << 16
-_MAX_RECORDINGS = 4  # per kind: the touched state differs at a stage's first and last layers and first micro-batch
+_MAX_RECORDINGS = 4  # per kind: where the touched state differs (a cached output already live or not, say); one in practice
 
 
 def _names_shape(layer: str, names: tuple[str, ...]) -> tuple[object, ...]:
@@ -375,6 +375,7 @@ class _LoggedLive(dict[str, LiveTensor]):
     setdefault = _changed("setdefault")
     update = _changed("update")
     clear = _changed("clear")
+    del _looked, _changed
 
 
 class _Recorder:

@@ -2,6 +2,9 @@
 for byte, from walks of a few of its repeated units: a model's identical layers, and a 1F1B stage's micro-batches. A search
 walks the step once per distinct row key (Llama 3 70B on 256 H100: 133 walks, ~940,000 allocations, 4.6 of its 4.9 CPU
 seconds); the walks here are of 4 and 5 layers, times w + 4 and w + 5 micro-batches on a pipeline stage (w its warm-up).
+The walk itself is parcalc.core.search_segment_walk.SegmentWalk, which keeps each phase's peak sums and replays a pipeline
+stage's blocks from recordings of the same block (the same bytes; since session 16, where the search walks TP x PP stages
+as `fit` does: Llama 3 70B on 256 H100 walks 836 stage walks, ~29,000 layer-micro-batches, 57,694 of its block calls replayed).
 
 Why it is exact. The reserved total is, for each CUDA stream, parcalc.core.allocator.reserved_bytes of the blocks live at
 that stream's first peak: a function of four sums over those blocks (all of them, the small ones, the medium ones, the
