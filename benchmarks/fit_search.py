@@ -87,15 +87,19 @@ tests/test_fit_search_replay.py holds replayed walks equal to walked ones segmen
 (from empty caches). 57,694 of the 70B search's block calls are replayed, 100 kinds recorded. Every searched row
 byte-identical: the JSON of the 8B/8 and 70B/256 torchtitan one-liners, DeepSeek-V3/2048, Llama 3 405B/16,384, GPT-3
 175B/1,024, and under torchtitan Llama 3 70B on 64 H100, 70B on 256 H100 with B = 512, 8B on 64 H100 with B = 1,024.
-farm-bench, 7 runs each taking turns with main (a detached worktree of ee009dd), medians; the machine ran other helpers'
-test suites at the same time (load 7 to 14 on 2 cores: wall about 3.5 x CPU), so the CPU seconds are the figures to read:
+farm-bench, 7 runs each taking turns with main (a detached worktree of ee009dd), medians, the machine lightly loaded (load
+2 to 4 on 2 cores; wall medians read up to 1.4 x CPU):
 
     one-liner                                   CPU before   CPU after   wall before   wall after   after / before (paired, CPU)
-    Llama 3 70B, 256 H100, torchtitan           13.17 s      3.17 s      46.19 s       11.11 s      0.24
-    Llama 3 8B, 8 H100, torchtitan              0.757 s      0.602 s     2.62 s        2.15 s       0.80
-    DeepSeek-V3, 2,048 H800 (megatron)          1.167 s      1.200 s     3.29 s        3.48 s       1.01 (no walk: the same code; noise)
+    Llama 3 70B, 256 H100, torchtitan           11.57 s      2.69 s      16.45 s       3.81 s       0.23 (wall 0.235; min wall 2.63 s)
+    Llama 3 8B, 8 H100, torchtitan              0.672 s      0.533 s     0.741 s       0.670 s      0.80
+    DeepSeek-V3, 2,048 H800 (megatron)          0.998 s      1.029 s     1.051 s       1.087 s      1.03 (15 runs again: 1.025 -> 1.022 s, 1.02)
 
-The 70B one-liner is back under its session-15 start (4.59 s wall quiet, 12.5 s after the TP x PP walks) with 3.2 CPU
+DeepSeek-V3's search walks nothing and runs the same code (memory_walk gains two methods it does not call): its ratio
+is the machine's noise (a first call under load 7 to 14 read 1.01). Under that heavier load the 70B one-liner read
+13.17 -> 3.17 CPU s (0.24 paired) and 46.2 -> 11.1 s wall.
+
+The 70B one-liner is back under its session-15 start (4.59 s wall quiet, 12.5 s after the TP x PP walks): 2.7 CPU
 seconds. What is left of its search (cProfile): the walks' fixed costs in parcalc.core.memory_fsdp (each walk builds every
 layer's parameter list and allocates the stage's sharded states, ~15 %), FSDP2's hooks and accumulate() per
 layer-micro-batch, and the replays themselves (~20 %). Next: the per-walk set-up in memory_fsdp once per step shape, and
