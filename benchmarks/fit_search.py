@@ -75,6 +75,35 @@ The 70B search walks 739 stage peaks (88 distinct layouts x their stages; 555 fr
 TP x PP rows were not walked before: agreement with `fit` kept over speed, as session 14 decided (a search that
 recommends a layout `fit` then refuses is the worse defect; for Table 5's layout the textbook sum is 0.516 of the published peak, the bf16 walk 0.930).
 Next: TP stages in search_walk_runs' short runs at fewer micro-batches, or a cheaper block walk.
+
+Session 16 (TTSPEED2; before: ee009dd, main; after: the commit that added these lines): the cheaper block walk. Measured
+first (cProfile of the 70B one-liner): 836 stage walks (555 distinct steps, 739 stage peaks of 88 layouts), ~29,000
+layer-micro-batches, 4.4 million allocations and 2.9 million frees, ~440 us a layer-micro-batch; 95 % of the search.
+Every block of a stage runs the same ops on the same sizes, so parcalc.core.search_segment_walk records a block's
+forward (and its recomputation with its backward) once per kind of call and touched state, and replays the rest: each
+stream's sums change by the recorded totals, the phase's first peak is taken where the recording's running change first
+peaks (only if strictly higher, the walk's rule), the live tensors end as the recording's did, in the same order;
+tests/test_fit_search_replay.py holds replayed walks equal to walked ones segment by segment and tensor by tensor
+(from empty caches). 57,694 of the 70B search's block calls are replayed, 100 kinds recorded. Every searched row
+byte-identical: the JSON of the 8B/8 and 70B/256 torchtitan one-liners, DeepSeek-V3/2048, Llama 3 405B/16,384, GPT-3
+175B/1,024, and under torchtitan Llama 3 70B on 64 H100, 70B on 256 H100 with B = 512, 8B on 64 H100 with B = 1,024.
+farm-bench, 7 runs each taking turns with main (a detached worktree of ee009dd), medians, the machine lightly loaded (load
+2 to 4 on 2 cores; wall medians read up to 1.4 x CPU):
+
+    one-liner                                   CPU before   CPU after   wall before   wall after   after / before (paired, CPU)
+    Llama 3 70B, 256 H100, torchtitan           11.57 s      2.69 s      16.45 s       3.81 s       0.23 (wall 0.235; min wall 2.63 s)
+    Llama 3 8B, 8 H100, torchtitan              0.672 s      0.533 s     0.741 s       0.670 s      0.80
+    DeepSeek-V3, 2,048 H800 (megatron)          0.998 s      1.029 s     1.051 s       1.087 s      1.03 (15 runs again: 1.025 -> 1.022 s, 1.02)
+
+DeepSeek-V3's search walks nothing and runs the same code (memory_walk gains two methods it does not call): its ratio
+is the machine's noise (a first call under load 7 to 14 read 1.01). Under that heavier load the 70B one-liner read
+13.17 -> 3.17 CPU s (0.24 paired) and 46.2 -> 11.1 s wall.
+
+The 70B one-liner is back under its session-15 start (4.59 s wall quiet, 12.5 s after the TP x PP walks): 2.7 CPU
+seconds. What is left of its search (cProfile): the walks' fixed costs in parcalc.core.memory_fsdp (each walk builds every
+layer's parameter list and allocates the stage's sharded states, ~15 %), FSDP2's hooks and accumulate() per
+layer-micro-batch, and the replays themselves (~20 %). Next: the per-walk set-up in memory_fsdp once per step shape, and
+the stage walks' FSDP hooks as replayable calls too.
 """
 
 from __future__ import annotations

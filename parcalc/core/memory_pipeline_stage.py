@@ -142,10 +142,7 @@ def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: Sta
         current = f"pp.act_recv{j}"
     for i in range(plan.first_layer, plan.last_layer):
         hooks.before_layer(walk, i)
-        if plan.tp > 1:
-            out = tp_walk.block_forward(walk, x, i, current, policies[i], plan.tp, prefix=p)
-        else:
-            out = block_forward(walk, x, i, current, policies[i], prefix=p)
+        out = walk.replayable(_layer_forward, f"{p}L{i}", (current,), x, plan.tp, policies[i])
         if policies[i] == "none" and not current.startswith("pp."):
             walk.free(current)
         current = out
@@ -190,21 +187,11 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
     for i in reversed(range(plan.first_layer, plan.last_layer)):
         inp = (f"{p}emb" if plan.first else f"pp.act_recv{j}") if i == plan.first_layer else f"{p}L{i - 1}.x2"
         hooks.before_layer_backward(walk, i)
-        if plan.tp > 1:
-            if policies[i] != "none":
-                if x.float8:  # w2's output gradient, cast and all-gathered in FP8 before the recomputation (memory_torchtitan_tp)
-                    tp_walk.float8_output_gradient(walk, x, plan.tp, f"{p}L{i}.w2")
-                tp_walk.block_forward(walk, x, i, inp, policies[i], plan.tp, recomputing=True, prefix=p)
-            tp_walk.block_backward(walk, x, i, plan.tp, f"{p}g_stream", f"{p}g_stream_next", prefix=p)
-        else:
-            if policies[i] != "none":
-                block_forward(walk, x, i, inp, policies[i], recomputing=True, prefix=p)
-            block_backward(walk, x, i, f"{p}g_stream", f"{p}g_stream_next", prefix=p)
+        walk.replayable(_layer_backward, f"{p}L{i}", (inp, f"{p}g_stream", f"{p}g_stream_next"), x, plan.tp, policies[i])
         if not inp.startswith("pp."):
             walk.free(inp)
         walk.rename(f"{p}g_stream_next", f"{p}g_stream")
-        own = f"{p}L{i}."  # made once, not once per live tensor
-        hooks.accumulate(walk, f"L{i}", [k for k in walk.live if k.startswith(own) and k.endswith(".grad")])
+        hooks.accumulate(walk, f"L{i}", walk.keys_under(f"{p}L{i}.", ".grad"))
     walk.free(f"{p}stage.out")
     if plan.last and not plan.return_outputs:  # backward_one_chunk popped its fwd_cache entry: pred goes when it returns
         walk.free(f"{p}head.out")
@@ -222,6 +209,39 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         walk.alloc(f"pp.grad_recv{j}", plan.stream_bytes(x), "buffers", "gradient receive buffer (one per micro-batch)")
     hooks.accumulate(walk, "root", [k for k in (f"{p}embedding.grad", f"{p}head.grad", f"{p}final.grad") if k in walk.live])
     hooks.first_backward = False
+
+
+def _layer_forward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShapes, tp: int, policy: str) -> str:
+    """Block i's forward on a micro-batch (`layer`: its tensors' prefix m{j}.L{i}; names: its input), as Walk.replayable
+    calls it; returns its output's key."""
+    prefix, i = _prefix_and_index(layer)
+    (inp,) = names
+    if tp > 1:
+        return tp_walk.block_forward(walk, x, i, inp, policy, tp, prefix=prefix)
+    return block_forward(walk, x, i, inp, policy, prefix=prefix)
+
+
+def _layer_backward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShapes, tp: int, policy: str) -> None:
+    """Block i's recomputation (unless its policy keeps everything) and backward on a micro-batch, as Walk.replayable
+    calls it; names: its input, the gradient it receives, the one it passes on."""
+    prefix, i = _prefix_and_index(layer)
+    inp, g_out, into = names
+    if tp > 1:
+        if policy != "none":
+            if x.float8:  # w2's output gradient, cast and all-gathered in FP8 before the recomputation (memory_torchtitan_tp)
+                tp_walk.float8_output_gradient(walk, x, tp, f"{prefix}L{i}.w2")
+            tp_walk.block_forward(walk, x, i, inp, policy, tp, recomputing=True, prefix=prefix)
+        tp_walk.block_backward(walk, x, i, tp, g_out, into, prefix=prefix)
+    else:
+        if policy != "none":
+            block_forward(walk, x, i, inp, policy, recomputing=True, prefix=prefix)
+        block_backward(walk, x, i, g_out, into, prefix=prefix)
+
+
+def _prefix_and_index(layer: str) -> tuple[str, int]:
+    """`m{j}.` and i of a block's key prefix m{j}.L{i}."""
+    prefix, _, index = layer.rpartition("L")
+    return prefix, int(index)
 
 
 def walk_stage(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], embedding_tables: int,

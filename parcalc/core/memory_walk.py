@@ -11,11 +11,14 @@ models (parcalc.core.memory_timeline, its MoE block parcalc.core.memory_moe_bloc
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from parcalc.core.allocator import block_bytes, reserved_bytes
 from parcalc.derivation import Derivation
 
+T = TypeVar("T")
 KINDS = ("weights", "optimizer states", "gradients", "activations", "autocast weight copies", "logits and loss", "temporaries",
          "workspace")  # fmt: skip
 
@@ -110,6 +113,16 @@ class Walk:
         """A tensor allocated and freed within one op (its peak counts, nothing stays)."""
         self.alloc(key, size, kind, what)
         self.free(key)
+
+    def keys_under(self, prefix: str, suffix: str) -> list[str]:
+        """The live tensors' keys that start with `prefix` and end with `suffix`, in the order they became live."""
+        return [key for key in self.live if key.startswith(prefix) and key.endswith(suffix)]
+
+    def replayable(self, fn: Callable[..., T], layer: str, names: tuple[str, ...], *args: Hashable) -> T:
+        """fn(self, layer, names, *args): ops (a block's forward, say) whose tensors are all keyed `layer.` + a name or are
+        `names` (and `name.` / `name+` + a name), and that depend on nothing else but `args`. Walked here; the search's walk
+        replays a recorded call of the same kind instead (parcalc.core.search_segment_walk)."""
+        return fn(self, layer, names, *args)
 
 
 class StepHooks:

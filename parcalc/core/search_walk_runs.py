@@ -2,6 +2,9 @@
 for byte, from walks of a few of its repeated units: a model's identical layers, and a 1F1B stage's micro-batches. A search
 walks the step once per distinct row key (Llama 3 70B on 256 H100: 133 walks, ~940,000 allocations, 4.6 of its 4.9 CPU
 seconds); the walks here are of 4 and 5 layers, times w + 4 and w + 5 micro-batches on a pipeline stage (w its warm-up).
+The walk itself is parcalc.core.search_segment_walk.SegmentWalk, which keeps each phase's peak sums and replays a pipeline
+stage's blocks from recordings of the same block (the same bytes; since session 16, where the search walks TP x PP stages
+as `fit` does: Llama 3 70B on 256 H100 walks 836 stage walks, ~29,000 layer-micro-batches, 57,694 of its block calls replayed).
 
 Why it is exact. The reserved total is, for each CUDA stream, parcalc.core.allocator.reserved_bytes of the blocks live at
 that stream's first peak: a function of four sums over those blocks (all of them, the small ones, the medium ones, the
@@ -41,118 +44,12 @@ import re
 from dataclasses import replace
 from functools import lru_cache
 
-from parcalc.core.allocator import K_MIN_LARGE_ALLOC, K_SMALL_SIZE, block_bytes, reserved_of_sums, segment_bytes
-from parcalc.core.memory_fsdp import STREAMS, FsdpStep, stream_of, walk_fsdp_step
-from parcalc.core.memory_walk import LiveTensor, Walk
+from parcalc.core.allocator import reserved_of_sums
+from parcalc.core.memory_fsdp import STREAMS, FsdpStep, walk_fsdp_step
 from parcalc.core.model import TransformerModel
+from parcalc.core.search_segment_walk import LAYER_MARK, SegmentWalk, Sums
 
-Sums = tuple[float, float, float, float]  # all blocks, small ones, medium ones, large ones' segments (bytes)
-Segment = tuple[str, dict[str, Sums]]  # a phase and each stream's sums at its first peak in it
 _NUMBERED = re.compile(r"^(forward|backward): (layer|micro-batch) (\d+) of (\d+)")
-_BLOCK_KEY = re.compile(r"^m\d+\.L(\d+)\.")
-LAYER_MARK = "\0layer "
-
-
-class SegmentWalk(Walk):
-    """A step walk that keeps, for each phase it enters (each assignment of `phase`) and each stream
-    (memory_fsdp.stream_of), the stream's four sums at its first peak within that phase. Nothing else of the peak."""
-
-    def __init__(self, layer_keys: bool = False) -> None:
-        self.segments: list[Segment] = []
-        self._best: dict[str, Sums] = {}
-        self._phase = ""
-        # a pipeline stage's phases are its micro-batches: a new segment also starts at each layer's first block tensor
-        # (memory_torchtitan.BlockWalk's keys, `m{j}.L{i}.`), labelled `phase` + LAYER_MARK + i
-        self._layer_keys = layer_keys
-        self._layer = -1
-        super().__init__()
-        self.sums: dict[str, list[float]] = {s: [0.0, 0.0, 0.0, 0.0] for s in STREAMS}
-        # each live tensor's stream's sums, and what it added to them (its block, which sum, what there): free() and
-        # rename() then need no second look-up of its stream or block
-        self._held: dict[str, tuple[list[float], float, int, float]] = {}
-
-    @property
-    def phase(self) -> str:
-        return self._phase
-
-    @phase.setter
-    def phase(self, value: str) -> None:
-        self._phase, self._best, self._layer = value, {}, -1
-        self.segments.append((value, self._best))
-
-    def alloc(self, key: str, size: float, kind: str, what: str) -> None:
-        if size <= 0:
-            return
-        live = self.live
-        if key in live:
-            raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
-        if self._layer_keys and key[0] == "m":
-            layer = _layer_of(key)
-            if layer >= 0 and layer != self._layer:
-                self._layer, self._best = layer, {}
-                self.segments.append((f"{self._phase}{LAYER_MARK}{self._layer}", self._best))
-        block, part, counted = _block(size)
-        live[key] = _live_tensor(what, kind, block)
-        stream = _STREAM_OF.get(key)
-        if stream is None:
-            stream = _STREAM_OF[key] = stream_of(key)
-        sums = self.sums[stream]
-        self._held[key] = (sums, block, part, counted)
-        sums[0] += block
-        sums[part] += counted
-        best = self._best.get(stream)
-        if best is None or sums[0] > best[0]:
-            self._best[stream] = (sums[0], sums[1], sums[2], sums[3])
-
-    def free(self, *keys: str) -> None:
-        live, held = self.live, self._held
-        for key in keys:
-            if live.pop(key, None) is None:
-                continue
-            sums, block, part, counted = held.pop(key)  # a block is its own block (512-byte multiples)
-            sums[0] -= block
-            sums[part] -= counted
-
-    def rename(self, old: str, new: str, what: str | None = None, kind: str | None = None) -> None:
-        tensor = self.live.pop(old)
-        self.live[new] = _live_tensor(what or tensor.what, kind or tensor.kind, tensor.bytes)
-        self._held[new] = self._held.pop(old)  # the block stays in its stream's pool (StreamWalk.rename)
-
-    def relabel(self, key: str, what: str, kind: str | None = None) -> None:
-        tensor = self.live[key]
-        self.live[key] = LiveTensor(what, kind or tensor.kind, tensor.bytes)
-
-
-# what a walk looks up again and again by a tensor's key, kept across walks (the keys repeat: a few thousand names)
-_STREAM_OF: dict[str, str] = {}  # memory_fsdp.stream_of
-_LAYER_OF: dict[str, int] = {}  # the layer of a block tensor's key `m{j}.L{i}.` (BlockWalk), -1 for any other key
-
-
-def _layer_of(key: str) -> int:
-    layer = _LAYER_OF.get(key)
-    if layer is None:
-        found = _BLOCK_KEY.match(key)
-        layer = _LAYER_OF[key] = int(found.group(1)) if found is not None else -1
-    return layer
-
-
-@lru_cache(maxsize=65536)
-def _live_tensor(what: str, kind: str, block: float) -> LiveTensor:
-    """LiveTensor(what, kind, block), one object for equal ones (it is frozen): a search's walks make a few hundred
-    thousand of them, of a few hundred distinct ones."""
-    return LiveTensor(what, kind, block)
-
-
-@lru_cache(maxsize=65536)
-def _block(size: float) -> tuple[float, int, float]:
-    """A request's block (allocator.block_bytes), which of the sums it adds to (1 small, 2 medium, 3 large) and what it
-    adds there (the block; a large one's segment): the terms of allocator.reserved_bytes. Walks repeat a few sizes."""
-    block = block_bytes(size)
-    if block <= K_SMALL_SIZE:
-        return block, 1, block
-    if block < K_MIN_LARGE_ALLOC:
-        return block, 2, block
-    return block, 3, segment_bytes(block)
 
 
 def reserved_total(model: TransformerModel, step: FsdpStep) -> float:
@@ -376,8 +273,7 @@ def _segments(model: TransformerModel, step: FsdpStep, layers: int, micro_batche
     layer: Label = ()
     sub = 0
     for phase, sums in walk.segments:
-        text, _, in_layer = phase.partition(LAYER_MARK)
-        numbered = _NUMBERED.match(text)
+        numbered, own, in_layer = _phase_parts(phase)
         if numbered and not in_layer and numbered.group(2) == "micro-batch":
             seen += 1
             if runs is None:
@@ -393,7 +289,6 @@ def _segments(model: TransformerModel, step: FsdpStep, layers: int, micro_batche
             layer, sub = _place(int(numbered.group(3)) - 1, layers, layer_ends), 0
         elif in_layer:
             layer, sub = _place(int(in_layer) - lo, layers, layer_ends), 0
-        own = _NUMBERED.sub(r"\1: \2", text)
         label = (*unit, *layer, sub, own)
         labelled.append((label, sums))
         if len(layer) == 2 and layer[0] == "mid":
@@ -408,6 +303,14 @@ def _segments(model: TransformerModel, step: FsdpStep, layers: int, micro_batche
             middle.append((sums, ("head", t - 2, *layer, sub, own), ("tail", places - 3 - t, *layer, sub, own)))
         sub += 1
     return labelled, middle
+
+
+@lru_cache(maxsize=8192)
+def _phase_parts(phase: str) -> tuple[re.Match[str] | None, str, str]:
+    """A segment's numbered part (micro-batch or layer, which of how many), its text without the numbers, and its layer
+    mark's layer; walks repeat the same few phases."""
+    text, _, in_layer = phase.partition(LAYER_MARK)
+    return _NUMBERED.match(text), _NUMBERED.sub(r"\1: \2", text), in_layer
 
 
 def _place(index: int, count: int, ends: int) -> Label:
