@@ -90,7 +90,9 @@ def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup, p
 
     other = tuple(what for what, on in (("--offload", setup.offload_optimizer or setup.offload_activations),
                                         ("--recompute-layers", setup.recompute_layers is not None),
-                                        ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)  # fmt: skip
+                                        ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout)),
+                                        # memory_torchtitan_cp_compile reads the compiled ring with the weights cast in the block
+                                        ("--fp8-all-gather with cp and --compile", setup.float8_all_gather and par.cp > 1 and setup.compiled)) if on)  # fmt: skip
     code = PROFILES[setup.step_memory].model_code if setup.step_memory in PROFILES else "transformers"
     return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other, code, pipeline, setup.compiled)
 
