@@ -30,7 +30,11 @@ kvcat4). Left out, as for the compiled block without CP: the CPU RNG state under
 What a reading at one shape cannot see: Inductor keeps a freed buffer for a later allocation of the same dtype and size (its
 `# reuse`), so at a shape where two of the code's sizes coincide that differ at the logged one (ffn = 2 x hidden: the K/V
 concatenation and w1's output) the concatenation's buffer is held until w1 runs, where the walk frees it after the
-all-gather; no Llama 3 shape has such a coincidence (8B: 2 x 4096 against 14336).
+all-gather; no Llama 3 shape has such a coincidence (8B: 2 x 4096 against 14336). And the reuse itself is decided per shape:
+at one ground-truth shape (tests/ground_truth/test_torch_memory_torchtitan_cp_compile.py RING_HEAVY, cp 8, full
+checkpointing) Inductor frees the ring's fp32 merge buffers step by step where at the logged shape it reuses them, and the
+walk is 1.185 of the measured peak there (a strict xfail); its peak is inside a recomputed block, where the published rows'
+(full checkpointing, 32K tokens a rank) is in the loss's backward, with each block's input alone kept.
 One substitution in the ground truth: torch's CP handler knows the CUDA SDPA kernels only, so the CPU flash kernel is given
 the same handler and sharding rule there (tests/ground_truth/tiny_torchtitan_cp_compile.py); the traced ring is torch's own.
 Ground truth: tests/ground_truth/test_torch_memory_torchtitan_cp_compile.py, profiler-counted compiled steps under

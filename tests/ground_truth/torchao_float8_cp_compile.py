@@ -23,7 +23,7 @@ import torch
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "torchtitan_cp" / "float8_cp_compile_profiler.json"
 
 # (hidden, heads, KV heads, ffn, layers, vocab, b, global s): every dim a multiple of 16 (torch._scaled_mm)
-SHAPES = {"attention": (128, 8, 2, 1536, 2, 64, 8, 512), "ring-heavy": (256, 8, 2, 768, 1, 64, 2, 2048)}
+SHAPES = {"attention": (128, 8, 2, 1536, 2, 64, 8, 512), "ring-heavy": (256, 8, 2, 640, 1, 64, 2, 3072)}
 CASES = [("attention", "none", 2), ("attention", "full", 2), ("ring-heavy", "none", 4), ("ring-heavy", "full", 8)]
 
 
