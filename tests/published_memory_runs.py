@@ -26,11 +26,6 @@ TT_TRAINY = "pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefib
 # torchtitan's llama3_8b.toml at 9dec370 (train_configs/) and e7c0cae (torchtitan/models/llama3/train_configs/): seq_len = 8192,
 # activation_checkpoint mode 'selective' with selective_ac_option 'op'
 TOML_8B = "train_configs/llama3_8b.toml: seq_len = 8192, [activation_checkpoint] mode = 'selective', selective_ac_option = 'op'"
-COMPILE = ("torch.compile per TransformerBlock: the compiled block is walked under FSDP2 alone, bf16 or Float8 (parcalc.core."
-           "memory_torchtitan_compile, memory_float8_compile); with TP, PP or CP the textbook sum stands, which --compile does not change")
-FLOAT8 = ("Float8 linears (torchao Float8Linear, tensorwise) with CP: the step walk follows their casts under FSDP, FSDP x TP and "
-          "in pipeline stages (parcalc.core.memory_torchao_float8, memory_torchtitan_tp, memory_pipeline_stage), not beside the ring "
-          "attention; with CP --precision fp8 keeps the textbook's Transformer Engine sum")
 # Table 4 (FSDP 32 x TP 8, Float8, full checkpointing) is walked eager since session 16: torchao's Float8 TP styles
 # (tests/ground_truth/test_torch_memory_float8_tp.py, 9 FSDPMemTracker cases 0.9997-1.0006). Its reserved peak, 59.75 GiB of
 # 71.9 (0.831; the textbook sum before: 0.745), equals the bf16 walk's: the peak is loss parallel's backward (four fp32
@@ -38,7 +33,7 @@ FLOAT8 = ("Float8 linears (torchao Float8Linear, tensorwise) with CP: the step w
 FP8_ALL_GATHER_405B = ("torchao's FP8 all-gather in FSDP (train_configs/llama3_405b.toml at 9dec370: enable_fsdp_float8_all_gather and "
                        "precompute_float8_dynamic_scale_for_fsdp true): not walked with TP and PP, the weights gathered in bf16 here")
 COMPILE_TP = ("torch.compile with TP (and PP): the walk runs the blocks eager (parcalc.core.memory_torchtitan_compile follows the "
-              "compiled block under FSDP2 alone), so the row is walked without --compile")
+              "compiled block under FSDP2 and FSDP x CP), so the row is walked without --compile")
 # the FSDP Float8 rows: compiled, the walk follows Inductor's code for torchao's casts (parcalc.core.memory_float8_compile,
 # tests/ground_truth/test_torch_memory_float8_compile.py: 9 profiler-counted compiled steps on the CPU, 0.9984-0.9998). Until
 # session 15 --compile --precision fp8 kept the textbook sum (0.944 / 0.946 of Table 1 / 3's rows by luck; the eager Float8
@@ -59,9 +54,14 @@ SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")
 # precompute_float8_dynamic_scale_for_fsdp true: Tables 5 and 6 likely gathered in FP8 too; --fp8-all-gather is not passed
 # while their Float8 inside pipeline stages is not walked (the walk follows the FP8 all-gather under FSDP alone)
 CP = ("context parallelism with TP and PP: the step walk follows torch's context_parallel ring attention under FSDP x CP alone "
-      "(parcalc.core.memory_torchtitan_cp)")
+      "(parcalc.core.memory_torchtitan_cp, compiled: memory_torchtitan_cp_compile)")
 # torchtitan 9dec370's CP rotates K/V with torch's 'allgather' method (config_manager.py --experimental.context_parallel_rotate_method
-# default): --cp-comm all-gather. Table 2's rows walked as their bf16 eager twins (without --compile and --precision fp8, which keep the textbook sum): the walk's
+# default): --cp-comm all-gather. Table 2's CP 2 / 4 / 8 rows (compile, Float8, full checkpointing) are walked as they ran since
+# session 16 (parcalc.core.memory_torchtitan_cp_compile: the block's Inductor code with the ring traced into it, profiler-held on
+# the CPU, tests/ground_truth/test_torch_memory_torchtitan_cp_compile.py): 75.95 / 84.2 (0.902), 76.01 / 84.0 (0.905), 76.13 /
+# 84.5 (0.901); before, the textbook sum: 0.721, 0.723, 0.724. Under full checkpointing the compiled block keeps its input alone,
+# as the eager one does, and the step's peak is in the loss's backward: the compiled rows equal their bf16 eager twins.
+# Table 2's rows walked as their bf16 eager twins (without --compile and --precision fp8): the walk's
 # reserved peak 75.87 GiB of 83.9 (0.904, CP 1), 75.95 of 84.2 (0.902, CP 2), 76.01 of 84.0 (0.905, CP 4), 76.13 of 84.5 (0.901,
 # CP 8): flat across the CP degrees as the published peaks are (each rank s / cp = 32768 tokens; the ring's all-gathered K/V and
 # the merge's fp32 copies are small beside the 128K-vocabulary logits of the loss's backward, the peak). What is left of each CP
@@ -109,9 +109,9 @@ def _t2(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
                      f"activation checkpointing.', row '| FSDP {fsdp}, CP {cp} | {seq} | ... | {gib} |'",
                      (*_8B, "--dp", str(fsdp), "--cp", str(cp), *(("--cp-comm", "all-gather") if cp > 1 else ()), "--micro-batch", "1",
                       "--seq-len", str(seq), "--recompute", "full", "--precision", "fp8", "--compile"), gib, _RESERVED,
-                     (*((COMPILE, FLOAT8) if cp > 1 else ()), FRAGMENTATION),
-                     "" if cp > 1 else ("the compiled Float8 walk (full checkpointing) lands at 0.904, the allocator's fragmentation "
-                                        "around the 32K-token logits not modelled"))  # fmt: skip
+                     (FRAGMENTATION,),
+                     f"the compiled Float8 walk{' under CP' if cp > 1 else ''} (full checkpointing) lands at 0.90, the allocator's "
+                     "fragmentation around the 32K-token logits not modelled")  # fmt: skip
 
 
 # Tables 5 and 6 are walked eager since session 16 with Float8 inside the pipeline stages (tests/ground_truth/

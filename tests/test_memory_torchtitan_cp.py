@@ -36,7 +36,7 @@ def test_the_alltoall_ring_keeps_less_than_the_all_gathered_keys() -> None:
 @pytest.mark.parametrize("flags, reason", [
     (("--dp", "4", "--cp", "2", "--recompute", "op"), "--recompute op with cp"),
     (("--dp", "2", "--cp", "2", "--tp", "2", "--sequence-parallel", "--recompute", "full"), "tp = 2 with cp"),
-    (("--dp", "4", "--cp", "2", "--recompute", "full", "--compile"), "--compile with cp"),
+    (("--dp", "4", "--cp", "2", "--recompute", "full", "--compile"), "--compile with --cp-comm p2p"),  # the compiled ring is read with allgather
     (("--dp", "4", "--cp", "2", "--recompute", "full", "--precision", "fp8"), "--precision fp8 with cp"),
     (("--dp", "4", "--cp", "2", "--recompute", "full", "--cp-comm", "a2a", "--seq-len", "8192"), "--cp-comm a2a"),
 ])  # fmt: skip

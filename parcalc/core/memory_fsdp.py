@@ -222,15 +222,22 @@ def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute:
             compiled: bool) -> list[str]:  # fmt: skip
     """What of context parallelism the walk does not follow: it follows torchtitan's context_parallel (torch's ring attention,
     allgather rotation, load-balanced causal shards; parcalc.core.memory_torchtitan_cp) in its eager bf16 block under FSDP2
-    alone, with no or full checkpointing (memory, fit and fit's search all walk it)."""
+    alone, with no or full checkpointing (memory, fit and fit's search all walk it); compiled, the block's Inductor code with
+    the ring traced into it, bf16 or Float8, at the CP degrees whose code is read (parcalc.core.memory_torchtitan_cp_compile)."""
+    from parcalc.core.memory_torchtitan_cp_compile import DEGREES
+
     cp = layout.cp
     if cp <= 1:
         return []
     why = [what for what, gap in (("the walk follows torchtitan's context_parallel", model_code != "torchtitan"),
                                   (f"tp = {layout.tp} with cp (the TP walk has no ring attention)", layout.tp > 1),
                                   (f"pp = {layout.pp} with cp (the pipeline walk has no ring attention)", layout.pp > 1),
-                                  ("--compile with cp (the compiled walk has no ring attention)", compiled),
-                                  (f"--precision {precision.value} with cp (the ring is walked in bf16)", precision is Precision.FP8),
+                                  (f"--compile with cp = {cp} (the compiled ring's code is read at cp {', '.join(map(str, DEGREES))})",
+                                   compiled and cp not in DEGREES),
+                                  ("--compile with --cp-comm p2p (the compiled ring's code is read with the allgather rotate method)",
+                                   compiled and layout.cp_comm == "p2p"),
+                                  (f"--precision {precision.value} with cp without --compile (the eager ring is walked in bf16)",
+                                   precision is Precision.FP8 and not compiled),
                                   (f"--recompute {recompute.value} with cp (torch's CP dispatch hides the ring's ops from selective "
                                    "op checkpointing; the walk follows none and full)", recompute not in (Recompute.NONE, Recompute.FULL)),
                                   ("the model has experts (torchtitan's Llama code has none)", model.moe is not None),
@@ -241,8 +248,11 @@ def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute:
 
 def check_cp(model: TransformerModel, step: FsdpStep) -> None:
     policies = set(step.block_policies or ()) | ({step.recompute.value} if step.block_policies is None else set())
-    layout = Layout(step.tp, step.pp, max(step.shards // step.cp, 1), cp=step.cp)
+    comm = next((flag for flag, method in CP_ROTATES.items() if method == step.cp_rotate), "all-gather")
+    layout = Layout(step.tp, step.pp, max(step.shards // step.cp, 1), cp=step.cp, cp_comm=comm)
     gaps = cp_gaps(model, layout, step.model_code, Recompute.NONE, step.precision, step.compiled)
+    if step.compiled and step.float8_all_gather:
+        gaps.append("--fp8-all-gather with cp and --compile (the compiled ring's code is read with the weights cast in the block)")
     gaps += [f"checkpointing {p!r} with cp" for p in sorted(policies) if p not in ("none", "full")]
     if step.cp_rotate not in CP_ROTATES.values():
         gaps.append(f"rotate method {step.cp_rotate!r} (one of {', '.join(CP_ROTATES.values())})")

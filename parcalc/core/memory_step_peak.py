@@ -92,7 +92,9 @@ def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup, p
                                         ("--recompute-layers", setup.recompute_layers is not None),
                                         ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout)),
                                         (f"--fp8-all-gather with tp = {par.tp}, pp = {par.pp} (the FP8 all-gather is walked under "
-                                         "FSDP alone)", setup.float8_all_gather and (par.tp > 1 or par.pp > 1))) if on)  # fmt: skip
+                                         "FSDP alone)", setup.float8_all_gather and (par.tp > 1 or par.pp > 1)),
+                                        # memory_torchtitan_cp_compile reads the compiled ring with the weights cast in the block
+                                        ("--fp8-all-gather with cp and --compile", setup.float8_all_gather and par.cp > 1 and setup.compiled)) if on)  # fmt: skip
     code = PROFILES[setup.step_memory].model_code if setup.step_memory in PROFILES else "transformers"
     return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other, code, pipeline, setup.compiled)
 

@@ -311,7 +311,11 @@ def _sizes(x: StepShapes) -> dict[str, float]:
             "h": x.h * c, "hq": x.h * x.q * c, "hkv": x.h * x.kv * c, "hf": x.h * x.f * c,
             # the Float8 block's (memory_float8_compile): FP8 copies (1 byte an element), fp32 ffn-wide tensors, amax / scale
             "Th1": T * x.h, "Tkv1": T * x.kv, "Tf1": T * x.f, "hq1": x.h * x.q, "hkv1": x.h * x.kv, "hf1": x.h * x.f,
-            "Tf4": T * x.f * 4, "scalar": 4}  # fmt: skip
+            "Tf4": T * x.f * 4, "scalar": 4,
+            # the ring attention's, under context parallelism (memory_torchtitan_cp_compile): the repeated K and V concatenated
+            # and all-gathered over the CP ranks, a later step's half of the queries, the fp32 dK/dV sent on
+            "kvcat": 2 * T * x.q * c, "kvgather": x.cp * 2 * T * x.q * c, "Tq_half": T * x.q * c / 2, "Tq4_half": T * x.q * 2,
+            "lse_half": x.b * x.heads * x.s * 2, "kvcat4": 2 * T * x.q * 4}  # fmt: skip
 
 
 def run_program(walk: Walk, x: StepShapes, program: tuple[Step, ...], key: Callable[[str], str]) -> None:
@@ -352,7 +356,12 @@ def compiled_block_backward(walk: Walk, x: StepShapes, i: int, inp: str, g_out: 
 
 def _programs(x: StepShapes) -> tuple[dict[str, tuple[Step, ...]], dict[str, tuple[Step, ...]]]:
     """The bf16 block's programs, or the Float8 block's (torchao's Float8Linear: parcalc.core.memory_float8_compile) where
-    x.float8, its weights cast inside the compiled code or, where x.float8_weights, all-gathered in FP8 already."""
+    x.float8, its weights cast inside the compiled code or, where x.float8_weights, all-gathered in FP8 already; under context
+    parallelism (x.cp > 1) the block's code with the ring attention traced into it (parcalc.core.memory_torchtitan_cp_compile)."""
+    if x.cp > 1:
+        from parcalc.core.memory_torchtitan_cp_compile import cp_programs
+
+        return cp_programs(x.cp, x.float8)
     if x.float8:
         from parcalc.core import memory_float8_compile as float8
 

@@ -82,15 +82,16 @@ def graph_inputs(log: str) -> list[str]:
     raise ValueError("no graph_code forward")
 
 
-def _symbol(shape: tuple[int, ...], dtype: str) -> str:
+def _symbol(shape: tuple[int, ...], dtype: str, symbols: dict | None = None) -> str:
     elements = 1
     for d in shape:
         elements *= d
-    return SYMBOLS[(elements, DTYPE_BYTES[dtype])]
+    return (SYMBOLS if symbols is None else symbols)[(elements, DTYPE_BYTES[dtype])]
 
 
 class _Replay:
-    def __init__(self, names: dict[str, str], sizes: dict[str, str], unwalked: set[str]) -> None:
+    def __init__(self, names: dict[str, str], sizes: dict[str, str], unwalked: set[str], symbols: dict | None = None) -> None:
+        self.symbols = SYMBOLS if symbols is None else symbols  # (elements, bytes an element) -> symbol, of the logged shape
         self.name_of: dict[str, str] = dict(names)  # python name -> storage key
         self.size: dict[str, str] = dict(sizes)  # storage key -> symbol
         self.unwalked = set(unwalked)  # storages the walk does not hold (parameters, freqs_cis)
@@ -98,6 +99,8 @@ class _Replay:
         self.kept: set[str] = set()
         self.tuples: dict[str, list] = {}
         self.dtype: dict[str, str] = {}
+        self.view_shapes: dict[str, tuple[int, ...]] = {}  # python name -> its shape, where it is a view of a larger storage
+        self.returned_shapes: list[tuple[int, ...] | None] = []
 
     def _drop(self, name: str) -> None:
         if name in self.tuples:
@@ -157,6 +160,18 @@ def _arg_name(node: ast.expr) -> str | None:
     return None
 
 
+def _view_shape(node: ast.expr) -> tuple[int, ...] | None:
+    """The shape of a `reinterpret_tensor(buf, shape, ...)` argument (a view), else None."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "reinterpret_tensor":
+        return tuple(ast.literal_eval(node.args[1]))
+    return None
+
+
+def _elements(r: _Replay, symbol: str) -> tuple[int, int]:
+    """(elements, bytes an element) of a size symbol of the logged shape."""
+    return next(key for key, name in r.symbols.items() if name == symbol)
+
+
 def _func_name(call: ast.Call) -> str:
     return ast.unparse(call.func)
 
@@ -178,6 +193,7 @@ def replay(body: str, r: _Replay) -> list:  # type: ignore[type-arg]
         if isinstance(st, ast.Return):
             assert isinstance(st.value, ast.Tuple)
             returned = [None if isinstance(e, ast.Constant) else r.name_of.get(_arg_name(e) or "") for e in st.value.elts]
+            r.returned_shapes = [_view_shape(e) for e in st.value.elts]  # a saved view's shape (a chunk of a buffer)
             r.kept.update(k for k in returned if k)
             for name in [*r.name_of, *r.tuples]:  # the function's other locals go when it returns
                 r._drop(name)
@@ -191,7 +207,7 @@ def replay(body: str, r: _Replay) -> list:  # type: ignore[type-arg]
             if isinstance(value, ast.Call):
                 shape = tuple(ast.literal_eval(value.args[1]))
                 dtype_of_old = r.dtype[r.name_of[old]]  # type: ignore[attr-defined]
-                symbol = _symbol(shape, dtype_of_old)
+                symbol = _symbol(shape, dtype_of_old, r.symbols)
             else:
                 symbol = r.size[r.name_of[old]]
             r.dtype[target] = r.dtype[r.name_of[old]]  # type: ignore[attr-defined]
@@ -221,12 +237,15 @@ def replay(body: str, r: _Replay) -> list:  # type: ignore[type-arg]
             shape = tuple(ast.literal_eval(value.args[0]))
             dtype = ast.unparse(value.args[2]).split(".")[-1]
             r.dtype[target] = dtype  # type: ignore[attr-defined]
-            symbol = _symbol(shape, dtype)
-            r.new(target, None if symbol == "lse" and "GOUT" in r.name_of.values() else symbol)  # the backward's lse copy
+            symbol = _symbol(shape, dtype, r.symbols)
+            # the CPU flash backward's copy of the logsumexp, in the kernel's (b, heads, s) layout; the ring's merged logsumexp
+            # under context parallelism is (b, heads, s, 1) (_SDPAMerger unsqueezes it) and stays
+            cpu_copy = symbol == "lse" and "GOUT" in r.name_of.values() and len(shape) == 3
+            r.new(target, None if cpu_copy else symbol)
             continue
         op = fn.split(".")[-2] if fn.endswith((".default", ".Tensor")) else fn.split(".")[-1]
         args = [_arg_name(a) for a in value.args]
-        if op in ALIASES:
+        if op in ALIASES or fn == "reinterpret_tensor":  # a view (`# alias`: a part of a concatenation written in place)
             r.alias(target, r.name_of.get(args[0] or ""))
         elif op in ("mul", "clone"):  # complex products and the conj clone: a new storage of the first operand's size
             source = r.name_of[args[0]]  # type: ignore[index]
@@ -234,8 +253,14 @@ def replay(body: str, r: _Replay) -> list:  # type: ignore[type-arg]
             r.new(target, r.size[source])
         elif op in ("_scaled_dot_product_flash_attention_for_cpu", "run_and_save_rng_state", "run_with_rng_state"):
             qkv = [a for a in args if a is not None and a in r.name_of][-3:]
-            out = r.new(f"{target}_0", r.size[r.name_of[qkv[0]]])
-            lse = r.new(f"{target}_1", "lse")
+            query = next(a for a in value.args if _arg_name(a) == qkv[0])
+            shape = _view_shape(query) or r.view_shapes.get(qkv[0])
+            if shape is not None:  # a ring step's view of q (half its queries): an output of that size
+                out = r.new(f"{target}_0", _symbol(shape, "bfloat16", r.symbols))
+                lse = r.new(f"{target}_1", _symbol(shape[:3], "float32", r.symbols))
+            else:
+                out = r.new(f"{target}_0", r.size[r.name_of[qkv[0]]])
+                lse = r.new(f"{target}_1", "lse")
             r.dtype.update({out: "bfloat16", lse: "float32"})
             for k in (out, lse):
                 r.name_of.pop(k)
@@ -244,12 +269,21 @@ def replay(body: str, r: _Replay) -> list:  # type: ignore[type-arg]
                 items = [None, items]  # the RNG state: left out
             r.tuples[target] = items
         elif op == "_scaled_dot_product_flash_attention_for_cpu_backward":
-            q, k, v = (r.name_of[a] for a in args[:4][1:4])  # type: ignore[index]
-            grads = [r.new(f"{target}_{i}", r.size[s]) for i, s in enumerate((q, k, v))]
+            shapes = [_view_shape(a) or r.view_shapes.get(_arg_name(a) or "") for a in value.args[1:4]]
+            sizes = [_symbol(shape, "bfloat16", r.symbols) if shape is not None else r.size[r.name_of[_arg_name(a)]]  # type: ignore[index]
+                     for shape, a in zip(shapes, value.args[1:4], strict=True)]  # dq, dk, dv: the shapes of q, k, v (views)
+            grads = [r.new(f"{target}_{i}", s) for i, s in enumerate(sizes)]
             for g in grads:
                 r.name_of.pop(g)
                 r.dtype[g] = "bfloat16"
             r.tuples[target] = grads
+        elif op == "all_gather_into_tensor":  # a new storage: the input gathered from the group's ranks (context parallelism's ring)
+            elements, size = _elements(r, r.size[r.name_of[args[0]]])  # type: ignore[index]
+            r.new(target, r.symbols[(elements * ast.literal_eval(value.args[1]), size)])
+            r.dtype[target] = r.dtype[r.name_of[args[0]]]  # type: ignore[index]
+        elif op == "all_to_all_single":  # a new storage of the input's size (the ring's dK/dV rotation)
+            r.new(target, r.size[r.name_of[args[0]]])  # type: ignore[index]
+            r.dtype[target] = r.dtype[r.name_of[args[0]]]  # type: ignore[index]
         else:
             raise ValueError(f"unknown fallback {fn}: {line}")
     raise ValueError("no return")
@@ -270,8 +304,9 @@ def _named(lines: list[tuple[str, ...]], rename: dict[str, str], prefix: str, ki
     return out
 
 
-def programs(log: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
-    """The forward's and the backward's programs of one generated block (keys: IN, OUT, GOUT, GIN, NAME.grad, f.. / b..)."""
+def programs(log: str, symbols: dict | None = None) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """The forward's and the backward's programs of one generated block (keys: IN, OUT, GOUT, GIN, NAME.grad, f.. / b..);
+    `symbols`: the size symbols of the shape the log was made at (SYMBOLS's by default)."""
     inputs = graph_inputs(log)
     forward, backward = call_bodies(log)[:2]
     flat = [part for name in inputs for part in ((name, f"{name}#scale") if name.endswith("#fp8") else (name,))]
@@ -279,7 +314,7 @@ def programs(log: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
     # freqs_cis[:s] (complex64, s x head_dim / 2): conj(freqs_cis), which the forward saves, is a view of it
     freqs_size = {p: "conj" for p, n in primals.items() if n == "freqs"}
     r = _Replay({p: ("IN" if n == "IN" else p) for p, n in primals.items()}, {"IN": "Th", **freqs_size},
-                {p for p, n in primals.items() if n != "IN"})
+                {p for p, n in primals.items() if n != "IN"}, symbols)
     r.dtype["IN"] = "bfloat16"
     saved = replay(forward, r)
     r.kept.update(k for k in saved if k)
@@ -299,11 +334,12 @@ def programs(log: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
         else:
             names[name] = fkey[key]
     names[args[-1]] = "GOUT"
-    rb = _Replay(names, {v: r.size[k] for k, v in fkey.items() if k not in r.unwalked} | {"GOUT": "Th"}, unwalked)
+    rb = _Replay(names, {v: r.size[k] for k, v in fkey.items() if k not in r.unwalked} | {"GOUT": "Th"}, unwalked, symbols)
     rb.size.update({name: r.size[key] for name, key in zip(args[:-1], saved[1:], strict=True) if key in r.size and key in r.unwalked})
     rb.dtype.update({v: r.dtype.get(k, "bfloat16") for k, v in fkey.items()})
     rb.dtype["GOUT"] = "bfloat16"
     rb.size.update({"IN": "Th"})
+    rb.view_shapes.update({name: shape for name, shape in zip(args[:-1], r.returned_shapes[1:], strict=True) if shape is not None})
     grads = replay(backward, rb)
     rb.kept.update(g for g in grads if g)
     grad_names = {}
