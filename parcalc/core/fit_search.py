@@ -126,7 +126,8 @@ class _Shapes:
         self.op_supported = op_supported(model)
         counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value, flash_attention=training.flash_attention,
                                      recompute_modules=training.recompute_modules if r is Recompute.SELECTIVE else None)
-                   for r in RECOMPUTES if r is not Recompute.OP or self.op_supported}  # fmt: skip
+                   for r in RECOMPUTES if (r is not Recompute.OP or self.op_supported)
+                   and (model.linear_attention is None or r in (Recompute.NONE, Recompute.FULL))}  # fmt: skip
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
@@ -161,7 +162,9 @@ class _Shapes:
         key = (tp, sp, recompute, cp, cp_comm)
         if key not in self._activations:
             t = self.training
-            if (sp and tp == 1) or (recompute is Recompute.OP and not self.op_supported):
+            gdn = self.model.linear_attention is not None  # a gated-DeltaNet hybrid: recomputation none or full, no CP
+            if (sp and tp == 1) or (recompute is Recompute.OP and not self.op_supported) or (
+                    gdn and (cp > 1 or recompute not in (Recompute.NONE, Recompute.FULL))):
                 self._activations[key] = (math.nan,) * 7
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
@@ -170,13 +173,19 @@ class _Shapes:
                                           recompute_modules=t.recompute_modules if recompute is Recompute.SELECTIVE else None)  # fmt: skip
                 vocab = self.model.vocab > 0
                 working = recompute_working_set(self.model, config)
+                mixer = 0.0
+                if gdn:  # each layer as the model's mean layer (linear_attention_memory.mean_layer_delta); the largest recomputed
+                    from parcalc.core.linear_attention_memory import linear_recompute_working_set, mean_layer_delta
+
+                    mixer = mean_layer_delta(self.model, config)
+                    working = linear_recompute_working_set(self.model, config, working)
                 context = context_working_set(self.model, 1, t.seq_len, Layout(tp, cp=cp, cp_comm=cp_comm), self.e)
                 self._activations[key] = (
-                    layer_activations(self.model, config).per_layer.value,
+                    layer_activations(self.model, config).per_layer.value + mixer,
                     embedding_activations(self.model, config, 1.0).value if vocab else 0.0,
                     (output_activations(self.model, config, 1.0).value if vocab else 0.0) + mtp_output(self.model, config),
                     working.value if working is not None else 0.0,
-                    layer_activations(self.model, config, moe_layer=True).per_layer.value if self.model.moe is not None else 0.0,
+                    layer_activations(self.model, config, moe_layer=True).per_layer.value + mixer if self.model.moe is not None else 0.0,
                     context.value if context is not None else 0.0,
                     mtp_output(self.model, config),  # its share of the output's, apart: a --pipeline-layout may place it elsewhere
                 )
@@ -500,7 +509,8 @@ def _layout_grid(shapes: _Shapes, t: int, p: int, d: int, schedules: tuple[tuple
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
-    if shapes.cluster.framework.step_memory == "hf-eager":  # HF checkpoints whole decoder layers or nothing
+    if shapes.cluster.framework.step_memory == "hf-eager" or shapes.model.linear_attention is not None:  # HF checkpoints
+        # whole decoder layers or nothing; a gated-DeltaNet hybrid's memory is counted with none or full (linear_attention_memory)
         recomputes = [i for i in recomputes if RECOMPUTES[i] in (Recompute.NONE, Recompute.FULL)]
     engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
     zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
