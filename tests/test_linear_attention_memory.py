@@ -49,8 +49,8 @@ def _saved_by_phase(batch: int, seq: int) -> tuple[dict[str, int], dict[str, int
     mixer = hf.Qwen3NextGatedDeltaNet(cfg, 0).to(torch.bfloat16)
     phase = ["outer"]
 
-    def tagged(name: str, fn):  # noqa: ANN001, ANN202
-        def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def tagged(name: str, fn):
+        def run(*args, **kwargs):
             phase[0] = name
             try:
                 return fn(*args, **kwargs)
@@ -62,7 +62,7 @@ def _saved_by_phase(batch: int, seq: int) -> tuple[dict[str, int], dict[str, int
     params = {p.untyped_storage().data_ptr() for p in mixer.parameters()}
     tokens = batch * seq
 
-    def pack(t):  # noqa: ANN001, ANN202
+    def pack(t):
         storage = t.untyped_storage()
         if storage.data_ptr() not in params and storage.data_ptr() not in saved:
             saved[storage.data_ptr()] = (phase[0], storage.nbytes(), t.numel())
@@ -85,7 +85,7 @@ def _saved_by_phase(batch: int, seq: int) -> tuple[dict[str, int], dict[str, int
     return dict(by_phase), dict(parameter_sized), cfg
 
 
-def _tiny_model():  # noqa: ANN202
+def _tiny_model():
     from parcalc.core.linear_attention import GatedDeltaNet
 
     model = load_model(QWEN3_NEXT)
@@ -182,7 +182,7 @@ def test_kernels_follow_the_counted_flops() -> None:
     assert again == pytest.approx(flops["gdn.w"] + flops["gdn.u"] + flops["gdn.h"] + flops["gdn.v_new"])
 
 
-def _spec():  # noqa: ANN202
+def _spec():
     from parcalc.core.timing.kernels import compute_spec
     from parcalc.presets import load_gpu
 
@@ -190,7 +190,7 @@ def _spec():  # noqa: ANN202
     return compute_spec(gpu, "bf16", gpu.dtypes["bf16"].dense_peak.value)
 
 
-def _shard(micro_batch: int, seq_len: int):  # noqa: ANN202
+def _shard(micro_batch: int, seq_len: int):
     from parcalc.core.timing.layer_shard import LayerShard
 
     return LayerShard(micro_batch, seq_len, 1, False, True, False, True, 2.0)
