@@ -27,6 +27,7 @@ from parcalc.core.linear_attention_memory import (
     gdn_mixer_tensors,
     mixer_delta,
     stage_linear_layers,
+    torch_chunk_rule_bytes,
     torch_path_tensors,
 )
 from parcalc.presets import load_model
@@ -113,6 +114,7 @@ def test_saved_tensors_against_autograd(batch: int, seq: int) -> None:
     norm = ("norm_x_fp32", "norm_rstd", "norm_normed", "norm_gate_fp32", "norm_silu", "norm_scaled")
     assert measured["norm"] == sum(torch_path[k] for k in norm)
     # the fallback's delta rule keeps far more than fla's fused kernel (fp32 chunks, the loop's operands): held apart
+    assert measured["kernel"] == sum(b for _, b in torch_chunk_rule_bytes(model.linear_attention, batch, seq))
     fla = sum(gpu[k] for k in ("gdn_q", "gdn_q_rstd", "gdn_k", "gdn_k_rstd", "gdn_v", "gdn_g_cumsum", "gdn_ut_inverse"))
     assert measured["kernel"] > 10 * fla
 
@@ -138,6 +140,7 @@ def test_qwen3_next_mixer_bytes_per_token() -> None:
     (4, 1, (9, 9, 9, 9)),  # 12 layers a stage, every 4th full attention (Qwen3NextConfig full_attention_interval 4)
     (8, 1, (5, 4, 5, 4, 5, 4, 5, 4)),  # 6 layers: 0-5 hold attention at 3; 6-11 at 7 and 11
     (2, 3, (18, 18)),  # interleaved: chunks of 8 layers, two attention layers each
+    (2, 12, (24, 12)),  # chunks of 2 layers: the first stage's are layers 0-1, 4-5, ..., never the 4th of a group
 ])  # fmt: skip
 def test_linear_layers_per_stage(pp: int, chunks: int, expected: tuple[int, ...]) -> None:
     model = load_model(QWEN3_NEXT)
@@ -206,3 +209,35 @@ def test_fit_and_search_run() -> None:
     search = runner.invoke(app, [*base, "--search"])
     assert search.exit_code == 0, search.output
     assert "fastest layouts that fit" in search.output
+
+
+def test_search_agrees_with_the_scalar_estimate() -> None:
+    """fit's vectorised search counts each stage's gated-DeltaNet layers as memory does (interleaving moves them between
+    stages: with 12 chunks of 2 layers on 2 stages, the first holds 24 gated-DeltaNet layers, the second 12): its memory
+    and step time equal the scalar estimate's on a sample of 40 configurations of 32 H100s."""
+    import math
+    import random
+
+    from parcalc.core.fit import Cluster, Training, estimate, invalid_reason
+    from parcalc.core.fit_search import search
+    from parcalc.presets import load_gpu, load_link
+
+    h100 = load_gpu("h100-sxm5", ())
+    cluster = Cluster(gpus=32, gpus_per_node=8, peak=989e12, capacity=h100.memory_capacity.value, intra=load_link("nvlink4", ()),
+                      inter=load_link("ib-ndr", ()))  # fmt: skip
+    model, training = load_model(QWEN3_NEXT, ()), Training(32, 4096)
+    found = search(model, training, cluster)
+    columns = found.evaluated.columns
+    rng = random.Random(31)
+    fitting = [i for i in range(len(found.evaluated)) if columns["fits"][i]]
+    for i in rng.sample(range(len(found.evaluated)), 25) + rng.sample(fitting, 15):
+        config = found.evaluated.config(i)
+        assert invalid_reason(model, config, training, cluster) is None
+        scalar = estimate(model, config, training, cluster)
+        assert columns["memory"][i] == pytest.approx(scalar.total_memory, rel=1e-9), config.label()
+        if columns["fits"][i]:
+            assert columns["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9), config.label()
+        else:
+            assert math.isnan(columns["t_step"][i])
+    interleaved = Layout(pp=2, chunks=12, schedule="interleaved")  # type: ignore[arg-type]
+    assert (stage_linear_layers(model, interleaved, 0), stage_linear_layers(model, interleaved, 1)) == (24, 12)

@@ -35,6 +35,7 @@ from parcalc.core.activations import (
     _attention_tensors,
 )
 from parcalc.core.layout import Layout
+from parcalc.core.linear_attention import GatedDeltaNet, chunks
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
@@ -66,6 +67,8 @@ def check_linear_memory(model: TransformerModel, par: Layout, recompute: Recompu
         (f"the {step_memory} step walk (its layers are softmax-attention layers; the textbook sum covers gated DeltaNet)",
          step_memory != "textbook"),
         ("--cp (the delta rule's state passed between context-parallel ranks is not modelled)", par.cp > 1),
+        ("--pipeline-layout (its stages' gated-DeltaNet layers are counted from the even split's layer ranges)",
+         par.pipeline_layout is not None),
         ("--recompute selective / op (none or full only)", recompute not in (Recompute.NONE, Recompute.FULL)),
     ) if bad]  # fmt: skip
     if refused:
@@ -81,6 +84,8 @@ def linear_layout_reason(par: Layout, recompute: Recompute) -> str | None:
         return "a gated-DeltaNet hybrid is counted without context parallelism"
     if recompute not in (Recompute.NONE, Recompute.FULL):
         return "a gated-DeltaNet hybrid's recomputation is none or full"
+    if par.pipeline_layout is not None:
+        return "a gated-DeltaNet hybrid is counted without --pipeline-layout"
     return None
 
 
@@ -129,6 +134,29 @@ def torch_path_tensors(model: TransformerModel, config: ActivationConfig) -> lis
         SavedTensor("norm_silu", "silu(gate) (fp32), the product's operand", "token", vd, FP32, "tp", False, TORCH_PATH),
         SavedTensor("norm_scaled", "weight x normalised x, the product's other operand", "token", vd, e, "tp", False, TORCH_PATH),
     ]  # fmt: skip
+
+
+def torch_chunk_rule_bytes(gdn: GatedDeltaNet, batch: int, seq_len: int) -> tuple[tuple[str, float], ...]:
+    """(what, bytes) autograd keeps in transformers 5.24's torch_chunk_gated_delta_rule (the PyTorch fallback, TP 1), fp32
+    throughout: q and k cast to fp32 and repeated to the value heads, their L2 norms' inverses, then over the sequence
+    padded to whole chunks (T_p) beta, v, the normalised k, K_beta, the scaled q, exp(cum_decay) three times, the UT
+    system's solutions (new values, K_cum), the decayed k and q; per chunk and head C x C matrices (the pairwise decay,
+    K_beta K^T, Q K^T, the UT system, the intra-chunk attention), the chunk decay; the per-chunk loop's recurrent
+    states S_0 .. S_{n-1} and each chunk's V_new; and the bool causal mask. Not what the memory counts (FLA_SAVED)."""
+    c, n = UT_CHUNK, chunks(seq_len)
+    padded = n * c
+    bh = batch * gdn.value_heads  # (sequence, value head)
+    dk, dv = gdn.key_head_dim, gdn.value_head_dim
+    return (
+        ("q, k in fp32 and their L2 norms' inverses (T)", FP32 * bh * seq_len * 2 * (dk + 1)),
+        ("beta, exp(cum_decay) x 3 (T_p)", FP32 * bh * padded * 4),
+        ("v, new values, V_new of each chunk (T_p x d_v)", FP32 * bh * padded * dv * 3),
+        ("normalised k, K_beta, scaled q, K_cum, decayed k and q (T_p x d_k)", FP32 * bh * padded * dk * 6),
+        ("pairwise decay, K_beta K^T, Q K^T, UT system, intra-chunk attention (C x C per chunk)", FP32 * bh * n * c * c * 5),
+        ("chunk decay (one per chunk)", FP32 * bh * n),
+        ("recurrent states S_0 .. S_{n-1} (d_k x d_v)", FP32 * bh * n * dk * dv),
+        ("causal mask (bool C x C)", 1.0 * c * c),
+    )
 
 
 def mixer_delta(model: TransformerModel, config: ActivationConfig) -> float:
@@ -190,14 +218,6 @@ def linear_recompute_working_set(model: TransformerModel, config: ActivationConf
     return replace(base, inputs=(Term("A_re", "A_recomputed", r"A_{\mathrm{re}}", value, "B",
                                       "a gated-DeltaNet layer's every saved tensor, one micro-batch"),), value=value,
                    source=f"{KORTHIKANTI} sec. 5; the gated-DeltaNet layer's mixer ({FLA_SAVED})")  # fmt: skip
-
-
-def mean_layer_delta(model: TransformerModel, config: ActivationConfig) -> float:
-    """The mixer delta times the gated-DeltaNet layers' share of the model's layers (27 / 36 in Qwen3-Next: 3 in 4): what
-    fit's vectorised search adds to its per-layer activations, exact for a stage of whole 'full_every' groups."""
-    gdn = model.linear_attention
-    assert gdn is not None
-    return mixer_delta(model, config) * gdn.linear_layers_in(0, model.layers) / model.layers
 
 
 def layer_rows(model: TransformerModel, config: ActivationConfig) -> tuple[tuple[object, ...], ...]:
