@@ -163,26 +163,32 @@ def test_memory_adds_the_mixers() -> None:
 
 
 def test_kernels_follow_the_counted_flops() -> None:
-    """The mixer's forward products are layer_ops' counted ones (K_beta K^T, Q K^T, K_cum S, Q S, A·V_new, K^T V_new);
-    the UT transform runs as fla's two GEMMs by the inverse A, 2 C / (C - 1) times the triangular solves' count."""
+    """fla's three forward kernels do layer_ops' counted products: fwd_intra K_beta K^T and the UT transform (as fla runs
+    it: the inverse A, C (C - 1) (C - 2) / 3 FLOPs a chunk, then two GEMMs by A, 2 C / (C - 1) times the triangular
+    solves' count), fwd_h K_cum S and K^T V_new, fwd_o Q K^T, Q S and A·V_new; in_proj_qkvz and in_proj_ba one GEMM."""
     from parcalc.core.timing.linear_attention_kernels import gdn_mixer
 
     model = load_model(QWEN3_NEXT)
-    spec = _spec()
-    shard = _shard(micro_batch=1, seq_len=4096)
-    forward, backward = gdn_mixer(model, shard, spec)
+    forward, backward = gdn_mixer(model, _shard(micro_batch=1, seq_len=4096), _spec())
     flops = {k.key: k.flops for k in forward}
     counted = {op.key: op.flops for op in linear_attention_ops(model, 1, 4096, 2.0)}
-    for kernel, op in (("gdn.kkt", "gdn_ut"), ("gdn.qk", "gdn_intra"), ("gdn.v_new", "gdn_read_k"), ("gdn.o_inter", "gdn_read_q"),
-                       ("gdn.o_intra", "gdn_context"), ("gdn.h", "gdn_state"), ("gdn.out_proj", "gdn_out")):  # fmt: skip
-        assert flops[kernel] == pytest.approx(counted[op]), kernel
-    assert flops["gdn.u"] == pytest.approx(counted["gdn_solve_v"] * 2 * CHUNK / (CHUNK - 1))
-    assert flops["gdn.w"] == pytest.approx(counted["gdn_solve_k"] * 2 * CHUNK / (CHUNK - 1))
-    # in_proj_qkvz and in_proj_ba as one GEMM
+    groups = 32 * 4096 // CHUNK  # value heads x chunks
+    wy = (counted["gdn_solve_v"] + counted["gdn_solve_k"]) * 2 * CHUNK / (CHUNK - 1)
+    inverse = groups * CHUNK * (CHUNK - 1) * (CHUNK - 2) / 3
+    assert flops["gdn.fwd_intra"] == pytest.approx(counted["gdn_ut"] + wy + inverse)
+    assert flops["gdn.fwd_h"] == pytest.approx(counted["gdn_read_k"] + counted["gdn_state"])
+    assert flops["gdn.fwd_o"] == pytest.approx(counted["gdn_intra"] + counted["gdn_read_q"] + counted["gdn_context"])
     assert flops["gdn.in_proj"] == pytest.approx(counted["gdn_in_qkvz"] + counted["gdn_in_ba"])
-    # backward: two products per forward product, and w, u, h, v_new once more (chunk_gated_delta_rule_bwd recomputes them)
-    again = sum(k.flops for k in backward if k.key.endswith(".again"))
-    assert again == pytest.approx(flops["gdn.w"] + flops["gdn.u"] + flops["gdn.h"] + flops["gdn.v_new"])
+    assert flops["gdn.out_proj"] == pytest.approx(counted["gdn_out"])
+    # backward (chunk_gated_delta_rule_bwd): w, u and h computed again before the gradients
+    again = {k.key: k.flops for k in backward}
+    assert again["gdn.recompute_w_u"] == pytest.approx(wy)
+    assert again["gdn.fwd_h.again"] == flops["gdn.fwd_h"]
+    # each fused kernel reads its inputs once: fwd_o reads q, k (16 key heads x 128), v_new, and writes o (32 value heads
+    # x 128) at 2 B, g (fp32, 32 a token) and the 64 chunk states of 128 x 128 per value head
+    tokens = 4096
+    fwd_o = next(k for k in forward if k.key == "gdn.fwd_o")
+    assert fwd_o.bytes == 2 * tokens * (2 * 2048 + 2 * 4096) + 4 * tokens * 32 + 2 * groups * 128 * 128
 
 
 def _spec():
@@ -241,3 +247,23 @@ def test_search_agrees_with_the_scalar_estimate() -> None:
             assert math.isnan(columns["t_step"][i])
     interleaved = Layout(pp=2, chunks=12, schedule="interleaved")  # type: ignore[arg-type]
     assert (stage_linear_layers(model, interleaved, 0), stage_linear_layers(model, interleaved, 1)) == (24, 12)
+
+
+def test_sequence_parallel_regather_by_share() -> None:
+    """SP's backward re-gathers of the mean layer: one per column-parallel linear (the mixer's, the MLP's), each hidden
+    behind its input-gradient GEMM; the mixer's GEMM is QKV's in 12 of 48 layers and in_proj's in 36: a gather longer
+    than every GEMM leaves 2 t_AG - (t_qkv / 4 + 3 t_in_proj / 4 + t_mlp) exposed (Megatron-LM's overlap, step.regather_per_layer)."""
+    from parcalc.core.timing.compute import layer_passes
+    from parcalc.core.timing.layer_shard import LayerShard
+    from parcalc.core.timing.linear_attention_kernels import mean_layer_regather
+
+    model = load_model(QWEN3_NEXT)
+    passes = layer_passes(model, LayerShard(1, 4096, 2, True, True, False, True, 2.0), _spec())
+    times = {k.key: k.time for k in passes.backward}
+    qkv, in_proj = times["qkv.dgrad"] / 0.25, times["gdn.in_proj.dgrad"] / 0.75  # the kernels are scaled by their shares
+    assert mean_layer_regather(model, passes.backward, 0.0) == (0.0, 0.0)
+    long = 1.0  # seconds: longer than any GEMM
+    assert mean_layer_regather(model, passes.backward, long) == pytest.approx(
+        (2 * long, 2 * long - (0.25 * qkv + 0.75 * in_proj + times["mlp.gate_up.dgrad"])))
+    short = min(qkv, in_proj, times["mlp.gate_up.dgrad"]) / 2  # hidden behind each
+    assert mean_layer_regather(model, passes.backward, short)[1] == 0.0
