@@ -182,7 +182,7 @@ def stage_linear_layers(model: TransformerModel, par: Layout, stage: int) -> int
 
 def with_linear_mixers(model: TransformerModel, par: Layout, config: ActivationConfig, layers: Derivation, stage: int) -> Derivation:
     """A stage's activations (every layer counted as a softmax-attention layer) with each gated-DeltaNet layer's mixer
-    in place of attention's: + ΔA_gdn × L_gdn × n, n the micro-batches in flight (the last input of `layers`)."""
+    in place of attention's: + ΔA_gdn × L_gdn × n, n the micro-batches in flight (the input `n` of `layers`)."""
     delta = mixer_delta(model, config)
     count = stage_linear_layers(model, par, stage)
     n = next(t for t in layers.inputs if t.key == "n")  # the micro-batches in flight
