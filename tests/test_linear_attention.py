@@ -93,8 +93,8 @@ def test_linear_layers_in_closed_form(start: int, length: int, every: int) -> No
 
 
 @pytest.mark.parametrize("command", [
-    ["memory", "--model", "qwen3-next-80b-a3b", "--micro-batch", "1", "--seq-len", "4096"],
-    ["fit", "--model", "qwen3-next-80b-a3b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "64", "--seq-len", "4096", "--search"],
+    ["memory", "--model", "qwen3-next-80b-a3b", "--micro-batch", "1", "--seq-len", "4096", "--cp", "2"],
+    ["memory", "--model", "qwen3-next-80b-a3b", "--micro-batch", "1", "--seq-len", "4096", "--recompute", "selective"],
     ["flops", "--model", "qwen3-next-80b-a3b", "--batch", "8", "--seq-len", "4096", "--recompute", "selective"],
     ["flops", "--model", "qwen3-next-80b-a3b", "--batch", "8", "--seq-len", "4096", "--causal", "--cp", "2"],
 ])  # fmt: skip

@@ -101,6 +101,8 @@ TE_FP8_MLP = ("Transformer Engine transformer_engine/pytorch/module/layernorm_ml
 MAX_COUNT = 2**53  # counts above this are not exact in floating point, and no run is that large
 TOKEN_ID_BYTES = 8.0  # int64 token ids, which the embedding's backward keeps (torch.nn.Embedding)
 LOGIT_BYTES = 4.0  # the cross-entropy works on fp32 logits (Korthikanti et al. sec. 4.3)
+GATED_ATTENTION = ("transformers models/qwen3_next/modeling_qwen3_next.py (5.24), Qwen3NextAttention.forward: "
+                   "attn_output = attn_output * torch.sigmoid(gate), then o_proj")  # fmt: skip
 LSE_BYTES = 4.0  # FlashAttention keeps its per-row log-sum-exp in fp32
 
 
@@ -287,6 +289,9 @@ def _attention_tensors(model: TransformerModel, config: ActivationConfig) -> lis
                             k1 + ": dropout output 2as^2b"),
             ]  # fmt: skip
         out.append(SavedTensor("v", "V (for ·V)", "token", kv, e, "tp", False, k1 + ": V 2sbh"))
+    if model.attention_gate:  # gated attention: o_proj(attn_output * sigmoid(gate)); the product keeps both factors
+        out += [SavedTensor("gate_attention_output", "attention output before the gate", "token", q, e, "tp", False, GATED_ATTENTION),
+                SavedTensor("gate_sigmoid", "sigmoid(gate), also sigmoid's saved output", "token", q, e, "tp", False, GATED_ATTENTION)]  # fmt: skip
     out.append(SavedTensor("proj_input", "output projection input", "token", q, g, "tp", False, k1 + ": linear projection input 2sbh" + fp8))
     return out
 

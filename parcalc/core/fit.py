@@ -71,6 +71,12 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         reason = mamba_layout_reason(config.layout, config.recompute)
         if reason is not None:
             return reason
+    if model.linear_attention is not None:
+        from parcalc.core.linear_attention_memory import linear_layout_reason
+
+        reason = linear_layout_reason(config.layout, config.recompute)
+        if reason is not None:
+            return reason
     t, p, d, b, c = config.layout.tp, config.layout.pp, config.layout.dp, config.micro_batch, config.layout.cp
     stack = cluster.framework.layout_reason(config.layout)  # a data-parallel-only stack (the hf profile)
     if stack is not None:

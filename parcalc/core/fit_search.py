@@ -126,10 +126,13 @@ class _Shapes:
         self.op_supported = op_supported(model)
         counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value, flash_attention=training.flash_attention,
                                      recompute_modules=training.recompute_modules if r is Recompute.SELECTIVE else None)
-                   for r in RECOMPUTES if r is not Recompute.OP or self.op_supported}  # fmt: skip
+                   for r in RECOMPUTES if (r is not Recompute.OP or self.op_supported)
+                   and (model.linear_attention is None or r in (Recompute.NONE, Recompute.FULL))}  # fmt: skip
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
+        self._mixers: dict[tuple[int, bool, Recompute, int, str], float] = {}  # a gated-DeltaNet layer's mixer beyond attention's
+        self._linear_layers: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
         self._activation_tables: dict[tuple[int, int, str], np.ndarray] = {}
         self._dispatch_pairs: dict[tuple[int, int, int], np.ndarray] = {}
         self._mtp_stages: dict[int, int] = {}
@@ -161,7 +164,9 @@ class _Shapes:
         key = (tp, sp, recompute, cp, cp_comm)
         if key not in self._activations:
             t = self.training
-            if (sp and tp == 1) or (recompute is Recompute.OP and not self.op_supported):
+            gdn = self.model.linear_attention is not None  # a gated-DeltaNet hybrid: recomputation none or full, no CP
+            if (sp and tp == 1) or (recompute is Recompute.OP and not self.op_supported) or (
+                    gdn and (cp > 1 or recompute not in (Recompute.NONE, Recompute.FULL))):
                 self._activations[key] = (math.nan,) * 7
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
@@ -170,6 +175,11 @@ class _Shapes:
                                           recompute_modules=t.recompute_modules if recompute is Recompute.SELECTIVE else None)  # fmt: skip
                 vocab = self.model.vocab > 0
                 working = recompute_working_set(self.model, config)
+                if gdn:  # with full recomputation the largest layer lives again: a gated-DeltaNet one
+                    from parcalc.core.linear_attention_memory import linear_recompute_working_set, mixer_delta
+
+                    working = linear_recompute_working_set(self.model, config, working)
+                    self._mixers[key] = mixer_delta(self.model, config)  # beyond attention's, per gated-DeltaNet layer (on_stage)
                 context = context_working_set(self.model, 1, t.seq_len, Layout(tp, cp=cp, cp_comm=cp_comm), self.e)
                 self._activations[key] = (
                     layer_activations(self.model, config).per_layer.value,
@@ -182,6 +192,25 @@ class _Shapes:
                 )
         return self._activations[key]
 
+    def mixer_table(self, tp: int, cp: int, cp_comm: str) -> np.ndarray:
+        """A gated-DeltaNet layer's activations beyond a softmax-attention layer's, per sequence, as one array [sp, recompute]
+        (parcalc.core.linear_attention_memory.mixer_delta; nan where activations() is)."""
+        return np.array([[self._mixers.get((tp, bool(s), rec, cp, cp_comm), math.nan) if not math.isnan(self.activations(tp, bool(s), rec, cp, cp_comm)[0])
+                          else math.nan for rec in RECOMPUTES] for s in (False, True)])  # fmt: skip
+
+    def linear_layers(self, split: tuple[int, ...], chunks: int) -> tuple[int, ...]:
+        """The gated-DeltaNet layers of each stage holding `split` layers (interleaved: `chunks` model chunks per stage
+        when they divide every stage's layers, as parcalc.core.linear_attention_memory.stage_linear_layers)."""
+        key = (split, chunks)
+        if key not in self._linear_layers:
+            from parcalc.core.expert_parallel import stage_ranges
+
+            gdn = self.model.linear_attention
+            assert gdn is not None
+            v = chunks if all(n % chunks == 0 for n in split) else 1
+            self._linear_layers[key] = tuple(sum(gdn.linear_layers_in(r.start, r.stop) for r in ranges) for ranges in stage_ranges(split, v))
+        return self._linear_layers[key]
+
     def moe_layers(self, split: tuple[int, ...], chunks: int) -> tuple[int, ...]:
         """parcalc.core.memory.moe_layers_per_stage, kept by (split, chunks) (its own cache hashes the model each time)."""
         key = (split, chunks)
@@ -192,6 +221,8 @@ class _Shapes:
     def candidates(self, split: tuple[int, ...], chunk_values: tuple[int, ...]) -> list[int]:
         """The stages whose memory can be the largest for any of these chunk counts (parcalc.core.memory.fullest_candidates)."""
         key = (split, chunk_values)
+        if key not in self._candidates and self.model.linear_attention is not None:  # stages differ by their gated-DeltaNet layers
+            self._candidates[key] = list(range(len(split)))
         if key not in self._candidates:
             self._candidates[key] = sorted(set().union(*(fullest_candidates(self.model, split, k) for k in chunk_values)))
         return self._candidates[key]
@@ -500,7 +531,8 @@ def _layout_grid(shapes: _Shapes, t: int, p: int, d: int, schedules: tuple[tuple
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
-    if shapes.cluster.framework.step_memory == "hf-eager":  # HF checkpoints whole decoder layers or nothing
+    if shapes.cluster.framework.step_memory == "hf-eager" or shapes.model.linear_attention is not None:  # HF checkpoints
+        # whole decoder layers or nothing; a gated-DeltaNet hybrid's memory is counted with none or full (linear_attention_memory)
         recomputes = [i for i in recomputes if RECOMPUTES[i] in (Recompute.NONE, Recompute.FULL)]
     engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
     zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
@@ -591,6 +623,12 @@ class _GridTerms:
     stages: dict[int, tuple[np.ndarray, Any]] = field(default_factory=dict)
     experts: np.ndarray | None = None
     _chunks: tuple[list[int], np.ndarray] | None = None
+    mixer: np.ndarray | None = None  # a gated-DeltaNet hybrid's: each row's mixer_table times b
+
+    def linear_layers(self, shapes: _Shapes, split: tuple[int, ...], stage: int) -> np.ndarray:
+        """Each row's gated-DeltaNet layers on `stage` (its chunk count decides them under interleaving)."""
+        values, index = self.chunk_values()
+        return np.array([shapes.linear_layers(split, k)[stage] for k in values])[index]
 
     @staticmethod
     def of(shapes: _Shapes, cols: dict[str, np.ndarray], per: Any) -> _GridTerms:
@@ -598,9 +636,10 @@ class _GridTerms:
         b, r, z, sp = cols["micro_batch"], cols["recompute"], cols["zero"], cols["sequence_parallel"]
         sp_index = sp.astype(int)
         activations = shapes.activation_table(t, c, shapes.cp_comm)[:, sp_index, r] * b  # [7, sp, r] per row
+        mixer = shapes.mixer_table(t, c, shapes.cp_comm)[sp_index, r] * b if shapes.model.linear_attention is not None else None
         return _GridTerms(activations, _per_param(shapes.training, per, z, cols["shard_group"]), shapes.dispatch_pair(t, c, ep)[sp_index] * b,
                           z == 3, np.unique(b * 8 + sp_index * 4 + r, return_inverse=True),
-                          np.unique(cols["shard_group"], return_inverse=True), cols["chunks"])  # fmt: skip
+                          np.unique(cols["shard_group"], return_inverse=True), cols["chunks"], mixer=mixer)  # fmt: skip
 
     def chunk_values(self) -> tuple[list[int], np.ndarray]:
         """The distinct chunk counts v of the grid, and each row's index among them."""
@@ -720,6 +759,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             activations = a_layer * layers * n
         else:
             activations = (a_layer * (layers - moe) + a_moe * moe) * n
+        if rows_of.mixer is not None:  # each gated-DeltaNet layer's mixer in place of attention's (linear_attention_memory)
+            activations = activations + rows_of.mixer * rows_of.linear_layers(shapes, split, stage) * n
         fp8 = fp8_dense * (layers - moe) + fp8_moe * moe
         return ((params - experts) * dense_per_param + experts * expert_per_param + fp8 + gathered + activations + np.where(moe > 0, dispatch, 0.0)
                 + ends + a_re + a_cp + training.reserve)  # fmt: skip
@@ -834,6 +875,12 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
     if cluster.gpus < 1:
         raise InputError(f"--gpus: must be at least 1, got {cluster.gpus}")
     model.check_layers_modelled("--model", search=True)
+    if model.linear_attention is not None:  # each stage's gated-DeltaNet layers: counted on the MoE path of the stages (_evaluate_layout)
+        for refused, what in ((model.moe is None, "without MoE layers"), (training.offload_activations, "with activation offload"),
+                              (space.pipeline_layout is not None, "with --pipeline-layout")):  # fmt: skip
+            if refused:
+                raise InputError(f"--model: {model.name} has gated-DeltaNet layers; fit's search counts them {what} not yet; "
+                                 "give a layout (--tp, --pp, ...) without --search")
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         if space.pp is None:
             flag = "--first-stage-layers" if space.first_stage_layers is not None else "--last-stage-layers"

@@ -595,6 +595,11 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
             unit="B",
             source="Korthikanti et al. 2022 sec. 4.2.3: the first stage keeps p micro-batches of its layers (L/p each: L layers' worth)",
         )
+    if model.linear_attention is not None and not setup.offload_activations and setup.recompute_layers is None:
+        from parcalc.core.linear_attention_memory import with_linear_mixers
+
+        # a gated-DeltaNet layer's mixer in place of attention's
+        activations = with_linear_mixers(model, par, config, activations, stage)
     ends = (0, par.pp - 1)  # DualPipe: the first and the last device hold both ends (stage 0 one way, stage p - 1 the other)
     embedding = embedding_activations(model, config, in_flight.value) if (stage == 0 or (dualpipe and stage in ends)) and model.vocab else None
     output = output_activations(model, config, in_flight.value) if (stage == par.pp - 1 or (dualpipe and stage in ends)) and model.vocab else None
@@ -604,6 +609,10 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
         from parcalc.core.mamba_memory import mamba_recompute_working_set
 
         recompute = mamba_recompute_working_set(model, config)
+    elif model.linear_attention is not None:
+        from parcalc.core.linear_attention_memory import linear_recompute_working_set
+
+        recompute = linear_recompute_working_set(model, config, recompute)
     context = context_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes)
     dispatch = (moe_dispatch_working_set(model, config.micro_batch, config.seq_len, par, config.activation_bytes, setup.moe_imbalance)
                 if moe_here and par.ep > 1 else None)  # fmt: skip
@@ -753,6 +762,13 @@ def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup)
 
         check_mamba_memory(model, par, setup.recompute, step_memory=setup.step_memory, fp8=setup.precision is Precision.FP8,
                            offload=setup.offload_activations or setup.offload_optimizer, recompute_layers=setup.recompute_layers)  # fmt: skip
+    elif model.linear_attention is not None:  # a gated-DeltaNet hybrid: its mixers by parcalc.core.linear_attention_memory
+        from parcalc.core.linear_attention_memory import check_linear_memory
+
+        check_linear_memory(model, par, setup.recompute, step_memory=setup.step_memory)
+        if setup.offload_activations or setup.recompute_layers is not None:
+            raise InputError(f"--model: {model.name} has gated-DeltaNet layers; their memory is counted without activation offload "
+                             "or --recompute-layers")
     else:
         model.check_layers_modelled("--model")
     check_parallelism(model, par, setup.micro_batches)

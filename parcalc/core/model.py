@@ -420,9 +420,6 @@ class TransformerModel:
         if self.mamba is not None and search:
             raise InputError(f"{what}: {self.name} has Mamba-2 layers; fit's search counts the memory of transformer layers; "
                              "give a layout (--tp, --pp, ...) without --search, which fit times block by block")
-        if self.linear_attention is not None:
-            raise InputError(f"{what}: {self.name} has gated-DeltaNet layers; parcalc counts their parameters and FLOPs "
-                             "(parcalc flops) but not yet their activations or kernel times")  # fmt: skip
 
     def local_layers_in(self, start: int, end: int) -> int:
         """Layers among start .. end - 1 (0-based) that attend within a window (0 without one)."""

@@ -342,6 +342,12 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
 
         tensors = Table("layer_activations", "What each block keeps for backward (one micro-batch, one GPU)", tensors.columns,
                         block_tensor_rows(shape, layer.config))  # fmt: skip
+    elif shape.linear_attention is not None:  # the attention layer's tensors, then what a gated-DeltaNet mixer keeps instead
+        from parcalc.core.linear_attention_memory import layer_rows
+
+        tensors = Table("layer_activations", "What one layer keeps for backward (one micro-batch, one GPU); a gated-DeltaNet layer "
+                        "keeps its mixer's tensors in place of attention's (from qkv_input to proj_input)", tensors.columns,
+                        layer.rows() + layer_rows(shape, layer.config))  # fmt: skip
     if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
         derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
         tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split(': ', 1)[-1][:-1]}",

@@ -174,6 +174,10 @@ def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, 
         from parcalc.core.timing.mamba_kernels import mean_layer_kernels
 
         return LayerPasses(*mean_layer_kernels(model, shard, spec, _attention_block(model, shard, spec)))
+    if model.linear_attention is not None:  # gated-DeltaNet mixers in place of attention in their share of the layers
+        from parcalc.core.timing.linear_attention_kernels import with_linear_mixers
+
+        return with_linear_mixers(model, shard, spec, _layer_passes(model, shard, spec, experts))
     return _layer_passes(model, shard, spec, experts)
 
 

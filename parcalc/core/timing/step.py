@@ -327,6 +327,10 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
                 from parcalc.core.timing.mamba_kernels import mean_layer_regather
 
                 regather_layer, regather_exposed_layer = mean_layer_regather(model, layer.backward, gather)
+            elif model.linear_attention is not None:  # the mixer's column-parallel linear: QKV or in_proj, by share
+                from parcalc.core.timing.linear_attention_kernels import mean_layer_regather as linear_regather
+
+                regather_layer, regather_exposed_layer = linear_regather(model, layer.backward, gather)
             else:
                 regather_layer, regather_exposed_layer = regather_per_layer(gather, dgrads)
         else:
