@@ -228,8 +228,7 @@ def _layer_backward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShape
     inp, g_out, into = names
     if tp > 1:
         if policy != "none":
-            if x.float8:  # w2's output gradient, cast and all-gathered in FP8 before the recomputation (memory_torchtitan_tp)
-                tp_walk.float8_output_gradient(walk, x, tp, f"{prefix}L{i}.w2")
+            tp_walk.gathered_output_gradient(walk, x, tp, f"{prefix}L{i}.w2")  # before the recomputation (memory_torchtitan_tp)
             tp_walk.block_forward(walk, x, i, inp, policy, tp, recomputing=True, prefix=prefix)
         tp_walk.block_backward(walk, x, i, tp, g_out, into, prefix=prefix)
     else:

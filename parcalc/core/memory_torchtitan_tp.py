@@ -196,26 +196,29 @@ def _rowwise_backward(walk: Walk, x: StepShapes, tp: int, key: str, d_in: int, g
     """wo's or w2's backward: the sequence shard's output gradient all-gathered (in FP8 with Float8 linears, cast on the
     shard first: float8.AO_TP_SOURCES['grad_output']), the weight gradient and the input gradient (T x d_in)."""
     h = x.h
+    gathered = gathered_output_gradient(walk, x, tp, key)
     if not x.float8:
-        gathered = all_gather(walk, x, f"{key}.g_out", "temporaries", "row-parallel output gradient (all-gathered)")
         grad_of_weight(walk, x, key, d_in, h)
         walk.alloc(g_in, x.T * d_in * x.c, "temporaries", "row-parallel input gradient")
         walk.free(gathered, saved_input)
         return
-    gathered = float8_output_gradient(walk, x, tp, key)
     w8 = float8.weight_cast(walk, x, f"{key}.b", d_in, h)
     walk.alloc(g_in, x.T * d_in * x.c, "temporaries", "row-parallel input gradient")
     grad_of_weight(walk, x, key, d_in, h)
     walk.free(*w8, gathered, saved_input)
 
 
-def float8_output_gradient(walk: Walk, x: StepShapes, tp: int, key: str, g_out: str = "") -> str:
-    """A row-parallel Float8Linear's output gradient, all-gathered in FP8 (float8.AO_TP_SOURCES['grad_output']): the sequence
-    shard's cast, then the all-gather; once per backward (a checkpointed block's w2 runs it before its recomputation: neither
-    needs a saved tensor, so autograd runs them before the first unpack triggers the recomputation). Returns its key."""
+def gathered_output_gradient(walk: Walk, x: StepShapes, tp: int, key: str) -> str:
+    """A row-parallel linear's output gradient, all-gathered from its sequence shard (the backward of the forward's
+    reduce-scatter), in FP8 with Float8 linears (float8.AO_TP_SOURCES['grad_output']: the shard's cast, then the
+    all-gather); once per backward. A checkpointed block's w2 runs it before its recomputation: it needs no saved tensor,
+    so autograd's engine runs it before the first unpack triggers the recomputation (the trackers' traces of
+    tests/ground_truth/torchao_float8_tp.py and tiny_torchtitan_tp.py). Returns its key."""
     gathered = f"{key}.g_out"
     if gathered in walk.live:
         return gathered
+    if not x.float8:
+        return all_gather(walk, x, gathered, "temporaries", "row-parallel output gradient (all-gathered)")
     shard = float8.cast(walk, f"{key}.b8go", x.T / tp * x.h, x.c)
     all_gather(walk, x, gathered, "temporaries", "row-parallel output gradient (all-gathered, FP8)", element_bytes=1)
     walk.free(shard)
@@ -369,8 +372,7 @@ def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tupl
         inp = "emb" if i == 0 else f"L{i - 1}.x2"
         hooks.before_layer_backward(walk, i)
         if policies[i] != "none":
-            if x.float8:  # w2's output gradient, cast and all-gathered before the recomputation
-                float8_output_gradient(walk, x, tp, f"L{i}.w2")
+            gathered_output_gradient(walk, x, tp, f"L{i}.w2")  # w2's output gradient, all-gathered before the recomputation
             block_forward(walk, x, i, inp, policies[i], tp, recomputing=True)
         block_backward(walk, x, i, tp, "g_stream", "g_stream_next")
         walk.free(inp)
