@@ -18,7 +18,7 @@ TOKENS, VOCAB = 2 * 8192, 128256  # b x s, Llama 3's vocabulary
 
 def test_the_compiled_loss_holds_the_bf16_logits_and_their_gradient(run_json) -> None:
     """At the peak (the loss's backward) the compiled loss holds the bf16 logits its graph saved and their bf16 gradient, plus
-    each row's max and log-sum-exp in fp32 and the count of labels (one 512-byte block): Inductor's program for
+    each row's max and log(sum(exp(x - max))) in fp32 and the count of labels (one 512-byte block): Inductor's program for
     cross_entropy(pred.flatten(0, 1).float(), labels) (memory_compiled_loss LOSS_SOURCES['program'])."""
     results = run_json(*TRAINY_4_NODES, "--compile-loss")["results"]
     logits = results["step_peak"]["inputs"]["M_X"]

@@ -10,16 +10,17 @@ says which (default: 9dec370's eager loss).
 
 What the compiled loss keeps, read from the code Inductor generates for it (TORCH_LOGS=output_code, torch 2.13.0, inductor
 backend on the CPU; tests/ground_truth/test_torch_memory_compiled_loss.py):
-- forward: one fused kernel reads the bf16 logits, upcasts each value in registers and reduces each row to its maximum and
-  its log-sum-exp (two fp32 values a token), the label's term and the mean; no fp32 copy of the logits exists. The min-cut
-  partitioner saves the bf16 logits themselves (the graph's input), the labels, the two per-row fp32 values and the count
-  of labels as a float, so `del pred` in the training loop frees nothing: the compiled graph holds the logits until backward;
-- backward: one fused kernel writes the logits' gradient in bf16 (exp(x - max - lse) minus the label's one-hot, times the
+- forward: one fused kernel reads the bf16 logits, upcasts each value in registers and reduces each row to its maximum
+  and log(sum(exp(x - max))) (two fp32 values a token), the label's term and the mean; no fp32 copy of the logits exists.
+  The min-cut partitioner saves the bf16 logits themselves (the graph's input), the labels, the two per-row fp32 values and
+  the count of labels as a float, so `del pred` in the training loop frees nothing: the graph holds the logits until backward;
+- backward: one fused kernel writes the logits' gradient in bf16 (exp(x - max - log) minus the label's one-hot, times the
   loss's gradient over the count) beside a per-row fp32 buffer, then every saved tensor goes. Eager holds three fp32
   tokens x vocabulary tensors at once here (parcalc.core.memory_walk.cross_entropy_backward); the compiled loss holds two
   bf16 ones, the logits and their gradient.
-The CPU's program is what is replayed: Inductor's CUDA code fuses the same nodes into Triton kernels with the same saved
-tensors and outputs (its per-row buffers may differ by a few fp32 values a token: 4 B against the vocabulary's bf16 row).
+The CPU's program is what is replayed: the saved set is the partitioner's choice on the joint graph, before any device's
+code is generated, and Inductor's CUDA code fuses the same nodes into Triton kernels with the same outputs (its per-row
+buffers may differ by a few fp32 values a token: 4 B against the vocabulary's bf16 row; not read here: no GPU).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ LOSS_SOURCES = {
                  "labels.flatten(0, 1)), torch.compile(loss_fn) if job_config.training.compile; 177b050ca (2025-10-02) "
                  "Compile.components default ['model', 'loss']"),
     "program": ("pytorch/pytorch v2.13.0 Inductor's generated code for that loss (TORCH_LOGS=output_code, CPU): forward "
-                "empty_strided (T, 1) fp32 amax and log-sum-exp, int64 and fp32 scalars, one fused kernel, returning (loss, "
+                "empty_strided (T, 1) fp32 amax and log(sum(exp(x - amax))), int64 and fp32 scalars, one fused kernel, returning (loss, "
                 "pred, labels, amax, log, count) for backward; backward empty_strided (T, 1) fp32 and (T, V) bf16, one fused "
                 "kernel, then del of every saved tensor; torch/_functorch/partitioners.py min_cut_rematerialization_partition"),
 }
@@ -54,7 +55,7 @@ def compiled_loss_forward(walk: Walk, x: StepShapes, pred: str) -> None:
     (the graph saved them), so `pred` is relabelled as held for the backward."""
     T = x.T
     walk.alloc("loss.amax", T * 4, _LOSS, "compiled loss: each row's max (fp32, saved)")
-    walk.alloc("loss.lse", T * 4, _LOSS, "compiled loss: each row's log-sum-exp (fp32, saved)")
+    walk.alloc("loss.lse", T * 4, _LOSS, "compiled loss: each row's log(sum(exp(x - max))) (fp32, saved)")
     walk.alloc("loss.valid", 8, "temporaries", "compiled loss: the count of labels (int64)")
     walk.alloc("loss.value", 4, _LOSS, "loss")
     walk.alloc("loss.count", 4, _LOSS, "compiled loss: the count of labels (fp32, saved)")
