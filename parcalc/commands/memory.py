@@ -140,6 +140,7 @@ def memory(
     moe_imbalance: MoeImbalanceOption = None,
     framework: Annotated[_Text, typer.Option(metavar="NAME", help="Framework profile (megatron, deepspeed, fsdp2, torchtitan, hf): its gradient dtype, as fit has it; hf counts the peak of a step of transformers' eager code (logits upcast to fp32, autocast weight copies, allocator rounding). Default: the textbook sum without a profile.", show_default=False)] = None,
     fp8_all_gather: Annotated[bool, typer.Option("--fp8-all-gather", help="With --precision fp8 --framework torchtitan: torchao's enable_fsdp_float8_all_gather (torchtitan's --float8.enable_fsdp_float8_all_gather): FSDP gathers the Float8 linears' weights in FP8, and they are not cast again.")] = False,
+    compile_loss: Annotated[bool, typer.Option("--compile-loss", help="With --compile --framework torchtitan: the loss compiled too, as torchtitan does from 2025-04-02 (components/loss.py build_cross_entropy_loss; the Dec 2024 code, the profile's, keeps it eager): no fp32 copy of the logits, the compiled graph keeps the bf16 logits for its backward.")] = False,
 ) -> None:
     """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
@@ -160,6 +161,6 @@ def memory(
                         capacity=capacity, reserve=reserve, per_stage=per_stage, presets=presets,
                         recompute_layers=recompute_layers, moment_dtype=moment_dtype,
                         recompute_mla_up_proj=recompute_mla_up_proj, recompute_modules=recompute_modules,
-                        moe_imbalance=moe_imbalance, framework=framework, fp8_all_gather=fp8_all_gather,
+                        moe_imbalance=moe_imbalance, framework=framework, fp8_all_gather=fp8_all_gather, compile_loss=compile_loss,
                         pictures=draws_figures(fmt, output))
     finish(result, fmt, output)

@@ -140,6 +140,8 @@ class FsdpStep:
     pp_return_outputs: bool = False
     # torchtitan's code with each block under torch.compile (apply_compile; parcalc.core.memory_torchtitan_compile)
     compiled: bool = False
+    # and the loss compiled too (torchtitan's build_cross_entropy_loss from 2025-04-02; parcalc.core.memory_compiled_loss)
+    compiled_loss: bool = False
     # --precision fp8 under torchtitan: torchao's enable_fsdp_float8_all_gather (memory_torchao_float8 AO_SOURCES['all_gather']):
     # the Float8Linears' weights all-gathered in FP8 with a precomputed scale, the unsharded weights FP8
     float8_all_gather: bool = False
@@ -171,13 +173,13 @@ PROFILES = {
 
 def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, precision: Precision, optimizer: Optimizer,
                  recompute: Recompute, tp: int = 1, compiled: bool = False,
-                 float8_all_gather: bool = False, cp: int = 1, cp_rotate: str = "allgather") -> FsdpStep:  # fmt: skip
+                 float8_all_gather: bool = False, cp: int = 1, cp_rotate: str = "allgather", compiled_loss: bool = False) -> FsdpStep:  # fmt: skip
     """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp (x cp) ones;
-    `compiled`: --compile; `float8_all_gather`: FsdpStep.float8_all_gather; `cp`: FsdpStep.cp)."""
+    `compiled`: --compile; `float8_all_gather`: FsdpStep.float8_all_gather; `cp`: FsdpStep.cp; `compiled_loss`: --compile-loss)."""
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
                     settings.reshard_last_block, model_code=settings.model_code, tp=tp, compiled=compiled,
-                    float8_all_gather=float8_all_gather, cp=cp, cp_rotate=cp_rotate)  # fmt: skip
+                    float8_all_gather=float8_all_gather, cp=cp, cp_rotate=cp_rotate, compiled_loss=compiled_loss)  # fmt: skip
 
 
 def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, optimizer: Optimizer, recompute: Recompute,
@@ -664,7 +666,7 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         elif step.tp > 1:
             torchtitan_tp_step(walk, model, x, policies, step.embedding_backward_tables, step.tp, hooks)
         else:
-            torchtitan_step(walk, model, x, policies, step.embedding_backward_tables, hooks, step.compiled)
+            torchtitan_step(walk, model, x, policies, step.embedding_backward_tables, hooks, step.compiled, step.compiled_loss)
     else:
         walk_forward(walk, model, x, checkpointed, hooks)
         walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)

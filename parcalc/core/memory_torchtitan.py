@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from parcalc.core import memory_torchao_float8 as float8
+from parcalc.core.memory_compiled_loss import compiled_loss_backward, compiled_loss_forward
 from parcalc.core.memory_walk import (
     StepHooks,
     StepShapes,
@@ -352,30 +353,40 @@ def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, poli
     return current
 
 
-def head_and_loss_forward(walk: Walk, x: StepShapes, last: str) -> None:
-    """The final norm, the output projection and train.py's loss (TT_SOURCES['loss'])."""
+def head_and_loss_forward(walk: Walk, x: StepShapes, last: str, compiled_loss: bool = False) -> None:
+    """The final norm, the output projection and train.py's loss (TT_SOURCES['loss']; `compiled_loss`: the loss under
+    torch.compile, parcalc.core.memory_compiled_loss)."""
     walk.phase = "forward: final norm and output"
     y = norm_forward(walk, x, "final", last, saved=True)
     walk.free(last)  # the norm saved its fp32 copy; nothing else holds the last block's output
     walk.alloc("head.out", x.T * x.V * x.c, "logits and loss", "pred (the output projection, bf16)")
-    walk.phase = "forward: loss (pred.float(), cross_entropy)"
-    walk.alloc("logits32", x.T * x.V * 4, "logits and loss", "pred.flatten(0, 1).float()")
-    cross_entropy_forward(walk, x)
-    walk.free("logits32", "head.out")  # loss_fn returns; del pred
+    if compiled_loss:  # the compiled graph keeps pred: `del pred` frees nothing
+        walk.phase = "forward: loss (compiled cross_entropy)"
+        compiled_loss_forward(walk, x, "head.out")
+    else:
+        walk.phase = "forward: loss (pred.float(), cross_entropy)"
+        walk.alloc("logits32", x.T * x.V * 4, "logits and loss", "pred.flatten(0, 1).float()")
+        cross_entropy_forward(walk, x)
+        walk.free("logits32", "head.out")  # loss_fn returns; del pred
     walk.relabel(y, "final norm output (the output projection's input)", "activations")
 
 
 def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int,
-                         hooks: StepHooks, compiled: bool = False) -> None:  # fmt: skip
+                         hooks: StepHooks, compiled: bool = False, compiled_loss: bool = False) -> None:  # fmt: skip
     from parcalc.core.memory_torchtitan_compile import compiled_block_backward
 
     T, V, h = x.T, x.V, x.h
-    walk.phase = "backward: loss (nll_loss and log_softmax gradients)"
     hooks.before_backward(walk)
-    g_logits32 = cross_entropy_backward(walk, x)
-    walk.phase = "backward: output projection"
-    walk.alloc("g_logits", T * V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
-    walk.free(g_logits32)
+    if compiled_loss:
+        walk.phase = "backward: loss (compiled cross_entropy)"
+        compiled_loss_backward(walk, x, "head.out", "g_logits")
+        walk.phase = "backward: output projection"
+    else:
+        walk.phase = "backward: loss (nll_loss and log_softmax gradients)"
+        g_logits32 = cross_entropy_backward(walk, x)
+        walk.phase = "backward: output projection"
+        walk.alloc("g_logits", T * V * x.c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
+        walk.free(g_logits32)
     mm_backward(walk, x, "head", "g_logits", h, V, "final.g_y", "final.out", converted=False)
     norm_backward(walk, x, "final", "final.g_y", "g_stream")
     for i in reversed(range(model.layers)):
@@ -400,11 +411,11 @@ def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, pol
 
 
 def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int,
-              hooks: StepHooks, compiled: bool = False) -> None:  # fmt: skip
+              hooks: StepHooks, compiled: bool = False, compiled_loss: bool = False) -> None:  # fmt: skip
     """Forward, loss and backward of torchtitan's Transformer with the framework's hooks around each block (`compiled`: each
-    block under torch.compile, as apply_compile wraps it)."""
+    block under torch.compile, as apply_compile wraps it; `compiled_loss`: the loss too, parcalc.core.memory_compiled_loss)."""
     hooks.before_forward(walk)
     last = walk_blocks_forward(walk, model, x, policies, hooks, compiled)
-    head_and_loss_forward(walk, x, last)
+    head_and_loss_forward(walk, x, last, compiled_loss)
     hooks.after_forward(walk)
-    walk_blocks_backward(walk, model, x, policies, embedding_tables, hooks, compiled)
+    walk_blocks_backward(walk, model, x, policies, embedding_tables, hooks, compiled, compiled_loss)

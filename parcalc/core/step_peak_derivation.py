@@ -98,6 +98,11 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
             sources = {**sources, "activations": f"{sources['activations']}; {'; '.join(COMPILE_SOURCES.values())}"}
             code = (f"{code}, each block under torch.compile (Inductor's generated forward and backward, buffer by buffer: "
                     "parcalc.core.memory_torchtitan_compile)")
+        if step.compiled_loss:  # the loss compiled too (parcalc.core.memory_compiled_loss)
+            from parcalc.core.memory_compiled_loss import LOSS_SOURCES
+
+            sources = {**sources, "logits and loss": "; ".join(LOSS_SOURCES.values())}
+            code += ", and the loss (its fused bf16 cross-entropy: parcalc.core.memory_compiled_loss)"
     else:
         code = (f"transformers' {model_code(model)} and its fp32 cross-entropy; torchtitan's own Llama differs in RoPE (complex "
                 "fp32 products) and repeat_kv")

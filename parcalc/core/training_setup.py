@@ -79,6 +79,8 @@ class TrainingSetup:
     compiled: bool = False
     # torchao's enable_fsdp_float8_all_gather under the torchtitan profile's FSDP2 walk (memory_fsdp.FsdpStep.float8_all_gather)
     float8_all_gather: bool = False
+    # --compile-loss: the loss compiled too, as torchtitan does from 2025-04-02 (parcalc.core.memory_compiled_loss)
+    compiled_loss: bool = False
 
     def activation_config(self, par: Layout) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,

@@ -59,7 +59,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             capacity: str | None = None, reserve: str | None = None, per_stage: bool = False,
             presets: list[Path] | None = None, recompute_layers: str | None = None, moment_dtype: str | None = None,
             recompute_mla_up_proj: bool = False, recompute_modules: str | None = None,
-            moe_imbalance: str | None = None, framework: str | None = None, fp8_all_gather: bool = False) -> MemoryRequest:  # fmt: skip
+            moe_imbalance: str | None = None, framework: str | None = None, fp8_all_gather: bool = False,
+            compile_loss: bool = False) -> MemoryRequest:  # fmt: skip
     """The request from `memory`'s flag texts; bad input raises InputError naming the flag."""
     from parcalc.core.layout import Layout
     from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES, TrainingSetup
@@ -121,6 +122,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     if fp8_all_gather and (precision is not Precision.FP8 or profile is None or profile.step_memory != "torchtitan-eager"):
         raise InputError("--fp8-all-gather: torchao's FP8 all-gather of the Float8 linears' weights is walked with --precision fp8 "
                          "--framework torchtitan")  # fmt: skip
+    if compile_loss and (not compile_ or profile is None or profile.step_memory != "torchtitan-eager"):
+        raise InputError("--compile-loss: torchtitan's compiled loss is walked with --compile --framework torchtitan")
     par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
                  cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,
                  embedding_in_split=embedding_in_split, loss_in_split=loss_in_split, pipeline_layout=pipeline_layout)  # fmt: skip
@@ -133,7 +136,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
         moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
         recompute_modules=recompute_modules_flag(recompute_modules), micro_batches=m, compiled=compile_, float8_all_gather=fp8_all_gather,
-        **_profile_setup(profile, p, precision),
+        compiled_loss=compile_loss, **_profile_setup(profile, p, precision),
     )  # fmt: skip
     return MemoryRequest(shape, par, setup, device, per_stage=per_stage, compile=compile_, offload=tuple(offload or ()),
                          fp32_grads=fp32_grads, dropout_given=dropout is not None,
@@ -165,6 +168,11 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
         settings.append(("compile", "true"))
         walked = breakdown.worst.peak is not None and setup.step_memory == "torchtitan-eager"
         compile_note = ("--compile: " + (COMPILED_WALK if walked else COMPILE_ACTIVATIONS),)
+        if setup.compiled_loss:
+            from parcalc.core.memory_compiled_loss import COMPILED_LOSS_WALK
+
+            settings.append(("compile_loss", "true"))
+            compile_note += ("--compile-loss: " + (COMPILED_LOSS_WALK if walked else "no step walk here: the textbook sum stands"),)
     if par.cp > 1:
         settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
     if setup.recompute_layers is not None:

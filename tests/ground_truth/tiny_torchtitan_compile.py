@@ -36,12 +36,13 @@ def allocation_peak(step) -> int:  # type: ignore[no-untyped-def]
 
 
 def compiled_step_peak(c: LlamaConfig, vocab: int, b: int, s: int, ac: str, backend: str | None = "inductor", convert=None,  # type: ignore[no-untyped-def]
-                       peak=allocation_peak) -> int:  # fmt: skip
+                       peak=allocation_peak, compile_loss: bool = False) -> int:  # fmt: skip
     """The second step's allocation peak of torchtitan's Transformer (bf16 parameters, as FSDP2's param_dtype makes them;
     no FSDP: its buffers are eager, outside the compiled blocks) with apply_ac's `ac` and each block compiled by `backend`
     (None: eager). train.py's step: forward, loss, del pred, backward; the gradients set to None before. `convert(model)`:
     a model converter applied before apply_ac (train.py's order: converters, then parallelize_llama); `peak(step)`: how
-    the step's allocations are counted."""
+    the step's allocations are counted; `compile_loss`: the loss compiled by Inductor too, as torchtitan's
+    components/loss.py build_cross_entropy_loss does with --training.compile from bbb1b616e (2025-04-02; e7c0cae's lines 25-30)."""
     torch.manual_seed(0)
     torch._dynamo.reset()
     model = Transformer(c, vocab, s)
@@ -54,10 +55,11 @@ def compiled_step_peak(c: LlamaConfig, vocab: int, b: int, s: int, ac: str, back
         for layer_id, block in model.layers.items():
             model.layers[layer_id] = torch.compile(block, backend=backend, fullgraph=True)
     ids = torch.randint(0, vocab, (b, s))
+    loss_of = torch.compile(loss_fn) if compile_loss and backend is not None else loss_fn
 
     def step() -> None:
         pred = model(ids)
-        loss = loss_fn(pred, ids)
+        loss = loss_of(pred, ids)
         del pred
         loss.backward()
 
