@@ -211,3 +211,14 @@ def test_wide_derivation_lines_may_break_between_function_arguments() -> None:
 
     line = r"&= \max(479.815\ \text{ms} - 81.1132\ \text{ms}, 479.815\ \text{ms} / 149)"
     assert inline_lines([line]) == [r"= \max(479.815\ \text{ms} - 81.1132\ \text{ms},\allowbreak 479.815\ \text{ms} / 149)"]
+
+
+def test_a_share_too_small_for_a_table_cell_says_so() -> None:
+    """memory's component table: the 64 KiB of temporaries of an 82.29 GiB step (7.417e-7 of it) printed '7.417e-5 %';
+    a cell under 0.001 % says '< 0.001 %' (JSON keeps the value), the rest print as before."""
+    from parcalc.render.values import format_cell
+
+    assert format_cell(65536 / (82.29 * 2**30), "fraction") == "< 0.001 %"
+    assert format_cell(-1e-7, "fraction") == "> -0.001 %"
+    assert format_cell(4.747e-5, "fraction") == "0.004747 %"  # 4 MiB of buffers in the same table
+    assert format_cell(0.0, "fraction") == "0 %"

@@ -33,6 +33,9 @@ def format_cell(value: object, unit: str = "", memory: bool = False) -> str:
         return "-"
     if memory:
         return format_quantity(float(value), unit, significant=4, iec=True)  # type: ignore[arg-type]
+    if unit == "fraction" and 0 < abs(float(value)) < 1e-5:  # type: ignore[arg-type]
+        # a share too small to matter in a table ("7.417e-5 %" reads as noise); the exact value is in --format json
+        return "< 0.001 %" if float(value) > 0 else "> -0.001 %"  # type: ignore[arg-type]
     return format_quantity(float(value), unit, significant=6)  # type: ignore[arg-type]
 
 
