@@ -122,7 +122,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--fp8-all-gather", "With --precision fp8 --framework torchtitan: FSDP all-gathers the Float8 linears' weights in FP8 (torchao's "
          "enable_fsdp_float8_all_gather)", "switch", "", "off", ("memory",)),
     Flag("--compile-loss", "With --compile --framework torchtitan: the loss compiled too (torchtitan from 2025-04-02)", "switch", "", "off",
-         ("memory",)),
+         ("memory", "fit")),
     Flag("--fp32-grads", "Mixed precision with fp32 gradients (Megatron-LM's main_grad)", "switch", "", "off (fit: the framework's)", ("memory", "fit")),
     Flag("--optimizer", "Optimizer: adam, adamw, lion, sgd-momentum, sgd, adam-8bit, adafactor, muon", "choice", "", "adamw", ("memory", "fit")),
     Flag("--offload", "Move to host memory (repeatable): optimizer, activations", "choice", "", "none", ("memory", "fit")),

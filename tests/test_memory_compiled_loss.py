@@ -47,3 +47,29 @@ def test_the_compiled_loss_needs_the_compiled_torchtitan_walk(runner, drop: str)
     result = runner.invoke(app, [*flags, "--compile-loss"])
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == ["Error: --compile-loss: torchtitan's compiled loss is walked with --compile --framework torchtitan"]
+
+
+# Llama 3 8B on 8 H100 under torchtitan, compiled (no FP8: fit has no --fp8-all-gather), FSDP over 8, micro-batch 1
+EIGHT = ("--model", "llama3-8b", "--framework", "torchtitan", "--compile", "--zero", "3", "--dp", "8", "--micro-batch", "1",
+         "--gpu", "h100-sxm5")
+
+
+def test_fit_and_its_search_give_memory_s_total_with_the_compiled_loss(run_json) -> None:
+    """issue #30: `memory` and `fit` give the same total for the same layout, --compile-loss included; the search's row of that
+    layout too (parcalc.core.search_step_peaks passes the flag to the walk). The compiled loss holds 8.4 GB less here (the
+    eager loss's fp32 logits of 8192 tokens x 128,256: 12 B a logit at the loss's backward, the compiled 4 B)."""
+    eager = run_json("memory", *EIGHT)["results"]["total"]["value"]
+    compiled = run_json("memory", *EIGHT, "--compile-loss")["results"]["total"]["value"]
+    assert eager - compiled == 76_135_006_208 - 67_729_620_992  # the two walks on this commit
+    pinned = run_json("fit", "--gpus", "8", "--tp", "1", "--pp", "1", *EIGHT, "--compile-loss")
+    assert pinned["results"]["total"]["value"] == compiled and pinned["settings"]["compile_loss"] is True
+    search = run_json("fit", "--gpus", "8", "--search", *[f for f in EIGHT if f not in ("--dp", "8", "--zero", "3", "--micro-batch", "1")],
+                      "--compile-loss")  # fmt: skip
+    row = next(r for r in search["tables"]["top"]["rows"] if (r["tp"], r["pp"], r["dp"], r["micro_batch"], r["recompute"], r["zero"]) == (1, 1, 8, 1, "none", 3))
+    assert row["memory"] == compiled
+
+
+def test_fit_refuses_the_compiled_loss_without_the_compiled_torchtitan_walk(runner) -> None:
+    result = runner.invoke(app, ["fit", "--gpus", "8", *[f for f in EIGHT if f != "--compile"], "--compile-loss"])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == ["Error: --compile-loss: torchtitan's compiled loss is walked with --compile --framework torchtitan"]

@@ -108,6 +108,7 @@ class Training:
     host_link: Link | None = None  # the GPU's PCIe link to the host (None: parcalc.core.timing.offload.default_host_link)
     fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are scaled (parcalc.core.timing.compute.FP8_RECIPES); with --precision fp8
     compiled: bool = False  # --compile: torch.compile's fused memory-bound kernels (parcalc.core.timing.compute.COMPILE_GROUPS)
+    compiled_loss: bool = False  # --compile-loss: torchtitan's compiled loss in the step walk (parcalc.core.memory_compiled_loss)
     # --recompute-modules: what selective recomputation checkpoints (Megatron-LM's recompute_modules, parcalc.core.recompute);
     # None: ['core_attn']. A run-wide pin: the search's "selective" is these modules too
     recompute_modules: tuple[str, ...] | None = None

@@ -34,7 +34,8 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
         for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec) & (sp == seq)):
             # FSDP over dp x cp ranks and the ring's rotation, as parcalc.core.memory_step_peak.fsdp_stage_step asks
             step = fsdp_step_of(profile, int(b[row]), training.seq_len, d * c, training.precision, training.optimizer, RECOMPUTES[int(rec)], t,
-                                training.compiled, cp=c, cp_rotate=CP_ROTATES.get(cp_comm, "allgather"))  # fmt: skip
+                                training.compiled, cp=c, cp_rotate=CP_ROTATES.get(cp_comm, "allgather"),
+                                compiled_loss=training.compiled_loss)  # fmt: skip
             out[row] = reserved_total(model, step) + training.reserve
     return out
 

@@ -84,7 +84,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             interleaved: bool = True, allow_cross_node_tp: bool = False, precision: Precision | None = None,
             fp8_recipe: str | None = None, optimizer: Optimizer = Optimizer.ADAMW,
             offload: list[Offload] | None = None, host_link: str | None = None, flash_attention: bool = True,
-            compile_: bool = False, kernels: str | None = None, dropout: bool | None = None,
+            compile_: bool = False, compile_loss: bool = False, kernels: str | None = None, dropout: bool | None = None,
             capacity: str | None = None, reserve: str | None = None, dtype: str | None = None,
             peak: str | None = None, efficiency: str | None = None, link: str | None = None,
             inter_node_link: str | None = None, nics_per_node: str | None = None, framework: str | None = None,
@@ -141,6 +141,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
     if fp32_grads and not mixed:
         raise InputError("--fp32-grads: applies to mixed precision (fp32 gradients beside 16-bit weights)")
+    if compile_loss and (not compile_ or profile.step_memory != "torchtitan-eager"):
+        raise InputError("--compile-loss: torchtitan's compiled loss is walked with --compile --framework torchtitan")
     training = Training(
         global_batch=parse_count(batch, "--batch") if batch is not None else cluster.gpus, seq_len=seq, precision=precision,
         optimizer=optimizer, flash_attention=flash_attention, dropout=dropout,
@@ -148,6 +150,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
         offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
         host_link=_host_link(host_link, offload, dirs, cluster.gpu), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
+        compiled_loss=compile_loss,
         recompute_modules=recompute_modules_flag(recompute_modules),
         kernels=kernels_flag(kernels),
     )  # fmt: skip
@@ -232,6 +235,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         settings.append(("offload", ",".join(dict.fromkeys(o.value for o in offload))))
     if ideal_network:
         settings.append(("network", "ideal"))
+    if compile_loss:
+        settings.append(("compile_loss", "true"))
     if training.recompute_modules is not None:
         settings.append(("recompute_modules", ",".join(training.recompute_modules)))
     clusters = [cluster]
