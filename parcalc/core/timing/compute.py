@@ -12,7 +12,7 @@ tokens (Korthikanti et al. 2022, sec. 4.2.2).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -177,7 +177,9 @@ def layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, 
     if model.linear_attention is not None:  # gated-DeltaNet mixers in place of attention in their share of the layers
         from parcalc.core.timing.linear_attention_kernels import with_linear_mixers
 
-        return with_linear_mixers(model, shard, spec, _layer_passes(model, shard, spec, experts))
+        passes = _layer_passes(model, shard, spec, experts)
+        forward, backward, core = with_linear_mixers(model, shard, spec, passes.forward, passes.backward, passes.attention_core)
+        return replace(passes, forward=forward, backward=backward, attention_core=core)
     return _layer_passes(model, shard, spec, experts)
 
 

@@ -32,17 +32,11 @@ mixer most.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
-
 from parcalc.core.linear_attention import CHUNK, chunks
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.kernels import ComputeSpec, Kernel, LayerKernels, _roofline, gemm, memory_op, quantisation
 from parcalc.core.timing.layer_shard import LayerShard
 from parcalc.errors import InputError
-
-if TYPE_CHECKING:
-    from parcalc.core.timing.compute import LayerPasses
 
 Kernels = tuple[Kernel, ...]
 FP32 = 4.0
@@ -149,8 +143,10 @@ def _is_attention_mixer(kernel: Kernel) -> bool:
     return kernel.key.split(".")[0] in ATTENTION_MIXER
 
 
-def with_linear_mixers(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, passes: LayerPasses) -> LayerPasses:
-    """The model's mean layer from a transformer layer's kernels (`passes`, a LayerPasses): the softmax-attention mixer's
+def with_linear_mixers(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, forward: Kernels, backward: Kernels,
+                       attention_core: Kernels) -> tuple[Kernels, Kernels, Kernels]:
+    """The model's mean layer (forward, backward, attention core) from a transformer layer's kernels (parcalc.core.timing.
+    compute.LayerPasses' three, which the caller builds again: this module stays below compute): the softmax-attention mixer's
     kernels weighted by the attention layers' share (12 / 48 in Qwen3-Next) and the gated-DeltaNet mixer's by theirs
     (36 / 48), in the mixer's place; so that L layers of it are the model's layers exactly (a pipeline stage is timed as
     its layers' count of the mean layer: its own mix differs by a layer or two)."""
@@ -173,9 +169,9 @@ def with_linear_mixers(model: TransformerModel, shard: LayerShard, spec: Compute
                 out.append(k)
         return tuple(out)
 
-    forward = mixed(passes.forward, mixer_f)
-    core = tuple(forward[[k.key for k in forward].index(k.key)] for k in passes.attention_core)
-    return replace(passes, forward=forward, backward=mixed(passes.backward, mixer_b), attention_core=core)
+    mean_forward = mixed(forward, mixer_f)
+    core = tuple(mean_forward[[k.key for k in mean_forward].index(k.key)] for k in attention_core)
+    return mean_forward, mixed(backward, mixer_b), core
 
 
 def mean_layer_regather(model: TransformerModel, backward: Kernels, gather: float) -> tuple[float, float]:
