@@ -199,16 +199,12 @@ class _Shapes:
                           else math.nan for rec in RECOMPUTES] for s in (False, True)])  # fmt: skip
 
     def linear_layers(self, split: tuple[int, ...], chunks: int) -> tuple[int, ...]:
-        """The gated-DeltaNet layers of each stage holding `split` layers (interleaved: `chunks` model chunks per stage
-        when they divide every stage's layers, as parcalc.core.linear_attention_memory.stage_linear_layers)."""
+        """parcalc.core.linear_attention_memory.linear_layers_per_stage, kept by (split, chunks)."""
         key = (split, chunks)
         if key not in self._linear_layers:
-            from parcalc.core.expert_parallel import stage_ranges
+            from parcalc.core.linear_attention_memory import linear_layers_per_stage
 
-            gdn = self.model.linear_attention
-            assert gdn is not None
-            v = chunks if all(n % chunks == 0 for n in split) else 1
-            self._linear_layers[key] = tuple(sum(gdn.linear_layers_in(r.start, r.stop) for r in ranges) for ranges in stage_ranges(split, v))
+            self._linear_layers[key] = linear_layers_per_stage(self.model, split, chunks)
         return self._linear_layers[key]
 
     def moe_layers(self, split: tuple[int, ...], chunks: int) -> tuple[int, ...]:

@@ -169,15 +169,20 @@ def mixer_delta(model: TransformerModel, config: ActivationConfig) -> float:
     return gdn - sum(t.bytes(config) for t in _attention_tensors(model, config))
 
 
-def stage_linear_layers(model: TransformerModel, par: Layout, stage: int) -> int:
-    """The gated-DeltaNet layers of stage `stage` (its chunks' layer ranges under the interleaved schedule)."""
+def linear_layers_per_stage(model: TransformerModel, split: tuple[int, ...], chunks: int) -> tuple[int, ...]:
+    """The gated-DeltaNet layers of each stage holding `split` layers (its chunks' layer ranges under the interleaved
+    schedule: `chunks` model chunks per stage where they divide every stage's layers)."""
     from parcalc.core.expert_parallel import stage_ranges
 
     gdn = model.linear_attention
     assert gdn is not None
-    split = par.stage_layers(model.layers)
-    v = par.chunks if all(n % par.chunks == 0 for n in split) else 1
-    return sum(gdn.linear_layers_in(r.start, r.stop) for r in stage_ranges(split, v)[stage])
+    v = chunks if all(n % chunks == 0 for n in split) else 1
+    return tuple(sum(gdn.linear_layers_in(r.start, r.stop) for r in ranges) for ranges in stage_ranges(split, v))
+
+
+def stage_linear_layers(model: TransformerModel, par: Layout, stage: int) -> int:
+    """The gated-DeltaNet layers of stage `stage` of the layout."""
+    return linear_layers_per_stage(model, par.stage_layers(model.layers), par.chunks)[stage]
 
 
 def with_linear_mixers(model: TransformerModel, par: Layout, config: ActivationConfig, layers: Derivation, stage: int) -> Derivation:
