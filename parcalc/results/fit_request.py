@@ -14,6 +14,7 @@ from parcalc.results.cluster import cluster_from_flags
 from parcalc.results.parse import (
     MAX_SEARCH_BATCH,
     check_at_most,
+    compile_loss_flag,
     cp_flags,
     expert_flags,
     fp8_recipe_flag,
@@ -141,8 +142,6 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
     if fp32_grads and not mixed:
         raise InputError("--fp32-grads: applies to mixed precision (fp32 gradients beside 16-bit weights)")
-    if compile_loss and (not compile_ or profile.step_memory != "torchtitan-eager"):
-        raise InputError("--compile-loss: torchtitan's compiled loss is walked with --compile --framework torchtitan")
     training = Training(
         global_batch=parse_count(batch, "--batch") if batch is not None else cluster.gpus, seq_len=seq, precision=precision,
         optimizer=optimizer, flash_attention=flash_attention, dropout=dropout,
@@ -150,7 +149,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         reserve=parse_quantity(reserve, Dimension.BYTES, "--reserve", allow_zero=True, require_unit=True) if reserve is not None else DEFAULT_RESERVE_BYTES,
         offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
         host_link=_host_link(host_link, offload, dirs, cluster.gpu), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
-        compiled_loss=compile_loss,
+        compiled_loss=compile_loss_flag(compile_loss, compile_, profile.step_memory),
         recompute_modules=recompute_modules_flag(recompute_modules),
         kernels=kernels_flag(kernels),
     )  # fmt: skip

@@ -67,6 +67,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     from parcalc.errors import InputError
     from parcalc.results.model import ModelFlags, model_and_seq_len
     from parcalc.results.parse import (
+        compile_loss_flag,
         cp_flags,
         expert_flags,
         pipeline_layout_chunks,
@@ -122,8 +123,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     if fp8_all_gather and (precision is not Precision.FP8 or profile is None or profile.step_memory != "torchtitan-eager"):
         raise InputError("--fp8-all-gather: torchao's FP8 all-gather of the Float8 linears' weights is walked with --precision fp8 "
                          "--framework torchtitan")  # fmt: skip
-    if compile_loss and (not compile_ or profile is None or profile.step_memory != "torchtitan-eager"):
-        raise InputError("--compile-loss: torchtitan's compiled loss is walked with --compile --framework torchtitan")
+    compile_loss_flag(compile_loss, compile_, profile.step_memory if profile is not None else None)
     par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
                  cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,
                  embedding_in_split=embedding_in_split, loss_in_split=loss_in_split, pipeline_layout=pipeline_layout)  # fmt: skip

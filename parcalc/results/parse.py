@@ -250,6 +250,16 @@ def fp8_recipe_flag(recipe: str | None, precision: Any) -> str:
     return recipe.lower()
 
 
+def compile_loss_flag(compile_loss: bool, compile_: bool, step_memory: str | None) -> bool:
+    """--compile-loss checked (memory and fit): the compiled loss is walked by the compiled torchtitan step walk only
+    (`step_memory`: the framework profile's, None without one)."""
+    from parcalc.errors import InputError
+
+    if compile_loss and (not compile_ or step_memory != "torchtitan-eager"):
+        raise InputError("--compile-loss: torchtitan's compiled loss is walked with --compile --framework torchtitan")
+    return compile_loss
+
+
 def kernels_flag(kernels: str | None) -> str | None:
     """--kernels checked: fused or eager (None: not given, the framework profile decides)."""
     from parcalc.core.timing.framework import KERNEL_SETS
