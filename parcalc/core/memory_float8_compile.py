@@ -399,14 +399,15 @@ WHAT = {"T4": "fp32 row values (1/rms, sums)", "Th": "bf16 activation (hidden wi
         "hq": "weight gradients", "hkv": "weight gradients", "hf": "weight gradients"}  # fmt: skip
 
 
-def as_block_program(program: tuple[Step, ...]) -> tuple[Step, ...]:
-    """The generated lines in memory_torchtitan_compile's format (its run_program): the kind's name and what a size holds."""
+def as_block_program(program: tuple[Step, ...], what: dict[str, str] = WHAT) -> tuple[Step, ...]:
+    """The generated lines in memory_torchtitan_compile's format (its run_program): the kind's name and what a size holds
+    (`what`: the sizes' descriptions; the CP programs add the ring's, memory_torchtitan_cp_compile)."""
     out: list[Step] = []
     for line in program:
         if line[0] == "+":
-            out.append(("+", line[1], line[2], KINDS[line[3]], WHAT[line[2]]))
+            out.append(("+", line[1], line[2], KINDS[line[3]], what[line[2]]))
         elif line[0] == "=":
-            out.append(("=", line[1], line[2], line[3], KINDS[line[4]], WHAT[line[3]]))
+            out.append(("=", line[1], line[2], line[3], KINDS[line[4]], what[line[3]]))
         else:
             out.append(line)
     return tuple(out)
