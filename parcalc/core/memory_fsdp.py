@@ -269,10 +269,10 @@ def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str, pre
     attention, whose repeat_kv copies k and v) under FSDP2 (parcalc.core.memory_torchtitan_compile), in bf16 and with
     torchao's Float8Linear, its weights cast in the block or all-gathered in FP8 (parcalc.core.memory_float8_compile, read
     from torchtitan's Llama, where q = h); under apply_tp in bf16, its collectives traced into it, at the TP degrees whose code
-    is read (parcalc.core.memory_torchtitan_tp_compile, q = h too); in the pipeline stages, each stage's blocks so compiled."""
+    is read, and with torchao's Float8 TP styles (parcalc.core.memory_torchtitan_tp_compile, q = h too); in the pipeline stages, each stage's blocks so compiled."""
     from parcalc.core.memory_timeline import shapes_of
     from parcalc.core.memory_torchtitan import repeat_kv_copies
-    from parcalc.core.memory_torchtitan_tp_compile import DEGREES
+    from parcalc.core.memory_torchtitan_tp_compile import DEGREES, FLOAT8_DEGREES
 
     if model_code != "torchtitan":
         return ["--compile (the compiled walk follows torchtitan's block; this profile's walk is eager transformers code)"]
@@ -281,8 +281,9 @@ def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str, pre
                                     not repeat_kv_copies(shapes_of(model, 1, 1, 2.0, 2.0, False))),
                                    (f"--compile with tp = {tp} (the compiled TP block's code is read at tp {', '.join(map(str, DEGREES))})",
                                     tp > 1 and tp not in DEGREES),
-                                   (f"--compile --precision fp8 with tp = {tp} (torchao's Float8 TP styles compiled are not read: the "
-                                    "compiled TP block is bf16)", tp > 1 and precision is Precision.FP8),
+                                   (f"--compile --precision fp8 with tp = {tp} (the compiled block with torchao's Float8 TP styles is "
+                                    f"read at tp {', '.join(map(str, FLOAT8_DEGREES))})",
+                                    tp > 1 and precision is Precision.FP8 and tp not in FLOAT8_DEGREES),
                                    ("--compile with heads x head_dim != hidden (the compiled block is read from torchtitan's Llama, "
                                     "whose head_dim is dim // n_heads)",
                                     (precision is Precision.FP8 or tp > 1) and model.heads * model.head_dim != model.hidden)) if gap]  # fmt: skip

@@ -63,8 +63,9 @@ COMPILE_SOURCES = {
 # what `memory --compile` says where the torchtitan walk follows the compiled block
 COMPILED_WALK = ("the step's peak walks each block's torch.compile'd code as Inductor generates it (the min-cut partitioner's "
                  "saved tensors: no fp32 RMSNorm or RoPE copies kept; fused kernels write only their outputs; under op and full "
-                 "checkpointing the recomputation runs inside the compiled backward; parcalc.core.memory_torchtitan_compile, "
-                 "checked on the CPU against every allocation of a compiled step)")
+                 "checkpointing the recomputation runs inside the compiled backward; under tensor parallelism apply_tp's "
+                 "all-gathers and reduce-scatters are compiled into the block: parcalc.core.memory_torchtitan_compile and "
+                 "memory_torchtitan_tp_compile, checked on the CPU against every allocation of a compiled step)")
 
 A, T_, G = "activations", "temporaries", "gradients"
 POLICIES = ("none", "op", "full")

@@ -27,13 +27,14 @@ TORCH_LOGS=output_code,graph_code into g-none.log, g-op.log, g-full.log:
 from __future__ import annotations
 
 import ast
+import math
 import re
 import sys
 from pathlib import Path
 
 B, S, H, HEADS, KV_HEADS, F = 8, 256, 128, 4, 2, 1536
 T, KV, HD = B * S, H // HEADS * KV_HEADS, H // HEADS
-DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1, "complex64": 8, "uint8": 1}
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1, "complex64": 8, "uint8": 1}
 # (elements, bytes an element) -> symbol (parcalc.core.memory_torchtitan_compile.sizes_of)
 SYMBOLS = {(T, 4): "T4", (T * H, 2): "Th", (T * KV, 2): "Tkv", (T * F, 2): "Tf", (T * H, 4): "Tq4", (T * KV, 4): "Tkv4",
            (B * HEADS * S, 4): "lse", (S * HD // 2, 8): "conj", (H, 2): "h", (H * H, 2): "hq", (H * KV, 2): "hkv", (H * F, 2): "hf",
@@ -296,6 +297,19 @@ def replay(body: str, r: _Replay) -> list:  # type: ignore[type-arg]
             elements, size = _elements(r, r.size[r.name_of[args[0]]])  # type: ignore[index]
             r.new(target, r.symbols[(elements // ast.literal_eval(value.args[2]), size)])
             r.dtype[target] = r.dtype[r.name_of[args[0]]]  # type: ignore[index]
+        elif op == "cat":  # a new storage: the chunks concatenated (the FP8 all-gather's chunks, viewed as uint8, into the sequence)
+            elements, size = 0, 0
+            for item in value.args[0].elts:  # type: ignore[attr-defined]
+                inner = item.args[0] if isinstance(item, ast.Call) and ast.unparse(item.func).endswith("view.dtype") else item
+                shape = _view_shape(inner)
+                source = _arg_name(inner)
+                part = _elements(r, r.size[r.name_of[source]])[0] if shape is None else math.prod(shape)  # type: ignore[index]
+                elements += part
+                size = DTYPE_BYTES[ast.unparse(item.args[1]).split(".")[-1]] if inner is not item else DTYPE_BYTES[r.dtype[r.name_of[source]]]  # type: ignore[attr-defined, index]
+            r.new(target, r.symbols[(elements, size)])
+            r.dtype[target] = next(d for d, n in DTYPE_BYTES.items() if n == size and d != "uint8") if size != 1 else "float8_e4m3fn"  # type: ignore[attr-defined]
+        elif op == "all_reduce_":  # in place (the amax of a sharded tensor, all-reduced over the TP ranks): the same storage
+            r.alias(target, r.name_of.get(args[0] or ""))
         elif op == "all_to_all_single":  # a new storage of the input's size (the ring's dK/dV rotation)
             r.new(target, r.size[r.name_of[args[0]]])  # type: ignore[index]
             r.dtype[target] = r.dtype[r.name_of[args[0]]]  # type: ignore[index]

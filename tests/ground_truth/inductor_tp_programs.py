@@ -55,7 +55,7 @@ def symbols(tp: int, shape: tuple = SHAPE) -> dict[tuple[int, int], str]:
                       # torchao's Float8 TP styles': FP8 copies (1 byte an element; a rank's T x q / tp is its shard's size, Tsh1),
                       # fp32 ffn-wide tensors, amax / scale scalars
                       ((T * h, 1), "Th1"), ((T // tp * h, 1), "Tsh1"), ((T * kv, 1), "Tkv1"), ((T * fl, 1), "Tf1"), ((h * q, 1), "hq1"),
-                      ((h * kv, 1), "hkv1"), ((h * fl, 1), "hf1"), ((T * fl, 4), "Tf4"), ((1, 2), "scalar"), ((1, 4), "scalar")):  # fmt: skip
+                      ((h * kv, 1), "hkv1"), ((h * fl, 1), "hf1"), ((T * fl, 4), "Tf4"), ((1, 2), "scalar"), ((1, 4), "scalar"), ((1, 8), "scalar")):  # fmt: skip
         assert table.get(key, name) == name, f"{name} and {table[key]} are one size at this shape"
         table[key] = name
     return table
