@@ -284,9 +284,12 @@ def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str, pre
                                    (f"--compile --precision fp8 with tp = {tp} (the compiled block with torchao's Float8 TP styles is "
                                     f"read at tp {', '.join(map(str, FLOAT8_DEGREES))})",
                                     tp > 1 and precision is Precision.FP8 and tp not in FLOAT8_DEGREES),
-                                   ("--compile with heads x head_dim != hidden (the compiled block is read from torchtitan's Llama, "
-                                    "whose head_dim is dim // n_heads)",
-                                    (precision is Precision.FP8 or tp > 1) and model.heads * model.head_dim != model.hidden)) if gap]  # fmt: skip
+                                   ("--compile --precision fp8 with heads x head_dim != hidden (the compiled Float8 block is read "
+                                    "from torchtitan's Llama, whose head_dim is dim // n_heads)",
+                                    precision is Precision.FP8 and model.heads * model.head_dim != model.hidden),
+                                   (f"--compile with tp = {tp} and heads x head_dim != hidden (the compiled TP block is read from "
+                                    "torchtitan's Llama, whose head_dim is dim // n_heads)",
+                                    tp > 1 and precision is not Precision.FP8 and model.heads * model.head_dim != model.hidden)) if gap]  # fmt: skip
 
 
 def float8_gaps(layout: Layout, precision: Precision, model_code: str) -> list[str]:
