@@ -22,15 +22,23 @@ Sizes are memory_torchtitan_compile._sizes's symbols of a rank's local widths (q
 sequence), and the sequence shard's: Tsh (T / tp x hidden, bf16) and Ts4 (T / tp, fp32). torchtitan's Llama has q = hidden,
 so a rank's T x q / tp is Tsh too (the reading cannot tell them apart; the walk is refused where heads x head_dim != hidden).
 
-The programs below are generated from Inductor's code (torch 2.13.0, inductor backend on the CPU, TORCH_LOGS=output_code,
-graph_code) by tests/ground_truth/inductor_tp_programs.py (the reader of inductor_float8_programs.py), one per TP degree
-(2, 4, 8: the collectives' chunk copies follow the degree) and policy, in bf16, and at tp 8 at micro-batch 1 too.
+With torchao's Float8 TP styles (Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput, as apply_tp picks
+them) the compiled block also casts each norm's shard to FP8 before its all-gather (gathered as uint8 chunks, concatenated),
+all-reduces the amaxes of its sharded tensors in place (float64 scalars), and keeps its FP8 weights' transposes for the
+backward.
+
+The programs below are generated from Inductor's code (torch 2.13.0, torchao 0.18.0 for Float8, inductor backend on the CPU,
+TORCH_LOGS=output_code,graph_code) by tests/ground_truth/inductor_tp_programs.py (the reader of inductor_float8_programs.py),
+one per precision, TP degree (bf16 2, 4, 8; Float8 2, 8: the collectives' chunk copies follow the degree) and policy, and at
+tp 8 at micro-batch 1 too (where the all-gathered shard is already the sequence's layout: no copy).
 Left out, as for the compiled block without TP: the CPU RNG state under full checkpointing (5 KB on the CPU; a CUDA one is 16
-bytes). What is not read: torchao's Float8 TP styles compiled (Float8ColwiseParallel, Float8RowwiseParallel,
-PrepareFloat8ModuleInput): the compiled Float8 block under TP is refused. Two substitutions in the ground truth (where torch
-2.13 on the CPU fails where torchtitan's GPUs ran: tests/ground_truth/tiny_torchtitan_tp_compile.py) change no block buffer.
-Ground truth: tests/ground_truth/test_torch_memory_torchtitan_tp_compile.py, profiler-counted compiled steps under apply_tp
-on fake ranks.
+bytes). Not in the read code: AsyncTP (torchtitan's enable_async_tensor_parallel sets Inductor's _micro_pipeline_tp, which
+fuses the collectives with the matmuls over symmetric memory). What a reading at one shape cannot see: Inductor reuses a dead
+buffer of the same size, so where two of the code's sizes coincide that differ at the logged shape its reuse may differ (one
+Float8 ground-truth case, where the walk is 1.056 of the count, has such a coincidence). Two substitutions in the ground
+truth (where torch 2.13 on the CPU fails where torchtitan's GPUs ran: tests/ground_truth/tiny_torchtitan_tp_compile.py)
+change no block buffer. Ground truth: tests/ground_truth/test_torch_memory_torchtitan_tp_compile.py, profiler-counted
+compiled steps under apply_tp on fake ranks.
 """
 
 from __future__ import annotations

@@ -82,16 +82,29 @@ def save_device_mesh_as_opaque() -> None:
     state.save_from_forward = save_from_forward
 
 
+# the CPU kernels whose own scratch is not counted: each op's memory events count as one, at its start (what it leaves allocated)
+CPU_SCRATCH_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                   "aten::_scaled_mm")
+
+
 def allocation_peak_without_cpu_scratch(step) -> int:  # type: ignore[no-untyped-def]
-    """tiny_torchtitan_compile.allocation_peak, less the CPU kernels' own scratch: an allocation that the very next memory event
-    frees and whose size is no multiple of 512 bytes (no tensor of these steps has such a size: their widths are multiples of
-    64; the scratch of the CPU's kernels, e.g. 476,928 B at the output projection of the logged shape at tp 4, which a GPU's
-    kernels do not take from the caching allocator). Which CPU kernel allocates each was not identified."""
+    """tiny_torchtitan_compile.allocation_peak, less the CPU kernels' own scratch, which a GPU's kernels do not take as the CPU's
+    do: the CPU flash attention's forward and backward (pytorch/pytorch v2.13.0 aten/src/ATen/native/cpu/FlashAttentionKernel.cpp:
+    per-thread fp32 buffers of qSplitSize x kvSplitSize, which grow with the sequence; the walk, as the compiled block's without
+    TP, keeps the GPU kernels' outputs and logsumexp) and torch._scaled_mm (torchao_float8_compile.
+    allocation_peak_without_cpu_scaled_mm_scratch: its fp32 dequantization) count as what each leaves allocated, at its start;
+    and an allocation that the very next memory event frees, of a size no tensor of these steps has (no multiple of 512 B:
+    e.g. 476,928 B at the output projection of the logged shape at tp 4; which CPU kernel allocates it was not identified)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
-    sizes = [size for _, size in sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")]
+    events = list(prof.profiler.kineto_results.events())
+    inside = sorted((e.start_ns(), e.start_ns() + e.duration_ns()) for e in events if e.name() in CPU_SCRATCH_OPS)
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    kept = [(t, size) for t, size in memory if not any(start <= t <= end for start, end in inside)]
+    kept += [(start, sum(size for t, size in memory if start <= t <= end)) for start, end in inside]
+    sizes = [size for _, size in sorted(kept)]
     scratch = {i + k for i in range(len(sizes) - 1) if sizes[i] > 0 and sizes[i + 1] == -sizes[i] and sizes[i] % 512 for k in (0, 1)}
     now = peak = 0
     for i, size in enumerate(sizes):
