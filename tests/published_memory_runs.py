@@ -26,14 +26,21 @@ TT_TRAINY = "pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefib
 # torchtitan's llama3_8b.toml at 9dec370 (train_configs/) and e7c0cae (torchtitan/models/llama3/train_configs/): seq_len = 8192,
 # activation_checkpoint mode 'selective' with selective_ac_option 'op'
 TOML_8B = "train_configs/llama3_8b.toml: seq_len = 8192, [activation_checkpoint] mode = 'selective', selective_ac_option = 'op'"
-# Table 4 (FSDP 32 x TP 8, Float8, full checkpointing) is walked eager since session 16: torchao's Float8 TP styles
+# Table 4 (FSDP 32 x TP 8, Float8, full checkpointing) was walked eager in session 16 (compiled since session 17: COMPILE_TP below): torchao's Float8 TP styles
 # (tests/ground_truth/test_torch_memory_float8_tp.py, 9 FSDPMemTracker cases 0.9997-1.0006). Its reserved peak, 59.75 GiB of
 # 71.9 (0.831; the textbook sum before: 0.745), equals the bf16 walk's: the peak is loss parallel's backward (four fp32
 # logits-sized tensors of 131072 tokens x 16032 vocabulary rows, 31.3 GiB), after every block's recomputation and casts
 FP8_ALL_GATHER_405B = ("torchao's FP8 all-gather in FSDP (train_configs/llama3_405b.toml at 9dec370: enable_fsdp_float8_all_gather and "
                        "precompute_float8_dynamic_scale_for_fsdp true): not walked with TP and PP, the weights gathered in bf16 here")
-COMPILE_TP = ("torch.compile with TP (and PP): the walk runs the blocks eager (parcalc.core.memory_torchtitan_compile follows the "
-              "compiled block under FSDP2 and FSDP x CP), so the row is walked without --compile")
+# Tables 4, 5 and 6's CP 1 row ran torch.compile with TP (and PP): walked with --compile since session 17, each block's Inductor
+# code with apply_tp's collectives traced into it (parcalc.core.memory_torchtitan_tp_compile; tests/ground_truth/
+# test_torch_memory_torchtitan_tp_compile.py, profiler-counted compiled TP steps on fake ranks, bf16 and torchao's Float8 TP
+# styles). Walked eager before (session 16) -> compiled: Table 4 0.831 -> 0.831 (the peak stays loss parallel's backward, where a
+# fully checkpointed block, compiled or eager, keeps its input alone), Table 5 0.925 -> 0.931, Table 6 CP 1 1.014 -> 1.020 (the
+# last stage's peak 0.5 GiB higher compiled). What the read code leaves out: AsyncTP (Tables 5 and 6: torchtitan sets
+# torch._inductor.config._micro_pipeline_tp, fusing the all-gathers and reduce-scatters with the matmuls over symmetric memory).
+COMPILE_TP = ("torch.compile with TP and CP: the compiled TP block (parcalc.core.memory_torchtitan_tp_compile) has no ring attention "
+              "and the CP walk no TP")
 # the FSDP Float8 rows: compiled, the walk follows Inductor's code for torchao's casts (parcalc.core.memory_float8_compile,
 # tests/ground_truth/test_torch_memory_float8_compile.py: 9 profiler-counted compiled steps on the CPU, 0.9984-0.9998). Until
 # session 15 --compile --precision fp8 kept the textbook sum (0.944 / 0.946 of Table 1 / 3's rows by luck; the eager Float8
@@ -120,8 +127,8 @@ def _t2(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
 # test_torch_memory_float8_pp.py: MemTracker over Schedule1F1B stages with torchao's Float8 TP styles, 0.9999-1.0003):
 # Table 5's 1F1B row 76.33 GiB of 82.5 (0.925; the textbook sum before 0.516; the bf16 walk 0.930), Table 6's FSDP 8 CP 1
 # row 76.32 of 75.3 (1.014; before 0.565). The CP 2-8 rows keep the textbook sum (CP with TP is not walked).
-FLOAT8_PP_WALKED = ("the eager Float8 walk inside the pipeline stages (torchao's TP styles, ground truth to 0.03 %) lands in the band; "
-                    "the blocks' compilation and the FP8 all-gather of llama3_405b.toml are not walked")
+FLOAT8_PP_WALKED = ("the compiled Float8 TP blocks inside the pipeline stages (Inductor's code with torchao's TP styles) land in the "
+                    "band; AsyncTP and the FP8 all-gather of llama3_405b.toml are not walked")
 
 
 def _t6(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
@@ -130,8 +137,9 @@ def _t6(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
                      f"405B model. 512 GPUs (TP 8, PP8). Local batch size 8. Full activation checkpointing.', row '| FSDP {fsdp}, CP {cp} "
                      f"| {seq} | ... | {gib} |'",
                      (*_405B, *SPLIT_405B, "--tp", "8", "--pp", "8", "--dp", str(fsdp), "--cp", str(cp), "--micro-batch", "1", "--micro-batches", "8",
-                      "--seq-len", str(seq), "--recompute", "full", "--precision", "fp8"),
-                     gib, _RESERVED, (COMPILE_TP, FP8_ALL_GATHER_405B, *((CP,) if cp > 1 else ())),
+                      "--seq-len", str(seq), "--recompute", "full", "--precision", "fp8", *(() if cp > 1 else ("--compile",))),
+                     gib, _RESERVED, (*((COMPILE_TP, CP) if cp > 1 else ("AsyncTP (torch._inductor.config._micro_pipeline_tp: not in the "
+                                                                         "read code)",)), FP8_ALL_GATHER_405B),
                      "" if cp > 1 else FLOAT8_PP_WALKED)  # fmt: skip
 
 
@@ -149,15 +157,17 @@ RUNS: tuple[MemoryRun, ...] = (
     MemoryRun("tt2412-70b-fsdp32-tp8", f"{TT_DEC24}, Table 4 '2D parallelism (FSDP + TP) + torch.compile + Float8. Llama 3.1 70B model. "
               "256 GPUs (FSDP 32, TP 8). Local batch size 16, global batch size 512. Full activation checkpointing.', row "
               f"'| 2D | 829 | 71.9 |'; sequence length not printed: {TOML_8B.replace('8b', '70b')} is not re-read, 8192 taken",
-              (*_70B, "--tp", "8", "--dp", "32", "--micro-batch", "16", "--seq-len", "8192", "--recompute", "full", "--precision", "fp8"),
-              71.9, _RESERVED, (COMPILE_TP, "the sequence length (not printed; train_configs/llama3_70b.toml at 9dec370: seq_len = 8192)",
+              (*_70B, "--tp", "8", "--dp", "32", "--micro-batch", "16", "--seq-len", "8192", "--recompute", "full", "--precision", "fp8",
+               "--compile"),
+              71.9, _RESERVED, ("the sequence length (not printed; train_configs/llama3_70b.toml at 9dec370: seq_len = 8192)",
                                 "12.2 GiB the walk does not find (the FSDP rows miss 6-7.5 GiB likewise)")),
     MemoryRun("tt2412-405b-fsdp8-tp8-pp8-1f1b", f"{TT_DEC24}, Table 5 '3D parallelism (FSDP + TP + PP) + torch.compile + Float8 + AsyncTP. "
               "Llama 3.1 405B model. 512 GPUs (FSDP 8, TP 8, PP8). Local batch size 32, global batch size 256. Full activation "
               "checkpointing.', row '| 1F1B | 100 | 82.5 |'",
               (*_405B, *SPLIT_405B, "--tp", "8", "--pp", "8", "--dp", "8", "--micro-batch", "4", "--micro-batches", "8", "--seq-len", "8192",
-               "--recompute", "full", "--precision", "fp8", "--schedule", "1f1b"),
-              82.5, _RESERVED, (COMPILE_TP, FP8_ALL_GATHER_405B, "the sequence length and micro-batch size (not printed: 8192 and 32 / 8 taken)"),
+               "--recompute", "full", "--precision", "fp8", "--schedule", "1f1b", "--compile"),
+              82.5, _RESERVED, ("AsyncTP (torch._inductor.config._micro_pipeline_tp: the collectives fused with the matmuls; the compiled "
+                                "TP block is read without it)", FP8_ALL_GATHER_405B, "the sequence length and micro-batch size (not printed: 8192 and 32 / 8 taken)"),
               FLOAT8_PP_WALKED),
     _t6(8, 1, 32768, 75.3),
     _t6(4, 2, 65536, 75.9),

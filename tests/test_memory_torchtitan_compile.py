@@ -105,7 +105,9 @@ def test_the_search_ranks_compiled_rows_by_the_compiled_walk(run_json) -> None:
 
 @pytest.mark.parametrize("flags, gap", [
     (["--framework", "fsdp2"], "--compile (the compiled walk follows torchtitan's block"),
-    (["--framework", "torchtitan", "--tp", "2", "--recompute", "full", "--sequence-parallel"], "--compile with tp = 2"),
+    # the compiled block with torchao's Float8 TP styles is read at tp 2 and 8 (memory_torchtitan_tp_compile.FLOAT8_DEGREES)
+    (["--framework", "torchtitan", "--tp", "4", "--recompute", "full", "--sequence-parallel", "--precision", "fp8"],
+     "--compile --precision fp8 with tp = 4"),
 ])  # fmt: skip
 def test_what_the_compiled_walk_does_not_follow_keeps_the_textbook_sum(run_json, flags: list[str], gap: str) -> None:
     doc = run_json("memory", *LLAMA_8B, *flags, "--zero", "3", "--dp", "8", "--compile")

@@ -18,7 +18,7 @@ torchao's casts, so each cast is part of the block's graph:
 
 The programs below are generated from Inductor's code (torch 2.13.0, torchao 0.18.0, inductor backend on the CPU,
 TORCH_LOGS=output_code,graph_code) by tests/ground_truth/inductor_float8_programs.py, which follows Python's reference
-counting through each `call` function; sizes are symbols (memory_torchtitan_compile._sizes: a trailing 1 is an FP8 copy,
+counting through each `call` function; sizes are symbols (memory_torchtitan_compile.sizes_of: a trailing 1 is an FP8 copy,
 `scalar` an amax or scale). Left out as for the bf16 block: the CPU flash-attention backward's logsumexp copy and the CPU
 RNG state; torch._scaled_mm's CPU kernel dequantizes to fp32 inside itself (cuBLASLt's FP8 GEMM does not): not walked.
 torchtitan's Llama has q = h (head_dim = dim // n_heads), so wq's and wo's widths are one symbol, Th.

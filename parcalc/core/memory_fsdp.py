@@ -266,22 +266,30 @@ def check_cp(model: TransformerModel, step: FsdpStep) -> None:
 
 def compile_gaps(model: TransformerModel, tp: int, pp: int, model_code: str, precision: Precision = Precision.MIXED_BF16) -> list[str]:
     """What of torch.compile the walk does not follow: it follows torchtitan's compiled block (Inductor's code for grouped-query
-    attention, whose repeat_kv copies k and v) under FSDP2 alone (parcalc.core.memory_torchtitan_compile), in bf16 and with
+    attention, whose repeat_kv copies k and v) under FSDP2 (parcalc.core.memory_torchtitan_compile), in bf16 and with
     torchao's Float8Linear, its weights cast in the block or all-gathered in FP8 (parcalc.core.memory_float8_compile, read
-    from torchtitan's Llama, where q = h)."""
+    from torchtitan's Llama, where q = h); under apply_tp in bf16, its collectives traced into it, at the TP degrees whose code
+    is read, and with torchao's Float8 TP styles (parcalc.core.memory_torchtitan_tp_compile, q = h too); in the pipeline stages, each stage's blocks so compiled."""
     from parcalc.core.memory_timeline import shapes_of
     from parcalc.core.memory_torchtitan import repeat_kv_copies
+    from parcalc.core.memory_torchtitan_tp_compile import DEGREES, FLOAT8_DEGREES
 
     if model_code != "torchtitan":
         return ["--compile (the compiled walk follows torchtitan's block; this profile's walk is eager transformers code)"]
     kv_heads = "one KV head (repeat_kv's view)" if model.kv_heads == 1 else "multi-head attention (no repeat_kv copy)"
     return [what for what, gap in ((f"--compile with {kv_heads}: Inductor's code for it is not walked",
                                     not repeat_kv_copies(shapes_of(model, 1, 1, 2.0, 2.0, False))),
-                                   (f"--compile with tp = {tp} (the compiled walk has no TP)", tp > 1),
-                                   (f"--compile with pp = {pp} (the compiled walk has no pipeline stages)", pp > 1),
+                                   (f"--compile with tp = {tp} (the compiled TP block's code is read at tp {', '.join(map(str, DEGREES))})",
+                                    tp > 1 and tp not in DEGREES),
+                                   (f"--compile --precision fp8 with tp = {tp} (the compiled block with torchao's Float8 TP styles is "
+                                    f"read at tp {', '.join(map(str, FLOAT8_DEGREES))})",
+                                    tp > 1 and precision is Precision.FP8 and tp not in FLOAT8_DEGREES),
                                    ("--compile --precision fp8 with heads x head_dim != hidden (the compiled Float8 block is read "
                                     "from torchtitan's Llama, whose head_dim is dim // n_heads)",
-                                    precision is Precision.FP8 and model.heads * model.head_dim != model.hidden)) if gap]  # fmt: skip
+                                    precision is Precision.FP8 and model.heads * model.head_dim != model.hidden),
+                                   (f"--compile with tp = {tp} and heads x head_dim != hidden (the compiled TP block is read from "
+                                    "torchtitan's Llama, whose head_dim is dim // n_heads)",
+                                    tp > 1 and precision is not Precision.FP8 and model.heads * model.head_dim != model.hidden)) if gap]  # fmt: skip
 
 
 def float8_gaps(layout: Layout, precision: Precision, model_code: str) -> list[str]:
@@ -664,7 +672,7 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         if step.pp > 1:
             _pipeline_stage(walk, model, x, step, policies, hooks)
         elif step.tp > 1:
-            torchtitan_tp_step(walk, model, x, policies, step.embedding_backward_tables, step.tp, hooks)
+            torchtitan_tp_step(walk, model, x, policies, step.embedding_backward_tables, step.tp, hooks, step.compiled)
         else:
             torchtitan_step(walk, model, x, policies, step.embedding_backward_tables, hooks, step.compiled, step.compiled_loss)
     else:
@@ -688,7 +696,7 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
     from parcalc.core.memory_pipeline_stage import PipelineHooks, StagePlan, walk_stage
 
     lo, hi = step.stage_layers or (0, model.layers)
-    plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi, step.pp_return_outputs, step.tp)
+    plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi, step.pp_return_outputs, step.tp, step.compiled)
     walk_stage(walk, model, x, plan, policies, step.embedding_backward_tables, PipelineHooks(hooks, x.c, step.reduce_bytes))
 
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 from parcalc.core import memory_torchtitan_tp as tp_walk
 from parcalc.core.memory_torchtitan import block_backward, block_forward, mm_backward, norm_backward
+from parcalc.core.memory_torchtitan_compile import compiled_block_backward, compiled_block_forward
+from parcalc.core.memory_torchtitan_tp_compile import compiled_tp_block_backward, compiled_tp_block_forward
 from parcalc.core.memory_walk import StepHooks, StepShapes, Walk, cross_entropy_backward, norm_forward
 from parcalc.core.model import TransformerModel
 
@@ -69,6 +71,7 @@ class StagePlan:
     last_layer: int  # exclusive
     return_outputs: bool = False  # the last stage keeps every micro-batch's output and merges them (PP_SOURCES['outputs'])
     tp: int = 1  # the stage's blocks under apply_tp (PP_SOURCES['tp']): sequence shards sent and received, loss parallel
+    compiled: bool = False  # each block under torch.compile (its TP code: parcalc.core.memory_torchtitan_tp_compile)
 
     def stream_bytes(self, x: StepShapes) -> float:
         """A micro-batch's residual stream as the stage sends and receives it: under apply_tp its sequence shard."""
@@ -142,8 +145,8 @@ def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: Sta
         current = f"pp.act_recv{j}"
     for i in range(plan.first_layer, plan.last_layer):
         hooks.before_layer(walk, i)
-        out = walk.replayable(_layer_forward, f"{p}L{i}", (current,), x, plan.tp, policies[i])
-        if policies[i] == "none" and not current.startswith("pp."):
+        out = walk.replayable(_layer_forward, f"{p}L{i}", (current,), x, plan.tp, policies[i], plan.compiled)
+        if policies[i] == "none" and not current.startswith("pp.") and not plan.compiled:  # a compiled block saves its input
             walk.free(current)
         current = out
     if plan.last and plan.tp > 1:  # loss parallel on the rank's vocabulary shard; pred kept by fwd_cache
@@ -187,7 +190,7 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
     for i in reversed(range(plan.first_layer, plan.last_layer)):
         inp = (f"{p}emb" if plan.first else f"pp.act_recv{j}") if i == plan.first_layer else f"{p}L{i - 1}.x2"
         hooks.before_layer_backward(walk, i)
-        walk.replayable(_layer_backward, f"{p}L{i}", (inp, f"{p}g_stream", f"{p}g_stream_next"), x, plan.tp, policies[i])
+        walk.replayable(_layer_backward, f"{p}L{i}", (inp, f"{p}g_stream", f"{p}g_stream_next"), x, plan.tp, policies[i], plan.compiled)
         if not inp.startswith("pp."):
             walk.free(inp)
         walk.rename(f"{p}g_stream_next", f"{p}g_stream")
@@ -211,22 +214,32 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
     hooks.first_backward = False
 
 
-def _layer_forward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShapes, tp: int, policy: str) -> str:
+def _layer_forward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShapes, tp: int, policy: str, compiled: bool = False) -> str:
     """Block i's forward on a micro-batch (`layer`: its tensors' prefix m{j}.L{i}; names: its input), as Walk.replayable
     calls it; returns its output's key."""
     prefix, i = _prefix_and_index(layer)
     (inp,) = names
+    if compiled and tp > 1:
+        return compiled_tp_block_forward(walk, x, i, inp, policy, tp, prefix=prefix)
+    if compiled:
+        return compiled_block_forward(walk, x, i, inp, policy, prefix=prefix)
     if tp > 1:
         return tp_walk.block_forward(walk, x, i, inp, policy, tp, prefix=prefix)
     return block_forward(walk, x, i, inp, policy, prefix=prefix)
 
 
-def _layer_backward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShapes, tp: int, policy: str) -> None:
+def _layer_backward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShapes, tp: int, policy: str, compiled: bool = False) -> None:
     """Block i's recomputation (unless its policy keeps everything) and backward on a micro-batch, as Walk.replayable
     calls it; names: its input, the gradient it receives, the one it passes on."""
     prefix, i = _prefix_and_index(layer)
     inp, g_out, into = names
-    if tp > 1:
+    if compiled:  # the recomputation, if any, is part of the compiled backward, which frees its input: not a receive buffer
+        held = f"{prefix}L{i}.received" if inp.startswith("pp.") else inp
+        if tp > 1:
+            compiled_tp_block_backward(walk, x, i, tp, held, g_out, into, policy, prefix=prefix)
+        else:
+            compiled_block_backward(walk, x, i, held, g_out, into, policy, prefix=prefix)
+    elif tp > 1:
         if policy != "none":
             tp_walk.gathered_output_gradient(walk, x, tp, f"{prefix}L{i}.w2")  # before the recomputation (memory_torchtitan_tp)
             tp_walk.block_forward(walk, x, i, inp, policy, tp, recomputing=True, prefix=prefix)

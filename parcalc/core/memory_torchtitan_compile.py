@@ -16,7 +16,7 @@ SDPA, SwiGLU), read with TORCH_LOGS=output_code (torch 2.13.0, inductor backend,
   ("-", key, ...)                       buffers whose storage goes (`del`, the last name of it);
   ("=", old, new, size, kind, what)     Inductor reuses `old`'s storage for `new` (same size: no allocation); a size that
                                         differs (another model's widths) allocates `new` and frees `old` after the kernel.
-Sizes are symbols of the block's widths (_sizes). What the forward saves (the partitioner's choice, COMPILE_SOURCES):
+Sizes are symbols of the block's widths (sizes_of). What the forward saves (the partitioner's choice, COMPILE_SOURCES):
 - no checkpointing: the block input, both norms' fp32 1/rms and bf16 outputs, q after RoPE, k and v after repeat_kv (every
   query head), SDPA's output and logsumexp, wo's output (not h = x + wo: the backward adds it again), w1's and w3's outputs
   and silu(w1) * w3; none of eager's fp32 norm and RoPE copies (tests/ground_truth/test_torch_compile.py);
@@ -63,8 +63,9 @@ COMPILE_SOURCES = {
 # what `memory --compile` says where the torchtitan walk follows the compiled block
 COMPILED_WALK = ("the step's peak walks each block's torch.compile'd code as Inductor generates it (the min-cut partitioner's "
                  "saved tensors: no fp32 RMSNorm or RoPE copies kept; fused kernels write only their outputs; under op and full "
-                 "checkpointing the recomputation runs inside the compiled backward; parcalc.core.memory_torchtitan_compile, "
-                 "checked on the CPU against every allocation of a compiled step)")
+                 "checkpointing the recomputation runs inside the compiled backward; under tensor parallelism apply_tp's "
+                 "all-gathers and reduce-scatters are compiled into the block: parcalc.core.memory_torchtitan_compile and "
+                 "memory_torchtitan_tp_compile, checked on the CPU against every allocation of a compiled step)")
 
 A, T_, G = "activations", "temporaries", "gradients"
 POLICIES = ("none", "op", "full")
@@ -302,7 +303,7 @@ BACKWARD: dict[str, tuple[Step, ...]] = {
 }
 
 
-def _sizes(x: StepShapes) -> dict[str, float]:
+def sizes_of(x: StepShapes) -> dict[str, float]:
     """The programs' size symbols in bytes: activations of T = b x s tokens (bf16 unless named fp32 / complex64), weight
     gradients (bf16, FSDP2's param_dtype)."""
     T, c = x.T, x.c
@@ -318,9 +319,11 @@ def _sizes(x: StepShapes) -> dict[str, float]:
             "lse_half": x.b * x.heads * x.s * 2, "kvcat4": 2 * T * x.q * 4}  # fmt: skip
 
 
-def run_program(walk: Walk, x: StepShapes, program: tuple[Step, ...], key: Callable[[str], str]) -> None:
-    """Replay one generated function's buffers on the walk (the module docstring's three kinds of line)."""
-    sizes = _sizes(x)
+def run_program(walk: Walk, x: StepShapes, program: tuple[Step, ...], key: Callable[[str], str],
+                sizes: dict[str, float] | None = None) -> None:  # fmt: skip
+    """Replay one generated function's buffers on the walk (the module docstring's three kinds of line); `sizes`: the size
+    symbols' bytes where not sizes_of(x)'s (a TP rank's: parcalc.core.memory_torchtitan_tp_compile)."""
+    sizes = sizes_of(x) if sizes is None else sizes
     for step in program:
         if step[0] == "+":
             walk.alloc(key(step[1]), sizes[step[2]], step[3], step[4])

@@ -25,7 +25,7 @@ ring's (parcalc.core.memory_torchtitan_cp):
 The programs below are generated from Inductor's code (torch 2.13.0, torchao 0.18.0 for Float8, inductor backend on the
 CPU, TORCH_LOGS=output_code,graph_code) by tests/ground_truth/inductor_cp_programs.py (the reader of
 inductor_float8_programs.py), one per precision, CP degree (2, 4, 8: the ring is unrolled over the ranks) and policy; sizes
-are memory_torchtitan_compile._sizes's symbols, the ring's among them (kvcat, kvgather, Tq_half, Tq4_half, lse_half,
+are memory_torchtitan_compile.sizes_of's symbols, the ring's among them (kvcat, kvgather, Tq_half, Tq4_half, lse_half,
 kvcat4). Left out, as for the compiled block without CP: the CPU RNG state under full checkpointing (a CUDA one is 16 bytes).
 What a reading at one shape cannot see: Inductor keeps a freed buffer for a later allocation of the same dtype and size (its
 `# reuse`), so at a shape where two of the code's sizes coincide that differ at the logged one (ffn = 2 x hidden: the K/V
@@ -57,7 +57,7 @@ CP_COMPILE_SOURCES = {
 }
 DEGREES = (2, 4, 8)  # the CP degrees whose code is read (the ring is unrolled over the ranks)
 
-# what the ring's size symbols hold (memory_torchtitan_compile._sizes)
+# what the ring's size symbols hold (memory_torchtitan_compile.sizes_of)
 RING_WHAT = {"kvcat": "ring attention: K and V concatenated (bf16)", "kvgather": "ring attention: the all-gathered K/V (bf16)",
              "Tq_half": "ring attention: a step's SDPA output (half the queries)", "Tq4_half": "ring attention: a merged half (fp32)",
              "lse_half": "ring attention: a step's logsumexp (half the queries)", "kvcat4": "ring backward: dK and dV (fp32)"}

@@ -343,16 +343,22 @@ def embedding_backward(walk: Walk, x: StepShapes, tp: int, g_stream: str, embedd
 
 
 def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], embedding_tables: int, tp: int,
-              hooks: StepHooks) -> None:  # fmt: skip
-    """Forward, loss and backward of torchtitan's Transformer under apply_tp, FSDP2's hooks around each block."""
+              hooks: StepHooks, compiled: bool = False) -> None:  # fmt: skip
+    """Forward, loss and backward of torchtitan's Transformer under apply_tp, FSDP2's hooks around each block (`compiled`:
+    each block's torch.compile'd code with its collectives, parcalc.core.memory_torchtitan_tp_compile)."""
+    from parcalc.core.memory_torchtitan_tp_compile import compiled_tp_block_backward, compiled_tp_block_forward
+
     hooks.before_forward(walk)
     walk.phase = "forward: embedding"
     current = embedding_forward(walk, x, tp)
     for i in range(model.layers):
         walk.phase = f"forward: layer {i + 1} of {model.layers}"
         hooks.before_layer(walk, i)
-        out = block_forward(walk, x, i, current, policies[i], tp)
-        if policies[i] == "none":
+        if compiled:  # every policy's compiled forward saves its input
+            out = compiled_tp_block_forward(walk, x, i, current, policies[i], tp)
+        else:
+            out = block_forward(walk, x, i, current, policies[i], tp)
+        if policies[i] == "none" and not compiled:
             walk.free(current)
         hooks.after_layer(walk, i)
         current = out
@@ -371,10 +377,13 @@ def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tupl
         walk.phase = f"backward: layer {i + 1} of {model.layers}" + ("" if policies[i] == "none" else " (recomputed)")
         inp = "emb" if i == 0 else f"L{i - 1}.x2"
         hooks.before_layer_backward(walk, i)
-        if policies[i] != "none":
-            gathered_output_gradient(walk, x, tp, f"L{i}.w2")  # w2's output gradient, all-gathered before the recomputation
-            block_forward(walk, x, i, inp, policies[i], tp, recomputing=True)
-        block_backward(walk, x, i, tp, "g_stream", "g_stream_next")
+        if compiled:  # the recomputation, if any, is part of the compiled backward
+            compiled_tp_block_backward(walk, x, i, tp, inp, "g_stream", "g_stream_next", policies[i])
+        else:
+            if policies[i] != "none":
+                gathered_output_gradient(walk, x, tp, f"L{i}.w2")  # w2's output gradient, all-gathered before the recomputation
+                block_forward(walk, x, i, inp, policies[i], tp, recomputing=True)
+            block_backward(walk, x, i, tp, "g_stream", "g_stream_next")
         walk.free(inp)
         walk.rename("g_stream_next", "g_stream")
         hooks.after_layer_backward(walk, i)

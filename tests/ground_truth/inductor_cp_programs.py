@@ -38,7 +38,7 @@ PRECISIONS = ("bf16", "float8")
 
 
 def symbols(cp: int) -> dict[tuple[int, int], str]:
-    """(elements, bytes an element) -> the size symbol (parcalc.core.memory_torchtitan_compile._sizes) at SHAPE and `cp`."""
+    """(elements, bytes an element) -> the size symbol (parcalc.core.memory_torchtitan_compile.sizes_of) at SHAPE and `cp`."""
     h, heads, kv_heads, f, _layers, _vocab, b, s = SHAPE
     T, kv, hd = b * s, h // heads * kv_heads, h // heads
     base = {(T, 4): "T4", (T * h, 2): "Th", (T * kv, 2): "Tkv", (T * f, 2): "Tf", (T * h, 4): "Tq4", (T * kv, 4): "Tkv4",

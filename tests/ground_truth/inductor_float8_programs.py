@@ -27,14 +27,15 @@ TORCH_LOGS=output_code,graph_code into g-none.log, g-op.log, g-full.log:
 from __future__ import annotations
 
 import ast
+import math
 import re
 import sys
 from pathlib import Path
 
 B, S, H, HEADS, KV_HEADS, F = 8, 256, 128, 4, 2, 1536
 T, KV, HD = B * S, H // HEADS * KV_HEADS, H // HEADS
-DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "float8_e5m2": 1, "complex64": 8, "uint8": 1}
-# (elements, bytes an element) -> symbol (parcalc.core.memory_torchtitan_compile._sizes)
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1, "complex64": 8, "uint8": 1}
+# (elements, bytes an element) -> symbol (parcalc.core.memory_torchtitan_compile.sizes_of)
 SYMBOLS = {(T, 4): "T4", (T * H, 2): "Th", (T * KV, 2): "Tkv", (T * F, 2): "Tf", (T * H, 4): "Tq4", (T * KV, 4): "Tkv4",
            (B * HEADS * S, 4): "lse", (S * HD // 2, 8): "conj", (H, 2): "h", (H * H, 2): "hq", (H * KV, 2): "hkv", (H * F, 2): "hf",
            (T * H, 1): "Th1", (T * KV, 1): "Tkv1", (T * F, 1): "Tf1", (H * H, 1): "hq1", (H * KV, 1): "hkv1", (H * F, 1): "hf1",
@@ -65,19 +66,30 @@ def call_bodies(log: str) -> list[str]:
 def graph_inputs(log: str) -> list[str]:
     """Dynamo's graph inputs in order: 'IN', 'freqs' or a parameter's walk name. The forward's primals_1.. are these, a
     Float8TrainingTensor (a weight all-gathered in FP8) flattened by AOTAutograd into two (its FP8 data and its scale:
-    `NAME#scale`); the backward returns one gradient for each graph input."""
+    `NAME#scale`), a tensor-parallel DTensor parameter into two (its local shard and its mesh: `NAME#dtensor`), apply_tp's
+    DeviceMesh one ('mesh'); the backward returns one gradient for each graph input (for each of a DTensor's two)."""
     for line in _code_lines(log, "__graph_code"):
         if "def forward(self, L_" in line:
-            names = re.findall(r"(L_\w+?): \"", line)
             subclass = set(re.findall(r"(L_\w+?): \"Float8TrainingTensor\(", line))
+            dtensors = set(re.findall(r"(L_\w+?): \"DTensor\(", line))
+            meshes = set(re.findall(r"(L_\w+?) : torch\.distributed\.device_mesh\.DeviceMesh", line))
+            names = re.findall(r"(L_\w+?)(?:: \"| : torch\.distributed\.device_mesh)", line)  # a mesh has no tensor annotation
             out = []
             for name in names:
+                if name in meshes:  # apply_tp's mesh (a hook's closure), one graph input
+                    out.append("mesh")
+                    continue
+                if name in dtensors:  # a tensor-parallel DTensor parameter: its local shard and its mesh, two graph inputs
+                    m = re.match(r"L_self_(?:dict_)?modules_(?:checkpoint_wrapped_module_modules_)?(?:(?:attention|feed_forward)_modules_)?"
+                                 r"(\w+?)_parameters_weight_", name)
+                    out.append(f"{PARAMS[m.group(1)]}#dtensor")  # type: ignore[union-attr]
+                    continue
                 if name in subclass:
                     m = re.match(r"L_self_(?:dict_)?modules_(?:checkpoint_wrapped_module_modules_)?(\w+?)_parameters_weight_", name)
                     out.append(f"{PARAMS[m.group(1)]}#fp8")  # type: ignore[union-attr]
                     continue
                 m = re.match(r"L_self_(?:dict_)?modules_(?:checkpoint_wrapped_module_modules_)?(\w+?)_parameters_weight_", name)
-                out.append(PARAMS[m.group(1)] if m else {"L_x_": "IN", "L_args_0_": "IN", "L_freqs_": "freqs", "L_args_1_": "freqs"}[name])
+                out.append(PARAMS[m.group(1)] if m else {"L_x_": "IN", "L_args_0_": "IN", "L_freqs_": "freqs", "L_freqs_cis_": "freqs", "L_args_1_": "freqs"}[name])
             return out
     raise ValueError("no graph_code forward")
 
@@ -281,6 +293,23 @@ def replay(body: str, r: _Replay) -> list:  # type: ignore[type-arg]
             elements, size = _elements(r, r.size[r.name_of[args[0]]])  # type: ignore[index]
             r.new(target, r.symbols[(elements * ast.literal_eval(value.args[1]), size)])
             r.dtype[target] = r.dtype[r.name_of[args[0]]]  # type: ignore[index]
+        elif op == "reduce_scatter_tensor":  # a new storage: the input's 1 / group size (tensor parallelism's wo / w2 outputs)
+            elements, size = _elements(r, r.size[r.name_of[args[0]]])  # type: ignore[index]
+            r.new(target, r.symbols[(elements // ast.literal_eval(value.args[2]), size)])
+            r.dtype[target] = r.dtype[r.name_of[args[0]]]  # type: ignore[index]
+        elif op == "cat":  # a new storage: the chunks concatenated (the FP8 all-gather's chunks, viewed as uint8, into the sequence)
+            elements, size = 0, 0
+            for item in value.args[0].elts:  # type: ignore[attr-defined]
+                inner = item.args[0] if isinstance(item, ast.Call) and ast.unparse(item.func).endswith("view.dtype") else item
+                shape = _view_shape(inner)
+                source = _arg_name(inner)
+                part = _elements(r, r.size[r.name_of[source]])[0] if shape is None else math.prod(shape)  # type: ignore[index]
+                elements += part
+                size = DTYPE_BYTES[ast.unparse(item.args[1]).split(".")[-1]] if inner is not item else DTYPE_BYTES[r.dtype[r.name_of[source]]]  # type: ignore[attr-defined, index]
+            r.new(target, r.symbols[(elements, size)])
+            r.dtype[target] = next(d for d, n in DTYPE_BYTES.items() if n == size and d != "uint8") if size != 1 else "float8_e4m3fn"  # type: ignore[attr-defined]
+        elif op == "all_reduce_":  # in place (the amax of a sharded tensor, all-reduced over the TP ranks): the same storage
+            r.alias(target, r.name_of.get(args[0] or ""))
         elif op == "all_to_all_single":  # a new storage of the input's size (the ring's dK/dV rotation)
             r.new(target, r.size[r.name_of[args[0]]])  # type: ignore[index]
             r.dtype[target] = r.dtype[r.name_of[args[0]]]  # type: ignore[index]
@@ -304,16 +333,18 @@ def _named(lines: list[tuple[str, ...]], rename: dict[str, str], prefix: str, ki
     return out
 
 
-def programs(log: str, symbols: dict | None = None) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+def programs(log: str, symbols: dict | None = None, stream: str = "Th") -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
     """The forward's and the backward's programs of one generated block (keys: IN, OUT, GOUT, GIN, NAME.grad, f.. / b..);
-    `symbols`: the size symbols of the shape the log was made at (SYMBOLS's by default)."""
+    `symbols`: the size symbols of the shape the log was made at (SYMBOLS's by default); `stream`: the size symbol of the block's
+    input and output (a rank's sequence shard under tensor parallelism)."""
     inputs = graph_inputs(log)
     forward, backward = call_bodies(log)[:2]
-    flat = [part for name in inputs for part in ((name, f"{name}#scale") if name.endswith("#fp8") else (name,))]
+    flat = [part for name in inputs for part in ((name, f"{name}#scale") if name.endswith("#fp8") else
+                                                  (name.removesuffix("#dtensor"), f"{name}#mesh") if name.endswith("#dtensor") else (name,))]
     primals = {f"primals_{i + 1}": name for i, name in enumerate(flat)}
     # freqs_cis[:s] (complex64, s x head_dim / 2): conj(freqs_cis), which the forward saves, is a view of it
     freqs_size = {p: "conj" for p, n in primals.items() if n == "freqs"}
-    r = _Replay({p: ("IN" if n == "IN" else p) for p, n in primals.items()}, {"IN": "Th", **freqs_size},
+    r = _Replay({p: ("IN" if n == "IN" else p) for p, n in primals.items()}, {"IN": stream, **freqs_size},
                 {p for p, n in primals.items() if n != "IN"}, symbols)
     r.dtype["IN"] = "bfloat16"
     saved = replay(forward, r)
@@ -334,17 +365,19 @@ def programs(log: str, symbols: dict | None = None) -> tuple[list[tuple[str, ...
         else:
             names[name] = fkey[key]
     names[args[-1]] = "GOUT"
-    rb = _Replay(names, {v: r.size[k] for k, v in fkey.items() if k not in r.unwalked} | {"GOUT": "Th"}, unwalked, symbols)
+    rb = _Replay(names, {v: r.size[k] for k, v in fkey.items() if k not in r.unwalked} | {"GOUT": stream}, unwalked, symbols)
     rb.size.update({name: r.size[key] for name, key in zip(args[:-1], saved[1:], strict=True) if key in r.size and key in r.unwalked})
     rb.dtype.update({v: r.dtype.get(k, "bfloat16") for k, v in fkey.items()})
     rb.dtype["GOUT"] = "bfloat16"
-    rb.size.update({"IN": "Th"})
+    rb.size.update({"IN": stream})
     rb.view_shapes.update({name: shape for name, shape in zip(args[:-1], r.returned_shapes[1:], strict=True) if shape is not None})
     grads = replay(backward, rb)
     rb.kept.update(g for g in grads if g)
     grad_names = {}
-    for primal, g in zip(inputs, grads, strict=False):
-        if g is not None:
+    # one gradient for each graph input (a Float8TrainingTensor's one), for each flattened input where a DTensor's are two
+    per_input = flat if any(name.endswith("#dtensor") for name in inputs) else inputs
+    for primal, g in zip(per_input, grads, strict=False):
+        if g is not None and g not in r.unwalked and g in rb.size:
             grad_names[g] = "GIN" if primal == "IN" else f"{primal.removesuffix('#fp8')}.grad"
     kinds_b = {g: "G" for g in grads if g}
     kinds_b.update({g: "T" for g, n in grad_names.items() if n == "GIN"})
