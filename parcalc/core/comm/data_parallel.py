@@ -171,8 +171,8 @@ def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload
             bwd = _times(Counter(_unit_bytes(u, f, s) for root, u, f in units if opts.reshard_root or not root), micro_batches)
             rs = Counter(u * work.grad_bytes_per_element for _, u, _ in units)
             fp8 = ", Float8 weights in FP8" if float8 else ""
-            b.add(purpose="parameters" + (f" ({fp8[2:]})" if float8 else ""), phase="forward", op=Collective.ALL_GATHER, call_bytes=fwd,
-                  groups=groups, **common)  # fmt: skip
+            b.add(purpose="parameters (Float8 weights in FP8)" if float8 else "parameters", phase="forward", op=Collective.ALL_GATHER,
+                  call_bytes=fwd, groups=groups, **common)  # fmt: skip
             b.add(purpose=f"parameters (re-gathered{fp8})", phase="backward", op=Collective.ALL_GATHER, call_bytes=bwd,
                   groups=groups, **common)  # fmt: skip
             b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=rs, groups=groups, **common)
