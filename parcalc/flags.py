@@ -119,8 +119,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--grad-dtype", "Element type of the gradients reduced", "choice", "", "--dtype", ("comm-volume",)),
     Flag("--precision", "Training recipe: fp32, mixed-fp16, mixed-bf16, bf16, fp8", "choice", "", "mixed-bf16 (mixed-fp16 without bf16)", ("memory", "fit", "scaling")),
     Flag("--fp8-recipe", "With --precision fp8: delayed, current, blockwise or mxfp8 scaling", "choice", "", "delayed", ("fit",)),
-    Flag("--fp8-all-gather", "With --precision fp8 --framework torchtitan: FSDP all-gathers the Float8 linears' weights in FP8 (torchao's "
-         "enable_fsdp_float8_all_gather)", "switch", "", "off", ("memory",)),
+    Flag("--fp8-all-gather", "FSDP all-gathers the Float8 linears' weights in FP8 (torchao's enable_fsdp_float8_all_gather; memory and "
+         "fit: with --precision fp8 --framework torchtitan)", "switch", "", "off", ("memory", "fit", "comm-volume")),
     Flag("--compile-loss", "With --compile --framework torchtitan: the loss compiled too (torchtitan from 2025-04-02)", "switch", "", "off",
          ("memory", "fit")),
     Flag("--fp32-grads", "Mixed precision with fp32 gradients (Megatron-LM's main_grad)", "switch", "", "off (fit: the framework's)", ("memory", "fit")),

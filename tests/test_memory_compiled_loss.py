@@ -49,7 +49,7 @@ def test_the_compiled_loss_needs_the_compiled_torchtitan_walk(runner, drop: str)
     assert result.stderr.strip().splitlines() == ["Error: --compile-loss: torchtitan's compiled loss is walked with --compile --framework torchtitan"]
 
 
-# Llama 3 8B on 8 H100 under torchtitan, compiled (no FP8: fit has no --fp8-all-gather), FSDP over 8, micro-batch 1
+# Llama 3 8B on 8 H100 under torchtitan, compiled (bf16), FSDP over 8, micro-batch 1
 EIGHT = ("--model", "llama3-8b", "--framework", "torchtitan", "--compile", "--zero", "3", "--dp", "8", "--micro-batch", "1",
          "--gpu", "h100-sxm5")
 

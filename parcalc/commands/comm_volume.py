@@ -111,6 +111,7 @@ def comm_volume(
     shard_padding: Annotated[bool, typer.Option("--shard-padding/--no-shard-padding", help="FSDP2 pads each tensor's dim 0 to a multiple of the group.")] = True,
     reshard_root: Annotated[bool, typer.Option("--reshard-root/--no-reshard-root", help="FSDP: re-gather the root unit in backward (FSDP2 does not).")] = True,
     vocab_parallel: Annotated[bool, typer.Option("--vocab-parallel/--no-vocab-parallel", help="TP: Megatron's vocabulary-parallel embedding and loss.")] = True,
+    fp8_all_gather: Annotated[bool, typer.Option("--fp8-all-gather", help="FSDP (ZeRO-3): torchao's FP8 all-gather (torchtitan's --float8.enable_fsdp_float8_all_gather with precompute_float8_dynamic_scale_for_fsdp): the Float8 linears' weights gathered at 1 byte an element, the norms, embedding and output at --dtype; one all-reduce of their fp32 amaxes after the optimizer step.")] = False,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core: no collective replayed) or full (each layer's forward TP, CP and EP collectives replayed in backward); a bare --recompute (its old form, a switch) is full.")] = Recompute.NONE,
     presets: PresetsOption = None,
     fmt: FormatOption = None,
@@ -133,7 +134,7 @@ def comm_volume(
                         gpus_per_node=gpus_per_node, link=link, inter_node_link=inter_node_link, bandwidth=bandwidth,
                         latency=latency, bucket_size=bucket_size, ddp_first_iteration=ddp_first_iteration,
                         shard_padding=shard_padding, reshard_root=reshard_root, vocab_parallel=vocab_parallel,
-                        recompute=recompute, presets=presets)
+                        fp8_all_gather=fp8_all_gather, recompute=recompute, presets=presets)
     finish(result, fmt, output)
 
 

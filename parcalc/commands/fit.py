@@ -157,6 +157,7 @@ def fit(
     flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help="FlashAttention/SDPA, what frameworks run (default): no s x s attention scores stored. --no-flash-attention: the scores materialised (Korthikanti et al. 2022's 5as^2b) and attention timed as explicit GEMMs and softmax.")] = True,
     compile_: Annotated[bool, typer.Option("--compile", help="torch.compile (Inductor): the memory-bound kernels between GEMMs fused into fewer kernels (which: see Assumptions); --framework torchtitan walks the compiled block's memory.")] = False,
     compile_loss: Annotated[bool, typer.Option("--compile-loss", help="With --compile --framework torchtitan: the loss compiled too (memory only: its time is the eager loss's), as torchtitan does from 2025-04-02 (components/loss.py build_cross_entropy_loss; the Dec 2024 code, the profile's, keeps it eager): no fp32 copy of the logits, the compiled graph keeps the bf16 logits for its backward.")] = False,
+    fp8_all_gather: Annotated[bool, typer.Option("--fp8-all-gather", help="With --precision fp8 --framework torchtitan: torchao's enable_fsdp_float8_all_gather (torchtitan's --float8.enable_fsdp_float8_all_gather, with precompute_float8_dynamic_scale_for_fsdp): FSDP gathers the Float8 linears' weights in FP8 (1 byte an element on the wire, the norms, embedding and output in bf16), and they are not cast again; one all-reduce of their amaxes after the optimizer step.")] = False,
     kernels: KernelsOption = None,
     dropout: Annotated[Optional[bool], typer.Option("--dropout/--no-dropout", help="Dropout masks in the activations (default: the model's; Llama presets train without).", show_default=False)] = None,  # noqa: UP045
     capacity: Annotated[Text, typer.Option(metavar="BYTES", help="GPU memory instead of --gpu's, e.g. 80GiB.")] = None,
@@ -220,7 +221,7 @@ def fit(
                             moe_imbalance=moe_imbalance, sequence_parallel=sequence_parallel, interleaved=interleaved,
                             allow_cross_node_tp=allow_cross_node_tp, precision=precision, fp8_recipe=fp8_recipe,
                             optimizer=optimizer, offload=offload, host_link=host_link, flash_attention=flash_attention,
-                            compile_=compile_, compile_loss=compile_loss, kernels=kernels, dropout=dropout, capacity=capacity, reserve=reserve,
+                            compile_=compile_, compile_loss=compile_loss, fp8_all_gather=fp8_all_gather, kernels=kernels, dropout=dropout, capacity=capacity, reserve=reserve,
                             dtype=dtype, peak=peak, efficiency=efficiency, link=link, inter_node_link=inter_node_link,
                             nics_per_node=nics_per_node, framework=framework, dp_overlap=dp_overlap,
                             tp_comm_overlap=tp_comm_overlap, ideal_network=ideal_network, fp32_grads=fp32_grads, tp=tp,

@@ -188,7 +188,8 @@ def training_setup_of(config: Config, training: Training, cluster: Cluster) -> T
                           grad_copies=bool(cluster.framework.at(config.layout.pp).accumulation_bytes(training.precision)),
                           recompute_modules=selective_modules(config, training),
                           step_memory=cluster.framework.step_memory, micro_batches=config.micro_batches(training),
-                          compiled=training.compiled, compiled_loss=training.compiled_loss)  # fmt: skip
+                          compiled=training.compiled, compiled_loss=training.compiled_loss,
+                          float8_all_gather=training.float8_all_gather)  # fmt: skip
 
 
 def selective_modules(config: Config, training: Training) -> tuple[str, ...] | None:

@@ -109,6 +109,9 @@ class Training:
     fp8_recipe: str = "delayed"  # how FP8 GEMM inputs are scaled (parcalc.core.timing.compute.FP8_RECIPES); with --precision fp8
     compiled: bool = False  # --compile: torch.compile's fused memory-bound kernels (parcalc.core.timing.compute.COMPILE_GROUPS)
     compiled_loss: bool = False  # --compile-loss: torchtitan's compiled loss in the step walk (parcalc.core.memory_compiled_loss)
+    # --fp8-all-gather: torchao's FP8 all-gather of the Float8 linears' weights under FSDP (parcalc.core.comm.float8_all_gather): the
+    # step walk's unsharded weights in FP8, the ZeRO-3 gathers' bytes, the amax all-reduce after the optimizer step
+    float8_all_gather: bool = False
     # --recompute-modules: what selective recomputation checkpoints (Megatron-LM's recompute_modules, parcalc.core.recompute);
     # None: ['core_attn']. A run-wide pin: the search's "selective" is these modules too
     recompute_modules: tuple[str, ...] | None = None

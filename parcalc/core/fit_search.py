@@ -342,7 +342,7 @@ class _Shapes:
     def _dp_entry(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None,
                   ep: int) -> tuple[DataParallelPieces, tuple[float, ...]]:  # fmt: skip
         """dp()'s pieces, and their float fields in _DP_ARRAY_FIELDS order."""
-        from parcalc.core.timing.step import _fullest_stage, dp_pieces_of
+        from parcalc.core.timing.step import _fullest_stage, dp_pieces_of, float8_gathered
 
         stage = self._fullest.get((tp, pp, first, last, ep))
         if stage is None:  # it does not depend on dp (_fullest_stage)
@@ -355,7 +355,8 @@ class _Shapes:
         key = (tp, dp, shard_group, ep, stage, pp > 1 and self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
             layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
-            found = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group)
+            found = dp_pieces_of(stage, layout, self.training, self.cluster, shard_group=shard_group,
+                                 float8=float8_gathered(self.model, tp, self.training))  # fmt: skip
             self._dp[key] = found, tuple(getattr(found, name) for name in _DP_ARRAY_FIELDS)
         return self._dp[key]
 

@@ -260,7 +260,8 @@ def dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer
         formula = scatter + (" + max($T_ag - $W_f, $T_ag / $n_b)" if overlap_param else " + $T_ag")
     else:
         terms = [term_of("m", "m", m, "", "micro-batches per replica"), term_of("L_s", "L_s", dp.layers, "", "layers (sharding units) per stage"),
-                 term_of("g", "g", dp.layer_gather, "s", f"all-gather of one layer's weights over {zero_group}"),
+                 term_of("g", "g", dp.layer_gather, "s", f"all-gather of one layer's weights over {zero_group}"
+                         + (" (its Float8 linears' in FP8, the rest in bf16: --fp8-all-gather)" if training.float8_all_gather else "")),
                  term_of("r", "r", dp.layer_reduce, "s", "reduce-scatter of one layer's gradients"),
                  term_of("g_0", "g_0", dp.root_gather, "s", "all-gather of the root unit (embedding, final norm, LM head)"),
                  term_of("f_l", "f_l", f_layer, "s", "one layer's forward (the prefetch window)"),
@@ -276,6 +277,13 @@ def dp_derivation(config: Config, cluster: Cluster, stage: Any, dp: Any, f_layer
         reduce = (f"$L_s × max(0, {r} - max(0, $b_l - {g_b})) + {r}" if overlap_grad else f"$L_s × {r}")
         syncs = "$m" if fw.reduce_every_micro_batch else "1"
         formula = f"$m × ({forward} + {regather}) + {syncs} × ({reduce})"
+        if dp.float8_amax:  # --fp8-all-gather: the scales' all-reduce after the optimizer step (parcalc.core.comm.float8_all_gather)
+            from parcalc.core.comm.float8_all_gather import SOURCES as FLOAT8_SOURCES
+
+            terms.append(term_of("a_8", "a_8", dp.float8_amax, "s", "all-reduce of the Float8 weights' fp32 amaxes over "
+                                 f"{zero_group}, once a step after the optimizer step (precompute_float8_dynamic_scale_for_fsdp), exposed",
+                                 FLOAT8_SOURCES["precompute"], latex=r"a_{8}"))  # fmt: skip
+            formula += " + $a_8"
     source = f"{DP.source}; {fw.name} buckets, {overlap}; {NCCL_SOURCE}"
     assumptions: tuple[str, ...] = ()
     if size < d:

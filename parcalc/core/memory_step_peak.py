@@ -90,13 +90,20 @@ def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup, p
 
     other = tuple(what for what, on in (("--offload", setup.offload_optimizer or setup.offload_activations),
                                         ("--recompute-layers", setup.recompute_layers is not None),
-                                        ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout)),
-                                        (f"--fp8-all-gather with tp = {par.tp}, pp = {par.pp} (the FP8 all-gather is walked under "
-                                         "FSDP alone)", setup.float8_all_gather and (par.tp > 1 or par.pp > 1)),
-                                        # memory_torchtitan_cp_compile reads the compiled ring with the weights cast in the block
-                                        ("--fp8-all-gather with cp and --compile", setup.float8_all_gather and par.cp > 1 and setup.compiled)) if on)  # fmt: skip
+                                        ("--moment-dtype", setup.moment_bytes is not None), ("--dropout", bool(setup.dropout))) if on)
+    other += float8_all_gather_gaps(par, setup.float8_all_gather, setup.compiled)
     code = PROFILES[setup.step_memory].model_code if setup.step_memory in PROFILES else "transformers"
     return walk_gaps(model, par, setup.precision, setup.optimizer, setup.recompute, other, code, pipeline, setup.compiled)
+
+
+def float8_all_gather_gaps(par: Layout, float8_all_gather: bool, compiled: bool) -> tuple[str, ...]:
+    """What of --fp8-all-gather the FSDP2 step walk does not follow (memory, fit and fit's search ask the same)."""
+    if not float8_all_gather:
+        return ()
+    return tuple(what for what, on in ((f"--fp8-all-gather with tp = {par.tp}, pp = {par.pp} (the FP8 all-gather is walked under "
+                                        "FSDP alone)", par.tp > 1 or par.pp > 1),
+                                       # memory_torchtitan_cp_compile reads the compiled ring with the weights cast in the block
+                                       ("--fp8-all-gather with cp and --compile", par.cp > 1 and compiled)) if on)  # fmt: skip
 
 
 def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str, reserve: Derivation) -> StageMemory:

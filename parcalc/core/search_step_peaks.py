@@ -20,6 +20,7 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
     """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
     _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
     from parcalc.core.memory_fsdp import CP_ROTATES, PROFILES, fsdp_step_of, walk_gaps
+    from parcalc.core.memory_step_peak import float8_all_gather_gaps
     from parcalc.core.search_walk_runs import reserved_total
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
@@ -28,14 +29,15 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
     # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
     for zero, size, rec, seq in set(zip(z.tolist(), shard.tolist(), r.tolist(), sp.tolist(), strict=True)):
         layout = Layout(t, p, d, cp=c, cp_comm=cp_comm, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
-        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], other, PROFILES[profile].model_code,
+        gaps = other + float8_all_gather_gaps(layout, training.float8_all_gather, training.compiled)  # as memory's fsdp_walk_gaps
+        if walk_gaps(model, layout, training.precision, training.optimizer, RECOMPUTES[int(rec)], gaps, PROFILES[profile].model_code,
                      compiled=training.compiled):  # fmt: skip
             continue
         for row in np.flatnonzero((z == zero) & (shard == size) & (r == rec) & (sp == seq)):
             # FSDP over dp x cp ranks and the ring's rotation, as parcalc.core.memory_step_peak.fsdp_stage_step asks
             step = fsdp_step_of(profile, int(b[row]), training.seq_len, d * c, training.precision, training.optimizer, RECOMPUTES[int(rec)], t,
-                                training.compiled, cp=c, cp_rotate=CP_ROTATES.get(cp_comm, "allgather"),
-                                compiled_loss=training.compiled_loss)  # fmt: skip
+                                training.compiled, float8_all_gather=training.float8_all_gather, cp=c,
+                                cp_rotate=CP_ROTATES.get(cp_comm, "allgather"), compiled_loss=training.compiled_loss)  # fmt: skip
             out[row] = reserved_total(model, step) + training.reserve
     return out
 

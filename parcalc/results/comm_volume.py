@@ -92,7 +92,7 @@ def request(collective: Collective | None = None, strategy: Strategy | None = No
             gpus_per_node: str | None = None, link: str | None = None, inter_node_link: str | None = None,
             bandwidth: str | None = None, latency: str | None = None, bucket_size: str | None = None,
             ddp_first_iteration: bool = False, shard_padding: bool = True, reshard_root: bool = True,
-            vocab_parallel: bool = True, recompute: Recompute = Recompute.NONE,
+            vocab_parallel: bool = True, fp8_all_gather: bool = False, recompute: Recompute = Recompute.NONE,
             presets: list[Path] | None = None) -> CommVolumeRequest:  # fmt: skip
     """The request from `comm-volume`'s flag texts; bad input raises InputError naming the flag."""
     args = dict(locals())  # every flag by name, taken before any other local exists
@@ -145,7 +145,7 @@ def _check_mode_flags(args: dict[str, Any], collective_mode: bool) -> None:
 
     if collective_mode:
         wrong = [name for name in _STRATEGY_ONLY if args[name] is not None]
-        wrong += [name for name in ("sequence_parallel", "embedding_in_split", "loss_in_split") if args[name]]
+        wrong += [name for name in ("sequence_parallel", "embedding_in_split", "loss_in_split", "fp8_all_gather") if args[name]]
         mode, other = "--collective", "--strategy"
     else:
         wrong = [name for name in _COLLECTIVE_ONLY if args[name] is not None] + (["compare"] if args["compare"] else [])
@@ -383,6 +383,8 @@ def _strategy_request(args: dict[str, Any], dirs: tuple) -> StrategyRequest:
     work = comm.Workload(global_batch, given_micro or 1, seq, bytes_per_element(dtype_key),
                          bytes_per_element(grad_key, "--grad-dtype"), dtype_key, grad_key)  # fmt: skip
     zero = args["zero"] if name == "3d" else ZeroStage.ZERO0  # the other strategies name their own data-parallel flavour
+    if opts.float8_all_gather and (name == "all" or par.data_parallel.value != "zero3"):
+        raise InputError("--fp8-all-gather: torchao's FP8 all-gather is FSDP's (--strategy fsdp or zero3, or 3d with --zero 3)")
     no_ops = stated_no_ops(par.sequence_parallel, par.tp, zero, par.dp * par.cp)[2] if name != "all" else ()
     return StrategyRequest(shape, name, par, work, network, opts, given_micro, no_ops)
 
@@ -408,6 +410,8 @@ def _strategy_result(req: StrategyRequest) -> Result:
         settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
     if par.shard_group is not None:
         settings.append(("shard_group", str(par.shard_group)))
+    if opts.float8_all_gather:
+        settings.append(("fp8_all_gather", "true"))
     result = _plan_result(shape, work, par, plan, network, settings)
     return replace(result, assumptions=req.no_ops + tuple(result.assumptions)) if req.no_ops else result
 
@@ -467,7 +471,7 @@ def _options(args: dict[str, Any]) -> Any:
         first_bucket_bytes=bucket or comm.DDP_FIRST_BUCKET_BYTES,  # PyTorch: an explicit cap applies to the first bucket too
         ddp_first_iteration=args["ddp_first_iteration"], shard_padding=args["shard_padding"],
         reshard_root=args["reshard_root"], vocab_parallel=args["vocab_parallel"], recompute=_replays_forward(args["recompute"]),
-        moe_imbalance=imbalance_flag(args["moe_imbalance"]),
+        moe_imbalance=imbalance_flag(args["moe_imbalance"]), float8_all_gather=args["fp8_all_gather"],
     )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from parcalc.results.parse import (
     compile_loss_flag,
     cp_flags,
     expert_flags,
+    fp8_all_gather_flag,
     fp8_recipe_flag,
     kernels_flag,
     moe_timing_flags,
@@ -85,7 +86,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             interleaved: bool = True, allow_cross_node_tp: bool = False, precision: Precision | None = None,
             fp8_recipe: str | None = None, optimizer: Optimizer = Optimizer.ADAMW,
             offload: list[Offload] | None = None, host_link: str | None = None, flash_attention: bool = True,
-            compile_: bool = False, compile_loss: bool = False, kernels: str | None = None, dropout: bool | None = None,
+            compile_: bool = False, compile_loss: bool = False, fp8_all_gather: bool = False, kernels: str | None = None,
+            dropout: bool | None = None,
             capacity: str | None = None, reserve: str | None = None, dtype: str | None = None,
             peak: str | None = None, efficiency: str | None = None, link: str | None = None,
             inter_node_link: str | None = None, nics_per_node: str | None = None, framework: str | None = None,
@@ -150,6 +152,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         offload_optimizer=Offload.OPTIMIZER in (offload or ()), offload_activations=Offload.ACTIVATIONS in (offload or ()),
         host_link=_host_link(host_link, offload, dirs, cluster.gpu), fp8_recipe=fp8_recipe_flag(fp8_recipe, precision), compiled=compile_,
         compiled_loss=compile_loss_flag(compile_loss, compile_, profile.step_memory),
+        float8_all_gather=fp8_all_gather_flag(fp8_all_gather, precision, profile.step_memory),
         recompute_modules=recompute_modules_flag(recompute_modules),
         kernels=kernels_flag(kernels),
     )  # fmt: skip
@@ -236,6 +239,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         settings.append(("network", "ideal"))
     if compile_loss:
         settings.append(("compile_loss", "true"))
+    if fp8_all_gather:
+        settings.append(("fp8_all_gather", "true"))
     if training.recompute_modules is not None:
         settings.append(("recompute_modules", ",".join(training.recompute_modules)))
     clusters = [cluster]

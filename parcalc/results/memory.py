@@ -70,6 +70,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         compile_loss_flag,
         cp_flags,
         expert_flags,
+        fp8_all_gather_flag,
         pipeline_layout_chunks,
         preset_dirs,
         recompute_layers_flag,
@@ -120,9 +121,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     e, et = expert_flags(ep, etp, shape)
     sg = shard_group_flag(shard_group)
     profile = _profile(framework, dirs, Layout(tp=t, pp=p, cp=c, ep=e))  # the degrees (the ZeRO stage: check_hf_layout says more)
-    if fp8_all_gather and (precision is not Precision.FP8 or profile is None or profile.step_memory != "torchtitan-eager"):
-        raise InputError("--fp8-all-gather: torchao's FP8 all-gather of the Float8 linears' weights is walked with --precision fp8 "
-                         "--framework torchtitan")  # fmt: skip
+    fp8_all_gather_flag(fp8_all_gather, precision, profile.step_memory if profile is not None else None)
     compile_loss_flag(compile_loss, compile_, profile.step_memory if profile is not None else None)
     par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
                  cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,

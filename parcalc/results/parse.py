@@ -260,6 +260,18 @@ def compile_loss_flag(compile_loss: bool, compile_: bool, step_memory: str | Non
     return compile_loss
 
 
+def fp8_all_gather_flag(fp8_all_gather: bool, precision: Any, step_memory: str | None) -> bool:
+    """--fp8-all-gather checked (memory and fit): torchao's FP8 all-gather is torchtitan's (Float8 linears under FSDP2), walked
+    by the torchtitan profile's step with --precision fp8 (`step_memory`: the framework profile's, None without one)."""
+    from parcalc.core.choices import Precision
+    from parcalc.errors import InputError
+
+    if fp8_all_gather and (precision is not Precision.FP8 or step_memory != "torchtitan-eager"):
+        raise InputError("--fp8-all-gather: torchao's FP8 all-gather of the Float8 linears' weights is walked with --precision fp8 "
+                         "--framework torchtitan")  # fmt: skip
+    return fp8_all_gather
+
+
 def kernels_flag(kernels: str | None) -> str | None:
     """--kernels checked: fused or eager (None: not given, the framework profile decides)."""
     from parcalc.core.timing.framework import KERNEL_SETS

@@ -19,6 +19,10 @@
   FSDP2 padding each tensor to a multiple of S; after each reduce-scatter, the rank's shard of it
   (1/S of the call) is all-reduced over the N / S replicas, one rank of each shard group (stride
   tp x S): FSDP2's foreach_reduce per unit, Megatron-LM's start_grad_sync per bucket.
+- torchao's FP8 all-gather (Options.float8_all_gather; parcalc.core.comm.float8_all_gather): each unit's Float8 linears' weights
+  travel at 1 byte an element in the unit's one call (FSDP2 packs its dtypes into one byte buffer), the rest at the
+  parameters' bytes; after the optimizer step one all-reduce of the stage's Float8 weights' fp32 amaxes
+  (precompute_float8_dynamic_scale_for_fsdp). The reduce-scatter is unchanged.
 """
 
 from collections import Counter
@@ -26,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from parcalc.core.collectives import Collective
+from parcalc.core.comm.float8_all_gather import SOURCES as FLOAT8_SOURCES
 from parcalc.core.comm.plan import (
     Builder,
     Group,
@@ -128,8 +133,13 @@ def _hybrid_groups(par: Layout, stage: int, size: int) -> tuple[list[Group], lis
     return shards, across
 
 
+FLOAT8_BYTES = 1.0  # e4m3: what fsdp_pre_all_gather returns (float8_tensor._data)
+AMAX_BYTES = 4.0  # an fp32 amax of an fp32 shard (torch._foreach_norm(weights, ord=inf))
+
+
 def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload, par: Layout,
-                        opts: Options, micro_batches: int) -> None:  # fmt: skip
+                        opts: Options, micro_batches: int, float8: frozenset[str] = frozenset()) -> None:  # fmt: skip
+    """Each stage's data-parallel collectives; `float8`: the Float8 weights' names (layer 0's) under the FP8 all-gather."""
     n = par.dp * par.cp  # context-parallel ranks hold the same weights: Megatron-LM's dp-cp group
     if n < 2:
         return
@@ -139,7 +149,7 @@ def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload
         label = f"stage {stage}" if par.pp > 1 else ""
         common: dict[str, Any] = {"dimension": "dp", "group_size": n, "stages": label, "roles": ((stage, True),)}
         if size < n and par.data_parallel is not DataParallel.DDP:
-            _hybrid_rows(b, tensors, work, par, opts, micro_batches, stage, label, size)
+            _hybrid_rows(b, tensors, work, par, opts, micro_batches, stage, label, size, float8)
             continue
         kind = par.data_parallel
         s, s_g, cap = work.bytes_per_element, work.grad_bytes_per_element, opts.bucket_bytes
@@ -156,18 +166,23 @@ def data_parallel_rows(b: Builder, per_stage: list[StageTensors], work: Workload
             b.add(purpose="updated parameters", phase="after optimizer step", op=Collective.ALL_GATHER, call_bytes=ag,
                   groups=groups, **common)  # fmt: skip
         else:
-            units = _fsdp_units(tensors, n, opts)
-            fwd = _times(Counter(u * work.bytes_per_element for _, u in units), micro_batches)
-            bwd = _times(Counter(u * work.bytes_per_element for root, u in units if opts.reshard_root or not root), micro_batches)
-            rs = Counter(u * work.grad_bytes_per_element for _, u in units)
-            b.add(purpose="parameters", phase="forward", op=Collective.ALL_GATHER, call_bytes=fwd, groups=groups, **common)
-            b.add(purpose="parameters (re-gathered)", phase="backward", op=Collective.ALL_GATHER, call_bytes=bwd,
+            units = _fsdp_units(tensors, n, opts, float8)
+            fwd = _times(Counter(_unit_bytes(u, f, s) for _, u, f in units), micro_batches)
+            bwd = _times(Counter(_unit_bytes(u, f, s) for root, u, f in units if opts.reshard_root or not root), micro_batches)
+            rs = Counter(u * work.grad_bytes_per_element for _, u, _ in units)
+            fp8 = ", Float8 weights in FP8" if float8 else ""
+            b.add(purpose="parameters (Float8 weights in FP8)" if float8 else "parameters", phase="forward", op=Collective.ALL_GATHER,
+                  call_bytes=fwd, groups=groups, **common)  # fmt: skip
+            b.add(purpose=f"parameters (re-gathered{fp8})", phase="backward", op=Collective.ALL_GATHER, call_bytes=bwd,
                   groups=groups, **common)  # fmt: skip
             b.add(purpose="gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=rs, groups=groups, **common)
+            if float8:
+                b.add(purpose="Float8 weights' amaxes", phase="after optimizer step", op=Collective.ALL_REDUCE,
+                      call_bytes={_amax_bytes(tensors, float8): 1}, groups=groups, **common)  # fmt: skip
 
 
 def _hybrid_rows(b: Builder, tensors: StageTensors, work: Workload, par: Layout, opts: Options, micro_batches: int,
-                 stage: int, label: str, size: int) -> None:  # fmt: skip
+                 stage: int, label: str, size: int, float8: frozenset[str] = frozenset()) -> None:  # fmt: skip
     """One stage's collectives under hybrid sharding: ZeRO's in the shard groups of `size` ranks,
     then each rank's shard of every reduce-scatter all-reduced over the replicas."""
     shards, across = _hybrid_groups(par, stage, size)
@@ -185,35 +200,52 @@ def _hybrid_rows(b: Builder, tensors: StageTensors, work: Workload, par: Layout,
         b.add(purpose="updated parameters (in the shard group)", phase="after optimizer step", op=Collective.ALL_GATHER,
               call_bytes=ag, groups=shards, **inside)  # fmt: skip
         return
-    units = _fsdp_units(tensors, size, opts)  # FSDP2 pads to a multiple of the shard group's size
-    fwd = _times(Counter(u * s for _, u in units), micro_batches)
-    bwd = _times(Counter(u * s for root, u in units if opts.reshard_root or not root), micro_batches)
-    b.add(purpose="parameters (in the shard group)", phase="forward", op=Collective.ALL_GATHER, call_bytes=fwd, groups=shards, **inside)
-    b.add(purpose="parameters (re-gathered, in the shard group)", phase="backward", op=Collective.ALL_GATHER, call_bytes=bwd,
+    units = _fsdp_units(tensors, size, opts, float8)  # FSDP2 pads to a multiple of the shard group's size
+    fwd = _times(Counter(_unit_bytes(u, f, s) for _, u, f in units), micro_batches)
+    bwd = _times(Counter(_unit_bytes(u, f, s) for root, u, f in units if opts.reshard_root or not root), micro_batches)
+    fp8 = ", Float8 weights in FP8" if float8 else ""
+    b.add(purpose=f"parameters (in the shard group{fp8})", phase="forward", op=Collective.ALL_GATHER, call_bytes=fwd, groups=shards, **inside)
+    b.add(purpose=f"parameters (re-gathered, in the shard group{fp8})", phase="backward", op=Collective.ALL_GATHER, call_bytes=bwd,
           groups=shards, **inside)  # fmt: skip
     b.add(purpose="gradients (in the shard group)", phase="backward", op=Collective.REDUCE_SCATTER,
-          call_bytes=Counter(u * s_g for _, u in units), groups=shards, **inside)  # fmt: skip
+          call_bytes=Counter(u * s_g for _, u, _ in units), groups=shards, **inside)  # fmt: skip
     b.add(purpose="gradient shards (across the replicas)", phase="backward", op=Collective.ALL_REDUCE,
-          call_bytes=Counter(u * s_g / size for _, u in units), groups=across, **over)  # fmt: skip
+          call_bytes=Counter(u * s_g / size for _, u, _ in units), groups=across, **over)  # fmt: skip
+    if float8:  # the weights' Partial amax is reduced over the mesh dimension FSDP shards on
+        b.add(purpose="Float8 weights' amaxes (in the shard group)", phase="after optimizer step", op=Collective.ALL_REDUCE,
+              call_bytes={_amax_bytes(tensors, float8): 1}, groups=shards, **inside)  # fmt: skip
 
 
 def _times(counts: Mapping[float, int], factor: int) -> dict[float, int]:
     return {size: count * factor for size, count in counts.items()}
 
 
-def _fsdp_units(tensors: StageTensors, group: int, opts: Options) -> list[tuple[bool, int]]:
-    """(is root unit, elements incl. padding) per FSDP unit: the root (non-layer tensors) first,
-    then one unit per layer, in forward order."""
+def _fsdp_units(tensors: StageTensors, group: int, opts: Options, float8: frozenset[str] = frozenset()) -> list[tuple[bool, int, int]]:
+    """(is root unit, elements incl. padding, of them the Float8 weights' named in `float8`) per FSDP unit: the root
+    (non-layer tensors) first, then one unit per layer, in forward order."""
     size = (lambda t: padded_numel(t, group)) if opts.shard_padding else (lambda t: t.numel)
     root = sum(size(t) for t in tensors.outside_layers())
-    layer = sum(size(t) for t in tensors.layer)
-    units = [(True, root)] if root else []
-    moe = [(False, sum(size(t) for t in tensors.moe_layer))] * tensors.moe_layers
-    return units + [(False, layer)] * tensors.layers + moe
+
+    def unit(part: Sequence[ParamTensor]) -> tuple[bool, int, int]:
+        return False, sum(size(t) for t in part), sum(size(t) for t in part if t.name in float8)
+
+    units = [(True, root, 0)] if root else []
+    return units + [unit(tensors.layer)] * tensors.layers + [unit(tensors.moe_layer)] * tensors.moe_layers
+
+
+def _unit_bytes(elements: int, float8: int, s: float) -> float:
+    """Bytes one unit's all-gather moves: its Float8 weights at 1 byte an element (torchao's FP8 all-gather), the rest at s."""
+    return (elements - float8) * s + float8 * FLOAT8_BYTES
+
+
+def _amax_bytes(tensors: StageTensors, float8: frozenset[str]) -> float:
+    """precompute_float8_dynamic_scale_for_fsdp's one all-reduce: an fp32 amax per Float8 weight of the stage."""
+    weights = tensors.layers * sum(t.name in float8 for t in tensors.layer) + tensors.moe_layers * sum(t.name in float8 for t in tensors.moe_layer)
+    return weights * AMAX_BYTES
 
 
 def dp_headlines(par: Layout, opts: Options, per_stage: list[StageTensors], s: Term, s_g: Term,
-                  micro_batches: int) -> list[Derivation]:  # fmt: skip
+                  micro_batches: int, float8: frozenset[str] = frozenset()) -> list[Derivation]:  # fmt: skip
     stage = max(range(par.pp), key=lambda i: per_stage[i].numel)
     tensors = per_stage[stage]
     where = f" (stage {stage}, the largest)" if par.pp > 1 else ""
@@ -234,32 +266,59 @@ def dp_headlines(par: Layout, opts: Options, per_stage: list[StageTensors], s: T
                         r"V_{\mathrm{AG}}", "$p × $s", r"$p \times $s", (p, s), p.value * s.value, zero),
             *_replica_headline(par, p, s_g),
         ]  # fmt: skip
-    units = _fsdp_units(tensors, n, opts)
-    root = sum(u for is_root, u in units if is_root)
-    layer_elements = sum(u for is_root, u in units if not is_root)
+    units = _fsdp_units(tensors, n, opts, float8)
+    root = sum(u for is_root, u, _ in units if is_root)
+    layer_elements = sum(u for is_root, u, _ in units if not is_root)
     padded = " incl. FSDP2's dim-0 padding to a multiple of N" if opts.shard_padding else ""
     mb = term("mb", "m", "m", micro_batches, "", "micro-batches per iteration (parameters gathered for each)")
     source = "FSDP / ZeRO-3: all-gather in forward and again in backward, reduce-scatter of gradients (ZeRO, Rajbhandari et al. 2020 sec. 7.2.2)"
-    inputs: tuple[Term, ...]
-    if opts.reshard_root or root == 0:
-        p_all = term("p", "P", "P", root + layer_elements, "", per_device + where + padded)
-        text, tex, inputs, value = "2 × $p × $s", r"2 \times $p \times $s", (p_all, s), 2 * p_all.value * s.value
-        rs_p = p_all
+    rs_p = term("p", "P", "P", root + layer_elements, "", per_device + where + padded)
+    ag_source = source
+    if float8:
+        text, tex, inputs, value = _float8_gathered(units, opts, s, per_device + where + padded)
+        ag_source += f"; torchao's FP8 all-gather: {FLOAT8_SOURCES['all_gather']}"
+    elif opts.reshard_root or root == 0:
+        text, tex, inputs, value = "2 × $p × $s", r"2 \times $p \times $s", (rs_p, s), 2 * rs_p.value * s.value
     else:
         p_l = term("p_l", "P_layers", r"P_{\mathrm{layers}}", layer_elements, "", "parameters in transformer layers" + padded)
         p_r = term("p_r", "P_root", r"P_{\mathrm{root}}", root, "", "parameters outside the layers (root unit, not resharded)" + padded)
         text, tex, inputs = "(2 × $p_l + $p_r) × $s", r"(2 $p_l + $p_r) \times $s", (p_l, p_r, s)
         value = (2 * p_l.value + p_r.value) * s.value
-        rs_p = term("p", "P", "P", root + layer_elements, "", per_device + where + padded)
     if micro_batches > 1:
         text, tex, inputs, value = f"$mb × {text}", rf"$mb \times {tex}", (mb, *inputs), micro_batches * value
+    amax = []
+    if float8:
+        n_w = term("n_8", "n_8", r"n_{8}", _amax_bytes(tensors, float8) / AMAX_BYTES, "", "Float8 weights" + per_device.removeprefix("parameters") + where)
+        a = term("a", "a", "a", AMAX_BYTES, "B", "bytes per amax (fp32, the shards' dtype)")
+        amax = [headline("fsdp_float8_amax_payload", "Float8 weights' amaxes all-reduced per iteration (payload)", "V_amax",
+                         r"V_{\mathrm{amax}}", "$n_8 × $a", r"$n_8 \times $a", (n_w, a), n_w.value * a.value, FLOAT8_SOURCES["precompute"])]
     return [
         headline("fsdp_all_gather_payload", "Parameters all-gathered per iteration (payload)", "V_AG", r"V_{\mathrm{AG}}",
-                    text, tex, inputs, value, source),
+                    text, tex, inputs, value, ag_source),
         headline("fsdp_reduce_scatter_payload", "Gradients reduce-scattered per iteration (payload)", "V_RS",
                     r"V_{\mathrm{RS}}", "$p × $s_g", r"$p \times $s_g", (rs_p, s_g), rs_p.value * s_g.value, source),
+        *amax,
         *_replica_headline(par, rs_p, s_g),
     ]  # fmt: skip
+
+
+def _float8_gathered(units: list[tuple[bool, int, int]], opts: Options, s: Term, what: str) -> tuple[str, str, tuple[Term, ...], float]:
+    """The FSDP all-gather payload of one micro-batch under the FP8 all-gather, both parts named: the Float8 linears' weights
+    at s_8 = 1 byte, the other parameters at s, all gathered twice (forward, backward) but the root unit's where FSDP2 keeps
+    it unsharded after forward."""
+    root = sum(u for is_root, u, _ in units if is_root)
+    layers = sum(u for is_root, u, _ in units if not is_root)
+    p_8 = term("p_8", "P_8", r"P_{8}", sum(f for _, _, f in units), "", "Float8 linears' weight elements (all in the layers) of the " + what)
+    s_8 = term("s_8", "s_8", r"s_{8}", FLOAT8_BYTES, "B", "bytes per Float8 weight element on the wire (e4m3, fsdp_pre_all_gather's data)")
+    if opts.reshard_root or root == 0:
+        p_o = term("p_o", "P_o", r"P_{o}", root + layers - p_8.value, "", "other parameters (norms, embedding, output projection), in bf16")
+        value = 2 * (p_8.value * s_8.value + p_o.value * s.value)
+        return "2 × ($p_8 × $s_8 + $p_o × $s)", r"2 ($p_8 \times $s_8 + $p_o \times $s)", (p_8, s_8, p_o, s), value
+    p_o = term("p_o", "P_o", r"P_{o}", layers - p_8.value, "", "other parameters in the layers (norms), in bf16")
+    p_r = term("p_r", "P_root", r"P_{\mathrm{root}}", root, "", "parameters outside the layers (root unit, not resharded), in bf16")
+    value = 2 * (p_8.value * s_8.value + p_o.value * s.value) + p_r.value * s.value
+    return ("2 × ($p_8 × $s_8 + $p_o × $s) + $p_r × $s", r"2 ($p_8 \times $s_8 + $p_o \times $s) + $p_r \times $s",
+            (p_8, s_8, p_o, s, p_r), value)  # fmt: skip
 
 
 def _replica_headline(par: Layout, p: Term, s_g: Term) -> list[Derivation]:
@@ -291,6 +350,11 @@ def dp_assumptions(par: Layout, opts: Options) -> list[str]:
                 "shard group's size S (FSDP2)" if shard_size(par) < par.dp * par.cp else "data-parallel size (FSDP2)"))
         if not opts.reshard_root:
             out.append("the root unit is not resharded after forward, so it is not re-gathered in backward (FSDP2's default)")
+        if opts.float8_all_gather:
+            out.append("FP8 all-gather (torchao, torchtitan's converter): every linear weight of the layers whose dims are multiples of 16 "
+                       "gathered at 1 byte an element, the norms, embedding and output projection at --dtype; the scales from one "
+                       "all-reduce of the weights' fp32 amaxes after the optimizer step (precompute_float8_dynamic_scale_for_fsdp; "
+                       "without it, each weight's pre-all-gather would all-reduce its own amax)")  # fmt: skip
     else:
         out.append(f"ZeRO-1/2 gradients and parameters move in buckets of {opts.bucket_bytes:.0f} B")
     size = shard_size(par)

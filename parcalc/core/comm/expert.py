@@ -157,12 +157,12 @@ def _expert_gradient_rows(b: Builder, model: TransformerModel, work: Workload, p
         b.add(purpose="expert gradients", phase="backward", op=Collective.REDUCE_SCATTER, call_bytes=rs, **common)
         b.add(purpose="updated expert parameters", phase="after optimizer step", op=Collective.ALL_GATHER, call_bytes=ag, **common)
     else:
-        units = _fsdp_units(tensors, common["group_size"], opts)
-        gathers = _times(Counter(u * s for _, u in units), micro_batches)
+        units = _fsdp_units(tensors, common["group_size"], opts)  # routed experts: gathered in --dtype even with --fp8-all-gather
+        gathers = _times(Counter(u * s for _, u, _ in units), micro_batches)
         b.add(purpose="expert parameters", phase="forward", op=Collective.ALL_GATHER, call_bytes=gathers, **common)
         b.add(purpose="expert parameters (re-gathered)", phase="backward", op=Collective.ALL_GATHER, call_bytes=gathers, **common)
         b.add(purpose="expert gradients", phase="backward", op=Collective.REDUCE_SCATTER,
-              call_bytes=Counter(u * s_g for _, u in units), **common)  # fmt: skip
+              call_bytes=Counter(u * s_g for _, u, _ in units), **common)  # fmt: skip
 
 
 def ep_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options, moe_per_stage: list[int],

@@ -113,7 +113,8 @@ def iteration_plan(model: TransformerModel, work: Workload, par: Layout, network
     per_stage = [device_tensors(model, par, s, opts) for s in range(par.pp)]
     layers = tuple(sum(len(r) for r in ranges) for ranges in stage_ranges(model.layers, par))
     shard = work._replace(seq_len=work.seq_len // par.cp)  # each CP rank's tokens: what TP, SP and PP move
-    data_parallel_rows(builder, per_stage, work, par, opts, micro_batches)
+    float8 = _float8_weights(model, par, opts)
+    data_parallel_rows(builder, per_stage, work, par, opts, micro_batches, float8)
     tensor_parallel_rows(builder, model, shard, par, opts, layers, per_stage, micro_batches)
     context_parallel_rows(builder, model, work, par, opts, layers, micro_batches)
     pipeline_rows(builder, model, shard, par, micro_batches)
@@ -121,7 +122,7 @@ def iteration_plan(model: TransformerModel, work: Workload, par: Layout, network
     moe_per_stage = [s.moe_layers for s in per_stage]
     expert_rows(builder, model, work, par, opts, moe_per_stage, micro_batches)
     rows = _merge(builder.rows, par.pp)
-    derivations = _headlines(model, work, par, opts, per_stage, layers, micro_batches)
+    derivations = _headlines(model, work, par, opts, per_stage, layers, micro_batches, float8)
     if model.moe is not None:
         s = term("s", "s", "s", work.bytes_per_element, "B", f"bytes per {work.dtype or 'parameter/activation'} element")
         s_g = term("s_g", "s_g", r"s_{g}", work.grad_bytes_per_element, "B", f"bytes per {work.grad_dtype or 'gradient'} element")
@@ -229,14 +230,25 @@ def _join_stages(labels: list[str]) -> str:
     return "; ".join(labels)
 
 
-def _headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options,
-               per_stage: list[StageTensors], layers: tuple[int, ...], micro_batches: int) -> tuple[Derivation, ...]:  # fmt: skip
+def _float8_weights(model: TransformerModel, par: Layout, opts: Options) -> frozenset[str]:
+    """The Float8 weights' names (layer 0's) FSDP gathers in FP8: under Options.float8_all_gather with ZeRO-3, else none."""
+    from parcalc.core.layout import DataParallel
+
+    if not opts.float8_all_gather or par.data_parallel is not DataParallel.ZERO3:
+        return frozenset()
+    from parcalc.core.comm.float8_all_gather import float8_names
+
+    return float8_names(model)
+
+
+def _headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options, per_stage: list[StageTensors],
+               layers: tuple[int, ...], micro_batches: int, float8: frozenset[str] = frozenset()) -> tuple[Derivation, ...]:  # fmt: skip
     out: list[Derivation] = []
     s = term("s", "s", "s", work.bytes_per_element, "B", f"bytes per {work.dtype or 'parameter/activation'} element")
     s_g = term("s_g", "s_g", r"s_{g}", work.grad_bytes_per_element, "B", f"bytes per {work.grad_dtype or 'gradient'} element")
     shard = work._replace(seq_len=work.seq_len // par.cp)
     if par.dp * par.cp > 1:
-        out += dp_headlines(par, opts, per_stage, s, s_g, micro_batches)
+        out += dp_headlines(par, opts, per_stage, s, s_g, micro_batches, float8)
     if par.tp > 1:
         out += tp_headlines(model, shard, par, opts, layers, s, micro_batches)
     if par.cp > 1:

@@ -92,6 +92,9 @@ class Options(NamedTuple):
     sp_regather: bool = True
     # MoE: the busiest rank's all-to-all buffer over the balanced one (--moe-imbalance, >= 1).
     moe_imbalance: float = 1.0
+    # ZeRO-3 / FSDP: torchao's FP8 all-gather (--fp8-all-gather; parcalc.core.comm.float8_all_gather): the Float8 linears' weights
+    # gathered at 1 byte an element, and their amaxes all-reduced once a step after the optimizer step.
+    float8_all_gather: bool = False
 
 
 DEFAULT_OPTIONS = Options()  # one shared default (the record is immutable)

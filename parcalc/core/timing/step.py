@@ -106,6 +106,9 @@ class DataParallelPieces:
     # Per micro-batch, on the compute stream after its backward: the framework's accumulation of the
     # stage's bf16 gradients into fp32 copies (DeepSpeed's BF16_Optimizer; 0 for most frameworks).
     accumulate: Any = 0.0
+    # --fp8-all-gather under ZeRO-3 (parcalc.core.comm.float8_all_gather): once per step, after the optimizer step, the all-reduce
+    # of the stage's Float8 weights' amaxes (precompute_float8_dynamic_scale_for_fsdp), on the critical path (0 without)
+    float8_amax: Any = 0.0
 
 
 def exposed(total: Any, window: Any, last: Any, overlap: bool) -> Any:
@@ -161,7 +164,7 @@ def _dp_exposed(zero: Any, m: Any, stage: StagePieces, dp: DataParallelPieces, *
     else:
         bwd_gather = layers * regather
         bwd_reduce = layers * r
-    zero3 = m * (fwd + bwd_gather) + syncs * bwd_reduce
+    zero3 = m * (fwd + bwd_gather) + syncs * bwd_reduce + dp.float8_amax  # the amax all-reduce: nothing to hide under
     return np.where(zero == 0, ddp, np.where(zero <= 2, zero12, zero3))
 
 
@@ -709,15 +712,29 @@ def dp_pieces(model: Any, layout: Layout, training: Any, cluster: Any) -> DataPa
     in their own buffers, reduced over the expert-DP group; parallel_state.py
     get_expert_data_parallel_group, distributed_data_parallel.py expert_parallel_buffers), in
     their own buckets; the dense parameters as above. Hybrid sharding applies to the dense ones."""
-    return dp_pieces_of(_fullest_stage(model, layout), layout, training, cluster, shard_group=layout.shard_group if layout.zero else None)
+    return dp_pieces_of(_fullest_stage(model, layout), layout, training, cluster, shard_group=layout.shard_group if layout.zero else None,
+                        float8=float8_gathered(model, layout.tp, training))  # fmt: skip
 
 
-def dp_pieces_of(stage: FullestStage, layout: Layout, training: Any, cluster: Any, *, shard_group: int | None = None) -> DataParallelPieces:
+def float8_gathered(model: Any, tp: int, training: Any) -> tuple[float, float]:
+    """(elements, weights) of one layer's Float8 linears on a GPU that ZeRO-3 gathers in FP8 under --fp8-all-gather
+    (parcalc.core.comm.float8_all_gather.float8_layer_elements); (0, 0) without it."""
+    if not training.float8_all_gather:
+        return 0.0, 0.0
+    from parcalc.core.comm.float8_all_gather import float8_layer_elements
+
+    return float8_layer_elements(model, tp)
+
+
+def dp_pieces_of(stage: FullestStage, layout: Layout, training: Any, cluster: Any, *, shard_group: int | None = None,
+                 float8: tuple[float, float] = (0.0, 0.0)) -> DataParallelPieces:  # fmt: skip
     """dp_pieces for a given fullest stage (what it depends on of the model and the split: the
     search asks once per distinct stage, not once per split) and shard group (None: all dp x cp
     ranks). The layout's pp: the framework's profile as it runs pp stages (Framework.at: DeepSpeed's
     pipeline engine reduces fp32 copies of bf16 gradients, which it accumulates every micro-batch:
-    `accumulate`)."""
+    `accumulate`). `float8`: one layer's Float8 weights on the GPU, elements and count (float8_gathered): ZeRO-3 gathers them
+    at 1 byte an element inside the layer's one call (FSDP2 packs a unit's dtypes into one byte buffer), and all-reduces
+    their fp32 amaxes once a step (parcalc.core.comm.float8_all_gather)."""
     import math
 
     from parcalc.core.choices import Collective
@@ -757,6 +774,8 @@ def dp_pieces_of(stage: FullestStage, layout: Layout, training: Any, cluster: An
 
     layer = (dense - stage.ends) / layers if layers else 0.0  # one layer's dense parameters (a dense layer, or an MoE layer's
     expert_layer = stage.experts / layers if layers else 0.0  # attention and shared parts) and routed experts, on the mean
+    float8_elements, float8_weights = float8
+    layer_bytes = layer * weight - float8_elements * (weight - 1.0)  # the Float8 linears' weights at 1 byte, the rest at `weight`
     all_reduce = per_bucket(Collective.ALL_REDUCE, wire, group)
     # DeepSpeed's BF16_Optimizer (the engine that accumulates in fp32) shards only its states: it all-reduces its fp32
     # gradients (_bf16_reduce_grads = buffered_allreduce_fallback) where a ZeRO-1 engine reduce-scatters them
@@ -766,13 +785,16 @@ def dp_pieces_of(stage: FullestStage, layout: Layout, training: Any, cluster: An
         grad_reduce_scatter=all_reduce if fp32_copies and size == dp else per_bucket(Collective.REDUCE_SCATTER, wire),
         buckets=max(buckets + expert_buckets, 1.0),
         param_gather=per_bucket(Collective.ALL_GATHER, weight),
-        layer_gather=time(Collective.ALL_GATHER, layer * weight, shards) + time(Collective.ALL_GATHER, expert_layer * weight, experts),
+        layer_gather=time(Collective.ALL_GATHER, layer_bytes, shards) + time(Collective.ALL_GATHER, expert_layer * weight, experts),
         layer_reduce=time(Collective.REDUCE_SCATTER, layer * wire, shards) + time(Collective.REDUCE_SCATTER, expert_layer * wire, experts),
         root_gather=time(Collective.ALL_GATHER, stage.ends * weight, shards),
         layers=layers,
         grad_replica_all_reduce=per_bucket(Collective.ALL_REDUCE, wire, replicas, 1 / size) if replicas else 0.0,
         layer_replica_reduce=time(Collective.ALL_REDUCE, layer * wire / size, replicas) if replicas else 0.0,
         accumulate=accumulate,
+        # one fp32 amax per Float8 weight of the stage, all-reduced over the shard group (the DTensor weights' Partial
+        # reduced on the mesh FSDP shards over; under TP a second one over the TP ranks is not counted)
+        float8_amax=time(Collective.ALL_REDUCE, float8_weights * layers * 4.0, shards),
     )
 
 
