@@ -232,14 +232,13 @@ def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute:
     if cp <= 1:
         return []
     why = [what for what, gap in (("the walk follows torchtitan's context_parallel", model_code != "torchtitan"),
-                                  (f"tp = {layout.tp} with cp (the TP walk has no ring attention)", layout.tp > 1),
                                   (f"pp = {layout.pp} with cp (the pipeline walk has no ring attention)", layout.pp > 1),
                                   (f"--compile with cp = {cp} (the compiled ring's code is read at cp {', '.join(map(str, DEGREES))})",
                                    compiled and cp not in DEGREES),
                                   ("--compile with --cp-comm p2p (the compiled ring's code is read with the allgather rotate method)",
                                    compiled and layout.cp_comm == "p2p"),
-                                  (f"--precision {precision.value} with cp without --compile (the eager ring is walked in bf16)",
-                                   precision is Precision.FP8 and not compiled),
+                                  (f"--precision {precision.value} with cp without --compile or tp (the eager ring is walked in bf16, "
+                                   "and with torchao's Float8 TP styles under tp)", precision is Precision.FP8 and not compiled and layout.tp == 1),
                                   (f"--recompute {recompute.value} with cp (torch's CP dispatch hides the ring's ops from selective "
                                    "op checkpointing; the walk follows none and full)", recompute not in (Recompute.NONE, Recompute.FULL)),
                                   ("the model has experts (torchtitan's Llama code has none)", model.moe is not None),

@@ -35,6 +35,7 @@ class BlockAllocations(Protocol):
     here so that this module does not import back up into the walk that imports it)."""
 
     walk: Walk
+    x: StepShapes  # the rank's shapes: under apply_tp its local heads (memory_torchtitan_tp)
     k: str  # the block's key prefix
     saving: bool  # autograd keeps what the ops save
     held: set[str]  # keys autograd or checkpointing keeps
@@ -79,11 +80,13 @@ def context_parallel_buffers(walk: Walk, x: StepShapes, seq_len: int, head_dim: 
 
 def ring_forward(b: BlockAllocations, x: StepShapes, q: int, keys: str, values: str, width: int) -> tuple[str, str]:
     """The ring's forward on CP rank 0 from the rank's q (`q` wide), keys and values (`width` wide, repeat_kv's copies or wk / wv's
-    outputs); returns the keys of the saved merged output (bf16) and logsumexp (fp32)."""
+    outputs); returns the keys of the saved merged output (bf16) and logsumexp (fp32). Under apply_tp the ring runs on the TP
+    rank's local heads (b.x.heads: wq / wk / wv ColwiseParallel with use_local_output, CP_SOURCES['tp']) over the CP shard's
+    whole sequence (x.T)."""
     walk, k, cp = b.walk, b.k, x.cp
     T, c = x.T, x.c
     kv = T * width * c
-    out, out32, lse = T * q * c, T * q * 4, x.b * x.heads * x.s * 4
+    out, out32, lse = T * q * c, T * q * 4, x.b * b.x.heads * x.s * 4
     walk.alloc(f"{k}.ring.kc", kv, "temporaries", "ring attention: key.contiguous()")
     walk.alloc(f"{k}.ring.vc", kv, "temporaries", "ring attention: value.contiguous()")
     previous = ""
@@ -146,7 +149,7 @@ def _merge_partial(walk: Walk, k: str, out32: float, lse: float, i: int) -> None
 
 def ring_backward(walk: Walk, x: StepShapes, k: str, width: int) -> None:
     """The ring's backward on CP rank 0 (the block's g_attn in hand): leaves dq as `{k}.g_q` and dK/dV, one bf16 buffer,
-    as `{k}.g_k` (`{k}.g_v` a view of it, no storage of its own)."""
+    as `{k}.g_k` (`{k}.g_v` a view of it, no storage of its own). Under apply_tp `x` is the rank's local heads' shapes."""
     T, c, q, cp = x.T, x.c, x.q, x.cp
     kv, q32, kv32, lse = T * width * c, T * q * 4, T * width * 4, x.b * x.heads * x.s * 4
     # zeros_like(query / key / value, dtype=float32): strided like the saved (transposed) inputs, so not contiguous
