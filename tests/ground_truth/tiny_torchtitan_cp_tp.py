@@ -22,7 +22,13 @@ from . import tiny_torchtitan
 from .tiny_llama import LlamaConfig
 from .tiny_torchtitan import apply_ac
 from .tiny_torchtitan_cp import _train_context
-from .tiny_torchtitan_tp import Transformer, _real_mesh_tables, _tracker_class, _untracked_sharding_propagation, apply_tp
+from .tiny_torchtitan_tp import (
+    Transformer,
+    _real_mesh_tables,
+    _tracker_class,
+    _untracked_sharding_propagation,
+    apply_tp,
+)
 
 
 def tracked_cp_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: int, tp: int, ac: str, rotate: str = "allgather",
