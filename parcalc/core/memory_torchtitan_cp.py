@@ -19,8 +19,14 @@ copies: the largest of the ranks; rank 0's peak is the tracker's largest in the 
   buffer each step, the received one alive until the next), dq's partial steps merged by torch.cat; at the end dq cast
   to bf16 and the received dK/dV cast to bf16 (one buffer for both).
 
+With tensor parallelism (CP_SOURCES['tp']) the ring runs inside memory_torchtitan_tp's block on the TP rank's local heads over
+the CP shard's whole sequence (the logsumexp and the fp32 merge buffers of heads / tp); inside pipeline stages
+(CP_SOURCES['pp']) each micro-batch's blocks run it as they do without stages, and context_parallel holds the stage's ids and
+labels of all its micro-batches.
+
 Ground truth: FSDPMemTracker over torchtitan's code under torch's context_parallel and its ring attention on fake ranks
-(tests/ground_truth/tiny_torchtitan_cp.py, test_torch_memory_torchtitan_cp.py).
+(tests/ground_truth/tiny_torchtitan_cp.py, test_torch_memory_torchtitan_cp.py; with TP tiny_torchtitan_cp_tp.py,
+test_torch_memory_torchtitan_cp_tp.py; in pipeline stages tiny_torchtitan_pp.py's `cp`, test_torch_memory_pipeline_cp.py).
 """
 
 from __future__ import annotations
