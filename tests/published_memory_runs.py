@@ -122,7 +122,7 @@ def _t2(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
 # test_torch_memory_torchtitan_cp_tp.py, FSDPMemTracker on (dp, cp, tp) meshes, bf16 and Float8, 1.0003-1.0006; the stage walk
 # under CP: test_torch_memory_pipeline.py, MemTracker over Schedule1F1B stages, 0.9965-1.0001): 76.36 / 75.9 (1.006), 76.39 /
 # 77.1 (0.991), 76.48 / 84.9 (0.901); the textbook sum before: 0.562, 0.553, 0.503. The walked peak is flat over the CP degrees
-# (s / cp = 32K tokens a rank each, the peak in the last stage's loss-parallel backward) where the published one rises 9.0 GiB
+# (s / cp = 32K tokens a rank each, the peak in the last stage's loss-parallel backward) where the published one rises 7.8 GiB
 # from CP 4 to CP 8: not found (the compiled blocks and the FP8 all-gather are not walked; the allocator's fragmentation is not
 # modelled across these streams).
 FLOAT8_PP_WALKED = ("the eager Float8 walk inside the pipeline stages (torchao's TP styles, ground truth to 0.03 %) lands in the band; "
