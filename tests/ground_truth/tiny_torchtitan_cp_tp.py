@@ -22,6 +22,7 @@ from . import tiny_torchtitan
 from .tiny_llama import LlamaConfig
 from .tiny_torchtitan import apply_ac
 from .tiny_torchtitan_cp import _train_context
+from .tiny_torchtitan_pp import _forget_redistribute_plans
 from .tiny_torchtitan_tp import (
     Transformer,
     _real_mesh_tables,
@@ -37,15 +38,25 @@ def tracked_cp_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: 
     tiny_torchtitan.two_tracked_steps's loop, each step's forward, loss and backward under context_parallel and loss_parallel.
     `float8`: torchao's converter first and apply_tp's Float8 plans (tiny_torchtitan_tp.tracked_tp_peak)."""
     import torch.distributed as dist
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.distributed.tensor.parallel import loss_parallel
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
         dist.destroy_process_group()
+    _forget_redistribute_plans()  # DTensor's plans cached for an earlier group's meshes (tiny_torchtitan_pp)
     dist.init_process_group("fake", rank=0, world_size=dp * cp * tp, store=FakeStore())
+    try:
+        return _tracked(c, vocab, b, s, dp, cp, tp, ac, rotate, float8)
+    finally:  # nothing of this group's meshes is left cached for the next test
+        _forget_redistribute_plans()
+
+
+def _tracked(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: int, tp: int, ac: str, rotate: str,
+             float8: bool) -> dict[str, float]:  # fmt: skip
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor.parallel import loss_parallel
+
     mesh = init_device_mesh("cpu", (dp, cp, tp), mesh_dim_names=("dp", "cp", "tp"))
     shard_mesh = mesh["dp", "cp"]._flatten("dp_cp")
     with FakeTensorMode(), _real_mesh_tables(), _untracked_sharding_propagation():
@@ -77,3 +88,22 @@ def tracked_cp_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: 
                     tracker.reset_mod_stats()
         (_device, parts), = tracker.get_tracker_snapshot("peak").items()
         return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
+
+
+def main() -> None:
+    """The tracker's peaks of the cases given as JSON (a list of [shape, dp, cp, tp, ac, rotate]) printed as JSON: the test runs
+    them in a process of their own, so that no DTensor state cached for these (dp, cp, tp) meshes reaches the next test module
+    (its first TP step could not resolve this run's destroyed process groups)."""
+    import json
+    import sys
+
+    results = []
+    for shape, dp, cp, tp, ac, rotate in json.loads(sys.argv[1]):
+        hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
+        config = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
+        results.append(tracked_cp_tp_peak(config, vocab, b, s, dp, cp, tp, ac, rotate))
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
