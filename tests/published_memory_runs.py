@@ -62,8 +62,6 @@ SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")
 # train_configs/llama3_405b.toml at 9dec370 sets [float8] enable_float8_linear, enable_fsdp_float8_all_gather and
 # precompute_float8_dynamic_scale_for_fsdp true: Tables 5 and 6 likely gathered in FP8 too; --fp8-all-gather is not passed
 # while their Float8 inside pipeline stages is not walked (the walk follows the FP8 all-gather under FSDP alone)
-CP = ("context parallelism with TP and PP: the step walk follows torch's context_parallel ring attention under FSDP x CP alone "
-      "(parcalc.core.memory_torchtitan_cp, compiled: memory_torchtitan_cp_compile)")
 # torchtitan 9dec370's CP rotates K/V with torch's 'allgather' method (config_manager.py --experimental.context_parallel_rotate_method
 # default): --cp-comm all-gather. Table 2's CP 2 / 4 / 8 rows (compile, Float8, full checkpointing) are walked as they ran since
 # session 16 (parcalc.core.memory_torchtitan_cp_compile: the block's Inductor code with the ring traced into it, profiler-held on
@@ -126,9 +124,20 @@ def _t2(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
 # Tables 5 and 6 are walked eager since session 16 with Float8 inside the pipeline stages (tests/ground_truth/
 # test_torch_memory_float8_pp.py: MemTracker over Schedule1F1B stages with torchao's Float8 TP styles, 0.9999-1.0003):
 # Table 5's 1F1B row 76.33 GiB of 82.5 (0.925; the textbook sum before 0.516; the bf16 walk 0.930), Table 6's FSDP 8 CP 1
-# row 76.32 of 75.3 (1.014; before 0.565). The CP 2-8 rows keep the textbook sum (CP with TP is not walked).
+# row 76.32 of 75.3 (1.014; before 0.565); since session 17 both walked compiled (Inductor's TP block: 0.931 / 1.020). Table 6's CP 2 / 4 / 8 rows are walked since session 17 with torch's ring attention
+# on each TP rank's local heads inside the stages, all-gather rotation as torchtitan's default (parcalc.core.memory_torchtitan_cp;
+# tests/ground_truth/test_torch_memory_torchtitan_cp_tp.py, FSDPMemTracker on (dp, cp, tp) meshes, bf16 and Float8, 1.0003-1.0006;
+# the stage walk under CP: test_torch_memory_pipeline_cp.py, MemTracker over Schedule1F1B stages, bf16 0.9965-1.0001, Float8
+# 1.0000-1.0003): 76.36 / 75.9 (1.006), 76.39 / 77.1 (0.991), 77.01 / 84.9 (0.907); the textbook sum before: 0.562, 0.554, 0.504.
+# The peak is the first stage's (15 blocks) backward of its second micro-batch: its fp32 gradient accumulators (30.1 GiB), the
+# checkpointed block inputs of the micro-batches in flight, the unsharded parameters; the ring adds 0.6 GiB at CP 8 (its
+# all-gathered K/V in the backward). The published peak rises 7.8 GiB from CP 4 to CP 8 where the walk rises 0.6: not found
+# (the compiled blocks and the FP8 all-gather are not walked; fragmentation across the allocator's streams is not modelled).
 FLOAT8_PP_WALKED = ("the compiled Float8 TP blocks inside the pipeline stages (Inductor's code with torchao's TP styles) land in the "
                     "band; AsyncTP and the FP8 all-gather of llama3_405b.toml are not walked")
+FLOAT8_PP_CP_WALKED = ("the eager Float8 walk inside the pipeline stages with torch's ring attention on each TP rank's heads (ground "
+                       "truth to 0.06 % with TP, 0.35 % in the stages) lands in the band; the blocks' compilation with CP and the FP8 "
+                       "all-gather of llama3_405b.toml are not walked")
 
 
 def _t6(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
@@ -136,11 +145,12 @@ def _t6(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
                      f"{TT_DEC24}, Table 6 '4D parallelism (FSDP + TP + PP + CP) + torch.compile + Float8 + AsyncTP + 1F1B. Llama 3.1 "
                      f"405B model. 512 GPUs (TP 8, PP8). Local batch size 8. Full activation checkpointing.', row '| FSDP {fsdp}, CP {cp} "
                      f"| {seq} | ... | {gib} |'",
-                     (*_405B, *SPLIT_405B, "--tp", "8", "--pp", "8", "--dp", str(fsdp), "--cp", str(cp), "--micro-batch", "1", "--micro-batches", "8",
+                     (*_405B, *SPLIT_405B, "--tp", "8", "--pp", "8", "--dp", str(fsdp), "--cp", str(cp), *(("--cp-comm", "all-gather") if cp > 1 else ()),
+                      "--micro-batch", "1", "--micro-batches", "8",
                       "--seq-len", str(seq), "--recompute", "full", "--precision", "fp8", *(() if cp > 1 else ("--compile",))),
-                     gib, _RESERVED, (*((COMPILE_TP, CP) if cp > 1 else ("AsyncTP (torch._inductor.config._micro_pipeline_tp: not in the "
-                                                                         "read code)",)), FP8_ALL_GATHER_405B),
-                     "" if cp > 1 else FLOAT8_PP_WALKED)  # fmt: skip
+                     gib, _RESERVED, ((COMPILE_TP,) if cp > 1 else ("AsyncTP (torch._inductor.config._micro_pipeline_tp: not in the "
+                                                                 "read code)",)) + (FP8_ALL_GATHER_405B,),
+                     FLOAT8_PP_CP_WALKED if cp > 1 else FLOAT8_PP_WALKED)  # fmt: skip
 
 
 RUNS: tuple[MemoryRun, ...] = (

@@ -35,7 +35,6 @@ def test_the_alltoall_ring_keeps_less_than_the_all_gathered_keys() -> None:
 
 @pytest.mark.parametrize("flags, reason", [
     (("--dp", "4", "--cp", "2", "--recompute", "op"), "--recompute op with cp"),
-    (("--dp", "2", "--cp", "2", "--tp", "2", "--sequence-parallel", "--recompute", "full"), "tp = 2 with cp"),
     (("--dp", "4", "--cp", "2", "--recompute", "full", "--compile"), "--compile with --cp-comm p2p"),  # the compiled ring is read with allgather
     (("--dp", "4", "--cp", "2", "--recompute", "full", "--precision", "fp8"), "--precision fp8 with cp"),
     (("--dp", "4", "--cp", "2", "--recompute", "full", "--cp-comm", "a2a", "--seq-len", "8192"), "--cp-comm a2a"),
@@ -45,6 +44,20 @@ def test_what_the_cp_walk_does_not_follow_keeps_the_textbook_and_says_why(run_js
     assert "step_reserved" not in document["results"]
     text = json.dumps(document)
     assert "memory: the textbook sum" in text and reason in text
+
+
+CP_TP = ("--dp", "2", "--cp", "2", "--tp", "2", "--sequence-parallel", "--recompute", "full")
+
+
+def test_memory_and_fit_walk_cp_with_tp(run_json) -> None:
+    """cp with tp is walked (the ring on each TP rank's local heads: tests/ground_truth/test_torch_memory_torchtitan_cp_tp.py) by
+    memory and fit to the same total (walk 2026-11-29: 55.56 GiB with the 2 GiB reserve at s 65536), and inside pipeline stages by memory."""
+    walked = run_json("memory", *_8B, *CP_TP)["results"]
+    assert walked["total"]["value"] / 2**30 == pytest.approx(55.56, abs=0.01) and "step_reserved" in walked
+    fit = run_json("fit", *_8B, *CP_TP, "--gpus", "8", "--gpu", "h100-sxm5")["results"]
+    assert fit["total"]["value"] == pytest.approx(walked["total"]["value"], rel=0.01)
+    staged = run_json("memory", *_8B, *CP_TP, "--pp", "2", "--micro-batches", "4")["results"]
+    assert "step_reserved" in staged
 
 
 def test_a_sequence_the_load_balancer_cannot_split_is_bad_input(run_error) -> None:

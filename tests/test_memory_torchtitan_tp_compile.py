@@ -29,7 +29,7 @@ def test_compiled_tp_is_walked_and_memory_equals_fit(run_json, tp: int, recomput
 
 @pytest.mark.parametrize("flags, reason", [
     (("--tp", "4", "--dp", "4", "--precision", "fp8"), "--compile --precision fp8 with tp = 4"),
-    (("--tp", "8", "--dp", "2", "--cp", "2", "--cp-comm", "all-gather"), "tp = 8 with cp"),
+    (("--tp", "8", "--dp", "2", "--cp", "2", "--cp-comm", "all-gather"), "--compile with cp and tp"),
 ])  # fmt: skip
 def test_what_the_compiled_tp_walk_does_not_follow_keeps_the_textbook(run_json, flags: tuple[str, ...], reason: str) -> None:
     document = run_json("memory", *_8B, "--micro-batch", "1", "--recompute", "full", *flags)

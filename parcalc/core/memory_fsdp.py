@@ -232,14 +232,14 @@ def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute:
     if cp <= 1:
         return []
     why = [what for what, gap in (("the walk follows torchtitan's context_parallel", model_code != "torchtitan"),
-                                  (f"tp = {layout.tp} with cp (the TP walk has no ring attention)", layout.tp > 1),
-                                  (f"pp = {layout.pp} with cp (the pipeline walk has no ring attention)", layout.pp > 1),
                                   (f"--compile with cp = {cp} (the compiled ring's code is read at cp {', '.join(map(str, DEGREES))})",
                                    compiled and cp not in DEGREES),
+                                  (f"--compile with cp and {'tp' if layout.tp > 1 else 'pp'} (the compiled ring's code is read under FSDP x CP "
+                                   "alone, the compiled TP block's without the ring)", compiled and (layout.tp > 1 or layout.pp > 1)),
                                   ("--compile with --cp-comm p2p (the compiled ring's code is read with the allgather rotate method)",
                                    compiled and layout.cp_comm == "p2p"),
-                                  (f"--precision {precision.value} with cp without --compile (the eager ring is walked in bf16)",
-                                   precision is Precision.FP8 and not compiled),
+                                  (f"--precision {precision.value} with cp without --compile or tp (the eager ring is walked in bf16, "
+                                   "and with torchao's Float8 TP styles under tp)", precision is Precision.FP8 and not compiled and layout.tp == 1),
                                   (f"--recompute {recompute.value} with cp (torch's CP dispatch hides the ring's ops from selective "
                                    "op checkpointing; the walk follows none and full)", recompute not in (Recompute.NONE, Recompute.FULL)),
                                   ("the model has experts (torchtitan's Llama code has none)", model.moe is not None),
@@ -657,7 +657,7 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     hooks.sharded_state(walk, step.optimizer.states)
     walk.alloc("cublas", step.cublas_workspace, "workspace", "cuBLAS workspaces")
     if step.cp > 1:  # the batch and freqs_cis as context_parallel leaves them (memory_torchtitan_cp.CP_SOURCES['buffers'])
-        context_parallel_buffers(walk, x, step.seq_len, model.head_dim)
+        context_parallel_buffers(walk, x, step.seq_len, model.head_dim, step.micro_batches if step.pp > 1 else 0)
     else:
         walk.alloc("ids", x.T * 8, "activations", "input ids and labels (int64)")
     on_device = step.optimizer_impl == "fused" if step.step_counters_on_device is None else step.step_counters_on_device

@@ -17,7 +17,8 @@ apply_fsdp(pp_enabled=True) wraps every block and the root with reshard_after_fo
   since pytorch/torchtitan#1922, 2025-10-22, it passes False), every micro-batch's output (pred) on the last stage in
   output_chunks, concatenated at the end of step() and kept until the next step; without them a pred goes with its
   micro-batch's fwd_cache entry, at the end of its backward.
-With tp > 1 each stage's blocks, embedding and loss are memory_torchtitan_tp's (PP_SOURCES['tp']).
+With tp > 1 each stage's blocks, embedding and loss are memory_torchtitan_tp's (PP_SOURCES['tp']); with cp > 1 the blocks run
+torch's ring attention (memory_torchtitan_cp, its CP_SOURCES['pp'] for what context_parallel holds around schedule.step).
 The model code is memory_torchtitan's (its blocks keyed per micro-batch); the loss is train.py's loss_fn, computed by
 the schedule right after the last stage's forward of each micro-batch (pred is not deleted: fwd_cache holds it).
 

@@ -19,8 +19,14 @@ copies: the largest of the ranks; rank 0's peak is the tracker's largest in the 
   buffer each step, the received one alive until the next), dq's partial steps merged by torch.cat; at the end dq cast
   to bf16 and the received dK/dV cast to bf16 (one buffer for both).
 
+With tensor parallelism (CP_SOURCES['tp']) the ring runs inside memory_torchtitan_tp's block on the TP rank's local heads over
+the CP shard's whole sequence (the logsumexp and the fp32 merge buffers of heads / tp); inside pipeline stages
+(CP_SOURCES['pp']) each micro-batch's blocks run it as they do without stages, and context_parallel holds the stage's ids and
+labels of all its micro-batches.
+
 Ground truth: FSDPMemTracker over torchtitan's code under torch's context_parallel and its ring attention on fake ranks
-(tests/ground_truth/tiny_torchtitan_cp.py, test_torch_memory_torchtitan_cp.py).
+(tests/ground_truth/tiny_torchtitan_cp.py, test_torch_memory_torchtitan_cp.py; with TP tiny_torchtitan_cp_tp.py,
+test_torch_memory_torchtitan_cp_tp.py; in pipeline stages tiny_torchtitan_pp.py's `cp`, test_torch_memory_pipeline_cp.py).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class BlockAllocations(Protocol):
     here so that this module does not import back up into the walk that imports it)."""
 
     walk: Walk
+    x: StepShapes  # the rank's shapes: under apply_tp its local heads (memory_torchtitan_tp)
     k: str  # the block's key prefix
     saving: bool  # autograd keeps what the ops save
     held: set[str]  # keys autograd or checkpointing keeps
@@ -57,33 +64,53 @@ CP_SOURCES = {
              "concatenated and rotated by _AllToAllRotater's permute_tensor every step, dq merged, dq and the received dK/dV "
              "cast back at the end), _ContextParallelOptions defaults (convert_to_f32, enable_load_balance, ALL_GATHER); "
              "set_rotate_method('alltoall'): _AllToAllRotater, permute_tensor of the K/V to the next rank every step"),
+    "tp": ("pytorch/torchtitan at 9dec370 torchtitan/parallelisms/parallelize_llama.py apply_tp (lines 117-199): wq / wk / wv "
+           "colwise_parallel() with use_local_output left True (torch/distributed/tensor/parallel/style.py ColwiseParallel): plain "
+           "tensors of the rank's heads, which model.py's Attention views as (bs, seqlen, -1, head_dim), so F.scaled_dot_product_attention, "
+           "which context_parallel replaces by the ring over world_mesh['cp'], runs on the TP rank's local heads over the CP shard's "
+           "tokens; the sequence is sharded over CP by context_parallel before the embedding and over TP by sequence parallel within it "
+           "(the embedding's RowwiseParallel(output_layouts=Shard(1)))"),
+    "pp": ("pytorch/torchtitan at 9dec370 train.py:269-292: create_context_parallel_ctx(cp_buffers=[input_ids, labels, "
+           "model.freqs_cis]) around pp_schedule.step(...), `model` the whole Transformer built under torch.device('meta') "
+           "(train.py:110) and deep-copied into the stages (parallelisms/pipeline_llama.py:76): its freqs_cis has no device "
+           "storage, each stage's own stays whole (model.py reshape_for_broadcast slices freqs_cis[0:seqlen], a view); the ids and "
+           "labels are the stage's whole local batch (all its micro-batches); PipelineStage infers the stage's I/O at run time: "
+           "b x s / cp / tp x hidden"),
     "buffers": (f"{ATTENTION} context_parallel: the buffers cloned for restoring (not the no-restore ones: freqs_cis is), each "
                 "shard cloned, then buffer.resize_(shard.shape) and copy_ (resize_ to a smaller shape keeps the storage)"),
 }
 
 
-def context_parallel_buffers(walk: Walk, x: StepShapes, seq_len: int, head_dim: int) -> None:
+def context_parallel_buffers(walk: Walk, x: StepShapes, seq_len: int, head_dim: int, stage_micro_batches: int = 0) -> None:
     """What context_parallel keeps of the batch and freqs_cis while the step runs (CP_SOURCES['buffers']): input_ids and labels
     resized in place to the rank's shard, their storages whole (b x s int64 each); the shards _context_parallel_buffers made
     (input_ids', labels' and freqs_cis's, held by its `shards` list in the generator's frame) and the last clone of them (freqs_cis's);
-    freqs_cis cloned whole to restore it (the buffer itself keeps its whole storage: the walk's 'freqs_cis')."""
-    whole, rows = x.b * seq_len * 8, head_dim // 2 * 8  # int64 tokens; a complex64 row of freqs_cis
+    freqs_cis cloned whole to restore it (the buffer itself keeps its whole storage: the walk's 'freqs_cis').
+    `stage_micro_batches` > 0: a pipeline stage's step (CP_SOURCES['pp']): the ids and labels of all its micro-batches, and no
+    freqs_cis of the device (the one context_parallel shards is the meta-device whole model's)."""
+    micro_batches = stage_micro_batches or 1
+    whole, rows = micro_batches * x.b * seq_len * 8, head_dim // 2 * 8  # int64 tokens; a complex64 row of freqs_cis
     walk.alloc("ids", whole, "activations", "input ids (int64; context_parallel's resize_ keeps the whole storage)")
     walk.alloc("labels", whole, "activations", "labels (int64; context_parallel's resize_ keeps the whole storage)")
-    walk.alloc("cp.freqs_restore", seq_len * rows, "activations", "freqs_cis cloned by context_parallel to restore it")
-    walk.alloc("cp.ids_shard", x.T * 8, "activations", "context_parallel: the input ids' shard")
-    walk.alloc("cp.labels_shard", x.T * 8, "activations", "context_parallel: the labels' shard")
+    if not stage_micro_batches:
+        walk.alloc("cp.freqs_restore", seq_len * rows, "activations", "freqs_cis cloned by context_parallel to restore it")
+    walk.alloc("cp.ids_shard", micro_batches * x.T * 8, "activations", "context_parallel: the input ids' shard")
+    walk.alloc("cp.labels_shard", micro_batches * x.T * 8, "activations", "context_parallel: the labels' shard")
+    if stage_micro_batches:
+        return
     walk.alloc("cp.freqs_shard", x.s * rows, "activations", "context_parallel: freqs_cis's shard")
     walk.alloc("cp.freqs_clone", x.s * rows, "activations", "context_parallel: freqs_cis's shard cloned (the loop's last `shard`)")
 
 
 def ring_forward(b: BlockAllocations, x: StepShapes, q: int, keys: str, values: str, width: int) -> tuple[str, str]:
     """The ring's forward on CP rank 0 from the rank's q (`q` wide), keys and values (`width` wide, repeat_kv's copies or wk / wv's
-    outputs); returns the keys of the saved merged output (bf16) and logsumexp (fp32)."""
+    outputs); returns the keys of the saved merged output (bf16) and logsumexp (fp32). Under apply_tp the ring runs on the TP
+    rank's local heads (b.x.heads: wq / wk / wv ColwiseParallel with use_local_output, CP_SOURCES['tp']) over the CP shard's
+    whole sequence (x.T)."""
     walk, k, cp = b.walk, b.k, x.cp
     T, c = x.T, x.c
     kv = T * width * c
-    out, out32, lse = T * q * c, T * q * 4, x.b * x.heads * x.s * 4
+    out, out32, lse = T * q * c, T * q * 4, x.b * b.x.heads * x.s * 4
     walk.alloc(f"{k}.ring.kc", kv, "temporaries", "ring attention: key.contiguous()")
     walk.alloc(f"{k}.ring.vc", kv, "temporaries", "ring attention: value.contiguous()")
     previous = ""
@@ -146,7 +173,7 @@ def _merge_partial(walk: Walk, k: str, out32: float, lse: float, i: int) -> None
 
 def ring_backward(walk: Walk, x: StepShapes, k: str, width: int) -> None:
     """The ring's backward on CP rank 0 (the block's g_attn in hand): leaves dq as `{k}.g_q` and dK/dV, one bf16 buffer,
-    as `{k}.g_k` (`{k}.g_v` a view of it, no storage of its own)."""
+    as `{k}.g_k` (`{k}.g_v` a view of it, no storage of its own). Under apply_tp `x` is the rank's local heads' shapes."""
     T, c, q, cp = x.T, x.c, x.q, x.cp
     kv, q32, kv32, lse = T * width * c, T * q * 4, T * width * 4, x.b * x.heads * x.s * 4
     # zeros_like(query / key / value, dtype=float32): strided like the saved (transposed) inputs, so not contiguous

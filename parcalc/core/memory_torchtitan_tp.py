@@ -129,6 +129,10 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, tp: 
     b.save(ag)
     b.drop(ag)
     attn = rope_and_attention(b, x, (q, kv, xl.heads), copies, xq, xk, xv)
+    if x.cp > 1:  # output.transpose(1, 2).contiguous(): a copy of the ring's output (memory_torchtitan.block_forward)
+        contiguous = b.alloc("wo.in", T * q * c, "wo input (the ring's output made contiguous)", not x.float8)
+        b.drop(attn)
+        attn = contiguous
     wo_in = _rowwise_input(b, "wo", attn, T * q) if x.float8 else ""
     partial = _linear(b, "o", q, h, lambda: b.alloc("o.partial", T * h * c, "wo output (partial sum over the heads)", False))
     b.drop(attn)
@@ -244,10 +248,16 @@ def block_backward(walk: Walk, x: StepShapes, i: int, tp: int, g_out: str, into:
     reduce_scatter(walk, x, tp, f"{k}.g_ag2", f"{k}.g_y2", "temporaries", "MLP input gradient (reduce-scattered)")
     norm_backward(walk, xs, f"{k}.n2", f"{k}.g_y2", f"{k}.g_x1", in_place=False)
     _rowwise_backward(walk, x, tp, f"{k}.o", q, f"{k}.g_attn", f"{k}.wo.in8" if x.float8 else "")
+    walk.free(f"{k}.wo.in")  # under cp: wo's saved input (the ring's output made contiguous), released with its node
     width = q if n_rep > 1 else kv
-    walk.alloc(f"{k}.g_q", T * q * c, "temporaries", "SDPA backward dq")
-    walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
-    walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
+    if x.cp > 1:  # the ring's backward on the rank's local heads (memory_torchtitan_cp)
+        from parcalc.core.memory_torchtitan_cp import ring_backward
+
+        ring_backward(walk, xl, k, width)
+    else:
+        walk.alloc(f"{k}.g_q", T * q * c, "temporaries", "SDPA backward dq")
+        walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
+        walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
     walk.free(f"{k}.g_attn", f"{k}.attn", f"{k}.lse", f"{k}.q.rope", f"{k}.k.rope", f"{k}.keys", f"{k}.values", f"{k}.v.out")
     if n_rep > 1:
         for name in ("v", "k"):

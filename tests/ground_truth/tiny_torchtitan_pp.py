@@ -18,9 +18,12 @@ Three things are set for the CPU under FakeTensorMode, none of them memory of th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from copy import deepcopy
 
 import torch
+import torch.nn.functional as F
 
 from . import tiny_torchtitan_tp as tt
 from .tiny_llama import LlamaConfig
@@ -48,6 +51,27 @@ class Stage(tt.Transformer):
             h = layer(h, self.freqs_cis)
         h = self.norm(h) if self.norm else h
         return self.output(h) if self.output else h
+
+
+@contextmanager
+def _cp_context(cp_mesh, ids: torch.Tensor, labels: torch.Tensor) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """train.py's CP context around schedule.step under PP at 9dec370: create_context_parallel_ctx(cp_buffers=[input_ids,
+    labels, model.freqs_cis], ...) with `model` the whole model train.py built under torch.device("meta") (train.py:110) and
+    pipelined by deep copies (pipeline_llama.py:76): its freqs_cis is a meta tensor, no device memory, and each stage's own
+    freqs_cis stays whole (apply_rotary_emb slices freqs_cis[0:seqlen]: a view). So the device buffers context_parallel
+    shards are the ids and labels; the ring attention as tiny_torchtitan_cp's."""
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import set_rotate_method
+
+    from .tiny_torchtitan_cp import _ring_attention
+
+    set_rotate_method("allgather")  # torchtitan's default
+    with context_parallel(cp_mesh, buffers=[ids, labels], buffer_seq_dims=[1, 1], no_restore_buffers={ids, labels}):
+        patched, F.scaled_dot_product_attention = F.scaled_dot_product_attention, _ring_attention(cp_mesh.get_group())
+        try:
+            yield
+        finally:
+            F.scaled_dot_product_attention = patched
 
 
 def _forget_redistribute_plans() -> None:
@@ -89,7 +113,7 @@ def _tracker():  # type: ignore[no-untyped-def]
 
 
 def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: int, stage: int, bounds: tuple[int, int],
-                       microbatches: int, ac: str, return_outputs: bool = False, tp: int = 1, float8: bool = False) -> float:  # fmt: skip
+                       microbatches: int, ac: str, return_outputs: bool = False, tp: int = 1, float8: bool = False, cp: int = 1) -> float:  # fmt: skip
     """MemTracker's peak (bytes) over two steps of stage `stage` of `pp` holding layers [bounds), under FSDP2 over `dp` ranks
     (bf16 params, fp32 reduce, for-loop AdamW) and Schedule1F1B over `microbatches` micro-batches of b x s tokens; the last
     stage's step(return_outputs=...) as torchtitan's trainer calls it (False since pytorch/torchtitan#1922). With `tp` > 1
@@ -97,7 +121,10 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
     loss parallel, apply_ac, apply_fsdp) on a (pp, dp, tp) mesh, the step under loss_parallel() (train_context); the
     stage sends and receives the sequence shard its last block returns (RowwiseParallel(output_layouts=Shard(1)) with
     use_local_output: a b x s / tp x hidden local tensor). `float8`: torchtitan's float8 converter first (train.py at 9dec370
-    converts the whole model before pipelining it; tiny_torchtitan_tp.tracked_tp_peak's), apply_tp's Float8 plans with tp."""
+    converts the whole model before pipelining it; tiny_torchtitan_tp.tracked_tp_peak's), apply_tp's Float8 plans with tp.
+    `cp` > 1: a (pp, dp, cp, tp) mesh, fully_shard over the flattened dp x cp ranks, each step's batch made anew and
+    schedule.step run under torch's context_parallel as train.py at 9dec370 runs it (_cp_context: the ids and labels
+    sharded over the CP group, the ring attention in place of SDPA), the stage's I/O b x s / cp / tp x hidden."""
     import contextlib
 
     import torch.distributed as dist
@@ -111,12 +138,17 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
 
     # one group per world size: a mesh equal to that of a destroyed group would find that group's names in DTensor's
     # caches (_forget_redistribute_plans); the stage is PipelineStage's stage_index, whatever this rank's pp coordinate
-    if dist.is_initialized() and dist.get_world_size() != pp * dp * tp:
+    if dist.is_initialized() and (dist.get_world_size() != pp * dp * tp * cp or cp > 1):
         dist.destroy_process_group()
         _forget_redistribute_plans()
     if not dist.is_initialized():
-        dist.init_process_group("fake", rank=0, world_size=pp * dp * tp, store=FakeStore())
-    mesh = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+        dist.init_process_group("fake", rank=0, world_size=pp * dp * tp * cp, store=FakeStore())
+    if cp > 1:
+        mesh = init_device_mesh("cpu", (pp, dp, cp, tp), mesh_dim_names=("pp", "dp", "cp", "tp"))
+        shard_mesh = mesh["dp", "cp"]._flatten("dp_cp")
+    else:
+        mesh = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+        shard_mesh = mesh["dp"]
     first, last = stage == 0, stage == pp - 1
 
     def static_shapes(self, stages, has_backward, p2p_done):  # type: ignore[no-untyped-def]
@@ -138,10 +170,11 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
             apply_ac(model, ac)
             policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             for block in model.layers.values():
-                fully_shard(block, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=False)
-            fully_shard(model, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=False)
-            inp = torch.empty(b, s, dtype=torch.int64) if first else torch.empty(b, s // tp, c.hidden, dtype=torch.bfloat16)
-            out = torch.empty(b, s, vocab, dtype=torch.bfloat16) if last else torch.empty(b, s // tp, c.hidden, dtype=torch.bfloat16)
+                fully_shard(block, mesh=shard_mesh, mp_policy=policy, reshard_after_forward=False)
+            fully_shard(model, mesh=shard_mesh, mp_policy=policy, reshard_after_forward=False)
+            local = s // cp  # the CP shard's tokens
+            inp = torch.empty(b, local, dtype=torch.int64) if first else torch.empty(b, local // tp, c.hidden, dtype=torch.bfloat16)
+            out = torch.empty(b, local, vocab, dtype=torch.bfloat16) if last else torch.empty(b, local // tp, c.hidden, dtype=torch.bfloat16)
             pipeline_stage = PipelineStage(model, stage, pp, torch.device("cpu"), input_args=(inp,), output_args=(out,),
                                            output_grads=None if last else (torch.empty_like(out),),
                                            input_grads=(None,) if first else (torch.empty_like(inp),), group=mesh["pp"].get_group())  # fmt: skip
@@ -153,12 +186,18 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
             with tracker, (loss_parallel() if tp > 1 else contextlib.nullcontext()):
                 for i in range(2):
                     opt.zero_grad()
-                    if first:
-                        schedule.step(ids)
-                    elif last:
-                        schedule.step(target=ids, losses=[], return_outputs=return_outputs)
+                    if cp > 1:  # train.py: a new batch each step, sharded in place by context_parallel
+                        ids = torch.randint(0, vocab, (b * microbatches, s))
+                        labels = torch.randint(0, vocab, (b * microbatches, s))
                     else:
-                        schedule.step()
+                        labels = ids
+                    with _cp_context(mesh["cp"], ids, labels) if cp > 1 else contextlib.nullcontext():
+                        if first:
+                            schedule.step(ids)
+                        elif last:
+                            schedule.step(target=labels, losses=[], return_outputs=return_outputs)
+                        else:
+                            schedule.step()
                     opt.step()
                     if i == 0:
                         tracker.reset_mod_stats()
