@@ -188,4 +188,5 @@ def replayed_reserved_derivation(replayed: Replayed) -> Derivation:
                        f"{replayed.steps - 1} steady ones, each tensor on its stream, {setting}; nothing released (no empty_cache, "
                        "no out-of-memory retry), so the end is the peak",
                        "not what memory's total, fit and fit's search add the reserve to: they take step_reserved (each stream's own "
-                       "peak, no fragmentation), a lower bound of this"))  # fmt: skip
+                       "peak, no fragmentation); a stream's F is negative where whole pages pack its blocks closer than a 2 MiB-rounded "
+                       "segment each"))  # fmt: skip
