@@ -359,7 +359,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
                         "keeps its mixer's tensors in place of attention's (from qkv_input to proj_input)", tensors.columns,
                         layer.rows() + layer_rows(shape, layer.config))  # fmt: skip
     if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
-        derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
+        derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None),
+                       *((worst.peak_replayed,) if worst.peak_replayed is not None else ())]  # beside the total (FSDP2 walks)
         tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split(': ', 1)[-1][:-1]}",
                         (Column("tensor", "tensor"), Column("kind", "kind"), Column("bytes", "bytes", "B", memory=True)), worst.peak_live)  # fmt: skip
     tables: list[Table] = [components, tensors]
