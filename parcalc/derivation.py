@@ -83,7 +83,7 @@ class Derivation:
 
     def substituted_text(self, show: Callable[[Term], str] | None = None) -> str:
         show = show or (lambda t: format_quantity(t.value, t.unit))
-        return fill(self.formula, {t.key: show(t) for t in self.inputs})
+        return _signed(fill(self.formula, {t.key: show(t) for t in self.inputs}))
 
     def formula_tex(self) -> str:
         return fill(self.formula_latex, {t.key: t.latex for t in self.inputs})
@@ -94,7 +94,7 @@ class Derivation:
         # opening bracket gets an explicit \times, and the formula's own \cdot between what are now two
         # numbers becomes \times too (the terminal's formulas carry their ×; issue #14)
         juxtaposed = re.sub(_JUXTAPOSED, r"\1 \\times ", self.formula_latex).replace(r"\cdot", r"\times")
-        return fill(juxtaposed, {t.key: show(t) for t in self.inputs})
+        return _signed(fill(juxtaposed, {t.key: show(t) for t in self.inputs}))
 
 
 # a placeholder, a number that is not part of a LaTeX command or a closing bracket, then spaces, then a
@@ -103,6 +103,11 @@ _JUXTAPOSED = (
     r"(\$\{?[A-Za-z_]\w*\}?|(?<![\\A-Za-z_^\d.])\d+(?:\.\d+)?|(?<!\\right)\)|\})\s+"
     r"(?=\$\{?[A-Za-z_]|\(|\d|\\frac\b)"
 )
+
+
+def _signed(text: str) -> str:
+    """A negative value filled after a plus reads as a minus: "a + -b" -> "a - b"."""
+    return text.replace("+ -", "- ")
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:

@@ -104,3 +104,14 @@ def test_memory_shows_the_replayed_run_beside_the_total(run_json) -> None:
     assert results["step_reserved_replayed"]["value"] == 85_083_553_792
     assert results["step_reserved"]["value"] == 80_469_819_392  # the total's M_res: unchanged
     assert results["total"]["value"] == results["step_reserved"]["value"] + results["reserve"]["value"]
+
+
+def test_a_negative_fragmentation_term_reads_as_a_minus() -> None:
+    """A stream's F can be negative (whole 20 MiB pages pack blocks closer than a 2 MiB-rounded segment each): the filled
+    formula says "- 56.6 MB", not "+ -56.6 MB" (parcalc.derivation._signed)."""
+    from parcalc.derivation import Derivation, Term
+
+    terms = (Term("R", "R", "R", 4.0e9, "B", "a pool"), Term("F", "F", "F", -56_623_104.0, "B", "its fragmentation"))
+    d = Derivation("x", "x", "M", "M", "$R + $F", "$R + $F", terms, 4.0e9 - 56_623_104.0, "B", "source")
+    assert d.substituted_text() == "4 GB - 56.623104 MB"
+    assert d.substituted_tex(lambda t: f"{t.value:.0f}") == "4000000000 - 56623104"
