@@ -102,7 +102,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--etp", "Expert tensor-parallel degree", "count", "ranks", "--tp", ("comm-volume", "memory", "fit"), aliases=("--expert-tensor-parallel-size",)),
     Flag("--zero", "ZeRO stage over the data-parallel ranks: 0 (DDP), 1, 2 or 3 (fit --search: repeatable)", "choice", "", "0 (fit --search: 0-3)", ("comm-volume", "memory", "fit", "scaling")),
     Flag("--shard-group", "Hybrid sharding: ZeRO shards over S data-parallel ranks, replicated over dp x cp / S", "count", "ranks", "dp x cp (full sharding)", ("comm-volume", "memory", "fit")),
-    Flag("--sequence-parallel", "Megatron sequence parallelism with TP (with --tp 1: a stated no-op)", "switch", "", "off (fit --search: both)", ("comm-volume", "memory", "fit", "scaling")),
+    Flag("--sequence-parallel", "Megatron sequence parallelism with TP (with --tp 1: a stated no-op)", "switch", "", "off (fit --search: both; torchtitan: on with TP)", ("comm-volume", "memory", "fit", "scaling")),
     Flag("--schedule", "Pipeline schedule: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev, dualpipe (fit: all but gpipe; fit --search: a split-backward one but dualpipe)", "choice", "", "1f1b", ("comm-volume", "bubble", "memory", "fit")),
     Flag("--chunks", "Model chunks (virtual stages) per device, interleaved schedule", "count", "chunks", "1 (bubble interleaved: 2)", ("comm-volume", "bubble", "memory", "fit"),
          aliases=("--num-virtual-stages-per-pipeline-rank",)),

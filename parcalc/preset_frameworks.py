@@ -16,7 +16,7 @@ _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap")  # fmt: skip
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
                    "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
-                   "sync_after_backward", "pipeline_scatter_gather")  # fmt: skip
+                   "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -72,23 +72,17 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         memory["step_memory"] = setting(doc, "step_memory", "step_memory")
         if memory["step_memory"] not in STEP_MEMORY_MODELS:
             raise doc.error("step_memory.value", f"one of {', '.join(STEP_MEMORY_MODELS)}, got {shown(memory['step_memory'])}")
-    if "data_parallel_only" in data:
-        memory["data_parallel_only"] = setting(doc, "data_parallel_only", "data_parallel_only")
-        if not isinstance(memory["data_parallel_only"], bool):
-            raise doc.error("data_parallel_only.value", f"expected true or false, got {shown(memory['data_parallel_only'])}")
-    if "optimizer_writes_weight_copy" in data:  # optional: the mixed-precision stacks with a 16-bit weight buffer write it
-        memory["optimizer_writes_weight_copy"] = setting(doc, "optimizer_writes_weight_copy", "optimizer_writes_weight_copy")
-        if not isinstance(memory["optimizer_writes_weight_copy"], bool):
-            raise doc.error("optimizer_writes_weight_copy.value", f"expected true or false, got {shown(memory['optimizer_writes_weight_copy'])}")
+    # optional true/false settings: data_parallel_only (no tp / pp / cp / ep), optimizer_writes_weight_copy (a 16-bit weight
+    # buffer written by the optimizer), sync_after_backward (the loop's synchronisation inside the step: parcalc.core.timing.host),
+    # pipeline_scatter_gather (profiles without it split the pipeline's sends over the TP ranks), sequence_parallel_with_tp
+    # (tp > 1 runs with sequence parallelism always)
+    for name in ("data_parallel_only", "optimizer_writes_weight_copy", "sync_after_backward", "pipeline_scatter_gather",
+                 "sequence_parallel_with_tp"):
+        if name in data:
+            memory[name] = setting(doc, name, name)
+            if not isinstance(memory[name], bool):
+                raise doc.error(f"{name}.value", f"expected true or false, got {shown(memory[name])}")
     host = host_costs_of(doc, sources) if "host" in data else None
-    if "sync_after_backward" in data:  # optional: the loop's synchronisation inside the step (parcalc.core.timing.host)
-        memory["sync_after_backward"] = setting(doc, "sync_after_backward", "sync_after_backward")
-        if not isinstance(memory["sync_after_backward"], bool):
-            raise doc.error("sync_after_backward.value", f"expected true or false, got {shown(memory['sync_after_backward'])}")
-    if "pipeline_scatter_gather" in data:  # optional: profiles without it split the pipeline's sends over the TP ranks
-        memory["pipeline_scatter_gather"] = setting(doc, "pipeline_scatter_gather", "pipeline_scatter_gather")
-        if not isinstance(memory["pipeline_scatter_gather"], bool):
-            raise doc.error("pipeline_scatter_gather.value", f"expected true or false, got {shown(memory['pipeline_scatter_gather'])}")
     if "expert_gemm_host" in data:  # optional: MoE experts as a host loop of GEMMs (parcalc.core.timing.moe)
         per_gemm = doc.quantity("expert_gemm_host", Dimension.TIME, sources)
         assert per_gemm is not None

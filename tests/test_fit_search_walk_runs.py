@@ -128,10 +128,11 @@ def test_torchtitan_search_rows_are_fits_memory() -> None:
     rows = random.Random(15).sample(range(len(ev)), 24)
     c, one_f_one_b = ev.columns, SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)
     walked = [i for i in range(len(ev)) if c["pp"][i] > 1 and c["schedule"][i] == one_f_one_b and c["zero"][i] == 3 and c["fits"][i]]
-    assert len(walked) >= 12  # the stage walks' rows (search_step_peaks.pipeline_stage_rows)
+    assert len(walked) >= 8  # the stage walks' rows (search_step_peaks.pipeline_stage_rows), TP ones with sequence parallelism only
     sharded = [i for i in range(len(ev)) if c["pp"][i] == 1 and c["zero"][i] == 3 and c["shard_group"][i] == c["dp"][i]]
     assert len(sharded) >= 12  # the step walks' rows without a pipeline, TP among them (search_step_peaks.fsdp_rows)
-    for i in rows + walked[:: len(walked) // 12] + sharded[:: len(sharded) // 12]:
+    assert all(c["sequence_parallel"][i] for i in range(len(ev)) if c["tp"][i] > 1)  # torchtitan's apply_tp: SP always
+    for i in rows + walked[:: max(1, len(walked) // 12)] + sharded[:: len(sharded) // 12]:
         config = ev.config(i)
         assert ev.columns["memory"][i] == memory_of(req.model, config, req.training, req.cluster).worst.total.value, config
 

@@ -7,8 +7,10 @@ band with the reason they land there (`in_band_despite`).
 What is compared: every published figure is torchtitan's `reserved_bytes.all.peak` of torch.cuda.memory_stats, the
 caching allocator's peak reserved bytes. They do not hold the CUDA context nor NCCL's communicator buffers (neither is
 allocated through the caching allocator: c10/cuda/CUDACachingAllocator.cpp serves tensors only; NCCL allocates its
-buffers itself, nccl src/init.cc). So parcalc's like-for-like figure is the step walk's reserved peak (`step_reserved`:
-the allocator's block rules over the walked step) where a walk applies, and elsewhere the textbook total without the
+buffers itself, nccl src/init.cc). So parcalc's like-for-like figure is, where an FSDP2 walk applies, the allocator
+replayed per stream over a run of the walked step with expandable segments as torchtitan's launcher sets them
+(`step_reserved_replayed`, parcalc.core.memory_fsdp.replayed_reserve; since session 17: before, `step_reserved`, each
+stream's pool at its own peak, which memory's total still takes), where another walk applies its `step_reserved`, and elsewhere the textbook total without the
 reserve's context and NCCL parts (parcalc.core.training_setup.RESERVE_PARTS), keeping its allocator allowance. Until
 session 15 the total with the whole 2 GiB reserve was compared, which lifted every row by 2 GiB."""
 
@@ -32,7 +34,8 @@ def _ours(run_json, run: MemoryRun) -> tuple[float, float]:
     reserve's parts that reserved_bytes does not hold."""
     results = run_json("memory", *run.flags)["results"]
     textbook = results.get("textbook_total", results["total"])["value"] - OUTSIDE_ALLOCATOR
-    ours = results["step_reserved"]["value"] if "step_reserved" in results else results["total"]["value"] - OUTSIDE_ALLOCATOR
+    walked = results.get("step_reserved_replayed", results.get("step_reserved"))  # a run's reserved peak: the allocator replayed
+    ours = walked["value"] if walked is not None else results["total"]["value"] - OUTSIDE_ALLOCATOR
     return ours / GIB, textbook / GIB
 
 

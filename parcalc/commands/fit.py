@@ -146,7 +146,7 @@ def fit(
     max_nodes_per_token: MaxNodesOption = None,
     ep_overlap: EpOverlapOption = None,
     moe_imbalance: MoeImbalanceOption = None,
-    sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both).", show_default=False)] = None,  # noqa: UP045
+    sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both; --framework torchtitan: with, whenever --tp > 1).", show_default=False)] = None,  # noqa: UP045
     interleaved: Annotated[bool, typer.Option("--interleaved/--no-interleaved", help="--search: try the interleaved schedule with v chunks beside 1F1B.")] = True,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="--search: let tensor parallelism span nodes.")] = False,
     precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16, fp8 (Transformer Engine: GEMMs at the FP8 peak, FP8 linear inputs and weight copies) (bytes per parameter and activation; default mixed-bf16, mixed-fp16 on a GPU without bf16 such as the V100).", show_default=False)] = None,  # noqa: UP045

@@ -105,7 +105,7 @@ def memory(
     gpus: Annotated[_Text, typer.Option(metavar="N", help="GPUs in all: t x p x c x d (gives d when --dp is left out).")] = None,
     cp: CpOption = None,
     cp_comm: CpCommOption = "p2p",
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1).")] = False,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1; --framework torchtitan: always on with --tp > 1).")] = False,
     ep: EpOption = None,
     etp: EtpOption = None,
     zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,

@@ -141,3 +141,128 @@ class CachingAllocator:
             size += self._take(previous)[0]
             address = previous
         self._put(address, size, start, end, small, True)
+
+
+EXPANDABLE_SOURCE = (
+    "pytorch/pytorch c10/cuda/CUDACachingAllocator.cpp (read at 001074d; the same rules since expandable segments came in "
+    "PyTorch 2.1): Note [Expandable Segments] (one segment per stream and pool, mapped in 2 MiB pages for the small pool and "
+    "kLargeBuffer = 20 MiB pages for the large one); alloc_block -> try_allocate_expandable_block(p.size()): "
+    "find_expandable_block takes the segment's lowest unmapped block, starting at the free block just before it, and map_block "
+    "maps what the request lacks, rounded up to whole pages (ExpandableSegment::map), merged with that free block; "
+    "reserved_bytes grows by the mapped pages (map_block) and shrinks only in unmap_block, called from release_cached_blocks "
+    "(empty_cache or an allocation that fails); should_split: with expandable segments any remainder of >= 512 B is split off, "
+    "large pool too; get_free_block: best fit, the free block at the top of the mapped range counted at the size it can "
+    "expand to, so it is taken only when no other free block fits; free_block merges with free neighbours (try_merge_blocks)"
+)
+
+
+class ExpandableSegments:
+    """One CUDA stream's pools under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (EXPANDABLE_SOURCE): each pool (small,
+    large) one segment that grows at its top in whole pages and never shrinks in a run that neither empties the cache nor
+    runs out of memory. A request is rounded to 512 B; the best-fitting free block below the top serves it (the rest split
+    off when >= 512 B); else the free block at the top (if any) is extended by the pages the request still lacks. `reserved`
+    is the mapped pages of both pools: what torch.cuda.memory_reserved counts. Same interface as CachingAllocator."""
+
+    def __init__(self) -> None:
+        # per pool (small?): the free blocks sorted by (size, address), each block [size, free], the mapped top
+        self._free: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        self._blocks: dict[bool, dict[float, list]] = {True: {}, False: {}}  # address -> [size, free]
+        self._ending_at: dict[bool, dict[float, float]] = {True: {}, False: {}}  # a block's end -> its address
+        self._mapped: dict[bool, float] = {True: 0.0, False: 0.0}
+        self._pool_of: dict[float, bool] = {}
+        self.reserved = 0.0
+        self.allocated = 0.0
+        self.peak_allocated = 0.0
+
+    @staticmethod
+    def _page(small: bool) -> float:
+        return float(K_SMALL_BUFFER if small else K_LARGE_BUFFER)
+
+    def _put(self, small: bool, address: float, size: float, free: bool) -> None:
+        import bisect
+
+        self._blocks[small][address] = [size, free]
+        self._ending_at[small][address + size] = address
+        if free:
+            bisect.insort(self._free[small], (size, address))
+
+    def _take(self, small: bool, address: float) -> list:
+        block = self._blocks[small].pop(address)
+        del self._ending_at[small][address + block[0]]
+        if block[1]:
+            self._free[small].remove((block[0], address))
+        return block
+
+    def malloc(self, size: float) -> float:
+        """A block for `size` bytes; returns its handle (small-pool addresses are kept apart by a sign-free offset)."""
+        import bisect
+
+        if size <= 0:
+            return -1.0
+        size = block_bytes(size)
+        small = size <= K_SMALL_SIZE
+        pool, top = self._free[small], self._mapped[small]
+        at = bisect.bisect_left(pool, (size, -1.0))
+        if at < len(pool) and pool[at][0] + pool[at][1] == top and at + 1 < len(pool):
+            at += 1  # get_free_block: the top block's expandable size is the largest, another fitting block goes first
+        if at < len(pool):
+            address = pool[at][1]
+            block_size = self._take(small, address)[0]
+        else:  # try_allocate_expandable_block: the free block at the top (if any) and the pages the request still lacks
+            below = self._ending_at[small].get(top)
+            address, have = top, 0.0
+            if below is not None and self._blocks[small][below][1]:
+                address, have = below, self._take(small, below)[0]
+            page = self._page(small)
+            grow = page * math.ceil((size - have) / page)
+            self._mapped[small] = top + grow
+            self.reserved += grow
+            block_size = have + grow
+        if block_size - size >= K_MIN_BLOCK:  # should_split under expandable segments, both pools
+            self._put(small, address + size, block_size - size, True)
+            block_size = size
+        self._put(small, address, block_size, False)
+        self.allocated += block_size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        handle = address * 2 + (1 if small else 0)  # one number for (pool, address)
+        return handle
+
+    def free(self, handle: float) -> None:
+        if handle < 0:
+            return
+        small = handle % 2 == 1
+        address = (handle - (1 if small else 0)) / 2
+        size = self._take(small, address)[0]
+        self.allocated -= size
+        following = self._blocks[small].get(address + size)
+        if following is not None and following[1]:
+            size += self._take(small, address + size)[0]
+        previous = self._ending_at[small].get(address)
+        if previous is not None and self._blocks[small][previous][1]:
+            size += self._take(small, previous)[0]
+            address = previous
+        self._put(small, address, size, True)
+
+
+class StreamAllocators:
+    """The caching allocator over several CUDA streams: a freed block goes back to the pool of the stream it was allocated
+    on and only that stream's requests take it (get_free_block compares the stream first, BlockComparatorSize), and with
+    expandable segments each stream maps its own segments (find_expandable_block): so each stream is an allocator of its
+    own, and what is reserved is their sum. `expandable`: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True."""
+
+    def __init__(self, expandable: bool) -> None:
+        self.expandable = expandable
+        self.streams: dict[str, CachingAllocator | ExpandableSegments] = {}
+
+    def malloc(self, stream: str, size: float) -> tuple[str, float]:
+        allocator = self.streams.get(stream)
+        if allocator is None:
+            allocator = self.streams[stream] = ExpandableSegments() if self.expandable else CachingAllocator()
+        return stream, allocator.malloc(size)
+
+    def free(self, handle: tuple[str, float]) -> None:
+        self.streams[handle[0]].free(handle[1])
+
+    @property
+    def reserved(self) -> float:
+        return sum(a.reserved for a in self.streams.values())

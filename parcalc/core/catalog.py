@@ -84,8 +84,10 @@ def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
         rows.append((name, shown, "B" if name == "reduce_bytes" else "", framework.source(name)))
     # the memory-bound kernels between GEMMs the profile times (--kernels overrides it)
     rows.append(("kernels", framework.kernels, "", framework.source("kernels")))
-    if "pipeline_scatter_gather" in dict(framework.sources):  # what a TP rank sends across a stage boundary, where the profile says
-        rows.append(("pipeline_scatter_gather", str(framework.pipeline_scatter_gather).lower(), "", framework.source("pipeline_scatter_gather")))
+    # where the profile says: what a TP rank sends across a stage boundary; whether TP runs with sequence parallelism always
+    for name in ("pipeline_scatter_gather", "sequence_parallel_with_tp"):
+        if name in dict(framework.sources):
+            rows.append((name, str(getattr(framework, name)).lower(), "", framework.source(name)))
     if framework.expert_gemm_host:  # the host's time per expert GEMM of a looped grouped GEMM (parcalc.core.timing.moe)
         rows.append(("expert_gemm_host", framework.expert_gemm_host, "s", framework.source("expert_gemm_host")))
     for name, value in framework.pipeline:  # what its own pipeline engine changes when pp > 1

@@ -534,6 +534,8 @@ def _layout_grid(shapes: _Shapes, t: int, p: int, d: int, schedules: tuple[tuple
     engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
     zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
     sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
+    if t > 1 and shapes.cluster.framework.sequence_parallel_with_tp:  # torchtitan's apply_tp runs TP with SP only
+        sps = [sp for sp in sps if sp]
     if not sizes and space.micro_batches is not None:  # the named sizes divide this layout's replica batch nowhere
         given = ", ".join(str(b) for b in space.micro_batches)
         many = len(space.micro_batches) > 1

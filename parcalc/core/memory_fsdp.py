@@ -35,15 +35,23 @@ is fitted to it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 from parcalc.core import memory_torchao_float8 as float8
-from parcalc.core.allocator import reserved_bytes
+from parcalc.core.allocator import StreamAllocators, reserved_bytes
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.layout import Layout
-from parcalc.core.memory_timeline import check_hf_model, hf_model_gaps, shapes_of, walk_backward, walk_forward
+from parcalc.core.memory_timeline import (
+    REPLAYED_STEPS,
+    check_hf_model,
+    hf_model_gaps,
+    shapes_of,
+    walk_backward,
+    walk_forward,
+)
 from parcalc.core.memory_torchtitan import POLICIES
 from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
 from parcalc.core.memory_torchtitan_cp import context_parallel_buffers
@@ -97,6 +105,9 @@ FSDP_SOURCES = {
                    "default, so optimizer.py builds AdamW with foreach=True; metrics.py get_peak_stats logs "
                    "reserved_bytes.all.peak as 'memory'. Later torchtitan (b5bcd76) defaults to fused AdamW and wraps "
                    "tok_embeddings and [norm, lm_head] as units of their own"),
+    "launcher": ("pytorch/torchtitan run_llama_train.sh:22 at 9dec370 (the Dec 2024 benchmarks) and run_train.sh:24 at e7c0cae "
+                 "(the Trainy H200 runs): PYTORCH_CUDA_ALLOC_CONF=\"expandable_segments:True\" torchrun ..., so the caching "
+                 "allocator maps one growing segment per stream and pool (parcalc.core.allocator.EXPANDABLE_SOURCE)"),
 }
 # "gradients": the unsharded ones (param_dtype), as the walk of the model code files a weight's .grad
 KINDS = ("sharded parameters", "optimizer states", "sharded gradients", "unsharded parameters", "gradients",
@@ -150,6 +161,9 @@ class FsdpStep:
     cp: int = 1
     # torch's set_rotate_method under cp: "allgather" (torchtitan's default, --cp-comm all-gather) or "alltoall" (a ring, --cp-comm p2p)
     cp_rotate: str = "allgather"
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, as the framework's launcher sets it (FsdpProfile.expandable_segments):
+    # what the allocator reserves is replayed with it (replayed_reserve)
+    expandable_segments: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,13 +175,15 @@ class FsdpProfile:
     reshard_last_block: bool
     source: str
     model_code: str = "transformers"  # FsdpStep.model_code
+    expandable_segments: bool = False  # FsdpStep.expandable_segments, as the framework's launcher sets it
 
 
 PROFILES = {
     "fsdp2-eager": FsdpProfile(2.0, "foreach", True, "PyTorch fully_shard's defaults: MixedPrecisionPolicy(param_dtype=bfloat16, "
                                "reduce_dtype=None) reduces in param_dtype, reshard_after_forward=True on every block; torch.optim.AdamW "
-                               "picks foreach on CUDA (torch/optim/optimizer.py _default_to_fused_or_foreach)"),
-    "torchtitan-eager": FsdpProfile(4.0, "foreach", False, FSDP_SOURCES["torchtitan"], "torchtitan"),
+                               "picks foreach on CUDA (torch/optim/optimizer.py _default_to_fused_or_foreach); the caching allocator's "
+                               "defaults (expandable_segments off: c10/cuda/CUDAAllocatorConfig)"),
+    "torchtitan-eager": FsdpProfile(4.0, "foreach", False, f"{FSDP_SOURCES['torchtitan']}; {FSDP_SOURCES['launcher']}", "torchtitan", True),
 }
 
 
@@ -179,6 +195,7 @@ def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, prec
     settings = PROFILES[profile]
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
                     settings.reshard_last_block, model_code=settings.model_code, tp=tp, compiled=compiled,
+                    expandable_segments=settings.expandable_segments,
                     float8_all_gather=float8_all_gather, cp=cp, cp_rotate=cp_rotate, compiled_loss=compiled_loss)  # fmt: skip
 
 
@@ -425,6 +442,105 @@ class StreamWalk(Walk):
         for stream in tuple(self._stream_due):
             self._copy_stream_peak(stream)
         return tuple((s, reserved_bytes(self.stream_peak[s][1])) for s in STREAMS)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the allocator reserves over a run of such steps: its rules replayed per stream
+
+SET_UP_PHASE = "before the step"
+OPTIMIZER_PHASE = "optimizer step"
+_STATE = re.compile(r"\.state\d+$|^step_count\d+$")
+_UNIT = re.compile(r"^fsdp\.(?:m\d+\.)?L(\d+)\.")
+
+
+class EventWalk(StreamWalk):
+    """A StreamWalk that records its allocations, frees and renames in order (Walk.events) and where each phase begins."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[int, str]] = []
+        super().__init__()
+        self.events = []
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self._phase = value
+        events = getattr(self, "events", None)
+        self.marks.append((len(events) if events is not None else 0, value))
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The replay's result: what each stream reserves at the end (its peak), and their sum."""
+
+    reserved: float
+    stream_reserved: tuple[tuple[str, float], ...]  # (stream, bytes), in memory_fsdp.STREAMS order
+    stream_pools: tuple[tuple[str, float], ...]  # each stream's pool at its own peak (StreamWalk.pools: no fragmentation)
+    expandable: bool
+    steps: int
+
+
+def replayed_reserve(walk: EventWalk, expandable: bool, steps: int = REPLAYED_STEPS, cublas_handles: int = 2) -> Replayed:
+    """What the caching allocator reserves over FSDP2 training steps: its block rules replayed per CUDA stream over the step
+    walk's allocations and frees in program order (parcalc.core.allocator.StreamAllocators), with expandable segments on or off
+    as the framework's launcher sets them.
+
+    The walk (parcalc.core.memory_fsdp.walk_fsdp_step) gives one steady step. A run is the model built on the GPU, a first step
+    with no optimizer states (torch.optim creates them lazily, at the first optimizer.step: torch/optim/adam.py _init_group,
+    zeros_like of each sharded parameter), then steady steps; the allocator keeps every page it mapped (or segment it
+    cudaMalloc'd) until empty_cache or an out-of-memory retry, neither of which a run that fits meets, so what it reserves at
+    the end of the replay is its peak, `reserved_bytes.all.peak` as torchtitan logs it. As memory_timeline's hf replay does
+    (REPLAYED_STEPS): the build, the first step, two steady ones. Each tensor goes to the stream the walk files it on
+    (memory_fsdp.stream_of: the all-gather outputs and copy-in casts on the all-gather stream, the reduce-scatter's outputs on the
+    reduce-scatter stream, the rest on the default stream; FSDP_SOURCES['streams']); a freed block goes back to its own stream's
+    pool. The build: each parameter's sharded tensor and the buffers (torchtitan's model.to_empty(device) and init_weights), the
+    batch's ids; the cuBLAS workspaces at the first step's first matmuls (one per handle, HF_SOURCES['cublas']); zero_grad at each
+    step's end frees the sharded gradients (the reduce-scatter outputs their .grad views hold), unit by unit in parameter order."""
+    assert walk.events is not None
+    events = walk.events
+    set_up_end = next((at for at, phase in walk.marks if phase != SET_UP_PHASE and at > 0), len(events))
+    optimizer_at = next((at for at, phase in walk.marks if phase.startswith(OPTIMIZER_PHASE)), len(events))
+    set_up, body, optimizer = events[:set_up_end], events[set_up_end:optimizer_at], events[optimizer_at:]
+    allocators = StreamAllocators(expandable)
+    states = [(key, size) for key, size in set_up if size > 0 and _STATE.search(key)]
+    for key, size in set_up:  # the build: shards, buffers, ids (the states come at the first optimizer step)
+        if size > 0 and key != "cublas" and not _STATE.search(key):
+            allocators.malloc("default", size)
+    cublas = next((size for key, size in set_up if key == "cublas"), 0.0)
+    handles: dict[str, tuple[str, float]] = {}
+    for i in range(steps):
+        if i == 0:
+            for _ in range(cublas_handles if cublas > 0 else 0):
+                allocators.malloc("default", cublas / cublas_handles)
+        _replay(allocators, body, handles)
+        if i == 0:
+            for _, size in states:  # _init_group: each parameter's states, in parameter order
+                allocators.malloc("default", size)
+        _replay(allocators, optimizer, handles)
+        for key in sorted(handles, key=_unit_order):  # zero_grad(set_to_none=True)
+            allocators.free(handles.pop(key))
+    stream_reserved = tuple((s, allocators.streams[s].reserved if s in allocators.streams else 0.0) for s in STREAMS)
+    return Replayed(allocators.reserved, stream_reserved, walk.pools(), expandable, steps)
+
+
+def _replay(allocators: StreamAllocators, events: list[tuple[str, float]], handles: dict[str, tuple[str, float]]) -> None:
+    for key, size in events:
+        if size > 0:
+            handles[key] = allocators.malloc(stream_of(key), size)
+        elif size < 0:  # Walk.rename: old\0new
+            old, new = key.split("\0")
+            if old in handles:
+                handles[new] = handles.pop(old)
+        elif key in handles:
+            allocators.free(handles.pop(key))
+
+
+def _unit_order(key: str) -> tuple[int, str]:
+    match = _UNIT.match(key)
+    return (int(match.group(1)) if match else 10**9, key)
 
 
 class _FsdpHooks(StepHooks):
@@ -698,6 +814,24 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
     lo, hi = step.stage_layers or (0, model.layers)
     plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi, step.pp_return_outputs, step.tp, step.compiled)
     walk_stage(walk, model, x, plan, policies, step.embedding_backward_tables, PipelineHooks(hooks, x.c, step.reduce_bytes))
+
+
+@lru_cache(maxsize=256)
+def fsdp_step_peak_replayed(model: TransformerModel, step: FsdpStep) -> tuple[StepPeak, Replayed]:
+    """fsdp_step_peak, and what the caching allocator reserves over a run of the step (replayed_reserve, expandable segments
+    as the step's profile sets them), from one walk. The replay is beside fsdp_step_peak's reserved figure (each stream's pool
+    at its own peak, no fragmentation), which memory, fit and fit's search total: the search walks too many steps to replay
+    each (about 0.1 s a step of Llama 3 8B; 70B's search 10 to 200 times slower)."""
+    walk = EventWalk()
+    walk_fsdp_step(model, step, walk)
+    replayed = replayed_reserve(walk, step.expandable_segments)
+    pools = replayed.stream_pools
+    return replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools), replayed
+
+
+def fsdp_replayed(model: TransformerModel, step: FsdpStep) -> Replayed:
+    """What the caching allocator reserves over a run of this step (fsdp_step_peak_replayed)."""
+    return fsdp_step_peak_replayed(model, step)[1]
 
 
 @lru_cache(maxsize=4096)

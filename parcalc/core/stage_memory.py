@@ -37,6 +37,9 @@ class StageMemory:
     # textbook sum it replaces, and the peak's parts (parcalc.core.memory_timeline)
     peak: Derivation | None = None
     peak_reserved: Derivation | None = None
+    # the FSDP2 walks: what the allocator reserves over a run, replayed per stream (parcalc.core.memory_fsdp.fsdp_replayed);
+    # shown beside the total, not in it
+    peak_replayed: Derivation | None = None
     textbook: Derivation | None = None
     peak_parts: tuple[tuple[str, float], ...] = ()
     peak_live: tuple[tuple[str, str, float], ...] = ()  # (what, kind, bytes) live at the peak, largest first

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from parcalc.core.allocator import ALLOCATOR_SOURCE
+from parcalc.core.allocator import ALLOCATOR_SOURCE, EXPANDABLE_SOURCE
 from parcalc.core.choices import Precision, Recompute
-from parcalc.core.memory_fsdp import FSDP_SOURCES, FsdpStep
+from parcalc.core.memory_fsdp import FSDP_SOURCES, FsdpStep, Replayed
 from parcalc.core.memory_timeline import HF_SOURCES, MEASURED, REPLAYED_STEPS, HfStep
 from parcalc.core.memory_torchao_float8 import AO_SOURCES
 from parcalc.core.memory_torchtitan import TT_SOURCES
@@ -139,8 +139,9 @@ def reserved_derivation(peak: StepPeak) -> Derivation:
                           (f"the step's allocated peak is {peak.allocated / 2**30:.2f} GiB; the pools never shrink (no empty_cache), "
                            "so at steady state each holds its own peak: the all-gather outputs on the copy-in stream, the sharded "
                            "gradients on the reduce-scatter stream, the rest on the default stream",
-                           "within a pool, fragmentation is not derived (expandable_segments, which torchtitan's run_llama_train.sh "
-                           "sets, maps one growing segment per stream)"))  # fmt: skip
+                           "within a pool, fragmentation is not derived here: step_reserved_replayed replays the allocator over a "
+                           "run (memory_fsdp.replayed_reserve), which memory, fit and fit's search do not total (the search walks "
+                           "too many steps to replay each)"))  # fmt: skip
     if peak.reserved_by == "replayed":
         held = Term("R_frag", "R_frag", r"R_{\mathrm{frag}}", peak.reserved - peak.allocated, "B",
                     "segments the allocator holds beyond the peak's live blocks: 2 MiB / 20 MiB rounding and cached free blocks "
@@ -160,3 +161,32 @@ def reserved_derivation(peak: StepPeak) -> Derivation:
                       ("fragmentation (cached free blocks that no request fits) is not derived: it depends on the order and sizes of "
                        "every allocation before the peak; measured on the H200: reserved 3.7-5.2 % above allocated "
                        "(train-steps.json), which this rounding does not include",))  # fmt: skip
+
+
+STREAM_SYMBOLS = {"default": "def", "all-gather copy-in": "AG", "reduce-scatter": "RS"}
+
+
+def replayed_reserved_derivation(replayed: Replayed) -> Derivation:
+    """What the caching allocator reserves over a run of the FSDP2 step (parcalc.core.memory_fsdp.replayed_reserve): each
+    stream's pool at its own peak (step_reserved's terms) and what the replayed allocator holds on that stream beyond it,
+    its fragmentation; the sum is torch.cuda's reserved_bytes.all.peak over the run."""
+    terms = []
+    for (name, pool), (_, held) in zip(replayed.stream_pools, replayed.stream_reserved, strict=True):
+        s = STREAM_SYMBOLS[name]
+        terms.append(Term(f"R_{s}", f"R_{s}", rf"R_{{\mathrm{{{s}}}}}", pool, "B",
+                          f"the {name} stream's pool at its own peak of live blocks, rounded to the allocator's segments", FSDP_SOURCES["streams"]))
+        terms.append(Term(f"F_{s}", f"F_{s}", rf"F_{{\mathrm{{{s}}}}}", held - pool, "B",
+                          f"the {name} stream's fragmentation: what the replayed allocator maps on it beyond that",
+                          EXPANDABLE_SOURCE if replayed.expandable else ALLOCATOR_SOURCE))  # fmt: skip
+    formula = " + ".join(f"${t.key}" for t in terms)
+    setting = ("expandable_segments:True (one segment per stream and pool, grown in 2 MiB / 20 MiB pages)" if replayed.expandable
+               else "expandable_segments off (a cudaMalloc'd segment per request no cached block serves)")
+    return Derivation("step_reserved_replayed", "Reserved by the caching allocator over a run: its rules replayed per CUDA stream",
+                      "M_res,run", r"M_{\mathrm{res,run}}", formula, formula, tuple(terms), replayed.reserved, "B",
+                      f"{EXPANDABLE_SOURCE if replayed.expandable else ALLOCATOR_SOURCE}; {FSDP_SOURCES['streams']}; parcalc.core.memory_fsdp.replayed_reserve",
+                      (f"replayed: the sharded model built on the GPU, the first step (optimizer states created at its end) and "
+                       f"{replayed.steps - 1} steady ones, each tensor on its stream, {setting}; nothing released (no empty_cache, "
+                       "no out-of-memory retry), so the end is the peak",
+                       "not what memory's total, fit and fit's search add the reserve to: they take step_reserved (each stream's own "
+                       "peak, no fragmentation); a stream's F is negative where whole pages pack its blocks closer than a 2 MiB-rounded "
+                       "segment each"))  # fmt: skip

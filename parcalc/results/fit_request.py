@@ -19,6 +19,7 @@ from parcalc.results.parse import (
     expert_flags,
     fp8_all_gather_flag,
     fp8_recipe_flag,
+    framework_sequence_parallel,
     kernels_flag,
     moe_timing_flags,
     power_limited,
@@ -257,6 +258,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
                                         dirs, ideal_network=ideal_network, power_limit=power_limit) for name in names[1:]]  # fmt: skip
         from parcalc.core.fit_search import SearchSpace
 
+        framework_sequence_parallel(profile, sequence_parallel, pinned.get("tp", 2))  # refuses --no-sequence-parallel where SP is always on
+
         space = SearchSpace(
             recomputes=recomputes,
             zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else profile.zero_stages,
@@ -356,6 +359,7 @@ def pinned_config(cluster: Cluster, pinned: dict[str, int], sizes: tuple[int, ..
         kind = Schedule.INTERLEAVED
     if kind is Schedule.INTERLEAVED and v == 1:
         raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
+    sequence_parallel = framework_sequence_parallel(cluster.framework, sequence_parallel, given["tp"])
     sp, stage, no_ops = stated_no_ops(bool(sequence_parallel), given["tp"], zero[0] if zero else ZeroStage.ZERO0, given["dp"] * ends.get("cp", 1))
     config = Config.of(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1, recomputes[0], zero=int(stage.value),
                        sequence_parallel=sp, schedule=kind, chunks=v, gpus_per_node=cluster.gpus_per_node, **ends)  # fmt: skip

@@ -71,6 +71,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         cp_flags,
         expert_flags,
         fp8_all_gather_flag,
+        framework_sequence_parallel,
         pipeline_layout_chunks,
         preset_dirs,
         recompute_layers_flag,
@@ -122,6 +123,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     sg = shard_group_flag(shard_group)
     profile = _profile(framework, dirs, Layout(tp=t, pp=p, cp=c, ep=e))  # the degrees (the ZeRO stage: check_hf_layout says more)
     fp8_all_gather_flag(fp8_all_gather, precision, profile.step_memory if profile is not None else None)
+    if framework_sequence_parallel(profile, None, t) and t > 1:  # torchtitan's apply_tp: sequence parallel always
+        sequence_parallel = True
     compile_loss_flag(compile_loss, compile_, profile.step_memory if profile is not None else None)
     par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
                  cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,
@@ -356,7 +359,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
                         "keeps its mixer's tensors in place of attention's (from qkv_input to proj_input)", tensors.columns,
                         layer.rows() + layer_rows(shape, layer.config))  # fmt: skip
     if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
-        derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
+        derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None),
+                       *((worst.peak_replayed,) if worst.peak_replayed is not None else ())]  # beside the total (FSDP2 walks)
         tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split(': ', 1)[-1][:-1]}",
                         (Column("tensor", "tensor"), Column("kind", "kind"), Column("bytes", "bytes", "B", memory=True)), worst.peak_live)  # fmt: skip
     tables: list[Table] = [components, tensors]

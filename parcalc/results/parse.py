@@ -441,6 +441,19 @@ def run_verdict(run: Any, gpus: int) -> str:
     return "the run: " + ", ".join(parts)
 
 
+def framework_sequence_parallel(profile: Any, given: bool | None, tp: int) -> bool | None:
+    """--sequence-parallel under a profile that runs tensor parallelism with it always (Framework.sequence_parallel_with_tp,
+    torchtitan's apply_tp): on whenever tp > 1 (None: both for a search over tp); --no-sequence-parallel with tp > 1 is refused."""
+    from parcalc.errors import InputError
+
+    if profile is None or not profile.sequence_parallel_with_tp:
+        return given
+    if given is False and tp > 1:
+        raise InputError(f"--no-sequence-parallel: {profile.name} runs tensor parallelism with sequence parallelism always "
+                         "(its plan shards the norms' sequence on the TP ranks)")
+    return True
+
+
 def stated_no_ops(sequence_parallel: bool, tp: int, zero: Any, dp_ranks: int) -> tuple[bool, Any, tuple[str, ...]]:
     """--sequence-parallel with --tp 1, and --zero 1-3 with one data-parallel rank, change nothing: a
     sweep over tp or dp may reach them, so they are taken as off and said so, not refused."""

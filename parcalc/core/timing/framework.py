@@ -38,6 +38,9 @@ class Framework:
     shard_unit: str = "layer"  # ZeRO-3/FSDP gathers one unit at a time: a transformer layer
     reshard_after_forward: bool = True  # ZeRO-3/FSDP frees a unit after forward and gathers it again in backward
     tp_comm_overlap: bool = False  # TP collectives overlapped with the GEMMs (TE userbuffers)
+    # The stack runs tensor parallelism with sequence parallelism always (torchtitan's apply_tp shards the norms' sequence):
+    # tp > 1 implies --sequence-parallel, and a layout without it is not one the stack runs
+    sequence_parallel_with_tp: bool = False
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the framework offers (the search's default)
     sources: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # field -> source
     # With pipeline parallelism (pp > 1) some frameworks run another engine: DeepSpeed's

@@ -1,0 +1,242 @@
+"""Published kernel measurements of AMD Instinct GPUs (MI300X, MI325X, MI355X), as plain data.
+
+No tests live here and nothing from parcalc is imported (tests/test_amd_kernels.py holds the presets against these
+rows). Every number was read from the file named with it, at the commit named; the CSV blocks are the files' own lines.
+
+Conventions (the sources' own, which are parcalc's): a GEMM of an M x K operand and a K x N one is 2 M N K FLOP, its
+backward (dgrad and wgrad) twice that; fused attention's forward counts 4 b s^2 h_q d FLOP (2 b s^2 h_q (d_qk + d_v)),
+halved under a causal mask, its backward 2.5 times the forward.
+
+Sources
+-------
+- AMD-AGI/Primus-Turbo (AMD's training kernel library) output/baseline_gemm.csv and output/baseline_attention.csv at
+  commit 221d75f157bb35d46f718056212e93da56e85cd2 (2026-04-03, 'Round 8-9: tl.assume hints + NN backward disable
+  async_copy'; the baseline files of its blockwise-FP8 campaign, which does not touch BF16 GEMMs or attention), written by
+  benchmark/ops/bench_gemm_turbo.py and bench_attention_turbo.py at that commit on an 'MI300X' (the GPU column).
+  GEMMs: turbo.ops.gemm(a, b, trans_b=True), a (M, K) and b (N, K) in bf16, whose default backend is hipBLASLt
+  (primus_turbo/pytorch/ops/gemm.py: default_backend=BackendType.HIPBLASLT); 'Forward' one GEMM (M x N output, inner K),
+  'Backward' out.backward(grad_out): dgrad and wgrad, 2 x 2 M N K FLOP; 20 warm-up passes, then
+  torch.utils.benchmark.Timer(...).timeit(100) of each, back to back (a GEMM loop at the board's power limit, 750 W).
+  The M, N, K of each model's four linears (QKV, output, gate+up, down) at micro-batches 1, 2 and 4 of its sequence
+  (benchmark/ops/config.py DenseModelConfigs: Llama-3.1-8B hidden 4096, intermediate 14336, seqlen 8192; ...).
+  Attention: turbo.ops.flash_attn_func, which runs AITER's kernels (AiterFlashAttnFunc in
+  primus_turbo/pytorch/ops/attention/flash_attn_interface.py: attention_aiter_forward_impl / _backward_impl), bf16,
+  layout (batch, seq, heads, dim), FLOPs 2 b s^2 h_q (d_qk + d_v), halved when causal, backward 2.5x; Timer.timeit(100).
+  Only the causal rows of head dims 128 and 64 are copied (the 192 / 128 rows are MLA's, which parcalc's dense-attention
+  presets do not time).
+- HazyResearch/HipKittens (Hu et al. 2025, 'HipKittens: Fast and Furious AMD Kernels', arXiv:2511.08083) at commit
+  f09e9685c4c6aaa41fb3ebd4fe4ca664938589e1 (2025-11-20), analysis/*: the baselines its paper compares against, measured
+  by its scripts: square BF16 torch.matmul (PyTorch's hipBLASLt) on an MI325X (analysis/bf16_gemm/mi325x/
+  mi325x_bf16_gemm.json, 'tflops_pytorch') and an MI355X (analysis/bf16_gemm/mi350x/mi355x_bf16_gemm.json), square FP8
+  hipBLASLt on an MI355X (analysis/fp8_gemm/mi350x/mi355x_fp8_gemm.json, 'tflops_hipblaslt'); 500 warm-up calls, then
+  100 calls each timed with CUDA (HIP) events. Attention on an MI355X: AITER's aiter.flash_attn_func ('tflops_ref',
+  analysis/attn/fwd/benchmark/test_python.py prints it as 'AITER (AMD) reference performance'), bf16, head dim 128,
+  causal, MHA b 16 x 16 heads and GQA b 16 x 64 query / 8 KV heads (b 15 at 16,384 tokens), forward
+  (mi355x_{mha,gqa}_causal_fwd.json) and backward (out.backward(dO) alone timed, mi355x_{mha,gqa}_bkwd_causal.json;
+  analysis/attn/bkwd/benchmark/test_python.py flops(..., mode='bwd') = 2.5 x the causal forward count).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+PRIMUS_TURBO = "AMD-AGI/Primus-Turbo @221d75f157bb35d46f718056212e93da56e85cd2"
+HIPKITTENS = "HazyResearch/HipKittens @f09e9685c4c6aaa41fb3ebd4fe4ca664938589e1"
+
+PRIMUS_TURBO_MI300X_BF16_GEMMS = """\
+TestID,Platform,GPU,Case,MBS,M,N,K,Dtype,Check,Forward Time (ms),Forward TFLOPS,Backward Time (ms),Backward TFLOPS
+1,ROCm,MI300X,Llama-2-7B,1,4096,12288,4096,bf16,PASS,0.67,615.33,1.43,575.91
+2,ROCm,MI300X,Llama-2-7B,1,4096,4096,4096,bf16,PASS,0.22,614.68,0.51,541.07
+3,ROCm,MI300X,Llama-2-7B,1,4096,22016,4096,bf16,PASS,1.25,592.68,2.53,584.31
+4,ROCm,MI300X,Llama-2-7B,1,4096,4096,11008,bf16,PASS,0.58,640.47,1.42,519.50
+5,ROCm,MI300X,Llama-2-7B,2,8192,12288,4096,bf16,PASS,1.29,638.59,2.76,596.53
+6,ROCm,MI300X,Llama-2-7B,2,8192,4096,4096,bf16,PASS,0.43,631.97,0.97,569.43
+7,ROCm,MI300X,Llama-2-7B,2,8192,22016,4096,bf16,PASS,2.35,629.75,4.89,604.47
+8,ROCm,MI300X,Llama-2-7B,2,8192,4096,11008,bf16,PASS,1.15,645.13,2.64,560.65
+9,ROCm,MI300X,Llama-2-7B,4,16384,12288,4096,bf16,PASS,2.58,638.85,5.42,608.44
+10,ROCm,MI300X,Llama-2-7B,4,16384,4096,4096,bf16,PASS,0.87,635.35,1.88,583.60
+11,ROCm,MI300X,Llama-2-7B,4,16384,22016,4096,bf16,PASS,4.68,631.69,9.60,615.30
+12,ROCm,MI300X,Llama-2-7B,4,16384,4096,11008,bf16,PASS,2.39,617.19,5.19,569.10
+13,ROCm,MI300X,Llama-2-70B,1,4096,10240,8192,bf16,PASS,1.07,643.94,2.39,574.71
+14,ROCm,MI300X,Llama-2-70B,1,4096,8192,8192,bf16,PASS,0.86,635.93,1.90,578.61
+15,ROCm,MI300X,Llama-2-70B,1,4096,57344,8192,bf16,PASS,6.23,617.81,13.17,584.28
+16,ROCm,MI300X,Llama-2-70B,1,4096,8192,28672,bf16,PASS,3.32,578.81,6.95,553.60
+17,ROCm,MI300X,Llama-2-70B,2,8192,10240,8192,bf16,PASS,2.14,640.78,4.56,602.65
+18,ROCm,MI300X,Llama-2-70B,2,8192,8192,8192,bf16,PASS,1.68,655.93,3.66,601.22
+19,ROCm,MI300X,Llama-2-70B,2,8192,57344,8192,bf16,PASS,12.63,609.19,25.05,614.53
+20,ROCm,MI300X,Llama-2-70B,2,8192,8192,28672,bf16,PASS,6.65,579.12,13.34,576.89
+21,ROCm,MI300X,Llama-2-70B,4,16384,10240,8192,bf16,PASS,4.33,634.16,9.08,605.49
+22,ROCm,MI300X,Llama-2-70B,4,16384,8192,8192,bf16,PASS,3.45,636.72,7.19,611.86
+23,ROCm,MI300X,Llama-2-70B,4,16384,57344,8192,bf16,PASS,25.48,604.20,50.48,609.85
+24,ROCm,MI300X,Llama-2-70B,4,16384,8192,28672,bf16,PASS,13.40,574.38,26.58,579.14
+25,ROCm,MI300X,Llama-3.1-8B,1,8192,6144,4096,bf16,PASS,0.66,621.04,1.47,559.63
+26,ROCm,MI300X,Llama-3.1-8B,1,8192,4096,4096,bf16,PASS,0.44,621.98,0.98,560.45
+27,ROCm,MI300X,Llama-3.1-8B,1,8192,28672,4096,bf16,PASS,3.06,628.88,6.28,612.37
+28,ROCm,MI300X,Llama-3.1-8B,1,8192,4096,14336,bf16,PASS,1.54,624.23,3.30,583.11
+29,ROCm,MI300X,Llama-3.1-8B,2,16384,6144,4096,bf16,PASS,1.32,623.13,2.87,573.73
+30,ROCm,MI300X,Llama-3.1-8B,2,16384,4096,4096,bf16,PASS,0.88,622.43,1.92,571.70
+31,ROCm,MI300X,Llama-3.1-8B,2,16384,28672,4096,bf16,PASS,6.19,622.17,12.30,625.55
+32,ROCm,MI300X,Llama-3.1-8B,2,16384,4096,14336,bf16,PASS,3.17,606.13,6.47,594.92
+33,ROCm,MI300X,Llama-3.1-8B,4,32768,6144,4096,bf16,PASS,2.61,632.00,5.80,568.70
+34,ROCm,MI300X,Llama-3.1-8B,4,32768,4096,4096,bf16,PASS,1.77,621.97,3.80,579.30
+35,ROCm,MI300X,Llama-3.1-8B,4,32768,28672,4096,bf16,PASS,12.38,621.92,24.83,619.93
+36,ROCm,MI300X,Llama-3.1-8B,4,32768,4096,14336,bf16,PASS,6.15,625.32,13.11,587.20
+37,ROCm,MI300X,Llama-3.1-405B,1,8192,18432,16384,bf16,PASS,8.75,565.40,17.26,573.40
+38,ROCm,MI300X,Llama-3.1-405B,1,8192,16384,16384,bf16,PASS,7.88,558.48,15.02,585.49
+39,ROCm,MI300X,Llama-3.1-405B,1,8192,106496,16384,bf16,PASS,48.14,593.82,97.12,588.69
+40,ROCm,MI300X,Llama-3.1-405B,1,8192,16384,53248,bf16,PASS,25.33,564.37,50.38,567.47
+41,ROCm,MI300X,Llama-3.1-405B,2,16384,18432,16384,bf16,PASS,17.15,576.90,34.94,566.43
+42,ROCm,MI300X,Llama-3.1-405B,2,16384,16384,16384,bf16,PASS,14.52,605.89,30.01,586.25
+43,ROCm,MI300X,Llama-3.1-405B,2,16384,106496,16384,bf16,PASS,97.24,587.98,191.33,597.64
+44,ROCm,MI300X,Llama-3.1-405B,2,16384,16384,53248,bf16,PASS,48.02,595.30,97.70,585.19
+45,ROCm,MI300X,Llama-3.1-405B,4,32768,18432,16384,bf16,PASS,34.27,577.55,68.71,576.06
+46,ROCm,MI300X,Llama-3.1-405B,4,32768,16384,16384,bf16,PASS,29.05,605.68,60.01,586.32
+47,ROCm,MI300X,Llama-3.1-405B,4,32768,106496,16384,bf16,PASS,195.04,586.28,378.06,604.93
+48,ROCm,MI300X,Llama-3.1-405B,4,32768,16384,53248,bf16,PASS,96.27,593.90,190.59,599.97
+49,ROCm,MI300X,Qwen2.5-7B,1,8192,4608,3584,bf16,PASS,0.46,587.22,0.99,544.84
+50,ROCm,MI300X,Qwen2.5-7B,1,8192,3584,3584,bf16,PASS,0.34,616.45,0.80,526.82
+51,ROCm,MI300X,Qwen2.5-7B,1,8192,37888,3584,bf16,PASS,3.77,590.66,7.49,594.23
+52,ROCm,MI300X,Qwen2.5-7B,1,8192,3584,18944,bf16,PASS,1.86,599.57,4.17,533.29
+53,ROCm,MI300X,Qwen2.5-7B,2,16384,4608,3584,bf16,PASS,0.91,592.32,1.92,564.36
+54,ROCm,MI300X,Qwen2.5-7B,2,16384,3584,3584,bf16,PASS,0.68,615.36,1.55,544.66
+55,ROCm,MI300X,Qwen2.5-7B,2,16384,37888,3584,bf16,PASS,7.57,587.85,14.50,613.94
+56,ROCm,MI300X,Qwen2.5-7B,2,16384,3584,18944,bf16,PASS,3.74,595.60,8.47,525.60
+57,ROCm,MI300X,Qwen2.5-7B,4,32768,4608,3584,bf16,PASS,1.79,605.50,3.82,565.94
+58,ROCm,MI300X,Qwen2.5-7B,4,32768,3584,3584,bf16,PASS,1.36,617.12,3.07,547.94
+59,ROCm,MI300X,Qwen2.5-7B,4,32768,37888,3584,bf16,PASS,15.33,580.47,29.05,612.68
+60,ROCm,MI300X,Qwen2.5-7B,4,32768,3584,18944,bf16,PASS,7.45,597.34,16.71,532.68
+61,ROCm,MI300X,Qwen2.5-72B,1,8192,10240,8192,bf16,PASS,2.20,625.47,4.70,585.19
+62,ROCm,MI300X,Qwen2.5-72B,1,8192,8192,8192,bf16,PASS,1.74,630.43,3.77,582.53
+63,ROCm,MI300X,Qwen2.5-72B,1,8192,59136,8192,bf16,PASS,13.36,594.22,26.90,590.09
+64,ROCm,MI300X,Qwen2.5-72B,1,8192,8192,29568,bf16,PASS,6.90,575.18,14.27,556.23
+65,ROCm,MI300X,Qwen2.5-72B,2,16384,10240,8192,bf16,PASS,4.44,619.48,9.32,590.12
+66,ROCm,MI300X,Qwen2.5-72B,2,16384,8192,8192,bf16,PASS,3.51,626.02,7.39,595.39
+67,ROCm,MI300X,Qwen2.5-72B,2,16384,59136,8192,bf16,PASS,26.97,588.65,53.90,589.06
+68,ROCm,MI300X,Qwen2.5-72B,2,16384,8192,29568,bf16,PASS,14.23,557.92,28.75,552.08
+69,ROCm,MI300X,Qwen2.5-72B,4,32768,10240,8192,bf16,PASS,12.27,448.16,18.63,590.12
+70,ROCm,MI300X,Qwen2.5-72B,4,32768,8192,8192,bf16,PASS,6.95,632.94,14.45,608.76
+71,ROCm,MI300X,Qwen2.5-72B,4,32768,59136,8192,bf16,PASS,53.56,592.72,105.64,601.08
+72,ROCm,MI300X,Qwen2.5-72B,4,32768,8192,29568,bf16,PASS,26.07,608.99,56.64,560.54
+73,ROCm,MI300X,Mistral-7B,1,4096,6144,4096,bf16,PASS,0.35,586.83,0.78,525.56
+74,ROCm,MI300X,Mistral-7B,1,4096,4096,4096,bf16,PASS,0.23,594.57,0.53,520.81
+75,ROCm,MI300X,Mistral-7B,1,4096,28672,4096,bf16,PASS,1.57,614.15,3.34,575.48
+76,ROCm,MI300X,Mistral-7B,1,4096,4096,14336,bf16,PASS,0.78,618.74,1.75,549.27
+77,ROCm,MI300X,Mistral-7B,2,8192,6144,4096,bf16,PASS,0.68,609.38,1.50,550.64
+78,ROCm,MI300X,Mistral-7B,2,8192,4096,4096,bf16,PASS,0.45,611.27,1.00,552.07
+79,ROCm,MI300X,Mistral-7B,2,8192,28672,4096,bf16,PASS,3.11,617.76,6.40,601.29
+80,ROCm,MI300X,Mistral-7B,2,8192,4096,14336,bf16,PASS,1.56,618.25,3.35,573.89
+81,ROCm,MI300X,Mistral-7B,4,16384,6144,4096,bf16,PASS,1.34,614.09,2.92,565.13
+82,ROCm,MI300X,Mistral-7B,4,16384,4096,4096,bf16,PASS,0.90,614.11,1.95,564.81
+83,ROCm,MI300X,Mistral-7B,4,16384,28672,4096,bf16,PASS,6.29,611.87,12.51,615.34
+84,ROCm,MI300X,Mistral-7B,4,16384,4096,14336,bf16,PASS,3.23,596.19,6.57,585.62
+"""
+
+PRIMUS_TURBO_MI300X_CAUSAL_ATTENTION = """\
+TestID,Platform,GPU,Batch,SeqLen,num_head_q,num_head_kv,head_dim_qk,head_dim_v,Causal,Deterministic,Check,Forward Time (ms),Forward TFLOPS,Backward Time (ms),Backward TFLOPS
+40,ROCm,MI300X,1,4096,32,32,128,128,True,False,PASS,0.33,421.03,1.34,256.94
+41,ROCm,MI300X,2,4096,32,32,128,128,True,False,PASS,0.63,433.77,2.28,301.32
+42,ROCm,MI300X,4,4096,32,32,128,128,True,False,PASS,1.30,421.44,4.18,328.99
+43,ROCm,MI300X,1,4096,64,8,128,128,True,False,PASS,0.63,435.23,2.23,307.86
+44,ROCm,MI300X,2,4096,64,8,128,128,True,False,PASS,1.28,428.35,4.06,338.68
+45,ROCm,MI300X,4,4096,64,8,128,128,True,False,PASS,2.45,449.69,8.69,316.22
+46,ROCm,MI300X,1,8192,32,8,128,128,True,False,PASS,1.19,463.66,4.17,329.59
+47,ROCm,MI300X,2,8192,32,8,128,128,True,False,PASS,2.41,456.82,7.57,363.10
+48,ROCm,MI300X,4,8192,32,8,128,128,True,False,PASS,4.60,478.50,14.94,368.02
+49,ROCm,MI300X,1,8192,128,8,128,128,True,False,PASS,4.57,481.63,14.84,370.57
+50,ROCm,MI300X,2,8192,128,8,128,128,True,False,PASS,9.26,474.92,28.96,379.72
+51,ROCm,MI300X,4,8192,128,8,128,128,True,False,PASS,18.16,484.27,57.76,380.75
+52,ROCm,MI300X,1,8192,28,4,128,128,True,False,PASS,1.12,430.69,3.83,313.76
+53,ROCm,MI300X,2,8192,28,4,128,128,True,False,PASS,1.98,486.24,7.10,338.59
+54,ROCm,MI300X,4,8192,28,4,128,128,True,False,PASS,3.99,482.65,13.31,361.40
+55,ROCm,MI300X,1,8192,64,8,128,128,True,False,PASS,2.41,455.34,7.54,364.45
+56,ROCm,MI300X,2,8192,64,8,128,128,True,False,PASS,4.61,477.15,14.95,367.66
+57,ROCm,MI300X,4,8192,64,8,128,128,True,False,PASS,9.35,470.43,29.23,376.10
+58,ROCm,MI300X,1,4096,32,8,128,128,True,False,PASS,0.33,421.37,1.34,256.58
+59,ROCm,MI300X,2,4096,32,8,128,128,True,False,PASS,0.64,431.27,2.24,307.08
+60,ROCm,MI300X,4,4096,32,8,128,128,True,False,PASS,1.29,424.73,4.15,331.00
+67,ROCm,MI300X,1,8192,32,4,64,64,True,False,PASS,0.75,367.74,2.10,327.31
+68,ROCm,MI300X,2,8192,32,4,64,64,True,False,PASS,1.47,372.96,3.95,348.17
+69,ROCm,MI300X,4,8192,32,4,64,64,True,False,PASS,2.95,373.11,7.95,345.60
+70,ROCm,MI300X,1,8192,64,4,64,64,True,False,PASS,1.46,377.51,3.95,347.63
+71,ROCm,MI300X,2,8192,64,4,64,64,True,False,PASS,2.91,377.28,7.93,346.43
+72,ROCm,MI300X,4,8192,64,4,64,64,True,False,PASS,5.84,376.56,15.65,351.17
+73,ROCm,MI300X,1,8192,48,8,128,128,True,False,PASS,1.73,475.93,5.72,360.20
+74,ROCm,MI300X,2,8192,48,8,128,128,True,False,PASS,3.62,455.49,10.63,387.76
+75,ROCm,MI300X,4,8192,48,8,128,128,True,False,PASS,7.03,469.53,21.49,383.68
+"""
+
+
+class ShapeGemm(NamedTuple):
+    """One Primus-Turbo GEMM row: the model and micro-batch it stands for, the (M, K) . (K, N) product, its rates."""
+
+    model: str
+    micro_batch: int
+    m: int
+    n: int
+    k: int
+    forward_tflops: float  # one GEMM, 2 M N K FLOP
+    backward_tflops: float  # dgrad + wgrad, 4 M N K FLOP
+    quote: str
+
+
+def _gemms() -> tuple[ShapeGemm, ...]:
+    rows = []
+    for line in PRIMUS_TURBO_MI300X_BF16_GEMMS.splitlines()[1:]:
+        cells = line.split(",")
+        rows.append(ShapeGemm(cells[3], int(cells[4]), int(cells[5]), int(cells[6]), int(cells[7]), float(cells[11]),
+                              float(cells[13]), line))  # fmt: skip
+    return tuple(rows)
+
+
+MI300X_BF16_GEMMS = _gemms()
+
+
+class AttentionRow(NamedTuple):
+    """One fused-attention measurement: batch, tokens, query / KV heads, head dim, causal, forward / backward TFLOP/s."""
+
+    gpu: str
+    batch: int
+    seq: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    causal: bool
+    forward_tflops: float
+    backward_tflops: float
+    source: str
+
+
+def _attention() -> tuple[AttentionRow, ...]:
+    rows = []
+    for line in PRIMUS_TURBO_MI300X_CAUSAL_ATTENTION.splitlines()[1:]:
+        c = line.split(",")
+        rows.append(AttentionRow("mi300x", int(c[3]), int(c[4]), int(c[5]), int(c[6]), int(c[7]), c[9] == "True",
+                                 float(c[13]), float(c[15]), f"{PRIMUS_TURBO} output/baseline_attention.csv: '{line}'"))  # fmt: skip
+    return tuple(rows)
+
+
+MI300X_CAUSAL_ATTENTION = _attention()
+
+# HipKittens' AITER baselines on an MI355X, causal, head dim 128: {tokens: (forward TFLOP/s, backward TFLOP/s)} as the
+# JSON files print them ('tflops_ref'), forward and backward from the files named in the module docstring.
+MI355X_AITER_MHA = {  # b 16, 16 heads (b 15 at 16,384)
+    1024: (554.6333485657686, 388.74790209336874),
+    2048: (876.3253686429246, 673.1495223109977),
+    4096: (1069.0151966793617, 876.7761210473827),
+    8192: (1173.2294583211096, 1034.0649936399525),
+    16384: (1247.4281948254054, 1108.6798513320139),
+}
+MI355X_AITER_GQA = {  # b 16, 64 query heads, 8 KV heads (b 15 at 16,384)
+    1024: (715.1307981602785, 150.7754043352189),
+    2048: (941.1122269779355, 177.4283062517722),
+    4096: (1100.8769758688138, 196.79961807016375),
+    8192: (1204.655347177133, 271.74010966304377),
+    16384: (1246.1417528329102, 333.8232327576917),
+}
+
+# Square GEMMs n x n x n, TFLOP/s as the JSON files print them
+MI325X_TORCH_BF16 = {1024: 79.10224797464866, 2048: 324.95860243914075, 4096: 752.5373166782649, 8192: 785.3037036419687,
+                     16384: 749.753740002519}  # fmt: skip
+MI355X_TORCH_BF16 = {1024: 56.90949163947867, 2048: 327.9246818830567, 4096: 1138.526846403435, 8192: 1521.2544125131246,
+                     16384: 1559.8110939913774}  # fmt: skip
+MI355X_HIPBLASLT_FP8 = {1024: 204.913, 2048: 1172.69, 4096: 2748.78, 8192: 3233.19, 16384: 3293.23}

@@ -1,0 +1,237 @@
+"""AMD Instinct kernels from published measurements (presets/gpus/mi300x.yaml, mi325x.yaml, mi355x.yaml `kernels:`): each
+entered share reproduces the figure it was read from, and the rows of the same sources that did not set it are checks.
+
+Sources (tests/amd_kernel_measurements.py, which quotes them): AMD's Primus-Turbo benchmark CSVs on an MI300X (84
+training-shape BF16 GEMMs through hipBLASLt, forward and backward; AITER's fused attention, causal, head dims 128 and 64)
+and HipKittens' baselines (arXiv:2511.08083): square torch.matmul (hipBLASLt) on an MI325X and an MI355X, hipblaslt-bench
+FP8 and AITER's fused attention on an MI355X. Where the share model (one rate per dtype or head dimension, no fixed cost
+per kernel) misses a row, the test says so with the measured direction instead of widening a tolerance.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from amd_kernel_measurements import (
+    MI300X_BF16_GEMMS,
+    MI300X_CAUSAL_ATTENTION,
+    MI325X_TORCH_BF16,
+    MI355X_AITER_GQA,
+    MI355X_AITER_MHA,
+    MI355X_HIPBLASLT_FP8,
+    MI355X_TORCH_BF16,
+    AttentionRow,
+    ShapeGemm,
+)
+from typer.testing import CliRunner
+
+from parcalc.cli import app
+from parcalc.core.timing.attention_kernels import attention_kernel_shares
+from parcalc.core.timing.kernels import (
+    ComputeSpec,
+    compute_spec,
+    flash_attention,
+    gemm,
+    linear_kernels,
+    quantisation,
+    sixteen_bit_peak,
+)
+from parcalc.presets import load_gpu
+
+BF16_PEAK = {"mi300x": 1307.4, "mi325x": 1307.4, "mi355x": 2516.6}  # TFLOP/s, the presets' dense BF16 peaks
+
+
+def spec(name: str, dtype: str = "bf16") -> ComputeSpec:
+    gpu = load_gpu(name, ())
+    rates = gpu.dtypes[dtype].dense_peak
+    assert rates is not None
+    return compute_spec(gpu, dtype, rates.value, sixteen_bit_peak(gpu))
+
+
+def share_of(row: ShapeGemm, s: ComputeSpec) -> float:
+    """The row's forward rate over the peak and its shape's tile and wave quantisation: parcalc's e_mm for that row."""
+    return row.forward_tflops * 1e12 / (s.peak * quantisation(row.m, row.n, 1, s))
+
+
+def forward_error(row: ShapeGemm, s: ComputeSpec) -> float:
+    t = gemm("fwd", row.m, row.k, row.n, 2.0, s).time
+    return 2.0 * row.m * row.n * row.k / t / 1e12 / row.forward_tflops - 1
+
+
+def backward_error(row: ShapeGemm, s: ComputeSpec) -> float:
+    """dgrad and wgrad as fit times a linear's backward (parcalc.core.timing.kernels.linear_kernels) against the row's
+    out.backward(), 4 M N K FLOP."""
+    _, dgrad, wgrad = linear_kernels("bwd", row.m, row.k, row.n, 2.0, s)
+    return 4.0 * row.m * row.n * row.k / (dgrad.time + wgrad.time) / 1e12 / row.backward_tflops - 1
+
+
+REFERENCE = "Llama-3.1-8B"  # the model whose twelve forward rows set the MI300X's share; the other six models check it
+# Primus-Turbo row 69, Qwen2.5-72B's QKV at micro-batch 4: 448.16 TFLOP/s forward where the same shape at micro-batches
+# 1 and 2 runs 625.47 and 619.48 and its backward 590.12: an outlier of that run, listed rather than fitted or hidden.
+OUTLIER = ("Qwen2.5-72B", 4, 32768, 10240, 8192)
+
+
+def test_mi300x_bf16_share_is_the_median_of_llama31_8b_rows() -> None:
+    """Primus-Turbo's twelve Llama-3.1-8B forward GEMMs (M = 8192 x micro-batch tokens; QKV 6144, output 4096, gate+up
+    28672 and down 4096 outputs) over 1307.4 TFLOP/s and each shape's quantisation: median 0.4900 (0.4766-0.5171), the
+    preset's bf16 and fp16 training share; the isolated share stays AMD's max-achievable 0.5415."""
+    s = spec("mi300x")
+    shares = [share_of(r, s) for r in MI300X_BF16_GEMMS if r.model == REFERENCE]
+    assert len(shares) == 12
+    assert s.matmul.value == pytest.approx(statistics.median(shares), abs=5e-4)
+    fp16 = s.kernels.matmul_share("fp16")
+    assert fp16 is not None and fp16.value == s.matmul.value and "Primus-Turbo" in s.matmul.source
+    isolated = s.kernels.isolated_share("bf16")
+    assert isolated is not None and isolated.value == pytest.approx(708.0 / 1307.4, abs=1e-4)
+
+
+def test_mi300x_held_out_forward_gemms() -> None:
+    """The other six models' 72 forward rows (Llama-2 7B / 70B, Llama-3.1-405B, Qwen2.5 7B / 72B, Mistral-7B), which did
+    not set the share: median error +2.5 %, median |error| 4.7 %, every row within 16 % (worst: Llama-2-7B's down
+    projection at 4096 tokens, -15.8 %) but the outlier (parcalc +41.6 % there)."""
+    s = spec("mi300x")
+    held = [r for r in MI300X_BF16_GEMMS if r.model != REFERENCE]
+    errors = {r: forward_error(r, s) for r in held}
+    assert len(held) == 72
+    assert abs(statistics.median(errors.values())) < 0.04
+    assert statistics.median(abs(e) for e in errors.values()) < 0.06
+    for row, err in errors.items():
+        if (row.model, row.micro_batch, row.m, row.n, row.k) == OUTLIER:
+            assert err > 0.35, row.quote
+        else:
+            assert abs(err) < 0.16, (row.quote, err)
+
+
+def test_mi300x_backward_gemms() -> None:
+    """All 84 backward rows (dgrad + wgrad, none of which set anything): parcalc is a median 5.8 % faster (hipBLASLt's
+    backward layouts run slower than its forward one; parcalc has one share for the three), every row within 20 %
+    (worst Qwen2.5-7B's down projection, +19.6 %)."""
+    s = spec("mi300x")
+    errors = [backward_error(r, s) for r in MI300X_BF16_GEMMS]
+    assert 0.03 < statistics.median(errors) < 0.08
+    assert all(abs(e) < 0.20 for e in errors), max(errors, key=abs)
+
+
+def test_intensity_cli_gives_the_training_share_and_the_isolated_one() -> None:
+    """`intensity --m 16384 --k 4096 --n 28672 --dtype bf16 --gpu mi300x` (Llama-3.1-8B's gate+up at micro-batch 2,
+    Primus-Turbo row 31: 622.17 TFLOP/s): 636.0 in training (+2.2 %), 702.9 alone at AMD's max-achievable share."""
+    result = CliRunner().invoke(app, ["intensity", "--m", "16384", "--k", "4096", "--n", "28672", "--dtype", "bf16", "--gpu", "mi300x",
+                                      "--format", "json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    results = json.loads(result.output)["results"]
+    assert results["achieved_train"]["value"] / 1e12 == pytest.approx(622.17, rel=0.03)
+    assert results["achieved_alone"]["value"] / 1e12 == pytest.approx(702.9, rel=0.002)
+
+
+@pytest.mark.parametrize(("name", "data", "dtype", "peak", "reference", "checks"), [
+    # HipKittens mi325x_bf16_gemm.json 'tflops_pytorch': 8192^3 785.30 sets the share; 4096^3 752.54 (parcalc -8.7 %) and
+    # 16384^3 749.75 (+8.6 %) check it
+    ("mi325x", MI325X_TORCH_BF16, "bf16", 1307.4, 8192, {4096: 0.09, 16384: 0.09}),
+    # mi355x_bf16_gemm.json 'tflops_pytorch': 8192^3 1521.25; 16384^3 1559.81 (-2.5 %)
+    ("mi355x", MI355X_TORCH_BF16, "bf16", 2516.6, 8192, {16384: 0.03}),
+    # mi355x_fp8_gemm.json 'tflops_hipblaslt': 8192^3 3233.19; 16384^3 3293.23 (-1.8 %)
+    ("mi355x", MI355X_HIPBLASLT_FP8, "fp8", 5000.0, 8192, {16384: 0.03}),
+])  # fmt: skip
+def test_square_gemm_shares(name: str, data: dict, dtype: str, peak: float, reference: int, checks: dict) -> None:
+    s = spec(name, dtype)
+    n = reference
+    assert s.matmul.value == pytest.approx(data[n] / (peak * quantisation(n, n, 1, s)), abs=5e-4)
+    assert "HipKittens" in s.matmul.source
+    e = 1.0 if dtype == "fp8" else 2.0
+    for size, tolerance in checks.items():
+        achieved = 2.0 * size**3 / gemm("g", size, size, size, e, s).time / 1e12
+        assert achieved == pytest.approx(data[size], rel=tolerance), (size, achieved)
+
+
+@pytest.mark.parametrize(("name", "data", "dtype", "small"), [
+    ("mi325x", MI325X_TORCH_BF16, "bf16", (1024, 2048)),
+    ("mi355x", MI355X_TORCH_BF16, "bf16", (1024, 2048, 4096)),
+    ("mi355x", MI355X_HIPBLASLT_FP8, "fp8", (1024, 2048, 4096)),
+])  # fmt: skip
+def test_known_gap_small_gemms_run_below_the_share(name: str, data: dict, dtype: str, small: tuple[int, ...]) -> None:
+    """A known gap, not a fit: a share has no fixed cost per kernel, so GEMMs of tens of microseconds come out too fast
+    (MI355X BF16 4096^3: parcalc 1521 TFLOP/s where 1138.5 was measured, +34 %; 1024^3 +568 %). The H200 times them by
+    tiles with measured overheads (parcalc.core.timing.gemm_tiles); no AMD sweep with small shapes of one clock was found."""
+    s = spec(name, dtype)
+    e = 1.0 if dtype == "fp8" else 2.0
+    for size in small:
+        achieved = 2.0 * size**3 / gemm("g", size, size, size, e, s).time / 1e12
+        assert achieved > 1.15 * data[size], (size, achieved, data[size])
+
+
+def attention_errors(name: str, row: AttentionRow) -> tuple[float, float]:
+    """(forward, backward) error of parcalc's fused attention against a causal row, FLOPs as parcalc counts them."""
+    s = spec(name)
+    flops = 2.0 * row.batch * row.heads * row.seq**2 * 2 * row.head_dim * 0.5
+    forward = flash_attention("a", flops, 0.0, False, s, "", row.head_dim).time
+    backward = flash_attention("a", 2.5 * flops, 0.0, True, s, "", row.head_dim).time
+    return flops / forward / 1e12 / row.forward_tflops - 1, 2.5 * flops / backward / 1e12 / row.backward_tflops - 1
+
+
+def test_mi300x_attention_shares_are_aiters_rows() -> None:
+    """Primus-Turbo rows '48,ROCm,MI300X,4,8192,32,8,128,128,True,...,478.50,14.94,368.02' and
+    '69,ROCm,MI300X,4,8192,32,4,64,64,True,...,373.11,7.95,345.60' over 1307.4 TFLOP/s, by head dimension."""
+    kernels = load_gpu("mi300x", ()).kernels
+    assert kernels is not None
+    for head_dim, forward, backward in ((128, 478.50, 368.02), (64, 373.11, 345.60)):
+        assert kernels.attention_share(head_dim, False).value == pytest.approx(forward / 1307.4, abs=1e-4)
+        assert kernels.attention_share(head_dim, True).value == pytest.approx(backward / 1307.4, abs=1e-4)
+        assert "Primus-Turbo" in kernels.attention_share(head_dim, True).source
+
+
+def test_mi300x_attention_held_out_rows_at_8192_tokens() -> None:
+    """The other causal rows at 8,192 tokens (1 to 4 sequences; 28 / 4, 32 / 8, 48 / 8, 64 / 8, 128 / 8 heads; head dims
+    128 and 64): forward within 12 %, backward within 18 % (worst: b 1, 28 / 4 heads, +17.3 %)."""
+    rows = [r for r in MI300X_CAUSAL_ATTENTION if r.seq == 8192]
+    assert len(rows) == 21
+    for row in rows:
+        forward, backward = attention_errors("mi300x", row)
+        assert abs(forward) < 0.12 and abs(backward) < 0.18, (row.source, forward, backward)
+
+
+def test_known_gap_mi300x_attention_at_4096_tokens_runs_slower() -> None:
+    """A known gap: at 4,096 tokens AITER ran 3-14 % slower forward and 9-43 % slower backward than at 8,192 (one
+    sequence: 257 against 368 TFLOP/s backward); parcalc's share has no term in the sequence length."""
+    for row in (r for r in MI300X_CAUSAL_ATTENTION if r.seq == 4096):
+        forward, backward = attention_errors("mi300x", row)
+        assert forward > 0.05 and backward > 0.08, (row.source, forward, backward)
+
+
+def test_mi355x_attention_shares_are_aiters_mha_rows() -> None:
+    """HipKittens' AITER baseline, MHA (b 16, 16 heads), causal, head dim 128, 8192 tokens: 1173.23 / 1034.06 TFLOP/s over
+    2516.6; the GQA rows of the same build (64 / 8 heads: 1204.66 / 271.74) are the named kernel aiter-gqa-2025-11."""
+    s = spec("mi355x")
+    forward, backward = MI355X_AITER_MHA[8192]
+    assert s.kernels.attention_share(128, False).value == pytest.approx(forward / 2516.6, abs=1e-4)
+    assert s.kernels.attention_share(128, True).value == pytest.approx(backward / 2516.6, abs=1e-4)
+    gpu = load_gpu("mi355x", ())
+    gqa_forward, gqa_backward = attention_kernel_shares(gpu, "aiter-gqa-2025-11")
+    assert gqa_forward.value == pytest.approx(MI355X_AITER_GQA[8192][0] / 2516.6, abs=1e-4)
+    assert gqa_backward.value == pytest.approx(MI355X_AITER_GQA[8192][1] / 2516.6, abs=1e-4)
+
+
+def test_mi355x_attention_held_out_and_known_gap() -> None:
+    """16,384 tokens (b 15) checks the 8192 row: parcalc -5.9 % / -6.7 %. Shorter sequences ran slower than the share
+    (4096: +9.7 % / +17.9 %; 1024: +112 % / +166 %): the same missing sequence term as on the MI300X, stated, not fitted."""
+    forward, backward = attention_errors("mi355x", AttentionRow("mi355x", 15, 16384, 16, 16, 128, True, *MI355X_AITER_MHA[16384], ""))
+    assert abs(forward) < 0.07 and abs(backward) < 0.08
+    for seq in (1024, 2048, 4096):
+        forward, backward = attention_errors("mi355x", AttentionRow("mi355x", 16, seq, 16, 16, 128, True, *MI355X_AITER_MHA[seq], ""))
+        assert forward > 0.05 and backward > 0.10, (seq, forward, backward)
+
+
+def test_mi325x_attention_stays_generic_and_says_so() -> None:
+    """No fused-attention measurement of an MI325X was found: the generic 0.5 / 0.4, named as generic, and the preset's
+    notes say where it looked; the MI300X's rates (a 750 W board) are not transferred."""
+    gpu = load_gpu("mi325x", ())
+    assert gpu.kernels is not None
+    assert (gpu.kernels.attention_forward.value, gpu.kernels.attention_backward.value) == (0.5, 0.4)
+    assert "generic" in gpu.kernels.attention_forward.source
+    assert any("no fused-attention or HBM measurement of an MI325X was found" in note for note in gpu.notes)
