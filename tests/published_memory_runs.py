@@ -73,9 +73,10 @@ SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")
 # all-gather on only where parallel_dims.dp_shard_enabled (dp_shard > 1): Table 5 (FSDP 8) and Table 6's FSDP 8 / 4 / 2 rows
 # gathered in FP8, its FSDP 1, CP 8 row in bf16 (fully_shard still shards over the 8 CP ranks). Since session 17 the eager rows
 # pass --fp8-all-gather (tests/ground_truth/test_torch_memory_float8_all_gather_tp_pp.py: FSDPMemTracker with TP, MemTracker
-# over Schedule1F1B stages with TP and CP x TP, 0.9966-1.0006): Table 6 CP 2 1.006 -> 0.924, CP 4 0.991 -> 0.910 (each stage
-# keeps its 15-16 blocks unsharded through the step, reshard_after_forward=False: their TP-local Float8 weights in FP8 hold 6.2
-# GiB less than in bf16); CP 8 stays 0.907 (bf16 gathers, as it ran). Table 5 and Table 6's CP 1 row ran compiled with TP,
+# over Schedule1F1B stages with TP and CP x TP, 0.9966-1.0006): Table 6 CP 2 1.006 -> 0.924, CP 4 0.991 -> 0.910 by the step's
+# streams (step_reserved), 1.038 -> 0.946 and 1.026 -> 0.935 with the allocator replayed (step_reserved_replayed, the figure
+# test_memory_published.py holds) (each stage keeps its 15-16 blocks unsharded through the step, reshard_after_forward=False:
+# their TP-local Float8 weights in FP8 hold 6.2 GiB less than in bf16); CP 8 stays 0.907 / 0.927 (bf16 gathers, as it ran). Table 5 and Table 6's CP 1 row ran compiled with TP,
 # whose Inductor code is read with the weights cast in the block: gathered in bf16 here (FP8_ALL_GATHER_405B).
 # torchtitan 9dec370's CP rotates K/V with torch's 'allgather' method (config_manager.py --experimental.context_parallel_rotate_method
 # default): --cp-comm all-gather. Table 2's CP 2 / 4 / 8 rows (compile, Float8, full checkpointing) are walked as they ran since
@@ -147,8 +148,8 @@ def _t2(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
 # The peak is the first stage's (15 blocks) backward of its second micro-batch: its fp32 gradient accumulators (30.1 GiB), the
 # checkpointed block inputs of the micro-batches in flight, the unsharded parameters; the ring adds 0.6 GiB at CP 8 (its
 # all-gathered K/V in the backward). The published peak rises 7.8 GiB from CP 4 to CP 8 where that walk rose 0.6; with the FP8
-# all-gather walked as the rows ran (below: on at FSDP 2 / 4, off at FSDP 1) the walk rises 6.8 GiB (70.17 -> 77.01), the CP 8
-# row's bf16 unsharded weights; the remaining 1 GiB is not found (fragmentation across the allocator's streams is not modelled).
+# all-gather walked as the rows ran (below: on at FSDP 2 / 4, off at FSDP 1) the walk rises 6.8 GiB (70.17 -> 77.01; replayed
+# 72.08 -> 78.73, 6.7), the CP 8 row's bf16 unsharded weights; the remaining 1 GiB is not found.
 FLOAT8_PP_WALKED = ("the compiled Float8 TP blocks inside the pipeline stages (Inductor's code with torchao's TP styles) land in the "
                     "band; AsyncTP and the FP8 all-gather of llama3_405b.toml are not walked")
 FLOAT8_PP_CP_WALKED = ("the eager Float8 walk inside the pipeline stages with torch's ring attention on each TP rank's heads (ground "
