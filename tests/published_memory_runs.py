@@ -31,7 +31,8 @@ TOML_8B = "train_configs/llama3_8b.toml: seq_len = 8192, [activation_checkpoint]
 # 71.9 (0.831; the textbook sum before: 0.745), equals the bf16 walk's: the peak is loss parallel's backward (four fp32
 # logits-sized tensors of 131072 tokens x 16032 vocabulary rows, 31.3 GiB), after every block's recomputation and casts
 FP8_ALL_GATHER_405B = ("torchao's FP8 all-gather in FSDP (train_configs/llama3_405b.toml at 9dec370: enable_fsdp_float8_all_gather and "
-                       "precompute_float8_dynamic_scale_for_fsdp true): not walked with TP and PP, the weights gathered in bf16 here")
+                       "precompute_float8_dynamic_scale_for_fsdp true): walked eager with TP and in pipeline stages, not with the "
+                       "compiled TP block (its Inductor code is read with the weights cast in the block), the weights gathered in bf16 here")
 # Tables 4, 5 and 6's CP 1 row ran torch.compile with TP (and PP): walked with --compile since session 17, each block's Inductor
 # code with apply_tp's collectives traced into it (parcalc.core.memory_torchtitan_tp_compile; tests/ground_truth/
 # test_torch_memory_torchtitan_tp_compile.py, profiler-counted compiled TP steps on fake ranks, bf16 and torchao's Float8 TP
@@ -68,8 +69,15 @@ FSDP_UNFOUND_8_NODES = ("4.8 GiB the replayed allocator does not find at 8 nodes
 # the 6 extra layers to middle stages: 15 + 6 x 16 + 15
 SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")
 # train_configs/llama3_405b.toml at 9dec370 sets [float8] enable_float8_linear, enable_fsdp_float8_all_gather and
-# precompute_float8_dynamic_scale_for_fsdp true: Tables 5 and 6 likely gathered in FP8 too; --fp8-all-gather is not passed
-# while their Float8 inside pipeline stages is not walked (the walk follows the FP8 all-gather under FSDP alone)
+# precompute_float8_dynamic_scale_for_fsdp true, and torchtitan/float8.py at 9dec370 (Float8Handler, lines 51-53) turns the FP8
+# all-gather on only where parallel_dims.dp_shard_enabled (dp_shard > 1): Table 5 (FSDP 8) and Table 6's FSDP 8 / 4 / 2 rows
+# gathered in FP8, its FSDP 1, CP 8 row in bf16 (fully_shard still shards over the 8 CP ranks). Since session 17 the eager rows
+# pass --fp8-all-gather (tests/ground_truth/test_torch_memory_float8_all_gather_tp_pp.py: FSDPMemTracker with TP, MemTracker
+# over Schedule1F1B stages with TP and CP x TP, 0.9966-1.0006): Table 6 CP 2 1.006 -> 0.924, CP 4 0.991 -> 0.910 by the step's
+# streams (step_reserved), 1.038 -> 0.946 and 1.026 -> 0.935 with the allocator replayed (step_reserved_replayed, the figure
+# test_memory_published.py holds) (each stage keeps its 15-16 blocks unsharded through the step, reshard_after_forward=False:
+# their TP-local Float8 weights in FP8 hold 6.2 GiB less than in bf16); CP 8 stays 0.907 / 0.927 (bf16 gathers, as it ran). Table 5 and Table 6's CP 1 row ran compiled with TP,
+# whose Inductor code is read with the weights cast in the block: gathered in bf16 here (FP8_ALL_GATHER_405B).
 # torchtitan 9dec370's CP rotates K/V with torch's 'allgather' method (config_manager.py --experimental.context_parallel_rotate_method
 # default): --cp-comm all-gather. Table 2's CP 2 / 4 / 8 rows (compile, Float8, full checkpointing) are walked as they ran since
 # session 16 (parcalc.core.memory_torchtitan_cp_compile: the block's Inductor code with the ring traced into it, profiler-held on
@@ -139,13 +147,14 @@ def _t2(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
 # 1.0000-1.0003): 76.36 / 75.9 (1.006), 76.39 / 77.1 (0.991), 77.01 / 84.9 (0.907); the textbook sum before: 0.562, 0.554, 0.504.
 # The peak is the first stage's (15 blocks) backward of its second micro-batch: its fp32 gradient accumulators (30.1 GiB), the
 # checkpointed block inputs of the micro-batches in flight, the unsharded parameters; the ring adds 0.6 GiB at CP 8 (its
-# all-gathered K/V in the backward). The published peak rises 7.8 GiB from CP 4 to CP 8 where the walk rises 0.6: not found
-# (the compiled blocks and the FP8 all-gather are not walked; fragmentation across the allocator's streams is not modelled).
+# all-gathered K/V in the backward). The published peak rises 7.8 GiB from CP 4 to CP 8 where that walk rose 0.6; with the FP8
+# all-gather walked as the rows ran (below: on at FSDP 2 / 4, off at FSDP 1) the walk rises 6.8 GiB (70.17 -> 77.01; replayed
+# 72.08 -> 78.73, 6.7), the CP 8 row's bf16 unsharded weights; the remaining 1 GiB is not found.
 FLOAT8_PP_WALKED = ("the compiled Float8 TP blocks inside the pipeline stages (Inductor's code with torchao's TP styles) land in the "
                     "band; AsyncTP and the FP8 all-gather of llama3_405b.toml are not walked")
 FLOAT8_PP_CP_WALKED = ("the eager Float8 walk inside the pipeline stages with torch's ring attention on each TP rank's heads (ground "
-                       "truth to 0.06 % with TP, 0.35 % in the stages) lands in the band; the blocks' compilation with CP and the FP8 "
-                       "all-gather of llama3_405b.toml are not walked")
+                       "truth to 0.06 % with TP, 0.35 % in the stages), the weights all-gathered in FP8 where the run did (FSDP > 1), "
+                       "lands in the band; the blocks' compilation with CP is not walked")
 
 
 def _t6(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
@@ -154,10 +163,12 @@ def _t6(fsdp: int, cp: int, seq: int, gib: float) -> MemoryRun:
                      f"405B model. 512 GPUs (TP 8, PP8). Local batch size 8. Full activation checkpointing.', row '| FSDP {fsdp}, CP {cp} "
                      f"| {seq} | ... | {gib} |'",
                      (*_405B, *SPLIT_405B, "--tp", "8", "--pp", "8", "--dp", str(fsdp), "--cp", str(cp), *(("--cp-comm", "all-gather") if cp > 1 else ()),
+                      # eager rows: the FP8 all-gather where torchtitan's converter turned it on (dp_shard > 1), as they ran
+                      *(("--fp8-all-gather",) if cp > 1 and fsdp > 1 else ()),
                       "--micro-batch", "1", "--micro-batches", "8",
                       "--seq-len", str(seq), "--recompute", "full", "--precision", "fp8", *(() if cp > 1 else ("--compile",))),
-                     gib, _RESERVED, ((COMPILE_TP,) if cp > 1 else ("AsyncTP (torch._inductor.config._micro_pipeline_tp: not in the "
-                                                                 "read code)",)) + (FP8_ALL_GATHER_405B,),
+                     gib, _RESERVED, (COMPILE_TP,) if cp > 1 else ("AsyncTP (torch._inductor.config._micro_pipeline_tp: not in the "
+                                                                "read code)", FP8_ALL_GATHER_405B),
                      FLOAT8_PP_CP_WALKED if cp > 1 else FLOAT8_PP_WALKED)  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from parcalc.cli import app
+from parcalc.core.choices import Optimizer
 
 # Llama 3 8B (presets/models/llama3-8b.yaml: h 4096, 32 heads of 128, 8 KV heads, MLP 14336, 32 layers, vocabulary 128,256,
 # untied), its Float8 linears counted by hand, per layer:
@@ -119,16 +120,62 @@ def test_the_search_row_is_fit_of_its_layout(run_json) -> None:
     assert search["settings"]["fp8_all_gather"] is True
 
 
-def test_the_search_keeps_the_textbook_where_the_walk_does_not_follow_it(run_json) -> None:
-    """With TP the FP8 all-gather is not walked (memory_step_peak.float8_all_gather_gaps): the search's TP 2 row is fit's
-    textbook sum of that layout, not a walk that would refuse it."""
-    search = run_json("fit", "--gpus", "8", "--search", *H200, "--fp8-all-gather", "--top", "200")
-    row = next(r for r in search["tables"]["top"]["rows"] if (r["tp"], r["pp"], r["dp"], r["zero"], r["recompute"]) == (2, 1, 4, 3, "op"))
-    assert row["sequence_parallel"] is True  # torchtitan's apply_tp always shards the sequence
-    pinned = run_json("fit", "--gpus", "8", "--tp", "2", "--pp", "1", "--dp", "4", "--zero", "3", "--micro-batch", str(row["micro_batch"]),
-                      "--sequence-parallel", *H200, "--fp8-all-gather")  # fmt: skip
-    assert row["memory"] == pinned["results"]["total"]["value"]
-    assert "textbook_total" not in pinned["results"]  # the textbook sum is the total itself here, no walked peak beside it
+H200_FULL = tuple("full" if f == "op" else f for f in H200)  # the TP walk checkpoints whole blocks or nothing (memory_fsdp.tp_gaps)
+
+
+def test_the_search_walks_the_tp_row_with_it(run_json) -> None:
+    """With TP the FP8 all-gather is walked since session 17 (memory_step_peak.float8_all_gather_gaps; ground truth
+    tests/ground_truth/test_torch_memory_float8_all_gather_tp_pp.py): the search's TP 2 row is `fit` of its layout and
+    `memory`'s total, below the walk that gathers in bf16 (2026-11-29: 55.36 GiB, 55.46 without the flag; before, the
+    textbook sum with the flag)."""
+    gib = 2**30
+    search = run_json("fit", "--gpus", "8", "--search", *H200_FULL, "--fp8-all-gather", "--top", "200")
+    row = next(r for r in search["tables"]["top"]["rows"] if (r["tp"], r["pp"], r["dp"], r["zero"]) == (2, 1, 4, 3))
+    assert row["sequence_parallel"] is True and row["micro_batch"] == 4  # torchtitan's apply_tp always shards the sequence
+    layout = ("--gpus", "8", "--tp", "2", "--pp", "1", "--dp", "4", "--zero", "3", "--micro-batch", "4", "--sequence-parallel", *H200_FULL)
+    pinned = run_json("fit", *layout, "--fp8-all-gather")["results"]["total"]["value"]
+    assert row["memory"] == pinned and pinned / gib == pytest.approx(55.36, abs=0.01)
+    assert pinned < run_json("fit", *layout)["results"]["total"]["value"]
+    memory = run_json("memory", "--model", "llama3-8b", "--framework", "torchtitan", "--precision", "fp8", "--recompute", "full", "--tp", "2",
+                      "--dp", "4", "--zero", "3", "--sequence-parallel", "--micro-batch", "4", "--seq-len", "8192", "--fp8-all-gather")  # fmt: skip
+    assert memory["results"]["total"]["value"] == pinned and "step_reserved" in memory["results"]
+
+
+def test_memory_and_fit_walk_it_in_pipeline_stages(run_json) -> None:
+    """TP 2 x PP 2 x FSDP 2 under 1F1B, 8 micro-batches: memory and fit walk the stages with the flag to the same total,
+    1.68 GiB below the bf16 gathers (2026-11-29: 37.12 vs 38.80 GiB; each stage keeps its 16 blocks unsharded through the
+    step, their TP-local Float8 weights at 1 B an element in place of 2)."""
+    gib = 2**30
+    flags = ("--model", "llama3-8b", "--framework", "torchtitan", "--precision", "fp8", "--recompute", "full", "--tp", "2", "--pp", "2",
+             "--dp", "2", "--zero", "3", "--sequence-parallel", "--micro-batch", "1", "--seq-len", "8192", "--schedule", "1f1b")  # fmt: skip
+    totals = {}
+    for extra in ((), ("--fp8-all-gather",)):
+        memory = run_json("memory", *flags, "--micro-batches", "8", *extra)["results"]
+        assert "step_reserved" in memory
+        fit = run_json("fit", *flags, *extra, "--batch", "16", "--gpus", "8", "--gpu", "h200")["results"]
+        assert fit["total"]["value"] == memory["total"]["value"]
+        totals[extra] = memory["total"]["value"] / gib
+    assert totals[()] == pytest.approx(38.80, abs=0.01) and totals[("--fp8-all-gather",)] == pytest.approx(37.12, abs=0.01)
+
+
+def test_the_compiled_tp_block_keeps_the_textbook_with_it(run_json) -> None:
+    """The compiled TP block's Inductor code is read with the weights cast in the block (memory_torchtitan_tp_compile): with
+    --compile and TP the flag keeps the textbook sum, named (memory_step_peak.float8_all_gather_gaps), and the walk itself
+    refuses it (memory_fsdp.check_fsdp_step)."""
+    from parcalc.core.choices import Precision, Recompute
+    from parcalc.core.memory_fsdp import fsdp_step_of, fsdp_step_peak
+    from parcalc.errors import InputError
+    from parcalc.presets import load_model
+
+    flags = ("--model", "llama3-8b", "--framework", "torchtitan", "--precision", "fp8", "--recompute", "full", "--tp", "2", "--dp", "4",
+             "--zero", "3", "--sequence-parallel", "--micro-batch", "4", "--seq-len", "8192", "--compile")  # fmt: skip
+    assert "step_reserved" in run_json("memory", *flags)["results"]
+    document = run_json("memory", *flags, "--fp8-all-gather")
+    assert "step_reserved" not in document["results"]
+    assert "--fp8-all-gather with tp and --compile (the compiled TP block's code is read with the weights cast in the block)" in str(document)
+    step = fsdp_step_of("torchtitan-eager", 4, 8192, 4, Precision.FP8, Optimizer.ADAMW, Recompute.FULL, 2, True, float8_all_gather=True)
+    with pytest.raises(InputError, match="not all-gathered in FP8"):
+        fsdp_step_peak(load_model("llama3-8b"), step)
 
 
 @pytest.mark.parametrize("drop", ["fp8", "torchtitan"])

@@ -694,9 +694,9 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
                          f"the {model.layers} blocks")
     if step.tp > 1:
         check_tp(model, step)
-    if (step.tp > 1 or step.pp > 1) and step.float8_all_gather and step.precision is Precision.FP8:  # no ground truth for them yet
-        raise InputError(f"{model.name}: the step walk follows the FP8 all-gather (enable_fsdp_float8_all_gather) under FSDP alone, "
-                         f"not with tp = {step.tp}, pp = {step.pp}")
+    if step.tp > 1 and step.compiled and step.float8_all_gather and step.precision is Precision.FP8:
+        raise InputError(f"{model.name}: the compiled step walk under tp = {step.tp} follows Inductor's code for torchao's Float8 TP "
+                         "styles with the weights cast in the block, not all-gathered in FP8 (enable_fsdp_float8_all_gather)")
     if step.cp > 1:
         check_cp(model, step)
     if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code, step.precision)):

@@ -104,11 +104,16 @@ def fsdp_walk_gaps(model: TransformerModel, par: Layout, setup: TrainingSetup, p
 
 
 def float8_all_gather_gaps(par: Layout, float8_all_gather: bool, compiled: bool) -> tuple[str, ...]:
-    """What of --fp8-all-gather the FSDP2 step walk does not follow (memory, fit and fit's search ask the same)."""
+    """What of --fp8-all-gather the FSDP2 step walk does not follow (memory, fit and fit's search ask the same). It follows
+    torchao's FP8 all-gather under FSDP, under tp with torchao's Float8 TP styles (the TP-local weight's dp shard cast and
+    gathered in FP8, a DTensor over a Float8TrainingTensor that no Float8Linear casts again), in pipeline stages and with
+    eager cp x tp (tests/ground_truth/torchao_float8_all_gather_tp_pp.py), compiled under FSDP alone and in pipeline stages
+    without tp (memory_float8_compile); not the compiled TP block or the compiled ring, whose Inductor code is read with the
+    weights cast in the block."""
     if not float8_all_gather:
         return ()
-    return tuple(what for what, on in ((f"--fp8-all-gather with tp = {par.tp}, pp = {par.pp} (the FP8 all-gather is walked under "
-                                        "FSDP alone)", par.tp > 1 or par.pp > 1),
+    return tuple(what for what, on in (("--fp8-all-gather with tp and --compile (the compiled TP block's code is read with the "
+                                        "weights cast in the block)", par.tp > 1 and compiled),
                                        # memory_torchtitan_cp_compile reads the compiled ring with the weights cast in the block
                                        ("--fp8-all-gather with cp and --compile", par.cp > 1 and compiled)) if on)  # fmt: skip
 

@@ -21,6 +21,11 @@ casts and matmul (nn.Linear's mm packs its inputs before it runs): w2's cached o
 
 Ground truth: FSDPMemTracker over torchtitan's Transformer with torchao 0.18's convert_to_float8_training on fake ranks
 (tests/ground_truth/torchao_float8_fsdp.py, its fixture tests/fixtures/torchao/float8_fsdp_tracker.json).
+
+With enable_fsdp_float8_all_gather under TP and inside pipeline stages (AO_SOURCES['tp_all_gather']) the same holds of the
+TP-local weight: its dp shard cast and gathered in FP8, no cast of it in the Float8 TP styles' linears (weight_cast returns
+none); ground truth FSDPMemTracker on (dp, tp) meshes and MemTracker over Schedule1F1B stages
+(tests/ground_truth/torchao_float8_all_gather_tp_pp.py, fixture tests/fixtures/torchao/float8_all_gather_tp_pp_tracker.json).
 """
 
 from __future__ import annotations
@@ -44,6 +49,13 @@ AO_SOURCES = {
                    "gathered FP8 data; float8_linear.py: a weight already in FP8 (tensor_already_casted_to_fp8) is not cast again "
                    "in forward or backward; pytorch/pytorch v2.13.0 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py "
                    "foreach_all_gather: inputs of several dtypes gathered as bytes"),
+    "tp_all_gather": (f"{AO} torchao/float8/float8_linear.py Float8Linear.from_float: the weight a WeightWithDynamicFloat8CastTensor, "
+                      "which apply_tp's distribute_tensor makes the local tensor of a tp DTensor and fully_shard shards over dp; "
+                      "fsdp_utils.py:228-251 fsdp_pre_all_gather casts that dp shard of the TP-local weight (the scale dynamic, its "
+                      "amax all-reduced over the mesh, or precomputed), fsdp_post_all_gather a Float8TrainingTensor inside the tp "
+                      "DTensor; distributed_utils.py:14-27 tensor_already_casted_to_fp8 looks through the DTensor, so "
+                      "matmul_with_hp_or_float8_args casts no weight; torchtitan 9dec370 torchtitan/float8.py:51-53 turns it on only "
+                      "where parallel_dims.dp_shard_enabled"),
     "cast": (f"{AO} torchao/float8/float8_utils.py tensor_to_amax (torch.max(torch.abs(x))), amax_to_scale (float64 "
              "scalars); float8_training_tensor.py _ToFloat8ConstrFunc.forward: tensor.to(torch.float32) * scale, "
              "to_fp8_saturated: x.clamp(min=-max, max=max).to(float8_dtype); float8_ops.py float8_mm: torch._scaled_mm"),
@@ -123,5 +135,5 @@ AO_TP_SOURCES = {
 
 def weight_cast(walk: Walk, x: StepShapes, key: str, d_in: int, d_out: int) -> tuple[str, ...]:
     """matmul_with_hp_or_float8_args's cast of a (TP-local) weight before its mm, forward or backward; none where the weight
-    was all-gathered in FP8 (AO_SOURCES['all_gather'])."""
+    was all-gathered in FP8 (AO_SOURCES['all_gather'], under TP AO_SOURCES['tp_all_gather'])."""
     return () if x.float8_weights else (cast(walk, f"{key}.f8w", d_in * d_out, x.c),)

@@ -113,7 +113,8 @@ def _tracker():  # type: ignore[no-untyped-def]
 
 
 def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: int, stage: int, bounds: tuple[int, int],
-                       microbatches: int, ac: str, return_outputs: bool = False, tp: int = 1, float8: bool = False, cp: int = 1) -> float:  # fmt: skip
+                       microbatches: int, ac: str, return_outputs: bool = False, tp: int = 1, float8: bool = False, cp: int = 1,
+                       fp8_all_gather: bool = False) -> float:  # fmt: skip
     """MemTracker's peak (bytes) over two steps of stage `stage` of `pp` holding layers [bounds), under FSDP2 over `dp` ranks
     (bf16 params, fp32 reduce, for-loop AdamW) and Schedule1F1B over `microbatches` micro-batches of b x s tokens; the last
     stage's step(return_outputs=...) as torchtitan's trainer calls it (False since pytorch/torchtitan#1922). With `tp` > 1
@@ -124,7 +125,8 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
     converts the whole model before pipelining it; tiny_torchtitan_tp.tracked_tp_peak's), apply_tp's Float8 plans with tp.
     `cp` > 1: a (pp, dp, cp, tp) mesh, fully_shard over the flattened dp x cp ranks, each step's batch made anew and
     schedule.step run under torch's context_parallel as train.py at 9dec370 runs it (_cp_context: the ids and labels
-    sharded over the CP group, the ring attention in place of SDPA), the stage's I/O b x s / cp / tp x hidden."""
+    sharded over the CP group, the ring attention in place of SDPA), the stage's I/O b x s / cp / tp x hidden.
+    `fp8_all_gather`: the converter's enable_fsdp_float8_all_gather (tiny_torchtitan_tp.tracked_tp_peak's)."""
     import contextlib
 
     import torch.distributed as dist
@@ -163,7 +165,7 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
             if float8:  # torchtitan/float8.py Float8Handler.convert_to_float8_training at 9dec370
                 from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-                convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=False),
+                convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=fp8_all_gather),
                                            module_filter_fn=lambda mod, fqn: fqn != "output")
             if tp > 1:
                 tt.apply_tp(model, mesh["tp"], enable_float8=float8)

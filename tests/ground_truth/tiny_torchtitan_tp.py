@@ -220,13 +220,15 @@ def _tracker_class():  # type: ignore[no-untyped-def]
 
 
 def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int, ac: str, loss_parallel: bool = True,
-                    float8: bool = False, tracker=None) -> dict[str, float]:  # type: ignore[no-untyped-def]  # fmt: skip
+                    float8: bool = False, tracker=None, fp8_all_gather: bool = False) -> dict[str, float]:  # type: ignore[no-untyped-def]  # fmt: skip
     """FSDPMemTracker's peak of the second of two steps on a (dp, tp) mesh of fake ranks (tiny_torchtitan.tracked_torchtitan_peak's
     loop: zero_grad, forward, loss, del pred, backward, for-loop AdamW step), the loss and backward under loss_parallel().
     `float8`: torchtitan's float8 converter first (train.py at 9dec370 converts before parallelize_llama: torchao's
     convert_to_float8_training, every linear but the output projection, tensorwise dynamic scaling, no FP8 all-gather in FSDP),
     then apply_tp's Float8 plans (apply_tp's enable_float8). `tracker`: a tracker class in place of FSDPMemTracker's
-    (its `_track` filtered as _tracker_class's)."""
+    (its `_track` filtered as _tracker_class's). `fp8_all_gather`: the converter's enable_fsdp_float8_all_gather (torchtitan's
+    --float8.enable_fsdp_float8_all_gather): each weight a WeightWithDynamicFloat8CastTensor, which apply_tp distributes and
+    fully_shard shards further, all-gathered over dp in FP8 (torchao fsdp_utils.py fsdp_pre_all_gather)."""
     import contextlib
 
     import torch.distributed as dist
@@ -246,7 +248,7 @@ def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int
         if float8:  # torchtitan/float8.py Float8Handler.convert_to_float8_training at 9dec370
             from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
-            convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=False),
+            convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=fp8_all_gather),
                                        module_filter_fn=lambda mod, fqn: fqn != "output")
         apply_tp(model, mesh["tp"], loss_parallel, enable_float8=float8)
         apply_ac(model, ac)
