@@ -57,22 +57,31 @@ def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, s
 def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory, split: tuple[int, ...]) -> StageMemory:
     """The fsdp2 and torchtitan profiles: the step's peak under fully_shard (parcalc.core.memory_fsdp) where its walk follows
     the layout (FSDP over all dp ranks of a dense Llama-shaped model), else the textbook sum as it is."""
-    from parcalc.core.memory_fsdp import fsdp_step_peak_replayed
-    from parcalc.core.step_peak_derivation import (
-        fsdp_peak_derivation,
-        replayed_reserved_derivation,
-        reserved_derivation,
-    )
+    from parcalc.core.memory_fsdp import fsdp_step_peak
+    from parcalc.core.step_peak_derivation import fsdp_peak_derivation, reserved_derivation
 
     if fsdp_walk_gaps(model, par, setup, pipeline=True):
         return stage
     step = fsdp_stage_step(par, setup, stage.stage, split)
-    peak, replayed = fsdp_step_peak_replayed(model, step)
+    peak = fsdp_step_peak(model, step)
     allocated = fsdp_peak_derivation(peak, model, step, setup.step_memory.removesuffix("-eager"))
-    from dataclasses import replace as replaced
+    return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
 
-    walked = _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
-    return replaced(walked, peak_replayed=replayed_reserved_derivation(replayed))
+
+def with_replayed_reserve(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory,
+                          split: tuple[int, ...]) -> StageMemory:  # fmt: skip
+    """A walked FSDP2 stage with the caching allocator replayed over a run of its step beside its total (peak_replayed:
+    parcalc.core.memory_fsdp.fsdp_replayed); `memory` asks it for the stage it reports, once: a replay takes 0.1-1 s a stage,
+    and nothing totals it (fit and its search take each stream's own peak)."""
+    from dataclasses import replace
+
+    from parcalc.core.memory_fsdp import fsdp_replayed
+    from parcalc.core.step_peak_derivation import replayed_reserved_derivation
+
+    if stage.peak is None or setup.step_memory == "hf-eager" or fsdp_walk_gaps(model, par, setup, pipeline=True):
+        return stage
+    step = fsdp_stage_step(par, setup, stage.stage, split)
+    return replace(stage, peak_replayed=replayed_reserved_derivation(fsdp_replayed(model, step)))
 
 
 def fsdp_stage_step(par: Layout, setup: TrainingSetup, stage: int, split: tuple[int, ...]) -> FsdpStep:
