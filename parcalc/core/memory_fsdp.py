@@ -817,21 +817,14 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
 
 
 @lru_cache(maxsize=256)
-def fsdp_step_peak_replayed(model: TransformerModel, step: FsdpStep) -> tuple[StepPeak, Replayed]:
-    """fsdp_step_peak, and what the caching allocator reserves over a run of the step (replayed_reserve, expandable segments
-    as the step's profile sets them), from one walk. The replay is beside fsdp_step_peak's reserved figure (each stream's pool
-    at its own peak, no fragmentation), which memory, fit and fit's search total: the search walks too many steps to replay
-    each (about 0.1 s a step of Llama 3 8B; 70B's search 10 to 200 times slower)."""
+def fsdp_replayed(model: TransformerModel, step: FsdpStep) -> Replayed:
+    """What the caching allocator reserves over a run of this step (replayed_reserve, expandable segments as the step's
+    profile sets them). `memory` shows it beside fsdp_step_peak's reserved figure (each stream's pool at its own peak, no
+    fragmentation), which memory, fit and fit's search total: the search walks too many steps to replay each (about 0.1 s a
+    step of Llama 3 8B; 70B's search 10 to 200 times slower)."""
     walk = EventWalk()
     walk_fsdp_step(model, step, walk)
-    replayed = replayed_reserve(walk, step.expandable_segments)
-    pools = replayed.stream_pools
-    return replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools), replayed
-
-
-def fsdp_replayed(model: TransformerModel, step: FsdpStep) -> Replayed:
-    """What the caching allocator reserves over a run of this step (fsdp_step_peak_replayed)."""
-    return fsdp_step_peak_replayed(model, step)[1]
+    return replayed_reserve(walk, step.expandable_segments)
 
 
 @lru_cache(maxsize=4096)
