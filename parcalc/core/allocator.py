@@ -134,7 +134,7 @@ class CachingAllocator:
         size, start, end, small, _ = self._take(address)
         self.allocated -= size
         following = address + size
-        if following < end and self._blocks[following][4]:  # merge with the next block of the segment if it is free
+        if following < end and following in self._blocks and self._blocks[following][4]:  # the next block of the segment, if free
             size += self._take(following)[0]
         previous = self._ending_at.get(address)
         if address > start and previous is not None and self._blocks[previous][4]:  # and with the previous one
@@ -156,92 +156,52 @@ EXPANDABLE_SOURCE = (
 )
 
 
-class ExpandableSegments:
+class ExpandableSegments(CachingAllocator):
     """One CUDA stream's pools under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (EXPANDABLE_SOURCE): each pool (small,
     large) one segment that grows at its top in whole pages and never shrinks in a run that neither empties the cache nor
     runs out of memory. A request is rounded to 512 B; the best-fitting free block below the top serves it (the rest split
     off when >= 512 B); else the free block at the top (if any) is extended by the pages the request still lacks. `reserved`
-    is the mapped pages of both pools: what torch.cuda.memory_reserved counts. Same interface as CachingAllocator."""
+    is the mapped pages of both pools: what torch.cuda.memory_reserved counts. CachingAllocator's blocks, splitting and
+    merging (free), each pool one segment without an end; only how a request finds its block differs."""
 
     def __init__(self) -> None:
-        # per pool (small?): the free blocks sorted by (size, address), each block [size, free], the mapped top
-        self._free: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
-        self._blocks: dict[bool, dict[float, list]] = {True: {}, False: {}}  # address -> [size, free]
-        self._ending_at: dict[bool, dict[float, float]] = {True: {}, False: {}}  # a block's end -> its address
-        self._mapped: dict[bool, float] = {True: 0.0, False: 0.0}
-        self._pool_of: dict[float, bool] = {}
-        self.reserved = 0.0
-        self.allocated = 0.0
-        self.peak_allocated = 0.0
-
-    @staticmethod
-    def _page(small: bool) -> float:
-        return float(K_SMALL_BUFFER if small else K_LARGE_BUFFER)
-
-    def _put(self, small: bool, address: float, size: float, free: bool) -> None:
-        import bisect
-
-        self._blocks[small][address] = [size, free]
-        self._ending_at[small][address + size] = address
-        if free:
-            bisect.insort(self._free[small], (size, address))
-
-    def _take(self, small: bool, address: float) -> list:
-        block = self._blocks[small].pop(address)
-        del self._ending_at[small][address + block[0]]
-        if block[1]:
-            self._free[small].remove((block[0], address))
-        return block
+        super().__init__()
+        # each pool's segment starts at its own address, 1 PiB apart (the two never meet; addresses stay exact floats)
+        self._base: dict[bool, float] = {True: float(2**50), False: 0.0}
+        self._mapped: dict[bool, float] = dict(self._base)
 
     def malloc(self, size: float) -> float:
-        """A block for `size` bytes; returns its handle (small-pool addresses are kept apart by a sign-free offset)."""
+        """A block for `size` bytes; returns its address (the handle to free it with)."""
         import bisect
 
         if size <= 0:
             return -1.0
         size = block_bytes(size)
         small = size <= K_SMALL_SIZE
-        pool, top = self._free[small], self._mapped[small]
+        pool, top, base = self._free[small], self._mapped[small], self._base[small]
         at = bisect.bisect_left(pool, (size, -1.0))
         if at < len(pool) and pool[at][0] + pool[at][1] == top and at + 1 < len(pool):
             at += 1  # get_free_block: the top block's expandable size is the largest, another fitting block goes first
         if at < len(pool):
             address = pool[at][1]
-            block_size = self._take(small, address)[0]
+            block_size = self._take(address)[0]
         else:  # try_allocate_expandable_block: the free block at the top (if any) and the pages the request still lacks
-            below = self._ending_at[small].get(top)
+            below = self._ending_at.get(top)
             address, have = top, 0.0
-            if below is not None and self._blocks[small][below][1]:
-                address, have = below, self._take(small, below)[0]
-            page = self._page(small)
+            if below is not None and self._blocks[below][4]:
+                address, have = below, self._take(below)[0]
+            page = float(K_SMALL_BUFFER if small else K_LARGE_BUFFER)
             grow = page * math.ceil((size - have) / page)
             self._mapped[small] = top + grow
             self.reserved += grow
             block_size = have + grow
         if block_size - size >= K_MIN_BLOCK:  # should_split under expandable segments, both pools
-            self._put(small, address + size, block_size - size, True)
+            self._put(address + size, block_size - size, base, math.inf, small, True)
             block_size = size
-        self._put(small, address, block_size, False)
+        self._put(address, block_size, base, math.inf, small, False)
         self.allocated += block_size
         self.peak_allocated = max(self.peak_allocated, self.allocated)
-        handle = address * 2 + (1 if small else 0)  # one number for (pool, address)
-        return handle
-
-    def free(self, handle: float) -> None:
-        if handle < 0:
-            return
-        small = handle % 2 == 1
-        address = (handle - (1 if small else 0)) / 2
-        size = self._take(small, address)[0]
-        self.allocated -= size
-        following = self._blocks[small].get(address + size)
-        if following is not None and following[1]:
-            size += self._take(small, address + size)[0]
-        previous = self._ending_at[small].get(address)
-        if previous is not None and self._blocks[small][previous][1]:
-            size += self._take(small, previous)[0]
-            address = previous
-        self._put(small, address, size, True)
+        return address
 
 
 class StreamAllocators:
