@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parcalc.core.memory_float8_compile import WHAT, as_block_program
+from parcalc.core.memory_float8_compile import WHAT, as_block_programs
 from parcalc.core.memory_torchtitan_compile import run_program, sizes_of
 from parcalc.core.memory_walk import StepShapes, Walk
 
@@ -75,10 +75,9 @@ SHARD_WHAT = {"Tsh": "bf16 activation (a rank's sequence shard, hidden width; or
 def tp_programs(tp: int, batch_one: bool, float8: bool) -> tuple[dict[str, tuple[Step, ...]], dict[str, tuple[Step, ...]]]:
     """The compiled TP block's forward and backward programs by policy at TP degree `tp` (one of DEGREES, FLOAT8_DEGREES with
     `float8`); `batch_one`: micro-batch 1's, where read (at tp 8), else the micro-batch > 1 code's."""
-    what = {**WHAT, **SHARD_WHAT}
     precision = "float8" if float8 else "bf16"
     pairs = {policy: PROGRAMS.get((precision, tp, policy, batch_one), PROGRAMS[(precision, tp, policy, False)]) for policy in ("none", "full")}
-    return ({p: as_block_program(f, what) for p, (f, _) in pairs.items()}, {p: as_block_program(b, what) for p, (_, b) in pairs.items()})
+    return as_block_programs(pairs, {**WHAT, **SHARD_WHAT})
 
 
 def _sizes(x: StepShapes, tp: int) -> dict[str, float]:
