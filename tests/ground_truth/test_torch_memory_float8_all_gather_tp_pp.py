@@ -25,20 +25,17 @@ TP_CASES, PP_CASES = DATA["tp_cases"], DATA["pp_cases"] + DATA["pp_cp_cases"]
 
 
 def _model(dims: list[int], layers: int):  # type: ignore[no-untyped-def]
-
     hidden, heads, kv_heads, ffn, vocab = dims[0], dims[1], dims[2], dims[3], dims[-3]
     return titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
 
 
 def _tp_peak(case: dict, gathered_in_fp8: bool = True):  # type: ignore[no-untyped-def]
-
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = case["dims"]
-    return tracked_step_peak(_model([hidden, heads, kv_heads, ffn, vocab, b, s], layers), b, s, case["dp"], "fp8",
-                             case["ac"], tp=case["tp"], float8_all_gather=gathered_in_fp8)  # fmt: skip
+    return tracked_step_peak(titan_llama(hidden, heads, kv_heads, ffn, layers, vocab), b, s, case["dp"], "fp8", case["ac"],
+                             tp=case["tp"], float8_all_gather=gathered_in_fp8)  # fmt: skip
 
 
 def _stage_peak(case: dict, gathered_in_fp8: bool = True):  # type: ignore[no-untyped-def]
-
     b, s = case["dims"][-2:]
     cp = case.get("cp", 1)
     return tracked_step_peak(_model(case["dims"], case["layers"]), b, s, case["dp"] * cp, "fp8", case["ac"],

@@ -23,7 +23,6 @@ CASES = json.loads(FIXTURE.read_text())["cases"]
 
 
 def _parcalc_peak(case: dict, precision: str = "fp8"):  # type: ignore[no-untyped-def]
-
     hidden, heads, kv_heads, ffn, vocab, b, s = case["dims"]
     model = titan_llama(hidden, heads, kv_heads, ffn, case["layers"], vocab)
     return tracked_step_peak(model, b, s, case["dp"], precision, case["ac"], pp=case["pp"], pp_stage=case["stage"],

@@ -22,7 +22,6 @@ CASES = json.loads(FIXTURE.read_text())["cases"]
 
 
 def _parcalc_peak(case: dict, precision: str = "fp8"):  # type: ignore[no-untyped-def]
-
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = case["dims"]
     model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     return tracked_step_peak(model, b, s, case["dp"], precision, case["ac"], tp=case["tp"])

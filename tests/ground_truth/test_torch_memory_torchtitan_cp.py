@@ -19,7 +19,6 @@ from .titan_walks import titan_llama, tracked_step_peak  # noqa: E402
 
 
 def _parcalc_peak(shape: tuple, dp: int, cp: int, ac: str, rotate: str = "allgather"):
-
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
     model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     return tracked_step_peak(model, b, s, dp * cp, "mixed-bf16", ac, cp=cp, cp_rotate=rotate)

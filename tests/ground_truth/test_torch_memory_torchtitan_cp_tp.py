@@ -27,7 +27,6 @@ FLOAT8 = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "torchao
 
 
 def _parcalc_peak(shape: tuple | list, dp: int, cp: int, tp: int, ac: str, rotate: str = "allgather", precision: str = "mixed-bf16"):  # type: ignore[no-untyped-def]
-
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
     model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     return tracked_step_peak(model, b, s, dp * cp, precision, ac, cp=cp, cp_rotate=rotate, tp=tp)

@@ -18,7 +18,6 @@ from .titan_walks import titan_llama, tracked_step_peak  # noqa: E402
 
 
 def _parcalc_peak(shape: tuple, dp: int, tp: int, ac: str):
-
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
     model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     return tracked_step_peak(model, b, s, dp, "mixed-bf16", ac, tp=tp)
