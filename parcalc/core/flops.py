@@ -140,6 +140,16 @@ def six_nd(params: float, tokens: float, *, key: str = "six_nd", params_source: 
     )
 
 
+# what the papers' per-iteration closed forms (Narayanan et al.'s l, Korthikanti et al.'s L) take of the run's shape
+_ITERATION_SHAPE = {"B": "sequences per iteration (global batch)", "s": "sequence length", "l": "transformer layers",
+                    "L": "transformer layers", "h": "hidden size", "V": "vocabulary size"}
+
+
+def _iteration_shape(**values: float) -> tuple[Term, ...]:
+    """The closed form's shape inputs in the paper's order, each under the paper's own symbol."""
+    return tuple(Term(symbol, symbol, symbol, value, "", _ITERATION_SHAPE[symbol]) for symbol, value in values.items())
+
+
 def narayanan_flops(batch: float, seq_len: float, layers: float, hidden: float, vocab: float) -> Derivation:
     """Narayanan et al. 2021's FLOPs per iteration with full recomputation:
     96 B s l h^2 (1 + s/(6h) + V/(16 l h)), for a GPT layer with a 4h MLP and an LM head."""
@@ -151,13 +161,7 @@ def narayanan_flops(batch: float, seq_len: float, layers: float, hidden: float, 
         latex_symbol=r"F_{\mathrm{N}}",
         formula="96 × $B × $s × $l × $h² × (1 + $s / (6 × $h) + $V / (16 × $l × $h))",
         formula_latex=r"96 \times $B \times $s \times $l \times $h^2 \times \left(1 + \frac{$s}{6 \times $h} + \frac{$V}{16 \times $l \times $h}\right)",
-        inputs=(
-            Term("B", "B", "B", B, "", "sequences per iteration (global batch)"),
-            Term("s", "s", "s", s, "", "sequence length"),
-            Term("l", "l", "l", l, "", "transformer layers"),
-            Term("h", "h", "h", h, "", "hidden size"),
-            Term("V", "V", "V", V, "", "vocabulary size"),
-        ),
+        inputs=_iteration_shape(B=B, s=s, l=l, h=h, V=V),
         value=96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)),
         unit="FLOP",
         source=NARAYANAN_FLOPS,
@@ -181,13 +185,7 @@ def korthikanti_selective_flops(batch: float, seq_len: float, layers: float, hid
         latex_symbol=r"F_{\mathrm{hw,K}}",
         formula="72 × $B × $L × $s × $h² × (1 + $s / (3 × $h) + $V / (12 × $h × $L))",
         formula_latex=r"72 \times $B \times $L \times $s \times $h^2 \times \left(1 + \frac{$s}{3 \times $h} + \frac{$V}{12 \times $h \times $L}\right)",
-        inputs=(
-            Term("B", "B", "B", B, "", "sequences per iteration (global batch)"),
-            Term("L", "L", "L", L, "", "transformer layers"),
-            Term("s", "s", "s", s, "", "sequence length"),
-            Term("h", "h", "h", h, "", "hidden size"),
-            Term("V", "V", "V", V, "", "vocabulary size"),
-        ),
+        inputs=_iteration_shape(B=B, L=L, s=s, h=h, V=V),
         value=72.0 * B * L * s * h * h * (1 + s / (3 * h) + V / (12 * h * L)),
         unit="FLOP",
         source="Korthikanti et al. 2022 (arXiv:2205.05198), Appendix A, eq. (8); used for the HFU of their Table 5",

@@ -413,6 +413,14 @@ def as_block_program(program: tuple[Step, ...], what: dict[str, str] = WHAT) -> 
     return tuple(out)
 
 
+
+def as_block_programs(pairs: dict[str, tuple[tuple[Step, ...], tuple[Step, ...]]], what: dict[str, str]
+                      ) -> tuple[dict[str, tuple[Step, ...]], dict[str, tuple[Step, ...]]]:  # fmt: skip
+    """A generated table's {policy: (forward, backward)} as the walk's forward programs and backward programs by policy
+    (as_block_program each): how the TP and CP blocks' programs are read (memory_torchtitan_tp_compile, _cp_compile)."""
+    return ({policy: as_block_program(forward, what) for policy, (forward, _) in pairs.items()},
+            {policy: as_block_program(backward, what) for policy, (_, backward) in pairs.items()})  # fmt: skip
+
 FLOAT8_FORWARD = {policy: as_block_program(program) for policy, program in FORWARD.items()}
 FLOAT8_BACKWARD = {policy: as_block_program(program) for policy, program in BACKWARD.items()}
 FLOAT8_WEIGHTS_FORWARD = {policy: as_block_program(program) for policy, program in FORWARD_FP8_WEIGHTS.items()}

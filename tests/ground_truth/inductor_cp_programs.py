@@ -22,12 +22,10 @@ code, from the repository root:
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-from .inductor_float8_programs import programs, trimmed
+from .inductor_float8_programs import paired_module_data, programs, write_traced_log
 
 # (hidden, heads, KV heads, ffn, layers, vocab, b, a rank's s): the global sequence is cp x s
 SHAPE = (128, 8, 2, 1536, 1, 64, 8, 256)
@@ -75,27 +73,6 @@ def committed_programs() -> dict[tuple[str, int, str], tuple[list, list]]:
             for precision in PRECISIONS for cp in DEGREES for policy in POLICIES}  # fmt: skip
 
 
-def module_data_cp() -> str:
-    """PROGRAMS of parcalc.core.memory_torchtitan_cp_compile, as Python source."""
-    out = ["PROGRAMS: dict[tuple[str, int, str], tuple[tuple[Step, ...], tuple[Step, ...]]] = {"]
-    for key, pair in committed_programs().items():
-        out.append(f"    {key!r}: (")
-        for program in pair:
-            out.append("        (")
-            row = "           "
-            for line in program:
-                item = f" {tuple(line)!r},"
-                if len(row) + len(item) > 130:
-                    out.append(row)
-                    row = "           "
-                row += item
-            out.append(row)
-            out.append("        ),")
-        out.append("    ),")
-    out.append("}  # fmt: skip")
-    return "\n".join(out)
-
-
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--trace"]:
         _trace(sys.argv[2], sys.argv[3], int(sys.argv[4]))
@@ -103,9 +80,6 @@ if __name__ == "__main__":
         LOGS.mkdir(parents=True, exist_ok=True)
         for cp in DEGREES:
             for policy in POLICIES:
-                run = subprocess.run([sys.executable, "-m", "tests.ground_truth.inductor_cp_programs", "--trace", sys.argv[2], policy, str(cp)],
-                                     env={**os.environ, "TORCH_LOGS": "output_code,graph_code"}, capture_output=True, text=True, check=True)  # fmt: skip
-                log_path(sys.argv[2], policy, cp).write_text(trimmed(run.stderr))
-                print(sys.argv[2], policy, cp, file=sys.stderr)
+                write_traced_log("tests.ground_truth.inductor_cp_programs", (sys.argv[2], policy, str(cp)), log_path(sys.argv[2], policy, cp))
     else:  # the programs of parcalc.core.memory_torchtitan_cp_compile
-        print(module_data_cp())
+        print(paired_module_data("tuple[str, int, str]", committed_programs()))

@@ -385,6 +385,19 @@ def programs(log: str, symbols: dict | None = None, stream: str = "Th") -> tuple
     return fw, bw
 
 
+def source_rows(program: list[tuple[str, ...]], indent: str) -> list[str]:
+    """One program's lines as rows of Python source (a tuple each, rows of at most 130 characters, each after `indent`): the
+    layout of every generated program table (memory_float8_compile's, memory_torchtitan_tp_compile's and _cp_compile's)."""
+    rows, row = [], indent
+    for line in program:
+        item = f" {tuple(line)!r},"
+        if len(row) + len(item) > 130:
+            rows.append(row)
+            row = indent
+        row += item
+    return [*rows, row]
+
+
 def module_data(logs: dict[str, str], suffix: str = "") -> str:
     """The FORWARD and BACKWARD dicts of parcalc.core.memory_float8_compile (`suffix`: their names' ending), as Python source."""
     out = []
@@ -392,17 +405,21 @@ def module_data(logs: dict[str, str], suffix: str = "") -> str:
     for i, name in enumerate((f"FORWARD{suffix}", f"BACKWARD{suffix}")):
         out.append(f"{name}: dict[str, tuple[Step, ...]] = {{")
         for policy, pair in progs.items():
-            out.append(f"    {policy!r}: (")
-            row = "       "
-            for line in pair[i]:
-                item = f" {line!r},"
-                if len(row) + len(item) > 130:
-                    out.append(row)
-                    row = "       "
-                row += item
-            out.append(row)
-            out.append("    ),")
+            out += [f"    {policy!r}: (", *source_rows(pair[i], "       "), "    ),"]
         out.append("}  # fmt: skip\n")
+    return "\n".join(out)
+
+
+def paired_module_data(key_type: str, pairs: dict[tuple, tuple[list, list]]) -> str:
+    """PROGRAMS of parcalc.core.memory_torchtitan_tp_compile or _cp_compile as Python source: {key: (forward, backward)},
+    `key_type` the keys' annotation (the tuple's element types)."""
+    out = [f"PROGRAMS: dict[{key_type}, tuple[tuple[Step, ...], tuple[Step, ...]]] = {{"]
+    for key, pair in pairs.items():
+        out.append(f"    {key!r}: (")
+        for program in pair:
+            out += ["        (", *source_rows(program, "           "), "        ),"]
+        out.append("    ),")
+    out.append("}  # fmt: skip")
     return "\n".join(out)
 
 
@@ -420,6 +437,18 @@ def trimmed(log: str) -> str:
         if inside and not line.strip().startswith(("# Topologically", "# buffer ")):
             keep.append(f"[__output_code] {line}")
     return "\n".join(keep) + "\n"
+
+
+def write_traced_log(module: str, trace_args: tuple[str, ...], path: Path) -> None:
+    """Runs `python -m module --trace *trace_args` (one compiled step) with TORCH_LOGS=output_code,graph_code and writes its
+    log, trimmed, to `path`: how the TP and CP generators (inductor_tp_programs.py, inductor_cp_programs.py) make their logs."""
+    import os
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-m", module, "--trace", *trace_args], env={**os.environ, "TORCH_LOGS": "output_code,graph_code"},
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    path.write_text(trimmed(run.stderr))
+    print(*trace_args, file=sys.stderr)
 
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "torchao"

@@ -22,12 +22,10 @@ Made with torch 2.13.0 (bf16: the project's environment; float8: with torchao 0.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
-from .inductor_float8_programs import programs, trimmed
+from .inductor_float8_programs import paired_module_data, programs, write_traced_log
 
 # (hidden, heads, KV heads, ffn, layers, vocab, b, s): 32 heads over 8 KV heads, so that at tp 8 a rank has one KV head and
 # four query heads (repeat_kv copies, as Llama 3 70B's and 405B's 64 / 128 heads over 8 KV heads at tp 8)
@@ -85,34 +83,6 @@ def committed_programs() -> dict[tuple[str, int, str, bool], tuple[list, list]]:
     return out
 
 
-def module_data_tp() -> str:
-    """PROGRAMS of parcalc.core.memory_torchtitan_tp_compile, as Python source."""
-    out = ["PROGRAMS: dict[tuple[str, int, str, bool], tuple[tuple[Step, ...], tuple[Step, ...]]] = {"]
-    for key, pair in committed_programs().items():
-        out.append(f"    {key!r}: (")
-        for program in pair:
-            out.append("        (")
-            row = "           "
-            for line in program:
-                item = f" {tuple(line)!r},"
-                if len(row) + len(item) > 130:
-                    out.append(row)
-                    row = "           "
-                row += item
-            out.append(row)
-            out.append("        ),")
-        out.append("    ),")
-    out.append("}  # fmt: skip")
-    return "\n".join(out)
-
-
-def _log(precision: str, policy: str, tp: int, batch_one: bool) -> None:
-    run = subprocess.run([sys.executable, "-m", "tests.ground_truth.inductor_tp_programs", "--trace", precision, policy, str(tp), str(int(batch_one))],
-                         env={**os.environ, "TORCH_LOGS": "output_code,graph_code"}, capture_output=True, text=True, check=True)  # fmt: skip
-    log_path(precision, policy, tp, batch_one).write_text(trimmed(run.stderr))
-    print(precision, policy, tp, batch_one, file=sys.stderr)
-
-
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--trace"]:
         _trace(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "1")
@@ -120,6 +90,7 @@ if __name__ == "__main__":
         LOGS.mkdir(parents=True, exist_ok=True)
         for tp, policy, batch_one in LOGGED[sys.argv[2]]:
             if not log_path(sys.argv[2], policy, tp, batch_one).exists():
-                _log(sys.argv[2], policy, tp, batch_one)
+                write_traced_log("tests.ground_truth.inductor_tp_programs", (sys.argv[2], policy, str(tp), str(int(batch_one))),
+                                 log_path(sys.argv[2], policy, tp, batch_one))
     else:  # the programs of parcalc.core.memory_torchtitan_tp_compile
-        print(module_data_tp())
+        print(paired_module_data("tuple[str, int, str, bool]", committed_programs()))

@@ -8,9 +8,9 @@ comments (parcalc / measured)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
+
+from .titan_walks import titan_llama
 
 torch = pytest.importorskip("torch")
 
@@ -19,11 +19,9 @@ def _parcalc_peak(shape: tuple, ac: str, compiled_loss: bool):
     from parcalc.core.memory_timeline import shapes_of
     from parcalc.core.memory_torchtitan import walk_step
     from parcalc.core.memory_walk import StepHooks, Walk, peak_of
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     x = shapes_of(model, b, s, 2.0, 2.0, False)
     walk = Walk()
     walk_step(walk, model, x, (ac,) * layers, 1, StepHooks(), True, compiled_loss)

@@ -11,27 +11,20 @@ step counters on the device, two embedding-gradient tables, no cuBLAS workspace 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from .titan_walks import titan_llama, tracked_step_peak
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "torchao" / "float8_fsdp_tracker.json"
 CASES = json.loads(FIXTURE.read_text())["cases"]
 
 
 def _parcalc_peak(case: dict, precision: str = "fp8"):  # type: ignore[no-untyped-def]
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-    from parcalc.presets import load_model
-
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = case["dims"]
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
-    step = FsdpStep(b, s, case["ranks"], Precision(precision), 4.0, optimizer_impl="for-loop", recompute=Recompute(case["ac"]),
-                    reshard_last_block=False, cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True,
-                    model_code="torchtitan", float8_all_gather=case["fp8_all_gather"])  # fmt: skip
-    return fsdp_step_peak(model, step)
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
+    return tracked_step_peak(model, b, s, case["ranks"], precision, case["ac"], float8_all_gather=case["fp8_all_gather"])
 
 
 def _id(case: dict) -> str:

@@ -13,10 +13,11 @@ device, two embedding-gradient tables, no cuBLAS workspace; the last stage's ste
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from .titan_walks import titan_llama, tracked_step_peak
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "torchao" / "float8_all_gather_tp_pp_tracker.json"
 DATA = json.loads(FIXTURE.read_text())
@@ -24,36 +25,23 @@ TP_CASES, PP_CASES = DATA["tp_cases"], DATA["pp_cases"] + DATA["pp_cp_cases"]
 
 
 def _model(dims: list[int], layers: int):  # type: ignore[no-untyped-def]
-    from parcalc.presets import load_model
-
     hidden, heads, kv_heads, ffn, vocab = dims[0], dims[1], dims[2], dims[3], dims[-3]
-    return replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                   ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    return titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
 
 
 def _tp_peak(case: dict, gathered_in_fp8: bool = True):  # type: ignore[no-untyped-def]
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = case["dims"]
-    step = FsdpStep(b, s, case["dp"], Precision.FP8, 4.0, optimizer_impl="for-loop", recompute=Recompute(case["ac"]),
-                    reshard_last_block=False, cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True,
-                    model_code="torchtitan", tp=case["tp"], float8_all_gather=gathered_in_fp8)  # fmt: skip
-    return fsdp_step_peak(_model([hidden, heads, kv_heads, ffn, vocab, b, s], layers), step)
+    return tracked_step_peak(titan_llama(hidden, heads, kv_heads, ffn, layers, vocab), b, s, case["dp"], "fp8", case["ac"],
+                             tp=case["tp"], float8_all_gather=gathered_in_fp8)  # fmt: skip
 
 
 def _stage_peak(case: dict, gathered_in_fp8: bool = True):  # type: ignore[no-untyped-def]
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-
     b, s = case["dims"][-2:]
     cp = case.get("cp", 1)
-    step = FsdpStep(b, s, case["dp"] * cp, Precision.FP8, 4.0, optimizer_impl="for-loop", recompute=Recompute(case["ac"]),
-                    reshard_last_block=False, cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True,
-                    model_code="torchtitan", pp=case["pp"], pp_stage=case["stage"], stage_layers=tuple(case["bounds"]),
-                    micro_batches=case["micro_batches"], pp_return_outputs=False, tp=case["tp"], cp=cp,
-                    float8_all_gather=gathered_in_fp8)  # fmt: skip
-    return fsdp_step_peak(_model(case["dims"], case["layers"]), step)
+    return tracked_step_peak(_model(case["dims"], case["layers"]), b, s, case["dp"] * cp, "fp8", case["ac"],
+                             pp=case["pp"], pp_stage=case["stage"], stage_layers=tuple(case["bounds"]),
+                             micro_batches=case["micro_batches"], pp_return_outputs=False, tp=case["tp"], cp=cp,
+                             float8_all_gather=gathered_in_fp8)  # fmt: skip
 
 
 def _tp_id(case: dict) -> str:

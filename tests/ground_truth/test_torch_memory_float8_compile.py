@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from .titan_walks import titan_llama, tracked_step_peak
+
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "torchao" / "float8_compile_profiler.json"
 
 
@@ -31,11 +33,9 @@ def _walk(shape: tuple, ac: str, float8: bool = True, programs: tuple | None = N
     from parcalc.core.memory_timeline import shapes_of
     from parcalc.core.memory_torchtitan import walk_step
     from parcalc.core.memory_walk import StepHooks, Walk, peak_of
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     x = replace(shapes_of(model, b, s, 2.0, 2.0, False), float8=float8)
     walk = Walk()
     if programs is not None:  # the bf16 programs as read from the generated code, in the hand-read ones' place
@@ -127,17 +127,11 @@ FSDP_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "torchao" / "f
 def _fsdp_peak(case: dict, compiled: bool):  # type: ignore[no-untyped-def]
     """parcalc's FSDP2 step of torchao_float8_compile_fsdp.py: 4 ranks, the FP8 all-gather, for-loop AdamW, real tensors (one
     embedding-gradient table), no cuBLAS workspace, the last block not resharded (torchtitan)."""
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = case["dims"]
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
-    step = FsdpStep(b, s, case["ranks"], Precision.FP8, 4.0, optimizer_impl="for-loop", recompute=Recompute(case["ac"]),
-                    reshard_last_block=False, cublas_workspace=0.0, embedding_backward_tables=1, step_counters_on_device=True,
-                    model_code="torchtitan", float8_all_gather=True, compiled=compiled)  # fmt: skip
-    return fsdp_step_peak(model, step)
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
+    return tracked_step_peak(model, b, s, case["ranks"], "fp8", case["ac"], embedding_backward_tables=1,
+                             float8_all_gather=True, compiled=compiled)  # fmt: skip
 
 
 def _fsdp_cases() -> list:  # type: ignore[type-arg]

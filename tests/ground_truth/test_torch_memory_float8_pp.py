@@ -12,28 +12,22 @@ cuBLAS workspace, the last stage's step(return_outputs=False)."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from .titan_walks import titan_llama, tracked_step_peak
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "torchao" / "float8_pp_tracker.json"
 CASES = json.loads(FIXTURE.read_text())["cases"]
 
 
 def _parcalc_peak(case: dict, precision: str = "fp8"):  # type: ignore[no-untyped-def]
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-    from parcalc.presets import load_model
-
     hidden, heads, kv_heads, ffn, vocab, b, s = case["dims"]
-    model = replace(load_model("llama3-8b"), layers=case["layers"], hidden=hidden, heads=heads, kv_heads=kv_heads,
-                    head_dim=hidden // heads, ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
-    step = FsdpStep(b, s, case["dp"], Precision(precision), 4.0, optimizer_impl="for-loop", recompute=Recompute(case["ac"]),
-                    reshard_last_block=False, cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True,
-                    model_code="torchtitan", pp=case["pp"], pp_stage=case["stage"], stage_layers=tuple(case["bounds"]),
-                    micro_batches=case["micro_batches"], pp_return_outputs=False, tp=case["tp"])  # fmt: skip
-    return fsdp_step_peak(model, step)
+    model = titan_llama(hidden, heads, kv_heads, ffn, case["layers"], vocab)
+    return tracked_step_peak(model, b, s, case["dp"], precision, case["ac"], pp=case["pp"], pp_stage=case["stage"],
+                             stage_layers=tuple(case["bounds"]), micro_batches=case["micro_batches"], pp_return_outputs=False,
+                             tp=case["tp"])  # fmt: skip
 
 
 def _id(case: dict) -> str:

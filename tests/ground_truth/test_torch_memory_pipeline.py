@@ -9,31 +9,24 @@ backward, not found yet."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.pipelining")
 
 from .fake_process_group import no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
+from .titan_walks import titan_llama, tracked_step_peak  # noqa: E402
 
 SHAPE = (512, 4, 2, 1536, 1024, 2, 256)  # hidden, heads, kv heads, ffn, vocab, b, s
 
 
 def _parcalc_peak(layers: int, pp: int, stage: int, bounds: tuple[int, int], micro_batches: int, ac: str, return_outputs: bool = False,
                   tp: int = 1):  # fmt: skip
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, vocab, b, s = SHAPE
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
-    step = FsdpStep(b, s, 2, Precision.MIXED_BF16, 4.0, optimizer_impl="for-loop", recompute=Recompute(ac), reshard_last_block=False,
-                    cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True, model_code="torchtitan", pp=pp,
-                    pp_stage=stage, stage_layers=bounds, micro_batches=micro_batches, pp_return_outputs=return_outputs, tp=tp)  # fmt: skip
-    return fsdp_step_peak(model, step)
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
+    return tracked_step_peak(model, b, s, 2, "mixed-bf16", ac, pp=pp, pp_stage=stage, stage_layers=bounds,
+                             micro_batches=micro_batches, pp_return_outputs=return_outputs, tp=tp)  # fmt: skip
 
 
 CASES = [  # (layers, pp, stage, its layers, micro-batches, checkpointing, the last stage's step(return_outputs=...))

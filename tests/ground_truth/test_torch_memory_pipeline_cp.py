@@ -22,25 +22,19 @@ pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._at
 
 from .fake_process_group import no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
 from .test_torch_memory_pipeline import SHAPE  # noqa: E402
+from .titan_walks import titan_llama, tracked_step_peak  # noqa: E402
 
 FLOAT8 = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "torchao" / "float8_pp_cp_tracker.json").read_text())["cases"]
 
 
 def _parcalc_peak(layers: int, pp: int, stage: int, bounds: tuple[int, int], micro_batches: int, ac: str, tp: int, cp: int,  # type: ignore[no-untyped-def]
                   precision: str = "mixed-bf16"):
-    from dataclasses import replace
 
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, vocab, b, s = SHAPE
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
-    step = FsdpStep(b, s, 2 * cp, Precision(precision), 4.0, optimizer_impl="for-loop", recompute=Recompute(ac), reshard_last_block=False,
-                    cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True, model_code="torchtitan", pp=pp,
-                    pp_stage=stage, stage_layers=bounds, micro_batches=micro_batches, tp=tp, cp=cp)  # fmt: skip
-    return fsdp_step_peak(model, step)
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
+    return tracked_step_peak(model, b, s, 2 * cp, precision, ac, pp=pp, pp_stage=stage, stage_layers=bounds,
+                             micro_batches=micro_batches, tp=tp, cp=cp)  # fmt: skip
 
 
 CASES = [  # (layers, pp, stage, its layers, micro-batches, checkpointing, tp, cp), dp 2
@@ -92,11 +86,9 @@ def test_the_cp_stage_holds_every_micro_batch_ids_and_no_freqs_shard() -> None:
     from parcalc.core.memory_timeline import shapes_of
     from parcalc.core.memory_torchtitan_cp import context_parallel_buffers
     from parcalc.core.memory_walk import Walk
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, vocab, b, s = SHAPE
-    model = replace(load_model("llama3-8b"), layers=4, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    model = titan_llama(hidden, heads, kv_heads, ffn, 4, vocab)
     walk = Walk()
     context_parallel_buffers(walk, replace(shapes_of(model, b, s // 2, 2.0, 2.0, False), cp=2), s, model.head_dim, stage_micro_batches=4)
     assert walk.now == 2 * (b * 4 * s) * 8 + 2 * (b * 4 * s // 2) * 8 == 49_152

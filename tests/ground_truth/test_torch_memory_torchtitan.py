@@ -9,31 +9,24 @@ equals the tracker to 0.01 % (the 512-byte rounding of the walk's blocks), and t
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
 
 from .fake_process_group import fake_mesh, no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
+from .titan_walks import titan_llama, tracked_step_peak  # noqa: E402
 
 
 def _parcalc_peak(shape: tuple, ac: str):
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-    from parcalc.presets import load_model
+    from parcalc.core.choices import Recompute
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     recompute = {"none": Recompute.NONE, "full": Recompute.FULL, "op": Recompute.OP}.get(ac, Recompute.FULL)
     # selective layer checkpointing "k": apply_ac's count from 1, every k-th block wrapped whole
     every = None if ac in ("none", "full", "op") else tuple("full" if (i + 1) % int(ac) == 0 else "none" for i in range(layers))
-    step = FsdpStep(b, s, 4, Precision.MIXED_BF16, 4.0, optimizer_impl="for-loop", recompute=recompute, reshard_last_block=False,
-                    cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True, model_code="torchtitan",
-                    block_policies=every)  # fmt: skip
-    return fsdp_step_peak(model, step)
+    return tracked_step_peak(model, b, s, 4, "mixed-bf16", recompute, block_policies=every)
 
 
 # (hidden, heads, kv heads, ffn, layers, vocab, b, s)

@@ -9,9 +9,9 @@ op and full), which is how the method was checked."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
+
+from .titan_walks import titan_llama
 
 torch = pytest.importorskip("torch")
 
@@ -27,11 +27,9 @@ def _parcalc_peak(shape: tuple, ac: str, compiled: bool = True):
     from parcalc.core.memory_timeline import shapes_of
     from parcalc.core.memory_torchtitan import walk_step
     from parcalc.core.memory_walk import StepHooks, Walk, peak_of
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     x = shapes_of(model, b, s, 2.0, 2.0, False)
     walk = Walk()
     # a plain module: no FSDP hooks; the embedding's gradient is one table on real tensors (memory_timeline.HfStep)

@@ -8,8 +8,6 @@ workspace on the CPU. Ratios measured 2026-11-29 (FSDPMemTracker of CP rank 0) a
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,20 +15,13 @@ pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
 pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._attention")
 
 from .fake_process_group import no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
+from .titan_walks import titan_llama, tracked_step_peak  # noqa: E402
 
 
 def _parcalc_peak(shape: tuple, dp: int, cp: int, ac: str, rotate: str = "allgather"):
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-    from parcalc.presets import load_model
-
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
-    step = FsdpStep(b, s, dp * cp, Precision.MIXED_BF16, 4.0, optimizer_impl="for-loop", recompute=Recompute(ac), reshard_last_block=False,
-                    cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True, model_code="torchtitan", cp=cp,
-                    cp_rotate=rotate)  # fmt: skip
-    return fsdp_step_peak(model, step)
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
+    return tracked_step_peak(model, b, s, dp * cp, "mixed-bf16", ac, cp=cp, cp_rotate=rotate)
 
 
 def _tracked(shape: tuple, dp: int, cp: int, ac: str, rank: int = 0, rotate: str = "allgather") -> dict[str, float]:

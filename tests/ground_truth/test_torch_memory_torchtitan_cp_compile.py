@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._attention")
 
 from .fake_process_group import no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
+from .titan_walks import titan_llama  # noqa: E402
 
 FLOAT8_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "torchtitan_cp" / "float8_cp_compile_profiler.json"
 
@@ -35,11 +36,9 @@ def _walk(shape: tuple, ac: str, cp: int, compiled: bool = True, float8: bool = 
     from parcalc.core.memory_torchtitan import walk_step
     from parcalc.core.memory_torchtitan_cp import context_parallel_buffers
     from parcalc.core.memory_walk import StepHooks, Walk, peak_of
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     x = replace(shapes_of(model, b, s // cp, 2.0, 2.0, False), cp=cp, float8=float8)
     walk = Walk()
     context_parallel_buffers(walk, x, s, model.head_dim)

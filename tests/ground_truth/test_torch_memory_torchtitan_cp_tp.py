@@ -12,7 +12,6 @@ scalar tensors of 512-byte blocks: 0.03-0.06 % over at these sizes)."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,22 +21,15 @@ pytest.importorskip("torch.distributed._tools.fsdp2_mem_tracker")
 pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._attention")
 
 from .fake_process_group import no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
+from .titan_walks import titan_llama, tracked_step_peak  # noqa: E402
 
 FLOAT8 = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "torchao" / "float8_cp_tp_tracker.json").read_text())["cases"]
 
 
 def _parcalc_peak(shape: tuple | list, dp: int, cp: int, tp: int, ac: str, rotate: str = "allgather", precision: str = "mixed-bf16"):  # type: ignore[no-untyped-def]
-    from parcalc.core.choices import Precision, Recompute
-    from parcalc.core.memory_fsdp import FsdpStep, fsdp_step_peak
-    from parcalc.presets import load_model
-
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
-    step = FsdpStep(b, s, dp * cp, Precision(precision), 4.0, optimizer_impl="for-loop", recompute=Recompute(ac), reshard_last_block=False,
-                    cublas_workspace=0.0, embedding_backward_tables=2, step_counters_on_device=True, model_code="torchtitan", cp=cp,
-                    cp_rotate=rotate, tp=tp)  # fmt: skip
-    return fsdp_step_peak(model, step)
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
+    return tracked_step_peak(model, b, s, dp * cp, precision, ac, cp=cp, cp_rotate=rotate, tp=tp)
 
 
 # (hidden, heads, kv heads, ffn, layers, vocab, b, s)

@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed.tensor.parallel")
 
 from .fake_process_group import no_process_group_after  # noqa: E402, F401  (after the skips; the fixture is autouse)
+from .titan_walks import titan_llama  # noqa: E402
 
 FLOAT8_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "torchtitan_tp" / "float8_tp_compile_profiler.json"
 
@@ -32,11 +33,9 @@ def _walk(shape: tuple, ac: str, tp: int, compiled: bool = True):  # type: ignor
     from parcalc.core.memory_timeline import shapes_of
     from parcalc.core.memory_torchtitan_tp import walk_step
     from parcalc.core.memory_walk import StepHooks, Walk, peak_of
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     x = shapes_of(model, b, s, 2.0, 2.0, False)
     walk = Walk()
     walk_step(walk, model, x, (ac,) * layers, EMBEDDING_TABLES, tp, StepHooks(), compiled)
@@ -100,11 +99,9 @@ def _float8_walk(row: dict):  # type: ignore[no-untyped-def]
     from parcalc.core.memory_timeline import shapes_of
     from parcalc.core.memory_torchtitan_tp import walk_step
     from parcalc.core.memory_walk import StepHooks, Walk, peak_of
-    from parcalc.presets import load_model
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = row["dims"]
-    model = replace(load_model("llama3-8b"), layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=hidden // heads,
-                    ffn_hidden=ffn, vocab=vocab, tied_embeddings=False)  # fmt: skip
+    model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
     walk = Walk()
     walk_step(walk, model, replace(shapes_of(model, b, s, 2.0, 2.0, False), float8=True), (row["ac"],) * layers, EMBEDDING_TABLES,
               row["tp"], StepHooks(), True)  # fmt: skip

@@ -97,18 +97,31 @@ def tracked_torchtitan_peak(c: LlamaConfig, vocab: int, b: int, s: int, world: i
     then the root; param_dtype bf16, reduce_dtype fp32), for-loop AdamW (see test_torch_memory_fsdp.py)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     with FakeTensorMode():
         model = Transformer(c, vocab, s)
         apply_ac(model, ac)
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        for layer_id, block in model.layers.items():
-            fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=int(layer_id) < c.layers - 1)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        opt = apply_fsdp_with_adamw(model, mesh)
         ids = torch.randint(0, vocab, (b, s))
         return two_tracked_steps(FSDPMemTracker(mod=model, optm=opt), model, opt, ids)
+
+
+def apply_fsdp_with_adamw(model, mesh):  # type: ignore[no-untyped-def]
+    """apply_fsdp (parallelize_llama.py at 9dec370) on `mesh`: each block, resharded after its forward but the last, then the
+    root; param_dtype bf16, reduce_dtype fp32; and the loop's optimizer over the shards, AdamW (foreach=False: for-loop)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer_id, block in model.layers.items():
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=int(layer_id) < len(model.layers) - 1)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+
+
+def peak_parts(tracker) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The tracker's peak snapshot of its one device: bytes by reference type (its enum's name)."""
+    (_device, parts), = tracker.get_tracker_snapshot("peak").items()
+    return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
 
 
 def two_tracked_steps(tracker, model, opt, ids, context=contextlib.nullcontext) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -126,5 +139,4 @@ def two_tracked_steps(tracker, model, opt, ids, context=contextlib.nullcontext) 
             opt.step()
             if i == 0:
                 tracker.reset_mod_stats()
-    (_device, parts), = tracker.get_tracker_snapshot("peak").items()
-    return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
+    return peak_parts(tracker)

@@ -35,6 +35,49 @@ def allocation_peak(step) -> int:  # type: ignore[no-untyped-def]
     return peak
 
 
+def built_as_train_py(model, ac: str, backend: str | None = "inductor", convert=None, apply_tp=None):  # type: ignore[no-untyped-def]
+    """`model` as train.py and parallelize_llama make it, in their order (no FSDP: its buffers are eager, outside the compiled
+    blocks): bf16 parameters (FSDP2's param_dtype), the model converters (`convert(model)`, e.g. torchao's Float8),
+    apply_tp (`apply_tp(model)`), apply_ac's `ac`, apply_compile (each checkpoint-wrapped block by `backend`, fullgraph;
+    None: eager)."""
+    for p in model.parameters():
+        p.data = p.data.to(torch.bfloat16)
+    if convert is not None:
+        convert(model)
+    if apply_tp is not None:
+        apply_tp(model)
+    apply_ac(model, ac)
+    if backend is not None:
+        for layer_id, block in model.layers.items():
+            model.layers[layer_id] = torch.compile(block, backend=backend, fullgraph=True)
+    return model
+
+
+def fake_ranks(world: int, dim: str):  # type: ignore[no-untyped-def]
+    """A new fake process group of `world` ranks (this process rank 0; its collectives allocate their outputs and move no
+    data) and its 1-D device mesh, named `dim`: the TP and CP compiled steps' (tiny_torchtitan_tp_compile, _cp_compile)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    return init_device_mesh("cpu", (world,), mesh_dim_names=(dim,))
+
+
+def second_step_peak_on_fake_ranks(step, peak) -> int:  # type: ignore[no-untyped-def]
+    """`peak(step)` of the second step (the first compiles), then Dynamo's caches reset and fake_ranks' group destroyed."""
+    import torch.distributed as dist
+
+    step()
+    try:
+        return int(peak(step))
+    finally:
+        torch._dynamo.reset()
+        dist.destroy_process_group()
+
+
 def compiled_step_peak(c: LlamaConfig, vocab: int, b: int, s: int, ac: str, backend: str | None = "inductor", convert=None,  # type: ignore[no-untyped-def]
                        peak=allocation_peak, compile_loss: bool = False) -> int:  # fmt: skip
     """The second step's allocation peak of torchtitan's Transformer (bf16 parameters, as FSDP2's param_dtype makes them;
@@ -45,15 +88,7 @@ def compiled_step_peak(c: LlamaConfig, vocab: int, b: int, s: int, ac: str, back
     components/loss.py build_cross_entropy_loss does with --training.compile from bbb1b616e (2025-04-02; e7c0cae's lines 25-30)."""
     torch.manual_seed(0)
     torch._dynamo.reset()
-    model = Transformer(c, vocab, s)
-    for p in model.parameters():
-        p.data = p.data.to(torch.bfloat16)
-    if convert is not None:
-        convert(model)
-    apply_ac(model, ac)
-    if backend is not None:  # apply_compile: each (checkpoint-wrapped) block, fullgraph
-        for layer_id, block in model.layers.items():
-            model.layers[layer_id] = torch.compile(block, backend=backend, fullgraph=True)
+    model = built_as_train_py(Transformer(c, vocab, s), ac, backend, convert)
     ids = torch.randint(0, vocab, (b, s))
     loss_of = torch.compile(loss_fn) if compile_loss and backend is not None else loss_fn
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .tiny_llama import LlamaConfig
-from .tiny_torchtitan import Transformer, apply_ac, loss_fn
+from .tiny_torchtitan import Transformer, apply_ac, apply_fsdp_with_adamw, loss_fn, peak_parts
 
 aten = torch.ops.aten
 
@@ -83,7 +83,6 @@ def tracked_cp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: int
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
@@ -94,11 +93,7 @@ def tracked_cp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: int
     with FakeTensorMode():
         model = Transformer(c, vocab, s)
         apply_ac(model, ac)
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        for layer_id, block in model.layers.items():
-            fully_shard(block, mesh=shard_mesh, mp_policy=policy, reshard_after_forward=int(layer_id) < c.layers - 1)
-        fully_shard(model, mesh=shard_mesh, mp_policy=policy)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        opt = apply_fsdp_with_adamw(model, shard_mesh)
         tracker = FSDPMemTracker(mod=model, optm=opt)
         with tracker:
             for i in range(2):  # train.py: a new batch each step, sharded in place by context_parallel
@@ -112,5 +107,4 @@ def tracked_cp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: int
                 opt.step()
                 if i == 0:
                     tracker.reset_mod_stats()
-        (_device, parts), = tracker.get_tracker_snapshot("peak").items()
-        return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
+        return peak_parts(tracker)

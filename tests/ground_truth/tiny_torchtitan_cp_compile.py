@@ -32,8 +32,8 @@ from collections.abc import Callable
 import torch
 
 from .tiny_llama import LlamaConfig
-from .tiny_torchtitan import Transformer, apply_ac, loss_fn
-from .tiny_torchtitan_compile import allocation_peak
+from .tiny_torchtitan import Transformer, loss_fn
+from .tiny_torchtitan_compile import allocation_peak, built_as_train_py, fake_ranks, second_step_peak_on_fake_ranks
 
 aten = torch.ops.aten
 
@@ -87,29 +87,16 @@ def cp_step_peak(shape: tuple, ac: str, cp: int, compiled: bool = True, convert:
     """The second step's allocation peak on CP rank 0 of `cp` fake ranks (torchtitan's Transformer of `shape` = (hidden, heads,
     KV heads, ffn, layers, vocab, b, s), bf16 parameters, apply_ac's `ac`, each block compiled by Inductor where `compiled`;
     `convert(model)`: a model converter applied first, as train.py does, e.g. torchao's Float8)."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.experimental import context_parallel
     from torch.distributed.tensor.experimental._attention import set_rotate_method
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    dist.init_process_group("fake", rank=0, world_size=cp, store=FakeStore())
-    mesh = init_device_mesh("cpu", (cp,), mesh_dim_names=("cp",))
+    mesh = fake_ranks(cp, "cp")
     enable_cpu_ring()
     torch.manual_seed(0)
     torch._dynamo.reset()
-    model = Transformer(LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers), vocab, s)
-    for p in model.parameters():
-        p.data = p.data.to(torch.bfloat16)
-    if convert is not None:
-        convert(model)
-    apply_ac(model, ac)
-    if compiled:  # apply_compile: each (checkpoint-wrapped) block, fullgraph
-        for layer_id, block in model.layers.items():
-            model.layers[layer_id] = torch.compile(block, backend="inductor", fullgraph=True)
+    config = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
+    model = built_as_train_py(Transformer(config, vocab, s), ac, "inductor" if compiled else None, convert)
     set_rotate_method(rotate)
 
     def step() -> None:  # train.py: a new batch, sharded in place by context_parallel (utils.py create_context_parallel_ctx)
@@ -121,10 +108,5 @@ def cp_step_peak(shape: tuple, ac: str, cp: int, compiled: bool = True, convert:
             loss.backward()
         model.zero_grad(set_to_none=True)
 
-    step()  # compiles
-    try:
-        return int(peak(step))
-    finally:
-        torch._dynamo.reset()
-        dist.destroy_process_group()
+    return second_step_peak_on_fake_ranks(step, peak)
 

@@ -54,7 +54,6 @@ def _tracked(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: int, tp: i
              float8: bool) -> dict[str, float]:  # fmt: skip
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor.parallel import loss_parallel
 
     mesh = init_device_mesh("cpu", (dp, cp, tp), mesh_dim_names=("dp", "cp", "tp"))
@@ -68,11 +67,7 @@ def _tracked(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: int, tp: i
                                        module_filter_fn=lambda mod, fqn: fqn != "output")
         apply_tp(model, mesh["tp"], True, enable_float8=float8)
         apply_ac(model, ac)
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        for layer_id, block in model.layers.items():
-            fully_shard(block, mesh=shard_mesh, mp_policy=policy, reshard_after_forward=int(layer_id) < c.layers - 1)
-        fully_shard(model, mesh=shard_mesh, mp_policy=policy)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        opt = tiny_torchtitan.apply_fsdp_with_adamw(model, shard_mesh)
         tracker = _tracker_class()(mod=model, optm=opt)
         with tracker:
             for i in range(2):  # train.py: a new batch each step, sharded in place by context_parallel
@@ -86,8 +81,7 @@ def _tracked(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, cp: int, tp: i
                 opt.step()
                 if i == 0:
                     tracker.reset_mod_stats()
-        (_device, parts), = tracker.get_tracker_snapshot("peak").items()
-        return {str(k).split(".")[-1]: float(v) for k, v in parts.items()}
+        return tiny_torchtitan.peak_parts(tracker)
 
 
 def main() -> None:

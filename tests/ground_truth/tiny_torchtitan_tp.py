@@ -234,7 +234,6 @@ def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor.parallel import loss_parallel as loss_parallel_ctx
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -252,11 +251,7 @@ def tracked_tp_peak(c: LlamaConfig, vocab: int, b: int, s: int, dp: int, tp: int
                                        module_filter_fn=lambda mod, fqn: fqn != "output")
         apply_tp(model, mesh["tp"], loss_parallel, enable_float8=float8)
         apply_ac(model, ac)
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        for layer_id, block in model.layers.items():
-            fully_shard(block, mesh=mesh["dp"], mp_policy=policy, reshard_after_forward=int(layer_id) < c.layers - 1)
-        fully_shard(model, mesh=mesh["dp"], mp_policy=policy)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
+        opt = tiny_torchtitan.apply_fsdp_with_adamw(model, mesh["dp"])
         ids = torch.randint(0, vocab, (b, s))
         return tiny_torchtitan.two_tracked_steps((tracker or _tracker_class())(mod=model, optm=opt), model, opt, ids,
                                                  loss_parallel_ctx if loss_parallel else contextlib.nullcontext)

@@ -26,7 +26,8 @@ from collections.abc import Callable
 import torch
 
 from .tiny_llama import LlamaConfig
-from .tiny_torchtitan import apply_ac, loss_fn
+from .tiny_torchtitan import loss_fn
+from .tiny_torchtitan_compile import built_as_train_py, fake_ranks, second_step_peak_on_fake_ranks
 from .tiny_torchtitan_tp import Transformer, apply_tp
 
 
@@ -120,32 +121,23 @@ def tp_step_peak(shape: tuple, ac: str, tp: int, compiled: bool = True, float8: 
     heads, KV heads, ffn, layers, vocab, b, s), bf16 parameters, apply_tp with sequence and loss parallel, apply_ac's `ac`,
     each block compiled by Inductor where `compiled`; `float8`: torchtitan's float8 converter first and apply_tp's Float8
     styles, as tiny_torchtitan_tp.tracked_tp_peak)."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import loss_parallel
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    dist.init_process_group("fake", rank=0, world_size=tp, store=FakeStore())
-    mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
+    mesh = fake_ranks(tp, "tp")
     save_device_mesh_as_opaque()
     torch.manual_seed(0)
     torch._dynamo.reset()
-    model = WaitedTransformer(LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers), vocab, s)
-    for p in model.parameters():
-        p.data = p.data.to(torch.bfloat16)
-    if float8:  # torchtitan/float8.py Float8Handler.convert_to_float8_training at 9dec370
+
+    def convert(model) -> None:  # type: ignore[no-untyped-def]  # torchtitan/float8.py Float8Handler.convert_to_float8_training at 9dec370
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
         convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=False),
                                    module_filter_fn=lambda mod, fqn: fqn != "output")
-    apply_tp(model, mesh, loss_parallel=True, enable_float8=float8)
-    apply_ac(model, ac)
-    if compiled:  # apply_compile: each (checkpoint-wrapped) block, fullgraph
-        for layer_id, block in model.layers.items():
-            model.layers[layer_id] = torch.compile(block, backend="inductor", fullgraph=True)
+
+    config = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
+    model = built_as_train_py(WaitedTransformer(config, vocab, s), ac, "inductor" if compiled else None, convert if float8 else None,
+                              lambda model: apply_tp(model, mesh, loss_parallel=True, enable_float8=float8))  # fmt: skip
     ids = torch.randint(0, vocab, (b, s))
 
     def step() -> None:
@@ -156,12 +148,7 @@ def tp_step_peak(shape: tuple, ac: str, tp: int, compiled: bool = True, float8: 
             loss.backward()
         model.zero_grad(set_to_none=True)
 
-    step()  # compiles
-    try:
-        return int(peak(step))
-    finally:
-        torch._dynamo.reset()
-        dist.destroy_process_group()
+    return second_step_peak_on_fake_ranks(step, peak)
 
 
 if __name__ == "__main__":
