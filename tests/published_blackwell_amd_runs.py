@@ -147,7 +147,9 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
 # per-tensor FP8; the recipes are LLAMA3_*_H100_FP8_CS) and '## 26.04.01 NeMo Container' ('FP8'). The recipe (Megatron-Bridge
 # v0.2.0, the 25.11 container's: scripts/performance/configs/llama3/llama3_llm_pretrain.py and llama31/llama31_llm_pretrain.py,
 # workload_base_configs.py): 70B and 405B set tp_comm_overlap_cfg = userbuffers_fp8_h100_* on the recipes' CommOverlapConfig(
-# tp_comm_overlap=True) (src/megatron/bridge/recipes/llama/llama3.py), so their TP collectives overlap the GEMMs; the 8B
+# tp_comm_overlap=True) (src/megatron/bridge/recipes/llama/llama3.py), so their TP collectives overlap the GEMMs (the 26.04
+# recipes keep them: v0.4.0, 2026-04-16, scripts/performance/configs/llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py,
+# LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2 at GBS 256, LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V2 at GBS 1536); the 8B
 # recipe (LLAMA3_8B_H100_FP8_CS_BASE_CONFIG) recomputes 5 of its 32 layers (recompute_num_layers=5), which these rows leave
 # out (parcalc has whole-model recomputation only: the prediction is that much fast); every recipe reduces gradients in bf16
 # (set_llama3_common_configs: grad_reduce_in_fp32 = False), which the megatron profile's fp32 reduce does not follow.
