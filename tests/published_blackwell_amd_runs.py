@@ -1,4 +1,4 @@
-"""Published training throughputs on Blackwell (B200, GB200 NVL72) and AMD Instinct (issue 31's held-out checks).
+"""Published training throughputs on Blackwell (B200, GB200 NVL72), DGX-H100 (FP8 Llama) and AMD Instinct (issue 31's held-out checks).
 
 Plain data, no parcalc import and no assertions (tests/test_published_blackwell_amd.py runs parcalc's fit on
 each row and prints the error table). These runs are held-out checks: no constant of parcalc was or may be
@@ -87,6 +87,10 @@ class BlackwellAmdRun(NamedTuple):
     notes: str = ""
     recompute: str = "none"  # "full": every layer recomputed (Megatron --recompute-granularity full)
     global_batch_assumed: bool = False  # the source prints no global batch: the row takes its recipe's accumulation
+    tp_comm_overlap: bool = False  # the recipe overlaps TP collectives with GEMMs (Transformer Engine userbuffers)
+    # the fused attention the run's stack ran where its GPU preset times it apart from its default
+    # (kernels.attention_kernels; parcalc.core.timing.attention_kernels); "": the preset's default
+    attention_kernel: str = ""
 
 
 RUNS: tuple[BlackwellAmdRun, ...] = (
@@ -134,6 +138,60 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
                     0, 4, 16, 1, 8, 1, 800, 1994, MBRIDGE,
                     "| DGX-GB200 | 256 | MXFP8 | 1536 | 1 | 8192 | 0 | 4 | 16 | 1 | 8 | n/a | 800 | 1994 |",
                     "NeMo 26.04.01"),
+)
+
+# DGX-H100 (8 H100 SXM5 80GB per node, 8 x 400 Gb/s ConnectX-7): the dense Llama rows in FP8 with current scaling, the same
+# archive @067f987df03b, sections '## 25.11 NeMo Container' / '#### System: DGX-H100', '## 25.09 NeMo Container' /
+# '#### System: DGX-H100' (no precision column: its footnote 'The numbers in parentheses indicate the use of different
+# quantization granularities ... For H100 system, 128x128 for weights and 1x128 for activations', i.e. the plain numbers are
+# per-tensor FP8; the recipes are LLAMA3_*_H100_FP8_CS) and '## 26.04.01 NeMo Container' ('FP8'). The recipe (Megatron-Bridge
+# v0.2.0, the 25.11 container's: scripts/performance/configs/llama3/llama3_llm_pretrain.py and llama31/llama31_llm_pretrain.py,
+# workload_base_configs.py): 70B and 405B set tp_comm_overlap_cfg = userbuffers_fp8_h100_* on the recipes' CommOverlapConfig(
+# tp_comm_overlap=True) (src/megatron/bridge/recipes/llama/llama3.py), so their TP collectives overlap the GEMMs (the 26.04
+# recipes keep them: v0.4.0, 2026-04-16, scripts/performance/configs/llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py,
+# LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2 at GBS 256, LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V2 at GBS 1536); the 8B
+# recipe (LLAMA3_8B_H100_FP8_CS_BASE_CONFIG) recomputes 5 of its 32 layers (recompute_num_layers=5), which these rows leave
+# out (parcalc has whole-model recomputation only: the prediction is that much fast); every recipe reduces gradients in bf16
+# (set_llama3_common_configs: grad_reduce_in_fp32 = False), which the megatron profile's fp32 reduce does not follow.
+# Attention: Transformer Engine runs cuDNN's fused attention on Hopper (TransformerEngine transformer_engine/pytorch/attention/
+# dot_product_attention/utils.py @a0b36d0c, get_attention_backend: 'Disabling FlashAttention to give FusedAttention preference
+# on Hopper+ for performance reasons'; Megatron-Core leaves the choice to it and the performance scripts set no NVTE_FLASH_ATTN /
+# NVTE_FUSED_ATTN: scripts/performance/utils/executors.py @v0.2.0), in these 2025-26 containers a cuDNN 9.1x: the rows run the
+# H100 preset's `cudnn-fused` entry (the H200's sustained cuDNN measurement, the same die).
+CUDNN = "cudnn-fused"
+RUNS += (
+    BlackwellAmdRun("mb2511-h100-llama3-8b-8gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-8b", 8, "fp8-cs", 128, 1, 8192,
+                    8, 1, 1, 1, 1, 1, 14451, 744, MBRIDGE,
+                    "| LLAMA3_8B | 8 | FP8-CS | 128 | 1 | 8192 | 8 | 1 | 1 | 1 | n/a | 1 | 16 | 14451 | 744 |", "NeMo 25.11", attention_kernel=CUDNN,
+                    notes="Megatron FSDP over 8 ranks; the recipe recomputes 5 of 32 layers (not entered)"),
+    BlackwellAmdRun("mb2511-h100-llama3-70b-64gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-70b", 64, "fp8-cs", 128, 1, 8192,
+                    0, 4, 8, 1, 5, 1, 1602, 719, MBRIDGE,
+                    "| LLAMA3_70B | 64 | FP8-CS | 128 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 | 1 | 64 | 1602 | 719 |", "NeMo 25.11",
+                    tp_comm_overlap=True, attention_kernel=CUDNN),
+    BlackwellAmdRun("mb2511-h100-llama31-405b-1024gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-405b", 1024, "fp8-cs", 512, 1, 8192,
+                    0, 8, 8, 2, 8, 1, 292, 737, MBRIDGE,
+                    "| LLAMA3.1_405B | 1024 | FP8-CS | 512 | 1 | 8192 | 0 | 8 | 8 | 2 | 8 | 1 | 64 | 292 | 737 |", "NeMo 25.11",
+                    tp_comm_overlap=True, attention_kernel=CUDNN),
+    BlackwellAmdRun("mb2509-h100-llama3-8b-8gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-8b", 8, "fp8-cs", 128, 1, 8192,
+                    8, 1, 1, 1, 1, 1, 14079, 725, MBRIDGE,
+                    "| LLAMA3_8B | 8 | 128 | 1 | 8192 | 8 | 1 | 1 | 1 | n/a | 1 | 16 | 14079 | 725 |", "NeMo 25.09", attention_kernel=CUDNN,
+                    notes="Megatron FSDP over 8 ranks; the recipe recomputes 5 of 32 layers (not entered)"),
+    BlackwellAmdRun("mb2509-h100-llama3-70b-64gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-70b", 64, "fp8-cs", 128, 1, 8192,
+                    0, 4, 8, 1, 5, 1, 1619, 727, MBRIDGE,
+                    "| LLAMA3_70B | 64 | 128 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 | 1 | 64 | 1619 | 727 |", "NeMo 25.09",
+                    tp_comm_overlap=True, attention_kernel=CUDNN),
+    BlackwellAmdRun("mb2509-h100-llama31-405b-1024gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-405b", 1024, "fp8-cs", 512, 1, 8192,
+                    0, 8, 8, 2, 8, 1, 302, 763, MBRIDGE,
+                    "| LLAMA3.1_405B | 1024 | 512 | 1 | 8192 | 0 | 8 | 8 | 2 | 8 | 1 | 64 | 302 | 763 |", "NeMo 25.09",
+                    tp_comm_overlap=True, attention_kernel=CUDNN),
+    BlackwellAmdRun("mb260401-h100-llama3-70b-64gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-70b", 64, "fp8-cs", 256, 1, 8192,
+                    0, 4, 8, 1, 5, 1, 1664, 731, MBRIDGE,
+                    "| DGX-H100 | 64 | FP8 | 256 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 | n/a | 1664 | 731 |", "NeMo 26.04.01",
+                    tp_comm_overlap=True, attention_kernel=CUDNN),
+    BlackwellAmdRun("mb260401-h100-llama31-405b-1024gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-405b", 1024, "fp8-cs", 1536, 1, 8192,
+                    0, 8, 8, 2, 8, 1, 328, 827, MBRIDGE,
+                    "| DGX-H100 | 1024 | FP8 | 1536 | 1 | 8192 | 0 | 8 | 8 | 2 | 8 | n/a | 328 | 827 |", "NeMo 26.04.01",
+                    tp_comm_overlap=True, attention_kernel=CUDNN),
 )
 
 PRIMUS_MI355X = ("AMD-AGI/Primus agent/workspace/qwen3_fp8_tw_gfx950_20261010/README.md @31c71fa8 (2026-10-10), "

@@ -4,12 +4,17 @@
     python tests/published_families.py --gh100-tiles # and beside them the H100 rows with the GH100 die's GEMM tiles
     python tests/published_families.py --run-attention # each run at the attention kernel its stack ran (MPT: Triton)
     python tests/published_families.py --gh100-tiles --run-attention  # both
+    python tests/published_families.py --te-cudnn      # the H100 runs of Transformer Engine stacks at cuDNN's attention
 
 `--run-attention` gives each case the fused attention kernel its own stack ran where that is older than the GPU
 preset's (step_time_cases.Case.attention_kernel; parcalc.core.timing.attention_kernels): llm-foundry's 2023 MPT
 benchmarks ran Tri Dao's Triton FlashAttention (attn_impl: triton), at less than half FlashAttention-2's rate on the
 H100 (FlashAttention-2 paper, Fig. 7). Off by default: the H100's GEMM share was set on MPT-7B with FlashAttention-2's
 rate in it, so turning it on under the share asks for the share to be re-derived (printed), which is the lead's call.
+
+`--te-cudnn` gives the modern runs on H100s whose stack runs Transformer Engine (Megatron-Core, Megatron-Bridge, NeMo) the
+H100 preset's `cudnn-fused` attention (the H200's sustained cuDNN measurement, the same die), which TE prefers on Hopper.
+Off by default: the 2024 NeMo long-context runs come out far too fast with it (the function's docstring).
 
 `--gh100-tiles` is issue #32's full replacement of the H100's fitted GEMM share, not landed because it makes families
 worse (the session-14 note): the H100 SXM5 given the GEMMs the H200 preset measured by tiles (the same GH100 die, 132
@@ -156,13 +161,37 @@ def gh100_tiles() -> None:
     modern_cases.load_gpu = loader  # type: ignore[assignment]
 
 
+# The stacks of the modern runs that run Transformer Engine's attention (Megatron-Core, Megatron-Bridge, NeMo)
+TE_STACKS = ("megatron-core", "megatron-bridge", "nemo")
+
+
+def te_cudnn() -> None:
+    """Give every modern run on an H100 whose stack runs Transformer Engine the `cudnn-fused` attention of the H100 preset
+    (the H200's sustained cuDNN measurement, the same die; TE prefers cuDNN's FusedAttention on Hopper: TransformerEngine
+    transformer_engine/pytorch/attention/dot_product_attention/utils.py @a0b36d0c): the experiment of `--te-cudnn`, not
+    landed because the 2024 NeMo long-context runs (NeMo 24.03.01, an older cuDNN whose H100 rate was not found) come out
+    28-59 % too fast with it."""
+    from parcalc.core.timing.attention_kernels import with_attention_kernel
+
+    original = modern_cases._gpu
+
+    def gpu_of(case: object) -> object:
+        gpu = original(case)  # type: ignore[arg-type]
+        names = {row[0] for row in gpu.kernels.attention_kernels} if gpu.kernels is not None else set()
+        if case.run.framework in TE_STACKS and "cudnn-fused" in names:  # type: ignore[attr-defined]
+            return with_attention_kernel(gpu, "cudnn-fused")
+        return gpu
+
+    modern_cases._gpu = gpu_of  # type: ignore[assignment]
+
+
 def run_attention() -> None:
     """Run each case at the attention kernel its stack ran (step_time_cases.Case.attention_kernel: llm-foundry's Triton
     FlashAttention on the MPT rows; parcalc.core.timing.attention_kernels): the experiment of `--run-attention`."""
     step_time_cases.RUN_ATTENTION_KERNELS = True
 
 
-EXPERIMENTS = {"--gh100-tiles": gh100_tiles, "--run-attention": run_attention}
+EXPERIMENTS = {"--gh100-tiles": gh100_tiles, "--run-attention": run_attention, "--te-cudnn": te_cudnn}
 
 
 def main() -> None:

@@ -102,8 +102,8 @@ def test_h100_fp8_linear_speedup_against_torchao(row) -> None:  # type: ignore[n
     """torchao's float8 linear on an H100 (tests/kernel_measurements_fp8.py TORCHAO_LINEAR: tensorwise dynamic scaling,
     the input, weight and output gradient each cast with an amax pass on every call): FP8 over BF16 forward + backward
     0.80 at 1024 x 2048 x 1024 (the casts outweigh the faster GEMMs) and 1.39 at 4096 x 8192 x 16384. parcalc's casts
-    and GEMMs give 0.64 and 1.58: the same side of 1 for each, within 25 % (the H100's FP8 GEMM share, 0.44, is an
-    assumption; docs/step-time.md)."""
+    and GEMMs give 0.64 and 1.58: the same side of 1 for each, within 25 % (the H100's FP8 GEMM share, 0.477, is the
+    16-bit share times the GH100 tile model's FP8 / BF16 ratio; docs/step-time.md)."""
     gpu = load_gpu("h100-sxm5", ())
     bf16 = compute_spec(gpu, "bf16", gpu.dtypes["bf16"].dense_peak.value)
     fp8 = compute_spec(gpu, "fp8", gpu.dtypes["fp8"].dense_peak.value, gpu.dtypes["bf16"].dense_peak.value)

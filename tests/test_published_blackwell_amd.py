@@ -8,6 +8,10 @@ asserted about the size of the errors: the issue holds these runs back to check 
 may be tuned on them. The test asserts only that every row runs (or is refused with a one-line reason that
 the table prints), and that the table covers both B200 and GB200.
 
+DGX-H100: Megatron-Bridge's dense Llama 3 8B / 70B / 3.1 405B in FP8 (current scaling) of the 25.09, 25.11 and 26.04.01
+containers, their recipes' TP communication overlap entered and cuDNN's fused attention, which Transformer Engine runs on
+Hopper (the data module quotes the recipe and TE's backend choice).
+
 AMD: two MI355X rows (Primus, Qwen3-30B-A3B FP8 on 8 GPUs, a baseline and a kernel-tuned run) and four MI325X rows
 (Llama 3.1 8B FP8 on 8 and 64 GPUs, 70B FP8 and BF16 under FSDP on 64, AMD's published runs as Primus quotes them; their
 global batch is not printed and is taken from Primus's recipes); no MI300X training run with its whole layout was found
@@ -26,6 +30,7 @@ from published_blackwell_amd_runs import RUNS, BlackwellAmdRun
 
 from parcalc.core.choices import Optimizer, Precision, Recompute, Schedule
 from parcalc.core.fit import Cluster, Config, Training, estimate
+from parcalc.core.timing.attention_kernels import with_attention_kernel
 from parcalc.errors import InputError
 from parcalc.presets import load_framework, load_gpu, load_link, load_model
 
@@ -33,6 +38,8 @@ from parcalc.presets import load_framework, load_gpu, load_link, load_model
 def fit_inputs(run: BlackwellAmdRun) -> tuple:
     model = load_model(run.model, ())
     gpu = load_gpu(run.gpu, ())
+    if run.attention_kernel:  # the kernel the run's stack ran (parcalc.core.timing.attention_kernels)
+        gpu = with_attention_kernel(gpu, run.attention_kernel)
     assert gpu.node is not None
     precision = Precision.MIXED_BF16 if run.precision == "bf16" else Precision.FP8
     dtype = precision.gemm_dtype
@@ -53,7 +60,8 @@ def fit_inputs(run: BlackwellAmdRun) -> tuple:
     per_node = min(gpu.node.gpus, run.gpus)
     cluster = Cluster(gpus=run.gpus, gpus_per_node=per_node, nics_per_node=gpu.node.nics_for(per_node), peak=peak.value, capacity=gpu.memory_capacity.value,
                       intra=load_link(gpu.node.intra_link, ()), inter=load_link(gpu.node.inter_link, ()), gpu=gpu, dtype=dtype,
-                      framework=load_framework("megatron", ()), attention_peak=attention.value)  # fmt: skip
+                      framework=load_framework("megatron", ()), attention_peak=attention.value,
+                      tp_comm_overlap=True if run.tp_comm_overlap else None)  # fmt: skip
     return model, config, training, cluster
 
 
@@ -85,7 +93,7 @@ def test_every_row_runs_and_the_table_is_reported() -> None:
     text = table()
     print("\n" + text)
     assert len(text.splitlines()) >= len(RUNS) + 1
-    assert {run.gpu for run in RUNS} >= {"b200", "gb200", "mi355x", "mi325x"}
+    assert {run.gpu for run in RUNS} >= {"b200", "gb200", "h100-sxm5", "mi355x", "mi325x"}
 
 
 def test_each_row_is_what_its_source_printed() -> None:

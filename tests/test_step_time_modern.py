@@ -76,7 +76,7 @@ def test_moe_overlap_and_dispatcher_move_the_step_as_published() -> None:
 def test_fp8_over_bf16_on_a_dense_70b_model() -> None:
     """The issue: FP8/BF16 step ratio of a dense 8B-70B model on H100 within 1.15-1.6, explained term by term.
     Llama 3 70B on 64 H100, TP 8 x PP 1 x DP 8, SP, micro-batch 1, s 8192, FlashAttention: the GEMMs run at
-    0.44 x 1979 against 0.496 x 989 TFLOP/s (x1.77), attention and memory-bound kernels unchanged, and each
+    0.477 x 1979 against 0.496 x 989 TFLOP/s (x1.92), attention and memory-bound kernels unchanged, and each
     linear's inputs pay an FP8 cast; the ratio lands in 1.15-1.6 and is less than the GEMM-only 1.77."""
     from parcalc.presets import load_gpu, load_link
 
@@ -96,7 +96,7 @@ def test_fp8_over_bf16_on_a_dense_70b_model() -> None:
     bf16, fp8 = times[Precision.MIXED_BF16], times[Precision.FP8]
     ratio = bf16.step.value / fp8.step.value
     assert 1.15 <= ratio <= 1.6
-    assert bf16.compute.value / fp8.compute.value < (0.44 * 1978.9) / (0.496 * 989.4)  # casts and BF16 kernels remain
+    assert bf16.compute.value / fp8.compute.value < (0.477 * 1978.9) / (0.496 * 989.4)  # casts and BF16 kernels remain
     # the collectives move BF16 activations either way, but FP8's shorter input-gradient GEMMs hide less of
     # sequence parallelism's backward re-gathers (parcalc.core.timing.step.regather_per_layer)
     assert fp8.tp_comm.value >= bf16.tp_comm.value

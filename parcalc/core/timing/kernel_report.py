@@ -12,7 +12,7 @@ GEMM's output, BW the HBM bandwidth and e_mm, e_mem the GPU preset's shares.
 Two GEMM rates, both from the preset's `kernels` section:
 - in training (`kernels.matmul`, what `fit` charges): the share GEMMs sustain inside a training step,
   calibrated on a published run (clock throttling at the power limit, SMs taken by overlapped NCCL
-  kernels; presets/gpus/h100-sxm5.yaml `derate`);
+  kernels; presets/gpus/h100-sxm5.yaml `mpt_7b_h100`, and `fp8_tiles` for FP8);
 - alone (`kernels.matmul_isolated`): one GEMM benchmarked by itself (torch.mm in a loop, a profiler
   trace of a microbenchmark), from the best shape of a published sweep. What a published GEMM
   measurement is compared with (tests/test_kernel_times.py).
