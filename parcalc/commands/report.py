@@ -93,9 +93,11 @@ def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path
 
     if kind == "pdf":
         from parcalc.render.pdf import compile_pdf
+        from parcalc.results.parse import BusyLine
 
-        # a user's template is TeX of unknown origin: built without Lua (render/pdf.py tex_engine)
-        compile_pdf(render_report_latex(solved, templates, detail), output, lua_allowed=not templates)  # type: ignore[arg-type]
+        with BusyLine(f"typesetting {output.name} with TeX"):  # type: ignore[union-attr]
+            # a user's template is TeX of unknown origin: built without Lua (render/pdf.py tex_engine)
+            compile_pdf(render_report_latex(solved, templates, detail), output, lua_allowed=not templates)  # type: ignore[arg-type]
     else:
         if kind == "latex":
             text = render_report_latex(solved, templates, detail)  # type: ignore[arg-type]

@@ -175,6 +175,50 @@ class ProgressBar:
             self.bar.stop()
 
 
+class BusyLine:
+    """A progress line on stderr for work that cannot count its steps (TeX typesetting a PDF: 5-15 s), shown
+    as ProgressBar is: once the work has run a second, on a terminal; a context manager, gone when it ends."""
+
+    def __init__(self, label: str) -> None:
+        import threading
+
+        self.label = label
+        self.lock = threading.Lock()
+        self.done = False
+        self.bar: Any = None
+        self.timer: Any = None
+
+    def __enter__(self) -> BusyLine:
+        import sys
+        import threading
+
+        if sys.stderr.isatty():
+            self.timer = threading.Timer(PROGRESS_AFTER_SECONDS, self._show)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def _show(self) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if self.done:
+                return
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True),
+                                transient=True)  # fmt: skip
+            self.bar.add_task(self.label, total=None)
+            self.bar.start()
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.done = True
+            if self.timer is not None:
+                self.timer.cancel()
+            if self.bar is not None:
+                self.bar.stop()
+
+
 def cp_flags(cp: str | None, cp_comm: str) -> tuple[int, str]:
     """(--cp as a count, --cp-comm's value), each checked: a bad value is one line, exit 2."""
     from parcalc.core.context import cp_comm_of
