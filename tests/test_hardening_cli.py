@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import ClassVar
 
 import pytest
 
@@ -431,7 +432,7 @@ def test_torchtitans_tp_x_pp_row_runs_with_sequence_parallelism(run_json) -> Non
 class _Recorder:
     """parcalc.results.parse.ProgressBar as a list of its calls."""
 
-    calls: list[tuple[int, int]] = []
+    calls: ClassVar[list[tuple[int, int]]] = []
     closed = 0
 
     def __init__(self, label: str) -> None:
