@@ -471,3 +471,32 @@ def test_the_busy_line_shows_only_on_a_terminal_after_a_second(monkeypatch: pyte
         assert busy.timer is not None
     busy.timer.join(5)
     assert busy.bar is None and busy.done and not busy.timer.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param(["--framework", "hf", "--tp", "2"], "Error: --framework hf: Hugging Face transformers (Trainer / accelerate, eager "
+                     "PyTorch, DDP) runs data parallelism only, not tp = 2", id="hf-tp2"),
+        pytest.param(["--framework", "hf", "--strategy", "pp"], "Error: --framework hf: Hugging Face transformers (Trainer / "
+                     "accelerate, eager PyTorch, DDP) runs data parallelism only, not --strategy pp", id="hf-strategy-pp"),
+        pytest.param(["--framework", "torchtitan", "--strategy", "zero2"], "Error: --strategy zero2: TorchTitan (FSDP2, TP and PP on "
+                     "device meshes) offers ZeRO-0/3 only (PyTorch torch.distributed.fsdp.fully_shard docs); see `parcalc presets show "
+                     "torchtitan`", id="torchtitan-strategy-zero2"),
+        pytest.param(["--framework", "deepspeed", "--pp", "2", "--zero", "3"], "Error: --zero 3: DeepSpeed ZeRO's pipeline engine (pp "
+                     "= 2) offers ZeRO-0/1 only (deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py); see `parcalc presets show "
+                     "deepspeed`", id="deepspeed-pp2-zero3"),
+    ],
+)  # fmt: skip
+def test_scaling_refuses_a_layout_the_framework_does_not_run(runner, args: list[str], expected: str) -> None:
+    """Before: exit 0 and a curve of '-' rows, each saying why (hf with --tp 2), or the stage run under the profile."""
+    base = ["scaling", *_8B_H200, "--gpus", "2,4,8", "--seq-len", "2048", "--batch", "8"]
+    assert _one_error_line(runner.invoke(app, [*base, *args])) == expected
+
+
+def test_scaling_runs_torchtitans_tp_with_sequence_parallelism(run_json) -> None:
+    """torchtitan's apply_tp has no plan without SP: scaling --strategy tp under it is TP + SP, as memory and fit take it."""
+    base = ("scaling", *_8B_H200, "--gpus", "2,4", "--seq-len", "2048", "--batch", "8", "--strategy", "tp")
+    titan = run_json(*base, "--framework", "torchtitan")
+    with_sp = run_json(*base, "--framework", "torchtitan", "--sequence-parallel")
+    assert titan["tables"] == with_sp["tables"]

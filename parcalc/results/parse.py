@@ -498,10 +498,11 @@ def framework_sequence_parallel(profile: Any, given: bool | None, tp: int) -> bo
     return True
 
 
-def framework_zero_stage(profile: Any, zero: int, pp: int) -> None:
+def framework_zero_stage(profile: Any, zero: int, pp: int, flag: str | None = None) -> None:
     """--zero under a --framework that was given: a ZeRO stage its stack does not offer (Framework.zero_stages, from the
     profile's YAML; with pp > 1 its pipeline engine's: DeepSpeed's PipelineEngine runs ZeRO-0/1 only) is refused, one line,
-    as the search and the strategy table offer only those. Without --framework the textbook stages all stand."""
+    as the search and the strategy table offer only those; `flag` names what asked for it (default --zero N). Without
+    --framework the textbook stages all stand."""
     from parcalc.errors import InputError
 
     engine = profile.at(pp)
@@ -510,7 +511,7 @@ def framework_zero_stage(profile: Any, zero: int, pp: int) -> None:
     offered = "/".join(str(z) for z in engine.zero_stages)
     where = f"'s pipeline engine (pp = {pp})" if engine is not profile else ""
     source = engine.source("zero_stages").split(":")[0].split(" (")[0]
-    raise InputError(f"--zero {zero}: {profile.name}{where} offers ZeRO-{offered} only ({source}); "
+    raise InputError(f"{flag or f'--zero {zero}'}: {profile.name}{where} offers ZeRO-{offered} only ({source}); "
                      f"see `parcalc presets show {profile.key}`")
 
 
