@@ -500,3 +500,12 @@ def test_scaling_runs_torchtitans_tp_with_sequence_parallelism(run_json) -> None
     titan = run_json(*base, "--framework", "torchtitan")
     with_sp = run_json(*base, "--framework", "torchtitan", "--sequence-parallel")
     assert titan["tables"] == with_sp["tables"]
+
+
+def test_report_refuses_a_format_its_output_file_contradicts(runner, tmp_path) -> None:
+    """`report question1 --format latex -o answers.md` wrote LaTeX into a .md file, exit 0 (fit, memory, ... refuse it)."""
+    target = tmp_path / "answers.md"
+    line = _one_error_line(runner.invoke(app, ["report", "question1", "--format", "latex", "-o", str(target)]))
+    assert line == (f"Error: --format latex and -o '{target}' disagree: -o's extension asks for markdown; drop --format, or name "
+                    "the file for latex")  # fmt: skip
+    assert not target.exists()
