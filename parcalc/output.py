@@ -162,8 +162,10 @@ def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
     if output is not None and output.suffix.lower() == ".pdf":
         from parcalc.render.latex import render_latex_document
         from parcalc.render.pdf import compile_pdf
+        from parcalc.results.parse import BusyLine
 
-        compile_pdf(render_latex_document(result), output)
+        with BusyLine(f"typesetting {output.name} with TeX"):
+            compile_pdf(render_latex_document(result), output)
         print(f"wrote {output}", file=sys.stderr)
         return
     if output is not None and fmt is None and chosen is OutputFormat.LATEX:

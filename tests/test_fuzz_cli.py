@@ -49,7 +49,9 @@ BASES: dict[str, list[list[str]]] = {
                     ["--strategy", "all", *MODEL, "--batch", "16", "--gpus", "8"],
                     ["--strategy", "3d", *MODEL, "--batch", "16", "--tp", "2", "--pp", "2", "--dp", "2"]],
     "bubble": [["--stages", "4", "--micro-batches", "8"], ["--stages", "4", "--micro-batches", "8", "--timeline"]],
-    "memory": [[*MODEL, "--micro-batch", "1", *GPU], [*MODEL, "--tp", "2", "--pp", "4", "--dp", "2", "--zero", "1"]],
+    "memory": [[*MODEL, "--micro-batch", "1", *GPU], [*MODEL, "--tp", "2", "--pp", "4", "--dp", "2", "--zero", "1"],
+               # a framework's step walk (torchtitan's FSDP2): --compile, --compile-loss, --fp8-all-gather, --cp reach it
+               ["--model", "llama3.2-1b", "--seq-len", "2048", "--framework", "torchtitan", "--dp", "8", "--zero", "3", "--gpu", "h200"]],
     "flops": [[*MODEL, "--batch", "8"], [*MODEL, "--batch", "8", "--step-time", "2s", "--gpus", "8", *GPU]],
     "fit": [[*MODEL, *GPU, "--gpus", "8"], [*MODEL, *GPU, "--gpus", "8", "--search", "--top", "3"],
             [*MODEL, *GPU, "--gpus", "8", "--tp", "2", "--pp", "2", "--dp", "2"],

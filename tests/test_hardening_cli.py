@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import ClassVar
 
 import pytest
 
@@ -357,3 +358,154 @@ def test_balanced_splits_match_trying_every_split() -> None:
     assert balanced_splits(10**15 + 1, 3) == ((333333333333333, 333333333333334), (333333333333334, 333333333333333),
                                               (333333333333334, 333333333333334))  # fmt: skip
     assert time.perf_counter() - started < 0.1
+
+
+# ---------------------------------------------------------------------------------------------
+# D. A framework given with --framework runs what its stack runs (session 18's QA)
+
+_8B_H200 = ["--model", "llama3-8b", "--gpu", "h200"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # presets/frameworks/torchtitan.yaml zero_stages [0, 3] (fully_shard, or DDP-like replicate): no ZeRO-1 / ZeRO-2
+        pytest.param(["memory", *_8B_H200, "--dp", "8", "--framework", "torchtitan", "--zero", "1"],
+                     "Error: --zero 1: TorchTitan (FSDP2, TP and PP on device meshes) offers ZeRO-0/3 only (PyTorch "
+                     "torch.distributed.fsdp.fully_shard docs); see `parcalc presets show torchtitan`", id="memory-torchtitan-zero1"),
+        pytest.param(["fit", *_8B_H200, "--gpus", "8", "--framework", "torchtitan", "--tp", "1", "--pp", "1", "--dp", "8", "--zero", "2"],
+                     "Error: --zero 2: TorchTitan (FSDP2, TP and PP on device meshes) offers ZeRO-0/3 only (PyTorch "
+                     "torch.distributed.fsdp.fully_shard docs); see `parcalc presets show torchtitan`", id="fit-torchtitan-zero2"),
+        pytest.param(["fit", *_8B_H200, "--gpus", "8", "--framework", "torchtitan", "--search", "--zero", "1", "--zero", "3"],
+                     "Error: --zero 1: TorchTitan (FSDP2, TP and PP on device meshes) offers ZeRO-0/3 only (PyTorch "
+                     "torch.distributed.fsdp.fully_shard docs); see `parcalc presets show torchtitan`", id="search-torchtitan-zero1"),
+        # presets/frameworks/megatron.yaml zero_stages [0, 1]: the distributed optimizer is ZeRO-1; no ZeRO-2, FSDP is fsdp2
+        pytest.param(["memory", *_8B_H200, "--dp", "8", "--framework", "megatron", "--zero", "3"],
+                     "Error: --zero 3: Megatron-LM (Megatron-Core) offers ZeRO-0/1 only (NVIDIA/Megatron-LM docs, distributed "
+                     "optimizer); see `parcalc presets show megatron`", id="memory-megatron-zero3"),
+        pytest.param(["fit", *_8B_H200, "--gpus", "8", "--framework", "fsdp2", "--tp", "1", "--pp", "1", "--dp", "8", "--zero", "2"],
+                     "Error: --zero 2: PyTorch FSDP2 (fully_shard) offers ZeRO-0/3 only (PyTorch torch.distributed.fsdp.fully_shard "
+                     "docs); see `parcalc presets show fsdp2`", id="fit-fsdp2-zero2"),
+        # DeepSpeed's PipelineEngine asserts 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism' (fit refused it already)
+        pytest.param(["memory", *_8B_H200, "--dp", "4", "--pp", "2", "--framework", "deepspeed", "--zero", "3"],
+                     "Error: --zero 3: DeepSpeed ZeRO's pipeline engine (pp = 2) offers ZeRO-0/1 only (deepspeedai/DeepSpeed "
+                     "deepspeed/runtime/pipe/engine.py); see `parcalc presets show deepspeed`", id="memory-deepspeed-pp-zero3"),
+    ],
+)  # fmt: skip
+def test_a_zero_stage_the_framework_does_not_run_is_one_error_line(runner, args: list[str], expected: str) -> None:
+    assert _one_error_line(runner.invoke(app, args)) == expected
+
+
+def test_without_framework_the_textbook_zero_stages_all_stand(runner) -> None:
+    """No --framework: ZeRO-1/2/3 are the textbook's (seed 000), timed under the default profile as before."""
+    for zero in ("2", "3"):
+        result = runner.invoke(app, ["memory", *_8B_H200, "--dp", "8", "--zero", zero])
+        assert result.exit_code == 0, result.output
+
+
+def _strategies(run_json, *flags: str) -> list[tuple[str, str]]:
+    rows = run_json("fit", *_8B_H200, "--gpus", "8", *flags)["tables"]["strategies"]["rows"]
+    return [(row["strategy"], row["recompute"]) for row in rows]
+
+
+def test_the_strategy_table_offers_what_the_framework_runs(run_json) -> None:
+    """torchtitan (zero_stages [0, 3], sequence_parallel_with_tp: apply_tp has no plan without SP): no ZeRO-1 / ZeRO-2 rows,
+    no TP row without SP; hf (data parallelism only, DDP; whole-layer checkpointing): single GPU and DP, none and full."""
+    titan = _strategies(run_json, "--framework", "torchtitan")
+    assert [s for s, r in titan if r == "none"] == ["single GPU", "DP", "ZeRO-3 (FSDP)", "TP + SP", "PP", "TP x PP"]
+    assert _strategies(run_json, "--framework", "hf") == [("single GPU", "none"), ("single GPU", "full"), ("DP", "none"), ("DP", "full")]
+    default = _strategies(run_json)  # no --framework: every textbook family, as seed 000 asks
+    assert [s for s, r in default if r == "none"] == ["single GPU", "DP", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)", "TP", "TP + SP", "PP",
+                                                     "TP x PP"]  # fmt: skip
+
+
+def test_torchtitans_tp_x_pp_row_runs_with_sequence_parallelism(run_json) -> None:
+    """torchtitan's TP x PP row is TP 4 x PP 2 with SP, as its apply_tp runs it: the same memory as that configuration."""
+    rows = run_json("fit", *_8B_H200, "--gpus", "8", "--framework", "torchtitan")["tables"]["strategies"]["rows"]
+    row = next(r for r in rows if r["strategy"] == "TP x PP" and r["recompute"] == "none")
+    pinned = run_json("memory", *_8B_H200, "--framework", "torchtitan", "--tp", "4", "--pp", "2", "--sequence-parallel",
+                      "--micro-batches", "8")  # fmt: skip
+    assert (row["tp"], row["pp"]) == (4, 2)
+    assert row["memory"] == pytest.approx(pinned["results"]["total"]["value"], rel=1e-9)
+
+
+class _Recorder:
+    """parcalc.results.parse.ProgressBar as a list of its calls."""
+
+    calls: ClassVar[list[tuple[int, int]]] = []
+    closed = 0
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __call__(self, done: int, total: int) -> None:
+        _Recorder.calls.append((done, total))
+
+    def close(self) -> None:
+        _Recorder.closed += 1
+
+
+def test_memory_reports_progress_through_its_stage_walks(runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Llama 3 405B on TP 8 x PP 8 x FSDP 8 under torchtitan walks eight stages and replays one (1.5 s, session 17): memory
+    drives the progress bar fit --search uses, one step a stage and one for the allocator's replay."""
+    import parcalc.results.parse
+
+    monkeypatch.setattr(parcalc.results.parse, "ProgressBar", _Recorder)
+    _Recorder.calls, _Recorder.closed = [], 0
+    result = runner.invoke(app, ["memory", *_8B_H200, "--framework", "torchtitan", "--pp", "2", "--dp", "4", "--zero", "3"])
+    assert result.exit_code == 0, result.output
+    assert _Recorder.calls == [(1, 3), (2, 3), (3, 3)] and _Recorder.closed == 1
+
+
+def test_the_busy_line_shows_only_on_a_terminal_after_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TeX's 5-15 s get a progress line on a terminal (parcalc.results.parse.BusyLine); not on a pipe, not for quick work."""
+    import sys
+
+    from parcalc.results.parse import BusyLine
+
+    with BusyLine("typesetting x.pdf with TeX") as busy:  # stderr is not a terminal under pytest
+        pass
+    assert busy.timer is None and busy.bar is None
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with BusyLine("typesetting x.pdf with TeX") as busy:  # over before the second is up: nothing drawn, the timer cancelled
+        assert busy.timer is not None
+    busy.timer.join(5)
+    assert busy.bar is None and busy.done and not busy.timer.is_alive()
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param(["--framework", "hf", "--tp", "2"], "Error: --framework hf: Hugging Face transformers (Trainer / accelerate, eager "
+                     "PyTorch, DDP) runs data parallelism only, not tp = 2", id="hf-tp2"),
+        pytest.param(["--framework", "hf", "--strategy", "pp"], "Error: --framework hf: Hugging Face transformers (Trainer / "
+                     "accelerate, eager PyTorch, DDP) runs data parallelism only, not --strategy pp", id="hf-strategy-pp"),
+        pytest.param(["--framework", "torchtitan", "--strategy", "zero2"], "Error: --strategy zero2: TorchTitan (FSDP2, TP and PP on "
+                     "device meshes) offers ZeRO-0/3 only (PyTorch torch.distributed.fsdp.fully_shard docs); see `parcalc presets show "
+                     "torchtitan`", id="torchtitan-strategy-zero2"),
+        pytest.param(["--framework", "deepspeed", "--pp", "2", "--zero", "3"], "Error: --zero 3: DeepSpeed ZeRO's pipeline engine (pp "
+                     "= 2) offers ZeRO-0/1 only (deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py); see `parcalc presets show "
+                     "deepspeed`", id="deepspeed-pp2-zero3"),
+    ],
+)  # fmt: skip
+def test_scaling_refuses_a_layout_the_framework_does_not_run(runner, args: list[str], expected: str) -> None:
+    """Before: exit 0 and a curve of '-' rows, each saying why (hf with --tp 2), or the stage run under the profile."""
+    base = ["scaling", *_8B_H200, "--gpus", "2,4,8", "--seq-len", "2048", "--batch", "8"]
+    assert _one_error_line(runner.invoke(app, [*base, *args])) == expected
+
+
+def test_scaling_runs_torchtitans_tp_with_sequence_parallelism(run_json) -> None:
+    """torchtitan's apply_tp has no plan without SP: scaling --strategy tp under it is TP + SP, as memory and fit take it."""
+    base = ("scaling", *_8B_H200, "--gpus", "2,4", "--seq-len", "2048", "--batch", "8", "--strategy", "tp")
+    titan = run_json(*base, "--framework", "torchtitan")
+    with_sp = run_json(*base, "--framework", "torchtitan", "--sequence-parallel")
+    assert titan["tables"] == with_sp["tables"]
+
+
+def test_report_refuses_a_format_its_output_file_contradicts(runner, tmp_path) -> None:
+    """`report question1 --format latex -o answers.md` wrote LaTeX into a .md file, exit 0 (fit, memory, ... refuse it)."""
+    target = tmp_path / "answers.md"
+    line = _one_error_line(runner.invoke(app, ["report", "question1", "--format", "latex", "-o", str(target)]))
+    assert line == (f"Error: --format latex and -o '{target}' disagree: -o's extension asks for markdown; drop --format, or name "
+                    "the file for latex")  # fmt: skip
+    assert not target.exists()

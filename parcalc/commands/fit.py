@@ -203,9 +203,9 @@ def fit(
     power_limit: PowerLimitOption = None,
 ) -> None:
     """What fits on N GPUs: one row per strategy (single GPU, DP, ZeRO-1/2/3, TP, PP, TP x PP, each
-    without and with recomputation) with its memory and the most layers it holds; with --search,
-    every TP x PP x DP configuration ranked by estimated step time (with EP for MoE models, and CP
-    from 16,384 tokens or with --cp)."""
+    without and with recomputation; with --framework, those its stack runs) with its memory and the
+    most layers it holds; with --search, every TP x PP x DP configuration ranked by estimated step
+    time (with EP for MoE models, and CP from 16,384 tokens or with --cp)."""
     start(output, fmt, picture=True)
     timeline = _is_timeline(fmt, output)
     from parcalc.errors import InfeasibleError, InfeasibleResult

@@ -76,6 +76,12 @@ def _output_kind(fmt: str | None, output: Path | None) -> str:
             raise InputError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
         if output is not None and output.suffix.lower() == ".pdf" and fmt != "latex":
             raise InputError("--format: a .pdf output is built from LaTeX; leave --format out")
+        implied = EXTENSIONS.get(output.suffix.lower()) if output is not None else None
+        if implied not in (None, fmt, "pdf"):  # `--format latex -o answers.md` wrote LaTeX into a .md file
+            from parcalc.errors import shown
+
+            raise InputError(f"--format {fmt} and -o {shown(str(output))} disagree: -o's extension asks for {implied}; drop --format, "
+                             f"or name the file for {fmt}")  # fmt: skip
         return "pdf" if output is not None and output.suffix.lower() == ".pdf" else fmt
     if output is None:
         return "markdown"
@@ -93,9 +99,11 @@ def _write(solved: object, kind: str, output: Path | None, templates: tuple[Path
 
     if kind == "pdf":
         from parcalc.render.pdf import compile_pdf
+        from parcalc.results.parse import BusyLine
 
-        # a user's template is TeX of unknown origin: built without Lua (render/pdf.py tex_engine)
-        compile_pdf(render_report_latex(solved, templates, detail), output, lua_allowed=not templates)  # type: ignore[arg-type]
+        with BusyLine(f"typesetting {output.name} with TeX"):  # type: ignore[union-attr]
+            # a user's template is TeX of unknown origin: built without Lua (render/pdf.py tex_engine)
+            compile_pdf(render_report_latex(solved, templates, detail), output, lua_allowed=not templates)  # type: ignore[arg-type]
     else:
         if kind == "latex":
             text = render_report_latex(solved, templates, detail)  # type: ignore[arg-type]

@@ -157,7 +157,10 @@ def _model_rows(model: TransformerModel) -> list[tuple[object, ...]]:
         if field.name in ("key", "source"):
             continue
         value = getattr(model, field.name)
-        if field.name == "mtp_source":
+        if field.name in ("mtp_source", "dropout_source"):  # each the source of its field's row, not a field of its own
+            continue
+        if field.name == "dropout":
+            rows.append(("dropout", _text(value), "", model.dropout_source))
             continue
         if field.name == "mtp_layers":
             rows.append(("mtp_layers", model.mtp_layers, "", model.mtp_source))

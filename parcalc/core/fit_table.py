@@ -4,7 +4,10 @@ model size (number of layers) could you fit on a 2 GPU setup?").
 
 Families: a single GPU, DP, ZeRO-1/2/3 (FSDP), TP, TP with sequence parallelism, PP (1F1B) and
 TP x PP (TP as wide as a node allows), each without, with selective and with full activation
-recomputation. Memory is parcalc.core.memory's, via parcalc.core.fit.memory_of.
+recomputation. Memory is parcalc.core.memory's, via parcalc.core.fit.memory_of. With a framework
+chosen (`fit --framework`), only the families its stack runs: the ZeRO stages its profile offers
+(torchtitan and FSDP2: DDP or ZeRO-3; Megatron-LM: ZeRO-1), TP only with sequence parallelism where the
+stack always shards the sequence (torchtitan's apply_tp), data parallelism only where that is all it has (hf).
 """
 
 from __future__ import annotations
@@ -41,21 +44,32 @@ class StrategyRow:
     components: tuple[tuple[str, float], ...] = ()
 
 
-def families(model: TransformerModel, cluster: Cluster, micro_batch: int = 1) -> list[tuple[str, Config | None, str]]:
-    """(name, configuration without recomputation, why absent)."""
+def families(model: TransformerModel, cluster: Cluster, micro_batch: int = 1,
+             runnable_only: bool = False) -> list[tuple[str, Config | None, str]]:  # fmt: skip
+    """(name, configuration without recomputation, why absent); `runnable_only`: only the families
+    cluster.framework's stack runs (module docstring)."""
     n, g, b = cluster.gpus, cluster.gpus_per_node, micro_batch
+    stack = cluster.framework
+    zeros = [(name, z) for name, z in (("ZeRO-1", 1), ("ZeRO-2", 2), ("ZeRO-3 (FSDP)", 3)) if not runnable_only or z in stack.zero_stages]
+    model_parallel = not (runnable_only and stack.data_parallel_only)
+    sp_only = runnable_only and stack.sequence_parallel_with_tp  # no TP row without SP; TP x PP with it
+    names = ["DP", *(name for name, _ in zeros)] + (["TP", "TP + SP", "PP", "TP x PP"] if model_parallel else [])
+    if sp_only:
+        names.remove("TP")
     rows: list[tuple[str, Config | None, str]] = [("single GPU", Config.of(1, 1, 1, b), "")]
     if n == 1:
-        why = "needs 2 or more GPUs"
-        return rows + [(name, None, why) for name in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)", "TP", "TP + SP", "PP", "TP x PP")]
+        return rows + [(name, None, "needs 2 or more GPUs") for name in names]
     rows.append(("DP", Config.of(1, 1, n, b), ""))
-    rows += [(name, Config.of(1, 1, n, b, zero=z), "") for name, z in (("ZeRO-1", 1), ("ZeRO-2", 2), ("ZeRO-3 (FSDP)", 3))]
-    rows.append(("TP", Config.of(n, 1, 1, b), ""))
+    rows += [(name, Config.of(1, 1, n, b, zero=z), "") for name, z in zeros]
+    if not model_parallel:
+        return rows
+    if not sp_only:
+        rows.append(("TP", Config.of(n, 1, 1, b), ""))
     rows.append(("TP + SP", Config.of(n, 1, 1, b, sequence_parallel=True), ""))
     rows.append(("PP", Config.of(1, n, 1, b), ""))
     widths = [t for t in range(min(g, n // 2), 1, -1) if n % t == 0 and not (model.heads % t or model.kv_heads % t or model.ffn_hidden % t)]
     if widths and n // widths[0] >= 2:
-        rows.append(("TP x PP", Config.of(widths[0], n // widths[0], 1, b), ""))
+        rows.append(("TP x PP", Config.of(widths[0], n // widths[0], 1, b, sequence_parallel=sp_only), ""))
     else:
         rows.append(("TP x PP", None, "no split of the GPUs into tp >= 2 (within a node, dividing the heads) and pp >= 2"))
     return rows
@@ -63,10 +77,11 @@ def families(model: TransformerModel, cluster: Cluster, micro_batch: int = 1) ->
 
 def strategy_table(model: TransformerModel, training: Training, cluster: Cluster,
                    recomputes: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL), *,
-                   micro_batch: int = 1, deepest: bool = True) -> tuple[StrategyRow, ...]:  # fmt: skip
-    """Every family x recomputation; `deepest` adds the most layers each holds (a few more memory evaluations)."""
+                   micro_batch: int = 1, deepest: bool = True, runnable_only: bool = False) -> tuple[StrategyRow, ...]:  # fmt: skip
+    """Every family x recomputation; `deepest` adds the most layers each holds (a few more memory evaluations);
+    `runnable_only`: only the families the cluster's framework runs (families)."""
     rows = []
-    for name, base, absent in families(model, cluster, micro_batch):
+    for name, base, absent in families(model, cluster, micro_batch, runnable_only):
         for recompute in recomputes:
             if base is None:
                 rows.append(StrategyRow(name, recompute, None, cluster.gpus, None, False, None, None, absent))

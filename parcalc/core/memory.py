@@ -28,6 +28,7 @@ for the first stage divided by p).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -755,8 +756,11 @@ def _moe_stage_activations(model: TransformerModel, par: Layout, layer: LayerAct
     )
 
 
-def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup) -> MemoryBreakdown:
-    """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU."""
+def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup,
+                     progress: Callable[[int, int], None] | None = None) -> MemoryBreakdown:
+    """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU. `progress(done, total)` after each
+    stage's step walk (a framework's step memory: a second or more on a large pipeline), of pp + 1 steps in all:
+    the caller's allocator replay of the reported stage is the last (parcalc.results.memory)."""
     if model.mamba is not None:  # a Mamba-2 hybrid: its blocks by parcalc.core.mamba_memory
         from parcalc.core.mamba_memory import check_mamba_memory
 
@@ -794,7 +798,12 @@ def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup)
         from parcalc.core.memory_step_peak import with_step_peak
 
         split = stage_layers(model, par)
-        stages = tuple(with_step_peak(model, par, setup, stage, split) for stage in stages)
+        walked = []
+        for done, stage in enumerate(stages, start=1):
+            walked.append(with_step_peak(model, par, setup, stage, split))
+            if progress is not None:
+                progress(done, par.pp + 1)
+        stages = tuple(walked)
     if not all(math.isfinite(s.total.value) for s in stages):
         raise InputError("--seq-len / --micro-batch: these sizes give more bytes than a number can hold; no GPU holds them")
     return MemoryBreakdown(model, par, setup, per, layer, stages)

@@ -100,12 +100,13 @@ def row_name(row: StrategyRow) -> str:
 
 def timed_strategy_table(model: TransformerModel, training: Training, cluster: Cluster,
                          recomputes: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL), *,
-                         micro_batch: int = 1, deepest: bool = True) -> SpeedupTable:  # fmt: skip
+                         micro_batch: int = 1, deepest: bool = True, runnable_only: bool = False) -> SpeedupTable:  # fmt: skip
     """parcalc.core.fit_table.strategy_table with step time, tokens/s, speedup and efficiency on
     every row that fits (module docstring), and the derivations that answer "which is fastest,
     by how much, and how deep a model fits"."""
     rows = tuple(_timed(model, training, cluster, row) for row in
-                 strategy_table(model, training, cluster, recomputes, micro_batch=micro_batch, deepest=deepest))  # fmt: skip
+                 strategy_table(model, training, cluster, recomputes, micro_batch=micro_batch, deepest=deepest,
+                                runnable_only=runnable_only))  # fmt: skip
     reference = reference_setup(model, training, cluster, rows, recomputes, micro_batch)
     if reference is None:
         return SpeedupTable(rows, None, _max_layers_summary(model, training, cluster, rows) if deepest else ())

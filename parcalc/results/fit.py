@@ -50,7 +50,7 @@ def result(req: FitRequest, *, every_row: bool = False, pictures: bool = False) 
             result = _with_run(result, plan, cluster, req.training, search=False)
         return result
     result, nothing_fits = _table_result(req.model, req.training, cluster, req.micro_batch, req.recomputes, req.max_layers, settings,
-                                         with_components=pictures)  # fmt: skip
+                                         with_components=pictures, runnable_only=req.runnable_only)  # fmt: skip
     if nothing_fits is not None:
         raise InfeasibleResult(nothing_fits, result)  # the table that explains it, shown before the command fails
     return result
@@ -66,13 +66,15 @@ def from_flags(*, every_row: bool = False, pictures: bool = False, **flags: Any)
 
 def _table_result(shape: TransformerModel, training: Training, cluster: Cluster, micro_batch: int,
                   recomputes: tuple[Recompute, ...], with_layers: bool, settings: list,
-                  with_components: bool = False) -> tuple[Result, str | None]:  # fmt: skip
+                  with_components: bool = False, runnable_only: bool = False) -> tuple[Result, str | None]:  # fmt: skip
     """The table, and why nothing fits when nothing does; `with_components`: also each row's memory
-    by component (table "strategy_memory", drawn by -o fit.svg)."""
+    by component (table "strategy_memory", drawn by -o fit.svg); `runnable_only`: only the families
+    the framework (given with --framework) runs (parcalc.core.fit_table.families)."""
     from parcalc.core.speedup import timed_strategy_table
     from parcalc.derivation import Column, Result, Table
 
-    timed = timed_strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers)
+    timed = timed_strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers,
+                                 runnable_only=runnable_only)  # fmt: skip
     rows = timed.rows
     columns = (
         Column("strategy", "strategy"), Column("recompute", "recompute"), Column("tp", "tp"), Column("pp", "pp"), Column("dp", "dp"),

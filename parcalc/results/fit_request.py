@@ -20,6 +20,7 @@ from parcalc.results.parse import (
     fp8_all_gather_flag,
     fp8_recipe_flag,
     framework_sequence_parallel,
+    framework_zero_stage,
     kernels_flag,
     moe_timing_flags,
     power_limited,
@@ -64,6 +65,7 @@ class FitRequest:
     micro_batch: int = 1  # the strategy table's micro-batch size
     recomputes: tuple[Recompute, ...] = ()  # the strategy table's recomputations
     max_layers: bool = True  # the strategy table's deepest-model column
+    runnable_only: bool = False  # the strategy table: only the families --framework's stack runs (given explicitly)
     config: Config | None = None  # the pinned configuration
     no_ops: tuple[str, ...] = ()  # flags the configuration takes as no-ops
     space: SearchSpace | None = None  # what the search tries
@@ -164,7 +166,11 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
 
         recomputes = given_recomputes or RECOMPUTES
     else:
-        recomputes = given_recomputes or (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+        from parcalc.core.memory_timeline import recompute_reason
+
+        # the table's rows: those the stack's step walk offers (hf: none and full; selective is refused below when asked)
+        recomputes = given_recomputes or tuple(r for r in (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+                                               if recompute_reason(profile.step_memory, r) is None)  # fmt: skip
     for asked in given_recomputes or ():  # a recomputation the framework's stack does not offer: refused here, not row by row
         from parcalc.core.memory_timeline import recompute_reason
 
@@ -260,6 +266,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
 
         framework_sequence_parallel(profile, sequence_parallel, pinned.get("tp", 2))  # refuses --no-sequence-parallel where SP is always on
 
+        if framework is not None:  # a stage the chosen stack does not run is refused, not searched under its profile
+            for z in zero or ():
+                framework_zero_stage(profile, int(z.value), 1)
         space = SearchSpace(
             recomputes=recomputes,
             zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else profile.zero_stages,
@@ -274,6 +283,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             settings.append(("recompute_layers", str(n_recompute)))
         config, no_ops = pinned_config(cluster, pinned, sizes, given_recomputes or (Recompute.NONE,), zero, sequence_parallel, schedule,
                                        chunks, {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})})  # fmt: skip
+        if framework is not None:  # with pp > 1 the pipeline engine's stages are parcalc.core.fit.invalid_reason's
+            framework_zero_stage(profile, config.layout.zero, 1)
         return FitRequest(shape, training, (cluster,), (keys.get(gpu_name, "none"),), tuple(plans), FitMode.CONFIGURATION,
                           tuple(settings), config=config, no_ops=no_ops)  # fmt: skip
     if plans[0] is not None:
@@ -289,7 +300,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     if training.global_batch % micro:
         raise InputError(f"--micro-batch: {micro} does not divide the global batch of {training.global_batch}")
     return FitRequest(shape, training, (cluster,), (keys.get(gpu_name, "none"),), tuple(plans), FitMode.STRATEGIES, tuple(settings),
-                      micro_batch=micro, recomputes=recomputes, max_layers=max_layers)  # fmt: skip
+                      micro_batch=micro, recomputes=recomputes, max_layers=max_layers, runnable_only=framework is not None)  # fmt: skip
 
 
 def search_schedule(schedule: str | None, chunks: str | None) -> Any:

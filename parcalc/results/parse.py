@@ -175,6 +175,50 @@ class ProgressBar:
             self.bar.stop()
 
 
+class BusyLine:
+    """A progress line on stderr for work that cannot count its steps (TeX typesetting a PDF: 5-15 s), shown
+    as ProgressBar is: once the work has run a second, on a terminal; a context manager, gone when it ends."""
+
+    def __init__(self, label: str) -> None:
+        import threading
+
+        self.label = label
+        self.lock = threading.Lock()
+        self.done = False
+        self.bar: Any = None
+        self.timer: Any = None
+
+    def __enter__(self) -> BusyLine:
+        import sys
+        import threading
+
+        if sys.stderr.isatty():
+            self.timer = threading.Timer(PROGRESS_AFTER_SECONDS, self._show)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def _show(self) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if self.done:
+                return
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True),
+                                transient=True)  # fmt: skip
+            self.bar.add_task(self.label, total=None)
+            self.bar.start()
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.done = True
+            if self.timer is not None:
+                self.timer.cancel()
+            if self.bar is not None:
+                self.bar.stop()
+
+
 def cp_flags(cp: str | None, cp_comm: str) -> tuple[int, str]:
     """(--cp as a count, --cp-comm's value), each checked: a bad value is one line, exit 2."""
     from parcalc.core.context import cp_comm_of
@@ -452,6 +496,23 @@ def framework_sequence_parallel(profile: Any, given: bool | None, tp: int) -> bo
         raise InputError(f"--no-sequence-parallel: {profile.name} runs tensor parallelism with sequence parallelism always "
                          "(its plan shards the norms' sequence on the TP ranks)")
     return True
+
+
+def framework_zero_stage(profile: Any, zero: int, pp: int, flag: str | None = None) -> None:
+    """--zero under a --framework that was given: a ZeRO stage its stack does not offer (Framework.zero_stages, from the
+    profile's YAML; with pp > 1 its pipeline engine's: DeepSpeed's PipelineEngine runs ZeRO-0/1 only) is refused, one line,
+    as the search and the strategy table offer only those; `flag` names what asked for it (default --zero N). Without
+    --framework the textbook stages all stand."""
+    from parcalc.errors import InputError
+
+    engine = profile.at(pp)
+    if zero in engine.zero_stages:
+        return
+    offered = "/".join(str(z) for z in engine.zero_stages)
+    where = f"'s pipeline engine (pp = {pp})" if engine is not profile else ""
+    source = engine.source("zero_stages").split(":")[0].split(" (")[0]
+    raise InputError(f"{flag or f'--zero {zero}'}: {profile.name}{where} offers ZeRO-{offered} only ({source}); "
+                     f"see `parcalc presets show {profile.key}`")
 
 
 def stated_no_ops(sequence_parallel: bool, tp: int, zero: Any, dp_ranks: int) -> tuple[bool, Any, tuple[str, ...]]:

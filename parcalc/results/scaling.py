@@ -81,6 +81,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     training = Training(global_batch=per, seq_len=seq, precision=precision, flash_attention=flash_attention,
                         fp32_grads=profile.fp32_grads and mixed)  # fmt: skip
     rule = _rule(strategy, tp, pp, zero, best, micro_batch, recompute, sequence_parallel)
+    if framework is not None:  # a layout the chosen stack does not run is refused here, not shown as a curve of '-'
+        rule = _runnable_rule(rule, profile)
     space = None
     if best:
         from parcalc.core.fit_search import SearchSpace
@@ -194,6 +196,29 @@ def _rule(strategy: str | None, tp: str | None, pp: str | None, zero: str | None
     if sequence_parallel and kind != "tp":
         raise InputError("--sequence-parallel: needs tp > 1 (--strategy tp, --tp T or --best)")
     return Rule(Family(kind), micro_batch=b, recompute=r, sequence_parallel=sequence_parallel)
+
+
+def _runnable_rule(rule: Any, profile: Any) -> Any:
+    """The rule under a --framework that was given: a family or a pinned layout its stack does not run is one
+    line (hf: data parallelism only; a ZeRO stage outside the profile's zero_stages); where the stack runs TP
+    with sequence parallelism always (torchtitan's apply_tp), TP takes it, as memory and fit do."""
+    from dataclasses import replace
+
+    from parcalc.core.layout import Layout
+    from parcalc.core.scaling import Family
+    from parcalc.errors import InputError
+    from parcalc.results.parse import framework_sequence_parallel, framework_zero_stage
+
+    tp, pp = {Family.TP: (2, 1), Family.PP: (1, 2), Family.FIXED: (rule.tp, rule.pp)}.get(rule.family, (1, 1))
+    zero = {Family.ZERO1: 1, Family.ZERO2: 2, Family.ZERO3: 3, Family.FIXED: rule.zero}.get(rule.family, 0)
+    if (reason := profile.layout_reason(Layout(tp=tp, pp=pp))) is not None:
+        raise InputError(reason.replace(f"not tp = {tp}" if rule.family is Family.TP else f"not pp = {pp}", f"not --strategy {rule.family.value}")
+                         if rule.family in (Family.TP, Family.PP) else reason)  # fmt: skip
+    if zero:
+        framework_zero_stage(profile, zero, pp, None if rule.family is Family.FIXED else f"--strategy {rule.family.value}")
+    if framework_sequence_parallel(profile, None, tp) and tp > 1:
+        return replace(rule, sequence_parallel=True)
+    return rule
 
 
 def _strategy_name(rule: Any) -> str:
