@@ -105,6 +105,15 @@ COMPILE_TP = ("torch.compile with TP and CP: the compiled TP block (parcalc.core
 #   logits-sized tensors against the compiled loss's two bf16 ones, the shard groups, the FP8 all-gather), the replayed figures
 #   by 19.05: the 4.4 GiB the replay finds in Table 3's eager loss, the Trainy run holds as well, by a mechanism not found. What
 #   the walk's tensors follow, the two published runs confirm to 0.3 GiB; what is left is how the allocator lays them out.
+# A lead, not a mechanism (nothing is added for it): published less the walk's live blocks at each stream's peak (step_reserved,
+# no fragmentation) is 8.0-8.4 GiB in all four Table 2 rows, flat over CP 1-8 (32768 tokens a rank: a bf16 logits-sized tensor
+# is 32768 x 128256 x 2 B = 7.83 GiB), 5.0-7.5 GiB in Tables 1 / 3 and 4.3 / 5.3 GiB in the Trainy rows (16384 tokens: 3.91 GiB).
+# Were one bf16 logits-sized tensor live at the loss's backward in every run, what is left would be 0.16-3.55 GiB a row, the
+# eager uncompiled rows the most. No reference that keeps `pred` alive after train.py's `del pred` was found in torchtitan's
+# loop, the eager or compiled loss's autograd nodes (ToCopyBackward0 and ViewBackward0 save no tensor; the compiled loss saves
+# pred itself, walked), F.linear's MmBackward0 or FSDP2's root hooks (_register_pre_backward_hook's Tensor.register_hook keeps the
+# hook dict, not the tensor), and the CPU ground truths (FSDPMemTracker, the profiler) cannot see a CUDA-only allocation: a GPU
+# run with torch.cuda.memory._record_memory_history at the loss's backward would settle it.
 FSDP_UNFOUND_8_NODES = ("4.8 GiB the replayed allocator does not find at 8 nodes (0.898; the 4-node row misses 4.0 GiB and lands in the "
                         "band; the Table 1 / 3 rows now miss 0.6-3.2 GiB): no tensor found (session 18, comments above); the "
                         "published 4 -> 8 node drop, 0.99 GiB, is less than the sharded parameters' and AdamW states' own, 1.40 GiB")
