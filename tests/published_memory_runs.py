@@ -82,7 +82,8 @@ COMPILE_TP = ("torch.compile with TP and CP: the compiled TP block (parcalc.core
 # - gradient clipping (max_norm = 1.0, config_manager.py:210; train.py:428-433 dist_utils.clip_grad_norm_(..., foreach=True),
 #   distributed/utils.py:278-342): torch.nn.utils.get_total_norm's torch._foreach_norm over the DTensor gradients gives one
 #   Partial scalar a gradient, full_tensor() all-reduces one scalar, clip_grads_with_norm_'s torch._foreach_mul_ is in place:
-#   scalars in the small pool. Refuted.
+#   scalars in the small pool. Refuted; held on the CPU (tests/ground_truth/test_torch_grad_clip_scales_memory.py: 80 B for the
+#   clipping, 136 B for the precomputed scales' ops, over fully_shard's DTensors with 4 MiB shards).
 # - the training loop (train.py:403-439 at e7c0cae): `del pred` before backward; it keeps loss.detach() scalars and no grad norm
 #   across steps; metrics read torch.cuda.memory_stats (components/metrics.py:70) and reset the peak after each log (:340, :413),
 #   which changes nothing of reserved_bytes.all.peak in a run that never empties the cache. Refuted.
