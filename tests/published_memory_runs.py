@@ -66,8 +66,22 @@ COMPILE_TP = ("torch.compile with TP and CP: the compiled TP block (parcalc.core
 # mapped at the top; it is there in the first step, before any optimizer state exists, and the states add only their own 8 B a
 # parameter; the compiled Float8 rows of Tables 1 and 3 the same, 4.4 GiB). The Trainy rows (--compile-loss, no fp32 logits)
 # gain 0.4 GiB: their loss holds two bf16 logits-sized tensors, which leave no such hole.
-# Session 18 (issue #30, what the Trainy rows hold that the walk does not find): the candidates, each read at the versions that
-# ran (torchtitan e7c0cae, torchao 0afa4c1, torch 2.8.0a0), and what each moves (4 / 8 nodes, replayed, GiB):
+# Session 18 (issue #30, what the Trainy rows hold that the walk did not find): the allocator they ran. The Trainy page's command
+# (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md, as first published at a0e5b6c8b and since) starts `torchrun ...
+# torchtitan/train.py` itself, not run_train.sh, and sets no PYTORCH_CUDA_ALLOC_CONF; torchtitan e7c0cae sets expandable_segments
+# in its launch scripts only (run_train.sh:24; `git grep expandable_segments e7c0cae` finds nothing in torchtitan/), and torch
+# 2.8's default is off (c10/cuda/CUDAAllocatorConfig). So the rows are replayed with the allocator's defaults, a cudaMalloc'd
+# segment for each request no cached block serves (memory --no-expandable-segments; parcalc.core.allocator.CachingAllocator):
+# 44.00 -> 47.41 GiB (0.917 -> 0.988) and 42.16 -> 46.46 GiB (0.898 -> 0.989), the 8-node row in the band, and the replayed
+# drop from 4 to 8 nodes 0.95 GiB against the published 0.99 (with expandable segments 1.84: the figure that showed the rows
+# were not replayed as they ran). What the segments hold beyond the live blocks is 3.8 / 4.8 GiB: the loss's and the blocks'
+# large tensors each take a segment of their own size when no freed one fits, and a freed segment is reused only by requests
+# it fits. The Dec 2024 page names no launcher, and its rows keep run_llama_train.sh's expandable segments (FSDP_SOURCES
+# ['launcher']); with the defaults instead they would be Table 1 0.995 / 0.999 / 1.003, Table 3 1.000 / 0.999 / 1.004, Table 2
+# 0.991 / 0.955 / 0.953 / 0.973, Table 4 0.912, Table 5 1.047, Table 6 1.144 / 1.043 / 1.022 / 1.006 (Table 6's CP 1 row out
+# of the band): no setting is taken from those numbers.
+# The other candidates, each read at the versions that ran (torchtitan e7c0cae, torchao 0afa4c1, torch 2.8.0a0), and what each
+# moves (4 / 8 nodes, replayed with expandable segments, GiB):
 # - the Trainy command as first published (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md at a0e5b6c8b, #1361) also passes
 #   --float8.precompute_float8_dynamic_scale_for_fsdp and --float8.force_recompute_fp8_weight_in_bwd. The first makes
 #   fsdp_pre_all_gather cast with the precomputed scale (torchao 0afa4c1 torchao/float8/fsdp_utils.py:218-220, no abs(x) of the
@@ -99,25 +113,12 @@ COMPILE_TP = ("torch.compile with TP and CP: the compiled TP block (parcalc.core
 # - from 4 to 8 nodes only the shard group changes (same command, commit, batch); the sharded fp32 parameters and the two AdamW
 #   states, live through the whole step, fall by 12 B x 8.03e9 x (1/32 - 1/64) = 1.40 GiB, and no allocation grows with the
 #   shard group (every dimension of Llama 3 8B divides by 64: no padding; NCCL's buffers are outside the caching allocator). The
-#   published peak falls 0.99 GiB: at 8 nodes at least 0.41 GiB more is reserved and free than at 4 nodes. The 8-node row's
-#   shortfall against the 4-node row is the allocator's layout (or the sampling of one iteration), not a tensor the walk lacks.
+#   published peak falls 0.99 GiB: at 8 nodes at least 0.41 GiB more is reserved and free than at 4 nodes, which no tensor can
+#   give and the default allocator's segments do (replayed: 0.95 GiB).
 # - Table 3's compiled Float8 row (FSDP 128, 9dec370, the eager fp32 loss) less the Trainy 8-node row: published 61.8 - 46.97 =
 #   14.83 GiB; the walk's live blocks at each stream's peak (step_reserved) differ by 15.12 GiB (the loss's three fp32
-#   logits-sized tensors against the compiled loss's two bf16 ones, the shard groups, the FP8 all-gather), the replayed figures
-#   by 19.05: the 4.4 GiB the replay finds in Table 3's eager loss, the Trainy run holds as well, by a mechanism not found. What
-#   the walk's tensors follow, the two published runs confirm to 0.3 GiB; what is left is how the allocator lays them out.
-# A lead, not a mechanism (nothing is added for it): published less the walk's live blocks at each stream's peak (step_reserved,
-# no fragmentation) is 8.0-8.4 GiB in all four Table 2 rows, flat over CP 1-8 (32768 tokens a rank: a bf16 logits-sized tensor
-# is 32768 x 128256 x 2 B = 7.83 GiB), 5.0-7.5 GiB in Tables 1 / 3 and 4.3 / 5.3 GiB in the Trainy rows (16384 tokens: 3.91 GiB).
-# Were one bf16 logits-sized tensor live at the loss's backward in every run, what is left would be 0.16-3.55 GiB a row, the
-# eager uncompiled rows the most. No reference that keeps `pred` alive after train.py's `del pred` was found in torchtitan's
-# loop, the eager or compiled loss's autograd nodes (ToCopyBackward0 and ViewBackward0 save no tensor; the compiled loss saves
-# pred itself, walked), F.linear's MmBackward0 or FSDP2's root hooks (_register_pre_backward_hook's Tensor.register_hook keeps the
-# hook dict, not the tensor), and the CPU ground truths (FSDPMemTracker, the profiler) cannot see a CUDA-only allocation: a GPU
-# run with torch.cuda.memory._record_memory_history at the loss's backward would settle it.
-FSDP_UNFOUND_8_NODES = ("4.8 GiB the replayed allocator does not find at 8 nodes (0.898; the 4-node row misses 4.0 GiB and lands in the "
-                        "band; the Table 1 / 3 rows now miss 0.6-3.2 GiB): no tensor found (session 18, comments above); the "
-                        "published 4 -> 8 node drop, 0.99 GiB, is less than the sharded parameters' and AdamW states' own, 1.40 GiB")
+#   logits-sized tensors against the compiled loss's two bf16 ones, the shard groups, the FP8 all-gather), the replayed figures,
+#   each with its run's allocator, by 14.75 (61.21 - 46.46; both with expandable segments 19.05).
 # torchtitan/parallelisms/pipelining_utils.py generate_split_points at 9dec370: 126 layers over 8 single-stage ranks, base 15 and
 # the 6 extra layers to middle stages: 15 + 6 x 16 + 15
 SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")
@@ -258,12 +259,13 @@ RUNS: tuple[MemoryRun, ...] = (
     _t6(2, 4, 131072, 77.1),
     _t6(1, 8, 262144, 84.9),
     *(MemoryRun(f"trainy-h200-8b-{n}-nodes", f"{TT_TRAINY}, '| NUM_NODES | TPS/GPU | Memory(GiB) |' row '| {n} | ... | {gib} |'; command: "
-                "--training.local_batch_size=2 --training.compile --model.converters=\"float8\" --float8.enable_fsdp_float8_all_gather "
+                "torchrun --nnodes $NUM_NODES --nproc_per_node 8 ... torchtitan/train.py (no PYTORCH_CUDA_ALLOC_CONF, not run_train.sh) "
+                "--job.config-file torchtitan/models/llama3/train_configs/llama3_8b.toml --training.local_batch_size=2 --training.compile --model.converters=\"float8\" --float8.enable_fsdp_float8_all_gather "
                 "--float8.precompute_float8_dynamic_scale_for_fsdp --float8.force_recompute_fp8_weight_in_bwd (as first published, "
                 "a0e5b6c8b); 8 H200 per node; llama3_8b.toml at e7c0cae: seq_len 8192, "
                 "selective 'op' checkpointing",
                 (*_8B, "--dp", str(8 * n), "--micro-batch", "2", "--seq-len", "8192", "--recompute", "op", "--precision", "fp8", "--compile",
-                 "--fp8-all-gather", "--compile-loss"),
+                 "--fp8-all-gather", "--compile-loss", "--no-expandable-segments"),
                 gib, "torch.cuda reserved_bytes.all.peak (torchtitan's 'memory'), 'arbitrarily sampled at the 100th iteration'",
-                gaps) for n, gib, gaps in ((4, 47.96, ()), (8, 46.97, (FSDP_UNFOUND_8_NODES,)))),
+                ()) for n, gib in ((4, 47.96), (8, 46.97))),
 )
