@@ -123,6 +123,9 @@ FLAGS: tuple[Flag, ...] = (
          "fit: with --precision fp8 --framework torchtitan)", "switch", "", "off", ("memory", "fit", "comm-volume")),
     Flag("--compile-loss", "With --compile --framework torchtitan: the loss compiled too (torchtitan from 2025-04-02)", "switch", "", "off",
          ("memory", "fit")),
+    Flag("--expandable-segments", "With --framework fsdp2 or torchtitan: the caching allocator replayed with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; "
+         "--no-expandable-segments: with its defaults (a run started with torchrun directly)", "switch", "", "the framework launcher's (torchtitan: on)",
+         ("memory",)),
     Flag("--fp32-grads", "Mixed precision with fp32 gradients (Megatron-LM's main_grad)", "switch", "", "off (fit: the framework's)", ("memory", "fit")),
     Flag("--optimizer", "Optimizer: adam, adamw, lion, sgd-momentum, sgd, adam-8bit, adafactor, muon", "choice", "", "adamw", ("memory", "fit")),
     Flag("--offload", "Move to host memory (repeatable): optimizer, activations", "choice", "", "none", ("memory", "fit")),

@@ -25,7 +25,7 @@ PANELS: dict[str, tuple[str, ...]] = {
                "--loss-in-split", "--pipeline-layout", "--stages", "--ranks", "--nodes", "--strategy", "--weak"),
     "Training": ("--batch", "--seq-len", "--micro-batch", "--micro-batches", "--recompute", "--recompute-layers", "--recompute-modules",
                  "--recompute-mla-up-proj", "--precision", "--fp8-recipe", "--fp8-all-gather", "--optimizer", "--moment-dtype", "--grad-dtype",
-                 "--grad-bytes", "--fp32-grads", "--offload", "--host-link", "--compile", "--compile-loss", "--kernels", "--framework",
+                 "--grad-bytes", "--fp32-grads", "--offload", "--host-link", "--compile", "--compile-loss", "--expandable-segments", "--kernels", "--framework",
                  "--dp-overlap", "--tp-comm-overlap", "--moe-dispatcher", "--max-nodes-per-token", "--ep-overlap", "--moe-imbalance",
                  "--bucket-size", "--reshard-root", "--shard-padding", "--ddp-first-iteration", "--allreduces",
                  "--t-forward", "--t-backward", "--t-weight", "--stage-times", "--step-time", "--time-is", "--mfu",

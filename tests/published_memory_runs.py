@@ -61,10 +61,64 @@ COMPILE_TP = ("torch.compile with TP and CP: the compiled TP block (parcalc.core
 # Table 1 FSDP 0.910 -> 0.962, compile 0.921 -> 0.979, compile + Float8 0.924 -> 0.982; Table 3 0.908 -> 0.970, 0.917 -> 0.986,
 # 0.920 -> 0.990; Table 2 CP 1 / 2 / 4 / 8 0.904 / 0.902 / 0.905 / 0.901 -> 1.005 / 1.026 / 1.037 / 1.035; Table 4 0.831 ->
 # 0.922; Table 5 0.925 -> 0.950; Table 6 CP 1 1.014 -> 1.057; Trainy 4 / 8 nodes 0.909 / 0.888 -> 0.917 / 0.898. Most of it is
-# the default stream's: the optimizer states the first step creates at its end fill the holes its activations left, and the
-# next step maps its activations above them (Table 1: 4.15 GiB). The Trainy rows (--compile-loss, no fp32 logits) gain 0.4 GiB.
-FSDP_UNFOUND_8_NODES = ("4.8 GiB the replayed allocator does not find at 8 nodes (0.898; the 4-node row misses 4.0 GiB and lands in the "
-                        "band; the Table 1 / 3 rows now miss 0.6-3.2 GiB)")
+# the default stream's, and it forms in the eager loss's backward (session 18, replaying the events one by one: Table 1's FSDP
+# row is 4.18 GiB above its live blocks from the moment the fp32 gradient of the logits (7.83 GiB) finds no hole it fits and is
+# mapped at the top; it is there in the first step, before any optimizer state exists, and the states add only their own 8 B a
+# parameter; the compiled Float8 rows of Tables 1 and 3 the same, 4.4 GiB). The Trainy rows (--compile-loss, no fp32 logits)
+# gain 0.4 GiB: their loss holds two bf16 logits-sized tensors, which leave no such hole.
+# Session 18 (issue #30, what the Trainy rows hold that the walk did not find): the allocator they ran. The Trainy page's command
+# (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md, as first published at a0e5b6c8b and since) starts `torchrun ...
+# torchtitan/train.py` itself, not run_train.sh, and sets no PYTORCH_CUDA_ALLOC_CONF; torchtitan e7c0cae sets expandable_segments
+# in its launch scripts only (run_train.sh:24; `git grep expandable_segments e7c0cae` finds nothing in torchtitan/), and torch
+# 2.8's default is off (c10/cuda/CUDAAllocatorConfig). So the rows are replayed with the allocator's defaults, a cudaMalloc'd
+# segment for each request no cached block serves (memory --no-expandable-segments; parcalc.core.allocator.CachingAllocator):
+# 44.00 -> 47.41 GiB (0.917 -> 0.988) and 42.16 -> 46.46 GiB (0.898 -> 0.989), the 8-node row in the band, and the replayed
+# drop from 4 to 8 nodes 0.95 GiB against the published 0.99 (with expandable segments 1.84: the figure that showed the rows
+# were not replayed as they ran). What the segments hold beyond the live blocks is 3.8 / 4.8 GiB: the loss's and the blocks'
+# large tensors each take a segment of their own size when no freed one fits, and a freed segment is reused only by requests
+# it fits. The Dec 2024 page names no launcher, and its rows keep run_llama_train.sh's expandable segments (FSDP_SOURCES
+# ['launcher']); with the defaults instead they would be Table 1 0.995 / 0.999 / 1.003, Table 3 1.000 / 0.999 / 1.004, Table 2
+# 0.991 / 0.955 / 0.953 / 0.973, Table 4 0.912, Table 5 1.047, Table 6 1.144 / 1.043 / 1.022 / 1.006 (Table 6's CP 1 row out
+# of the band): no setting is taken from those numbers.
+# The other candidates, each read at the versions that ran (torchtitan e7c0cae, torchao 0afa4c1, torch 2.8.0a0), and what each
+# moves (4 / 8 nodes, replayed with expandable segments, GiB):
+# - the Trainy command as first published (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md at a0e5b6c8b, #1361) also passes
+#   --float8.precompute_float8_dynamic_scale_for_fsdp and --float8.force_recompute_fp8_weight_in_bwd. The first makes
+#   fsdp_pre_all_gather cast with the precomputed scale (torchao 0afa4c1 torchao/float8/fsdp_utils.py:218-220, no abs(x) of the
+#   shard) after torch._foreach_norm(weights, ord=inf) and torch.stack of one scalar a weight (fsdp_utils.py:60-61; torchtitan
+#   components/quantization/float8.py:89, 117-121, a post-optimizer hook): walked with the precomputed cast the replayed figure
+#   moves by under 0.01 GiB (the abs of one fp32 shard at a time on the all-gather stream, 7 MB at most); the second has no
+#   effect at 0afa4c1 (torchao/float8/config.py:195-198: 'deprecated and currently has no effect'). Refuted as the gap.
+# - AdamW: e7c0cae's config_manager.py:139 defaults optimizer.implementation to "fused" (torch._fused_adamw_, in place, a step
+#   counter on the GPU per parameter); the torchtitan profile walks 9dec370's foreach, whose torch._foreach_sqrt holds one fp32
+#   copy of the states at once in the optimizer step, far below the step's peak. Walked fused: 44.00 -> 43.96, 42.16 -> 42.08
+#   (the wrong way; not switched here: --framework torchtitan is 9dec370's profile, and no flag picks the implementation yet).
+# - gradient clipping (max_norm = 1.0, config_manager.py:210; train.py:428-433 dist_utils.clip_grad_norm_(..., foreach=True),
+#   distributed/utils.py:278-342): torch.nn.utils.get_total_norm's torch._foreach_norm over the DTensor gradients gives one
+#   Partial scalar a gradient, full_tensor() all-reduces one scalar, clip_grads_with_norm_'s torch._foreach_mul_ is in place:
+#   scalars in the small pool. Refuted; held on the CPU (tests/ground_truth/test_torch_grad_clip_scales_memory.py: 80 B for the
+#   clipping, 136 B for the precomputed scales' ops, over fully_shard's DTensors with 4 MiB shards).
+# - the training loop (train.py:403-439 at e7c0cae): `del pred` before backward; it keeps loss.detach() scalars and no grad norm
+#   across steps; metrics read torch.cuda.memory_stats (components/metrics.py:70) and reset the peak after each log (:340, :413),
+#   which changes nothing of reserved_bytes.all.peak in a run that never empties the cache. Refuted.
+# - e7c0cae's selective op _save_list (models/llama3/parallelize_llama.py:218-227) no longer holds aten.abs (9dec370's did): it
+#   can only save less than the policy the compiled Float8 programs were generated with (memory_float8_compile). Not the gap.
+# - torch.compile's first step (compilation, Triton autotuning clones of mutated arguments, at most an activation-sized buffer of
+#   one block, 0.44 GiB) and the optimizer states created lazily at its end: the replay's first step stays 1.9 / 1.0 GiB under
+#   the steady step's reserved figure (the states come after its peak), so nothing of the first step sets the peak. Refuted.
+# - ProcessGroupNCCL's record_stream on collective tensors (the freed block waits for the NCCL stream's event): FSDP2 keeps each
+#   all-gather output and reduce-scatter input until after its copy-out or the next post-backward, and the step's peak (the
+#   loss's backward) comes before any reduce-scatter of the step; its size in time is not walked (a replay has no clock).
+# What the published rows themselves say (test_memory_published.py holds both):
+# - from 4 to 8 nodes only the shard group changes (same command, commit, batch); the sharded fp32 parameters and the two AdamW
+#   states, live through the whole step, fall by 12 B x 8.03e9 x (1/32 - 1/64) = 1.40 GiB, and no allocation grows with the
+#   shard group (every dimension of Llama 3 8B divides by 64: no padding; NCCL's buffers are outside the caching allocator). The
+#   published peak falls 0.99 GiB: at 8 nodes at least 0.41 GiB more is reserved and free than at 4 nodes, which no tensor can
+#   give and the default allocator's segments do (replayed: 0.95 GiB).
+# - Table 3's compiled Float8 row (FSDP 128, 9dec370, the eager fp32 loss) less the Trainy 8-node row: published 61.8 - 46.97 =
+#   14.83 GiB; the walk's live blocks at each stream's peak (step_reserved) differ by 15.12 GiB (the loss's three fp32
+#   logits-sized tensors against the compiled loss's two bf16 ones, the shard groups, the FP8 all-gather), the replayed figures,
+#   each with its run's allocator, by 14.75 (61.21 - 46.46; both with expandable segments 19.05).
 # torchtitan/parallelisms/pipelining_utils.py generate_split_points at 9dec370: 126 layers over 8 single-stage ranks, base 15 and
 # the 6 extra layers to middle stages: 15 + 6 x 16 + 15
 SPLIT_405B = ("--first-stage-layers", "15", "--last-stage-layers", "15")
@@ -205,11 +259,13 @@ RUNS: tuple[MemoryRun, ...] = (
     _t6(2, 4, 131072, 77.1),
     _t6(1, 8, 262144, 84.9),
     *(MemoryRun(f"trainy-h200-8b-{n}-nodes", f"{TT_TRAINY}, '| NUM_NODES | TPS/GPU | Memory(GiB) |' row '| {n} | ... | {gib} |'; command: "
-                "--training.local_batch_size=2 --training.compile --model.converters=\"quantize.linear.float8\" "
-                "--quantize.linear.float8.enable_fsdp_float8_all_gather; 8 H200 per node; llama3_8b.toml at e7c0cae: seq_len 8192, "
+                "torchrun --nnodes $NUM_NODES --nproc_per_node 8 ... torchtitan/train.py (no PYTORCH_CUDA_ALLOC_CONF, not run_train.sh) "
+                "--job.config-file torchtitan/models/llama3/train_configs/llama3_8b.toml --training.local_batch_size=2 --training.compile --model.converters=\"float8\" --float8.enable_fsdp_float8_all_gather "
+                "--float8.precompute_float8_dynamic_scale_for_fsdp --float8.force_recompute_fp8_weight_in_bwd (as first published, "
+                "a0e5b6c8b); 8 H200 per node; llama3_8b.toml at e7c0cae: seq_len 8192, "
                 "selective 'op' checkpointing",
                 (*_8B, "--dp", str(8 * n), "--micro-batch", "2", "--seq-len", "8192", "--recompute", "op", "--precision", "fp8", "--compile",
-                 "--fp8-all-gather", "--compile-loss"),
+                 "--fp8-all-gather", "--compile-loss", "--no-expandable-segments"),
                 gib, "torch.cuda reserved_bytes.all.peak (torchtitan's 'memory'), 'arbitrarily sampled at the 100th iteration'",
-                gaps) for n, gib, gaps in ((4, 47.96, ()), (8, 46.97, (FSDP_UNFOUND_8_NODES,)))),
+                ()) for n, gib in ((4, 47.96), (8, 46.97))),
 )

@@ -92,3 +92,65 @@ def test_table2_cp_rows_walk_compile_and_float8(run_json) -> None:
         twin = [f for f in run.flags if f not in ("--compile", "fp8", "--precision")]
         eager = run_json("memory", *twin)["results"]["step_reserved"]["value"]
         assert walked["step_reserved"]["value"] == pytest.approx(eager, rel=1e-3), run.key
+
+
+def _run(key: str) -> MemoryRun:
+    return next(run for run in RUNS if run.key == key)
+
+
+def test_trainy_drop_from_4_to_8_nodes_is_less_than_the_sharded_states_own() -> None:
+    """The Trainy rows differ in the shard group alone (the same command, torchtitan e7c0cae, local batch 2; FSDP 32 -> 64). The
+    sharded fp32 parameters and AdamW's two states are live through the whole step, and no allocation grows with the shard group
+    (every dimension of Llama 3 8B divides by 64; NCCL's buffers are outside the caching allocator), so the reserved peak must fall
+    by at least their 12 B a parameter x (1/32 - 1/64) = 1.40 GiB; the published one falls 0.99 GiB. At 8 nodes at least 0.41 GiB
+    more is reserved and free than at 4 nodes: no tensor gives that, the allocator's default segments do (the rows replayed as
+    they ran, without expandable segments, drop 0.95 GiB; published_memory_runs.py, session 18's comments)."""
+    from parcalc.presets import load_model
+
+    four, eight = _run("trainy-h200-8b-4-nodes"), _run("trainy-h200-8b-8-nodes")
+    params = load_model("llama3-8b").total_params
+    assert params == pytest.approx(8.03e9, rel=1e-3)  # Llama 3 8B (meta-llama/Meta-Llama-3-8B config.json)
+    states_drop = 12 * params * (1 / 32 - 1 / 64) / GIB  # fp32 shard + exp_avg + exp_avg_sq (torch/optim/adam.py zeros_like)
+    published_drop = four.published_gib - eight.published_gib
+    assert states_drop == pytest.approx(1.40, abs=0.005)
+    assert published_drop == pytest.approx(0.99, abs=0.005)
+    assert states_drop - published_drop > 0.4  # GiB the 8-node run holds reserved and free beyond the 4-node one's
+
+
+def test_table3_float8_less_trainy_8_nodes_as_the_walk_allocates(run_json) -> None:
+    """Table 3's compiled Float8 row (FSDP 128, torchtitan 9dec370, the eager fp32 loss) less the Trainy 8-node row (FSDP 64,
+    e7c0cae, the compiled loss, the FP8 all-gather): published 61.8 - 46.97 = 14.83 GiB. The walk's live blocks at each stream's
+    own peak (step_reserved: the loss's three fp32 logits-sized tensors against two bf16 ones, the shard groups, the FP8
+    all-gather) differ by 15.12 GiB, within 0.5 GiB of it: the tensors the walk follows, the two runs confirm; what the Trainy rows
+    missed was the allocator they ran (expandable segments off: test_trainy_rows_replayed_with_the_allocator_their_command_ran;
+    the replayed figures, each with its run's allocator, differ by 14.75 GiB). Measured 2026-11-29: 56.83 and 41.71 GiB."""
+    table3, trainy = _run("tt2412-8b-128gpu-fsdp-torchcompile-float8"), _run("trainy-h200-8b-8-nodes")
+    walked = [run_json("memory", *run.flags)["results"]["step_reserved"]["value"] / GIB for run in (table3, trainy)]
+    published = table3.published_gib - trainy.published_gib
+    assert published == pytest.approx(14.83, abs=0.005)
+    assert walked[0] - walked[1] == pytest.approx(published, abs=0.5), walked
+
+
+def test_trainy_rows_replayed_with_the_allocator_their_command_ran(run_json) -> None:
+    """The Trainy page's command starts torchrun directly, without PYTORCH_CUDA_ALLOC_CONF (torchtitan e7c0cae sets
+    expandable_segments in run_train.sh:24 only; memory_fsdp.FSDP_SOURCES['launcher']), so the rows pass
+    --no-expandable-segments: the allocator's defaults replayed over the walk. Measured 2026-11-29: 47.41 / 46.46 GiB (0.988 /
+    0.989; with expandable segments 44.00 / 42.16, 0.917 / 0.898), and from 4 to 8 nodes the replayed figure drops 0.95 GiB,
+    the published one 0.99 (with expandable segments 1.84)."""
+    replayed = {}
+    for run in (_run("trainy-h200-8b-4-nodes"), _run("trainy-h200-8b-8-nodes")):
+        assert "--no-expandable-segments" in run.flags
+        results = run_json("memory", *run.flags)["results"]
+        replayed[run.key] = results["step_reserved_replayed"]["value"] / GIB
+        assert "expandable_segments off" in " ".join(results["step_reserved_replayed"]["assumptions"]), run.key
+        expandable = [f for f in run.flags if f != "--no-expandable-segments"]
+        assert run_json("memory", *expandable)["results"]["step_reserved_replayed"]["value"] / GIB < replayed[run.key] - 3, run.key
+    four, eight = replayed["trainy-h200-8b-4-nodes"], replayed["trainy-h200-8b-8-nodes"]
+    assert four == pytest.approx(47.41, abs=0.02) and eight == pytest.approx(46.46, abs=0.02), (four, eight)
+    assert four - eight == pytest.approx(47.96 - 46.97, abs=0.1)
+
+
+def test_expandable_segments_flag_needs_a_replayed_walk(run_error) -> None:
+    # the replay follows the fsdp2 / torchtitan step walks (parcalc.core.memory_fsdp.replayed_reserve)
+    line = run_error(["memory", "--model", "llama3-8b", "--dp", "8", "--no-expandable-segments"])
+    assert "--no-expandable-segments" in line and "--framework fsdp2 or torchtitan" in line

@@ -141,6 +141,7 @@ def memory(
     framework: Annotated[_Text, typer.Option(metavar="NAME", help="Framework profile (megatron, deepspeed, fsdp2, torchtitan, hf): its gradient dtype, as fit has it; hf counts the peak of a step of transformers' eager code (logits upcast to fp32, autocast weight copies, allocator rounding). Default: the textbook sum without a profile.", show_default=False)] = None,
     fp8_all_gather: Annotated[bool, typer.Option("--fp8-all-gather", help="With --precision fp8 --framework torchtitan: torchao's enable_fsdp_float8_all_gather (torchtitan's --float8.enable_fsdp_float8_all_gather): FSDP gathers the Float8 linears' weights in FP8, and they are not cast again.")] = False,
     compile_loss: Annotated[bool, typer.Option("--compile-loss", help="With --compile --framework torchtitan: the loss compiled too, as torchtitan does from 2025-04-02 (components/loss.py build_cross_entropy_loss; the Dec 2024 code, the profile's, keeps it eager): no fp32 copy of the logits, the compiled graph keeps the bf16 logits for its backward.")] = False,
+    expandable_segments: Annotated[Optional[bool], typer.Option("--expandable-segments/--no-expandable-segments", help="With --framework fsdp2 or torchtitan: the caching allocator replayed over the step walk (step_reserved_replayed) with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True or without (the allocator's default). Default: as the framework's launcher sets it (torchtitan's run_train.sh: on; fsdp2: off); --no-expandable-segments for a run started with torchrun directly.", show_default=False)] = None,  # noqa: UP045
 ) -> None:
     """Per-GPU memory of training: weights, gradients and optimizer states (ZeRO), activations
     (Korthikanti et al.) of the fullest pipeline stage, embeddings, logits, reserve, and whether
@@ -162,5 +163,5 @@ def memory(
                         recompute_layers=recompute_layers, moment_dtype=moment_dtype,
                         recompute_mla_up_proj=recompute_mla_up_proj, recompute_modules=recompute_modules,
                         moe_imbalance=moe_imbalance, framework=framework, fp8_all_gather=fp8_all_gather, compile_loss=compile_loss,
-                        pictures=draws_figures(fmt, output))
+                        expandable_segments=expandable_segments, pictures=draws_figures(fmt, output))
     finish(result, fmt, output)

@@ -105,9 +105,12 @@ FSDP_SOURCES = {
                    "default, so optimizer.py builds AdamW with foreach=True; metrics.py get_peak_stats logs "
                    "reserved_bytes.all.peak as 'memory'. Later torchtitan (b5bcd76) defaults to fused AdamW and wraps "
                    "tok_embeddings and [norm, lm_head] as units of their own"),
-    "launcher": ("pytorch/torchtitan run_llama_train.sh:22 at 9dec370 (the Dec 2024 benchmarks) and run_train.sh:24 at e7c0cae "
-                 "(the Trainy H200 runs): PYTORCH_CUDA_ALLOC_CONF=\"expandable_segments:True\" torchrun ..., so the caching "
-                 "allocator maps one growing segment per stream and pool (parcalc.core.allocator.EXPANDABLE_SOURCE)"),
+    "launcher": ("pytorch/torchtitan run_llama_train.sh:22 at 9dec370 (the Dec 2024 benchmarks) and run_train.sh:24 at e7c0cae: "
+                 "PYTORCH_CUDA_ALLOC_CONF=\"expandable_segments:True\" torchrun ..., so the caching allocator maps one growing "
+                 "segment per stream and pool (parcalc.core.allocator.EXPANDABLE_SOURCE); torchtitan's train.py sets no allocator "
+                 "setting of its own (`git grep expandable_segments` at e7c0cae finds the launch scripts only), so a run started "
+                 "with torchrun directly, as the Trainy H200 page's command is (benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md), "
+                 "runs the allocator's defaults, expandable_segments off (memory --no-expandable-segments)"),
 }
 # "gradients": the unsharded ones (param_dtype), as the walk of the model code files a weight's .grad
 KINDS = ("sharded parameters", "optimizer states", "sharded gradients", "unsharded parameters", "gradients",
@@ -189,13 +192,16 @@ PROFILES = {
 
 def fsdp_step_of(profile: str, micro_batch: int, seq_len: int, shards: int, precision: Precision, optimizer: Optimizer,
                  recompute: Recompute, tp: int = 1, compiled: bool = False,
-                 float8_all_gather: bool = False, cp: int = 1, cp_rotate: str = "allgather", compiled_loss: bool = False) -> FsdpStep:  # fmt: skip
+                 float8_all_gather: bool = False, cp: int = 1, cp_rotate: str = "allgather", compiled_loss: bool = False,
+                 expandable_segments: bool | None = None) -> FsdpStep:  # fmt: skip
     """The step of a framework profile (PROFILES) on a GPU (`tp`: torchtitan's apply_tp ranks, `shards` the dp (x cp) ones;
-    `compiled`: --compile; `float8_all_gather`: FsdpStep.float8_all_gather; `cp`: FsdpStep.cp; `compiled_loss`: --compile-loss)."""
+    `compiled`: --compile; `float8_all_gather`: FsdpStep.float8_all_gather; `cp`: FsdpStep.cp; `compiled_loss`: --compile-loss;
+    `expandable_segments`: --[no-]expandable-segments, None: as the profile's launcher sets it)."""
     settings = PROFILES[profile]
+    expandable = settings.expandable_segments if expandable_segments is None else expandable_segments
     return FsdpStep(micro_batch, seq_len, shards, precision, settings.reduce_bytes, optimizer, settings.optimizer_impl, recompute,
                     settings.reshard_last_block, model_code=settings.model_code, tp=tp, compiled=compiled,
-                    expandable_segments=settings.expandable_segments,
+                    expandable_segments=expandable,
                     float8_all_gather=float8_all_gather, cp=cp, cp_rotate=cp_rotate, compiled_loss=compiled_loss)  # fmt: skip
 
 

@@ -91,7 +91,7 @@ def fsdp_stage_step(par: Layout, setup: TrainingSetup, stage: int, split: tuple[
 
     step = fsdp_step_of(setup.step_memory, setup.micro_batch, setup.seq_len, par.dp * par.cp, setup.precision, setup.optimizer,
                         setup.recompute, par.tp, setup.compiled, setup.float8_all_gather, par.cp,
-                        CP_ROTATES.get(par.cp_comm, "allgather"), setup.compiled_loss)  # fmt: skip
+                        CP_ROTATES.get(par.cp_comm, "allgather"), setup.compiled_loss, setup.expandable_segments)  # fmt: skip
     if par.pp > 1:  # this stage of the pipeline (parcalc.core.memory_pipeline_stage), its own layers
         from dataclasses import replace as replaced
 

@@ -81,6 +81,9 @@ class TrainingSetup:
     float8_all_gather: bool = False
     # --compile-loss: the loss compiled too, as torchtitan does from 2025-04-02 (parcalc.core.memory_compiled_loss)
     compiled_loss: bool = False
+    # --expandable-segments / --no-expandable-segments: PYTORCH_CUDA_ALLOC_CONF's expandable_segments in the allocator replayed
+    # over the FSDP2 step walk (memory_fsdp.FsdpStep.expandable_segments); None: as the framework's launcher sets it
+    expandable_segments: bool | None = None
 
     def activation_config(self, par: Layout) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,

@@ -60,7 +60,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             presets: list[Path] | None = None, recompute_layers: str | None = None, moment_dtype: str | None = None,
             recompute_mla_up_proj: bool = False, recompute_modules: str | None = None,
             moe_imbalance: str | None = None, framework: str | None = None, fp8_all_gather: bool = False,
-            compile_loss: bool = False) -> MemoryRequest:  # fmt: skip
+            compile_loss: bool = False, expandable_segments: bool | None = None) -> MemoryRequest:  # fmt: skip
     """The request from `memory`'s flag texts; bad input raises InputError naming the flag."""
     from parcalc.core.layout import Layout
     from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES, TrainingSetup
@@ -69,6 +69,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     from parcalc.results.parse import (
         compile_loss_flag,
         cp_flags,
+        expandable_segments_flag,
         expert_flags,
         fp8_all_gather_flag,
         framework_sequence_parallel,
@@ -129,6 +130,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     if framework_sequence_parallel(profile, None, t) and t > 1:  # torchtitan's apply_tp: sequence parallel always
         sequence_parallel = True
     compile_loss_flag(compile_loss, compile_, profile.step_memory if profile is not None else None)
+    expandable_segments_flag(expandable_segments, profile.step_memory if profile is not None else None)
     par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
                  cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,
                  embedding_in_split=embedding_in_split, loss_in_split=loss_in_split, pipeline_layout=pipeline_layout)  # fmt: skip
@@ -141,7 +143,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         offload_activations=Offload.ACTIVATIONS in (offload or ()), recompute_layers=recompute_layers_flag(recompute_layers),
         moment_bytes=_moment_bytes(moment_dtype), mla_up_proj=recompute_mla_up_proj, moe_imbalance=_imbalance(moe_imbalance, shape),
         recompute_modules=recompute_modules_flag(recompute_modules), micro_batches=m, compiled=compile_, float8_all_gather=fp8_all_gather,
-        compiled_loss=compile_loss, **_profile_setup(profile, p, precision),
+        compiled_loss=compile_loss, expandable_segments=expandable_segments, **_profile_setup(profile, p, precision),
     )  # fmt: skip
     return MemoryRequest(shape, par, setup, device, per_stage=per_stage, compile=compile_, offload=tuple(offload or ()),
                          fp32_grads=fp32_grads, dropout_given=dropout is not None,
@@ -194,6 +196,8 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
 
             settings.append(("compile_loss", "true"))
             compile_note += ("--compile-loss: " + (COMPILED_LOSS_WALK if walked else "no step walk here: the textbook sum stands"),)
+    if setup.expandable_segments is not None:
+        settings.append(("expandable_segments", str(setup.expandable_segments).lower()))
     if par.cp > 1:
         settings += [("cp", str(par.cp)), ("cp_comm", par.cp_comm)]
     if setup.recompute_layers is not None:

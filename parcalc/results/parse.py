@@ -304,6 +304,17 @@ def compile_loss_flag(compile_loss: bool, compile_: bool, step_memory: str | Non
     return compile_loss
 
 
+def expandable_segments_flag(expandable_segments: bool | None, step_memory: str | None) -> bool | None:
+    """--expandable-segments / --no-expandable-segments checked (memory): the caching allocator is replayed over the fsdp2 and
+    torchtitan profiles' step walks (parcalc.core.memory_fsdp.replayed_reserve); None: as the profile's launcher sets it."""
+    from parcalc.errors import InputError
+
+    if expandable_segments is not None and step_memory not in ("fsdp2-eager", "torchtitan-eager"):
+        flag = "--expandable-segments" if expandable_segments else "--no-expandable-segments"
+        raise InputError(f"{flag}: the caching allocator is replayed over the step walk of --framework fsdp2 or torchtitan")
+    return expandable_segments
+
+
 def fp8_all_gather_flag(fp8_all_gather: bool, precision: Any, step_memory: str | None) -> bool:
     """--fp8-all-gather checked (memory and fit): torchao's FP8 all-gather is torchtitan's (Float8 linears under FSDP2), walked
     by the torchtitan profile's step with --precision fp8 (`step_memory`: the framework profile's, None without one)."""
