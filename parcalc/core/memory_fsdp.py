@@ -527,15 +527,24 @@ def replayed_reserve(walk: EventWalk, expandable: bool, steps: int = REPLAYED_ST
 
 
 def _replay(allocators: StreamAllocators, events: list[tuple[str, float]], handles: dict[str, tuple[str, float]]) -> None:
+    streams = _STREAM_OF_KEY
     for key, size in events:
         if size > 0:
-            handles[key] = allocators.malloc(stream_of(key), size)
+            stream = streams.get(key)
+            if stream is None:
+                stream = streams[key] = stream_of(key)
+                if len(streams) > 1 << 20:  # keys repeat across steps and walks; a bound on what is kept
+                    streams.clear()
+            handles[key] = allocators.malloc(stream, size)
         elif size < 0:  # Walk.rename: old\0new
             old, new = key.split("\0")
             if old in handles:
                 handles[new] = handles.pop(old)
         elif key in handles:
             allocators.free(handles.pop(key))
+
+
+_STREAM_OF_KEY: dict[str, str] = {}  # stream_of, kept by key (_replay)
 
 
 def _unit_order(key: str) -> tuple[int, str]:
