@@ -172,6 +172,9 @@ class ExpandableSegments(CachingAllocator):
         # each pool's segment starts at its own address, 1 PiB apart (the two never meet; addresses stay exact floats)
         self._base: dict[bool, float] = {True: float(2**50), False: 0.0}
         self._mapped: dict[bool, float] = dict(self._base)
+        # each pool's high water: the highest end of a block it ever handed out, above its base. The mapped pages are it
+        # rounded up to whole pages (map_block maps what a request lacks, at the top): reserved = page x ceil(high / page)
+        self.high_water: dict[bool, float] = {True: 0.0, False: 0.0}
 
     def malloc(self, size: float) -> float:
         """A block for `size` bytes; returns its address (the handle to free it with)."""
@@ -200,6 +203,8 @@ class ExpandableSegments(CachingAllocator):
             self._put(address + size, block_size - size, base, math.inf, small, True)
             block_size = size
         self._put(address, block_size, base, math.inf, small, False)
+        if address + block_size - base > self.high_water[small]:
+            self.high_water[small] = address + block_size - base
         self.allocated += block_size
         if self.allocated > self.peak_allocated:
             self.peak_allocated = self.allocated
