@@ -18,6 +18,7 @@ replays the allocator's block rules over such a history.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections.abc import Iterable
 
 K_MIN_BLOCK = 512
@@ -87,30 +88,27 @@ class CachingAllocator:
         self.peak_allocated = 0.0
 
     def _put(self, address: float, size: float, start: float, end: float, small: bool, free: bool) -> None:
-        import bisect
-
         self._blocks[address] = [size, start, end, small, free]
         self._ending_at[address + size] = address
         if free:
-            bisect.insort(self._free[small], (size, address))
+            insort(self._free[small], (size, address))
 
     def _take(self, address: float) -> list:
         block = self._blocks.pop(address)
         del self._ending_at[address + block[0]]
-        if block[4]:
-            self._free[block[3]].remove((block[0], address))
+        if block[4]:  # its place in the sorted free list, found by bisection (the pair is unique: one block an address)
+            pool = self._free[block[3]]
+            del pool[bisect_left(pool, (block[0], address))]
         return block
 
     def malloc(self, size: float) -> float:
         """A block for `size` bytes; returns its address (the handle to free it with)."""
-        import bisect
-
         if size <= 0:
             return -1.0  # nothing allocated (free(-1.0) does nothing)
         size = block_bytes(size)
         small = size <= K_SMALL_SIZE
         pool = self._free[small]
-        at = bisect.bisect_left(pool, (size, -1.0))
+        at = bisect_left(pool, (size, -1.0))
         if at < len(pool):
             address = pool[at][1]
             block_size, start, end, _, _ = self._take(address)
@@ -125,21 +123,26 @@ class CachingAllocator:
             block_size = size
         self._put(address, block_size, start, end, small, False)
         self.allocated += block_size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
         return address
 
     def free(self, address: float) -> None:
         if address < 0:
             return
+        blocks = self._blocks
         size, start, end, small, _ = self._take(address)
         self.allocated -= size
         following = address + size
-        if following < end and following in self._blocks and self._blocks[following][4]:  # the next block of the segment, if free
-            size += self._take(following)[0]
-        previous = self._ending_at.get(address)
-        if address > start and previous is not None and self._blocks[previous][4]:  # and with the previous one
-            size += self._take(previous)[0]
-            address = previous
+        if following < end:  # the next block of the segment, if free
+            after = blocks.get(following)
+            if after is not None and after[4]:
+                size += self._take(following)[0]
+        if address > start:  # and with the previous one
+            previous = self._ending_at.get(address)
+            if previous is not None and blocks[previous][4]:
+                size += self._take(previous)[0]
+                address = previous
         self._put(address, size, start, end, small, True)
 
 
@@ -169,17 +172,18 @@ class ExpandableSegments(CachingAllocator):
         # each pool's segment starts at its own address, 1 PiB apart (the two never meet; addresses stay exact floats)
         self._base: dict[bool, float] = {True: float(2**50), False: 0.0}
         self._mapped: dict[bool, float] = dict(self._base)
+        # each pool's high water: the highest end of a block it ever handed out, above its base. The mapped pages are it
+        # rounded up to whole pages (map_block maps what a request lacks, at the top): reserved = page x ceil(high / page)
+        self.high_water: dict[bool, float] = {True: 0.0, False: 0.0}
 
     def malloc(self, size: float) -> float:
         """A block for `size` bytes; returns its address (the handle to free it with)."""
-        import bisect
-
         if size <= 0:
             return -1.0
         size = block_bytes(size)
         small = size <= K_SMALL_SIZE
         pool, top, base = self._free[small], self._mapped[small], self._base[small]
-        at = bisect.bisect_left(pool, (size, -1.0))
+        at = bisect_left(pool, (size, -1.0))
         if at < len(pool) and pool[at][0] + pool[at][1] == top and at + 1 < len(pool):
             at += 1  # get_free_block: the top block's expandable size is the largest, another fitting block goes first
         if at < len(pool):
@@ -199,8 +203,11 @@ class ExpandableSegments(CachingAllocator):
             self._put(address + size, block_size - size, base, math.inf, small, True)
             block_size = size
         self._put(address, block_size, base, math.inf, small, False)
+        if address + block_size - base > self.high_water[small]:
+            self.high_water[small] = address + block_size - base
         self.allocated += block_size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
         return address
 
 

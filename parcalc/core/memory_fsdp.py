@@ -41,7 +41,7 @@ from functools import lru_cache
 from typing import Any
 
 from parcalc.core import memory_torchao_float8 as float8
-from parcalc.core.allocator import StreamAllocators, reserved_bytes
+from parcalc.core.allocator import ExpandableSegments, StreamAllocators, reserved_bytes
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.layout import Layout
 from parcalc.core.memory_timeline import (
@@ -487,6 +487,9 @@ class Replayed:
     stream_pools: tuple[tuple[str, float], ...]  # each stream's pool at its own peak (StreamWalk.pools: no fragmentation)
     expandable: bool
     steps: int
+    # with expandable segments, each stream's high water in its small and its large pool (allocator.ExpandableSegments
+    # .high_water: what it maps is these rounded up to 2 MiB / 20 MiB pages); () without
+    stream_high_water: tuple[tuple[str, float, float], ...] = ()
 
 
 def replayed_reserve(walk: EventWalk, expandable: bool, steps: int = REPLAYED_STEPS, cublas_handles: int = 2) -> Replayed:
@@ -529,19 +532,30 @@ def replayed_reserve(walk: EventWalk, expandable: bool, steps: int = REPLAYED_ST
         for key in sorted(handles, key=_unit_order):  # zero_grad(set_to_none=True)
             allocators.free(handles.pop(key))
     stream_reserved = tuple((s, allocators.streams[s].reserved if s in allocators.streams else 0.0) for s in STREAMS)
-    return Replayed(allocators.reserved, stream_reserved, walk.pools(), expandable, steps)
+    high = tuple((s, a.high_water[True], a.high_water[False]) for s in STREAMS
+                 if isinstance(a := allocators.streams.get(s), ExpandableSegments))  # fmt: skip
+    return Replayed(allocators.reserved, stream_reserved, walk.pools(), expandable, steps, high if expandable else ())
 
 
 def _replay(allocators: StreamAllocators, events: list[tuple[str, float]], handles: dict[str, tuple[str, float]]) -> None:
+    streams = _STREAM_OF_KEY
     for key, size in events:
         if size > 0:
-            handles[key] = allocators.malloc(stream_of(key), size)
+            stream = streams.get(key)
+            if stream is None:
+                stream = streams[key] = stream_of(key)
+                if len(streams) > 1 << 20:  # keys repeat across steps and walks; a bound on what is kept
+                    streams.clear()
+            handles[key] = allocators.malloc(stream, size)
         elif size < 0:  # Walk.rename: old\0new
             old, new = key.split("\0")
             if old in handles:
                 handles[new] = handles.pop(old)
         elif key in handles:
             allocators.free(handles.pop(key))
+
+
+_STREAM_OF_KEY: dict[str, str] = {}  # stream_of, kept by key (_replay)
 
 
 def _unit_order(key: str) -> tuple[int, str]:
