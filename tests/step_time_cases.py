@@ -69,6 +69,8 @@ class Case(NamedTuple):
     bias: bool = True
     tied: bool = True
     dp_overlap: bool | None = None  # None: the framework's
+    # the interleaved schedule's steady-state sends hidden (Megatron-Core's overlap_p2p_comm); None: the framework's
+    overlap_p2p_comm: bool | None = None
     chunks: int | None = None  # the interleaved schedule's v, when the source implies it without a field for it
     embedding_in_split: bool = False  # Megatron-LM's --account-for-embedding/loss-in-pipeline-split (parcalc.core.stages)
     loss_in_split: bool = False
@@ -120,6 +122,8 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
     framework = load_framework(case.framework, ())
     if case.reduce_bytes is not None:
         framework = replace(framework, reduce_bytes=case.reduce_bytes)
+    if case.overlap_p2p_comm is not None:
+        framework = replace(framework, overlap_p2p_comm=case.overlap_p2p_comm)
     chunks = case.chunks or run.virtual_stages or 1
     config = Config.of(run.tp or 1, run.pp or 1, run.dp or 1, case.micro_batch, case.recompute, case.zero,
                     case.sequence_parallel, Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks)  # fmt: skip
@@ -222,8 +226,10 @@ CASES: tuple[Case, ...] = (
          "--make-vocab-size-divisible-by); no FlashAttention in 2021; no interleaving (the script passes none); "
          "Megatron's local DDP of 2021 did not overlap the gradient all-reduce. Not assumed: hidden and attention "
          "dropout 0.1 (megatron/arguments.py at 152aab304d: --attention-dropout and --hidden-dropout default 0.1, "
-         "and the script passes neither)",
-         flash_attention=False, causal=False, vocab=51200, dp_overlap=False, dropout=True, reduce_bytes=2),
+         "and the script passes neither). Its pipeline sends all blocking: the README's commit has no overlap_p2p_comm "
+         "(Megatron-LM f9283c5a8, 2023-05-31, added the option; 4eeff55d1f, 2023-10-12, made it the default)",
+         flash_attention=False, causal=False, vocab=51200, dp_overlap=False, dropout=True, reduce_bytes=2,
+         overlap_p2p_comm=False),
     # --- MosaicML llm-foundry benchmark tables (PyTorch FSDP through Composer): tokens/s per GPU
     _mpt("mpt-70b-64xa100-80gb-seq2048", Recompute.FULL, 8, pure=True),
     _mpt("mpt-30b-8xa100-80gb-seq2048", Recompute.FULL, 3, pure=False),

@@ -84,8 +84,9 @@ def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
         rows.append((name, shown, "B" if name == "reduce_bytes" else "", framework.source(name)))
     # the memory-bound kernels between GEMMs the profile times (--kernels overrides it)
     rows.append(("kernels", framework.kernels, "", framework.source("kernels")))
-    # where the profile says: what a TP rank sends across a stage boundary; whether TP runs with sequence parallelism always
-    for name in ("pipeline_scatter_gather", "sequence_parallel_with_tp"):
+    # where the profile says: what a TP rank sends across a stage boundary; whether TP runs with sequence parallelism always;
+    # whether the interleaved schedule hides its steady-state sends
+    for name in ("pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm"):
         if name in dict(framework.sources):
             rows.append((name, str(getattr(framework, name)).lower(), "", framework.source(name)))
     if framework.expert_gemm_host:  # the host's time per expert GEMM of a looped grouped GEMM (parcalc.core.timing.moe)

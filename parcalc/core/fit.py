@@ -342,7 +342,7 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
                                     stage_layers=config.stage_layers(model)[0], m=m, stage=stage)) if offloading else 0.0  # fmt: skip
     host = host_derivation(model, config, training, cluster, stage, m, t_opt)
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=host.value if host else 0.0,
-                    schedule=config.layout.schedule)
+                    schedule=config.layout.schedule, overlap_p2p=framework.overlap_p2p_comm)
     ep_comm = ep_derivation(model, config, training, cluster, stage, m, float(terms.t_ep))
 
     from parcalc.units import format_time as _format_time
@@ -425,8 +425,19 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
                      term_of("T_p2p", "T_p2p", stage.p2p, "s", pipeline_send_description(config.layout, cluster.framework),
                              latex=r"T_{\mathrm{p2p}}")]  # fmt: skip
             sync = embedding_sync_term(stage)
-            pp_comm = PP.derivation(sends + ([sync] if sync else []), terms.t_pp,
-                                    formula=PP.formula + (" + $T_emb" if sync else ""))  # fmt: skip
+            if framework.overlap_p2p_comm and v > 1:  # Megatron-Core's overlap_p2p_comm: the steady state's sends hidden
+                from parcalc.core.timing.step import blocking_sends
+
+                sends += [term_of("W", "W", blocking_sends(m, v, p, True), "",
+                                  "chunks whose sends block: rank 0's warm-up, min(m v, 2 (p - 1) + (v - 1) p), and as many cool-down"),
+                          term_of("T_chunk", "T_chunk", stage.forward / v, "s", "one chunk's forward, which a steady-state send hides behind",
+                                  latex=r"T_{\mathrm{chunk}}")]  # fmt: skip
+                pp_comm = PP.derivation(sends + ([sync] if sync else []), terms.t_pp,
+                                        formula="2 × $W × $T_p2p + 2 × ($m × $v - $W) × max($T_p2p - $T_chunk, 0)" + (" + $T_emb" if sync else ""),
+                                        source=f"{framework.name}: {framework.source('overlap_p2p_comm')}")  # fmt: skip
+            else:
+                pp_comm = PP.derivation(sends + ([sync] if sync else []), terms.t_pp,
+                                        formula=PP.formula + (" + $T_emb" if sync else ""))  # fmt: skip
     else:
         bubble = BUBBLE.zero("no pipeline")
         pp_comm = PP.zero("no pipeline")

@@ -804,7 +804,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
                               shard_group=shard)  # fmt: skip
     t_host = _host_times(shapes, t, p, d, c, b, sp, r, z, m, stage, t_opt)
     terms = combine(stage, m, v, p, t_dp, t_opt, tp_overlap=cluster.overlap_tp, t_offload=t_off, t_host=t_host,
-                    schedule=shapes.schedule if p > 1 else None)
+                    schedule=shapes.schedule if p > 1 else None, overlap_p2p=framework.overlap_p2p_comm)
     t_step = terms.t_step
     n, peak = cluster.gpus, cluster.peak
     values = {term.key: getattr(terms, term.key) for term in (*STEP_TERMS, STEP)} | dict(

@@ -80,6 +80,10 @@ class Framework:
     # False: every TP rank sends the whole b s h tensor across the stage boundary (Megatron-LM before February 2021 and
     # Megatron-Core since 2023). Under sequence parallelism the output is already 1/tp a rank (parcalc.core.timing.step).
     pipeline_scatter_gather: bool = True
+    # Whether the interleaved schedule overlaps its steady-state pipeline sends with the next chunk's compute (Megatron-Core's
+    # overlap_p2p_comm: the 1F1B phase's isend / irecv waited for only before the tensor is used), the warm-up and cool-down
+    # sends staying blocking (overlap_p2p_comm_warmup_flush off); False: every send on the critical path (parcalc.core.timing.step)
+    overlap_p2p_comm: bool = False
     # The profile's `notes:` lines, shown by `presets show` (prose: not compared, not hashed)
     notes: tuple[str, ...] = field(default=(), compare=False)
 

@@ -187,12 +187,33 @@ class StepTerms(NamedTuple):
     t_step: Any
 
 
+def blocking_sends(m: Any, v: Any, p: int, overlap_p2p: bool) -> Any:
+    """Chunks per direction whose pipeline send waits on the critical path: all m v of them, or, with Megatron-Core's
+    overlap_p2p_comm on an interleaved schedule (v > 1), the warm-up's forward sends (and as many cool-down backward ones) of
+    rank 0, the rank with the most: min(m v, 2 (p - 1) + (v - 1) p) (schedules.py num_warmup_microbatches with
+    microbatch_group_size_per_vp_stage = p; presets/frameworks/megatron.yaml p2poverlap). Floats or arrays alike."""
+    every = m * v
+    if not overlap_p2p:
+        return every
+    blocking = np.where(np.asarray(v) > 1, np.minimum(every, 2 * (p - 1) + (np.asarray(v) - 1) * p), every)
+    return float(blocking) if np.ndim(blocking) == 0 else blocking
+
+
+def pipeline_sends_time(stage: StagePieces, m: Any, v: Any, p: int, overlap_p2p: bool) -> Any:
+    """t_pp less the embedding's sync for 1F1B and interleaved schedules: each blocking send whole (blocking_sends), each
+    overlapped one only where it outlasts the chunk's forward it hides behind (stage.forward / v)."""
+    blocking = blocking_sends(m, v, p, overlap_p2p)
+    overlapped = m * v - blocking
+    return 2 * blocking * stage.p2p + 2 * overlapped * np.maximum(stage.p2p - stage.forward / v, 0.0)
+
+
 def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: Any, *, tp_overlap: bool,
-            t_offload: Any = 0.0, t_host: Any = 0.0, schedule: Any = None) -> StepTerms:  # fmt: skip
+            t_offload: Any = 0.0, t_host: Any = 0.0, schedule: Any = None, overlap_p2p: bool = False) -> StepTerms:  # fmt: skip
     """The terms of t_step from the pieces (floats or arrays alike). t_ep: the MoE exchanges, the
     pipeline's unpartnered micro-batches (parcalc.core.timing.moe.unpaired_micro_batches) with all
     of theirs exposed, the others with what their partner's compute leaves. schedule: the pipeline's
-    (parcalc.core.choices.Schedule; None: 1F1B, or interleaved when v > 1)."""
+    (parcalc.core.choices.Schedule; None: 1F1B, or interleaved when v > 1). overlap_p2p: the framework's
+    overlap_p2p_comm (the interleaved schedule's steady-state sends hidden: pipeline_sends_time)."""
     from parcalc.core.timing.moe import unpaired_micro_batches
 
     split = schedule is not None and schedule.splits_backward and p > 1
@@ -220,7 +241,7 @@ def combine(stage: StagePieces, m: Any, v: Any, p: int, t_dp: Any, t_optimizer: 
     elif p > 1:
         beta = (p - 1) / (m * v)
         t_bubble = beta * (t_compute + t_tp + t_cp + t_ep)
-        t_pp = 2 * m * v * stage.p2p + stage.embedding_sync
+        t_pp = pipeline_sends_time(stage, m, v, p, overlap_p2p) + stage.embedding_sync
     else:
         beta = 0.0 * m
         t_bubble = 0.0 * m
