@@ -53,7 +53,10 @@ MBRIDGE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md @067
 QWEN3_B200_RECIPE = ("QWEN3_30B_A3B_B200_FP8_MX_BASE_CONFIG = QWEN3_30B_A3B_B200_FP8_CS_BASE_CONFIG: num_gpus 8, EP 8, ETP 1, GBS 512, "
                      "micro_batch_size not set (WorkloadBaseConfig's default 1), no moe_flex_dispatcher_backend, so the Qwen3 "
                      "provider's moe_token_dispatcher_type 'alltoall' with moe_grouped_gemm and moe_permute_fusion; CUDA graphs "
-                     "(transformer_engine) on moe_router and moe_preprocess only; no recomputation; force-balanced routing")  # fmt: skip
+                     "(transformer_engine) on moe_router and moe_preprocess only; no recomputation; force-balanced routing. The same "
+                     "performance summary's 25.09 section ran the same layout token-dropping at twice the rate: '| Qwen3_30B_a3B "
+                     "(tokendrop) | 8 | 512 | 1 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 64 | 18066 | 416 |' (DGX-B200), where the "
+                     "GB200 row moved 22,775 (tokendrop) -> 23,766 (dropless): against 18,066 parcalc's 24,219 is +34 %")  # fmt: skip
 QWEN3_GB200_RECIPE = ("QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG: MBS 4, moe_flex_dispatcher_backend 'hybridep' (apply_flex_dispatcher_backend: "
                       "moe_token_dispatcher_type 'flex', GB200 / GB300 only), moe_hybridep_num_sms 32 (set_common_perf_overrides); "
                       "CUDA graphs on moe_router and moe_preprocess; no recomputation; force-balanced routing")  # fmt: skip
