@@ -71,6 +71,16 @@ def test_a_missing_file_and_flags_without_model_are_one_line_errors(tmp_path: Pa
     assert result.exit_code == 2 and "give --model too" in result.stderr
 
 
+def test_the_steps_flags_are_checked_before_the_trace_is_read(tmp_path: Path) -> None:
+    """A bad --batch is one line before the trace is opened (a 100 MB trace took seconds to read first; session 18's review):
+    with a trace that does not exist, the error is the flag's."""
+    missing = str(tmp_path / "none.json")
+    result = runner.invoke(app, ["calibrate", "trace", missing, "--model", "llama3.2-1b", "--gpu", "h200", "--batch", "0"])
+    assert result.exit_code == 2 and result.stderr.strip() == "Error: --batch: '0' must be greater than zero"
+    result = runner.invoke(app, ["calibrate", "trace", missing, "--model", "llama3.2-1b", "--gpu", "h200", "--batch", "4"])
+    assert result.exit_code == 2 and result.stderr.strip() == f"Error: {missing}: no such file"
+
+
 def test_a_fifo_is_refused_at_once_not_read(runner, tmp_path) -> None:
     """A FIFO without a writer blocked the read for ever (found by the session's review)."""
     import os

@@ -62,12 +62,13 @@ def trace(
         from parcalc.output import check_writable
 
         check_writable(output)
+    # the prediction first: a bad --model / --batch / --seq-len is one line at once, not after seconds of reading a large trace
+    predicted = _predicted(model, gpu, framework, batch, seq_len, presets) if model is not None else {}
     trace_data = read_trace_file(file)
     if preset:
         from parcalc.results.preset_yaml import check_preset_output
 
         check_preset_output(output, force, "gpus")
-    predicted = _predicted(model, gpu, framework, batch, seq_len, presets) if model is not None else {}
     result, document = from_flags(file, trace_data, predicted, model=model, gpu=gpu, framework=framework, batch=batch, seq_len=seq_len, name=name,
                                   presets=presets)  # fmt: skip
     if preset:
