@@ -432,9 +432,13 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
                                   "chunks whose sends block: rank 0's warm-up, min(m v, 2 (p - 1) + (v - 1) p), and as many cool-down"),
                           term_of("T_chunk", "T_chunk", stage.forward / v, "s", "one chunk's forward, which a steady-state send hides behind",
                                   latex=r"T_{\mathrm{chunk}}")]  # fmt: skip
+                # a steady-state send that fits in its chunk adds nothing: the formula then says so, shorter
+                hidden = stage.p2p <= stage.forward / v
+                overlapped = "" if hidden else " + 2 × ($m × $v - $W) × max($T_p2p - $T_chunk, 0)"
                 pp_comm = PP.derivation(sends + ([sync] if sync else []), terms.t_pp,
-                                        formula="2 × $W × $T_p2p + 2 × ($m × $v - $W) × max($T_p2p - $T_chunk, 0)" + (" + $T_emb" if sync else ""),
-                                        source=f"{framework.name}: {framework.source('overlap_p2p_comm')}")  # fmt: skip
+                                        formula="2 × $W × $T_p2p" + overlapped + (" + $T_emb" if sync else ""),
+                                        source=f"{framework.name}: {framework.source('overlap_p2p_comm')}",
+                                        assumptions=("the other m v - W sends hide behind the chunk computed meanwhile (T_chunk >= T_p2p)",) if hidden else ())  # fmt: skip
             else:
                 pp_comm = PP.derivation(sends + ([sync] if sync else []), terms.t_pp,
                                         formula=PP.formula + (" + $T_emb" if sync else ""))  # fmt: skip
