@@ -211,9 +211,10 @@ def _runnable_rule(rule: Any, profile: Any) -> Any:
 
     tp, pp = {Family.TP: (2, 1), Family.PP: (1, 2), Family.FIXED: (rule.tp, rule.pp)}.get(rule.family, (1, 1))
     zero = {Family.ZERO1: 1, Family.ZERO2: 2, Family.ZERO3: 3, Family.FIXED: rule.zero}.get(rule.family, 0)
+    if rule.family in (Family.TP, Family.PP) and profile.data_parallel_only:
+        raise InputError(profile.data_parallel_only_reason(f"--strategy {rule.family.value}"))
     if (reason := profile.layout_reason(Layout(tp=tp, pp=pp))) is not None:
-        raise InputError(reason.replace(f"not tp = {tp}" if rule.family is Family.TP else f"not pp = {pp}", f"not --strategy {rule.family.value}")
-                         if rule.family in (Family.TP, Family.PP) else reason)  # fmt: skip
+        raise InputError(reason)
     if zero:
         framework_zero_stage(profile, zero, pp, None if rule.family is Family.FIXED else f"--strategy {rule.family.value}")
     if framework_sequence_parallel(profile, None, tp) and tp > 1:

@@ -105,10 +105,14 @@ class Framework:
         other = [f"{name} = {value}" for name, value in (("tp", layout.tp), ("pp", layout.pp), ("cp", layout.cp), ("ep", layout.ep))
                  if value > 1]  # fmt: skip
         if other:
-            return f"--framework {self.key}: {self.name} runs data parallelism only, not {', '.join(other)}"
+            return self.data_parallel_only_reason(", ".join(other))
         if zero not in self.zero_stages:
             return f"--framework {self.key}: {self.name} offers ZeRO-{', '.join(str(z) for z in self.zero_stages)} only, not ZeRO-{zero}"
         return None
+
+    def data_parallel_only_reason(self, what: str) -> str:
+        """Why a data-parallel-only stack cannot run `what` (a degree such as 'tp = 2', or a scaling strategy)."""
+        return f"--framework {self.key}: {self.name} runs data parallelism only, not {what}"
 
     def accumulation_bytes(self, precision: object) -> float:
         """bf16_grad_accumulation_bytes when the run is in bf16 mixed precision, else 0."""
