@@ -35,7 +35,7 @@ _GPU_KEYS = (
     "board_power", "power_curve", "power_limit", "host", "nccl_channels",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated", "gemm_tiles",
-                "attention_by_head_dim", "calibrated", "element_rates", "attention_kernels")
+                "attention_by_head_dim", "calibrated", "element_rates", "attention_kernels", "attention_tiles")
 _CALIBRATED_KINDS = ("gemm", "attention", "memory", "optimizer")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
@@ -144,7 +144,26 @@ def _kernels(doc: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str, Dt
         calibrated=_calibrated(node, sources) if "calibrated" in node.data else None,
         element_rates=_element_rates(node, sources) if "element_rates" in node.data else (),
         attention_kernels=_attention_kernels(node, sources) if "attention_kernels" in node.data else (),
+        attention_tiles=_attention_tiles(node, sources) if "attention_tiles" in node.data else None,
     )
+
+
+def _attention_tiles(node: PresetDoc, sources: Mapping[str, str]) -> Any:
+    """`kernels.attention_tiles:` {tile, forward_overhead, backward_overhead, source} (parcalc.core.timing.attention_tiles)."""
+    from parcalc.core.timing.attention_tiles import AttentionTiles
+
+    block = node.child("attention_tiles")
+    block.only(("tile", "forward_overhead", "backward_overhead", "source", "note"))
+    source = block.source_ref("source", sources)
+    overheads = []
+    for name in ("forward_overhead", "backward_overhead"):
+        if name not in block.data:
+            raise block.error(name, "missing")
+        value = parse_quantity(block.data[name], Dimension.TIME, f"{block.path}: key 'attention_tiles.{name}'")
+        if not 0 <= value < 1e-3:
+            raise block.error(name, f"a tile's fixed cost in [0, 1 ms), got {shown(block.data.get(name))}")
+        overheads.append(Sourced(value, "s", source))
+    return AttentionTiles(block.integer("tile"), overheads[0], overheads[1], source)
 
 
 def _element_rates(node: PresetDoc, sources: Mapping[str, str]) -> tuple[tuple[str, Sourced], ...]:

@@ -99,10 +99,14 @@ def test_h200_cudnn_table_runs_faster_than_the_sustained_measurement() -> None:
     (cuDNN) loop, best of 3 batches of >= 0.25 s at the 700 W limit (../shared/measurements/h200-2026-11-28/
     attention-sdpa.json: 566.1 / 492.7 TFLOP/s at s 8192). The table is 1.138x / 1.098x faster: the Blackwell shares,
     set from such tables, are an upper bound on attention inside a power-limited training step (presets' notes)."""
-    kernels = load_gpu("h200", ()).kernels
-    assert kernels is not None
-    sustained_fwd = kernels.attention_share(128, False).value * 989.5
-    sustained_bwd = kernels.attention_share(128, True).value * 989.5
+    from parcalc.core.timing.attention_tiles import attention_shape
+    from parcalc.core.timing.kernels import compute_spec, flash_attention
+
+    spec = compute_spec(load_gpu("h200", ()), "bf16", 989.5e12)
+    flops = 4 * 64 * 8192**2 * 128 / 2  # the table's shape: b 1, 64 heads (8 KV), s 8192, d 128, causal
+    shape = attention_shape(64, 8192, 8192, 256, 0.5, True)  # the H200 preset times attention by its tiles
+    sustained_fwd = flops / flash_attention("f", flops, 0.0, False, spec, "", 128, shape).time / 1e12
+    sustained_bwd = 2.5 * flops / flash_attention("b", 2.5 * flops, 0.0, True, spec, "", 128, shape).time / 1e12
     assert 644.0 / sustained_fwd == pytest.approx(1.138, abs=0.01)
     assert 541.0 / sustained_bwd == pytest.approx(1.098, abs=0.01)
 

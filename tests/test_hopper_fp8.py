@@ -86,14 +86,21 @@ def test_doubled_main_loop_gives_mamfs_fp8_over_bf16(label: str, fp8_shape: tupl
 
 def test_cudnn_attention_on_the_h100_is_the_h200s_sustained_rate() -> None:
     """Runs whose stack ran cuDNN's fused attention (Megatron-Bridge's H100 rows) take the H100 preset's cudnn-fused entry:
-    the H200's sustained cuDNN rate at head dim 128 (566.1 / 492.7 TFLOP/s of 989.5); the default stays FlashAttention-2's
+    the H200's sustained cuDNN rate at head dim 128 and s 8192 (566.1 / 492.7 TFLOP/s of 989.5), the sequence of those
+    rows; the H200 itself times attention by its tiles, which give that row back. The default stays FlashAttention-2's
     paper rate (0.37 / 0.33), which the 2024 NeMo long-context runs are tested at."""
+    from parcalc.core.timing.attention_tiles import attention_shape
+    from parcalc.core.timing.kernels import compute_spec, flash_attention
+
     h100 = load_gpu("h100-sxm5", ())
     h200 = load_gpu("h200", ())
     run = with_attention_kernel(h100, "cudnn-fused")
     assert run.kernels is not None and h200.kernels is not None and h100.kernels is not None
-    for backward in (False, True):
-        assert run.kernels.attention_share(128, backward).value == h200.kernels.attention_share(128, backward).value
+    spec = compute_spec(h200, "bf16", 989.5e12)
+    flops = 4 * 32 * 8192**2 * 128 / 2  # attention-sdpa.json's row: b 1, 32 heads (8 KV), s 8192, d 128, causal
+    for backward, k in ((False, 1.0), (True, 2.5)):
+        tiled = flash_attention("a", k * flops, 0.0, backward, spec, "", 128, attention_shape(32, 8192, 8192, 256, 0.5, True)).time
+        assert k * flops / tiled / 989.5e12 == pytest.approx(run.kernels.attention_share(128, backward).value, abs=0.0005)
     assert run.kernels.attention_share(128, False).value == pytest.approx(566.1 / 989.5, abs=0.0005)
     assert run.kernels.attention_share(128, True).value == pytest.approx(492.7 / 989.5, abs=0.0005)
     assert h100.kernels.attention_share(128, False).value == 0.37

@@ -91,10 +91,16 @@ HELD_OUT = ("llama3.2-3b b2 s4096", "llama3.2-1b b1 s2048")
 # +3.6 %). (The GEMM factor moved the b1 step's GEMMs away, +10.1 -> +16.5 %, while every step was charged the capped
 # clock; with each step at the clock its power leaves it, parcalc.core.timing.step_clock, the factor is the b4 step's at
 # its own 1659 MHz and the b1 step runs at 1980: -3.2 -> +1.6 %.)
-B1_AWAY = {"t_memory_bound": "the b1 step's memory-bound part was within 1 % before the b4 factor"}
+# The attention factor (1.045) corrects the b4 step's -4.3 %; since attention is timed by its tiles
+# (parcalc.core.timing.attention_tiles) the held-out steps' attention is within 2.2 % before it and the factor overshoots:
+# b1 +0.5 -> +7.2 % against the profile, -1.0 -> +5.6 % against its trace; 3B -2.2 -> +4.3 %. The b4 step ran at a capped
+# 1695 MHz, the b1 step at 1980: a factor of one step's clock does not carry to another's.
+B1_AWAY = {"t_memory_bound": "the b1 step's memory-bound part was within 1 % before the b4 factor",
+           "t_attention": "the b1 step's attention was within 1 % before the b4 factor (+0.5 -> +7.2 %, trace -1.0 -> +5.6 %)"}
 # 3B b2's optimizer is within 1 % before calibrating (AdamW over fp32 weights at 28 B a parameter): the b4 factor (1.0008)
 # moves it -0.77 -> -0.85 %, within the trace's noise, where nothing was left to correct
-B2_AWAY = {"t_optimizer": "the 3B step's optimizer was within 1 % before the b4 factor (-0.77 -> -0.85 %)"}
+B2_AWAY = {"t_optimizer": "the 3B step's optimizer was within 1 % before the b4 factor (-0.77 -> -0.85 %)",
+           "t_attention": "the 3B step's attention was within 2.2 % before the b4 factor (-2.2 -> +4.3 %)"}
 
 
 def _held_out(name: str, part: str) -> object:
@@ -105,8 +111,9 @@ def _held_out(name: str, part: str) -> object:
 @pytest.mark.parametrize(("name", "part"), [_held_out(name, part) for name in HELD_OUT for part in PARTS])
 def test_calibration_moves_every_held_out_part_closer_to_the_profile(calibrated: Path, name: str, part: str) -> None:
     """Against train-step-profiles.json's kernel time of the kind (a run the trace is not from). 3B b2: GEMMs -6.1 ->
-    -1.4 %, attention -11.9 -> -6.0, memory-bound -3.6 -> -0.6, optimizer -0.77 -> -0.85 (xfail); 1B b1: GEMMs -3.2 -> +1.6
-    (+10.1 -> +16.5 at the capped clock), -24.0 -> -18.9, +0.5 -> +3.6 (xfail), +1.2 -> +1.2. (Before the H200 mechanisms, when every part was 13-33 %
+    -1.4 %, attention -2.2 -> +4.3 (xfail; -11.9 -> -6.0 at one rate a head dimension), memory-bound -3.6 -> -0.6,
+    optimizer -0.77 -> -0.85 (xfail); 1B b1: GEMMs -3.2 -> +1.6 (+10.1 -> +16.5 at the capped clock), attention +0.5 ->
+    +7.2 (xfail; -24.0 -> -18.9 at one rate), +0.5 -> +3.6 (xfail), +1.2 -> +1.2. (Before the H200 mechanisms, when every part was 13-33 %
     off, calibration moved every one closer.)"""
     truth = measured(name)[part]
     before, after = fit_parts(name)[part], fit_parts(name, calibrated)[part]
@@ -117,7 +124,8 @@ def test_calibration_moves_every_held_out_part_closer_to_the_profile(calibrated:
                                   for part in PARTS])  # fmt: skip
 def test_calibration_moves_every_part_closer_to_the_held_out_trace(calibrated: Path, part: str) -> None:
     """Against the b1 step's own trace (trace-llama1b-b1-s2048.json.gz): GEMMs -4.1 -> +0.7 % (away, +9 -> +15, at the
-    capped clock), attention -25 -> -20 %, optimizer +1.1 -> +1.0 %; memory-bound moves away (B1_AWAY)."""
+    capped clock), optimizer +1.1 -> +1.0 %; memory-bound and attention (-1.0 -> +5.6 %; -25 -> -20 at one rate a head
+    dimension) move away (B1_AWAY)."""
     truth = summarise(read_trace_file(str(B1_TRACE))).kernel_seconds[TRACE_KIND[part]]
     before, after = fit_parts("llama3.2-1b b1 s2048")[part], fit_parts("llama3.2-1b b1 s2048", calibrated)[part]
     assert abs(after / truth - 1) < abs(before / truth - 1)

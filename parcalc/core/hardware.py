@@ -14,6 +14,7 @@ from parcalc.frozen import frozen
 
 if TYPE_CHECKING:  # defined apart: only calibrated presets need them, and each dataclass costs start-up time
     from parcalc.core.measured import MatmulSweep, MeasuredCollective
+    from parcalc.core.timing.attention_tiles import AttentionTiles
     from parcalc.core.timing.gemm_tiles import TiledGemm  # only the H200's measured preset builds one (parcalc.presets)
     from parcalc.core.timing.host import HostCosts  # only a preset calibrated from a trace carries one
 
@@ -160,6 +161,9 @@ class KernelRates:
     # (implementation, forward share, backward share) of fused attention kernels of another software generation than
     # the one attention_forward / attention_backward were measured with (parcalc.core.timing.attention_kernels); ()
     attention_kernels: tuple[tuple[str, Sourced, Sourced], ...] = ()
+    # fused attention by its tiles (parcalc.core.timing.attention_tiles): where given, the attention shares are the
+    # rate of the key/value blocks alone and each tile adds its fixed cost; None: one rate at every shape
+    attention_tiles: AttentionTiles | None = None
 
     def matmul_share(self, dtype: str) -> Sourced | None:
         return dict(self.matmul).get(dtype)

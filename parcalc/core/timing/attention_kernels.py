@@ -39,5 +39,6 @@ def with_attention_kernel(gpu: Gpu, name: str) -> Gpu:
     """`gpu` with its fused attention at implementation `name`'s shares (forward, backward), for every head dimension."""
     forward, backward = attention_kernel_shares(gpu, name)
     assert gpu.kernels is not None  # attention_kernel_shares refused a preset without kernels
-    kernels = replace(gpu.kernels, attention_forward=forward, attention_backward=backward, attention_by_head_dim=())
+    kernels = replace(gpu.kernels, attention_forward=forward, attention_backward=backward, attention_by_head_dim=(),
+                      attention_tiles=None)
     return replace(gpu, kernels=kernels)

@@ -19,6 +19,7 @@ from typing import Any
 from parcalc.core.attention_window import core_share
 from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.model import TransformerModel
+from parcalc.core.timing.attention_tiles import attention_shape
 from parcalc.core.timing.framework import KERNEL_SETS  # noqa: F401 - re-exported beside the sets' sources
 from parcalc.core.timing.hf_kernels import hf_applies, hf_ends, hf_layer
 from parcalc.core.timing.kernels import (  # noqa: F401 - the kernel primitives, re-exported where callers found them
@@ -412,9 +413,11 @@ def _attention_block(model: TransformerModel, shard: LayerShard, spec: ComputeSp
         work = 2.0 * b * heads * s * sk * (qk_dim + v_dim) * attention_share(model, shard)
         io = e * b * (2 * s * q_w + 2 * sk * kv_w)  # read Q, K, V, write O
         shape = f"b·a/t = {b * heads}, s = {s}, d = {qk_dim}"
-        core.append(flash_attention("attn.flash", work, io, False, spec, shape, qk_dim))
+        tiles = attention_shape(b * heads, s, sk, qk_dim + v_dim, attention_share(model, shard), shard.causal)
+        core.append(flash_attention("attn.flash", work, io, False, spec, shape, qk_dim, tiles))
         forward.extend(core)
-        backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape, qk_dim))
+        backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape, qk_dim,
+                                        tiles))  # fmt: skip
     else:
         scores = b * heads * s * sk
         square = f"[{s}×{sk}] ×{b * heads}"
@@ -530,9 +533,11 @@ def _hf_layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSp
         work = 2.0 * b * (q_w // hd) * s * sk * 2 * hd * attention_share(model, shard)
         io = e * b * (2 * s * q_w + 2 * sk * kv_w)
         shape = f"b·a/t = {b * (q_w // hd)}, s = {s}, d = {hd}"
-        core.append(flash_attention("attn.flash", work, io, False, spec, shape, hd))
+        tiles = attention_shape(b * (q_w // hd), s, sk, 2 * hd, attention_share(model, shard), shard.causal)
+        core.append(flash_attention("attn.flash", work, io, False, spec, shape, hd, tiles))
         kernels.forward.extend(core)
-        kernels.backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape, hd))
+        kernels.backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape, hd,
+                                                tiles))  # fmt: skip
 
     hf_layer(_HfKernels(kernels), kernels.linear, attention, model, b * s, s, t)
     return LayerPasses(tuple(kernels.forward), tuple(kernels.backward), tuple(core))

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from parcalc.core.hardware import Gpu, KernelRates, KindEfficiency, Sourced
+from parcalc.core.timing.attention_tiles import AttentionShape, tiled_attention_time
 from parcalc.core.timing.fp8_quantise import (  # noqa: F401 - the recipes re-exported where callers found them
     FP8_RECIPE_SOURCE,
     FP8_RECIPES,
@@ -206,11 +207,17 @@ def memory_op(key: str, traffic: float, spec: ComputeSpec, shape: str = "", path
     return kernel._replace(time=issue, bound="elements") if issue > kernel.time else kernel
 
 
-def flash_attention(key: str, flops: float, traffic: float, backward: bool, spec: ComputeSpec, shape: str, head_dim: int = 0) -> Kernel:
+def flash_attention(key: str, flops: float, traffic: float, backward: bool, spec: ComputeSpec, shape: str, head_dim: int = 0,
+                    tiles: AttentionShape | None = None) -> Kernel:  # fmt: skip
     """One fused attention pass at the GPU's measured share of the 16-bit peak: the share measured at the nearest
-    head dimension where the preset has them by head dimension (KernelRates.attention_by_head_dim), else its one share."""
-    share = spec.kernels.attention_share(head_dim, backward)
-    return _roofline(key, "attention", flops, traffic, spec.attention_peak * share.value, spec, shape)
+    head dimension where the preset has them by head dimension (KernelRates.attention_by_head_dim), else its one share;
+    where the preset times attention by its tiles (KernelRates.attention_tiles) and `tiles` gives the pass's shape, the
+    share is the blocks' rate and the pass takes its longest-first schedule (parcalc.core.timing.attention_tiles)."""
+    rate = spec.attention_peak * spec.kernels.attention_share(head_dim, backward).value
+    by_tiles = spec.kernels.attention_tiles
+    if by_tiles is not None and tiles is not None and flops:
+        rate = flops / tiled_attention_time(tiles, by_tiles, rate, backward, spec.sms, FLASH_BACKWARD_FLOPS)
+    return _roofline(key, "attention", flops, traffic, rate, spec, shape)
 
 
 
