@@ -14,7 +14,7 @@ from parcalc.units import Dimension, parse_quantity
 
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
-_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "notes", "pipeline", *_FRAMEWORK_FLAGS,
+_FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "default_zero", "notes", "pipeline", *_FRAMEWORK_FLAGS,
                    "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
                    "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
@@ -66,6 +66,11 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         if kernels not in KERNEL_SETS:
             raise doc.error("kernels.value", f"one of {', '.join(KERNEL_SETS)}, got {shown(kernels)}")
     memory: dict[str, Any] = {}  # optional: profiles without them count memory as the textbook does
+    if "default_zero" in data:  # optional: the stage without --zero (profiles without it: 0, DDP)
+        default_zero = setting(doc, "default_zero", "default_zero")
+        if type(default_zero) is not int or default_zero not in stages:
+            raise doc.error("default_zero.value", f"one of its zero_stages ({', '.join(str(z) for z in stages)}), got {shown(default_zero)}")
+        memory["default_zero"] = default_zero
     if "step_memory" in data:
         from parcalc.core.timing.framework import STEP_MEMORY_MODELS
 

@@ -108,7 +108,7 @@ def memory(
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1; --framework torchtitan: always on with --tp > 1).")] = False,
     ep: EpOption = None,
     etp: EtpOption = None,
-    zero: Annotated[ZeroStage, typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights.")] = ZeroStage.ZERO0,
+    zero: Annotated[Optional[ZeroStage], typer.Option(metavar="0-3", help="ZeRO stage over the data-parallel ranks: 0 (DDP), 1 optimizer states, 2 + gradients, 3 + weights. Default: the --framework's own (torchtitan, fsdp2: 3), else 0.", show_default=False)] = None,  # noqa: UP045
     shard_group: ShardGroupOption = None,
     recompute: Annotated[Recompute, typer.Option(metavar="KIND", help="Activation recomputation: none, selective (attention core), full (layer input only), op (TorchTitan's op-level checkpointing: every other matmul output kept).")] = Recompute.NONE,
     precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16 (16-bit weights + fp32 master copy), bf16 (no master copy), fp8 (Transformer Engine: FP8 GEMM inputs and weight copies, bf16 weights, fp32 master; needs a GPU with an FP8 peak); default mixed-bf16, mixed-fp16 on a GPU without bf16 (V100).", show_default=False)] = None,  # noqa: UP045

@@ -78,7 +78,7 @@ def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
     else:
         rows.append(("gradient bucket", f"max({framework.bucket_min_params:.4g}, {framework.bucket_params_per_dp_rank:.4g} x dp) parameters", "", bucket))
     for name in ("fp32_grads", "reduce_bytes", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch",
-                 "reshard_after_forward", "tp_comm_overlap", "zero_stages"):  # fmt: skip
+                 "reshard_after_forward", "tp_comm_overlap", "zero_stages", "default_zero"):  # fmt: skip
         value = getattr(framework, name)
         shown = ", ".join(str(z) for z in value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) else value
         rows.append((name, shown, "B" if name == "reduce_bytes" else "", framework.source(name)))

@@ -371,7 +371,9 @@ def pinned_config(cluster: Cluster, pinned: dict[str, int], sizes: tuple[int, ..
     if kind is Schedule.INTERLEAVED and v == 1:
         raise InputError("--schedule interleaved: give --chunks v > 1 (model chunks per GPU)")
     sequence_parallel = framework_sequence_parallel(cluster.framework, sequence_parallel, given["tp"])
-    sp, stage, no_ops = stated_no_ops(bool(sequence_parallel), given["tp"], zero[0] if zero else ZeroStage.ZERO0, given["dp"] * ends.get("cp", 1))
+    ranks = given["dp"] * ends.get("cp", 1)
+    default = cluster.framework.at(given["pp"]).default_zero if ranks > 1 else 0  # the stack's own stage without --zero
+    sp, stage, no_ops = stated_no_ops(bool(sequence_parallel), given["tp"], zero[0] if zero else ZeroStage(str(default)), ranks)
     config = Config.of(given["tp"], given["pp"], given["dp"], sizes[0] if sizes else 1, recomputes[0], zero=int(stage.value),
                        sequence_parallel=sp, schedule=kind, chunks=v, gpus_per_node=cluster.gpus_per_node, **ends)  # fmt: skip
     return config, no_ops

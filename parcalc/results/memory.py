@@ -48,7 +48,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             micro_batch: str | None = None, batch: str | None = None, seq_len: str | None = None,
             tp: str | None = None, pp: str | None = None, dp: str | None = None, gpus: str | None = None,
             cp: str | None = None, cp_comm: str = "p2p", sequence_parallel: bool = False, ep: str | None = None,
-            etp: str | None = None, zero: ZeroStage = ZeroStage.ZERO0, shard_group: str | None = None,
+            etp: str | None = None, zero: ZeroStage | None = None, shard_group: str | None = None,
             recompute: Recompute = Recompute.NONE, precision: Precision | None = None,
             optimizer: Optimizer = Optimizer.ADAMW, offload: list[Offload] | None = None, fp32_grads: bool = False,
             schedule: Schedule = Schedule.ONE_F_ONE_B, micro_batches: str | None = None, chunks: str | None = None,
@@ -97,7 +97,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     b = parse_count(micro_batch, "--micro-batch") if micro_batch is not None else 1
     if batch is not None:
         m = micro_batches_of(parse_count(batch, "--batch"), b, d, m if micro_batches is not None else None)
-    sequence_parallel, zero, no_ops = stated_no_ops(sequence_parallel, t, zero, d * c)
+    stated_zero = zero is not None
+    sequence_parallel, zero, no_ops = stated_no_ops(sequence_parallel, t, zero or ZeroStage.ZERO0, d * c)
     cap, cap_source, device = None, "", None
     notes: tuple[str, ...] = ()
     if gpu is not None:
@@ -124,6 +125,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     e, et = expert_flags(ep, etp, shape)
     sg = shard_group_flag(shard_group)
     profile = _profile(framework, dirs, Layout(tp=t, pp=p, cp=c, ep=e))  # the degrees (the ZeRO stage: check_hf_layout says more)
+    if not stated_zero and profile is not None and d * c > 1 and profile.at(p).default_zero:  # the stack's own stage
+        zero = ZeroStage(str(profile.at(p).default_zero))
+        notes = (*notes, f"ZeRO-{zero.value}: the {profile.name} profile's stage without --zero ({profile.source('default_zero')})")
     if profile is not None and not profile.data_parallel_only:  # hf: check_hf_layout's own message
         framework_zero_stage(profile, int(zero.value), p)
     fp8_all_gather_flag(fp8_all_gather, precision, profile.step_memory if profile is not None else None)

@@ -42,6 +42,9 @@ class Framework:
     # tp > 1 implies --sequence-parallel, and a layout without it is not one the stack runs
     sequence_parallel_with_tp: bool = False
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)  # what the framework offers (the search's default)
+    # the stage one configuration runs when --zero is not given (with more than one data-parallel rank): the stack's own
+    # default (torchtitan's data_parallel_shard_degree = -1 and a bare fully_shard shard everything: 3)
+    default_zero: int = 0
     sources: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # field -> source
     # With pipeline parallelism (pp > 1) some frameworks run another engine: DeepSpeed's
     # PipelineEngine reduces gradients once after the pipeline flush, not during the backward, and
