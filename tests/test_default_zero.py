@@ -68,3 +68,17 @@ def test_a_default_stage_the_profile_does_not_offer_is_a_preset_error(tmp_path) 
     (tmp_path / "frameworks" / "titan-bad.yaml").write_text(source.replace("default_zero: {value: 3", "default_zero: {value: 1"))
     with pytest.raises(PresetError, match=r"key 'default_zero.value': one of its zero_stages \(0, 3\), got 1"):
         load_framework("titan-bad", (tmp_path,))
+
+
+def test_scaling_without_a_strategy_runs_the_stacks_stage() -> None:
+    """scaling --framework torchtitan: ZeRO-3 at each N with more than one data-parallel rank; at N = 1 (and with --tp 8
+    on 8 GPUs) nothing to shard, so the point runs without it rather than being refused as a stated --zero 3 is."""
+    args = ["scaling", "--model", "llama3.2-1b", "--gpu", "h100-sxm5", "--batch", "64", "--seq-len", "2048", "--framework", "torchtitan",
+            "--format", "json"]  # fmt: skip
+    result = CliRunner().invoke(app, [*args, "--gpus", "1,2,4"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["tables"]["scaling"]["rows"]
+    assert [row["layout"] for row in rows] == ["1x1x1", "1x1x2", "1x1x4"] and all(row["t_step"] for row in rows)
+    stated = CliRunner().invoke(app, [*args, "--gpus", "1,2,4", "--strategy", "zero3"])
+    stated_rows = json.loads(stated.stdout)["tables"]["scaling"]["rows"]
+    assert stated_rows[0]["t_step"] is None and stated_rows[2]["t_step"] == rows[2]["t_step"]

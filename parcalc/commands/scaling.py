@@ -61,7 +61,7 @@ def scaling(
     batch: Annotated[Text, typer.Option(metavar="B", help="Strong scaling: the global batch in sequences (default: the largest N, one sequence per GPU there). Weak: sequences per GPU (default 1).")] = None,
     seq_len: Annotated[Text, typer.Option(metavar="s", help="Sequence length (default: the model's maximum).")] = None,
     weak: Annotated[bool, typer.Option("--weak/--strong", help="Weak scaling (fixed batch per GPU, B = --batch x N) or strong scaling (fixed global batch; the default).")] = False,
-    strategy: Annotated[Text, typer.Option(metavar="KIND", help="How the layout grows with N: dp, zero1, zero2, zero3, tp, pp (default dp; not with --tp/--pp or --best).")] = None,
+    strategy: Annotated[Text, typer.Option(metavar="KIND", help="How the layout grows with N: dp, zero1, zero2, zero3, tp, pp (default: the --framework's own stage, zero3 for torchtitan and fsdp2, else dp; not with --tp/--pp or --best).")] = None,
     tp: Annotated[Text, typer.Option(metavar="T", help="Pin tensor parallelism at every N (dp = N / (tp x pp)).")] = None,
     pp: Annotated[Text, typer.Option(metavar="P", help="Pin pipeline stages at every N (1F1B; see --tp).")] = None,
     zero: Annotated[Text, typer.Option(metavar="0-3", help="ZeRO stage with --tp/--pp (the zero1-3 strategies set their own).")] = None,

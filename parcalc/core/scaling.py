@@ -74,6 +74,9 @@ class Rule:
     micro_batch: int = 1
     recompute: Recompute = Recompute.NONE
     sequence_parallel: bool = False  # with tp > 1
+    # the ZeRO stage is the stack's default, not asked for: where there is one data-parallel rank it shards nothing and
+    # the point runs without it (a stage the user gave is refused there instead)
+    default_stage: bool = False
 
     def config(self, gpus: int) -> Config | str:
         """The configuration on `gpus` GPUs, or why this rule has none there."""
@@ -82,7 +85,7 @@ class Rule:
             return Config.of(1, 1, gpus, b, r)
         if f in (Family.ZERO1, Family.ZERO2, Family.ZERO3):
             if gpus == 1:
-                return "ZeRO shards over the data-parallel ranks; one GPU has none"
+                return Config.of(1, 1, 1, b, r) if self.default_stage else "ZeRO shards over the data-parallel ranks; one GPU has none"
             return Config.of(1, 1, gpus, b, r, zero=int(f.value[-1]))
         if f is Family.TP:
             return Config.of(gpus, 1, 1, b, r, sequence_parallel=self.sequence_parallel and gpus > 1)
@@ -92,9 +95,9 @@ class Rule:
             if gpus % (self.tp * self.pp):
                 return f"tp x pp = {self.tp} x {self.pp} does not divide {gpus} GPUs"
             dp = gpus // (self.tp * self.pp)
-            if self.zero and dp == 1:
+            if self.zero and dp == 1 and not self.default_stage:
                 return f"ZeRO-{self.zero} shards over the data-parallel ranks; dp = 1 has none"
-            return Config.of(self.tp, self.pp, dp, b, r, zero=self.zero, sequence_parallel=self.sequence_parallel and self.tp > 1)
+            return Config.of(self.tp, self.pp, dp, b, r, zero=self.zero if dp > 1 else 0, sequence_parallel=self.sequence_parallel and self.tp > 1)
         raise ValueError(f"{f} has no fixed layout")  # BEST: the search's, per N
 
     def describe(self) -> str:

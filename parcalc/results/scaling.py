@@ -80,7 +80,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)
     training = Training(global_batch=per, seq_len=seq, precision=precision, flash_attention=flash_attention,
                         fp32_grads=profile.fp32_grads and mixed)  # fmt: skip
-    rule = _rule(strategy, tp, pp, zero, best, micro_batch, recompute, sequence_parallel)
+    rule = _rule(strategy, tp, pp, zero, best, micro_batch, recompute, sequence_parallel, profile.default_zero)
     if framework is not None:  # a layout the chosen stack does not run is refused here, not shown as a curve of '-'
         rule = _runnable_rule(rule, profile)
     space = None
@@ -169,7 +169,9 @@ def gpu_counts(text: str | None) -> list[int]:
 
 
 def _rule(strategy: str | None, tp: str | None, pp: str | None, zero: str | None, best: bool, micro_batch: str | None,
-          recompute: Recompute | None, sequence_parallel: bool) -> Any:  # fmt: skip
+          recompute: Recompute | None, sequence_parallel: bool, default_zero: int = 0) -> Any:  # fmt: skip
+    """The layout rule at each N; without --strategy (or --zero with --tp/--pp) the stack's own ZeRO stage, the
+    framework profile's default_zero (torchtitan, fsdp2: zero3; the others dp)."""
     from parcalc.core.scaling import Family, Rule
     from parcalc.errors import InputError
     from parcalc.units import parse_count
@@ -184,18 +186,18 @@ def _rule(strategy: str | None, tp: str | None, pp: str | None, zero: str | None
     if best:
         return Rule(Family.BEST, micro_batch=b, recompute=r, sequence_parallel=sequence_parallel)
     if pinned:
-        z = parse_count(zero, "--zero", allow_zero=True) if zero is not None else 0
+        z = parse_count(zero, "--zero", allow_zero=True) if zero is not None else default_zero
         if z > 3:
             raise InputError(f"--zero: a ZeRO stage 0-3, got {zero!r}")
         t = parse_count(tp, "--tp") if tp is not None else 1
         p = parse_count(pp, "--pp") if pp is not None else 1
-        return Rule(Family.FIXED, t, p, z, b, r, sequence_parallel)
-    kind = (strategy or "dp").strip().lower()
+        return Rule(Family.FIXED, t, p, z, b, r, sequence_parallel, default_stage=zero is None and z > 0)
+    kind = (strategy or ("zero" + str(default_zero) if default_zero else "dp")).strip().lower()
     if kind not in STRATEGIES:
         raise InputError(f"--strategy: one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if sequence_parallel and kind != "tp":
         raise InputError("--sequence-parallel: needs tp > 1 (--strategy tp, --tp T or --best)")
-    return Rule(Family(kind), micro_batch=b, recompute=r, sequence_parallel=sequence_parallel)
+    return Rule(Family(kind), micro_batch=b, recompute=r, sequence_parallel=sequence_parallel, default_stage=strategy is None and kind != "dp")
 
 
 def _runnable_rule(rule: Any, profile: Any) -> Any:
