@@ -82,3 +82,13 @@ def test_scaling_without_a_strategy_runs_the_stacks_stage() -> None:
     stated = CliRunner().invoke(app, [*args, "--gpus", "1,2,4", "--strategy", "zero3"])
     stated_rows = json.loads(stated.stdout)["tables"]["scaling"]["rows"]
     assert stated_rows[0]["t_step"] is None and stated_rows[2]["t_step"] == rows[2]["t_step"]
+
+
+def test_a_layout_object_is_taken_as_written() -> None:
+    """parcalc.memory(layout=Layout(dp=8)) runs the layout as written, ZeRO-0 (DDP) under torchtitan too: a Layout is a
+    whole layout; the flat keywords without zero take the profile's stage, as the command line does."""
+    import parcalc
+
+    common = {"model": "llama3-8b", "framework": "torchtitan", "seq_len": 8192, "micro_batch": 1, "gpu": "h100-sxm5"}
+    assert not parcalc.memory(layout=parcalc.Layout(dp=8), **common).title.endswith("ZeRO-3")
+    assert parcalc.memory(dp=8, **common).title.endswith("ZeRO-3")

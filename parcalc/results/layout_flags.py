@@ -31,7 +31,8 @@ LAYOUT_FLAGS: dict[str, tuple[str, ...]] = {
     "comm-volume": (*_ALL, "gpus_per_node"),
     "flops": ("pp", "cp", *_PIPELINE),
 }
-_ALWAYS = ("tp", "pp", "dp")  # the degrees a whole layout gives, default or not (flops: pp only where the stages differ)
+_ALWAYS = ("tp", "pp", "dp", "zero")  # what a whole layout gives, default or not (flops: pp only where the stages differ); its
+# ZeRO stage too: Layout(dp=8) under --framework torchtitan is DDP as written, not the profile's default_zero
 # flags the layout sets besides its own fields' (fit: the GPUs, tp x pp x cp x dp)
 _ALSO_SET: dict[str, tuple[str, ...]] = {"fit": ("gpus",)}
 
