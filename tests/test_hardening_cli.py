@@ -390,10 +390,33 @@ _8B_H200 = ["--model", "llama3-8b", "--gpu", "h200"]
         pytest.param(["memory", *_8B_H200, "--dp", "4", "--pp", "2", "--framework", "deepspeed", "--zero", "3"],
                      "Error: --zero 3: DeepSpeed ZeRO's pipeline engine (pp = 2) offers ZeRO-0/1 only (deepspeedai/DeepSpeed "
                      "deepspeed/runtime/pipe/engine.py); see `parcalc presets show deepspeed`", id="memory-deepspeed-pp-zero3"),
+        # presets/frameworks/hf.yaml zero_stages [0] (plain DDP): refused by the data-parallel-only stack's layout_reason, in
+        # the same words as --zero under any other profile (one function: Framework.zero_stage_reason)
+        pytest.param(["fit", *_8B_H200, "--gpus", "8", "--framework", "hf", "--search", "--zero", "1"],
+                     "Error: --zero 1: Hugging Face transformers (Trainer / accelerate, eager PyTorch, DDP) offers ZeRO-0 only "
+                     "(PyTorch torch.nn.parallel.DistributedDataParallel); see `parcalc presets show hf`", id="search-hf-zero1"),
     ],
 )  # fmt: skip
 def test_a_zero_stage_the_framework_does_not_run_is_one_error_line(runner, args: list[str], expected: str) -> None:
     assert _one_error_line(runner.invoke(app, args)) == expected
+
+
+def test_one_phrasing_for_a_zero_stage_refused() -> None:
+    """The hf profile's layout_reason (a data-parallel-only stack), --zero under a profile (framework_zero_stage) and fit's
+    check of DeepSpeed's pipeline engine say the same sentence: Framework.zero_stage_reason writes all three."""
+    from parcalc.core.layout import Layout
+    from parcalc.errors import InputError
+    from parcalc.presets import load_framework
+    from parcalc.results.parse import framework_zero_stage
+
+    hf, deepspeed = load_framework("hf", ()), load_framework("deepspeed", ())
+    with pytest.raises(InputError) as refused:
+        framework_zero_stage(hf, 1, 1)
+    assert hf.layout_reason(Layout(dp=8, zero=1)) == str(refused.value) == hf.zero_stage_reason(1, 1)
+    assert deepspeed.zero_stage_reason(2, 1) is None  # ZeRO's engine runs every stage; its pipeline engine ZeRO-0/1
+    assert deepspeed.zero_stage_reason(2, 4) == ("--zero 2: DeepSpeed ZeRO's pipeline engine (pp = 4) offers ZeRO-0/1 only "
+                                                 "(deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py); see `parcalc presets "
+                                                 "show deepspeed`")  # fmt: skip
 
 
 def test_without_framework_the_textbook_zero_stages_all_stand(runner) -> None:

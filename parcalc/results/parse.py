@@ -516,14 +516,8 @@ def framework_zero_stage(profile: Any, zero: int, pp: int, flag: str | None = No
     --framework the textbook stages all stand."""
     from parcalc.errors import InputError
 
-    engine = profile.at(pp)
-    if zero in engine.zero_stages:
-        return
-    offered = "/".join(str(z) for z in engine.zero_stages)
-    where = f"'s pipeline engine (pp = {pp})" if engine is not profile else ""
-    source = engine.source("zero_stages").split(":")[0].split(" (")[0]
-    raise InputError(f"{flag or f'--zero {zero}'}: {profile.name}{where} offers ZeRO-{offered} only ({source}); "
-                     f"see `parcalc presets show {profile.key}`")
+    if (reason := profile.zero_stage_reason(zero, pp, flag)) is not None:
+        raise InputError(reason)
 
 
 def stated_no_ops(sequence_parallel: bool, tp: int, zero: Any, dp_ranks: int) -> tuple[bool, Any, tuple[str, ...]]:
