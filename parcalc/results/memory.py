@@ -72,6 +72,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         expandable_segments_flag,
         expert_flags,
         fp8_all_gather_flag,
+        framework_runs,
         framework_sequence_parallel,
         framework_zero_stage,
         pipeline_layout_chunks,
@@ -126,6 +127,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     profile = _profile(framework, dirs, Layout(tp=t, pp=p, cp=c, ep=e))  # the degrees (the ZeRO stage: check_hf_layout says more)
     if profile is not None and not profile.data_parallel_only:  # hf: check_hf_layout's own message
         framework_zero_stage(profile, int(zero.value), p)
+    if profile is not None:
+        framework_runs(profile, (recompute,), compile_)
     fp8_all_gather_flag(fp8_all_gather, precision, profile.step_memory if profile is not None else None)
     if framework_sequence_parallel(profile, None, t) and t > 1:  # torchtitan's apply_tp: sequence parallel always
         sequence_parallel = True
