@@ -163,9 +163,10 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
     par, setup = req.layout, req.setup
     # a framework's step walk of every stage, then the allocator's replay: 1.5 s for Llama 3 405B on TP 8 x PP 8 x FSDP 8
     progress = ProgressBar("walking each pipeline stage's step")
+    replays = 1 if setup.step_memory != "textbook" else 0  # the allocator's replay below: one step more than the core's walks
     try:
-        breakdown = memory_breakdown(req.model, par, setup, progress)
-        if setup.step_memory != "textbook":  # the allocator replayed over a run of the reported stage's FSDP2 step, beside its total
+        breakdown = memory_breakdown(req.model, par, setup, lambda done, walks: progress(done, walks + replays))
+        if replays:  # the allocator replayed over a run of the reported stage's FSDP2 step, beside its total
             from dataclasses import replace
 
             from parcalc.core.memory import stage_layers
@@ -174,7 +175,7 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
             worst = breakdown.worst
             shown = with_replayed_reserve(req.model, par, setup, worst, stage_layers(req.model, par))
             breakdown = replace(breakdown, stages=tuple(shown if stage is worst else stage for stage in breakdown.stages))
-            progress(par.pp + 1, par.pp + 1)
+            progress(par.pp + replays, par.pp + replays)
     finally:
         progress.close()
     settings = [("model", req.model.key), ("gpu", req.gpu.key if req.gpu is not None else "none"), ("precision", setup.precision.value),
