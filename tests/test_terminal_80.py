@@ -117,3 +117,11 @@ def test_fit_brief_is_a_screenful_of_whole_cells(extra: list[str]) -> None:
     rows = [line for line in lines if line.split()[:2] in (["ZeRO-2", "none"], ["2", "1"])]
     assert rows and not any("…" in row for row in rows), text
     assert "GiB" in rows[0] and " s " in rows[0] + " "
+
+
+def test_a_title_wider_than_its_table_wraps_at_the_terminal() -> None:
+    """scaling's terms table is 48 columns wide under a 79-character title: rich wrapped the title at the table's
+    width, "(N" on one line and "t / B)" on the next; above the table, at 80 columns, it is one line."""
+    text = run_in_pty(["scaling", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "8,16,32,64", "--strategy", "zero1"])
+    assert "The step's terms in GPU-seconds per sequence (N t / B): flat is perfect scaling\n" in text
+    assert max(len(line) for line in text.splitlines()) <= 80

@@ -153,7 +153,10 @@ def _table(table: Any, width: int, compact: bool = False) -> Any:
     if natural <= width or not cells:
         from rich import box
 
-        rich_table = RichTable(title=escape(table.title), title_justify="left", header_style="bold",
+        # a title wider than its table is printed above it, wrapped at the terminal's width: rich wraps a table's own
+        # title at the table's width, which broke "(N t / B)" of scaling's 48-column terms table in two at 80 columns
+        above = len(table.title) > natural
+        rich_table = RichTable(title=None if above else escape(table.title), title_justify="left", header_style="bold",
                                box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)  # fmt: skip
         if compact:
             rich_table.show_edge, rich_table.padding = False, (0, 1, 0, 0)
@@ -162,6 +165,11 @@ def _table(table: Any, width: int, compact: bool = False) -> Any:
             rich_table.add_column(escape(header), justify="right" if numeric else "left")
         for row in cells:
             rich_table.add_row(*(escape(cell) for cell in row))
+        if above:
+            from rich.console import Group
+            from rich.text import Text
+
+            return Group(Text(table.title, style="table.title"), rich_table)
         return rich_table
     grid = RichTable.grid(padding=(0, 1))
     grid.title, grid.title_justify = escape(table.title), "left"
