@@ -125,3 +125,19 @@ def test_a_title_wider_than_its_table_wraps_at_the_terminal() -> None:
     text = run_in_pty(["scaling", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "8,16,32,64", "--strategy", "zero1"])
     assert "The step's terms in GPU-seconds per sequence (N t / B): flat is perfect scaling\n" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_a_derivation_wraps_under_its_own_start_at_80_columns() -> None:
+    """fit --detail full at 80 columns: t_step's substituted sum and t_dp's source are longer than a line; their rest
+    wrapped to column 0, out of the derivation. Every line of a derivation block stays indented under its start."""
+    text = run_in_pty(["fit", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "16", "--tp", "2", "--pp", "2", "--dp", "4",
+                       "--detail", "full"])  # fmt: skip
+    assert max(len(line) for line in text.splitlines()) <= 80
+    blocks = {block.split("\n", 1)[0]: block.split("\n")[1:] for block in text.split("\n\n")}
+    for heading in ("Time per iteration", "Data-parallel communication exposed per iteration"):
+        lines = blocks[heading]
+        assert len(lines) >= 5, lines  # formula, substituted, value, and a source of two lines or more
+        assert all(line.startswith("  ") for line in lines), lines
+        sums = [line for line in lines if not line.lstrip().startswith(("t_", "=", "source:"))]
+        # a continuation sits under the text of its line (after "t_step = " or "source: "), not under the symbol
+        assert all(line.startswith(" " * 9) for line in sums), lines

@@ -45,18 +45,8 @@ def render_rich(result: Result, console: Any, detail: str = "full") -> None:
             console.print(_hanging("    ", [f"[dim]\\[{n}] {escape(source)}[/]" for source, n in numbers.items()]))
         console.print()
     for d in result.derivations:
-        pad = " " * len(d.symbol)
         console.print(f"[bold]{escape(d.label)}[/]")
-        formula, substituted = d.formula_text(), d.substituted_text()
-        if formula == d.symbol:  # a value taken as it is: "P_datasheet = P_datasheet" derived nothing
-            console.print(f"  [cyan]{escape(d.symbol)}[/] = [bold green]{escape(format_value(d.value, d.unit))}[/]")
-        else:
-            console.print(f"  [cyan]{escape(d.symbol)}[/] = {escape(formula)}")
-            if substituted != formula:
-                console.print(f"  {pad} = {escape(substituted)}")
-            console.print(f"  {pad} = [bold green]{escape(format_value(d.value, d.unit))}[/]")
-        if d.source:
-            console.print(f"  [dim]source: {escape(d.source)}[/]")
+        console.print(_derivation_lines(d))
         console.print()
     for table in result.tables:
         console.print(_table(table, console.width))
@@ -200,6 +190,37 @@ def _flow(pairs: list[tuple[str, str]], width: int) -> list[str]:
     if current:
         lines.append(current)
     return lines
+
+
+def _derivation_lines(d: Any) -> Any:
+    """formula -> substituted -> value, each line after its "symbol =" and the source after "source:", wrapped under
+    its own start: at 80 columns a long sum's last term and a source's second line fell back to column 0."""
+    from rich.markup import escape
+    from rich.padding import Padding
+    from rich.table import Table as RichTable
+
+    pad = " " * len(d.symbol)
+    formula, substituted = d.formula_text(), d.substituted_text()
+    value = f"[bold green]{escape(format_value(d.value, d.unit))}[/]"
+    if formula == d.symbol:  # a value taken as it is: "P_datasheet = P_datasheet" derived nothing
+        rows = [(f"[cyan]{escape(d.symbol)}[/] =", value)]
+    else:
+        rows = [(f"[cyan]{escape(d.symbol)}[/] =", escape(formula)),
+                *([(f"{pad} =", escape(substituted))] if substituted != formula else []), (f"{pad} =", value)]  # fmt: skip
+    lines = RichTable.grid(padding=(0, 1))
+    lines.add_column(no_wrap=True)
+    lines.add_column(overflow="fold")
+    for marker, text in rows:
+        lines.add_row(marker, text)
+    if not d.source:
+        return Padding(lines, (0, 0, 0, 2))
+    source = RichTable.grid(padding=(0, 1))
+    source.add_column(no_wrap=True, style="dim")
+    source.add_column(overflow="fold", style="dim")
+    source.add_row("source:", escape(d.source))
+    from rich.console import Group
+
+    return Padding(Group(lines, source), (0, 0, 0, 2))
 
 
 def _hanging(marker: str, texts: list[str]) -> Any:
