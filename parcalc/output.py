@@ -93,6 +93,10 @@ def check_writable(output: Path) -> None:
     target = Path(os.path.realpath(output))
     directory = target.parent
     if not directory.is_dir():
+        # the nearest part of the path that exists says which: a file in the way, or a directory not made yet
+        blocking = next((part for part in output.parents if os.path.lexists(part)), None)
+        if blocking is not None and not blocking.is_dir():
+            raise InputError(f"--output: {shown(str(blocking))} is a file, not a directory")
         raise InputError(f"--output: directory {shown(str(output.parent))} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise InputError(f"--output: directory {shown(str(directory))} is not writable")

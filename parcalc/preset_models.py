@@ -82,10 +82,10 @@ def _mla(doc: PresetDoc, sources: Mapping[str, str]) -> LatentAttention | None:
 
 def _window(doc: PresetDoc, sources: Mapping[str, str]) -> AttentionWindow | None:
     """The `window:` block of a model preset (parcalc.core.attention_window.AttentionWindow), None when absent."""
+    if "window" not in doc.data:  # its module loads only for a model that has one
+        return None
     from parcalc.core.attention_window import AttentionWindow, WindowKind
 
-    if "window" not in doc.data:
-        return None
     block = doc.child("window")
     block.only(_WINDOW_KEYS)
     return AttentionWindow(
@@ -98,10 +98,10 @@ def _window(doc: PresetDoc, sources: Mapping[str, str]) -> AttentionWindow | Non
 
 def _linear_attention(doc: PresetDoc, sources: Mapping[str, str]) -> GatedDeltaNet | None:
     """The `linear_attention:` block of a model preset (parcalc.core.linear_attention.GatedDeltaNet), None when absent."""
+    if "linear_attention" not in doc.data:  # its module loads only for a model that has one
+        return None
     from parcalc.core.linear_attention import GatedDeltaNet
 
-    if "linear_attention" not in doc.data:
-        return None
     block = doc.child("linear_attention")
     block.only(_LINEAR_KEYS)
     return GatedDeltaNet(
@@ -117,10 +117,10 @@ def _linear_attention(doc: PresetDoc, sources: Mapping[str, str]) -> GatedDeltaN
 
 def _mamba(doc: PresetDoc, sources: Mapping[str, str]) -> Mamba2 | None:
     """The `mamba:` block of a model preset (parcalc.core.mamba.Mamba2: the Mamba-2 mixers and the layer pattern), None when absent."""
+    if "mamba" not in doc.data:  # its module loads only for a model that has one
+        return None
     from parcalc.core.mamba import Mamba2
 
-    if "mamba" not in doc.data:
-        return None
     block = doc.child("mamba")
     block.only(_MAMBA_KEYS)
     return Mamba2(

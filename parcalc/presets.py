@@ -53,13 +53,15 @@ def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Tran
     """A model preset by name, or a Hugging Face config.json: a path ending in .json, or a model
     directory that holds one (a path with a separator, or a directory of that name when no preset
     has it: `--model ./Llama-3.1-8B` or `--model Llama-3.1-8B` as `huggingface-cli download` left it)."""
-    from parcalc.hf_config import HF_CONFIG, hf_config_path, model_from_hf_config
-
     if name_or_path.lower().endswith(".json") or os.sep in name_or_path or (os.altsep and os.altsep in name_or_path):
+        from parcalc.hf_config import hf_config_path, model_from_hf_config  # here: a preset by name does not load it
+
         return model_from_hf_config(hf_config_path(Path(name_or_path)))
     try:
         preset = find(Category.MODELS, name_or_path, extra_dirs)
     except PresetError:
+        from parcalc.hf_config import HF_CONFIG, model_from_hf_config
+
         if _is_file(Path(name_or_path) / HF_CONFIG):
             return model_from_hf_config(Path(name_or_path) / HF_CONFIG)
         raise

@@ -61,10 +61,10 @@ def read_timings(path: Path, label: str = "") -> TimingsFile:
     except TooLargeError:
         raise InputError(f"{name}: larger than {MAX_TIMINGS_BYTES:,} bytes; a timings file holds one row per measured "
                          "configuration") from None  # fmt: skip
-    except NotRegularFileError as error:
-        raise InputError(f"{name}: cannot read: {error}") from None
+    except NotRegularFileError as error:  # the path as given, as for a missing file ('tmp: ...' named a directory by its base name)
+        raise InputError(f"FILE: cannot read {shown(str(path))}: {error}") from None
     except OSError as error:
-        raise InputError(f"{name}: cannot read: {error.strerror or error}") from None
+        raise InputError(f"FILE: cannot read {shown(str(path))}: {error.strerror or error}") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:

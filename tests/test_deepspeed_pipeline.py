@@ -110,7 +110,7 @@ def test_bloom_is_predicted_within_the_family_band() -> None:
 
 def test_zero_2_and_3_are_refused_with_deepspeed_pipelines() -> None:
     model, config, training, cluster = inputs(BLOOM)
-    with pytest.raises(InputError, match="pipeline engine runs ZeRO-0/1 only, not ZeRO-2 with pp = 12"):
+    with pytest.raises(InputError, match=r": --zero 2: DeepSpeed ZeRO.s pipeline engine \(pp = 12\) offers ZeRO-0/1 only \(deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py\); see `parcalc presets show deepspeed`$"):
         check_config(model, config.replaced(zero=2), training, cluster)
     flat = config.replaced(zero=2, tp=8, pp=1, dp=48, first_stage_layers=None, last_stage_layers=None)
     check_config(model, flat, replace(training, global_batch=1536), cluster)  # no pipeline: the ZeRO engine runs ZeRO-2

@@ -390,10 +390,80 @@ _8B_H200 = ["--model", "llama3-8b", "--gpu", "h200"]
         pytest.param(["memory", *_8B_H200, "--dp", "4", "--pp", "2", "--framework", "deepspeed", "--zero", "3"],
                      "Error: --zero 3: DeepSpeed ZeRO's pipeline engine (pp = 2) offers ZeRO-0/1 only (deepspeedai/DeepSpeed "
                      "deepspeed/runtime/pipe/engine.py); see `parcalc presets show deepspeed`", id="memory-deepspeed-pp-zero3"),
+        # presets/frameworks/hf.yaml zero_stages [0] (plain DDP): refused by the data-parallel-only stack's layout_reason, in
+        # the same words as --zero under any other profile (one function: Framework.zero_stage_reason)
+        pytest.param(["fit", *_8B_H200, "--gpus", "8", "--framework", "hf", "--search", "--zero", "1"],
+                     "Error: --zero 1: Hugging Face transformers (Trainer / accelerate, eager PyTorch, DDP) offers ZeRO-0 only "
+                     "(PyTorch torch.nn.parallel.DistributedDataParallel); see `parcalc presets show hf`", id="search-hf-zero1"),
     ],
 )  # fmt: skip
 def test_a_zero_stage_the_framework_does_not_run_is_one_error_line(runner, args: list[str], expected: str) -> None:
     assert _one_error_line(runner.invoke(app, args)) == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "starts"),
+    [
+        # megatron/core/jit.py: torch.compile only on the @jit_fuser fusions; the model itself is not compiled
+        pytest.param(["fit", *_8B_H200, "--gpus", "8", "--framework", "megatron", "--compile"],
+                     "Error: --compile --framework megatron: Megatron-LM does not torch.compile the model", id="fit-megatron-compile"),
+        pytest.param(["memory", *_8B_H200, "--dp", "8", "--framework", "megatron", "--compile"],
+                     "Error: --compile --framework megatron: Megatron-LM does not torch.compile the model", id="memory-megatron-compile"),
+        # transformer_config.py: recompute_granularity 'full' | 'selective' with recompute_modules; no op-level policy
+        pytest.param(["fit", *_8B_H200, "--gpus", "8", "--framework", "megatron", "--tp", "1", "--pp", "1", "--dp", "8",
+                      "--recompute", "op"],
+                     "Error: --recompute op --framework megatron: Megatron-LM has no op-level checkpointing policy", id="fit-megatron-op"),
+        pytest.param(["scaling", *_8B_H200, "--gpus", "8,16", "--framework", "megatron", "--recompute", "op"],
+                     "Error: --recompute op --framework megatron: Megatron-LM has no op-level checkpointing policy", id="scaling-megatron-op"),
+        # deepspeed/runtime/activation_checkpointing/checkpointing.py: whole functions recomputed
+        pytest.param(["memory", *_8B_H200, "--dp", "8", "--framework", "deepspeed", "--recompute", "op"],
+                     "Error: --recompute op --framework deepspeed: DeepSpeed's activation checkpointing recomputes whole functions",
+                     id="memory-deepspeed-op"),
+    ],
+)  # fmt: skip
+def test_a_setting_the_framework_does_not_run_is_one_error_line(runner, args: list[str], starts: str) -> None:
+    """docs/framework-flags.md: refused only under a --framework that was given (without it, a what-if stands)."""
+    line = _one_error_line(runner.invoke(app, args))
+    assert line.startswith(starts), line
+    assert "megatron/core" in line or "deepspeed/runtime" in line  # the source named
+
+
+def test_what_a_framework_runs_stands(runner) -> None:
+    """DeepSpeedEngine.compile() (deepspeed/runtime/compiler.py) compiles the module: --compile stands under deepspeed; and
+    without --framework, --recompute op and --compile are what-ifs under the default (Megatron-LM) profile's timing."""
+    for args in (["fit", *_8B_H200, "--gpus", "8", "--framework", "deepspeed", "--compile", "--tp", "1", "--pp", "1", "--dp", "8"],
+                 ["fit", *_8B_H200, "--gpus", "8", "--compile", "--recompute", "op", "--tp", "1", "--pp", "1", "--dp", "8"]):  # fmt: skip
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+
+
+def test_search_under_megatron_leaves_op_out() -> None:
+    """fit --search --framework megatron tries none, selective and full; without --framework, op too (search_layouts.RECOMPUTES)."""
+    from parcalc.core.choices import Recompute
+    from parcalc.core.search_layouts import RECOMPUTES
+    from parcalc.presets import load_framework
+    from parcalc.results.parse import framework_recomputes
+
+    assert framework_recomputes(load_framework("megatron", ()), RECOMPUTES) == (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    assert framework_recomputes(load_framework("torchtitan", ()), RECOMPUTES) == RECOMPUTES
+
+
+def test_one_phrasing_for_a_zero_stage_refused() -> None:
+    """The hf profile's layout_reason (a data-parallel-only stack), --zero under a profile (framework_zero_stage) and fit's
+    check of DeepSpeed's pipeline engine say the same sentence: Framework.zero_stage_reason writes all three."""
+    from parcalc.core.layout import Layout
+    from parcalc.errors import InputError
+    from parcalc.presets import load_framework
+    from parcalc.results.parse import framework_zero_stage
+
+    hf, deepspeed = load_framework("hf", ()), load_framework("deepspeed", ())
+    with pytest.raises(InputError) as refused:
+        framework_zero_stage(hf, 1, 1)
+    assert hf.layout_reason(Layout(dp=8, zero=1)) == str(refused.value) == hf.zero_stage_reason(1, 1)
+    assert deepspeed.zero_stage_reason(2, 1) is None  # ZeRO's engine runs every stage; its pipeline engine ZeRO-0/1
+    assert deepspeed.zero_stage_reason(2, 4) == ("--zero 2: DeepSpeed ZeRO's pipeline engine (pp = 4) offers ZeRO-0/1 only "
+                                                 "(deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py); see `parcalc presets "
+                                                 "show deepspeed`")  # fmt: skip
 
 
 def test_without_framework_the_textbook_zero_stages_all_stand(runner) -> None:

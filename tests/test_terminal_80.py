@@ -117,3 +117,27 @@ def test_fit_brief_is_a_screenful_of_whole_cells(extra: list[str]) -> None:
     rows = [line for line in lines if line.split()[:2] in (["ZeRO-2", "none"], ["2", "1"])]
     assert rows and not any("…" in row for row in rows), text
     assert "GiB" in rows[0] and " s " in rows[0] + " "
+
+
+def test_a_title_wider_than_its_table_wraps_at_the_terminal() -> None:
+    """scaling's terms table is 48 columns wide under a 79-character title: rich wrapped the title at the table's
+    width, "(N" on one line and "t / B)" on the next; above the table, at 80 columns, it is one line."""
+    text = run_in_pty(["scaling", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "8,16,32,64", "--strategy", "zero1"])
+    assert "The step's terms in GPU-seconds per sequence (N t / B): flat is perfect scaling\n" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_a_derivation_wraps_under_its_own_start_at_80_columns() -> None:
+    """fit --detail full at 80 columns: t_step's substituted sum and t_dp's source are longer than a line; their rest
+    wrapped to column 0, out of the derivation. Every line of a derivation block stays indented under its start."""
+    text = run_in_pty(["fit", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "16", "--tp", "2", "--pp", "2", "--dp", "4",
+                       "--detail", "full"])  # fmt: skip
+    assert max(len(line) for line in text.splitlines()) <= 80
+    blocks = {block.split("\n", 1)[0]: block.split("\n")[1:] for block in text.split("\n\n")}
+    for heading in ("Time per iteration", "Data-parallel communication exposed per iteration"):
+        lines = blocks[heading]
+        assert len(lines) >= 5, lines  # formula, substituted, value, and a source of two lines or more
+        assert all(line.startswith("  ") for line in lines), lines
+        sums = [line for line in lines if not line.lstrip().startswith(("t_", "=", "source:"))]
+        # a continuation sits under the text of its line (after "t_step = " or "source: "), not under the symbol
+        assert all(line.startswith(" " * 9) for line in sums), lines

@@ -48,7 +48,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parcalc.core.choices import Recompute  # re-exported
-from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+from parcalc.core.counts import MAX_COUNT, check_count, check_sequence  # noqa: F401 - re-exported where callers found them
+from parcalc.core.model import Mlp, Norm, TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
 
@@ -98,29 +99,11 @@ TE_FP8 = ("FP8 (1 byte): Transformer Engine saves the casted FP8 input of each l
 TE_FP8_MLP = ("Transformer Engine transformer_engine/pytorch/module/layernorm_mlp.py, _LayerNormMLP.forward: fc1_out (bf16, the "
               "activation's input) and act_out (FP8, fc2's input) are both saved")  # fmt: skip
 
-MAX_COUNT = 2**53  # counts above this are not exact in floating point, and no run is that large
 TOKEN_ID_BYTES = 8.0  # int64 token ids, which the embedding's backward keeps (torch.nn.Embedding)
 LOGIT_BYTES = 4.0  # the cross-entropy works on fp32 logits (Korthikanti et al. sec. 4.3)
 GATED_ATTENTION = ("transformers models/qwen3_next/modeling_qwen3_next.py (5.24), Qwen3NextAttention.forward: "
                    "attn_output = attn_output * torch.sigmoid(gate), then o_proj")  # fmt: skip
 LSE_BYTES = 4.0  # FlashAttention keeps its per-row log-sum-exp in fp32
-
-
-def check_count(flag: str, value: object) -> None:
-    """A whole number from 1 to 2^53; anything else is an InputError naming the flag."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{flag}: must be a whole number of at least 1, got {value!r}")
-    if value > MAX_COUNT:
-        raise InputError(f"{flag}: {value:.4g} is beyond any possible size (at most 2^53 = {MAX_COUNT:,})")
-
-
-def check_sequence(model: TransformerModel, seq_len: int) -> None:
-    """A model with learned positions has no position beyond its table."""
-    if model.position is Position.LEARNED and model.max_seq_len and seq_len > model.max_seq_len:
-        raise InputError(
-            f"--seq-len: {seq_len} tokens, but {model.name} has {model.max_seq_len} learned positions; "
-            f"no position embedding exists beyond them (use --seq-len <= {model.max_seq_len})"
-        )
 
 
 @dataclass(frozen=True)

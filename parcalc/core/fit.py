@@ -130,11 +130,10 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         return "sequence parallelism needs tp > 1"
     if config.layout.zero not in (0, 1, 2, 3):
         return f"ZeRO stage {config.layout.zero} does not exist"
-    engine = cluster.framework.at(p)
-    if p > 1 and engine is not cluster.framework and config.layout.zero not in engine.zero_stages:
-        stages = "/".join(str(z) for z in engine.zero_stages)
-        return (f"{cluster.framework.name}'s pipeline engine runs ZeRO-{stages} only, not ZeRO-{config.layout.zero} with pp = {p} "
-                f"(see `parcalc presets show {cluster.framework.key}`)")
+    # a pipeline engine of its own (DeepSpeed's PipelineEngine) and a stage it does not run
+    engine_refuses = p > 1 and cluster.framework.at(p) is not cluster.framework
+    if engine_refuses and (reason := cluster.framework.zero_stage_reason(config.layout.zero, p)) is not None:
+        return reason
     if config.layout.shard_group is not None:
         from parcalc.core.sharding import check_shard_group
 

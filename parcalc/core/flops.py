@@ -296,7 +296,7 @@ def training_flops(model: TransformerModel, batch: int, seq_len: int, *, recompu
     recompute_modules: with "selective", Megatron-LM's modules checkpointed (parcalc.core.recompute;
     None: ['core_attn']): the forward matmuls of each module run again in the layers that have it.
     """
-    from parcalc.core.activations import check_count, check_sequence
+    from parcalc.core.counts import check_count, check_sequence
     from parcalc.core.layer_ops import lm_head_op, transformer_layer_ops
 
     check_count("--batch", batch)

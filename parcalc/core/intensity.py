@@ -8,11 +8,14 @@ attainable FLOP/s = min(peak, intensity x memory bandwidth).
 
 from __future__ import annotations
 
-from parcalc.core.layer_ops import transformer_layer_ops
-from parcalc.core.model import TransformerModel
+from typing import TYPE_CHECKING
+
 from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
 from parcalc.frozen import frozen
+
+if TYPE_CHECKING:
+    from parcalc.core.model import TransformerModel
 
 MIN_TRAFFIC = "minimum traffic: each operand read once and the output written once"
 ROOFLINE_SOURCE = "Williams, Waterman & Patterson, Roofline (CACM 2009)"
@@ -229,6 +232,8 @@ def layer_intensity(model: TransformerModel, batch: int, seq_len: int, dtype: st
         raise InputError(f"--model: {model.name} is a Mamba-2 hybrid of one block per layer; parcalc flops lists its Mamba-2, "
                          "attention and MLP blocks' operations")  # fmt: skip
     moe = model.moe is not None  # an MoE model: one of its MoE layers (router, routed and shared experts)
+    from parcalc.core.layer_ops import transformer_layer_ops  # here: a matmul's intensity needs no model
+
     ops = transformer_layer_ops(model, batch, seq_len, bytes_per_element, moe_layer=moe)
     columns = _LAYER_COLUMNS + (_ROOF_COLUMNS if machine else ())
     rows = []

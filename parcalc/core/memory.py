@@ -759,8 +759,8 @@ def _moe_stage_activations(model: TransformerModel, par: Layout, layer: LayerAct
 def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup,
                      progress: Callable[[int, int], None] | None = None) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU. `progress(done, total)` after each
-    stage's step walk (a framework's step memory: a second or more on a large pipeline), of pp + 1 steps in all:
-    the caller's allocator replay of the reported stage is the last (parcalc.results.memory)."""
+    stage's step walk (a framework's step memory: a second or more on a large pipeline), of the pp walks this
+    function runs (a caller that does more, parcalc.results.memory's allocator replay, adds its own steps)."""
     if model.mamba is not None:  # a Mamba-2 hybrid: its blocks by parcalc.core.mamba_memory
         from parcalc.core.mamba_memory import check_mamba_memory
 
@@ -802,7 +802,7 @@ def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup,
         for done, stage in enumerate(stages, start=1):
             walked.append(with_step_peak(model, par, setup, stage, split))
             if progress is not None:
-                progress(done, par.pp + 1)
+                progress(done, par.pp)
         stages = tuple(walked)
     if not all(math.isfinite(s.total.value) for s in stages):
         raise InputError("--seq-len / --micro-batch: these sizes give more bytes than a number can hold; no GPU holds them")

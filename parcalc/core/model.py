@@ -10,13 +10,16 @@ the final LayerNorm that formula leaves out.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from parcalc.core.attention_window import AttentionWindow
 from parcalc.core.choices import Mlp, Norm, Position  # re-exported
-from parcalc.core.linear_attention import GatedDeltaNet
-from parcalc.core.mamba import ATTENTION, MAMBA, MLP, TP_SITES_PER_BLOCK, Mamba2
 from parcalc.errors import InputError
 from parcalc.frozen import frozen
+
+if TYPE_CHECKING:  # a model's window, linear attention and Mamba-2 blocks; their modules load where a model has them
+    from parcalc.core.attention_window import AttentionWindow
+    from parcalc.core.linear_attention import GatedDeltaNet
+    from parcalc.core.mamba import Mamba2
 
 
 @frozen
@@ -217,7 +220,11 @@ class TransformerModel:
         """Tensor-parallel collectives a layer runs forward (as many backward; full recomputation replays them): one per
         mixer between a column- and a row-parallel linear, so 2 in a transformer layer (attention, MLP), 1 in a Mamba-2
         hybrid's (parcalc.core.mamba.TP_SITES_PER_BLOCK)."""
-        return TP_SITES_PER_BLOCK if self.mamba is not None else 2
+        if self.mamba is None:
+            return 2
+        from parcalc.core.mamba import TP_SITES_PER_BLOCK
+
+        return TP_SITES_PER_BLOCK
 
     @property
     def kv_width(self) -> int:
@@ -315,6 +322,8 @@ class TransformerModel:
 
     def block_params(self, block: str) -> int:
         """One layer of a Mamba-2 hybrid: its norm and its one mixer (NemotronHBlock: norm, mixer, residual)."""
+        from parcalc.core.mamba import ATTENTION, MAMBA
+
         assert self.mamba is not None
         norm = self.norm.params_per_channel * self.hidden
         if block == MAMBA:
@@ -330,6 +339,8 @@ class TransformerModel:
     def layers_params(self, start: int, end: int) -> int:
         """Parameters of layers start .. end - 1 (0-based)."""
         if self.mamba is not None:
+            from parcalc.core.mamba import ATTENTION, MAMBA, MLP
+
             n = self.mamba.blocks_in(start, end)
             return n.mamba * self.block_params(MAMBA) + n.attention * self.block_params(ATTENTION) + n.mlp * self.block_params(MLP)
         moe = self.moe_layers_in(start, end)

@@ -45,18 +45,8 @@ def render_rich(result: Result, console: Any, detail: str = "full") -> None:
             console.print(_hanging("    ", [f"[dim]\\[{n}] {escape(source)}[/]" for source, n in numbers.items()]))
         console.print()
     for d in result.derivations:
-        pad = " " * len(d.symbol)
         console.print(f"[bold]{escape(d.label)}[/]")
-        formula, substituted = d.formula_text(), d.substituted_text()
-        if formula == d.symbol:  # a value taken as it is: "P_datasheet = P_datasheet" derived nothing
-            console.print(f"  [cyan]{escape(d.symbol)}[/] = [bold green]{escape(format_value(d.value, d.unit))}[/]")
-        else:
-            console.print(f"  [cyan]{escape(d.symbol)}[/] = {escape(formula)}")
-            if substituted != formula:
-                console.print(f"  {pad} = {escape(substituted)}")
-            console.print(f"  {pad} = [bold green]{escape(format_value(d.value, d.unit))}[/]")
-        if d.source:
-            console.print(f"  [dim]source: {escape(d.source)}[/]")
+        console.print(_derivation_lines(d))
         console.print()
     for table in result.tables:
         console.print(_table(table, console.width))
@@ -153,7 +143,10 @@ def _table(table: Any, width: int, compact: bool = False) -> Any:
     if natural <= width or not cells:
         from rich import box
 
-        rich_table = RichTable(title=escape(table.title), title_justify="left", header_style="bold",
+        # a title wider than its table is printed above it, wrapped at the terminal's width: rich wraps a table's own
+        # title at the table's width, which broke "(N t / B)" of scaling's 48-column terms table in two at 80 columns
+        above = len(table.title) > natural
+        rich_table = RichTable(title=None if above else escape(table.title), title_justify="left", header_style="bold",
                                box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD)  # fmt: skip
         if compact:
             rich_table.show_edge, rich_table.padding = False, (0, 1, 0, 0)
@@ -162,6 +155,11 @@ def _table(table: Any, width: int, compact: bool = False) -> Any:
             rich_table.add_column(escape(header), justify="right" if numeric else "left")
         for row in cells:
             rich_table.add_row(*(escape(cell) for cell in row))
+        if above:
+            from rich.console import Group
+            from rich.text import Text
+
+            return Group(Text(table.title, style="table.title"), rich_table)
         return rich_table
     grid = RichTable.grid(padding=(0, 1))
     grid.title, grid.title_justify = escape(table.title), "left"
@@ -192,6 +190,37 @@ def _flow(pairs: list[tuple[str, str]], width: int) -> list[str]:
     if current:
         lines.append(current)
     return lines
+
+
+def _derivation_lines(d: Any) -> Any:
+    """formula -> substituted -> value, each line after its "symbol =" and the source after "source:", wrapped under
+    its own start: at 80 columns a long sum's last term and a source's second line fell back to column 0."""
+    from rich.markup import escape
+    from rich.padding import Padding
+    from rich.table import Table as RichTable
+
+    pad = " " * len(d.symbol)
+    formula, substituted = d.formula_text(), d.substituted_text()
+    value = f"[bold green]{escape(format_value(d.value, d.unit))}[/]"
+    if formula == d.symbol:  # a value taken as it is: "P_datasheet = P_datasheet" derived nothing
+        rows = [(f"[cyan]{escape(d.symbol)}[/] =", value)]
+    else:
+        rows = [(f"[cyan]{escape(d.symbol)}[/] =", escape(formula)),
+                *([(f"{pad} =", escape(substituted))] if substituted != formula else []), (f"{pad} =", value)]  # fmt: skip
+    lines = RichTable.grid(padding=(0, 1))
+    lines.add_column(no_wrap=True)
+    lines.add_column(overflow="fold")
+    for marker, text in rows:
+        lines.add_row(marker, text)
+    if not d.source:
+        return Padding(lines, (0, 0, 0, 2))
+    source = RichTable.grid(padding=(0, 1))
+    source.add_column(no_wrap=True, style="dim")
+    source.add_column(overflow="fold", style="dim")
+    source.add_row("source:", escape(d.source))
+    from rich.console import Group
+
+    return Padding(Group(lines, source), (0, 0, 0, 2))
 
 
 def _hanging(marker: str, texts: list[str]) -> Any:

@@ -19,6 +19,8 @@ from parcalc.results.parse import (
     expert_flags,
     fp8_all_gather_flag,
     fp8_recipe_flag,
+    framework_recomputes,
+    framework_runs,
     framework_sequence_parallel,
     framework_zero_stage,
     kernels_flag,
@@ -161,10 +163,12 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     )  # fmt: skip
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     given_recomputes = tuple(dict.fromkeys(recompute)) if recompute else None
+    if framework is not None:  # what the chosen stack does not run is refused, and left out of the search
+        framework_runs(profile, given_recomputes or (), compile_)
     if search:
         from parcalc.core.fit_search import RECOMPUTES
 
-        recomputes = given_recomputes or RECOMPUTES
+        recomputes = given_recomputes or (framework_recomputes(profile, RECOMPUTES) if framework is not None else RECOMPUTES)
     else:
         from parcalc.core.memory_timeline import recompute_reason
 

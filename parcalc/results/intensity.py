@@ -142,7 +142,7 @@ def _spec(req: IntensityRequest, machine: Machine) -> ComputeSpec:
 
 
 def _kernel_assumptions(device: Gpu | None, spec: ComputeSpec) -> tuple[str, ...]:
-    from parcalc.core.timing.compute import GENERIC
+    from parcalc.core.timing.kernels import GENERIC  # not compute: a matmul needs no layer model
 
     if device is None or getattr(device, "kernels", None) is None:
         return (f"kernel shares: {GENERIC}",)

@@ -72,6 +72,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         expandable_segments_flag,
         expert_flags,
         fp8_all_gather_flag,
+        framework_runs,
         framework_sequence_parallel,
         framework_zero_stage,
         pipeline_layout_chunks,
@@ -130,6 +131,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         notes = (*notes, f"ZeRO-{zero.value}: the {profile.name} profile's stage without --zero ({profile.source('default_zero')})")
     if profile is not None and not profile.data_parallel_only:  # hf: check_hf_layout's own message
         framework_zero_stage(profile, int(zero.value), p)
+    if profile is not None:
+        framework_runs(profile, (recompute,), compile_)
     fp8_all_gather_flag(fp8_all_gather, precision, profile.step_memory if profile is not None else None)
     if framework_sequence_parallel(profile, None, t) and t > 1:  # torchtitan's apply_tp: sequence parallel always
         sequence_parallel = True
@@ -164,9 +167,10 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
     par, setup = req.layout, req.setup
     # a framework's step walk of every stage, then the allocator's replay: 1.5 s for Llama 3 405B on TP 8 x PP 8 x FSDP 8
     progress = ProgressBar("walking each pipeline stage's step")
+    replays = 1 if setup.step_memory != "textbook" else 0  # the allocator's replay below: one step more than the core's walks
     try:
-        breakdown = memory_breakdown(req.model, par, setup, progress)
-        if setup.step_memory != "textbook":  # the allocator replayed over a run of the reported stage's FSDP2 step, beside its total
+        breakdown = memory_breakdown(req.model, par, setup, lambda done, walks: progress(done, walks + replays))
+        if replays:  # the allocator replayed over a run of the reported stage's FSDP2 step, beside its total
             from dataclasses import replace
 
             from parcalc.core.memory import stage_layers
@@ -175,7 +179,7 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
             worst = breakdown.worst
             shown = with_replayed_reserve(req.model, par, setup, worst, stage_layers(req.model, par))
             breakdown = replace(breakdown, stages=tuple(shown if stage is worst else stage for stage in breakdown.stages))
-            progress(par.pp + 1, par.pp + 1)
+            progress(par.pp + replays, par.pp + replays)
     finally:
         progress.close()
     settings = [("model", req.model.key), ("gpu", req.gpu.key if req.gpu is not None else "none"), ("precision", setup.precision.value),

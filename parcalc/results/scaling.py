@@ -82,6 +82,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
                         fp32_grads=profile.fp32_grads and mixed)  # fmt: skip
     rule = _rule(strategy, tp, pp, zero, best, micro_batch, recompute, sequence_parallel, profile.default_zero)
     if framework is not None:  # a layout the chosen stack does not run is refused here, not shown as a curve of '-'
+        from parcalc.results.parse import framework_runs
+
+        framework_runs(profile, (recompute,) if recompute is not None else ())
         rule = _runnable_rule(rule, profile)
     space = None
     if best:
@@ -93,7 +96,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
 
         space = SearchSpace(zero_stages=profile.zero_stages, sequence_parallel=(True, False) if not sequence_parallel else (True,),
                             micro_batches=(rule.micro_batch,) if micro_batch is not None else None,
-                            recomputes=(rule.recompute,) if recompute is not None else SearchSpace().recomputes)  # fmt: skip
+                            recomputes=(rule.recompute,) if recompute is not None else _searched_recomputes(profile, framework))  # fmt: skip
     return ScalingRequest(shape, training, cluster, device, tuple(counts), rule, mode, per, threshold, space, ideal_network)
 
 
@@ -198,6 +201,15 @@ def _rule(strategy: str | None, tp: str | None, pp: str | None, zero: str | None
     if sequence_parallel and kind != "tp":
         raise InputError("--sequence-parallel: needs tp > 1 (--strategy tp, --tp T or --best)")
     return Rule(Family(kind), micro_batch=b, recompute=r, sequence_parallel=sequence_parallel, default_stage=strategy is None and kind != "dp")
+
+
+def _searched_recomputes(profile: Any, framework: str | None) -> tuple[Any, ...]:
+    """--best's recomputations: the search's, less those a --framework that was given does not run (results/parse.NOT_RUN_BY)."""
+    from parcalc.core.fit_search import SearchSpace
+    from parcalc.results.parse import framework_recomputes
+
+    every = SearchSpace().recomputes
+    return framework_recomputes(profile, every) if framework is not None else every
 
 
 def _runnable_rule(rule: Any, profile: Any) -> Any:

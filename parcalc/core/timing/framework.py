@@ -109,9 +109,20 @@ class Framework:
                  if value > 1]  # fmt: skip
         if other:
             return self.data_parallel_only_reason(", ".join(other))
-        if zero not in self.zero_stages:
-            return f"--framework {self.key}: {self.name} offers ZeRO-{', '.join(str(z) for z in self.zero_stages)} only, not ZeRO-{zero}"
-        return None
+        return self.zero_stage_reason(zero, layout.pp)
+
+    def zero_stage_reason(self, zero: int, pp: int, flag: str | None = None) -> str | None:
+        """Why this stack cannot run ZeRO stage `zero` on pp pipeline stages (None: it can), one phrasing wherever it is
+        refused (--zero, a data-parallel-only stack's layout, fit's configurations): the stages it offers (zero_stages; with
+        pp > 1 its pipeline engine's, DeepSpeed's PipelineEngine ZeRO-0/1) and their source; `flag` names what asked."""
+        engine = self.at(pp)
+        if zero in engine.zero_stages:
+            return None
+        offered = "/".join(str(z) for z in engine.zero_stages)
+        where = f"'s pipeline engine (pp = {pp})" if engine is not self else ""
+        source = engine.source("zero_stages").split(":")[0].split(" (")[0]
+        return (f"{flag or f'--zero {zero}'}: {self.name}{where} offers ZeRO-{offered} only ({source}); "
+                f"see `parcalc presets show {self.key}`")
 
     def data_parallel_only_reason(self, what: str) -> str:
         """Why a data-parallel-only stack cannot run `what` (a degree such as 'tp = 2', or a scaling strategy)."""
