@@ -22,21 +22,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from parcalc.core.hardware import Gpu
-from parcalc.core.model import TransformerModel
-from parcalc.core.timing.compute import (
-    ComputeSpec,
-    Kernel,
-    LayerShard,
-    compute_spec,
-    end_passes,
-    gemm,
-    layer_passes,
-    quantisation,
-    sixteen_bit_peak,
-)
+# the kernel primitives from their own module, not through compute: a matmul's intensity needs no layer model, and
+# compute (the layer passes) costs the one-liner `intensity --gpu` start-up time (benchmarks/startup.py)
+from parcalc.core.timing.kernels import ComputeSpec, Kernel, compute_spec, gemm, quantisation, sixteen_bit_peak
 from parcalc.derivation import Column, Derivation, Table, Term
+
+if TYPE_CHECKING:
+    from parcalc.core.hardware import Gpu
+    from parcalc.core.model import TransformerModel
+    from parcalc.core.timing.layer_shard import LayerShard
 
 COMPUTE_SOURCE = "parcalc.core.timing.compute (the kernel model fit uses): roofline per kernel with a launch floor"
 QUANTISATION_SOURCE = ("NVIDIA, Matrix Multiplication Background User's Guide, 'Dimension Quantization Effects': the m x n "
@@ -174,6 +170,7 @@ def layer_kernels(model: TransformerModel, shard: LayerShard, spec: ComputeSpec,
     """Every kernel of one layer's forward and backward (and of the embedding, final norm, LM head
     and loss) on one GPU, timed by the compute model: a table and the layer's forward and backward
     time. moe_layer: one of the model's MoE layers (one GPU: no expert parallelism)."""
+    from parcalc.core.timing.compute import end_passes, layer_passes
     from parcalc.core.timing.moe import ExpertShard
 
     passes = layer_passes(model, shard, spec, ExpertShard() if moe_layer else None)
