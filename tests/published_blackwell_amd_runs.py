@@ -62,6 +62,20 @@ QWEN3_GB200_RECIPE = ("QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG: MBS 4, moe_flex_d
                       "CUDA graphs on moe_router and moe_preprocess; no recomputation; force-balanced routing")  # fmt: skip
 
 
+# The Blackwell rows' TP communication overlap, read with git in the same Megatron-Bridge snapshot: the recipes the rows ran
+# set it on every Llama layout with TP > 1. 25.11 (tag v0.2.0, the 25.11 container's): scripts/performance/configs/llama31/
+# llama31_llm_pretrain.py, llama31_405b_b200_config / llama31_405b_gb200_config: 'cfg.comm_overlap.tp_comm_overlap_cfg =
+# comm_overlap_cfg' (userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192) and 'cfg.comm_overlap.tp_comm_overlap = False if
+# precision == "nvfp4" else cfg.comm_overlap.tp_comm_overlap', the latter from llama31_405b_pretrain_config's
+# CommOverlapConfig(tp_comm_overlap=True) (src/megatron/bridge/recipes/llama/llama3.py). 26.04.01 (tag v0.4.0):
+# scripts/performance/configs/llama/llama3_llm_pretrain.py llama3_70b_pretrain_config_gb200 (userbuffers_fp8_b200_h8192_tp2_
+# mbs1_seqlen8192; llama3_70b_pretrain_config: CommOverlapConfig(tp_comm_overlap=True)) and llama31_llm_pretrain.py
+# llama31_405b_pretrain_config_gb200, the same two lines; the layouts LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (TP 2, PP 4,
+# VP 5, GBS 256) and LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 (TP 4, PP 16, VP 8, CP 1, GBS 1536) are the rows'.
+# Until session 19 these rows left the overlap out and their TP collectives were charged exposed.
+BLACKWELL_TP_OVERLAP = "the recipe overlaps TP collectives with the GEMMs (Transformer Engine userbuffers; BLACKWELL_TP_OVERLAP's sources)"
+
+
 class BlackwellAmdRun(NamedTuple):
     """One published pre-training configuration and its measured tokens per second per GPU."""
 
@@ -109,7 +123,7 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
     BlackwellAmdRun("mb2511-b200-llama31-405b-128gpu-fp8cs", "DGX-B200", "b200", "llama3-405b", 128, "fp8-cs", 64, 1, 8192,
                     0, 4, 8, 2, 8, 1, 661, 1667, MBRIDGE,
                     "| LLAMA3.1_405B | 128 | FP8-CS (FP8-MX) | 64 | 1 | 8192 | 0 | 4 | 8 | 2 | 8 | 1 | 32 | 661 (624) | 1667 (1576) |",
-                    "NeMo 25.11"),
+                    "NeMo 25.11", tp_comm_overlap=True, notes=BLACKWELL_TP_OVERLAP),
     BlackwellAmdRun("mb2511-b200-qwen3-30b-a3b-8gpu-mxfp8", "DGX-B200", "b200", "qwen3-30b-a3b", 8, "mxfp8", 512, 1, 4096,
                     0, 1, 1, 1, 1, 8, 9299, 214, MBRIDGE,
                     "| Qwen3_30B_a3B | 8 | FP8-MX | 512 | 1 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 64 | 9299 | 214 |",
@@ -126,7 +140,7 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
     BlackwellAmdRun("mb2511-gb200-llama31-405b-256gpu-fp8cs", "DGX-GB200", "gb200", "llama3-405b", 256, "fp8-cs", 1536, 1, 8192,
                     0, 4, 16, 1, 4, 1, 813, 2053, MBRIDGE,
                     "| LLAMA3.1_405B | 256 | FP8-CS | 1536 | 1 | 8192 | 0 | 4 | 16 | 1 | 4 | 1 | 384 | 813 | 2053 |",
-                    "NeMo 25.11"),
+                    "NeMo 25.11", tp_comm_overlap=True, notes=BLACKWELL_TP_OVERLAP),
     BlackwellAmdRun("mb2511-gb200-qwen3-30b-a3b-8gpu-mxfp8", "DGX-GB200", "gb200", "qwen3-30b-a3b", 8, "mxfp8", 512, 4, 4096,
                     0, 1, 1, 1, 1, 8, 23766, 547, MBRIDGE,
                     "| Qwen3_30B_a3B | 8 | FP8-MX | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 16 | 23766 | 547 |",
@@ -136,11 +150,11 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
     BlackwellAmdRun("mb260401-gb200-llama3-70b-64gpu-mxfp8", "DGX-GB200", "gb200", "llama3-70b", 64, "mxfp8", 256, 1, 8192,
                     0, 2, 4, 1, 5, 1, 3712, 1664, MBRIDGE,
                     "| DGX-GB200 | 64 | MXFP8 | 256 | 1 | 8192 | 0 | 2 | 4 | 1 | 5 | n/a | 3712 | 1664 |",
-                    "NeMo 26.04.01"),
+                    "NeMo 26.04.01", tp_comm_overlap=True, notes=BLACKWELL_TP_OVERLAP),
     BlackwellAmdRun("mb260401-gb200-llama31-405b-256gpu-mxfp8", "DGX-GB200", "gb200", "llama3-405b", 256, "mxfp8", 1536, 1, 8192,
                     0, 4, 16, 1, 8, 1, 800, 1994, MBRIDGE,
                     "| DGX-GB200 | 256 | MXFP8 | 1536 | 1 | 8192 | 0 | 4 | 16 | 1 | 8 | n/a | 800 | 1994 |",
-                    "NeMo 26.04.01"),
+                    "NeMo 26.04.01", tp_comm_overlap=True, notes=BLACKWELL_TP_OVERLAP),
 )
 
 # DGX-H100 (8 H100 SXM5 80GB per node, 8 x 400 Gb/s ConnectX-7): the dense Llama rows in FP8 with current scaling, the same
@@ -153,8 +167,11 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
 # tp_comm_overlap=True) (src/megatron/bridge/recipes/llama/llama3.py), so their TP collectives overlap the GEMMs (the 26.04
 # recipes keep them: v0.4.0, 2026-04-16, scripts/performance/configs/llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py,
 # LLAMA3_70B_PRETRAIN_CONFIG_H100_FP8_CS_V2 at GBS 256, LLAMA31_405B_PRETRAIN_CONFIG_H100_FP8_CS_V2 at GBS 1536); the 8B
-# recipe (LLAMA3_8B_H100_FP8_CS_BASE_CONFIG) recomputes 5 of its 32 layers (recompute_num_layers=5), which these rows leave
-# out (parcalc has whole-model recomputation only: the prediction is that much fast); every recipe reduces gradients in bf16
+# recipe at v0.2.0 (LLAMA3_8B_H100_FP8_CS_BASE_CONFIG) recomputes 5 of its 32 layers (recompute_num_layers=5) and sets no
+# use_megatron_fsdp, while the printed rows ran Megatron FSDP over 8 ranks, as the earlier perf matrix has it (tag v0.1.0rc4,
+# 2025-10-23, scripts/performance/configs/llama3/llama3_8b_llm_pretrain.yaml, h100 fp8_cs: use_megatron_fsdp true, nccl_ub,
+# no recompute_num_layers): which recipe the printed rows ran is not settled, so they are entered as printed (FSDP, no
+# recomputation; `fit --recompute full --recompute-layers 5` would be v0.2.0's, 1.5 % slower); every recipe reduces gradients in bf16
 # (set_llama3_common_configs: grad_reduce_in_fp32 = False), which the megatron profile's fp32 reduce does not follow.
 # Attention: Transformer Engine runs cuDNN's fused attention on Hopper (TransformerEngine transformer_engine/pytorch/attention/
 # dot_product_attention/utils.py @a0b36d0c, get_attention_backend: 'Disabling FlashAttention to give FusedAttention preference
@@ -166,7 +183,7 @@ RUNS += (
     BlackwellAmdRun("mb2511-h100-llama3-8b-8gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-8b", 8, "fp8-cs", 128, 1, 8192,
                     8, 1, 1, 1, 1, 1, 14451, 744, MBRIDGE,
                     "| LLAMA3_8B | 8 | FP8-CS | 128 | 1 | 8192 | 8 | 1 | 1 | 1 | n/a | 1 | 16 | 14451 | 744 |", "NeMo 25.11", attention_kernel=CUDNN,
-                    notes="Megatron FSDP over 8 ranks; the recipe recomputes 5 of 32 layers (not entered)"),
+                    notes="Megatron FSDP over 8 ranks as printed (v0.1.0rc4's perf matrix); v0.2.0's base config recomputes 5 of 32 layers without FSDP (not entered)"),
     BlackwellAmdRun("mb2511-h100-llama3-70b-64gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-70b", 64, "fp8-cs", 128, 1, 8192,
                     0, 4, 8, 1, 5, 1, 1602, 719, MBRIDGE,
                     "| LLAMA3_70B | 64 | FP8-CS | 128 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 | 1 | 64 | 1602 | 719 |", "NeMo 25.11",
@@ -178,7 +195,7 @@ RUNS += (
     BlackwellAmdRun("mb2509-h100-llama3-8b-8gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-8b", 8, "fp8-cs", 128, 1, 8192,
                     8, 1, 1, 1, 1, 1, 14079, 725, MBRIDGE,
                     "| LLAMA3_8B | 8 | 128 | 1 | 8192 | 8 | 1 | 1 | 1 | n/a | 1 | 16 | 14079 | 725 |", "NeMo 25.09", attention_kernel=CUDNN,
-                    notes="Megatron FSDP over 8 ranks; the recipe recomputes 5 of 32 layers (not entered)"),
+                    notes="Megatron FSDP over 8 ranks as printed (v0.1.0rc4's perf matrix); v0.2.0's base config recomputes 5 of 32 layers without FSDP (not entered)"),
     BlackwellAmdRun("mb2509-h100-llama3-70b-64gpu-fp8cs", "DGX-H100", "h100-sxm5", "llama3-70b", 64, "fp8-cs", 128, 1, 8192,
                     0, 4, 8, 1, 5, 1, 1619, 727, MBRIDGE,
                     "| LLAMA3_70B | 64 | 128 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 | 1 | 64 | 1619 | 727 |", "NeMo 25.09",

@@ -75,6 +75,56 @@ def error(run: BlackwellAmdRun) -> tuple[float | None, str]:
     return tokens / run.tokens_per_s_per_gpu - 1, f"{tokens:,.0f} predicted vs {run.tokens_per_s_per_gpu:,.0f} tok/s/GPU"
 
 
+def with_gemm_share_scaled(cluster: Cluster, factor: float) -> Cluster:
+    """The cluster with its GPU's training GEMM shares (kernels.matmul, every dtype) times `factor`: a probe of what the
+    GEMMs would have to sustain, for the parts table only (never a model input)."""
+    from dataclasses import replace
+
+    gpu = cluster.gpu
+    assert gpu is not None and gpu.kernels is not None
+    matmul = tuple((dtype, replace(share, value=share.value * factor)) for dtype, share in gpu.kernels.matmul)
+    return replace(cluster, gpu=replace(gpu, kernels=replace(gpu.kernels, matmul=matmul)))
+
+
+def gemm_share_to_match(run: BlackwellAmdRun) -> float:
+    """The factor on the GPU's training GEMM share at which fit gives the published step, every other part as modelled
+    (bisection: the step falls as the share rises)."""
+    model, config, training, cluster = fit_inputs(run)
+    published = run.global_batch * run.seq_len / (run.tokens_per_s_per_gpu * run.gpus)
+    low, high = 0.3, 3.0
+    for _ in range(30):
+        mid = (low * high) ** 0.5
+        if estimate(model, config, training, with_gemm_share_scaled(cluster, mid)).step.value > published:
+            low = mid
+        else:
+            high = mid
+    return (low * high) ** 0.5
+
+
+PART_KEYS = ("t_gemm", "t_attention", "t_memory_bound", "t_tp", "t_cp", "t_bubble", "t_pp", "t_dp", "t_optimizer")
+
+
+def parts_table(keys: tuple[str, ...] = ()) -> str:
+    """Each dense row's step by kind of work (fit's t_gemm, t_attention, ... as shares of the published step), and the
+    factor on its GPU's training GEMM share that would close the row with the other parts as modelled: where one factor
+    closes rows of different layouts, a GEMM-rate mechanism would; where it varies, another part differs."""
+    head = " ".join(f"{k[2:]:>8}" for k in PART_KEYS)
+    lines = [f"{'run (parts in % of the published step)':<45} {head} {'pred/pub':>8} {'e_mm':>6} {'x e_mm':>7}"]
+    for run in RUNS:
+        if run.ep > 1 or (keys and not any(k in run.key for k in keys)):
+            continue
+        model, config, training, cluster = fit_inputs(run)
+        est = estimate(model, config, training, cluster)
+        published = run.global_batch * run.seq_len / (run.tokens_per_s_per_gpu * run.gpus)
+        found = {d.key: d.value for d in est.kinds}
+        cells = " ".join(f"{found.get(k, 0.0) / published:8.1%}" for k in PART_KEYS)
+        assert cluster.gpu is not None and cluster.gpu.kernels is not None
+        share = cluster.gpu.kernels.matmul_share(cluster.dtype)
+        lines.append(f"{run.key:<45} {cells} {est.step.value / published:8.3f} {share.value if share else 0:6.4f} "
+                     f"{gemm_share_to_match(run):7.3f}")  # fmt: skip
+    return "\n".join(lines)
+
+
 def table() -> str:
     lines = [f"{'run':<45} {'error':>8}  note"]
     errors = []
@@ -86,7 +136,22 @@ def table() -> str:
     if errors:
         lines.append(f"{len(errors)} of {len(RUNS)} rows timed: mean |error| {sum(abs(e) for e in errors) / len(errors):.1%}, "
                      f"worst {max(errors, key=abs):+.1%}")  # fmt: skip
+    lines += [summary(label, rows) for label, rows in BLACKWELL_GROUPS]
     return "\n".join(lines)
+
+
+# issue 31's check is over the published Blackwell rows (B200 and GB200); the dense ones apart from the MoE (Qwen3) rows
+BLACKWELL_GROUPS = (
+    ("Blackwell, every row", tuple(r for r in RUNS if r.gpu in ("b200", "gb200"))),
+    ("Blackwell, dense rows", tuple(r for r in RUNS if r.gpu in ("b200", "gb200") and r.ep == 1)),
+)
+
+
+def summary(label: str, rows: tuple[BlackwellAmdRun, ...]) -> str:
+    timed = [e for e in (error(run)[0] for run in rows) if e is not None]
+    if not timed:
+        return f"{label}: no row timed"
+    return f"{label}: {len(timed)} rows, mean |error| {sum(abs(e) for e in timed) / len(timed):.1%}, worst {max(timed, key=abs):+.1%}"
 
 
 def test_every_row_runs_and_the_table_is_reported() -> None:
@@ -106,4 +171,5 @@ def test_each_row_is_what_its_source_printed() -> None:
 
 
 if __name__ == "__main__":
-    print(table())
+    # `python tests/test_published_blackwell_amd.py` prints the error table; `... --parts [KEY ...]` each dense row's parts
+    print(parts_table(tuple(sys.argv[2:])) if sys.argv[1:2] == ["--parts"] else table())
