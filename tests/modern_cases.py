@@ -207,7 +207,8 @@ CASES: tuple[Case, ...] = (
          f"{_BRIDGE}; {_QWEN235}; FP8 current scaling (the 25.11 row's 'FP8-CS')", embedding_in_split=True, loss_in_split=True,
          etp=1, ep_overlap="1f1b", reduce_bytes=2, fp8_recipe="current"),
     Case("mbridge-skill-qwen3-30b-a3b-16xh100-bf16-hybridep-overlap", "qwen3-30b-a3b", "h100-sxm5", "megatron", "tokens",
-         f"{_BRIDGE}; HybridEP with EP overlap (stated)", dispatcher="deepep", ep_overlap="1f1b", reduce_bytes=2),
+         f"{_BRIDGE}; HybridEP with EP overlap, its kernels on 32 SMs (stated)", dispatcher="hybridep", ep_overlap="1f1b",
+         reduce_bytes=2),
     # --- long context, FP8 (NeMo long-sequence page): model TFLOP/s per GPU in NeMo's convention
     Case("nemo-long-llama2-7b-32xh100-fp8-seq32k-cp2", "llama2-7b", "h100-sxm5", "megatron", "nemo_tflops", _NEMO),
     Case("nemo-long-llama2-7b-128xh100-fp8-seq128k-cp4", "llama2-7b", "h100-sxm5", "megatron", "nemo_tflops", _NEMO),
@@ -239,7 +240,7 @@ CASES: tuple[Case, ...] = (
 KNOWN_GAPS: tuple[Case, ...] = (
     Case("mbridge2604-qwen3-30b-a3b-16xh100-fp8", "qwen3-30b-a3b", "h100-sxm5", "megatron", "tokens",
          f"{_BRIDGE}; qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config: HybridEP, moe_a2a_overlap False, no SP, FP8 current "
-         "scaling (the recipe at a later commit than the 26.04.01 row)", dispatcher="deepep", reduce_bytes=2, fp8_recipe="current"),
+         "scaling (the recipe at a later commit than the 26.04.01 row)", dispatcher="hybridep", reduce_bytes=2, fp8_recipe="current"),
     Case("tt2412-llama31-8b-8xh100-fsdp4-cp2-seq64k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
          f"{_TT}; local batch 1 x 4 FSDP ranks = 4 sequences; CP variant not stated: PyTorch's ring (p2p) assumed", zero=3,
          recompute=Recompute.FULL, global_batch=4, fp8_recipe="current", compiled=True),
