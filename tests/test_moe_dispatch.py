@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import modern_cases
 
-from parcalc.cli import app
 from parcalc.core.fit import estimate
 from parcalc.core.timing.moe import (
     COMM_SMS,
@@ -61,7 +60,7 @@ def test_fp8_dispatch_sends_one_byte_and_a_scale_per_128() -> None:
     fp8 = layer_exchange(model, tokens, 2.0, True, experts, cluster.fabric, cluster.gpus_per_node)
     assert bf16.dispatch_bytes == 2048 * 8 * 7168 * 2.0
     assert fp8.dispatch_bytes == pytest.approx(2048 * 8 * 7168 * (1 + 4 / 128))
-    assert FP8_DISPATCH_BYTES == pytest.approx(1.03125)
+    assert pytest.approx(1.03125) == FP8_DISPATCH_BYTES
     assert fp8.backward == bf16.backward  # the gradients go back in BF16 either way
     assert fp8.forward < bf16.forward  # only the dispatch is smaller
 
