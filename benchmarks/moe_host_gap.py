@@ -179,7 +179,8 @@ def report() -> list[dict[str, Any]]:
         l_f, l_b = layer_launches(passes, recipe, local)
         per = m * moe_layers
         tokens = routed_tokens(config.micro_batch, training.seq_len, layout.tp, layout.sequence_parallel)
-        exchange = layer_exchange(model, tokens, 2.0, recipe != "bf16", experts, cluster.fabric, cluster.gpus_per_node)
+        exchange = layer_exchange(model, tokens, 2.0, recipe != "bf16" and cluster.framework.fp8_dispatch, experts, cluster.fabric,
+                                  cluster.gpus_per_node)
         results.append({
             "row": row.label, "local": local, "recipe": recipe, "m": m, "predicted": est.step.value, "measured": row.measured_step,
             "gap_ms": (row.measured_step - est.step.value) / per * 1e3,

@@ -167,7 +167,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--allow-cross-node-tp", "--search: let tensor parallelism span nodes", "switch", "", "off", ("fit",)),
     # MoE
     Flag("--moe-imbalance", "MoE: the busiest rank's tokens over the balanced share", "number", "", "1", ("comm-volume", "memory", "fit")),
-    Flag("--moe-dispatcher", "How MoE tokens reach their experts: alltoall or deepep", "choice", "", "alltoall", ("fit",)),
+    Flag("--moe-dispatcher", "How MoE tokens reach their experts: alltoall, deepep or hybridep", "choice", "", "alltoall", ("fit",)),
     Flag("--max-nodes-per-token", "Node-limited routing: each token's experts on at most M nodes", "count", "nodes", "no limit", ("fit",)),
     Flag("--ep-overlap", "What hides MoE dispatch and combine: none, shared, 1f1b", "choice", "", "none", ("fit",)),
     Flag("--moment-dtype", "Adam's moments (every optimizer state) in fp32, bf16 or fp16 beside the fp32 master copy", "choice", "", "fp32", ("memory",)),

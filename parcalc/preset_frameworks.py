@@ -16,7 +16,8 @@ _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap")  # fmt: skip
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "default_zero", "notes", "pipeline", *_FRAMEWORK_FLAGS,
                    "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
-                   "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm")  # fmt: skip
+                   "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm",
+                   "fp8_dispatch")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -80,9 +81,10 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     # optional true/false settings: data_parallel_only (no tp / pp / cp / ep), optimizer_writes_weight_copy (a 16-bit weight
     # buffer written by the optimizer), sync_after_backward (the loop's synchronisation inside the step: parcalc.core.timing.host),
     # pipeline_scatter_gather (profiles without it split the pipeline's sends over the TP ranks), sequence_parallel_with_tp
-    # (tp > 1 runs with sequence parallelism always), overlap_p2p_comm (the interleaved schedule's steady-state sends hidden)
+    # (tp > 1 runs with sequence parallelism always), overlap_p2p_comm (the interleaved schedule's steady-state sends hidden),
+    # fp8_dispatch (DeepEP's dispatch in FP8 under FP8 training: parcalc.core.timing.moe)
     for name in ("data_parallel_only", "optimizer_writes_weight_copy", "sync_after_backward", "pipeline_scatter_gather",
-                 "sequence_parallel_with_tp", "overlap_p2p_comm"):
+                 "sequence_parallel_with_tp", "overlap_p2p_comm", "fp8_dispatch"):
         if name in data:
             memory[name] = setting(doc, name, name)
             if not isinstance(memory[name], bool):

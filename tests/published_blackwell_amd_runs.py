@@ -99,7 +99,7 @@ class BlackwellAmdRun(NamedTuple):
     source: str
     quote: str
     date: str  # container release the row belongs to
-    dispatcher: str = "alltoall"  # MoE token dispatcher: "alltoall" (Megatron's) or "deepep"
+    dispatcher: str = "alltoall"  # MoE token dispatcher: "alltoall" (Megatron's), "deepep" or "hybridep"
     fp8_recipe: str = ""  # "" : from precision (FP8-CS current, MXFP8 mxfp8); "current" for per-tensor (tensorwise)
     notes: str = ""
     recompute: str = "none"  # "full": every layer recomputed (Megatron --recompute-granularity full)
@@ -144,7 +144,7 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
     BlackwellAmdRun("mb2511-gb200-qwen3-30b-a3b-8gpu-mxfp8", "DGX-GB200", "gb200", "qwen3-30b-a3b", 8, "mxfp8", 512, 4, 4096,
                     0, 1, 1, 1, 1, 8, 23766, 547, MBRIDGE,
                     "| Qwen3_30B_a3B | 8 | FP8-MX | 512 | 4 | 4096 | 0 | 1 | 1 | 1 | 1 | 8 | 16 | 23766 | 547 |",
-                    "NeMo 25.11", dispatcher="deepep",
+                    "NeMo 25.11", dispatcher="hybridep",
                     notes=QWEN3_GB200_RECIPE),
     # --- 26.04.01 NeMo container, LLAMA3_70B table
     BlackwellAmdRun("mb260401-gb200-llama3-70b-64gpu-mxfp8", "DGX-GB200", "gb200", "llama3-70b", 64, "mxfp8", 256, 1, 8192,

@@ -174,14 +174,15 @@ MoeDispatcherOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--moe-dispatcher", metavar="KIND",
                  help="How MoE tokens reach their experts: alltoall (NCCL all-to-all, every copy over the network on its own; "
-                      "default) or deepep (DeepEP / HybridEP: one copy per destination node, forwarded over NVLink).",
+                      "default), deepep (DeepEP: one copy per destination node, forwarded over NVLink) or hybridep (HybridEP: "
+                      "the same route, its kernels on 32 SMs where DeepEP's take 20).",
                  show_default=False),
 ]  # fmt: skip
 MaxNodesOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--max-nodes-per-token", metavar="M",
                  help="Node-limited routing: each token's experts on at most M nodes (DeepSeek-V3: 4); what --moe-dispatcher "
-                      "deepep sends over the network. At most the nodes of the EP group.", show_default=False),
+                      "deepep or hybridep sends over the network. At most the nodes of the EP group.", show_default=False),
 ]  # fmt: skip
 EpOverlapOption = Annotated[
     Optional[str],  # noqa: UP045

@@ -183,7 +183,8 @@ def ep_derivation(model: TransformerModel, config: Config, training: Training, c
     group = place(experts.ep, experts.etp, cluster.gpus_per_node)
     where = "inside a node" if group.nodes == 1 else f"across {group.nodes} nodes"
     how = ("NCCL all-to-all: every token copy for another node over the network" if experts.dispatcher == "alltoall"
-           else "DeepEP-style: one copy per token and destination node over the network, forwarded over NVLink"
+           else f"{'DeepEP' if experts.dispatcher == 'deepep' else 'HybridEP'}-style: one copy per token and destination node "
+           "over the network, forwarded over NVLink"
            + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else ""))  # fmt: skip
     if config.layout.schedule.pairs_forward_backward and config.layout.pp > 1:  # overlapped F & B pairs (timing.step.combine)
         from parcalc.core.pipeline_step import paired_passes
@@ -201,7 +202,8 @@ def ep_derivation(model: TransformerModel, config: Config, training: Training, c
               term_of("E", "E", stage.ep, "s", f"of which exposed beside a partner ({experts.overlap} overlap; the SMs the hidden part "
                  f"holds slow the compute beside it)")]  # fmt: skip
     assumptions = [f"busiest rank's tokens over the balanced share rho = {experts.imbalance:g} (--moe-imbalance)",
-                   f"communication kernels hold {COMM_SMS} of the GPU's SMs while they run ({COMM_SMS_SOURCE})"]
+                   f"communication kernels hold {COMM_SMS[experts.dispatcher]} of the GPU's SMs while they run "
+                   f"({COMM_SMS_SOURCE[experts.dispatcher]})"]
     if experts.overlap == "none":
         assumptions.append("not overlapped with compute (--ep-overlap none)")
     per_gemm = cluster.framework.expert_gemm_host

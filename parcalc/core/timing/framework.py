@@ -78,6 +78,10 @@ class Framework:
     # dispatcher has synchronised the tokens per expert to the host (Megatron-LM + Transformer Engine's GroupedLinear;
     # parcalc.core.timing.moe.expert_host_exposed); 0: the experts run as one launch, or not modelled
     expert_gemm_host: float = 0.0
+    # Whether the stack's DeepEP dispatch sends the tokens in FP8 under FP8 training (DeepEP's 'FP8 dispatching and BF16
+    # combining', as DeepSeek-V3 trained); False: it dispatches the BF16 hidden states and quantises after (Megatron-Core;
+    # parcalc.core.timing.moe)
+    fp8_dispatch: bool = True
     # Whether the pipeline splits a stage's output over the TP ranks without sequence parallelism, each sending 1/tp of it and
     # all-gathering it over NVLink after the receive (Megatron-LM's scatter/gather of 2021-22, DeepSpeed's pipe_partitioned);
     # False: every TP rank sends the whole b s h tensor across the stage boundary (Megatron-LM before February 2021 and

@@ -19,13 +19,19 @@ Dispatch and combine (one of each forward, their gradients backward; replayed wi
 recomputation): per rank T k rho h bytes of token copies.
 - "alltoall" (NCCL all-to-all, Megatron's MoEAlltoAllTokenDispatcher): every copy bound for a GPU
   on another node crosses the network on its own (parcalc.core.timing.network's all-to-all);
-- "deepep" (DeepEP / HybridEP, Megatron's flex dispatcher; DeepSeek-V3 sec. 3.2.2): a token goes
+- "deepep" (DeepEP, Megatron's flex dispatcher; DeepSeek-V3 sec. 3.2.2) and "hybridep" (HybridEP, the
+  flex dispatcher's other backend): a token goes
   over the network once per destination node, to the GPU of the same rail there, and is forwarded
   over NVLink to the GPUs that hold its experts; so the network carries T x n_remote x h bytes,
   n_remote the expected number of other nodes a token's top-k experts fall on, NVLink the copies.
   With --max-nodes-per-token M (node-limited routing, DeepSeek-V3 sec. 2.1.2 / 3.2.2) the top-k
-  fall on at most M nodes. Under FP8 training DeepEP dispatches in FP8 with one fp32 scale per 128
-  values and combines in BF16 (DeepEP README: 'FP8 dispatching and BF16 combining').
+  fall on at most M nodes. Under FP8 training DeepEP can dispatch in FP8 with one fp32 scale per 128
+  values and combine in BF16 (DeepEP README: 'FP8 dispatching and BF16 combining'), as DeepSeek-V3 did
+  (sec. 3.3.2); a framework profile says whether its stack does (Framework.fp8_dispatch): Megatron-Core
+  hands DeepEP the BF16 hidden states (moe/fused_a2a.py FusedDispatch, `buffer.dispatch(x, ...)`, and
+  token_dispatcher.py `fused_dispatch(hidden_states, ...)`, core_v0.13.0 to @2edffadb; the experts'
+  GroupedLinear quantises after the dispatch), and HybridEP refuses FP8 ('HybridEP dispatcher does not
+  support fp8 dispatch now', fused_a2a.py @2edffadb).
 
 Overlap (--ep-overlap), stated per micro-batch and MoE layer:
 - none: dispatch and combine on the critical path;
@@ -49,8 +55,12 @@ backward, where the host may have run ahead by the rest of the layer's backward 
 host time is taken as free). c is the host's time per expert GEMM of that loop.
 
 Hidden communication still occupies SMs: its kernels hold s_comm of the GPU's S SMs while they
-run, so the compute beside them slows by hidden x s_comm / S (DeepSeek-V3 sec. 3.2.2: 'only 20
-SMs are sufficient to fully utilize the bandwidths of IB and NVLink').
+run, so the compute beside them slows by hidden x s_comm / S, s_comm the dispatcher's (COMM_SMS):
+DeepEP 20 (Megatron-Core's moe_deepep_num_sms default; DeepSeek-V3 sec. 3.2.2: 'only 20 SMs are
+sufficient to fully utilize the bandwidths of IB and NVLink'), HybridEP 32 (the moe_hybridep_num_sms
+of Megatron-Bridge's performance recipes), NCCL's all-to-all one CTA per p2p channel, 32 on a Hopper
+NVSwitch node (NCCL's init line there: '32 p2p channels'; src/graph/paths.cc ncclTopoComputeP2pChannels:
+the collective channels, 24, rounded up to a power of two).
 """
 
 from __future__ import annotations
@@ -60,13 +70,24 @@ from typing import Any
 
 from parcalc.errors import InputError
 
-DISPATCHERS = ("alltoall", "deepep")
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
 EP_OVERLAPS = ("none", "shared", "1f1b")
 GATE_BYTES = 4.0  # router scores and probabilities in fp32 (Megatron-Core TopKRouter upcasts the logits)
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128  # E4M3 values and one fp32 scale per 128 (DeepEP / DeepSeek-V3 sec. 3.3.2)
-COMM_SMS = 20  # SMs a dispatch/combine kernel holds (DeepSeek-V3 sec. 3.2.2; DeepEP's default Buffer.num_sms = 20)
-COMM_SMS_SOURCE = ("DeepSeek-V3 Technical Report sec. 3.2.2: 'only 20 SMs are sufficient to fully utilize the bandwidths "
-                   "of IB and NVLink'; taken for NCCL's all-to-all too (no measured count found)")  # fmt: skip
+# SMs a dispatch / combine kernel holds while it runs, by dispatcher (module docstring)
+COMM_SMS = {"alltoall": 32, "deepep": 20, "hybridep": 32}
+COMM_SMS_SOURCE = {
+    "alltoall": ("NCCL's all-to-all runs one CTA per p2p channel: 32 on an 8 x H100 NVSwitch node (NCCL_DEBUG=INFO init line "
+                 "there: '24 coll channels, ..., 32 p2p channels'; presets/gpus/h200.yaml nccl_channels), NVIDIA/nccl "
+                 "src/graph/paths.cc ncclTopoComputeP2pChannels: p2pnChannels = pow2Up(min(nChannels, NCCL_MAX_P2P_NCHANNELS)), "
+                 "24 -> 32; taken for every GPU"),
+    "deepep": ("Megatron-LM @2edffadb megatron/core/transformer/transformer_config.py 'moe_deepep_num_sms: int = 20' (DeepEP's "
+               "Buffer.num_sms default); DeepSeek-V3 Technical Report sec. 3.2.2: 'only 20 SMs are sufficient to fully utilize "
+               "the bandwidths of IB and NVLink'"),
+    "hybridep": ("Megatron-Bridge performance recipes: 'recipe.model.moe_hybridep_num_sms = 32' whenever the flex backend is "
+                 "hybridep (scripts/performance/utils/overrides.py _set_common_perf_overrides @v0.4.2; helpers.py @v0.2.0); "
+                 "Megatron-Core's own default is None, HybridEP's"),
+}
 OVERLAP_SOURCE = ("Megatron-Core --overlap-moe-expert-parallel-comm (combined 1F1B: one micro-batch's forward beside "
                   "another's backward, layer by layer) and --moe-shared-expert-overlap; DeepSeek-V3 sec. 3.2.1 (DualPipe)")  # fmt: skip
 
@@ -158,15 +179,16 @@ class ExchangeTimes:
     dispatch_bytes: float  # per rank, one dispatch
 
 
-def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8: bool, experts: ExpertShard, fabric: Any,
+def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8_dispatch: bool, experts: ExpertShard, fabric: Any,
                    gpus_per_node: int) -> ExchangeTimes:  # fmt: skip
-    """Dispatch + combine of one MoE layer, forward and backward (module docstring)."""
+    """Dispatch + combine of one MoE layer, forward and backward (module docstring); fp8_dispatch: FP8 training on a stack
+    whose DeepEP dispatch sends FP8 (Framework.fp8_dispatch)."""
     from parcalc.core.choices import Collective
     from parcalc.core.timing.network import collective_time, placement
 
     if model.moe is None or experts.ep * experts.etp == 1:
         return ExchangeTimes(0.0, 0.0, 0.0)
-    dispatch_e = FP8_DISPATCH_BYTES if fp8 and experts.dispatcher == "deepep" else activation_bytes
+    dispatch_e = FP8_DISPATCH_BYTES if fp8_dispatch and experts.dispatcher == "deepep" else activation_bytes
     rows, local = routed_rows(model, tokens, experts)
     if experts.ep > 1:
         group = placement(experts.ep, experts.etp, gpus_per_node)
@@ -187,15 +209,16 @@ def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8: bool, 
 
 
 def exposed_per_layer(exchange: ExchangeTimes, compute_forward: float, compute_backward: float, shared_forward: float,
-                      shared_backward: float, overlap: str, sms: int, replay: bool) -> tuple[float, float]:  # fmt: skip
+                      shared_backward: float, overlap: str, sms: int, replay: bool, dispatcher: str = "deepep") -> tuple[float, float]:  # fmt: skip
     """(exposed with a partner micro-batch, exposed alone) per MoE layer and micro-batch, the SM
-    cost of what hides included; replay: full recomputation runs the forward exchange again."""
+    cost of what hides included (the dispatcher's COMM_SMS of the GPU's `sms`); replay: full recomputation runs the
+    forward exchange again."""
     a_f = exchange.forward * (2 if replay else 1)
     a_b = exchange.backward
     alone = a_f + a_b
     if overlap == "none" or alone == 0.0:
         return alone, alone
-    share = COMM_SMS / sms if sms else 0.0
+    share = COMM_SMS[dispatcher] / sms if sms else 0.0
     if overlap == "shared":
         exposed = max(0.0, a_f - shared_forward * (2 if replay else 1)) + max(0.0, a_b - shared_backward)
         return exposed + (alone - exposed) * share, exposed + (alone - exposed) * share

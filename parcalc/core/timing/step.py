@@ -381,10 +381,12 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
                                              cluster.gpus_per_node, fabric)  # fmt: skip
     paired = alone = 0.0
     if model.moe is not None:
-        exchange = layer_exchange(model, routed_tokens(micro_batch, seq, tp, sequence_parallel), e, bool(fp8), experts, fabric, cluster.gpus_per_node)
+        fp8_dispatch = bool(fp8) and cluster.framework.fp8_dispatch  # Megatron-Core dispatches BF16 whatever the recipe (moe.py)
+        exchange = layer_exchange(model, routed_tokens(micro_batch, seq, tp, sequence_parallel), e, fp8_dispatch, experts, fabric,
+                                  cluster.gpus_per_node)  # fmt: skip
         paired, alone = exposed_per_layer(exchange, moe_layer.t_forward, moe_layer.t_backward + moe_layer.t_recompute(recompute, model, modules),
                                           moe_layer.shared_forward, moe_layer.shared_backward, experts.overlap, spec.sms,
-                                          recompute is Recompute.FULL)  # fmt: skip
+                                          recompute is Recompute.FULL, experts.dispatcher)  # fmt: skip
         per_gemm = cluster.framework.expert_gemm_host
         if per_gemm and experts.ep * experts.etp > 1:  # the host's expert-GEMM loop after the dispatcher's sync (moe.py)
             _, local = routed_rows(model, routed_tokens(micro_batch, seq, tp, sequence_parallel), experts)
