@@ -802,7 +802,7 @@ def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup,
         for done, stage in enumerate(stages, start=1):
             walked.append(with_step_peak(model, par, setup, stage, split))
             if progress is not None:
-                progress(done, par.pp + 1)
+                progress(done, par.pp)
         stages = tuple(walked)
     if not all(math.isfinite(s.total.value) for s in stages):
         raise InputError("--seq-len / --micro-batch: these sizes give more bytes than a number can hold; no GPU holds them")
