@@ -146,12 +146,13 @@ def _replayed_boundary(model: TransformerModel, config: Config, training: Traini
     total, walked = replayed(most)
     if not walked:
         return most
-    guess = most
+    guess, over = most, most + step  # over: the fewest layers known not to fit
     while total > cluster.capacity and guess > step:
+        over = guess
         guess = max(step, guess - step * max(1, math.ceil((total - cluster.capacity) / (slope * step))))
         total = replayed(guess)[0]
     if total > cluster.capacity:
         return 0
-    while guess + step <= most and replayed(guess + step)[0] <= cluster.capacity:
+    while guess + step < over and replayed(guess + step)[0] <= cluster.capacity:
         guess += step
     return guess

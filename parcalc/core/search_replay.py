@@ -42,13 +42,17 @@ def replays(cluster: Cluster) -> bool:
     return cluster.framework.step_memory in FSDP2_PROFILES
 
 
-def replay_rows(found: SearchResult, rows: list[int], model: TransformerModel, training: Training, cluster: Cluster) -> int:
+def replay_rows(found: SearchResult, rows: list[int], model: TransformerModel, training: Training, cluster: Cluster,
+                progress: Callable[[int, int], None] | None = None) -> int:  # fmt: skip
     """Each row's memory replaced by memory_of's total (the replay where a stage is walked; the row's own elsewhere, which
-    the search already equals); a walked row that no longer fits leaves the ranking. Returns how many left it."""
+    the search already equals); a walked row that no longer fits leaves the ranking. Returns how many left it.
+    `progress(done, total)` after each row."""
     from parcalc.core.fit import memory_of
 
     columns, dropped = found.evaluated.columns, 0
-    for i in rows:
+    for done, i in enumerate(rows, start=1):
+        if progress is not None:
+            progress(done - 1, len(rows))
         found.replayed.add(i)
         breakdown = memory_of(model, found.evaluated.config(i), training, cluster)
         if not any(stage.peak_replayed is not None for stage in breakdown.stages):
@@ -66,14 +70,14 @@ def replay_rows(found: SearchResult, rows: list[int], model: TransformerModel, t
 
 
 def replay_shown(found: SearchResult, shown_of: Callable[[np.ndarray], np.ndarray], model: TransformerModel, training: Training,
-                 cluster: Cluster) -> np.ndarray:  # fmt: skip
+                 cluster: Cluster, progress: Callable[[int, int], None] | None = None) -> np.ndarray:  # fmt: skip
     """found.ranked() once every row `shown_of(ranked)` picks is replayed (module docstring): each round replays the shown
-    rows not yet replayed; a dropped row lets the next one in, which the next round replays."""
+    rows not yet replayed; a dropped row lets the next one in, which the next round replays. `progress`: replay_rows'."""
     ranked = found.ranked()
     if not replays(cluster):
         return ranked
     while todo := [i for i in shown_of(ranked).tolist() if i not in found.replayed]:
-        if replay_rows(found, todo, model, training, cluster):
+        if replay_rows(found, todo, model, training, cluster, progress):
             ranked = found.ranked()
     return ranked
 

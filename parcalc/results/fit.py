@@ -244,7 +244,11 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     floor_note = (FLOOR_NOTE,) if replays(cluster) else ()
 
     # the rows shown replayed (parcalc.core.search_replay): each layout's fastest configuration whose replay fits
-    ranked = replay_shown(found, lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster)
+    replaying = ProgressBar("replaying the allocator over the shown rows' steps")
+    try:
+        ranked = replay_shown(found, lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster, replaying)
+    finally:
+        replaying.close()
     if ranked.size == 0:
         least = replay_least(found, shape, training, cluster)
         why = (f"nothing fits: the smallest footprint of {len(evaluated):,} configurations is {_gib(float(evaluated.columns['memory'][least]))} "
