@@ -97,3 +97,20 @@ def test_shown_search_row_equals_memory_and_fit(run_json, pins):
     memory = run_json("memory", *EIGHT, *flags)["results"]
     assert "step_reserved_replayed" in memory, flags  # a walked step: the replay is its total
     assert row["memory"] == memory["total"]["value"] == run_json("fit", *EIGHT, "--gpus", "8", *flags)["results"]["total"]["value"]
+
+
+def test_the_deepest_model_fits_by_the_replay_and_one_layer_more_does_not():
+    """fit's strategy table: Llama 3 8B's layer shape under torchtitan's ZeRO-3 (FSDP 8) with full recomputation on 8 H100.
+    By each stream's own peak + 2 GiB it held 125 layers (main at aabef71); by the replay's floor 127; replayed, 122."""
+    from parcalc.core.fit import Config, memory_of, with_layers
+    from parcalc.core.fit_table import max_layers
+    from parcalc.results.fit_request import request
+
+    req = request(model="llama3-8b", gpus="8", gpu=["h100-sxm5"], framework="torchtitan")
+    config = Config.of(1, 1, 8, 1, Recompute.FULL, zero=3)
+    assert max_layers(req.model, config, req.training, req.cluster) == 122
+    capacity = req.cluster.capacity
+    assert memory_of(with_layers(req.model, 122), config, req.training, req.cluster).worst.total.value <= capacity
+    assert memory_of(with_layers(req.model, 123), config, req.training, req.cluster).worst.total.value > capacity
+    floor = memory_of(with_layers(req.model, 127), config, req.training, req.cluster, allocator_replayed=False).worst.total.value
+    assert floor <= capacity  # the floor lets 127 through; the replay does not
