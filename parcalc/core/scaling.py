@@ -288,7 +288,7 @@ def searched(space: object) -> Search:
             return "no configuration of the search is valid here"
         from parcalc.core.search_replay import replay_shown
 
-        ranked = replay_shown(found, lambda r: r[:1], model, training, cluster)  # its first row replayed, as fit --search's
+        ranked = replay_shown(found, found.ranked(), lambda r: r[:1], model, training, cluster)  # its first row replayed, as fit --search's
         if ranked.size == 0:
             return f"nothing of {len(found.evaluated):,} configurations fits"
         return found.evaluated.config(int(ranked[0]))

@@ -69,16 +69,16 @@ def replay_rows(found: SearchResult, rows: list[int], model: TransformerModel, t
     return dropped
 
 
-def replay_shown(found: SearchResult, shown_of: Callable[[np.ndarray], np.ndarray], model: TransformerModel, training: Training,
-                 cluster: Cluster, progress: Callable[[int, int], None] | None = None) -> np.ndarray:  # fmt: skip
-    """found.ranked() once every row `shown_of(ranked)` picks is replayed (module docstring): each round replays the shown
-    rows not yet replayed; a dropped row lets the next one in, which the next round replays. `progress`: replay_rows'."""
-    ranked = found.ranked()
+def replay_shown(found: SearchResult, ranked: np.ndarray, shown_of: Callable[[np.ndarray], np.ndarray], model: TransformerModel,
+                 training: Training, cluster: Cluster, progress: Callable[[int, int], None] | None = None) -> np.ndarray:  # fmt: skip
+    """`ranked` (the fitting rows in the order shown: found.ranked(), or as parcalc.results.fit re-timed them) once every
+    row `shown_of(ranked)` picks is replayed (module docstring): each round replays the shown rows not yet replayed; a
+    dropped row leaves the order, letting the next one in, which the next round replays. `progress`: replay_rows'."""
     if not replays(cluster):
         return ranked
     while todo := [i for i in shown_of(ranked).tolist() if i not in found.replayed]:
         if replay_rows(found, todo, model, training, cluster, progress):
-            ranked = found.ranked()
+            ranked = ranked[found.evaluated.columns["fits"][ranked].astype(bool)]
     return ranked
 
 

@@ -246,7 +246,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     # the rows shown replayed (parcalc.core.search_replay): each layout's fastest configuration whose replay fits
     replaying = ProgressBar("replaying the allocator over the shown rows' steps")
     try:
-        ranked = replay_shown(found, lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster, replaying)
+        ranked = replay_shown(found, found.ranked(), lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster, replaying)
     finally:
         replaying.close()
     if ranked.size == 0:
@@ -269,7 +269,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
                        assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + floor_note)  # fmt: skip
         raise InfeasibleResult(why, shown)
     ranked = _at_step_clocks(found, ranked, top, shape, training, cluster)
-    ranked = replay_shown(found, lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster)  # what the clocks moved in
+    ranked = replay_shown(found, ranked, lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster)  # what the clocks moved in
     best = estimate(shape, evaluated.config(int(ranked[0])), training, cluster)
     extra = _parallel_columns(found, shape)
     shown = distinct_layouts(evaluated, ranked, top)
