@@ -104,6 +104,19 @@ seconds. What is left of its search (cProfile): the walks' fixed costs in parcal
 layer's parameter list and allocates the stage's sharded states, ~15 %), FSDP2's hooks and accumulate() per
 layer-micro-batch, and the replays themselves (~20 %). Next: the per-walk set-up in memory_fsdp once per step shape, and
 the stage walks' FSDP hooks as replayable calls too.
+
+Session 19 (REPLAYTOTAL, issue #30; before: aabef71, main; after: the commit that added these lines): the torchtitan rows
+carry the floor of the caching allocator's replay (search_walk_runs.floor_total, from the same short walks) and the rows
+shown are replayed through fit.memory_of (parcalc.core.search_replay). farm-bench, paired with main, medians, the machine
+loaded by other helpers' test suites (wall noisy; CPU the figure to read):
+
+    one-liner                                   CPU before   CPU after   after / before (paired, CPU)
+    Llama 3 8B, 8 H100, torchtitan              0.547 s      0.646 s     1.19 (three shown rows replayed, ~0.05 s each)
+    Llama 3 70B, 256 H100, torchtitan           2.853 s      2.844 s     1.01 (its five shown rows: HSDP / interleaved, no walk)
+    DeepSeek-V3, 2,048 H800 (megatron)          0.947 s      0.996 s     1.04 (nothing replayed: the machine's noise)
+
+Replaying every fitting row instead: 8B's 326 fitting rows (24 walked) 4.0 s of CPU; the 70B search with --top 20 replays
+2.9 s (pipeline rows replay every stage), behind a progress bar.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (torchtitan/config/configs.py @b5bcd76: data_parallel_shard_degree = -1, 'the parallelism method used is FSDP'), a bare
 fully_shard is ZeRO-3 (fsdp2), Megatron-LM, DeepSpeed and Hugging Face DDP start at 0. Before, memory and fit took
 ZeRO-0 for every stack: `fit --framework torchtitan` on 8 H100 said Llama 3 8B needs 159.7 GiB a GPU (DDP's sum), where
-torchtitan's FSDP step holds 85.9 GiB."""
+torchtitan's FSDP step holds 87.7 GiB (the allocator replayed over a run of it, plus the reserve)."""
 
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ def test_each_profile_names_its_own_stage(framework: str, stage: int) -> None:
 
 @pytest.mark.parametrize("framework", ["torchtitan", "fsdp2"])
 def test_memory_and_fit_without_zero_are_the_stacks_stage(framework: str) -> None:
-    """The same total as --zero 3 given, in memory and in fit (torchtitan 8B on 8 H100: 85.91 GiB, not DDP's 159.7)."""
+    """The same total as --zero 3 given, in memory and in fit (torchtitan 8B on 8 H100: 87.67 GiB, not DDP's 159.7)."""
     default, stated = _memory("--framework", framework), _memory("--framework", framework, "--zero", "3")
     assert default["results"]["total"]["value"] == stated["results"]["total"]["value"]
     fitted = _fit("--framework", framework)
     assert fitted["results"]["total"]["value"] == pytest.approx(_fit("--framework", framework, "--zero", "3")["results"]["total"]["value"])
     if framework == "torchtitan":
-        assert default["results"]["total"]["value"] / 2**30 == pytest.approx(85.91, abs=0.01)
+        assert default["results"]["total"]["value"] / 2**30 == pytest.approx(87.67, abs=0.01)
 
 
 def test_megatron_without_zero_stays_ddp() -> None:

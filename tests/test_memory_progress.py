@@ -1,8 +1,7 @@
 """memory's progress bar: its total is the steps that run, every call the same total (session 19's QA).
 
-parcalc.core.memory.memory_breakdown walks each of the pp stages' step (a framework's step memory) and counts
-those; parcalc.results.memory replays the allocator over the reported stage after them, one step more, and
-adds it to the total itself (the core knows nothing of its caller)."""
+parcalc.core.memory.memory_breakdown walks each of the pp stages' step (a framework's step memory) with the allocator
+replayed over a run of it (the stage's total), and counts those: one step a stage, whoever calls it."""
 
 from __future__ import annotations
 
@@ -31,8 +30,8 @@ class Recorder:
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
-    # two stage walks by the core, then the allocator's replay by the results layer: 3 steps of 3
-    pytest.param(WALKED, [(1, 3), (2, 3), (3, 3)], id="torchtitan-pp2"),
+    # two stage walks by the core, each with its allocator replay: 2 steps of 2
+    pytest.param(WALKED, [(1, 2), (2, 2)], id="torchtitan-pp2"),
     # the textbook sum walks nothing: no step, no bar
     pytest.param({"model": "llama3.2-1b", "seq_len": "2048", "dp": "4", "pp": "2", "gpu": "h200"}, [], id="textbook"),
 ])  # fmt: skip

@@ -51,9 +51,10 @@ CP_TP = ("--dp", "2", "--cp", "2", "--tp", "2", "--sequence-parallel", "--recomp
 
 def test_memory_and_fit_walk_cp_with_tp(run_json) -> None:
     """cp with tp is walked (the ring on each TP rank's local heads: tests/ground_truth/test_torch_memory_torchtitan_cp_tp.py) by
-    memory and fit to the same total (walk 2026-11-29: 55.56 GiB with the 2 GiB reserve at s 65536), and inside pipeline stages by memory."""
+    memory and fit to the same total (walk 2026-11-29: 55.56 GiB with the 2 GiB reserve at s 65536; the allocator replayed + 1.5 GiB,
+    session 19: 59.53 GiB), and inside pipeline stages by memory."""
     walked = run_json("memory", *_8B, *CP_TP)["results"]
-    assert walked["total"]["value"] / 2**30 == pytest.approx(55.56, abs=0.01) and "step_reserved" in walked
+    assert walked["total"]["value"] / 2**30 == pytest.approx(59.53, abs=0.01) and "step_reserved" in walked
     fit = run_json("fit", *_8B, *CP_TP, "--gpus", "8", "--gpu", "h100-sxm5")["results"]
     assert fit["total"]["value"] == pytest.approx(walked["total"]["value"], rel=0.01)
     staged = run_json("memory", *_8B, *CP_TP, "--pp", "2", "--micro-batches", "4")["results"]

@@ -82,7 +82,7 @@ _Text = Optional[str]  # noqa: UP045 - typer reads Optional at runtime
 RESERVE_HELP = (
     "Memory the formulas do not see. Default 2GiB: CUDA context 0.5GiB (287-667 MB measured in PyTorch PR #86509), "
     "NCCL buffers 1GiB (4 MiB + LL + LL128 per channel and peer, NVIDIA/nccl src/init.cc), allocator fragmentation "
-    "0.5GiB (an allowance)."
+    "0.5GiB (an allowance, left out where the allocator is replayed over a step walk: --framework hf, fsdp2, torchtitan)."
 )
 
 

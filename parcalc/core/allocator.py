@@ -66,6 +66,19 @@ def reserved_of_sums(small: float, medium: float, large: float) -> float:
     return K_SMALL_BUFFER * math.ceil(small / K_SMALL_BUFFER) + K_LARGE_BUFFER * math.ceil(medium / K_LARGE_BUFFER) + large
 
 
+def reserved_floor_of_sums(allocated: float, small: float, expandable: bool) -> float:
+    """The least a stream's pools can have reserved once `allocated` bytes of blocks were live on it at once, `small` of
+    them in the small pool (blocks up to kSmallSize), whatever came before: each pool reserves at least what it has
+    allocated, in whole units, and never gives any back in a run (nothing released without empty_cache or an OOM retry).
+    The small pool's unit is 2 MiB (kSmallBuffer segments; expandable segments map 2 MiB pages); the large pool's is 2 MiB
+    without expandable segments (its segments are 20 MiB or kRoundLarge multiples) and 20 MiB with them (kLargeBuffer
+    pages). So the replay of any run in which the stream reaches that peak reserves at least this on it (the search's
+    screen: parcalc.core.search_walk_runs.floor_total); each stream's segment rounding of its own peak (reserved_of_sums)
+    is not such a bound: blocks split from one cached segment, or packed into 20 MiB pages, take less."""
+    page = K_LARGE_BUFFER if expandable else K_ROUND_LARGE
+    return K_SMALL_BUFFER * math.ceil(small / K_SMALL_BUFFER) + page * math.ceil((allocated - small) / page)
+
+
 class CachingAllocator:
     """The caching allocator's block rules replayed over a sequence of mallocs and frees, to see what it reserves
     (c10/cuda/CUDACachingAllocator.cpp, the defaults: one stream, expandable_segments off, max_split_size unlimited,

@@ -173,9 +173,12 @@ def recomputed_layers(model: TransformerModel, config: Config) -> int | None:
     return recomputed_layer_count(config.recompute_layers, split, config.layout.chunks)
 
 
-def memory_of(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> MemoryBreakdown:
-    """parcalc.core.memory's breakdown for this configuration on the cluster's GPU."""
-    return memory_breakdown(model, config.layout, training_setup_of(config, training, cluster))
+def memory_of(model: TransformerModel, config: Config, training: Training, cluster: Cluster, *,
+              allocator_replayed: bool = True) -> MemoryBreakdown:  # fmt: skip
+    """parcalc.core.memory's breakdown for this configuration on the cluster's GPU; `allocator_replayed` False: a walked
+    FSDP2 step's total takes the floor of the allocator's replay (TrainingSetup.allocator_replayed), a screen."""
+    setup = training_setup_of(config, training, cluster)
+    return memory_breakdown(model, config.layout, setup if allocator_replayed else replace(setup, allocator_replayed=False))
 
 
 def training_setup_of(config: Config, training: Training, cluster: Cluster) -> TrainingSetup:

@@ -12,6 +12,7 @@ stack always shards the sequence (torchtitan's apply_tp), data parallelism only 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from parcalc.core.choices import Recompute
@@ -105,11 +106,13 @@ def max_layers(model: TransformerModel, config: Config, training: Training, clus
 
     Memory is affine in the layers of a stage (model states and activations per layer, plus the
     embeddings, head and reserve), so two evaluations give the estimate; the scalar memory then
-    confirms it and steps to the exact boundary."""
+    confirms it and steps to the exact boundary. Under an FSDP2 step walk that boundary is found by
+    the floor of the allocator's replay (memory_of(allocator_replayed=False), a lower bound: cheap), then
+    the replay itself steps down from it to the deepest model whose replay fits (_replayed_boundary)."""
     step = config.layout.pp * config.layout.chunks
 
     def total(layers: int) -> float:
-        return memory_of(with_layers(model, layers), config, training, cluster).worst.total.value
+        return memory_of(with_layers(model, layers), config, training, cluster, allocator_replayed=False).worst.total.value
 
     def fits(layers: int) -> bool:
         return total(layers) <= cluster.capacity
@@ -124,5 +127,32 @@ def max_layers(model: TransformerModel, config: Config, training: Training, clus
     while guess > step and not fits(guess):
         guess -= step
     while guess + step <= MAX_LAYERS_SEARCHED and fits(guess + step):
+        guess += step
+    return _replayed_boundary(model, config, training, cluster, guess, step, slope)
+
+
+def _replayed_boundary(model: TransformerModel, config: Config, training: Training, cluster: Cluster, most: int, step: int,
+                       slope: float) -> int:  # fmt: skip
+    """The deepest model (a multiple of `step` layers, at most `most`, the deepest by the floor) whose total with the
+    allocator replayed fits; `most` itself where no stage is walked (the floor is then the total). A replay is never below
+    its floor, so nothing deeper than `most` fits; from it, jumps of the excess over the floor's `slope` a layer, then
+    single steps."""
+    def replayed(layers: int) -> tuple[float, bool]:
+        breakdown = memory_of(with_layers(model, layers), config, training, cluster)
+        return breakdown.worst.total.value, any(s.peak_replayed is not None for s in breakdown.stages)
+
+    if most == 0:
+        return 0
+    total, walked = replayed(most)
+    if not walked:
+        return most
+    guess, over = most, most + step  # over: the fewest layers known not to fit
+    while total > cluster.capacity and guess > step:
+        over = guess
+        guess = max(step, guess - step * max(1, math.ceil((total - cluster.capacity) / (slope * step))))
+        total = replayed(guess)[0]
+    if total > cluster.capacity:
+        return 0
+    while guess + step < over and replayed(guess + step)[0] <= cluster.capacity:
         guess += step
     return guess

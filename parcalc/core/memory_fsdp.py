@@ -41,7 +41,13 @@ from functools import lru_cache
 from typing import Any
 
 from parcalc.core import memory_torchao_float8 as float8
-from parcalc.core.allocator import ExpandableSegments, StreamAllocators, reserved_bytes
+from parcalc.core.allocator import (
+    K_SMALL_SIZE,
+    ExpandableSegments,
+    StreamAllocators,
+    reserved_bytes,
+    reserved_floor_of_sums,
+)
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.layout import Layout
 from parcalc.core.memory_timeline import (
@@ -449,6 +455,17 @@ class StreamWalk(Walk):
             self._copy_stream_peak(stream)
         return tuple((s, reserved_bytes(self.stream_peak[s][1])) for s in STREAMS)
 
+    def floor(self, expandable: bool) -> float:
+        """The least the allocator replayed over a run of this step can reserve: each stream's pools at their units above the
+        blocks live at its own peak (allocator.reserved_floor_of_sums), summed; the search screens its rows by it."""
+        for stream in tuple(self._stream_due):
+            self._copy_stream_peak(stream)
+        total = 0.0
+        for stream in STREAMS:
+            blocks = self.stream_peak[stream][1]
+            total += reserved_floor_of_sums(sum(blocks), sum(b for b in blocks if b <= K_SMALL_SIZE), expandable)
+        return total
+
 
 # ---------------------------------------------------------------------------------------------
 # What the allocator reserves over a run of such steps: its rules replayed per stream
@@ -836,15 +853,33 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
     walk_stage(walk, model, x, plan, policies, step.embedding_backward_tables, PipelineHooks(hooks, x.c, step.reduce_bytes))
 
 
-@lru_cache(maxsize=256)
 def fsdp_replayed(model: TransformerModel, step: FsdpStep) -> Replayed:
     """What the caching allocator reserves over a run of this step (replayed_reserve, expandable segments as the step's
-    profile sets them). `memory` shows it beside fsdp_step_peak's reserved figure (each stream's pool at its own peak, no
-    fragmentation), which memory, fit and fit's search total: the search walks too many steps to replay each (about 0.1 s a
-    step of Llama 3 8B; 70B's search 10 to 200 times slower)."""
+    profile sets them): the reserved figure memory's total, `fit` and the rows fit's search shows take (fsdp_walked)."""
+    return fsdp_walked(model, step)[1]
+
+
+@lru_cache(maxsize=256)
+def fsdp_walked(model: TransformerModel, step: FsdpStep) -> tuple[StepPeak, Replayed, float]:
+    """One walk of the step: its allocation peak (fsdp_step_peak's), the allocator replayed over a run of it
+    (replayed_reserve), and the floor of that replay from each stream's own peak (StreamWalk.floor). A replay costs about
+    0.05-0.2 s of CPU a step (Llama 3 8B FSDP 8 to a 70B TP 8 x PP 16 stage), a walk alone a third of that."""
     walk = EventWalk()
     walk_fsdp_step(model, step, walk)
-    return replayed_reserve(walk, step.expandable_segments)
+    pools = walk.pools()
+    peak = replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
+    return peak, replayed_reserve(walk, step.expandable_segments), walk.floor(step.expandable_segments)
+
+
+@lru_cache(maxsize=4096)
+def fsdp_step_floor(model: TransformerModel, step: FsdpStep) -> tuple[StepPeak, float]:
+    """The step's allocation peak and the floor of its replay (StreamWalk.floor), from one walk without the replay: what
+    `fit`'s deepest-model answer screens layer counts by before it replays the one it gives."""
+    walk = StreamWalk()
+    walk_fsdp_step(model, step, walk)
+    pools = walk.pools()
+    peak = replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
+    return peak, walk.floor(step.expandable_segments)
 
 
 @lru_cache(maxsize=4096)

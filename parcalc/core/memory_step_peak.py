@@ -57,31 +57,26 @@ def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, s
 def _with_fsdp_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory, split: tuple[int, ...]) -> StageMemory:
     """The fsdp2 and torchtitan profiles: the step's peak under fully_shard (parcalc.core.memory_fsdp) where its walk follows
     the layout (FSDP over all dp ranks of a dense Llama-shaped model), else the textbook sum as it is."""
-    from parcalc.core.memory_fsdp import fsdp_step_peak
-    from parcalc.core.step_peak_derivation import fsdp_peak_derivation, reserved_derivation
+    from parcalc.core.memory_fsdp import fsdp_step_floor, fsdp_walked
+    from parcalc.core.step_peak_derivation import (
+        fsdp_peak_derivation,
+        replay_floor_derivation,
+        replayed_reserved_derivation,
+        reserved_derivation,
+    )
 
     if fsdp_walk_gaps(model, par, setup, pipeline=True):
         return stage
     step = fsdp_stage_step(par, setup, stage.stage, split)
-    peak = fsdp_step_peak(model, step)
+    source = "parcalc.core.memory_fsdp (fully_shard), the caching allocator replayed over a run of the step"
+    if setup.allocator_replayed:
+        peak, replayed, _ = fsdp_walked(model, step)
+        in_total = replayed_reserved_derivation(replayed)
+    else:  # the floor of the replay: a screen (TrainingSetup.allocator_replayed)
+        peak, floor = fsdp_step_floor(model, step)
+        in_total, source = replay_floor_derivation(floor, step.expandable_segments), "parcalc.core.memory_fsdp (fully_shard), the floor of the allocator's replay"
     allocated = fsdp_peak_derivation(peak, model, step, setup.step_memory.removesuffix("-eager"))
-    return _at_peak(stage, peak, allocated, reserved_derivation(peak), "parcalc.core.memory_fsdp (fully_shard)", stage.reserve)
-
-
-def with_replayed_reserve(model: TransformerModel, par: Layout, setup: TrainingSetup, stage: StageMemory,
-                          split: tuple[int, ...]) -> StageMemory:  # fmt: skip
-    """A walked FSDP2 stage with the caching allocator replayed over a run of its step beside its total (peak_replayed:
-    parcalc.core.memory_fsdp.fsdp_replayed); `memory` asks it for the stage it reports, once: a replay takes 0.1-1 s a stage,
-    and nothing totals it (fit and its search take each stream's own peak)."""
-    from dataclasses import replace
-
-    from parcalc.core.memory_fsdp import fsdp_replayed
-    from parcalc.core.step_peak_derivation import replayed_reserved_derivation
-
-    if stage.peak is None or setup.step_memory == "hf-eager" or fsdp_walk_gaps(model, par, setup, pipeline=True):
-        return stage
-    step = fsdp_stage_step(par, setup, stage.stage, split)
-    return replace(stage, peak_replayed=replayed_reserved_derivation(fsdp_replayed(model, step)))
+    return _at_peak(stage, peak, allocated, reserved_derivation(peak), source, replayed_reserve(setup.reserve), in_total)
 
 
 def fsdp_stage_step(par: Layout, setup: TrainingSetup, stage: int, split: tuple[int, ...]) -> FsdpStep:
@@ -127,16 +122,20 @@ def float8_all_gather_gaps(par: Layout, float8_all_gather: bool, compiled: bool)
                                        ("--fp8-all-gather with cp and --compile", par.cp > 1 and compiled)) if on)  # fmt: skip
 
 
-def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str, reserve: Derivation) -> StageMemory:
+def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved: Derivation, source: str, reserve: Derivation,
+             replayed: Derivation | None = None) -> StageMemory:  # fmt: skip
     """A textbook StageMemory with its total replaced by the step's peak as reserved plus `reserve` (the replayed allocator's:
-    training_setup.replayed_reserve), the textbook kept beside."""
+    training_setup.replayed_reserve), the textbook kept beside. `replayed`: the FSDP2 walks' reserved figure over a run (the
+    allocator replayed per stream, or its floor), which the total takes, `reserved` (each stream's own peak) shown beside."""
     from dataclasses import replace as replaced
 
     textbook = replaced(stage.total, key="textbook_total", label="Textbook sum (states + Korthikanti's activations + reserve), "
                         "for comparison", symbol="M_textbook", latex_symbol=r"M_{\mathrm{textbook}}")
-    total = Derivation("total", "Total on one GPU: the step's peak as reserved, plus the reserve", "M_total", r"M_{\mathrm{total}}",
-                       "$M_res + $R", "$M_res + $R", (reserved.as_term("M_res"), reserve.as_term("R")),
-                       reserved.value + reserve.value, "B", source)
-    return replaced(stage, reserve=reserve, total=total, peak=allocated, peak_reserved=reserved, textbook=textbook,
+    held = replayed if replayed is not None else reserved
+    label = ("Total on one GPU: what the caching allocator reserves over a run of the step, plus the reserve" if replayed is not None
+             else "Total on one GPU: the step's peak as reserved, plus the reserve")
+    total = Derivation("total", label, "M_total", r"M_{\mathrm{total}}", "$M_res + $R", "$M_res + $R",
+                       (held.as_term("M_res"), reserve.as_term("R")), held.value + reserve.value, "B", source)
+    return replaced(stage, reserve=reserve, total=total, peak=allocated, peak_reserved=reserved, peak_replayed=replayed, textbook=textbook,
                     peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
                     peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))

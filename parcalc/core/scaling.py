@@ -289,7 +289,9 @@ def searched(space: object) -> Search:
         found = search(model, training, cluster, space)  # type: ignore[arg-type]
         if len(found.evaluated) == 0:
             return "no configuration of the search is valid here"
-        ranked = found.ranked()
+        from parcalc.core.search_replay import replay_shown
+
+        ranked = replay_shown(found, found.ranked(), lambda r: r[:1], model, training, cluster)  # its first row replayed, as fit --search's
         if ranked.size == 0:
             return f"nothing of {len(found.evaluated):,} configurations fits"
         return found.evaluated.config(int(ranked[0]))

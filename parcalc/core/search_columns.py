@@ -86,6 +86,9 @@ class SearchResult:
     evaluated: Evaluated
     rejected: Counter = field(default_factory=Counter)  # reason -> configurations (or layouts) rejected
     layouts: int = 0  # (tp, pp, cp, dp, ep) layouts that passed the divisibility checks
+    # the rows whose memory is memory_of's, the allocator replayed where a step is walked (parcalc.core.search_replay); the
+    # other walked rows carry the floor of that replay
+    replayed: set[int] = field(default_factory=set)
 
     @property
     def fitting(self) -> np.ndarray:

@@ -18,14 +18,18 @@ from parcalc.core.training_setup import TrainingSetup
 def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
                b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray, sp: np.ndarray, cp_comm: str = "p2p") -> np.ndarray:  # fmt: skip
     """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
-    _with_fsdp_peak decides): its peak as reserved plus the reserve; the others keep their textbook sum."""
+    _with_fsdp_peak decides): the floor of the allocator's replay over a run of the step plus the replay's reserve
+    (training_setup.replayed_reserve), a screen that parcalc.core.search_replay replaces by the replay itself for the rows
+    shown; the others keep their textbook sum."""
     from parcalc.core.memory_fsdp import CP_ROTATES, PROFILES, fsdp_step_of, walk_gaps
     from parcalc.core.memory_step_peak import float8_all_gather_gaps
-    from parcalc.core.search_walk_runs import reserved_total
+    from parcalc.core.search_walk_runs import floor_total
+    from parcalc.core.training_setup import replayed_reserve
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
     out = memory.copy()
+    reserve = replayed_reserve(training.reserve).value
     # the walk's own rule (walk_gaps) decides, once per distinct ZeRO stage, shard group and recomputation of this layout
     for zero, size, rec, seq in set(zip(z.tolist(), shard.tolist(), r.tolist(), sp.tolist(), strict=True)):
         layout = Layout(t, p, d, cp=c, cp_comm=cp_comm, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
@@ -38,7 +42,7 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
             step = fsdp_step_of(profile, int(b[row]), training.seq_len, d * c, training.precision, training.optimizer, RECOMPUTES[int(rec)], t,
                                 training.compiled, float8_all_gather=training.float8_all_gather, cp=c,
                                 cp_rotate=CP_ROTATES.get(cp_comm, "allgather"), compiled_loss=training.compiled_loss)  # fmt: skip
-            out[row] = reserved_total(model, step) + training.reserve
+            out[row] = floor_total(model, step) + reserve
     return out
 
 
@@ -49,16 +53,18 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     per distinct (ZeRO stage, shard group, recomputation, SP, micro-batch, micro-batches), so that a row and `fit` of its
     layout give the same memory; the other rows keep what they have. Each such key walks every stage (tens of ms): only the
     rows that fit by the textbook sum are walked, since the walk keeps at least what the textbook does (the unsharded
-    parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way. A key the walk
-    does not follow (walk_gaps) gets memory_of's textbook sum, the row's own."""
+    parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way (the textbook's
+    reserve less its fragmentation allowance, which the replay's floor does not have). A key the walk does not follow
+    (walk_gaps) gets memory_of's textbook sum, the row's own."""
     from parcalc.core.fit import training_setup_of
     from parcalc.core.memory_fsdp import walk_gaps
+    from parcalc.core.training_setup import replayed_reserve
 
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
     t, p, d, c, ep = sizes
     rows = np.flatnonzero((cols["schedule"] == SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)) & (cols["chunks"] == 1)
-                          & (memory <= cluster.capacity))  # fmt: skip
+                          & (memory - (training.reserve - replayed_reserve(training.reserve).value) <= cluster.capacity))  # fmt: skip
     if rows.size == 0:
         return memory
     out = memory.copy()
@@ -86,14 +92,15 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
 
 
 def worst_stage_total(model: TransformerModel, layout: Layout, setup: TrainingSetup) -> float:
-    """parcalc.core.fit.memory_of(...).worst.total.value of a dense model's pipelined layout, each stage's walk's reserved
-    peak taken from parcalc.core.search_walk_runs (the same bytes, from walks of fewer layers and micro-batches): the textbook stages,
-    then each stage's total replaced as parcalc.core.memory_step_peak does (its reserved peak plus the stage's reserve)."""
+    """parcalc.core.fit.memory_of(...).worst.total.value of a dense model's pipelined layout with TrainingSetup.allocator_replayed
+    False: each stage's floor of the allocator's replay taken from parcalc.core.search_walk_runs (the same bytes, from walks of
+    fewer layers and micro-batches) plus the replay's reserve; the textbook total where the walk does not follow the layout."""
     from dataclasses import replace
 
     from parcalc.core.memory import memory_breakdown, stage_layers
     from parcalc.core.memory_step_peak import fsdp_stage_step, fsdp_walk_gaps
-    from parcalc.core.search_walk_runs import reserved_total
+    from parcalc.core.search_walk_runs import floor_total
+    from parcalc.core.training_setup import replayed_reserve
 
     # the textbook stages are those memory_breakdown replaces: step_memory changes a stage only for an MoE model's experts
     # (parcalc.core.memory's fully_shard chunks), which the torchtitan walk does not follow
@@ -103,4 +110,5 @@ def worst_stage_total(model: TransformerModel, layout: Layout, setup: TrainingSe
     if fsdp_walk_gaps(model, layout, resolved, pipeline=True):
         return textbook.worst.total.value
     split = stage_layers(model, layout)
-    return max(reserved_total(model, fsdp_stage_step(layout, resolved, s.stage, split)) + s.reserve.value for s in textbook.stages)
+    reserve = replayed_reserve(setup.reserve).value
+    return max(floor_total(model, fsdp_stage_step(layout, resolved, s.stage, split)) + reserve for s in textbook.stages)

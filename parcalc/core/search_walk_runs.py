@@ -44,7 +44,7 @@ import re
 from dataclasses import replace
 from functools import lru_cache
 
-from parcalc.core.allocator import reserved_of_sums
+from parcalc.core.allocator import reserved_floor_of_sums, reserved_of_sums
 from parcalc.core.memory_fsdp import STREAMS, FsdpStep, walk_fsdp_step
 from parcalc.core.model import TransformerModel
 from parcalc.core.search_segment_walk import LAYER_MARK, SegmentWalk, Sums
@@ -54,7 +54,15 @@ _NUMBERED = re.compile(r"^(forward|backward): (layer|micro-batch) (\d+) of (\d+)
 
 def reserved_total(model: TransformerModel, step: FsdpStep) -> float:
     """fsdp_reserved_total(model, step), from walks of fewer units where the step's units repeat (module docstring)."""
-    return _reserved_total(model, same_walk(model, step))
+    return _reserved_of(_stream_peaks(model, same_walk(model, step)))
+
+
+def floor_total(model: TransformerModel, step: FsdpStep) -> float:
+    """memory_fsdp.StreamWalk.floor of the step (the least its allocator replay can reserve), from the same peaks as
+    reserved_total: each stream's sums at its first peak, its pools rounded up to their units (allocator.reserved_floor_of_sums).
+    What fit's search screens its rows by before it replays the ones it shows (parcalc.core.search_replay)."""
+    return sum(reserved_floor_of_sums(peak[0], peak[1], step.expandable_segments)
+               for peak in _stream_peaks(model, same_walk(model, step)) if peak is not None)  # fmt: skip
 
 
 def same_walk(model: TransformerModel, step: FsdpStep) -> FsdpStep:
@@ -71,18 +79,23 @@ def same_walk(model: TransformerModel, step: FsdpStep) -> FsdpStep:
 
 
 @lru_cache(maxsize=4096)
-def _reserved_total(model: TransformerModel, step: FsdpStep) -> float:
-    fast = reserved_from_runs(model, step)
+def _stream_peaks(model: TransformerModel, step: FsdpStep) -> tuple[Sums | None, ...]:
+    fast = _peaks_from_runs(model, step)
     if fast is not None:
         return fast
     walk = SegmentWalk()  # the whole walk, its peaks kept as the short walks keep them (lighter than a StreamWalk's)
     walk_fsdp_step(model, step, walk)
-    return _reserved_at_peaks([sums for _, sums in walk.segments])
+    return _peaks_at([sums for _, sums in walk.segments])
 
 
 def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
     """The reserved total from the short walks; None where the step's units do not repeat, are too few to save anything,
     or the walks fail the checks (module docstring)."""
+    peaks = _peaks_from_runs(model, step)
+    return None if peaks is None else _reserved_of(peaks)
+
+
+def _peaks_from_runs(model: TransformerModel, step: FsdpStep) -> tuple[Sums | None, ...] | None:
     runs = _runs(model, step)
     if runs is None:
         return None
@@ -106,10 +119,10 @@ def reserved_from_runs(model: TransformerModel, step: FsdpStep) -> float | None:
         assert micro is not None and a_micro is not None
         terms.append((_segments(model, step, a_layers, a_micro + 1, ends, layer_ends), micro[0] - a_micro))
     sums = _extrapolated(base, terms)
-    return None if sums is None else _reserved_at_peaks(sums)
+    return None if sums is None else _peaks_at(sums)
 
 
-def _three_runs(model: TransformerModel, step: FsdpStep, layers: int) -> float | None:
+def _three_runs(model: TransformerModel, step: FsdpStep, layers: int) -> tuple[Sums | None, ...] | None:
     """The reserved total of a middle 1F1B stage from walks of shorter runs (three_run_plan), or None (not this way)."""
     plan = three_run_plan(step, layers)
     if plan is None:
@@ -122,7 +135,7 @@ def _three_runs(model: TransformerModel, step: FsdpStep, layers: int) -> float |
         return _middle_stage_segments(model, replace(stage, pp_stage=step.pp - ww), n, ww + nn, ends)
 
     sums = _extrapolated(walked(a_l, a_w, a_n), [(walked(*sizes), more) for sizes, more in extra])
-    return None if sums is None else _reserved_at_peaks(sums)
+    return None if sums is None else _peaks_at(sums)
 
 
 Sizes = tuple[int, int, int]  # a walk's layers, warm-up forwards and steady pairs
@@ -189,15 +202,23 @@ def _three_run_walks(layers: int, w: int, pairs: int, shrink_w: bool, shrink_s: 
     return cost, (shrink_w, shrink_s, shrink_l), extra, (a_l, a_w, a_n)
 
 
-def _reserved_at_peaks(phases: list[dict[str, Sums]]) -> float:
-    """Each stream's pool at its first peak over the phases in order, as StreamWalk.pools, summed in the same order."""
-    total = 0.0
+def _peaks_at(phases: list[dict[str, Sums]]) -> tuple[Sums | None, ...]:
+    """Each stream's sums at its first peak over the phases in order (STREAMS order; None: nothing on it)."""
+    peaks: list[Sums | None] = []
     for stream in STREAMS:
         peak: Sums | None = None
         for phase in phases:
             v = phase.get(stream)
             if v is not None and v[0] > (0.0 if peak is None else peak[0]):
                 peak = v
+        peaks.append(peak)
+    return tuple(peaks)
+
+
+def _reserved_of(peaks: tuple[Sums | None, ...]) -> float:
+    """Each stream's pool at its first peak, as StreamWalk.pools, summed in the same order."""
+    total = 0.0
+    for peak in peaks:
         total += 0.0 if peak is None else reserved_of_sums(peak[1], peak[2], peak[3])
     return total
 

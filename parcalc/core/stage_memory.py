@@ -37,8 +37,8 @@ class StageMemory:
     # textbook sum it replaces, and the peak's parts (parcalc.core.memory_timeline)
     peak: Derivation | None = None
     peak_reserved: Derivation | None = None
-    # the FSDP2 walks: what the allocator reserves over a run, replayed per stream (parcalc.core.memory_fsdp.fsdp_replayed);
-    # shown beside the total, not in it
+    # the FSDP2 walks: what the allocator reserves over a run, replayed per stream (parcalc.core.memory_fsdp.fsdp_replayed), or
+    # the floor of that replay (TrainingSetup.allocator_replayed); in the total where present, peak_reserved beside it
     peak_replayed: Derivation | None = None
     textbook: Derivation | None = None
     peak_parts: tuple[tuple[str, float], ...] = ()
@@ -47,12 +47,13 @@ class StageMemory:
     def memory_derivations(self) -> tuple[Derivation, ...]:
         """The derivations that make up the total: the states, activations and reserve, or the step's peak."""
         if self.peak is not None and self.peak_reserved is not None:
-            return (self.peak, self.peak_reserved, self.reserve)
+            return (self.peak, self.peak_reserved, *((self.peak_replayed,) if self.peak_replayed is not None else ()), self.reserve)
         return (self.states_total, self.activations_total, self.reserve)
 
     def components(self) -> tuple[tuple[str, float], ...]:
         if self.peak is not None and self.peak_reserved is not None:
-            return (*self.peak_parts, ("allocator: reserved beyond the live blocks", self.peak_reserved.value - self.peak.value),
+            held = self.peak_replayed if self.peak_replayed is not None else self.peak_reserved  # what the total takes
+            return (*self.peak_parts, ("allocator: reserved beyond the live blocks", held.value - self.peak.value),
                     ("reserve", self.reserve.value))  # fmt: skip
         on_gpu = {key: 0.0 if key in self.offloaded else d.value
                   for key, d in (("gradients", self.states.gradients), ("optimizer_states", self.states.optimizer))}  # fmt: skip

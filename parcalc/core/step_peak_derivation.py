@@ -140,8 +140,7 @@ def reserved_derivation(peak: StepPeak) -> Derivation:
                            "so at steady state each holds its own peak: the all-gather outputs on the copy-in stream, the sharded "
                            "gradients on the reduce-scatter stream, the rest on the default stream",
                            "within a pool, fragmentation is not derived here: step_reserved_replayed replays the allocator over a "
-                           "run (memory_fsdp.replayed_reserve), which memory, fit and fit's search do not total (the search walks "
-                           "too many steps to replay each)"))  # fmt: skip
+                           "run (memory_fsdp.replayed_reserve), which memory's total, fit and the rows fit's search shows take"))  # fmt: skip
     if peak.reserved_by == "replayed":
         held = Term("R_frag", "R_frag", r"R_{\mathrm{frag}}", peak.reserved - peak.allocated, "B",
                     "segments the allocator holds beyond the peak's live blocks: 2 MiB / 20 MiB rounding and cached free blocks "
@@ -187,6 +186,20 @@ def replayed_reserved_derivation(replayed: Replayed) -> Derivation:
                       (f"replayed: the sharded model built on the GPU, the first step (optimizer states created at its end) and "
                        f"{replayed.steps - 1} steady ones, each tensor on its stream, {setting}; nothing released (no empty_cache, "
                        "no out-of-memory retry), so the end is the peak",
-                       "not what memory's total, fit and fit's search add the reserve to: they take step_reserved (each stream's own "
-                       "peak, no fragmentation); a stream's F is negative where whole pages pack its blocks closer than a 2 MiB-rounded "
-                       "segment each"))  # fmt: skip
+                       "what memory's total, fit and the rows fit's search shows add the reserve to (its fragmentation in place of "
+                       "the default reserve's 0.5 GiB allowance); a stream's F is negative where whole pages pack its blocks closer "
+                       "than a 2 MiB-rounded segment each"))  # fmt: skip
+
+
+def replay_floor_derivation(floor: float, expandable: bool) -> Derivation:
+    """The least the caching allocator replayed over a run of the FSDP2 step can reserve (memory_fsdp.StreamWalk.floor): a
+    screen, never a shown total but for a row whose floor is already over the capacity."""
+    unit = "20 MiB pages" if expandable else "2 MiB"
+    term = Term("R_floor", "R_floor", r"R_{\mathrm{floor}}", floor, "B",
+                f"each stream's live blocks at its own peak, its small pool rounded up to 2 MiB and its large pool to {unit}",
+                "parcalc.core.allocator.reserved_floor_of_sums")  # fmt: skip
+    return Derivation("step_reserved_floor", "Reserved by the caching allocator over a run, at least (the floor of its replay)",
+                      "M_res,min", r"M_{\mathrm{res,min}}", "$R_floor", "$R_floor", (term,), floor, "B",
+                      f"{EXPANDABLE_SOURCE if expandable else ALLOCATOR_SOURCE}; parcalc.core.allocator.reserved_floor_of_sums",
+                      ("a pool reserves at least what it has allocated, in whole segments or pages, and keeps it for the run: so the "
+                       "replay reserves at least this; fragmentation beyond it is the replay's",))  # fmt: skip

@@ -33,7 +33,9 @@ RESERVE_PARTS: tuple[tuple[str, str, float, str], ...] = (
     ("R_nccl", "NCCL communicator buffers", 1.0 * 2**30,
      "about 9.2 MiB per channel and peer: Simple 4 MiB + LL 0.5 MiB + LL128 4.7 MiB (NVIDIA/nccl src/init.cc)"),
     ("R_frag", "allocator fragmentation, buckets", 0.5 * 2**30,
-     "parcalc's allowance (PyTorch CUDA semantics: memory_reserved > memory_allocated)"),
+     "parcalc's allowance (PyTorch CUDA semantics: memory_reserved > memory_allocated), kept where no step walk replays the "
+     "caching allocator (the megatron and deepspeed profiles, layouts the fsdp2 / torchtitan walks do not follow); where one "
+     "does, the replay's fragmentation replaces it (replayed_reserve)"),
 )  # fmt: skip
 DEFAULT_RESERVE_BYTES = sum(part[2] for part in RESERVE_PARTS)
 RESERVE_SOURCE = (
@@ -84,6 +86,9 @@ class TrainingSetup:
     # --expandable-segments / --no-expandable-segments: PYTORCH_CUDA_ALLOC_CONF's expandable_segments in the allocator replayed
     # over the FSDP2 step walk (memory_fsdp.FsdpStep.expandable_segments); None: as the framework's launcher sets it
     expandable_segments: bool | None = None
+    # False: a walked FSDP2 step's total takes the floor of the allocator's replay (memory_fsdp.StreamWalk.floor) in place of
+    # the replay: the screen fit's deepest-model answer steps layer counts by before it replays the one it gives
+    allocator_replayed: bool = True
 
     def activation_config(self, par: Layout) -> ActivationConfig:
         return ActivationConfig(self.micro_batch, self.seq_len, par.tp, par.sequence_parallel, self.recompute,

@@ -239,9 +239,18 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     if len(evaluated) == 0:
         reasons = "; ".join(f"{reason}: {count}" for reason, count in found.rejected.most_common() if count) or "no layout"
         raise InputError(f"no configuration satisfies the constraints on {cluster.gpus} GPUs, B = {training.global_batch} ({reasons})")
-    ranked = found.ranked()
+    from parcalc.core.search_replay import FLOOR_NOTE, replay_least, replay_shown, replays
+
+    floor_note = (FLOOR_NOTE,) if replays(cluster) else ()
+
+    # the rows shown replayed (parcalc.core.search_replay): each layout's fastest configuration whose replay fits
+    replaying = ProgressBar("replaying the allocator over the shown rows' steps")
+    try:
+        ranked = replay_shown(found, found.ranked(), lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster, replaying)
+    finally:
+        replaying.close()
     if ranked.size == 0:
-        least = int(evaluated.columns["memory"].argmin())
+        least = replay_least(found, shape, training, cluster)
         why = (f"nothing fits: the smallest footprint of {len(evaluated):,} configurations is {_gib(float(evaluated.columns['memory'][least]))} "
                f"per GPU ({evaluated.config(least).label()}), over the {_gib(cluster.capacity)} of a {cluster.gpu_name}")  # fmt: skip
         # the evaluated configurations and the rejections still print (JSON for a sweep's script), then exit 1
@@ -257,9 +266,10 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
         shown = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(),
                        tables=(tried, _rejections_table(found)),
                        verdicts=(why,), settings=tuple(settings), fits=False,
-                       assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
+                       assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + floor_note)  # fmt: skip
         raise InfeasibleResult(why, shown)
     ranked = _at_step_clocks(found, ranked, top, shape, training, cluster)
+    ranked = replay_shown(found, ranked, lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster)  # what the clocks moved in
     best = estimate(shape, evaluated.config(int(ranked[0])), training, cluster)
     extra = _parallel_columns(found, shape)
     shown = distinct_layouts(evaluated, ranked, top)
@@ -275,7 +285,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
                   tables=tuple(tables), verdicts=tuple(verdicts), settings=tuple(settings), fits=True,
-                  assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space))  # fmt: skip
+                  assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + floor_note)  # fmt: skip
 
 
 # configurations timed again at their own clocks per row of the table, at most (_at_step_clocks): a bound on the search's

@@ -165,21 +165,10 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
     from parcalc.results.parse import ProgressBar
 
     par, setup = req.layout, req.setup
-    # a framework's step walk of every stage, then the allocator's replay: 1.5 s for Llama 3 405B on TP 8 x PP 8 x FSDP 8
+    # a framework's step walk of every stage and the allocator replayed over a run of each: seconds for a deep pipeline
     progress = ProgressBar("walking each pipeline stage's step")
-    replays = 1 if setup.step_memory != "textbook" else 0  # the allocator's replay below: one step more than the core's walks
     try:
-        breakdown = memory_breakdown(req.model, par, setup, lambda done, walks: progress(done, walks + replays))
-        if replays:  # the allocator replayed over a run of the reported stage's FSDP2 step, beside its total
-            from dataclasses import replace
-
-            from parcalc.core.memory import stage_layers
-            from parcalc.core.memory_step_peak import with_replayed_reserve
-
-            worst = breakdown.worst
-            shown = with_replayed_reserve(req.model, par, setup, worst, stage_layers(req.model, par))
-            breakdown = replace(breakdown, stages=tuple(shown if stage is worst else stage for stage in breakdown.stages))
-            progress(par.pp + replays, par.pp + replays)
+        breakdown = memory_breakdown(req.model, par, setup, progress)
     finally:
         progress.close()
     settings = [("model", req.model.key), ("gpu", req.gpu.key if req.gpu is not None else "none"), ("precision", setup.precision.value),
@@ -390,8 +379,7 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
                         "keeps its mixer's tensors in place of attention's (from qkv_input to proj_input)", tensors.columns,
                         layer.rows() + layer_rows(shape, layer.config))  # fmt: skip
     if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
-        derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None),
-                       *((worst.peak_replayed,) if worst.peak_replayed is not None else ())]  # beside the total (FSDP2 walks)
+        derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
         tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split(': ', 1)[-1][:-1]}",
                         (Column("tensor", "tensor"), Column("kind", "kind"), Column("bytes", "bytes", "B", memory=True)), worst.peak_live)  # fmt: skip
     tables: list[Table] = [components, tensors]
