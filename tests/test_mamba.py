@@ -182,7 +182,8 @@ def test_presets_show_every_number() -> None:
 
 @pytest.mark.parametrize("command", [
     ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--framework", "hf"],
-    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--gpus", "2", "--cp", "2"],
+    # 256 CP ranks for 128 Mamba-2 heads: Megatron-LM's MambaContextParallel asserts nheads % (tp cp) == 0
+    ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--gpus", "256", "--cp", "256"],
     ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--gpus", "8", "--zero", "3"],
     ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--precision", "fp8"],
     ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--recompute", "selective"],
