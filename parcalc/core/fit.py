@@ -104,7 +104,8 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
                 "allow with --allow-cross-node-tp, costed on the slowest group's network)")
     lay = config.layout
     if lay.first_stage_layers is None and lay.last_stage_layers is None and not (lay.embedding_in_split or lay.loss_in_split or lay.pipeline_layout):
-        if model.layers % (p * config.layout.chunks):
+        # DualPipe(V)'s stages: schedule_reason, with the source's rule
+        if model.layers % (p * config.layout.chunks) and not ((lay.schedule.v_shape or lay.schedule is Schedule.DUALPIPE) and p > 1):
             return f"pp x chunks = {p} x {config.layout.chunks} does not divide the {model.layers} layers"
     else:
         try:
