@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from parcalc.cli import app
 from parcalc.core.activations import ActivationConfig, Recompute
 from parcalc.core.comm import Network, Workload, iteration_plan
+from parcalc.core.flops import TrainingFlops, training_flops
 from parcalc.core.hardware import Link, Sourced
 from parcalc.core.hybrid_context import mixer_a2a_widths, mixer_cp_reason, mixer_cp_sent
 from parcalc.core.layout import Layout
@@ -20,6 +21,7 @@ from parcalc.core.linear_attention import GatedDeltaNet
 from parcalc.core.mamba import Mamba2
 from parcalc.core.mamba_memory import mamba_tensors
 from parcalc.core.model import Mlp, Norm, Position, TransformerModel
+from parcalc.derivation import Derivation
 from parcalc.presets import load_model
 
 LOOPBACK = Link("loopback", "loopback", Sourced(1e9, "B/s", "test"), Sourced(1e-6, "s", "test"))
@@ -146,8 +148,43 @@ def test_fit_times_the_mixer_exchange() -> None:
     ["memory", "--model", "nemotron-h-56b", "--tp", "8", "--cp", "-2", "--seq-len", "16384"],
     ["memory", "--model", "nemotron-h-56b", "--tp", "8", "--cp", "2", "--seq-len", "16385"],
     ["comm-volume", "--strategy", "3d", "--model", "qwen3-next-80b-a3b", "--tp", "8", "--cp", "4", "--batch", "8", "--seq-len", "4096"],
+    ["flops", "--model", "qwen3-next-80b-a3b", "--batch", "8", "--seq-len", "4096", "--causal", "--cp", "32"],
 ])  # fmt: skip
 def test_bad_context_parallel_layouts_are_one_line(command: list[str]) -> None:
     result = CliRunner().invoke(app, command)
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and result.output.startswith("Error: "), result.output
+
+
+def _cp_flops(model: TransformerModel, balanced: bool) -> tuple[TrainingFlops, Derivation]:
+    from parcalc.core.context import cp_rank_flops
+
+    counted = training_flops(model, 8, 8192, causal=True)
+    return counted, cp_rank_flops(counted, 8192, 4, balanced)
+
+
+def test_cp_flops_of_a_gated_deltanet_hybrid_count_attention_layers_only() -> None:
+    """Qwen3-Next under CP 4: the attention core split by causal pairs is the 12 softmax-attention layers' (12 / 48 of the
+    same model's with attention in every layer); the gated-DeltaNet mixers, head-split by Megatron-Core, are in F_other / cp.
+    With 2cp-chunk balancing every rank does 1/cp of all (κ = 1)."""
+    from dataclasses import replace
+
+    model = load_model("qwen3-next-80b-a3b")
+    counted, plain = _cp_flops(model, balanced=False)
+    _, every_layer = _cp_flops(replace(model, linear_attention=None), balanced=False)
+    assert plain.term("F_a").value == pytest.approx(every_layer.term("F_a").value * 12 / 48, rel=1e-12)
+    assert plain.term("F_o").value + plain.term("F_a").value == pytest.approx(counted.hardware.value, rel=1e-12)
+    _, balanced = _cp_flops(model, balanced=True)
+    assert balanced.value == pytest.approx(counted.hardware.value / 4, rel=1e-12)
+
+
+def test_cp_flops_of_a_mamba_hybrid() -> None:
+    """Nemotron-H-8B (4 attention blocks of 52): balanced, every rank 1/cp of the hardware FLOPs; on the plain split only the
+    attention blocks' cores are uneven, so the busiest rank is above 1/cp by κ - 1 of their share."""
+    model = load_model("nemotron-h-8b")
+    counted, balanced = _cp_flops(model, balanced=True)
+    assert balanced.value == pytest.approx(counted.hardware.value / 4, rel=1e-12)
+    _, plain = _cp_flops(model, balanced=False)
+    kappa, f_a = plain.term("k").value, plain.term("F_a").value
+    assert plain.value == pytest.approx(counted.hardware.value / 4 + (kappa - 1) * f_a / 4, rel=1e-12)
+    assert 0 < f_a < 0.1 * counted.hardware.value  # 4 attention blocks among 52 at s = 8192
