@@ -152,3 +152,37 @@ def test_comm_volume_takes_the_layout(run_json) -> None:
     assert layout["results"]["dp_allreduce_payload"]["value"] == split["results"]["dp_allreduce_payload"]["value"]
     assert layout["results"]["pp_p2p_per_boundary"]["value"] == 2 * split["results"]["pp_p2p_per_boundary"]["value"]
     assert any("--pipeline-layout Et*7|(t*8|)*14t*7L" in a for a in layout["assumptions"])
+
+
+def _torchtitan_v_mapping(pp_rank: int, pp_degree: int, num_stages: int) -> tuple[int, ...]:
+    """torchtitan torchtitan/distributed/pipeline_parallel.py @b5bcd76c, _get_pp_rank_to_stage_indices_mapping, style 'v'
+    (ScheduleZBVZeroBubble, ScheduleDualPipeV), as written there."""
+    assert num_stages // pp_degree == 2, "v schedules assume 2 stages per rank"
+    stage_v_pairs = list(zip(range(pp_degree), range(num_stages - 1, pp_degree - 1, -1), strict=True))
+    return tuple(stage_v_pairs[pp_rank])
+
+
+@pytest.mark.parametrize("pp", [2, 4, 16])
+def test_a_v_layout_places_stages_as_torchtitan_does(pp: int) -> None:
+    """Under DualPipeV / ZB-V the 2p virtual stages go in torchtitan's V: each rank's chunks are the stages its mapping names."""
+    text = "|".join(["Et"] + ["tt"] * (2 * pp - 2) + ["tL"])
+    split = parse_pipeline_layout(text, pp, 2 * (2 * pp - 2) + 2, 0, True)
+    for rank in range(pp):
+        assert split.rank_chunks(rank) == tuple(split.stages[i] for i in _torchtitan_v_mapping(rank, pp, 2 * pp))
+
+
+def test_deepseek_v3_on_pp16_in_a_v() -> None:
+    """DeepSeek-V3's 'Et|(tt|)*30mL' is 32 virtual stages: in the V of pp 16, rank 0 holds stage 0 (E and one layer) and
+    stage 31 (the MTP layer and the loss), ranks 1-15 stages d and 31 - d, two layers each: 1 + 15 x 4 = 61 layers, by
+    hand; Megatron's loop placement (i mod 16) gives rank 0 stages 0 and 16 instead: 3 layers."""
+    v = parse_pipeline_layout("Et|(tt|)*30mL", 16, 61, 1, True)
+    assert v.stage_layers() == (1,) + (4,) * 15
+    assert v.mtp_rank() == 0
+    assert list(v.stage_ranges()[1]) == [range(1, 3), range(59, 61)]
+    loop = parse_pipeline_layout("Et|(tt|)*30mL", 16, 61, 1)
+    assert loop.stage_layers()[0] == 3 and loop.mtp_rank() == 15
+
+
+def test_a_v_layout_needs_two_stages_a_rank() -> None:
+    with pytest.raises(InputError, match="32 virtual stages over --pp 8; a V schedule runs exactly two a rank"):
+        parse_pipeline_layout("Et|(tt|)*30mL", 8, 61, 1, True)

@@ -138,7 +138,7 @@ def test_memory_of_zb_h2_and_dualpipev() -> None:
     (("--schedule", "dualpipev", "--batch", "4"), "DualPipeV needs at least 2p = 8 micro-batches"),
     (("--schedule", "zb-v", "--chunks", "2"), "ZB-V's two chunks a GPU are its V"),
     (("--schedule", "gpipe",), "--schedule: 1f1b, interleaved, zb-h1, zb-h2, dualpipev, zb-v or dualpipe, got 'gpipe'"),
-    (("--schedule", "dualpipev", "--first-stage-layers", "11"), "DualPipeV's V splits the layers evenly over 2p chunks"),
+    (("--schedule", "dualpipev", "--first-stage-layers", "11"), "DualPipeV's V without a layout splits the layers evenly over 2p chunks"),
 ])  # fmt: skip
 def test_a_schedule_the_layout_cannot_run_is_one_line(run_error, args: tuple[str, ...], message: str) -> None:
     base = dict(zip(FIT[1::2], FIT[2::2], strict=True))
@@ -181,7 +181,7 @@ def test_dualpipe_holds_both_stages_parameters_and_their_states(run_json) -> Non
 
 @pytest.mark.parametrize("args, message", [
     (("--schedule", "dualpipe", "--pp", "2", "--tp", "4", "--dp", "4", "--batch", "36"), "DualPipe needs p even and an even m of at least 2p"),
-    (("--schedule", "dualpipe", "--last-stage-layers", "5"), "DualPipe runs the same p equal stages both ways"),
+    (("--schedule", "dualpipe", "--last-stage-layers", "5"), "parcalc times DualPipe's p equal stages, run both ways"),
 ])  # fmt: skip
 def test_dualpipe_rules_are_one_line(run_error, args: tuple[str, ...], message: str) -> None:
     base = dict(zip(FIT[1::2], FIT[2::2], strict=True))
@@ -262,11 +262,12 @@ def test_comm_volume_sends_half_the_micro_batches_each_way_under_dualpipe(run_js
 
 def test_a_layout_string_with_a_split_schedule_is_one_line(run_error) -> None:
     """--pipeline-layout places virtual stage i on GPU i mod p (Megatron-LM): several chunks a GPU run the interleaved
-    schedule, and a V or DualPipe places stages another way."""
+    schedule; a V places exactly two a GPU (torchtitan's _get_pp_rank_to_stage_indices_mapping asserts stages_per_rank == 2:
+    this layout's 32 stages on pp 8 are four)."""
     base = ["fit", "--model", "deepseek-v3", "--gpus", "1024", "--gpu", "h100-sxm5", "--tp", "2", "--pp", "8", "--ep", "64", "--batch", "1024",
             "--pipeline-layout", "Et*3|(tt|)*29m|L"]  # fmt: skip
     assert "4 chunks per GPU run the interleaved schedule, not --schedule zb-h1" in run_error([*base, "--schedule", "zb-h1"])
-    assert "DualPipeV places two stages a device in a V" in run_error([*base, "--schedule", "dualpipev"])
+    assert "32 virtual stages over --pp 8; a V schedule runs exactly two a rank" in run_error([*base, "--schedule", "dualpipev"])
     assert "--pp: DualPipe needs p even" in run_error(["bubble", "--pp", "3", "--micro-batches", "8", "--schedule", "dualpipe"])
 
 
@@ -281,3 +282,15 @@ def test_dualpipe_stage_table_names_each_gpus_second_stage(run_json) -> None:
     assert [r["also"] for r in rows] == ["stage 4, embedding, LM head", "stage 3", "stage 2", "stage 1, embedding, LM head"]
     ends = 1_745_485_824 + 2 * 32_000 * 4_096 // 2 + 4_096
     assert [r["parameters"] for r in rows] == [ends, 1_745_485_824, 1_745_485_824, ends] == [1_876_561_920, 1_745_485_824, 1_745_485_824, 1_876_561_920]
+
+
+def test_deepseek_v3_dualpipev_on_pp16_with_its_layout(run_json) -> None:
+    """DualPipeV's reference (deepseek-ai/DualPipe dualpipev.py) takes any two modules a GPU, and torchtitan places 2p stages
+    in a V (_get_pp_rank_to_stage_indices_mapping): DeepSeek-V3's 61 layers as 'Et|(tt|)*30mL' on pp 16 run, GPU 0 holding
+    one layer (with the embedding, MTP layer and loss), GPUs 1-15 four, by hand (tests/test_pipeline_layout.py)."""
+    doc = run_json("fit", "--model", "deepseek-v3", "--gpus", "1024", "--gpu", "h100-sxm5", "--tp", "1", "--pp", "16", "--dp", "64",
+                   "--ep", "64", "--etp", "1", "--batch", "8192", "--seq-len", "4096", "--zero", "1", "--recompute", "full",
+                   "--schedule", "dualpipev", "--pipeline-layout", "Et|(tt|)*30mL")  # fmt: skip
+    rows = doc["tables"]["stages"]["rows"]
+    assert [row["layers"] for row in rows] == [1] + [4] * 15
+    assert rows[0]["also"] == "embedding, LM head" and not any(row["also"] for row in rows[1:])

@@ -222,16 +222,25 @@ def cp_rank_flops(counted: TrainingFlops, seq_len: int, cp: int, balanced: bool 
     from parcalc.core.flops import ATTENTION_CORE_OPS
 
     check_count("--cp", cp)
-    if counted.linear is not None or counted.window is not None or counted.mamba is not None:  # pairs of full causal attention
-        raise InputError("--cp: the context-parallel split is counted for full causal attention; this model has "
-                         + ("gated-DeltaNet layers" if counted.linear is not None else "Mamba-2 layers" if counted.mamba is not None
-                            else "an attention window"))
+    if counted.window is not None:  # pairs of full causal attention
+        raise InputError("--cp: the context-parallel split is counted for full causal attention; this model has an attention window")
     recompute = counted.recomputed.value
+    # a hybrid's recurrent mixers (Mamba-2, gated DeltaNet) split evenly: Megatron-Core gives each CP rank heads / cp of them
+    # over the whole sequence (parcalc.core.hybrid_context), so only its attention layers' cores are the pairs below; a
+    # gated-DeltaNet hybrid's layer kinds count attention in every layer, of which its linear layers have none
+    model = counted.model_ref
+    if model is not None and (model.mamba is not None or model.linear_attention is not None):
+        from parcalc.core.hybrid_context import check_mixer_cp
+
+        check_mixer_cp(model, 1, cp)  # whole heads on every CP rank (flops has no --tp: one TP rank holds them all)
+    softmax_share = 1.0
+    if counted.linear is not None and model is not None:
+        softmax_share = (model.layers - model.linear_layers_in(0, model.layers)) / model.layers
     attention = 0.0
     for _, ops, layers, _ in counted.layer_kinds():
         for op in ops:
             if op.kind == "matmul" and op.key in ATTENTION_CORE_OPS:
-                attention += layers * counted.op_flops(op)
+                attention += layers * counted.op_flops(op) * softmax_share
     selective_or_full = recompute > 0
     passes = 4.0 if selective_or_full else 3.0  # selective and full both run the attention core again
     f_att = passes * attention

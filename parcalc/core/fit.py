@@ -77,6 +77,12 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
         reason = linear_layout_reason(config.layout, config.recompute)
         if reason is not None:
             return reason
+    if model.mamba is not None or model.linear_attention is not None:  # Megatron-Core's all-to-all CP of the recurrent mixers
+        from parcalc.core.hybrid_context import mixer_cp_reason
+
+        reason = mixer_cp_reason(model, config.layout.tp, config.layout.cp)
+        if reason is not None:
+            return reason
     t, p, d, b, c = config.layout.tp, config.layout.pp, config.layout.dp, config.micro_batch, config.layout.cp
     stack = cluster.framework.layout_reason(config.layout)  # a data-parallel-only stack (the hf profile)
     if stack is not None:
@@ -98,7 +104,8 @@ def invalid_reason(model: TransformerModel, config: Config, training: Training, 
                 "allow with --allow-cross-node-tp, costed on the slowest group's network)")
     lay = config.layout
     if lay.first_stage_layers is None and lay.last_stage_layers is None and not (lay.embedding_in_split or lay.loss_in_split or lay.pipeline_layout):
-        if model.layers % (p * config.layout.chunks):
+        # DualPipe(V)'s stages: schedule_reason, with the source's rule
+        if model.layers % (p * config.layout.chunks) and not ((lay.schedule.v_shape or lay.schedule is Schedule.DUALPIPE) and p > 1):
             return f"pp x chunks = {p} x {config.layout.chunks} does not divide the {model.layers} layers"
     else:
         try:
@@ -405,7 +412,7 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     else:
         tp_comm = TP.zero("no tensor parallelism")
     gemm, attention, memory_bound = kind_derivations(by_kind, dp.accumulate, m_term, compute)
-    cp_comm = cp_derivation(config, cluster, stage, m_term, terms.t_cp) if c > 1 else None
+    cp_comm = cp_derivation(config, cluster, stage, m_term, terms.t_cp, model) if c > 1 else None
     if p > 1:
         from parcalc.core.pipeline_schedules import embedding_sync_term
         from parcalc.core.timing.step import pipeline_send_description

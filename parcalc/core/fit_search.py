@@ -160,13 +160,15 @@ class _Shapes:
         (parcalc.core.context.context_working_set; 0 at cp = 1), the MTP modules' (inside the output's too);
         each is b times its b = 1 value."""
         from parcalc.core.context import context_working_set
+        from parcalc.core.hybrid_context import mixer_cp_reason
 
         key = (tp, sp, recompute, cp, cp_comm)
         if key not in self._activations:
             t = self.training
-            gdn = self.model.linear_attention is not None  # a gated-DeltaNet hybrid: recomputation none or full, no CP
+            gdn = self.model.linear_attention is not None  # a gated-DeltaNet hybrid: recomputation none or full; CP where
+            # Megatron-Core's all-to-alls split its heads (parcalc.core.hybrid_context)
             if (sp and tp == 1) or (recompute is Recompute.OP and not self.op_supported) or (
-                    gdn and (cp > 1 or recompute not in (Recompute.NONE, Recompute.FULL))):
+                    gdn and (mixer_cp_reason(self.model, tp, cp) is not None or recompute not in (Recompute.NONE, Recompute.FULL))):
                 self._activations[key] = (math.nan,) * 7
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own

@@ -3,6 +3,7 @@ t_compute, DualPipe's note), and the Term helper they and parcalc.core.fit's est
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from parcalc.core.fit_config import Cluster, Config, Training
@@ -136,8 +137,10 @@ def offload_derivation(model: TransformerModel, config: Config, training: Traini
                         f"one PCIe latency ({link.latency.value * 1e6:g} us) per copy, left out of the formula"))  # fmt: skip
 
 
-def cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, value: float) -> Derivation:
-    """t_cp: the context-parallel exchanges of one micro-batch left exposed, times m (parcalc.core.timing.context)."""
+def cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, value: float,
+                  model: TransformerModel | None = None) -> Derivation:  # fmt: skip
+    """t_cp: the context-parallel exchanges of one micro-batch left exposed, times m (parcalc.core.timing.context); a hybrid
+    `model`'s recurrent mixers exchange by all-to-alls (parcalc.core.hybrid_context)."""
     from parcalc.core.context import TE_CP, CpComm, cp_comm_of
 
     kind = cp_comm_of(config.layout.cp_comm)
@@ -148,7 +151,18 @@ def cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, va
               term_of("E_cp", "E_cp", stage.cp, "s", "of which exposed: " + (
                   "per ring step max(0, t_send - t_attention / cp) (TE overlaps each step's send with the attention of the block before)"
                   if kind is CpComm.P2P else "all of it (the attention waits for the exchange)"))]  # fmt: skip
-    return CP.derivation(inputs, value, assumptions=("K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)",))  # fmt: skip
+    assumptions = ["K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)"]
+    if model is not None and (model.mamba is not None or model.linear_attention is not None):
+        from parcalc.core.hybrid_context import GDN_CP, KERNELS_UNDER_CP, MAMBA_CP, layer_shares
+
+        attention, mixers = layer_shares(model)
+        what = "Mamba-2" if model.mamba is not None else "gated-DeltaNet"
+        inputs[1] = replace(inputs[1], description=f"{inputs[1].description}; the {what} layers' all-to-alls over heads",
+                            source=f"{TE_CP}; {MAMBA_CP if model.mamba is not None else GDN_CP}")  # fmt: skip
+        assumptions += [f"a hybrid's mean layer: attention's exchange x {attention:.3f} of the layers, the {what} mixer's all-to-alls "
+                        f"(Megatron-Core: in before the conv1d and scan, back after; whole on the critical path) x {mixers:.3f}",
+                        KERNELS_UNDER_CP]  # fmt: skip
+    return CP.derivation(inputs, value, assumptions=tuple(assumptions))
 
 
 def dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:

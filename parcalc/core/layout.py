@@ -110,7 +110,8 @@ class Layout(NamedTuple):
         from parcalc.core.pipeline_layout import parse_pipeline_layout
 
         assert self.pipeline_layout is not None
-        return parse_pipeline_layout(self.pipeline_layout, self.pp, layers, mtp_layers)
+        v_shape = self.schedule.v_shape and self.pp > 1  # DualPipeV, ZB-V: the virtual stages in a V (pipeline_layout.V_PLACEMENT)
+        return parse_pipeline_layout(self.pipeline_layout, self.pp, layers, mtp_layers, v_shape)
 
     def degrees_label(self) -> str:
         """'TP 8 x PP 4 x DP 16' (CP with its K/V exchange when cp > 1)."""

@@ -34,6 +34,7 @@ from parcalc.core.activations import (
     SavedTensor,
     _attention_tensors,
 )
+from parcalc.core.hybrid_context import check_mixer_cp
 from parcalc.core.layout import Layout
 from parcalc.core.linear_attention import GatedDeltaNet, chunks
 from parcalc.core.model import TransformerModel
@@ -60,13 +61,13 @@ UT_CHUNK = 64  # fla's chunk (chunk_size=64): A holds each chunk's 64 x 64 inver
 
 def check_linear_memory(model: TransformerModel, par: Layout, recompute: Recompute, *, step_memory: str) -> None:
     """What the gated-DeltaNet memory covers: the textbook sum with TP (SP), PP, DP, ZeRO and EP; recomputation none or
-    full; no context parallelism (the recurrent state passed between CP ranks is not modelled)."""
+    full; context parallelism as Megatron-Core runs it (parcalc.core.hybrid_context: all-to-alls over heads, every tensor
+    1/cp on a rank)."""
     gdn = model.linear_attention
     assert gdn is not None
     refused = [what for what, bad in (
         (f"the {step_memory} step walk (its layers are softmax-attention layers; the textbook sum covers gated DeltaNet)",
          step_memory != "textbook"),
-        ("--cp (the delta rule's state passed between context-parallel ranks is not modelled)", par.cp > 1),
         ("--pipeline-layout (its stages' gated-DeltaNet layers are counted from the even split's layer ranges)",
          par.pipeline_layout is not None),
         ("--recompute selective / op (none or full only)", recompute not in (Recompute.NONE, Recompute.FULL)),
@@ -76,12 +77,11 @@ def check_linear_memory(model: TransformerModel, par: Layout, recompute: Recompu
     for what, value in (("gated-DeltaNet key heads", gdn.key_heads), ("gated-DeltaNet value heads", gdn.value_heads)):
         if value % par.tp:
             raise InputError(f"--tp: {par.tp} does not divide the {what} ({value}); tensor parallelism splits them")
+    check_mixer_cp(model, par.tp, par.cp)  # Megatron-Core's all-to-all CP (parcalc.core.hybrid_context)
 
 
 def linear_layout_reason(par: Layout, recompute: Recompute) -> str | None:
     """Why fit cannot count a gated-DeltaNet hybrid on this layout (None: it can): what check_linear_memory refuses."""
-    if par.cp > 1:
-        return "a gated-DeltaNet hybrid is counted without context parallelism"
     if recompute not in (Recompute.NONE, Recompute.FULL):
         return "a gated-DeltaNet hybrid's recomputation is none or full"
     if par.pipeline_layout is not None:

@@ -27,6 +27,7 @@ from parcalc.core.activations import (
     check_sequence,
 )
 from parcalc.core.expert_parallel import stage_ranges
+from parcalc.core.hybrid_context import MAMBA_CP, check_mixer_cp, mamba_group_repeat
 from parcalc.core.layout import Layout
 from parcalc.core.mamba import ATTENTION, BLOCKS, MAMBA, MLP
 from parcalc.core.model import Norm, TransformerModel
@@ -55,13 +56,13 @@ RSTD_BYTES = 4.0  # the gated norm's rstd is fp32 (layernorm_gated._layer_norm_f
 
 def check_mamba_memory(model: TransformerModel, par: Layout, recompute: Recompute, *, step_memory: str, fp8: bool,
                        offload: bool, recompute_layers: int | None) -> None:  # fmt: skip
-    """What the Mamba-2 memory covers: Megatron-LM's textbook sum, TP (with SP), PP (interleaved too), DP and ZeRO; no
-    context or expert parallelism, no ZeRO-3, no --pipeline-layout, recomputation none or full of every layer, no FP8, no offload."""
+    """What the Mamba-2 memory covers: Megatron-LM's textbook sum, TP (with SP), PP (interleaved too), DP, ZeRO and context
+    parallelism as Megatron-Core runs it (parcalc.core.hybrid_context); no expert parallelism, no ZeRO-3, no --pipeline-layout,
+    recomputation none or full of every layer, no FP8, no offload."""
     mamba = model.mamba
     assert mamba is not None
     refused = [what for what, bad in (
         (f"the {step_memory} step walk (its layers are transformer layers; the textbook sum covers Mamba-2)", step_memory != "textbook"),
-        ("--cp (the SSD's state passed between context-parallel ranks is not modelled)", par.cp > 1),
         ("--ep", par.ep > 1),
         ("ZeRO-3 (its gathered working set is one transformer layer's)", par.zero == 3),
         ("--pipeline-layout", par.pipeline_layout is not None),
@@ -75,13 +76,14 @@ def check_mamba_memory(model: TransformerModel, par: Layout, recompute: Recomput
     for what, value in (("Mamba-2 heads", mamba.heads), ("Mamba-2 groups (n_groups)", mamba.groups)):
         if value % par.tp:
             raise InputError(f"--tp: {par.tp} does not divide the {what} ({value}); Megatron-LM's MambaMixer splits them over TP")
+    check_mixer_cp(model, par.tp, par.cp)
 
 
 def mamba_layout_reason(par: Layout, recompute: Recompute) -> str | None:
     """Why fit cannot time a Mamba-2 hybrid on this layout (None: it can): what the memory leaves out (check_mamba_memory)."""
     for reason, bad in (
         ("a Mamba-2 hybrid's memory is counted without ZeRO-3 (its gathered working set is one transformer layer's)", par.zero == 3),
-        ("a Mamba-2 hybrid is counted without context or expert parallelism", par.cp > 1 or par.ep > 1),
+        ("a Mamba-2 hybrid is counted without expert parallelism", par.ep > 1),
         ("a Mamba-2 hybrid is counted without --pipeline-layout", par.pipeline_layout is not None),
         ("a Mamba-2 hybrid's recomputation is none or full (every layer)", recompute not in (Recompute.NONE, Recompute.FULL)),
     ):  # fmt: skip
@@ -138,12 +140,17 @@ def mamba_tensors(model: TransformerModel, config: ActivationConfig) -> list[Sav
     assert mamba is not None
     e, g = config.activation_bytes, config.linear_input_bytes
     h = model.hidden
+    # under CP the fused scan keeps its input after the all-to-all: a rank holding fewer groups than cp ranks receives
+    # its heads' group repeated (MambaContextParallel.group_repeat_count), so B and C are r times wider per token
+    repeat = mamba_group_repeat(model, config.tp, config.cp) if config.cp > 1 else 1
     out = []
     if model.norm is not Norm.NONE:
         out.append(SavedTensor("norm_input", "block norm input", "token", h, e, "sp", False, f"{KORTHIKANTI_EQ1}: norm input; {TE_LN_LINEAR_SAVES}"))
     out += [
         SavedTensor("in_proj_input", "in_proj input (the norm's output)", "token", h, g, "sp", False, TE_LN_LINEAR_SAVES),
-        SavedTensor("zxbcdt", "in_proj output [z, x, B, C, dt]", "token", mamba.in_proj_width, e, "tp", False, SSD_SAVED),
+        SavedTensor("zxbcdt", "in_proj output [z, x, B, C, dt]" + (f", B and C repeated {repeat}x (CP)" if repeat > 1 else ""), "token",
+                    mamba.in_proj_width + 2 * mamba.groups * mamba.state * (repeat - 1), e, "tp", False,
+                    SSD_SAVED + (f"; {MAMBA_CP}: the scan's input after the all-to-all" if config.cp > 1 else "")),
         SavedTensor("scan_output", "the scan's output before the gate (out_x)", "token", mamba.d_inner, e, "tp", False, SSD_SAVED),
         SavedTensor("gated_norm_input", "gated output y·silu(z), the gated norm's input", "token", mamba.d_inner, e, "tp", False, GATED_NORM),
         SavedTensor("gated_norm_rstd", "gated norm rstd (fp32, one per group)", "token", mamba.groups, RSTD_BYTES, "tp", False, GATED_NORM),

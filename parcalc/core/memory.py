@@ -180,6 +180,17 @@ MTP_PLACEMENT = ("Megatron-LM: the MTP block sits on the last pipeline stage (me
                  "which then holds the embedding too ('if self.pre_process or self.mtp_process: self.embedding = ...')")
 
 
+def head_stage(model: TransformerModel, par: Layout) -> int:
+    """The pipeline rank that holds the final norm, the LM head and the loss: the last; under a --pipeline-layout the rank of
+    its last virtual stage (the L), which in a V (DualPipeV, ZB-V: parcalc.core.pipeline_layout.V_PLACEMENT) is rank 0
+    (deepseek-ai/DualPipe @3da1bbe examples/example_dualpipev.py: rank r holds modules r and 2p - 1 - r (line 137), the loss
+    comes out on rank 0 (line 152)). A V without a layout keeps the head on rank p - 1 here, as fit's search counts it."""
+    if par.pipeline_layout is not None and par.pp > 1:
+        split = par.pipeline_split(model.layers)
+        return int(split.rank_of(len(split.stages) - 1))
+    return par.pp - 1
+
+
 def mtp_stage(model: TransformerModel, par: Layout) -> int:
     """The pipeline stage that holds the MTP modules: the last (MTP_PLACEMENT), or where --pipeline-layout puts its `m`
     (the last chunk of that rank: Megatron-LM validate_layer_layout)."""
@@ -187,7 +198,7 @@ def mtp_stage(model: TransformerModel, par: Layout) -> int:
         rank = par.pipeline_split(model.layers).mtp_rank()
         if rank is not None:
             return int(rank)
-    return par.pp - 1
+    return head_stage(model, par)
 
 
 def mtp_params_per_rank(model: TransformerModel, par: Layout) -> int:
@@ -215,7 +226,7 @@ def _stage_ends(model: TransformerModel, par: Layout, stage: int) -> tuple[int, 
     word = vocab_shard(model, par.tp) * model.hidden
     positions = model.max_seq_len * model.hidden if model.position is Position.LEARNED else 0
     final_norm = model.norm.params_per_channel * model.hidden if model.norm is not Norm.NONE else 0
-    first, last = stage == 0, stage == par.pp - 1
+    first, last = stage == 0, stage == head_stage(model, par)
     embed = word + positions if first else 0
     head = (final_norm if last else 0) + (word if last and (not model.tied_embeddings or par.pp > 1) else 0)
     return embed, head
@@ -261,7 +272,7 @@ def stage_parameters(model: TransformerModel, par: Layout, stage: int) -> Deriva
     if model.vocab:
         word = vocab_shard(model, par.tp) * model.hidden
         embed, head = _stage_ends(model, par, stage)
-        last = stage == par.pp - 1
+        last = stage == head_stage(model, par)
         if embed:
             inputs.append(Term("P_e", "P_embed", r"P_{\mathrm{embed}}", embed, "", "word embeddings (V/t rows) and learned positions"))
             formula, latex, value = formula + " + $P_e", latex + " + $P_e", value + embed
@@ -603,7 +614,7 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
         activations = with_linear_mixers(model, par, config, activations, stage)
     ends = (0, par.pp - 1)  # DualPipe: the first and the last device hold both ends (stage 0 one way, stage p - 1 the other)
     embedding = embedding_activations(model, config, in_flight.value) if (stage == 0 or (dualpipe and stage in ends)) and model.vocab else None
-    output = output_activations(model, config, in_flight.value) if (stage == par.pp - 1 or (dualpipe and stage in ends)) and model.vocab else None
+    output = output_activations(model, config, in_flight.value) if (stage == head_stage(model, par) or (dualpipe and stage in ends)) and model.vocab else None
     mtp = mtp_activations(model, config, in_flight.value) if stage == mtp_stage(model, par) else None
     recompute = recompute_working_set(model, config) if setup.recompute_layers != 0 and model.mamba is None else None
     if model.mamba is not None:

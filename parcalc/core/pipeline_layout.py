@@ -6,7 +6,9 @@ PipelineParallelLayerLayout.parse_str_to_list and validate_layer_layout, NVIDIA/
 @d98e8a64dd): `E` the embedding, `t` a transformer (decoder) layer, `m` a multi-token-prediction
 layer, `L` the loss; `|` ends a virtual stage; `(...)*n` and `x*n` repeat; commas are cosmetic.
 The virtual stages are listed in layer order: virtual stage i runs on pipeline rank i mod p as its
-(i div p)-th model chunk, so p ranks hold v = stages / p chunks each. DeepSeek-V3's recipe
+(i div p)-th model chunk, so p ranks hold v = stages / p chunks each. Under a V schedule (DualPipeV,
+ZB-V) the 2p virtual stages go in a V as torchtitan places them (V_PLACEMENT): rank d runs stage d on
+the way down and stage 2p - 1 - d on the way back. DeepSeek-V3's recipe
 `Et|(tt|)*30mL` on p = 8: 32 virtual stages, v = 4; rank 0 holds the embedding and layers
 0, 15-16, 31-32, 47-48 (7 layers), ranks 1-6 eight each, rank 7 six and the MTP layer and loss.
 
@@ -28,6 +30,9 @@ from parcalc.errors import InputError
 FLAG = "--pipeline-layout"
 SOURCE = ("Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py (@d98e8a64dd): "
           "PipelineParallelLayerLayout.parse_str_to_list, validate_layer_layout")  # fmt: skip
+V_PLACEMENT = ("torchtitan torchtitan/distributed/pipeline_parallel.py @b5bcd76c, _get_pp_rank_to_stage_indices_mapping: style 'v' for "
+               "ScheduleZBVZeroBubble and ScheduleDualPipeV, rank d runs stages d and 2p - 1 - d, asserting stages_per_rank == 2 ('v "
+               "schedules assume 2 stages per rank'); deepseek-ai/DualPipe @3da1bbe dualpipev.py takes any two modules a rank")  # fmt: skip
 LETTERS = "E the embedding, t a transformer layer, m an MTP layer, L the loss, | ends a virtual stage, (...)*n or x*n repeats"
 # Unrolled text longer than this is refused before it is built: a recipe for 1,000 layers on 1,000 stages is ~3,000 letters
 MAX_LETTERS = 1_000_000
@@ -44,19 +49,29 @@ class VirtualStage(NamedTuple):
 
 
 class PipelineSplit(NamedTuple):
-    """A parsed layout over p pipeline ranks: the virtual stages in layer order."""
+    """A parsed layout over p pipeline ranks: the virtual stages in layer order. v_shape: placed in a V (V_PLACEMENT) for
+    DualPipeV and ZB-V, else virtual stage i on rank i mod p (Megatron-LM)."""
 
     text: str
     pp: int
     stages: tuple[VirtualStage, ...]
+    v_shape: bool = False
 
     @property
     def chunks(self) -> int:
-        """Model chunks per rank (Megatron's virtual pipeline size v)."""
+        """Model chunks per rank (Megatron's virtual pipeline size v; 2 in a V)."""
         return len(self.stages) // self.pp
+
+    def rank_of(self, index: int) -> int:
+        """The rank that runs virtual stage `index`: index mod p, or in a V index on the way down and 2p - 1 - index back."""
+        if self.v_shape:
+            return index if index < self.pp else 2 * self.pp - 1 - index
+        return index % self.pp
 
     def rank_chunks(self, rank: int) -> tuple[VirtualStage, ...]:
         """The virtual stages rank `rank` holds, its chunk 0 first."""
+        if self.v_shape:
+            return (self.stages[rank], self.stages[2 * self.pp - 1 - rank])
         return self.stages[rank::self.pp]
 
     def stage_layers(self) -> tuple[int, ...]:
@@ -68,7 +83,7 @@ class PipelineSplit(NamedTuple):
         ranges: list[list[range]] = [[] for _ in range(self.pp)]
         start = 0
         for index, stage in enumerate(self.stages):
-            ranges[index % self.pp].append(range(start, start + stage.layers))
+            ranges[self.rank_of(index)].append(range(start, start + stage.layers))
             start += stage.layers
         return tuple(tuple(r) for r in ranges)
 
@@ -76,7 +91,7 @@ class PipelineSplit(NamedTuple):
         """The rank whose last chunk holds the MTP layers (None: the layout has none)."""
         for index, stage in enumerate(self.stages):
             if stage.mtp:
-                return index % self.pp
+                return self.rank_of(index)
         return None
 
 
@@ -123,10 +138,10 @@ def virtual_stage_count(text: str) -> int:
 
 
 @lru_cache(maxsize=256)
-def parse_pipeline_layout(text: str, pp: int, layers: int, mtp_layers: int | None = 0) -> PipelineSplit:
+def parse_pipeline_layout(text: str, pp: int, layers: int, mtp_layers: int | None = 0, v_shape: bool = False) -> PipelineSplit:
     """The layout `text` over `pp` ranks for a model of `layers` transformer layers and `mtp_layers`
     MTP layers (None: not checked), checked as Megatron-LM checks it (module docstring); InputError
-    names what is wrong."""
+    names what is wrong. v_shape: the stages placed in a V (DualPipeV, ZB-V: exactly 2p of them, V_PLACEMENT)."""
     flat = _letters(text)
     parts = flat.split("|")
     stages = tuple(VirtualStage(part.count("t"), "E" in part, part.count("m"), "L" in part) for part in parts)
@@ -137,6 +152,9 @@ def parse_pipeline_layout(text: str, pp: int, layers: int, mtp_layers: int | Non
         count = f"{len(stages)} virtual stage{'s do' if len(stages) != 1 else ' does'}"
         raise InputError(f"{FLAG}: {count} not split over --pp {pp} (Megatron-LM: the stage count is a multiple of the pipeline "
                          "size; each rank runs stages / pp chunks)")  # fmt: skip
+    if v_shape and len(stages) != 2 * pp:
+        raise InputError(f"{FLAG}: {len(stages)} virtual stages over --pp {pp}; a V schedule runs exactly two a rank, stage d and "
+                         f"2p - 1 - d (2p = {2 * pp}; {V_PLACEMENT})")  # fmt: skip
     letters = flat.replace("|", "")
     if letters.count("E") != 1 or letters[0] != "E":
         raise InputError(f"{FLAG}: the embedding E comes first and once (Megatron-LM validate_layer_layout)")
@@ -151,7 +169,7 @@ def parse_pipeline_layout(text: str, pp: int, layers: int, mtp_layers: int | Non
                          + ("" if mtp_layers else " (it has no multi-token prediction)"))  # fmt: skip
     if mtp and "t" in letters[letters.index("m"):]:
         raise InputError(f"{FLAG}: the MTP layers (m) come after every transformer layer (Megatron-LM validate_layer_layout)")
-    return PipelineSplit(text, pp, stages)
+    return PipelineSplit(text, pp, stages, v_shape)
 
 
 def stage_layers_of_layout(split: PipelineSplit, rank: int) -> Derivation:
@@ -171,10 +189,13 @@ def check_layout_settings(layout: Any, model: Any) -> None:
     from parcalc.core.choices import Schedule
 
     assert layout.pipeline_layout is not None
-    split = parse_pipeline_layout(layout.pipeline_layout, layout.pp, model.layers, getattr(model, "mtp_layers", 0))
+    v_shape = layout.schedule.v_shape and layout.pp > 1  # DualPipeV, ZB-V: two virtual stages a rank in a V (V_PLACEMENT)
+    split = parse_pipeline_layout(layout.pipeline_layout, layout.pp, model.layers, getattr(model, "mtp_layers", 0), v_shape)
     if layout.first_stage_layers is not None or layout.last_stage_layers is not None or layout.embedding_in_split or layout.loss_in_split:
         raise InputError(f"{FLAG}: gives every stage's layers; --first-stage-layers, --last-stage-layers and the embedding / loss "
                          "slots split the stages another way (give one of them)")  # fmt: skip
+    if v_shape:
+        return  # the V's two chunks a rank are the schedule's, not --chunks (parcalc.results.fit_request)
     if layout.chunks != split.chunks:
         raise InputError(f"{FLAG}: {len(split.stages)} virtual stages over --pp {layout.pp} are {split.chunks} chunks per rank, "
                          f"not --chunks {layout.chunks}")  # fmt: skip
@@ -182,13 +203,16 @@ def check_layout_settings(layout: Any, model: Any) -> None:
         raise InputError(f"{FLAG}: {split.chunks} chunks per rank run the interleaved schedule (--schedule interleaved)")
 
 
-def search_reason(text: str, p: int, model: Any, interleaved: bool = True, max_chunks: int | None = None) -> str | None:
+def search_reason(text: str, p: int, model: Any, interleaved: bool = True, max_chunks: int | None = None,
+                  v_shape: bool = False) -> str | None:  # fmt: skip
     """Why `fit --search` cannot run the layout on p pipeline ranks (None: it can). The layout is kept as written: p
     must split its virtual stages (v = stages / p chunks each), interleaving must be allowed for v > 1, every rank must
     hold a transformer layer, and the ranks' layers must be an even split or a first / even middle / last one, the
     splits the search's arrays time (parcalc.core.stages, parcalc.core.fit_search)."""
     from parcalc.core.stages import stage_split
 
+    if v_shape:
+        return f"the search places the {FLAG}'s virtual stages on rank i mod p; a V schedule's layout is timed without --search"
     stages = virtual_stage_count(text)
     if stages % p:
         return f"pp does not split the {FLAG}'s {stages} virtual stages"

@@ -21,22 +21,30 @@ def schedule_reason(layers: int, layout: Any, m: int) -> str | None:
         return None
     if p == 1:
         return f"{schedule.label} is a pipeline schedule: it needs pp > 1"
-    if schedule.v_shape:
-        if layout.pipeline_layout is not None:
-            return (f"{schedule.label} places two stages a device in a V (stage d and 2p - 1 - d); --pipeline-layout places virtual "
-                    "stage i on device i mod p (Megatron-LM)")  # fmt: skip
+    if schedule.v_shape and layout.pipeline_layout is None:  # a layout's 2p virtual stages go in the V (pipeline_layout.V_PLACEMENT)
         if layout.first_stage_layers is not None or layout.last_stage_layers is not None or layout.embedding_in_split or layout.loss_in_split:
-            return f"{schedule.label}'s V splits the layers evenly over 2p chunks; not with an uneven first or last stage"
-        if layers % (2 * p):
+            return (f"{schedule.label}'s V without a layout splits the layers evenly over 2p chunks; not with an uneven first or last "
+                    "stage (write the 2p stages with --pipeline-layout)")  # fmt: skip
+        if layers % (2 * p) and schedule is Schedule.ZB_V:
             return (f"{schedule.label} holds two chunks a device in a V: 2p = {2 * p} must divide the {layers} layers (the "
                     "zero-bubble repository's validate_arguments asserts an even number of layers per stage, zbpp_utils.py @39f2c186)")
+        if layers % (2 * p):
+            return (f"DualPipeV's 2p = {2 * p} stages do not split the {layers} layers evenly; deepseek-ai/DualPipe dualpipev.py "
+                    "takes any two modules a device (torchtitan splits them as evenly as it can): write the 2p stages with "
+                    "--pipeline-layout, which places them in the V")  # fmt: skip
     if schedule is Schedule.DUALPIPEV and m < 2 * p:
         return (f"DualPipeV needs at least 2p = {2 * p} micro-batches (m = {m}; deepseek-ai/DualPipe dualpipev.py asserts "
                 "num_chunks >= num_ranks * 2)")
     if schedule is Schedule.DUALPIPE:
         if layout.pipeline_layout is not None or layout.first_stage_layers is not None or layout.last_stage_layers is not None \
                 or layout.embedding_in_split or layout.loss_in_split:
-            return "DualPipe runs the same p equal stages both ways (device d holds stage d and p - 1 - d); not with an uneven split or a layout"
+            return ("parcalc times DualPipe's p equal stages, run both ways (device d holds stage d and p - 1 - d); not an uneven split "
+                    "or a layout (deepseek-ai/DualPipe dualpipe.py takes any two modules a device: DeepSeek-V3 ran 61 layers on PP 16; "
+                    "DualPipeV's V takes a --pipeline-layout)")  # fmt: skip
+        if layers % p:
+            return (f"parcalc times DualPipe's p equal stages, run both ways: pp = {p} does not divide the {layers} layers "
+                    "(deepseek-ai/DualPipe dualpipe.py takes any two modules a device: DeepSeek-V3 ran 61 layers on PP 16; "
+                    "DualPipeV's V takes a --pipeline-layout)")  # fmt: skip
         if p % 2 or m % 2 or m < 2 * p:
             return (f"DualPipe needs p even and an even m of at least 2p (p = {p}, m = {m}; deepseek-ai/DualPipe dualpipe.py asserts "
                     "num_ranks % 2 == 0 and num_chunks % 2 == 0 and num_chunks >= num_ranks * 2)")

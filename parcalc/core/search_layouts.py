@@ -152,7 +152,8 @@ def _layout_reason(model: TransformerModel, p: int, space: SearchSpace) -> str |
     from parcalc.core.pipeline_layout import search_reason
 
     assert space.pipeline_layout is not None
-    return search_reason(space.pipeline_layout, p, model, space.interleaved, space.max_chunks)
+    v_shape = space.schedule is not None and space.schedule.v_shape  # a V's layout is placed otherwise (pipeline_layout.V_PLACEMENT)
+    return search_reason(space.pipeline_layout, p, model, space.interleaved, space.max_chunks, v_shape)
 
 
 def _slot_split_fits(layers: int, p: int, space: SearchSpace) -> bool:

@@ -119,6 +119,8 @@ def pipeline_layout_chunks(text: str | None, pp: int, schedule: Schedule, chunks
     from parcalc.core.pipeline_layout import virtual_stage_count
 
     stages = virtual_stage_count(text)
+    if chunks is None and schedule.v_shape:  # DualPipeV, ZB-V: the V's two stages a device are the schedule's, not chunks
+        return schedule, 1
     v = chunks if chunks is not None else max(1, stages // pp)
     return (Schedule.INTERLEAVED if v > 1 and schedule is Schedule.ONE_F_ONE_B else schedule), v
 

@@ -69,21 +69,49 @@ def cp_call_bytes(model: TransformerModel, work: Workload, par: Layout, recomput
             ("dO in; dQ, dK, dV back", "backward", Collective.ALL_TO_ALL, backward))  # fmt: skip
 
 
+def mixer_call_bytes(model: TransformerModel, work: Workload, par: Layout, recompute: bool = False
+                     ) -> tuple[tuple[str, str, Collective, dict[float, int]], ...]:  # fmt: skip
+    """cp_call_bytes for one recurrent-mixer layer of a hybrid (Mamba-2, gated DeltaNet): Megatron-Core's all-to-alls over
+    heads, forward (replayed by full recomputation) and their transposes backward (parcalc.core.hybrid_context)."""
+    from parcalc.core.hybrid_context import mixer_a2a_buffers
+
+    buffers = mixer_a2a_buffers(model, work.micro_batch, work.seq_len, par.tp, par.cp, work.bytes_per_element)
+    if not buffers:
+        return ()
+    sizes: dict[float, int] = {}
+    for _, size in buffers:
+        sizes[size] = sizes.get(size, 0) + 1
+    what = "Mamba-2" if model.mamba is not None else "gated-DeltaNet"
+    repeat = 2 if recompute else 1
+    return ((f"{what} mixer: heads in, output back", "forward", Collective.ALL_TO_ALL, {k: v * repeat for k, v in sizes.items()}),
+            (f"{what} mixer: gradients (transposed)", "backward", Collective.ALL_TO_ALL, dict(sizes)))  # fmt: skip
+
+
 def context_parallel_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options,
                           layers: tuple[int, ...], micro_batches: int) -> None:  # fmt: skip
-    """Every context-parallel exchange of one iteration, per pipeline stage (its layers x micro-batches)."""
+    """Every context-parallel exchange of one iteration, per pipeline stage (its layers x micro-batches); a hybrid's
+    attention layers run attention's exchange, its recurrent mixers their all-to-alls (mixer_call_bytes)."""
     if par.cp < 2:
         return
+    from parcalc.core.comm.tensors import stage_ranges
+    from parcalc.core.hybrid_context import exchanging_layers
+
     calls = cp_call_bytes(model, work, par, opts.recompute)
+    mixers = mixer_call_bytes(model, work, par, opts.recompute)
+    ranges = stage_ranges(model.layers, par)
     for stage, held in enumerate(layers):
         groups = [Group(rank_of(par, t, d, stage, 0), rank_of(par, t, d, stage, par.cp - 1)) for t in range(par.tp) for d in range(par.dp)]
         label = f"stage {stage}" if par.pp > 1 else ""
-        n = held * micro_batches
-        for purpose, phase, op, sizes in calls:
-            p2p = op is Collective.POINT_TO_POINT
-            b.add(dimension="cp", purpose=purpose, phase=phase, op=op, group_size=2 if p2p else par.cp,
-                  call_bytes={size: count * n for size, count in sizes.items()}, groups=groups, stages=label,
-                  direction=f"c → c+1 (ring of {par.cp})" if p2p else "", roles=((stage, True),))  # fmt: skip
+        counts = [exchanging_layers(model, r.start, r.stop) for r in ranges[stage]] if mixers else [(held, 0)]
+        attention, recurrent = sum(a for a, _ in counts), sum(m for _, m in counts)
+        for kind_calls, n in ((calls, attention * micro_batches), (mixers, recurrent * micro_batches)):
+            if not n:
+                continue
+            for purpose, phase, op, sizes in kind_calls:
+                p2p = op is Collective.POINT_TO_POINT
+                b.add(dimension="cp", purpose=purpose, phase=phase, op=op, group_size=2 if p2p else par.cp,
+                      call_bytes={size: count * n for size, count in sizes.items()}, groups=groups, stages=label,
+                      direction=f"c → c+1 (ring of {par.cp})" if p2p else "", roles=((stage, True),))  # fmt: skip
 
 
 def cp_sent_per_layer(model: TransformerModel, work: Workload, par: Layout, phase: str, recompute: bool = False) -> float:
@@ -131,6 +159,34 @@ def cp_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Opt
     return out
 
 
+def mixer_cp_headlines(model: TransformerModel, work: Workload, par: Layout) -> list[Derivation]:
+    """Bytes one device sends per recurrent-mixer layer per micro-batch, forward and backward alike, in closed form:
+    (cp - 1)/cp of each all-to-all's buffer b (s/cp) w e (parcalc.core.hybrid_context); [] for other models."""
+    from parcalc.core.hybrid_context import GDN_CP, MAMBA_CP, mixer_a2a_widths, mixer_cp_sent
+
+    widths = mixer_a2a_widths(model, par.tp, par.cp)
+    if not widths:
+        return []
+    cp = par.cp
+    width = sum(w for _, w in widths)
+    mamba = model.mamba is not None
+    what = "Mamba-2" if mamba else "gated-DeltaNet"
+    text = ("(2 d_inner + H) / t + 2 N max(G / t, cp) + d_inner / t" if mamba
+            else "(2 key_dim + 2 value_dim + 2 H_v) / t + value_dim / t")  # fmt: skip
+    inputs = (term("cp", "cp", r"c_p", cp, "", "context-parallel ranks"),
+              term("b", "b", "b", work.micro_batch, "", "micro-batch (sequences)"),
+              term("s", "s", "s", work.seq_len, "", "sequence length (tokens)"),
+              term("w", "w", "w", width, "", f"elements per token of a rank's shard its all-to-alls carry, in and back: {text} "
+                   f"({', '.join(f'{k} {v:g}' for k, v in widths)})", MAMBA_CP if mamba else GDN_CP),
+              term("e", "e", "e", work.bytes_per_element, "B", "bytes per activation element"))
+    value = mixer_cp_sent(model, work.micro_batch, work.seq_len, par.tp, cp, work.bytes_per_element)
+    return [headline(f"cp_mixer_{phase}_sent", f"CP bytes one device sends per {what} layer per micro-batch, {phase}", f"S_mix,{phase[0]}",
+                     rf"S_{{\mathrm{{mix,{phase[0]}}}}}", "($cp - 1) / $cp × $b × $s / $cp × $w × $e",
+                     r"\frac{$cp - 1}{$cp} $b \frac{$s}{$cp} $w $e", inputs, value,
+                     f"{MAMBA_CP if mamba else GDN_CP}" + ("" if phase == "forward" else "; backward: each all-to-all's transpose"))
+            for phase in ("forward", "backward")]  # fmt: skip
+
+
 def cp_assumptions(model: TransformerModel, par: Layout, opts: Options) -> list[str]:
     if par.cp < 2:
         return []
@@ -142,4 +198,8 @@ def cp_assumptions(model: TransformerModel, par: Layout, opts: Options) -> list[
         out.append(f"grouped-query attention: K and V are {model.kv_heads} of {model.heads} heads wide, so are the exchanged blocks")
     if opts.recompute:
         out.append("full recomputation repeats each layer's forward context-parallel exchange before its backward")
+    if model.mamba is not None or model.linear_attention is not None:
+        out.append("a hybrid's recurrent mixers pass no state between CP ranks: Megatron-Core swaps the sequence split for a head "
+                   "split with all-to-alls around the conv1d and the scan, and back (parcalc.core.hybrid_context); only its "
+                   "attention layers run the exchange above")  # fmt: skip
     return out

@@ -4,7 +4,7 @@ rows, merge the rows that differ only in their stage, and derive the headlines."
 from collections.abc import Sequence
 
 from parcalc.core.collectives import Collective
-from parcalc.core.comm.context import context_parallel_rows, cp_assumptions, cp_headlines
+from parcalc.core.comm.context import context_parallel_rows, cp_assumptions, cp_headlines, mixer_cp_headlines
 from parcalc.core.comm.data_parallel import (
     data_parallel_rows,
     dp_assumptions,
@@ -54,6 +54,10 @@ def validate(model: TransformerModel, work: Workload, par: Layout) -> int:
         from parcalc.core.context import check_context_parallel
 
         check_context_parallel(model, work.seq_len, par)
+        if model.linear_attention is not None:  # the gated-DeltaNet mixers' all-to-alls over heads (Megatron-Core)
+            from parcalc.core.hybrid_context import check_mixer_cp
+
+            check_mixer_cp(model, par.tp, par.cp)
     for flag, size in (("--dtype", work.bytes_per_element), ("--grad-dtype", work.grad_bytes_per_element)):
         if not size > 0:
             raise InputError(f"{flag}: bytes per element must be positive, got {size}")
@@ -252,7 +256,7 @@ def _headlines(model: TransformerModel, work: Workload, par: Layout, opts: Optio
     if par.tp > 1:
         out += tp_headlines(model, shard, par, opts, layers, s, micro_batches)
     if par.cp > 1:
-        out += cp_headlines(model, work, par, opts)
+        out += cp_headlines(model, work, par, opts) + mixer_cp_headlines(model, work, par)
     if par.pp > 1:
         out.append(pp_headline(model, shard, par, s))
     return tuple(out)

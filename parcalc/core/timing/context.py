@@ -17,6 +17,11 @@ Overlap, stated:
   parcalc counts them whole on the critical path (TE overlaps the all-gather of one chunk with the
   other chunk's attention in part; not modelled).
 Full recomputation replays the forward exchange before the backward.
+
+A hybrid model (Nemotron-H's Mamba-2, Qwen3-Next's gated DeltaNet): its attention layers exchange as above, its recurrent
+mixers run Megatron-Core's all-to-alls over heads (parcalc.core.hybrid_context), whole on the critical path (the scan
+needs their output, out_proj the swap back), and Nemotron-H's MLP blocks nothing; the step model's mean layer carries
+each exchange by its layers' share (hybrid_cp_layer_time).
 """
 
 from __future__ import annotations
@@ -63,3 +68,28 @@ def cp_layer_time(model: Any, micro_batch: int, seq_len: int, layout: Layout, el
     one_pass = 2 * a2a_q + 2 * a2a_kv
     total = replay * one_pass + one_pass
     return total, total
+
+
+def hybrid_cp_layer_time(model: Any, micro_batch: int, seq_len: int, layout: Layout, element_bytes: float, attention_forward: float,
+                         attention_backward: float, recompute: Any, gpus_per_node: int, fabric: Any) -> tuple[float, float]:  # fmt: skip
+    """(exchange time, exposed time) of the mean layer of a hybrid model for one micro-batch, seconds: an attention layer's
+    exchange (cp_layer_time, against one attention layer's kernels: the mean layer's `attention_forward` / `_backward` over
+    the attention layers' share) times that share, plus the recurrent mixer's all-to-alls times the mixers' share."""
+    from parcalc.core.hybrid_context import layer_shares, mixer_a2a_buffers
+    from parcalc.core.timing.network import collective_time, placement
+
+    if layout.cp <= 1:
+        return 0.0, 0.0
+    attention_share, mixer_share = layer_shares(model)
+    total = exposed = 0.0
+    if attention_share > 0:
+        t, x = cp_layer_time(model, micro_batch, seq_len, layout, element_bytes, attention_forward / attention_share,
+                             attention_backward / attention_share, recompute, gpus_per_node, fabric)  # fmt: skip
+        total, exposed = attention_share * t, attention_share * x
+    if mixer_share > 0:
+        group = placement(layout.cp, layout.tp, gpus_per_node)
+        buffers = mixer_a2a_buffers(model, micro_batch, seq_len, layout.tp, layout.cp, element_bytes)
+        one_pass = sum(collective_time(Collective.ALL_TO_ALL, size, group, fabric).time for _, size in buffers)
+        mixer = (2 if recompute is Recompute.FULL else 1) * one_pass + one_pass  # forward (replayed), then the backward's transposes
+        total, exposed = total + mixer_share * mixer, exposed + mixer_share * mixer
+    return total, exposed

@@ -53,11 +53,11 @@ ATTENTION_MIXER = ("qkv", "q_norm", "k_norm", "qk_norm", "rope", "attn", "proj")
 
 
 def check_kernel_set(shard: LayerShard) -> None:
-    """Qwen3-Next trains with flash-linear-attention's Triton kernels; eager, compiled and Hugging Face sets are not listed."""
+    """Qwen3-Next trains with flash-linear-attention's Triton kernels; eager, compiled and Hugging Face sets are not listed.
+    Under context parallelism the shard is s/cp tokens with heads / t, the same work as Megatron-Core's delta rule on s
+    tokens with heads / (t cp) (parcalc.core.hybrid_context.KERNELS_UNDER_CP)."""
     if shard.eager or shard.compiled or shard.hf:
         raise InputError("--kernels: a gated-DeltaNet hybrid is timed with fused kernels (--kernels fused) only")
-    if shard.cp > 1:
-        raise InputError("--cp: the delta rule's state passed between context-parallel ranks is not modelled")
 
 
 Product = tuple[int, int, int]  # (m, k, n) of one [m x k]·[k x n] per group

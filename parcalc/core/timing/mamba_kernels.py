@@ -41,11 +41,11 @@ MAMBA_KERNELS_SOURCE = (
 
 
 def check_kernel_set(shard: LayerShard) -> None:
-    """Nemotron-H trains under Megatron-LM's fused kernels; eager, compiled and Hugging Face kernel sets are not listed."""
+    """Nemotron-H trains under Megatron-LM's fused kernels; eager, compiled and Hugging Face kernel sets are not listed.
+    Under context parallelism the shard is s/cp tokens with heads / t, the same work as Megatron-Core's conv1d and scan on
+    s tokens with heads / (t cp) (parcalc.core.hybrid_context.KERNELS_UNDER_CP)."""
     if shard.eager or shard.compiled or shard.hf:
         raise InputError("--kernels: a Mamba-2 hybrid is timed with Megatron-LM's fused kernels (--kernels fused) only")
-    if shard.cp > 1:
-        raise InputError("--cp: the SSD's state passed between context-parallel ranks is not modelled")
 
 
 def mamba_block(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
