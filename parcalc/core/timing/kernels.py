@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from parcalc.core.hardware import Gpu, KernelRates, KindEfficiency, Sourced
-from parcalc.core.timing.attention_tiles import AttentionShape, tiled_attention_time
 from parcalc.core.timing.fp8_quantise import (  # noqa: F401 - the recipes re-exported where callers found them
     FP8_RECIPE_SOURCE,
     FP8_RECIPES,
@@ -37,6 +36,9 @@ from parcalc.core.timing.fp8_quantise import (  # noqa: F401 - the recipes re-ex
 )
 from parcalc.core.timing.gemm_tiles import TiledGemm, tiled_gemm_choice
 from parcalc.core.timing.sm_contention import linear_stretch, persistent_stretch
+
+if TYPE_CHECKING:
+    from parcalc.core.timing.attention_tiles import AttentionShape
 
 GENERIC = "parcalc's generic assumption for a GPU without measured kernel data (see docs/step-time.md)"
 # Used only for GPUs whose preset has no `kernels` section; each figure is stated as an assumption.
@@ -216,6 +218,8 @@ def flash_attention(key: str, flops: float, traffic: float, backward: bool, spec
     rate = spec.attention_peak * spec.kernels.attention_share(head_dim, backward).value
     by_tiles = spec.kernels.attention_tiles
     if by_tiles is not None and tiles is not None and flops:
+        from parcalc.core.timing.attention_tiles import tiled_attention_time  # only a preset timed by tiles: start-up
+
         rate = flops / tiled_attention_time(tiles, by_tiles, rate, backward, spec.sms, FLASH_BACKWARD_FLOPS)
     return _roofline(key, "attention", flops, traffic, rate, spec, shape)
 
