@@ -124,6 +124,14 @@ def _gpu_rows(gpu: Gpu) -> list[tuple[object, ...]]:
         rows += [_row(f"kernels.matmul.{dtype}", share) for dtype, share in kernels.matmul]
         rows.append(("kernels.tile", f"{kernels.tile_m} x {kernels.tile_n}", "", kernels.tile_source))
         rows += [_row(f"kernels.{name}", getattr(kernels, name)) for name in ("memory", "attention_forward", "attention_backward", "launch")]
+        # fused attention measured by head dimension (attention_by_head_dim: it decides where given) and timed by its
+        # tiles (attention_tiles, parcalc.core.timing.attention_tiles: t0 a tile's fixed cost); short names: 80 columns
+        for dim, forward, backward in kernels.attention_by_head_dim:
+            rows += [_row(f"kernels.attention.d{dim}.fwd", forward), _row(f"kernels.attention.d{dim}.bwd", backward)]
+        if kernels.attention_tiles is not None:
+            tiles = kernels.attention_tiles
+            rows += [("kernels.attention.tile", tiles.tile, "rows", tiles.source), _row("kernels.attention.t0.fwd", tiles.forward_overhead),
+                     _row("kernels.attention.t0.bwd", tiles.backward_overhead)]  # fmt: skip
     if gpu.power_limit is not None:
         rows.append(_row("power_limit", gpu.power_limit))
     # the Tensor Core share at each board power limit (parcalc.core.power)
