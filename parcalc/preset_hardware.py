@@ -162,7 +162,7 @@ def _attention_tiles(node: PresetDoc, sources: Mapping[str, str]) -> Any:
         value = parse_quantity(block.data[name], Dimension.TIME, f"{block.path}: key 'attention_tiles.{name}'")
         if not 0 <= value < 1e-3:
             raise block.error(name, f"a tile's fixed cost in [0, 1 ms), got {shown(block.data.get(name))}")
-        overheads.append(Sourced(value, "s", source))
+        overheads.append(value)
     return AttentionTiles(block.integer("tile"), overheads[0], overheads[1], source)
 
 

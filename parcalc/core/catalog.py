@@ -130,8 +130,8 @@ def _gpu_rows(gpu: Gpu) -> list[tuple[object, ...]]:
             rows += [_row(f"kernels.attention.d{dim}.fwd", forward), _row(f"kernels.attention.d{dim}.bwd", backward)]
         if kernels.attention_tiles is not None:
             tiles = kernels.attention_tiles
-            rows += [("kernels.attention.tile", tiles.tile, "rows", tiles.source), _row("kernels.attention.t0.fwd", tiles.forward_overhead),
-                     _row("kernels.attention.t0.bwd", tiles.backward_overhead)]  # fmt: skip
+            rows += [("kernels.attention.tile", tiles.tile, "rows", tiles.source), ("kernels.attention.t0.fwd", tiles.forward_overhead, "s", tiles.source),
+                     ("kernels.attention.t0.bwd", tiles.backward_overhead, "s", tiles.source)]  # fmt: skip
     if gpu.power_limit is not None:
         rows.append(_row("power_limit", gpu.power_limit))
     # the Tensor Core share at each board power limit (parcalc.core.power)

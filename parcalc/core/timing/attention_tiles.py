@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 from functools import lru_cache
 
-from parcalc.core.hardware import Sourced
 from parcalc.frozen import frozen
 
 # Above this many tiles per SM the schedule is taken as fluid: the last wave's share of the time is under
@@ -39,9 +38,9 @@ class AttentionTiles:
     """How a GPU's fused attention kernel splits its work (`kernels.attention_tiles` of the preset)."""
 
     tile: int  # query rows per thread block, and key/value columns per block it walks
-    forward_overhead: Sourced  # t_0 of a forward tile, seconds
-    backward_overhead: Sourced  # t_0 of a backward tile, seconds
-    source: str
+    forward_overhead: float  # t_0 of a forward tile, seconds
+    backward_overhead: float  # t_0 of a backward tile, seconds
+    source: str  # of all three (plain numbers: core.hardware, which holds this, is not imported back)
 
 
 @frozen
@@ -70,7 +69,7 @@ def tiled_attention_time(shape: AttentionShape, tiles: AttentionTiles, block_rat
     fluid rate the preset's share gives) and each tile with its fixed cost."""
     block_flops = 2.0 * tiles.tile**2 * shape.dims * (backward_flops if backward else 1.0)
     block_time = block_flops / (block_rate / sms)
-    overhead = (tiles.backward_overhead if backward else tiles.forward_overhead).value
+    overhead = tiles.backward_overhead if backward else tiles.forward_overhead
     return block_time * _makespan_blocks(shape, tiles.tile, round(overhead / block_time, 6), sms)
 
 
