@@ -34,10 +34,13 @@ python3 -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade -e ".[test,lint]" "torch==2.13.0"
 .venv/bin/ruff check parcalc tests benchmarks
 .venv/bin/mypy
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# pytest-xdist: one worker a core, at most 4 (each worker imports PyTorch and runs its own gloo ranks and
+# compilations: 4 fit in CI's 24 GiB); PARCALC_TEST_WORKERS=0 runs in this process (a debugger, pdb).
+workers="${PARCALC_TEST_WORKERS:-$(( $(nproc) < 4 ? $(nproc) : 4 ))}"
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" "$@"
 
 # 2. The lowest versions it allows (uv's lowest-direct resolution: every direct dependency at its floor,
-#    typer 0.16, rich 13.0, jinja2 3.1.0, pyyaml 6.0, markdown-it-py 2.2, numpy 1.24): the tests that
+#    typer 0.16, rich 13.0, jinja2 3.1.0, pyyaml 6.0, markdown-it-py 2.2, numpy 1.24, pytest 8.0, pytest-xdist 3.5): the tests that
 #    parse flags, render and read files, where those versions differ. Not when arguments pick tests.
 #    docs/cli.md is generated with the newest typer and rich (its snapshot test is left out here).
 if [ "$#" -eq 0 ] && [ -z "${PARCALC_SKIP_LOWEST:-}" ]; then
@@ -46,8 +49,8 @@ if [ "$#" -eq 0 ] && [ -z "${PARCALC_SKIP_LOWEST:-}" ]; then
     .venv/bin/python -m uv pip install -q --python .venv-lowest/bin/python --resolution lowest-direct -e ".[test]"
     .venv-lowest/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
     echo "lowest versions: $(.venv/bin/python -m uv pip list --python .venv-lowest/bin/python 2>/dev/null \
-        | grep -E '^(typer|click|rich|jinja2|pyyaml|markdown-it-py|numpy) ' | tr -s ' ' | paste -sd, -)"
-    .venv-lowest/bin/python -m pytest -q -p no:cacheprovider -m "not slow" \
+        | grep -E '^(typer|click|rich|jinja2|pyyaml|markdown-it-py|numpy|pytest|pytest-xdist) ' | tr -s ' ' | paste -sd, -)"
+    .venv-lowest/bin/python -m pytest -q -p no:cacheprovider -n "$workers" -m "not slow" \
         --deselect tests/test_docs_cli.py::test_cli_reference_is_up_to_date \
         tests/test_help.py tests/test_flags.py tests/test_cli_foundation.py tests/test_cli_comm.py tests/test_cli_memory.py \
         tests/test_cli_fit.py tests/test_cli_flops.py tests/test_cli_bubble.py tests/test_hardening_files.py \

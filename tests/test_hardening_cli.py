@@ -12,6 +12,7 @@ from typing import ClassVar
 import pytest
 
 from parcalc.cli import app
+from parcalc.errors import shown
 
 GPU = ["--gpu", "a100-sxm4-80gb"]
 MODEL = ["--model", "homework-7b"]
@@ -577,6 +578,6 @@ def test_report_refuses_a_format_its_output_file_contradicts(runner, tmp_path) -
     """`report question1 --format latex -o answers.md` wrote LaTeX into a .md file, exit 0 (fit, memory, ... refuse it)."""
     target = tmp_path / "answers.md"
     line = _one_error_line(runner.invoke(app, ["report", "question1", "--format", "latex", "-o", str(target)]))
-    assert line == (f"Error: --format latex and -o '{target}' disagree: -o's extension asks for markdown; drop --format, or name "
+    assert line == (f"Error: --format latex and -o {shown(str(target))} disagree: -o's extension asks for markdown; drop --format, or name "
                     "the file for latex")  # fmt: skip
     assert not target.exists()
