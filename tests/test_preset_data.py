@@ -106,6 +106,37 @@ def test_every_source_is_non_empty(category: Category, key: str) -> None:
         assert value.value > 0, f"{path}: {dotted}"
 
 
+# issue 31: `presets show` of the hardware people buy now gives every number with a unit and a source
+ISSUE_31_GPUS = ("gb200", "b300", "mi325x", "mi355x")
+TEXT_FIELDS = {"name", "vendor", "architecture"}
+
+
+@pytest.mark.parametrize("key", ISSUE_31_GPUS)
+def test_presets_show_gives_every_number_a_unit_and_a_source(key: str) -> None:
+    """Every row of `presets show KEY --format json` but the three text fields: a unit (counts say what they count: SMs
+    or AMD's CUs, FMA per clock per SM or CU; the tile in elements, the node in GPUs and NICs) and its source's text.
+    Before session 20 sms, fma_per_clock_per_sm, kernels.tile and node carried no unit."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from parcalc.cli import app
+
+    result = CliRunner().invoke(app, ["presets", "show", key, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["tables"]["fields"]["rows"]
+    numbers = [row for row in rows if row["field"] not in TEXT_FIELDS]
+    assert len(numbers) >= 20, [row["field"] for row in numbers]  # every preset of the four has 20-40 such rows
+    for row in numbers:
+        assert row["unit"].strip(), (key, row["field"], row["value"])
+        assert " " in row["source"].strip(), (key, row["field"], row["source"])  # the source's text, not a bare key
+    by_field = {row["field"]: row for row in rows}
+    core = "CU" if load_gpu(key).vendor == "AMD" else "SM"
+    assert by_field["sms"]["unit"] == f"{core}s" and by_field["kernels.tile"]["unit"] == "elements"
+    assert all(row["unit"] == f"FMA/clock/{core}" for row in numbers if row["field"].endswith("fma_per_clock_per_sm"))
+    assert by_field["board_power"]["unit"] == "W" and by_field["bf16.dense_peak"]["unit"] == "FLOP/s"
+
+
 @pytest.mark.parametrize("key", GPUS)
 def test_gpu_conventions(key: str) -> None:
     gpu = load_gpu(key)

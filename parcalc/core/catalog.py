@@ -112,17 +112,21 @@ def _sourced_rows(preset: Any, names: Sequence[str]) -> list[tuple[object, ...]]
 
 
 def _gpu_rows(gpu: Gpu) -> list[tuple[object, ...]]:
+    # counts carry no unit in base units; here each says what it counts (AMD's compute units stand in the SM fields)
+    core = "CU" if gpu.vendor == "AMD" else "SM"
+    count_units = {"sms": f"{core}s", "fma_per_clock_per_sm": f"FMA/clock/{core}"}
     rows = _sourced_rows(gpu, ("sms", "boost_clock", "memory_capacity", "memory_bandwidth", "nvlink_bandwidth", "board_power"))
+    rows = [(name, value, unit or count_units.get(str(name), ""), source) for name, value, unit, source in rows]
     rows[1:1] = [("vendor", gpu.vendor, "", ""), ("architecture", gpu.architecture, "", "")]
     for dtype, rates in gpu.dtypes.items():
         for name in ("fma_per_clock_per_sm", "dense_peak", "sparse_peak"):
             value = getattr(rates, name)
             if value is not None:
-                rows.append(_row(f"{dtype}.{name}", value))
+                rows.append((f"{dtype}.{name}", value.value, value.unit or count_units.get(name, ""), value.source))
     kernels = gpu.kernels
     if kernels is not None:  # the shares of the peaks the step-time model uses (parcalc.core.timing.compute)
         rows += [_row(f"kernels.matmul.{dtype}", share) for dtype, share in kernels.matmul]
-        rows.append(("kernels.tile", f"{kernels.tile_m} x {kernels.tile_n}", "", kernels.tile_source))
+        rows.append(("kernels.tile", f"{kernels.tile_m} x {kernels.tile_n}", "elements", kernels.tile_source))
         rows += [_row(f"kernels.{name}", getattr(kernels, name)) for name in ("memory", "attention_forward", "attention_backward", "launch")]
         # fused attention measured by head dimension (attention_by_head_dim: it decides where given) and timed by its
         # tiles (attention_tiles, parcalc.core.timing.attention_tiles: t0 a tile's fixed cost); short names: 80 columns
@@ -138,7 +142,7 @@ def _gpu_rows(gpu: Gpu) -> list[tuple[object, ...]]:
     rows += [(f"power_curve.{point.watts:g}W", point.tensor_scale, "fraction", point.source) for point in gpu.power_curve]
     if gpu.node is not None:
         node = gpu.node
-        rows.append(("node", f"{node.gpus} GPUs, {node.intra_link} inside, {node.nics} x {node.inter_link}", "", node.source))
+        rows.append(("node", f"{node.gpus} GPUs, {node.intra_link} inside, {node.nics} x {node.inter_link}", "GPUs, NICs", node.source))
     return rows
 
 
