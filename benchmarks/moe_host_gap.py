@@ -40,7 +40,8 @@ as without overlap, the layer's kernels only: no optimizer, data-parallel or pip
 What it gives (session 15): the per-expert quantisations are 64 launches per MoE layer and micro-batch on the Blackwell
 rows (16 local experts, MXFP8) and 96 on the H100 FP8 row (8, current scaling): 0.44-1.90 ms and 0.66-2.85 ms at the
 two prices, against gaps of 5.6-6.1 ms and 3.7 ms. Every launch of the layer at the HF price, through the sync-cut host
-model, gives 5.64 ms on the B200 (host-bound: the launches' host time; measured 9.18) and 7.83 ms on the GB200 (measured
+model, gives 5.64 ms on the B200 (host-bound: the launches' host time; measured 9.18; 5.75 ms and 195 launches
+with the all-to-all's sort, session 20) and 7.83 ms on the GB200 (measured
 14.36, where its GPU work would hide most of the host). The GB200's gap, the same per micro-batch at four times the
 tokens, is as if the host's time added to the GPU's, which the host model produces only where the GPU waits at syncs
 that the sources do not show in the backward. So the mechanism is not sourced well enough to land: see the report.

@@ -45,15 +45,31 @@ def test_the_row_session_12_found_no_longer_fits(run_json) -> None:
     assert total == pytest.approx(128.5, abs=0.1)
 
 
+MIXTRAL = ("--model", "mixtral-8x7b", "--gpu", "h100-sxm5", "--framework", "fsdp2")
+
+
+def _flags(row: dict) -> list[str]:
+    return [*MIXTRAL, "--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--cp", str(row["cp"]), "--ep", str(row["ep"]),
+            "--zero", str(row["zero"]), "--shard-group", str(row["shard_group"]), "--micro-batch", str(row["micro_batch"]),
+            "--micro-batches", str(row["micro_batches"]), *(["--sequence-parallel"] if row["sequence_parallel"] else [])]  # fmt: skip
+
+
 def test_the_search_shards_experts_as_memory_does(run_json) -> None:
-    """fit --search's expert states (parcalc.core.fit_search) follow the same rule: its fastest fitting row for Mixtral
-    8x7B on 64 H100 carries the memory `memory` gives for that row's flags (session 12's top row, EP 1 with a shard group of
-    16 at 55.04 GiB, no longer fits)."""
-    common = ("--model", "mixtral-8x7b", "--gpu", "h100-sxm5", "--framework", "fsdp2")
-    top = run_json("fit", *common, "--gpus", "64", "--search")["tables"]["top"]["rows"]
+    """fit --search's expert states (parcalc.core.fit_search) follow the same rule: its fastest fitting one-stage row for
+    Mixtral 8x7B on 64 H100 carries the memory `memory` gives for that row's flags (session 12's top row, EP 1 with a shard
+    group of 16 at 55.04 GiB, no longer fits). One stage: the pipelined rows' memory is another rule (the xfail below); the
+    top row was one-stage until session 20, when the all-to-all's sort (parcalc.core.timing.moe) slowed the EP 2 rows and
+    a PP 2 row (EP 8, one expert a rank: no sort) came first."""
+    top = run_json("fit", *MIXTRAL, "--gpus", "64", "--search")["tables"]["top"]["rows"]
     assert not [r for r in top if r["ep"] == 1 and r["shard_group"] > 8 and r["zero"] == 3]
-    row = top[0]
-    flags = [*common, "--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--cp", str(row["cp"]), "--ep", str(row["ep"]),
-             "--zero", str(row["zero"]), "--shard-group", str(row["shard_group"]), "--micro-batch", str(row["micro_batch"]),
-             "--micro-batches", str(row["micro_batches"]), *(["--sequence-parallel"] if row["sequence_parallel"] else [])]  # fmt: skip
-    assert row["memory"] == pytest.approx(run_json("memory", *flags)["results"]["total"]["value"], rel=1e-6)
+    row = next(r for r in top if r["pp"] == 1)
+    assert row["memory"] == pytest.approx(run_json("memory", *_flags(row))["results"]["total"]["value"], rel=1e-6)
+
+
+@pytest.mark.xfail(strict=True, reason="fit --search gives the PP 2 row (TP 1, CP 8, EP 8, ZeRO-3, S 16, 16 micro-batches) "
+                                       "79.96 GiB where `memory` gives 77.99 GiB (textbook sum: the fsdp2 step walk does not "
+                                       "cover pipelines); the same on 03aa8c4, found in session 20 when the row became the top one")  # fmt: skip
+def test_the_search_matches_memory_on_its_top_pipelined_row(run_json) -> None:
+    top = run_json("fit", *MIXTRAL, "--gpus", "64", "--search")["tables"]["top"]["rows"]
+    row = next(r for r in top if r["pp"] > 1)
+    assert row["memory"] == pytest.approx(run_json("memory", *_flags(row))["results"]["total"]["value"], rel=1e-6)

@@ -735,10 +735,18 @@ def moe_kernels(model: Any, shard: Any, spec: Any, experts: ExpertShard) -> tupl
     m_e = max(math.ceil(rows), 1)
     width = max(moe.expert_ffn_hidden // experts.etp, 1)
     gated = model.mlp.gated
+    # the all-to-all delivers the received copies in source-rank order; with several local experts they are sorted into
+    # expert order after it and back before the combine (moe.py docstring, SORT_SOURCE): a read and a write of every copy each way
+    sorted_rows = m_e * local if experts.dispatcher == "alltoall" and experts.ep > 1 and local > 1 else 0
+    sort_bytes = 2 * (e * h + GATE_BYTES) * sorted_rows
+    if sorted_rows:
+        mem("moe.sort", sort_bytes, sort_bytes, f"[{sorted_rows}×{h}]")
     linear("moe.experts.fc1", m_e, h, 2 * width if gated else width, batch=local)
     act_rows = m_e * local
     mem("moe.experts.act", (3 if gated else 2) * e * act_rows * width, (5 if gated else 3) * e * act_rows * width, f"[{act_rows}×{width}]")
     linear("moe.experts.fc2", m_e, width, h, batch=local)
+    if sorted_rows:
+        mem("moe.unsort", 2 * e * h * sorted_rows, 2 * e * h * sorted_rows, f"[{sorted_rows}×{h}]")
     mem("moe.unpermute", e * (copies + tokens) * h + GATE_BYTES * copies, e * (copies + tokens) * h + GATE_BYTES * copies, f"[{copies}×{h}]")
     shared_f = shared_b = 0.0
     if moe.shared_experts:

@@ -7,6 +7,11 @@ Kernels (Megatron-Core's MoELayer with the all-to-all or flex dispatcher; Shazee
 - permute: each token copied once per chosen expert into expert order (read T h, write T k h),
   and after the experts the weighted un-permute (read T k h and the k probabilities, write T h);
   backward the same traffic;
+- sort (the all-to-all dispatcher with EP and several local experts): the all-to-all delivers the
+  received copies in source-rank order, so they are sorted into local-expert order after it and
+  back before the combine, a read and a write of every received copy each way (and of its fp32
+  probability on the way in), the gradients likewise backward (SORT_SOURCE); DeepEP and HybridEP
+  permute the received tokens into expert order once (the permute above);
 - routed experts: a grouped GEMM per linear over the E/ep local experts, each with the rows routed
   to it: m_e = rho x etp x T k ep / E (dropless and balanced: every expert gets T k ep / E of the
   ep x T k copies of its EP group, x etp when the expert TP group gathers its tokens, x rho for the
@@ -73,6 +78,14 @@ from parcalc.errors import InputError
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
 EP_OVERLAPS = ("none", "shared", "1f1b")
 GATE_BYTES = 4.0  # router scores and probabilities in fp32 (Megatron-Core TopKRouter upcasts the logits)
+SORT_SOURCE = ("Megatron-LM @2edffadb megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: "
+               "dispatch_postprocess 'Permutation 2: Sort tokens by local expert' (if self.num_local_experts > 1: "
+               "sort_chunks_by_idxs(global_input_tokens, ..., probs=global_probs, fused=moe_permute_fusion), line 737) and "
+               "combine_preprocess 'Unpermutation 2' (line 772); fused, Transformer Engine @366798ef pytorch/permutation.py "
+               "_moe_chunk_sort: make_chunk_sort_map, then sort_chunks_by_map reading and writing every row (and its prob) "
+               "once, its backward one sort_chunks_by_map of the gradients. TorchTitan does the same after its all-to-all "
+               "(@b5bcd76c6 torchtitan/models/common/token_dispatcher.py _permute: 'Reorder tokens from rank-major to "
+               "expert-major layout', routed_input_RD[permuted_indices, :], and _unpermute)")  # fmt: skip
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128  # E4M3 values and one fp32 scale per 128 (DeepEP / DeepSeek-V3 sec. 3.3.2)
 # SMs a dispatch / combine kernel holds while it runs, by dispatcher (module docstring)
 COMM_SMS = {"alltoall": 32, "deepep": 20, "hybridep": 32}
