@@ -573,7 +573,11 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     else:
         states = model_states(params.value, per, par, params_source=params.label)
     gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
-    if par.pipeline_layout is not None:
+    if par.split_by == "torchtitan" and par.pp > 1:  # torchtitan's own split (parcalc.core.pipeline_torchtitan)
+        from parcalc.core.pipeline_torchtitan import stage_layers_derivation as torchtitan_stage_layers
+
+        layers = torchtitan_stage_layers(par, model.layers, stage)
+    elif par.pipeline_layout is not None:
         from parcalc.core.pipeline_layout import stage_layers_of_layout
 
         layers = stage_layers_of_layout(par.pipeline_split(model.layers), stage)

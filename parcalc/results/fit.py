@@ -473,7 +473,7 @@ def config_flags(config: Config) -> str:
         flags.append(f"--schedule interleaved --chunks {config.layout.chunks}")
     elif config.layout.schedule.splits_backward and config.layout.pp > 1:
         flags.append(f"--schedule {config.layout.schedule.value}")
-    if config.layout.pipeline_layout is not None:
+    if config.layout.pipeline_layout is not None and config.layout.split_by is None:  # not the framework's own (it makes it again)
         flags.append(f"--pipeline-layout '{config.layout.pipeline_layout}'")
     for flag, value in (("--first-stage-layers", config.layout.first_stage_layers), ("--last-stage-layers", config.layout.last_stage_layers)):
         if value is not None:

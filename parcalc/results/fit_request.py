@@ -289,6 +289,10 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
                                        chunks, {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})})  # fmt: skip
         if framework is not None:  # with pp > 1 the pipeline engine's stages are parcalc.core.fit.invalid_reason's
             framework_zero_stage(profile, config.layout.zero, 1)
+        if profile.pipeline_split == "torchtitan":  # its own split when none is given (parcalc.core.pipeline_torchtitan)
+            from parcalc.core.pipeline_torchtitan import split_layout
+
+            config = config.replaced(**split_layout(config.layout, shape.layers, shape.mtp_layers)._asdict())
         return FitRequest(shape, training, (cluster,), (keys.get(gpu_name, "none"),), tuple(plans), FitMode.CONFIGURATION,
                           tuple(settings), config=config, no_ops=no_ops)  # fmt: skip
     if plans[0] is not None:
