@@ -155,3 +155,19 @@ def test_torchtitan_405b_published_rows_without_a_split_given(run_json) -> None:
     assert one_f_one_b == pytest.approx(tps("--first-stage-layers", "15", "--last-stage-layers", "15"), rel=1e-12)
     assert interleaved == pytest.approx(tps("--pipeline-layout", "Et*7|(t*8|)*14t*7L"), rel=1e-12)
     assert abs(one_f_one_b / 100 - 1) <= 0.30 and abs(interleaved / 128 - 1) <= 0.30
+
+
+def test_the_strategy_table_and_its_deepest_model_split_as_torchtitan() -> None:
+    """fit's strategy table under --framework torchtitan: the PP row of Llama 3 8B on 8 GPUs holds torchtitan's 4, 5, 4, 4,
+    4, 4, 4, 3 (34 effective layers on 8 stages, test_cases_worked_by_hand's rule), not Megatron's 4 each; at another depth
+    (the deepest-model column) the split is made again for that depth: 64 layers, 66 / 8 = 8 r 2: 8, 9, 8 x 5, 7."""
+    from parcalc.core.fit import Config
+    from parcalc.core.fit_table import at_depth, framework_split
+    from parcalc.presets import load_framework, load_model
+
+    model, titan = load_model("llama3-8b"), load_framework("torchtitan")
+    config = framework_split(model, Config.of(1, 8, 1, 1), titan)
+    assert config.layout.stage_layers(32) == (4, 5, 4, 4, 4, 4, 4, 3) and config.layout.split_by == "torchtitan"
+    deeper, split = at_depth(model, config, 64, titan)
+    assert deeper.layers == 64 and split.layout.stage_layers(64) == (8, 9, 8, 8, 8, 8, 8, 7)
+    assert framework_split(model, Config.of(1, 8, 1, 1), load_framework("megatron")).layout.pipeline_layout is None
