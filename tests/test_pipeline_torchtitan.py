@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from parcalc.core.choices import Precision, Recompute
 from parcalc.core.layout import Layout
 from parcalc.core.pipeline_layout import parse_pipeline_layout
 from parcalc.core.pipeline_torchtitan import layout_text, split_layout, virtual_stage_layers
@@ -171,3 +172,33 @@ def test_the_strategy_table_and_its_deepest_model_split_as_torchtitan() -> None:
     deeper, split = at_depth(model, config, 64, titan)
     assert deeper.layers == 64 and split.layout.stage_layers(64) == (8, 9, 8, 8, 8, 8, 8, 7)
     assert framework_split(model, Config.of(1, 8, 1, 1), load_framework("megatron")).layout.pipeline_layout is None
+
+
+def test_the_search_splits_as_torchtitan() -> None:
+    """fit --search --framework torchtitan: Llama 3 405B on PP 8 runs torchtitan's 15 + 6 x 16 + 15, interleaved too (v = 2:
+    its 7 + 14 x 8 + 7 virtual stages, rank r holding r and r + 8), which Megatron's rule refuses (v must divide 15 and 16:
+    its search interleaves only its 14 + 6 x 16 + 16 and 16 + 6 x 16 + 14 splits);
+    each row is the configuration fit times (the same step as the row), and a split the search's arrays cannot time
+    (Llama 3 70B's 80 layers on 8: 10, 11, 10 x 5, 9) is rejected with its reason, not timed as Megatron's even split."""
+    from parcalc.core.fit import estimate
+    from parcalc.core.fit_search import search
+    from parcalc.results.fit_request import request
+
+    common = {"search": True, "gpus": "512", "gpu": ["h100-sxm5-96gb-hbm2e"], "seq_len": "8192", "batch": "256", "tp": "8", "pp": "8",
+              "precision": Precision.FP8, "compile_": True, "recompute": [Recompute.FULL]}  # fmt: skip
+    titan = request(model="llama3-405b", framework="torchtitan", **common)
+    found = search(titan.model, titan.training, titan.cluster, titan.space)
+    c = found.evaluated.columns
+    chunks = set(c["chunks"].tolist())
+    assert {1, 2} <= chunks and set(c["first_stage_layers"].tolist()) == {15} and set(c["last_stage_layers"].tolist()) == {15}
+    row = next(int(i) for i in found.ranked() if c["chunks"][i] == 2)
+    config = found.evaluated.config(row)
+    assert config.layout.pipeline_layout == "Et*7|(t*8|)*14t*7L" and config.layout.split_by == "torchtitan"
+    assert c["t_step"][row] == pytest.approx(estimate(titan.model, config, titan.training, titan.cluster).step.value, rel=1e-9)
+    megatron = request(model="llama3-405b", framework="megatron", **{**common, "compile_": False})  # Megatron-LM compiles nothing
+    m = search(megatron.model, megatron.training, megatron.cluster, megatron.space).evaluated.columns
+    assert set(m["first_stage_layers"][m["chunks"] == 2].tolist()) == {14, 16}  # Megatron's v = 2 only on 14 / 16 / 16 splits
+    seventy = request(model="llama3-70b", framework="torchtitan", **common)
+    refused = search(seventy.model, seventy.training, seventy.cluster, seventy.space)
+    assert len(refused.evaluated) == 0  # the pinned TP 8 x PP 8 is not timed (before: as Megatron's 8 x 10, not torchtitan's)
+    assert refused.rejected["torchtitan's split is not a first / even middle / last one (the search times those only)"] > 0

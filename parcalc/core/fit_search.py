@@ -510,6 +510,12 @@ def _schedules(p: int, split: tuple[int, ...], space: SearchSpace) -> tuple[tupl
     schedules = [(0, 1)]
     if space.schedule is not None and p > 1:  # the split-backward schedule asked for, on every pipelined layout
         schedules = [(SCHEDULE_CODES.index(space.schedule), 1)]
+    elif space.torchtitan_split and p > 1:  # torchtitan's own split: the chunks v whose split leaves every rank its layers
+        from parcalc.core.search_layouts import torchtitan_ranks
+
+        if space.schedule is None and space.interleaved:
+            top = min(split) if space.max_chunks is None else min(min(split), space.max_chunks)  # v chunks of a layer or more a rank
+            schedules += [(1, v) for v in range(2, top + 1) if torchtitan_ranks(sum(split), p, p * v) == split]
     elif space.pipeline_layout is not None:  # its chunks, stages / pp, as written (_layout_reason)
         from parcalc.core.pipeline_layout import virtual_stage_count
 
@@ -926,7 +932,8 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
         columns = {k: timed[k] if k in timed else np.concatenate([c[k] for c in parts]) for k in every}
     else:
         columns = {k: np.array([]) for k in every}
-    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node, space.pipeline_layout)
+    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node, space.pipeline_layout,
+                          "torchtitan" if space.torchtitan_split else None)  # fmt: skip
     rejected["memory (does not fit)"] += int(len(evaluated) - np.count_nonzero(columns["fits"])) if len(evaluated) else 0
     return SearchResult(evaluated, rejected, len(found))
 

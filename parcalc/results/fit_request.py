@@ -278,7 +278,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else profile.zero_stages,
             sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
             interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
-            schedule=searched, **ends,
+            schedule=searched, framework_split=profile.pipeline_split, **ends,
         )  # fmt: skip
         return FitRequest(shape, training, tuple(clusters), tuple(keys[name] for name in names) or ("none",), tuple(plans),
                           FitMode.SEARCH, tuple(settings), ranking, space=space, top=top, explain=explain)  # fmt: skip
