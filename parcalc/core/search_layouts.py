@@ -122,7 +122,8 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
             elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
                 rejected["tp does not divide the GPUs of a node"] += 1
             elif space is not None and (space.pipeline_layout is not None or (space.torchtitan_split and p > 1)):
-                reason = _layout_reason(model, p, space) if space.pipeline_layout is not None else torchtitan_reason(model, p)
+                v_shape = space.schedule is not None and space.schedule.v_shape
+                reason = _layout_reason(model, p, space) if space.pipeline_layout is not None else torchtitan_reason(model, p, v_shape)
                 if reason is not None:
                     rejected[reason] += 1
                 elif training.global_batch % d:
@@ -179,13 +180,16 @@ def torchtitan_ranks(layers: int, p: int, stages: int, v_shape: bool = False) ->
     return tuple(sum(split[r::p]) for r in range(p))
 
 
-def torchtitan_reason(model: TransformerModel, p: int) -> str | None:
+def torchtitan_reason(model: TransformerModel, p: int, v_shape: bool = False) -> str | None:
     """Why the search cannot time torchtitan's split of the layers over p ranks, one stage each (None: it can): torchtitan
     refuses it (the MTP module under pp, more stages than layers), a rank holds no layer, or the ranks are not a first /
-    even middle / last split, the splits the search's arrays time (parcalc.core.stages, parcalc.core.fit_search)."""
+    even middle / last split, the splits the search's arrays time (parcalc.core.stages, parcalc.core.fit_search). v_shape: the
+    split of a V schedule (ZB-V, DualPipeV), 2p stages placed in the V."""
     if model.mtp_layers:
         return "torchtitan trains the MTP module without pipeline parallelism only"
-    split = torchtitan_ranks(model.layers, p, p)
+    if v_shape:  # its V's ranks hold 2q - 2 layers on rank 0 with the embedding and the head (V_PLACEMENT), which the arrays do not
+        return "torchtitan's V puts the head on rank 0 (fit times it without --search)"
+    split = torchtitan_ranks(model.layers, p, 2 * p if v_shape else p, v_shape)  # a V: 2p stages, rank r runs r and 2p - 1 - r
     if split is None or min(split) == 0:
         return "torchtitan's split leaves a stage without a transformer layer (or refuses pp)"
     try:
@@ -215,7 +219,8 @@ def splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[in
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         return [(space.first_stage_layers, space.last_stage_layers)]
     if space.torchtitan_split and p > 1:  # torchtitan's own split, one stage a rank (torchtitan_reason checked its shape)
-        ranks = torchtitan_ranks(model.layers, p, p)
+        v_shape = space.schedule is not None and space.schedule.v_shape  # a V: its 2p stages placed in the V
+        ranks = torchtitan_ranks(model.layers, p, 2 * p if v_shape else p, v_shape)
         assert ranks is not None
         return [(None, None)] if len(set(ranks)) == 1 else [(ranks[0], ranks[-1])]
     if model.layers % p == 0:
