@@ -202,3 +202,9 @@ def test_the_search_splits_as_torchtitan() -> None:
     refused = search(seventy.model, seventy.training, seventy.cluster, seventy.space)
     assert len(refused.evaluated) == 0  # the pinned TP 8 x PP 8 is not timed (before: as Megatron's 8 x 10, not torchtitan's)
     assert refused.rejected["torchtitan's split is not a first / even middle / last one (the search times those only)"] > 0
+
+
+def test_presets_show_names_the_split(run_json) -> None:
+    rows = run_json("presets", "show", "torchtitan")["tables"]["fields"]["rows"]
+    split = [r for r in rows if r["field"] == "pipeline_split"]
+    assert split and split[0]["value"] == "torchtitan" and "_generate_llm_fqn_per_model_part" in split[0]["source"]
