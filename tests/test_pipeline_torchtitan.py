@@ -208,3 +208,11 @@ def test_presets_show_names_the_split(run_json) -> None:
     rows = run_json("presets", "show", "torchtitan")["tables"]["fields"]["rows"]
     split = [r for r in rows if r["field"] == "pipeline_split"]
     assert split and split[0]["value"] == "torchtitan" and "_generate_llm_fqn_per_model_part" in split[0]["source"]
+
+
+def test_bad_splits_are_one_line(run_error) -> None:
+    line = run_error(["memory", "--model", "llama3-8b", "--pp", "64", "--framework", "torchtitan", "--seq-len", "4096"])
+    assert line.startswith("Error: --pp 64: torchtitan's pipeline split: 64 virtual stages exceed the 34 effective layers")
+    line = run_error(["fit", "--model", "deepseek-v3", "--gpu", "h100-sxm5", "--gpus", "1024", "--tp", "8", "--pp", "8", "--framework",
+                      "torchtitan", "--seq-len", "4096", "--batch", "1024"])  # fmt: skip
+    assert "torchtitan trains the multi-token-prediction module without pipeline parallelism only" in line

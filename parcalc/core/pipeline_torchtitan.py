@@ -50,7 +50,8 @@ def virtual_stage_layers(stages: int, layers: int, input_weight: int = INPUT_WEI
     effective = layers + input_weight + output_weight
     if stages > effective:
         raise InputError(f"torchtitan's pipeline split: {stages} virtual stages exceed the {effective} effective layers "
-                         f"({layers} layers + {input_weight} embedding + {output_weight} output; {SOURCE})")  # fmt: skip
+                         f"({layers} layers + {input_weight} embedding + {output_weight} output; torchtitan's "
+                         "_generate_llm_fqn_per_model_part refuses them)")  # fmt: skip
     each, extra = divmod(effective, stages)
     if input_weight > each or output_weight > each:
         raise InputError(f"torchtitan's pipeline split: {stages} virtual stages leave {each} effective layers a stage, fewer than "
@@ -107,7 +108,11 @@ def split_layout(layout: Any, layers: int, mtp_layers: int = 0) -> Any:
     if mtp_layers:
         raise InputError(f"--pp {layout.pp}: torchtitan trains the multi-token-prediction module without pipeline parallelism "
                          f"only ({MTP_SOURCE}); give --pipeline-layout to time Megatron-LM's placement")  # fmt: skip
-    stages = virtual_stage_layers(virtual_stages(layout), layers)
+    try:
+        stages = virtual_stage_layers(virtual_stages(layout), layers)
+    except InputError as error:  # named by the flags that set the stage count
+        given = f"--pp {layout.pp}" + (f" --chunks {layout.chunks}" if layout.chunks > 1 and not layout.schedule.v_shape else "")
+        raise InputError(f"{given}: {error}") from None
     if len(set(stages)) == 1:  # equal stages: Megatron-LM's even split, which every model of parcalc times without a layout
         return layout._replace(split_by=SPLIT)
     return layout._replace(pipeline_layout=layout_text(stages), split_by=SPLIT)
