@@ -17,7 +17,7 @@ _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather",
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "default_zero", "notes", "pipeline", *_FRAMEWORK_FLAGS,
                    "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
                    "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm",
-                   "fp8_dispatch")  # fmt: skip
+                   "fp8_dispatch", "pipeline_split")  # fmt: skip
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -89,6 +89,12 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
             memory[name] = setting(doc, name, name)
             if not isinstance(memory[name], bool):
                 raise doc.error(f"{name}.value", f"expected true or false, got {shown(memory[name])}")
+    if "pipeline_split" in data:  # optional: the stack's own split of the layers without one given (profiles without it: Megatron's)
+        from parcalc.core.timing.framework import PIPELINE_SPLITS
+
+        memory["pipeline_split"] = setting(doc, "pipeline_split", "pipeline_split")
+        if memory["pipeline_split"] not in PIPELINE_SPLITS:
+            raise doc.error("pipeline_split.value", f"one of {', '.join(PIPELINE_SPLITS)}, got {shown(memory['pipeline_split'])}")
     host = host_costs_of(doc, sources) if "host" in data else None
     if "expert_gemm_host" in data:  # optional: MoE experts as a host loop of GEMMs (parcalc.core.timing.moe)
         per_gemm = doc.quantity("expert_gemm_host", Dimension.TIME, sources)

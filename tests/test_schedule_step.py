@@ -52,7 +52,11 @@ def test_a_split_backward_schedule_idles_less_than_1f1b(run_json) -> None:
     evenly between F and B; ZB-H2 and ZB-V idle less still (their W passes fill more of the gaps)."""
     docs = {s: run_json(*FIT, "--schedule", s)["results"] for s in ("1f1b", "zb-h1", "zb-h2", "zb-v", "dualpipev")}
     compute = docs["1f1b"]["t_compute"]["value"]
-    assert all(d["t_compute"]["value"] == pytest.approx(compute) for d in docs.values())
+    assert all(docs[s]["t_compute"]["value"] == pytest.approx(compute) for s in ("zb-h1", "zb-h2"))
+    # a V's rank 0 runs the first virtual stage and the last: the embedding's lookup beside the head and loss paces it
+    # (parcalc.core.memory.head_stage; 1.1131 -> 1.1146 s here), where 1F1B's last stage holds the head alone
+    v_compute = docs["zb-v"]["t_compute"]["value"]
+    assert v_compute == docs["dualpipev"]["t_compute"]["value"] and 0 < v_compute - compute < 0.005 * compute
     bubble = {s: d["t_bubble"]["value"] for s, d in docs.items()}
     assert bubble["zb-h1"] < bubble["1f1b"] and bubble["zb-h2"] < bubble["zb-h1"] and bubble["zb-v"] < bubble["zb-h2"]
     # the derivation's inputs reproduce the value through the simulation

@@ -201,7 +201,12 @@ class Config:
             parts.append(f"first stage {lay.first_stage_layers} layers")
         if lay.last_stage_layers is not None:
             parts.append(f"last stage {lay.last_stage_layers} layers")
-        if lay.pipeline_layout is not None:
+        if lay.pipeline_layout is not None and lay.split_by is not None:  # the framework's own split (parcalc.core.pipeline_torchtitan)
+            from parcalc.core.pipeline_layout import unrolled
+            from parcalc.core.stages import split_text
+
+            parts.append(f"{lay.split_by}'s split {split_text(lay.stage_layers(unrolled(lay.pipeline_layout).count('t')))} layers")
+        elif lay.pipeline_layout is not None:
             parts.append(f"pipeline layout {lay.pipeline_layout}")
         slots = [what for what, on in (("embedding", lay.embedding_in_split), ("loss", lay.loss_in_split)) if on]
         if slots:

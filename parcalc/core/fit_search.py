@@ -233,15 +233,24 @@ class _Shapes:
             self._filled[key].flags.writeable = False
         return self._filled[key]
 
+    def head_stage(self, p: int) -> int:
+        """The stage that holds the final norm, the LM head and the loss: the last, or rank 0 in a V (ZB-V, DualPipeV: rank 0
+        runs the first virtual stage and the last; parcalc.core.memory.head_stage)."""
+        return 0 if self.schedule is not None and self.schedule.v_shape and p > 1 else p - 1
+
+    def v_schedule(self, p: int) -> dict[str, Any]:
+        """The Layout's schedule where it places the head (a V: on rank 0), for the scalar cores' stages; {} otherwise."""
+        return {"schedule": self.schedule} if self.schedule is not None and self.schedule.v_shape and p > 1 else {}
+
     def mtp_stage(self, p: int) -> int:
-        """The MTP modules' stage: the last (parcalc.core.memory.MTP_PLACEMENT) or where the --pipeline-layout's m is."""
+        """The MTP modules' stage: the head's (parcalc.core.memory.MTP_PLACEMENT) or where the --pipeline-layout's m is."""
         if self.pipeline_layout is not None and p > 1 and self.model.mtp_layers:
             if p not in self._mtp_stages:
                 from parcalc.core.pipeline_layout import parse_pipeline_layout
 
                 self._mtp_stages[p] = parse_pipeline_layout(self.pipeline_layout, p, self.model.layers, self.model.mtp_layers).mtp_rank() or 0
             return self._mtp_stages[p]
-        return p - 1
+        return self.head_stage(p)
 
     def activation_table(self, tp: int, cp: int, cp_comm: str) -> np.ndarray:
         """activations() of every (SP, recomputation) as one array [what, sp, recompute] (read-only)."""
@@ -279,7 +288,7 @@ class _Shapes:
                 # the pipeline it holds (parcalc.core.memory.stage_parameters, _stage_ends, root_unit): most
                 # splits and pipeline depths share them
                 split = stage_split(self.model.layers, pp, first, last)
-                key = (tp, ep, split[stage], self.moe_layers(split, chunks)[stage], stage == 0, stage == pp - 1, pp > 1)
+                key = (tp, ep, split[stage], self.moe_layers(split, chunks)[stage], stage == 0, stage == self.head_stage(pp), pp > 1)
             self._state_keys[par_key] = key
         states = self._states.get(key)
         if states is None or (gathered and math.isnan(states[2])):
@@ -288,6 +297,7 @@ class _Shapes:
                 par = Layout(tp, pp, dp, schedule=schedule, chunks=chunks, cp=cp, ep=ep, pipeline_layout=self.pipeline_layout)
             else:
                 par = Layout(tp, pp, dp, schedule=schedule, chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)
+                par = par._replace(**self.v_schedule(pp))  # a V's head on rank 0
             if states is None:
                 states = (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)), math.nan,
                           float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
@@ -320,19 +330,19 @@ class _Shapes:
         --pipeline-layout itself (its stages' own layers, MoE layers and MTP placement: parcalc.core.timing.step.paced_stages)."""
         if self.pipeline_layout is not None and pp > 1:
             return Layout(tp, pp, dp, pipeline_layout=self.pipeline_layout, **more)
-        return Layout(tp, pp, dp, first_stage_layers=first, last_stage_layers=last, **more)
+        return Layout(tp, pp, dp, first_stage_layers=first, last_stage_layers=last, **{**self.v_schedule(pp), **more})
 
     def stage_params(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
         """Parameters on one GPU of the first, the second (the first middle one; with even stages
         not needed, nan) and the last stage."""
-        par = Layout(tp, pp, 1, first_stage_layers=first, last_stage_layers=last)
+        par = Layout(tp, pp, 1, first_stage_layers=first, last_stage_layers=last, **self.v_schedule(pp))  # a V: the head on stage 0
         second = stage_parameters(self.model, par, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
         return stage_parameters(self.model, par, 0).value, second, stage_parameters(self.model, par, pp - 1).value
 
     def gathered(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
         """ZeRO-3's gathered buffers on one GPU of the first, the second (nan when not needed, as in
         stage_params) and the last stage: parcalc.core.memory.zero3_working_set, root unit included."""
-        par = Layout(tp, pp, 1, first_stage_layers=first, last_stage_layers=last)
+        par = Layout(tp, pp, 1, first_stage_layers=first, last_stage_layers=last, **self.v_schedule(pp))
         second = zero3_working_set(self.model, par, self.per, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
         return zero3_working_set(self.model, par, self.per, 0).value, second, zero3_working_set(self.model, par, self.per, pp - 1).value
 
@@ -510,6 +520,12 @@ def _schedules(p: int, split: tuple[int, ...], space: SearchSpace) -> tuple[tupl
     schedules = [(0, 1)]
     if space.schedule is not None and p > 1:  # the split-backward schedule asked for, on every pipelined layout
         schedules = [(SCHEDULE_CODES.index(space.schedule), 1)]
+    elif space.torchtitan_split and p > 1:  # torchtitan's own split: the chunks v whose split leaves every rank its layers
+        from parcalc.core.search_layouts import torchtitan_ranks
+
+        if space.schedule is None and space.interleaved:
+            top = min(split) if space.max_chunks is None else min(min(split), space.max_chunks)  # v chunks of a layer or more a rank
+            schedules += [(1, v) for v in range(2, top + 1) if torchtitan_ranks(sum(split), p, p * v) == split]
     elif space.pipeline_layout is not None:  # its chunks, stages / pp, as written (_layout_reason)
         from parcalc.core.pipeline_layout import virtual_stage_count
 
@@ -674,9 +690,10 @@ class _GridTerms:
             else:
                 n = _split_in_flight(split_schedule, p, cols["micro_batches"], stage, weight_share)
             _, a_emb, a_out, _, _, _, a_mtp = self.activations
-            ends = (a_emb * n if stage == 0 else 0.0) + (a_out * n if stage == p - 1 else 0.0)
-            if mtp_at != p - 1:  # the MTP modules' activations where the layout's m puts them
-                ends = ends + (a_mtp * n if stage == mtp_at else 0.0) - (a_mtp * n if stage == p - 1 else 0.0)
+            head = 0 if split_schedule is not None and split_schedule.v_shape and p > 1 else p - 1  # a V: rank 0 (_Shapes.head_stage)
+            ends = (a_emb * n if stage == 0 else 0.0) + (a_out * n if stage == head else 0.0)
+            if mtp_at != head:  # the MTP modules' activations where the layout's m puts them
+                ends = ends + (a_mtp * n if stage == mtp_at else 0.0) - (a_mtp * n if stage == head else 0.0)
             self.stages[stage] = n, ends
         return self.stages[stage]
 
@@ -926,7 +943,8 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
         columns = {k: timed[k] if k in timed else np.concatenate([c[k] for c in parts]) for k in every}
     else:
         columns = {k: np.array([]) for k in every}
-    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node, space.pipeline_layout)
+    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node, space.pipeline_layout,
+                          "torchtitan" if space.torchtitan_split else None)  # fmt: skip
     rejected["memory (does not fit)"] += int(len(evaluated) - np.count_nonzero(columns["fits"])) if len(evaluated) else 0
     return SearchResult(evaluated, rejected, len(found))
 

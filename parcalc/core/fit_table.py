@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from parcalc.core.choices import Recompute
 from parcalc.core.fit import Cluster, Config, Estimate, Training, invalid_reason, memory_of, with_layers
@@ -89,6 +90,11 @@ def strategy_table(model: TransformerModel, training: Training, cluster: Cluster
                 continue
             config = replace(base, recompute=recompute)
             used = replace(cluster, gpus=config.layout.tp * config.layout.pp * config.layout.dp)
+            try:
+                config = framework_split(model, config, cluster.framework)
+            except InputError as error:
+                rows.append(StrategyRow(name, recompute, config, used.gpus, None, False, None, None, str(error)))
+                continue
             reason = invalid_reason(model, config, training, used)
             if reason is not None:
                 rows.append(StrategyRow(name, recompute, config, used.gpus, None, False, None, None, reason))
@@ -99,6 +105,23 @@ def strategy_table(model: TransformerModel, training: Training, cluster: Cluster
             rows.append(StrategyRow(name, recompute, config, used.gpus, total, total <= cluster.capacity, cluster.capacity - total, most,
                                     components=worst.components()))  # fmt: skip
     return tuple(rows)
+
+
+def framework_split(model: TransformerModel, config: Config, framework: Any) -> Config:
+    """The configuration with the framework's own pipeline split of the model's layers where it has one and no split is
+    given (torchtitan's: parcalc.core.pipeline_torchtitan); a split it made for another depth is made again."""
+    if framework.pipeline_split != "torchtitan":
+        return config
+    from parcalc.core.pipeline_torchtitan import split_layout
+
+    layout = config.layout._replace(pipeline_layout=None, split_by=None) if config.layout.split_by is not None else config.layout
+    return config.replaced(**split_layout(layout, model.layers, model.mtp_layers)._asdict())
+
+
+def at_depth(model: TransformerModel, config: Config, layers: int, framework: Any) -> tuple[TransformerModel, Config]:
+    """The model with `layers` layers of its shape and the configuration split for it (framework_split)."""
+    deeper = with_layers(model, layers)
+    return deeper, framework_split(deeper, config, framework)
 
 
 def max_layers(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> int:
@@ -112,7 +135,7 @@ def max_layers(model: TransformerModel, config: Config, training: Training, clus
     step = config.layout.pp * config.layout.chunks
 
     def total(layers: int) -> float:
-        return memory_of(with_layers(model, layers), config, training, cluster, allocator_replayed=False).worst.total.value
+        return memory_of(*at_depth(model, config, layers, cluster.framework), training, cluster, allocator_replayed=False).worst.total.value
 
     def fits(layers: int) -> bool:
         return total(layers) <= cluster.capacity
@@ -138,7 +161,7 @@ def _replayed_boundary(model: TransformerModel, config: Config, training: Traini
     its floor, so nothing deeper than `most` fits; from it, jumps of the excess over the floor's `slope` a layer, then
     single steps."""
     def replayed(layers: int) -> tuple[float, bool]:
-        breakdown = memory_of(with_layers(model, layers), config, training, cluster)
+        breakdown = memory_of(*at_depth(model, config, layers, cluster.framework), training, cluster)
         return breakdown.worst.total.value, any(s.peak_replayed is not None for s in breakdown.stages)
 
     if most == 0:

@@ -69,6 +69,9 @@ class Layout(NamedTuple):
     # Megatron-LM's custom layout (--pipeline-layout "Et|(tt|)*30mL"): every virtual stage's layers, in place of the
     # even or uneven split above; its chunks are the stages / pp (parcalc.core.pipeline_layout)
     pipeline_layout: str | None = None
+    # Who wrote pipeline_layout: None, the user (--pipeline-layout); "torchtitan", the framework's own split of the layers
+    # when none was given (parcalc.core.pipeline_torchtitan), shown and derived as torchtitan's
+    split_by: str | None = None
 
     @property
     def gpus(self) -> int:

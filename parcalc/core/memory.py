@@ -184,7 +184,9 @@ def head_stage(model: TransformerModel, par: Layout) -> int:
     """The pipeline rank that holds the final norm, the LM head and the loss: the last; under a --pipeline-layout the rank of
     its last virtual stage (the L), which in a V (DualPipeV, ZB-V: parcalc.core.pipeline_layout.V_PLACEMENT) is rank 0
     (deepseek-ai/DualPipe @3da1bbe examples/example_dualpipev.py: rank r holds modules r and 2p - 1 - r (line 137), the loss
-    comes out on rank 0 (line 152)). A V without a layout keeps the head on rank p - 1 here, as fit's search counts it."""
+    comes out on rank 0 (line 152)), with a layout or without one (its 2p equal chunks in the same V)."""
+    if par.schedule.v_shape and par.pp > 1:
+        return 0
     if par.pipeline_layout is not None and par.pp > 1:
         split = par.pipeline_split(model.layers)
         return int(split.rank_of(len(split.stages) - 1))
@@ -573,7 +575,11 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     else:
         states = model_states(params.value, per, par, params_source=params.label)
     gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
-    if par.pipeline_layout is not None:
+    if par.split_by == "torchtitan" and par.pp > 1:  # torchtitan's own split (parcalc.core.pipeline_torchtitan)
+        from parcalc.core.pipeline_torchtitan import stage_layers_derivation as torchtitan_stage_layers
+
+        layers = torchtitan_stage_layers(par, model.layers, stage)
+    elif par.pipeline_layout is not None:
         from parcalc.core.pipeline_layout import stage_layers_of_layout
 
         layers = stage_layers_of_layout(par.pipeline_split(model.layers), stage)

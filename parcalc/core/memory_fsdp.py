@@ -755,8 +755,9 @@ def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool) -> list[str]:
     why = [what for what, gap in (("fit's search (one walk per stage and micro-batch count)", not pipeline),
                                   ("the walk follows torchtitan's PipelineStage", model_code != "torchtitan"),
                                   (f"--schedule {layout.schedule.value} (the walk follows 1F1B)", layout.schedule is not Schedule.ONE_F_ONE_B),
-                                  (f"{layout.chunks} chunks a stage", layout.chunks > 1),
-                                  ("a custom pipeline layout", layout.pipeline_layout is not None)) if gap]  # fmt: skip
+                                  (f"{layout.chunks} chunks a stage", layout.chunks > 1)) if gap]  # fmt: skip
+    # a pipeline layout of one virtual stage a rank under 1F1B (torchtitan's own split, or --pipeline-layout) is stages of
+    # contiguous layers, the embedding on the first and the head on the last: the walk takes each stage's own layers
     return [f"pp = {layout.pp}: " + "; ".join(why)] if why else []
 
 

@@ -41,6 +41,7 @@ class Evaluated:
     moe: tuple[float, str, int | None, str] = (1.0, "alltoall", None, "none")  # SearchSpace.moe
     gpus_per_node: int = 8  # caps --max-nodes-per-token at each layout's EP group (searched_routing_limit)
     pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: every row's pipeline is this layout string
+    split_by: str | None = None  # "torchtitan": every pipeline is split as torchtitan splits it (SearchSpace.torchtitan_split)
 
     def __len__(self) -> int:
         return len(self.columns["tp"])
@@ -55,6 +56,10 @@ class Evaluated:
                         first_stage_layers=None if even else first, last_stage_layers=None if even else last,
                         embedding_in_split=bool(self.slots[0]), loss_in_split=bool(self.slots[1]), gpus_per_node=self.gpus_per_node,
                         pipeline_layout=self.pipeline_layout if p > 1 else None)
+        if self.split_by == "torchtitan" and p > 1:  # the row's chunks split as torchtitan does (parcalc.core.pipeline_torchtitan)
+            from parcalc.core.pipeline_torchtitan import split_layout
+
+            layout = split_layout(layout._replace(first_stage_layers=None, last_stage_layers=None), self.layers)
         return Config(layout, int(c["micro_batch"][i]), RECOMPUTES[int(c["recompute"][i])], moe_imbalance=self.moe[0],
                       moe_dispatcher=self.moe[1], ep_overlap=self.moe[3],
                       max_nodes_per_token=searched_routing_limit(self.moe[2], int(c["ep"][i]), int(c["tp"][i]), self.gpus_per_node))  # fmt: skip

@@ -58,6 +58,9 @@ class SearchSpace:
     # a split-backward schedule every pipelined layout runs (fit --search --schedule; parcalc.core.pipeline_step.step_bubble);
     # None: 1F1B, and the interleaved schedule where `interleaved` allows
     schedule: Schedule | None = None
+    # how the framework splits the layers when no split is pinned (Framework.pipeline_split): "megatron" (the even split, or
+    # Megatron-LM's balanced uneven ones) or "torchtitan" (its own split, parcalc.core.pipeline_torchtitan)
+    framework_split: str = "megatron"
 
     @property
     def moe(self) -> tuple[float, str, int | None, str]:
@@ -87,6 +90,12 @@ class SearchSpace:
         return [c for c in divisors(gpus) if seq_len % (2 * c) == 0 or c == 1]
 
     @property
+    def torchtitan_split(self) -> bool:
+        """Whether every pipeline splits its layers as torchtitan does: its framework's rule, and no split pinned."""
+        return (self.framework_split == "torchtitan" and self.pipeline_layout is None and self.first_stage_layers is None
+                and self.last_stage_layers is None and not any(self.slots))  # fmt: skip
+
+    @property
     def slots(self) -> tuple[int, int]:
         """(e, l): the layer slots the embedding and the loss take (Megatron-LM's account-for flags)."""
         return int(self.embedding_in_split), int(self.loss_in_split)
@@ -112,8 +121,9 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
                 rejected["tp does not divide the heads or MLP width"] += 1
             elif (t > cluster.gpus_per_node or cluster.gpus_per_node % t) and not cluster.allow_cross_node_tp:
                 rejected["tp does not divide the GPUs of a node"] += 1
-            elif space is not None and space.pipeline_layout is not None:
-                reason = _layout_reason(model, p, space)
+            elif space is not None and (space.pipeline_layout is not None or (space.torchtitan_split and p > 1)):
+                v_shape = space.schedule is not None and space.schedule.v_shape
+                reason = _layout_reason(model, p, space) if space.pipeline_layout is not None else torchtitan_reason(model, p, v_shape)
                 if reason is not None:
                     rejected[reason] += 1
                 elif training.global_batch % d:
@@ -156,6 +166,39 @@ def _layout_reason(model: TransformerModel, p: int, space: SearchSpace) -> str |
     return search_reason(space.pipeline_layout, p, model, space.interleaved, space.max_chunks, v_shape)
 
 
+def torchtitan_ranks(layers: int, p: int, stages: int, v_shape: bool = False) -> tuple[int, ...] | None:
+    """The transformer layers each of p ranks holds under torchtitan's split of the layers over `stages` virtual stages
+    (rank r: stages r, r + p, ...; in a V stages r and 2p - 1 - r); None where torchtitan refuses the split."""
+    from parcalc.core.pipeline_torchtitan import virtual_stage_layers
+
+    try:
+        split = virtual_stage_layers(stages, layers)
+    except InputError:
+        return None
+    if v_shape:
+        return tuple(split[r] + split[2 * p - 1 - r] for r in range(p))
+    return tuple(sum(split[r::p]) for r in range(p))
+
+
+def torchtitan_reason(model: TransformerModel, p: int, v_shape: bool = False) -> str | None:
+    """Why the search cannot time torchtitan's split of the layers over p ranks, one stage each (None: it can): torchtitan
+    refuses it (the MTP module under pp, more stages than layers), a rank holds no layer, or the ranks are not a first /
+    even middle / last split, the splits the search's arrays time (parcalc.core.stages, parcalc.core.fit_search). v_shape: the
+    split of a V schedule (ZB-V, DualPipeV), 2p stages placed in the V."""
+    if model.mtp_layers:
+        return "torchtitan trains the MTP module without pipeline parallelism only"
+    if v_shape:  # its V's ranks hold 2q - 2 layers on rank 0 with the embedding and the head (V_PLACEMENT), which the arrays do not
+        return "torchtitan's V puts the head on rank 0 (fit times it without --search)"
+    split = torchtitan_ranks(model.layers, p, 2 * p if v_shape else p, v_shape)  # a V: 2p stages, rank r runs r and 2p - 1 - r
+    if split is None or min(split) == 0:
+        return "torchtitan's split leaves a stage without a transformer layer (or refuses pp)"
+    try:
+        shaped = stage_split(model.layers, p, split[0], split[-1]) == split
+    except InputError:
+        shaped = False
+    return None if shaped else "torchtitan's split is not a first / even middle / last one (the search times those only)"
+
+
 def _slot_split_fits(layers: int, p: int, space: SearchSpace) -> bool:
     """Whether p stages split the layer slots evenly with a transformer layer on every stage (stage_split)."""
     try:
@@ -175,6 +218,11 @@ def splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[in
         return [(None, None)] if len(set(split)) == 1 else [(split[0], split[-1])]
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         return [(space.first_stage_layers, space.last_stage_layers)]
+    if space.torchtitan_split and p > 1:  # torchtitan's own split, one stage a rank (torchtitan_reason checked its shape)
+        v_shape = space.schedule is not None and space.schedule.v_shape  # a V: its 2p stages placed in the V
+        ranks = torchtitan_ranks(model.layers, p, 2 * p if v_shape else p, v_shape)
+        assert ranks is not None
+        return [(None, None)] if len(set(ranks)) == 1 else [(ranks[0], ranks[-1])]
     if model.layers % p == 0:
         return [(None, None)]
     return list(search_splits(model.layers, p))

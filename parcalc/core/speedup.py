@@ -31,8 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from parcalc.core.choices import Recompute
-from parcalc.core.fit import Cluster, Estimate, Training, estimate, memory_of, with_layers
-from parcalc.core.fit_table import StrategyRow, strategy_table
+from parcalc.core.fit import Cluster, Estimate, Training, estimate, memory_of
+from parcalc.core.fit_table import StrategyRow, at_depth, strategy_table
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 
@@ -237,8 +237,8 @@ def _max_layers_summary(model: TransformerModel, training: Training, cluster: Cl
     assert row.config is not None and row.max_layers is not None
     used = replace(cluster, gpus=row.gpus_used)
     step = row.config.layout.pp * row.config.layout.chunks
-    at = memory_of(with_layers(model, row.max_layers), row.config, training, used).worst.total.value
-    beyond = memory_of(with_layers(model, row.max_layers + step), row.config, training, used).worst.total.value
+    at = memory_of(*at_depth(model, row.config, row.max_layers, cluster.framework), training, used).worst.total.value
+    beyond = memory_of(*at_depth(model, row.config, row.max_layers + step, cluster.framework), training, used).worst.total.value
     inputs = (Term("C", "C", "C", cluster.capacity, "B", f"memory of one {cluster.gpu_name}", cluster.capacity_source),
               Term("M_L", "M(L_max)", r"M(L_{\max})", at, "B", f"memory per GPU at {row.max_layers} layers (fits)"),
               Term("M_next", "M(L_max + p)", r"M(L_{\max} + p)", beyond, "B", f"memory per GPU at {row.max_layers + step} layers ({'fits' if beyond <= cluster.capacity else 'does not fit'})"),

@@ -396,7 +396,7 @@ def _stages_table(best: Any) -> Table:
         rows = tuple((s.stage + 1, int(s.layers.value), f"stage {last + 1 - s.stage}" + (", embedding, LM head" if s.stage in (0, last) else ""),
                       s.parameters.value, s.total.value) for s in best.memory.stages)  # fmt: skip
         title = f"Pipeline stages ({split_text(split)} layers; one GPU of each, which DualPipe also gives a second stage)"
-    elif best.config.layout.schedule.v_shape and best.config.layout.pipeline_layout is not None:  # a V's layout: GPU 0 runs the
+    elif best.config.layout.schedule.v_shape and best.config.layout.pp > 1:  # a V, with a layout or without: GPU 0 runs the
         # first virtual stage and the last (core/memory.py head_stage)
         rows = tuple((s.stage + 1, int(s.layers.value), "embedding, LM head" if s.stage == 0 else "", s.parameters.value, s.total.value)
                      for s in best.memory.stages)  # fmt: skip
@@ -473,7 +473,7 @@ def config_flags(config: Config) -> str:
         flags.append(f"--schedule interleaved --chunks {config.layout.chunks}")
     elif config.layout.schedule.splits_backward and config.layout.pp > 1:
         flags.append(f"--schedule {config.layout.schedule.value}")
-    if config.layout.pipeline_layout is not None:
+    if config.layout.pipeline_layout is not None and config.layout.split_by is None:  # not the framework's own (it makes it again)
         flags.append(f"--pipeline-layout '{config.layout.pipeline_layout}'")
     for flag, value in (("--first-stage-layers", config.layout.first_stage_layers), ("--last-stage-layers", config.layout.last_stage_layers)):
         if value is not None:

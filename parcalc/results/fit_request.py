@@ -278,7 +278,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             zero_stages=tuple(sorted({int(z.value) for z in zero})) if zero else profile.zero_stages,
             sequence_parallel=(sequence_parallel,) if sequence_parallel is not None else (False, True),
             interleaved=interleaved, micro_batches=sizes, tp=pinned.get("tp"), pp=pinned.get("pp"), dp=pinned.get("dp"),
-            schedule=searched, **ends,
+            schedule=searched, framework_split=profile.pipeline_split, **ends,
         )  # fmt: skip
         return FitRequest(shape, training, tuple(clusters), tuple(keys[name] for name in names) or ("none",), tuple(plans),
                           FitMode.SEARCH, tuple(settings), ranking, space=space, top=top, explain=explain)  # fmt: skip
@@ -289,6 +289,10 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
                                        chunks, {**ends, **expert, **({"recompute_layers": n_recompute} if n_recompute is not None else {})})  # fmt: skip
         if framework is not None:  # with pp > 1 the pipeline engine's stages are parcalc.core.fit.invalid_reason's
             framework_zero_stage(profile, config.layout.zero, 1)
+        if profile.pipeline_split == "torchtitan":  # its own split when none is given (parcalc.core.pipeline_torchtitan)
+            from parcalc.core.pipeline_torchtitan import split_layout
+
+            config = config.replaced(**split_layout(config.layout, shape.layers, shape.mtp_layers)._asdict())
         return FitRequest(shape, training, (cluster,), (keys.get(gpu_name, "none"),), tuple(plans), FitMode.CONFIGURATION,
                           tuple(settings), config=config, no_ops=no_ops)  # fmt: skip
     if plans[0] is not None:

@@ -141,6 +141,10 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     par = Layout(tp=t, pp=p, dp=d, cp=c, ep=e, etp=et, zero=int(zero.value), shard_group=sg, sequence_parallel=sequence_parallel,
                  cp_comm=cp_kind, schedule=chosen, chunks=v, first_stage_layers=first, last_stage_layers=last,
                  embedding_in_split=embedding_in_split, loss_in_split=loss_in_split, pipeline_layout=pipeline_layout)  # fmt: skip
+    if profile is not None and profile.pipeline_split == "torchtitan":  # its own split when none is given (core.pipeline_torchtitan)
+        from parcalc.core.pipeline_torchtitan import split_layout
+
+        par = split_layout(par, shape.layers, shape.mtp_layers)
     setup = TrainingSetup(
         micro_batch=b, seq_len=seq,
         precision=precision, optimizer=optimizer, recompute=recompute,

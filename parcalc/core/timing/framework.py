@@ -19,6 +19,7 @@ from parcalc.core.timing.host import HostCosts
 KERNEL_SETS = ("fused", "eager", "hf")
 # How a profile counts memory (Framework.step_memory)
 STEP_MEMORY_MODELS = ("textbook", "hf-eager", "fsdp2-eager", "torchtitan-eager")
+PIPELINE_SPLITS = ("megatron", "torchtitan")  # Framework.pipeline_split
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ class Framework:
     # overlap_p2p_comm: the 1F1B phase's isend / irecv waited for only before the tensor is used), the warm-up and cool-down
     # sends staying blocking (overlap_p2p_comm_warmup_flush off); False: every send on the critical path (parcalc.core.timing.step)
     overlap_p2p_comm: bool = False
+    # How the stack splits the layers over the pipeline stages when no split is given: "megatron" (p x v divides the layers,
+    # every stage equal: parcalc.core.stages) or "torchtitan" (as evenly as whole layers allow, the embedding and the output
+    # counted as a layer each: parcalc.core.pipeline_torchtitan)
+    pipeline_split: str = "megatron"
     # The profile's `notes:` lines, shown by `presets show` (prose: not compared, not hashed)
     notes: tuple[str, ...] = field(default=(), compare=False)
 

@@ -510,8 +510,11 @@ def assemble_stage(model: Any, layout: Layout, lp: Any, p2p: Any, overlap_tp: bo
         share = _again(layers, recompute_layers, chunks) / layers if layers else 1.0
         return (layers - moe) * (lp.b_dense + share * lp.r_dense) + moe * (lp.b_moe + share * lp.r_moe)
 
-    first_f = f_of(split[0], moe_counts[0]) + lp.first_forward + (lp.last_forward if pp == 1 else 0.0)
-    first_b = b_of(split[0], moe_counts[0]) + lp.first_backward + (lp.last_backward if pp == 1 else 0.0)
+    # In a V (ZB-V, DualPipeV) rank 0 runs the first virtual stage and the last: the embedding and the head with its loss
+    # (parcalc.core.memory.head_stage, pipeline_layout.V_PLACEMENT); otherwise the head is on the last stage
+    head_first = pp == 1 or (layout.schedule.v_shape and pp > 1)
+    first_f = f_of(split[0], moe_counts[0]) + lp.first_forward + (lp.last_forward if head_first else 0.0)
+    first_b = b_of(split[0], moe_counts[0]) + lp.first_backward + (lp.last_backward if head_first else 0.0)
     # The multi-token-prediction blocks run on the stage that holds the loss (lp.last_*: their compute, not recomputed,
     # parcalc.core.timing.compute.mtp_passes); each is a transformer layer with its layer's TP, CP and EP exchanges
     # (Megatron-LM multi_token_prediction.py: MultiTokenPredictionLayer's transformer_layer), which pace that stage too
@@ -520,12 +523,13 @@ def assemble_stage(model: Any, layout: Layout, lp: Any, p2p: Any, overlap_tp: bo
     # The slowest stage sets the pace (the first of equals). Equal stages: the first (a middle one is
     # the first without the embedding; the last has the LM head instead). Each: forward, backward with
     # recomputation, its layers, its MoE layers, and the MTP blocks and MoE ones among them it holds.
-    stages = [(first_f, first_b, split[0], moe_counts[0], mtp if pp == 1 else 0, mtp_moe if pp == 1 else 0)]
+    stages = [(first_f, first_b, split[0], moe_counts[0], mtp if head_first else 0, mtp_moe if head_first else 0)]
     if pp > 2:
         stages.append((f_of(split[1], moe_counts[1]), b_of(split[1], moe_counts[1]), split[1], moe_counts[1], 0, 0))
     if pp > 1:
-        stages.append((f_of(split[-1], moe_counts[-1]) + lp.last_forward, b_of(split[-1], moe_counts[-1]) + lp.last_backward,
-                       split[-1], moe_counts[-1], mtp, mtp_moe))  # fmt: skip
+        last_f, last_b = (0.0, 0.0) if head_first else (lp.last_forward, lp.last_backward)
+        stages.append((f_of(split[-1], moe_counts[-1]) + last_f, b_of(split[-1], moe_counts[-1]) + last_b,
+                       split[-1], moe_counts[-1], 0 if head_first else mtp, 0 if head_first else mtp_moe))  # fmt: skip
     per_layer = _TpLayer(lp.tp_layer, lp.regather, lp.regather_exposed, lp.gemms_dense, lp.gemms_moe, lp.tp_replay, recompute_layers, chunks)
     forward, backward_and_re, layers_here, moe_here, mtp_here, mtp_moe_here = _slowest(stages, per_layer, overlap_tp)
     again = _again(layers_here, recompute_layers, chunks)
@@ -682,8 +686,10 @@ def _fullest_stage(model: Any, layout: Layout) -> FullestStage:
         return _fullest_stage_of(model, Layout(layout.tp, layout.pp, ranks, ep=layout.ep, etp=layout.etp, schedule=layout.schedule,
                                                chunks=layout.chunks, pipeline_layout=layout.pipeline_layout))  # fmt: skip
     first, last = layout.stage_ends(model.layers)
-    return _fullest_stage_of(model, Layout(layout.tp, layout.pp, ranks, first_stage_layers=first, last_stage_layers=last, ep=layout.ep,
-                                           etp=layout.etp))  # fmt: skip
+    plain = Layout(layout.tp, layout.pp, ranks, first_stage_layers=first, last_stage_layers=last, ep=layout.ep, etp=layout.etp)
+    if layout.schedule.v_shape and layout.pp > 1:  # a V: the head on rank 0 (parcalc.core.memory.head_stage)
+        plain = plain._replace(schedule=layout.schedule)
+    return _fullest_stage_of(model, plain)
 
 
 @lru_cache(maxsize=256)
