@@ -522,37 +522,21 @@ def framework_zero_stage(profile: Any, zero: int, pp: int, flag: str | None = No
         raise InputError(reason)
 
 
-# What a stack does not run of what parcalc models (docs/framework-flags.md): its key, the flag, and why, with the source.
-_MEGATRON_SELECTIVE = ("its op-level choice is --recompute selective with --recompute-modules (NVIDIA/Megatron-LM "
-                       "megatron/core/transformer/transformer_config.py, recompute_granularity 'full' or 'selective' and "
-                       "recompute_modules: core_attn, mlp, layernorm, moe_act, ...)")  # fmt: skip
-NOT_RUN_BY: dict[tuple[str, str], str] = {
-    ("megatron", "--compile"): ("Megatron-LM does not torch.compile the model; torch.compile runs only on its @jit_fuser "
-                                "functions (megatron/core/jit.py; megatron/core/fusions: bias-GeLU, bias-SwiGLU, "
-                                "bias-dropout-add), which its fused kernel set already is"),
-    ("megatron", "--recompute op"): ("Megatron-LM has no op-level checkpointing policy (torchtitan's save-every-second-matmul, "
-                                     "torch.utils.checkpoint's SAC); " + _MEGATRON_SELECTIVE),
-    ("deepspeed", "--recompute op"): ("DeepSpeed's activation checkpointing recomputes whole functions "
-                                      "(deepspeed/runtime/activation_checkpointing/checkpointing.py, checkpoint(function, *args)) "
-                                      "and the model code its profile runs is Megatron-DeepSpeed's (--recompute-granularity full "
-                                      "or selective): --recompute full or selective"),
-}  # fmt: skip
-
-
 def framework_runs(profile: Any, recomputes: Any = (), compile_: bool = False) -> None:
-    """--recompute and --compile under a --framework that was given: what the stack does not run (NOT_RUN_BY) is one
-    line naming its source, not a number for a run nobody can launch; without --framework every setting stands."""
+    """--recompute and --compile under a --framework that was given: what the stack does not run (the profile's not_run,
+    Framework.run_reason) is one line naming its source, not a number for a run nobody can launch; without --framework
+    every setting stands."""
     from parcalc.errors import InputError
 
     asked = [*(("--compile",) if compile_ else ()), *(f"--recompute {getattr(r, 'value', r)}" for r in recomputes)]
     for flag in asked:
-        if (why := NOT_RUN_BY.get((profile.key, flag))) is not None:
-            raise InputError(f"{flag} --framework {profile.key}: {why}")
+        if (reason := profile.run_reason(flag)) is not None:
+            raise InputError(reason)
 
 
 def framework_recomputes(profile: Any, recomputes: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The recomputations of a table or search (none given) that the stack runs (NOT_RUN_BY's left out)."""
-    return tuple(r for r in recomputes if (profile.key, f"--recompute {getattr(r, 'value', r)}") not in NOT_RUN_BY)
+    """The recomputations of a table or search (none given) that the stack runs (its not_run's left out)."""
+    return tuple(r for r in recomputes if profile.run_reason(f"--recompute {getattr(r, 'value', r)}") is None)
 
 
 def stated_no_ops(sequence_parallel: bool, tp: int, zero: Any, dp_ranks: int) -> tuple[bool, Any, tuple[str, ...]]:
