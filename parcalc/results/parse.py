@@ -65,17 +65,19 @@ def check_at_most(value: int, limit: int, flag: str, what: str) -> int:
 
 
 def preset_dirs(presets: list[Path] | None) -> tuple[Path, ...]:
-    """--presets DIR..., each checked once per run: one warning line on stderr for a DIR that does
-    not exist or holds none of the preset folders (gpus/, links/, ...), which parcalc would
-    otherwise skip in silence, leaving "unknown GPU" as the only clue."""
+    """--presets DIR..., each checked once per run: a DIR the user named that does not exist, is a file, or holds none
+    of the preset folders (gpus/, links/, ...) is bad input, one line and exit 2 before anything runs or is written
+    (parcalc would otherwise skip it in silence, leaving "unknown GPU" or the packaged preset's numbers as the only clue).
+    The directories parcalc looks in unasked (PARCALC_PRESETS, the XDG config folder) are skipped when they give nothing
+    (preset_files.search_dirs)."""
     for directory in presets or ():
         if directory not in _checked_preset_dirs:
-            _checked_preset_dirs.add(directory)
             problem = preset_dir_problem(directory)
             if problem:
-                from parcalc.streams import say
+                from parcalc.errors import InputError
 
-                say(f"warning: --presets {problem}")
+                raise InputError(f"--presets {problem}")
+            _checked_preset_dirs.add(directory)
     return tuple(presets or ())
 
 
@@ -88,13 +90,15 @@ def preset_dir_problem(directory: Path) -> str | None:
     from parcalc.preset_files import Category
 
     shown = str(directory)
+    folders = ", ".join(f"{category.value}/" for category in Category)
     try:
         if not directory.exists():
             return f"{shown}: no such directory"
         if not directory.is_dir():
-            return f"{shown}: not a directory"
+            return f"{shown}: not a directory; --presets takes the folder that holds {folders} (a preset file goes in one of them)"
         if not any((directory / category.value).is_dir() for category in Category):
-            folders = ", ".join(f"{category.value}/" for category in Category)
+            if directory.name in {category.value for category in Category}:
+                return f"{shown} is itself a preset folder: --presets {directory.parent} (the folder that holds {directory.name}/)"
             return f"{shown} holds none of {folders}: no presets from it"
     except OSError as error:
         return f"{shown}: cannot read it ({error.strerror or error})"
