@@ -16,6 +16,7 @@ import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import field
+from typing import cast
 
 from parcalc.frozen import frozen
 from parcalc.units import format_quantity
@@ -205,26 +206,34 @@ class Result:
             seen.update(dict.fromkeys(derivation.assumptions))
         return tuple(seen)
 
-    # A Result shows itself through the renderers (one layer up), imported when asked so that the
-    # data never depends on its formats at import time: parcalc.render.display is the one entry.
+    # A Result shows itself through the renderers, one layer up, which hand their functions in (PRESENTERS) when they are
+    # loaded: the data imports no renderer (docs/architecture.md).
     def to_dict(self) -> dict[str, object]:
         """This result as `--format json` prints it (parcalc.render.json_out), as Python values:
         the same keys, numbers in base units, null for a non-finite number."""
-        from parcalc.render.display import result_dict
-
-        return result_dict(self)
+        return cast("dict[str, object]", _present(self, "dict"))
 
     def _repr_markdown_(self) -> str:
         """Jupyter and IPython show a result as its Markdown page (parcalc.render.markdown)."""
-        from parcalc.render.display import result_markdown
-
-        return result_markdown(self)
+        return str(_present(self, "markdown"))
 
     def _repr_html_(self) -> str:
         """The same page as HTML (parcalc.render.html), which Jupyter prefers to Markdown."""
-        from parcalc.render.display import result_html
+        return str(_present(self, "html"))
 
-        return result_html(self)
+
+# How a Result shows itself ("dict": to_dict, "markdown" and "html": Jupyter's hooks), filled by parcalc.render.display when
+# it is loaded, which parcalc.results does: every Result a client gets (the CLI, parcalc.api, run files, worksheets) comes
+# through there. Python finds _repr_html_ on the object, so the hooks stay methods; their work is the renderers'.
+PRESENTERS: dict[str, Callable[[Result], object]] = {}
+
+
+def _present(result: Result, how: str) -> object:
+    presenter = PRESENTERS.get(how)
+    if presenter is None:
+        raise RuntimeError(f"no renderer is loaded to show a Result as {how}: import parcalc.render.display (parcalc.results "
+                           "and parcalc.api load it)")  # fmt: skip
+    return presenter(result)
 
 
 def assumptions_of(result: Result) -> tuple[str, ...]:

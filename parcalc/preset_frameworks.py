@@ -17,7 +17,9 @@ _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather",
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "default_zero", "notes", "pipeline", *_FRAMEWORK_FLAGS,
                    "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
                    "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm",
-                   "fp8_dispatch", "pipeline_split")  # fmt: skip
+                   "fp8_dispatch", "pipeline_split", "not_run")  # fmt: skip
+# The settings a profile's `not_run:` may name (Framework.run_reason): the flags as typed
+NOT_RUN_FLAGS = ("--compile", "--recompute selective", "--recompute full", "--recompute op")
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
 _PIPELINE_KEYS = ("overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "zero_stages", "bf16_grad_accumulation_bytes")
 
@@ -103,6 +105,8 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
             raise doc.error("expert_gemm_host.value", f"a host time per expert GEMM above 0 and at most 10 ms, got {shown(data['expert_gemm_host'])}")
         memory["expert_gemm_host"] = per_gemm.value
         cited.append(("expert_gemm_host", per_gemm.source))
+    if "not_run" in data:
+        memory["not_run"] = _not_run(doc, sources, cited)
     pipeline: tuple[tuple[str, Any], ...] = ()
     if "pipeline" in doc.data:
         block = doc.child("pipeline")
@@ -133,3 +137,21 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         bucket_bytes=bucket_bytes, reduce_bytes=reduce_bytes, zero_stages=stages, sources=tuple(cited), pipeline=pipeline, **flags,
         kernels=kernels, host=host, notes=doc.texts("notes"), **memory,
     )  # fmt: skip
+
+
+def _not_run(doc: PresetDoc, sources: Mapping[str, str], cited: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """`not_run:` {flag: {why, source}}: the settings parcalc models that the stack does not run, each refused with its
+    why (Framework.run_reason); cited as 'not_run FLAG'."""
+    block = doc.child("not_run")
+    if not block.data:
+        raise doc.error("not_run", f"give at least one of {', '.join(NOT_RUN_FLAGS)}")
+    refused = []
+    for flag in block.data:
+        if flag not in NOT_RUN_FLAGS:
+            raise block.error(str(flag), f"not a setting a profile can refuse; one of {', '.join(NOT_RUN_FLAGS)}")
+        entry = block.child(flag)
+        entry.only(("why", "source"))
+        why = entry.text("why")
+        cited.append((f"not_run {flag}", entry.source_ref("source", sources)))
+        refused.append((flag, why))
+    return tuple(refused)

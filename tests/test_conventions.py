@@ -205,37 +205,61 @@ def test_a_mistyped_command_in_a_real_process_is_one_line_exit_2() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# --presets DIR that gives nothing
+# --presets DIR that gives nothing: a directory the user named is bad input (one line, exit 2, nothing written)
 
 
-def _warnings(result) -> list[str]:
-    return [line for line in result.stderr.splitlines() if line.startswith("warning:")]
-
-
-def test_a_presets_directory_that_does_not_exist_is_one_warning(runner, tmp_path: Path) -> None:
+def test_a_presets_directory_that_does_not_exist_is_one_error_line(run_error, tmp_path: Path) -> None:
     missing = tmp_path / "no-such-dir"
-    result = runner.invoke(app, [*PEAK, "--presets", str(missing)])
-    assert result.exit_code == 0, result.output  # a warning, not an error: the packaged presets still answer
-    assert _warnings(result) == [f"warning: --presets {missing}: no such directory"]
+    assert run_error([*PEAK, "--presets", str(missing)]) == f"Error: --presets {missing}: no such directory"
 
 
-def test_a_presets_directory_without_preset_folders_is_one_warning(runner, tmp_path: Path) -> None:
+def test_a_presets_directory_without_preset_folders_is_one_error_line(run_error, tmp_path: Path) -> None:
     (tmp_path / "gpu").mkdir()  # singular: not a folder parcalc reads
-    result = runner.invoke(app, [*PEAK, "--presets", str(tmp_path)])
-    assert result.exit_code == 0, result.output
-    assert _warnings(result) == [
-        f"warning: --presets {tmp_path} holds none of gpus/, links/, models/, worksheets/, frameworks/: no presets from it"
-    ]
+    assert run_error([*PEAK, "--presets", str(tmp_path)]) == (
+        f"Error: --presets {tmp_path} holds none of gpus/, links/, models/, worksheets/, frameworks/: no presets from it"
+    )
 
 
-def test_a_presets_file_is_one_warning_and_a_good_directory_none(runner, tmp_path: Path) -> None:
+def test_a_preset_folder_given_as_presets_names_its_parent(run_error, tmp_path: Path) -> None:
+    (tmp_path / "gpus").mkdir()
+    assert run_error([*PEAK, "--presets", str(tmp_path / "gpus")]) == (
+        f"Error: --presets {tmp_path / 'gpus'} is itself a preset folder: --presets {tmp_path} (the folder that holds gpus/)"
+    )
+
+
+def test_a_presets_file_is_one_error_line_and_nothing_written(tmp_path: Path) -> None:
+    """A preset file named where its folder belongs: refused before the run, the -o file not created."""
     afile = tmp_path / "file.yaml"
     afile.write_text("kind: gpu\n")
-    good = tmp_path / "good"
-    (good / "models").mkdir(parents=True)
-    result = runner.invoke(app, ["presets", "show", "a100-sxm4-80gb", "--presets", str(afile), "--presets", str(good)])
+    out = tmp_path / "fit.json"
+    done = _parcalc("fit", "--model", "llama3-8b", "--gpu", "h200", "--gpus", "8", "--presets", str(afile), "-o", str(out))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"Error: --presets {afile}: not a directory; --presets takes the folder that holds gpus/, links/, "
+                           "models/, worksheets/, frameworks/ (a preset file goes in one of them)\n")  # fmt: skip
+    assert not out.exists()
+
+
+def test_a_good_presets_directory_is_silent(runner, tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    result = runner.invoke(app, ["presets", "show", "a100-sxm4-80gb", "--presets", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert _warnings(result) == [f"warning: --presets {afile}: not a directory"]  # once, though `show` looks twice
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kind: gpu\nname: [x\n", "bad.yaml: line 3: invalid YAML: did not find expected ',' or ']'"),
+        ("kind: gpu\nname: My GPU\nvendor: nvidia\n", "bad.yaml: key 'sources': missing: every number needs a source"),
+    ],
+    ids=["yaml-syntax", "fails-validation"],
+)
+def test_a_bad_preset_in_a_presets_directory_is_one_error_line(run_error, tmp_path: Path, text: str, message: str) -> None:
+    """The file a command reads from --presets DIR: a YAML error or a preset that fails validation names file and key."""
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "bad.yaml").write_text(text)
+    line = run_error(["peak-flops", "--gpu", "bad", "--dtype", "bf16", "--presets", str(tmp_path)])
+    assert line.startswith("Error: ") and line.endswith(message), line
 
 
 # ---------------------------------------------------------------------------------------------

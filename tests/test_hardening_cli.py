@@ -433,6 +433,79 @@ def test_a_setting_the_framework_does_not_run_is_one_error_line(runner, args: li
     assert "megatron/core" in line or "deepspeed/runtime" in line  # the source named
 
 
+def _profile_copy(tmp_path, key: str, name: str, edit=None):
+    """presets/frameworks/KEY.yaml copied to tmp_path/frameworks/NAME.yaml (edited by `edit`), the --presets DIR to load it."""
+    from parcalc.resources import data_dir
+
+    text = (data_dir("presets") / "frameworks" / f"{key}.yaml").read_text()
+    (tmp_path / "frameworks").mkdir(exist_ok=True)
+    (tmp_path / "frameworks" / f"{name}.yaml").write_text(edit(text) if edit else text)
+    return str(tmp_path)
+
+
+def test_a_copy_of_a_profile_under_another_name_refuses_the_same(runner, tmp_path) -> None:
+    """not_run is the profile's data (presets/frameworks/megatron.yaml), not a table keyed by 'megatron': a user's copy
+    named my-megatron refuses --compile and --recompute op in the same words, its own key named."""
+    presets = _profile_copy(tmp_path, "megatron", "my-megatron")
+    line = _one_error_line(runner.invoke(app, ["memory", *_8B_H200, "--dp", "8", "--framework", "my-megatron", "--compile",
+                                               "--presets", presets]))  # fmt: skip
+    assert line == ("Error: --compile --framework my-megatron: Megatron-LM does not torch.compile the model; torch.compile runs "
+                    "only on its @jit_fuser functions (megatron/core/jit.py; megatron/core/fusions: bias-GeLU, bias-SwiGLU, "
+                    "bias-dropout-add), which its fused kernel set already is")  # fmt: skip
+    line = _one_error_line(runner.invoke(app, ["fit", *_8B_H200, "--gpus", "8", "--framework", "my-megatron", "--tp", "1", "--pp",
+                                               "1", "--dp", "8", "--recompute", "op", "--presets", presets]))  # fmt: skip
+    assert line.startswith("Error: --recompute op --framework my-megatron: Megatron-LM has no op-level checkpointing policy")
+    assert line.endswith("recompute_granularity 'full' or 'selective' and recompute_modules: core_attn, mlp, layernorm, moe_act, ...)")
+
+
+def test_a_profile_without_not_run_runs_every_setting(runner, tmp_path) -> None:
+    """The same copy with its not_run block taken out refuses nothing: the refusal is the data's, not the name's."""
+
+    def without_not_run(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        start = next(i for i, line in enumerate(lines) if line.startswith("not_run:"))
+        end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("  "))
+        return "".join(lines[:start] + lines[end:])
+
+    presets = _profile_copy(tmp_path, "megatron", "plain-megatron", without_not_run)
+    result = runner.invoke(app, ["memory", *_8B_H200, "--dp", "8", "--framework", "plain-megatron", "--compile", "--presets", presets])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ('not_run:\n  "--fp8": {source: jit, why: "no"}\n',
+         "key 'not_run.--fp8': not a setting a profile can refuse; one of --compile, --recompute selective, --recompute full, "
+         "--recompute op"),
+        ('not_run:\n  "--compile": {source: jit}\n', "key 'not_run.--compile.why': missing"),
+        ('not_run:\n  "--compile": {source: nowhere, why: "no"}\n', "key 'not_run.--compile.source': source 'nowhere' is not a key"),
+        ("not_run: {}\n", "key 'not_run': give at least one of --compile"),
+    ],
+)  # fmt: skip
+def test_a_bad_not_run_block_is_one_error_line(runner, tmp_path, block: str, message: str) -> None:
+    """A profile's not_run names flags parcalc knows (preset_frameworks.NOT_RUN_FLAGS), each with a why and a source."""
+
+    def replaced(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        start = next(i for i, line in enumerate(lines) if line.startswith("not_run:"))
+        end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("  "))
+        return "".join([*lines[:start], block, *lines[end:]])
+
+    presets = _profile_copy(tmp_path, "megatron", "odd", replaced)
+    line = _one_error_line(runner.invoke(app, ["presets", "show", "odd", "--presets", presets]))
+    assert line.startswith("Error: ") and message in line, line
+
+
+def test_presets_show_lists_what_a_profile_does_not_run(run_json) -> None:
+    """presets show megatron: a not_run row per refused flag, its source the YAML's (megatron/core/jit.py for --compile)."""
+    rows = run_json("presets", "show", "megatron")["tables"]["fields"]["rows"]
+    refused = [(row["field"], row["value"], row["source"]) for row in rows if row["field"] == "not_run"]
+    assert [value for _, value, _ in refused] == ["--compile", "--recompute op"]
+    assert refused[0][2].startswith("NVIDIA/Megatron-LM megatron/core/jit.py @d98e8a64: 'jit_fuser = torch.compile'")
+    assert "recompute_granularity 'full' or 'selective'" in refused[1][2]
+
+
 def test_what_a_framework_runs_stands(runner) -> None:
     """DeepSpeedEngine.compile() (deepspeed/runtime/compiler.py) compiles the module: --compile stands under deepspeed; and
     without --framework, --recompute op and --compile are what-ifs under the default (Megatron-LM) profile's timing."""

@@ -314,3 +314,62 @@ def test_a_table_heading_never_ends_a_page(runner, tmp_path: Path) -> None:
                               check=True).stdout  # fmt: skip
         body = [line for line in text.splitlines() if line.strip() and not line.strip().isdigit()]  # the page number apart
         assert not re.search(r"\(part \d+ of \d+\)\s*$", body[-1]), f"page {page} ends with a table heading: {body[-1]!r}"
+
+
+# fit's own reports (not worksheets): an H200 run under the hf profile, pinned (its kernel derivations, t_host's formula in
+# prose and math) and searched (the assumptions' source paths). pdfLaTeX is the engine of a user's --template and of a
+# machine without LuaLaTeX: it hyphenates only a path's first word, so "(parcalc.core.timing.compute)" ran 13 pt into the
+# margin four times, and transformers' / torchtitan's paths 10 pt; t_host's formula, its words set as math italics, 64 pt
+# under both engines (and its Σ stopped pdfLaTeX: "Missing $ inserted").
+_FIT_H200_HF = ["fit", "--model", "llama3.2-1b", "--gpu", "h200", "--gpus", "1", "--framework", "hf", "--seq-len", "4096",
+                "--micro-batch", "4", "--batch", "4"]  # fmt: skip
+_FIT_REPORTS = {"pinned": [*_FIT_H200_HF, "--tp", "1", "--pp", "1", "--dp", "1"], "search": [*_FIT_H200_HF, "--search"]}
+
+
+@needs_tex
+@pytest.mark.parametrize("lua", [True, False], ids=["lualatex", "pdflatex"])
+@pytest.mark.parametrize("report", list(_FIT_REPORTS))
+def test_fits_pdf_has_no_overfull_line(runner, tmp_path: Path, report: str, lua: bool) -> None:
+    from parcalc.render.pdf import compile_pdf, tex_engine
+
+    engine = tex_engine(lua)
+    if engine is None or (lua and "-lualatex" not in engine and engine[0] != "lualatex"):
+        pytest.skip("this TeX engine is not installed")
+    tex = tmp_path / "fit.tex"
+    result = runner.invoke(app, [*_FIT_REPORTS[report], "-o", str(tex)])
+    assert result.exit_code == 0, result.output
+    pdf, log = tmp_path / "fit.pdf", tmp_path / "fit.log"
+    compile_pdf(tex.read_text(), pdf, log=log, lua_allowed=lua)
+    assert overfull_boxes(log.read_text(errors="replace")) == []
+    if report == "pinned":  # t_host's words upright, with their spaces, not a product of italic letters
+        assert "over the segments between synchronisations of" in text_of(pdf)
+
+
+def test_a_formulas_prose_is_set_as_text() -> None:
+    """t_host's formula (parcalc.core.timing.terms.HOST) is words and math: the words upright in \\text with the spaces
+    around them as math's control spaces (glue a line break discards), Σ and ≥ as \\Sigma and \\geq (pdfLaTeX stopped on
+    the letters), a line break allowed after each comma before a run of words; symbols, subscripts and placeholders stay math."""
+    from parcalc.core.timing.terms import DP, HOST, TP, formula_latex
+
+    assert formula_latex(HOST.formula).startswith(
+        r"\Sigma \ \text{over the segments between synchronisations of}\ \max(\Sigma H, \max_j(\Sigma _{i<j} H_i + "
+        r"\Sigma _{i\geq j} G_i)) - \Sigma G\ \text{over their phases}\ (\text{forward},\allowbreak\ \text{backward}) \times  $m,"
+        r"\allowbreak\ \text{the optimizer's Python},\allowbreak\ \text{its launches}; H = $n_f \times  $c_f,"
+    )
+    assert formula_latex(TP.formula) == r"$m \times  \max(0, $C_tp + $L_s \times  (\text{SP re-gathers}) - $H_tp)"
+    assert formula_latex(DP.formula).endswith(r"\ (\text{parcalc.core.timing.step.dp\_exposed})")
+
+
+@pytest.mark.parametrize(
+    ("text", "tex"),
+    [
+        ("(parcalc.core.timing.compute)", r"(parcalc.\allowbreak{}core.\allowbreak{}timing.\allowbreak{}compute)"),
+        ("models/llama/modeling_llama.py", r"models/\allowbreak{}llama/\allowbreak{}modeling\_\allowbreak{}llama.py"),
+        ("1.5 GB/s, e.g. 400 tokens/s", "1.5 GB/s, e.g. 400 tokens/s"),  # a number, an abbreviation, units: no break
+    ],
+)
+def test_a_line_may_break_inside_a_module_or_file_path(text: str, tex: str) -> None:
+    """pdfTeX hyphenates only a path's first word (fit's PDF: 13 pt over the margin): render/tex_text._PATH_BREAK."""
+    from parcalc.render.tex_text import tex_escape
+
+    assert tex_escape(text) == tex

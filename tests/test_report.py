@@ -239,7 +239,7 @@ def test_hostile_strings_are_escaped_in_tex(runner, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     tex = target.read_text()
     assert r"\input{/etc/passwd}" not in tex and r"\write18" not in tex
-    assert r"\textbackslash{}input\{/etc/passwd\}" in tex
+    assert r"\textbackslash{}input\{/etc/\allowbreak{}passwd\}" in tex  # a line may break after a path's slash (tex_text._PATH_BREAK)
     assert r"\textbackslash{}write18\{rm -rf /\}" in tex
 
 

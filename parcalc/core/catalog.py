@@ -92,6 +92,8 @@ def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
             rows.append((name, str(getattr(framework, name)).lower(), "", framework.source(name)))
     if framework.expert_gemm_host:  # the host's time per expert GEMM of a looped grouped GEMM (parcalc.core.timing.moe)
         rows.append(("expert_gemm_host", framework.expert_gemm_host, "s", framework.source("expert_gemm_host")))
+    for flag, _ in framework.not_run:  # what parcalc models that the stack does not run: refused under --framework
+        rows.append(("not_run", flag, "", framework.source(f"not_run {flag}")))
     for name, value in framework.pipeline:  # what its own pipeline engine changes when pp > 1
         shown = ", ".join(str(z) for z in value) if isinstance(value, tuple) else str(value).lower() if isinstance(value, bool) else value
         unit = "B/param" if name == "bf16_grad_accumulation_bytes" else ""

@@ -1,16 +1,12 @@
 """How a Result shows itself (Result.to_dict, and the Jupyter hooks _repr_markdown_ / _repr_html_):
-the one place the data layer (parcalc.derivation) reaches up into the renderers, when asked.
-
-The renderers import parcalc.derivation for its types only (under TYPE_CHECKING), so this reach
-up is no import circle.
+loading this module hands these functions to parcalc.derivation.PRESENTERS, so that the data layer
+imports no renderer (a renderer imports the data, not the other way round). parcalc.results loads it:
+every Result a client gets comes through there. The renderers themselves load when a result is shown.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from parcalc.derivation import Result
+from parcalc.derivation import PRESENTERS, Result
 
 
 def result_dict(result: Result) -> dict[str, object]:
@@ -32,3 +28,6 @@ def result_html(result: Result) -> str:
     from parcalc.render.html import render_html
 
     return render_html(result)
+
+
+PRESENTERS.update(dict=result_dict, markdown=result_markdown, html=result_html)

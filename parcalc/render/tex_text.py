@@ -116,10 +116,15 @@ _POWER = re.compile(r"\^(?:(-?\d+)|\(([^()]{1,40})\))")
 # and identifiers (multi_latent_attention.py) wrap, while a subscript-like symbol in prose (t_1, k_opt,
 # r_SM) stays whole, as TeX's own hyphenation keeps at least 2 letters before a break and 3 after it.
 _UNDERSCORE_BREAK = re.compile(r"(?<=[A-Za-z0-9]{3})_(?=[A-Za-z0-9]{3})")
+# So may it after the dot of a module path (parcalc.core.timing.compute) and the slash of a file path
+# (models/llama/modeling_llama.py) between letters: pdfTeX hyphenates only a path's first word, so "(parcalc.core.timing
+# .compute)" ran 13 pt into fit's margin. Not after a number's point (1.5), an abbreviation's (e.g.), a file's
+# extension (.py) or a unit's slash (GB/s, tokens/s).
+_PATH_BREAK = re.compile(r"(?<=[A-Za-z]{2})[./](?=[A-Za-z]{3})")
 
 
 def _escape_chars(text: str) -> str:
-    breaks = {m.start() for m in _UNDERSCORE_BREAK.finditer(text)}
+    breaks = {m.start() for m in _UNDERSCORE_BREAK.finditer(text)} | {m.start() for m in _PATH_BREAK.finditer(text)}
     # "-" before another "-" gets a zero kern so that "--flag" keeps two hyphens (TeX makes "--" an en
     # dash); so does a quote before another quote, which TeX would otherwise join into a different pair.
     # A kern, not "{}": LuaLaTeX's font ligatures join "-{}-" into an en dash all the same.

@@ -65,17 +65,19 @@ def check_at_most(value: int, limit: int, flag: str, what: str) -> int:
 
 
 def preset_dirs(presets: list[Path] | None) -> tuple[Path, ...]:
-    """--presets DIR..., each checked once per run: one warning line on stderr for a DIR that does
-    not exist or holds none of the preset folders (gpus/, links/, ...), which parcalc would
-    otherwise skip in silence, leaving "unknown GPU" as the only clue."""
+    """--presets DIR..., each checked once per run: a DIR the user named that does not exist, is a file, or holds none
+    of the preset folders (gpus/, links/, ...) is bad input, one line and exit 2 before anything runs or is written
+    (parcalc would otherwise skip it in silence, leaving "unknown GPU" or the packaged preset's numbers as the only clue).
+    The directories parcalc looks in unasked (PARCALC_PRESETS, the XDG config folder) are skipped when they give nothing
+    (preset_files.search_dirs)."""
     for directory in presets or ():
         if directory not in _checked_preset_dirs:
-            _checked_preset_dirs.add(directory)
             problem = preset_dir_problem(directory)
             if problem:
-                from parcalc.streams import say
+                from parcalc.errors import InputError
 
-                say(f"warning: --presets {problem}")
+                raise InputError(f"--presets {problem}")
+            _checked_preset_dirs.add(directory)
     return tuple(presets or ())
 
 
@@ -88,13 +90,15 @@ def preset_dir_problem(directory: Path) -> str | None:
     from parcalc.preset_files import Category
 
     shown = str(directory)
+    folders = ", ".join(f"{category.value}/" for category in Category)
     try:
         if not directory.exists():
             return f"{shown}: no such directory"
         if not directory.is_dir():
-            return f"{shown}: not a directory"
+            return f"{shown}: not a directory; --presets takes the folder that holds {folders} (a preset file goes in one of them)"
         if not any((directory / category.value).is_dir() for category in Category):
-            folders = ", ".join(f"{category.value}/" for category in Category)
+            if directory.name in {category.value for category in Category}:
+                return f"{shown} is itself a preset folder: --presets {directory.parent} (the folder that holds {directory.name}/)"
             return f"{shown} holds none of {folders}: no presets from it"
     except OSError as error:
         return f"{shown}: cannot read it ({error.strerror or error})"
@@ -522,37 +526,21 @@ def framework_zero_stage(profile: Any, zero: int, pp: int, flag: str | None = No
         raise InputError(reason)
 
 
-# What a stack does not run of what parcalc models (docs/framework-flags.md): its key, the flag, and why, with the source.
-_MEGATRON_SELECTIVE = ("its op-level choice is --recompute selective with --recompute-modules (NVIDIA/Megatron-LM "
-                       "megatron/core/transformer/transformer_config.py, recompute_granularity 'full' or 'selective' and "
-                       "recompute_modules: core_attn, mlp, layernorm, moe_act, ...)")  # fmt: skip
-NOT_RUN_BY: dict[tuple[str, str], str] = {
-    ("megatron", "--compile"): ("Megatron-LM does not torch.compile the model; torch.compile runs only on its @jit_fuser "
-                                "functions (megatron/core/jit.py; megatron/core/fusions: bias-GeLU, bias-SwiGLU, "
-                                "bias-dropout-add), which its fused kernel set already is"),
-    ("megatron", "--recompute op"): ("Megatron-LM has no op-level checkpointing policy (torchtitan's save-every-second-matmul, "
-                                     "torch.utils.checkpoint's SAC); " + _MEGATRON_SELECTIVE),
-    ("deepspeed", "--recompute op"): ("DeepSpeed's activation checkpointing recomputes whole functions "
-                                      "(deepspeed/runtime/activation_checkpointing/checkpointing.py, checkpoint(function, *args)) "
-                                      "and the model code its profile runs is Megatron-DeepSpeed's (--recompute-granularity full "
-                                      "or selective): --recompute full or selective"),
-}  # fmt: skip
-
-
 def framework_runs(profile: Any, recomputes: Any = (), compile_: bool = False) -> None:
-    """--recompute and --compile under a --framework that was given: what the stack does not run (NOT_RUN_BY) is one
-    line naming its source, not a number for a run nobody can launch; without --framework every setting stands."""
+    """--recompute and --compile under a --framework that was given: what the stack does not run (the profile's not_run,
+    Framework.run_reason) is one line naming its source, not a number for a run nobody can launch; without --framework
+    every setting stands."""
     from parcalc.errors import InputError
 
     asked = [*(("--compile",) if compile_ else ()), *(f"--recompute {getattr(r, 'value', r)}" for r in recomputes)]
     for flag in asked:
-        if (why := NOT_RUN_BY.get((profile.key, flag))) is not None:
-            raise InputError(f"{flag} --framework {profile.key}: {why}")
+        if (reason := profile.run_reason(flag)) is not None:
+            raise InputError(reason)
 
 
 def framework_recomputes(profile: Any, recomputes: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The recomputations of a table or search (none given) that the stack runs (NOT_RUN_BY's left out)."""
-    return tuple(r for r in recomputes if (profile.key, f"--recompute {getattr(r, 'value', r)}") not in NOT_RUN_BY)
+    """The recomputations of a table or search (none given) that the stack runs (its not_run's left out)."""
+    return tuple(r for r in recomputes if profile.run_reason(f"--recompute {getattr(r, 'value', r)}") is None)
 
 
 def stated_no_ops(sequence_parallel: bool, tp: int, zero: Any, dp_ranks: int) -> tuple[bool, Any, tuple[str, ...]]:

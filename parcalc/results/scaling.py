@@ -204,7 +204,7 @@ def _rule(strategy: str | None, tp: str | None, pp: str | None, zero: str | None
 
 
 def _searched_recomputes(profile: Any, framework: str | None) -> tuple[Any, ...]:
-    """--best's recomputations: the search's, less those a --framework that was given does not run (results/parse.NOT_RUN_BY)."""
+    """--best's recomputations: the search's, less those a --framework that was given does not run (the profile's not_run)."""
     from parcalc.core.fit_search import SearchSpace
     from parcalc.results.parse import framework_recomputes
 

@@ -19,17 +19,12 @@ the largest difference of its output and of dQ, dK, dV from unsplit attention un
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import socket
 import sys
-from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 
 BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM = 2, 32, 4, 2, 8  # grouped-query attention: K/V half as wide as Q
 DTYPE = torch.float64  # exact enough that the ring equals the unsplit attention to 1e-12
@@ -160,30 +155,12 @@ def run(rank: int, cp: int) -> dict:
     return {"errors": errors, "sends": phases, "element_bytes": q.element_size()}
 
 
-def worker(rank: int, world: int, port: int, out: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=90))
-    try:
-        result = run(rank, world)
-    finally:
-        dist.barrier()
-        dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--world", type=int, required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    mp.spawn(worker, args=(args.world, free_port(), args.out), nprocs=args.world)
+    spawn_gloo(run, args.world, args.out)
 
 
 if __name__ == "__main__":

@@ -23,18 +23,13 @@ output and of the input's gradient from the unsplit mixer under autograd (fp64).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import socket
 import sys
-from datetime import timedelta
-from pathlib import Path
 from typing import ClassVar
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
+from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 
 BATCH, SEQ, KERNEL = 2, 16, 3
 MAMBA = {"heads": 4, "head_dim": 2, "state": 3, "groups": 1}  # one group: at cp 2 and 4 its B and C are repeated
@@ -217,31 +212,13 @@ def run(rank: int, cp: int, mixer: str) -> dict:
     return {"errors": errors, "sent": {ph: [b for phase, b in Log.sent if phase == ph] for ph in ("forward", "backward")}}
 
 
-def worker(rank: int, world: int, port: int, out: str, mixer: str) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=90))
-    try:
-        result = run(rank, world, mixer)
-    finally:
-        dist.barrier()
-        dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mixer", choices=("mamba", "gdn"), required=True)
     parser.add_argument("--world", type=int, required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    mp.spawn(worker, args=(args.world, free_port(), args.out, args.mixer), nprocs=args.world)
+    spawn_gloo(run, args.world, args.out, args.mixer)
 
 
 if __name__ == "__main__":

@@ -17,20 +17,15 @@ every all-to-all (phase, bytes of its input, bytes it sends to other ranks) and 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import socket
 import sys
 import warnings
-from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_fn
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 
 warnings.filterwarnings("ignore", category=FutureWarning)  # torch.distributed.nn.functional is deprecated, still the autograd all-to-all
 
@@ -46,9 +41,7 @@ class Expert(nn.Module):
         return self.down(F.gelu(self.up(x)))
 
 
-def worker(rank: int, world: int, ep: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=90))
+def run(rank: int, world: int, ep: int) -> dict:
     edp = world // ep
     # Megatron-Core's expert grid with tp = etp = 1: rank = e + ep x d_e
     ep_groups = [dist.new_group([e + ep * d for e in range(ep)]) for d in range(edp)]
@@ -107,15 +100,7 @@ def worker(rank: int, world: int, ep: int, port: int, out: str) -> None:
     grads = torch.cat([p.grad.reshape(-1) for p in experts.parameters()])
     if edp > 1:
         dist.all_reduce(grads, group=edp_group)
-    Path(out, f"rank{rank}.json").write_text(json.dumps({"calls": calls, "local_experts": local, "tokens": tokens,
-                                                         "expert_params": sum(p.numel() for p in experts.parameters())}))
-    dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return {"calls": calls, "local_experts": local, "tokens": tokens, "expert_params": sum(p.numel() for p in experts.parameters())}
 
 
 def main(argv: list[str]) -> None:
@@ -124,7 +109,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--ep", type=int, required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    mp.spawn(worker, args=(args.world, args.ep, free_port(), args.out), nprocs=args.world)
+    spawn_gloo(run, args.world, args.out, args.ep)
 
 
 if __name__ == "__main__":

@@ -23,16 +23,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
-import socket
 import sys
-from datetime import timedelta
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 
 HIDDEN = 8
 
@@ -62,9 +57,7 @@ def exchange(group: dist.ProcessGroup, members: list[int], me: int, rows: dict[i
     return recv, sent, messages
 
 
-def worker(rank: int, world: int, per_node: int, shape: tuple[int, int, int], port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=90))
+def run(rank: int, world: int, per_node: int, shape: tuple[int, int, int]) -> dict:
     nodes = world // per_node
     node, local = divmod(rank, per_node)
     rails = [[n * per_node + i for n in range(nodes)] for i in range(per_node)]
@@ -101,16 +94,8 @@ def worker(rank: int, world: int, per_node: int, shape: tuple[int, int, int], po
                 node_rows.setdefault(owner(e), []).append([0.0] * HIDDEN + [float(source * len(plan) + t), float(e)])
     recv2, sent2, messages2 = exchange(node_groups[node], node_members[node], rank, node_rows)
     arrived = sorted((int(r[HIDDEN]), int(r[HIDDEN + 1])) for r in recv2)
-    Path(out, f"rank{rank}.json").write_text(json.dumps({
-        "tokens": len(plan), "network": {"sent": sent1, "messages": messages1}, "nvlink": {"sent": sent2, "messages": messages2},
-        "arrived": arrived}))  # fmt: skip
-    dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return {"tokens": len(plan), "network": {"sent": sent1, "messages": messages1}, "nvlink": {"sent": sent2, "messages": messages2},
+            "arrived": arrived}  # fmt: skip
 
 
 def main(argv: list[str]) -> None:
@@ -123,7 +108,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     shape = (args.experts, args.top_k, args.max_nodes)
-    mp.spawn(worker, args=(args.world, args.per_node, shape, free_port(), args.out), nprocs=args.world)
+    spawn_gloo(run, args.world, args.out, args.per_node, shape)
 
 
 if __name__ == "__main__":

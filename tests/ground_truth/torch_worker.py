@@ -18,17 +18,13 @@ Sizes follow nccl-tests: all-gather counts its output, reduce-scatter its input.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import socket
 import sys
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 from torch.utils._python_dispatch import TorchDispatchMode
 
 SCENARIOS = ("ddp", "ddp-buckets", "fsdp", "tp", "sp", "pp-gpipe", "pp-1f1b", "fsdp-tp", "hsdp")
@@ -460,36 +456,21 @@ def run_scenario(name: str, rank: int, world: int) -> dict:
     raise ValueError(name)
 
 
-def worker(rank: int, world: int, port: int, out_dir: str, scenarios: list[str]) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    # A scenario that raises on one rank leaves the others waiting in a collective: a gloo
-    # timeout turns that wait into an error in a minute instead of a hang until the test's limit.
-    from datetime import timedelta
-
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=90))
+def run(rank: int, world: int, scenarios: list[str]) -> dict:
+    """Every scenario on this rank, each one's error reported in its place (gloo_ranks writes the dict)."""
     results: dict = {"config": {
         "hidden": HIDDEN, "heads": HEADS, "ffn": FFN, "seq": SEQ, "batch": BATCH, "vocab": VOCAB,
         "pp_micro_batch": PP_MICRO_BATCH, "ddp_small_bucket_bytes": int(DDP_SMALL_BUCKET_MB * 1024 * 1024),
         "params": {"gpt2-tied": sum(p.numel() for p in GPT(2).parameters()),
                    "pp-untied": sum(p.numel() for p in GPT(world, tied=False).parameters())},
     }}  # fmt: skip
-    try:
-        for name in scenarios:
-            try:
-                results[name] = run_scenario(name, rank, world)
-            except Exception as error:  # noqa: BLE001 - reported, so that a test can say exactly what failed
-                results[name] = {"error": f"{type(error).__name__}: {error}"}
-            dist.barrier()
-    finally:
-        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
-        dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for name in scenarios:
+        try:
+            results[name] = run_scenario(name, rank, world)
+        except Exception as error:  # noqa: BLE001 - reported, so that a test can say exactly what failed
+            results[name] = {"error": f"{type(error).__name__}: {error}"}
+        dist.barrier()
+    return results
 
 
 def main(argv: list[str]) -> None:
@@ -499,7 +480,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args(argv)
     scenarios = [s for s in args.scenarios.split(",") if s]
-    mp.spawn(worker, args=(args.world, free_port(), args.out, scenarios), nprocs=args.world)
+    spawn_gloo(run, args.world, args.out, scenarios)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,10 @@ class Framework:
     # every stage equal: parcalc.core.stages) or "torchtitan" (as evenly as whole layers allow, the embedding and the output
     # counted as a layer each: parcalc.core.pipeline_torchtitan)
     pipeline_split: str = "megatron"
+    # What parcalc models that the stack does not run (docs/framework-flags.md): (flag, why) pairs, each why naming the
+    # stack's code, e.g. ("--compile", "Megatron-LM does not torch.compile the model; ..."); refused under a --framework
+    # that was given (run_reason), left out of what a search tries. Data, so that a copy of a profile refuses the same.
+    not_run: tuple[tuple[str, str], ...] = ()
     # The profile's `notes:` lines, shown by `presets show` (prose: not compared, not hashed)
     notes: tuple[str, ...] = field(default=(), compare=False)
 
@@ -132,6 +136,12 @@ class Framework:
         source = engine.source("zero_stages").split(":")[0].split(" (")[0]
         return (f"{flag or f'--zero {zero}'}: {self.name}{where} offers ZeRO-{offered} only ({source}); "
                 f"see `parcalc presets show {self.key}`")
+
+    def run_reason(self, flag: str) -> str | None:
+        """Why this stack does not run a setting parcalc models (None: it does): `flag` as typed ('--compile',
+        '--recompute op'), one line naming the stack's code (not_run, from the profile's YAML)."""
+        why = dict(self.not_run).get(flag)
+        return None if why is None else f"{flag} --framework {self.key}: {why}"
 
     def data_parallel_only_reason(self, what: str) -> str:
         """Why a data-parallel-only stack cannot run `what` (a degree such as 'tp = 2', or a scaling strategy)."""

@@ -16,6 +16,7 @@ stretches) `formula` is the general form and fit writes the instance in force fr
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from parcalc.core.context import TE_CP
@@ -58,9 +59,30 @@ class StepTerm:
 
 def derivation(key: str, label: str, symbol: str, latex_symbol: str, formula: str, inputs: list[Term], value: float,
                unit: str, source: str, assumptions: tuple[str, ...] = ()) -> Derivation:  # fmt: skip
-    """A derivation whose LaTeX formula follows from the text one (× → \\times, max/min as operators)."""
-    latex = formula.replace("×", r"\times").replace("max(", r"\max(").replace("ceil(", r"\mathrm{ceil}(")
-    return Derivation(key, label, symbol, latex_symbol, formula, latex, tuple(inputs), float(value), unit, source, assumptions)
+    """A derivation whose LaTeX formula follows from the text one (formula_latex)."""
+    return Derivation(key, label, symbol, latex_symbol, formula, formula_latex(formula), tuple(inputs), float(value), unit, source,
+                      assumptions)  # fmt: skip
+
+
+# The text formulas' symbols as LaTeX math: × → \times, Σ → \Sigma, ≥ → \geq, max/min as operators
+_MATH_SYMBOLS = (("×", r"\times "), ("Σ", r"\Sigma "), ("≥", r"\geq "), ("≤", r"\leq "), ("max(", r"\max("), ("max_", r"\max_"),
+                 ("min(", r"\min("), ("ceil(", r"\mathrm{ceil}("))  # fmt: skip
+# Words of a formula written partly in prose (t_host's "Σ over the segments between synchronisations of max(...)", t_tp's
+# "(SP re-gathers)", t_dp's module path): runs of words that start with two letters, set upright as text with their spaces.
+# In math they were a product of italic letters ("overthesegmentsbetween...", 64 pt off fit's PDF). Not a word: a
+# placeholder ($n_f), what follows an underscore or a backslash (t_compute's "compute", \times), a symbol with a subscript
+# (H_i), an operator applied to "(". A line may break before a run that follows a comma, as between a function's arguments.
+_WORD = r"[A-Za-z]{2}(?:[\w'.-]*[A-Za-z])?"
+_PROSE = re.compile(rf"( ?)(?<![\w$\\{{])({_WORD}(?: {_WORD})*)(?![\w(])( ?)")
+
+
+def formula_latex(formula: str) -> str:
+    """A text formula (`×`, `Σ`, `max(`, prose words) as the LaTeX math template of the same Derivation."""
+    for text, latex in _MATH_SYMBOLS:
+        formula = formula.replace(text, latex)
+    # the spaces around a run as math's control spaces, not inside \text: glue, which a line break discards
+    texted = _PROSE.sub(lambda m: (m[1] and "\\ ") + r"\text{" + m[2].replace("_", r"\_") + "}" + (m[3] and "\\ "), formula)
+    return texted.replace(r",\ \text{", r",\allowbreak\ \text{")
 
 
 COMPUTE = StepTerm(
