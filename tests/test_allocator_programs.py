@@ -223,3 +223,22 @@ def test_the_8b_strategy_table_is_unchanged(run_json) -> None:
                     "--batch", "8")["tables"]["strategies"]["rows"]  # fmt: skip
     zero3 = [(r["memory"], r["max_layers"]) for r in rows if r["strategy"] == "ZeRO-3 (FSDP)"]
     assert zero3 == [(94_132_764_672, 28), (63_513_960_448, 46), (40_368_078_848, 122)]
+
+
+@pytest.mark.parametrize("layout", [(1, 1, 8, 3), (2, 1, 4, 3), (1, 2, 4, 3), (2, 2, 2, 0)], ids=("fsdp8", "tp2-fsdp4", "pp2-fsdp4", "tp2-pp2-ddp"))
+@pytest.mark.parametrize("rec", [Recompute.NONE, Recompute.FULL], ids=("none", "full"))
+def test_the_deepest_model_screen_is_memory_ofs_floor(layout, rec) -> None:
+    """fit_table.max_layers screens depths by the search's floor (search_step_peaks.worst_stage_total, from walks of 4 and 5
+    layers) where it walked every depth (memory_of with allocator_replayed=False): the same bytes at every depth tried."""
+    from parcalc.core.fit import Config, memory_of, training_setup_of, with_layers
+    from parcalc.core.search_step_peaks import worst_stage_total
+    from parcalc.results.fit_request import request
+
+    req = request(model="llama3-8b", gpus="8", gpu=["h100-sxm5"], framework="torchtitan", seq_len="8192", batch="8")
+    tp, pp, dp, zero = layout
+    config = Config.of(tp, pp, dp, 1, rec, zero=zero, sequence_parallel=tp > 1)
+    setup = training_setup_of(config, req.training, req.cluster)
+    for layers in (pp, 2 * pp, 30, 64):
+        deeper = with_layers(req.model, layers)
+        walked = memory_of(deeper, config, req.training, req.cluster, allocator_replayed=False).worst.total.value
+        assert worst_stage_total(deeper, config.layout, setup) == walked, layers

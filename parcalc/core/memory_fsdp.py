@@ -889,24 +889,26 @@ def fsdp_replayed(model: TransformerModel, step: FsdpStep) -> Replayed:
 @lru_cache(maxsize=256)
 def fsdp_walked(model: TransformerModel, step: FsdpStep) -> tuple[StepPeak, Replayed, float]:
     """One walk of the step: its allocation peak (fsdp_step_peak's), the allocator replayed over a run of it
-    (replayed_reserve), and the floor of that replay from each stream's own peak (StreamWalk.floor). A replay costs about
-    0.05-0.2 s of CPU a step (Llama 3 8B FSDP 8 to a 70B TP 8 x PP 16 stage), a walk alone a third of that."""
+    (replayed_reserve), and the floor of that replay from each stream's own peak (StreamWalk.floor). The replay costs
+    about what the walk does (0.03-0.1 s of CPU a step, Llama 3 8B FSDP 8 to a 405B TP 8 x PP 8 stage)."""
     walk = EventWalk()
     walk_fsdp_step(model, step, walk)
-    pools = walk.pools()
-    peak = replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
-    return peak, replayed_reserve(walk, step.expandable_segments), walk.floor(step.expandable_segments)
+    return _peak_of(walk), replayed_reserve(walk, step.expandable_segments), walk.floor(step.expandable_segments)
 
 
 @lru_cache(maxsize=4096)
 def fsdp_step_floor(model: TransformerModel, step: FsdpStep) -> tuple[StepPeak, float]:
     """The step's allocation peak and the floor of its replay (StreamWalk.floor), from one walk without the replay: what
-    `fit`'s deepest-model answer screens layer counts by before it replays the one it gives."""
+    `fit`'s deepest-model answer screens layer counts by before it replays the one it gives (for dense models the search's
+    floor, from shorter walks: fit_table.max_layers)."""
     walk = StreamWalk()
     walk_fsdp_step(model, step, walk)
+    return _peak_of(walk), walk.floor(step.expandable_segments)
+
+
+def _peak_of(walk: StreamWalk) -> StepPeak:
     pools = walk.pools()
-    peak = replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
-    return peak, walk.floor(step.expandable_segments)
+    return replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
 
 
 @lru_cache(maxsize=4096)
