@@ -242,3 +242,28 @@ def test_the_deepest_model_screen_is_memory_ofs_floor(layout, rec) -> None:
         deeper = with_layers(req.model, layers)
         walked = memory_of(deeper, config, req.training, req.cluster, allocator_replayed=False).worst.total.value
         assert worst_stage_total(deeper, config.layout, setup) == walked, layers
+
+
+def test_no_bound_of_the_replay_by_the_blocks_at_peak() -> None:
+    """Issue #30 (MEMFAST) asked for an upper bound of a stage's replay (each pool's blocks at its peak plus a segment or a
+    page), so that rows under it need no replay to be listed: there is none of that form. A best-fit allocator that never
+    gives memory back reserves for the history, not the peak: requests that each outgrow the free blocks left by the last
+    (c10/cuda/CUDACachingAllocator.cpp get_free_block: a cached block is taken only if it holds the request) map new memory
+    every time. Without expandable segments, 12, 14, ..., 20 MiB requests each freed before the next: 80 MiB reserved for
+    20 MiB live at most (4 x the peak; n growing requests, n times). With them, each request followed by a 2 MiB block that
+    pins its hole: 140 MiB reserved for 110 MiB at the peak, over the peak plus one 20 MiB page. So the search lists only
+    rows it replayed (parcalc.core.search_replay)."""
+    segments, peak = CachingAllocator(), 0.0
+    for size in (12, 14, 16, 18, 20):
+        handle = segments.malloc(size * MIB)
+        peak = max(peak, segments.allocated)
+        segments.free(handle)
+    assert (segments.reserved, peak) == (80 * MIB, 20 * MIB)
+    expandable, peak = ExpandableSegments(), 0.0
+    for size in (20, 40, 60, 80, 100):
+        handle = expandable.malloc(size * MIB)
+        expandable.malloc(2 * MIB)
+        peak = max(peak, expandable.allocated)
+        expandable.free(handle)
+    assert (expandable.reserved, peak) == (140 * MIB, 110 * MIB)
+    assert expandable.reserved > peak + 20 * MIB  # above the blocks at the peak and one page of the large pool
