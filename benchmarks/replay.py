@@ -15,8 +15,8 @@ medians of 7 runs, the machine loaded by the other helpers' test suites (CPU sec
 byte-identical, tests/test_allocator_programs.py):
 
     command                                     CPU before   CPU after   after / before (paired, CPU)
-    fit, Llama 3 8B on 8 H100, strategy table   1.91 s       1.44 s      0.76
-    memory, 405B Table 5 (8 stages)             2.57 s       2.01 s      0.79
+    fit, Llama 3 8B on 8 H100, strategy table   1.75 s       1.21 s      0.66
+    memory, 405B Table 5 (8 stages)             2.40 s       1.72 s      0.71
 
 What moved them: the replay runs one compiled program per CUDA stream (parcalc.core.allocator_replay; 405B stage 1: 0.157 ->
 0.100 s of CPU for the replay, its walk 0.13 s), and the deepest model's screen takes the search's floor from walks of 4
