@@ -117,6 +117,11 @@ loaded by other helpers' test suites (wall noisy; CPU the figure to read):
 
 Replaying every fitting row instead: 8B's 326 fitting rows (24 walked) 4.0 s of CPU; the 70B search with --top 20 replays
 2.9 s (pipeline rows replay every stage), behind a progress bar.
+
+Session 20 (MEMFAST; before: 03aa8c4, main; after: the commit that added these lines): the replay runs compiled per-stream
+programs (parcalc.core.allocator_replay; benchmarks/replay.py). Whole processes, paired with main, medians of 7, CPU (the
+machine loaded): Llama 3 8B, 8 H100, torchtitan 0.704 -> 0.539 s (0.77); DeepSeek-V3, 2,048 H800 0.902 -> 0.833 s (0.91:
+nothing replayed there, the same search). Every searched row byte-identical; JSON rows gain memory_basis.
 """
 
 from __future__ import annotations

@@ -69,7 +69,12 @@ COMMANDS: dict[str, tuple[tuple[str, ...], dict[str, str], bool]] = {
     "fit": (("model", "gpu", "gpu_name", "precision", "optimizer", "flash_attention", "framework", "mode", "offload", "network",
              "cp", "cp_comm", "shard_group", "recompute_layers", "rank_by", "compile", "recompute_modules", "kernels"),
             {"strategies": "the strategy table: memory, fits, most layers, step time", "stages": "one configuration's pipeline stages",
-             "top": "--search: the fastest layouts that fit (tp x pp x dp x cp x ep), each at its fastest configuration", "configurations": "--search with JSON / CSV: every configuration evaluated",
+             "top": ("--search: the fastest layouts that fit (tp x pp x dp x cp x ep), each at its fastest configuration; in JSON and "
+                     "CSV each row's memory_basis says what its memory is: 'replayed' (the caching allocator replayed over the step "
+                     "walk: memory's and fit's total) or 'textbook' (no step walked: the textbook sum, memory's and fit's total too)"),
+             "configurations": ("--search with JSON / CSV: every configuration evaluated; memory_basis: 'replayed' or 'textbook' as in "
+                                "top, or 'floor' (a row not shown under an FSDP2 step walk: the floor of the allocator's replay plus its "
+                                "reserve, a lower bound of memory's and fit's total, not the total; its fits is by the floor)"),
              "rejected": "--search: layouts rejected, by reason", "gpu_types": "--search over several --gpu: the best of each",
              "smallest": "--search where nothing fits, outside JSON and CSV: the smallest footprints"}, True),
     "presets list": ((), {"gpus": "GPU presets", "links": "link presets", "models": "model presets", "worksheets": "worksheets",

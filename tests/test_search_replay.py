@@ -114,3 +114,28 @@ def test_the_deepest_model_fits_by_the_replay_and_one_layer_more_does_not():
     assert memory_of(with_layers(req.model, 123), config, req.training, req.cluster).worst.total.value > capacity
     floor = memory_of(with_layers(req.model, 127), config, req.training, req.cluster, allocator_replayed=False).worst.total.value
     assert floor <= capacity  # the floor lets 127 through; the replay does not
+
+
+def _flags(row: dict) -> list[str]:
+    return ["--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--micro-batch", str(row["micro_batch"]),
+            "--recompute", row["recompute"], "--zero", str(row["zero"]), *(["--sequence-parallel"] if row["sequence_parallel"] else [])]  # fmt: skip
+
+
+def test_every_json_row_says_what_its_memory_is(run_json):
+    """fit --search --format json lists every configuration; the rows not shown under an FSDP2 step walk carry the floor of
+    the allocator's replay, not fit's total, and say so (memory_basis 'floor'); the shown rows' memory is fit's total
+    ('replayed', or 'textbook' where no step is walked). Llama 3 8B on 8 H100 under torchtitan: 'floor' rows (the walked
+    ZeRO-3 ones not shown), 'replayed' (the shown ZeRO-3 one) and 'textbook' (DDP, TP, interleaved pipelines)."""
+    found = run_json("fit", *EIGHT, "--gpus", "8", "--search")
+    top, every = found["tables"]["top"]["rows"], found["tables"]["configurations"]["rows"]
+    assert {r["memory_basis"] for r in top} <= {"replayed", "textbook"}
+    bases = {r["memory_basis"] for r in every}
+    assert bases == {"floor", "replayed", "textbook"}, bases
+    for basis in ("floor", "replayed", "textbook"):
+        row = next(r for r in every if r["memory_basis"] == basis and r["fits"])
+        total = run_json("fit", *EIGHT, "--gpus", "8", *_flags(row))["results"]["total"]["value"]
+        if basis == "floor":  # a lower bound of the replayed total, not the total
+            assert row["memory"] < total, row
+        else:
+            assert row["memory"] == total, row
+    assert all(r["zero"] == 3 for r in every if r["memory_basis"] == "floor")

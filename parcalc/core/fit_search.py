@@ -69,12 +69,15 @@ from parcalc.core.memory import (
 from parcalc.core.model import TransformerModel
 from parcalc.core.model_states import state_bytes
 from parcalc.core.search_columns import (  # re-exported: the search's columns and result
+    BASIS_FIELDS,
     CONFIG_FIELDS,
     COST_FIELDS,
     PARALLEL_COST_FIELDS,
     PARALLEL_FIELDS,
+    REPLAYED,
     SCHEDULE_CODES,
     SHARD_FIELDS,
+    TEXTBOOK,
     Evaluated,
     SearchResult,
     searched_routing_limit,
@@ -784,6 +787,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
                 + ends + a_re + a_cp + training.reserve)  # fmt: skip
 
     memory = np.max([on_stage(stage) for stage in states], axis=0)
+    basis = np.full(b.size, TEXTBOOK, dtype=np.int8)  # what each row's memory is (MEMORY_BASES)
     if cluster.framework.step_memory == "hf-eager":  # the step's peak (parcalc.core.memory_timeline), as parcalc.core.fit.memory_of has it
         from parcalc.core.memory_timeline import hf_reserved_total
         from parcalc.core.training_setup import replayed_reserve
@@ -791,18 +795,19 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         memory = np.array([hf_reserved_total(model, int(bb), training.seq_len, training.precision, training.optimizer, RECOMPUTES[int(rr)],
                                              ddp_buckets=d > 1)
                            for bb, rr in zip(b, r, strict=True)]) + replayed_reserve(training.reserve).value  # fmt: skip
+        basis[:] = REPLAYED
     elif cluster.framework.step_memory in ("fsdp2-eager", "torchtitan-eager"):  # the step's peak under fully_shard where it applies,
         memory = fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"],
-                            cols["sequence_parallel"], cp_comm)  # as memory_of has it
+                            cols["sequence_parallel"], cp_comm, basis)  # as memory_of has it
         if cluster.framework.step_memory == "torchtitan-eager" and p > 1 and space_schedule is None and shapes.pipeline_layout is None:
-            memory = pipeline_stage_rows(memory, model, training, cluster, cols, given, (t, p, d, c, ep), shapes.slots)
+            memory = pipeline_stage_rows(memory, model, training, cluster, cols, given, (t, p, d, c, ep), shapes.slots, basis)
 
     # Time: only for the configurations that fit (the search ranks those; the others keep their
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per
     # distinct (b, SP, recomputation); the same combination as parcalc.core.fit.estimate, on arrays.
     fits = memory <= cluster.capacity
     timed = np.full((len(TIME_FIELDS), b.size), math.nan)  # one row per field (the fields are its rows)
-    cols.update(memory=memory, fits=fits, **dict(zip(TIME_FIELDS, timed, strict=True)))
+    cols.update(memory=memory, fits=fits, memory_basis=basis, **dict(zip(TIME_FIELDS, timed, strict=True)))
     cols[TIMED] = timed
     rows = np.arange(b.size) if shapes.time_all else np.flatnonzero(fits)
     if rows.size == 0:
@@ -937,7 +942,7 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
             parts += per_split
         if progress is not None:
             progress(i + 1, len(found))
-    every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS + SHARD_FIELDS
+    every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS + SHARD_FIELDS + BASIS_FIELDS
     if parts:
         timed = dict(zip(TIME_FIELDS, np.concatenate([c[TIMED] for c in parts], axis=1), strict=True))
         columns = {k: timed[k] if k in timed else np.concatenate([c[k] for c in parts]) for k in every}

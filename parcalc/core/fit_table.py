@@ -17,7 +17,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from parcalc.core.choices import Recompute
-from parcalc.core.fit import Cluster, Config, Estimate, Training, invalid_reason, memory_of, with_layers
+from parcalc.core.fit import (
+    Cluster,
+    Config,
+    Estimate,
+    Training,
+    invalid_reason,
+    memory_of,
+    training_setup_of,
+    with_layers,
+)
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation
 from parcalc.errors import InputError
@@ -130,12 +139,22 @@ def max_layers(model: TransformerModel, config: Config, training: Training, clus
     Memory is affine in the layers of a stage (model states and activations per layer, plus the
     embeddings, head and reserve), so two evaluations give the estimate; the scalar memory then
     confirms it and steps to the exact boundary. Under an FSDP2 step walk that boundary is found by
-    the floor of the allocator's replay (memory_of(allocator_replayed=False), a lower bound: cheap), then
-    the replay itself steps down from it to the deepest model whose replay fits (_replayed_boundary)."""
+    the floor of the allocator's replay (memory_of(allocator_replayed=False), a lower bound), then
+    the replay itself steps down from it to the deepest model whose replay fits (_replayed_boundary). The floor of a
+    dense model's walked step is the search's (search_step_peaks.worst_stage_total: the same bytes from walks of 4 and 5
+    layers, whatever the depth), not a walk of every depth tried."""
+    from parcalc.core.search_replay import replays  # the search's modules: loaded where a table is drawn
+    from parcalc.core.search_step_peaks import worst_stage_total
+
     step = config.layout.pp * config.layout.chunks
+    screened = replays(cluster) and model.moe is None
+    setup = training_setup_of(config, training, cluster)
 
     def total(layers: int) -> float:
-        return memory_of(*at_depth(model, config, layers, cluster.framework), training, cluster, allocator_replayed=False).worst.total.value
+        deeper, split = at_depth(model, config, layers, cluster.framework)
+        if screened and split.layout.pipeline_layout is None:  # the search's floor follows even splits (a framework's own
+            return worst_stage_total(deeper, split.layout, setup)  # uneven split is walked: memory_of)
+        return memory_of(deeper, split, training, cluster, allocator_replayed=False).worst.total.value
 
     def fits(layers: int) -> bool:
         return total(layers) <= cluster.capacity

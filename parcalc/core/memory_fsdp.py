@@ -41,13 +41,8 @@ from functools import lru_cache
 from typing import Any
 
 from parcalc.core import memory_torchao_float8 as float8
-from parcalc.core.allocator import (
-    K_SMALL_SIZE,
-    ExpandableSegments,
-    StreamAllocators,
-    reserved_bytes,
-    reserved_floor_of_sums,
-)
+from parcalc.core.allocator import K_SMALL_SIZE, block_bytes, reserved_bytes, reserved_floor_of_sums
+from parcalc.core.allocator_replay import StreamProgram, replay_stream
 from parcalc.core.choices import Optimizer, Precision, Recompute
 from parcalc.core.layout import Layout
 from parcalc.core.memory_timeline import (
@@ -524,55 +519,87 @@ def replayed_reserve(walk: EventWalk, expandable: bool, steps: int = REPLAYED_ST
     reduce-scatter stream, the rest on the default stream; FSDP_SOURCES['streams']); a freed block goes back to its own stream's
     pool. The build: each parameter's sharded tensor and the buffers (torchtitan's model.to_empty(device) and init_weights), the
     batch's ids; the cuBLAS workspaces at the first step's first matmuls (one per handle, HF_SOURCES['cublas']); zero_grad at each
-    step's end frees the sharded gradients (the reduce-scatter outputs their .grad views hold), unit by unit in parameter order."""
+    step's end frees the sharded gradients (the reduce-scatter outputs their .grad views hold), unit by unit in parameter order.
+    The replay runs each stream's compiled program (compile_streams; parcalc.core.allocator_replay.replay_stream: the
+    allocator's rules inlined, the same blocks at the same addresses as StreamAllocators replaying the keyed events)."""
+    programs = compile_streams(walk, cublas_handles)
+    stream_reserved, high = [], []
+    for stream in STREAMS:
+        program = programs.get(stream)
+        if program is None:  # nothing allocated on it: StreamAllocators never made its allocator
+            stream_reserved.append((stream, 0.0))
+            continue
+        done = replay_stream(program, expandable, steps)
+        stream_reserved.append((stream, done.reserved))
+        high.append((stream, done.high_water_small, done.high_water_large))
+    return Replayed(sum(r for _, r in stream_reserved), tuple(stream_reserved), walk.pools(), expandable, steps,
+                    tuple(high) if expandable else ())
+
+
+def compile_streams(walk: EventWalk, cublas_handles: int = 2) -> dict[str, StreamProgram]:
+    """The run replayed_reserve replays, as one program per stream (parcalc.core.allocator_replay): the build on the default
+    stream (every set-up tensor but the optimizer states and the cuBLAS workspaces); the first step (the workspaces before
+    its body, the states after it, on the default stream); each step's body and optimizer events on their streams (stream_of),
+    a rename handing the block on, a free of a tensor the step did not allocate (a set-up one) doing nothing; then zero_grad
+    freeing what the step left live, unit by unit in parameter order. Only streams that allocate get a program."""
     assert walk.events is not None
     events = walk.events
     set_up_end = next((at for at, phase in walk.marks if phase != SET_UP_PHASE and at > 0), len(events))
     optimizer_at = next((at for at, phase in walk.marks if phase.startswith(OPTIMIZER_PHASE)), len(events))
-    set_up, body, optimizer = events[:set_up_end], events[set_up_end:optimizer_at], events[optimizer_at:]
-    allocators = StreamAllocators(expandable)
-    states = [(key, size) for key, size in set_up if size > 0 and _STATE.search(key)]
-    for key, size in set_up:  # the build: shards, buffers, ids (the states come at the first optimizer step)
-        if size > 0 and key != "cublas" and not _STATE.search(key):
-            allocators.malloc("default", size)
+    set_up = events[:set_up_end]
+    build = tuple((block_bytes(size), 0) for key, size in set_up if size > 0 and key != "cublas" and not _STATE.search(key))
+    states = tuple((block_bytes(size), 0) for key, size in set_up if size > 0 and _STATE.search(key))
     cublas = next((size for key, size in set_up if key == "cublas"), 0.0)
-    handles: dict[str, tuple[str, float]] = {}
-    for i in range(steps):
-        if i == 0:
-            for _ in range(cublas_handles if cublas > 0 else 0):
-                allocators.malloc("default", cublas / cublas_handles)
-        _replay(allocators, body, handles)
-        if i == 0:
-            for _, size in states:  # _init_group: each parameter's states, in parameter order
-                allocators.malloc("default", size)
-        _replay(allocators, optimizer, handles)
-        for key in sorted(handles, key=_unit_order):  # zero_grad(set_to_none=True)
-            allocators.free(handles.pop(key))
-    stream_reserved = tuple((s, allocators.streams[s].reserved if s in allocators.streams else 0.0) for s in STREAMS)
-    high = tuple((s, a.high_water[True], a.high_water[False]) for s in STREAMS
-                 if isinstance(a := allocators.streams.get(s), ExpandableSegments))  # fmt: skip
-    return Replayed(allocators.reserved, stream_reserved, walk.pools(), expandable, steps, high if expandable else ())
-
-
-def _replay(allocators: StreamAllocators, events: list[tuple[str, float]], handles: dict[str, tuple[str, float]]) -> None:
+    workspaces = ((block_bytes(cublas / cublas_handles), 0),) * cublas_handles if cublas > 0 else ()
     streams = _STREAM_OF_KEY
-    for key, size in events:
+    ops: dict[str, list[tuple[float, int]]] = {}
+    slots: dict[str, int] = {}
+    live: dict[str, tuple[str, int]] = {}  # a key the step allocated -> its stream and slot (replay's handles)
+    blocks: dict[float, float] = {}  # block_bytes, by request (a step repeats its sizes)
+    body_ops: dict[str, int] = {}  # each stream's ops before the optimizer step
+    for at, (key, size) in enumerate(events[set_up_end:], start=set_up_end):
+        if at == optimizer_at:
+            body_ops = {s: len(o) for s, o in ops.items()}
         if size > 0:
             stream = streams.get(key)
             if stream is None:
                 stream = streams[key] = stream_of(key)
                 if len(streams) > 1 << 20:  # keys repeat across steps and walks; a bound on what is kept
                     streams.clear()
-            handles[key] = allocators.malloc(stream, size)
+            slot = slots.get(stream, 1)  # slot 0: the blocks never freed (build, workspaces, states)
+            slots[stream] = slot + 1
+            live[key] = (stream, slot)
+            rounded = blocks.get(size)
+            if rounded is None:
+                rounded = blocks[size] = block_bytes(size)
+            ops.setdefault(stream, []).append((rounded, slot))
         elif size < 0:  # Walk.rename: old\0new
             old, new = key.split("\0")
-            if old in handles:
-                handles[new] = handles.pop(old)
-        elif key in handles:
-            allocators.free(handles.pop(key))
+            if old in live:
+                live[new] = live.pop(old)
+        elif key in live:
+            stream, slot = live.pop(key)
+            ops[stream].append((0.0, slot))
+    if optimizer_at >= len(events):
+        body_ops = {s: len(o) for s, o in ops.items()}
+    for key in sorted(live, key=_unit_order):  # zero_grad(set_to_none=True)
+        stream, slot = live[key]
+        ops[stream].append((0.0, slot))
+    programs = {}
+    for stream in STREAMS:
+        steady = tuple(ops.get(stream, ()))
+        if stream != "default":
+            if steady:
+                programs[stream] = StreamProgram((), steady, steady, slots[stream])
+            continue
+        body = body_ops.get(stream, 0)
+        first = workspaces + steady[:body] + states + steady[body:]
+        if build or first:
+            programs[stream] = StreamProgram(build, first, steady, slots.get(stream, 1))
+    return programs
 
 
-_STREAM_OF_KEY: dict[str, str] = {}  # stream_of, kept by key (_replay)
+_STREAM_OF_KEY: dict[str, str] = {}  # stream_of, kept by key (compile_streams)
 
 
 def _unit_order(key: str) -> tuple[int, str]:
@@ -863,24 +890,26 @@ def fsdp_replayed(model: TransformerModel, step: FsdpStep) -> Replayed:
 @lru_cache(maxsize=256)
 def fsdp_walked(model: TransformerModel, step: FsdpStep) -> tuple[StepPeak, Replayed, float]:
     """One walk of the step: its allocation peak (fsdp_step_peak's), the allocator replayed over a run of it
-    (replayed_reserve), and the floor of that replay from each stream's own peak (StreamWalk.floor). A replay costs about
-    0.05-0.2 s of CPU a step (Llama 3 8B FSDP 8 to a 70B TP 8 x PP 16 stage), a walk alone a third of that."""
+    (replayed_reserve), and the floor of that replay from each stream's own peak (StreamWalk.floor). The replay costs
+    about what the walk does (0.03-0.1 s of CPU a step, Llama 3 8B FSDP 8 to a 405B TP 8 x PP 8 stage)."""
     walk = EventWalk()
     walk_fsdp_step(model, step, walk)
-    pools = walk.pools()
-    peak = replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
-    return peak, replayed_reserve(walk, step.expandable_segments), walk.floor(step.expandable_segments)
+    return _peak_of(walk), replayed_reserve(walk, step.expandable_segments), walk.floor(step.expandable_segments)
 
 
 @lru_cache(maxsize=4096)
 def fsdp_step_floor(model: TransformerModel, step: FsdpStep) -> tuple[StepPeak, float]:
     """The step's allocation peak and the floor of its replay (StreamWalk.floor), from one walk without the replay: what
-    `fit`'s deepest-model answer screens layer counts by before it replays the one it gives."""
+    `fit`'s deepest-model answer screens layer counts by before it replays the one it gives (for dense models the search's
+    floor, from shorter walks: fit_table.max_layers)."""
     walk = StreamWalk()
     walk_fsdp_step(model, step, walk)
+    return _peak_of(walk), walk.floor(step.expandable_segments)
+
+
+def _peak_of(walk: StreamWalk) -> StepPeak:
     pools = walk.pools()
-    peak = replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
-    return peak, walk.floor(step.expandable_segments)
+    return replace(peak_of(walk, KINDS), reserved=sum(size for _, size in pools), reserved_by="streams", stream_pools=pools)
 
 
 @lru_cache(maxsize=4096)

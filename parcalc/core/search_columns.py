@@ -28,6 +28,14 @@ PARALLEL_COST_FIELDS = ("t_cp", "t_ep", "t_host")  # t_host: the GPU waiting for
 # Hybrid sharding (parcalc.core.sharding): the shard group S of every configuration (S = dp x cp:
 # full sharding; ZeRO-0 rows carry dp x cp too), a column shown by the CLI where the search varied it.
 SHARD_FIELDS = ("shard_group",)
+# What each configuration's memory is (told in JSON and CSV, where every configuration is listed), by code: the textbook sum
+# of parcalc.core.memory (no step walked: memory_of's total, where memory_of walks none either); the floor of the allocator's
+# replay over an FSDP2 step walk plus the replay's reserve, a lower bound of memory_of's total (the rows not shown:
+# parcalc.core.search_replay); the allocator replayed, memory_of's total (the rows shown, and every row of the hf profile,
+# memory_timeline.hf_reserved_total)
+BASIS_FIELDS = ("memory_basis",)
+MEMORY_BASES = ("textbook", "floor", "replayed")
+TEXTBOOK, FLOOR, REPLAYED = range(len(MEMORY_BASES))
 
 
 @dataclass
@@ -79,6 +87,8 @@ class Evaluated:
         lists = {k: c[k][index].tolist() for k in CONFIG_FIELDS + COST_FIELDS + tuple(extra)}
         for k in lists.keys() & set(TIME_FIELDS):  # not timed (it does not fit): None, null in JSON, empty in CSV
             lists[k] = [None if x != x else x for x in lists[k]]
+        if "memory_basis" in lists:
+            lists["memory_basis"] = [MEMORY_BASES[x] for x in lists["memory_basis"]]
         for j in range(len(index)):
             yield (lists["tp"][j], lists["pp"][j], lists["dp"][j], lists["micro_batch"][j], lists["micro_batches"][j],
                    RECOMPUTES[lists["recompute"][j]].value, lists["zero"][j], bool(lists["sequence_parallel"][j]),

@@ -10,7 +10,8 @@ over Llama 3 8B's searched steps, up to 16 GiB over 70B's). Replaying every row 
 256) where the search takes 0.4 and 2.5 s, so the rows are replayed lazily, in ranking order, only where they are shown:
 each shown row's total becomes parcalc.core.fit.memory_of's (every stage walked and replayed, the same function `fit`
 calls), and a row whose replay does not fit leaves the ranking (fits False, its times not shown, counted under
-DROPPED), the next row taking its place, until every row shown is replayed. The rows not shown keep their floor."""
+DROPPED), the next row taking its place, until every row shown is replayed. The rows not shown keep their floor; each row's
+memory_basis (search_columns.MEMORY_BASES) tells which it carries, in JSON and CSV."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from parcalc.core.best_split import TIME_FIELDS
 from parcalc.core.memory import FSDP2_PROFILES
+from parcalc.core.search_columns import REPLAYED
 
 if TYPE_CHECKING:
     from parcalc.core.fit import Cluster, Training
@@ -33,7 +35,7 @@ DROPPED = "memory (does not fit when replayed)"
 # what the rows not shown carry, said where the search's rows are told (parcalc.results.fit)
 FLOOR_NOTE = ("memory of the rows not shown under an FSDP2 step walk: the floor of the caching allocator's replay over a run "
               "(each stream's live blocks at its own peak, rounded up to its segments or pages) plus the reserve, a lower bound; "
-              "the rows shown are replayed, as memory and fit total them")  # fmt: skip
+              "the rows shown are replayed, as memory and fit total them (JSON and CSV: each row's memory_basis says which)")  # fmt: skip
 
 
 def replays(cluster: Cluster) -> bool:
@@ -59,6 +61,7 @@ def replay_rows(found: SearchResult, rows: list[int], model: TransformerModel, t
             continue  # the textbook sum: the search's row is memory_of's already
         total = breakdown.worst.total.value
         columns["memory"][i] = total
+        columns["memory_basis"][i] = REPLAYED
         if columns["fits"][i] and total > cluster.capacity:
             columns["fits"][i] = False
             for key in TIME_FIELDS:

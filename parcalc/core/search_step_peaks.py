@@ -10,17 +10,18 @@ from parcalc.core.choices import Schedule
 from parcalc.core.fit import Cluster, Config, Training
 from parcalc.core.layout import Layout
 from parcalc.core.model import TransformerModel
-from parcalc.core.search_columns import SCHEDULE_CODES
+from parcalc.core.search_columns import FLOOR, SCHEDULE_CODES
 from parcalc.core.search_layouts import RECOMPUTES
 from parcalc.core.training_setup import TrainingSetup
 
 
 def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, profile: str, t: int, p: int, c: int, ep: int, d: int,
-               b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray, sp: np.ndarray, cp_comm: str = "p2p") -> np.ndarray:  # fmt: skip
+               b: np.ndarray, r: np.ndarray, z: np.ndarray, shard: np.ndarray, sp: np.ndarray, cp_comm: str = "p2p",
+               basis: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """The rows whose layout the FSDP2 step walk follows (parcalc.core.memory_fsdp.walk_gaps, as parcalc.core.memory's
     _with_fsdp_peak decides): the floor of the allocator's replay over a run of the step plus the replay's reserve
     (training_setup.replayed_reserve), a screen that parcalc.core.search_replay replaces by the replay itself for the rows
-    shown; the others keep their textbook sum."""
+    shown; the others keep their textbook sum. `basis` (MEMORY_BASES codes, one a row): FLOOR where a floor is given."""
     from parcalc.core.memory_fsdp import CP_ROTATES, PROFILES, fsdp_step_of, walk_gaps
     from parcalc.core.memory_step_peak import float8_all_gather_gaps
     from parcalc.core.search_walk_runs import floor_total
@@ -43,11 +44,14 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
                                 training.compiled, float8_all_gather=training.float8_all_gather, cp=c,
                                 cp_rotate=CP_ROTATES.get(cp_comm, "allgather"), compiled_loss=training.compiled_loss)  # fmt: skip
             out[row] = floor_total(model, step) + reserve
+            if basis is not None:
+                basis[row] = FLOOR
     return out
 
 
 def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: Training, cluster: Cluster, cols: dict[str, np.ndarray],
-                        given: tuple[int | None, int | None], sizes: tuple[int, int, int, int, int], slots: tuple[int, int]) -> np.ndarray:  # fmt: skip
+                        given: tuple[int | None, int | None], sizes: tuple[int, int, int, int, int], slots: tuple[int, int],
+                        basis: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """The 1F1B rows of a pipelined layout whose stages the FSDP2 step walk follows (torchtitan's PipelineStage,
     parcalc.core.memory_pipeline_stage, as parcalc.core.memory's _with_fsdp_peak decides): memory_of's fullest stage, once
     per distinct (ZeRO stage, shard group, recomputation, SP, micro-batch, micro-batches), so that a row and `fit` of its
@@ -55,7 +59,8 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     rows that fit by the textbook sum are walked, since the walk keeps at least what the textbook does (the unsharded
     parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way (the textbook's
     reserve less its fragmentation allowance, which the replay's floor does not have). A key the walk does not follow
-    (walk_gaps) gets memory_of's textbook sum, the row's own."""
+    (walk_gaps) gets memory_of's textbook sum, the row's own. `basis`: FLOOR where a row gets its stages' floors (fsdp_rows);
+    a row not walked, its textbook sum over the capacity, keeps TEXTBOOK."""
     from parcalc.core.fit import training_setup_of
     from parcalc.core.memory_fsdp import walk_gaps
     from parcalc.core.training_setup import replayed_reserve
@@ -70,7 +75,7 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     out = memory.copy()
     keys = zip(*(cols[k][rows].tolist() for k in ("zero", "shard_group", "recompute", "sequence_parallel", "micro_batch", "micro_batches")),
                strict=True)  # fmt: skip
-    walked: dict[tuple[object, ...], float] = {}
+    walked: dict[tuple[object, ...], tuple[float, bool]] = {}
     followed: dict[tuple[object, ...], bool] = {}  # (ZeRO stage, shard group, recomputation, SP) -> the walk follows it
     for row, key in zip(rows.tolist(), keys, strict=True):
         if key[:4] not in followed:
@@ -86,8 +91,10 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
                             sequence_parallel=bool(seq), first_stage_layers=given[0], last_stage_layers=given[1],
                             embedding_in_split=bool(slots[0]), loss_in_split=bool(slots[1]),
                             gpus_per_node=cluster.gpus_per_node)  # fmt: skip
-            walked[key] = worst_stage_total(model, layout, training_setup_of(Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster))
-        out[row] = walked[key]
+            walked[key] = _worst_stage(model, layout, training_setup_of(Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster))
+        out[row], floored = walked[key]
+        if basis is not None and floored:
+            basis[row] = FLOOR
     return out
 
 
@@ -95,6 +102,11 @@ def worst_stage_total(model: TransformerModel, layout: Layout, setup: TrainingSe
     """parcalc.core.fit.memory_of(...).worst.total.value of a dense model's pipelined layout with TrainingSetup.allocator_replayed
     False: each stage's floor of the allocator's replay taken from parcalc.core.search_walk_runs (the same bytes, from walks of
     fewer layers and micro-batches) plus the replay's reserve; the textbook total where the walk does not follow the layout."""
+    return _worst_stage(model, layout, setup)[0]
+
+
+def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup) -> tuple[float, bool]:
+    """worst_stage_total, and whether it is the stages' floors (False: the textbook total)."""
     from dataclasses import replace
 
     from parcalc.core.memory import memory_breakdown, stage_layers
@@ -108,7 +120,7 @@ def worst_stage_total(model: TransformerModel, layout: Layout, setup: TrainingSe
     textbook = memory_breakdown(model, layout, replace(setup, step_memory="textbook"))
     resolved = replace(textbook.setup, step_memory=setup.step_memory)  # as memory_breakdown passes it on (for_model)
     if fsdp_walk_gaps(model, layout, resolved, pipeline=True):
-        return textbook.worst.total.value
+        return textbook.worst.total.value, False
     split = stage_layers(model, layout)
     reserve = replayed_reserve(setup.reserve).value
-    return max(floor_total(model, fsdp_stage_step(layout, resolved, s.stage, split)) + reserve for s in textbook.stages)
+    return max(floor_total(model, fsdp_stage_step(layout, resolved, s.stage, split)) + reserve for s in textbook.stages), True

@@ -255,7 +255,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
                f"per GPU ({evaluated.config(least).label()}), over the {_gib(cluster.capacity)} of a {cluster.gpu_name}")  # fmt: skip
         # the evaluated configurations and the rejections still print (JSON for a sweep's script), then exit 1
         title = f"No configuration fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
-        extra = _parallel_columns(found, shape)
+        extra = _parallel_columns(found, shape) + _basis_columns(everything)
         if everything:  # JSON and CSV: every configuration, as when some fit
             tried = _configurations_table(found, None, "Every configuration evaluated", extra)
         else:  # the other formats: the smallest footprints, the nearest to fitting
@@ -271,7 +271,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     ranked = _at_step_clocks(found, ranked, top, shape, training, cluster)
     ranked = replay_shown(found, ranked, lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster)  # what the clocks moved in
     best = estimate(shape, evaluated.config(int(ranked[0])), training, cluster)
-    extra = _parallel_columns(found, shape)
+    extra = _parallel_columns(found, shape) + _basis_columns(everything)
     shown = distinct_layouts(evaluated, ranked, top)
     tables = [_configurations_table(found, shown, f"The {shown.size} fastest layouts that fit, each at its fastest configuration "
                                     f"(of {ranked.size:,} that fit)", extra)]  # fmt: skip
@@ -423,13 +423,24 @@ def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str
             + (("t_ep",) if ep else ()) + (("t_host",) if host else ()))  # fmt: skip
 
 
+def _basis_columns(everything: bool) -> tuple[str, ...]:
+    """memory_basis where every configuration is listed (JSON, CSV): which number each row's memory is (search_columns.MEMORY_BASES);
+    the rows a terminal shows are all replayed where a step is walked (parcalc.core.search_replay)."""
+    from parcalc.core.search_columns import BASIS_FIELDS
+
+    return BASIS_FIELDS if everything else ()
+
+
 # what the search table's abbreviated headings stand for, told under it in the terminal (render.brief.legend_lines)
 COLUMN_ABOUT = {"tp": "tensor-parallel degree", "pp": "pipeline stages", "dp": "data-parallel replicas", "cp": "context-parallel degree",
                 "ep": "expert-parallel degree", "micro_batch": "micro-batch (sequences)", "micro_batches": "micro-batches a step",
                 "sequence_parallel": "sequence parallelism", "chunks": "model chunks a stage (interleaved 1F1B; 1: none)",
                 "shard_group": "shard group, the ranks ZeRO shards over (below dp x cp: hybrid sharding)",
                 "first_stage_layers": "layers on the first stage", "last_stage_layers": "layers on the last stage",
-                "mfu": "model FLOPs utilisation", "hfu": "hardware FLOPs utilisation (recomputation counted)"}  # fmt: skip
+                "mfu": "model FLOPs utilisation", "hfu": "hardware FLOPs utilisation (recomputation counted)",
+                "memory_basis": ("what the memory is: 'replayed' (the caching allocator replayed over the step walk, or no step walked "
+                                 "and 'textbook': memory's and fit's total either way) or 'floor' (the floor of that replay plus its "
+                                 "reserve, a lower bound of the total: a row not shown)")}  # fmt: skip
 
 
 def _configurations_table(found: SearchResult, order: Any, title: str, extra: tuple[str, ...] = ()) -> Table:
@@ -440,7 +451,7 @@ def _configurations_table(found: SearchResult, order: Any, title: str, extra: tu
     units = {"memory": "B", "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction"} | dict.fromkeys(BY_KEY, "s")
     labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "first_stage_layers": "L first",
               "last_stage_layers": "L last", "memory": "memory", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP",
-              "ep": "EP", "shard_group": "S"} | {key: term.heading for key, term in BY_KEY.items()}  # fmt: skip
+              "ep": "EP", "shard_group": "S", "memory_basis": "memory is"} | {key: term.heading for key, term in BY_KEY.items()}  # fmt: skip
     columns = tuple(Column(k, labels.get(k, k), units.get(k, ""), memory=k == "memory", about=COLUMN_ABOUT.get(k, ""))
                     for k in CONFIG_FIELDS + COST_FIELDS + extra)  # fmt: skip
     key = "configurations" if order is None else "top"
