@@ -46,3 +46,46 @@ def test_building_a_command_reads_its_parameters_once(monkeypatch: pytest.Monkey
     assert typer.main.get_params_from_function is counting  # put back as it was
     names = {p.name for p in command.params}
     assert {"strategy", "model", "batch", "seq_len", "tp", "pp", "dp"} <= names and len(names) > 40
+
+
+# The one-liners (benchmarks/startup.py): their command functions are defined without `from __future__ import
+# annotations`, so typer's inspect.signature(eval_str=True) finds objects, not strings to compile and evaluate
+# (~1.3 ms of a flops run before).
+ONE_LINERS = ("peak-flops", "intensity", "comm-volume", "bubble", "flops")
+
+
+@pytest.mark.parametrize("name", ONE_LINERS)
+def test_a_one_liner_s_annotations_are_objects_not_strings(name: str) -> None:
+    import importlib
+    import inspect
+
+    from parcalc.cli import COMMANDS
+
+    spec = COMMANDS[name]
+    function = getattr(importlib.import_module(spec.module), spec.function)
+    strings = [p.name for p in inspect.signature(function).parameters.values() if isinstance(p.annotation, str)]
+    assert strings == [], f"{spec.module}.{spec.function}: string annotations {strings}"
+
+
+def test_building_a_command_does_not_compute_type_hints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """parcalc.cli._get_command: typer asks typing.get_type_hints for every parameter but reads them only for a
+    parameter without a typer.Option (typer/utils.py get_params_from_function); every parcalc flag has one, so the
+    hints (every Annotated type rebuilt without its metadata) are never computed, and the flags are the same."""
+    import typer.utils
+
+    from parcalc.cli import load_command
+
+    calls: list[object] = []
+    real = typer.utils.get_type_hints
+
+    def counting(function):
+        calls.append(function)
+        return real(function)
+
+    monkeypatch.setattr(typer.utils, "get_type_hints", counting)
+    command = load_command("flops")
+    assert calls == []
+    assert typer.utils.get_type_hints is counting  # put back as it was
+    # the flags typer made from the annotations alone: --batch a text option (parcalc parses its units), not required
+    batch = next(p for p in command.params if p.name == "batch")
+    assert (batch.opts, batch.type.name, batch.required, batch.default) == (["--batch"], "str", False, None)
