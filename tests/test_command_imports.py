@@ -96,7 +96,10 @@ def test_building_a_command_does_not_compute_type_hints(monkeypatch: pytest.Monk
 # serves the parse), string (parcalc.derivation.fill imports it where a formula is written out: the one-liners' brief
 # text of these commands writes none), hashlib (the cache's digest is _blake2, without OpenSSL), and what no text
 # answer needs (jinja2, numpy, the renderers' other formats). Each kept out by a lazy import, with its reason where it is.
-NOT_LOADED = ("json", "yaml", "string", "decimal", "hashlib", "jinja2", "numpy", "parcalc.render.terminal", "parcalc.flags")
+# parcalc.core.timing.framework: the framework profiles (Framework, MEGATRON, with parcalc.core.layout and .timing.host);
+# --kernels is checked against them only when given (results.parse.kernels_flag), and a layer's kernels need none
+NOT_LOADED = ("json", "yaml", "string", "decimal", "hashlib", "jinja2", "numpy", "parcalc.render.terminal", "parcalc.flags",
+              "parcalc.core.timing.framework")
 # decimal: parcalc.units reads a plain whole number ("--batch 1536") as an int; a preset's fractional rates
 # ("19.5 TFLOP/s"), a size with a unit and fractions.Fraction (the pipeline schedules) still import it
 WITH_DECIMAL = ("decimal",)

@@ -20,7 +20,6 @@ from parcalc.core.attention_window import core_share
 from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.attention_tiles import attention_shape
-from parcalc.core.timing.framework import KERNEL_SETS  # noqa: F401 - re-exported beside the sets' sources
 from parcalc.core.timing.hf_kernels import hf_applies, hf_ends, hf_layer
 from parcalc.core.timing.kernels import (  # noqa: F401 - the kernel primitives, re-exported where callers found them
     COLUMN_PARALLEL_DGRADS,
