@@ -18,7 +18,7 @@ import importlib
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -248,16 +248,23 @@ def _bare_values(args: list[str], bare: dict[str, str]) -> list[str]:
 
 
 def _get_command(typer_app: typer.Typer) -> Any:
-    """typer.main.get_command, reading each command function's parameters once.
+    """typer.main.get_command, reading each command function's parameters once, and their type
+    hints only if typer looks one up.
 
     typer 0.28 reads them twice per command (typer/main.py, get_command_from_info: once in
     get_params_convertors_ctx_param_name_from_function to make the click parameters, again in
     get_callback, which uses only their names), and each read evaluates every annotation
     (typing.get_type_hints) and copies every typer.Option: ~1 ms of comm-volume's 52 flags, at
-    every start. The second read gets the first's result; the patch lasts for this call only.
+    every start. The second read gets the first's result. Each read also asks typing.get_type_hints
+    for all the annotations (typer/utils.py, get_params_from_function), which rebuilds every
+    Annotated type without its metadata, and uses them only for a parameter without a typer.Option
+    or typer.Argument in its annotation, which no parcalc command has: they are computed when looked
+    up (_HintsOnDemand), so never (~0.3 ms of flops' 40 flags). The patches last for this call only.
     """
     read = getattr(typer.main, "get_params_from_function", None)
-    if read is None:  # a typer without it: nothing to save
+    utils = getattr(typer, "utils", None)
+    hints = getattr(utils, "get_type_hints", None)
+    if read is None or hints is None:  # a typer without them: nothing to save
         return typer.main.get_command(typer_app)
     seen: dict[Any, Any] = {}
 
@@ -267,10 +274,34 @@ def _get_command(typer_app: typer.Typer) -> Any:
         return seen[func]
 
     typer.main.get_params_from_function = read_once
+    utils.get_type_hints = lambda func: _HintsOnDemand(lambda: hints(func))  # type: ignore[union-attr]
     try:
         return typer.main.get_command(typer_app)
     finally:
         typer.main.get_params_from_function = read
+        utils.get_type_hints = hints  # type: ignore[union-attr]
+
+
+class _HintsOnDemand(Mapping[str, Any]):
+    """typing.get_type_hints(func), computed at the first look-up (see _get_command)."""
+
+    def __init__(self, compute: Callable[[], dict[str, Any]]) -> None:
+        self._compute = compute
+        self._hints: dict[str, Any] | None = None
+
+    def _all(self) -> dict[str, Any]:
+        if self._hints is None:
+            self._hints = self._compute()
+        return self._hints
+
+    def __getitem__(self, name: str) -> Any:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 # Set by the completion scripts of `parcalc --show-completion SHELL` (click's convention: _PROG_COMPLETE).

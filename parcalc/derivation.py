@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import string
 from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import cast
@@ -113,6 +112,8 @@ def _signed(text: str) -> str:
 
 def fill(template: str, values: Mapping[str, str]) -> str:
     """Replace `$key` / `${key}` placeholders; a missing key is a programming error."""
+    import string  # here: only a formula written out needs it, and its import compiles Template's pattern (~0.4 ms)
+
     return string.Template(template).substitute(values)
 
 

@@ -1,30 +1,44 @@
-"""`@frozen`: `@dataclass(frozen=True)` at about half the start-up cost, with the same behaviour.
+"""`@frozen`: `@dataclass(frozen=True)` at a fraction of the start-up cost, with the same behaviour.
 
 On Python 3.11 and 3.12 the dataclass decorator writes six methods of a frozen class as source
 text and compiles each with its own exec() (dataclasses._create_fn): __init__, __repr__, __eq__,
 __hash__, __setattr__ and __delattr__, about 80 us apiece here, ~0.55 ms a class. A one-liner
-defines some twenty such classes before it computes anything (Term, Derivation, Gpu, Link,
-TransformerModel, ...), ~10 ms of a ~85 ms run (benchmarks/startup.py). Here dataclasses still
-writes __init__, __setattr__ and __delattr__ (frozen=True), and __repr__, __eq__ and __hash__
-are closures over the field names, made without compiling anything. They do what the generated
-methods do (CPython 3.11, Lib/dataclasses.py: _repr_fn, _cmp_fn, _hash_fn):
+defines twenty to forty such classes before it computes anything (Term, Derivation, Gpu, Link,
+TransformerModel, the timing model's specs, ...), and about half of them it never instantiates.
+Here dataclasses only collects the fields (dataclass(init=False, eq=False, repr=False): it
+compiles nothing then), and:
 
-- __eq__: the tuples of the fields with compare=True, when both are of the very same class;
-  NotImplemented otherwise;
-- __hash__: hash of the tuple of the fields with hash=True, or hash=None and compare=True;
-- __repr__: `QualName(field=value!r, ...)` over the fields with repr=True, '...' for a recursive
-  reference (reprlib.recursive_repr, the same guard as dataclasses' _recursive_repr);
+- __eq__, __hash__, __repr__, __setattr__ and __delattr__ are closures over the field names,
+  made without compiling anything. They do what the generated methods do (CPython 3.11,
+  Lib/dataclasses.py: _cmp_fn, _hash_fn, _repr_fn, _frozen_get_del_attr):
+  - __eq__: the tuples of the fields with compare=True, when both are of the very same class;
+    NotImplemented otherwise;
+  - __hash__: hash of the tuple of the fields with hash=True, or hash=None and compare=True;
+  - __repr__: `QualName(field=value!r, ...)` over the fields with repr=True, '...' for a
+    recursive reference (reprlib.recursive_repr, the same guard as dataclasses' _recursive_repr);
+  - __setattr__ / __delattr__: FrozenInstanceError("cannot assign to field 'x'") on an instance
+    of the class itself or for a field's name, else the base class's;
+- __init__ is the very function dataclasses writes (_init_fn, _field_init, _init_param: the
+  same text, so the same signature, defaults, `<factory>` marker, annotations and errors),
+  compiled when the class's __init__ is first looked up (the first instance, or
+  inspect.signature, help(), a subclass's super().__init__), so a class the run never makes pays
+  nothing for it. Until then a descriptor (_LazyInit) stands in the class's __dict__.
 
-and `__dataclass_params__` says eq=True, repr=True as dataclass(frozen=True) does, so fields(),
-replace(), asdict(), astuple(), pickling, `match` and subclassing behave the same
-(tests/test_frozen.py holds each against a dataclass(frozen=True) twin). A class that defines
-__eq__, __hash__ or __repr__ itself goes to the plain decorator, which keeps its own.
+`__dataclass_params__` says init=True, eq=True, repr=True, frozen=True as dataclass(frozen=True)
+does, so fields(), replace(), asdict(), astuple(), pickling, `match` and subclassing behave the
+same (tests/test_frozen.py holds each against a dataclass(frozen=True) twin). What this does not
+write goes to the plain decorator, which keeps its own behaviour: a class that defines __eq__,
+__hash__ or __repr__ (dataclass(frozen=True) entirely), or __setattr__ / __delattr__ (an error
+there, as dataclass raises), one with a dataclass base, InitVar or KW_ONLY annotations, or
+field(init=False) / field(kw_only=True) (dataclass(frozen=True) writes __init__ and the frozen
+guards; the closures above replace only __eq__, __hash__ and __repr__).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import reprlib
+import sys
 from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, TypeVar, dataclass_transform
@@ -32,6 +46,17 @@ from typing import Any, TypeVar, dataclass_transform
 T = TypeVar("T")
 
 _OWN = ("__eq__", "__hash__", "__repr__")
+_GUARDS = ("__setattr__", "__delattr__")
+# dataclasses' marker for a default_factory in a signature (shown `<factory>`): the same object,
+# so that inspect.signature reads the same; a look-alike where a Python lacks it
+_HAS_DEFAULT_FACTORY: Any = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None)
+if _HAS_DEFAULT_FACTORY is None:  # pragma: no cover - every CPython 3.11-3.13 has it
+
+    class _Factory:
+        def __repr__(self) -> str:
+            return "<factory>"
+
+    _HAS_DEFAULT_FACTORY = _Factory()
 
 
 def _tuple_getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
@@ -49,10 +74,80 @@ def _tuple_getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
 @dataclass_transform(frozen_default=True)
 def frozen(cls: type[T]) -> type[T]:
     """As `@dataclass(frozen=True)`, cheaper to define (see the module's docstring)."""
-    if any(name in cls.__dict__ for name in _OWN):
+    if any(name in cls.__dict__ for name in (*_OWN, *_GUARDS)):
         return dataclasses.dataclass(frozen=True)(cls)
-    cls = dataclasses.dataclass(frozen=True, eq=False, repr=False)(cls)
-    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if _writes_own_init(cls):
+        cls = dataclasses.dataclass(frozen=True, eq=False, repr=False)(cls)
+    else:
+        undocumented = not cls.__dict__.get("__doc__")
+        cls = dataclasses.dataclass(init=False, eq=False, repr=False)(cls)
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        _refuse_default_order(fields)
+        _set_guards(cls, tuple(f.name for f in fields))
+        if "__init__" not in cls.__dict__:  # a class's own __init__ stays, as dataclass leaves it
+            type.__setattr__(cls, "__init__", _LazyInit(cls))
+        if undocumented:  # dataclass wrote the doc from a signature without the __init__: again, with it
+            import inspect  # here: only a class without a docstring needs it (dataclasses imports it anyway)
+
+            cls.__doc__ = cls.__name__ + str(inspect.signature(cls)).replace(" -> None", "")
+    _set_comparisons(cls)
+    params = cls.__dataclass_params__  # type: ignore[attr-defined]
+    params.init = params.eq = params.repr = params.frozen = True
+    return cls
+
+
+def _writes_own_init(cls: type) -> bool:
+    """Whether the class needs dataclasses' own __init__ and frozen guards: a dataclass base (whose
+    fields and frozenness dataclass checks), InitVar / KW_ONLY annotations, or a field() that
+    leaves __init__ or takes a keyword only, which _init_source does not write."""
+    if any(hasattr(base, "__dataclass_fields__") for base in cls.__mro__[1:]):
+        return True
+    for name, annotation in cls.__dict__.get("__annotations__", {}).items():  # noqa: RUF063 - what dataclass reads
+        if isinstance(annotation, str):
+            if "InitVar" in annotation or "KW_ONLY" in annotation:
+                return True
+        elif annotation is dataclasses.KW_ONLY or annotation is dataclasses.InitVar or isinstance(annotation, dataclasses.InitVar):
+            return True
+        default = cls.__dict__.get(name)
+        if isinstance(default, dataclasses.Field) and (not default.init or default.kw_only is True):
+            return True
+    return False
+
+
+def _refuse_default_order(fields: tuple[dataclasses.Field[Any], ...]) -> None:
+    """dataclass's check at class definition (dataclasses._init_fn), kept there although the
+    __init__ is compiled later."""
+    seen_default = False
+    for f in fields:
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            seen_default = True
+        elif seen_default:
+            raise TypeError(f"non-default argument {f.name!r} follows default argument")
+
+
+def _set_guards(cls: type, names: tuple[str, ...]) -> None:
+    """__setattr__ and __delattr__ as dataclasses._frozen_get_del_attr writes them."""
+    FrozenInstanceError = dataclasses.FrozenInstanceError
+    owner: Any = cls  # Any: `type(self) is owner` would narrow a `type` to what super() refuses
+
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if type(self) is owner or name in names:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        super(owner, self).__setattr__(name, value)
+
+    def __delattr__(self: Any, name: str) -> None:
+        if type(self) is owner or name in names:
+            raise FrozenInstanceError(f"cannot delete field {name!r}")
+        super(owner, self).__delattr__(name)
+
+    for method in (__setattr__, __delattr__):
+        method.__qualname__ = f"{cls.__qualname__}.{method.__name__}"
+        type.__setattr__(cls, method.__name__, method)
+
+
+def _set_comparisons(cls: type) -> None:
+    """__eq__, __hash__ and __repr__ as closures (see the module's docstring)."""
+    fields = dataclasses.fields(cls)
     compared = _tuple_getter([f.name for f in fields if f.compare])
     hashed = _tuple_getter([f.name for f in fields if (f.compare if f.hash is None else f.hash)])
     shown = tuple(f.name for f in fields if f.repr)
@@ -71,7 +166,64 @@ def frozen(cls: type[T]) -> type[T]:
 
     for method in (__eq__, __hash__, __repr__):
         method.__qualname__ = f"{cls.__qualname__}.{method.__name__}"
-        setattr(cls, method.__name__, method)
-    params = cls.__dataclass_params__  # type: ignore[attr-defined]
-    params.eq = params.repr = True
-    return cls
+        type.__setattr__(cls, method.__name__, method)
+
+
+class _LazyInit:
+    """A @frozen class's __init__ until it is first looked up: then the real one is compiled, put
+    in the class in its place, and returned (bound to the instance being made, when there is one)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: type) -> None:
+        self.owner = owner
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        init: Any = self.owner.__dict__["__init__"]
+        if init is self:  # the first look-up
+            init = _compile_init(self.owner)
+            type.__setattr__(self.owner, "__init__", init)
+        return init if instance is None else init.__get__(instance, owner)
+
+
+def _compile_init(cls: type) -> Callable[..., None]:
+    """The __init__ dataclass(frozen=True) writes for these fields (CPython 3.11 Lib/dataclasses.py,
+    _init_fn / _field_init / _init_param / _create_fn): each field set through object.__setattr__,
+    a default as `_dflt_<name>`, a default_factory called when its parameter is the `<factory>`
+    marker, then __post_init__ when the class has one."""
+    fields = dataclasses.fields(cls)
+    names = {f.name for f in fields}
+    self_name = "__dataclass_self__" if "self" in names else "self"
+    local: dict[str, Any] = {f"_type_{f.name}": f.type for f in fields}
+    local.update({"MISSING": dataclasses.MISSING, "_HAS_DEFAULT_FACTORY": _HAS_DEFAULT_FACTORY,
+                  "__dataclass_builtins_object__": object})  # fmt: skip
+    params, body = [self_name], []
+    for f in fields:
+        default = f"_dflt_{f.name}"
+        if f.default_factory is not dataclasses.MISSING:
+            local[default] = f.default_factory
+            value = f"{default}() if {f.name} is _HAS_DEFAULT_FACTORY else {f.name}"
+            params.append(f"{f.name}:_type_{f.name}=_HAS_DEFAULT_FACTORY")
+        elif f.default is not dataclasses.MISSING:
+            local[default] = f.default
+            value = f.name
+            params.append(f"{f.name}:_type_{f.name}={default}")
+        else:
+            value = f.name
+            params.append(f"{f.name}:_type_{f.name}")
+        body.append(f"__dataclass_builtins_object__.__setattr__({self_name},{f.name!r},{value})")
+    if hasattr(cls, "__post_init__"):
+        body.append(f"{self_name}.__post_init__()")
+    local["_return_type"] = None
+    text = "\n".join(f"  {line}" for line in body or ["pass"])
+    text = f" def __init__({','.join(params)})->_return_type:\n{text}"
+    text = f"def __create_fn__({', '.join(local)}):\n{text}\n return __init__"
+    module = sys.modules.get(cls.__module__)
+    namespace: dict[str, Any] = {}
+    # dont_inherit: compiled as dataclasses compiles it, not under this module's `from __future__
+    # import annotations` (which would make every annotation of __init__ a string of its _type_ name)
+    code = compile(text, "<string>", "exec", dont_inherit=True)
+    exec(code, module.__dict__ if module is not None else {}, namespace)  # noqa: S102 - dataclasses' own method
+    init: Callable[..., None] = namespace["__create_fn__"](**local)
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    return init

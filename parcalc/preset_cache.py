@@ -1,4 +1,4 @@
-"""A cache of parsed preset files as JSON, so that a one-liner need not import the YAML parser.
+"""A cache of parsed preset files, so that a one-liner need not import the YAML parser.
 
 Importing PyYAML costs more than the rest of a `peak-flops` run (about 11 ms of ~90 ms). The
 parsed document of each preset file is kept in `$XDG_CACHE_HOME/parcalc/presets/` (default
@@ -14,11 +14,22 @@ is read anyway to be parsed on a miss, and the caller hands over those very byte
 Why BLAKE2b and not SHA-256: `import hashlib` loads OpenSSL's libcrypto (_hashlib), ~2.5 ms of a
 one-liner's start-up, while CPython's own BLAKE2 module (_blake2, what hashlib.blake2b is) loads
 in ~0.2 ms; both are cryptographic hashes, more than a cache check needs.
+
+Why marshal and not JSON: `import json` (its decoder, scanner and encoder, six regular expressions
+compiled) is ~1 ms of every one-liner that reads a preset, and nothing else in a text answer needs
+it; marshal is built into the interpreter (it reads every .pyc). An entry is a BLAKE2b digest of
+its payload, then the payload: the marshal of (path, stamp, document), the document as the safe
+YAML loader made it (dicts, lists, strings, numbers, booleans, None; a value marshal cannot write
+back as it was, a YAML date or a NaN say, leaves the file uncached: parsed each time). marshal is
+not written to read damaged data (100,000 '[' make it allocate gigabytes), so the digest is checked
+before it reads anything: a truncated, corrupted or hand-edited entry is a miss, as a changed YAML
+file is. Beyond that the entries are trusted as the interpreter trusts __pycache__: files of this
+user that nobody else may write (_only_ours).
 """
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
 from pathlib import Path
 from typing import Any
@@ -29,7 +40,7 @@ except ImportError:  # an interpreter without it
     from hashlib import blake2b
 
 NO_CACHE_VAR = "PARCALC_NO_CACHE"
-# A cache entry is the JSON of a preset of at most 1 MiB (parcalc.files.MAX_PRESET_BYTES),
+# A cache entry is the parse of a preset of at most 1 MiB (parcalc.files.MAX_PRESET_BYTES),
 # aliases refused, so a few times that is plenty; anything larger is not ours.
 MAX_ENTRY_BYTES = 8 << 20
 
@@ -55,7 +66,7 @@ def _entry(path: Path, data: bytes | None) -> tuple[Path, str, dict[str, Any]] |
         resolved = str(path.resolve())
     except (OSError, ValueError, RuntimeError):
         return None
-    name = _digest(os.fsencode(resolved))[:32] + ".json"
+    name = _digest(os.fsencode(resolved))[:32] + ".marshal"
     return folder / name, resolved, {"blake2b": _digest(data), "size": len(data)}
 
 
@@ -73,29 +84,24 @@ def load(path: Path, data: bytes | None = None) -> dict[str, Any] | None:
 
     try:
         # read_regular: a FIFO or directory where the entry should be must not block or crash
-        record = json.loads(read_regular(cached, MAX_ENTRY_BYTES).decode("utf-8"))
-    except (OSError, ValueError, RecursionError):  # RecursionError: a corrupted entry of 100,000 '['
+        sealed = read_regular(cached, MAX_ENTRY_BYTES)
+        seal, payload = sealed[:SEAL_BYTES], sealed[SEAL_BYTES:]
+        if seal != _seal(payload) or not _only_ours(cached):  # checked before marshal reads a byte (see above)
+            return None
+        record = marshal.loads(payload)
+    except (OSError, ValueError, EOFError, TypeError):
         return None
-    if (
-        not isinstance(record, dict)
-        or record.get("stamp") != stamp
-        or record.get("path") != resolved
-        or not isinstance(record.get("document"), dict)
-        or record.get("check") != _check(stamp, record["document"])
-        or not _only_ours(cached)
-    ):
+    if not (isinstance(record, tuple) and len(record) == 3 and record[0] == resolved and record[1] == stamp
+            and isinstance(record[2], dict)):  # fmt: skip
         return None
-    return record["document"]
+    return record[2]
 
 
-def _check(stamp: dict[str, Any], document: dict[str, Any]) -> str | None:
-    """A digest binding the document to the file's digest: an entry whose document was edited
-    (by hand, or by another program) while its stamp was kept no longer stands for the YAML."""
-    try:
-        text = json.dumps(document, sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):
-        return None
-    return _digest(f"{stamp.get('blake2b')}\n{text}".encode())
+SEAL_BYTES = 32
+
+
+def _seal(payload: bytes) -> bytes:
+    return blake2b(payload, digest_size=SEAL_BYTES).digest()
 
 
 def _only_ours(cached: Path) -> bool:
@@ -116,17 +122,21 @@ def store(path: Path, document: dict[str, Any], data: bytes | None = None) -> No
         return
     cached, resolved, stamp = entry
     try:
-        text = json.dumps({"path": resolved, "stamp": stamp, "check": _check(stamp, document), "document": document}, allow_nan=False)
-    except (TypeError, ValueError, RecursionError):  # YAML types without a JSON form (dates, say): parse each time
+        payload = marshal.dumps((resolved, stamp, document))
+        # read back as it was written, or not cached (a NaN is not equal to itself: parsed each time)
+        if marshal.loads(payload) != (resolved, stamp, document):
+            return
+    except (ValueError, TypeError):  # values marshal cannot write (a YAML date, say): parse each time
         return
+    entry_bytes = _seal(payload) + payload
     temporary = cached.with_name(f"{cached.name}.{os.getpid()}.part")
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         temporary.unlink(missing_ok=True)  # a leftover of a killed run with the same pid
         # O_EXCL | O_NOFOLLOW: never write through a FIFO or link someone left at that name
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        with os.fdopen(os.open(temporary, flags, 0o600), "w", encoding="utf-8") as stream:
-            stream.write(text)
+        with os.fdopen(os.open(temporary, flags, 0o600), "wb") as stream:
+            stream.write(entry_bytes)
         os.replace(temporary, cached)  # fails on a directory at that name: then no cache
     except OSError:
         try:

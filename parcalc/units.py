@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Context, Decimal
 from enum import Enum
+from functools import cache
+from typing import TYPE_CHECKING
 
 from parcalc.errors import InputError
+
+if TYPE_CHECKING:
+    from decimal import Context, Decimal
 
 SI_PREFIXES: dict[str, float] = {
     "": 1.0,
@@ -191,12 +195,19 @@ def parse_quantity(
 
 
 def _parse_exact(text: str | float | int, dimension: Dimension, flag: str, allow_zero: bool, allow_negative: bool,
-                 require_unit: bool) -> Decimal | float:  # fmt: skip
-    """The quantity as an exact Decimal (a float for inf / nan spellings and float input)."""
+                 require_unit: bool) -> Decimal | float | int:  # fmt: skip
+    """The quantity as an exact Decimal or int (a float for inf / nan spellings)."""
     if isinstance(text, bool):
         raise _bad(text, dimension, flag)
-    if isinstance(text, (int, float)):
-        value: Decimal | float = Decimal(text) if isinstance(text, int) or math.isfinite(text) else float(text)
+    if isinstance(text, int):
+        value: Decimal | float | int = text
+    elif isinstance(text, float):
+        if math.isfinite(text):
+            from decimal import Decimal  # here: see _exact_context
+
+            value = Decimal(text)
+        else:
+            value = float(text)
     else:
         if len(str(text)) > MAX_QUANTITY_CHARS:
             raise InputError(f"{flag}: {shown(text)} is too long to be a quantity; {_expected(dimension)}")
@@ -225,22 +236,43 @@ def _parse_exact(text: str | float | int, dimension: Dimension, flag: str, allow
 
 _FLOAT_MAX = "1.8e308"
 _FLOAT_MIN = "5e-324"
-# Exact decimal arithmetic that never traps: an exponent of a million gives Infinity (too large)
-# or 0 (too small) instead of decimal.Overflow.
-_EXACT = Context(prec=40, Emax=999_999_999_999_999_999, Emin=-999_999_999_999_999_999, traps=[])
+# A plain whole number of at most this many digits ("4096", "1536") is read as an int: exact, and a float
+# holds it exactly (< 2^53). Anything else goes through decimal (_exact_context).
+_PLAIN_DIGITS = 15
+
+
+def _plain_whole(number: str) -> bool:
+    return number.isascii() and number.isdigit() and len(number) <= _PLAIN_DIGITS
+
+
+@cache
+def _exact_context() -> Context:
+    """Exact decimal arithmetic that never traps: an exponent of a million gives Infinity (too large)
+    or 0 (too small) instead of decimal.Overflow. Made on first use: importing decimal (~0.8 ms of a
+    start) is paid only by a quantity with a fraction, an exponent or a unit, not by `--batch 1536`."""
+    from decimal import Context
+
+    return Context(prec=40, Emax=999_999_999_999_999_999, Emin=-999_999_999_999_999_999, traps=[])
 
 
 def _is_nonzero(number: str) -> bool:
     """Nonzero and finite: inf and nan are refused as not finite, whatever their unit."""
-    return not number.lstrip("+-")[:1].isalpha() and _EXACT.create_decimal(number) != 0
+    if _plain_whole(number):
+        return int(number) != 0
+    return not number.lstrip("+-")[:1].isalpha() and _exact_context().create_decimal(number) != 0
 
 
-def _exact_product(number: str, factor: float) -> Decimal | float:
+def _exact_product(number: str, factor: float) -> Decimal | float | int:
     """number x factor, exact, so that "2.039TB/s" is exactly 2039e9 B/s once rounded to a float."""
     if number.lstrip("+-")[:1].isalpha():  # inf / nan spellings
         return float(number) * factor
+    if factor == 1.0 and _plain_whole(number):  # the same value as the Decimal product, without decimal
+        return int(number)
+    from decimal import Decimal
+
+    exact = _exact_context()
     # repr() gives the shortest decimal of the factor (1e-06, not 9.99...e-07)
-    return _EXACT.multiply(_EXACT.create_decimal(number), Decimal(repr(factor)))
+    return exact.multiply(exact.create_decimal(number), Decimal(repr(factor)))
 
 
 def parse_count(text: str | float | int, flag: str, *, allow_zero: bool = False) -> int:
@@ -369,8 +401,9 @@ def parse_tokens(text: str, flag: str) -> int:
         raise InputError(message) from None
 
 
-# A price per GPU-hour: "2.50", "2.50/GPU-h", "$2.50/GPU-h", "€1.20", "1.20 EUR/h".
-_PRICE = re.compile(r"^\s*(?P<pre>[$€£¥]|[A-Z]{3}\s)?\s*(?P<number>[0-9.eE+-]+)\s*(?P<post>[A-Z]{3})?\s*(?P<per>/\s*(?:GPU-?h(?:our)?|h(?:our)?))?\s*$")
+# A price per GPU-hour: "2.50", "2.50/GPU-h", "$2.50/GPU-h", "€1.20", "1.20 EUR/h". A pattern, compiled by re
+# on first use: only a run given a price reads one (~0.2 ms of every start otherwise).
+_PRICE = r"^\s*(?P<pre>[$€£¥]|[A-Z]{3}\s)?\s*(?P<number>[0-9.eE+-]+)\s*(?P<post>[A-Z]{3})?\s*(?P<per>/\s*(?:GPU-?h(?:our)?|h(?:our)?))?\s*$"
 
 
 def parse_price(text: str, flag: str) -> tuple[float, str]:
@@ -379,7 +412,7 @@ def parse_price(text: str, flag: str) -> tuple[float, str]:
     prices are refused."""
     if len(str(text)) > MAX_QUANTITY_CHARS:
         raise InputError(f"{flag}: {shown(text)} is too long to be a price")
-    match = _PRICE.match(str(text))
+    match = re.match(_PRICE, str(text))
     if match is None or (match["pre"] and match["post"]):
         raise InputError(f"{flag}: cannot read {shown(text)} as a price per GPU-hour; use e.g. 2.50, 2.50/GPU-h, $2.50/GPU-h, €1.20/GPU-h")
     try:

@@ -46,3 +46,91 @@ def test_building_a_command_reads_its_parameters_once(monkeypatch: pytest.Monkey
     assert typer.main.get_params_from_function is counting  # put back as it was
     names = {p.name for p in command.params}
     assert {"strategy", "model", "batch", "seq_len", "tp", "pp", "dp"} <= names and len(names) > 40
+
+
+# The one-liners (benchmarks/startup.py): their command functions are defined without `from __future__ import
+# annotations`, so typer's inspect.signature(eval_str=True) finds objects, not strings to compile and evaluate
+# (~1.3 ms of a flops run before).
+ONE_LINERS = ("peak-flops", "intensity", "comm-volume", "bubble", "flops")
+
+
+@pytest.mark.parametrize("name", ONE_LINERS)
+def test_a_one_liner_s_annotations_are_objects_not_strings(name: str) -> None:
+    import importlib
+    import inspect
+
+    from parcalc.cli import COMMANDS
+
+    spec = COMMANDS[name]
+    function = getattr(importlib.import_module(spec.module), spec.function)
+    strings = [p.name for p in inspect.signature(function).parameters.values() if isinstance(p.annotation, str)]
+    assert strings == [], f"{spec.module}.{spec.function}: string annotations {strings}"
+
+
+def test_building_a_command_does_not_compute_type_hints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """parcalc.cli._get_command: typer asks typing.get_type_hints for every parameter but reads them only for a
+    parameter without a typer.Option (typer/utils.py get_params_from_function); every parcalc flag has one, so the
+    hints (every Annotated type rebuilt without its metadata) are never computed, and the flags are the same."""
+    import typer.utils
+
+    from parcalc.cli import load_command
+
+    calls: list[object] = []
+    real = typer.utils.get_type_hints
+
+    def counting(function):
+        calls.append(function)
+        return real(function)
+
+    monkeypatch.setattr(typer.utils, "get_type_hints", counting)
+    command = load_command("flops")
+    assert calls == []
+    assert typer.utils.get_type_hints is counting  # put back as it was
+    # the flags typer made from the annotations alone: --batch a text option (parcalc parses its units), not required
+    batch = next(p for p in command.params if p.name == "batch")
+    assert (batch.opts, batch.type.name, batch.required, batch.default) == (["--batch"], "str", False, None)
+
+
+# What each one-liner of benchmarks/startup.py leaves out, checked after it ran (its answer printed) in a fresh
+# interpreter, the preset cache warm: json (the preset cache is marshal: parcalc.preset_cache), yaml (the cache
+# serves the parse), string (parcalc.derivation.fill imports it where a formula is written out: the one-liners' brief
+# text of these commands writes none), hashlib (the cache's digest is _blake2, without OpenSSL), and what no text
+# answer needs (jinja2, numpy, the renderers' other formats). Each kept out by a lazy import, with its reason where it is.
+# parcalc.core.timing.framework: the framework profiles (Framework, MEGATRON, with parcalc.core.layout and .timing.host);
+# --kernels is checked against them only when given (results.parse.kernels_flag), and a layer's kernels need none
+NOT_LOADED = ("json", "yaml", "string", "decimal", "hashlib", "jinja2", "numpy", "parcalc.render.terminal", "parcalc.flags",
+              "parcalc.core.timing.framework")
+# decimal: parcalc.units reads a plain whole number ("--batch 1536") as an int; a preset's fractional rates
+# ("19.5 TFLOP/s"), a size with a unit and fractions.Fraction (the pipeline schedules) still import it
+WITH_DECIMAL = ("decimal",)
+ONE_LINER_RUNS = {
+    "peak-flops": (["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32"], ("string", "decimal")),  # its brief writes 2 x clock x ...
+    "intensity": (["intensity", "--m", "4096", "--k", "4096", "--n", "4096", "--gpu", "a100-sxm4-80gb"], WITH_DECIMAL),
+    "intensity no gpu": (["intensity", "--m", "4096", "--k", "4096", "--n", "4096", "--dtype", "fp16"], ()),
+    "intensity layer": (["intensity", "--model", "homework-7b", "--batch", "128", "--seq-len", "4096", "--gpu", "a100-sxm4-80gb"], WITH_DECIMAL),
+    "comm-volume collective": (["comm-volume", "--collective", "all-reduce", "--size", "1GB", "--gpus", "8", "--link", "nvlink3"], WITH_DECIMAL),
+    "comm-volume all": (["comm-volume", "--strategy", "all", "--model", "gpt3-175b", "--batch", "1536", "--seq-len", "2048"], WITH_DECIMAL),
+    "comm-volume 3d megatron": (["comm-volume", "--strategy", "3d", "--model", "gpt3-175b", "--tensor-model-parallel-size", "8",
+                                 "--pipeline-model-parallel-size", "8", "--dp", "4", "--global-batch-size", "1536", "--seq-length",
+                                 "2048"], ("parcalc.flags", "decimal")),  # Megatron-LM's spelling is parcalc.flags' vocabulary
+    "bubble": (["bubble", "--pp", "4", "--micro-batches", "16", "--schedule", "1f1b"], WITH_DECIMAL),
+    "flops": (["flops", "--model", "homework-7b", "--batch", "128", "--seq-len", "4096"], ()),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(ONE_LINER_RUNS))
+def test_a_one_liner_leaves_out_what_its_answer_does_not_use(name: str) -> None:
+    args, allowed = ONE_LINER_RUNS[name]
+    script = f"""
+import atexit, sys
+sys.argv = ["parcalc", *{args!r}]
+atexit.register(lambda: sys.stderr.write("LOADED " + ",".join(m for m in {NOT_LOADED!r} if m in sys.modules) + "\\n"))
+from parcalc.__main__ import main
+main()
+"""
+    for _ in range(2):  # the first run may parse YAML and fill the preset cache; the second is the user's every run
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), "no answer printed"
+    loaded = next(line for line in done.stderr.splitlines() if line.startswith("LOADED "))[len("LOADED "):]
+    assert set(filter(None, loaded.split(","))) <= set(allowed), f"`parcalc {' '.join(args)}` imported {loaded}"

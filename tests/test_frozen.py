@@ -113,3 +113,95 @@ def test_parcalc_values_use_it() -> None:
     link = Link("l", "L", Sourced(1.0, "B/s", "s"), Sourced(0.0, "s", "s"))
     assert link == Link("l", "L", Sourced(1.0, "B/s", "s"), Sourced(0.0, "s", "s"))
     assert repr(Sourced(1.0, "B/s", "s")) == "Sourced(value=1.0, unit='B/s', source='s')"
+
+
+def FACTORY() -> dict:
+    return {
+        "__annotations__": {"self": "int", "items": "list[int]", "scale": "float", "name": "str"},
+        "items": field(default_factory=list),
+        "scale": 1.0,
+        "name": field(default="n", repr=False),
+        "__doc__": "A point with a factory.",
+    }
+
+
+def test_init_is_the_one_dataclass_writes() -> None:
+    # CPython 3.11 Lib/dataclasses.py, _init_fn / _field_init / _init_param: the same text, so the
+    # same signature (defaults, the <factory> marker, the '__dataclass_self__' name when a field is
+    # called self), annotations, argument errors and default_factory calls
+    import inspect
+    import typing
+
+    plain, fast = _pair(FACTORY, "Box")
+    assert str(inspect.signature(fast)) == str(inspect.signature(plain)) == \
+        "(self: 'int', items: 'list[int]' = <factory>, scale: 'float' = 1.0, name: 'str' = 'n') -> None"
+    assert fast.__init__.__annotations__ == plain.__init__.__annotations__
+    assert typing.get_type_hints(fast.__init__) == typing.get_type_hints(plain.__init__)
+    assert fast.__init__.__qualname__ == plain.__init__.__qualname__ == "Box.__init__"
+    a, b = fast(1), fast(1)
+    assert a.items == [] and a.items is not b.items  # the factory is called once per instance
+    assert fast(1, [2], 3.0, "m") != fast(1, [2], 3.0, "x")  # name: repr=False only, still compared
+    assert repr(fast(1, [2], 3.0, "m")) == repr(plain(1, [2], 3.0, "m")) == "Box(self=1, items=[2], scale=3.0)"
+    with pytest.raises(TypeError) as fast_error:
+        fast()
+    with pytest.raises(TypeError) as plain_error:
+        plain()
+    assert str(fast_error.value) == str(plain_error.value) == "Box.__init__() missing 1 required positional argument: 'self'"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        fast(1, nope=2)
+
+
+def test_init_is_compiled_when_first_looked_up_and_post_init_runs() -> None:
+    calls: list[str] = []
+
+    def body() -> dict:
+        return {"__annotations__": {"x": "int"}, "__doc__": "One field.",
+                "__post_init__": lambda self: calls.append(f"post {self.x}")}  # fmt: skip
+
+    plain, fast = _pair(body, "Lazy")
+    assert type(fast.__dict__["__init__"]).__name__ == "_LazyInit"  # nothing compiled at definition
+    assert fast(3).x == 3 and plain(3).x == 3 and calls == ["post 3", "post 3"]
+    assert callable(fast.__dict__["__init__"]) and fast.__dict__["__init__"].__name__ == "__init__"  # now the function
+
+    # a plain subclass made first compiles the base's __init__ (for the base), and still works
+    _, base = _pair(lambda: {"__annotations__": {"v": "int"}, "__doc__": "Base."}, "Base")
+
+    class Child(base):  # type: ignore[valid-type, misc]
+        pass
+
+    assert Child(4).v == 4 and type(base.__dict__["__init__"]).__name__ == "function"
+    # the same via inspect before any instance: the signature of the real __init__
+    import inspect
+
+    _, other = _pair(lambda: {"__annotations__": {"v": "int"}, "__doc__": "Other."}, "Other")
+    assert str(inspect.signature(other)) == "(v: 'int') -> None"
+
+
+def test_what_it_does_not_write_goes_to_dataclass() -> None:
+    # a default before a field without one: dataclass's error, at definition as dataclass raises it
+    with pytest.raises(TypeError, match="non-default argument 'y' follows default argument"):
+        frozen(type("Bad", (), {"__module__": __name__, "__annotations__": {"x": "int", "y": "int"}, "x": 0}))
+    # the class's own __init__ stays
+    own = frozen(type("Own", (), {"__module__": __name__, "__annotations__": {"x": "int"},
+                                  "__init__": lambda self: object.__setattr__(self, "x", 9)}))  # fmt: skip
+    assert own().x == 9
+    # its own __setattr__: dataclass(frozen=True) refuses it
+    with pytest.raises(TypeError, match="Cannot overwrite attribute __setattr__"):
+        frozen(type("Guarded", (), {"__module__": __name__, "__annotations__": {"x": "int"},
+                                    "__setattr__": lambda self, n, v: None}))  # fmt: skip
+    # field(init=False) and KW_ONLY: dataclass's own __init__, with the same signature as the twin's
+    import inspect
+
+    def special() -> dict:
+        return {"__annotations__": {"x": "int", "_": dataclasses.KW_ONLY, "y": "int", "z": "int"},
+                "z": field(default=5, init=False)}
+
+    plain, fast = _pair(special, "Special")
+    assert str(inspect.signature(fast)) == str(inspect.signature(plain)) == "(x: 'int', *, y: 'int') -> None"
+    assert fast(1, y=2) == fast(1, y=2) and fast(1, y=2).z == 5
+    assert fast.__doc__ == plain.__doc__ == "Special(x: 'int', *, y: 'int')"
+
+
+def test_a_class_without_a_docstring_gets_dataclass_s() -> None:
+    plain, fast = _pair(POINT)
+    assert fast.__doc__ == plain.__doc__ == "Point(x: 'int', y: 'float', note: 'str' = '', tags: 'tuple' = ())"

@@ -302,17 +302,19 @@ def test_oversize_config_json_is_one_line_error(runner, tmp_path: Path) -> None:
 
 
 def test_corrupted_cache_entry_of_brackets_is_rebuilt(tmp_path: Path) -> None:
-    import json
+    # 100,000 '[' read by marshal would be a list of 0x5b5b5b5b items (gigabytes): the entry's seal is checked first
+    import marshal
 
+    from parcalc import preset_cache
     from parcalc.strict_yaml import read_yaml
 
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\n")
     read_yaml(preset)
-    (entry,) = _cache_dir().glob("*.json")
+    (entry,) = _cache_dir().glob("*.marshal")
     entry.write_text("[" * 100_000)
     assert read_yaml(preset) == {"kind": "gpu"}
-    assert json.loads(entry.read_text())["document"] == {"kind": "gpu"}  # rebuilt
+    assert marshal.loads(entry.read_bytes()[preset_cache.SEAL_BYTES :])[2] == {"kind": "gpu"}  # rebuilt
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,19 +336,21 @@ def test_same_size_edit_with_mtime_restored_is_not_served_stale(tmp_path: Path) 
 
 
 def test_cache_entry_for_other_contents_is_never_used(tmp_path: Path) -> None:
-    import json
+    import marshal
 
+    from parcalc import preset_cache
     from parcalc.strict_yaml import read_yaml
 
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\nname: A\n")
     read_yaml(preset)
-    (entry,) = _cache_dir().glob("*.json")
-    record = json.loads(entry.read_text())
-    record["document"]["injected"] = "value the YAML does not contain"
-    assert set(record["stamp"]) == {"blake2b", "size"}  # the content hash is what this test corrupts
-    record["stamp"]["blake2b"] = "0" * 64
-    entry.write_text(json.dumps(record))
+    (entry,) = _cache_dir().glob("*.marshal")
+    path, stamp, document = marshal.loads(entry.read_bytes()[preset_cache.SEAL_BYTES :])
+    document["injected"] = "value the YAML does not contain"
+    assert set(stamp) == {"blake2b", "size"}  # the content hash is what this test corrupts
+    stamp["blake2b"] = "0" * 64
+    payload = marshal.dumps((path, stamp, document))
+    entry.write_bytes(preset_cache._seal(payload) + payload)  # sealed as parcalc seals: only the stamp is wrong
     assert read_yaml(preset) == {"kind": "gpu", "name": "A"}
 
 
@@ -357,7 +361,7 @@ def test_fifo_or_directory_in_place_of_a_cache_entry_neither_hangs_nor_leaves_pa
     preset = tmp_path / "p.yaml"
     preset.write_text("kind: gpu\n")
     read_yaml(preset)
-    (entry,) = _cache_dir().glob("*.json")
+    (entry,) = _cache_dir().glob("*.marshal")
     entry.unlink()
     if node == "fifo":
         os.mkfifo(entry)

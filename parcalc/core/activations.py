@@ -45,13 +45,12 @@ Conventions stated where sources differ:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from parcalc.core.choices import Recompute  # re-exported
 from parcalc.core.counts import MAX_COUNT, check_count, check_sequence  # noqa: F401 - re-exported where callers found them
 from parcalc.core.model import Mlp, Norm, TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
+from parcalc.frozen import frozen
 
 KORTHIKANTI = "Korthikanti et al. 2022, 'Reducing Activation Recomputation in Large Transformer Models' (arXiv:2205.05198)"
 KORTHIKANTI_EQ1 = "Korthikanti et al. 2022 sec. 4.1"
@@ -106,7 +105,7 @@ GATED_ATTENTION = ("transformers models/qwen3_next/modeling_qwen3_next.py (5.24)
 LSE_BYTES = 4.0  # FlashAttention keeps its per-row log-sum-exp in fp32
 
 
-@dataclass(frozen=True)
+@frozen
 class ActivationConfig:
     """What decides the activations of one layer for one micro-batch.
 
@@ -155,7 +154,7 @@ class ActivationConfig:
             raise InputError("activation and mask bytes per element must be greater than zero")
 
 
-@dataclass(frozen=True)
+@frozen
 class SavedTensor:
     """One tensor a layer keeps for backward, for one micro-batch.
 
@@ -467,7 +466,7 @@ def op_saved_tensors(model: TransformerModel, config: ActivationConfig) -> tuple
 # Derivations
 
 
-@dataclass(frozen=True)
+@frozen
 class LayerActivations:
     """One layer's activations on one GPU for one micro-batch: the total and what it is made of."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from parcalc.core import pipeline_sim as sim
 from parcalc.core.choices import Schedule
@@ -29,9 +29,10 @@ from parcalc.core.pipeline import (
 )
 from parcalc.derivation import Column, Derivation, Result, Table, Term
 from parcalc.errors import InputError
+from parcalc.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class BubbleAnalysis:
     """Closed forms and simulation of one schedule; `result()` is what `parcalc bubble` shows."""
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
@@ -31,6 +30,7 @@ from parcalc.core import pipeline_sim as sim
 from parcalc.core.choices import Schedule  # re-exported
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
+from parcalc.frozen import frozen
 
 NARAYANAN = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.1"
 NARAYANAN_INTERLEAVED = "Narayanan et al. 2021 (Megatron-LM, SC'21), sec. 2.2.2"
@@ -54,7 +54,7 @@ MAX_SIMULATED_STAGES = 1024
 # Inputs
 
 
-@dataclass(frozen=True)
+@frozen
 class PassTimes:
     """Per-micro-batch times of one pipeline stage, in seconds.
 

@@ -23,7 +23,8 @@ Times are in seconds. A chunk's operation takes 1/v of its device's per-stage ti
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from parcalc.frozen import frozen
 
 F, B, W = "F", "B", "W"
 OPS = (F, B, W)
@@ -48,7 +49,7 @@ def device_of(stage: int, stages: int, layout: str = INTERLEAVED, chunk: int = 0
     return stage % stages
 
 
-@dataclass(frozen=True)
+@frozen
 class Task:
     """One operation in a device's order: `op` is "F", "B" or "W"; micro_batch and chunk 0-based.
 
@@ -63,7 +64,7 @@ class Task:
     joined: bool = False
 
 
-@dataclass(frozen=True)
+@frozen
 class Event:
     """One operation as it ran: device, op, micro-batch and chunk (all 0-based), start and end in s."""
 
@@ -75,7 +76,7 @@ class Event:
     end: float
 
 
-@dataclass(frozen=True)
+@frozen
 class Timeline:
     """The simulated schedule: events in start order and what they add up to.
 

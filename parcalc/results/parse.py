@@ -335,11 +335,11 @@ def fp8_all_gather_flag(fp8_all_gather: bool, precision: Any, step_memory: str |
 
 def kernels_flag(kernels: str | None) -> str | None:
     """--kernels checked: fused or eager (None: not given, the framework profile decides)."""
+    if kernels is None:  # before the imports: `intensity --model` need not load the framework profiles (start-up)
+        return None
     from parcalc.core.timing.framework import KERNEL_SETS
     from parcalc.errors import InputError
 
-    if kernels is None:
-        return None
     if kernels.strip().lower() not in KERNEL_SETS:
         raise InputError(f"--kernels: one of {', '.join(KERNEL_SETS)}, got {kernels!r}")
     return kernels.strip().lower()

@@ -12,7 +12,7 @@ tokens (Korthikanti et al. 2022, sec. 4.2.2).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -20,7 +20,6 @@ from parcalc.core.attention_window import core_share
 from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.attention_tiles import attention_shape
-from parcalc.core.timing.framework import KERNEL_SETS  # noqa: F401 - re-exported beside the sets' sources
 from parcalc.core.timing.hf_kernels import hf_applies, hf_ends, hf_layer
 from parcalc.core.timing.kernels import (  # noqa: F401 - the kernel primitives, re-exported where callers found them
     COLUMN_PARALLEL_DGRADS,
@@ -50,12 +49,13 @@ from parcalc.core.timing.kernels import (  # noqa: F401 - the kernel primitives,
 from parcalc.core.timing.kinds import KindTimes, kind_times
 from parcalc.core.timing.layer_shard import LayerShard
 from parcalc.core.timing.moe import GATE_BYTES, ExpertShard, routed_rows, routed_tokens
+from parcalc.frozen import frozen
 
 # ---------------------------------------------------------------------------------------------
 # One layer
 
 
-@dataclass(frozen=True)
+@frozen
 class LayerPasses:
     """The kernels of one layer: forward, backward, and what selective recomputation runs again."""
 
@@ -567,7 +567,7 @@ def _eager_mlp(model: TransformerModel, kernels: LayerKernels, tokens: int, h: i
     eager_residual(kernels, "residual2", seq_tokens * h, dropout, act)
 
 
-@dataclass(frozen=True)
+@frozen
 class EndPasses:
     """Forward and backward time of what sits outside the layers: embedding (first stage), final
     norm, LM head and cross-entropy (last stage)."""

@@ -9,11 +9,12 @@ line (`fit --no-dp-overlap`, `--tp-comm-overlap`, `--fp32-grads`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import lru_cache
 
 from parcalc.core.layout import Layout
 from parcalc.core.timing.host import HostCosts
+from parcalc.frozen import frozen
 
 # The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
 KERNEL_SETS = ("fused", "eager", "hf")
@@ -22,8 +23,10 @@ STEP_MEMORY_MODELS = ("textbook", "hf-eager", "fsdp2-eager", "torchtitan-eager")
 PIPELINE_SPLITS = ("megatron", "torchtitan")  # Framework.pipeline_split
 
 
-@dataclass(frozen=True)
+@frozen
 class Framework:
+    """A training framework's profile: how it buckets, reduces, shards and overlaps (presets/frameworks/*.yaml)."""
+
     key: str
     name: str
     # Gradient buckets: max(bucket_min_params, bucket_params_per_dp_rank x dp) parameters, or

@@ -29,11 +29,12 @@ its power leaves it under the limit (parcalc.core.timing.step_clock); else the c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
+from parcalc.frozen import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class TiledGemm:
     """One GPU's GEMM by tiles in one dtype (see the module docstring); source: where the numbers were measured."""
 

@@ -29,11 +29,12 @@ parameters, _group_tensors_by_device_and_dtype: host only, no kernel) and its mu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from parcalc.frozen import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class HostCosts:
     """Host time per kernel issued: forward (Python model code), backward (autograd engine),
     optimizer (per kernel of its step); source: where they were measured."""
@@ -63,8 +64,10 @@ PROFILED_HOST_SOURCE = ("benchmarks/host_profiler_overhead.py: torch.profiler(re
                         "105 rounds): forward 1.30, backward 1.54 (the thread's CPU time: 1.23, 1.56)")  # fmt: skip
 
 
-@dataclass(frozen=True)
+@frozen
 class Phase:
+    """One phase of a step (forward, backward, optimizer): its host time and its GPU time."""
+
     host: float  # seconds the host takes to issue the phase's kernels
     gpu: float  # seconds the GPU takes to run them
 

@@ -24,7 +24,7 @@ Which kernels a layer runs is parcalc.core.timing.compute's (and the kernel sets
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from parcalc.core.hardware import Gpu, KernelRates, KindEfficiency, Sourced
@@ -36,6 +36,7 @@ from parcalc.core.timing.fp8_quantise import (  # noqa: F401 - the recipes re-ex
 )
 from parcalc.core.timing.gemm_tiles import TiledGemm, tiled_gemm_choice
 from parcalc.core.timing.sm_contention import linear_stretch, persistent_stretch
+from parcalc.frozen import frozen
 
 if TYPE_CHECKING:
     from parcalc.core.timing.attention_tiles import AttentionShape
@@ -63,7 +64,7 @@ LOGIT_BYTES = 4.0  # the cross-entropy upcasts logits to fp32 (Megatron-LM vocab
 # The linears Megatron-LM splits by output column (ColumnParallelLinear), by their kernels' keys below
 COLUMN_PARALLEL_DGRADS = ("qkv.dgrad", "mlp.up.dgrad", "mlp.gate_up.dgrad")
 
-@dataclass(frozen=True)
+@frozen
 class ComputeSpec:
     """One GPU as the kernels see it: the dtype's dense peak, HBM bandwidth, SMs and efficiencies."""
 

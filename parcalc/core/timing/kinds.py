@@ -15,8 +15,9 @@ train-step-profiles.json) and the parts add up to the compute term exactly.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+from parcalc.frozen import frozen
 
 # What each kind counts, in words (fit's derivations): written once here.
 KIND_TEXT = {
@@ -26,7 +27,7 @@ KIND_TEXT = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class KindTimes:
     """Seconds of kernel time by kind (one micro-batch, one layer, a stage: whatever was summed)."""
 

@@ -3,10 +3,10 @@ mamba_kernels) is built for."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from parcalc.frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class LayerShard:
     """What one GPU computes of one layer for one micro-batch."""
 

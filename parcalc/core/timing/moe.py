@@ -70,10 +70,10 @@ the collective channels, 24, rounded up to a power of two).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from parcalc.errors import InputError
+from parcalc.frozen import frozen
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
 EP_OVERLAPS = ("none", "shared", "1f1b")
@@ -105,7 +105,7 @@ OVERLAP_SOURCE = ("Megatron-Core --overlap-moe-expert-parallel-comm (combined 1F
                   "another's backward, layer by layer) and --moe-shared-expert-overlap; DeepSeek-V3 sec. 3.2.1 (DualPipe)")  # fmt: skip
 
 
-@dataclass(frozen=True)
+@frozen
 class ExpertShard:
     """How one GPU runs the MoE layers: its expert-parallel and expert-TP sizes, the busiest rank's
     token share rho, the dispatcher, the routing limit and the overlap of the exchanges."""
@@ -183,7 +183,7 @@ def exchange_time(model: Any, tokens: int, element_bytes: float, experts: Expert
     return node_forwarded_exchange(tokens * rho * remote * model.hidden * element_bytes, copies * (per_node - 1) / per_node, fabric)
 
 
-@dataclass(frozen=True)
+@frozen
 class ExchangeTimes:
     """One MoE layer's dispatch and combine for one micro-batch, seconds."""
 
