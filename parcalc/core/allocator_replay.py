@@ -97,38 +97,43 @@ def run_program(state: _State, ops: Program, addresses: list[float]) -> None:
         _run_segments(state, ops, addresses)
 
 
+def _free(blocks: dict[float, list], ending_at: dict[float, float], free: dict[bool, list[tuple[float, float]]], address: float) -> None:
+    """CachingAllocator.free: free_block, then try_merge_blocks with a free neighbour on either side (both allocators:
+    expandable segments map pages but merge and pool blocks alike)."""
+    block = blocks.pop(address)
+    size, start, end, small = block[0], block[1], block[2], block[3]
+    del ending_at[address + size]
+    pool = free[small]
+    following = address + size
+    if following < end:
+        after = blocks.get(following)
+        if after is not None and after[4]:
+            del blocks[following]
+            del ending_at[following + after[0]]
+            del pool[bisect_left(pool, (after[0], following))]
+            size += after[0]
+    if address > start:
+        previous = ending_at.get(address)
+        if previous is not None:
+            before = blocks[previous]
+            if before[4]:
+                del blocks[previous]
+                del ending_at[address]
+                del pool[bisect_left(pool, (before[0], previous))]
+                size += before[0]
+                address = previous
+    block[0], block[4] = size, True
+    blocks[address] = block
+    ending_at[address + size] = address
+    insort(pool, (size, address))
+
+
 def _run_segments(state: _State, ops: Program, addresses: list[float]) -> None:
     """CachingAllocator.malloc and .free over `ops` (expandable segments off)."""
     free, blocks, ending_at = state.free, state.blocks, state.ending_at
     for size, slot in ops:
         if not size:  # free_block, try_merge_blocks with its neighbours (CachingAllocator.free)
-            address = addresses[slot]
-            block = blocks.pop(address)
-            size, start, end, small = block[0], block[1], block[2], block[3]
-            del ending_at[address + size]
-            pool = free[small]
-            following = address + size
-            if following < end:
-                after = blocks.get(following)
-                if after is not None and after[4]:
-                    del blocks[following]
-                    del ending_at[following + after[0]]
-                    del pool[bisect_left(pool, (after[0], following))]
-                    size += after[0]
-            if address > start:
-                previous = ending_at.get(address)
-                if previous is not None:
-                    before = blocks[previous]
-                    if before[4]:
-                        del blocks[previous]
-                        del ending_at[address]
-                        del pool[bisect_left(pool, (before[0], previous))]
-                        size += before[0]
-                        address = previous
-            block[0], block[4] = size, True
-            blocks[address] = block
-            ending_at[address + size] = address
-            insort(pool, (size, address))
+            _free(blocks, ending_at, free, addresses[slot])
             continue
         small = size <= K_SMALL_SIZE
         pool = free[small]
@@ -163,33 +168,7 @@ def _run_expandable(state: _State, ops: Program, addresses: list[float]) -> None
     free, blocks, ending_at, mapped, base_of, high_water = state.free, state.blocks, state.ending_at, state.mapped, state.base, state.high_water
     for size, slot in ops:
         if not size:  # free_block, try_merge_blocks with its neighbours (CachingAllocator.free)
-            address = addresses[slot]
-            block = blocks.pop(address)
-            size, start, end, small = block[0], block[1], block[2], block[3]
-            del ending_at[address + size]
-            pool = free[small]
-            following = address + size
-            if following < end:
-                after = blocks.get(following)
-                if after is not None and after[4]:
-                    del blocks[following]
-                    del ending_at[following + after[0]]
-                    del pool[bisect_left(pool, (after[0], following))]
-                    size += after[0]
-            if address > start:
-                previous = ending_at.get(address)
-                if previous is not None:
-                    before = blocks[previous]
-                    if before[4]:
-                        del blocks[previous]
-                        del ending_at[address]
-                        del pool[bisect_left(pool, (before[0], previous))]
-                        size += before[0]
-                        address = previous
-            block[0], block[4] = size, True
-            blocks[address] = block
-            ending_at[address + size] = address
-            insort(pool, (size, address))
+            _free(blocks, ending_at, free, addresses[slot])
             continue
         small = size <= K_SMALL_SIZE
         pool, top, base = free[small], mapped[small], base_of[small]
