@@ -191,7 +191,6 @@ def test_presets_show_every_number() -> None:
     ["intensity", "--model", "nemotron-h-8b", "--batch", "1", "--seq-len", "4096"],
     ["fit", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "8", "--seq-len", "8192", "--pp", "1",
      "--dp", "8", "--kernels", "eager"],
-    ["fit", "--model", "nemotron-h-56b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "64", "--seq-len", "8192", "--search"],
     ["flops", "--model", "nemotron-h-8b", "--batch", "8", "--seq-len", "8192", "--recompute", "selective"],
 ])  # fmt: skip
 def test_what_is_not_modelled_is_one_line(command: list[str]) -> None:
