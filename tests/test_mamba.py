@@ -189,10 +189,8 @@ def test_presets_show_every_number() -> None:
     ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--recompute", "selective"],
     ["memory", "--model", "nemotron-h-8b", "--micro-batch", "1", "--seq-len", "8192", "--tp", "16", "--gpus", "16"],
     ["intensity", "--model", "nemotron-h-8b", "--batch", "1", "--seq-len", "4096"],
-    ["comm-volume", "--model", "nemotron-h-8b", "--strategy", "tp", "--tp", "2", "--micro-batch", "1", "--seq-len", "4096"],
     ["fit", "--model", "nemotron-h-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch", "8", "--seq-len", "8192", "--pp", "1",
      "--dp", "8", "--kernels", "eager"],
-    ["fit", "--model", "nemotron-h-56b", "--gpu", "h100-sxm5", "--gpus", "64", "--batch", "64", "--seq-len", "8192", "--search"],
     ["flops", "--model", "nemotron-h-8b", "--batch", "8", "--seq-len", "8192", "--recompute", "selective"],
 ])  # fmt: skip
 def test_what_is_not_modelled_is_one_line(command: list[str]) -> None:

@@ -64,7 +64,6 @@ from parcalc.errors import InputError
 
 def invalid_reason(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> str | None:
     """Why a configuration cannot run (divisibility, placement), or None when it can."""
-    model.check_layers_modelled("--model")  # a layer kind the step time cannot yet time: one error, not a reason per layout
     if model.mamba is not None:
         from parcalc.core.mamba_memory import mamba_layout_reason
 
@@ -281,7 +280,6 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     scale each kind's time there, so a calibrated preset gives its own trace back."""
     from parcalc.core.timing.step_clock import clock_derivation, solve_clock
 
-    model.check_layers_modelled("--model")
     tiled = cluster.spec.tiled
     if cluster.sm_clock is not None or tiled is None or not tiled.power_model:
         return _estimate(model, config, training, cluster)

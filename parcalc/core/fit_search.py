@@ -130,11 +130,13 @@ class _Shapes:
         counted = {r: training_flops(model, training.global_batch, training.seq_len, recompute=r.value, flash_attention=training.flash_attention,
                                      recompute_modules=training.recompute_modules if r is Recompute.SELECTIVE else None)
                    for r in RECOMPUTES if (r is not Recompute.OP or self.op_supported)
-                   and (model.linear_attention is None or r in (Recompute.NONE, Recompute.FULL))}  # fmt: skip
+                   and ((model.linear_attention is None and model.mamba is None) or r in (Recompute.NONE, Recompute.FULL))}  # fmt: skip
         self.model_flops = counted[Recompute.NONE].model.value
         self.hardware_flops = np.array([counted[r].hardware.value if r in counted else math.nan for r in RECOMPUTES])
         self._activations: dict[tuple[int, bool, Recompute, int, str], tuple[float, ...]] = {}
         self._mixers: dict[tuple[int, bool, Recompute, int, str], float] = {}  # a gated-DeltaNet layer's mixer beyond attention's
+        self._blocks: dict[tuple[int, bool, Recompute, int, str], tuple[float, float, float]] = {}  # a Mamba-2 hybrid's blocks
+        self._block_stages: dict[tuple[int | None, ...], tuple[float, tuple[int, int, int]]] = {}  # its stages: parameters, blocks
         self._linear_layers: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
         self._activation_tables: dict[tuple[int, int, str], np.ndarray] = {}
         self._dispatch_pairs: dict[tuple[int, int, int], np.ndarray] = {}
@@ -169,9 +171,10 @@ class _Shapes:
         if key not in self._activations:
             t = self.training
             gdn = self.model.linear_attention is not None  # a gated-DeltaNet hybrid: recomputation none or full; CP where
-            # Megatron-Core's all-to-alls split its heads (parcalc.core.hybrid_context)
+            # Megatron-Core's all-to-alls split its heads (parcalc.core.hybrid_context); a Mamba-2 hybrid likewise
+            hybrid = gdn or self.model.mamba is not None
             if (sp and tp == 1) or (recompute is Recompute.OP and not self.op_supported) or (
-                    gdn and (mixer_cp_reason(self.model, tp, cp) is not None or recompute not in (Recompute.NONE, Recompute.FULL))):
+                    hybrid and (mixer_cp_reason(self.model, tp, cp) is not None or recompute not in (Recompute.NONE, Recompute.FULL))):
                 self._activations[key] = (math.nan,) * 7
             else:
                 dropout = self.model.dropout if t.dropout is None else t.dropout  # None: the model's own
@@ -186,6 +189,9 @@ class _Shapes:
                     working = linear_recompute_working_set(self.model, config, working)
                     self._mixers[key] = mixer_delta(self.model, config)  # beyond attention's, per gated-DeltaNet layer (on_stage)
                 context = context_working_set(self.model, 1, t.seq_len, Layout(tp, cp=cp, cp_comm=cp_comm), self.e)
+                if self.model.mamba is not None:  # one block a layer, each kind its own (parcalc.core.mamba_memory, as memory counts it)
+                    self._activations[key] = self._mamba_activations(key, config, context.value if context is not None else 0.0)
+                    return self._activations[key]
                 self._activations[key] = (
                     layer_activations(self.model, config).per_layer.value,
                     embedding_activations(self.model, config, 1.0).value if vocab else 0.0,
@@ -196,6 +202,40 @@ class _Shapes:
                     mtp_output(self.model, config),  # its share of the output's, apart: a --pipeline-layout may place it elsewhere
                 )
         return self._activations[key]
+
+    def _mamba_activations(self, key: tuple[int, bool, Recompute, int, str], config: ActivationConfig, context: float) -> tuple[float, ...]:
+        """activations() of a Mamba-2 hybrid: its layers' are its blocks' (block_table), so 0 in the layer's place; the
+        embedding's, the output's, the recomputation working set (the largest block's) and CP's as memory has them."""
+        from parcalc.core.mamba import BLOCKS
+        from parcalc.core.mamba_memory import block_activation_bytes, mamba_recompute_working_set
+
+        vocab = self.model.vocab > 0
+        self._blocks[key] = tuple(block_activation_bytes(self.model, config, block) for block in BLOCKS)  # type: ignore[assignment]
+        working = mamba_recompute_working_set(self.model, config)
+        return (0.0, embedding_activations(self.model, config, 1.0).value if vocab else 0.0,
+                output_activations(self.model, config, 1.0).value if vocab else 0.0, working.value if working is not None else 0.0,
+                0.0, context, 0.0)  # fmt: skip
+
+    def block_table(self, tp: int, cp: int, cp_comm: str) -> np.ndarray:
+        """A Mamba-2 hybrid's Mamba-2, attention and MLP blocks' activations per sequence, as one array [block, sp,
+        recompute] (parcalc.core.mamba_memory.block_activation_bytes; nan where activations() is)."""
+        return np.moveaxis(np.array([[self._blocks.get((tp, bool(s), rec, cp, cp_comm), (math.nan,) * 3)
+                                      if not math.isnan(self.activations(tp, bool(s), rec, cp, cp_comm)[0]) else (math.nan,) * 3
+                                      for rec in RECOMPUTES] for s in (False, True)]), 2, 0)  # fmt: skip
+
+    def block_stage(self, tp: int, pp: int, first: int | None, last: int | None, chunks: int, stage: int) -> tuple[float, tuple[int, int, int]]:
+        """A Mamba-2 hybrid's stage on one GPU: its parameters (parcalc.core.memory.stage_parameters) and its Mamba-2,
+        attention and MLP blocks (parcalc.core.mamba_memory.stage_block_counts), with interleaved chunks as memory places them."""
+        key = (tp, pp, first, last, chunks, stage)
+        if key not in self._block_stages:
+            from parcalc.core.mamba import BLOCKS
+            from parcalc.core.mamba_memory import stage_block_counts
+
+            schedule = Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B
+            par = Layout(tp, pp, 1, first_stage_layers=first, last_stage_layers=last, schedule=schedule, chunks=chunks)
+            counts = stage_block_counts(self.model, par, stage)
+            self._block_stages[key] = stage_parameters(self.model, par, stage).value, tuple(counts[k] for k in BLOCKS)  # type: ignore[assignment]
+        return self._block_stages[key]
 
     def mixer_table(self, tp: int, cp: int, cp_comm: str) -> np.ndarray:
         """A gated-DeltaNet layer's activations beyond a softmax-attention layer's, per sequence, as one array [sp, recompute]
@@ -549,11 +589,13 @@ def _layout_grid(shapes: _Shapes, t: int, p: int, d: int, schedules: tuple[tuple
     replica = training.global_batch // d
     sizes = [b for b in divisors(replica) if space.micro_batches is None or b in space.micro_batches]
     recomputes = [i for i, r in enumerate(RECOMPUTES) if r in space.recomputes and (r is not Recompute.OP or shapes.op_supported)]
-    if shapes.cluster.framework.step_memory == "hf-eager" or shapes.model.linear_attention is not None:  # HF checkpoints
-        # whole decoder layers or nothing; a gated-DeltaNet hybrid's memory is counted with none or full (linear_attention_memory)
+    hybrid = shapes.model.linear_attention is not None or shapes.model.mamba is not None
+    if shapes.cluster.framework.step_memory == "hf-eager" or hybrid:  # HF checkpoints whole decoder layers or nothing; a
+        # hybrid's memory is counted with none or full (linear_attention_memory, mamba_memory)
         recomputes = [i for i in recomputes if RECOMPUTES[i] in (Recompute.NONE, Recompute.FULL)]
     engine = shapes.cluster.framework.at(p)  # a pipeline engine of its own (DeepSpeed's) may offer fewer ZeRO stages
-    zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)]
+    zeros = [z for z in space.zero_stages if (z == 0 or d * c > 1) and (engine is shapes.cluster.framework or z in engine.zero_stages)
+             and not (z == 3 and shapes.model.mamba is not None)]  # a Mamba-2 hybrid's memory: no ZeRO-3 yet (mamba_layout_reason)
     sps = [sp for sp in space.sequence_parallel if not sp or (t > 1 and (training.seq_len // c) % t == 0)]
     if t > 1 and shapes.cluster.framework.sequence_parallel_with_tp:  # torchtitan's apply_tp runs TP with SP only
         sps = [sp for sp in sps if sp]
@@ -644,6 +686,7 @@ class _GridTerms:
     experts: np.ndarray | None = None
     _chunks: tuple[list[int], np.ndarray] | None = None
     mixer: np.ndarray | None = None  # a gated-DeltaNet hybrid's: each row's mixer_table times b
+    blocks: np.ndarray | None = None  # a Mamba-2 hybrid's [3, rows]: each row's block_table times b
 
     def linear_layers(self, shapes: _Shapes, split: tuple[int, ...], stage: int) -> np.ndarray:
         """Each row's gated-DeltaNet layers on `stage` (its chunk count decides them under interleaving)."""
@@ -657,9 +700,10 @@ class _GridTerms:
         sp_index = sp.astype(int)
         activations = shapes.activation_table(t, c, shapes.cp_comm)[:, sp_index, r] * b  # [7, sp, r] per row
         mixer = shapes.mixer_table(t, c, shapes.cp_comm)[sp_index, r] * b if shapes.model.linear_attention is not None else None
+        blocks = shapes.block_table(t, c, shapes.cp_comm)[:, sp_index, r] * b if shapes.model.mamba is not None else None
         return _GridTerms(activations, _per_param(shapes.training, per, z, cols["shard_group"]), shapes.dispatch_pair(t, c, ep)[sp_index] * b,
                           z == 3, np.unique(b * 8 + sp_index * 4 + r, return_inverse=True),
-                          np.unique(cols["shard_group"], return_inverse=True), cols["chunks"], mixer=mixer)  # fmt: skip
+                          np.unique(cols["shard_group"], return_inverse=True), cols["chunks"], mixer=mixer, blocks=blocks)  # fmt: skip
 
     def chunk_values(self) -> tuple[list[int], np.ndarray]:
         """The distinct chunk counts v of the grid, and each row's index among them."""
@@ -747,7 +791,15 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # (a state the same on every row is a number: the arithmetic below gives each row what an array of it would)
     states: dict[int, tuple[Any, Any, Any, Any]] = {}
     zero3 = rows_of.zero3
-    if model.moe is None:
+    block_counts: dict[int, np.ndarray] = {}  # a Mamba-2 hybrid's: each stage's [3, rows] Mamba-2, attention and MLP blocks
+    if model.mamba is not None:  # every stage: they differ by their blocks (per chunk count: interleaving moves them)
+        chunk_values, index = rows_of.chunk_values()
+        for at in range(p):
+            held = [shapes.block_stage(t, p, first, last, k, at) for k in chunk_values]
+            states[at] = (np.array([params for params, _ in held])[index], 0.0, 0.0, 0.0)
+            block_counts[at] = np.array([counts for _, counts in held], dtype=float)[index].T
+        expert_per_param = dense_per_param
+    elif model.moe is None:
         ends = (shapes.stage_params(t, p, first, last), shapes.gathered(t, p, first, last))
         wanted = {0: 0, p - 1: 2}
         if p > 2 and (first is not None or last is not None):
@@ -780,6 +832,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             activations = a_layer * layers * n
         else:
             activations = (a_layer * (layers - moe) + a_moe * moe) * n
+        if rows_of.blocks is not None:  # a Mamba-2 hybrid: each block kind's activations times its count (mamba_stage_activations)
+            activations = (rows_of.blocks * block_counts[stage]).sum(axis=0) * n
         if rows_of.mixer is not None:  # each gated-DeltaNet layer's mixer in place of attention's (linear_attention_memory)
             activations = activations + rows_of.mixer * rows_of.linear_layers(shapes, split, stage) * n
         fp8 = fp8_dense * (layers - moe) + fp8_moe * moe
@@ -897,7 +951,16 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
             progress: Callable[[int, int], None] | None) -> SearchResult:  # fmt: skip
     if cluster.gpus < 1:
         raise InputError(f"--gpus: must be at least 1, got {cluster.gpus}")
-    model.check_layers_modelled("--model", search=True)
+    if model.mamba is not None:  # what a Mamba-2 hybrid's memory covers (parcalc.core.mamba_memory.check_mamba_memory)
+        for refused, what in ((cluster.framework.step_memory != "textbook", f"with the {cluster.framework.step_memory} step walk"),
+                              (training.precision is Precision.FP8, "with FP8"),
+                              (training.offload_activations or training.offload_optimizer, "with offload"),
+                              (space.pipeline_layout is not None, "with --pipeline-layout"),
+                              (space.schedule is not None, "with a split-backward --schedule"),
+                              (any(space.slots), "with the embedding / loss in the split")):  # fmt: skip
+            if refused:
+                raise InputError(f"--model: {model.name} has Mamba-2 layers; fit's search counts them {what} not yet; "
+                                 "give a layout (--tp, --pp, ...) without --search")
     if model.linear_attention is not None:  # each stage's gated-DeltaNet layers: counted on the MoE path of the stages (_evaluate_layout)
         for refused, what in ((model.moe is None, "without MoE layers"), (training.offload_activations, "with activation offload"),
                               (space.pipeline_layout is not None, "with --pipeline-layout")):  # fmt: skip

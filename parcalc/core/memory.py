@@ -790,8 +790,6 @@ def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup,
         if setup.offload_activations or setup.recompute_layers is not None:
             raise InputError(f"--model: {model.name} has gated-DeltaNet layers; their memory is counted without activation offload "
                              "or --recompute-layers")
-    else:
-        model.check_layers_modelled("--model")
     check_parallelism(model, par, setup.micro_batches)
     check_context_parallel(model, setup.seq_len, par)
     setup = setup.for_model(model)

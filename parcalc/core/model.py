@@ -425,13 +425,6 @@ class TransformerModel:
 
     # --- Local attention ---------------------------------------------------------------------
 
-    def check_layers_modelled(self, what: str, search: bool = False) -> None:
-        """InputError for a command that times or holds layers parcalc counts only the parameters and FLOPs of; `search`:
-        fit's vectorised search, whose memory counts transformer layers (a Mamba-2 hybrid's blocks are not among them)."""
-        if self.mamba is not None and search:
-            raise InputError(f"{what}: {self.name} has Mamba-2 layers; fit's search counts the memory of transformer layers; "
-                             "give a layout (--tp, --pp, ...) without --search, which fit times block by block")
-
     def local_layers_in(self, start: int, end: int) -> int:
         """Layers among start .. end - 1 (0-based) that attend within a window (0 without one)."""
         return 0 if self.window is None else self.window.local_layers_in(start, end)

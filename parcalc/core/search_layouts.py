@@ -254,6 +254,9 @@ def parallel_layouts(model: TransformerModel, training: Training, cluster: Clust
             except InputError:
                 rejected["cp does not split the sequence (or the heads, a2a)"] += 1
                 continue
+            if model.mamba is not None and _mamba_reason(model, t, c):
+                rejected["tp x cp does not split the Mamba-2 heads and groups (MambaMixer, MambaContextParallel)"] += 1
+                continue
             for e in eps:
                 layout = Layout(tp=t, pp=p, dp=d, cp=c, ep=e)
                 if cluster.framework.layout_reason(layout) is not None:  # a data-parallel-only stack (the hf profile)
@@ -266,3 +269,12 @@ def parallel_layouts(model: TransformerModel, training: Training, cluster: Clust
                     continue
                 found.append((t, p, c, d, e))
     return found
+
+
+def _mamba_reason(model: TransformerModel, tp: int, cp: int) -> bool:
+    """Whether Megatron-Core's MambaMixer refuses tp (nheads and ngroups % tp_size, megatron/core/ssm/mamba_mixer.py
+    @d98e8a64 lines 262, 270) or MambaContextParallel refuses cp on it (parcalc.core.hybrid_context.mixer_cp_reason)."""
+    from parcalc.core.hybrid_context import mixer_cp_reason
+
+    assert model.mamba is not None
+    return bool(model.mamba.heads % tp or model.mamba.groups % tp or mixer_cp_reason(model, tp, cp) is not None)

@@ -1,5 +1,5 @@
 """Ranks of one machine in a torch.distributed gloo group, as the ground-truth workers run them
-(torch_worker.py, cp_worker.py, moe_worker.py, node_limited_worker.py, hybrid_cp_worker.py).
+(torch_worker.py, cp_worker.py, moe_worker.py, node_limited_worker.py, hybrid_cp_worker.py, mamba_tp_worker.py).
 
     spawn_gloo(run, world, out, *args)
 

@@ -108,6 +108,9 @@ def _gradient_buckets(tensors: StageTensors, element_bytes: float, cap: float, f
     def in_bytes(part: Sequence[ParamTensor]) -> list[float]:
         return [t.numel * element_bytes for t in reversed(part)]
 
+    if tensors.blocks:  # a hybrid's blocks differ: no repeated period, every tensor in turn
+        tail = [x for block in reversed(tensors.blocks) for x in in_bytes(block)] + in_bytes(tensors.before)
+        return ddp_bucket_counts(in_bytes(tensors.after), [], 0, tail, cap, first_cap)
     if tensors.moe_layers:  # reverse order: the MoE layers (the later ones) first, then any dense first layers
         tail = in_bytes(tensors.layer) * tensors.layers + in_bytes(tensors.before)
         return ddp_bucket_counts(in_bytes(tensors.after), in_bytes(tensors.moe_layer), tensors.moe_layers, tail, cap, first_cap)
@@ -230,7 +233,7 @@ def _fsdp_units(tensors: StageTensors, group: int, opts: Options, float8: frozen
         return False, sum(size(t) for t in part), sum(size(t) for t in part if t.name in float8)
 
     units = [(True, root, 0)] if root else []
-    return units + [unit(tensors.layer)] * tensors.layers + [unit(tensors.moe_layer)] * tensors.moe_layers
+    return units + [unit(part) for part in tensors.layer_units()]
 
 
 def _unit_bytes(elements: int, float8: int, s: float) -> float:
@@ -240,7 +243,7 @@ def _unit_bytes(elements: int, float8: int, s: float) -> float:
 
 def _amax_bytes(tensors: StageTensors, float8: frozenset[str]) -> float:
     """precompute_float8_dynamic_scale_for_fsdp's one all-reduce: an fp32 amax per Float8 weight of the stage."""
-    weights = tensors.layers * sum(t.name in float8 for t in tensors.layer) + tensors.moe_layers * sum(t.name in float8 for t in tensors.moe_layer)
+    weights = sum(t.name in float8 for part in tensors.layer_units() for t in part)
     return weights * AMAX_BYTES
 
 

@@ -42,9 +42,6 @@ from parcalc.errors import InputError
 
 def validate(model: TransformerModel, work: Workload, par: Layout) -> int:
     """Check the configuration; returns the number of micro-batches per replica per iteration."""
-    if model.mamba is not None:  # the collectives below are counted per transformer layer (two TP regions, its tensors)
-        raise InputError(f"--model: {model.name} is a Mamba-2 hybrid of one block per layer; the collectives of an iteration are "
-                         "counted for transformer layers (attention and MLP in each)")  # fmt: skip
     for flag, value in (("--tp", par.tp), ("--pp", par.pp), ("--dp", par.dp), ("--gpus-per-node", par.gpus_per_node),
                         ("--chunks", par.chunks), ("--batch", work.global_batch), ("--micro-batch", work.micro_batch),
                         ("--seq-len", work.seq_len), ("--cp", par.cp)):  # fmt: skip
@@ -54,7 +51,7 @@ def validate(model: TransformerModel, work: Workload, par: Layout) -> int:
         from parcalc.core.context import check_context_parallel
 
         check_context_parallel(model, work.seq_len, par)
-        if model.linear_attention is not None:  # the gated-DeltaNet mixers' all-to-alls over heads (Megatron-Core)
+        if model.linear_attention is not None or model.mamba is not None:  # the recurrent mixers' all-to-alls over heads (Megatron-Core)
             from parcalc.core.hybrid_context import check_mixer_cp
 
             check_mixer_cp(model, par.tp, par.cp)
@@ -70,6 +67,11 @@ def validate(model: TransformerModel, work: Workload, par: Layout) -> int:
             raise InputError(f"--tp: {par.tp} does not divide the hidden size {model.hidden}")
         if model.ffn_hidden % par.tp:
             raise InputError(f"--tp: {par.tp} does not divide the MLP width {model.ffn_hidden}")
+        if model.mamba is not None:  # Megatron-LM megatron/core/ssm/mamba_mixer.py @d98e8a64, lines 262 and 270
+            for what, count in (("heads", model.mamba.heads), ("groups", model.mamba.groups)):
+                if count % par.tp:
+                    raise InputError(f"--tp: {par.tp} does not divide the {count} Mamba-2 {what} (Megatron-Core's MambaMixer "
+                                     f"asserts n{what} % tp_size == 0)")  # fmt: skip
     if par.sequence_parallel and (work.seq_len // par.cp) % par.tp:
         shard = f"the sequence shard s/cp = {work.seq_len // par.cp}" if par.cp > 1 else f"the sequence length {work.seq_len}"
         raise InputError(f"--sequence-parallel: {shard} must be a multiple of --tp {par.tp}")

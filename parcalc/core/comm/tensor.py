@@ -45,6 +45,9 @@ from parcalc.derivation import Derivation, Term
 
 CROSS_ENTROPY_BYTES = 4.0  # Megatron's vocab-parallel cross-entropy reduces fp32 values
 REGATHER = "activations (sequence-parallel, re-gathered for the weight gradient)"
+MAMBA_TP = ("Megatron-LM megatron/core/ssm/mamba_mixer.py @d98e8a64: in_proj a ColumnParallelLinear (gather_output=False, "
+            "lines 280-295), out_proj row-parallel (input_is_parallel=True, lines 437-451), the conv1d, scan and gated norm on "
+            "the rank's heads between them; mamba_layer.py MambaLayer: norm, mixer, residual (one block a layer)")
 
 
 def tensor_parallel_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options,
@@ -58,19 +61,21 @@ def tensor_parallel_rows(b: Builder, model: TransformerModel, work: Workload, pa
         groups = [Group(rank_of(par, 0, d, stage, c), rank_of(par, n - 1, d, stage, c)) for d in range(par.dp) for c in range(par.cp)]
         label = f"stage {stage}" if par.pp > 1 else ""
         common: dict[str, Any] = {"dimension": "tp", "group_size": n, "groups": groups, "stages": label, "roles": ((stage, True),)}
-        per_pass = 2 * held * micro_batches  # two per layer per micro-batch
+        # two per transformer layer per micro-batch (attention, MLP); one per block of a Mamba-2 hybrid (TP_SITES_PER_BLOCK)
+        per_pass = model.tp_sites_per_layer * held * micro_batches
         if par.sequence_parallel:
             for phase, count in (("forward", per_pass * repeat), ("backward", per_pass)):
                 b.add(purpose="activations (sequence-parallel)", phase=phase, op=Collective.ALL_GATHER,
                       call_bytes={activation: count}, **common)  # fmt: skip
                 b.add(purpose="activations (sequence-parallel)", phase=phase, op=Collective.REDUCE_SCATTER,
                       call_bytes={activation: count}, **common)  # fmt: skip
-            if opts.sp_regather:  # the inputs of Q/K/V and MLP up, for their weight gradients: once per backward
+            if opts.sp_regather:  # the inputs of Q/K/V and MLP up (a hybrid's in_proj), for their weight gradients: once per backward
                 b.add(purpose=REGATHER, phase="backward", op=Collective.ALL_GATHER, call_bytes={activation: per_pass}, **common)
             tensors = per_stage[stage]
             slices = (Split.NORM, Split.ROW_BIAS) if opts.sp_row_bias_sync else (Split.NORM,)  # computed on a sequence slice
             sizes = [t.numel * work.grad_bytes_per_element for t in tensors.layer if t.split in slices] * tensors.layers
             sizes += [t.numel * work.grad_bytes_per_element for t in tensors.moe_layer if t.split in slices] * tensors.moe_layers
+            sizes += [t.numel * work.grad_bytes_per_element for block in tensors.blocks for t in block if t.split in slices]
             sizes += [t.numel * work.grad_bytes_per_element for t in tensors.outside_layers() if t.split in slices]
             calls = Counter(sizes) if not opts.coalesce_sp_grads else {float(sum(sizes)): 1}
             what = "norm and row-parallel bias gradients" if opts.sp_row_bias_sync else "norm gradients"
@@ -110,9 +115,12 @@ def _outside_layer_rows(b: Builder, work: Workload, par: Layout, opts: Options, 
 
 def tp_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Options, layers: tuple[int, ...],
                   s: Term, micro_batches: int) -> list[Derivation]:  # fmt: skip
-    per_layer = 6 if opts.recompute else 4
-    count = term("c", "c", "c", per_layer, "", "collectives per layer per micro-batch (2 forward + 2 backward"
-               + (" + 2 replayed by recomputation)" if opts.recompute else ")"))
+    sites = model.tp_sites_per_layer  # 2 in a transformer layer (attention, MLP), 1 in a Mamba-2 hybrid's (its one block)
+    per_layer = sites * (3 if opts.recompute else 2)
+    count = term("c", "c", "c", per_layer, "", f"collectives per layer per micro-batch ({sites} forward + {sites} backward"
+                 + (f" + {sites} replayed by recomputation)" if opts.recompute else ")")
+                 + ("; a Mamba-2 hybrid's layer is one block: Mamba-2 (in_proj / out_proj), attention or MLP" if model.mamba else ""),
+                 MAMBA_TP if model.mamba else "")  # fmt: skip
     layer_count = max(layers)
     l_term = term("l", "N_layer", r"N_{\mathrm{layer}}", layer_count, "", "layers" + (" on the largest stage" if par.pp > 1 else ""))
     b = term("b", "B", "B", work.global_batch // par.dp, "", "sequences per iteration" + (" per replica (--batch / --dp)" if par.dp > 1 else ""))
@@ -133,8 +141,10 @@ def tp_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Opt
                          r"V_{\mathrm{AG}}", text, tex, inputs, value, sp_source), reduce_scatter]  # fmt: skip
     # The all-gathers: the same c as the reduce-scatters, and the 2 inputs of the column-parallel
     # linears gathered again for their weight gradients (not replayed: once per backward).
-    regather = term("c_r", "c_r", r"c_{r}", 2, "", "column-parallel inputs (Q/K/V, MLP up) all-gathered again in backward for the weight gradient")
-    ag_value = (per_layer + 2) * layer_count * b.value * work.seq_len * model.hidden * work.bytes_per_element
+    regather = term("c_r", "c_r", r"c_{r}", sites, "", "column-parallel inputs ("
+                    + ("in_proj, linear_qkv or fc1: one a block" if model.mamba else "Q/K/V, MLP up")
+                    + ") all-gathered again in backward for the weight gradient")  # fmt: skip
+    ag_value = (per_layer + sites) * layer_count * b.value * work.seq_len * model.hidden * work.bytes_per_element
     ag_source = (sp_source + "; and 'we store only the Y_i^s part ... and perform an extra all-gather in the backward pass' "
                  "(Megatron-LM tensor_parallel/layers.py, LinearWithGradAccumulationAndAsyncCommunication.backward)")
     all_gather = headline("sp_all_gather_payload", "Activations all-gathered per iteration in the layers (payload)", "V_AG",

@@ -65,6 +65,40 @@ def layer_tensors(model: TransformerModel, layer: int) -> list[ParamTensor]:
     return out
 
 
+def block_tensors(model: TransformerModel, layer: int) -> list[ParamTensor]:
+    """One layer of a Mamba-2 hybrid, its one block (parcalc.core.mamba), in the order Megatron-Core registers it. The
+    block's norm is fused into its first linear (megatron/core/models/hybrid/hybrid_layer_specs.py @d98e8a64, line 116:
+    in_proj=TELayerNormColumnParallelLinear; attention's linear_qkv and the MLP's fc1 likewise): replicated on the TP
+    ranks, reduced over TP under SP. A Mamba-2 mixer as Megatron-Core's MambaMixer splits it (megatron/core/ssm/
+    mamba_mixer.py @d98e8a64): its own parameters first, conv1d_weight / conv1d_bias, dt_bias, A_log and D, each
+    `tensor_model_parallel` with partition_dim 0 (lines 325-421); then in_proj, a ColumnParallelLinear of [z, x, B, C, dt]
+    (lines 280-308); the gated norm's weight, split too (lines 423-434); out_proj, row-parallel (lines 437-451). An
+    attention block: Q, K, V and O; an MLP block: its gate / up and down, split as in a transformer layer."""
+    from parcalc.core.mamba import ATTENTION, MAMBA
+
+    assert model.mamba is not None
+    block = model.mamba.block(layer)
+    whole = layer_tensors(model, layer)
+    norm = [t for t in whole if t.name.startswith(f"layers.{layer}.ln1.")]
+    if block == ATTENTION:
+        return norm + [t for t in whole if ".attn." in t.name]
+    if block != MAMBA:
+        return norm + [t for t in whole if ".mlp." in t.name]
+    m, h, name = model.mamba, model.hidden, f"layers.{layer}.mixer"
+    out = [ParamTensor(f"{name}.conv1d.weight", m.conv_dim, m.conv_kernel, Split.COLUMN, layer)]
+    if m.conv_bias:
+        out.append(ParamTensor(f"{name}.conv1d.bias", m.conv_dim, 1, Split.COLUMN, layer))
+    out += [ParamTensor(f"{name}.{p}", m.heads, 1, Split.COLUMN, layer) for p in ("dt_bias", "A_log", "D")]
+    out += norm + [ParamTensor(f"{name}.in_proj.weight", m.in_proj_width, h, Split.COLUMN, layer)]
+    if model.bias:  # use_bias (Megatron-Core's MambaMixer asserts it off; transformers' mixer allows it)
+        out.append(ParamTensor(f"{name}.in_proj.bias", m.in_proj_width, 1, Split.COLUMN, layer))
+    out += [ParamTensor(f"{name}.norm.weight", m.d_inner, 1, Split.COLUMN, layer),
+            ParamTensor(f"{name}.out_proj.weight", h, m.d_inner, Split.ROW, layer)]
+    if model.bias:
+        out.append(ParamTensor(f"{name}.out_proj.bias", h, 1, Split.ROW_BIAS, layer))
+    return out
+
+
 def moe_layer_tensors(model: TransformerModel, layer: int) -> list[ParamTensor]:
     """The non-expert tensors of an MoE layer in registration order: norms, attention, router
     (replicated on the TP ranks and, under SP, reduced like a norm: Megatron marks it
@@ -119,7 +153,7 @@ def parameter_tensors(model: TransformerModel) -> tuple[ParamTensor, ...]:
     """Every parameter tensor in registration order; their numel sums to model.total_params."""
     tensors = embedding_tensors(model)
     for layer in range(model.layers):
-        tensors += layer_tensors(model, layer)
+        tensors += layer_tensors(model, layer) if model.mamba is None else block_tensors(model, layer)
     return tuple(tensors + final_tensors(model))
 
 
@@ -173,16 +207,24 @@ class StageTensors(NamedTuple):
     # `layers` are then the dense layers); the routed experts are parcalc.core.comm.expert's.
     moe_layer: tuple[ParamTensor, ...] = ()
     moe_layers: int = 0
+    # A Mamba-2 hybrid (parcalc.core.mamba): its layers are not alike, so each layer's tensors, in order (`layer` is then
+    # empty and `layers` 0)
+    blocks: tuple[tuple[ParamTensor, ...], ...] = ()
 
     @property
     def numel(self) -> int:
         return (sum(t.numel for t in self.before + self.after) + self.layers * sum(t.numel for t in self.layer)
-                + self.moe_layers * sum(t.numel for t in self.moe_layer))  # fmt: skip
+                + self.moe_layers * sum(t.numel for t in self.moe_layer) + sum(t.numel for b in self.blocks for t in b))  # fmt: skip
 
     def sizes_in_order(self) -> list[int]:
         """numel of every tensor in registration order (MoE layers after the dense ones)."""
         return ([t.numel for t in self.before] + [t.numel for t in self.layer] * self.layers
-                + [t.numel for t in self.moe_layer] * self.moe_layers + [t.numel for t in self.after])  # fmt: skip
+                + [t.numel for t in self.moe_layer] * self.moe_layers + [t.numel for b in self.blocks for t in b]
+                + [t.numel for t in self.after])  # fmt: skip
+
+    def layer_units(self) -> list[tuple[ParamTensor, ...]]:
+        """Each layer's tensors, in forward order (a hybrid's blocks, or the dense then the MoE layers)."""
+        return [self.layer] * self.layers + [self.moe_layer] * self.moe_layers + list(self.blocks)
 
     def outside_layers(self) -> tuple[ParamTensor, ...]:
         return self.before + self.after
@@ -194,6 +236,10 @@ def device_tensors(model: TransformerModel, par: Layout, stage: int, opts: Optio
     held = sum(len(r) for r in ranges)
     before = embedding_tensors(model) if stage == 0 else []
     after = final_tensors(model, copy_of_tied_embedding=par.pp > 1) if stage == par.pp - 1 else []
+    if model.mamba is not None:
+        return StageTensors(before=tuple(shard(t, par.tp, opts.vocab_parallel) for t in before), layer=(), layers=0,
+                            after=tuple(shard(t, par.tp, opts.vocab_parallel) for t in after),
+                            blocks=tuple(_sharded_block(model, i, par.tp) for r in ranges for i in r))  # fmt: skip
     moe = sum(model.moe_layers_in(r.start, r.stop) for r in ranges)
     return StageTensors(
         before=tuple(shard(t, par.tp, opts.vocab_parallel) for t in before),
@@ -203,6 +249,10 @@ def device_tensors(model: TransformerModel, par: Layout, stage: int, opts: Optio
         moe_layer=_sharded_moe_layer(model, par.tp, opts.vocab_parallel) if moe else (),
         moe_layers=moe,
     )
+
+
+def _sharded_block(model: TransformerModel, layer: int, tp: int) -> tuple[ParamTensor, ...]:
+    return tuple(shard(t, tp, False) for t in block_tensors(model, layer))
 
 
 @lru_cache(maxsize=64)
