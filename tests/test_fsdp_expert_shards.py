@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from parcalc.core.memory_fsdp import chunk_rows, expert_shard_ranks
+from tests.search_rows import layout_flags
 
 
 @pytest.mark.parametrize("experts, ranks, divisor", [
@@ -49,9 +50,7 @@ MIXTRAL = ("--model", "mixtral-8x7b", "--gpu", "h100-sxm5", "--framework", "fsdp
 
 
 def _flags(row: dict) -> list[str]:
-    return [*MIXTRAL, "--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--cp", str(row["cp"]), "--ep", str(row["ep"]),
-            "--zero", str(row["zero"]), "--shard-group", str(row["shard_group"]), "--micro-batch", str(row["micro_batch"]),
-            "--micro-batches", str(row["micro_batches"]), *(["--sequence-parallel"] if row["sequence_parallel"] else [])]  # fmt: skip
+    return [*MIXTRAL, *layout_flags(row, layers=32)]
 
 
 def test_the_search_shards_experts_as_memory_does(run_json) -> None:
@@ -66,10 +65,13 @@ def test_the_search_shards_experts_as_memory_does(run_json) -> None:
     assert row["memory"] == pytest.approx(run_json("memory", *_flags(row))["results"]["total"]["value"], rel=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="fit --search gives the PP 2 row (TP 1, CP 8, EP 8, ZeRO-3, S 16, 16 micro-batches) "
-                                       "79.96 GiB where `memory` gives 77.99 GiB (textbook sum: the fsdp2 step walk does not "
-                                       "cover pipelines); the same on 03aa8c4, found in session 20 when the row became the top one")  # fmt: skip
 def test_the_search_matches_memory_on_its_top_pipelined_row(run_json) -> None:
+    """The session-20 strict xfail (79.96 against 77.99 GiB) was the test's: its flags left out the row's schedule
+    (interleaved, 8 chunks a GPU), and `memory` took 1F1B, whose in-flight micro-batches are p = 2, not
+    p (1 + (p - 1) / (p v)) = 2.125 (Korthikanti et al. 2022 sec. 4.2.3): 33.85 against 35.97 GB of the stage's
+    activations, the whole 1.97 GiB. With the row's whole layout both give the textbook sum to the byte (memory_basis
+    textbook: the FSDP2 walk follows neither MoE nor interleaved stages)."""
     top = run_json("fit", *MIXTRAL, "--gpus", "64", "--search")["tables"]["top"]["rows"]
     row = next(r for r in top if r["pp"] > 1)
+    assert (row["schedule"], row["chunks"], row["memory_basis"]) == ("interleaved", 8, "textbook")
     assert row["memory"] == pytest.approx(run_json("memory", *_flags(row))["results"]["total"]["value"], rel=1e-6)
