@@ -15,7 +15,8 @@ def layout_flags(row: dict, layers: int) -> list[str]:
         if row.get(key) is not None:
             flags += [f"--{key}", str(row[key])]
     ranks = row["dp"] * (row.get("cp") or 1)
-    if row.get("shard_group") is not None and row["zero"] >= 1 and row["shard_group"] < ranks:  # hybrid sharding (Evaluated.shard_group)
+    # hybrid sharding only where the row's S is below dp x cp (Evaluated.shard_group; ZeRO-0 rows carry dp x cp)
+    if row.get("shard_group") is not None and row["zero"] >= 1 and row["shard_group"] < ranks:
         flags += ["--shard-group", str(row["shard_group"])]
     if row["sequence_parallel"]:
         flags.append("--sequence-parallel")
