@@ -58,6 +58,7 @@ from parcalc.core.layout import Layout
 from parcalc.core.memory import (
     FSDP2_PROFILES,
     fp8_weight_cache,
+    fsdp_pipeline_reduce_bytes,
     fullest_candidates,
     moe_layers_per_stage,
     stage_expert_parameters,
@@ -121,6 +122,8 @@ class _Shapes:
         self.model, self.training, self.cluster, self.cp_comm, self.moe = model, training, cluster, cp_comm, moe
         self.launches: dict[tuple[int, ...], tuple[int, int]] = {}  # (tp, cp, b, SP, recompute) -> kernels of a forward, a backward
         self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
+        # fully_shard under torch's pipelining keeps each stage unsharded with its gradients (memory.pipelined_fsdp_working_set)
+        self.pipeline_reduce = fsdp_pipeline_reduce_bytes(cluster.framework.step_memory)
         # with pp > 1 a framework's own pipeline engine may keep fp32 copies of the gradients (DeepSpeed's BF16_Optimizer)
         copies = bool(cluster.framework.at(2).accumulation_bytes(training.precision))
         self.per_pipelined = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model,
@@ -345,7 +348,7 @@ class _Shapes:
                 states = (stage_parameters(self.model, par, stage).value, float(stage_expert_parameters(self.model, par, stage)), math.nan,
                           float(stage_moe_layers(self.model, par, stage)))  # fmt: skip
             if gathered:
-                states = (states[0], states[1], zero3_working_set(self.model, par, self.per, stage).value, states[3])
+                states = (states[0], states[1], zero3_working_set(self.model, par, self.per, stage, self.pipeline_reduce).value, states[3])
             self._states[key] = states
         return states
 
@@ -386,8 +389,9 @@ class _Shapes:
         """ZeRO-3's gathered buffers on one GPU of the first, the second (nan when not needed, as in
         stage_params) and the last stage: parcalc.core.memory.zero3_working_set, root unit included."""
         par = Layout(tp, pp, 1, first_stage_layers=first, last_stage_layers=last, **self.v_schedule(pp))
-        second = zero3_working_set(self.model, par, self.per, 1).value if pp > 2 and (first is not None or last is not None) else math.nan
-        return zero3_working_set(self.model, par, self.per, 0).value, second, zero3_working_set(self.model, par, self.per, pp - 1).value
+        second = zero3_working_set(self.model, par, self.per, 1, self.pipeline_reduce).value if pp > 2 and (first is not None or last is not None) else math.nan
+        first_stage = zero3_working_set(self.model, par, self.per, 0, self.pipeline_reduce).value
+        return first_stage, second, zero3_working_set(self.model, par, self.per, pp - 1, self.pipeline_reduce).value
 
     def dp(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None = None, ep: int = 1) -> DataParallelPieces:
         """parcalc.core.timing.step.dp_pieces, once per distinct fullest stage (most splits of a

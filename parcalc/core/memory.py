@@ -81,6 +81,9 @@ from parcalc.errors import InputError
 if TYPE_CHECKING:
     pass
 
+PIPELINED_FSDP = ("pytorch/torchtitan at 9dec370 parallelize_llama.py apply_fsdp (reshard_after_forward=False when pp_enabled); "
+                  "pytorch/pytorch v2.13.0 torch/distributed/pipelining/stage.py:844-847 backward_maybe_with_nosync, 1164-1191 "
+                  "perform_reduce_grad; torch/distributed/fsdp/_fully_shard/_fsdp_param.py:802-821 to_accumulated_grad_if_needed")
 FSDP = "Zhao et al. 2023, 'PyTorch FSDP' (VLDB), sec. 3.3-3.4: a unit's parameters are gathered for its compute, the next unit's prefetched"
 
 # ---------------------------------------------------------------------------------------------
@@ -316,8 +319,57 @@ def root_unit(model: TransformerModel, par: Layout, stage: int) -> tuple[int, in
     return head, embed
 
 
-def zero3_working_set(model: TransformerModel, par: Layout, per: StateBytes, stage: int = 0) -> Derivation:
-    """ZeRO-3 / FSDP on one GPU of stage `stage`: the parameters gathered at the peak of the backward.
+def fsdp_pipeline_reduce_bytes(step_memory: str) -> float | None:
+    """The bytes of FSDP2's reduce dtype under a framework profile whose data parallelism is fully_shard (FSDP2_PROFILES:
+    parcalc.core.memory_fsdp.PROFILES), the gradient accumulator pipelined_fsdp_working_set counts; None for the others."""
+    if step_memory not in FSDP2_PROFILES:
+        return None
+    from parcalc.core.memory_fsdp import PROFILES
+
+    return PROFILES[step_memory].reduce_bytes
+
+
+def pipelined_fsdp_working_set(model: TransformerModel, par: Layout, per: StateBytes, stage: int, reduce_bytes: float) -> Derivation:
+    """fully_shard inside torch's pipelining (the fsdp2 and torchtitan profiles at pp > 1), on one GPU of stage `stage`:
+    the stage's every unit unsharded, and its unsharded gradients accumulated, all step.
+
+    torchtitan's apply_fsdp(pp_enabled=True) wraps every block and the root with reshard_after_forward=False, and torch's
+    PipelineStage.backward_maybe_with_nosync sets set_reshard_after_backward(False) and set_requires_gradient_sync(False)
+    for every micro-batch's backward of every stage a rank holds (interleaved schedules: each of its chunks); only
+    perform_reduce_grad after the last backward reshards and reduce-scatters (parcalc.core.memory_pipeline_stage.PP_SOURCES
+    'split' and 'no_sync'). So the rank keeps its stages' parameters in param_dtype (w) and their gradients in FSDP2's
+    reduce dtype (r: the first backward copies a bf16 gradient to it, later ones add in place; with reduce_dtype None the
+    gradient stays in param_dtype) from the first forward to the end of the last backward: (w + r) x P_stage. The stage
+    walk (memory_pipeline_stage) holds these two to the byte at its peak (M_Pu and M_G); this term stands for it in the
+    textbook sum where the walk does not follow the layout (interleaved or split-backward schedules, MoE, the fsdp2
+    profile's transformers code) and in fit's search.
+    """
+    params = stage_parameters(model, par, stage)
+    grad = max(reduce_bytes, per.weight)  # reduce_dtype None (fsdp2's defaults): the gradient in param_dtype
+    inputs = (
+        params.as_term("P_stage"),
+        Term("w", "w", "w", per.weight, "B", "bytes per unsharded parameter (MixedPrecisionPolicy's param_dtype)"),
+        Term("r", "r", "r", grad, "B", "bytes per unsharded gradient accumulated across micro-batches (FSDP2's reduce dtype)"),
+    )
+    return Derivation(
+        key="zero3_gathered",
+        label="FSDP2 under pipelining: the stage's unsharded parameters and accumulated gradients, all step",
+        symbol="M_gather",
+        latex_symbol=r"M_{\mathrm{gather}}",
+        formula="($w + $r) × $P_stage",
+        formula_latex=r"($w + $r) \times $P_stage",
+        inputs=inputs,
+        value=(per.weight + grad) * params.value,
+        unit="B",
+        source=f"{PIPELINED_FSDP}; {FSDP}",
+    )
+
+
+def zero3_working_set(model: TransformerModel, par: Layout, per: StateBytes, stage: int = 0,
+                      pipeline_reduce_bytes: float | None = None) -> Derivation:  # fmt: skip
+    """ZeRO-3 / FSDP on one GPU of stage `stage`: the parameters gathered at the peak of the backward
+    (`pipeline_reduce_bytes`: fully_shard under torch's pipelining, fsdp_pipeline_reduce_bytes; at pp > 1 the stage's
+    whole parameters and gradients instead, pipelined_fsdp_working_set).
 
     PyTorch FSDP2, one unit per transformer block and the root (embedding, final norm, LM head):
     - the root unit is gathered at the root's forward and not resharded after it (FSDPState._lazy_init,
@@ -337,6 +389,8 @@ def zero3_working_set(model: TransformerModel, par: Layout, per: StateBytes, sta
     estimate_zero3_model_states_mem_needs, model_to_params): the embedding or LM head (V h) for every
     Llama 3 size, which this count also holds (see assumptions).
     """
+    if pipeline_reduce_bytes is not None and par.pp > 1:
+        return pipelined_fsdp_working_set(model, par, per, stage, pipeline_reduce_bytes)
     p_layer = layer_params_per_rank(model, par.tp)
     if stage_moe_layers(model, par, stage):  # an MoE layer's unit: its non-expert part and this GPU's experts, gathered whole
         moe_unit = moe_dense_params_per_rank(model, par.tp) + expert_params_per_rank(model, par)
@@ -574,7 +628,7 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
                                      params_source=params.label)  # fmt: skip
     else:
         states = model_states(params.value, per, par, params_source=params.label)
-    gathered = zero3_working_set(model, par, per, stage) if par.zero == 3 else None
+    gathered = zero3_working_set(model, par, per, stage, fsdp_pipeline_reduce_bytes(setup.step_memory)) if par.zero == 3 else None
     if par.split_by == "torchtitan" and par.pp > 1:  # torchtitan's own split (parcalc.core.pipeline_torchtitan)
         from parcalc.core.pipeline_torchtitan import stage_layers_derivation as torchtitan_stage_layers
 

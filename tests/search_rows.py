@@ -1,0 +1,29 @@
+"""The flags that pin a row of `fit --search --format json` as one layout for `memory` or `fit`: every field the row's
+memory depends on (parcalc.core.search_columns.Evaluated.config reads the same columns back into a Config). Session 20's
+strict xfail in tests/test_fsdp_expert_shards.py compared a row with `memory` of flags that left out its schedule and
+chunks: the interleaved row's activations against 1F1B's."""
+
+from __future__ import annotations
+
+
+def layout_flags(row: dict, layers: int) -> list[str]:
+    """`row`: one of the search's JSON rows; `layers`: the model's transformer layers (an even split, L / p on every stage,
+    is the default, so the stage layers are passed only where the row's split is uneven, as Evaluated.config decides)."""
+    flags = ["--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--zero", str(row["zero"]),
+             "--micro-batch", str(row["micro_batch"]), "--micro-batches", str(row["micro_batches"]), "--recompute", row["recompute"]]  # fmt: skip
+    for key in ("cp", "ep"):  # columns the CLI shows only where the search varied them (None otherwise)
+        if row.get(key) is not None:
+            flags += [f"--{key}", str(row[key])]
+    ranks = row["dp"] * (row.get("cp") or 1)
+    # hybrid sharding only where the row's S is below dp x cp (Evaluated.shard_group; ZeRO-0 rows carry dp x cp)
+    if row.get("shard_group") is not None and row["zero"] >= 1 and row["shard_group"] < ranks:
+        flags += ["--shard-group", str(row["shard_group"])]
+    if row["sequence_parallel"]:
+        flags.append("--sequence-parallel")
+    p = row["pp"]
+    if p > 1:
+        flags += ["--schedule", row["schedule"], *(["--chunks", str(row["chunks"])] if row["chunks"] > 1 else [])]
+        first, last = row["first_stage_layers"], row["last_stage_layers"]
+        if not (layers % p == 0 and first == last == layers // p):
+            flags += ["--first-stage-layers", str(first), "--last-stage-layers", str(last)]
+    return flags
