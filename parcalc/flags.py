@@ -18,10 +18,8 @@ This module is imported only when a command line holds a flag its command does n
 (parcalc.cli._accept_vocabulary), by the docs and by the tests: start-up does not pay for it.
 """
 
-from __future__ import annotations
-
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # The commands that take --format / --output and --presets (the calculation commands and their kin).
 _OUT = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit", "presets list", "presets show",
@@ -36,8 +34,11 @@ _PIPE = ("comm-volume", "bubble", "memory", "flops", "fit")  # the uneven pipeli
 MEGATRON = "NVIDIA/Megatron-LM megatron/training/arguments.py"
 
 
-@dataclass(frozen=True)
-class Flag:
+# A NamedTuple, not a frozen dataclass: the table below makes 139 of them when a command line holds a Megatron-LM or an
+# old spelling (parcalc.cli._accept_vocabulary), and a tuple's __new__ is the cheapest constructor (the module's
+# import 1.0 -> 0.6 ms, benchmarks/startup.py's "comm-volume 3d megatron"). No `from __future__ import annotations`
+# here for the same reason: typing.NamedTuple would compile each field's annotation string (typing.ForwardRef).
+class Flag(NamedTuple):
     """One flag: `name` as typed; `meaning` in a line; `type` one of TYPES; `unit` of its value
     (base units, or what the value counts); `default` in words ("" when there is none, "required"
     when a command needs it); `commands` that take it; `aliases` hidden spellings of it."""

@@ -103,19 +103,22 @@ def test_building_a_command_does_not_compute_type_hints(monkeypatch: pytest.Monk
 # --kernels is checked against them only when given (results.parse.kernels_flag), and a layer's kernels need none
 NOT_LOADED = ("json", "yaml", "string", "decimal", "hashlib", "jinja2", "numpy", "parcalc.render.terminal", "parcalc.flags",
               "parcalc.core.timing.framework")
-# decimal: parcalc.units reads a plain whole number ("--batch 1536") as an int; a preset's fractional rates
-# ("19.5 TFLOP/s"), a size with a unit and fractions.Fraction (the pipeline schedules) still import it
+# decimal: parcalc.units reads a plain whole number ("--batch 1536") as an int, a short decimal with a unit (a preset's
+# "19.5 TFLOP/s", "3.4 us", "--size 1GB") in ints and a YAML float as it is; fractions.Fraction (the pipeline
+# schedules) still imports it
 WITH_DECIMAL = ("decimal",)
 ONE_LINER_RUNS = {
-    "peak-flops": (["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32"], ("string", "decimal")),  # its brief writes 2 x clock x ...
-    "intensity": (["intensity", "--m", "4096", "--k", "4096", "--n", "4096", "--gpu", "a100-sxm4-80gb"], WITH_DECIMAL),
+    "peak-flops": (["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32"], ("string",)),  # its brief writes 2 x clock x ...
+    "intensity": (["intensity", "--m", "4096", "--k", "4096", "--n", "4096", "--gpu", "a100-sxm4-80gb"], ()),
     "intensity no gpu": (["intensity", "--m", "4096", "--k", "4096", "--n", "4096", "--dtype", "fp16"], ()),
-    "intensity layer": (["intensity", "--model", "homework-7b", "--batch", "128", "--seq-len", "4096", "--gpu", "a100-sxm4-80gb"], WITH_DECIMAL),
-    "comm-volume collective": (["comm-volume", "--collective", "all-reduce", "--size", "1GB", "--gpus", "8", "--link", "nvlink3"], WITH_DECIMAL),
-    "comm-volume all": (["comm-volume", "--strategy", "all", "--model", "gpt3-175b", "--batch", "1536", "--seq-len", "2048"], WITH_DECIMAL),
+    "intensity layer": (["intensity", "--model", "homework-7b", "--batch", "128", "--seq-len", "4096", "--gpu", "a100-sxm4-80gb"], ()),
+    "comm-volume collective": (["comm-volume", "--collective", "all-reduce", "--size", "1GB", "--gpus", "8", "--link", "nvlink3"], ()),
+    "comm-volume all": (["comm-volume", "--strategy", "all", "--model", "gpt3-175b", "--batch", "1536", "--seq-len", "2048"], ()),
+    "comm-volume 3d": (["comm-volume", "--strategy", "3d", "--model", "gpt3-175b", "--tp", "8", "--pp", "8", "--dp", "4", "--batch",
+                        "1536", "--seq-len", "2048"], ()),
     "comm-volume 3d megatron": (["comm-volume", "--strategy", "3d", "--model", "gpt3-175b", "--tensor-model-parallel-size", "8",
                                  "--pipeline-model-parallel-size", "8", "--dp", "4", "--global-batch-size", "1536", "--seq-length",
-                                 "2048"], ("parcalc.flags", "decimal")),  # Megatron-LM's spelling is parcalc.flags' vocabulary
+                                 "2048"], ("parcalc.flags",)),  # Megatron-LM's spelling is parcalc.flags' vocabulary
     "bubble": (["bubble", "--pp", "4", "--micro-batches", "16", "--schedule", "1f1b"], WITH_DECIMAL),
     "flops": (["flops", "--model", "homework-7b", "--batch", "128", "--seq-len", "4096"], ()),
 }  # fmt: skip
