@@ -568,11 +568,14 @@ def _schedules(p: int, split: tuple[int, ...], space: SearchSpace) -> tuple[tupl
     if space.schedule is not None and p > 1:  # the split-backward schedule asked for, on every pipelined layout
         schedules = [(SCHEDULE_CODES.index(space.schedule), 1)]
     elif space.torchtitan_split and p > 1:  # torchtitan's own split: the chunks v whose split leaves every rank its layers
+        from parcalc.core.pipeline_torchtitan import configurable
         from parcalc.core.search_layouts import torchtitan_ranks
 
         if space.schedule is None and space.interleaved:
             top = min(split) if space.max_chunks is None else min(min(split), space.max_chunks)  # v chunks of a layer or more a rank
-            schedules += [(1, v) for v in range(2, top + 1) if torchtitan_ranks(sum(split), p, p * v) == split]
+            layers = sum(split)  # v: two a rank (torchtitan's default) or a count its layers_per_stage can ask for
+            schedules += [(1, v) for v in range(2, top + 1)
+                          if (v == 2 or configurable(p * v, layers)) and torchtitan_ranks(layers, p, p * v) == split]
     elif space.pipeline_layout is not None:  # its chunks, stages / pp, as written (_layout_reason)
         from parcalc.core.pipeline_layout import virtual_stage_count
 

@@ -84,6 +84,17 @@ def layout_text(stage_layers: tuple[int, ...]) -> str:
     return "".join(parts)
 
 
+def configurable(stages: int, layers: int) -> bool:
+    """Whether torchtitan's configuration can ask for `stages` virtual stages of `layers` layers: by default a multi-stage
+    schedule runs two a rank; otherwise pipeline_parallel_layers_per_stage k gives ceil((L + w_in + w_out) / k) of them
+    (torchtitan/distributed/pipeline_parallel.py @b5bcd76c, _get_pipeline_metadata). ceil(E / k) falls as k grows, so
+    the least k with ceil(E / k) <= S, k = ceil(E / S), either gives S or no k does: 70B's 82 effective layers give 82,
+    41, 28, 21, 17, 14, ... stages, never 36 (PP 2 x v 18)."""
+    effective = layers + INPUT_WEIGHT + OUTPUT_WEIGHT
+    per_stage = -(-effective // stages)
+    return -(-effective // per_stage) == stages
+
+
 def applies(layout: Any) -> bool:
     """Whether torchtitan's split gives the layout's stages: pp > 1 and no split given (no --pipeline-layout, first / last
     stage layers or embedding / loss slots). DualPipe (two pipelines, each GPU a stage of each) keeps parcalc's p equal
@@ -108,6 +119,11 @@ def split_layout(layout: Any, layers: int, mtp_layers: int = 0) -> Any:
     if mtp_layers:
         raise InputError(f"--pp {layout.pp}: torchtitan trains the multi-token-prediction module without pipeline parallelism "
                          f"only ({MTP_SOURCE}); give --pipeline-layout to time Megatron-LM's placement")  # fmt: skip
+    if layout.chunks > 2 and not layout.schedule.v_shape and not configurable(virtual_stages(layout), layers):
+        effective = layers + INPUT_WEIGHT + OUTPUT_WEIGHT
+        raise InputError(f"--chunks {layout.chunks}: torchtitan makes ceil({effective} / k) virtual stages of {layers} layers "
+                         f"(pipeline_parallel_layers_per_stage k, or two a rank by default), never {virtual_stages(layout)} = "
+                         f"--pp {layout.pp} x {layout.chunks}; give --pipeline-layout to time such a split")  # fmt: skip
     try:
         stages = virtual_stage_layers(virtual_stages(layout), layers)
     except InputError as error:  # named by the flags that set the stage count
