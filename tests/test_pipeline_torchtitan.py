@@ -8,7 +8,7 @@ import pytest
 from parcalc.core.choices import Precision, Recompute
 from parcalc.core.layout import Layout
 from parcalc.core.pipeline_layout import parse_pipeline_layout
-from parcalc.core.pipeline_torchtitan import layout_text, split_layout, virtual_stage_layers
+from parcalc.core.pipeline_torchtitan import configurable, layout_text, split_layout, virtual_stage_layers
 from parcalc.errors import InputError
 
 
@@ -216,3 +216,35 @@ def test_bad_splits_are_one_line(run_error) -> None:
     line = run_error(["fit", "--model", "deepseek-v3", "--gpu", "h100-sxm5", "--gpus", "1024", "--tp", "8", "--pp", "8", "--framework",
                       "torchtitan", "--seq-len", "4096", "--batch", "1024"])  # fmt: skip
     assert "torchtitan trains the multi-token-prediction module without pipeline parallelism only" in line
+
+
+@pytest.mark.parametrize("layers", [32, 61, 80, 126])
+def test_the_stage_counts_torchtitan_can_be_asked_for(layers: int) -> None:
+    """torchtitan/distributed/pipeline_parallel.py @b5bcd76c _get_pipeline_metadata: pipeline_parallel_layers_per_stage k
+    gives num_virtual_stages = ceil((L + input_weight + output_weight) / k); every k tried, the counts it reaches are the
+    ones configurable() accepts (70B: 82, 41, 28, 21, 17, 14, 12, 11, ..., never 36)."""
+    effective = layers + 2
+    reached = {-(-effective // k) for k in range(1, effective + 1)}
+    assert {s for s in range(1, effective + 1) if configurable(s, layers)} == reached
+    if layers == 80:
+        assert 36 not in reached and {82, 41, 28, 21, 17, 14, 12} <= reached
+
+
+def test_the_search_interleaves_only_what_torchtitan_runs() -> None:
+    """Llama 3 70B on 32 H100 under torchtitan: PP 2's interleaved rows take v whose 2v stages some k gives (v 2-7, 14,
+    41 where each rank keeps 40 layers); before, v 18 (36 stages) was the fifth-fastest layout shown."""
+    from parcalc.core.fit_search import search
+    from parcalc.results.fit_request import request
+
+    req = request(search=True, model="llama3-70b", gpus="32", gpu=["h100-sxm5"], framework="torchtitan", seq_len="8192",
+                  batch="32")  # fmt: skip
+    c = search(req.model, req.training, req.cluster, req.space).evaluated.columns
+    chunks = set(c["chunks"][c["pp"] == 2].tolist())
+    assert chunks and all(configurable(2 * v, 80) for v in chunks if v > 2) and 18 not in chunks
+
+
+def test_a_chunk_count_torchtitan_cannot_make_is_one_line(run_error) -> None:
+    line = run_error(["fit", "--model", "llama3-70b", "--gpu", "h100-sxm5", "--gpus", "32", "--framework", "torchtitan", "--tp", "8",
+                      "--pp", "2", "--dp", "2", "--chunks", "18", "--seq-len", "8192", "--batch", "32", "--micro-batch", "4"])  # fmt: skip
+    assert line == ("Error: --chunks 18: torchtitan makes ceil(82 / k) virtual stages of 80 layers (pipeline_parallel_layers_per_stage "
+                    "k, or two a rank by default), never 36 = --pp 2 x 18; give --pipeline-layout to time such a split")  # fmt: skip
