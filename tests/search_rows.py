@@ -5,6 +5,11 @@ chunks: the interleaved row's activations against 1F1B's."""
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import pytest
+
 
 def layout_flags(row: dict, layers: int) -> list[str]:
     """`row`: one of the search's JSON rows; `layers`: the model's transformer layers (an even split, L / p on every stage,
@@ -27,3 +32,20 @@ def layout_flags(row: dict, layers: int) -> list[str]:
         if not (layers % p == 0 and first == last == layers // p):
             flags += ["--first-stage-layers", str(first), "--last-stage-layers", str(last)]
     return flags
+
+
+def assert_row_is_estimate(found: Any, i: int, model: Any, training: Any, cluster: Any) -> Any:
+    """Row i of a search (parcalc.core.fit_search.search) is fit's one-layout estimate of its configuration: a valid
+    configuration, the same memory, and the same step where it fits (NaN where it does not). Returns the configuration."""
+    from parcalc.core.fit import estimate, invalid_reason
+
+    columns = found.evaluated.columns
+    config = found.evaluated.config(i)
+    assert invalid_reason(model, config, training, cluster) is None
+    scalar = estimate(model, config, training, cluster)
+    assert columns["memory"][i] == pytest.approx(scalar.total_memory, rel=1e-9), config.label()
+    if columns["fits"][i]:
+        assert columns["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9), config.label()
+    else:
+        assert math.isnan(columns["t_step"][i])
+    return config

@@ -31,6 +31,7 @@ from parcalc.core.linear_attention_memory import (
     torch_path_tensors,
 )
 from parcalc.presets import load_model
+from tests.search_rows import assert_row_is_estimate
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -221,10 +222,9 @@ def test_search_agrees_with_the_scalar_estimate() -> None:
     """fit's vectorised search counts each stage's gated-DeltaNet layers as memory does (interleaving moves them between
     stages: with 12 chunks of 2 layers on 2 stages, the first holds 24 gated-DeltaNet layers, the second 12): its memory
     and step time equal the scalar estimate's on a sample of 40 configurations of 32 H100s."""
-    import math
     import random
 
-    from parcalc.core.fit import Cluster, Training, estimate, invalid_reason
+    from parcalc.core.fit import Cluster, Training
     from parcalc.core.fit_search import search
     from parcalc.presets import load_gpu, load_link
 
@@ -237,14 +237,7 @@ def test_search_agrees_with_the_scalar_estimate() -> None:
     rng = random.Random(31)
     fitting = [i for i in range(len(found.evaluated)) if columns["fits"][i]]
     for i in rng.sample(range(len(found.evaluated)), 25) + rng.sample(fitting, 15):
-        config = found.evaluated.config(i)
-        assert invalid_reason(model, config, training, cluster) is None
-        scalar = estimate(model, config, training, cluster)
-        assert columns["memory"][i] == pytest.approx(scalar.total_memory, rel=1e-9), config.label()
-        if columns["fits"][i]:
-            assert columns["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9), config.label()
-        else:
-            assert math.isnan(columns["t_step"][i])
+        assert_row_is_estimate(found, i, model, training, cluster)
     interleaved = Layout(pp=2, chunks=12, schedule="interleaved")  # type: ignore[arg-type]
     assert (stage_linear_layers(model, interleaved, 0), stage_linear_layers(model, interleaved, 1)) == (24, 12)
 

@@ -5,7 +5,6 @@ of the blocks by their share). Every sampled row must equal the scalar estimate 
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
@@ -13,9 +12,10 @@ from typer.testing import CliRunner
 
 from parcalc.cli import app
 from parcalc.core.choices import Recompute
-from parcalc.core.fit import Cluster, Training, estimate, invalid_reason
+from parcalc.core.fit import Cluster, Training
 from parcalc.core.fit_search import RECOMPUTES, search
 from parcalc.presets import load_gpu, load_link, load_model
+from tests.search_rows import assert_row_is_estimate
 
 
 def _cluster(gpus: int) -> Cluster:
@@ -41,14 +41,7 @@ def test_search_agrees_with_the_scalar_estimate(key: str, gpus: int, batch: int,
     assert fitting
     chunked = pipelined = 0
     for i in rng.sample(range(len(found.evaluated)), 25) + rng.sample(fitting, min(15, len(fitting))):
-        config = found.evaluated.config(i)
-        assert invalid_reason(model, config, training, cluster) is None
-        scalar = estimate(model, config, training, cluster)
-        assert columns["memory"][i] == pytest.approx(scalar.total_memory, rel=1e-9), config.label()
-        if columns["fits"][i]:
-            assert columns["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9), config.label()
-        else:
-            assert math.isnan(columns["t_step"][i])
+        config = assert_row_is_estimate(found, i, model, training, cluster)
         chunked += config.layout.chunks > 1
         pipelined += config.layout.pp > 1
     assert pipelined and chunked  # the sample holds stages that differ by their blocks, and interleaved ones

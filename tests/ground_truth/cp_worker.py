@@ -18,13 +18,12 @@ the largest difference of its output and of dQ, dK, dV from unsplit attention un
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
+from gloo_ranks import gloo_parser, spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 
 BATCH, SEQ, HEADS, KV_HEADS, HEAD_DIM = 2, 32, 4, 2, 8  # grouped-query attention: K/V half as wide as Q
 DTYPE = torch.float64  # exact enough that the ring equals the unsplit attention to 1e-12
@@ -156,9 +155,7 @@ def run(rank: int, cp: int) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--out", required=True)
+    parser = gloo_parser()
     args = parser.parse_args(argv)
     spawn_gloo(run, args.world, args.out)
 

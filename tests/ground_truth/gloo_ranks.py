@@ -12,6 +12,7 @@ pickles `_rank` and `run` by their module paths, so both stay top-level function
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -27,6 +28,14 @@ import torch.multiprocessing as mp
 # A rank that raises leaves the others waiting in a collective: a gloo timeout turns that wait into
 # an error in a minute and a half instead of a hang until the test's own limit.
 TIMEOUT = timedelta(seconds=90)
+
+
+def gloo_parser() -> argparse.ArgumentParser:
+    """A worker script's command line: --world (ranks) and --out (the folder of rank<r>.json); a worker adds its own."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--world", type=int, required=True)
+    parser.add_argument("--out", required=True)
+    return parser
 
 
 def free_port() -> int:

@@ -22,14 +22,13 @@ output and of the input's gradient from the unsplit mixer under autograd (fp64).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import ClassVar
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
+from gloo_ranks import gloo_parser, spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 
 BATCH, SEQ, KERNEL = 2, 16, 3
 MAMBA = {"heads": 4, "head_dim": 2, "state": 3, "groups": 1}  # one group: at cp 2 and 4 its B and C are repeated
@@ -213,10 +212,8 @@ def run(rank: int, cp: int, mixer: str) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
+    parser = gloo_parser()
     parser.add_argument("--mixer", choices=("mamba", "gdn"), required=True)
-    parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     spawn_gloo(run, args.world, args.out, args.mixer)
 

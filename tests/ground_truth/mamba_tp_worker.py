@@ -16,13 +16,12 @@ input's gradient from the unsplit block under autograd (fp64).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import ClassVar
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
+from gloo_ranks import gloo_parser, spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 from hybrid_cp_worker import KERNEL, MAMBA, mamba_mixer
 
 BATCH, SEQ, HIDDEN = 2, 16, 6
@@ -112,9 +111,7 @@ def run(rank: int, tp: int) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--out", required=True)
+    parser = gloo_parser()
     args = parser.parse_args(argv)
     spawn_gloo(run, args.world, args.out)
 

@@ -16,7 +16,6 @@ every all-to-all (phase, bytes of its input, bytes it sends to other ranks) and 
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 
@@ -25,7 +24,7 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dist_fn
 import torch.nn as nn
 import torch.nn.functional as F
-from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
+from gloo_ranks import gloo_parser, spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 
 warnings.filterwarnings("ignore", category=FutureWarning)  # torch.distributed.nn.functional is deprecated, still the autograd all-to-all
 
@@ -104,10 +103,8 @@ def run(rank: int, world: int, ep: int) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--world", type=int, required=True)
+    parser = gloo_parser()
     parser.add_argument("--ep", type=int, required=True)
-    parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     spawn_gloo(run, args.world, args.out, args.ep)
 

@@ -21,13 +21,12 @@ stage, and the (token, expert) pairs that reached it, to check the routing again
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import sys
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
+from gloo_ranks import gloo_parser, spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 
 HIDDEN = 8
 
@@ -99,13 +98,11 @@ def run(rank: int, world: int, per_node: int, shape: tuple[int, int, int]) -> di
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--world", type=int, required=True)
+    parser = gloo_parser()
     parser.add_argument("--per-node", type=int, required=True)
     parser.add_argument("--experts", type=int, required=True)
     parser.add_argument("--top-k", type=int, required=True)
     parser.add_argument("--max-nodes", type=int, required=True)
-    parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     shape = (args.experts, args.top_k, args.max_nodes)
     spawn_gloo(run, args.world, args.out, args.per_node, shape)

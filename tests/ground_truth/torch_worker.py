@@ -17,14 +17,13 @@ Sizes follow nccl-tests: all-gather counts its output, reduce-scatter its input.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from gloo_ranks import spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
+from gloo_ranks import gloo_parser, spawn_gloo  # a sibling: this folder is sys.path[0] when run as a script
 from torch.utils._python_dispatch import TorchDispatchMode
 
 SCENARIOS = ("ddp", "ddp-buckets", "fsdp", "tp", "sp", "pp-gpipe", "pp-1f1b", "fsdp-tp", "hsdp")
@@ -474,9 +473,7 @@ def run(rank: int, world: int, scenarios: list[str]) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--world", type=int, required=True)
-    parser.add_argument("--out", required=True)
+    parser = gloo_parser()
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     args = parser.parse_args(argv)
     scenarios = [s for s in args.scenarios.split(",") if s]
