@@ -140,25 +140,72 @@ def family_stats(all_rows: list[Row]) -> list[FamilyStats]:
     return stats
 
 
-def gh100_tiles() -> None:
+def gh100_tiles(loop_clock: bool = False, nccl_sms: bool = True) -> None:
     """Give the H100 SXM5 preset, as both tables load it, the H200's GEMM tiles, power model and NCCL channels (see the
-    module docstring): the experiment of `--gh100-tiles`."""
+    module docstring): the experiment of `--gh100-tiles`. `loop_clock`: every step's GEMMs at the clock of the sweep's
+    loop of large GEMMs instead of the step's own from its power (`--gh100-loop-clock`); `nccl_sms`: False leaves out
+    the SMs NCCL's kernels hold beside hidden collectives (`--gh100-no-nccl-sms`)."""
     from dataclasses import replace
 
     from parcalc.presets import load_gpu
 
     h200 = load_gpu("h200", ())
     assert h200.kernels is not None
+    tiles = h200.kernels.gemm_tiles
+    if loop_clock:  # no power model (max_clock 0): every step at training_clock, here the sweep's own clock
+        tiles = tuple((dtype, replace(tiled, training_clock=tiled.clock, max_clock=0.0)) for dtype, tiled in tiles)
 
     def loader(key: str, overrides: object) -> object:
         gpu = load_gpu(key, overrides)  # type: ignore[arg-type]
         if key != "h100-sxm5" or gpu.kernels is None:
             return gpu
-        return replace(gpu, kernels=replace(gpu.kernels, gemm_tiles=h200.kernels.gemm_tiles),  # type: ignore[union-attr]
-                       nccl_channels=h200.nccl_channels)  # fmt: skip
+        return replace(gpu, kernels=replace(gpu.kernels, gemm_tiles=tiles),  # type: ignore[union-attr]
+                       nccl_channels=h200.nccl_channels if nccl_sms else None)  # fmt: skip
 
     step_time_cases.load_gpu = loader  # type: ignore[assignment]
     modern_cases.load_gpu = loader  # type: ignore[assignment]
+
+
+def gh100_loop_clock() -> None:
+    """`--gh100-loop-clock`: the GEMM tiles of `--gh100-tiles` with every H100 step's GEMMs at the clock the H200's sweep
+    held in its loop of large GEMMs at the 700 W limit (the tiles' `clock`, 1328.5 MHz: there the tile model gives the
+    sweep's own 16384^3 rate, 718 TFLOP/s), not at the higher clock the power model gives a step whose Tensor Cores rest
+    between kernels. A bound: no step's Tensor Core load exceeds a GEMM loop's, and the H100's own large GEMMs alone ran
+    as fast as the H200's (pytorch/pytorch issue #100850, H100, cuBLAS 11.11.3.6: 720-772 TFLOP/s), so the GH100 die's
+    GEMMs in training are at least this fast unless something other than the clock slows them."""
+    gh100_tiles(loop_clock=True)
+
+
+def gh100_no_nccl_sms() -> None:
+    """`--gh100-no-nccl-sms`: `--gh100-tiles` without NCCL's channels holding SMs beside hidden collectives
+    (parcalc.core.timing.sm_contention): what that mechanism moves on each H100 row."""
+    gh100_tiles(nccl_sms=False)
+
+
+# Sinha et al., 'Not All GPUs Are Created Equal: Characterizing Variability in Large-Scale, Accelerator-Rich Systems',
+# SC'22 (arXiv:2208.11035), abstract: '8% (max 22%) average performance variation even though the GPU architecture and
+# vendor SKU are identical within each cluster, with outliers up to 1.5X slower than the median GPU' (V100 and MI60
+# clusters, power management and manufacturing variability; no H100 cluster measured)
+STRAGGLER_SPREAD = 0.08
+
+
+def stragglers() -> None:
+    """`--stragglers`: a synchronous step waits for its slowest GPU; read as a bound, every row's GPU-bound work (t_compute:
+    GEMMs, attention, memory-bound kernels) on a GPU STRAGGLER_SPREAD slower than the measured one (Sinha et al.'s average
+    variation taken whole as the slowest GPU's deficit against the median GPU, which the single measured H200 stands for):
+    the step grows by STRAGGLER_SPREAD x t_compute. An upper bound on what variability between GPUs moves, not a model:
+    the slowest of N depends on N and on the spread's shape, which the abstract does not give."""
+
+    def slower(error: Callable[[object], tuple[float, object]]) -> Callable[[object], tuple[float, object]]:
+        def wrapped(case: object) -> tuple[float, object]:
+            err, est = error(case)
+            step, compute = est.step.value, est.compute.value  # type: ignore[attr-defined]
+            return (1 + err) * step / (step + STRAGGLER_SPREAD * compute) - 1, est
+
+        return wrapped
+
+    step_time_cases.error = slower(step_time_cases.error)  # type: ignore[assignment]
+    modern_cases.error = slower(modern_cases.error)  # type: ignore[assignment]
 
 
 # The stacks of the modern runs that run Transformer Engine's attention (Megatron-Core, Megatron-Bridge, NeMo)
@@ -191,10 +238,51 @@ def run_attention() -> None:
     step_time_cases.RUN_ATTENTION_KERNELS = True
 
 
-EXPERIMENTS = {"--gh100-tiles": gh100_tiles, "--run-attention": run_attention, "--te-cudnn": te_cudnn}
+EXPERIMENTS = {"--gh100-tiles": gh100_tiles, "--gh100-loop-clock": gh100_loop_clock, "--gh100-no-nccl-sms": gh100_no_nccl_sms,
+               "--stragglers": stragglers, "--run-attention": run_attention, "--te-cudnn": te_cudnn}
+
+
+def _error_at_clock(module: object, case: object, clock: float) -> float:
+    """A row's error with its GEMMs at `clock` (Hz) rather than the clock its step holds by the power model."""
+    from dataclasses import replace
+
+    from parcalc.core.fit import estimate
+
+    model, config, training, cluster = module.inputs(case)  # type: ignore[attr-defined]
+    at = estimate(model, config, training, replace(cluster, sm_clock=clock))
+    if module is step_time_cases:
+        return step_time_cases.predicted_over_published(case, at) - 1  # type: ignore[arg-type]
+    return modern_cases.predicted_over_published(case, model, training, at) - 1  # type: ignore[arg-type]
+
+
+def needed_clocks() -> list[tuple[str, float, float, float]]:
+    """Under `--gh100-tiles` (and whatever experiments ran before), each H100 SXM5 row's (key, error, the SM clock its
+    step holds by the power model, the SM clock at which its GEMMs would make the error 0), the latter by bisection on
+    fit's clock (Cluster.sm_clock, which moves the tiles' main loops only): what a clock alone would have to be."""
+    out = []
+    for table, case, error, gap in _cases():
+        module = step_time_cases if table == "step_time_cases" else modern_cases
+        gpu = case.run.gpu if module is step_time_cases else case.gpu  # type: ignore[attr-defined]
+        if gap or step_time_cases.GPU_PRESET.get(gpu, gpu) != "h100-sxm5":
+            continue
+        err, est = error(case)
+        low, high = 1e8, 3e9
+        for _ in range(40):
+            mid = (low + high) / 2
+            low, high = (low, mid) if _error_at_clock(module, case, mid) > 0 else (mid, high)
+        clock = next((t.value for t in est.gemm.inputs if t.key == "f_SM"), 0.0) if est.gemm else 0.0  # type: ignore[attr-defined]
+        out.append((case.key, err, clock, (low + high) / 2))  # type: ignore[attr-defined]
+    return out
 
 
 def main() -> None:
+    if "--gh100-needed-clock" in sys.argv[1:]:
+        for flag in sys.argv[1:]:
+            if flag in EXPERIMENTS:
+                EXPERIMENTS[flag]()
+        for key, err, clock, needed in needed_clocks():
+            print(f"   {key:60s} {err * 100:+6.1f} %  at {clock / 1e6:6.0f} MHz; error 0 at {needed / 1e6:6.0f} MHz")
+        return
     asked = [flag for flag in sys.argv[1:] if flag in EXPERIMENTS]
     if asked:
         before = {row.key: row.error for row in rows()}
@@ -215,7 +303,7 @@ def main() -> None:
         mean_after = sum(abs(row.error) for row in tests) / len(tests)
         print(f"all {len(tests)} runs: mean |error| {mean_before * 100:.1f} -> {mean_after * 100:.1f} %")
         calibration, _ = step_time_cases.error(step_time_cases.CALIBRATION)
-        share = "" if "--gh100-tiles" in asked else f" (the GEMM share re-derived from it: {step_time_cases.calibrate_h100_share():.4f})"
+        share = "" if any(flag.startswith("--gh100") for flag in asked) else f" (the GEMM share re-derived from it: {step_time_cases.calibrate_h100_share():.4f})"
         print(f"calibration run {step_time_cases.CALIBRATION.key}: {calibration * 100:+.1f} %{share}")
         return
     all_rows = rows()
