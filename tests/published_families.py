@@ -5,6 +5,13 @@
     python tests/published_families.py --run-attention # each run at the attention kernel its stack ran (MPT: Triton)
     python tests/published_families.py --gh100-tiles --run-attention  # both
     python tests/published_families.py --te-cudnn      # the H100 runs of Transformer Engine stacks at cuDNN's attention
+    python tests/published_families.py --gh100-loop-clock --run-attention  # the tiles at the GEMM loop's clock (a floor)
+    python tests/published_families.py --gh100-no-nccl-sms  # the tiles without NCCL's SMs beside hidden collectives
+    python tests/published_families.py --stragglers    # every step waiting 8 % of t_compute for its slowest GPU (a bound)
+    python tests/published_families.py --gh100-tiles --gh100-needed-clock  # the clock each H100 row would need
+
+The experiments compose (each flag applied in the order given). Session 21's table of what each moves per H100 row:
+docs/step-time.md, "What slows the H100 rows below the GH100 die model".
 
 `--run-attention` gives each case the fused attention kernel its own stack ran where that is older than the GPU
 preset's (step_time_cases.Case.attention_kernel; parcalc.core.timing.attention_kernels): llm-foundry's 2023 MPT
