@@ -9,6 +9,7 @@
     python tests/published_families.py --gh100-no-nccl-sms  # the tiles without NCCL's SMs beside hidden collectives
     python tests/published_families.py --stragglers    # every step waiting 8 % of t_compute for its slowest GPU (a bound)
     python tests/published_families.py --gh100-tiles --gh100-needed-clock  # the clock each H100 row would need
+    python tests/published_families.py --gh100-tiles --experts-per-kernel  # each routed expert's GEMM its own kernel
 
 The experiments compose (each flag applied in the order given). Session 21's table of what each moves per H100 row:
 docs/step-time.md, "What slows the H100 rows below the GH100 die model".
@@ -215,6 +216,32 @@ def stragglers() -> None:
     modern_cases.error = slower(modern_cases.error)  # type: ignore[assignment]
 
 
+def experts_per_kernel() -> None:
+    """`--experts-per-kernel`: each routed expert's GEMM its own kernel, one after another, where parcalc times the
+    experts of a linear as one grouped kernel (their tiles in shared waves, one kernel overhead). Transformer Engine's
+    GroupedLinear on Hopper runs one cuBLAS GEMM an expert, round-robin over 4 compute streams, unless
+    NVTE_USE_CUTLASS_GROUPED_GEMM asks for CUTLASS's grouped kernel (NVIDIA/TransformerEngine @d0067d0d
+    transformer_engine/common/gemm/cublaslt_gemm.cu nvte_multi_tensor_gemm and multi_stream_cublas_gemm;
+    common/util/multi_stream.cpp: 4 streams). Taken with no overlap between the streams: an upper bound on what running
+    the experts as separate kernels costs (each its own waves and kernel overhead)."""
+    from parcalc.core.timing import compute
+
+    grouped = compute.linear_passes
+
+    def per_expert(key: str, m: int, k: int, n: int, e: float, spec: object, fp8: str = "", batch: int = 1,
+                   norm_fed: bool = False) -> tuple[tuple[object, ...], tuple[object, ...]]:  # fmt: skip
+        passes = grouped(key, m, k, n, e, spec, fp8, batch, norm_fed)  # type: ignore[arg-type]
+        if batch <= 1:
+            return passes
+        alone = grouped(key, m, k, n, e, spec, fp8, 1, norm_fed)  # type: ignore[arg-type]
+        return tuple(tuple(one._replace(time=one.time * batch, flops=one.flops * batch, bytes=one.bytes * batch)
+                           if one.kind == "gemm" else kernel for one, kernel in zip(ones, kernels, strict=True))
+                     for ones, kernels in zip(alone, passes, strict=True))  # type: ignore[return-value]  # fmt: skip
+
+    compute.linear_passes = per_expert  # type: ignore[assignment]
+    compute._layer_passes.cache_clear()
+
+
 # The stacks of the modern runs that run Transformer Engine's attention (Megatron-Core, Megatron-Bridge, NeMo)
 TE_STACKS = ("megatron-core", "megatron-bridge", "nemo")
 
@@ -246,7 +273,8 @@ def run_attention() -> None:
 
 
 EXPERIMENTS = {"--gh100-tiles": gh100_tiles, "--gh100-loop-clock": gh100_loop_clock, "--gh100-no-nccl-sms": gh100_no_nccl_sms,
-               "--stragglers": stragglers, "--run-attention": run_attention, "--te-cudnn": te_cudnn}
+               "--stragglers": stragglers, "--experts-per-kernel": experts_per_kernel, "--run-attention": run_attention,
+               "--te-cudnn": te_cudnn}
 
 
 def _error_at_clock(module: object, case: object, clock: float) -> float:
