@@ -24,6 +24,15 @@ Sources
   layout (batch, seq, heads, dim), FLOPs 2 b s^2 h_q (d_qk + d_v), halved when causal, backward 2.5x; Timer.timeit(100).
   Only the causal rows of head dims 128 and 64 are copied (the 192 / 128 rows are MLA's, which parcalc's dense-attention
   presets do not time).
+  FP8 GEMMs: benchmark/results_optimized/gemm_fp8_tensorwise_optimized.csv at the same commit, the same GPU and run (its
+  BF16 twin, results_optimized/gemm_bf16_optimized.csv, repeats output/baseline_gemm.csv's backward times within 1 %),
+  written by bench_gemm_turbo.py's profile_gemm_fp8: turbo.ops.gemm_fp8(a, b, trans_b=True, config=Float8QuantConfig(
+  format=E4M3, granularity=TENSORWISE)) on the same 84 shapes, a and b in bf16. The timed call quantises its inputs
+  (primus_turbo/pytorch/ops/gemm_fp8.py FP8GemmTensorFunction.forward: quantize_fp8(a), quantize_fp8(b), then
+  gemm_fp8_impl(..., default_backend=BackendType.HIPBLASLT); csrc/pytorch/quantization/quantization.cpp
+  quantize_fp8_tensorwise: reduce_row REDUCE_ABS_MAX over the tensor, compute_scale_from_amax, quantize_tensorwise_impl),
+  'Forward' the two quantisations and one FP8 GEMM, 'Backward' the quantisation of grad_out and the dgrad and wgrad GEMMs
+  (a and b stay quantised from the forward); FLOPs counted as for BF16.
 - HazyResearch/HipKittens (Hu et al. 2025, 'HipKittens: Fast and Furious AMD Kernels', arXiv:2511.08083) at commit
   f09e9685c4c6aaa41fb3ebd4fe4ca664938589e1 (2025-11-20), analysis/*: the baselines its paper compares against, measured
   by its scripts: square BF16 torch.matmul (PyTorch's hipBLASLt) on an MI325X (analysis/bf16_gemm/mi325x/
@@ -179,16 +188,111 @@ class ShapeGemm(NamedTuple):
     quote: str
 
 
-def _gemms() -> tuple[ShapeGemm, ...]:
+def _gemms(table: str) -> tuple[ShapeGemm, ...]:
+    """The rows of one Primus-Turbo GEMM CSV, read by its header (the FP8 files have a Granularity column more)."""
+    lines = table.splitlines()
+    header = lines[0].split(",")
     rows = []
-    for line in PRIMUS_TURBO_MI300X_BF16_GEMMS.splitlines()[1:]:
-        cells = line.split(",")
-        rows.append(ShapeGemm(cells[3], int(cells[4]), int(cells[5]), int(cells[6]), int(cells[7]), float(cells[11]),
-                              float(cells[13]), line))  # fmt: skip
+    for line in lines[1:]:
+        cell = dict(zip(header, line.split(","), strict=True))
+        rows.append(ShapeGemm(cell["Case"], int(cell["MBS"]), int(cell["M"]), int(cell["N"]), int(cell["K"]),
+                              float(cell["Forward TFLOPS"]), float(cell["Backward TFLOPS"]), line))  # fmt: skip
     return tuple(rows)
 
 
-MI300X_BF16_GEMMS = _gemms()
+MI300X_BF16_GEMMS = _gemms(PRIMUS_TURBO_MI300X_BF16_GEMMS)
+
+# benchmark/results_optimized/gemm_fp8_tensorwise_optimized.csv @221d75f1, the file's own lines (module docstring): each
+# row's time holds its quantisation kernels besides the FP8 GEMMs.
+PRIMUS_TURBO_MI300X_FP8_TENSORWISE_GEMMS = """\
+TestID,Platform,GPU,Case,MBS,M,N,K,Dtype,Granularity,Check,Forward Time (ms),Forward TFLOPS,Backward Time (ms),Backward TFLOPS
+1,ROCm,MI300X,Llama-2-7B,1,4096,12288,4096,fp8,tensorwise,PASS,0.48,866.12,1.03,800.27
+2,ROCm,MI300X,Llama-2-7B,1,4096,4096,4096,fp8,tensorwise,PASS,0.21,648.47,0.40,694.72
+3,ROCm,MI300X,Llama-2-7B,1,4096,22016,4096,fp8,tensorwise,PASS,0.88,840.17,1.79,824.96
+4,ROCm,MI300X,Llama-2-7B,1,4096,4096,11008,fp8,tensorwise,PASS,0.46,807.28,1.09,678.44
+5,ROCm,MI300X,Llama-2-7B,2,8192,12288,4096,fp8,tensorwise,PASS,0.87,944.48,1.94,850.43
+6,ROCm,MI300X,Llama-2-7B,2,8192,4096,4096,fp8,tensorwise,PASS,0.35,780.02,0.72,761.95
+7,ROCm,MI300X,Llama-2-7B,2,8192,22016,4096,fp8,tensorwise,PASS,1.55,950.15,3.38,873.55
+8,ROCm,MI300X,Llama-2-7B,2,8192,4096,11008,fp8,tensorwise,PASS,0.85,869.13,1.84,801.30
+9,ROCm,MI300X,Llama-2-7B,4,16384,12288,4096,fp8,tensorwise,PASS,1.76,935.33,3.78,872.55
+10,ROCm,MI300X,Llama-2-7B,4,16384,4096,4096,fp8,tensorwise,PASS,0.62,884.78,1.37,803.34
+11,ROCm,MI300X,Llama-2-7B,4,16384,22016,4096,fp8,tensorwise,PASS,2.96,998.54,6.73,878.03
+12,ROCm,MI300X,Llama-2-7B,4,16384,4096,11008,fp8,tensorwise,PASS,1.61,917.53,3.63,814.51
+13,ROCm,MI300X,Llama-2-70B,1,4096,10240,8192,fp8,tensorwise,PASS,0.80,858.57,1.72,796.86
+14,ROCm,MI300X,Llama-2-70B,1,4096,8192,8192,fp8,tensorwise,PASS,0.63,877.54,1.40,786.86
+15,ROCm,MI300X,Llama-2-70B,1,4096,57344,8192,fp8,tensorwise,PASS,4.25,905.64,9.18,838.26
+16,ROCm,MI300X,Llama-2-70B,1,4096,8192,28672,fp8,tensorwise,PASS,2.29,841.20,4.57,842.36
+17,ROCm,MI300X,Llama-2-70B,2,8192,10240,8192,fp8,tensorwise,PASS,1.43,961.20,3.13,879.05
+18,ROCm,MI300X,Llama-2-70B,2,8192,8192,8192,fp8,tensorwise,PASS,1.15,954.41,2.52,872.34
+19,ROCm,MI300X,Llama-2-70B,2,8192,57344,8192,fp8,tensorwise,PASS,7.72,997.44,17.01,904.91
+20,ROCm,MI300X,Llama-2-70B,2,8192,8192,28672,fp8,tensorwise,PASS,4.59,838.85,8.76,878.12
+21,ROCm,MI300X,Llama-2-70B,4,16384,10240,8192,fp8,tensorwise,PASS,2.83,972.86,6.44,854.04
+22,ROCm,MI300X,Llama-2-70B,4,16384,8192,8192,fp8,tensorwise,PASS,2.18,1007.42,5.09,863.81
+23,ROCm,MI300X,Llama-2-70B,4,16384,57344,8192,fp8,tensorwise,PASS,15.03,1023.85,33.09,930.50
+24,ROCm,MI300X,Llama-2-70B,4,16384,8192,28672,fp8,tensorwise,PASS,8.22,936.25,17.41,884.37
+25,ROCm,MI300X,Llama-3.1-8B,1,8192,6144,4096,fp8,tensorwise,PASS,0.47,870.86,1.07,770.44
+26,ROCm,MI300X,Llama-3.1-8B,1,8192,4096,4096,fp8,tensorwise,PASS,0.35,775.82,0.73,757.67
+27,ROCm,MI300X,Llama-3.1-8B,1,8192,28672,4096,fp8,tensorwise,PASS,1.98,973.07,4.35,885.30
+28,ROCm,MI300X,Llama-3.1-8B,1,8192,4096,14336,fp8,tensorwise,PASS,1.14,843.36,2.23,861.87
+29,ROCm,MI300X,Llama-3.1-8B,2,16384,6144,4096,fp8,tensorwise,PASS,0.90,915.59,2.05,803.44
+30,ROCm,MI300X,Llama-3.1-8B,2,16384,4096,4096,fp8,tensorwise,PASS,0.63,874.20,1.37,801.86
+31,ROCm,MI300X,Llama-3.1-8B,2,16384,28672,4096,fp8,tensorwise,PASS,3.79,1014.29,8.54,900.88
+32,ROCm,MI300X,Llama-3.1-8B,2,16384,4096,14336,fp8,tensorwise,PASS,2.11,911.66,4.39,875.68
+33,ROCm,MI300X,Llama-3.1-8B,4,32768,6144,4096,fp8,tensorwise,PASS,1.77,933.20,4.16,793.05
+34,ROCm,MI300X,Llama-3.1-8B,4,32768,4096,4096,fp8,tensorwise,PASS,1.25,880.69,2.72,807.91
+35,ROCm,MI300X,Llama-3.1-8B,4,32768,28672,4096,fp8,tensorwise,PASS,7.43,1036.53,17.39,885.28
+36,ROCm,MI300X,Llama-3.1-8B,4,32768,4096,14336,fp8,tensorwise,PASS,4.20,916.15,8.91,863.64
+37,ROCm,MI300X,Llama-3.1-405B,1,8192,18432,16384,fp8,tensorwise,PASS,4.98,994.07,11.03,896.84
+38,ROCm,MI300X,Llama-3.1-405B,1,8192,16384,16384,fp8,tensorwise,PASS,4.49,979.15,9.86,892.05
+39,ROCm,MI300X,Llama-3.1-405B,1,8192,106496,16384,fp8,tensorwise,PASS,28.49,1003.42,61.52,929.31
+40,ROCm,MI300X,Llama-3.1-405B,1,8192,16384,53248,fp8,tensorwise,PASS,15.23,938.81,31.88,896.61
+41,ROCm,MI300X,Llama-3.1-405B,2,16384,18432,16384,fp8,tensorwise,PASS,9.80,1009.61,22.04,897.92
+42,ROCm,MI300X,Llama-3.1-405B,2,16384,16384,16384,fp8,tensorwise,PASS,9.01,975.73,19.50,901.98
+43,ROCm,MI300X,Llama-3.1-405B,2,16384,106496,16384,fp8,tensorwise,PASS,53.46,1069.46,120.25,950.89
+44,ROCm,MI300X,Llama-3.1-405B,2,16384,16384,53248,fp8,tensorwise,PASS,29.49,969.32,60.36,947.27
+45,ROCm,MI300X,Llama-3.1-405B,4,32768,18432,16384,fp8,tensorwise,PASS,19.48,1015.98,43.51,909.65
+46,ROCm,MI300X,Llama-3.1-405B,4,32768,16384,16384,fp8,tensorwise,PASS,17.49,1005.74,38.93,903.74
+47,ROCm,MI300X,Llama-3.1-405B,4,32768,106496,16384,fp8,tensorwise,PASS,102.42,1116.52,232.56,983.39
+48,ROCm,MI300X,Llama-3.1-405B,4,32768,16384,53248,fp8,tensorwise,PASS,55.85,1023.72,117.47,973.46
+49,ROCm,MI300X,Qwen2.5-7B,1,8192,4608,3584,fp8,tensorwise,PASS,0.34,793.10,0.71,760.51
+50,ROCm,MI300X,Qwen2.5-7B,1,8192,3584,3584,fp8,tensorwise,PASS,0.28,761.07,0.60,701.37
+51,ROCm,MI300X,Qwen2.5-7B,1,8192,37888,3584,fp8,tensorwise,PASS,2.41,922.77,5.21,853.95
+52,ROCm,MI300X,Qwen2.5-7B,1,8192,3584,18944,fp8,tensorwise,PASS,1.30,855.47,2.75,809.08
+53,ROCm,MI300X,Qwen2.5-7B,2,16384,4608,3584,fp8,tensorwise,PASS,0.63,862.79,1.36,796.49
+54,ROCm,MI300X,Qwen2.5-7B,2,16384,3584,3584,fp8,tensorwise,PASS,0.50,837.71,1.13,743.95
+55,ROCm,MI300X,Qwen2.5-7B,2,16384,37888,3584,fp8,tensorwise,PASS,4.49,990.44,10.11,879.91
+56,ROCm,MI300X,Qwen2.5-7B,2,16384,3584,18944,fp8,tensorwise,PASS,2.51,888.01,5.48,811.68
+57,ROCm,MI300X,Qwen2.5-7B,4,32768,4608,3584,fp8,tensorwise,PASS,1.24,873.20,2.65,818.37
+58,ROCm,MI300X,Qwen2.5-7B,4,32768,3584,3584,fp8,tensorwise,PASS,1.00,839.52,2.21,762.55
+59,ROCm,MI300X,Qwen2.5-7B,4,32768,37888,3584,fp8,tensorwise,PASS,8.69,1024.15,20.40,872.34
+60,ROCm,MI300X,Qwen2.5-7B,4,32768,3584,18944,fp8,tensorwise,PASS,4.95,898.85,11.22,793.33
+61,ROCm,MI300X,Qwen2.5-72B,1,8192,10240,8192,fp8,tensorwise,PASS,1.44,953.29,3.16,870.34
+62,ROCm,MI300X,Qwen2.5-72B,1,8192,8192,8192,fp8,tensorwise,PASS,1.17,943.71,2.53,868.48
+63,ROCm,MI300X,Qwen2.5-72B,1,8192,59136,8192,fp8,tensorwise,PASS,8.03,987.92,17.79,892.11
+64,ROCm,MI300X,Qwen2.5-72B,1,8192,8192,29568,fp8,tensorwise,PASS,4.40,901.47,9.40,844.38
+65,ROCm,MI300X,Qwen2.5-72B,2,16384,10240,8192,fp8,tensorwise,PASS,2.85,964.50,6.46,851.35
+66,ROCm,MI300X,Qwen2.5-72B,2,16384,8192,8192,fp8,tensorwise,PASS,2.20,1000.66,5.12,859.01
+67,ROCm,MI300X,Qwen2.5-72B,2,16384,59136,8192,fp8,tensorwise,PASS,15.19,1044.90,34.33,924.70
+68,ROCm,MI300X,Qwen2.5-72B,2,16384,8192,29568,fp8,tensorwise,PASS,8.51,933.02,18.52,856.91
+69,ROCm,MI300X,Qwen2.5-72B,4,32768,10240,8192,fp8,tensorwise,PASS,5.34,1029.36,13.04,842.88
+70,ROCm,MI300X,Qwen2.5-72B,4,32768,8192,8192,fp8,tensorwise,PASS,4.30,1021.75,10.39,846.89
+71,ROCm,MI300X,Qwen2.5-72B,4,32768,59136,8192,fp8,tensorwise,PASS,30.18,1052.10,67.38,942.33
+72,ROCm,MI300X,Qwen2.5-72B,4,32768,8192,29568,fp8,tensorwise,PASS,16.53,960.56,36.58,867.93
+73,ROCm,MI300X,Mistral-7B,1,4096,6144,4096,fp8,tensorwise,PASS,0.29,719.73,0.59,699.44
+74,ROCm,MI300X,Mistral-7B,1,4096,4096,4096,fp8,tensorwise,PASS,0.21,654.24,0.40,683.72
+75,ROCm,MI300X,Mistral-7B,1,4096,28672,4096,fp8,tensorwise,PASS,1.10,873.64,2.32,828.64
+76,ROCm,MI300X,Mistral-7B,1,4096,4096,14336,fp8,tensorwise,PASS,0.60,806.26,1.22,788.47
+77,ROCm,MI300X,Mistral-7B,2,8192,6144,4096,fp8,tensorwise,PASS,0.47,869.34,1.07,768.41
+78,ROCm,MI300X,Mistral-7B,2,8192,4096,4096,fp8,tensorwise,PASS,0.36,772.38,0.73,756.11
+79,ROCm,MI300X,Mistral-7B,2,8192,28672,4096,fp8,tensorwise,PASS,2.00,964.00,4.37,880.84
+80,ROCm,MI300X,Mistral-7B,2,8192,4096,14336,fp8,tensorwise,PASS,1.14,840.34,2.24,858.23
+81,ROCm,MI300X,Mistral-7B,4,16384,6144,4096,fp8,tensorwise,PASS,0.91,909.03,2.06,798.94
+82,ROCm,MI300X,Mistral-7B,4,16384,4096,4096,fp8,tensorwise,PASS,0.63,875.99,1.37,801.41
+83,ROCm,MI300X,Mistral-7B,4,16384,28672,4096,fp8,tensorwise,PASS,3.82,1008.07,8.59,895.60
+84,ROCm,MI300X,Mistral-7B,4,16384,4096,14336,fp8,tensorwise,PASS,2.12,908.38,4.42,870.30
+"""
+
+MI300X_FP8_GEMMS = _gemms(PRIMUS_TURBO_MI300X_FP8_TENSORWISE_GEMMS)
 
 
 class AttentionRow(NamedTuple):

@@ -313,11 +313,27 @@ def test_derived_peak_is_within_2_percent_of_the_datasheet(key: str, dtype: str)
         pytest.param("h100-sxm5", "sms", 132, id="h100-sms"),
         pytest.param("h100-pcie", "sms", 114, id="h100-pcie-sms"),
         pytest.param("mi300x", "sms", 304, id="mi300x-cus"),
+        # SMs as the GPUs report them: HGX B200 148 (Chips and Cheese: 74 per die), GB200 152 (torch.cuda.get_device_
+        # properties on a compute-capability-10.0 GB200 as Inductor records it, multi_processor_count=152; gb200.yaml
+        # gb200_sm_count). Until 2026-11-30 the GB200 took the B200's 148.
+        pytest.param("b200", "sms", 148, id="b200-sms"),
+        pytest.param("gb200", "sms", 152, id="gb200-sms"),
     ],
 )
 def test_gpu_hardware_values(gpu: str, field: str, expected: float) -> None:
     value = getattr(load_gpu(gpu), field)
     assert value is not None and value.value == pytest.approx(expected, rel=1e-12)
+
+
+def test_gb200_sm_count_says_where_it_comes_from() -> None:
+    """The GB200's 152 SMs are the devices' own report (gb200_sm_count), not the B200's figure: the source names the
+    MIG printouts in NVIDIA's repositories (GB200 slices of 32 / 38 SMs where the B200's hold 30 / 36) and the
+    device-property records, and keeps the 148 it replaced as the disagreeing figure."""
+    gpu = load_gpu("gb200")
+    assert gpu.sms is not None
+    text = gpu.sms.source
+    assert "multi_processor_count=152" in text and "NVIDIA/gpu-operator pull request #1303" in text
+    assert "18 / 32 / 38" in text and "18 / 30 / 36" in text and "2 x 148" in text
 
 
 def test_amd_parts_have_no_nvlink() -> None:
