@@ -259,7 +259,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
         extra = _parallel_columns(found, shape) + _basis_columns(everything)
         if everything:  # JSON and CSV: every configuration, as when some fit, each row's memory_basis saying what its memory is
             tried = _configurations_table(found, None, "Every configuration evaluated", extra)
-            notes = (EVERY_ROW_NOTE,) if replays(cluster) else ()
+            notes: tuple[str, ...] = (EVERY_ROW_NOTE,) if replays(cluster) else ()
         else:  # the other formats: the smallest footprints, the nearest to fitting
             import numpy as np
 
