@@ -48,9 +48,10 @@ _BASIS_WORDS = ("the textbook sum (a layout the step walk does not follow: memor
 
 def shown_basis_note(found: SearchResult, shown: np.ndarray) -> str:
     """What the memory of each row of a table of the search is, by the rows' places in it (1 first): under an FSDP2 step walk
-    a shown row is replayed where the walk follows its layout and the textbook sum where it does not (torchtitan's TP
-    without ..., selective recomputation: memory_fsdp.walk_gaps); a table of the smallest footprints (nothing fits) can
-    show floors. Then what the rows not shown carry (FLOOR_NOTE)."""
+    a shown row is replayed where the walk follows its layout and the textbook sum where it does not (the gaps
+    memory_fsdp.walk_gaps names: ZeRO below 3, a recomputation the framework's code does not have, an interleaved
+    pipeline, ...); a table of the smallest footprints (nothing fits) can show floors. Then what the rows not shown carry
+    (FLOOR_NOTE)."""
     bases = found.evaluated.columns["memory_basis"][shown].tolist()
     parts = []
     for code, words in sorted(enumerate(_BASIS_WORDS), key=lambda x: -x[0]):  # replayed, floor, textbook
