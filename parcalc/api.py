@@ -43,6 +43,11 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+# A Result from here shows itself in Jupyter (its _repr_html_ / _repr_markdown_) through the renderers' presenters
+# (parcalc.derivation.PRESENTERS), which parcalc.render.display hands in when loaded: a few lines that load no renderer
+# until a result is shown.
+import parcalc.render.display  # noqa: F401
+
 if TYPE_CHECKING:
     from parcalc.derivation import Result
     from parcalc.sweeps import Sweep

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import cast
 
+from parcalc import __version__
 from parcalc.frozen import frozen
 from parcalc.units import format_quantity
 
@@ -207,13 +208,13 @@ class Result:
             seen.update(dict.fromkeys(derivation.assumptions))
         return tuple(seen)
 
-    # A Result shows itself through the renderers, one layer up, which hand their functions in (PRESENTERS) when they are
-    # loaded: the data imports no renderer (docs/architecture.md).
     def to_dict(self) -> dict[str, object]:
-        """This result as `--format json` prints it (parcalc.render.json_out), as Python values:
-        the same keys, numbers in base units, null for a non-finite number."""
-        return cast("dict[str, object]", _present(self, "dict"))
+        """This result as `--format json` prints it, as Python values (result_dict, below: no renderer is loaded): the
+        same keys, numbers in base units, null for a non-finite number."""
+        return result_dict(self)
 
+    # Jupyter's hooks show a Result through the renderers, one layer up, which hand their functions in (PRESENTERS) when
+    # they are loaded: the data imports no renderer (docs/architecture.md).
     def _repr_markdown_(self) -> str:
         """Jupyter and IPython show a result as its Markdown page (parcalc.render.markdown)."""
         return str(_present(self, "markdown"))
@@ -223,17 +224,17 @@ class Result:
         return str(_present(self, "html"))
 
 
-# How a Result shows itself ("dict": to_dict, "markdown" and "html": Jupyter's hooks), filled by parcalc.render.display when
-# it is loaded, which parcalc.results does: every Result a client gets (the CLI, parcalc.api, run files, worksheets) comes
-# through there. Python finds _repr_html_ on the object, so the hooks stay methods; their work is the renderers'.
+# How a Result shows itself in Jupyter ("markdown" and "html": its hooks), filled by parcalc.render.display when it is
+# loaded, which parcalc.api (the library's face) does.
+# Python finds _repr_html_ on the object, so the hooks stay methods; their work is the renderers'.
 PRESENTERS: dict[str, Callable[[Result], object]] = {}
 
 
 def _present(result: Result, how: str) -> object:
     presenter = PRESENTERS.get(how)
     if presenter is None:
-        raise RuntimeError(f"no renderer is loaded to show a Result as {how}: import parcalc.render.display (parcalc.results "
-                           "and parcalc.api load it)")  # fmt: skip
+        raise RuntimeError(f"no renderer is loaded to show a Result as {how}: import parcalc.render.display (parcalc.api "
+                           "loads it)")  # fmt: skip
     return presenter(result)
 
 
@@ -270,3 +271,89 @@ def first_non_finite(result: Result) -> str | None:
                 if bad(cell):
                     return f"the column {column.label!r} of the table {table.title!r}"
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# A Result as plain data: `--format json`'s document as Python values (dicts, lists, numbers in base units, text), what
+# Result.to_dict() returns and parcalc.render.json_out writes as text; here, beside the Result, so that a result turns
+# into data with no renderer loaded (docs/architecture.md). Top-level inputs are keyed by descriptive names
+# (parcalc.json_keys: seq_len, bytes_per_element, hidden, head_dim), one meaning each; the symbol stays in each record.
+# SCHEMA_VERSION changes whenever a key changes its meaning, its type or goes away (a new key does not change it).
+
+# 1: descriptive input names, typed settings, fits, schema_version (before it: no version, "0").
+SCHEMA_VERSION = 1
+
+
+def term_record(term: Term) -> dict[str, object]:
+    return {
+        "value": plain_number(term.value),
+        "unit": term.unit,
+        "symbol": term.symbol,
+        "description": term.description,
+        "source": term.source,
+    }
+
+
+def derivation_record(derivation: Derivation) -> dict[str, object]:
+    return {
+        "label": derivation.label,
+        "value": plain_number(derivation.value),
+        "unit": derivation.unit,
+        "symbol": derivation.symbol,
+        "formula": derivation.formula_text(),
+        "formula_latex": derivation.formula_tex(),
+        "substituted": derivation.substituted_text(),
+        "inputs": {t.key: term_record(t) for t in derivation.inputs},
+        "source": derivation.source,
+        "assumptions": list(derivation.assumptions),
+    }
+
+
+def result_record(result: Result) -> dict[str, object]:
+    """`--format json`'s document (module docstring of parcalc.render.json_out: its shape, a public versioned interface)."""
+    from parcalc.json_keys import input_name, setting_value
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "parcalc": __version__,
+        "command": result.command,
+        "title": result.title,
+        "fits": result.fits,
+        "settings": {key: setting_value(key, value) for key, value in result.settings},
+        "inputs": {input_name(result.command, t.key): term_record(t) for t in result.inputs},
+        "results": {d.key: derivation_record(d) for d in result.derivations},
+        "tables": {
+            t.key: {
+                "title": t.title,
+                "columns": [{"key": c.key, "label": c.label, "unit": c.unit} for c in t.columns],
+                "rows": _rows(t),
+            }
+            for t in result.tables
+        },
+        "verdicts": list(result.verdicts),
+        "assumptions": list(result.all_assumptions()),
+    }
+
+
+def result_dict(result: Result) -> dict[str, object]:
+    """result_record as the JSON text reads back: lists for tuples, and an error (ValueError) for a non-finite number that
+    plain_number did not turn into null, as `--format json` gives (json.dumps with allow_nan=False)."""
+    import json  # not at the top: a one-line command loads no json (tests/test_command_imports.py)
+
+    return cast("dict[str, object]", json.loads(json.dumps(result_record(result), ensure_ascii=False, allow_nan=False)))
+
+
+def _rows(table: Table) -> list[dict[str, object]]:
+    """Table.records() with plain_number on every value, built column-wise: a search's table has ~10^5 rows."""
+    keys = [c.key for c in table.columns]
+    return [dict(zip(keys, map(plain_number, row), strict=True)) for row in table.rows]
+
+
+def plain_number(value: object) -> object:
+    """Whole floats become ints so byte counts read exactly; non-finite values become null."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        if value.is_integer() and abs(value) < 2**53:
+            return int(value)
+    return value

@@ -54,13 +54,18 @@ class PresetFile:
 def search_dirs(extra_dirs: Sequence[Path | str] = ()) -> list[tuple[Path, str]]:
     """(directory, origin label) in lookup order."""
     dirs: list[tuple[Path, str]] = [(Path(d), "--presets") for d in extra_dirs]
-    env = os.environ.get(ENV_VAR, "")
-    dirs += [(Path(d), ENV_VAR) for d in env.split(os.pathsep) if d]
+    dirs += [(d, ENV_VAR) for d in env_dirs()]
     config = home_dir("XDG_CONFIG_HOME", ".config")
     if config is not None:  # no home: no user preset directory
         dirs.append((config / "parcalc" / "presets", "XDG config"))
     dirs.append((data_dir("presets"), "packaged"))
     return dirs
+
+
+def env_dirs() -> list[Path]:
+    """The directories PARCALC_PRESETS names (separated by the OS path separator; empty parts ignored). The commands check
+    each as they check --presets (parcalc.results.parse.preset_dirs: one that gives nothing is an error)."""
+    return [Path(d) for d in os.environ.get(ENV_VAR, "").split(os.pathsep) if d]
 
 
 def _preset_files(folder: Path) -> list[Path]:

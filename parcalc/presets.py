@@ -87,12 +87,18 @@ _BUILDERS = {
 def load_any(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -> tuple[PresetFile, Any, dict]:
     """(file, typed preset, raw document) for `presets show`; worksheets stay raw here."""
     preset = find(category, name, extra_dirs)
-    builder = _BUILDERS.get(category)
+    typed, document = read_preset(preset)
+    return preset, typed, document
+
+
+def read_preset(preset: PresetFile) -> tuple[Any, dict]:
+    """(typed preset, raw document) of a preset found on disk, validated as the commands that name it read it (a worksheet:
+    its YAML, raw; `report` checks its questions); PresetError (one line naming the file and the key) where it cannot be."""
+    builder = _BUILDERS.get(preset.category)
     if builder is None:
         document = read_yaml(preset.path)
-        return preset, document, document
-    typed, document = read_validated(preset.path, lambda d: (builder(preset.key, preset.path, d), d))
-    return preset, typed, document
+        return document, document
+    return read_validated(preset.path, lambda d: (builder(preset.key, preset.path, d), d))
 
 
 def find_in_any_category(name: str, extra_dirs: Sequence[Path | str] = ()) -> PresetFile:

@@ -1,6 +1,6 @@
 """The JSON Schema of each command's `--format json` (draft 2020-12), and `parcalc schema COMMAND`.
 
-One envelope for every command (parcalc.render.json_out), each command's schema naming what it
+One envelope for every command (parcalc.derivation), each command's schema naming what it
 holds: the `command` it says, the settings it may carry with their types, its tables. The schemas
 are shipped as files, parcalc/schemas/COMMAND.json, written from this module:
 
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from parcalc.render.json_out import SCHEMA_VERSION
+from parcalc.derivation import SCHEMA_VERSION
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -127,7 +127,7 @@ def file_name(command: str) -> str:
 
 def command_schema(command: str) -> dict[str, object]:
     """The JSON Schema of `parcalc COMMAND --format json`."""
-    from parcalc.render.json_keys import NAMES, PER_COMMAND
+    from parcalc.json_keys import NAMES, PER_COMMAND
 
     settings, tables, answers_fit = COMMANDS[command]
     own = PER_COMMAND.get(command, {})

@@ -89,7 +89,7 @@ class Sweep:
     def to_dict(self) -> dict[str, Any]:
         """The sweep as `parcalc sweep --format json` prints it."""
         from parcalc import __version__
-        from parcalc.render.json_out import SCHEMA_VERSION, _number
+        from parcalc.derivation import SCHEMA_VERSION, plain_number
 
         keys = list(self.units())
         return {
@@ -101,7 +101,7 @@ class Sweep:
             "units": self.units(),
             "rows": [
                 {"point": dict(row.point), "status": row.status, "error": row.error or None, "fits": row.fits, "verdict": row.verdict() or None,
-                 "results": {k: _number(v) for k, v in row.values().items() if k in keys}}
+                 "results": {k: plain_number(v) for k, v in row.values().items() if k in keys}}
                 for row in self.rows
             ],
         }  # fmt: skip
@@ -112,7 +112,7 @@ class Sweep:
         import csv
         import io
 
-        from parcalc.render.json_out import _number
+        from parcalc.derivation import plain_number
 
         records = self.records()
         header = [*self.vary, "status", "error", "fits", "verdict", *self.units()]
@@ -120,7 +120,7 @@ class Sweep:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(header)
         for record in records:
-            writer.writerow(["" if record[k] is None else _cell(_number(record[k])) for k in header])
+            writer.writerow(["" if record[k] is None else _cell(plain_number(record[k])) for k in header])
         return buffer.getvalue()
 
 

@@ -19,7 +19,7 @@ PACKAGE = ROOT / "parcalc"
 # docs/architecture.md, "The layers", lowest first: a module imports from its own layer or a lower one.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("parcalc", "parcalc.units", "parcalc.errors", "parcalc.messages", "parcalc.frozen", "parcalc.derivation",
-                "parcalc.files", "parcalc.streams", "parcalc.resources")),
+                "parcalc.json_keys", "parcalc.files", "parcalc.streams", "parcalc.resources")),
     ("core", ("parcalc.core",)),
     ("data", ("parcalc.presets", "parcalc.preset_files", "parcalc.strict_yaml", "parcalc.preset_doc", "parcalc.preset_hardware",
               "parcalc.preset_models", "parcalc.preset_frameworks", "parcalc.preset_cache", "parcalc.hf_config", "parcalc.hf_architectures", "parcalc.timings_file", "parcalc.flags")),
@@ -30,8 +30,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )  # fmt: skip
 
 # Imports that run up a layer, each with why; a new one fails test_imports_run_down_the_layers.
-# None today: Result.to_dict and the Jupyter hooks reach the renderers through parcalc.derivation.PRESENTERS, which
-# parcalc.render.display fills (before: derivation.py imported render/display.py inside the methods, the one upward import).
+# None today: Result.to_dict is the data's own (parcalc.derivation.result_record) and the Jupyter hooks reach the renderers through
+# parcalc.derivation.PRESENTERS, which parcalc.render.display fills when parcalc.api loads it (before session 20:
+# derivation.py imported render/display.py inside the methods; before session 21 parcalc.results loaded display, whose
+# to_dict was the JSON renderer's: an arrow from the results up to the renderers, which import the worksheet above them).
 UPWARD: dict[tuple[str, str], str] = {}
 
 
@@ -134,7 +136,7 @@ def layer_of(module: str) -> int:
 
 def test_the_graph_sees_imports_inside_functions_and_not_type_checking_ones() -> None:
     graph = import_graph()
-    assert "parcalc.render.json_out" in graph["parcalc.render.display"]  # a function-level import (result_dict)
+    assert "parcalc.render.markdown" in graph["parcalc.render.display"]  # a function-level import (result_markdown)
     assert not [m for m in graph["parcalc.derivation"] if m.startswith("parcalc.render")]  # the data imports no renderer
     assert "parcalc.derivation" not in graph["parcalc.render.markdown"]  # types only, under TYPE_CHECKING
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
@@ -213,15 +215,21 @@ def test_the_library_says_what_the_command_line_says(runner, call: dict, flag: s
     assert str(raised.value).split(" (from bubble())")[0] == line
 
 
-def test_the_results_layer_hands_the_presenters_in_and_loads_no_renderer() -> None:
-    """parcalc.derivation imports no renderer; parcalc.results loads render/display.py, which fills PRESENTERS, and no
-    renderer until a result is shown (docs/architecture.md)."""
+def test_the_results_layer_loads_no_renderer_and_the_library_hands_the_presenters_in() -> None:
+    """parcalc.derivation and parcalc.results import no renderer, and a Result turns into its plain form (to_dict,
+    parcalc.derivation.result_record) without one; parcalc.api loads render/display.py, which fills PRESENTERS for Jupyter's hooks,
+    and no other renderer until a result is shown (docs/architecture.md)."""
     code = """
 import sys
 import parcalc.derivation as d
 assert not [m for m in sys.modules if m.startswith("parcalc.render")] and d.PRESENTERS == {}, sorted(sys.modules)
 import parcalc.results
-assert sorted(d.PRESENTERS) == ["dict", "html", "markdown"]
+from parcalc.results.bubble import from_flags
+plain = from_flags(pp=4, micro_batches=8).to_dict()
+assert plain["command"] == "bubble" and plain["schema_version"] == 1
+assert not [m for m in sys.modules if m.startswith("parcalc.render")] and d.PRESENTERS == {}, sorted(sys.modules)
+import parcalc.api
+assert sorted(d.PRESENTERS) == ["html", "markdown"]
 assert [m for m in sys.modules if m.startswith("parcalc.render.")] == ["parcalc.render.display"], sorted(sys.modules)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)

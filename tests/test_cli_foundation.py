@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from parcalc.cli import app
 
@@ -254,3 +255,48 @@ def test_presets_list_describes_each_preset(run_json, tmp_path) -> None:
     assert rows["my-gpu"]["origin"] == "--presets" and rows["my-gpu"]["path"] == str(mine)
     worksheets = run_json("presets", "list", "worksheets")["tables"]["worksheets"]["rows"]
     assert any(r["name"] == "question1" and r["description"].startswith("Homework 2, Question 1") for r in worksheets)
+
+
+# A user's preset that cannot be read: the YAML itself (an unclosed flow list), a key no GPU preset has, a model without its
+# sources. Each message is the one `presets show` and a command naming the preset stop with (parcalc.strict_yaml,
+# parcalc.preset_doc), less the file's path, which the listing shows in its own column.
+BROKEN = {
+    ("gpus", "unclosed"): ("kind: gpu\nname: [unclosed\n", "line 3: invalid YAML: did not find expected ',' or ']'"),
+    ("gpus", "stray-key"): ("kind: gpu\nname: Fine-looking GPU\nbogus_key: 3\n", "key 'bogus_key': unknown key; allowed: kind, name,"),
+    ("models", "no-sources"): ("kind: model\nname: m\n", "key 'sources': missing: every number needs a source"),
+}
+
+
+def test_presets_list_says_which_presets_are_broken(runner, run_json, run_error, tmp_path) -> None:
+    """Session 21: a preset file that fails to parse was listed with an empty description (and one with a stray key under its
+    own name, as if it worked); now each says it is broken and why, and `presets show` of it is one Error line, exit 2."""
+    for (category, key), (text, _) in BROKEN.items():
+        (tmp_path / category).mkdir(exist_ok=True)
+        (tmp_path / category / f"{key}.yaml").write_text(text)
+    doc = run_json("presets", "list", "--presets", str(tmp_path))
+    rows = {(c, r["name"]): r for c, t in doc["tables"].items() for r in t["rows"]}
+    for (category, key), (_, why) in BROKEN.items():
+        row = rows[(category, key)]
+        assert row["problem"].startswith(why), row
+        assert row["description"].startswith("broken: ") and len(row["description"]) <= 34, row
+        assert any(v.startswith(f"{category}/{key} (--presets) cannot be read: {why}") for v in doc["verdicts"]), doc["verdicts"]
+        line = run_error(["presets", "show", key, "--presets", str(tmp_path)])
+        assert line.startswith(f"Error: {tmp_path / category / key}.yaml: {why}"), line
+    assert rows[("gpus", "h200")]["problem"] == "" and rows[("gpus", "h200")]["description"] == "NVIDIA H200 SXM 141GB"
+    assert all(r["problem"] == "" for (_, name), r in rows.items() if r["origin"] == "packaged")  # every packaged preset reads
+    text = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "PARCALC_PRESETS": ""}).invoke(app, ["presets", "list", "gpus", "--presets",
+                                                                                               str(tmp_path)])  # fmt: skip
+    assert text.exit_code == 0, text.output
+    assert "broken: line 3: invalid YAML" in text.stdout and "gpus/unclosed (--presets) cannot be read" in text.stdout
+    # within 80 columns but for a pair holding the file's path, which does not break (pytest's tmp_path is long)
+    assert max(len(line) for line in text.stdout.splitlines() if str(tmp_path) not in line) <= 80
+
+
+@pytest.mark.parametrize("args", [
+    ["presets", "list", ""], ["presets", "list", "nan"], ["presets", "list", "1e308"], ["presets", "list", "-1"],
+    ["presets", "show", ""], ["presets", "show", "nan"], ["presets", "show", "-1"], ["presets", "show", "1e308"],
+    ["presets", "show", "../../etc/passwd"], ["presets", "show", "x" * 300], ["presets", "list", "--presets", "nan"],
+    ["presets", "show", "h200", "--format", "nan"], ["presets", "list", "--format", ""],
+], ids=lambda a: " ".join(a)[:40])  # fmt: skip
+def test_presets_hostile_values_are_one_error_line(run_error, args) -> None:
+    run_error(args)

@@ -6,6 +6,7 @@ click's completion protocol) or from parcalc's own files (pyproject.toml, preset
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -225,6 +226,49 @@ def test_a_preset_folder_given_as_presets_names_its_parent(run_error, tmp_path: 
     assert run_error([*PEAK, "--presets", str(tmp_path / "gpus")]) == (
         f"Error: --presets {tmp_path / 'gpus'} is itself a preset folder: --presets {tmp_path} (the folder that holds gpus/)"
     )
+
+
+# PARCALC_PRESETS names directories as --presets does, once for every run: one that gives nothing is the same error, naming
+# the variable (before session 21 it was skipped in silence, the packaged preset's numbers then standing in for the user's)
+
+
+def test_a_presets_variable_naming_a_missing_directory_is_one_error_line(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir"
+    out = tmp_path / "peak.json"
+    done = _parcalc(*PEAK, "-o", str(out), env={"PARCALC_PRESETS": str(missing)})
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"Error: PARCALC_PRESETS: {missing}: no such directory\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("what", ["file", "empty", "folder"])
+def test_a_presets_variable_that_gives_nothing_is_the_presets_flags_error(runner, tmp_path: Path, what: str) -> None:
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "gpus" / "x.yaml").write_text("kind: gpu\n")
+    named = {"file": tmp_path / "gpus" / "x.yaml", "empty": tmp_path / "empty", "folder": tmp_path / "gpus"}[what]
+    expected = {"file": f"{named}: not a directory; PARCALC_PRESETS takes the folder that holds gpus/, links/, models/, worksheets/, "
+                        "frameworks/ (a preset file goes in one of them)",
+                "empty": f"{named} holds none of gpus/, links/, models/, worksheets/, frameworks/: no presets from it",
+                "folder": f"{named} is itself a preset folder: PARCALC_PRESETS={tmp_path} (the folder that holds gpus/)"}[what]  # fmt: skip
+    for args in (PEAK, ["presets", "list"], ["presets", "show", "h100-sxm5"]):
+        result = runner.invoke(app, args, env={"PARCALC_PRESETS": str(named)})
+        assert result.exit_code == 2, (args, result.output)
+        assert result.stderr.splitlines() == [f"Error: PARCALC_PRESETS: {expected}"], (args, result.stderr)
+        assert result.stdout == ""
+
+
+def test_a_presets_variable_of_good_and_empty_parts_is_read(runner, tmp_path: Path) -> None:
+    """Empty parts (a trailing ':', '::') name nothing and are passed over; a good directory is read as before."""
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "my-gpu.yaml").write_text("kind: gpu\n")  # listed (as broken: presets list reads it)
+    result = runner.invoke(app, ["presets", "list", "gpus", "--format", "json"],
+                           env={"PARCALC_PRESETS": os.pathsep + str(tmp_path) + os.pathsep + os.pathsep})
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["tables"]["gpus"]["rows"]
+    assert [r["origin"] for r in rows if r["name"] == "my-gpu"] == ["PARCALC_PRESETS"]
+    result = runner.invoke(app, PEAK, env={"PARCALC_PRESETS": ""})
+    assert result.exit_code == 0, result.output
 
 
 def test_a_presets_file_is_one_error_line_and_nothing_written(tmp_path: Path) -> None:

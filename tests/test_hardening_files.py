@@ -585,7 +585,7 @@ def test_preset_file_names_with_control_characters_are_not_listed(runner, tmp_pa
     assert "\x1b" not in result.output
 
 
-def test_unreadable_preset_directory_is_skipped(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_preset_directory_is_one_error_line(runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import pathlib
 
     locked = tmp_path / "locked"
@@ -611,10 +611,12 @@ def test_unreadable_preset_directory_is_skipped(runner, tmp_path: Path, monkeypa
         monkeypatch.setattr(pathlib.Path, "stat", stat)
         monkeypatch.setattr(pathlib.Path, "iterdir", iterdir)
     try:
-        result = runner.invoke(app, PEAK + ["--format", "json"], env={"PARCALC_PRESETS": str(locked)})
-        assert result.exit_code == 0, result.output  # the packaged preset, the locked one skipped
-        listing = runner.invoke(app, ["presets", "list"], env={"PARCALC_PRESETS": str(locked)})
-        assert listing.exit_code == 0, listing.output
+        # PARCALC_PRESETS names it as --presets would: one line saying it cannot be read, exit 2, no traceback (before
+        # session 21 it was skipped in silence, the packaged preset standing in)
+        for args in (PEAK + ["--format", "json"], ["presets", "list"]):
+            result = runner.invoke(app, args, env={"PARCALC_PRESETS": str(locked)})
+            assert result.exit_code == 2, result.output
+            assert result.stderr.splitlines() == [f"Error: PARCALC_PRESETS: {locked}: cannot read it (Permission denied)"]
     finally:
         os.chmod(locked, 0o755)
 

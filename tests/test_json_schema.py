@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from parcalc.cli import app
+from parcalc.derivation import SCHEMA_VERSION
 from parcalc.docs_cli import command_paths, help_text
 from parcalc.help_panels import examples_block
-from parcalc.render.json_out import SCHEMA_VERSION
 from parcalc.resources import data_dir
 from parcalc.schema import COMMANDS, OWN_SCHEMAS, SCHEMA_DIR, SHIPPED, file_name, schema_text
 from tests.json_schema_check import problems

@@ -524,7 +524,7 @@ def _finish(
     if fmt is ReportFormat.JSON:
         import json
 
-        from parcalc.render.json_out import result_record
+        from parcalc.derivation import result_record
 
         record = {
             **result_record(result),

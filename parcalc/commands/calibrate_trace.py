@@ -114,7 +114,7 @@ def _write_preset(result: Any, document: dict[str, Any], output: Path, fmt: Repo
     if fmt is ReportFormat.JSON:
         import json
 
-        from parcalc.render.json_out import result_record
+        from parcalc.derivation import result_record
 
         sys.stdout.write(json.dumps({**result_record(result), "preset": document, "output": str(output)}, indent=2, ensure_ascii=False,
                                     allow_nan=False) + "\n")  # fmt: skip

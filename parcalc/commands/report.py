@@ -161,7 +161,7 @@ def _json(solved: object) -> str:
     1-based index of the calculation it came from; value in base units, with its unit."""
     import json
 
-    from parcalc.render.json_out import result_record
+    from parcalc.derivation import result_record
 
     sheet = solved.worksheet  # type: ignore[attr-defined]
     questions = []
@@ -171,7 +171,7 @@ def _json(solved: object) -> str:
         questions.append({"id": q.question.id, "title": q.question.title, "answers": answers,
                           "results": [result_record(r) for r in q.results]})  # fmt: skip
     from parcalc import __version__
-    from parcalc.render.json_out import SCHEMA_VERSION
+    from parcalc.derivation import SCHEMA_VERSION
 
     document = {"schema_version": SCHEMA_VERSION, "parcalc": __version__, "command": "report", "worksheet": str(sheet.path),
                 "title": sheet.title, "questions": questions}  # fmt: skip

@@ -25,13 +25,16 @@ def _as_read(value: object, unit: str) -> object:
     return format_quantity(float(value), unit, significant=6, iec=unit == "B")
 
 
-def catalog_result(listing: Mapping[str, Sequence[tuple[str, str, str, str]]]) -> Result:
-    """One table per category: name, what it is (the preset's own name or title), origin (packaged, --presets, ...)
-    and file; rows (name, file, origin, description)."""
-    columns = (Column("name", "name"), Column("description", "description"), Column("origin", "origin"), Column("path", "file"))
+def catalog_result(listing: Mapping[str, Sequence[tuple[str, str, str, str, str]]]) -> Result:
+    """One table per category: name, what it is (the preset's own name or title), origin (packaged, --presets, ...),
+    file, and why it cannot be read ("" when it can; not in the terminal's brief table, whose description says 'broken');
+    rows (name, file, origin, description, problem)."""
+    columns = (Column("name", "name"), Column("description", "description"), Column("origin", "origin"), Column("path", "file"),
+               Column("problem", "problem"))  # fmt: skip
     tables = tuple(
         Table(category, f"{category} ({len(rows)})", columns,
-              tuple((key, description, origin, path) for key, path, origin, description in rows))
+              tuple((key, description, origin, path, problem) for key, path, origin, description, problem in rows),
+              brief_columns=("name", "description", "origin", "path"))
         for category, rows in listing.items()
     )  # fmt: skip
     return Result(command="presets list", title="Presets", inputs=(), derivations=(), tables=tables)

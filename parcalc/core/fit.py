@@ -352,6 +352,7 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
                     schedule=config.layout.schedule, overlap_p2p=framework.overlap_p2p_comm)
     ep_comm = ep_derivation(model, config, training, cluster, stage, m, float(terms.t_ep))
 
+    from parcalc.core.timing.kernels import gemm_assumptions
     from parcalc.units import format_time as _format_time
 
     spec = cluster.spec
@@ -363,7 +364,7 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
          term_of("t_r", "t_r", stage.recompute, "s", f"recomputed forward kernels ({config.recompute.value}"
             + (f": {', '.join(mods)}" if (mods := selective_modules(config, training)) else "") + ")")],
         terms.t_compute, assumptions=(
-         f"GEMMs at {spec.matmul.value:.0%} of the {cluster.dtype} peak x tile/wave quantisation ({spec.matmul.source})",
+         *gemm_assumptions(spec, cluster.dtype),
          f"memory-bound kernels at {spec.kernels.memory.value:.0%} of HBM bandwidth ({spec.kernels.memory.source})",
          *((f"every kernel rate scaled by --efficiency {cluster.efficiency:g}",) if cluster.efficiency != 1.0 else ()),
          *((_accumulation_assumption(framework, training),) if dp.accumulate else ())),

@@ -32,10 +32,35 @@ if TYPE_CHECKING:
 
 # the rejection reason of a row that fits by its floor and not by the replay (SearchResult.rejected)
 DROPPED = "memory (does not fit when replayed)"
-# what the rows not shown carry, said where the search's rows are told (parcalc.results.fit)
-FLOOR_NOTE = ("memory of the rows not shown under an FSDP2 step walk: the floor of the caching allocator's replay over a run "
-              "(each stream's live blocks at its own peak, rounded up to its segments or pages) plus the reserve, a lower bound; "
-              "the rows shown are replayed, as memory and fit total them (JSON and CSV: each row's memory_basis says which)")  # fmt: skip
+# what the rows not shown carry, said where the search's rows are told (parcalc.results.fit, shown_basis_note)
+FLOOR_NOTE = ("the rows not shown under an FSDP2 step walk carry the floor of the caching allocator's replay over a run "
+              "(each stream's live blocks at its own peak, rounded up to its segments or pages) plus the reserve, a lower bound "
+              "(JSON and CSV: each row's memory_basis says which)")  # fmt: skip
+# the same where every configuration is listed (JSON and CSV) and none is shown as the table's (nothing fits)
+EVERY_ROW_NOTE = ("memory of the configurations under an FSDP2 step walk: replayed (the caching allocator over the step walk, as "
+                  "memory and fit total it), the textbook sum (a layout the walk does not follow) or the floor of that replay plus "
+                  "the reserve (a lower bound, for a row not replayed); each row's memory_basis says which")  # fmt: skip
+# what each basis of a shown row is, in the note's words (search_columns.MEMORY_BASES order)
+_BASIS_WORDS = ("the textbook sum (a layout the step walk does not follow: memory and fit total it so too)",
+                "the floor of the allocator's replay plus the reserve (a lower bound: not replayed)",
+                "replayed (the caching allocator over the step walk, as memory and fit total it)")  # fmt: skip
+
+
+def shown_basis_note(found: SearchResult, shown: np.ndarray) -> str:
+    """What the memory of each row of a table of the search is, by the rows' places in it (1 first): under an FSDP2 step walk
+    a shown row is replayed where the walk follows its layout and the textbook sum where it does not (the gaps
+    memory_fsdp.walk_gaps names: ZeRO below 3, a recomputation the framework's code does not have, an interleaved
+    pipeline, ...); a table of the smallest footprints (nothing fits) can show floors. Then what the rows not shown carry
+    (FLOOR_NOTE)."""
+    bases = found.evaluated.columns["memory_basis"][shown].tolist()
+    parts = []
+    for code, words in sorted(enumerate(_BASIS_WORDS), key=lambda x: -x[0]):  # replayed, floor, textbook
+        rows = [place for place, basis in enumerate(bases, start=1) if basis == code]
+        if rows:
+            which = "row" if len(rows) == 1 else "rows"
+            parts.append(f"{which} {', '.join(map(str, rows))} {words}")
+    shown_rows = "the row shown" if len(bases) == 1 else f"the {len(bases)} rows shown"
+    return f"memory of {shown_rows}: " + "; ".join(parts) + "; " + FLOOR_NOTE
 
 
 def replays(cluster: Cluster) -> bool:

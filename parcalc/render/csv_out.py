@@ -12,8 +12,8 @@ import csv
 import io
 from typing import TYPE_CHECKING
 
+from parcalc.derivation import plain_number
 from parcalc.render.csv_table import chosen_table
-from parcalc.render.json_out import _number
 
 if TYPE_CHECKING:
     from parcalc.derivation import Result
@@ -58,5 +58,5 @@ def _cell(value: object) -> object:
     """JSON's spelling of a value: true / false, an empty cell for none, whole floats as integers."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    number = _number(value)
+    number = plain_number(value)
     return "" if number is None else number

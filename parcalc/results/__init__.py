@@ -22,10 +22,6 @@ signatures.json (written from the commands: parcalc.commands.signatures).
 
 from __future__ import annotations
 
-# A Result shows itself (to_dict, Jupyter's hooks) through the renderers' presenters (parcalc.derivation.PRESENTERS),
-# which parcalc.render.display hands in when loaded; a few lines that load no renderer until a result is shown.
-import parcalc.render.display  # noqa: F401
-
 # command name -> its module here ("module:function" where the function is not from_flags).
 MODULES: dict[str, str] = {
     "analyze": "parcalc.results.analyze",

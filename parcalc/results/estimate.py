@@ -112,8 +112,9 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         *(("--compile: " + compile_assumption(),) if training.compiled and kernel_set(training, framework) == "fused" else ()),
         kernel_set_assumption(kernel_set(training, framework) in ("eager", "hf"), training.compiled, hf=kernel_set(training, framework) == "hf"),
         *_modules_assumption(training),
-        *((f"fp8 ({training.fp8_recipe} scaling): the linears' GEMMs at the FP8 peak times the preset's fp8 share, each input "
-           "quantised by a memory-bound cast kernel (read once, once more per amax pass, written row- and column-wise in FP8); "
+        *((f"fp8 ({training.fp8_recipe} scaling): the linears' GEMMs "
+           + ("by the GPU's FP8 tiles" if cluster.spec.tiled is not None else "at the FP8 peak times the preset's fp8 share")
+           + ", each input quantised by a memory-bound cast kernel (read once, once more per amax pass, written row- and column-wise in FP8); "
            "attention, the LM head and the MoE router in BF16; weights cast once per iteration (not timed)",)
           if training.precision is Precision.FP8 else ()),
         (f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "

@@ -239,9 +239,10 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     if len(evaluated) == 0:
         reasons = "; ".join(f"{reason}: {count}" for reason, count in found.rejected.most_common() if count) or "no layout"
         raise InputError(f"no configuration satisfies the constraints on {cluster.gpus} GPUs, B = {training.global_batch} ({reasons})")
-    from parcalc.core.search_replay import FLOOR_NOTE, replay_least, replay_shown, replays
+    from parcalc.core.search_replay import EVERY_ROW_NOTE, replay_least, replay_shown, replays, shown_basis_note
 
-    floor_note = (FLOOR_NOTE,) if replays(cluster) else ()
+    def floor_note(rows: Any) -> tuple[str, ...]:  # what the memory of each row of the table shown is
+        return (shown_basis_note(found, rows),) if replays(cluster) else ()
 
     # the rows shown replayed (parcalc.core.search_replay): each layout's fastest configuration whose replay fits
     replaying = ProgressBar("replaying the allocator over the shown rows' steps")
@@ -256,17 +257,19 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
         # the evaluated configurations and the rejections still print (JSON for a sweep's script), then exit 1
         title = f"No configuration fits: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
         extra = _parallel_columns(found, shape) + _basis_columns(everything)
-        if everything:  # JSON and CSV: every configuration, as when some fit
+        if everything:  # JSON and CSV: every configuration, as when some fit, each row's memory_basis saying what its memory is
             tried = _configurations_table(found, None, "Every configuration evaluated", extra)
+            notes: tuple[str, ...] = (EVERY_ROW_NOTE,) if replays(cluster) else ()
         else:  # the other formats: the smallest footprints, the nearest to fitting
             import numpy as np
 
             nearest = np.argsort(evaluated.columns["memory"], kind="stable")[:top]
             tried = replace(_configurations_table(found, nearest, f"The {len(nearest)} smallest footprints (none fits)", extra), key="smallest")
+            notes = floor_note(nearest)
         shown = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(),
                        tables=(tried, _rejections_table(found)),
                        verdicts=(why,), settings=tuple(settings), fits=False,
-                       assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + floor_note)  # fmt: skip
+                       assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + notes)  # fmt: skip
         raise InfeasibleResult(why, shown)
     ranked = _at_step_clocks(found, ranked, top, shape, training, cluster)
     ranked = replay_shown(found, ranked, lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster)  # what the clocks moved in
@@ -285,7 +288,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
                   tables=tuple(tables), verdicts=tuple(verdicts), settings=tuple(settings), fits=True,
-                  assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + floor_note)  # fmt: skip
+                  assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + floor_note(shown))  # fmt: skip
 
 
 # configurations timed again at their own clocks per row of the table, at most (_at_step_clocks): a bound on the search's
@@ -425,7 +428,8 @@ def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str
 
 def _basis_columns(everything: bool) -> tuple[str, ...]:
     """memory_basis where every configuration is listed (JSON, CSV): which number each row's memory is (search_columns.MEMORY_BASES);
-    the rows a terminal shows are all replayed where a step is walked (parcalc.core.search_replay)."""
+    the rows a terminal shows are replayed where their step is walked, the textbook sum where it is not, which the
+    assumptions say row by row (parcalc.core.search_replay.shown_basis_note)."""
     from parcalc.core.search_columns import BASIS_FIELDS
 
     return BASIS_FIELDS if everything else ()

@@ -32,10 +32,10 @@ COLUMNS = {"strategies": STRATEGY_COLUMNS, "configurations": CONFIGURATION_COLUM
 
 # The assumptions that move the answer, by how they start: attention's kernel (s x s scores or not),
 # the framework's overlaps and gradient dtype, the kernels' fusion, the links, what the search left
-# out (CP, EP), the GEMM share of the peak, and the reference of the speedups.
+# out (CP, EP), what timed the GEMMs (a share of the peak, or the tiles measured by shape), and the reference of the speedups.
 KEY_ASSUMPTIONS = (
     "attention:", "framework", "gradients in", "kernels:", "links:", "context parallelism", "expert parallelism",
-    "GEMMs at", "speedup S", "precision", "offload",
+    "GEMMs at", "GEMMs by", "speedup S", "precision", "offload",
 )  # fmt: skip
 
 

@@ -68,25 +68,30 @@ def preset_dirs(presets: list[Path] | None) -> tuple[Path, ...]:
     """--presets DIR..., each checked once per run: a DIR the user named that does not exist, is a file, or holds none
     of the preset folders (gpus/, links/, ...) is bad input, one line and exit 2 before anything runs or is written
     (parcalc would otherwise skip it in silence, leaving "unknown GPU" or the packaged preset's numbers as the only clue).
-    The directories parcalc looks in unasked (PARCALC_PRESETS, the XDG config folder) are skipped when they give nothing
-    (preset_files.search_dirs)."""
-    for directory in presets or ():
-        if directory not in _checked_preset_dirs:
-            problem = preset_dir_problem(directory)
+    So is each directory of PARCALC_PRESETS: the user named it too, once for every run (before session 21 a bad one was
+    skipped in silence while the same directory given to --presets was an error). The XDG config folder, which parcalc
+    looks in unasked, is skipped when it gives nothing (preset_files.search_dirs)."""
+    from parcalc.preset_files import ENV_VAR, env_dirs
+
+    named = [(directory, "--presets") for directory in presets or ()] + [(directory, ENV_VAR) for directory in env_dirs()]
+    for directory, origin in named:
+        if (directory, origin) not in _checked_preset_dirs:
+            problem = preset_dir_problem(directory, origin)
             if problem:
                 from parcalc.errors import InputError
 
-                raise InputError(f"--presets {problem}")
-            _checked_preset_dirs.add(directory)
+                raise InputError(f"{origin} {problem}" if origin == "--presets" else f"{origin}: {problem}")
+            _checked_preset_dirs.add((directory, origin))
     return tuple(presets or ())
 
 
-_checked_preset_dirs: set[Path] = set()
+_checked_preset_dirs: set[tuple[Path, str]] = set()
 
 
-def preset_dir_problem(directory: Path) -> str | None:
+def preset_dir_problem(directory: Path, origin: str = "--presets") -> str | None:
     """Why `directory` gives no presets (it is missing, not a directory, or holds none of the
-    category folders), or None when it holds at least one of them."""
+    category folders), or None when it holds at least one of them; `origin`: where it was named
+    (--presets or PARCALC_PRESETS), for the remedy."""
     from parcalc.preset_files import Category
 
     shown = str(directory)
@@ -95,10 +100,12 @@ def preset_dir_problem(directory: Path) -> str | None:
         if not directory.exists():
             return f"{shown}: no such directory"
         if not directory.is_dir():
-            return f"{shown}: not a directory; --presets takes the folder that holds {folders} (a preset file goes in one of them)"
+            return f"{shown}: not a directory; {origin} takes the folder that holds {folders} (a preset file goes in one of them)"
+        next(directory.iterdir(), None)  # a folder that cannot be listed: say so, not "holds none of ..."
         if not any((directory / category.value).is_dir() for category in Category):
             if directory.name in {category.value for category in Category}:
-                return f"{shown} is itself a preset folder: --presets {directory.parent} (the folder that holds {directory.name}/)"
+                fix = f"--presets {directory.parent}" if origin == "--presets" else f"{origin}={directory.parent}"
+                return f"{shown} is itself a preset folder: {fix} (the folder that holds {directory.name}/)"
             return f"{shown} holds none of {folders}: no presets from it"
     except OSError as error:
         return f"{shown}: cannot read it ({error.strerror or error})"

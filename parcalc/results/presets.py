@@ -14,7 +14,11 @@ CATEGORY_NAMES = ("gpus", "links", "models", "worksheets", "frameworks")
 
 
 def list_result(category: str | None = None, presets: list[Path] | None = None) -> Result:
-    """The presets of `category` (every category when None), each with the file it comes from."""
+    """The presets of `category` (every category when None), each with the file it comes from; each is read as the
+    commands that name it read it, and one that cannot be says so (its description 'broken: ...', the column `problem`,
+    and a verdict with the whole reason, the line `presets show` and every command naming it fail with)."""
+    from dataclasses import replace
+
     from parcalc.core.catalog import catalog_result
     from parcalc.errors import InputError
     from parcalc.preset_files import Category, find_all
@@ -23,9 +27,32 @@ def list_result(category: str | None = None, presets: list[Path] | None = None) 
     if category is not None and category.lower() not in CATEGORY_NAMES:
         raise InputError(f"unknown category {category!r}; use one of {', '.join(CATEGORY_NAMES)}")
     chosen = [Category(category.lower())] if category else list(Category)
-    listing = {c.value: [(p.key, _shown_path(p), p.origin, _description(p.path)) for p in find_all(c, preset_dirs(presets))]
-               for c in chosen}  # fmt: skip
-    return catalog_result(listing)
+    listing, broken = {}, []
+    for c in chosen:
+        rows = []
+        for p in find_all(c, preset_dirs(presets)):
+            problem = _problem(p)
+            if problem:
+                broken.append(f"{c.value}/{p.key} ({p.origin}) cannot be read: {problem}; `parcalc presets show {p.key}` and every "
+                              "command that names it stop with this line")  # fmt: skip
+            rows.append((p.key, _shown_path(p), p.origin, _clipped("broken: " + problem) if problem else _description(p.path), problem))
+        listing[c.value] = rows
+    result = catalog_result(listing)
+    return replace(result, verdicts=tuple(broken)) if broken else result
+
+
+def _problem(preset: PresetFile) -> str:
+    """Why `preset` cannot be read (its error line, less the file's path, which the listing shows), or ""."""
+    from parcalc.errors import ParcalcError
+    from parcalc.preset_files import control_character
+    from parcalc.presets import read_preset
+
+    try:
+        read_preset(preset)
+    except (ParcalcError, OSError, ValueError) as error:
+        text = str(error).removeprefix(f"{preset.path}: ")
+        return "".join("?" if control_character(ch) else ch for ch in text) or type(error).__name__
+    return ""
 
 
 def _shown_path(preset: PresetFile) -> str:
@@ -35,8 +62,8 @@ def _shown_path(preset: PresetFile) -> str:
 
 
 def _description(path: Path) -> str:
-    """The preset's one line: its `name:` (a worksheet's `title:`); "" for a file that cannot be read as a preset
-    (`presets show` says why), and never a control character (file contents reach the terminal)."""
+    """The preset's one line: its `name:` (a worksheet's `title:`); "" for a file that cannot be read as YAML, and never
+    a control character (file contents reach the terminal)."""
     from parcalc.errors import ParcalcError
     from parcalc.preset_files import control_character
     from parcalc.strict_yaml import read_yaml
@@ -48,6 +75,10 @@ def _description(path: Path) -> str:
     text = document.get("name") or document.get("title") or ""
     if not isinstance(text, str) or control_character(text):
         return ""
+    return _clipped(text)
+
+
+def _clipped(text: str) -> str:
     return text if len(text) <= DESCRIPTION_CHARS else text[: DESCRIPTION_CHARS - 1] + "…"
 
 

@@ -199,6 +199,32 @@ def gemm(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec, batch: i
     return _roofline(key, "gemm", flops, traffic, rate, spec, shape)
 
 
+def gemm_assumptions(spec: ComputeSpec, dtype: str) -> tuple[str, ...]:
+    """What timed the GEMMs, in words: gemm()'s two ways, the share of the peak named only where it times GEMMs. On a GPU
+    whose GEMMs in `dtype` were measured by shape the tiles time every one; the 16-bit GEMMs of FP8 training
+    (`spec.sixteen_bit`) get their own line where their dtype is timed the other way. (fla's fused products,
+    linear_attention_kernels.fused_kernel, take the share where the tiles find one memory-bound: none is at fla's chunk of
+    64 and head dims of 64-128 on the H200, each tile's fixed cost outweighing its operands' bytes, so no line is given.)"""
+    lines = [_gemm_line(spec, dtype)]
+    sixteen = spec.sixteen_bit
+    if sixteen is not None and (sixteen.tiled is None) != (spec.tiled is None):
+        lines.append("the 16-bit GEMMs (LM head, router): " + _gemm_line(sixteen, "bf16"))
+    return tuple(lines)
+
+
+def _gemm_line(spec: ComputeSpec, dtype: str) -> str:
+    tiled = spec.tiled
+    if tiled is None:
+        return f"GEMMs at {spec.matmul.value:.0%} of the {dtype} peak x tile/wave quantisation ({spec.matmul.source})"
+    rate = f"one SM's main loop at {tiled.sm_rate / 1e12:.5g} TFLOP/s"
+    if tiled.clock > 0 and tiled.step_hz > 0:
+        at, rate = f" at {tiled.step_hz / 1e6:,.1f} MHz", f"{rate} at the sweep's {tiled.clock / 1e6:,.1f} MHz"
+    else:
+        at = ""
+    return (f"GEMMs by their tiles{at} ({dtype}: {rate}, each GEMM's tiles, waves, split of K and fixed costs by the tile "
+            f"model, parcalc.core.timing.gemm_tiles): {tiled.source}")
+
+
 def memory_op(key: str, traffic: float, spec: ComputeSpec, shape: str = "", path: str = "", elements: float = 0.0) -> Kernel:
     """A memory-bound kernel moving `traffic` bytes; on a TensorIterator `path` that is not vectorised (parcalc.core.timing.
     elementwise) it also takes `elements` / that path's measured element rate where the GPU has one."""
