@@ -215,13 +215,14 @@ class Result:
 
     # Jupyter's hooks show a Result through the renderers, one layer up, which hand their functions in (PRESENTERS) when
     # they are loaded: the data imports no renderer (docs/architecture.md).
-    def _repr_markdown_(self) -> str:
-        """Jupyter and IPython show a result as its Markdown page (parcalc.render.markdown)."""
-        return str(_present(self, "markdown"))
+    def _repr_markdown_(self) -> str | None:
+        """Jupyter and IPython show a result as its Markdown page (parcalc.render.markdown); None (IPython then shows
+        the next format it has, the plain repr) where no renderer is loaded."""
+        return _present(self, "markdown")
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self) -> str | None:
         """The same page as HTML (parcalc.render.html), which Jupyter prefers to Markdown."""
-        return str(_present(self, "html"))
+        return _present(self, "html")
 
 
 # How a Result shows itself in Jupyter ("markdown" and "html": its hooks), filled by parcalc.render.display when it is
@@ -230,12 +231,11 @@ class Result:
 PRESENTERS: dict[str, Callable[[Result], object]] = {}
 
 
-def _present(result: Result, how: str) -> object:
+def _present(result: Result, how: str) -> str | None:
+    """The page `how` of `result`; None where no renderer is loaded (a parcalc.results module imported on its own, without
+    parcalc.api): IPython's display protocol then skips the format, so a notebook shows the plain repr, not an error."""
     presenter = PRESENTERS.get(how)
-    if presenter is None:
-        raise RuntimeError(f"no renderer is loaded to show a Result as {how}: import parcalc.render.display (parcalc.api "
-                           "loads it)")  # fmt: skip
-    return presenter(result)
+    return None if presenter is None else str(presenter(result))
 
 
 def assumptions_of(result: Result) -> tuple[str, ...]:

@@ -227,10 +227,13 @@ import parcalc.results
 from parcalc.results.bubble import from_flags
 plain = from_flags(pp=4, micro_batches=8).to_dict()
 assert plain["command"] == "bubble" and plain["schema_version"] == 1
+result = from_flags(pp=4, micro_batches=8)
+assert result._repr_markdown_() is None and result._repr_html_() is None  # IPython skips a None: the plain repr shows
 assert not [m for m in sys.modules if m.startswith("parcalc.render")] and d.PRESENTERS == {}, sorted(sys.modules)
 import parcalc.api
 assert sorted(d.PRESENTERS) == ["html", "markdown"]
 assert [m for m in sys.modules if m.startswith("parcalc.render.")] == ["parcalc.render.display"], sorted(sys.modules)
+assert result._repr_markdown_().startswith("#") and "<" in result._repr_html_()
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
