@@ -156,15 +156,17 @@ HELD_OUT = ("llama3.2-3b b2 s4096", "llama3.2-1b b1 s2048")
 
 # Where calibrating on the b4 trace moves a held-out part away from its measurement (strict xfails: they fail the day
 # they hold). The b1 step's memory-bound part is +1.8 % (profile; +1.1 % against its trace) before calibrating, a sum of
-# opposite misses the b4 trace cannot see: its non-vectorised casts (unrolled_elementwise_kernel) run 11.6 % faster than
-# the element rate measured in the b4 trace, and such kernels follow the SM clock in part (in the b4 step's backward,
-# launches of one shape take 1.12-1.13x as long in its first three layers as in its last three, where the GEMMs take
-# 1.19x and the vectorised kernels 1.02x), while the b1 step runs at 1980 MHz; its small reductions take 1.8x the model
-# (a fixed cost). The b4 factor (0.983: its kernels by bytes 2.5 % slower than the copy rate) adds +1.7 points: +1.8 ->
-# +3.5 % (+1.1 -> +2.9 % against the trace). (Before cuDNN's attention helpers counted as attention the factor was 0.970
-# and attention moved away too: b1 +0.5 -> +7.2 %, 3B -2.2 -> +4.3 %, the model's attention holding kernels the trace
-# counted as memory-bound; with the GEMM factor the b1 step's GEMMs moved away while every step was charged the capped
-# clock, +10.1 -> +16.5 %, until each step ran at the clock its power leaves it: parcalc.core.timing.step_clock.)
+# opposite misses the b4 trace cannot see: the model's non-vectorised casts (unrolled_elementwise_kernel, at the element
+# rate measured in the b4 trace) are 11.6 % over the b1 trace's (6.83 / 6.12 ms), and such kernels follow the SM clock
+# in part (in the b4 step's backward, launches of one shape take 1.12-1.13x as long in its first three layers as in its
+# last three, where the GEMMs take 1.19x and the vectorised kernels 1.02x), while the b1 step runs at 1980 MHz; its small
+# reductions take 1.8x the model (0.97 / 0.54 ms: a fixed cost). The b4 factor (0.983: its kernels timed by their bytes
+# 2.5 % slower than the copy rate) adds +1.7 points: +1.8 -> +3.5 % (+1.1 -> +2.9 % against the trace). Checked and not
+# landed: element rates in proportion to the step's clock take the b1 part to -5.8 % uncalibrated (the drift above says
+# in part, not in proportion). (Before cuDNN's attention helpers counted as attention the factor was 0.970 and attention
+# moved away too: b1 +0.5 -> +7.2 %, 3B -2.2 -> +4.3 %, the model's attention holding kernels the trace counted as
+# memory-bound; the GEMM factor moved the b1 step's GEMMs away while every step was charged the capped clock, +10.1 ->
+# +16.5 %, until each step ran at the clock its power leaves it: parcalc.core.timing.step_clock.)
 B1_AWAY = {"t_memory_bound": "the b1 step's casts run faster than the b4 trace's rate (the clock) and its reductions slower "
                              "(a fixed cost): +1.8 -> +3.5 % with the b4 factor (trace +1.1 -> +2.9 %)"}
 # A kind the calibration kept at its base (within the b4 trace's resolution): the held-out parts of that kind do not move
@@ -198,7 +200,7 @@ def test_calibration_moves_every_held_out_part_closer_to_the_profile(calibrated:
 @pytest.mark.parametrize("part", [pytest.param(part, marks=pytest.mark.xfail(strict=True, reason=B1_AWAY[part]) if part in B1_AWAY else ())
                                   for part in PARTS])  # fmt: skip
 def test_calibration_moves_every_part_closer_to_the_held_out_trace(calibrated: Path, part: str) -> None:
-    """Against the b1 step's own trace (trace-llama1b-b1-s2048.json.gz): GEMMs -4.1 -> +0.7 % (away, +9 -> +15, at the
+    """Against the b1 step's own trace (trace-llama1b-b1-s2048.json.gz): GEMMs -4.1 -> +0.9 % (away, +9 -> +15, at the
     capped clock), attention -9.7 -> +0.9 (-1.0 -> +5.6, away, with cuDNN's helpers counted as memory-bound), optimizer
     +1.1 kept; memory-bound +1.1 -> +2.9 moves away (B1_AWAY)."""
     truth = summarise(read_trace_file(str(B1_TRACE))).kernel_seconds[TRACE_KIND[part]]
