@@ -155,7 +155,8 @@ def _calibration(file: str, summary: Any, predicted: dict[str, Any], model: str,
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     step = f"{Path(model).name}, b {batch or 'fit default'}, s {seq_len or 'fit default'}, framework {profile.key}"
     source = (f"calibrated by parcalc {__version__} calibrate trace from {Path(file).name} ({summary.kernels:,} kernels; {step}), {when}: "
-              "each kind's factor = the base preset's x modelled / traced kernel time of that kind; host = the trace's host work of each "
+              "each kind's factor = the base preset's x modelled / traced kernel time of that kind (the base's where the model is within "
+              "2 standard errors of the launches' spread); host = the trace's host work of each "
               "phase, blocked launches excluded, less the profiler's share, over fit's kernels of the phase (parcalc.core.calibrate.trace)")  # fmt: skip
     display = name or f"{typed.name}, calibrated from {Path(file).name}"
     document = calibrated_document(base, fits, host, display, source, file, predicted.get("clock.f_SM"))
