@@ -66,15 +66,18 @@ def test_the_preset_element_rates_are_the_b4_trace_medians() -> None:
 
 def test_the_paths_hold_on_the_b1_trace() -> None:
     """The b1 s2048 step (not used to set the rates; 16x fewer tokens, at 1980 MHz): each path's kernel time within 12 %
-    (cast +11.5 %, cat -5.2 %, strided +2.7 %, strided_cast +7.4 %, vectorised and the rest -0.0 %), except the
+    (cast +11.5 %, cat -5.2 %, strided +2.7 %, strided_cast +7.4 %, vectorised and the rest +2.7 %), except the
     reductions: RMSNorm's sums over 2,048 rows run at half the b4 trace's rate (0.54 ms predicted, 0.97 measured: small
-    reductions do not fill the GPU, not modelled)."""
+    reductions do not fill the GPU, not modelled). All of them +3.0 % (25.44 / 24.69 ms): the memory-bound part of the
+    b1 step a b4 calibration moves further (tests/test_trace_calibration.py, B1_AWAY). (Vectorised and the rest -0.0 %,
+    all +1.7 %, while cuDNN's attention helpers, 0.33 ms, counted as memory-bound: the model times them in its attention,
+    parcalc.core.calibrate.trace.kernel_kind.)"""
     measured, predicted = path_seconds(B1), predicted_by_path("llama3.2-1b b1 s2048")
-    measured[VECTOR] += measured.pop(None)  # softmax, memcpy, memset, embedding, cuDNN's helpers: parcalc's path-less kernels
+    measured[VECTOR] += measured.pop(None)  # softmax, embedding, nll_loss: parcalc's path-less kernels (memcpy, memset: not 'kernel' events)
     for path in (VECTOR, CAST, CAT, STRIDED, STRIDED_CAST):
         assert predicted[path] / measured[path] == pytest.approx(1.0, abs=0.12), path
     assert predicted[REDUCE] / measured[REDUCE] == pytest.approx(0.555, abs=0.01)
-    assert sum(predicted.values()) / sum(measured.values()) == pytest.approx(1.0, abs=0.03)
+    assert sum(predicted.values()) / sum(measured.values()) == pytest.approx(1.030, abs=0.002)
 
 
 def test_the_paths_hold_on_the_3b_profile() -> None:

@@ -4,7 +4,9 @@ one H200 SXM).
 
 Calibrated from the b4 step's trace (trace-llama1b-b4-s4096.json.gz) only; held out: the 1B b1 s2048 step (its own trace,
 and its kernel time by kind in train-step-profiles.json) and the 3B b2 s4096 step (train-step-profiles.json), whose
-kernels the calibration never saw. Numbers in the comments: before -> after, predicted / measured - 1.
+kernels the calibration never saw. The profiles' kinds are taken as calibrate trace sorts a trace's kernels (cuDNN's
+attention helpers as attention: step_parts_cases.measured_as_parcalc_sorts). Numbers in the comments: before -> after,
+predicted / measured - 1.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ import pytest
 from typer.testing import CliRunner
 
 from parcalc.cli import app
-from parcalc.core.calibrate.trace import summarise
+from parcalc.core.calibrate.trace import RESOLVED, kernel_kind, launch_spread, summarise
 from parcalc.errors import PresetError
 from parcalc.presets import load_gpu
 from parcalc.results.calibrate_trace import read_trace_file
 
 sys.path.insert(0, str(Path(__file__).parent))
-from step_parts_cases import FIXTURES, fit_args, measured
+from step_parts_cases import FIXTURES, fit_args, measured, measured_as_parcalc_sorts
 
 B4_TRACE = FIXTURES / "trace-llama1b-b4-s4096.json.gz"
 B1_TRACE = FIXTURES / "trace-llama1b-b1-s2048.json.gz"
@@ -58,13 +60,15 @@ def fit_parts(name: str, presets: Path | None = None) -> dict[str, float]:
 def test_the_preset_holds_one_factor_per_kind_and_the_traces_host(calibrated: Path) -> None:
     """Each factor is modelled / traced kernel time of its kind on the b4 step (GEMMs 152.4 / 160.3 ms at the step's own
     1662.7 MHz, its wall now holding the optimizer's exposed Python, 2.1 ms: 0.95067; 152.7 at 1659 MHz before: 0.95245;
-    151.6 at the capped steps' 1672.5 before the clock followed the step's power: 0.94561; attention 40.29 /
-    42.97, memory-bound 147.6 / 152.2, optimizer 10.01 / 10.00 at 28 B a parameter (10.73 at 30 B, before AdamW over fp32
-    weights stopped writing a 16-bit copy); before the H200 mechanisms of tests/test_h200_mechanisms.py 187.3, 40.29, 107.0,
-    8.58: factors 1.1685, 0.9375, 0.7032, 0.8581); the host per kernel is the trace's, less the profiler's share."""
+    151.6 at the capped steps' 1672.5 before the clock followed the step's power: 0.94561; attention 40.29 / 45.04 with
+    cuDNN's helpers counted as attention, as the isolated SDPA rows that set its rate timed them (40.29 / 42.97: 0.93753
+    while they were memory-bound), memory-bound 147.6 / 150.13 (147.6 / 152.2: 0.96979), optimizer 10.010 / 10.002 kept at
+    1: within the trace's resolution (below; 1.0008 fitted before); before the H200 mechanisms of
+    tests/test_h200_mechanisms.py 187.3, 40.29, 107.0, 8.58: factors 1.1685, 0.9375, 0.7032, 0.8581); the host per kernel is
+    the trace's, less the profiler's share."""
     gpu = load_gpu("h200-traced", (calibrated,))
     factors = gpu.kernels.calibrated
-    assert (factors.gemm, factors.attention, factors.memory, factors.optimizer) == pytest.approx((0.95067, 0.93753, 0.96979, 1.0008), rel=1e-4)
+    assert (factors.gemm, factors.attention, factors.memory, factors.optimizer) == pytest.approx((0.95067, 0.89443, 0.98315, 1.0), rel=1e-4)
     assert "calibrate trace from trace-llama1b-b4-s4096.json.gz" in factors.source
     # the b4 trace's host work per phase (31.19 / 62.72 / 1.82 ms; 2.14 ms of the optimizer's Python before its launches), less
     # the profiler's share (/ 1.30, / 1.54, parcalc.core.timing.host.PROFILED_HOST_SLOWDOWN), over fit's 785 / 1,416 / 62
@@ -76,65 +80,137 @@ def test_the_preset_holds_one_factor_per_kind_and_the_traces_host(calibrated: Pa
 
 
 def test_the_calibrated_preset_reproduces_its_own_trace_kind_by_kind(calibrated: Path) -> None:
-    """Not a prediction (this is the row it was fitted on): the factors divide each kind's time exactly."""
+    """Not a prediction (this is the row it was fitted on): the fitted factors divide each kind's time exactly; the kind
+    kept at its base (the optimizer) stays within the trace's resolution of it (10.010 against 10.002 ms, 0.036 ms)."""
     summary = summarise(read_trace_file(str(B4_TRACE)))
     after = fit_parts("llama3.2-1b b4 s4096", calibrated)
-    for part in PARTS:
+    for part in ("t_gemm", "t_attention", "t_memory_bound"):
         assert after[part] == pytest.approx(summary.kernel_seconds[TRACE_KIND[part]], rel=2e-4)
+    assert summary.kernel_error is not None
+    assert abs(after["t_optimizer"] - summary.kernel_seconds["optimizer"]) <= RESOLVED * summary.kernel_error["optimizer"]
+
+
+def test_each_kinds_resolution_is_the_spread_of_its_repeated_launches() -> None:
+    """Two standard errors of each kind's traced time, from launches of the same kernel, grid, block, op and input shapes
+    (launch_spread) in the b4 trace: GEMMs 1.097 ms, attention 1.331 (the backward's flash kernel slows from 1.80 to 2.27 ms
+    where the power cap lowers the clock), memory-bound 0.299, optimizer 0.036 ms. The model's misses beyond them are
+    fitted (GEMMs 7.91 ms, attention 4.75, memory-bound 2.53); the optimizer's 0.008 ms is not resolved, and a factor there
+    (1.0008) moved the held-out 3B step's optimizer away from its profile (-0.77 -> -0.85 %)."""
+    summary = summarise(read_trace_file(str(B4_TRACE)))
+    assert summary.kernel_error is not None
+    spread = {kind: RESOLVED * summary.kernel_error[kind] for kind in ("gemm", "attention", "memory", "optimizer")}
+    assert spread == pytest.approx({"gemm": 1.0972e-3, "attention": 1.3313e-3, "memory": 0.2992e-3, "optimizer": 0.0359e-3}, rel=1e-3)
+
+
+def test_launches_are_told_apart_by_their_op_and_shapes() -> None:
+    """Two launches of one kernel by one op on one shape, 10 and 12 us: variance 2 us^2, n x var 4, standard error 2 us; a
+    third of another shape is a launch of its own (once: nothing); a kernel whose op recorded no shapes leaves its kind's
+    resolution unknown (a persistent GEMM kernel of one name and grid runs every shape)."""
+    def op(i: int, dims: list[list[int]] | None) -> dict[str, object]:
+        return {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "ts": i, "dur": 1, "args": {"External id": i, **({"Input Dims": dims} if dims else {})}}
+
+    def kernel(i: int, dur: float, name: str = "vectorized_elementwise_kernel") -> dict[str, object]:
+        return {"ph": "X", "cat": "kernel", "name": name, "ts": 100 + i, "dur": dur, "args": {"External id": i, "grid": [4, 1, 1], "block": [128, 1, 1]}}
+
+    events = [op(1, [[8]]), op(2, [[8]]), op(3, [[16]]), op(4, None), kernel(1, 10.0), kernel(2, 12.0), kernel(3, 30.0),
+              kernel(4, 5.0, "nvjet_sm90_tst_128x256")]  # fmt: skip
+    kernels = [e for e in events if e["cat"] == "kernel"]
+    assert launch_spread(kernels, events) == pytest.approx({"memory": 2e-6})
+
+
+def test_cudnns_attention_helpers_count_as_attention() -> None:
+    """cuDNN's SDPA backward runs the flash kernel and three helpers (the rows' dO . O, dQ's fp32 accumulator to bf16, dK / dV
+    summed over a GQA group's query heads); every one in both shared traces is launched by aten::_cudnn_attention_backward,
+    and attention-sdpa.json's rows, which set the model's attention rate, time them (forward + autograd backward)."""
+    assert kernel_kind("void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*") == "attention"
+    assert kernel_kind("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int, unsigned") == "attention"
+    assert kernel_kind("void cudnn::fusion::fmha_reduce_head<true>(void const*, void*, unsigned int, unsigned int,") == "attention"
+    for trace in (B4_TRACE, B1_TRACE):
+        events = read_trace_file(str(trace))["traceEvents"]
+        ops = {e["args"].get("External id"): e["name"] for e in events if e.get("cat") == "cpu_op"}
+        launched = {ops.get(e["args"].get("External id")) for e in events if e.get("cat") == "kernel" and "cudnn::fusion" in e["name"]}
+        assert launched == {"aten::_cudnn_attention_backward"}
+
+
+def test_a_trace_without_shapes_fits_every_kind(tmp_path: Path) -> None:
+    """Without the ops' recorded shapes the trace cannot tell one launch from another: no resolution, every kind fitted (the
+    optimizer too: 1.0008)."""
+    data = read_trace_file(str(B4_TRACE))
+    for event in data["traceEvents"]:
+        if event.get("cat") == "cpu_op":
+            event["args"].pop("Input Dims", None)
+    trace = tmp_path / "no-shapes.json"
+    trace.write_text(json.dumps(data))
+    assert summarise(read_trace_file(str(trace))).kernel_error == {}
+    out = tmp_path / "gpus" / "x.yaml"
+    out.parent.mkdir()
+    args = [*CALIBRATE, "-o", str(out)]
+    args[args.index(str(B4_TRACE))] = str(trace)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert load_gpu("x", (tmp_path,)).kernels.calibrated.optimizer == pytest.approx(1.0008, abs=1e-4)
 
 
 HELD_OUT = ("llama3.2-3b b2 s4096", "llama3.2-1b b1 s2048")
 
 
 # Where calibrating on the b4 trace moves a held-out part away from its measurement (strict xfails: they fail the day
-# they hold). The memory-bound factor (0.970) corrects the b4 step's -3.0 %; the b1 step's part was within 1 % (+0.5 ->
-# +3.6 %). (The GEMM factor moved the b1 step's GEMMs away, +10.1 -> +16.5 %, while every step was charged the capped
-# clock; with each step at the clock its power leaves it, parcalc.core.timing.step_clock, the factor is the b4 step's at
-# its own 1659 MHz and the b1 step runs at 1980: -3.2 -> +1.6 %.)
-# The attention factor (1.045) corrects the b4 step's -4.3 %; since attention is timed by its tiles
-# (parcalc.core.timing.attention_tiles) the held-out steps' attention is within 2.2 % before it and the factor overshoots:
-# b1 +0.5 -> +7.2 % against the profile, -1.0 -> +5.6 % against its trace; 3B -2.2 -> +4.3 %. The b4 step ran at a capped
-# 1695 MHz, the b1 step at 1980: a factor of one step's clock does not carry to another's.
-B1_AWAY = {"t_memory_bound": "the b1 step's memory-bound part was within 1 % before the b4 factor",
-           "t_attention": "the b1 step's attention was within 1 % before the b4 factor (+0.5 -> +7.2 %, trace -1.0 -> +5.6 %)"}
-# 3B b2's optimizer is within 1 % before calibrating (AdamW over fp32 weights at 28 B a parameter): the b4 factor (1.0008)
-# moves it -0.77 -> -0.85 %, within the trace's noise, where nothing was left to correct
-B2_AWAY = {"t_optimizer": "the 3B step's optimizer was within 1 % before the b4 factor (-0.77 -> -0.85 %)",
-           "t_attention": "the 3B step's attention was within 2.2 % before the b4 factor (-2.2 -> +4.3 %)"}
+# they hold). The b1 step's memory-bound part is +1.8 % (profile; +1.1 % against its trace) before calibrating, a sum of
+# opposite misses the b4 trace cannot see: the model's non-vectorised casts (unrolled_elementwise_kernel, at the element
+# rate measured in the b4 trace) are 11.6 % over the b1 trace's (6.83 / 6.12 ms), and such kernels follow the SM clock
+# in part (in the b4 step's backward, launches of one shape take 1.12-1.13x as long in its first three layers as in its
+# last three, where the GEMMs take 1.19x and the vectorised kernels 1.02x), while the b1 step runs at 1980 MHz; its small
+# reductions take 1.8x the model (0.97 / 0.54 ms: a fixed cost). The b4 factor (0.983: its kernels timed by their bytes
+# 2.5 % slower than the copy rate) adds +1.7 points: +1.8 -> +3.5 % (+1.1 -> +2.9 % against the trace). Checked and not
+# landed: element rates in proportion to the step's clock take the b1 part to -5.8 % uncalibrated (the drift above says
+# in part, not in proportion). (Before cuDNN's attention helpers counted as attention the factor was 0.970 and attention
+# moved away too: b1 +0.5 -> +7.2 %, 3B -2.2 -> +4.3 %, the model's attention holding kernels the trace counted as
+# memory-bound; the GEMM factor moved the b1 step's GEMMs away while every step was charged the capped clock, +10.1 ->
+# +16.5 %, until each step ran at the clock its power leaves it: parcalc.core.timing.step_clock.)
+B1_AWAY = {"t_memory_bound": "the b1 step's casts run faster than the b4 trace's rate (the clock) and its reductions slower "
+                             "(a fixed cost): +1.8 -> +3.5 % with the b4 factor (trace +1.1 -> +2.9 %)"}
+# A kind the calibration kept at its base (within the b4 trace's resolution): the held-out parts of that kind do not move
+KEPT = ("t_optimizer",)
 
 
 def _held_out(name: str, part: str) -> object:
-    away = B1_AWAY if name == "llama3.2-1b b1 s2048" else B2_AWAY
+    away = B1_AWAY if name == "llama3.2-1b b1 s2048" else {}
     return pytest.param(name, part, marks=pytest.mark.xfail(strict=True, reason=away[part]) if part in away else ())
+
+
+def _closer_or_kept(part: str, before: float, after: float, truth: float) -> None:
+    if part in KEPT:
+        assert after == pytest.approx(before, rel=1e-12)
+    else:
+        assert abs(after / truth - 1) < abs(before / truth - 1)
 
 
 @pytest.mark.parametrize(("name", "part"), [_held_out(name, part) for name in HELD_OUT for part in PARTS])
 def test_calibration_moves_every_held_out_part_closer_to_the_profile(calibrated: Path, name: str, part: str) -> None:
-    """Against train-step-profiles.json's kernel time of the kind (a run the trace is not from). 3B b2: GEMMs -6.1 ->
-    -1.4 %, attention -2.2 -> +4.3 (xfail; -11.9 -> -6.0 at one rate a head dimension), memory-bound -3.6 -> -0.6,
-    optimizer -0.77 -> -0.85 (xfail); 1B b1: GEMMs -3.2 -> +1.6 (+10.1 -> +16.5 at the capped clock), attention +0.5 ->
-    +7.2 (xfail; -24.0 -> -18.9 at one rate), +0.5 -> +3.6 (xfail), +1.2 -> +1.2. (Before the H200 mechanisms, when every part was 13-33 %
-    off, calibration moved every one closer.)"""
-    truth = measured(name)[part]
-    before, after = fit_parts(name)[part], fit_parts(name, calibrated)[part]
-    assert abs(after / truth - 1) < abs(before / truth - 1)
+    """Against train-step-profiles.json's kernel time of the kind (a run the trace is not from), sorted as calibrate trace
+    sorts kernels. 3B b2: GEMMs -6.1 -> -1.2 %, attention -7.7 -> +3.2 (-2.2 -> +4.3, away, with cuDNN's helpers counted
+    as memory-bound), memory-bound -2.1 -> -0.4, optimizer -0.77 kept (-0.85 with a factor of 1.0008); 1B b1: GEMMs -3.2 ->
+    +1.8 (+10.1 -> +16.5 at the capped clock), attention -8.4 -> +2.4 (+0.5 -> +7.2, away, before), memory-bound +1.8 ->
+    +3.5 (xfail, B1_AWAY), optimizer +1.2 kept. (Before the H200 mechanisms, when every part was 13-33 % off, calibration
+    moved every one closer.)"""
+    truth = measured_as_parcalc_sorts(name)[part]
+    _closer_or_kept(part, fit_parts(name)[part], fit_parts(name, calibrated)[part], truth)
 
 
 @pytest.mark.parametrize("part", [pytest.param(part, marks=pytest.mark.xfail(strict=True, reason=B1_AWAY[part]) if part in B1_AWAY else ())
                                   for part in PARTS])  # fmt: skip
 def test_calibration_moves_every_part_closer_to_the_held_out_trace(calibrated: Path, part: str) -> None:
-    """Against the b1 step's own trace (trace-llama1b-b1-s2048.json.gz): GEMMs -4.1 -> +0.7 % (away, +9 -> +15, at the
-    capped clock), optimizer +1.1 -> +1.0 %; memory-bound and attention (-1.0 -> +5.6 %; -25 -> -20 at one rate a head
-    dimension) move away (B1_AWAY)."""
+    """Against the b1 step's own trace (trace-llama1b-b1-s2048.json.gz): GEMMs -4.1 -> +0.9 % (away, +9 -> +15, at the
+    capped clock), attention -9.7 -> +0.9 (-1.0 -> +5.6, away, with cuDNN's helpers counted as memory-bound), optimizer
+    +1.1 kept; memory-bound +1.1 -> +2.9 moves away (B1_AWAY)."""
     truth = summarise(read_trace_file(str(B1_TRACE))).kernel_seconds[TRACE_KIND[part]]
-    before, after = fit_parts("llama3.2-1b b1 s2048")[part], fit_parts("llama3.2-1b b1 s2048", calibrated)[part]
-    assert abs(after / truth - 1) < abs(before / truth - 1)
-
+    _closer_or_kept(part, fit_parts("llama3.2-1b b1 s2048")[part], fit_parts("llama3.2-1b b1 s2048", calibrated)[part], truth)
 
 
 def test_calibration_moves_the_held_out_gpu_bound_step_closer(calibrated: Path) -> None:
-    """The whole step against train-steps.json (unprofiled median of 5): 3B b2 442.3 -> 460.7 ms against 463.3 (-4.5 ->
-    -0.6 %; -5.2 -> -1.3 % before the host followed the loop's synchronisation)."""
+    """The whole step against train-steps.json (unprofiled median of 5): 3B b2 447.2 -> 465.7 ms against 463.3 (-3.5 ->
+    +0.5 %; 442.3 -> 460.7, -4.5 -> -0.6 %, with the GEMMs' clock of an earlier model; -5.2 -> -1.3 % before the host
+    followed the loop's synchronisation)."""
     truth = measured("llama3.2-3b b2 s4096")["t_step"]
     before, after = fit_parts("llama3.2-3b b2 s4096")["t_step"], fit_parts("llama3.2-3b b2 s4096", calibrated)["t_step"]
     assert abs(after / truth - 1) < abs(before / truth - 1)
@@ -142,19 +218,19 @@ def test_calibration_moves_the_held_out_gpu_bound_step_closer(calibrated: Path) 
 
 @pytest.mark.parametrize("name", HELD_OUT)
 def test_the_held_out_steps_are_within_5_percent_calibrated(calibrated: Path, name: str) -> None:
-    """The issue's check, calibrated from the b4 trace: 3B b2 -0.6 %, 1B b1 -4.6 % (76.85 ms against 80.58; +6.51 % before
+    """The issue's check, calibrated from the b4 trace: 3B b2 +0.5 %, 1B b1 -4.6 % (76.86 ms against 80.58; +6.51 % before
     the host followed the loop's synchronisation and took the profiler's share out of its cost, a strict xfail then)."""
     assert abs(fit_parts(name, calibrated)["t_step"] / measured(name)["t_step"] - 1) <= 0.05
 
 
 def test_calibration_leaves_the_host_bound_step_where_it_was(calibrated: Path) -> None:
     """1B b1 is host-bound: its step is the host's forward and backward, the optimizer's Python, then the optimizer's
-    kernels. The host's costs come from the same b4 trace calibrated or not, and only the optimizer's factor (1.0008) reaches
-    the step: 76.862 -> 76.854 ms (-4.615 -> -4.625 %), no worse than 0.02 percentage points. The GPU parts it hides move
-    closer (test_calibration_moves_every_held_out_part_closer_to_the_profile)."""
-    truth = measured("llama3.2-1b b1 s2048")["t_step"]
+    kernels. The host's costs come from the same b4 trace calibrated or not, and only the optimizer's factor reaches the
+    step: kept at 1 (within the b4 trace's resolution), the step stays at 76.862 ms (-4.615 %; 76.854, -4.625 %, with the
+    factor of 1.0008 it had before). The GPU parts it hides move closer (test_calibration_moves_every_held_out_part_closer_to_the_profile)."""
     before, after = fit_parts("llama3.2-1b b1 s2048"), fit_parts("llama3.2-1b b1 s2048", calibrated)
-    assert abs(after["t_step"] / truth - 1) <= abs(before["t_step"] / truth - 1) + 2e-4
+    assert after["t_step"] == pytest.approx(before["t_step"], rel=1e-9)
+    assert before["t_step"] / measured("llama3.2-1b b1 s2048")["t_step"] - 1 == pytest.approx(-0.04615, abs=5e-5)
     assert after["t_host"] < before["t_host"]  # the GPU's larger parts leave less of the host exposed
 
 

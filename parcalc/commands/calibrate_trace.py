@@ -92,7 +92,11 @@ def _predicted(model: str, gpu: str | None, framework: str | None, batch: str | 
     fitted = run_command("fit", inputs, "calibrate trace --model")
     host = next((d for d in fitted.derivations if d.key == "t_host"), None)  # its kernel counts: what the host's costs multiply
     counts = {f"host.{t.key}": t.value for t in host.inputs if t.key in ("n_f", "n_b", "n_o", "n_p")} if host is not None else {}
-    return {d.key: d.value for d in fitted.derivations} | counts
+    # the SM clock fit timed the step's GEMMs at (parcalc.core.timing.step_clock): the GEMM factor is a rate at that clock
+    gemm = next((d for d in fitted.derivations if d.key == "t_gemm"), None)
+    f_sm = next((t.value for t in gemm.inputs if t.key == "f_SM"), None) if gemm is not None else None
+    clock = {"clock.f_SM": f_sm} if f_sm is not None else {}
+    return {d.key: d.value for d in fitted.derivations} | counts | clock
 
 
 def _write_preset(result: Any, document: dict[str, Any], output: Path, fmt: ReportFormat | None, trace_file: str) -> None:

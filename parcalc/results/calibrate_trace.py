@@ -39,13 +39,20 @@ def trace_result(file: str, summary: Any, predicted: dict[str, float], fits: tup
     verdicts = [f"GPU busy {summary.gpu_busy / summary.gpu_span:.1%} of the span of its kernels"]
     if fits:
         labels = {kind: label for kind, _, label in KIND_LABELS}
-        tables.append(Table("calibration", "Calibration: each kind's factor on the modelled rate (modelled / traced kernel time)",
+        tables.append(Table("calibration", "Calibration: each kind's factor on the modelled rate (modelled / traced kernel time, fitted "
+                            "where the difference is beyond the trace's resolution: 2 standard errors of the launches' spread)",
                             (Column("kind", "kind"), Column("measured", "traced", "s"), Column("predicted", "modelled", "s"),
-                             Column("before", "factor before"), Column("after", "factor after")),
-                            tuple((labels[f.kind], f.measured, f.predicted, f.before, f.after) for f in fits)))  # fmt: skip
+                             Column("resolution", "resolution", "s"), Column("before", "before"), Column("after", "after")),
+                            tuple((labels[f.kind], f.measured, f.predicted, f.resolution, f.before, f.after) for f in fits)))  # fmt: skip
         if host is not None:
             tables.append(_host_table(host, base_host))
-        verdicts.append("calibrated: " + ", ".join(f"{labels[f.kind]} x{f.after:.4g}" for f in fits) + " on the modelled rates")
+        fitted = [f for f in fits if not f.kept]
+        verdicts.append("calibrated: " + (", ".join(f"{labels[f.kind]} x{f.after:.4g}" for f in fitted) or "nothing") + " on the modelled rates"
+                        + "".join(f"; {labels[f.kind]} kept at x{f.after:.4g}: {f.kept}" for f in fits if f.kept))  # fmt: skip
+        if "clock.f_SM" in predicted and any(f.kind == "gemm" and not f.kept for f in fits):
+            verdicts.append(f"the GEMM factor is the traced step's rate at the SM clock fit gives it, {predicted['clock.f_SM'] / 1e6:.1f} MHz "
+                            "(parcalc.core.timing.step_clock): fit times every step's GEMMs at its own clock, then applies it; the other "
+                            "kinds' factors carry no clock (docs/calibrate-trace.md)")  # fmt: skip
     return Result(command="calibrate trace", title=f"Trace: {file}", inputs=(), derivations=(), settings=(("file", file),),
                   tables=tuple(tables), verdicts=tuple(verdicts),
                   assumptions=(KIND_SOURCE, "the host times per launch are the profiled run's: the profiler's own per-op cost is in "
@@ -148,10 +155,11 @@ def _calibration(file: str, summary: Any, predicted: dict[str, Any], model: str,
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     step = f"{Path(model).name}, b {batch or 'fit default'}, s {seq_len or 'fit default'}, framework {profile.key}"
     source = (f"calibrated by parcalc {__version__} calibrate trace from {Path(file).name} ({summary.kernels:,} kernels; {step}), {when}: "
-              "each kind's factor = the base preset's x modelled / traced kernel time of that kind; host = the trace's host work of each "
+              "each kind's factor = the base preset's x modelled / traced kernel time of that kind (the base's where the model is within "
+              "2 standard errors of the launches' spread); host = the trace's host work of each "
               "phase, blocked launches excluded, less the profiler's share, over fit's kernels of the phase (parcalc.core.calibrate.trace)")  # fmt: skip
     display = name or f"{typed.name}, calibrated from {Path(file).name}"
-    document = calibrated_document(base, fits, host, display, source, file)
+    document = calibrated_document(base, fits, host, display, source, file, predicted.get("clock.f_SM"))
     return fits, host, base_host, document
 
 

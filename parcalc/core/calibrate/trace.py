@@ -7,7 +7,19 @@ on the host threads (cudaLaunchKernel, cuLaunchKernelEx, cudaMemsetAsync ...); `
 "Optimizer.step#AdamW.step". Kernels are sorted into kinds by name as the shared H200 profiles sort them
 (../shared/measurements/h200-2026-11-28/h200_profile.py, kind()): fused attention (flash, fmha, cuDNN's sdpa),
 GEMMs (gemm, cutlass, xmma, nvjet, sm90_, cublas ...), the optimizer (multi_tensor_apply, adam, foreach) and the
-rest memory-bound (element-wise, reductions, the loss, copies and fills).
+rest memory-bound (element-wise, reductions, the loss, copies and fills). One departure from those profiles: cuDNN's
+fused attention runs its backward as the flash kernel and three helpers in the `cudnn::fusion` namespace
+(compute_dot_do_o_specialized: the rows' dO . O; convert_dq_to_16bits: dQ's fp32 accumulator to bf16; fmha_reduce_head:
+dK and dV of a GQA group's query heads summed), all launched by aten::_cudnn_attention_backward (the shared traces'
+External ids); parcalc counts all three as attention, as the isolated SDPA rows that set the model's attention rate
+timed them (attention-sdpa.json: forward + autograd backward, every kernel of it). h200_profile.py counts the first
+two as element-wise: 2.07 of the b 4 step's 152.2 ms of memory-bound kernels, 0.33 of the b 1 step's 25.5.
+
+The resolution of each kind's traced time: the kernels of one launch (the same kernel, grid and block, launched by the
+same op on the same input shapes) differ from launch to launch (the SM clock moves under the power limit: the b 4
+step's backward attention kernels take 2.27 ms at its start and 1.80 ms at its end); the standard error of the kind's
+sum, sqrt(sum over launches of n x var), says how far the trace itself pins that sum down. A trace recorded without
+shapes cannot tell one launch from another, and the resolution is not known there.
 
 The host's time per launch: on each host thread, the time from one launch call to the next, less what a launch
 spent blocked beyond the thread's median launch (a full launch queue: the host waits for the GPU there, which is
@@ -29,7 +41,8 @@ from parcalc.errors import InputError
 
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync")
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-KIND_SOURCE = "kernel names sorted as ../shared/measurements/h200-2026-11-28/h200_profile.py kind() sorts them"
+KIND_SOURCE = ("kernel names sorted as ../shared/measurements/h200-2026-11-28/h200_profile.py kind() sorts them, cuDNN's fused "
+               "attention helpers (cudnn::fusion) as attention")
 
 
 def kernel_kind(name: str) -> str:
@@ -38,7 +51,7 @@ def kernel_kind(name: str) -> str:
     n = name.lower()
     if "nccl" in n:
         return "communication"
-    if any(s in n for s in ("flash", "fmha", "attention", "cudnn_generated_fort_native_sdpa", "sdpa")):
+    if any(s in n for s in ("flash", "fmha", "attention", "cudnn_generated_fort_native_sdpa", "sdpa", "cudnn::fusion")):
         return "attention"
     if any(s in n for s in ("gemm", "cutlass", "xmma", "nvjet", "sm90_", "sm80_", "cublas", "matmul", "splitk")):
         return "gemm"
@@ -71,6 +84,9 @@ class TraceSummary:
     optimizer: HostPhase | None
     # s from the optimizer step's annotation to its first launch: its Python before any kernel (None: no annotation)
     optimizer_prelude: float | None = None
+    # s by kind: the standard error of the kind's kernel time from the spread of repeated launches (launch_spread; a kind
+    # missing: the trace does not identify its launches, no shapes recorded)
+    kernel_error: dict[str, float] | None = None
 
 
 def parse_trace(raw: bytes, path: str) -> dict[str, Any]:
@@ -106,6 +122,7 @@ def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
     seconds: dict[str, float] = {"gemm": 0.0, "attention": 0.0, "memory": 0.0, "optimizer": 0.0, "communication": 0.0}
     for e in kernels:
         seconds[kernel_kind(str(e.get("name", "")))] += float(e["dur"]) * 1e-6
+    error = launch_spread(kernels, events)
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels)
     busy, start, end = 0.0, spans[0][0], spans[0][1]
     for s, t in spans[1:]:
@@ -119,7 +136,7 @@ def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
     for e in launches:
         by_thread.setdefault(e.get("tid"), []).append(e)
     if not by_thread:  # a trace of the GPU alone: kernels by kind, no host
-        return TraceSummary(seconds, len(kernels), busy * 1e-6, (spans[-1][1] - spans[0][0]) * 1e-6, None, None, None)
+        return TraceSummary(seconds, len(kernels), busy * 1e-6, (spans[-1][1] - spans[0][0]) * 1e-6, None, None, None, None, error)
     engine = max(by_thread, key=lambda tid: len(by_thread[tid]))
     backward = sorted(by_thread[engine], key=lambda e: e["ts"])
     main = sorted((e for tid, es in by_thread.items() if tid != engine for e in es), key=lambda e: e["ts"])
@@ -128,7 +145,35 @@ def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
     optimizer = [e for e in main if step is not None and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]
     prelude = (float(optimizer[0]["ts"]) - float(step["ts"])) * 1e-6 if step is not None and optimizer else None
     return TraceSummary(seconds, len(kernels), busy * 1e-6, (spans[-1][1] - spans[0][0]) * 1e-6, _phase(forward) if forward else None,
-                        _phase(backward), _phase(optimizer) if len(optimizer) > 1 else None, prelude)  # fmt: skip
+                        _phase(backward), _phase(optimizer) if len(optimizer) > 1 else None, prelude, error)  # fmt: skip
+
+
+def launch_spread(kernels: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, float]:
+    """The standard error (s) of each kind's summed kernel time: the kernels grouped by launch (name, grid, block, and
+    the launching op's name and input shapes, found by the kernel's External id), sqrt(sum over groups of n x sample
+    variance). A kernel launched once adds nothing (its variance is not measured: the error is a lower bound). A kind with
+    a kernel whose op or shapes the trace does not hold (recorded without record_shapes) is left out: its launches cannot
+    be told apart, and a GEMM's persistent kernel of one name and grid runs every shape."""
+    ops: dict[Any, dict[str, Any]] = {}
+    for e in events:
+        if e.get("cat") == "cpu_op" and isinstance(e.get("args"), dict):
+            ops.setdefault(e["args"].get("External id"), e)
+    groups: dict[tuple[str, str], list[float]] = {}
+    unknown: set[str] = set()
+    for e in kernels:
+        raw = e.get("args")
+        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        kind = kernel_kind(str(e.get("name", "")))
+        op = ops.get(args.get("External id")) if args.get("External id") is not None else None
+        if op is None or "Input Dims" not in op["args"]:
+            unknown.add(kind)
+            continue
+        launch = json.dumps([e.get("name"), args.get("grid"), args.get("block"), op.get("name"), op["args"]["Input Dims"]], default=str)
+        groups.setdefault((kind, launch), []).append(float(e["dur"]) * 1e-6)
+    variance: dict[str, float] = {}
+    for (kind, _), durations in groups.items():
+        variance[kind] = variance.get(kind, 0.0) + (len(durations) * statistics.variance(durations) if len(durations) > 1 else 0.0)
+    return {kind: value**0.5 for kind, value in variance.items() if kind not in unknown}
 
 
 def _number(value: Any) -> bool:
@@ -154,29 +199,46 @@ KIND_KEYS = (("gemm", "t_gemm"), ("attention", "t_attention"), ("memory", "t_mem
 PLAUSIBLE = (0.2, 5.0)
 
 
+# A kind's model is told apart from its traced time only beyond this many standard errors of that time (launch_spread):
+# the two-sided 95 % bound of a normal error (1.96, rounded), the usual line between a measured difference and noise
+RESOLVED = 2.0
+
+
 @dataclass(frozen=True)
 class KindFit:
-    """One kind's factor on the modelled rate: after = before x predicted / measured (the trace's own step)."""
+    """One kind's factor on the modelled rate: after = before x predicted / measured (the trace's own step), or before
+    where the trace cannot tell the two apart (`kept`)."""
 
     kind: str
     measured: float  # s of the trace's kernels of this kind
     predicted: float  # s fit models for the same step with the base preset (its factor `before` included)
     before: float  # the base preset's factor (1: uncalibrated)
     after: float  # the calibrated factor
+    resolution: float | None = None  # s: RESOLVED standard errors of `measured` (None: the trace does not say)
+    kept: str = ""  # why the factor stays `before` ("": fitted)
 
 
 def kind_fits(summary: TraceSummary, predicted: dict[str, float], base: Any, where: str) -> tuple[KindFit, ...]:
     """The factor of each kind (base: the base preset's KindEfficiency, None when uncalibrated). A kind the trace or the
-    model has none of keeps its factor."""
+    model has none of keeps its factor; so does one whose model is within the trace's resolution of its traced time
+    (RESOLVED standard errors, launch_spread): there the trace measures no difference to correct, and a factor would
+    carry the launches' noise to every other step."""
     fits = []
+    errors = summary.kernel_error or {}
     for kind, key in KIND_KEYS:
         before = 1.0 if base is None else float(base.of(kind))
         measured, guess = summary.kernel_seconds[kind], float(predicted.get(key, 0.0))
-        after = before * guess / measured if measured > 0 and guess > 0 else before
+        resolution = RESOLVED * errors[kind] if kind in errors else None
+        kept = ""
+        if not (measured > 0 and guess > 0):
+            kept = "no kernels of this kind in the trace or the model"
+        elif resolution is not None and abs(guess - measured) <= resolution:
+            kept = f"the model is within the trace's resolution ({RESOLVED:g} standard errors of the launches' spread)"
+        after = before * guess / measured if not kept else before
         if not PLAUSIBLE[0] <= after / before <= PLAUSIBLE[1]:
             raise InputError(f"{where}: its {kind} kernels take {measured * 1e3:.4g} ms, the model {guess * 1e3:.4g} ms for the step described: "
                              "not a calibration, a different step; give the traced step's --model, --batch and --seq-len")  # fmt: skip
-        fits.append(KindFit(kind, measured, guess, before, after))
+        fits.append(KindFit(kind, measured, guess, before, after, resolution, kept))
     return tuple(fits)
 
 
@@ -232,9 +294,9 @@ def _five(value: float) -> float:
 
 
 def calibrated_document(base: dict[str, Any], fits: tuple[KindFit, ...], host: tuple[HostFit, ...] | None, display: str,
-                        source: str, where: str) -> dict[str, Any]:  # fmt: skip
+                        source: str, where: str, clock: float | None = None) -> dict[str, Any]:  # fmt: skip
     """The base GPU preset with `kernels.calibrated` (one factor per kind) and the host's `host:` from the trace, every
-    number citing `source` (key `trace_calibration`)."""
+    number citing `source` (key `trace_calibration`); `clock` (Hz): the SM clock fit gave the traced step's GEMMs."""
     import copy
 
     if not isinstance(base.get("kernels"), dict):
@@ -243,7 +305,11 @@ def calibrated_document(base: dict[str, Any], fits: tuple[KindFit, ...], host: t
     document = copy.deepcopy(base)
     document["name"] = display
     document["sources"] = {**document.get("sources", {}), "trace_calibration": source}
-    note = ", ".join(f"{f.kind} {f.predicted * 1e3:.4g} ms modelled / {f.measured * 1e3:.4g} ms traced" for f in fits)
+    note = ", ".join(f"{f.kind} {f.predicted * 1e3:.4g} ms modelled / {f.measured * 1e3:.4g} ms traced" + (" (kept: within the trace's "
+                     f"resolution, {f.resolution * 1e3:.3g} ms)" if f.kept and f.resolution is not None else " (kept)" if f.kept else "")
+                     for f in fits)  # fmt: skip
+    if clock:
+        note += f"; GEMMs at the traced step's SM clock under the power limit, {clock / 1e6:.1f} MHz (parcalc.core.timing.step_clock)"
     document["kernels"]["calibrated"] = {**{f.kind: _five(f.after) for f in fits}, "source": "trace_calibration", "note": note}
     if host is not None:
         per = {f.phase: f.per_kernel for f in host}
