@@ -2,7 +2,8 @@
 torch's PipelineStage and ScheduleInterleaved1F1B running rank r's stages r, r + p, ... of torchtitan's Llama under apply_ac
 and apply_fsdp(pp_enabled=True) on a (pp, dp) mesh of fake ranks (tests/ground_truth/tiny_torchtitan_pp_interleaved.py),
 for-loop AdamW, as test_torch_memory_pipeline.py's stages. Ratios measured 2026-11-30 are in the cases' comments: every case
-to 0.01 %, two chunks a rank (torchtitan's default) and four (the runtime then reshards a stage and gathers it again)."""
+to 0.01 %, two chunks a rank (torchtitan's default) and four (the runtime then reshards a stage and gathers it again);
+with each stage under apply_tp over 2 ranks, to 0.03 %."""
 
 from __future__ import annotations
 
@@ -33,19 +34,25 @@ CASES = [  # (layers, pp, chunks a rank, rank, micro-batches, checkpointing); Me
     pytest.param(8, 2, 4, 0, 4, "none", id="first-of-2-v4-none"),  # 1.0000 (stages resharded and gathered again)
     pytest.param(8, 2, 4, 1, 4, "full", id="last-of-2-v4-full"),  # 1.0000
 ]
+TP_CASES = [  # each stage's model part under apply_tp over 2 ranks, a (pp, dp, tp) = (2, 2, 2) mesh, loss parallel
+    pytest.param(4, 2, 2, 0, 4, "full", 2, id="tp2-first-of-2-v2-full"),  # 1.0002
+    pytest.param(4, 2, 2, 0, 4, "none", 2, id="tp2-first-of-2-v2-none"),  # 1.0001
+    pytest.param(4, 2, 2, 1, 4, "full", 2, id="tp2-last-of-2-v2-full"),  # 1.0000
+    pytest.param(4, 2, 2, 1, 4, "none", 2, id="tp2-last-of-2-v2-none"),  # 0.9997
+]
 
 
-@pytest.mark.parametrize("layers, pp, v, rank, micro_batches, ac", CASES)
-def test_rank_peak_matches_memtracker(layers: int, pp: int, v: int, rank: int, micro_batches: int, ac: str) -> None:
+@pytest.mark.parametrize("layers, pp, v, rank, micro_batches, ac, tp", [*(pytest.param(*c.values, 1, id=c.id) for c in CASES), *TP_CASES])
+def test_rank_peak_matches_memtracker(layers: int, pp: int, v: int, rank: int, micro_batches: int, ac: str, tp: int) -> None:
     from .tiny_llama import LlamaConfig
     from .tiny_torchtitan_pp_interleaved import tracked_rank_peak
 
     hidden, heads, kv_heads, ffn, vocab, b, s = SHAPE
     chunks = _chunks(layers, pp, v, rank)
     config = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
-    tracked = tracked_rank_peak(config, vocab, b, s, pp, 2, rank, chunks, micro_batches, ac)
+    tracked = tracked_rank_peak(config, vocab, b, s, pp, 2, rank, chunks, micro_batches, ac, tp)
     model = titan_llama(hidden, heads, kv_heads, ffn, layers, vocab)
-    ours = tracked_step_peak(model, b, s, 2, "mixed-bf16", ac, pp=pp, pp_stage=rank, pp_chunks=chunks, micro_batches=micro_batches)
+    ours = tracked_step_peak(model, b, s, 2, "mixed-bf16", ac, pp=pp, pp_stage=rank, pp_chunks=chunks, micro_batches=micro_batches, tp=tp)
     print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), MemTracker {tracked:,.0f} B: {ours.allocated / tracked:.4f}")
     assert ours.allocated == pytest.approx(tracked, rel=0.001), ours.parts
 
