@@ -161,6 +161,7 @@ class _Shapes:
         self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
         self.schedule: Schedule | None = None  # SearchSpace.schedule: the split-backward schedule of the pipelined layouts
         self.slots: tuple[int, int] = (0, 0)  # SearchSpace.slots
+        self.torchtitan_split = False  # SearchSpace.torchtitan_split: every pipeline split as torchtitan splits it
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
@@ -861,7 +862,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         memory = fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"],
                             cols["sequence_parallel"], cp_comm, basis)  # as memory_of has it
         if cluster.framework.step_memory == "torchtitan-eager" and p > 1 and space_schedule is None and shapes.pipeline_layout is None:
-            memory = pipeline_stage_rows(memory, model, training, cluster, cols, given, (t, p, d, c, ep), shapes.slots, basis)
+            memory = pipeline_stage_rows(memory, model, training, cluster, cols, given, (t, p, d, c, ep), shapes.slots, basis,
+                                         shapes.torchtitan_split)
 
     # Time: only for the configurations that fit (the search ranks those; the others keep their
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per
@@ -993,6 +995,7 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
     shapes.pipeline_layout = space.pipeline_layout
     shapes.schedule = space.schedule
     shapes.slots = space.slots
+    shapes.torchtitan_split = space.torchtitan_split
     found = parallel_layouts(model, training, cluster, space, rejected)
     parts = []
     for i, (t, p, c, d, e) in enumerate(found):

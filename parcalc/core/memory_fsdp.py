@@ -153,6 +153,9 @@ class FsdpStep:
     # whether Schedule1F1B.step keeps the last stage's outputs and concatenates them (return_outputs; PP_SOURCES['outputs']):
     # torchtitan passes False since pytorch/torchtitan#1922 (2025-10-22); the Dec 2024 code (9dec370) took the default, True
     pp_return_outputs: bool = False
+    # an interleaved schedule (ScheduleInterleaved1F1B; parcalc.core.memory_pipeline_interleaved): the layers [first, last)
+    # of each virtual stage pp_stage + k pp the rank holds, k = 0, 1, ... (stage_layers unused); () for one stage a rank
+    pp_chunks: tuple[tuple[int, int], ...] = ()
     # torchtitan's code with each block under torch.compile (apply_compile; parcalc.core.memory_torchtitan_compile)
     compiled: bool = False
     # and the loss compiled too (torchtitan's build_cross_entropy_loss from 2025-04-02; parcalc.core.memory_compiled_loss)
@@ -221,7 +224,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     gaps += cp_gaps(model, layout, model_code, recompute, precision, compiled)
     if layout.ep > 1:
         gaps.append(f"ep = {layout.ep}")
-    gaps += pipeline_gaps(layout, model_code, pipeline)
+    gaps += pipeline_gaps(layout, model_code, pipeline, model.layers)
     gaps += tp_gaps(model, layout.tp, model_code, recompute)
     if layout.tp > 1 and not layout.sequence_parallel:
         gaps.append(f"tp = {layout.tp} without sequence parallelism (torchtitan's apply_tp always shards the sequence)")
@@ -725,7 +728,12 @@ class _FsdpHooks(StepHooks):
     def reduce_all(self, walk: Walk, accumulated: dict[str, list[str]]) -> None:
         """A pipeline stage's perform_reduce_grad: each unit's post_backward in module order (the root first), on the
         gradients accumulated across micro-batches, then the root's final callback (memory_pipeline_stage.PP_SOURCES)."""
-        for unit in self.units:
+        self.reduce_units(walk, accumulated, list(self.units))
+
+    def reduce_units(self, walk: Walk, accumulated: dict[str, list[str]], units: list[str]) -> None:
+        """perform_reduce_grad of the stage holding `units` (module order), one of a rank's several under an interleaved
+        schedule (memory_pipeline_interleaved)."""
+        for unit in units:
             self.post_backward(walk, unit, accumulated.get(unit, []))
         if self.kept_reduce_scatter is not None:
             walk.free(self.kept_reduce_scatter)
@@ -772,17 +780,25 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
         raise InputError(f"optimizer implementation {step.optimizer_impl!r}: one of {', '.join(OPTIMIZER_IMPLS)}")
 
 
-def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool) -> list[str]:
+def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool, layers: int) -> list[str]:
     """What of pipeline parallelism the walk does not follow: it walks one stage of torchtitan's code under Schedule1F1B,
-    its blocks under apply_tp where tp > 1, stage by stage (`pipeline`: the caller walks each stage, as parcalc.core.memory does; fit's search does not)."""
+    or a rank's virtual stages under ScheduleInterleaved1F1B (parcalc.core.memory_pipeline_interleaved), its blocks under
+    apply_tp where tp > 1, rank by rank (`pipeline`: the caller walks each rank, as parcalc.core.memory does; fit's search
+    does not)."""
     from parcalc.core.choices import Schedule
+    from parcalc.core.memory_pipeline_interleaved import interleaved_gaps
 
     if layout.pp <= 1:
         return []
+    interleaved = layout.schedule is Schedule.INTERLEAVED
     why = [what for what, gap in (("fit's search (one walk per stage and micro-batch count)", not pipeline),
                                   ("the walk follows torchtitan's PipelineStage", model_code != "torchtitan"),
-                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B)", layout.schedule is not Schedule.ONE_F_ONE_B),
-                                  (f"{layout.chunks} chunks a stage", layout.chunks > 1)) if gap]  # fmt: skip
+                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B and interleaved 1F1B)",
+                                   layout.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)),
+                                  (f"{layout.chunks} chunks a stage under {layout.schedule.value}", layout.chunks > 1 and not interleaved))
+           if gap]  # fmt: skip
+    if interleaved and not why:
+        why = interleaved_gaps(layout, layers)
     # a pipeline layout of one virtual stage a rank under 1F1B (torchtitan's own split, or --pipeline-layout) is stages of
     # contiguous layers, the embedding on the first and the head on the last: the walk takes each stage's own layers
     return [f"pp = {layout.pp}: " + "; ".join(why)] if why else []
@@ -829,10 +845,10 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     x = replace(x, float8=step.precision is Precision.FP8, float8_weights=step.float8_all_gather and step.precision is Precision.FP8)
     hooks = _FsdpHooks(model, step, compute, master)
     if step.pp > 1:  # the stage's own units (pipeline_llama_manual_split), none resharded during the step
-        lo, hi = step.stage_layers or (0, model.layers)
+        ranges = step.pp_chunks or (step.stage_layers or (0, model.layers),)
         root = {p.name: p for p in _root_params(model, step.tp)}
         own = ((root["embedding"],) if step.pp_stage == 0 else ()) + ((root["final_norm"], root["head"]) if step.pp_stage == step.pp - 1 else ())
-        hooks.units = {"root": own, **{f"L{i}": _block_params(model, step.tp) for i in range(lo, hi)}}
+        hooks.units = {"root": own, **{f"L{i}": _block_params(model, step.tp) for lo, hi in ranges for i in range(lo, hi)}}
         hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
@@ -848,6 +864,8 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     checkpointed = step.recompute is Recompute.FULL
     if step.model_code == "torchtitan":  # its own Transformer, the freqs_cis buffer (max_seq_len = seq_len) unsharded
         walk.alloc("freqs_cis", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer (complex64)")
+        for k in range(1, len(step.pp_chunks)):  # each virtual stage a deep copy of the model with its own buffer
+            walk.alloc(f"freqs_cis.{k}", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer of another stage")
         policy = {Recompute.NONE: "none", Recompute.FULL: "full", Recompute.OP: "op"}[step.recompute]
         policies = step.block_policies or (policy,) * model.layers
         if step.pp > 1:
@@ -876,6 +894,12 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
     """A pipeline stage under FSDP2: only its own units, none resharded during the step (memory_pipeline_stage)."""
     from parcalc.core.memory_pipeline_stage import PipelineHooks, StagePlan, walk_stage
 
+    if step.pp_chunks:  # several virtual stages a rank under ScheduleInterleaved1F1B
+        from parcalc.core.memory_pipeline_interleaved import InterleavedHooks, RankPlan, walk_rank
+
+        rank = RankPlan(step.pp_stage, step.pp, step.micro_batches, step.pp_chunks, step.tp, step.compiled)
+        walk_rank(walk, model, x, rank, policies, step.embedding_backward_tables, InterleavedHooks(hooks, x.c, step.reduce_bytes))
+        return
     lo, hi = step.stage_layers or (0, model.layers)
     plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi, step.pp_return_outputs, step.tp, step.compiled)
     walk_stage(walk, model, x, plan, policies, step.embedding_backward_tables, PipelineHooks(hooks, x.c, step.reduce_bytes))

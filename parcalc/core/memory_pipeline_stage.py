@@ -73,6 +73,19 @@ class StagePlan:
     return_outputs: bool = False  # the last stage keeps every micro-batch's output and merges them (PP_SOURCES['outputs'])
     tp: int = 1  # the stage's blocks under apply_tp (PP_SOURCES['tp']): sequence shards sent and received, loss parallel
     compiled: bool = False  # each block under torch.compile (its TP code: parcalc.core.memory_torchtitan_tp_compile)
+    # one of a rank's virtual stages under an interleaved schedule (parcalc.core.memory_pipeline_interleaved): its tensors
+    # keyed apart from the rank's other stages' (each its own PipelineStage: fwd_cache, receive buffers, grads_input), its
+    # phases named by it; "" for the one stage of a 1F1B rank
+    tag: str = ""
+    where: str = ""
+
+    def key(self, name: str) -> str:
+        """The schedule's per-stage tensor `name` (pp.act_recv{j}, pp.sent_grad, ...) of this stage."""
+        return f"pp.{self.tag}{name}"
+
+    def mb(self, j: int) -> str:
+        """The key prefix of micro-batch j's tensors on this stage."""
+        return f"m{j}.{self.tag}"
 
     def stream_bytes(self, x: StepShapes) -> float:
         """A micro-batch's residual stream as the stage sends and receives it: under apply_tp its sequence shard."""
@@ -110,12 +123,12 @@ class PipelineHooks(StepHooks):
     def __init__(self, fsdp: StepHooks, grad_bytes: float, reduce_bytes: float) -> None:
         self.fsdp = fsdp
         self.ratio = reduce_bytes / grad_bytes
-        self.first_backward = True
         self.accumulated: dict[str, list[str]] = {}
 
     def accumulate(self, walk: Walk, unit: str, grads: list[str]) -> None:
+        first = unit not in self.accumulated  # the unit's first backward (each stage's own, on a rank of several)
         for key in grads:
-            if self.first_backward:
+            if first:
                 name = f"acc.{unit}.{key.split('.', 1)[1]}"
                 walk.alloc(name, walk.live[key].bytes * self.ratio, "gradients", "unsharded gradients accumulated in fp32")
                 self.accumulated.setdefault(unit, []).append(name)
@@ -134,8 +147,8 @@ class PipelineHooks(StepHooks):
 
 def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], j: int,
                    hooks: PipelineHooks) -> None:  # fmt: skip
-    p = f"m{j}."
-    walk.phase = f"forward: micro-batch {j + 1} of {plan.micro_batches}"
+    p = plan.mb(j)
+    walk.phase = f"forward: micro-batch {j + 1} of {plan.micro_batches}{plan.where}"
     hooks.before_forward(walk)
     if plan.first and plan.tp > 1:
         current = tp_walk.embedding_forward(walk, x, plan.tp, p)
@@ -143,7 +156,7 @@ def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: Sta
         current = f"{p}emb"
         walk.alloc(current, x.T * x.h * x.c, "activations", "embedding output (residual stream)")
     else:
-        current = f"pp.act_recv{j}"
+        current = plan.key(f"act_recv{j}")
     for i in range(plan.first_layer, plan.last_layer):
         hooks.before_layer(walk, i)
         out = walk.replayable(_layer_forward, f"{p}L{i}", (current,), x, plan.tp, policies[i], plan.compiled)
@@ -174,8 +187,8 @@ def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: Sta
 
 def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], j: int,
                     embedding_tables: int, hooks: PipelineHooks) -> None:  # fmt: skip
-    p = f"m{j}."
-    walk.phase = f"backward: micro-batch {j + 1} of {plan.micro_batches}"
+    p = plan.mb(j)
+    walk.phase = f"backward: micro-batch {j + 1} of {plan.micro_batches}{plan.where}"
     if plan.last and plan.tp > 1:
         tp_walk.loss_backward(walk, x, plan.tp, p)
         tp_walk.head_backward(walk, x, plan.tp, f"{p}g_stream", p)
@@ -187,9 +200,9 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         mm_backward(walk, x, f"{p}head", f"{p}g_logits", x.h, x.V, f"{p}final.g_y", f"{p}final.out", converted=False)
         norm_backward(walk, x, f"{p}final", f"{p}final.g_y", f"{p}g_stream")
     else:
-        walk.rename(f"pp.grad_recv{j}", f"{p}g_stream")
+        walk.rename(plan.key(f"grad_recv{j}"), f"{p}g_stream")
     for i in reversed(range(plan.first_layer, plan.last_layer)):
-        inp = (f"{p}emb" if plan.first else f"pp.act_recv{j}") if i == plan.first_layer else f"{p}L{i - 1}.x2"
+        inp = (f"{p}emb" if plan.first else plan.key(f"act_recv{j}")) if i == plan.first_layer else f"{p}L{i - 1}.x2"
         hooks.before_layer_backward(walk, i)
         walk.replayable(_layer_backward, f"{p}L{i}", (inp, f"{p}g_stream", f"{p}g_stream_next"), x, plan.tp, policies[i], plan.compiled)
         if not inp.startswith("pp."):
@@ -207,12 +220,11 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         walk.free(f"{p}g_stream", *(f"{p}g_embedding{t}" for t in range(1, embedding_tables)))
         walk.rename(f"{p}g_embedding0", f"{p}embedding.grad")
     else:  # the input's gradient, sent to the stage before: the schedule's send ops hold it until the next backward's are made
-        walk.free("pp.sent_grad")
-        walk.rename(f"{p}g_stream", "pp.sent_grad", "the stage input's gradient (held by the schedule's send ops)")
+        walk.free(plan.key("sent_grad"))
+        walk.rename(f"{p}g_stream", plan.key("sent_grad"), "the stage input's gradient (held by the schedule's send ops)")
     if not plan.last:
-        walk.alloc(f"pp.grad_recv{j}", plan.stream_bytes(x), "buffers", "gradient receive buffer (one per micro-batch)")
+        walk.alloc(plan.key(f"grad_recv{j}"), plan.stream_bytes(x), "buffers", "gradient receive buffer (one per micro-batch)")
     hooks.accumulate(walk, "root", [k for k in (f"{p}embedding.grad", f"{p}head.grad", f"{p}final.grad") if k in walk.live])
-    hooks.first_backward = False
 
 
 def _layer_forward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShapes, tp: int, policy: str, compiled: bool = False) -> str:
@@ -252,7 +264,7 @@ def _layer_backward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShape
 
 
 def _prefix_and_index(layer: str) -> tuple[str, int]:
-    """`m{j}.` and i of a block's key prefix m{j}.L{i}."""
+    """`m{j}.` (StagePlan.mb) and i of a block's key prefix m{j}.L{i}."""
     prefix, _, index = layer.rpartition("L")
     return prefix, int(index)
 
@@ -260,11 +272,7 @@ def _prefix_and_index(layer: str) -> tuple[str, int]:
 def walk_stage(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], embedding_tables: int,
                hooks: PipelineHooks) -> None:  # fmt: skip
     """The stage's step in Schedule1F1B's order, then perform_reduce_grad and the merge of the last stage's outputs."""
-    for j in range(plan.micro_batches):
-        if not plan.first:
-            walk.alloc(f"pp.act_recv{j}", plan.stream_bytes(x), "buffers", "activation receive buffer (one per micro-batch)")
-        if not plan.last:
-            walk.alloc(f"pp.grad_recv{j}", plan.stream_bytes(x), "buffers", "gradient receive buffer (one per micro-batch)")
+    receive_buffers(walk, x, plan)
     for kind, j in plan.order():
         if kind == "F":
             _stage_forward(walk, model, x, plan, policies, j, hooks)
@@ -272,7 +280,16 @@ def walk_stage(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePl
             _stage_backward(walk, model, x, plan, policies, j, embedding_tables, hooks)
     walk.phase = "backward: perform_reduce_grad (each unit's reduce-scatter)"
     hooks.fsdp.reduce_all(walk, hooks.accumulated)  # type: ignore[attr-defined]
-    walk.free("pp.sent_grad")  # step() returns
+    walk.free(plan.key("sent_grad"))  # step() returns
     if plan.last and plan.return_outputs:
         walk.phase = "end of step: the outputs merged"
         walk.transient("pp.merged", plan.micro_batches * x.T * (x.V // plan.tp) * x.c, "logits and loss", "output_chunks concatenated")
+
+
+def receive_buffers(walk: Walk, x: StepShapes, plan: StagePlan) -> None:
+    """The stage's receive buffers, one per micro-batch each way, made by its first step and kept (PP_SOURCES['buffers'])."""
+    for j in range(plan.micro_batches):
+        if not plan.first:
+            walk.alloc(plan.key(f"act_recv{j}"), plan.stream_bytes(x), "buffers", "activation receive buffer (one per micro-batch)")
+        if not plan.last:
+            walk.alloc(plan.key(f"grad_recv{j}"), plan.stream_bytes(x), "buffers", "gradient receive buffer (one per micro-batch)")

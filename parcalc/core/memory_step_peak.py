@@ -90,6 +90,13 @@ def fsdp_stage_step(par: Layout, setup: TrainingSetup, stage: int, split: tuple[
     if par.pp > 1:  # this stage of the pipeline (parcalc.core.memory_pipeline_stage), its own layers
         from dataclasses import replace as replaced
 
+        from parcalc.core.choices import Schedule
+
+        if par.schedule is Schedule.INTERLEAVED:  # the rank's virtual stages (parcalc.core.memory_pipeline_interleaved)
+            from parcalc.core.memory_pipeline_interleaved import rank_chunk_layers
+
+            chunks = rank_chunk_layers(par, sum(split), stage)
+            return replaced(step, pp=par.pp, pp_stage=stage, pp_chunks=chunks, micro_batches=setup.micro_batches)
         first = sum(split[:stage])
         step = replaced(step, pp=par.pp, pp_stage=stage, stage_layers=(first, first + split[stage]), micro_batches=setup.micro_batches)
     return step

@@ -51,10 +51,12 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
 
 def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: Training, cluster: Cluster, cols: dict[str, np.ndarray],
                         given: tuple[int | None, int | None], sizes: tuple[int, int, int, int, int], slots: tuple[int, int],
-                        basis: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
-    """The 1F1B rows of a pipelined layout whose stages the FSDP2 step walk follows (torchtitan's PipelineStage,
-    parcalc.core.memory_pipeline_stage, as parcalc.core.memory's _with_fsdp_peak decides): memory_of's fullest stage, once
-    per distinct (ZeRO stage, shard group, recomputation, SP, micro-batch, micro-batches), so that a row and `fit` of its
+                        basis: np.ndarray | None = None, torchtitan_split: bool = False) -> np.ndarray:  # fmt: skip
+    """The 1F1B and interleaved rows of a pipelined layout whose ranks the FSDP2 step walk follows (torchtitan's PipelineStage,
+    parcalc.core.memory_pipeline_stage and memory_pipeline_interleaved, as parcalc.core.memory's _with_fsdp_peak decides):
+    memory_of's fullest stage, once per distinct (ZeRO stage, shard group, recomputation, SP, micro-batch, micro-batches,
+    schedule, chunks; `torchtitan_split`: each row's chunks split as torchtitan splits them, as its Config has them,
+    parcalc.core.search_columns), so that a row and `fit` of its
     layout give the same memory; the other rows keep what they have. Each such key walks every stage (tens of ms): only the
     rows that fit by the textbook sum are walked, since the walk keeps at least what the textbook does (the unsharded
     parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way (the textbook's
@@ -68,34 +70,52 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
     t, p, d, c, ep = sizes
-    rows = np.flatnonzero((cols["schedule"] == SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)) & (cols["chunks"] == 1)
-                          & (memory - (training.reserve - replayed_reserve(training.reserve).value) <= cluster.capacity))  # fmt: skip
+    # interleaved rows keep their textbook sum here: a rank's walk is not shortened (search_walk_runs walks it whole), and
+    # Llama 3 70B on 256 H100 would walk 20 s of them; the ones shown are walked and replayed (search_replay), as `memory` does
+    one_f_one_b = (cols["schedule"] == SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)) & (cols["chunks"] == 1)
+    rows = np.flatnonzero(one_f_one_b & (memory - (training.reserve - replayed_reserve(training.reserve).value) <= cluster.capacity))
     if rows.size == 0:
         return memory
     out = memory.copy()
-    keys = zip(*(cols[k][rows].tolist() for k in ("zero", "shard_group", "recompute", "sequence_parallel", "micro_batch", "micro_batches")),
-               strict=True)  # fmt: skip
+    names = ("zero", "shard_group", "recompute", "sequence_parallel", "schedule", "chunks", "micro_batch", "micro_batches")
+    keys = zip(*(cols[k][rows].tolist() for k in names), strict=True)
     walked: dict[tuple[object, ...], tuple[float, bool]] = {}
-    followed: dict[tuple[object, ...], bool] = {}  # (ZeRO stage, shard group, recomputation, SP) -> the walk follows it
+    followed: dict[tuple[object, ...], bool] = {}  # (ZeRO stage, shard group, recomputation, SP, schedule, v) -> the walk follows it
     for row, key in zip(rows.tolist(), keys, strict=True):
-        if key[:4] not in followed:
-            zero, size, rec, seq = key[:4]
-            plain = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq))
-            followed[key[:4]] = not walk_gaps(model, plain, training.precision, training.optimizer, RECOMPUTES[int(rec)], other,
+        if key[:6] not in followed:
+            zero, size, rec, seq, code, v = key[:6]
+            plain = _row_layout(model, (t, p, d, c, ep), Layout(zero=int(zero), shard_group=int(size), sequence_parallel=bool(seq),
+                                                                schedule=SCHEDULE_CODES[int(code)], chunks=int(v)), given, slots,
+                                torchtitan_split)  # fmt: skip
+            followed[key[:6]] = not walk_gaps(model, plain, training.precision, training.optimizer, RECOMPUTES[int(rec)], other,
                                               "torchtitan", pipeline=True, compiled=training.compiled)  # fmt: skip
-        if not followed[key[:4]]:
+        if not followed[key[:6]]:
             continue
         if key not in walked:
-            zero, size, rec, seq, micro, _ = key
-            layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size) if int(size) < d * c else None,
-                            sequence_parallel=bool(seq), first_stage_layers=given[0], last_stage_layers=given[1],
-                            embedding_in_split=bool(slots[0]), loss_in_split=bool(slots[1]),
-                            gpus_per_node=cluster.gpus_per_node)  # fmt: skip
+            zero, size, rec, seq, code, v, micro, _ = key
+            layout = _row_layout(model, (t, p, d, c, ep), Layout(zero=int(zero), shard_group=int(size) if int(size) < d * c else None,
+                                                                 sequence_parallel=bool(seq), schedule=SCHEDULE_CODES[int(code)],
+                                                                 chunks=int(v), gpus_per_node=cluster.gpus_per_node), given, slots,
+                                 torchtitan_split)  # fmt: skip
             walked[key] = _worst_stage(model, layout, training_setup_of(Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster))
         out[row], floored = walked[key]
         if basis is not None and floored:
             basis[row] = FLOOR
     return out
+
+
+def _row_layout(model: TransformerModel, sizes: tuple[int, int, int, int, int], row: Layout, given: tuple[int | None, int | None],
+                slots: tuple[int, int], torchtitan_split: bool) -> Layout:  # fmt: skip
+    """A row's Layout as its Config has it (parcalc.core.search_columns.config): the sizes, the row's own settings, the split
+    given by the stage ends and slots, or torchtitan's split of the row's chunks."""
+    t, p, d, c, ep = sizes
+    layout = row._replace(tp=t, pp=p, dp=d, cp=c, ep=ep, first_stage_layers=given[0], last_stage_layers=given[1],
+                          embedding_in_split=bool(slots[0]), loss_in_split=bool(slots[1]))  # fmt: skip
+    if torchtitan_split and p > 1:
+        from parcalc.core.pipeline_torchtitan import split_layout
+
+        return split_layout(layout._replace(first_stage_layers=None, last_stage_layers=None), model.layers)
+    return layout
 
 
 def worst_stage_total(model: TransformerModel, layout: Layout, setup: TrainingSetup) -> float:

@@ -70,7 +70,7 @@ def same_walk(model: TransformerModel, step: FsdpStep) -> FsdpStep:
     (neither the embedding's nor the loss's) is walked the same whatever its index and layers but for its warm-up,
     w = min(m, p - s) forwards (memory_pipeline_stage.StagePlan.order); every middle stage whose warm-up is all its
     micro-batches (m <= p - s) is stage 1's walk, its layers counted from 0. Other steps: themselves."""
-    if step.pp < 3 or not 0 < step.pp_stage < step.pp - 1 or step.pp - step.pp_stage < step.micro_batches:
+    if step.pp < 3 or not 0 < step.pp_stage < step.pp - 1 or step.pp - step.pp_stage < step.micro_batches or step.pp_chunks:
         return step
     if step.block_policies is not None:  # a policy a block: the layers' own
         return step
@@ -150,7 +150,7 @@ def three_run_plan(step: FsdpStep, layers: int) -> tuple[Sizes, list[tuple[Sizes
     module says. The base walk's sizes, each longer walk's with how many more units the step has, and the places at the
     ends of the warm-up (and cool-down) run, of the steady run and of the layers; None where this saves nothing over the
     other ways (reserved_from_runs). The walks are checked as the others are (_extrapolated)."""
-    if not (step.pp > 2 and 0 < step.pp_stage < step.pp - 1):
+    if step.pp_chunks or not (step.pp > 2 and 0 < step.pp_stage < step.pp - 1):
         return None
     w = step.pp - step.pp_stage
     pairs = step.micro_batches - w
@@ -256,7 +256,7 @@ def _runs(model: TransformerModel, step: FsdpStep) -> tuple[int, tuple[int, int]
     nothing repeats (walk whole)."""
     uniform = (step.block_policies is None and model.moe is None and model.mamba is None and model.window is None
                and model.linear_attention is None and step.model_code == "torchtitan")  # fmt: skip
-    if not uniform:
+    if not uniform or step.pp_chunks:  # an interleaved rank's order is not 1F1B's runs: walked whole
         return None
     if step.pp > 1:
         if step.pp_return_outputs:  # the merged outputs grow with the micro-batches at the end of the step

@@ -384,6 +384,8 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
                         layer.rows() + layer_rows(shape, layer.config))  # fmt: skip
     if worst.peak is not None:  # --framework hf: the step's peak and what is live then; the textbook sum beside it
         derivations = [worst.parameters, *worst.memory_derivations(), *(x for x in (worst.textbook, worst.total, headroom) if x is not None)]
+        if par.pp > 1:  # the walked stage's layers and how the split gives them (torchtitan's, a layout's, Megatron-LM's)
+            derivations.insert(0, worst.layers)
         tensors = Table("live_at_peak", f"What is live at the peak: {worst.peak.label.split(': ', 1)[-1][:-1]}",
                         (Column("tensor", "tensor"), Column("kind", "kind"), Column("bytes", "bytes", "B", memory=True)), worst.peak_live)  # fmt: skip
     tables: list[Table] = [components, tensors]

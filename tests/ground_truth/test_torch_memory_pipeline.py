@@ -3,9 +3,9 @@ own PipelineStage and Schedule1F1B running a stage of torchtitan's Llama built a
 under apply_ac and apply_fsdp(pp_enabled=True), on a (pp, dp) mesh of fake ranks (tests/ground_truth/tiny_torchtitan_pp.py).
 For-loop AdamW, step counters on the device, two embedding-gradient tables, no cuBLAS workspace, as the other FSDP
 ground truths. The last stage's step() with return_outputs=False, as torchtitan's trainer calls it since #1922, and True,
-as at 9dec370. Ratios measured 2026-11-29 are in the cases' comments: five to 0.01 %; the last stage without
-checkpointing 1.0089 / 1.0086, one b x s x vocabulary bf16 tensor (a micro-batch's pred) more than MemTracker at the last
-backward, not found yet."""
+as at 9dec370. Ratios measured 2026-11-30 are in the cases' comments: all to 0.03 %. (Until session 21 the stage's static
+input_args did not require grad, so torch computed no input gradient on a non-first stage: the last stage without
+checkpointing read 1.0089, one b x s x h gradient the walk holds and torch then did not; tiny_torchtitan_pp.py.)"""
 
 from __future__ import annotations
 
@@ -33,18 +33,19 @@ CASES = [  # (layers, pp, stage, its layers, micro-batches, checkpointing, the l
     pytest.param(4, 2, 0, (0, 2), 4, "full", False, id="first-of-2-full"),  # 1.0000
     pytest.param(4, 2, 0, (0, 2), 4, "none", False, id="first-of-2-none"),  # 1.0000
     pytest.param(4, 2, 1, (2, 4), 4, "full", False, id="last-of-2-full"),  # 1.0000
-    pytest.param(4, 2, 1, (2, 4), 4, "none", False, id="last-of-2-none"),  # 1.0089
+    pytest.param(4, 2, 1, (2, 4), 4, "none", False, id="last-of-2-none"),  # 1.0000
     pytest.param(4, 2, 1, (2, 4), 4, "full", True, id="last-of-2-full-outputs"),  # 1.0000 (torchtitan 9dec370)
-    pytest.param(4, 2, 1, (2, 4), 4, "none", True, id="last-of-2-none-outputs"),  # 1.0086
+    pytest.param(4, 2, 1, (2, 4), 4, "none", True, id="last-of-2-none-outputs"),  # 1.0000
     pytest.param(6, 3, 1, (2, 4), 4, "full", False, id="middle-of-3-full"),  # 1.0001
+    pytest.param(6, 3, 1, (2, 4), 4, "none", False, id="middle-of-3-none"),  # 1.0001 (the received input and its gradient)
 ]
 
 
-TP_CASES = [  # the same, each stage's blocks under apply_tp over 2 ranks (a (pp, dp, tp) = (p, 2, 2) mesh); ratios 2026-11-29
+TP_CASES = [  # the same, each stage's blocks under apply_tp over 2 ranks (a (pp, dp, tp) = (p, 2, 2) mesh); ratios 2026-11-30
     pytest.param(4, 2, 0, (0, 2), 4, "full", False, id="tp2-first-of-2-full"),  # 1.0001
     pytest.param(4, 2, 0, (0, 2), 4, "none", False, id="tp2-first-of-2-none"),  # 1.0001
     pytest.param(4, 2, 1, (2, 4), 4, "full", False, id="tp2-last-of-2-full"),  # 1.0000
-    pytest.param(4, 2, 1, (2, 4), 4, "none", True, id="tp2-last-of-2-none-outputs"),  # 1.0081: the excess of last-of-2-none, at b x s x V / tp
+    pytest.param(4, 2, 1, (2, 4), 4, "none", True, id="tp2-last-of-2-none-outputs"),  # 0.9997
     pytest.param(6, 3, 1, (2, 4), 4, "full", False, id="tp2-middle-of-3-full"),  # 1.0003
 ]
 
@@ -64,7 +65,7 @@ def test_tp_stage_peak_matches_memtracker(layers: int, pp: int, stage: int, boun
     tracked = tracked_stage_peak(config, vocab, b, s, pp, 2, stage, bounds, micro_batches, ac, outputs, tp=2)
     ours = _parcalc_peak(layers, pp, stage, bounds, micro_batches, ac, outputs, tp=2)
     print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), MemTracker {tracked:,.0f} B: {ours.allocated / tracked:.4f}")
-    assert ours.allocated == pytest.approx(tracked, rel=0.01), ours.parts
+    assert ours.allocated == pytest.approx(tracked, rel=0.001), ours.parts
 
 
 def test_the_tp_stage_sends_its_sequence_shard() -> None:
@@ -87,7 +88,7 @@ def test_stage_peak_matches_memtracker(layers: int, pp: int, stage: int, bounds:
     tracked = tracked_stage_peak(config, vocab, b, s, pp, 2, stage, bounds, micro_batches, ac, outputs)
     ours = _parcalc_peak(layers, pp, stage, bounds, micro_batches, ac, outputs)
     print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), MemTracker {tracked:,.0f} B: {ours.allocated / tracked:.4f}")
-    assert ours.allocated == pytest.approx(tracked, rel=0.01), ours.parts
+    assert ours.allocated == pytest.approx(tracked, rel=0.001), ours.parts
 
 
 def test_the_stage_keeps_fp32_gradients_all_step() -> None:

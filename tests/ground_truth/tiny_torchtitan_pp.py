@@ -175,7 +175,11 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
                 fully_shard(block, mesh=shard_mesh, mp_policy=policy, reshard_after_forward=False)
             fully_shard(model, mesh=shard_mesh, mp_policy=policy, reshard_after_forward=False)
             local = s // cp  # the CP shard's tokens
-            inp = torch.empty(b, local, dtype=torch.int64) if first else torch.empty(b, local // tp, c.hidden, dtype=torch.bfloat16)
+            # a received activation requires grad (torch 2.13 stage.py _retrieve_recv_activations: its metadata's requires_grad;
+            # inferred, it is the previous stage's output's): static input_args carry their own flag, and without it no stage
+            # computes or sends its input's gradient (the 1F1B last stage's 1.0089 of session 20 was that gradient)
+            inp = (torch.empty(b, local, dtype=torch.int64) if first
+                   else torch.empty(b, local // tp, c.hidden, dtype=torch.bfloat16, requires_grad=True))
             out = torch.empty(b, local, vocab, dtype=torch.bfloat16) if last else torch.empty(b, local // tp, c.hidden, dtype=torch.bfloat16)
             pipeline_stage = PipelineStage(model, stage, pp, torch.device("cpu"), input_args=(inp,), output_args=(out,),
                                            output_grads=None if last else (torch.empty_like(out),),
