@@ -50,7 +50,7 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
 
 
 def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: Training, cluster: Cluster, cols: dict[str, np.ndarray],
-                        given: tuple[int | None, int | None], sizes: tuple[int, int, int, int, int], slots: tuple[int, int],
+                        split: dict[str, object], sizes: tuple[int, int, int, int, int],
                         basis: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """The 1F1B rows of a pipelined layout whose stages the FSDP2 step walk follows (torchtitan's PipelineStage,
     parcalc.core.memory_pipeline_stage, as parcalc.core.memory's _with_fsdp_peak decides): memory_of's fullest stage, once
@@ -60,7 +60,8 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way (the textbook's
     reserve less its fragmentation allowance, which the replay's floor does not have). A key the walk does not follow
     (walk_gaps) gets memory_of's textbook sum, the row's own. `basis`: FLOOR where a row gets its stages' floors (fsdp_rows);
-    a row not walked, its textbook sum over the capacity, keeps TEXTBOOK."""
+    a row not walked, its textbook sum over the capacity, keeps TEXTBOOK. `split`: the Layout's fields that split the layers
+    (first / last stage layers and the embedding / loss slots, or torchtitan's layout string and split_by)."""
     from parcalc.core.fit import training_setup_of
     from parcalc.core.memory_fsdp import walk_gaps
     from parcalc.core.training_setup import replayed_reserve
@@ -88,9 +89,7 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
         if key not in walked:
             zero, size, rec, seq, micro, _ = key
             layout = Layout(t, p, d, cp=c, ep=ep, zero=int(zero), shard_group=int(size) if int(size) < d * c else None,
-                            sequence_parallel=bool(seq), first_stage_layers=given[0], last_stage_layers=given[1],
-                            embedding_in_split=bool(slots[0]), loss_in_split=bool(slots[1]),
-                            gpus_per_node=cluster.gpus_per_node)  # fmt: skip
+                            sequence_parallel=bool(seq), gpus_per_node=cluster.gpus_per_node, **split)  # type: ignore[arg-type]
             walked[key] = _worst_stage(model, layout, training_setup_of(Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster))
         out[row], floored = walked[key]
         if basis is not None and floored:
@@ -109,7 +108,7 @@ def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup) 
     """worst_stage_total, and whether it is the stages' floors (False: the textbook total)."""
     from dataclasses import replace
 
-    from parcalc.core.memory import memory_breakdown, stage_layers
+    from parcalc.core.memory import fullest_candidates, memory_breakdown, stage_layers
     from parcalc.core.memory_step_peak import fsdp_stage_step, fsdp_walk_gaps
     from parcalc.core.search_walk_runs import floor_total
     from parcalc.core.training_setup import replayed_reserve
@@ -117,10 +116,15 @@ def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup) 
     # the textbook stages are those memory_breakdown replaces: step_memory changes a stage only for an MoE model's experts
     # (parcalc.core.memory's fully_shard chunks), which the torchtitan walk does not follow
     assert model.moe is None, "worst_stage_total is for dense models"
-    textbook = memory_breakdown(model, layout, replace(setup, step_memory="textbook"))
-    resolved = replace(textbook.setup, step_memory=setup.step_memory)  # as memory_breakdown passes it on (for_model)
+    textbook = replace(setup, step_memory="textbook")
+    resolved = replace(textbook.for_model(model), step_memory=setup.step_memory)  # as memory_breakdown passes it on (for_model)
     if fsdp_walk_gaps(model, layout, resolved, pipeline=True):
-        return textbook.worst.total.value, False
+        return memory_breakdown(model, layout, textbook).worst.total.value, False
     split = stage_layers(model, layout)
     reserve = replayed_reserve(setup.reserve).value
-    return max(floor_total(model, fsdp_stage_step(layout, resolved, s.stage, split)) + reserve for s in textbook.stages), True
+    # only the stages that can hold the most (fullest_candidates: the two ends, and of the middle stages the earliest of each
+    # layer count): a middle stage walks what an earlier one of its layers walks with a warm-up of no more forwards
+    # (memory_pipeline_stage.StagePlan: w = min(m, p - s); search_walk_runs.same_walk), so it reserves no more. torchtitan's
+    # 80 layers on PP 16 (5, 6, 5 x 13, 4) walk 4 stages of 16; tests/test_search_torchtitan_split.py holds the maximum equal
+    # to every stage's
+    return max(floor_total(model, fsdp_stage_step(layout, resolved, s, split)) + reserve for s in fullest_candidates(model, split)), True
