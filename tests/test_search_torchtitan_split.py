@@ -2,7 +2,7 @@
 even middle / last one, and the V schedules (ZB-V, DualPipeV: rank r runs virtual stages r and 2p - 1 - r, the embedding
 and the head on rank 0). Each searched row is fit's estimate of its configuration (tests/search_rows.assert_row_is_estimate),
 and a row whose stages are walked carries memory_of's floor, though the search walks only the stages that can hold the
-most (search_step_peaks._worst_stage)."""
+most (search_step_peaks.walked_stages)."""
 
 from __future__ import annotations
 
@@ -74,8 +74,9 @@ def test_uneven_torchtitan_rows_are_fits_estimate(schedule: str | None) -> None:
 
 def test_walked_rows_of_uneven_splits_are_memory_ofs_floor() -> None:
     """The 1F1B rows whose stages the torchtitan walk follows (search_step_peaks.pipeline_stage_rows) on PP 8, 16 and 32:
-    the search walks the ends and the earliest middle stage of each layer count (PP 16: 5, 6, 5 x 13, 4 walks 4 stages of
-    16), memory_of walks them all; the floors agree to the byte."""
+    the search walks the ends and a middle stage only where it holds more layers than every earlier one
+    (search_step_peaks.walked_stages; PP 16: 5, 6, 5 x 13, 4 walks stages 0, 1 and 15), memory_of walks them all; the floors
+    agree to the byte."""
     from parcalc.core.fit import memory_of
 
     req, found = _search()

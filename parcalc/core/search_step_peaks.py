@@ -108,7 +108,7 @@ def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup) 
     """worst_stage_total, and whether it is the stages' floors (False: the textbook total)."""
     from dataclasses import replace
 
-    from parcalc.core.memory import fullest_candidates, memory_breakdown, stage_layers
+    from parcalc.core.memory import memory_breakdown, stage_layers
     from parcalc.core.memory_step_peak import fsdp_stage_step, fsdp_walk_gaps
     from parcalc.core.search_walk_runs import floor_total
     from parcalc.core.training_setup import replayed_reserve
@@ -122,9 +122,19 @@ def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup) 
         return memory_breakdown(model, layout, textbook).worst.total.value, False
     split = stage_layers(model, layout)
     reserve = replayed_reserve(setup.reserve).value
-    # only the stages that can hold the most (fullest_candidates: the two ends, and of the middle stages the earliest of each
-    # layer count): a middle stage walks what an earlier one of its layers walks with a warm-up of no more forwards
-    # (memory_pipeline_stage.StagePlan: w = min(m, p - s); search_walk_runs.same_walk), so it reserves no more. torchtitan's
-    # 80 layers on PP 16 (5, 6, 5 x 13, 4) walk 4 stages of 16; tests/test_search_torchtitan_split.py holds the maximum equal
-    # to every stage's
-    return max(floor_total(model, fsdp_stage_step(layout, resolved, s, split)) + reserve for s in fullest_candidates(model, split)), True
+    return max(floor_total(model, fsdp_stage_step(layout, resolved, s, split)) + reserve for s in walked_stages(split)), True
+
+
+def walked_stages(split: tuple[int, ...]) -> tuple[int, ...]:
+    """The stages of a dense 1F1B pipeline (each stage's layers: `split`) whose walk can reserve the most: the two ends (the
+    embedding, the head), and a middle stage only where it holds more layers than every earlier middle one. A later middle
+    stage walks the same kind of step (memory_pipeline_stage.walk_stage: its unsharded layers, their gradients, its
+    micro-batches' activations and the receive buffers) with no more layers and a warm-up of no more forwards (w = min(m,
+    p - s), StagePlan; search_walk_runs.same_walk), so it reserves no more. torchtitan's 80 layers on PP 16 (5, 6, 5 x 13, 4)
+    walk stages 0, 1 and 15; tests/test_search_torchtitan_split.py holds the maximum equal to memory_of's over every stage."""
+    stages, most = [0], 0
+    for s in range(1, len(split) - 1):
+        if split[s] > most:
+            stages.append(s)
+            most = split[s]
+    return (*stages, len(split) - 1) if len(split) > 1 else (0,)
