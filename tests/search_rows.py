@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 
-def layout_flags(row: dict, layers: int) -> list[str]:
+def layout_flags(row: dict, layers: int, framework_split: bool = False) -> list[str]:
     """`row`: one of the search's JSON rows; `layers`: the model's transformer layers (an even split, L / p on every stage,
-    is the default, so the stage layers are passed only where the row's split is uneven, as Evaluated.config decides)."""
+    is the default, so the stage layers are passed only where the row's split is uneven, as Evaluated.config decides).
+    framework_split: the framework splits the layers itself (torchtitan: parcalc.core.pipeline_torchtitan), as the search
+    did, so no stage layers are passed (its middle ranks may differ: 8B on PP 4 is 8 + 9 + 8 + 7)."""
     flags = ["--tp", str(row["tp"]), "--pp", str(row["pp"]), "--dp", str(row["dp"]), "--zero", str(row["zero"]),
              "--micro-batch", str(row["micro_batch"]), "--micro-batches", str(row["micro_batches"]), "--recompute", row["recompute"]]  # fmt: skip
     for key in ("cp", "ep"):  # columns the CLI shows only where the search varied them (None otherwise)
@@ -29,7 +31,7 @@ def layout_flags(row: dict, layers: int) -> list[str]:
     if p > 1:
         flags += ["--schedule", row["schedule"], *(["--chunks", str(row["chunks"])] if row["chunks"] > 1 else [])]
         first, last = row["first_stage_layers"], row["last_stage_layers"]
-        if not (layers % p == 0 and first == last == layers // p):
+        if not framework_split and not (layers % p == 0 and first == last == layers // p):
             flags += ["--first-stage-layers", str(first), "--last-stage-layers", str(last)]
     return flags
 
