@@ -122,6 +122,23 @@ Session 20 (MEMFAST; before: 03aa8c4, main; after: the commit that added these l
 programs (parcalc.core.allocator_replay; benchmarks/replay.py). Whole processes, paired with main, medians of 7, CPU (the
 machine loaded): Llama 3 8B, 8 H100, torchtitan 0.704 -> 0.539 s (0.77); DeepSeek-V3, 2,048 H800 0.902 -> 0.833 s (0.91:
 nothing replayed there, the same search). Every searched row byte-identical; JSON rows gain memory_basis.
+
+Session 21 (TTSPLIT, issue #31; before: e0d8560, main; after: the commit that added these lines): the torchtitan searches
+time every split torchtitan makes (middle ranks that differ, the V schedules), so they search more: Llama 3 70B on 256
+H100 4,404 configurations on 24 layouts (was 2,296 on 8; PP 4-32 refused before), 8B on 8 H100 320 (was 228); their new
+1F1B rows' stages are walked as fit walks them, only the stages that can reserve the most (search_step_peaks.walked_stages).
+Whole processes, paired with main, medians of 7, CPU seconds (the machine loaded, load 6 to 12):
+
+    one-liner                                   CPU before   CPU after   after / before (paired)
+    DeepSeek-V3, 2,048 H800                     0.810 s      0.799 s     1.00 (byte-identical rows)
+    DeepSeek-V3, 2,048 H800, layout string      0.385 s      0.384 s     1.01
+    Llama 3 405B, 16,384 H100                   0.237 s      0.233 s     1.01
+    Llama 3 405B, 16,384 GB200                  0.231 s      0.232 s     1.00
+    Llama 3 8B, 8 H100, torchtitan              0.395 s      0.442 s     1.12 (92 more configurations)
+    Llama 3 70B, 256 H100, torchtitan           0.595 s      1.650 s     2.76 (2,108 more; walking every stage: 3.0 s)
+
+The 70B one-liner is over its second again: ~1 s of CPU walks the new depths' 1F1B stages (90 keys, ~3 stages each, short
+walks of search_walk_runs). Next: the walks of a pipeline's stage 0 and last stage from the middle stage's short runs.
 """
 
 from __future__ import annotations

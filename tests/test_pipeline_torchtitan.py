@@ -178,8 +178,9 @@ def test_the_search_splits_as_torchtitan() -> None:
     """fit --search --framework torchtitan: Llama 3 405B on PP 8 runs torchtitan's 15 + 6 x 16 + 15, interleaved too (v = 2:
     its 7 + 14 x 8 + 7 virtual stages, rank r holding r and r + 8), which Megatron's rule refuses (v must divide 15 and 16:
     its search interleaves only its 14 + 6 x 16 + 16 and 16 + 6 x 16 + 14 splits);
-    each row is the configuration fit times (the same step as the row), and a split the search's arrays cannot time
-    (Llama 3 70B's 80 layers on 8: 10, 11, 10 x 5, 9) is rejected with its reason, not timed as Megatron's even split."""
+    each row is the configuration fit times (the same step as the row), and a split whose middle ranks differ (Llama 3 70B's
+    80 layers on 8: 10, 11, 10 x 5, 9) is timed as torchtitan splits it, not as Megatron's even split (before issue #31's
+    change: rejected, 'torchtitan's split is not a first / even middle / last one')."""
     from parcalc.core.fit import estimate
     from parcalc.core.fit_search import search
     from parcalc.results.fit_request import request
@@ -199,9 +200,13 @@ def test_the_search_splits_as_torchtitan() -> None:
     m = search(megatron.model, megatron.training, megatron.cluster, megatron.space).evaluated.columns
     assert set(m["first_stage_layers"][m["chunks"] == 2].tolist()) == {14, 16}  # Megatron's v = 2 only on 14 / 16 / 16 splits
     seventy = request(model="llama3-70b", framework="torchtitan", **common)
-    refused = search(seventy.model, seventy.training, seventy.cluster, seventy.space)
-    assert len(refused.evaluated) == 0  # the pinned TP 8 x PP 8 is not timed (before: as Megatron's 8 x 10, not torchtitan's)
-    assert refused.rejected["torchtitan's split is not a first / even middle / last one (the search times those only)"] > 0
+    timed = search(seventy.model, seventy.training, seventy.cluster, seventy.space)
+    s = timed.evaluated.columns
+    assert len(timed.evaluated) and set(s["first_stage_layers"].tolist()) == {10} and set(s["last_stage_layers"].tolist()) == {9}
+    row = next(int(i) for i in timed.ranked())
+    config = timed.evaluated.config(row)
+    assert config.layout.stage_layers(80) == (10, 11, 10, 10, 10, 10, 10, 9) and config.layout.split_by == "torchtitan"
+    assert s["t_step"][row] == pytest.approx(estimate(seventy.model, config, seventy.training, seventy.cluster).step.value, rel=1e-9)
 
 
 def test_presets_show_names_the_split(run_json) -> None:

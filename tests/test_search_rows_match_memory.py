@@ -27,7 +27,7 @@ def test_every_pipelined_row_shown_is_memorys_total(run_json, search: str) -> No
     pipelined = [row for row in top if row["pp"] > 1]
     assert pipelined, f"{search}: no pipelined row in the top table (the test would check nothing)"
     for row in pipelined:
-        results = run_json("memory", *model, "--gpu", "h100-sxm5", *layout_flags(row, layers))["results"]
+        results = run_json("memory", *model, "--gpu", "h100-sxm5", *layout_flags(row, layers, "torchtitan" in model))["results"]
         # the same bytes (the textbook's interleaved in-flight count can be fractional: p (1 + (p - 1) / (p v)))
         assert row["memory"] == pytest.approx(results["total"]["value"], rel=1e-12), row
         # memory walked the step and replayed the allocator exactly where the row says so

@@ -83,7 +83,15 @@ from parcalc.core.search_columns import (  # re-exported: the search's columns a
     SearchResult,
     searched_routing_limit,
 )
-from parcalc.core.search_layouts import CP_MIN_SEQ_LEN, RECOMPUTES, SearchSpace, divisors, parallel_layouts, splits
+from parcalc.core.search_layouts import (
+    CP_MIN_SEQ_LEN,
+    RECOMPUTES,
+    SearchSpace,
+    divisors,
+    parallel_layouts,
+    split_layers,
+    splits,
+)
 from parcalc.core.search_step_peaks import fsdp_rows, pipeline_stage_rows
 from parcalc.core.stages import stage_split
 from parcalc.core.timing.step import (
@@ -161,7 +169,9 @@ class _Shapes:
         self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
         self.schedule: Schedule | None = None  # SearchSpace.schedule: the split-backward schedule of the pipelined layouts
         self.slots: tuple[int, int] = (0, 0)  # SearchSpace.slots
-        self.torchtitan_split = False  # SearchSpace.torchtitan_split: every pipeline split as torchtitan splits it
+        self.torchtitan = False  # SearchSpace.torchtitan_split: every pipeline is torchtitan's own split (torchtitan_layout)
+        self._torchtitan_texts: dict[tuple[int, int], str | None] = {}  # (pp, chunks) -> torchtitan's layout string (None: even)
+        self._split_stages: dict[tuple[int, int, int], tuple[float, float]] = {}  # (tp, pp, stage) -> split_stage
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
@@ -330,6 +340,8 @@ class _Shapes:
         if key is None:
             if self.pipeline_layout is not None and pp > 1:  # the layout's own layer ranges (parcalc.core.memory)
                 key = (tp, ep, -1, pp, stage)  # -1: no layer count, the layout's stage (one layout per search)
+            elif self.torchtitan and pp > 1:  # torchtitan's layout of pp x chunks virtual stages (one per pp and chunks)
+                key = (tp, ep, -2, pp, chunks, stage)
             else:
                 # the values depend on the stage only through its layers, its MoE layers and which end of
                 # the pipeline it holds (parcalc.core.memory.stage_parameters, _stage_ends, root_unit): most
@@ -342,6 +354,8 @@ class _Shapes:
             schedule = Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B
             if self.pipeline_layout is not None and pp > 1:
                 par = Layout(tp, pp, dp, schedule=schedule, chunks=chunks, cp=cp, ep=ep, pipeline_layout=self.pipeline_layout)
+            elif self.torchtitan and pp > 1:
+                par = self.torchtitan_layout(tp, pp, dp, chunks, cp=cp, ep=ep)
             else:
                 par = Layout(tp, pp, dp, schedule=schedule, chunks=chunks, first_stage_layers=first, last_stage_layers=last, cp=cp, ep=ep)
                 par = par._replace(**self.v_schedule(pp))  # a V's head on rank 0
@@ -377,7 +391,33 @@ class _Shapes:
         --pipeline-layout itself (its stages' own layers, MoE layers and MTP placement: parcalc.core.timing.step.paced_stages)."""
         if self.pipeline_layout is not None and pp > 1:
             return Layout(tp, pp, dp, pipeline_layout=self.pipeline_layout, **more)
+        if self.torchtitan and pp > 1:  # torchtitan's own split, as fit's Config has it (Evaluated.config)
+            return self.torchtitan_layout(tp, pp, dp, 1, **more)
         return Layout(tp, pp, dp, first_stage_layers=first, last_stage_layers=last, **{**self.v_schedule(pp), **more})
+
+    def torchtitan_layout(self, tp: int, pp: int, dp: int, chunks: int, **more: Any) -> Layout:
+        """The Layout of torchtitan's own split of pp x chunks virtual stages (2 pp in a V), as fit takes it
+        (parcalc.core.pipeline_torchtitan.split_layout: its layout string where the stages differ, split_by 'torchtitan'):
+        each rank's layers, whatever they are (80 layers on PP 8: 10 + 11 + 5 x 10 + 9), and the rank of the head."""
+        from parcalc.core.pipeline_torchtitan import SPLIT, split_layout
+
+        schedule = Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B
+        if self.schedule is not None and self.schedule.v_shape:  # its 2p stages in the V, whatever the chunks
+            schedule, chunks = self.schedule, 1
+        key = (pp, chunks)
+        if key not in self._torchtitan_texts:
+            self._torchtitan_texts[key] = split_layout(Layout(tp, pp, dp, schedule=schedule, chunks=chunks), self.model.layers).pipeline_layout
+        return Layout(tp, pp, dp, schedule=schedule, chunks=chunks, pipeline_layout=self._torchtitan_texts[key], split_by=SPLIT, **more)
+
+    def split_stage(self, tp: int, pp: int, stage: int) -> tuple[float, float]:
+        """A dense model's stage under torchtitan's split, on one GPU: its parameters (parcalc.core.memory.stage_parameters) and
+        ZeRO-3's gathered buffers (zero3_working_set, root unit included), from its own layers and ends (torchtitan_layout)."""
+        key = (tp, pp, stage)
+        if key not in self._split_stages:
+            par = self.torchtitan_layout(tp, pp, 1, 1)
+            self._split_stages[key] = (stage_parameters(self.model, par, stage).value,
+                                       zero3_working_set(self.model, par, self.per, stage, self.pipeline_reduce).value)  # fmt: skip
+        return self._split_stages[key]
 
     def stage_params(self, tp: int, pp: int, first: int | None, last: int | None) -> tuple[float, float, float]:
         """Parameters on one GPU of the first, the second (the first middle one; with even stages
@@ -641,6 +681,8 @@ def _layout_grid(shapes: _Shapes, t: int, p: int, d: int, schedules: tuple[tuple
         even = len(set(split)) == 1 and not any(space.slots)
         layout = Layout(t, p, d, schedule=space.schedule, pipeline_layout=space.pipeline_layout,
                         first_stage_layers=None if even else split[0], last_stage_layers=None if even else split[-1])  # fmt: skip
+        if shapes.torchtitan:  # torchtitan's own split, its layout string placed in the V where the schedule is one
+            layout = shapes.torchtitan_layout(t, p, d, 1)._replace(schedule=space.schedule)
         reasons = {n: schedule_reason(shapes.model.layers, layout, n) for n in np.unique(m).tolist()}
         valid = np.array([reasons[n] is None for n in m.tolist()], dtype=bool)
         for reason in {reasons[n] for n in m[~valid].tolist()}:
@@ -807,6 +849,13 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             states[at] = (np.array([params for params, _ in held])[index], 0.0, 0.0, 0.0)
             block_counts[at] = np.array([counts for _, counts in held], dtype=float)[index].T
         expert_per_param = dense_per_param
+    elif model.moe is None and shapes.torchtitan and p > 1:  # torchtitan's split: any per-rank layers (its middle ranks may differ)
+        # the earliest rank of each layer count, the ends among them, keeps the most (fullest_candidates); a split-backward
+        # schedule's in-flight counts are its own (a V's too, its head on rank 0): every rank
+        for at in range(p) if space_schedule is not None else fullest_candidates(model, split):
+            params, gathered = shapes.split_stage(t, p, at)
+            states[at] = (params, 0.0, np.where(zero3, gathered, 0.0), 0.0)
+        expert_per_param = dense_per_param
     elif model.moe is None:
         ends = (shapes.stage_params(t, p, first, last), shapes.gathered(t, p, first, last))
         wanted = {0: 0, p - 1: 2}
@@ -819,7 +868,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
         chunk_values, index = rows_of.chunk_values()
         any_zero3 = bool(zero3.any())  # the gathered buffers count only on ZeRO-3 rows (np.where below)
-        wanted_stages = (list(range(p)) if shapes.pipeline_layout is not None and p > 1  # a layout: every stage, as step.py's
+        wanted_stages = (list(range(p)) if (shapes.pipeline_layout is not None or shapes.torchtitan) and p > 1  # a layout: every stage, as step.py's
                          else shapes.candidates(split, tuple(chunk_values)))  # fmt: skip
         for at in wanted_stages:
             if len(chunk_values) == 1:
@@ -863,7 +912,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
                             cols["sequence_parallel"], cp_comm, basis)  # as memory_of has it
         if cluster.framework.step_memory == "torchtitan-eager" and p > 1 and space_schedule is None and shapes.pipeline_layout is None:
             memory = pipeline_stage_rows(memory, model, training, cluster, cols, given, (t, p, d, c, ep), shapes.slots, basis,
-                                         shapes.torchtitan_split)
+                                         shapes.torchtitan)
 
     # Time: only for the configurations that fit (the search ranks those; the others keep their
     # memory and nan times, null in JSON), from the pieces of the scalar timing models once per
@@ -995,13 +1044,13 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
     shapes.pipeline_layout = space.pipeline_layout
     shapes.schedule = space.schedule
     shapes.slots = space.slots
-    shapes.torchtitan_split = space.torchtitan_split
+    shapes.torchtitan = space.torchtitan_split
     found = parallel_layouts(model, training, cluster, space, rejected)
     parts = []
     for i, (t, p, c, d, e) in enumerate(found):
         per_split = []
         for given in splits(model, p, space):
-            split = stage_split(model.layers, p, *given)
+            split = split_layers(model, p, space, given)
             made = _layout_arrays(shapes, t, p, d, split, space, rejected, c, e)
             if made is not None:
                 cols, grid = made

@@ -181,22 +181,17 @@ def torchtitan_ranks(layers: int, p: int, stages: int, v_shape: bool = False) ->
 
 
 def torchtitan_reason(model: TransformerModel, p: int, v_shape: bool = False) -> str | None:
-    """Why the search cannot time torchtitan's split of the layers over p ranks, one stage each (None: it can): torchtitan
-    refuses it (the MTP module under pp, more stages than layers), a rank holds no layer, or the ranks are not a first /
-    even middle / last split, the splits the search's arrays time (parcalc.core.stages, parcalc.core.fit_search). v_shape: the
-    split of a V schedule (ZB-V, DualPipeV), 2p stages placed in the V."""
+    """Why the search cannot time torchtitan's split of the layers over p ranks (None: it can): torchtitan refuses it (the
+    MTP module under pp, more stages than layers) or a rank holds no layer. Any per-rank layer counts it gives are timed
+    (parcalc.core.fit_search takes each rank's layers and its ends from torchtitan's own layout: 80 layers on PP 8 are
+    10 + 11 + 5 x 10 + 9). v_shape: the split of a V schedule (ZB-V, DualPipeV), 2p stages placed in the V, rank 0 holding
+    the embedding and the head."""
     if model.mtp_layers:
         return "torchtitan trains the MTP module without pipeline parallelism only"
-    if v_shape:  # its V's ranks hold 2q - 2 layers on rank 0 with the embedding and the head (V_PLACEMENT), which the arrays do not
-        return "torchtitan's V puts the head on rank 0 (fit times it without --search)"
     split = torchtitan_ranks(model.layers, p, 2 * p if v_shape else p, v_shape)  # a V: 2p stages, rank r runs r and 2p - 1 - r
     if split is None or min(split) == 0:
         return "torchtitan's split leaves a stage without a transformer layer (or refuses pp)"
-    try:
-        shaped = stage_split(model.layers, p, split[0], split[-1]) == split
-    except InputError:
-        shaped = False
-    return None if shaped else "torchtitan's split is not a first / even middle / last one (the search times those only)"
+    return None
 
 
 def _slot_split_fits(layers: int, p: int, space: SearchSpace) -> bool:
@@ -218,14 +213,24 @@ def splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[in
         return [(None, None)] if len(set(split)) == 1 else [(split[0], split[-1])]
     if space.first_stage_layers is not None or space.last_stage_layers is not None:
         return [(space.first_stage_layers, space.last_stage_layers)]
-    if space.torchtitan_split and p > 1:  # torchtitan's own split, one stage a rank (torchtitan_reason checked its shape)
-        v_shape = space.schedule is not None and space.schedule.v_shape  # a V: its 2p stages placed in the V
-        ranks = torchtitan_ranks(model.layers, p, 2 * p if v_shape else p, v_shape)
-        assert ranks is not None
+    if space.torchtitan_split and p > 1:  # torchtitan's own split (its ranks' layers: split_layers)
+        ranks = split_layers(model, p, space, (None, None))
         return [(None, None)] if len(set(ranks)) == 1 else [(ranks[0], ranks[-1])]
     if model.layers % p == 0:
         return [(None, None)]
     return list(search_splits(model.layers, p))
+
+
+def split_layers(model: TransformerModel, p: int, space: SearchSpace, given: tuple[int | None, int | None]) -> tuple[int, ...]:
+    """Every rank's transformer layers, first to last, of the split `given` (one of splits()): torchtitan's own where the
+    search splits as torchtitan does (one stage a rank, or 2p in a V: any per-rank counts, its middle ranks need not be
+    equal), else Megatron-LM's first / even middle / last split (parcalc.core.stages.stage_split)."""
+    if space.torchtitan_split and p > 1:
+        v_shape = space.schedule is not None and space.schedule.v_shape  # a V: its 2p stages placed in the V
+        ranks = torchtitan_ranks(model.layers, p, 2 * p if v_shape else p, v_shape)
+        assert ranks is not None  # torchtitan_reason let the layout through
+        return ranks
+    return stage_split(model.layers, p, *given)
 
 
 def parallel_layouts(model: TransformerModel, training: Training, cluster: Cluster, space: SearchSpace,

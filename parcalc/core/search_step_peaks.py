@@ -62,7 +62,8 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way (the textbook's
     reserve less its fragmentation allowance, which the replay's floor does not have). A key the walk does not follow
     (walk_gaps) gets memory_of's textbook sum, the row's own. `basis`: FLOOR where a row gets its stages' floors (fsdp_rows);
-    a row not walked, its textbook sum over the capacity, keeps TEXTBOOK."""
+    a row not walked, its textbook sum over the capacity, keeps TEXTBOOK. `split`: the Layout's fields that split the layers
+    (first / last stage layers and the embedding / loss slots, or torchtitan's layout string and split_by)."""
     from parcalc.core.fit import training_setup_of
     from parcalc.core.memory_fsdp import walk_gaps
     from parcalc.core.training_setup import replayed_reserve
@@ -137,10 +138,25 @@ def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup) 
     # the textbook stages are those memory_breakdown replaces: step_memory changes a stage only for an MoE model's experts
     # (parcalc.core.memory's fully_shard chunks), which the torchtitan walk does not follow
     assert model.moe is None, "worst_stage_total is for dense models"
-    textbook = memory_breakdown(model, layout, replace(setup, step_memory="textbook"))
-    resolved = replace(textbook.setup, step_memory=setup.step_memory)  # as memory_breakdown passes it on (for_model)
+    textbook = replace(setup, step_memory="textbook")
+    resolved = replace(textbook.for_model(model), step_memory=setup.step_memory)  # as memory_breakdown passes it on (for_model)
     if fsdp_walk_gaps(model, layout, resolved, pipeline=True):
-        return textbook.worst.total.value, False
+        return memory_breakdown(model, layout, textbook).worst.total.value, False
     split = stage_layers(model, layout)
     reserve = replayed_reserve(setup.reserve).value
-    return max(floor_total(model, fsdp_stage_step(layout, resolved, s.stage, split)) + reserve for s in textbook.stages), True
+    return max(floor_total(model, fsdp_stage_step(layout, resolved, s, split)) + reserve for s in walked_stages(split)), True
+
+
+def walked_stages(split: tuple[int, ...]) -> tuple[int, ...]:
+    """The stages of a dense 1F1B pipeline (each stage's layers: `split`) whose walk can reserve the most: the two ends (the
+    embedding, the head), and a middle stage only where it holds more layers than every earlier middle one. A later middle
+    stage walks the same kind of step (memory_pipeline_stage.walk_stage: its unsharded layers, their gradients, its
+    micro-batches' activations and the receive buffers) with no more layers and a warm-up of no more forwards (w = min(m,
+    p - s), StagePlan; search_walk_runs.same_walk), so it reserves no more. torchtitan's 80 layers on PP 16 (5, 6, 5 x 13, 4)
+    walk stages 0, 1 and 15; tests/test_search_torchtitan_split.py holds the maximum equal to memory_of's over every stage."""
+    stages, most = [0], 0
+    for s in range(1, len(split) - 1):
+        if split[s] > most:
+            stages.append(s)
+            most = split[s]
+    return (*stages, len(split) - 1) if len(split) > 1 else (0,)
