@@ -80,16 +80,12 @@ def load(path: Path, data: bytes | None = None) -> dict[str, Any] | None:
     if entry is None:
         return None
     cached, resolved, stamp = entry
-    from parcalc.files import read_regular
-
+    payload = read_sealed(cached)
+    if payload is None:
+        return None
     try:
-        # read_regular: a FIFO or directory where the entry should be must not block or crash
-        sealed = read_regular(cached, MAX_ENTRY_BYTES)
-        seal, payload = sealed[:SEAL_BYTES], sealed[SEAL_BYTES:]
-        if seal != _seal(payload) or not _only_ours(cached):  # checked before marshal reads a byte (see above)
-            return None
         record = marshal.loads(payload)
-    except (OSError, ValueError, EOFError, TypeError):
+    except (ValueError, EOFError, TypeError):
         return None
     if not (isinstance(record, tuple) and len(record) == 3 and record[0] == resolved and record[1] == stamp
             and isinstance(record[2], dict)):  # fmt: skip
@@ -128,6 +124,29 @@ def store(path: Path, document: dict[str, Any], data: bytes | None = None) -> No
             return
     except (ValueError, TypeError):  # values marshal cannot write (a YAML date, say): parse each time
         return
+    write_sealed(cached, payload)
+
+
+def read_sealed(cached: Path) -> bytes | None:
+    """The payload of a sealed entry (its BLAKE2b digest, then the payload), or None when it is absent,
+    not a regular file, larger than MAX_ENTRY_BYTES, damaged (the digest is checked before anything
+    reads the payload) or writable by another account. parcalc.code_cache keeps its entries so too."""
+    from parcalc.files import read_regular
+
+    try:
+        # read_regular: a FIFO or directory where the entry should be must not block or crash
+        sealed = read_regular(cached, MAX_ENTRY_BYTES)
+    except (OSError, ValueError):
+        return None
+    seal, payload = sealed[:SEAL_BYTES], sealed[SEAL_BYTES:]
+    if seal != _seal(payload) or not _only_ours(cached):  # checked before marshal reads a byte (see above)
+        return None
+    return payload
+
+
+def write_sealed(cached: Path, payload: bytes) -> None:
+    """Write `payload` sealed as read_sealed reads it, in place of any entry there (a whole file or
+    none: written aside, then renamed); silently skipped when not possible."""
     entry_bytes = _seal(payload) + payload
     temporary = cached.with_name(f"{cached.name}.{os.getpid()}.part")
     try:

@@ -149,9 +149,17 @@ def test_a_one_liner_leaves_out_what_its_answer_does_not_use(name: str) -> None:
     args, allowed = ONE_LINER_RUNS[name]
     allowed = (*allowed, *_loaded_by_typer_alone())
     script = f"""
-import atexit, sys
+import atexit, builtins, sys
 sys.argv = ["parcalc", *{args!r}]
 atexit.register(lambda: sys.stderr.write("LOADED " + ",".join(m for m in {NOT_LOADED!r} if m in sys.modules) + "\\n"))
+compiled = []  # texts parcalc compiles at run time (a @frozen class's __init__: parcalc.code_cache)
+real_compile = builtins.compile
+def counting(source, *args, **kwargs):
+    if sys._getframe(1).f_globals.get("__name__", "").startswith("parcalc"):
+        compiled.append(source)
+    return real_compile(source, *args, **kwargs)
+builtins.compile = counting
+atexit.register(lambda: sys.stderr.write(f"COMPILED {{len(compiled)}}\\n"))
 from parcalc.__main__ import main
 main()
 """
@@ -161,3 +169,5 @@ main()
     assert done.stdout.strip(), "no answer printed"
     loaded = next(line for line in done.stderr.splitlines() if line.startswith("LOADED "))[len("LOADED "):]
     assert set(filter(None, loaded.split(","))) <= set(allowed), f"`parcalc {' '.join(args)}` imported {loaded}"
+    # the second run's @frozen __init__s come from the code cache the first one filled: nothing compiled
+    assert "COMPILED 0" in done.stderr.splitlines(), f"`parcalc {' '.join(args)}` compiled at run time: {done.stderr[-300:]}"

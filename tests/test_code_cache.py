@@ -1,0 +1,102 @@
+"""The cache of compiled @frozen __init__s (parcalc.code_cache): the very code compile() makes, kept between runs,
+and never in the way (a damaged, foreign or oversized file is an empty cache)."""
+
+from __future__ import annotations
+
+import marshal
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parcalc import code_cache
+
+TEXT = "def __create_fn__(x):\n def __init__(self, a:x)->None:\n  self.a = a\n return __init__"
+
+# A run that makes one instance of a @frozen class and says how many texts parcalc compiled for it.
+_RUN = """
+import builtins, sys
+from parcalc.frozen import frozen
+compiled = []
+real = builtins.compile
+def counting(source, *args, **kwargs):
+    if sys._getframe(1).f_globals.get("__name__", "").startswith("parcalc"):
+        compiled.append(source)
+    return real(source, *args, **kwargs)
+builtins.compile = counting
+
+@frozen
+class Probe:
+    '''A class no other run defines.'''
+    left: int
+    right: str = "r"
+
+probe = Probe(1)  # its first instance: the __init__ is made now
+print(len(compiled), probe, Probe.__init__.__code__.co_varnames[:3])
+"""
+
+
+def _run(cache: Path, **env: str) -> str:
+    done = subprocess.run([sys.executable, "-c", _RUN], capture_output=True, text=True, check=True,
+                          env={**os.environ, "XDG_CACHE_HOME": str(cache), **env})  # fmt: skip
+    return done.stdout.strip()
+
+
+def _entry(cache: Path) -> Path:
+    (entry,) = (cache / "parcalc" / "code").glob("*.marshal")
+    return entry
+
+
+def test_the_second_run_compiles_nothing(tmp_path: Path) -> None:
+    first, second = _run(tmp_path), _run(tmp_path)
+    assert first == "1 Probe(left=1, right='r') ('self', 'left', 'right')"  # compiled, then kept at exit
+    assert second == "0 Probe(left=1, right='r') ('self', 'left', 'right')"  # the same __init__, from the file
+    entry = _entry(tmp_path)
+    from importlib.util import MAGIC_NUMBER
+
+    assert entry.name == f"{MAGIC_NUMBER.hex()}.marshal"  # another bytecode, another file
+    assert entry.stat().st_mode & 0o077 == 0  # this user's alone, as the preset cache's entries
+
+
+def test_a_kept_code_object_is_what_compile_makes(tmp_path: Path) -> None:
+    _run(tmp_path)
+    payload = _entry(tmp_path).read_bytes()[32:]  # after the BLAKE2b seal
+    entries = marshal.loads(payload)
+    # code objects compare by what they run: bytecode, constants (the nested __init__ too), names, flags, positions
+    assert entries and all(code == compile(text, "<string>", "exec", dont_inherit=True) for text, code in entries.items())
+
+
+def test_a_damaged_or_foreign_file_is_an_empty_cache(tmp_path: Path) -> None:
+    _run(tmp_path)
+    entry = _entry(tmp_path)
+    sealed = bytearray(entry.read_bytes())
+    sealed[-5] ^= 0xFF  # one byte of the payload: the seal no longer matches, marshal never reads it
+    entry.write_bytes(bytes(sealed))
+    assert _run(tmp_path).startswith("1 ")  # compiled again (and the file written anew)
+    assert _run(tmp_path).startswith("0 ")
+    _entry(tmp_path).chmod(0o666)  # others may write it: not used
+    assert _run(tmp_path).startswith("1 ")
+
+
+def test_cache_can_be_turned_off(tmp_path: Path) -> None:
+    assert _run(tmp_path, PARCALC_NO_CACHE="1").startswith("1 ")
+    assert _run(tmp_path, PARCALC_NO_CACHE="1").startswith("1 ")
+    assert not (tmp_path / "parcalc" / "code").exists()
+
+
+def test_compiled_in_process_and_a_full_file_begun_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(code_cache, "_known", None)
+    monkeypatch.setattr(code_cache, "_fresh", {})
+    code = code_cache.compiled(TEXT)
+    assert code == compile(TEXT, "<string>", "exec", dont_inherit=True)
+    assert code_cache.compiled(TEXT) is code  # once a process
+    code_cache._save()
+    assert list(code_cache._read(code_cache._file())) == [TEXT]
+    monkeypatch.setattr(code_cache, "MAX_ENTRIES", 1)
+    other = TEXT.replace("self.a", "self.b")
+    code_cache.compiled(other)
+    code_cache._save()  # two texts > MAX_ENTRIES: the file holds this run's only
+    assert list(code_cache._read(code_cache._file())) == [other]
