@@ -100,9 +100,11 @@ def test_building_a_command_does_not_compute_type_hints(monkeypatch: pytest.Monk
 # text of these commands writes none), hashlib (the cache's digest is _blake2, without OpenSSL), and what no text
 # answer needs (jinja2, numpy, the renderers' other formats). Each kept out by a lazy import, with its reason where it is.
 # parcalc.core.timing.framework: the framework profiles (Framework, MEGATRON, with parcalc.core.layout and .timing.host);
-# --kernels is checked against them only when given (results.parse.kernels_flag), and a layer's kernels need none
+# --kernels is checked against them only when given (results.parse.kernels_flag), and a layer's kernels need none.
+# parcalc.core.expert_parallel: an MoE model's expert grid (with parcalc.core.layer_params); comm-volume's expert rows
+# and assumptions return before it for a dense model (parcalc.core.comm.expert)
 NOT_LOADED = ("json", "yaml", "string", "decimal", "hashlib", "jinja2", "numpy", "parcalc.render.terminal", "parcalc.flags",
-              "parcalc.core.timing.framework")
+              "parcalc.core.timing.framework", "parcalc.core.expert_parallel")
 # decimal: parcalc.units reads a plain whole number ("--batch 1536") as an int, a short decimal with a unit (a preset's
 # "19.5 TFLOP/s", "3.4 us", "--size 1GB") in ints and a YAML float as it is; fractions.Fraction (the pipeline
 # schedules) still imports it
