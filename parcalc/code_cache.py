@@ -11,7 +11,7 @@ and the file's name changes with the interpreter's bytecode, so a code object is
 interpreter that compiled the same text to it. A text not in the file is compiled, and what the run
 compiled is added to the file when the process exits.
 
-The file is a sealed entry of parcalc.preset_cache (a BLAKE2b digest of the payload checked before marshal
+The file is sealed as the preset cache's entries are (parcalc.sealed_file: a BLAKE2b digest of the payload checked before marshal
 reads a byte, this user's file that nobody else may write): a damaged, foreign or missing file is an empty
 cache. PARCALC_NO_CACHE=1 turns it off, as it does the preset cache.
 """
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 # More texts than parcalc's @frozen classes write many times over: a file that grew past this is
 # begun again with the texts of the run that writes it.
 MAX_ENTRIES = 4096
+MAX_FILE_BYTES = 16 << 20  # ~2 KB a text and its code: past MAX_ENTRIES' worth, not a file of ours
 
 _known: dict[str, CodeType] | None = None  # the file's entries, read at the first compiled() of a process
 _fresh: dict[str, CodeType] = {}  # compiled by this process, written at exit
@@ -50,8 +51,8 @@ def compiled(text: str) -> CodeType:
 
 
 def _file() -> Path | None:
-    from parcalc.preset_cache import NO_CACHE_VAR
     from parcalc.resources import home_dir
+    from parcalc.sealed_file import NO_CACHE_VAR
 
     root = home_dir("XDG_CACHE_HOME", ".cache")
     if os.environ.get(NO_CACHE_VAR) or root is None:
@@ -67,9 +68,9 @@ def _read(path: Path | None) -> dict[str, CodeType]:
         return {}
     import marshal
 
-    from parcalc.preset_cache import read_sealed
+    from parcalc.sealed_file import read_sealed
 
-    payload = read_sealed(path)
+    payload = read_sealed(path, MAX_FILE_BYTES)
     if payload is None:
         return {}
     try:
@@ -88,7 +89,7 @@ def _save() -> None:
         return
     import marshal
 
-    from parcalc.preset_cache import write_sealed
+    from parcalc.sealed_file import write_sealed
 
     entries = _read(path)
     if len(entries) + len(_fresh) > MAX_ENTRIES:
