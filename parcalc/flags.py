@@ -19,7 +19,8 @@ This module is imported only when a command line holds a flag its command does n
 """
 
 import sys
-from typing import NamedTuple
+
+from parcalc.named_tuple import NamedTuple
 
 # The commands that take --format / --output and --presets (the calculation commands and their kin).
 _OUT = ("peak-flops", "intensity", "comm-volume", "bubble", "memory", "flops", "fit", "presets list", "presets show",

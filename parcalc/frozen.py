@@ -6,7 +6,8 @@ __hash__, __setattr__ and __delattr__, about 80 us apiece here, ~0.55 ms a class
 defines twenty to forty such classes before it computes anything (Term, Derivation, Gpu, Link,
 TransformerModel, the timing model's specs, ...), and about half of them it never instantiates.
 Here dataclasses only collects the fields (dataclass(init=False, eq=False, repr=False): it
-compiles nothing then), and:
+compiles nothing then; handed `object` for each string annotation where none can name ClassVar,
+InitVar or KW_ONLY, so that it does not parse each one three times to ask: _collect_fields), and:
 
 - __eq__, __hash__, __repr__, __setattr__ and __delattr__ are closures over the field names,
   made without compiling anything. They do what the generated methods do (CPython 3.11,
@@ -22,7 +23,9 @@ compiles nothing then), and:
   same text, so the same signature, defaults, `<factory>` marker, annotations and errors),
   compiled when the class's __init__ is first looked up (the first instance, or
   inspect.signature, help(), a subclass's super().__init__), so a class the run never makes pays
-  nothing for it. Until then a descriptor (_LazyInit) stands in the class's __dict__.
+  nothing for it. Until then a descriptor (_LazyInit) stands in the class's __dict__. The text's
+  code object is kept between runs (parcalc.code_cache), so a run compiles only what no earlier
+  one did.
 
 `__dataclass_params__` says init=True, eq=True, repr=True, frozen=True as dataclass(frozen=True)
 does, so fields(), replace(), asdict(), astuple(), pickling, `match` and subclassing behave the
@@ -80,7 +83,7 @@ def frozen(cls: type[T]) -> type[T]:
         cls = dataclasses.dataclass(frozen=True, eq=False, repr=False)(cls)
     else:
         undocumented = not cls.__dict__.get("__doc__")
-        cls = dataclasses.dataclass(init=False, eq=False, repr=False)(cls)
+        cls = _collect_fields(cls)
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]
         _refuse_default_order(fields)
         _set_guards(cls, tuple(f.name for f in fields))
@@ -93,6 +96,27 @@ def frozen(cls: type[T]) -> type[T]:
     _set_comparisons(cls)
     params = cls.__dataclass_params__  # type: ignore[attr-defined]
     params.init = params.eq = params.repr = params.frozen = True
+    return cls
+
+
+def _collect_fields(cls: type[T]) -> type[T]:
+    """dataclass(init=False, eq=False, repr=False)(cls): the fields collected, nothing compiled.
+
+    dataclasses asks of every string annotation, three times, whether it names ClassVar, InitVar or
+    KW_ONLY (dataclasses._get_field -> _is_type: a regular expression and a look-up in the class's
+    module, ~5 us a field). InitVar and KW_ONLY never come here (_writes_own_init); where no
+    annotation mentions ClassVar either, the answers are known, so dataclasses is handed `object`
+    for each annotation, which it checks by identity, and each field gets its string back."""
+    annotations = cls.__dict__.get("__annotations__")  # noqa: RUF063 - what dataclass reads
+    if not annotations or not all(type(a) is str and "ClassVar" not in a for a in annotations.values()):
+        return dataclasses.dataclass(init=False, eq=False, repr=False)(cls)
+    type.__setattr__(cls, "__annotations__", dict.fromkeys(annotations, object))
+    try:
+        cls = dataclasses.dataclass(init=False, eq=False, repr=False)(cls)
+    finally:
+        type.__setattr__(cls, "__annotations__", annotations)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        f.type = annotations[f.name]
     return cls
 
 
@@ -220,9 +244,12 @@ def _compile_init(cls: type) -> Callable[..., None]:
     text = f"def __create_fn__({', '.join(local)}):\n{text}\n return __init__"
     module = sys.modules.get(cls.__module__)
     namespace: dict[str, Any] = {}
-    # dont_inherit: compiled as dataclasses compiles it, not under this module's `from __future__
-    # import annotations` (which would make every annotation of __init__ a string of its _type_ name)
-    code = compile(text, "<string>", "exec", dont_inherit=True)
+    from parcalc.code_cache import compiled
+
+    # compiled as dataclasses compiles it (dont_inherit: not under this module's `from __future__ import
+    # annotations`, which would make every annotation of __init__ a string of its _type_ name), once:
+    # an earlier run's code object for the same text when there is one (parcalc.code_cache)
+    code = compiled(text)
     exec(code, module.__dict__ if module is not None else {}, namespace)  # noqa: S102 - dataclasses' own method
     init: Callable[..., None] = namespace["__create_fn__"](**local)
     init.__qualname__ = f"{cls.__qualname__}.__init__"

@@ -34,12 +34,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-try:
-    from _blake2 import blake2b  # CPython's builtin BLAKE2, without OpenSSL (see above)
-except ImportError:  # an interpreter without it
-    from hashlib import blake2b
+# the entries' seal (parcalc.sealed_file): SEAL_BYTES and _seal also for the tests that read or reseal an entry
+from parcalc.sealed_file import NO_CACHE_VAR, SEAL_BYTES, blake2b, read_sealed, write_sealed
+from parcalc.sealed_file import seal as _seal
 
-NO_CACHE_VAR = "PARCALC_NO_CACHE"
+__all__ = ["NO_CACHE_VAR", "SEAL_BYTES", "_seal", "cache_dir", "load", "store"]
+
 # A cache entry is the parse of a preset of at most 1 MiB (parcalc.files.MAX_PRESET_BYTES),
 # aliases refused, so a few times that is plenty; anything larger is not ours.
 MAX_ENTRY_BYTES = 8 << 20
@@ -80,39 +80,17 @@ def load(path: Path, data: bytes | None = None) -> dict[str, Any] | None:
     if entry is None:
         return None
     cached, resolved, stamp = entry
-    from parcalc.files import read_regular
-
+    payload = read_sealed(cached, MAX_ENTRY_BYTES)
+    if payload is None:
+        return None
     try:
-        # read_regular: a FIFO or directory where the entry should be must not block or crash
-        sealed = read_regular(cached, MAX_ENTRY_BYTES)
-        seal, payload = sealed[:SEAL_BYTES], sealed[SEAL_BYTES:]
-        if seal != _seal(payload) or not _only_ours(cached):  # checked before marshal reads a byte (see above)
-            return None
         record = marshal.loads(payload)
-    except (OSError, ValueError, EOFError, TypeError):
+    except (ValueError, EOFError, TypeError):
         return None
     if not (isinstance(record, tuple) and len(record) == 3 and record[0] == resolved and record[1] == stamp
             and isinstance(record[2], dict)):  # fmt: skip
         return None
     return record[2]
-
-
-SEAL_BYTES = 32
-
-
-def _seal(payload: bytes) -> bytes:
-    return blake2b(payload, digest_size=SEAL_BYTES).digest()
-
-
-def _only_ours(cached: Path) -> bool:
-    """The entry is this user's and nobody else may write it (the cache is as trusted as the presets
-    it stands for: one that another account can change is not used)."""
-    try:
-        info = cached.stat()
-    except OSError:
-        return False
-    owner_ok = not hasattr(os, "getuid") or info.st_uid == os.getuid()
-    return owner_ok and not info.st_mode & 0o022
 
 
 def store(path: Path, document: dict[str, Any], data: bytes | None = None) -> None:
@@ -128,19 +106,4 @@ def store(path: Path, document: dict[str, Any], data: bytes | None = None) -> No
             return
     except (ValueError, TypeError):  # values marshal cannot write (a YAML date, say): parse each time
         return
-    entry_bytes = _seal(payload) + payload
-    temporary = cached.with_name(f"{cached.name}.{os.getpid()}.part")
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        temporary.unlink(missing_ok=True)  # a leftover of a killed run with the same pid
-        # O_EXCL | O_NOFOLLOW: never write through a FIFO or link someone left at that name
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        with os.fdopen(os.open(temporary, flags, 0o600), "wb") as stream:
-            stream.write(entry_bytes)
-        os.replace(temporary, cached)  # fails on a directory at that name: then no cache
-    except OSError:
-        try:
-            temporary.unlink(missing_ok=True)
-        except OSError:
-            pass
-        return
+    write_sealed(cached, payload)

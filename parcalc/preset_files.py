@@ -156,14 +156,15 @@ def find(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -
 # C0 and C1 controls and DEL (an ANSI escape starts with ESC), and the bidirectional overrides that
 # make text display other than it reads. Newline and tab only where a field allows several lines.
 _CONTROLS = frozenset(chr(c) for c in [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+_CONTROLS_BUT_NEWLINES = _CONTROLS - {"\n", "\t"}
 
 
 def control_character(text: str, allow_newlines: bool = False) -> str | None:
     """The first control character of `text` (as a repr), or None; see _CONTROLS."""
-    for ch in text:
-        if ch in _CONTROLS and not (allow_newlines and ch in "\n\t"):
-            return repr(ch)
-    return None
+    controls = _CONTROLS_BUT_NEWLINES if allow_newlines else _CONTROLS
+    if controls.isdisjoint(text):  # the usual answer, without a step of Python per character (a preset's notes)
+        return None
+    return next(repr(ch) for ch in text if ch in controls)
 
 
 def did_you_mean(wanted: str, known: Iterable[str]) -> str:

@@ -18,8 +18,9 @@ PACKAGE = ROOT / "parcalc"
 
 # docs/architecture.md, "The layers", lowest first: a module imports from its own layer or a lower one.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ground", ("parcalc", "parcalc.units", "parcalc.errors", "parcalc.messages", "parcalc.frozen", "parcalc.derivation",
-                "parcalc.json_keys", "parcalc.files", "parcalc.streams", "parcalc.resources")),
+    ("ground", ("parcalc", "parcalc.units", "parcalc.errors", "parcalc.messages", "parcalc.frozen", "parcalc.named_tuple",
+                "parcalc.code_cache", "parcalc.sealed_file", "parcalc.derivation", "parcalc.json_keys", "parcalc.files",
+                "parcalc.streams", "parcalc.resources")),
     ("core", ("parcalc.core",)),
     ("data", ("parcalc.presets", "parcalc.preset_files", "parcalc.strict_yaml", "parcalc.preset_doc", "parcalc.preset_hardware",
               "parcalc.preset_models", "parcalc.preset_frameworks", "parcalc.preset_cache", "parcalc.hf_config", "parcalc.hf_architectures", "parcalc.timings_file", "parcalc.flags")),

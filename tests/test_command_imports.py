@@ -100,9 +100,11 @@ def test_building_a_command_does_not_compute_type_hints(monkeypatch: pytest.Monk
 # text of these commands writes none), hashlib (the cache's digest is _blake2, without OpenSSL), and what no text
 # answer needs (jinja2, numpy, the renderers' other formats). Each kept out by a lazy import, with its reason where it is.
 # parcalc.core.timing.framework: the framework profiles (Framework, MEGATRON, with parcalc.core.layout and .timing.host);
-# --kernels is checked against them only when given (results.parse.kernels_flag), and a layer's kernels need none
+# --kernels is checked against them only when given (results.parse.kernels_flag), and a layer's kernels need none.
+# parcalc.core.expert_parallel: an MoE model's expert grid (with parcalc.core.layer_params); comm-volume's expert rows
+# and assumptions return before it for a dense model (parcalc.core.comm.expert)
 NOT_LOADED = ("json", "yaml", "string", "decimal", "hashlib", "jinja2", "numpy", "parcalc.render.terminal", "parcalc.flags",
-              "parcalc.core.timing.framework")
+              "parcalc.core.timing.framework", "parcalc.core.expert_parallel")
 # decimal: parcalc.units reads a plain whole number ("--batch 1536") as an int, a short decimal with a unit (a preset's
 # "19.5 TFLOP/s", "3.4 us", "--size 1GB") in ints and a YAML float as it is; fractions.Fraction (the pipeline
 # schedules) still imports it
@@ -149,9 +151,17 @@ def test_a_one_liner_leaves_out_what_its_answer_does_not_use(name: str) -> None:
     args, allowed = ONE_LINER_RUNS[name]
     allowed = (*allowed, *_loaded_by_typer_alone())
     script = f"""
-import atexit, sys
+import atexit, builtins, sys
 sys.argv = ["parcalc", *{args!r}]
 atexit.register(lambda: sys.stderr.write("LOADED " + ",".join(m for m in {NOT_LOADED!r} if m in sys.modules) + "\\n"))
+compiled = []  # texts parcalc compiles at run time (a @frozen class's __init__: parcalc.code_cache)
+real_compile = builtins.compile
+def counting(source, *args, **kwargs):
+    if sys._getframe(1).f_globals.get("__name__", "").startswith("parcalc"):
+        compiled.append(source)
+    return real_compile(source, *args, **kwargs)
+builtins.compile = counting
+atexit.register(lambda: sys.stderr.write(f"COMPILED {{len(compiled)}}\\n"))
 from parcalc.__main__ import main
 main()
 """
@@ -161,3 +171,5 @@ main()
     assert done.stdout.strip(), "no answer printed"
     loaded = next(line for line in done.stderr.splitlines() if line.startswith("LOADED "))[len("LOADED "):]
     assert set(filter(None, loaded.split(","))) <= set(allowed), f"`parcalc {' '.join(args)}` imported {loaded}"
+    # the second run's @frozen __init__s come from the code cache the first one filled: nothing compiled
+    assert "COMPILED 0" in done.stderr.splitlines(), f"`parcalc {' '.join(args)}` compiled at run time: {done.stderr[-300:]}"

@@ -10,6 +10,7 @@ import dataclasses
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar  # noqa: F401 - a string "ClassVar[int]" names it here: dataclasses looks it up in this module
 
 import pytest
 
@@ -205,3 +206,19 @@ def test_what_it_does_not_write_goes_to_dataclass() -> None:
 def test_a_class_without_a_docstring_gets_dataclass_s() -> None:
     plain, fast = _pair(POINT)
     assert fast.__doc__ == plain.__doc__ == "Point(x: 'int', y: 'float', note: 'str' = '', tags: 'tuple' = ())"
+
+
+def test_fields_keep_their_annotations_and_a_class_variable_is_no_field() -> None:
+    """_collect_fields hands dataclasses `object` for each string annotation (no ClassVar / InitVar / KW_ONLY parse):
+    each field keeps its string, and where an annotation names ClassVar dataclasses reads the strings itself."""
+    plain, fast = _pair(POINT)
+    assert [(f.name, f.type) for f in dataclasses.fields(fast)] == [(f.name, f.type) for f in dataclasses.fields(plain)] == [
+        ("x", "int"), ("y", "float"), ("note", "str"), ("tags", "tuple")]  # fmt: skip
+    assert fast.__annotations__ == plain.__annotations__ == {"x": "int", "y": "float", "note": "str", "tags": "tuple"}
+
+    def counted() -> dict:
+        return {"__annotations__": {"x": "int", "made": "ClassVar[int]"}, "made": 0}
+
+    plain, fast = _pair(counted, "Counted")
+    assert [f.name for f in dataclasses.fields(fast)] == [f.name for f in dataclasses.fields(plain)] == ["x"]
+    assert fast(3) == fast(3) and fast.made == 0 and repr(fast(3)) == "Counted(x=3)"

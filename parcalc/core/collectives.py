@@ -30,17 +30,16 @@ Algorithms, with sources:
   <= N) first hand their vector to a partner and get the result back at the end (2 more rounds).
 """
 
-# No `from __future__ import annotations`: under it a NamedTuple compiles every field's annotation
-# (typing.ForwardRef), doubling the cost of defining one; `comm-volume` start-up counts.
+from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import NamedTuple
 
 from parcalc.core.choices import Algorithm, Collective  # re-exported
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
+from parcalc.named_tuple import NamedTuple
 
 NCCL_TESTS = "NVIDIA/nccl-tests doc/PERFORMANCE.md (algbw = S/t; busbw = algbw x factor)"
 ALPHA_BETA = "alpha-beta model: steps x alpha + bytes on the busiest port / beta (Thakur, Rabenseifner & Gropp 2005, sec. 2)"

@@ -21,13 +21,12 @@ group), and its experts / ep routed experts, each split etp ways.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from parcalc.core.layer_params import layer_params_per_rank
 from parcalc.core.layout import Layout
 from parcalc.core.model import TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
+from parcalc.named_tuple import NamedTuple
 
 FOLDING = ("Megatron-Core MoE parallel folding: megatron/core/parallel_state.py, initialize_model_parallel "
            "(NVIDIA/Megatron-LM d98e8a64ddf3, lines 870-905): expert-DP = world / (etp x ep x pp)")  # fmt: skip

@@ -25,13 +25,13 @@ NamedTuple is cheaper to define and to create (parcalc.core.comm.plan's note). I
 against the model where it enters (`check_layout`).
 """
 
-# No `from __future__ import annotations`: under it a NamedTuple compiles every field's annotation
-# (typing.ForwardRef), doubling the cost of defining one.
+from __future__ import annotations
 
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any
 
 from parcalc.core.choices import Schedule
+from parcalc.named_tuple import NamedTuple
 
 
 class DataParallel(str, Enum):

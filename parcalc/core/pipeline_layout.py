@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
+from parcalc.named_tuple import NamedTuple
 
 FLAG = "--pipeline-layout"
 SOURCE = ("Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py (@d98e8a64dd): "

@@ -6,9 +6,10 @@ Without Click: parcalc.commands.model_options declares the flags and re-exports 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from parcalc.core.choices import Mlp
+from parcalc.named_tuple import NamedTuple
 
 if TYPE_CHECKING:
     from parcalc.core.model import TransformerModel

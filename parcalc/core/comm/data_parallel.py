@@ -232,8 +232,14 @@ def _fsdp_units(tensors: StageTensors, group: int, opts: Options, float8: frozen
     def unit(part: Sequence[ParamTensor]) -> tuple[bool, int, int]:
         return False, sum(size(t) for t in part), sum(size(t) for t in part if t.name in float8)
 
+    # the layers alike are one tuple, repeated (StageTensors.layer_units): summed once (GPT-3's 96 layers, 24 a stage)
+    alike: dict[int, tuple[bool, int, int]] = {}
     units = [(True, root, 0)] if root else []
-    return units + [unit(part) for part in tensors.layer_units()]
+    for part in tensors.layer_units():
+        if id(part) not in alike:
+            alike[id(part)] = unit(part)
+        units.append(alike[id(part)])
+    return units
 
 
 def _unit_bytes(elements: int, float8: int, s: float) -> float:

@@ -96,10 +96,10 @@ def busiest_factor(model: TransformerModel, opts: Options) -> float:
 def expert_rows(b: Builder, model: TransformerModel, work: Workload, par: Layout, opts: Options,
                 moe_per_stage: list[int], micro_batches: int) -> None:  # fmt: skip
     """The ep all-to-alls, the etp gathers / scatters and the expert-DP gradient reduction."""
+    if model.moe is None:  # a dense model: no expert grid (nor its module, at start-up)
+        return
     from parcalc.core.expert_parallel import expert_layout
 
-    if model.moe is None:
-        return
     layout = expert_layout(model, par)
     ep, etp, edp = layout.ep, layout.etp, layout.edp
     block = par.tp * par.cp * par.dp  # the ranks of one pipeline stage
@@ -212,10 +212,10 @@ def ep_headlines(model: TransformerModel, work: Workload, par: Layout, opts: Opt
 
 
 def ep_assumptions(model: TransformerModel, par: Layout, opts: Options) -> list[str]:
+    if model.moe is None:  # a dense model: no expert grid (nor its module, at start-up)
+        return []
     from parcalc.core.expert_parallel import expert_layout
 
-    if model.moe is None:
-        return []
     layout = expert_layout(model, par)
     out = [f"MoE expert grid (Megatron-Core folding): ep {layout.ep} x etp {layout.etp} x expert-DP {layout.edp} over the "
            f"tp x cp x dp = {par.tp * par.cp * par.dp} ranks of a stage; expert ranks ordered etp, ep, expert-DP"]

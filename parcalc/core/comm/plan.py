@@ -14,11 +14,9 @@ rank = t + tp x (c + cp x (d + dp x s)) with context parallelism. A group whose 
 `gpus_per_node` GPUs uses the inter-node link, else the intra-node one.
 """
 
-# No `from __future__ import annotations`: under it a NamedTuple compiles every field's annotation
-# (typing.ForwardRef), doubling the cost of defining one; `comm-volume` start-up counts.
+from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
 
 from parcalc.core.collectives import (
     Algorithm,
@@ -30,6 +28,7 @@ from parcalc.core.hardware import Link
 from parcalc.core.layout import Layout
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
+from parcalc.named_tuple import NamedTuple
 
 MIB = 1024 * 1024
 DDP_BUCKET_BYTES = 25 * MIB  # torch/nn/parallel/distributed.py: _DEFAULT_BUCKET_CAP_MB = 25 (MiB)

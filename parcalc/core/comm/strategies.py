@@ -1,6 +1,6 @@
 """Every strategy on one model (`--strategy all`): each with all GPUs in its one dimension."""
 
-from typing import NamedTuple
+from __future__ import annotations
 
 from parcalc.core.choices import Schedule
 from parcalc.core.comm.iteration import iteration_plan
@@ -17,6 +17,7 @@ from parcalc.core.comm.plan import (
 from parcalc.core.layout import DataParallel
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
+from parcalc.named_tuple import NamedTuple
 
 STRATEGIES: tuple[str, ...] = ("dp", "zero1", "zero2", "fsdp", "tp", "tp+sp", "pp-gpipe", "pp-1f1b")
 

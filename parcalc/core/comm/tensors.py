@@ -1,13 +1,15 @@
 """The parameter tensors, as a GPT-style model registers them, and the part of each one device
 of a pipeline stage holds after tensor-parallel sharding (Megatron's column / row split)."""
 
+from __future__ import annotations
+
 from enum import Enum
 from functools import lru_cache
-from typing import NamedTuple
 
 from parcalc.core.comm.plan import Layout, Options
 from parcalc.core.model import TransformerModel
 from parcalc.core.stages import stage_split
+from parcalc.named_tuple import NamedTuple
 
 
 class Split(str, Enum):

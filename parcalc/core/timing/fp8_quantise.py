@@ -27,7 +27,7 @@ the later micro-batches): not counted here (Llama 3 8B: 4.7 ms of a 4.3 s step o
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from parcalc.named_tuple import NamedTuple
 
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
 TE_SOURCE = "NVIDIA/TransformerEngine @d0067d0d"

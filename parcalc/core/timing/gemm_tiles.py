@@ -29,9 +29,9 @@ its power leaves it under the limit (parcalc.core.timing.step_clock); else the c
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from parcalc.frozen import frozen
+from parcalc.named_tuple import NamedTuple
 
 
 @frozen

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from parcalc.core.hardware import Gpu, KernelRates, KindEfficiency, Sourced
 from parcalc.core.timing.fp8_quantise import (  # noqa: F401 - the recipes re-exported where callers found them
@@ -37,6 +37,7 @@ from parcalc.core.timing.fp8_quantise import (  # noqa: F401 - the recipes re-ex
 from parcalc.core.timing.gemm_tiles import TiledGemm, tiled_gemm_choice
 from parcalc.core.timing.sm_contention import linear_stretch, persistent_stretch
 from parcalc.frozen import frozen
+from parcalc.named_tuple import NamedTuple
 
 if TYPE_CHECKING:
     from parcalc.core.timing.attention_tiles import AttentionShape

@@ -38,12 +38,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from parcalc.core.layout import Layout
 from parcalc.core.timing.sm_contention import contention, loss_share
+from parcalc.named_tuple import NamedTuple
 
 
 @dataclass(frozen=True)
