@@ -56,5 +56,5 @@ if [ "$#" -eq 0 ] && [ -z "${PARCALC_SKIP_LOWEST:-}" ]; then
         tests/test_cli_fit.py tests/test_cli_flops.py tests/test_cli_bubble.py tests/test_hardening_files.py \
         tests/test_hardening_cli.py tests/test_runfile.py tests/test_api.py tests/test_sweep.py tests/test_conventions.py \
         tests/test_json_schema.py tests/test_presets.py tests/test_render.py tests/test_units.py tests/test_readme_commands.py \
-        tests/test_command_imports.py tests/test_hostile_options.py
+        tests/test_command_imports.py tests/test_hostile_options.py tests/test_named_tuple.py tests/test_code_cache.py
 fi
