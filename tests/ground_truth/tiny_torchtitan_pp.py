@@ -91,6 +91,14 @@ def _forget_redistribute_plans() -> None:
 LAST_PARTS: dict[str, float] = {}  # the last tracked peak by MemTracker's categories (parameters, gradients, ...)
 
 
+def peak_total(snapshot: dict) -> float:
+    """The one device's peak of a MemTracker "peak" snapshot, its categories kept in LAST_PARTS (both schedules' runs)."""
+    (_device, parts), = snapshot.items()
+    LAST_PARTS.clear()
+    LAST_PARTS.update({str(k): float(v) for k, v in parts.items()})
+    return float(parts["Total"])
+
+
 def _tracker():  # type: ignore[no-untyped-def]
     from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker, _ModState
 
@@ -211,7 +219,4 @@ def tracked_stage_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: 
     finally:
         schedules.PipelineScheduleSingle._warmup_p2p = warmup
         _forget_redistribute_plans()
-    (_device, parts), = snapshot.items()
-    LAST_PARTS.clear()
-    LAST_PARTS.update({str(k): float(v) for k, v in parts.items()})
-    return float(parts["Total"])
+    return peak_total(snapshot)

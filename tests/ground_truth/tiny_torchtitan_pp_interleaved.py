@@ -18,7 +18,7 @@ import torch
 from . import tiny_torchtitan_tp as tt
 from .tiny_llama import LlamaConfig
 from .tiny_torchtitan import apply_ac, loss_fn
-from .tiny_torchtitan_pp import LAST_PARTS, Stage, _forget_redistribute_plans, _tracker
+from .tiny_torchtitan_pp import Stage, _forget_redistribute_plans, _tracker, peak_total
 
 
 def tracked_rank_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: int, rank: int,
@@ -102,7 +102,4 @@ def tracked_rank_peak(c: LlamaConfig, vocab: int, b: int, s: int, pp: int, dp: i
     finally:
         schedules.PipelineScheduleMulti._warmup_p2p = warmup
         _forget_redistribute_plans()
-    (_device, parts), = snapshot.items()
-    LAST_PARTS.clear()
-    LAST_PARTS.update({str(k): float(v) for k, v in parts.items()})
-    return float(parts["Total"])
+    return peak_total(snapshot)
