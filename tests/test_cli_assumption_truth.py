@@ -98,3 +98,15 @@ def test_search_note_tells_which_shown_rows_are_replayed(run_json):
     # PP 2 x DP 2, interleaved v 6: 66.50 GiB walked, 47.48 by the textbook) replayed; rows 1, 3, 5 the textbook sum (row 5:
     # dp 1, nothing sharded)
     assert by_basis == {"textbook": [1, 3, 5], "replayed": [2, 4]}
+
+
+def test_hf_compile_says_torchtitans_compiled_block_stands_in(run_json):
+    """--framework hf --compile times Inductor's kernels of TorchTitan's block (parcalc.core.timing.compute.COMPILE_PER_BLOCK:
+    complex RoPE left to ATen, the final norm and the loss eager): transformers' Llama has a cos/sin RoPE
+    (modeling_llama.apply_rotary_pos_emb), which Inductor can fuse, and the Trainer's torch_compile compiles the whole model,
+    loss included; the assumption says the set stands in, not that it is transformers' own."""
+    doc = run_json(*H200_HF, "--compile")
+    line = next(a for a in doc["assumptions"] if a.startswith("--compile:"))
+    assert line.startswith("--compile: Inductor's kernels of TorchTitan's block stand in for transformers' code compiled"), line
+    eager = next(a for a in run_json(*H200_HF)["assumptions"] if a.startswith("kernels (hf):"))
+    assert "HF" in eager or "transformers" in eager
