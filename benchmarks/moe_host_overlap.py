@@ -124,6 +124,22 @@ def host_of(name: str, node: Node, price: tuple[float, float]) -> float:
     return node.launches * (price[1] if name.endswith(("_b", "_b_dw")) else price[0])
 
 
+def issue(layer: dict[str, Node], order: Any, price: tuple[float, float], host: float, gpu: float) -> tuple[float, float]:
+    """The host and GPU clocks after one layer's nodes in `order`: the host issues each node in its host time, the GPU runs
+    it no sooner than it is issued (fluid within a node); at "sync" the host waits until the GPU has run attn_f."""
+    attn_done = 0.0
+    for name in order:
+        if name == "sync":
+            host = max(host, attn_done)
+            continue
+        node = layer.get(name, Node(0, 0.0))
+        host += host_of(name, node, price)
+        gpu = max(gpu + node.gpu, host)
+        if name == "attn_f":
+            attn_done = gpu
+    return host, gpu
+
+
 def overlap_idle(layer: dict[str, Node], price: tuple[float, float], steps: int = 40) -> float:
     """Seconds per layer step the compute stream waits for the host in the combined 1F1B schedule's issue order, in the
     steady state: the host issues each node in its host time, the GPU runs a node no sooner than the host has issued it
@@ -131,16 +147,7 @@ def overlap_idle(layer: dict[str, Node], price: tuple[float, float], steps: int 
     host = gpu = 0.0
     marks = []
     for _ in range(steps):
-        attn_done = 0.0
-        for name in OVERLAP_ORDER:
-            if name == "sync":
-                host = max(host, attn_done)
-                continue
-            node = layer.get(name, Node(0, 0.0))
-            host += host_of(name, node, price)
-            gpu = max(gpu + node.gpu, host)
-            if name == "attn_f":
-                attn_done = gpu
+        host, gpu = issue(layer, OVERLAP_ORDER, price, host, gpu)
         marks.append(gpu)
     period = (marks[-1] - marks[steps // 4]) / (steps - 1 - steps // 4)
     return max(period - sum(n.gpu for n in layer.values()), 0.0)
@@ -151,21 +158,9 @@ def plain_idle(layer: dict[str, Node], price: tuple[float, float], layers: int) 
     backward layers follow without a sync, the host running ahead."""
     host = gpu = 0.0
     for _ in range(layers):
-        attn_done = 0.0
-        for name in PLAIN_FORWARD:
-            if name == "sync":
-                host = max(host, attn_done)
-                continue
-            node = layer.get(name, Node(0, 0.0))
-            host += host_of(name, node, price)
-            gpu = max(gpu + node.gpu, host)
-            if name == "attn_f":
-                attn_done = gpu
+        host, gpu = issue(layer, PLAIN_FORWARD, price, host, gpu)
     for _ in range(layers):
-        for name in PLAIN_BACKWARD:
-            node = layer.get(name, Node(0, 0.0))
-            host += host_of(name, node, price)
-            gpu = max(gpu + node.gpu, host)
+        host, gpu = issue(layer, PLAIN_BACKWARD, price, host, gpu)
     return max(gpu / layers - sum(n.gpu for n in layer.values()), 0.0)
 
 
