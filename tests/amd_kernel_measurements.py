@@ -321,6 +321,13 @@ def _attention() -> tuple[AttentionRow, ...]:
 
 MI300X_CAUSAL_ATTENTION = _attention()
 
+# AMD's max-achievable BF16 GEMM rates (TFLOP/s) at each board's power limit: ROCm blogs, 'Measuring Max-Achievable FLOPs
+# - Part 2' (ROCm/rocm-blogs blogs/software-tools-optimization/measuring-max-achievable-flops-part2/README.md @8e011952),
+# Table 1 rows 'AMD Instinct MI300X | 654 TFLOPs (1115 MHz) | 708 TFLOPs (1207 MHz) | 1273 TFLOPs (1230 MHz)' and
+# 'AMD Instinct MI325X | 794 TFLOPs (1354 MHz) | 843 TFLOPs (1447 MHz) | 1519 TFLOPs (1464 MHz)' (FP16 | BF16 | FP8):
+# hipBLASLt-bench loops on the same 304-CU gfx942 dies, at 750 W and 1,000 W.
+AMD_MAF_BF16 = {"mi300x": 708.0, "mi325x": 843.0}
+
 # HipKittens' AITER baselines on an MI355X, causal, head dim 128: {tokens: (forward TFLOP/s, backward TFLOP/s)} as the
 # JSON files print them ('tflops_ref'), forward and backward from the files named in the module docstring.
 MI355X_AITER_MHA = {  # b 16, 16 heads (b 15 at 16,384)

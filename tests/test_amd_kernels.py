@@ -20,6 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from amd_kernel_measurements import (
+    AMD_MAF_BF16,
     MI300X_BF16_GEMMS,
     MI300X_CAUSAL_ATTENTION,
     MI300X_FP8_GEMMS,
@@ -336,11 +337,24 @@ def test_mi355x_attention_held_out_and_known_gap() -> None:
         assert forward > 0.05 and backward > 0.10, (seq, forward, backward)
 
 
-def test_mi325x_attention_stays_generic_and_says_so() -> None:
-    """No fused-attention measurement of an MI325X was found: the generic 0.5 / 0.4, named as generic, and the preset's
-    notes say where it looked; the MI300X's rates (a 750 W board) are not transferred."""
-    gpu = load_gpu("mi325x", ())
-    assert gpu.kernels is not None
-    assert (gpu.kernels.attention_forward.value, gpu.kernels.attention_backward.value) == (0.5, 0.4)
-    assert "generic" in gpu.kernels.attention_forward.source
-    assert any("no fused-attention or HBM measurement of an MI325X was found" in note for note in gpu.notes)
+@pytest.mark.parametrize(("head_dim", "mi300x_row"), [(128, "48"), (64, "69")])
+def test_mi325x_attention_is_the_mi300xs_at_its_boards_clock(head_dim: int, mi300x_row: str) -> None:
+    """No fused attention of an MI325X was found: its shares are the MI300X's AITER rows (Primus-Turbo, causal, s 8192,
+    b 4: '48,...,4.60,478.50,14.94,368.02' at head dim 128, '69,...,2.95,373.11,7.95,345.60' at 64) times the two boards'
+    max-achievable BF16 rates, 843 / 708 = 1.191 (AMD's MAF table: the same dies at 1447 against 1207 MHz under 1,000 W
+    and 750 W), over the 1307.4 TFLOP/s peak both are rated at: 0.4358 / 0.3352 at head dim 128, 0.3398 / 0.3147 at 64."""
+    kernels = load_gpu("mi325x", ()).kernels
+    assert kernels is not None
+    (row,) = [r for r in MI300X_CAUSAL_ATTENTION if r.source.split("'")[1].startswith(mi300x_row + ",")]
+    assert (row.batch, row.seq, row.head_dim) == (4, 8192, head_dim)
+    clock = AMD_MAF_BF16["mi325x"] / AMD_MAF_BF16["mi300x"]
+    assert clock == pytest.approx(1.191, abs=5e-4)
+    forward, backward = kernels.attention_share(head_dim, False), kernels.attention_share(head_dim, True)
+    assert forward.value == pytest.approx(row.forward_tflops * clock / 1307.4, abs=1e-4)
+    assert backward.value == pytest.approx(row.backward_tflops * clock / 1307.4, abs=1e-4)
+    for share in (forward, backward):  # the source says it is the MI300X's row, transferred by AMD's MAF ratio
+        assert share.source.startswith("presets/gpus/mi300x.yaml primus_turbo_attention") and "843 / 708" in share.source
+    expected = {128: (0.4358, 0.3352), 64: (0.3398, 0.3147)}[head_dim]
+    assert (forward.value, backward.value) == pytest.approx(expected, abs=1e-4)
+    # the unlabelled shares (any other head dimension) are the head-dim-128 row, as on the MI300X
+    assert (kernels.attention_forward.value, kernels.attention_backward.value) == pytest.approx((0.4358, 0.3352), abs=1e-4)
