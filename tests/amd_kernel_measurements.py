@@ -328,6 +328,36 @@ MI300X_CAUSAL_ATTENTION = _attention()
 # hipBLASLt-bench loops on the same 304-CU gfx942 dies, at 750 W and 1,000 W.
 AMD_MAF_BF16 = {"mi300x": 708.0, "mi325x": 843.0}
 
+# HBM copy rates (GB/s, bytes read and written over the kernel time). AMD's ROCm Compute Profiler test suite,
+# ROCm/rocm-systems projects/rocprofiler-compute/tests/test_metric_validation.py @117d8704, the 'HBM Bandwidth' metric
+# (4.1.9: DRAM bytes from the L2's EA request counters over End_Timestamp - Start_Timestamp, analysis_configs/gfx942/
+# 0400_roofline.yaml) expected of its memcopy workload within 5 %: '# MI 300X: 3910.62 GB/s', '# MI 325X: 4287.31 GB/s'.
+# The workload (projects/rocprofiler-compute/sample/memcopy.cpp, read at the fork seanthegeek/rocm-systems @7fc037a1):
+# Y[idx] = X[idx] over 268,435,456 doubles (2 GiB each way, 8x the 256 MB Infinity Cache), 256-thread blocks, 1,000 runs.
+ROCPROF_MEMCOPY_GBPS = {"mi300x": 3910.62, "mi325x": 4287.31}
+# BabelStream's Copy on an Azure ND MI300X v5 (TB/s), two runs: Azure/AI-benchmarking-guide Azure_Results/
+# ND_MI300X_v5_results.md, read at the forks yosoyjay/AI-benchmarking-guide @a8263ef1 ('| Copy  | 4.15 |', ROCm 6.8.5) and
+# samuel-bohman/AI-benchmarking-guide @3de0c294 ('| Copy  | 4.11 |', ROCm 6.8.1).
+BABELSTREAM_MI300X_COPY_TBPS = (4.11, 4.15)
+
+# AITER's own table of its assembly (v3) attention kernels on an MI300X, ROCm/aiter op_tests/cpp/mha/README.md @0403bcdf
+# ('More performance test results', added by ROCm/aiter pull request #1270, 2025-10-28; benchmark_mha_fwd / _bwd, C++,
+# bf16, BSHD, batch mode, head dim 128), the causal rows at 8,192 tokens: {(batch, query heads, KV heads): (FWD,
+# BWD-a32) TFLOP/s}, e.g. '| 4 | 32 | 8 | 8192 | 8192 | 128 | 1 | 547.09 | 1318.92 | 468.205 | 1069.935 | 422.835 |
+# 775.46 |' (MI300X | MI355X per column pair; BWD-a32: dq accumulated in fp32 atomics, as Primus-Turbo's default
+# PRIMUS_TURBO_ATTN_V3_ATOMIC_FP32=1 and Primus's gfx942 recipes run it).
+AITER_README_MI300X_CAUSAL_8192 = {
+    (1, 32, 8): (522.68, 388.235),
+    (4, 32, 8): (547.09, 422.835),
+    (8, 32, 8): (537.36, 441.4),
+    (1, 64, 8): (518.29, 433.285),
+    (4, 64, 8): (540.515, 434.645),
+    (8, 64, 8): (550.67, 432.715),
+    (1, 64, 4): (519.32, 442.955),
+    (4, 64, 4): (540.935, 430.95),
+    (8, 64, 4): (552.78, 434.51),
+}
+
 # HipKittens' AITER baselines on an MI355X, causal, head dim 128: {tokens: (forward TFLOP/s, backward TFLOP/s)} as the
 # JSON files print them ('tflops_ref'), forward and backward from the files named in the module docstring.
 MI355X_AITER_MHA = {  # b 16, 16 heads (b 15 at 16,384)
