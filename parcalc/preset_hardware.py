@@ -35,7 +35,7 @@ _GPU_KEYS = (
     "board_power", "power_curve", "power_limit", "host", "nccl_channels",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated", "gemm_tiles",
-                "attention_by_head_dim", "calibrated", "element_rates", "attention_kernels", "attention_tiles")
+                "attention_by_head_dim", "calibrated", "element_rates", "element_clock", "attention_kernels", "attention_tiles")
 _CALIBRATED_KINDS = ("gemm", "attention", "memory", "optimizer")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
@@ -143,6 +143,7 @@ def _kernels(doc: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str, Dt
         attention_by_head_dim=_attention_by_head_dim(node, sources) if "attention_by_head_dim" in node.data else (),
         calibrated=_calibrated(node, sources) if "calibrated" in node.data else None,
         element_rates=_element_rates(node, sources) if "element_rates" in node.data else (),
+        element_clock=_element_clock(node, sources) if "element_clock" in node.data else None,
         attention_kernels=_attention_kernels(node, sources) if "attention_kernels" in node.data else (),
         attention_tiles=_attention_tiles(node, sources) if "attention_tiles" in node.data else None,
     )
@@ -180,6 +181,29 @@ def _element_rates(node: PresetDoc, sources: Mapping[str, str]) -> tuple[tuple[s
             raise table.error(str(path), "a rate above 0 (elements per second)")
         out.append((str(path), Sourced(rate.value, "element/s", rate.source)))
     return tuple(out)
+
+
+def _element_clock(node: PresetDoc, sources: Mapping[str, str]) -> Any:
+    """`kernels.element_clock:` {clock: the SM clock element_rates were measured at, shares: {path: share of its time per
+    element that follows the clock, in [0, 1]}, source, note?} (parcalc.core.timing.elementwise.ElementClock)."""
+    from parcalc.core.timing.elementwise import PATHS, ElementClock
+
+    if "element_rates" not in node.data:
+        raise node.error("element_clock", "the clock of kernels.element_rates: give the rates too")
+    block = node.child("element_clock")
+    block.only(("clock", "shares", "source", "note"))
+    clock = block.quantity("clock", Dimension.FREQUENCY, sources)
+    assert clock is not None
+    if not clock.value > 0:
+        raise block.error("clock", "a clock above 0")
+    table = block.child("shares")
+    table.only(PATHS)
+    shares = []
+    for path, value in table.data.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise table.error(str(path), f"a share of the time per element between 0 and 1, got {shown(value)}")
+        shares.append((str(path), float(value)))
+    return ElementClock(clock.value, tuple(shares), f"{block.source_ref('source', sources)}; the clock: {clock.source}")
 
 
 def _calibrated(node: PresetDoc, sources: Mapping[str, str]) -> Any:

@@ -28,23 +28,23 @@ def test_h200_fit_names_the_tiles_and_the_step_clock_not_the_share(run_json):
     lines = _gemm_lines(doc["assumptions"])
     tiles = [a for a in lines if a.startswith("GEMMs by their tiles")]
     assert len(tiles) == 1, lines
-    # 1,662.7 MHz: the 1B b4 step's own clock under the 700 W cap (docs/step-time.md, "The step's own clock": 1662.7 vs the
+    # 1,663.9 MHz: the 1B b4 step's own clock under the 700 W cap (docs/step-time.md, "The step's own clock": 1663.9 vs the
     # 1695 MHz nvidia-smi median; tests/test_step_clock.py); 5.4414 TFLOP/s per SM and the sweep's 1,328.5 MHz are the
     # H200 preset's gemm_tiles (presets/gpus/h200.yaml, from gemm-bf16.json)
-    assert tiles[0].startswith("GEMMs by their tiles at 1,662.7 MHz (bf16: one SM's main loop at 5.4414 TFLOP/s at the sweep's 1,328.5 MHz")
+    assert tiles[0].startswith("GEMMs by their tiles at 1,663.9 MHz (bf16: one SM's main loop at 5.4414 TFLOP/s at the sweep's 1,328.5 MHz")
     assert "gemm-bf16.json" in tiles[0]
     assert not any(SHARE in a or "0.496" in a for a in lines), lines  # the MPT-7B share times no GEMM here
     # the same in the Markdown write-up (the PDF renders the same Result's assumptions)
     markdown = CliRunner(env={"COLUMNS": "120", "NO_COLOR": "1", "PARCALC_PRESETS": ""}).invoke(app, [*H200_HF, "--format", "markdown"])
     assert markdown.exit_code == 0, markdown.output
-    assert "GEMMs by their tiles at 1,662.7 MHz" in markdown.stdout and SHARE not in markdown.stdout
+    assert "GEMMs by their tiles at 1,663.9 MHz" in markdown.stdout and SHARE not in markdown.stdout
 
 
 def test_h200_brief_shows_the_tiles_at_80_columns():
     result = CliRunner(env={"COLUMNS": "80", "NO_COLOR": "1", "PARCALC_PRESETS": ""}).invoke(app, list(H200_HF))
     assert result.exit_code == 0, result.output
     assumptions = result.stdout.split("Assumptions that move it", 1)[1]
-    assert "  - GEMMs by their tiles at 1,662.7 MHz (bf16" in assumptions
+    assert "  - GEMMs by their tiles at 1,663.9 MHz (bf16" in assumptions
     assert "GEMMs at 50%" not in assumptions
     assert max(len(line) for line in result.stdout.splitlines()) <= 80
 

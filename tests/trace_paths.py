@@ -2,11 +2,13 @@
 H200, ../shared/measurements/h200-2026-11-28) by TensorIterator path (parcalc.core.timing.elementwise.kernel_path),
 each with the elements it wrote, from the shapes its launching ATen op recorded.
 
-    python tests/trace_paths.py     # each path's median element rate in both traces (what presets/gpus/h200.yaml holds)
+    python tests/trace_paths.py     # each path's median element rate in both traces (what presets/gpus/h200.yaml holds),
+                                    # and the share of each path's time that follows the SM clock in the b4 trace
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import defaultdict
@@ -88,6 +90,55 @@ def path_seconds(name: str) -> dict[str | None, float]:
     return dict(out)
 
 
+NEAREST_GEMMS = 8  # the GEMM launches around a kernel that tell the clock it ran at (a layer's backward runs 14)
+REPEATED = 4  # launches of one shape, at least, to have a median to compare each with
+SHORTEST = 3.0  # us: shorter launches are left out (their fixed cost, not their work, sets their time)
+CLOCK_RANGE = 0.1  # a path's share is measured where its GEMM neighbours' times spread by at least this much
+
+
+def clock_shares(name: str) -> dict[str, float | None]:
+    """The share s of each path's time that follows the SM clock, from one trace's own clock variation.
+
+    Each launch's duration over the median of launches of the same kernel, op, input shapes and grid (its slowdown); a
+    GEMM's slowdown is the clock's (f_median / f: its main loop runs at the SM clock); each memory-bound launch against
+    the median slowdown of the NEAREST_GEMMS GEMM launches around it in time: slowdown - 1 = s (GEMM slowdown - 1), the
+    least-squares slope. None: the path ran where the clock did not move (the GEMMs beside it spread by under
+    CLOCK_RANGE), nothing to measure."""
+    import numpy as np
+
+    from parcalc.core.calibrate.trace import kernel_kind
+    from parcalc.core.timing.elementwise import VECTOR, kernel_path
+    from parcalc.results.calibrate_trace import read_trace_file
+
+    events = read_trace_file(str(FIXTURES / name))["traceEvents"]
+    ops = {e["args"].get("External id"): e for e in events if e.get("cat") == "cpu_op"}
+    launches = []
+    for e in sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"]):
+        kind = kernel_kind(e["name"])
+        what = "gemm" if kind == "gemm" else kernel_path(e["name"]) if kind == "memory" else None
+        op = ops.get(e["args"].get("External id"), {})
+        key = (e["name"], op.get("name"), str(op.get("args", {}).get("Input Dims")), str(e["args"].get("grid")))
+        launches.append((e["ts"], e["dur"], what, key))
+    by_key: dict[Any, list[float]] = defaultdict(list)
+    for _, dur, _, key in launches:
+        by_key[key].append(dur)
+    median = {key: statistics.median(d) for key, d in by_key.items() if len(d) >= REPEATED and statistics.median(d) >= SHORTEST}
+    slowdowns = [(ts, dur / median[key], what) for ts, dur, what, key in launches if what is not None and key in median]
+    gemms = [(ts, slow) for ts, slow, what in slowdowns if what == "gemm"]
+    times = [ts for ts, _ in gemms]
+    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for ts, slow, what in slowdowns:
+        if what != "gemm":
+            i = bisect.bisect(times, ts)
+            clock = statistics.median(s for _, s in gemms[max(0, i - NEAREST_GEMMS // 2):i + NEAREST_GEMMS // 2])
+            points[what or VECTOR].append((clock - 1, slow - 1))
+    out: dict[str, float | None] = {}
+    for path, xy in points.items():
+        x, y = np.array([p[0] for p in xy]), np.array([p[1] for p in xy])
+        out[path] = float(np.polyfit(x, y, 1)[0]) if x.max() - x.min() >= CLOCK_RANGE else None
+    return out
+
+
 if __name__ == "__main__":
     import sys
 
@@ -95,3 +146,4 @@ if __name__ == "__main__":
     for trace in ("trace-llama1b-b4-s4096.json.gz", "trace-llama1b-b1-s2048.json.gz"):
         print(trace, {p: f"{r / 1e9:.1f} G/s" for p, r in sorted(path_rates(trace).items())})
         print("   seconds", {str(p): f"{t * 1e3:.2f} ms" for p, t in sorted(path_seconds(trace).items(), key=lambda x: str(x[0]))})
+    print("clock shares (b4 trace)", {p: None if s is None else round(s, 3) for p, s in sorted(clock_shares("trace-llama1b-b4-s4096.json.gz").items())})

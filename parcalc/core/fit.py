@@ -246,6 +246,9 @@ class Estimate:
     attention: Derivation | None = None
     memory_bound: Derivation | None = None
     host: Derivation | None = None  # t_host: the GPU waiting for the host (parcalc.core.timing.host; None: not modelled)
+    # seconds of t_memory_bound that scale as 1 / the SM clock (the element paths' share, parcalc.core.timing.elementwise
+    # .ElementClock): the step's clock solve scales them with the GEMMs' main loops (parcalc.core.timing.step_clock)
+    clocked: float = 0.0
 
     @property
     def kinds(self) -> tuple[Derivation, ...]:
@@ -290,7 +293,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
         gpu = replace(gpu, host=None, kernels=replace(gpu.kernels, calibrated=None))
     at_max = _estimate(model, config, training, replace(cluster, gpu=gpu, sm_clock=tiled.max_clock))
     assert at_max.gemm is not None and at_max.attention is not None
-    clock, load = solve_clock(tiled, at_max.gemm.value, at_max.attention.value, at_max.step.value)
+    clock, load = solve_clock(tiled, at_max.gemm.value, at_max.attention.value, at_max.step.value, at_max.clocked)
     reuse = clock == tiled.max_clock and not traced
     est = at_max if reuse else _estimate(model, config, training, replace(cluster, sm_clock=clock))
     assert est.gemm is not None
@@ -507,7 +510,7 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
                       "fraction", f"{KORTHIKANTI} sec. 6.3 (hardware FLOPs: recomputation counted)")  # fmt: skip
     fits = breakdown.worst.total.value <= cluster.capacity
     return Estimate(config, breakdown, fits, f_model, f_hw, compute, tp_comm, bubble, pp_comm, dp_comm, optimizer, step, tokens, mfu, hfu,
-                    offload, cp_comm, ep_comm, gemm, attention, memory_bound, host)  # fmt: skip
+                    offload, cp_comm, ep_comm, gemm, attention, memory_bound, host, m * by_kind.clocked)  # fmt: skip
 
 
 def _check_cluster(cluster: Cluster) -> None:

@@ -15,6 +15,7 @@ from parcalc.frozen import frozen
 if TYPE_CHECKING:  # defined apart: only calibrated presets need them, and each dataclass costs start-up time
     from parcalc.core.measured import MatmulSweep, MeasuredCollective
     from parcalc.core.timing.attention_tiles import AttentionTiles
+    from parcalc.core.timing.elementwise import ElementClock
     from parcalc.core.timing.gemm_tiles import TiledGemm  # only the H200's measured preset builds one (parcalc.presets)
     from parcalc.core.timing.host import HostCosts  # only a preset calibrated from a trace carries one
 
@@ -158,6 +159,9 @@ class KernelRates:
     # the paths that are not vectorised are bound by their per-element work, not by HBM
     # (parcalc.core.timing.elementwise); () where not measured: every memory-bound kernel at e_mem x HBM
     element_rates: tuple[tuple[str, Sourced], ...] = ()
+    # the SM clock element_rates were measured at and the share of each path's time that follows the clock
+    # (parcalc.core.timing.elementwise.ElementClock); None: the rates hold at every clock
+    element_clock: ElementClock | None = None
     # (implementation, forward share, backward share) of fused attention kernels of another software generation than
     # the one attention_forward / attention_backward were measured with (parcalc.core.timing.attention_kernels); ()
     attention_kernels: tuple[tuple[str, Sourced, Sourced], ...] = ()

@@ -51,8 +51,9 @@ def trace_result(file: str, summary: Any, predicted: dict[str, float], fits: tup
                         + "".join(f"; {labels[f.kind]} kept at x{f.after:.4g}: {f.kept}" for f in fits if f.kept))  # fmt: skip
         if "clock.f_SM" in predicted and any(f.kind == "gemm" and not f.kept for f in fits):
             verdicts.append(f"the GEMM factor is the traced step's rate at the SM clock fit gives it, {predicted['clock.f_SM'] / 1e6:.1f} MHz "
-                            "(parcalc.core.timing.step_clock): fit times every step's GEMMs at its own clock, then applies it; the other "
-                            "kinds' factors carry no clock (docs/calibrate-trace.md)")  # fmt: skip
+                            "(parcalc.core.timing.step_clock): fit times every step's GEMMs at its own clock, then applies it; so is the "
+                            "memory-bound factor where the GPU's element paths follow the clock (kernels.element_clock); attention's "
+                            "and the optimizer's carry no clock (docs/calibrate-trace.md)")  # fmt: skip
     return Result(command="calibrate trace", title=f"Trace: {file}", inputs=(), derivations=(), settings=(("file", file),),
                   tables=tuple(tables), verdicts=tuple(verdicts),
                   assumptions=(KIND_SOURCE, "the host times per launch are the profiled run's: the profiler's own per-op cost is in "

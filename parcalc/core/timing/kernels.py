@@ -13,7 +13,7 @@ what it computes, what it moves and the shortest time any kernel takes:
 - memory-bound kernels (norms, residual adds with dropout, softmax, activations, rotary
   embeddings, cross-entropy) move Q bytes at a share e_mem of the HBM bandwidth, and those on a
   TensorIterator path that is not vectorised process their N elements at most at that path's
-  measured rate (parcalc.core.timing.elementwise);
+  measured rate, the share of it the SMs issue at the step's SM clock (parcalc.core.timing.elementwise);
 - FlashAttention is one kernel per pass at its own measured share of the peak, its backward
   2.5 x the forward FLOPs (it recomputes the scores: 5 matmuls against 2; Dao 2023, sec. 3.1);
   causal masking skips half of the blocks, a sliding window or chunk those outside its band.
@@ -99,6 +99,12 @@ class ComputeSpec:
         return 1.0 if self.calibrated is None else self.calibrated.of(kind)
 
     @property
+    def step_clock(self) -> float:
+        """Hz: the SM clock of the step being timed (the tiled GEMMs': parcalc.core.timing.step_clock, else the preset's
+        training clock); 0 where the GPU's clock is not modelled."""
+        return self.tiled.step_hz if self.tiled is not None and self.tiled.clock > 0 else 0.0
+
+    @property
     def tile_area(self) -> int:
         return self.kernels.tile_m * self.kernels.tile_n
 
@@ -156,6 +162,9 @@ class Kernel(NamedTuple):
     # how much longer it takes while an NCCL collective holds ComputeSpec.nccl_ctas of the SMs (parcalc.core.timing.
     # sm_contention.stretch); 1: not slowed, or no channel count known
     stretch: float = 1.0
+    # seconds of `time` that scale as 1 / the SM clock beside the GEMMs' main loops: an element path's share at the
+    # step's clock (parcalc.core.timing.elementwise.ElementClock), which the step's clock solve scales (step_clock)
+    clocked: float = 0.0
 
 
 def quantisation(m: int, n: int, batch: int, spec: ComputeSpec) -> float:
@@ -233,8 +242,14 @@ def memory_op(key: str, traffic: float, spec: ComputeSpec, shape: str = "", path
     rate = spec.kernels.element_rate(path) if path and elements else None
     if rate is None:
         return kernel
-    issue = elements / (rate.value * spec.scale) / spec.kind_rate("memory")
-    return kernel._replace(time=issue, bound="elements") if issue > kernel.time else kernel
+    per_rate = elements / (rate.value * spec.scale) / spec.kind_rate("memory")
+    clock = spec.kernels.element_clock
+    if clock is None:
+        return kernel._replace(time=per_rate, bound="elements") if per_rate > kernel.time else kernel
+    issue = per_rate * clock.factor(path, spec.step_clock)  # the share of the work the SMs issue at the step's clock
+    if issue <= kernel.time:
+        return kernel
+    return kernel._replace(time=issue, bound="elements", clocked=per_rate * clock.clocked(path, spec.step_clock))
 
 
 def flash_attention(key: str, flops: float, traffic: float, backward: bool, spec: ComputeSpec, shape: str, head_dim: int = 0,

@@ -34,25 +34,31 @@ class KindTimes:
     gemm: float = 0.0
     attention: float = 0.0
     memory: float = 0.0
+    # of `memory`, what scales as 1 / the SM clock (the element paths' share: parcalc.core.timing.kernels.Kernel.clocked)
+    clocked: float = 0.0
 
     @property
     def total(self) -> float:
         return self.gemm + self.attention + self.memory
 
     def __add__(self, other: KindTimes) -> KindTimes:
-        return KindTimes(self.gemm + other.gemm, self.attention + other.attention, self.memory + other.memory)
+        return KindTimes(self.gemm + other.gemm, self.attention + other.attention, self.memory + other.memory,
+                         self.clocked + other.clocked)  # fmt: skip
 
     def scaled(self, factor: float) -> KindTimes:
-        return KindTimes(self.gemm * factor, self.attention * factor, self.memory * factor)
+        return KindTimes(self.gemm * factor, self.attention * factor, self.memory * factor, self.clocked * factor)
 
 
 def kind_times(kernels: Iterable[Any], weights: Iterable[float] | None = None) -> KindTimes:
     """The kernels' time by kind, each kernel counted `weights[i]` times (1 when not given)."""
     sums = {"gemm": 0.0, "attention": 0.0, "memory": 0.0}
+    clocked = 0.0
     if weights is None:
         for k in kernels:
             sums[k.kind] += k.time
+            clocked += k.clocked
     else:
         for k, w in zip(kernels, weights, strict=True):
             sums[k.kind] += k.time * w
-    return KindTimes(sums["gemm"], sums["attention"], sums["memory"])
+            clocked += k.clocked * w
+    return KindTimes(sums["gemm"], sums["attention"], sums["memory"], clocked)

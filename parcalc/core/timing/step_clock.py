@@ -21,8 +21,9 @@ highest at which P <= P_limit:
     f = min(f_max, f_ref (u_ref / u)^(1/n))
 
 u itself depends on f (GEMMs are shorter at a higher clock): the step is timed once at f_max, its GEMM main loops are
-then taken to scale as 1/f (their tiles' fixed costs do not, a few per cent of them) to solve for f, and the step is
-timed again at that clock. Assumed: the power the rest of the step draws (memory-bound kernels, the idle GPU) is in the
+then taken to scale as 1/f (their tiles' fixed costs do not, a few per cent of them), and so is the share of the
+non-vectorised element kernels' time that follows the SM clock (parcalc.core.timing.elementwise.ElementClock), to solve
+for f, and the step is timed again at that clock. Assumed: the power the rest of the step draws (memory-bound kernels, the idle GPU) is in the
 same proportion to its Tensor Core load as in the capped steps; HBM's clock is not lowered (parcalc.core.power).
 """
 
@@ -47,28 +48,29 @@ def power_over_limit(tiled: TiledGemm, clock: float, load: float) -> float:
     return load / tiled.training_load * (clock / tiled.training_clock) ** tiled.power_exponent
 
 
-def load_at(clock: float, max_clock: float, t_gemm: float, t_attention: float, t_step: float) -> float:
-    """The step's Tensor Core load at `clock`, from its times at `max_clock`, its GEMMs' main loops scaling as 1/clock."""
-    gemm = t_gemm * max_clock / clock
-    return tensor_load(gemm, t_attention, t_step - t_gemm + gemm)
+def load_at(clock: float, max_clock: float, t_gemm: float, t_attention: float, t_step: float, t_clocked: float = 0.0) -> float:
+    """The step's Tensor Core load at `clock`, from its times at `max_clock`, its GEMMs' main loops and the element kernels'
+    clocked share (`t_clocked`, seconds at `max_clock`) scaling as 1/clock."""
+    gemm, clocked = t_gemm * max_clock / clock, t_clocked * max_clock / clock
+    return tensor_load(gemm, t_attention, t_step - t_gemm - t_clocked + gemm + clocked)
 
 
-def solve_clock(tiled: TiledGemm, t_gemm: float, t_attention: float, t_step: float) -> tuple[float, float]:
+def solve_clock(tiled: TiledGemm, t_gemm: float, t_attention: float, t_step: float, t_clocked: float = 0.0) -> tuple[float, float]:
     """(clock in Hz, Tensor Core load there) of a step timed at the GPU's highest clock (its GEMM, attention and step
-    times there): f_max where the power stays under the limit, else the clock where P(f, u(f)) = P_limit (bisection;
-    P rises with f)."""
+    times there, and the element kernels' time that follows the clock): f_max where the power stays under the limit, else
+    the clock where P(f, u(f)) = P_limit (bisection; P rises with f)."""
     f_max = tiled.max_clock
-    at_max = load_at(f_max, f_max, t_gemm, t_attention, t_step)
+    at_max = load_at(f_max, f_max, t_gemm, t_attention, t_step, t_clocked)
     if power_over_limit(tiled, f_max, at_max) <= 1.0:
         return f_max, at_max
     low, high = 0.0, f_max
     for _ in range(60):
         mid = (low + high) / 2
-        if power_over_limit(tiled, mid, load_at(mid, f_max, t_gemm, t_attention, t_step)) > 1.0:
+        if power_over_limit(tiled, mid, load_at(mid, f_max, t_gemm, t_attention, t_step, t_clocked)) > 1.0:
             high = mid
         else:
             low = mid
-    return low, load_at(low, f_max, t_gemm, t_attention, t_step)
+    return low, load_at(low, f_max, t_gemm, t_attention, t_step, t_clocked)
 
 
 def clock_derivation(tiled: TiledGemm, clock: float, load: float) -> Derivation:
@@ -96,5 +98,6 @@ def clock_derivation(tiled: TiledGemm, clock: float, load: float) -> Derivation:
         source=SOURCE,
         assumptions=(CAPPED if capped else UNCAPPED,
                      "the power of the rest of the step (memory-bound kernels, the GPU idle) in the capped steps' proportion to "
-                     "its Tensor Core load; the GEMMs' main loops scale as 1/f in the solve, their tiles' fixed costs do not"),
+                     "its Tensor Core load; the GEMMs' main loops and the element kernels' clocked share scale as 1/f in the "
+                     "solve, the tiles' fixed costs do not"),
     )  # fmt: skip
