@@ -280,7 +280,7 @@ def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute:
                                    "and with torchao's Float8 TP styles under tp)", precision is Precision.FP8 and not compiled and layout.tp == 1),
                                   (f"--recompute {recompute.value} with cp (torch's CP dispatch hides the ring's ops from selective "
                                    "op checkpointing; the walk follows none and full)", recompute not in (Recompute.NONE, Recompute.FULL)),
-                                  ("the model has experts (torchtitan's Llama code has none)", model.moe is not None),
+                                  ("the model has experts (the ring's walk follows dense blocks)", model.moe is not None),
                                   ("--cp-comm a2a (torch's context_parallel rotates K/V in a ring: --cp-comm all-gather, torchtitan's "
                                    "default, or p2p)", layout.cp_comm == "a2a")) if gap]  # fmt: skip
     return [f"cp = {cp}: " + "; ".join(why)] if why else []
