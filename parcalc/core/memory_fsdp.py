@@ -220,7 +220,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     if model.moe is not None and precision is Precision.FP32:  # HF_SOURCES['grouped_mm']: the experts' matmuls take bf16
         gaps.append("experts in fp32 (transformers' grouped_mm experts take bf16 only)")
     if model.moe is not None and model.moe.shared_experts and model_code != "torchtitan":  # the torchtitan walk's MoE has them
-        gaps.append("a shared expert (the fsdp2 walk follows transformers' routed experts, torchtitan's shared experts too)")
+        gaps.append("a shared expert (the fsdp2 walk shards the routed experts' blocks)")
     gaps += cp_gaps(model, layout, model_code, recompute, precision, compiled)
     if layout.ep > 1:
         gaps.append(f"ep = {layout.ep}")
