@@ -136,7 +136,9 @@ def test_a_textbook_fsdp_memory_says_why(run_json) -> None:
 
 @pytest.mark.parametrize("flags, gap", [
     (["--model", "qwen3-30b-a3b"], "q/k norms (torchtitan's Llama code has none)"),
-    (["--model", "qwen3-30b-a3b"], "experts (torchtitan's Llama code has none)"),
+    # torchtitan's MoE is walked in bf16 (memory_torchtitan_moe), not with torchao's Float8 grouped GEMMs
+    (["--model", "mixtral-8x7b", "--precision", "fp8"], "experts with --precision fp8"),
+    (["--model", "deepseek-v3"], "latent attention (MLA)"),
     (["--model", "llama3-8b", "--precision", "fp32"], "--precision fp32 (the torchtitan walk follows bf16 compute)"),
 ])  # fmt: skip
 def test_what_torchtitans_llama_code_lacks_keeps_the_textbook_sum(run_json, flags: list[str], gap: str) -> None:
@@ -144,3 +146,14 @@ def test_what_torchtitans_llama_code_lacks_keeps_the_textbook_sum(run_json, flag
     said = [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
     assert said and gap in said[0]
     assert "step_peak" not in doc["results"]
+
+
+def test_torchtitans_moe_is_walked_and_named(run_json) -> None:
+    """Mixtral-shaped experts under --framework torchtitan: the step walk with torchtitan's MoE block (memory_torchtitan_moe),
+    the derivation naming it; its router's fp32 input copy (T x h x 4 bytes, b 1 x s 4096 x h 4096) among what is live."""
+    doc = run_json("memory", "--model", "mixtral-8x7b", "--framework", "torchtitan", "--zero", "3", "--dp", "8", "--seq-len", "4096",
+                   "--micro-batch", "1", "--gpu", "h200")  # fmt: skip
+    assert not [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
+    text = str(doc)
+    assert "torchtitan's MoE (8 routed experts, top-2" in text
+    assert "router input cast to fp32 (saved by the gate)" in text

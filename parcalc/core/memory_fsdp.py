@@ -216,10 +216,10 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     It follows fully_shard over all the data-parallel ranks of a dense Llama-shaped model; `other`: the
     caller's own (offload, a recomputed subset of layers, ...); `pipeline`: the caller walks pipeline stages."""
     zero, dp, shard_group = layout.zero, layout.dp, layout.shard_group
-    gaps = [*hf_model_gaps(model), *other]
+    gaps = [*model_gaps(model, model_code), *other]
     if model.moe is not None and precision is Precision.FP32:  # HF_SOURCES['grouped_mm']: the experts' matmuls take bf16
         gaps.append("experts in fp32 (transformers' grouped_mm experts take bf16 only)")
-    if model.moe is not None and model.moe.shared_experts:  # _block_params lists routed experts only (hf's walk follows Qwen2-MoE)
+    if model.moe is not None and model.moe.shared_experts and model_code != "torchtitan":  # the torchtitan walk's MoE has them
         gaps.append("a shared expert (the fsdp2 walk shards the routed experts' blocks)")
     gaps += cp_gaps(model, layout, model_code, recompute, precision, compiled)
     if layout.ep > 1:
@@ -242,9 +242,20 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append(f"--recompute {recompute.value}")
     if model_code == "torchtitan":
         gaps += torchtitan_code_gaps(model, precision)
+        gaps += torchtitan_moe_layout_gaps(model, layout.tp, layout.pp, compiled, {recompute.value})
     if compiled:
         gaps += compile_gaps(model, layout.tp, layout.pp, model_code, precision)
     return gaps
+
+
+# torchtitan's MoE adds its shared experts as a plain FeedForward (parcalc.core.memory_torchtitan_moe), not transformers' Qwen2-MoE
+_HF_SHARED_GAP = "shared experts without Qwen2-MoE's sigmoid gate"
+
+
+def model_gaps(model: TransformerModel, model_code: str) -> list[str]:
+    """What of the model the model code's walk does not follow (memory_timeline.hf_model_gaps; torchtitan's MoE walk has
+    shared experts without a gate, memory_torchtitan_moe.moe_gaps)."""
+    return [gap for gap in hf_model_gaps(model) if not (model_code == "torchtitan" and gap == _HF_SHARED_GAP)]
 
 
 def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute: Recompute, precision: Precision,
@@ -269,7 +280,7 @@ def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute:
                                    "and with torchao's Float8 TP styles under tp)", precision is Precision.FP8 and not compiled and layout.tp == 1),
                                   (f"--recompute {recompute.value} with cp (torch's CP dispatch hides the ring's ops from selective "
                                    "op checkpointing; the walk follows none and full)", recompute not in (Recompute.NONE, Recompute.FULL)),
-                                  ("the model has experts (torchtitan's Llama code has none)", model.moe is not None),
+                                  ("the model has experts (the ring's walk follows dense blocks)", model.moe is not None),
                                   ("--cp-comm a2a (torch's context_parallel rotates K/V in a ring: --cp-comm all-gather, torchtitan's "
                                    "default, or p2p)", layout.cp_comm == "a2a")) if gap]  # fmt: skip
     return [f"cp = {cp}: " + "; ".join(why)] if why else []
@@ -329,11 +340,26 @@ def float8_gaps(layout: Layout, precision: Precision, model_code: str) -> list[s
 
 
 def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[str]:
-    """What torchtitan's Llama code (parcalc.core.memory_torchtitan) does not have, or the walk of it does not follow."""
-    return [what for what, gap in (("experts (torchtitan's Llama code has none)", model.moe is not None),
+    """What torchtitan's Llama code (parcalc.core.memory_torchtitan) with its MoE in place of the FeedForward
+    (parcalc.core.memory_torchtitan_moe) does not have, or the walk of it does not follow."""
+    from parcalc.core.memory_torchtitan_moe import moe_gaps
+
+    return [*moe_gaps(model.moe)] + [
+            what for what, gap in (("experts with --precision fp8 (the walk follows torchtitan's MoE in bf16)",
+                                    model.moe is not None and precision is Precision.FP8),
                                    ("q/k norms (torchtitan's Llama code has none)", model.qk_norm),
                                    ("tied embeddings (torchtitan's Llama has its own output projection)", model.tied_embeddings),
                                    ("--precision fp32 (the torchtitan walk follows bf16 compute)", precision is Precision.FP32)) if gap]  # fmt: skip
+
+
+def torchtitan_moe_layout_gaps(model: TransformerModel, tp: int, pp: int, compiled: bool, policies: set[str]) -> list[str]:
+    """What the walk of torchtitan's MoE block does not follow of a layout: it walks the eager block under FSDP2 alone
+    (ep = 1, no tp, pp or compile), with no or full checkpointing (parcalc.core.memory_torchtitan_moe)."""
+    if model.moe is None:
+        return []
+    return [f"experts with {what} (the MoE walk follows torchtitan's eager MoE under FSDP2 alone)" for what, gap in
+            ((f"tp = {tp}", tp > 1), (f"pp = {pp}", pp > 1), ("--compile", compiled),
+             *((f"checkpointing {p!r}", p not in ("none", "full")) for p in sorted(policies))) if gap]  # fmt: skip
 
 
 def recomputes_of(model_code: str) -> tuple[Recompute, ...]:
@@ -366,17 +392,20 @@ class _Param:
         return int(chunk_rows(self.rows, n)) * self.cols
 
 
-def _block_params(model: TransformerModel, tp: int = 1) -> tuple[_Param, ...]:
+def _block_params(model: TransformerModel, tp: int = 1, shared: bool = False) -> tuple[_Param, ...]:
     """One decoder layer's parameters in constructor order (nn.Linear weights are out x in; an expert stack is
     experts x out x in, sharded over its experts: FSDP2 shards dim 0). Under apply_tp (tp > 1) a rank's own: the
     column-parallel weights' rows and the row-parallel weights' columns split tp ways, the norms whole (FSDP2 then shards
-    dim 0 of that local tensor)."""
+    dim 0 of that local tensor). `shared`: torchtitan's shared experts, which the walk of its code follows."""
     h, q, kv, f = model.hidden, model.heads * model.head_dim // tp, model.kv_heads * model.head_dim // tp, model.ffn_hidden // tp
     attention = (_Param("q", q, h), _Param("k", kv, h), _Param("v", kv, h), _Param("o", h, q),
                  *((_Param("qn", model.head_dim, 1), _Param("kn", model.head_dim, 1)) if model.qk_norm else ()))
     if model.moe is not None:  # MixtralSparseMoeBlock: router, then the experts' gate_up_proj and down_proj
         e, fe = model.moe.experts, model.moe.expert_ffn_hidden
-        mlp = (_Param("router", e, h), _Param("gate_up", e, 2 * fe * h), _Param("down", e, h * fe))
+        mlp: tuple[_Param, ...] = (_Param("router", e, h), _Param("gate_up", e, 2 * fe * h), _Param("down", e, h * fe))
+        if shared and model.moe.shared_experts:  # torchtitan's shared_experts, one FeedForward as wide as all of them (memory_torchtitan_moe)
+            fs = model.moe.shared_experts * model.moe.shared_width
+            mlp += (_Param("shared_w1", fs, h), _Param("shared_w2", h, fs), _Param("shared_w3", fs, h))
     else:
         mlp = (_Param("gate", f, h), _Param("up", f, h), _Param("down", h, f))
     return (*attention, *mlp, _Param("n1", h, 1), _Param("n2", h, 1))
@@ -616,7 +645,7 @@ class _FsdpHooks(StepHooks):
     def __init__(self, model: TransformerModel, step: FsdpStep, param_bytes: float, master_bytes: float) -> None:
         self.n = step.shards
         self.layers = model.layers
-        self.units = {"root": _root_params(model, step.tp), **{f"L{i}": _block_params(model, step.tp) for i in range(model.layers)}}
+        self.units = {"root": _root_params(model, step.tp), **{f"L{i}": _block_params(model, step.tp, step.model_code == "torchtitan") for i in range(model.layers)}}
         self.p = param_bytes
         self.master = master_bytes
         self.reduce = step.reduce_bytes
@@ -748,7 +777,8 @@ class _FsdpHooks(StepHooks):
 
 
 def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
-    check_hf_model(model)
+    if step.model_code != "torchtitan" or model_gaps(model, step.model_code):
+        check_hf_model(model)
     if step.shards < 1:
         raise InputError(f"the FSDP shard group: at least 1 rank, got {step.shards}")
     walked_float8 = step.precision is Precision.FP8 and step.model_code == "torchtitan"
@@ -773,7 +803,9 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
         check_cp(model, step)
     if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code, step.precision)):
         raise InputError(f"{model.name}: the compiled step walk: {'; '.join(gaps)}")
-    missing = torchtitan_code_gaps(model, step.precision) if step.model_code == "torchtitan" else []
+    policies = set(step.block_policies or ()) | ({step.recompute.value} if step.block_policies is None else set())
+    missing = (torchtitan_code_gaps(model, step.precision) + torchtitan_moe_layout_gaps(model, step.tp, step.pp, step.compiled, policies)
+               if step.model_code == "torchtitan" else [])
     if missing:
         raise InputError(f"{model.name}: the torchtitan profile's step walk follows torchtitan's Llama code in bf16; {'; '.join(missing)}")
     if step.optimizer_impl not in OPTIMIZER_IMPLS:
@@ -841,6 +873,8 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
     x = shapes_of(model, step.micro_batch, step.seq_len // step.cp, compute, compute, False)  # MixedPrecisionPolicy: no autocast
     x = replace(x, cp=step.cp, cp_rotate=step.cp_rotate)
+    if step.model_code == "torchtitan" and model.moe is not None:  # the shared experts' one FeedForward (memory_torchtitan_moe)
+        x = replace(x, fs=model.moe.shared_experts * model.moe.shared_width)
     # torchao's Float8Linear under MixedPrecisionPolicy(param_dtype=bfloat16) (memory_torchao_float8: check_fsdp_step)
     x = replace(x, float8=step.precision is Precision.FP8, float8_weights=step.float8_all_gather and step.precision is Precision.FP8)
     hooks = _FsdpHooks(model, step, compute, master)
@@ -848,7 +882,7 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         ranges = step.pp_chunks or (step.stage_layers or (0, model.layers),)
         root = {p.name: p for p in _root_params(model, step.tp)}
         own = ((root["embedding"],) if step.pp_stage == 0 else ()) + ((root["final_norm"], root["head"]) if step.pp_stage == step.pp - 1 else ())
-        hooks.units = {"root": own, **{f"L{i}": _block_params(model, step.tp) for lo, hi in ranges for i in range(lo, hi)}}
+        hooks.units = {"root": own, **{f"L{i}": _block_params(model, step.tp, step.model_code == "torchtitan") for lo, hi in ranges for i in range(lo, hi)}}
         hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
@@ -864,6 +898,12 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     checkpointed = step.recompute is Recompute.FULL
     if step.model_code == "torchtitan":  # its own Transformer, the freqs_cis buffer (max_seq_len = seq_len) unsharded
         walk.alloc("freqs_cis", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer (complex64)")
+        if model.moe is not None:  # each MoE block's expert_bias_E and tokens_per_expert_E (memory_torchtitan_moe)
+            from parcalc.core.memory_torchtitan_moe import moe_buffers
+
+            for unit in hooks.units:
+                if unit != "root":
+                    moe_buffers(walk, model.moe.experts, unit)
         for k in range(1, len(step.pp_chunks)):  # each virtual stage a deep copy of the model with its own buffer
             walk.alloc(f"freqs_cis.{k}", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer of another stage")
         policy = {Recompute.NONE: "none", Recompute.FULL: "full", Recompute.OP: "op"}[step.recompute]

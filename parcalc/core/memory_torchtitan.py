@@ -188,6 +188,17 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     x1 = b.alloc("x1", T * h * c, "residual stream after attention", False)
     b.drop(o)
     y2 = norm_forward(walk, x, f"{k}.n2", x1, b.saving)
+    if x.experts:  # torchtitan's MoE in place of the FeedForward (parcalc.core.memory_torchtitan_moe)
+        from parcalc.core.memory_torchtitan_moe import moe_forward
+
+        moe = moe_forward(b, x, y2, recomputing)
+        if not moe:  # early stop at the scatter_add's saved index
+            b.drop(x1)
+            return ""
+        out = b.alloc("x2", T * h * c, "block output (residual stream)", False)
+        walk.relabel(out, "block output (residual stream)", "activations")
+        b.drop(moe, x1)
+        return out
     b.save(y2)
     g = float8_linear(b, "w1", h, f, lambda: b.alloc("w1.out", T * f * c, "w1 output", True))
     act = b.alloc("act", T * f * c, "silu(w1)", True)
@@ -282,10 +293,22 @@ def mm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, d_ou
 
 def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, prefix: str = "") -> None:
     """The block's backward in the order autograd's engine runs it (the latest-created node first)."""
-    T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
-    n_rep = q // kv
     k = f"{prefix}L{i}"
     walk.rename(g_out, f"{k}.g_x1")  # out = h + w2: both get the same gradient tensor
+    if x.experts:  # out = h + moe (parcalc.core.memory_torchtitan_moe)
+        from parcalc.core.memory_torchtitan_moe import moe_backward
+
+        moe_backward(walk, x, k, f"{k}.g_x1", f"{k}.g_y2")
+    else:
+        _feed_forward_backward(walk, x, k)
+    norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.g_x1")
+    walk.free(f"{k}.x1")
+    _attention_backward(walk, x, k, into)
+
+
+def _feed_forward_backward(walk: Walk, x: StepShapes, k: str) -> None:
+    """FeedForward's backward, w2(silu(w1(x)) * w3(x)), into the ffn_norm output's gradient."""
+    T, h, f, c = x.T, x.h, x.f, x.c
     grads_of_linear(x, walk, f"{k}.w2", f, h, lambda: walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient"))
     walk.free(f"{k}.prod")
     walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "mul backward: silu's gradient")
@@ -295,8 +318,12 @@ def block_backward(walk: Walk, x: StepShapes, i: int, g_out: str, into: str, pre
     walk.alloc(f"{k}.g_g", T * f * c, "temporaries", "silu backward")
     walk.free(f"{k}.g_act", f"{k}.w1.out")
     mm_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f, f"{k}.g_y2", f"{k}.n2.out")
-    norm_backward(walk, x, f"{k}.n2", f"{k}.g_y2", f"{k}.g_x1")
-    walk.free(f"{k}.x1")
+
+
+def _attention_backward(walk: Walk, x: StepShapes, k: str, into: str) -> None:
+    """The attention's backward from the residual stream's gradient g_x1, its attention_norm's into it; then renamed `into`."""
+    T, h, q, kv, c = x.T, x.h, x.q, x.kv, x.c
+    n_rep = q // kv
     # h = x + wo(attention): wo's branch gets the same gradient
     grads_of_linear(x, walk, f"{k}.o", q, h, lambda: walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient"))
     walk.free(f"{k}.wo.in")  # under cp: wo's saved input, released with its node
@@ -353,13 +380,16 @@ def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, poli
     return current
 
 
-def head_and_loss_forward(walk: Walk, x: StepShapes, last: str, compiled_loss: bool = False) -> None:
+def head_and_loss_forward(walk: Walk, x: StepShapes, last: str, compiled_loss: bool = False, hooks: StepHooks | None = None) -> None:
     """The final norm, the output projection and train.py's loss (TT_SOURCES['loss']; `compiled_loss`: the loss under
-    torch.compile, parcalc.core.memory_compiled_loss)."""
+    torch.compile, parcalc.core.memory_compiled_loss). `hooks.after_forward` runs when the model returns pred, before the
+    loss, which train.py computes outside the model (the root's post-forward: FSDP_SOURCES['all_gather'])."""
     walk.phase = "forward: final norm and output"
     y = norm_forward(walk, x, "final", last, saved=True)
     walk.free(last)  # the norm saved its fp32 copy; nothing else holds the last block's output
     walk.alloc("head.out", x.T * x.V * x.c, "logits and loss", "pred (the output projection, bf16)")
+    if hooks is not None:
+        hooks.after_forward(walk)
     if compiled_loss:  # the compiled graph keeps pred: `del pred` frees nothing
         walk.phase = "forward: loss (compiled cross_entropy)"
         compiled_loss_forward(walk, x, "head.out")
@@ -416,6 +446,5 @@ def walk_step(walk: Walk, model: TransformerModel, x: StepShapes, policies: tupl
     block under torch.compile, as apply_compile wraps it; `compiled_loss`: the loss too, parcalc.core.memory_compiled_loss)."""
     hooks.before_forward(walk)
     last = walk_blocks_forward(walk, model, x, policies, hooks, compiled)
-    head_and_loss_forward(walk, x, last, compiled_loss)
-    hooks.after_forward(walk)
+    head_and_loss_forward(walk, x, last, compiled_loss, hooks)
     walk_blocks_backward(walk, model, x, policies, embedding_tables, hooks, compiled, compiled_loss)

@@ -71,6 +71,15 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
         sources = {**sources, "activations": f"{TT_SOURCES['model']}; {TT_SOURCES['ac']}; {TT_SOURCES['sac_cache']}",
                    "logits and loss": f"{TT_SOURCES['loss']}; {HF_SOURCES['loss_backward']}", "buffers": TT_SOURCES["model"]}
         code = "torchtitan's Llama Transformer (parcalc.core.memory_torchtitan) and train.py's fp32 cross-entropy"
+        if model.moe is not None:  # torchtitan's MoE in place of the FeedForward (parcalc.core.memory_torchtitan_moe)
+            from parcalc.core.memory_torchtitan_moe import TT_MOE_SOURCES
+
+            moe = "; ".join(TT_MOE_SOURCES.values())
+            sources = {**sources, "activations": f"{sources['activations']}; {moe}", "temporaries": f"{sources.get('temporaries', '')}; {moe}".lstrip("; "),
+                       "buffers": f"{sources['buffers']}; {TT_MOE_SOURCES['moe']}"}  # fmt: skip
+            shared = f", {model.moe.shared_experts} shared" if model.moe.shared_experts else ""
+            code += (f", each block's FeedForward torchtitan's MoE ({model.moe.experts} routed experts, top-{model.moe.top_k}{shared}: its router "
+                     "in fp32, local token dispatcher and grouped experts at ep = 1; parcalc.core.memory_torchtitan_moe)")
         if step.tp > 1:
             sources = {**sources, "activations": f"{sources['activations']}; {TT_SOURCES['tp']}; {TT_SOURCES['tp_collectives']}; "
                        f"{TT_SOURCES['tp_accumulate']}", "logits and loss": f"{TT_SOURCES['loss']}; {TT_SOURCES['loss_parallel']}"}

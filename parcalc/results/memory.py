@@ -449,7 +449,7 @@ def step_walk_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:
         return ()
     gaps = fsdp_walk_gaps(breakdown.model, breakdown.parallelism, setup, pipeline=True)
     return (f"memory: the textbook sum; the {setup.step_memory.removesuffix('-eager')} profile's step walk (parcalc.core.memory_fsdp: "
-            f"fully_shard over all dp ranks of a dense Llama-shaped model) does not cover {'; '.join(gaps)}",)
+            f"fully_shard over all dp ranks of a Llama-shaped model, its MLP dense or routed experts) does not cover {'; '.join(gaps)}",)
 
 
 def shard_group_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:

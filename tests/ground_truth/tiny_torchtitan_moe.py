@@ -1,0 +1,205 @@
+"""torchtitan's MoE block at a small size inside tiny_torchtitan's Transformer, for FSDPMemTracker.
+
+The MoE is pytorch/torchtitan at b5bcd76 (2026-08-21) torchtitan/models/common/moe.py, token_dispatcher.py and
+torchtitan/ops/scatter_add.py, copied class by class with what ep = 1 runs: TokenChoiceTopKRouter.forward (the gate
+in fp32, softmax or sigmoid scores, the expert_bias_E buffer added for the choice only, topk(sorted=False), the scores
+gathered, route_norm's division, route_scale), MoE.forward (the one-hot routing map, tokens per expert, the
+tokens_per_expert_E buffer's add_), LocalTokenDispatcher (argsort(stable=True) of the expert ids, the scores and the
+tokens gathered in expert order; combine: zeros_like, the outputs times the scores in fp32 and back, the deterministic
+scatter_add custom op with its own backward), GroupedExperts (w1_EFD, w2_EDF, w3_EFD through torch._grouped_mm,
+silu(x w1) * (x w3), then w2) and the shared experts, a FeedForward w2(silu(w1(x)) * w3(x)).
+
+Two things differ from b5bcd76 as the CPU requires, neither changing what is allocated:
+- the router's gate runs under torch.autocast(dtype=float32) there; CPU autocast refuses float32 (torch/amp/
+  autocast_mode.py: "CPU Autocast only supports dtypes of torch.bfloat16, torch.float16") and would leave the gate in
+  bf16, while CUDA's casts the input and the weight to fp32 for the linear. The gate is written as those casts:
+  F.linear(x.float(), gate.weight.float()) (the input cast first, as autocast's linear wrapper casts its arguments);
+- b5bcd76's decoder runs on (T, D) token streams; the block here is tiny_torchtitan's (batch, seq, dim) one, so the
+  MoE views its input as (T, D) and its output back (views: no memory), as torchtitan's MoE.forward did until 2026.
+
+The attention, norms and loss are tiny_torchtitan's (9dec370: the code the torchtitan walk follows), the wrapping its
+apply_fsdp (each block, then the root) and apply_ac (none, full). At ep = 1 with no more ranks than experts, b5bcd76's
+apply_fsdp_to_decoder shards a MoE block as one unit with its experts on dim 0, as here (torchtitan/distributed/fsdp.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .eager_ops import TitanBlock
+from .tiny_llama import LlamaConfig
+
+
+@torch.library.custom_op("parcalc_ground_truth::deterministic_scatter_add", mutates_args=())
+def deterministic_scatter_add(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """torchtitan/ops/scatter_add.py at b5bcd76 (the deterministic-algorithms switch left out: it allocates nothing)."""
+    return out.scatter_add(dim=0, index=index, src=src)
+
+
+@deterministic_scatter_add.register_fake
+def _(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(out)
+
+
+def _scatter_add_backward(ctx, grad_output):  # type: ignore[no-untyped-def]
+    (index,) = ctx.saved_tensors
+    return grad_output, None, torch.gather(grad_output, dim=0, index=index)
+
+
+def _scatter_add_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    _out, index, _src = inputs
+    ctx.save_for_backward(index)
+
+
+deterministic_scatter_add.register_autograd(_scatter_add_backward, setup_context=_scatter_add_setup_context)
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    experts: int = 8
+    top_k: int = 2
+    expert_ffn: int = 256  # GroupedExperts hidden_dim
+    shared_ffn: int = 0  # the shared experts' FeedForward hidden_dim (0: none)
+    score_func: str = "softmax"  # qwen3: softmax, route_norm; deepseek_v3 671B: sigmoid, route_norm, route_scale 2.5
+    route_norm: bool = True
+    route_scale: float = 1.0
+
+
+class TokenChoiceTopKRouter(nn.Module):
+    def __init__(self, hidden: int, m: MoeConfig) -> None:
+        super().__init__()
+        self.gate = nn.Linear(hidden, m.experts, bias=False)
+        self.m = m
+
+    def forward(self, x_TD: torch.Tensor, expert_bias_E: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        m = self.m
+        scores_TE = F.linear(x_TD.float(), self.gate.weight.float())  # CUDA's autocast(float32) (module docstring)
+        scores_TE = torch.sigmoid(scores_TE) if m.score_func == "sigmoid" else F.softmax(scores_TE, dim=-1)
+        scores_for_choice_TE = scores_TE if expert_bias_E is None else scores_TE + expert_bias_E
+        _, topk_expert_ids_TK = torch.topk(scores_for_choice_TE, k=m.top_k, dim=-1, sorted=False)
+        topk_scores_TK = scores_TE.gather(dim=-1, index=topk_expert_ids_TK)
+        if m.route_norm:
+            denominator = topk_scores_TK.sum(dim=-1, keepdim=True) + 1e-20
+            topk_scores_TK = topk_scores_TK / denominator
+        topk_scores_TK = topk_scores_TK * m.route_scale
+        return topk_scores_TK, topk_expert_ids_TK, scores_TE
+
+
+class GroupedExperts(nn.Module):
+    def __init__(self, hidden: int, m: MoeConfig) -> None:
+        super().__init__()
+        self.num_experts = m.experts
+        self.w1_EFD = nn.Parameter(torch.empty(m.experts, m.expert_ffn, hidden))
+        self.w2_EDF = nn.Parameter(torch.empty(m.experts, hidden, m.expert_ffn))
+        self.w3_EFD = nn.Parameter(torch.empty(m.experts, m.expert_ffn, hidden))
+
+    def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+        offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
+        h_RF = F.silu(torch._grouped_mm(x_RD.bfloat16(), self.w1_EFD.bfloat16().transpose(-2, -1), offs=offsets_E))
+        h_RF = h_RF * torch._grouped_mm(x_RD.bfloat16(), self.w3_EFD.bfloat16().transpose(-2, -1), offs=offsets_E)
+        return torch._grouped_mm(h_RF, self.w2_EDF.bfloat16().transpose(-2, -1), offs=offsets_E).type_as(x_RD)
+
+
+class LocalTokenDispatcher:
+    def __init__(self, m: MoeConfig) -> None:
+        self.top_k = m.top_k
+
+    def dispatch(self, x_TD, topk_scores_TK, topk_expert_ids_TK):  # type: ignore[no-untyped-def]
+        token_indices_experts_sorted_N = torch.argsort(topk_expert_ids_TK.view(-1), stable=True)
+        topk_scores_experts_sorted_N = topk_scores_TK.view(-1)[token_indices_experts_sorted_N]
+        token_indices_experts_sorted_N = token_indices_experts_sorted_N // self.top_k
+        routed_input_ND = x_TD[token_indices_experts_sorted_N]
+        return routed_input_ND, (token_indices_experts_sorted_N, topk_scores_experts_sorted_N)
+
+    def combine(self, routed_output_RD, metadata, x_TD):  # type: ignore[no-untyped-def]
+        token_indices, scores = metadata
+        out_TD = torch.zeros_like(x_TD)
+        routed_output_RD = (routed_output_RD.to(torch.float32) * scores.reshape(-1, 1)).to(routed_output_RD.dtype)
+        dim = x_TD.shape[-1]
+        return deterministic_scatter_add(out_TD, token_indices.reshape(-1, 1).expand(-1, dim), routed_output_RD)
+
+
+class RoutedExperts(nn.Module):
+    def __init__(self, hidden: int, m: MoeConfig) -> None:
+        super().__init__()
+        self.inner_experts = GroupedExperts(hidden, m)
+        self.token_dispatcher = LocalTokenDispatcher(m)
+
+    def forward(self, x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E):  # type: ignore[no-untyped-def]
+        routed_input_RD, metadata = self.token_dispatcher.dispatch(x_TD, topk_scores_TK, topk_expert_ids_TK)
+        routed_output_RD = self.inner_experts(routed_input_RD, num_local_tokens_per_expert_E)
+        return self.token_dispatcher.combine(routed_output_RD, metadata, x_TD)
+
+
+class FeedForward(nn.Module):
+    """torchtitan/models/common/feed_forward.py at b5bcd76: w2(silu(w1(x)) * w3(x))."""
+
+    def __init__(self, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(hidden, ffn, bias=False)
+        self.w2 = nn.Linear(ffn, hidden, bias=False)
+        self.w3 = nn.Linear(hidden, ffn, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class MoE(nn.Module):
+    def __init__(self, hidden: int, m: MoeConfig) -> None:
+        super().__init__()
+        self.routed_experts = RoutedExperts(hidden, m)
+        self.router = TokenChoiceTopKRouter(hidden, m)
+        self.shared_experts = FeedForward(hidden, m.shared_ffn) if m.shared_ffn else None
+        # load_balance_coeff 1e-3 (the default): the expert_bias_E buffer; tokens_per_expert_E always
+        self.register_buffer("expert_bias_E", torch.zeros(m.experts, dtype=torch.float32), persistent=True)
+        self.register_buffer("tokens_per_expert_E", torch.zeros(m.experts, dtype=torch.float32), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_TD = x.view(-1, x.shape[-1])  # (batch, seq, dim) -> (T, D): a view (module docstring)
+        topk_scores_TK, topk_expert_ids_TK, scores_TE = self.router(x_TD, self.expert_bias_E)
+        routing_map_TE = torch.zeros_like(scores_TE, dtype=torch.bool).scatter_(-1, topk_expert_ids_TK, True)
+        num_local_tokens_per_expert_E = routing_map_TE.sum(dim=0)
+        if self.training:
+            with torch.no_grad():
+                self.tokens_per_expert_E.add_(num_local_tokens_per_expert_E)
+        out_TD = self.routed_experts(x_TD, topk_scores_TK, topk_expert_ids_TK, num_local_tokens_per_expert_E)
+        shared_out_TD = self.shared_experts(x_TD) if self.shared_experts is not None else None
+        if shared_out_TD is not None:
+            out_TD = out_TD + shared_out_TD
+        return out_TD.view(x.shape)
+
+
+class TitanMoeBlock(TitanBlock):
+    """Qwen3TransformerBlock's order (b5bcd76 qwen3/model.py): x + attention(attention_norm(x)), then + moe(ffn_norm(x)),
+    over tiny_torchtitan's attention."""
+
+    moe_config = MoeConfig()
+
+    def __init__(self, c: LlamaConfig) -> None:
+        super().__init__(c)
+        del self.w1, self.w2, self.w3
+        self.moe = MoE(c.hidden, self.moe_config)
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.moe(x)
+
+
+def tracked_moe_peak(c: LlamaConfig, m: MoeConfig, vocab: int, b: int, s: int, ac: str, mesh) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """tiny_torchtitan.tracked_torchtitan_peak with MoE blocks of `m`."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    from .tiny_torchtitan import Transformer, apply_ac, apply_fsdp_with_adamw, two_tracked_steps
+
+    block = type("Block", (TitanMoeBlock,), {"moe_config": m})
+    model_class = type("MoeTransformer", (Transformer,), {"block": block})
+    with FakeTensorMode():
+        model = model_class(c, vocab, s)
+        apply_ac(model, ac)
+        opt = apply_fsdp_with_adamw(model, mesh)
+        ids = torch.randint(0, vocab, (b, s))
+        return two_tracked_steps(FSDPMemTracker(mod=model, optm=opt), model, opt, ids)
