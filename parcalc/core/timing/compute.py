@@ -517,7 +517,7 @@ class _HfKernels:
     """parcalc.core.timing.hf_kernels' view of a layer's kernel lists: fwd / bwd add one memory-bound kernel."""
 
     def __init__(self, kernels: LayerKernels) -> None:
-        self.kernels, self.e = kernels, kernels.e
+        self.kernels, self.e, self.sms = kernels, kernels.e, kernels.spec.sms
 
     def fwd(self, key: str, traffic: float, shape: str, path: str = "", elements: float = 0.0) -> None:
         self.kernels.forward.append(memory_op(key, traffic, self.kernels.spec, shape, path, elements))
