@@ -20,6 +20,7 @@ from parcalc.core.attention_window import core_share
 from parcalc.core.choices import Norm, Position, Recompute
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.attention_tiles import attention_shape
+from parcalc.core.timing.hf_compiled_kernels import hf_compiled_ends, hf_compiled_layer
 from parcalc.core.timing.hf_kernels import hf_applies, hf_ends, hf_layer
 from parcalc.core.timing.kernels import (  # noqa: F401 - the kernel primitives, re-exported where callers found them
     COLUMN_PARALLEL_DGRADS,
@@ -326,10 +327,11 @@ def kernel_set_assumption(eager: bool, compiled: bool, hf: bool = False) -> str:
         from parcalc.core.timing.hf_kernels import HF_SOURCE
 
         return "kernels (hf): " + HF_SOURCE + "; other layer kinds (MoE, MLA, LayerNorm, biases) as the eager set"
-    if compiled and hf:  # no compiled kernel set of transformers' code yet: said, not hidden (docs/step-time.md, Known gaps)
-        return ("--compile: Inductor's kernels of TorchTitan's block stand in for transformers' code compiled, which has no "
-                "set of its own yet (its cos/sin RoPE would fuse where TorchTitan's complex one cannot, and a whole-model "
-                "compile, as the Trainer's torch_compile does, would fuse the final norm and the loss): " + COMPILE_PER_BLOCK)
+    if compiled and hf:
+        from parcalc.core.timing.hf_compiled_kernels import HF_COMPILED_SOURCE
+
+        return ("--compile: " + HF_COMPILED_SOURCE + "; other layer kinds (MoE, MLA, LayerNorm, biases) as TorchTitan's block "
+                "compiled: " + COMPILE_PER_BLOCK)
     if compiled and eager:
         return "--compile: Inductor's kernels of the eager model code: " + COMPILE_PER_BLOCK
     if compiled:
@@ -474,7 +476,7 @@ def attention_share(model: TransformerModel, shard: LayerShard) -> float:
 
 @lru_cache(maxsize=4096)
 def _layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, experts: ExpertShard | None) -> LayerPasses:
-    if shard.hf and not shard.compiled and experts is None and hf_applies(model):
+    if shard.hf and experts is None and hf_applies(model):
         return _hf_layer_passes(model, shard, spec)
     attention_forward, attention_backward, core = _attention_block(model, shard, spec)
     forward, backward = list(attention_forward), list(attention_backward)
@@ -515,7 +517,7 @@ class _HfKernels:
     """parcalc.core.timing.hf_kernels' view of a layer's kernel lists: fwd / bwd add one memory-bound kernel."""
 
     def __init__(self, kernels: LayerKernels) -> None:
-        self.kernels, self.e = kernels, kernels.e
+        self.kernels, self.e, self.sms = kernels, kernels.e, kernels.spec.sms
 
     def fwd(self, key: str, traffic: float, shape: str, path: str = "", elements: float = 0.0) -> None:
         self.kernels.forward.append(memory_op(key, traffic, self.kernels.spec, shape, path, elements))
@@ -525,8 +527,9 @@ class _HfKernels:
 
 
 def _hf_layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) -> LayerPasses:
-    """A LlamaDecoderLayer as transformers runs it under autocast (parcalc.core.timing.hf_kernels); its attention is
-    SDPA's fused kernel whatever --flash-attention says (transformers' default attn_implementation)."""
+    """A LlamaDecoderLayer as transformers runs it under autocast (parcalc.core.timing.hf_kernels), or compiled
+    (parcalc.core.timing.hf_compiled_kernels); its attention is SDPA's fused kernel whatever --flash-attention says
+    (transformers' default attn_implementation; an extern kernel Inductor calls as it is)."""
     b, s, t, e = shard.micro_batch, shard.seq_len, shard.tp, shard.bytes_per_element
     kernels = LayerKernels(spec, e, shard.fp8)
     core: list[Kernel] = []
@@ -543,7 +546,10 @@ def _hf_layer_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSp
         kernels.backward.append(flash_attention("attn.flash.bwd", FLASH_BACKWARD_FLOPS * work, 2 * io + e * b * s * q_w, True, spec, shape, hd,
                                                 tiles))  # fmt: skip
 
-    hf_layer(_HfKernels(kernels), kernels.linear, attention, model, b * s, s, t)
+    if shard.compiled:
+        hf_compiled_layer(_HfKernels(kernels), kernels.linear, attention, model, b * s, t)
+    else:
+        hf_layer(_HfKernels(kernels), kernels.linear, attention, model, b * s, s, t)
     return LayerPasses(tuple(kernels.forward), tuple(kernels.backward), tuple(core))
 
 
@@ -597,7 +603,7 @@ def end_passes(model: TransformerModel, shard: LayerShard, spec: ComputeSpec) ->
     ce_bwd = memory_op("cross_entropy.bwd", (LOGIT_BYTES + e) * tokens * vocab, spec, f"[{tokens}×{vocab}]")
     norm = memory_op("final_norm", 2 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x, write y
     norm_bwd = memory_op("final_norm.bwd", 3 * e * tokens * h, spec, f"[{tokens}×{h}]")  # read x and dy, write dx
-    if shard.hf and not shard.compiled and hf_applies(model):
+    if shard.hf and hf_applies(model):
         return _hf_ends(model, shard, spec, tokens, vocab)
     if shard.eager:  # compiled eager code too: TorchTitan compiles the blocks only (COMPILE_PER_BLOCK), not the ends
         return _eager_ends(model, shard, spec, embed, embed_bwd, (fwd, dgrad, wgrad), tokens, vocab)
@@ -628,9 +634,12 @@ def _eager_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, e
 
 def _hf_ends(model: TransformerModel, shard: LayerShard, spec: ComputeSpec, tokens: int, vocab: int) -> EndPasses:
     """The embedding, rotary table (first stage), final norm, LM head and loss (last stage) of transformers' Llama under
-    autocast (parcalc.core.timing.hf_kernels.hf_ends)."""
+    autocast (parcalc.core.timing.hf_kernels.hf_ends), or compiled (parcalc.core.timing.hf_compiled_kernels.hf_compiled_ends)."""
     kernels = LayerKernels(spec, shard.bytes_per_element, "")
-    hf_ends(_HfKernels(kernels), lambda key, m, k, n: kernels.linear(key, m, k, n), model, tokens, shard.seq_len, vocab)
+    if shard.compiled:
+        hf_compiled_ends(_HfKernels(kernels), lambda key, m, k, n: kernels.linear(key, m, k, n), model, tokens, vocab)
+    else:
+        hf_ends(_HfKernels(kernels), lambda key, m, k, n: kernels.linear(key, m, k, n), model, tokens, shard.seq_len, vocab)
 
     def first(k: Kernel) -> bool:
         return k.key.startswith(FIRST_STAGE_KEYS)
