@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "parcalc.streams", "parcalc.resources")),
     ("core", ("parcalc.core",)),
     ("data", ("parcalc.presets", "parcalc.preset_files", "parcalc.strict_yaml", "parcalc.preset_doc", "parcalc.preset_hardware",
-              "parcalc.preset_models", "parcalc.preset_frameworks", "parcalc.preset_cache", "parcalc.hf_config", "parcalc.hf_architectures", "parcalc.timings_file", "parcalc.flags")),
+              "parcalc.preset_models", "parcalc.preset_frameworks", "parcalc.preset_cache", "parcalc.preset_verdicts", "parcalc.hf_config", "parcalc.hf_architectures", "parcalc.timings_file", "parcalc.flags")),
     ("results and renderers", ("parcalc.results", "parcalc.render", "parcalc.output")),
     ("library", ("parcalc.api", "parcalc.results.run", "parcalc.runfile", "parcalc.sweeps", "parcalc.worksheet", "parcalc.schema",
                  "parcalc.calibrate_runner")),
