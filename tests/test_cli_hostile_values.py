@@ -56,3 +56,32 @@ def test_the_library_refuses_a_nul_as_the_run_file_does() -> None:
         parcalc.flops(model="a\x00b.json", batch=8)
     with pytest.raises(InputError, match="key 'presets'"):
         parcalc.flops(model="homework-7b", batch=8, presets=["a\x00b"])
+
+
+@pytest.mark.parametrize("variable", ["XDG_CACHE_HOME", "XDG_CONFIG_HOME"])
+def test_a_relative_xdg_directory_is_ignored(variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the XDG Base Directory Specification 0.8: a relative path in these variables is invalid and ignored; parcalc took
+    # it as given, and a run in any folder made relative/dir/parcalc/... there (found by session 22's sweep)
+    from parcalc.resources import home_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(variable, "relative/dir")
+    assert home_dir(variable, ".x") == tmp_path / "home" / ".x"
+    monkeypatch.setenv(variable, str(tmp_path / "absolute"))
+    assert home_dir(variable, ".x") == tmp_path / "absolute"
+
+
+def test_a_run_with_a_relative_cache_home_writes_nothing_where_it_runs(runner, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from parcalc.cli import app
+
+    (tmp_path / "home").mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    result = runner.invoke(app, ["presets", "list", "gpus"])
+    assert result.exit_code == 0, result.output
+    assert list(work.iterdir()) == []  # the caches went to $HOME/.cache, not ./cache
+    assert (tmp_path / "home" / ".cache" / "parcalc").is_dir()
