@@ -44,9 +44,15 @@ def check_writable(output: Path) -> None:
     # a symlink's target is what gets replaced: check the directory it lives in
     target = Path(os.path.realpath(output))
     directory = target.parent
-    if not directory.is_dir():
-        # the nearest part of the path that exists says which: a file in the way, or a directory not made yet
+    try:
+        directory_exists = directory.is_dir()
+    except OSError as error:  # a path longer than the system takes (PATH_MAX, 4,096 bytes on Linux): it was exit 70
+        raise InputError(f"--output: cannot use {shown(str(output))}: {error.strerror or error}") from None
+    if not directory_exists:
+        # the nearest part of the path that exists says which: a file or a link in the way, or a directory not made yet
         blocking = next((part for part in output.parents if os.path.lexists(part)), None)
+        if blocking is not None and os.path.islink(blocking) and not blocking.is_dir():
+            raise InputError(f"--output: {shown(str(blocking))} is a link that leads to no directory")
         if blocking is not None and not blocking.is_dir():
             raise InputError(f"--output: {shown(str(blocking))} is a file, not a directory")
         raise InputError(f"--output: directory {shown(str(output.parent))} does not exist")

@@ -85,3 +85,26 @@ def test_a_run_with_a_relative_cache_home_writes_nothing_where_it_runs(runner, t
     assert result.exit_code == 0, result.output
     assert list(work.iterdir()) == []  # the caches went to $HOME/.cache, not ./cache
     assert (tmp_path / "home" / ".cache" / "parcalc").is_dir()
+
+
+PEAK = ["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32"]
+
+
+def test_an_output_path_longer_than_the_system_takes_is_one_line(run_error, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # 3,000 components of 'a': each within NAME_MAX, the whole past Linux's PATH_MAX (4,096 bytes); pathlib's is_dir()
+    # raised OSError ENAMETOOLONG out of check_writable (exit 70); every other file flag already said it in one line
+    monkeypatch.chdir(tmp_path)
+    line = run_error([*PEAK, "-o", "a/" * 3000 + "x.json"])
+    assert line.startswith("Error: --output: cannot use 'a/a/a/") and line.endswith("(6006 characters): File name too long")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_below_a_link_loop_names_the_link(run_error, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # two links to each other: the message said "'loop1' is a file, not a directory"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loop1").symlink_to("loop2")
+    (tmp_path / "loop2").symlink_to("loop1")
+    assert run_error([*PEAK, "-o", "loop1/x.json"]) == "Error: --output: 'loop1' is a link that leads to no directory"
+    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    assert run_error([*PEAK, "-o", "afile/x.json"]) == "Error: --output: 'afile' is a file, not a directory"
