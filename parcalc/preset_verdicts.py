@@ -39,17 +39,18 @@ def cached_row(path: Path, make: Callable[[], tuple[str, str]]) -> tuple[str, st
     entry = _entry(path)
     if entry is None:
         return make()
-    cached, resolved, stamp = entry
-    row = _read(cached, resolved, stamp)
+    cached, identity, stamp = entry
+    row = _read(cached, identity, stamp)
     if row is not None:
         return row
     row = make()
-    _write(cached, (resolved, stamp, _code_stamps(), row))
+    _write(cached, (identity, stamp, _code_stamps(), row))
     return row
 
 
 def _entry(path: Path) -> tuple[Path, str, tuple[str, int]] | None:
-    """(entry file, resolved path, (digest, size) of the preset's bytes); None when there is no cache or no file."""
+    """(entry file, the path as found and the file it leads to, (digest, size) of the preset's bytes); None when there
+    is no cache or no file."""
     from parcalc.files import MAX_PRESET_BYTES, read_regular
     from parcalc.resources import home_dir
     from parcalc.sealed_file import NO_CACHE_VAR, blake2b
@@ -59,17 +60,18 @@ def _entry(path: Path) -> tuple[Path, str, tuple[str, int]] | None:
         return None
     try:
         data = read_regular(path, MAX_PRESET_BYTES)
-        resolved = str(path.resolve())
+        # the path as found (its file name is the preset's key, which a problem line may name) and the file it leads to
+        identity = f"{path.absolute()}\0{path.resolve()}"
     except (OSError, ValueError, RuntimeError):
         return None  # the row's own reading says why
     from importlib.util import MAGIC_NUMBER
 
     folder = root / "parcalc" / "preset-rows" / MAGIC_NUMBER.hex()
-    name = blake2b(os.fsencode(resolved), digest_size=16).hexdigest() + ".marshal"
-    return folder / name, resolved, (blake2b(data, digest_size=32).hexdigest(), len(data))
+    name = blake2b(os.fsencode(identity), digest_size=16).hexdigest() + ".marshal"
+    return folder / name, identity, (blake2b(data, digest_size=32).hexdigest(), len(data))
 
 
-def _read(cached: Path, resolved: str, stamp: tuple[str, int]) -> tuple[str, str] | None:
+def _read(cached: Path, identity: str, stamp: tuple[str, int]) -> tuple[str, str] | None:
     import marshal
 
     from parcalc.sealed_file import read_sealed
@@ -81,7 +83,7 @@ def _read(cached: Path, resolved: str, stamp: tuple[str, int]) -> tuple[str, str
         record: Any = marshal.loads(payload)
     except (ValueError, EOFError, TypeError):
         return None
-    if not (type(record) is tuple and len(record) == 4 and record[0] == resolved and record[1] == stamp):
+    if not (type(record) is tuple and len(record) == 4 and record[0] == identity and record[1] == stamp):
         return None
     code, row = record[2], record[3]
     if not (type(code) is tuple and code and type(row) is tuple and len(row) == 2 and all(type(v) is str for v in row)):

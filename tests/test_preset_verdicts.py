@@ -93,3 +93,18 @@ def test_the_listing_from_the_cache_is_the_listing_read_afresh(tmp_path: Path, m
     bad.write_text("name: My GPU\nvendor: Nobody\nsurprise: 1\n", encoding="utf-8")
     monkeypatch.setenv("PARCALC_NO_CACHE", "1")
     assert list_result("gpus", [tmp_path / "presets"]).to_dict() == first  # the same rows with no cache at all
+
+
+def test_a_link_to_a_preset_has_its_own_row(tmp_path: Path) -> None:
+    # the row is the preset's as found: a link by another name (another key, which a problem line may name) is not
+    # served the row of the file it leads to
+    target = tmp_path / "x.yaml"
+    target.write_text("name: X\n", encoding="utf-8")
+    link = tmp_path / "y.yaml"
+    link.symlink_to(target)
+    calls, make = _counting(("X", ""))
+    preset_verdicts.cached_row(target, make)
+    preset_verdicts.cached_row(link, make)
+    assert calls == [2]
+    preset_verdicts.cached_row(link, make)
+    assert calls == [2]
