@@ -30,7 +30,7 @@ which flags each field sets); `fit(layout=...)` pins one configuration and takes
 the layout sets given beside it is an InputError naming both.
 
 The functions are made on first use from the commands' own flags, as written to
-parcalc/results/signatures.json from the commands (parcalc.commands.signatures; a test holds the
+parcalc/results/signatures.json from the commands (parcalc.signatures; a test holds the
 two equal), so that each takes exactly its command's flags and says what they mean in its
 docstring (`help(parcalc.fit)`), and `import parcalc` stays as cheap as before. `peak_flops` here is the command; the name
 `parcalc.peak_flops` is the formula (parcalc.core.peak_flops.peak_flops), as it was before the commands

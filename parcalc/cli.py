@@ -124,7 +124,7 @@ def load_command(name: str) -> Any:
 
 def leaf_command(command_name: str) -> Any:
     """The click command of `command_name`: "memory", or "presets show" for a group's command (the
-    library's signatures are written from them: parcalc.commands.signatures)."""
+    library's signatures are written from them: parcalc.signatures)."""
     from parcalc.errors import shown
 
     group, _, sub = command_name.partition(" ")

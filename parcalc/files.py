@@ -25,6 +25,43 @@ def check_name_length(path: Path, label: str) -> None:
             raise InputError(f"{label}: file name {shown(part)} is longer than {NAME_MAX_BYTES} bytes")
 
 
+def check_writable(output: Path) -> None:
+    """Fail before any work if the output cannot be written (missing or read-only directory)."""
+    try:
+        check_name_length(output, "--output")
+        info = os.stat(output) if os.path.lexists(output) else None
+    except FileNotFoundError:  # a dangling symlink: its target will be created
+        info = None
+    except OSError as error:
+        raise InputError(f"--output: cannot use {shown(str(output))}: {error.strerror or error}") from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise InputError(f"--output: {shown(str(output))} is a directory")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        # a device or FIFO is written in place (parcalc.files), so only the node must be writable
+        if not os.access(output, os.W_OK):
+            raise InputError(f"--output: {shown(str(output))} is not writable")
+        return
+    # a symlink's target is what gets replaced: check the directory it lives in
+    target = Path(os.path.realpath(output))
+    directory = target.parent
+    try:
+        directory_exists = directory.is_dir()
+    except OSError as error:  # a path longer than the system takes (PATH_MAX, 4,096 bytes on Linux): it was exit 70
+        raise InputError(f"--output: cannot use {shown(str(output))}: {error.strerror or error}") from None
+    if not directory_exists:
+        # the nearest part of the path that exists says which: a file or a link in the way, or a directory not made yet
+        blocking = next((part for part in output.parents if os.path.lexists(part)), None)
+        if blocking is not None and os.path.islink(blocking) and not blocking.is_dir():
+            raise InputError(f"--output: {shown(str(blocking))} is a link that leads to no directory")
+        if blocking is not None and not blocking.is_dir():
+            raise InputError(f"--output: {shown(str(blocking))} is a file, not a directory")
+        raise InputError(f"--output: directory {shown(str(output.parent))} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(f"--output: directory {shown(str(directory))} is not writable")
+    if info is not None and not os.access(output, os.W_OK):
+        raise InputError(f"--output: {shown(str(output))} is not writable")
+
+
 def beside(base: Path | None, text: str) -> str:
     """`text` as a path found beside `base` (a run file's or worksheet's folder) when it is relative and there,
     else as given: the files a run file or worksheet names are read from beside it."""

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from enum import Enum
 from pathlib import Path
 
 from parcalc.derivation import Result
 from parcalc.errors import InputError, shown
-from parcalc.files import check_name_length, write_atomically
+from parcalc.files import write_atomically
 from parcalc.render.csv_table import chosen_table
 
-__all__ = ["OutputFormat", "check_writable", "draws_figures", "emit", "render_text", "resolve_format", "write_atomically"]
+__all__ = ["OutputFormat", "draws_figures", "emit", "render_text", "resolve_format", "write_atomically"]
 
 
 class OutputFormat(str, Enum):
@@ -71,37 +70,6 @@ def resolve_format(fmt: OutputFormat | None, output: Path | None) -> OutputForma
     except KeyError:
         known = ", ".join(EXTENSIONS)
         raise InputError(f"--output: cannot tell the format of {shown(str(output))} from its extension; use {known} or --format") from None
-
-
-def check_writable(output: Path) -> None:
-    """Fail before any work if the output cannot be written (missing or read-only directory)."""
-    try:
-        check_name_length(output, "--output")
-        info = os.stat(output) if os.path.lexists(output) else None
-    except FileNotFoundError:  # a dangling symlink: its target will be created
-        info = None
-    except OSError as error:
-        raise InputError(f"--output: cannot use {shown(str(output))}: {error.strerror or error}") from None
-    if info is not None and stat.S_ISDIR(info.st_mode):
-        raise InputError(f"--output: {shown(str(output))} is a directory")
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        # a device or FIFO is written in place (parcalc.files), so only the node must be writable
-        if not os.access(output, os.W_OK):
-            raise InputError(f"--output: {shown(str(output))} is not writable")
-        return
-    # a symlink's target is what gets replaced: check the directory it lives in
-    target = Path(os.path.realpath(output))
-    directory = target.parent
-    if not directory.is_dir():
-        # the nearest part of the path that exists says which: a file in the way, or a directory not made yet
-        blocking = next((part for part in output.parents if os.path.lexists(part)), None)
-        if blocking is not None and not blocking.is_dir():
-            raise InputError(f"--output: {shown(str(blocking))} is a file, not a directory")
-        raise InputError(f"--output: directory {shown(str(output.parent))} does not exist")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise InputError(f"--output: directory {shown(str(directory))} is not writable")
-    if info is not None and not os.access(output, os.W_OK):
-        raise InputError(f"--output: {shown(str(output))} is not writable")
 
 
 def render_text(result: Result, fmt: OutputFormat, detail: str | None = None) -> str:

@@ -242,6 +242,8 @@ def _value(label: str, key: str, slot: _Slot, value: Any, base: Path | None) -> 
         if isinstance(item, datetime.date):
             item = item.isoformat()
         text = str(item.value if isinstance(item, enum.Enum) else item)  # an Enum from Python: its value, as typed
+        if "\x00" in text:  # a file name with one reached os.stat's ValueError (exit 70); no command line can pass one
+            raise InputError(f"{where}: {shown(text)} holds a NUL character, which no flag value can")
         texts.append(beside(base, text) if _is_input_path(param) else text)
     return tuple(texts) if repeatable else texts[0]
 

@@ -23,11 +23,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "parcalc.streams", "parcalc.resources")),
     ("core", ("parcalc.core",)),
     ("data", ("parcalc.presets", "parcalc.preset_files", "parcalc.strict_yaml", "parcalc.preset_doc", "parcalc.preset_hardware",
-              "parcalc.preset_models", "parcalc.preset_frameworks", "parcalc.preset_cache", "parcalc.hf_config", "parcalc.hf_architectures", "parcalc.timings_file", "parcalc.flags")),
+              "parcalc.preset_models", "parcalc.preset_frameworks", "parcalc.preset_cache", "parcalc.preset_verdicts", "parcalc.hf_config", "parcalc.hf_architectures", "parcalc.timings_file", "parcalc.flags")),
     ("results and renderers", ("parcalc.results", "parcalc.render", "parcalc.output")),
     ("library", ("parcalc.api", "parcalc.results.run", "parcalc.runfile", "parcalc.sweeps", "parcalc.worksheet", "parcalc.schema",
                  "parcalc.calibrate_runner")),
-    ("command line", ("parcalc.commands", "parcalc.cli", "parcalc.__main__", "parcalc.completion", "parcalc.docs_cli")),
+    ("command line", ("parcalc.commands", "parcalc.cli", "parcalc.__main__", "parcalc.completion", "parcalc.docs_cli", "parcalc.signatures")),
 )  # fmt: skip
 
 # Imports that run up a layer, each with why; a new one fails test_imports_run_down_the_layers.
@@ -181,10 +181,10 @@ print(sorted(m for m in ('typer', 'click', 'rich', 'parcalc.cli', 'parcalc.comma
 
 
 def test_the_library_signatures_are_the_commands_flags() -> None:
-    """parcalc/results/signatures.json is what parcalc.commands.signatures writes from the commands:
-    regenerate it (python -m parcalc.commands.signatures > parcalc/results/signatures.json) when a
+    """parcalc/results/signatures.json is what parcalc.signatures writes from the commands:
+    regenerate it (python -m parcalc.signatures > parcalc/results/signatures.json) when a
     flag changes."""
-    from parcalc.commands.signatures import signatures
+    from parcalc.signatures import signatures
 
     written = json.loads((PACKAGE / "results" / "signatures.json").read_text(encoding="utf-8"))
     assert written == signatures()

@@ -147,3 +147,31 @@ def test_the_answer_keeps_its_formula() -> None:
     lines = invoke(["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32"]).splitlines()
     assert lines[3] == "=> Peak TF32 FLOP/s: P = 2 × f × N_SM × FMA = 155.93472 TFLOP/s"
     assert len(lines) <= 16
+
+
+def test_an_assumption_wraps_to_two_lines_and_ends_between_words() -> None:
+    # the brief form's assumption lines (session 22, QA): wrapped under "  - " as a verdict is under "=> ", at most
+    # ASSUMPTION_LINES (2) lines, cut between words with an ellipsis; a short one stays one line
+    from parcalc.render.brief import ASSUMPTION_LINES, assumption_lines
+
+    assert ASSUMPTION_LINES == 2
+    assert assumption_lines("framework Megatron-LM (Megatron-Core)", 80) == ["  - framework Megatron-LM (Megatron-Core)"]
+    text = " ".join(f"word{i}" for i in range(40))  # 5-6 characters a word: 3 lines at 40 columns
+    lines = assumption_lines(text, 40)
+    assert lines == ["  - word0 word1 word2 word3 word4 word5", "    word6 word7 word8 word9 word10…"]
+    assert all(len(line) <= 40 for line in lines)
+    # a second line one short of the width takes the ellipsis in its last column; one the wrap filled to the last
+    # column loses its last word to make room for it
+    short = assumption_lines("aaa " * 9 + "b" * 35 + " c" * 20, 40)
+    assert short[1] == "    " + "b" * 35 + "…" and len(short[1]) == 40
+    full = assumption_lines("aaa " * 9 + "b" * 17 + " " + "d" * 18 + " c" * 20, 40)
+    assert full[1] == "    " + "b" * 17 + "…"
+    # the gist (up to the first ": " outside brackets) fits one line: one line, as fit's "links: NVLink 4 ..." has it
+    links = "links: NVLink 4 (H100 / H200, 18 links) inside a node, 8 x InfiniBand NDR (4x, 400 Gb/s) per node; rank order"
+    assert assumption_lines(links, 80) == ["  - links: NVLink 4 (H100 / H200, 18 links) inside a node, 8 x InfiniBand NDR…"]
+    # a ": " inside brackets is not where the gist ends: the H200's tiles line takes its second line
+    tiles = "GEMMs by their tiles at 1,429.7 MHz (bf16: one SM's main loop at 5.4414 TFLOP/s at the sweep's 1,328.5 MHz): measured"
+    assert assumption_lines(tiles, 80) == ["  - GEMMs by their tiles at 1,429.7 MHz (bf16: one SM's main loop at 5.4414",
+                                           "    TFLOP/s at the sweep's 1,328.5 MHz): measured"]
+    # one word longer than the line: cut inside it
+    assert assumption_lines("x" * 200, 40) == ["  - " + "x" * 36, "    " + "x" * 35 + "…"]

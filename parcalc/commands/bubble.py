@@ -90,7 +90,8 @@ def bubble(
     """Pipeline bubble: closed forms (share of total time and relative to ideal) and an event simulation."""
     svg = output if output is not None and output.suffix.lower() == ".svg" else None
     if svg is not None:
-        from parcalc.output import check_writable, resolve_format
+        from parcalc.files import check_writable
+        from parcalc.output import resolve_format
 
         if fmt is not None:
             resolve_format(fmt, svg)  # --format with -o FILE.svg: one line, not JSON on stdout beside the picture

@@ -59,7 +59,7 @@ def trace(
     if (force or name is not None) and not preset:
         raise InputError(f"{'--force' if force else '--name'}: for the calibrated preset (-o FILE.yaml)")
     if output is not None and not preset:  # the report to -o (a preset is checked below, with --force)
-        from parcalc.output import check_writable
+        from parcalc.files import check_writable
 
         check_writable(output)
     # the prediction first: a bad --model / --batch / --seq-len is one line at once, not after seconds of reading a large trace

@@ -69,7 +69,8 @@ def start(output: Path | None, fmt: OutputFormat | None, *, picture: bool = Fals
 
     picture: the command can draw its result (-o FILE.svg; parcalc.render.figures)."""
     if output is not None:
-        from parcalc.output import check_writable, is_picture, resolve_format
+        from parcalc.files import check_writable
+        from parcalc.output import is_picture, resolve_format
 
         if is_picture(fmt, output) and not picture:
             from parcalc.errors import InputError, shown

@@ -47,7 +47,7 @@ def report(
         raise InputError(f"--detail: {shown(detail, 40)} is not one of {', '.join(DETAILS)}")
     kind = _output_kind(fmt, output)
     if output is not None:
-        from parcalc.output import check_writable
+        from parcalc.files import check_writable
 
         check_writable(output)
     templates = (template,) if template else ()

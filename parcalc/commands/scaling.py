@@ -85,7 +85,7 @@ def scaling(
     the knee where efficiency drops under a threshold."""
     svg = output if output is not None and output.suffix.lower() == ".svg" else None
     if svg is not None:
-        from parcalc.output import check_writable
+        from parcalc.files import check_writable
 
         check_writable(svg)
     start(None if svg is not None else output, fmt)

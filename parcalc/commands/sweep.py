@@ -42,7 +42,7 @@ def sweep(
 
     kind = _format(fmt, output)
     if output is not None:
-        from parcalc.output import check_writable
+        from parcalc.files import check_writable
 
         check_writable(output)
     from parcalc.commands.common import ProgressBar

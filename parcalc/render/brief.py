@@ -1,8 +1,8 @@
 """The terminal's brief form, the default of the text output (issue 28: `fit` printed 25 lines of
 sourced inputs before its answer): the title, the answer and the verdicts that lead, the key
 derivations one line each (symbol = value, no sources), the tables the command marks as its main
-ones cut to their brief columns, the remaining verdicts, the assumptions that move the answer (one
-line each), and a last line naming `--detail full`, which prints the whole derivation as before.
+ones cut to their brief columns, the remaining verdicts, the assumptions that move the answer (each
+wrapped to at most two lines, so that its gist survives an 80-column terminal), and a last line naming `--detail full`, which prints the whole derivation as before.
 
 What is key is data on the Result (`key_terms`, `brief_tables`, each table's `brief_columns`,
 `key_assumptions`), chosen by the command's results module; this module only formats it. The
@@ -33,6 +33,12 @@ chosen_detail: ContextVar[str | None] = ContextVar("chosen_detail", default=None
 
 FOOTER = "--detail full shows the derivation with sources, every input and assumption."
 ASSUMPTIONS_HEADING = "Assumptions that move it"
+# An assumption says what was assumed, then after its first ": " outside brackets why and from where (its sources, up to
+# 800 characters: --detail full's). The brief form shows the what, its gist, in full, wrapped as a verdict is, to at most
+# ASSUMPTION_LINES lines, the line it ends on filled: "GEMMs by their tiles at 1,429.7 MHz (bf16: one SM's main loop at
+# 5.4414 TFLOP/s at the sweep's 1,328.5 MHz, ...)" needs two lines of 80 columns to get past its numbers, where one line
+# stopped inside "5.4414 TFL…"; "links: NVLink 4 ..." keeps its one line.
+ASSUMPTION_LINES = 2
 
 
 def terminal_width() -> int:
@@ -100,7 +106,7 @@ def render_brief_plain(result: Result, width: int | None = None) -> str:
     assumptions = result.moving_assumptions()
     if assumptions:
         lines.append(ASSUMPTIONS_HEADING)
-        lines += [_clipped(f"  - {a}", width) for a in assumptions]
+        lines += [line for a in assumptions for line in assumption_lines(a, width)]
         lines.append("")
     lines.append(FOOTER)
     return "\n".join(lines) + "\n"
@@ -158,6 +164,42 @@ def _wrapped(text: str, width: int, marker: str) -> list[str]:
     """A verdict wrapped to the width with a hanging indent under its marker."""
     return textwrap.wrap(text, width, initial_indent=marker, subsequent_indent=" " * len(marker),
                          break_on_hyphens=False, break_long_words=True) or [marker.rstrip()]  # fmt: skip
+
+
+def assumption_lines(assumption: str, width: int, marker: str = "  - ") -> list[str]:
+    """One assumption of the brief form under its marker: wrapped as a verdict is, on as many lines as its gist needs
+    (gist_length) and at most ASSUMPTION_LINES, the last ending in an ellipsis when the text goes on (cut between words)."""
+    lines = _wrapped(assumption, width, marker)
+    gist = gist_length(assumption)
+    shown, needed = 0, 0
+    for needed, line in enumerate(lines, start=1):  # noqa: B007 - the count is what the loop is for
+        shown += len(line) - len(marker) + 1  # the line's text and the space the wrap took away
+        if shown > gist:
+            break
+    count = min(max(needed, 1), ASSUMPTION_LINES)
+    if len(lines) <= count:
+        return lines
+    kept = lines[:count]
+    last = kept[-1]
+    if len(last) >= width:  # no room for the ellipsis: the last word goes (a line of one word: its end)
+        words = last[len(marker) :].rsplit(" ", 1)
+        last = last[: len(marker)] + words[0] if len(words) == 2 else last[: width - 1]
+    kept[-1] = last.rstrip() + "…"
+    return kept
+
+
+def gist_length(assumption: str) -> int:
+    """The length of what an assumption assumes: up to its first ": " outside brackets, where why and from where begin
+    (the whole text when it has none)."""
+    depth = 0
+    for i, char in enumerate(assumption):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif char == ":" and depth == 0 and assumption[i + 1 : i + 2] == " ":
+            return i
+    return len(assumption)
 
 
 def _clipped(line: str, width: int) -> str:

@@ -70,7 +70,14 @@ def render_brief_rich(result: Result, console: Any) -> None:
     """The brief form in colour, from the same choices as parcalc.render.brief's plain one."""
     from rich.markup import escape
 
-    from parcalc.render.brief import ASSUMPTIONS_HEADING, FOOTER, answer_formula, shown_terms, term_line
+    from parcalc.render.brief import (
+        ASSUMPTIONS_HEADING,
+        FOOTER,
+        answer_formula,
+        assumption_lines,
+        shown_terms,
+        term_line,
+    )
 
     console.print(f"[bold underline]{escape(result.title)}[/]\n")
     if result.answer:
@@ -106,8 +113,11 @@ def render_brief_rich(result: Result, console: Any) -> None:
     assumptions = result.moving_assumptions()
     if assumptions:
         console.print(f"[bold]{ASSUMPTIONS_HEADING}[/]")
-        for assumption in assumptions:  # one line each, its start (the gist) kept
-            console.print(f"  [dim]-[/] {escape(assumption)}", no_wrap=True, overflow="ellipsis")
+        for assumption in assumptions:  # its start (the gist), wrapped to at most two lines as the plain form has it
+            first, *rest = assumption_lines(assumption, console.width)
+            console.print(f"  [dim]-[/] {escape(first[4:])}", no_wrap=True, overflow="ellipsis")
+            for line in rest:
+                console.print(escape(line), no_wrap=True, overflow="ellipsis")
         console.print()
     console.print(f"[dim]{escape(FOOTER)}[/]")
 

@@ -17,7 +17,7 @@ Layout) into the flags it stands for.
 
 Nothing here imports Click or Typer: parcalc.commands parse the command line and print; the
 library runs the same functions through parcalc.results.run, which reads each command's flags from
-signatures.json (written from the commands: parcalc.commands.signatures).
+signatures.json (written from the commands: parcalc.signatures).
 """
 
 from __future__ import annotations

@@ -375,7 +375,7 @@ def recompute_modules_flag(value: str | None) -> tuple[str, ...] | None:
 
 def recompute_layers_flag(value: str | None) -> int | None:
     """--recompute-layers as typed: a whole number of at least 0 (checked against the stages by the core)."""
-    from parcalc.errors import InputError
+    from parcalc.errors import InputError, shown
 
     if value is None:
         return None
@@ -386,8 +386,8 @@ def recompute_layers_flag(value: str | None) -> int | None:
         raise InputError(f"--recompute-layers: a whole number of layers, got {value!r}") from None
     if n < 0:
         raise InputError(f"--recompute-layers: must be 0 or more, got {n}")
-    if n > 2**31:
-        raise InputError(f"--recompute-layers: {n:.4g} is more layers than any model has")
+    if n > 2**31:  # shown as typed: a whole number past 1.8e308 has no float to format (it was exit 70, an OverflowError)
+        raise InputError(f"--recompute-layers: {shown(text)} is more layers than any model has")
     return n
 
 

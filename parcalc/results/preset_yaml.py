@@ -75,7 +75,7 @@ def check_preset_output(output: Path | None, force: bool, category: str) -> None
     if output is None:
         return
     from parcalc.errors import InputError
-    from parcalc.output import check_writable
+    from parcalc.files import check_writable
 
     if output.suffix.lower() not in (".yaml", ".yml"):
         raise InputError(f"--output: a preset is a .yaml file, got {str(output)!r}")

@@ -18,10 +18,12 @@ def list_result(category: str | None = None, presets: list[Path] | None = None) 
     commands that name it read it, and one that cannot be says so (its description 'broken: ...', the column `problem`,
     and a verdict with the whole reason, the line `presets show` and every command naming it fail with)."""
     from dataclasses import replace
+    from functools import partial
 
     from parcalc.core.catalog import catalog_result
     from parcalc.errors import InputError
     from parcalc.preset_files import Category, find_all
+    from parcalc.preset_verdicts import cached_row
     from parcalc.results.parse import preset_dirs
 
     if category is not None and category.lower() not in CATEGORY_NAMES:
@@ -31,28 +33,29 @@ def list_result(category: str | None = None, presets: list[Path] | None = None) 
     for c in chosen:
         rows = []
         for p in find_all(c, preset_dirs(presets)):
-            problem = _problem(p)
+            description, problem = cached_row(p.path, partial(_read, p))  # validated again only where it or the code changed
             if problem:
                 broken.append(f"{c.value}/{p.key} ({p.origin}) cannot be read: {problem}; `parcalc presets show {p.key}` and every "
                               "command that names it stop with this line")  # fmt: skip
-            rows.append((p.key, _shown_path(p), p.origin, _clipped("broken: " + problem) if problem else _description(p.path), problem))
+            rows.append((p.key, _shown_path(p), p.origin, _clipped("broken: " + problem) if problem else description, problem))
         listing[c.value] = rows
     result = catalog_result(listing)
     return replace(result, verdicts=tuple(broken)) if broken else result
 
 
-def _problem(preset: PresetFile) -> str:
-    """Why `preset` cannot be read (its error line, less the file's path, which the listing shows), or ""."""
+def _read(preset: PresetFile) -> tuple[str, str]:
+    """(description, problem) of `preset` from one read, as the commands that name it read it: its one line and "", or ""
+    and why it cannot be read (its error line, less the file's path, which the listing shows)."""
     from parcalc.errors import ParcalcError
     from parcalc.preset_files import control_character
     from parcalc.presets import read_preset
 
     try:
-        read_preset(preset)
+        _, document = read_preset(preset)
     except (ParcalcError, OSError, ValueError) as error:
         text = str(error).removeprefix(f"{preset.path}: ")
-        return "".join("?" if control_character(ch) else ch for ch in text) or type(error).__name__
-    return ""
+        return "", "".join("?" if control_character(ch) else ch for ch in text) or type(error).__name__
+    return _description(document), ""
 
 
 def _shown_path(preset: PresetFile) -> str:
@@ -61,17 +64,11 @@ def _shown_path(preset: PresetFile) -> str:
     return "" if preset.origin == "packaged" else str(preset.path)
 
 
-def _description(path: Path) -> str:
-    """The preset's one line: its `name:` (a worksheet's `title:`); "" for a file that cannot be read as YAML, and never
-    a control character (file contents reach the terminal)."""
-    from parcalc.errors import ParcalcError
+def _description(document: dict) -> str:
+    """The preset's one line: its `name:` (a worksheet's `title:`), never a control character (file contents reach the
+    terminal)."""
     from parcalc.preset_files import control_character
-    from parcalc.strict_yaml import read_yaml
 
-    try:
-        document = read_yaml(path)
-    except (ParcalcError, OSError, ValueError):
-        return ""
     text = document.get("name") or document.get("title") or ""
     if not isinstance(text, str) or control_character(text):
         return ""

@@ -1,11 +1,11 @@
-"""The library's signatures, read from the commands' flags: `python -m parcalc.commands.signatures`
+"""The library's signatures, read from the commands' flags: `python -m parcalc.signatures`
 writes parcalc/results/signatures.json, which parcalc.api and parcalc.runfile read without
 loading Click (one name, one signature for each command and its function).
 
 tests/test_results.py checks that the file is what this module writes today, so a flag added to a
 command and not to the file fails there; regenerate it with
 
-    python -m parcalc.commands.signatures > parcalc/results/signatures.json
+    python -m parcalc.signatures > parcalc/results/signatures.json
 """
 
 from __future__ import annotations
