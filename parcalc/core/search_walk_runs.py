@@ -65,6 +65,61 @@ def floor_total(model: TransformerModel, step: FsdpStep) -> float:
                for peak in _stream_peaks(model, same_walk(model, step)) if peak is not None)  # fmt: skip
 
 
+@lru_cache(maxsize=4096)
+def floor_within(model: TransformerModel, step: FsdpStep, budget: float) -> float:
+    """floor_total(model, step) where it is at most `budget`; where it is over, possibly less than it but still over
+    `budget`: the walk of a step that is walked whole (an interleaved rank: _runs) stops at the first phase by whose end
+    the floor of each stream's peak so far is over `budget`. That is a lower bound of the replay as the floor is: each
+    stream's pool, which never gives a block back in a run, has reserved at least the floor of what was live on it at any
+    point (allocator.reserved_floor_of_sums), so at least that at the end. fit's search screens an interleaved row with it
+    (search_step_peaks._worst_stage): a rank over the capacity by it is out, however much more it would reserve."""
+    if _runs(model, step) is not None:  # short walks: the whole step's floor at their cost
+        return floor_total(model, step)
+    walk = _BudgetWalk(budget, step.expandable_segments, layer_keys=step.pp > 1)
+    try:
+        walk_fsdp_step(model, step, walk)
+    except _OverBudget as over:
+        return over.floor
+    peaks = _peaks_at([sums for _, sums in walk.segments])
+    return sum(reserved_floor_of_sums(peak[0], peak[1], step.expandable_segments) for peak in peaks if peak is not None)
+
+
+class _OverBudget(Exception):  # a stop, not an error: floor_within catches it
+    def __init__(self, floor: float) -> None:
+        super().__init__(floor)
+        self.floor = floor
+
+
+class _BudgetWalk(SegmentWalk):
+    """A SegmentWalk that raises _OverBudget when a phase starts and the floor of each stream's first peak over the phases
+    before it is over `budget` (floor_within)."""
+
+    def __init__(self, budget: float, expandable: bool, layer_keys: bool) -> None:
+        self._budget, self._expandable, self._checked = budget, expandable, 0
+        self._peaks: dict[str, Sums] = {}
+        super().__init__(layer_keys=layer_keys)
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        segments = getattr(self, "segments", ())
+        if len(segments) > self._checked:  # the phases done: each stream's first peak over them
+            peaks = self._peaks
+            for _, sums in segments[self._checked:]:
+                for stream, v in sums.items():
+                    peak = peaks.get(stream)
+                    if peak is None or v[0] > peak[0]:
+                        peaks[stream] = v
+            self._checked = len(segments)
+            floor = sum(reserved_floor_of_sums(v[0], v[1], self._expandable) for v in peaks.values())
+            if floor > self._budget:
+                raise _OverBudget(floor)
+        SegmentWalk.phase.fset(self, value)  # type: ignore[attr-defined]
+
+
 def same_walk(model: TransformerModel, step: FsdpStep) -> FsdpStep:
     """A step whose walk is this one's, event for event but for the layers' names: a middle stage of a 1F1B pipeline
     (neither the embedding's nor the loss's) is walked the same whatever its index and layers but for its warm-up,
