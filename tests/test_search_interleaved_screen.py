@@ -161,3 +161,26 @@ def test_the_ranks_walked_are_those_that_can_hold_the_most() -> None:
     assert chunks[1] == (3, 3) and chunks[2] == (3, 2)
     assert walked_ranks(chunks) == (0, 15, 1)
     assert walked_ranks([(2, 2), (3, 2), (2, 3), (3, 3), (1, 1)]) == (0, 4, 1, 2, 3)  # neither of ranks 1, 2 holds the other
+
+
+@settings(max_examples=30, deadline=None)
+@given(pp=st.sampled_from([2, 3, 4]), chunks=st.sampled_from([2, 3]), rank_share=st.floats(0, 0.999), more=st.integers(1, 3),
+       layers=st.integers(1, 2), rec=st.sampled_from([Recompute.NONE, Recompute.FULL]), tp=st.sampled_from([1, 2]),
+       precision=st.sampled_from([Precision.MIXED_BF16, Precision.BF16]))  # fmt: skip
+def test_an_interleaved_rank_walked_for_fewer_rounds_gives_the_whole_walks_floor(pp, chunks, rank_share, more, layers, rec, tp,
+                                                                                 precision) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    """search_walk_runs.fewer_rounds: a rank of k rounds (m = k p micro-batches) walked for K = 2 + ceil(w / (v p)) rounds,
+    the other rounds' receive buffers added, has the whole walk's floor (StreamWalk.floor, memory_of's), to the byte; and
+    within a budget under it, floor_within stops over the budget and at most the floor."""
+    from parcalc.core.search_walk_runs import fewer_rounds
+
+    rank = int(rank_share * pp)
+    warmup = (chunks - 1) * pp + 2 * (pp - 1 - rank)
+    rounds = 2 + -(-warmup // (chunks * pp)) + more
+    model = replace(LLAMA, layers=layers * pp * chunks)
+    step = _rank_step(pp, chunks, rank, layers, rounds * pp, rec, tp, precision)
+    assert fewer_rounds(step) == rounds - more
+    whole = fsdp_step_floor(model, step)[1]
+    assert floor_total(model, step) == whole
+    assert floor_within(model, step, whole) == whole
+    assert 0.8 * whole < floor_within(model, step, 0.8 * whole) <= whole
