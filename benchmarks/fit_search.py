@@ -139,6 +139,23 @@ Whole processes, paired with main, medians of 7, CPU seconds (the machine loaded
 
 The 70B one-liner is over its second again: ~1 s of CPU walks the new depths' 1F1B stages (90 keys, ~3 stages each, short
 walks of search_walk_runs). Next: the walks of a pipeline's stage 0 and last stage from the middle stage's short runs.
+
+Session 22 (SCREEN, issues #30 and #31; before: 4d7d464, main; after: the commit that added these lines): the interleaved
+rows the torchtitan walk follows are screened by their ranks' floor of the allocator's replay, not the textbook sum (no
+bound of the walk: docs/memory-peak.md), so every such row walks its ranks (70B on 256 H100: 252 rows, 95 that fit walk
+every rank walked_ranks names), where the search walked none and replayed the shown ones (two of them then dropped: 6
+rank walks and replays). Made affordable: the search's SegmentWalk replays an interleaved rank's blocks (6.4x), ranks a
+middle one dominates left out, walks stopped past the capacity, fewer rounds of micro-batches (a 70B PP 2 x v 2 rank with
+16 micro-batches: 0.33 -> 0.03 s). Every non-interleaved row byte-identical (the 70B/256 JSON); fewer_rounds changes no
+byte of the 70B/64 and 70B/256 JSON. Whole processes, paired with main, medians of 5, the machine loaded (load 7 to 9):
+
+    one-liner                                   CPU before   CPU after   after / before (paired)
+    Llama 3 8B, 8 H100, torchtitan              0.933 s      1.173 s     1.26
+    Llama 3 70B, 256 H100, torchtitan           5.022 s      6.048 s     1.15
+
+The brief's second (issue #31) is not met: what is left is walking the 95 fitting rows' ranks whole (~13 ms each, ~3 s
+of CPU). Next: an interleaved rank's short walk in layers (each chunk's layers extrapolated as search_walk_runs does a 1F1B
+stage's), and a faster block walk.
 """
 
 from __future__ import annotations

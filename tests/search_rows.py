@@ -36,22 +36,18 @@ def layout_flags(row: dict, layers: int, framework_split: bool = False) -> list[
     return flags
 
 
-def assert_row_is_estimate(found: Any, i: int, model: Any, training: Any, cluster: Any, screened: bool = False) -> Any:
+def assert_row_is_estimate(found: Any, i: int, model: Any, training: Any, cluster: Any) -> Any:
     """Row i of a search (parcalc.core.fit_search.search) is fit's one-layout estimate of its configuration: a valid
     configuration, the same memory, and the same step where it fits (NaN where it does not). Returns the configuration.
-    `screened`: a row the search keeps at its textbook sum though fit walks its layout (an interleaved torchtitan row not
-    shown, parcalc.core.search_step_peaks): its memory is not fit's, and says so (memory_basis textbook); the step is."""
+    (Session 21's `screened`, an interleaved torchtitan row kept at its textbook sum though fit walks its ranks, is gone:
+    such a row carries its ranks' floor now, parcalc.core.search_step_peaks._worst_stage.)"""
     from parcalc.core.fit import estimate, invalid_reason
-    from parcalc.core.search_columns import TEXTBOOK
 
     columns = found.evaluated.columns
     config = found.evaluated.config(i)
     assert invalid_reason(model, config, training, cluster) is None
     scalar = estimate(model, config, training, cluster)
-    if screened:  # the textbook sum is not a bound of the walk under interleaving: docs/memory-peak.md
-        assert columns["memory_basis"][i] == TEXTBOOK, config.label()
-    else:
-        assert columns["memory"][i] == pytest.approx(scalar.total_memory, rel=1e-9), config.label()
+    assert columns["memory"][i] == pytest.approx(scalar.total_memory, rel=1e-9), config.label()
     if columns["fits"][i]:
         assert columns["t_step"][i] == pytest.approx(scalar.step.value, rel=1e-9), config.label()
     else:

@@ -79,8 +79,8 @@ def test_h200_fp8_names_the_fp8_tiles(run_json):
 
 
 # Llama 3 8B on 8 H100 under torchtitan (tests/test_search_replay.py test_every_json_row_says_what_its_memory_is): the shown
-# ZeRO-3 TP 2 row's step is walked and replayed; DDP, selective recomputation (not among torchtitan's walked recomputations)
-# and interleaved pipelines keep the textbook sum.
+# ZeRO-3 TP 2 row's step is walked and replayed, as is the interleaved ZeRO-3 row (screened by its ranks' floor since
+# session 22); DDP and selective recomputation (not among torchtitan's walked recomputations) keep the textbook sum.
 EIGHT = ("fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--framework", "torchtitan", "--gpus", "8", "--search")
 
 

@@ -1,11 +1,14 @@
 """fit's search: the rows it shows get the caching allocator replayed over a run of their step, the total `memory` and `fit`
 give the same layout (issue #30: memory = fit = the search's row).
 
-Under the fsdp2 and torchtitan profiles the search screens every row by the floor of that replay
-(parcalc.core.search_walk_runs.floor_total: each stream's live blocks at its own peak, its pools rounded up to their
-segments or pages, plus the replay's reserve). The floor is a lower bound of the replay (allocator.reserved_floor_of_sums;
-tests/test_search_replay.py holds it on a grid of steps): a row over the capacity by it is over by the replay, so it stays
-out unreplayed. A row under the capacity by it may still not fit: the replay adds what the allocator fragments (0.1-3.4 GiB
+Under the fsdp2 and torchtitan profiles the search screens every row whose layout the step walk follows by the floor of
+that replay (parcalc.core.search_walk_runs.floor_total: each stream's live blocks at its own peak, its pools rounded up to
+their segments or pages, plus the replay's reserve; an interleaved pipeline's greatest over its ranks, and for a row over
+the capacity the floor up to where a rank's walk passed it: search_walk_runs.floor_within). The floor is a lower bound of
+the replay (allocator.reserved_floor_of_sums; tests/test_search_replay.py holds it on a grid of steps,
+tests/test_search_interleaved_screen.py on the interleaved rows of Llama 3 70B's search): a row over the capacity by it is
+over by the replay, so it stays out unreplayed. The rows the walk does not follow keep the textbook sum, memory_of's too;
+so do 1F1B pipeline rows over the capacity by it, not walked (their walk keeps at least as much: search_step_peaks). A row under the capacity by it may still not fit: the replay adds what the allocator fragments (0.1-3.4 GiB
 over Llama 3 8B's searched steps, up to 16 GiB over 70B's). Replaying every row costs 17 s (8B on 8 H100) to 840 s (70B on
 256) where the search takes 0.4 and 2.5 s, so the rows are replayed lazily, in ranking order, only where they are shown:
 each shown row's total becomes parcalc.core.fit.memory_of's (every stage walked and replayed, the same function `fit`
@@ -34,12 +37,14 @@ if TYPE_CHECKING:
 DROPPED = "memory (does not fit when replayed)"
 # what the rows not shown carry, said where the search's rows are told (parcalc.results.fit, shown_basis_note)
 FLOOR_NOTE = ("the rows not shown under an FSDP2 step walk carry the floor of the caching allocator's replay over a run "
-              "(each stream's live blocks at its own peak, rounded up to its segments or pages) plus the reserve, a lower bound "
-              "(JSON and CSV: each row's memory_basis says which)")  # fmt: skip
+              "(each stream's live blocks at its own peak, rounded up to its segments or pages; over the capacity, up to where "
+              "a rank's walk passed it) plus the reserve, a lower bound, or the textbook sum where the walk does not follow the "
+              "layout (JSON and CSV: each row's memory_basis says which)")  # fmt: skip
 # the same where every configuration is listed (JSON and CSV) and none is shown as the table's (nothing fits)
 EVERY_ROW_NOTE = ("memory of the configurations under an FSDP2 step walk: replayed (the caching allocator over the step walk, as "
-                  "memory and fit total it), the textbook sum (a layout the walk does not follow) or the floor of that replay plus "
-                  "the reserve (a lower bound, for a row not replayed); each row's memory_basis says which")  # fmt: skip
+                  "memory and fit total it), the textbook sum (a layout the walk does not follow, or a 1F1B pipeline over the "
+                  "capacity by it, not walked) or the floor of that replay plus the reserve (a lower bound, for a row not "
+                  "replayed); each row's memory_basis says which")  # fmt: skip
 # what each basis of a shown row is, in the note's words (search_columns.MEMORY_BASES order)
 _BASIS_WORDS = ("the textbook sum (a layout the step walk does not follow: memory and fit total it so too)",
                 "the floor of the allocator's replay plus the reserve (a lower bound: not replayed)",

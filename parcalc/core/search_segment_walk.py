@@ -39,8 +39,8 @@ Sums = tuple[float, float, float, float]  # all blocks, small ones, medium ones,
 Segment = tuple[str, dict[str, Sums]]  # a phase and each stream's sums at its first peak in it
 Held = tuple[list[float], float, int, float, str]  # a live tensor's stream's sums, its block, which sum, what there, the stream
 LAYER_MARK = "\0layer "
-_BLOCK_KEY = re.compile(r"^m\d+\.L(\d+)\.")
-_SPACE_KEY = re.compile(r"^((?:m\d+\.)?L\d+)\.(.+)$")  # a block tensor's key: its layer's prefix and its own name
+_BLOCK_KEY = re.compile(r"^m\d+\.(?:s\d+\.)?L(\d+)\.")
+_SPACE_KEY = re.compile(r"^((?:m\d+\.)?(?:s\d+\.)?L\d+)\.(.+)$")  # a block tensor's key: its layer's prefix and its own name
 T = TypeVar("T")
 
 
@@ -177,7 +177,7 @@ class SegmentWalk(Walk):
 
 
 _EMPTY: dict[str, Any] = {}
-_SPACE_PREFIX = re.compile(r"^(?:m\d+\.)?L\d+\.$")
+_SPACE_PREFIX = re.compile(r"^(?:m\d+\.)?(?:s\d+\.)?L\d+\.$")
 # what a walk looks up again and again by a tensor's key, kept across walks (the keys repeat)
 _STREAM_OF: dict[str, str] = {}  # memory_fsdp.stream_of
 _LAYER_OF: dict[str, int] = {}  # the layer of a block tensor's key `m{j}.L{i}.` (BlockWalk), -1 for any other key

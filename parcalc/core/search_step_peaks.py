@@ -1,8 +1,11 @@
 """fit's search rows whose memory is a step walk's, as parcalc.core.memory has it for `fit` of the same layout: the FSDP2 /
-torchtitan step's peak under fully_shard (parcalc.core.memory_fsdp) and torchtitan's pipeline stages under 1F1B
-(parcalc.core.memory_pipeline_stage); the other rows keep their textbook sum."""
+torchtitan step's peak under fully_shard (parcalc.core.memory_fsdp), torchtitan's pipeline stages under 1F1B
+(parcalc.core.memory_pipeline_stage) and its ranks under ScheduleInterleaved1F1B (parcalc.core.memory_pipeline_interleaved);
+the other rows keep their textbook sum."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -57,13 +60,16 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     memory_of's fullest stage, once per distinct (ZeRO stage, shard group, recomputation, SP, micro-batch, micro-batches,
     schedule, chunks; `torchtitan_split`: each row's chunks split as torchtitan splits them, as its Config has them,
     parcalc.core.search_columns), so that a row and `fit` of its
-    layout give the same memory; the other rows keep what they have. Each such key walks every stage (tens of ms): only the
-    rows that fit by the textbook sum are walked, since the walk keeps at least what the textbook does (the unsharded
-    parameters and fp32 gradients of the stage all step) and a row that does not fit stays out either way (the textbook's
-    reserve less its fragmentation allowance, which the replay's floor does not have). A key the walk does not follow
-    (walk_gaps) gets memory_of's textbook sum, the row's own. `basis`: FLOOR where a row gets its stages' floors (fsdp_rows);
-    a row not walked, its textbook sum over the capacity, keeps TEXTBOOK. `split`: the Layout's fields that split the layers
-    (first / last stage layers and the embedding / loss slots, or torchtitan's layout string and split_by)."""
+    layout give the same memory; the other rows keep what they have. Each such key walks its stages (ms to tens of ms each):
+    of the 1F1B rows only those that fit by the textbook sum are walked, since a 1F1B stage's walk keeps at least what the
+    textbook does (the unsharded parameters and fp32 gradients of the stage all step) and a row that does not fit stays out
+    either way (the textbook's reserve less its fragmentation allowance, which the replay's floor does not have); every
+    interleaved row is walked, its ranks' walks keeping more or less than the textbook (with four or more chunks torch
+    reshards a rank's stages mid-step; Llama 3 70B on 64 H100: 0.35 to 2.1 times it), up to the first rank over the
+    capacity (_worst_stage). A key the walk does not follow (walk_gaps) gets memory_of's textbook sum, the row's own.
+    `basis`: FLOOR where a row gets its stages' floors (fsdp_rows); a 1F1B row not walked, its textbook sum over the
+    capacity, keeps TEXTBOOK. `split`: the Layout's fields that split the layers (first / last stage layers and the
+    embedding / loss slots, or torchtitan's layout string and split_by)."""
     from parcalc.core.fit import training_setup_of
     from parcalc.core.memory_fsdp import walk_gaps
     from parcalc.core.training_setup import replayed_reserve
@@ -71,10 +77,11 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     other = tuple(what for what, on in (("--offload", training.offload_optimizer or training.offload_activations),
                                         ("--dropout", bool(model.dropout if training.dropout is None else training.dropout))) if on)  # fmt: skip
     t, p, d, c, ep = sizes
-    # interleaved rows keep their textbook sum here: a rank's walk is not shortened (search_walk_runs walks it whole), and
-    # Llama 3 70B on 256 H100 would walk 20 s of them; the ones shown are walked and replayed (search_replay), as `memory` does
     one_f_one_b = (cols["schedule"] == SCHEDULE_CODES.index(Schedule.ONE_F_ONE_B)) & (cols["chunks"] == 1)
-    rows = np.flatnonzero(one_f_one_b & (memory - (training.reserve - replayed_reserve(training.reserve).value) <= cluster.capacity))
+    # an interleaved rank's walk keeps more or less than the textbook sum (Llama 3 70B on 64 H100: 0.35 to 2.1 times it), so
+    # every interleaved row is walked, not only those the textbook lets in (_worst_stage)
+    interleaved = (cols["schedule"] == SCHEDULE_CODES.index(Schedule.INTERLEAVED)) & (cols["chunks"] > 1)
+    rows = np.flatnonzero(interleaved | (one_f_one_b & (memory - (training.reserve - replayed_reserve(training.reserve).value) <= cluster.capacity)))
     if rows.size == 0:
         return memory
     out = memory.copy()
@@ -98,7 +105,8 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
                                                                  sequence_parallel=bool(seq), schedule=SCHEDULE_CODES[int(code)],
                                                                  chunks=int(v), gpus_per_node=cluster.gpus_per_node), given, slots,
                                  torchtitan_split)  # fmt: skip
-            walked[key] = _worst_stage(model, layout, training_setup_of(Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster))
+            setup = training_setup_of(Config(layout, int(micro), RECOMPUTES[int(rec)]), training, cluster)
+            walked[key] = _worst_stage(model, layout, setup, cluster.capacity)
         out[row], floored = walked[key]
         if basis is not None and floored:
             basis[row] = FLOOR
@@ -126,13 +134,17 @@ def worst_stage_total(model: TransformerModel, layout: Layout, setup: TrainingSe
     return _worst_stage(model, layout, setup)[0]
 
 
-def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup) -> tuple[float, bool]:
-    """worst_stage_total, and whether it is the stages' floors (False: the textbook total)."""
+def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup, capacity: float = math.inf) -> tuple[float, bool]:
+    """worst_stage_total, and whether it is the stages' (ranks') floors (False: the textbook total). An interleaved layout
+    (ScheduleInterleaved1F1B, parcalc.core.memory_pipeline_interleaved): the greatest of its ranks' floors (walked_ranks),
+    the walks stopping at the first rank over `capacity`, whose floor the row then carries: it does not fit by the replay
+    (memory_of's total is at least that rank's replay, which reserves at least its floor: allocator.reserved_floor_of_sums),
+    a lower bound still (search_walk_runs.floor_within)."""
     from dataclasses import replace
 
     from parcalc.core.memory import memory_breakdown, stage_layers
     from parcalc.core.memory_step_peak import fsdp_stage_step, fsdp_walk_gaps
-    from parcalc.core.search_walk_runs import floor_total
+    from parcalc.core.search_walk_runs import floor_total, floor_within
     from parcalc.core.training_setup import replayed_reserve
 
     # the textbook stages are those memory_breakdown replaces: step_memory changes a stage only for an MoE model's experts
@@ -144,7 +156,32 @@ def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup) 
         return memory_breakdown(model, layout, textbook).worst.total.value, False
     split = stage_layers(model, layout)
     reserve = replayed_reserve(setup.reserve).value
-    return max(floor_total(model, fsdp_stage_step(layout, resolved, s, split)) + reserve for s in walked_stages(split)), True
+    if layout.schedule is not Schedule.INTERLEAVED:
+        return max(floor_total(model, fsdp_stage_step(layout, resolved, s, split)) + reserve for s in walked_stages(split)), True
+    from parcalc.core.memory_pipeline_interleaved import rank_chunk_layers
+
+    most = 0.0
+    for rank in walked_ranks([tuple(hi - lo for lo, hi in rank_chunk_layers(layout, sum(split), r)) for r in range(layout.pp)]):
+        most = max(most, floor_within(model, fsdp_stage_step(layout, resolved, rank, split), capacity - reserve) + reserve)
+        if most > capacity:
+            break
+    return most, True
+
+
+def walked_ranks(chunks: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The ranks of an interleaved pipeline (each rank's chunks' layers: `chunks`, chunk 0 first) whose walk can reserve the
+    most, in the order _worst_stage walks them: rank 0 (the embedding, the longest warm-up), the last (the head), and a
+    middle rank only where no earlier middle rank holds at least as many layers in each chunk. A later middle rank r walks
+    the same kind of step (ScheduleInterleaved1F1B's order with 2 (p - 1 - r) warm-up forwards more than the last rank's:
+    memory_pipeline_interleaved.compute_order) with a shorter warm-up and no more layers in any chunk, so no more is in
+    flight at any point (tests/test_search_interleaved_screen.py holds the maximum equal to memory_of's over every rank).
+    Torchtitan's 80 layers on PP 16 with two chunks a rank (3 + 3 on rank 1, 3 + 2 on ranks 2 to 14) walk ranks 0, 15 and 1."""
+    p = len(chunks)
+    ranks = [0, p - 1] if p > 1 else [0]
+    for r in range(1, p - 1):
+        if not any(all(a <= b for a, b in zip(chunks[r], chunks[q], strict=True)) for q in ranks[2:]):
+            ranks.append(r)
+    return tuple(ranks)
 
 
 def walked_stages(split: tuple[int, ...]) -> tuple[int, ...]:

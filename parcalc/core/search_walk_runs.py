@@ -45,9 +45,9 @@ from dataclasses import replace
 from functools import lru_cache
 
 from parcalc.core.allocator import reserved_floor_of_sums, reserved_of_sums
-from parcalc.core.memory_fsdp import STREAMS, FsdpStep, walk_fsdp_step
+from parcalc.core.memory_fsdp import STREAMS, FsdpStep, stream_of, walk_fsdp_step
 from parcalc.core.model import TransformerModel
-from parcalc.core.search_segment_walk import LAYER_MARK, SegmentWalk, Sums
+from parcalc.core.search_segment_walk import LAYER_MARK, SegmentWalk, Sums, _block
 
 _NUMBERED = re.compile(r"^(forward|backward): (layer|micro-batch) (\d+) of (\d+)")
 
@@ -63,6 +63,130 @@ def floor_total(model: TransformerModel, step: FsdpStep) -> float:
     What fit's search screens its rows by before it replays the ones it shows (parcalc.core.search_replay)."""
     return sum(reserved_floor_of_sums(peak[0], peak[1], step.expandable_segments)
                for peak in _stream_peaks(model, same_walk(model, step)) if peak is not None)  # fmt: skip
+
+
+@lru_cache(maxsize=4096)
+def floor_within(model: TransformerModel, step: FsdpStep, budget: float) -> float:
+    """floor_total(model, step) where it is at most `budget`; where it is over, possibly less than it but still over
+    `budget`: the walk of a step that is walked whole (an interleaved rank: _runs) stops at the first phase by whose end
+    the floor of each stream's peak so far is over `budget`. That is a lower bound of the replay as the floor is: each
+    stream's pool, which never gives a block back in a run, has reserved at least the floor of what was live on it at any
+    point (allocator.reserved_floor_of_sums), so at least that at the end. fit's search screens an interleaved row with it
+    (search_step_peaks._worst_stage): a rank over the capacity by it is out, however much more it would reserve."""
+    if _runs(model, step) is not None:  # short walks: the whole step's floor at their cost
+        return floor_total(model, step)
+    try:
+        peaks = _rank_peaks(model, step, budget)
+    except _OverBudget as over:
+        return over.floor
+    return sum(reserved_floor_of_sums(peak[0], peak[1], step.expandable_segments) for peak in peaks if peak is not None)
+
+
+def fewer_rounds(step: FsdpStep) -> int | None:
+    """The rounds (p micro-batches each) of a shorter walk with the same peaks but for the receive buffers of the rounds
+    left out, for an interleaved rank of m = k p micro-batches (ScheduleInterleaved1F1B, memory_pipeline_interleaved):
+    K = 2 + ceil(w / (v p)) where k > K, with w = (v - 1) p + 2 (p - 1 - r) its warm-up forwards; None otherwise.
+
+    Why. With m = k p torch's order has k rounds of p micro-batches a chunk (per_round = p: compute_order), and its warm-up
+    w does not depend on k once k >= 2 (it is capped at v m only below). The forwards' chunk, (op // p) % v, and the
+    backwards', counted from the step's end, repeat every v p ops; the first v p backwards give every chunk its first
+    backward (its accumulated gradients allocated), and each chunk's last backward (its reduce-scatter) is in the last v p.
+    So once the first v p backwards are done and before the forwards' last v p ops and the last round's backwards, every
+    v p pairs (a forward, a backward) leave the rank as they found it: the same micro-batches in flight on each chunk, the
+    same stages unsharded (the next three to compute) and the same gradients held, only the micro-batches' numbers moved
+    on. The walk of k rounds is that of K rounds with k - K such periods inserted where they fit (after backward v p, and
+    before forward (K - 1) v p, hence K v p >= 2 v p + w), each stream's sums at every phase shifted only by the k - K
+    rounds' receive buffers (memory_pipeline_stage.receive_buffers: one a micro-batch each way, made before the first
+    forward and kept), and every inserted phase repeating one of the K rounds' own. So each stream's first peak is the K
+    rounds' plus those buffers (_rank_peaks). Not with CP (its buffers per micro-batch: context_parallel_buffers) or a last
+    stage returning its outputs. tests/test_search_interleaved_screen.py holds the floor equal to the whole walk's."""
+    chunks = len(step.pp_chunks)
+    if not 2 <= chunks <= 3 or step.cp > 1 or step.pp_return_outputs or step.micro_batches % step.pp:
+        return None
+    p = step.pp
+    warmup = (chunks - 1) * p + 2 * (p - 1 - step.pp_stage)
+    rounds = 2 + -(-warmup // (chunks * p))
+    return rounds if step.micro_batches // p > rounds else None
+
+
+def _rank_peaks(model: TransformerModel, step: FsdpStep, budget: float = float("inf")) -> tuple[Sums | None, ...]:
+    """Each stream's sums at its first peak over an interleaved rank's walk, from the walk of fewer rounds where
+    fewer_rounds says so; _OverBudget as soon as their floor is over `budget`."""
+    rounds = fewer_rounds(step)
+    short = step if rounds is None else replace(step, micro_batches=rounds * step.pp)
+    more = 0 if rounds is None else step.micro_batches // step.pp - rounds
+    walk = _BudgetWalk(budget, step.expandable_segments, step.pp, more)
+    walk_fsdp_step(model, short, walk)
+    return walk.peaks()
+
+
+class _OverBudget(Exception):  # a stop, not an error: floor_within catches it
+    def __init__(self, floor: float) -> None:
+        super().__init__(floor)
+        self.floor = floor
+
+
+_RECEIVED = re.compile(r"^pp\.s\d+\.(act|grad)_recv0$")  # a virtual stage's first receive buffer (receive_buffers)
+
+
+class _BudgetWalk(SegmentWalk):
+    """A SegmentWalk of an interleaved rank that raises _OverBudget when a phase starts and the floor of each stream's first
+    peak over the phases before it is over `budget` (floor_within); each stream's sums with `more` rounds' receive buffers
+    added (`pp` micro-batches each, a buffer each way of each virtual stage as the walk's own: fewer_rounds)."""
+
+    def __init__(self, budget: float, expandable: bool, pp: int, more: int) -> None:
+        self._budget, self._expandable, self._checked, self._pp, self._more = budget, expandable, 0, pp, more
+        self._peaks: dict[str, Sums] = {}
+        self._added: dict[str, Sums] | None = None if more else {}
+        super().__init__()
+
+    def _received(self) -> dict[str, Sums] | None:
+        """The receive buffers of the rounds left out, as each stream's four sums (None: the walk has made none yet)."""
+        if self._added is None:
+            buffers = [(key, tensor.bytes) for key, tensor in self.live.items() if _RECEIVED.match(key)]
+            if not buffers:
+                return None
+            added: dict[str, list[float]] = {}
+            for key, size in buffers:
+                block, part, counted = _block(size)
+                sums = added.setdefault(stream_of(key), [0.0, 0.0, 0.0, 0.0])
+                sums[0] += self._more * self._pp * block
+                sums[part] += self._more * self._pp * counted
+            self._added = {stream: (v[0], v[1], v[2], v[3]) for stream, v in added.items()}
+        return self._added
+
+    def peaks(self) -> tuple[Sums | None, ...]:
+        """Each stream's first peak over the phases entered so far (STREAMS order; _peaks_at's rule), the left-out rounds'
+        buffers added: at a phase's start or the walk's end, every phase entered is done."""
+        peaks = self._peaks
+        for _, sums in self.segments[self._checked:]:
+            for stream, v in sums.items():
+                peak = peaks.get(stream)
+                if v[0] > (0.0 if peak is None else peak[0]):
+                    peaks[stream] = v
+        self._checked = len(self.segments)
+        added = self._received() or {}
+        zero = (0.0, 0.0, 0.0, 0.0)
+        out: list[Sums | None] = []
+        for stream in STREAMS:
+            peak = peaks.get(stream)
+            extra = added.get(stream, zero)
+            if peak is None and extra != zero:  # a stream only the left-out buffers use: not how the walks go
+                raise AssertionError(f"receive buffers on {stream}, which the walk's phases never use")
+            out.append(None if peak is None else (peak[0] + extra[0], peak[1] + extra[1], peak[2] + extra[2], peak[3] + extra[3]))
+        return tuple(out)
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        if getattr(self, "segments", None) and self._budget < float("inf"):
+            floor = sum(reserved_floor_of_sums(v[0], v[1], self._expandable) for v in self.peaks() if v is not None)
+            if floor > self._budget:
+                raise _OverBudget(floor)
+        SegmentWalk.phase.fset(self, value)  # type: ignore[attr-defined]
 
 
 def same_walk(model: TransformerModel, step: FsdpStep) -> FsdpStep:
@@ -83,6 +207,8 @@ def _stream_peaks(model: TransformerModel, step: FsdpStep) -> tuple[Sums | None,
     fast = _peaks_from_runs(model, step)
     if fast is not None:
         return fast
+    if fewer_rounds(step) is not None:
+        return _rank_peaks(model, step)
     walk = SegmentWalk()  # the whole walk, its peaks kept as the short walks keep them (lighter than a StreamWalk's)
     walk_fsdp_step(model, step, walk)
     return _peaks_at([sums for _, sums in walk.segments])

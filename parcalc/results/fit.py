@@ -443,8 +443,9 @@ COLUMN_ABOUT = {"tp": "tensor-parallel degree", "pp": "pipeline stages", "dp": "
                 "first_stage_layers": "layers on the first stage", "last_stage_layers": "layers on the last stage",
                 "mfu": "model FLOPs utilisation", "hfu": "hardware FLOPs utilisation (recomputation counted)",
                 "memory_basis": ("what the memory is: 'replayed' (the caching allocator replayed over the step walk, or no step walked "
-                                 "and 'textbook': memory's and fit's total either way) or 'floor' (the floor of that replay plus its "
-                                 "reserve, a lower bound of the total: a row not shown)")}  # fmt: skip
+                                 "and 'textbook': memory's and fit's total either way, but for a 1F1B pipeline row not shown over the "
+                                 "capacity) or 'floor' (the floor of that replay plus its reserve, a lower bound of the total: a row "
+                                 "not shown)")}  # fmt: skip
 
 
 def _configurations_table(found: SearchResult, order: Any, title: str, extra: tuple[str, ...] = ()) -> Table:
