@@ -156,6 +156,9 @@ class FsdpStep:
     # an interleaved schedule (ScheduleInterleaved1F1B; parcalc.core.memory_pipeline_interleaved): the layers [first, last)
     # of each virtual stage pp_stage + k pp the rank holds, k = 0, 1, ... (stage_layers unused); () for one stage a rank
     pp_chunks: tuple[tuple[int, int], ...] = ()
+    # torch's ScheduleZBVZeroBubble (parcalc.core.memory_pipeline_zero_bubble): pp_chunks are the layers of the rank's two
+    # stages in a V, pp_stage and 2 pp - 1 - pp_stage, rank 0 holding the first stage and the last
+    pp_zero_bubble: bool = False
     # torchtitan's code with each block under torch.compile (apply_compile; parcalc.core.memory_torchtitan_compile)
     compiled: bool = False
     # and the loss compiled too (torchtitan's build_cross_entropy_loss from 2025-04-02; parcalc.core.memory_compiled_loss)
@@ -848,7 +851,10 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         ranges = step.pp_chunks or (step.stage_layers or (0, model.layers),)
         root = {p.name: p for p in _root_params(model, step.tp)}
         own = ((root["embedding"],) if step.pp_stage == 0 else ()) + ((root["final_norm"], root["head"]) if step.pp_stage == step.pp - 1 else ())
-        hooks.units = {"root": own, **{f"L{i}": _block_params(model, step.tp) for lo, hi in ranges for i in range(lo, hi)}}
+        roots = {"root": own}
+        if step.pp_zero_bubble:  # rank 0 holds the first stage and the last, each its own root (memory_pipeline_zero_bubble.root_unit)
+            roots = {"root": (root["embedding"],), "root.last": (root["final_norm"], root["head"])} if step.pp_stage == 0 else {"root": ()}
+        hooks.units = {**roots, **{f"L{i}": _block_params(model, step.tp) for lo, hi in ranges for i in range(lo, hi)}}
         hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
@@ -894,6 +900,14 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
     """A pipeline stage under FSDP2: only its own units, none resharded during the step (memory_pipeline_stage)."""
     from parcalc.core.memory_pipeline_stage import PipelineHooks, StagePlan, walk_stage
 
+    if step.pp_zero_bubble:  # two stages a rank in a V under ScheduleZBVZeroBubble
+        from parcalc.core.memory_pipeline_interleaved import InterleavedHooks
+        from parcalc.core.memory_pipeline_zero_bubble import VRankPlan, walk_v_rank
+
+        (first, second) = step.pp_chunks
+        v_rank = VRankPlan(step.pp_stage, step.pp, step.micro_batches, (first, second))
+        walk_v_rank(walk, model, x, v_rank, policies, step.embedding_backward_tables, InterleavedHooks(hooks, x.c, step.reduce_bytes))
+        return
     if step.pp_chunks:  # several virtual stages a rank under ScheduleInterleaved1F1B
         from parcalc.core.memory_pipeline_interleaved import InterleavedHooks, RankPlan, walk_rank
 

@@ -1,0 +1,367 @@
+"""The action list of a pipeline rank under torch's ScheduleZBVZeroBubble, as torchtitan runs it (pipeline_parallel_schedule
+'ZBVZeroBubble').
+
+torchtitan places two stages on each rank in a V (ZERO_BUBBLE_SOURCES['placement']): rank r of p holds stage r and stage
+2p - 1 - r, so rank 0 holds the first stage (the embedding) and the last (the norm, the output and the loss), and rank p - 1
+stages p - 1 and p, which pass their activations and gradients to each other in memory, not over the network. torch's
+schedule (ZERO_BUBBLE_SOURCES['order']) splits each backward in two: I, the gradient of the stage's input only
+(stage_backward_input: torch.autograd.grad to the inputs with retain_graph=True, the gradients reaching each parameter's
+first node kept in its param group), then W, the weight gradients from those kept gradients (stage_backward_weight);
+the first stage skips I and runs its whole backward at W. The runtime lowers the order as it lowers any schedule's
+(memory_pipeline_interleaved.lower): with two stages a rank both stay unsharded the whole step, and REDUCE_GRAD follows
+a stage's last W.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parcalc.core.memory_pipeline_interleaved import TORCH_SCHEDULES, Action, InterleavedHooks, lower
+from parcalc.core.memory_pipeline_stage import StagePlan, _stage_backward, _stage_forward, receive_buffers
+from parcalc.core.memory_walk import StepShapes, Walk, add_into
+from parcalc.core.model import TransformerModel
+from parcalc.errors import InputError
+
+ZERO_BUBBLE_SOURCES = {
+    "placement": ("pytorch/torchtitan @b5bcd76c torchtitan/distributed/pipeline_parallel.py: _get_stage_indices style 'v' for "
+                  "ScheduleZBVZeroBubble and ScheduleDualPipeV (rank r holds stages r and 2 pp - 1 - r; 'v schedules assume 2 "
+                  "stages per rank')"),
+    "order": (f"{TORCH_SCHEDULES} ScheduleZBVZeroBubble._calculate_single_rank_operations: n_micro = max(2 p - 1, m); warm-up "
+              "2 (p - r) - 1 forwards of chunk 0, r pairs of chunk-1 and chunk-0 forwards, p - r chunk-1 F I W; the stable "
+              "phase F0 I0 W0 F1 I1 W1; the cool-down r pairs of I0 I1, p - r pairs of I0 W0, then the chunk-1 Ws and the "
+              "chunk-0 Ws left; actions on micro-batches >= m dropped"),
+    "split": ("pytorch/pytorch v2.13.0 torch/distributed/pipelining/stage.py: backward_one_chunk(full_backward=False) runs "
+              "stage_backward_input (but on stage 0) and keeps (input_values, param_groups, stage_output, output_grads) in "
+              "backward_state; backward_weight_one_chunk pops it and runs stage_backward_weight (stage 0: the full "
+              "stage_backward); _backward.py stage_backward_input (retain_graph=True, each param group's intermediates' "
+              "incoming gradients kept by pre-hooks)"),
+}
+
+
+def compute_order(rank: int, pp: int, micro_batches: int) -> list[tuple[str, int, int]]:
+    """Rank `rank`'s forwards (F), input gradients (I) and weight gradients (W) in ScheduleZBVZeroBubble's order, as
+    (F | I | W, stage, micro-batch) (ZERO_BUBBLE_SOURCES['order']); InputError where the rank is not one of the pipeline's."""
+    if not 0 <= rank < pp:
+        raise InputError(f"pipeline rank {rank}: ZB-V has ranks 0 to {pp - 1}")
+    n_micro = max(2 * pp - 1, micro_batches)
+    chunk0, chunk1 = rank, 2 * pp - 1 - rank
+    order: list[tuple[str, int, int]] = []
+    count = {("F", 0): 0, ("F", 1): 0, ("I", 0): 0, ("I", 1): 0, ("W", 0): 0, ("W", 1): 0}
+
+    def act(kind: str, chunk: int) -> None:
+        order.append((kind, chunk0 if chunk == 0 else chunk1, count[kind, chunk]))
+        count[kind, chunk] += 1
+
+    for _ in range(2 * (pp - rank) - 1):
+        act("F", 0)
+    for _ in range(rank):
+        act("F", 1)
+        act("F", 0)
+    for _ in range(pp - rank):
+        act("F", 1)
+        act("I", 1)
+        act("W", 1)
+    while count["F", 1] < count["F", 0] or count["F", 0] < n_micro:
+        if count["F", 0] < n_micro:
+            act("F", 0)
+        act("I", 0)
+        act("W", 0)
+        act("F", 1)
+        act("I", 1)
+        act("W", 1)
+    for _ in range(rank):
+        act("I", 0)
+        act("I", 1)
+    for _ in range(pp - rank):
+        act("I", 0)
+        act("W", 0)
+    while count["W", 1] < count["I", 1]:
+        act("W", 1)
+    while count["W", 0] < count["I", 0]:
+        act("W", 0)
+    return [a for a in order if a[2] < micro_batches]
+
+
+def rank_actions(rank: int, pp: int, micro_batches: int) -> list[Action]:
+    """The compute order lowered by the runtime (memory_pipeline_interleaved.lower): UNSHARD / RESHARD, REDUCE_GRAD."""
+    return lower(compute_order(rank, pp, micro_batches), micro_batches)
+
+
+@dataclass(frozen=True)
+class VRankPlan:
+    """Rank `rank` of `stages` pipeline ranks under ZB-V: stage r with the layers chunks[0], stage 2p - 1 - r with chunks[1]."""
+
+    rank: int  # r
+    stages: int  # p, the pipeline ranks
+    micro_batches: int  # m
+    chunks: tuple[tuple[int, int], tuple[int, int]]
+
+    def stage_plan(self, k: int) -> StagePlan:
+        index = self.rank if k == 0 else 2 * self.stages - 1 - self.rank
+        first, last = self.chunks[k]
+        return StagePlan(index, 2 * self.stages, self.micro_batches, first, last, False, tag=f"s{index}.",
+                         where=f", stage {index} ({'first' if k == 0 else 'second'} of the V)")  # fmt: skip
+
+
+def root_unit(plan: StagePlan) -> str:
+    """The FSDP unit of a stage's own root (the embedding on the first stage, the final norm and output on the last):
+    rank 0 holds both, each its own fully_shard root."""
+    return "root.last" if plan.last and plan.index > 0 else "root"
+
+
+def stage_units(plan: StagePlan) -> list[str]:
+    """The stage's FSDP units in module order (its root, then its blocks)."""
+    return ([root_unit(plan)] if plan.first or plan.last else []) + [f"L{i}" for i in range(plan.first_layer, plan.last_layer)]
+
+
+class _Held:
+    """What a stage's input backward (I) of one micro-batch leaves for its weight backward (W): the gradient each parameter
+    group's first node received, kept by stage_backward_input's pre-hooks (ZERO_BUBBLE_SOURCES['split'])."""
+
+    def __init__(self) -> None:
+        self.pinned: dict[str, str] = {}  # a live gradient's key -> the param group that keeps it (the key still in use)
+        self.captured: dict[str, str] = {}  # param group -> the key of the gradient it keeps (no longer in use otherwise)
+
+    def capture(self, group: str, key: str) -> None:
+        self.pinned[key] = group
+
+    def release(self, walk: Walk, *keys: str) -> None:
+        """The engine is done with these gradients: those a param group keeps stay."""
+        for key in keys:
+            if key in self.pinned:
+                self._keep(walk, key)
+            else:
+                walk.free(key)
+
+    def add(self, walk: Walk, grad: str, into: str) -> None:
+        """`grad` added into `into`'s gradient: in place, unless a param group keeps `into`; then the sum is a new tensor
+        (torch/csrc/autograd/input_buffer.cpp can_accumulate_inplace: nothing else may hold the buffer)."""
+        if into not in self.pinned:
+            add_into(walk, grad, into)
+            return
+        size = walk.live[into].bytes
+        self._keep(walk, into)
+        walk.alloc(into, size, "temporaries", "input gradient (summed out of place)")
+        walk.free(grad)
+
+    def _keep(self, walk: Walk, key: str) -> None:
+        group = self.pinned.pop(key)
+        walk.rename(key, f"{key}@{group}", "a gradient kept for the weight backward (stage_backward_input)")
+        self.captured[group] = f"{key}@{group}"
+
+    def done(self, walk: Walk) -> None:
+        """The end of the input backward: every pinned gradient now only the param group's."""
+        for key in list(self.pinned):
+            self._keep(walk, key)
+
+
+def _norm_input_backward(walk: Walk, x: StepShapes, key: str, g_out: str, held: _Held, group: str) -> str:
+    """torchtitan's RMSNorm backward to its input only (memory_torchtitan.norm_backward's nodes without the weight's product
+    and sum, TT_SOURCES['norm_backward']), every saved tensor kept (retain_graph=True); the output's gradient kept for the
+    weight's group. Returns the bf16 input gradient's key."""
+    T, h, c = x.T, x.h, x.c
+    size = T * h
+    held.capture(group, g_out)
+    walk.alloc(f"{key}.g_nb", size * c, "temporaries", "RMSNorm backward: grad * weight")
+    held.release(walk, g_out)
+    walk.alloc(f"{key}.g_n", size * 4, "temporaries", "RMSNorm backward: type_as's gradient (fp32)")
+    walk.free(f"{key}.g_nb")
+    walk.alloc(f"{key}.g_x32", size * 4, "temporaries", "RMSNorm backward: grad * rsqrt")
+    walk.alloc(f"{key}.g_rfull", size * 4, "temporaries", "RMSNorm backward: grad * x32 (before its sum)")
+    walk.alloc(f"{key}.g_r", T * 4, "temporaries", "RMSNorm backward: rsqrt's gradient")
+    walk.free(f"{key}.g_rfull", f"{key}.g_n")
+    walk.alloc(f"{key}.g_a", T * 4, "temporaries", "RMSNorm backward: rsqrt backward")
+    walk.free(f"{key}.g_r")
+    walk.alloc(f"{key}.g_p", size * 4, "temporaries", "RMSNorm backward: mean backward (expand / h)")
+    walk.free(f"{key}.g_a")
+    walk.alloc(f"{key}.pow1", size * 4, "temporaries", "RMSNorm backward: x32.pow(1)")
+    walk.alloc(f"{key}.pow2", size * 4, "temporaries", "RMSNorm backward: 2 * x32.pow(1)")
+    walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm backward: pow backward")
+    walk.free(f"{key}.pow1", f"{key}.pow2", f"{key}.g_p")
+    add_into(walk, f"{key}.g_pow", f"{key}.g_x32")
+    walk.alloc(f"{key}.g_in", size * c, "temporaries", "RMSNorm input gradient (bf16)")
+    walk.free(f"{key}.g_x32")
+    return f"{key}.g_in"
+
+
+def _mm_input_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, into: str, held: _Held) -> None:
+    """A linear's MmBackward run for its input's gradient only (added into `into`); its output's gradient kept for the
+    weight's group, its saved input kept."""
+    held.capture(key, g_out)
+    walk.alloc(f"{key}.gin", x.T * d_in * x.c, "temporaries", "input gradient")
+    held.release(walk, g_out)
+    held.add(walk, f"{key}.gin", into)
+
+
+def block_input_backward(walk: Walk, x: StepShapes, k: str, g_out: str, into: str, held: _Held) -> None:
+    """Block k's backward to its input (I) as stage_backward_input runs it: memory_torchtitan.block_backward's nodes in
+    the same order, no weight gradient, nothing saved freed (retain_graph=True), each linear's and norm's output gradient
+    kept for W (ZERO_BUBBLE_SOURCES['split'])."""
+    T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
+    n_rep = q // kv
+    walk.rename(g_out, f"{k}.g_x1")  # out = h + w2: both get the same gradient tensor
+    held.capture(f"{k}.w2", f"{k}.g_x1")
+    walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient")
+    walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "mul backward: silu's gradient")
+    walk.alloc(f"{k}.g_u", T * f * c, "temporaries", "mul backward: w3's gradient")
+    walk.free(f"{k}.g_prod")
+    _mm_input_backward(walk, x, f"{k}.w3", f"{k}.g_u", h, f"{k}.g_y2", held)
+    walk.alloc(f"{k}.g_g", T * f * c, "temporaries", "silu backward")
+    walk.free(f"{k}.g_act")
+    _mm_input_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f"{k}.g_y2", held)
+    held.add(walk, _norm_input_backward(walk, x, f"{k}.n2", f"{k}.g_y2", held, f"{k}.n2"), f"{k}.g_x1")
+    # h = x + wo(attention): wo's branch gets the same gradient
+    held.capture(f"{k}.o", f"{k}.g_x1")
+    walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient")
+    width = q if n_rep > 1 else kv
+    walk.alloc(f"{k}.g_q", T * q * c, "temporaries", "SDPA backward dq")
+    walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
+    walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
+    walk.free(f"{k}.g_attn")
+    if n_rep > 1:  # repeat_kv's backward: expand's sum over the repeats
+        for name in ("v", "k"):
+            walk.alloc(f"{k}.g_{name}sum", T * kv * c, "temporaries", "repeat_kv backward (sum over the repeats)")
+            walk.free(f"{k}.g_{name}")
+            walk.rename(f"{k}.g_{name}sum", f"{k}.g_{name}")
+    for step, size, what in (("32", 4, "RoPE backward: type_as to fp32"), ("c", 4, "RoPE backward: times conj(freqs_cis)"),
+                             ("16", c, "RoPE backward: .float()'s gradient (bf16)")):  # fmt: skip
+        for name, w in (("k", kv), ("q", q)):
+            prev = f"{k}.g_{name}" if step == "32" else f"{k}.g_{name}{'32' if step == 'c' else 'c'}"
+            walk.alloc(f"{k}.g_{name}{step}", T * w * size, "temporaries", what)
+            walk.free(prev)
+    _mm_input_backward(walk, x, f"{k}.v", f"{k}.g_v", h, f"{k}.g_y", held)
+    _mm_input_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, f"{k}.g_y", held)
+    _mm_input_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, f"{k}.g_y", held)
+    held.add(walk, _norm_input_backward(walk, x, f"{k}.n1", f"{k}.g_y", held, f"{k}.n1"), f"{k}.g_x1")
+    walk.rename(f"{k}.g_x1", into)
+
+
+def _stage_input_backward(walk: Walk, x: StepShapes, plan: StagePlan, j: int, hooks: InterleavedHooks, held: _Held) -> None:
+    """I of micro-batch j on a stage but the first: the input's gradient, kept by the input's .grad (stage_backward_input
+    sets it; only the next step's clear_runtime_states drops it) and handed to the stage before."""
+    p = plan.mb(j)
+    T, V, c = x.T, x.V, x.c
+    walk.phase = f"backward (input): micro-batch {j + 1} of {plan.micro_batches}{plan.where}"
+    if plan.last:  # the loss's nodes run with retain_graph=True: the saved log-softmax stays until the loss is detached
+        walk.alloc(f"{p}g_logsoftmax", T * V * 4, "logits and loss", "nll_loss gradient (fp32, b x s x V)")
+        walk.alloc(f"{p}g_logits32", T * V * 4, "logits and loss", "log_softmax gradient (fp32, b x s x V)")
+        walk.free(f"{p}g_logsoftmax")
+        walk.alloc(f"{p}g_logits", T * V * c, "logits and loss", "pred's gradient (.float()'s backward, bf16)")
+        walk.free(f"{p}g_logits32")
+        _mm_input_backward(walk, x, f"{p}head", f"{p}g_logits", x.h, f"{p}final.g_y", held)
+        walk.rename(_norm_input_backward(walk, x, f"{p}final", f"{p}final.g_y", held, f"{p}final"), f"{p}g_stream")
+    else:
+        walk.rename(plan.key(f"grad_recv{j}"), f"{p}g_stream")
+    for i in reversed(range(plan.first_layer, plan.last_layer)):
+        block_input_backward(walk, x, f"{p}L{i}", f"{p}g_stream", f"{p}g_stream_next", held)
+        walk.rename(f"{p}g_stream_next", f"{p}g_stream")
+        # FSDP2's post-backward of the block (its input's gradient complete): the previous W's bf16 gradients folded in fp32
+        hooks.accumulate(walk, f"L{i}", walk.keys_under(f"{plan.tag}L{i}.", ".grad"))
+    held.done(walk)
+    if plan.last:  # the root's post-backward at the stage's input; the loss detached: the nodes above the head's go
+        unit = root_unit(plan)
+        hooks.accumulate(walk, unit, walk.keys_under(f"{plan.tag}{unit}.", ".grad"))
+        walk.free(f"{p}logsoftmax", f"{p}head.out")
+    walk.rename(f"{p}g_stream", plan.key(f"input_grad{j}"), "the stage input's gradient (its .grad, until the next step)")
+
+
+BLOCK_GROUPS = ("n1", "n2", "q", "k", "v", "o", "w1", "w2", "w3")  # a block's parameters in module order (W's order)
+
+
+def _stage_weight_backward(walk: Walk, x: StepShapes, plan: StagePlan, j: int, held: _Held) -> None:
+    """W of micro-batch j on a stage but the first: stage_backward_weight, one param group at a time in the parameters'
+    order, each from the gradient its I kept (retain_graph=False: each node's saved tensors go as it runs); the rest of the
+    micro-batch's graph when the last group is done."""
+    p = plan.mb(j)
+    h, q, kv, f, c = x.h, x.q, x.kv, x.f, x.c
+    walk.phase = f"backward (weights): micro-batch {j + 1} of {plan.micro_batches}{plan.where}"
+    shapes = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h), "w1": (h, f), "w2": (f, h), "w3": (h, f)}
+    last_reader = {"v": "n1.out", "o": "attn", "w2": "prod", "w3": "n2.out"}  # the Mm input each group's node frees last
+    if not plan.last:  # the received gradient, which the last block's w2 group kept, is the stage's receive buffer
+        k = f"{p}L{plan.last_layer - 1}"
+        walk.rename(held.captured.pop(f"{k}.w2"), plan.key(f"grad_recv{j}"), "gradient receive buffer (one per micro-batch)")
+    groups = [(f"L{i}", name) for i in range(plan.first_layer, plan.last_layer) for name in BLOCK_GROUPS]
+    if plan.last:
+        groups += [("", "final"), ("", "head")]
+    for layer, name in groups:
+        key = f"{p}{layer}.{name}" if layer else f"{p}{name}"
+        grad = f"{plan.tag}{layer or root_unit(plan)}.{name}.grad"
+        if name in ("n1", "n2", "final"):
+            walk.alloc(f"{key}.g_wfull", x.T * h * c, "temporaries", "RMSNorm weight backward: grad * normed (before its sum)")
+            _weight_grad(walk, grad, h * c)
+            walk.free(f"{key}.g_wfull", f"{key}.normed_w")
+        else:
+            d_in, d_out = shapes.get(name, (h, x.V))
+            _weight_grad(walk, grad, d_in * d_out * c)
+            if name in last_reader:
+                walk.free(f"{p}{layer}.{last_reader[name]}")
+            if name == "head":
+                walk.free(f"{p}final.out")
+        walk.free(held.captured.pop(key, ""))
+    for key in [k for k in walk.live if k.startswith(p)]:  # the graph's other saved tensors, the stage output kept for W
+        walk.free(key)
+
+
+def _weight_grad(walk: Walk, key: str, size: float) -> None:
+    """A weight's gradient from W: the unsharded parameter's .grad (bf16), or added in place into the one a W before left
+    (no I between them to fold it: stage_backward_weight's weight.grad += dw)."""
+    if key in walk.live:
+        walk.transient(f"{key}.dw", size, "temporaries", "weight gradient (added into .grad)")
+    else:
+        walk.alloc(key, size, "gradients", "weight gradients (bf16, until FSDP2 folds them)")
+
+
+def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankPlan, policies: tuple[str, ...], embedding_tables: int,
+                hooks: InterleavedHooks) -> None:  # fmt: skip
+    """The rank's step in the runtime's action order (rank_actions), its two stages walked as memory_pipeline_stage walks
+    a stage's forward, the split backward as ZERO_BUBBLE_SOURCES['split'] runs it."""
+    if any(policy != "none" for policy in policies):
+        raise InputError("the ZB-V walk follows blocks without checkpointing")
+    fsdp = hooks.fsdp
+    plans = {p.index: p for p in (plan.stage_plan(0), plan.stage_plan(1))}
+    for stage in plans.values():
+        receive_buffers(walk, x, stage)
+    held: dict[tuple[int, int], _Held] = {}
+    for kind, index, j in rank_actions(plan.rank, plan.stages, plan.micro_batches):
+        stage = plans[index]
+        units = stage_units(stage)
+        if kind == "UNSHARD":
+            walk.phase = f"unshard: stage {index}"
+            for unit in units:
+                fsdp.unshard(walk, unit)  # type: ignore[attr-defined]
+            continue
+        if kind == "RESHARD":
+            for unit in units:
+                if unit in fsdp.unsharded:  # type: ignore[attr-defined]
+                    fsdp.reshard(walk, unit)  # type: ignore[attr-defined]
+            continue
+        if kind == "REDUCE_GRAD":  # perform_reduce_grad: each unit's post_backward, the last W's gradients folded first
+            walk.phase = f"backward: perform_reduce_grad of stage {index} (each unit's reduce-scatter)"
+            for unit in units:
+                bf16 = walk.keys_under(f"{stage.tag}{unit}.", ".grad")
+                if unit in hooks.accumulated:
+                    hooks.accumulate(walk, unit, bf16)
+                fsdp.post_backward(walk, unit, hooks.accumulated.get(unit, bf16))  # type: ignore[attr-defined]
+            if fsdp.kept_reduce_scatter is not None:  # type: ignore[attr-defined]
+                walk.free(fsdp.kept_reduce_scatter)  # type: ignore[attr-defined]
+                fsdp.kept_reduce_scatter = None  # type: ignore[attr-defined]
+            continue
+        for unit in units:  # _assert_unsharded
+            fsdp.wait_for_unshard(walk, unit, forward=False)  # type: ignore[attr-defined]
+        if kind == "F":
+            _stage_forward(walk, model, x, stage, policies, j, hooks)
+            if index + 1 in plans:  # the V's turn on rank p - 1: the output is the next stage's input (set_local_fwd_input)
+                after = plans[index + 1]
+                walk.free(after.key(f"act_recv{j}"))
+                walk.rename(f"{stage.mb(j)}stage.out", after.key(f"act_recv{j}"), "the stage's output, the next stage's input")
+        elif kind == "I" and not stage.first:
+            held[index, j] = _Held()
+            _stage_input_backward(walk, x, stage, j, hooks, held[index, j])
+            if index - 1 in plans:  # get_local_bwd_output: the input's gradient is the stage before's received gradient
+                before = plans[index - 1]
+                walk.free(before.key(f"grad_recv{j}"))
+                walk.rename(stage.key(f"input_grad{j}"), before.key(f"grad_recv{j}"), "the next stage's input gradient")
+        elif kind == "W" and stage.first:  # the first stage skipped I: its W is the whole backward
+            _stage_backward(walk, model, x, stage, policies, j, embedding_tables, hooks)
+        elif kind == "W":
+            _stage_weight_backward(walk, x, stage, j, held.pop((index, j)))
