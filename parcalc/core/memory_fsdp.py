@@ -227,7 +227,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     gaps += cp_gaps(model, layout, model_code, recompute, precision, compiled)
     if layout.ep > 1:
         gaps.append(f"ep = {layout.ep}")
-    gaps += pipeline_gaps(layout, model_code, pipeline, model.layers)
+    gaps += pipeline_gaps(layout, model_code, pipeline, model.layers, recompute, compiled, precision)
     gaps += tp_gaps(model, layout.tp, model_code, recompute)
     if layout.tp > 1 and not layout.sequence_parallel:
         gaps.append(f"tp = {layout.tp} without sequence parallelism (torchtitan's apply_tp always shards the sequence)")
@@ -783,25 +783,31 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
         raise InputError(f"optimizer implementation {step.optimizer_impl!r}: one of {', '.join(OPTIMIZER_IMPLS)}")
 
 
-def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool, layers: int) -> list[str]:
+def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool, layers: int, recompute: Recompute = Recompute.NONE,
+                  compiled: bool = False, precision: Precision = Precision.MIXED_BF16) -> list[str]:  # fmt: skip
     """What of pipeline parallelism the walk does not follow: it walks one stage of torchtitan's code under Schedule1F1B,
     or a rank's virtual stages under ScheduleInterleaved1F1B (parcalc.core.memory_pipeline_interleaved), its blocks under
-    apply_tp where tp > 1, rank by rank (`pipeline`: the caller walks each rank, as parcalc.core.memory does; fit's search
+    apply_tp where tp > 1, or a rank's two stages in a V under ScheduleZBVZeroBubble (parcalc.core.memory_pipeline_zero_bubble;
+    `recompute`, `compiled`, `precision`: what of that walk the step asks), rank by rank (`pipeline`: the caller walks each rank, as parcalc.core.memory does; fit's search
     does not)."""
     from parcalc.core.choices import Schedule
     from parcalc.core.memory_pipeline_interleaved import interleaved_gaps
+    from parcalc.core.memory_pipeline_zero_bubble import zero_bubble_gaps
 
     if layout.pp <= 1:
         return []
     interleaved = layout.schedule is Schedule.INTERLEAVED
+    walked = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V)
     why = [what for what, gap in (("fit's search (one walk per stage and micro-batch count)", not pipeline),
                                   ("the walk follows torchtitan's PipelineStage", model_code != "torchtitan"),
-                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B and interleaved 1F1B)",
-                                   layout.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)),
+                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B, interleaved 1F1B and ZB-V)",
+                                   layout.schedule not in walked),
                                   (f"{layout.chunks} chunks a stage under {layout.schedule.value}", layout.chunks > 1 and not interleaved))
            if gap]  # fmt: skip
     if interleaved and not why:
         why = interleaved_gaps(layout, layers)
+    if layout.schedule is Schedule.ZB_V and not why:
+        why = zero_bubble_gaps(layout, layers, recompute, compiled, precision)
     # a pipeline layout of one virtual stage a rank under 1F1B (torchtitan's own split, or --pipeline-layout) is stages of
     # contiguous layers, the embedding on the first and the head on the last: the walk takes each stage's own layers
     return [f"pp = {layout.pp}: " + "; ".join(why)] if why else []

@@ -15,6 +15,7 @@ a stage's last W.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from parcalc.core.memory_pipeline_interleaved import TORCH_SCHEDULES, Action, InterleavedHooks, lower
 from parcalc.core.memory_pipeline_stage import StagePlan, _stage_backward, _stage_forward, receive_buffers
@@ -365,3 +366,33 @@ def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankP
             _stage_backward(walk, model, x, stage, policies, j, embedding_tables, hooks)
         elif kind == "W":
             _stage_weight_backward(walk, x, stage, j, held.pop((index, j)))
+
+
+def v_rank_chunk_layers(layout: Any, layers: int, rank: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The layers [first, last) of rank `rank`'s two stages, r and 2p - 1 - r: the layout's own split (torchtitan's, or
+    --pipeline-layout, placed in the V: pipeline_layout.PipelineSplit.rank_of) or 2p stages of layers / 2p layers each
+    (parcalc.core.pipeline_step.schedule_reason asks 2p to divide the layers)."""
+    if layout.pipeline_layout is not None:
+        first, second = layout.pipeline_split(layers).stage_ranges()[rank]
+        return (first.start, first.stop), (second.start, second.stop)
+    per = layers // (2 * layout.pp)
+    low, high = rank, 2 * layout.pp - 1 - rank
+    return (low * per, (low + 1) * per), (high * per, (high + 1) * per)
+
+
+def zero_bubble_gaps(layout: Any, layers: int, recompute: Any, compiled: bool, precision: Any) -> list[str]:
+    """What of a ZB-V layout the walk does not follow: it walks torch's ScheduleZBVZeroBubble over 2p stages in a V, each
+    holding transformer layers, the embedding with the first and the head with the last, eager bf16 (or fp32) blocks without
+    checkpointing, no tp or cp."""
+    why = [what for what, gap in ((f"--recompute {recompute.value} (the split backward is walked without checkpointing)",
+                                   recompute.value != "none"),
+                                  ("tp", layout.tp > 1), ("cp", layout.cp > 1), ("--compile", compiled),
+                                  (f"--precision {precision.value}", precision.value not in ("mixed-bf16", "bf16", "fp32"))) if gap]  # fmt: skip
+    if layout.pipeline_layout is not None:
+        stages = layout.pipeline_split(layers).stages
+        odd = [what for what, gap in (("a stage without transformer layers", any(s.layers == 0 for s in stages)),
+                                      ("the embedding off the first stage", not stages[0].embedding or any(s.embedding for s in stages[1:])),
+                                      ("the head off the last stage", not stages[-1].loss or any(s.loss for s in stages[:-1])),
+                                      ("multi-token prediction", any(s.mtp for s in stages))) if gap]  # fmt: skip
+        why += [f"the pipeline layout {layout.pipeline_layout!r}: {', '.join(odd)}"] if odd else []
+    return [f"{what} under ZB-V" for what in why]
