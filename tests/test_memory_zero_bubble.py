@@ -60,3 +60,20 @@ def test_chunks_under_zb_v_is_one_line_error(run_error):
     """The V's two stages a GPU are the schedule's (parcalc.results.parse.pipeline_layout_chunks), not --chunks."""
     line = run_error([*ZB_V, "--chunks", "3"])
     assert line == "Error: --chunks: only the interleaved schedule splits a device's layers into chunks (got --schedule zb-v)"
+
+
+def test_a_zb_v_row_fit_shows_is_memorys_walked_total(run_json):
+    """fit's search screens ZB-V rows by their textbook sum (parcalc.core.search_step_peaks walks 1F1B rows only) and
+    replays the rows it shows as `memory` does: the same bytes, basis `replayed` (Llama 3 8B on 8 H200, s 4096, TP 1 x PP 2
+    x FSDP 4, b 1, m 2: 74.06 GB when this was written)."""
+    from tests.search_rows import layout_flags
+
+    model = ("--model", "llama3-8b", "--framework", "torchtitan", "--gpu", "h200", "--seq-len", "4096")
+    top = run_json("fit", *model, "--gpus", "8", "--pp", "2", "--schedule", "zb-v", "--tp", "1", "--recompute", "none",
+                   "--search")["tables"]["top"]["rows"]  # fmt: skip
+    rows = [row for row in top if row["pp"] > 1]
+    assert rows and all(row["memory_basis"] == "replayed" for row in rows), top
+    for row in rows:
+        results = run_json("memory", *model, *layout_flags(row, 32, True))["results"]
+        assert "step_reserved_replayed" in results
+        assert row["memory"] == pytest.approx(results["total"]["value"], rel=1e-12), row
