@@ -34,7 +34,7 @@ def test_a_rank_holds_stages_r_and_2p_minus_1_minus_r():
 
 
 @pytest.mark.parametrize("extra, gap", [
-    (("--recompute", "full"), "--recompute full (the split backward is walked without checkpointing) under ZB-V"),
+    (("--recompute", "op"), "--recompute op (the split backward is walked with no or full checkpointing) under ZB-V"),
     (("--tp", "2"), "tp under ZB-V"),
 ])  # fmt: skip
 def test_what_the_walk_does_not_follow_keeps_the_textbook_sum(run_json, extra, gap):
@@ -50,8 +50,9 @@ def test_pipeline_gaps_name_only_what_is_not_walked():
     from parcalc.core.memory_fsdp import pipeline_gaps
 
     assert pipeline_gaps(Layout(1, 4, 2, zero=3, schedule=Schedule.ZB_V), "torchtitan", True, 32) == []
-    assert pipeline_gaps(Layout(1, 4, 2, zero=3, schedule=Schedule.ZB_V), "torchtitan", True, 32, Recompute.FULL) == [
-        "pp = 4: --recompute full (the split backward is walked without checkpointing) under ZB-V"]
+    assert pipeline_gaps(Layout(1, 4, 2, zero=3, schedule=Schedule.ZB_V), "torchtitan", True, 32, Recompute.FULL) == []
+    assert pipeline_gaps(Layout(1, 4, 2, zero=3, schedule=Schedule.ZB_V), "torchtitan", True, 32, Recompute.OP) == [
+        "pp = 4: --recompute op (the split backward is walked with no or full checkpointing) under ZB-V"]
     dualpipev = pipeline_gaps(Layout(1, 4, 2, zero=3, schedule=Schedule.DUALPIPEV), "torchtitan", True, 32)
     assert dualpipev == ["pp = 4: --schedule dualpipev (the walk follows 1F1B, interleaved 1F1B and ZB-V)"]
 

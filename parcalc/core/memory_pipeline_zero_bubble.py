@@ -10,15 +10,25 @@ first node kept in its param group), then W, the weight gradients from those kep
 the first stage skips I and runs its whole backward at W. The runtime lowers the order as it lowers any schedule's
 (memory_pipeline_interleaved.lower): with two stages a rank both stay unsharded the whole step, and REDUCE_GRAD follows
 a stage's last W.
+
+Under full checkpointing (torchtitan's apply_ac) each of W's param groups is its own graph task, so a block is recomputed
+once in I and once for every one of its nine groups in W, and each recomputation keeps, until W frees the nodes holding
+them, the tensors of nodes that W never runs (ZERO_BUBBLE_SOURCES['checkpoint'], _Graph): more than the same step holds
+without checkpointing once a stage has two layers or more.
+
+Ground truth: MemTracker over torch's PipelineStage and ScheduleZBVZeroBubble running a rank's two stages of torchtitan's
+Llama on fake ranks (tests/ground_truth/tiny_torchtitan_pp_zero_bubble.py, test_torch_memory_pipeline_zero_bubble.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from parcalc.core.memory_pipeline_interleaved import TORCH_SCHEDULES, Action, InterleavedHooks, lower
 from parcalc.core.memory_pipeline_stage import StagePlan, _stage_backward, _stage_forward, receive_buffers
+from parcalc.core.memory_torchtitan import block_forward
 from parcalc.core.memory_walk import StepShapes, Walk, add_into
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
@@ -36,6 +46,15 @@ ZERO_BUBBLE_SOURCES = {
               "backward_state; backward_weight_one_chunk pops it and runs stage_backward_weight (stage 0: the full "
               "stage_backward); _backward.py stage_backward_input (retain_graph=True, each param group's intermediates' "
               "incoming gradients kept by pre-hooks)"),
+    "weight": ("pytorch/pytorch v2.13.0 torch/distributed/pipelining/_backward.py stage_backward_weight: one torch.autograd.grad "
+               "per param group (retain_graph=False), del param_group['intermediates'] before it, del param_group['grads'] after; "
+               "the loop's valid_edges keeps the group's GradientEdge (its node) until the next group rebinds it; get_param_groups "
+               "orders the groups as submod.parameters()"),
+    "checkpoint": ("pytorch/pytorch v2.13.0 torch/utils/checkpoint.py non-reentrant checkpoint: unpack_hook recomputes the block "
+                   "once per graph task (gid = torch._C._current_graph_task_id()); the recomputation's pack hook stores a "
+                   "tensor for every holder still alive (frame.recomputed[gid], keyed by the holder's handle) and keeps the "
+                   "others only until it stops (early stop after the last saved tensor); each stored tensor is dropped when "
+                   "unpacked (Rule 4) or when its holder dies with its node"),
 }
 
 
@@ -156,15 +175,19 @@ class _Held:
             self._keep(walk, key)
 
 
-def _norm_input_backward(walk: Walk, x: StepShapes, key: str, g_out: str, held: _Held, group: str) -> str:
+def _norm_input_backward(walk: Walk, x: StepShapes, key: str, g_out: str, held: _Held, group: str,
+                         unpacked: Callable[..., None] = lambda *names: None) -> str:  # fmt: skip
     """torchtitan's RMSNorm backward to its input only (memory_torchtitan.norm_backward's nodes without the weight's product
     and sum, TT_SOURCES['norm_backward']), every saved tensor kept (retain_graph=True); the output's gradient kept for the
-    weight's group. Returns the bf16 input gradient's key."""
+    weight's group; `unpacked(*names)`: the block's recomputed tensors dropped as their nodes run. Returns the bf16 input
+    gradient's key."""
+    norm = key.rsplit(".", 1)[1]
     T, h, c = x.T, x.h, x.c
     size = T * h
     held.capture(group, g_out)
     walk.alloc(f"{key}.g_nb", size * c, "temporaries", "RMSNorm backward: grad * weight")
     held.release(walk, g_out)
+    unpacked(f"{norm}.normed_w")
     walk.alloc(f"{key}.g_n", size * 4, "temporaries", "RMSNorm backward: type_as's gradient (fp32)")
     walk.free(f"{key}.g_nb")
     walk.alloc(f"{key}.g_x32", size * 4, "temporaries", "RMSNorm backward: grad * rsqrt")
@@ -173,44 +196,56 @@ def _norm_input_backward(walk: Walk, x: StepShapes, key: str, g_out: str, held: 
     walk.free(f"{key}.g_rfull", f"{key}.g_n")
     walk.alloc(f"{key}.g_a", T * 4, "temporaries", "RMSNorm backward: rsqrt backward")
     walk.free(f"{key}.g_r")
+    unpacked(f"{norm}.rsqrt")
     walk.alloc(f"{key}.g_p", size * 4, "temporaries", "RMSNorm backward: mean backward (expand / h)")
     walk.free(f"{key}.g_a")
     walk.alloc(f"{key}.pow1", size * 4, "temporaries", "RMSNorm backward: x32.pow(1)")
     walk.alloc(f"{key}.pow2", size * 4, "temporaries", "RMSNorm backward: 2 * x32.pow(1)")
     walk.alloc(f"{key}.g_pow", size * 4, "temporaries", "RMSNorm backward: pow backward")
     walk.free(f"{key}.pow1", f"{key}.pow2", f"{key}.g_p")
+    unpacked(f"{norm}.fp32")
     add_into(walk, f"{key}.g_pow", f"{key}.g_x32")
     walk.alloc(f"{key}.g_in", size * c, "temporaries", "RMSNorm input gradient (bf16)")
     walk.free(f"{key}.g_x32")
     return f"{key}.g_in"
 
 
-def _mm_input_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, into: str, held: _Held) -> None:
+def _mm_input_backward(walk: Walk, x: StepShapes, key: str, g_out: str, d_in: int, into: str, held: _Held,
+                       unpacked: Callable[[], None] = lambda: None) -> None:  # fmt: skip
     """A linear's MmBackward run for its input's gradient only (added into `into`); its output's gradient kept for the
-    weight's group, its saved input kept."""
+    weight's group; `unpacked`: what of its saved tensors goes when it has run (a recomputed input)."""
     held.capture(key, g_out)
     walk.alloc(f"{key}.gin", x.T * d_in * x.c, "temporaries", "input gradient")
     held.release(walk, g_out)
+    unpacked()
     held.add(walk, f"{key}.gin", into)
 
 
-def block_input_backward(walk: Walk, x: StepShapes, k: str, g_out: str, into: str, held: _Held) -> None:
+def block_input_backward(walk: Walk, x: StepShapes, k: str, g_out: str, into: str, held: _Held, recomputed: bool = False) -> None:
     """Block k's backward to its input (I) as stage_backward_input runs it: memory_torchtitan.block_backward's nodes in
-    the same order, no weight gradient, nothing saved freed (retain_graph=True), each linear's and norm's output gradient
-    kept for W (ZERO_BUBBLE_SOURCES['split'])."""
+    the same order, no weight gradient, each linear's and norm's output gradient kept for W (ZERO_BUBBLE_SOURCES['split']).
+    What the forward saved stays (retain_graph=True); what a checkpointed block's recomputation made (`recomputed`) goes
+    where block_backward frees it, each recomputed tensor dropped once unpacked (ZERO_BUBBLE_SOURCES['checkpoint'])."""
     T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
     n_rep = q // kv
+
+    def unpacked(*names: str) -> None:
+        if recomputed:
+            walk.free(*(f"{k}.{name}" for name in names))
     walk.rename(g_out, f"{k}.g_x1")  # out = h + w2: both get the same gradient tensor
     held.capture(f"{k}.w2", f"{k}.g_x1")
     walk.alloc(f"{k}.g_prod", T * f * c, "temporaries", "w2 input gradient")
+    unpacked("prod")
     walk.alloc(f"{k}.g_act", T * f * c, "temporaries", "mul backward: silu's gradient")
     walk.alloc(f"{k}.g_u", T * f * c, "temporaries", "mul backward: w3's gradient")
     walk.free(f"{k}.g_prod")
+    unpacked("act", "w3.out")
     _mm_input_backward(walk, x, f"{k}.w3", f"{k}.g_u", h, f"{k}.g_y2", held)
     walk.alloc(f"{k}.g_g", T * f * c, "temporaries", "silu backward")
     walk.free(f"{k}.g_act")
-    _mm_input_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f"{k}.g_y2", held)
-    held.add(walk, _norm_input_backward(walk, x, f"{k}.n2", f"{k}.g_y2", held, f"{k}.n2"), f"{k}.g_x1")
+    unpacked("w1.out")
+    _mm_input_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f"{k}.g_y2", held, lambda: unpacked("n2.out"))
+    held.add(walk, _norm_input_backward(walk, x, f"{k}.n2", f"{k}.g_y2", held, f"{k}.n2", unpacked), f"{k}.g_x1")
     # h = x + wo(attention): wo's branch gets the same gradient
     held.capture(f"{k}.o", f"{k}.g_x1")
     walk.alloc(f"{k}.g_attn", T * q * c, "temporaries", "wo input gradient")
@@ -219,6 +254,7 @@ def block_input_backward(walk: Walk, x: StepShapes, k: str, g_out: str, into: st
     walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
     walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
     walk.free(f"{k}.g_attn")
+    unpacked("attn", "lse", "q.rope", "k.rope", "keys", "values", "v.out")
     if n_rep > 1:  # repeat_kv's backward: expand's sum over the repeats
         for name in ("v", "k"):
             walk.alloc(f"{k}.g_{name}sum", T * kv * c, "temporaries", "repeat_kv backward (sum over the repeats)")
@@ -232,12 +268,19 @@ def block_input_backward(walk: Walk, x: StepShapes, k: str, g_out: str, into: st
             walk.free(prev)
     _mm_input_backward(walk, x, f"{k}.v", f"{k}.g_v", h, f"{k}.g_y", held)
     _mm_input_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, f"{k}.g_y", held)
-    _mm_input_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, f"{k}.g_y", held)
-    held.add(walk, _norm_input_backward(walk, x, f"{k}.n1", f"{k}.g_y", held, f"{k}.n1"), f"{k}.g_x1")
+    _mm_input_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, f"{k}.g_y", held, lambda: unpacked("n1.out"))
+    held.add(walk, _norm_input_backward(walk, x, f"{k}.n1", f"{k}.g_y", held, f"{k}.n1", unpacked), f"{k}.g_x1")
     walk.rename(f"{k}.g_x1", into)
 
 
-def _stage_input_backward(walk: Walk, x: StepShapes, plan: StagePlan, j: int, hooks: InterleavedHooks, held: _Held) -> None:
+def _block_input(plan: StagePlan, i: int, j: int) -> str:
+    """The key of block i's input on micro-batch j (a checkpointed block's saved input): the stage's received activation
+    for its first block, else the block before's output."""
+    return plan.key(f"act_recv{j}") if i == plan.first_layer else f"{plan.mb(j)}L{i - 1}.x2"
+
+
+def _stage_input_backward(walk: Walk, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], j: int, hooks: InterleavedHooks,
+                          held: _Held) -> None:  # fmt: skip
     """I of micro-batch j on a stage but the first: the input's gradient, kept by the input's .grad (stage_backward_input
     sets it; only the next step's clear_runtime_states drops it) and handed to the stage before."""
     p = plan.mb(j)
@@ -254,7 +297,10 @@ def _stage_input_backward(walk: Walk, x: StepShapes, plan: StagePlan, j: int, ho
     else:
         walk.rename(plan.key(f"grad_recv{j}"), f"{p}g_stream")
     for i in reversed(range(plan.first_layer, plan.last_layer)):
-        block_input_backward(walk, x, f"{p}L{i}", f"{p}g_stream", f"{p}g_stream_next", held)
+        recomputed = policies[i] != "none"
+        if recomputed:  # the checkpoint's recomputation for this graph task (ZERO_BUBBLE_SOURCES['checkpoint'])
+            block_forward(walk, x, i, _block_input(plan, i, j), policies[i], recomputing=True, prefix=p)
+        block_input_backward(walk, x, f"{p}L{i}", f"{p}g_stream", f"{p}g_stream_next", held, recomputed)
         walk.rename(f"{p}g_stream_next", f"{p}g_stream")
         # FSDP2's post-backward of the block (its input's gradient complete): the previous W's bf16 gradients folded in fp32
         hooks.accumulate(walk, f"L{i}", walk.keys_under(f"{plan.tag}L{i}.", ".grad"))
@@ -266,39 +312,136 @@ def _stage_input_backward(walk: Walk, x: StepShapes, plan: StagePlan, j: int, ho
     walk.rename(f"{p}g_stream", plan.key(f"input_grad{j}"), "the stage input's gradient (its .grad, until the next step)")
 
 
-BLOCK_GROUPS = ("n1", "n2", "q", "k", "v", "o", "w1", "w2", "w3")  # a block's parameters in module order (W's order)
+# a block's autograd nodes that hold what its forward saved, each with the nodes it points to (toward the block's input)
+# and the tensors it saved (torchtitan's TransformerBlock, memory_torchtitan.block_forward's names): a node lives while a
+# live node points to it or W's loop still holds it; what it saved goes when it dies or runs under retain_graph=False
+BLOCK_NODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "add2": (("add1", "mm_w2"), ()),  # out = h + w2(...): the block's output
+    "mm_w2": (("mul_prod",), ("prod",)),
+    "mul_prod": (("silu", "mm_w3"), ("act", "w3.out")),  # silu(w1(x)) * w3(x)
+    "silu": (("mm_w1",), ("w1.out",)),
+    "mm_w1": (("mul_n2",), ("n2.out",)),
+    "mm_w3": (("mul_n2",), ("n2.out",)),
+    "mul_n2": (("n2_chain",), ("n2.normed_w",)),  # normed.type_as(x) * weight
+    "n2_chain": (("add1",), ("n2.fp32", "n2.rsqrt")),  # x.float(), pow, mean, rsqrt, x * rsqrt
+    "add1": (("input", "mm_o"), ()),  # h = x + wo(attention)
+    "mm_o": (("sdpa",), ("attn",)),
+    "sdpa": (("mm_q", "mm_k", "mm_v"), ("q.rope", "k.rope", "keys", "values", "v.out", "attn", "lse")),  # through RoPE, repeat_kv
+    "mm_q": (("mul_n1",), ("n1.out",)),
+    "mm_k": (("mul_n1",), ("n1.out",)),
+    "mm_v": (("mul_n1",), ("n1.out",)),
+    "mul_n1": (("n1_chain",), ("n1.normed_w",)),
+    "n1_chain": (("input",), ("n1.fp32", "n1.rsqrt")),
+}
+# a block's param groups in its parameters' order (torchtitan's TransformerBlock: attention's wq, wk, wv, wo, feed_forward's
+# w1, w2, w3, then attention_norm, ffn_norm), each with the node its I reached first (its W's autograd.grad starts there)
+BLOCK_GROUPS = (("q", "mm_q"), ("k", "mm_k"), ("v", "mm_v"), ("o", "mm_o"), ("w1", "mm_w1"), ("w2", "mm_w2"), ("w3", "mm_w3"),
+                ("n1", "mul_n1"), ("n2", "mul_n2"))  # fmt: skip
+# the last stage's final norm and output, outside the blocks (apply_ac wraps the blocks), after them in the parameters
+FINAL_NODES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "mm_head": (("mul_final",), ("out",)), "mul_final": (("final_chain",), ("normed_w",)), "final_chain": (("top",), ("fp32", "rsqrt"))}  # fmt: skip
 
 
-def _stage_weight_backward(walk: Walk, x: StepShapes, plan: StagePlan, j: int, held: _Held) -> None:
+class _Graph:
+    """What of a micro-batch's autograd graph W still holds: nodes alive (pointed to by a live node, or by W's loop), those
+    W has run (their saved tensors released), and the copies each saved tensor has (the forward's, or a checkpointed
+    block's recomputations, one per graph task: ZERO_BUBBLE_SOURCES['checkpoint'])."""
+
+    def __init__(self, walk: Walk, p: str, layers: range, last: bool, checkpointed: dict[int, bool]) -> None:
+        self.walk, self.p = walk, p
+        self.nodes: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        for i in layers:
+            below = f"L{i - 1}.add2" if i > layers.start else ""
+            for name, (children, saved) in BLOCK_NODES.items():
+                kids = tuple(below if c == "input" else f"L{i}.{c}" for c in children)
+                self.nodes[f"L{i}.{name}"] = (tuple(k for k in kids if k), tuple(f"L{i}.{t}" for t in saved))
+        if last:
+            for name, (children, saved) in FINAL_NODES.items():
+                kids = tuple(f"L{layers.stop - 1}.add2" if c == "top" else c for c in children)
+                self.nodes[name] = (kids, tuple(f"final.{t}" for t in saved))
+        self.roots = {f"L{i}.{node}" for i in layers for _, node in BLOCK_GROUPS} | ({"mm_head", "mul_final"} if last else set())
+        self.ran: set[str] = set()
+        self.checkpointed = checkpointed
+        self.copies: dict[str, list[str]] = {}
+        for _, saved in self.nodes.values():
+            for t in saved:  # the forward's own, where the block kept them (a checkpointed block kept only its input)
+                if t.startswith("final.") or not checkpointed[int(t.split(".", 1)[0][1:])]:
+                    self.copies.setdefault(t, [f"{p}{t}"])
+        self._alive = self._reach()
+
+    def _reach(self) -> set[str]:
+        alive, todo = set(), list(self.roots)
+        while todo:
+            node = todo.pop()
+            if node not in alive:
+                alive.add(node)
+                todo += self.nodes[node][0]
+        return alive
+
+    def held(self, tensor: str) -> bool:
+        """Whether a live node that has not run holds `tensor`."""
+        return any(tensor in saved for node, (_, saved) in self.nodes.items() if node in self._alive and node not in self.ran)
+
+    def block_held(self, i: int) -> bool:
+        return any(self.held(t) for t in {t for node, (_, saved) in self.nodes.items() if node.startswith(f"L{i}.") for t in saved})
+
+    def update(self, drop: str = "", ran: str = "") -> None:
+        """W's loop lets go of node `drop` / node `ran` has run: every copy of what no live node still holds goes."""
+        self.roots.discard(drop)
+        if ran:
+            self.ran.add(ran)
+        self._alive = self._reach()
+        for tensor in [t for t in self.copies if not self.held(t)]:
+            self.walk.free(*self.copies.pop(tensor))
+
+    def recompute(self, walk: Walk, x: StepShapes, i: int, inp: str, policy: str, again: str) -> None:
+        """The block's checkpoint recomputed for a new graph task: the tensors a live node holds kept, the rest dropped when
+        the recomputation stops."""
+        block_forward(walk, x, i, inp, policy, recomputing=True, prefix=again)
+        for t in dict.fromkeys(t for _, saved in self.nodes.values() for t in saved if t.startswith(f"L{i}.")):
+            if f"{again}{t}" not in walk.live:
+                continue
+            if self.held(t):
+                self.copies.setdefault(t, []).append(f"{again}{t}")
+            else:
+                walk.free(f"{again}{t}")
+
+
+def _stage_weight_backward(walk: Walk, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], j: int, held: _Held) -> None:
     """W of micro-batch j on a stage but the first: stage_backward_weight, one param group at a time in the parameters'
-    order, each from the gradient its I kept (retain_graph=False: each node's saved tensors go as it runs); the rest of the
-    micro-batch's graph when the last group is done."""
+    order, each its own torch.autograd.grad from the gradient its I kept (retain_graph=False: the node it starts at releases
+    what it saved); the loop holds a group's node until the next group's turn, and what no live node holds any more goes
+    (_Graph); the rest when W returns. A checkpointed block is recomputed for each of its groups' graph tasks
+    (ZERO_BUBBLE_SOURCES['checkpoint'])."""
     p = plan.mb(j)
     h, q, kv, f, c = x.h, x.q, x.kv, x.f, x.c
     walk.phase = f"backward (weights): micro-batch {j + 1} of {plan.micro_batches}{plan.where}"
     shapes = {"q": (h, q), "k": (h, kv), "v": (h, kv), "o": (q, h), "w1": (h, f), "w2": (f, h), "w3": (h, f)}
-    last_reader = {"v": "n1.out", "o": "attn", "w2": "prod", "w3": "n2.out"}  # the Mm input each group's node frees last
     if not plan.last:  # the received gradient, which the last block's w2 group kept, is the stage's receive buffer
         k = f"{p}L{plan.last_layer - 1}"
         walk.rename(held.captured.pop(f"{k}.w2"), plan.key(f"grad_recv{j}"), "gradient receive buffer (one per micro-batch)")
-    groups = [(f"L{i}", name) for i in range(plan.first_layer, plan.last_layer) for name in BLOCK_GROUPS]
-    if plan.last:
-        groups += [("", "final"), ("", "head")]
-    for layer, name in groups:
-        key = f"{p}{layer}.{name}" if layer else f"{p}{name}"
-        grad = f"{plan.tag}{layer or root_unit(plan)}.{name}.grad"
+    layers = range(plan.first_layer, plan.last_layer)
+    graph = _Graph(walk, p, layers, plan.last, {i: policies[i] != "none" for i in layers})
+    groups = [(i, name, f"L{i}.{node}") for i in layers for name, node in BLOCK_GROUPS]
+    groups += [(-1, "final", "mul_final"), (-1, "head", "mm_head")] if plan.last else []
+    previous = ""
+    for n, (i, name, node) in enumerate(groups):
+        graph.update(drop=previous)  # valid_edges rebound: the group before's node let go
+        if i > layers.start and policies[i] != "none" and not graph.block_held(i - 1):
+            walk.free(f"{p}L{i - 1}.x2")  # nothing holds block i - 1's nodes: its output, block i's checkpoint input, goes
+        if i >= 0 and policies[i] != "none":
+            graph.recompute(walk, x, i, _block_input(plan, i, j), policies[i], f"{p}w{n}.")
         if name in ("n1", "n2", "final"):
+            key = f"{p}L{i}.{name}" if i >= 0 else f"{p}final"
             walk.alloc(f"{key}.g_wfull", x.T * h * c, "temporaries", "RMSNorm weight backward: grad * normed (before its sum)")
-            _weight_grad(walk, grad, h * c)
-            walk.free(f"{key}.g_wfull", f"{key}.normed_w")
+            _weight_grad(walk, f"{plan.tag}{f'L{i}' if i >= 0 else root_unit(plan)}.{name}.grad", h * c)
+            walk.free(f"{key}.g_wfull")
         else:
             d_in, d_out = shapes.get(name, (h, x.V))
-            _weight_grad(walk, grad, d_in * d_out * c)
-            if name in last_reader:
-                walk.free(f"{p}{layer}.{last_reader[name]}")
-            if name == "head":
-                walk.free(f"{p}final.out")
-        walk.free(held.captured.pop(key, ""))
+            _weight_grad(walk, f"{plan.tag}{f'L{i}' if i >= 0 else root_unit(plan)}.{name}.grad", d_in * d_out * c)
+        graph.update(ran=node)
+        walk.free(held.captured.pop(f"{p}L{i}.{name}" if i >= 0 else f"{p}{name}", ""))
+        previous = node
     for key in [k for k in walk.live if k.startswith(p)]:  # the graph's other saved tensors, the stage output kept for W
         walk.free(key)
 
@@ -315,9 +458,9 @@ def _weight_grad(walk: Walk, key: str, size: float) -> None:
 def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankPlan, policies: tuple[str, ...], embedding_tables: int,
                 hooks: InterleavedHooks) -> None:  # fmt: skip
     """The rank's step in the runtime's action order (rank_actions), its two stages walked as memory_pipeline_stage walks
-    a stage's forward, the split backward as ZERO_BUBBLE_SOURCES['split'] runs it."""
-    if any(policy != "none" for policy in policies):
-        raise InputError("the ZB-V walk follows blocks without checkpointing")
+    a stage's forward, the split backward as ZERO_BUBBLE_SOURCES['split'] and ['weight'] run it."""
+    if any(policy not in ("none", "full") for policy in policies):
+        raise InputError("the ZB-V walk follows blocks with no or full checkpointing")
     fsdp = hooks.fsdp
     plans = {p.index: p for p in (plan.stage_plan(0), plan.stage_plan(1))}
     for stage in plans.values():
@@ -357,7 +500,7 @@ def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankP
                 walk.rename(f"{stage.mb(j)}stage.out", after.key(f"act_recv{j}"), "the stage's output, the next stage's input")
         elif kind == "I" and not stage.first:
             held[index, j] = _Held()
-            _stage_input_backward(walk, x, stage, j, hooks, held[index, j])
+            _stage_input_backward(walk, x, stage, policies, j, hooks, held[index, j])
             if index - 1 in plans:  # get_local_bwd_output: the input's gradient is the stage before's received gradient
                 before = plans[index - 1]
                 walk.free(before.key(f"grad_recv{j}"))
@@ -365,7 +508,7 @@ def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankP
         elif kind == "W" and stage.first:  # the first stage skipped I: its W is the whole backward
             _stage_backward(walk, model, x, stage, policies, j, embedding_tables, hooks)
         elif kind == "W":
-            _stage_weight_backward(walk, x, stage, j, held.pop((index, j)))
+            _stage_weight_backward(walk, x, stage, policies, j, held.pop((index, j)))
 
 
 def v_rank_chunk_layers(layout: Any, layers: int, rank: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -382,10 +525,10 @@ def v_rank_chunk_layers(layout: Any, layers: int, rank: int) -> tuple[tuple[int,
 
 def zero_bubble_gaps(layout: Any, layers: int, recompute: Any, compiled: bool, precision: Any) -> list[str]:
     """What of a ZB-V layout the walk does not follow: it walks torch's ScheduleZBVZeroBubble over 2p stages in a V, each
-    holding transformer layers, the embedding with the first and the head with the last, eager bf16 (or fp32) blocks without
-    checkpointing, no tp or cp."""
-    why = [what for what, gap in ((f"--recompute {recompute.value} (the split backward is walked without checkpointing)",
-                                   recompute.value != "none"),
+    holding transformer layers, the embedding with the first and the head with the last, eager bf16 (or fp32) blocks with no
+    or full checkpointing, no tp or cp."""
+    why = [what for what, gap in ((f"--recompute {recompute.value} (the split backward is walked with no or full checkpointing)",
+                                   recompute.value not in ("none", "full")),
                                   ("tp", layout.tp > 1), ("cp", layout.cp > 1), ("--compile", compiled),
                                   (f"--precision {precision.value}", precision.value not in ("mixed-bf16", "bf16", "fp32"))) if gap]  # fmt: skip
     if layout.pipeline_layout is not None:
