@@ -1,5 +1,5 @@
-"""The action list of a pipeline rank under torch's ScheduleZBVZeroBubble, as torchtitan runs it (pipeline_parallel_schedule
-'ZBVZeroBubble').
+"""One pipeline rank of torchtitan's Llama holding two stages in a V under FSDP2 and torch's ScheduleZBVZeroBubble
+(torchtitan's pipeline_parallel_schedule 'ZBVZeroBubble'), tensor by tensor in the runtime's action order.
 
 torchtitan places two stages on each rank in a V (ZERO_BUBBLE_SOURCES['placement']): rank r of p holds stage r and stage
 2p - 1 - r, so rank 0 holds the first stage (the embedding) and the last (the norm, the output and the loss), and rank p - 1
