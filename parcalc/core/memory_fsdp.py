@@ -156,6 +156,9 @@ class FsdpStep:
     # an interleaved schedule (ScheduleInterleaved1F1B; parcalc.core.memory_pipeline_interleaved): the layers [first, last)
     # of each virtual stage pp_stage + k pp the rank holds, k = 0, 1, ... (stage_layers unused); () for one stage a rank
     pp_chunks: tuple[tuple[int, int], ...] = ()
+    # torch's ScheduleZBVZeroBubble (parcalc.core.memory_pipeline_zero_bubble): pp_chunks are the layers of the rank's two
+    # stages in a V, pp_stage and 2 pp - 1 - pp_stage, rank 0 holding the first stage and the last
+    pp_zero_bubble: bool = False
     # torchtitan's code with each block under torch.compile (apply_compile; parcalc.core.memory_torchtitan_compile)
     compiled: bool = False
     # and the loss compiled too (torchtitan's build_cross_entropy_loss from 2025-04-02; parcalc.core.memory_compiled_loss)
@@ -224,7 +227,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
     gaps += cp_gaps(model, layout, model_code, recompute, precision, compiled)
     if layout.ep > 1:
         gaps.append(f"ep = {layout.ep}")
-    gaps += pipeline_gaps(layout, model_code, pipeline, model.layers)
+    gaps += pipeline_gaps(layout, model_code, pipeline, model.layers, recompute, compiled, precision)
     gaps += tp_gaps(model, layout.tp, model_code, recompute)
     if layout.tp > 1 and not layout.sequence_parallel:
         gaps.append(f"tp = {layout.tp} without sequence parallelism (torchtitan's apply_tp always shards the sequence)")
@@ -812,25 +815,31 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
         raise InputError(f"optimizer implementation {step.optimizer_impl!r}: one of {', '.join(OPTIMIZER_IMPLS)}")
 
 
-def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool, layers: int) -> list[str]:
+def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool, layers: int, recompute: Recompute = Recompute.NONE,
+                  compiled: bool = False, precision: Precision = Precision.MIXED_BF16) -> list[str]:  # fmt: skip
     """What of pipeline parallelism the walk does not follow: it walks one stage of torchtitan's code under Schedule1F1B,
     or a rank's virtual stages under ScheduleInterleaved1F1B (parcalc.core.memory_pipeline_interleaved), its blocks under
-    apply_tp where tp > 1, rank by rank (`pipeline`: the caller walks each rank, as parcalc.core.memory does; fit's search
+    apply_tp where tp > 1, or a rank's two stages in a V under ScheduleZBVZeroBubble (parcalc.core.memory_pipeline_zero_bubble;
+    `recompute`, `compiled`, `precision`: what of that walk the step asks), rank by rank (`pipeline`: the caller walks each rank, as parcalc.core.memory does; fit's search
     does not)."""
     from parcalc.core.choices import Schedule
     from parcalc.core.memory_pipeline_interleaved import interleaved_gaps
+    from parcalc.core.memory_pipeline_zero_bubble import zero_bubble_gaps
 
     if layout.pp <= 1:
         return []
     interleaved = layout.schedule is Schedule.INTERLEAVED
+    walked = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V)
     why = [what for what, gap in (("fit's search (one walk per stage and micro-batch count)", not pipeline),
                                   ("the walk follows torchtitan's PipelineStage", model_code != "torchtitan"),
-                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B and interleaved 1F1B)",
-                                   layout.schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)),
+                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B, interleaved 1F1B and ZB-V)",
+                                   layout.schedule not in walked),
                                   (f"{layout.chunks} chunks a stage under {layout.schedule.value}", layout.chunks > 1 and not interleaved))
            if gap]  # fmt: skip
     if interleaved and not why:
         why = interleaved_gaps(layout, layers)
+    if layout.schedule is Schedule.ZB_V and not why:
+        why = zero_bubble_gaps(layout, layers, recompute, compiled, precision)
     # a pipeline layout of one virtual stage a rank under 1F1B (torchtitan's own split, or --pipeline-layout) is stages of
     # contiguous layers, the embedding on the first and the head on the last: the walk takes each stage's own layers
     return [f"pp = {layout.pp}: " + "; ".join(why)] if why else []
@@ -882,7 +891,10 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         ranges = step.pp_chunks or (step.stage_layers or (0, model.layers),)
         root = {p.name: p for p in _root_params(model, step.tp)}
         own = ((root["embedding"],) if step.pp_stage == 0 else ()) + ((root["final_norm"], root["head"]) if step.pp_stage == step.pp - 1 else ())
-        hooks.units = {"root": own, **{f"L{i}": _block_params(model, step.tp, step.model_code == "torchtitan") for lo, hi in ranges for i in range(lo, hi)}}
+        roots = {"root": own}
+        if step.pp_zero_bubble:  # rank 0 holds the first stage and the last, each its own root (memory_pipeline_zero_bubble.root_unit)
+            roots = {"root": (root["embedding"],), "root.last": (root["final_norm"], root["head"])} if step.pp_stage == 0 else {"root": ()}
+        hooks.units = {**roots, **{f"L{i}": _block_params(model, step.tp) for lo, hi in ranges for i in range(lo, hi)}}
         hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
@@ -934,6 +946,14 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
     """A pipeline stage under FSDP2: only its own units, none resharded during the step (memory_pipeline_stage)."""
     from parcalc.core.memory_pipeline_stage import PipelineHooks, StagePlan, walk_stage
 
+    if step.pp_zero_bubble:  # two stages a rank in a V under ScheduleZBVZeroBubble
+        from parcalc.core.memory_pipeline_interleaved import InterleavedHooks
+        from parcalc.core.memory_pipeline_zero_bubble import VRankPlan, walk_v_rank
+
+        (first, second) = step.pp_chunks
+        v_rank = VRankPlan(step.pp_stage, step.pp, step.micro_batches, (first, second))
+        walk_v_rank(walk, model, x, v_rank, policies, step.embedding_backward_tables, InterleavedHooks(hooks, x.c, step.reduce_bytes))
+        return
     if step.pp_chunks:  # several virtual stages a rank under ScheduleInterleaved1F1B
         from parcalc.core.memory_pipeline_interleaved import InterleavedHooks, RankPlan, walk_rank
 

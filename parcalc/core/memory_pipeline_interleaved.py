@@ -55,7 +55,7 @@ INTERLEAVED_SOURCES = {
               "nothing else keeps it (Schedule1F1B keeps the last send's P2POps until the next backward's are made)"),
 }
 
-Action = tuple[str, int, int]  # (UNSHARD | RESHARD | F | B | REDUCE_GRAD, virtual stage, micro-batch or -1)
+Action = tuple[str, int, int]  # (UNSHARD | RESHARD | F | B | I | W | REDUCE_GRAD, virtual stage, micro-batch or -1)
 
 
 def compute_order(rank: int, pp: int, chunks: int, micro_batches: int) -> list[tuple[str, int, int]]:
@@ -93,9 +93,16 @@ def compute_order(rank: int, pp: int, chunks: int, micro_batches: int) -> list[t
 def rank_actions(rank: int, pp: int, chunks: int, micro_batches: int, max_active_stages: int = 3) -> list[Action]:
     """The compute order lowered as the runtime lowers it (INTERLEAVED_SOURCES['lowering']): UNSHARD / RESHARD around the
     next `max_active_stages` stages to compute, REDUCE_GRAD after each stage's last backward."""
-    order = compute_order(rank, pp, chunks, micro_batches)
+    return lower(compute_order(rank, pp, chunks, micro_batches), micro_batches, max_active_stages)
+
+
+def lower(order: list[tuple[str, int, int]], micro_batches: int, max_active_stages: int = 3) -> list[Action]:
+    """A rank's compute order (F, B, I, W actions) lowered as _PipelineScheduleRuntime lowers any schedule's
+    (INTERLEAVED_SOURCES['lowering']): _add_unshard_reshard, then _add_reduce_grad, which counts a stage's B and W actions
+    and puts REDUCE_GRAD after its `micro_batches`-th."""
     active: list[int] = []
     actions: list[Action] = []
+    gradient_passes: dict[int, int] = defaultdict(int)
     for i, (kind, stage, j) in enumerate(order):
         upcoming: list[int] = []
         for _, s, _ in order[i:]:
@@ -110,8 +117,10 @@ def rank_actions(rank: int, pp: int, chunks: int, micro_batches: int, max_active
             active.append(s)
             actions.append(("UNSHARD", s, -1))
         actions.append((kind, stage, j))
-        if kind == "B" and j == micro_batches - 1:
-            actions.append(("REDUCE_GRAD", stage, -1))
+        if kind in ("B", "W"):
+            gradient_passes[stage] += 1
+            if gradient_passes[stage] == micro_batches:
+                actions.append(("REDUCE_GRAD", stage, -1))
     actions += [("RESHARD", s, -1) for s in active]
     return actions
 

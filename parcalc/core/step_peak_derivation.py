@@ -121,8 +121,23 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
         from parcalc.core.memory_pipeline_stage import PP_SOURCES
 
         sources = {**sources, "gradients": PP_SOURCES["no_sync"], "buffers": f"{PP_SOURCES['buffers']}; {TT_SOURCES['model']}"}
-        code = (f"{code}, stage {step.pp_stage + 1} of {step.pp} (layers {step.stage_layers}) under Schedule1F1B over "
-                f"{step.micro_batches} micro-batches (parcalc.core.memory_pipeline_stage: {PP_SOURCES['order']})")
+        if step.pp_zero_bubble:  # the rank's two stages in a V (parcalc.core.memory_pipeline_zero_bubble)
+            from parcalc.core.memory_pipeline_zero_bubble import ZERO_BUBBLE_SOURCES
+
+            sources = {**sources, "activations": ZERO_BUBBLE_SOURCES["split"]}
+            first, second = step.pp_stage, 2 * step.pp - 1 - step.pp_stage
+            code = (f"{code}, pipeline rank {step.pp_stage + 1} of {step.pp}: stages {first} and {second} of {2 * step.pp} (layers "
+                    f"{step.pp_chunks[0]} and {step.pp_chunks[1]}) under ScheduleZBVZeroBubble's runtime over {step.micro_batches} "
+                    f"micro-batches, each backward split in I and W (parcalc.core.memory_pipeline_zero_bubble: {ZERO_BUBBLE_SOURCES['order']})")
+        elif step.pp_chunks:  # the rank's virtual stages (parcalc.core.memory_pipeline_interleaved)
+            from parcalc.core.memory_pipeline_interleaved import INTERLEAVED_SOURCES
+
+            code = (f"{code}, pipeline rank {step.pp_stage + 1} of {step.pp}: virtual stages of layers {', '.join(map(str, step.pp_chunks))} "
+                    f"under ScheduleInterleaved1F1B's runtime over {step.micro_batches} micro-batches "
+                    f"(parcalc.core.memory_pipeline_interleaved: {INTERLEAVED_SOURCES['order']})")
+        else:
+            code = (f"{code}, stage {step.pp_stage + 1} of {step.pp} (layers {step.stage_layers}) under Schedule1F1B over "
+                    f"{step.micro_batches} micro-batches (parcalc.core.memory_pipeline_stage: {PP_SOURCES['order']})")
         accumulation = ("the unsharded gradients accumulated in fp32 across the micro-batches and reduce-scattered after the "
                         "last backward, as torch's pipelining runs FSDP2")
     return _peak(peak, f"Peak allocated during the step ({profile}: {peak.phase})", sources,
