@@ -894,7 +894,7 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         roots = {"root": own}
         if step.pp_zero_bubble:  # rank 0 holds the first stage and the last, each its own root (memory_pipeline_zero_bubble.root_unit)
             roots = {"root": (root["embedding"],), "root.last": (root["final_norm"], root["head"])} if step.pp_stage == 0 else {"root": ()}
-        hooks.units = {**roots, **{f"L{i}": _block_params(model, step.tp) for lo, hi in ranges for i in range(lo, hi)}}
+        hooks.units = {**roots, **{f"L{i}": _block_params(model, step.tp, step.model_code == "torchtitan") for lo, hi in ranges for i in range(lo, hi)}}
         hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
