@@ -75,7 +75,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], dict[str, str], bool]] = {
              "configurations": ("--search with JSON / CSV: every configuration evaluated; memory_basis: 'replayed' or 'textbook' as in "
                                 "top (but a 1F1B pipeline row over the capacity by its textbook sum, not walked: memory and fit walk "
                                 "it, which keeps at least as much), or 'floor' (a row not shown under an FSDP2 step walk: the floor of "
-                                "the allocator's replay plus its reserve, over an interleaved pipeline's ranks up to where one passed "
+                                "the allocator's replay plus its reserve, over an interleaved or ZB-V pipeline's ranks up to where one passed "
                                 "the capacity, a lower bound of memory's and fit's total, not the total; its fits is by the floor)"),
              "rejected": "--search: layouts rejected, by reason", "gpu_types": "--search over several --gpu: the best of each",
              "smallest": "--search where nothing fits, outside JSON and CSV: the smallest footprints"}, True),

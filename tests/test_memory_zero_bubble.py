@@ -64,7 +64,7 @@ def test_chunks_under_zb_v_is_one_line_error(run_error):
 
 
 def test_a_zb_v_row_fit_shows_is_memorys_walked_total(run_json):
-    """fit's search screens ZB-V rows by their textbook sum (parcalc.core.search_step_peaks walks 1F1B rows only) and
+    """fit's search screens ZB-V rows by their ranks' floor (test below) and
     replays the rows it shows as `memory` does: the same bytes, basis `replayed` (Llama 3 8B on 8 H200, s 4096, TP 1 x PP 2
     x FSDP 4, b 1, m 2: 74.06 GB when this was written)."""
     from tests.search_rows import layout_flags
@@ -78,3 +78,30 @@ def test_a_zb_v_row_fit_shows_is_memorys_walked_total(run_json):
         results = run_json("memory", *model, *layout_flags(row, 32, True))["results"]
         assert "step_reserved_replayed" in results
         assert row["memory"] == pytest.approx(results["total"]["value"], rel=1e-12), row
+
+
+def test_the_search_screens_zb_v_rows_by_their_ranks_floor():
+    """fit --search --schedule zb-v under torchtitan: a ZB-V rank's walk keeps far more than the textbook sum (its split
+    backward holds every saved tensor from I to W), so the textbook screen let in rows that do not fit; each row the walk
+    follows now carries its ranks' floor of the allocator replay (search_step_peaks._worst_stage), a lower bound of
+    memory_of's total. Llama 3 8B on 8 H100, s 8192, its 32 ZeRO-3 pipelined rows: 10 walked (the others' layouts the
+    walk does not follow, op checkpointing or selective, keep the textbook sum, memory_of's too); with the textbook screen
+    5 rows it let in did not fit by memory_of (session 22, before this screen); now none, and none that fits is
+    screened out."""
+    import numpy as np
+
+    from parcalc.core.choices import Schedule
+    from parcalc.core.fit import memory_of
+    from parcalc.core.fit_search import search
+    from parcalc.core.search_columns import FLOOR, SCHEDULE_CODES
+    from parcalc.results.fit_request import request
+
+    req = request(search=True, model="llama3-8b", gpus="8", gpu=["h100-sxm5"], framework="torchtitan", seq_len=8192, schedule="zb-v")
+    found = search(req.model, req.training, req.cluster, req.space)
+    c = found.evaluated.columns
+    rows = np.flatnonzero((c["schedule"] == SCHEDULE_CODES.index(Schedule.ZB_V)) & (c["pp"] > 1) & (c["zero"] == 3)).tolist()
+    assert len(rows) == 32 and sum(int(c["memory_basis"][i]) == FLOOR for i in rows) == 10
+    for i in rows:
+        total = memory_of(req.model, found.evaluated.config(i), req.training, req.cluster).worst.total.value
+        assert c["memory"][i] <= total * (1 + 1e-12), i
+        assert bool(c["fits"][i]) == (total <= req.cluster.capacity), (i, c["memory"][i], total)

@@ -3,7 +3,7 @@ give the same layout (issue #30: memory = fit = the search's row).
 
 Under the fsdp2 and torchtitan profiles the search screens every row whose layout the step walk follows by the floor of
 that replay (parcalc.core.search_walk_runs.floor_total: each stream's live blocks at its own peak, its pools rounded up to
-their segments or pages, plus the replay's reserve; an interleaved pipeline's greatest over its ranks, and for a row over
+their segments or pages, plus the replay's reserve; an interleaved or ZB-V pipeline's greatest over its ranks, and for a row over
 the capacity the floor up to where a rank's walk passed it: search_walk_runs.floor_within). The floor is a lower bound of
 the replay (allocator.reserved_floor_of_sums; tests/test_search_replay.py holds it on a grid of steps,
 tests/test_search_interleaved_screen.py on the interleaved rows of Llama 3 70B's search): a row over the capacity by it is
