@@ -174,7 +174,7 @@ rank walks take ~2.7 s of its ~4 s, 238 of them under the capacity (2.2 s: these
 the row's value) and 157 stopped over it (0.5 s). By pipeline shape the under-capacity walks cost: PP 2 with v 2 to 4
 ~0.34 s (the only ones a short walk in layers could shrink: each chunk's 10 to 20 layers to 4 and 5, v + 1 walks), PP 2
 with v 5 to 14 ~0.89 s, PP 4 ~0.6 s, PP 8 and 16 ~0.4 s (chunks of 2 to 7 layers: nothing to shrink). fewer_rounds for
-v >= 4 at its K rounds is wrong (15 of 53 ranks of the 70B/256 search 16 to 34 MiB under the whole walk, as SCREEN found);
+v >= 4 at its K rounds is wrong (15 of 53 ranks of the 70B/256 search peak 16 to 32 MiB under the whole walk, as SCREEN found);
 at K + 1 the 19 ranks it applies to agreed, but it would save ~0.25 s and has no proof. What is left is the walks' own
 ops: block replays, FSDP2's accumulate (~0.6 s: 78,759 calls freeing each unit's gradients), unshard / wait_for_unshard
 (~0.5 s) of interleaved ranks with four or more chunks, whose stages are resharded and gathered again every round.
