@@ -156,6 +156,28 @@ byte of the 70B/64 and 70B/256 JSON. Whole processes, paired with main, medians 
 The brief's second (issue #31) is not met: what is left is walking the 95 fitting rows' ranks whole (~13 ms each, ~3 s
 of CPU). Next: an interleaved rank's short walk in layers (each chunk's layers extrapolated as search_walk_runs does a 1F1B
 stage's), and a faster block walk.
+
+Session 22 (SPEED, issues #30 and #31; before: b3a94b1, main; after: the commit that added these lines): each walk's
+per-parameter allocations (a stage's sharded parameters and AdamW states, ~1,100 tensors a 70B PP 2 rank, and foreach
+AdamW's sqrt temporaries) are kept by the units that decide them (memory_fsdp._unit_allocs) and the search's SegmentWalk
+makes such a run at once (alloc_all: one look at each stream's peak at the run's end, the same as one by one since the
+sums only grow over a run); _block_params / _root_params asked once. Every searched row byte-identical (the --format json
+of 70B/256, 8B/8 and 70B/64 under torchtitan). Whole processes, farm-bench, 7 runs taking turns with main, medians (load 3):
+
+    one-liner                                   CPU before   CPU after   after / before (paired, CPU)
+    Llama 3 70B, 256 H100, torchtitan           4.695 s      4.149 s     0.89
+    Llama 3 70B, 64 H100, torchtitan            3.778 s      3.364 s     0.88
+    Llama 3 8B, 8 H100, torchtitan              0.998 s      0.951 s     0.96
+
+The brief's second is still not met. Measured (the 70B/256 search in-process, timers around each walk): 395 interleaved
+rank walks take ~2.7 s of its ~4 s, 238 of them under the capacity (2.2 s: these must be walked to the end, their floor is
+the row's value) and 157 stopped over it (0.5 s). By pipeline shape the under-capacity walks cost: PP 2 with v 2 to 4
+~0.34 s (the only ones a short walk in layers could shrink: each chunk's 10 to 20 layers to 4 and 5, v + 1 walks), PP 2
+with v 5 to 14 ~0.89 s, PP 4 ~0.6 s, PP 8 and 16 ~0.4 s (chunks of 2 to 7 layers: nothing to shrink). fewer_rounds for
+v >= 4 at its K rounds is wrong (15 of 53 ranks of the 70B/256 search peak 16 to 32 MiB under the whole walk, as SCREEN found);
+at K + 1 the 19 ranks it applies to agreed, but it would save ~0.25 s and has no proof. What is left is the walks' own
+ops: block replays, FSDP2's accumulate (~0.6 s: 78,759 calls freeing each unit's gradients), unshard / wait_for_unshard
+(~0.5 s) of interleaved ranks with four or more chunks, whose stages are resharded and gathered again every round.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def _state(walk: SegmentWalk) -> tuple[object, ...]:
 def _fresh_caches() -> Iterator[None]:
     """The module's caches across walks (recordings, keys' streams, layers and prefixes) empty, as in a new process: a walk
     then meets every key first in a replay, none looked up before by a walked call."""
-    names = ("_RECORDINGS", "_SHAPES", "_SPACE_OF", "_STREAM_OF", "_LAYER_OF")
+    names = ("_RECORDINGS", "_SHAPES", "_SPACE_OF", "_STREAM_OF", "_LAYER_OF", "_KEY_INFO", "_ALLOC_RUNS")
     kept = [getattr(search_segment_walk, name) for name in names]
     for name in names:
         setattr(search_segment_walk, name, {})

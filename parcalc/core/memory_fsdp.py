@@ -395,6 +395,7 @@ class _Param:
         return int(chunk_rows(self.rows, n)) * self.cols
 
 
+@lru_cache(maxsize=256)  # every walk asks it for each of its layers (fit's search: ~900 walks); the tuple is immutable
 def _block_params(model: TransformerModel, tp: int = 1, shared: bool = False) -> tuple[_Param, ...]:
     """One decoder layer's parameters in constructor order (nn.Linear weights are out x in; an expert stack is
     experts x out x in, sharded over its experts: FSDP2 shards dim 0). Under apply_tp (tp > 1) a rank's own: the
@@ -414,6 +415,7 @@ def _block_params(model: TransformerModel, tp: int = 1, shared: bool = False) ->
     return (*attention, *mlp, _Param("n1", h, 1), _Param("n2", h, 1))
 
 
+@lru_cache(maxsize=256)
 def _root_params(model: TransformerModel, tp: int = 1) -> tuple[_Param, ...]:
     """The root unit's: the embedding (the LM head's weight too when tied), the final norm, an untied LM head; under
     apply_tp the embedding's and the output projection's vocabulary rows split tp ways."""
@@ -642,6 +644,42 @@ def _unit_order(key: str) -> tuple[int, str]:
     return (int(match.group(1)) if match else 10**9, key)
 
 
+Allocs = tuple[tuple[str, float, str, str], ...]  # (key, bytes, kind, what) in order
+
+
+@dataclass(frozen=True)
+class _UnitAllocs:
+    """What a walk allocates for every parameter of its units, in order (walk_fsdp_step)."""
+
+    states: Allocs  # _FsdpHooks.sharded_state's: each parameter's shard, then its optimizer states
+    shards: tuple[float, ...]  # each parameter's shard in the master dtype (bytes)
+    sqrt: Allocs  # foreach AdamW's sqrt of every exp_avg_sq, one a shard
+    sqrt_keys: tuple[str, ...]
+
+
+_UNIT_ALLOCS: dict[tuple[object, ...], tuple[tuple[tuple[_Param, ...], ...], _UnitAllocs]] = {}
+
+
+def _unit_allocs(units: dict[str, tuple[_Param, ...]], n: int, master: float, states: int) -> _UnitAllocs:
+    """A walk's allocations for every parameter of `units` sharded `n` ways. Kept by the units' names and parameters (by
+    identity: _block_params and _root_params hand every walk the same ones; the entry holds them, so no other object takes
+    their ids while it is kept), the shards and the bytes: fit's search walks ~900 steps of a few dozen distinct stages,
+    and looking them up is cheaper than making ~1,500 keys a walk (or hashing each parameter)."""
+    cache_key = (tuple(units), tuple(map(len, units.values())), tuple(id(p) for params in units.values() for p in params), n, master, states)
+    found = _UNIT_ALLOCS.get(cache_key)
+    if found is None:
+        if len(_UNIT_ALLOCS) >= 1024:
+            _UNIT_ALLOCS.clear()
+        shards = tuple(p.shard(n) * master for params in units.values() for p in params)
+        held = tuple((key, size, kind, what) for (unit, p), size in zip(((u, p) for u, ps in units.items() for p in ps), shards, strict=True)
+                     for key, kind, what in ((f"fsdp.{unit}.{p.name}.shard", "sharded parameters", "parameter shards"),
+                                             *((f"fsdp.{unit}.{p.name}.state{s}", "optimizer states", "AdamW states on the shards")
+                                               for s in range(states))))  # fmt: skip
+        sqrt = tuple((f"opt.sqrt{k}", size, "temporaries", "foreach AdamW: sqrt of every exp_avg_sq") for k, size in enumerate(shards))
+        found = _UNIT_ALLOCS[cache_key] = (tuple(units.values()), _UnitAllocs(held, shards, sqrt, tuple(key for key, *_ in sqrt)))
+    return found[1]
+
+
 class _FsdpHooks(StepHooks):
     """FSDP2's allocations around the walk of the model's step (module docstring, FSDP_SOURCES)."""
 
@@ -668,12 +706,7 @@ class _FsdpHooks(StepHooks):
         return sum(p.shard(self.n) for p in self.units[unit])
 
     def sharded_state(self, walk: Walk, states: int) -> None:
-        for unit, params in self.units.items():
-            for p in params:
-                walk.alloc(f"fsdp.{unit}.{p.name}.shard", p.shard(self.n) * self.master, "sharded parameters", "parameter shards")
-                for s in range(states):
-                    walk.alloc(f"fsdp.{unit}.{p.name}.state{s}", p.shard(self.n) * self.master, "optimizer states",
-                               "AdamW states on the shards")  # fmt: skip
+        walk.alloc_all(_unit_allocs(self.units, self.n, self.master, states).states)
 
     def unshard(self, walk: Walk, unit: str) -> None:
         """FSDPParamGroup.unshard: the copy-in (transient) and the all-gather output (FSDP_SOURCES['copy_in'], ['all_gather'])."""
@@ -930,13 +963,12 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         walk_forward(walk, model, x, checkpointed, hooks)
         walk_backward(walk, model, x, checkpointed, step.embedding_backward_tables, hooks)
     walk.phase = f"optimizer step ({step.optimizer_impl})"
-    shards = [p.shard(step.shards) * master for params in hooks.units.values() for p in params]
+    allocs = _unit_allocs(hooks.units, step.shards, master, step.optimizer.states)
     if step.optimizer.states == 2 and step.optimizer_impl == "foreach":
-        for k, size in enumerate(shards):
-            walk.alloc(f"opt.sqrt{k}", size, "temporaries", "foreach AdamW: sqrt of every exp_avg_sq")
-        walk.free(*(f"opt.sqrt{k}" for k in range(len(shards))))
+        walk.alloc_all(allocs.sqrt)
+        walk.free(*allocs.sqrt_keys)
     elif step.optimizer.states == 2 and step.optimizer_impl == "for-loop":
-        largest = max(shards)
+        largest = max(allocs.shards)
         walk.alloc("opt.sqrt", largest, "temporaries", "AdamW: exp_avg_sq.sqrt()")
         walk.transient("opt.denom", largest, "temporaries", "AdamW: sqrt / bias correction")
         walk.free("opt.sqrt")

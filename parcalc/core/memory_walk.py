@@ -77,6 +77,11 @@ class Walk:
         if self.now > self.peak:
             self.peak, self.peak_phase, self._peak_due = self.now, self.phase, True
 
+    def alloc_all(self, allocs: tuple[tuple[str, float, str, str], ...]) -> None:
+        """alloc() of each (key, bytes, kind, what) in turn (a walk may do it at once: search_segment_walk.SegmentWalk)."""
+        for key, size, kind, what in allocs:
+            self.alloc(key, size, kind, what)
+
     @property
     def peak_live(self) -> tuple[LiveTensor, ...]:
         self._copy_peak()

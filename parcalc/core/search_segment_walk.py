@@ -84,16 +84,15 @@ class SegmentWalk(Walk):
         live = self.live
         if key in live:
             raise AssertionError(f"tensor {key} allocated twice")  # a bug in the walk, not user input
-        if self._layer_keys and key[0] == "m":
-            layer = _layer_of(key)
-            if layer >= 0 and layer != self._layer:
-                self._layer, self._best = layer, {}
-                self.segments.append((f"{self._phase}{LAYER_MARK}{self._layer}", self._best))
+        info = _KEY_INFO.get(key)
+        if info is None:
+            info = _key_info(key)
+        stream, layer, space = info
+        if layer >= 0 and self._layer_keys and layer != self._layer:
+            self._layer, self._best = layer, {}
+            self.segments.append((f"{self._phase}{LAYER_MARK}{layer}", self._best))
         block, part, counted = _block(size)
         live[key] = tensor = _live_tensor(what, kind, block)
-        stream = _STREAM_OF.get(key)
-        if stream is None:
-            stream = _STREAM_OF[key] = stream_of(key)
         sums = self.sums[stream]
         self._held[key] = (sums, block, part, counted, stream)
         sums[0] += block
@@ -101,9 +100,40 @@ class SegmentWalk(Walk):
         best = self._best.get(stream)
         if best is None or sums[0] > best[0]:
             self._best[stream] = (sums[0], sums[1], sums[2], sums[3])
-        space = _space_of(key)
         if space is not None:
             self._space(space[0])[space[1]] = (tensor, stream)
+
+    def alloc_all(self, allocs: tuple[tuple[str, float, str, str], ...]) -> None:
+        """alloc() of each in turn, at once where none of the keys is a block tensor's (no segment, no layer space) and no
+        call is being recorded: each stream's sums only grow over a run of allocations (every block > 0), so its highest
+        point in the run is its end, which beats the phase's peak so far exactly where some point of the run would have:
+        one look at the end keeps what alloc() one by one keeps (the walk's first-peak rule)."""
+        kept = _ALLOC_RUNS.get(id(allocs))
+        if kept is None or kept[0] is not allocs:
+            if len(_ALLOC_RUNS) >= 256:
+                _ALLOC_RUNS.clear()
+            kept = _ALLOC_RUNS[id(allocs)] = (allocs, _alloc_run(allocs))
+        run = kept[1]
+        if self._recording is not None or not run:
+            Walk.alloc_all(self, allocs)
+            return
+        tensors, totals = run
+        live, held, sums_of = self.live, self._held, self.sums
+        before = len(live)
+        for key, tensor, block, part, counted, stream in tensors:
+            live[key] = tensor
+            held[key] = (sums_of[stream], block, part, counted, stream)
+        if len(live) != before + len(tensors):
+            raise AssertionError("a tensor allocated twice")  # a bug in the walk, not user input
+        for stream, added in totals:
+            sums = sums_of[stream]
+            sums[0] += added[0]
+            sums[1] += added[1]
+            sums[2] += added[2]
+            sums[3] += added[3]
+            best = self._best.get(stream)
+            if best is None or sums[0] > best[0]:
+                self._best[stream] = (sums[0], sums[1], sums[2], sums[3])
 
     def free(self, *keys: str) -> None:
         live, held = self.live, self._held
@@ -113,7 +143,9 @@ class SegmentWalk(Walk):
             sums, block, part, counted, _ = held.pop(key)  # a block is its own block (512-byte multiples)
             sums[0] -= block
             sums[part] -= counted
-            space = _space_of(key)
+            space = _SPACE_OF.get(key, _UNSEEN)
+            if space is _UNSEEN:
+                space = _space_of(key)
             if space is not None:
                 del self._spaces[space[0]][space[1]]
 
@@ -182,6 +214,43 @@ _SPACE_PREFIX = re.compile(r"^(?:m\d+\.)?(?:s\d+\.)?L\d+\.$")
 _STREAM_OF: dict[str, str] = {}  # memory_fsdp.stream_of
 _LAYER_OF: dict[str, int] = {}  # the layer of a block tensor's key `m{j}.L{i}.` (BlockWalk), -1 for any other key
 _SPACE_OF: dict[str, tuple[str, str] | None] = {}  # a block tensor's key: (its layer's prefix, its name after it)
+_UNSEEN = ("", "")  # a key _SPACE_OF has not seen yet
+
+
+_KEY_INFO: dict[str, tuple[str, int, tuple[str, str] | None]] = {}  # a key's stream, _layer_of and _space_of, in one look-up
+
+
+def _key_info(key: str) -> tuple[str, int, tuple[str, str] | None]:
+    stream = _STREAM_OF.get(key)
+    if stream is None:
+        stream = _STREAM_OF[key] = stream_of(key)
+    info = _KEY_INFO[key] = (stream, _layer_of(key), _space_of(key))
+    return info
+
+
+AllocRun = tuple[tuple[tuple[str, LiveTensor, float, int, float, str], ...], tuple[tuple[str, Sums], ...]] | None
+# SegmentWalk.alloc_all's runs, by the identity of its allocations (memory_fsdp._sharded_allocs hands every walk of a stage
+# the same tuple; the entry holds it, so no other object takes its id while it is kept): a look-up, not a hash of ~1,000 items
+_ALLOC_RUNS: dict[int, tuple[tuple[tuple[str, float, str, str], ...], AllocRun]] = {}
+
+
+def _alloc_run(allocs: tuple[tuple[str, float, str, str], ...]) -> AllocRun:
+    """Each allocation's key, tensor, block, sum, what there and stream (those of size > 0), and each stream's four sums'
+    growth over them; None where a key is a block tensor's (it may start a segment or join its layer's space: alloc())."""
+    tensors = []
+    totals: dict[str, list[float]] = {}
+    for key, size, kind, what in allocs:
+        if size <= 0:
+            continue
+        stream, layer, space = _KEY_INFO.get(key) or _key_info(key)
+        if layer >= 0 or space is not None:
+            return None
+        block, part, counted = _block(size)
+        tensors.append((key, _live_tensor(what, kind, block), block, part, counted, stream))
+        sums = totals.setdefault(stream, [0.0, 0.0, 0.0, 0.0])
+        sums[0] += block
+        sums[part] += counted
+    return tuple(tensors), tuple((stream, (v[0], v[1], v[2], v[3])) for stream, v in totals.items())
 
 
 def _layer_of(key: str) -> int:
