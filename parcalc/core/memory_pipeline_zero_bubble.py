@@ -28,7 +28,7 @@ from typing import Any
 
 from parcalc.core.memory_pipeline_interleaved import TORCH_SCHEDULES, Action, InterleavedHooks, lower
 from parcalc.core.memory_pipeline_stage import StagePlan, _stage_backward, _stage_forward, receive_buffers
-from parcalc.core.memory_torchtitan import block_forward
+from parcalc.core.memory_torchtitan import block_forward, repeat_kv_and_rope_backward
 from parcalc.core.memory_walk import StepShapes, Walk, add_into
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
@@ -255,17 +255,7 @@ def block_input_backward(walk: Walk, x: StepShapes, k: str, g_out: str, into: st
     walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
     walk.free(f"{k}.g_attn")
     unpacked("attn", "lse", "q.rope", "k.rope", "keys", "values", "v.out")
-    if n_rep > 1:  # repeat_kv's backward: expand's sum over the repeats
-        for name in ("v", "k"):
-            walk.alloc(f"{k}.g_{name}sum", T * kv * c, "temporaries", "repeat_kv backward (sum over the repeats)")
-            walk.free(f"{k}.g_{name}")
-            walk.rename(f"{k}.g_{name}sum", f"{k}.g_{name}")
-    for step, size, what in (("32", 4, "RoPE backward: type_as to fp32"), ("c", 4, "RoPE backward: times conj(freqs_cis)"),
-                             ("16", c, "RoPE backward: .float()'s gradient (bf16)")):  # fmt: skip
-        for name, w in (("k", kv), ("q", q)):
-            prev = f"{k}.g_{name}" if step == "32" else f"{k}.g_{name}{'32' if step == 'c' else 'c'}"
-            walk.alloc(f"{k}.g_{name}{step}", T * w * size, "temporaries", what)
-            walk.free(prev)
+    repeat_kv_and_rope_backward(walk, k, T, (q, kv), c, n_rep)
     _mm_input_backward(walk, x, f"{k}.v", f"{k}.g_v", h, f"{k}.g_y", held)
     _mm_input_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, f"{k}.g_y", held)
     _mm_input_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, f"{k}.g_y", held, lambda: unpacked("n1.out"))

@@ -320,6 +320,25 @@ def _feed_forward_backward(walk: Walk, x: StepShapes, k: str) -> None:
     mm_backward(walk, x, f"{k}.w1", f"{k}.g_g", h, f, f"{k}.g_y2", f"{k}.n2.out")
 
 
+def repeat_kv_and_rope_backward(walk: Walk, k: str, T: float, widths: tuple[int, int], c: float, n_rep: int) -> None:
+    """From SDPA's dq, dk, dv (keys g_q, g_k, g_v of block `k`) to q's and k's gradients before RoPE (g_q16, g_k16):
+    repeat_kv's backward where the KV heads are repeated (expand's sum over the repeats), then the two RoPE chains in
+    lockstep (k's nodes were created after q's): type_as, the complex product, .float(). `widths`: q's and the KV heads'
+    columns. One chain for every torchtitan block walk (its 1F1B / FSDP step and ZB-V's split backward)."""
+    q, kv = widths
+    if n_rep > 1:  # repeat_kv's backward: expand's sum over the repeats
+        for name in ("v", "k"):
+            walk.alloc(f"{k}.g_{name}sum", T * kv * c, "temporaries", "repeat_kv backward (sum over the repeats)")
+            walk.free(f"{k}.g_{name}")
+            walk.rename(f"{k}.g_{name}sum", f"{k}.g_{name}")
+    for step, size, what in (("32", 4, "RoPE backward: type_as to fp32"), ("c", 4, "RoPE backward: times conj(freqs_cis)"),
+                             ("16", c, "RoPE backward: .float()'s gradient (bf16)")):  # fmt: skip
+        for name, w in (("k", kv), ("q", q)):
+            prev = f"{k}.g_{name}" if step == "32" else f"{k}.g_{name}{'32' if step == 'c' else 'c'}"
+            walk.alloc(f"{k}.g_{name}{step}", T * w * size, "temporaries", what)
+            walk.free(prev)
+
+
 def _attention_backward(walk: Walk, x: StepShapes, k: str, into: str) -> None:
     """The attention's backward from the residual stream's gradient g_x1, its attention_norm's into it; then renamed `into`."""
     T, h, q, kv, c = x.T, x.h, x.q, x.kv, x.c
@@ -337,18 +356,7 @@ def _attention_backward(walk: Walk, x: StepShapes, k: str, into: str) -> None:
         walk.alloc(f"{k}.g_k", T * width * c, "temporaries", "SDPA backward dk")
         walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
     walk.free(f"{k}.g_attn", f"{k}.attn", f"{k}.lse", f"{k}.q.rope", f"{k}.k.rope", f"{k}.keys", f"{k}.values", f"{k}.v.out")
-    if n_rep > 1:  # repeat_kv's backward: expand's sum over the repeats
-        for name in ("v", "k"):
-            walk.alloc(f"{k}.g_{name}sum", T * kv * c, "temporaries", "repeat_kv backward (sum over the repeats)")
-            walk.free(f"{k}.g_{name}")
-            walk.rename(f"{k}.g_{name}sum", f"{k}.g_{name}")
-    # the two RoPE chains in lockstep (k's nodes were created after q's): type_as, the complex product, .float()
-    for step, size, what in (("32", 4, "RoPE backward: type_as to fp32"), ("c", 4, "RoPE backward: times conj(freqs_cis)"),
-                             ("16", c, "RoPE backward: .float()'s gradient (bf16)")):  # fmt: skip
-        for name, w in (("k", kv), ("q", q)):
-            prev = f"{k}.g_{name}" if step == "32" else f"{k}.g_{name}{'32' if step == 'c' else 'c'}"
-            walk.alloc(f"{k}.g_{name}{step}", T * w * size, "temporaries", what)
-            walk.free(prev)
+    repeat_kv_and_rope_backward(walk, k, T, (q, kv), c, n_rep)
     mm_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, f"{k}.g_y")
     mm_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, kv, f"{k}.g_y")
     mm_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, q, f"{k}.g_y", f"{k}.n1.out")
