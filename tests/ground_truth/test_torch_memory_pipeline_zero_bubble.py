@@ -36,7 +36,7 @@ CASES = [  # (layers, pp, rank, micro-batches, checkpointing); MemTracker / parc
     pytest.param(8, 2, 0, 8, "none", id="first-and-last-of-2-two-layers-m8-none"),  # 1.0000
     pytest.param(12, 3, 1, 6, "none", id="middle-of-3-none"),  # 1.0001
     pytest.param(12, 3, 1, 6, "full", id="middle-of-3-full"),  # 1.0001
-    pytest.param(12, 3, 2, 5, "full", id="turn-of-3-m5-full"),  # 1.0001
+    pytest.param(6, 3, 2, 5, "full", id="turn-of-3-m5-full"),  # within 0.1 % (at 12 layers, two a stage: 1.0001 in 21 s; one a stage here, 8 s: the two-layer full path is middle-of-3-full's)
 ]
 
 
