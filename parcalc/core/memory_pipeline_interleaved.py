@@ -169,27 +169,38 @@ def walk_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: RankPlan
     for kind, index, j in rank_actions(plan.rank, plan.stages, len(plan.chunks), plan.micro_batches):
         stage = plans[index]
         units = stage_units(stage)
-        if kind == "UNSHARD":
-            walk.phase = f"unshard: stage {index}"
-            for unit in units:
-                fsdp.unshard(walk, unit)  # type: ignore[attr-defined]
-        elif kind == "RESHARD":
-            for unit in units:
-                if unit in fsdp.unsharded:  # type: ignore[attr-defined]
-                    fsdp.reshard(walk, unit)  # type: ignore[attr-defined]
-        elif kind == "REDUCE_GRAD":
+        if shard_action(walk, fsdp, kind, index, units):
+            continue
+        if kind == "REDUCE_GRAD":
             walk.phase = f"backward: perform_reduce_grad of stage {index} (each unit's reduce-scatter)"
             fsdp.reduce_units(walk, hooks.accumulated, units)  # type: ignore[attr-defined]
+            continue
+        for unit in units:  # _assert_unsharded: the stage's pending all-gathers copied out
+            fsdp.wait_for_unshard(walk, unit, forward=False)  # type: ignore[attr-defined]
+        if kind == "F":
+            _stage_forward(walk, model, x, stage, policies, j, hooks)
         else:
-            for unit in units:  # _assert_unsharded: the stage's pending all-gathers copied out
-                fsdp.wait_for_unshard(walk, unit, forward=False)  # type: ignore[attr-defined]
-            if kind == "F":
-                _stage_forward(walk, model, x, stage, policies, j, hooks)
-            else:
-                _stage_backward(walk, model, x, stage, policies, j, embedding_tables, hooks)
-                # SEND_B right after: get_bwd_send_ops pops the input's gradient from bwd_cache into a P2POp the runtime
-                # does not keep (only the Work, which holds no tensor: INTERLEAVED_SOURCES['sends'])
-                walk.free(stage.key("sent_grad"))
+            _stage_backward(walk, model, x, stage, policies, j, embedding_tables, hooks)
+            # SEND_B right after: get_bwd_send_ops pops the input's gradient from bwd_cache into a P2POp the runtime
+            # does not keep (only the Work, which holds no tensor: INTERLEAVED_SOURCES['sends'])
+            walk.free(stage.key("sent_grad"))
+
+
+def shard_action(walk: Walk, fsdp: Any, kind: str, index: int, units: Any) -> bool:
+    """UNSHARD (every FSDP unit of the stage all-gathered, async) or RESHARD (those unsharded freed) as the pipeline runtime
+    runs them (INTERLEAVED_SOURCES['lowering']); False where `kind` is neither. Every multi-stage rank walk's
+    (ScheduleInterleaved1F1B here, ScheduleZBVZeroBubble in memory_pipeline_zero_bubble)."""
+    if kind == "UNSHARD":
+        walk.phase = f"unshard: stage {index}"
+        for unit in units:
+            fsdp.unshard(walk, unit)
+        return True
+    if kind == "RESHARD":
+        for unit in units:
+            if unit in fsdp.unsharded:
+                fsdp.reshard(walk, unit)
+        return True
+    return False
 
 
 def rank_chunk_layers(layout: Any, layers: int, rank: int) -> tuple[tuple[int, int], ...]:

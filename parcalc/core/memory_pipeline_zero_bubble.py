@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from parcalc.core.memory_pipeline_interleaved import TORCH_SCHEDULES, Action, InterleavedHooks, lower
+from parcalc.core.memory_pipeline_interleaved import TORCH_SCHEDULES, Action, InterleavedHooks, lower, shard_action
 from parcalc.core.memory_pipeline_stage import StagePlan, _stage_backward, _stage_forward, receive_buffers
 from parcalc.core.memory_torchtitan import block_forward, repeat_kv_and_rope_backward
 from parcalc.core.memory_walk import StepShapes, Walk, add_into
@@ -459,15 +459,7 @@ def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankP
     for kind, index, j in rank_actions(plan.rank, plan.stages, plan.micro_batches):
         stage = plans[index]
         units = stage_units(stage)
-        if kind == "UNSHARD":
-            walk.phase = f"unshard: stage {index}"
-            for unit in units:
-                fsdp.unshard(walk, unit)  # type: ignore[attr-defined]
-            continue
-        if kind == "RESHARD":
-            for unit in units:
-                if unit in fsdp.unsharded:  # type: ignore[attr-defined]
-                    fsdp.reshard(walk, unit)  # type: ignore[attr-defined]
+        if shard_action(walk, fsdp, kind, index, units):
             continue
         if kind == "REDUCE_GRAD":  # perform_reduce_grad: each unit's post_backward, the last W's gradients folded first
             walk.phase = f"backward: perform_reduce_grad of stage {index} (each unit's reduce-scatter)"

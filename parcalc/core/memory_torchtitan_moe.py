@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from parcalc.core.memory_walk import StepShapes, Walk, add_into, grad_of_weight
 
 if TYPE_CHECKING:
-    from parcalc.core.memory_torchtitan import BlockWalk
+    from parcalc.core.memory_block_walk import BlockWalk
 
 TITAN_MOE = "pytorch/torchtitan at b5bcd76"
 TT_MOE_SOURCES = {

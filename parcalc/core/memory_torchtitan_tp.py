@@ -31,7 +31,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from parcalc.core import memory_torchao_float8 as float8
-from parcalc.core.memory_torchtitan import BlockWalk, add_gradient, norm_backward, repeat_kv_copies, rope_and_attention
+from parcalc.core.memory_block_walk import BlockWalk
+from parcalc.core.memory_torchtitan import add_gradient, norm_backward, repeat_kv_copies, rope_and_attention
 from parcalc.core.memory_walk import StepHooks, StepShapes, Walk, grad_of_weight, norm_forward
 from parcalc.core.model import TransformerModel
 
