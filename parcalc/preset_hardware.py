@@ -35,7 +35,8 @@ _GPU_KEYS = (
     "board_power", "power_curve", "power_limit", "host", "nccl_channels",
 )  # fmt: skip
 _KERNEL_KEYS = ("matmul", "tile", "memory", "attention_forward", "attention_backward", "launch", "matmul_isolated", "gemm_tiles",
-                "attention_by_head_dim", "calibrated", "element_rates", "element_clock", "attention_kernels", "attention_tiles")
+                "attention_by_head_dim", "calibrated", "element_rates", "element_clock", "attention_kernels", "attention_tiles",
+                "matmul_mxfp8")
 _CALIBRATED_KINDS = ("gemm", "attention", "memory", "optimizer")
 _NODE_KEYS = ("gpus", "intra_link", "inter_link", "nics", "source")
 _RATE_KEYS = ("fma_per_clock_per_sm", "dense_peak", "sparse_peak")
@@ -146,6 +147,7 @@ def _kernels(doc: PresetDoc, sources: Mapping[str, str], dtypes: Mapping[str, Dt
         element_clock=_element_clock(node, sources) if "element_clock" in node.data else None,
         attention_kernels=_attention_kernels(node, sources) if "attention_kernels" in node.data else (),
         attention_tiles=_attention_tiles(node, sources) if "attention_tiles" in node.data else None,
+        matmul_mxfp8=share_of(node, "matmul_mxfp8", sources),
     )
 
 

@@ -120,7 +120,7 @@ def inputs(case: Case) -> tuple[TransformerModel, Config, Training, Cluster]:
                       intra=load_link(gpu.node.intra_link, ()), inter=load_link(gpu.node.inter_link, ()), gpu=gpu, dtype=dtype,
                       framework=framework, tp_comm_overlap=case.tp_comm_overlap,
                       attention_peak=attention.value)  # fmt: skip
-    return model, config, training, cluster
+    return model, config, training, cluster.for_training(training)  # the FP8 recipe's GEMM share, as fit builds it
 
 
 def nemo_llama2_flops_per_token(model: TransformerModel, seq_len: int) -> float:

@@ -86,6 +86,26 @@ def test_blackwell_training_shares_come_from_the_b300_sweep() -> None:
         assert 0.55 < bf16 < 0.7 and 0.55 < fp8 < 0.7, (name, bf16, fp8)
 
 
+def test_mxfp8_gemms_take_the_block_scaled_share() -> None:
+    """TE_TUTORIAL's pre-quantised per-layer totals: MXFP8 7.161 ms against per-tensor FP8's 6.812 ms for the same 12
+    GEMMs, so the block-scaled share is the per-tensor one x 6.812 / 7.161 (0.9513) on the B300 (0.6001) and on the two
+    GPUs that take its rate through mamf's FP8 rows (B200 0.6143, GB200 0.5823); per-tensor recipes keep the fp8 share.
+    A GPU without a measured MXFP8 share (the MI355X) gives its fp8 share to every recipe."""
+    for name in ("b300", "b200", "gb200"):
+        gpu = load_gpu(name, ())
+        peak = gpu.dtypes["fp8"].dense_peak
+        assert peak is not None
+        mx = compute_spec(gpu, "fp8", peak.value, sixteen_bit_peak(gpu), fp8_recipe="mxfp8").matmul
+        per_tensor = compute_spec(gpu, "fp8", peak.value, sixteen_bit_peak(gpu), fp8_recipe="current").matmul
+        assert mx.value / per_tensor.value == pytest.approx(6.812 / 7.161, rel=2e-3), name
+        assert "gemm_profiling.rst" in mx.source and "MXFP8 7.161 ms" in mx.source, name
+    assert compute_spec(load_gpu("b300", ()), "fp8", 4.5e15, fp8_recipe="mxfp8").matmul.value == pytest.approx(0.6001, abs=1e-4)
+    mi355x = load_gpu("mi355x", ())
+    peak = mi355x.dtypes["fp8"].dense_peak
+    assert peak is not None
+    assert compute_spec(mi355x, "fp8", peak.value, fp8_recipe="mxfp8").matmul == compute_spec(mi355x, "fp8", peak.value).matmul
+
+
 TILEBENCH_B200 = (
     "Deep-Learning-Profiling-Tools/Tilebench artifacts/llm_v2/calibration/B200/B200-20261006T063415Z-39b55bd3/raw/"
     "mma_bf16_f32acc.json and mma_fp8_e4m3_f32acc.json @62fe810f (DGX B200, enforced power limit 1000 W, clocks.max.sm 1965 MHz; "

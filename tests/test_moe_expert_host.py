@@ -73,7 +73,8 @@ def test_b200_qwen3_row_adds_the_loop_per_moe_layer_and_micro_batch() -> None:
     assert (rows, local) == (2048, 16)
     experts_forward = sum(k.time for k in moe_layer.forward if k.key.startswith("moe.experts"))
     host_f, host_b = expert_host_exposed(local, cluster.framework.expert_gemm_host, experts_forward, moe_layer.t_backward)
-    assert host_f > 0.6e-3 and host_b > 0.0  # 32 launches of 24.75 us against tens of microseconds of GEMMs
+    # 32 launches of 24.75 us (0.792 ms) against the experts' forward GEMMs: 0.599 ms exposed at MXFP8's GEMM share
+    assert host_f > 0.55e-3 and host_b > 0.0
     assert lp.ep_alone - lp0.ep_alone == pytest.approx(host_f + host_b)
     assert lp.ep_paired - lp0.ep_paired == pytest.approx(host_f + host_b)
     m = config.micro_batches(training)

@@ -62,7 +62,7 @@ def fit_inputs(run: BlackwellAmdRun) -> tuple:
                       intra=load_link(gpu.node.intra_link, ()), inter=load_link(gpu.node.inter_link, ()), gpu=gpu, dtype=dtype,
                       framework=load_framework("megatron", ()), attention_peak=attention.value,
                       tp_comm_overlap=True if run.tp_comm_overlap else None)  # fmt: skip
-    return model, config, training, cluster
+    return model, config, training, cluster.for_training(training)  # MXFP8 rows: the block-scaled GEMM share, as fit builds it
 
 
 def error(run: BlackwellAmdRun) -> tuple[float | None, str]:
@@ -76,14 +76,16 @@ def error(run: BlackwellAmdRun) -> tuple[float | None, str]:
 
 
 def with_gemm_share_scaled(cluster: Cluster, factor: float) -> Cluster:
-    """The cluster with its GPU's training GEMM shares (kernels.matmul, every dtype) times `factor`: a probe of what the
-    GEMMs would have to sustain, for the parts table only (never a model input)."""
+    """The cluster with its GPU's training GEMM shares (kernels.matmul, every dtype, and kernels.matmul_mxfp8) times
+    `factor`: a probe of what the GEMMs would have to sustain, for the parts table only (never a model input)."""
     from dataclasses import replace
 
     gpu = cluster.gpu
     assert gpu is not None and gpu.kernels is not None
     matmul = tuple((dtype, replace(share, value=share.value * factor)) for dtype, share in gpu.kernels.matmul)
-    return replace(cluster, gpu=replace(gpu, kernels=replace(gpu.kernels, matmul=matmul)))
+    mx = gpu.kernels.matmul_mxfp8
+    mx = replace(mx, value=mx.value * factor) if mx is not None else None
+    return replace(cluster, gpu=replace(gpu, kernels=replace(gpu.kernels, matmul=matmul, matmul_mxfp8=mx)))
 
 
 def gemm_share_to_match(run: BlackwellAmdRun) -> float:
@@ -119,8 +121,8 @@ def parts_table(keys: tuple[str, ...] = ()) -> str:
         found = {d.key: d.value for d in est.kinds}
         cells = " ".join(f"{found.get(k, 0.0) / published:8.1%}" for k in PART_KEYS)
         assert cluster.gpu is not None and cluster.gpu.kernels is not None
-        share = cluster.gpu.kernels.matmul_share(cluster.dtype)
-        lines.append(f"{run.key:<45} {cells} {est.step.value / published:8.3f} {share.value if share else 0:6.4f} "
+        share = cluster.spec.matmul  # MXFP8 rows: the block-scaled share (kernels.matmul_mxfp8)
+        lines.append(f"{run.key:<45} {cells} {est.step.value / published:8.3f} {share.value:6.4f} "
                      f"{gemm_share_to_match(run):7.3f}")  # fmt: skip
     return "\n".join(lines)
 

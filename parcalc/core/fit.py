@@ -283,6 +283,7 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
     scale each kind's time there, so a calibrated preset gives its own trace back."""
     from parcalc.core.timing.step_clock import clock_derivation, solve_clock
 
+    cluster = cluster.for_training(training)  # the FP8 recipe's GEMM share (Cluster.fp8_recipe)
     tiled = cluster.spec.tiled
     if cluster.sm_clock is not None or tiled is None or not tiled.power_model:
         return _estimate(model, config, training, cluster)

@@ -54,6 +54,9 @@ class Cluster:
     # Hz: the SM clock GEMMs measured by shape run at (parcalc.core.timing.step_clock); None: `estimate` solves the step's
     # own where the GPU preset gives its power model, else the preset's training clock
     sm_clock: float | None = None
+    # how the FP8 GEMMs' inputs are scaled (Training.fp8_recipe; "" outside FP8): MXFP8's block-scaled GEMMs run at their
+    # own share where the GPU preset measures one (KernelRates.matmul_mxfp8); set from the training by `for_training`
+    fp8_recipe: str = ""
 
     def __post_init__(self) -> None:
         if self.nics_per_node is not None:  # checked here: the table, the search and one estimate all use it
@@ -64,7 +67,12 @@ class Cluster:
 
     @cached_property
     def spec(self) -> ComputeSpec:
-        return compute_spec(self.gpu, self.dtype, self.peak, self.attention_peak, self.efficiency, self.sm_clock)
+        return compute_spec(self.gpu, self.dtype, self.peak, self.attention_peak, self.efficiency, self.sm_clock, self.fp8_recipe)
+
+    def for_training(self, training: Training) -> Cluster:
+        """This cluster with the training's FP8 recipe (its GEMM share: `spec`); itself where it already has it."""
+        recipe = training.fp8_recipe if training.precision is Precision.FP8 else ""
+        return self if recipe == self.fp8_recipe else replace(self, fp8_recipe=recipe)
 
     @cached_property
     def fabric(self) -> Fabric:

@@ -168,8 +168,15 @@ class KernelRates:
     # fused attention by its tiles (parcalc.core.timing.attention_tiles): where given, the attention shares are the
     # rate of the key/value blocks alone and each tile adds its fixed cost; None: one rate at every shape
     attention_tiles: AttentionTiles | None = None
+    # share of the FP8 peak the block-scaled MXFP8 GEMMs of training shapes sustain (Blackwell: an E8M0 scale per 32
+    # elements of each operand, applied inside the Tensor Core's main loop), where measured apart from per-tensor FP8's
+    # `matmul['fp8']`; None: MXFP8 GEMMs take the fp8 share
+    matmul_mxfp8: Sourced | None = None
 
-    def matmul_share(self, dtype: str) -> Sourced | None:
+    def matmul_share(self, dtype: str, fp8_recipe: str = "") -> Sourced | None:
+        """The training GEMM share of `dtype`; for fp8 under the MXFP8 recipe its own where the preset measures it."""
+        if dtype == "fp8" and fp8_recipe == "mxfp8" and self.matmul_mxfp8 is not None:
+            return self.matmul_mxfp8
         return dict(self.matmul).get(dtype)
 
     def isolated_share(self, dtype: str) -> Sourced | None:

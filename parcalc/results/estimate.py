@@ -113,7 +113,9 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         kernel_set_assumption(kernel_set(training, framework) in ("eager", "hf"), training.compiled, hf=kernel_set(training, framework) == "hf"),
         *_modules_assumption(training),
         *((f"fp8 ({training.fp8_recipe} scaling): the linears' GEMMs "
-           + ("by the GPU's FP8 tiles" if cluster.spec.tiled is not None else "at the FP8 peak times the preset's fp8 share")
+           + ("by the GPU's FP8 tiles" if cluster.spec.tiled is not None else
+              "at the FP8 peak times the preset's block-scaled MXFP8 share (kernels.matmul_mxfp8)"
+              if _block_scaled(training, cluster) else "at the FP8 peak times the preset's fp8 share")
            + ", each input quantised by a memory-bound cast kernel (read once, once more per amax pass, written row- and column-wise in FP8); "
            "attention, the LM head and the MoE router in BF16; weights cast once per iteration (not timed)",)
           if training.precision is Precision.FP8 else ()),
@@ -126,6 +128,12 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
         "GB = 1e9 bytes, GiB = 2^30 bytes",
         *power_assumptions(cluster.gpu, mfu=True),
     )
+
+
+def _block_scaled(training: Training, cluster: Cluster) -> bool:
+    """Whether the FP8 GEMMs run at the GPU preset's block-scaled MXFP8 share (KernelRates.matmul_mxfp8)."""
+    kernels = cluster.gpu.kernels if cluster.gpu is not None else None
+    return training.fp8_recipe == "mxfp8" and kernels is not None and kernels.matmul_mxfp8 is not None
 
 
 def _modules_assumption(training: Training) -> tuple[str, ...]:

@@ -161,6 +161,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         recompute_modules=recompute_modules_flag(recompute_modules),
         kernels=kernels_flag(kernels),
     )  # fmt: skip
+    cluster = cluster.for_training(training)  # MXFP8's block-scaled GEMM share where the GPU preset measures one
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
     given_recomputes = tuple(dict.fromkeys(recompute)) if recompute else None
     if framework is not None:  # what the chosen stack does not run is refused, and left out of the search
@@ -265,7 +266,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             settings.append(("schedule", searched.value))
         clusters += [cluster_from_flags(gpus, name, gpus_per_node, capacity, dtype or precision.gemm_dtype, peak, efficiency, link,
                                         inter_node_link, nics_per_node, dp_overlap, tp_comm_overlap, allow_cross_node_tp, profile,
-                                        dirs, ideal_network=ideal_network, power_limit=power_limit) for name in names[1:]]  # fmt: skip
+                                        dirs, ideal_network=ideal_network, power_limit=power_limit).for_training(training)
+                     for name in names[1:]]  # fmt: skip
         from parcalc.core.fit_search import SearchSpace
 
         framework_sequence_parallel(profile, sequence_parallel, pinned.get("tp", 2))  # refuses --no-sequence-parallel where SP is always on

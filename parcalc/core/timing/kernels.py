@@ -116,16 +116,18 @@ def sixteen_bit_peak(gpu: Gpu) -> float | None:
 
 
 def compute_spec(gpu: Gpu | None, dtype: str, peak: float, attention_peak: float | None = None, scale: float = 1.0,
-                 sm_clock: float | None = None) -> ComputeSpec:  # fmt: skip
+                 sm_clock: float | None = None, fp8_recipe: str = "") -> ComputeSpec:  # fmt: skip
     """The spec of `gpu` for GEMMs in `dtype` at `peak` FLOP/s (a bare peak without a GPU: generic).
 
     `peak` and `attention_peak` are the rated peaks; under `gpu.power_limit` both are multiplied by
     the Tensor Core scale of parcalc.core.power (MFU stays quoted against the rated peak). `sm_clock` (Hz): the clock of
-    the step being timed, for GEMMs measured by shape (parcalc.core.timing.step_clock; None: the preset's training clock)."""
+    the step being timed, for GEMMs measured by shape (parcalc.core.timing.step_clock; None: the preset's training clock).
+    `fp8_recipe`: how FP8 GEMM inputs are scaled; 'mxfp8' takes the preset's block-scaled share (kernels.matmul_mxfp8)
+    where it measures one."""
     from parcalc.core.power import tensor_power_scale
 
     kernels = gpu.kernels if gpu is not None and gpu.kernels is not None else GENERIC_KERNELS
-    matmul = kernels.matmul_share(dtype)
+    matmul = kernels.matmul_share(dtype, fp8_recipe)
     if matmul is None:
         fallback = kernels.matmul_share("bf16")
         matmul = GENERIC_MATMUL if fallback is None else Sourced(fallback.value, fallback.unit, f"{fallback.source}; bf16's share, none measured for {dtype}")
