@@ -33,17 +33,18 @@ micro-batch measured and predicted:
   dropless (25.11) 9,299, parcalc +154 %: 1.94x slower.
 - GB200, MXFP8, 8 GPUs, EP 8, MBS 4: token-dropping (all-to-all, graphed) 22,775, parcalc +69 %; dropless (HybridEP)
   23,766, parcalc +73 %: no slower.
-So two things are missing, not one: (1) on a layout whose host keeps up with the GPU without the sync (H100 token-drop
-at +25 %, eager), the per-layer sync of the dropless dispatcher doubles the step: the host cannot run ahead of the
+So two things are missing, not one: (1) on the H100, where the same layout eager without the sync comes out at +25 %,
+the per-layer sync of the dropless dispatcher doubles the step: the host cannot run ahead of the
 GPU past it, and with a host time per layer comparable to the GPU's the two add instead of overlapping (a step of
 max(H, G) becomes about H + G, parcalc.core.timing.host's fluid model cut at the sync); parcalc charges only the expert
 GEMMs' host loop against the experts' own GPU time (moe.expert_host_exposed), 1.24 ms a layer and micro-batch on the
-B200 row, where the pair shows 4.46 ms. (2) On Blackwell the graphed layer itself, with no host in the way, runs 1.7-2.0x
-parcalc's GPU time (+69 / +96 %), against +18 .. +32 % for the dense Blackwell rows: a GPU-side part of the small-expert
-layer (per-expert kernels of a few microseconds, each with its own launch and tail, the all-to-all at 17-67 MB a peer)
-that parcalc's kernel list does not carry. Neither lands: (1) needs the host's time per MoE layer, which no measurement
-gives (read off the pair it would be a fit to the rows), (2) needs a Blackwell per-kernel floor and all-to-all rate
-measured on small messages.
+B200 row, where the pair shows 4.46 ms. (2) Without the sync the layer is still slower than parcalc's beyond the dense
+rows of the same GPUs: graphed on Blackwell, with no host in the way, 1.7-2.0x parcalc's GPU time (+69 / +96 %) against
++18 .. +32 % for the dense Blackwell rows; eager on the H100 +25 % against -13.5 .. +2.0 % for the dense H100 FP8 rows
+(tests/test_published_blackwell_amd.py): a part of the small-expert layer (per-expert kernels of a few microseconds,
+each with its own launch and tail, the all-to-all at 17-67 MB a peer) that parcalc's kernel list does not carry.
+Neither lands: (1) needs the host's time per MoE layer, which no measurement gives (read off the pair it would be a fit
+to the rows), (2) a per-kernel floor and an all-to-all rate measured at these sizes.
 """
 
 from __future__ import annotations
