@@ -44,6 +44,7 @@ set_rotate_method, pytorch/pytorch#142093 of 2024-12-09, and torch 2.6): the sto
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from parcalc.core.choices import Collective, Recompute
@@ -145,6 +146,13 @@ def ring_merge_bytes(cp: int, rank: int, head_dim: int, compiled: bool, element_
     return forward, backward
 
 
+@lru_cache(maxsize=256)
+def busiest_merge_bytes(cp: int, head_dim: int, compiled: bool, element_bytes: float, kv_share: float) -> tuple[float, float]:
+    """(forward, backward) ring_merge_bytes of the rank with the most, each pass on its own (a search asks once per shape)."""
+    merges = [ring_merge_bytes(cp, r, head_dim, compiled, element_bytes, kv_share) for r in range(cp)]
+    return max(f for f, _ in merges), max(b for _, b in merges)
+
+
 def torch_ring_layer_time(model: Any, micro_batch: int, seq_len: int, layout: Any, element_bytes: float, attention_forward: float,
                           attention_backward: float, recompute: Any, compiled: bool, gpus_per_node: int, fabric: Any,
                           spec: Any) -> tuple[float, float]:  # fmt: skip
@@ -181,9 +189,9 @@ def torch_ring_layer_time(model: Any, micro_batch: int, seq_len: int, layout: An
     grads_total = cp * send_grads
     grads_exposed = grads_total if compiled else (cp - 1) * max(0.0, send_grads - step_b) + send_grads
     elements = ring_elements(model, micro_batch, seq_len, layout)
-    merges = [ring_merge_bytes(cp, r, model.head_dim, compiled, element_bytes, model.kv_heads / model.heads) for r in range(cp)]
-    merge_f = memory_op("cp.ring.merge", elements * max(f for f, _ in merges), spec).time
-    merge_b = memory_op("cp.ring.merge.bwd", elements * max(b for _, b in merges), spec).time
+    per_element_f, per_element_b = busiest_merge_bytes(cp, model.head_dim, compiled, element_bytes, model.kv_heads / model.heads)
+    merge_f = memory_op("cp.ring.merge", elements * per_element_f, spec).time
+    merge_b = memory_op("cp.ring.merge.bwd", elements * per_element_b, spec).time
     passes = 2 if replay else 1
     total = passes * (forward_total + merge_f) + backward_total + grads_total + merge_b
     exposed = passes * (forward_exposed + merge_f) + backward_exposed + grads_exposed + merge_b
