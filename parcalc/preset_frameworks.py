@@ -17,7 +17,7 @@ _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather",
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "default_zero", "notes", "pipeline", *_FRAMEWORK_FLAGS,
                    "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
                    "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm",
-                   "fp8_dispatch", "pipeline_split", "not_run")  # fmt: skip
+                   "fp8_dispatch", "pipeline_split", "context_parallel", "not_run")  # fmt: skip
 # The settings a profile's `not_run:` may name (Framework.run_reason): the flags as typed
 NOT_RUN_FLAGS = ("--compile", "--recompute selective", "--recompute full", "--recompute op")
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
@@ -97,6 +97,12 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         memory["pipeline_split"] = setting(doc, "pipeline_split", "pipeline_split")
         if memory["pipeline_split"] not in PIPELINE_SPLITS:
             raise doc.error("pipeline_split.value", f"one of {', '.join(PIPELINE_SPLITS)}, got {shown(memory['pipeline_split'])}")
+    if "context_parallel" in data:  # optional: whose CP attention the stack runs (profiles without it: Transformer Engine's)
+        from parcalc.core.timing.framework import CONTEXT_PARALLEL
+
+        memory["context_parallel"] = setting(doc, "context_parallel", "context_parallel")
+        if memory["context_parallel"] not in CONTEXT_PARALLEL:
+            raise doc.error("context_parallel.value", f"one of {', '.join(CONTEXT_PARALLEL)}, got {shown(memory['context_parallel'])}")
     host = host_costs_of(doc, sources) if "host" in data else None
     if "expert_gemm_host" in data:  # optional: MoE experts as a host loop of GEMMs (parcalc.core.timing.moe)
         per_gemm = doc.quantity("expert_gemm_host", Dimension.TIME, sources)

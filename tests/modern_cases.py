@@ -200,6 +200,10 @@ _TT = ("TorchTitan on H100 96GB HBM2e at 500 W (the h100-sxm5-96gb-hbm2e preset:
        "the Tensor Core rates of its power curve at 500 W, GEMM shares of the 700 W H100 SXM5); FSDP2 over the dp ranks; "
        "torch.compile on (the rows say so: --compile, the torchtitan profile's eager kernels compiled per block); torchao "
        "Float8 dynamic (current) per-tensor scaling, torchao's default then")  # fmt: skip
+# The CP rows' rotate method is not on the page: torchtitan 9dec370's default, config_manager.py
+# --experimental.context_parallel_rotate_method 'allgather' (entered as p2p, read as TE's ring, until session 23)
+_TT_CP = ("CP as torchtitan 9dec370 runs it, PyTorch's ring attention (the torchtitan profile's context_parallel: torch-ring), "
+          "rotate method not stated: the default 'allgather' (--cp-comm all-gather)")
 
 CASES: tuple[Case, ...] = (
     # --- MoE (Megatron-Core report, Megatron-Bridge tables and recipes): tokens/s per GPU, force-balanced routing
@@ -254,19 +258,24 @@ CASES: tuple[Case, ...] = (
 #   FP8 slower than BF16; parcalc has no mechanism by which FP8 slows a step down. The two differ in more than the
 #   precision: at 26.04 (Megatron-Bridge v0.4.2 scripts/performance/configs/qwen/qwen3_workload_base_configs.py) the BF16
 #   recipe captures moe_router and moe_preprocess in CUDA graphs, QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 nothing;
-# - TorchTitan's context parallelism of Dec 2024 (PyTorch's experimental ring attention over SDPA) is 1.3-1.8x
-#   slower than parcalc's FlashAttention rates, which the NeMo and Llama 3 long-context runs match.
+# - TorchTitan's context parallelism of Dec 2024 (PyTorch's experimental ring attention over SDPA): timed as the ring runs
+#   (parcalc.core.timing.torch_ring_attention: the K/V repeated to 32 heads all-gathered, the fp32 dK/dV sent every backward
+#   step, every exchange waited for at once in the compiled block, the fp32 merges) it is +8 / +48 / +56 % at CP 2 / 4 / 8
+#   (+12 / +55 / +65 % with TE's p2p ring); the table's own control row, FSDP 8 CP 1 at 32K (3,890 TPS), is +14.5 %, the
+#   size of the CP 2 row's. Per step of the ring the published runs add 4.48 s (CP 1 -> 2), 8.85 s (2 -> 4), 7.30 s (4 -> 8)
+#   where parcalc adds 4.1-4.6 s: what makes a CP 4 or 8 ring step ~1.7x as long is not in the ring's code (the same
+#   kernels, shapes and bytes per step at every degree: tests/ground_truth/test_torch_ring_attention_kernels.py).
 KNOWN_GAPS: tuple[Case, ...] = (
     Case("mbridge2604-qwen3-30b-a3b-16xh100-fp8", "qwen3-30b-a3b", "h100-sxm5", "megatron", "tokens",
          f"{_BRIDGE}; qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config: HybridEP, moe_a2a_overlap False, no SP, FP8 current "
          "scaling (the recipe at a later commit than the 26.04.01 row)", dispatcher="hybridep", reduce_bytes=2, fp8_recipe="current"),
     Case("tt2412-llama31-8b-8xh100-fsdp4-cp2-seq64k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
-         f"{_TT}; local batch 1 x 4 FSDP ranks = 4 sequences; CP variant not stated: PyTorch's ring (p2p) assumed", zero=3,
+         f"{_TT}; local batch 1 x 4 FSDP ranks = 4 sequences; {_TT_CP}", zero=3, cp_comm="all-gather",
          recompute=Recompute.FULL, global_batch=4, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp2-cp4-seq128k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
-         f"{_TT}; 2 sequences", zero=3, recompute=Recompute.FULL, global_batch=2, fp8_recipe="current", compiled=True),
+         f"{_TT}; 2 sequences; {_TT_CP}", zero=3, cp_comm="all-gather", recompute=Recompute.FULL, global_batch=2, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp1-cp8-seq256k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
-         f"{_TT}; 1 sequence", zero=0, recompute=Recompute.FULL, global_batch=1, fp8_recipe="current", compiled=True),
+         f"{_TT}; 1 sequence; {_TT_CP}", zero=0, cp_comm="all-gather", recompute=Recompute.FULL, global_batch=1, fp8_recipe="current", compiled=True),
 )
 
 

@@ -89,8 +89,10 @@ def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
     rows.append(("kernels", framework.kernels, "", framework.source("kernels")))
     # where the profile says: what a TP rank sends across a stage boundary; whether TP runs with sequence parallelism always;
     # whether the interleaved schedule hides its steady-state sends; whether DeepEP dispatches FP8 under FP8 training
-    # and how it splits the layers over the pipeline without a split given (parcalc.core.pipeline_torchtitan)
-    for name in ("pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm", "fp8_dispatch", "pipeline_split"):
+    # and how it splits the layers over the pipeline without a split given (parcalc.core.pipeline_torchtitan); whose context-
+    # parallel attention it runs (parcalc.core.timing.torch_ring_attention)
+    for name in ("pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm", "fp8_dispatch", "pipeline_split",
+                 "context_parallel"):
         if name in dict(framework.sources):
             rows.append((name, str(getattr(framework, name)).lower(), "", framework.source(name)))
     if framework.expert_gemm_host:  # the host's time per expert GEMM of a looped grouped GEMM (parcalc.core.timing.moe)

@@ -415,7 +415,7 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
     else:
         tp_comm = TP.zero("no tensor parallelism")
     gemm, attention, memory_bound = kind_derivations(by_kind, dp.accumulate, m_term, compute)
-    cp_comm = cp_derivation(config, cluster, stage, m_term, terms.t_cp, model) if c > 1 else None
+    cp_comm = cp_derivation(config, cluster, stage, m_term, terms.t_cp, model, training.compiled) if c > 1 else None
     if p > 1:
         from parcalc.core.pipeline_schedules import embedding_sync_term
         from parcalc.core.timing.step import pipeline_send_description

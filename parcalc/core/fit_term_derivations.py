@@ -138,9 +138,11 @@ def offload_derivation(model: TransformerModel, config: Config, training: Traini
 
 
 def cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, value: float,
-                  model: TransformerModel | None = None) -> Derivation:  # fmt: skip
+                  model: TransformerModel | None = None, compiled: bool = False) -> Derivation:  # fmt: skip
     """t_cp: the context-parallel exchanges of one micro-batch left exposed, times m (parcalc.core.timing.context); a hybrid
-    `model`'s recurrent mixers exchange by all-to-alls (parcalc.core.hybrid_context)."""
+    `model`'s recurrent mixers exchange by all-to-alls (parcalc.core.hybrid_context); a stack that runs PyTorch's ring
+    attention (torchtitan; `compiled`: under torch.compile) its exchanges and merge kernels
+    (parcalc.core.timing.torch_ring_attention)."""
     from parcalc.core.context import TE_CP, CpComm, cp_comm_of
 
     kind = cp_comm_of(config.layout.cp_comm)
@@ -152,6 +154,19 @@ def cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, va
                   "per ring step max(0, t_send - t_attention / cp) (TE overlaps each step's send with the attention of the block before)"
                   if kind is CpComm.P2P else "all of it (the attention waits for the exchange)"))]  # fmt: skip
     assumptions = ["K/V blocks of kv_heads x head_dim per token (GQA), the cp ranks placed tp apart (Megatron-LM's tp-cp-ep-dp-pp order)"]
+    hybrid = model is not None and (model.mamba is not None or model.linear_attention is not None)
+    from parcalc.core.timing.torch_ring_attention import COMPILED_ORDER, TORCH_RING, TORCHTITAN_CP, torch_rotate
+
+    rotate = torch_rotate(config.layout.cp_comm)
+    if cluster.framework.context_parallel == "torch-ring" and rotate and not hybrid:  # torchtitan: PyTorch's ring attention
+        overlap = "compiled: every exchange waited for at once" if compiled else "eager: step 0 hides the gather, each step the next send"
+        inputs[1] = replace(inputs[1], description=f"PyTorch's ring attention ({rotate} rotate) over cp = {config.layout.cp} ({where}), "
+                            f"{stage.layers} layers: K/V repeated to the query heads, fp32 dK/dV sent every backward step, and its "
+                            "fp32 merge kernels, NCCL and HBM models", source=f"{TORCH_RING}; {TORCHTITAN_CP}")  # fmt: skip
+        inputs[2] = replace(inputs[2], description=f"of which exposed ({overlap}; the merges on the compute stream, whole)",
+                            source=COMPILED_ORDER if compiled else TORCH_RING)  # fmt: skip
+        assumptions = ["the busiest CP rank's merges (the largest bytes over the ranks: ring_merge_bytes); the ring's structure of torch "
+                       "Dec 2024 (1963fc8) and v2.13.0 alike", "the cp ranks placed tp apart"]
     if model is not None and (model.mamba is not None or model.linear_attention is not None):
         from parcalc.core.hybrid_context import GDN_CP, KERNELS_UNDER_CP, MAMBA_CP, layer_shares
 
@@ -162,7 +177,8 @@ def cp_derivation(config: Config, cluster: Cluster, stage: Any, m_term: Term, va
         assumptions += [f"a hybrid's mean layer: attention's exchange x {attention:.3f} of the layers, the {what} mixer's all-to-alls "
                         f"(Megatron-Core: in before the conv1d and scan, back after; whole on the critical path) x {mixers:.3f}",
                         KERNELS_UNDER_CP]  # fmt: skip
-    return CP.derivation(inputs, value, assumptions=tuple(assumptions))
+    source = f"{TORCH_RING}; {NCCL_SOURCE}" if inputs[1].source.startswith(TORCH_RING) else None
+    return CP.derivation(inputs, value, source=source, assumptions=tuple(assumptions))
 
 
 def dualpipe_note(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any) -> tuple[str, ...]:

@@ -21,6 +21,9 @@ KERNEL_SETS = ("fused", "eager", "hf")
 # How a profile counts memory (Framework.step_memory)
 STEP_MEMORY_MODELS = ("textbook", "hf-eager", "fsdp2-eager", "torchtitan-eager")
 PIPELINE_SPLITS = ("megatron", "torchtitan")  # Framework.pipeline_split
+# How the stack runs context-parallel attention (Framework.context_parallel): Transformer Engine's (parcalc.core.timing.context,
+# Megatron-LM and NeMo) or PyTorch's experimental ring attention (parcalc.core.timing.torch_ring_attention, torchtitan)
+CONTEXT_PARALLEL = ("transformer-engine", "torch-ring")
 
 
 @frozen
@@ -99,6 +102,10 @@ class Framework:
     # every stage equal: parcalc.core.stages) or "torchtitan" (as evenly as whole layers allow, the embedding and the output
     # counted as a layer each: parcalc.core.pipeline_torchtitan)
     pipeline_split: str = "megatron"
+    # Whose context-parallel attention the stack runs (CONTEXT_PARALLEL): "transformer-engine" (TE's cp_comm_type variants,
+    # parcalc.core.timing.context) or "torch-ring" (torch.distributed.tensor.experimental context_parallel, its rotate method
+    # from --cp-comm: all-gather -> 'allgather', p2p -> 'alltoall'; parcalc.core.timing.torch_ring_attention)
+    context_parallel: str = "transformer-engine"
     # What parcalc models that the stack does not run (docs/framework-flags.md): (flag, why) pairs, each why naming the
     # stack's code, e.g. ("--compile", "Megatron-LM does not torch.compile the model; ..."); refused under a --framework
     # that was given (run_reason), left out of what a search tries. Data, so that a copy of a profile refuses the same.

@@ -376,11 +376,16 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
     cp_total = cp_exposed = 0.0
     if cp > 1:
         from parcalc.core.timing.context import cp_layer_time, hybrid_cp_layer_time
+        from parcalc.core.timing.torch_ring_attention import torch_ring_layer_time, torch_rotate
 
         attn_f, attn_b = layer.t_attention()
         hybrid = model.mamba is not None or model.linear_attention is not None  # attention's exchange and the mixers' all-to-alls
-        cp_total, cp_exposed = (hybrid_cp_layer_time if hybrid else cp_layer_time)(
-            model, micro_batch, training.seq_len, layout, e, attn_f, attn_b, recompute, cluster.gpus_per_node, fabric)
+        if cluster.framework.context_parallel == "torch-ring" and not hybrid and torch_rotate(layout.cp_comm):
+            cp_total, cp_exposed = torch_ring_layer_time(model, micro_batch, training.seq_len, layout, e, attn_f, attn_b, recompute,
+                                                         training.compiled, cluster.gpus_per_node, fabric, spec)  # fmt: skip
+        else:
+            cp_total, cp_exposed = (hybrid_cp_layer_time if hybrid else cp_layer_time)(
+                model, micro_batch, training.seq_len, layout, e, attn_f, attn_b, recompute, cluster.gpus_per_node, fabric)
     paired = alone = 0.0
     if model.moe is not None:
         fp8_dispatch = bool(fp8) and cluster.framework.fp8_dispatch  # Megatron-Core dispatches BF16 whatever the recipe (moe.py)
