@@ -455,9 +455,10 @@ def _weight_grad(walk: Walk, key: str, size: float) -> None:
 
 
 def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankPlan, policies: tuple[str, ...], embedding_tables: int,
-                hooks: InterleavedHooks) -> None:  # fmt: skip
+                hooks: InterleavedHooks, progress: Callable[[int, int], None] | None = None) -> None:  # fmt: skip
     """The rank's step in the runtime's action order (rank_actions), its two stages walked as memory_pipeline_stage walks
-    a stage's forward, the split backward as ZERO_BUBBLE_SOURCES['split'] and ['weight'] run it."""
+    a stage's forward, the split backward as ZERO_BUBBLE_SOURCES['split'] and ['weight'] run it; `progress(done, total)`
+    before each action (memory_walk.WALK_PROGRESS)."""
     if any(policy not in ("none", "full") for policy in policies):
         raise InputError("the ZB-V walk follows blocks with no or full checkpointing")
     fsdp = hooks.fsdp
@@ -465,7 +466,10 @@ def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankP
     for stage in plans.values():
         receive_buffers(walk, x, stage)
     held: dict[tuple[int, int], _Held] = {}
-    for kind, index, j in rank_actions(plan.rank, plan.stages, plan.micro_batches):
+    actions = rank_actions(plan.rank, plan.stages, plan.micro_batches)
+    for done, (kind, index, j) in enumerate(actions):
+        if progress is not None:
+            progress(done, len(actions))
         stage = plans[index]
         units = stage_units(stage)
         if shard_action(walk, fsdp, kind, index, units):
