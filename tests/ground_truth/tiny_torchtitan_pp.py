@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from . import tiny_torchtitan_tp as tt
 from .tiny_llama import LlamaConfig
-from .tiny_torchtitan import apply_ac, loss_fn
+from .tiny_torchtitan import apply_ac, loss_fn, update_own_peak
 
 
 class Stage(tt.Transformer):
@@ -118,14 +118,7 @@ def _tracker():  # type: ignore[no-untyped-def]
             super()._pre_fw_hook(module, inputs)
 
         def _update_peak_stats(self, peak_state):  # type: ignore[no-untyped-def]
-            # The tracker's own peak, as MemTracker._update_peak_stats keeps it (torch v2.13.0
-            # torch/distributed/_tools/mem_tracker.py), without its loop over every module's peak: the runs here read
-            # get_tracker_snapshot("peak") only, and that loop (a WeakIdKeyDictionary walked at each allocation) was ~40 %
-            # of a ZB-V rank's run (middle-of-3-full: 96 s of 250 s under cProfile), the peaks read unchanged
-            for dev, dev_snap in self._curr_mem_snap.items():
-                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
-                    self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
-                    self._peak_mem_snap[dev] = deepcopy(dev_snap)
+            update_own_peak(self, peak_state)  # only the tracker's own peak, the one the runs here read
 
     return Tracker()
 
