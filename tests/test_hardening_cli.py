@@ -596,14 +596,14 @@ class _Recorder:
 def test_memory_reports_progress_through_its_stage_walks(runner, monkeypatch: pytest.MonkeyPatch) -> None:
     """Llama 3 405B on TP 8 x PP 8 x FSDP 8 under torchtitan walks eight stages and replays one (1.5 s, session 17; since
     session 19 every stage's walk replays the allocator with it, 3 s): memory drives the progress bar fit --search uses,
-    one step a stage."""
+    one step a stage, in thousandths of a stage (1F1B's one-stage walks report nothing within)."""
     import parcalc.results.parse
 
     monkeypatch.setattr(parcalc.results.parse, "ProgressBar", _Recorder)
     _Recorder.calls, _Recorder.closed = [], 0
     result = runner.invoke(app, ["memory", *_8B_H200, "--framework", "torchtitan", "--pp", "2", "--dp", "4", "--zero", "3"])
     assert result.exit_code == 0, result.output
-    assert _Recorder.calls == [(1, 2), (2, 2)] and _Recorder.closed == 1
+    assert _Recorder.calls == [(1000, 2000), (2000, 2000)] and _Recorder.closed == 1
 
 
 def test_the_busy_line_shows_only_on_a_terminal_after_a_second(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """memory's progress bar: its total is the steps that run, every call the same total (session 19's QA).
 
 parcalc.core.memory.memory_breakdown walks each of the pp stages' step (a framework's step memory) with the allocator
-replayed over a run of it (the stage's total), and counts those: one step a stage, whoever calls it."""
+replayed over a run of it (the stage's total), and counts those: one step a stage, in thousandths of a stage, whoever calls it;
+a multi-stage rank's walk (ZB-V, interleaved) moves the bar within its stage as its actions run (memory_walk.WALK_PROGRESS)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from typing import ClassVar
 import pytest
 
 import parcalc.results.parse as parse
+from parcalc.core.choices import Schedule
+from parcalc.core.memory_pipeline_interleaved import rank_actions as interleaved_actions
+from parcalc.core.memory_pipeline_zero_bubble import rank_actions as zb_v_actions
 from parcalc.results.memory import from_flags
 
 # torchtitan's FSDP2 step walked on 2 pipeline stages (presets/frameworks/torchtitan.yaml step_memory: torchtitan-eager)
@@ -30,8 +34,8 @@ class Recorder:
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
-    # two stage walks by the core, each with its allocator replay: 2 steps of 2
-    pytest.param(WALKED, [(1, 2), (2, 2)], id="torchtitan-pp2"),
+    # two stage walks by the core, each with its allocator replay: 2 steps of 2 (1F1B's walk of one stage reports nothing within)
+    pytest.param(WALKED, [(1000, 2000), (2000, 2000)], id="torchtitan-pp2"),
     # the textbook sum walks nothing: no step, no bar
     pytest.param({"model": "llama3.2-1b", "seq_len": "2048", "dp": "4", "pp": "2", "gpu": "h200"}, [], id="textbook"),
 ])  # fmt: skip
@@ -44,7 +48,7 @@ def test_the_bar_counts_the_steps_that_run(monkeypatch, flags: dict[str, str], e
 
 
 def test_the_core_counts_its_own_walks() -> None:
-    """memory_breakdown's total is pp: the walks it runs, whoever calls it."""
+    """memory_breakdown's total is pp (in thousandths): the walks it runs, whoever calls it."""
     from parcalc.core.choices import ZeroStage
     from parcalc.core.memory import memory_breakdown
     from parcalc.results.memory import request
@@ -52,4 +56,38 @@ def test_the_core_counts_its_own_walks() -> None:
     req = request(**{**WALKED, "zero": ZeroStage.ZERO3})
     calls: ClassVar[list[tuple[int, int]]] = []
     memory_breakdown(req.model, req.layout, req.setup, lambda done, total: calls.append((done, total)))
-    assert calls == [(1, 2), (2, 2)]
+    assert calls == [(1000, 2000), (2000, 2000)]
+
+
+@pytest.mark.parametrize(("schedule", "actions"), [
+    # rank 0 (and 1) of 2 under ZB-V at 4 micro-batches: F, I and W of 4 micro-batches on each of its two stages (the first
+    # stage's I an action the walk passes over), UNSHARD, REDUCE_GRAD and RESHARD of each (memory_pipeline_zero_bubble)
+    pytest.param({"schedule": Schedule.ZB_V}, 3 * 4 * 2 + 3 * 2, id="zb-v"),
+    # Interleaved1F1B, 2 chunks, 4 micro-batches: F and B of 4 micro-batches on each chunk, UNSHARD, REDUCE_GRAD, RESHARD of each
+    pytest.param({"schedule": Schedule.INTERLEAVED, "chunks": "2"}, 2 * 4 * 2 + 3 * 2, id="interleaved"),
+])  # fmt: skip
+def test_a_multi_stage_rank_walk_moves_the_bar_within_its_stage(schedule: dict, actions: int) -> None:
+    """Each action of a ZB-V or interleaved rank's walk reports progress (a minute at 512 micro-batches, before these calls
+    nothing moved until the first stage was done): one call an action, monotonic, every call the same total, each stage
+    ending on its thousand; the results the same as without a bar."""
+    from parcalc.core.choices import ZeroStage
+    from parcalc.core.memory import memory_breakdown
+    from parcalc.core.memory_fsdp import fsdp_step_floor, fsdp_walked
+    from parcalc.results.memory import request
+
+    # Llama 3 8B's shape cut to 8 layers (llama3.2-1b's tied embeddings are no torchtitan Llama's: the textbook sum there)
+    req = request(**{**WALKED, "model": "llama3-8b", "zero": ZeroStage.ZERO3, "layers": "8", "micro_batches": "4", **schedule})
+    assert len(zb_v_actions(0, 2, 4)) == len(zb_v_actions(1, 2, 4)) == 30
+    assert len(interleaved_actions(0, 2, 2, 4)) == len(interleaved_actions(1, 2, 2, 4)) == 22
+    fsdp_walked.cache_clear()
+    fsdp_step_floor.cache_clear()
+    calls: list[tuple[int, int]] = []
+    shown = memory_breakdown(req.model, req.layout, req.setup, lambda done, total: calls.append((done, total)))
+    fsdp_walked.cache_clear()
+    fsdp_step_floor.cache_clear()
+    assert memory_breakdown(req.model, req.layout, req.setup).worst.total.value == shown.worst.total.value
+    assert {total for _, total in calls} == {2000}
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert (1000, 2000) in calls and calls[-1] == (2000, 2000)
+    # every action of each rank's walk, then the stage's own call: rank 1's actions as many as rank 0's here
+    assert len(calls) == 2 * actions + 2, (len(calls), actions)

@@ -830,8 +830,9 @@ def _moe_stage_activations(model: TransformerModel, par: Layout, layer: LayerAct
 def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup,
                      progress: Callable[[int, int], None] | None = None) -> MemoryBreakdown:
     """Every pipeline stage's per-GPU memory; `.worst` is the fullest GPU. `progress(done, total)` after each
-    stage's step walk (a framework's step memory: a second or more on a large pipeline), of the pp walks this
-    function runs (a caller that does more, parcalc.results.memory's allocator replay, adds its own steps)."""
+    stage's step walk (a framework's step memory: a second or more on a large pipeline), in thousandths of a stage of
+    the pp walks this function runs (1000 pp in all), and within a multi-stage rank's walk as it goes (ZB-V and
+    interleaved: up to a minute a rank at 512 micro-batches; memory_walk.WALK_PROGRESS)."""
     if model.mamba is not None:  # a Mamba-2 hybrid: its blocks by parcalc.core.mamba_memory
         from parcalc.core.mamba_memory import check_mamba_memory
 
@@ -865,13 +866,21 @@ def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup,
     stages = tuple(stage_memory(model, par, setup, per, layer, s) for s in range(par.pp))
     if setup.step_memory != "textbook":
         from parcalc.core.memory_step_peak import with_step_peak
+        from parcalc.core.memory_walk import WALK_PROGRESS
 
         split = stage_layers(model, par)
         walked = []
         for done, stage in enumerate(stages, start=1):
-            walked.append(with_step_peak(model, par, setup, stage, split))
+            # a multi-stage rank's walk (ZB-V, interleaved) reports its actions: the bar moves within a stage too, in
+            # thousandths of a stage
+            within = None if progress is None else (lambda k, n, s=done - 1: progress(1000 * s + 1000 * k // n, 1000 * par.pp))
+            token = WALK_PROGRESS.set(within)
+            try:
+                walked.append(with_step_peak(model, par, setup, stage, split))
+            finally:
+                WALK_PROGRESS.reset(token)
             if progress is not None:
-                progress(done, par.pp)
+                progress(1000 * done, 1000 * par.pp)
         stages = tuple(walked)
     if not all(math.isfinite(s.total.value) for s in stages):
         raise InputError("--seq-len / --micro-batch: these sizes give more bytes than a number can hold; no GPU holds them")

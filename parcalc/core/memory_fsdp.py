@@ -57,7 +57,7 @@ from parcalc.core.memory_torchtitan import POLICIES
 from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
 from parcalc.core.memory_torchtitan_cp import context_parallel_buffers
 from parcalc.core.memory_torchtitan_tp import walk_step as torchtitan_tp_step
-from parcalc.core.memory_walk import StepHooks, StepPeak, Walk, peak_of
+from parcalc.core.memory_walk import WALK_PROGRESS, StepHooks, StepPeak, Walk, peak_of
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
 
@@ -984,13 +984,15 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
 
         (first, second) = step.pp_chunks
         v_rank = VRankPlan(step.pp_stage, step.pp, step.micro_batches, (first, second))
-        walk_v_rank(walk, model, x, v_rank, policies, step.embedding_backward_tables, InterleavedHooks(hooks, x.c, step.reduce_bytes))
+        walk_v_rank(walk, model, x, v_rank, policies, step.embedding_backward_tables, InterleavedHooks(hooks, x.c, step.reduce_bytes),
+                    WALK_PROGRESS.get())  # fmt: skip
         return
     if step.pp_chunks:  # several virtual stages a rank under ScheduleInterleaved1F1B
         from parcalc.core.memory_pipeline_interleaved import InterleavedHooks, RankPlan, walk_rank
 
         rank = RankPlan(step.pp_stage, step.pp, step.micro_batches, step.pp_chunks, step.tp, step.compiled)
-        walk_rank(walk, model, x, rank, policies, step.embedding_backward_tables, InterleavedHooks(hooks, x.c, step.reduce_bytes))
+        walk_rank(walk, model, x, rank, policies, step.embedding_backward_tables, InterleavedHooks(hooks, x.c, step.reduce_bytes),
+                  WALK_PROGRESS.get())  # fmt: skip
         return
     lo, hi = step.stage_layers or (0, model.layers)
     plan = StagePlan(step.pp_stage, step.pp, step.micro_batches, lo, hi, step.pp_return_outputs, step.tp, step.compiled)

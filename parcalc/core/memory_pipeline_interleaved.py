@@ -22,6 +22,7 @@ Llama on fake ranks (tests/ground_truth/tiny_torchtitan_pp_interleaved.py, test_
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,13 +161,17 @@ def stage_units(plan: StagePlan) -> list[str]:
 
 
 def walk_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: RankPlan, policies: tuple[str, ...], embedding_tables: int,
-              hooks: InterleavedHooks) -> None:  # fmt: skip
-    """The rank's step in the runtime's action order (rank_actions), each stage as memory_pipeline_stage walks one."""
+              hooks: InterleavedHooks, progress: Callable[[int, int], None] | None = None) -> None:  # fmt: skip
+    """The rank's step in the runtime's action order (rank_actions), each stage as memory_pipeline_stage walks one;
+    `progress(done, total)` before each action (memory_walk.WALK_PROGRESS)."""
     fsdp = hooks.fsdp
     plans = {p.index: p for p in (plan.stage_plan(k) for k in range(len(plan.chunks)))}
     for stage in plans.values():
         receive_buffers(walk, x, stage)
-    for kind, index, j in rank_actions(plan.rank, plan.stages, len(plan.chunks), plan.micro_batches):
+    actions = rank_actions(plan.rank, plan.stages, len(plan.chunks), plan.micro_batches)
+    for done, (kind, index, j) in enumerate(actions):
+        if progress is not None:
+            progress(done, len(actions))
         stage = plans[index]
         units = stage_units(stage)
         if shard_action(walk, fsdp, kind, index, units):

@@ -12,6 +12,7 @@ models (parcalc.core.memory_timeline, its MoE block parcalc.core.memory_moe_bloc
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -19,6 +20,11 @@ from parcalc.core.allocator import block_bytes, reserved_bytes
 from parcalc.derivation import Derivation
 
 T = TypeVar("T")
+# progress(done, total) after each action of a multi-stage pipeline rank's walk (ZB-V, interleaved: a minute at 512
+# micro-batches), for a caller that shows it (parcalc.core.memory.memory_breakdown sets it around a stage's walk). A context
+# variable and not an argument: the walks run under lru-cached functions of (model, step) (memory_fsdp.fsdp_walked) that a
+# callback must not key; unset (None) everywhere else, fit's search included.
+WALK_PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("walk_progress", default=None)
 KINDS = ("weights", "optimizer states", "gradients", "activations", "autocast weight copies", "logits and loss", "temporaries",
          "workspace")  # fmt: skip
 

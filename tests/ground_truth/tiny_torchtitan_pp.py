@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from . import tiny_torchtitan_tp as tt
 from .tiny_llama import LlamaConfig
-from .tiny_torchtitan import apply_ac, loss_fn
+from .tiny_torchtitan import apply_ac, loss_fn, update_own_peak
 
 
 class Stage(tt.Transformer):
@@ -116,6 +116,9 @@ def _tracker():  # type: ignore[no-untyped-def]
                 stats.snapshots.setdefault(_ModState.PRE_FW, []).append(deepcopy(snapshot))
                 return
             super()._pre_fw_hook(module, inputs)
+
+        def _update_peak_stats(self, peak_state):  # type: ignore[no-untyped-def]
+            update_own_peak(self, peak_state)  # only the tracker's own peak, the one the runs here read
 
     return Tracker()
 
