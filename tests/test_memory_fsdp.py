@@ -135,7 +135,8 @@ def test_a_textbook_fsdp_memory_says_why(run_json) -> None:
 
 
 @pytest.mark.parametrize("flags, gap", [
-    (["--model", "qwen3-30b-a3b"], "q/k norms (torchtitan's Llama code has none)"),
+    # Qwen3's q/k norms are walked in the eager block under FSDP2 alone (memory_torchtitan.head_norms_forward)
+    (["--model", "qwen3-30b-a3b", "--cp", "2"], "q/k norms with cp = 2"),
     # torchtitan's MoE is walked in bf16 (memory_torchtitan_moe), not with torchao's Float8 grouped GEMMs
     (["--model", "mixtral-8x7b", "--precision", "fp8"], "experts with --precision fp8"),
     (["--model", "deepseek-v3"], "latent attention (MLA)"),
@@ -157,3 +158,13 @@ def test_torchtitans_moe_is_walked_and_named(run_json) -> None:
     text = str(doc)
     assert "torchtitan's MoE (8 routed experts, top-2" in text
     assert "router input cast to fp32 (saved by the gate)" in text
+
+
+def test_qwen3_moe_under_torchtitan_is_walked_with_its_q_k_norms(run_json) -> None:
+    """Qwen3-30B-A3B under --framework torchtitan: the step walk with torchtitan's MoE and GQAttention's q_norm / k_norm
+    (memory_torchtitan.head_norms_forward), named in the derivation (what the norms save: test_torch_memory_torchtitan_moe)."""
+    doc = run_json("memory", "--model", "qwen3-30b-a3b", "--framework", "torchtitan", "--zero", "3", "--dp", "8", "--seq-len", "4096",
+                   "--micro-batch", "1", "--gpu", "h200", "--recompute", "none")  # fmt: skip
+    assert not [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
+    text = str(doc)
+    assert "Qwen3's q_norm and k_norm on the head dim" in text and "torchtitan's MoE (128 routed experts, top-8" in text

@@ -245,7 +245,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append(f"--recompute {recompute.value}")
     if model_code == "torchtitan":
         gaps += torchtitan_code_gaps(model, precision)
-        gaps += torchtitan_moe_layout_gaps(model, layout.tp, layout.pp, compiled, {recompute.value})
+        gaps += torchtitan_moe_layout_gaps(model, layout.tp, layout.pp, compiled, {recompute.value}, layout.cp)
     if compiled:
         gaps += compile_gaps(model, layout.tp, layout.pp, model_code, precision)
     return gaps
@@ -350,19 +350,22 @@ def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[
     return [*moe_gaps(model.moe)] + [
             what for what, gap in (("experts with --precision fp8 (the walk follows torchtitan's MoE in bf16)",
                                     model.moe is not None and precision is Precision.FP8),
-                                   ("q/k norms (torchtitan's Llama code has none)", model.qk_norm),
+                                   ("q/k norms with --precision fp8 (the walk follows Qwen3's q_norm / k_norm in bf16)",
+                                    model.qk_norm and precision is Precision.FP8),
                                    ("tied embeddings (torchtitan's Llama has its own output projection)", model.tied_embeddings),
                                    ("--precision fp32 (the torchtitan walk follows bf16 compute)", precision is Precision.FP32)) if gap]  # fmt: skip
 
 
-def torchtitan_moe_layout_gaps(model: TransformerModel, tp: int, pp: int, compiled: bool, policies: set[str]) -> list[str]:
-    """What the walk of torchtitan's MoE block does not follow of a layout: it walks the eager block under FSDP2 alone
-    (ep = 1, no tp, pp or compile), with no or full checkpointing (parcalc.core.memory_torchtitan_moe)."""
-    if model.moe is None:
-        return []
-    return [f"experts with {what} (the MoE walk follows torchtitan's eager MoE under FSDP2 alone)" for what, gap in
-            ((f"tp = {tp}", tp > 1), (f"pp = {pp}", pp > 1), ("--compile", compiled),
-             *((f"checkpointing {p!r}", p not in ("none", "full")) for p in sorted(policies))) if gap]  # fmt: skip
+def torchtitan_moe_layout_gaps(model: TransformerModel, tp: int, pp: int, compiled: bool, policies: set[str], cp: int = 1) -> list[str]:
+    """What the walks of torchtitan's MoE block and of Qwen3's q/k norms do not follow of a layout: each walks the eager
+    block under FSDP2 alone (ep = 1, no tp, pp, cp or compile), with no or full checkpointing
+    (parcalc.core.memory_torchtitan_moe; memory_torchtitan.head_norms_forward)."""
+    layout = ((f"tp = {tp}", tp > 1), (f"pp = {pp}", pp > 1), (f"cp = {cp}", cp > 1), ("--compile", compiled),
+              *((f"checkpointing {p!r}", p not in ("none", "full")) for p in sorted(policies)))
+    return [f"{part} with {what} (the walk follows {code} under FSDP2 alone)"
+            for part, code, present in (("experts", "torchtitan's eager MoE", model.moe is not None),
+                                        ("q/k norms", "Qwen3's eager attention", model.qk_norm)) if present
+            for what, gap in layout if gap]  # fmt: skip
 
 
 def recomputes_of(model_code: str) -> tuple[Recompute, ...]:
@@ -840,7 +843,7 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
     if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code, step.precision)):
         raise InputError(f"{model.name}: the compiled step walk: {'; '.join(gaps)}")
     policies = set(step.block_policies or ()) | ({step.recompute.value} if step.block_policies is None else set())
-    missing = (torchtitan_code_gaps(model, step.precision) + torchtitan_moe_layout_gaps(model, step.tp, step.pp, step.compiled, policies)
+    missing = (torchtitan_code_gaps(model, step.precision) + torchtitan_moe_layout_gaps(model, step.tp, step.pp, step.compiled, policies, step.cp)
                if step.model_code == "torchtitan" else [])
     if missing:
         raise InputError(f"{model.name}: the torchtitan profile's step walk follows torchtitan's Llama code in bf16; {'; '.join(missing)}")

@@ -84,6 +84,20 @@ TT_SOURCES = {
                       "and its exp at once), _nll_loss_forward, _nll_loss_and_log_softmax_backward: zeros_like(x), then "
                       "(grad_input + torch.exp(x)) * grad_output beside the saved log-softmax"),
 }
+TITAN_QWEN3 = "pytorch/torchtitan at b5bcd76"
+TT_QK_NORM_SOURCES = {
+    "model": (f"{TITAN_QWEN3} torchtitan/models/common/attention.py GQAttention.forward: xq, xk, xv = qkv_linear(x); "
+              "xq = q_norm(xq); xk = k_norm(xk) (before RoPE, on (T, heads, head_dim)); models/qwen3/model.py "
+              "Qwen3TransformerBlock (GQAttention with qk_norm = RMSNorm.Config(normalized_shape=head_dim)); "
+              "models/common/nn_modules.py RMSNorm(nn.RMSNorm)"),
+    "fused": ("pytorch/pytorch v2.13 aten/src/ATen/native/layer_norm.cpp rms_norm_symint: a non-MPS input whose weight has "
+              "its dtype runs at::_fused_rms_norm (CUDA kernel: the output in the input's dtype and rstd in fp32, one a row); "
+              "on the CPU _fused_rms_norm is CompositeImplicitAutograd (x.float(), pow, mean, rsqrt, mul: what "
+              "tests/ground_truth's CPU run would otherwise allocate, hence its stand-in op)"),
+    "autograd": ("pytorch/pytorch v2.13.0 torch/include/torch/csrc/autograd/generated/Functions.h FusedRmsNormBackward0: "
+                 "saves input, weight and result1 (rstd); _fused_rms_norm_backward returns the input's and the weight's "
+                 "gradients"),
+}
 POLICIES = ("none", "full", "op")
 
 
@@ -122,6 +136,35 @@ def rope_and_attention(b: BlockWalk, x: StepShapes, widths: tuple[int, int, int]
     return attn
 
 
+def head_norms_forward(b: BlockWalk, x: StepShapes, xq: str, xk: str) -> tuple[str, str]:
+    """GQAttention's q_norm(xq), then k_norm(xk): nn.RMSNorm over the head dim, on CUDA one _fused_rms_norm each
+    (TT_QK_NORM_SOURCES): its output in the input's dtype, RoPE's input, and the fp32 rstd of every token and head,
+    saved with the input (wq's and wk's outputs, which RoPE no longer needs). Returns the outputs' keys."""
+    T, c, head_dim = x.T, x.c, x.q // x.heads
+    outputs = []
+    for name, key, width in (("qn", xq, x.q), ("kn", xk, x.kv)):
+        out = b.alloc(f"{name}.out", T * width * c, f"{name[0]}_norm output (RoPE's input)", False)
+        rstd = b.alloc(f"{name}.rstd", T * (width // head_dim) * 4, f"{name[0]}_norm rstd (fp32, saved by the fused RMSNorm)", True)
+        b.save(key)
+        if b.saving:
+            b.walk.relabel(key, f"w{name[0]} output (saved by {name[0]}_norm)", "activations")
+        b.drop(rstd, key)  # what the norm's node does not keep goes as Python rebinds xq / xk
+        outputs.append(out)
+    return outputs[0], outputs[1]
+
+
+def head_norms_backward(walk: Walk, x: StepShapes, k: str) -> None:
+    """FusedRmsNormBackward0 of k_norm, then of q_norm (k's node is the newer), from RoPE's input gradients (g_k16,
+    g_q16) to the projections' output gradients under the same keys: the input gradient and the head_dim-wide weight
+    gradient each, the saved input and rstd released (TT_QK_NORM_SOURCES['autograd'])."""
+    T, c, head_dim = x.T, x.c, x.q // x.heads
+    for name, width in (("k", x.kv), ("q", x.q)):
+        walk.alloc(f"{k}.g_{name}n", T * width * c, "temporaries", f"{name}_norm input gradient (wq / wk's output's)")
+        walk.alloc(f"{k}.{name}n.grad", head_dim * c, "gradients", "weight gradients")
+        walk.free(f"{k}.g_{name}16", f"{k}.{name}.out", f"{k}.{name}n.rstd")
+        walk.rename(f"{k}.g_{name}n", f"{k}.g_{name}16")
+
+
 def float8_linear(b: BlockWalk, name: str, d_in: int, d_out: int, mm: Callable[[], str]) -> str:
     """A block linear's matmul (`mm` allocates its output); as torchao's Float8Linear when x.float8: its casts before, the
     FP8 copies freed after (memory_torchao_float8)."""
@@ -146,6 +189,8 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     xk = float8_linear(b, "k", h, kv, lambda: b.alloc("k.out", T * kv * c, "wk output", False))
     xv = float8_linear(b, "v", h, kv, lambda: b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies))
     b.drop(y)
+    if x.qk_norm:  # Qwen3's q_norm and k_norm on the head dim, before RoPE (TT_QK_NORM_SOURCES)
+        xq, xk = head_norms_forward(b, x, xq, xk)
     attn = rope_and_attention(b, x, (q, kv, x.heads), copies, xq, xk, xv)
     # output.transpose(1, 2).contiguous(): a view of SDPA's output, a copy of the ring's (contiguous over the heads: torch.cat)
     wo_in = b.alloc("wo.in", T * q * c, "wo input (the ring's output made contiguous)", True) if x.cp > 1 else attn
@@ -323,6 +368,8 @@ def _attention_backward(walk: Walk, x: StepShapes, k: str, into: str) -> None:
         walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
     walk.free(f"{k}.g_attn", f"{k}.attn", f"{k}.lse", f"{k}.q.rope", f"{k}.k.rope", f"{k}.keys", f"{k}.values", f"{k}.v.out")
     repeat_kv_and_rope_backward(walk, k, T, (q, kv), c, n_rep)
+    if x.qk_norm:
+        head_norms_backward(walk, x, k)
     mm_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, f"{k}.g_y")
     mm_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, kv, f"{k}.g_y")
     mm_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, q, f"{k}.g_y", f"{k}.n1.out")

@@ -80,6 +80,12 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
             shared = f", {model.moe.shared_experts} shared" if model.moe.shared_experts else ""
             code += (f", each block's FeedForward torchtitan's MoE ({model.moe.experts} routed experts, top-{model.moe.top_k}{shared}: its router "
                      "in fp32, local token dispatcher and grouped experts at ep = 1; parcalc.core.memory_torchtitan_moe)")
+        if model.qk_norm:  # Qwen3's q_norm / k_norm in the attention (memory_torchtitan.head_norms_forward)
+            from parcalc.core.memory_torchtitan import TT_QK_NORM_SOURCES
+
+            sources = {**sources, "activations": f"{sources['activations']}; {'; '.join(TT_QK_NORM_SOURCES.values())}"}
+            code += (", its attention with Qwen3's q_norm and k_norm on the head dim before RoPE (nn.RMSNorm's fused CUDA kernel: "
+                     "the projections' outputs and an fp32 rstd a head saved; parcalc.core.memory_torchtitan.head_norms_forward)")
         if step.tp > 1:
             sources = {**sources, "activations": f"{sources['activations']}; {TT_SOURCES['tp']}; {TT_SOURCES['tp_collectives']}; "
                        f"{TT_SOURCES['tp_accumulate']}", "logits and loss": f"{TT_SOURCES['loss']}; {TT_SOURCES['loss_parallel']}"}

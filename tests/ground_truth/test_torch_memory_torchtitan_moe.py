@@ -18,14 +18,14 @@ from .fake_process_group import fake_mesh, no_process_group_after  # noqa: E402,
 from .titan_walks import titan_llama, tracked_step_peak  # noqa: E402
 
 
-def _parcalc_peak(shape: tuple, moe: tuple, ac: str):
+def _parcalc_peak(shape: tuple, moe: tuple, ac: str, qk_norm: bool = False):
     from parcalc.core.model import MixtureOfExperts
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
     experts, top_k, expert_ffn, shared_ffn, route_norm = moe
     routed = MixtureOfExperts(experts, top_k, expert_ffn, shared_experts=1 if shared_ffn else 0, shared_ffn_hidden=shared_ffn,
                               top_k_renormalised=route_norm)  # fmt: skip
-    model = replace(titan_llama(hidden, heads, kv_heads, ffn, layers, vocab), moe=routed)
+    model = replace(titan_llama(hidden, heads, kv_heads, ffn, layers, vocab), moe=routed, qk_norm=qk_norm)
     return tracked_step_peak(model, b, s, 4, "mixed-bf16", ac)
 
 
@@ -92,3 +92,50 @@ def test_the_router_fp32_input_is_what_a_moe_block_saves_beyond_its_experts() ->
     saved = {t.what: t.bytes for t in walk.peak_live if t.kind == "activations"}
     assert saved["router input cast to fp32 (saved by the gate)"] == tokens * hidden * 4
     assert saved["experts' input rows (saved by the grouped matmuls)"] == tokens * 2 * hidden * 2  # top-2: N = 2T rows, bf16
+
+
+QWEN3_CASES = [  # Qwen3-MoE's attention (q_norm, k_norm) on the MoE block; (shape, MoE, checkpointing, the phase of the peak)
+    pytest.param(ACTIVATION_HEAVY, QWEN3_LIKE, "none", "backward: loss", id="qwen3-none"),
+    pytest.param(ACTIVATION_HEAVY, QWEN3_LIKE, "full", "backward: layer 1 of 2 (recomputed)", id="qwen3-full"),
+    pytest.param(ONE_BLOCK, QWEN3_LIKE, "none", "forward: layer 1 of 1", id="qwen3-one-block-none"),
+]
+
+
+@pytest.mark.parametrize("shape, moe, ac, phase", QWEN3_CASES)
+def test_qwen3_moe_peak_matches_fsdp_mem_tracker(shape: tuple, moe: tuple, ac: str, phase: str) -> None:
+    """Qwen3-MoE under torchtitan: its GQAttention's q_norm and k_norm (b5bcd76, nn.RMSNorm on the head dim: CUDA's fused
+    kernel, memory_torchtitan.TT_QK_NORM_SOURCES) before RoPE, on the MoE block; the tracker's total within 0.1 %."""
+    from .tiny_llama import LlamaConfig
+    from .tiny_torchtitan_moe import MoeConfig, tracked_moe_peak
+
+    hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
+    experts, top_k, expert_ffn, shared_ffn, route_norm = moe
+    config = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
+    routing = MoeConfig(experts=experts, top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn, route_norm=route_norm)
+    tracked = tracked_moe_peak(config, routing, vocab, b, s, ac, fake_mesh(4), qk_norm=True)
+    ours = _parcalc_peak(shape, moe, ac, qk_norm=True)
+    print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), FSDPMemTracker {tracked['Total']:,.0f} B: {ours.allocated / tracked['Total']:.4f}")
+    assert ours.allocated == pytest.approx(tracked["Total"], rel=0.001), (ours.phase, tracked, ours.parts)
+    assert ours.phase.startswith(phase)
+
+
+def test_qwen3_q_k_norms_keep_the_projections_outputs_and_an_fp32_rstd_a_head() -> None:
+    """FusedRmsNormBackward0 saves its input and rstd (memory_torchtitan.TT_QK_NORM_SOURCES['autograd']): under no
+    checkpointing a Qwen3 block keeps wq's output (T x heads x head_dim, bf16), wk's (T x kv heads x head_dim) and one fp32
+    rstd a token and head, none of which the Llama block keeps (RoPE drops the projections' outputs)."""
+    from parcalc.core.memory_fsdp import FsdpStep, StreamWalk, walk_fsdp_step
+    from parcalc.core.model import MixtureOfExperts
+
+    from .titan_walks import TRACKED_STEP
+
+    hidden, heads, kv_heads = ONE_BLOCK[:3]
+    model = replace(titan_llama(*ONE_BLOCK[:6]), moe=MixtureOfExperts(8, 2, 384), qk_norm=True)
+    walk = StreamWalk()
+    walk_fsdp_step(model, FsdpStep(16, 256, 4, **TRACKED_STEP), walk)  # type: ignore[arg-type]
+    tokens, head_dim = 16 * 256, hidden // heads
+    assert walk.peak_phase == "forward: layer 1 of 1"
+    saved = {t.what: t.bytes for t in walk.peak_live if t.kind == "activations"}
+    assert saved["wq output (saved by q_norm)"] == tokens * heads * head_dim * 2
+    assert saved["wk output (saved by k_norm)"] == tokens * kv_heads * head_dim * 2
+    assert saved["q_norm rstd (fp32, saved by the fused RMSNorm)"] == tokens * heads * 4
+    assert saved["k_norm rstd (fp32, saved by the fused RMSNorm)"] == tokens * kv_heads * 4

@@ -58,6 +58,47 @@ def _scatter_add_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-
 deterministic_scatter_add.register_autograd(_scatter_add_backward, setup_context=_scatter_add_setup_context)
 
 
+@torch.library.custom_op("parcalc_ground_truth::fused_rms_norm", mutates_args=())
+def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """CUDA's aten._fused_rms_norm, which nn.RMSNorm runs on a CUDA input whose weight has its dtype (pytorch v2.13
+    layer_norm.cpp rms_norm_symint); on the CPU that op is CompositeImplicitAutograd (x.float(), pow, mean, rsqrt, two
+    muls, each a tensor), so this op stands for the CUDA kernel: the output in x's dtype, rstd in fp32."""
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return (x.float() * rstd * weight.float()).type_as(x), rstd
+
+
+@fused_rms_norm.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+
+
+def _fused_rms_norm_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    x, weight, _eps = inputs
+    ctx.save_for_backward(x, weight, output[1])  # FusedRmsNormBackward0 saves input, weight, result1 (Functions.h)
+
+
+def _fused_rms_norm_backward(ctx, grad_out, _grad_rstd):  # type: ignore[no-untyped-def]
+    # CUDA's _fused_rms_norm_backward returns the input's and the weight's gradients, one kernel; the tracker runs under
+    # FakeTensorMode (no values), so the stand-in allocates those two and nothing else
+    x, weight, _rstd = ctx.saved_tensors
+    return torch.empty_like(x), torch.empty_like(weight), None
+
+
+fused_rms_norm.register_autograd(_fused_rms_norm_backward, setup_context=_fused_rms_norm_setup_context)
+
+
+class HeadRMSNorm(nn.Module):
+    """b5bcd76's q_norm / k_norm: nn.RMSNorm(head_dim, eps=1e-6) over the last dim of (batch, seq, heads, head_dim), as
+    CUDA runs it (fused_rms_norm)."""
+
+    def __init__(self, head_dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(head_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fused_rms_norm(x, self.weight, 1e-6)[0]
+
+
 @dataclass(frozen=True)
 class MoeConfig:
     experts: int = 8
@@ -188,14 +229,39 @@ class TitanMoeBlock(TitanBlock):
         return self.moe(x)
 
 
-def tracked_moe_peak(c: LlamaConfig, m: MoeConfig, vocab: int, b: int, s: int, ac: str, mesh) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """tiny_torchtitan.tracked_torchtitan_peak with MoE blocks of `m`."""
+class Qwen3MoeBlock(TitanMoeBlock):
+    """Qwen3TransformerBlock with b5bcd76's GQAttention's q_norm and k_norm (common/attention.py GQAttention.forward:
+    xq = q_norm(xq); xk = k_norm(xk) after the projections, before RoPE) in tiny_torchtitan's attention (9dec370's
+    complex RoPE, repeat_kv, SDPA: the attention parcalc's torchtitan walk follows)."""
+
+    def __init__(self, c: LlamaConfig) -> None:
+        super().__init__(c)
+        self.q_norm, self.k_norm = HeadRMSNorm(c.head_dim), HeadRMSNorm(c.head_dim)
+
+    def attention(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+        from .tiny_llama import apply_rotary_emb, repeat_kv
+
+        c = self.c
+        b, s, _ = x.shape
+        xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
+        xq = self.q_norm(xq.view(b, s, c.heads, c.head_dim))
+        xk = self.k_norm(xk.view(b, s, c.kv_heads, c.head_dim))
+        xv = xv.view(b, s, c.kv_heads, c.head_dim)
+        xq, xk = apply_rotary_emb(xq, xk, freqs)
+        keys, values = repeat_kv(xk, c.heads // c.kv_heads), repeat_kv(xv, c.heads // c.kv_heads)
+        out = F.scaled_dot_product_attention(xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), is_causal=True)
+        return self.wo(out.transpose(1, 2).contiguous().view(b, s, -1))
+
+
+def tracked_moe_peak(c: LlamaConfig, m: MoeConfig, vocab: int, b: int, s: int, ac: str, mesh,  # type: ignore[no-untyped-def]
+                     qk_norm: bool = False) -> dict[str, float]:  # fmt: skip
+    """tiny_torchtitan.tracked_torchtitan_peak with MoE blocks of `m` (`qk_norm`: Qwen3's, Qwen3MoeBlock)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     from .tiny_torchtitan import Transformer, apply_ac, apply_fsdp_with_adamw, two_tracked_steps
 
-    block = type("Block", (TitanMoeBlock,), {"moe_config": m})
+    block = type("Block", (Qwen3MoeBlock if qk_norm else TitanMoeBlock,), {"moe_config": m})
     model_class = type("MoeTransformer", (Transformer,), {"block": block})
     with FakeTensorMode():
         model = model_class(c, vocab, s)
