@@ -53,7 +53,7 @@ from parcalc.core.memory_timeline import (
     walk_backward,
     walk_forward,
 )
-from parcalc.core.memory_torchtitan import POLICIES
+from parcalc.core.memory_torchtitan import POLICIES, layer_model
 from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
 from parcalc.core.memory_torchtitan_cp import context_parallel_buffers
 from parcalc.core.memory_torchtitan_tp import walk_step as torchtitan_tp_step
@@ -253,12 +253,15 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
 
 # torchtitan's MoE adds its shared experts as a plain FeedForward (parcalc.core.memory_torchtitan_moe), not transformers' Qwen2-MoE
 _HF_SHARED_GAP = "shared experts without Qwen2-MoE's sigmoid gate"
+# and its walk runs a MoE model's dense layers as FeedForward blocks (memory_torchtitan.layer_shapes); DeepSeek's router bias
+# (e_score_correction_bias) is torchtitan's expert_bias_E buffer, added to the scores for the choice (memory_torchtitan_moe)
+_TT_WALKED = (_HF_SHARED_GAP, "dense layers between the MoE layers", "a router bias")
 
 
 def model_gaps(model: TransformerModel, model_code: str) -> list[str]:
     """What of the model the model code's walk does not follow (memory_timeline.hf_model_gaps; torchtitan's MoE walk has
     shared experts without a gate, memory_torchtitan_moe.moe_gaps)."""
-    return [gap for gap in hf_model_gaps(model) if not (model_code == "torchtitan" and gap == _HF_SHARED_GAP)]
+    return [gap for gap in hf_model_gaps(model) if not (model_code == "torchtitan" and gap in _TT_WALKED)]
 
 
 def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute: Recompute, precision: Precision,
@@ -689,7 +692,8 @@ class _FsdpHooks(StepHooks):
     def __init__(self, model: TransformerModel, step: FsdpStep, param_bytes: float, master_bytes: float) -> None:
         self.n = step.shards
         self.layers = model.layers
-        self.units = {"root": _root_params(model, step.tp), **{f"L{i}": _block_params(model, step.tp, step.model_code == "torchtitan") for i in range(model.layers)}}
+        self.units = {"root": _root_params(model, step.tp), **{f"L{i}": _block_params(layer_model(model, i), step.tp, step.model_code == "torchtitan")
+                                                               for i in range(model.layers)}}  # fmt: skip
         self.p = param_bytes
         self.master = master_bytes
         self.reduce = step.reduce_bytes
@@ -930,7 +934,8 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         roots = {"root": own}
         if step.pp_zero_bubble:  # rank 0 holds the first stage and the last, each its own root (memory_pipeline_zero_bubble.root_unit)
             roots = {"root": (root["embedding"],), "root.last": (root["final_norm"], root["head"])} if step.pp_stage == 0 else {"root": ()}
-        hooks.units = {**roots, **{f"L{i}": _block_params(model, step.tp, step.model_code == "torchtitan") for lo, hi in ranges for i in range(lo, hi)}}
+        hooks.units = {**roots, **{f"L{i}": _block_params(layer_model(model, i), step.tp, step.model_code == "torchtitan") for lo, hi in ranges
+                                   for i in range(lo, hi)}}  # fmt: skip
         hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
@@ -949,8 +954,8 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         if model.moe is not None:  # each MoE block's expert_bias_E and tokens_per_expert_E (memory_torchtitan_moe)
             from parcalc.core.memory_torchtitan_moe import moe_buffers
 
-            for unit in hooks.units:
-                if unit != "root":
+            for unit in hooks.units:  # the MoE layers' only (layer_model)
+                if unit.startswith("L") and model.moe.is_moe_layer(int(unit[1:])):
                     moe_buffers(walk, model.moe.experts, unit)
         for k in range(1, len(step.pp_chunks)):  # each virtual stage a deep copy of the model with its own buffer
             walk.alloc(f"freqs_cis.{k}", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer of another stage")

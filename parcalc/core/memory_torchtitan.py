@@ -98,6 +98,9 @@ TT_QK_NORM_SOURCES = {
                  "saves input, weight and result1 (rstd); _fused_rms_norm_backward returns the input's and the weight's "
                  "gradients"),
 }
+TT_MOE_DENSE_SOURCE = ("pytorch/torchtitan at b5bcd76 torchtitan/models/deepseek_v3/__init__.py build_mla_moe_layers: 'Layers with "
+                       "layer_id < n_dense_layers get a dense FeedForward and no MoE' (of dense_hidden_dim); "
+                       "models/common/decoder.py TransformerBlock: moe_enabled = config.moe is not None")
 POLICIES = ("none", "full", "op")
 
 
@@ -378,6 +381,19 @@ def _attention_backward(walk: Walk, x: StepShapes, k: str, into: str) -> None:
     walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
 
 
+def layer_shapes(model: TransformerModel, x: StepShapes, i: int) -> StepShapes:
+    """Block `i`'s shapes: a MoE model's dense layers (DeepSeek's first n_dense_layers, Llama 4's between its
+    interleave_moe_layer_step MoE layers) run the FeedForward of ffn_hidden (TT_MOE_DENSE_SOURCE)."""
+    if model.moe is None or model.moe.is_moe_layer(i):
+        return x
+    return replace(x, experts=0, top_k=0, fe=0, fs=0)
+
+
+def layer_model(model: TransformerModel, i: int) -> TransformerModel:
+    """Block `i` as a model of its own kind (dense or MoE), for its parameters (memory_fsdp._block_params)."""
+    return model if model.moe is None or model.moe.is_moe_layer(i) else replace(model, moe=None)
+
+
 def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], hooks: StepHooks,
                         compiled: bool = False) -> str:  # fmt: skip
     """The embedding and the blocks (`compiled`: each block's torch.compile'd code, parcalc.core.memory_torchtitan_compile);
@@ -393,7 +409,7 @@ def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, poli
         if compiled:  # every policy's compiled forward saves its input
             out = compiled_block_forward(walk, x, i, current, policies[i])
         else:
-            out = block_forward(walk, x, i, current, policies[i])
+            out = block_forward(walk, layer_shapes(model, x, i), i, current, policies[i])
         if policies[i] == "none" and not compiled:  # the loop's `h = layer(h)` drops the input: its norm saved an fp32 copy
             walk.free(current)
         hooks.after_layer(walk, i)
@@ -447,9 +463,10 @@ def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, pol
         if compiled:  # the recomputation, if any, is part of the compiled backward
             compiled_block_backward(walk, x, i, inp, "g_stream", "g_stream_next", policies[i])
         else:
+            xi = layer_shapes(model, x, i)
             if policies[i] != "none":
-                block_forward(walk, x, i, inp, policies[i], recomputing=True)
-            block_backward(walk, x, i, "g_stream", "g_stream_next")
+                block_forward(walk, xi, i, inp, policies[i], recomputing=True)
+            block_backward(walk, xi, i, "g_stream", "g_stream_next")
         walk.free(inp)  # the checkpoint's input, held by its frame until the block's backward is done
         walk.rename("g_stream_next", "g_stream")
         hooks.after_layer_backward(walk, i)

@@ -18,13 +18,13 @@ from .fake_process_group import fake_mesh, no_process_group_after  # noqa: E402,
 from .titan_walks import titan_llama, tracked_step_peak  # noqa: E402
 
 
-def _parcalc_peak(shape: tuple, moe: tuple, ac: str, qk_norm: bool = False):
+def _parcalc_peak(shape: tuple, moe: tuple, ac: str, qk_norm: bool = False, dense_first: int = 0):
     from parcalc.core.model import MixtureOfExperts
 
     hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
     experts, top_k, expert_ffn, shared_ffn, route_norm = moe
     routed = MixtureOfExperts(experts, top_k, expert_ffn, shared_experts=1 if shared_ffn else 0, shared_ffn_hidden=shared_ffn,
-                              top_k_renormalised=route_norm)  # fmt: skip
+                              top_k_renormalised=route_norm, first_dense_layers=dense_first)  # fmt: skip
     model = replace(titan_llama(hidden, heads, kv_heads, ffn, layers, vocab), moe=routed, qk_norm=qk_norm)
     return tracked_step_peak(model, b, s, 4, "mixed-bf16", ac)
 
@@ -139,3 +139,31 @@ def test_qwen3_q_k_norms_keep_the_projections_outputs_and_an_fp32_rstd_a_head() 
     assert saved["wk output (saved by k_norm)"] == tokens * kv_heads * head_dim * 2
     assert saved["q_norm rstd (fp32, saved by the fused RMSNorm)"] == tokens * heads * 4
     assert saved["k_norm rstd (fp32, saved by the fused RMSNorm)"] == tokens * kv_heads * 4
+
+
+DENSE_FIRST_CASES = [  # DeepSeek's first n_dense_layers blocks dense (the FeedForward of ffn); (shape, MoE, dense blocks, checkpointing, phase)
+    pytest.param(ACTIVATION_HEAVY, SHARED, 1, "none", "backward: loss", id="first-dense-shared-none"),  # 1.0000
+    pytest.param(ACTIVATION_HEAVY, SHARED, 1, "full", "backward: layer 2 of 2 (recomputed)", id="first-dense-shared-full"),  # 1.0002
+    pytest.param(WEIGHT_HEAVY, (8, 2, 704, 1408, True), 3, "none", "backward: layer 3 of 4", id="three-dense-of-four-none"),  # 1.0000
+]
+
+
+@pytest.mark.parametrize("shape, moe, dense, ac, phase", DENSE_FIRST_CASES)
+def test_dense_first_layers_match_fsdp_mem_tracker(shape: tuple, moe: tuple, dense: int, ac: str, phase: str) -> None:
+    """A MoE model whose first blocks are dense (memory_torchtitan.layer_shapes / layer_model: their FeedForward, their
+    parameters, no MoE buffers); the tracker's total within 0.1 %."""
+    from .tiny_llama import LlamaConfig
+    from .tiny_torchtitan_moe import MoeConfig, tracked_moe_peak
+
+    hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
+    experts, top_k, expert_ffn, shared_ffn, route_norm = moe
+    config = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
+    routing = MoeConfig(experts=experts, top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn, route_norm=route_norm)
+    tracked = tracked_moe_peak(config, routing, vocab, b, s, ac, fake_mesh(4), dense_first=dense)
+    ours = _parcalc_peak(shape, moe, ac, dense_first=dense)
+    print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), FSDPMemTracker {tracked['Total']:,.0f} B: {ours.allocated / tracked['Total']:.4f}")
+    assert ours.allocated == pytest.approx(tracked["Total"], rel=0.001), (ours.phase, tracked, ours.parts)
+    assert ours.phase.startswith(phase)
+    by_kind = dict(ours.parts)
+    for category, kind in (("SHARDED_PARAM", "sharded parameters"), ("BUFFER", "buffers")):
+        assert by_kind.get(kind, 0.0) == pytest.approx(tracked[category], rel=0.01, abs=4096), (category, tracked, ours.parts)

@@ -254,8 +254,10 @@ class Qwen3MoeBlock(TitanMoeBlock):
 
 
 def tracked_moe_peak(c: LlamaConfig, m: MoeConfig, vocab: int, b: int, s: int, ac: str, mesh,  # type: ignore[no-untyped-def]
-                     qk_norm: bool = False) -> dict[str, float]:  # fmt: skip
-    """tiny_torchtitan.tracked_torchtitan_peak with MoE blocks of `m` (`qk_norm`: Qwen3's, Qwen3MoeBlock)."""
+                     qk_norm: bool = False, dense_first: int = 0) -> dict[str, float]:  # fmt: skip
+    """tiny_torchtitan.tracked_torchtitan_peak with MoE blocks of `m` (`qk_norm`: Qwen3's, Qwen3MoeBlock); the first
+    `dense_first` blocks dense, each with the FeedForward of c.ffn (b5bcd76 deepseek_v3 build_mla_moe_layers:
+    layer_id < n_dense_layers)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
@@ -265,6 +267,8 @@ def tracked_moe_peak(c: LlamaConfig, m: MoeConfig, vocab: int, b: int, s: int, a
     model_class = type("MoeTransformer", (Transformer,), {"block": block})
     with FakeTensorMode():
         model = model_class(c, vocab, s)
+        for i in range(dense_first):
+            model.layers[str(i)] = TitanBlock(c)
         apply_ac(model, ac)
         opt = apply_fsdp_with_adamw(model, mesh)
         ids = torch.randint(0, vocab, (b, s))
