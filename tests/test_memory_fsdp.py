@@ -139,7 +139,9 @@ def test_a_textbook_fsdp_memory_says_why(run_json) -> None:
     (["--model", "qwen3-30b-a3b", "--cp", "2"], "q/k norms with cp = 2"),
     # torchtitan's MoE is walked in bf16 (memory_torchtitan_moe), not with torchao's Float8 grouped GEMMs
     (["--model", "mixtral-8x7b", "--precision", "fp8"], "experts with --precision fp8"),
-    (["--model", "deepseek-v3"], "latent attention (MLA)"),
+    # DeepSeek's latent attention is walked in the eager block under FSDP2 alone (memory_torchtitan_mla); MTP is not
+    (["--model", "deepseek-v3"], "MTP modules"),
+    (["--model", "deepseek-v2", "--tp", "2"], "latent attention (MLA) with tp = 2"),
     (["--model", "llama3-8b", "--precision", "fp32"], "--precision fp32 (the torchtitan walk follows bf16 compute)"),
 ])  # fmt: skip
 def test_what_torchtitans_llama_code_lacks_keeps_the_textbook_sum(run_json, flags: list[str], gap: str) -> None:
@@ -168,3 +170,14 @@ def test_qwen3_moe_under_torchtitan_is_walked_with_its_q_k_norms(run_json) -> No
     assert not [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
     text = str(doc)
     assert "Qwen3's q_norm and k_norm on the head dim" in text and "torchtitan's MoE (128 routed experts, top-8" in text
+
+
+def test_deepseek_v2_under_torchtitan_is_walked_with_its_latent_attention(run_json) -> None:
+    """DeepSeek-V2 (q_lora_rank 1536, 160 routed experts, 2 shared, the first layer dense) under --framework torchtitan: the
+    step walk with DeepSeek's latent attention (memory_torchtitan_mla), named in the derivation; what FlexAttention keeps
+    among the peak's live tensors."""
+    doc = run_json("memory", "--model", "deepseek-v2", "--framework", "torchtitan", "--zero", "3", "--dp", "64", "--seq-len", "4096",
+                   "--micro-batch", "1", "--gpu", "h200", "--recompute", "none")  # fmt: skip
+    assert not [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
+    text = str(doc)
+    assert "DeepSeek's multi-head latent attention" in text and "q = cat(q_nope, q_pe) (saved by FlexAttention)" in text

@@ -255,7 +255,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
 _HF_SHARED_GAP = "shared experts without Qwen2-MoE's sigmoid gate"
 # and its walk runs a MoE model's dense layers as FeedForward blocks (memory_torchtitan.layer_shapes); DeepSeek's router bias
 # (e_score_correction_bias) is torchtitan's expert_bias_E buffer, added to the scores for the choice (memory_torchtitan_moe)
-_TT_WALKED = (_HF_SHARED_GAP, "dense layers between the MoE layers", "a router bias")
+_TT_WALKED = (_HF_SHARED_GAP, "dense layers between the MoE layers", "a router bias", "latent attention (MLA)")
 
 
 def model_gaps(model: TransformerModel, model_code: str) -> list[str]:
@@ -355,6 +355,8 @@ def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[
                                     model.moe is not None and precision is Precision.FP8),
                                    ("q/k norms with --precision fp8 (the walk follows Qwen3's q_norm / k_norm in bf16)",
                                     model.qk_norm and precision is Precision.FP8),
+                                   ("latent attention with --precision fp8 (the walk follows DeepSeek's MLA in bf16)",
+                                    model.mla is not None and precision is Precision.FP8),
                                    ("tied embeddings (torchtitan's Llama has its own output projection)", model.tied_embeddings),
                                    ("--precision fp32 (the torchtitan walk follows bf16 compute)", precision is Precision.FP32)) if gap]  # fmt: skip
 
@@ -367,7 +369,8 @@ def torchtitan_moe_layout_gaps(model: TransformerModel, tp: int, pp: int, compil
               *((f"checkpointing {p!r}", p not in ("none", "full")) for p in sorted(policies)))
     return [f"{part} with {what} (the walk follows {code} under FSDP2 alone)"
             for part, code, present in (("experts", "torchtitan's eager MoE", model.moe is not None),
-                                        ("q/k norms", "Qwen3's eager attention", model.qk_norm)) if present
+                                        ("q/k norms", "Qwen3's eager attention", model.qk_norm),
+                                        ("latent attention (MLA)", "DeepSeek's eager attention", model.mla is not None)) if present
             for what, gap in layout if gap]  # fmt: skip
 
 
@@ -410,6 +413,12 @@ def _block_params(model: TransformerModel, tp: int = 1, shared: bool = False) ->
     h, q, kv, f = model.hidden, model.heads * model.head_dim // tp, model.kv_heads * model.head_dim // tp, model.ffn_hidden // tp
     attention = (_Param("q", q, h), _Param("k", kv, h), _Param("v", kv, h), _Param("o", h, q),
                  *((_Param("qn", model.head_dim, 1), _Param("kn", model.head_dim, 1)) if model.qk_norm else ()))
+    if model.mla is not None:  # torchtitan's deepseek_v3 Attention (memory_torchtitan_mla): wq or wq_a, q_norm, wq_b; wkv_a, kv_norm, wkv_b; wo
+        m, n = model.mla, model.heads
+        query = ((_Param("wq_a", m.q_lora_rank, h), _Param("qan", m.q_lora_rank, 1), _Param("wq_b", n * m.qk_head_dim, m.q_lora_rank))
+                 if m.q_lora_rank else (_Param("q", n * m.qk_head_dim, h),))
+        attention = (*query, _Param("wkv_a", m.kv_lora_rank + m.qk_rope_head_dim, h), _Param("kvn", m.kv_lora_rank, 1),
+                     _Param("wkv_b", n * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank), _Param("o", h, n * m.v_head_dim))
     if model.moe is not None:  # MixtralSparseMoeBlock: router, then the experts' gate_up_proj and down_proj
         e, fe = model.moe.experts, model.moe.expert_ffn_hidden
         mlp: tuple[_Param, ...] = (_Param("router", e, h), _Param("gate_up", e, 2 * fe * h), _Param("down", e, h * fe))
@@ -924,6 +933,9 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     x = replace(x, cp=step.cp, cp_rotate=step.cp_rotate)
     if step.model_code == "torchtitan" and model.moe is not None:  # the shared experts' one FeedForward (memory_torchtitan_moe)
         x = replace(x, fs=model.moe.shared_experts * model.moe.shared_width)
+    if step.model_code == "torchtitan" and model.mla is not None:  # DeepSeek's latent attention (memory_torchtitan_mla)
+        m = model.mla
+        x = replace(x, mla=(m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim))
     # torchao's Float8Linear under MixedPrecisionPolicy(param_dtype=bfloat16) (memory_torchao_float8: check_fsdp_step)
     x = replace(x, float8=step.precision is Precision.FP8, float8_weights=step.float8_all_gather and step.precision is Precision.FP8)
     hooks = _FsdpHooks(model, step, compute, master)
@@ -949,8 +961,12 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         for k in range(sum(len(p) for p in hooks.units.values())):  # a 4-byte tensor each, a 512-byte block each
             walk.alloc(f"step_count{k}", 4, "optimizer states", "AdamW step counters")
     checkpointed = step.recompute is Recompute.FULL
-    if step.model_code == "torchtitan":  # its own Transformer, the freqs_cis buffer (max_seq_len = seq_len) unsharded
+    if step.model_code == "torchtitan" and model.mla is not None:  # a ComplexRoPE cache in every attention, resized to the
+        for i in range(model.layers):  # training length (memory_torchtitan_mla.TT_MLA_SOURCES['model']), unsharded
+            walk.alloc(f"L{i}.rope_cache", step.seq_len * model.mla.qk_rope_head_dim // 2 * 8, "buffers", "RoPE cache buffer (complex64)")
+    elif step.model_code == "torchtitan":  # its own Transformer, the freqs_cis buffer (max_seq_len = seq_len) unsharded
         walk.alloc("freqs_cis", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer (complex64)")
+    if step.model_code == "torchtitan":
         if model.moe is not None:  # each MoE block's expert_bias_E and tokens_per_expert_E (memory_torchtitan_moe)
             from parcalc.core.memory_torchtitan_moe import moe_buffers
 

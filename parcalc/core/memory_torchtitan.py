@@ -182,12 +182,20 @@ def float8_linear(b: BlockWalk, name: str, d_in: int, d_out: int, mm: Callable[[
 def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False, prefix: str = "") -> str:
     """torchtitan's TransformerBlock (TT_SOURCES['model']) under `policy`; returns the output's key ("" when the
     recomputation stops early, after w2's input). `prefix` keys a pipeline micro-batch's tensors apart."""
-    T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
+    T, h, q, kv, c = x.T, x.h, x.q, x.kv, x.c
     copies = repeat_kv_copies(x)
     b = BlockWalk(walk, x, i, policy, recomputing, prefix)
     k = b.k
     y = norm_forward(walk, x, f"{k}.n1", inp, b.saving)
     b.save(y)
+    if x.mla:  # DeepSeek's latent attention (parcalc.core.memory_torchtitan_mla)
+        from parcalc.core.memory_torchtitan_mla import mla_forward
+
+        attn = mla_forward(b, x, y)
+        b.drop(y)
+        o = b.alloc("o.out", T * h * c, "wo output", False)
+        b.drop(attn)
+        return _feed_forward_forward(b, x, o, recomputing)
     xq = float8_linear(b, "q", h, q, lambda: b.alloc("q.out", T * q * c, "wq output", False))
     xk = float8_linear(b, "k", h, kv, lambda: b.alloc("k.out", T * kv * c, "wk output", False))
     xv = float8_linear(b, "v", h, kv, lambda: b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies))
@@ -199,6 +207,14 @@ def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, reco
     wo_in = b.alloc("wo.in", T * q * c, "wo input (the ring's output made contiguous)", True) if x.cp > 1 else attn
     o = float8_linear(b, "o", q, h, lambda: b.alloc("o.out", T * h * c, "wo output", False))
     b.drop(attn, wo_in)
+    return _feed_forward_forward(b, x, o, recomputing)
+
+
+def _feed_forward_forward(b: BlockWalk, x: StepShapes, o: str, recomputing: bool) -> str:
+    """From wo's output `o`: the residual add, the ffn_norm and the FeedForward (or torchtitan's MoE); returns the block
+    output's key ("" when the recomputation stops early)."""
+    walk, k = b.walk, b.k
+    T, h, f, c = x.T, x.h, x.f, x.c
     x1 = b.alloc("x1", T * h * c, "residual stream after attention", False)
     b.drop(o)
     y2 = norm_forward(walk, x, f"{k}.n2", x1, b.saving)
@@ -355,6 +371,19 @@ def repeat_kv_and_rope_backward(walk: Walk, k: str, T: float, widths: tuple[int,
 
 def _attention_backward(walk: Walk, x: StepShapes, k: str, into: str) -> None:
     """The attention's backward from the residual stream's gradient g_x1, its attention_norm's into it; then renamed `into`."""
+    if x.mla:  # DeepSeek's latent attention (parcalc.core.memory_torchtitan_mla)
+        from parcalc.core.memory_torchtitan_mla import mla_backward
+
+        mla_backward(walk, x, k, f"{k}.g_y")
+    else:
+        _gqa_backward(walk, x, k)
+    norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", f"{k}.g_x1")
+    walk.rename(f"{k}.g_x1", into)
+    walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
+
+
+def _gqa_backward(walk: Walk, x: StepShapes, k: str) -> None:
+    """The grouped-query attention's backward from g_x1 (kept) to the attention_norm output's gradient g_y."""
     T, h, q, kv, c = x.T, x.h, x.q, x.kv, x.c
     n_rep = q // kv
     # h = x + wo(attention): wo's branch gets the same gradient
@@ -376,9 +405,6 @@ def _attention_backward(walk: Walk, x: StepShapes, k: str, into: str) -> None:
     mm_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, f"{k}.g_y")
     mm_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, kv, f"{k}.g_y")
     mm_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, q, f"{k}.g_y", f"{k}.n1.out")
-    norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", f"{k}.g_x1")
-    walk.rename(f"{k}.g_x1", into)
-    walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
 
 
 def layer_shapes(model: TransformerModel, x: StepShapes, i: int) -> StepShapes:

@@ -94,10 +94,12 @@ def test_the_router_fp32_input_is_what_a_moe_block_saves_beyond_its_experts() ->
     assert saved["experts' input rows (saved by the grouped matmuls)"] == tokens * 2 * hidden * 2  # top-2: N = 2T rows, bf16
 
 
-QWEN3_CASES = [  # Qwen3-MoE's attention (q_norm, k_norm) on the MoE block; (shape, MoE, checkpointing, the phase of the peak)
-    pytest.param(ACTIVATION_HEAVY, QWEN3_LIKE, "none", "backward: loss", id="qwen3-none"),
-    pytest.param(ACTIVATION_HEAVY, QWEN3_LIKE, "full", "backward: layer 1 of 2 (recomputed)", id="qwen3-full"),
-    pytest.param(ONE_BLOCK, QWEN3_LIKE, "none", "forward: layer 1 of 1", id="qwen3-one-block-none"),
+# Qwen3-MoE's attention (q_norm, k_norm) on the MoE block; (shape, MoE, checkpointing, the phase of the peak). Measured
+# 2026-11-30 also: ACTIVATION_HEAVY, none, 1.0001 (left out for the suite's time); without the norms' saved tensors the walk
+# was 2.6-3.9 % under the tracker in these cases
+QWEN3_CASES = [
+    pytest.param(ACTIVATION_HEAVY, QWEN3_LIKE, "full", "backward: layer 1 of 2 (recomputed)", id="qwen3-full"),  # 1.0002
+    pytest.param(ONE_BLOCK, QWEN3_LIKE, "none", "forward: layer 1 of 1", id="qwen3-one-block-none"),  # 1.0001
 ]
 
 
@@ -141,10 +143,11 @@ def test_qwen3_q_k_norms_keep_the_projections_outputs_and_an_fp32_rstd_a_head() 
     assert saved["k_norm rstd (fp32, saved by the fused RMSNorm)"] == tokens * kv_heads * 4
 
 
-DENSE_FIRST_CASES = [  # DeepSeek's first n_dense_layers blocks dense (the FeedForward of ffn); (shape, MoE, dense blocks, checkpointing, phase)
-    pytest.param(ACTIVATION_HEAVY, SHARED, 1, "none", "backward: loss", id="first-dense-shared-none"),  # 1.0000
+# DeepSeek's first n_dense_layers blocks dense (the FeedForward of ffn); (shape, MoE, dense blocks, checkpointing, phase).
+# Measured 2026-11-30 also (left out for the suite's time): ACTIVATION_HEAVY, SHARED, 1 dense, none 1.0000; WEIGHT_HEAVY,
+# 3 of 4 dense, shared 1408, none 1.0000 (walking every block as MoE: 1.10, 1.13 and 1.47 of the tracker)
+DENSE_FIRST_CASES = [
     pytest.param(ACTIVATION_HEAVY, SHARED, 1, "full", "backward: layer 2 of 2 (recomputed)", id="first-dense-shared-full"),  # 1.0002
-    pytest.param(WEIGHT_HEAVY, (8, 2, 704, 1408, True), 3, "none", "backward: layer 3 of 4", id="three-dense-of-four-none"),  # 1.0000
 ]
 
 
@@ -161,6 +164,46 @@ def test_dense_first_layers_match_fsdp_mem_tracker(shape: tuple, moe: tuple, den
     routing = MoeConfig(experts=experts, top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn, route_norm=route_norm)
     tracked = tracked_moe_peak(config, routing, vocab, b, s, ac, fake_mesh(4), dense_first=dense)
     ours = _parcalc_peak(shape, moe, ac, dense_first=dense)
+    print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), FSDPMemTracker {tracked['Total']:,.0f} B: {ours.allocated / tracked['Total']:.4f}")
+    assert ours.allocated == pytest.approx(tracked["Total"], rel=0.001), (ours.phase, tracked, ours.parts)
+    assert ours.phase.startswith(phase)
+    by_kind = dict(ours.parts)
+    for category, kind in (("SHARDED_PARAM", "sharded parameters"), ("BUFFER", "buffers")):
+        assert by_kind.get(kind, 0.0) == pytest.approx(tracked[category], rel=0.01, abs=4096), (category, tracked, ours.parts)
+
+
+# (q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim): Moonlight's / DeepSeek-V2-Lite's (no query
+# latent) and DeepSeek-V3's (a query latent) at a small size, v_head_dim = hidden / heads = 128 as in the presets' head_dim
+MLA_NO_Q_LORA = (0, 256, 128, 64, 128)
+MLA_Q_LORA = (192, 256, 128, 64, 128)
+DEEPSEEK_LIKE = (8, 2, 384, 384, True)  # routed experts and one shared FeedForward
+
+# (shape, MLA, MoE, dense blocks first, checkpointing, phase). Measured 2026-11-30 also: MLA_NO_Q_LORA, first block dense,
+# none 1.0000 (left out for the suite's time)
+MLA_CASES = [
+    pytest.param(ACTIVATION_HEAVY, MLA_NO_Q_LORA, DEEPSEEK_LIKE, 1, "full", "backward: layer 2 of 2 (recomputed)", id="mla-first-dense-full"),  # 1.0002
+    pytest.param(ACTIVATION_HEAVY, MLA_Q_LORA, DEEPSEEK_LIKE, 0, "none", "backward: loss", id="mla-q-lora-none"),  # 1.0001
+    pytest.param(ONE_BLOCK, MLA_Q_LORA, DEEPSEEK_LIKE, 0, "full", "backward: layer 1 of 1 (recomputed)", id="mla-q-lora-one-block-full"),  # 1.0002
+]
+
+
+@pytest.mark.parametrize("shape, mla, moe, dense, ac, phase", MLA_CASES)
+def test_deepseek_mla_peak_matches_fsdp_mem_tracker(shape: tuple, mla: tuple, moe: tuple, dense: int, ac: str, phase: str) -> None:
+    """DeepSeek-V3 / Moonlight under torchtitan: b5bcd76's latent attention (memory_torchtitan_mla) with FlexAttention and
+    the fused RMSNorms as their CUDA kernels allocate, dense-first blocks, shared experts; the tracker's total within 0.1 %."""
+    from parcalc.core.model import LatentAttention, MixtureOfExperts
+
+    from .tiny_llama import LlamaConfig
+    from .tiny_torchtitan_moe import MlaConfig, MoeConfig, tracked_moe_peak
+
+    hidden, heads, kv_heads, ffn, layers, vocab, b, s = shape
+    experts, top_k, expert_ffn, shared_ffn, route_norm = moe
+    config = LlamaConfig(hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, layers=layers)
+    routing = MoeConfig(experts=experts, top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn, route_norm=route_norm)
+    tracked = tracked_moe_peak(config, routing, vocab, b, s, ac, fake_mesh(4), dense_first=dense, mla=MlaConfig(*mla))
+    routed = MixtureOfExperts(experts, top_k, expert_ffn, shared_experts=1, shared_ffn_hidden=shared_ffn, first_dense_layers=dense)
+    model = replace(titan_llama(hidden, heads, kv_heads, ffn, layers, vocab), moe=routed, mla=LatentAttention(*mla))
+    ours = tracked_step_peak(model, b, s, 4, "mixed-bf16", ac)
     print(f"parcalc {ours.allocated:,.0f} B ({ours.phase}), FSDPMemTracker {tracked['Total']:,.0f} B: {ours.allocated / tracked['Total']:.4f}")
     assert ours.allocated == pytest.approx(tracked["Total"], rel=0.001), (ours.phase, tracked, ours.parts)
     assert ours.phase.startswith(phase)
