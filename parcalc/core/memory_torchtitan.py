@@ -19,6 +19,11 @@ Each block's checkpointing is one of torchtitan's (TT_SOURCES['ac']):
   those ops again.
 torchtitan's selective "k" (every k-th block fully checkpointed, the rest not) is a tuple of these per block.
 
+Other models' blocks from torchtitan's later code (b5bcd76) take their place in this block: its MoE in place of the
+FeedForward (parcalc.core.memory_torchtitan_moe), a MoE model's dense layers as this FeedForward (layer_shapes), Qwen3's
+q_norm / k_norm before RoPE (head_norms_forward) and DeepSeek's latent attention in place of the attention
+(parcalc.core.memory_torchtitan_mla).
+
 Ground truth: FSDPMemTracker over this code (tests/ground_truth/tiny_torchtitan.py, test_torch_memory_torchtitan.py).
 """
 
