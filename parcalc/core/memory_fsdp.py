@@ -245,7 +245,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append(f"--recompute {recompute.value}")
     if model_code == "torchtitan":
         gaps += torchtitan_code_gaps(model, precision)
-        gaps += torchtitan_moe_layout_gaps(model, layout.tp, layout.pp, compiled, {recompute.value}, layout.cp)
+        gaps += torchtitan_block_layout_gaps(model, layout.tp, layout.pp, compiled, {recompute.value}, layout.cp)
     if compiled:
         gaps += compile_gaps(model, layout.tp, layout.pp, model_code, precision)
     return gaps
@@ -361,7 +361,7 @@ def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[
                                    ("--precision fp32 (the torchtitan walk follows bf16 compute)", precision is Precision.FP32)) if gap]  # fmt: skip
 
 
-def torchtitan_moe_layout_gaps(model: TransformerModel, tp: int, pp: int, compiled: bool, policies: set[str], cp: int = 1) -> list[str]:
+def torchtitan_block_layout_gaps(model: TransformerModel, tp: int, pp: int, compiled: bool, policies: set[str], cp: int = 1) -> list[str]:
     """What the walks of torchtitan's MoE block and of Qwen3's q/k norms do not follow of a layout: each walks the eager
     block under FSDP2 alone (ep = 1, no tp, pp, cp or compile), with no or full checkpointing
     (parcalc.core.memory_torchtitan_moe; memory_torchtitan.head_norms_forward)."""
@@ -856,7 +856,7 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
     if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code, step.precision)):
         raise InputError(f"{model.name}: the compiled step walk: {'; '.join(gaps)}")
     policies = set(step.block_policies or ()) | ({step.recompute.value} if step.block_policies is None else set())
-    missing = (torchtitan_code_gaps(model, step.precision) + torchtitan_moe_layout_gaps(model, step.tp, step.pp, step.compiled, policies, step.cp)
+    missing = (torchtitan_code_gaps(model, step.precision) + torchtitan_block_layout_gaps(model, step.tp, step.pp, step.compiled, policies, step.cp)
                if step.model_code == "torchtitan" else [])
     if missing:
         raise InputError(f"{model.name}: the torchtitan profile's step walk follows torchtitan's Llama code in bf16; {'; '.join(missing)}")

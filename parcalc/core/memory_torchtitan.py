@@ -413,8 +413,8 @@ def _gqa_backward(walk: Walk, x: StepShapes, k: str) -> None:
 
 
 def layer_shapes(model: TransformerModel, x: StepShapes, i: int) -> StepShapes:
-    """Block `i`'s shapes: a MoE model's dense layers (DeepSeek's first n_dense_layers, Llama 4's between its
-    interleave_moe_layer_step MoE layers) run the FeedForward of ffn_hidden (TT_MOE_DENSE_SOURCE)."""
+    """Block `i`'s shapes: a MoE model's dense layers (DeepSeek's first n_dense_layers; MixtureOfExperts.is_moe_layer)
+    run the FeedForward of ffn_hidden (TT_MOE_DENSE_SOURCE)."""
     if model.moe is None or model.moe.is_moe_layer(i):
         return x
     return replace(x, experts=0, top_k=0, fe=0, fs=0)

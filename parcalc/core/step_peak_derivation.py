@@ -79,6 +79,10 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
                        "buffers": f"{sources['buffers']}; {TT_MOE_SOURCES['moe']}"}  # fmt: skip
             shared = f", {model.moe.shared_experts} shared" if model.moe.shared_experts else ""
             which = "each block's" if model.moe.first_dense_layers == 0 and model.moe.every == 1 else "the MoE layers'"
+            if which != "each block's":  # the dense layers run the FeedForward (memory_torchtitan.layer_shapes)
+                from parcalc.core.memory_torchtitan import TT_MOE_DENSE_SOURCE
+
+                sources = {**sources, "activations": f"{sources['activations']}; {TT_MOE_DENSE_SOURCE}"}
             code += (f", {which} FeedForward torchtitan's MoE ({model.moe.experts} routed experts, top-{model.moe.top_k}{shared}: its router "
                      "in fp32, local token dispatcher and grouped experts at ep = 1; parcalc.core.memory_torchtitan_moe)")
         if model.mla is not None:  # DeepSeek's latent attention (memory_torchtitan_mla)
