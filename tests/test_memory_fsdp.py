@@ -135,10 +135,13 @@ def test_a_textbook_fsdp_memory_says_why(run_json) -> None:
 
 
 @pytest.mark.parametrize("flags, gap", [
-    (["--model", "qwen3-30b-a3b"], "q/k norms (torchtitan's Llama code has none)"),
+    # Qwen3's q/k norms are walked in the eager block under FSDP2 alone (memory_torchtitan.head_norms_forward)
+    (["--model", "qwen3-30b-a3b", "--cp", "2"], "q/k norms with cp = 2"),
     # torchtitan's MoE is walked in bf16 (memory_torchtitan_moe), not with torchao's Float8 grouped GEMMs
     (["--model", "mixtral-8x7b", "--precision", "fp8"], "experts with --precision fp8"),
-    (["--model", "deepseek-v3"], "latent attention (MLA)"),
+    # DeepSeek's latent attention is walked in the eager block under FSDP2 alone (memory_torchtitan_mla); MTP is not
+    (["--model", "deepseek-v3"], "MTP modules"),
+    (["--model", "deepseek-v2", "--tp", "2"], "latent attention (MLA) with tp = 2"),
     (["--model", "llama3-8b", "--precision", "fp32"], "--precision fp32 (the torchtitan walk follows bf16 compute)"),
 ])  # fmt: skip
 def test_what_torchtitans_llama_code_lacks_keeps_the_textbook_sum(run_json, flags: list[str], gap: str) -> None:
@@ -157,3 +160,24 @@ def test_torchtitans_moe_is_walked_and_named(run_json) -> None:
     text = str(doc)
     assert "torchtitan's MoE (8 routed experts, top-2" in text
     assert "router input cast to fp32 (saved by the gate)" in text
+
+
+def test_qwen3_moe_under_torchtitan_is_walked_with_its_q_k_norms(run_json) -> None:
+    """Qwen3-30B-A3B under --framework torchtitan: the step walk with torchtitan's MoE and GQAttention's q_norm / k_norm
+    (memory_torchtitan.head_norms_forward), named in the derivation (what the norms save: test_torch_memory_torchtitan_moe)."""
+    doc = run_json("memory", "--model", "qwen3-30b-a3b", "--framework", "torchtitan", "--zero", "3", "--dp", "8", "--seq-len", "4096",
+                   "--micro-batch", "1", "--gpu", "h200", "--recompute", "none")  # fmt: skip
+    assert not [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
+    text = str(doc)
+    assert "Qwen3's q_norm and k_norm on the head dim" in text and "torchtitan's MoE (128 routed experts, top-8" in text
+
+
+def test_deepseek_v2_under_torchtitan_is_walked_with_its_latent_attention(run_json) -> None:
+    """DeepSeek-V2 (q_lora_rank 1536, 160 routed experts, 2 shared, the first layer dense) under --framework torchtitan: the
+    step walk with DeepSeek's latent attention (memory_torchtitan_mla), named in the derivation; what FlexAttention keeps
+    among the peak's live tensors."""
+    doc = run_json("memory", "--model", "deepseek-v2", "--framework", "torchtitan", "--zero", "3", "--dp", "64", "--seq-len", "4096",
+                   "--micro-batch", "1", "--gpu", "h200", "--recompute", "none")  # fmt: skip
+    assert not [a for a in doc["assumptions"] if a.startswith("memory: the textbook sum")]
+    text = str(doc)
+    assert "DeepSeek's multi-head latent attention" in text and "q = cat(q_nope, q_pe) (saved by FlexAttention)" in text

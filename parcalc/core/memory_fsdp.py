@@ -53,7 +53,7 @@ from parcalc.core.memory_timeline import (
     walk_backward,
     walk_forward,
 )
-from parcalc.core.memory_torchtitan import POLICIES
+from parcalc.core.memory_torchtitan import POLICIES, layer_model
 from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
 from parcalc.core.memory_torchtitan_cp import context_parallel_buffers
 from parcalc.core.memory_torchtitan_tp import walk_step as torchtitan_tp_step
@@ -245,7 +245,7 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
         gaps.append(f"--recompute {recompute.value}")
     if model_code == "torchtitan":
         gaps += torchtitan_code_gaps(model, precision)
-        gaps += torchtitan_moe_layout_gaps(model, layout.tp, layout.pp, compiled, {recompute.value})
+        gaps += torchtitan_block_layout_gaps(model, layout.tp, layout.pp, compiled, {recompute.value}, layout.cp)
     if compiled:
         gaps += compile_gaps(model, layout.tp, layout.pp, model_code, precision)
     return gaps
@@ -253,12 +253,15 @@ def walk_gaps(model: TransformerModel, layout: Layout, precision: Precision, opt
 
 # torchtitan's MoE adds its shared experts as a plain FeedForward (parcalc.core.memory_torchtitan_moe), not transformers' Qwen2-MoE
 _HF_SHARED_GAP = "shared experts without Qwen2-MoE's sigmoid gate"
+# and its walk runs a MoE model's dense layers as FeedForward blocks (memory_torchtitan.layer_shapes); DeepSeek's router bias
+# (e_score_correction_bias) is torchtitan's expert_bias_E buffer, added to the scores for the choice (memory_torchtitan_moe)
+_TT_WALKED = (_HF_SHARED_GAP, "dense layers between the MoE layers", "a router bias", "latent attention (MLA)")
 
 
 def model_gaps(model: TransformerModel, model_code: str) -> list[str]:
     """What of the model the model code's walk does not follow (memory_timeline.hf_model_gaps; torchtitan's MoE walk has
     shared experts without a gate, memory_torchtitan_moe.moe_gaps)."""
-    return [gap for gap in hf_model_gaps(model) if not (model_code == "torchtitan" and gap == _HF_SHARED_GAP)]
+    return [gap for gap in hf_model_gaps(model) if not (model_code == "torchtitan" and gap in _TT_WALKED)]
 
 
 def cp_gaps(model: TransformerModel, layout: Layout, model_code: str, recompute: Recompute, precision: Precision,
@@ -350,19 +353,25 @@ def torchtitan_code_gaps(model: TransformerModel, precision: Precision) -> list[
     return [*moe_gaps(model.moe)] + [
             what for what, gap in (("experts with --precision fp8 (the walk follows torchtitan's MoE in bf16)",
                                     model.moe is not None and precision is Precision.FP8),
-                                   ("q/k norms (torchtitan's Llama code has none)", model.qk_norm),
+                                   ("q/k norms with --precision fp8 (the walk follows Qwen3's q_norm / k_norm in bf16)",
+                                    model.qk_norm and precision is Precision.FP8),
+                                   ("latent attention with --precision fp8 (the walk follows DeepSeek's MLA in bf16)",
+                                    model.mla is not None and precision is Precision.FP8),
                                    ("tied embeddings (torchtitan's Llama has its own output projection)", model.tied_embeddings),
                                    ("--precision fp32 (the torchtitan walk follows bf16 compute)", precision is Precision.FP32)) if gap]  # fmt: skip
 
 
-def torchtitan_moe_layout_gaps(model: TransformerModel, tp: int, pp: int, compiled: bool, policies: set[str]) -> list[str]:
-    """What the walk of torchtitan's MoE block does not follow of a layout: it walks the eager block under FSDP2 alone
-    (ep = 1, no tp, pp or compile), with no or full checkpointing (parcalc.core.memory_torchtitan_moe)."""
-    if model.moe is None:
-        return []
-    return [f"experts with {what} (the MoE walk follows torchtitan's eager MoE under FSDP2 alone)" for what, gap in
-            ((f"tp = {tp}", tp > 1), (f"pp = {pp}", pp > 1), ("--compile", compiled),
-             *((f"checkpointing {p!r}", p not in ("none", "full")) for p in sorted(policies))) if gap]  # fmt: skip
+def torchtitan_block_layout_gaps(model: TransformerModel, tp: int, pp: int, compiled: bool, policies: set[str], cp: int = 1) -> list[str]:
+    """What the walks of torchtitan's MoE block and of Qwen3's q/k norms do not follow of a layout: each walks the eager
+    block under FSDP2 alone (ep = 1, no tp, pp, cp or compile), with no or full checkpointing
+    (parcalc.core.memory_torchtitan_moe; memory_torchtitan.head_norms_forward)."""
+    layout = ((f"tp = {tp}", tp > 1), (f"pp = {pp}", pp > 1), (f"cp = {cp}", cp > 1), ("--compile", compiled),
+              *((f"checkpointing {p!r}", p not in ("none", "full")) for p in sorted(policies)))
+    return [f"{part} with {what} (the walk follows {code} under FSDP2 alone)"
+            for part, code, present in (("experts", "torchtitan's eager MoE", model.moe is not None),
+                                        ("q/k norms", "Qwen3's eager attention", model.qk_norm),
+                                        ("latent attention (MLA)", "DeepSeek's eager attention", model.mla is not None)) if present
+            for what, gap in layout if gap]  # fmt: skip
 
 
 def recomputes_of(model_code: str) -> tuple[Recompute, ...]:
@@ -404,6 +413,12 @@ def _block_params(model: TransformerModel, tp: int = 1, shared: bool = False) ->
     h, q, kv, f = model.hidden, model.heads * model.head_dim // tp, model.kv_heads * model.head_dim // tp, model.ffn_hidden // tp
     attention = (_Param("q", q, h), _Param("k", kv, h), _Param("v", kv, h), _Param("o", h, q),
                  *((_Param("qn", model.head_dim, 1), _Param("kn", model.head_dim, 1)) if model.qk_norm else ()))
+    if model.mla is not None:  # torchtitan's deepseek_v3 Attention (memory_torchtitan_mla): wq or wq_a, q_norm, wq_b; wkv_a, kv_norm, wkv_b; wo
+        m, n = model.mla, model.heads
+        query = ((_Param("wq_a", m.q_lora_rank, h), _Param("qan", m.q_lora_rank, 1), _Param("wq_b", n * m.qk_head_dim, m.q_lora_rank))
+                 if m.q_lora_rank else (_Param("q", n * m.qk_head_dim, h),))
+        attention = (*query, _Param("wkv_a", m.kv_lora_rank + m.qk_rope_head_dim, h), _Param("kvn", m.kv_lora_rank, 1),
+                     _Param("wkv_b", n * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank), _Param("o", h, n * m.v_head_dim))
     if model.moe is not None:  # MixtralSparseMoeBlock: router, then the experts' gate_up_proj and down_proj
         e, fe = model.moe.experts, model.moe.expert_ffn_hidden
         mlp: tuple[_Param, ...] = (_Param("router", e, h), _Param("gate_up", e, 2 * fe * h), _Param("down", e, h * fe))
@@ -686,7 +701,8 @@ class _FsdpHooks(StepHooks):
     def __init__(self, model: TransformerModel, step: FsdpStep, param_bytes: float, master_bytes: float) -> None:
         self.n = step.shards
         self.layers = model.layers
-        self.units = {"root": _root_params(model, step.tp), **{f"L{i}": _block_params(model, step.tp, step.model_code == "torchtitan") for i in range(model.layers)}}
+        self.units = {"root": _root_params(model, step.tp), **{f"L{i}": _block_params(layer_model(model, i), step.tp, step.model_code == "torchtitan")
+                                                               for i in range(model.layers)}}  # fmt: skip
         self.p = param_bytes
         self.master = master_bytes
         self.reduce = step.reduce_bytes
@@ -840,7 +856,7 @@ def check_fsdp_step(model: TransformerModel, step: FsdpStep) -> None:
     if step.compiled and (gaps := compile_gaps(model, step.tp, step.pp, step.model_code, step.precision)):
         raise InputError(f"{model.name}: the compiled step walk: {'; '.join(gaps)}")
     policies = set(step.block_policies or ()) | ({step.recompute.value} if step.block_policies is None else set())
-    missing = (torchtitan_code_gaps(model, step.precision) + torchtitan_moe_layout_gaps(model, step.tp, step.pp, step.compiled, policies)
+    missing = (torchtitan_code_gaps(model, step.precision) + torchtitan_block_layout_gaps(model, step.tp, step.pp, step.compiled, policies, step.cp)
                if step.model_code == "torchtitan" else [])
     if missing:
         raise InputError(f"{model.name}: the torchtitan profile's step walk follows torchtitan's Llama code in bf16; {'; '.join(missing)}")
@@ -917,6 +933,9 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     x = replace(x, cp=step.cp, cp_rotate=step.cp_rotate)
     if step.model_code == "torchtitan" and model.moe is not None:  # the shared experts' one FeedForward (memory_torchtitan_moe)
         x = replace(x, fs=model.moe.shared_experts * model.moe.shared_width)
+    if step.model_code == "torchtitan" and model.mla is not None:  # DeepSeek's latent attention (memory_torchtitan_mla)
+        m = model.mla
+        x = replace(x, mla=(m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim))
     # torchao's Float8Linear under MixedPrecisionPolicy(param_dtype=bfloat16) (memory_torchao_float8: check_fsdp_step)
     x = replace(x, float8=step.precision is Precision.FP8, float8_weights=step.float8_all_gather and step.precision is Precision.FP8)
     hooks = _FsdpHooks(model, step, compute, master)
@@ -927,7 +946,8 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         roots = {"root": own}
         if step.pp_zero_bubble:  # rank 0 holds the first stage and the last, each its own root (memory_pipeline_zero_bubble.root_unit)
             roots = {"root": (root["embedding"],), "root.last": (root["final_norm"], root["head"])} if step.pp_stage == 0 else {"root": ()}
-        hooks.units = {**roots, **{f"L{i}": _block_params(model, step.tp, step.model_code == "torchtitan") for lo, hi in ranges for i in range(lo, hi)}}
+        hooks.units = {**roots, **{f"L{i}": _block_params(layer_model(model, i), step.tp, step.model_code == "torchtitan") for lo, hi in ranges
+                                   for i in range(lo, hi)}}  # fmt: skip
         hooks.reshard_after_forward = dict.fromkeys(hooks.units, False)
     walk.phase = "before the step"
     hooks.sharded_state(walk, step.optimizer.states)
@@ -941,13 +961,17 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
         for k in range(sum(len(p) for p in hooks.units.values())):  # a 4-byte tensor each, a 512-byte block each
             walk.alloc(f"step_count{k}", 4, "optimizer states", "AdamW step counters")
     checkpointed = step.recompute is Recompute.FULL
-    if step.model_code == "torchtitan":  # its own Transformer, the freqs_cis buffer (max_seq_len = seq_len) unsharded
+    if step.model_code == "torchtitan" and model.mla is not None:  # a ComplexRoPE cache in every attention, resized to the
+        for i in range(model.layers):  # training length (memory_torchtitan_mla.TT_MLA_SOURCES['model']), unsharded
+            walk.alloc(f"L{i}.rope_cache", step.seq_len * model.mla.qk_rope_head_dim // 2 * 8, "buffers", "RoPE cache buffer (complex64)")
+    elif step.model_code == "torchtitan":  # its own Transformer, the freqs_cis buffer (max_seq_len = seq_len) unsharded
         walk.alloc("freqs_cis", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer (complex64)")
+    if step.model_code == "torchtitan":
         if model.moe is not None:  # each MoE block's expert_bias_E and tokens_per_expert_E (memory_torchtitan_moe)
             from parcalc.core.memory_torchtitan_moe import moe_buffers
 
-            for unit in hooks.units:
-                if unit != "root":
+            for unit in hooks.units:  # the MoE layers' only (layer_model)
+                if unit.startswith("L") and model.moe.is_moe_layer(int(unit[1:])):
                     moe_buffers(walk, model.moe.experts, unit)
         for k in range(1, len(step.pp_chunks)):  # each virtual stage a deep copy of the model with its own buffer
             walk.alloc(f"freqs_cis.{k}", step.seq_len * model.head_dim // 2 * 8, "buffers", "RoPE freqs_cis buffer of another stage")

@@ -19,6 +19,11 @@ Each block's checkpointing is one of torchtitan's (TT_SOURCES['ac']):
   those ops again.
 torchtitan's selective "k" (every k-th block fully checkpointed, the rest not) is a tuple of these per block.
 
+Other models' blocks from torchtitan's later code (b5bcd76) take their place in this block: its MoE in place of the
+FeedForward (parcalc.core.memory_torchtitan_moe), a MoE model's dense layers as this FeedForward (layer_shapes), Qwen3's
+q_norm / k_norm before RoPE (head_norms_forward) and DeepSeek's latent attention in place of the attention
+(parcalc.core.memory_torchtitan_mla).
+
 Ground truth: FSDPMemTracker over this code (tests/ground_truth/tiny_torchtitan.py, test_torch_memory_torchtitan.py).
 """
 
@@ -84,6 +89,23 @@ TT_SOURCES = {
                       "and its exp at once), _nll_loss_forward, _nll_loss_and_log_softmax_backward: zeros_like(x), then "
                       "(grad_input + torch.exp(x)) * grad_output beside the saved log-softmax"),
 }
+TITAN_QWEN3 = "pytorch/torchtitan at b5bcd76"
+TT_QK_NORM_SOURCES = {
+    "model": (f"{TITAN_QWEN3} torchtitan/models/common/attention.py GQAttention.forward: xq, xk, xv = qkv_linear(x); "
+              "xq = q_norm(xq); xk = k_norm(xk) (before RoPE, on (T, heads, head_dim)); models/qwen3/model.py "
+              "Qwen3TransformerBlock (GQAttention with qk_norm = RMSNorm.Config(normalized_shape=head_dim)); "
+              "models/common/nn_modules.py RMSNorm(nn.RMSNorm)"),
+    "fused": ("pytorch/pytorch v2.13 aten/src/ATen/native/layer_norm.cpp rms_norm_symint: a non-MPS input whose weight has "
+              "its dtype runs at::_fused_rms_norm (CUDA kernel: the output in the input's dtype and rstd in fp32, one a row); "
+              "on the CPU _fused_rms_norm is CompositeImplicitAutograd (x.float(), pow, mean, rsqrt, mul: what "
+              "tests/ground_truth's CPU run would otherwise allocate, hence its stand-in op)"),
+    "autograd": ("pytorch/pytorch v2.13.0 torch/include/torch/csrc/autograd/generated/Functions.h FusedRmsNormBackward0: "
+                 "saves input, weight and result1 (rstd); _fused_rms_norm_backward returns the input's and the weight's "
+                 "gradients"),
+}
+TT_MOE_DENSE_SOURCE = ("pytorch/torchtitan at b5bcd76 torchtitan/models/deepseek_v3/__init__.py build_mla_moe_layers: 'Layers with "
+                       "layer_id < n_dense_layers get a dense FeedForward and no MoE' (of dense_hidden_dim); "
+                       "models/common/decoder.py TransformerBlock: moe_enabled = config.moe is not None")
 POLICIES = ("none", "full", "op")
 
 
@@ -122,6 +144,35 @@ def rope_and_attention(b: BlockWalk, x: StepShapes, widths: tuple[int, int, int]
     return attn
 
 
+def head_norms_forward(b: BlockWalk, x: StepShapes, xq: str, xk: str) -> tuple[str, str]:
+    """GQAttention's q_norm(xq), then k_norm(xk): nn.RMSNorm over the head dim, on CUDA one _fused_rms_norm each
+    (TT_QK_NORM_SOURCES): its output in the input's dtype, RoPE's input, and the fp32 rstd of every token and head,
+    saved with the input (wq's and wk's outputs, which RoPE no longer needs). Returns the outputs' keys."""
+    T, c, head_dim = x.T, x.c, x.q // x.heads
+    outputs = []
+    for name, key, width in (("qn", xq, x.q), ("kn", xk, x.kv)):
+        out = b.alloc(f"{name}.out", T * width * c, f"{name[0]}_norm output (RoPE's input)", False)
+        rstd = b.alloc(f"{name}.rstd", T * (width // head_dim) * 4, f"{name[0]}_norm rstd (fp32, saved by the fused RMSNorm)", True)
+        b.save(key)
+        if b.saving:
+            b.walk.relabel(key, f"w{name[0]} output (saved by {name[0]}_norm)", "activations")
+        b.drop(rstd, key)  # what the norm's node does not keep goes as Python rebinds xq / xk
+        outputs.append(out)
+    return outputs[0], outputs[1]
+
+
+def head_norms_backward(walk: Walk, x: StepShapes, k: str) -> None:
+    """FusedRmsNormBackward0 of k_norm, then of q_norm (k's node is the newer), from RoPE's input gradients (g_k16,
+    g_q16) to the projections' output gradients under the same keys: the input gradient and the head_dim-wide weight
+    gradient each, the saved input and rstd released (TT_QK_NORM_SOURCES['autograd'])."""
+    T, c, head_dim = x.T, x.c, x.q // x.heads
+    for name, width in (("k", x.kv), ("q", x.q)):
+        walk.alloc(f"{k}.g_{name}n", T * width * c, "temporaries", f"{name}_norm input gradient (wq / wk's output's)")
+        walk.alloc(f"{k}.{name}n.grad", head_dim * c, "gradients", "weight gradients")
+        walk.free(f"{k}.g_{name}16", f"{k}.{name}.out", f"{k}.{name}n.rstd")
+        walk.rename(f"{k}.g_{name}n", f"{k}.g_{name}16")
+
+
 def float8_linear(b: BlockWalk, name: str, d_in: int, d_out: int, mm: Callable[[], str]) -> str:
     """A block linear's matmul (`mm` allocates its output); as torchao's Float8Linear when x.float8: its casts before, the
     FP8 copies freed after (memory_torchao_float8)."""
@@ -136,21 +187,39 @@ def float8_linear(b: BlockWalk, name: str, d_in: int, d_out: int, mm: Callable[[
 def block_forward(walk: Walk, x: StepShapes, i: int, inp: str, policy: str, recomputing: bool = False, prefix: str = "") -> str:
     """torchtitan's TransformerBlock (TT_SOURCES['model']) under `policy`; returns the output's key ("" when the
     recomputation stops early, after w2's input). `prefix` keys a pipeline micro-batch's tensors apart."""
-    T, h, q, kv, f, c = x.T, x.h, x.q, x.kv, x.f, x.c
+    T, h, q, kv, c = x.T, x.h, x.q, x.kv, x.c
     copies = repeat_kv_copies(x)
     b = BlockWalk(walk, x, i, policy, recomputing, prefix)
     k = b.k
     y = norm_forward(walk, x, f"{k}.n1", inp, b.saving)
     b.save(y)
+    if x.mla:  # DeepSeek's latent attention (parcalc.core.memory_torchtitan_mla)
+        from parcalc.core.memory_torchtitan_mla import mla_forward
+
+        attn = mla_forward(b, x, y)
+        b.drop(y)
+        o = b.alloc("o.out", T * h * c, "wo output", False)
+        b.drop(attn)
+        return _feed_forward_forward(b, x, o, recomputing)
     xq = float8_linear(b, "q", h, q, lambda: b.alloc("q.out", T * q * c, "wq output", False))
     xk = float8_linear(b, "k", h, kv, lambda: b.alloc("k.out", T * kv * c, "wk output", False))
     xv = float8_linear(b, "v", h, kv, lambda: b.alloc("v.out", T * kv * c, "wv output" if copies else "wv output (SDPA's v)", not copies))
     b.drop(y)
+    if x.qk_norm:  # Qwen3's q_norm and k_norm on the head dim, before RoPE (TT_QK_NORM_SOURCES)
+        xq, xk = head_norms_forward(b, x, xq, xk)
     attn = rope_and_attention(b, x, (q, kv, x.heads), copies, xq, xk, xv)
     # output.transpose(1, 2).contiguous(): a view of SDPA's output, a copy of the ring's (contiguous over the heads: torch.cat)
     wo_in = b.alloc("wo.in", T * q * c, "wo input (the ring's output made contiguous)", True) if x.cp > 1 else attn
     o = float8_linear(b, "o", q, h, lambda: b.alloc("o.out", T * h * c, "wo output", False))
     b.drop(attn, wo_in)
+    return _feed_forward_forward(b, x, o, recomputing)
+
+
+def _feed_forward_forward(b: BlockWalk, x: StepShapes, o: str, recomputing: bool) -> str:
+    """From wo's output `o`: the residual add, the ffn_norm and the FeedForward (or torchtitan's MoE); returns the block
+    output's key ("" when the recomputation stops early)."""
+    walk, k = b.walk, b.k
+    T, h, f, c = x.T, x.h, x.f, x.c
     x1 = b.alloc("x1", T * h * c, "residual stream after attention", False)
     b.drop(o)
     y2 = norm_forward(walk, x, f"{k}.n2", x1, b.saving)
@@ -307,6 +376,19 @@ def repeat_kv_and_rope_backward(walk: Walk, k: str, T: float, widths: tuple[int,
 
 def _attention_backward(walk: Walk, x: StepShapes, k: str, into: str) -> None:
     """The attention's backward from the residual stream's gradient g_x1, its attention_norm's into it; then renamed `into`."""
+    if x.mla:  # DeepSeek's latent attention (parcalc.core.memory_torchtitan_mla)
+        from parcalc.core.memory_torchtitan_mla import mla_backward
+
+        mla_backward(walk, x, k, f"{k}.g_y")
+    else:
+        _gqa_backward(walk, x, k)
+    norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", f"{k}.g_x1")
+    walk.rename(f"{k}.g_x1", into)
+    walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
+
+
+def _gqa_backward(walk: Walk, x: StepShapes, k: str) -> None:
+    """The grouped-query attention's backward from g_x1 (kept) to the attention_norm output's gradient g_y."""
     T, h, q, kv, c = x.T, x.h, x.q, x.kv, x.c
     n_rep = q // kv
     # h = x + wo(attention): wo's branch gets the same gradient
@@ -323,12 +405,24 @@ def _attention_backward(walk: Walk, x: StepShapes, k: str, into: str) -> None:
         walk.alloc(f"{k}.g_v", T * width * c, "temporaries", "SDPA backward dv")
     walk.free(f"{k}.g_attn", f"{k}.attn", f"{k}.lse", f"{k}.q.rope", f"{k}.k.rope", f"{k}.keys", f"{k}.values", f"{k}.v.out")
     repeat_kv_and_rope_backward(walk, k, T, (q, kv), c, n_rep)
+    if x.qk_norm:
+        head_norms_backward(walk, x, k)
     mm_backward(walk, x, f"{k}.v", f"{k}.g_v", h, kv, f"{k}.g_y")
     mm_backward(walk, x, f"{k}.k", f"{k}.g_k16", h, kv, f"{k}.g_y")
     mm_backward(walk, x, f"{k}.q", f"{k}.g_q16", h, q, f"{k}.g_y", f"{k}.n1.out")
-    norm_backward(walk, x, f"{k}.n1", f"{k}.g_y", f"{k}.g_x1")
-    walk.rename(f"{k}.g_x1", into)
-    walk.free(f"{k}.w2.out")  # a cached output the early-stopped recomputation never took: it goes with the checkpoint frame
+
+
+def layer_shapes(model: TransformerModel, x: StepShapes, i: int) -> StepShapes:
+    """Block `i`'s shapes: a MoE model's dense layers (DeepSeek's first n_dense_layers; MixtureOfExperts.is_moe_layer)
+    run the FeedForward of ffn_hidden (TT_MOE_DENSE_SOURCE)."""
+    if model.moe is None or model.moe.is_moe_layer(i):
+        return x
+    return replace(x, experts=0, top_k=0, fe=0, fs=0)
+
+
+def layer_model(model: TransformerModel, i: int) -> TransformerModel:
+    """Block `i` as a model of its own kind (dense or MoE), for its parameters (memory_fsdp._block_params)."""
+    return model if model.moe is None or model.moe.is_moe_layer(i) else replace(model, moe=None)
 
 
 def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, policies: tuple[str, ...], hooks: StepHooks,
@@ -346,7 +440,7 @@ def walk_blocks_forward(walk: Walk, model: TransformerModel, x: StepShapes, poli
         if compiled:  # every policy's compiled forward saves its input
             out = compiled_block_forward(walk, x, i, current, policies[i])
         else:
-            out = block_forward(walk, x, i, current, policies[i])
+            out = block_forward(walk, layer_shapes(model, x, i), i, current, policies[i])
         if policies[i] == "none" and not compiled:  # the loop's `h = layer(h)` drops the input: its norm saved an fp32 copy
             walk.free(current)
         hooks.after_layer(walk, i)
@@ -400,9 +494,10 @@ def walk_blocks_backward(walk: Walk, model: TransformerModel, x: StepShapes, pol
         if compiled:  # the recomputation, if any, is part of the compiled backward
             compiled_block_backward(walk, x, i, inp, "g_stream", "g_stream_next", policies[i])
         else:
+            xi = layer_shapes(model, x, i)
             if policies[i] != "none":
-                block_forward(walk, x, i, inp, policies[i], recomputing=True)
-            block_backward(walk, x, i, "g_stream", "g_stream_next")
+                block_forward(walk, xi, i, inp, policies[i], recomputing=True)
+            block_backward(walk, xi, i, "g_stream", "g_stream_next")
         walk.free(inp)  # the checkpoint's input, held by its frame until the block's backward is done
         walk.rename("g_stream_next", "g_stream")
         hooks.after_layer_backward(walk, i)

@@ -67,7 +67,6 @@ def moe_gaps(model_moe: object) -> list[str]:
     if not isinstance(moe, MixtureOfExperts):
         return []
     return [what for what, gap in (("a gated shared expert (torchtitan's shared experts are a plain FeedForward)", moe.shared_expert_gate),
-                                   ("dense layers between the MoE layers", moe.first_dense_layers > 0 or moe.every != 1),
                                    ("expert capacity (token dropping)", moe.capacity_factor is not None)) if gap]  # fmt: skip
 
 

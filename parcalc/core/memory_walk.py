@@ -175,6 +175,9 @@ class StepShapes:
     float8_weights: bool = False  # and their unsharded weights are FP8 already (enable_fsdp_float8_all_gather): no weight casts
     cp: int = 1  # torchtitan's context-parallel ranks: T and s are a rank's shard, SDPA the ring (memory_torchtitan_cp)
     cp_rotate: str = "allgather"  # how the ring passes K/V on: torch's set_rotate_method, "allgather" or "alltoall"
+    # DeepSeek's latent attention in torchtitan's walk (parcalc.core.memory_torchtitan_mla): (q_lora_rank, kv_lora_rank,
+    # qk_nope_head_dim, qk_rope_head_dim, v_head_dim); () for grouped-query attention
+    mla: tuple[int, ...] = ()
 
     @property
     def S(self) -> float:

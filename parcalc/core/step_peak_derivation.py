@@ -78,8 +78,28 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
             sources = {**sources, "activations": f"{sources['activations']}; {moe}", "temporaries": f"{sources.get('temporaries', '')}; {moe}".lstrip("; "),
                        "buffers": f"{sources['buffers']}; {TT_MOE_SOURCES['moe']}"}  # fmt: skip
             shared = f", {model.moe.shared_experts} shared" if model.moe.shared_experts else ""
-            code += (f", each block's FeedForward torchtitan's MoE ({model.moe.experts} routed experts, top-{model.moe.top_k}{shared}: its router "
+            which = "each block's" if model.moe.first_dense_layers == 0 and model.moe.every == 1 else "the MoE layers'"
+            if which != "each block's":  # the dense layers run the FeedForward (memory_torchtitan.layer_shapes)
+                from parcalc.core.memory_torchtitan import TT_MOE_DENSE_SOURCE
+
+                sources = {**sources, "activations": f"{sources['activations']}; {TT_MOE_DENSE_SOURCE}"}
+            code += (f", {which} FeedForward torchtitan's MoE ({model.moe.experts} routed experts, top-{model.moe.top_k}{shared}: its router "
                      "in fp32, local token dispatcher and grouped experts at ep = 1; parcalc.core.memory_torchtitan_moe)")
+        if model.mla is not None:  # DeepSeek's latent attention (memory_torchtitan_mla)
+            from parcalc.core.memory_torchtitan_mla import TT_MLA_SOURCES
+
+            sources = {**sources, "activations": f"{sources['activations']}; {'; '.join(TT_MLA_SOURCES.values())}",
+                       "buffers": f"{sources['buffers']}; {TT_MLA_SOURCES['model']}"}  # fmt: skip
+            m = model.mla
+            code += (f", its attention DeepSeek's multi-head latent attention as torchtitan's deepseek_v3 runs it (q_lora_rank "
+                     f"{m.q_lora_rank}, kv_lora_rank {m.kv_lora_rank}, rope {m.qk_rope_head_dim}, FlexAttention, a RoPE cache "
+                     "in every layer; parcalc.core.memory_torchtitan_mla)")
+        if model.qk_norm:  # Qwen3's q_norm / k_norm in the attention (memory_torchtitan.head_norms_forward)
+            from parcalc.core.memory_torchtitan import TT_QK_NORM_SOURCES
+
+            sources = {**sources, "activations": f"{sources['activations']}; {'; '.join(TT_QK_NORM_SOURCES.values())}"}
+            code += (", its attention with Qwen3's q_norm and k_norm on the head dim before RoPE (nn.RMSNorm's fused CUDA kernel: "
+                     "the projections' outputs and an fp32 rstd a head saved; parcalc.core.memory_torchtitan.head_norms_forward)")
         if step.tp > 1:
             sources = {**sources, "activations": f"{sources['activations']}; {TT_SOURCES['tp']}; {TT_SOURCES['tp_collectives']}; "
                        f"{TT_SOURCES['tp_accumulate']}", "logits and loss": f"{TT_SOURCES['loss']}; {TT_SOURCES['loss_parallel']}"}

@@ -58,6 +58,47 @@ def _scatter_add_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-
 deterministic_scatter_add.register_autograd(_scatter_add_backward, setup_context=_scatter_add_setup_context)
 
 
+@torch.library.custom_op("parcalc_ground_truth::fused_rms_norm", mutates_args=())
+def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """CUDA's aten._fused_rms_norm, which nn.RMSNorm runs on a CUDA input whose weight has its dtype (pytorch v2.13
+    layer_norm.cpp rms_norm_symint); on the CPU that op is CompositeImplicitAutograd (x.float(), pow, mean, rsqrt, two
+    muls, each a tensor), so this op stands for the CUDA kernel: the output in x's dtype, rstd in fp32."""
+    rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return (x.float() * rstd * weight.float()).type_as(x), rstd
+
+
+@fused_rms_norm.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), x.new_empty((*x.shape[:-1], 1), dtype=torch.float32)
+
+
+def _fused_rms_norm_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    x, weight, _eps = inputs
+    ctx.save_for_backward(x, weight, output[1])  # FusedRmsNormBackward0 saves input, weight, result1 (Functions.h)
+
+
+def _fused_rms_norm_backward(ctx, grad_out, _grad_rstd):  # type: ignore[no-untyped-def]
+    # CUDA's _fused_rms_norm_backward returns the input's and the weight's gradients, one kernel; the tracker runs under
+    # FakeTensorMode (no values), so the stand-in allocates those two and nothing else
+    x, weight, _rstd = ctx.saved_tensors
+    return torch.empty_like(x), torch.empty_like(weight), None
+
+
+fused_rms_norm.register_autograd(_fused_rms_norm_backward, setup_context=_fused_rms_norm_setup_context)
+
+
+class HeadRMSNorm(nn.Module):
+    """b5bcd76's q_norm / k_norm: nn.RMSNorm(head_dim, eps=1e-6) over the last dim of (batch, seq, heads, head_dim), as
+    CUDA runs it (fused_rms_norm)."""
+
+    def __init__(self, head_dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(head_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fused_rms_norm(x, self.weight, 1e-6)[0]
+
+
 @dataclass(frozen=True)
 class MoeConfig:
     experts: int = 8
@@ -188,18 +229,173 @@ class TitanMoeBlock(TitanBlock):
         return self.moe(x)
 
 
-def tracked_moe_peak(c: LlamaConfig, m: MoeConfig, vocab: int, b: int, s: int, ac: str, mesh) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """tiny_torchtitan.tracked_torchtitan_peak with MoE blocks of `m`."""
+class Qwen3MoeBlock(TitanMoeBlock):
+    """Qwen3TransformerBlock with b5bcd76's GQAttention's q_norm and k_norm (common/attention.py GQAttention.forward:
+    xq = q_norm(xq); xk = k_norm(xk) after the projections, before RoPE) in tiny_torchtitan's attention (9dec370's
+    complex RoPE, repeat_kv, SDPA: the attention parcalc's torchtitan walk follows)."""
+
+    def __init__(self, c: LlamaConfig) -> None:
+        super().__init__(c)
+        self.q_norm, self.k_norm = HeadRMSNorm(c.head_dim), HeadRMSNorm(c.head_dim)
+
+    def attention(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
+        from .tiny_llama import apply_rotary_emb, repeat_kv
+
+        c = self.c
+        b, s, _ = x.shape
+        xq, xk, xv = self.wq(x), self.wk(x), self.wv(x)
+        xq = self.q_norm(xq.view(b, s, c.heads, c.head_dim))
+        xk = self.k_norm(xk.view(b, s, c.kv_heads, c.head_dim))
+        xv = xv.view(b, s, c.kv_heads, c.head_dim)
+        xq, xk = apply_rotary_emb(xq, xk, freqs)
+        keys, values = repeat_kv(xk, c.heads // c.kv_heads), repeat_kv(xv, c.heads // c.kv_heads)
+        out = F.scaled_dot_product_attention(xq.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), is_causal=True)
+        return self.wo(out.transpose(1, 2).contiguous().view(b, s, -1))
+
+
+def tracked_moe_peak(c: LlamaConfig, m: MoeConfig, vocab: int, b: int, s: int, ac: str, mesh,  # type: ignore[no-untyped-def]
+                     qk_norm: bool = False, dense_first: int = 0, mla: MlaConfig | None = None) -> dict[str, float]:  # fmt: skip
+    """tiny_torchtitan.tracked_torchtitan_peak with MoE blocks of `m` (`qk_norm`: Qwen3's, Qwen3MoeBlock); the first
+    `dense_first` blocks dense, each with the FeedForward of c.ffn (b5bcd76 deepseek_v3 build_mla_moe_layers:
+    layer_id < n_dense_layers); `mla`: DeepSeek's latent attention in every block (mla_blocks), each with its own RoPE
+    cache and no model-level freqs_cis (b5bcd76's Decoder has none)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     from .tiny_torchtitan import Transformer, apply_ac, apply_fsdp_with_adamw, two_tracked_steps
 
-    block = type("Block", (TitanMoeBlock,), {"moe_config": m})
+    dense_block: type = TitanBlock
+    block = type("Block", (Qwen3MoeBlock if qk_norm else TitanMoeBlock,), {"moe_config": m})
+    if mla is not None:
+        moe_block, dense_block = mla_blocks(mla, s)
+        block = type("Block", (moe_block,), {"moe_config": m})
     model_class = type("MoeTransformer", (Transformer,), {"block": block})
     with FakeTensorMode():
         model = model_class(c, vocab, s)
+        for i in range(dense_first):
+            model.layers[str(i)] = dense_block(c)
+        if mla is not None:
+            model.register_buffer("freqs_cis", None)
         apply_ac(model, ac)
         opt = apply_fsdp_with_adamw(model, mesh)
         ids = torch.randint(0, vocab, (b, s))
         return two_tracked_steps(FSDPMemTracker(mod=model, optm=opt), model, opt, ids)
+
+
+@torch.library.custom_op("parcalc_ground_truth::flex_attention", mutates_args=())
+def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchtitan's FlexAttention (its torch.compile'd flex_attention, causal block mask) as the CUDA kernel runs it
+    (torch/_inductor/kernel/flex/flex_attention.py at v2.13.0): the output (B, n, T, v_head_dim) laid out as the query,
+    the logsumexp in fp32. Causal attention computed plainly here; under FakeTensorMode only the fake kernel runs."""
+    scores = (q.float() @ k.float().transpose(-2, -1)) * scale
+    scores = scores.masked_fill(torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    lse = scores.logsumexp(-1)
+    out = (scores - lse.unsqueeze(-1)).exp() @ v.float()
+    return out.to(q.dtype).transpose(1, 2).contiguous().transpose(1, 2), lse
+
+
+@flex_attention.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    B, n, T, _ = q.shape
+    return q.new_empty((B, T, n, v.shape[-1])).transpose(1, 2), q.new_empty((B, n, T), dtype=torch.float32)
+
+
+def _flex_setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    q, k, v, _scale = inputs
+    ctx.save_for_backward(q, k, v, output[0], output[1])  # flex_attention_backward's query, key, value, out, logsumexp
+
+
+def _flex_backward(ctx, grad_out, _grad_lse):  # type: ignore[no-untyped-def]
+    # the compiled backward: delta = rowsum(out x grad_out) in fp32, then dq, dk, dv laid out as q, k, v (the tracker runs
+    # under FakeTensorMode: no values, the stand-in allocates what the kernels write)
+    q, k, v, out, _lse = ctx.saved_tensors
+    delta = out.new_empty(out.shape[:-1], dtype=torch.float32)
+    grads = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    del delta
+    return *grads, None
+
+
+flex_attention.register_autograd(_flex_backward, setup_context=_flex_setup_context)
+
+
+@dataclass(frozen=True)
+class MlaConfig:
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 256
+    nope: int = 128  # qk_nope_head_dim
+    rope: int = 64  # qk_rope_head_dim
+    v: int = 128  # v_head_dim
+
+
+class MlaAttention(nn.Module):
+    """pytorch/torchtitan at b5bcd76 torchtitan/models/deepseek_v3/model.py Attention, copied op by op on (T, D) tokens:
+    wq (or wq_a, q_norm, wq_b), wkv_a, kv_norm, wkv_b, wo; ComplexRoPE (models/common/rope.py) with this attention's own
+    cache of seq x rope / 2 complex64; q_norm / kv_norm nn.RMSNorm as CUDA's fused kernel (fused_rms_norm) and
+    FlexAttention as its kernel (flex_attention)."""
+
+    def __init__(self, c: LlamaConfig, m: MlaConfig, seq: int) -> None:
+        from .tiny_llama import rope
+
+        super().__init__()
+        self.m, self.heads, d = m, c.heads, m.nope + m.rope
+        if m.q_lora_rank:
+            self.wq_a = nn.Linear(c.hidden, m.q_lora_rank, bias=False)
+            self.q_norm = HeadRMSNorm(m.q_lora_rank)
+            self.wq_b = nn.Linear(m.q_lora_rank, c.heads * d, bias=False)
+        else:
+            self.wq = nn.Linear(c.hidden, c.heads * d, bias=False)
+        self.wkv_a = nn.Linear(c.hidden, m.kv_lora_rank + m.rope, bias=False)
+        self.kv_norm = HeadRMSNorm(m.kv_lora_rank)
+        self.wkv_b = nn.Linear(m.kv_lora_rank, c.heads * (m.nope + m.v), bias=False)
+        self.wo = nn.Linear(c.heads * m.v, c.hidden, bias=False)
+        self.register_buffer("cache", rope(seq, m.rope), persistent=False)
+
+    def rotary(self, query: torch.Tensor, key: torch.Tensor, b: int, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """ComplexRoPE.apply_rotary_emb; the cache broadcast over (b, s) tokens (a view)."""
+        cache = self.cache[:s].view(1, s, 1, -1)
+        xq_ = torch.view_as_complex(query.float().reshape(b, s, query.shape[1], -1, 2))
+        xk_ = torch.view_as_complex(key.float().reshape(b, s, key.shape[1], -1, 2))
+        xq_out = torch.view_as_real(xq_ * cache).flatten(-2).view(query.shape)
+        xk_out = torch.view_as_real(xk_ * cache).flatten(-2).view(key.shape)
+        return xq_out.type_as(query), xk_out.type_as(key)
+
+    def forward(self, x_BSD: torch.Tensor) -> torch.Tensor:
+        m = self.m
+        b, s, _ = x_BSD.shape
+        x = x_BSD.view(-1, x_BSD.shape[-1])
+        num_tokens = x.shape[0]
+        q = self.wq(x) if not m.q_lora_rank else self.wq_b(self.q_norm(self.wq_a(x)))
+        q = q.view(num_tokens, -1, m.nope + m.rope)
+        q_nope, q_pe = torch.split(q, [m.nope, m.rope], dim=-1)
+        kv = self.wkv_a(x)
+        kv, k_pe = torch.split(kv, [m.kv_lora_rank, m.rope], dim=-1)
+        q_pe, k_pe = self.rotary(q_pe, k_pe.unsqueeze(1), b, s)
+        q = torch.cat([q_nope, q_pe], dim=-1)
+        kv = self.wkv_b(self.kv_norm(kv))
+        kv = kv.view(num_tokens, -1, m.nope + m.v)
+        k_nope, v = torch.split(kv, [m.nope, m.v], dim=-1)
+        k = torch.cat([k_nope, k_pe.expand(-1, k_nope.size(1), -1)], dim=-1)
+        scale = (m.nope + m.rope) ** -0.5
+        out_BNTH, _lse = flex_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0), scale)
+        output = out_BNTH.squeeze(0).transpose(0, 1).contiguous()
+        return self.wo(output.view(num_tokens, -1)).view(b, s, -1)
+
+
+def mla_blocks(m: MlaConfig, seq: int) -> tuple[type, type]:
+    """DeepSeekV3TransformerBlock's two kinds over tiny_torchtitan's norms: (the MoE block, the dense block), each with
+    the latent attention of `m` in place of the Llama attention."""
+
+    def init(base: type):  # type: ignore[no-untyped-def]
+        def __init__(self, c: LlamaConfig) -> None:  # type: ignore[no-untyped-def]
+            base.__init__(self, c)
+            del self.wq, self.wk, self.wv, self.wo
+            self.mla = MlaAttention(c, m, seq)
+
+        return __init__
+
+    def attention(self, x: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        return self.mla(x)
+
+    moe = type("MlaMoeBlock", (TitanMoeBlock,), {"__init__": init(TitanMoeBlock), "attention": attention})
+    dense = type("MlaDenseBlock", (TitanBlock,), {"__init__": init(TitanBlock), "attention": attention})
+    return moe, dense
