@@ -904,7 +904,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
         from parcalc.core.training_setup import replayed_reserve
 
         memory = np.array([hf_reserved_total(model, int(bb), training.seq_len, training.precision, training.optimizer, RECOMPUTES[int(rr)],
-                                             ddp_buckets=d > 1)
+                                             ddp_buckets=d > 1, compiled=training.compiled)
                            for bb, rr in zip(b, r, strict=True)]) + replayed_reserve(training.reserve).value  # fmt: skip
         basis[:] = REPLAYED
     elif cluster.framework.step_memory in ("fsdp2-eager", "torchtitan-eager"):  # the step's peak under fully_shard where it applies,

@@ -47,7 +47,8 @@ def with_step_peak(model: TransformerModel, par: Layout, setup: TrainingSetup, s
         return _with_fsdp_peak(model, par, setup, stage, split)
     check_hf_model(model)  # what the walk follows first, then the options it counts
     check_hf_layout(par, setup)
-    step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute, ddp_buckets=par.dp > 1)
+    step = HfStep(setup.micro_batch, setup.seq_len, setup.precision, setup.optimizer, setup.recompute, ddp_buckets=par.dp > 1,
+                  compiled=setup.compiled)
     peak = hf_step_peak(model, step)
     allocated = peak_derivation(peak, model, step)
     reserved = reserved_derivation(peak)

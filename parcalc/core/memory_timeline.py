@@ -131,6 +131,15 @@ class HfStep:
     embedding_backward_tables: int = 1
     # DDP across several GPUs (dp > 1): its gradient buckets, one more copy of the gradients for the whole run (HF_SOURCES["ddp"])
     ddp_buckets: bool = False
+    # --compile: the whole model with its loss under torch.compile, walked as Inductor's code runs it
+    # (parcalc.core.memory_hf_compiled) where that walk has read the step (compiled_walk_gaps), else the eager walk
+    compiled: bool = False
+
+    def compiled_walk(self, model: TransformerModel) -> bool:
+        """Whether the compiled walk follows this step (--compile and nothing it has not read)."""
+        from parcalc.core.memory_hf_compiled import compiled_walk_gaps
+
+        return self.compiled and not compiled_walk_gaps(model, self.precision, self.recompute)
 
 
 def recompute_reason(step_memory: str, recompute: Recompute) -> str | None:
@@ -233,6 +242,12 @@ def _hf_walk(model: TransformerModel, step: HfStep, events: bool = False) -> Wal
     if step.optimizer.states:  # one fp32 step counter per parameter tensor (torch.optim keeps state['step'] as a tensor)
         walk.alloc("step_counts", 4 * ((len(_linear_weights(model)) + 2) * model.layers + 2 + (0 if model.tied_embeddings else 1)), "optimizer states",
                    "AdamW step counters")
+    if step.compiled_walk(model):
+        from parcalc.core.memory_hf_compiled import walk_compiled_step
+
+        walk_compiled_step(walk, model, x)
+        walk.phase = "optimizer step"
+        return walk
     checkpointed = step.recompute is Recompute.FULL
     hooks = StepHooks()
     walk_forward(walk, model, x, checkpointed, hooks)
@@ -488,9 +503,9 @@ def walk_backward(walk: Walk, model: TransformerModel, x: StepShapes, checkpoint
 
 @lru_cache(maxsize=4096)
 def hf_reserved_total(model: TransformerModel, micro_batch: int, seq_len: int, precision: Precision, optimizer: Optimizer,
-                      recompute: Recompute, ddp_buckets: bool = False) -> float:  # fmt: skip
+                      recompute: Recompute, ddp_buckets: bool = False, compiled: bool = False) -> float:  # fmt: skip
     """The step's peak as the allocator reserves it (no reserve added): fit's search, one row at a time."""
-    return hf_step_peak(model, HfStep(micro_batch, seq_len, precision, optimizer, recompute, ddp_buckets=ddp_buckets)).reserved
+    return hf_step_peak(model, HfStep(micro_batch, seq_len, precision, optimizer, recompute, ddp_buckets=ddp_buckets, compiled=compiled)).reserved
 
 
 # ---------------------------------------------------------------------------------------------

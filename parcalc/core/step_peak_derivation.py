@@ -51,6 +51,23 @@ def peak_derivation(peak: StepPeak, model: TransformerModel, step: HfStep) -> De
     sources = {"weights": HF_SOURCES["adamw"], "optimizer states": HF_SOURCES["adamw"], "gradients": HF_SOURCES["grads"],
                "autocast weight copies": HF_SOURCES["autocast_cache"], **_model_tensors(model)}  # fmt: skip
     checkpoint = ", each decoder layer checkpointed" if step.recompute is Recompute.FULL else ""
+    if step.compiled:
+        from parcalc.core.memory_hf_compiled import HF_COMPILE_SOURCES, compiled_walk_gaps
+
+        gaps = compiled_walk_gaps(model, step.precision, step.recompute)
+        if not gaps:
+            compiled = "; ".join(HF_COMPILE_SOURCES.values())
+            sources = {**sources, "activations": compiled, "autocast weight copies": HF_COMPILE_SOURCES["partitioner"],
+                       "logits and loss": compiled, "temporaries": f"{TEMPORARIES}: {HF_COMPILE_SOURCES['inductor']}"}  # fmt: skip
+            return _peak(peak, f"Peak allocated during the step (hf, compiled: {peak.phase})", sources,
+                         f"a walk of one step of transformers' {model_code(model)} compiled whole with its loss "
+                         f"({step.precision.value}, {step.optimizer.value}) as Inductor's generated code allocates and frees, "
+                         "each tensor in the caching allocator's 512-byte blocks; parcalc.core.memory_hf_compiled; checked on the "
+                         "CPU against every allocation of a compiled step (tests/ground_truth/test_torch_memory_hf_compiled.py); "
+                         "a prediction on a GPU: no compiled step was measured there",
+                         (STEADY_STATE, "SDPA on fused kernels: q, k, v, output and logsumexp saved, kernel-internal scratch not counted",
+                          "no attention mask (no padding): HF passes is_causal to SDPA"))  # fmt: skip
+        checkpoint += f"; --compile: the eager walk stands (the compiled walk has not read {', '.join(gaps)})"
     return _peak(peak, f"Peak allocated during the step (hf: {peak.phase})", sources,
                  f"a walk of one step of transformers' {model_code(model)} ({step.precision.value}, {step.optimizer.value}{checkpoint}) "
                  "taking the maximum of what is live, each tensor in the caching allocator's 512-byte blocks; "

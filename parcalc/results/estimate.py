@@ -4,7 +4,7 @@ gradient convention, the kernel set, the overlaps, the pipeline engine, the netw
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parcalc.core.choices import Precision
 from parcalc.results.parse import power_assumptions, power_terms
@@ -102,7 +102,7 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
          "order (TP, then DP, then PP); tp must divide the GPUs of a node unless --allow-cross-node-tp"),
         ("memory per GPU is parcalc memory's (Korthikanti et al. activations, ZeRO model states, 1F1B in-flight micro-batches)"
          if framework.step_memory == "textbook" else f"memory per GPU is the peak of one step of the {framework.key} profile's "
-         f"{'compiled (each block: parcalc.core.memory_torchtitan_compile)' if training.compiled and framework.step_memory == 'torchtitan-eager' else 'eager'} code as the "
+         f"{_walked_code(training, framework)} code as the "
          "caching allocator reserves it, plus the reserve (parcalc.core.memory_timeline, docs/memory-peak.md)"
          + ("" if framework.step_memory == "hf-eager" else "; under fully_shard over all dp ranks of a dense Llama-shaped model "
             "(parcalc.core.memory_fsdp), the textbook sum for other layouts")),
@@ -161,3 +161,13 @@ def _pipeline_engine_assumption(training: Training, cluster: Cluster) -> tuple[s
              + (f", every micro-batch's bf16 gradients added into fp32 copies ({accumulate:g} B of HBM traffic per parameter), "
                 "which are what is reduced and which it holds beside them (2 + 4 bytes of gradients per parameter)" if accumulate else "")
              + f" ({engine.source('zero_stages').split(':')[0].split(' (')[0]})"),)
+
+
+def _walked_code(training: Any, framework: Any) -> str:
+    """Which code the profile's step walk follows: compiled (torchtitan's blocks; hf's whole model where its compiled walk
+    has read the step) or eager."""
+    if training.compiled and framework.step_memory == "torchtitan-eager":
+        return "compiled (each block: parcalc.core.memory_torchtitan_compile)"
+    if training.compiled and framework.step_memory == "hf-eager":
+        return "compiled (the whole model and its loss, where read: parcalc.core.memory_hf_compiled)"
+    return "eager"

@@ -187,11 +187,16 @@ def result(req: MemoryRequest, *, pictures: bool = False) -> Result:
     compile_note: tuple[str, ...] = ()
     if req.compile:
         from parcalc.core.activations import COMPILE_ACTIVATIONS
+        from parcalc.core.memory_hf_compiled import HF_COMPILED_WALK, compiled_walk_gaps
         from parcalc.core.memory_torchtitan_compile import COMPILED_WALK
 
         settings.append(("compile", "true"))
         walked = breakdown.worst.peak is not None and setup.step_memory == "torchtitan-eager"
         compile_note = ("--compile: " + (COMPILED_WALK if walked else COMPILE_ACTIVATIONS),)
+        if breakdown.worst.peak is not None and setup.step_memory == "hf-eager":
+            gaps = compiled_walk_gaps(req.model, setup.precision, setup.recompute)
+            compile_note = ("--compile: " + (HF_COMPILED_WALK if not gaps else
+                                             f"the eager step walk stands: the compiled walk has not read {', '.join(gaps)}"),)
         if setup.compiled_loss:
             from parcalc.core.memory_compiled_loss import COMPILED_LOSS_WALK
 
