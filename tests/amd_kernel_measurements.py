@@ -334,7 +334,9 @@ AMD_MAF_BF16 = {"mi300x": 708.0, "mi325x": 843.0}
 # 0400_roofline.yaml) expected of its memcopy workload within 5 %: '# MI 300X: 3910.62 GB/s', '# MI 325X: 4287.31 GB/s'.
 # The workload (projects/rocprofiler-compute/sample/memcopy.cpp, read at the fork seanthegeek/rocm-systems @7fc037a1):
 # Y[idx] = X[idx] over 268,435,456 doubles (2 GiB each way, 8x the 256 MB Infinity Cache), 256-thread blocks, 1,000 runs.
-ROCPROF_MEMCOPY_GBPS = {"mi300x": 3910.62, "mi325x": 4287.31}
+# The same file's 'MI350' entry (metric 4.1.10, gfx950), "expected_values": [5690.42], names no board: the MI350X and the
+# MI355X share the SoC and its eight 8 TB/s HBM3E stacks; it is entered for the MI355X (presets/gpus/mi355x.yaml).
+ROCPROF_MEMCOPY_GBPS = {"mi300x": 3910.62, "mi325x": 4287.31, "mi355x": 5690.42}
 # BabelStream's Copy on an Azure ND MI300X v5 (TB/s), two runs: Azure/AI-benchmarking-guide Azure_Results/
 # ND_MI300X_v5_results.md, read at the forks yosoyjay/AI-benchmarking-guide @a8263ef1 ('| Copy  | 4.15 |', ROCm 6.8.5) and
 # samuel-bohman/AI-benchmarking-guide @3de0c294 ('| Copy  | 4.11 |', ROCm 6.8.1).
