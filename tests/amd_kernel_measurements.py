@@ -383,3 +383,15 @@ MI325X_TORCH_BF16 = {1024: 79.10224797464866, 2048: 324.95860243914075, 4096: 75
 MI355X_TORCH_BF16 = {1024: 56.90949163947867, 2048: 327.9246818830567, 4096: 1138.526846403435, 8192: 1521.2544125131246,
                      16384: 1559.8110939913774}  # fmt: skip
 MI355X_HIPBLASLT_FP8 = {1024: 204.913, 2048: 1172.69, 4096: 2748.78, 8192: 3233.19, 16384: 3293.23}
+
+# DeepEP on 8 MI355X in Primus's Qwen3-30B-A3B FP8 campaign (the published rows primus-mi355x-qwen3-30b-a3b-*:
+# tests/published_blackwell_amd_runs.py), AMD-AGI/Primus agent/workspace/qwen3_fp8_tw_gfx950_20261010/logs/optimize.md
+# @cbff2387, 'Item 3 - DeepEP': 'num_cu sweep (even): 160 CUs best, dispatch 920 -> 612 us, combine 536 -> 484 us'
+# (32,768 tokens a rank, hidden 2048, bf16: 'FP8 dispatch: not adopted'; the baseline ran turbo_deepep_num_cu 80) and
+# 'get_dispatch_layout 340 -> 44-46 us, 384 calls/iter' (48 MoE layers x 8 micro-batches); 'R3 profile (rank 0, one step):
+# kernels 6941 ms of 6987 ms; attention 1583, grouped GEMM 1268, hipBLASLt 1003, DeepEP 876, quant chain 739 (amax 253),
+# permute/unpermute 346, SwiGLU 262' (R3: 160 CUs, the per-token layout). {CUs: (dispatch, combine) us per call}.
+PRIMUS_MI355X_DEEPEP_US = {80: (920.0, 536.0), 160: (612.0, 484.0)}
+PRIMUS_MI355X_DISPATCH_LAYOUT_US = {"baseline": 340.0, "per-token": 45.0}
+PRIMUS_MI355X_R3_PROFILE_MS = {"attention": 1583.0, "grouped GEMM": 1268.0, "hipBLASLt": 1003.0, "DeepEP": 876.0,
+                               "quant chain": 739.0, "permute/unpermute": 346.0, "SwiGLU": 262.0}  # fmt: skip

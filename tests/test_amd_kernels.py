@@ -32,6 +32,9 @@ from amd_kernel_measurements import (
     MI355X_AITER_MHA,
     MI355X_HIPBLASLT_FP8,
     MI355X_TORCH_BF16,
+    PRIMUS_MI355X_DEEPEP_US,
+    PRIMUS_MI355X_DISPATCH_LAYOUT_US,
+    PRIMUS_MI355X_R3_PROFILE_MS,
     ROCPROF_MEMCOPY_GBPS,
     AttentionRow,
     ShapeGemm,
@@ -420,3 +423,37 @@ def test_mi300x_and_mi355x_memory_shares_are_amds_memcopy_measurements(name: str
     assert "rocprofiler-compute" in gpu.kernels.memory.source
     if name == "mi300x":
         assert [tbps / 5.3 for tbps in BABELSTREAM_MI300X_COPY_TBPS] == pytest.approx([0.7755, 0.7830], abs=1e-4)
+
+
+def test_known_gap_mi355x_even_routing_sends_each_token_to_one_rank() -> None:
+    """The published MI355X Qwen3-30B-A3B rows ran Primus's 'even' force-balanced routing, which gives token t the experts
+    (t k + j) mod E, j < k (AMD-AGI/Primus @fd1eeabb primus/backends/megatron/core/extensions/primus_turbo.py, the DeepEP
+    dispatcher's token_indices: `torch.arange(num_tokens * topk).view(num_tokens, topk) % num_experts`): k = 8 consecutive
+    experts starting at a multiple of 8, all inside one rank's 16. DeepEP sends a token once per destination rank, so each
+    dispatch moves T (ep - 1) / ep rows, not the T k copies parcalc's intranode exchange counts (nor the 4.67 remote ranks a
+    uniformly random top-8 of 128 experts on 8 ranks reaches). parcalc times each of the four exchanges of a layer and
+    micro-batch at 2.817 ms (the row's 1.07 GB of copies over the Infinity Fabric); the campaign measured DeepEP's dispatch at
+    920 us and combine at 536 us a call at the baseline's 80 CUs (tests/amd_kernel_measurements.py), 612 / 484 at 160 CUs,
+    whose 384 x 2 x (612 + 484) us plus the per-token layout match the R3 profile's DeepEP 876 ms within 2 %. So the rows'
+    t_ep is 3.9x the measured exchange (4.33 s against 1.12 s + 0.13 s of layout a step), a gap this test pins and the
+    model does not yet close (docs/step-time.md, session 23)."""
+    from test_published_blackwell_amd import RUNS, fit_inputs
+
+    from parcalc.core.fit import estimate
+    from parcalc.core.timing.moe import remote_nodes_per_token
+
+    experts, top_k, ep = 128, 8, 8
+    ranks_per_token = {len({((t * top_k + j) % experts) // (experts // ep) for j in range(top_k)}) for t in range(experts)}
+    assert ranks_per_token == {1}  # the pattern repeats every E / k = 16 tokens
+    assert remote_nodes_per_token(experts, top_k, ep, None) == pytest.approx(4.672, abs=1e-3)
+    run = next(r for r in RUNS if r.key == "primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline")
+    est = estimate(*fit_inputs(run))
+    assert est.ep_comm is not None
+    per_micro_batch = next(term.value for term in est.ep_comm.inputs if term.key == "A")
+    assert per_micro_batch / 48 / 4 == pytest.approx(2.817e-3, rel=0.002)  # one exchange, seconds
+    calls = 48 * 8  # MoE layers x micro-batches a step ('384 calls/iter')
+    measured = {cus: calls * 2 * (d + c) * 1e-6 for cus, (d, c) in PRIMUS_MI355X_DEEPEP_US.items()}
+    r3 = measured[160] + calls * PRIMUS_MI355X_DISPATCH_LAYOUT_US["per-token"] * 1e-6
+    assert r3 * 1e3 == pytest.approx(PRIMUS_MI355X_R3_PROFILE_MS["DeepEP"], rel=0.02)
+    assert measured[80] == pytest.approx(1.118, abs=0.001)
+    assert est.ep_comm.value / measured[80] == pytest.approx(3.87, abs=0.02)
