@@ -334,7 +334,9 @@ AMD_MAF_BF16 = {"mi300x": 708.0, "mi325x": 843.0}
 # 0400_roofline.yaml) expected of its memcopy workload within 5 %: '# MI 300X: 3910.62 GB/s', '# MI 325X: 4287.31 GB/s'.
 # The workload (projects/rocprofiler-compute/sample/memcopy.cpp, read at the fork seanthegeek/rocm-systems @7fc037a1):
 # Y[idx] = X[idx] over 268,435,456 doubles (2 GiB each way, 8x the 256 MB Infinity Cache), 256-thread blocks, 1,000 runs.
-ROCPROF_MEMCOPY_GBPS = {"mi300x": 3910.62, "mi325x": 4287.31}
+# The same file's 'MI350' entry (metric 4.1.10, gfx950), "expected_values": [5690.42], names no board: the MI350X and the
+# MI355X share the SoC and its eight 8 TB/s HBM3E stacks; it is entered for the MI355X (presets/gpus/mi355x.yaml).
+ROCPROF_MEMCOPY_GBPS = {"mi300x": 3910.62, "mi325x": 4287.31, "mi355x": 5690.42}
 # BabelStream's Copy on an Azure ND MI300X v5 (TB/s), two runs: Azure/AI-benchmarking-guide Azure_Results/
 # ND_MI300X_v5_results.md, read at the forks yosoyjay/AI-benchmarking-guide @a8263ef1 ('| Copy  | 4.15 |', ROCm 6.8.5) and
 # samuel-bohman/AI-benchmarking-guide @3de0c294 ('| Copy  | 4.11 |', ROCm 6.8.1).
@@ -381,3 +383,15 @@ MI325X_TORCH_BF16 = {1024: 79.10224797464866, 2048: 324.95860243914075, 4096: 75
 MI355X_TORCH_BF16 = {1024: 56.90949163947867, 2048: 327.9246818830567, 4096: 1138.526846403435, 8192: 1521.2544125131246,
                      16384: 1559.8110939913774}  # fmt: skip
 MI355X_HIPBLASLT_FP8 = {1024: 204.913, 2048: 1172.69, 4096: 2748.78, 8192: 3233.19, 16384: 3293.23}
+
+# DeepEP on 8 MI355X in Primus's Qwen3-30B-A3B FP8 campaign (the published rows primus-mi355x-qwen3-30b-a3b-*:
+# tests/published_blackwell_amd_runs.py), AMD-AGI/Primus agent/workspace/qwen3_fp8_tw_gfx950_20261010/logs/optimize.md
+# @cbff2387, 'Item 3 - DeepEP': 'num_cu sweep (even): 160 CUs best, dispatch 920 -> 612 us, combine 536 -> 484 us'
+# (32,768 tokens a rank, hidden 2048, bf16: 'FP8 dispatch: not adopted'; the baseline ran turbo_deepep_num_cu 80) and
+# 'get_dispatch_layout 340 -> 44-46 us, 384 calls/iter' (48 MoE layers x 8 micro-batches); 'R3 profile (rank 0, one step):
+# kernels 6941 ms of 6987 ms; attention 1583, grouped GEMM 1268, hipBLASLt 1003, DeepEP 876, quant chain 739 (amax 253),
+# permute/unpermute 346, SwiGLU 262' (R3: 160 CUs, the per-token layout). {CUs: (dispatch, combine) us per call}.
+PRIMUS_MI355X_DEEPEP_US = {80: (920.0, 536.0), 160: (612.0, 484.0)}
+PRIMUS_MI355X_DISPATCH_LAYOUT_US = {"baseline": 340.0, "per-token": 45.0}
+PRIMUS_MI355X_R3_PROFILE_MS = {"attention": 1583.0, "grouped GEMM": 1268.0, "hipBLASLt": 1003.0, "DeepEP": 876.0,
+                               "quant chain": 739.0, "permute/unpermute": 346.0, "SwiGLU": 262.0}  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,9 @@ from amd_kernel_measurements import (
     MI355X_AITER_MHA,
     MI355X_HIPBLASLT_FP8,
     MI355X_TORCH_BF16,
+    PRIMUS_MI355X_DEEPEP_US,
+    PRIMUS_MI355X_DISPATCH_LAYOUT_US,
+    PRIMUS_MI355X_R3_PROFILE_MS,
     ROCPROF_MEMCOPY_GBPS,
     AttentionRow,
     ShapeGemm,
@@ -151,39 +155,46 @@ def fp8_forward_error(row: ShapeGemm, s: ComputeSpec) -> float:
 
 def test_mi300x_fp8_share_is_the_median_of_llama31_8b_rows_without_their_quantisation() -> None:
     """Primus-Turbo's per-tensor FP8 rows of the same run (results_optimized/gemm_fp8_tensorwise_optimized.csv @221d75f1,
-    hipBLASLt): Llama-3.1-8B's twelve forward rows, each less its two quantisations (4-19 % of the row), over 2614.9
-    TFLOP/s and the shape's quantisation: median 0.4148 (0.3806-0.4353), the preset's fp8 training share; with the
-    quantisation left in, 0.3621. AMD's max-achievable 0.4868 (1273 / 2614.9) stays the isolated share."""
+    hipBLASLt): Llama-3.1-8B's twelve forward rows, each less its two quantisations (4-20 % of the row, timed at the
+    preset's HBM share, AMD's memcopy measurement 3910.62 / 5300 GB/s), over 2614.9 TFLOP/s and the shape's quantisation:
+    median 0.4203 (0.3874-0.4427), the preset's fp8 training share; 0.4148 with the quantisations at the generic 0.8 of
+    HBM (the share until session 23); with the quantisation left in, 0.3621. AMD's max-achievable 0.4868 (1273 / 2614.9)
+    stays the isolated share."""
     s = spec("mi300x", "fp8")
     rows = [r for r in MI300X_FP8_GEMMS if r.model == REFERENCE]
     assert len(rows) == 12
+    assert s.kernels.memory.value == pytest.approx(ROCPROF_MEMCOPY_GBPS["mi300x"] / 5300.0, abs=1e-4)
     assert s.matmul.value == pytest.approx(statistics.median(fp8_gemm_share_of(r, s) for r in rows), abs=5e-4)
+    assert s.matmul.value == pytest.approx(0.4203, abs=1e-4)
+    at_generic_hbm = replace(s, kernels=replace(s.kernels, memory=replace(s.kernels.memory, value=0.8)))
+    assert statistics.median(fp8_gemm_share_of(r, at_generic_hbm) for r in rows) == pytest.approx(0.4148, abs=5e-4)
     assert statistics.median(share_of(r, s) for r in rows) == pytest.approx(0.3621, abs=5e-4)
     assert "Primus-Turbo" in s.matmul.source
     isolated = s.kernels.isolated_share("fp8")
     assert isolated is not None and isolated.value == pytest.approx(1273.0 / 2614.9, abs=1e-4)
-    # the largest shape, where the quantisation is 4 % of the row, gives the median within 0.2 %: the subtraction
-    # does not make the share
+    # the largest shape, where the quantisation is 4 % of the row, gives 0.4156, the median within 1.2 % (0.4142 at the
+    # generic HBM share): the subtraction does not make the share
     largest = max(rows, key=lambda r: r.m * r.n * r.k)
-    assert fp8_gemm_share_of(largest, s) == pytest.approx(s.matmul.value, rel=0.002)
+    assert fp8_gemm_share_of(largest, s) == pytest.approx(0.4156, abs=5e-4)
+    assert fp8_gemm_share_of(largest, s) == pytest.approx(s.matmul.value, rel=0.012)
 
 
 def test_mi300x_fp8_held_out_forward_rows() -> None:
     """The other six models' 72 FP8 forward rows (GEMM and quantisations timed as above), which did not set the share:
-    median error +0.2 %, median |error| 2.9 %, every row within 12 % (worst: Llama-2-7B's down projection at 4,096
-    tokens, -11.8 %, as in BF16)."""
+    median error +0.5 %, median |error| 2.9 %, every row within 12.5 % (worst: Llama-2-7B's down projection at 4,096
+    tokens, -12.4 %, as in BF16; -11.8 % with the quantisations at the generic 0.8 of HBM)."""
     s = spec("mi300x", "fp8")
     errors = [fp8_forward_error(r, s) for r in MI300X_FP8_GEMMS if r.model != REFERENCE]
     assert len(errors) == 72
     assert abs(statistics.median(errors)) < 0.01
     assert statistics.median(abs(e) for e in errors) < 0.035
-    assert all(abs(e) < 0.12 for e in errors), max(errors, key=abs)
+    assert all(abs(e) < 0.125 for e in errors), max(errors, key=abs)
 
 
 def test_known_gap_mi300x_fp8_backward_rows_run_slower() -> None:
     """Primus-Turbo's FP8 backward calls hipBLASLt in the layouts autograd hands it (dgrad NN, wgrad with a transposed
     A) and they run slower than its forward TN: parcalc, with one FP8 share, times the 84 rows (grad_out quantised, dgrad,
-    wgrad) a median 17.8 % fast (8-40 %). Transformer Engine, which the published rows ran, writes transposed FP8 copies on
+    wgrad) a median 18.8 % fast (9-42 %). Transformer Engine, which the published rows ran, writes transposed FP8 copies on
     this GPU (non_tn_fp8_gemm_supported: compute capability major >= 10; gfx942 reports 9) so that every FP8 GEMM runs TN,
     the forward rows' layout: the gap is Primus-Turbo's, and the transposes are timed (fp8_quantise)."""
     s = spec("mi300x", "fp8")
@@ -197,24 +208,25 @@ def test_known_gap_mi300x_fp8_backward_rows_run_slower() -> None:
 
 
 def test_mi300x_fp8_over_bf16_at_training_shapes() -> None:
-    """The same run's FP8 GEMMs (quantisation out) reach 0.847 of BF16's share (1085 against 641 TFLOP/s: 1.69x for twice
+    """The same run's FP8 GEMMs (quantisation out) reach 0.858 of BF16's share (1099 against 641 TFLOP/s: 1.72x for twice
     the matrix-core rate), where AMD's max-achievable tuned shapes reach 0.899 (1273 / 708 TFLOP/s, 1.80x): at training
-    shapes FP8 loses more to its one best shape than BF16 does (0.852 against 0.905)."""
+    shapes FP8 loses more to its one best shape than BF16 does (0.863 against 0.905)."""
     fp8, bf16 = spec("mi300x", "fp8"), spec("mi300x", "bf16")
-    assert fp8.matmul.value / bf16.matmul.value == pytest.approx(0.847, abs=0.002)
+    assert fp8.matmul.value / bf16.matmul.value == pytest.approx(0.858, abs=0.002)
     iso8, iso16 = fp8.kernels.isolated_share("fp8"), bf16.kernels.isolated_share("bf16")
     assert iso8 is not None and iso16 is not None
-    assert fp8.matmul.value / iso8.value == pytest.approx(0.852, abs=0.002)
+    assert fp8.matmul.value / iso8.value == pytest.approx(0.863, abs=0.002)
     assert bf16.matmul.value / iso16.value == pytest.approx(0.905, abs=0.002)
 
 
 def test_mi325x_fp8_share_is_the_mi300xs_at_its_boards_clock() -> None:
     """No FP8 GEMM of an MI325X at training shapes was found: its share is the MI300X's measured one times the two boards'
     max-achievable FP8 rates (AMD, 'Measuring Max-Achievable FLOPs - Part 2': 1519 TFLOP/s at 1464 MHz, 1273 at 1230 MHz;
-    the same 304-CU dies and hipBLASLt kernels, the 1,000 W board holding a higher clock): 0.4148 x 1.193 = 0.4950."""
+    the same 304-CU dies and hipBLASLt kernels, the 1,000 W board holding a higher clock): 0.4203 x 1.193 = 0.5015 (0.4950
+    before session 23, from the MI300X's share at the generic HBM share)."""
     mi325x, mi300x = spec("mi325x", "fp8"), spec("mi300x", "fp8")
     assert mi325x.matmul.value == pytest.approx(mi300x.matmul.value * 1519.0 / 1273.0, abs=1e-4)
-    assert mi325x.matmul.value == pytest.approx(0.4950, abs=1e-4)
+    assert mi325x.matmul.value == pytest.approx(0.5015, abs=1e-4)
     isolated = mi325x.kernels.isolated_share("fp8")
     assert isolated is not None and isolated.value == pytest.approx(1519.0 / 2614.9, abs=1e-4)
 
@@ -391,3 +403,57 @@ def test_mi325x_memory_share_is_amds_memcopy_measurement() -> None:
     assert "rocprofiler-compute" in gpu.kernels.memory.source
     for babelstream in BABELSTREAM_MI300X_COPY_TBPS:
         assert ROCPROF_MEMCOPY_GBPS["mi300x"] / (babelstream * 1000.0) == pytest.approx(0.947, abs=0.006)  # 0.942 and 0.951
+
+
+@pytest.mark.parametrize(("name", "bandwidth_gbps", "share"), [
+    ("mi300x", 5300.0, 0.7379),  # 3910.62 / 5300: 'MI 300X: 3910.62 GB/s'
+    ("mi355x", 8000.0, 0.7113),  # 5690.42 / 8000: the 'MI350' (gfx950) entry, an MI350X's or an MI355X's
+])  # fmt: skip
+def test_mi300x_and_mi355x_memory_shares_are_amds_memcopy_measurements(name: str, bandwidth_gbps: float, share: float) -> None:
+    """AMD's profiler test suite (ROCm/rocm-systems projects/rocprofiler-compute/tests/test_metric_validation.py
+    @117d8704) expects its memcopy workload at 3910.62 GB/s on an MI300X and 5690.42 GB/s on the gfx950 family: the
+    presets' HBM shares, by the workload the MI325X's share comes from. The MI300X's sits 5-6 % below BabelStream's Copy
+    on the same GPU (4.11-4.15 TB/s: 0.776-0.783 of 5.3 TB/s), the copy kernel's one element a thread; no STREAM run of a
+    gfx950 board was found."""
+    gpu = load_gpu(name, ())
+    assert gpu.kernels is not None
+    assert gpu.memory_bandwidth.value == pytest.approx(bandwidth_gbps * 1e9)
+    assert gpu.kernels.memory.value == pytest.approx(ROCPROF_MEMCOPY_GBPS[name] / bandwidth_gbps, abs=1e-4)
+    assert gpu.kernels.memory.value == pytest.approx(share, abs=1e-4)
+    assert "rocprofiler-compute" in gpu.kernels.memory.source
+    if name == "mi300x":
+        assert [tbps / 5.3 for tbps in BABELSTREAM_MI300X_COPY_TBPS] == pytest.approx([0.7755, 0.7830], abs=1e-4)
+
+
+def test_known_gap_mi355x_even_routing_sends_each_token_to_one_rank() -> None:
+    """The published MI355X Qwen3-30B-A3B rows ran Primus's 'even' force-balanced routing, which gives token t the experts
+    (t k + j) mod E, j < k (AMD-AGI/Primus @fd1eeabb primus/backends/megatron/core/extensions/primus_turbo.py, the DeepEP
+    dispatcher's token_indices: `torch.arange(num_tokens * topk).view(num_tokens, topk) % num_experts`): k = 8 consecutive
+    experts starting at a multiple of 8, all inside one rank's 16. DeepEP sends a token once per destination rank, so each
+    dispatch moves T (ep - 1) / ep rows, not the T k copies parcalc's intranode exchange counts (nor the 4.67 remote ranks a
+    uniformly random top-8 of 128 experts on 8 ranks reaches). parcalc times each of the four exchanges of a layer and
+    micro-batch at 2.817 ms (the row's 1.07 GB of copies over the Infinity Fabric); the campaign measured DeepEP's dispatch at
+    920 us and combine at 536 us a call at the baseline's 80 CUs (tests/amd_kernel_measurements.py), 612 / 484 at 160 CUs,
+    whose 384 x 2 x (612 + 484) us plus the per-token layout match the R3 profile's DeepEP 876 ms within 2 %. So the rows'
+    t_ep is 3.9x the measured exchange (4.33 s against 1.12 s + 0.13 s of layout a step), a gap this test pins and the
+    model does not yet close (docs/step-time.md, session 23)."""
+    from test_published_blackwell_amd import RUNS, fit_inputs
+
+    from parcalc.core.fit import estimate
+    from parcalc.core.timing.moe import remote_nodes_per_token
+
+    experts, top_k, ep = 128, 8, 8
+    ranks_per_token = {len({((t * top_k + j) % experts) // (experts // ep) for j in range(top_k)}) for t in range(experts)}
+    assert ranks_per_token == {1}  # the pattern repeats every E / k = 16 tokens
+    assert remote_nodes_per_token(experts, top_k, ep, None) == pytest.approx(4.672, abs=1e-3)
+    run = next(r for r in RUNS if r.key == "primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline")
+    est = estimate(*fit_inputs(run))
+    assert est.ep_comm is not None
+    per_micro_batch = next(term.value for term in est.ep_comm.inputs if term.key == "A")
+    assert per_micro_batch / 48 / 4 == pytest.approx(2.817e-3, rel=0.002)  # one exchange, seconds
+    calls = 48 * 8  # MoE layers x micro-batches a step ('384 calls/iter')
+    measured = {cus: calls * 2 * (d + c) * 1e-6 for cus, (d, c) in PRIMUS_MI355X_DEEPEP_US.items()}
+    r3 = measured[160] + calls * PRIMUS_MI355X_DISPATCH_LAYOUT_US["per-token"] * 1e-6
+    assert r3 * 1e3 == pytest.approx(PRIMUS_MI355X_R3_PROFILE_MS["DeepEP"], rel=0.02)
+    assert measured[80] == pytest.approx(1.118, abs=0.001)
+    assert est.ep_comm.value / measured[80] == pytest.approx(3.87, abs=0.02)
