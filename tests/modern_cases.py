@@ -250,6 +250,12 @@ CASES: tuple[Case, ...] = (
     Case("tt2412-llama31-8b-8xh100-fsdp-compile-bf16", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
          f"{_TT}; seq 8192; selective_ac_option = 'op' (--recompute op)", micro_batch=2, zero=3, recompute=Recompute.OP,
          seq_len=8192, compiled=True),
+    # TorchTitan's CP 2 row: a test since session 23, when PyTorch's ring attention was timed as it runs
+    # (parcalc.core.timing.torch_ring_attention); its error (+8 %) is that of the table's CP 1 control row (+14.5 %),
+    # so no CP-specific gap is left in it. The CP 4 and 8 rows stay known gaps (below).
+    Case("tt2412-llama31-8b-8xh100-fsdp4-cp2-seq64k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
+         f"{_TT}; local batch 1 x 4 FSDP ranks = 4 sequences; {_TT_CP}", zero=3, cp_comm="all-gather",
+         recompute=Recompute.FULL, global_batch=4, fp8_recipe="current", compiled=True),
 )
 
 # Runs that are not tests, each for a stated reason (docs/step-time.md, "Known gaps"):
@@ -269,9 +275,6 @@ KNOWN_GAPS: tuple[Case, ...] = (
     Case("mbridge2604-qwen3-30b-a3b-16xh100-fp8", "qwen3-30b-a3b", "h100-sxm5", "megatron", "tokens",
          f"{_BRIDGE}; qwen3_30b_a3b_pretrain_16gpu_h100_fp8cs_config: HybridEP, moe_a2a_overlap False, no SP, FP8 current "
          "scaling (the recipe at a later commit than the 26.04.01 row)", dispatcher="hybridep", reduce_bytes=2, fp8_recipe="current"),
-    Case("tt2412-llama31-8b-8xh100-fsdp4-cp2-seq64k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
-         f"{_TT}; local batch 1 x 4 FSDP ranks = 4 sequences; {_TT_CP}", zero=3, cp_comm="all-gather",
-         recompute=Recompute.FULL, global_batch=4, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp2-cp4-seq128k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
          f"{_TT}; 2 sequences; {_TT_CP}", zero=3, cp_comm="all-gather", recompute=Recompute.FULL, global_batch=2, fp8_recipe="current", compiled=True),
     Case("tt2412-llama31-8b-8xh100-fsdp1-cp8-seq256k-fp8", "llama3-8b", _TT_GPU, "torchtitan", "tokens",
