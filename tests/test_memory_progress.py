@@ -91,3 +91,18 @@ def test_a_multi_stage_rank_walk_moves_the_bar_within_its_stage(schedule: dict, 
     assert (1000, 2000) in calls and calls[-1] == (2000, 2000)
     # every action of each rank's walk, then the stage's own call: rank 1's actions as many as rank 0's here
     assert len(calls) == 2 * actions + 2, (len(calls), actions)
+
+
+def test_fits_strategy_table_reports_each_row_sized_then_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fit's strategy table walks a torchtitan step per row (DeepSeek-V2 on 64 H200: ~6 s), so it reports its rows:
+    the first half of the bar each row's memory, the second each row's step time; the rows of fit_table.families (6
+    families on 4 GPUs x 3 recomputations = 18 rows, so 36 in all), every call the same total, never going back."""
+    from parcalc.results.fit import from_flags as fit_from_flags
+
+    monkeypatch.setattr(parse, "ProgressBar", Recorder)
+    fit_from_flags(model="llama3.2-1b", seq_len="2048", framework="torchtitan", gpus="4", gpu=["h200"], batch="8")
+    calls = Recorder.calls
+    totals = {total for _, total in calls}
+    assert len(totals) == 1
+    total = totals.pop()
+    assert total == 2 * 6 * 3 and [done for done, _ in calls] == list(range(total))  # one call before each row of each half

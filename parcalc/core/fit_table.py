@@ -13,6 +13,7 @@ stack always shards the sequence (torchtitan's apply_tp), data parallelism only 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -88,12 +89,18 @@ def families(model: TransformerModel, cluster: Cluster, micro_batch: int = 1,
 
 def strategy_table(model: TransformerModel, training: Training, cluster: Cluster,
                    recomputes: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL), *,
-                   micro_batch: int = 1, deepest: bool = True, runnable_only: bool = False) -> tuple[StrategyRow, ...]:  # fmt: skip
+                   micro_batch: int = 1, deepest: bool = True, runnable_only: bool = False,
+                   progress: Callable[[int, int], None] | None = None) -> tuple[StrategyRow, ...]:  # fmt: skip
     """Every family x recomputation; `deepest` adds the most layers each holds (a few more memory evaluations);
-    `runnable_only`: only the families the cluster's framework runs (families)."""
-    rows = []
-    for name, base, absent in families(model, cluster, micro_batch, runnable_only):
+    `runnable_only`: only the families the cluster's framework runs (families); `progress(done, total)` after each row
+    (a walked framework's row takes up to seconds: torchtitan's step walks)."""
+    rows: list[StrategyRow] = []
+    table_families = list(families(model, cluster, micro_batch, runnable_only))
+    row_count = len(table_families) * len(recomputes)
+    for name, base, absent in table_families:
         for recompute in recomputes:
+            if progress is not None:
+                progress(len(rows), row_count)
             if base is None:
                 rows.append(StrategyRow(name, recompute, None, cluster.gpus, None, False, None, None, absent))
                 continue

@@ -28,6 +28,7 @@ the largest excess over the fastest row is "the largest term that the fastest la
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from parcalc.core.choices import Recompute
@@ -100,13 +101,21 @@ def row_name(row: StrategyRow) -> str:
 
 def timed_strategy_table(model: TransformerModel, training: Training, cluster: Cluster,
                          recomputes: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL), *,
-                         micro_batch: int = 1, deepest: bool = True, runnable_only: bool = False) -> SpeedupTable:  # fmt: skip
+                         micro_batch: int = 1, deepest: bool = True, runnable_only: bool = False,
+                         progress: Callable[[int, int], None] | None = None) -> SpeedupTable:  # fmt: skip
     """parcalc.core.fit_table.strategy_table with step time, tokens/s, speedup and efficiency on
     every row that fits (module docstring), and the derivations that answer "which is fastest,
-    by how much, and how deep a model fits"."""
-    rows = tuple(_timed(model, training, cluster, row) for row in
-                 strategy_table(model, training, cluster, recomputes, micro_batch=micro_batch, deepest=deepest,
-                                runnable_only=runnable_only))  # fmt: skip
+    by how much, and how deep a model fits"; `progress(done, total)`: each row's memory is the first half, its
+    step time the second."""
+    sized = strategy_table(model, training, cluster, recomputes, micro_batch=micro_batch, deepest=deepest,
+                           runnable_only=runnable_only,
+                           progress=None if progress is None else lambda done, total: progress(done, 2 * total))  # fmt: skip
+    timed_rows: list[StrategyRow] = []
+    for row in sized:
+        if progress is not None:
+            progress(len(sized) + len(timed_rows), 2 * len(sized))
+        timed_rows.append(_timed(model, training, cluster, row))
+    rows = tuple(timed_rows)
     reference = reference_setup(model, training, cluster, rows, recomputes, micro_batch)
     if reference is None:
         return SpeedupTable(rows, None, _max_layers_summary(model, training, cluster, rows) if deepest else ())

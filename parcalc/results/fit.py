@@ -72,9 +72,14 @@ def _table_result(shape: TransformerModel, training: Training, cluster: Cluster,
     the framework (given with --framework) runs (parcalc.core.fit_table.families)."""
     from parcalc.core.speedup import timed_strategy_table
     from parcalc.derivation import Column, Result, Table
+    from parcalc.results.parse import ProgressBar
 
-    timed = timed_strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers,
-                                 runnable_only=runnable_only)  # fmt: skip
+    progress = ProgressBar("sizing and timing each strategy")
+    try:
+        timed = timed_strategy_table(shape, training, cluster, recomputes, micro_batch=micro_batch, deepest=with_layers,
+                                     runnable_only=runnable_only, progress=progress)  # fmt: skip
+    finally:
+        progress.close()
     rows = timed.rows
     columns = (
         Column("strategy", "strategy"), Column("recompute", "recompute"), Column("tp", "tp"), Column("pp", "pp"), Column("dp", "dp"),

@@ -181,7 +181,7 @@ class ProgressBar:
             self.bar = Progress(console=Console(stderr=True), transient=True)
             self.bar.start()
             self.task = self.bar.add_task(self.label, total=total)
-        self.bar.update(self.task, completed=done)
+        self.bar.update(self.task, completed=done, total=total)
 
     def close(self) -> None:
         if self.bar is not None:
