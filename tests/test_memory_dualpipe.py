@@ -84,6 +84,34 @@ def test_the_core_refuses_what_torch_refuses():
         compute_order(4, 4, 8)
 
 
+def test_the_search_screens_dualpipev_rows_by_their_ranks_floor():
+    """fit --search --schedule dualpipev under torchtitan screens each DualPipeV row the walk follows by its ranks' floor of
+    the allocator replay, as it screens ZB-V's. Llama 3 8B on 8 H100, s 8192, batch 32: of its 28 ZeRO-3 pipelined rows 8
+    are walked (the others tp 2, or op / selective checkpointing, keep the textbook sum, memory_of's too) and none fits;
+    with the textbook screen 4 of them were let in that do not fit by memory_of (measured before the screen, 2026-11-30).
+    TP 1 x PP 2 x FSDP 4, b 1, m 8, no checkpointing: textbook 77.6 GB, under the 85.9 GB capacity; memory_of 144.0 GB."""
+    import numpy as np
+
+    from parcalc.core.choices import Recompute, Schedule
+    from parcalc.core.fit import memory_of
+    from parcalc.core.fit_search import search
+    from parcalc.core.search_columns import FLOOR, SCHEDULE_CODES
+    from parcalc.results.fit_request import request
+
+    req = request(search=True, model="llama3-8b", gpus="8", gpu=["h100-sxm5"], framework="torchtitan", seq_len="8192",
+                  schedule="dualpipev", batch="32")  # fmt: skip
+    found = search(req.model, req.training, req.cluster, req.space)
+    c = found.evaluated.columns
+    rows = np.flatnonzero((c["schedule"] == SCHEDULE_CODES.index(Schedule.DUALPIPEV)) & (c["pp"] > 1) & (c["zero"] == 3)).tolist()
+    walked = [i for i in rows if int(c["memory_basis"][i]) == FLOOR]
+    assert len(rows) == 28 and len(walked) == 8
+    assert not any(bool(c["fits"][i]) for i in walked)
+    (row,) = [i for i in walked if (c["tp"][i], c["pp"][i], c["micro_batches"][i]) == (1, 2, 8)
+              and found.evaluated.config(i).recompute is Recompute.NONE]  # fmt: skip
+    total = memory_of(req.model, found.evaluated.config(row), req.training, req.cluster).worst.total.value
+    assert c["memory"][row] <= total and total == pytest.approx(143_969_484_800, rel=1e-9), (c["memory"][row], total)
+
+
 @pytest.mark.parametrize("pp, rank", [(2, 0), (2, 1), (4, 0), (4, 2)])
 @pytest.mark.parametrize("rec", ["none", "full"])
 def test_a_replayed_dualpipev_rank_is_the_walked_rank(pp: int, rank: int, rec: str) -> None:
