@@ -53,8 +53,8 @@ def test_pipeline_gaps_name_only_what_is_not_walked():
     assert pipeline_gaps(Layout(1, 4, 2, zero=3, schedule=Schedule.ZB_V), "torchtitan", True, 32, Recompute.FULL) == []
     assert pipeline_gaps(Layout(1, 4, 2, zero=3, schedule=Schedule.ZB_V), "torchtitan", True, 32, Recompute.OP) == [
         "pp = 4: --recompute op (the split backward is walked with no or full checkpointing) under ZB-V"]
-    dualpipev = pipeline_gaps(Layout(1, 4, 2, zero=3, schedule=Schedule.DUALPIPEV), "torchtitan", True, 32)
-    assert dualpipev == ["pp = 4: --schedule dualpipev (the walk follows 1F1B, interleaved 1F1B and ZB-V)"]
+    zb_h1 = pipeline_gaps(Layout(1, 4, 2, zero=3, schedule=Schedule.ZB_H1), "torchtitan", True, 32)
+    assert zb_h1 == ["pp = 4: --schedule zb-h1 (the walk follows 1F1B, interleaved 1F1B, ZB-V and DualPipeV)"]
 
 
 def test_chunks_under_zb_v_is_one_line_error(run_error):

@@ -910,8 +910,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     elif cluster.framework.step_memory in ("fsdp2-eager", "torchtitan-eager"):  # the step's peak under fully_shard where it applies,
         memory = fsdp_rows(memory, model, training, cluster.framework.step_memory, t, p, c, ep, d, b, r, z, cols["shard_group"],
                             cols["sequence_parallel"], cp_comm, basis)  # as memory_of has it
-        # 1F1B, interleaved and ZB-V rows: the schedules the pipeline walks follow (memory_fsdp.pipeline_gaps)
-        if (cluster.framework.step_memory == "torchtitan-eager" and p > 1 and space_schedule in (None, Schedule.ZB_V)
+        # 1F1B, interleaved, ZB-V and DualPipeV rows: the schedules the pipeline walks follow (memory_fsdp.pipeline_gaps)
+        if (cluster.framework.step_memory == "torchtitan-eager" and p > 1 and space_schedule in (None, Schedule.ZB_V, Schedule.DUALPIPEV)
                 and shapes.pipeline_layout is None):  # fmt: skip
             memory = pipeline_stage_rows(memory, model, training, cluster, cols, given, (t, p, d, c, ep), shapes.slots, basis,
                                          shapes.torchtitan)

@@ -159,6 +159,9 @@ class FsdpStep:
     # torch's ScheduleZBVZeroBubble (parcalc.core.memory_pipeline_zero_bubble): pp_chunks are the layers of the rank's two
     # stages in a V, pp_stage and 2 pp - 1 - pp_stage, rank 0 holding the first stage and the last
     pp_zero_bubble: bool = False
+    # with pp_zero_bubble: the V under torch's ScheduleDualPipeV instead (parcalc.core.memory_pipeline_dualpipe), its
+    # forwards paired with whole backwards
+    pp_dualpipev: bool = False
     # torchtitan's code with each block under torch.compile (apply_compile; parcalc.core.memory_torchtitan_compile)
     compiled: bool = False
     # and the loss compiled too (torchtitan's build_cross_entropy_loss from 2025-04-02; parcalc.core.memory_compiled_loss)
@@ -868,20 +871,21 @@ def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool, layers: int, 
                   compiled: bool = False, precision: Precision = Precision.MIXED_BF16) -> list[str]:  # fmt: skip
     """What of pipeline parallelism the walk does not follow: it walks one stage of torchtitan's code under Schedule1F1B,
     or a rank's virtual stages under ScheduleInterleaved1F1B (parcalc.core.memory_pipeline_interleaved), its blocks under
-    apply_tp where tp > 1, or a rank's two stages in a V under ScheduleZBVZeroBubble (parcalc.core.memory_pipeline_zero_bubble;
-    `recompute`, `compiled`, `precision`: what of that walk the step asks), rank by rank (`pipeline`: the caller walks each rank, as parcalc.core.memory does; fit's search
-    does not)."""
+    apply_tp where tp > 1, or a rank's two stages in a V under ScheduleZBVZeroBubble (parcalc.core.memory_pipeline_zero_bubble)
+    or ScheduleDualPipeV (parcalc.core.memory_pipeline_dualpipe; `recompute`, `compiled`, `precision`: what of those walks
+    the step asks), rank by rank (`pipeline`: the caller walks each rank, as parcalc.core.memory does; fit's search does not)."""
     from parcalc.core.choices import Schedule
+    from parcalc.core.memory_pipeline_dualpipe import dualpipe_gaps
     from parcalc.core.memory_pipeline_interleaved import interleaved_gaps
     from parcalc.core.memory_pipeline_zero_bubble import zero_bubble_gaps
 
     if layout.pp <= 1:
         return []
     interleaved = layout.schedule is Schedule.INTERLEAVED
-    walked = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V)
+    walked = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED, Schedule.ZB_V, Schedule.DUALPIPEV)
     why = [what for what, gap in (("fit's search (one walk per stage and micro-batch count)", not pipeline),
                                   ("the walk follows torchtitan's PipelineStage", model_code != "torchtitan"),
-                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B, interleaved 1F1B and ZB-V)",
+                                  (f"--schedule {layout.schedule.value} (the walk follows 1F1B, interleaved 1F1B, ZB-V and DualPipeV)",
                                    layout.schedule not in walked),
                                   (f"{layout.chunks} chunks a stage under {layout.schedule.value}", layout.chunks > 1 and not interleaved))
            if gap]  # fmt: skip
@@ -889,6 +893,8 @@ def pipeline_gaps(layout: Layout, model_code: str, pipeline: bool, layers: int, 
         why = interleaved_gaps(layout, layers)
     if layout.schedule is Schedule.ZB_V and not why:
         why = zero_bubble_gaps(layout, layers, recompute, compiled, precision)
+    if layout.schedule is Schedule.DUALPIPEV and not why:
+        why = dualpipe_gaps(layout, layers, recompute, compiled, precision)
     # a pipeline layout of one virtual stage a rank under 1F1B (torchtitan's own split, or --pipeline-layout) is stages of
     # contiguous layers, the embedding on the first and the head on the last: the walk takes each stage's own layers
     return [f"pp = {layout.pp}: " + "; ".join(why)] if why else []
@@ -1002,14 +1008,16 @@ def _pipeline_stage(walk: Walk, model: TransformerModel, x: Any, step: FsdpStep,
     """A pipeline stage under FSDP2: only its own units, none resharded during the step (memory_pipeline_stage)."""
     from parcalc.core.memory_pipeline_stage import PipelineHooks, StagePlan, walk_stage
 
-    if step.pp_zero_bubble:  # two stages a rank in a V under ScheduleZBVZeroBubble
+    if step.pp_zero_bubble:  # two stages a rank in a V under ScheduleZBVZeroBubble or ScheduleDualPipeV
+        from parcalc.core.memory_pipeline_dualpipe import walk_dualpipe_rank
         from parcalc.core.memory_pipeline_interleaved import InterleavedHooks
         from parcalc.core.memory_pipeline_zero_bubble import VRankPlan, walk_v_rank
 
         (first, second) = step.pp_chunks
         v_rank = VRankPlan(step.pp_stage, step.pp, step.micro_batches, (first, second))
-        walk_v_rank(walk, model, x, v_rank, policies, step.embedding_backward_tables, InterleavedHooks(hooks, x.c, step.reduce_bytes),
-                    WALK_PROGRESS.get())  # fmt: skip
+        walk_v = walk_dualpipe_rank if step.pp_dualpipev else walk_v_rank
+        walk_v(walk, model, x, v_rank, policies, step.embedding_backward_tables, InterleavedHooks(hooks, x.c, step.reduce_bytes),
+               WALK_PROGRESS.get())  # fmt: skip
         return
     if step.pp_chunks:  # several virtual stages a rank under ScheduleInterleaved1F1B
         from parcalc.core.memory_pipeline_interleaved import InterleavedHooks, RankPlan, walk_rank

@@ -186,7 +186,9 @@ def _stage_forward(walk: Walk, model: TransformerModel, x: StepShapes, plan: Sta
 
 
 def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: StagePlan, policies: tuple[str, ...], j: int,
-                    embedding_tables: int, hooks: PipelineHooks) -> None:  # fmt: skip
+                    embedding_tables: int, hooks: PipelineHooks, root: str = "root") -> None:  # fmt: skip
+    """Micro-batch j's whole backward on the stage; `root`: the FSDP unit of the stage's embedding or head (a V's rank 0
+    holds both ends, each its own root: memory_pipeline_zero_bubble.root_unit)."""
     p = plan.mb(j)
     walk.phase = f"backward: micro-batch {j + 1} of {plan.micro_batches}{plan.where}"
     if plan.last and plan.tp > 1:
@@ -224,7 +226,7 @@ def _stage_backward(walk: Walk, model: TransformerModel, x: StepShapes, plan: St
         walk.rename(f"{p}g_stream", plan.key("sent_grad"), "the stage input's gradient (held by the schedule's send ops)")
     if not plan.last:
         walk.alloc(plan.key(f"grad_recv{j}"), plan.stream_bytes(x), "buffers", "gradient receive buffer (one per micro-batch)")
-    hooks.accumulate(walk, "root", [k for k in (f"{p}embedding.grad", f"{p}head.grad", f"{p}final.grad") if k in walk.live])
+    hooks.accumulate(walk, root, [k for k in (f"{p}embedding.grad", f"{p}head.grad", f"{p}final.grad") if k in walk.live])
 
 
 def _layer_forward(walk: Walk, layer: str, names: tuple[str, ...], x: StepShapes, tp: int, policy: str, compiled: bool = False) -> str:

@@ -455,18 +455,22 @@ def _weight_grad(walk: Walk, key: str, size: float) -> None:
 
 
 def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankPlan, policies: tuple[str, ...], embedding_tables: int,
-                hooks: InterleavedHooks, progress: Callable[[int, int], None] | None = None) -> None:  # fmt: skip
-    """The rank's step in the runtime's action order (rank_actions), its two stages walked as memory_pipeline_stage walks
-    a stage's forward, the split backward as ZERO_BUBBLE_SOURCES['split'] and ['weight'] run it; `progress(done, total)`
-    before each action (memory_walk.WALK_PROGRESS)."""
+                hooks: InterleavedHooks, progress: Callable[[int, int], None] | None = None, actions: list[Action] | None = None,
+                full_backward: Callable[..., None] | None = None) -> None:  # fmt: skip
+    """The rank's step in the runtime's action order (rank_actions, or another V schedule's `actions`), its two stages
+    walked as memory_pipeline_stage walks a stage's forward, the split backward as ZERO_BUBBLE_SOURCES['split'] and
+    ['weight'] run it; a whole backward (B: ScheduleDualPipeV's) as `full_backward(walk, model, x, stage, plans, policies,
+    j, embedding_tables, hooks)` walks it (parcalc.core.memory_pipeline_dualpipe); `progress(done, total)` before each
+    action (memory_walk.WALK_PROGRESS)."""
     if any(policy not in ("none", "full") for policy in policies):
-        raise InputError("the ZB-V walk follows blocks with no or full checkpointing")
+        raise InputError("the V schedules' walk follows blocks with no or full checkpointing")
     fsdp = hooks.fsdp
     plans = {p.index: p for p in (plan.stage_plan(0), plan.stage_plan(1))}
     for stage in plans.values():
         receive_buffers(walk, x, stage)
     held: dict[tuple[int, int], _Held] = {}
-    actions = rank_actions(plan.rank, plan.stages, plan.micro_batches)
+    if actions is None:
+        actions = rank_actions(plan.rank, plan.stages, plan.micro_batches)
     for done, (kind, index, j) in enumerate(actions):
         if progress is not None:
             progress(done, len(actions))
@@ -504,6 +508,10 @@ def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankP
             _stage_backward(walk, model, x, stage, policies, j, embedding_tables, hooks)
         elif kind == "W":
             _stage_weight_backward(walk, x, stage, policies, j, held.pop((index, j)))
+        elif kind == "B":
+            if full_backward is None:
+                raise AssertionError(f"a whole backward of stage {index} with no walk for it")  # a bug in the walk, not user input
+            full_backward(walk, model, x, stage, plans, policies, j, embedding_tables, hooks)
 
 
 def v_rank_chunk_layers(layout: Any, layers: int, rank: int) -> tuple[tuple[int, int], tuple[int, int]]:

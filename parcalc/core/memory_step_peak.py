@@ -93,11 +93,12 @@ def fsdp_stage_step(par: Layout, setup: TrainingSetup, stage: int, split: tuple[
 
         from parcalc.core.choices import Schedule
 
-        if par.schedule is Schedule.ZB_V:  # the rank's two stages in a V (parcalc.core.memory_pipeline_zero_bubble)
+        if par.schedule.v_shape:  # the rank's two stages in a V (parcalc.core.memory_pipeline_zero_bubble, _dualpipe)
             from parcalc.core.memory_pipeline_zero_bubble import v_rank_chunk_layers
 
             pair = v_rank_chunk_layers(par, sum(split), stage)
-            return replaced(step, pp=par.pp, pp_stage=stage, pp_chunks=pair, pp_zero_bubble=True, micro_batches=setup.micro_batches)
+            return replaced(step, pp=par.pp, pp_stage=stage, pp_chunks=pair, pp_zero_bubble=True,
+                            pp_dualpipev=par.schedule is Schedule.DUALPIPEV, micro_batches=setup.micro_batches)  # fmt: skip
         if par.schedule is Schedule.INTERLEAVED:  # the rank's virtual stages (parcalc.core.memory_pipeline_interleaved)
             from parcalc.core.memory_pipeline_interleaved import rank_chunk_layers
 

@@ -39,6 +39,7 @@ from parcalc.core.memory_walk import (
     StepHooks,
     StepShapes,
     Walk,
+    accumulated_grad,
     add_into,
     cross_entropy_backward,
     cross_entropy_forward,
@@ -275,7 +276,7 @@ def norm_backward(walk: Walk, x: StepShapes, key: str, g_out: str, into: str, in
     # MulBackward0 of `* weight`: grad * weight, then grad * normed summed to the weight's shape
     walk.alloc(f"{key}.g_nb", size * c, "temporaries", "RMSNorm backward: grad * weight")
     walk.alloc(f"{key}.g_wfull", size * c, "temporaries", "RMSNorm backward: grad * normed (before its sum)")
-    walk.alloc(f"{key}.grad", h * c, "gradients", "weight gradients")
+    accumulated_grad(walk, f"{key}.grad", h * c)
     walk.free(f"{key}.g_wfull", g_out, f"{key}.normed_w")
     # ToCopyBackward of .type_as: the gradient in fp32
     walk.alloc(f"{key}.g_n", size * 4, "temporaries", "RMSNorm backward: type_as's gradient (fp32)")

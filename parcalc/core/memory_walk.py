@@ -264,13 +264,34 @@ def keep_if_saved(walk: Walk, x: StepShapes, key: str, kind: str, what: str) -> 
 
 
 def grad_of_weight(walk: Walk, x: StepShapes, key: str, d_in: int, d_out: int) -> None:
-    """A linear's weight gradient: computed in x.c, cast to the weight's dtype, kept as .grad (HF_SOURCES['grads'])."""
+    """A linear's weight gradient: computed in x.c, cast to the weight's dtype, kept as .grad (HF_SOURCES['grads']), or
+    added into the .grad already there (ACCUMULATE_GRAD: parcalc.core.memory_pipeline_dualpipe's full backward after a W)."""
     walk.alloc(f"{key}.gw_c", d_in * d_out * x.c, "temporaries", "weight gradient (compute dtype)")
+    if f"{key}.grad" in walk.live:
+        if x.c != x.w:
+            walk.transient(f"{key}.gw", d_in * d_out * x.w, "temporaries", "weight gradient (cast to the weight's dtype)")
+        walk.free(f"{key}.gw_c")  # added into .grad in place, then released
+        return
     if x.c != x.w:
         walk.alloc(f"{key}.grad", d_in * d_out * x.w, "gradients", "weight gradients")
         walk.free(f"{key}.gw_c")
     else:
         walk.rename(f"{key}.gw_c", f"{key}.grad", "weight gradients", "gradients")
+
+
+ACCUMULATE_GRAD = ("pytorch/pytorch v2.13.0 torch/csrc/autograd/functions/accumulate_grad.h AccumulateGrad::accumulateGrad: "
+                   "where the parameter's .grad is defined and grad mode is off (a backward pass), case 2.3 'variable_grad += "
+                   "new_grad', in place; the new gradient is released when the node returns")
+
+
+def accumulated_grad(walk: Walk, key: str, size: float, what: str = "weight gradients") -> None:
+    """A parameter's gradient `key` (its .grad) from its backward node: kept, or, where a .grad is already there (a split
+    backward's W left it unfolded, parcalc.core.memory_pipeline_dualpipe), added into it in place and let go
+    (ACCUMULATE_GRAD)."""
+    if key in walk.live:
+        walk.transient(f"{key}.new", size, "temporaries", "weight gradient (added into .grad in place)")
+    else:
+        walk.alloc(key, size, "gradients", what)
 
 
 def linear_backward(walk: Walk, x: StepShapes, key: str, grad_out: str, d_in: int, d_out: int, saved_input: str, into: str) -> None:

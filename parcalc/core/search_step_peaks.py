@@ -55,8 +55,9 @@ def fsdp_rows(memory: np.ndarray, model: TransformerModel, training: Training, p
 def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: Training, cluster: Cluster, cols: dict[str, np.ndarray],
                         given: tuple[int | None, int | None], sizes: tuple[int, int, int, int, int], slots: tuple[int, int],
                         basis: np.ndarray | None = None, torchtitan_split: bool = False) -> np.ndarray:  # fmt: skip
-    """The 1F1B, interleaved and ZB-V rows of a pipelined layout whose ranks the FSDP2 step walk follows (torchtitan's PipelineStage,
-    parcalc.core.memory_pipeline_stage, memory_pipeline_interleaved and memory_pipeline_zero_bubble, as parcalc.core.memory's
+    """The 1F1B, interleaved, ZB-V and DualPipeV rows of a pipelined layout whose ranks the FSDP2 step walk follows (torchtitan's
+    PipelineStage, parcalc.core.memory_pipeline_stage, memory_pipeline_interleaved, memory_pipeline_zero_bubble and
+    memory_pipeline_dualpipe, as parcalc.core.memory's
     _with_fsdp_peak decides):
     memory_of's fullest stage, once per distinct (ZeRO stage, shard group, recomputation, SP, micro-batch, micro-batches,
     schedule, chunks; `torchtitan_split`: each row's chunks split as torchtitan splits them, as its Config has them,
@@ -67,7 +68,8 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     either way (the textbook's reserve less its fragmentation allowance, which the replay's floor does not have); every
     interleaved row is walked, its ranks' walks keeping more or less than the textbook (with four or more chunks torch
     reshards a rank's stages mid-step; Llama 3 70B on 64 H100: 0.35 to 2.1 times it), and so is every ZB-V row (its split
-    backward keeps far more: the textbook 0.25 to 0.73 of the walk for Llama 3 8B), up to the first rank over the capacity
+    backward keeps far more: the textbook 0.25 to 0.73 of the walk for Llama 3 8B) and DualPipeV row (0.28 to 0.76, its
+    rank holding one chunk micro-batch more in flight), up to the first rank over the capacity
     (_worst_stage). A key the walk does not follow (walk_gaps) gets memory_of's textbook sum, the row's own.
     `basis`: FLOOR where a row gets its stages' floors (fsdp_rows); a 1F1B row not walked, its textbook sum over the
     capacity, keeps TEXTBOOK. `split`: the Layout's fields that split the layers (first / last stage layers and the
@@ -85,8 +87,8 @@ def pipeline_stage_rows(memory: np.ndarray, model: TransformerModel, training: T
     interleaved = (cols["schedule"] == SCHEDULE_CODES.index(Schedule.INTERLEAVED)) & (cols["chunks"] > 1)
     # a ZB-V rank's walk keeps far more than the textbook sum (its split backward holds every saved tensor and output gradient
     # from I to W: for Llama 3 8B the textbook sum is 0.25 to 0.73 of the walk's, docs/memory-peak.md), so every ZB-V row is
-    # walked too
-    interleaved |= cols["schedule"] == SCHEDULE_CODES.index(Schedule.ZB_V)
+    # walked too, and every DualPipeV row (the same V, a forward more in flight at its pairs: memory_pipeline_dualpipe)
+    interleaved |= (cols["schedule"] == SCHEDULE_CODES.index(Schedule.ZB_V)) | (cols["schedule"] == SCHEDULE_CODES.index(Schedule.DUALPIPEV))
     rows = np.flatnonzero(interleaved | (one_f_one_b & (memory - (training.reserve - replayed_reserve(training.reserve).value) <= cluster.capacity)))
     if rows.size == 0:
         return memory
@@ -143,7 +145,8 @@ def worst_stage_total(model: TransformerModel, layout: Layout, setup: TrainingSe
 def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup, capacity: float = math.inf) -> tuple[float, bool]:
     """worst_stage_total, and whether it is the stages' (ranks') floors (False: the textbook total). An interleaved layout
     (ScheduleInterleaved1F1B, parcalc.core.memory_pipeline_interleaved): the greatest of its ranks' floors (walked_ranks; a
-    ZB-V layout, ScheduleZBVZeroBubble, parcalc.core.memory_pipeline_zero_bubble: every rank's),
+    ZB-V layout, ScheduleZBVZeroBubble, parcalc.core.memory_pipeline_zero_bubble, or DualPipeV, parcalc.core.memory_pipeline_dualpipe:
+    every rank's),
     the walks stopping at the first rank over `capacity`, whose floor the row then carries: it does not fit by the replay
     (memory_of's total is at least that rank's replay, which reserves at least its floor: allocator.reserved_floor_of_sums),
     a lower bound still (search_walk_runs.floor_within)."""
@@ -163,7 +166,7 @@ def _worst_stage(model: TransformerModel, layout: Layout, setup: TrainingSetup, 
         return memory_breakdown(model, layout, textbook).worst.total.value, False
     split = stage_layers(model, layout)
     reserve = replayed_reserve(setup.reserve).value
-    if layout.schedule is Schedule.ZB_V:  # every rank: its two stages' layers and its place in the V set its order
+    if layout.schedule.v_shape:  # ZB-V, DualPipeV: every rank, its two stages' layers and its place in the V set its order
         ranks: tuple[int, ...] = tuple(range(layout.pp))
     elif layout.schedule is Schedule.INTERLEAVED:
         from parcalc.core.memory_pipeline_interleaved import rank_chunk_layers

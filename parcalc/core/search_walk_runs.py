@@ -101,7 +101,7 @@ def fewer_rounds(step: FsdpStep) -> int | None:
     rounds' plus those buffers (_rank_peaks). Not with CP (its buffers per micro-batch: context_parallel_buffers) or a last
     stage returning its outputs. tests/test_search_interleaved_screen.py holds the floor equal to the whole walk's."""
     chunks = len(step.pp_chunks)
-    if step.pp_zero_bubble:  # ScheduleZBVZeroBubble's order is not ScheduleInterleaved1F1B's: walked whole
+    if step.pp_zero_bubble:  # ScheduleZBVZeroBubble's and ScheduleDualPipeV's orders are not ScheduleInterleaved1F1B's: walked whole
         return None
     if not 2 <= chunks <= 3 or step.cp > 1 or step.pp_return_outputs or step.micro_batches % step.pp:
         return None

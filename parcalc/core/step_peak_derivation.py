@@ -158,7 +158,19 @@ def fsdp_peak_derivation(peak: StepPeak, model: TransformerModel, step: FsdpStep
         from parcalc.core.memory_pipeline_stage import PP_SOURCES
 
         sources = {**sources, "gradients": PP_SOURCES["no_sync"], "buffers": f"{PP_SOURCES['buffers']}; {TT_SOURCES['model']}"}
-        if step.pp_zero_bubble:  # the rank's two stages in a V (parcalc.core.memory_pipeline_zero_bubble)
+        if step.pp_dualpipev:  # the rank's two stages in a V under DualPipeV (parcalc.core.memory_pipeline_dualpipe)
+            from parcalc.core.memory_pipeline_dualpipe import DUALPIPE_SOURCES
+            from parcalc.core.memory_pipeline_zero_bubble import ZERO_BUBBLE_SOURCES
+            from parcalc.core.memory_walk import ACCUMULATE_GRAD
+
+            sources = {**sources, "activations": f"{DUALPIPE_SOURCES['overlap']}; {DUALPIPE_SOURCES['full']}; {ZERO_BUBBLE_SOURCES['split']}",
+                       "gradients": f"{sources['gradients']}; {ACCUMULATE_GRAD}"}
+            first, second = step.pp_stage, 2 * step.pp - 1 - step.pp_stage
+            code = (f"{code}, pipeline rank {step.pp_stage + 1} of {step.pp}: stages {first} and {second} of {2 * step.pp} (layers "
+                    f"{step.pp_chunks[0]} and {step.pp_chunks[1]}) under ScheduleDualPipeV's runtime over {step.micro_batches} "
+                    f"micro-batches, each OVERLAP_F_B pair a forward then a whole backward, the warm-up's and the cool-down's "
+                    f"backwards split in I and W (parcalc.core.memory_pipeline_dualpipe: {DUALPIPE_SOURCES['order']})")
+        elif step.pp_zero_bubble:  # the rank's two stages in a V (parcalc.core.memory_pipeline_zero_bubble)
             from parcalc.core.memory_pipeline_zero_bubble import ZERO_BUBBLE_SOURCES
 
             sources = {**sources, "activations": ZERO_BUBBLE_SOURCES["split"]}
