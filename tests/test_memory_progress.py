@@ -12,6 +12,7 @@ import pytest
 
 import parcalc.results.parse as parse
 from parcalc.core.choices import Schedule
+from parcalc.core.memory_pipeline_dualpipe import rank_actions as dualpipe_actions
 from parcalc.core.memory_pipeline_interleaved import rank_actions as interleaved_actions
 from parcalc.core.memory_pipeline_zero_bubble import rank_actions as zb_v_actions
 from parcalc.results.memory import from_flags
@@ -65,9 +66,12 @@ def test_the_core_counts_its_own_walks() -> None:
     pytest.param({"schedule": Schedule.ZB_V}, 3 * 4 * 2 + 3 * 2, id="zb-v"),
     # Interleaved1F1B, 2 chunks, 4 micro-batches: F and B of 4 micro-batches on each chunk, UNSHARD, REDUCE_GRAD, RESHARD of each
     pytest.param({"schedule": Schedule.INTERLEAVED, "chunks": "2"}, 2 * 4 * 2 + 3 * 2, id="interleaved"),
+    # DualPipeV (memory_pipeline_dualpipe.rank_actions), 4 micro-batches: rank 0's F of 4 on each stage, 5 whole backwards
+    # B, 3 I and 3 W, UNSHARD, REDUCE_GRAD and RESHARD of each stage = 25; rank 1 one B fewer (24): given as their mean
+    pytest.param({"schedule": Schedule.DUALPIPEV}, (25 + 24) / 2, id="dualpipev"),
 ])  # fmt: skip
-def test_a_multi_stage_rank_walk_moves_the_bar_within_its_stage(schedule: dict, actions: int) -> None:
-    """Each action of a ZB-V or interleaved rank's walk reports progress (a minute at 512 micro-batches, before these calls
+def test_a_multi_stage_rank_walk_moves_the_bar_within_its_stage(schedule: dict, actions: float) -> None:
+    """Each action of a ZB-V, DualPipeV or interleaved rank's walk reports progress (a minute at 512 micro-batches, before these calls
     nothing moved until the first stage was done): one call an action, monotonic, every call the same total, each stage
     ending on its thousand; the results the same as without a bar."""
     from parcalc.core.choices import ZeroStage
@@ -78,6 +82,7 @@ def test_a_multi_stage_rank_walk_moves_the_bar_within_its_stage(schedule: dict, 
     # Llama 3 8B's shape cut to 8 layers (llama3.2-1b's tied embeddings are no torchtitan Llama's: the textbook sum there)
     req = request(**{**WALKED, "model": "llama3-8b", "zero": ZeroStage.ZERO3, "layers": "8", "micro_batches": "4", **schedule})
     assert len(zb_v_actions(0, 2, 4)) == len(zb_v_actions(1, 2, 4)) == 30
+    assert (len(dualpipe_actions(0, 2, 4)), len(dualpipe_actions(1, 2, 4))) == (25, 24)
     assert len(interleaved_actions(0, 2, 2, 4)) == len(interleaved_actions(1, 2, 2, 4)) == 22
     fsdp_walked.cache_clear()
     fsdp_step_floor.cache_clear()
