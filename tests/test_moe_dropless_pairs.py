@@ -46,11 +46,12 @@ def test_dropless_ran_twice_as_long_where_the_host_was_not_graphed() -> None:
 def test_parcalc_gives_the_h100_pair_one_step() -> None:
     """Both H100 rows run eager on the same layout and expert work: parcalc has nothing that tells them apart (9.98 s,
     its host loop of expert GEMMs charged in both); the B200 pair differs by that loop alone, which the graphed
-    token-drop row does not issue: 16 local experts x (2 + 4) GEMMs x 24.75 us less the GEMMs' own time, 64 x 48 times."""
+    token-drop row does not issue: 16 local experts x (2 + 4) GEMMs x 24.75 us less the GEMMs' own time, 64 x 48 times
+    (3.61 s with the GEMMs at MXFP8's block-scaled share, kernels.matmul_mxfp8: 3.69 s at per-tensor FP8's)."""
     h100_drop, h100_dropless = (pairs.predicted_step(pairs.ROWS[i]) for i in pairs.PAIRS[0])
     assert h100_drop == h100_dropless == pytest.approx(9.98, abs=0.01)
     b200_drop, b200_dropless = (pairs.predicted_step(pairs.ROWS[i]) for i in pairs.PAIRS[1])
-    assert b200_dropless - b200_drop == pytest.approx(3.69, abs=0.02)
+    assert b200_dropless - b200_drop == pytest.approx(3.61, abs=0.02)
 
 
 @pytest.mark.xfail(strict=True, reason="known gap (issues #31, #32): the dropless dispatcher's per-layer host sync "
