@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from math import comb
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,9 @@ def test_megatron_dispatches_bf16_under_fp8() -> None:
 
 
 def test_fp8_dispatch_sends_one_byte_and_a_scale_per_128() -> None:
-    """dispatch_bytes = T k h x (2 in BF16, 1 + 4/128 in FP8): DeepSeek-V3 (h 7168, top 8) at T = 2048 tokens a rank."""
+    """dispatch_bytes = T D h x (2 in BF16, 1 + 4/128 in FP8): DeepSeek-V3 (h 7168, top 8) at T = 2048 tokens a rank; DeepEP
+    sends a token once per destination rank, D = M g (1 - C(E' - E/R, k)/C(E', k)) = 32 (1 - C(124, 8)/C(128, 8)) = 7.359
+    distinct ranks of its top-8 within M = 4 nodes of 8 GPUs (E' = 128 experts, 4 a rank; tests/test_moe_distinct_ranks.py)."""
     model, config, training, cluster = modern_cases.inputs(_case(DSV3))
     layout = config.layout
     tokens = routed_tokens(config.micro_batch, training.seq_len, layout.tp, layout.sequence_parallel)
@@ -58,8 +61,10 @@ def test_fp8_dispatch_sends_one_byte_and_a_scale_per_128() -> None:
     experts = config.experts()
     bf16 = layer_exchange(model, tokens, 2.0, False, experts, cluster.fabric, cluster.gpus_per_node)
     fp8 = layer_exchange(model, tokens, 2.0, True, experts, cluster.fabric, cluster.gpus_per_node)
-    assert bf16.dispatch_bytes == 2048 * 8 * 7168 * 2.0
-    assert fp8.dispatch_bytes == pytest.approx(2048 * 8 * 7168 * (1 + 4 / 128))
+    d = 32 * (1 - comb(124, 8) / comb(128, 8))
+    assert d == pytest.approx(7.359, abs=1e-3)
+    assert bf16.dispatch_bytes == pytest.approx(2048 * d * 7168 * 2.0)
+    assert fp8.dispatch_bytes == pytest.approx(2048 * d * 7168 * (1 + 4 / 128))
     assert pytest.approx(1.03125) == FP8_DISPATCH_BYTES
     assert fp8.backward == bf16.backward  # the gradients go back in BF16 either way
     assert fp8.forward < bf16.forward  # only the dispatch is smaller

@@ -21,14 +21,36 @@ Kernels (Megatron-Core's MoELayer with the all-to-all or flex dispatcher; Shazee
   dense MLP (Megatron-Core SharedExpertMLP).
 
 Dispatch and combine (one of each forward, their gradients backward; replayed with full
-recomputation): per rank T k rho h bytes of token copies.
+recomputation): per rank T k rho h bytes of token copies (DeepEP, HybridEP: T D rho h, below).
 - "alltoall" (NCCL all-to-all, Megatron's MoEAlltoAllTokenDispatcher): every copy bound for a GPU
   on another node crosses the network on its own (parcalc.core.timing.network's all-to-all);
 - "deepep" (DeepEP, Megatron's flex dispatcher; DeepSeek-V3 sec. 3.2.2) and "hybridep" (HybridEP, the
   flex dispatcher's other backend): a token goes
   over the network once per destination node, to the GPU of the same rail there, and is forwarded
   over NVLink to the GPUs that hold its experts; so the network carries T x n_remote x h bytes,
-  n_remote the expected number of other nodes a token's top-k experts fall on, NVLink the copies.
+  n_remote the expected number of other nodes a token's top-k experts fall on. NVLink carries one copy
+  per destination GPU, not one per expert: DeepEP's get_dispatch_layout marks
+  is_token_in_rank (a rank's bit set once however many of the token's top-k it hosts) and counts
+  num_tokens_per_rank from it, the intranode and internode kernels send a token only where that bit is
+  set (internode: one RDMA copy per node, then the NVLink forward to the node's GPUs whose bit is set,
+  SourceMeta.is_token_in_nvl_rank_bits), and the receiving rank gets the token once with its local top-k
+  indices, permuting it to its experts after the dispatch (deepseek-ai/DeepEP @dd758caf
+  csrc/kernels/legacy/layout.cu get_dispatch_layout, intranode.cu, internode.cu); combine sends one
+  reduced copy per rank back (Megatron-LM @2edffadb token_dispatcher.py _DeepepManager
+  get_restored_hidden_states_by_experts: the local experts' outputs un-permuted, weighted and summed into
+  the dispatched rows, one a source token, before fused_combine). HybridEP does the same: its dispatch
+  kernel's S2G warp sends each token the node needs once to each GPU of the node that needs it, one
+  output row per rank (NVIDIA's hybrid-ep code
+  of DeepEP, as in the fork shifangx/DeepEP @c9f647dd csrc/kernels/hybrid_ep_backend.cuh
+  S2G_warp_group_device_function: 'multicast to all ranks within this node which need this token', one
+  sparse_to_dense_map index per rank; Megatron-LM @2edffadb fused_a2a.py imports HybridEPBuffer from
+  deep_ep and permutes after it, dispatch_with_permute). So a token moves
+  D = M g (1 - C(E' - E/R, k) / C(E', k)) copies, the expected distinct ranks among its top-k (R ranks
+  of E/R experts, g a node, E' = M E / N the experts of its M chosen nodes), of which (R - 1)/R leave the GPU inside one node and (g - 1)/g cross
+  NVLink across nodes (the rail peer keeps its own). The all-to-all dispatcher sends per expert
+  (MoEAlltoAllTokenDispatcher permutes the tokens into expert order before its all-to-all: Megatron-LM
+  @2edffadb moe/token_dispatcher.py dispatch_preprocess 'Permutation 1', then
+  all_to_all(..., self.input_splits, ...)).
   With --max-nodes-per-token M (node-limited routing, DeepSeek-V3 sec. 2.1.2 / 3.2.2) the top-k
   fall on at most M nodes. Under FP8 training DeepEP can dispatch in FP8 with one fp32 scale per 128
   values and combine in BF16 (DeepEP README: 'FP8 dispatching and BF16 combining'), as DeepSeek-V3 did
@@ -158,11 +180,23 @@ def remote_nodes_per_token(experts_total: int, top_k: int, nodes: int, max_nodes
         return 0.0
     chosen = nodes if max_nodes is None else max_nodes
     per_node = experts_total / nodes
-    pool = chosen * per_node
-    miss = 1.0  # C(pool - per_node, k) / C(pool, k) as a product
+    return distinct_holders(chosen * per_node, per_node, top_k) * (nodes - 1) / nodes
+
+
+def distinct_holders(pool_experts: float, per_holder: float, top_k: int) -> float:
+    """Expected distinct holders (nodes or ranks) of `per_holder` experts each among a token's top-k, drawn uniformly
+    without replacement from `pool_experts`: (pool / per_holder) (1 - C(pool - per_holder, k) / C(pool, k))."""
+    miss = 1.0  # C(pool - per_holder, k) / C(pool, k) as a product
     for i in range(top_k):
-        miss *= max(pool - per_node - i, 0.0) / (pool - i)
-    return chosen * (1.0 - miss) * (nodes - 1) / nodes
+        miss *= max(pool_experts - per_holder - i, 0.0) / (pool_experts - i)
+    return pool_experts / per_holder * (1.0 - miss)
+
+
+def ranks_per_token(experts_total: int, top_k: int, ranks: int, nodes: int, max_nodes: int | None) -> float:
+    """D: expected distinct EP ranks a token's top-k experts fall on, the copies DeepEP sends per token (module docstring):
+    the E/R experts of each of R ranks, the top-k uniform among the E' = M E / N experts of the M chosen nodes."""
+    chosen = nodes if max_nodes is None else max_nodes
+    return distinct_holders(experts_total * chosen / nodes, experts_total / ranks, top_k)
 
 
 def exchange_time(model: Any, tokens: int, element_bytes: float, experts: ExpertShard, fabric: Any, group: Any) -> float:
@@ -172,7 +206,10 @@ def exchange_time(model: Any, tokens: int, element_bytes: float, experts: Expert
 
     moe = model.moe
     rho = moe.busiest_share(experts.imbalance)
-    copies = tokens * moe.top_k * rho * model.hidden * element_bytes
+    per_token = float(moe.top_k)  # the all-to-all sends a copy per expert
+    if experts.dispatcher != "alltoall":  # DeepEP, HybridEP: one copy per destination rank (module docstring)
+        per_token = ranks_per_token(moe.experts, moe.top_k, group.size, group.nodes, experts.max_nodes_per_token)
+    copies = tokens * per_token * rho * model.hidden * element_bytes
     if experts.dispatcher == "alltoall" or group.nodes == 1:
         return collective_time(Collective.ALL_TO_ALL, copies, group, fabric).time
     remote = remote_nodes_per_token(moe.experts, moe.top_k, group.nodes, experts.max_nodes_per_token)
@@ -189,7 +226,7 @@ class ExchangeTimes:
 
     forward: float  # dispatch + combine (and the expert-TP gather/scatter)
     backward: float  # their gradients
-    dispatch_bytes: float  # per rank, one dispatch
+    dispatch_bytes: float  # per rank, one dispatch: T k h e, or T D h e for DeepEP / HybridEP (one copy a destination rank)
 
 
 def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8_dispatch: bool, experts: ExpertShard, fabric: Any,
@@ -217,7 +254,10 @@ def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8_dispatc
                 + collective_time(Collective.REDUCE_SCATTER, gathered, etp_group, fabric).time)  # fmt: skip
     else:
         pair = 0.0
-    bytes_out = tokens * model.moe.top_k * model.hidden * dispatch_e
+    per_token = float(model.moe.top_k)
+    if experts.ep > 1 and experts.dispatcher != "alltoall":
+        per_token = ranks_per_token(model.moe.experts, model.moe.top_k, group.size, group.nodes, experts.max_nodes_per_token)
+    bytes_out = tokens * per_token * model.hidden * dispatch_e
     return ExchangeTimes(dispatch + combine + pair, grads + pair, bytes_out)
 
 

@@ -1,0 +1,127 @@
+"""DeepEP and HybridEP send a token once per destination GPU, not once per expert (parcalc.core.timing.moe, issues #31/#32).
+
+DeepEP's get_dispatch_layout (deepseek-ai/DeepEP @dd758caf csrc/kernels/legacy/layout.cu) sets is_token_in_rank[t][r] when
+any of token t's top-k experts lives on rank r (`is_in_rank[rank_idx]++`, then `is_in_rank[j] > 0`) and counts
+num_tokens_per_rank from those bits; the kernels send a token where the bit is set, once. HybridEP's dispatch unicasts a
+token once to each GPU of the node that needs it (NVIDIA's hybrid-ep code, shifangx/DeepEP @c9f647dd
+csrc/kernels/hybrid_ep_backend.cuh S2G_warp_group_device_function). So a token moves D copies, D the distinct ranks among its
+top-k: D = R (1 - C(E - E/R, k) / C(E, k)) for R ranks of E/R experts each under uniform routing, and over the M chosen nodes'
+experts under node-limited routing. Megatron's all-to-all dispatcher permutes per expert before its all-to-all and sends k.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from math import comb
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from parcalc.core.choices import Collective
+from parcalc.core.timing.moe import ExpertShard, exchange_time, ranks_per_token, remote_nodes_per_token, routed_tokens
+from parcalc.core.timing.network import collective_time, placement
+
+
+def _layout_ranks(top_idx: torch.Tensor, experts: int, ranks: int) -> float:
+    """DeepEP's get_dispatch_layout on the CPU: is_token_in_rank from each token's top-k, then the mean of its row sums
+    (num_tokens_per_rank summed, over the tokens)."""
+    rank_of = top_idx // (experts // ranks)
+    is_token_in_rank = torch.zeros(top_idx.shape[0], ranks, dtype=torch.bool).scatter_(1, rank_of, True)
+    return is_token_in_rank.sum(dim=1).double().mean().item()
+
+
+@pytest.mark.parametrize(("experts", "top_k", "ranks"), [(128, 8, 8), (256, 8, 64), (128, 8, 32), (64, 6, 8)])
+def test_distinct_ranks_match_random_top_k_routing(experts: int, top_k: int, ranks: int) -> None:
+    """Monte Carlo of uniform routing: torch.topk of i.i.d. router scores (each k-subset equally likely), counted as DeepEP's
+    layout kernel counts; 200,000 tokens put the mean within about 0.01 of its expectation (its standard deviation is < 1)."""
+    gen = torch.Generator().manual_seed(experts * 1000 + ranks)
+    scores = torch.rand(200_000, experts, generator=gen)
+    measured = _layout_ranks(scores.topk(top_k, dim=1).indices, experts, ranks)
+    assert ranks_per_token(experts, top_k, ranks, 1, None) == pytest.approx(measured, abs=0.015)
+    assert measured < top_k  # fewer copies than the all-to-all's k
+
+
+def test_distinct_ranks_exact_small_case() -> None:
+    """Every 3-subset of 12 experts on 4 ranks of 3, enumerated: E[distinct ranks] = 4 (1 - C(9, 3)/C(12, 3)) = 4 x 136/220."""
+    subsets = list(itertools.combinations(range(12), 3))
+    exact = sum(len({e // 3 for e in s}) for s in subsets) / len(subsets)
+    assert exact == pytest.approx(4 * (1 - comb(9, 3) / comb(12, 3)))
+    assert ranks_per_token(12, 3, 4, 1, None) == pytest.approx(exact)
+
+
+def test_distinct_ranks_node_limited_enumerated() -> None:
+    """Node-limited routing (DeepSeek-V3 sec. 2.1.2): 3 nodes of 2 ranks of 4 experts (E 24, R 6), top-3 within M = 2 nodes:
+    every choice of 2 nodes and of 3 of their 16 experts, enumerated; D = M g (1 - C(E' - E/R, k)/C(E', k)), E' = 16."""
+    per_rank, g, nodes, m, k = 4, 2, 3, 2, 3
+    total, count = 0, 0
+    for chosen in itertools.combinations(range(nodes), m):
+        pool = [e for n in chosen for e in range(n * g * per_rank, (n + 1) * g * per_rank)]
+        for s in itertools.combinations(pool, k):
+            total += len({e // per_rank for e in s})
+            count += 1
+    exact = total / count
+    assert exact == pytest.approx(m * g * (1 - comb(16 - 4, 3) / comb(16, 3)))
+    assert ranks_per_token(24, 3, 6, 3, 2) == pytest.approx(exact)
+    assert ranks_per_token(24, 3, 6, 3, None) > exact  # the limit concentrates the top-k on fewer ranks
+
+
+def test_remote_nodes_unchanged_by_the_refactor() -> None:
+    """remote_nodes_per_token now shares distinct_holders: DeepSeek-V3's 256 experts, top-8, 8 nodes: 8 (1 - C(224, 8)/C(256, 8))
+    x 7/8 (tests/test_step_time_modern.py holds the same values)."""
+    assert remote_nodes_per_token(256, 8, 8, None) == pytest.approx(8 * (1 - comb(224, 8) / comb(256, 8)) * 7 / 8)
+    assert remote_nodes_per_token(256, 8, 8, 4) == pytest.approx(4 * (1 - comb(96, 8) / comb(128, 8)) * 7 / 8)
+
+
+def test_mi355x_row_exchange_by_hand() -> None:
+    """The Primus MI355X Qwen3-30B-A3B row (tests/published_blackwell_amd_runs.py: EP 8 on one node, micro-batch 8 x 4096, TP 1,
+    hidden 2048, BF16 dispatch): T = 32,768 tokens a rank; uniform routing of top-8 over 128 experts on 8 ranks reaches
+    D = 8 (1 - C(112, 8)/C(128, 8)) = 5.339 ranks, so DeepEP's intranode dispatch is an all-to-all of T D h 2 B = 716.7 MB a rank
+    (7/8 of it leaving the GPU: 627.1 MB), where the all-to-all dispatcher's is T k h 2 = 1,073.7 MB (939.5 MB leaving)."""
+    from test_published_blackwell_amd import RUNS, fit_inputs
+
+    run = next(r for r in RUNS if r.key == "primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline")
+    model, config, training, cluster = fit_inputs(run)
+    tokens = routed_tokens(config.micro_batch, training.seq_len, 1, False)
+    assert (tokens, model.hidden, model.moe.experts, model.moe.top_k) == (32768, 2048, 128, 8)
+    d = 8 * (1 - comb(112, 8) / comb(128, 8))
+    assert d == pytest.approx(5.3394, abs=1e-4)
+    assert ranks_per_token(128, 8, 8, 1, None) == pytest.approx(d)
+    group = placement(8, 1, cluster.gpus_per_node)
+    assert (group.size, group.nodes) == (8, 1)
+    deep_bytes = 32768 * d * 2048 * 2
+    assert deep_bytes == pytest.approx(716.7e6, rel=1e-3)
+    assert deep_bytes * 7 / 8 == pytest.approx(627.1e6, rel=1e-3)
+    deep = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="deepep"), cluster.fabric, group)
+    assert deep == pytest.approx(collective_time(Collective.ALL_TO_ALL, deep_bytes, group, cluster.fabric).time)
+    hybrid = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="hybridep"), cluster.fabric, group)
+    assert hybrid == deep
+    alltoall = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="alltoall"), cluster.fabric, group)
+    assert alltoall == pytest.approx(collective_time(Collective.ALL_TO_ALL, 32768 * 8 * 2048 * 2, group, cluster.fabric).time)
+    assert deep / alltoall == pytest.approx(d / 8, rel=0.01)  # bandwidth-bound: the latency is microseconds of milliseconds
+
+
+def test_internode_nvlink_share_is_distinct_ranks() -> None:
+    """Across nodes the network still carries one copy per remote node (T n_remote h) and NVLink the distinct ranks less the
+    rail peer's own, T D h (g - 1)/g: DeepSeek-V3's EP 64 on 8-GPU nodes, 256 experts, top-8, M = 4 nodes; checked against
+    node_forwarded_exchange with the bytes written out by hand."""
+    from parcalc.core.fit import Cluster
+    from parcalc.core.timing.network import node_forwarded_exchange
+    from parcalc.presets import load_gpu, load_link, load_model
+
+    model = load_model("deepseek-v3", ())
+    gpu = load_gpu("h100-sxm5", ())
+    cluster = Cluster(512, 8, gpu.dtypes["bf16"].dense_peak.value, gpu.memory_capacity.value, load_link("nvlink4", ()),
+                      load_link("ib-ndr", ()), gpu=gpu)  # fmt: skip
+    group = placement(64, 1, 8)
+    assert (group.size, group.per_node, group.nodes) == (64, 8, 8)
+    tokens, h = 4096, 7168
+    d = 4 * 8 * (1 - comb(128 - 4, 8) / comb(128, 8))  # M g (1 - C(E' - E/R, k)/C(E', k)), E' = 4 x 32 = 128
+    remote = 4 * (1 - comb(96, 8) / comb(128, 8)) * 7 / 8
+    got = exchange_time(model, tokens, 2.0, ExpertShard(ep=64, dispatcher="deepep", max_nodes_per_token=4), cluster.fabric, group)
+    want = node_forwarded_exchange(tokens * remote * h * 2, tokens * d * h * 2 * 7 / 8, cluster.fabric)
+    assert got == pytest.approx(want)
+    assert d == pytest.approx(7.36, abs=0.01)  # of the k = 8 copies the old account forwarded
