@@ -130,17 +130,21 @@ def _run_tex(argv: list[str], workdir: str, env: dict[str, str], deadline: float
     subprocess.run's timeout does) left the pdflatex it started running, re-parented to init, and
     run() then waited on that pdflatex's pipes anyway.
     """
-    process = subprocess.Popen(
-        argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, errors="replace", start_new_session=True,
-    )  # fmt: skip
+    process: subprocess.Popen[str] | None = None
     try:
+        # inside the try: a Ctrl-C between Popen's return and the communicate left TeX running (exit 130, its group alive)
+        process = subprocess.Popen(
+            argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, errors="replace", start_new_session=True,
+        )  # fmt: skip
         stdout, stderr = process.communicate(timeout=max(deadline - time.monotonic(), 0.0))
     except subprocess.TimeoutExpired:
+        assert process is not None  # only communicate times out
         _kill_group(process)
         raise RenderError(f"TeX did not finish within {timeout:g} s; no PDF written (allow more with {TEX_TIMEOUT_VAR}=SECONDS)") from None
     except BaseException:  # KeyboardInterrupt, or SystemExit from SIGTERM (parcalc.files.terminate_raises)
-        _kill_group(process)
+        if process is not None:
+            _kill_group(process)
         raise
     return process.returncode, stdout, stderr
 
