@@ -457,8 +457,15 @@ def test_interrupted_tex_build_kills_tex_and_cleans_up(tmp_path: Path, monkeypat
 
     pid_file = fake_tex(tmp_path, monkeypatch)
     output = tmp_path / "out.pdf"
-    parcalc = subprocess.Popen([sys.executable, "-m", "parcalc", *PEAK, "-o", str(output)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy())  # fmt: skip
+    def as_from_a_terminal() -> None:
+        # parcalc as a shell in the foreground starts it: SIGINT at its default and not blocked. A process started in
+        # the background of a non-interactive shell inherits SIGINT ignored (POSIX; so did this suite's CI runs: the
+        # SIGINT case timed out there, SIGTERM passed), and an ignored Ctrl-C is what such a parcalc should do
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+    parcalc = subprocess.Popen([sys.executable, "-m", "parcalc", *PEAK, "-o", str(output)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=os.environ.copy(), preexec_fn=as_from_a_terminal)  # fmt: skip
     deadline = time.monotonic() + 30
     while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
