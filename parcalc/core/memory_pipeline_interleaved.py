@@ -22,7 +22,7 @@ Llama on fake ranks (tests/ground_truth/tiny_torchtitan_pp_interleaved.py, test_
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,6 +160,15 @@ def stage_units(plan: StagePlan) -> list[str]:
     return root + [f"L{i}" for i in range(plan.first_layer, plan.last_layer)]
 
 
+def reported(actions: list[Action], progress: Callable[[int, int], None] | None) -> Iterator[Action]:
+    """Each of a rank's actions in order, `progress(done, total)` called before it (memory_walk.WALK_PROGRESS): the
+    interleaved, ZB-V and DualPipeV walks' one loop head."""
+    for done, action in enumerate(actions):
+        if progress is not None:
+            progress(done, len(actions))
+        yield action
+
+
 def walk_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: RankPlan, policies: tuple[str, ...], embedding_tables: int,
               hooks: InterleavedHooks, progress: Callable[[int, int], None] | None = None) -> None:  # fmt: skip
     """The rank's step in the runtime's action order (rank_actions), each stage as memory_pipeline_stage walks one;
@@ -168,10 +177,7 @@ def walk_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: RankPlan
     plans = {p.index: p for p in (plan.stage_plan(k) for k in range(len(plan.chunks)))}
     for stage in plans.values():
         receive_buffers(walk, x, stage)
-    actions = rank_actions(plan.rank, plan.stages, len(plan.chunks), plan.micro_batches)
-    for done, (kind, index, j) in enumerate(actions):
-        if progress is not None:
-            progress(done, len(actions))
+    for kind, index, j in reported(rank_actions(plan.rank, plan.stages, len(plan.chunks), plan.micro_batches), progress):
         stage = plans[index]
         units = stage_units(stage)
         if shard_action(walk, fsdp, kind, index, units):

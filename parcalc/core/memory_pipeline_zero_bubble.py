@@ -26,7 +26,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from parcalc.core.memory_pipeline_interleaved import TORCH_SCHEDULES, Action, InterleavedHooks, lower, shard_action
+from parcalc.core.memory_pipeline_interleaved import (
+    TORCH_SCHEDULES,
+    Action,
+    InterleavedHooks,
+    lower,
+    reported,
+    shard_action,
+)
 from parcalc.core.memory_pipeline_stage import StagePlan, _stage_backward, _stage_forward, receive_buffers
 from parcalc.core.memory_torchtitan import block_forward, repeat_kv_and_rope_backward
 from parcalc.core.memory_walk import StepShapes, Walk, add_into
@@ -471,9 +478,7 @@ def walk_v_rank(walk: Walk, model: TransformerModel, x: StepShapes, plan: VRankP
     held: dict[tuple[int, int], _Held] = {}
     if actions is None:
         actions = rank_actions(plan.rank, plan.stages, plan.micro_batches)
-    for done, (kind, index, j) in enumerate(actions):
-        if progress is not None:
-            progress(done, len(actions))
+    for kind, index, j in reported(actions, progress):
         stage = plans[index]
         units = stage_units(stage)
         if shard_action(walk, fsdp, kind, index, units):
