@@ -111,3 +111,24 @@ def test_fits_strategy_table_reports_each_row_sized_then_timed(monkeypatch: pyte
     assert len(totals) == 1
     total = totals.pop()
     assert total == 2 * 6 * 3 and [done for done, _ in calls] == list(range(total))  # one call before each row of each half
+
+
+def test_a_walked_pipelines_picture_stacks_every_stages_own_parts() -> None:
+    """`memory -o x.pdf / .svg` of a walked pipeline (torchtitan, PP 2): the last stage holds the logits and loss, the first
+    none, so the stages' component lists differ (10 against 11 here) and the picture's table crashed (zip, exit 70).
+    The table's columns are every stage's components; a stage without one holds 0 B of it; each row adds up to its
+    stage's total."""
+    from parcalc.core.choices import ZeroStage
+    from parcalc.render.figures import memory_figure
+    from parcalc.results.memory import request as memory_request
+    from parcalc.results.memory import result
+
+    shown = result(memory_request(**{**WALKED, "model": "llama3-8b", "zero": ZeroStage.ZERO3, "layers": "8"}), pictures=True)
+    table = next(t for t in shown.tables if t.key == "stage_components")
+    names = [c.label for c in table.columns[1:-1]]
+    assert "logits and loss" in names
+    first, last = table.rows
+    assert first[1 + names.index("logits and loss")] == 0.0 and last[1 + names.index("logits and loss")] > 0
+    for row in table.rows:
+        assert sum(row[1:-1]) == pytest.approx(row[-1], rel=1e-12)  # type: ignore[arg-type]
+    assert memory_figure(shown) is not None

@@ -514,9 +514,12 @@ def stage_components_table(breakdown: MemoryBreakdown) -> Table:
     what `memory -o mem.svg` stacks into one bar per stage."""
     from parcalc.derivation import Column, Table
 
-    names = [name for name, _ in breakdown.stages[0].components()]
+    # every component any stage has, in the order they first appear: a walked step's stages differ in their parts (the
+    # first holds the embedding's, the last the logits'), and a stage without one holds 0 B of it
+    components = [dict(s.components()) for s in breakdown.stages]
+    names = list(dict.fromkeys(name for s in breakdown.stages for name, _ in s.components()))
     columns = (Column("stage", "stage"), *(Column(f"c{i}", name, "B", memory=True) for i, name in enumerate(names)), Column("total", "total", "B", memory=True))
-    rows = tuple((s.stage + 1, *(value for _, value in s.components()), s.total.value) for s in breakdown.stages)
+    rows = tuple((s.stage + 1, *(parts.get(name, 0.0) for name in names), s.total.value) for s, parts in zip(breakdown.stages, components, strict=True))
     return Table("stage_components", "Memory of one GPU of each stage, by component", columns, rows)
 
 
