@@ -360,6 +360,95 @@ AITER_README_MI300X_CAUSAL_8192 = {
     (8, 64, 4): (552.78, 434.51),
 }
 
+# AITER's own table of its v3 (assembly) attention kernels, the causal rows of both GPUs' columns: ROCm/aiter
+# op_tests/cpp/mha/README.md @0403bcdf ('the asm kernel performance of the attention forwards and attention backwards. the
+# performance data was tested under the conditions of BF16 and BSHD in batch mode'; added by ROCm/aiter pull request
+# #1270, @a83421be, 2025-10-31, with an MI308 column since dropped, the other values unchanged), the table's own lines
+# with their runs of spaces collapsed. Columns: batch | q_nheads | kv_nheads | seqlen_q | seqlen_kv | hdim | causal |
+# FWD MI300X | FWD MI355X | BWD-a16 MI300X | BWD-a16 MI355X | BWD-a32 MI300X | BWD-a32 MI355X (TFLOP/s). Written by
+# op_tests/cpp/mha/benchmark_mha_fwd / _bwd (@a83421be): ck_tile::launch_kernel times the whole launch sequence, forward
+# the one kernel, backward dot(dO, O), the main kernel and the dq conversion (a32) or shuffle (a16) (hsa/gfx950/
+# fmha_v3_bwd/codegen.py fmha_bwd_v3_*); dK / dV are written per query head (dk_host has nhead heads) and summed over the
+# group on the host, outside the timing. FLOPs: forward 4 b s^2 h_q d, backward 10 b s^2 h_q d (benchmark_mha_bwd.cpp:
+# '3 * 2 * ... hdim_q + 2 * 2 * ... hdim_v'); the causal rows are those counts halved (their values end in .xx5: the
+# benchmark's printed rate over 2). BWD-a16: dq accumulated with bf16 atomics, what gfx950 runs in Primus
+# (NVTE_CK_IS_V3_ATOMIC_FP32=0; presets/gpus/mi355x.yaml primus_gfx950_atomics); BWD-a32: fp32 atomics, gfx942's setting.
+AITER_README_CAUSAL = """\
+| 1 | 32 | 8 | 1024 | 1024 | 128 | 1 | 130.62 | 233.12 | 177.565 | 211.91 | 166.78 | 210.315 |
+| 1 | 32 | 8 | 2048 | 2048 | 128 | 1 | 255.105 | 577.28 | 317.3 | 506.615 | 295.865 | 479.925 |
+| 1 | 32 | 8 | 4096 | 4096 | 128 | 1 | 467.805 | 949.325 | 317.685 | 922.385 | 296.025 | 713.075 |
+| 1 | 32 | 8 | 8192 | 8192 | 128 | 1 | 522.68 | 1247.73 | 436.13 | 1062.76 | 388.235 | 765.75 |
+| 1 | 32 | 8 | 10240 | 10240 | 128 | 1 | 440.12 | 1200.645 | 513.85 | 1002.585 | 244.705 | 759.32 |
+| 4 | 32 | 8 | 1024 | 1024 | 128 | 1 | 334.005 | 720.995 | 257.115 | 547.555 | 226.39 | 465.04 |
+| 4 | 32 | 8 | 2048 | 2048 | 128 | 1 | 419.435 | 809.835 | 377.51 | 783.305 | 330.23 | 431.525 |
+| 4 | 32 | 8 | 4096 | 4096 | 128 | 1 | 486.73 | 1130.115 | 464.83 | 957.41 | 416.54 | 723.945 |
+| 4 | 32 | 8 | 8192 | 8192 | 128 | 1 | 547.09 | 1318.92 | 468.205 | 1069.935 | 422.835 | 775.46 |
+| 4 | 32 | 8 | 10240 | 10240 | 128 | 1 | 527.705 | 1342.995 | 474.205 | 1088.865 | 432.545 | 767.995 |
+| 8 | 32 | 8 | 1024 | 1024 | 128 | 1 | 311.385 | 623.93 | 301.495 | 545.225 | 258.26 | 457.025 |
+| 8 | 32 | 8 | 2048 | 2048 | 128 | 1 | 412.99 | 894.45 | 374.255 | 806.96 | 326.355 | 620.48 |
+| 8 | 32 | 8 | 4096 | 4096 | 128 | 1 | 513.1 | 1166.875 | 454.36 | 967.905 | 409.05 | 726.06 |
+| 8 | 32 | 8 | 8192 | 8192 | 128 | 1 | 537.36 | 1316.805 | 491.78 | 1066.705 | 441.4 | 772.67 |
+| 8 | 32 | 8 | 10240 | 10240 | 128 | 1 | 556.045 | 1334.865 | 495.15 | 1087.61 | 443.78 | 794.245 |
+| 1 | 64 | 8 | 1024 | 1024 | 128 | 1 | 228.54 | 432.565 | 283.58 | 386.805 | 242.43 | 370.42 |
+| 1 | 64 | 8 | 2048 | 2048 | 128 | 1 | 392.425 | 936.435 | 279.72 | 725.61 | 257.855 | 598.985 |
+| 1 | 64 | 8 | 4096 | 4096 | 128 | 1 | 474.385 | 1046.085 | 420.265 | 941.16 | 378.155 | 694.125 |
+| 1 | 64 | 8 | 8192 | 8192 | 128 | 1 | 518.29 | 1300.105 | 481.895 | 1064.56 | 433.285 | 765.21 |
+| 1 | 64 | 8 | 10240 | 10240 | 128 | 1 | 510.895 | 1338.005 | 501.055 | 1092.475 | 447.995 | 788.92 |
+| 4 | 64 | 8 | 1024 | 1024 | 128 | 1 | 326.51 | 638.705 | 311.005 | 571.615 | 266.9 | 470.95 |
+| 4 | 64 | 8 | 2048 | 2048 | 128 | 1 | 425.735 | 899.845 | 377.225 | 796.81 | 326.805 | 621.295 |
+| 4 | 64 | 8 | 4096 | 4096 | 128 | 1 | 513.79 | 1174.92 | 449 | 971.395 | 391.235 | 722.205 |
+| 4 | 64 | 8 | 8192 | 8192 | 128 | 1 | 540.515 | 1319.225 | 482.505 | 1067.805 | 434.645 | 774.25 |
+| 4 | 64 | 8 | 10240 | 10240 | 128 | 1 | 557.475 | 1337.965 | 493.745 | 1090.925 | 442.51 | 792.12 |
+| 8 | 64 | 8 | 1024 | 1024 | 128 | 1 | 321.865 | 626.57 | 324.22 | 576.345 | 265.08 | 484.34 |
+| 8 | 64 | 8 | 2048 | 2048 | 128 | 1 | 452.03 | 963.165 | 382.1 | 817.49 | 347.89 | 630.43 |
+| 8 | 64 | 8 | 4096 | 4096 | 128 | 1 | 509.255 | 1190.295 | 457.05 | 972.25 | 402.18 | 710.905 |
+| 8 | 64 | 8 | 8192 | 8192 | 128 | 1 | 550.67 | 1311.955 | 474.02 | 1067.89 | 432.715 | 772.605 |
+| 8 | 64 | 8 | 10240 | 10240 | 128 | 1 | 547.05 | 1313.695 | 489.075 | 1084.75 | 439.785 | 792.91 |
+| 1 | 64 | 4 | 1024 | 1024 | 128 | 1 | 229.09 | 421.615 | 265.11 | 385.735 | 238.755 | 376.975 |
+| 1 | 64 | 4 | 2048 | 2048 | 128 | 1 | 407.525 | 949.635 | 277.86 | 725.085 | 254.375 | 580.43 |
+| 1 | 64 | 4 | 4096 | 4096 | 128 | 1 | 476.26 | 1058.9 | 418.73 | 937.725 | 384.585 | 705.6 |
+| 1 | 64 | 4 | 8192 | 8192 | 128 | 1 | 519.32 | 1318.15 | 480.06 | 1062.725 | 442.955 | 768.16 |
+| 1 | 64 | 4 | 10240 | 10240 | 128 | 1 | 515.275 | 1348.155 | 499.72 | 1087.905 | 459.745 | 785.905 |
+| 4 | 64 | 4 | 1024 | 1024 | 128 | 1 | 314.82 | 661.045 | 324.22 | 580 | 264.795 | 470.865 |
+| 4 | 64 | 4 | 2048 | 2048 | 128 | 1 | 426.77 | 896.095 | 374.96 | 813.51 | 331.95 | 620.01 |
+| 4 | 64 | 4 | 4096 | 4096 | 128 | 1 | 524.585 | 1182.87 | 453.97 | 968.96 | 405.02 | 713.075 |
+| 4 | 64 | 4 | 8192 | 8192 | 128 | 1 | 540.935 | 1324.275 | 478.735 | 1067.48 | 430.95 | 749.805 |
+| 4 | 64 | 4 | 10240 | 10240 | 128 | 1 | 560.63 | 1346.46 | 491.435 | 1091.17 | 441.345 | 780.665 |
+| 8 | 64 | 4 | 1024 | 1024 | 128 | 1 | 348.76 | 663.48 | 315.035 | 589.73 | 267.48 | 493.61 |
+| 8 | 64 | 4 | 2048 | 2048 | 128 | 1 | 461.89 | 983.355 | 400.31 | 823.795 | 352.7 | 626.72 |
+| 8 | 64 | 4 | 4096 | 4096 | 128 | 1 | 513.795 | 1196.675 | 456.415 | 976.635 | 402.68 | 701.24 |
+| 8 | 64 | 4 | 8192 | 8192 | 128 | 1 | 552.78 | 1318.92 | 473.41 | 1065.225 | 434.51 | 774.87 |
+| 8 | 64 | 4 | 10240 | 10240 | 128 | 1 | 548.65 | 1313.945 | 488.145 | 1087.4 | 435.745 | 793.095 |
+| 1 | 64 | 8 | 16384 | 16384 | 128 | 1 | 541.55 | 1392.485 | 458.075 | 1162.805 | 412.04 | 808.93 |
+| 1 | 64 | 4 | 16384 | 16384 | 128 | 1 | 544.1 | 1398.14 | 458.065 | 1131.305 | 419.975 | 809.685 |
+"""
+
+
+class AiterTableRow(NamedTuple):
+    """One causal row of AITER's table: layout and (forward, backward a16, backward a32) TFLOP/s on each GPU."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    seq: int
+    mi300x: tuple[float, float, float]
+    mi355x: tuple[float, float, float]
+    line: str
+
+
+def _aiter_table() -> tuple[AiterTableRow, ...]:
+    rows = []
+    for line in AITER_README_CAUSAL.splitlines():
+        c = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        assert c[3] == c[4] and c[5] == "128" and c[6] == "1", line  # self-attention, head dim 128, causal
+        rates = [float(x) for x in c[7:13]]
+        rows.append(AiterTableRow(int(c[0]), int(c[1]), int(c[2]), int(c[3]), (rates[0], rates[2], rates[4]),
+                                  (rates[1], rates[3], rates[5]), line))  # fmt: skip
+    return tuple(rows)
+
+
+AITER_CAUSAL = _aiter_table()
+
 # HipKittens' AITER baselines on an MI355X, causal, head dim 128: {tokens: (forward TFLOP/s, backward TFLOP/s)} as the
 # JSON files print them ('tflops_ref'), forward and backward from the files named in the module docstring.
 MI355X_AITER_MHA = {  # b 16, 16 heads (b 15 at 16,384)
@@ -395,3 +484,16 @@ PRIMUS_MI355X_DEEPEP_US = {80: (920.0, 536.0), 160: (612.0, 484.0)}
 PRIMUS_MI355X_DISPATCH_LAYOUT_US = {"baseline": 340.0, "per-token": 45.0}
 PRIMUS_MI355X_R3_PROFILE_MS = {"attention": 1583.0, "grouped GEMM": 1268.0, "hipBLASLt": 1003.0, "DeepEP": 876.0,
                                "quant chain": 739.0, "permute/unpermute": 346.0, "SwiGLU": 262.0}  # fmt: skip
+
+# Transformer Engine's CK attention in the same campaign: a CHECK of the MI355X's attention shares, never their source
+# (these runs are the held-out rows). Qwen3-30B-A3B, b 8, s 4096, 32 query / 4 KV heads, head dim 128, causal, sbhd,
+# NVTE_CK_USES_FWD_V3=1, NVTE_CK_USES_BWD_V3=1, NVTE_CK_IS_V3_ATOMIC_FP32=0; 384 calls a step (48 layers x 8
+# micro-batches). optimize.md @cbff2387 'Item 4 - attention bwd': 'TE bwd per call: main 2680 us, dk_dv_reduce 216,
+# odo 152, fill 107, dq_shuffle 94' (us a call). The baseline's profile (rank 0, one step), agent/workspace/
+# qwen3_fp8_tw_gfx950_20261010/prompt.md @fb0603b6: '| attention | 1578 ms | 18% |
+# `aiter::fmha_bwd_hd128_bf16_causal_a16` 1014 ms; fwd 390 ms; `ck_fused_attn::dk_dv_reduce` 81 ms |' (ms a step; its
+# semicolons are full-width). dk_dv_reduce is TE's own GQA sum of the per-query-head dK / dV the kernel writes
+# (ROCm/TransformerEngine @0053b2bb transformer_engine/common/ck_fused_attn/src/ck_fused_attn_bwd.cpp, dk_dv_reduce over
+# dk_expanded / dv_expanded when h > hg); AITER's table (above) does not time it.
+PRIMUS_MI355X_TE_ATTENTION_BWD_US = {"main": 2680.0, "dk_dv_reduce": 216.0, "odo": 152.0, "fill": 107.0, "dq_shuffle": 94.0}
+PRIMUS_MI355X_BASELINE_ATTENTION_MS = {"attention": 1578.0, "backward main": 1014.0, "forward": 390.0, "dk_dv_reduce": 81.0}
