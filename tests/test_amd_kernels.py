@@ -32,8 +32,13 @@ from amd_kernel_measurements import (
     MI355X_AITER_MHA,
     MI355X_HIPBLASLT_FP8,
     MI355X_TORCH_BF16,
+    PRIMUS_MI355X_BASELINE_PROFILE_MS,
     PRIMUS_MI355X_DEEPEP_US,
     PRIMUS_MI355X_DISPATCH_LAYOUT_US,
+    PRIMUS_MI355X_FUSED_ACT_ROW,
+    PRIMUS_MI355X_PERMUTE_FWD_US,
+    PRIMUS_MI355X_QK_NORM_ROPE_US,
+    PRIMUS_MI355X_QUANT_262144X768_US,
     PRIMUS_MI355X_R3_PROFILE_MS,
     ROCPROF_MEMCOPY_GBPS,
     AttentionRow,
@@ -463,3 +468,74 @@ def test_mi355x_even_routing_sends_each_token_to_one_rank_and_deepep_runs_below_
     assert est.ep_comm.value / measured[160] == pytest.approx(0.675, abs=0.005)
     leaving = 32768 * 2048 * 2 * 7 / 8  # bytes a dispatch sends off the GPU under the even routing
     assert leaving / (PRIMUS_MI355X_DEEPEP_US[80][0] * 1e-6) / 1e9 == pytest.approx(127.6, abs=0.1)  # GB/s
+
+
+# One MoE layer and micro-batch of the Primus MI355X rows: R routed rows a rank (32,768 tokens x top-8, every expert 16,384
+# under the even routing), expert width w (SwiGLU: fc1 writes 2w), 48 MoE layers x 8 micro-batches a step.
+_R, _W, _CALLS = 32768 * 8, 768, 48 * 8
+# The eager expert activation the baseline ran (use_turbo_fused_act_with_probs off): PrimusGroupedMLP.bias_act_func's last
+# branch (AMD-AGI/Primus @fd1eeabb primus/backends/megatron/core/transformer/experts.py: glu(x) = activation_func(x_glu) *
+# (x_linear + glu_linear_offset) on torch.chunk(x, 2, -1), then `intermediate_parallel * permuted_probs` with fp32 probs
+# [R, 1], then `.to(original_dtype)`), one ATen kernel an op, bytes in units of R w: {kernel: bytes / (R w)}.
+EAGER_ACT_WITH_PROBS = {
+    "silu(x_glu)": 2 + 2, "x_linear + 0.0": 2 + 2, "silu * linear": 2 + 2 + 2,
+    "* probs (bf16 x fp32 -> fp32)": 2 + 4, ".to(bf16)": 4 + 2,  # forward: 26
+    "ToCopyBackward (bf16 -> fp32)": 2 + 4, "grad * probs": 4 + 4, "cast to bf16": 4 + 2,
+    "grad * intermediate (-> fp32)": 4 + 2 + 4, "sum over w (dprobs)": 4,
+    "grad * linear": 2 + 2 + 2, "grad * silu": 2 + 2 + 2, "silu backward": 2 + 2 + 2, "chunk backward (cat)": 2 + 2 + 4,  # backward: 60
+}  # fmt: skip
+
+
+def test_primus_baseline_eager_act_with_probs_is_timed_by_its_bytes() -> None:
+    """The baseline's expert activation ran eagerly (the campaign's prompt: 'SwiGLU split into silu, mul, cat, plus the probs
+    multiply', about 1.1 s a step). Its kernels, read from the code (EAGER_ACT_WITH_PROBS), move 86 R w bytes a layer and
+    micro-batch where Primus-Turbo's fused swiglu_with_probs moves 16 (forward: read x [R, 2w] and the probs, write [R, w];
+    backward: read the gradient and x, write dx: 6 + 10, as parcalc's fused moe.experts.act charges). Timed as parcalc times
+    memory-bound kernels (the MI355X's HBM share, launch floor): 3.04 ms against 0.57 ms, so 1.168 s a step (the prompt's
+    ~1.1 s: +6 %) and a saving of 0.951 s where the campaign's README measured 978.4 ms (8894.0 -> 7915.6 ms: -2.8 %). The
+    eager path also keeps three more [R, w] bf16 tensors a layer for backward (x_linear + 0, silu's output, the product the
+    probs multiply: the muls' saved inputs), 6 R w = 1.21 GB a layer, 54.0 GiB over 48 layers: the README's peak drops
+    277 -> 223 'GB' with the fused kernel (54: the same in GiB; 58.0 GB in units of 10^9 B). Not entered in parcalc's kernel
+    sets yet (docs/step-time.md, session 24)."""
+    s = spec("mi355x")
+    forward = list(EAGER_ACT_WITH_PROBS)[:5]
+    assert sum(EAGER_ACT_WITH_PROBS[k] for k in forward) == 26
+    assert sum(EAGER_ACT_WITH_PROBS.values()) == 86
+    eager = sum(memory_op(k, n * _R * _W, s).time for k, n in EAGER_ACT_WITH_PROBS.items())
+    fused = memory_op("act", 6 * _R * _W, s).time + memory_op("act.bwd", 10 * _R * _W, s).time
+    assert (eager * 1e3, fused * 1e3) == pytest.approx((3.043, 0.566), abs=0.002)
+    step = eager * _CALLS
+    assert step / (PRIMUS_MI355X_BASELINE_PROFILE_MS["elementwise act with probs"] * 1e-3) == pytest.approx(1.062, abs=0.002)
+    saved = (eager - fused) * _CALLS
+    measured = PRIMUS_MI355X_FUSED_ACT_ROW["baseline"][0] - PRIMUS_MI355X_FUSED_ACT_ROW["+ fused act with probs"][0]
+    assert saved * 1e3 / measured == pytest.approx(0.972, abs=0.002)
+    kept = 3 * 2 * _R * _W * 48
+    assert kept / 2**30 == pytest.approx(54.0, abs=0.05)
+    assert PRIMUS_MI355X_FUSED_ACT_ROW["baseline"][1] - PRIMUS_MI355X_FUSED_ACT_ROW["+ fused act with probs"][1] == 54.0
+
+
+def test_primus_baseline_kernels_the_byte_model_does_not_time() -> None:
+    """The baseline's other unfused kernels, timed by their bytes as parcalc times memory-bound kernels, against the campaign's
+    per-call times (logs/optimize.md @cbff2387); each misses by more than 25 %, so none is entered (docs/step-time.md):
+    - q / k RMSNorm then RoPE, TE's kernels on [T x 32, 128] and [T x 4, 128] (N = 302 MB of q and k): norm and RoPE forward
+      4 N, their backwards 2 N + 3 N, 2.72 GB, 478 us by the bytes against 1243.6 us (0.38): TE's RMSNorm and fused_rope on
+      128-wide rows run far below the copy rate (the baseline profile: fused_rope 204 ms a step where its 4 N take 81 ms).
+      The fused FlyDSL kernel's 5 N (265 us) against 369.9 us is 0.72.
+    - the permute: parcalc's moe.permute forward (read T h, write T k h: 1.21 GB) takes 212 us: the HIP kernel's 255 us is
+      0.83 (within 25 %), the Triton kernel the baseline ran, 390 us, 0.54: the same bytes, a slower kernel.
+    - the tensorwise quantisation of 262144 x 768 (read bf16, write e4m3: 604 MB): 106 us by the bytes, the padded-row kernel
+      156.5 us (0.68), the flat kernel 95.3 (1.11)."""
+    s = spec("mi355x")
+    n = 32768 * (32 + 4) * 128 * 2
+    unfused = sum(memory_op("qk", k * n, s).time for k in (2, 2, 2, 3))
+    fused = sum(memory_op("qk", k * n, s).time for k in (2, 3))
+    assert unfused * 1e6 / PRIMUS_MI355X_QK_NORM_ROPE_US["unfused"] == pytest.approx(0.384, abs=0.002)
+    assert fused * 1e6 / PRIMUS_MI355X_QK_NORM_ROPE_US["fused"] == pytest.approx(0.717, abs=0.002)
+    rope = sum(memory_op("rope", k * n, s).time for k in (2, 2)) * _CALLS
+    assert rope * 1e3 / PRIMUS_MI355X_BASELINE_PROFILE_MS["TE fused_rope"] == pytest.approx(0.40, abs=0.01)
+    permute = memory_op("moe.permute", 2 * (32768 + _R) * 2048, s).time * 1e6
+    assert (permute / PRIMUS_MI355X_PERMUTE_FWD_US["hip"], permute / PRIMUS_MI355X_PERMUTE_FWD_US["triton"]) == pytest.approx(
+        (0.832, 0.544), abs=0.002)
+    cast = memory_op("cast", 3 * 262144 * 768, s).time * 1e6
+    assert (cast / PRIMUS_MI355X_QUANT_262144X768_US["padded rows"], cast / PRIMUS_MI355X_QUANT_262144X768_US["flat"]) == pytest.approx(
+        (0.678, 1.114), abs=0.002)
