@@ -473,42 +473,44 @@ def test_mi355x_even_routing_sends_each_token_to_one_rank_and_deepep_runs_below_
 # One MoE layer and micro-batch of the Primus MI355X rows: R routed rows a rank (32,768 tokens x top-8, every expert 16,384
 # under the even routing), expert width w (SwiGLU: fc1 writes 2w), 48 MoE layers x 8 micro-batches a step.
 _R, _W, _CALLS = 32768 * 8, 768, 48 * 8
-# The eager expert activation the baseline ran (use_turbo_fused_act_with_probs off): PrimusGroupedMLP.bias_act_func's last
-# branch (AMD-AGI/Primus @fd1eeabb primus/backends/megatron/core/transformer/experts.py: glu(x) = activation_func(x_glu) *
-# (x_linear + glu_linear_offset) on torch.chunk(x, 2, -1), then `intermediate_parallel * permuted_probs` with fp32 probs
-# [R, 1], then `.to(original_dtype)`), one ATen kernel an op, bytes in units of R w: {kernel: bytes / (R w)}.
-EAGER_ACT_WITH_PROBS = {
-    "silu(x_glu)": 2 + 2, "x_linear + 0.0": 2 + 2, "silu * linear": 2 + 2 + 2,
-    "* probs (bf16 x fp32 -> fp32)": 2 + 4, ".to(bf16)": 4 + 2,  # forward: 26
-    "ToCopyBackward (bf16 -> fp32)": 2 + 4, "grad * probs": 4 + 4, "cast to bf16": 4 + 2,
-    "grad * intermediate (-> fp32)": 4 + 2 + 4, "sum over w (dprobs)": 4,
-    "grad * linear": 2 + 2 + 2, "grad * silu": 2 + 2 + 2, "silu backward": 2 + 2 + 2, "chunk backward (cat)": 2 + 2 + 4,  # backward: 60
-}  # fmt: skip
-
-
 def test_primus_baseline_eager_act_with_probs_is_timed_by_its_bytes() -> None:
     """The baseline's expert activation ran eagerly (the campaign's prompt: 'SwiGLU split into silu, mul, cat, plus the probs
-    multiply', about 1.1 s a step). Its kernels, read from the code (EAGER_ACT_WITH_PROBS), move 86 R w bytes a layer and
-    micro-batch where Primus-Turbo's fused swiglu_with_probs moves 16 (forward: read x [R, 2w] and the probs, write [R, w];
-    backward: read the gradient and x, write dx: 6 + 10, as parcalc's fused moe.experts.act charges). Timed as parcalc times
-    memory-bound kernels (the MI355X's HBM share, launch floor): 3.04 ms against 0.57 ms, so 1.168 s a step (the prompt's
-    ~1.1 s: +6 %) and a saving of 0.951 s where the campaign's README measured 978.4 ms (8894.0 -> 7915.6 ms: -2.8 %). The
-    eager path also keeps three more [R, w] bf16 tensors a layer for backward (x_linear + 0, silu's output, the product the
-    probs multiply: the muls' saved inputs), 6 R w = 1.21 GB a layer, 54.0 GiB over 48 layers: the README's peak drops
-    277 -> 223 'GB' with the fused kernel (54: the same in GiB; 58.0 GB in units of 10^9 B). Not entered in parcalc's kernel
-    sets yet (docs/step-time.md, session 24)."""
+    multiply', about 1.1 s a step; --expert-activation eager, the row's expert_activation). Its kernels, read from the code
+    (parcalc.core.timing.compute.eager_expert_activation, held to the ATen record in
+    tests/ground_truth/test_primus_expert_activation.py), move 86 R w bytes a layer and micro-batch where Primus-Turbo's fused
+    swiglu_with_probs moves 16 (parcalc's moe.experts.act: 6 forward, 10 backward). Timed as parcalc times memory-bound kernels
+    (the MI355X's HBM share, launch floor): 3.04 ms against 0.57 ms, so 1.168 s a step (the prompt's ~1.1 s: +6 %) and a
+    saving of 0.951 s where the campaign's README measured 978.4 ms (8894.0 -> 7915.6 ms: -2.8 %); the baseline row's
+    predicted step moves by exactly that. The eager path also keeps three more [R, w] bf16 tensors a layer for backward
+    (x_linear + 0, silu's output, the product the probs multiply: the muls' saved inputs), 6 R w = 1.21 GB a layer, 54.0 GiB
+    over 48 layers: the README's peak drops 277 -> 223 'GB' with the fused kernel (54: the same in GiB; 58.0 GB in units of
+    10^9 B); parcalc's memory does not count them (docs/step-time.md, session 24)."""
+    from dataclasses import replace
+
+    from test_published_blackwell_amd import RUNS, fit_inputs
+
+    from parcalc.core.fit import estimate
+    from parcalc.core.timing.compute import eager_expert_activation
+
     s = spec("mi355x")
-    forward = list(EAGER_ACT_WITH_PROBS)[:5]
-    assert sum(EAGER_ACT_WITH_PROBS[k] for k in forward) == 26
-    assert sum(EAGER_ACT_WITH_PROBS.values()) == 86
-    eager = sum(memory_op(k, n * _R * _W, s).time for k, n in EAGER_ACT_WITH_PROBS.items())
+    forward: list = []
+    backward: list = []
+    eager_expert_activation(forward, backward, s, _R, _W, 2.0, True)
+    assert (len(forward), len(backward)) == (5, 9)
+    assert sum(k.bytes for k in forward + backward) == pytest.approx(86 * _R * _W, rel=0.01)  # + 4 B a row of probabilities
+    eager = sum(k.time for k in forward + backward)
     fused = memory_op("act", 6 * _R * _W, s).time + memory_op("act.bwd", 10 * _R * _W, s).time
-    assert (eager * 1e3, fused * 1e3) == pytest.approx((3.043, 0.566), abs=0.002)
+    assert (eager * 1e3, fused * 1e3) == pytest.approx((3.045, 0.566), abs=0.002)
     step = eager * _CALLS
-    assert step / (PRIMUS_MI355X_BASELINE_PROFILE_MS["elementwise act with probs"] * 1e-3) == pytest.approx(1.062, abs=0.002)
+    assert step / (PRIMUS_MI355X_BASELINE_PROFILE_MS["elementwise act with probs"] * 1e-3) == pytest.approx(1.063, abs=0.002)
     saved = (eager - fused) * _CALLS
     measured = PRIMUS_MI355X_FUSED_ACT_ROW["baseline"][0] - PRIMUS_MI355X_FUSED_ACT_ROW["+ fused act with probs"][0]
-    assert saved * 1e3 / measured == pytest.approx(0.972, abs=0.002)
+    assert saved * 1e3 / measured == pytest.approx(0.974, abs=0.002)
+    run = next(r for r in RUNS if r.key == "primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline")
+    assert run.expert_activation == "eager"
+    model, config, training, cluster = fit_inputs(run)
+    steps = [estimate(model, config, t, cluster).step.value for t in (training, replace(training, expert_activation="fused"))]
+    assert steps[0] - steps[1] == pytest.approx(saved, rel=1e-6)
     kept = 3 * 2 * _R * _W * 48
     assert kept / 2**30 == pytest.approx(54.0, abs=0.05)
     assert PRIMUS_MI355X_FUSED_ACT_ROW["baseline"][1] - PRIMUS_MI355X_FUSED_ACT_ROW["+ fused act with probs"][1] == 54.0

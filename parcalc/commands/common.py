@@ -218,6 +218,14 @@ Fp8RecipeOption = Annotated[
 ]  # fmt: skip
 
 
+ExpertActivationOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--expert-activation", metavar="HOW",
+                 help="The MoE experts' activation times the routing probabilities: fused (one kernel each way: Megatron's "
+                      "weighted bias-SwiGLU, Primus-Turbo's swiglu_with_probs; default) or eager (one kernel per PyTorch op: "
+                      "silu, mul, the fp32 probability product and its cast, as Primus runs it with bias_swiglu_fusion false, "
+                      "its Qwen3 configs' setting, and use_turbo_fused_act_with_probs off).", show_default=False),
+]  # fmt: skip
 KernelsOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--kernels", metavar="SET",

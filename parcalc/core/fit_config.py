@@ -124,6 +124,9 @@ class Training:
     # None: ['core_attn']. A run-wide pin: the search's "selective" is these modules too
     recompute_modules: tuple[str, ...] | None = None
     kernels: str | None = None  # --kernels fused|eager (parcalc.core.timing.framework.KERNEL_SETS); None: the framework profile's
+    # --expert-activation: the routed experts' activation with the routing probabilities, one fused kernel or eager ATen ops
+    # (parcalc.core.timing.compute.EXPERT_ACTIVATIONS)
+    expert_activation: str = "fused"
 
 
 class StageEnds(TypedDict):

@@ -344,6 +344,22 @@ def fp8_all_gather_flag(fp8_all_gather: bool, precision: Any, step_memory: str |
     return fp8_all_gather
 
 
+def expert_activation_flag(text: str | None, model: Any) -> str:
+    """--expert-activation checked: fused or eager (parcalc.core.timing.compute.EXPERT_ACTIVATIONS); "fused" when not given;
+    on a model without experts, an error."""
+    if text is None:
+        return "fused"
+    from parcalc.errors import InputError
+
+    if model.moe is None:
+        raise InputError(f"--expert-activation: model {model.key} has no experts (no moe: block); it applies to MoE models only")
+    from parcalc.core.timing.compute import EXPERT_ACTIVATIONS
+
+    if text.strip().lower() not in EXPERT_ACTIVATIONS:
+        raise InputError(f"--expert-activation: one of {', '.join(EXPERT_ACTIVATIONS)}, got {text!r}")
+    return text.strip().lower()
+
+
 def kernels_flag(kernels: str | None) -> str | None:
     """--kernels checked: fused or eager (None: not given, the framework profile decides)."""
     if kernels is None:  # before the imports: `intensity --model` need not load the framework profiles (start-up)
