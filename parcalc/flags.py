@@ -172,6 +172,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--moe-dispatcher", "How MoE tokens reach their experts: alltoall, deepep or hybridep", "choice", "", "alltoall", ("fit",)),
     Flag("--max-nodes-per-token", "Node-limited routing: each token's experts on at most M nodes", "count", "nodes", "no limit", ("fit",)),
     Flag("--ep-overlap", "What hides MoE dispatch and combine: none, shared, 1f1b", "choice", "", "none", ("fit",)),
+    Flag("--expert-activation", "MoE experts' activation with the routing probabilities: fused or eager (Primus's Qwen3 configs)", "choice", "", "fused", ("fit",)),
+    Flag("--moe-routing", "Which experts a token's top-k are: uniform or round-robin (Primus's 'even')", "choice", "", "uniform", ("fit",)),
     Flag("--moment-dtype", "Adam's moments (every optimizer state) in fp32, bf16 or fp16 beside the fp32 master copy", "choice", "", "fp32", ("memory",)),
     Flag("--recompute-mla-up-proj", "Multi-head latent attention: recompute the up-projections and RoPE in backward, keep the latents (adds mla_up_proj to --recompute-modules)", "switch", "", "off",
          ("memory",)),

@@ -26,7 +26,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Training": ("--batch", "--seq-len", "--micro-batch", "--micro-batches", "--recompute", "--recompute-layers", "--recompute-modules",
                  "--recompute-mla-up-proj", "--precision", "--fp8-recipe", "--fp8-all-gather", "--optimizer", "--moment-dtype", "--grad-dtype",
                  "--grad-bytes", "--fp32-grads", "--offload", "--host-link", "--compile", "--compile-loss", "--expandable-segments", "--kernels", "--framework",
-                 "--dp-overlap", "--tp-comm-overlap", "--moe-dispatcher", "--max-nodes-per-token", "--ep-overlap", "--moe-imbalance",
+                 "--dp-overlap", "--tp-comm-overlap", "--moe-dispatcher", "--max-nodes-per-token", "--ep-overlap", "--moe-routing", "--expert-activation", "--moe-imbalance",
                  "--bucket-size", "--reshard-root", "--shard-padding", "--ddp-first-iteration", "--allreduces",
                  "--t-forward", "--t-backward", "--t-weight", "--stage-times", "--step-time", "--time-is", "--mfu",
                  "--tflops-per-gpu"),

@@ -40,6 +40,8 @@ SETTINGS: dict[str, Mapping[str, object]] = {
     "kernels": {**_S, "enum": ["fused", "eager", "hf"], "description": "the memory-bound kernels between GEMMs (--kernels or the framework's)"},
     "moment_dtype": {**_S, "description": "element type of Adam's moments"},
     "moe_imbalance": {"type": "number", "description": "the busiest rank's MoE tokens over the balanced share"},
+    "expert_activation": {**_S, "enum": ["fused", "eager"], "description": "the MoE experts' activation with the routing probabilities (--expert-activation)"},
+    "moe_routing": {**_S, "enum": ["uniform", "round-robin"], "description": "which experts a token's top-k are (--moe-routing)"},
     "protocol": {**_S, "description": "NCCL's protocol: LL, LL128 or Simple"}, "gpus_per_node": _I,
     "knee": {"type": "number", "description": "the efficiency threshold of the knee (a fraction)"},
     "offload": {"type": "array", "items": _S},
@@ -67,7 +69,7 @@ COMMANDS: dict[str, tuple[tuple[str, ...], dict[str, str], bool]] = {
     "flops": (("model", "gpu", "dtype", "recompute", "causal", "flash_attention", "cp", "recompute_layers", "recompute_modules"),
               {"layer_flops": "FLOPs of one layer by operation", "stage_flops": "--pp: FLOPs of each pipeline stage"}, False),
     "fit": (("model", "gpu", "gpu_name", "precision", "optimizer", "flash_attention", "framework", "mode", "offload", "network",
-             "cp", "cp_comm", "shard_group", "recompute_layers", "rank_by", "compile", "recompute_modules", "kernels"),
+             "cp", "cp_comm", "shard_group", "recompute_layers", "rank_by", "compile", "recompute_modules", "kernels", "moe_routing", "expert_activation"),
             {"strategies": "the strategy table: memory, fits, most layers, step time", "stages": "one configuration's pipeline stages",
              "top": ("--search: the fastest layouts that fit (tp x pp x dp x cp x ep), each at its fastest configuration; in JSON and "
                      "CSV each row's memory_basis says what its memory is: 'replayed' (the caching allocator replayed over the step "

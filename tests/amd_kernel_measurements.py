@@ -497,3 +497,21 @@ PRIMUS_MI355X_R3_PROFILE_MS = {"attention": 1583.0, "grouped GEMM": 1268.0, "hip
 # dk_expanded / dv_expanded when h > hg); AITER's table (above) does not time it.
 PRIMUS_MI355X_TE_ATTENTION_BWD_US = {"main": 2680.0, "dk_dv_reduce": 216.0, "odo": 152.0, "fill": 107.0, "dq_shuffle": 94.0}
 PRIMUS_MI355X_BASELINE_ATTENTION_MS = {"attention": 1578.0, "backward main": 1014.0, "forward": 390.0, "dk_dv_reduce": 81.0}
+# The campaign's baseline profile (rank 0, one step of 8 micro-batches x 48 layers, before any of its changes), AMD-AGI/Primus
+# agent/workspace/qwen3_fp8_tw_gfx950_20261010/prompt.md @fb0603b6 ('profile 结论' table, ms a step): attention 1578, FP8
+# quantisation 1310, grouped GEMM 1267, DeepEP 1248 (intranode::dispatch 591, intranode::combine 351, get_dispatch_layout 132),
+# hipBLASLt 987, norm / RoPE 529 (TE fused_rope fwd + bwd 204), permute 404 (unpermute 189, permute 157); and 'about 1.1 s of
+# elementwise overhead (SwiGLU split into silu, mul, cat, plus the probs multiply), which use_turbo_fused_act_with_probs on the
+# Primus side removes' (translated from the Chinese; the line begins '另外有约 1.1 s 的 elementwise 开销').
+PRIMUS_MI355X_BASELINE_PROFILE_MS = {"attention": 1578.0, "FP8 quantisation": 1310.0, "grouped GEMM": 1267.0, "DeepEP": 1248.0,
+                                     "DeepEP dispatch": 591.0, "DeepEP combine": 351.0, "get_dispatch_layout": 132.0,
+                                     "hipBLASLt": 987.0, "norm / RoPE": 529.0, "TE fused_rope": 204.0, "permute": 404.0,
+                                     "elementwise act with probs": 1100.0}  # fmt: skip
+# The campaign's end-to-end rows (README.md @31c71fa8, ms an iteration and peak memory as printed, 'GB'): the baseline, then
+# + use_turbo_fused_act_with_probs; and the log's per-call kernel times (logs/optimize.md @cbff2387): 'qk RMSNorm + RoPE head_dim
+# 128 ... fwd+bwd 1243.6 -> 369.9 us', '#455 TRITON default slower than HIP at every measured shape (Qwen3 even permute fwd 390
+# vs 255 us)', 'flat no-pad kernel for rows < 4 KB. 262144x768 quant: 156.5 -> 95.3 us'.
+PRIMUS_MI355X_FUSED_ACT_ROW = {"baseline": (8894.0, 277.0), "+ fused act with probs": (7915.6, 223.0)}
+PRIMUS_MI355X_QK_NORM_ROPE_US = {"unfused": 1243.6, "fused": 369.9}
+PRIMUS_MI355X_PERMUTE_FWD_US = {"triton": 390.0, "hip": 255.0}
+PRIMUS_MI355X_QUANT_262144X768_US = {"padded rows": 156.5, "flat": 95.3}

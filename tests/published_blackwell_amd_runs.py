@@ -108,6 +108,10 @@ class BlackwellAmdRun(NamedTuple):
     # the fused attention the run's stack ran where its GPU preset times it apart from its default
     # (kernels.attention_kernels; parcalc.core.timing.attention_kernels); "": the preset's default
     attention_kernel: str = ""
+    # MoE routing the benchmark forces (parcalc.core.timing.moe.ROUTINGS): "uniform", or "round-robin" (Primus's 'even')
+    routing: str = "uniform"
+    # the MoE experts' activation with the routing probabilities (parcalc.core.timing.compute.EXPERT_ACTIVATIONS)
+    expert_activation: str = "fused"
 
 
 RUNS: tuple[BlackwellAmdRun, ...] = (
@@ -221,12 +225,14 @@ AMD_RUNS: tuple[BlackwellAmdRun, ...] = (
     BlackwellAmdRun("primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline", "8x MI355X", "mi355x", "qwen3-30b-a3b", 8, "fp8-cs",
                     512, 8, 4096, 0, 1, 1, 1, 1, 8, 29474, 670.6, PRIMUS_MI355X,
                     "'Qwen3-30B-A3B FP8 tensorwise pretrain on 8x MI355X: EP8, MBS 8, GBS 512, seq 4096, even routing', row | baseline: submitted config, Turbo e2d9f1d7 | 8894.0 | 670.6 | 29,474 | 277 GB | 11.33393 |",
-                    "2026-10-10", dispatcher="deepep", fp8_recipe="current",
-                    notes="FP8 'tensorwise' = per-tensor current scaling; even (force-balanced) routing; 277 GB peak memory"),
+                    "2026-10-10", dispatcher="deepep", fp8_recipe="current", routing="round-robin", expert_activation="eager",
+                    notes="FP8 'tensorwise' = per-tensor current scaling; even (force-balanced, round-robin) routing; 277 GB peak memory; "
+                          "the experts' SwiGLU and probability product eager (Primus's qwen3_30B_A3B.yaml: bias_swiglu_fusion false; "
+                          "use_turbo_fused_act_with_probs off, the campaign's prompt.md: 'SwiGLU split into silu, mul, cat, plus the probs multiply')"),
     BlackwellAmdRun("primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-turbo", "8x MI355X", "mi355x", "qwen3-30b-a3b", 8, "fp8-cs",
                     512, 8, 4096, 0, 1, 1, 1, 1, 8, 40283, 916.7, PRIMUS_MI355X,
                     "'Qwen3-30B-A3B FP8 tensorwise pretrain on 8x MI355X: EP8, MBS 8, GBS 512, seq 4096, even routing', row | + `turbo_fp8_permute` (4 runs: 6442.4, 6515.0, 6523.8, 6549.1) | 6507.6 | 916.7 | 40,283 | 223.3 GB | 11.33404 |",
-                    "2026-10-10", dispatcher="deepep", fp8_recipe="current",
+                    "2026-10-10", dispatcher="deepep", fp8_recipe="current", routing="round-robin",
                     notes="every Turbo kernel switch of the campaign on (fused act with probs, 160 DeepEP CUs, fused qk RMSNorm+RoPE, fused grouped GEMM, FP8 permute)"),
 )
 

@@ -35,8 +35,13 @@ from amd_kernel_measurements import (
     MI355X_HIPBLASLT_FP8,
     MI355X_TORCH_BF16,
     PRIMUS_MI355X_BASELINE_ATTENTION_MS,
+    PRIMUS_MI355X_BASELINE_PROFILE_MS,
     PRIMUS_MI355X_DEEPEP_US,
     PRIMUS_MI355X_DISPATCH_LAYOUT_US,
+    PRIMUS_MI355X_FUSED_ACT_ROW,
+    PRIMUS_MI355X_PERMUTE_FWD_US,
+    PRIMUS_MI355X_QK_NORM_ROPE_US,
+    PRIMUS_MI355X_QUANT_262144X768_US,
     PRIMUS_MI355X_R3_PROFILE_MS,
     PRIMUS_MI355X_TE_ATTENTION_BWD_US,
     ROCPROF_MEMCOPY_GBPS,
@@ -497,38 +502,114 @@ def test_mi300x_and_mi355x_memory_shares_are_amds_memcopy_measurements(name: str
         assert [tbps / 5.3 for tbps in BABELSTREAM_MI300X_COPY_TBPS] == pytest.approx([0.7755, 0.7830], abs=1e-4)
 
 
-def test_known_gap_mi355x_even_routing_sends_each_token_to_one_rank() -> None:
+def test_mi355x_even_routing_sends_each_token_to_one_rank_and_deepep_runs_below_the_fabric() -> None:
     """The published MI355X Qwen3-30B-A3B rows ran Primus's 'even' force-balanced routing, which gives token t the experts
     (t k + j) mod E, j < k (AMD-AGI/Primus @fd1eeabb primus/backends/megatron/core/extensions/primus_turbo.py, the DeepEP
     dispatcher's token_indices: `torch.arange(num_tokens * topk).view(num_tokens, topk) % num_experts`): k = 8 consecutive
-    experts starting at a multiple of 8, all inside one rank's 16. DeepEP sends a token once per destination rank, so each
-    dispatch moves T (ep - 1) / ep rows, not the 4.67 remote ranks a uniformly random top-8 of 128 experts on 8 ranks
-    reaches, which parcalc's intranode exchange counts since session 23 (D = 5.34 distinct ranks a token, 7/8 of them
-    remote: tests/test_moe_distinct_ranks.py; the T k copies before). parcalc times each of the four exchanges of a layer
-    and micro-batch at 1.887 ms (the row's 0.72 GB of per-rank copies over the Infinity Fabric; 2.817 ms with the 1.07 GB
-    of per-expert copies before session 23's per-rank dispatch); the campaign measured DeepEP's dispatch at
-    920 us and combine at 536 us a call at the baseline's 80 CUs (tests/amd_kernel_measurements.py), 612 / 484 at 160 CUs,
-    whose 384 x 2 x (612 + 484) us plus the per-token layout match the R3 profile's DeepEP 876 ms within 2 %. So the rows'
-    t_ep is 2.6x the measured exchange (2.90 s against 1.12 s + 0.13 s of layout a step; 3.9x, 4.33 s, before the per-rank
-    dispatch), a gap of the routing (even, not uniform) this test pins and the model does not yet close (docs/step-time.md,
-    session 23)."""
+    experts starting at a multiple of 8, all inside one rank's 16. The rows now say so (routing="round-robin", parcalc's
+    --moe-routing round-robin), so DeepEP sends each token to one rank (D = 1; 5.34 under uniform routing:
+    tests/test_moe_distinct_ranks.py) and parcalc times each of the four exchanges of a layer and micro-batch at 0.370 ms (the
+    row's 134 MB of per-rank copies over the Infinity Fabric), 1.887 ms under uniform routing before. The campaign measured
+    DeepEP's dispatch at 920 us and combine at 536 us a call at the baseline's 80 CUs (tests/amd_kernel_measurements.py),
+    612 / 484 at 160 CUs, whose 384 x 2 x (612 + 484) us plus the per-token layout match the R3 profile's DeepEP 876 ms
+    within 2 %. So the rows' t_ep went from 2.6x the measured exchange (2.90 s against 1.12 s) to 0.51x (0.57 s) at 80 CUs,
+    0.68x at 160: the bytes are now the ones sent, and what is left is DeepEP's rate on the MI355X, below parcalc's fabric
+    all-to-all (117 MB leave a GPU in 920 us, 127 GB/s, and the 160 CUs that take it to 612 us say the kernel, not the
+    links, sets it; not modelled: docs/step-time.md, session 24), and the get_dispatch_layout parcalc does not count
+    (340 us a layer and micro-batch in the baseline, 0.13 s a step)."""
     from test_published_blackwell_amd import RUNS, fit_inputs
 
     from parcalc.core.fit import estimate
-    from parcalc.core.timing.moe import remote_nodes_per_token
+    from parcalc.core.timing.moe import ranks_per_token
 
     experts, top_k, ep = 128, 8, 8
-    ranks_per_token = {len({((t * top_k + j) % experts) // (experts // ep) for j in range(top_k)}) for t in range(experts)}
-    assert ranks_per_token == {1}  # the pattern repeats every E / k = 16 tokens
-    assert remote_nodes_per_token(experts, top_k, ep, None) == pytest.approx(4.672, abs=1e-3)
+    per_token = {len({((t * top_k + j) % experts) // (experts // ep) for j in range(top_k)}) for t in range(experts)}
+    assert per_token == {1}  # the pattern repeats every E / k = 16 tokens
+    assert ranks_per_token(experts, top_k, ep, 1, None, "round-robin") == 1.0
     run = next(r for r in RUNS if r.key == "primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline")
     est = estimate(*fit_inputs(run))
     assert est.ep_comm is not None
     per_micro_batch = next(term.value for term in est.ep_comm.inputs if term.key == "A")
-    assert per_micro_batch / 48 / 4 == pytest.approx(1.887e-3, rel=0.002)  # one exchange, seconds (2.817e-3 x ~5.34 / 8)
+    assert per_micro_batch / 48 / 4 == pytest.approx(0.370e-3, rel=0.003)  # one exchange, seconds (1.887e-3 / 5.34 + latency)
     calls = 48 * 8  # MoE layers x micro-batches a step ('384 calls/iter')
     measured = {cus: calls * 2 * (d + c) * 1e-6 for cus, (d, c) in PRIMUS_MI355X_DEEPEP_US.items()}
     r3 = measured[160] + calls * PRIMUS_MI355X_DISPATCH_LAYOUT_US["per-token"] * 1e-6
     assert r3 * 1e3 == pytest.approx(PRIMUS_MI355X_R3_PROFILE_MS["DeepEP"], rel=0.02)
     assert measured[80] == pytest.approx(1.118, abs=0.001)
-    assert est.ep_comm.value / measured[80] == pytest.approx(2.59, abs=0.02)
+    assert est.ep_comm.value / measured[80] == pytest.approx(0.509, abs=0.005)
+    assert est.ep_comm.value / measured[160] == pytest.approx(0.675, abs=0.005)
+    leaving = 32768 * 2048 * 2 * 7 / 8  # bytes a dispatch sends off the GPU under the even routing
+    assert leaving / (PRIMUS_MI355X_DEEPEP_US[80][0] * 1e-6) / 1e9 == pytest.approx(127.6, abs=0.1)  # GB/s
+
+
+# One MoE layer and micro-batch of the Primus MI355X rows: R routed rows a rank (32,768 tokens x top-8, every expert 16,384
+# under the even routing), expert width w (SwiGLU: fc1 writes 2w), 48 MoE layers x 8 micro-batches a step.
+_R, _W, _CALLS = 32768 * 8, 768, 48 * 8
+def test_primus_baseline_eager_act_with_probs_is_timed_by_its_bytes() -> None:
+    """The baseline's expert activation ran eagerly (the campaign's prompt: 'SwiGLU split into silu, mul, cat, plus the probs
+    multiply', about 1.1 s a step; --expert-activation eager, the row's expert_activation). Its kernels, read from the code
+    (parcalc.core.timing.compute.eager_expert_activation, held to the ATen record in
+    tests/ground_truth/test_primus_expert_activation.py), move 86 R w bytes a layer and micro-batch where Primus-Turbo's fused
+    swiglu_with_probs moves 16 (parcalc's moe.experts.act: 6 forward, 10 backward). Timed as parcalc times memory-bound kernels
+    (the MI355X's HBM share, launch floor): 3.04 ms against 0.57 ms, so 1.168 s a step (the prompt's ~1.1 s: +6 %) and a
+    saving of 0.951 s where the campaign's README measured 978.4 ms (8894.0 -> 7915.6 ms: -2.8 %); the baseline row's
+    predicted step moves by exactly that. The eager path also keeps three more [R, w] bf16 tensors a layer for backward
+    (x_linear + 0, silu's output, the product the probs multiply: the muls' saved inputs), 6 R w = 1.21 GB a layer, 54.0 GiB
+    over 48 layers: the README's peak drops 277 -> 223 'GB' with the fused kernel (54: the same in GiB; 58.0 GB in units of
+    10^9 B); parcalc's memory does not count them (docs/step-time.md, session 24)."""
+    from dataclasses import replace
+
+    from test_published_blackwell_amd import RUNS, fit_inputs
+
+    from parcalc.core.fit import estimate
+    from parcalc.core.timing.compute import eager_expert_activation
+
+    s = spec("mi355x")
+    forward: list = []
+    backward: list = []
+    eager_expert_activation(forward, backward, s, _R, _W, 2.0, True)
+    assert (len(forward), len(backward)) == (5, 9)
+    assert sum(k.bytes for k in forward + backward) == pytest.approx(86 * _R * _W, rel=0.01)  # + 4 B a row of probabilities
+    eager = sum(k.time for k in forward + backward)
+    fused = memory_op("act", 6 * _R * _W, s).time + memory_op("act.bwd", 10 * _R * _W, s).time
+    assert (eager * 1e3, fused * 1e3) == pytest.approx((3.045, 0.566), abs=0.002)
+    step = eager * _CALLS
+    assert step / (PRIMUS_MI355X_BASELINE_PROFILE_MS["elementwise act with probs"] * 1e-3) == pytest.approx(1.063, abs=0.002)
+    saved = (eager - fused) * _CALLS
+    measured = PRIMUS_MI355X_FUSED_ACT_ROW["baseline"][0] - PRIMUS_MI355X_FUSED_ACT_ROW["+ fused act with probs"][0]
+    assert saved * 1e3 / measured == pytest.approx(0.974, abs=0.002)
+    run = next(r for r in RUNS if r.key == "primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline")
+    assert run.expert_activation == "eager"
+    model, config, training, cluster = fit_inputs(run)
+    steps = [estimate(model, config, t, cluster).step.value for t in (training, replace(training, expert_activation="fused"))]
+    assert steps[0] - steps[1] == pytest.approx(saved, rel=1e-6)
+    kept = 3 * 2 * _R * _W * 48
+    assert kept / 2**30 == pytest.approx(54.0, abs=0.05)
+    assert PRIMUS_MI355X_FUSED_ACT_ROW["baseline"][1] - PRIMUS_MI355X_FUSED_ACT_ROW["+ fused act with probs"][1] == 54.0
+
+
+def test_primus_baseline_kernels_the_byte_model_does_not_time() -> None:
+    """The baseline's other unfused kernels, timed by their bytes as parcalc times memory-bound kernels, against the campaign's
+    per-call times (logs/optimize.md @cbff2387); each misses by more than 25 %, so none is entered (docs/step-time.md):
+    - q / k RMSNorm then RoPE, TE's kernels on [T x 32, 128] and [T x 4, 128] (N = 302 MB of q and k): norm and RoPE forward
+      4 N, their backwards 2 N + 3 N, 2.72 GB, 478 us by the bytes against 1243.6 us (0.38): TE's RMSNorm and fused_rope on
+      128-wide rows run far below the copy rate (the baseline profile: fused_rope 204 ms a step where its 4 N take 81 ms).
+      The fused FlyDSL kernel's 5 N (265 us) against 369.9 us is 0.72.
+    - the permute: parcalc's moe.permute forward (read T h, write T k h: 1.21 GB) takes 212 us: the HIP kernel's 255 us is
+      0.83 (within 25 %), the Triton kernel the baseline ran, 390 us, 0.54: the same bytes, a slower kernel.
+    - the tensorwise quantisation of 262144 x 768 (read bf16, write e4m3: 604 MB): 106 us by the bytes, the padded-row kernel
+      156.5 us (0.68), the flat kernel 95.3 (1.11)."""
+    s = spec("mi355x")
+    n = 32768 * (32 + 4) * 128 * 2
+    unfused = sum(memory_op("qk", k * n, s).time for k in (2, 2, 2, 3))
+    fused = sum(memory_op("qk", k * n, s).time for k in (2, 3))
+    assert unfused * 1e6 / PRIMUS_MI355X_QK_NORM_ROPE_US["unfused"] == pytest.approx(0.384, abs=0.002)
+    assert fused * 1e6 / PRIMUS_MI355X_QK_NORM_ROPE_US["fused"] == pytest.approx(0.717, abs=0.002)
+    rope = sum(memory_op("rope", k * n, s).time for k in (2, 2)) * _CALLS
+    assert rope * 1e3 / PRIMUS_MI355X_BASELINE_PROFILE_MS["TE fused_rope"] == pytest.approx(0.40, abs=0.01)
+    permute = memory_op("moe.permute", 2 * (32768 + _R) * 2048, s).time * 1e6
+    assert (permute / PRIMUS_MI355X_PERMUTE_FWD_US["hip"], permute / PRIMUS_MI355X_PERMUTE_FWD_US["triton"]) == pytest.approx(
+        (0.832, 0.544), abs=0.002)
+    cast = memory_op("cast", 3 * 262144 * 768, s).time * 1e6
+    assert (cast / PRIMUS_MI355X_QUANT_262144X768_US["padded rows"], cast / PRIMUS_MI355X_QUANT_262144X768_US["flat"]) == pytest.approx(
+        (0.678, 1.114), abs=0.002)

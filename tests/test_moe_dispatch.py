@@ -32,6 +32,7 @@ from parcalc.core.timing.moe import (
     ExchangeTimes,
     exposed_per_layer,
     layer_exchange,
+    remote_nodes_per_token,
     routed_tokens,
 )
 from parcalc.presets import load_framework, load_gpu
@@ -132,3 +133,44 @@ def test_fit_takes_hybridep(run_json, run_error) -> None:
     assert hybrid["results"]["t_step"]["value"] > deep["results"]["t_step"]["value"]
     line = run_error([*args, "--moe-dispatcher", "nccl"])
     assert "alltoall, deepep, hybridep" in line
+
+
+def test_fit_takes_round_robin_routing(run_json, run_error) -> None:
+    """--moe-routing round-robin (Primus's 'even' routing, token t to experts (t k + j) mod E): Qwen3-30B-A3B's 128 experts on
+    EP 16 (two nodes) put a token's 8 consecutive experts on one rank of 8, so DeepEP sends one copy a token where uniform
+    routing sends D = 16 (1 - C(120, 8)/C(128, 8)) = 6.92 (tests/test_moe_distinct_ranks.py): a shorter exchange, and the
+    setting in the JSON; NCCL's all-to-all sends k copies either way, so its step does not move. A choice outside uniform / round-robin, a
+    node limit beside it, or the flag on a dense model: one line, exit 2."""
+    args = ["fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm5", "--gpus", "16", "--batch", "1024", "--seq-len", "4096",
+            "--tp", "1", "--pp", "1", "--dp", "16", "--ep", "16", "--zero", "1"]
+    uniform = run_json(*args, "--moe-dispatcher", "deepep")
+    even = run_json(*args, "--moe-dispatcher", "deepep", "--moe-routing", "round-robin")
+    assert even["settings"]["moe_routing"] == "round-robin" and "moe_routing" not in uniform["settings"]
+    t_ep = [r["results"]["t_ep"]["value"] for r in (uniform, even)]
+    # across the two nodes the network paces the exchange: one copy a remote node, 1/2 a token under round-robin (its one
+    # rank on the other node half the time) against 2 (1 - C(64, 8)/C(128, 8)) x 1/2 = 0.9969 under uniform routing; the
+    # collectives' fixed latency keeps the ratio a little above 0.5016
+    assert remote_nodes_per_token(128, 8, 2, None, "round-robin") / remote_nodes_per_token(128, 8, 2, None) == pytest.approx(0.5016, abs=1e-4)
+    assert t_ep[1] / t_ep[0] == pytest.approx(0.5016, rel=0.07)
+    alltoall = [run_json(*args, "--moe-routing", r)["results"]["t_step"]["value"] for r in ("uniform", "round-robin")]
+    assert alltoall[0] == alltoall[1]
+    assert "one of uniform, round-robin, got 'even'" in run_error([*args, "--moe-routing", "even"])
+    assert "node limit applies" in run_error([*args, "--moe-routing", "round-robin", "--max-nodes-per-token", "1"])
+    assert "applies to MoE models only" in run_error(["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch",
+                                                      "64", "--tp", "1", "--pp", "1", "--dp", "8", "--moe-routing", "uniform"])  # fmt: skip
+
+
+def test_fit_takes_the_eager_expert_activation(run_json, run_error) -> None:
+    """--expert-activation eager times the experts' SwiGLU and probability product as Primus's eager code runs it (14 kernels
+    moving 86 bytes a value where the fused kernel moves 16: tests/ground_truth/test_primus_expert_activation.py): a longer
+    step, the setting in the JSON; the 30B's 48 MoE layers x 1,024 x 4,096 x 8 routed rows x 768 x 70 B more over 16 H100s at
+    the H100 preset's HBM rate is seconds, not noise. A choice outside fused / eager, or the flag on a dense model: one line."""
+    args = ["fit", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm5", "--gpus", "16", "--batch", "1024", "--seq-len", "4096",
+            "--tp", "1", "--pp", "1", "--dp", "16", "--ep", "16", "--zero", "1"]
+    fused = run_json(*args)
+    eager = run_json(*args, "--expert-activation", "eager")
+    assert eager["settings"]["expert_activation"] == "eager" and "expert_activation" not in fused["settings"]
+    assert eager["results"]["t_step"]["value"] - fused["results"]["t_step"]["value"] > 1.0
+    assert "one of fused, eager, got 'unfused'" in run_error([*args, "--expert-activation", "unfused"])
+    assert "applies to MoE models only" in run_error(["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--batch",
+                                                      "64", "--tp", "1", "--pp", "1", "--dp", "8", "--expert-activation", "eager"])  # fmt: skip

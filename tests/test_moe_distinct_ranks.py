@@ -125,3 +125,86 @@ def test_internode_nvlink_share_is_distinct_ranks() -> None:
     want = node_forwarded_exchange(tokens * remote * h * 2, tokens * d * h * 2 * 7 / 8, cluster.fabric)
     assert got == pytest.approx(want)
     assert d == pytest.approx(7.36, abs=0.01)  # of the k = 8 copies the old account forwarded
+
+
+def _primus_even_token_indices(tokens: int, top_k: int, experts: int) -> torch.Tensor:
+    """Primus's 'even' force-balanced routing, copied from AMD-AGI/Primus @fd1eeabb
+    primus/backends/megatron/core/extensions/primus_turbo.py (PrimusTurboDeepEPTokenDispatcher.dispatch_preprocess, with
+    moe_router_force_load_balancing_type == "even"): `torch.arange(num_tokens * self.config.moe_router_topk).view(num_tokens,
+    self.config.moe_router_topk) % self.config.num_moe_experts`, handed to DeepEP's _pre_dispatch as the token indices."""
+    return torch.arange(tokens * top_k).view(tokens, top_k) % experts
+
+
+@pytest.mark.parametrize(("experts", "top_k", "ranks", "expected"), [
+    (128, 8, 8, 1.0),  # Qwen3-30B-A3B on 8 MI355X (the Primus rows): 8 consecutive experts from a multiple of 8, in one rank's 16
+    (256, 8, 64, 2.0),  # DeepSeek-V3's 256 on EP 64: 4 a rank, a token's 8 on 2 ranks
+    (64, 6, 8, 1.5),  # starts 0, 6, 12, ... mod 64 (period 32): 16 of 32 tokens straddle two ranks of 8
+    (160, 8, 32, 2.4),  # 5 experts a rank: a start 0, 3, 1, 4, 2 into its rank (period 20), so 2, 3, 2, 3, 2 ranks
+])  # fmt: skip
+def test_round_robin_distinct_ranks_match_primus_token_indices(experts: int, top_k: int, ranks: int, expected: float) -> None:
+    """D under round-robin routing against Primus's own token_indices formula for a micro-batch of 32,768 tokens (the MI355X
+    rows' b s), counted as DeepEP's get_dispatch_layout counts (is_token_in_rank, _layout_ranks): the period enumeration in
+    parcalc.core.timing.moe.round_robin_holders gives the same mean; the expected values are counted by hand above."""
+    from parcalc.core.timing.moe import round_robin_holders
+
+    measured = _layout_ranks(_primus_even_token_indices(32768, top_k, experts), experts, ranks)
+    got = ranks_per_token(experts, top_k, ranks, 1, None, "round-robin")
+    assert got == pytest.approx(expected)
+    assert got == pytest.approx(measured, abs=2e-4)  # 32,768 tokens are whole periods but for (160, 8): 8 tokens over
+    assert round_robin_holders(experts, top_k, experts // ranks) == got
+    assert got < ranks_per_token(experts, top_k, ranks, 1, None)  # fewer copies than uniform routing's
+
+
+def test_round_robin_remote_nodes_by_sender() -> None:
+    """Across nodes: every rank runs the same token indices, so a sender on node n sends token t to the nodes of its
+    experts but its own. 60 experts, top-8, 6 ranks of 10 on 3 nodes of 20 (a token straddles two nodes when its
+    8 start at 16, 36 or 56 mod 60: 3 of the period's 15 tokens): counted for senders on every node, the mean remote
+    nodes is (1 + 3/15) x 2/3 = 0.8, what remote_nodes_per_token gives; and 256 experts on 8 nodes of 32 (DeepSeek-V3's EP 64)
+    put each token's 8 on one node, 7/8 of them another's."""
+    indices = _primus_even_token_indices(15 * 1000, 8, 60)
+    node_of = indices // 20
+    remote = [sum(len(set(row.tolist()) - {sender}) for row in node_of) / len(node_of) for sender in range(3)]
+    assert sum(remote) / 3 == pytest.approx(0.8)
+    assert remote_nodes_per_token(60, 8, 3, None, "round-robin") == pytest.approx(0.8)
+    assert remote_nodes_per_token(256, 8, 8, None, "round-robin") == pytest.approx(7 / 8)
+    assert remote_nodes_per_token(256, 8, 8, None) == pytest.approx(8 * (1 - comb(224, 8) / comb(256, 8)) * 7 / 8)  # uniform: 5.25
+
+
+def test_mi355x_row_round_robin_exchange_by_hand() -> None:
+    """The Primus MI355X rows ran the 'even' routing (tests/published_blackwell_amd_runs.py routing="round-robin"): every token
+    to one rank, so DeepEP's intranode dispatch is an all-to-all of T x 1 x h x 2 B = 32,768 x 2,048 x 2 = 134.2 MB a rank
+    (7/8 of it, 117.4 MB, leaving the GPU), 1/5.339 of uniform routing's 716.7 MB; the all-to-all dispatcher still sends k
+    copies a token (1,073.7 MB) whatever the routing."""
+    from test_published_blackwell_amd import RUNS, fit_inputs
+
+    run = next(r for r in RUNS if r.key == "primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline")
+    model, config, training, cluster = fit_inputs(run)
+    assert config.experts().routing == "round-robin"
+    tokens = routed_tokens(config.micro_batch, training.seq_len, 1, False)
+    group = placement(8, 1, cluster.gpus_per_node)
+    one_rank = 32768 * 1 * 2048 * 2
+    assert one_rank == pytest.approx(134.2e6, rel=1e-3)
+    assert one_rank * 7 / 8 == pytest.approx(117.4e6, rel=1e-3)
+    even = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="deepep", routing="round-robin"), cluster.fabric, group)
+    assert even == pytest.approx(collective_time(Collective.ALL_TO_ALL, one_rank, group, cluster.fabric).time)
+    uniform = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="deepep"), cluster.fabric, group)
+    # 1/5.339 of the bytes; the all-to-all's fixed latency (~17 us of 0.37 ms) keeps the ratio a little above it
+    assert even / uniform == pytest.approx(1 / 5.3394, rel=0.06)
+    assert even > uniform / 5.3394
+    alltoall = [exchange_time(model, tokens, 2.0, ExpertShard(ep=8, routing=r), cluster.fabric, group) for r in ("uniform", "round-robin")]
+    assert alltoall[0] == alltoall[1]
+
+
+@pytest.mark.parametrize(("shard", "message"), [
+    (ExpertShard(ep=8, dispatcher="deepep", routing="even"), "--moe-routing: one of uniform, round-robin"),
+    (ExpertShard(ep=8, dispatcher="deepep", routing="round-robin", max_nodes_per_token=1), "node limit applies to --moe-routing uniform"),
+    (ExpertShard(ep=8, dispatcher="deepep", routing="round-robin", imbalance=1.2), "busiest rank's share is 1, not 1.2"),
+])  # fmt: skip
+def test_round_robin_refuses_what_it_sets_itself(shard: ExpertShard, message: str) -> None:
+    """Round-robin routing fixes each token's experts: no node limit, every expert the same tokens (rho = 1)."""
+    from parcalc.core.timing.moe import check_routing
+    from parcalc.errors import InputError
+    from parcalc.presets import load_model
+
+    with pytest.raises(InputError, match=message):
+        check_routing(load_model("qwen3-30b-a3b", ()), shard, 1)

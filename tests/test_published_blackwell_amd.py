@@ -49,9 +49,11 @@ def fit_inputs(run: BlackwellAmdRun) -> tuple:
     in_split = model.layers % (run.pp * chunks) != 0 and slots % (run.pp * chunks) == 0
     config = Config.of(run.tp, run.pp, dp, run.micro_batch, Recompute.FULL if run.recompute == "full" else Recompute.NONE, 3 if run.fsdp else 1, run.tp > 1,
                     Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B, chunks, None, None, in_split, in_split,
-                    cp=run.cp, ep=run.ep, etp=1 if run.ep > 1 else None, moe_dispatcher=run.dispatcher)  # fmt: skip
+                    cp=run.cp, ep=run.ep, etp=1 if run.ep > 1 else None, moe_dispatcher=run.dispatcher,
+                    moe_routing=run.routing)  # fmt: skip
     training = Training(run.global_batch, run.seq_len, precision, Optimizer.ADAMW, flash_attention=True, dropout=False, causal=True,
-                        fp8_recipe=run.fp8_recipe or {"fp8-cs": "current", "mxfp8": "mxfp8"}.get(run.precision, "delayed"))  # fmt: skip
+                        fp8_recipe=run.fp8_recipe or {"fp8-cs": "current", "mxfp8": "mxfp8"}.get(run.precision, "delayed"),
+                        expert_activation=run.expert_activation)  # fmt: skip
     peak = gpu.dtypes[dtype].dense_peak
     attention = gpu.dtypes["bf16"].dense_peak
     assert peak is not None and attention is not None

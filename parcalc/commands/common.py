@@ -185,6 +185,15 @@ MaxNodesOption = Annotated[
                  help="Node-limited routing: each token's experts on at most M nodes (DeepSeek-V3: 4); what --moe-dispatcher "
                       "deepep or hybridep sends over the network. At most the nodes of the EP group.", show_default=False),
 ]  # fmt: skip
+MoeRoutingOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--moe-routing", metavar="KIND",
+                 help="Which experts a token's top-k are, for what --moe-dispatcher deepep or hybridep sends (one copy per "
+                      "destination GPU): uniform (each set of k experts equally likely: a balanced router, or Megatron's "
+                      "--moe-router-force-load-balancing, random logits; default) or round-robin (Primus's 'even' "
+                      "force-balanced routing: token t gets experts (t k + j) mod E, so k consecutive experts, often on "
+                      "one GPU).", show_default=False),
+]  # fmt: skip
 EpOverlapOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--ep-overlap", metavar="KIND",
@@ -209,6 +218,14 @@ Fp8RecipeOption = Annotated[
 ]  # fmt: skip
 
 
+ExpertActivationOption = Annotated[
+    Optional[str],  # noqa: UP045
+    typer.Option("--expert-activation", metavar="HOW",
+                 help="The MoE experts' activation times the routing probabilities: fused (one kernel each way: Megatron's "
+                      "weighted bias-SwiGLU, Primus-Turbo's swiglu_with_probs; default) or eager (one kernel per PyTorch op: "
+                      "silu, mul, the fp32 probability product and its cast, as Primus runs it with bias_swiglu_fusion false, "
+                      "its Qwen3 configs' setting, and use_turbo_fused_act_with_probs off).", show_default=False),
+]  # fmt: skip
 KernelsOption = Annotated[
     Optional[str],  # noqa: UP045
     typer.Option("--kernels", metavar="SET",

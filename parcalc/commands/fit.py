@@ -16,6 +16,7 @@ from parcalc.commands.common import (
     EpOption,
     EpOverlapOption,
     EtpOption,
+    ExpertActivationOption,
     FirstStageLayersOption,
     FormatOption,
     Fp8RecipeOption,
@@ -27,6 +28,7 @@ from parcalc.commands.common import (
     MaxNodesOption,
     MoeDispatcherOption,
     MoeImbalanceOption,
+    MoeRoutingOption,
     PipelineLayoutOption,
     PowerLimitOption,
     PresetsOption,
@@ -85,6 +87,9 @@ Examples:
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --ep 8 --zero 0
   parcalc fit --model qwen3-30b-a3b --gpu h100-sxm5 --gpus 16 --batch 1024 --seq-len 4096 --tp 1 --pp 1 \\
       --dp 16 --ep 16 --zero 1 --moe-dispatcher hybridep --ep-overlap 1f1b
+  parcalc fit --model qwen3-30b-a3b --gpu mi355x --gpus 8 --batch 512 --seq-len 4096 --micro-batch 4 --tp 1 --pp 1 \\
+      --dp 8 --ep 8 --zero 1 --precision fp8 --fp8-recipe current --moe-dispatcher deepep --moe-routing round-robin \\
+      --expert-activation eager
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --tp 8 --pp 1 --dp 8 \\
       --sequence-parallel --zero 1 --precision fp8 --fp8-recipe current
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --search --cp-comm all-gather
@@ -146,6 +151,8 @@ def fit(
     max_nodes_per_token: MaxNodesOption = None,
     ep_overlap: EpOverlapOption = None,
     moe_imbalance: MoeImbalanceOption = None,
+    moe_routing: MoeRoutingOption = None,
+    expert_activation: ExpertActivationOption = None,
     sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both; --framework torchtitan: with, whenever --tp > 1).", show_default=False)] = None,  # noqa: UP045
     interleaved: Annotated[bool, typer.Option("--interleaved/--no-interleaved", help="--search: try the interleaved schedule with v chunks beside 1F1B.")] = True,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="--search: let tensor parallelism span nodes.")] = False,
@@ -218,7 +225,7 @@ def fit(
                             gpus_per_node=gpus_per_node, batch=batch, seq_len=seq_len, micro_batch=micro_batch,
                             recompute=recompute, zero=zero, shard_group=shard_group, ep=ep, etp=etp,
                             moe_dispatcher=moe_dispatcher, max_nodes_per_token=max_nodes_per_token, ep_overlap=ep_overlap,
-                            moe_imbalance=moe_imbalance, sequence_parallel=sequence_parallel, interleaved=interleaved,
+                            moe_imbalance=moe_imbalance, moe_routing=moe_routing, expert_activation=expert_activation, sequence_parallel=sequence_parallel, interleaved=interleaved,
                             allow_cross_node_tp=allow_cross_node_tp, precision=precision, fp8_recipe=fp8_recipe,
                             optimizer=optimizer, offload=offload, host_link=host_link, flash_attention=flash_attention,
                             compile_=compile_, compile_loss=compile_loss, fp8_all_gather=fp8_all_gather, kernels=kernels, dropout=dropout, capacity=capacity, reserve=reserve,

@@ -124,6 +124,9 @@ class Training:
     # None: ['core_attn']. A run-wide pin: the search's "selective" is these modules too
     recompute_modules: tuple[str, ...] | None = None
     kernels: str | None = None  # --kernels fused|eager (parcalc.core.timing.framework.KERNEL_SETS); None: the framework profile's
+    # --expert-activation: the routed experts' activation with the routing probabilities, one fused kernel or eager ATen ops
+    # (parcalc.core.timing.compute.EXPERT_ACTIVATIONS)
+    expert_activation: str = "fused"
 
 
 class StageEnds(TypedDict):
@@ -147,11 +150,12 @@ class Config:
     recompute: Recompute = Recompute.NONE
     recompute_layers: int | None = None  # with full: layers of each stage chunk recomputed (Megatron-LM block; None: all)
     # How the MoE layers exchange tokens (parcalc.core.timing.moe): the busiest rank's share over the
-    # balanced one, the dispatcher, node-limited routing, and what hides the exchanges.
+    # balanced one, the dispatcher, node-limited routing, what hides the exchanges, and which experts a token gets.
     moe_imbalance: float = 1.0
     moe_dispatcher: str = "alltoall"
     max_nodes_per_token: int | None = None
     ep_overlap: str = "none"
+    moe_routing: str = "uniform"
 
     @classmethod
     def of(cls, tp: int, pp: int, dp: int, micro_batch: int, recompute: Recompute = Recompute.NONE, zero: int = 0,
@@ -180,7 +184,7 @@ class Config:
         # DeepSeek-V3 sec. 3.2.1; dualpipev.py overlapped_forward_backward), as Megatron's 1F1B overlap pairs them
         overlap = "1f1b" if self.layout.schedule.pairs_forward_backward and self.ep_overlap == "none" else self.ep_overlap
         return ExpertShard(self.layout.ep, self.layout.expert_tp, self.moe_imbalance, self.moe_dispatcher,
-                           self.max_nodes_per_token, overlap)  # fmt: skip
+                           self.max_nodes_per_token, overlap, self.moe_routing)  # fmt: skip
 
     def micro_batches(self, training: Training) -> int:
         """Micro-batches per replica per iteration: B / (d b)."""
@@ -193,8 +197,10 @@ class Config:
             parts.append(f"EP {lay.ep}" + (f" x ETP {lay.etp}" if lay.etp is not None else "")
                          + (f" ({self.moe_dispatcher}" + (f", at most {self.max_nodes_per_token} node{'s' if self.max_nodes_per_token != 1 else ''}"
                                                           " per token" if self.max_nodes_per_token else "")
-                            + (f", {self.ep_overlap} overlap" if self.ep_overlap != "none" else "") + ")"
-                            if (self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap) != ("alltoall", None, "none") else ""))
+                            + (f", {self.ep_overlap} overlap" if self.ep_overlap != "none" else "")
+                            + (f", {self.moe_routing} routing" if self.moe_routing != "uniform" else "") + ")"
+                            if (self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap, self.moe_routing)
+                            != ("alltoall", None, "none", "uniform") else ""))
         if lay.zero:
             parts.append(f"ZeRO-{lay.zero}")
         if lay.shard_group is not None and lay.shard_group < lay.dp * lay.cp:

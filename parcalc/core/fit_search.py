@@ -124,7 +124,7 @@ class _Shapes:
     """Memoised scalar quantities: activations per sequence, stage parameters, collective times."""
 
     def __init__(self, model: TransformerModel, training: Training, cluster: Cluster, cp_comm: str = "p2p",
-                 moe: tuple[float, str, int | None, str] = (1.0, "alltoall", None, "none")) -> None:  # fmt: skip
+                 moe: tuple[float, str, int | None, str, str] = (1.0, "alltoall", None, "none", "uniform")) -> None:  # fmt: skip
         from parcalc.core.flops import training_flops
 
         self.model, self.training, self.cluster, self.cp_comm, self.moe = model, training, cluster, cp_comm, moe
@@ -521,11 +521,11 @@ class _Shapes:
                 if self.model.moe is not None:
                     from parcalc.core.timing.moe import ExpertShard
 
-                    imbalance, dispatcher, limit, overlap = self.moe  # etp = tp in the search
+                    imbalance, dispatcher, limit, overlap, routing = self.moe  # etp = tp in the search
                     if pp > 1 and self.schedule is Schedule.DUALPIPEV and overlap == "none":  # its pairs overlap (Config.experts)
                         overlap = "1f1b"
                     experts = ExpertShard(ep, tp, imbalance, dispatcher, searched_routing_limit(limit, ep, tp, self.cluster.gpus_per_node),
-                                          overlap)  # fmt: skip
+                                          overlap, routing)  # fmt: skip
                 shard = Layout(tp, cp=cp, cp_comm=cp_comm, sequence_parallel=bool(rest // 4))
                 found = layer_pieces(self.model, shard, size, RECOMPUTES[rest % 4], self.training, self.cluster, experts=experts)
                 self._layers[layer_key] = found, astuple_shallow(found)

@@ -215,7 +215,8 @@ def ep_derivation(model: TransformerModel, config: Config, training: Training, c
     how = ("NCCL all-to-all: every token copy for another node over the network" if experts.dispatcher == "alltoall"
            else f"{'DeepEP' if experts.dispatcher == 'deepep' else 'HybridEP'}-style: one copy per token and destination node "
            "over the network, forwarded over NVLink"
-           + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else ""))  # fmt: skip
+           + (f", at most {experts.max_nodes_per_token} nodes per token" if experts.max_nodes_per_token else "")
+           + (", round-robin routing (token t to experts (t k + j) mod E)" if experts.routing == "round-robin" else ""))  # fmt: skip
     if config.layout.schedule.pairs_forward_backward and config.layout.pp > 1:  # overlapped F & B pairs (timing.step.combine)
         from parcalc.core.pipeline_step import paired_passes
 

@@ -273,7 +273,7 @@ def module_replays_kernel(kernel_key: str, modules: tuple[str, ...], model: Tran
         return True
     if "shared_experts" in modules and moe_layer and key.startswith("moe.shared."):
         return True
-    return "moe_act" in modules and moe_layer and key == "moe.experts.act"
+    return "moe_act" in modules and moe_layer and (key == "moe.experts.act" or key.startswith("moe.experts.act."))
 
 
 def module_replays_op(op_key: str, modules: tuple[str, ...], model: TransformerModel, moe_layer: bool) -> bool:

@@ -46,7 +46,7 @@ class Evaluated:
     layers: int = 0  # the model's transformer layers (tells an even split from an uneven one)
     slots: tuple[int, int] = (0, 0)  # SearchSpace.slots: every split counts the embedding / loss as a slot
     cp_comm: str = "p2p"  # SearchSpace.cp_comm
-    moe: tuple[float, str, int | None, str] = (1.0, "alltoall", None, "none")  # SearchSpace.moe
+    moe: tuple[float, str, int | None, str, str] = (1.0, "alltoall", None, "none", "uniform")  # SearchSpace.moe
     gpus_per_node: int = 8  # caps --max-nodes-per-token at each layout's EP group (searched_routing_limit)
     pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: every row's pipeline is this layout string
     split_by: str | None = None  # "torchtitan": every pipeline is split as torchtitan splits it (SearchSpace.torchtitan_split)
@@ -69,7 +69,7 @@ class Evaluated:
 
             layout = split_layout(layout._replace(first_stage_layers=None, last_stage_layers=None), self.layers)
         return Config(layout, int(c["micro_batch"][i]), RECOMPUTES[int(c["recompute"][i])], moe_imbalance=self.moe[0],
-                      moe_dispatcher=self.moe[1], ep_overlap=self.moe[3],
+                      moe_dispatcher=self.moe[1], ep_overlap=self.moe[3], moe_routing=self.moe[4],
                       max_nodes_per_token=searched_routing_limit(self.moe[2], int(c["ep"][i]), int(c["tp"][i]), self.gpus_per_node))  # fmt: skip
 
     def shard_group(self, i: int) -> int | None:

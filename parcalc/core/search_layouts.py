@@ -55,6 +55,7 @@ class SearchSpace:
     moe_dispatcher: str = "alltoall"
     max_nodes_per_token: int | None = None
     ep_overlap: str = "none"
+    moe_routing: str = "uniform"
     # a split-backward schedule every pipelined layout runs (fit --search --schedule; parcalc.core.pipeline_step.step_bubble);
     # None: 1F1B, and the interleaved schedule where `interleaved` allows
     schedule: Schedule | None = None
@@ -63,8 +64,8 @@ class SearchSpace:
     framework_split: str = "megatron"
 
     @property
-    def moe(self) -> tuple[float, str, int | None, str]:
-        return self.moe_imbalance, self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap
+    def moe(self) -> tuple[float, str, int | None, str, str]:
+        return self.moe_imbalance, self.moe_dispatcher, self.max_nodes_per_token, self.ep_overlap, self.moe_routing
     shard_group: int | None = None  # pinned shard group for ZeRO-1/2/3 (None: every candidate of shard_groups_of)
     hybrid: bool = True  # try shard groups smaller than dp x cp for ZeRO-1/2/3 (hybrid sharding)
     time_all: bool = False  # time the configurations that do not fit too (a picture of them); else their times are nan

@@ -353,8 +353,9 @@ def _search_assumptions(shape: TransformerModel, training: Training, space: Any)
     ep = (f"expert parallelism pinned to ep = {space.ep}" if space.ep is not None else
           f"expert parallelism: every ep dividing the {shape.moe.experts} routed experts with ep x etp dividing tp x cp x dp")
     limit = f", at most {space.max_nodes_per_token} nodes per token (capped at each EP group's nodes)" if space.max_nodes_per_token else ""
+    routing = f", {space.moe_routing} routing" if space.moe_routing != "uniform" else ""
     return (cp, ep + f"; etp = tp throughout the search (--etp describes one configuration); tokens exchanged by {space.moe_dispatcher}"
-            f"{limit}, {space.ep_overlap} overlap (t_ep)")
+            f"{limit}{routing}, {space.ep_overlap} overlap (t_ep)")
 
 
 def _configuration_result(req: FitRequest, settings: list, with_components: bool = False) -> Result:

@@ -16,6 +16,7 @@ from parcalc.results.parse import (
     check_at_most,
     compile_loss_flag,
     cp_flags,
+    expert_activation_flag,
     expert_flags,
     fp8_all_gather_flag,
     fp8_recipe_flag,
@@ -87,7 +88,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             recompute: list[Recompute] | None = None, zero: list[ZeroStage] | None = None,
             shard_group: str | None = None, ep: str | None = None, etp: str | None = None,
             moe_dispatcher: str | None = None, max_nodes_per_token: str | None = None,
-            ep_overlap: str | None = None, moe_imbalance: str | None = None, sequence_parallel: bool | None = None,
+            ep_overlap: str | None = None, moe_imbalance: str | None = None, moe_routing: str | None = None,
+            expert_activation: str | None = None,
+            sequence_parallel: bool | None = None,
             interleaved: bool = True, allow_cross_node_tp: bool = False, precision: Precision | None = None,
             fp8_recipe: str | None = None, optimizer: Optimizer = Optimizer.ADAMW,
             offload: list[Offload] | None = None, host_link: str | None = None, flash_attention: bool = True,
@@ -160,6 +163,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         float8_all_gather=fp8_all_gather_flag(fp8_all_gather, precision, profile.step_memory),
         recompute_modules=recompute_modules_flag(recompute_modules),
         kernels=kernels_flag(kernels),
+        expert_activation=expert_activation_flag(expert_activation, shape),
     )  # fmt: skip
     cluster = cluster.for_training(training)  # MXFP8's block-scaled GEMM share where the GPU preset measures one
     sizes = tuple(parse_count(b, "--micro-batch") for b in micro_batch) if micro_batch else None
@@ -222,7 +226,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         raise InputError("--etp: describes one configuration (--tp, --pp, --dp); the search keeps etp = tp")
     if search and ep is not None:
         ends = {**ends, "ep": expert["ep"]}
-    ends = {**ends, **moe_timing_flags(moe_dispatcher, max_nodes_per_token, ep_overlap, moe_imbalance, shape)}
+    ends = {**ends, **moe_timing_flags(moe_dispatcher, max_nodes_per_token, ep_overlap, moe_imbalance, shape, moe_routing)}
     sg = shard_group_flag(shard_group)
     if sg is not None:
         if not (search or pinned):
@@ -255,6 +259,10 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         settings.append(("fp8_all_gather", "true"))
     if training.recompute_modules is not None:
         settings.append(("recompute_modules", ",".join(training.recompute_modules)))
+    if ends.get("moe_routing", "uniform") != "uniform":
+        settings.append(("moe_routing", ends["moe_routing"]))
+    if training.expert_activation != "fused":
+        settings.append(("expert_activation", training.expert_activation))
     clusters = [cluster]
     if search:
         check_at_most(training.global_batch, MAX_SEARCH_BATCH, "--batch", "sequences per batch to search (the search divides it every way)")

@@ -248,18 +248,19 @@ def shard_group_flag(shard_group: str | None) -> int | None:
 
 
 def moe_timing_flags(dispatcher: str | None, max_nodes: str | None, overlap: str | None, imbalance: str | None,
-                     model: Any) -> dict[str, Any]:  # fmt: skip
+                     model: Any, routing: str | None = None) -> dict[str, Any]:  # fmt: skip
     """The MoE timing flags as parcalc.core.fit.Config / SearchSpace fields; on a dense model, an error."""
     from parcalc.errors import InputError
     from parcalc.units import parse_count
 
-    given = {"--moe-dispatcher": dispatcher, "--max-nodes-per-token": max_nodes, "--ep-overlap": overlap, "--moe-imbalance": imbalance}
+    given = {"--moe-dispatcher": dispatcher, "--max-nodes-per-token": max_nodes, "--ep-overlap": overlap, "--moe-imbalance": imbalance,
+             "--moe-routing": routing}
     if model.moe is None:
         for flag, value in given.items():
             if value is not None:
                 raise InputError(f"{flag}: model {model.key} has no experts (no moe: block); it applies to MoE models only")
         return {}
-    from parcalc.core.timing.moe import DISPATCHERS, EP_OVERLAPS
+    from parcalc.core.timing.moe import DISPATCHERS, EP_OVERLAPS, check_routing_choice
 
     out: dict[str, Any] = {}
     if dispatcher is not None:
@@ -274,6 +275,9 @@ def moe_timing_flags(dispatcher: str | None, max_nodes: str | None, overlap: str
         out["max_nodes_per_token"] = parse_count(max_nodes, "--max-nodes-per-token")
     if imbalance is not None:
         out["moe_imbalance"] = imbalance_flag(imbalance, model.moe.experts)
+    if routing is not None:
+        check_routing_choice(routing.lower(), out.get("max_nodes_per_token"), out.get("moe_imbalance", 1.0))
+        out["moe_routing"] = routing.lower()
     return out
 
 
@@ -338,6 +342,22 @@ def fp8_all_gather_flag(fp8_all_gather: bool, precision: Any, step_memory: str |
         raise InputError("--fp8-all-gather: torchao's FP8 all-gather of the Float8 linears' weights is walked with --precision fp8 "
                          "--framework torchtitan")  # fmt: skip
     return fp8_all_gather
+
+
+def expert_activation_flag(text: str | None, model: Any) -> str:
+    """--expert-activation checked: fused or eager (parcalc.core.timing.compute.EXPERT_ACTIVATIONS); "fused" when not given;
+    on a model without experts, an error."""
+    if text is None:
+        return "fused"
+    from parcalc.errors import InputError
+
+    if model.moe is None:
+        raise InputError(f"--expert-activation: model {model.key} has no experts (no moe: block); it applies to MoE models only")
+    from parcalc.core.timing.compute import EXPERT_ACTIVATIONS
+
+    if text.strip().lower() not in EXPERT_ACTIVATIONS:
+        raise InputError(f"--expert-activation: one of {', '.join(EXPERT_ACTIVATIONS)}, got {text!r}")
+    return text.strip().lower()
 
 
 def kernels_flag(kernels: str | None) -> str | None:

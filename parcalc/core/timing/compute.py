@@ -717,6 +717,38 @@ def optimizer_bytes(optimizer_states: float, gradient_bytes: float, weight_bytes
     return 2 * (kept + optimizer_states * per_state) + gradient_bytes + (weight_bytes if master and writes_copy else 0.0)
 
 
+EXPERT_ACTIVATIONS = ("fused", "eager")
+EXPERT_ACTIVATION_SOURCE = {
+    "fused": ("one kernel each way: Megatron-LM's weighted bias-SwiGLU (megatron/core/fusions/fused_bias_swiglu.py "
+              "weighted_bias_swiglu_impl, with bias_swiglu_fusion) or Primus-Turbo's swiglu_with_probs (AMD-AGI/Primus "
+              "@fd1eeabb primus/backends/megatron/core/transformer/experts.py, use_turbo_fused_act_with_probs): forward reads "
+              "the fc1 output and the probabilities and writes [R, w], backward reads the gradient and the fc1 output and writes "
+              "its gradient"),
+    "eager": ("AMD-AGI/Primus @fd1eeabb primus/backends/megatron/core/transformer/experts.py PrimusGroupedMLP.bias_act_func, "
+              "its last branch (neither use_te_activation_func nor bias_activation_fusion: Primus's qwen3_30B_A3B.yaml sets "
+              "bias_swiglu_fusion: false): `activation_func(x_glu) * (x_linear + glu_linear_offset)` on torch.chunk(x, 2, -1), "
+              "then `intermediate_parallel * permuted_probs` with fp32 probs [R, 1] (an fp32 product) and "
+              ".to(original_dtype), one ATen kernel an op: forward silu, add, mul, mul, _to_copy; backward _to_copy, mul, "
+              "mul, _to_copy, sum, mul, mul, silu_backward, cat (recorded with a TorchDispatchMode on the CPU: "
+              "tests/ground_truth/test_primus_expert_activation.py)"),
+}
+
+
+def eager_expert_activation(forward: list[Any], backward: list[Any], spec: Any, rows: int, width: int, e: float,
+                            gated: bool) -> None:  # fmt: skip
+    """The routed experts' activation times the routing probabilities as eager ATen ops (EXPERT_ACTIVATION_SOURCE["eager"]):
+    [rows, w] values at e bytes, the probabilities one fp32 value a row (GATE_BYTES), their product in fp32."""
+    n, p, shape = rows * width, GATE_BYTES * rows, f"[{rows}×{width}]"
+    fwd = [("silu", 2 * e * n)] + ([("offset_add", 2 * e * n), ("mul", 3 * e * n)] if gated else []) + [
+        ("probs", (e + 4) * n + p), ("cast", (4 + e) * n)]  # fmt: skip
+    bwd = [("cast.bwd", (e + 4) * n), ("probs.bwd", 8 * n + p), ("probs.bwd.cast", (4 + e) * n), ("probs.bwd.dprobs", (8 + e) * n),
+           ("probs.bwd.sum", 4 * n + p)]  # fmt: skip
+    bwd += [("mul.bwd.d_act", 3 * e * n), ("mul.bwd.d_linear", 3 * e * n)] if gated else []
+    bwd += [("silu.bwd", 3 * e * n)] + ([("chunk.bwd", 4 * e * n)] if gated else [])
+    forward.extend(memory_op(f"moe.experts.act.{name}", traffic, spec, shape) for name, traffic in fwd)
+    backward.extend(memory_op(f"moe.experts.act.{name}", traffic, spec, shape) for name, traffic in bwd)
+
+
 def moe_kernels(model: Any, shard: Any, spec: Any, experts: ExpertShard) -> tuple[list[Any], list[Any], float, float]:
     """(forward kernels, backward kernels, shared-expert forward time, shared-expert backward time)
     of an MoE layer's feed-forward block on one GPU (parcalc.core.timing.moe's docstring: the routed
@@ -756,7 +788,10 @@ def moe_kernels(model: Any, shard: Any, spec: Any, experts: ExpertShard) -> tupl
         mem("moe.sort", sort_bytes, sort_bytes, f"[{sorted_rows}×{h}]")
     linear("moe.experts.fc1", m_e, h, 2 * width if gated else width, batch=local)
     act_rows = m_e * local
-    mem("moe.experts.act", (3 if gated else 2) * e * act_rows * width, (5 if gated else 3) * e * act_rows * width, f"[{act_rows}×{width}]")
+    if shard.expert_activation == "eager":
+        eager_expert_activation(forward, backward, spec, act_rows, width, e, gated)
+    else:
+        mem("moe.experts.act", (3 if gated else 2) * e * act_rows * width, (5 if gated else 3) * e * act_rows * width, f"[{act_rows}×{width}]")
     linear("moe.experts.fc2", m_e, width, h, batch=local)
     if sorted_rows:
         mem("moe.unsort", 2 * e * h * sorted_rows, 2 * e * h * sorted_rows, f"[{sorted_rows}×{h}]")

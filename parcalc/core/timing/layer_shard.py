@@ -23,3 +23,4 @@ class LayerShard:
     compiled: bool = False  # torch.compile (Inductor): memory-bound neighbours fused (COMPILE_GROUPS)
     eager: bool = False  # eager PyTorch: one kernel per ATen op of the model code (EAGER_SOURCE); compiled wins
     hf: bool = False  # Hugging Face's Llama code under autocast over fp32 weights (parcalc.core.timing.hf_kernels); eager too
+    expert_activation: str = "fused"  # the routed experts' activation with the routing probabilities (compute.EXPERT_ACTIVATIONS)

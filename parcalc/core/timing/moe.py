@@ -52,7 +52,17 @@ recomputation): per rank T k rho h bytes of token copies (DeepEP, HybridEP: T D 
   @2edffadb moe/token_dispatcher.py dispatch_preprocess 'Permutation 1', then
   all_to_all(..., self.input_splits, ...)).
   With --max-nodes-per-token M (node-limited routing, DeepSeek-V3 sec. 2.1.2 / 3.2.2) the top-k
-  fall on at most M nodes. Under FP8 training DeepEP can dispatch in FP8 with one fp32 scale per 128
+  fall on at most M nodes.
+  Routing (--moe-routing, ROUTINGS): D above is "uniform" routing, each k-subset of experts equally likely,
+  as trained routers are in expectation when balanced and as Megatron's benchmark switch forces it
+  (--moe-router-force-load-balancing: i.i.d. normal logits, Megatron-LM @d98e8a64 moe/router.py and
+  moe_utils.py RandomSTE `logits.clone().normal_()`). "round-robin" is Primus's 'even' force-balanced routing
+  (--moe-router-force-load-balancing-type even): token t of a rank's micro-batch gets the experts (t k + j) mod E,
+  j < k (AMD-AGI/Primus @fd1eeabb primus/backends/megatron/core/extensions/primus_turbo.py dispatch_preprocess,
+  `token_indices = torch.arange(num_tokens * topk).view(num_tokens, topk) % num_experts`), k consecutive experts,
+  so D is the mean over one period of t of the distinct ranks those k fall on (1 for 128 experts, top-8, on 8
+  ranks: every token to one rank), and the nodes likewise; every expert gets exactly T k / E of a rank's tokens
+  (rho = 1), and the node limit does not apply (the indices replace the router's choice). Under FP8 training DeepEP can dispatch in FP8 with one fp32 scale per 128
   values and combine in BF16 (DeepEP README: 'FP8 dispatching and BF16 combining'), as DeepSeek-V3 did
   (sec. 3.3.2); a framework profile says whether its stack does (Framework.fp8_dispatch): Megatron-Core
   hands DeepEP the BF16 hidden states (moe/fused_a2a.py FusedDispatch, `buffer.dispatch(x, ...)`, and
@@ -98,6 +108,15 @@ from parcalc.errors import InputError
 from parcalc.frozen import frozen
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
+ROUTINGS = ("uniform", "round-robin")
+ROUTING_SOURCE = {
+    "uniform": ("each k-subset of the experts equally likely: Megatron-LM's --moe-router-force-load-balancing draws i.i.d. normal "
+                "router logits (Megatron-LM @d98e8a64 megatron/core/transformer/moe/router.py TopKRouter.routing, "
+                "moe_utils.py RandomSTE: `logits.clone().normal_()`), a balanced trained router in expectation"),
+    "round-robin": ("Primus's 'even' force-balanced routing (--moe-router-force-load-balancing-type even): token t gets experts "
+                    "(t k + j) mod E, j < k (AMD-AGI/Primus @fd1eeabb primus/backends/megatron/core/extensions/primus_turbo.py "
+                    "dispatch_preprocess: `token_indices = torch.arange(num_tokens * topk).view(num_tokens, topk) % num_experts`)"),
+}
 EP_OVERLAPS = ("none", "shared", "1f1b")
 GATE_BYTES = 4.0  # router scores and probabilities in fp32 (Megatron-Core TopKRouter upcasts the logits)
 SORT_SOURCE = ("Megatron-LM @2edffadb megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: "
@@ -138,6 +157,7 @@ class ExpertShard:
     dispatcher: str = "alltoall"
     max_nodes_per_token: int | None = None
     overlap: str = "none"
+    routing: str = "uniform"  # ROUTINGS: which experts a token's top-k are (module docstring)
 
 
 def routed_tokens(micro_batch: int, seq_len: int, tp: int, sequence_parallel: bool) -> int:
@@ -159,6 +179,7 @@ def check_routing(model: Any, experts: ExpertShard, nodes: int) -> None:
         raise InputError(f"--moe-dispatcher: one of {', '.join(DISPATCHERS)}, got {experts.dispatcher!r}")
     if experts.overlap not in EP_OVERLAPS:
         raise InputError(f"--ep-overlap: one of {', '.join(EP_OVERLAPS)}, got {experts.overlap!r}")
+    check_routing_choice(experts.routing, experts.max_nodes_per_token, experts.imbalance)
     m = experts.max_nodes_per_token
     if m is None:
         return
@@ -171,13 +192,31 @@ def check_routing(model: Any, experts: ExpertShard, nodes: int) -> None:
                          f"{model.moe.top_k}")  # fmt: skip
 
 
-def remote_nodes_per_token(experts_total: int, top_k: int, nodes: int, max_nodes: int | None) -> float:
+def check_routing_choice(routing: str, max_nodes: int | None, imbalance: float) -> None:
+    """--moe-routing is one of ROUTINGS; round-robin fixes each token's experts, so neither a node limit nor an imbalance
+    applies to it."""
+    if routing not in ROUTINGS:
+        raise InputError(f"--moe-routing: one of {', '.join(ROUTINGS)}, got {routing!r}")
+    if routing == "round-robin":
+        if max_nodes is not None:
+            raise InputError("--max-nodes-per-token: round-robin routing sets every token's experts itself ((t k + j) mod E); "
+                             "the node limit applies to --moe-routing uniform")
+        if imbalance != 1.0:
+            raise InputError(f"--moe-imbalance: round-robin routing gives every expert the same tokens (T k / E), so the busiest "
+                             f"rank's share is 1, not {imbalance:g}")
+
+
+def remote_nodes_per_token(experts_total: int, top_k: int, nodes: int, max_nodes: int | None, routing: str = "uniform") -> float:
     """Expected other nodes a token's top-k experts fall on: the experts spread evenly over `nodes`,
     the top-k uniform among those of the M chosen nodes (force-balanced routing):
     M (1 - C(E' - E/N, k) / C(E', k)) distinct nodes, E' = M E / N, of which (N - 1)/N not the
-    sender's own (every node equally likely to be chosen)."""
+    sender's own (every node equally likely to be chosen); round-robin routing: its distinct nodes
+    (round_robin_holders), (N - 1)/N of them another's (every rank runs the same token indices, and over a period
+    of t each node is among a token's as often as any other)."""
     if nodes <= 1:
         return 0.0
+    if routing == "round-robin":
+        return round_robin_holders(experts_total, top_k, experts_total // nodes) * (nodes - 1) / nodes
     chosen = nodes if max_nodes is None else max_nodes
     per_node = experts_total / nodes
     return distinct_holders(chosen * per_node, per_node, top_k) * (nodes - 1) / nodes
@@ -192,9 +231,23 @@ def distinct_holders(pool_experts: float, per_holder: float, top_k: int) -> floa
     return pool_experts / per_holder * (1.0 - miss)
 
 
-def ranks_per_token(experts_total: int, top_k: int, ranks: int, nodes: int, max_nodes: int | None) -> float:
+def round_robin_holders(experts_total: int, top_k: int, per_holder: int) -> float:
+    """Mean distinct holders (ranks or nodes) of `per_holder` consecutive experts each among token t's experts
+    (t k + j) mod E, j < k, under round-robin routing (ROUTING_SOURCE), over one period of t (E / gcd(k, E) tokens:
+    t k mod E repeats after it; a micro-batch holds thousands of periods)."""
+    from math import gcd
+
+    period = experts_total // gcd(top_k, experts_total)
+    holders = (len({((t * top_k + j) % experts_total) // per_holder for j in range(top_k)}) for t in range(period))
+    return sum(holders) / period
+
+
+def ranks_per_token(experts_total: int, top_k: int, ranks: int, nodes: int, max_nodes: int | None, routing: str = "uniform") -> float:
     """D: expected distinct EP ranks a token's top-k experts fall on, the copies DeepEP sends per token (module docstring):
-    the E/R experts of each of R ranks, the top-k uniform among the E' = M E / N experts of the M chosen nodes."""
+    the E/R experts of each of R ranks, the top-k uniform among the E' = M E / N experts of the M chosen nodes; or
+    round-robin's consecutive experts (round_robin_holders)."""
+    if routing == "round-robin":
+        return round_robin_holders(experts_total, top_k, experts_total // ranks)
     chosen = nodes if max_nodes is None else max_nodes
     return distinct_holders(experts_total * chosen / nodes, experts_total / ranks, top_k)
 
@@ -208,11 +261,11 @@ def exchange_time(model: Any, tokens: int, element_bytes: float, experts: Expert
     rho = moe.busiest_share(experts.imbalance)
     per_token = float(moe.top_k)  # the all-to-all sends a copy per expert
     if experts.dispatcher != "alltoall":  # DeepEP, HybridEP: one copy per destination rank (module docstring)
-        per_token = ranks_per_token(moe.experts, moe.top_k, group.size, group.nodes, experts.max_nodes_per_token)
+        per_token = ranks_per_token(moe.experts, moe.top_k, group.size, group.nodes, experts.max_nodes_per_token, experts.routing)
     copies = tokens * per_token * rho * model.hidden * element_bytes
     if experts.dispatcher == "alltoall" or group.nodes == 1:
         return collective_time(Collective.ALL_TO_ALL, copies, group, fabric).time
-    remote = remote_nodes_per_token(moe.experts, moe.top_k, group.nodes, experts.max_nodes_per_token)
+    remote = remote_nodes_per_token(moe.experts, moe.top_k, group.nodes, experts.max_nodes_per_token, experts.routing)
     # Over NVLink: every copy but those for this GPU's own slot of a node, (g - 1)/g of them, either sent
     # to a GPU of this node or forwarded by the receiving rank to its node mate (tests/ground_truth:
     # node_limited_worker counts the messages with gloo).
@@ -256,7 +309,8 @@ def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8_dispatc
         pair = 0.0
     per_token = float(model.moe.top_k)
     if experts.ep > 1 and experts.dispatcher != "alltoall":
-        per_token = ranks_per_token(model.moe.experts, model.moe.top_k, group.size, group.nodes, experts.max_nodes_per_token)
+        per_token = ranks_per_token(model.moe.experts, model.moe.top_k, group.size, group.nodes, experts.max_nodes_per_token,
+                                    experts.routing)
     bytes_out = tokens * per_token * model.hidden * dispatch_e
     return ExchangeTimes(dispatch + combine + pair, grads + pair, bytes_out)
 

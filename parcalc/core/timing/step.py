@@ -959,7 +959,8 @@ def _layer_shard(model: Any, layout: Layout, micro_batch: int, training: Any, cl
     kset = kernel_set(training, cluster.framework)
     cp = layout.cp
     return LayerShard(micro_batch, training.seq_len // cp, layout.tp, layout.sequence_parallel, training.flash_attention, dropout, training.causal,
-                      training.precision.activation_bytes, cp, fp8, training.compiled, kset in ("eager", "hf"), kset == "hf")  # fmt: skip
+                      training.precision.activation_bytes, cp, fp8, training.compiled, kset in ("eager", "hf"), kset == "hf",
+                      training.expert_activation)  # fmt: skip
 
 
 def stage_launches(model: Any, config: Any, training: Any, cluster: Any) -> tuple[int, int]:
