@@ -47,7 +47,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None,
             micro_batch: str | None = None, batch: str | None = None, seq_len: str | None = None,
             tp: str | None = None, pp: str | None = None, dp: str | None = None, gpus: str | None = None,
-            cp: str | None = None, cp_comm: str = "p2p", sequence_parallel: bool = False, ep: str | None = None,
+            cp: str | None = None, cp_comm: str | None = None, sequence_parallel: bool = False, ep: str | None = None,
             etp: str | None = None, zero: ZeroStage | None = None, shard_group: str | None = None,
             recompute: Recompute = Recompute.NONE, precision: Precision | None = None,
             optimizer: Optimizer = Optimizer.ADAMW, offload: list[Offload] | None = None, fp32_grads: bool = False,
@@ -68,6 +68,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     from parcalc.results.model import ModelFlags, model_and_seq_len
     from parcalc.results.parse import (
         compile_loss_flag,
+        cp_comm_note,
         cp_flags,
         expandable_segments_flag,
         expert_flags,
@@ -129,6 +130,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     if not stated_zero and profile is not None and d * c > 1 and profile.at(p).default_zero:  # the stack's own stage
         zero = ZeroStage(str(profile.at(p).default_zero))
         notes = (*notes, f"ZeRO-{zero.value}: the {profile.name} profile's stage without --zero ({profile.source('default_zero')})")
+    if cp_comm is None and profile is not None:  # the stack's own exchange (torchtitan: all-gather)
+        cp_kind = cp_flags(None, None, profile)[1]
+        notes = (*notes, *(cp_comm_note(cp_comm, profile) if c > 1 else ()))
     if profile is not None and not profile.data_parallel_only:  # hf: check_hf_layout's own message
         framework_zero_stage(profile, int(zero.value), p)
     if profile is not None:
