@@ -17,7 +17,7 @@ _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather",
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "default_zero", "notes", "pipeline", *_FRAMEWORK_FLAGS,
                    "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
                    "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm",
-                   "fp8_dispatch", "pipeline_split", "context_parallel", "not_run")  # fmt: skip
+                   "fp8_dispatch", "pipeline_split", "context_parallel", "cp_comm_default", "not_run")  # fmt: skip
 # The settings a profile's `not_run:` may name (Framework.run_reason): the flags as typed
 NOT_RUN_FLAGS = ("--compile", "--recompute selective", "--recompute full", "--recompute op")
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
@@ -103,6 +103,14 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         memory["context_parallel"] = setting(doc, "context_parallel", "context_parallel")
         if memory["context_parallel"] not in CONTEXT_PARALLEL:
             raise doc.error("context_parallel.value", f"one of {', '.join(CONTEXT_PARALLEL)}, got {shown(memory['context_parallel'])}")
+    if "cp_comm_default" in data:  # optional: the CP exchange without --cp-comm (profiles without it: p2p, Megatron-LM's)
+        from parcalc.core.context import cp_comm_of
+
+        given = setting(doc, "cp_comm_default", "cp_comm_default")
+        try:
+            memory["cp_comm_default"] = cp_comm_of(given).value
+        except InputError:
+            raise doc.error("cp_comm_default.value", f"one of p2p, all-gather, a2a, got {shown(given)}") from None
     host = host_costs_of(doc, sources) if "host" in data else None
     if "expert_gemm_host" in data:  # optional: MoE experts as a host loop of GEMMs (parcalc.core.timing.moe)
         per_gemm = doc.quantity("expert_gemm_host", Dimension.TIME, sources)

@@ -35,7 +35,8 @@ def test_the_alltoall_ring_keeps_less_than_the_all_gathered_keys() -> None:
 
 @pytest.mark.parametrize("flags, reason", [
     (("--dp", "4", "--cp", "2", "--recompute", "op"), "--recompute op with cp"),
-    (("--dp", "4", "--cp", "2", "--recompute", "full", "--compile"), "--compile with --cp-comm p2p"),  # the compiled ring is read with allgather
+    # the compiled ring is read with allgather (without --cp-comm torchtitan's own allgather is walked: tests/test_cp_comm_default.py)
+    (("--dp", "4", "--cp", "2", "--recompute", "full", "--compile", "--cp-comm", "p2p"), "--compile with --cp-comm p2p"),
     (("--dp", "4", "--cp", "2", "--recompute", "full", "--precision", "fp8"), "--precision fp8 with cp"),
     (("--dp", "4", "--cp", "2", "--recompute", "full", "--cp-comm", "a2a", "--seq-len", "8192"), "--cp-comm a2a"),
 ])  # fmt: skip

@@ -52,9 +52,12 @@ def test_megatron_dispatches_bf16_under_fp8() -> None:
 
 
 def test_fp8_dispatch_sends_one_byte_and_a_scale_per_128() -> None:
-    """dispatch_bytes = T D h x (2 in BF16, 1 + 4/128 in FP8): DeepSeek-V3 (h 7168, top 8) at T = 2048 tokens a rank; DeepEP
-    sends a token once per destination rank, D = M g (1 - C(E' - E/R, k)/C(E', k)) = 32 (1 - C(124, 8)/C(128, 8)) = 7.359
-    distinct ranks of its top-8 within M = 4 nodes of 8 GPUs (E' = 128 experts, 4 a rank; tests/test_moe_distinct_ranks.py)."""
+    """dispatch_bytes = T D m, m the internode message of a row of h x (2 in BF16, 1 + 4/128 in FP8): DeepSeek-V3 (h 7168,
+    top 8) at T = 2048 tokens a rank; DeepEP sends a token once per destination rank, D = M g (1 - C(E' - E/R, k)/C(E', k))
+    = 32 (1 - C(124, 8)/C(128, 8)) = 7.359 distinct ranks of its top-8 within M = 4 nodes of 8 GPUs (E' = 128 experts, 4 a
+    rank; tests/test_moe_distinct_ranks.py). DeepEP @dd758caf internode.cu get_num_bytes_per_token: align_up(row + 8 B
+    SourceMeta + k int32 indices + k fp32 weights, 16): BF16 align16(14,336 + 8 + 64) = 14,416 B, FP8 align16(7,392 + 72) =
+    7,472 B."""
     model, config, training, cluster = modern_cases.inputs(_case(DSV3))
     layout = config.layout
     tokens = routed_tokens(config.micro_batch, training.seq_len, layout.tp, layout.sequence_parallel)
@@ -64,8 +67,8 @@ def test_fp8_dispatch_sends_one_byte_and_a_scale_per_128() -> None:
     fp8 = layer_exchange(model, tokens, 2.0, True, experts, cluster.fabric, cluster.gpus_per_node)
     d = 32 * (1 - comb(124, 8) / comb(128, 8))
     assert d == pytest.approx(7.359, abs=1e-3)
-    assert bf16.dispatch_bytes == pytest.approx(2048 * d * 7168 * 2.0)
-    assert fp8.dispatch_bytes == pytest.approx(2048 * d * 7168 * (1 + 4 / 128))
+    assert bf16.dispatch_bytes == pytest.approx(2048 * d * 14_416)
+    assert fp8.dispatch_bytes == pytest.approx(2048 * d * 7_472)
     assert pytest.approx(1.03125) == FP8_DISPATCH_BYTES
     assert fp8.backward == bf16.backward  # the gradients go back in BF16 either way
     assert fp8.forward < bf16.forward  # only the dispatch is smaller
@@ -110,17 +113,21 @@ def test_hidden_exchange_slows_the_compute_by_its_dispatchers_sms(dispatcher: st
 
 
 def test_hybridep_moves_tokens_as_deepep() -> None:
-    """HybridEP takes DeepEP's route (one copy per destination node, forwarded over NVLink): the same exchange times; it
-    differs in the SMs it holds (and it never dispatches FP8)."""
+    """HybridEP takes DeepEP's route (one copy per destination node, forwarded over NVLink), the same copies; their messages
+    differ (issue 32): Qwen3-30B-A3B (h 2048, 128 experts, top 8) on EP 16 over two 8-GPU nodes, BF16 rows of 4,096 B.
+    HybridEP's forward dispatch sends each copy with the fp32 probabilities of the node's 8 x 8 = 64 experts (shifangx/DeepEP
+    @c9f647dd hybrid_ep_backend.cuh, intra_node_prob_buffer, NUM_OF_EXPERTS_PER_RANK x NUM_OF_RANKS_PER_NODE): 4,096 + 256 =
+    4,352 B; DeepEP's internode message align16(4,096 + 8 + 8 x 4 + 8 x 4) = 4,176 B. It never dispatches FP8."""
     model, config, training, cluster = modern_cases.inputs(_case("mbridge-skill-qwen3-30b-a3b-16xh100-bf16-hybridep-overlap"))
     layout = config.layout
     tokens = routed_tokens(config.micro_batch, training.seq_len, layout.tp, layout.sequence_parallel)
     hybrid = config.experts()
-    assert hybrid.dispatcher == "hybridep"
+    assert hybrid.dispatcher == "hybridep" and hybrid.ep == 16
     deep = replace(hybrid, dispatcher="deepep")
     a = layer_exchange(model, tokens, 2.0, False, hybrid, cluster.fabric, cluster.gpus_per_node)
     b = layer_exchange(model, tokens, 2.0, False, deep, cluster.fabric, cluster.gpus_per_node)
-    assert a == b
+    assert a.dispatch_bytes / b.dispatch_bytes == pytest.approx(4_352 / 4_176)
+    assert a.forward > b.forward and a.backward > b.backward  # the probabilities go both ways (dispatch, its gradient)
     assert layer_exchange(model, tokens, 2.0, True, hybrid, cluster.fabric, cluster.gpus_per_node) == a
 
 

@@ -79,8 +79,11 @@ def test_remote_nodes_unchanged_by_the_refactor() -> None:
 def test_mi355x_row_exchange_by_hand() -> None:
     """The Primus MI355X Qwen3-30B-A3B row (tests/published_blackwell_amd_runs.py: EP 8 on one node, micro-batch 8 x 4096, TP 1,
     hidden 2048, BF16 dispatch): T = 32,768 tokens a rank; uniform routing of top-8 over 128 experts on 8 ranks reaches
-    D = 8 (1 - C(112, 8)/C(128, 8)) = 5.339 ranks, so DeepEP's intranode dispatch is an all-to-all of T D h 2 B = 716.7 MB a rank
-    (7/8 of it leaving the GPU: 627.1 MB), where the all-to-all dispatcher's is T k h 2 = 1,073.7 MB (939.5 MB leaving)."""
+    D = 8 (1 - C(112, 8)/C(128, 8)) = 5.339 ranks, so DeepEP's intranode dispatch is an all-to-all of T D m a rank, m = the row
+    (h 2 = 4,096 B) + its int source index (4 B) + k = 8 int64 top-k indices and fp32 weights (96 B) = 4,196 B (DeepEP
+    @dd758caf intranode.cu dispatch 377-393; Primus-Turbo @a6a16cdc intranode.cu 331-349, int64 topk_idx): 734.1 MB (716.7 MB
+    of rows; 7/8 leaving the GPU: 642.4 MB), where the all-to-all dispatcher's is T k h 2 = 1,073.7 MB (939.5 MB leaving).
+    HybridEP's message on one node of 8: the row + the node's 128 experts' fp32 probabilities, 4,608 B: 806.2 MB."""
     from test_published_blackwell_amd import RUNS, fit_inputs
 
     run = next(r for r in RUNS if r.key == "primus-mi355x-qwen3-30b-a3b-8gpu-fp8tw-baseline")
@@ -92,16 +95,77 @@ def test_mi355x_row_exchange_by_hand() -> None:
     assert ranks_per_token(128, 8, 8, 1, None) == pytest.approx(d)
     group = placement(8, 1, cluster.gpus_per_node)
     assert (group.size, group.nodes) == (8, 1)
-    deep_bytes = 32768 * d * 2048 * 2
-    assert deep_bytes == pytest.approx(716.7e6, rel=1e-3)
-    assert deep_bytes * 7 / 8 == pytest.approx(627.1e6, rel=1e-3)
+    assert 32768 * d * 2048 * 2 == pytest.approx(716.7e6, rel=1e-3)  # the rows alone
+    deep_bytes = 32768 * d * (2048 * 2 + 4 + 8 * (8 + 4))
+    assert deep_bytes == pytest.approx(734.1e6, rel=1e-3)
+    assert deep_bytes * 7 / 8 == pytest.approx(642.4e6, rel=1e-3)
     deep = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="deepep"), cluster.fabric, group)
     assert deep == pytest.approx(collective_time(Collective.ALL_TO_ALL, deep_bytes, group, cluster.fabric).time)
     hybrid = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="hybridep"), cluster.fabric, group)
-    assert hybrid == deep
+    hybrid_bytes = 32768 * d * (2048 * 2 + 128 * 4)
+    assert hybrid_bytes == pytest.approx(806.2e6, rel=1e-3)
+    assert hybrid == pytest.approx(collective_time(Collective.ALL_TO_ALL, hybrid_bytes, group, cluster.fabric).time)
     alltoall = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="alltoall"), cluster.fabric, group)
     assert alltoall == pytest.approx(collective_time(Collective.ALL_TO_ALL, 32768 * 8 * 2048 * 2, group, cluster.fabric).time)
-    assert deep / alltoall == pytest.approx(d / 8, rel=0.01)  # bandwidth-bound: the latency is microseconds of milliseconds
+    assert deep / alltoall == pytest.approx(d / 8 * 4196 / 4096, rel=0.01)  # bandwidth-bound: the latency is microseconds of milliseconds
+
+
+def test_gb200_row_dispatch_bytes_by_hand() -> None:
+    """The GB200 Qwen3-30B-A3B MXFP8 row (tests/published_blackwell_amd_runs.py: HybridEP, EP 8 in one NVLink domain, MBS 4 x
+    4096, BF16 dispatch: HybridEP refuses FP8, Megatron-LM fused_a2a.py): T = 16,384 tokens a rank, D = 5.339 ranks, each copy
+    the 4,096 B row and the fp32 probabilities of the node's 16 x 8 = 128 experts (512 B; shifangx/DeepEP @c9f647dd
+    hybrid_ep_backend.cuh, intra_node_prob_buffer[NUM_OF_EXPERTS_PER_RANK * NUM_OF_RANKS_PER_NODE]): T D 4,608 B = 403.1 MB a
+    dispatch (358.3 MB of rows). The forward combine and the combine's gradient carry the rows alone, the dispatch's gradient
+    the rows and the probabilities' gradients (combine_with_unpermute(probs=grad_probs))."""
+    from test_published_blackwell_amd import RUNS, fit_inputs
+
+    from parcalc.core.timing.moe import layer_exchange
+
+    run = next(r for r in RUNS if r.key == "mb2511-gb200-qwen3-30b-a3b-8gpu-mxfp8")
+    model, config, training, cluster = fit_inputs(run)
+    tokens = routed_tokens(config.micro_batch, training.seq_len, 1, False)
+    experts = config.experts()
+    assert (tokens, experts.dispatcher, experts.ep) == (16384, "hybridep", 8)
+    group = placement(8, 1, cluster.gpus_per_node)
+    assert (group.size, group.nodes) == (8, 1)
+    d = 8 * (1 - comb(112, 8) / comb(128, 8))
+    assert 16384 * d * 4096 == pytest.approx(358.3e6, rel=1e-3)
+    exchange = layer_exchange(model, tokens, 2.0, False, experts, cluster.fabric, cluster.gpus_per_node)
+    assert exchange.dispatch_bytes == pytest.approx(16384 * d * 4608)
+    assert exchange.dispatch_bytes == pytest.approx(403.1e6, rel=1e-3)
+
+    def a2a(message: float) -> float:
+        return collective_time(Collective.ALL_TO_ALL, 16384 * d * message, group, cluster.fabric).time
+
+    assert exchange.forward == pytest.approx(a2a(4608) + a2a(4096))  # dispatch with probabilities, combine without
+    assert exchange.backward == pytest.approx(a2a(4096) + a2a(4608))  # the combine's gradient, the dispatch's with them
+
+
+def test_messages_by_exchange() -> None:
+    """message_bytes for each of a layer's four exchanges, written out from the kernels (parcalc.core.timing.moe, "Messages";
+    Qwen3-30B-A3B: h 2048, k 8, 128 experts; a BF16 row of 4,096 B). DeepEP intranode (intranode.cu @dd758caf): + 4 B source
+    index always, + 8 x (8 B int64 index + 4 B weight) in the forward dispatch, + 8 x 4 B weight gradients in the dispatch's
+    gradient (a combine with topk_weights); the combine and the combine's gradient (a cached dispatch: no top-k) the index
+    alone. DeepEP internode (EP 16 on two nodes of 8): align16(row + 8 B SourceMeta + 8 x (4 + 4) B) = 4,176, align16(row + 8)
+    = 4,112, align16(row + 8 + 32) = 4,144. HybridEP: + the node's experts' fp32 probabilities in the dispatch and its
+    gradient (8 GPUs: 128 x 4 = 512 B; two nodes of 8 of EP 16: 8 x 8 x 4 = 256 B). The all-to-all dispatcher: the row."""
+    from parcalc.core.timing.moe import EXCHANGES, message_bytes
+    from parcalc.core.timing.network import Placement
+    from parcalc.presets import load_model
+
+    model = load_model("qwen3-30b-a3b", ())
+    one, two = Placement(8, 8), Placement(16, 8)
+    expected = {
+        ("deepep", one): (4196, 4100, 4100, 4132),
+        ("deepep", two): (4176, 4112, 4112, 4144),
+        ("hybridep", one): (4608, 4096, 4096, 4608),
+        ("hybridep", two): (4352, 4096, 4096, 4352),
+        ("alltoall", one): (4096, 4096, 4096, 4096),
+    }
+    for (dispatcher, group), want in expected.items():
+        got = tuple(message_bytes(model, 4096.0, dispatcher, exchange, group) for exchange in EXCHANGES)
+        assert got == want, (dispatcher, group)
+    assert message_bytes(model, 2048 * (1 + 4 / 128), "deepep", "dispatch", two) == 2192  # FP8: align16(2,112 + 8 + 64 = 2,184)
 
 
 def test_internode_nvlink_share_is_distinct_ranks() -> None:
@@ -119,10 +183,13 @@ def test_internode_nvlink_share_is_distinct_ranks() -> None:
     group = placement(64, 1, 8)
     assert (group.size, group.per_node, group.nodes) == (64, 8, 8)
     tokens, h = 4096, 7168
+    assert model.hidden == h
     d = 4 * 8 * (1 - comb(128 - 4, 8) / comb(128, 8))  # M g (1 - C(E' - E/R, k)/C(E', k)), E' = 4 x 32 = 128
     remote = 4 * (1 - comb(96, 8) / comb(128, 8)) * 7 / 8
     got = exchange_time(model, tokens, 2.0, ExpertShard(ep=64, dispatcher="deepep", max_nodes_per_token=4), cluster.fabric, group)
-    want = node_forwarded_exchange(tokens * remote * h * 2, tokens * d * h * 2 * 7 / 8, cluster.fabric)
+    message = 14_416  # DeepEP internode: align16(h 2 + 8 B SourceMeta + 8 x (4 B index + 4 B weight)) = align16(14,408)
+    assert message == -(-(h * 2 + 8 + 8 * 8) // 16) * 16
+    want = node_forwarded_exchange(tokens * remote * message, tokens * d * message * 7 / 8, cluster.fabric)
     assert got == pytest.approx(want)
     assert d == pytest.approx(7.36, abs=0.01)  # of the k = 8 copies the old account forwarded
 
@@ -185,8 +252,10 @@ def test_mi355x_row_round_robin_exchange_by_hand() -> None:
     one_rank = 32768 * 1 * 2048 * 2
     assert one_rank == pytest.approx(134.2e6, rel=1e-3)
     assert one_rank * 7 / 8 == pytest.approx(117.4e6, rel=1e-3)
+    # the dispatch's message: the row, DeepEP's 4 B source index, k x (8 B top-k index + 4 B weight) (message_bytes)
+    dispatch = 32768 * 1 * (2048 * 2 + 4 + 8 * 12)
     even = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="deepep", routing="round-robin"), cluster.fabric, group)
-    assert even == pytest.approx(collective_time(Collective.ALL_TO_ALL, one_rank, group, cluster.fabric).time)
+    assert even == pytest.approx(collective_time(Collective.ALL_TO_ALL, dispatch, group, cluster.fabric).time)
     uniform = exchange_time(model, tokens, 2.0, ExpertShard(ep=8, dispatcher="deepep"), cluster.fabric, group)
     # 1/5.339 of the bytes; the all-to-all's fixed latency (~17 us of 0.37 ms) keeps the ratio a little above it
     assert even / uniform == pytest.approx(1 / 5.3394, rel=0.06)

@@ -89,7 +89,7 @@ def comm_volume(
     pp: Annotated[_Text, typer.Option(metavar="N", help="Pipeline-parallel degree (stages).")] = None,
     dp: Annotated[_Text, typer.Option(metavar="N", help="Data-parallel degree.")] = None,
     cp: CpOption = None,
-    cp_comm: CpCommOption = "p2p",
+    cp_comm: CpCommOption = None,
     ep: EpOption = None,
     etp: EtpOption = None,
     moe_imbalance: Annotated[_Text, typer.Option(metavar="RHO", help="MoE all-to-alls: the busiest rank's tokens over the balanced share (default 1.0: balanced routing; at least 1).")] = None,

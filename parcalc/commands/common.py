@@ -136,10 +136,13 @@ CpOption = Annotated[
                  show_default=False),
 ]  # fmt: skip
 CpCommOption = Annotated[
-    str,
+    Optional[str],  # noqa: UP045
     typer.Option("--cp-comm", metavar="KIND",
                  help="How attention gets the other CP ranks' K/V (Transformer Engine cp_comm_type): p2p (a ring of K/V "
-                      "blocks), all-gather (of K and V, Llama 3), a2a (DeepSpeed-Ulysses; heads / t must divide by c)."),
+                      "blocks), all-gather (of K and V, Llama 3), a2a (DeepSpeed-Ulysses; heads / t must divide by c). "
+                      "Default: the --framework's own, p2p for megatron (--cp-comm-type), all-gather for torchtitan (its "
+                      "'allgather' rotate method; p2p is 'alltoall'); p2p without --framework.",
+                 show_default=False),
 ]  # fmt: skip
 
 

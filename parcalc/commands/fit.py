@@ -184,7 +184,7 @@ def fit(
     pp: Annotated[Text, typer.Option(metavar="P", help="Pipeline stages (see --tp).")] = None,
     dp: Annotated[Text, typer.Option(metavar="D", help="Data-parallel size (see --tp).")] = None,
     cp: CpOption = None,
-    cp_comm: CpCommOption = "p2p",
+    cp_comm: CpCommOption = None,
     schedule: Annotated[Optional[str], typer.Option(metavar="KIND", help="1f1b, interleaved (with --chunks), zb-h1, zb-h2, zb-v, dualpipev or dualpipe for the configuration given by --tp/--pp/--dp; with --search, zb-h1, zb-h2, zb-v or dualpipev for every pipelined layout.")] = None,  # noqa: UP045
     chunks: Annotated[Text, typer.Option(metavar="v", help="Model chunks per GPU of the interleaved schedule.")] = None,
     first_stage_layers: FirstStageLayersOption = None,

@@ -104,7 +104,7 @@ def memory(
     dp: Annotated[_Text, typer.Option(metavar="d", help="Data-parallel degree (ZeRO shards over it; default: --gpus / (t x p), else 1).")] = None,
     gpus: Annotated[_Text, typer.Option(metavar="N", help="GPUs in all: t x p x c x d (gives d when --dp is left out).")] = None,
     cp: CpOption = None,
-    cp_comm: CpCommOption = "p2p",
+    cp_comm: CpCommOption = None,
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Megatron sequence parallelism (needs --tp > 1; --framework torchtitan: always on with --tp > 1).")] = False,
     ep: EpOption = None,
     etp: EtpOption = None,

@@ -57,7 +57,7 @@ from parcalc.core.memory_torchtitan import POLICIES, layer_model
 from parcalc.core.memory_torchtitan import walk_step as torchtitan_step
 from parcalc.core.memory_torchtitan_cp import context_parallel_buffers
 from parcalc.core.memory_torchtitan_tp import walk_step as torchtitan_tp_step
-from parcalc.core.memory_walk import WALK_PROGRESS, StepHooks, StepPeak, Walk, peak_of
+from parcalc.core.memory_walk import WALK_PROGRESS, StepHooks, StepPeak, Walk, parameter_bytes, peak_of
 from parcalc.core.model import TransformerModel
 from parcalc.errors import InputError
 
@@ -933,7 +933,7 @@ def walk_fsdp_step(model: TransformerModel, step: FsdpStep, walk: Walk) -> None:
     """One steady-state step of one rank under fully_shard, event by event into `walk` (a StreamWalk for fsdp_step_peak;
     fit's search passes its own, parcalc.core.search_walk_runs)."""
     check_fsdp_step(model, step)
-    master = 2.0 if step.precision is Precision.BF16 else 4.0
+    master = parameter_bytes(step.precision)  # the shards (and their gradients and AdamW states) in the parameters' dtype
     compute = 4.0 if step.precision is Precision.FP32 else 2.0
     x = shapes_of(model, step.micro_batch, step.seq_len // step.cp, compute, compute, False)  # MixedPrecisionPolicy: no autocast
     x = replace(x, cp=step.cp, cp_rotate=step.cp_rotate)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from parcalc.core.choices import Optimizer, Precision
 from parcalc.core.layout import Layout
 from parcalc.core.model import TransformerModel
 from parcalc.core.stage_memory import StageMemory
@@ -16,6 +17,7 @@ from parcalc.errors import InputError
 if TYPE_CHECKING:  # parcalc.core.memory builds the stages and imports this module
     from parcalc.core.memory_fsdp import FsdpStep
     from parcalc.core.memory_walk import StepPeak
+    from parcalc.core.model_states import StateBytes
 
 
 def check_hf_layout(par: Layout, setup: TrainingSetup) -> None:
@@ -153,3 +155,21 @@ def _at_peak(stage: StageMemory, peak: StepPeak, allocated: Derivation, reserved
     return replaced(stage, reserve=reserve, total=total, peak=allocated, peak_reserved=reserved, peak_replayed=replayed, textbook=textbook,
                     peak_parts=tuple((kind, value) for kind, value in peak.parts if value),
                     peak_live=tuple((t.what, t.kind, t.bytes) for t in peak.live))
+
+
+def walked_state_bytes(step_memory: str, precision: Precision, optimizer: Optimizer, dp: int = 1) -> StateBytes:
+    """Bytes per parameter of each model state as the step walks hold them, where they differ from the textbook's 16-bit
+    weights beside an fp32 master (parcalc.core.model_states.state_bytes): the parameters in their own dtype, fp32 under
+    mixed precision (memory_walk.parameter_bytes), which the optimizer updates in place (no master copy), their gradients
+    and torch.optim's states in that dtype. The hf walk under DDP (dp > 1) holds each gradient twice: the .grad and DDP's
+    bucket (gradient_as_bucket_view=False, memory_timeline's 'ddp_buckets'). Under fully_shard each is 1/N a shard
+    (memory_fsdp: the parameter shards, the reduce-scatter output cast to the shards' dtype, AdamW's zeros_like of the
+    shards); the 16-bit unsharded parameters and gradients of the units being run are transients, not per parameter."""
+    from parcalc.core.memory_walk import parameter_bytes
+    from parcalc.core.model_states import StateBytes
+    from parcalc.core.optimizers import optimizer_state
+
+    w = parameter_bytes(precision)
+    opt = optimizer_state(optimizer)
+    gradient = 2 * w if step_memory == "hf-eager" and dp > 1 else w
+    return StateBytes(w, gradient, 0.0, w, opt.states, opt.text, opt.source)

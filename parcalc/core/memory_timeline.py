@@ -50,6 +50,7 @@ from parcalc.core.memory_walk import (
     linear_backward,
     norm_backward,
     norm_forward,
+    parameter_bytes,
     peak_of,
 )
 from parcalc.core.model import TransformerModel
@@ -179,7 +180,7 @@ def check_hf_model(model: TransformerModel) -> None:
 
 
 def step_shapes(model: TransformerModel, step: HfStep) -> StepShapes:
-    w = 2.0 if step.precision is Precision.BF16 else 4.0
+    w = parameter_bytes(step.precision)
     autocast = step.precision in (Precision.MIXED_BF16, Precision.MIXED_FP16)
     return shapes_of(model, step.micro_batch, step.seq_len, w, 2.0 if autocast else w, autocast)
 
@@ -540,7 +541,7 @@ def hf_reserved_replayed(model: TransformerModel, step: HfStep, steps: int = REP
 def _replayed(model: TransformerModel, step: HfStep, walk: Walk, steps: int = REPLAYED_STEPS) -> CachingAllocator:
     assert walk.events is not None
     allocator = CachingAllocator()
-    weight_bytes = 2.0 if step.precision is Precision.BF16 else 4.0
+    weight_bytes = parameter_bytes(step.precision)
     sizes = _parameters_in_order(model)
     for k, n in enumerate(sizes):
         handle = allocator.malloc(n * weight_bytes)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from parcalc.core.allocator import block_bytes, reserved_bytes
+from parcalc.core.choices import Precision
 from parcalc.derivation import Derivation
 
 T = TypeVar("T")
@@ -27,6 +28,16 @@ T = TypeVar("T")
 WALK_PROGRESS: ContextVar[Callable[[int, int], None] | None] = ContextVar("walk_progress", default=None)
 KINDS = ("weights", "optimizer states", "gradients", "activations", "autocast weight copies", "logits and loss", "temporaries",
          "workspace")  # fmt: skip
+
+
+def parameter_bytes(precision: Precision) -> float:
+    """Bytes of a parameter as the eager PyTorch stacks keep it (the hf walk's weights, FSDP2's shards): bf16 under
+    --precision bf16, fp32 otherwise. Mixed precision keeps fp32 parameters and computes in 16 bits around them
+    (transformers' Trainer bf16=True: torch.autocast over the fp32 model, HF_SOURCES; FSDP2's MixedPrecisionPolicy casts the
+    fp32 shards to param_dtype at each all-gather, memory_fsdp.FSDP_SOURCES; fp8: torchao's Float8Linear over the same fp32
+    shards), so the parameters are the optimizer's fp32 copy and there is no separate master. Their gradients and the
+    optimizer's states take the same dtype (the .grad of a parameter is in its dtype; torch.optim's states are zeros_like it)."""
+    return 2.0 if precision is Precision.BF16 else 4.0
 
 
 @dataclass(frozen=True)

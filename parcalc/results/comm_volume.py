@@ -83,7 +83,7 @@ def request(collective: Collective | None = None, strategy: Strategy | None = No
             mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None, batch: str | None = None,
             micro_batch: str | None = None, seq_len: str | None = None, dtype: str = "bf16",
             grad_dtype: str | None = None, gpus: str | None = None, tp: str | None = None, pp: str | None = None,
-            dp: str | None = None, cp: str | None = None, cp_comm: str = "p2p", ep: str | None = None,
+            dp: str | None = None, cp: str | None = None, cp_comm: str | None = None, ep: str | None = None,
             etp: str | None = None, moe_imbalance: str | None = None, zero: ZeroStage = ZeroStage.ZERO0,
             shard_group: str | None = None, sequence_parallel: bool = False,
             schedule: Schedule = Schedule.ONE_F_ONE_B, chunks: str | None = None,

@@ -89,6 +89,16 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
     else:
         given = "--fp32-grads" if training.fp32_grads else "--no-fp32-grads" if mixed else f"--precision {training.precision.value}"
         grads = f"gradients: {gradient_convention(per)} ({given})"
+    if framework.step_memory != "textbook":  # the walks hold the parameters' own dtype (memory_step_peak.walked_state_bytes)
+        from parcalc.core.memory_step_peak import walked_state_bytes
+
+        walked = walked_state_bytes(framework.step_memory, training.precision, training.optimizer)
+        dtype = "bf16" if walked.weight == 2 else "fp32"
+        grads = (f"gradients where the {framework.key} profile's step is walked: in the parameters' dtype, {dtype}: weights "
+                 f"{walked.weight:g}, gradients {walked.gradient:g}, optimizer {walked.optimizer:g} bytes ({walked.total:g} per "
+                 f"parameter with {training.optimizer.value}; no master copy: the optimizer updates the {dtype} parameters in place"
+                 + ("; DDP's gradient buckets another copy at dp > 1" if framework.step_memory == "hf-eager" else "; each 1/N a shard")
+                 + f"); where it is not, the textbook's: {grads}")  # fmt: skip
     dropout = training.dropout if training.dropout is not None else shape.dropout
     hf = kernel_set(training, framework) == "hf"  # transformers' SDPA whatever the flag (refused with --no-flash-attention)
     _, no_bf16 = sixteen_bit_default(cluster.gpu)

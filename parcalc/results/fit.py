@@ -274,7 +274,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
         shown = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(),
                        tables=(tried, _rejections_table(found)),
                        verdicts=(why,), settings=tuple(settings), fits=False,
-                       assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + notes)  # fmt: skip
+                       assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + req.notes + notes)  # fmt: skip
         raise InfeasibleResult(why, shown)
     ranked = _at_step_clocks(found, ranked, top, shape, training, cluster)
     ranked = replay_shown(found, ranked, lambda r: distinct_layouts(evaluated, r, top), shape, training, cluster)  # what the clocks moved in
@@ -293,7 +293,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     title = f"Fastest configurations: {shape.name} on {cluster.gpus} x {cluster.gpu_name} (B = {training.global_batch}, s = {training.seq_len})"
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=tuple(derivations),
                   tables=tuple(tables), verdicts=tuple(verdicts), settings=tuple(settings), fits=True,
-                  assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + floor_note(shown))  # fmt: skip
+                  assumptions=_assumptions(shape, training, cluster) + _search_assumptions(shape, training, space) + req.notes + floor_note(shown))  # fmt: skip
 
 
 # configurations timed again at their own clocks per row of the table, at most (_at_step_clocks): a bound on the search's
@@ -382,7 +382,7 @@ def _configuration_result(req: FitRequest, settings: list, with_components: bool
     return Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)),
                   derivations=(*worst.memory_derivations(), *best.derivations()),
                   tables=((_stages_table(best),) if config.layout.pp > 1 else ()) + ((_stage_components(best),) if with_components else ()),
-                  verdicts=tuple(verdicts), assumptions=no_ops + _assumptions(shape, training, cluster), settings=tuple(settings),
+                  verdicts=tuple(verdicts), assumptions=no_ops + req.notes + _assumptions(shape, training, cluster), settings=tuple(settings),
                   fits=bool(best.fits), lead=1 if best.fits else 2)  # fmt: skip
 
 
@@ -477,9 +477,10 @@ def _rejections_table(found: SearchResult) -> Table:
                  (Column("reason", "reason"), Column("count", "count")), rows)  # fmt: skip
 
 
-def config_flags(config: Config) -> str:
+def config_flags(config: Config, cp_comm_default: str = "p2p") -> str:
     """The flags that pin `config` (issue 28: pinning the printed tp/pp/dp dropped ZeRO-1 and sequence
-    parallelism, and the result no longer fit): every setting the search chose that differs from fit's default."""
+    parallelism, and the result no longer fit): every setting the search chose that differs from fit's default
+    (the CP exchange: the framework's, cp_comm_default)."""
     flags = [f"--tp {config.layout.tp}", f"--pp {config.layout.pp}", f"--dp {config.layout.dp}", f"--micro-batch {config.micro_batch}"]
     if config.recompute is not Recompute.NONE:
         flags.append(f"--recompute {config.recompute.value}")
@@ -502,7 +503,7 @@ def config_flags(config: Config) -> str:
             flags.append(f"{flag} {value}")
     flags += [flag for flag, on in (("--embedding-in-split", config.layout.embedding_in_split), ("--loss-in-split", config.layout.loss_in_split)) if on]
     if config.layout.cp > 1:
-        flags.append(f"--cp {config.layout.cp}" + (f" --cp-comm {config.layout.cp_comm}" if config.layout.cp_comm != "p2p" else ""))
+        flags.append(f"--cp {config.layout.cp}" + (f" --cp-comm {config.layout.cp_comm}" if config.layout.cp_comm != cp_comm_default else ""))
     if config.layout.ep > 1 or config.layout.etp is not None:
         flags.append(f"--ep {config.layout.ep}" + (f" --etp {config.layout.etp}" if config.layout.etp is not None else ""))
     return " ".join(flags)
@@ -550,7 +551,7 @@ def _search_verdicts(found: SearchResult, ranked: Any, best: Any, cluster: Clust
     shares = ", ".join(f"{BY_KEY[d.key].name} {d.value / best.step.value:.0%}" for d in best.step_terms() if d.value > 0)
     verdicts.append(f"best: {best.config.label()}: {best.step.value:.4g} s per iteration, MFU {best.mfu.value:.1%}, "
                     f"{_gib(best.total_memory)} per GPU ({shares})")  # fmt: skip
-    verdicts.append(f"to pin it, the same command without --search and with: {config_flags(best.config)}")
+    verdicts.append(f"to pin it, the same command without --search and with: {config_flags(best.config, cluster.framework.cp_comm_default)}")
     if shown is not None and shown.size > 1:  # the fastest other layout (a variant of the same layout is a near-copy)
         second = int(shown[1])
         gap = c["t_step"][second] / c["t_step"][first] - 1

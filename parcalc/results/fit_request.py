@@ -15,6 +15,7 @@ from parcalc.results.parse import (
     MAX_SEARCH_BATCH,
     check_at_most,
     compile_loss_flag,
+    cp_comm_note,
     cp_flags,
     expert_activation_flag,
     expert_flags,
@@ -71,6 +72,7 @@ class FitRequest:
     runnable_only: bool = False  # the strategy table: only the families --framework's stack runs (given explicitly)
     config: Config | None = None  # the pinned configuration
     no_ops: tuple[str, ...] = ()  # flags the configuration takes as no-ops
+    notes: tuple[str, ...] = ()  # what parsing chose for a flag not given: --cp-comm's framework default
     space: SearchSpace | None = None  # what the search tries
     top: int = DEFAULT_TOP  # the search's layouts shown
     explain: bool = False  # the search's best with every derivation
@@ -101,7 +103,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             inter_node_link: str | None = None, nics_per_node: str | None = None, framework: str | None = None,
             dp_overlap: bool | None = None, tp_comm_overlap: bool | None = None, ideal_network: bool = False,
             fp32_grads: bool | None = None, tp: str | None = None, pp: str | None = None, dp: str | None = None,
-            cp: str | None = None, cp_comm: str = "p2p", schedule: str | None = None, chunks: str | None = None,
+            cp: str | None = None, cp_comm: str | None = None, schedule: str | None = None, chunks: str | None = None,
             first_stage_layers: str | None = None, last_stage_layers: str | None = None, pipeline_layout: str | None = None,
             embedding_in_split: bool = False, loss_in_split: bool = False, search: bool = False,
             top: int | None = None, explain: bool = False, max_layers: bool = True, tokens: str | None = None,
@@ -207,7 +209,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     # the split's pinned fields, as Config and SearchSpace name them
     ends: dict[str, Any] = {"first_stage_layers": first, "last_stage_layers": last, "embedding_in_split": embedding_in_split,
             "loss_in_split": loss_in_split}  # fmt: skip
-    c, cp_kind = cp_flags(cp, cp_comm)
+    c, cp_kind = cp_flags(cp, cp_comm, profile)  # not given: the stack's own exchange (torchtitan: all-gather)
+    cp_notes = cp_comm_note(cp_comm, profile) if c > 1 or (search and cp is None and training.seq_len >= CP_SEARCH_MIN_SEQ_LEN) else ()
     if c > 1 or cp is not None:
         if not pinned and not search:
             raise InputError("--cp: applies to one configuration (--tp, --pp, --dp) or pins it for --search; the strategy table "
@@ -291,7 +294,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             schedule=searched, framework_split=profile.pipeline_split, **ends,
         )  # fmt: skip
         return FitRequest(shape, training, tuple(clusters), tuple(keys[name] for name in names) or ("none",), tuple(plans),
-                          FitMode.SEARCH, tuple(settings), ranking, space=space, top=top, explain=explain)  # fmt: skip
+                          FitMode.SEARCH, tuple(settings), ranking, space=space, top=top, explain=explain, notes=cp_notes)  # fmt: skip
     if pinned:
         if n_recompute is not None:
             settings.append(("recompute_layers", str(n_recompute)))
@@ -304,7 +307,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
 
             config = config.replaced(**split_layout(config.layout, shape.layers, shape.mtp_layers)._asdict())
         return FitRequest(shape, training, (cluster,), (keys.get(gpu_name, "none"),), tuple(plans), FitMode.CONFIGURATION,
-                          tuple(settings), config=config, no_ops=no_ops)  # fmt: skip
+                          tuple(settings), config=config, no_ops=no_ops, notes=cp_notes)  # fmt: skip
     if plans[0] is not None:
         flag = "--tokens" if tokens is not None else "--iterations"
         raise InputError(f"{flag}: a run's time needs a step time: give one configuration (--tp, --pp, --dp) or --search")

@@ -10,6 +10,8 @@ Which flags a field's value gives: the degrees tp, pp and dp always (a layout is
 layout: dp = 1 is dp = 1, not "whatever --gpus leaves"); every other field only where it differs
 from Layout's default, so that `layout=Layout(tp=8, pp=2, dp=4)` is exactly `tp=8, pp=2, dp=4`.
 `fit` takes its --gpus from the layout too (tp x pp x cp x dp), and pins the configuration.
+The CP exchange (cp_comm) is given whenever cp > 1, as the ZeRO stage always is: a layout's exchange
+is the one written, not the framework profile's default for a missing --cp-comm (torchtitan's all-gather).
 
 Fields a command has no flag for do not enter its numbers and are not used: `memory` does not
 place ranks on nodes (gpus_per_node); `flops` counts one iteration's FLOPs, which no degree but the
@@ -60,7 +62,9 @@ def layout_inputs(command_name: str, layout: Any, given: Mapping[str, Any], labe
     inputs: dict[str, Any] = {}
     for field in fields:
         value = getattr(layout, field)
-        if field not in always and value == getattr(default, field):
+        # the CP exchange of a layout with cp > 1 too: Layout(cp=2) is p2p as written, not --framework torchtitan's all-gather
+        written = field in always or (field == "cp_comm" and layout.cp > 1)
+        if not written and value == getattr(default, field):
             continue
         inputs[field] = _flag_value(command_name, field, value)
     if command_name == "fit":

@@ -47,7 +47,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
             mlp: Mlp | None = None, vocab: str | None = None, tied: bool | None = None,
             micro_batch: str | None = None, batch: str | None = None, seq_len: str | None = None,
             tp: str | None = None, pp: str | None = None, dp: str | None = None, gpus: str | None = None,
-            cp: str | None = None, cp_comm: str = "p2p", sequence_parallel: bool = False, ep: str | None = None,
+            cp: str | None = None, cp_comm: str | None = None, sequence_parallel: bool = False, ep: str | None = None,
             etp: str | None = None, zero: ZeroStage | None = None, shard_group: str | None = None,
             recompute: Recompute = Recompute.NONE, precision: Precision | None = None,
             optimizer: Optimizer = Optimizer.ADAMW, offload: list[Offload] | None = None, fp32_grads: bool = False,
@@ -68,6 +68,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     from parcalc.results.model import ModelFlags, model_and_seq_len
     from parcalc.results.parse import (
         compile_loss_flag,
+        cp_comm_note,
         cp_flags,
         expandable_segments_flag,
         expert_flags,
@@ -129,6 +130,9 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     if not stated_zero and profile is not None and d * c > 1 and profile.at(p).default_zero:  # the stack's own stage
         zero = ZeroStage(str(profile.at(p).default_zero))
         notes = (*notes, f"ZeRO-{zero.value}: the {profile.name} profile's stage without --zero ({profile.source('default_zero')})")
+    if cp_comm is None and profile is not None:  # the stack's own exchange (torchtitan: all-gather)
+        cp_kind = cp_flags(None, None, profile)[1]
+        notes = (*notes, *(cp_comm_note(cp_comm, profile) if c > 1 else ()))
     if profile is not None and not profile.data_parallel_only:  # hf: check_hf_layout's own message
         framework_zero_stage(profile, int(zero.value), p)
     if profile is not None:
@@ -404,14 +408,10 @@ def memory_result(breakdown: MemoryBreakdown, per_stage: bool, settings: list[tu
              + (f", EP {par.ep}" if par.ep > 1 else "") + (f", ETP {par.etp}" if par.etp is not None and par.etp != par.tp else "")
              + (f", ZeRO-{par.zero}" if par.zero else "")
              + (f", shard group {par.shard_group}" if par.shard_group is not None and par.shard_group < par.dp * par.cp else ""))  # fmt: skip
-    from parcalc.core.model_states import gradient_convention
-
     assumptions = (
         *notes,
-        f"bytes per parameter: weights {breakdown.per_parameter.weight:g}, gradients {breakdown.per_parameter.gradient:g}, optimizer {breakdown.per_parameter.optimizer:g} (master {breakdown.per_parameter.master:g} + {breakdown.per_parameter.states:g} state(s) x {breakdown.per_parameter.per_state:g})",
-        f"optimizer {setup.optimizer.value}: {breakdown.per_parameter.state_text} ({breakdown.per_parameter.state_source})",
+        *state_bytes_assumptions(breakdown),
         *((f"offloaded to the host: {', '.join(worst.offloaded) or 'activations'}; not on the GPU's total",) if worst.host else ()),
-        gradient_convention(breakdown.per_parameter),
         "GB = 1e9 bytes, GiB = 2^30 bytes; GPU capacities are binary (80 GiB for an '80GB' HBM part)",
         _stages_assumption(breakdown),
         dropout_assumption(shape, bool(setup.dropout), dropout_given),
@@ -443,6 +443,39 @@ BRIEF_TERMS = ("weights", "gradients", "optimizer_states", "stage_activations", 
 # context parallelism and the step walk of the framework: each changes the total; unit conventions do not.
 BRIEF_ASSUMPTIONS = ("bytes per parameter", "16-bit gradients", "gradients in", "fp32 gradients", "attention:", "no dropout", "dropout",
                      "offloaded", "hybrid sharding", "context parallel", "memory:", "recomput")
+
+
+def state_bytes_assumptions(breakdown: MemoryBreakdown) -> tuple[str, str, str]:
+    """Bytes per parameter of weights, gradients and optimizer states, the optimizer, and the gradients' convention: the
+    textbook's (parcalc.core.model_states.state_bytes), or, where the step is walked (hf, fsdp2, torchtitan), the walk's
+    own (parcalc.core.memory_step_peak.walked_state_bytes: the parameters in fp32 under mixed precision, no master copy)."""
+    from parcalc.core.model_states import gradient_convention
+
+    setup, per = breakdown.setup, breakdown.per_parameter
+    optimizer = f"optimizer {setup.optimizer.value}: {per.state_text} ({per.state_source})"
+    if breakdown.worst.peak is None:  # the textbook sum
+        return (f"bytes per parameter: weights {per.weight:g}, gradients {per.gradient:g}, optimizer {per.optimizer:g} "
+                f"(master {per.master:g} + {per.states:g} state(s) x {per.per_state:g})", optimizer, gradient_convention(per))
+    from parcalc.core.memory_step_peak import walked_state_bytes
+
+    par = breakdown.parallelism
+    walked = walked_state_bytes(setup.step_memory, setup.precision, setup.optimizer, par.dp)
+    dtype = "bf16" if walked.weight == 2 else "fp32"
+    profile = setup.step_memory.removesuffix("-eager")
+    fsdp = setup.step_memory != "hf-eager"
+    ddp = not fsdp and par.dp > 1
+    sharded = f", each sharded over the {par.dp * par.cp} fully_shard ranks" if fsdp and par.dp * par.cp > 1 else ""
+    grads = (f"gradients {walked.gradient:g}" + (f" (the .grad {walked.weight:g} + DDP's bucket {walked.weight:g})" if ddp else ""))
+    line = (f"bytes per parameter: weights {walked.weight:g}, {grads}, optimizer {walked.optimizer:g} ({walked.states:g} state(s) x "
+            f"{walked.per_state:g}; no master copy: the optimizer updates the {dtype} parameters in place), as the {profile} "
+            f"step walk holds them{sharded}")  # fmt: skip
+    cast = ("FSDP2's MixedPrecisionPolicy casts the shards to bf16 at each all-gather (the unsharded copies are transients)" if fsdp
+            else "torch.autocast computes in bf16 over them (its weight copies are transients)")
+    convention = (f"gradients in the parameters' dtype, {dtype} ({walked.weight:g} bytes)" +
+                  (f": mixed precision keeps fp32 parameters and {cast}" if dtype == "fp32" and setup.precision is not Precision.FP32 else "")
+                  + ("; the reduce-scatter's output is cast to the shards' dtype" if fsdp else "")
+                  + f"; {walked.total:g} per parameter")  # fmt: skip
+    return line, optimizer, convention
 
 
 def step_walk_assumptions(breakdown: MemoryBreakdown) -> tuple[str, ...]:

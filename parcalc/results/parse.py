@@ -232,12 +232,24 @@ class BusyLine:
                 self.bar.stop()
 
 
-def cp_flags(cp: str | None, cp_comm: str) -> tuple[int, str]:
-    """(--cp as a count, --cp-comm's value), each checked: a bad value is one line, exit 2."""
+def cp_flags(cp: str | None, cp_comm: str | None, profile: Any = None) -> tuple[int, str]:
+    """(--cp as a count, --cp-comm's value), each checked: a bad value is one line, exit 2. --cp-comm not given (None):
+    the framework profile's default (Framework.cp_comm_default: all-gather under torchtitan), p2p without one."""
     from parcalc.core.context import cp_comm_of
     from parcalc.units import parse_count
 
-    return (parse_count(cp, "--cp") if cp is not None else 1), cp_comm_of(cp_comm).value
+    count = parse_count(cp, "--cp") if cp is not None else 1
+    if cp_comm is None:
+        return count, profile.cp_comm_default if profile is not None else "p2p"
+    return count, cp_comm_of(cp_comm).value
+
+
+def cp_comm_note(cp_comm: str | None, profile: Any) -> tuple[str, ...]:
+    """Where --cp-comm's value came from when it was not given and a profile chose it (for the assumptions), else ()."""
+    if cp_comm is not None or profile is None:
+        return ()
+    return (f"--cp-comm {profile.cp_comm_default}: the {profile.name} profile's context-parallel exchange without --cp-comm "
+            f"({profile.source('cp_comm_default')})",)
 
 
 def shard_group_flag(shard_group: str | None) -> int | None:

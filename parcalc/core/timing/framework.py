@@ -106,6 +106,9 @@ class Framework:
     # parcalc.core.timing.context) or "torch-ring" (torch.distributed.tensor.experimental context_parallel, its rotate method
     # from --cp-comm: all-gather -> 'allgather', p2p -> 'alltoall'; parcalc.core.timing.torch_ring_attention)
     context_parallel: str = "transformer-engine"
+    # The context-parallel exchange when --cp-comm is not given (a parcalc.core.context.CpComm value): the stack's own default,
+    # p2p for Megatron-LM (--cp-comm-type ["p2p"]), all-gather for torchtitan (its rotate method 'allgather')
+    cp_comm_default: str = "p2p"
     # What parcalc models that the stack does not run (docs/framework-flags.md): (flag, why) pairs, each why naming the
     # stack's code, e.g. ("--compile", "Megatron-LM does not torch.compile the model; ..."); refused under a --framework
     # that was given (run_reason), left out of what a search tries. Data, so that a copy of a profile refuses the same.

@@ -70,6 +70,27 @@ recomputation): per rank T k rho h bytes of token copies (DeepEP, HybridEP: T D 
   GroupedLinear quantises after the dispatch), and HybridEP refuses FP8 ('HybridEP dispatcher does not
   support fp8 dispatch now', fused_a2a.py @2edffadb).
 
+Messages: DeepEP and HybridEP send more than the token's row, and not the same in each of the four exchanges of a layer
+(Megatron-LM @2edffadb and @d98e8a64 moe/fused_a2a.py: FusedDispatch.forward dispatches x with topk_idx and topk_weights,
+'DeepEP only supports float32 probs'; FusedCombine.forward combines x alone; FusedCombine.backward dispatches the gradients
+with the handle, the cached mode that takes no top-k (deep_ep/buffers/legacy.py @dd758caf: 'assert topk_idx is None and
+topk_weights is None'); FusedDispatch.backward combines them with topk_weights = the probabilities' gradients; HybridEPDispatch
+and HybridEPCombine the same with probs: dispatch_with_permute(probs=probs) forward, combine_with_unpermute(probs=grad_probs)
+for the dispatch's gradient, neither for the combine and its gradient). Per token copy (message_bytes):
+- DeepEP in one node (csrc/kernels/legacy/intranode.cu @dd758caf dispatch lines 377-393, combine 823-829): the row, its
+  source index (int, 4 B) always, in the forward dispatch the k top-k indices (topk_idx_t, int64 unless built with
+  EP_NUM_TOPK_IDX_BITS: deep_ep/include/deep_ep/common/compiled.cuh) and k fp32 weights, in the dispatch's gradient the k
+  fp32 weights' gradients; Primus-Turbo's port (AMD-AGI/Primus-Turbo @a6a16cdc csrc/kernels/deep_ep/intranode.cu 331-349,
+  csrc/pytorch/deep_ep/deep_ep.cpp: topk_idx data_ptr<int64_t>) sends the same;
+- DeepEP across nodes (internode.cu get_num_bytes_per_token, the RDMA and NVLink buffers both): the row, a SourceMeta (two
+  ints, 8 B), k int32 indices and k fp32 weights in the forward dispatch, k weights in the dispatch's gradient, the whole
+  aligned up to 16 B (sizeof(int4)); FP8 rows carry their h/128 fp32 scales (FP8_DISPATCH_BYTES) in either kernel;
+- HybridEP (shifangx/DeepEP @c9f647dd csrc/kernels/hybrid_ep_backend.cuh: S2G_warp_group_device_function's
+  FORWARD_DISPATCH store of intra_node_prob_buffer, the intra-node G2S warp group's BACKWARD_COMBINE load of
+  remote_expert_input_prob; the inter-node buffer rdma_inter_node_group_prob the same length): the row and, in the forward
+  dispatch and the dispatch's gradient, the fp32 probabilities of every expert of the node, NUM_OF_EXPERTS_PER_RANK x
+  NUM_OF_RANKS_PER_NODE = E/R x g of them (512 B beside Qwen3-30B-A3B's 4,096 B row on 8 GPUs).
+
 Overlap (--ep-overlap), stated per micro-batch and MoE layer:
 - none: dispatch and combine on the critical path;
 - shared: the shared experts run beside them (Megatron --moe-shared-expert-overlap): each pass
@@ -102,6 +123,7 @@ the collective channels, 24, rounded up to a power of two).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from parcalc.errors import InputError
@@ -252,8 +274,40 @@ def ranks_per_token(experts_total: int, top_k: int, ranks: int, nodes: int, max_
     return distinct_holders(experts_total * chosen / nodes, experts_total / ranks, top_k)
 
 
-def exchange_time(model: Any, tokens: int, element_bytes: float, experts: ExpertShard, fabric: Any, group: Any) -> float:
-    """Seconds of one dispatch (or combine) of T k rho h copies per rank at `element_bytes` each."""
+# The four exchanges of an MoE layer (module docstring, "Messages"): the forward dispatch and combine, the combine's
+# gradient (a dispatch of the output gradients) and the dispatch's gradient (a combine of the input gradients)
+EXCHANGES = ("dispatch", "combine", "combine_grad", "dispatch_grad")
+SRC_IDX_BYTES = 4  # DeepEP intranode: channel_src_idx_buffers[slot] = static_cast<int>(token_idx), every exchange
+TOPK_IDX_BYTES = 8  # DeepEP intranode: topk_idx_t, int64 (EP_NUM_TOPK_IDX_BITS 64 by default)
+TOPK_IDX_BYTES_INTERNODE = 4  # DeepEP internode: get_num_bytes_per_token's num_topk_idx * sizeof(int)
+TOPK_WEIGHT_BYTES = 4  # fp32 weights (and their gradients): 'DeepEP only supports float32 probs'
+SOURCE_META_BYTES = 8  # DeepEP internode: struct SourceMeta { int src_rdma_rank, is_token_in_nvl_rank_bits; }
+MESSAGE_ALIGN = 16  # DeepEP internode: align_up(..., sizeof(int4))
+PROB_BYTES = 4  # HybridEP: one fp32 probability per expert of the node
+
+
+def message_bytes(model: Any, row_bytes: float, dispatcher: str, exchange: str, group: Any) -> float:
+    """Bytes of one token copy in `exchange` (EXCHANGES) under `dispatcher`: the row of row_bytes and what DeepEP and
+    HybridEP send beside it (module docstring, "Messages"); the all-to-all dispatcher: the row."""
+    if exchange not in EXCHANGES:
+        raise ValueError(f"exchange: one of {', '.join(EXCHANGES)}, got {exchange!r}")  # a caller's bug, not user input
+    k = model.moe.top_k
+    if dispatcher == "deepep" and group.nodes == 1:  # the intranode kernels
+        topk = {"dispatch": k * (TOPK_IDX_BYTES + TOPK_WEIGHT_BYTES), "dispatch_grad": k * TOPK_WEIGHT_BYTES}.get(exchange, 0)
+        return row_bytes + SRC_IDX_BYTES + topk
+    if dispatcher == "deepep":  # the internode kernels: one message size for the RDMA and the NVLink legs
+        topk = {"dispatch": k * (TOPK_IDX_BYTES_INTERNODE + TOPK_WEIGHT_BYTES), "dispatch_grad": k * TOPK_WEIGHT_BYTES}.get(exchange, 0)
+        return math.ceil((row_bytes + SOURCE_META_BYTES + topk) / MESSAGE_ALIGN) * MESSAGE_ALIGN
+    if dispatcher == "hybridep" and exchange in ("dispatch", "dispatch_grad"):
+        node_experts = model.moe.experts // group.size * group.per_node  # NUM_OF_EXPERTS_PER_RANK x NUM_OF_RANKS_PER_NODE
+        return row_bytes + node_experts * PROB_BYTES
+    return row_bytes
+
+
+def exchange_time(model: Any, tokens: int, element_bytes: float, experts: ExpertShard, fabric: Any, group: Any,
+                  exchange: str = "dispatch") -> float:  # fmt: skip
+    """Seconds of one of a layer's exchanges (EXCHANGES) of T k rho copies per rank (DeepEP, HybridEP: T D rho) of h
+    elements of `element_bytes` each and what the dispatcher sends beside them (message_bytes)."""
     from parcalc.core.choices import Collective
     from parcalc.core.timing.network import collective_time, node_forwarded_exchange
 
@@ -262,7 +316,8 @@ def exchange_time(model: Any, tokens: int, element_bytes: float, experts: Expert
     per_token = float(moe.top_k)  # the all-to-all sends a copy per expert
     if experts.dispatcher != "alltoall":  # DeepEP, HybridEP: one copy per destination rank (module docstring)
         per_token = ranks_per_token(moe.experts, moe.top_k, group.size, group.nodes, experts.max_nodes_per_token, experts.routing)
-    copies = tokens * per_token * rho * model.hidden * element_bytes
+    message = message_bytes(model, model.hidden * element_bytes, experts.dispatcher, exchange, group)
+    copies = tokens * per_token * rho * message
     if experts.dispatcher == "alltoall" or group.nodes == 1:
         return collective_time(Collective.ALL_TO_ALL, copies, group, fabric).time
     remote = remote_nodes_per_token(moe.experts, moe.top_k, group.nodes, experts.max_nodes_per_token, experts.routing)
@@ -270,7 +325,7 @@ def exchange_time(model: Any, tokens: int, element_bytes: float, experts: Expert
     # to a GPU of this node or forwarded by the receiving rank to its node mate (tests/ground_truth:
     # node_limited_worker counts the messages with gloo).
     per_node = group.per_node
-    return node_forwarded_exchange(tokens * rho * remote * model.hidden * element_bytes, copies * (per_node - 1) / per_node, fabric)
+    return node_forwarded_exchange(tokens * rho * remote * message, copies * (per_node - 1) / per_node, fabric)
 
 
 @frozen
@@ -279,7 +334,7 @@ class ExchangeTimes:
 
     forward: float  # dispatch + combine (and the expert-TP gather/scatter)
     backward: float  # their gradients
-    dispatch_bytes: float  # per rank, one dispatch: T k h e, or T D h e for DeepEP / HybridEP (one copy a destination rank)
+    dispatch_bytes: float  # per rank, one dispatch: T k h e, or T D m for DeepEP / HybridEP (one copy a destination rank, m its message)
 
 
 def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8_dispatch: bool, experts: ExpertShard, fabric: Any,
@@ -295,9 +350,10 @@ def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8_dispatc
     rows, local = routed_rows(model, tokens, experts)
     if experts.ep > 1:
         group = placement(experts.ep, experts.etp, gpus_per_node)
-        dispatch = exchange_time(model, tokens, dispatch_e, experts, fabric, group)
-        combine = exchange_time(model, tokens, activation_bytes, experts, fabric, group)
-        grads = 2 * exchange_time(model, tokens, activation_bytes, experts, fabric, group)
+        dispatch = exchange_time(model, tokens, dispatch_e, experts, fabric, group, "dispatch")
+        combine = exchange_time(model, tokens, activation_bytes, experts, fabric, group, "combine")
+        grads = (exchange_time(model, tokens, activation_bytes, experts, fabric, group, "combine_grad")
+                 + exchange_time(model, tokens, activation_bytes, experts, fabric, group, "dispatch_grad"))  # fmt: skip
     else:
         dispatch = combine = grads = 0.0
     if experts.etp > 1:  # the expert-TP group gathers its ranks' tokens, and reduce-scatters the outputs
@@ -307,11 +363,13 @@ def layer_exchange(model: Any, tokens: int, activation_bytes: float, fp8_dispatc
                 + collective_time(Collective.REDUCE_SCATTER, gathered, etp_group, fabric).time)  # fmt: skip
     else:
         pair = 0.0
-    per_token = float(model.moe.top_k)
-    if experts.ep > 1 and experts.dispatcher != "alltoall":
-        per_token = ranks_per_token(model.moe.experts, model.moe.top_k, group.size, group.nodes, experts.max_nodes_per_token,
-                                    experts.routing)
-    bytes_out = tokens * per_token * model.hidden * dispatch_e
+    per_token, message = float(model.moe.top_k), model.hidden * dispatch_e
+    if experts.ep > 1:
+        message = message_bytes(model, message, experts.dispatcher, "dispatch", group)
+        if experts.dispatcher != "alltoall":
+            per_token = ranks_per_token(model.moe.experts, model.moe.top_k, group.size, group.nodes, experts.max_nodes_per_token,
+                                        experts.routing)
+    bytes_out = tokens * per_token * message
     return ExchangeTimes(dispatch + combine + pair, grads + pair, bytes_out)
 
 
