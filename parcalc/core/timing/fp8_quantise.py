@@ -88,11 +88,10 @@ def nvfp4_tensor_cores(vendor: str, architecture: str) -> bool:
     return vendor.lower() == "nvidia" and architecture.lower().startswith("blackwell")
 
 
-def quantise_recipe(precision: object, fp8_recipe: str) -> str:
-    """The recipe quantising the linears' GEMM inputs: the FP8 recipe under --precision fp8, 'nvfp4' under fp4, '' else."""
-    from parcalc.core.choices import Precision
-
-    return fp8_recipe if precision is Precision.FP8 else NVFP4 if precision is Precision.FP4 else ""
+def quantise_recipe(precision: str, fp8_recipe: str) -> str:
+    """The recipe quantising the linears' GEMM inputs: the FP8 recipe under --precision fp8, 'nvfp4' under fp4, '' else.
+    `precision`: a parcalc.core.choices.Precision (a str enum, compared by value: choices imports this module)."""
+    return fp8_recipe if precision == "fp8" else NVFP4 if precision == "fp4" else ""
 
 
 def cast_plan(elements: float, element_bytes: float, recipe: str, non_tn: bool, amax_fused: bool = False,
