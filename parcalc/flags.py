@@ -119,7 +119,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--dtype", "Element type: of the numbers moved (comm-volume, intensity), of the peak FLOP/s (peak-flops, flops, fit, calibrate gemm)", "choice", "",
          "bf16 (intensity: fp16; fit: the --precision's GEMM type)", ("peak-flops", "intensity", "comm-volume", "flops", "fit", "calibrate gemm")),
     Flag("--grad-dtype", "Element type of the gradients reduced", "choice", "", "--dtype", ("comm-volume",)),
-    Flag("--precision", "Training recipe: fp32, mixed-fp16, mixed-bf16, bf16, fp8", "choice", "", "mixed-bf16 (mixed-fp16 without bf16)", ("memory", "fit", "scaling")),
+    Flag("--precision", "Training recipe: fp32, mixed-fp16, mixed-bf16, bf16, fp8, fp4 (NVFP4, Blackwell)", "choice", "", "mixed-bf16 (mixed-fp16 without bf16)", ("memory", "fit", "scaling")),
     Flag("--fp8-recipe", "With --precision fp8: delayed, current, blockwise or mxfp8 scaling", "choice", "", "delayed", ("fit",)),
     Flag("--fp8-all-gather", "FSDP all-gathers the Float8 linears' weights in FP8 (torchao's enable_fsdp_float8_all_gather; memory and "
          "fit: with --precision fp8 --framework torchtitan)", "switch", "", "off", ("memory", "fit", "comm-volume")),

@@ -76,6 +76,18 @@ QWEN3_GB200_RECIPE = ("QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG: MBS 4, moe_flex_d
 BLACKWELL_TP_OVERLAP = "the recipe overlaps TP collectives with the GEMMs (Transformer Engine userbuffers; BLACKWELL_TP_OVERLAP's sources)"
 
 
+# The NVFP4 rows' recipe, read with git at Megatron-Bridge tag v0.4.0 (the 26.04 containers'): scripts/performance/utils/
+# precision.py get_precision_config('nvfp4') = bf16_with_nvfp4_mixed() (src/megatron/bridge/training/mixed_precision.py: fp4
+# 'e2m1', fp4_recipe 'nvfp4', fp4_param_gather True; first_last_layers_bf16 left at MixedPrecisionConfig's False: every layer
+# in NVFP4); configs/llama/llama3_workload_base_configs.py LLAMA3_70B_PRETRAIN_CONFIG_GB200_NVFP4_V2 (TP 2, PP 4, VP 5, CP 1,
+# GBS 256, cuda_graph_impl 'none') and llama31_workload_base_configs.py LLAMA31_405B_PRETRAIN_CONFIG_GB200_NVFP4_V2 (TP 4, PP 16,
+# VP 8, CP 1, GBS 1536, recompute_num_layers None); llama3_llm_pretrain.py / llama31_llm_pretrain.py: 'cfg.comm_overlap.
+# tp_comm_overlap = False if precision == "nvfp4"': the TP collectives are not overlapped under NVFP4. The FP4 parameter
+# all-gather (fp4_param_gather) is not modelled: parcalc gathers the 16-bit weights (ZeRO-1 here: the gather after the step).
+NVFP4_RECIPE = ("bf16_with_nvfp4_mixed (every layer NVFP4, fp4_param_gather); tp_comm_overlap False under nvfp4, no CUDA graphs "
+                "(NVFP4_RECIPE's sources)")
+
+
 class BlackwellAmdRun(NamedTuple):
     """One published pre-training configuration and its measured tokens per second per GPU."""
 
@@ -84,7 +96,7 @@ class BlackwellAmdRun(NamedTuple):
     gpu: str  # parcalc GPU preset
     model: str  # parcalc model preset
     gpus: int
-    precision: str  # "bf16" | "fp8-cs" | "mxfp8" (as printed: FP8-CS, FP8-MX / MXFP8)
+    precision: str  # "bf16" | "fp8-cs" | "mxfp8" | "nvfp4" (as printed: FP8-CS, FP8-MX / MXFP8, NVFP4)
     global_batch: int  # sequences
     micro_batch: int
     seq_len: int
@@ -159,6 +171,15 @@ RUNS: tuple[BlackwellAmdRun, ...] = (
                     0, 4, 16, 1, 8, 1, 800, 1994, MBRIDGE,
                     "| DGX-GB200 | 256 | MXFP8 | 1536 | 1 | 8192 | 0 | 4 | 16 | 1 | 8 | n/a | 800 | 1994 |",
                     "NeMo 26.04.01", tp_comm_overlap=True, notes=BLACKWELL_TP_OVERLAP),
+    # the same tables' NVFP4 rows, the same layouts as the MXFP8 rows above (NVFP4_RECIPE: no TP overlap, no BF16 layers)
+    BlackwellAmdRun("mb260401-gb200-llama3-70b-64gpu-nvfp4", "DGX-GB200", "gb200", "llama3-70b", 64, "nvfp4", 256, 1, 8192,
+                    0, 2, 4, 1, 5, 1, 4864, 2202, MBRIDGE,
+                    "| DGX-GB200 | 64 | NVFP4 | 256 | 1 | 8192 | 0 | 2 | 4 | 1 | 5 | n/a | 4864 | 2202 |",
+                    "NeMo 26.04.01", notes=NVFP4_RECIPE),
+    BlackwellAmdRun("mb260401-gb200-llama31-405b-256gpu-nvfp4", "DGX-GB200", "gb200", "llama3-405b", 256, "nvfp4", 1536, 1, 8192,
+                    0, 4, 16, 1, 8, 1, 1184, 2960, MBRIDGE,
+                    "| DGX-GB200 | 256 | NVFP4 | 1536 | 1 | 8192 | 0 | 4 | 16 | 1 | 8 | n/a | 1184 | 2960 |",
+                    "NeMo 26.04.01", notes=NVFP4_RECIPE),
 )
 
 # DGX-H100 (8 H100 SXM5 80GB per node, 8 x 400 Gb/s ConnectX-7): the dense Llama rows in FP8 with current scaling, the same

@@ -41,7 +41,7 @@ def fit_inputs(run: BlackwellAmdRun) -> tuple:
     if run.attention_kernel:  # the kernel the run's stack ran (parcalc.core.timing.attention_kernels)
         gpu = with_attention_kernel(gpu, run.attention_kernel)
     assert gpu.node is not None
-    precision = Precision.MIXED_BF16 if run.precision == "bf16" else Precision.FP8
+    precision = {"bf16": Precision.MIXED_BF16, "nvfp4": Precision.FP4}.get(run.precision, Precision.FP8)
     dtype = precision.gemm_dtype
     dp = run.gpus // (run.tp * run.pp * run.cp)
     chunks = run.vp

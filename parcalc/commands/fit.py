@@ -92,6 +92,8 @@ Examples:
       --expert-activation eager
   parcalc fit --model llama3-70b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 8192 --tp 8 --pp 1 --dp 8 \\
       --sequence-parallel --zero 1 --precision fp8 --fp8-recipe current
+  parcalc fit --model llama3-70b --gpu gb200 --gpus 64 --batch 256 --seq-len 8192 --tp 2 --pp 4 --dp 8 --micro-batch 1 \\
+      --sequence-parallel --zero 1 --recompute none --schedule interleaved --chunks 5 --precision fp4
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --search --cp-comm all-gather
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 64 --seq-len 8192 --search --cp 2
   parcalc fit --model llama3-8b --gpu h100-sxm5 --gpus 64 --batch 8 --seq-len 131072 --tp 8 --cp 8 --pp 1 --sequence-parallel --recompute full
@@ -156,7 +158,7 @@ def fit(
     sequence_parallel: Annotated[Optional[bool], typer.Option("--sequence-parallel/--no-sequence-parallel", help="--search: only with, or only without, sequence parallelism (default: both; --framework torchtitan: with, whenever --tp > 1).", show_default=False)] = None,  # noqa: UP045
     interleaved: Annotated[bool, typer.Option("--interleaved/--no-interleaved", help="--search: try the interleaved schedule with v chunks beside 1F1B.")] = True,
     allow_cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="--search: let tensor parallelism span nodes.")] = False,
-    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16, fp8 (Transformer Engine: GEMMs at the FP8 peak, FP8 linear inputs and weight copies) (bytes per parameter and activation; default mixed-bf16, mixed-fp16 on a GPU without bf16 such as the V100).", show_default=False)] = None,  # noqa: UP045
+    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16, fp8 (Transformer Engine: GEMMs at the FP8 peak, FP8 linear inputs and weight copies), fp4 (Transformer Engine's NVFP4 recipe, Megatron-LM --fp4-format e2m1: GEMMs at the FP4 peak, Blackwell only) (bytes per parameter and activation; default mixed-bf16, mixed-fp16 on a GPU without bf16 such as the V100).", show_default=False)] = None,  # noqa: UP045
     fp8_recipe: Fp8RecipeOption = None,
     optimizer: Annotated[Optimizer, typer.Option(metavar="NAME", help="adam, adamw, lion, sgd-momentum, sgd, adam-8bit, adafactor, muon (state bytes and the step's memory traffic).")] = Optimizer.ADAMW,
     offload: Annotated[Optional[list[Offload]], typer.Option(metavar="KIND", help="Move to host memory (repeatable): optimizer (ZeRO-Offload; CPU step and PCIe copies in t_offload), activations (copied out and back, overlapped with compute). Not searched: applies to every configuration.", show_default=False)] = None,  # noqa: UP045

@@ -70,7 +70,7 @@ def scaling(
     recompute: Annotated[Optional[Recompute], typer.Option(metavar="KIND", help="Recomputation: none, selective, full, op (default none; with --best: the only one tried).", show_default=False)] = None,  # noqa: UP045
     sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel", help="Sequence parallelism wherever tp > 1.")] = False,
     knee: Annotated[Text, typer.Option(metavar="E", help="Efficiency threshold of the knee verdict: the first N with E under it (default 0.8; 0.8 or 80%).")] = None,
-    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16, fp8 (default mixed-bf16; mixed-fp16 on a GPU without bf16).", show_default=False)] = None,  # noqa: UP045
+    precision: Annotated[Optional[Precision], typer.Option(metavar="KIND", help="fp32, mixed-fp16, mixed-bf16, bf16, fp8, fp4 (NVFP4, Blackwell) (default mixed-bf16; mixed-fp16 on a GPU without bf16).", show_default=False)] = None,  # noqa: UP045
     flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention", help="FlashAttention/SDPA, what frameworks run (default): no s x s attention scores stored. --no-flash-attention: the scores materialised (Korthikanti et al. 2022's 5as^2b) and attention timed as explicit GEMMs and softmax.")] = True,
     framework: Annotated[Text, typer.Option(metavar="NAME", help="megatron, deepspeed, fsdp2, torchtitan, hf (default megatron).")] = None,
     link: Annotated[Text, typer.Option(metavar="NAME", help="Link inside a node (default: the GPU preset's node).")] = None,

@@ -601,7 +601,9 @@ def _assumptions(model: TransformerModel, config: ActivationConfig) -> tuple[str
     masks = f", dropout masks in {config.mask_bytes:g}" if config.dropout else ""
     out = [f"activations stored in {config.activation_bytes:g} bytes per element{masks}"]
     if config.linear_input_bytes != config.activation_bytes:
-        out.append(f"FP8 training (Transformer Engine): the saved inputs of the linears (QKV, output projection, MLP up and down) in "
+        kind = "NVFP4 training (Transformer Engine; FP4 data and an E4M3 scale per 16, column-wise copy only)" \
+            if config.linear_input_bytes < 1 else "FP8 training (Transformer Engine)"
+        out.append(f"{kind}: the saved inputs of the linears (QKV, output projection, MLP up and down) in "
                    f"{config.linear_input_bytes:g} byte per element; norms, attention (Q, K, V, softmax), activation inputs and "
                    "residuals stay 16-bit (TE's fp8_dpa off by default)")  # fmt: skip
     if model.norm is Norm.LAYERNORM or model.norm is Norm.RMSNORM:

@@ -52,6 +52,15 @@ class Precision(str, Enum):
     MIXED_BF16 = "mixed-bf16"
     BF16 = "bf16"
     FP8 = "fp8"  # Transformer Engine's recipe: FP8 GEMM inputs, bf16 weights and activations, fp32 master copy and states
+    # Transformer Engine's NVFP4BlockScaling (Megatron-LM --fp4-format e2m1 --fp4-recipe nvfp4): FP4 (E2M1) GEMM inputs with
+    # an E4M3 scale per 16 elements, Blackwell only; bf16 weights and activations, fp32 master copy and states as fp8's
+    FP4 = "fp4"
+
+    @property
+    def quantised(self) -> bool:
+        """Whether the linears' GEMM inputs are quantised by Transformer Engine (fp8, fp4): bf16 weights beside an fp32
+        master copy, low-precision weight copies and saved inputs."""
+        return self in (Precision.FP8, Precision.FP4)
 
     @property
     def activation_bytes(self) -> float:
@@ -60,13 +69,18 @@ class Precision(str, Enum):
     @property
     def gemm_input_bytes(self) -> float:
         """Bytes per element of the saved input of a linear layer: FP8 (1 byte) under Transformer
-        Engine's recipe, which saves the casted FP8 tensor for the weight gradient; else the activations'."""
+        Engine's recipe, which saves the casted FP8 tensor for the weight gradient; NVFP4 its column-wise FP4 copy
+        (half a byte) and its E4M3 scale per 16 elements (NVFP4_SAVED_INPUT_BYTES); else the activations'."""
+        if self is Precision.FP4:
+            from parcalc.core.timing.fp8_quantise import NVFP4_SAVED_INPUT_BYTES
+
+            return NVFP4_SAVED_INPUT_BYTES
         return 1.0 if self is Precision.FP8 else self.activation_bytes
 
     @property
     def gemm_dtype(self) -> str:
         """The peak the GEMMs run at: fp32 training does not compute at the bf16 peak."""
-        return {Precision.FP32: "fp32", Precision.MIXED_FP16: "fp16", Precision.FP8: "fp8"}.get(self, "bf16")
+        return {Precision.FP32: "fp32", Precision.MIXED_FP16: "fp16", Precision.FP8: "fp8", Precision.FP4: "fp4"}.get(self, "bf16")
 
 
 class Optimizer(str, Enum):

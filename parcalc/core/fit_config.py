@@ -14,6 +14,7 @@ from parcalc.core.hardware import Gpu, Link
 from parcalc.core.layout import Layout
 from parcalc.core.model import TransformerModel
 from parcalc.core.timing.compute import ComputeSpec, compute_spec
+from parcalc.core.timing.fp8_quantise import quantise_recipe
 from parcalc.core.timing.framework import MEGATRON, Framework
 from parcalc.core.timing.network import Fabric, node_fabric
 from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES
@@ -70,8 +71,9 @@ class Cluster:
         return compute_spec(self.gpu, self.dtype, self.peak, self.attention_peak, self.efficiency, self.sm_clock, self.fp8_recipe)
 
     def for_training(self, training: Training) -> Cluster:
-        """This cluster with the training's FP8 recipe (its GEMM share: `spec`); itself where it already has it."""
-        recipe = training.fp8_recipe if training.precision is Precision.FP8 else ""
+        """This cluster with the training's FP8 recipe, 'nvfp4' under fp4 (its GEMM share: `spec`); itself where it already
+        has it."""
+        recipe = quantise_recipe(training.precision, training.fp8_recipe)
         return self if recipe == self.fp8_recipe else replace(self, fp8_recipe=recipe)
 
     @cached_property

@@ -370,10 +370,11 @@ class _Shapes:
     def fp8_layer(self, tp: int, ep: int = 1) -> tuple[float, float]:
         """Transformer Engine's FP8 weight copies of one dense layer and of one MoE layer (its experts
         / ep, etp = tp) on one GPU (parcalc.core.memory.fp8_weight_cache; 0 unless --precision fp8)."""
-        if self.training.precision is not Precision.FP8:
+        if not self.training.precision.quantised:
             return 0.0, 0.0
-        dense = fp8_weight_cache(self.model, Layout(tp), 1).value
-        return dense, (fp8_weight_cache(self.model, Layout(tp, ep=ep, etp=tp), 1, 1).value if self.model.moe is not None else dense)
+        fp4 = self.training.precision is Precision.FP4  # NVFP4's copies (parcalc.core.memory.NVFP4_WEIGHT_BYTES)
+        dense = fp8_weight_cache(self.model, Layout(tp), 1, fp4=fp4).value
+        return dense, (fp8_weight_cache(self.model, Layout(tp, ep=ep, etp=tp), 1, 1, fp4=fp4).value if self.model.moe is not None else dense)
 
     def dispatch(self, tp: int, sp: bool, cp: int, ep: int) -> float:
         """An MoE layer's token-exchange buffers for one sequence (b = 1) on one GPU, etp = tp
@@ -1013,7 +1014,7 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
         raise InputError(f"--gpus: must be at least 1, got {cluster.gpus}")
     if model.mamba is not None:  # what a Mamba-2 hybrid's memory covers (parcalc.core.mamba_memory.check_mamba_memory)
         for refused, what in ((cluster.framework.step_memory != "textbook", f"with the {cluster.framework.step_memory} step walk"),
-                              (training.precision is Precision.FP8, "with FP8"),
+                              (training.precision.quantised, f"with {training.precision.value.upper()}"),
                               (training.offload_activations or training.offload_optimizer, "with offload"),
                               (space.pipeline_layout is not None, "with --pipeline-layout"),
                               (space.schedule is not None, "with a split-backward --schedule"),

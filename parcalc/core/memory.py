@@ -643,7 +643,7 @@ def stage_memory(model: TransformerModel, par: Layout, setup: TrainingSetup, per
     n_layers = int(layers.value)
     in_flight = _in_flight(par, setup.micro_batches, stage, weight_pass_share(model, config))
     moe_here = stage_moe_layers(model, par, stage) if setup.moe_memory_detail else 0
-    fp8_weights = fp8_weight_cache(model, par, n_layers, moe_here) if setup.precision is Precision.FP8 else None
+    fp8_weights = fp8_weight_cache(model, par, n_layers, moe_here, fp4=setup.precision is Precision.FP4) if setup.precision.quantised else None
     if setup.offload_activations:
         activations = offloaded_activations(layer, layers, in_flight)
     elif setup.recompute_layers is not None and setup.recompute is Recompute.FULL:
@@ -722,25 +722,37 @@ def linear_weights_per_rank(model: TransformerModel, tp: int) -> int:
     return fp8_linear_weights_per_rank(model, Layout(tp))  # multi-head latent attention: its own projections (not q_width / kv_width)
 
 
+# NVFP4's cached weight: FP4 data (1/2 byte) and one E4M3 scale byte per 16 values, row-wise and column-wise (2D 16 x 16
+# blocks: both copies from the same block scales, NVFP4Quantizer::create_tensor allocates both with their scale_inv)
+NVFP4_WEIGHT_BYTES = 2 * (0.5 + 1.0 / 16)
+NVFP4_WEIGHT_SOURCE = (f"{TE_WEIGHT_CACHE}; under NVFP4 the workspace holds NVFP4Quantizer's row-wise and column-wise FP4 data with "
+                       "their E4M3 scales (transformer_engine/pytorch/csrc/quantizer.cpp NVFP4Quantizer::create_tensor, @d0067d0d)")
+
 TE_GROUPED_CACHE = ("NVIDIA/TransformerEngine transformer_engine/pytorch/module/grouped_linear.py (@d0067d0), _GroupedLinear.forward "
                     "lines 267-300: the experts' weights quantised with the same workspace cache across micro-batches "
                     "(update_workspace = is_first_microbatch is None or is_first_microbatch)")  # fmt: skip
 
 
-def fp8_weight_cache(model: TransformerModel, layout: Layout, layers: int, moe_layers: int = 0) -> Derivation:
+def fp8_weight_cache(model: TransformerModel, layout: Layout, layers: int, moe_layers: int = 0, fp4: bool = False) -> Derivation:
     """Transformer Engine's FP8 copies of the linear weights of a stage on one GPU: a row-wise FP8
     weight for the forward GEMM and a column-wise (transposed) one for the input-gradient GEMM on
     Hopper, 1 byte each, cached across micro-batches (TE_WEIGHT_CACHE). The embedding and LM head
     stay bf16 (TE runs the transformer layers' linears only). Not sharded by ZeRO. Of the
     `layers`, `moe_layers` are MoE layers: their shared experts (/tp) and this rank's experts / ep
     routed experts (/etp), cached by TE's GroupedLinear alike (TE_GROUPED_CACHE), in place of the
-    dense MLP; 0: every layer counted with the dense layer's shapes."""
+    dense MLP; 0: every layer counted with the dense layer's shapes. `fp4`: NVFP4's copies (NVFP4_WEIGHT_BYTES a weight)."""
     from parcalc.core.expert_parallel import fp8_linear_weights_per_rank
 
     per_layer = linear_weights_per_rank(model, layout.tp)
     c8 = Term("c_8", "c_fp8", r"c_{\mathrm{fp8}}", 2.0, "B", "bytes per linear weight: FP8 weight + FP8 transpose", TE_WEIGHT_CACHE)
-    notes = ("Hopper FP8 (per-tensor scaling): row-wise and column-wise copies, 1 byte each; Blackwell MXFP8 adds one "
-             "E8M0 scale per 32 elements per copy (not counted)",)
+    notes: tuple[str, ...] = ("Hopper FP8 (per-tensor scaling): row-wise and column-wise copies, 1 byte each; Blackwell MXFP8 adds "
+                              "one E8M0 scale per 32 elements per copy (not counted)",)
+    if fp4:
+        c8 = Term("c_8", "c_fp4", r"c_{\mathrm{fp4}}", NVFP4_WEIGHT_BYTES, "B",
+                  "bytes per linear weight: NVFP4 row-wise + column-wise copies, each 1/2 byte + an E4M3 scale per 16", NVFP4_WEIGHT_SOURCE)
+        notes = ("NVFP4 (Transformer Engine NVFP4BlockScaling): the weight's row-wise (forward) and column-wise (input-gradient) "
+                 "FP4 copies from 16 x 16 2D blocks, with their scale bytes; Megatron-Bridge's fp4_param_gather (FP4 weights "
+                 "gathered, no BF16 compute copy) is not modelled",)
     if moe_layers and model.moe is not None:
         per_moe = fp8_linear_weights_per_rank(model, layout, moe_layer=True)
         inputs: tuple[Term, ...] = (
@@ -752,8 +764,8 @@ def fp8_weight_cache(model: TransformerModel, layout: Layout, layers: int, moe_l
                  "(router not FP8)", TE_GROUPED_CACHE),
             Term("L_m", "L_MoE", r"L_{\mathrm{MoE}}", moe_layers, "", "MoE layers on this stage"),
         )  # fmt: skip
-        value = 2.0 * (per_layer * (layers - moe_layers) + per_moe * moe_layers)
-        return Derivation("fp8_weights", "FP8 weight copies (Transformer Engine: weight and transpose, cached; experts included)", "M_fp8",
+        value = c8.value * (per_layer * (layers - moe_layers) + per_moe * moe_layers)
+        return Derivation("fp8_weights", f"{'NVFP4' if fp4 else 'FP8'} weight copies (Transformer Engine: weight and transpose, cached; experts included)", "M_fp8",
                           r"M_{\mathrm{fp8}}", "$c_8 × ($P_lin × $L_d + $P_moe × $L_m)", r"$c_8 \times ($P_lin \times $L_d + $P_moe \times $L_m)",
                           inputs, value, "B", f"{TE_WEIGHT_CACHE}; {TE_GROUPED_CACHE}", notes)  # fmt: skip
     inputs = (
@@ -761,8 +773,8 @@ def fp8_weight_cache(model: TransformerModel, layout: Layout, layers: int, moe_l
         Term("P_lin", "P_linear/t", r"P_{\mathrm{linear}}/t", per_layer, "", "weights of one layer's linears on one TP rank"),
         Term("L_s", "L_stage", r"L_{\mathrm{stage}}", layers, "", "layers on this stage"),
     )
-    return Derivation("fp8_weights", "FP8 weight copies (Transformer Engine: weight and transpose, cached)", "M_fp8", r"M_{\mathrm{fp8}}",
-                      "$c_8 × $P_lin × $L_s", r"$c_8 \times $P_lin \times $L_s", inputs, 2.0 * per_layer * layers, "B", TE_WEIGHT_CACHE,
+    return Derivation("fp8_weights", f"{'NVFP4' if fp4 else 'FP8'} weight copies (Transformer Engine: weight and transpose, cached)", "M_fp8", r"M_{\mathrm{fp8}}",
+                      "$c_8 × $P_lin × $L_s", r"$c_8 \times $P_lin \times $L_s", inputs, c8.value * per_layer * layers, "B", TE_WEIGHT_CACHE,
                       (*notes, "dense layer shapes"))  # fmt: skip
 
 
@@ -836,7 +848,7 @@ def memory_breakdown(model: TransformerModel, par: Layout, setup: TrainingSetup,
     if model.mamba is not None:  # a Mamba-2 hybrid: its blocks by parcalc.core.mamba_memory
         from parcalc.core.mamba_memory import check_mamba_memory
 
-        check_mamba_memory(model, par, setup.recompute, step_memory=setup.step_memory, fp8=setup.precision is Precision.FP8,
+        check_mamba_memory(model, par, setup.recompute, step_memory=setup.step_memory, fp8=setup.precision.quantised,
                            offload=setup.offload_activations or setup.offload_optimizer, recompute_layers=setup.recompute_layers)  # fmt: skip
     elif model.linear_attention is not None:  # a gated-DeltaNet hybrid: its mixers by parcalc.core.linear_attention_memory
         from parcalc.core.linear_attention_memory import check_linear_memory

@@ -213,8 +213,9 @@ def _linear_weights(model: TransformerModel) -> tuple[tuple[str, int, int], ...]
 def hf_step_peak(model: TransformerModel, step: HfStep) -> StepPeak:
     """The allocation peak of one steady-state training step (see the module docstring)."""
     check_hf_model(model)
-    if step.precision is Precision.FP8:
-        raise InputError("--framework hf --precision fp8: transformers' eager code has no FP8 recipe; use mixed-bf16, bf16 or fp32")
+    if step.precision.quantised:
+        raise InputError(f"--framework hf --precision {step.precision.value}: transformers' eager code has no "
+                         f"{step.precision.value.upper()} recipe; use mixed-bf16, bf16 or fp32")
     if model.moe is not None and step.precision is not Precision.BF16:
         raise InputError(f"--framework hf --precision {step.precision.value}: transformers' grouped_mm experts need bf16 weights "
                          "(torch's grouped matmul takes BF16 inputs only and is not autocast-enabled); use --precision bf16")

@@ -59,7 +59,8 @@ class StageMemory:
                   for key, d in (("gradients", self.states.gradients), ("optimizer_states", self.states.optimizer))}  # fmt: skip
         parts = [
             ("weights", self.states.weights.value),
-            ("FP8 weight copies", self.fp8_weights.value if self.fp8_weights else 0.0),
+            (f"{'NVFP4' if self.fp8_weights and self.fp8_weights.label.startswith('NVFP4') else 'FP8'} weight copies",
+             self.fp8_weights.value if self.fp8_weights else 0.0),
             ("gradients", on_gpu["gradients"]),
             ("optimizer states", on_gpu["optimizer_states"]),
             ("ZeRO-3 gathered buffers", self.gathered.value if self.gathered else 0.0),

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 # Memory components (parcalc.core.memory.StageMemory.components) in five groups, in stacking order.
 # Every component name the core produces must be here (tests/test_figures.py checks it).
 MEMORY_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("weights", "#4c78a8", ("weights", "FP8 weight copies", "autocast weight copies", "sharded parameters", "unsharded parameters")),
+    ("weights", "#4c78a8", ("weights", "FP8 weight copies", "NVFP4 weight copies", "autocast weight copies", "sharded parameters", "unsharded parameters")),
     ("gradients", "#f58518", ("gradients", "sharded gradients")),
     ("optimizer states", "#54a24b", ("optimizer states",)),
     ("activations", "#e45756", ("activations (layers)", "activations (embeddings)", "logits / cross-entropy", "multi-token prediction",

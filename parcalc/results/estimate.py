@@ -81,7 +81,7 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
 
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=shape)
     framework = cluster.framework
-    mixed = training.precision.value.startswith("mixed") or training.precision is Precision.FP8
+    mixed = training.precision.value.startswith("mixed") or training.precision.quantised
     if mixed and training.fp32_grads == framework.fp32_grads:  # the profile decided: its source says why
         kind = "fp32" if training.fp32_grads else "16-bit"
         grads = (f"gradients in {kind}, {per.gradient:g} bytes ({per.total:g} per parameter with {training.optimizer.value}): "
@@ -129,6 +129,12 @@ def _assumptions(shape: TransformerModel, training: Training, cluster: Cluster) 
            + ", each input quantised by a memory-bound cast kernel (read once, once more per amax pass, written row- and column-wise in FP8); "
            "attention, the LM head and the MoE router in BF16; weights cast once per iteration (not timed)",)
           if training.precision is Precision.FP8 else ()),
+        *(("fp4 (Transformer Engine's NVFP4 recipe): the transformer layers' linears' GEMMs (forward, input and weight "
+           "gradients) at the FP4 peak times the preset's NVFP4 share (kernels.matmul.fp4), each input quantised by a "
+           "memory-bound amax pass and one fused cast writing FP4 row-wise and Hadamard-transformed column-wise copies with an "
+           "E4M3 scale per 16 values (gradients: a stochastic-rounding RNG kernel more); attention, the LM head and the MoE "
+           "router in BF16; every layer in NVFP4 (Megatron-Bridge's Llama recipes keep none in BF16); weights cast once per "
+           "iteration (not timed)",) if training.precision is Precision.FP4 else ()),
         (f"framework {cluster.framework.name}: overlaps grad reduce {str(cluster.overlap_grad).lower()}, param gather "
          f"{str(cluster.overlap_param).lower()}, TP {str(cluster.overlap_tp).lower()}"),
         *_pipeline_engine_assumption(training, cluster),

@@ -19,6 +19,7 @@ from parcalc.results.parse import (
     cp_flags,
     expert_activation_flag,
     expert_flags,
+    fp4_gpu_check,
     fp8_all_gather_flag,
     fp8_recipe_flag,
     framework_recomputes,
@@ -136,6 +137,8 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         raise InputError("--capacity / --peak: describe one GPU; not with several --gpu")
     gpu_name = names[0] if names else None
     device = load_gpu(gpu_name, dirs) if gpu_name is not None and dtype is None else None
+    for name in names if precision is not None and peak is None else ():  # NVFP4 on Blackwell only, each GPU compared
+        fp4_gpu_check(precision, load_gpu(name, dirs))
     if precision is None:  # the default must hold on the GPU given: mixed-bf16, or mixed-fp16 without bf16 (V100)
         from parcalc.results.parse import sixteen_bit_default
 
@@ -151,7 +154,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     ranking = _rank_by(rank_by, plans, len(names)) if search else "time"
     from parcalc.core.training_setup import DEFAULT_RESERVE_BYTES
 
-    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)  # fp8: bf16 weights beside an fp32 master copy
+    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16) or precision.quantised  # fp8, fp4: bf16 weights, fp32 master
     if fp32_grads and not mixed:
         raise InputError("--fp32-grads: applies to mixed precision (fp32 gradients beside 16-bit weights)")
     training = Training(

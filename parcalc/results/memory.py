@@ -111,6 +111,10 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         if precision is Precision.FP8 and "fp8" not in device.dtypes:
             raise InputError(f"--precision fp8: {device.name} has no FP8 rate in its datasheet (it lists {', '.join(device.dtypes)}); "
                              "FP8 Tensor Cores start with Hopper (H100, H200) and Ada")  # fmt: skip
+        if precision is Precision.FP4:
+            from parcalc.results.parse import fp4_gpu_check
+
+            fp4_gpu_check(precision, device)
         if precision is None:  # the default must hold on the GPU given: no bf16 on a V100
             from parcalc.results.parse import sixteen_bit_default
 

@@ -323,6 +323,19 @@ def fp8_recipe_flag(recipe: str | None, precision: Any) -> str:
     return recipe.lower()
 
 
+def fp4_gpu_check(precision: Any, device: Any) -> None:
+    """--precision fp4 checked against the GPU: Transformer Engine's NVFP4 recipe needs FP4 Tensor Cores with E4M3 block
+    scales, NVIDIA Blackwell's (parcalc.core.timing.fp8_quantise.nvfp4_tensor_cores); None: no GPU preset, no check."""
+    from parcalc.core.choices import Precision
+    from parcalc.core.timing.fp8_quantise import nvfp4_tensor_cores
+    from parcalc.errors import InputError
+
+    if precision is not Precision.FP4 or device is None or nvfp4_tensor_cores(device.vendor, device.architecture):
+        return
+    raise InputError(f"--precision fp4: {device.name} ({device.architecture}) has no NVFP4 training path: Transformer Engine's "
+                     "NVFP4 recipe needs Blackwell's FP4 Tensor Cores (B200, GB200, B300); use --precision fp8")  # fmt: skip
+
+
 def compile_loss_flag(compile_loss: bool, compile_: bool, step_memory: str | None) -> bool:
     """--compile-loss checked (memory and fit): the compiled loss is walked by the compiled torchtitan step walk only
     (`step_memory`: the framework profile's, None without one)."""

@@ -68,7 +68,11 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     device = load_gpu(gpu, dirs)
     if precision is None:
         precision = Precision.MIXED_FP16 if sixteen_bit_default(device)[0] == "fp16" else Precision.MIXED_BF16
-    elif precision.gemm_dtype not in device.dtypes:
+    elif precision is Precision.FP4:
+        from parcalc.results.parse import fp4_gpu_check
+
+        fp4_gpu_check(precision, device)
+    if precision.gemm_dtype not in device.dtypes:
         raise InputError(f"--precision {precision.value}: {device.name} has no {precision.gemm_dtype} rate in its datasheet "
                          f"(it lists {', '.join(device.dtypes)})")  # fmt: skip
     cluster = cluster_from_flags(str(min(counts)), gpu, gpus_per_node, None, precision.gemm_dtype, None, None, link, inter_node_link,
@@ -77,7 +81,7 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
     mode = Mode.WEAK if weak else Mode.STRONG
     per = parse_count(batch, "--batch") if batch is not None else (1 if weak else max(counts))
     threshold = knee_threshold(knee)
-    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16, Precision.FP8)
+    mixed = precision in (Precision.MIXED_BF16, Precision.MIXED_FP16) or precision.quantised
     training = Training(global_batch=per, seq_len=seq, precision=precision, flash_attention=flash_attention,
                         fp32_grads=profile.fp32_grads and mixed)  # fmt: skip
     rule = _rule(strategy, tp, pp, zero, best, micro_batch, recompute, sequence_parallel, profile.default_zero)

@@ -21,6 +21,16 @@ NVIDIA/TransformerEngine @d0067d0d, transformer_engine/pytorch/csrc/quantizer.cp
 - blockwise (Float8BlockQuantizer, DeepSeek-V3 sec. 3.3.2's 1 x 128 tiles): row-wise and column-wise data, each
   with one fp32 scale per 128 elements: 2 + 2 x 4/128 bytes written.
 
+- nvfp4 (NVFP4Quantizer, TE's NVFP4BlockScaling recipe, transformer_engine/common/recipe/__init__.py; Megatron-LM
+  --fp4-format e2m1 --fp4-recipe nvfp4): FP4 (E2M1, half a byte) data with one E4M3 scale byte per 16 elements and one
+  fp32 scale per tensor. Activations and output gradients take a random Hadamard transform (16 x 16) on their
+  column-wise (weight-gradient) copy, gradients stochastic rounding; weights 16 x 16 2D blocks, no RHT. With RHT the
+  amax is the quantizer's own pass (quantize_impl: nvte_hadamard_transform_amax reads the input once for the row-wise
+  and the post-RHT column-wise amax; normalization.cpp keeps the norm UNFUSED 'Amax is handled within NVFP4
+  quantizer'), then one fused kernel (nvte_quantize_with_hadamard_transform: row-wise quantisation, RHT of the
+  transpose, column-wise quantisation) reads it again and writes 2 x (1/2 + 1/16) bytes an element; stochastic
+  rounding launches one kernel more for its RNG state (common.cpp philox_unpack: nvte_extract_seed_and_offset).
+
 Weights are quantised once a step (Megatron-LM passes `is_first_microbatch` to TE, which caches the FP8 weights for
 the later micro-batches): not counted here (Llama 3 8B: 4.7 ms of a 4.3 s step on a B200).
 """
@@ -30,6 +40,7 @@ from __future__ import annotations
 from parcalc.named_tuple import NamedTuple
 
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
+NVFP4 = "nvfp4"  # the one FP4 recipe (Megatron-LM fp4_recipe: 'nvfp4' or a custom quantizer factory)
 TE_SOURCE = "NVIDIA/TransformerEngine @d0067d0d"
 FP8_RECIPE_SOURCE = (
     f"Transformer Engine's quantizers ({TE_SOURCE}, transformer_engine/pytorch/csrc/quantizer.cpp): delayed and current "
@@ -41,6 +52,18 @@ FP8_RECIPE_SOURCE = (
 )
 MX_BLOCK = 32  # MXFP8: one E8M0 (1-byte) scale per 32 elements (OCP Microscaling spec v1.0, sec. 5.1)
 BLOCKWISE_BLOCK = 128  # Float8BlockScaling: one fp32 scale per 1 x 128 tile (DeepSeek-V3 sec. 3.3.2)
+NVFP4_BLOCK = 16  # NVFP4BlockScaling: one E4M3 (1-byte) scale per 16 consecutive elements (TE recipe docstring, level 1)
+FP4_BYTES = 0.5  # E2M1: two values a byte
+# A linear's input saved for its weight gradient under NVFP4: TE keeps the column-wise copy only (module/linear.py, 'Discard
+# row-wise data since it is not needed in backward pass': inputmat.update_usage(rowwise_usage=False, columnwise_usage=True))
+NVFP4_SAVED_INPUT_BYTES = FP4_BYTES + 1.0 / NVFP4_BLOCK
+NVFP4_SOURCE = (
+    f"Transformer Engine's NVFP4 quantizer ({TE_SOURCE}, transformer_engine/pytorch/csrc/quantizer.cpp NVFP4Quantizer::"
+    "quantize_impl; recipe NVFP4BlockScaling in transformer_engine/common/recipe/__init__.py): FP4 E2M1 data with an E4M3 "
+    "scale per 16 elements, row-wise and column-wise (the latter after a 16 x 16 random Hadamard transform); the amax in "
+    "its own pass (nvte_hadamard_transform_amax), the casts in one fused kernel (nvte_quantize_with_hadamard_transform); "
+    "gradients rounded stochastically (one RNG-state kernel more)"
+)
 
 
 class CastPlan(NamedTuple):
@@ -58,11 +81,28 @@ def non_tn_fp8_gemms(vendor: str, architecture: str) -> bool:
     return vendor.lower() == "nvidia" and architecture.lower().startswith("blackwell")
 
 
-def cast_plan(elements: float, element_bytes: float, recipe: str, non_tn: bool, amax_fused: bool = False) -> CastPlan:
+def nvfp4_tensor_cores(vendor: str, architecture: str) -> bool:
+    """Whether Transformer Engine's NVFP4 recipe runs on the GPU: FP4 Tensor Cores with E4M3 block scales, NVIDIA
+    Blackwell (B200, GB200, B300; TE's gemm_profiling.rst: 'MXFP8 and NVFP4 require Blackwell (SM100+/SM120+)'). AMD's
+    CDNA 4 has FP4 matrix cores but no NVFP4 training path stated (its MXFP4 is another format)."""
+    return vendor.lower() == "nvidia" and architecture.lower().startswith("blackwell")
+
+
+def quantise_recipe(precision: str, fp8_recipe: str) -> str:
+    """The recipe quantising the linears' GEMM inputs: the FP8 recipe under --precision fp8, 'nvfp4' under fp4, '' else.
+    `precision`: a parcalc.core.choices.Precision (a str enum, compared by value: choices imports this module)."""
+    return fp8_recipe if precision == "fp8" else NVFP4 if precision == "fp4" else ""
+
+
+def cast_plan(elements: float, element_bytes: float, recipe: str, non_tn: bool, amax_fused: bool = False,
+              gradient: bool = False) -> CastPlan:  # fmt: skip
     """Quantising `elements` values of `element_bytes` each (a GEMM input that both its GEMMs use, row-wise and
     column-wise) under `recipe` on a GPU whose FP8 GEMMs do (`non_tn`) or do not take non-TN layouts;
-    `amax_fused`: a norm kernel produced the input and its amax (current scaling only)."""
+    `amax_fused`: a norm kernel produced the input and its amax (current scaling only); `gradient`: an output
+    gradient (NVFP4 rounds it stochastically: one RNG-state kernel more)."""
     read = elements * element_bytes
+    if recipe == NVFP4:  # the amax pass, then one fused kernel writing both FP4 copies with their scales (NVFP4_SOURCE)
+        return CastPlan(read, read + elements * 2 * (FP4_BYTES + 1.0 / NVFP4_BLOCK), 1 if gradient else 0)
     if recipe == "mxfp8":
         return CastPlan(0.0, read + elements * 2 * (1.0 + 1.0 / MX_BLOCK), 0)
     if recipe == "blockwise":

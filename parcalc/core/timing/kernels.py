@@ -276,10 +276,12 @@ def linear_kernels(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec
             gemm(f"{key}.wgrad", k, m, n, e, spec, batch))  # fmt: skip
 
 
-def fp8_cast(key: str, elements: float, element_bytes: float, recipe: str, spec: ComputeSpec, amax_fused: bool = False) -> Kernel:
-    """Quantising one GEMM input to FP8 as Transformer Engine does (parcalc.core.timing.fp8_quantise): its cast kernel,
-    with the amax pass and the scale kernel of current scaling folded into it (their times added, one Kernel)."""
-    plan = cast_plan(elements, element_bytes, recipe, spec.fp8_non_tn, amax_fused)
+def fp8_cast(key: str, elements: float, element_bytes: float, recipe: str, spec: ComputeSpec, amax_fused: bool = False,
+             gradient: bool = False) -> Kernel:  # fmt: skip
+    """Quantising one GEMM input to FP8 (or NVFP4) as Transformer Engine does (parcalc.core.timing.fp8_quantise): its cast
+    kernel, with the amax pass and the scale kernel of current scaling (NVFP4: the RHT amax pass, the RNG state of a
+    gradient's stochastic rounding) folded into it (their times added, one Kernel)."""
+    plan = cast_plan(elements, element_bytes, recipe, spec.fp8_non_tn, amax_fused, gradient)
     cast = memory_op(key, plan.cast_bytes, spec, f"{elements:.0f} values")
     extra = (memory_op(f"{key}.amax", plan.amax_bytes, spec).time if plan.amax_bytes else 0.0) + plan.tiny_kernels * spec.kernels.launch.value
     if not extra:
@@ -296,7 +298,7 @@ def linear_passes(key: str, m: int, k: int, n: int, e: float, spec: ComputeSpec,
     if not fp8:
         return (fwd,), (dgrad, wgrad)
     return ((fwd, fp8_cast(f"{key}.cast", m * batch * k, e, fp8, spec, norm_fed)),
-            (dgrad, wgrad, fp8_cast(f"{key}.dgrad.cast", m * batch * n, e, fp8, spec)))  # fmt: skip
+            (dgrad, wgrad, fp8_cast(f"{key}.dgrad.cast", m * batch * n, e, fp8, spec, gradient=True)))  # fmt: skip
 
 
 

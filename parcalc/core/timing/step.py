@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from parcalc.core.layout import Layout
+from parcalc.core.timing.fp8_quantise import quantise_recipe
 from parcalc.core.timing.sm_contention import contention, loss_share
 from parcalc.named_tuple import NamedTuple
 
@@ -314,7 +315,7 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
                  experts: Any = None) -> LayerPieces:  # fmt: skip
     """The per-layer pieces of stage_pieces (see there): of the layout, its tensor and context parallelism
     (tp, sequence parallelism, cp and how CP exchanges keys and values)."""
-    from parcalc.core.choices import Collective, Precision, Recompute
+    from parcalc.core.choices import Collective, Recompute
     from parcalc.core.timing.compute import end_passes, layer_passes, mtp_passes
     from parcalc.core.timing.moe import (
         ExpertShard,
@@ -332,7 +333,7 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
     # Megatron-LM's --recompute-modules (parcalc.core.recompute); None: selective is the attention core
     modules = getattr(training, "recompute_modules", None) if recompute is Recompute.SELECTIVE else None
     seq = training.seq_len // cp  # this rank's tokens of each sequence (context parallelism)
-    fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""
+    fp8 = quantise_recipe(training.precision, training.fp8_recipe)  # fp8's recipe, nvfp4 under fp4
     shard = _layer_shard(model, layout, micro_batch, training, cluster)
     layer = layer_passes(model, shard, spec)
     ends = end_passes(model, shard, spec)
@@ -950,12 +951,11 @@ def stage_kinds(model: Any, layout: Layout, micro_batch: int, recompute: Any, tr
 
 def _layer_shard(model: Any, layout: Layout, micro_batch: int, training: Any, cluster: Any) -> Any:
     """The LayerShard layer_pieces times (the same arguments): one rank's share of a layer by the layout's tp, SP and cp."""
-    from parcalc.core.choices import Precision
     from parcalc.core.timing.compute import LayerShard
     from parcalc.core.timing.framework import kernel_set
 
     dropout = model.dropout if training.dropout is None else training.dropout  # None: the model's own (Llama: none)
-    fp8 = training.fp8_recipe if training.precision is Precision.FP8 else ""  # this rank's tokens: s / cp (context parallelism)
+    fp8 = quantise_recipe(training.precision, training.fp8_recipe)  # fp8's recipe, nvfp4 under fp4; this rank's tokens: s / cp (context parallelism)
     kset = kernel_set(training, cluster.framework)
     cp = layout.cp
     return LayerShard(micro_batch, training.seq_len // cp, layout.tp, layout.sequence_parallel, training.flash_attention, dropout, training.causal,
