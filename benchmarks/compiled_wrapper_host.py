@@ -16,13 +16,22 @@ backend: its kernels are `cpp_fused_*` calls, a launcher of their own, not measu
 C++ kernel and extern GEMM replaced by a Python no-op (~0.06 us a call) and the ATen fallbacks (SDPA forward and backward,
 cumsum) answered from a cache of their outputs; the minimum over rounds, per kernel line.
 
-    python benchmarks/compiled_wrapper_host.py [rounds]
+    python benchmarks/compiled_wrapper_host.py [rounds]          # the wrapper's lines per kernel
+    python benchmarks/compiled_wrapper_host.py [rounds] --call   # and the compiled call's fixed host work (not landed)
 
 Measured for the hf profile (2026-11-30, PyTorch 2.13 CPU, transformers 5.24, a shared 2-core AMD EPYC under a load of
 ~7, the thread's CPU time, 15 rounds of 50 calls, three runs): forward 500-531 us over 261 kernel lines (1.92-2.03 us a
 line), backward 564-572 us over 324 (1.74-1.76 us); both 1,072-1,095 us over 585 lines, 1.83-1.87 us a line (1.832 us the
 least). Wall time under that load gave 5-6 us a line; at a lighter load earlier, 2.24 and 1.85 us. For scale, alone:
 empty_strided 1.39 us, reinterpret_tensor 0.51 us, assert_size_stride 0.32 us.
+
+--call: the compiled model called as the Trainer calls it (Dynamo's guards, AOTAutograd's runtime wrappers, autocast, the
+output object) with the same no-op kernels in the wrappers it runs (torch._inductor.codecache.PyCodeCache's modules), less
+the wrappers alone: the fixed host work of a compiled forward and of its backward (the autograd engine, the one
+CompiledFunctionBackward node, 146 AccumulateGrad nodes). Measured (same machine, 15 rounds of 20 steps, the thread's CPU
+time, two runs): forward 0.92-0.97 ms called against 0.50-0.53 ms of wrapper alone, ~0.4-0.45 ms fixed; forward + backward
++ zero_grad 2.51-2.73 ms, so backward + zero_grad 1.54-1.81 ms against 0.56 ms of wrapper. Not landed in parcalc
+(docs/step-time.md, 'Compiled code's host').
 """
 
 from __future__ import annotations
@@ -133,6 +142,54 @@ def main(rounds: int = 7) -> dict[str, dict[str, float]]:
     return out
 
 
+def compiled_call(rounds: int = 7) -> dict[str, float]:
+    """Seconds of the compiled model's forward, and of forward + backward + zero_grad, called as the Trainer calls it, with
+    every kernel of its wrappers a no-op (the --call mode of the module docstring)."""
+    import torch
+    from torch._inductor.codecache import PyCodeCache
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=256, num_hidden_layers=16, num_attention_heads=4,
+                         num_key_value_heads=1, max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=True,
+                         use_cache=False)  # fmt: skip
+    config._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(config)
+    compiled = torch.compile(model)
+    ids = torch.randint(0, 256, (1, 16))
+
+    def forward() -> Any:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return compiled(input_ids=ids, labels=ids).loss
+
+    def step() -> None:
+        forward().backward()
+        model.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        step()
+    for name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward", "cumsum"):
+        answered_from_cache(name)
+    step()  # fills their caches
+
+    def nop(*_: Any, **__: Any) -> None:
+        return None
+
+    modules = PyCodeCache.modules if isinstance(PyCodeCache.modules, list) else list(PyCodeCache.modules.values())
+    for module in modules:
+        for name in list(vars(module)):
+            if name.startswith("cpp_fused_"):
+                setattr(module, name, nop)
+        module.extern_kernels = types.SimpleNamespace(mm=nop, addmm=nop, bmm=nop, baddbmm=nop, convolution=nop)
+    return {"forward": best(forward, 20, rounds), "forward+backward+zero_grad": best(step, 20, rounds)}
+
+
 if __name__ == "__main__":
-    for phase, row in main(int(sys.argv[1]) if len(sys.argv) > 1 else 7).items():
-        print(phase, {k: round(v, 9) for k, v in row.items()})
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 7
+    if "--call" in sys.argv:
+        for phase, seconds in compiled_call(rounds).items():
+            print(phase, "called, no-op kernels:", round(seconds, 9), "s")
+    else:
+        for phase, row in main(rounds).items():
+            print(phase, {k: round(v, 9) for k, v in row.items()})
