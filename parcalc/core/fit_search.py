@@ -961,6 +961,7 @@ def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, 
     0 otherwise): kernel launches once per distinct (b, SP, recomputation), the fluid model on arrays."""
     from parcalc.core.fit_term_derivations import host_costs, phase_hosts
     from parcalc.core.timing.host import host_exposed_repeated, optimizer_launches
+    from parcalc.core.timing.step import stage_launches_by_kind
 
     model, training, cluster = shapes.model, shapes.training, shapes.cluster
     costs = host_costs(cluster)
@@ -971,7 +972,7 @@ def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, 
         config = Config.of(t, p, d, int(key[0]), RECOMPUTES[int(key[2])], sequence_parallel=bool(key[1]), cp=c)
         rows = (b == key[0]) & (sp == key[1]) & (r == key[2])
         if (t, c, *key) not in shapes.hosts:  # each phase's host time (eager or compiled costs: parcalc.core.timing.host)
-            shapes.hosts[(t, c, *key)] = phase_hosts(model, config, training, cluster)
+            shapes.hosts[(t, c, *key)] = phase_hosts(*stage_launches_by_kind(model, config, training, cluster), training, cluster)
         h_f[rows], h_b[rows] = shapes.hosts[(t, c, *key)]
     if t == 1 and not training.offload_optimizer:
         from parcalc.core.comm.tensors import parameter_tensors

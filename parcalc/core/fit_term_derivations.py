@@ -64,12 +64,10 @@ def compiled_host(training: Training, cluster: Cluster) -> Any:
     return cluster.framework.compiled_host if training.compiled and host_costs(cluster) is not None else None
 
 
-def phase_hosts(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> tuple[float, float]:
-    """(H_f, H_b): seconds the host takes to issue one micro-batch's forward and backward: kernels x the eager costs per
-    phase, or under --compile each kind x the compiled code's cost (parcalc.core.timing.host)."""
-    from parcalc.core.timing.step import stage_launches_by_kind
-
-    forward, backward = stage_launches_by_kind(model, config, training, cluster)
+def phase_hosts(forward: dict[str, int], backward: dict[str, int], training: Training, cluster: Cluster) -> tuple[float, float]:
+    """(H_f, H_b): seconds the host takes to issue one micro-batch's forward and backward, of these kernels by kind
+    (parcalc.core.timing.step.stage_launches_by_kind): kernels x the eager costs per phase, or under --compile each kind x
+    the compiled code's cost (parcalc.core.timing.host)."""
     compiled = compiled_host(training, cluster)
     if compiled is not None:
         return (compiled.phase(forward["memory"], forward["gemm"], forward["attention"], backward=False),
@@ -100,7 +98,7 @@ def host_derivation(model: TransformerModel, config: Config, training: Training,
         return None
     forward, backward = stage_launches_by_kind(model, config, training, cluster)
     n_f, n_b = sum(forward.values()), sum(backward.values())
-    h_f, h_b = phase_hosts(model, config, training, cluster)
+    h_f, h_b = phase_hosts(forward, backward, training, cluster)
     sizes = [x.rows * x.cols for x in parameter_tensors(model)] if config.layout.tp == 1 else []
     stepped = bool(sizes) and not training.offload_optimizer and config.layout.zero == 0
     n_opt = optimizer_launches(sizes) if stepped else 0
