@@ -215,3 +215,25 @@ def host_costs_of(doc: Any, sources: Any) -> Any:
         if not 0 <= times[name] < 1e-2:
             raise block.error(name, f"a host time per kernel between 0 and 10 ms, got {shown(block.data[name])}")
     return HostCosts(times["forward"], times["backward"], times["optimizer"], block.source_ref("source", sources), times["optimizer_prelude"])
+
+
+def compiled_host_costs_of(doc: Any, sources: Any) -> Any:
+    """A framework's `compiled_host:` block: the host's time per kernel of compiled code (parcalc.core.timing.host
+    CompiledHostCosts): per generated kernel, per extern GEMM, per attention op forward and backward, the wrapper's own
+    lines per kernel."""
+    from parcalc.core.timing.host import CompiledHostCosts
+
+    names = ("generated", "gemm", "attention_forward", "attention_backward", "wrapper")
+    block = doc.child("compiled_host")
+    block.only((*names, "source", "note"))
+    times = {}
+    for name in names:
+        if name not in block.data:
+            raise block.error(name, "missing")
+        try:
+            times[name] = parse_quantity(block.data[name], Dimension.TIME, f"{doc.path}: key 'compiled_host.{name}'")
+        except InputError as error:
+            raise PresetError(str(error)) from None
+        if not 0 <= times[name] < 1e-2:
+            raise block.error(name, f"a host time per kernel between 0 and 10 ms, got {shown(block.data[name])}")
+    return CompiledHostCosts(**times, source=block.source_ref("source", sources))

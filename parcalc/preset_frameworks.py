@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from parcalc.errors import InputError, PresetError, shown
-from parcalc.preset_doc import PresetDoc, host_costs_of, opened
+from parcalc.preset_doc import PresetDoc, compiled_host_costs_of, host_costs_of, opened
 from parcalc.preset_files import Category
 from parcalc.units import Dimension, parse_quantity
 
 _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather", "reduce_every_micro_batch", "reshard_after_forward",
                     "tp_comm_overlap")  # fmt: skip
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "default_zero", "notes", "pipeline", *_FRAMEWORK_FLAGS,
-                   "kernels", "host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
+                   "kernels", "host", "compiled_host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
                    "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm",
                    "fp8_dispatch", "pipeline_split", "context_parallel", "cp_comm_default", "not_run")  # fmt: skip
 # The settings a profile's `not_run:` may name (Framework.run_reason): the flags as typed
@@ -112,6 +112,8 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
         except InputError:
             raise doc.error("cp_comm_default.value", f"one of p2p, all-gather, a2a, got {shown(given)}") from None
     host = host_costs_of(doc, sources) if "host" in data else None
+    if "compiled_host" in data:  # optional: the host per kernel of --compile's code (parcalc.core.timing.host CompiledHostCosts)
+        memory["compiled_host"] = compiled_host_costs_of(doc, sources)
     if "expert_gemm_host" in data:  # optional: MoE experts as a host loop of GEMMs (parcalc.core.timing.moe)
         per_gemm = doc.quantity("expert_gemm_host", Dimension.TIME, sources)
         assert per_gemm is not None

@@ -128,7 +128,7 @@ class _Shapes:
         from parcalc.core.flops import training_flops
 
         self.model, self.training, self.cluster, self.cp_comm, self.moe = model, training, cluster, cp_comm, moe
-        self.launches: dict[tuple[int, ...], tuple[int, int]] = {}  # (tp, cp, b, SP, recompute) -> kernels of a forward, a backward
+        self.hosts: dict[tuple[int, ...], tuple[float, float]] = {}  # (tp, cp, b, SP, recompute) -> host seconds of a forward, a backward
         self.per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
         # fully_shard under torch's pipelining keeps each stage unsharded with its gradients (memory.pipelined_fsdp_working_set)
         self.pipeline_reduce = fsdp_pipeline_reduce_bytes(cluster.framework.step_memory)
@@ -960,21 +960,21 @@ def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, 
                 m: np.ndarray, stage: Any, t_opt: Any) -> Any:  # fmt: skip
     """t_host of each configuration as parcalc.core.fit._host_derivation has it (one stage, a profile that measured its host;
     0 otherwise): kernel launches once per distinct (b, SP, recomputation), the fluid model on arrays."""
-    from parcalc.core.fit_term_derivations import host_costs
+    from parcalc.core.fit_term_derivations import host_costs, phase_hosts
     from parcalc.core.timing.host import host_exposed_repeated, optimizer_launches
-    from parcalc.core.timing.step import stage_launches
+    from parcalc.core.timing.step import stage_launches_by_kind
 
     model, training, cluster = shapes.model, shapes.training, shapes.cluster
     costs = host_costs(cluster)
     if costs is None or p > 1:
         return 0.0
-    n_f, n_b = np.empty(b.size), np.empty(b.size)
+    h_f, h_b = np.empty(b.size), np.empty(b.size)
     for key in set(zip(b.tolist(), sp.tolist(), r.tolist(), strict=True)):
         config = Config.of(t, p, d, int(key[0]), RECOMPUTES[int(key[2])], sequence_parallel=bool(key[1]), cp=c)
         rows = (b == key[0]) & (sp == key[1]) & (r == key[2])
-        if (t, c, *key) not in shapes.launches:
-            shapes.launches[(t, c, *key)] = stage_launches(model, config, training, cluster)
-        n_f[rows], n_b[rows] = shapes.launches[(t, c, *key)]
+        if (t, c, *key) not in shapes.hosts:  # each phase's host time (eager or compiled costs: parcalc.core.timing.host)
+            shapes.hosts[(t, c, *key)] = phase_hosts(*stage_launches_by_kind(model, config, training, cluster), training, cluster)
+        h_f[rows], h_b[rows] = shapes.hosts[(t, c, *key)]
     if t == 1 and not training.offload_optimizer:
         from parcalc.core.comm.tensors import parameter_tensors
 
@@ -982,7 +982,7 @@ def _host_times(shapes: _Shapes, t: int, p: int, d: int, c: int, b: np.ndarray, 
         n_opt, n_par = np.where(z == 0, optimizer_launches(sizes), 0), np.where(z == 0, len(sizes), 0)
     else:
         n_opt = n_par = np.zeros(b.size)
-    return host_exposed_repeated(n_f * costs.forward, stage.forward, n_b * costs.backward, stage.backward + stage.recompute, m,
+    return host_exposed_repeated(h_f, stage.forward, h_b, stage.backward + stage.recompute, m,
                                  n_opt * costs.optimizer, t_opt, n_par * costs.prelude, cluster.framework.sync_after_backward)  # fmt: skip
 
 

@@ -58,42 +58,94 @@ def host_costs(cluster: Cluster) -> Any:
     return costs
 
 
+def compiled_host(training: Training, cluster: Cluster) -> Any:
+    """The host's time per kernel of compiled code (parcalc.core.timing.host.CompiledHostCosts) when the model is compiled
+    and the framework profile gives it; None: the eager costs stand for it."""
+    return cluster.framework.compiled_host if training.compiled and host_costs(cluster) is not None else None
+
+
+def phase_hosts(forward: dict[str, int], backward: dict[str, int], training: Training, cluster: Cluster) -> tuple[float, float]:
+    """(H_f, H_b): seconds the host takes to issue one micro-batch's forward and backward, of these kernels by kind
+    (parcalc.core.timing.step.stage_launches_by_kind): kernels x the eager costs per phase, or under --compile each kind x
+    the compiled code's cost (parcalc.core.timing.host)."""
+    compiled = compiled_host(training, cluster)
+    if compiled is not None:
+        return (compiled.phase(forward["memory"], forward["gemm"], forward["attention"], backward=False),
+                compiled.phase(backward["memory"], backward["gemm"], backward["attention"], backward=True))  # fmt: skip
+    costs = host_costs(cluster)
+    return sum(forward.values()) * costs.forward, sum(backward.values()) * costs.backward
+
+
+# t_host's formula under --compile: each phase's host time by kind of kernel (parcalc.core.timing.host.CompiledHostCosts)
+COMPILED_HOST_FORMULA = ("Σ over the segments between synchronisations of max(ΣH, max_j(Σ_{i<j} H_i + Σ_{i≥j} G_i)) - ΣG over their "
+                         "phases (forward, backward) × $m, the optimizer's Python, its launches; "
+                         "H = $g_f × $c_g + $k_f × $c_mm + $a_f × $c_af + ($g_f + $k_f + $a_f) × $c_w, "
+                         "$g_b × $c_g + $k_b × $c_mm + $a_b × $c_ab + ($g_b + $k_b + $a_b) × $c_w, $n_p × $c_p, "
+                         "$n_o × $c_o; G = $G_f, $G_b, 0, $G_o")  # fmt: skip
+
+
 def host_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, stage: Any, m: int,
                      t_opt: float) -> Derivation | None:  # fmt: skip
     """t_host: the GPU waiting for the host that issues eager PyTorch's kernels one by one (parcalc.core.timing.host), for a
-    framework profile that measured its host (`host:`), one stage (pp = 1: the phases are the micro-batches' passes)."""
+    framework profile that measured its host (`host:`), one stage (pp = 1: the phases are the micro-batches' passes); under
+    --compile the model's kernels at compiled code's costs (`compiled_host:`), the optimizer's at the eager ones."""
     from parcalc.core.comm.tensors import parameter_tensors
     from parcalc.core.timing.host import MULTI_TENSOR_SOURCE, host_exposed_segments, optimizer_launches, step_segments
-    from parcalc.core.timing.step import stage_launches
+    from parcalc.core.timing.step import stage_launches_by_kind
 
     costs = host_costs(cluster)
     if costs is None or config.layout.pp > 1:
         return None
-    n_f, n_b = stage_launches(model, config, training, cluster)
+    forward, backward = stage_launches_by_kind(model, config, training, cluster)
+    n_f, n_b = sum(forward.values()), sum(backward.values())
+    h_f, h_b = phase_hosts(forward, backward, training, cluster)
     sizes = [x.rows * x.cols for x in parameter_tensors(model)] if config.layout.tp == 1 else []
     stepped = bool(sizes) and not training.offload_optimizer and config.layout.zero == 0
     n_opt = optimizer_launches(sizes) if stepped else 0
     n_par = len(sizes) if stepped else 0
     synced = cluster.framework.sync_after_backward
     g_f, g_b = float(stage.forward), float(stage.backward + stage.recompute)
-    value = host_exposed_segments(step_segments(n_f * costs.forward, g_f, n_b * costs.backward, g_b, m, n_par * costs.prelude,
-                                                n_opt * costs.optimizer, t_opt, synced))  # fmt: skip
-    inputs = [term_of("m", "m", m, "", "micro-batches per replica"),
-              term_of("n_f", "n_f", n_f, "", "kernels of one micro-batch's forward on the stage (parcalc's kernel list, one launch each)"),
-              term_of("n_b", "n_b", n_b, "", "kernels of its backward (and recomputed forward)"),
-              term_of("n_o", "n_o", n_opt, "", "kernels of the fused optimizer step (" + MULTI_TENSOR_SOURCE + ")"),
-              term_of("n_p", "n_p", n_par, "", "parameter tensors the optimizer's Python walks before its first launch"),
-              term_of("c_f", "c_f", costs.forward, "s", "host time per forward kernel (Python model code, dispatcher, launch)", costs.source),
-              term_of("c_b", "c_b", costs.backward, "s", "host time per backward kernel (autograd engine, launch)", costs.source),
-              term_of("c_o", "c_o", costs.optimizer, "s", "host time per optimizer kernel", costs.source),
-              term_of("c_p", "c_p", costs.prelude, "s", "host time per parameter tensor of the optimizer's Python before its first launch",
-                 costs.source),
+    value = host_exposed_segments(step_segments(h_f, g_f, h_b, g_b, m, n_par * costs.prelude, n_opt * costs.optimizer, t_opt, synced))
+    compiled = compiled_host(training, cluster)
+    optimizer_counts = [term_of("n_o", "n_o", n_opt, "", "kernels of the fused optimizer step (" + MULTI_TENSOR_SOURCE + ")"),
+                        term_of("n_p", "n_p", n_par, "", "parameter tensors the optimizer's Python walks before its first launch")]  # fmt: skip
+    optimizer_costs = [term_of("c_o", "c_o", costs.optimizer, "s", "host time per optimizer kernel", costs.source),
+                       term_of("c_p", "c_p", costs.prelude, "s", "host time per parameter tensor of the optimizer's Python before its "
+                               "first launch", costs.source)]  # fmt: skip
+    if compiled is None:
+        counts = [term_of("n_f", "n_f", n_f, "", "kernels of one micro-batch's forward on the stage (parcalc's kernel list, one launch each)"),
+                  term_of("n_b", "n_b", n_b, "", "kernels of its backward (and recomputed forward)")]  # fmt: skip
+        model_costs = [term_of("c_f", "c_f", costs.forward, "s", "host time per forward kernel (Python model code, dispatcher, launch)", costs.source),
+                       term_of("c_b", "c_b", costs.backward, "s", "host time per backward kernel (autograd engine, launch)", costs.source)]  # fmt: skip
+        formula = None
+    else:
+        src = compiled.source
+        counts = [term_of("g_f", "g_f", forward["memory"], "", "generated (Triton) kernels of one micro-batch's compiled forward"),
+                  term_of("k_f", "k_f", forward["gemm"], "", "extern GEMMs of its forward (extern_kernels.mm)"),
+                  term_of("a_f", "a_f", forward["attention"], "", "attention ops of its forward (the SDPA ATen op)"),
+                  term_of("g_b", "g_b", backward["memory"], "", "generated kernels of its compiled backward (and recomputed forward)"),
+                  term_of("k_b", "k_b", backward["gemm"], "", "extern GEMMs of its backward"),
+                  term_of("a_b", "a_b", backward["attention"], "", "attention ops of its backward")]  # fmt: skip
+        model_costs = [term_of("c_g", "c_g", compiled.generated, "s", "host time per generated kernel's launch (Inductor's "
+                               "CachingAutotuner.run, launcher, cuLaunchKernel)", src),
+                       term_of("c_mm", "c_mm", compiled.gemm, "s", "host time per extern GEMM (aten::mm and cuBLASLt's host work)", src),
+                       term_of("c_af", "c_af", compiled.attention_forward, "s", "host time per attention op forward (SDPA's ATen op)", src),
+                       term_of("c_ab", "c_ab", compiled.attention_backward, "s", "host time per attention op backward", src),
+                       term_of("c_w", "c_w", compiled.wrapper, "s", "host time of the wrapper's own lines per kernel (the output's "
+                               "allocation, views, checks)", src)]  # fmt: skip
+        formula = COMPILED_HOST_FORMULA
+    inputs = [term_of("m", "m", m, "", "micro-batches per replica"), *counts, *optimizer_counts, *model_costs, *optimizer_costs,
               term_of("G_f", "G_f", g_f, "s", "GPU time of one micro-batch's forward"), term_of("G_b", "G_b", g_b, "s", "GPU time of its backward"),
               term_of("G_o", "G_o", t_opt, "s", "GPU time of the optimizer step")]  # fmt: skip
     loop = (("the loop synchronises after every micro-batch's backward (" + cluster.framework.source("sync_after_backward")
              + "): each micro-batch and the optimizer step are fluid models of their own") if synced
             else "the host runs ahead of the GPU through the whole step (no synchronisation inside it)")  # fmt: skip
-    return HOST.derivation(inputs, value, assumptions=(loop,))
+    assumptions: tuple[str, ...] = (loop,)
+    if compiled is not None:
+        assumptions += ("compiled: the model's kernels issued from Inductor's generated wrapper (one autograd node for the whole "
+                        "backward), the optimizer eager; the compiled call's fixed host work (Dynamo's guards, AOTAutograd's "
+                        "runtime wrappers, the wrapper's input checks) not counted",)  # fmt: skip
+    return HOST.derivation(inputs, value, formula=formula, assumptions=assumptions)
 
 
 def offload_derivation(model: TransformerModel, config: Config, training: Training, cluster: Cluster, breakdown: MemoryBreakdown,

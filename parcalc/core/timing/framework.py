@@ -13,7 +13,7 @@ from dataclasses import field, replace
 from functools import lru_cache
 
 from parcalc.core.layout import Layout
-from parcalc.core.timing.host import HostCosts
+from parcalc.core.timing.host import CompiledHostCosts, HostCosts
 from parcalc.frozen import frozen
 
 # The kernel sets parcalc times between GEMMs (parcalc.core.timing.compute: FUSED_SOURCE, EAGER_SOURCE)
@@ -78,6 +78,9 @@ class Framework:
     # Host time per kernel issued (parcalc.core.timing.host): forward, backward, optimizer step, and where it was measured;
     # None: not modelled (the GPU is taken as never waiting for the host)
     host: HostCosts | None = None
+    # Host time per kernel of the model's code under --compile (Inductor's generated wrapper: parcalc.core.timing.host
+    # CompiledHostCosts), a mechanism of its own; None: compiled code's host not modelled (t_host then as eager's)
+    compiled_host: CompiledHostCosts | None = None
     # Whether the training loop synchronises the host with the GPU after every micro-batch's backward (Hugging Face's Trainer
     # tests the loss for NaN in Python there): the optimizer step's host work is then exposed (parcalc.core.timing.host)
     sync_after_backward: bool = False

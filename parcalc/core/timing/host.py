@@ -24,6 +24,14 @@ plain loop that synchronises only around the step hides it under the backward's 
 
 The optimizer step is two phases: its Python before the first launch (torch.optim.adamw's _init_group over the
 parameters, _group_tensors_by_device_and_dtype: host only, no kernel) and its multi-tensor launches.
+
+Compiled code (--compile: torch.compile's Inductor) issues its kernels another way, so its host time per kernel is another
+mechanism with its own sources (CompiledHostCosts): the generated Python wrapper's `call(args)` runs one line a kernel, no
+model code and no autograd node per op (the compiled backward is one autograd node, CompiledFunctionBackward, whose body is
+the backward graph's wrapper). A generated (Triton) kernel is CachingAutotuner.run -> the launcher -> cuLaunchKernel; an
+extern kernel (a GEMM: extern_kernels.mm; attention: the SDPA ATen op) is the ATen op called from the wrapper, as much host
+work as the same op called from eager code (cuBLASLt's or cuDNN's own host work dominates it), less the Python around it.
+The optimizer is not compiled: its costs stay the eager ones.
 """
 
 from __future__ import annotations
@@ -46,6 +54,25 @@ class HostCosts:
     # s of the optimizer step's Python per parameter tensor before its first launch (torch/optim/adamw.py _init_group: state
     # look-ups and list appends per parameter); 0: not measured
     prelude: float = 0.0
+
+
+@frozen
+class CompiledHostCosts:
+    """Host time per kernel of compiled code (Inductor's wrapper; the module docstring): the launch of a generated (Triton)
+    kernel, an extern GEMM's ATen op, an attention op's forward and backward (the SDPA ATen op, whatever kernels it
+    launches), and the wrapper's own lines around every kernel (its output's allocation, views, checks); source."""
+
+    generated: float
+    gemm: float
+    attention_forward: float
+    attention_backward: float
+    wrapper: float
+    source: str
+
+    def phase(self, generated: int, gemm: int, attention: int, backward: bool) -> float:
+        """Seconds the host takes to issue a phase of these kernels (attention: ops, one kernel each in parcalc's lists)."""
+        per_attention = self.attention_backward if backward else self.attention_forward
+        return generated * self.generated + gemm * self.gemm + attention * per_attention + (generated + gemm + attention) * self.wrapper
 
 
 # The profiler's factor on the host's time to issue each phase of Hugging Face Llama's step: profiled (record_shapes=True,

@@ -966,6 +966,15 @@ def _layer_shard(model: Any, layout: Layout, micro_batch: int, training: Any, cl
 def stage_launches(model: Any, config: Any, training: Any, cluster: Any) -> tuple[int, int]:
     """Kernels one micro-batch launches on a one-stage model (pp = 1): (forward, backward with recomputed forward), one launch
     per kernel of parcalc's lists (parcalc.core.timing.compute); the host's work in parcalc.core.timing.host."""
+    forward, backward = stage_launches_by_kind(model, config, training, cluster)
+    return sum(forward.values()), sum(backward.values())
+
+
+def stage_launches_by_kind(model: Any, config: Any, training: Any, cluster: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """stage_launches by kind of kernel ('gemm', 'attention', 'memory': parcalc.core.timing.kinds), forward and backward (with
+    the recomputed forward): compiled code issues each kind another way (parcalc.core.timing.host.CompiledHostCosts)."""
+    from collections import Counter
+
     from parcalc.core.choices import Recompute
     from parcalc.core.timing.compute import end_passes, layer_passes
     from parcalc.core.timing.moe import ExpertShard
@@ -978,10 +987,17 @@ def stage_launches(model: Any, config: Any, training: Any, cluster: Any) -> tupl
         if model.moe is not None else dense
     moe_layers = model.moe_layers_in(0, model.layers) if model.moe is not None else 0
     ends = end_passes(model, shard, spec)
-    forward = backward = 0
+    forward: Counter[str] = Counter({"gemm": 0, "attention": 0, "memory": 0})
+    backward: Counter[str] = Counter({"gemm": 0, "attention": 0, "memory": 0})
     for passes, count in ((dense, model.layers - moe_layers), (moe, moe_layers)):
-        again = sum(1 for w in passes.recompute_weights(config.recompute, model, modules) if w > 0)
-        forward += count * len(passes.forward)
-        backward += count * (len(passes.backward) + again)
-    end_forward = sum(1 for k in ends.kernels if not k.key.endswith(".bwd") and ".dgrad" not in k.key and ".wgrad" not in k.key)
-    return forward + end_forward, backward + len(ends.kernels) - end_forward
+        weights = passes.recompute_weights(config.recompute, model, modules)
+        for kernel in passes.forward:
+            forward[kernel.kind] += count
+        for kernel in passes.backward:
+            backward[kernel.kind] += count
+        for kernel, w in zip(passes.forward, weights, strict=True):
+            backward[kernel.kind] += count if w > 0 else 0
+    for kernel in ends.kernels:
+        is_backward = kernel.key.endswith(".bwd") or ".dgrad" in kernel.key or ".wgrad" in kernel.key
+        (backward if is_backward else forward)[kernel.kind] += 1
+    return dict(forward), dict(backward)

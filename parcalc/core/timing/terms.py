@@ -89,7 +89,7 @@ COMPUTE = StepTerm(
     "t_compute", "Compute per iteration (kernels of the slowest stage, every micro-batch)", "compute", "compute",
     "t_compute", r"t_{\mathrm{compute}}", "$m × ($t_f + $t_b + $t_r)", KERNEL_SOURCE)  # fmt: skip
 HOST = StepTerm(
-    "t_host", "GPU waiting for the host per iteration (eager kernels issued one by one)", "host wait", "host wait",
+    "t_host", "GPU waiting for the host per iteration (kernels issued one by one)", "host wait", "host wait",
     "t_host", r"t_{\mathrm{host}}",
     "Σ over the segments between synchronisations of max(ΣH, max_j(Σ_{i<j} H_i + Σ_{i≥j} G_i)) - ΣG over their phases "
     "(forward, backward) × $m, the optimizer's Python, its launches; "
