@@ -41,3 +41,65 @@ def test_a_trace_whose_external_id_is_a_list_reads_its_kernels(runner, tmp_path:
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps(data), encoding="utf-8")
     assert runner.invoke(app, ["calibrate", "trace", str(trace)]).exit_code == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# --help at 80 columns: the examples were written one command a line (up to 275 characters, memory's DeepSeek-V3
+# example); the terminal wrapped them in the middle of words ("--zer" / "o 1"). They are now folded before a flag with a
+# shell continuation, so that they still paste into a shell.
+
+def _help(path: list[str], columns: int) -> str:
+    from typer.testing import CliRunner
+
+    result = CliRunner(env={"COLUMNS": str(columns), "NO_COLOR": "1", "PARCALC_PRESETS": ""}).invoke(app, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _commands_of(text: str) -> list[list[str]]:
+    """The shell words of every `parcalc ...` example line of `text`, continuation lines joined, comments dropped."""
+    import shlex
+
+    joined = text.replace("\\\n", " ")
+    return [shlex.split(line, comments=True) for line in joined.splitlines() if line.strip().startswith(("parcalc ", "cat ", "printf ", "eval "))]
+
+
+HELP_PATHS = [[], *[path for path in __import__("parcalc.docs_cli", fromlist=["command_paths"]).command_paths() if path]]
+
+
+@pytest.mark.parametrize("path", HELP_PATHS, ids=lambda path: " ".join(path) or "parcalc")
+def test_every_help_fits_80_columns_and_its_examples_are_the_same_commands(path: list[str]) -> None:
+    narrow, wide = _help(path, 80), _help(path, 400)  # 400: the help's own limit (100), where fewer lines fold
+    too_wide = [line for line in narrow.splitlines() if len(line) > 80]
+    assert too_wide == [], too_wide  # before: memory --help had 20 example lines over 80, the widest 275
+    # folding moved no word: the same commands, word for word, as at full width (and as written in the source)
+    assert _commands_of(narrow) == _commands_of(wide)
+    assert _commands_of(narrow) or path in (["calibrate"], ["presets"]), "every help but a group's has examples"
+
+
+def test_a_folded_example_keeps_its_comment_outside_the_continued_command() -> None:
+    from parcalc.help_panels import fold_command
+
+    # a comment on a command's first line that no longer fits goes above it, as a comment line of its own
+    first = fold_command("  parcalc calibrate nccl ar.txt -o presets/links/my-nvlink.yaml    # ar.txt from: all_reduce_perf -b 8", 60)
+    assert first == ["  # ar.txt from: all_reduce_perf -b 8",
+                     "  parcalc calibrate nccl ar.txt \\",
+                     "      -o presets/links/my-nvlink.yaml"]  # fmt: skip
+    # on a continuation line it goes below the command's last line: a comment line between `\` lines would end it
+    last = fold_command("      --gpu h200 --batch 4 -o presets/gpus/my-h200.yaml    # then: fit --gpu my-h200", 50, first=False)
+    assert last == ["      --gpu h200 --batch 4 \\", "      -o presets/gpus/my-h200.yaml", "      # then: fit --gpu my-h200"]
+    # quoted words stay whole, a pipe starts a line of its own
+    piped = fold_command("  printf 'command: memory\\nmodel: gpt3-175b\\n' | parcalc sweep - --vary tp=1,2", 50)
+    assert piped == ["  printf 'command: memory\\nmodel: gpt3-175b\\n' \\", "      | parcalc sweep - --vary tp=1,2"]
+
+
+def test_report_list_wraps_a_long_title_on_a_terminal_and_keeps_one_line_a_worksheet_in_a_pipe(runner) -> None:
+    from tests.test_terminal_80 import run_in_pty
+
+    # seed000's title ran to 133 columns and the terminal cut it mid-word ("the ideal" / " network")
+    shown = run_in_pty(["report", "--list"])
+    assert all(len(line) <= 80 for line in shown.splitlines()), shown
+    assert "seed000          Parallelism lab (seed 000): speedup of each strategy, the ideal\n" in shown
+    assert "                 network, memory, and what fits on 2 GPUs  [packaged]" in shown
+    piped = runner.invoke(app, ["report", "--list"]).stdout.splitlines()
+    assert len(piped) == 4 and piped[3].startswith("seed000 ") and piped[3].endswith("on 2 GPUs  [packaged]")
