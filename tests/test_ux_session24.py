@@ -103,3 +103,54 @@ def test_report_list_wraps_a_long_title_on_a_terminal_and_keeps_one_line_a_works
     assert "                 network, memory, and what fits on 2 GPUs  [packaged]" in shown
     piped = runner.invoke(app, ["report", "--list"]).stdout.splitlines()
     assert len(piped) == 4 and piped[3].startswith("seed000 ") and piped[3].endswith("on 2 GPUs  [packaged]")
+
+
+# ---------------------------------------------------------------------------------------------
+# --detail full on a terminal without colour (NO_COLOR, TERM=dumb): the plain form, laid out for files and pipes, ran
+# to 1,779 columns at 80 (presets show gb200's sources), 696 in fit's; it is now laid out at the terminal's width.
+
+def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> str:
+    """`python -m parcalc ARGS` on an 80-column pty with `env` added (tests.test_terminal_80.run_in_pty drops NO_COLOR)."""
+    import fcntl
+    import os
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))
+    base = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TERM")}
+    process = subprocess.Popen([sys.executable, "-m", "parcalc", *args], stdin=slave, stdout=slave, stderr=slave,
+                               env={**base, "TERM": "xterm", **env})  # fmt: skip
+    os.close(slave)
+    out = b""
+    try:
+        while select.select([master], [], [], 300)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        os.close(master)
+        process.wait(timeout=60)
+    assert process.returncode == 0, out[-2000:]
+    return out.decode("utf-8").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"TERM": "dumb"}], ids=["NO_COLOR", "TERM=dumb"])
+@pytest.mark.parametrize("args", [
+    ["presets", "show", "gb200", "--detail", "full"],
+    ["fit", "--model", "llama3-8b", "--gpu", "h100-sxm5", "--gpus", "8", "--detail", "full"],
+])  # fmt: skip
+def test_detail_full_fits_a_terminal_without_colour(env: dict[str, str], args: list[str]) -> None:
+    text = _run_on_a_terminal(args, env)
+    assert "\x1b[" not in text  # no colour, nor any other style
+    wide = [line for line in text.splitlines() if len(line) > 80]
+    assert wide == [], wide[:3]
+    # the whole record still: the sources of presets show, fit's derivations with their formulas
+    assert ("sm90" in text or "TransformerEngine" in text) if args[0] == "presets" else "t_step" in text
