@@ -154,3 +154,21 @@ def test_detail_full_fits_a_terminal_without_colour(env: dict[str, str], args: l
     assert wide == [], wide[:3]
     # the whole record still: the sources of presets show, fit's derivations with their formulas
     assert ("sm90" in text or "TransformerEngine" in text) if args[0] == "presets" else "t_step" in text
+
+
+@pytest.mark.parametrize("args", [
+    ["memory", "--model", "homework-7b", "--format", "json"],
+    ["bubble", "--pp", "4", "--micro-batches", "8", "--format", "json"],
+    ["sweep", "RUN", "--vary", "tp=1,2", "--format", "json"],
+    ["report", "question1", "--format", "json"],
+])  # fmt: skip
+def test_output_dash_is_refused_not_a_file_named_dash(run_error, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      args: list[str]) -> None:  # fmt: skip
+    # `-o -` wrote the document to a file named '-' in the current folder, and said "wrote -" (a script that meant
+    # stdout, as `--config -` means stdin, read nothing); now one line before any work, and nothing written
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run.yaml"
+    run.write_text("command: memory\nmodel: homework-7b\n", encoding="utf-8")
+    line = run_error([str(run) if a == "RUN" else a for a in args] + ["-o", "-"])
+    assert line == "Error: --output: '-' would be a file named '-'; leave -o out to print to stdout"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]
