@@ -320,6 +320,11 @@ atexit.register(_skip_exit_collection)
 class ParcalcGroup(TyperGroup):
     """Lazy commands, and every expected failure as one line on stderr with the right exit code."""
 
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        from parcalc.help_panels import format_epilog
+
+        format_epilog(self, ctx, formatter)  # the examples folded to the terminal's width, as every command's
+
     def list_commands(self, ctx: Any) -> list[str]:
         return sorted(set(COMMANDS) | set(super().list_commands(ctx)))
 

@@ -27,6 +27,8 @@ def check_name_length(path: Path, label: str) -> None:
 
 def check_writable(output: Path) -> None:
     """Fail before any work if the output cannot be written (missing or read-only directory)."""
+    if str(output) == "-":  # `-o -` is stdout in many tools (and --config - reads stdin); here it made a file named '-'
+        raise InputError("--output: '-' would be a file named '-'; leave -o out to print to stdout")
     try:
         check_name_length(output, "--output")
         info = os.stat(output) if os.path.lexists(output) else None

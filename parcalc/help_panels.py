@@ -64,6 +64,7 @@ def group_help(command: Any) -> None:
     examples before the options and the options under their panels' headings."""
     for sub in getattr(command, "commands", {}).values():
         group_help(sub)
+    command.format_epilog = lambda ctx, formatter: format_epilog(command, ctx, formatter)
     if getattr(command, "commands", None) is not None:
         return  # a group lists its commands; its few options stay as click prints them
     for param in command.params:
@@ -80,6 +81,145 @@ def group_help(command: Any) -> None:
         _format_options(command, ctx, formatter)
 
     command.format_help = format_help
+
+
+def format_epilog(command: Any, ctx: Any, formatter: Any) -> None:
+    """click's Command.format_epilog with the lines of its \\b blocks (kept as written, not rewrapped by click) folded to
+    the terminal's width: at 80 columns the examples of `memory --help` ran to 275 characters, each wrapped by the
+    terminal in the middle of a word (session 24's 80-column pass)."""
+    import inspect
+
+    if command.epilog:
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text(fold_epilog(inspect.cleandoc(command.epilog), formatter.width - formatter.current_indent))
+
+
+# The first words of an example's command line (the rest of a \b block is prose)
+_COMMAND_STARTS = ("parcalc ", "cat ", "printf ", "eval ", "mkdir ")
+CONTINUATION = " \\"
+CONTINUATION_INDENT = "    "  # the examples' own continuation lines are indented 4 more than their command
+PARAGRAPH_INDENT = 0  # prose at the margin is a paragraph; lines further in are a table's or a file's
+
+
+def fold_epilog(text: str, width: int) -> str:
+    """`text` (an epilog, paragraphs apart by blank lines) with each line of a \\b paragraph longer than `width` folded:
+    a command line before one of its flags, with a shell continuation (` \\`), so that it still pastes into a
+    shell (a comment that no longer fits goes on its own line above it, or below the command's last line); a run of prose lines of one indentation that
+    holds a long line, rewrapped between words at that indentation. Lines that fit are left as written."""
+    import textwrap
+
+    out: list[str] = []
+    raw = continued = False
+    prose: list[str] = []
+
+    def wrap(text: str, indent: str, more: str) -> list[str]:
+        return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=more, break_long_words=False,
+                             break_on_hyphens=False)  # fmt: skip
+
+    def flush_prose() -> None:
+        if not any(len(line) > width for line in prose):
+            out.extend(prose)
+        elif _indent(prose[0]) <= PARAGRAPH_INDENT:  # a paragraph: rewrapped whole
+            indent = " " * _indent(prose[0])
+            out.extend(wrap(" ".join(line.strip() for line in prose), indent, indent))
+        else:  # deeper: a table's or a file's lines, each kept a line of its own, a long one folded under itself
+            for line in prose:
+                indent = " " * _indent(line)
+                out.extend(wrap(line.strip(), indent, indent + "  ") if len(line) > width else [line])
+        prose.clear()
+
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not line or stripped == "\b":  # click's paragraphs end at an empty line (one of spaces is in the paragraph)
+            flush_prose()
+            raw = stripped == "\b"
+            continued = False
+            out.append(line)
+        elif raw and (continued or stripped.startswith(_COMMAND_STARTS)):
+            flush_prose()
+            out.extend(fold_command(line, width, first=not continued) if len(line) > width else [line])
+            continued = stripped.endswith("\\")
+        elif raw:
+            if prose and _indent(prose[0]) != _indent(line):
+                flush_prose()
+            prose.append(line)
+        else:
+            out.append(line)  # click rewraps a paragraph without \b itself
+    flush_prose()
+    return "\n".join(out)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def fold_command(line: str, width: int, first: bool = True) -> list[str]:
+    """One shell command line as lines of at most `width` (where its words allow), each but the last ending in ` \\`:
+    a flag is kept with its value, the lines after the first indented 4 more when `line` is a command's first line."""
+    indent = line[: _indent(line)]
+    words, comment = _shell_words(line.strip())
+    ends_continued = words[-1:] == ["\\"]
+    if ends_continued:
+        words = words[:-1]
+    units: list[str] = []
+    for word in words:  # a flag starts a unit, its values follow it; a pipe starts one too
+        if units and not word.startswith(("-", "|")):
+            units[-1] += " " + word
+        else:
+            units.append(word)
+    lines = [indent + units[0]]
+    more = indent + (CONTINUATION_INDENT if first else "")
+    for unit in units[1:]:
+        if len(lines[-1]) + 1 + len(unit) + len(CONTINUATION) <= width:
+            lines[-1] += " " + unit
+        else:
+            lines[-1] += CONTINUATION
+            lines.append(more + unit)
+    if ends_continued:
+        lines[-1] += CONTINUATION
+    if comment:
+        if len(lines[-1]) + 4 + len(comment) <= width:
+            lines[-1] += "    " + comment
+        elif first:  # above the command, as a shell comment line of its own
+            lines[:0] = textwrap_comment(comment, indent, width)
+        else:  # below it: a comment line inside a continued command would end the command
+            lines.extend(textwrap_comment(comment, indent, width))
+    return lines
+
+
+def textwrap_comment(comment: str, indent: str, width: int) -> list[str]:
+    import textwrap
+
+    body = comment.lstrip("#").strip()
+    return textwrap.wrap(body, width, initial_indent=indent + "# ", subsequent_indent=indent + "# ", break_long_words=False,
+                         break_on_hyphens=False)  # fmt: skip
+
+
+def _shell_words(command: str) -> tuple[list[str], str]:
+    """The words of a command line as a shell splits them (quotes kept in the word, not removed), and its trailing
+    comment (from a `#` that starts a word, outside quotes)."""
+    words: list[str] = []
+    word = ""
+    quote = ""
+    for at, char in enumerate(command):
+        if quote:
+            word += char
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            word += char
+            quote = char
+        elif char == " ":
+            if word:
+                words.append(word)
+            word = ""
+        elif char == "#" and not word:
+            return words, command[at:]
+        else:
+            word += char
+    if word:
+        words.append(word)
+    return words, ""
 
 
 def _format_options(command: Any, ctx: Any, formatter: Any) -> None:

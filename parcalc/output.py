@@ -155,12 +155,15 @@ def emit(result: Result, fmt: OutputFormat | None, output: Path | None) -> None:
         write_atomically(output, render_text(result, chosen))
         print(f"wrote {output}", file=sys.stderr)
         return
-    if chosen is OutputFormat.TABLE and use_colour():
+    if chosen is OutputFormat.TABLE and (use_colour() or (text_detail() == "full" and sys.stdout.isatty())):
         from rich.console import Console
 
         from parcalc.render.terminal import render_rich
 
-        render_rich(result, Console(), text_detail())
+        # NO_COLOR or TERM=dumb on a terminal: the same layout without any style (color_system None writes no escape
+        # code), so that --detail full fits the terminal as in colour; the plain form is laid out for files and pipes,
+        # and its lines ran to 1,779 columns on an 80-column terminal (presets show gb200; session 24)
+        render_rich(result, Console() if use_colour() else Console(color_system=None), text_detail())
         return
     from parcalc.streams import write_out
 

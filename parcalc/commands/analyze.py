@@ -22,9 +22,9 @@ Examples:
   parcalc analyze timings.csv --time-is step -f csv --section shares
 
 \b
-FILE (CSV, or YAML: a list of rows) has one row per measured run, with the columns
-  gpus, batch_per_gpu or global_batch, time          (required)
-  time_is (step|epoch), compute, comm, message_bytes, allreduces   (optional)
+FILE (CSV, or YAML: a list of rows) has one row per measured run, columns:
+  gpus, batch_per_gpu or global_batch, time                      (required)
+  time_is (step|epoch), compute, comm, message_bytes, allreduces (optional)
 Times without a unit are seconds; message_bytes without one is bytes. A bare name
 not found here is looked up beside the worksheets (lab-ddp-timings.csv: lab-ddp's data).
 """

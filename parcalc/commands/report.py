@@ -179,9 +179,17 @@ def _json(solved: object) -> str:
 
 
 def _list(dirs: tuple) -> None:
+    import shutil
+    import sys
+    import textwrap
+
     from parcalc.preset_files import Category, find_all
     from parcalc.strict_yaml import read_yaml
 
+    # on a terminal, a long title wraps between words under itself (the terminal cut seed000's mid-word at 80 columns);
+    # into a pipe or a file each worksheet stays one line, for a script
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
     for preset in find_all(Category.WORKSHEETS, dirs):
         title = str(read_yaml(preset.path).get("title", ""))
-        print(f"{preset.key:<16} {title}  [{preset.origin}]")
+        line = f"{preset.key:<16} {title}  [{preset.origin}]"
+        print("\n".join(textwrap.wrap(line, width, subsequent_indent=" " * 17, break_on_hyphens=False)) if len(line) > width > 40 else line)

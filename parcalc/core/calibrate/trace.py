@@ -131,7 +131,8 @@ def summarise(data: dict[str, Any], where: str = "trace") -> TraceSummary:
         else:
             end = max(end, t)
     busy += end - start
-    launches = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in LAUNCHES]
+    launches = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("name") in LAUNCHES
+                and (e.get("tid") is None or _is_id(e.get("tid")))]  # fmt: skip
     by_thread: dict[Any, list[dict[str, Any]]] = {}
     for e in launches:
         by_thread.setdefault(e.get("tid"), []).append(e)
@@ -156,7 +157,7 @@ def launch_spread(kernels: list[dict[str, Any]], events: list[dict[str, Any]]) -
     be told apart, and a GEMM's persistent kernel of one name and grid runs every shape."""
     ops: dict[Any, dict[str, Any]] = {}
     for e in events:
-        if e.get("cat") == "cpu_op" and isinstance(e.get("args"), dict):
+        if e.get("cat") == "cpu_op" and isinstance(e.get("args"), dict) and _is_id(e["args"].get("External id")):
             ops.setdefault(e["args"].get("External id"), e)
     groups: dict[tuple[str, str], list[float]] = {}
     unknown: set[str] = set()
@@ -164,7 +165,7 @@ def launch_spread(kernels: list[dict[str, Any]], events: list[dict[str, Any]]) -
         raw = e.get("args")
         args: dict[str, Any] = raw if isinstance(raw, dict) else {}
         kind = kernel_kind(str(e.get("name", "")))
-        op = ops.get(args.get("External id")) if args.get("External id") is not None else None
+        op = ops.get(args.get("External id")) if _is_id(args.get("External id")) else None
         if op is None or "Input Dims" not in op["args"]:
             unknown.add(kind)
             continue
@@ -174,6 +175,12 @@ def launch_spread(kernels: list[dict[str, Any]], events: list[dict[str, Any]]) -
     for (kind, _), durations in groups.items():
         variance[kind] = variance.get(kind, 0.0) + (len(durations) * statistics.variance(durations) if len(durations) > 1 else 0.0)
     return {kind: value**0.5 for kind, value in variance.items() if kind not in unknown}
+
+
+def _is_id(value: Any) -> bool:
+    """A thread or correlation id as a profiler writes one (a number or a name): a list or a mapping there is no trace's
+    (found by the hostile-value pass: a list as 'tid' was an internal error, unhashable as a key)."""
+    return isinstance(value, (int, str))
 
 
 def _number(value: Any) -> bool:
