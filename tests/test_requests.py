@@ -50,7 +50,7 @@ CASES = [
                                               "zero": 1}, id="comm-volume-3d"),  # fmt: skip
     pytest.param(comm_volume, "comm-volume", {"collective": "all-reduce", "size": "1GB", "gpus": 8}, id="comm-volume-collective"),
     pytest.param(scaling, "scaling", {"model": "llama3-8b", "gpu": "h100-sxm5", "gpus": "8,16,...,64", "batch": 64,
-                                      "seq_len": 4096}, id="scaling"),  # fmt: skip
+                                      "seq_len": 4096, "strategy": "zero3"}, id="scaling"),  # fmt: skip
     pytest.param(intensity, "intensity", {"m": 4096, "k": 4096, "n": 4096, "gpu": "h100-sxm5", "dtype": "bf16"}, id="intensity"),
     pytest.param(analyze, "analyze", {"file": "lab-ddp-timings.csv", "time_is": "epoch"}, id="analyze"),
 ]

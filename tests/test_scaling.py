@@ -268,10 +268,21 @@ def test_cli_without_gpu_or_gpus(run_error) -> None:
     assert "--gpu" in run_error(["scaling", "--model", "gpt2-xl", "--gpus", "1,2"])
 
 
-def test_cli_nothing_runs_still_answers(run_json) -> None:
-    doc = run_json(*GPT2, "--gpus", "1,2", "--tp", "8", "--pp", "8")
+def test_cli_nothing_runs_still_answers_and_exits_1(runner, tmp_path) -> None:
+    """No GPU count runs: an infeasible request (README, exit codes: 'an infeasible request exits 1', as fit's), the
+    curve's JSON still printed first for a script; with -o nothing is written."""
+    import json
+
+    result = runner.invoke(app, [*GPT2, "--gpus", "1,2", "--tp", "8", "--pp", "8", "--format", "json"])
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
     assert doc["results"] == {}
     assert doc["verdicts"][0].startswith("the strategy runs at none of the GPU counts")
+    assert result.stderr.strip().splitlines() == ["Error: " + doc["verdicts"][0]]
+    for name in ("curve.svg", "curve.json"):
+        out = tmp_path / name
+        result = runner.invoke(app, [*GPT2, "--gpus", "1,2", "--tp", "8", "--pp", "8", "-o", str(out)])
+        assert result.exit_code == 1 and not out.exists()
 
 
 def test_cli_terms_table_adds_up_to_the_step(run_json) -> None:

@@ -172,3 +172,22 @@ def test_output_dash_is_refused_not_a_file_named_dash(run_error, tmp_path: Path,
     line = run_error([str(run) if a == "RUN" else a for a in args] + ["-o", "-"])
     assert line == "Error: --output: '-' would be a file named '-'; leave -o out to print to stdout"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.yaml"]
+
+
+MXFP8_FIT = ["fit", "--model", "llama3-8b", "--gpus", "8", "--batch", "32", "--seq-len", "4096", "--tp", "1", "--pp", "1", "--dp", "8",
+             "--precision", "fp8", "--fp8-recipe", "mxfp8"]  # fmt: skip
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm5", "h200", "h800-sxm5"])
+def test_mxfp8_is_refused_below_blackwell(run_error, gpu: str) -> None:
+    """Transformer Engine runs MXFP8 from compute capability 10.0 only (NVIDIA/TransformerEngine @d0067d0d
+    transformer_engine/pytorch/quantization.py `_compute_mxfp8_support`); parcalc took the per-tensor FP8 share on Hopper
+    and answered (exit 0). One line, exit 2, naming the GPU and the recipes that run there."""
+    line = run_error([*MXFP8_FIT, "--gpu", gpu])
+    assert line.startswith("Error: --fp8-recipe mxfp8:") and "compute capability 10.0" in line and "--fp8-recipe current" in line
+
+
+@pytest.mark.parametrize("gpu", ["b200", "gb200", "b300"])
+def test_mxfp8_runs_on_blackwell(run_json, gpu: str) -> None:
+    doc = run_json(*MXFP8_FIT, "--gpu", gpu)
+    assert any(line.startswith("fp8 (mxfp8 scaling)") for line in doc["assumptions"])

@@ -89,15 +89,21 @@ def scaling(
 
         check_writable(svg)
     start(None if svg is not None else output, fmt)
+    from parcalc.errors import InfeasibleError, InfeasibleResult
     from parcalc.results.scaling import from_flags
 
-    result = from_flags(model=model, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-                        ffn_hidden=ffn_hidden, mlp=mlp, vocab=vocab, tied=tied, gpus=gpus, gpu=gpu,
-                        gpus_per_node=gpus_per_node, batch=batch, seq_len=seq_len, weak=weak, strategy=strategy, tp=tp,
-                        pp=pp, zero=zero, best=best, micro_batch=micro_batch, recompute=recompute,
-                        sequence_parallel=sequence_parallel, knee=knee, precision=precision,
-                        flash_attention=flash_attention, framework=framework, link=link,
-                        inter_node_link=inter_node_link, ideal_network=ideal_network, presets=presets)
+    try:
+        result = from_flags(model=model, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                            ffn_hidden=ffn_hidden, mlp=mlp, vocab=vocab, tied=tied, gpus=gpus, gpu=gpu,
+                            gpus_per_node=gpus_per_node, batch=batch, seq_len=seq_len, weak=weak, strategy=strategy, tp=tp,
+                            pp=pp, zero=zero, best=best, micro_batch=micro_batch, recompute=recompute,
+                            sequence_parallel=sequence_parallel, knee=knee, precision=precision,
+                            flash_attention=flash_attention, framework=framework, link=link,
+                            inter_node_link=inter_node_link, ideal_network=ideal_network, presets=presets)
+    except InfeasibleResult as error:
+        if svg is None and output is None:  # show the curve's table and why, then fail; no file is written
+            finish(error.result, fmt, None)
+        raise InfeasibleError(str(error)) from None
     if svg is not None:
         import sys
 

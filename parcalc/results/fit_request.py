@@ -28,6 +28,7 @@ from parcalc.results.parse import (
     framework_zero_stage,
     kernels_flag,
     moe_timing_flags,
+    mxfp8_gpu_check,
     power_limited,
     preset_dirs,
     recompute_layers_flag,
@@ -137,8 +138,10 @@ def request(model: str | None = None, layers: str | None = None, hidden: str | N
         raise InputError("--capacity / --peak: describe one GPU; not with several --gpu")
     gpu_name = names[0] if names else None
     device = load_gpu(gpu_name, dirs) if gpu_name is not None and dtype is None else None
-    for name in names if precision is not None and peak is None else ():  # NVFP4 on Blackwell only, each GPU compared
+    for name in names if precision is not None and peak is None else ():  # NVFP4 and MXFP8 on Blackwell only, each GPU compared
         fp4_gpu_check(precision, load_gpu(name, dirs))
+        if precision is Precision.FP8:
+            mxfp8_gpu_check(fp8_recipe, load_gpu(name, dirs))
     if precision is None:  # the default must hold on the GPU given: mixed-bf16, or mixed-fp16 without bf16 (V100)
         from parcalc.results.parse import sixteen_bit_default
 

@@ -323,6 +323,23 @@ def fp8_recipe_flag(recipe: str | None, precision: Any) -> str:
     return recipe.lower()
 
 
+def mxfp8_gpu_check(recipe: str | None, device: Any) -> None:
+    """--fp8-recipe mxfp8 checked against the GPU: MXFP8's block-scaled GEMMs (32-element E8M0 scales applied in the main
+    loop) need Blackwell's Tensor Cores; Transformer Engine refuses the recipe below compute capability 10.0
+    (NVIDIA/TransformerEngine @d0067d0d transformer_engine/pytorch/quantization.py `_compute_mxfp8_support`: 'MXFP8 (for
+    all gemm layouts) is not supported on 12.0+ architectures yet.' / 'Device compute capability 10.0 or higher required
+    for MXFP8 execution.'). AMD GPUs are not checked here (CDNA 4 has MX matrix cores). None: no GPU preset, no check."""
+    from parcalc.core.timing.fp8_quantise import nvfp4_tensor_cores
+    from parcalc.errors import InputError
+
+    if recipe is None or recipe.lower() != "mxfp8" or device is None or device.vendor.lower() != "nvidia":
+        return
+    if nvfp4_tensor_cores(device.vendor, device.architecture):  # Blackwell: the same Tensor Cores run MXFP8
+        return
+    raise InputError(f"--fp8-recipe mxfp8: {device.name} ({device.architecture}) has no MXFP8 Tensor Cores: Transformer "
+                     "Engine runs MXFP8 from compute capability 10.0 (Blackwell); use --fp8-recipe current or delayed")  # fmt: skip
+
+
 def fp4_gpu_check(precision: Any, device: Any) -> None:
     """--precision fp4 checked against the GPU: Transformer Engine's NVFP4 recipe needs FP4 Tensor Cores with E4M3 block
     scales, NVIDIA Blackwell's (parcalc.core.timing.fp8_quantise.nvfp4_tensor_cores); None: no GPU preset, no check."""

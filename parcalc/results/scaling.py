@@ -124,7 +124,12 @@ def result(req: ScalingRequest) -> Result:
                 ("flash_attention", str(training.flash_attention).lower()), ("knee", f"{req.knee:g}")]  # fmt: skip
     if req.ideal_network:
         settings.append(("network", "ideal"))
-    return curve_result(curve, req.model, replace(training, global_batch=req.batch), cluster, settings)
+    shown = curve_result(curve, req.model, replace(training, global_batch=req.batch), cluster, settings)
+    if curve.reference is None:  # no GPU count runs: an infeasible request (exit 1, as fit's), the table shown first
+        from parcalc.errors import InfeasibleResult
+
+        raise InfeasibleResult(verdicts(curve)[0], shown)
+    return shown
 
 
 def from_flags(**flags: Any) -> Result:
