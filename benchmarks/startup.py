@@ -2,6 +2,7 @@
 `python -c "import typer"`, both as whole processes, median of several runs. Run by hand:
 
     python benchmarks/startup.py [runs]
+    python benchmarks/startup.py --instructions    # each once under valgrind: a count that load does not move
 
 Aim (the project's bar): every one-liner, a command that answers one question from a few flags
 (peak-flops, intensity, comm-volume, bubble, flops), at most 1.3x `import typer`; each is timed
@@ -10,11 +11,46 @@ with its ratio, and the gap to peak-flops (the cheapest) shows a command that im
 The commands take turns (one run of each, then the next round), so that a slow spell of a
 shared machine falls on all of them alike and the differences stay meaningful; the preset
 cache is warmed first, as a user's would be after the first run.
+
+Session 24 (before: 8c24843; after: the commit that added these lines; every one-liner's stdout, stderr and exit code
+unchanged). Instructions (`--instructions`, valgrind's callgrind, one run each: the same count run after run to ~0.5 %,
+whatever else the machine runs), millions, with the ratio to `python -c "import typer"`'s 241.9 M:
+
+    one-liner                   before            after             after / before
+    peak-flops                  284.5 (1.176x)    274.1 (1.133x)    0.963
+    intensity                   296.9 (1.227x)    286.5 (1.184x)    0.965
+    intensity no gpu            274.5 (1.135x)    265.3 (1.097x)    0.967
+    intensity layer             324.0 (1.339x)    323.3 (1.337x)    0.998
+    comm-volume collective      304.3 (1.258x)    303.1 (1.253x)    0.996
+    comm-volume all             345.5 (1.428x)    344.5 (1.424x)    0.997
+    comm-volume 3d              346.8 (1.434x)    345.9 (1.430x)    0.998
+    comm-volume 3d megatron     349.2 (1.444x)    348.2 (1.439x)    0.997
+    bubble                      294.1 (1.216x)    294.1 (1.216x)    1.000
+    flops                       305.3 (1.262x)    303.3 (1.254x)    0.994
+
+The instruction ratios run above the seconds' because `import typer` alone spends 34 M instructions (4.6 ms) in 29
+passes of the garbage collector, which a one-liner defers (parcalc.__main__, ParcalcGroup.main), and its memory-bound
+passes cost more seconds per instruction than a one-liner's work. In CPU seconds (user + sys of each process, 15 rounds
+taking turns, load about 2), 8c24843 read: `import typer` 45.7 ms; peak-flops 1.093x, intensity 1.151x, intensity layer
+1.227x, comm-volume 3d 1.268x, all 1.287x, 3d megatron 1.283x, bubble 1.117x, flops 1.155x; with seven test suites
+running the seconds moved too much to show a 1-4 % change (after / before, 21 rounds paired: 0.95-1.00).
+
+What moved: peak-flops and intensity's GEMM lines no longer create parcalc.core.choices' enums (results.parse imports
+Schedule where it needs it), a one-liner imports the validation of the preset kinds it reads only
+(parcalc.presets._builder), comm-volume leaves torchao's FP8 sources out unless --fp8-all-gather.
+
+What is left of comm-volume 3d above `import typer` (about 100 M instructions, 11 ms of CPU): two thirds importing its
+62 modules (about 45 us each of finding and reading before a line runs, then their classes: parcalc.core.choices' twelve
+enums are the costliest module, ~1 ms, then comm.plan's NamedTuples, commands.common's typer options, core.collectives,
+the @frozen classes' dataclass fields), one third running (typer building its 57 options, ~1 ms; the three presets
+read and validated; the plan's groups placed on nodes; the brief's text wrapped). None of it is one cost to remove:
+this session's aim of 1.15x would need about a fifth of parcalc's own work gone.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -54,6 +90,20 @@ def seconds(argv: list[str]) -> float:
     return elapsed
 
 
+def instructions(argv: list[str]) -> int:
+    """The user-space instructions of one run of `argv` (valgrind's callgrind, its `Collected` count), after a plain
+    run has warmed the bytecode and preset caches: a figure the machine's other work does not move, where its seconds
+    vary by 10-20 % on a shared machine. About fifty times slower than the run. str hashes are seeded with 0, so that a
+    dict's layout, and the count, repeat run after run (to ~0.5 %)."""
+    seconds(argv)
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, env=ENV | {"PYTHONHASHSEED": "0"}, text=True)  # fmt: skip
+    counted = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or counted is None:
+        raise SystemExit(f"{' '.join(argv)} under valgrind failed: {done.stderr[-500:]}")
+    return int(counted.group(1))
+
+
 def taking_turns(commands: dict[str, list[str]], runs: int) -> dict[str, list[float]]:
     """Each parcalc command line and `import typer` (key "import typer") run `runs` times in turn, after one warm-up each
     (the file cache, the bytecode, the preset cache): their wall seconds, run by run."""
@@ -67,7 +117,18 @@ def taking_turns(commands: dict[str, list[str]], runs: int) -> dict[str, list[fl
     return times
 
 
+def main_instructions() -> None:
+    baseline = instructions(BASELINE)
+    print(f"python -c 'import typer'         {baseline / 1e6:7.1f} M instructions")
+    for name, args in COMMANDS.items():
+        count = instructions([PYTHON, "-m", "parcalc", *args])
+        print(f"parcalc {name:<25} {count / 1e6:7.1f} M  ratio {count / baseline:.3f}x", flush=True)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--instructions"]:
+        main_instructions()
+        return
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     times = taking_turns(COMMANDS, runs)
     medians = {name: statistics.median(values) for name, values in times.items()}
