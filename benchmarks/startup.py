@@ -13,38 +13,45 @@ shared machine falls on all of them alike and the differences stay meaningful; t
 cache is warmed first, as a user's would be after the first run.
 
 Session 24 (before: 8c24843; after: the commit that added these lines; every one-liner's stdout, stderr and exit code
-unchanged). Instructions (`--instructions`, valgrind's callgrind, one run each: the same count run after run to ~0.5 %,
-whatever else the machine runs), millions, with the ratio to `python -c "import typer"`'s 241.9 M:
+unchanged). Instructions (`--instructions`, valgrind's callgrind, one run each: a count that other work on the machine
+does not move, though `import typer`'s varies by ~1 % with the files in the current directory, which the import system
+lists), millions, each once, and after's ratio to `python -c "import typer"`'s 240.6 M:
 
-    one-liner                   before            after             after / before
-    peak-flops                  284.5 (1.176x)    274.1 (1.133x)    0.963
-    intensity                   296.9 (1.227x)    286.5 (1.184x)    0.965
-    intensity no gpu            274.5 (1.135x)    265.3 (1.097x)    0.967
-    intensity layer             324.0 (1.339x)    323.3 (1.337x)    0.998
-    comm-volume collective      304.3 (1.258x)    303.1 (1.253x)    0.996
-    comm-volume all             345.5 (1.428x)    344.5 (1.424x)    0.997
-    comm-volume 3d              346.8 (1.434x)    345.9 (1.430x)    0.998
-    comm-volume 3d megatron     349.2 (1.444x)    348.2 (1.439x)    0.997
-    bubble                      294.1 (1.216x)    294.1 (1.216x)    1.000
-    flops                       305.3 (1.262x)    303.3 (1.254x)    0.994
+    one-liner                   before    after    after / before    after / import typer
+    peak-flops                  284.6     272.4    0.957             1.132x
+    intensity                   297.0     284.2    0.957             1.180x
+    intensity no gpu            274.6     263.5    0.959             1.094x
+    intensity layer             324.1     317.6    0.980             1.319x
+    comm-volume collective      304.4     301.1    0.989             1.251x
+    comm-volume all             345.6     341.6    0.988             1.419x
+    comm-volume 3d              346.9     342.9    0.988             1.425x
+    comm-volume 3d megatron     349.3     345.3    0.988             1.434x
+    bubble                      294.3     292.4    0.994             1.215x
+    flops                       305.4     299.4    0.980             1.244x
 
 The instruction ratios run above the seconds' because `import typer` alone spends 34 M instructions (4.6 ms) in 29
 passes of the garbage collector, which a one-liner defers (parcalc.__main__, ParcalcGroup.main), and its memory-bound
 passes cost more seconds per instruction than a one-liner's work. In CPU seconds (user + sys of each process, 15 rounds
 taking turns, load about 2), 8c24843 read: `import typer` 45.7 ms; peak-flops 1.093x, intensity 1.151x, intensity layer
 1.227x, comm-volume 3d 1.268x, all 1.287x, 3d megatron 1.283x, bubble 1.117x, flops 1.155x; with seven test suites
-running the seconds moved too much to show a 1-4 % change (after / before, 21 rounds paired: 0.95-1.00).
+running (load 8-12) the seconds moved too much to show a 1-4 % change: after / before, 15 rounds paired, 0.96-1.01,
+median 0.98.
 
 What moved: peak-flops and intensity's GEMM lines no longer create parcalc.core.choices' enums (results.parse imports
-Schedule where it needs it), a one-liner imports the validation of the preset kinds it reads only
-(parcalc.presets._builder), comm-volume leaves torchao's FP8 sources out unless --fp8-all-gather.
+Schedule where it needs it: 0.96 of their instructions); a one-liner imports the validation of the preset kinds it reads
+only (parcalc.presets._builder); comm-volume leaves torchao's FP8 sources out unless --fp8-all-gather; and @frozen
+leaves dataclasses' field collection to the first look-up of a plain class's fields (parcalc.frozen._defer_fields: a
+one-liner defines 17 to 38 such classes and asks none; ~0.99 of comm-volume's instructions, 0.98 of intensity layer's).
 
 What is left of comm-volume 3d above `import typer` (about 100 M instructions, 11 ms of CPU): two thirds importing its
 62 modules (about 45 us each of finding and reading before a line runs, then their classes: parcalc.core.choices' twelve
-enums are the costliest module, ~1 ms, then comm.plan's NamedTuples, commands.common's typer options, core.collectives,
-the @frozen classes' dataclass fields), one third running (typer building its 57 options, ~1 ms; the three presets
-read and validated; the plan's groups placed on nodes; the brief's text wrapped). None of it is one cost to remove:
-this session's aim of 1.15x would need about a fifth of parcalc's own work gone.
+enums are the costliest module, ~1 ms, then comm.plan's NamedTuples, commands.common's typer options, core.collectives),
+one third running (typer building its 57 options, ~1 ms; the three presets read and validated; the plan's groups
+placed on nodes; the brief's text wrapped). None of it is one cost to remove:
+this session's aim of 1.15x would need about a fifth of parcalc's own work gone. Checked and left: enum._simple_enum,
+CPython's own quicker way to make an enum (its stdlib uses it for re and http), makes the twelve in 0.37 ms instead
+of 0.68 ms, but it is private and gives each class another base; skipping the interpreter's teardown with os._exit
+saved no measurable time (the collector's exit pass is already skipped: parcalc.cli._skip_exit_collection).
 """
 
 from __future__ import annotations
