@@ -14,30 +14,52 @@ Unknown keys, missing units and missing sources are errors naming the file and t
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from parcalc.core.hardware import Gpu, Link
 from parcalc.errors import PresetError, shown
 from parcalc.preset_files import Category, PresetFile, did_you_mean, find, find_all
-from parcalc.preset_frameworks import framework_from_document
-from parcalc.preset_hardware import gpu_from_document, link_from_document
-from parcalc.preset_models import model_from_document
 from parcalc.strict_yaml import read_validated, read_yaml
 
 if TYPE_CHECKING:
+    from parcalc.core.hardware import Gpu, Link
     from parcalc.core.model import TransformerModel
 
 
 def load_gpu(name: str, extra_dirs: Sequence[Path | str] = ()) -> Gpu:
-    preset = find(Category.GPUS, name, extra_dirs)
-    return read_validated(preset.path, lambda document: gpu_from_document(preset.key, preset.path, document))
+    return _typed(find(Category.GPUS, name, extra_dirs))
 
 
 def load_link(name: str, extra_dirs: Sequence[Path | str] = ()) -> Link:
-    preset = find(Category.LINKS, name, extra_dirs)
-    return read_validated(preset.path, lambda document: link_from_document(preset.key, preset.path, document))
+    return _typed(find(Category.LINKS, name, extra_dirs))
+
+
+def _typed(preset: PresetFile) -> Any:
+    """The GPU, link, model or framework a preset file holds, validated (a worksheet is read raw: read_preset)."""
+    build = _builder(preset.category)
+    assert build is not None, preset.category
+    return read_validated(preset.path, lambda document: build(preset.key, preset.path, document))
+
+
+def _builder(category: Category) -> Callable[[str, Path, Mapping[str, Any]], Any] | None:
+    """The function that makes `category`'s typed preset from its document; None for a worksheet (raw YAML).
+
+    Imported here, when a preset of that kind is read, not with this module: each kind's validation is a module of its
+    own, and a one-liner reads one or two kinds (peak-flops a GPU, flops a model, comm-volume a model and links)."""
+    if category is Category.GPUS or category is Category.LINKS:
+        from parcalc.preset_hardware import gpu_from_document, link_from_document
+
+        return gpu_from_document if category is Category.GPUS else link_from_document
+    if category is Category.MODELS:
+        from parcalc.preset_models import model_from_document
+
+        return model_from_document
+    if category is Category.FRAMEWORKS:
+        from parcalc.preset_frameworks import framework_from_document
+
+        return framework_from_document
+    return None
 
 
 def _is_file(path: Path) -> bool:
@@ -65,24 +87,15 @@ def load_model(name_or_path: str, extra_dirs: Sequence[Path | str] = ()) -> Tran
         if _is_file(Path(name_or_path) / HF_CONFIG):
             return model_from_hf_config(Path(name_or_path) / HF_CONFIG)
         raise
-    return read_validated(preset.path, lambda document: model_from_document(preset.key, preset.path, document))
+    return _typed(preset)
 
 
 def load_framework(name: str, extra_dirs: Sequence[Path | str] = ()) -> Any:
-    preset = find(Category.FRAMEWORKS, name, extra_dirs)
-    return read_validated(preset.path, lambda document: framework_from_document(preset.key, preset.path, document))
+    return _typed(find(Category.FRAMEWORKS, name, extra_dirs))
 
 
 # ---------------------------------------------------------------------------------------------
 # Generic access for `presets list` / `presets show`
-
-_BUILDERS = {
-    Category.GPUS: gpu_from_document,
-    Category.LINKS: link_from_document,
-    Category.MODELS: model_from_document,
-    Category.FRAMEWORKS: framework_from_document,
-}
-
 
 def load_any(category: Category, name: str, extra_dirs: Sequence[Path | str] = ()) -> tuple[PresetFile, Any, dict]:
     """(file, typed preset, raw document) for `presets show`; worksheets stay raw here."""
@@ -94,7 +107,7 @@ def load_any(category: Category, name: str, extra_dirs: Sequence[Path | str] = (
 def read_preset(preset: PresetFile) -> tuple[Any, dict]:
     """(typed preset, raw document) of a preset found on disk, validated as the commands that name it read it (a worksheet:
     its YAML, raw; `report` checks its questions); PresetError (one line naming the file and the key) where it cannot be."""
-    builder = _BUILDERS.get(preset.category)
+    builder = _builder(preset.category)
     if builder is None:
         document = read_yaml(preset.path)
         return document, document

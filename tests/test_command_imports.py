@@ -103,26 +103,37 @@ def test_building_a_command_does_not_compute_type_hints(monkeypatch: pytest.Monk
 # --kernels is checked against them only when given (results.parse.kernels_flag), and a layer's kernels need none.
 # parcalc.core.expert_parallel: an MoE model's expert grid (with parcalc.core.layer_params); comm-volume's expert rows
 # and assumptions return before it for a dense model (parcalc.core.comm.expert)
+# parcalc.core.choices: the enums (~1 ms to create); a one-liner whose flags and answer have none (peak-flops, a GEMM's
+# intensity) leaves them out (results.parse imports Schedule where the pipeline layout needs it). Each preset kind's
+# validation (parcalc.preset_hardware: GPUs and links; .preset_models; .preset_frameworks) is imported when a preset of
+# that kind is read (parcalc.presets._builder). parcalc.core.comm.float8_all_gather: read only under --fp8-all-gather.
 NOT_LOADED = ("json", "yaml", "string", "decimal", "hashlib", "jinja2", "numpy", "parcalc.render.terminal", "parcalc.flags",
-              "parcalc.core.timing.framework", "parcalc.core.expert_parallel")
+              "parcalc.core.timing.framework", "parcalc.core.expert_parallel", "parcalc.core.choices", "parcalc.preset_hardware",
+              "parcalc.preset_models", "parcalc.preset_frameworks", "parcalc.core.comm.float8_all_gather")  # fmt: skip
 # decimal: parcalc.units reads a plain whole number ("--batch 1536") as an int, a short decimal with a unit (a preset's
 # "19.5 TFLOP/s", "3.4 us", "--size 1GB") in ints and a YAML float as it is; fractions.Fraction (the pipeline
 # schedules) still imports it
 WITH_DECIMAL = ("decimal",)
+CHOICES = ("parcalc.core.choices",)  # a flag or an answer with an enum: --schedule, --strategy, --recompute, a model's --mlp
+GPU_OR_LINK = ("parcalc.preset_hardware",)  # a GPU or a link preset read
+MODEL = ("parcalc.preset_models",)  # a model preset read
 ONE_LINER_RUNS = {
-    "peak-flops": (["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32"], ("string",)),  # its brief writes 2 x clock x ...
-    "intensity": (["intensity", "--m", "4096", "--k", "4096", "--n", "4096", "--gpu", "a100-sxm4-80gb"], ()),
+    "peak-flops": (["peak-flops", "--gpu", "a100-sxm4-80gb", "--dtype", "tf32"], ("string", *GPU_OR_LINK)),  # its brief writes 2 x clock x ...
+    "intensity": (["intensity", "--m", "4096", "--k", "4096", "--n", "4096", "--gpu", "a100-sxm4-80gb"], GPU_OR_LINK),
     "intensity no gpu": (["intensity", "--m", "4096", "--k", "4096", "--n", "4096", "--dtype", "fp16"], ()),
-    "intensity layer": (["intensity", "--model", "homework-7b", "--batch", "128", "--seq-len", "4096", "--gpu", "a100-sxm4-80gb"], ()),
-    "comm-volume collective": (["comm-volume", "--collective", "all-reduce", "--size", "1GB", "--gpus", "8", "--link", "nvlink3"], ()),
-    "comm-volume all": (["comm-volume", "--strategy", "all", "--model", "gpt3-175b", "--batch", "1536", "--seq-len", "2048"], ()),
+    "intensity layer": (["intensity", "--model", "homework-7b", "--batch", "128", "--seq-len", "4096", "--gpu", "a100-sxm4-80gb"],
+                        (*CHOICES, *GPU_OR_LINK, *MODEL)),
+    "comm-volume collective": (["comm-volume", "--collective", "all-reduce", "--size", "1GB", "--gpus", "8", "--link", "nvlink3"],
+                               (*CHOICES, *GPU_OR_LINK)),
+    "comm-volume all": (["comm-volume", "--strategy", "all", "--model", "gpt3-175b", "--batch", "1536", "--seq-len", "2048"],
+                        (*CHOICES, *GPU_OR_LINK, *MODEL)),
     "comm-volume 3d": (["comm-volume", "--strategy", "3d", "--model", "gpt3-175b", "--tp", "8", "--pp", "8", "--dp", "4", "--batch",
-                        "1536", "--seq-len", "2048"], ()),
+                        "1536", "--seq-len", "2048"], (*CHOICES, *GPU_OR_LINK, *MODEL)),
     "comm-volume 3d megatron": (["comm-volume", "--strategy", "3d", "--model", "gpt3-175b", "--tensor-model-parallel-size", "8",
                                  "--pipeline-model-parallel-size", "8", "--dp", "4", "--global-batch-size", "1536", "--seq-length",
-                                 "2048"], ("parcalc.flags",)),  # Megatron-LM's spelling is parcalc.flags' vocabulary
-    "bubble": (["bubble", "--pp", "4", "--micro-batches", "16", "--schedule", "1f1b"], WITH_DECIMAL),
-    "flops": (["flops", "--model", "homework-7b", "--batch", "128", "--seq-len", "4096"], ()),
+                                 "2048"], ("parcalc.flags", *CHOICES, *GPU_OR_LINK, *MODEL)),  # Megatron-LM's spelling is parcalc.flags' vocabulary
+    "bubble": (["bubble", "--pp", "4", "--micro-batches", "16", "--schedule", "1f1b"], (*WITH_DECIMAL, *CHOICES)),
+    "flops": (["flops", "--model", "homework-7b", "--batch", "128", "--seq-len", "4096"], (*CHOICES, *MODEL)),
 }  # fmt: skip
 
 

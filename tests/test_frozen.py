@@ -222,3 +222,112 @@ def test_fields_keep_their_annotations_and_a_class_variable_is_no_field() -> Non
     plain, fast = _pair(counted, "Counted")
     assert [f.name for f in dataclasses.fields(fast)] == [f.name for f in dataclasses.fields(plain)] == ["x"]
     assert fast(3) == fast(3) and fast.made == 0 and repr(fast(3)) == "Counted(x=3)"
+
+
+# A class with a docstring whose fields all take dataclasses' defaults (the classes of parcalc: plain defaults, no
+# field()) is made without dataclasses at definition (parcalc.frozen._defer_fields); dataclasses collects its fields
+# when something asks for them. Such a class behaves as its dataclass(frozen=True) twin before and after that.
+def PLAIN() -> dict:
+    return {"__doc__": "A point on a plane, in metres.", "__annotations__": {"x": "int", "y": "float", "label": "str"}, "label": "origin"}
+
+
+def _deferred(cls: type) -> bool:
+    return type(cls.__dict__.get("__dataclass_fields__")).__name__ == "_LazyFields"
+
+
+def test_a_plain_class_is_made_without_dataclasses_and_behaves_as_a_frozen_dataclass() -> None:
+    import inspect
+
+    plain, fast = _pair(PLAIN, "Spot")
+    assert _deferred(fast), "defined through dataclasses: the start-up this path saves is lost"
+    a, b = plain(1, 2.0), fast(1, 2.0)
+    assert (repr(b), hash(b), b == fast(1, 2.0), b == fast(1, 3.0)) == (repr(a), hash(a), True, False)
+    assert repr(b) == "Spot(x=1, y=2.0, label='origin')"
+    assert str(inspect.signature(fast)) == str(inspect.signature(plain)) == "(x: 'int', y: 'float', label: 'str' = 'origin') -> None"
+    assert fast.__doc__ == plain.__doc__ and fast.__match_args__ == plain.__match_args__ == ("x", "y", "label")
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'x'"):
+        b.x = 5
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'y'"):
+        fast(1)
+    assert _deferred(fast), "made, compared and shown without its dataclass fields"
+    # then whatever asks for the fields gets dataclasses' own, as the twin's
+    assert dataclasses.is_dataclass(fast) and not _deferred(fast)
+    assert [(f.name, f.type, f.default) for f in dataclasses.fields(fast)] == [(f.name, f.type, f.default) for f in dataclasses.fields(plain)]
+    assert fast.__dataclass_params__.__repr__() == plain.__dataclass_params__.__repr__()
+    assert dataclasses.replace(b, y=5.0) == fast(1, 5.0) and dataclasses.asdict(b) == dataclasses.asdict(a)
+    globals()["Spot"] = fast  # pickle finds classes by module and name
+    assert pickle.loads(pickle.dumps(b)) == b
+    match b:
+        case fast(x=1, y=y):
+            assert y == 2.0
+        case _:
+            pytest.fail("match did not take the class's fields")
+
+
+@pytest.mark.parametrize("ask", ["fields", "params", "replace", "subclass", "dataclass subclass", "instance attribute", "copy.replace"])
+def test_each_way_of_asking_for_a_plain_class_s_fields_gets_dataclasses_own(ask: str) -> None:
+    plain, fast = _pair(PLAIN, "Spot")
+    if ask == "fields":
+        got = [f.name for f in dataclasses.fields(fast)]
+    elif ask == "params":
+        got = repr(fast.__dataclass_params__)
+    elif ask == "replace":
+        got = dataclasses.replace(fast(1, 2.0), label="x")
+    elif ask == "instance attribute":
+        got = list(fast(1, 2.0).__dataclass_fields__)
+    elif ask == "copy.replace":  # Python 3.13's copy.replace takes dataclasses' __replace__; before it, the attribute is absent
+        import copy
+        import sys
+
+        if sys.version_info < (3, 13):
+            assert not hasattr(plain, "__replace__") and not hasattr(fast, "__replace__")
+            pytest.skip("copy.replace is Python 3.13's")
+        got = copy.replace(fast(1, 2.0), y=3.0)  # type: ignore[attr-defined]
+        assert got == fast(1, 3.0)
+    elif ask == "dataclass subclass":
+
+        @dataclass(frozen=True)
+        class Lifted(fast):  # type: ignore[valid-type, misc]
+            z: int = 0
+
+        got = Lifted(1, 2.0, "a", 3)
+        assert got == Lifted(1, 2.0, "a", 3) and got.z == 3
+    else:
+
+        @frozen
+        class Sub(fast):  # type: ignore[valid-type, misc]
+            """A point with a height."""
+
+            z: int = 0
+
+        got = Sub(1, 2.0, "a", 3)
+        assert repr(got) == "test_each_way_of_asking_for_a_plain_class_s_fields_gets_dataclasses_own.<locals>.Sub(x=1, y=2.0, label='a', z=3)"
+    assert got is not None and not _deferred(fast)
+    assert fast.__dataclass_fields__.keys() == plain.__dataclass_fields__.keys()
+    assert repr(fast.__dataclass_params__) == repr(plain.__dataclass_params__)
+
+
+def test_a_plain_class_refuses_what_dataclass_refuses_when_it_is_defined() -> None:
+    with pytest.raises(TypeError, match="non-default argument 'y' follows default argument"):
+        _pair(lambda: {"__doc__": "d", "__annotations__": {"x": "int", "y": "int"}, "x": 0}, "Bad")
+    with pytest.raises(ValueError, match="mutable default <class 'list'> for field x is not allowed"):
+        _pair(lambda: {"__doc__": "d", "__annotations__": {"x": "list"}, "x": []}, "Bad")
+
+
+def test_parcalc_s_one_liner_classes_are_deferred() -> None:
+    # the reason for the path: Term and Derivation are defined by every one-liner (~35 us each through dataclasses), in
+    # a fresh interpreter (this one's other tests may have asked for their fields)
+    import subprocess
+    import sys
+
+    script = """
+from parcalc.derivation import Derivation, Term
+print(*(type(vars(c)["__dataclass_fields__"]).__name__ for c in (Term, Derivation)))
+term = Term("k", "k", "k", 1.0, "B", "d")
+print(type(vars(Term)["__dataclass_fields__"]).__name__, term == Term("k", "k", "k", 1.0, "B", "d"))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["_LazyFields", "_LazyFields", "_LazyFields", "True"]  # made and compared, never asked
+    from parcalc.derivation import Term
+
+    assert [f.name for f in dataclasses.fields(Term)][:2] == ["key", "symbol"]

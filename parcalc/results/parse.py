@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from parcalc.core.choices import Schedule
-
 if TYPE_CHECKING:
+    from parcalc.core.choices import Schedule
     from parcalc.derivation import Result
 
 
@@ -133,6 +132,9 @@ def pipeline_layout_chunks(text: str | None, pp: int, schedule: Schedule, chunks
     if chunks is None and schedule.v_shape:  # DualPipeV, ZB-V: the V's two stages a device are the schedule's, not chunks
         return schedule, 1
     v = chunks if chunks is not None else max(1, stages // pp)
+    # here, not at the top: peak-flops and intensity's GEMM one-liners import this module and create none of the enums
+    from parcalc.core.choices import Schedule
+
     return (Schedule.INTERLEAVED if v > 1 and schedule is Schedule.ONE_F_ONE_B else schedule), v
 
 

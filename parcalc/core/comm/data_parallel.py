@@ -30,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from parcalc.core.collectives import Collective
-from parcalc.core.comm.float8_all_gather import SOURCES as FLOAT8_SOURCES
 from parcalc.core.comm.plan import (
     Builder,
     Group,
@@ -284,6 +283,9 @@ def dp_headlines(par: Layout, opts: Options, per_stage: list[StageTensors], s: T
     rs_p = term("p", "P", "P", root + layer_elements, "", per_device + where + padded)
     ag_source = source
     if float8:
+        # here and below: only --fp8-all-gather reads torchao's sources (a one-liner without it does not load them)
+        from parcalc.core.comm.float8_all_gather import SOURCES as FLOAT8_SOURCES
+
         text, tex, inputs, value = _float8_gathered(units, opts, s, per_device + where + padded)
         ag_source += f"; torchao's FP8 all-gather: {FLOAT8_SOURCES['all_gather']}"
     elif opts.reshard_root or root == 0:
@@ -297,6 +299,8 @@ def dp_headlines(par: Layout, opts: Options, per_stage: list[StageTensors], s: T
         text, tex, inputs, value = f"$mb × {text}", rf"$mb \times {tex}", (mb, *inputs), micro_batches * value
     amax = []
     if float8:
+        from parcalc.core.comm.float8_all_gather import SOURCES as FLOAT8_SOURCES
+
         n_w = term("n_8", "n_8", r"n_{8}", _amax_bytes(tensors, float8) / AMAX_BYTES, "", "Float8 weights" + per_device.removeprefix("parameters") + where)
         a = term("a", "a", "a", AMAX_BYTES, "B", "bytes per amax (fp32, the shards' dtype)")
         amax = [headline("fsdp_float8_amax_payload", "Float8 weights' amaxes all-reduced per iteration (payload)", "V_amax",
