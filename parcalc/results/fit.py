@@ -427,8 +427,10 @@ def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str
     # the shard group S where some ZeRO-1/2/3 configuration shards over fewer than dp x cp ranks (hybrid sharding)
     hybrid = len(found.evaluated) > 0 and bool(((c["zero"] >= 1) & (c["shard_group"] < c["dp"] * c["cp"])).any())
     host = len(found.evaluated) > 0 and bool((c["t_host"] > 0).any())
+    # the layout string where some configuration's pipeline has one (given, or proposed by the search: LAYOUT_FIELDS)
+    layout = len(found.evaluated) > 0 and bool((c["pipeline_layout"] >= 0).any())
     return ((("cp",) if cp else ()) + (("ep",) if ep else ()) + (("shard_group",) if hybrid else ()) + (("t_cp",) if cp else ())
-            + (("t_ep",) if ep else ()) + (("t_host",) if host else ()))  # fmt: skip
+            + (("t_ep",) if ep else ()) + (("t_host",) if host else ()) + (("pipeline_layout",) if layout else ()))  # fmt: skip
 
 
 def _basis_columns(everything: bool) -> tuple[str, ...]:
@@ -446,6 +448,7 @@ COLUMN_ABOUT = {"tp": "tensor-parallel degree", "pp": "pipeline stages", "dp": "
                 "sequence_parallel": "sequence parallelism", "chunks": "model chunks a stage (interleaved 1F1B; 1: none)",
                 "shard_group": "shard group, the ranks ZeRO shards over (below dp x cp: hybrid sharding)",
                 "first_stage_layers": "layers on the first stage", "last_stage_layers": "layers on the last stage",
+                "pipeline_layout": "Megatron-LM's --pipeline-layout of the stages (given, or the balanced one the search proposes)",
                 "mfu": "model FLOPs utilisation", "hfu": "hardware FLOPs utilisation (recomputation counted)",
                 "memory_basis": ("what the memory is: 'replayed' (the caching allocator replayed over the step walk, or no step walked "
                                  "and 'textbook': memory's and fit's total either way, but for a 1F1B pipeline row not shown over the "
@@ -461,7 +464,7 @@ def _configurations_table(found: SearchResult, order: Any, title: str, extra: tu
     units = {"memory": "B", "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction"} | dict.fromkeys(BY_KEY, "s")
     labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "first_stage_layers": "L first",
               "last_stage_layers": "L last", "memory": "memory", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP",
-              "ep": "EP", "shard_group": "S", "memory_basis": "memory is"} | {key: term.heading for key, term in BY_KEY.items()}  # fmt: skip
+              "ep": "EP", "shard_group": "S", "memory_basis": "memory is", "pipeline_layout": "layout"} | {key: term.heading for key, term in BY_KEY.items()}  # fmt: skip
     columns = tuple(Column(k, labels.get(k, k), units.get(k, ""), memory=k == "memory", about=COLUMN_ABOUT.get(k, ""))
                     for k in CONFIG_FIELDS + COST_FIELDS + extra)  # fmt: skip
     key = "configurations" if order is None else "top"
