@@ -124,6 +124,26 @@ def test_proposed_rows_are_fits_estimate_of_the_layout(name: str, gpus: int, bat
     assert (columns["pipeline_layout"] == -1).any() if pp is None else True
 
 
+@pytest.mark.parametrize(("name", "layout", "pp", "ranks"), [
+    ("llama3-70b", "Ett|(t*3|)*17(tt|)*13tL", 32, (2,) + (3,) * 17 + (2,) * 13 + (1,)),
+    ("deepseek-v3", "Et*3|(tt|)*29,m|L", 16, (5,) + (4,) * 13 + (2, 2)),  # Megatron-LM's docs example, m and L apart
+])  # fmt: skip
+def test_a_given_layout_whose_ranks_are_no_first_middle_last_split_is_searched(name: str, layout: str, pp: int,
+                                                                               ranks: tuple[int, ...]) -> None:  # fmt: skip
+    # the search held a --pipeline-layout to a first / even middle / last split ('ranks are not a first / even middle /
+    # last split'); its arrays now take every rank's layers from the layout, and each row is fit's estimate
+    model, training, cluster = load_model(name, ()), Training(512 if pp == 32 else 4096, 4096, flash_attention=True), h100s(1024)
+    assert parse_pipeline_layout(layout, pp, model.layers, model.mtp_layers).stage_layers() == ranks
+    found = search(model, training, cluster, SearchSpace(pipeline_layout=layout, pp=pp))
+    columns = found.evaluated.columns
+    assert len(found.evaluated) and set(columns["pp"].tolist()) == {pp}
+    fitting = np.flatnonzero(columns["fits"]).tolist()
+    assert fitting
+    rng = random.Random(layout)
+    for i in rng.sample(range(len(found.evaluated)), 8) + rng.sample(fitting, min(8, len(fitting))):
+        assert assert_row_is_estimate(found, i, model, training, cluster).layout.pipeline_layout == layout
+
+
 def test_the_deepseek_recipe_is_evaluated_and_pinning_a_proposed_row_gives_that_row(run_json) -> None:
     result = run_json("fit", *H800, "--search", "--pp", "8")
     rows = result["tables"]["configurations"]["rows"]

@@ -207,11 +207,9 @@ def check_layout_settings(layout: Any, model: Any) -> None:
 def search_reason(text: str, p: int, model: Any, interleaved: bool = True, max_chunks: int | None = None,
                   v_shape: bool = False) -> str | None:  # fmt: skip
     """Why `fit --search` cannot run the layout on p pipeline ranks (None: it can). The layout is kept as written: p
-    must split its virtual stages (v = stages / p chunks each), interleaving must be allowed for v > 1, every rank must
-    hold a transformer layer, and the ranks' layers must be an even split or a first / even middle / last one, the
-    splits the search's arrays time (parcalc.core.stages, parcalc.core.fit_search)."""
-    from parcalc.core.stages import stage_split
-
+    must split its virtual stages (v = stages / p chunks each), interleaving must be allowed for v > 1, and every rank
+    must hold a transformer layer (the search's arrays time a stage by its layers). Any layers the ranks then hold are
+    timed: the search takes each rank's from the layout (parcalc.core.fit_search, search_layouts.split_layers)."""
     if v_shape:
         return f"the search places the {FLAG}'s virtual stages on rank i mod p; a V schedule's layout is timed without --search"
     stages = virtual_stage_count(text)
@@ -223,12 +221,6 @@ def search_reason(text: str, p: int, model: Any, interleaved: bool = True, max_c
     split = parse_pipeline_layout(text, p, model.layers, model.mtp_layers).stage_layers()
     if min(split) == 0:
         return f"a rank holds no transformer layer under the {FLAG} (the search's arrays time a stage by its layers)"
-    try:
-        uneven = p > 1 and stage_split(model.layers, p, split[0], split[-1]) != split
-    except InputError:
-        uneven = True
-    if uneven:
-        return f"the {FLAG}'s ranks are not a first / even middle / last split (the search times those only)"
     return None
 
 

@@ -284,9 +284,12 @@ def splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[in
 
 
 def split_layers(model: TransformerModel, p: int, space: SearchSpace, given: tuple[int | None, int | None]) -> tuple[int, ...]:
-    """Every rank's transformer layers, first to last, of the split `given` (one of splits()): torchtitan's own where the
-    search splits as torchtitan does (one stage a rank, or 2p in a V: any per-rank counts, its middle ranks need not be
-    equal), else Megatron-LM's first / even middle / last split (parcalc.core.stages.stage_split)."""
+    """Every rank's transformer layers, first to last, of the split `given` (one of splits()): a --pipeline-layout's ranks'
+    (whatever they hold); torchtitan's own where the search splits as torchtitan does (one stage a rank, or 2p in a V: any
+    per-rank counts, its middle ranks need not be equal); else Megatron-LM's first / even middle / last split
+    (parcalc.core.stages.stage_split)."""
+    if space.pipeline_layout is not None and p > 1:  # the layout's own ranks, whatever they hold
+        return layout_stage_layers(model, p, space.pipeline_layout)
     if space.torchtitan_split and p > 1:
         v_shape = space.schedule is not None and space.schedule.v_shape  # a V: its 2p stages placed in the V
         ranks = torchtitan_ranks(model.layers, p, 2 * p if v_shape else p, v_shape)
