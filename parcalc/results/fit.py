@@ -269,7 +269,8 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
             import numpy as np
 
             nearest = np.argsort(evaluated.columns["memory"], kind="stable")[:top]
-            tried = replace(_configurations_table(found, nearest, f"The {len(nearest)} smallest footprints (none fits)", extra), key="smallest")
+            tried = replace(_configurations_table(found, nearest, f"The {len(nearest)} smallest footprints (none fits)",
+                                                  _with_layouts_shown(found, nearest, extra)), key="smallest")  # fmt: skip
             notes = floor_note(nearest)
         shown = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(),
                        tables=(tried, _rejections_table(found)),
@@ -282,7 +283,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     extra = _parallel_columns(found, shape) + _basis_columns(everything)
     shown = distinct_layouts(evaluated, ranked, top)
     tables = [_configurations_table(found, shown, f"The {shown.size} fastest layouts that fit, each at its fastest configuration "
-                                    f"(of {ranked.size:,} that fit)", extra)]  # fmt: skip
+                                    f"(of {ranked.size:,} that fit)", _with_layouts_shown(found, shown, extra))]  # fmt: skip
     if everything:
         tables.insert(0, _configurations_table(found, None, "Every configuration evaluated", extra))
     tables.append(_rejections_table(found))
@@ -431,6 +432,14 @@ def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str
     layout = len(found.evaluated) > 0 and bool((c["pipeline_layout"] >= 0).any())
     return ((("cp",) if cp else ()) + (("ep",) if ep else ()) + (("shard_group",) if hybrid else ()) + (("t_cp",) if cp else ())
             + (("t_ep",) if ep else ()) + (("t_host",) if host else ()) + (("pipeline_layout",) if layout else ()))  # fmt: skip
+
+
+def _with_layouts_shown(found: SearchResult, rows: Any, extra: tuple[str, ...]) -> tuple[str, ...]:
+    """`extra` for a table of `rows` of the search: the layout string column only where one of them has a layout (a
+    column of '-' would push the terminal's 80 columns into one record a row for nothing)."""
+    if "pipeline_layout" not in extra or bool((found.evaluated.columns["pipeline_layout"][rows] >= 0).any()):
+        return extra
+    return tuple(k for k in extra if k != "pipeline_layout")
 
 
 def _basis_columns(everything: bool) -> tuple[str, ...]:
