@@ -178,6 +178,22 @@ v >= 4 at its K rounds is wrong (15 of 53 ranks of the 70B/256 search peak 16 to
 at K + 1 the 19 ranks it applies to agreed, but it would save ~0.25 s and has no proof. What is left is the walks' own
 ops: block replays, FSDP2's accumulate (~0.6 s: 78,759 calls freeing each unit's gradients), unshard / wait_for_unshard
 (~0.5 s) of interleaved ranks with four or more chunks, whose stages are resharded and gathered again every round.
+
+Session 24 (LAYOUTSEARCH; before: 8c24843, after: the commit that added these lines): under Megatron-LM's profile the
+search proposes a layout string for the v no split of a pp runs (parcalc.core.search_layouts.proposed_layouts, at most
+three a pp). Whole processes, bytecode cached, 7 runs taking turns (5 for the last three), medians; the machine ran
+other helpers' work, so the CPU seconds are the figures to read (wall about 3x):
+
+    one-liner                                   CPU before   CPU after   after / before (paired, CPU)
+    DeepSeek-V3, 2,048 H800                     0.757 s      0.851 s     1.14
+    DeepSeek-V3, 2,048 H800, layout string      0.445 s      0.389 s     0.87
+    Llama 3 405B, 16,384 H100                   0.242 s      0.254 s     1.02
+    Llama 3 405B, 16,384 GB200                  0.276 s      0.289 s     1.03
+
+DeepSeek-V3 evaluates 7 more (pp, v) pipelines (PP 2 x 8 and 16, 4 x 4 and 8, 8 x 2 and 4, 16 x 2): 87,480 -> 145,512
+configurations (10,233 -> 18,271 fit; the best unchanged, TP 1 x PP 16, 29.58 s); the layouts' stages are kept by their content (layers, MoE layers,
+ends) and shared with the splits', the layout string one-liner gains from the same. Proposing every v up to one layer
+a virtual stage instead (51 pipelines on 1,024 GPUs) was 2.5x the search (1.26 s against 0.51 s, in-process CPU).
 """
 
 from __future__ import annotations

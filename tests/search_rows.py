@@ -31,7 +31,9 @@ def layout_flags(row: dict, layers: int, framework_split: bool = False) -> list[
     if p > 1:
         flags += ["--schedule", row["schedule"], *(["--chunks", str(row["chunks"])] if row["chunks"] > 1 else [])]
         first, last = row["first_stage_layers"], row["last_stage_layers"]
-        if not framework_split and not (layers % p == 0 and first == last == layers // p):
+        if row.get("pipeline_layout") is not None:  # a layout string (given, or proposed by the search): it is the split
+            flags += ["--pipeline-layout", row["pipeline_layout"]]
+        elif not framework_split and not (layers % p == 0 and first == last == layers // p):
             flags += ["--first-stage-layers", str(first), "--last-stage-layers", str(last)]
     return flags
 

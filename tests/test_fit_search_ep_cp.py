@@ -174,7 +174,11 @@ def test_cli_search_pins_ep_and_cp_and_carries_them_in_json(run_json, run_error)
                    "--flash-attention", "--search", "--ep", "8", "--zero", "0", "--top", "3")  # fmt: skip
     top = doc["tables"]["top"]
     keys = [c["key"] for c in top["columns"]]
-    assert keys[-3:] == ["ep", "t_ep", "memory_basis"] and "cp" not in keys  # memory_basis: JSON's last (tests/test_search_replay.py)
+    # memory_basis: JSON's last (tests/test_search_replay.py); no pipeline_layout: none of the rows shown has one (the
+    # search proposes Mixtral's 32 layers + E + L on PP 2 x VP 9: every configuration's table carries it)
+    assert keys[-3:] == ["ep", "t_ep", "memory_basis"] and "cp" not in keys
+    every = [c["key"] for c in doc["tables"]["configurations"]["columns"]]
+    assert every[-3:] == ["t_ep", "pipeline_layout", "memory_basis"]
     assert [row["ep"] for row in top["rows"]] == [8, 8, 8]
     assert all(row["t_ep"] > 0 for row in top["rows"])
     assert (top["rows"][0]["tp"], top["rows"][0]["pp"], top["rows"][0]["dp"]) == (1, 4, 16)

@@ -85,6 +85,7 @@ Examples:
       --tp 1 --pp 1 --dp 512 --zero 3 --shard-group 64 --recompute full
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 256 --batch 1024 --seq-len 4096 --search
   parcalc fit --model mixtral-8x7b --gpu h100-sxm5 --gpus 64 --batch 512 --seq-len 4096 --search --ep 8 --zero 0
+  parcalc fit --model deepseek-v3 --gpu h800-sxm5 --gpus 2048 --batch 4096 --seq-len 4096 --search --pp 8   # layout strings
   parcalc fit --model qwen3-30b-a3b --gpu h100-sxm5 --gpus 16 --batch 1024 --seq-len 4096 --tp 1 --pp 1 \\
       --dp 16 --ep 16 --zero 1 --moe-dispatcher hybridep --ep-overlap 1f1b
   parcalc fit --model qwen3-30b-a3b --gpu mi355x --gpus 8 --batch 512 --seq-len 4096 --micro-batch 4 --tp 1 --pp 1 \\

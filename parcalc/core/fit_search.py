@@ -69,10 +69,12 @@ from parcalc.core.memory import (
 )
 from parcalc.core.model import TransformerModel
 from parcalc.core.model_states import state_bytes
+from parcalc.core.pipeline_layout import parse_pipeline_layout
 from parcalc.core.search_columns import (  # re-exported: the search's columns and result
     BASIS_FIELDS,
     CONFIG_FIELDS,
     COST_FIELDS,
+    LAYOUT_FIELDS,
     PARALLEL_COST_FIELDS,
     PARALLEL_FIELDS,
     REPLAYED,
@@ -89,6 +91,7 @@ from parcalc.core.search_layouts import (
     SearchSpace,
     divisors,
     parallel_layouts,
+    proposed_layouts,
     split_layers,
     splits,
 )
@@ -151,14 +154,14 @@ class _Shapes:
         self._linear_layers: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
         self._activation_tables: dict[tuple[int, int, str], np.ndarray] = {}
         self._dispatch_pairs: dict[tuple[int, int, int], np.ndarray] = {}
-        self._mtp_stages: dict[int, int] = {}
+        self._mtp_stages: dict[tuple[int, str], int] = {}
         self.grid_terms: dict[tuple[object, ...], _GridTerms] = {}  # _layout_arrays' key -> what memory takes from the grid
         self._dp: dict[tuple[object, ...], tuple[DataParallelPieces, tuple[float, ...]]] = {}
-        self._fullest: dict[tuple[int | None, ...], FullestStage] = {}  # (tp, pp, first, last, ep) -> the fullest stage
+        self._fullest: dict[tuple[int | str | None, ...], FullestStage] = {}  # (tp, pp, first, last, ep, layout) -> the fullest stage
         self._layers: dict[tuple[int | str, ...], tuple[LayerPieces, tuple[float, ...]]] = {}  # the pieces, and their fields in order
         self._sends: dict[tuple[int, ...], float] = {}
-        self._states: dict[tuple[int | bool, ...], tuple[float, ...]] = {}
-        self._state_keys: dict[tuple[int | None, ...], tuple[int | bool, ...]] = {}
+        self._states: dict[tuple[int | bool | str | None, ...], tuple[float, ...]] = {}
+        self._state_keys: dict[tuple[int | str | None, ...], tuple[int | bool | str | None, ...]] = {}
         self.time_all = False  # SearchSpace.time_all
         # (tp, pp, dp, cp, ep, schedules) -> a layout's configurations but the split's columns, and the rejections it counted
         self.grids: dict[tuple[object, ...], tuple[dict[str, np.ndarray] | None, Counter]] = {}
@@ -166,12 +169,16 @@ class _Shapes:
         self._filled: dict[tuple[int, int], np.ndarray] = {}
         self._moe_layers: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
         self._candidates: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
-        self.pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: an MoE stage's layers and MoE layers from its chunks
+        # the layout string of the pipelines evaluated now: SearchSpace.pipeline_layout, or the one the search proposes for a
+        # (pp, v) (search_layouts.proposed_layouts); a stage's layers, MoE layers and MTP from its chunks. The caches that
+        # read it key by it.
+        self.pipeline_layout: str | None = None
         self.schedule: Schedule | None = None  # SearchSpace.schedule: the split-backward schedule of the pipelined layouts
         self.slots: tuple[int, int] = (0, 0)  # SearchSpace.slots
         self.torchtitan = False  # SearchSpace.torchtitan_split: every pipeline is torchtitan's own split (torchtitan_layout)
         self._torchtitan_texts: dict[tuple[int, int], str | None] = {}  # (pp, chunks) -> torchtitan's layout string (None: even)
-        self._split_stages: dict[tuple[int, int, int], tuple[float, float]] = {}  # (tp, pp, stage) -> split_stage
+        self._split_stages: dict[tuple[int | bool | str | None, ...], tuple[float, float]] = {}  # (tp, pp, stage, layout) -> split_stage
+        self._layout_ranks: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], int]] = {}  # (layout, pp) -> layout_ranks
 
     def activations(self, tp: int, sp: bool, recompute: Recompute, cp: int = 1, cp_comm: str = "p2p") -> tuple[float, ...]:
         """Per sequence (b = 1): layer, embedding, output (both per micro-batch in flight), recompute
@@ -302,11 +309,10 @@ class _Shapes:
     def mtp_stage(self, p: int) -> int:
         """The MTP modules' stage: the head's (parcalc.core.memory.MTP_PLACEMENT) or where the --pipeline-layout's m is."""
         if self.pipeline_layout is not None and p > 1 and self.model.mtp_layers:
-            if p not in self._mtp_stages:
-                from parcalc.core.pipeline_layout import parse_pipeline_layout
-
-                self._mtp_stages[p] = parse_pipeline_layout(self.pipeline_layout, p, self.model.layers, self.model.mtp_layers).mtp_rank() or 0
-            return self._mtp_stages[p]
+            key = (p, self.pipeline_layout)
+            if key not in self._mtp_stages:
+                self._mtp_stages[key] = parse_pipeline_layout(self.pipeline_layout, p, self.model.layers, self.model.mtp_layers).mtp_rank() or 0
+            return self._mtp_stages[key]
         return self.head_stage(p)
 
     def activation_table(self, tp: int, cp: int, cp_comm: str) -> np.ndarray:
@@ -335,11 +341,11 @@ class _Shapes:
         interleaved chunks. None of them depends on dp or cp (expert_layout only checks that ep x etp
         divides tp x cp x dp, which the layout passed), so they are not in the key. gathered=False: the
         ZeRO-3 buffers are not wanted (no ZeRO-3 row), nan in their place unless already known."""
-        par_key = (tp, pp, ep, first, last, chunks, stage)
+        par_key = (tp, pp, ep, first, last, chunks, stage, self.pipeline_layout)
         key = self._state_keys.get(par_key)
         if key is None:
             if self.pipeline_layout is not None and pp > 1:  # the layout's own layer ranges (parcalc.core.memory)
-                key = (tp, ep, -1, pp, stage)  # -1: no layer count, the layout's stage (one layout per search)
+                key = self.layout_stage_key(tp, ep, pp, stage)
             elif self.torchtitan and pp > 1:  # torchtitan's layout of pp x chunks virtual stages (one per pp and chunks)
                 key = (tp, ep, -2, pp, chunks, stage)
             else:
@@ -366,6 +372,46 @@ class _Shapes:
                 states = (states[0], states[1], zero3_working_set(self.model, par, self.per, stage, self.pipeline_reduce).value, states[3])
             self._states[key] = states
         return states
+
+    def layout_ranks(self, pp: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        """The layout string evaluated now over pp ranks: each rank's transformer layers, its MoE layers (its chunks' own
+        ranges, parcalc.core.memory.stage_moe_layers) and the rank of its MTP layers (the head's where it has none)."""
+        assert self.pipeline_layout is not None
+        key = (self.pipeline_layout, pp)
+        if key not in self._layout_ranks:
+            from parcalc.core.expert_parallel import moe_layers_on
+
+            split = parse_pipeline_layout(self.pipeline_layout, pp, self.model.layers, self.model.mtp_layers)
+            moe = tuple(moe_layers_on(self.model, ranges) for ranges in split.stage_ranges()) if self.model.moe is not None else (0,) * pp
+            mtp = split.mtp_rank()
+            self._layout_ranks[key] = split.stage_layers(), moe, pp - 1 if mtp is None else mtp
+        return self._layout_ranks[key]
+
+    def layout_candidates(self, pp: int) -> list[int]:
+        """The stages of the layout string evaluated now whose memory can be the largest: every one where its MTP layers are
+        not on the head's rank, else as parcalc.core.memory.fullest_candidates picks them, the first and the last and of the
+        middle ranks the earliest of each (layers, MoE layers) (the same parameters, layout_stage_key, and no fewer
+        micro-batches in flight: an earlier rank's warm-up is longer, interleaved or not)."""
+        split, moe, mtp = self.layout_ranks(pp)
+        if mtp != pp - 1:
+            return list(range(pp))
+        stages, seen = [0], set()
+        for s in range(1, pp - 1):
+            if (split[s], moe[s]) not in seen:
+                seen.add((split[s], moe[s]))
+                stages.append(s)
+        return [*stages, pp - 1]
+
+    def layout_stage_key(self, tp: int, ep: int, pp: int, stage: int) -> tuple[int | bool | str | None, ...]:
+        """The key of a stage of the layout string evaluated now in _states: a stage's parameters, routed experts, ZeRO-3
+        buffers and MoE layers depend on it through its layers, its MoE layers and which of the embedding, the head and the
+        MTP layers it holds (parcalc.core.memory.stage_parameters, _stage_ends, mtp_stage, root_unit); with the MTP layers on
+        the head's rank (every layout the search proposes) that is the key of a split's stage (moe_states), shared with
+        the splits and the other layouts; elsewhere the layout's own (-1: no layer count)."""
+        split, moe, mtp = self.layout_ranks(pp)
+        if mtp != pp - 1:
+            return (tp, ep, -1, pp, stage, self.pipeline_layout)
+        return (tp, ep, split[stage], moe[stage], stage == 0, stage == pp - 1, True)
 
     def fp8_layer(self, tp: int, ep: int = 1) -> tuple[float, float]:
         """Transformer Engine's FP8 weight copies of one dense layer and of one MoE layer (its experts
@@ -411,11 +457,21 @@ class _Shapes:
         return Layout(tp, pp, dp, schedule=schedule, chunks=chunks, pipeline_layout=self._torchtitan_texts[key], split_by=SPLIT, **more)
 
     def split_stage(self, tp: int, pp: int, stage: int) -> tuple[float, float]:
-        """A dense model's stage under torchtitan's split, on one GPU: its parameters (parcalc.core.memory.stage_parameters) and
-        ZeRO-3's gathered buffers (zero3_working_set, root unit included), from its own layers and ends (torchtitan_layout)."""
-        key = (tp, pp, stage)
+        """A dense model's stage under torchtitan's split or the layout string evaluated now, on one GPU: its parameters
+        (parcalc.core.memory.stage_parameters) and ZeRO-3's gathered buffers (zero3_working_set, root unit included), from
+        its own layers and ends (torchtitan_layout; the layout's chunks)."""
+        key: tuple[int | bool | str | None, ...] = (tp, pp, stage, self.pipeline_layout)
+        if self.pipeline_layout is not None:
+            key = ("layout", *self.layout_stage_key(tp, 1, pp, stage))
         if key not in self._split_stages:
-            par = self.torchtitan_layout(tp, pp, 1, 1)
+            if self.pipeline_layout is not None:
+                from parcalc.core.pipeline_layout import virtual_stage_count
+
+                chunks = virtual_stage_count(self.pipeline_layout) // pp
+                schedule = Schedule.INTERLEAVED if chunks > 1 else Schedule.ONE_F_ONE_B
+                par = Layout(tp, pp, 1, schedule=schedule, chunks=chunks, pipeline_layout=self.pipeline_layout)
+            else:
+                par = self.torchtitan_layout(tp, pp, 1, 1)
             self._split_stages[key] = (stage_parameters(self.model, par, stage).value,
                                        zero3_working_set(self.model, par, self.per, stage, self.pipeline_reduce).value)  # fmt: skip
         return self._split_stages[key]
@@ -443,16 +499,9 @@ class _Shapes:
     def _dp_entry(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, shard_group: int | None,
                   ep: int) -> tuple[DataParallelPieces, tuple[float, ...]]:  # fmt: skip
         """dp()'s pieces, and their float fields in _DP_ARRAY_FIELDS order."""
-        from parcalc.core.timing.step import _fullest_stage, dp_pieces_of, float8_gathered
+        from parcalc.core.timing.step import dp_pieces_of, float8_gathered
 
-        stage = self._fullest.get((tp, pp, first, last, ep))
-        if stage is None:  # it does not depend on dp (_fullest_stage)
-            layout = self.pipeline(tp, pp, dp, first, last, ep=ep)
-            if self.model.moe is not None and layout.pipeline_layout is None:
-                stage = self._fullest_moe_stage(layout)
-            else:
-                stage = _fullest_stage(self.model, layout)
-            self._fullest[(tp, pp, first, last, ep)] = stage
+        stage = self.fullest_stage(tp, pp, dp, first, last, ep)
         key = (tp, dp, shard_group, ep, stage, pp > 1 and self.cluster.framework.at(pp) is not self.cluster.framework)
         if key not in self._dp:
             layout = self.pipeline(tp, pp, dp, first, last, ep=ep)  # dp: the dp x cp ranks
@@ -461,17 +510,34 @@ class _Shapes:
             self._dp[key] = found, tuple(getattr(found, name) for name in _DP_ARRAY_FIELDS)
         return self._dp[key]
 
+    def fullest_stage(self, tp: int, pp: int, dp: int, first: int | None, last: int | None, ep: int) -> FullestStage:
+        """parcalc.core.timing.step._fullest_stage of the split (first, last) or the layout string evaluated now, kept (it
+        does not depend on dp): an MoE model's from moe_states (_fullest_moe_stage)."""
+        from parcalc.core.timing.step import _fullest_stage
+
+        key = (tp, pp, first, last, ep, self.pipeline_layout)
+        stage = self._fullest.get(key)
+        if stage is None:
+            layout = self.pipeline(tp, pp, dp, first, last, ep=ep)
+            stage = self._fullest[key] = self._fullest_moe_stage(layout) if self.model.moe is not None else _fullest_stage(self.model, layout)
+        return stage
+
     def _fullest_moe_stage(self, layout: Layout) -> FullestStage:
-        """parcalc.core.timing.step._fullest_stage of an MoE model's split (1F1B, no --pipeline-layout): the same stages
-        and the same functions, their parameters taken from moe_states (kept by the stage's layers, MoE layers and ends, so
-        that the splits and pipeline depths that share a stage share them)."""
+        """parcalc.core.timing.step._fullest_stage of an MoE model's split (1F1B) or layout string: the same stages (a
+        layout's: every one) and the same functions, their parameters taken from moe_states (kept by the stage's layers, MoE
+        layers and ends, so that the splits, layouts and pipeline depths that share a stage share them)."""
         from parcalc.core.memory import _stage_ends, stage_layers
 
         t, p, first, last = layout.tp, layout.pp, layout.first_stage_layers, layout.last_stage_layers
         split = stage_layers(self.model, layout)
+        chunks = 1
+        if layout.pipeline_layout is not None:
+            from parcalc.core.pipeline_layout import virtual_stage_count
+
+            chunks = virtual_stage_count(layout.pipeline_layout) // p
         best: FullestStage | None = None
-        for s in fullest_candidates(self.model, split):  # the first of equals, as _fullest_stage_of
-            params, experts, _, _ = self.moe_states(t, p, 1, layout.dp, layout.ep, first, last, 1, s, gathered=False)
+        for s in range(p) if layout.pipeline_layout is not None else fullest_candidates(self.model, split):  # the first of equals, as
+            params, experts, _, _ = self.moe_states(t, p, 1, layout.dp, layout.ep, first, last, chunks, s, gathered=False)  # _fullest_stage_of
             if best is None or float(params) > best.params:
                 best = FullestStage(float(params), float(experts), float(sum(_stage_ends(self.model, layout, s))), split[s])
         assert best is not None
@@ -582,16 +648,23 @@ def mtp_output(model: Any, config: ActivationConfig) -> float:
 
 
 def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ...], space: SearchSpace,
-                   rejected: Counter, c: int = 1, ep: int = 1) -> tuple[dict[str, np.ndarray], tuple[object, ...]] | None:  # fmt: skip
+                   rejected: Counter, c: int = 1, ep: int = 1, proposed: tuple[int, int] | None = None,
+                   ) -> tuple[dict[str, np.ndarray], tuple[object, ...]] | None:  # fmt: skip
     """One layout's configurations with the layers per stage `split` (every stage's, first to last), and the key of
     their grid. The split changes only the schedules (the chunks v must divide every stage's layers) and the columns
     of the first and last stage's layers: the rest is made once per layout and schedules (_Shapes.grids, the key)
-    and shared, read-only."""
-    schedules = shapes.schedules.get((p, split))
-    if schedules is None:
-        schedules = shapes.schedules[(p, split)] = _schedules(p, split, space)
+    and shared, read-only. proposed: (v, its index among the search's proposed layouts) of a layout string the search
+    proposes (search_layouts.proposed_layouts): its chunks v alone, and the column pipeline_layout its index."""
+    chunks = proposed[0] if proposed is not None else 1
+    if chunks > 1:  # one grid for every v the search proposes a layout for: the rows of interleaved with any v (the same m)
+        schedules: tuple[tuple[int, int], ...] = ((1, 2),)  # its chunks column is this layout's v (below)
+    elif proposed is not None:  # v = 1: 1F1B, the grid of a split's
+        schedules = ((0, 1),)
+    else:
+        known = shapes.schedules.get((p, split))
+        schedules = known if known is not None else shapes.schedules.setdefault((p, split), _schedules(p, split, space))
     # a split-backward schedule's rules read the split's ends (pipeline_step.schedule_reason): its grid is the split's own
-    key = (t, p, d, c, ep, schedules, split if space.schedule is not None else None)
+    key: tuple[object, ...] = (t, p, d, c, ep, schedules, split if space.schedule is not None else None)
     if key not in shapes.grids:
         reasons: Counter = Counter()
         shapes.grids[key] = _layout_grid(shapes, t, p, d, schedules, space, reasons, c, ep, split), reasons
@@ -600,7 +673,14 @@ def _layout_arrays(shapes: _Shapes, t: int, p: int, d: int, split: tuple[int, ..
     if grid is None:
         return None
     n = grid["tp"].size
-    return grid | {"first_stage_layers": shapes.filled(n, split[0]), "last_stage_layers": shapes.filled(n, split[-1])}, key
+    # the layout string of each row: the search's proposed one (its index), SearchSpace.pipeline_layout (0), or none (-1)
+    code = proposed[1] if proposed is not None else (0 if space.pipeline_layout is not None and p > 1 else -1)
+    made = grid | {"first_stage_layers": shapes.filled(n, split[0]), "last_stage_layers": shapes.filled(n, split[-1]),
+                   "pipeline_layout": shapes.filled(n, code)}
+    if chunks > 1:  # the proposed layout's v; what memory takes from the grid alone is the shared grid's (_GridTerms.with_chunks)
+        made["chunks"] = shapes.filled(n, chunks)
+        return made, (*key, chunks)
+    return made, key
 
 
 def _schedules(p: int, split: tuple[int, ...], space: SearchSpace) -> tuple[tuple[int, int], ...]:
@@ -756,6 +836,11 @@ class _GridTerms:
                           z == 3, np.unique(b * 8 + sp_index * 4 + r, return_inverse=True),
                           np.unique(cols["shard_group"], return_inverse=True), cols["chunks"], mixer=mixer, blocks=blocks)  # fmt: skip
 
+    def with_chunks(self, chunks: np.ndarray) -> _GridTerms:
+        """These terms for the same rows with other chunk counts (a layout the search proposes for another v): the
+        micro-batches in flight and the chunk counts its own, the rest shared."""
+        return replace(self, chunks=chunks, stages={}, _chunks=None)
+
     def chunk_values(self) -> tuple[list[int], np.ndarray]:
         """The distinct chunk counts v of the grid, and each row's index among them."""
         if self._chunks is None:
@@ -826,6 +911,11 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     # one (middle stages hold the same layers, and the earlier keep more micro-batches in flight);
     # with even stages the middle ones hold no more than the first.
     rows_of = shapes.grid_terms.get(grid)
+    if rows_of is None and len(grid) == 8:  # a proposed layout's v on the shared grid (_layout_arrays): its terms but the chunks'
+        shared = shapes.grid_terms.get(grid[:7])
+        if shared is None:
+            shared = shapes.grid_terms[grid[:7]] = _GridTerms.of(shapes, cols, per)
+        rows_of = shapes.grid_terms[grid] = shared.with_chunks(cols["chunks"])
     if rows_of is None:
         rows_of = shapes.grid_terms[grid] = _GridTerms.of(shapes, cols, per)
     a_layer, _, _, a_re, a_moe, a_cp, _ = rows_of.activations  # the embedding, output and MTP ones: rows_of.in_flight
@@ -850,7 +940,8 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
             states[at] = (np.array([params for params, _ in held])[index], 0.0, 0.0, 0.0)
             block_counts[at] = np.array([counts for _, counts in held], dtype=float)[index].T
         expert_per_param = dense_per_param
-    elif model.moe is None and shapes.torchtitan and p > 1:  # torchtitan's split: any per-rank layers (its middle ranks may differ)
+    elif model.moe is None and (shapes.torchtitan or shapes.pipeline_layout is not None) and p > 1:  # torchtitan's split or a
+        # layout string: any per-rank layers (the middle ranks may differ)
         # the earliest rank of each layer count, the ends among them, keeps the most (fullest_candidates); a split-backward
         # schedule's in-flight counts are its own (a V's too, its head on rank 0): every rank
         for at in range(p) if space_schedule is not None else fullest_candidates(model, split):
@@ -869,8 +960,12 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
     else:  # per chunk count: interleaving moves MoE layers between stages (parcalc.core.memory.stage_moe_layers)
         chunk_values, index = rows_of.chunk_values()
         any_zero3 = bool(zero3.any())  # the gathered buffers count only on ZeRO-3 rows (np.where below)
-        wanted_stages = (list(range(p)) if (shapes.pipeline_layout is not None or shapes.torchtitan) and p > 1  # a layout: every stage, as step.py's
-                         else shapes.candidates(split, tuple(chunk_values)))  # fmt: skip
+        if shapes.pipeline_layout is not None and p > 1:  # a layout: the stages whose memory can be the largest (layout_candidates)
+            wanted_stages = shapes.layout_candidates(p)
+        elif shapes.torchtitan and p > 1:  # every stage, as step.py's
+            wanted_stages = list(range(p))
+        else:
+            wanted_stages = shapes.candidates(split, tuple(chunk_values))
         for at in wanted_stages:
             if len(chunk_values) == 1:
                 params, experts, gathered, moe = shapes.moe_states(t, p, c, d, ep, first, last, chunk_values[0], at, any_zero3)
@@ -938,7 +1033,7 @@ def _evaluate_layout(shapes: _Shapes, cols: dict[str, np.ndarray], given: tuple[
                       reduce_every=framework.reduce_every_micro_batch, reshard=framework.reshard_after_forward,
                       layer_forward=f_layer, layer_backward=b_layer)  # fmt: skip
     layout = shapes.pipeline(t, p, d, first, last, cp=c, ep=ep)  # ZeRO and the shard group: arrays
-    t_opt = optimizer_step_time(model, layout, training, cluster, zero=z, shard_group=shard)
+    t_opt = optimizer_step_time(model, layout, training, cluster, zero=z, shard_group=shard, fullest=shapes.fullest_stage(t, p, d * c, first, last, ep))
     t_off = offload_step_time(model, layout, training, cluster, activation_layer=a_layer, stage_layers=split[0], m=m, stage=stage, zero=z,
                               shard_group=shard)  # fmt: skip
     t_host = _host_times(shapes, t, p, d, c, b, sp, r, z, m, stage, t_opt)
@@ -1035,8 +1130,6 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
         stage_split(model.layers, space.pp, space.first_stage_layers, space.last_stage_layers,
                     embedding_in_split=space.embedding_in_split, loss_in_split=space.loss_in_split)
     if space.pipeline_layout is not None:
-        from parcalc.core.pipeline_layout import parse_pipeline_layout
-
         if space.first_stage_layers is not None or space.last_stage_layers is not None or any(space.slots):
             raise InputError("--pipeline-layout: gives every stage's layers; --first-stage-layers, --last-stage-layers and the embedding / "
                              "loss slots split the stages another way (give one of them)")  # fmt: skip
@@ -1049,9 +1142,10 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
     shapes.slots = space.slots
     shapes.torchtitan = space.torchtitan_split
     found = parallel_layouts(model, training, cluster, space, rejected)
+    texts: list[str] = [space.pipeline_layout] if space.pipeline_layout is not None else []  # Evaluated.layouts
     parts = []
     for i, (t, p, c, d, e) in enumerate(found):
-        per_split = []
+        per_split, proposals = [], []
         for given in splits(model, p, space):
             split = split_layers(model, p, space, given)
             made = _layout_arrays(shapes, t, p, d, split, space, rejected, c, e)
@@ -1059,21 +1153,35 @@ def _search(model: TransformerModel, training: Training, cluster: Cluster, space
                 cols, grid = made
                 _evaluate_layout(shapes, cols, given, split, grid)
                 per_split.append(cols)
+        for chunks, text in proposed_layouts(model, p, space, cluster):  # the v the splits do not run: Megatron-LM's layout string
+            if text not in texts:
+                texts.append(text)
+            split = parse_pipeline_layout(text, p, model.layers, model.mtp_layers).stage_layers()
+            shapes.pipeline_layout = text  # the caches that read it key by it
+            try:
+                made = _layout_arrays(shapes, t, p, d, split, space, rejected, c, e, proposed=(chunks, texts.index(text)))
+                if made is not None:
+                    cols, grid = made
+                    _evaluate_layout(shapes, cols, (split[0], split[-1]), split, grid)
+                    proposals.append(cols)  # its v none of the splits runs: no other split of the same configuration
+            finally:
+                shapes.pipeline_layout = None
         if len(per_split) > 1:
             best, dropped = best_splits(per_split)
             rejected["another uneven split of the same configuration is better"] += dropped
             parts.append(best)
         else:
             parts += per_split
+        parts += proposals
         if progress is not None:
             progress(i + 1, len(found))
-    every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS + SHARD_FIELDS + BASIS_FIELDS
+    every = CONFIG_FIELDS + COST_FIELDS + PARALLEL_FIELDS + PARALLEL_COST_FIELDS + SHARD_FIELDS + BASIS_FIELDS + LAYOUT_FIELDS
     if parts:
         timed = dict(zip(TIME_FIELDS, np.concatenate([c[TIMED] for c in parts], axis=1), strict=True))
         columns = {k: timed[k] if k in timed else np.concatenate([c[k] for c in parts]) for k in every}
     else:
         columns = {k: np.array([]) for k in every}
-    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node, space.pipeline_layout,
+    evaluated = Evaluated(columns, model.layers, space.slots, space.cp_comm, space.moe, cluster.gpus_per_node, tuple(texts),
                           "torchtitan" if space.torchtitan_split else None)  # fmt: skip
     rejected["memory (does not fit)"] += int(len(evaluated) - np.count_nonzero(columns["fits"])) if len(evaluated) else 0
     return SearchResult(evaluated, rejected, len(found))

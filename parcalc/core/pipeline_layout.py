@@ -207,11 +207,9 @@ def check_layout_settings(layout: Any, model: Any) -> None:
 def search_reason(text: str, p: int, model: Any, interleaved: bool = True, max_chunks: int | None = None,
                   v_shape: bool = False) -> str | None:  # fmt: skip
     """Why `fit --search` cannot run the layout on p pipeline ranks (None: it can). The layout is kept as written: p
-    must split its virtual stages (v = stages / p chunks each), interleaving must be allowed for v > 1, every rank must
-    hold a transformer layer, and the ranks' layers must be an even split or a first / even middle / last one, the
-    splits the search's arrays time (parcalc.core.stages, parcalc.core.fit_search)."""
-    from parcalc.core.stages import stage_split
-
+    must split its virtual stages (v = stages / p chunks each), interleaving must be allowed for v > 1, and every rank
+    must hold a transformer layer (the search's arrays time a stage by its layers). Any layers the ranks then hold are
+    timed: the search takes each rank's from the layout (parcalc.core.fit_search, search_layouts.split_layers)."""
     if v_shape:
         return f"the search places the {FLAG}'s virtual stages on rank i mod p; a V schedule's layout is timed without --search"
     stages = virtual_stage_count(text)
@@ -223,10 +221,53 @@ def search_reason(text: str, p: int, model: Any, interleaved: bool = True, max_c
     split = parse_pipeline_layout(text, p, model.layers, model.mtp_layers).stage_layers()
     if min(split) == 0:
         return f"a rank holds no transformer layer under the {FLAG} (the search's arrays time a stage by its layers)"
-    try:
-        uneven = p > 1 and stage_split(model.layers, p, split[0], split[-1]) != split
-    except InputError:
-        uneven = True
-    if uneven:
-        return f"the {FLAG}'s ranks are not a first / even middle / last split (the search times those only)"
     return None
+
+
+# The layout fit --search proposes where the layers do not split over pp x v virtual stages (balanced_layout)
+BALANCED_SOURCE = ("Megatron-LM counts the embedding and the loss as one layer slot each when splitting the pipeline "
+                   "(--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split, megatron/core/transformer/"
+                   "transformer_config.py @d98e8a64dd); Megatron-Bridge's H100 recipes deal E, the layers, the MTP layers and L "
+                   "so over PP 8 x VP 4: DeepSeek-V3 'Et|(tt|)*30mL' (src/megatron/bridge/perf_recipes/deepseek/h100/deepseek_v3.py), "
+                   "Kimi K2 'Et|(tt|)*30L' (perf_recipes/kimi/h100/kimi_k2.py), NVIDIA-NeMo/Megatron-Bridge @067f987df")  # fmt: skip
+
+
+@lru_cache(maxsize=1024)
+def balanced_layout(layers: int, mtp_layers: int, pp: int, chunks: int) -> str | None:
+    """The layout string that deals a model's slots evenly over pp x chunks virtual stages in layer order (None: none
+    such that Megatron-LM accepts): the embedding, each transformer layer, each MTP layer and the loss one slot each
+    (BALANCED_SOURCE), q = slots // stages a stage and the first slots % stages stages one more; the embedding opens
+    the first stage, the MTP layers and the loss close the last (Megatron-LM: every MTP layer in one virtual stage,
+    the rank's last). DeepSeek-V3 (61 layers, 1 MTP) on PP 8 x VP 4: 64 slots, 2 a stage, 'Et|(tt|)*30mL'."""
+    stages = pp * chunks
+    slots = layers + mtp_layers + 2
+    if stages < 2 or stages > slots:
+        return None
+    share, extra = divmod(slots, stages)
+    shares = [share + 1 if i < extra else share for i in range(stages)]
+    tail = mtp_layers + 1  # the MTP layers and the loss: the last stage's
+    if shares[-1] < tail:
+        return None
+    counts = [shares[0] - 1, *shares[1:-1], shares[-1] - tail]  # transformer layers of each virtual stage
+    texts = [_layer_run(n) for n in counts]
+    texts[0] = "E" + texts[0]
+    texts[-1] += ("m" * mtp_layers if mtp_layers < 3 else f"m*{mtp_layers}") + "L"
+    return _written(texts)
+
+
+def _layer_run(n: int) -> str:
+    """n transformer layers as recipes write them: 't', 'tt', then 't*n'."""
+    return "t" * n if n < 3 else f"t*{n}"
+
+
+def _written(texts: list[str]) -> str:
+    """Virtual stages' letters as one layout string, a run of equal stages (the last stage apart) as '(X|)*n'."""
+    out, i = [], 0
+    while i < len(texts) - 1:
+        j = i
+        while j + 1 < len(texts) - 1 and texts[j + 1] == texts[i]:
+            j += 1
+        run = j - i + 1
+        out.append(f"({texts[i]}|)*{run}" if run > 1 else f"{texts[i]}|")
+        i = j + 1
+    return "".join(out) + texts[-1]

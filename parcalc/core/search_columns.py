@@ -34,6 +34,10 @@ SHARD_FIELDS = ("shard_group",)
 # parcalc.core.search_replay); the allocator replayed, memory_of's total (the rows shown, and every row of the hf profile,
 # memory_timeline.hf_reserved_total)
 BASIS_FIELDS = ("memory_basis",)
+# Megatron-LM's layout string of each configuration's pipeline (--pipeline-layout; null: none), by its index in
+# Evaluated.layouts (-1: none): the one given, or the one the search proposes where the splits do not run a (pp, v)
+# (parcalc.core.search_layouts.proposed_layouts); a column shown where some configuration has one
+LAYOUT_FIELDS = ("pipeline_layout",)
 MEMORY_BASES = ("textbook", "floor", "replayed")
 TEXTBOOK, FLOOR, REPLAYED = range(len(MEMORY_BASES))
 
@@ -48,7 +52,7 @@ class Evaluated:
     cp_comm: str = "p2p"  # SearchSpace.cp_comm
     moe: tuple[float, str, int | None, str, str] = (1.0, "alltoall", None, "none", "uniform")  # SearchSpace.moe
     gpus_per_node: int = 8  # caps --max-nodes-per-token at each layout's EP group (searched_routing_limit)
-    pipeline_layout: str | None = None  # SearchSpace.pipeline_layout: every row's pipeline is this layout string
+    layouts: tuple[str, ...] = ()  # the layout strings of the column pipeline_layout, by its index (LAYOUT_FIELDS)
     split_by: str | None = None  # "torchtitan": every pipeline is split as torchtitan splits it (SearchSpace.torchtitan_split)
 
     def __len__(self) -> int:
@@ -57,13 +61,14 @@ class Evaluated:
     def config(self, i: int) -> Config:
         c = self.columns
         p, first, last = int(c["pp"][i]), int(c["first_stage_layers"][i]), int(c["last_stage_layers"][i])
-        even = any(self.slots) or (self.layers % p == 0 and first == last == self.layers // p) or self.pipeline_layout is not None
+        text = self.layout_of(i)
+        even = any(self.slots) or (self.layers % p == 0 and first == last == self.layers // p) or text is not None
         layout = Layout(tp=int(c["tp"][i]), pp=p, dp=int(c["dp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]), zero=int(c["zero"][i]),
                         shard_group=self.shard_group(i), sequence_parallel=bool(c["sequence_parallel"][i]), cp_comm=self.cp_comm,
                         schedule=SCHEDULE_CODES[int(c["schedule"][i])], chunks=int(c["chunks"][i]),
                         first_stage_layers=None if even else first, last_stage_layers=None if even else last,
                         embedding_in_split=bool(self.slots[0]), loss_in_split=bool(self.slots[1]), gpus_per_node=self.gpus_per_node,
-                        pipeline_layout=self.pipeline_layout if p > 1 else None)
+                        pipeline_layout=text if p > 1 else None)
         if self.split_by == "torchtitan" and p > 1:  # the row's chunks split as torchtitan does (parcalc.core.pipeline_torchtitan)
             from parcalc.core.pipeline_torchtitan import split_layout
 
@@ -71,6 +76,11 @@ class Evaluated:
         return Config(layout, int(c["micro_batch"][i]), RECOMPUTES[int(c["recompute"][i])], moe_imbalance=self.moe[0],
                       moe_dispatcher=self.moe[1], ep_overlap=self.moe[3], moe_routing=self.moe[4],
                       max_nodes_per_token=searched_routing_limit(self.moe[2], int(c["ep"][i]), int(c["tp"][i]), self.gpus_per_node))  # fmt: skip
+
+    def layout_of(self, i: int) -> str | None:
+        """The layout string of row i's pipeline (None: the split of its first and last stage layers)."""
+        code = int(self.columns["pipeline_layout"][i]) if "pipeline_layout" in self.columns else -1
+        return self.layouts[code] if code >= 0 else None
 
     def shard_group(self, i: int) -> int | None:
         """Config.shard_group of row i: S where it is smaller than dp x cp (hybrid sharding), else None."""
@@ -89,6 +99,8 @@ class Evaluated:
             lists[k] = [None if x != x else x for x in lists[k]]
         if "memory_basis" in lists:
             lists["memory_basis"] = [MEMORY_BASES[x] for x in lists["memory_basis"]]
+        if "pipeline_layout" in lists:
+            lists["pipeline_layout"] = [self.layouts[x] if x >= 0 else None for x in lists["pipeline_layout"]]
         for j in range(len(index)):
             yield (lists["tp"][j], lists["pp"][j], lists["dp"][j], lists["micro_batch"][j], lists["micro_batches"][j],
                    RECOMPUTES[lists["recompute"][j]].value, lists["zero"][j], bool(lists["sequence_parallel"][j]),

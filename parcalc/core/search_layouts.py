@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from parcalc.core.choices import Recompute, Schedule
@@ -133,13 +134,74 @@ def layouts(model: TransformerModel, training: Training, cluster: Cluster, rejec
                     found.append((t, p, d))
             elif slots and space is not None and not _slot_split_fits(model.layers, p, space):
                 rejected["pp does not divide the layer slots (layers + embedding / loss)"] += 1
-            elif not slots and model.layers % p and not search_splits(model.layers, p) and not (pinned and space is not None and p == space.pp):
-                rejected["pp does not divide the layers (no balanced uneven split)"] += 1
+            elif (not slots and model.layers % p and not search_splits(model.layers, p) and not (pinned and space is not None and p == space.pp)
+                  and not (space is not None and proposed_layouts(model, p, space, cluster))):  # fmt: skip
+                rejected[NO_SPLIT] += 1
             elif training.global_batch % d:
                 rejected["dp does not divide the global batch"] += 1
             else:
                 found.append((t, p, d))
     return found
+
+
+NO_SPLIT = "pp does not divide the layers (no balanced uneven split or layout)"
+
+
+def proposes_layouts(space: SearchSpace, cluster: Cluster, model: TransformerModel) -> bool:
+    """Whether the search proposes Megatron-LM layout strings (proposed_layouts): Megatron-LM's profile (the flag is
+    its), the megatron split, no split given (a layout, first / last stage layers, embedding / loss slots), no
+    split-backward schedule, and a model whose layers the search's layouts count (no Mamba-2 or gated-DeltaNet mixers)."""
+    return (cluster.framework.key == "megatron" and space.framework_split == "megatron" and space.pipeline_layout is None
+            and space.first_stage_layers is None and space.last_stage_layers is None and not any(space.slots)
+            and space.schedule is None and model.mamba is None and model.linear_attention is None)  # fmt: skip
+
+
+def covered_chunks(model: TransformerModel, p: int, space: SearchSpace) -> frozenset[int]:
+    """The chunk counts v the search's splits of the layers over p ranks already run (the even split or Megatron-LM's
+    balanced uneven ones: 1F1B, and v dividing every stage's layers interleaved; fit_search._schedules)."""
+    found: set[int] = set()
+    for given in splits(model, p, space):
+        split = stage_split(model.layers, p, *given)
+        found.add(1)
+        if p > 1 and space.interleaved:
+            found.update(v for v in divisors(math.gcd(*split)) if space.max_chunks is None or v <= space.max_chunks)
+    return frozenset(found)
+
+
+# The slots a virtual stage the published layouts hold (parcalc.core.pipeline_layout.balanced_layout counts them): 2 in
+# Megatron-Bridge's H100 recipes (DeepSeek-V3 and Kimi K2 on PP 8 x VP 4, Llama 3 70B on PP 8 x VP 5) and Megatron-LM's
+# DeepSeek-V3 example (PP 16 x VP 2), 4 in its GB200 / GB300 ones (DeepSeek-V3 on PP 4 x VP 4 and PP 2 x VP 8)
+SLOTS_PER_VIRTUAL_STAGE = (2, 4)
+
+
+def proposed_layouts(model: TransformerModel, p: int, space: SearchSpace, cluster: Cluster) -> tuple[tuple[int, str], ...]:
+    """(v, layout string) of each chunk count v the search proposes a layout for on p ranks: where the search's splits
+    (covered_chunks) run no interleaving with it, the v whose virtual stages hold the slots a published layout's do
+    (SLOTS_PER_VIRTUAL_STAGE: v = slots / (p x k), rounded), and v = 1 where no split runs p at all; each with the balanced
+    layout Megatron-LM users write for it (parcalc.core.pipeline_layout.balanced_layout), where Megatron-LM accepts it and
+    every rank holds a transformer layer. One layout per (p, v), at most three per p."""
+    if p < 2 or not proposes_layouts(space, cluster, model):
+        return ()
+    return _proposed(model.layers, model.mtp_layers, p, space.interleaved, space.max_chunks, covered_chunks(model, p, space))
+
+
+@lru_cache(maxsize=256)
+def _proposed(layers: int, mtp_layers: int, p: int, interleaved: bool, max_chunks: int | None,
+              covered: frozenset[int]) -> tuple[tuple[int, str], ...]:  # fmt: skip
+    from parcalc.core.pipeline_layout import balanced_layout, parse_pipeline_layout
+
+    slots = layers + mtp_layers + 2
+    wanted = {1}
+    if interleaved:  # v = slots / (p k) to the nearest whole
+        wanted |= {(2 * slots + p * k) // (2 * p * k) for k in SLOTS_PER_VIRTUAL_STAGE}
+    found = []
+    for v in sorted(wanted - covered):
+        if v < 1 or (max_chunks is not None and v > max_chunks):
+            continue
+        text = balanced_layout(layers, mtp_layers, p, v)
+        if text is not None and min(parse_pipeline_layout(text, p, layers, mtp_layers).stage_layers()) > 0:
+            found.append((v, text))
+    return tuple(found)
 
 
 def search_splits(layers: int, pp: int) -> tuple[tuple[int, int], ...]:
@@ -223,9 +285,12 @@ def splits(model: TransformerModel, p: int, space: SearchSpace) -> list[tuple[in
 
 
 def split_layers(model: TransformerModel, p: int, space: SearchSpace, given: tuple[int | None, int | None]) -> tuple[int, ...]:
-    """Every rank's transformer layers, first to last, of the split `given` (one of splits()): torchtitan's own where the
-    search splits as torchtitan does (one stage a rank, or 2p in a V: any per-rank counts, its middle ranks need not be
-    equal), else Megatron-LM's first / even middle / last split (parcalc.core.stages.stage_split)."""
+    """Every rank's transformer layers, first to last, of the split `given` (one of splits()): a --pipeline-layout's ranks'
+    (whatever they hold); torchtitan's own where the search splits as torchtitan does (one stage a rank, or 2p in a V: any
+    per-rank counts, its middle ranks need not be equal); else Megatron-LM's first / even middle / last split
+    (parcalc.core.stages.stage_split)."""
+    if space.pipeline_layout is not None and p > 1:  # the layout's own ranks, whatever they hold
+        return layout_stage_layers(model, p, space.pipeline_layout)
     if space.torchtitan_split and p > 1:
         v_shape = space.schedule is not None and space.schedule.v_shape  # a V: its 2p stages placed in the V
         ranks = torchtitan_ranks(model.layers, p, 2 * p if v_shape else p, v_shape)

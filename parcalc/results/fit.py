@@ -269,7 +269,8 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
             import numpy as np
 
             nearest = np.argsort(evaluated.columns["memory"], kind="stable")[:top]
-            tried = replace(_configurations_table(found, nearest, f"The {len(nearest)} smallest footprints (none fits)", extra), key="smallest")
+            tried = replace(_configurations_table(found, nearest, f"The {len(nearest)} smallest footprints (none fits)",
+                                                  _with_layouts_shown(found, nearest, extra)), key="smallest")  # fmt: skip
             notes = floor_note(nearest)
         shown = Result(command="fit", title=title, inputs=tuple(_inputs(shape, training, cluster)), derivations=(),
                        tables=(tried, _rejections_table(found)),
@@ -282,7 +283,7 @@ def _search_result(req: FitRequest, cluster: Cluster, everything: bool, settings
     extra = _parallel_columns(found, shape) + _basis_columns(everything)
     shown = distinct_layouts(evaluated, ranked, top)
     tables = [_configurations_table(found, shown, f"The {shown.size} fastest layouts that fit, each at its fastest configuration "
-                                    f"(of {ranked.size:,} that fit)", extra)]  # fmt: skip
+                                    f"(of {ranked.size:,} that fit)", _with_layouts_shown(found, shown, extra))]  # fmt: skip
     if everything:
         tables.insert(0, _configurations_table(found, None, "Every configuration evaluated", extra))
     tables.append(_rejections_table(found))
@@ -428,8 +429,18 @@ def _parallel_columns(found: SearchResult, shape: TransformerModel) -> tuple[str
     # the shard group S where some ZeRO-1/2/3 configuration shards over fewer than dp x cp ranks (hybrid sharding)
     hybrid = len(found.evaluated) > 0 and bool(((c["zero"] >= 1) & (c["shard_group"] < c["dp"] * c["cp"])).any())
     host = len(found.evaluated) > 0 and bool((c["t_host"] > 0).any())
+    # the layout string where some configuration's pipeline has one (given, or proposed by the search: LAYOUT_FIELDS)
+    layout = len(found.evaluated) > 0 and bool((c["pipeline_layout"] >= 0).any())
     return ((("cp",) if cp else ()) + (("ep",) if ep else ()) + (("shard_group",) if hybrid else ()) + (("t_cp",) if cp else ())
-            + (("t_ep",) if ep else ()) + (("t_host",) if host else ()))  # fmt: skip
+            + (("t_ep",) if ep else ()) + (("t_host",) if host else ()) + (("pipeline_layout",) if layout else ()))  # fmt: skip
+
+
+def _with_layouts_shown(found: SearchResult, rows: Any, extra: tuple[str, ...]) -> tuple[str, ...]:
+    """`extra` for a table of `rows` of the search: the layout string column only where one of them has a layout (a
+    column of '-' would push the terminal's 80 columns into one record a row for nothing)."""
+    if "pipeline_layout" not in extra or bool((found.evaluated.columns["pipeline_layout"][rows] >= 0).any()):
+        return extra
+    return tuple(k for k in extra if k != "pipeline_layout")
 
 
 def _basis_columns(everything: bool) -> tuple[str, ...]:
@@ -447,6 +458,7 @@ COLUMN_ABOUT = {"tp": "tensor-parallel degree", "pp": "pipeline stages", "dp": "
                 "sequence_parallel": "sequence parallelism", "chunks": "model chunks a stage (interleaved 1F1B; 1: none)",
                 "shard_group": "shard group, the ranks ZeRO shards over (below dp x cp: hybrid sharding)",
                 "first_stage_layers": "layers on the first stage", "last_stage_layers": "layers on the last stage",
+                "pipeline_layout": "Megatron-LM's --pipeline-layout of the stages (given, or the balanced one the search proposes)",
                 "mfu": "model FLOPs utilisation", "hfu": "hardware FLOPs utilisation (recomputation counted)",
                 "memory_basis": ("what the memory is: 'replayed' (the caching allocator replayed over the step walk, or no step walked "
                                  "and 'textbook': memory's and fit's total either way, but for a 1F1B pipeline row not shown over the "
@@ -462,7 +474,7 @@ def _configurations_table(found: SearchResult, order: Any, title: str, extra: tu
     units = {"memory": "B", "tokens_per_second": "tokens/s", "mfu": "fraction", "hfu": "fraction"} | dict.fromkeys(BY_KEY, "s")
     labels = {"micro_batch": "b", "micro_batches": "m", "sequence_parallel": "SP", "chunks": "v", "first_stage_layers": "L first",
               "last_stage_layers": "L last", "memory": "memory", "tokens_per_second": "tokens/s", "mfu": "MFU", "hfu": "HFU", "cp": "CP",
-              "ep": "EP", "shard_group": "S", "memory_basis": "memory is"} | {key: term.heading for key, term in BY_KEY.items()}  # fmt: skip
+              "ep": "EP", "shard_group": "S", "memory_basis": "memory is", "pipeline_layout": "layout"} | {key: term.heading for key, term in BY_KEY.items()}  # fmt: skip
     columns = tuple(Column(k, labels.get(k, k), units.get(k, ""), memory=k == "memory", about=COLUMN_ABOUT.get(k, ""))
                     for k in CONFIG_FIELDS + COST_FIELDS + extra)  # fmt: skip
     key = "configurations" if order is None else "top"

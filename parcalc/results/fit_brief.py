@@ -26,7 +26,7 @@ STRATEGY_COLUMNS = ("strategy", "recompute", "tp", "pp", "dp", "memory", "fits",
 # A configuration of the search: the flags that pin it (the degrees, b, recomputation, ZeRO, SP, the
 # interleaved chunks v, the shard group S) and what it costs; the step's parts are --detail full's.
 CONFIGURATION_COLUMNS = ("gpu", "tp", "pp", "dp", "cp", "ep", "etp", "micro_batch", "recompute", "zero", "sequence_parallel",
-                         "chunks", "shard_group", "memory", "t_step", "days", "cost", "mfu")  # fmt: skip
+                         "chunks", "pipeline_layout", "shard_group", "memory", "t_step", "days", "cost", "mfu")  # fmt: skip
 COLUMNS = {"strategies": STRATEGY_COLUMNS, "configurations": CONFIGURATION_COLUMNS, "top": CONFIGURATION_COLUMNS,
            "smallest": CONFIGURATION_COLUMNS}  # fmt: skip
 

@@ -835,15 +835,17 @@ def dp_pieces_of(stage: FullestStage, layout: Layout, training: Any, cluster: An
     )
 
 
-def optimizer_traffic(model: Any, layout: Layout, training: Any, framework: Any = None) -> tuple[FullestStage, float]:
+def optimizer_traffic(model: Any, layout: Layout, training: Any, framework: Any = None,
+                      fullest: FullestStage | None = None) -> tuple[FullestStage, float]:  # fmt: skip
     """(the fullest stage's GPU before ZeRO sharding: parameters, routed experts among them; HBM
     bytes one parameter's update moves). framework: whether its optimizer writes a 16-bit weight copy
-    (Framework.optimizer_writes_weight_copy; None: it does, as Megatron-LM's)."""
+    (Framework.optimizer_writes_weight_copy; None: it does, as Megatron-LM's). fullest: _fullest_stage's, where the
+    caller keeps it (the search: parcalc.core.fit_search._Shapes.fullest_stage)."""
     from parcalc.core.choices import Precision
     from parcalc.core.model_states import state_bytes
     from parcalc.core.timing.compute import optimizer_bytes
 
-    stage = _fullest_stage(model, layout)
+    stage = _fullest_stage(model, layout) if fullest is None else fullest
     per = state_bytes(training.precision, training.optimizer, fp32_grads=training.fp32_grads, model=model)
     master = training.precision is not Precision.FP32 and training.precision is not Precision.BF16
     writes_copy = framework is None or framework.optimizer_writes_weight_copy
@@ -853,7 +855,8 @@ def optimizer_traffic(model: Any, layout: Layout, training: Any, framework: Any 
     return stage, optimizer_bytes(per.states, gradient, per.weight, master, state_bytes=per.per_state, writes_copy=writes_copy)
 
 
-def optimizer_step_time(model: Any, layout: Layout, training: Any, cluster: Any, *, zero: Any = None, shard_group: Any = None) -> Any:
+def optimizer_step_time(model: Any, layout: Layout, training: Any, cluster: Any, *, zero: Any = None, shard_group: Any = None,
+                        fullest: FullestStage | None = None) -> Any:  # fmt: skip
     """The optimizer's update of the local parameters (sharded over the dp x cp ranks from ZeRO-1 on, or
     over the shard group S with hybrid sharding; routed experts over expert-DP: a number, or an array of
     one per configuration). zero / shard_group: the layout's, or arrays of one per configuration (the search)."""
@@ -862,7 +865,7 @@ def optimizer_step_time(model: Any, layout: Layout, training: Any, cluster: Any,
     zero, shard_group = _sharding(layout, zero, shard_group)
     if training.offload_optimizer:  # the step runs on the host (parcalc.core.timing.offload)
         return 0.0 * np.asarray(zero)
-    stage, traffic = optimizer_traffic(model, layout, training, cluster.framework)
+    stage, traffic = optimizer_traffic(model, layout, training, cluster.framework, fullest)
     whole = optimizer_time(stage.params, traffic, cluster.spec)
     shards = layout.dp * layout.cp if shard_group is None else shard_group
     if not stage.experts:
