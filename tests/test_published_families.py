@@ -45,7 +45,14 @@ STATS = {stat.family: stat for stat in family_stats(rows(include_gaps=False))}
 # expert order and back (parcalc.core.timing.moe SORT_SOURCE): Qwen3-235B FP8 +16.0 -> +15.1 %; Qwen3-30B BF16 HybridEP
 # +16.2 % is the worst. The host's launches after the dispatcher's sync were checked and do not explain the rest
 # (benchmarks/moe_host_overlap.py, docs/step-time.md)
-OVER_10: dict[str, str] = {}
+# Session 24: 9.9 -> 10.2 % once SP's all-gathers carry the FP8 recipe's bytes (Transformer Engine quantises before it
+# gathers: parcalc.core.timing.fp8_quantise.SP_GATHER_SOURCE): DeepSeek-V3 FP8 +8.6 / +9.1 -> +9.3 / +9.5 %, Qwen3-235B FP8
+# +15.1 -> +15.3 %. Not tuned back: the saving is the source's, and the rows it moves were already predicted too fast.
+OVER_10: dict[str, str] = {
+    MOE: ("mean 10.2 %: the FP8 MoE rows were already too fast and the sourced FP8 SP all-gathers make them faster still; "
+          "the missing cost is elsewhere, e.g. the MoE layers' host time after the dispatcher's sync (docs/step-time.md "
+          "'Known gaps')"),
+}
 
 
 def test_family_sizes() -> None:
