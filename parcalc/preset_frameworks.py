@@ -17,7 +17,7 @@ _FRAMEWORK_FLAGS = ("fp32_grads", "overlap_grad_reduce", "overlap_param_gather",
 _FRAMEWORK_KEYS = ("kind", "name", "sources", "gradient_buckets", "reduce_bytes", "zero_stages", "default_zero", "notes", "pipeline", *_FRAMEWORK_FLAGS,
                    "kernels", "host", "compiled_host", "step_memory", "data_parallel_only", "optimizer_writes_weight_copy", "expert_gemm_host",
                    "sync_after_backward", "pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm",
-                   "fp8_dispatch", "pipeline_split", "context_parallel", "cp_comm_default", "not_run")  # fmt: skip
+                   "fp8_dispatch", "quantised_sp_gathers", "pipeline_split", "context_parallel", "cp_comm_default", "not_run")  # fmt: skip
 # The settings a profile's `not_run:` may name (Framework.run_reason): the flags as typed
 NOT_RUN_FLAGS = ("--compile", "--recompute selective", "--recompute full", "--recompute op")
 # What a framework's `pipeline` block may change when pp > 1 (parcalc.core.timing.framework.Framework.pipeline)
@@ -84,9 +84,10 @@ def framework_from_document(key: str, path: Path, data: Mapping[str, Any]) -> An
     # buffer written by the optimizer), sync_after_backward (the loop's synchronisation inside the step: parcalc.core.timing.host),
     # pipeline_scatter_gather (profiles without it split the pipeline's sends over the TP ranks), sequence_parallel_with_tp
     # (tp > 1 runs with sequence parallelism always), overlap_p2p_comm (the interleaved schedule's steady-state sends hidden),
-    # fp8_dispatch (DeepEP's dispatch in FP8 under FP8 training: parcalc.core.timing.moe)
+    # fp8_dispatch (DeepEP's dispatch in FP8 under FP8 training: parcalc.core.timing.moe), quantised_sp_gathers (SP's
+    # all-gathers in the FP8 / NVFP4 recipe's bytes: parcalc.core.timing.fp8_quantise.gathered_bytes)
     for name in ("data_parallel_only", "optimizer_writes_weight_copy", "sync_after_backward", "pipeline_scatter_gather",
-                 "sequence_parallel_with_tp", "overlap_p2p_comm", "fp8_dispatch"):
+                 "sequence_parallel_with_tp", "overlap_p2p_comm", "fp8_dispatch", "quantised_sp_gathers"):
         if name in data:
             memory[name] = setting(doc, name, name)
             if not isinstance(memory[name], bool):

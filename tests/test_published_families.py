@@ -45,7 +45,14 @@ STATS = {stat.family: stat for stat in family_stats(rows(include_gaps=False))}
 # expert order and back (parcalc.core.timing.moe SORT_SOURCE): Qwen3-235B FP8 +16.0 -> +15.1 %; Qwen3-30B BF16 HybridEP
 # +16.2 % is the worst. The host's launches after the dispatcher's sync were checked and do not explain the rest
 # (benchmarks/moe_host_overlap.py, docs/step-time.md)
-OVER_10: dict[str, str] = {}
+# Session 24: 9.9 -> 10.2 % once SP's all-gathers carry the FP8 recipe's bytes (Transformer Engine quantises before it
+# gathers: parcalc.core.timing.fp8_quantise.SP_GATHER_SOURCE): DeepSeek-V3 FP8 +8.6 / +9.1 -> +9.3 / +9.5 %, Qwen3-235B FP8
+# +15.1 -> +15.3 %. Not tuned back: the saving is the source's, and the rows it moves were already predicted too fast.
+OVER_10: dict[str, str] = {
+    MOE: ("mean 10.2 %: the FP8 MoE rows were already too fast and the sourced FP8 SP all-gathers make them faster still; "
+          "the missing cost is elsewhere, e.g. the MoE layers' host time after the dispatcher's sync (docs/step-time.md "
+          "'Known gaps')"),
+}
 
 
 def test_family_sizes() -> None:
@@ -73,10 +80,10 @@ LOOP_CLOCK_STILL_FAST = {
     # python tests/published_families.py --gh100-loop-clock --run-attention (session 21)
     "llama3-405b-16384xh100-seq8192": 0.126,
     "llama3-405b-8192xh100-seq8192": 0.178,
-    "mcore-moe-deepseek-v3-1024xh100-fp8blk": 0.291,
-    "mbridge2509-deepseek-v3-1024xh100-fp8": 0.252,
+    "mcore-moe-deepseek-v3-1024xh100-fp8blk": 0.301,  # 0.291 before SP's FP8 all-gathers (session 24)
+    "mbridge2509-deepseek-v3-1024xh100-fp8": 0.257,  # 0.252 before SP's FP8 all-gathers (session 24)
     "mcore-moe-qwen3-235b-256xh100-bf16": 0.216,
-    "mbridge2604-qwen3-235b-256xh100-fp8": 0.209,
+    "mbridge2604-qwen3-235b-256xh100-fp8": 0.212,  # 0.209 before SP's FP8 all-gathers (session 24)
     "mbridge-skill-qwen3-30b-a3b-16xh100-bf16-hybridep-overlap": 0.319,  # 0.322 before HybridEP's probabilities (issue 32)
 }
 

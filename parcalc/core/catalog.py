@@ -88,11 +88,12 @@ def _framework_rows(framework: Any) -> list[tuple[object, ...]]:
     # the memory-bound kernels between GEMMs the profile times (--kernels overrides it)
     rows.append(("kernels", framework.kernels, "", framework.source("kernels")))
     # where the profile says: what a TP rank sends across a stage boundary; whether TP runs with sequence parallelism always;
-    # whether the interleaved schedule hides its steady-state sends; whether DeepEP dispatches FP8 under FP8 training
+    # whether the interleaved schedule hides its steady-state sends; whether DeepEP dispatches FP8 under FP8 training;
+    # whether SP's all-gathers carry the quantised tensor under FP8 / NVFP4
     # and how it splits the layers over the pipeline without a split given (parcalc.core.pipeline_torchtitan); whose context-
     # parallel attention it runs (parcalc.core.timing.torch_ring_attention)
-    for name in ("pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm", "fp8_dispatch", "pipeline_split",
-                 "context_parallel"):
+    for name in ("pipeline_scatter_gather", "sequence_parallel_with_tp", "overlap_p2p_comm", "fp8_dispatch", "quantised_sp_gathers",
+                 "pipeline_split", "context_parallel"):
         if name in dict(framework.sources):
             rows.append((name, str(getattr(framework, name)).lower(), "", framework.source(name)))
     if framework.expert_gemm_host:  # the host's time per expert GEMM of a looped grouped GEMM (parcalc.core.timing.moe)

@@ -307,6 +307,12 @@ def estimate(model: TransformerModel, config: Config, training: Training, cluste
 
 def _estimate(model: TransformerModel, config: Config, training: Training, cluster: Cluster) -> Estimate:
     from parcalc.core.flops import training_flops
+    from parcalc.core.timing.fp8_quantise import (
+        AMAX_REDUCTION_SOURCE,
+        GATHERED_NAMES,
+        SP_GATHER_SOURCE,
+        quantise_recipe,
+    )
     from parcalc.core.timing.sm_contention import contention
     from parcalc.core.timing.step import (
         combine,
@@ -316,6 +322,7 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
         offload_step_time,
         optimizer_step_time,
         optimizer_traffic,
+        sp_gather_bytes,
         sp_regather,
         stage_kinds,
         stage_pieces,
@@ -386,13 +393,22 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
                      + ("2 all-gathers" if config.layout.sequence_parallel else "2 all-reduces") + " replayed by op-level recomputation")
         else:
             calls = f"4 x {stage.layers} layers of {what}"
-        inputs = [m_term, term_of("C_tp", "C_tp", stage.tp, "s", f"{calls} of b s h over t = {t} ({where}), NCCL model")]
+        quantised = ""  # SP under FP8 / NVFP4 on Transformer Engine: the all-gathers move the quantised tensor (timing.step.sp_gather_bytes)
+        if config.layout.sequence_parallel:
+            recipe = quantise_recipe(training.precision, training.fp8_recipe)
+            gathered, amax = sp_gather_bytes(recipe, framework, training.precision.activation_bytes)
+            if gathered != training.precision.activation_bytes or amax:
+                quantised = (f"; the all-gathers move the {GATHERED_NAMES[recipe]} tensor, {gathered:g} byte{'' if gathered == 1 else 's'} an element"
+                             + (", each after an all-reduce of the shard's fp32 amax over the TP group" if amax else "")
+                             + ", the reduce-scatters the activations' dtype")  # fmt: skip
+        inputs = [m_term, term_of("C_tp", "C_tp", stage.tp, "s", f"{calls} of b s h over t = {t} ({where}){quantised}, NCCL model")]
         regather = ""  # SP: Megatron-LM gathers each column-parallel input again in backward (timing.step.regather_per_layer)
         if config.layout.sequence_parallel:
             gather, dgrads = sp_regather(model, t, b, training, cluster)
+            what_gathered = f"b s h in {gathered:g} byte{'' if gathered == 1 else 's'} an element (the saved {GATHERED_NAMES[recipe]} shard)" if quantised else "b s h"
             inputs += [term_of("L_s", "L_s", stage.layers, "", "layers of the slowest stage"),
-                       term_of("T_ag", "T_ag", gather, "s", "one all-gather of b s h: a column-parallel linear's input, gathered again in backward "
-                          "for its weight gradient (sequence parallelism, Megatron-LM)", latex=r"T_{\mathrm{ag}}")]  # fmt: skip
+                       term_of("T_ag", "T_ag", gather, "s", f"one all-gather of {what_gathered}: a column-parallel linear's input, gathered again "
+                          "in backward for its weight gradient (sequence parallelism, Megatron-LM)", latex=r"T_{\mathrm{ag}}")]  # fmt: skip
             names = ("Q/K/V", "MLP gate and up" if model.mlp.gated else "MLP up")
             dgrad_terms = [term_of(f"t_d{i}", f"t_d{i}", d, "s", f"input-gradient GEMM of {name}, which the all-gather runs beside",
                               latex=rf"t_{{d{i}}}") for i, (d, name) in enumerate(zip(dgrads, names, strict=True), 1)]  # fmt: skip
@@ -407,6 +423,8 @@ def _estimate(model: TransformerModel, config: Config, training: Training, clust
         else:
             formula = f"$m × ($C_tp{regather})" if regather else "$m × $C_tp"
         source = TP.source
+        if quantised:
+            source += f"; the quantised all-gathers: {SP_GATHER_SOURCE}" + (f"; the amax all-reduce: {AMAX_REDUCTION_SOURCE}" if amax else "")
         if regather:
             source += ("; the re-gather: Megatron-LM megatron/core/tensor_parallel/layers.py, "
                        "LinearWithGradAccumulationAndAsyncCommunication.backward (all-gather launched with async_op=True "

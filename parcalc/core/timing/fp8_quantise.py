@@ -111,3 +111,58 @@ def cast_plan(elements: float, element_bytes: float, recipe: str, non_tn: bool, 
     if recipe == "current":
         return CastPlan(0.0 if amax_fused else read, read + written, 1)
     return CastPlan(0.0, read + written, 0)  # delayed: the scale from the amax history, the amax recorded as it writes
+
+
+# Under sequence parallelism Transformer Engine quantises a column-parallel linear's local input shard and all-gathers
+# the quantised copy (module/linear.py:347-411 `with_input_all_gather_nccl`: `input_quantizer(inputmat)`, then
+# `gather_along_first_dim(inputmat, tp_group, quantizer=quantizer)`; layernorm_linear.py:283-313 the norm's output alike),
+# gathers the saved quantised shard again in backward for the weight gradient (linear.py:955-998), and gathers a
+# row-parallel linear's output gradient quantised (base.py:1719-1751 'FP8 with all-gather'); the reduce-scatters carry
+# the activation dtype (linear.py:572 `reduce_scatter_along_first_dim(out, tp_group)`, no quantizer).
+SP_GATHER_SOURCE = (
+    f"Transformer Engine ({TE_SOURCE}) under sequence parallelism without userbuffers: module/linear.py:347-411 "
+    "(with_input_all_gather_nccl: input_quantizer(inputmat), then gather_along_first_dim(..., quantizer=quantizer)), "
+    "layernorm_linear.py:283-313, the backward re-gather of the saved quantised input linear.py:955-998, the row-parallel "
+    "output gradient base.py:1719-1751 ('FP8 with all-gather'); distributed.py _all_gather_fp8 (the FP8 data only, "
+    "'Assume scaling factors are identical across ranks'), _start_all_gather_fp8_blockwise, _all_gather_mxfp8, "
+    "_all_gather_nvfp4 (data and block scales); the reduce-scatters in the activation dtype"
+)
+# Current scaling and NVFP4 make the per-tensor scale identical across the TP ranks by reducing the shard's amax over the TP
+# group before the cast (linear.py:351-355 and 809-823 set_quantizer_amax_reduction_group: the input of a column-parallel,
+# the output gradient of a row-parallel linear; csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl
+# `amax_reduction_group->allreduce(...)->wait()`, NVFP4Quantizer::quantize_impl `allreduce_coalesced`): one all-reduce of one
+# fp32 a quantised gather, latency-bound. Delayed scaling takes the scale from the amax history (reduced once a step);
+# MXFP8 and blockwise scale per block, no per-tensor amax.
+AMAX_REDUCTION_SOURCE = (
+    f"Transformer Engine ({TE_SOURCE}): module/linear.py:351-355 and 809-823 set_quantizer_amax_reduction_group(tp_group) "
+    "under sequence parallelism; csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl (lines 1015-1020: "
+    "allreduce of the amax, ReduceOp::MAX) and NVFP4Quantizer::quantize_impl (allreduce_coalesced)"
+)
+AMAX_BYTES = 4.0  # one fp32 amax
+# how a derivation names a recipe's gathered tensor
+GATHERED_NAMES = {"delayed": "per-tensor FP8 (delayed scaling)", "current": "per-tensor FP8 (current scaling)", "mxfp8": "MXFP8",
+                  "blockwise": "blockwise FP8", NVFP4: "NVFP4"}  # fmt: skip
+
+
+def gathered_bytes(recipe: str) -> float | None:
+    """Bytes an element of a tensor Transformer Engine all-gathers quantised under `recipe` (SP_GATHER_SOURCE); None: not
+    quantised (the activation dtype). Per-tensor FP8 (delayed, current): the 1-byte data only, the one scale shared;
+    MXFP8: 1 byte with one E8M0 scale byte per 32 (row-wise forward, column-wise for the weight gradient, same size);
+    blockwise: 1 byte with one fp32 scale per 1 x 128 tile (activations and gradients take 1D blocks, Float8BlockScaling
+    x_block_scaling_dim = 1, common/recipe/__init__.py:435-437; 2D blocks fall back to a high-precision gather, weights only); NVFP4: half a byte with one
+    E4M3 scale byte per 16."""
+    if recipe in ("delayed", "current"):
+        return 1.0
+    if recipe == "mxfp8":
+        return 1.0 + 1.0 / MX_BLOCK
+    if recipe == "blockwise":
+        return 1.0 + 4.0 / BLOCKWISE_BLOCK
+    if recipe == NVFP4:
+        return FP4_BYTES + 1.0 / NVFP4_BLOCK
+    return None
+
+
+def reduces_amax_per_gather(recipe: str) -> bool:
+    """Whether each quantised SP all-gather is preceded by an all-reduce of the shard's amax over the TP group
+    (AMAX_REDUCTION_SOURCE): current scaling and NVFP4's per-tensor scale."""
+    return recipe in ("current", NVFP4)

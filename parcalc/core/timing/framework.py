@@ -92,6 +92,11 @@ class Framework:
     # combining', as DeepSeek-V3 trained); False: it dispatches the BF16 hidden states and quantises after (Megatron-Core;
     # parcalc.core.timing.moe)
     fp8_dispatch: bool = True
+    # Whether, under sequence parallelism and an FP8 / NVFP4 recipe, the TP all-gathers carry the quantised tensor (Transformer
+    # Engine quantises a column-parallel linear's input shard, and a row-parallel linear's output gradient, before gathering
+    # them: parcalc.core.timing.fp8_quantise.SP_GATHER_SOURCE); False: the stack gathers the 16-bit activations and casts after
+    # (torchtitan since its config-based sharding, plain DTensor tensor parallelism)
+    quantised_sp_gathers: bool = False
     # Whether the pipeline splits a stage's output over the TP ranks without sequence parallelism, each sending 1/tp of it and
     # all-gathering it over NVLink after the receive (Megatron-LM's scatter/gather of 2021-22, DeepSpeed's pipe_partitioned);
     # False: every TP rank sends the whole b s h tensor across the stage boundary (Megatron-LM before February 2021 and
@@ -216,6 +221,7 @@ MEGATRON = Framework(
                                      "megatron.yaml is today's, without it")),
     ),
     pipeline_scatter_gather=True,
+    quantised_sp_gathers=True,  # FP8 runs on Transformer Engine (fp8_quantise.SP_GATHER_SOURCE)
 )  # fmt: skip
 
 

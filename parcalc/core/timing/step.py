@@ -15,7 +15,9 @@ defined once in parcalc.core.timing.terms; here is how each is computed:
   (all of them, or what does not fit under the GEMMs with --tp-comm-overlap). With sequence
   parallelism that includes the backward all-gather of each column-parallel linear's input
   (Megatron-LM keeps only its sequence shard), which runs beside the linear's input-gradient
-  GEMM: max(0, t_AG - t_dgrad) per column-parallel linear per layer (regather_per_layer);
+  GEMM: max(0, t_AG - t_dgrad) per column-parallel linear per layer (regather_per_layer). Under an FP8 / NVFP4
+  recipe on Transformer Engine the all-gathers carry the quantised tensor and, for current scaling and NVFP4,
+  wait for an all-reduce of the shard's amax first; the reduce-scatters the activation dtype (sp_gather_bytes);
 - t_bubble: the (p - 1)/(v m) share of the slowest stage's work, its exposed communication included
   (GPipe, 1F1B, interleaved: the event simulation gives the same, tests/test_schedule_step.py); for the
   schedules that split the backward (ZB-H1, ZB-H2, ZB-V, DualPipeV) the idle time of their simulated
@@ -43,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from parcalc.core.layout import Layout
-from parcalc.core.timing.fp8_quantise import quantise_recipe
+from parcalc.core.timing.fp8_quantise import AMAX_BYTES, gathered_bytes, quantise_recipe, reduces_amax_per_gather
 from parcalc.core.timing.sm_contention import contention, loss_share
 from parcalc.named_tuple import NamedTuple
 
@@ -347,8 +349,12 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
     if tp > 1:
         group = placement(tp, 1, cluster.gpus_per_node)
         if sequence_parallel:
-            gather, dgrads = _regather_inputs(layer, activation, tp, cluster)  # sp_regather, from this layer's kernels
-            one = gather + collective_time(Collective.REDUCE_SCATTER, activation, group, fabric).time
+            # the all-gathers carry the recipe's quantised bytes on a Transformer Engine stack, each after an amax all-reduce
+            # under current scaling / NVFP4; the reduce-scatters the activation dtype (fp8_quantise.SP_GATHER_SOURCE)
+            gathered, amax = sp_gather_bytes(fp8, cluster.framework, e)
+            gather, dgrads = _regather_inputs(layer, micro_batch * seq * model.hidden * gathered, tp, cluster)  # sp_regather, from this layer's kernels
+            amax_reduce = collective_time(Collective.ALL_REDUCE, AMAX_BYTES, group, fabric).time if amax else 0.0
+            one = gather + amax_reduce + collective_time(Collective.REDUCE_SCATTER, activation, group, fabric).time
             if model.mamba is not None:  # one block a layer, one column-parallel linear each (mamba_kernels)
                 from parcalc.core.timing.mamba_kernels import mean_layer_regather
 
@@ -369,7 +375,7 @@ def layer_pieces(model: Any, layout: Layout, micro_batch: int, recompute: Any, t
         if recompute is Recompute.FULL:
             replay = sites * one
         elif recompute is Recompute.OP:
-            replay = 2 * gather if sequence_parallel else 2 * one
+            replay = 2 * (gather + amax_reduce) if sequence_parallel else 2 * one
         else:
             replay = 0.0
     else:
@@ -601,15 +607,27 @@ def sp_regather(model: Any, tp: int, micro_batch: int, training: Any, cluster: A
     e = training.precision.activation_bytes
     shard = LayerShard(micro_batch, training.seq_len, tp, True, training.flash_attention, training.dropout, training.causal, e,
                        compiled=training.compiled)  # fmt: skip
-    activation = micro_batch * training.seq_len * model.hidden * e
-    return _regather_inputs(layer_passes(model, shard, cluster.spec), activation, tp, cluster)
+    gathered, _ = sp_gather_bytes(quantise_recipe(training.precision, training.fp8_recipe), cluster.framework, e)
+    return _regather_inputs(layer_passes(model, shard, cluster.spec), micro_batch * training.seq_len * model.hidden * gathered, tp, cluster)
 
 
-def _regather_inputs(layer: Any, activation: float, tp: int, cluster: Any) -> tuple[float, tuple[float, ...]]:
+def sp_gather_bytes(recipe: str, framework: Any, activation_bytes: float) -> tuple[float, bool]:
+    """Bytes an element of sequence parallelism's all-gathers, and whether each forward / output-gradient gather waits for
+    an all-reduce of the shard's amax over the TP group: the quantised recipe's (fp8_quantise.gathered_bytes,
+    reduces_amax_per_gather) where the framework gathers quantised tensors (Framework.quantised_sp_gathers), else the
+    activation dtype's."""
+    gathered = gathered_bytes(recipe) if framework.quantised_sp_gathers else None
+    if gathered is None:
+        return activation_bytes, False
+    return gathered, reduces_amax_per_gather(recipe)
+
+
+def _regather_inputs(layer: Any, gathered: float, tp: int, cluster: Any) -> tuple[float, tuple[float, ...]]:
+    """One SP all-gather of `gathered` bytes (b s h in the gathered dtype) and the layer's column-parallel dgrad GEMMs."""
     from parcalc.core.choices import Collective
     from parcalc.core.timing.network import collective_time, placement
 
-    gather = collective_time(Collective.ALL_GATHER, activation, placement(tp, 1, cluster.gpus_per_node), cluster.fabric).time
+    gather = collective_time(Collective.ALL_GATHER, gathered, placement(tp, 1, cluster.gpus_per_node), cluster.fabric).time
     return gather, layer.t_column_dgrads()
 
 
