@@ -753,6 +753,7 @@ def fp8_weight_cache(model: TransformerModel, layout: Layout, layers: int, moe_l
         notes = ("NVFP4 (Transformer Engine NVFP4BlockScaling): the weight's row-wise (forward) and column-wise (input-gradient) "
                  "FP4 copies from 16 x 16 2D blocks, with their scale bytes; Megatron-Bridge's fp4_param_gather (FP4 weights "
                  "gathered, no BF16 compute copy) is not modelled",)
+    symbol, latex = ("M_fp4", r"M_{\mathrm{fp4}}") if fp4 else ("M_fp8", r"M_{\mathrm{fp8}}")  # the key stays fp8_weights
     if moe_layers and model.moe is not None:
         per_moe = fp8_linear_weights_per_rank(model, layout, moe_layer=True)
         inputs: tuple[Term, ...] = (
@@ -765,15 +766,15 @@ def fp8_weight_cache(model: TransformerModel, layout: Layout, layers: int, moe_l
             Term("L_m", "L_MoE", r"L_{\mathrm{MoE}}", moe_layers, "", "MoE layers on this stage"),
         )  # fmt: skip
         value = c8.value * (per_layer * (layers - moe_layers) + per_moe * moe_layers)
-        return Derivation("fp8_weights", f"{'NVFP4' if fp4 else 'FP8'} weight copies (Transformer Engine: weight and transpose, cached; experts included)", "M_fp8",
-                          r"M_{\mathrm{fp8}}", "$c_8 × ($P_lin × $L_d + $P_moe × $L_m)", r"$c_8 \times ($P_lin \times $L_d + $P_moe \times $L_m)",
+        return Derivation("fp8_weights", f"{'NVFP4' if fp4 else 'FP8'} weight copies (Transformer Engine: weight and transpose, cached; experts included)", symbol,
+                          latex, "$c_8 × ($P_lin × $L_d + $P_moe × $L_m)", r"$c_8 \times ($P_lin \times $L_d + $P_moe \times $L_m)",
                           inputs, value, "B", f"{TE_WEIGHT_CACHE}; {TE_GROUPED_CACHE}", notes)  # fmt: skip
     inputs = (
         c8,
         Term("P_lin", "P_linear/t", r"P_{\mathrm{linear}}/t", per_layer, "", "weights of one layer's linears on one TP rank"),
         Term("L_s", "L_stage", r"L_{\mathrm{stage}}", layers, "", "layers on this stage"),
     )
-    return Derivation("fp8_weights", f"{'NVFP4' if fp4 else 'FP8'} weight copies (Transformer Engine: weight and transpose, cached)", "M_fp8", r"M_{\mathrm{fp8}}",
+    return Derivation("fp8_weights", f"{'NVFP4' if fp4 else 'FP8'} weight copies (Transformer Engine: weight and transpose, cached)", symbol, latex,
                       "$c_8 × $P_lin × $L_s", r"$c_8 \times $P_lin \times $L_s", inputs, c8.value * per_layer * layers, "B", TE_WEIGHT_CACHE,
                       (*notes, "dense layer shapes"))  # fmt: skip
 
