@@ -19,6 +19,11 @@ BYTES_PER_ELEMENT: dict[str, float] = {
     "int4": 0.5,
 }
 
+# NVFP4 (Transformer Engine's NVFP4BlockScaling): E2M1 data, half a byte, with one E4M3 scale byte per 16 consecutive
+# elements (TE recipe docstring); one copy of a tensor so stored, an element: the data and its block scales
+NVFP4_BLOCK = 16
+NVFP4_COPY_BYTES = BYTES_PER_ELEMENT["fp4"] + 1.0 / NVFP4_BLOCK
+
 DTYPE_ALIASES: dict[str, str] = {
     "float64": "fp64",
     "double": "fp64",

@@ -46,6 +46,7 @@ from parcalc.core.activations import (
 )
 from parcalc.core.choices import Precision  # re-exported
 from parcalc.core.context import check_context_parallel, context_working_set
+from parcalc.core.dtypes import NVFP4_COPY_BYTES
 from parcalc.core.expert_parallel import (
     FOLDING,
     ROUTER_SOURCE,
@@ -724,7 +725,7 @@ def linear_weights_per_rank(model: TransformerModel, tp: int) -> int:
 
 # NVFP4's cached weight: FP4 data (1/2 byte) and one E4M3 scale byte per 16 values, row-wise and column-wise (2D 16 x 16
 # blocks: both copies from the same block scales, NVFP4Quantizer::create_tensor allocates both with their scale_inv)
-NVFP4_WEIGHT_BYTES = 2 * (0.5 + 1.0 / 16)
+NVFP4_WEIGHT_BYTES = 2 * NVFP4_COPY_BYTES
 NVFP4_WEIGHT_SOURCE = (f"{TE_WEIGHT_CACHE}; under NVFP4 the workspace holds NVFP4Quantizer's row-wise and column-wise FP4 data with "
                        "their E4M3 scales (transformer_engine/pytorch/csrc/quantizer.cpp NVFP4Quantizer::create_tensor, @d0067d0d)")
 

@@ -37,6 +37,7 @@ the later micro-batches): not counted here (Llama 3 8B: 4.7 ms of a 4.3 s step o
 
 from __future__ import annotations
 
+from parcalc.core.dtypes import BYTES_PER_ELEMENT, NVFP4_COPY_BYTES
 from parcalc.named_tuple import NamedTuple
 
 FP8_RECIPES = ("delayed", "current", "blockwise", "mxfp8")
@@ -52,11 +53,10 @@ FP8_RECIPE_SOURCE = (
 )
 MX_BLOCK = 32  # MXFP8: one E8M0 (1-byte) scale per 32 elements (OCP Microscaling spec v1.0, sec. 5.1)
 BLOCKWISE_BLOCK = 128  # Float8BlockScaling: one fp32 scale per 1 x 128 tile (DeepSeek-V3 sec. 3.3.2)
-NVFP4_BLOCK = 16  # NVFP4BlockScaling: one E4M3 (1-byte) scale per 16 consecutive elements (TE recipe docstring, level 1)
-FP4_BYTES = 0.5  # E2M1: two values a byte
+FP4_BYTES = BYTES_PER_ELEMENT["fp4"]  # E2M1: two values a byte
 # A linear's input saved for its weight gradient under NVFP4: TE keeps the column-wise copy only (module/linear.py, 'Discard
 # row-wise data since it is not needed in backward pass': inputmat.update_usage(rowwise_usage=False, columnwise_usage=True))
-NVFP4_SAVED_INPUT_BYTES = FP4_BYTES + 1.0 / NVFP4_BLOCK
+NVFP4_SAVED_INPUT_BYTES = NVFP4_COPY_BYTES
 NVFP4_SOURCE = (
     f"Transformer Engine's NVFP4 quantizer ({TE_SOURCE}, transformer_engine/pytorch/csrc/quantizer.cpp NVFP4Quantizer::"
     "quantize_impl; recipe NVFP4BlockScaling in transformer_engine/common/recipe/__init__.py): FP4 E2M1 data with an E4M3 "
@@ -75,17 +75,21 @@ class CastPlan(NamedTuple):
     tiny_kernels: int
 
 
+def _nvidia_blackwell(vendor: str, architecture: str) -> bool:
+    return vendor.lower() == "nvidia" and architecture.lower().startswith("blackwell")
+
+
 def non_tn_fp8_gemms(vendor: str, architecture: str) -> bool:
     """Whether the GPU's FP8 GEMMs take every operand layout, so per-tensor FP8 needs no transposed copy: TE's
     is_non_tn_fp8_gemm_supported (compute capability 10.x / 11.x / 13+), i.e. NVIDIA Blackwell (B200, GB200, B300)."""
-    return vendor.lower() == "nvidia" and architecture.lower().startswith("blackwell")
+    return _nvidia_blackwell(vendor, architecture)
 
 
 def nvfp4_tensor_cores(vendor: str, architecture: str) -> bool:
     """Whether Transformer Engine's NVFP4 recipe runs on the GPU: FP4 Tensor Cores with E4M3 block scales, NVIDIA
     Blackwell (B200, GB200, B300; TE's gemm_profiling.rst: 'MXFP8 and NVFP4 require Blackwell (SM100+/SM120+)'). AMD's
     CDNA 4 has FP4 matrix cores but no NVFP4 training path stated (its MXFP4 is another format)."""
-    return vendor.lower() == "nvidia" and architecture.lower().startswith("blackwell")
+    return _nvidia_blackwell(vendor, architecture)
 
 
 def quantise_recipe(precision: str, fp8_recipe: str) -> str:
@@ -102,7 +106,7 @@ def cast_plan(elements: float, element_bytes: float, recipe: str, non_tn: bool, 
     gradient (NVFP4 rounds it stochastically: one RNG-state kernel more)."""
     read = elements * element_bytes
     if recipe == NVFP4:  # the amax pass, then one fused kernel writing both FP4 copies with their scales (NVFP4_SOURCE)
-        return CastPlan(read, read + elements * 2 * (FP4_BYTES + 1.0 / NVFP4_BLOCK), 1 if gradient else 0)
+        return CastPlan(read, read + elements * 2 * NVFP4_COPY_BYTES, 1 if gradient else 0)
     if recipe == "mxfp8":
         return CastPlan(0.0, read + elements * 2 * (1.0 + 1.0 / MX_BLOCK), 0)
     if recipe == "blockwise":
@@ -158,7 +162,7 @@ def gathered_bytes(recipe: str) -> float | None:
     if recipe == "blockwise":
         return 1.0 + 4.0 / BLOCKWISE_BLOCK
     if recipe == NVFP4:
-        return FP4_BYTES + 1.0 / NVFP4_BLOCK
+        return NVFP4_COPY_BYTES
     return None
 
 

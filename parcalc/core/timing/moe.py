@@ -257,9 +257,7 @@ def round_robin_holders(experts_total: int, top_k: int, per_holder: int) -> floa
     """Mean distinct holders (ranks or nodes) of `per_holder` consecutive experts each among token t's experts
     (t k + j) mod E, j < k, under round-robin routing (ROUTING_SOURCE), over one period of t (E / gcd(k, E) tokens:
     t k mod E repeats after it; a micro-batch holds thousands of periods)."""
-    from math import gcd
-
-    period = experts_total // gcd(top_k, experts_total)
+    period = experts_total // math.gcd(top_k, experts_total)
     holders = (len({((t * top_k + j) % experts_total) // per_holder for j in range(top_k)}) for t in range(period))
     return sum(holders) / period
 
