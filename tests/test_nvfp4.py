@@ -164,3 +164,19 @@ def test_fp4_step_is_faster_than_mxfp8_on_a_b300(runner: CliRunner) -> None:
     fp4 = results(runner, [*args, "fp4"])["t_step"]
     mx = results(runner, [*args, "fp8", "--fp8-recipe", "mxfp8"])["t_step"]
     assert 1.0 < mx / fp4 < 7.161 / PREQUANT_NVFP4, (mx, fp4)
+
+
+def test_saved_inputs_name_the_nvfp4_copy_not_fp8() -> None:
+    """Under --precision fp4 the linears' saved inputs are NVFP4's column-wise copies, 0.5625 B an element (TE linear.py:
+    inputmat.update_usage(rowwise_usage=False, columnwise_usage=True)); their source line said 'FP8 (1 byte)' (seen in the
+    memory PDF's table of saved tensors). Four saved inputs a Llama layer: QKV, output projection, MLP up, down."""
+    from typer.testing import CliRunner
+
+    from parcalc.cli import app
+
+    args = ["memory", "--model", "llama3-8b", "--seq-len", "8192", "--gpu", "b200", "--detail", "full"]
+    fp4 = CliRunner(env={"COLUMNS": "400", "NO_COLOR": "1"}).invoke(app, [*args, "--precision", "fp4"])
+    fp8 = CliRunner(env={"COLUMNS": "400", "NO_COLOR": "1"}).invoke(app, [*args, "--precision", "fp8"])
+    assert fp4.exit_code == fp8.exit_code == 0
+    assert (fp4.stdout.count("NVFP4 (0.5625 byte)"), fp4.stdout.count("FP8 (1 byte)")) == (4, 0)
+    assert (fp8.stdout.count("NVFP4 (0.5625 byte)"), fp8.stdout.count("FP8 (1 byte)")) == (0, 4)

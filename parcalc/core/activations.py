@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from parcalc.core.choices import Recompute  # re-exported
 from parcalc.core.counts import MAX_COUNT, check_count, check_sequence  # noqa: F401 - re-exported where callers found them
+from parcalc.core.dtypes import NVFP4_COPY_BYTES
 from parcalc.core.model import Mlp, Norm, TransformerModel
 from parcalc.derivation import Derivation, Term
 from parcalc.errors import InputError
@@ -95,6 +96,19 @@ MEGATRON_SELECTIVE = (
 # (fp8_dpa off, the default of recipe.DelayedScaling).
 TE_FP8 = ("FP8 (1 byte): Transformer Engine saves the casted FP8 input of each linear for its weight gradient "
           "(NVIDIA/TransformerEngine transformer_engine/pytorch/module/linear.py, _Linear.forward; layernorm_linear.py saves ln_out)")  # fmt: skip
+TE_NVFP4 = ("NVFP4 (0.5625 byte): Transformer Engine saves the column-wise NVFP4 copy of each linear's input for its weight "
+            "gradient, FP4 data and an E4M3 scale per 16 (NVIDIA/TransformerEngine transformer_engine/pytorch/module/linear.py: "
+            "inputmat.update_usage(rowwise_usage=False, columnwise_usage=True))")  # fmt: skip
+
+
+def quantised_input_note(gemm_bytes: float, activation_bytes: float) -> str:
+    """The source appended to a linear's saved input where a recipe quantises it: FP8 (1 byte) or NVFP4's column-wise copy
+    (parcalc.core.dtypes.NVFP4_COPY_BYTES); '' where it is kept in the activations' dtype."""
+    if gemm_bytes == activation_bytes:
+        return ""
+    return f"; {TE_NVFP4}" if gemm_bytes == NVFP4_COPY_BYTES else f"; {TE_FP8}"
+
+
 TE_FP8_MLP = ("Transformer Engine transformer_engine/pytorch/module/layernorm_mlp.py, _LayerNormMLP.forward: fc1_out (bf16, the "
               "activation's input) and act_out (FP8, fc2's input) are both saved")  # fmt: skip
 
@@ -215,7 +229,7 @@ def layer_saved_tensors(model: TransformerModel, config: ActivationConfig, moe_l
     h, f = model.hidden, model.ffn_hidden
     norm = model.norm is not Norm.NONE
     k1 = KORTHIKANTI_EQ1
-    fp8 = f"; {TE_FP8}" if g != e else ""
+    fp8 = quantised_input_note(g, e)
     out: list[SavedTensor] = []
     if norm:
         out.append(SavedTensor("norm1_input", "attention norm input", "token", h, e, "sp", False, k1 + ": LayerNorm input 2sbh"))
@@ -247,7 +261,7 @@ def _attention_tensors(model: TransformerModel, config: ActivationConfig) -> lis
     e, m, g = config.activation_bytes, config.mask_bytes, config.linear_input_bytes
     h, q, kv = model.hidden, model.q_width, model.kv_width
     k1 = KORTHIKANTI_EQ1
-    fp8 = f"; {TE_FP8}" if g != e else ""
+    fp8 = quantised_input_note(g, e)
     out: list[SavedTensor] = [SavedTensor("qkv_input", "QKV projection input", "token", h, g, "sp", False, k1 + ": shared QKV input 2sbh" + fp8)]
     if config.flash_attention:
         out += [
@@ -312,7 +326,7 @@ def mla_tensors(model: TransformerModel, config: ActivationConfig) -> list[Saved
     assert mla is not None
     e, m, g = config.activation_bytes, config.mask_bytes, config.linear_input_bytes
     heads, qk, v = model.heads, mla.qk_head_dim, mla.v_head_dim
-    fp8 = f"; {TE_FP8}" if g != e else ""
+    fp8 = quantised_input_note(g, e)
     up = "mla_up_proj" in config.modules
     out: list[SavedTensor] = []
     if mla.q_lora_rank:
@@ -353,7 +367,7 @@ def mla_tensors(model: TransformerModel, config: ActivationConfig) -> list[Saved
 def _mlp_tensors(mlp: Mlp, f: int, e: float, g: float | None = None) -> list[SavedTensor]:
     """The MLP's saved tensors; g: bytes of the down projection's saved input (FP8: 1; None: e)."""
     g = e if g is None else g
-    fp8 = f"; {TE_FP8}" if g != e else ""
+    fp8 = quantised_input_note(g, e)
     if mlp is Mlp.RELU:
         relu = [SavedTensor("relu_output", "ReLU output (= down-projection input)", "token", f, e, "tp", False,
                             "PyTorch derivatives.yaml: relu backward uses its result")]  # fmt: skip
